@@ -1,0 +1,43 @@
+# Qorven. `make run` serves the embedded default; `make test` runs the whole suite.
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+PORT ?= 8000
+DEMO_TENANT ?= demo
+DEMO_QOR ?= aria
+DEMO_OWNER ?= admin
+
+.PHONY: run test bench install lint clean
+
+$(PY):
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+
+$(STAMP): pyproject.toml | $(PY)
+	$(PY) -m pip install --quiet -e '.[test]'
+	touch $(STAMP)
+
+install: $(STAMP)
+
+.demo-password:
+	@$(PY) -c 'import secrets; print(secrets.token_urlsafe(12))' > .demo-password
+	@chmod 600 .demo-password
+
+run: $(STAMP) .demo-password
+	$(PY) manage.py migrate --verbosity 0
+	$(PY) manage.py bootstrap --tenant $(DEMO_TENANT) --qor $(DEMO_QOR) --owner $(DEMO_OWNER) --password "$$(cat .demo-password)"
+	@echo ""
+	@echo "  Log in at http://127.0.0.1:$(PORT)/admin/ as '$(DEMO_OWNER)' with password: $$(cat .demo-password)"
+	@echo "  (the password is kept in .demo-password)"
+	@echo ""
+	$(PY) manage.py serve --port $(PORT) --no-migrate
+
+test: $(STAMP)
+	$(PY) -m pytest $(PYTEST_ARGS)
+
+bench: $(STAMP)
+	$(PY) bench/run.py
+
+clean:
+	rm -rf $(VENV) .test-db.sqlite3* .pytest_cache

@@ -1,0 +1,133 @@
+"""The JSON API: a user's canonical timeline with one Qor, and posting to it (channel web)."""
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from django.conf import settings
+from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.views.decorators.csrf import csrf_exempt
+from django.views.decorators.http import require_http_methods
+
+from qorven.errors import NotFound
+from qorven.selectors import qor_get
+from sessions_app.channels import Channel
+from sessions_app.models import Message, Session
+from sessions_app.selectors import canonical_session_find, messages_read
+from sessions_app.services import message_append, session_resolve
+
+from .api_auth import bearer_required, json_error
+
+MAX_CONTENT = 100_000
+MAX_IDEMPOTENCY_KEY = 255
+
+
+def message_json(message: Message) -> dict[str, Any]:
+    return {
+        "seq": message.seq,
+        "role": message.role,
+        "content": message.content,
+        "channel": message.channel,
+        "sender_name": message.sender_name,
+        "created_at": message.created_at.isoformat(),
+    }
+
+
+def session_json(session: Session | None) -> dict[str, Any] | None:
+    if session is None:
+        return None
+    return {
+        "id": session.pk,
+        "kind": session.kind,
+        "state": session.state,
+        "started_at": session.started_at.isoformat(),
+        "last_seq": session.last_seq,
+    }
+
+
+class BadRequest(Exception):
+    pass
+
+
+def _int_param(request: HttpRequest, name: str, *, minimum: int, maximum: int | None = None) -> int | None:
+    raw = request.GET.get(name)
+    if raw in (None, ""):
+        return None
+    try:
+        value = int(raw)
+    except ValueError:
+        raise BadRequest(f"{name} must be an integer, got {raw!r}") from None
+    if value < minimum or (maximum is not None and value > maximum):
+        bounds = f"between {minimum} and {maximum}" if maximum is not None else f"at least {minimum}"
+        raise BadRequest(f"{name} must be {bounds}, got {value}")
+    return value
+
+
+@csrf_exempt
+@require_http_methods(["GET", "POST"])
+@bearer_required
+def qor_messages(request: HttpRequest, qor_slug: str) -> HttpResponse:
+    try:
+        qor = qor_get(tenant=request.tenant, slug=qor_slug)  # type: ignore[attr-defined]
+    except NotFound:
+        return json_error(404, f"no Qor named {qor_slug!r}")
+    try:
+        if request.method == "GET":
+            return _timeline(request, qor)
+        return _post(request, qor)
+    except BadRequest as exc:
+        return json_error(400, str(exc))
+
+
+def _timeline(request: HttpRequest, qor) -> JsonResponse:
+    channel = request.GET.get("channel") or None
+    if channel is not None and channel not in Channel.values:
+        raise BadRequest(f"unknown channel {channel!r}; one of: {', '.join(Channel.values)}")
+    after_seq = _int_param(request, "after_seq", minimum=0)
+    before_seq = _int_param(request, "before_seq", minimum=1)
+    limit = _int_param(request, "limit", minimum=1, maximum=settings.QORVEN_API_PAGE_MAX) or 50
+    if after_seq is not None and before_seq is not None:
+        raise BadRequest("give after_seq or before_seq, not both")
+    session = canonical_session_find(tenant=request.tenant, qor=qor, user=request.user)  # type: ignore[attr-defined]
+    messages = (
+        messages_read(session=session, channel=channel, after_seq=after_seq, before_seq=before_seq, limit=limit)
+        if session is not None
+        else []
+    )
+    return JsonResponse({"session": session_json(session), "messages": [message_json(m) for m in messages]})
+
+
+def _post(request: HttpRequest, qor) -> JsonResponse:
+    if request.content_type != "application/json":
+        raise BadRequest("send JSON with Content-Type: application/json")
+    try:
+        body = json.loads(request.body or b"null")
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise BadRequest(f"body is not valid JSON: {exc}") from None
+    if not isinstance(body, dict):
+        raise BadRequest('body must be a JSON object like {"content": "hello"}')
+    content = body.get("content")
+    if not isinstance(content, str) or not content.strip():
+        raise BadRequest('"content" must be a non-empty string')
+    if len(content) > MAX_CONTENT:
+        raise BadRequest(f'"content" is longer than {MAX_CONTENT} characters')
+    key = request.headers.get("Idempotency-Key", "").strip()
+    if len(key) > MAX_IDEMPOTENCY_KEY:
+        raise BadRequest(f"Idempotency-Key is longer than {MAX_IDEMPOTENCY_KEY} characters")
+
+    user = request.user
+    session = session_resolve(tenant=request.tenant, qor=qor, channel=Channel.WEB, user=user)  # type: ignore[attr-defined]
+    result = message_append(
+        session=session,
+        role=Message.Role.USER,
+        content=content,
+        channel=Channel.WEB,
+        sender_name=user.get_full_name() or user.get_username(),
+        external_scope=f"api:user:{user.pk}" if key else "",
+        external_id=key,
+    )
+    return JsonResponse(
+        {"session": session_json(result.message.session), "message": message_json(result.message),
+         "created": result.created},
+        status=201 if result.created else 200,
+    )

@@ -1,0 +1,127 @@
+"""The edges: a Qor's accounts on external channels, who writes from them, pairing, switches."""
+from __future__ import annotations
+
+from django.conf import settings
+from django.db import models
+
+from qorven.models import Qor, Tenant, TimestampedModel
+from qorven.trust import Trust
+
+
+class ChannelBinding(TimestampedModel):
+    class Kind(models.TextChoices):
+        TELEGRAM = "telegram"
+        WHATSAPP = "whatsapp"
+        SLACK = "slack"
+        DISCORD = "discord"
+        EMAIL = "email"
+        SMS = "sms"
+        WEBCHAT = "webchat"
+
+    class UnpairedResponse(models.TextChoices):
+        CODE = "code", "reply with a pairing code"
+        SILENT = "silent", "issue a code without replying"
+        IGNORE = "ignore", "ignore unknown senders"
+
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="bindings")
+    qor = models.ForeignKey(Qor, on_delete=models.CASCADE, related_name="bindings")
+    kind = models.CharField(max_length=16, choices=Kind.choices)
+    name = models.CharField(max_length=200, blank=True, default="")
+    # How an inbound request finds this binding: Telegram's secret token, WhatsApp's
+    # phone_number_id, Slack's team id, Discord's application id, the webchat public key…
+    lookup_key = models.CharField(max_length=255)
+    # Tokens, app secrets, signing keys. Never shown in lists or written to logs.
+    credentials = models.JSONField(default=dict, blank=True)
+    webhook_secret = models.CharField(max_length=255, blank=True, default="")
+    unpaired_response = models.CharField(
+        max_length=8, choices=UnpairedResponse.choices, default=UnpairedResponse.CODE
+    )
+    enabled = models.BooleanField(default=True)
+
+    class Meta:
+        ordering = ["tenant", "kind", "name"]
+        constraints = [models.UniqueConstraint(fields=["kind", "lookup_key"], name="binding_unique_lookup")]
+
+    def __str__(self) -> str:
+        return f"{self.kind}:{self.name or self.pk}"
+
+    def __repr__(self) -> str:  # never leak credentials through a repr in a log line
+        return f"<ChannelBinding {self.pk} {self.kind}>"
+
+
+class Identity(TimestampedModel):
+    class Approval(models.TextChoices):
+        PENDING = "pending"
+        APPROVED = "approved"
+        DENIED = "denied"
+
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="identities")
+    channel = models.CharField(max_length=16)
+    external_id = models.CharField(max_length=255)
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, null=True, blank=True, related_name="identities"
+    )
+    display_name = models.CharField(max_length=200, blank=True, default="")
+    trust_level = models.CharField(max_length=16, choices=Trust.choices, default=Trust.PAIRED)
+    approval = models.CharField(max_length=16, choices=Approval.choices, default=Approval.PENDING)
+
+    class Meta:
+        ordering = ["tenant", "channel", "external_id"]
+        verbose_name_plural = "identities"
+        constraints = [
+            models.UniqueConstraint(fields=["tenant", "channel", "external_id"], name="identity_unique_sender")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.channel}:{self.external_id}"
+
+
+class PairingRequest(TimestampedModel):
+    class State(models.TextChoices):
+        PENDING = "pending"
+        APPROVED = "approved"
+        DENIED = "denied"
+        EXPIRED = "expired"
+        LOCKED = "locked"
+
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="pairing_requests")
+    identity = models.ForeignKey(Identity, on_delete=models.CASCADE, related_name="pairing_requests")
+    channel = models.CharField(max_length=16)
+    external_id = models.CharField(max_length=255)
+    code = models.CharField(max_length=6)
+    expires_at = models.DateTimeField()
+    state = models.CharField(max_length=16, choices=State.choices, default=State.PENDING)
+    attempts = models.PositiveSmallIntegerField(default=0)
+    locked_until = models.DateTimeField(null=True, blank=True)
+    decided_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True, related_name="+"
+    )
+    decided_at = models.DateTimeField(null=True, blank=True)
+    decided_via = models.CharField(max_length=32, blank=True, default="")
+
+    class Meta:
+        ordering = ["-created_at"]
+        indexes = [models.Index(fields=["tenant", "code", "state"], name="pairing_code_idx")]
+
+    def __str__(self) -> str:
+        return f"{self.channel}:{self.external_id} ({self.state})"
+
+
+class PluginSetting(TimestampedModel):
+    """Per-tenant switch for a tool or a channel. A missing row means the default (enabled)."""
+
+    class Kind(models.TextChoices):
+        TOOL = "tool"
+        CHANNEL = "channel"
+
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="plugin_settings")
+    kind = models.CharField(max_length=8, choices=Kind.choices)
+    name = models.CharField(max_length=64)
+    enabled = models.BooleanField(default=True)
+
+    class Meta:
+        ordering = ["tenant", "kind", "name"]
+        constraints = [models.UniqueConstraint(fields=["tenant", "kind", "name"], name="plugin_unique_name")]
+
+    def __str__(self) -> str:
+        return f"{self.kind}:{self.name} {'on' if self.enabled else 'off'}"

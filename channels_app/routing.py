@@ -1,0 +1,4 @@
+"""WebSocket routes. The live chat consumers register here."""
+from __future__ import annotations
+
+websocket_urlpatterns: list = []

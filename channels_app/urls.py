@@ -1,0 +1,9 @@
+from __future__ import annotations
+
+from django.urls import path
+
+from . import api
+
+urlpatterns = [
+    path("qors/<slug:qor_slug>/messages", api.qor_messages, name="api-qor-messages"),
+]

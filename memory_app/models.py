@@ -1,0 +1,77 @@
+"""Long-term memory and learned skills."""
+from __future__ import annotations
+
+from django.conf import settings
+from django.db import models
+from django.db.models import Q
+
+from qorven.models import Qor, Tenant, TimestampedModel
+from qorven.trust import Trust
+
+
+class Memory(TimestampedModel):
+    class Type(models.TextChoices):
+        SUMMARY = "summary"
+        FACT = "fact"
+        LESSON = "lesson"
+        REMINDER = "reminder"
+        CONVERSATION_DIGEST = "conversation_digest"
+
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="memories")
+    qor = models.ForeignKey(Qor, on_delete=models.CASCADE, related_name="memories")
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, null=True, blank=True, related_name="qor_memories"
+    )
+    type = models.CharField(max_length=24, choices=Type.choices)
+    content = models.TextField()
+    # SHA-256 of the normalised content: the same note is not stored twice for one user.
+    content_hash = models.CharField(max_length=64)
+    channels = models.JSONField(default=list, blank=True)
+    period_start = models.DateTimeField(null=True, blank=True)
+    period_end = models.DateTimeField(null=True, blank=True)
+    source_session = models.ForeignKey(
+        "sessions_app.Session", on_delete=models.SET_NULL, null=True, blank=True, related_name="memories"
+    )
+
+    class Meta:
+        ordering = ["-created_at"]
+        verbose_name_plural = "memories"
+        constraints = [
+            models.UniqueConstraint(
+                fields=["tenant", "qor", "user", "type", "content_hash"], name="memory_unique_content"
+            ),
+        ]
+        indexes = [models.Index(fields=["tenant", "qor", "user", "type"], name="memory_owner_idx")]
+
+    def __str__(self) -> str:
+        return f"{self.type}: {self.content[:60]}"
+
+
+class LearnedSkill(TimestampedModel):
+    """A skill from `plugins/skills/*.md` (tenant empty: every tenant) or made by an admin."""
+
+    class Source(models.TextChoices):
+        FILE = "file"
+        ADMIN = "admin"
+
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, null=True, blank=True, related_name="skills")
+    name = models.CharField(max_length=100)
+    description = models.CharField(max_length=500)
+    body = models.TextField()
+    min_trust = models.CharField(max_length=16, choices=Trust.choices, default=Trust.PAIRED)
+    source = models.CharField(max_length=8, choices=Source.choices, default=Source.ADMIN)
+    path = models.CharField(max_length=500, blank=True, default="")
+    checksum = models.CharField(max_length=64, blank=True, default="")
+    enabled = models.BooleanField(default=True)
+
+    class Meta:
+        ordering = ["name"]
+        constraints = [
+            models.UniqueConstraint(fields=["tenant", "name"], name="skill_unique_name_per_tenant"),
+            models.UniqueConstraint(
+                fields=["name"], condition=Q(tenant__isnull=True), name="skill_unique_shared_name"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return self.name

@@ -1,0 +1,48 @@
+"""Reads of tenancy data. Foreign and missing rows raise the same NotFound."""
+from __future__ import annotations
+
+import hashlib
+
+from django.contrib.auth.models import AbstractBaseUser
+from django.utils import timezone
+
+from .errors import NotFound
+from .models import ApiToken, Membership, Qor, Tenant
+
+
+def tenant_get(*, slug: str) -> Tenant:
+    tenant = Tenant.objects.filter(slug=slug).first()
+    if tenant is None:
+        raise NotFound(f"no tenant {slug!r}")
+    return tenant
+
+
+def qor_get(*, tenant: Tenant, slug: str) -> Qor:
+    qor = Qor.objects.filter(tenant=tenant, slug=slug).first()
+    if qor is None:
+        raise NotFound(f"no qor {slug!r}")
+    return qor
+
+
+def membership_get(*, tenant: Tenant, user: AbstractBaseUser) -> Membership:
+    membership = Membership.objects.filter(tenant=tenant, user=user).first()
+    if membership is None:
+        raise NotFound("not a member of this tenant")
+    return membership
+
+
+def token_digest(raw: str) -> str:
+    return hashlib.sha256(raw.encode()).hexdigest()
+
+
+def api_token_authenticate(*, raw: str) -> ApiToken | None:
+    """The live token for a raw bearer value, or None. The user must still be a member."""
+    token = (
+        ApiToken.objects.select_related("tenant", "user")
+        .filter(digest=token_digest(raw), revoked_at__isnull=True, user__is_active=True)
+        .first()
+    )
+    if token is None or not Membership.objects.filter(tenant=token.tenant, user=token.user).exists():
+        return None
+    ApiToken.objects.filter(pk=token.pk).update(last_used_at=timezone.now())
+    return token

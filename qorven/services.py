@@ -1,0 +1,89 @@
+"""Writes of tenancy data: bootstrap a tenant, mint API tokens."""
+from __future__ import annotations
+
+import secrets
+from dataclasses import dataclass
+
+from django.contrib.auth import get_user_model
+from django.contrib.auth.models import AbstractBaseUser
+from django.db import transaction
+
+from .models import ApiToken, Membership, Qor, Tenant
+from .selectors import membership_get, token_digest
+
+
+@dataclass(frozen=True)
+class BootstrapResult:
+    tenant: Tenant
+    qor: Qor
+    owner: AbstractBaseUser
+    created: dict[str, bool]
+
+
+@transaction.atomic
+def tenant_bootstrap(
+    *,
+    tenant_slug: str,
+    qor_slug: str,
+    owner_username: str,
+    password: str | None = None,
+    tenant_name: str = "",
+    qor_name: str = "",
+) -> BootstrapResult:
+    """Create or update a tenant, its default Qor and its owner. Safe to run again.
+
+    The owner is a Django superuser so they can use the admin. A password is set only
+    when given, so re-running without one never locks anybody out.
+    """
+    tenant, tenant_created = Tenant.objects.get_or_create(
+        slug=tenant_slug, defaults={"name": tenant_name or tenant_slug.replace("-", " ").title()}
+    )
+    if tenant_name and tenant.name != tenant_name:
+        tenant.name = tenant_name
+        tenant.save(update_fields=["name", "updated_at"])
+
+    qor, qor_created = Qor.objects.get_or_create(
+        tenant=tenant, slug=qor_slug, defaults={"name": qor_name or qor_slug.replace("-", " ").title()}
+    )
+    if not qor.is_default:
+        Qor.objects.filter(tenant=tenant, is_default=True).exclude(pk=qor.pk).update(is_default=False)
+        qor.is_default = True
+        qor.save(update_fields=["is_default", "updated_at"])
+
+    User = get_user_model()
+    owner, owner_created = User.objects.get_or_create(username=owner_username)
+    fields = []
+    if not (owner.is_staff and owner.is_superuser):
+        owner.is_staff = owner.is_superuser = True
+        fields += ["is_staff", "is_superuser"]
+    if password:
+        owner.set_password(password)
+        fields.append("password")
+    elif owner_created:
+        owner.set_unusable_password()
+        fields.append("password")
+    if fields:
+        owner.save(update_fields=fields)
+
+    membership, membership_created = Membership.objects.get_or_create(
+        tenant=tenant, user=owner, defaults={"role": Membership.Role.OWNER}
+    )
+    if membership.role != Membership.Role.OWNER:
+        membership.role = Membership.Role.OWNER
+        membership.save(update_fields=["role", "updated_at"])
+    return BootstrapResult(
+        tenant=tenant,
+        qor=qor,
+        owner=owner,
+        created={"tenant": tenant_created, "qor": qor_created, "owner": owner_created, "membership": membership_created},
+    )
+
+
+@transaction.atomic
+def api_token_create(*, tenant: Tenant, user: AbstractBaseUser, name: str = "") -> tuple[ApiToken, str]:
+    """Mint a bearer token for a member of `tenant`. Returns the row and the raw token,
+    which is shown once and stored only as a digest."""
+    membership_get(tenant=tenant, user=user)
+    raw = "qv_" + secrets.token_urlsafe(32)
+    token = ApiToken.objects.create(tenant=tenant, user=user, name=name, prefix=raw[:10], digest=token_digest(raw))
+    return token, raw

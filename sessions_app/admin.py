@@ -1,0 +1,64 @@
+from __future__ import annotations
+
+from django.contrib import admin
+from django.urls import reverse
+from django.utils.html import format_html, format_html_join
+
+from .models import Image, Message, Session
+from .selectors import messages_read
+
+INLINE_MESSAGES = 200
+
+
+class ReadOnlyAdmin(admin.ModelAdmin):
+    def has_add_permission(self, request, obj=None) -> bool:
+        return False
+
+    def has_change_permission(self, request, obj=None) -> bool:
+        return False
+
+
+@admin.register(Session)
+class SessionAdmin(ReadOnlyAdmin):
+    list_display = ["id", "tenant", "qor", "user", "kind", "channel", "state", "last_seq", "started_at"]
+    list_filter = ["kind", "state", "tenant"]
+    search_fields = ["user__username", "external_thread_id"]
+    list_select_related = ["tenant", "qor", "user"]
+    readonly_fields = [f.name for f in Session._meta.fields] + ["recent_messages"]
+
+    @admin.display(description=f"Messages (newest {INLINE_MESSAGES})")
+    def recent_messages(self, obj: Session) -> str:
+        # Only the newest page inline: a long session must not render a million rows.
+        rows = messages_read(session=obj, limit=INLINE_MESSAGES)
+        all_url = reverse("admin:sessions_app_message_changelist") + f"?session__id__exact={obj.pk}"
+        body = format_html_join(
+            "",
+            "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td style='white-space:pre-wrap'>{}</td></tr>",
+            ((m.seq, m.created_at.strftime("%Y-%m-%d %H:%M:%S"), m.role, m.channel, m.sender_name, m.content)
+             for m in rows),
+        )
+        return format_html(
+            "<p><a href='{}'>All {} messages</a></p><table><tr><th>seq</th><th>time</th><th>role</th>"
+            "<th>channel</th><th>sender</th><th>content</th></tr>{}</table>",
+            all_url, obj.last_seq, body,
+        )
+
+
+@admin.register(Message)
+class MessageAdmin(ReadOnlyAdmin):
+    list_display = ["session", "seq", "role", "channel", "sender_name", "short_content", "created_at"]
+    list_filter = ["role", "channel"]
+    list_select_related = ["session"]
+    readonly_fields = [f.name for f in Message._meta.fields]
+    show_full_result_count = False
+
+    @admin.display(description="content")
+    def short_content(self, obj: Message) -> str:
+        return obj.content[:120]
+
+
+@admin.register(Image)
+class ImageAdmin(ReadOnlyAdmin):
+    list_display = ["id", "tenant", "mime_type", "size", "created_at"]
+    list_filter = ["tenant", "mime_type"]
+    exclude = ["data"]

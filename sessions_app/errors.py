@@ -1,0 +1,9 @@
+from __future__ import annotations
+
+
+class SessionNotFound(Exception):
+    """No such session for this tenant/user (missing and foreign look the same)."""
+
+
+class SessionClosed(Exception):
+    """The session was archived; resolve the active one again and append there."""

@@ -1,0 +1,123 @@
+"""The conversation store: sessions, their messages, and image attachments."""
+from __future__ import annotations
+
+from django.conf import settings
+from django.db import models
+from django.db.models import Q
+from django.utils import timezone
+
+from qorven.models import Qor, Tenant
+
+from .channels import Channel
+
+
+class Session(models.Model):
+    class Kind(models.TextChoices):
+        CANONICAL = "canonical"
+        GROUP = "group"
+        EMAIL = "email"
+        SMS = "sms"
+        VOICE = "voice"
+        CRON = "cron"
+        LEGACY = "legacy"
+
+    class State(models.TextChoices):
+        ACTIVE = "active"
+        ARCHIVED = "archived"
+
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="sessions")
+    qor = models.ForeignKey(Qor, on_delete=models.CASCADE, related_name="sessions")
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, null=True, blank=True, related_name="qor_sessions"
+    )
+    kind = models.CharField(max_length=16, choices=Kind.choices)
+    # For non-canonical kinds: the channel and the platform's thread (chat id, email thread,
+    # phone number, legacy sender id). Empty for the canonical chat.
+    channel = models.CharField(max_length=16, choices=Channel.choices, blank=True, default="")
+    external_thread_id = models.CharField(max_length=255, blank=True, default="")
+    state = models.CharField(max_length=16, choices=State.choices, default=State.ACTIVE)
+    started_at = models.DateTimeField(default=timezone.now)
+    ended_at = models.DateTimeField(null=True, blank=True)
+    seed_summary = models.TextField(blank=True, default="")
+    last_seq = models.PositiveBigIntegerField(default=0)
+    compacted_through_seq = models.PositiveBigIntegerField(default=0)
+    compaction_note = models.TextField(blank=True, default="")
+
+    class Meta:
+        ordering = ["-started_at"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["tenant", "qor", "user"],
+                condition=Q(kind="canonical", state="active"),
+                name="session_one_active_canonical",
+            ),
+            models.UniqueConstraint(
+                fields=["tenant", "qor", "kind", "channel", "external_thread_id"],
+                condition=Q(state="active") & ~Q(kind="canonical"),
+                name="session_one_active_per_thread",
+            ),
+            models.CheckConstraint(
+                condition=~Q(kind="canonical") | Q(user__isnull=False), name="session_canonical_has_user"
+            ),
+        ]
+        indexes = [models.Index(fields=["tenant", "qor", "user", "kind", "state"], name="session_owner_idx")]
+
+    def __str__(self) -> str:
+        return f"{self.kind} session {self.pk} ({self.state})"
+
+
+class Message(models.Model):
+    class Role(models.TextChoices):
+        USER = "user"
+        ASSISTANT = "assistant"
+        SYSTEM = "system"
+        TOOL = "tool"
+
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="+")
+    session = models.ForeignKey(Session, on_delete=models.CASCADE, related_name="messages")
+    seq = models.PositiveBigIntegerField()
+    role = models.CharField(max_length=16, choices=Role.choices)
+    content = models.TextField(blank=True, default="")
+    channel = models.CharField(max_length=16, choices=Channel.choices)
+    sender_name = models.CharField(max_length=200, blank=True, default="")
+    created_at = models.DateTimeField(default=timezone.now)
+    # Dedupe: a platform's message id, unique within its scope (a channel binding, or a
+    # user's API idempotency keys). Empty when the source gives none.
+    external_scope = models.CharField(max_length=64, blank=True, default="")
+    external_id = models.CharField(max_length=255, blank=True, default="")
+    tool_calls = models.JSONField(null=True, blank=True)
+    tool_call_id = models.CharField(max_length=128, blank=True, default="")
+    metadata = models.JSONField(default=dict, blank=True)
+
+    class Meta:
+        ordering = ["session", "seq"]
+        constraints = [
+            models.UniqueConstraint(fields=["session", "seq"], name="message_unique_seq"),
+            models.UniqueConstraint(
+                fields=["tenant", "external_scope", "external_id"],
+                condition=~Q(external_id=""),
+                name="message_unique_external_id",
+            ),
+        ]
+        indexes = [
+            models.Index(fields=["session", "channel", "created_at"], name="message_surface_time_idx"),
+            models.Index(fields=["session", "channel", "seq"], name="message_surface_seq_idx"),
+        ]
+
+    def __str__(self) -> str:
+        return f"#{self.seq} {self.role}@{self.channel}"
+
+
+class Image(models.Model):
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="+")
+    message = models.ForeignKey(Message, on_delete=models.CASCADE, null=True, blank=True, related_name="images")
+    mime_type = models.CharField(max_length=100)
+    data = models.TextField(help_text="Base64-encoded bytes.")
+    size = models.PositiveIntegerField(help_text="Decoded size in bytes.")
+    created_at = models.DateTimeField(default=timezone.now, db_index=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+
+    def __str__(self) -> str:
+        return f"{self.mime_type} ({self.size} bytes)"

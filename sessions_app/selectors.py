@@ -1,0 +1,56 @@
+"""Reads of the conversation store. Every entry point takes the tenant (or the session
+already obtained through one) explicitly; missing and foreign rows raise the same error."""
+from __future__ import annotations
+
+from django.contrib.auth.models import AbstractBaseUser
+
+from qorven.models import Qor, Tenant
+
+from .errors import SessionNotFound
+from .models import Message, Session
+
+
+def session_get(*, tenant: Tenant, session_id: int, user: AbstractBaseUser | None = None) -> Session:
+    qs = Session.objects.filter(tenant=tenant, pk=session_id)
+    if user is not None:
+        qs = qs.filter(user=user)
+    session = qs.select_related("qor").first()
+    if session is None:
+        raise SessionNotFound(session_id)
+    return session
+
+
+def canonical_session_find(*, tenant: Tenant, qor: Qor, user: AbstractBaseUser) -> Session | None:
+    """The active canonical session of (tenant, qor, user), or None before the first message."""
+    return Session.objects.filter(
+        tenant=tenant, qor=qor, user=user, kind=Session.Kind.CANONICAL, state=Session.State.ACTIVE
+    ).first()
+
+
+def messages_read(
+    *,
+    session: Session,
+    channel: str | None = None,
+    after_seq: int | None = None,
+    before_seq: int | None = None,
+    limit: int = 50,
+) -> list[Message]:
+    """A surface's slice of a session, oldest first.
+
+    With `after_seq`: the first `limit` messages after it (catch-up). Otherwise the newest
+    `limit` messages (before `before_seq` when given, for scrolling back). With `channel`,
+    only that channel's messages. Each form is one range scan of a (session[, channel], seq)
+    index, so its cost does not depend on how long the session is.
+    """
+    if limit <= 0:
+        return []
+    qs = Message.objects.filter(session=session)
+    if channel:
+        qs = qs.filter(channel=channel)
+    if after_seq is not None:
+        return list(qs.filter(seq__gt=after_seq).order_by("seq")[:limit])
+    if before_seq is not None:
+        qs = qs.filter(seq__lt=before_seq)
+    newest = list(qs.order_by("-seq")[:limit])
+    newest.reverse()
+    return newest

@@ -1,0 +1,182 @@
+"""Writes to the conversation store: resolve the session for a message, append to it.
+
+The heart of "one conversation across every surface": chat-family channels share the one
+active canonical session of (tenant, qor, user); email, sms, groups, voice and cron keep
+their own session per external thread.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from django.conf import settings
+from django.contrib.auth.models import AbstractBaseUser
+from django.db import IntegrityError, connection, transaction
+from django.utils import timezone
+
+from qorven.models import Qor, Tenant
+
+from .channels import CHAT_FAMILY, OWN_SESSION_CHANNELS
+from .errors import SessionClosed
+from .models import Message, Session
+from .signals import message_appended
+
+
+@dataclass(frozen=True)
+class AppendResult:
+    message: Message
+    created: bool  # False when the external id was seen before: nothing was stored
+
+
+def session_resolve(
+    *,
+    tenant: Tenant,
+    qor: Qor,
+    channel: str,
+    user: AbstractBaseUser | None = None,
+    thread_id: str = "",
+    sender_id: str = "",
+    group: bool = False,
+) -> Session:
+    """Return the active session a message on `channel` belongs to, creating it on first use.
+
+    - `group=True` (Telegram groups, Slack channels, Discord servers): one session per
+      (channel, thread_id).
+    - email, sms, voice, cron: one session per (channel, thread_id).
+    - chat family: the canonical session of (tenant, qor, user); with
+      QORVEN_LEGACY_SESSIONS=1, one legacy session per (channel, sender) instead.
+    """
+    if qor.tenant_id != tenant.pk:
+        raise ValueError("qor does not belong to tenant")
+    if group:
+        if not thread_id:
+            raise ValueError("a group message needs the group's thread_id")
+        return _thread_session(tenant, qor, Session.Kind.GROUP, channel, thread_id, user=None)
+    if channel in OWN_SESSION_CHANNELS:
+        if not thread_id:
+            raise ValueError(f"a {channel} message needs a thread_id")
+        return _thread_session(tenant, qor, Session.Kind(channel), channel, thread_id, user=user)
+    if channel not in CHAT_FAMILY:
+        raise ValueError(f"unknown channel {channel!r}")
+    if settings.QORVEN_LEGACY_SESSIONS:
+        key = sender_id or (f"user:{user.pk}" if user is not None else "")
+        if not key:
+            raise ValueError("a legacy session needs a sender id or a user")
+        return _thread_session(tenant, qor, Session.Kind.LEGACY, channel, key, user=user)
+    if user is None:
+        raise ValueError("the canonical chat needs a user")
+    return _canonical_session(tenant, qor, user)
+
+
+def _canonical_session(tenant: Tenant, qor: Qor, user: AbstractBaseUser) -> Session:
+    lookup = dict(tenant=tenant, qor=qor, user=user, kind=Session.Kind.CANONICAL, state=Session.State.ACTIVE)
+    return _get_or_create_active(lookup)
+
+
+def _thread_session(
+    tenant: Tenant, qor: Qor, kind: str, channel: str, thread_id: str, *, user: AbstractBaseUser | None
+) -> Session:
+    lookup = dict(
+        tenant=tenant, qor=qor, kind=kind, channel=channel, external_thread_id=thread_id, state=Session.State.ACTIVE
+    )
+    return _get_or_create_active(lookup, defaults={"user": user})
+
+
+def _get_or_create_active(lookup: dict[str, Any], defaults: dict[str, Any] | None = None) -> Session:
+    session = Session.objects.filter(**lookup).first()
+    if session is not None:
+        return session
+    try:
+        with transaction.atomic():
+            return Session.objects.create(**lookup, **(defaults or {}))
+    except IntegrityError:
+        # Another request created it first; the partial unique index decided the winner.
+        return Session.objects.get(**lookup)
+
+
+class _Duplicate(Exception):
+    def __init__(self, message: Message) -> None:
+        self.message = message
+
+
+def message_append(
+    *,
+    session: Session,
+    role: str,
+    content: str,
+    channel: str,
+    sender_name: str = "",
+    external_scope: str = "",
+    external_id: str = "",
+    created_at: datetime | None = None,
+    tool_calls: list[dict[str, Any]] | None = None,
+    tool_call_id: str = "",
+    metadata: dict[str, Any] | None = None,
+) -> AppendResult:
+    """Append one message to `session` with the next seq.
+
+    Seq numbers are allocated by one `UPDATE … SET last_seq = last_seq + 1 … RETURNING`,
+    which takes the session's row lock on PostgreSQL (SQLite transactions are BEGIN
+    IMMEDIATE, so writers queue): concurrent appends get distinct, gap-free, increasing
+    seqs. A message whose (external_scope, external_id) was stored before is not stored
+    again: the first one is returned with `created=False`. Observers are told after commit.
+    Raises SessionClosed if the session is archived.
+    """
+    if external_id and not external_scope:
+        raise ValueError("external_id needs an external_scope (the binding or user it is unique in)")
+    if external_id:
+        existing = _find_external(session.tenant_id, external_scope, external_id)
+        if existing is not None:
+            return AppendResult(existing, created=False)
+    try:
+        with transaction.atomic():
+            seq = _allocate_seq(session.pk)
+            if external_id:
+                # Re-check under the session lock: a concurrent delivery may have won.
+                existing = _find_external(session.tenant_id, external_scope, external_id)
+                if existing is not None:
+                    raise _Duplicate(existing)
+            message = Message.objects.create(
+                tenant_id=session.tenant_id,
+                session=session,
+                seq=seq,
+                role=role,
+                content=content,
+                channel=channel,
+                sender_name=sender_name,
+                created_at=created_at or timezone.now(),
+                external_scope=external_scope,
+                external_id=external_id,
+                tool_calls=tool_calls,
+                tool_call_id=tool_call_id,
+                metadata=metadata or {},
+            )
+    except _Duplicate as dup:
+        return AppendResult(dup.message, created=False)
+    except IntegrityError:
+        # The same external id raced in through another session's lock; it is stored once.
+        existing = _find_external(session.tenant_id, external_scope, external_id) if external_id else None
+        if existing is None:
+            raise
+        return AppendResult(existing, created=False)
+    session.last_seq = seq
+    transaction.on_commit(lambda: message_appended.send(sender=Message, message=message))
+    return AppendResult(message, created=True)
+
+
+def _find_external(tenant_id: int, scope: str, external_id: str) -> Message | None:
+    return Message.objects.filter(tenant_id=tenant_id, external_scope=scope, external_id=external_id).first()
+
+
+def _allocate_seq(session_id: int) -> int:
+    table = connection.ops.quote_name(Session._meta.db_table)
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"UPDATE {table} SET last_seq = last_seq + 1 WHERE id = %s AND state = %s RETURNING last_seq",
+            [session_id, Session.State.ACTIVE],
+        )
+        row = cursor.fetchone()
+    if row is None:
+        raise SessionClosed(f"session {session_id} is not active")
+    return int(row[0])
