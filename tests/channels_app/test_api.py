@@ -1,0 +1,149 @@
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from qorven.services import api_token_create
+from sessions_app.models import Message
+from sessions_app.services import message_append, session_resolve
+
+URL = "/v1/qors/{}/messages"
+
+
+@pytest.fixture
+def tokens(world):
+    return {
+        "alice": api_token_create(tenant=world.tenant_a, user=world.alice)[1],
+        "bob": api_token_create(tenant=world.tenant_a, user=world.bob)[1],
+        "charlie": api_token_create(tenant=world.tenant_b, user=world.charlie)[1],
+    }
+
+
+def auth(token):
+    return {"HTTP_AUTHORIZATION": f"Bearer {token}"}
+
+
+def post(client, token, content, qor="aria", **headers):
+    return client.post(
+        URL.format(qor), data=json.dumps({"content": content}), content_type="application/json",
+        **auth(token), **headers,
+    )
+
+
+def test_posting_appends_a_web_user_message_to_the_callers_timeline(client, world, tokens):
+    response = post(client, tokens["alice"], "What's next on my calendar?")
+    assert response.status_code == 201
+    body = response.json()
+    assert body["created"] is True
+    assert body["message"]["seq"] == 1
+    assert body["message"]["channel"] == "web"
+    assert body["message"]["role"] == "user"
+    assert body["message"]["sender_name"] == "Alice"
+    stored = Message.objects.get()
+    assert (stored.content, stored.channel, stored.session.user) == ("What's next on my calendar?", "web", world.alice)
+
+    timeline = client.get(URL.format("aria"), **auth(tokens["alice"])).json()
+    assert timeline["session"]["kind"] == "canonical"
+    assert [m["content"] for m in timeline["messages"]] == ["What's next on my calendar?"]
+    assert set(timeline["messages"][0]) == {"seq", "role", "content", "channel", "sender_name", "created_at"}
+
+
+def test_timeline_merges_channels_and_filters_by_channel(client, world, tokens):
+    session = session_resolve(tenant=world.tenant_a, qor=world.qor_a, channel="telegram", user=world.alice)
+    message_append(session=session, role="user", content="from telegram", channel="telegram", sender_name="Alice")
+    post(client, tokens["alice"], "from the web")
+    everything = client.get(URL.format("aria"), **auth(tokens["alice"])).json()["messages"]
+    assert [(m["seq"], m["channel"]) for m in everything] == [(1, "telegram"), (2, "web")]
+    only_telegram = client.get(URL.format("aria") + "?channel=telegram", **auth(tokens["alice"])).json()["messages"]
+    assert [m["content"] for m in only_telegram] == ["from telegram"]
+    after = client.get(URL.format("aria") + "?after_seq=1", **auth(tokens["alice"])).json()["messages"]
+    assert [m["seq"] for m in after] == [2]
+    newest = client.get(URL.format("aria") + "?limit=1", **auth(tokens["alice"])).json()["messages"]
+    assert [m["seq"] for m in newest] == [2]
+
+
+def test_timeline_before_the_first_message_is_empty(client, world, tokens):
+    body = client.get(URL.format("aria"), **auth(tokens["bob"])).json()
+    assert body == {"session": None, "messages": []}
+
+
+def test_idempotency_key_stores_one_message_and_returns_it_again(client, world, tokens):
+    first = post(client, tokens["alice"], "pay the rent", HTTP_IDEMPOTENCY_KEY="k-123")
+    second = post(client, tokens["alice"], "pay the rent", HTTP_IDEMPOTENCY_KEY="k-123")
+    assert (first.status_code, second.status_code) == (201, 200)
+    assert second.json()["created"] is False
+    assert second.json()["message"] == first.json()["message"]
+    assert Message.objects.count() == 1
+    # The same key from another user is that user's own message.
+    assert post(client, tokens["bob"], "pay the rent", HTTP_IDEMPOTENCY_KEY="k-123").status_code == 201
+    assert Message.objects.count() == 2
+
+
+def test_users_of_one_tenant_do_not_see_each_others_chats(client, world, tokens):
+    post(client, tokens["alice"], "alice's note")
+    assert client.get(URL.format("aria"), **auth(tokens["bob"])).json()["messages"] == []
+
+
+@pytest.mark.parametrize("method", ["get", "post"])
+def test_every_cross_tenant_attempt_is_404(client, world, tokens, method):
+    # Charlie's tenant has a Qor with the same slug; alice's token must never reach it,
+    # and a Qor that exists only in tenant A is a 404 for charlie.
+    world.qor_b.slug = "globex-only"
+    world.qor_b.save(update_fields=["slug"])
+    post(client, tokens["charlie"], "charlie's secret", qor="globex-only")
+    for token, qor in ((tokens["alice"], "globex-only"), (tokens["charlie"], "aria")):
+        if method == "get":
+            response = client.get(URL.format(qor), **auth(token))
+        else:
+            response = post(client, token, "intrusion", qor=qor)
+        assert response.status_code == 404
+        assert "error" in response.json()
+    assert not Message.objects.filter(content="intrusion").exists()
+    assert Message.objects.get(content="charlie's secret").tenant == world.tenant_b
+
+
+def test_a_token_stops_working_when_its_user_leaves_the_tenant(client, world, tokens):
+    world.bob.memberships.all().delete()
+    assert client.get(URL.format("aria"), **auth(tokens["bob"])).status_code == 401
+
+
+@pytest.mark.parametrize(
+    "headers",
+    [{}, {"HTTP_AUTHORIZATION": "Bearer nope"}, {"HTTP_AUTHORIZATION": "Basic YWxpY2U6cHc="}],
+)
+def test_missing_or_bad_tokens_are_401(client, world, headers):
+    response = client.get(URL.format("aria"), **headers)
+    assert response.status_code == 401
+    assert response.json()["error"]
+
+
+@pytest.mark.parametrize(
+    "body, content_type",
+    [
+        ("not json", "application/json"),
+        ("[1, 2]", "application/json"),
+        ("{}", "application/json"),
+        ('{"content": ""}', "application/json"),
+        ('{"content": 5}', "application/json"),
+        ("content=hi", "application/x-www-form-urlencoded"),
+    ],
+)
+def test_bad_post_bodies_are_400_with_a_message_and_store_nothing(client, world, tokens, body, content_type):
+    response = client.post(URL.format("aria"), data=body, content_type=content_type, **auth(tokens["alice"]))
+    assert response.status_code == 400
+    assert response.json()["error"]
+    assert Message.objects.count() == 0
+
+
+@pytest.mark.parametrize(
+    "query", ["after_seq=x", "after_seq=-1", "limit=0", "limit=100000", "channel=pigeon", "after_seq=1&before_seq=5"]
+)
+def test_bad_query_parameters_are_400(client, world, tokens, query):
+    response = client.get(URL.format("aria") + "?" + query, **auth(tokens["alice"]))
+    assert response.status_code == 400
+    assert response.json()["error"]
+
+
+def test_other_methods_are_refused(client, world, tokens):
+    assert client.delete(URL.format("aria"), **auth(tokens["alice"])).status_code == 405

@@ -1,0 +1,52 @@
+"""Shared fixtures. Every fixture set has two tenants, so isolation is tested everywhere.
+
+alice owns tenant A ("acme", Qor "aria"); bob is a member of A; charlie owns tenant B
+("globex", Qor "aria" too — the same slug in another tenant must never be reachable).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pytest
+
+from qorven.models import Membership, Qor, Tenant
+
+from .factories.qorven import MembershipFactory, QorFactory, TenantFactory, UserFactory
+
+
+@dataclass
+class World:
+    tenant_a: Tenant
+    tenant_b: Tenant
+    qor_a: Qor
+    qor_b: Qor
+    alice: object
+    bob: object
+    charlie: object
+
+
+@pytest.fixture
+def world(db) -> World:
+    tenant_a = TenantFactory(slug="acme")
+    tenant_b = TenantFactory(slug="globex")
+    qor_a = QorFactory(tenant=tenant_a, slug="aria")
+    qor_b = QorFactory(tenant=tenant_b, slug="aria")
+    alice = UserFactory(username="alice", first_name="Alice")
+    bob = UserFactory(username="bob", first_name="Bob")
+    charlie = UserFactory(username="charlie", first_name="Charlie")
+    MembershipFactory(tenant=tenant_a, user=alice, role=Membership.Role.OWNER)
+    MembershipFactory(tenant=tenant_a, user=bob)
+    MembershipFactory(tenant=tenant_b, user=charlie, role=Membership.Role.OWNER)
+    return World(tenant_a, tenant_b, qor_a, qor_b, alice, bob, charlie)
+
+
+def database_vendor() -> str:
+    from django.db import connection
+
+    return connection.vendor
+
+
+@pytest.fixture(autouse=True)
+def _fast_password_hashing(settings):
+    # PBKDF2's deliberate slowness costs seconds per fixture set; tests don't need it.
+    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]

@@ -1,0 +1,168 @@
+from __future__ import annotations
+
+import threading
+
+import pytest
+from django.db import IntegrityError, connection, transaction
+
+from sessions_app.errors import SessionClosed
+from sessions_app.models import Message, Session
+from sessions_app.services import message_append, session_resolve
+from sessions_app.signals import message_appended
+
+
+def canonical(world, user=None):
+    return session_resolve(tenant=world.tenant_a, qor=world.qor_a, channel="web", user=user or world.alice)
+
+
+def test_append_stores_channel_sender_and_time_with_increasing_seq(world):
+    session = canonical(world)
+    first = message_append(session=session, role="user", content="hi", channel="telegram", sender_name="Alice")
+    second = message_append(session=session, role="assistant", content="hello!", channel="telegram")
+    assert (first.created, second.created) == (True, True)
+    rows = list(Message.objects.filter(session=session).order_by("seq"))
+    assert [(m.seq, m.role, m.channel, m.sender_name) for m in rows] == [
+        (1, "user", "telegram", "Alice"),
+        (2, "assistant", "telegram", ""),
+    ]
+    assert rows[0].created_at <= rows[1].created_at
+    assert rows[0].tenant_id == world.tenant_a.pk
+    session.refresh_from_db()
+    assert session.last_seq == 2
+
+
+def test_a_delivered_twice_external_id_is_stored_once(world):
+    session = canonical(world)
+    a = message_append(
+        session=session, role="user", content="ping", channel="telegram", external_scope="telegram:1", external_id="77"
+    )
+    b = message_append(
+        session=session, role="user", content="ping", channel="telegram", external_scope="telegram:1", external_id="77"
+    )
+    assert a.created and not b.created
+    assert b.message.pk == a.message.pk
+    assert Message.objects.filter(session=session).count() == 1
+    session.refresh_from_db()
+    assert session.last_seq == 1  # no seq was burnt by the duplicate
+    # The same platform id from another binding is another message.
+    c = message_append(
+        session=session, role="user", content="ping", channel="telegram", external_scope="telegram:2", external_id="77"
+    )
+    assert c.created and c.message.seq == 2
+
+
+def test_database_enforces_unique_seq_and_unique_external_id(world):
+    session = canonical(world)
+    message_append(session=session, role="user", content="x", channel="web", external_scope="s", external_id="e1")
+    with pytest.raises(IntegrityError), transaction.atomic():
+        Message.objects.create(tenant=world.tenant_a, session=session, seq=1, role="user", content="y", channel="web")
+    with pytest.raises(IntegrityError), transaction.atomic():
+        Message.objects.create(
+            tenant=world.tenant_a, session=session, seq=9, role="user", content="y", channel="web",
+            external_scope="s", external_id="e1",
+        )
+
+
+def test_appending_to_an_archived_session_is_refused(world):
+    session = canonical(world)
+    Session.objects.filter(pk=session.pk).update(state=Session.State.ARCHIVED)
+    with pytest.raises(SessionClosed):
+        message_append(session=session, role="user", content="late", channel="web")
+    assert not Message.objects.filter(session=session).exists()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_observers_hear_of_an_append_only_after_commit(world):
+    heard: list[int] = []
+
+    def listener(sender, message, **kwargs):
+        heard.append(message.seq)
+
+    message_appended.connect(listener)
+    try:
+        session = canonical(world)
+        with transaction.atomic():
+            message_append(session=session, role="user", content="one", channel="web")
+            assert heard == []
+        assert heard == [1]
+        with pytest.raises(RuntimeError), transaction.atomic():
+            message_append(session=session, role="user", content="rolled back", channel="web")
+            raise RuntimeError("boom")
+        assert heard == [1]
+        assert list(Message.objects.filter(session=session).values_list("content", flat=True)) == ["one"]
+    finally:
+        message_appended.disconnect(listener)
+
+
+def _in_threads(count: int, target) -> list[BaseException]:
+    errors: list[BaseException] = []
+    barrier = threading.Barrier(count)
+
+    def run(i: int) -> None:
+        try:
+            barrier.wait(timeout=30)
+            target(i)
+        except BaseException as exc:  # collected and asserted on below
+            errors.append(exc)
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(count)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=120)
+    return errors
+
+
+@pytest.mark.django_db(transaction=True)
+def test_fifty_concurrent_appends_get_seq_1_to_50_without_gap_or_duplicate(world):
+    session = canonical(world)
+
+    def append(i: int) -> None:
+        message_append(session=session, role="user", content=f"m{i}", channel="web")
+
+    assert _in_threads(50, append) == []
+    seqs = sorted(Message.objects.filter(session=session).values_list("seq", flat=True))
+    assert seqs == list(range(1, 51))
+    contents = set(Message.objects.filter(session=session).values_list("content", flat=True))
+    assert contents == {f"m{i}" for i in range(50)}
+    session.refresh_from_db()
+    assert session.last_seq == 50
+
+
+@pytest.mark.django_db(transaction=True)
+def test_concurrent_deliveries_of_one_external_id_store_one_row(world):
+    session = canonical(world)
+    results = []
+
+    def deliver(i: int) -> None:
+        results.append(
+            message_append(
+                session=session, role="user", content="same update", channel="telegram",
+                external_scope="telegram:9", external_id="update-1",
+            )
+        )
+
+    assert _in_threads(10, deliver) == []
+    assert Message.objects.filter(session=session).count() == 1
+    assert sum(r.created for r in results) == 1
+    assert {r.message.pk for r in results} == {Message.objects.get(session=session).pk}
+    session.refresh_from_db()
+    assert session.last_seq == 1
+
+
+@pytest.mark.django_db(transaction=True)
+def test_concurrent_first_messages_create_one_canonical_session(world):
+    sessions = []
+
+    def first_message(i: int) -> None:
+        channel = ("web", "telegram", "whatsapp")[i % 3]
+        s = session_resolve(tenant=world.tenant_a, qor=world.qor_a, channel=channel, user=world.alice)
+        message_append(session=s, role="user", content=f"hi {i}", channel=channel)
+        sessions.append(s.pk)
+
+    assert _in_threads(9, first_message) == []
+    assert len(set(sessions)) == 1
+    assert Session.objects.filter(user=world.alice, kind="canonical").count() == 1
+    assert Message.objects.filter(session_id=sessions[0]).count() == 9

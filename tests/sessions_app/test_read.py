@@ -1,0 +1,66 @@
+from __future__ import annotations
+
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+
+from sessions_app.selectors import messages_read
+from sessions_app.services import message_append, session_resolve
+
+
+def fill(world, count=30):
+    session = session_resolve(tenant=world.tenant_a, qor=world.qor_a, channel="web", user=world.alice)
+    channels = ["web", "telegram", "whatsapp"]
+    for i in range(1, count + 1):
+        message_append(session=session, role="user", content=f"m{i}", channel=channels[i % 3])
+    return session
+
+
+def test_read_all_newest_n_oldest_first(world):
+    session = fill(world)
+    page = messages_read(session=session, limit=5)
+    assert [m.seq for m in page] == [26, 27, 28, 29, 30]
+
+
+def test_read_one_channel_only(world):
+    session = fill(world)
+    page = messages_read(session=session, channel="telegram", limit=4)
+    assert [m.channel for m in page] == ["telegram"] * 4
+    assert [m.seq for m in page] == [19, 22, 25, 28]
+
+
+def test_read_after_seq_is_catch_up_in_order(world):
+    session = fill(world)
+    assert [m.seq for m in messages_read(session=session, after_seq=27, limit=50)] == [28, 29, 30]
+    assert [m.seq for m in messages_read(session=session, after_seq=5, limit=3)] == [6, 7, 8]
+    assert [m.seq for m in messages_read(session=session, channel="web", after_seq=20)] == [21, 24, 27, 30]
+
+
+def test_read_before_seq_scrolls_back(world):
+    session = fill(world)
+    assert [m.seq for m in messages_read(session=session, before_seq=10, limit=3)] == [7, 8, 9]
+
+
+def test_read_never_crosses_sessions(world):
+    session = fill(world, count=6)
+    other = session_resolve(tenant=world.tenant_b, qor=world.qor_b, channel="web", user=world.charlie)
+    message_append(session=other, role="user", content="charlie's secret", channel="telegram")
+    assert "charlie's secret" not in [m.content for m in messages_read(session=session, limit=100)]
+
+
+def test_per_channel_read_uses_the_surface_index(world):
+    session = fill(world, count=9)
+    with CaptureQueriesContext(connection) as ctx:
+        messages_read(session=session, channel="telegram", limit=50)
+    (query,) = ctx.captured_queries
+    with connection.cursor() as cursor:
+        if connection.vendor == "sqlite":
+            cursor.execute("EXPLAIN QUERY PLAN " + query["sql"])
+            plan = " ".join(str(row) for row in cursor.fetchall())
+        else:
+            # A tiny table would be scanned anyway; ask what the planner does at scale.
+            cursor.execute("ANALYZE sessions_app_message")
+            cursor.execute("SET enable_seqscan = off")
+            cursor.execute("EXPLAIN " + query["sql"])
+            plan = " ".join(row[0] for row in cursor.fetchall())
+            cursor.execute("RESET enable_seqscan")
+    assert "message_surface_seq_idx" in plan, plan

@@ -1,0 +1,96 @@
+from __future__ import annotations
+
+import pytest
+from django.db import IntegrityError, transaction
+
+from sessions_app.models import Message, Session
+from sessions_app.services import message_append, session_resolve
+
+
+def say(session, channel, text, sender="Alice"):
+    return message_append(session=session, role="user", content=text, channel=channel, sender_name=sender).message
+
+
+def test_telegram_web_and_whatsapp_from_one_user_share_the_canonical_session(world):
+    sessions = [
+        session_resolve(tenant=world.tenant_a, qor=world.qor_a, channel=ch, user=world.alice, sender_id="42")
+        for ch in ("telegram", "web", "whatsapp")
+    ]
+    assert len({s.pk for s in sessions}) == 1
+    session = sessions[0]
+    assert session.kind == Session.Kind.CANONICAL
+    for ch in ("telegram", "web", "whatsapp"):
+        say(session, ch, f"hello from {ch}")
+    stored = list(Message.objects.filter(session=session).values_list("seq", "channel", "content"))
+    assert stored == [
+        (1, "telegram", "hello from telegram"),
+        (2, "web", "hello from web"),
+        (3, "whatsapp", "hello from whatsapp"),
+    ]
+
+
+def test_group_and_email_get_their_own_sessions(world):
+    canonical = session_resolve(tenant=world.tenant_a, qor=world.qor_a, channel="telegram", user=world.alice)
+    group = session_resolve(tenant=world.tenant_a, qor=world.qor_a, channel="telegram", thread_id="-100123", group=True)
+    email = session_resolve(
+        tenant=world.tenant_a, qor=world.qor_a, channel="email", user=world.alice, thread_id="<thread-1@example.com>"
+    )
+    other_thread = session_resolve(
+        tenant=world.tenant_a, qor=world.qor_a, channel="email", user=world.alice, thread_id="<thread-2@example.com>"
+    )
+    assert len({canonical.pk, group.pk, email.pk, other_thread.pk}) == 4
+    assert (group.kind, group.channel, group.external_thread_id) == ("group", "telegram", "-100123")
+    assert group.user is None
+    assert (email.kind, email.channel) == ("email", "email")
+    # Resolving again finds the same rows.
+    again = session_resolve(tenant=world.tenant_a, qor=world.qor_a, channel="telegram", thread_id="-100123", group=True)
+    assert again.pk == group.pk
+
+
+def test_other_users_and_other_tenants_get_other_canonical_sessions(world):
+    alice = session_resolve(tenant=world.tenant_a, qor=world.qor_a, channel="web", user=world.alice)
+    bob = session_resolve(tenant=world.tenant_a, qor=world.qor_a, channel="web", user=world.bob)
+    charlie = session_resolve(tenant=world.tenant_b, qor=world.qor_b, channel="web", user=world.charlie)
+    assert len({alice.pk, bob.pk, charlie.pk}) == 3
+    assert charlie.tenant == world.tenant_b
+
+
+def test_a_qor_of_another_tenant_is_refused(world):
+    with pytest.raises(ValueError):
+        session_resolve(tenant=world.tenant_a, qor=world.qor_b, channel="web", user=world.alice)
+
+
+def test_legacy_mode_gives_one_session_per_channel_and_sender(world, settings):
+    settings.QORVEN_LEGACY_SESSIONS = True
+    telegram = session_resolve(tenant=world.tenant_a, qor=world.qor_a, channel="telegram", user=world.alice, sender_id="42")
+    whatsapp = session_resolve(
+        tenant=world.tenant_a, qor=world.qor_a, channel="whatsapp", user=world.alice, sender_id="+15550100"
+    )
+    web = session_resolve(tenant=world.tenant_a, qor=world.qor_a, channel="web", user=world.alice)
+    assert len({telegram.pk, whatsapp.pk, web.pk}) == 3
+    assert {s.kind for s in (telegram, whatsapp, web)} == {"legacy"}
+    assert session_resolve(
+        tenant=world.tenant_a, qor=world.qor_a, channel="telegram", user=world.alice, sender_id="42"
+    ).pk == telegram.pk
+
+
+def test_unknown_channel_is_an_error(world):
+    with pytest.raises(ValueError):
+        session_resolve(tenant=world.tenant_a, qor=world.qor_a, channel="carrier-pigeon", user=world.alice)
+
+
+def test_database_allows_one_active_canonical_session_per_user(world):
+    first = session_resolve(tenant=world.tenant_a, qor=world.qor_a, channel="web", user=world.alice)
+    with pytest.raises(IntegrityError), transaction.atomic():
+        Session.objects.create(tenant=world.tenant_a, qor=world.qor_a, user=world.alice, kind="canonical")
+    # Once archived, a new active one is allowed: still exactly one active.
+    first.state = Session.State.ARCHIVED
+    first.save(update_fields=["state"])
+    Session.objects.create(tenant=world.tenant_a, qor=world.qor_a, user=world.alice, kind="canonical")
+    active = Session.objects.filter(user=world.alice, kind="canonical", state="active")
+    assert active.count() == 1
+
+
+def test_database_refuses_a_canonical_session_without_user(world):
+    with pytest.raises(IntegrityError), transaction.atomic():
+        Session.objects.create(tenant=world.tenant_a, qor=world.qor_a, user=None, kind="canonical")

@@ -1,0 +1,50 @@
+"""`qorven serve` on a fresh SQLite file serves the admin login page through Daphne."""
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_serve_migrates_a_fresh_database_and_serves_the_admin_login(tmp_path):
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "REDIS_URL", "CELERY_BROKER_URL")}
+    env["DATABASE_URL"] = f"sqlite:///{tmp_path / 'fresh.sqlite3'}"
+    env["DJANGO_SECRET_KEY"] = "serve-test-key"
+    qorven = Path(sys.executable).with_name("qorven")
+    proc = subprocess.Popen(
+        [str(qorven), "serve", "--port", str(port)],
+        cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )
+    try:
+        deadline = time.monotonic() + 60
+        page = None
+        while time.monotonic() < deadline and proc.poll() is None:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/admin/login/", timeout=2) as response:
+                    page = response.read().decode()
+                    css = urllib.request.urlopen(f"http://127.0.0.1:{port}/static/admin/css/base.css", timeout=2)
+                    assert css.status == 200
+                    break
+            except OSError:
+                time.sleep(0.3)
+        assert page is not None, f"server did not answer; exit={proc.poll()}"
+        assert "Log in" in page and 'name="password"' in page
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
