@@ -63,13 +63,13 @@ class Qor(TimestampedModel):
     # Model routing per role. Empty values fall back to OPENAI_BASE_URL / QORVEN_MODEL.
     main_base_url = models.URLField(blank=True, default="")
     main_model = models.CharField(max_length=200, blank=True, default="")
-    main_num_ctx = models.PositiveIntegerField(default=8192)
+    main_num_ctx = models.PositiveIntegerField(null=True, blank=True, help_text="Empty: QORVEN_NUM_CTX.")
     summarizer_base_url = models.URLField(blank=True, default="")
     summarizer_model = models.CharField(max_length=200, blank=True, default="")
-    summarizer_num_ctx = models.PositiveIntegerField(default=8192)
+    summarizer_num_ctx = models.PositiveIntegerField(null=True, blank=True, help_text="Empty: QORVEN_NUM_CTX.")
     heartbeat_base_url = models.URLField(blank=True, default="")
     heartbeat_model = models.CharField(max_length=200, blank=True, default="")
-    heartbeat_num_ctx = models.PositiveIntegerField(default=8192)
+    heartbeat_num_ctx = models.PositiveIntegerField(null=True, blank=True, help_text="Empty: QORVEN_NUM_CTX.")
     tool_allowlist = models.JSONField(
         default=list, blank=True, help_text="Tool names this Qor may use; empty = every enabled tool."
     )
@@ -109,3 +109,23 @@ class ApiToken(models.Model):
 
     def __str__(self) -> str:
         return f"{self.prefix}… ({self.user} in {self.tenant})"
+
+
+class Usage(models.Model):
+    """Model tokens spent, per tenant, Qor, role and day."""
+
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="usage")
+    qor = models.ForeignKey(Qor, on_delete=models.CASCADE, related_name="usage")
+    role = models.CharField(max_length=16)
+    day = models.DateField()
+    calls = models.PositiveIntegerField(default=0)
+    prompt_tokens = models.PositiveBigIntegerField(default=0)
+    completion_tokens = models.PositiveBigIntegerField(default=0)
+
+    class Meta:
+        ordering = ["-day", "tenant", "qor", "role"]
+        verbose_name_plural = "usage"
+        constraints = [models.UniqueConstraint(fields=["tenant", "qor", "role", "day"], name="usage_unique_day")]
+
+    def __str__(self) -> str:
+        return f"{self.tenant}/{self.qor.slug} {self.role} {self.day}"

@@ -144,3 +144,16 @@ LOGGING = {
     "root": {"handlers": ["console"], "level": env.str("QORVEN_LOG_LEVEL", default="INFO")},
     "loggers": {"django.db.backends": {"level": "WARNING"}},
 }
+
+# Models. Any OpenAI-compatible server (OpenAI, Ollama, vLLM, LM Studio, OpenRouter).
+# With no model configured (here or on the Qor), a built-in offline provider answers.
+OPENAI_BASE_URL = env.str("OPENAI_BASE_URL", default="")
+OPENAI_API_KEY = env.str("OPENAI_API_KEY", default="")
+QORVEN_MODEL = env.str("QORVEN_MODEL", default="")
+QORVEN_NUM_CTX = env.int("QORVEN_NUM_CTX", default=8192)
+QORVEN_CONTEXT_RESERVE = env.int("QORVEN_CONTEXT_RESERVE", default=1024)
+QORVEN_MAX_TOOL_ROUNDS = env.int("QORVEN_MAX_TOOL_ROUNDS", default=8)
+QORVEN_MODEL_TIMEOUT = env.float("QORVEN_MODEL_TIMEOUT", default=60.0)
+QORVEN_MODEL_RETRIES = env.int("QORVEN_MODEL_RETRIES", default=4)
+QORVEN_MODEL_DEADLINE = env.float("QORVEN_MODEL_DEADLINE", default=180.0)
+QORVEN_TURN_LEASE = env.int("QORVEN_TURN_LEASE", default=600)

@@ -42,6 +42,11 @@ class Session(models.Model):
     last_seq = models.PositiveBigIntegerField(default=0)
     compacted_through_seq = models.PositiveBigIntegerField(default=0)
     compaction_note = models.TextField(blank=True, default="")
+    # The agent's progress: user messages up to this seq have been answered.
+    replied_through_seq = models.PositiveBigIntegerField(default=0)
+    # A lease so turns on one session run one at a time across processes.
+    turn_owner = models.CharField(max_length=64, blank=True, default="")
+    turn_lease_until = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         ordering = ["-started_at"]

@@ -1,0 +1,49 @@
+"""The provider interface: one streamed chat completion, with tools."""
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+TokenCallback = Callable[[str], Awaitable[None]]
+
+
+@dataclass(frozen=True)
+class ToolCall:
+    id: str
+    name: str
+    arguments: str  # raw JSON text as the model produced it; parsed by the tool loop
+
+    def as_openai(self) -> dict[str, Any]:
+        return {"id": self.id, "type": "function", "function": {"name": self.name, "arguments": self.arguments}}
+
+
+@dataclass(frozen=True)
+class Usage:
+    prompt_tokens: int
+    completion_tokens: int
+    estimated: bool = False
+
+
+@dataclass
+class Completion:
+    content: str
+    tool_calls: list[ToolCall] = field(default_factory=list)
+    usage: Usage | None = None
+    model: str = ""
+    offline: bool = False
+
+
+class Provider(Protocol):
+    model: str
+
+    async def complete(
+        self,
+        *,
+        messages: list[dict[str, Any]],
+        tools: list[dict[str, Any]] | None = None,
+        on_token: TokenCallback | None = None,
+    ) -> Completion:
+        """Run one chat completion. Streams content tokens to `on_token` when given.
+        Raises ProviderUnavailable or ContextLengthExceeded."""
+        ...
