@@ -14,7 +14,10 @@ from qorven.selectors import qor_get
 from sessions_app.channels import Channel
 from sessions_app.models import Message, Session
 from sessions_app.selectors import canonical_session_find, messages_read
-from sessions_app.services import message_append, session_resolve
+from qorven.agent.gateway import inbound_accept
+from qorven.selectors import membership_get
+from qorven.trust import Trust
+from sessions_app.services import session_resolve
 
 from .api_auth import bearer_required, json_error
 
@@ -117,12 +120,14 @@ def _post(request: HttpRequest, qor) -> JsonResponse:
 
     user = request.user
     session = session_resolve(tenant=request.tenant, qor=qor, channel=Channel.WEB, user=user)  # type: ignore[attr-defined]
-    result = message_append(
+    membership = membership_get(tenant=request.tenant, user=user)  # type: ignore[attr-defined]
+    result = inbound_accept(
         session=session,
-        role=Message.Role.USER,
         content=content,
         channel=Channel.WEB,
         sender_name=user.get_full_name() or user.get_username(),
+        user=user,
+        trust=Trust.OWNER if membership.role in ("owner", "admin") else Trust.TRUSTED,
         external_scope=f"api:user:{user.pk}" if key else "",
         external_id=key,
     )

@@ -6,3 +6,6 @@ from django.apps import AppConfig
 class MemoryAppConfig(AppConfig):
     name = "memory_app"
     verbose_name = "Memory"
+
+    def ready(self) -> None:
+        import memory_app.tools  # noqa: F401  registers the tools

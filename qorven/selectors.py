@@ -46,3 +46,31 @@ def api_token_authenticate(*, raw: str) -> ApiToken | None:
         return None
     ApiToken.objects.filter(pk=token.pk).update(last_used_at=timezone.now())
     return token
+
+
+def usage_month(*, tenant: Tenant, month_of=None) -> list[dict]:
+    """This month's usage of `tenant`, one row per (qor, role), with totals."""
+    from django.db.models import Sum
+
+    from .models import Usage
+
+    day = month_of or timezone.localdate()
+    return list(
+        Usage.objects.filter(tenant=tenant, day__year=day.year, day__month=day.month)
+        .values("qor__slug", "role")
+        .annotate(
+            calls=Sum("calls"), prompt_tokens=Sum("prompt_tokens"), completion_tokens=Sum("completion_tokens")
+        )
+        .order_by("qor__slug", "role")
+    )
+
+
+def tokens_spent_this_month(*, tenant: Tenant) -> int:
+    return sum(row["prompt_tokens"] + row["completion_tokens"] for row in usage_month(tenant=tenant))
+
+
+def budget_exhausted(*, tenant: Tenant) -> bool:
+    """True when the tenant has a monthly token budget and has spent it."""
+    if tenant.monthly_token_budget is None:
+        return False
+    return tokens_spent_this_month(tenant=tenant) >= tenant.monthly_token_budget

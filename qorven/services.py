@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import AbstractBaseUser
-from django.db import transaction
+from django.db import IntegrityError, transaction
 
 from .models import ApiToken, Membership, Qor, Tenant
 from .selectors import membership_get, token_digest
@@ -87,3 +87,33 @@ def api_token_create(*, tenant: Tenant, user: AbstractBaseUser, name: str = "") 
     raw = "qv_" + secrets.token_urlsafe(32)
     token = ApiToken.objects.create(tenant=tenant, user=user, name=name, prefix=raw[:10], digest=token_digest(raw))
     return token, raw
+
+
+def usage_record(*, tenant: Tenant, qor: Qor, role: str, prompt_tokens: int, completion_tokens: int) -> None:
+    """Add one model call's tokens to today's row for (tenant, qor, role)."""
+    from django.db.models import F
+    from django.utils import timezone
+
+    from .models import Usage
+
+    day = timezone.localdate()
+    with transaction.atomic():
+        updated = Usage.objects.filter(tenant=tenant, qor=qor, role=role, day=day).update(
+            calls=F("calls") + 1,
+            prompt_tokens=F("prompt_tokens") + prompt_tokens,
+            completion_tokens=F("completion_tokens") + completion_tokens,
+        )
+        if updated:
+            return
+        try:
+            with transaction.atomic():
+                Usage.objects.create(
+                    tenant=tenant, qor=qor, role=role, day=day, calls=1,
+                    prompt_tokens=prompt_tokens, completion_tokens=completion_tokens,
+                )
+        except IntegrityError:  # created concurrently: add to it instead
+            Usage.objects.filter(tenant=tenant, qor=qor, role=role, day=day).update(
+                calls=F("calls") + 1,
+                prompt_tokens=F("prompt_tokens") + prompt_tokens,
+                completion_tokens=F("completion_tokens") + completion_tokens,
+            )

@@ -54,3 +54,12 @@ def messages_read(
     newest = list(qs.order_by("-seq")[:limit])
     newest.reverse()
     return newest
+
+
+def next_pending_user_message(*, session: Session) -> Message | None:
+    """The oldest user message not yet answered."""
+    return (
+        Message.objects.filter(session=session, role=Message.Role.USER, seq__gt=session.replied_through_seq)
+        .order_by("seq")
+        .first()
+    )

@@ -7,12 +7,13 @@ their own session per external thread.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser
 from django.db import IntegrityError, connection, transaction
+from django.db.models import Q
 from django.utils import timezone
 
 from qorven.models import Qor, Tenant
@@ -180,3 +181,26 @@ def _allocate_seq(session_id: int) -> int:
     if row is None:
         raise SessionClosed(f"session {session_id} is not active")
     return int(row[0])
+
+
+def turn_lease_acquire(*, session_id: int, owner: str, seconds: int) -> bool:
+    """Try to take the session's turn lease (one turn at a time, across processes).
+    Succeeds when the lease is free, expired, or already ours."""
+    now = timezone.now()
+    updated = (
+        Session.objects.filter(pk=session_id)
+        .filter(Q(turn_lease_until__isnull=True) | Q(turn_lease_until__lt=now) | Q(turn_owner=owner))
+        .update(turn_owner=owner, turn_lease_until=now + timedelta(seconds=seconds))
+    )
+    return updated == 1
+
+
+def turn_lease_release(*, session_id: int, owner: str) -> None:
+    Session.objects.filter(pk=session_id, turn_owner=owner).update(turn_owner="", turn_lease_until=None)
+
+
+def session_mark_replied(*, session_id: int, through_seq: int) -> None:
+    """Record that user messages up to `through_seq` are answered (never moves back)."""
+    Session.objects.filter(pk=session_id, replied_through_seq__lt=through_seq).update(
+        replied_through_seq=through_seq
+    )

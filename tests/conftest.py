@@ -50,3 +50,35 @@ def database_vendor() -> str:
 def _fast_password_hashing(settings):
     # PBKDF2's deliberate slowness costs seconds per fixture set; tests don't need it.
     settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+
+
+@pytest.fixture(autouse=True)
+def _tasks_in_process(request, settings):
+    """Tasks run on the in-process queue unless a test asks for a real Celery worker."""
+    if request.node.get_closest_marker("celery_worker") is None:
+        settings.QORVEN_INPROCESS_TASKS = True
+
+
+@pytest.fixture
+def model_server(settings):
+    """A scripted OpenAI-compatible server; Qorven is configured to use it."""
+    from .fakes.model_server import ModelServer
+
+    server = ModelServer().start()
+    settings.OPENAI_BASE_URL = server.base_url
+    settings.OPENAI_API_KEY = "test-key"
+    settings.QORVEN_MODEL = "scripted-model"
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def drain():
+    """Wait until the in-process task queue has run everything queued so far."""
+    from qorven.taskqueue import inprocess_queue
+
+    def wait(timeout: float = 60) -> None:
+        assert inprocess_queue.join(timeout), "tasks did not finish in time"
+
+    yield wait
+    inprocess_queue.join(30)

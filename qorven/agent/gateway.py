@@ -1,0 +1,42 @@
+"""Where an inbound user message enters the agent: store it, then queue the turn."""
+from __future__ import annotations
+
+from typing import Any
+
+from django.contrib.auth.models import AbstractBaseUser
+from django.db import transaction
+
+from sessions_app.models import Message, Session
+from sessions_app.services import AppendResult, message_append
+
+
+def turn_enqueue(*, session: Session) -> None:
+    """Queue a turn for the session once the current transaction commits."""
+    from .tasks import agent_turn
+
+    tenant_id, session_id = session.tenant_id, session.pk
+    transaction.on_commit(lambda: agent_turn.delay(tenant_id, session_id))
+
+
+def inbound_accept(
+    *,
+    session: Session,
+    content: str,
+    channel: str,
+    sender_name: str,
+    trust: str,
+    user: AbstractBaseUser | None = None,
+    external_scope: str = "",
+    external_id: str = "",
+    metadata: dict[str, Any] | None = None,
+) -> AppendResult:
+    """Store the user's message first (nothing is lost if anything after fails), then
+    queue the turn that answers it. A re-delivered message is neither stored nor answered
+    twice."""
+    result = message_append(
+        session=session, role=Message.Role.USER, content=content, channel=channel, sender_name=sender_name,
+        external_scope=external_scope, external_id=external_id, metadata={**(metadata or {}), "trust": trust},
+    )
+    if result.created:
+        turn_enqueue(session=session)
+    return result

@@ -1,0 +1,165 @@
+"""Prompt assembly, in one place.
+
+Order: the Qor's system prompt, project context, the tool-execution contract, learned
+skills, memories retrieved for this message, the compaction note; then the newest messages
+that fit the model's budget. Tool schemas travel in the request's `tools` field. Reading
+stops as soon as the budget is full, so the cost does not grow with the stored history.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+from sessions_app.models import Message, Session
+from sessions_app.selectors import messages_read
+
+from .tools import Tool
+
+TOOL_CONTRACT = """\
+You may call the tools offered with this request. Call a tool only when it helps answer the
+user; pass arguments as one JSON object matching the tool's schema. A tool result that
+contains "error" explains what went wrong: correct the call or answer without it. Never
+invent a tool result. When you have what you need, answer the user directly."""
+
+_BATCH = 64
+_PER_MESSAGE_OVERHEAD = 4
+
+
+def estimate_tokens(text: str) -> int:
+    """A character-based estimate (about four characters a token) for when the provider
+    has not told us the real count."""
+    return len(text) // 4 + 1
+
+
+def message_tokens(message: Message) -> int:
+    known = message.metadata.get("tokens") if isinstance(message.metadata, dict) else None
+    if isinstance(known, int) and known > 0:
+        return known + _PER_MESSAGE_OVERHEAD
+    extra = len(json.dumps(message.tool_calls)) // 4 if message.tool_calls else 0
+    return estimate_tokens(message.content) + extra + _PER_MESSAGE_OVERHEAD
+
+
+def user_line(message: Message) -> str:
+    """How a user's message reads to the model: its surface and sender first."""
+    sender = message.sender_name or "user"
+    return f"[{message.channel}] {sender}: {message.content}"
+
+
+def to_openai(message: Message) -> dict[str, Any]:
+    if message.role == Message.Role.USER:
+        return {"role": "user", "content": user_line(message)}
+    if message.role == Message.Role.TOOL:
+        return {"role": "tool", "tool_call_id": message.tool_call_id, "content": message.content}
+    if message.role == Message.Role.ASSISTANT:
+        out: dict[str, Any] = {"role": "assistant", "content": message.content or None}
+        if message.tool_calls:
+            out["tool_calls"] = message.tool_calls
+        return out
+    return {"role": "system", "content": message.content}
+
+
+@dataclass
+class PromptParts:
+    system_prompt: str
+    project_context: str = ""
+    skills: list[tuple[str, str]] = field(default_factory=list)  # (name, description)
+    memories: list[str] = field(default_factory=list)
+    compaction_note: str = ""
+    surface_note: str = ""
+
+
+@dataclass
+class Prompt:
+    messages: list[dict[str, Any]]
+    tools: list[dict[str, Any]]
+    estimated_tokens: int
+    window: list[Message]
+
+
+def system_text(parts: PromptParts, *, with_tools: bool) -> str:
+    sections = [parts.system_prompt.strip()]
+    if parts.project_context.strip():
+        sections.append("## Project context\n" + parts.project_context.strip())
+    if with_tools:
+        sections.append("## Using tools\n" + TOOL_CONTRACT)
+    if parts.skills:
+        sections.append("## Skills you have learned\n" + "\n".join(f"- {n}: {d}" for n, d in parts.skills))
+    if parts.memories:
+        sections.append("## What you remember about this user\n" + "\n".join(f"- {m}" for m in parts.memories))
+    if parts.compaction_note.strip():
+        sections.append("## Earlier in this conversation\n" + parts.compaction_note.strip())
+    if parts.surface_note:
+        sections.append(parts.surface_note)
+    return "\n\n".join(s for s in sections if s)
+
+
+def prompt_build(
+    *,
+    session: Session,
+    parts: PromptParts,
+    tools: list[Tool],
+    current: Message,
+    num_ctx: int,
+    reserve: int,
+) -> Prompt:
+    """Assemble the request for answering `current` (a user message of `session`).
+
+    The window is the newest messages that fit `num_ctx - reserve`, never older than the
+    session's compaction point. User messages still waiting for an answer (up to and
+    including `current`) go last, so the model answers them after seeing earlier replies;
+    anything that arrived after `current` waits for its own turn.
+    """
+    system = system_text(parts, with_tools=bool(tools))
+    schemas = [t.schema() for t in tools]
+    fixed = estimate_tokens(system) + (estimate_tokens(json.dumps(schemas)) if schemas else 0)
+    budget = max(num_ctx - reserve - fixed, 0)
+
+    window = _window(session, current, budget)
+    messages = [{"role": "system", "content": system}] + [to_openai(m) for m in window]
+    used = fixed + sum(message_tokens(m) for m in window)
+    return Prompt(messages=messages, tools=schemas, estimated_tokens=used, window=window)
+
+
+def _window(session: Session, current: Message, budget: int) -> list[Message]:
+    floor = session.compacted_through_seq
+    answered = session.replied_through_seq
+    picked: list[Message] = []
+    spent = message_tokens(current)  # the message being answered always goes in
+    before: int | None = None
+    full = False
+    while not full:
+        batch = messages_read(session=session, before_seq=before, limit=_BATCH)
+        if not batch:
+            break
+        for message in reversed(batch):
+            if message.seq <= floor:
+                full = True
+                break
+            if message.pk == current.pk or _skip(message, current):
+                continue
+            cost = message_tokens(message)
+            if spent + cost > budget:
+                full = True
+                break
+            picked.append(message)
+            spent += cost
+        before = batch[0].seq
+        if len(batch) < _BATCH:
+            break
+    picked.append(current)
+    picked.sort(key=lambda m: m.seq)
+    # The model must never see a tool result without the call that asked for it.
+    while picked and picked[0].role == Message.Role.TOOL:
+        picked.pop(0)
+    pending = [m for m in picked if m.role == Message.Role.USER and m.seq > answered]
+    settled = [m for m in picked if not (m.role == Message.Role.USER and m.seq > answered)]
+    return settled + pending
+
+
+def _skip(message: Message, current: Message) -> bool:
+    if message.role == Message.Role.USER and message.seq > current.seq:
+        return True  # arrived later: answered in its own turn
+    if isinstance(message.metadata, dict) and message.metadata.get("notice"):
+        return True  # notices are for the person, not the model
+    return False

@@ -1,0 +1,209 @@
+"""A message gets an answer: the agent loop against the scripted model server over HTTP."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from memory_app.models import Memory
+from qorven.services import api_token_create
+from sessions_app.models import Message, Session
+
+from ..fakes.model_server import error, reply, tool_call
+
+pytestmark = pytest.mark.django_db(transaction=True)
+URL = "/v1/qors/aria/messages"
+
+
+@pytest.fixture
+def alice_token(world):
+    return api_token_create(tenant=world.tenant_a, user=world.alice)[1]
+
+
+def ask(client, token, content):
+    response = client.post(
+        URL, data=json.dumps({"content": content}), content_type="application/json",
+        HTTP_AUTHORIZATION=f"Bearer {token}",
+    )
+    assert response.status_code == 201, response.content
+    return response.json()
+
+
+def timeline(world):
+    session = Session.objects.get(tenant=world.tenant_a, user=world.alice, kind="canonical", state="active")
+    return list(Message.objects.filter(session=session).order_by("seq"))
+
+
+def test_a_question_over_the_api_gets_the_models_reply_on_channel_web(client, world, alice_token, model_server, drain):
+    world.qor_a.system_prompt = "You are Aria, Alice's assistant."
+    world.qor_a.save(update_fields=["system_prompt"])
+    model_server.add(reply("Your next meeting is at 3pm."))
+    ask(client, alice_token, "What's next on my calendar?")
+    drain()
+
+    rows = timeline(world)
+    assert [(m.seq, m.role, m.channel, m.content) for m in rows] == [
+        (1, "user", "web", "What's next on my calendar?"),
+        (2, "assistant", "web", "Your next meeting is at 3pm."),
+    ]
+    (request,) = model_server.requests
+    assert request["model"] == "scripted-model"
+    assert request["stream"] is True
+    system, *history = request["messages"]
+    assert system["role"] == "system"
+    assert system["content"].startswith("You are Aria, Alice's assistant.")
+    assert system["content"].index("Aria") < system["content"].index("## Using tools")
+    assert history == [{"role": "user", "content": "[web] Alice: What's next on my calendar?"}]
+    offered = {t["function"]["name"] for t in request["tools"]}
+    assert {"memory_search", "remember", "get_history", "current_time"} <= offered
+
+
+def test_history_from_other_surfaces_is_prefixed_with_channel_and_sender(client, world, alice_token, model_server, drain):
+    from qorven.agent.gateway import inbound_accept
+    from sessions_app.services import session_resolve
+
+    session = session_resolve(tenant=world.tenant_a, qor=world.qor_a, channel="telegram", user=world.alice)
+    model_server.add(reply("Hi Priya"), reply("Yes, you said hello on Telegram."))
+    inbound_accept(session=session, content="hello", channel="telegram", sender_name="Priya", trust="paired")
+    drain()
+    ask(client, alice_token, "did I say hello?")
+    drain()
+    history = model_server.requests[1]["messages"][1:]
+    assert history == [
+        {"role": "user", "content": "[telegram] Priya: hello"},
+        {"role": "assistant", "content": "Hi Priya"},
+        {"role": "user", "content": "[web] Alice: did I say hello?"},
+    ]
+    rows = timeline(world)
+    assert [(m.role, m.channel) for m in rows] == [
+        ("user", "telegram"), ("assistant", "telegram"), ("user", "web"), ("assistant", "web")
+    ]
+
+
+def test_a_tool_call_round_trip_stores_the_fact_and_the_final_answer(client, world, alice_token, model_server, drain):
+    model_server.add(
+        tool_call("remember", {"content": "Alice's laptop is a ThinkPad X1", "type": "fact"}),
+        reply("Got it, I'll remember your laptop."),
+    )
+    ask(client, alice_token, "Remember that my laptop is a ThinkPad X1")
+    drain()
+
+    memory = Memory.objects.get()
+    assert (memory.tenant, memory.qor, memory.user, memory.type) == (world.tenant_a, world.qor_a, world.alice, "fact")
+    assert memory.content == "Alice's laptop is a ThinkPad X1"
+    second = model_server.requests[1]["messages"]
+    assert second[-2]["tool_calls"][0]["function"]["name"] == "remember"
+    assert second[-1]["role"] == "tool"
+    assert json.loads(second[-1]["content"])["saved"] is True
+    rows = timeline(world)
+    assert [m.role for m in rows] == ["user", "assistant", "tool", "assistant"]
+    assert rows[-1].content == "Got it, I'll remember your laptop."
+    assert rows[-1].channel == "web"
+
+
+def test_bad_tool_arguments_come_back_to_the_model_as_an_error(client, world, alice_token, model_server, drain):
+    model_server.add(
+        tool_call("remember", "{not json"),
+        tool_call("no_such_tool", {}),
+        reply("Sorry, I could not save that."),
+    )
+    ask(client, alice_token, "remember something")
+    drain()
+    bad_json = json.loads(model_server.requests[1]["messages"][-1]["content"])
+    unknown = json.loads(model_server.requests[2]["messages"][-1]["content"])
+    assert "not valid JSON" in bad_json["error"]
+    assert "unknown or unavailable tool 'no_such_tool'" in unknown["error"]
+    assert not Memory.objects.exists()
+    assert timeline(world)[-1].content == "Sorry, I could not save that."
+
+
+def test_two_messages_back_to_back_are_answered_in_order_and_the_second_sees_the_first_reply(
+    client, world, alice_token, model_server, drain
+):
+    model_server.add(reply("First answer.", delay=0.5), reply("Second answer."))
+    ask(client, alice_token, "first question")
+    ask(client, alice_token, "second question")
+    drain()
+    rows = timeline(world)
+    assert [(m.role, m.content) for m in rows if m.role == "assistant"] == [
+        ("assistant", "First answer."), ("assistant", "Second answer.")
+    ]
+    assert [m.metadata.get("reply_to") for m in rows if m.role == "assistant"] == [1, 2]
+    first_request, second_request = model_server.requests
+    assert first_request["messages"][-1]["content"] == "[web] Alice: first question"
+    assert "second question" not in json.dumps(first_request["messages"])
+    assert second_request["messages"][1:] == [
+        {"role": "user", "content": "[web] Alice: first question"},
+        {"role": "assistant", "content": "First answer."},
+        {"role": "user", "content": "[web] Alice: second question"},
+    ]
+
+
+def test_a_model_that_fails_three_times_then_recovers_gives_one_reply(client, world, alice_token, model_server, drain):
+    fast = {"retry-after-ms": "10"}
+    model_server.add(error(500, headers=fast), error(502, headers=fast), error(503, headers=fast), reply("Back!"))
+    ask(client, alice_token, "are you there?")
+    drain()
+    assert len(model_server.requests) == 4
+    assistant = [m for m in timeline(world) if m.role == "assistant"]
+    assert [m.content for m in assistant] == ["Back!"]
+
+
+def test_a_model_down_for_good_leaves_a_notice_and_keeps_the_message(
+    client, world, alice_token, model_server, drain, settings
+):
+    settings.QORVEN_MODEL_RETRIES = 1
+    model_server.default = error(503, headers={"retry-after-ms": "10"})
+    ask(client, alice_token, "hello?")
+    drain()
+    rows = timeline(world)
+    assert [(m.role, m.content) for m in rows][0] == ("user", "hello?")
+    notice = rows[-1]
+    assert notice.role == "system" and notice.metadata["notice"] == "model_unavailable"
+    assert "not answering" in notice.content and notice.channel == "web"
+    assert not [m for m in rows if m.role == "assistant"]
+
+    # The next message answers the waiting one too, in order.
+    model_server.default = None
+    model_server.add(reply("Sorry for the wait."), reply("And hello again."))
+    ask(client, alice_token, "now?")
+    drain()
+    answers = [(m.metadata["reply_to"], m.content) for m in timeline(world) if m.role == "assistant"]
+    assert answers == [(1, "Sorry for the wait."), (3, "And hello again.")]
+
+
+def test_tool_rounds_are_bounded(client, world, alice_token, model_server, drain, settings):
+    settings.QORVEN_MAX_TOOL_ROUNDS = 3
+    model_server.default = tool_call("current_time", {})
+    ask(client, alice_token, "loop forever")
+    drain()
+    assert len(model_server.requests) == 4  # 3 rounds with tools, then one final call without
+    assert "tools" not in model_server.requests[-1]
+    final = timeline(world)[-1]
+    assert final.role == "assistant" and "stopped after 3 rounds" in final.content
+
+
+def test_with_no_model_configured_the_offline_provider_answers_with_a_notice(client, world, alice_token, drain, settings):
+    settings.QORVEN_MODEL = ""
+    ask(client, alice_token, "hello")
+    drain()
+    final = timeline(world)[-1]
+    assert final.role == "assistant"
+    assert "No model is configured" in final.content and "QORVEN_MODEL" in final.content
+    assert final.metadata["notice"] == "offline"
+
+
+def test_running_the_turn_task_twice_gives_one_reply(world, model_server, drain):
+    from qorven.agent.gateway import inbound_accept
+    from qorven.agent.tasks import agent_turn
+    from sessions_app.services import session_resolve
+
+    session = session_resolve(tenant=world.tenant_a, qor=world.qor_a, channel="web", user=world.alice)
+    model_server.add(reply("Only once."))
+    inbound_accept(session=session, content="hi", channel="web", sender_name="Alice", trust="owner")
+    drain()
+    agent_turn.delay(world.tenant_a.pk, session.pk)
+    agent_turn.delay(world.tenant_a.pk, session.pk)
+    drain()
+    assert [m.content for m in timeline(world) if m.role == "assistant"] == ["Only once."]
+    assert len(model_server.requests) == 1

@@ -1,0 +1,172 @@
+"""A scripted OpenAI-compatible model server over real HTTP, for tests.
+
+Each POST to /v1/chat/completions takes the next scripted step: a text reply, tool calls,
+or an error status. Streaming requests get Server-Sent Events exactly as OpenAI sends
+them (content split into several chunks, a final usage chunk). Every request body is
+recorded so tests can assert what the model was sent.
+"""
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+
+@dataclass
+class Step:
+    text: str = ""
+    tool_calls: list[tuple[str, dict[str, Any] | str]] = field(default_factory=list)  # (name, args)
+    status: int = 200
+    error: dict[str, Any] | None = None
+    headers: dict[str, str] = field(default_factory=dict)
+    delay: float = 0.0
+    usage: tuple[int, int] | None = (11, 7)
+
+
+def reply(text: str, **kw: Any) -> Step:
+    return Step(text=text, **kw)
+
+
+def tool_call(name: str, args: dict[str, Any] | str, text: str = "") -> Step:
+    return Step(text=text, tool_calls=[(name, args)])
+
+
+def error(status: int, message: str = "scripted failure", code: str | None = None, **kw: Any) -> Step:
+    return Step(status=status, error={"message": message, "type": "server_error", "code": code}, **kw)
+
+
+class ModelServer:
+    def __init__(self) -> None:
+        self.script: list[Step] = []
+        self.default: Step | Callable[[dict[str, Any]], Step] | None = None
+        self.requests: list[dict[str, Any]] = []
+        self._lock = threading.Lock()
+        self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
+        self._httpd.daemon_threads = True
+        self._thread = threading.Thread(target=self._httpd.serve_forever, daemon=True)
+
+    @property
+    def base_url(self) -> str:
+        host, port = self._httpd.server_address[:2]
+        return f"http://{host}:{port}/v1"
+
+    def start(self) -> ModelServer:
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._httpd.shutdown()
+        self._httpd.server_close()
+
+    def add(self, *steps: Step) -> None:
+        with self._lock:
+            self.script.extend(steps)
+
+    def _next(self, body: dict[str, Any]) -> Step:
+        with self._lock:
+            self.requests.append(body)
+            if self.script:
+                return self.script.pop(0)
+        default = self.default
+        if callable(default):
+            return default(body)
+        return default or reply("(the script is empty)")
+
+    def _handler(self) -> type[BaseHTTPRequestHandler]:
+        server = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+            def do_POST(self) -> None:
+                length = int(self.headers.get("Content-Length") or 0)
+                body = json.loads(self.rfile.read(length) or b"{}")
+                if self.path.rstrip("/") != "/v1/chat/completions":
+                    return self._json(404, {"error": {"message": "not found"}})
+                step = server._next(body)
+                if step.delay:
+                    time.sleep(step.delay)
+                if step.status != 200:
+                    return self._json(step.status, {"error": step.error}, step.headers)
+                if body.get("stream"):
+                    return self._stream(body, step)
+                return self._json(200, _completion(body, step))
+
+            def _json(self, status: int, payload: dict[str, Any], headers: dict[str, str] | None = None) -> None:
+                data = json.dumps(payload).encode()
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                for k, v in (headers or {}).items():
+                    self.send_header(k, v)
+                self.end_headers()
+                self.wfile.write(data)
+
+            def _stream(self, body: dict[str, Any], step: Step) -> None:
+                self.send_response(200)
+                self.send_header("Content-Type", "text/event-stream")
+                self.send_header("Connection", "close")
+                self.end_headers()
+                for chunk in _chunks(body, step):
+                    self.wfile.write(b"data: " + json.dumps(chunk).encode() + b"\n\n")
+                    self.wfile.flush()
+                self.wfile.write(b"data: [DONE]\n\n")
+                self.wfile.flush()
+                self.close_connection = True
+
+        return Handler
+
+
+def _args(args: dict[str, Any] | str) -> str:
+    return args if isinstance(args, str) else json.dumps(args)
+
+
+def _completion(body: dict[str, Any], step: Step) -> dict[str, Any]:
+    message: dict[str, Any] = {"role": "assistant", "content": step.text or None}
+    if step.tool_calls:
+        message["tool_calls"] = [
+            {"id": f"call_{i}", "type": "function", "function": {"name": n, "arguments": _args(a)}}
+            for i, (n, a) in enumerate(step.tool_calls)
+        ]
+    out: dict[str, Any] = {
+        "id": "chatcmpl-scripted", "object": "chat.completion", "created": int(time.time()),
+        "model": body.get("model", "scripted"),
+        "choices": [{"index": 0, "message": message, "finish_reason": "tool_calls" if step.tool_calls else "stop"}],
+    }
+    if step.usage:
+        out["usage"] = {"prompt_tokens": step.usage[0], "completion_tokens": step.usage[1],
+                        "total_tokens": sum(step.usage)}
+    return out
+
+
+def _chunks(body: dict[str, Any], step: Step) -> list[dict[str, Any]]:
+    def chunk(delta: dict[str, Any], finish: str | None = None) -> dict[str, Any]:
+        return {"id": "chatcmpl-scripted", "object": "chat.completion.chunk", "created": int(time.time()),
+                "model": body.get("model", "scripted"),
+                "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}
+
+    out = [chunk({"role": "assistant", "content": ""})]
+    text = step.text
+    pieces = [text[i:i + 5] for i in range(0, len(text), 5)]
+    out += [chunk({"content": p}) for p in pieces]
+    for i, (name, args) in enumerate(step.tool_calls):
+        raw = _args(args)
+        out.append(chunk({"tool_calls": [{"index": i, "id": f"call_{i}", "type": "function",
+                                          "function": {"name": name, "arguments": ""}}]}))
+        half = len(raw) // 2
+        for part in (raw[:half], raw[half:]):
+            out.append(chunk({"tool_calls": [{"index": i, "function": {"arguments": part}}]}))
+    out.append(chunk({}, "tool_calls" if step.tool_calls else "stop"))
+    if step.usage and (body.get("stream_options") or {}).get("include_usage"):
+        out.append({"id": "chatcmpl-scripted", "object": "chat.completion.chunk", "created": int(time.time()),
+                    "model": body.get("model", "scripted"), "choices": [],
+                    "usage": {"prompt_tokens": step.usage[0], "completion_tokens": step.usage[1],
+                              "total_tokens": sum(step.usage)}})
+    return out
