@@ -114,6 +114,7 @@ def message_append(
     tool_calls: list[dict[str, Any]] | None = None,
     tool_call_id: str = "",
     metadata: dict[str, Any] | None = None,
+    notify: bool = True,
 ) -> AppendResult:
     """Append one message to `session` with the next seq.
 
@@ -121,7 +122,9 @@ def message_append(
     which takes the session's row lock on PostgreSQL (SQLite transactions are BEGIN
     IMMEDIATE, so writers queue): concurrent appends get distinct, gap-free, increasing
     seqs. A message whose (external_scope, external_id) was stored before is not stored
-    again: the first one is returned with `created=False`. Observers are told after commit.
+    again: the first one is returned with `created=False`. Observers (live surfaces,
+    delivery to platforms) are told after commit, unless `notify` is False: imported
+    history is stored without being broadcast or sent anywhere again.
     Raises SessionClosed if the session is archived.
     """
     if external_id and not external_scope:
@@ -162,7 +165,8 @@ def message_append(
             raise
         return AppendResult(existing, created=False)
     session.last_seq = seq
-    transaction.on_commit(lambda: message_appended.send(sender=Message, message=message))
+    if notify:
+        transaction.on_commit(lambda: message_appended.send(sender=Message, message=message))
     return AppendResult(message, created=True)
 
 
