@@ -11,12 +11,13 @@ runs in its own subprocess (``--db sqlite|postgres``) and this parent merges the
 Per database: one canonical session per size (1k, 100k, 1M messages; --quick: 1k, 10k,
 100k), bulk-filled server-side with channels cycling web/telegram/whatsapp. All sessions
 are filled first, so every size is measured against the same table and only the session
-length varies. Then, per size:
+length varies. Then:
 
 - appends/s of ``message_append`` (autocommit, the service opens its own transaction)
   against a raw locked single-row insert on the DB-API connection (BEGIN; SELECT last_seq
-  [FOR UPDATE]; UPDATE; INSERT; COMMIT), in interleaved blocks of 100 so drift hits both
-  alike, until ours made >= 500 appends and spent >= 2 s (--quick: 200 and 0.5 s);
+  [FOR UPDATE]; UPDATE; INSERT; COMMIT), in blocks of 100 rotating over sizes and methods
+  so drift hits all alike, until each size's ours made >= 500 appends over >= 2 s
+  (--quick: 200 and 0.5 s);
 - latency of ``messages_read(channel="telegram", limit=50)`` (p50/p99 over 200 calls)
   against the raw ``SELECT * ... ORDER BY seq DESC LIMIT 50``.
 
@@ -43,8 +44,9 @@ ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_PG_URL = "postgres://postgres@127.0.0.1:5432/qorven_bench"
 SIZES, QUICK_SIZES = (1_000, 100_000, 1_000_000), (1_000, 10_000, 100_000)
 FILL_CHUNK = 100_000
-# Appends per method: at least this many and this many seconds of ours, in interleaved blocks.
-APPENDS, APPEND_SECONDS, QUICK_APPENDS, QUICK_APPEND_SECONDS, BLOCK = 500, 2.0, 200, 0.5, 100
+# Appends per method, by --quick: at least N and S seconds of ours, in interleaved blocks.
+APPENDS: dict[bool, tuple[int, float]] = {False: (500, 2.0), True: (200, 0.5)}
+BLOCK = 100
 READS, WARMUP = 200, 20
 MESSAGE_COLUMNS = (
     "tenant_id, session_id, seq, role, content, channel, sender_name, created_at,"
@@ -88,12 +90,8 @@ def recreate_postgres(url: str) -> str | None:
 
 def run_child(db: str, database_url: str, quick: bool) -> list[Row]:
     """Run this script with `--db db` against `database_url` and return its rows."""
-    env = {
-        **os.environ,
-        "DATABASE_URL": database_url,
-        "DJANGO_SECRET_KEY": "bench-not-a-secret",
-        "DJANGO_DEBUG": "0",  # DEBUG would record every query
-    }
+    env = {**os.environ, "DATABASE_URL": database_url, "DJANGO_SECRET_KEY": "bench-not-a-secret"}
+    env["DJANGO_DEBUG"] = "0"  # DEBUG would record every query
     cmd = [sys.executable, __file__, "--db", db, *(["--quick"] if quick else [])]
     proc = subprocess.run(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, text=True)
     lines = proc.stdout.strip().splitlines()
@@ -184,7 +182,8 @@ def fill(session: Session, size: int, pg: bool) -> float:
         with transaction.atomic(), connection.cursor() as cursor:
             cursor.execute(insert, params)
         if size > FILL_CHUNK:
-            log(f"fill {label(size)}: {last:,} rows ({time.perf_counter() - started:.1f} s)")
+            elapsed = time.perf_counter() - started
+            log(f"{'postgres' if pg else 'sqlite'}: fill {label(size)}: {last:,} rows ({elapsed:.1f} s)")
     Session.objects.filter(pk=session.pk).update(last_seq=size)
     session.last_seq = size
     return time.perf_counter() - started
@@ -238,30 +237,54 @@ def timings(read: Callable[[], int]) -> list[float]:
     return result
 
 
-def measure(session: Session, pg: bool, quick: bool) -> Row:
-    """Append rates and read latencies for one filled session."""
+def measure_appends(sessions: dict[int, Session], pg: bool, quick: bool) -> dict[int, Row]:
+    """Appends/s, ours and raw, per size.
+
+    Blocks of BLOCK appends rotate over every (size, method), so load from elsewhere and
+    drift over time hit all sizes and both methods alike; rounds go on until every size's
+    ours made at least N appends in at least S seconds (APPENDS).
+    """
+    from sessions_app.services import message_append
+
+    def ours(session: Session) -> Callable[[int], None]:
+        def append(i: int) -> None:
+            message_append(session=session, role="user", content=f"bench {i}", channel="telegram")
+
+        return append
+
+    methods = {size: {"ours": ours(s), "raw": raw_append(s, pg)} for size, s in sessions.items()}
+    spent = {size: {"ours": 0.0, "raw": 0.0} for size in sessions}
+    for pair in methods.values():
+        for append in pair.values():
+            for i in range(WARMUP):
+                append(i)
+    at_least, seconds = APPENDS[quick]
+    done = 0
+    while done < at_least or min(s["ours"] for s in spent.values()) < seconds:
+        for size, pair in methods.items():
+            for name, append in pair.items():
+                started = time.perf_counter()
+                for i in range(done, done + BLOCK):
+                    append(i)
+                spent[size][name] += time.perf_counter() - started
+        done += BLOCK
+    log(f"{done:,} appends per size and method")
+    return {
+        size: {
+            "ours_append_per_s": round(done / s["ours"], 1),
+            "raw_append_per_s": round(done / s["raw"], 1),
+            "append_ratio": round(s["raw"] / s["ours"], 3),
+        }
+        for size, s in spent.items()
+    }
+
+
+def measure_reads(session: Session, pg: bool) -> Row:
+    """Latency of the last 50 telegram messages: messages_read and the raw query."""
     from django.db import connection
 
     from sessions_app.models import Message
     from sessions_app.selectors import messages_read
-    from sessions_app.services import message_append
-
-    def ours(i: int) -> None:
-        message_append(session=session, role="user", content=f"bench {i}", channel="telegram")
-
-    raw = raw_append(session, pg)
-    at_least, seconds = (QUICK_APPENDS, QUICK_APPEND_SECONDS) if quick else (APPENDS, APPEND_SECONDS)
-    for i in range(WARMUP):
-        ours(i)
-        raw(i)
-    spent, done = {"ours": 0.0, "raw": 0.0}, 0
-    while done < at_least or spent["ours"] < seconds:
-        for name, append in (("ours", ours), ("raw", raw)):
-            started = time.perf_counter()
-            for i in range(done, done + BLOCK):
-                append(i)
-            spent[name] += time.perf_counter() - started
-        done += BLOCK
 
     cursor = connection.connection.cursor()
     p = "%s" if pg else "?"
@@ -277,9 +300,6 @@ def measure(session: Session, pg: bool, quick: bool) -> Row:
     ours_ms = timings(lambda: len(messages_read(session=session, channel="telegram", limit=50)))
     raw_ms = timings(read_raw)
     return {
-        "ours_append_per_s": round(done / spent["ours"], 1),
-        "raw_append_per_s": round(done / spent["raw"], 1),
-        "append_ratio": round(spent["raw"] / spent["ours"], 3),
         "read_p50_ms": round(statistics.median(ours_ms), 3),
         "read_p99_ms": round(statistics.quantiles(ours_ms, n=100)[98], 3),
         "raw_read_p50_ms": round(statistics.median(raw_ms), 3),
@@ -307,28 +327,34 @@ def child(quick: bool) -> int:
     call_command("migrate", verbosity=0)
     boot = tenant_bootstrap(tenant_slug="bench", qor_slug="bench", owner_username="bench-owner")
     sizes = QUICK_SIZES if quick else SIZES
-    sessions, fill_s = {}, {}
+    sessions: dict[int, Session] = {}
+    fill_s: dict[int, float] = {}
     for size in sizes:
         user = get_user_model().objects.create(username=f"bench-{size}")
         sessions[size] = session_resolve(tenant=boot.tenant, qor=boot.qor, channel="web", user=user)
         fill_s[size] = fill(sessions[size], size, pg)
         log(f"{name}: filled {label(size)} in {fill_s[size]:.1f} s")
-    if pg:  # what autovacuum would soon do by itself, done now so runs are reproducible
-        with connection.cursor() as cursor:
+    # Settle the fill's aftermath now rather than during the measurements: PostgreSQL's
+    # autovacuum would soon analyze the table, and both would checkpoint the WAL it wrote.
+    with connection.cursor() as cursor:
+        if pg:
             cursor.execute("VACUUM ANALYZE")
+            cursor.execute("CHECKPOINT")
+        else:
+            cursor.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    log(f"{name}: measuring appends (sizes interleaved)")
+    appends = measure_appends(sessions, pg, quick)
     rows: list[Row] = []
-    for size in sizes:
-        log(f"{name}: measuring {label(size)}")
-        session = sessions[size]
-        row = {"db": name, "size": size, **measure(session, pg, quick)}
-        base = rows[0]["ours_append_per_s"] if rows else row["ours_append_per_s"]
+    for size, session in sessions.items():
+        log(f"{name}: measuring reads at {label(size)}")
+        row = {"db": name, "size": size, **appends[size], **measure_reads(session, pg)}
+        base = appends[sizes[0]]["ours_append_per_s"]
         row["append_flat"] = round(row["ours_append_per_s"] / base, 3)
         row["fill_s"] = round(fill_s[size], 2)
-        seqs = Message.objects.filter(session=session).order_by("-seq")
-        top = seqs.values_list("seq", flat=True).first()
+        top = Message.objects.filter(session=session).order_by("-seq").values_list("seq", flat=True)
         session.refresh_from_db(fields=["last_seq"])
-        if top != session.last_seq:
-            raise AssertionError(f"seq drift: max seq {top} != last_seq {session.last_seq}")
+        if top.first() != session.last_seq:
+            raise AssertionError(f"seq drift: max seq {top.first()} != last {session.last_seq}")
         rows.append(row)
         log(f"{name}: {json.dumps(row)}")
     print(json.dumps({"bench": "append_read", "rows": rows}))
