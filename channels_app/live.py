@@ -1,7 +1,7 @@
 """Tell live surfaces about every appended message (`message.new`)."""
 from __future__ import annotations
 
-from qorven.live import broadcast_sync
+from qorven.live import broadcast_soon
 from sessions_app.models import Message
 
 
@@ -19,4 +19,4 @@ def message_event(message: Message) -> dict:
 
 
 def on_message_appended(sender, message: Message, **kwargs) -> None:
-    broadcast_sync(message.session_id, message_event(message))
+    broadcast_soon(message.session_id, message_event(message))

@@ -78,8 +78,10 @@ class Message(models.Model):
         SYSTEM = "system"
         TOOL = "tool"
 
-    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="+")
-    session = models.ForeignKey(Session, on_delete=models.CASCADE, related_name="messages")
+    # No single-column indexes: (session, seq) and (tenant, external_scope, external_id)
+    # already lead with these columns, and every extra index slows each append.
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="+", db_index=False)
+    session = models.ForeignKey(Session, on_delete=models.CASCADE, related_name="messages", db_index=False)
     seq = models.PositiveBigIntegerField()
     role = models.CharField(max_length=16, choices=Role.choices)
     content = models.TextField(blank=True, default="")

@@ -77,8 +77,11 @@ def drain():
     """Wait until the in-process task queue has run everything queued so far."""
     from qorven.taskqueue import inprocess_queue
 
+    from qorven.live import broadcast_flush
+
     def wait(timeout: float = 60) -> None:
         assert inprocess_queue.join(timeout), "tasks did not finish in time"
+        assert broadcast_flush(10), "live events were not sent in time"
 
     yield wait
     inprocess_queue.join(30)

@@ -19,7 +19,7 @@ from asgiref.sync import async_to_sync
 from django.conf import settings
 from django.db import transaction
 
-from qorven.live import broadcast
+from qorven.live import broadcast, broadcast_soon
 from qorven.llm import Completion, ContextLengthExceeded, ModelRoute, Provider, ProviderUnavailable, Usage
 from qorven.llm import provider_for, route_for
 from qorven.models import Qor
@@ -235,7 +235,9 @@ def _reply(
             sender_name=session.qor.name, metadata=metadata,
         ).message
         session_mark_replied(session_id=session.pk, through_seq=pending.seq)
-    async_to_sync(broadcast)(session.pk, {"type": "message.done", "reply_to": pending.seq, "seq": message.seq})
+        # Registered after the reply's message.new, so it follows it through the ordered sender.
+        done = {"type": "message.done", "reply_to": pending.seq, "seq": message.seq}
+        transaction.on_commit(lambda: broadcast_soon(session.pk, done))
     return message
 
 

@@ -59,8 +59,8 @@ def test_per_channel_read_uses_the_surface_index(world):
         else:
             # A tiny table would be scanned anyway; ask what the planner does at scale.
             cursor.execute("ANALYZE sessions_app_message")
-            cursor.execute("SET enable_seqscan = off")
+            cursor.execute("SET enable_seqscan = off; SET enable_bitmapscan = off")
             cursor.execute("EXPLAIN " + query["sql"])
             plan = " ".join(row[0] for row in cursor.fetchall())
-            cursor.execute("RESET enable_seqscan")
+            cursor.execute("RESET enable_seqscan; RESET enable_bitmapscan")
     assert "message_surface_seq_idx" in plan, plan

@@ -1,0 +1,25 @@
+from __future__ import annotations
+
+from django.conf import settings
+from django.core.management.base import BaseCommand, CommandError
+
+
+class Command(BaseCommand):
+    help = (
+        "Run a Celery worker for the scale-out layout (needs REDIS_URL or CELERY_BROKER_URL). "
+        "On the embedded default there is nothing to run: tasks execute inside `qorven serve`."
+    )
+
+    def add_arguments(self, parser):
+        parser.add_argument("--concurrency", "-c", type=int, default=2, help="worker processes (default 2)")
+        parser.add_argument("--loglevel", "-l", default="INFO", help="log level (default INFO)")
+
+    def handle(self, *args, **opts):
+        if not settings.CELERY_BROKER_URL:
+            raise CommandError("No broker configured: set REDIS_URL (or CELERY_BROKER_URL) to run workers.")
+        from qorven.celery import app
+
+        app.worker_main(
+            ["worker", f"--concurrency={opts['concurrency']}", f"--loglevel={opts['loglevel']}", "--without-gossip",
+             "--without-mingle"]
+        )

@@ -1,0 +1,180 @@
+"""Streaming, trust, budgets, usage and the context window of a turn."""
+from __future__ import annotations
+
+import io
+
+import pytest
+from asgiref.sync import async_to_sync
+from channels.layers import get_channel_layer
+from django.core.management import call_command
+
+from channels_app.models import PluginSetting
+from qorven.agent.gateway import inbound_accept
+from qorven.agent.tools import Tool, registry
+from qorven.live import session_group
+from qorven.models import Usage
+from qorven.trust import Trust
+from sessions_app.models import Message
+from sessions_app.services import message_append, session_resolve
+
+from ..fakes.model_server import reply
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def canonical(world):
+    return session_resolve(tenant=world.tenant_a, qor=world.qor_a, channel="web", user=world.alice)
+
+
+def say(session, content, trust=Trust.OWNER, channel="web"):
+    return inbound_accept(session=session, content=content, channel=channel, sender_name="Alice", trust=trust)
+
+
+def offered_names(request):
+    return {t["function"]["name"] for t in request.get("tools", [])}
+
+
+def test_tokens_stream_to_the_session_group_then_done(world, model_server, drain):
+    session = canonical(world)
+    layer = get_channel_layer()
+    channel_name = async_to_sync(layer.new_channel)()
+    async_to_sync(layer.group_add)(session_group(session.pk), channel_name)
+    model_server.add(reply("Streaming works nicely."))
+    say(session, "stream please")
+    drain()
+
+    events = []
+    while True:
+        try:
+            events.append(async_to_sync(_receive)(layer, channel_name))
+        except TimeoutError:
+            break
+    kinds = [e["type"] for e in events]
+    chunks = [e["delta"] for e in events if e["type"] == "message.chunk"]
+    assert len(chunks) > 1
+    assert "".join(chunks) == "Streaming works nicely."
+    assert kinds.index("message.done") > max(i for i, k in enumerate(kinds) if k == "message.chunk")
+    new = [e for e in events if e["type"] == "message.new"]
+    assert [(e["role"], e["channel"]) for e in new] == [("user", "web"), ("assistant", "web")]
+    done = next(e for e in events if e["type"] == "message.done")
+    assert done["seq"] == 2 and done["reply_to"] == 1
+    assert Message.objects.filter(session=session, role="assistant").count() == 1
+
+
+async def _receive(layer, channel_name):
+    import asyncio
+
+    try:
+        return await asyncio.wait_for(layer.receive(channel_name), timeout=0.5)
+    except asyncio.TimeoutError:
+        raise TimeoutError from None
+
+
+@pytest.fixture
+def owner_only_tool():
+    tool = registry.register(
+        Tool("wipe_calendar", "Delete every event.", {"type": "object", "properties": {}}, lambda ctx, a: "done",
+             Trust.OWNER)
+    )
+    yield tool
+    registry.tools.pop(tool.name)
+
+
+def test_a_group_chat_is_never_offered_an_owner_only_tool(world, model_server, drain, owner_only_tool):
+    group = session_resolve(tenant=world.tenant_a, qor=world.qor_a, channel="telegram", thread_id="-1001", group=True)
+    model_server.add(reply("hi group"), reply("hi owner"))
+    say(group, "@aria hello", trust=Trust.PUBLIC, channel="telegram")
+    drain()
+    say(canonical(world), "hello", trust=Trust.OWNER)
+    drain()
+    group_request, owner_request = model_server.requests
+    assert "wipe_calendar" not in offered_names(group_request)
+    assert offered_names(group_request) == {"current_time"}  # the only public tool
+    assert "wipe_calendar" in offered_names(owner_request)
+
+
+def test_tools_are_offered_only_when_enabled_and_allowlisted(world, model_server, drain):
+    PluginSetting.objects.create(tenant=world.tenant_a, kind="tool", name="remember", enabled=False)
+    world.qor_a.tool_allowlist = ["remember", "memory_search", "current_time"]
+    world.qor_a.save(update_fields=["tool_allowlist"])
+    model_server.add(reply("ok"))
+    say(canonical(world), "hi")
+    drain()
+    assert offered_names(model_server.requests[0]) == {"memory_search", "current_time"}
+    # Another tenant's switch changes nothing for tenant A, and vice versa.
+    assert not PluginSetting.objects.filter(tenant=world.tenant_b).exists()
+
+
+def test_usage_is_recorded_per_tenant_qor_role_and_day_and_reported(world, model_server, drain):
+    model_server.add(reply("one", usage=(100, 20)), reply("two", usage=(150, 30)))
+    session = canonical(world)
+    say(session, "a")
+    drain()
+    say(session, "b")
+    drain()
+    usage = Usage.objects.get()
+    assert (usage.tenant, usage.qor, usage.role) == (world.tenant_a, world.qor_a, "main")
+    assert (usage.calls, usage.prompt_tokens, usage.completion_tokens) == (2, 250, 50)
+    out = io.StringIO()
+    call_command("usage", "--tenant", "acme", stdout=out)
+    text = out.getvalue()
+    assert "aria" in text and "250" in text and "50" in text and "300" in text
+    other = io.StringIO()
+    call_command("usage", "--tenant", "globex", stdout=other)
+    assert "250" not in other.getvalue()
+
+
+def test_past_the_monthly_budget_turns_answer_with_a_notice_without_calling_the_model(world, model_server, drain):
+    world.tenant_a.monthly_token_budget = 100
+    world.tenant_a.save(update_fields=["monthly_token_budget"])
+    model_server.add(reply("spent it", usage=(90, 20)))
+    session = canonical(world)
+    say(session, "first")
+    drain()
+    say(session, "second")
+    drain()
+    assert len(model_server.requests) == 1
+    last = Message.objects.filter(session=session).order_by("seq").last()
+    assert last.role == "assistant" and last.metadata["notice"] == "budget"
+    assert "monthly model budget" in last.content
+
+
+def test_only_the_newest_messages_that_fit_num_ctx_are_sent(world, model_server, drain, settings):
+    settings.QORVEN_CONTEXT_RESERVE = 100
+    world.qor_a.main_num_ctx = 1200
+    world.qor_a.save(update_fields=["main_num_ctx"])
+    session = canonical(world)
+    for i in range(200):
+        message_append(session=session, role="user" if i % 2 == 0 else "assistant",
+                       content=f"message number {i} " + "x" * 80, channel="web", sender_name="Alice")
+    session.refresh_from_db()
+    session.replied_through_seq = session.last_seq
+    session.save(update_fields=["replied_through_seq"])
+    model_server.add(reply("ok"))
+    say(session, "the newest question")
+    drain()
+    history = model_server.requests[0]["messages"][1:]
+    assert history[-1]["content"] == "[web] Alice: the newest question"
+    assert 3 < len(history) < 60
+    assert "message number 199" in history[-2]["content"]
+    assert not any("message number 0 " in (m["content"] or "") for m in history)
+    # What was sent is the newest contiguous run: no gaps.
+    numbers = [int(m["content"].split("message number ")[1].split()[0]) for m in history[:-1]]
+    assert numbers == list(range(numbers[0], 200))
+
+
+def test_compacted_messages_are_left_out_and_the_note_goes_in(world, model_server, drain):
+    session = canonical(world)
+    for i in range(6):
+        message_append(session=session, role="user", content=f"old {i}", channel="web")
+    session.refresh_from_db()
+    session.compacted_through_seq = 4
+    session.replied_through_seq = 6
+    session.compaction_note = "Alice talked about her garden."
+    session.save(update_fields=["compacted_through_seq", "replied_through_seq", "compaction_note"])
+    model_server.add(reply("ok"))
+    say(session, "new")
+    drain()
+    system, *history = model_server.requests[0]["messages"]
+    assert "Alice talked about her garden." in system["content"]
+    assert [m["content"] for m in history] == ["[web] user: old 4", "[web] user: old 5", "[web] Alice: new"]
