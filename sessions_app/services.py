@@ -141,7 +141,7 @@ def message_append(
                 existing = _find_external(session.tenant_id, external_scope, external_id)
                 if existing is not None:
                     raise _Duplicate(existing)
-            message = Message.objects.create(
+            message = Message(
                 tenant_id=session.tenant_id,
                 session=session,
                 seq=seq,
@@ -156,6 +156,7 @@ def message_append(
                 tool_call_id=tool_call_id,
                 metadata=metadata or {},
             )
+            _insert(message)
     except _Duplicate as dup:
         return AppendResult(dup.message, created=False)
     except IntegrityError:
@@ -168,6 +169,32 @@ def message_append(
     if notify:
         transaction.on_commit(lambda: message_appended.send(sender=Message, message=message))
     return AppendResult(message, created=True)
+
+
+_INSERT_FIELDS = [f for f in Message._meta.concrete_fields if not f.primary_key]
+_insert_sql: dict[str, str] = {}
+
+
+def _insert(message: Message) -> None:
+    """INSERT one message with a statement prepared once per database vendor.
+
+    The same values Django's `save()` would write (each field's own db preparation), minus
+    the query compiler, which was half the cost of an append.
+    """
+    sql = _insert_sql.get(connection.vendor)
+    if sql is None:
+        quote = connection.ops.quote_name
+        columns = ", ".join(quote(f.column) for f in _INSERT_FIELDS)
+        marks = ", ".join(["%s"] * len(_INSERT_FIELDS))
+        sql = _insert_sql[connection.vendor] = (
+            f"INSERT INTO {quote(Message._meta.db_table)} ({columns}) VALUES ({marks}) RETURNING {quote('id')}"
+        )
+    params = [f.get_db_prep_save(getattr(message, f.attname), connection) for f in _INSERT_FIELDS]
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        message.pk = cursor.fetchone()[0]
+    message._state.adding = False
+    message._state.db = connection.alias
 
 
 def _find_external(tenant_id: int, scope: str, external_id: str) -> Message | None:
