@@ -2,7 +2,8 @@ from __future__ import annotations
 
 from django.contrib import admin
 
-from .models import ApiToken, Membership, Qor, Tenant
+from .models import ApiToken, Membership, Qor, Tenant, Usage
+from .selectors import tokens_spent_this_month
 
 
 class MembershipInline(admin.TabularInline):
@@ -20,10 +21,14 @@ class QorInline(admin.StackedInline):
 
 @admin.register(Tenant)
 class TenantAdmin(admin.ModelAdmin):
-    list_display = ["slug", "name", "timezone", "monthly_token_budget", "created_at"]
+    list_display = ["slug", "name", "timezone", "monthly_token_budget", "tokens_this_month", "created_at"]
     search_fields = ["slug", "name"]
     prepopulated_fields = {"slug": ["name"]}
     inlines = [QorInline, MembershipInline]
+
+    @admin.display(description="tokens this month")
+    def tokens_this_month(self, obj: Tenant) -> int:
+        return tokens_spent_this_month(tenant=obj)
 
 
 @admin.register(Membership)
@@ -58,3 +63,16 @@ class ApiTokenAdmin(admin.ModelAdmin):
 
     def has_add_permission(self, request) -> bool:
         return False  # tokens are minted with `qorven token create`, which shows them once
+
+
+@admin.register(Usage)
+class UsageAdmin(admin.ModelAdmin):
+    list_display = ["day", "tenant", "qor", "role", "calls", "prompt_tokens", "completion_tokens"]
+    list_filter = ["tenant", "role", "day"]
+    date_hierarchy = "day"
+
+    def has_add_permission(self, request) -> bool:
+        return False
+
+    def has_change_permission(self, request, obj=None) -> bool:
+        return False

@@ -57,9 +57,10 @@ def messages_read(
 
 
 def next_pending_user_message(*, session: Session) -> Message | None:
-    """The oldest user message not yet answered."""
+    """The oldest user message (not a slash command) not yet answered."""
     return (
         Message.objects.filter(session=session, role=Message.Role.USER, seq__gt=session.replied_through_seq)
+        .exclude(metadata__has_key="command")  # commands are answered when they arrive
         .order_by("seq")
         .first()
     )

@@ -33,10 +33,25 @@ def inbound_accept(
     """Store the user's message first (nothing is lost if anything after fails), then
     queue the turn that answers it. A re-delivered message is neither stored nor answered
     twice."""
-    result = message_append(
-        session=session, role=Message.Role.USER, content=content, channel=channel, sender_name=sender_name,
-        external_scope=external_scope, external_id=external_id, metadata={**(metadata or {}), "trust": trust},
-    )
-    if result.created:
-        turn_enqueue(session=session)
+    from .commands import CommandContext, command_parse
+
+    parsed = command_parse(content)
+    extra = {"trust": trust, **({"command": parsed[0].name} if parsed else {})}
+    with transaction.atomic():
+        result = message_append(
+            session=session, role=Message.Role.USER, content=content, channel=channel, sender_name=sender_name,
+            external_scope=external_scope, external_id=external_id, metadata={**(metadata or {}), **extra},
+        )
+        if not result.created:
+            return result
+        if parsed is None:
+            turn_enqueue(session=session)
+            return result
+        entry, args = parsed
+        answer = entry.handler(CommandContext(session=session, channel=channel, args=args, trust=trust))
+        message_append(
+            session=session, role=Message.Role.ASSISTANT, content=answer, channel=channel,
+            sender_name=session.qor.name,
+            metadata={"notice": "command", "command": entry.name, "reply_to": result.message.seq},
+        )
     return result

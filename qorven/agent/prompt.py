@@ -160,6 +160,6 @@ def _window(session: Session, current: Message, budget: int) -> list[Message]:
 def _skip(message: Message, current: Message) -> bool:
     if message.role == Message.Role.USER and message.seq > current.seq:
         return True  # arrived later: answered in its own turn
-    if isinstance(message.metadata, dict) and message.metadata.get("notice"):
-        return True  # notices are for the person, not the model
+    if isinstance(message.metadata, dict) and (message.metadata.get("notice") or message.metadata.get("command")):
+        return True  # notices and commands are for the person, not the model
     return False

@@ -207,3 +207,31 @@ def test_running_the_turn_task_twice_gives_one_reply(world, model_server, drain)
     drain()
     assert [m.content for m in timeline(world) if m.role == "assistant"] == ["Only once."]
     assert len(model_server.requests) == 1
+
+
+def test_retry_answers_a_message_the_model_could_not_answer(client, world, alice_token, model_server, drain, settings):
+    settings.QORVEN_MODEL_RETRIES = 0
+    model_server.add(error(503))
+    ask(client, alice_token, "what's the weather?")
+    drain()
+    model_server.add(reply("Sunny."))
+    ask(client, alice_token, "/retry")
+    drain()
+    rows = timeline(world)
+    assert [(m.role, m.content) for m in rows][2:] == [
+        ("user", "/retry"), ("assistant", "Trying again…"), ("assistant", "Sunny."),
+    ]
+    assert rows[-1].metadata["reply_to"] == 1
+    # The command never reached the model: the retried request ends with the question.
+    assert model_server.requests[-1]["messages"][-1]["content"] == "[web] Alice: what's the weather?"
+    assert all("/retry" not in json.dumps(r["messages"]) for r in model_server.requests)
+
+
+def test_help_and_retry_with_nothing_pending_are_answered_without_the_model(client, world, alice_token, model_server, drain):
+    ask(client, alice_token, "/help")
+    ask(client, alice_token, "/retry")
+    drain()
+    rows = timeline(world)
+    assert rows[1].role == "assistant" and "/retry" in rows[1].content and "/help" in rows[1].content
+    assert rows[3].content == "Nothing is waiting for an answer."
+    assert model_server.requests == []

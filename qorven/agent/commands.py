@@ -1,0 +1,75 @@
+"""Slash commands: answered without a model call.
+
+A command message is stored like any other user message (nothing is lost) but tagged
+`metadata.command`, so the agent never treats it as a question; its answer is an
+assistant message tagged as a notice, shown to the person and left out of prompts.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from sessions_app.models import Session
+
+CommandHandler = Callable[["CommandContext"], str]
+
+
+@dataclass(frozen=True)
+class CommandContext:
+    session: Session
+    channel: str
+    args: str
+    trust: str
+
+
+@dataclass(frozen=True)
+class Command:
+    name: str
+    summary: str
+    handler: CommandHandler
+    aliases: tuple[str, ...] = ()
+
+
+commands: dict[str, Command] = {}
+
+
+def command(name: str, summary: str, *, aliases: tuple[str, ...] = ()) -> Callable[[CommandHandler], CommandHandler]:
+    def wrap(handler: CommandHandler) -> CommandHandler:
+        entry = Command(name, summary, handler, aliases)
+        for key in (name, *aliases):
+            commands[key] = entry
+        return handler
+
+    return wrap
+
+
+def command_parse(content: str) -> tuple[Command, str] | None:
+    """The command a message invokes, with its argument text, or None for a normal message."""
+    text = content.strip()
+    if not text.startswith("/") or len(text) < 2:
+        return None
+    head, _, args = text[1:].partition(" ")
+    name = head.split("@", 1)[0].lower()  # Telegram appends @botname in groups
+    entry = commands.get(name)
+    return (entry, args.strip()) if entry is not None else None
+
+
+@command("help", "list the commands")
+def _help(ctx: CommandContext) -> str:
+    seen: dict[str, Command] = {c.name: c for c in commands.values()}
+    lines = [f"/{c.name}" + (f" (or /{', /'.join(c.aliases)})" if c.aliases else "") + f" — {c.summary}"
+             for c in sorted(seen.values(), key=lambda c: c.name)]
+    return "Commands:\n" + "\n".join(lines)
+
+
+@command("retry", "answer the last message again if the model could not answer it")
+def _retry(ctx: CommandContext) -> str:
+    from sessions_app.selectors import next_pending_user_message
+
+    from .gateway import turn_enqueue
+
+    pending = next_pending_user_message(session=ctx.session)
+    if pending is None:
+        return "Nothing is waiting for an answer."
+    turn_enqueue(session=ctx.session)
+    return "Trying again…"
