@@ -235,3 +235,31 @@ def test_help_and_retry_with_nothing_pending_are_answered_without_the_model(clie
     assert rows[1].role == "assistant" and "/retry" in rows[1].content and "/help" in rows[1].content
     assert rows[3].content == "Nothing is waiting for an answer."
     assert model_server.requests == []
+
+
+def test_a_context_length_error_is_retried_once_with_a_smaller_window(client, world, alice_token, model_server, drain):
+    from qorven.agent import turns
+
+    seen = []
+    turns.context_overflow_hooks.append(lambda session: seen.append(session.pk))
+    try:
+        model_server.add(error(400, "This model's maximum context length is 8192 tokens", code="context_length_exceeded"),
+                         reply("Fits now."))
+        ask(client, alice_token, "a long question")
+        drain()
+    finally:
+        turns.context_overflow_hooks.pop()
+    assert len(model_server.requests) == 2
+    assert len(seen) == 1
+    assert [m.content for m in timeline(world) if m.role == "assistant"] == ["Fits now."]
+
+
+def test_a_second_context_length_error_is_reported_not_looped(client, world, alice_token, model_server, drain):
+    too_long = error(400, "maximum context length exceeded", code="context_length_exceeded")
+    model_server.add(too_long, too_long, reply("never sent"))
+    ask(client, alice_token, "a long question")
+    drain()
+    assert len(model_server.requests) == 2
+    last = timeline(world)[-1]
+    assert last.role == "system" and last.metadata["notice"] == "context_length"
+    assert "/compact" in last.content
