@@ -11,8 +11,10 @@ class ChannelsAppConfig(AppConfig):
         from qorven.agent.tools import registry
         from sessions_app.signals import message_appended
 
+        from .delivery import on_message_appended as deliver_on_append
         from .live import on_message_appended
         from .plugins import tools_enabled
 
         registry.enabled_check = tools_enabled
         message_appended.connect(on_message_appended, dispatch_uid="channels_app.live")
+        message_appended.connect(deliver_on_append, dispatch_uid="channels_app.delivery")

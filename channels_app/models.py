@@ -62,6 +62,9 @@ class Identity(TimestampedModel):
         settings.AUTH_USER_MODEL, on_delete=models.CASCADE, null=True, blank=True, related_name="identities"
     )
     display_name = models.CharField(max_length=200, blank=True, default="")
+    # Where a message to this sender goes when it is not a reply (a heartbeat, say): the
+    # platform's chat/channel id of their last direct message.
+    reply_target = models.CharField(max_length=255, blank=True, default="")
     trust_level = models.CharField(max_length=16, choices=Trust.choices, default=Trust.PAIRED)
     approval = models.CharField(max_length=16, choices=Approval.choices, default=Approval.PENDING)
 
@@ -125,3 +128,60 @@ class PluginSetting(TimestampedModel):
 
     def __str__(self) -> str:
         return f"{self.kind}:{self.name} {'on' if self.enabled else 'off'}"
+
+
+class InboundEvent(TimestampedModel):
+    """A platform message as received, stored before the webhook answers: nothing is lost,
+    and a platform's retry of the same message id is recognised here."""
+
+    class State(models.TextChoices):
+        PENDING = "pending"
+        DONE = "done"
+        FAILED = "failed"
+
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="+")
+    binding = models.ForeignKey(ChannelBinding, on_delete=models.CASCADE, related_name="inbound_events")
+    external_id = models.CharField(max_length=255)
+    payload = models.JSONField(help_text="The normalised InboundMessage.")
+    state = models.CharField(max_length=8, choices=State.choices, default=State.PENDING)
+    result = models.CharField(max_length=64, blank=True, default="")
+    error = models.TextField(blank=True, default="")
+
+    class Meta:
+        ordering = ["-created_at"]
+        constraints = [
+            models.UniqueConstraint(fields=["binding", "external_id"], name="inbound_unique_external_id")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.binding.kind}:{self.external_id} ({self.state})"
+
+
+class OutboundDelivery(TimestampedModel):
+    """One part of one message sent to a platform: the record that keeps a reply from
+    being sent twice."""
+
+    class State(models.TextChoices):
+        PENDING = "pending"
+        SENT = "sent"
+        FAILED = "failed"
+
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="+")
+    message = models.ForeignKey("sessions_app.Message", on_delete=models.CASCADE, related_name="deliveries")
+    part = models.PositiveSmallIntegerField()
+    binding = models.ForeignKey(ChannelBinding, on_delete=models.CASCADE, related_name="deliveries")
+    target = models.CharField(max_length=255)
+    text = models.TextField()
+    state = models.CharField(max_length=8, choices=State.choices, default=State.PENDING)
+    attempts = models.PositiveSmallIntegerField(default=0)
+    platform_message_id = models.CharField(max_length=255, blank=True, default="")
+    last_error = models.TextField(blank=True, default="")
+    sent_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["message", "part"]
+        verbose_name_plural = "outbound deliveries"
+        constraints = [models.UniqueConstraint(fields=["message", "part"], name="delivery_unique_part")]
+
+    def __str__(self) -> str:
+        return f"message {self.message_id} part {self.part} ({self.state})"

@@ -2,8 +2,9 @@ from __future__ import annotations
 
 from django.urls import path
 
-from . import api
+from . import api, webhooks
 
 urlpatterns = [
     path("qors/<slug:qor_slug>/messages", api.qor_messages, name="api-qor-messages"),
+    path("webhooks/<slug:channel>", webhooks.webhook, name="webhook"),
 ]

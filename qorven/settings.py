@@ -146,7 +146,13 @@ LOGGING = {
     "disable_existing_loggers": False,
     "handlers": {"console": {"class": "logging.StreamHandler"}},
     "root": {"handlers": ["console"], "level": env.str("QORVEN_LOG_LEVEL", default="INFO")},
-    "loggers": {"django.db.backends": {"level": "WARNING"}},
+    "loggers": {
+        "django.db.backends": {"level": "WARNING"},
+        # Client libraries log request URLs, and a Telegram URL carries the bot token.
+        "httpx": {"level": "WARNING"},
+        "httpx2": {"level": "WARNING"},
+        "httpcore": {"level": "WARNING"},
+    },
 }
 
 # Models. Any OpenAI-compatible server (OpenAI, Ollama, vLLM, LM Studio, OpenRouter).
@@ -161,3 +167,14 @@ QORVEN_MODEL_TIMEOUT = env.float("QORVEN_MODEL_TIMEOUT", default=60.0)
 QORVEN_MODEL_RETRIES = env.int("QORVEN_MODEL_RETRIES", default=4)
 QORVEN_MODEL_DEADLINE = env.float("QORVEN_MODEL_DEADLINE", default=180.0)
 QORVEN_TURN_LEASE = env.int("QORVEN_TURN_LEASE", default=600)
+
+# Platforms. Every API base URL can point elsewhere (tests, self-hosted proxies).
+TELEGRAM_API_BASE = env.str("TELEGRAM_API_BASE", default="https://api.telegram.org")
+WHATSAPP_API_BASE = env.str("WHATSAPP_API_BASE", default="https://graph.facebook.com/v21.0")
+SLACK_API_BASE = env.str("SLACK_API_BASE", default="https://slack.com/api")
+DISCORD_API_BASE = env.str("DISCORD_API_BASE", default="https://discord.com/api/v10")
+TWILIO_API_BASE = env.str("TWILIO_API_BASE", default="https://api.twilio.com")
+QORVEN_PLATFORM_TIMEOUT = env.float("QORVEN_PLATFORM_TIMEOUT", default=20.0)
+QORVEN_SEND_RETRIES = env.int("QORVEN_SEND_RETRIES", default=6)
+QORVEN_PAIRING_TTL = env.int("QORVEN_PAIRING_TTL", default=3600)
+QORVEN_PUBLIC_URL = env.str("QORVEN_PUBLIC_URL", default="http://127.0.0.1:8000")

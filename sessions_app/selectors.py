@@ -61,6 +61,7 @@ def next_pending_user_message(*, session: Session) -> Message | None:
     return (
         Message.objects.filter(session=session, role=Message.Role.USER, seq__gt=session.replied_through_seq)
         .exclude(metadata__has_key="command")  # commands are answered when they arrive
+        .exclude(metadata__has_key="no_reply")  # group chatter the Qor was not addressed in
         .order_by("seq")
         .first()
     )

@@ -85,3 +85,18 @@ def drain():
 
     yield wait
     inprocess_queue.join(30)
+
+
+@pytest.fixture
+def platform(settings):
+    """One fake platform server behind every platform API base URL."""
+    from .fakes.platform_server import PlatformServer
+
+    server = PlatformServer()
+    settings.TELEGRAM_API_BASE = server.url + "/telegram"
+    settings.WHATSAPP_API_BASE = server.url + "/whatsapp/v21.0"
+    settings.SLACK_API_BASE = server.url + "/slack/api"
+    settings.DISCORD_API_BASE = server.url + "/discord/api/v10"
+    settings.TWILIO_API_BASE = server.url + "/twilio"
+    yield server
+    server.stop()

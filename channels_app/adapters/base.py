@@ -1,0 +1,102 @@
+"""The adapter interface: verify a webhook, resolve its binding, parse it into
+InboundMessages, and send a reply part. One small class per platform."""
+from __future__ import annotations
+
+import hashlib
+import hmac
+from dataclasses import dataclass
+
+import httpx
+from django.conf import settings
+from django.http import HttpRequest, HttpResponse
+
+from ..inbound import InboundMessage
+from ..models import ChannelBinding
+
+
+class WebhookRejected(Exception):
+    """Bad or missing signature, unknown binding: answered with `status`, nothing stored."""
+
+    def __init__(self, status: int, reason: str) -> None:
+        super().__init__(reason)
+        self.status = status
+
+
+class SendError(Exception):
+    """A failed send. `permanent` (a 4xx other than 429): retrying cannot help."""
+
+    def __init__(self, message: str, *, permanent: bool, retry_after: float | None = None) -> None:
+        super().__init__(message)
+        self.permanent = permanent
+        self.retry_after = retry_after
+
+
+@dataclass
+class Parsed:
+    """What a webhook carried: messages to process and/or an immediate response body
+    (a verification challenge, a Discord deferral)."""
+
+    messages: list[InboundMessage]
+    response: HttpResponse | None = None
+
+
+class Adapter:
+    kind: str = ""
+    limit: int = 4000
+    # Credentials `qorven bind <kind>` asks for: name → help. Secrets are never printed.
+    credentials: dict[str, str] = {}
+    required: tuple[str, ...] = ()
+
+    def lookup_key(self, credentials: dict[str, str]) -> str:
+        """The value an inbound request names its binding by."""
+        raise NotImplementedError
+
+    # --- inbound ---
+    def resolve(self, request: HttpRequest) -> ChannelBinding:
+        """The binding this request is for, verified. Raises WebhookRejected."""
+        raise NotImplementedError
+
+    def parse(self, request: HttpRequest, binding: ChannelBinding) -> Parsed:
+        raise NotImplementedError
+
+    def handle_get(self, request: HttpRequest) -> HttpResponse:
+        return HttpResponse(status=405)
+
+    # --- outbound ---
+    def send(self, binding: ChannelBinding, target: str, text: str) -> str:
+        """Send one part; return the platform's message id. Raises SendError."""
+        raise NotImplementedError
+
+    # --- helpers shared by adapters ---
+    @staticmethod
+    def http() -> httpx.Client:
+        return httpx.Client(timeout=settings.QORVEN_PLATFORM_TIMEOUT)
+
+    @staticmethod
+    def raise_for_status(response: httpx.Response, *, retry_after: float | None = None) -> None:
+        if response.status_code < 300:
+            return
+        text = response.text[:300]
+        if response.status_code == 429 or response.status_code >= 500:
+            header = response.headers.get("Retry-After")
+            after = retry_after if retry_after is not None else (float(header) if header else None)
+            raise SendError(f"{response.status_code}: {text}", permanent=False, retry_after=after)
+        raise SendError(f"{response.status_code}: {text}", permanent=True)
+
+
+def secret_digest(secret: str) -> str:
+    """How a shared webhook secret is looked up without storing it in the clear twice."""
+    return hashlib.sha256(secret.encode()).hexdigest()
+
+
+def hmac_hex(key: str, body: bytes, algo=hashlib.sha256) -> str:
+    return hmac.new(key.encode(), body, algo).hexdigest()
+
+
+def enabled_binding(kind: str, lookup_key: str) -> ChannelBinding:
+    binding = ChannelBinding.objects.select_related("tenant", "qor").filter(
+        kind=kind, lookup_key=lookup_key, enabled=True
+    ).first()
+    if binding is None:
+        raise WebhookRejected(403, f"no {kind} binding for this request")
+    return binding

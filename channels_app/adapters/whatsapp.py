@@ -1,0 +1,109 @@
+"""WhatsApp Cloud API: webhook notifications in, Graph API messages out.
+
+GET verification answers `hub.challenge` when `hub.verify_token` matches a binding's.
+POST bodies are signed: `X-Hub-Signature-256: sha256=<HMAC-SHA256(app_secret, raw body)>`.
+The binding is named by `metadata.phone_number_id`. Credentials: `token`, `app_secret`,
+`verify_token`.
+"""
+from __future__ import annotations
+
+import hmac
+import json
+import logging
+from typing import Any
+
+from django.conf import settings
+from django.http import HttpRequest, HttpResponse
+
+from ..inbound import InboundMessage
+from ..models import ChannelBinding
+from .base import Adapter, Parsed, SendError, WebhookRejected, enabled_binding, hmac_hex
+
+logger = logging.getLogger(__name__)
+
+
+def _changes(body: dict[str, Any]) -> list[dict[str, Any]]:
+    return [
+        change.get("value") or {}
+        for entry in body.get("entry") or []
+        for change in entry.get("changes") or []
+        if isinstance(change, dict)
+    ]
+
+
+class WhatsAppAdapter(Adapter):
+    kind = "whatsapp"
+    limit = 4096
+    credentials = {
+        "phone_number_id": "the Cloud API phone number id",
+        "token": "a system-user access token",
+        "app_secret": "the Meta app secret (signs webhooks)",
+        "verify_token": "the verify token you enter in the webhook settings",
+    }
+    required = ("phone_number_id", "token", "app_secret", "verify_token")
+
+    def lookup_key(self, credentials: dict[str, str]) -> str:
+        return credentials["phone_number_id"]
+
+    def handle_get(self, request: HttpRequest) -> HttpResponse:
+        token = request.GET.get("hub.verify_token", "")
+        if request.GET.get("hub.mode") != "subscribe" or not token:
+            return HttpResponse("bad verification request", status=400)
+        for binding in ChannelBinding.objects.filter(kind=self.kind, enabled=True):
+            expected = str(binding.credentials.get("verify_token", ""))
+            if expected and hmac.compare_digest(expected, token):
+                return HttpResponse(request.GET.get("hub.challenge", ""), content_type="text/plain")
+        return HttpResponse("verify token mismatch", status=403)
+
+    def resolve(self, request: HttpRequest) -> ChannelBinding:
+        signature = request.headers.get("X-Hub-Signature-256", "")
+        if not signature.startswith("sha256="):
+            raise WebhookRejected(401, "missing X-Hub-Signature-256")
+        try:
+            body = json.loads(request.body)
+            phone_ids = {str((v.get("metadata") or {}).get("phone_number_id", "")) for v in _changes(body)}
+        except (ValueError, AttributeError):
+            raise WebhookRejected(400, "body is not WhatsApp JSON") from None
+        phone_ids.discard("")
+        if len(phone_ids) != 1:
+            raise WebhookRejected(403, "no single phone_number_id in the notification")
+        binding = enabled_binding(self.kind, phone_ids.pop())
+        expected = "sha256=" + hmac_hex(str(binding.credentials.get("app_secret", "")), request.body)
+        if not hmac.compare_digest(expected, signature):
+            raise WebhookRejected(401, "bad X-Hub-Signature-256")
+        return binding
+
+    def parse(self, request: HttpRequest, binding: ChannelBinding) -> Parsed:
+        body = json.loads(request.body)
+        messages: list[InboundMessage] = []
+        for value in _changes(body):
+            names = {c.get("wa_id"): (c.get("profile") or {}).get("name", "") for c in value.get("contacts") or []}
+            for raw in value.get("messages") or []:  # `statuses` (delivery receipts) are ignored
+                kind = raw.get("type")
+                text = (raw.get("text") or {}).get("body", "") if kind == "text" else ""
+                if kind == "image":
+                    text = (raw.get("image") or {}).get("caption", "") or "[image]"
+                if not text or not raw.get("id") or not raw.get("from"):
+                    continue
+                sender = str(raw["from"])
+                messages.append(
+                    InboundMessage(
+                        channel="whatsapp", external_id=str(raw["id"]), sender_id=sender,
+                        sender_name=names.get(sender, ""), text=text, reply_target=sender,
+                    )
+                )
+        return Parsed(messages)
+
+    def send(self, binding: ChannelBinding, target: str, text: str) -> str:
+        url = f"{settings.WHATSAPP_API_BASE.rstrip('/')}/{binding.lookup_key}/messages"
+        payload = {"messaging_product": "whatsapp", "recipient_type": "individual", "to": target,
+                   "type": "text", "text": {"preview_url": False, "body": text}}
+        try:
+            with self.http() as client:
+                response = client.post(url, json=payload,
+                                       headers={"Authorization": f"Bearer {binding.credentials.get('token', '')}"})
+        except Exception as exc:
+            raise SendError(f"WhatsApp unreachable: {type(exc).__name__}", permanent=False) from None
+        self.raise_for_status(response)
+        ids = response.json().get("messages") or [{}]
+        return str(ids[0].get("id", ""))

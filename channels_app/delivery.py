@@ -1,0 +1,139 @@
+"""Outbound: an assistant message tagged with a platform's channel is sent there.
+
+channels_app observes appends (after commit); the agent and the domain apps never call
+an adapter. Each reply is split to the platform's limit and every part gets an
+OutboundDelivery row (unique per message and part), so a part is sent at most once even
+if the append is observed twice or a send task runs again.
+"""
+from __future__ import annotations
+
+import logging
+
+from django.db import IntegrityError, transaction
+from django.utils import timezone
+
+from sessions_app.models import Message
+
+from .adapters import SendError, adapter_for
+from .models import ChannelBinding, Identity, OutboundDelivery
+
+logger = logging.getLogger(__name__)
+
+# Message channel tag → the binding kind that delivers it.
+PLATFORM_OF = {
+    "telegram": "telegram", "whatsapp": "whatsapp", "slack_dm": "slack", "slack": "slack",
+    "discord_dm": "discord", "discord": "discord", "email": "email", "sms": "sms",
+}
+
+
+def on_message_appended(sender, message: Message, **kwargs) -> None:
+    """Signal receiver: queue delivery of replies and notices for platform channels."""
+    if message.role not in (Message.Role.ASSISTANT, Message.Role.SYSTEM) or message.tool_calls:
+        return
+    if message.channel not in PLATFORM_OF:
+        return
+    try:
+        deliveries_plan(message=message)
+    except Exception:  # a delivery problem must never break the append that caused it
+        logger.exception("could not plan delivery of message %s", message.pk)
+
+
+def _target(message: Message) -> tuple[ChannelBinding, str] | None:
+    """Where a message goes: back where the message it answers came from, else to the
+    user's last known chat on that platform with this Qor."""
+    kind = PLATFORM_OF[message.channel]
+    reply_to = (message.metadata or {}).get("reply_to")
+    if reply_to:
+        source = Message.objects.filter(session_id=message.session_id, seq=reply_to).only("metadata").first()
+        meta = (source.metadata or {}) if source else {}
+        binding = ChannelBinding.objects.filter(pk=meta.get("binding"), tenant_id=message.tenant_id).first()
+        if binding is not None and meta.get("reply_target"):
+            return binding, str(meta["reply_target"])
+    session = message.session
+    if session.user_id is None:
+        return None
+    identity = Identity.objects.filter(
+        tenant_id=message.tenant_id, channel=kind, user_id=session.user_id, approval=Identity.Approval.APPROVED
+    ).exclude(reply_target="").order_by("-updated_at").first()
+    binding = ChannelBinding.objects.filter(
+        tenant_id=message.tenant_id, qor_id=session.qor_id, kind=kind, enabled=True
+    ).first()
+    if identity is None or binding is None:
+        return None
+    return binding, identity.reply_target
+
+
+def deliveries_plan(*, message: Message) -> list[OutboundDelivery]:
+    """Create the message's delivery parts (once) and queue the send."""
+    from .tasks import deliver_message_task
+
+    target = _target(message)
+    if target is None:
+        logger.warning("no %s destination for message %s; not delivered", message.channel, message.pk)
+        return []
+    binding, destination = target
+    adapter = adapter_for(binding.kind)
+    if adapter is None:
+        return []
+    from .split import split_message
+
+    parts = split_message(message.content or "(empty reply)", adapter.limit)
+    rows = []
+    for index, text in enumerate(parts):
+        try:
+            with transaction.atomic():
+                row, _ = OutboundDelivery.objects.get_or_create(
+                    message=message, part=index,
+                    defaults={"tenant_id": message.tenant_id, "binding": binding, "target": destination, "text": text},
+                )
+        except IntegrityError:
+            row = OutboundDelivery.objects.get(message=message, part=index)
+        rows.append(row)
+    tenant_id, message_id = message.tenant_id, message.pk
+    transaction.on_commit(lambda: deliver_message_task.delay(tenant_id, message_id))
+    return rows
+
+
+class RetryLater(Exception):
+    def __init__(self, after: float, reason: str) -> None:
+        super().__init__(reason)
+        self.after = after
+
+
+def deliver_message(*, tenant_id: int, message_id: int, attempt: int) -> int:
+    """Send the message's unsent parts in order. Returns how many were sent now.
+    Raises RetryLater on a transient failure (the task retries with backoff)."""
+    sent = 0
+    for row in OutboundDelivery.objects.filter(tenant_id=tenant_id, message_id=message_id).order_by("part"):
+        if row.state != OutboundDelivery.State.PENDING:
+            continue
+        adapter = adapter_for(row.binding.kind)
+        try:
+            platform_id = adapter.send(row.binding, row.target, row.text)
+        except SendError as exc:
+            row.attempts += 1
+            row.last_error = str(exc)[:1000]
+            if exc.permanent:
+                row.state = OutboundDelivery.State.FAILED
+                row.save(update_fields=["attempts", "last_error", "state", "updated_at"])
+                logger.warning("delivery of message %s part %s failed for good: %s", message_id, row.part, exc)
+                continue
+            row.save(update_fields=["attempts", "last_error", "updated_at"])
+            raise RetryLater(exc.retry_after if exc.retry_after is not None else min(2 ** attempt, 60), str(exc))
+        OutboundDelivery.objects.filter(pk=row.pk).update(
+            state=OutboundDelivery.State.SENT, platform_message_id=platform_id, sent_at=timezone.now(),
+            attempts=row.attempts + 1,
+        )
+        sent += 1
+    return sent
+
+
+def send_direct(*, binding: ChannelBinding, target: str, text: str) -> None:
+    """A message outside any conversation (a pairing code). Best effort, one try."""
+    adapter = adapter_for(binding.kind)
+    if adapter is None or not target:
+        return
+    try:
+        adapter.send(binding, target, text)
+    except SendError as exc:
+        logger.warning("could not send a %s notice: %s", binding.kind, exc)

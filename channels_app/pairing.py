@@ -1,0 +1,177 @@
+"""Pairing: an unknown sender gets a 6-digit code and never reaches the model until the
+owner approves it. Approvals are per channel (telegram:42 is not discord:42)."""
+from __future__ import annotations
+
+import logging
+import secrets
+from dataclasses import dataclass
+from datetime import timedelta
+
+from django.conf import settings
+from django.contrib.auth import get_user_model
+from django.contrib.auth.models import AbstractBaseUser
+from django.db import IntegrityError, transaction
+from django.utils import timezone
+from django.utils.text import slugify
+
+from qorven.errors import NotFound
+from qorven.models import Membership, Tenant
+from qorven.trust import Trust
+
+from .models import Identity, PairingRequest
+
+logger = logging.getLogger(__name__)
+
+MAX_WRONG_CODES = 5
+LOCK_FOR = timedelta(hours=1)
+
+
+class PairingError(Exception):
+    pass
+
+
+@dataclass(frozen=True)
+class PairingOutcome:
+    """What an unknown sender's message led to: the code to tell them, or silence."""
+
+    request: PairingRequest | None
+    new_code: bool
+    locked: bool
+
+
+def identity_get_or_create(*, tenant: Tenant, channel: str, external_id: str, display_name: str) -> Identity:
+    identity = Identity.objects.filter(tenant=tenant, channel=channel, external_id=external_id).first()
+    if identity is not None:
+        return identity
+    try:
+        with transaction.atomic():
+            return Identity.objects.create(
+                tenant=tenant, channel=channel, external_id=external_id, display_name=display_name[:200]
+            )
+    except IntegrityError:
+        return Identity.objects.get(tenant=tenant, channel=channel, external_id=external_id)
+
+
+@transaction.atomic
+def pairing_request_for(*, identity: Identity, text: str) -> PairingOutcome:
+    """Issue (or re-use) the sender's pending code. Repeating before approval does not mint
+    new codes. A sender who keeps sending codes that are not theirs is locked out for an
+    hour after five tries."""
+    now = timezone.now()
+    pending = (
+        PairingRequest.objects.select_for_update()
+        .filter(identity=identity, state__in=[PairingRequest.State.PENDING, PairingRequest.State.LOCKED])
+        .order_by("-created_at")
+        .first()
+    )
+    if pending is not None and pending.state == PairingRequest.State.LOCKED:
+        if pending.locked_until and pending.locked_until > now:
+            return PairingOutcome(pending, new_code=False, locked=True)
+        pending.state, pending.attempts, pending.locked_until = PairingRequest.State.PENDING, 0, None
+        pending.save(update_fields=["state", "attempts", "locked_until", "updated_at"])
+    if pending is not None and pending.expires_at <= now:
+        pending.state = PairingRequest.State.EXPIRED
+        pending.save(update_fields=["state", "updated_at"])
+        pending = None
+    if pending is not None:
+        guess = text.strip()
+        if guess.isdigit() and len(guess) == 6 and guess != pending.code:
+            pending.attempts += 1
+            fields = ["attempts", "updated_at"]
+            if pending.attempts >= MAX_WRONG_CODES:
+                pending.state, pending.locked_until = PairingRequest.State.LOCKED, now + LOCK_FOR
+                fields += ["state", "locked_until"]
+            pending.save(update_fields=fields)
+            return PairingOutcome(pending, new_code=False, locked=pending.state == PairingRequest.State.LOCKED)
+        return PairingOutcome(pending, new_code=False, locked=False)
+    request = PairingRequest.objects.create(
+        tenant=identity.tenant, identity=identity, channel=identity.channel, external_id=identity.external_id,
+        code=_fresh_code(identity.tenant), expires_at=now + timedelta(seconds=settings.QORVEN_PAIRING_TTL),
+    )
+    return PairingOutcome(request, new_code=True, locked=False)
+
+
+def _fresh_code(tenant: Tenant) -> str:
+    for _ in range(20):
+        code = f"{secrets.randbelow(1_000_000):06d}"
+        if not PairingRequest.objects.filter(tenant=tenant, code=code, state=PairingRequest.State.PENDING).exists():
+            return code
+    raise PairingError("could not find a free pairing code")
+
+
+def pairing_pending(*, tenant: Tenant) -> list[PairingRequest]:
+    return list(
+        PairingRequest.objects.select_related("identity")
+        .filter(tenant=tenant, state=PairingRequest.State.PENDING, expires_at__gt=timezone.now())
+        .order_by("created_at")
+    )
+
+
+def _pending_by_code(tenant: Tenant, code: str) -> PairingRequest:
+    request = (
+        PairingRequest.objects.select_for_update()
+        .select_related("identity")
+        .filter(tenant=tenant, code=code.strip(), state=PairingRequest.State.PENDING, expires_at__gt=timezone.now())
+        .first()
+    )
+    if request is None:
+        raise NotFound(f"no pending pairing request with code {code!r}")
+    return request
+
+
+@transaction.atomic
+def pairing_approve(
+    *, tenant: Tenant, code: str, user: AbstractBaseUser | None = None, by: AbstractBaseUser | None = None,
+    via: str = "cli",
+) -> Identity:
+    """Approve the sender the code was issued to, linking them to `user` (a member of the
+    tenant; made a member if needed) or to a new user made for that sender."""
+    request = _pending_by_code(tenant, code)
+    identity = request.identity
+    if user is None:
+        user = _user_for_sender(identity)
+    membership, _ = Membership.objects.get_or_create(tenant=tenant, user=user)
+    identity.user = user
+    identity.approval = Identity.Approval.APPROVED
+    identity.trust_level = {
+        Membership.Role.OWNER: Trust.OWNER, Membership.Role.ADMIN: Trust.TRUSTED
+    }.get(membership.role, Trust.PAIRED)
+    identity.save(update_fields=["user", "approval", "trust_level", "updated_at"])
+    request.state = PairingRequest.State.APPROVED
+    request.decided_by, request.decided_at, request.decided_via = by, timezone.now(), via
+    request.save(update_fields=["state", "decided_by", "decided_at", "decided_via", "updated_at"])
+    logger.info("pairing approved: %s:%s -> user %s (via %s)", identity.channel, identity.external_id, user.pk, via)
+    return identity
+
+
+@transaction.atomic
+def pairing_deny(*, tenant: Tenant, code: str, by: AbstractBaseUser | None = None, via: str = "cli") -> Identity:
+    request = _pending_by_code(tenant, code)
+    request.state = PairingRequest.State.DENIED
+    request.decided_by, request.decided_at, request.decided_via = by, timezone.now(), via
+    request.save(update_fields=["state", "decided_by", "decided_at", "decided_via", "updated_at"])
+    identity = request.identity
+    identity.approval = Identity.Approval.DENIED
+    identity.save(update_fields=["approval", "updated_at"])
+    return identity
+
+
+def _user_for_sender(identity: Identity) -> AbstractBaseUser:
+    User = get_user_model()
+    base = slugify(f"{identity.channel}-{identity.display_name or identity.external_id}")[:120] or identity.channel
+    name = base
+    for n in range(2, 1000):
+        if not User.objects.filter(username=name).exists():
+            break
+        name = f"{base}-{n}"
+    user = User.objects.create(username=name, first_name=(identity.display_name or "")[:150])
+    user.set_unusable_password()
+    user.save(update_fields=["password"])
+    return user
+
+
+def pairing_code_message(code: str) -> str:
+    return (
+        f"Hi! I don't know you yet. Your pairing code is {code}. Ask my owner to approve it; "
+        "after that, just write again."
+    )

@@ -1,0 +1,118 @@
+"""From a verified webhook to a stored, answered message.
+
+The webhook stores each InboundMessage as an InboundEvent (deduped by the platform's id)
+and answers at once; `inbound_process`, run as a task, applies the channel rules —
+pairing for unknown senders, groups answered only when addressed, the surface's trust —
+and hands the message to the agent's gateway.
+"""
+from __future__ import annotations
+
+import logging
+
+from django.db import IntegrityError, transaction
+
+from qorven.agent.gateway import inbound_accept
+from qorven.trust import Trust
+from sessions_app.channels import CHAT_FAMILY
+from sessions_app.models import Image
+from sessions_app.services import session_resolve
+
+from .inbound import InboundMessage
+from .models import ChannelBinding, Identity, InboundEvent
+from .pairing import identity_get_or_create, pairing_code_message, pairing_request_for
+
+logger = logging.getLogger(__name__)
+
+
+def inbound_receive(*, binding: ChannelBinding, message: InboundMessage) -> InboundEvent | None:
+    """Store the message as received and queue its processing after commit. A message
+    id seen before on this binding is neither stored nor processed again (None)."""
+    from .tasks import inbound_process_task
+
+    try:
+        with transaction.atomic():
+            event = InboundEvent.objects.create(
+                tenant_id=binding.tenant_id, binding=binding, external_id=message.external_id,
+                payload=message.model_dump(mode="json"),
+            )
+    except IntegrityError:
+        return None
+    transaction.on_commit(lambda: inbound_process_task.delay(binding.tenant_id, event.pk))
+    return event
+
+
+def inbound_process(*, event: InboundEvent) -> str:
+    """Apply the channel rules and hand the message on. Safe to run twice."""
+    if event.state == InboundEvent.State.DONE:
+        return event.result
+    binding = event.binding
+    message = InboundMessage.model_validate(event.payload)
+    result = _process(binding, message, event)
+    InboundEvent.objects.filter(pk=event.pk).update(state=InboundEvent.State.DONE, result=result)
+    return result
+
+
+def _process(binding: ChannelBinding, message: InboundMessage, event: InboundEvent) -> str:
+    tenant, qor = binding.tenant, binding.qor
+    scope = f"{binding.kind}:{binding.pk}"
+    meta = {"binding": binding.pk, "reply_target": message.reply_target, "sender_id": message.sender_id}
+    if message.group:
+        session = session_resolve(tenant=tenant, qor=qor, channel=message.channel, thread_id=message.thread_id,
+                                  group=True)
+        if not message.addressed:
+            meta["no_reply"] = True  # kept for context; the Qor answers only when addressed
+        result = inbound_accept(
+            session=session, content=message.text, channel=message.channel, sender_name=message.sender_name,
+            trust=Trust.PUBLIC, external_scope=scope, external_id=message.external_id, metadata=meta,
+        )
+        _store_images(result.message, message)
+        return "group" if message.addressed else "group-context"
+
+    identity = identity_get_or_create(
+        tenant=tenant, channel=binding.kind, external_id=message.sender_id, display_name=message.sender_name
+    )
+    if identity.approval != Identity.Approval.APPROVED or identity.user_id is None:
+        return _unknown_sender(binding, identity, message)
+    if identity.reply_target != message.reply_target and message.reply_target:
+        Identity.objects.filter(pk=identity.pk).update(reply_target=message.reply_target)
+    user = identity.user
+    if message.channel in CHAT_FAMILY:
+        session = session_resolve(tenant=tenant, qor=qor, channel=message.channel, user=user,
+                                  sender_id=message.sender_id)
+    else:  # email threads, sms numbers
+        session = session_resolve(tenant=tenant, qor=qor, channel=message.channel, user=user,
+                                  thread_id=message.thread_id or message.sender_id)
+    result = inbound_accept(
+        session=session, content=message.text, channel=message.channel,
+        sender_name=message.sender_name or identity.display_name, user=user, trust=identity.trust_level,
+        external_scope=scope, external_id=message.external_id, metadata=meta,
+    )
+    _store_images(result.message, message)
+    return "accepted" if result.created else "duplicate"
+
+
+def _unknown_sender(binding: ChannelBinding, identity: Identity, message: InboundMessage) -> str:
+    """Never stored in a conversation, never shown to the model: a code, or silence."""
+    from .delivery import send_direct
+
+    if identity.approval == Identity.Approval.DENIED:
+        return "denied"
+    if binding.unpaired_response == ChannelBinding.UnpairedResponse.IGNORE:
+        return "ignored"
+    outcome = pairing_request_for(identity=identity, text=message.text)
+    if outcome.locked:
+        return "pairing-locked"
+    if binding.unpaired_response == ChannelBinding.UnpairedResponse.CODE and outcome.request is not None:
+        send_direct(binding=binding, target=message.reply_target, text=pairing_code_message(outcome.request.code))
+    return "pairing-code" if outcome.new_code else "pairing-pending"
+
+
+def _store_images(stored, message: InboundMessage) -> None:
+    if not message.images:
+        return
+    if stored.images.exists():
+        return
+    Image.objects.bulk_create(
+        Image(tenant_id=stored.tenant_id, message=stored, mime_type=i.mime_type, data=i.data, size=i.size)
+        for i in message.images
+    )

@@ -1,0 +1,42 @@
+"""Writes of the edges' own data: channel bindings."""
+from __future__ import annotations
+
+from django.db import transaction
+
+from qorven.models import Qor, Tenant
+
+from .adapters import adapter_for
+from .models import ChannelBinding
+
+
+class BindingError(Exception):
+    pass
+
+
+@transaction.atomic
+def binding_create(
+    *, tenant: Tenant, qor: Qor, kind: str, credentials: dict[str, str], name: str = "",
+    unpaired_response: str = ChannelBinding.UnpairedResponse.CODE,
+) -> ChannelBinding:
+    """Create or update the Qor's binding for this platform account."""
+    if qor.tenant_id != tenant.pk:
+        raise BindingError("the Qor belongs to another tenant")
+    adapter = adapter_for(kind)
+    if adapter is None:
+        raise BindingError(f"unknown channel kind {kind!r}")
+    missing = [k for k in adapter.required if not credentials.get(k)]
+    if missing:
+        raise BindingError(f"{kind} needs: {', '.join('--' + m.replace('_', '-') for m in missing)}")
+    clean = {k: v for k, v in credentials.items() if v}
+    lookup = adapter.lookup_key(clean)
+    existing = ChannelBinding.objects.filter(kind=kind, lookup_key=lookup).first()
+    if existing is not None and existing.tenant_id != tenant.pk:
+        raise BindingError("that platform account is already bound elsewhere")
+    binding = existing or ChannelBinding(tenant=tenant, qor=qor, kind=kind, lookup_key=lookup)
+    binding.qor = qor
+    binding.name = name or binding.name or kind
+    binding.credentials = {**binding.credentials, **clean}
+    binding.unpaired_response = unpaired_response
+    binding.enabled = True
+    binding.save()
+    return binding

@@ -1,0 +1,31 @@
+from __future__ import annotations
+
+import pytest
+
+from channels_app.models import Identity
+from channels_app.services import binding_create
+from qorven.trust import Trust
+
+
+@pytest.fixture
+def telegram(world):
+    return binding_create(
+        tenant=world.tenant_a, qor=world.qor_a, kind="telegram",
+        credentials={"token": "111:AAA", "secret": "tg-secret-a", "username": "aria_bot"},
+    )
+
+
+@pytest.fixture
+def whatsapp(world):
+    return binding_create(
+        tenant=world.tenant_a, qor=world.qor_a, kind="whatsapp",
+        credentials={"phone_number_id": "1055", "token": "wa-token", "app_secret": "wa-app-secret",
+                     "verify_token": "wa-verify"},
+    )
+
+
+def pair(world, channel: str, external_id: str, user, trust=Trust.OWNER) -> Identity:
+    return Identity.objects.create(
+        tenant=world.tenant_a, channel=channel, external_id=external_id, user=user,
+        approval=Identity.Approval.APPROVED, trust_level=trust, display_name=user.first_name,
+    )

@@ -1,0 +1,42 @@
+from __future__ import annotations
+
+import pytest
+
+from channels_app.split import split_message
+
+
+def test_short_text_is_one_part():
+    assert split_message("hello", 4096) == ["hello"]
+
+
+@pytest.mark.parametrize("limit", [2000, 4000, 4096])
+def test_parts_respect_the_limit_and_keep_every_word_in_order(limit):
+    words = [f"word{i}" for i in range(3000)]
+    text = " ".join(words[:1000]) + "\n\n" + " ".join(words[1000:2000]) + "\n" + " ".join(words[2000:])
+    parts = split_message(text, limit)
+    assert all(len(p) <= limit for p in parts)
+    assert " ".join(" ".join(parts).split()) == " ".join(text.split())
+
+
+def test_a_code_block_that_fits_is_never_split():
+    code = "```js\n" + "".join(f"console.log({i});\n" for i in range(80)) + "```"
+    text = "x " * 1500 + "\n\n" + code + "\n\nafter"
+    parts = split_message(text, 2000)
+    assert sum(code in p for p in parts) == 1
+    assert all(p.count("```") % 2 == 0 for p in parts)
+
+
+def test_a_code_block_longer_than_a_part_is_reopened_in_each_part():
+    code = "```python\n" + "".join(f"value_{i} = {i} * 2\n" for i in range(400)) + "```"
+    parts = split_message(code, 2000)
+    assert len(parts) > 1
+    for part in parts:
+        assert len(part) <= 2000
+        assert part.startswith("```python\n") and part.rstrip().endswith("```")
+    body = "".join(p.removeprefix("```python\n").rstrip().removesuffix("```") for p in parts)
+    assert body.split() == code.removeprefix("```python\n").removesuffix("```").split()
+
+
+def test_a_word_longer_than_the_limit_is_cut_hard():
+    parts = split_message("a" * 5000, 2000)
+    assert [len(p) for p in parts] == [2000, 2000, 1000]

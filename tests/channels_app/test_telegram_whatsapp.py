@@ -1,0 +1,219 @@
+"""Telegram and WhatsApp end to end: real payloads, verified, answered through the fake APIs."""
+from __future__ import annotations
+
+import pytest
+
+from channels_app.models import InboundEvent, OutboundDelivery
+from sessions_app.models import Image, Message, Session
+
+from ..fakes.model_server import reply
+from ..fakes.platform_server import Canned
+from .conftest import pair
+from .payloads import post_telegram, post_whatsapp, telegram_update, whatsapp_body
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def test_telegram_message_gets_a_reply_sent_to_the_same_chat(client, world, telegram, platform, model_server, drain):
+    pair(world, "telegram", "42", world.alice)
+    model_server.add(reply("Hello Priya, your meeting is at 3."))
+    response = post_telegram(client, telegram_update("when is my meeting?"))
+    assert response.status_code == 200
+    drain()
+    (sent,) = platform.sent(r"/telegram/bot111:AAA/sendMessage")
+    assert sent.json == {"chat_id": "42", "text": "Hello Priya, your meeting is at 3."}
+    rows = list(Message.objects.order_by("seq").values_list("role", "channel", "content"))
+    assert rows == [("user", "telegram", "when is my meeting?"),
+                    ("assistant", "telegram", "Hello Priya, your meeting is at 3.")]
+    assert model_server.requests[0]["messages"][-1]["content"] == "[telegram] Priya: when is my meeting?"
+    assert Session.objects.get().user == world.alice
+
+
+@pytest.mark.parametrize("secret", [None, "wrong-secret"])
+def test_telegram_with_a_bad_or_missing_secret_is_rejected_and_stores_nothing(client, world, telegram, platform, secret):
+    response = post_telegram(client, telegram_update("hi"), secret=secret)
+    assert response.status_code in (401, 403)
+    assert not InboundEvent.objects.exists() and not Message.objects.exists()
+
+
+def test_a_replayed_telegram_update_is_stored_once_and_answered_once(client, world, telegram, platform, model_server, drain):
+    pair(world, "telegram", "42", world.alice)
+    model_server.default = reply("once")
+    update = telegram_update("hello", message_id=7)
+    assert post_telegram(client, update).status_code == 200
+    assert post_telegram(client, update).status_code == 200
+    drain()
+    assert post_telegram(client, update).status_code == 200
+    drain()
+    assert Message.objects.filter(role="user").count() == 1
+    assert len(platform.sent("sendMessage")) == 1
+    assert len(model_server.requests) == 1
+
+
+def test_a_telegram_photo_becomes_an_image_row(client, world, telegram, platform, model_server, drain):
+    pair(world, "telegram", "42", world.alice)
+    platform.script(r"/getFile", Canned(body={"ok": True, "result": {"file_id": "big", "file_path": "photos/p.jpg"}}))
+    platform.script(r"/file/bot111:AAA/photos/p.jpg", Canned(raw=b"\xff\xd8\xff\xe0JPEGDATA"))
+    model_server.add(reply("Nice photo"))
+    update = telegram_update("", caption="look", photo=[
+        {"file_id": "small", "file_unique_id": "s", "width": 90, "height": 90, "file_size": 1000},
+        {"file_id": "big", "file_unique_id": "b", "width": 800, "height": 800, "file_size": 50000},
+    ])
+    update["message"].pop("text")
+    post_telegram(client, update)
+    drain()
+    image = Image.objects.get()
+    assert (image.mime_type, image.size, image.tenant) == ("image/jpeg", 12, world.tenant_a)
+    assert image.message.content == "look"
+    assert platform.sent(r"/getFile")[0].path.endswith("file_id=big")
+
+
+def test_telegram_group_messages_get_their_own_session_and_are_answered_only_when_mentioned(
+    client, world, telegram, platform, model_server, drain
+):
+    model_server.default = reply("Hi family!")
+    post_telegram(client, telegram_update("dinner at 8?", chat_id=-100777, chat_type="supergroup", message_id=1))
+    post_telegram(client, telegram_update("@aria_bot what's for dinner?", chat_id=-100777, chat_type="supergroup",
+                                          message_id=2, entities=[{"type": "mention", "offset": 0, "length": 9}]))
+    drain()
+    session = Session.objects.get()
+    assert (session.kind, session.channel, session.external_thread_id) == ("group", "telegram", "-100777")
+    assert len(model_server.requests) == 1  # the unaddressed message was stored, not answered
+    assert [m["content"] for m in model_server.requests[0]["messages"][1:]] == [
+        "[telegram] Priya: dinner at 8?", "[telegram] Priya: @aria_bot what's for dinner?"
+    ]
+    (sent,) = platform.sent("sendMessage")
+    assert sent.json["chat_id"] == "-100777"
+
+
+def test_whatsapp_verification_handshake(client, world, whatsapp):
+    ok = client.get("/v1/webhooks/whatsapp", {"hub.mode": "subscribe", "hub.verify_token": "wa-verify",
+                                               "hub.challenge": "1158201444"})
+    assert ok.status_code == 200 and ok.content == b"1158201444"
+    bad = client.get("/v1/webhooks/whatsapp", {"hub.mode": "subscribe", "hub.verify_token": "nope",
+                                                "hub.challenge": "x"})
+    assert bad.status_code == 403
+
+
+def test_whatsapp_message_gets_a_reply_through_the_graph_api(client, world, whatsapp, platform, model_server, drain):
+    pair(world, "whatsapp", "15550100", world.alice)
+    model_server.add(reply("Hi from WhatsApp"))
+    assert post_whatsapp(client, whatsapp_body("hello")).status_code == 200
+    drain()
+    (sent,) = platform.sent(r"/whatsapp/v21.0/1055/messages")
+    assert sent.headers["Authorization"] == "Bearer wa-token"
+    assert sent.json["to"] == "15550100" and sent.json["text"]["body"] == "Hi from WhatsApp"
+    assert sent.json["messaging_product"] == "whatsapp"
+
+
+@pytest.mark.parametrize("secret", [None, "not-the-app-secret"])
+def test_whatsapp_with_a_bad_or_missing_signature_is_rejected(client, world, whatsapp, platform, secret):
+    response = post_whatsapp(client, whatsapp_body("hello"), app_secret=secret)
+    assert response.status_code == 401
+    assert not InboundEvent.objects.exists() and not Message.objects.exists()
+
+
+def test_whatsapp_status_callbacks_are_ignored_with_200(client, world, whatsapp, platform, drain):
+    body = whatsapp_body("x")
+    value = body["entry"][0]["changes"][0]["value"]
+    value.pop("messages")
+    value["statuses"] = [{"id": "wamid.1", "status": "delivered", "recipient_id": "15550100"}]
+    assert post_whatsapp(client, body).status_code == 200
+    drain()
+    assert not InboundEvent.objects.exists() and not platform.requests
+
+
+def test_a_replayed_whatsapp_message_is_answered_once(client, world, whatsapp, platform, model_server, drain):
+    pair(world, "whatsapp", "15550100", world.alice)
+    model_server.default = reply("once")
+    body = whatsapp_body("hello", message_id="wamid.SAME")
+    post_whatsapp(client, body)
+    post_whatsapp(client, body)
+    drain()
+    assert Message.objects.filter(role="user").count() == 1
+    assert len(platform.sent("/messages")) == 1
+
+
+def test_the_same_user_on_telegram_and_whatsapp_shares_one_conversation(
+    client, world, telegram, whatsapp, platform, model_server, drain
+):
+    pair(world, "telegram", "42", world.alice)
+    pair(world, "whatsapp", "15550100", world.alice)
+    model_server.add(reply("Noted, you parked on level 3."), reply("Level 3."))
+    post_telegram(client, telegram_update("I parked on level 3"))
+    drain()
+    post_whatsapp(client, whatsapp_body("where did I park?"))
+    drain()
+    assert Session.objects.count() == 1
+    history = [m["content"] for m in model_server.requests[1]["messages"][1:]]
+    assert history == ["[telegram] Priya: I parked on level 3", "Noted, you parked on level 3.",
+                       "[whatsapp] Priya: where did I park?"]
+    assert platform.sent("/whatsapp/")[0].json["text"]["body"] == "Level 3."
+
+
+def test_a_long_reply_with_a_code_block_reaches_telegram_in_three_parts_with_the_code_intact(
+    client, world, telegram, platform, model_server, drain
+):
+    pair(world, "telegram", "42", world.alice)
+    code = "```python\n" + "".join(f"print('step {i}')\n" for i in range(100)) + "```"
+    prose = ("All work and no play makes a dull assistant. " * 60).strip()
+    text = prose[:2500] + "\n\n" + code + "\n\n" + prose
+    text = (text + " tail" * 2000)[:9000]
+    model_server.add(reply(text))
+    post_telegram(client, telegram_update("write it"))
+    drain()
+    parts = [r.json["text"] for r in platform.sent("sendMessage")]
+    assert len(parts) == 3
+    assert all(len(p) <= 4096 for p in parts)
+    assert sum(p.count(code) for p in parts) == 1  # the code block arrives whole in one part
+    assert OutboundDelivery.objects.filter(state="sent").count() == 3
+
+
+def test_telegram_429_with_retry_after_is_honoured_and_delivered_once(
+    client, world, telegram, platform, model_server, drain
+):
+    pair(world, "telegram", "42", world.alice)
+    platform.script(r"sendMessage", Canned(status=429, body={
+        "ok": False, "error_code": 429, "description": "Too Many Requests: retry after 1",
+        "parameters": {"retry_after": 1}}))
+    model_server.add(reply("eventually"))
+    post_telegram(client, telegram_update("hi"))
+    drain()
+    attempts = platform.sent("sendMessage")
+    assert len(attempts) == 2  # the 429, then the one that went through
+    delivery = OutboundDelivery.objects.get()
+    assert delivery.state == "sent" and delivery.attempts == 2
+    assert "429" in delivery.last_error
+
+
+def test_a_4xx_send_is_not_retried(client, world, telegram, platform, model_server, drain):
+    pair(world, "telegram", "42", world.alice)
+    platform.script(r"sendMessage", Canned(status=400, body={"ok": False, "description": "chat not found"}))
+    model_server.add(reply("lost"))
+    post_telegram(client, telegram_update("hi"))
+    drain()
+    assert len(platform.sent("sendMessage")) == 1
+    assert OutboundDelivery.objects.get().state == "failed"
+
+
+def test_a_switched_off_channel_answers_404_for_that_tenant(client, world, telegram, platform):
+    from channels_app.models import PluginSetting
+
+    PluginSetting.objects.create(tenant=world.tenant_a, kind="channel", name="telegram", enabled=False)
+    assert post_telegram(client, telegram_update("hi")).status_code == 404
+    assert not InboundEvent.objects.exists()
+
+
+def test_no_bot_token_or_secret_reaches_the_logs(client, world, telegram, platform, model_server, drain, caplog):
+    import logging
+
+    caplog.set_level(logging.DEBUG)
+    logging.getLogger("httpx").setLevel(logging.WARNING)  # as configured in settings.LOGGING
+    pair(world, "telegram", "42", world.alice)
+    model_server.add(reply("hi"))
+    post_telegram(client, telegram_update("hello"))
+    post_telegram(client, telegram_update("x"), secret="wrong")
+    drain()
+    assert platform.sent("sendMessage")
+    logged = "\n".join(r.getMessage() for r in caplog.records)
+    assert "111:AAA" not in logged and "tg-secret-a" not in logged

@@ -1,0 +1,106 @@
+"""A fake platform API (Telegram, WhatsApp Graph, Slack Web API, Discord REST, Twilio)
+over real HTTP. It records every request and answers from per-path scripts, so tests see
+exactly what Qorven sent and can inject 429s and 5xx."""
+from __future__ import annotations
+
+import json
+import re
+import threading
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+from urllib.parse import parse_qs
+
+
+@dataclass
+class Recorded:
+    method: str
+    path: str
+    headers: dict[str, str]
+    body: bytes
+
+    @property
+    def json(self) -> Any:
+        return json.loads(self.body or b"null")
+
+    @property
+    def form(self) -> dict[str, str]:
+        return {k: v[0] for k, v in parse_qs(self.body.decode()).items()}
+
+
+@dataclass
+class Canned:
+    status: int = 200
+    body: Any = field(default_factory=lambda: {"ok": True})
+    headers: dict[str, str] = field(default_factory=dict)
+    raw: bytes | None = None
+
+
+class PlatformServer:
+    def __init__(self) -> None:
+        self.requests: list[Recorded] = []
+        self.scripts: list[tuple[re.Pattern[str], list[Canned]]] = []
+        self.defaults: list[tuple[re.Pattern[str], Canned]] = []
+        self._lock = threading.Lock()
+        self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
+        self._httpd.daemon_threads = True
+        threading.Thread(target=self._httpd.serve_forever, daemon=True).start()
+
+    @property
+    def url(self) -> str:
+        host, port = self._httpd.server_address[:2]
+        return f"http://{host}:{port}"
+
+    def stop(self) -> None:
+        self._httpd.shutdown()
+        self._httpd.server_close()
+
+    def script(self, pattern: str, *responses: Canned) -> None:
+        """The next requests whose path matches `pattern` get these responses, in order."""
+        with self._lock:
+            self.scripts.append((re.compile(pattern), list(responses)))
+
+    def default(self, pattern: str, response: Canned) -> None:
+        with self._lock:
+            self.defaults.append((re.compile(pattern), response))
+
+    def sent(self, pattern: str) -> list[Recorded]:
+        rx = re.compile(pattern)
+        return [r for r in self.requests if rx.search(r.path)]
+
+    def _answer(self, recorded: Recorded) -> Canned:
+        with self._lock:
+            self.requests.append(recorded)
+            for rx, queue in self.scripts:
+                if queue and rx.search(recorded.path):
+                    return queue.pop(0)
+            for rx, canned in reversed(self.defaults):
+                if rx.search(recorded.path):
+                    return canned
+        return Canned()
+
+    def _handler(self) -> type[BaseHTTPRequestHandler]:
+        server = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+            def _do(self) -> None:
+                length = int(self.headers.get("Content-Length") or 0)
+                body = self.rfile.read(length) if length else b""
+                canned = server._answer(Recorded(self.command, self.path, dict(self.headers), body))
+                data = canned.raw if canned.raw is not None else json.dumps(canned.body).encode()
+                self.send_response(canned.status)
+                self.send_header("Content-Type", "application/json" if canned.raw is None else "application/octet-stream")
+                self.send_header("Content-Length", str(len(data)))
+                for k, v in canned.headers.items():
+                    self.send_header(k, v)
+                self.end_headers()
+                self.wfile.write(data)
+
+            do_GET = do_POST = do_PUT = do_PATCH = do_DELETE = _do
+
+        return Handler
