@@ -11,6 +11,7 @@ class ChannelsAppConfig(AppConfig):
         from qorven.agent.tools import registry
         from sessions_app.signals import message_appended
 
+        from . import commands  # noqa: F401  registers /pair
         from .delivery import on_message_appended as deliver_on_append
         from .live import on_message_appended
         from .plugins import tools_enabled

@@ -178,3 +178,6 @@ QORVEN_PLATFORM_TIMEOUT = env.float("QORVEN_PLATFORM_TIMEOUT", default=20.0)
 QORVEN_SEND_RETRIES = env.int("QORVEN_SEND_RETRIES", default=6)
 QORVEN_PAIRING_TTL = env.int("QORVEN_PAIRING_TTL", default=3600)
 QORVEN_PUBLIC_URL = env.str("QORVEN_PUBLIC_URL", default="http://127.0.0.1:8000")
+
+# Outbound mail (email channel replies). e.g. smtp+tls://user:pass@smtp.example.com:587
+vars().update(env.email_url("EMAIL_URL", default="consolemail://"))

@@ -2,10 +2,17 @@
 from __future__ import annotations
 
 from .base import Adapter, Parsed, SendError, WebhookRejected
+from .discord import DiscordAdapter
+from .email import EmailAdapter
+from .slack import SlackAdapter
+from .sms import SmsAdapter
 from .telegram import TelegramAdapter
 from .whatsapp import WhatsAppAdapter
 
-ADAPTERS: dict[str, Adapter] = {a.kind: a for a in (TelegramAdapter(), WhatsAppAdapter())}
+ADAPTERS: dict[str, Adapter] = {
+    a.kind: a
+    for a in (TelegramAdapter(), WhatsAppAdapter(), SlackAdapter(), DiscordAdapter(), EmailAdapter(), SmsAdapter())
+}
 
 
 def adapter_for(kind: str) -> Adapter | None:

@@ -73,3 +73,35 @@ def _retry(ctx: CommandContext) -> str:
         return "Nothing is waiting for an answer."
     turn_enqueue(session=ctx.session)
     return "Trying again…"
+
+
+@command("status", "what this conversation is and which model answers")
+def _status(ctx: CommandContext) -> str:
+    from qorven.llm import route_for
+
+    session = ctx.session
+    route = route_for(session.qor, "main")
+    model = "offline (no model configured)" if route.offline else f"{route.model} (context {route.num_ctx} tokens)"
+    return "\n".join([
+        f"Qor: {session.qor.name}",
+        f"Conversation: {session.kind}, {session.last_seq} messages since {session.started_at:%Y-%m-%d}",
+        f"Model: {model}",
+        f"This surface: {ctx.channel} (trust: {ctx.trust})",
+    ])
+
+
+@command("history", "this surface's recent messages: /history [n]")
+def _history(ctx: CommandContext) -> str:
+    from sessions_app.selectors import messages_read
+
+    try:
+        count = max(1, min(int(ctx.args or 10), 50))
+    except ValueError:
+        return "Usage: /history [n] — n is a number from 1 to 50."
+    # Only this surface's own slice, through the (session, channel) index; the command
+    # itself (just stored) is left out.
+    rows = [m for m in messages_read(session=ctx.session, channel=ctx.channel, limit=count + 1)
+            if m.role in ("user", "assistant") and not (m.metadata or {}).get("command")][-count:]
+    if not rows:
+        return f"No {ctx.channel} messages yet."
+    return "\n".join(f"{m.created_at:%m-%d %H:%M} {m.sender_name or m.role}: {m.content[:300]}" for m in rows)

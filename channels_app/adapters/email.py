@@ -1,0 +1,80 @@
+"""Email through an inbound-parse webhook (JSON) and SMTP replies.
+
+The webhook carries `from`, `to`, `subject`, `text`, `message_id`, `in_reply_to` and,
+when the provider gives it, `references`; it is authenticated by a shared secret in
+`X-Qorven-Email-Secret`. The binding is named by the address mail was sent to. Each
+thread (the first of References, else In-Reply-To, else the message's own id) is its own
+session. Credentials: `address`, `secret`.
+"""
+from __future__ import annotations
+
+import hmac
+import json
+from email.utils import parseaddr
+
+from django.core.mail import EmailMessage
+from django.http import HttpRequest
+
+from ..inbound import InboundMessage
+from ..models import ChannelBinding
+from .base import Adapter, Parsed, SendError, WebhookRejected, enabled_binding
+
+SEP = "\x1f"  # between the recipient, the thread and the subject in a reply target
+
+
+class EmailAdapter(Adapter):
+    kind = "email"
+    limit = 100_000
+    credentials = {
+        "address": "the address mail to this Qor is sent to",
+        "secret": "the shared secret your inbound-parse provider sends in X-Qorven-Email-Secret",
+    }
+    required = ("address", "secret")
+
+    def lookup_key(self, credentials: dict[str, str]) -> str:
+        return credentials["address"].strip().lower()
+
+    def resolve(self, request: HttpRequest) -> ChannelBinding:
+        secret = request.headers.get("X-Qorven-Email-Secret", "")
+        if not secret:
+            raise WebhookRejected(401, "missing X-Qorven-Email-Secret")
+        try:
+            body = json.loads(request.body)
+            to = parseaddr(str(body.get("to", "")))[1].lower()
+        except (ValueError, AttributeError):
+            raise WebhookRejected(400, "body is not inbound-parse JSON") from None
+        binding = enabled_binding(self.kind, to)
+        if not hmac.compare_digest(str(binding.credentials.get("secret", "")), secret):
+            raise WebhookRejected(401, "bad X-Qorven-Email-Secret")
+        return binding
+
+    def parse(self, request: HttpRequest, binding: ChannelBinding) -> Parsed:
+        body = json.loads(request.body)
+        name, sender = parseaddr(str(body.get("from", "")))
+        message_id = str(body.get("message_id") or body.get("message-id") or "").strip()
+        text = str(body.get("text") or "").strip()
+        if not sender or not message_id or not text:
+            return Parsed([])
+        references = str(body.get("references") or "").split()
+        thread = references[0] if references else str(body.get("in_reply_to") or body.get("in-reply-to") or message_id)
+        subject = str(body.get("subject") or "").strip()
+        reply_subject = subject if subject.lower().startswith("re:") else f"Re: {subject}".strip()
+        return Parsed([
+            InboundMessage(
+                channel="email", external_id=message_id, sender_id=sender.lower(), sender_name=name,
+                text=f"{subject}\n\n{text}" if subject else text, thread_id=thread,
+                reply_target=SEP.join([sender, message_id, reply_subject]),
+            )
+        ])
+
+    def send(self, binding: ChannelBinding, target: str, text: str) -> str:
+        to, in_reply_to, subject = (target.split(SEP) + ["", ""])[:3]
+        mail = EmailMessage(
+            subject=subject or "Re:", body=text, from_email=binding.lookup_key, to=[to],
+            headers={"In-Reply-To": in_reply_to, "References": in_reply_to} if in_reply_to else {},
+        )
+        try:
+            mail.send(fail_silently=False)
+        except Exception as exc:
+            raise SendError(f"SMTP: {type(exc).__name__}: {exc}", permanent=False) from None
+        return ""

@@ -1,0 +1,105 @@
+"""Slack Events API in, chat.postMessage out.
+
+Requests are signed: `X-Slack-Signature: v0=<HMAC-SHA256(signing_secret, "v0:{ts}:{body}")>`
+with `X-Slack-Request-Timestamp` no older than five minutes. The binding is named by the
+payload's `api_app_id`. DMs (`channel_type: im`) join the canonical chat as `slack_dm`;
+channel messages are a group session answered only when the bot is mentioned. Retries
+(`X-Slack-Retry-Num`) carry the same `event_id` and are deduped like any redelivery.
+Credentials: `app_id`, `bot_token`, `signing_secret`, `bot_user_id`.
+"""
+from __future__ import annotations
+
+import hmac
+import json
+import time
+
+from django.conf import settings
+from django.http import HttpRequest, JsonResponse
+
+from ..inbound import InboundMessage
+from ..models import ChannelBinding
+from .base import Adapter, Parsed, SendError, WebhookRejected, hmac_hex
+
+MAX_SKEW = 5 * 60
+
+
+class SlackAdapter(Adapter):
+    kind = "slack"
+    limit = 4000
+    credentials = {
+        "app_id": "the Slack app id (api_app_id in events)",
+        "bot_token": "the bot user OAuth token (xoxb-…)",
+        "signing_secret": "the app's signing secret",
+        "bot_user_id": "the bot's user id (U…), to notice mentions",
+    }
+    required = ("app_id", "bot_token", "signing_secret")
+
+    def lookup_key(self, credentials: dict[str, str]) -> str:
+        return credentials["app_id"]
+
+    def resolve(self, request: HttpRequest) -> ChannelBinding:
+        signature = request.headers.get("X-Slack-Signature", "")
+        stamp = request.headers.get("X-Slack-Request-Timestamp", "")
+        if not signature or not stamp:
+            raise WebhookRejected(401, "missing Slack signature headers")
+        try:
+            if abs(time.time() - int(stamp)) > MAX_SKEW:
+                raise WebhookRejected(401, "Slack request timestamp outside the 5-minute window")
+        except ValueError:
+            raise WebhookRejected(401, "bad X-Slack-Request-Timestamp") from None
+        try:
+            app_id = str(json.loads(request.body).get("api_app_id") or "")
+        except (ValueError, AttributeError):
+            raise WebhookRejected(400, "body is not Slack JSON") from None
+        candidates = ChannelBinding.objects.select_related("tenant", "qor").filter(kind=self.kind, enabled=True)
+        if app_id:
+            candidates = candidates.filter(lookup_key=app_id)
+        base = b"v0:" + stamp.encode() + b":" + request.body
+        for binding in candidates:  # url_verification carries no app id: the signature decides
+            expected = "v0=" + hmac_hex(str(binding.credentials.get("signing_secret", "")), base)
+            if hmac.compare_digest(expected, signature):
+                return binding
+        raise WebhookRejected(401, "bad Slack signature")
+
+    def parse(self, request: HttpRequest, binding: ChannelBinding) -> Parsed:
+        body = json.loads(request.body)
+        if body.get("type") == "url_verification":
+            return Parsed([], JsonResponse({"challenge": body.get("challenge", "")}))
+        event = body.get("event") or {}
+        if body.get("type") != "event_callback" or event.get("type") not in ("message", "app_mention"):
+            return Parsed([])
+        if event.get("bot_id") or event.get("subtype") or not event.get("user") or not event.get("text"):
+            return Parsed([])  # our own posts, edits, joins…
+        direct = event.get("channel_type") == "im"
+        if event.get("type") == "app_mention" and direct:
+            return Parsed([])
+        bot = str(binding.credentials.get("bot_user_id", ""))
+        text = str(event["text"])
+        if not direct and event.get("type") == "message" and bot and f"<@{bot}>" in text:
+            return Parsed([])  # the app_mention event for the same message is the one we take
+        channel_id = str(event.get("channel", ""))
+        return Parsed([
+            InboundMessage(
+                channel="slack_dm" if direct else "slack",
+                external_id=str(body.get("event_id") or f"{channel_id}:{event.get('ts')}"),
+                sender_id=str(event["user"]), text=text, group=not direct,
+                thread_id="" if direct else channel_id,
+                addressed=direct or event.get("type") == "app_mention",
+                reply_target=channel_id,
+            )
+        ])
+
+    def send(self, binding: ChannelBinding, target: str, text: str) -> str:
+        url = f"{settings.SLACK_API_BASE.rstrip('/')}/chat.postMessage"
+        try:
+            with self.http() as client:
+                response = client.post(url, json={"channel": target, "text": text},
+                                       headers={"Authorization": f"Bearer {binding.credentials.get('bot_token', '')}"})
+        except Exception as exc:
+            raise SendError(f"Slack unreachable: {type(exc).__name__}", permanent=False) from None
+        self.raise_for_status(response)
+        data = response.json()
+        if not data.get("ok"):
+            error = str(data.get("error", "unknown error"))
+            raise SendError(f"Slack refused: {error}", permanent=error not in ("ratelimited", "internal_error"))
+        return str(data.get("ts", ""))

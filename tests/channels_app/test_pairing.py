@@ -1,0 +1,159 @@
+"""Unknown senders pair before they reach the model; approvals are per channel."""
+from __future__ import annotations
+
+import io
+import json
+from datetime import timedelta
+
+import pytest
+from django.core.management import call_command
+from django.core.management.base import CommandError
+from django.utils import timezone
+
+from channels_app.models import Identity, PairingRequest
+from channels_app.services import binding_create
+from qorven.services import api_token_create
+from sessions_app.models import Message
+
+from ..fakes.model_server import reply
+from .payloads import post_telegram, post_whatsapp, telegram_update, whatsapp_body
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def codes_sent(platform):
+    return [r.json["text"] for r in platform.sent("sendMessage")]
+
+
+def test_an_unknown_sender_gets_a_code_and_never_reaches_the_model(client, world, telegram, platform, model_server, drain):
+    post_telegram(client, telegram_update("hi, who are you?", message_id=1))
+    post_telegram(client, telegram_update("hello??", message_id=2))
+    drain()
+    assert model_server.requests == []
+    assert not Message.objects.exists()
+    request = PairingRequest.objects.get()  # repeating did not mint a second code
+    assert request.state == "pending" and len(request.code) == 6 and request.code.isdigit()
+    assert request.expires_at > timezone.now() + timedelta(minutes=55)
+    texts = codes_sent(platform)
+    assert len(texts) == 2 and all(request.code in t for t in texts)
+    assert Identity.objects.get().approval == "pending"
+
+
+def test_approving_the_code_admits_the_sender_on_that_channel_only(
+    client, world, telegram, whatsapp, platform, model_server, drain
+):
+    post_telegram(client, telegram_update("hi", user_id=42, message_id=1))
+    drain()
+    code = PairingRequest.objects.get().code
+    out = io.StringIO()
+    call_command("pair", "approve", code, "--tenant", "acme", "--user", "alice", stdout=out)
+    assert "approved telegram:42 as alice" in out.getvalue()
+
+    model_server.add(reply("Welcome, Priya."))
+    post_telegram(client, telegram_update("hi again", user_id=42, message_id=2))
+    drain()
+    assert [m.content for m in Message.objects.order_by("seq")] == ["hi again", "Welcome, Priya."]
+    assert Message.objects.first().session.user == world.alice
+
+    # The same external id on another channel is a stranger until paired there.
+    post_whatsapp(client, whatsapp_body("hi", sender="42", message_id="wamid.X"))
+    drain()
+    assert len(model_server.requests) == 1
+    assert PairingRequest.objects.filter(channel="whatsapp", state="pending").count() == 1
+
+
+def test_approving_without_a_user_makes_one_for_the_sender(client, world, telegram, platform, drain):
+    post_telegram(client, telegram_update("hi", user_id=77, first_name="Ravi"))
+    drain()
+    call_command("pair", "approve", PairingRequest.objects.get().code, "--tenant", "acme", stdout=io.StringIO())
+    identity = Identity.objects.get()
+    assert identity.user.username == "telegram-ravi"
+    assert identity.user.memberships.get().tenant == world.tenant_a
+    assert identity.trust_level == "paired"
+
+
+def test_a_code_of_one_tenant_cannot_be_approved_in_another(client, world, telegram, platform, drain):
+    post_telegram(client, telegram_update("hi"))
+    drain()
+    code = PairingRequest.objects.get().code
+    with pytest.raises(CommandError, match="no pending"):
+        call_command("pair", "approve", code, "--tenant", "globex", stdout=io.StringIO())
+    assert PairingRequest.objects.get().state == "pending"
+
+
+def test_denied_senders_get_no_reply(client, world, telegram, platform, model_server, drain):
+    post_telegram(client, telegram_update("hi", message_id=1))
+    drain()
+    call_command("pair", "deny", PairingRequest.objects.get().code, "--tenant", "acme", stdout=io.StringIO())
+    post_telegram(client, telegram_update("let me in", message_id=2))
+    drain()
+    assert len(codes_sent(platform)) == 1 and model_server.requests == []
+
+
+def test_expired_codes_are_replaced(client, world, telegram, platform, drain):
+    post_telegram(client, telegram_update("hi", message_id=1))
+    drain()
+    PairingRequest.objects.update(expires_at=timezone.now() - timedelta(seconds=1))
+    post_telegram(client, telegram_update("hi", message_id=2))
+    drain()
+    states = sorted(PairingRequest.objects.values_list("state", flat=True))
+    assert states == ["expired", "pending"]
+    with pytest.raises(CommandError):
+        call_command("pair", "approve", PairingRequest.objects.get(state="expired").code, "--tenant", "acme",
+                     stdout=io.StringIO())
+
+
+def test_five_wrong_codes_lock_the_sender_for_an_hour(client, world, telegram, platform, drain):
+    post_telegram(client, telegram_update("hi", message_id=1))
+    drain()
+    real = PairingRequest.objects.get().code
+    wrong = "000000" if real != "000000" else "111111"
+    for i in range(5):
+        post_telegram(client, telegram_update(wrong, message_id=10 + i))
+    drain()
+    request = PairingRequest.objects.get()
+    assert request.state == "locked" and request.attempts == 5
+    assert request.locked_until > timezone.now() + timedelta(minutes=59)
+    before = len(codes_sent(platform))
+    post_telegram(client, telegram_update("please", message_id=20))
+    drain()
+    assert len(codes_sent(platform)) == before  # locked: silence
+
+
+@pytest.mark.parametrize("mode, replies", [("silent", 0), ("ignore", 0), ("code", 1)])
+def test_unpaired_response_setting(client, world, platform, drain, mode, replies):
+    binding_create(tenant=world.tenant_a, qor=world.qor_a, kind="telegram", unpaired_response=mode,
+                   credentials={"token": "111:AAA", "secret": "tg-secret-a"})
+    post_telegram(client, telegram_update("hi"))
+    drain()
+    assert len(codes_sent(platform)) == replies
+    assert PairingRequest.objects.count() == (0 if mode == "ignore" else 1)
+
+
+def test_the_owner_approves_with_slash_pair_from_a_trusted_surface(client, world, telegram, platform, drain):
+    post_telegram(client, telegram_update("hi"))
+    drain()
+    code = PairingRequest.objects.get().code
+    owner = api_token_create(tenant=world.tenant_a, user=world.alice)[1]
+    member = api_token_create(tenant=world.tenant_a, user=world.bob)[1]
+
+    def say(token, text):
+        client.post("/v1/qors/aria/messages", data=json.dumps({"content": text}),
+                    content_type="application/json", HTTP_AUTHORIZATION=f"Bearer {token}")
+        drain()
+        return Message.objects.filter(role="assistant").order_by("-id").first().content
+
+    assert "Only the owner" in say(member, f"/pair approve {code}")
+    assert PairingRequest.objects.get().state == "pending"
+    assert code in say(owner, "/pair list")
+    assert say(owner, f"/pair approve {code}").startswith("Approved telegram sender")
+    request = PairingRequest.objects.get()
+    assert (request.state, request.decided_by, request.decided_via) == ("approved", world.alice, "chat:web")
+
+
+def test_pair_list_shows_pending_requests(client, world, telegram, platform, drain):
+    post_telegram(client, telegram_update("hi", first_name="Ravi"))
+    drain()
+    out = io.StringIO()
+    call_command("pair", "list", "--tenant", "acme", stdout=out)
+    assert PairingRequest.objects.get().code in out.getvalue() and "Ravi" in out.getvalue()

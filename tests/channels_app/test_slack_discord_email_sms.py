@@ -1,0 +1,266 @@
+"""Slack, Discord, email and SMS: real payload formats, real signatures, fake APIs."""
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
+from django.core import mail
+
+from channels_app.adapters import adapter_for
+from channels_app.adapters.base import hmac_hex
+from channels_app.adapters.sms import twilio_signature
+from channels_app.models import InboundEvent, PairingRequest
+from channels_app.receive import inbound_receive
+from channels_app.services import binding_create
+from sessions_app.models import Message, Session
+
+from ..fakes.model_server import reply
+from .conftest import pair
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+# --- Slack ---------------------------------------------------------------------------------
+
+@pytest.fixture
+def slack(world):
+    return binding_create(tenant=world.tenant_a, qor=world.qor_a, kind="slack", credentials={
+        "app_id": "A0APP", "bot_token": "xoxb-1", "signing_secret": "slack-signing", "bot_user_id": "UBOT"})
+
+
+def post_slack(client, body, secret="slack-signing", stamp=None, **headers):
+    raw = json.dumps(body).encode()
+    stamp = str(int(time.time())) if stamp is None else stamp
+    sig = "v0=" + hmac_hex(secret, b"v0:" + stamp.encode() + b":" + raw)
+    return client.post("/v1/webhooks/slack", data=raw, content_type="application/json",
+                       HTTP_X_SLACK_SIGNATURE=sig, HTTP_X_SLACK_REQUEST_TIMESTAMP=stamp, **headers)
+
+
+def slack_event(text, *, channel_type="im", channel="D0DM", user="U0PRIYA", event_id="Ev01", kind="message"):
+    return {
+        "token": "legacy", "team_id": "T0TEAM", "api_app_id": "A0APP", "type": "event_callback",
+        "event_id": event_id, "event_time": int(time.time()),
+        "event": {"type": kind, "channel": channel, "user": user, "text": text, "ts": "1712345678.000100",
+                  "channel_type": channel_type, "event_ts": "1712345678.000100"},
+    }
+
+
+def test_slack_url_verification_is_answered_after_the_signature_check(client, world, slack):
+    body = {"token": "x", "challenge": "3eZbrw1aBm2rZgRNFdxV2595E9CY3gmdALWMmHkvFXO7tYXAYM8P", "type": "url_verification"}
+    ok = post_slack(client, body)
+    assert ok.status_code == 200 and ok.json() == {"challenge": body["challenge"]}
+    assert post_slack(client, body, secret="wrong").status_code == 401
+
+
+def test_slack_dm_gets_a_reply_via_chat_post_message(client, world, slack, platform, model_server, drain):
+    pair(world, "slack", "U0PRIYA", world.alice)
+    model_server.add(reply("Hi from Slack"))
+    assert post_slack(client, slack_event("hello")).status_code == 200
+    drain()
+    (sent,) = platform.sent(r"/slack/api/chat.postMessage")
+    assert sent.json == {"channel": "D0DM", "text": "Hi from Slack"}
+    assert sent.headers["Authorization"] == "Bearer xoxb-1"
+    assert Message.objects.get(role="user").channel == "slack_dm"
+
+
+@pytest.mark.parametrize("case", ["missing", "bad", "stale"])
+def test_slack_bad_missing_or_stale_signatures_are_rejected(client, world, slack, platform, case):
+    if case == "missing":
+        response = client.post("/v1/webhooks/slack", data=json.dumps(slack_event("x")), content_type="application/json")
+    elif case == "bad":
+        response = post_slack(client, slack_event("x"), secret="not-it")
+    else:
+        response = post_slack(client, slack_event("x"), stamp=str(int(time.time()) - 600))
+    assert response.status_code == 401
+    assert not InboundEvent.objects.exists()
+
+
+def test_slack_retries_are_answered_once(client, world, slack, platform, model_server, drain):
+    pair(world, "slack", "U0PRIYA", world.alice)
+    model_server.default = reply("once")
+    post_slack(client, slack_event("hello", event_id="EvSAME"))
+    post_slack(client, slack_event("hello", event_id="EvSAME"), HTTP_X_SLACK_RETRY_NUM="1",
+               HTTP_X_SLACK_RETRY_REASON="http_timeout")
+    drain()
+    assert Message.objects.filter(role="user").count() == 1
+    assert len(platform.sent("chat.postMessage")) == 1
+
+
+def test_slack_channel_messages_are_a_group_answered_only_on_mention(client, world, slack, platform, model_server, drain):
+    model_server.default = reply("On it.")
+    post_slack(client, slack_event("lunch?", channel_type="channel", channel="C0GEN", event_id="Ev1"))
+    post_slack(client, slack_event("<@UBOT> book a table", channel_type="channel", channel="C0GEN",
+                                   event_id="Ev2", kind="app_mention"))
+    post_slack(client, slack_event("<@UBOT> book a table", channel_type="channel", channel="C0GEN", event_id="Ev3"))
+    drain()
+    session = Session.objects.get()
+    assert (session.kind, session.channel, session.external_thread_id) == ("group", "slack", "C0GEN")
+    assert [m.content for m in Message.objects.filter(role="user").order_by("seq")] == ["lunch?", "<@UBOT> book a table"]
+    assert len(model_server.requests) == 1
+    assert platform.sent("chat.postMessage")[0].json["channel"] == "C0GEN"
+
+
+# --- Discord -------------------------------------------------------------------------------
+
+@pytest.fixture
+def discord_key():
+    return Ed25519PrivateKey.generate()
+
+
+@pytest.fixture
+def discord(world, discord_key):
+    public = discord_key.public_key().public_bytes(Encoding.Raw, PublicFormat.Raw).hex()
+    return binding_create(tenant=world.tenant_a, qor=world.qor_a, kind="discord", credentials={
+        "application_id": "9001", "public_key": public, "bot_token": "discord-bot-token"})
+
+
+def post_discord(client, body, key):
+    raw = json.dumps(body).encode()
+    stamp = str(int(time.time()))
+    sig = key.sign(stamp.encode() + raw).hex()
+    return client.post("/v1/webhooks/discord", data=raw, content_type="application/json",
+                       HTTP_X_SIGNATURE_ED25519=sig, HTTP_X_SIGNATURE_TIMESTAMP=stamp)
+
+
+def test_discord_ping_is_answered_with_pong_and_bad_signatures_refused(client, world, discord, discord_key):
+    ping = {"id": "1", "application_id": "9001", "type": 1, "token": "t", "version": 1}
+    assert post_discord(client, ping, discord_key).json() == {"type": 1}
+    assert post_discord(client, ping, Ed25519PrivateKey.generate()).status_code == 401
+
+
+def test_discord_ask_command_is_deferred_then_answered_by_followup(
+    client, world, discord, discord_key, platform, model_server, drain
+):
+    pair(world, "discord", "80351110224678912", world.alice)
+    model_server.add(reply("42, obviously."))
+    body = {
+        "id": "1234567890", "application_id": "9001", "type": 2, "token": "interaction-token", "version": 1,
+        "channel_id": "555", "user": {"id": "80351110224678912", "username": "priya", "global_name": "Priya"},
+        "data": {"id": "77", "name": "ask", "type": 1,
+                 "options": [{"name": "question", "type": 3, "value": "meaning of life?"}]},
+    }
+    response = post_discord(client, body, discord_key)
+    assert response.json() == {"type": 5}
+    assert post_discord(client, body, discord_key).json() == {"type": 5}  # a redelivery
+    drain()
+    (sent,) = platform.sent(r"/discord/api/v10/webhooks/9001/interaction-token")
+    assert sent.json == {"content": "42, obviously."}
+    assert Message.objects.get(role="user").channel == "discord_dm"
+
+
+DM_CREATE = {
+    "type": 0, "tts": False, "timestamp": "2026-11-30T10:00:00.000000+00:00", "pinned": False,
+    "mentions": [], "mention_roles": [], "mention_everyone": False, "id": "1111111111111111111",
+    "flags": 0, "embeds": [], "edited_timestamp": None, "content": "hello from discord",
+    "components": [], "channel_id": "2222222222222222222", "attachments": [],
+    "author": {"username": "priya", "public_flags": 0, "id": "80351110224678912", "global_name": "Priya",
+               "discriminator": "0", "avatar": None},
+}
+
+
+def test_gateway_message_create_dm_is_answered_in_the_dm_channel(world, discord, platform, model_server, drain):
+    pair(world, "discord", "80351110224678912", world.alice)
+    model_server.add(reply("Hi Priya"))
+    message = adapter_for("discord").from_gateway(discord, DM_CREATE, bot_user_id="9001")
+    assert (message.channel, message.group, message.addressed) == ("discord_dm", False, True)
+    inbound_receive(binding=discord, message=message)
+    drain()
+    (sent,) = platform.sent(r"/discord/api/v10/channels/2222222222222222222/messages")
+    assert sent.json == {"content": "Hi Priya"}
+    assert sent.headers["Authorization"] == "Bot discord-bot-token"
+
+
+def test_gateway_guild_messages_are_answered_only_when_the_bot_is_mentioned(world, discord):
+    adapter = adapter_for("discord")
+    plain = {**DM_CREATE, "guild_id": "3333", "content": "anyone here?"}
+    mention = {**DM_CREATE, "guild_id": "3333", "id": "2", "content": "<@9001> help",
+               "mentions": [{"id": "9001", "username": "aria", "bot": True}]}
+    from_bot = {**DM_CREATE, "author": {"id": "9001", "username": "aria", "bot": True}}
+    assert adapter.from_gateway(discord, plain, "9001").addressed is False
+    assert adapter.from_gateway(discord, mention, "9001").addressed is True
+    assert adapter.from_gateway(discord, mention, "9001").channel == "discord"
+    assert adapter.from_gateway(discord, from_bot, "9001") is None
+
+
+def test_discord_replies_are_split_at_2000_characters(world, discord, platform, model_server, drain):
+    pair(world, "discord", "80351110224678912", world.alice)
+    model_server.add(reply("word " * 900))
+    inbound_receive(binding=discord, message=adapter_for("discord").from_gateway(discord, DM_CREATE, "9001"))
+    drain()
+    parts = [r.json["content"] for r in platform.sent("/messages")]
+    assert len(parts) == 3 and all(len(p) <= 2000 for p in parts)
+
+
+def test_pairing_on_telegram_does_not_admit_the_same_id_on_discord(client, world, discord, platform, model_server, drain):
+    from channels_app.models import Identity
+
+    pair(world, "telegram", "80351110224678912", world.alice)
+    inbound_receive(binding=discord, message=adapter_for("discord").from_gateway(discord, DM_CREATE, "9001"))
+    drain()
+    assert model_server.requests == []
+    assert PairingRequest.objects.get().channel == "discord"
+    assert Identity.objects.get(channel="discord").approval == "pending"
+
+
+# --- Email ---------------------------------------------------------------------------------
+
+@pytest.fixture
+def email(world):
+    return binding_create(tenant=world.tenant_a, qor=world.qor_a, kind="email",
+                          credentials={"address": "aria@acme.example", "secret": "mail-secret"})
+
+
+def post_email(client, body, secret="mail-secret"):
+    headers = {"HTTP_X_QORVEN_EMAIL_SECRET": secret} if secret else {}
+    return client.post("/v1/webhooks/email", data=json.dumps(body), content_type="application/json", **headers)
+
+
+def email_body(text, message_id, in_reply_to=""):
+    return {"from": "Priya <priya@example.com>", "to": "aria@acme.example", "subject": "Trip plans",
+            "text": text, "message_id": message_id, "in_reply_to": in_reply_to}
+
+
+def test_email_threads_are_their_own_sessions_and_replies_go_by_smtp(client, world, email, model_server, drain):
+    pair(world, "email", "priya@example.com", world.alice)
+    model_server.default = reply("Sounds good.")
+    post_email(client, email_body("Can we go in May?", "<m1@example.com>"))
+    post_email(client, email_body("Or June?", "<m2@example.com>", in_reply_to="<m1@example.com>"))
+    post_email(client, email_body("Different topic", "<m3@example.com>"))
+    drain()
+    sessions = Session.objects.filter(kind="email")
+    assert sorted(s.external_thread_id for s in sessions) == ["<m1@example.com>", "<m3@example.com>"]
+    assert len(mail.outbox) == 3
+    first = mail.outbox[0]
+    assert first.to == ["priya@example.com"] and first.subject == "Re: Trip plans"
+    assert first.extra_headers["In-Reply-To"] == "<m1@example.com>"
+    assert post_email(client, email_body("x", "<m9@example.com>"), secret="wrong").status_code == 401
+
+
+# --- SMS -----------------------------------------------------------------------------------
+
+@pytest.fixture
+def sms(world, settings):
+    settings.QORVEN_PUBLIC_URL = "https://qorven.example"
+    return binding_create(tenant=world.tenant_a, qor=world.qor_a, kind="sms",
+                          credentials={"number": "+15550001111", "account_sid": "AC123", "auth_token": "twilio-token"})
+
+
+def post_sms(client, params, token="twilio-token"):
+    sig = twilio_signature(token, "https://qorven.example/v1/webhooks/sms", params)
+    return client.post("/v1/webhooks/sms", data=params, HTTP_X_TWILIO_SIGNATURE=sig)
+
+
+def test_sms_is_verified_and_answered_through_the_messages_api(client, world, sms, platform, model_server, drain):
+    pair(world, "sms", "+15557654321", world.alice)
+    model_server.add(reply("Text back"))
+    params = {"MessageSid": "SM1", "AccountSid": "AC123", "From": "+15557654321", "To": "+15550001111", "Body": "hi"}
+    assert post_sms(client, params).status_code == 200
+    assert post_sms(client, params, token="forged").status_code == 401
+    drain()
+    (sent,) = platform.sent(r"/twilio/2010-04-01/Accounts/AC123/Messages.json")
+    assert sent.form == {"To": "+15557654321", "From": "+15550001111", "Body": "Text back"}
+    session = Session.objects.get()
+    assert (session.kind, session.external_thread_id) == ("sms", "+15557654321")
