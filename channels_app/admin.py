@@ -1,0 +1,130 @@
+from __future__ import annotations
+
+import json
+
+from django import forms
+from django.contrib import admin, messages
+
+from qorven.errors import NotFound
+
+from .models import ChannelBinding, Identity, InboundEvent, OutboundDelivery, PairingRequest, PluginSetting
+from .pairing import pairing_approve, pairing_deny
+
+
+class BindingForm(forms.ModelForm):
+    """Credentials are write-only: the form shows which keys are set, never their values,
+    and keys left out of the new JSON keep their stored value."""
+
+    new_credentials = forms.CharField(
+        required=False, widget=forms.Textarea(attrs={"rows": 4}),
+        help_text='JSON object of credentials to set or replace, e.g. {"token": "…"}. Leave empty to keep them.',
+    )
+
+    class Meta:
+        model = ChannelBinding
+        exclude = ["credentials", "webhook_secret"]
+
+    def clean_new_credentials(self) -> dict:
+        raw = self.cleaned_data.get("new_credentials", "").strip()
+        if not raw:
+            return {}
+        try:
+            value = json.loads(raw)
+        except json.JSONDecodeError as exc:
+            raise forms.ValidationError(f"not valid JSON: {exc.msg}") from None
+        if not isinstance(value, dict) or not all(isinstance(v, str) for v in value.values()):
+            raise forms.ValidationError("a JSON object of strings")
+        return value
+
+    def save(self, commit: bool = True) -> ChannelBinding:
+        binding = super().save(commit=False)
+        binding.credentials = {**(binding.credentials or {}), **self.cleaned_data.get("new_credentials", {})}
+        if commit:
+            binding.save()
+        return binding
+
+
+@admin.register(ChannelBinding)
+class ChannelBindingAdmin(admin.ModelAdmin):
+    form = BindingForm
+    list_display = ["__str__", "tenant", "qor", "kind", "enabled", "unpaired_response", "credential_keys"]
+    list_filter = ["kind", "enabled", "tenant"]
+    readonly_fields = ["credential_keys"]
+
+    @admin.display(description="credentials set")
+    def credential_keys(self, obj: ChannelBinding) -> str:
+        return ", ".join(sorted(k for k, v in (obj.credentials or {}).items() if v)) or "—"
+
+
+@admin.register(Identity)
+class IdentityAdmin(admin.ModelAdmin):
+    list_display = ["__str__", "tenant", "display_name", "user", "trust_level", "approval", "updated_at"]
+    list_filter = ["channel", "approval", "trust_level", "tenant"]
+    search_fields = ["external_id", "display_name", "user__username"]
+    raw_id_fields = ["user"]
+
+
+@admin.register(PairingRequest)
+class PairingRequestAdmin(admin.ModelAdmin):
+    list_display = ["code", "channel", "external_id", "tenant", "state", "expires_at", "attempts", "decided_by",
+                    "decided_at"]
+    list_filter = ["state", "channel", "tenant"]
+    readonly_fields = [f.name for f in PairingRequest._meta.fields]
+    actions = ["approve", "deny"]
+
+    def has_add_permission(self, request) -> bool:
+        return False
+
+    @admin.action(description="Approve (a new user is made for each sender)")
+    def approve(self, request, queryset):
+        self._decide(request, queryset, approve=True)
+
+    @admin.action(description="Deny")
+    def deny(self, request, queryset):
+        self._decide(request, queryset, approve=False)
+
+    def _decide(self, request, queryset, *, approve: bool) -> None:
+        done = 0
+        for pairing in queryset.filter(state=PairingRequest.State.PENDING).select_related("tenant"):
+            try:
+                if approve:
+                    pairing_approve(tenant=pairing.tenant, code=pairing.code, by=request.user, via="admin")
+                else:
+                    pairing_deny(tenant=pairing.tenant, code=pairing.code, by=request.user, via="admin")
+                done += 1
+            except NotFound:
+                self.message_user(request, f"{pairing.code} has expired", messages.WARNING)
+        self.message_user(request, f"{'Approved' if approve else 'Denied'} {done} request(s).")
+
+
+@admin.register(PluginSetting)
+class PluginSettingAdmin(admin.ModelAdmin):
+    list_display = ["tenant", "kind", "name", "enabled"]
+    list_filter = ["kind", "enabled", "tenant"]
+    list_editable = ["enabled"]
+
+
+@admin.register(InboundEvent)
+class InboundEventAdmin(admin.ModelAdmin):
+    list_display = ["external_id", "binding", "tenant", "state", "result", "created_at"]
+    list_filter = ["state", "result"]
+    readonly_fields = [f.name for f in InboundEvent._meta.fields]
+
+    def has_add_permission(self, request) -> bool:
+        return False
+
+    def has_change_permission(self, request, obj=None) -> bool:
+        return False
+
+
+@admin.register(OutboundDelivery)
+class OutboundDeliveryAdmin(admin.ModelAdmin):
+    list_display = ["message", "part", "binding", "state", "attempts", "sent_at", "last_error"]
+    list_filter = ["state"]
+    readonly_fields = [f.name for f in OutboundDelivery._meta.fields]
+
+    def has_add_permission(self, request) -> bool:
+        return False
+
+    def has_change_permission(self, request, obj=None) -> bool:
+        return False
