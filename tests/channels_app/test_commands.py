@@ -1,0 +1,59 @@
+from __future__ import annotations
+
+import io
+
+import pytest
+from django.core.management import call_command
+from django.core.management.base import CommandError
+
+from channels_app.adapters.base import secret_digest
+from channels_app.models import ChannelBinding
+from sessions_app.models import Message
+
+from ..fakes.model_server import reply
+from .conftest import pair
+from .payloads import post_telegram, post_whatsapp, telegram_update, whatsapp_body
+
+
+def test_bind_creates_a_binding_without_printing_secrets(world):
+    out = io.StringIO()
+    call_command("bind", "telegram", "--tenant", "acme", "--qor", "aria", "--token", "999:SECRET",
+                 "--secret", "hook-secret", "--username", "aria_bot", stdout=out)
+    binding = ChannelBinding.objects.get()
+    assert (binding.kind, binding.tenant, binding.qor) == ("telegram", world.tenant_a, world.qor_a)
+    assert binding.lookup_key == secret_digest("hook-secret")
+    assert binding.credentials["token"] == "999:SECRET"
+    assert "999:SECRET" not in out.getvalue() and "hook-secret" not in out.getvalue()
+    # Running it again updates the same binding.
+    call_command("bind", "telegram", "--tenant", "acme", "--qor", "aria", "--token", "999:NEW",
+                 "--secret", "hook-secret", stdout=io.StringIO())
+    assert ChannelBinding.objects.get().credentials["token"] == "999:NEW"
+
+
+def test_bind_reports_missing_credentials_and_foreign_qors(world):
+    with pytest.raises(CommandError, match="--app-secret"):
+        call_command("bind", "whatsapp", "--tenant", "acme", "--qor", "aria", "--phone-number-id", "1",
+                     "--token", "t", "--verify-token", "v", stdout=io.StringIO())
+    with pytest.raises(CommandError, match="no qor"):
+        call_command("bind", "telegram", "--tenant", "globex", "--qor", "nope", "--token", "t", "--secret", "s",
+                     stdout=io.StringIO())
+    assert not ChannelBinding.objects.exists()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_history_on_telegram_shows_only_telegram_messages(client, world, telegram, whatsapp, platform,
+                                                          model_server, drain):
+    pair(world, "telegram", "42", world.alice)
+    pair(world, "whatsapp", "15550100", world.alice)
+    model_server.add(reply("tg answer"), reply("wa answer"))
+    post_telegram(client, telegram_update("from telegram", message_id=1))
+    drain()
+    post_whatsapp(client, whatsapp_body("from whatsapp"))
+    drain()
+    post_telegram(client, telegram_update("/history", message_id=2))
+    drain()
+    history = platform.sent("sendMessage")[-1].json["text"]
+    assert "from telegram" in history and "tg answer" in history
+    assert "whatsapp" not in history
+    assert len(model_server.requests) == 2  # the command never reached the model
+    assert Message.objects.filter(content="/history", channel="telegram").exists()
