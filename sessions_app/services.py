@@ -20,7 +20,7 @@ from qorven.models import Qor, Tenant
 
 from .channels import CHAT_FAMILY, OWN_SESSION_CHANNELS
 from .errors import SessionClosed
-from .models import Message, Session
+from .models import Image, Message, Session
 from .signals import message_appended
 
 
@@ -235,3 +235,24 @@ def session_mark_replied(*, session_id: int, through_seq: int) -> None:
     Session.objects.filter(pk=session_id, replied_through_seq__lt=through_seq).update(
         replied_through_seq=through_seq
     )
+
+
+def session_archive(*, session_id: int) -> bool:
+    """Close a non-canonical session (a finished cron run, an ended thread). True if it was
+    active. Its messages stay; appends to it fail with SessionClosed from now on."""
+    return bool(
+        Session.objects.filter(pk=session_id, state=Session.State.ACTIVE)
+        .exclude(kind=Session.Kind.CANONICAL)
+        .update(state=Session.State.ARCHIVED, ended_at=timezone.now())
+    )
+
+
+def image_prune(*, tenant: Tenant, older_than: datetime | None = None) -> int:
+    """Delete the tenant's images created before `older_than` (all of them when None).
+    Returns how many were deleted."""
+    images = Image.objects.filter(tenant=tenant)
+    if older_than is not None:
+        images = images.filter(created_at__lt=older_than)
+    _, per_model = images.delete()
+    return per_model.get(Image._meta.label, 0)
+
