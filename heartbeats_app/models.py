@@ -3,9 +3,14 @@ from __future__ import annotations
 
 from django.conf import settings
 from django.db import models
+from django.utils import timezone
 
 from qorven.models import Qor, Tenant, TimestampedModel
 from sessions_app.channels import Channel
+
+CLEAR_IMAGES = "__qorven_clear_images__"
+# Beats with these names run natively (no model call); see heartbeats_app/runs.py.
+RESERVED_NAMES = frozenset({CLEAR_IMAGES})
 
 
 class Heartbeat(TimestampedModel):
@@ -53,3 +58,42 @@ class Heartbeat(TimestampedModel):
 
     def __str__(self) -> str:
         return self.name
+
+
+class HeartbeatRun(models.Model):
+    """One run of a beat for one scheduled tick. The unique (heartbeat, tick) row is the
+    per-run lock: two beat processes sending the same tick get one run."""
+
+    class Status(models.TextChoices):
+        RUNNING = "running"
+        OK = "ok"
+        NOOP = "noop"
+        SKIPPED = "skipped"
+        FAILED = "failed"
+
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="+")
+    heartbeat = models.ForeignKey(Heartbeat, on_delete=models.CASCADE, related_name="runs")
+    tick = models.DateTimeField(help_text="The scheduled time this run is for (a manual run: when it was asked).")
+    manual = models.BooleanField(default=False)
+    status = models.CharField(max_length=8, choices=Status.choices, default=Status.RUNNING)
+    reason = models.CharField(max_length=32, blank=True, default="", help_text="Why a run was skipped.")
+    attempts = models.PositiveSmallIntegerField(default=1)
+    started_at = models.DateTimeField(default=timezone.now)
+    finished_at = models.DateTimeField(null=True, blank=True)
+    duration_ms = models.PositiveIntegerField(null=True, blank=True)
+    output = models.TextField(blank=True, default="")
+    error = models.TextField(blank=True, default="")
+    tokens = models.PositiveIntegerField(default=0)
+    session = models.ForeignKey(
+        "sessions_app.Session", on_delete=models.SET_NULL, null=True, blank=True, related_name="+"
+    )
+    delivered_message = models.ForeignKey(
+        "sessions_app.Message", on_delete=models.SET_NULL, null=True, blank=True, related_name="+"
+    )
+
+    class Meta:
+        ordering = ["-tick"]
+        constraints = [models.UniqueConstraint(fields=["heartbeat", "tick"], name="heartbeat_run_unique_tick")]
+
+    def __str__(self) -> str:
+        return f"{self.heartbeat} @ {self.tick:%Y-%m-%d %H:%M} ({self.status})"

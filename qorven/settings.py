@@ -135,7 +135,13 @@ CELERY_TIMEZONE = TIME_ZONE
 CELERY_TASK_TIME_LIMIT = env.int("QORVEN_TASK_TIME_LIMIT", default=900)
 # Redis re-delivers an unacknowledged task after this; it must outlast the longest task.
 CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": CELERY_TASK_TIME_LIMIT * 2}
-CELERY_BEAT_SCHEDULER = "django_celery_beat.schedulers:DatabaseScheduler"
+# django-celery-beat's DatabaseScheduler, telling heartbeat runs which tick they are for.
+CELERY_BEAT_SCHEDULER = "heartbeats_app.scheduler:HeartbeatScheduler"
+
+# Heartbeats: the defaults file synced on startup, and how long images are kept by the
+# reserved __qorven_clear_images__ beat (seconds or 30m / 12h / 7d / 2w; 0 = delete all).
+QORVEN_HEARTBEATS_FILE = Path(env.str("QORVEN_HEARTBEATS_FILE", default=str(BASE_DIR / "heartbeats.default.json")))
+QORVEN_IMAGE_RETENTION = env.str("QORVEN_IMAGE_RETENTION", default="0")
 
 # Product switches.
 QORVEN_LEGACY_SESSIONS = env.bool("QORVEN_LEGACY_SESSIONS", default=False)

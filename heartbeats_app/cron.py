@@ -1,0 +1,153 @@
+"""Cron expressions of heartbeats: validation, and the ticks around a moment.
+
+A beat's schedule is a classic five-field expression (minute hour day-of-month month
+day-of-week) or one of the aliases @hourly, @daily, @weekly, @monthly, @yearly. It is
+parsed with Celery's own crontab parser, because Celery beat is what runs it; that means
+Celery's semantics too: a day must match *both* day-of-month and day-of-week when both are
+restricted (classic cron matches either). Day-of-week 0 and 7 are Sunday; names work
+(mon-fri, jan).
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from datetime import date, datetime, timedelta
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+from celery.schedules import crontab
+
+ALIASES = {
+    "@hourly": "0 * * * *",
+    "@daily": "0 0 * * *",
+    "@midnight": "0 0 * * *",
+    "@weekly": "0 0 * * 0",
+    "@monthly": "0 0 1 * *",
+    "@yearly": "0 0 1 1 *",
+    "@annually": "0 0 1 1 *",
+}
+FIELDS = ("minute", "hour", "day_of_month", "month_of_year", "day_of_week")
+_LABELS = {"minute": "minute", "hour": "hour", "day_of_month": "day-of-month",
+           "month_of_year": "month", "day_of_week": "day-of-week"}
+# Long enough to find Feb 29 falling on a given weekday (a 28-year cycle).
+_LOOKAHEAD_DAYS = 366 * 29
+
+
+class CronError(ValueError):
+    """A cron expression or timezone that cannot be scheduled; the message says why."""
+
+
+@dataclass(frozen=True)
+class Cron:
+    """A validated schedule: the five normalised fields and the expanded sets."""
+
+    expression: str
+    minute: str
+    hour: str
+    day_of_month: str
+    month_of_year: str
+    day_of_week: str
+
+    def fields(self) -> dict[str, str]:
+        return {name: getattr(self, name) for name in FIELDS}
+
+    def schedule(self) -> crontab:
+        return crontab(**self.fields())
+
+
+def cron_parse(expression: str) -> Cron:
+    """Validate `expression` and return it normalised; raises CronError with a reason a
+    person (or a model) can act on."""
+    if not isinstance(expression, str) or not expression.strip():
+        raise CronError("the cron expression is empty; use five fields like '0 8 * * 1-5'")
+    text = " ".join(expression.split())
+    expanded = ALIASES.get(text.lower(), text)
+    parts = expanded.split(" ")
+    if len(parts) != 5:
+        raise CronError(
+            f"{text!r} has {len(parts)} field(s); a cron expression has five: "
+            "minute hour day-of-month month day-of-week (e.g. '0 8 * * 1-5' for 08:00 on weekdays)"
+        )
+    minute, hour, dom, month, dow = parts
+    values = {"minute": minute, "hour": hour, "day_of_month": dom, "month_of_year": month,
+              "day_of_week": _sunday_as_zero(dow)}
+    for name, value in values.items():
+        try:
+            crontab(**{name: value})
+        except (ValueError, TypeError) as exc:
+            raise CronError(f"{text!r}: bad {_LABELS[name]} field {value!r} ({exc})") from None
+    try:
+        crontab(**values)
+    except (ValueError, TypeError) as exc:
+        raise CronError(f"{text!r}: {exc}") from None
+    return Cron(expression=text, **values)
+
+
+def timezone_parse(name: str) -> ZoneInfo:
+    try:
+        return ZoneInfo(name)
+    except (ZoneInfoNotFoundError, ValueError):
+        raise CronError(f"unknown timezone {name!r}; use an IANA name such as 'Europe/Paris' or 'UTC'") from None
+
+
+def _sunday_as_zero(dow: str) -> str:
+    # Classic cron accepts 7 for Sunday; Celery's parser stops at 6.
+    out = []
+    for part in dow.split(","):
+        if part == "7":
+            out.append("0")
+        elif m := re.fullmatch(r"(\d)-7", part):
+            out.append(f"{m.group(1)}-6,0" if m.group(1) != "0" else "*")
+        else:
+            out.append(part)
+    return ",".join(out)
+
+
+def _day_matches(schedule: crontab, day: date) -> bool:
+    return (
+        day.month in schedule.month_of_year
+        and day.day in schedule.day_of_month
+        and day.isoweekday() % 7 in schedule.day_of_week
+    )
+
+
+def _localise(naive: datetime, zone: ZoneInfo) -> datetime:
+    return naive.replace(tzinfo=zone)
+
+
+def tick_previous(schedule: crontab, zone: ZoneInfo, now: datetime) -> datetime | None:
+    """The latest moment at or before `now` the schedule fires, in `zone`; None if it
+    never fired within the look-back window."""
+    local = now.astimezone(zone).replace(tzinfo=None, second=0, microsecond=0)
+    hours = sorted(schedule.hour, reverse=True)
+    minutes = sorted(schedule.minute, reverse=True)
+    for offset in range(_LOOKAHEAD_DAYS):
+        day = local.date() - timedelta(days=offset)
+        if not _day_matches(schedule, day):
+            continue
+        for hour in hours:
+            if offset == 0 and hour > local.hour:
+                continue
+            for minute in minutes:
+                if offset == 0 and hour == local.hour and minute > local.minute:
+                    continue
+                return _localise(datetime.combine(day, datetime.min.time()).replace(hour=hour, minute=minute), zone)
+    return None
+
+
+def tick_next(schedule: crontab, zone: ZoneInfo, after: datetime) -> datetime | None:
+    """The first moment strictly after `after` the schedule fires, in `zone`."""
+    local = after.astimezone(zone).replace(tzinfo=None, second=0, microsecond=0)
+    hours = sorted(schedule.hour)
+    minutes = sorted(schedule.minute)
+    for offset in range(_LOOKAHEAD_DAYS):
+        day = local.date() + timedelta(days=offset)
+        if not _day_matches(schedule, day):
+            continue
+        for hour in hours:
+            if offset == 0 and hour < local.hour:
+                continue
+            for minute in minutes:
+                if offset == 0 and hour == local.hour and minute <= local.minute:
+                    continue
+                return _localise(datetime.combine(day, datetime.min.time()).replace(hour=hour, minute=minute), zone)
+    return None

@@ -1,0 +1,35 @@
+from __future__ import annotations
+
+from django.conf import settings
+from django.core.management.base import BaseCommand, CommandError
+
+
+class Command(BaseCommand):
+    help = (
+        "Run Celery beat for the scale-out layout (needs REDIS_URL or CELERY_BROKER_URL): syncs the "
+        "heartbeats defaults file, then sends each due heartbeat to the workers, reading the "
+        "schedule from the database (django-celery-beat). Run exactly one. On the embedded default "
+        "there is nothing to run: `qorven serve` fires heartbeats itself."
+    )
+
+    def add_arguments(self, parser):
+        parser.add_argument("--loglevel", "-l", default="INFO", help="log level (default INFO)")
+        parser.add_argument(
+            "--max-interval", type=float, default=5.0,
+            help="longest sleep between schedule checks, seconds (default 5)",
+        )
+        parser.add_argument("--no-sync", action="store_true", help="do not sync the defaults file first")
+
+    def handle(self, *args, **opts):
+        if not settings.CELERY_BROKER_URL:
+            raise CommandError("No broker configured: set REDIS_URL (or CELERY_BROKER_URL) to run beat.")
+        from heartbeats_app.scheduler import SCHEDULER_PATH
+        from heartbeats_app.startup import beats_sync_on_startup
+        from qorven.celery import app
+
+        if not opts["no_sync"]:
+            beats_sync_on_startup(self.stdout, self.stderr)
+        app.Beat(
+            app=app, scheduler=SCHEDULER_PATH, loglevel=opts["loglevel"], max_interval=opts["max_interval"],
+            quiet=False,
+        ).run()

@@ -1,0 +1,379 @@
+"""One run of a heartbeat: claim the tick, decide whether the model is needed, run the
+heartbeat sub-agent in a cron session of its own, record the outcome, deliver the result.
+
+Cost control, cheapest first: a paused beat or a tick already claimed does nothing; a spent
+tenant budget or a beat whose inputs have not changed since its last HEARTBEAT_OK is
+recorded as skipped without a model call; an answer of HEARTBEAT_OK is recorded and not
+delivered. The reserved clear-images beat never calls a model.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import re
+import time
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+from asgiref.sync import async_to_sync
+from django.conf import settings
+from django.contrib.auth.models import AbstractBaseUser
+from django.db import IntegrityError, transaction
+from django.db.models import F
+from django.utils import timezone
+
+from qorven.errors import NotFound
+from qorven.llm import (
+    Completion,
+    ModelRoute,
+    Provider,
+    ProviderUnavailable,
+    Usage,
+    provider_for,
+    route_for,
+)
+from qorven.models import Tenant
+from qorven.selectors import budget_exhausted, membership_get
+from qorven.services import usage_record
+from sessions_app.channels import Channel
+from sessions_app.models import Message, Session
+from sessions_app.selectors import canonical_session_find, messages_read
+from sessions_app.services import image_prune, message_append, session_archive, session_resolve
+
+from .cron import CronError, cron_parse, tick_previous, timezone_parse
+from .errors import HeartbeatNotFound
+from .models import CLEAR_IMAGES, Heartbeat, HeartbeatRun
+from .selectors import heartbeat_get, heartbeat_timezone
+
+logger = logging.getLogger(__name__)
+
+HEARTBEAT_OK = "HEARTBEAT_OK"
+CONTRACT = """\
+You are running as the scheduled heartbeat "{name}", not answering a message: nobody is
+waiting for a reply. Do the task below. If there is nothing worth telling {audience} right
+now, answer with exactly HEARTBEAT_OK and nothing else; that answer is recorded and not
+sent. Otherwise answer with the message itself, ready to be sent as it is: short, no
+preamble, no mention of being a heartbeat."""
+RECENT_MESSAGES = 20
+RECENT_MESSAGE_CHARS = 500
+RUNS_KEPT = 200
+BEAT_TOOLS = frozenset({"set_beat", "list_beats", "update_beat", "delete_beat"})
+_NOOP = re.compile(rf"[\W_]*{HEARTBEAT_OK}[\W_]*")
+_DURATION = re.compile(r"(\d+)\s*([smhdw]?)")
+_UNITS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
+
+
+class RunFailed(Exception):
+    """A run failed in a way worth retrying (the model was unavailable); it is recorded."""
+
+    def __init__(self, run_id: int, message: str) -> None:
+        super().__init__(message)
+        self.run_id = run_id
+
+
+@dataclass
+class _Spent:
+    tokens: int = 0
+    calls: int = 0
+
+
+@dataclass
+class _Outcome:
+    status: str
+    output: str = ""
+    error: str = ""
+    reason: str = ""
+    session: Session | None = None
+    delivered: Message | None = None
+    inputs_hash: str | None = None  # None: leave the beat's hash as it is
+    spent: _Spent = field(default_factory=_Spent)
+
+
+def run_heartbeat(
+    *, tenant_id: int, heartbeat_id: int, tick: datetime | None = None, manual: bool = False,
+    run_id: int | None = None,
+) -> HeartbeatRun | None:
+    """Run the beat once for `tick` (its scheduled time; computed from the cron expression
+    when not given). Returns the run, or None when there was nothing to do: the beat is
+    gone or paused, or another process already has this tick. Raises RunFailed when the
+    model was unavailable (the failure is recorded first)."""
+    tenant = Tenant.objects.filter(pk=tenant_id).first()
+    if tenant is None:
+        return None
+    try:
+        beat = heartbeat_get(tenant=tenant, heartbeat_id=heartbeat_id)
+    except HeartbeatNotFound:
+        return None
+    if not beat.enabled and not manual:
+        return None
+    now = timezone.now()
+    if manual:
+        tick = tick or now
+    elif tick is None:
+        tick = _scheduled_tick(beat, now)
+    run = _claim(beat, tick, manual=manual, run_id=run_id)
+    if run is None:
+        logger.info("heartbeat %s tick %s is already being run elsewhere", beat.pk, tick.isoformat())
+        return None
+    started = time.monotonic()
+    spent = _Spent()
+    try:
+        outcome = _execute(beat, run, spent, manual=manual)
+    except ProviderUnavailable as exc:
+        _finish(beat, run, started, _Outcome(HeartbeatRun.Status.FAILED, error=str(exc)[:2000], spent=spent))
+        raise RunFailed(run.pk, str(exc)) from exc
+    except Exception as exc:
+        logger.exception("heartbeat %s failed", beat.pk)
+        _finish(beat, run, started, _Outcome(
+            HeartbeatRun.Status.FAILED, error=f"{type(exc).__name__}: {exc}"[:2000], spent=spent,
+        ))
+        return _reload(run)
+    _finish(beat, run, started, outcome)
+    return _reload(run)
+
+
+def _reload(run: HeartbeatRun) -> HeartbeatRun:
+    run.refresh_from_db()
+    return run
+
+
+def _scheduled_tick(beat: Heartbeat, now: datetime) -> datetime:
+    try:
+        tick = tick_previous(cron_parse(beat.cron).schedule(), timezone_parse(heartbeat_timezone(beat)), now)
+    except CronError:
+        tick = None
+    return tick or now.replace(second=0, microsecond=0)
+
+
+def _claim(beat: Heartbeat, tick: datetime, *, manual: bool, run_id: int | None) -> HeartbeatRun | None:
+    """Take the (beat, tick) lock: insert the run row. A retry re-takes its own failed run;
+    a run left 'running' longer than any task may live (its worker died) can be taken over."""
+    now = timezone.now()
+    if run_id is not None:
+        taken = HeartbeatRun.objects.filter(pk=run_id, heartbeat=beat, status=HeartbeatRun.Status.FAILED).update(
+            status=HeartbeatRun.Status.RUNNING, attempts=F("attempts") + 1, started_at=now, error=""
+        )
+        return HeartbeatRun.objects.get(pk=run_id) if taken else None
+    try:
+        with transaction.atomic():
+            return HeartbeatRun.objects.create(tenant=beat.tenant, heartbeat=beat, tick=tick, manual=manual)
+    except IntegrityError:
+        stale = now - timedelta(seconds=settings.CELERY_TASK_TIME_LIMIT)
+        taken = HeartbeatRun.objects.filter(
+            heartbeat=beat, tick=tick, status=HeartbeatRun.Status.RUNNING, started_at__lt=stale
+        ).update(attempts=F("attempts") + 1, started_at=now)
+        return HeartbeatRun.objects.get(heartbeat=beat, tick=tick) if taken else None
+
+
+def _execute(beat: Heartbeat, run: HeartbeatRun, spent: _Spent, *, manual: bool) -> _Outcome:
+    if beat.name == CLEAR_IMAGES:
+        return _clear_images(beat)
+    if budget_exhausted(tenant=beat.tenant):
+        return _Outcome(HeartbeatRun.Status.SKIPPED, reason="budget", error="the tenant's monthly token budget is spent")
+    route = route_for(beat.qor, "heartbeat")
+    if route.offline:
+        return _Outcome(HeartbeatRun.Status.SKIPPED, reason="offline", error="no model is configured for heartbeats")
+    user = beat.deliver_to or beat.owner
+    now = timezone.now()
+    context = _context(beat, user, now)
+    inputs_hash = hashlib.sha256(json.dumps(context.fingerprint, sort_keys=True, default=str).encode()).hexdigest()
+    if not manual and beat.last_inputs_hash and beat.last_inputs_hash == inputs_hash:
+        return _Outcome(
+            HeartbeatRun.Status.SKIPPED, reason="unchanged",
+            error="nothing changed since the last HEARTBEAT_OK, so the model was not asked",
+        )
+
+    session = session_resolve(
+        tenant=beat.tenant, qor=beat.qor, channel=Channel.CRON, thread_id=f"heartbeat:{beat.pk}:run:{run.pk}",
+        user=user,
+    )
+    HeartbeatRun.objects.filter(pk=run.pk).update(session=session)
+    try:
+        content = _converse(beat, run, session, user, route, context, spent)
+    finally:
+        session_archive(session_id=session.pk)
+    if not content.strip() or _NOOP.fullmatch(content.strip()):
+        return _Outcome(HeartbeatRun.Status.NOOP, output=content.strip(), session=session, inputs_hash=inputs_hash,
+                        spent=spent)
+    delivered, error = _deliver(beat, run, content)
+    return _Outcome(HeartbeatRun.Status.OK, output=content, error=error, session=session, delivered=delivered,
+                    inputs_hash="", spent=spent)
+
+
+@dataclass
+class _Context:
+    system: str
+    fingerprint: dict[str, Any]
+
+
+def _context(beat: Heartbeat, user: AbstractBaseUser | None, now: datetime) -> _Context:
+    """The system prompt of the run, and the fingerprint of its inputs (prompt, recent
+    messages of the user's chat, due reminders) that decides whether it may be skipped."""
+    from memory_app.reminders import reminders_due
+
+    qor = beat.qor
+    zone_name = heartbeat_timezone(beat)
+    local = now.astimezone(timezone_parse(zone_name))
+    audience = (user.get_full_name() or user.get_username()) if user is not None else "anyone"
+    sections = [qor.system_prompt.strip()]
+    if qor.project_context.strip():
+        sections.append("## Project context\n" + qor.project_context.strip())
+    sections.append("## Heartbeat\n" + CONTRACT.format(name=beat.name, audience=audience))
+    sections.append(f"It is now {local:%A %Y-%m-%d %H:%M} ({zone_name}).")
+
+    recent: list[Message] = []
+    reminders = []
+    if user is not None:
+        chat = canonical_session_find(tenant=beat.tenant, qor=qor, user=user)
+        if chat is not None:
+            recent = [
+                m for m in messages_read(session=chat, limit=RECENT_MESSAGES)
+                if m.role in (Message.Role.USER, Message.Role.ASSISTANT) and not m.metadata.get("notice")
+            ]
+        reminders = reminders_due(tenant=beat.tenant, qor=qor, user=user, now=now)
+    if reminders:
+        sections.append("## Reminders that are due\n" + "\n".join(f"- {r.content}" for r in reminders))
+    if recent:
+        lines = [
+            f"[{m.channel}] {(m.sender_name or 'user') if m.role == Message.Role.USER else 'you'}: "
+            f"{m.content[:RECENT_MESSAGE_CHARS]}"
+            for m in recent
+        ]
+        sections.append(f"## Recent conversation with {audience}\n" + "\n".join(lines))
+    fingerprint = {
+        "prompt": beat.prompt,
+        "recent": [(m.session_id, m.seq) for m in recent],
+        "reminders": [(r.pk, r.content) for r in reminders],
+    }
+    return _Context(system="\n\n".join(s for s in sections if s), fingerprint=fingerprint)
+
+
+def _converse(
+    beat: Heartbeat, run: HeartbeatRun, session: Session, user: AbstractBaseUser | None, route: ModelRoute,
+    context: _Context, spent: _Spent,
+) -> str:
+    """The heartbeat sub-agent: the beat's prompt on the heartbeat route, with the tools a
+    paired user could use (except managing beats), until a final answer."""
+    from qorven.agent.tools import ToolContext, registry
+    from qorven.trust import Trust
+
+    qor, tag = beat.qor, {"heartbeat": beat.pk, "run": run.pk}
+    provider = provider_for(route)
+    offered = [t for t in registry.offered(tenant=beat.tenant, qor=qor, trust=Trust.PAIRED) if t.name not in BEAT_TOOLS]
+    ctx = ToolContext(tenant=beat.tenant, qor=qor, user=user, session_id=session.pk, channel=Channel.CRON,
+                      trust=Trust.PAIRED)
+    message_append(session=session, role=Message.Role.USER, content=beat.prompt, channel=Channel.CRON,
+                   sender_name=f"heartbeat {beat.name}", metadata=tag)
+    messages: list[dict[str, Any]] = [{"role": "system", "content": context.system},
+                                      {"role": "user", "content": beat.prompt}]
+    max_rounds = settings.QORVEN_MAX_TOOL_ROUNDS
+    for round_no in range(max_rounds + 1):
+        tools = [t.schema() for t in offered] if round_no < max_rounds else []
+        completion = _call(provider, messages, tools)
+        _record_usage(beat, completion, messages, spent)
+        if not completion.tool_calls:
+            message_append(session=session, role=Message.Role.ASSISTANT, content=completion.content,
+                           channel=Channel.CRON, sender_name=qor.name, metadata={**tag, "model": completion.model})
+            return completion.content
+        calls = [c.as_openai() for c in completion.tool_calls]
+        message_append(session=session, role=Message.Role.ASSISTANT, content=completion.content,
+                       channel=Channel.CRON, tool_calls=calls, metadata=tag)
+        messages.append({"role": "assistant", "content": completion.content or None, "tool_calls": calls})
+        for call in completion.tool_calls:
+            result = registry.execute(ctx, offered, call.name, call.arguments)
+            message_append(session=session, role=Message.Role.TOOL, content=result, channel=Channel.CRON,
+                           tool_call_id=call.id, metadata={**tag, "tool": call.name})
+            messages.append({"role": "tool", "tool_call_id": call.id, "content": result})
+    return ""  # unreachable: the last round offers no tools
+
+
+def _call(provider: Provider, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> Completion:
+    async def run() -> Completion:
+        return await provider.complete(messages=messages, tools=tools or None)
+
+    return async_to_sync(run)()
+
+
+def _record_usage(beat: Heartbeat, completion: Completion, messages: list[dict[str, Any]], spent: _Spent) -> None:
+    if completion.offline:
+        return
+    usage = completion.usage or Usage(
+        prompt_tokens=sum(len(str(m.get("content") or "")) // 4 + 1 for m in messages),
+        completion_tokens=len(completion.content) // 4 + 1,
+        estimated=True,
+    )
+    usage_record(tenant=beat.tenant, qor=beat.qor, role="heartbeat",
+                 prompt_tokens=usage.prompt_tokens, completion_tokens=usage.completion_tokens)
+    spent.tokens += usage.prompt_tokens + usage.completion_tokens
+    spent.calls += 1
+
+
+def _deliver(beat: Heartbeat, run: HeartbeatRun, content: str) -> tuple[Message | None, str]:
+    """Append the result to the target user's canonical chat, tagged with the target
+    channel; channels_app sends it to the platform. Idempotent per run."""
+    if beat.deliver_to is None or not beat.deliver_channel:
+        return None, ""
+    try:
+        membership_get(tenant=beat.tenant, user=beat.deliver_to)
+    except NotFound:
+        return None, f"not delivered: {beat.deliver_to} is no longer a member of {beat.tenant.slug}"
+    chat = session_resolve(tenant=beat.tenant, qor=beat.qor, channel=beat.deliver_channel, user=beat.deliver_to)
+    result = message_append(
+        session=chat, role=Message.Role.ASSISTANT, content=content, channel=beat.deliver_channel,
+        sender_name=beat.qor.name, external_scope=f"heartbeat:{beat.pk}", external_id=f"run:{run.pk}",
+        metadata={"heartbeat": beat.pk, "heartbeat_name": beat.name, "run": run.pk},
+    )
+    return result.message, ""
+
+
+def image_retention() -> timedelta | None:
+    """QORVEN_IMAGE_RETENTION as a duration: seconds, or a number with s/m/h/d/w. Zero or
+    empty: no retention, every image goes."""
+    text = str(settings.QORVEN_IMAGE_RETENTION or "0").strip().lower()
+    match = _DURATION.fullmatch(text)
+    if match is None:
+        raise ValueError(f"QORVEN_IMAGE_RETENTION={text!r} is not a duration like 3600, 30m, 12h, 7d or 2w")
+    seconds = int(match.group(1)) * _UNITS[match.group(2)]
+    return timedelta(seconds=seconds) if seconds else None
+
+
+def _clear_images(beat: Heartbeat) -> _Outcome:
+    retention = image_retention()
+    older_than = timezone.now() - retention if retention else None
+    deleted = image_prune(tenant=beat.tenant, older_than=older_than)
+    scope = f"older than {settings.QORVEN_IMAGE_RETENTION}" if retention else "(no retention: all)"
+    return _Outcome(HeartbeatRun.Status.OK, output=f"Deleted {deleted} image(s) {scope}.")
+
+
+def _finish(beat: Heartbeat, run: HeartbeatRun, started: float, outcome: _Outcome) -> None:
+    """Record the outcome on the run and on the beat, in one transaction."""
+    now = timezone.now()
+    duration = int((time.monotonic() - started) * 1000)
+    tokens = outcome.spent.tokens
+    with transaction.atomic():
+        HeartbeatRun.objects.filter(pk=run.pk).update(
+            status=outcome.status, reason=outcome.reason, finished_at=now, duration_ms=duration,
+            output=outcome.output, error=outcome.error, tokens=F("tokens") + tokens,
+            delivered_message=outcome.delivered,
+        )
+        fields: dict[str, Any] = {
+            "last_run_at": run.started_at, "last_status": outcome.status, "last_error": outcome.error,
+            "last_duration_ms": duration, "tokens_spent": F("tokens_spent") + tokens, "updated_at": now,
+        }
+        if outcome.status in (HeartbeatRun.Status.OK, HeartbeatRun.Status.NOOP):
+            fields["last_output"] = outcome.output
+        if outcome.inputs_hash is not None:
+            fields["last_inputs_hash"] = outcome.inputs_hash
+        Heartbeat.objects.filter(pk=beat.pk).update(**fields)
+        _prune_runs(beat)
+
+
+def _prune_runs(beat: Heartbeat) -> None:
+    oldest_kept = (
+        HeartbeatRun.objects.filter(heartbeat=beat).order_by("-tick").values_list("tick", flat=True)[RUNS_KEPT - 1:RUNS_KEPT]
+    )
+    cutoff = list(oldest_kept)
+    if cutoff:
+        HeartbeatRun.objects.filter(heartbeat=beat, tick__lt=cutoff[0]).delete()

@@ -1,0 +1,108 @@
+"""Celery beat for heartbeats: django-celery-beat's DatabaseScheduler, telling each run
+which tick it is for, and an embedded variant that runs inside `qorven serve`.
+
+The tick (the scheduled time the run is for) is what the per-run lock is keyed by: two
+beat processes that both fire a beat at 08:00 send the same tick, and only one run
+happens (see runs._claim).
+"""
+from __future__ import annotations
+
+import logging
+import threading
+from datetime import datetime
+from typing import Any
+from zoneinfo import ZoneInfo
+
+from django.conf import settings
+from django.db import close_old_connections, connection
+from django_celery_beat.schedulers import DatabaseScheduler
+
+from .cron import tick_previous
+from .services import RUN_TASK
+
+logger = logging.getLogger(__name__)
+
+SCHEDULER_PATH = "heartbeats_app.scheduler:HeartbeatScheduler"
+EMBEDDED_MAX_INTERVAL = 5.0
+
+
+def _entry_tick(entry: Any, now: datetime) -> str | None:
+    schedule = entry.schedule
+    zone = getattr(schedule, "tz", None) or ZoneInfo(settings.TIME_ZONE)
+    try:
+        tick = tick_previous(schedule, zone, now)
+    except (AttributeError, TypeError):  # not a crontab: let the run work it out
+        return None
+    return tick.isoformat() if tick is not None else None
+
+
+class HeartbeatScheduler(DatabaseScheduler):
+    """DatabaseScheduler that adds `tick` to heartbeat runs, and hands tasks to the
+    in-process queue (no broker connection) on the embedded default."""
+
+    def apply_async(self, entry, producer=None, advance=True, **kwargs):  # type: ignore[override]
+        if entry.task == RUN_TASK:
+            from django.utils import timezone
+
+            tick = _entry_tick(entry, timezone.now())
+            if tick is not None:
+                # A copy: the entry's own kwargs are reloaded from the row on the next tick anyway.
+                entry.kwargs = {**entry.kwargs, "tick": tick}
+        return super().apply_async(entry, producer=producer, advance=advance, **kwargs)
+
+    @property
+    def producer(self):  # type: ignore[override]
+        if getattr(settings, "QORVEN_INPROCESS_TASKS", False):
+            return None  # QorvenTask.apply_async queues in process; no broker to connect to
+        if "_broker_producer" not in self.__dict__:
+            self.__dict__["_broker_producer"] = self.Producer(self._ensure_connected(), auto_declare=False)
+        return self.__dict__["_broker_producer"]
+
+
+class EmbeddedBeat(threading.Thread):
+    """Celery beat's scheduling loop on a daemon thread of the web server (embedded
+    default): due heartbeats go onto the in-process task queue."""
+
+    def __init__(self, *, max_interval: float = EMBEDDED_MAX_INTERVAL) -> None:
+        super().__init__(name="qorven-beat", daemon=True)
+        self.max_interval = max_interval
+        self._stop_event = threading.Event()
+        self.scheduler: HeartbeatScheduler | None = None
+
+    def run(self) -> None:
+        from qorven.celery import app
+
+        try:
+            close_old_connections()
+            self.scheduler = HeartbeatScheduler(app=app, max_interval=self.max_interval)
+            while not self._stop_event.is_set():
+                try:
+                    interval = self.scheduler.tick()
+                    if self.scheduler.should_sync():
+                        self.scheduler._do_sync()
+                except Exception:  # the database went away, a bad row: keep the clock running
+                    logger.exception("embedded beat: tick failed")
+                    close_old_connections()
+                    interval = self.max_interval
+                if interval:
+                    self._stop_event.wait(min(interval, self.max_interval))
+        except Exception:
+            logger.exception("embedded beat stopped")
+        finally:
+            if self.scheduler is not None:
+                try:
+                    self.scheduler.close()
+                except Exception:
+                    logger.exception("embedded beat: final sync failed")
+            connection.close()
+
+    def stop(self, timeout: float = 10.0) -> None:
+        self._stop_event.set()
+        self.join(timeout)
+
+
+def embedded_beat_start() -> EmbeddedBeat:
+    beat = EmbeddedBeat()
+    beat.start()
+    logger.info("heartbeats: embedded beat scheduler started")
+    return beat

@@ -1,0 +1,70 @@
+"""Reads of heartbeats. Missing and foreign beats raise the same HeartbeatNotFound."""
+from __future__ import annotations
+
+from datetime import datetime
+
+from django.contrib.auth.models import AbstractBaseUser
+from django.db.models import Q, QuerySet
+from django.utils import timezone
+
+from qorven.models import Qor, Tenant
+
+from .cron import CronError, cron_parse, tick_next, timezone_parse
+from .errors import HeartbeatNotFound
+from .models import Heartbeat, HeartbeatRun
+
+
+def heartbeat_get(*, tenant: Tenant, heartbeat_id: int) -> Heartbeat:
+    beat = (
+        Heartbeat.objects.select_related("tenant", "qor", "deliver_to", "owner")
+        .filter(tenant=tenant, pk=heartbeat_id)
+        .first()
+    )
+    if beat is None:
+        raise HeartbeatNotFound(heartbeat_id)
+    return beat
+
+
+def heartbeats_visible(*, tenant: Tenant, qor: Qor, user: AbstractBaseUser) -> QuerySet[Heartbeat]:
+    """The beats a user sees with this Qor: their own, and config-owned beats that are
+    not someone else's (no delivery target, or delivering to them)."""
+    return (
+        Heartbeat.objects.filter(tenant=tenant, qor=qor)
+        .filter(Q(owner=user) | Q(managed=True, deliver_to__isnull=True) | Q(managed=True, deliver_to=user))
+        .order_by("managed", "name")
+    )
+
+
+def heartbeat_for_user(*, tenant: Tenant, qor: Qor, user: AbstractBaseUser, name: str) -> Heartbeat:
+    """A beat by name among those the user sees; raises HeartbeatNotFound otherwise."""
+    beat = heartbeats_visible(tenant=tenant, qor=qor, user=user).filter(name=name).first()
+    if beat is None:
+        raise HeartbeatNotFound(name)
+    return beat
+
+
+def heartbeat_name_taken(*, tenant: Tenant, qor: Qor, name: str, exclude_id: int | None = None) -> bool:
+    qs = Heartbeat.objects.filter(tenant=tenant, qor=qor, name=name)
+    if exclude_id is not None:
+        qs = qs.exclude(pk=exclude_id)
+    return qs.exists()
+
+
+def heartbeat_timezone(beat: Heartbeat) -> str:
+    return beat.timezone or beat.tenant.timezone or "UTC"
+
+
+def heartbeat_next_run(beat: Heartbeat, *, now: datetime | None = None) -> datetime | None:
+    """When the beat fires next (None when paused or its schedule is unusable)."""
+    if not beat.enabled:
+        return None
+    try:
+        schedule = cron_parse(beat.cron).schedule()
+        zone = timezone_parse(heartbeat_timezone(beat))
+    except CronError:
+        return None
+    return tick_next(schedule, zone, now or timezone.now())
+
+
+def heartbeat_runs(*, tenant: Tenant, heartbeat: Heartbeat, limit: int = 20) -> list[HeartbeatRun]:
+    return list(HeartbeatRun.objects.filter(tenant=tenant, heartbeat=heartbeat).order_by("-tick")[:limit])

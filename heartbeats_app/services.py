@@ -1,0 +1,240 @@
+"""Writes of heartbeats. Every beat is mirrored one-to-one onto a django-celery-beat
+PeriodicTask (with a CrontabSchedule in the beat's timezone) in the same transaction, so
+Celery beat's DatabaseScheduler runs exactly what the Heartbeat table says."""
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from django.contrib.auth.models import AbstractBaseUser
+from django.db import transaction
+from django_celery_beat.models import CrontabSchedule, PeriodicTask
+
+from qorven.models import Membership, Qor, Tenant
+from sessions_app.channels import CHAT_FAMILY
+
+from .cron import CronError, cron_parse, timezone_parse
+from .errors import HeartbeatInvalid, HeartbeatReadOnly
+from .models import RESERVED_NAMES, Heartbeat
+from .selectors import heartbeat_name_taken, heartbeat_timezone
+
+RUN_TASK = "heartbeats_app.run"
+RESERVED_PREFIX = "__qorven_"
+NAME_MAX = 100
+
+
+class _Unset:
+    def __repr__(self) -> str:
+        return "UNSET"
+
+
+UNSET: Any = _Unset()
+
+
+def heartbeat_check(
+    *,
+    tenant: Tenant,
+    qor: Qor,
+    name: str,
+    cron: str,
+    prompt: str,
+    timezone: str,
+    owner: AbstractBaseUser | None,
+    deliver_to: AbstractBaseUser | None,
+    deliver_channel: str,
+    system: bool,
+    exclude_id: int | None = None,
+) -> str:
+    """Check a beat's fields as create/update will; returns the normalised cron
+    expression. Raises HeartbeatInvalid naming the field at fault. `system` allows the
+    reserved system-beat names (the defaults file, a superuser)."""
+    if qor.tenant_id != tenant.pk:
+        raise HeartbeatInvalid("qor", "that Qor belongs to another tenant")
+    name = name.strip() if isinstance(name, str) else ""
+    if not name:
+        raise HeartbeatInvalid("name", "a beat needs a name")
+    if len(name) > NAME_MAX:
+        raise HeartbeatInvalid("name", f"a beat's name is at most {NAME_MAX} characters")
+    if name.startswith(RESERVED_PREFIX):
+        if name not in RESERVED_NAMES:
+            raise HeartbeatInvalid("name", f"names starting with {RESERVED_PREFIX!r} are reserved")
+        if not system:
+            raise HeartbeatInvalid("name", f"{name!r} is a reserved system beat; only the host can create it")
+    try:
+        parsed = cron_parse(cron)
+    except CronError as exc:
+        raise HeartbeatInvalid("cron", str(exc)) from None
+    if timezone:
+        try:
+            timezone_parse(timezone)
+        except CronError as exc:
+            raise HeartbeatInvalid("timezone", str(exc)) from None
+    if name not in RESERVED_NAMES and not (prompt or "").strip():
+        raise HeartbeatInvalid("prompt", "a beat needs a prompt: what should the Qor check or say?")
+    if bool(deliver_to) != bool(deliver_channel):
+        raise HeartbeatInvalid(
+            "deliver_channel", "a delivery target needs both a user and a channel (or neither, to only record)"
+        )
+    if deliver_channel and deliver_channel not in CHAT_FAMILY:
+        raise HeartbeatInvalid(
+            "deliver_channel",
+            f"cannot deliver on {deliver_channel!r}; use one of: {', '.join(sorted(CHAT_FAMILY))}",
+        )
+    for field, user in (("owner", owner), ("deliver_to", deliver_to)):
+        if user is not None and not Membership.objects.filter(tenant=tenant, user=user).exists():
+            raise HeartbeatInvalid(field, f"{user} is not a member of {tenant.slug}")
+    if heartbeat_name_taken(tenant=tenant, qor=qor, name=name, exclude_id=exclude_id):
+        raise HeartbeatInvalid("name", f"a beat named {name!r} already exists for this Qor; pick another name")
+    return parsed.expression
+
+
+@transaction.atomic
+def heartbeat_create(
+    *,
+    tenant: Tenant,
+    qor: Qor,
+    name: str,
+    cron: str,
+    prompt: str = "",
+    timezone: str = "",
+    owner: AbstractBaseUser | None = None,
+    deliver_to: AbstractBaseUser | None = None,
+    deliver_channel: str = "",
+    enabled: bool = True,
+    managed: bool = False,
+    system: bool = False,
+) -> Heartbeat:
+    """Create a beat and its PeriodicTask. `managed` marks a config-owned beat (the defaults
+    file); `system` lets the host (defaults file, superuser) use reserved names.
+    Raises HeartbeatInvalid."""
+    cron = heartbeat_check(
+        tenant=tenant, qor=qor, name=name, cron=cron, prompt=prompt, timezone=timezone, owner=owner,
+        deliver_to=deliver_to, deliver_channel=deliver_channel, system=system or managed,
+    )
+    beat = Heartbeat.objects.create(
+        tenant=tenant, qor=qor, name=name.strip(), cron=cron, prompt=prompt.strip(), timezone=timezone,
+        owner=owner, deliver_to=deliver_to, deliver_channel=deliver_channel, enabled=enabled, managed=managed,
+    )
+    _mirror(beat)
+    return beat
+
+
+@transaction.atomic
+def heartbeat_update(
+    *,
+    heartbeat: Heartbeat,
+    name: str = UNSET,
+    cron: str = UNSET,
+    prompt: str = UNSET,
+    timezone: str = UNSET,
+    deliver_to: AbstractBaseUser | None = UNSET,
+    deliver_channel: str = UNSET,
+    enabled: bool = UNSET,
+    allow_managed: bool = False,
+    system: bool = False,
+) -> Heartbeat:
+    """Change the given fields of a beat and its PeriodicTask together. Managed beats are
+    read-only unless `allow_managed` (the defaults-file sync). Raises HeartbeatInvalid or
+    HeartbeatReadOnly."""
+    beat = _locked(heartbeat, allow_managed=allow_managed)
+    given = {"name": name, "cron": cron, "prompt": prompt, "timezone": timezone, "deliver_to": deliver_to,
+             "deliver_channel": deliver_channel, "enabled": enabled}
+    changes = {key: value for key, value in given.items() if value is not UNSET}
+    merged = {f: changes.get(f, getattr(beat, f)) for f in
+              ("name", "cron", "prompt", "timezone", "deliver_to", "deliver_channel")}
+    merged["cron"] = heartbeat_check(
+        tenant=beat.tenant, qor=beat.qor, owner=beat.owner, exclude_id=beat.pk,
+        system=system or beat.managed or beat.name == merged["name"], **merged,
+    )
+    merged["name"] = merged["name"].strip()
+    merged["prompt"] = (merged["prompt"] or "").strip()
+    if "enabled" in changes:
+        merged["enabled"] = bool(changes["enabled"])
+    fields = [f for f, v in merged.items() if getattr(beat, f) != v]
+    for f in fields:
+        setattr(beat, f, merged[f])
+    if ("prompt" in fields) or ("deliver_to" in fields):
+        beat.last_inputs_hash = ""  # new inputs: the next run calls the model
+        fields.append("last_inputs_hash")
+    if fields:
+        beat.save(update_fields=[*fields, "updated_at"])
+        _mirror(beat)
+    return beat
+
+
+@transaction.atomic
+def heartbeat_set_enabled(*, heartbeat: Heartbeat, enabled: bool, allow_managed: bool = False) -> Heartbeat:
+    """Pause or resume a beat (its PeriodicTask follows)."""
+    beat = _locked(heartbeat, allow_managed=allow_managed)
+    if beat.enabled != enabled:
+        beat.enabled = enabled
+        beat.save(update_fields=["enabled", "updated_at"])
+        _mirror(beat)
+    return beat
+
+
+@transaction.atomic
+def heartbeat_delete(*, heartbeat: Heartbeat, allow_managed: bool = False) -> None:
+    """Delete a beat, its PeriodicTask and its run history."""
+    beat = _locked(heartbeat, allow_managed=allow_managed)
+    task = beat.periodic_task
+    crontab_id = task.crontab_id if task is not None else None
+    beat.delete()
+    if task is not None:
+        task.delete()
+    _drop_unused_crontab(crontab_id)
+
+
+def heartbeat_run_now(*, heartbeat: Heartbeat) -> None:
+    """Queue a run of the beat now (after the current transaction commits), whatever its
+    schedule; it counts as its own tick."""
+    from .tasks import heartbeat_run
+
+    tenant_id, beat_id = heartbeat.tenant_id, heartbeat.pk
+    transaction.on_commit(lambda: heartbeat_run.delay(tenant_id, beat_id, manual=True))
+
+
+def _locked(heartbeat: Heartbeat, *, allow_managed: bool) -> Heartbeat:
+    beat = Heartbeat.objects.select_for_update().select_related("tenant", "qor", "periodic_task").get(
+        pk=heartbeat.pk
+    )
+    if beat.managed and not allow_managed:
+        raise HeartbeatReadOnly(
+            f"{beat.name!r} is managed by the heartbeats defaults file and is read-only; change it there"
+        )
+    return beat
+
+
+def _mirror(beat: Heartbeat) -> None:
+    """Make the beat's PeriodicTask say what the beat says: schedule, timezone, enabled."""
+    parsed = cron_parse(beat.cron)
+    zone = heartbeat_timezone(beat)
+    schedule = CrontabSchedule.objects.filter(**parsed.fields(), timezone=zone).first()
+    if schedule is None:
+        schedule = CrontabSchedule.objects.create(**parsed.fields(), timezone=zone)
+    kwargs = json.dumps({"tenant_id": beat.tenant_id, "heartbeat_id": beat.pk})
+    name = f"heartbeat {beat.pk}: {beat.tenant.slug}/{beat.qor.slug} {beat.name}"[:200]
+    task = beat.periodic_task
+    if task is None:
+        task = PeriodicTask.objects.create(
+            name=name, task=RUN_TASK, crontab=schedule, kwargs=kwargs, enabled=beat.enabled,
+            description=f"Heartbeat {beat.name!r} of {beat.tenant.slug}/{beat.qor.slug} (managed by Qorven)",
+        )
+        beat.periodic_task = task
+        beat.save(update_fields=["periodic_task", "updated_at"])
+        return
+    old_crontab_id = task.crontab_id
+    wanted = {"name": name, "task": RUN_TASK, "crontab_id": schedule.pk, "kwargs": kwargs, "enabled": beat.enabled}
+    if any(getattr(task, f) != v for f, v in wanted.items()):
+        for f, v in wanted.items():
+            setattr(task, f, v)
+        task.save()
+    if old_crontab_id != schedule.pk:
+        _drop_unused_crontab(old_crontab_id)
+
+
+def _drop_unused_crontab(crontab_id: int | None) -> None:
+    # Schedules are shared by equal specs; delete one only when nothing uses it any more
+    # (a PeriodicTask's crontab foreign key cascades, so a used one must stay).
+    if crontab_id is not None and not PeriodicTask.objects.filter(crontab_id=crontab_id).exists():
+        CrontabSchedule.objects.filter(pk=crontab_id).delete()

@@ -1,0 +1,63 @@
+"""Cron expressions: validation with reasons, and the ticks around a moment."""
+from __future__ import annotations
+
+from datetime import datetime
+from zoneinfo import ZoneInfo
+
+import pytest
+
+from heartbeats_app.cron import CronError, cron_parse, tick_next, tick_previous
+
+UTC = ZoneInfo("UTC")
+PARIS = ZoneInfo("Europe/Paris")
+
+
+@pytest.mark.parametrize(
+    "expression, reason",
+    [
+        ("every morning", "five"),
+        ("0 8 * *", "five"),
+        ("61 * * * *", "minute"),
+        ("0 25 * * *", "hour"),
+        ("0 8 32 * *", "day-of-month"),
+        ("0 8 * 13 *", "month"),
+        ("0 8 * * funday", "day-of-week"),
+        ("0 8 30 2 *", "never occurs"),
+        ("", "empty"),
+    ],
+)
+def test_a_bad_expression_is_rejected_with_the_field_at_fault(expression, reason):
+    with pytest.raises(CronError, match=reason):
+        cron_parse(expression)
+
+
+def test_aliases_names_and_sunday_as_seven_are_accepted():
+    assert cron_parse("@daily").fields() == cron_parse("0 0 * * *").fields()
+    assert cron_parse("0 8 * * mon-fri").schedule().day_of_week == {1, 2, 3, 4, 5}
+    assert cron_parse("0 8 * * 7").schedule().day_of_week == {0}
+    assert cron_parse("0 8 * * 5-7").schedule().day_of_week == {5, 6, 0}
+    assert cron_parse("  0   8 * *  1 ").expression == "0 8 * * 1"
+
+
+def test_the_previous_tick_is_the_latest_scheduled_minute_at_or_before_now():
+    weekdays_8 = cron_parse("0 8 * * 1-5").schedule()
+    monday_9 = datetime(2026, 11, 30, 9, 15, 42, tzinfo=UTC)  # a Monday
+    assert tick_previous(weekdays_8, UTC, monday_9) == datetime(2026, 11, 30, 8, 0, tzinfo=UTC)
+    monday_7 = datetime(2026, 11, 30, 7, 59, tzinfo=UTC)
+    assert tick_previous(weekdays_8, UTC, monday_7) == datetime(2026, 11, 27, 8, 0, tzinfo=UTC)  # Friday
+    every_minute = cron_parse("* * * * *").schedule()
+    assert tick_previous(every_minute, UTC, monday_9) == datetime(2026, 11, 30, 9, 15, tzinfo=UTC)
+
+
+def test_ticks_are_computed_in_the_beats_timezone():
+    at_8_paris = cron_parse("0 8 * * *").schedule()
+    now = datetime(2026, 11, 30, 7, 30, tzinfo=UTC)  # 08:30 in Paris
+    assert tick_previous(at_8_paris, PARIS, now) == datetime(2026, 11, 30, 8, 0, tzinfo=PARIS)
+    assert tick_next(at_8_paris, PARIS, now) == datetime(2026, 12, 1, 8, 0, tzinfo=PARIS)
+
+
+def test_the_next_tick_is_strictly_after_the_moment():
+    quarter = cron_parse("*/15 * * * *").schedule()
+    assert tick_next(quarter, UTC, datetime(2026, 1, 1, 10, 15, tzinfo=UTC)) == datetime(2026, 1, 1, 10, 30, tzinfo=UTC)
+    leap = cron_parse("0 0 29 2 *").schedule()
+    assert tick_next(leap, UTC, datetime(2026, 3, 1, tzinfo=UTC)) == datetime(2028, 2, 29, tzinfo=UTC)

@@ -1,0 +1,211 @@
+"""Heartbeat runs: the sub-agent on the heartbeat route in a cron session of its own,
+recorded on the beat, delivered to the user's canonical chat; cost control; one run per tick."""
+from __future__ import annotations
+
+import threading
+from datetime import datetime, timedelta
+from unittest import mock
+
+import pytest
+from celery.exceptions import Retry
+from django.utils import timezone
+
+from heartbeats_app.models import CLEAR_IMAGES, Heartbeat, HeartbeatRun
+from heartbeats_app.runs import RunFailed, run_heartbeat
+from heartbeats_app.services import heartbeat_create, heartbeat_run_now
+from heartbeats_app.tasks import heartbeat_run
+from qorven.models import Usage
+from qorven.services import usage_record
+from sessions_app.models import Image, Message, Session
+from sessions_app.services import message_append, session_resolve
+
+from ..factories.heartbeats_app import beat
+from ..fakes.model_server import error, reply
+
+pytestmark = pytest.mark.django_db(transaction=True)
+TICK = datetime(2026, 11, 30, 8, 0, tzinfo=timezone.get_fixed_timezone(0))
+
+
+def run(hb, tick=TICK, **kw):
+    return run_heartbeat(tenant_id=hb.tenant_id, heartbeat_id=hb.pk, tick=tick, **kw)
+
+
+def canonical_messages(world, user=None):
+    session = Session.objects.filter(tenant=world.tenant_a, user=user or world.alice, kind="canonical").first()
+    return list(Message.objects.filter(session=session).order_by("seq")) if session else []
+
+
+@pytest.fixture
+def pills(world):
+    world.qor_a.heartbeat_model = "beat-model"
+    world.qor_a.save()
+    return beat(world.qor_a, name="pills", prompt="Remind Alice about her pills if she has not said she took them.",
+                owner=world.alice, deliver_to=world.alice, deliver_channel="telegram")
+
+
+def test_a_run_records_its_output_and_delivers_it_to_the_users_chat_with_the_target_channel(world, pills, model_server):
+    model_server.add(reply("Time for your pills!"))
+    result = run(pills)
+
+    assert result.status == "ok" and result.tick == TICK and result.tokens == 18
+    pills.refresh_from_db()
+    assert (pills.last_status, pills.last_output, pills.tokens_spent) == ("ok", "Time for your pills!", 18)
+    assert pills.last_duration_ms is not None and pills.last_run_at is not None
+    (delivered,) = canonical_messages(world)
+    assert (delivered.role, delivered.channel, delivered.content) == ("assistant", "telegram", "Time for your pills!")
+    assert delivered.metadata["heartbeat"] == pills.pk
+    assert result.delivered_message_id == delivered.pk
+
+    cron = Session.objects.get(kind="cron")
+    assert (cron.channel, cron.user, cron.state, cron.pk) == ("cron", world.alice, "archived", result.session_id)
+    assert [(m.role, m.channel) for m in cron.messages.order_by("seq")] == [("user", "cron"), ("assistant", "cron")]
+
+    (request,) = model_server.requests
+    assert request["model"] == "beat-model"  # the heartbeat route
+    system, prompt = request["messages"]
+    assert "HEARTBEAT_OK" in system["content"] and 'heartbeat "pills"' in system["content"]
+    assert prompt == {"role": "user", "content": pills.prompt}
+    assert not {"set_beat", "list_beats", "update_beat", "delete_beat"} & {t["function"]["name"] for t in request["tools"]}
+    assert Usage.objects.get(role="heartbeat").prompt_tokens == 11
+
+
+def test_recent_messages_and_due_reminders_reach_the_model(world, pills, model_server):
+    from memory_app.models import Memory
+
+    chat = session_resolve(tenant=world.tenant_a, qor=world.qor_a, channel="telegram", user=world.alice)
+    message_append(session=chat, role="user", content="I took them already", channel="telegram", sender_name="Alice")
+    Memory.objects.create(tenant=world.tenant_a, qor=world.qor_a, user=world.alice, type="reminder",
+                          content="Call mum", content_hash="x", period_start=timezone.now() - timedelta(hours=1))
+    model_server.add(reply("HEARTBEAT_OK"))
+    run(pills)
+    system = model_server.requests[0]["messages"][0]["content"]
+    assert "[telegram] Alice: I took them already" in system
+    assert "Call mum" in system
+
+
+def test_heartbeat_ok_is_recorded_and_not_delivered(world, pills, model_server):
+    model_server.add(reply("HEARTBEAT_OK"))
+    assert run(pills).status == "noop"
+    pills.refresh_from_db()
+    assert (pills.last_status, pills.last_output) == ("noop", "HEARTBEAT_OK")
+    assert canonical_messages(world) == []
+
+
+def test_unchanged_inputs_since_the_last_noop_skip_the_model_until_something_changes(world, pills, model_server):
+    model_server.add(reply("HEARTBEAT_OK"), reply("You have a new message to act on."))
+    assert run(pills, TICK).status == "noop"
+    skipped = run(pills, TICK + timedelta(hours=1))
+    assert (skipped.status, skipped.reason) == ("skipped", "unchanged")
+    assert len(model_server.requests) == 1
+
+    chat = session_resolve(tenant=world.tenant_a, qor=world.qor_a, channel="web", user=world.alice)
+    message_append(session=chat, role="user", content="remind me to call the bank", channel="web")
+    assert run(pills, TICK + timedelta(hours=2)).status == "ok"
+    assert len(model_server.requests) == 2
+
+
+def test_a_spent_budget_stops_heartbeats_without_a_model_call(world, pills, model_server):
+    world.tenant_a.monthly_token_budget = 100
+    world.tenant_a.save()
+    usage_record(tenant=world.tenant_a, qor=world.qor_a, role="main", prompt_tokens=90, completion_tokens=10)
+    result = run(pills)
+    assert (result.status, result.reason) == ("skipped", "budget")
+    assert model_server.requests == []
+    assert canonical_messages(world) == []
+
+
+def test_one_tick_runs_once_even_when_two_beat_processes_send_it(world, pills, model_server):
+    model_server.default = reply("Pills!", delay=0.5)
+    results = []
+
+    def fire():
+        results.append(run(pills))
+
+    threads = [threading.Thread(target=fire) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    assert sorted(r.status if r else "duplicate" for r in results) == ["duplicate", "ok"]
+    assert run(pills) is None  # and a late third copy does nothing either
+    assert len(model_server.requests) == 1
+    assert HeartbeatRun.objects.count() == 1
+    assert [m.content for m in canonical_messages(world)] == ["Pills!"]
+
+
+def test_a_failed_run_is_recorded_with_its_error_and_its_retry_takes_the_same_run(world, pills, model_server, settings):
+    settings.QORVEN_MODEL_RETRIES = 0
+    model_server.add(error(503, "overloaded"), reply("Pills, finally."))
+    with pytest.raises(RunFailed) as raised:
+        run(pills)
+    pills.refresh_from_db()
+    assert pills.last_status == "failed" and "503" in pills.last_error
+    failed = HeartbeatRun.objects.get()
+    assert failed.status == "failed"
+
+    retried = run(pills, run_id=raised.value.run_id)
+    assert (retried.pk, retried.status, retried.attempts) == (failed.pk, "ok", 2)
+    pills.refresh_from_db()
+    assert (pills.last_status, pills.last_error) == ("ok", "")
+    assert [m.content for m in canonical_messages(world)] == ["Pills, finally."]
+
+
+def test_the_task_retries_a_failed_run_with_backoff_on_a_worker(world, pills, model_server, settings):
+    settings.QORVEN_MODEL_RETRIES = 0
+    model_server.add(error(503))
+    heartbeat_run.push_request(retries=0, is_eager=False)
+    try:
+        with mock.patch.object(heartbeat_run, "retry", side_effect=Retry("again")) as retry, pytest.raises(Retry):
+            heartbeat_run.run(world.tenant_a.pk, pills.pk, tick=TICK.isoformat())
+    finally:
+        heartbeat_run.pop_request()
+    kwargs = retry.call_args.kwargs
+    assert kwargs["countdown"] == 60
+    assert kwargs["kwargs"]["run_id"] == HeartbeatRun.objects.get().pk
+    assert kwargs["kwargs"]["tick"] == TICK.isoformat()
+
+
+def test_a_paused_or_deleted_beat_does_not_run(world, pills, model_server):
+    Heartbeat.objects.filter(pk=pills.pk).update(enabled=False)
+    assert run(pills) is None
+    assert run_heartbeat(tenant_id=world.tenant_a.pk, heartbeat_id=999999, tick=TICK) is None
+    assert run_heartbeat(tenant_id=world.tenant_b.pk, heartbeat_id=pills.pk, tick=TICK) is None  # foreign
+    assert model_server.requests == []
+
+
+def test_clear_images_empties_the_images_table_with_no_request_to_the_model(world, model_server):
+    for tenant in (world.tenant_a, world.tenant_a, world.tenant_b):
+        Image.objects.create(tenant=tenant, mime_type="image/png", data="aGk=", size=2)
+    clear_a = heartbeat_create(tenant=world.tenant_a, qor=world.qor_a, name=CLEAR_IMAGES, cron="30 3 * * *",
+                               managed=True)
+    clear_b = heartbeat_create(tenant=world.tenant_b, qor=world.qor_b, name=CLEAR_IMAGES, cron="30 3 * * *",
+                               managed=True)
+    result = run(clear_a)
+    assert (result.status, result.output) == ("ok", "Deleted 2 image(s) (no retention: all).")
+    assert list(Image.objects.values_list("tenant__slug", flat=True)) == ["globex"]
+    run(clear_b)
+    assert not Image.objects.exists()
+    assert model_server.requests == []
+    assert not Session.objects.filter(kind="cron").exists()
+
+
+def test_clear_images_keeps_images_younger_than_the_retention(world, model_server, settings):
+    settings.QORVEN_IMAGE_RETENTION = "12h"
+    old = Image.objects.create(tenant=world.tenant_a, mime_type="image/png", data="aGk=", size=2,
+                               created_at=timezone.now() - timedelta(days=1))
+    fresh = Image.objects.create(tenant=world.tenant_a, mime_type="image/png", data="aGk=", size=2)
+    clear = heartbeat_create(tenant=world.tenant_a, qor=world.qor_a, name=CLEAR_IMAGES, cron="30 3 * * *",
+                             managed=True)
+    assert run(clear).output == "Deleted 1 image(s) older than 12h."
+    assert list(Image.objects.values_list("pk", flat=True)) == [fresh.pk]
+    assert not Image.objects.filter(pk=old.pk).exists()
+
+
+def test_run_now_queues_a_manual_run_that_ignores_the_skip(world, pills, model_server, drain):
+    model_server.add(reply("HEARTBEAT_OK"), reply("Asked by hand."))
+    run(pills)
+    heartbeat_run_now(heartbeat=pills)
+    drain()
+    manual = HeartbeatRun.objects.get(manual=True)
+    assert manual.status == "ok" and manual.output == "Asked by hand."
+    assert len(model_server.requests) == 2

@@ -1,0 +1,190 @@
+"""The defaults file: config-owned beats follow it; user beats are never touched; a bad
+file is reported with its line and field and changes nothing."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from django.core.management import CommandError, call_command
+from django_celery_beat.models import PeriodicTask
+
+from heartbeats_app.defaults import DefaultsFileError, beats_plan, beats_sync
+from heartbeats_app.models import CLEAR_IMAGES, Heartbeat
+
+from ..factories.heartbeats_app import beat
+from ..factories.qorven import QorFactory
+
+pytestmark = pytest.mark.django_db
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture
+def defaults(tmp_path, settings):
+    path = tmp_path / "heartbeats.json"
+    settings.QORVEN_HEARTBEATS_FILE = path
+
+    def write(content) -> Path:
+        path.write_text(content if isinstance(content, str) else json.dumps(content, indent=2))
+        return path
+
+    return write
+
+
+def state():
+    """(tenant, qor, name) → (cron, managed, prompt, the PeriodicTask's crontab hour, enabled)."""
+    return {
+        (b.tenant.slug, b.qor.slug, b.name): (b.cron, b.managed, b.prompt, b.periodic_task.crontab.hour,
+                                              b.periodic_task.enabled)
+        for b in Heartbeat.objects.select_related("tenant", "qor", "periodic_task__crontab")
+    }
+
+
+def test_beats_follow_the_file_through_create_change_and_drop_and_user_beats_stay(world, defaults):
+    mine = beat(world.qor_a, name="alice-daily", cron="0 7 * * *", owner=world.alice, prompt="Alice's own")
+    user_state = (mine.cron, mine.prompt, mine.periodic_task_id, mine.updated_at)
+    brief = {"tenant": "acme", "qor": "aria", "name": "brief", "cron": "0 8 * * 1-5", "prompt": "Morning brief",
+             "deliver": {"user": "alice", "channel": "telegram"}}
+    weekly = {"tenant": "globex", "name": "weekly", "cron": "0 9 * * 1", "prompt": "Weekly review"}
+
+    defaults({"beats": [brief, weekly]})
+    plan = beats_sync()
+    assert (len(plan.create), len(plan.update), len(plan.delete)) == (2, 0, 0)
+    assert state() == {
+        ("acme", "aria", "alice-daily"): ("0 7 * * *", False, "Alice's own", "7", True),
+        ("acme", "aria", "brief"): ("0 8 * * 1-5", True, "Morning brief", "8", True),
+        ("globex", "aria", "weekly"): ("0 9 * * 1", True, "Weekly review", "9", True),
+    }
+    assert Heartbeat.objects.get(name="brief").deliver_to == world.alice
+
+    defaults({"beats": [{**brief, "cron": "0 6 * * 1-5", "prompt": "Earlier brief"}, {**weekly, "enabled": False}]})
+    plan = beats_sync()
+    assert (len(plan.create), len(plan.update), len(plan.delete)) == (0, 2, 0)
+    assert state()[("acme", "aria", "brief")] == ("0 6 * * 1-5", True, "Earlier brief", "6", True)
+    assert state()[("globex", "aria", "weekly")][4] is False  # paused: its task is disabled
+
+    dropped_task = Heartbeat.objects.get(name="weekly").periodic_task_id
+    defaults({"beats": [{**brief, "cron": "0 6 * * 1-5", "prompt": "Earlier brief"}]})
+    plan = beats_sync()
+    assert (len(plan.create), len(plan.update), len(plan.delete), len(plan.unchanged)) == (0, 0, 1, 1)
+    assert set(state()) == {("acme", "aria", "alice-daily"), ("acme", "aria", "brief")}
+    assert not PeriodicTask.objects.filter(pk=dropped_task).exists()
+
+    defaults({"beats": []})
+    beats_sync()
+    assert set(state()) == {("acme", "aria", "alice-daily")}
+    mine.refresh_from_db()
+    assert (mine.cron, mine.prompt, mine.periodic_task_id, mine.updated_at) == user_state
+
+
+def test_a_wildcard_beat_goes_to_every_tenant_with_a_default_qor(world, defaults):
+    from qorven.models import Tenant
+
+    Tenant.objects.create(slug="empty", name="No Qor yet")
+    QorFactory(tenant=world.tenant_a, slug="second", is_default=False)
+    defaults({"beats": [{"tenant": "*", "name": CLEAR_IMAGES, "cron": "30 3 * * *"}]})
+    plan = beats_sync()
+    assert sorted(state()) == [("acme", "aria", CLEAR_IMAGES), ("globex", "aria", CLEAR_IMAGES)]
+    assert any("empty" in note for note in plan.notes)
+
+
+def test_invalid_json_is_reported_with_its_line_and_changes_nothing(world, defaults):
+    defaults({"beats": [{"tenant": "acme", "name": "keep", "cron": "0 8 * * *", "prompt": "p"}]})
+    beats_sync()
+    before = state()
+    defaults('{\n  "beats": [\n    {"tenant": "acme", "name": "x", "cron": "0 8 * * *",}\n  ]\n}\n')
+    with pytest.raises(DefaultsFileError) as raised:
+        beats_sync()
+    (problem,) = raised.value.problems
+    assert problem.line == 3
+    assert "invalid JSON" in problem.message
+    assert state() == before
+
+
+def test_field_errors_name_the_line_and_field_of_each_problem_and_change_nothing(world, defaults):
+    defaults({"beats": [{"tenant": "acme", "name": "keep", "cron": "0 8 * * *", "prompt": "p"}]})
+    beats_sync()
+    before = state()
+    path = defaults(
+        '{\n'
+        '  "beats": [\n'
+        '    {"tenant": "acme", "name": "fine", "cron": "0 9 * * *", "prompt": "p"},\n'
+        '    {\n'
+        '      "tenant": "acme",\n'
+        '      "name": "broken",\n'
+        '      "cron": "61 * * * *",\n'
+        '      "prompt": "p",\n'
+        '      "deliver": {"user": "alice", "channel": "fax"},\n'
+        '      "colour": "blue"\n'
+        '    },\n'
+        '    {"tenant": "nope", "name": "lost", "cron": "0 8 * * *", "prompt": "p"},\n'
+        '    {"tenant": "acme", "cron": "0 8 * * *"}\n'
+        '  ]\n'
+        '}\n'
+    )
+    with pytest.raises(DefaultsFileError) as raised:
+        beats_sync()
+    found = {(p.line, p.field) for p in raised.value.problems}
+    assert found == {
+        (7, "beats[1].cron"),
+        (9, "beats[1].deliver.channel"),
+        (10, "beats[1].colour"),
+        (13, "beats[3].name"),  # missing: reported at its object
+    }
+    rendered = str(raised.value)
+    assert f"{path}:7: beats[1].cron: " in rendered and "minute" in rendered
+    assert state() == before
+
+    # Schema-valid but naming a tenant that does not exist: still located, still nothing changed.
+    defaults('{"beats": [\n  {"tenant": "acme", "name": "fine", "cron": "0 9 * * *", "prompt": "p"},\n'
+             '  {"tenant": "nope", "name": "lost", "cron": "0 8 * * *", "prompt": "p"}\n]}\n')
+    with pytest.raises(DefaultsFileError) as raised:
+        beats_sync()
+    assert [(p.line, p.field) for p in raised.value.problems] == [(3, "beats[1].tenant")]
+    assert state() == before
+
+
+def test_duplicate_keys_and_duplicate_beats_are_errors(world, defaults):
+    defaults('{"beats": [\n {"tenant": "acme", "name": "a", "name": "b", "cron": "0 8 * * *", "prompt": "p"}\n]}')
+    with pytest.raises(DefaultsFileError, match="duplicate key 'name'"):
+        beats_plan()
+    defaults('{"beats": [\n {"tenant": "acme", "name": "a", "cron": "0 8 * * *", "prompt": "p"},\n'
+             ' {"tenant": "acme", "qor": "aria", "name": "a", "cron": "0 9 * * *", "prompt": "p"}\n]}')
+    with pytest.raises(DefaultsFileError) as raised:
+        beats_plan()
+    (problem,) = raised.value.problems
+    assert (problem.line, problem.field) == (3, "beats[1].name") and "line 2" in problem.message
+
+
+def test_a_file_beat_never_takes_over_a_user_beat_of_the_same_name(world, defaults):
+    mine = beat(world.qor_a, name="daily", owner=world.alice)
+    defaults({"beats": [{"tenant": "acme", "name": "daily", "cron": "0 5 * * *", "prompt": "from the file"}]})
+    with pytest.raises(DefaultsFileError, match="made by a user"):
+        beats_sync()
+    mine.refresh_from_db()
+    assert (mine.cron, mine.managed) == ("0 8 * * *", False)
+
+
+def test_sync_beats_dry_run_shows_the_plan_and_changes_nothing(world, defaults, capsys):
+    defaults({"beats": [{"tenant": "acme", "name": "brief", "cron": "0 8 * * *", "prompt": "p"}]})
+    call_command("sync_beats", "--dry-run")
+    out = capsys.readouterr().out
+    assert "create  acme/aria brief  (0 8 * * *)" in out
+    assert "1 to create" in out and "nothing was changed" in out
+    assert not Heartbeat.objects.exists()
+    call_command("sync_beats")
+    assert "1 created" in capsys.readouterr().out
+    assert Heartbeat.objects.get().managed
+
+
+def test_sync_beats_reports_problems_and_fails(world, defaults, capsys):
+    path = defaults('{"beats": [\n {"tenant": "acme", "name": "x", "cron": "soon", "prompt": "p"}\n]}')
+    with pytest.raises(CommandError, match="1 problem"):
+        call_command("sync_beats")
+    assert f"{path}:2: beats[0].cron:" in capsys.readouterr().err
+
+
+def test_the_shipped_defaults_file_is_valid(world, settings):
+    settings.QORVEN_HEARTBEATS_FILE = ROOT / "heartbeats.default.json"
+    plan = beats_plan()
+    assert {(d.tenant.slug, d.spec.name) for d in plan.create} == {("acme", CLEAR_IMAGES), ("globex", CLEAR_IMAGES)}
