@@ -2,37 +2,72 @@ from __future__ import annotations
 
 from django.contrib import admin
 
+from channels_app.models import ChannelBinding
+
+from .admin_scoping import TenantScopedAdminMixin, TenantScopedInlineMixin, admin_tenant_ids
 from .models import ApiToken, Membership, Qor, Tenant, Usage
 from .selectors import tokens_spent_this_month
 
 
-class MembershipInline(admin.TabularInline):
+class MembershipInline(TenantScopedInlineMixin, admin.TabularInline):
     model = Membership
     extra = 0
     autocomplete_fields = ["user"]
 
 
-class QorInline(admin.StackedInline):
+class QorInline(TenantScopedInlineMixin, admin.StackedInline):
     model = Qor
     extra = 0
     fields = ["name", "slug", "is_default", "summarizer_mode"]
     show_change_link = True
 
 
+class ChannelBindingInline(TenantScopedInlineMixin, admin.TabularInline):
+    """A tenant's channel accounts. Credentials and webhook secrets are never rendered:
+    only whether they are set (they are entered with `qorven bind`)."""
+
+    model = ChannelBinding
+    extra = 0
+    fields = ["kind", "name", "qor", "lookup_key", "unpaired_response", "enabled", "secrets"]
+    readonly_fields = ["secrets"]
+
+    @admin.display(description="credentials")
+    def secrets(self, obj: ChannelBinding) -> str:
+        if obj.pk is None:
+            return "set with `qorven bind`"
+        keys = len(obj.credentials or {})
+        parts = [f"{keys} credential{'s' if keys != 1 else ''} set (hidden)" if keys else "no credentials"]
+        parts.append("webhook secret set (hidden)" if obj.webhook_secret else "no webhook secret")
+        return "; ".join(parts)
+
+
 @admin.register(Tenant)
-class TenantAdmin(admin.ModelAdmin):
+class TenantAdmin(TenantScopedAdminMixin, admin.ModelAdmin):
+    tenant_field = ""
+    tenant_admin_can_add = False
+    tenant_admin_can_delete = False
     list_display = ["slug", "name", "timezone", "monthly_token_budget", "tokens_this_month", "created_at"]
     search_fields = ["slug", "name"]
     prepopulated_fields = {"slug": ["name"]}
-    inlines = [QorInline, MembershipInline]
+    inlines = [QorInline, MembershipInline, ChannelBindingInline]
 
     @admin.display(description="tokens this month")
     def tokens_this_month(self, obj: Tenant) -> int:
         return tokens_spent_this_month(tenant=obj)
 
+    def get_readonly_fields(self, request, obj=None):
+        fields = list(super().get_readonly_fields(request, obj))
+        if admin_tenant_ids(request.user) is not None:
+            # The host sets the budget and the slug (config files and URLs refer to it).
+            fields += ["slug", "monthly_token_budget"]
+        return fields
+
+    def get_prepopulated_fields(self, request, obj=None):
+        return {} if admin_tenant_ids(request.user) is not None else super().get_prepopulated_fields(request, obj)
+
 
 @admin.register(Membership)
-class MembershipAdmin(admin.ModelAdmin):
+class MembershipAdmin(TenantScopedAdminMixin, admin.ModelAdmin):
     list_display = ["tenant", "user", "role", "created_at"]
     list_filter = ["role", "tenant"]
     search_fields = ["user__username", "tenant__slug"]
@@ -40,7 +75,7 @@ class MembershipAdmin(admin.ModelAdmin):
 
 
 @admin.register(Qor)
-class QorAdmin(admin.ModelAdmin):
+class QorAdmin(TenantScopedAdminMixin, admin.ModelAdmin):
     list_display = ["slug", "name", "tenant", "is_default", "summarizer_mode", "main_model"]
     list_filter = ["tenant", "summarizer_mode"]
     search_fields = ["slug", "name"]
@@ -55,7 +90,7 @@ class QorAdmin(admin.ModelAdmin):
 
 
 @admin.register(ApiToken)
-class ApiTokenAdmin(admin.ModelAdmin):
+class ApiTokenAdmin(TenantScopedAdminMixin, admin.ModelAdmin):
     list_display = ["prefix", "user", "tenant", "name", "created_at", "last_used_at", "revoked_at"]
     list_filter = ["tenant"]
     readonly_fields = ["prefix", "digest", "created_at", "last_used_at"]
@@ -66,7 +101,7 @@ class ApiTokenAdmin(admin.ModelAdmin):
 
 
 @admin.register(Usage)
-class UsageAdmin(admin.ModelAdmin):
+class UsageAdmin(TenantScopedAdminMixin, admin.ModelAdmin):
     list_display = ["day", "tenant", "qor", "role", "calls", "prompt_tokens", "completion_tokens"]
     list_filter = ["tenant", "role", "day"]
     date_hierarchy = "day"

@@ -1,0 +1,191 @@
+"""Heartbeats in the admin: schedule, next run, last status, tokens spent; run now, pause,
+resume. Managed (config-owned) beats are read-only. Tenant admins see their tenants only."""
+from __future__ import annotations
+
+from django import forms
+from django.contrib import admin, messages
+from django.db.models import QuerySet
+from django.http import HttpRequest
+from django.utils.html import format_html
+
+from qorven.admin_scoping import TenantScopedAdminMixin, TenantScopedInlineMixin
+
+from .errors import HeartbeatInvalid, HeartbeatReadOnly
+from .models import Heartbeat, HeartbeatRun
+from .selectors import heartbeat_next_run, heartbeat_timezone
+from .services import (
+    heartbeat_check,
+    heartbeat_create,
+    heartbeat_delete,
+    heartbeat_run_now,
+    heartbeat_set_enabled,
+    heartbeat_update,
+)
+
+EDITABLE = ["tenant", "qor", "name", "cron", "timezone", "prompt", "owner", "deliver_to", "deliver_channel", "enabled"]
+
+
+class HeartbeatForm(forms.ModelForm):
+    system = False  # set per request: superusers may create the reserved system beats
+
+    class Meta:
+        model = Heartbeat
+        fields = EDITABLE
+
+    def clean(self):
+        data = super().clean()
+        # On a change page tenant and qor are read-only: they come from the instance.
+        tenant = data.get("tenant") or (self.instance.tenant if self.instance.tenant_id else None)
+        qor = data.get("qor") or (self.instance.qor if self.instance.qor_id else None)
+        if tenant is None or qor is None or self.errors:
+            return data
+        try:
+            data["cron"] = heartbeat_check(
+                tenant=tenant, qor=qor, name=data.get("name") or "", cron=data.get("cron") or "",
+                prompt=data.get("prompt") or "", timezone=data.get("timezone") or "", owner=data.get("owner"),
+                deliver_to=data.get("deliver_to"), deliver_channel=data.get("deliver_channel") or "",
+                system=self.system or (self.instance.pk is not None and self.instance.name == data.get("name")),
+                exclude_id=self.instance.pk,
+            )
+        except HeartbeatInvalid as exc:
+            field = exc.field if exc.field in self.fields else None
+            self.add_error(field, exc.message)
+        return data
+
+
+class HeartbeatRunInline(TenantScopedInlineMixin, admin.TabularInline):
+    model = HeartbeatRun
+    extra = 0
+    max_num = 0
+    can_delete = False
+    ordering = ["-tick"]
+    fields = ["tick", "manual", "status", "reason", "attempts", "duration_ms", "tokens", "short_output", "error"]
+    readonly_fields = fields
+    verbose_name_plural = "recent runs"
+
+    @admin.display(description="output")
+    def short_output(self, obj: HeartbeatRun) -> str:
+        return obj.output[:300]
+
+    def has_add_permission(self, request, obj=None) -> bool:
+        return False
+
+    def has_change_permission(self, request, obj=None) -> bool:
+        return False
+
+
+@admin.register(Heartbeat)
+class HeartbeatAdmin(TenantScopedAdminMixin, admin.ModelAdmin):
+    form = HeartbeatForm
+    list_display = ["name", "tenant", "qor", "cron", "zone", "enabled", "managed", "next_run", "last_run_at",
+                    "status", "tokens_spent"]
+    list_filter = ["tenant", "enabled", "managed", "last_status"]
+    list_select_related = ["tenant", "qor"]
+    search_fields = ["name", "prompt"]
+    actions = ["run_now", "enable", "disable"]
+    inlines = [HeartbeatRunInline]
+    readonly_fields = ["managed", "next_run", "last_run_at", "last_status", "last_duration_ms", "last_output",
+                       "last_error", "tokens_spent", "periodic_task"]
+    fieldsets = [
+        (None, {"fields": ["tenant", "qor", "name", "enabled", "managed"]}),
+        ("Schedule", {"fields": ["cron", "timezone", "next_run", "periodic_task"]}),
+        ("Task", {"fields": ["prompt", "owner", "deliver_to", "deliver_channel"]}),
+        ("Last run", {"fields": ["last_run_at", "last_status", "last_duration_ms", "last_output", "last_error",
+                                 "tokens_spent"]}),
+    ]
+
+    @admin.display(description="timezone")
+    def zone(self, obj: Heartbeat) -> str:
+        return heartbeat_timezone(obj)
+
+    @admin.display(description="next run")
+    def next_run(self, obj: Heartbeat) -> str:
+        if obj.pk is None:
+            return "-"
+        when = heartbeat_next_run(obj)
+        return when.strftime("%Y-%m-%d %H:%M %Z") if when else ("paused" if not obj.enabled else "-")
+
+    @admin.display(description="last status", ordering="last_status")
+    def status(self, obj: Heartbeat) -> str:
+        colour = {"ok": "green", "noop": "grey", "skipped": "grey", "failed": "#ba2121"}.get(obj.last_status, "")
+        return format_html('<span style="color:{}" title="{}">{}</span>', colour, obj.last_error, obj.last_status)
+
+    def get_form(self, request, obj=None, change=False, **kwargs):
+        form = super().get_form(request, obj, change, **kwargs)
+        form.system = request.user.is_superuser
+        return form
+
+    def get_readonly_fields(self, request, obj=None):
+        fields = list(super().get_readonly_fields(request, obj))
+        return fields + ["tenant", "qor"] if obj is not None else fields
+
+    def has_change_permission(self, request, obj=None) -> bool:
+        if obj is not None and obj.managed:
+            return False  # owned by the defaults file
+        return super().has_change_permission(request, obj)
+
+    def has_delete_permission(self, request, obj=None) -> bool:
+        if obj is not None and obj.managed:
+            return False
+        return super().has_delete_permission(request, obj)
+
+    def save_model(self, request: HttpRequest, obj: Heartbeat, form, change: bool) -> None:
+        self.check_tenant(request, obj)
+        data = {f: form.cleaned_data.get(f) for f in EDITABLE}
+        data["timezone"] = data["timezone"] or ""
+        data["deliver_channel"] = data["deliver_channel"] or ""
+        if change:
+            heartbeat_update(
+                heartbeat=obj, name=data["name"], cron=data["cron"], prompt=data["prompt"],
+                timezone=data["timezone"], deliver_to=data["deliver_to"], deliver_channel=data["deliver_channel"],
+                enabled=data["enabled"], system=request.user.is_superuser,
+            )
+            if obj.owner_id != (data["owner"].pk if data["owner"] else None):
+                Heartbeat.objects.filter(pk=obj.pk).update(owner=data["owner"])
+        else:
+            created = heartbeat_create(**data, system=request.user.is_superuser)
+            obj.pk = created.pk
+        obj.refresh_from_db()
+
+    def delete_model(self, request: HttpRequest, obj: Heartbeat) -> None:
+        heartbeat_delete(heartbeat=obj)
+
+    def delete_queryset(self, request: HttpRequest, queryset: QuerySet) -> None:
+        skipped = 0
+        for beat in queryset:
+            if beat.managed:
+                skipped += 1
+                continue
+            heartbeat_delete(heartbeat=beat)
+        if skipped:
+            self.message_user(request, f"{skipped} managed beat(s) left alone: change the defaults file.",
+                              messages.WARNING)
+
+    @admin.action(description="Run now", permissions=["change"])
+    def run_now(self, request: HttpRequest, queryset: QuerySet) -> None:
+        beats = list(queryset)
+        for beat in beats:
+            heartbeat_run_now(heartbeat=beat)
+        self.message_user(request, f"Queued {len(beats)} run(s): {', '.join(b.name for b in beats)}.")
+
+    @admin.action(description="Enable (resume)", permissions=["change"])
+    def enable(self, request: HttpRequest, queryset: QuerySet) -> None:
+        self._set_enabled(request, queryset, True)
+
+    @admin.action(description="Disable (pause)", permissions=["change"])
+    def disable(self, request: HttpRequest, queryset: QuerySet) -> None:
+        self._set_enabled(request, queryset, False)
+
+    def _set_enabled(self, request: HttpRequest, queryset: QuerySet, enabled: bool) -> None:
+        changed, managed = 0, []
+        for beat in queryset:
+            try:
+                heartbeat_set_enabled(heartbeat=beat, enabled=enabled)
+                changed += 1
+            except HeartbeatReadOnly:
+                managed.append(beat.name)
+        verb = "enabled" if enabled else "disabled"
+        self.message_user(request, f"{changed} beat(s) {verb}.")
+        if managed:
+            self.message_user(request, f"Managed beats are read-only, left as they are: {', '.join(managed)}.",
+                              messages.WARNING)

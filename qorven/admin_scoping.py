@@ -1,0 +1,181 @@
+"""Tenant scoping for the Django admin.
+
+Superusers (the host) see everything, as usual. A *tenant admin* — a staff user who is not
+a superuser and holds an owner or admin Membership — sees and edits only the rows of the
+tenants they administer: lists, change pages, foreign-key choices and list filters are
+all narrowed to those tenants, and a row of another tenant is "not found", exactly like a
+missing one. For such users, access to scoped models comes from the membership role, not
+from Django model permissions; models that do not adopt the mixin keep Django's
+permission checks (so a tenant admin does not see them unless granted).
+
+Adopt it by putting `TenantScopedAdminMixin` (or `TenantScopedInlineMixin`) before
+`admin.ModelAdmin` and setting `tenant_field` to the path from the model to its Tenant.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from django.contrib import admin
+from django.contrib.auth import get_user_model
+from django.core.exceptions import FieldDoesNotExist, PermissionDenied
+from django.db.models import ForeignKey, Model, QuerySet
+from django.http import HttpRequest
+
+from .models import Membership, Qor, Tenant
+
+ADMIN_ROLES = (Membership.Role.OWNER, Membership.Role.ADMIN)
+_CACHE = "_qorven_admin_tenant_ids"
+
+
+def admin_tenant_ids(user: Any) -> frozenset[int] | None:
+    """The tenants `user` may administer in the admin: None means all (a superuser)."""
+    if not getattr(user, "is_active", False) or not getattr(user, "is_staff", False):
+        return frozenset()
+    if user.is_superuser:
+        return None
+    cached = getattr(user, _CACHE, None)
+    if cached is None:
+        cached = frozenset(
+            Membership.objects.filter(user=user, role__in=ADMIN_ROLES).values_list("tenant_id", flat=True)
+        )
+        setattr(user, _CACHE, cached)  # per request: the user object lives as long as the request
+    return cached
+
+
+def _tenant_id_of(obj: Model, tenant_field: str) -> int | None:
+    if not tenant_field:
+        return obj.pk
+    *path, last = tenant_field.split("__")
+    for step in path:
+        obj = getattr(obj, step, None)
+        if obj is None:
+            return None
+    return getattr(obj, f"{last}_id", None)
+
+
+class _Scoping:
+    tenant_field = "tenant"
+
+    def scope(self, request: HttpRequest, qs: QuerySet) -> QuerySet:
+        ids = admin_tenant_ids(request.user)
+        if ids is None:
+            return qs
+        return qs.filter(**{f"{self.tenant_field}__in" if self.tenant_field else "pk__in": ids})
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet:
+        return self.scope(request, super().get_queryset(request))  # type: ignore[misc]
+
+    def formfield_for_foreignkey(self, db_field: ForeignKey, request: HttpRequest, **kwargs: Any):
+        ids = admin_tenant_ids(request.user)
+        if ids is not None and "queryset" not in kwargs:
+            related = db_field.related_model
+            if related is Tenant:
+                kwargs["queryset"] = Tenant.objects.filter(pk__in=ids)
+            elif related is get_user_model():
+                kwargs["queryset"] = related.objects.filter(memberships__tenant__in=ids).distinct()
+            elif related is Qor or any(f.name == "tenant" for f in related._meta.fields):
+                kwargs["queryset"] = related._default_manager.filter(tenant__in=ids)
+        return super().formfield_for_foreignkey(db_field, request, **kwargs)  # type: ignore[misc]
+
+    def get_autocomplete_fields(self, request: HttpRequest) -> list[str]:
+        # Autocomplete asks the related model's admin, which knows nothing of tenants.
+        if admin_tenant_ids(request.user) is not None:
+            return []
+        return list(super().get_autocomplete_fields(request))  # type: ignore[misc]
+
+
+class TenantScopedAdminMixin(_Scoping):
+    """For a ModelAdmin whose rows belong to a tenant (see the module docstring)."""
+
+    #: May a tenant admin create / delete rows of this model? (Tenants themselves: no.)
+    tenant_admin_can_add = True
+    tenant_admin_can_delete = True
+
+    def _tenant_admin_allows(self, request: HttpRequest, obj: Model | None) -> bool:
+        ids = admin_tenant_ids(request.user)
+        if not ids:
+            return False
+        return obj is None or _tenant_id_of(obj, self.tenant_field) in ids
+
+    def has_module_permission(self, request: HttpRequest) -> bool:
+        if admin_tenant_ids(request.user) is None:
+            return super().has_module_permission(request)  # type: ignore[misc]
+        return self._tenant_admin_allows(request, None)
+
+    def has_view_permission(self, request: HttpRequest, obj: Model | None = None) -> bool:
+        if admin_tenant_ids(request.user) is None:
+            return super().has_view_permission(request, obj)  # type: ignore[misc]
+        return self._tenant_admin_allows(request, obj)
+
+    def has_change_permission(self, request: HttpRequest, obj: Model | None = None) -> bool:
+        if admin_tenant_ids(request.user) is None:
+            return super().has_change_permission(request, obj)  # type: ignore[misc]
+        return self._tenant_admin_allows(request, obj)
+
+    def has_add_permission(self, request: HttpRequest, *args: Any) -> bool:
+        if admin_tenant_ids(request.user) is None:
+            return super().has_add_permission(request, *args)  # type: ignore[misc]
+        return self.tenant_admin_can_add and self._tenant_admin_allows(request, None)
+
+    def has_delete_permission(self, request: HttpRequest, obj: Model | None = None) -> bool:
+        if admin_tenant_ids(request.user) is None:
+            return super().has_delete_permission(request, obj)  # type: ignore[misc]
+        return self.tenant_admin_can_delete and self._tenant_admin_allows(request, obj)
+
+    def get_list_filter(self, request: HttpRequest) -> list[Any]:
+        filters = list(super().get_list_filter(request))  # type: ignore[misc]
+        if admin_tenant_ids(request.user) is None:
+            return filters
+        # A plain foreign-key filter lists every row of the related table (every tenant's
+        # name); offer only the values present in the scoped rows.
+        return [_related_only(self.model, f) for f in filters]
+
+    def save_model(self, request: HttpRequest, obj: Model, form: Any, change: bool) -> None:
+        self.check_tenant(request, obj)
+        super().save_model(request, obj, form, change)  # type: ignore[misc]
+
+    def check_tenant(self, request: HttpRequest, obj: Model) -> None:
+        ids = admin_tenant_ids(request.user)
+        if ids is not None and _tenant_id_of(obj, self.tenant_field) not in ids:
+            raise PermissionDenied("that row belongs to a tenant you do not administer")
+
+
+class TenantScopedInlineMixin(_Scoping):
+    """For an inline under a scoped parent: its rows and choices are narrowed the same way;
+    the parent's admin decides access to the parent object."""
+
+    def _allowed(self, request: HttpRequest) -> bool:
+        ids = admin_tenant_ids(request.user)
+        return ids is None or bool(ids)
+
+    def has_view_permission(self, request: HttpRequest, obj: Model | None = None) -> bool:
+        if admin_tenant_ids(request.user) is None:
+            return super().has_view_permission(request, obj)  # type: ignore[misc]
+        return self._allowed(request)
+
+    def has_change_permission(self, request: HttpRequest, obj: Model | None = None) -> bool:
+        if admin_tenant_ids(request.user) is None:
+            return super().has_change_permission(request, obj)  # type: ignore[misc]
+        return self._allowed(request)
+
+    def has_add_permission(self, request: HttpRequest, obj: Model | None = None) -> bool:
+        if admin_tenant_ids(request.user) is None:
+            return super().has_add_permission(request, obj)  # type: ignore[misc]
+        return self._allowed(request)
+
+    def has_delete_permission(self, request: HttpRequest, obj: Model | None = None) -> bool:
+        if admin_tenant_ids(request.user) is None:
+            return super().has_delete_permission(request, obj)  # type: ignore[misc]
+        return self._allowed(request)
+
+
+def _related_only(model: type[Model], entry: Any) -> Any:
+    if isinstance(entry, str) and "__" not in entry:
+        try:
+            field = model._meta.get_field(entry)
+        except FieldDoesNotExist:
+            return entry
+        if field.is_relation and field.many_to_one:
+            return (entry, admin.RelatedOnlyFieldListFilter)
+    return entry
+

@@ -1,0 +1,168 @@
+"""The admin for tenants and beats: a tenant admin sees and edits only their own tenant."""
+from __future__ import annotations
+
+import pytest
+from django.urls import reverse
+from django_celery_beat.models import PeriodicTask
+
+from channels_app.models import ChannelBinding
+from heartbeats_app.models import CLEAR_IMAGES, Heartbeat, HeartbeatRun
+from heartbeats_app.services import heartbeat_create
+from qorven.models import Membership
+
+from ..factories.heartbeats_app import beat
+from ..factories.qorven import MembershipFactory, UserFactory
+from ..fakes.model_server import reply
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def dana(world):
+    """Tenant admin of acme: staff, not a superuser, no Django model permissions."""
+    user = UserFactory(username="dana", is_staff=True)
+    MembershipFactory(tenant=world.tenant_a, user=user, role=Membership.Role.ADMIN)
+    return user
+
+
+@pytest.fixture
+def beats(world):
+    return {
+        "acme": beat(world.qor_a, name="acme-brief", prompt="Acme's morning brief", owner=world.alice),
+        "globex": beat(world.qor_b, name="globex-brief", prompt="Globex's secret plans", owner=world.charlie),
+        "managed": heartbeat_create(tenant=world.tenant_a, qor=world.qor_a, name=CLEAR_IMAGES, cron="30 3 * * *",
+                                    managed=True),
+    }
+
+
+def url(name, *args):
+    return reverse(f"admin:{name}", args=args)
+
+
+def test_a_tenant_admin_sees_only_their_tenants_beats(client, world, dana, beats):
+    client.force_login(dana)
+    listing = client.get(url("heartbeats_app_heartbeat_changelist"))
+    assert listing.status_code == 200
+    page = listing.content.decode()
+    assert "acme-brief" in page and CLEAR_IMAGES in page
+    assert "globex-brief" not in page and "globex" not in page  # nor in the tenant filter
+
+    foreign = client.get(url("heartbeats_app_heartbeat_change", beats["globex"].pk))
+    assert foreign.status_code == 302 and foreign.url == url("index")  # as if it did not exist
+    assert client.get(url("heartbeats_app_heartbeat_delete", beats["globex"].pk)).status_code == 302
+    assert client.get(url("heartbeats_app_heartbeat_history", beats["globex"].pk)).status_code == 302
+    own = client.get(url("heartbeats_app_heartbeat_change", beats["acme"].pk))
+    assert own.status_code == 200 and "Acme&#x27;s morning brief" in own.content.decode()
+
+
+def test_a_tenant_admin_cannot_touch_another_tenants_beat_by_posting(client, world, dana, beats):
+    client.force_login(dana)
+    response = client.post(url("heartbeats_app_heartbeat_changelist"), {
+        "action": "disable", "_selected_action": [beats["globex"].pk, beats["acme"].pk],
+    })
+    assert response.status_code == 302
+    assert Heartbeat.objects.get(pk=beats["globex"].pk).enabled
+    assert not Heartbeat.objects.get(pk=beats["acme"].pk).enabled
+    response = client.post(url("heartbeats_app_heartbeat_change", beats["globex"].pk),
+                           {"name": "hijacked", "cron": "* * * * *", "prompt": "x", "enabled": "on"})
+    assert response.status_code == 302
+    assert Heartbeat.objects.get(pk=beats["globex"].pk).name == "globex-brief"
+
+
+def test_the_add_form_offers_only_the_admins_tenants_qors_and_members(client, world, dana):
+    client.force_login(dana)
+    page = client.get(url("heartbeats_app_heartbeat_add")).content.decode()
+    assert ">acme<" in page and ">globex<" not in page
+    assert ">alice<" in page and ">charlie<" not in page
+
+
+def test_tenants_listing_and_editing_are_scoped_and_budget_is_for_the_host(client, world, dana):
+    client.force_login(dana)
+    page = client.get(url("qorven_tenant_changelist")).content.decode()
+    assert "acme" in page and "globex" not in page
+    assert client.get(url("qorven_tenant_change", world.tenant_b.pk)).status_code == 302
+    assert client.get(url("qorven_tenant_add")).status_code == 403
+    change = client.get(url("qorven_tenant_change", world.tenant_a.pk)).content.decode()
+    assert 'name="monthly_token_budget"' not in change  # read-only for tenant admins
+    assert 'name="name"' in change
+
+
+def test_a_plain_member_or_non_staff_user_gets_no_admin(client, world, beats):
+    bob = world.bob
+    bob.is_staff = True
+    bob.save()
+    client.force_login(bob)  # a member of acme, not an admin of it
+    assert client.get(url("heartbeats_app_heartbeat_changelist")).status_code == 403
+    assert client.get(url("qorven_tenant_changelist")).status_code == 403
+
+
+def test_a_superuser_sees_every_tenant(client, world, beats):
+    root = UserFactory(username="root", is_staff=True, is_superuser=True)
+    client.force_login(root)
+    page = client.get(url("heartbeats_app_heartbeat_changelist")).content.decode()
+    assert "acme-brief" in page and "globex-brief" in page
+
+
+def test_the_beat_list_shows_next_run_last_status_and_tokens(client, world, dana, beats):
+    Heartbeat.objects.filter(pk=beats["acme"].pk).update(last_status="ok", tokens_spent=4321)
+    client.force_login(dana)
+    page = client.get(url("heartbeats_app_heartbeat_changelist")).content.decode()
+    for header in ("next run", "last status", "tokens spent"):
+        assert header in page.lower()
+    assert "4321" in page and "08:00" in page
+
+
+def test_managed_beats_are_read_only_in_the_admin(client, world, dana, beats):
+    client.force_login(dana)
+    page = client.get(url("heartbeats_app_heartbeat_change", beats["managed"].pk)).content.decode()
+    assert 'name="cron"' not in page and 'name="_save"' not in page
+    assert client.get(url("heartbeats_app_heartbeat_delete", beats["managed"].pk)).status_code == 403
+    client.post(url("heartbeats_app_heartbeat_changelist"), {"action": "disable",
+                                                           "_selected_action": [beats["managed"].pk]})
+    assert Heartbeat.objects.get(pk=beats["managed"].pk).enabled
+
+
+def test_adding_and_editing_in_the_admin_keeps_the_periodic_task_in_step(client, world, dana):
+    client.force_login(dana)
+    form = {"tenant": world.tenant_a.pk, "qor": world.qor_a.pk, "name": "evening", "cron": "61 * * * *",
+            "timezone": "", "prompt": "Evening wrap-up", "owner": world.alice.pk, "deliver_to": world.alice.pk,
+            "deliver_channel": "web", "enabled": "on",
+            "runs-TOTAL_FORMS": "0", "runs-INITIAL_FORMS": "0", "runs-MIN_NUM_FORMS": "0", "runs-MAX_NUM_FORMS": "0"}
+    bad = client.post(url("heartbeats_app_heartbeat_add"), form)
+    assert bad.status_code == 200 and "minute" in bad.content.decode()
+    assert not Heartbeat.objects.exists()
+
+    response = client.post(url("heartbeats_app_heartbeat_add"), {**form, "cron": "0 19 * * *"})
+    assert response.status_code == 302, response.content.decode()[:2000]
+    hb = Heartbeat.objects.get(name="evening")
+    assert PeriodicTask.objects.get(pk=hb.periodic_task_id).crontab.hour == "19"
+
+    form.pop("tenant"), form.pop("qor")
+    response = client.post(url("heartbeats_app_heartbeat_change", hb.pk), {**form, "cron": "0 20 * * *"})
+    assert response.status_code == 302
+    assert PeriodicTask.objects.get(pk=hb.periodic_task_id).crontab.hour == "20"
+
+
+@pytest.mark.django_db(transaction=True)
+def test_run_now_runs_the_beat_and_records_it(client, world, dana, beats, model_server, drain):
+    model_server.add(reply("Here is your brief."))
+    client.force_login(dana)
+    response = client.post(url("heartbeats_app_heartbeat_changelist"),
+                           {"action": "run_now", "_selected_action": [beats["acme"].pk]})
+    assert response.status_code == 302
+    drain()
+    run = HeartbeatRun.objects.get()
+    assert (run.heartbeat_id, run.manual, run.status, run.output) == (beats["acme"].pk, True, "ok", "Here is your brief.")
+    page = client.get(url("heartbeats_app_heartbeat_change", beats["acme"].pk)).content.decode()
+    assert "Here is your brief." in page  # last output and the recent runs
+
+
+def test_the_tenant_page_lists_bindings_with_credentials_masked(client, world, dana):
+    ChannelBinding.objects.create(tenant=world.tenant_a, qor=world.qor_a, kind="telegram", name="Aria bot",
+                                  lookup_key="tg-lookup", credentials={"bot_token": "123:SUPERSECRET"},
+                                  webhook_secret="HOOKSECRET")
+    client.force_login(dana)
+    page = client.get(url("qorven_tenant_change", world.tenant_a.pk)).content.decode()
+    assert "Aria bot" in page and "1 credential set (hidden)" in page and "webhook secret set (hidden)" in page
+    assert "SUPERSECRET" not in page and "HOOKSECRET" not in page
+    assert ">alice<" in page or "alice" in page  # members inline
