@@ -44,7 +44,9 @@ def _target(message: Message) -> tuple[ChannelBinding, str] | None:
     kind = PLATFORM_OF[message.channel]
     reply_to = (message.metadata or {}).get("reply_to")
     if reply_to:
-        source = Message.objects.filter(session_id=message.session_id, seq=reply_to).only("metadata").first()
+        source = Message.objects.filter(
+            tenant_id=message.tenant_id, session_id=message.session_id, seq=reply_to
+        ).only("metadata").first()
         meta = (source.metadata or {}) if source else {}
         binding = ChannelBinding.objects.filter(pk=meta.get("binding"), tenant_id=message.tenant_id).first()
         if binding is not None and meta.get("reply_target"):
