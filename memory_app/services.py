@@ -1,19 +1,32 @@
-"""Writes of long-term memory."""
+"""Writes of long-term memory.
+
+Every write goes through here so SQLite's FTS5 index stays in step with the rows
+(PostgreSQL's `search_vector` is a generated column and needs nothing). A memory deleted
+some other way (a cascade from a deleted tenant, Qor or user) leaves an FTS5 entry that
+search never returns, because search joins back to the row; `memory_index_prune` clears
+those.
+"""
 from __future__ import annotations
 
 import hashlib
 import re
 from collections.abc import Iterable
+from dataclasses import dataclass
 from datetime import datetime
 
 from django.contrib.auth.models import AbstractBaseUser
-from django.db import IntegrityError, transaction
+from django.db import IntegrityError, connection, transaction
 
 from qorven.models import Qor, Tenant
 
+from .fulltext import FTS_TABLE, owner_token
 from .models import Memory
 
 _SPACES = re.compile(r"\s+")
+
+
+class DuplicateMemory(ValueError):
+    """The user already has a memory of this type with the same (normalised) content."""
 
 
 def memory_normalize(content: str) -> str:
@@ -44,6 +57,8 @@ def memory_add(
     content = content.strip()
     if not content:
         raise ValueError("a memory needs content")
+    if type not in Memory.Type.values:
+        raise ValueError(f"unknown memory type {type!r}")
     digest = memory_content_hash(content)
     lookup = dict(tenant=tenant, qor=qor, user=user, type=type, content_hash=digest)
     existing = Memory.objects.filter(**lookup).first()
@@ -59,6 +74,116 @@ def memory_add(
                 period_end=period_end,
                 source_session_id=source_session_id,
             )
+            _index_put(memory)
     except IntegrityError:
         return Memory.objects.get(**lookup), False
     return memory, True
+
+
+@transaction.atomic
+def memory_update(*, memory: Memory, content: str | None = None, type: str | None = None, **fields: object) -> Memory:
+    """Change a memory (the admin's edit). Raises DuplicateMemory when the new content or
+    type collides with another memory of the same user."""
+    if content is not None:
+        content = content.strip()
+        if not content:
+            raise ValueError("a memory needs content")
+        memory.content = content
+    if type is not None:
+        memory.type = type
+    for name, value in fields.items():
+        setattr(memory, name, value)
+    memory.content_hash = memory_content_hash(memory.content)
+    clash = Memory.objects.filter(
+        tenant_id=memory.tenant_id, qor_id=memory.qor_id, user_id=memory.user_id, type=memory.type,
+        content_hash=memory.content_hash,
+    ).exclude(pk=memory.pk)
+    if clash.exists():
+        raise DuplicateMemory("this user already has the same memory")
+    memory.save()
+    _index_put(memory)
+    return memory
+
+
+@transaction.atomic
+def memory_delete(*, memories: Iterable[Memory]) -> int:
+    """Delete these memories (and their index entries); returns how many."""
+    ids = [m.pk for m in memories]
+    if not ids:
+        return 0
+    _index_drop_ids(ids)
+    deleted, _ = Memory.objects.filter(pk__in=ids).delete()
+    return deleted
+
+
+@dataclass(frozen=True)
+class MemoryScope:
+    """Whose memories: a tenant, optionally narrowed to a Qor and/or a user; or with no
+    tenant, a user across every tenant, or (everything=True) all of them."""
+
+    tenant: Tenant | None = None
+    qor: Qor | None = None
+    user: AbstractBaseUser | None = None
+    everything: bool = False
+
+    def __post_init__(self) -> None:
+        if self.qor is not None and (self.tenant is None or self.qor.tenant_id != self.tenant.pk):
+            raise ValueError("a Qor scope needs its tenant")
+        if not self.everything and self.tenant is None and self.user is None:
+            raise ValueError("give a tenant, a Qor or a user, or everything=True")
+
+    def filters(self, prefix: str = "") -> dict[str, object]:
+        out: dict[str, object] = {}
+        if self.tenant is not None:
+            out[f"{prefix}tenant"] = self.tenant
+        if self.qor is not None:
+            out[f"{prefix}qor"] = self.qor
+        if self.user is not None:
+            out[f"{prefix}user"] = self.user
+        return out
+
+
+@transaction.atomic
+def memory_clear(*, scope: MemoryScope) -> int:
+    """Delete every memory in `scope` with its index entries, in set-based statements
+    (no rows loaded into Python); returns how many memories went."""
+    qs = Memory.objects.filter(**scope.filters())
+    if connection.vendor == "sqlite":
+        ids_sql, params = qs.values("id").query.sql_with_params()
+        with connection.cursor() as cursor:
+            cursor.execute(f"DELETE FROM {FTS_TABLE} WHERE rowid IN ({ids_sql})", params)
+    deleted, _ = qs.delete()
+    return deleted
+
+
+def memory_index_prune() -> int:
+    """Remove FTS5 entries whose memory is gone (deleted by a cascade). SQLite only;
+    returns how many went."""
+    if connection.vendor != "sqlite":
+        return 0
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"DELETE FROM {FTS_TABLE} WHERE rowid NOT IN (SELECT id FROM {Memory._meta.db_table})"
+        )
+        return max(cursor.rowcount, 0)
+
+
+def _index_put(memory: Memory) -> None:
+    if connection.vendor != "sqlite":
+        return
+    owner = owner_token(tenant_id=memory.tenant_id, qor_id=memory.qor_id, user_id=memory.user_id)
+    with connection.cursor() as cursor:
+        # REPLACE: an id reused after a test flush (or an edit) overwrites its old entry.
+        cursor.execute(
+            f"INSERT OR REPLACE INTO {FTS_TABLE} (rowid, owner, content) VALUES (%s, %s, %s)",
+            [memory.pk, owner, memory.content],
+        )
+
+
+def _index_drop_ids(ids: list[int]) -> None:
+    if connection.vendor != "sqlite":
+        return
+    with connection.cursor() as cursor:
+        for start in range(0, len(ids), 500):
+            chunk = ids[start : start + 500]
+            cursor.execute(f"DELETE FROM {FTS_TABLE} WHERE rowid IN ({', '.join(['%s'] * len(chunk))})", chunk)

@@ -1,0 +1,107 @@
+from __future__ import annotations
+
+from django import forms
+from django.contrib import admin, messages
+
+from qorven.admin_scoping import TenantScopedAdminMixin
+from qorven.models import Membership
+
+from .models import LearnedSkill, Memory
+from .services import DuplicateMemory, memory_add, memory_content_hash, memory_delete, memory_update
+
+
+class MemoryForm(forms.ModelForm):
+    class Meta:
+        model = Memory
+        fields = ["tenant", "qor", "user", "type", "content", "channels", "period_start", "period_end",
+                  "source_session"]
+
+    def clean(self):
+        data = super().clean()
+        tenant, qor = data.get("tenant"), data.get("qor")
+        if tenant is not None and qor is not None and qor.tenant_id != tenant.pk:
+            self.add_error("qor", "This Qor belongs to another tenant.")
+        user = data.get("user")
+        if tenant is not None and user is not None and not Membership.objects.filter(tenant=tenant, user=user).exists():
+            self.add_error("user", "This user is not a member of the tenant.")
+        session = data.get("source_session")
+        if tenant is not None and session is not None and session.tenant_id != tenant.pk:
+            self.add_error("source_session", "This session belongs to another tenant.")
+        content = (data.get("content") or "").strip()
+        if tenant is not None and qor is not None and content and data.get("type"):
+            clash = Memory.objects.filter(
+                tenant=tenant, qor=qor, user=data.get("user"), type=data["type"],
+                content_hash=memory_content_hash(content),
+            )
+            if self.instance.pk:
+                clash = clash.exclude(pk=self.instance.pk)
+            if clash.exists():
+                raise forms.ValidationError("This user already has the same memory of this type.")
+        return data
+
+
+@admin.register(Memory)
+class MemoryAdmin(TenantScopedAdminMixin, admin.ModelAdmin):
+    """Memories are written through the memory services, so duplicates are refused and
+    the full-text index stays in step. Tenant admins see their tenants' memories only."""
+
+    form = MemoryForm
+    list_display = ["id", "tenant", "qor", "user", "type", "short_content", "period_start", "period_end",
+                    "created_at"]
+    list_filter = ["tenant", "type", "created_at"]
+    search_fields = ["content", "user__username"]
+    list_select_related = ["tenant", "qor", "user"]
+    raw_id_fields = ["user", "source_session"]
+    readonly_fields = ["created_at", "updated_at"]
+    date_hierarchy = "created_at"
+    show_full_result_count = False
+
+    @admin.display(description="content")
+    def short_content(self, obj: Memory) -> str:
+        return obj.content[:120]
+
+    def save_model(self, request, obj: Memory, form, change: bool) -> None:
+        self.check_tenant(request, obj)
+        if change:
+            try:
+                memory_update(memory=obj)
+            except DuplicateMemory as exc:  # raced past the form's check
+                self.message_user(request, str(exc), messages.ERROR)
+            return
+        memory, _ = memory_add(
+            tenant=obj.tenant, qor=obj.qor, user=obj.user, type=obj.type, content=obj.content,
+            channels=obj.channels or (), period_start=obj.period_start, period_end=obj.period_end,
+            source_session_id=obj.source_session_id,
+        )
+        obj.pk, obj.content_hash, obj.created_at, obj.updated_at = (
+            memory.pk, memory.content_hash, memory.created_at, memory.updated_at
+        )
+        obj._state.adding = False
+
+    def delete_model(self, request, obj: Memory) -> None:
+        memory_delete(memories=[obj])
+
+    def delete_queryset(self, request, queryset) -> None:
+        memory_delete(memories=list(queryset))
+
+
+@admin.register(LearnedSkill)
+class LearnedSkillAdmin(TenantScopedAdminMixin, admin.ModelAdmin):
+    """Skills from files are read-only here (edit or delete the file, then `qorven
+    sync-skills`); skills made here are the admin's and no sync touches them. Shared
+    skills (no tenant) are the host's: tenant admins see and make their tenants' own."""
+
+    list_display = ["name", "tenant", "source", "min_trust", "enabled", "path", "updated_at"]
+    list_filter = ["tenant", "source", "enabled", "min_trust"]
+    search_fields = ["name", "description"]
+    fields = ["tenant", "name", "description", "min_trust", "enabled", "body", "source", "path", "checksum"]
+
+    def get_readonly_fields(self, request, obj: LearnedSkill | None = None) -> list[str]:
+        if obj is not None and obj.source == LearnedSkill.Source.FILE:
+            return list(self.fields)
+        return ["source", "path", "checksum"]
+
+    def save_model(self, request, obj: LearnedSkill, form, change: bool) -> None:
+        if not change:
+            obj.source = LearnedSkill.Source.ADMIN
+        super().save_model(request, obj, form, change)

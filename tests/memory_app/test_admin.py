@@ -1,0 +1,88 @@
+"""Memories and learned skills in the admin."""
+from __future__ import annotations
+
+import pytest
+
+from memory_app.models import LearnedSkill, Memory
+from memory_app.selectors import memory_search
+from qorven.models import Membership
+
+from ..factories.memory_app import remember
+from ..factories.qorven import UserFactory
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def host(client):
+    user = UserFactory(username="host", is_staff=True, is_superuser=True)
+    client.force_login(user)
+    return client
+
+
+@pytest.fixture
+def tenant_admin(client, world):
+    user = UserFactory(username="acme-admin", is_staff=True)
+    Membership.objects.create(tenant=world.tenant_a, user=user, role=Membership.Role.ADMIN)
+    client.force_login(user)
+    return client
+
+
+def add_form(world, content, **extra):
+    return {"tenant": world.tenant_a.pk, "qor": world.qor_a.pk, "user": world.alice.pk, "type": "fact",
+            "content": content, "channels": "[]", "period_start_0": "", "period_start_1": "",
+            "period_end_0": "", "period_end_1": "", "source_session": "", **extra}
+
+
+def test_a_memory_added_in_the_admin_is_searchable_and_not_stored_twice(host, world):
+    response = host.post("/admin/memory_app/memory/add/", add_form(world, "Alice's bike is a Brompton"))
+    assert response.status_code == 302, response.content.decode()[:2000]
+    memory = Memory.objects.get()
+    assert memory.content_hash and memory.tenant == world.tenant_a
+    assert memory_search(tenant=world.tenant_a, qor=world.qor_a, user=world.alice, query="bike") == [memory]
+
+    again = host.post("/admin/memory_app/memory/add/", add_form(world, "  alice's BIKE is a brompton "))
+    assert again.status_code == 200 and "already has the same memory" in again.content.decode()
+    assert Memory.objects.count() == 1
+
+    wrong = host.post("/admin/memory_app/memory/add/", add_form(world, "x", user=world.charlie.pk))
+    assert "not a member of the tenant" in wrong.content.decode()
+
+
+def test_edits_and_deletes_in_the_admin_keep_search_in_step(host, world):
+    memory = remember(world.tenant_a, world.qor_a, world.alice, "Alice's bike is a Brompton")
+    form = add_form(world, "Alice's bike is a Moulton")
+    assert host.post(f"/admin/memory_app/memory/{memory.pk}/change/", form).status_code == 302
+
+    def search(q):
+        return memory_search(tenant=world.tenant_a, qor=world.qor_a, user=world.alice, query=q)
+
+    assert search("Brompton") == [] and [m.pk for m in search("Moulton")] == [memory.pk]
+    response = host.post("/admin/memory_app/memory/", {"action": "delete_selected", "_selected_action": [memory.pk],
+                                                       "post": "yes"})
+    assert response.status_code == 302
+    assert not Memory.objects.exists() and search("Moulton") == []
+
+
+def test_the_memory_list_filters_by_tenant_and_a_tenant_admin_sees_only_theirs(client, host, tenant_admin, world):
+    remember(world.tenant_a, world.qor_a, world.alice, "acme memory")
+    remember(world.tenant_b, world.qor_b, world.charlie, "globex memory")
+    page = client.get("/admin/memory_app/memory/").content.decode()
+    assert "acme memory" in page and "globex memory" not in page
+    host_user = UserFactory(username="host2", is_staff=True, is_superuser=True)
+    client.force_login(host_user)
+    page = client.get(f"/admin/memory_app/memory/?tenant__id__exact={world.tenant_b.pk}").content.decode()
+    assert "globex memory" in page and "acme memory" not in page
+
+
+def test_file_skills_are_read_only_and_admin_skills_are_the_admins(host, world):
+    file_skill = LearnedSkill.objects.create(tenant=None, name="briefing", description="From a file", body="b",
+                                             source="file", path="briefing.md", checksum="x")
+    page = host.get(f"/admin/memory_app/learnedskill/{file_skill.pk}/change/").content.decode()
+    assert 'name="description"' not in page  # read-only
+    response = host.post("/admin/memory_app/learnedskill/add/", {
+        "tenant": world.tenant_a.pk, "name": "triage", "description": "Sort the inbox", "min_trust": "owner",
+        "enabled": "on", "body": "Do it.",
+    })
+    assert response.status_code == 302
+    assert LearnedSkill.objects.get(name="triage").source == "admin"

@@ -1,0 +1,143 @@
+"""memory_search: the database's full-text search, ranked, limited, never crossing owners."""
+from __future__ import annotations
+
+import pytest
+from django.db import connection
+
+from memory_app.models import Memory
+from memory_app.selectors import memory_search
+from memory_app.services import (
+    DuplicateMemory,
+    MemoryScope,
+    memory_add,
+    memory_clear,
+    memory_delete,
+    memory_index_prune,
+    memory_update,
+)
+
+from ..factories.memory_app import remember
+from ..factories.qorven import QorFactory
+
+pytestmark = pytest.mark.django_db
+
+
+def search(world, query, user=None, qor=None, tenant=None, limit=5):
+    return memory_search(
+        tenant=tenant or world.tenant_a, qor=qor or world.qor_a, user=user or world.alice, query=query, limit=limit
+    )
+
+
+def contents(memories):
+    return [m.content for m in memories]
+
+
+def test_a_stated_fact_is_found_by_any_of_its_words_stemmed(world):
+    remember(world.tenant_a, world.qor_a, world.alice, "Alice's passport number ends in 4471")
+    remember(world.tenant_a, world.qor_a, world.alice, "Alice prefers window seats on long flights")
+    assert contents(search(world, "What does my passport end with?")) == ["Alice's passport number ends in 4471"]
+    # "meetings" and "meeting" share a stem on both databases.
+    remember(world.tenant_a, world.qor_a, world.alice, "Weekly meetings with Priya happen on Tuesdays")
+    assert contents(search(world, "when is my meeting with priya")) == [
+        "Weekly meetings with Priya happen on Tuesdays"
+    ]
+
+
+def test_more_matching_words_rank_higher_and_the_limit_holds(world):
+    remember(world.tenant_a, world.qor_a, world.alice, "Alice likes green tea")
+    remember(world.tenant_a, world.qor_a, world.alice, "Alice likes jasmine green tea in the morning")
+    remember(world.tenant_a, world.qor_a, world.alice, "Alice's cat is called Miso")
+    found = search(world, "jasmine green tea", limit=2)
+    assert contents(found) == ["Alice likes jasmine green tea in the morning", "Alice likes green tea"]
+    assert contents(search(world, "tea", limit=1)) in (["Alice likes green tea"],
+                                                        ["Alice likes jasmine green tea in the morning"])
+    assert search(world, "tea", limit=0) == []
+
+
+def test_a_memory_of_another_tenant_qor_or_user_never_matches_even_with_the_same_words(world):
+    words = "The spare key is under the blue flowerpot"
+    remember(world.tenant_b, world.qor_b, world.charlie, words)  # tenant B, same Qor slug
+    other_qor = QorFactory(tenant=world.tenant_a, slug="other", is_default=False)
+    remember(world.tenant_a, other_qor, world.alice, words)
+    remember(world.tenant_a, world.qor_a, world.bob, words)
+    remember(world.tenant_a, world.qor_a, None, words)  # a Qor-wide note, no user
+    assert search(world, "where is the spare key?") == []
+    mine = remember(world.tenant_a, world.qor_a, world.alice, words)
+    assert search(world, "where is the spare key?") == [mine]
+    # Asking tenant B with tenant A's Qor (a forged pairing) finds nothing either.
+    assert search(world, "spare key", tenant=world.tenant_b) == []
+    b = search(world, "spare key", tenant=world.tenant_b, qor=world.qor_b, user=world.charlie)
+    assert [(m.tenant_id, m.user_id) for m in b] == [(world.tenant_b.pk, world.charlie.pk)]
+
+
+@pytest.mark.parametrize("query", [
+    'passport" OR owner : * NEAR(', "content:passport", "-passport ^ ( * )", "passport*", "'; DROP TABLE x; --",
+    "AND OR NOT", "((", '"""', "ünïcödé pässpört", "a" * 5000,
+])
+def test_user_text_is_never_read_as_search_syntax(world, query):
+    remember(world.tenant_a, world.qor_a, world.alice, "Alice's passport number ends in 4471")
+    found = search(world, query)
+    assert all(m.user_id == world.alice.pk for m in found)
+
+
+def test_a_query_of_only_stop_words_or_punctuation_finds_nothing(world):
+    remember(world.tenant_a, world.qor_a, world.alice, "What is it that you are doing")
+    assert search(world, "what is it") == []
+    assert search(world, "?!") == []
+
+
+def test_duplicates_by_normalized_content_are_stored_once(world):
+    first, created = memory_add(tenant=world.tenant_a, qor=world.qor_a, user=world.alice, type="fact",
+                                content="Alice lives in Lisbon")
+    again, created_again = memory_add(tenant=world.tenant_a, qor=world.qor_a, user=world.alice, type="fact",
+                                      content="  alice   LIVES in lisbon ")
+    assert created and not created_again and again.pk == first.pk
+    # Another type or another user is another memory.
+    assert memory_add(tenant=world.tenant_a, qor=world.qor_a, user=world.alice, type="lesson",
+                      content="Alice lives in Lisbon")[1]
+    assert memory_add(tenant=world.tenant_a, qor=world.qor_a, user=world.bob, type="fact",
+                      content="Alice lives in Lisbon")[1]
+    assert len(search(world, "Lisbon")) == 2  # alice's fact and lesson, one row each
+
+
+def test_edits_and_deletions_keep_the_index_in_step(world):
+    memory = remember(world.tenant_a, world.qor_a, world.alice, "Alice drives a red bicycle")
+    memory_update(memory=memory, content="Alice rides a green scooter")
+    assert search(world, "bicycle") == []
+    assert contents(search(world, "scooter")) == ["Alice rides a green scooter"]
+    other = remember(world.tenant_a, world.qor_a, world.alice, "Alice rides horses on Sundays")
+    with pytest.raises(DuplicateMemory):
+        memory_update(memory=other, content="alice rides a GREEN scooter")
+    memory_delete(memories=[memory])
+    assert contents(search(world, "rides")) == ["Alice rides horses on Sundays"]
+    remember(world.tenant_b, world.qor_b, world.charlie, "Charlie rides horses too")
+    assert memory_clear(scope=MemoryScope(tenant=world.tenant_a)) == 1
+    assert search(world, "rides") == []
+    assert contents(search(world, "rides", tenant=world.tenant_b, qor=world.qor_b, user=world.charlie)) == [
+        "Charlie rides horses too"
+    ]
+
+
+def test_a_memory_deleted_by_a_cascade_is_never_returned_and_its_entry_is_pruned(world):
+    remember(world.tenant_a, world.qor_a, world.bob, "Bob's locker code is 1234")
+    Memory.objects.filter(user=world.bob).delete()  # as a cascade from a deleted user would
+    assert search(world, "locker code", user=world.bob) == []
+    pruned = memory_index_prune()
+    assert pruned == (1 if connection.vendor == "sqlite" else 0)
+
+
+def test_the_database_has_its_full_text_index(world):
+    with connection.cursor() as cursor:
+        if connection.vendor == "postgresql":
+            cursor.execute("SELECT indexdef FROM pg_indexes WHERE indexname = 'memory_search_vector_gin'")
+            (definition,) = cursor.fetchone()
+            assert "gin (search_vector)" in definition
+            cursor.execute("SET LOCAL enable_seqscan = off")
+            cursor.execute(
+                "EXPLAIN SELECT id FROM memory_app_memory WHERE search_vector @@ plainto_tsquery('english', 'key')"
+            )
+            plan = " ".join(row[0] for row in cursor.fetchall())
+            assert "memory_search_vector_gin" in plan
+        else:
+            cursor.execute("SELECT sql FROM sqlite_master WHERE name = 'memory_app_memory_fts'")
+            assert "fts5" in cursor.fetchone()[0].lower()
