@@ -9,3 +9,4 @@ class SessionsAppConfig(AppConfig):
 
     def ready(self) -> None:
         import sessions_app.tools  # noqa: F401  registers the tools
+        import sessions_app.commands  # noqa: F401  registers the slash commands

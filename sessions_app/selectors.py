@@ -65,3 +65,49 @@ def next_pending_user_message(*, session: Session) -> Message | None:
         .order_by("seq")
         .first()
     )
+
+
+def session_successor(*, session: Session) -> Session | None:
+    """The active session that took over from an archived one (after /clear, /compact or a
+    compaction): the owner's canonical chat, or the same legacy thread. None for others."""
+    if session.kind == Session.Kind.CANONICAL:
+        qs = Session.objects.filter(
+            tenant_id=session.tenant_id, qor_id=session.qor_id, user_id=session.user_id, kind=session.kind
+        )
+    elif session.kind == Session.Kind.LEGACY:
+        qs = Session.objects.filter(
+            tenant_id=session.tenant_id, qor_id=session.qor_id, kind=session.kind, channel=session.channel,
+            external_thread_id=session.external_thread_id,
+        )
+    else:
+        return None
+    return qs.filter(state=Session.State.ACTIVE).exclude(pk=session.pk).select_related("qor").first()
+
+
+def conversation_counts(
+    *, tenant: Tenant | None = None, qor: Qor | None = None, user: AbstractBaseUser | None = None
+) -> dict[str, int]:
+    """How many sessions, messages and images a scope holds (no filter = all), as
+    `conversations_delete` would count them."""
+    from .models import Image
+
+    sessions = _scoped_sessions(tenant, qor, user)
+    images = Image.objects.filter(message__session__in=sessions)
+    if qor is None and user is None:  # tenant-wide (or everything): unattached images too
+        images = Image.objects.filter(tenant=tenant) if tenant is not None else Image.objects.all()
+    return {
+        "sessions": sessions.count(),
+        "messages": Message.objects.filter(session__in=sessions).count(),
+        "images": images.count(),
+    }
+
+
+def _scoped_sessions(tenant: Tenant | None, qor: Qor | None, user: AbstractBaseUser | None):
+    qs = Session.objects.all()
+    if tenant is not None:
+        qs = qs.filter(tenant=tenant)
+    if qor is not None:
+        qs = qs.filter(qor=qor)
+    if user is not None:
+        qs = qs.filter(user=user)
+    return qs

@@ -256,3 +256,103 @@ def image_prune(*, tenant: Tenant, older_than: datetime | None = None) -> int:
     _, per_model = images.delete()
     return per_model.get(Image._meta.label, 0)
 
+
+@dataclass(frozen=True)
+class RotateResult:
+    archived: Session
+    session: Session  # the new active session
+    carried: list[Message]  # unanswered user messages copied into it, in order
+
+
+def session_rotate(
+    *,
+    session: Session,
+    seed_summary: str = "",
+    carry_unanswered: bool = False,
+    compacted_through_seq: int | None = None,
+    compaction_note: str | None = None,
+) -> RotateResult:
+    """Archive `session` and start its successor: the one active chat of the same owner
+    (canonical) or thread (legacy), empty but for `seed_summary`.
+
+    `/clear` rotates with nothing carried forward; compaction seeds the new session with
+    its summary and carries the user messages still waiting for an answer (copied with
+    their channel, sender, time and metadata; the originals stay in the archive, which
+    keeps every row). The old row is locked first, so an append racing the rotation either
+    lands before it (and is carried) or fails with SessionClosed and is re-resolved.
+    Raises SessionClosed when `session` is no longer active.
+    """
+    if session.kind not in (Session.Kind.CANONICAL, Session.Kind.LEGACY):
+        raise ValueError(f"a {session.kind} session is not rotated")
+    with transaction.atomic():
+        old = Session.objects.select_for_update().get(pk=session.pk)
+        if old.state != Session.State.ACTIVE:
+            raise SessionClosed(f"session {old.pk} is not active")
+        pending = _unanswered(old) if carry_unanswered else []
+        old.state = Session.State.ARCHIVED
+        old.ended_at = timezone.now()
+        fields = ["state", "ended_at"]
+        if compacted_through_seq is not None:
+            old.compacted_through_seq = max(old.compacted_through_seq, compacted_through_seq)
+            fields.append("compacted_through_seq")
+        if compaction_note is not None:
+            old.compaction_note = compaction_note
+            fields.append("compaction_note")
+        old.save(update_fields=fields)
+        new = Session.objects.create(
+            tenant_id=old.tenant_id, qor_id=old.qor_id, user_id=old.user_id, kind=old.kind,
+            channel=old.channel, external_thread_id=old.external_thread_id, seed_summary=seed_summary,
+        )
+        carried = [
+            message_append(
+                session=new, role=m.role, content=m.content, channel=m.channel, sender_name=m.sender_name,
+                created_at=m.created_at, metadata={**m.metadata, "carried_from": {"session": old.pk, "seq": m.seq}},
+            ).message
+            for m in pending
+        ]
+    return RotateResult(archived=old, session=new, carried=carried)
+
+
+def _unanswered(session: Session) -> list[Message]:
+    return list(
+        Message.objects.filter(session=session, role=Message.Role.USER, seq__gt=session.replied_through_seq)
+        .exclude(metadata__has_key="command")
+        .order_by("seq")
+    )
+
+
+def session_compaction_advance(*, session_id: int, from_seq: int, through_seq: int, note: str) -> bool:
+    """Record that messages up to `through_seq` are condensed into `note`.
+
+    Compare-and-set: it applies only if the session is active and still compacted through
+    `from_seq`, so two summarizers racing over one range store one result. True if applied.
+    """
+    if through_seq <= from_seq:
+        raise ValueError("compaction must move forward")
+    return bool(
+        Session.objects.filter(pk=session_id, state=Session.State.ACTIVE, compacted_through_seq=from_seq).update(
+            compacted_through_seq=through_seq, compaction_note=note
+        )
+    )
+
+
+@transaction.atomic
+def conversations_delete(
+    *, tenant: Tenant | None = None, qor: Qor | None = None, user: AbstractBaseUser | None = None
+) -> dict[str, int]:
+    """Delete the sessions of a scope (no filter = all) with their messages and images
+    (for a whole tenant, its unattached images too). Returns what went, by kind."""
+    from .selectors import _scoped_sessions
+
+    images = 0
+    if qor is None and user is None:
+        unattached = Image.objects.filter(message__isnull=True)
+        if tenant is not None:
+            unattached = unattached.filter(tenant=tenant)
+        images += unattached.delete()[1].get(Image._meta.label, 0)
+    _, per_model = _scoped_sessions(tenant, qor, user).delete()
+    return {
+        "sessions": per_model.get(Session._meta.label, 0),
+        "messages": per_model.get(Message._meta.label, 0),
+        "images": images + per_model.get(Image._meta.label, 0),
+    }

@@ -11,7 +11,17 @@ from dataclasses import dataclass
 
 from sessions_app.models import Session
 
-CommandHandler = Callable[["CommandContext"], str]
+
+@dataclass(frozen=True)
+class CommandReply:
+    """A command's answer when it belongs somewhere else than the session the command
+    came in on: after `/clear` rotates, the answer opens the fresh session."""
+
+    text: str
+    session: Session
+
+
+CommandHandler = Callable[["CommandContext"], "str | CommandReply"]
 
 
 @dataclass(frozen=True)

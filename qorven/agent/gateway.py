@@ -6,7 +6,9 @@ from typing import Any
 from django.contrib.auth.models import AbstractBaseUser
 from django.db import transaction
 
+from sessions_app.errors import SessionClosed
 from sessions_app.models import Message, Session
+from sessions_app.selectors import session_successor
 from sessions_app.services import AppendResult, message_append
 
 
@@ -33,15 +35,25 @@ def inbound_accept(
     """Store the user's message first (nothing is lost if anything after fails), then
     queue the turn that answers it. A re-delivered message is neither stored nor answered
     twice."""
-    from .commands import CommandContext, command_parse
+    from .commands import CommandContext, CommandReply, command_parse
 
     parsed = command_parse(content)
     extra = {"trust": trust, **({"command": parsed[0].name} if parsed else {})}
     with transaction.atomic():
-        result = message_append(
-            session=session, role=Message.Role.USER, content=content, channel=channel, sender_name=sender_name,
-            external_scope=external_scope, external_id=external_id, metadata={**(metadata or {}), **extra},
-        )
+        for attempt in range(2):
+            try:
+                result = message_append(
+                    session=session, role=Message.Role.USER, content=content, channel=channel,
+                    sender_name=sender_name, external_scope=external_scope, external_id=external_id,
+                    metadata={**(metadata or {}), **extra},
+                )
+                break
+            except SessionClosed:
+                # Rotated (/clear, /compact) between resolving the session and this append.
+                successor = session_successor(session=session) if attempt == 0 else None
+                if successor is None:
+                    raise
+                session = successor
         if not result.created:
             return result
         if parsed is None:
@@ -49,9 +61,16 @@ def inbound_accept(
             return result
         entry, args = parsed
         answer = entry.handler(CommandContext(session=session, channel=channel, args=args, trust=trust))
+        reply_meta: dict[str, Any] = {"notice": "command", "command": entry.name, "reply_to": result.message.seq}
+        target = session
+        if isinstance(answer, CommandReply):
+            target, answer = answer.session, answer.text
+            if target.pk != session.pk:
+                # reply_to names a seq of the session it is in; this one answers from another.
+                del reply_meta["reply_to"]
+                reply_meta["command_message"] = {"session": session.pk, "seq": result.message.seq}
         message_append(
-            session=session, role=Message.Role.ASSISTANT, content=answer, channel=channel,
-            sender_name=session.qor.name,
-            metadata={"notice": "command", "command": entry.name, "reply_to": result.message.seq},
+            session=target, role=Message.Role.ASSISTANT, content=answer, channel=channel,
+            sender_name=session.qor.name, metadata=reply_meta,
         )
     return result
