@@ -9,3 +9,4 @@ class MemoryAppConfig(AppConfig):
 
     def ready(self) -> None:
         import memory_app.tools  # noqa: F401  registers the tools
+        import memory_app.commands  # noqa: F401  registers the slash commands

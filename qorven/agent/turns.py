@@ -11,8 +11,9 @@ from __future__ import annotations
 import logging
 import time
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from dataclasses import dataclass
+from enum import Enum
 from typing import Any
 
 from asgiref.sync import async_to_sync
@@ -26,8 +27,9 @@ from qorven.models import Qor
 from qorven.selectors import budget_exhausted
 from qorven.services import usage_record
 from qorven.trust import Trust
+from sessions_app.errors import SessionClosed
 from sessions_app.models import Message, Session
-from sessions_app.selectors import next_pending_user_message, session_get
+from sessions_app.selectors import next_pending_user_message, session_get, session_successor
 from sessions_app.services import (
     message_append,
     session_mark_replied,
@@ -35,6 +37,7 @@ from sessions_app.services import (
     turn_lease_release,
 )
 
+from .compaction import auto_compaction_point, compact_for_turn, compaction_due, fixed_tokens, summarizer_queue
 from .prompt import Prompt, PromptParts, estimate_tokens, prompt_build
 from .retrieval import memories_for, skills_for_prompt
 from .tools import Tool, ToolContext, registry
@@ -57,8 +60,16 @@ class TurnOutcome:
     failed: bool = False
 
 
-# Called when the provider reports the prompt is too long, before the one retry. The
-# memory layer installs compaction here; until then the retry uses a halved window.
+class _Step(Enum):
+    ANSWERED = "answered"  # the message got its reply (or a final notice)
+    FAILED = "failed"  # a notice says why; the message stays pending
+    ROTATED = "rotated"  # manual compaction moved the conversation to a fresh session
+    ROTATED_ON_OVERFLOW = "rotated_on_overflow"  # the same, after a context-length error
+
+
+# Called when the provider reports the prompt is too long, before the one retry (after
+# manual-mode compaction, which rotates the session, had its chance). In auto mode the
+# retry then uses a halved window.
 ContextOverflowHook = Callable[[Session], None]
 context_overflow_hooks: list[ContextOverflowHook] = []
 
@@ -72,18 +83,36 @@ def turn_process(*, tenant_id: int, session_id: int, wait: float = 30.0) -> Turn
             raise TurnBusy(session_id)
         time.sleep(0.1)
     outcome = TurnOutcome()
+    overflowed = False
     try:
         while True:
             session = _load(tenant_id, session_id)
             if session is None:
                 break
+            if session.state != Session.State.ACTIVE:
+                # Rotated (/clear, /compact, manual compaction): what was still waiting for an
+                # answer was carried to the successor, so the turn follows it there.
+                successor = session_successor(session=session)
+                if successor is None or not turn_lease_acquire(
+                    session_id=successor.pk, owner=owner, seconds=settings.QORVEN_TURN_LEASE
+                ):
+                    break  # nothing to follow, or another turn is already on it
+                turn_lease_release(session_id=session_id, owner=owner)
+                session_id = successor.pk
+                continue
             pending = next_pending_user_message(session=session)
             if pending is None:
                 break
-            if not _answer(session, pending, owner):
+            try:
+                step = _answer(session, pending, owner, overflowed=overflowed)
+            except SessionClosed:
+                continue  # cleared or rotated mid-turn: the reply has no place to go
+            overflowed = step is _Step.ROTATED_ON_OVERFLOW
+            if step is _Step.FAILED:
                 outcome.failed = True
                 break
-            outcome.answered += 1
+            if step is _Step.ANSWERED:
+                outcome.answered += 1
     finally:
         turn_lease_release(session_id=session_id, owner=owner)
     return outcome
@@ -101,13 +130,14 @@ def _load(tenant_id: int, session_id: int) -> Session | None:
         return None
 
 
-def _answer(session: Session, pending: Message, owner: str) -> bool:
-    """Answer one user message. True when it got its reply (or a final notice)."""
+def _answer(session: Session, pending: Message, owner: str, *, overflowed: bool = False) -> _Step:
+    """Answer one user message. `overflowed`: the message comes fresh from a compaction
+    forced by a context-length error, so its one retry is spent."""
     qor = session.qor
     channel = pending.channel
     if budget_exhausted(tenant=session.tenant):
         _reply(session, pending, BUDGET_NOTICE, notice="budget")
-        return True
+        return _Step.ANSWERED
     trust = str(pending.metadata.get("trust") or Trust.PAIRED)
     route = route_for(qor, "main")
     provider = provider_for(route)
@@ -115,25 +145,47 @@ def _answer(session: Session, pending: Message, owner: str) -> bool:
     ctx = ToolContext(
         tenant=session.tenant, qor=qor, user=session.user, session_id=session.pk, channel=channel, trust=trust
     )
+    manual = qor.summarizer_mode == Qor.SummarizerMode.MANUAL
     reserve = settings.QORVEN_CONTEXT_RESERVE
-    for attempt in range(2):
-        prompt = _prompt(session, qor, pending, offered, route, trust, reserve)
+    prompt = _prompt(session, qor, pending, offered, route, trust, reserve)
+    if manual and not overflowed and compaction_due(
+        session=session, prompt=prompt, num_ctx=route.num_ctx, threshold=qor.compact_threshold
+    ):
+        if compact_for_turn(session=session, pending=pending, overflow=False) is not None:
+            return _Step.ROTATED
+    for attempt in range(1 if overflowed else 0, 2):
         try:
-            return _tool_loop(session, pending, provider, route, prompt, offered, ctx, owner)
+            _tool_loop(session, pending, provider, route, prompt, offered, ctx, owner)
         except ContextLengthExceeded:
             if attempt == 1:
                 _notice(session, pending, CONTEXT_NOTICE, notice="context_length")
-                return False
-            logger.info("context length exceeded on session %s; shrinking and retrying once", session.pk)
+                return _Step.FAILED
+            logger.info("context length exceeded on session %s; compacting or shrinking, retrying once", session.pk)
+            if manual and compact_for_turn(session=session, pending=pending, overflow=True) is not None:
+                return _Step.ROTATED_ON_OVERFLOW
             for hook in context_overflow_hooks:
                 hook(session)
             session.refresh_from_db()
             reserve = max(reserve, route.num_ctx // 2)
+            prompt = _prompt(session, qor, pending, offered, route, trust, reserve)
+            continue
         except ProviderUnavailable as exc:
             logger.warning("model unavailable for session %s: %s", session.pk, exc)
             _notice(session, pending, UNAVAILABLE_NOTICE.format(reason=str(exc)[:200]), notice="model_unavailable")
-            return False
-    return False
+            return _Step.FAILED
+        if not manual:
+            _after_exchange(session, route, prompt, reserve)
+        return _Step.ANSWERED
+    return _Step.FAILED
+
+
+def _after_exchange(session: Session, route: ModelRoute, prompt: Prompt, reserve: int) -> None:
+    """Auto mode: once the uncompacted messages outgrow the window, queue the summarizer."""
+    session.refresh_from_db(fields=["compacted_through_seq", "replied_through_seq", "last_seq"])
+    budget = route.num_ctx - reserve - fixed_tokens(prompt)
+    point = auto_compaction_point(session=session, budget=budget)
+    if point is not None:
+        summarizer_queue(session=session, through_seq=point)
 
 
 def _prompt(
@@ -161,7 +213,7 @@ def _tool_loop(
     offered: list[Tool],
     ctx: ToolContext,
     owner: str,
-) -> bool:
+) -> None:
     messages = list(prompt.messages)
     max_rounds = settings.QORVEN_MAX_TOOL_ROUNDS
     for round_no in range(max_rounds + 1):
@@ -171,7 +223,7 @@ def _tool_loop(
         turn_lease_acquire(session_id=session.pk, owner=owner, seconds=settings.QORVEN_TURN_LEASE)
         if not completion.tool_calls:
             _reply(session, pending, completion.content, completion=completion)
-            return True
+            return
         calls = [c.as_openai() for c in completion.tool_calls]
         message_append(
             session=session, role=Message.Role.ASSISTANT, content=completion.content, channel=pending.channel,
@@ -186,7 +238,6 @@ def _tool_loop(
             )
             messages.append({"role": "tool", "tool_call_id": call.id, "content": result})
     _reply(session, pending, ROUNDS_NOTICE.format(rounds=max_rounds), notice="tool_rounds")
-    return True
 
 
 def _call(

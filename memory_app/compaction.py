@@ -1,0 +1,161 @@
+"""Compaction: condense the oldest messages of a session and store what they held.
+
+- `compaction_advance` (auto mode, the summarizer task): condense the next run of
+  messages up to a seq, advance `compacted_through_seq`, keep the running note on the
+  session, and post the note as a visible system message. Raw rows stay.
+- `compaction_rotate` (manual mode, `/compact`): condense everything already answered,
+  then archive the session and start a fresh one seeded with the summary, carrying the
+  messages still waiting for an answer.
+
+Before anything is condensed, the memory flush stores the run's facts, reminders and open
+tasks. Model calls happen outside any transaction; the results are stored in one, which
+applies only if nobody compacted the session meanwhile, so a failure or a race stores
+nothing and loses nothing.
+"""
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+from django.db import transaction
+
+from sessions_app.channels import Channel
+from sessions_app.models import Message, Session
+from sessions_app.selectors import next_pending_user_message
+from sessions_app.services import message_append, session_compaction_advance, session_rotate
+
+from .digest import DigestSpan, digest_plain_extract
+from .models import Memory
+from .services import memory_add
+from .summarizer import CompactionFailed, Condensed, condense, excerpt_read, input_budget
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["AdvanceOutcome", "CompactionFailed", "RotateOutcome", "compaction_advance", "compaction_rotate",
+           "settled_through"]
+
+
+@dataclass(frozen=True)
+class AdvanceOutcome:
+    through_seq: int  # the session is now compacted through this seq
+    messages: int  # conversation messages condensed by this call
+    memories: int  # memories stored (flush and digest)
+    more: bool  # the target was not reached in this run: run again
+
+
+@dataclass(frozen=True)
+class RotateOutcome:
+    archived: Session
+    session: Session  # the fresh active session
+    carried: list[Message]
+    messages: int
+    memories: int
+    note: str
+
+
+def settled_through(session: Session) -> int:
+    """The last seq before the first user message still waiting for an answer (or the
+    last seq): what may be compacted without taking a question out from under a turn."""
+    pending = next_pending_user_message(session=session)
+    return pending.seq - 1 if pending is not None else session.last_seq
+
+
+def compaction_advance(*, session: Session, through_seq: int) -> AdvanceOutcome:
+    """Condense the next run of `session` up to `through_seq` (as much as one summarizer
+    call takes) and store it. Raises CompactionFailed; a no-op when already done."""
+    start = session.compacted_through_seq
+    target = min(through_seq, settled_through(session))
+    if target <= start or session.state != Session.State.ACTIVE:
+        return AdvanceOutcome(start, 0, 0, more=False)
+    note = session.compaction_note
+    excerpt = excerpt_read(session=session, after_seq=start, through_seq=target, budget=input_budget(session.qor, note))
+    condensed = condense(session=session, excerpt=excerpt, previous_note=note) if excerpt.messages else None
+    with transaction.atomic():
+        new_note = condensed.note if condensed else note
+        if not session_compaction_advance(
+            session_id=session.pk, from_seq=start, through_seq=excerpt.through_seq, note=new_note
+        ):
+            raise CompactionFailed("the session changed while it was being compacted")
+        stored = _store(session, condensed) if condensed else 0
+        if condensed:
+            message_append(
+                session=session, role=Message.Role.SYSTEM, channel=Channel.SYSTEM,
+                content=_timeline_note(condensed, stored),
+                metadata={"notice": "compaction", "from_seq": start + 1, "through_seq": excerpt.through_seq,
+                          "memories": stored},
+            )
+    session.compacted_through_seq, session.compaction_note = excerpt.through_seq, new_note
+    return AdvanceOutcome(excerpt.through_seq, len(excerpt.messages), stored, more=excerpt.through_seq < target)
+
+
+def compaction_rotate(*, session: Session) -> RotateOutcome | None:
+    """Condense everything answered so far, then archive `session` and start a fresh one
+    seeded with the summary. None when there is nothing to condense. Raises
+    CompactionFailed (nothing stored, nothing rotated) or SessionClosed."""
+    start = session.compacted_through_seq
+    target = settled_through(session)
+    note = "\n\n".join(p.strip() for p in (session.seed_summary, session.compaction_note) if p.strip())
+    runs: list[Condensed] = []
+    cursor = start
+    while cursor < target:
+        excerpt = excerpt_read(session=session, after_seq=cursor, through_seq=target,
+                               budget=input_budget(session.qor, note))
+        if excerpt.messages:
+            runs.append(condense(session=session, excerpt=excerpt, previous_note=note))
+            note = runs[-1].note
+        cursor = excerpt.through_seq
+    if not runs:
+        return None
+    with transaction.atomic():
+        if not session_compaction_advance(session_id=session.pk, from_seq=start, through_seq=cursor, note=note):
+            raise CompactionFailed("the session changed while it was being compacted")
+        stored = sum(_store(session, run) for run in runs)
+        rotated = session_rotate(session=session, seed_summary=note, carry_unanswered=True)
+        messages = sum(len(run.excerpt.messages) for run in runs)
+        span = _merged_span(runs)
+        message_append(
+            session=rotated.session, role=Message.Role.SYSTEM, channel=Channel.SYSTEM,
+            content=_rotation_note(span, messages, stored, note),
+            metadata={"notice": "compaction", "compacted_session": session.pk, "through_seq": cursor,
+                      "memories": stored},
+        )
+    return RotateOutcome(rotated.archived, rotated.session, rotated.carried, messages, stored, note)
+
+
+def _store(session: Session, condensed: Condensed) -> int:
+    """The flushed memories and the run's conversation digest; returns how many are new."""
+    span = condensed.excerpt.span
+    common = dict(
+        tenant=session.tenant, qor=session.qor, user=session.user, channels=span.channels,
+        period_start=span.first_at, period_end=span.last_at, source_session_id=session.pk,
+    )
+    stored = 0
+    for kind, content in condensed.memories:
+        stored += memory_add(type=kind, content=content, **common)[1]
+    if condensed.digest.strip():
+        stored += memory_add(type=Memory.Type.CONVERSATION_DIGEST, content=condensed.digest, **common)[1]
+    return stored
+
+
+def _merged_span(runs: list[Condensed]) -> DigestSpan:
+    spans = [r.excerpt.span for r in runs]
+    return DigestSpan(
+        count=sum(s.count for s in spans),
+        channels=frozenset().union(*(s.channels for s in spans)),
+        first_at=min((s.first_at for s in spans if s.first_at), default=None),
+        last_at=max((s.last_at for s in spans if s.last_at), default=None),
+    )
+
+
+def _timeline_note(condensed: Condensed, stored: int) -> str:
+    header = digest_plain_extract([], span=condensed.excerpt.span)
+    return f"Condensed earlier messages. {header} {_saved(stored)}\nWhat I keep in mind:\n{condensed.note}"
+
+
+def _rotation_note(span: DigestSpan, messages: int, stored: int, note: str) -> str:
+    header = digest_plain_extract([], span=span)
+    return f"Continued from an earlier conversation. {header} {_saved(stored)}\nWhat I keep in mind:\n{note}"
+
+
+def _saved(stored: int) -> str:
+    return f"{stored} note{'s' if stored != 1 else ''} saved to memory."

@@ -1,0 +1,332 @@
+"""The summarizer sub-agent: condense a run of messages before it leaves the prompt.
+
+Two steps, both on the Qor's `summarizer` model route:
+
+1. the **memory flush** extracts the facts, reminders and open tasks of the run into
+   memories, as JSON validated against a strict schema (one repair attempt; a flush that
+   still fails raises CompactionFailed, so nothing is compacted and nothing is lost);
+2. the **summary** gives a digest of the run (stored as a `conversation_digest` memory
+   with its date range and channels) and the updated running note the prompt carries.
+
+With the offline provider (no model configured) both are plain extracts, no model call.
+This module only reads and computes; memory_app.compaction stores the results.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import re
+from dataclasses import dataclass, field
+from datetime import UTC
+from typing import Annotated, Any
+
+from asgiref.sync import async_to_sync
+from django.conf import settings
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError
+
+from qorven.llm import Completion, ContextLengthExceeded, ProviderUnavailable, provider_for, route_for
+from qorven.models import Qor
+from qorven.services import usage_record
+from sessions_app.models import Message, Session
+from sessions_app.selectors import messages_read
+
+from .digest import DigestSpan, digest_plain_extract
+from .models import Memory
+
+logger = logging.getLogger(__name__)
+
+# The running note stays about this long, so the prompt's fixed part stays small.
+NOTE_MAX_CHARS = 2_400
+DIGEST_MAX_CHARS = 1_500
+# One message's text in the transcript the summarizer reads (tool results: less).
+LINE_MAX_CHARS, TOOL_LINE_MAX_CHARS = 2_000, 400
+# Items the offline extract may keep from one run.
+OFFLINE_MAX_ITEMS = 20
+_READ_BATCH = 200
+
+Item = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_length=1_000)]
+Text = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1)]
+
+
+class CompactionFailed(Exception):
+    """The run could not be condensed (model down, invalid answer, session changed).
+    Nothing was stored; the messages stay in the prompt's reach and are retried later."""
+
+
+class FlushResult(BaseModel):
+    """What the memory flush must answer: every key present, nothing else."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    facts: list[Item] = Field(max_length=50, description="durable facts about the user and their world")
+    reminders: list[Item] = Field(max_length=50, description="things to remind the user of, with dates as stated")
+    open_tasks: list[Item] = Field(max_length=50, description="tasks committed to and not done yet")
+
+
+class SummaryResult(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    digest: Text = Field(description="a summary of just this excerpt")
+    note: Text = Field(description="the updated running summary of the whole conversation so far")
+
+
+FLUSH_INSTRUCTIONS = """\
+You are the memory keeper of a personal assistant. Part of a conversation is about to be \
+condensed; save first what must not be forgotten. From the conversation excerpt, extract:
+- facts: durable facts about the user and their world (preferences, people, places, \
+accounts, plans, decisions);
+- reminders: what the user asked to be reminded of, with dates and times as stated;
+- open_tasks: tasks the user or the assistant committed to that are not done yet.
+Write each item as one self-contained sentence that names the user. Use [] when there are \
+none. Never invent anything that is not in the excerpt.
+Reply with one JSON object and nothing else, matching this JSON Schema:
+{schema}"""
+
+SUMMARY_INSTRUCTIONS = """\
+You condense part of a conversation between a user and their assistant {qor} so the \
+conversation can go on without those messages. Lines are tagged with their time (UTC) and \
+the surface (channel) they came from.
+Reply with one JSON object and nothing else, matching this JSON Schema:
+{schema}
+- "digest": this excerpt alone in at most 120 words: topics, decisions, answers given.
+- "note": the running summary of the whole conversation so far, merging the previous \
+summary with this excerpt, in at most 250 words, the most recent and important first."""
+
+
+@dataclass(frozen=True)
+class Excerpt:
+    """A run of a session's messages: (after_seq, through_seq], visible ones only."""
+
+    after_seq: int
+    through_seq: int
+    messages: list[Message]
+    span: DigestSpan
+
+    @property
+    def channels(self) -> list[str]:
+        return sorted(self.span.channels)
+
+
+@dataclass
+class Condensed:
+    excerpt: Excerpt
+    note: str
+    digest: str  # the conversation_digest memory's text: header, then the summary
+    memories: list[tuple[str, str]] = field(default_factory=list)  # (type, content)
+
+
+def is_visible(message: Message) -> bool:
+    """Whether a message is conversation (not a notice, a command or its answer)."""
+    meta = message.metadata if isinstance(message.metadata, dict) else {}
+    return not (meta.get("notice") or meta.get("command"))
+
+
+def estimate_tokens(text: str) -> int:
+    return len(text) // 4 + 1
+
+
+def excerpt_read(*, session: Session, after_seq: int, through_seq: int, budget: int) -> Excerpt:
+    """The oldest messages after `after_seq` (up to `through_seq`) whose transcript fits
+    `budget` tokens; at least one message, so a run always moves forward."""
+    picked: list[Message] = []
+    spent = 0
+    last = after_seq
+    cursor = after_seq
+    full = False
+    while not full and cursor < through_seq:
+        batch = messages_read(session=session, after_seq=cursor, limit=_READ_BATCH)
+        if not batch:
+            break
+        for message in batch:
+            if message.seq > through_seq:
+                full = True
+                break
+            if is_visible(message):
+                cost = estimate_tokens(_line(message, session.qor.name))
+                if picked and spent + cost > budget:
+                    full = True
+                    break
+                picked.append(message)
+                spent += cost
+            last = message.seq
+        cursor = batch[-1].seq
+    span = DigestSpan(
+        count=len(picked),
+        channels=frozenset(m.channel for m in picked),
+        first_at=min((m.created_at for m in picked), default=None),
+        last_at=max((m.created_at for m in picked), default=None),
+    )
+    return Excerpt(after_seq=after_seq, through_seq=last, messages=picked, span=span)
+
+
+def input_budget(qor: Qor, previous_note: str) -> int:
+    """Tokens of transcript one summarizer call may take."""
+    route = route_for(qor, "summarizer")
+    overhead = estimate_tokens(SUMMARY_INSTRUCTIONS) + 300 + estimate_tokens(previous_note)
+    return max(route.num_ctx - settings.QORVEN_CONTEXT_RESERVE - overhead, 256)
+
+
+def condense(*, session: Session, excerpt: Excerpt, previous_note: str) -> Condensed:
+    """Flush and summarize one excerpt. Raises CompactionFailed."""
+    qor = session.qor
+    route = route_for(qor, "summarizer")
+    header = digest_plain_extract([], span=excerpt.span)
+    if route.offline:
+        extract = digest_plain_extract(excerpt.messages)
+        note = _clip_tail("\n".join(p for p in (previous_note.strip(), extract) if p), NOTE_MAX_CHARS)
+        return Condensed(excerpt, note=note, digest=extract, memories=offline_flush(excerpt.messages))
+    transcript = "\n".join(_line(m, qor.name) for m in excerpt.messages)
+    flush = _ask(
+        session, FlushResult,
+        FLUSH_INSTRUCTIONS.format(schema=json.dumps(FlushResult.model_json_schema())),
+        f"Conversation excerpt (oldest first):\n{transcript}",
+        step="memory flush",
+    )
+    summary = _ask(
+        session, SummaryResult,
+        SUMMARY_INSTRUCTIONS.format(qor=qor.name, schema=json.dumps(SummaryResult.model_json_schema())),
+        f"Previous summary:\n{previous_note.strip() or '(none)'}\n\n"
+        f"Conversation excerpt (oldest first):\n{transcript}",
+        step="summary",
+    )
+    memories = [(Memory.Type.FACT, f) for f in flush.facts]
+    memories += [(Memory.Type.REMINDER, r) for r in flush.reminders]
+    memories += [(Memory.Type.REMINDER, _open_task(t)) for t in flush.open_tasks]
+    digest = _clip(f"{header}\n{summary.digest}", DIGEST_MAX_CHARS)
+    return Condensed(excerpt, note=_clip(summary.note, NOTE_MAX_CHARS), digest=digest, memories=memories)
+
+
+def _open_task(text: str) -> str:
+    return text if text.lower().startswith("open task") else f"Open task: {text}"
+
+
+def _ask(session: Session, schema: type[BaseModel], instructions: str, content: str, *, step: str) -> Any:
+    """One JSON answer from the summarizer route, validated; one repair attempt."""
+    provider = provider_for(route_for(session.qor, "summarizer"))
+    messages: list[dict[str, Any]] = [
+        {"role": "system", "content": instructions},
+        {"role": "user", "content": content},
+    ]
+    problem = ""
+    for _attempt in range(2):
+        completion = _complete(session, provider, messages)
+        try:
+            return schema.model_validate(_json_object(completion.content))
+        except (ValueError, ValidationError) as exc:
+            problem = _describe(exc)
+            logger.info("summarizer %s for session %s was invalid: %s", step, session.pk, problem)
+            messages += [
+                {"role": "assistant", "content": completion.content},
+                {"role": "user", "content": f"That was not valid ({problem}). Reply with only the JSON object."},
+            ]
+    raise CompactionFailed(f"the {step} did not return valid JSON ({problem})")
+
+
+def _complete(session: Session, provider: Any, messages: list[dict[str, Any]]) -> Completion:
+    async def run() -> Completion:
+        return await provider.complete(messages=messages, tools=None, on_token=None)
+
+    try:
+        completion: Completion = async_to_sync(run)()
+    except (ProviderUnavailable, ContextLengthExceeded) as exc:
+        raise CompactionFailed(f"the summarizer model could not answer: {exc}") from exc
+    if not completion.offline:
+        usage = completion.usage
+        prompt_tokens = usage.prompt_tokens if usage else sum(estimate_tokens(str(m["content"])) for m in messages)
+        completion_tokens = usage.completion_tokens if usage else estimate_tokens(completion.content)
+        usage_record(
+            tenant=session.tenant, qor=session.qor, role="summarizer",
+            prompt_tokens=prompt_tokens, completion_tokens=completion_tokens,
+        )
+    return completion
+
+
+_FENCE = re.compile(r"^```(?:json)?\s*|\s*```$", re.IGNORECASE)
+
+
+def _json_object(text: str) -> Any:
+    """The JSON object in a model's answer, tolerating a code fence or words around it."""
+    text = _FENCE.sub("", text.strip())
+    start, end = text.find("{"), text.rfind("}")
+    if start < 0 or end < start:
+        raise ValueError("no JSON object in the answer")
+    try:
+        return json.loads(text[start : end + 1])
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"invalid JSON: {exc.msg}") from None
+
+
+def _describe(exc: Exception) -> str:
+    if isinstance(exc, ValidationError):
+        first = exc.errors()[0]
+        where = ".".join(str(p) for p in first["loc"]) or "answer"
+        return f"{where}: {first['msg']}"[:200]
+    return str(exc)[:200]
+
+
+def _line(message: Message, qor_name: str) -> str:
+    when = message.created_at.astimezone(UTC).strftime("%Y-%m-%d %H:%M")
+    text = message.content or ""
+    limit = LINE_MAX_CHARS
+    if message.role == Message.Role.USER:
+        who = message.sender_name or "user"
+    elif message.role == Message.Role.ASSISTANT:
+        who = message.sender_name or qor_name
+        if message.tool_calls:
+            names = ", ".join(str((c.get("function") or {}).get("name", "?")) for c in message.tool_calls)
+            text = f"{text} [calls {names}]".strip()
+    elif message.role == Message.Role.TOOL:
+        who = f"tool {message.metadata.get('tool', '')}".strip()
+        limit = TOOL_LINE_MAX_CHARS
+    else:
+        who = "system"
+    return f"[{when} {message.channel}] {who}: {_clip(' '.join(text.split()), limit)}"
+
+
+def _clip(text: str, limit: int) -> str:
+    text = text.strip()
+    return text if len(text) <= limit else text[: limit - 1].rstrip() + "…"
+
+
+def _clip_tail(text: str, limit: int) -> str:
+    """Keep the end (the newest part) of a growing plain-extract note."""
+    text = text.strip()
+    return text if len(text) <= limit else "…" + text[-(limit - 1) :].lstrip()
+
+
+# --- the offline extract ------------------------------------------------------------------
+
+_SENTENCE = re.compile(r"[^.!?\n]+[.!?]?")
+_REMINDER = re.compile(
+    r"\b(remind me|reminder|don'?t forget|do not forget|to-?do|deadline|due (?:on|by)|appointment)\b", re.I
+)
+_FACT = re.compile(
+    r"\b(remember|my \w+(?: \w+)? (?:is|are|was)|i am|i'm|i live|i work|i have|i like|i love|i prefer|i hate"
+    r"|i don'?t like|call me|i was born)\b",
+    re.I,
+)
+
+
+def offline_flush(messages: list[Message]) -> list[tuple[str, str]]:
+    """The memory flush without a model: the user's sentences that state a fact about
+    themselves or ask to be reminded, kept verbatim with who said them, where and when."""
+    found: list[tuple[str, str]] = []
+    for message in messages:
+        if message.role != Message.Role.USER:
+            continue
+        for sentence in _SENTENCE.findall(message.content or ""):
+            sentence = " ".join(sentence.split())
+            if len(sentence) < 8:
+                continue
+            kind = (
+                Memory.Type.REMINDER if _REMINDER.search(sentence)
+                else Memory.Type.FACT if _FACT.search(sentence) else None
+            )
+            if kind is None:
+                continue
+            when = message.created_at.astimezone(UTC).strftime("%Y-%m-%d")
+            who = message.sender_name or "The user"
+            found.append((kind, _clip(f"{who} said on {message.channel} ({when}): {sentence}", 1_000)))
+            if len(found) >= OFFLINE_MAX_ITEMS:
+                return found
+    return found

@@ -1,0 +1,98 @@
+"""Celery entry points of memory: the summarizer sub-agent and `/compact`."""
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+
+from celery import shared_task
+from django.conf import settings
+
+from qorven.models import Tenant
+from qorven.selectors import budget_exhausted
+from sessions_app.errors import SessionClosed, SessionNotFound
+from sessions_app.models import Message, Session
+from sessions_app.selectors import session_get
+from sessions_app.services import message_append, turn_lease_acquire, turn_lease_release
+
+from .compaction import CompactionFailed, compaction_advance, compaction_rotate
+
+logger = logging.getLogger(__name__)
+
+COMPACTED_NOTICE = (
+    "Compacted this conversation: {messages} messages summarized, {memories} notes saved to memory. "
+    "This is a fresh conversation that starts from the summary; the old one is archived."
+)
+NOTHING_NOTICE = "There is nothing to compact yet."
+FAILED_NOTICE = "I could not compact this conversation ({reason}). Nothing was changed."
+LEASE_WAIT = 30.0
+
+
+def _load(tenant_id: int, session_id: int) -> Session | None:
+    tenant = Tenant.objects.filter(pk=tenant_id).first()
+    if tenant is None:
+        return None
+    try:
+        return session_get(tenant=tenant, session_id=session_id)
+    except SessionNotFound:
+        return None
+
+
+@shared_task(name="memory_app.summarize", acks_late=True)
+def session_summarize(tenant_id: int, session_id: int, through_seq: int) -> int:
+    """Auto mode: condense the session's messages up to `through_seq` into its running
+    note, a digest memory and the flushed memories. Runs again while a run is left.
+    Safe to run twice: a range already compacted is skipped. Returns messages condensed."""
+    session = _load(tenant_id, session_id)
+    if session is None or session.state != Session.State.ACTIVE or budget_exhausted(tenant=session.tenant):
+        return 0
+    try:
+        outcome = compaction_advance(session=session, through_seq=through_seq)
+    except CompactionFailed as exc:
+        # Nothing was stored; the next exchange over budget queues this again.
+        logger.warning("could not compact session %s: %s", session_id, exc)
+        return 0
+    if outcome.more:
+        session_summarize.delay(tenant_id, session_id, through_seq)
+    return outcome.messages
+
+
+@shared_task(bind=True, name="memory_app.compact", acks_late=True, max_retries=30)
+def session_compact(self, tenant_id: int, session_id: int, channel: str) -> bool:
+    """`/compact`: summarize the session into memory and rotate to a fresh one seeded with
+    the summary. Waits for a running turn (it holds the session's turn lease meanwhile).
+    Safe to run twice: an archived session is left alone. True when it rotated."""
+    session = _load(tenant_id, session_id)
+    if session is None or session.state != Session.State.ACTIVE:
+        return False
+    owner = f"compact-{uuid.uuid4().hex}"
+    deadline = time.monotonic() + LEASE_WAIT
+    while not turn_lease_acquire(session_id=session_id, owner=owner, seconds=settings.QORVEN_TURN_LEASE):
+        if time.monotonic() > deadline:
+            raise self.retry(countdown=2)
+        time.sleep(0.1)
+    try:
+        session.refresh_from_db()
+        if session.state != Session.State.ACTIVE:
+            return False
+        try:
+            outcome = compaction_rotate(session=session)
+        except (CompactionFailed, SessionClosed) as exc:
+            _notice(session, channel, FAILED_NOTICE.format(reason=str(exc)[:200]), "compact_failed")
+            return False
+        if outcome is None:
+            _notice(session, channel, NOTHING_NOTICE, "compact_empty")
+            return False
+        _notice(outcome.session, channel,
+                COMPACTED_NOTICE.format(messages=outcome.messages, memories=outcome.memories), "compacted")
+        return True
+    finally:
+        turn_lease_release(session_id=session_id, owner=owner)
+
+
+def _notice(session: Session, channel: str, content: str, notice: str) -> None:
+    try:
+        message_append(session=session, role=Message.Role.SYSTEM, content=content, channel=channel,
+                       metadata={"notice": notice})
+    except SessionClosed:
+        pass  # cleared meanwhile: the person has moved on

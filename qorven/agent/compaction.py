@@ -1,0 +1,146 @@
+"""When a turn compacts its session, and how much (the agent's side of compaction).
+
+The window decides: the messages not yet compacted are measured the way the prompt
+builder measures them. memory_app does the condensing (memory_app.compaction).
+
+- auto mode: after an exchange, once the uncompacted messages outgrow the window budget,
+  the summarizer task condenses the oldest of them so that the newest half of the
+  budget stays raw.
+- manual mode: before a turn, once the estimated prompt reaches `compact_threshold ×
+  num_ctx` (or when the provider says the prompt is too long), the session is compacted
+  and rotated, and the turn goes on in the fresh session.
+"""
+from __future__ import annotations
+
+import logging
+
+from django.db import transaction
+
+from memory_app.compaction import CompactionFailed, RotateOutcome, compaction_rotate
+from sessions_app.errors import SessionClosed
+from sessions_app.models import Message, Session
+from sessions_app.selectors import messages_read, next_pending_user_message
+from sessions_app.services import message_append
+
+from .prompt import Prompt, message_tokens
+
+logger = logging.getLogger(__name__)
+
+# After an auto compaction, the raw messages left fill at most this share of the budget,
+# so the summarizer runs once per half a window of conversation, not after every turn.
+KEEP_FRACTION = 0.5
+_BATCH = 64
+
+ROTATED_NOTICE = (
+    "This conversation was getting long for the model, so I saved its key points to memory and continued "
+    "in a fresh session ({messages} messages summarized, {memories} notes saved)."
+)
+OVERFLOW_NOTICE = (
+    "This conversation no longer fit the model's context, so I saved its key points to memory, continued "
+    "in a fresh session and tried again ({messages} messages summarized, {memories} notes saved)."
+)
+FAILED_NOTICE = "I could not compact this conversation ({reason}); nothing was lost."
+
+
+def _counts(message: Message) -> bool:
+    meta = message.metadata if isinstance(message.metadata, dict) else {}
+    return not (meta.get("notice") or meta.get("command"))
+
+
+def _newest_first(session: Session):
+    """The session's uncompacted messages that reach the model, newest first."""
+    before: int | None = None
+    while True:
+        batch = messages_read(session=session, before_seq=before, limit=_BATCH)
+        for message in reversed(batch):
+            if message.seq <= session.compacted_through_seq:
+                return
+            if _counts(message):
+                yield message
+        if len(batch) < _BATCH:
+            return
+        before = batch[0].seq
+
+
+def fixed_tokens(prompt: Prompt) -> int:
+    """What the prompt costs besides its messages: system text and tool schemas."""
+    return prompt.estimated_tokens - sum(message_tokens(m) for m in prompt.window)
+
+
+def compaction_due(*, session: Session, prompt: Prompt, num_ctx: int, threshold: float) -> bool:
+    """Manual mode: whether the whole uncompacted conversation plus the fixed part of the
+    prompt reaches `threshold × num_ctx` (reading stops as soon as it does)."""
+    limit = threshold * num_ctx
+    total = fixed_tokens(prompt)
+    for message in _newest_first(session):
+        total += message_tokens(message)
+        if total >= limit:
+            return True
+    return total >= limit
+
+
+def auto_compaction_point(*, session: Session, budget: int) -> int | None:
+    """Auto mode: the seq through which to compact, or None while everything fits.
+
+    The newest messages filling KEEP_FRACTION of `budget` stay, starting at a user
+    message so an exchange is never cut in half; never past a message still waiting for
+    its answer.
+    """
+    keep_budget = int(budget * KEEP_FRACTION)
+    total = 0
+    kept: list[Message] = []
+    over = False
+    for message in _newest_first(session):
+        total += message_tokens(message)
+        if total <= keep_budget:
+            kept.append(message)
+        if total > budget:
+            over = True
+            break
+    if not over or not kept:
+        return None
+    # kept is newest first; start the raw part at its oldest user message.
+    starts = [m for m in kept if m.role == Message.Role.USER]
+    first_kept = starts[-1] if starts else kept[-1]
+    point = first_kept.seq - 1
+    pending = next_pending_user_message(session=session)
+    if pending is not None:
+        point = min(point, pending.seq - 1)
+    return point if point > session.compacted_through_seq else None
+
+
+def summarizer_queue(*, session: Session, through_seq: int) -> None:
+    """Queue the summarizer sub-agent for the session, after the current transaction."""
+    from memory_app.tasks import session_summarize
+
+    tenant_id, session_id = session.tenant_id, session.pk
+    transaction.on_commit(lambda: session_summarize.delay(tenant_id, session_id, through_seq))
+
+
+def compact_for_turn(*, session: Session, pending: Message, overflow: bool) -> RotateOutcome | None:
+    """Manual mode: compact and rotate before answering `pending`, with a one-line notice
+    on its surface in the fresh session. None when nothing was compacted (nothing to
+    condense, or the summarizer failed: then a notice says so and the turn goes on)."""
+    try:
+        outcome = compaction_rotate(session=session)
+    except (CompactionFailed, SessionClosed) as exc:
+        logger.warning("could not compact session %s: %s", session.pk, exc)
+        message_append(
+            session=session, role=Message.Role.SYSTEM, content=FAILED_NOTICE.format(reason=str(exc)[:200]),
+            channel=pending.channel, metadata={"notice": "compact_failed", "reply_to": pending.seq},
+        )
+        return None
+    if outcome is None:
+        return None
+    carried = next(
+        (m for m in outcome.carried if (m.metadata.get("carried_from") or {}).get("seq") == pending.seq), None
+    )
+    text = (OVERFLOW_NOTICE if overflow else ROTATED_NOTICE).format(
+        messages=outcome.messages, memories=outcome.memories
+    )
+    metadata: dict[str, object] = {"notice": "compacted"}
+    if carried is not None:
+        metadata["reply_to"] = carried.seq
+    message_append(session=outcome.session, role=Message.Role.SYSTEM, content=text, channel=pending.channel,
+                   metadata=metadata)
+    return outcome

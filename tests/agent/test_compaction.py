@@ -1,0 +1,403 @@
+"""Long conversations: auto and manual compaction, the memory flush, /compact and /clear."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from memory_app.models import Memory
+from memory_app.selectors import memory_search
+from qorven.agent.gateway import inbound_accept
+from qorven.models import Qor, Usage
+from qorven.trust import Trust
+from sessions_app.models import Message, Session
+from sessions_app.services import message_append, session_resolve, session_rotate
+
+from ..factories.memory_app import remember
+from ..fakes.model_server import error, reply
+from ..fakes.summarizer import FakeModel, kind_of
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+FILLER = (
+    "Tell me more about subject {i}: the harbour, lighthouses, tides, seagulls, fishing boats, nets, "
+    "ropes, the weather over the bay, ferries, timetables, the old market, bakeries and cafés near it."
+)
+TOO_LONG = dict(message="This model's maximum context length is 8192 tokens", code="context_length_exceeded")
+
+
+def canonical(world) -> Session:
+    return session_resolve(tenant=world.tenant_a, qor=world.qor_a, channel="web", user=world.alice)
+
+
+@pytest.fixture
+def chat(world, drain):
+    """Alice writes on `channel` into her (current) canonical chat; wait for everything."""
+
+    def send(content, channel="web", trust=Trust.OWNER) -> Message:
+        result = inbound_accept(session=canonical(world), content=content, channel=channel, sender_name="Alice",
+                                trust=trust)
+        drain()
+        return result.message
+
+    return send
+
+
+def main_requests(model_server):
+    return [r for r in model_server.requests if kind_of(r) == "main"]
+
+
+def kinds(model_server):
+    return [kind_of(r) for r in model_server.requests]
+
+
+def history_text(request) -> str:
+    return json.dumps(request["messages"][1:], ensure_ascii=False)
+
+
+def compaction_notes(session):
+    return list(Message.objects.filter(session=session, metadata__notice="compaction").order_by("seq"))
+
+
+@pytest.fixture
+def small_window(world, settings):
+    """A main model with a 1000-token window (so a dozen long messages overflow it) and a
+    roomy summarizer route, with one small tool so the prompt's fixed part stays put."""
+    settings.QORVEN_CONTEXT_RESERVE = 100
+    qor = world.qor_a
+    qor.main_num_ctx, qor.summarizer_num_ctx, qor.tool_allowlist = 1000, 32000, ["memory_search"]
+    qor.save(update_fields=["main_num_ctx", "summarizer_num_ctx", "tool_allowlist"])
+    return qor
+
+
+@pytest.fixture
+def fake(model_server):
+    model = FakeModel()
+    model_server.default = model
+    return model
+
+
+def seed_history(session, exchanges, *, channel="web", start=0):
+    """Answered exchanges stored directly, as if the conversation had gone on for a while."""
+    for i in range(start, start + exchanges):
+        message_append(session=session, role="user", content=FILLER.format(i=i), channel=channel,
+                       sender_name="Alice")
+        message_append(session=session, role="assistant", content=f"About subject {i}.", channel=channel)
+    session.refresh_from_db()
+    Session.objects.filter(pk=session.pk).update(replied_through_seq=session.last_seq)
+
+
+# --- auto mode --------------------------------------------------------------------------
+
+
+def test_auto_mode_sends_the_note_and_the_recent_window_and_keeps_every_raw_row(
+    world, small_window, fake, model_server, drain, chat
+):
+    for i in range(14):
+        chat(FILLER.format(i=i), channel="telegram" if i % 3 == 0 else "web")
+    session = canonical(world)
+    assert session.compacted_through_seq > 0
+    notes = compaction_notes(session)
+    assert notes, "the summarizer ran"
+    assert all(n.role == "system" and n.channel == "system" for n in notes)
+    assert "What I keep in mind:" in notes[-1].content and "SUMMARY of" in notes[-1].content
+
+    compacted_through = session.compacted_through_seq
+    chat("And what about the lighthouse keeper?")
+    request = main_requests(model_server)[-1]
+    system = request["messages"][0]["content"]
+    assert "## Earlier in this conversation" in system and "SUMMARY of" in system
+    sent = history_text(request)
+    for message in Message.objects.filter(session=session, role="user", seq__lte=compacted_through):
+        assert message.content not in sent, f"compacted message #{message.seq} was sent"
+    assert "the lighthouse keeper" in sent
+    assert FILLER.format(i=13) in sent  # the recent window is still raw
+
+    # Raw rows stay, every one of them, in the same session.
+    assert Session.objects.filter(tenant=world.tenant_a, user=world.alice).count() == 1
+    users = Message.objects.filter(session=session, role="user").order_by("seq")
+    assert [m.content for m in users][:14] == [FILLER.format(i=i) for i in range(14)]
+    digest = Memory.objects.filter(type="conversation_digest", user=world.alice).order_by("created_at").first()
+    assert digest.source_session_id == session.pk
+    assert digest.period_start <= digest.period_end
+    assert set(digest.channels) <= {"telegram", "web"} and digest.channels
+    assert "UTC" in digest.content and "SUMMARY of" in digest.content
+    usage = Usage.objects.get(tenant=world.tenant_a, role="summarizer")
+    assert usage.calls == fake.calls["flush"] + fake.calls["summary"]
+
+
+def test_a_fact_told_on_telegram_survives_three_compactions_and_reaches_a_later_web_turn(
+    world, small_window, fake, model_server, drain, chat
+):
+    remember(world.tenant_b, world.qor_b, world.charlie, "Alice said: my passport number ends in 9999")
+    told = chat("remember my passport number ends in 4471", channel="telegram", trust=Trust.PAIRED)
+    i = 0
+    while len(compaction_notes(canonical(world))) < 3:
+        chat(FILLER.format(i=i), channel="web" if i % 2 else "telegram")
+        i += 1
+        assert i < 60, "three compactions should not take this long"
+    session = canonical(world)
+    assert session.compacted_through_seq >= told.seq
+
+    found = memory_search(tenant=world.tenant_a, qor=world.qor_a, user=world.alice, query="passport number")
+    assert [m.content for m in found if m.type == "fact"] == ["Alice said: my passport number ends in 4471"]
+
+    chat("Which digits does my passport number end with?", channel="web")
+    request = main_requests(model_server)[-1]
+    system = request["messages"][0]["content"]
+    remembered = system.split("## What you remember about this user", 1)[1].split("##", 1)[0]
+    assert "4471" in remembered
+    assert "9999" not in json.dumps(request), "tenant B's memory reached tenant A's prompt"
+    assert "remember my passport" not in history_text(request), "the raw message was compacted"
+    # The raw row is still there, in the same session.
+    assert Message.objects.get(pk=told.pk).content == "remember my passport number ends in 4471"
+
+
+def test_a_failed_flush_stores_nothing_and_compacts_nothing(world, small_window, fake, model_server, drain, chat):
+    fake.flush_override = ['{"facts": "not a list"}', "sorry, no JSON today"] * 20
+    for i in range(12):
+        chat(FILLER.format(i=i))
+    session = canonical(world)
+    assert fake.calls["flush"] >= 2 and fake.calls["summary"] == 0
+    assert session.compacted_through_seq == 0 and session.compaction_note == ""
+    assert not Memory.objects.exists()
+    assert not compaction_notes(session)
+    # The turns still answered: the window simply trimmed the oldest messages.
+    assert Message.objects.filter(session=session, role="assistant").count() == 12
+
+
+def test_the_summarizer_task_twice_over_one_range_compacts_once(world, small_window, fake, model_server, drain, chat):
+    from memory_app.tasks import session_summarize
+
+    session = canonical(world)
+    seed_history(session, 6)
+    session.refresh_from_db()
+    session_summarize.delay(world.tenant_a.pk, session.pk, 8)
+    session_summarize.delay(world.tenant_a.pk, session.pk, 8)
+    drain()
+    session.refresh_from_db()
+    assert session.compacted_through_seq == 8
+    assert len(compaction_notes(session)) == 1
+    assert fake.calls["flush"] == 1
+
+
+# --- manual mode ------------------------------------------------------------------------
+
+
+@pytest.fixture
+def manual(world, small_window):
+    qor = world.qor_a
+    qor.summarizer_mode = Qor.SummarizerMode.MANUAL
+    qor.save(update_fields=["summarizer_mode"])
+    return qor
+
+
+def test_manual_mode_compacts_and_rotates_when_the_threshold_is_reached(world, manual, fake, model_server, drain, chat):
+    old = canonical(world)
+    seed_history(old, 12, channel="telegram")
+    question = chat("remember my locker code is 2211", channel="telegram", trust=Trust.PAIRED)
+
+    old.refresh_from_db()
+    new = canonical(world)
+    assert old.state == "archived" and old.ended_at is not None and new.pk != old.pk
+    assert Message.objects.filter(session=old).count() == 25  # 24 seeded + the question, all kept
+    assert Session.objects.filter(tenant=world.tenant_a, user=world.alice, kind="canonical",
+                                  state="active").count() == 1
+    assert new.seed_summary and "SUMMARY of 24 messages on telegram" in new.seed_summary
+    rows = list(Message.objects.filter(session=new).order_by("seq"))
+    assert [(m.role, m.channel, m.metadata.get("notice")) for m in rows] == [
+        ("user", "telegram", None),  # the question, carried over
+        ("system", "system", "compaction"),  # the summary note, visible in the timeline
+        ("system", "telegram", "compacted"),  # the one-line notice on the user's surface
+        ("assistant", "telegram", None),
+    ]
+    assert rows[0].content == question.content
+    assert rows[0].metadata["carried_from"] == {"session": old.pk, "seq": question.seq}
+    assert rows[2].metadata["reply_to"] == rows[0].seq and rows[3].metadata["reply_to"] == rows[0].seq
+    assert "saved its key points to memory" in rows[2].content
+    assert kinds(model_server) == ["flush", "summary", "main"]
+    request = main_requests(model_server)[0]
+    assert new.seed_summary in request["messages"][0]["content"]
+    assert request["messages"][1:] == [{"role": "user", "content": f"[telegram] Alice: {question.content}"}]
+    # The flush ran over the compacted range only; the question is answered, not flushed.
+    assert not Memory.objects.filter(content__icontains="locker").exists()
+    assert Memory.objects.filter(type="conversation_digest", source_session=old).count() == 1
+
+
+def test_manual_mode_on_a_context_length_error_compacts_once_retries_once_and_says_so(
+    world, manual, fake, model_server, drain, chat, settings
+):
+    world.qor_a.main_num_ctx = 8192  # the estimate fits; only the provider objects
+    world.qor_a.save(update_fields=["main_num_ctx"])
+    old = canonical(world)
+    seed_history(old, 4)
+    fake.main = [error(400, **TOO_LONG), reply("Fits now.")]
+    chat("a question that does not fit")
+
+    assert kinds(model_server) == ["main", "flush", "summary", "main"]
+    new = canonical(world)
+    rows = [(m.role, m.metadata.get("notice"), m.content) for m in Message.objects.filter(session=new).order_by("seq")]
+    assert [r[:2] for r in rows] == [("user", None), ("system", "compaction"), ("system", "compacted"),
+                                     ("assistant", None)]
+    assert "tried again" in rows[2][2] and rows[3][2] == "Fits now."
+    assert Session.objects.get(pk=old.pk).state == "archived"
+    assert Message.objects.filter(session=old).count() == 9
+
+
+def test_manual_mode_reports_a_second_context_length_error_instead_of_looping(
+    world, manual, fake, model_server, drain, chat
+):
+    world.qor_a.main_num_ctx = 8192
+    world.qor_a.save(update_fields=["main_num_ctx"])
+    seed_history(canonical(world), 4)
+    fake.main = [error(400, **TOO_LONG), error(400, **TOO_LONG), reply("never sent")]
+    chat("a question that does not fit")
+
+    assert kinds(model_server) == ["main", "flush", "summary", "main"]
+    assert Session.objects.filter(tenant=world.tenant_a, user=world.alice).count() == 2  # one rotation
+    last = Message.objects.filter(session=canonical(world)).order_by("seq").last()
+    assert last.role == "system" and last.metadata["notice"] == "context_length"
+    assert Memory.objects.filter(type="conversation_digest").count() == 1
+
+
+def test_manual_mode_with_a_failing_flush_keeps_the_session_and_falls_back_to_a_smaller_window(
+    world, manual, fake, model_server, drain, chat
+):
+    world.qor_a.main_num_ctx = 8192
+    world.qor_a.save(update_fields=["main_num_ctx"])
+    session = canonical(world)
+    seed_history(session, 4)
+    fake.flush_override = ["not json", "still not json"]
+    fake.main = [error(400, **TOO_LONG), reply("Fits after trimming.")]
+    chat("a question that does not fit")
+
+    assert kinds(model_server) == ["main", "flush", "flush", "main"]
+    assert canonical(world).pk == session.pk and not Memory.objects.exists()
+    rows = list(Message.objects.filter(session=session).order_by("seq"))[-2:]
+    assert rows[0].metadata["notice"] == "compact_failed" and "nothing was lost" in rows[0].content
+    assert rows[1].content == "Fits after trimming."
+
+
+# --- /compact and /clear ----------------------------------------------------------------
+
+
+def test_compact_summarises_into_memory_and_rotates_to_a_seeded_session(world, fake, model_server, drain, chat):
+    old = canonical(world)
+    chat("remember my bike is a blue Brompton", channel="telegram", trust=Trust.PAIRED)
+    chat("remind me to oil the chain on Saturday", channel="web")
+    command = chat("/compact", channel="web")
+    assert kinds(model_server) == ["main", "main", "flush", "summary"]
+
+    old.refresh_from_db()
+    new = canonical(world)
+    assert old.state == "archived" and new.pk != old.pk
+    assert [m.content for m in Message.objects.filter(session=old).order_by("seq")][-2:] == [
+        "/compact", "Compacting this conversation: saving its key points to memory first…"
+    ]
+    assert Message.objects.filter(session=old).count() == 6  # every row kept
+    assert command.session_id == old.pk
+    assert new.seed_summary == "SUMMARY of 4 messages on telegram, web."
+    rows = list(Message.objects.filter(session=new).order_by("seq"))
+    assert [(m.role, m.channel, m.metadata.get("notice")) for m in rows] == [
+        ("system", "system", "compaction"), ("system", "web", "compacted"),
+    ]
+    assert "4 messages summarized" in rows[1].content
+    kept = {(m.type, m.content) for m in Memory.objects.filter(user=world.alice)}
+    assert ("fact", "Alice said: my bike is a blue Brompton") in kept
+    assert ("reminder", "Alice asked: remind me to oil the chain on Saturday") in kept
+    digest = Memory.objects.get(type="conversation_digest")
+    assert digest.channels == ["telegram", "web"] and digest.source_session_id == old.pk
+
+    chat("what do you know about my bike?")
+    system = main_requests(model_server)[-1]["messages"][0]["content"]
+    assert "SUMMARY of 4 messages" in system and "blue Brompton" in system
+
+
+def test_compact_with_nothing_to_compact_says_so_and_keeps_the_session(world, fake, model_server, drain, chat):
+    session = canonical(world)
+    chat("/compact")
+    assert canonical(world).pk == session.pk
+    last = Message.objects.filter(session=session).order_by("seq").last()
+    assert last.metadata["notice"] == "compact_empty" and model_server.requests == []
+
+
+@pytest.mark.parametrize("word", ["clear", "reset"])
+def test_clear_archives_the_session_and_starts_an_empty_one_with_nothing_carried(
+    world, fake, model_server, drain, chat, client, word
+):
+    from qorven.services import api_token_create
+
+    token = api_token_create(tenant=world.tenant_a, user=world.alice)[1]
+    old = canonical(world)
+    chat("remember my gate code is 7788", channel="telegram", trust=Trust.PAIRED)
+    chat("and my car is green")
+    response = client.post("/v1/qors/aria/messages", data=json.dumps({"content": f"/{word}"}),
+                           content_type="application/json", HTTP_AUTHORIZATION=f"Bearer {token}")
+    assert response.status_code == 201
+    drain()
+
+    old.refresh_from_db()
+    new = canonical(world)
+    assert old.state == "archived" and old.ended_at and new.pk != old.pk
+    assert [m.content for m in Message.objects.filter(session=old).order_by("seq")][-1] == f"/{word}"
+    assert Message.objects.filter(session=old).count() == 5
+    assert new.seed_summary == "" and new.compaction_note == ""
+    (answer,) = Message.objects.filter(session=new)
+    assert answer.role == "assistant" and answer.metadata["command"] == "clear"
+    assert "nothing was carried over" in answer.content
+    assert answer.metadata["command_message"] == {"session": old.pk, "seq": 5}
+    assert not Memory.objects.exists()  # /clear is the user's reset: no flush
+    assert fake.calls["flush"] == 0
+    timeline = client.get("/v1/qors/aria/messages", HTTP_AUTHORIZATION=f"Bearer {token}").json()
+    assert [m["content"] for m in timeline["messages"]] == [answer.content]
+
+    chat("hello again")
+    request = main_requests(model_server)[-1]
+    assert request["messages"][1:] == [{"role": "user", "content": "[web] Alice: hello again"}]
+    assert "Earlier in this conversation" not in request["messages"][0]["content"]
+    assert Session.objects.filter(tenant=world.tenant_a, user=world.alice, kind="canonical",
+                                  state="active").count() == 1
+
+
+def test_a_message_sent_right_after_compact_is_carried_and_answered_in_the_new_session(
+    world, fake, model_server, drain, chat
+):
+    chat("remember my dentist is Dr Okafor")
+    session = canonical(world)
+    inbound_accept(session=session, content="/compact", channel="web", sender_name="Alice", trust=Trust.OWNER)
+    inbound_accept(session=session, content="what's next?", channel="web", sender_name="Alice", trust=Trust.OWNER)
+    drain()
+
+    new = canonical(world)
+    assert new.pk != session.pk
+    rows = [(m.role, m.content) for m in Message.objects.filter(session=new).order_by("seq")]
+    assert ("user", "what's next?") in rows and rows[-1][0] == "assistant"
+    assert not Message.objects.filter(session=session, role="assistant", metadata__reply_to=4).exists()
+    assert kinds(model_server) == ["main", "flush", "summary", "main"]
+
+
+def test_a_message_for_a_session_rotated_a_moment_ago_lands_in_its_successor(world, fake, drain):
+    stale = canonical(world)
+    session_rotate(session=stale)
+    result = inbound_accept(session=stale, content="still there?", channel="web", sender_name="Alice",
+                            trust=Trust.OWNER)
+    drain()
+    assert result.message.session_id == canonical(world).pk != stale.pk
+
+
+# --- offline ----------------------------------------------------------------------------
+
+
+def test_with_the_offline_provider_flush_and_summary_are_plain_extracts(world, drain, chat, settings):
+    settings.QORVEN_MODEL = ""
+    chat("My favourite colour is teal. The weather is nice.", channel="telegram", trust=Trust.PAIRED)
+    chat("Remind me to call the bank on Friday.")
+    chat("/compact")
+
+    new = canonical(world)
+    assert new.seed_summary.startswith("Conversation on telegram, web")
+    memories = {(m.type, m.content.split(": ", 1)[1]) for m in Memory.objects.exclude(type="conversation_digest")}
+    assert memories == {("fact", "My favourite colour is teal."), ("reminder", "Remind me to call the bank on Friday.")}
+    digest = Memory.objects.get(type="conversation_digest")
+    assert "- My favourite colour is teal." in digest.content and digest.channels == ["telegram", "web"]
+    assert not Usage.objects.filter(role="summarizer").exists()
