@@ -5,7 +5,7 @@ from qorven.agent.tools import ToolContext, ToolError, tool
 from qorven.trust import Trust
 
 from .models import Memory
-from .selectors import memory_search
+from .selectors import memory_search, skill_get, skills_for
 from .services import memory_add
 
 
@@ -65,3 +65,27 @@ def remember_tool(ctx: ToolContext, args: dict) -> dict:
         channels=[ctx.channel], source_session_id=ctx.session_id,
     )
     return {"saved": created, "already_known": not created, "id": memory.pk}
+
+
+@tool(
+    name="read_skill",
+    description=(
+        "Read the step-by-step instructions of one of the skills listed under 'Skills you have learned', "
+        "before using it."
+    ),
+    parameters={
+        "type": "object",
+        "properties": {"name": {"type": "string", "description": "the skill's name, as listed"}},
+        "required": ["name"],
+    },
+    min_trust=Trust.PUBLIC,  # each skill carries its own minimum trust, checked here
+)
+def read_skill_tool(ctx: ToolContext, args: dict) -> dict:
+    name = args.get("name")
+    if not isinstance(name, str) or not name.strip():
+        raise ToolError("name must be a non-empty string")
+    skill = skill_get(tenant=ctx.tenant, trust=ctx.trust, name=name.strip())
+    if skill is None:
+        available = ", ".join(s.name for s in skills_for(tenant=ctx.tenant, trust=ctx.trust)) or "none"
+        raise ToolError(f"no skill named {name!r} is available here; available: {available}")
+    return {"name": skill.name, "description": skill.description, "instructions": skill.body}

@@ -187,3 +187,6 @@ QORVEN_PUBLIC_URL = env.str("QORVEN_PUBLIC_URL", default="http://127.0.0.1:8000"
 
 # Outbound mail (email channel replies). e.g. smtp+tls://user:pass@smtp.example.com:587
 vars().update(env.email_url("EMAIL_URL", default="consolemail://"))
+
+# Learned skills: `*.md` files synced into the database at startup and by `qorven sync-skills`.
+QORVEN_SKILLS_DIR = Path(env.str("QORVEN_SKILLS_DIR", default=str(BASE_DIR / "plugins" / "skills")))

@@ -7,7 +7,8 @@ from django.core.management.base import BaseCommand
 class Command(BaseCommand):
     help = (
         "Serve Qorven (HTTP and WebSockets) with Daphne. On the embedded default (no REDIS_URL) "
-        "tasks run inside this process, so nothing else needs to be started."
+        "tasks run inside this process, so nothing else needs to be started. Syncs the learned "
+        "skills folder on startup."
     )
 
     def add_arguments(self, parser):
@@ -20,6 +21,9 @@ class Command(BaseCommand):
 
         if not opts["no_migrate"]:
             call_command("migrate", interactive=False, verbosity=0)
+        from memory_app.skills import skills_sync_on_startup
+
+        skills_sync_on_startup(self.stdout, self.stderr)
         self.stdout.write(f"Qorven on http://{opts['host']}:{opts['port']}/  (admin: /admin/)")
         self.stdout.flush()
         CommandLineInterface().run(

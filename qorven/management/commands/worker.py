@@ -7,7 +7,8 @@ from django.core.management.base import BaseCommand, CommandError
 class Command(BaseCommand):
     help = (
         "Run a Celery worker for the scale-out layout (needs REDIS_URL or CELERY_BROKER_URL). "
-        "On the embedded default there is nothing to run: tasks execute inside `qorven serve`."
+        "On the embedded default there is nothing to run: tasks execute inside `qorven serve`. Syncs "
+        "the learned skills folder on startup."
     )
 
     def add_arguments(self, parser):
@@ -17,8 +18,10 @@ class Command(BaseCommand):
     def handle(self, *args, **opts):
         if not settings.CELERY_BROKER_URL:
             raise CommandError("No broker configured: set REDIS_URL (or CELERY_BROKER_URL) to run workers.")
+        from memory_app.skills import skills_sync_on_startup
         from qorven.celery import app
 
+        skills_sync_on_startup(self.stdout, self.stderr)
         app.worker_main(
             ["worker", f"--concurrency={opts['concurrency']}", f"--loglevel={opts['loglevel']}", "--without-gossip",
              "--without-mingle"]

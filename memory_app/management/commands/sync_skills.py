@@ -1,0 +1,32 @@
+from __future__ import annotations
+
+from pathlib import Path
+
+from django.core.management.base import BaseCommand
+
+from memory_app.skills import skills_sync
+
+
+class Command(BaseCommand):
+    help = (
+        "Sync learned skills from the skills folder (QORVEN_SKILLS_DIR, default plugins/skills/) into the "
+        "database: one markdown file per skill with front matter (name, description, min_trust) and the "
+        "instructions as its body. New files are added, changed files updated, removed files disabled; skills "
+        "made in the admin are never touched. `qorven serve` and `qorven worker` run this at startup."
+    )
+
+    def add_arguments(self, parser):
+        parser.add_argument("--dry-run", action="store_true", help="show what would change, change nothing")
+        parser.add_argument("--dir", type=Path, help="the skills folder (default: QORVEN_SKILLS_DIR)")
+
+    def handle(self, *args, **opts):
+        report = skills_sync(directory=opts["dir"], dry_run=opts["dry_run"])
+        if not Path(report.directory).is_dir():
+            self.stderr.write(f"{report.directory} is not a folder: every file skill is treated as removed.")
+        prefix = "would be " if opts["dry_run"] else ""
+        for label, names in (("added", report.added), ("updated", report.updated), ("disabled", report.disabled)):
+            for name in names:
+                self.stdout.write(f"  {prefix}{label}: {name}")
+        for error in report.errors:
+            self.stderr.write(f"  skipped {error}")
+        self.stdout.write(report.summary())
