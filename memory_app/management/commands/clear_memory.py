@@ -1,0 +1,94 @@
+from __future__ import annotations
+
+from django.contrib.auth import get_user_model
+from django.core.management.base import BaseCommand, CommandError
+
+from memory_app.selectors import memory_count
+from memory_app.services import MemoryScope, memory_clear, memory_index_prune
+from qorven.errors import NotFound
+from qorven.selectors import qor_get, tenant_get
+from sessions_app.selectors import conversation_counts
+from sessions_app.services import conversations_delete
+
+
+class Command(BaseCommand):
+    help = (
+        "Delete long-term memories of a tenant, one of its Qors, a user, or everything; with --all also "
+        "their sessions, messages and images. Shows what it will delete and asks for confirmation unless "
+        "--yes; --dry-run only shows the counts. Prints what it deleted."
+    )
+
+    def add_arguments(self, parser):
+        parser.add_argument("--tenant", help="tenant slug")
+        parser.add_argument("--qor", help="Qor slug (needs --tenant)")
+        parser.add_argument("--user", help="username (with --tenant: only in that tenant; alone: in every tenant)")
+        parser.add_argument("--everything", action="store_true", help="every tenant (instead of a scope)")
+        parser.add_argument("--all", action="store_true", help="also delete sessions, messages and images")
+        parser.add_argument("--yes", action="store_true", help="do not ask for confirmation")
+        parser.add_argument("--dry-run", action="store_true", help="show what would be deleted, delete nothing")
+
+    def handle(self, *args, **opts):
+        scope = self._scope(opts)
+        memories = memory_count(**scope.filters())
+        conversations = conversation_counts(**scope.filters()) if opts["all"] else None
+        self.stdout.write(f"Scope: {_describe(scope)}")
+        self.stdout.write(f"  memories: {memories}")
+        if conversations is not None:
+            for label, n in conversations.items():
+                self.stdout.write(f"  {label}: {n}")
+        if opts["dry_run"]:
+            self.stdout.write("Dry run: nothing deleted.")
+            return
+        if not memories and not (conversations and any(conversations.values())):
+            self.stdout.write("Nothing to delete.")
+            return
+        if not opts["yes"] and not self._confirm():
+            raise CommandError("Aborted: nothing deleted.")
+        deleted = {"memories": memory_clear(scope=scope)}
+        if opts["all"]:
+            deleted.update(conversations_delete(**scope.filters()))
+        pruned = memory_index_prune()
+        self.stdout.write("Deleted " + ", ".join(f"{n} {label}" for label, n in deleted.items()) + ".")
+        if pruned:
+            self.stdout.write(f"Also removed {pruned} search index entries of memories deleted earlier.")
+
+    def _scope(self, opts) -> MemoryScope:
+        tenant = qor = user = None
+        if opts["everything"] and (opts["tenant"] or opts["qor"] or opts["user"]):
+            raise CommandError("--everything takes no --tenant, --qor or --user.")
+        if opts["qor"] and not opts["tenant"]:
+            raise CommandError("--qor needs --tenant.")
+        if not (opts["everything"] or opts["tenant"] or opts["user"]):
+            raise CommandError("Say whose memories: --tenant (and --qor / --user), --user, or --everything.")
+        try:
+            if opts["tenant"]:
+                tenant = tenant_get(slug=opts["tenant"])
+            if opts["qor"]:
+                qor = qor_get(tenant=tenant, slug=opts["qor"])
+        except NotFound as exc:
+            raise CommandError(str(exc)) from None
+        if opts["user"]:
+            user = get_user_model().objects.filter(username=opts["user"]).first()
+            if user is None:
+                raise CommandError(f"No user {opts['user']!r}.")
+        return MemoryScope(tenant=tenant, qor=qor, user=user, everything=opts["everything"])
+
+    def _confirm(self) -> bool:
+        try:
+            answer = input("Delete these permanently? Type 'yes' to continue: ")
+        except EOFError:
+            return False
+        return answer.strip().lower() == "yes"
+
+
+def _describe(scope: MemoryScope) -> str:
+    if scope.everything:
+        return "every tenant"
+    parts = []
+    if scope.tenant is not None:
+        parts.append(f"tenant {scope.tenant.slug}")
+    if scope.qor is not None:
+        parts.append(f"Qor {scope.qor.slug}")
+    if scope.user is not None:
+        parts.append(f"user {scope.user.get_username()}")
+    return ", ".join(parts)

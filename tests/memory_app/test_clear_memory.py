@@ -1,0 +1,115 @@
+"""`qorven clear-memory`: scoped, confirmed, reported."""
+from __future__ import annotations
+
+import io
+
+import pytest
+from django.core.management import CommandError, call_command
+
+from memory_app.models import Memory
+from memory_app.selectors import memory_search
+from sessions_app.models import Image, Message, Session
+from sessions_app.services import message_append, session_resolve
+
+from ..factories.memory_app import remember
+from ..factories.qorven import QorFactory
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def stocked(world):
+    """Memories and a conversation with an image for alice and bob (tenant A, two Qors)
+    and charlie (tenant B)."""
+    other = QorFactory(tenant=world.tenant_a, slug="other", is_default=False)
+    for tenant, qor, user in [(world.tenant_a, world.qor_a, world.alice), (world.tenant_a, world.qor_a, world.bob),
+                              (world.tenant_a, other, world.alice), (world.tenant_b, world.qor_b, world.charlie)]:
+        remember(tenant, qor, user, f"{user.username} keeps the spare key under the mat")
+        session = session_resolve(tenant=tenant, qor=qor, channel="web", user=user)
+        message = message_append(session=session, role="user", content="hello", channel="web").message
+        Image.objects.create(tenant=tenant, message=message, mime_type="image/png", data="", size=0)
+    Image.objects.create(tenant=world.tenant_a, message=None, mime_type="image/png", data="", size=0)
+    world.other_qor = other
+    return world
+
+
+def run(*args, answer=None, monkeypatch=None):
+    out = io.StringIO()
+    if answer is not None:
+        monkeypatch.setattr("builtins.input", lambda prompt: answer)
+    call_command("clear_memory", *args, stdout=out)
+    return out.getvalue()
+
+
+def owners(model):
+    return sorted({(m.tenant.slug, m.user.username) for m in model.objects.select_related("tenant", "user")})
+
+
+def test_a_user_in_a_tenant_loses_only_their_memories_after_confirming(stocked, monkeypatch):
+    output = run("--tenant", "acme", "--user", "alice", answer="yes", monkeypatch=monkeypatch)
+    assert "Scope: tenant acme, user alice" in output and "memories: 2" in output
+    assert "Deleted 2 memories." in output
+    assert owners(Memory) == [("acme", "bob"), ("globex", "charlie")]
+    assert Session.objects.count() == 4  # conversations stay without --all
+    assert memory_search(tenant=stocked.tenant_a, qor=stocked.qor_a, user=stocked.alice, query="spare key") == []
+
+
+def test_without_confirmation_nothing_is_deleted(stocked, monkeypatch):
+    with pytest.raises(CommandError, match="Aborted"):
+        run("--tenant", "acme", answer="no", monkeypatch=monkeypatch)
+
+    def eof(prompt):
+        raise EOFError
+
+    monkeypatch.setattr("builtins.input", eof)
+    with pytest.raises(CommandError, match="Aborted"):
+        call_command("clear_memory", "--tenant", "acme", stdout=io.StringIO())
+    assert Memory.objects.count() == 4
+
+
+def test_a_dry_run_shows_the_counts_and_deletes_nothing(stocked):
+    output = run("--tenant", "acme", "--all", "--dry-run")
+    assert "memories: 3" in output and "sessions: 3" in output and "messages: 3" in output
+    assert "images: 4" in output and "Dry run: nothing deleted." in output
+    assert Memory.objects.count() == 4 and Session.objects.count() == 4 and Image.objects.count() == 5
+
+
+def test_all_also_deletes_the_qors_sessions_messages_and_images(stocked):
+    output = run("--tenant", "acme", "--qor", "other", "--all", "--yes")
+    assert "Deleted 1 memories, 1 sessions, 1 messages, 1 images." in output
+    assert not Memory.objects.filter(qor=stocked.other_qor).exists()
+    assert not Session.objects.filter(qor=stocked.other_qor).exists()
+    assert Message.objects.count() == 3 and Image.objects.count() == 4
+
+
+def test_a_whole_tenant_with_all_takes_its_unattached_images_too(stocked):
+    output = run("--tenant", "acme", "--all", "--yes")
+    assert "Deleted 3 memories, 3 sessions, 3 messages, 4 images." in output
+    assert owners(Memory) == [("globex", "charlie")] and owners(Session) == [("globex", "charlie")]
+    assert list(Image.objects.values_list("tenant__slug", flat=True)) == ["globex"]
+
+
+def test_a_user_across_every_tenant_and_everything(stocked, world):
+    from qorven.models import Membership
+
+    Membership.objects.create(tenant=world.tenant_b, user=world.alice)
+    remember(world.tenant_b, world.qor_b, world.alice, "alice in globex")
+    assert "Deleted 3 memories." in run("--user", "alice", "--yes")
+    assert owners(Memory) == [("acme", "bob"), ("globex", "charlie")]
+    assert "Deleted 2 memories, 4 sessions, 4 messages, 5 images." in run("--everything", "--all", "--yes")
+    assert not Memory.objects.exists() and not Session.objects.exists() and not Image.objects.exists()
+    assert "Nothing to delete." in run("--everything", "--yes")
+
+
+@pytest.mark.parametrize("args, message", [
+    ((), "Say whose memories"),
+    (("--qor", "aria"), "--qor needs --tenant"),
+    (("--everything", "--tenant", "acme"), "--everything takes no"),
+    (("--tenant", "nope"), "no tenant 'nope'"),
+    (("--tenant", "acme", "--qor", "nope"), "no qor 'nope'"),
+    (("--user", "nobody"), "No user 'nobody'"),
+])
+def test_a_missing_or_unknown_scope_is_refused(stocked, args, message):
+    with pytest.raises(CommandError, match=message):
+        run(*args, "--yes")
+    assert Memory.objects.count() == 4
