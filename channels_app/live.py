@@ -1,22 +1,43 @@
-"""Tell live surfaces about every appended message (`message.new`)."""
+"""Tell live surfaces about every appended message (`message.new`), and about a chat
+moving to a new session (`session.started`: its first message, after /clear or a
+compaction), so a page watching the chat follows it."""
 from __future__ import annotations
 
-from qorven.live import broadcast_soon
-from sessions_app.models import Message
+from typing import Any
+
+from qorven.live import broadcast_group_soon, broadcast_soon, chat_group
+from sessions_app.models import Message, Session
 
 
-def message_event(message: Message) -> dict:
+def message_hidden(message: Message) -> bool:
+    """Tool calls and tool results are the Qor's working, not the conversation: surfaces
+    do not show them (they still take a seq, so clients count them when catching up)."""
+    return message.role == Message.Role.TOOL or bool(message.tool_calls)
+
+
+def message_event(message: Message) -> dict[str, Any]:
+    """The one shape of a message on every live surface (WebSocket, terminal, webchat)."""
+    metadata = message.metadata or {}
+    hidden = message_hidden(message)
     return {
         "type": "message.new",
         "seq": message.seq,
         "role": message.role,
-        "content": message.content,
+        "content": "" if hidden else message.content,
         "channel": message.channel,
         "sender_name": message.sender_name,
         "created_at": message.created_at.isoformat(),
-        "notice": (message.metadata or {}).get("notice", ""),
+        "notice": metadata.get("notice", ""),
+        "reply_to": metadata.get("reply_to"),
+        "hidden": hidden,
     }
 
 
 def on_message_appended(sender, message: Message, **kwargs) -> None:
     broadcast_soon(message.session_id, message_event(message))
+    session = message.session
+    if message.seq == 1 and session.kind == Session.Kind.CANONICAL and session.user_id is not None:
+        broadcast_group_soon(
+            chat_group(session.tenant_id, session.qor_id, session.user_id),
+            {"type": "session.started", "session_id": session.pk},
+        )

@@ -1,4 +1,11 @@
-"""WebSocket routes. The live chat consumers register here."""
+"""WebSocket routes of the live surfaces (see channels_app.consumers for the protocol)."""
 from __future__ import annotations
 
-websocket_urlpatterns: list = []
+from django.urls import path
+
+from .consumers import ChatConsumer, WebchatConsumer
+
+websocket_urlpatterns: list = [
+    path("ws/chat/<slug:tenant>/<slug:qor>/", ChatConsumer.as_asgi()),
+    path("ws/webchat/<str:key>/", WebchatConsumer.as_asgi()),
+]

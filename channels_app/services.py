@@ -27,7 +27,7 @@ def binding_create(
     missing = [k for k in adapter.required if not credentials.get(k)]
     if missing:
         raise BindingError(f"{kind} needs: {', '.join('--' + m.replace('_', '-') for m in missing)}")
-    clean = {k: v for k, v in credentials.items() if v}
+    clean = adapter.prepare_credentials({k: v for k, v in credentials.items() if v})
     lookup = adapter.lookup_key(clean)
     existing = ChannelBinding.objects.filter(kind=kind, lookup_key=lookup).first()
     if existing is not None and existing.tenant_id != tenant.pk:

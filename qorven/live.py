@@ -15,6 +15,8 @@ from typing import Any
 
 from channels.layers import get_channel_layer
 
+from .streams import stream_track
+
 logger = logging.getLogger(__name__)
 
 
@@ -22,16 +24,34 @@ def session_group(session_id: int) -> str:
     return f"qorven.session.{session_id}"
 
 
+def chat_group(tenant_id: int, qor_id: int, user_id: int) -> str:
+    """Everyone watching a person's canonical chat with a Qor, whichever session it is in
+    now: told when a new session starts (first message, /clear, compaction)."""
+    return f"qorven.chat.{tenant_id}.{qor_id}.{user_id}"
+
+
 async def broadcast(session_id: int, event: dict[str, Any]) -> None:
     """Send `event` (with a `type` such as message.chunk) to everyone watching the session.
+    Streamed chunks are also kept for clients that reconnect mid-reply (qorven.streams).
     Never raises: a live surface missing an event must not fail the work that made it."""
     layer = get_channel_layer()
     if layer is None:
         return
+    event = stream_track(session_id, event)
     try:
         await layer.group_send(session_group(session_id), {"session_id": session_id, **event})
     except Exception:
         logger.warning("could not broadcast %s to session %s", event.get("type"), session_id, exc_info=True)
+
+
+async def _group_send(group: str, event: dict[str, Any]) -> None:
+    layer = get_channel_layer()
+    if layer is None:
+        return
+    try:
+        await layer.group_send(group, event)
+    except Exception:
+        logger.warning("could not broadcast %s to %s", event.get("type"), group, exc_info=True)
 
 
 class _Sender:
@@ -80,7 +100,11 @@ class _Sender:
     @staticmethod
     async def _send(batch: list[tuple[int, dict[str, Any]]]) -> None:
         for session_id, event in batch:
-            await broadcast(session_id, event)
+            group = event.pop("__group__", None)
+            if group is not None:
+                await _group_send(group, event)
+            else:
+                await broadcast(session_id, event)
 
 
 _sender = _Sender()
@@ -89,6 +113,12 @@ _sender = _Sender()
 def broadcast_soon(session_id: int, event: dict[str, Any]) -> None:
     """From sync code: queue `event` for the session's watchers and return at once."""
     _sender.submit(session_id, event)
+
+
+def broadcast_group_soon(group: str, event: dict[str, Any]) -> None:
+    """From sync code: queue `event` for another group (a chat_group), in the same order
+    as session events."""
+    _sender.submit(0, {**event, "__group__": group})
 
 
 def broadcast_flush(timeout: float = 10.0) -> bool:

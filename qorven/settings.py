@@ -99,7 +99,9 @@ DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
 ]
-LOGIN_URL = "/admin/login/"
+LOGIN_URL = "/accounts/login/"
+LOGIN_REDIRECT_URL = "/chat/"
+LOGOUT_REDIRECT_URL = "/accounts/login/"
 
 LANGUAGE_CODE = "en-us"
 TIME_ZONE = env.str("QORVEN_TIME_ZONE", default="UTC")
@@ -112,15 +114,24 @@ QORVEN_SERVE_STATIC = env.bool("QORVEN_SERVE_STATIC", default=True)
 
 REDIS_URL = env.str("REDIS_URL", default="")
 
+# Room for a streamed reply's chunks queued for one socket: past it, a socket misses events
+# and catches up from the database (and the stream cache) instead.
+QORVEN_LIVE_CAPACITY = env.int("QORVEN_LIVE_CAPACITY", default=1000)
 if REDIS_URL:
     CHANNEL_LAYERS = {
         "default": {
             "BACKEND": "channels_redis.core.RedisChannelLayer",
-            "CONFIG": {"hosts": [REDIS_URL]},
+            "CONFIG": {"hosts": [REDIS_URL], "capacity": QORVEN_LIVE_CAPACITY},
         }
     }
+    # Shared by every process: the text of replies still streaming (qorven/streams.py).
+    CACHES = {"default": {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": REDIS_URL,
+                          "KEY_PREFIX": "qorven"}}
 else:
-    CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
+    # Thread-safe: events are sent from task and sender threads to Daphne's loop.
+    CHANNEL_LAYERS = {"default": {"BACKEND": "qorven.layers.InMemoryChannelLayer",
+                                  "CONFIG": {"capacity": QORVEN_LIVE_CAPACITY}}}
+    CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}
 
 # Celery. Without a broker, tasks run in this process on a background thread, one at a
 # time in the order they were queued (see qorven/taskqueue.py).
@@ -146,6 +157,8 @@ QORVEN_IMAGE_RETENTION = env.str("QORVEN_IMAGE_RETENTION", default="0")
 # Product switches.
 QORVEN_LEGACY_SESSIONS = env.bool("QORVEN_LEGACY_SESSIONS", default=False)
 QORVEN_API_PAGE_MAX = env.int("QORVEN_API_PAGE_MAX", default=500)
+# The furthest ahead a webchat visitor token may expire, in seconds (channels_app/webchat.py).
+QORVEN_WEBCHAT_MAX_TTL = env.int("QORVEN_WEBCHAT_MAX_TTL", default=7 * 86400)
 
 LOGGING = {
     "version": 1,

@@ -7,11 +7,13 @@ from .email import EmailAdapter
 from .slack import SlackAdapter
 from .sms import SmsAdapter
 from .telegram import TelegramAdapter
+from .webchat import WebchatAdapter
 from .whatsapp import WhatsAppAdapter
 
 ADAPTERS: dict[str, Adapter] = {
     a.kind: a
-    for a in (TelegramAdapter(), WhatsAppAdapter(), SlackAdapter(), DiscordAdapter(), EmailAdapter(), SmsAdapter())
+    for a in (TelegramAdapter(), WhatsAppAdapter(), SlackAdapter(), DiscordAdapter(), EmailAdapter(), SmsAdapter(),
+              WebchatAdapter())
 }
 
 

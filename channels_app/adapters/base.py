@@ -51,6 +51,14 @@ class Adapter:
         """The value an inbound request names its binding by."""
         raise NotImplementedError
 
+    def prepare_credentials(self, credentials: dict[str, str]) -> dict[str, str]:
+        """Fill in what Qorven makes itself (a webchat's key and secret)."""
+        return credentials
+
+    def setup_hint(self, binding: ChannelBinding, given: dict[str, str]) -> list[str]:
+        """What `qorven bind` tells the owner to do next. Never a secret they gave."""
+        return [f"webhook: POST /v1/webhooks/{self.kind}"]
+
     # --- inbound ---
     def resolve(self, request: HttpRequest) -> ChannelBinding:
         """The binding this request is for, verified. Raises WebhookRejected."""

@@ -13,7 +13,8 @@ class Command(BaseCommand):
     help = (
         "Bind a Qor to a platform account: `qorven bind <channel> --tenant T --qor Q` plus the "
         "platform's credentials (see `qorven bind <channel> --help`). Running it again updates "
-        "the binding. Secrets are stored in the database and never printed."
+        "the binding. Secrets you pass are stored in the database and never printed; a webchat "
+        "signing secret Qorven generates for you is shown once."
     )
 
     def add_arguments(self, parser):
@@ -47,4 +48,5 @@ class Command(BaseCommand):
         except BindingError as exc:
             raise CommandError(str(exc)) from None
         self.stdout.write(self.style.SUCCESS(f"{kind} bound to {qor} (binding {binding.pk})"))
-        self.stdout.write(f"webhook: POST /v1/webhooks/{kind}")
+        for line in ADAPTERS[kind].setup_hint(binding, credentials):
+            self.stdout.write(line)

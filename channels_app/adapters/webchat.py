@@ -1,0 +1,52 @@
+"""The webchat embed: a script tag on a tenant's own site (channels_app.webchat).
+
+It has no webhook and nothing is sent to a platform: visitors write through the embed's
+own endpoints and replies reach them live. The binding is named by its public key (the
+one in the script URL); its credentials hold the secret the site signs visitor tokens
+with and, optionally, the sites allowed to embed it.
+"""
+from __future__ import annotations
+
+import secrets
+
+from django.conf import settings
+from django.http import HttpRequest
+
+from ..models import ChannelBinding
+from .base import Adapter, Parsed, SendError, WebhookRejected
+
+
+class WebchatAdapter(Adapter):
+    kind = "webchat"
+    credentials = {
+        "key": "the public key in the embed's script URL (generated when omitted)",
+        "secret": "the secret your site signs visitor tokens with (generated and shown once when omitted)",
+        "origins": "space-separated origins allowed to embed it, e.g. https://example.com (empty: any site)",
+    }
+    required = ()
+
+    def prepare_credentials(self, credentials: dict[str, str]) -> dict[str, str]:
+        return {
+            **credentials,
+            "key": credentials.get("key") or "wc_" + secrets.token_urlsafe(18),
+            "secret": credentials.get("secret") or secrets.token_urlsafe(32),
+        }
+
+    def setup_hint(self, binding: ChannelBinding, given: dict[str, str]) -> list[str]:
+        base = settings.QORVEN_PUBLIC_URL.rstrip("/")
+        lines = [f'embed: <script src="{base}/webchat/{binding.lookup_key}.js" data-token="…" async></script>']
+        if not given.get("secret"):
+            lines.append(f"signing secret (shown once, keep it on your site's server): {binding.credentials['secret']}")
+        return lines
+
+    def lookup_key(self, credentials: dict[str, str]) -> str:
+        return credentials["key"]
+
+    def resolve(self, request: HttpRequest) -> ChannelBinding:
+        raise WebhookRejected(404, "webchat has no webhook; embed /webchat/<key>.js")
+
+    def parse(self, request: HttpRequest, binding: ChannelBinding) -> Parsed:
+        return Parsed([])
+
+    def send(self, binding: ChannelBinding, target: str, text: str) -> str:
+        raise SendError("webchat replies are delivered live, not sent", permanent=True)

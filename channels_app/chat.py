@@ -1,0 +1,103 @@
+"""A person's canonical chat with a Qor, as the live surfaces (the chat page, its
+WebSocket, the webchat embed, the terminal) read and write it.
+
+Every entry point starts from a ChatOwner, which only `chat_owner` (a member of the
+tenant) or the webchat visitor check makes; a Qor of another tenant, or a tenant the user
+is not a member of, is the same NotFound.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from django.contrib.auth.models import AbstractBaseUser
+
+from qorven.agent.gateway import inbound_accept
+from qorven.errors import NotFound
+from qorven.models import Membership, Qor, Tenant
+from qorven.trust import Trust
+from sessions_app.models import Session
+from sessions_app.selectors import canonical_session_find, messages_read
+from sessions_app.services import AppendResult, session_resolve
+
+from .live import message_event
+
+PAGE = 50  # messages per page of history
+CATCH_UP_MAX = 500  # a client further behind than this starts again from the newest page
+MAX_CONTENT = 100_000
+
+
+@dataclass(frozen=True)
+class ChatOwner:
+    tenant: Tenant
+    qor: Qor
+    user: AbstractBaseUser
+    trust: str
+
+    @property
+    def sender_name(self) -> str:
+        return self.user.get_full_name() or self.user.get_username()
+
+
+def member_trust(role: str) -> str:
+    return Trust.OWNER if role in (Membership.Role.OWNER, Membership.Role.ADMIN) else Trust.TRUSTED
+
+
+def chat_owner(*, user: AbstractBaseUser, tenant_slug: str, qor_slug: str) -> ChatOwner:
+    """The user's chat with that Qor, if they are a member of its tenant."""
+    if not user.is_authenticated or not user.is_active:
+        raise NotFound("not signed in")
+    membership = (
+        Membership.objects.select_related("tenant").filter(user=user, tenant__slug=tenant_slug).first()
+    )
+    if membership is None:
+        raise NotFound(f"no tenant {tenant_slug!r}")
+    qor = Qor.objects.filter(tenant=membership.tenant, slug=qor_slug).first()
+    if qor is None:
+        raise NotFound(f"no qor {qor_slug!r}")
+    return ChatOwner(membership.tenant, qor, user, member_trust(membership.role))
+
+
+def chat_qors(*, user: AbstractBaseUser) -> list[Qor]:
+    """Every Qor the user can chat with, default Qors of each tenant first."""
+    return list(
+        Qor.objects.select_related("tenant")
+        .filter(tenant__memberships__user=user)
+        .order_by("tenant__slug", "-is_default", "slug")
+    )
+
+
+def chat_session(*, owner: ChatOwner) -> Session | None:
+    """The active canonical session, or None before the first message."""
+    return canonical_session_find(tenant=owner.tenant, qor=owner.qor, user=owner.user)
+
+
+def chat_session_get(*, owner: ChatOwner, session_id: int) -> Session | None:
+    """`session_id` if it is the owner's active canonical session (a chat that moved on)."""
+    return Session.objects.filter(
+        pk=session_id, tenant=owner.tenant, qor=owner.qor, user=owner.user,
+        kind=Session.Kind.CANONICAL, state=Session.State.ACTIVE,
+    ).first()
+
+
+def chat_events(*, session: Session, after_seq: int | None = None, before_seq: int | None = None,
+                limit: int = PAGE) -> list[dict]:
+    """Messages as live events, oldest first: after `after_seq` (catch-up), or the newest
+    page (before `before_seq` when scrolling back)."""
+    messages = messages_read(session=session, after_seq=after_seq, before_seq=before_seq, limit=limit)
+    return [message_event(m) for m in messages]
+
+
+def chat_send(*, owner: ChatOwner, content: str, channel: str, idempotency_key: str = "") -> AppendResult:
+    """The person wrote `content` on `channel` (web, tui, webchat): store it in their
+    canonical chat and queue the answer."""
+    content = content.strip("\n")
+    if not content.strip():
+        raise ValueError("the message is empty")
+    if len(content) > MAX_CONTENT:
+        raise ValueError(f"the message is longer than {MAX_CONTENT} characters")
+    session = session_resolve(tenant=owner.tenant, qor=owner.qor, channel=channel, user=owner.user)
+    return inbound_accept(
+        session=session, content=content, channel=channel, sender_name=owner.sender_name, user=owner.user,
+        trust=owner.trust, external_scope=f"{channel}:user:{owner.user.pk}" if idempotency_key else "",
+        external_id=idempotency_key[:255],
+    )

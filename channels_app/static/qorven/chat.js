@@ -1,0 +1,514 @@
+/* The live chat timeline, shared by the chat page and the webchat frame.
+ * No dependencies, no build step. Protocol: channels_app/consumers.py.
+ *
+ * Every message is rendered once, keyed by seq; the socket resumes with the session and
+ * the last seq seen, so a reconnect shows exactly what was missed. Message text only
+ * ever reaches the DOM through QorvenMarkdown.render (escaped first) or textContent.
+ */
+(function (global) {
+  "use strict";
+
+  var md = global.QorvenMarkdown;
+
+  function el(tag, className, text) {
+    var node = document.createElement(tag);
+    if (className) node.className = className;
+    if (text !== undefined) node.textContent = text;
+    return node;
+  }
+
+  function dayLabel(date) {
+    var today = new Date();
+    var yesterday = new Date(Date.now() - 86400000);
+    if (date.toDateString() === today.toDateString()) return "Today";
+    if (date.toDateString() === yesterday.toDateString()) return "Yesterday";
+    return date.toLocaleDateString(undefined, { weekday: "short", day: "numeric", month: "short", year: date.getFullYear() === today.getFullYear() ? undefined : "numeric" });
+  }
+
+  function timeLabel(date) {
+    return date.toLocaleTimeString(undefined, { hour: "2-digit", minute: "2-digit" });
+  }
+
+  function Chat(root, config) {
+    this.root = root;
+    this.config = config;
+    this.timeline = root.querySelector("[data-timeline]");
+    this.scroller = root.querySelector("[data-scroller]") || this.timeline;
+    this.status = root.querySelector("[data-status]");
+    this.form = root.querySelector("[data-composer]");
+    this.input = root.querySelector("[data-input]");
+    this.sendButton = root.querySelector("[data-send]");
+    this.jump = root.querySelector("[data-jump]");
+    this.older = root.querySelector("[data-older]");
+    this.sessionId = null;
+    this.lastSeq = 0;
+    this.oldestSeq = null;
+    this.more = false;
+    this.loadingOlder = false;
+    this.filter = "";
+    this.bySeq = new Map();
+    this.streams = new Map(); // reply_to -> {node, text}
+    this.finished = new Set();
+    this.socket = null;
+    this.attempt = 0;
+    this.closed = false;
+    this.pingTimer = null;
+    this.pongTimer = null;
+    this.bind();
+  }
+
+  Chat.prototype.bind = function () {
+    var self = this;
+    if (this.form) {
+      this.form.addEventListener("submit", function (e) { e.preventDefault(); self.submit(); });
+      this.input.addEventListener("keydown", function (e) {
+        if (e.key === "Enter" && !e.shiftKey && !e.isComposing && e.keyCode !== 229) {
+          e.preventDefault();
+          self.submit();
+        }
+      });
+      this.input.addEventListener("input", function () { self.autosize(); });
+    }
+    this.scroller.addEventListener("scroll", function () {
+      if (self.scroller.scrollTop < 120) self.loadOlder();
+      if (self.nearBottom() && self.jump) self.jump.hidden = true;
+    });
+    if (this.jump) this.jump.addEventListener("click", function () { self.scrollToBottom(); });
+    if (this.older) this.older.addEventListener("click", function () { self.loadOlder(); });
+    this.root.querySelectorAll("[data-filter]").forEach(function (chip) {
+      chip.addEventListener("click", function () { self.setFilter(chip.getAttribute("data-filter")); });
+    });
+    document.addEventListener("visibilitychange", function () {
+      if (!document.hidden && (!self.socket || self.socket.readyState > 1)) self.connect(true);
+    });
+    global.addEventListener("online", function () { self.connect(true); });
+  };
+
+  // --- connection ---
+
+  Chat.prototype.setStatus = function (state, text) {
+    if (!this.status) return;
+    this.status.setAttribute("data-state", state);
+    this.status.querySelector("[data-status-text]").textContent = text;
+    this.root.setAttribute("data-connection", state);
+  };
+
+  Chat.prototype.connect = function (now) {
+    var self = this;
+    if (this.closed) return;
+    var params = this.config.socketParams ? this.config.socketParams() : {};
+    if (params === null) { this.setStatus("idle", "Ready"); return; }
+    if (this.socket && this.socket.readyState <= 1) return;
+    clearTimeout(this.retryTimer);
+    if (this.sessionId !== null) {
+      params.session = this.sessionId;
+      params.last_seq = this.lastSeq;
+    }
+    var query = Object.keys(params).map(function (k) { return encodeURIComponent(k) + "=" + encodeURIComponent(params[k]); }).join("&");
+    var url = (location.protocol === "https:" ? "wss://" : "ws://") + location.host + this.config.socket + (query ? "?" + query : "");
+    this.setStatus("connecting", this.attempt ? "Reconnecting…" : "Connecting…");
+    var socket = new WebSocket(url);
+    this.socket = socket;
+    socket.onopen = function () {
+      self.attempt = 0;
+      self.setStatus("live", "Live");
+      self.startPing();
+    };
+    socket.onmessage = function (e) {
+      var event;
+      try { event = JSON.parse(e.data); } catch (err) { return; }
+      self.handle(event);
+    };
+    socket.onclose = function () {
+      if (self.socket !== socket) return;
+      self.stopPing();
+      self.socket = null;
+      if (self.closed) return;
+      self.attempt += 1;
+      var delay = Math.min(15000, 500 * Math.pow(2, Math.min(self.attempt, 5))) * (0.75 + Math.random() / 2);
+      if (now && self.attempt === 1) delay = 0;
+      self.setStatus("offline", "Offline — reconnecting");
+      self.retryTimer = setTimeout(function () { self.connect(); }, delay);
+    };
+  };
+
+  Chat.prototype.startPing = function () {
+    var self = this;
+    this.stopPing();
+    this.pingTimer = setInterval(function () {
+      if (!self.socket || self.socket.readyState !== 1) return;
+      self.socket.send(JSON.stringify({ type: "ping" }));
+      self.pongTimer = setTimeout(function () { if (self.socket) self.socket.close(); }, 10000);
+    }, 25000);
+  };
+
+  Chat.prototype.stopPing = function () {
+    clearInterval(this.pingTimer);
+    clearTimeout(this.pongTimer);
+  };
+
+  // --- events ---
+
+  Chat.prototype.handle = function (event) {
+    switch (event.type) {
+      case "session": return this.onSession(event);
+      case "message.new": return this.onMessage(event, true);
+      case "message.stream": return this.onStream(event.reply_to, event.text, 0, true);
+      case "message.chunk": return this.onStream(event.reply_to, event.delta, event.offset, false);
+      case "message.done": return this.endStream(event.reply_to);
+      case "pong": clearTimeout(this.pongTimer); return;
+    }
+  };
+
+  Chat.prototype.onSession = function (event) {
+    var changed = event.session_id !== this.sessionId;
+    if (event.reset) {
+      this.clear();
+    } else if (changed && this.sessionId !== null) {
+      this.streams.forEach(function (s) { s.node.remove(); });
+      this.streams.clear();
+      this.timeline.appendChild(el("div", "divider divider--session", "New conversation"));
+      this.bySeq = new Map();
+      this.finished.clear();
+      this.lastDay = null;
+    }
+    if (changed || event.reset) {
+      this.lastSeq = 0;
+      this.oldestSeq = null;
+      this.more = false;
+    }
+    this.sessionId = event.session_id;
+    this.updateEmpty();
+  };
+
+  Chat.prototype.clear = function () {
+    this.timeline.textContent = "";
+    this.bySeq = new Map();
+    this.streams.clear();
+    this.finished.clear();
+    this.lastDay = null;
+    this.firstDay = null;
+  };
+
+  Chat.prototype.onMessage = function (event, live) {
+    if (this.bySeq.has(event.seq)) return;
+    var stick = this.nearBottom();
+    if (this.oldestSeq === null || event.seq < this.oldestSeq) {
+      this.oldestSeq = event.seq;
+      this.more = event.seq > 1;
+    }
+    if (event.seq > this.lastSeq) this.lastSeq = event.seq;
+    if (event.reply_to && !event.hidden && (event.role === "assistant" || event.role === "system")) {
+      this.finished.add(event.reply_to);
+      var stream = this.streams.get(event.reply_to);
+      if (stream) { stream.node.remove(); this.streams.delete(event.reply_to); }
+    }
+    if (event.hidden) { this.bySeq.set(event.seq, null); return; }
+    var node = this.renderMessage(event);
+    this.bySeq.set(event.seq, node);
+    this.place(node, event);
+    this.updateEmpty();
+    if (live) this.afterGrow(stick);
+  };
+
+  // Insert in seq order (live messages land at the end; catch-up may fill a gap).
+  Chat.prototype.place = function (node, event) {
+    var date = new Date(event.created_at);
+    var day = date.toDateString();
+    var after = null;
+    var children = this.timeline.querySelectorAll(".msg[data-seq]");
+    var last = children.length ? children[children.length - 1] : null;
+    if (!last || Number(last.getAttribute("data-seq")) < event.seq) {
+      var firstStream = this.timeline.querySelector(".msg--streaming, .msg--pending");
+      if (this.lastDay !== day) {
+        this.timeline.insertBefore(el("div", "divider", dayLabel(date)), firstStream);
+        this.lastDay = day;
+      }
+      this.timeline.insertBefore(node, firstStream);
+      if (!this.firstDay) this.firstDay = day;
+      return;
+    }
+    for (var i = 0; i < children.length; i++) {
+      if (Number(children[i].getAttribute("data-seq")) > event.seq) { after = children[i]; break; }
+    }
+    this.timeline.insertBefore(node, after);
+  };
+
+  Chat.prototype.renderMessage = function (event) {
+    var own = this.config.channel;
+    var isNotice = event.role === "system";
+    var node = el("article", "msg msg--" + event.role + (isNotice ? " msg--notice" : ""));
+    node.setAttribute("data-seq", event.seq);
+    node.setAttribute("data-channel", event.channel);
+    if (event.notice) node.setAttribute("data-notice", event.notice);
+    var date = new Date(event.created_at);
+    if (isNotice) {
+      var text = el("div", "notice__text");
+      text.innerHTML = md.render(event.content);
+      node.appendChild(text);
+      node.appendChild(el("time", "msg__time", timeLabel(date)));
+    } else {
+      var meta = el("header", "msg__meta");
+      meta.appendChild(el("span", "msg__who", event.sender_name || (event.role === "assistant" ? this.config.qorName : "You")));
+      if (event.channel !== own) meta.appendChild(this.badge(event.channel));
+      var time = el("time", "msg__time", timeLabel(date));
+      time.setAttribute("datetime", event.created_at);
+      time.title = date.toLocaleString();
+      meta.appendChild(time);
+      var body = el("div", "msg__body");
+      body.innerHTML = md.render(event.content);
+      node.appendChild(meta);
+      node.appendChild(body);
+    }
+    this.applyFilter(node);
+    return node;
+  };
+
+  Chat.prototype.badge = function (channel) {
+    var badge = el("span", "badge badge--" + channel, (this.config.labels || {})[channel] || channel);
+    badge.setAttribute("data-badge", channel);
+    return badge;
+  };
+
+  Chat.prototype.onStream = function (replyTo, text, offset, whole) {
+    if (this.finished.has(replyTo)) return;
+    var stick = this.nearBottom();
+    var stream = this.streams.get(replyTo);
+    if (!stream) {
+      var source = this.bySeq.get(replyTo);
+      var channel = source ? source.getAttribute("data-channel") : this.config.channel;
+      var node = el("article", "msg msg--assistant msg--streaming");
+      node.setAttribute("data-reply-to", replyTo);
+      node.setAttribute("data-channel", channel);
+      var meta = el("header", "msg__meta");
+      meta.appendChild(el("span", "msg__who", this.config.qorName));
+      if (channel !== this.config.channel) meta.appendChild(this.badge(channel));
+      meta.appendChild(el("span", "typing", ""));
+      node.appendChild(meta);
+      node.appendChild(el("div", "msg__body"));
+      this.timeline.appendChild(node);
+      stream = { node: node, text: "" };
+      this.streams.set(replyTo, stream);
+      this.applyFilter(node);
+      this.updateEmpty();
+    }
+    if (whole) {
+      stream.text = text;
+    } else if (typeof offset === "number" && offset !== stream.text.length) {
+      if (offset > stream.text.length) return; // the server follows up with the whole text
+      stream.text = stream.text.slice(0, offset) + text;
+    } else {
+      stream.text += text;
+    }
+    this.paintStream(stream);
+    this.afterGrow(stick);
+  };
+
+  Chat.prototype.paintStream = function (stream) {
+    if (stream.painting) return;
+    stream.painting = true;
+    var raf = global.requestAnimationFrame || function (f) { return setTimeout(f, 16); };
+    raf(function () {
+      stream.painting = false;
+      stream.node.querySelector(".msg__body").innerHTML = md.render(stream.text);
+    });
+  };
+
+  Chat.prototype.endStream = function (replyTo) {
+    this.finished.add(replyTo);
+    var stream = this.streams.get(replyTo);
+    if (stream) { stream.node.remove(); this.streams.delete(replyTo); }
+  };
+
+  // A "thinking" bubble until the first token of the answer to `seq` arrives.
+  Chat.prototype.expectReply = function (seq) {
+    var self = this;
+    if (this.finished.has(seq) || this.streams.has(seq)) return;
+    this.onStream(seq, "", 0, true);
+    setTimeout(function () {
+      var s = self.streams.get(seq);
+      if (s && !s.text) { s.node.remove(); self.streams.delete(seq); }
+    }, 120000);
+  };
+
+  // --- filter ---
+
+  Chat.prototype.setFilter = function (channel) {
+    var self = this;
+    this.filter = channel || "";
+    this.root.querySelectorAll("[data-filter]").forEach(function (chip) {
+      var on = chip.getAttribute("data-filter") === self.filter;
+      chip.classList.toggle("chip--on", on);
+      chip.setAttribute("aria-pressed", on ? "true" : "false");
+    });
+    this.timeline.querySelectorAll(".msg").forEach(function (node) { self.applyFilter(node); });
+    this.updateEmpty();
+    this.scrollToBottom();
+    this.fillScreen();
+  };
+
+  Chat.prototype.applyFilter = function (node) {
+    node.hidden = !!this.filter && node.getAttribute("data-channel") !== this.filter;
+  };
+
+  Chat.prototype.updateEmpty = function () {
+    var empty = this.root.querySelector("[data-empty]");
+    if (!empty) return;
+    var visible = this.timeline.querySelector(".msg:not([hidden])");
+    empty.hidden = !!visible || this.more;
+  };
+
+  // --- history ---
+
+  Chat.prototype.loadOlder = function () {
+    var self = this;
+    if (!this.more || this.loadingOlder || this.sessionId === null || this.oldestSeq === null) return;
+    this.loadingOlder = true;
+    if (this.older) this.older.hidden = false;
+    var url = this.config.messages + "?session=" + this.sessionId + "&before_seq=" + this.oldestSeq;
+    fetch(url, { headers: this.headers(), credentials: "same-origin" })
+      .then(function (r) { return r.json(); })
+      .then(function (data) {
+        if (data.session_id !== self.sessionId) return;
+        var before = self.scroller.scrollHeight;
+        var top = self.scroller.scrollTop;
+        var messages = data.messages || [];
+        self.prepend(messages);
+        self.more = !!data.more && messages.length > 0;
+        self.scroller.scrollTop = top + (self.scroller.scrollHeight - before);
+      })
+      .catch(function () {})
+      .then(function () {
+        self.loadingOlder = false;
+        if (self.older) self.older.hidden = !self.more;
+        self.updateEmpty();
+        self.fillScreen();
+      });
+  };
+
+  Chat.prototype.prepend = function (messages) {
+    var first = this.timeline.firstChild;
+    var fragment = document.createDocumentFragment();
+    var day = null;
+    for (var i = 0; i < messages.length; i++) {
+      var event = messages[i];
+      if (this.bySeq.has(event.seq)) continue;
+      if (event.seq < this.oldestSeq) this.oldestSeq = event.seq;
+      if (event.hidden) { this.bySeq.set(event.seq, null); continue; }
+      var date = new Date(event.created_at);
+      if (date.toDateString() !== day) {
+        day = date.toDateString();
+        fragment.appendChild(el("div", "divider", dayLabel(date)));
+      }
+      var node = this.renderMessage(event);
+      this.bySeq.set(event.seq, node);
+      fragment.appendChild(node);
+    }
+    // The old first day label repeats the last day of the new page: drop it.
+    if (first && first.classList && first.classList.contains("divider") && day === this.firstDay) first.remove();
+    if (day) this.firstDay = this.firstDay || day;
+    this.timeline.insertBefore(fragment, this.timeline.firstChild);
+    if (messages.length) this.firstDay = new Date(messages[0].created_at).toDateString();
+  };
+
+  // With a filter on, a page may show nothing: keep loading until the view is full.
+  Chat.prototype.fillScreen = function () {
+    var self = this;
+    if (this.more && !this.loadingOlder && this.scroller.scrollHeight <= this.scroller.clientHeight + 120) {
+      setTimeout(function () { self.loadOlder(); }, 0);
+    }
+  };
+
+  // --- sending ---
+
+  Chat.prototype.headers = function (extra) {
+    var headers = Object.assign({ "Accept": "application/json" }, extra || {});
+    return this.config.authHeaders ? Object.assign(headers, this.config.authHeaders()) : headers;
+  };
+
+  Chat.prototype.submit = function () {
+    var self = this;
+    var content = this.input.value;
+    if (!content.trim() || this.sending) return;
+    this.sending = true;
+    this.sendButton.disabled = true;
+    var clientId = Date.now().toString(36) + Math.random().toString(36).slice(2, 10);
+    var pending = el("article", "msg msg--user msg--pending");
+    pending.setAttribute("data-channel", this.config.channel);
+    var body = el("div", "msg__body");
+    body.innerHTML = md.render(content);
+    pending.appendChild(el("header", "msg__meta")).appendChild(el("span", "msg__who", "Sending…"));
+    pending.appendChild(body);
+    this.timeline.appendChild(pending);
+    this.input.value = "";
+    this.autosize();
+    this.scrollToBottom();
+    fetch(this.config.messages, {
+      method: "POST",
+      credentials: "same-origin",
+      headers: this.headers({ "Content-Type": "application/json", "X-CSRFToken": this.config.csrfToken || "" }),
+      body: JSON.stringify({ content: content, client_id: clientId }),
+    })
+      .then(function (r) { return r.json().then(function (data) { return { ok: r.ok, data: data }; }); })
+      .then(function (res) {
+        pending.remove();
+        if (!res.ok) throw new Error(res.data.error || "could not send");
+        if (self.config.onSent) self.config.onSent(res.data);
+        if (res.data.session_id !== self.sessionId) {
+          // The first message of a new chat: the socket follows the new session.
+          if (self.sessionId === null || !self.socket) { self.connect(true); }
+        } else {
+          self.onMessage(res.data.message, true);
+        }
+        if (!res.data.message.content.trim().startsWith("/")) self.expectReply(res.data.message.seq);
+      })
+      .catch(function (err) {
+        pending.remove();
+        if (!self.input.value) self.input.value = content;
+        self.autosize();
+        self.flash(err.message || "Could not send — check the connection and try again.");
+      })
+      .then(function () {
+        self.sending = false;
+        self.sendButton.disabled = false;
+        self.input.focus();
+      });
+  };
+
+  Chat.prototype.flash = function (text) {
+    var note = el("div", "msg msg--notice msg--error", text);
+    note.setAttribute("role", "alert");
+    this.timeline.appendChild(note);
+    this.scrollToBottom();
+    setTimeout(function () { note.remove(); }, 8000);
+  };
+
+  Chat.prototype.autosize = function () {
+    this.input.style.height = "auto";
+    this.input.style.height = Math.min(this.input.scrollHeight, 200) + "px";
+  };
+
+  // --- scrolling ---
+
+  Chat.prototype.nearBottom = function () {
+    var s = this.scroller;
+    return s.scrollHeight - s.scrollTop - s.clientHeight < 80;
+  };
+
+  Chat.prototype.scrollToBottom = function () {
+    this.scroller.scrollTop = this.scroller.scrollHeight;
+    if (this.jump) this.jump.hidden = true;
+  };
+
+  Chat.prototype.afterGrow = function (stick) {
+    if (stick) this.scrollToBottom();
+    else if (this.jump) this.jump.hidden = false;
+  };
+
+  Chat.prototype.start = function () {
+    this.connect();
+    if (this.input) this.input.focus();
+  };
+
+  global.QorvenChat = Chat;
+})(window);

@@ -1,0 +1,115 @@
+/* A tiny, safe markdown subset for chat messages. No dependencies, no build step.
+ *
+ * Safety: the text is HTML-escaped FIRST; every tag in the output is one this file
+ * writes, and the only attribute taken from the text is a link's href, which must be
+ * http(s) or mailto. So no message can inject markup or script.
+ *
+ * Supported: ```fenced code```, `inline code`, **bold**, *italic* / _italic_,
+ * ~~strike~~, [text](https://…), bare https:// links, # headings, - / * / 1. lists,
+ * > quotes, and line breaks.
+ */
+(function (global) {
+  "use strict";
+
+  function escapeHtml(text) {
+    return String(text)
+      .replace(/&/g, "&amp;")
+      .replace(/</g, "&lt;")
+      .replace(/>/g, "&gt;")
+      .replace(/"/g, "&quot;")
+      .replace(/'/g, "&#39;");
+  }
+
+  var SAFE_URL = /^(https?:\/\/|mailto:)[^\s"'<>]+$/i;
+
+  // Inline formatting of one already-escaped line. Code spans are cut out first so
+  // nothing inside them is formatted.
+  function inline(escaped) {
+    var codes = [];
+    var text = escaped.replace(/`([^`\n]+)`/g, function (_, code) {
+      codes.push("<code>" + code + "</code>");
+      return "\u0000" + (codes.length - 1) + "\u0000";
+    });
+    text = text.replace(/\[([^\]\n]+)\]\(([^)\s]+)\)/g, function (whole, label, url) {
+      var raw = url.replace(/&amp;/g, "&");
+      if (!SAFE_URL.test(raw)) return whole;
+      return '<a href="' + url + '" target="_blank" rel="noopener noreferrer nofollow">' + label + "</a>";
+    });
+    text = text.replace(/(^|[\s(])(https?:\/\/[^\s<]+[^\s<.,;:!?)'"])/g, function (_, lead, url) {
+      return lead + '<a href="' + url + '" target="_blank" rel="noopener noreferrer nofollow">' + url + "</a>";
+    });
+    text = text
+      .replace(/\*\*([^*\n]+)\*\*/g, "<strong>$1</strong>")
+      .replace(/__([^_\n]+)__/g, "<strong>$1</strong>")
+      .replace(/(^|[^*\w])\*([^*\s][^*\n]*?)\*(?!\w)/g, "$1<em>$2</em>")
+      .replace(/(^|[^_\w])_([^_\s][^_\n]*?)_(?!\w)/g, "$1<em>$2</em>")
+      .replace(/~~([^~\n]+)~~/g, "<del>$1</del>");
+    return text.replace(/\u0000(\d+)\u0000/g, function (_, i) { return codes[Number(i)]; });
+  }
+
+  function render(source) {
+    var lines = escapeHtml(String(source || "").replace(/\u0000/g, "")).split("\n");
+    var out = [];
+    var para = [];
+    var list = null; // {tag, items}
+    var quote = [];
+
+    function flushPara() {
+      if (para.length) out.push("<p>" + para.map(inline).join("<br>") + "</p>");
+      para = [];
+    }
+    function flushList() {
+      if (list) out.push("<" + list.tag + ">" + list.items.map(function (i) { return "<li>" + inline(i) + "</li>"; }).join("") + "</" + list.tag + ">");
+      list = null;
+    }
+    function flushQuote() {
+      if (quote.length) out.push("<blockquote>" + quote.map(inline).join("<br>") + "</blockquote>");
+      quote = [];
+    }
+    function flushAll() { flushPara(); flushList(); flushQuote(); }
+
+    for (var i = 0; i < lines.length; i++) {
+      var line = lines[i];
+      var fence = line.match(/^\s*```\s*([\w+-]*)\s*$/);
+      if (fence) {
+        flushAll();
+        var code = [];
+        i++;
+        while (i < lines.length && !/^\s*```\s*$/.test(lines[i])) { code.push(lines[i]); i++; }
+        var lang = fence[1] ? ' data-lang="' + fence[1] + '"' : "";
+        out.push("<pre" + lang + "><code>" + code.join("\n") + "</code></pre>");
+        continue;
+      }
+      var heading = line.match(/^(#{1,3})\s+(.*)$/);
+      if (heading) {
+        flushAll();
+        var level = heading[1].length + 2; // h3..h5: headings inside a bubble stay small
+        out.push("<h" + level + ">" + inline(heading[2]) + "</h" + level + ">");
+        continue;
+      }
+      var bullet = line.match(/^\s*[-*+]\s+(.*)$/);
+      var numbered = line.match(/^\s*\d+[.)]\s+(.*)$/);
+      if (bullet || numbered) {
+        flushPara(); flushQuote();
+        var tag = bullet ? "ul" : "ol";
+        if (list && list.tag !== tag) flushList();
+        if (!list) list = { tag: tag, items: [] };
+        list.items.push((bullet || numbered)[1]);
+        continue;
+      }
+      var quoted = line.match(/^&gt;\s?(.*)$/);
+      if (quoted) {
+        flushPara(); flushList();
+        quote.push(quoted[1]);
+        continue;
+      }
+      if (!line.trim()) { flushAll(); continue; }
+      flushList(); flushQuote();
+      para.push(line);
+    }
+    flushAll();
+    return out.join("");
+  }
+
+  global.QorvenMarkdown = { render: render, escapeHtml: escapeHtml };
+})(window);

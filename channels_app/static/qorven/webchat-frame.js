@@ -1,0 +1,38 @@
+/* The webchat frame: who the visitor is, then the shared chat timeline.
+ * The host page passes its signed visitor token in the frame URL's fragment (never sent
+ * to any server in a request line or a Referer); an anonymous visitor's token, issued on
+ * their first message, is kept in this frame's localStorage. */
+(function () {
+  "use strict";
+  var config = JSON.parse(document.getElementById("chat-config").textContent);
+  var storeKey = "qorven.webchat." + config.key;
+  var fragment = new URLSearchParams(location.hash.slice(1));
+  var signed = fragment.get("token") || "";
+  if (location.hash) history.replaceState(null, "", location.pathname + location.search);
+
+  function anonymous() {
+    try { return localStorage.getItem(storeKey) || ""; } catch (e) { return ""; }
+  }
+  function token() { return signed || anonymous(); }
+
+  config.authHeaders = function () {
+    var t = token();
+    var headers = {};
+    if (t) headers[config.visitorHeader] = t;
+    return headers;
+  };
+  config.socketParams = function () {
+    var t = token();
+    return t ? { visitor: t } : null; // no socket until there is someone to follow
+  };
+  config.onSent = function (data) {
+    if (data.visitor) {
+      try { localStorage.setItem(storeKey, data.visitor); } catch (e) {}
+    }
+  };
+  var chat = new QorvenChat(document.getElementById("chat"), config);
+  chat.start();
+  window.addEventListener("message", function (e) {
+    if (e.data === "qorven:open") chat.input.focus();
+  });
+})();

@@ -1,0 +1,115 @@
+"""The unified chat page: `/chat/` and `/chat/<qor>/`, and the JSON it reads and posts
+(session-authenticated, CSRF-protected). Live updates come over the WebSocket
+(channels_app.consumers); this module renders and relays."""
+from __future__ import annotations
+
+import json
+
+from django.contrib.auth.decorators import login_required
+from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
+from django.shortcuts import redirect, render
+from django.urls import reverse
+from django.views.decorators.http import require_http_methods
+
+from qorven.errors import NotFound
+from sessions_app.channels import Channel
+
+from .live import message_event
+from .chat import PAGE, chat_events, chat_owner, chat_qors, chat_send, chat_session
+
+# Badge labels for the chat family, in the order the filter lists them.
+CHANNEL_LABELS = {
+    Channel.WEB: "Web", Channel.TUI: "Terminal", Channel.TELEGRAM: "Telegram", Channel.WHATSAPP: "WhatsApp",
+    Channel.SLACK_DM: "Slack", Channel.DISCORD_DM: "Discord", Channel.WEBCHAT: "Webchat",
+}
+
+
+@login_required
+def chat_index(request: HttpRequest) -> HttpResponse:
+    qors = chat_qors(user=request.user)
+    if not qors:
+        return render(request, "chat/no_chat.html", status=404)
+    first = qors[0]
+    return redirect(_page_url(first, several_tenants=_several_tenants(qors)))
+
+
+@login_required
+def chat_page(request: HttpRequest, qor_slug: str) -> HttpResponse:
+    qors = chat_qors(user=request.user)
+    tenant_slug = request.GET.get("tenant") or next((q.tenant.slug for q in qors if q.slug == qor_slug), "")
+    try:
+        owner = chat_owner(user=request.user, tenant_slug=tenant_slug, qor_slug=qor_slug)
+    except NotFound:
+        raise Http404("no such chat") from None
+    several = _several_tenants(qors)
+    config = {
+        "tenant": owner.tenant.slug,
+        "qor": owner.qor.slug,
+        "qorName": owner.qor.name,
+        "userName": owner.sender_name,
+        "socket": f"/ws/chat/{owner.tenant.slug}/{owner.qor.slug}/",
+        "messages": reverse("chat-messages", args=[owner.tenant.slug, owner.qor.slug]),
+        "channel": Channel.WEB,
+        "labels": {str(k): v for k, v in CHANNEL_LABELS.items()},
+        "pageSize": PAGE,
+    }
+    return render(request, "chat/chat.html", {
+        "owner": owner,
+        "config": config,
+        "channels": [(str(k), v) for k, v in CHANNEL_LABELS.items()],
+        "qors": [(q, _page_url(q, several_tenants=several), q.pk == owner.qor.pk) for q in qors],
+        "several_tenants": several,
+    })
+
+
+@require_http_methods(["GET", "POST"])
+def chat_messages(request: HttpRequest, tenant_slug: str, qor_slug: str) -> JsonResponse:
+    """GET `?before_seq=`: an older page of the timeline. POST `{"content": "…"}`: send on
+    channel web (the CSRF token goes in the X-CSRFToken header)."""
+    if not request.user.is_authenticated:
+        return JsonResponse({"error": "sign in first"}, status=401)
+    try:
+        owner = chat_owner(user=request.user, tenant_slug=tenant_slug, qor_slug=qor_slug)
+    except NotFound:
+        return JsonResponse({"error": "no such chat"}, status=404)
+    if request.method == "GET":
+        return history_response(request, owner)
+    try:
+        body = json.loads(request.body or b"null")
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        return JsonResponse({"error": "send JSON"}, status=400)
+    content = body.get("content") if isinstance(body, dict) else None
+    if not isinstance(content, str):
+        return JsonResponse({"error": '"content" must be a string'}, status=400)
+    try:
+        result = chat_send(owner=owner, content=content, channel=Channel.WEB,
+                           idempotency_key=str(body.get("client_id") or "")[:64])
+    except ValueError as exc:
+        return JsonResponse({"error": str(exc)}, status=400)
+    return JsonResponse({"session_id": result.message.session_id, "message": message_event(result.message)},
+                        status=201 if result.created else 200)
+
+
+def history_response(request: HttpRequest, owner) -> JsonResponse:
+    """An older page of a chat: `?session=<id>&before_seq=<n>` (shared with the webchat)."""
+    session = chat_session(owner=owner)
+    try:
+        before = int(request.GET["before_seq"]) if request.GET.get("before_seq") else None
+        wanted = int(request.GET["session"]) if request.GET.get("session") else None
+    except ValueError:
+        return JsonResponse({"error": "before_seq and session are numbers"}, status=400)
+    if session is None or (wanted is not None and wanted != session.pk):
+        return JsonResponse({"session_id": session.pk if session else None, "messages": []})
+    events = chat_events(session=session, before_seq=before, limit=PAGE)
+    return JsonResponse({"session_id": session.pk, "messages": events, "more": len(events) == PAGE})
+
+
+
+def _several_tenants(qors) -> bool:
+    return len({q.tenant_id for q in qors}) > 1
+
+
+def _page_url(qor, *, several_tenants: bool) -> str:
+    url = reverse("chat-page", args=[qor.slug])
+    return f"{url}?tenant={qor.tenant.slug}" if several_tenants else url
+

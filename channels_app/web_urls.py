@@ -1,0 +1,15 @@
+"""Pages and their endpoints: the chat page and the webchat embed (mounted at the root)."""
+from __future__ import annotations
+
+from django.urls import path
+
+from . import views, webchat_views
+
+urlpatterns = [
+    path("chat/", views.chat_index, name="chat-index"),
+    path("chat/api/<slug:tenant_slug>/<slug:qor_slug>/messages", views.chat_messages, name="chat-messages"),
+    path("chat/<slug:qor_slug>/", views.chat_page, name="chat-page"),
+    path("webchat/<str:key>.js", webchat_views.loader, name="webchat-loader"),
+    path("webchat/<str:key>/frame", webchat_views.frame, name="webchat-frame"),
+    path("webchat/<str:key>/messages", webchat_views.messages, name="webchat-messages"),
+]

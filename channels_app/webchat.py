@@ -1,0 +1,150 @@
+"""The webchat embed's visitors.
+
+A tenant's site identifies its signed-in visitor with a token it signs with the webchat
+binding's secret:
+
+    token   = f"{user_id}:{expires}:{signature}"
+    message = f"{user_id}:{expires}"          # expires: Unix seconds, UTC
+    signature = hex(HMAC-SHA256(key=secret, msg=message))
+
+`user_id` is the Qorven username of a member of the binding's tenant; the visitor's
+messages go to that user's canonical chat with the binding's Qor, on channel `webchat`.
+A token that is expired, expires too far ahead (QORVEN_WEBCHAT_MAX_TTL), is not signed
+with this binding's secret or names someone who is not a member is refused.
+
+A visitor without a token gets an anonymous chat of their own on their first message: a
+user with no password and no membership (so no other way in), linked through a webchat
+Identity, and an `anon.…` token signed by Qorven that the embed keeps in the browser.
+Anonymous visitors have public trust.
+"""
+from __future__ import annotations
+
+import hashlib
+import hmac
+import time
+import uuid
+from dataclasses import dataclass
+
+from django.conf import settings
+from django.contrib.auth import get_user_model
+from django.core import signing
+from django.db import transaction
+
+from qorven.models import Membership
+from qorven.trust import Trust
+
+from .chat import ChatOwner
+from .models import ChannelBinding, Identity
+from .plugins import channel_enabled
+
+ANON_PREFIX = "anon."
+_ANON_SALT = "qorven.webchat.anonymous-visitor"
+
+
+class WebchatRefused(Exception):
+    def __init__(self, status: int, reason: str) -> None:
+        super().__init__(reason)
+        self.status = status
+
+
+@dataclass(frozen=True)
+class Visitor:
+    owner: ChatOwner
+    token: str  # what the embed sends from now on
+    anonymous: bool
+
+
+def webchat_token_sign(*, secret: str, user_id: str, expires: int) -> str:
+    """Make a visitor token (what a tenant's site does; here for tests and the docs)."""
+    message = f"{user_id}:{expires}"
+    return f"{message}:{hmac.new(secret.encode(), message.encode(), hashlib.sha256).hexdigest()}"
+
+
+def webchat_token_verify(*, secret: str, token: str, now: float | None = None) -> str:
+    """The user id a site token vouches for. Raises WebchatRefused."""
+    try:
+        user_id, expires_raw, signature = token.rsplit(":", 2)
+        expires = int(expires_raw)
+    except ValueError:
+        raise WebchatRefused(403, "malformed visitor token") from None
+    expected = hmac.new(secret.encode(), f"{user_id}:{expires_raw}".encode(), hashlib.sha256).hexdigest()
+    if not secret or not hmac.compare_digest(expected, signature.lower()):
+        raise WebchatRefused(403, "bad visitor token signature")
+    now = time.time() if now is None else now
+    if expires < now:
+        raise WebchatRefused(403, "the visitor token has expired")
+    if expires - now > settings.QORVEN_WEBCHAT_MAX_TTL:
+        raise WebchatRefused(403, "the visitor token expires too far in the future")
+    if not user_id:
+        raise WebchatRefused(403, "the visitor token names no user")
+    return user_id
+
+
+def webchat_binding(*, public_key: str) -> ChannelBinding:
+    binding = (
+        ChannelBinding.objects.select_related("tenant", "qor")
+        .filter(kind=ChannelBinding.Kind.WEBCHAT, lookup_key=public_key, enabled=True)
+        .first()
+    )
+    if binding is None or not channel_enabled(tenant=binding.tenant, channel="webchat"):
+        raise WebchatRefused(404, "no such webchat")
+    return binding
+
+
+def webchat_visitor(*, public_key: str, token: str, create: bool) -> Visitor | None:
+    """Who is writing through the embed. A signed site token names a member; an `anon.`
+    token names an anonymous visitor made earlier; no token makes a new anonymous visitor
+    when `create` (their first message), else None. Raises WebchatRefused."""
+    binding = webchat_binding(public_key=public_key)
+    if token.startswith(ANON_PREFIX):
+        return _anonymous(binding, token)
+    if token:
+        return _signed(binding, token)
+    if not create:
+        return None
+    return _new_anonymous(binding)
+
+
+def _signed(binding: ChannelBinding, token: str) -> Visitor:
+    username = webchat_token_verify(secret=str(binding.credentials.get("secret", "")), token=token)
+    membership = (
+        Membership.objects.select_related("user")
+        .filter(tenant=binding.tenant, user__username=username, user__is_active=True)
+        .first()
+    )
+    if membership is None:
+        raise WebchatRefused(403, "the visitor token names no member of this workspace")
+    # An embed runs on a web page outside Qorven: at most trusted, never owner.
+    trust = Trust.TRUSTED if membership.role in (Membership.Role.OWNER, Membership.Role.ADMIN) else Trust.PAIRED
+    return Visitor(ChatOwner(binding.tenant, binding.qor, membership.user, trust), token, anonymous=False)
+
+
+def _anonymous(binding: ChannelBinding, token: str) -> Visitor:
+    try:
+        data = signing.loads(token[len(ANON_PREFIX):], salt=_ANON_SALT)
+    except signing.BadSignature:
+        raise WebchatRefused(403, "bad visitor token signature") from None
+    if not isinstance(data, dict) or data.get("b") != binding.pk:
+        raise WebchatRefused(403, "the visitor token is for another webchat")
+    identity = (
+        Identity.objects.select_related("user")
+        .filter(tenant=binding.tenant, channel="webchat", external_id=data.get("v", ""), user__isnull=False)
+        .first()
+    )
+    if identity is None or identity.approval == Identity.Approval.DENIED:
+        raise WebchatRefused(403, "unknown visitor")
+    return Visitor(ChatOwner(binding.tenant, binding.qor, identity.user, Trust.PUBLIC), token, anonymous=True)
+
+
+@transaction.atomic
+def _new_anonymous(binding: ChannelBinding) -> Visitor:
+    visitor_id = f"anon:{uuid.uuid4().hex}"
+    user = get_user_model()(username=f"webchat-{visitor_id[5:21]}", first_name="Visitor")
+    user.set_unusable_password()
+    user.save()
+    Identity.objects.create(
+        tenant=binding.tenant, channel="webchat", external_id=visitor_id, user=user, display_name="Visitor",
+        trust_level=Trust.PUBLIC, approval=Identity.Approval.APPROVED,
+    )
+    token = ANON_PREFIX + signing.dumps({"b": binding.pk, "v": visitor_id}, salt=_ANON_SALT)
+    return Visitor(ChatOwner(binding.tenant, binding.qor, user, Trust.PUBLIC), token, anonymous=True)

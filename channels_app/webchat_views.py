@@ -1,0 +1,101 @@
+"""The webchat embed over HTTP: the loader script a tenant's site includes, the chat frame
+it opens, and the frame's history and send endpoints.
+
+The chat runs in an iframe served from Qorven, so it shares nothing with the host page:
+no CORS, no third-party cookies (the visitor token travels in a header), and its
+WebSocket has Qorven's own origin. Which sites may frame it is the binding's `origins`.
+"""
+from __future__ import annotations
+
+import json
+
+from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.shortcuts import render
+from django.urls import reverse
+from django.views.decorators.clickjacking import xframe_options_exempt
+from django.views.decorators.csrf import csrf_exempt
+from django.views.decorators.http import require_GET, require_http_methods
+
+from sessions_app.channels import Channel
+
+from .chat import chat_send
+from .live import message_event
+from .views import CHANNEL_LABELS, history_response
+from .webchat import WebchatRefused, webchat_binding, webchat_visitor
+
+VISITOR_HEADER = "X-Qorven-Visitor"
+
+
+def _refused(exc: WebchatRefused) -> JsonResponse:
+    return JsonResponse({"error": str(exc)}, status=exc.status)
+
+
+@require_GET
+def loader(request: HttpRequest, key: str) -> HttpResponse:
+    """`/webchat/<key>.js`: places the bubble and the (hidden) chat frame on the page."""
+    try:
+        webchat_binding(public_key=key)
+    except WebchatRefused:
+        return HttpResponse("/* no such webchat */", content_type="text/javascript", status=404)
+    frame = request.build_absolute_uri(reverse("webchat-frame", args=[key]))
+    response = render(request, "webchat/loader.js", {"frame_url": json.dumps(frame)},
+                      content_type="text/javascript")
+    response["Cache-Control"] = "public, max-age=300"
+    return response
+
+
+@xframe_options_exempt
+@require_GET
+def frame(request: HttpRequest, key: str) -> HttpResponse:
+    try:
+        binding = webchat_binding(public_key=key)
+    except WebchatRefused as exc:
+        return HttpResponse(str(exc), status=exc.status)
+    origins = " ".join(str(binding.credentials.get("origins", "")).replace(",", " ").split())
+    config = {
+        "key": key,
+        "qorName": binding.qor.name,
+        "socket": f"/ws/webchat/{key}/",
+        "messages": reverse("webchat-messages", args=[key]),
+        "channel": Channel.WEBCHAT,
+        "labels": {str(k): v for k, v in CHANNEL_LABELS.items()},
+        "visitorHeader": VISITOR_HEADER,
+    }
+    response = render(request, "webchat/frame.html", {"config": config, "qor": binding.qor})
+    response["Content-Security-Policy"] = f"frame-ancestors {origins or '*'}"
+    response["Referrer-Policy"] = "no-referrer"
+    return response
+
+
+@csrf_exempt  # no cookies: the visitor token is a header the host page cannot forge
+@require_http_methods(["GET", "POST"])
+def messages(request: HttpRequest, key: str) -> JsonResponse:
+    token = request.headers.get(VISITOR_HEADER, "").strip()
+    try:
+        if request.method == "GET":
+            visitor = webchat_visitor(public_key=key, token=token, create=False)
+            if visitor is None:
+                return JsonResponse({"session_id": None, "messages": []})
+            return history_response(request, visitor.owner)
+        try:
+            body = json.loads(request.body or b"null")
+        except (json.JSONDecodeError, UnicodeDecodeError):
+            return JsonResponse({"error": "send JSON"}, status=400)
+        content = body.get("content") if isinstance(body, dict) else None
+        if not isinstance(content, str):
+            return JsonResponse({"error": '"content" must be a string'}, status=400)
+        if not content.strip():
+            return JsonResponse({"error": "the message is empty"}, status=400)
+        visitor = webchat_visitor(public_key=key, token=token, create=True)
+    except WebchatRefused as exc:
+        return _refused(exc)
+    try:
+        result = chat_send(owner=visitor.owner, content=content, channel=Channel.WEBCHAT,
+                           idempotency_key=str(body.get("client_id") or "")[:64])
+    except ValueError as exc:
+        return JsonResponse({"error": str(exc)}, status=400)
+    return JsonResponse(
+        {"session_id": result.message.session_id, "message": message_event(result.message),
+         "visitor": visitor.token if visitor.anonymous else None},
+        status=201 if result.created else 200,
+    )

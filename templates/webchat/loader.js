@@ -1,0 +1,54 @@
+/* Qorven webchat embed. Include with:
+ *   <script src="…/webchat/<key>.js" data-token="<signed visitor token or nothing>" async></script>
+ * It adds a chat bubble; the chat itself runs in a frame served by Qorven. */
+(function () {
+  "use strict";
+  if (window.__qorvenWebchat) return;
+  window.__qorvenWebchat = true;
+  var script = document.currentScript;
+  var token = (script && script.getAttribute("data-token")) || (window.QorvenWebchat && window.QorvenWebchat.token) || "";
+  var frameUrl = {{ frame_url|safe }} + (token ? "#token=" + encodeURIComponent(token) : "");
+  var origin = new URL(frameUrl).origin;
+
+  var style = document.createElement("style");
+  style.textContent =
+    ".qorven-bubble{position:fixed;right:20px;bottom:20px;width:58px;height:58px;border-radius:50%;border:none;" +
+    "background:#4f46e5;color:#fff;box-shadow:0 8px 24px rgba(0,0,0,.22);cursor:pointer;z-index:2147483646;" +
+    "display:grid;place-items:center;transition:transform .15s}" +
+    ".qorven-bubble:hover{transform:scale(1.06)}" +
+    ".qorven-frame{position:fixed;right:20px;bottom:92px;width:380px;height:min(600px,calc(100vh - 120px));border:none;" +
+    "border-radius:16px;box-shadow:0 16px 48px rgba(0,0,0,.25);z-index:2147483647;background:#fff;display:none}" +
+    ".qorven-frame.qorven-open{display:block}" +
+    "@media (max-width:480px){.qorven-frame{right:0;bottom:0;width:100vw;height:100%;border-radius:0}" +
+    ".qorven-bubble.qorven-open{z-index:2147483647;top:10px;right:10px;bottom:auto;width:40px;height:40px}}";
+  document.head.appendChild(style);
+
+  var frame = document.createElement("iframe");
+  frame.className = "qorven-frame";
+  frame.title = "Chat";
+  frame.setAttribute("allow", "clipboard-write");
+  var loaded = false;
+
+  var bubble = document.createElement("button");
+  bubble.className = "qorven-bubble";
+  bubble.type = "button";
+  bubble.setAttribute("aria-label", "Open chat");
+  var chatIcon = '<svg width="26" height="26" viewBox="0 0 24 24" fill="none" stroke="currentColor" stroke-width="2" stroke-linecap="round" stroke-linejoin="round" aria-hidden="true"><path d="M21 15a2 2 0 0 1-2 2H7l-4 4V5a2 2 0 0 1 2-2h14a2 2 0 0 1 2 2z"/></svg>';
+  var closeIcon = '<svg width="22" height="22" viewBox="0 0 24 24" fill="none" stroke="currentColor" stroke-width="2.2" stroke-linecap="round" aria-hidden="true"><path d="M18 6 6 18M6 6l12 12"/></svg>';
+  bubble.innerHTML = chatIcon;
+  bubble.addEventListener("click", function () {
+    var open = !frame.classList.contains("qorven-open");
+    if (open && !loaded) { frame.src = frameUrl; loaded = true; }
+    frame.classList.toggle("qorven-open", open);
+    bubble.classList.toggle("qorven-open", open);
+    bubble.innerHTML = open ? closeIcon : chatIcon;
+    bubble.setAttribute("aria-label", open ? "Close chat" : "Open chat");
+    if (open && frame.contentWindow) frame.contentWindow.postMessage("qorven:open", origin);
+  });
+
+  function mount() {
+    document.body.appendChild(frame);
+    document.body.appendChild(bubble);
+  }
+  if (document.body) mount(); else document.addEventListener("DOMContentLoaded", mount);
+})();

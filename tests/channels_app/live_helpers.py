@@ -1,0 +1,49 @@
+"""Connecting channels' WebsocketCommunicator to the real ASGI stack (origin check, auth)."""
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from channels.testing import WebsocketCommunicator
+from django.test import Client
+
+from qorven.asgi import application
+
+
+def session_cookie(user) -> str:
+    client = Client()
+    client.force_login(user)
+    return client.cookies["sessionid"].value
+
+
+def communicator(path: str, *, cookie: str | None = None, origin: str = "http://testserver",
+                 headers: list[tuple[bytes, bytes]] | None = None) -> WebsocketCommunicator:
+    all_headers = [(b"host", b"testserver")]
+    if origin:
+        all_headers.append((b"origin", origin.encode()))
+    if cookie:
+        all_headers.append((b"cookie", f"sessionid={cookie}".encode()))
+    return WebsocketCommunicator(application, path, headers=all_headers + list(headers or []))
+
+
+async def receive_until(comm: WebsocketCommunicator, predicate, timeout: float = 10.0) -> list[dict[str, Any]]:
+    """Events up to and including the first that matches `predicate`."""
+    seen = []
+    deadline = asyncio.get_running_loop().time() + timeout
+    while True:
+        left = deadline - asyncio.get_running_loop().time()
+        if left <= 0:
+            raise AssertionError(f"no matching event within {timeout}s; got {seen}")
+        event = await comm.receive_json_from(timeout=left)
+        seen.append(event)
+        if predicate(event):
+            return seen
+
+
+async def receive_all(comm: WebsocketCommunicator, quiet: float = 0.5) -> list[dict[str, Any]]:
+    """Every event until the socket stays quiet for `quiet` seconds (receive_nothing, not a
+    timed-out receive, which would cancel the consumer)."""
+    seen = []
+    while not await comm.receive_nothing(timeout=quiet, interval=0.02):
+        seen.append(await comm.receive_json_from(timeout=5))
+    return seen
