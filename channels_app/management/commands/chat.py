@@ -1,0 +1,54 @@
+from __future__ import annotations
+
+import sys
+
+from django.contrib.auth import get_user_model
+from django.core.management.base import BaseCommand, CommandError
+
+from channels_app.chat import chat_owner
+from channels_app.terminal import run_interactive, run_json
+from qorven.errors import NotFound
+
+
+class Command(BaseCommand):
+    help = (
+        "Chat with a Qor from the terminal (channel `tui`), in the same conversation as the web page, "
+        "Telegram and every other surface: prints the recent timeline with channel tags, streams "
+        "replies, and shows messages arriving from other channels while you type. Works against the "
+        "configured database with or without a server running. --json reads one JSON object a line "
+        'from stdin ({"content": "…"}) and writes one a line ({"type": "message" | "notice" | "chunk" '
+        '| "done", …}); at the end of input it waits for the replies, then exits.'
+    )
+
+    def add_arguments(self, parser):
+        parser.add_argument("--tenant", required=True, help="tenant slug")
+        parser.add_argument("--qor", required=True, help="Qor slug")
+        parser.add_argument("--user", required=True, help="your username (a member of the tenant)")
+        parser.add_argument("--json", action="store_true", help="newline-delimited JSON in and out, for scripts")
+        parser.add_argument(
+            "--history", type=int, default=None,
+            help="how many recent messages to print first (default 20; 0 with --json)",
+        )
+        parser.add_argument(
+            "--wait", type=float, default=300.0,
+            help="--json: seconds to wait for outstanding replies after the input ends (default 300)",
+        )
+
+    def handle(self, *args, **opts):
+        import logging
+
+        logging.getLogger("celery").setLevel(logging.WARNING)  # task lines would interleave with the chat
+        user = get_user_model().objects.filter(username=opts["user"], is_active=True).first()
+        if user is None:
+            raise CommandError(f"no user {opts['user']!r}")
+        try:
+            owner = chat_owner(user=user, tenant_slug=opts["tenant"], qor_slug=opts["qor"])
+        except NotFound as exc:
+            raise CommandError(f"{exc} (is {opts['user']!r} a member of {opts['tenant']!r}?)") from None
+        history = opts["history"] if opts["history"] is not None else (0 if opts["json"] else 20)
+        if opts["json"]:
+            code = run_json(owner, sys.stdin, sys.stdout, history=max(history, 0), wait=opts["wait"])
+            if code:
+                raise CommandError("gave up waiting for a reply", returncode=code)
+            return
+        run_interactive(owner, history=max(history, 0))

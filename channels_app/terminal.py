@@ -1,0 +1,402 @@
+"""`qorven chat`: the terminal surface (channel `tui`).
+
+It works against the configured database like any management command, with or without
+a server running. What the person types is stored through the same path as the web page
+(channels_app.chat.chat_send); without a broker, the turn that answers runs on this
+process's in-process task queue, so the reply streams here through the in-process layer.
+
+A follower thread watches the chat: through the channel layer (with REDIS_URL this sees
+every process's events, other surfaces included) and by following seq in the database
+(the only way to see another process's messages on the embedded default, and the safety
+net for dropped events with Redis). Every message is shown once, in seq order.
+"""
+from __future__ import annotations
+
+import asyncio
+import json
+import queue
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, Callable, TextIO
+
+from django.conf import settings
+from django.db import close_old_connections
+
+from qorven.live import chat_group, session_group
+from qorven.streams import stream_snapshot
+
+from .chat import CATCH_UP_MAX, ChatOwner, chat_events, chat_send, chat_session, chat_session_get
+
+Emit = Callable[[dict[str, Any]], None]
+
+
+@dataclass
+class Follower:
+    """Turns channel-layer events and database reads into one ordered stream of
+    `message`, `notice`, `chunk`, `done` and `session` outputs (see `emit`)."""
+
+    owner: ChatOwner
+    emit: Emit
+    poll_every: float = 1.0
+    session_id: int | None = None
+    sent_seq: int = 0
+    streams: dict[int, int] = field(default_factory=dict)
+    finished: set[int] = field(default_factory=set)
+    _stop: threading.Event = field(default_factory=threading.Event)
+    _thread: threading.Thread | None = None
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def start(self, *, history: int) -> None:
+        session = chat_session(owner=self.owner)
+        if session is not None:
+            self.session_id = session.pk
+            events = chat_events(session=session, limit=history) if history else []
+            self.sent_seq = events[0]["seq"] - 1 if events else session.last_seq
+            self._send_events(events)
+            self.catch_up()
+        self._thread = threading.Thread(target=self._run, name="qorven-chat-follow", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(5)
+
+    # --- the follower thread ---
+
+    def _run(self) -> None:
+        from channels.layers import get_channel_layer
+
+        layer = get_channel_layer()
+        loop = asyncio.new_event_loop()
+        channel = loop.run_until_complete(layer.new_channel()) if layer is not None else None
+        joined: str | None = None
+        if channel is not None:
+            loop.run_until_complete(layer.group_add(
+                chat_group(self.owner.tenant.pk, self.owner.qor.pk, self.owner.user.pk), channel))
+        last_poll = 0.0
+        try:
+            while not self._stop.is_set():
+                if channel is not None and joined != self._group():
+                    if joined:
+                        loop.run_until_complete(layer.group_discard(joined, channel))
+                    joined = self._group()
+                    if joined:
+                        loop.run_until_complete(layer.group_add(joined, channel))
+                event = loop.run_until_complete(_receive(layer, channel, 0.25)) if channel else None
+                if event is None and channel is None:
+                    time.sleep(0.25)
+                with self._lock:
+                    if event is not None:
+                        self.handle(event)
+                    if time.monotonic() - last_poll >= self.poll_every:
+                        last_poll = time.monotonic()
+                        self.catch_up()
+        finally:
+            close_old_connections()
+            loop.close()
+
+    def _group(self) -> str | None:
+        return session_group(self.session_id) if self.session_id is not None else None
+
+    # --- events ---
+
+    def handle(self, event: dict[str, Any]) -> None:
+        kind = event.get("type")
+        if kind == "session.started":
+            self._follow(event["session_id"])
+            return
+        if event.get("session_id") != self.session_id:
+            return
+        if kind == "message.new":
+            if event["seq"] == self.sent_seq + 1:
+                self._send_events([{k: v for k, v in event.items() if k != "session_id"}])
+            elif event["seq"] > self.sent_seq:
+                self.catch_up()
+        elif kind == "message.chunk":
+            self._chunk(event)
+        elif kind == "message.done":
+            if event.get("seq", 0) > self.sent_seq:
+                self.catch_up()
+            self.streams.pop(event["reply_to"], None)
+            self.finished.add(event["reply_to"])
+            self.emit({"type": "done", "reply_to": event["reply_to"], "seq": event.get("seq")})
+
+    def _chunk(self, event: dict[str, Any]) -> None:
+        reply_to, delta = event["reply_to"], event["delta"]
+        if reply_to in self.finished:
+            return
+        have = self.streams.get(reply_to, 0)
+        offset = event.get("offset", have)
+        if offset + len(delta) <= have:
+            return
+        if offset > have:
+            snapshot = stream_snapshot(self.session_id) if self.session_id else None
+            if snapshot and snapshot["reply_to"] == reply_to:
+                delta, offset = snapshot["text"][have:], have
+            else:
+                return
+        delta = delta[have - offset:]
+        self.streams[reply_to] = have + len(delta)
+        self.emit({"type": "chunk", "reply_to": reply_to, "delta": delta})
+
+    def _follow(self, session_id: int) -> None:
+        if session_id == self.session_id:
+            return
+        session = chat_session_get(owner=self.owner, session_id=session_id)
+        if session is None:
+            return
+        moved = self.session_id is not None
+        self.session_id, self.sent_seq, self.streams = session.pk, 0, {}
+        self.finished.clear()
+        if moved:  # /clear or a compaction: a new conversation starts here
+            self.emit({"type": "session", "session_id": session.pk})
+        self.catch_up()
+
+    def catch_up(self) -> None:
+        """Everything stored after the last message shown (also notices a new session)."""
+        try:
+            session = chat_session(owner=self.owner)
+            if session is not None and session.pk != self.session_id:
+                self._follow(session.pk)
+                return
+            if session is None or session.last_seq <= self.sent_seq:
+                return
+            while True:
+                events = chat_events(session=session, after_seq=self.sent_seq, limit=CATCH_UP_MAX)
+                self._send_events(events)
+                if len(events) < CATCH_UP_MAX:
+                    return
+        finally:
+            close_old_connections()
+
+    def _send_events(self, events: list[dict[str, Any]]) -> None:
+        for event in events:
+            if event["seq"] <= self.sent_seq:
+                continue
+            self.sent_seq = event["seq"]
+            reply_to = event.get("reply_to")
+            if reply_to and not event["hidden"] and event["role"] in ("assistant", "system"):
+                self.finished.add(reply_to)
+                event = {**event, "streamed": self.streams.pop(reply_to, 0) > 0}
+            if not event["hidden"]:
+                self.emit(event)
+
+
+async def _receive(layer, channel: str, timeout: float) -> dict[str, Any] | None:
+    try:
+        return await asyncio.wait_for(layer.receive(channel), timeout)
+    except asyncio.TimeoutError:
+        return None
+
+
+# --- output ---
+
+
+def json_line(event: dict[str, Any]) -> dict[str, Any]:
+    """The --json shape of an output: message / notice / chunk / done / session."""
+    kind = event["type"]
+    if kind == "message.new":
+        keys = ("seq", "role", "content", "channel", "sender_name", "created_at", "reply_to")
+        out = {"type": "notice" if event["role"] == "system" else "message", **{k: event.get(k) for k in keys}}
+        if event.get("notice"):
+            out["notice"] = event["notice"]
+        return out
+    return event
+
+
+class HumanPrinter:
+    """Lines like `12:01 [telegram] Priya: hello`; replies stream in as they arrive."""
+
+    def __init__(self, out: TextIO, color: bool, own_channel: str = "tui") -> None:
+        self.out, self.color, self.own = out, color, own_channel
+        self.streaming: int | None = None
+
+    def _c(self, code: str, text: str) -> str:
+        return f"\033[{code}m{text}\033[0m" if self.color else text
+
+    def __call__(self, event: dict[str, Any]) -> None:
+        kind = event["type"]
+        if kind == "chunk":
+            if self.streaming != event["reply_to"]:
+                self._end_stream()
+                self.out.write(self._c("1;36", "… "))
+                self.streaming = event["reply_to"]
+            self.out.write(event["delta"])
+            self.out.flush()
+            return
+        if kind == "done":
+            return
+        if kind == "session":
+            self._end_stream()
+            self.out.write(self._c("2", "── a new conversation starts here ──") + "\n")
+            return
+        if event.get("streamed") and self.streaming == event.get("reply_to"):
+            self.streaming = None
+            self.out.write("\n")  # the text is on screen already
+            self.out.flush()
+            return
+        self._end_stream()
+        self.out.write(self.line(event) + "\n")
+        self.out.flush()
+
+    def _end_stream(self) -> None:
+        if self.streaming is not None:
+            self.out.write("\n")
+            self.streaming = None
+
+    def line(self, event: dict[str, Any]) -> str:
+        stamp = datetime.fromisoformat(event["created_at"]).astimezone().strftime("%H:%M")
+        tag = f"[{event['channel']}] " if event["channel"] != self.own else ""
+        if event["role"] == "system":
+            return self._c("33", f"{stamp} {tag}! {event['content']}")
+        who = event["sender_name"] or event["role"]
+        colour = "1;36" if event["role"] == "assistant" else "1;32"
+        return f"{self._c('2', stamp)} {self._c('35', tag) if tag else ''}{self._c(colour, who)}: {event['content']}"
+
+
+# --- the two modes ---
+
+
+@dataclass
+class Pending:
+    """User messages sent from here that still wait for their answer."""
+
+    seqs: set[int] = field(default_factory=set)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def add(self, seq: int) -> None:
+        with self.lock:
+            self.seqs.add(seq)
+
+    def settle(self, event: dict[str, Any]) -> None:
+        if event["type"] == "message.new" and event["role"] in ("assistant", "system") and event.get("reply_to"):
+            with self.lock:
+                self.seqs.discard(event["reply_to"])
+
+    def empty(self) -> bool:
+        with self.lock:
+            return not self.seqs
+
+
+def run_json(owner: ChatOwner, stdin: TextIO, stdout: TextIO, *, history: int, wait: float) -> int:
+    """Newline-delimited JSON: `{"content": "…"}` in, one event object a line out. At the
+    end of input, waits (up to `wait` seconds) for the answers to what was sent."""
+    write_lock = threading.Lock()
+    pending = Pending()
+
+    def emit(event: dict[str, Any]) -> None:
+        pending.settle(event)
+        line = json.dumps(json_line(event), ensure_ascii=False)
+        with write_lock:
+            stdout.write(line + "\n")
+            stdout.flush()
+
+    follower = Follower(owner, emit, poll_every=_poll_every())
+    follower.start(history=history)
+    for raw in stdin:
+        raw = raw.strip()
+        if not raw:
+            continue
+        try:
+            body = json.loads(raw)
+            content = body["content"] if isinstance(body, dict) else None
+            if not isinstance(content, str):
+                raise ValueError('each line must be an object like {"content": "…"}')
+            result = chat_send(owner=owner, content=content, channel="tui")
+        except (ValueError, KeyError) as exc:
+            with write_lock:
+                stdout.write(json.dumps({"type": "error", "error": str(exc)}) + "\n")
+                stdout.flush()
+            continue
+        if "command" not in (result.message.metadata or {}):
+            pending.add(result.message.seq)
+        with follower._lock:
+            follower.catch_up()  # the sent message, and a command's answer, in order
+    deadline = time.monotonic() + wait
+    while not pending.empty() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    follower.stop()
+    with follower._lock:
+        follower.catch_up()
+    return 0 if pending.empty() else 1
+
+
+class _CurrentStdout:
+    """sys.stdout as it is at each write: prompt_toolkit's patch_stdout swaps it so live
+    messages print above the prompt line."""
+
+    def write(self, text: str) -> int:
+        return sys.stdout.write(text)
+
+    def flush(self) -> None:
+        sys.stdout.flush()
+
+    def isatty(self) -> bool:
+        return sys.stdout.isatty()
+
+
+def run_interactive(owner: ChatOwner, *, history: int) -> int:
+    stdout: Any = _CurrentStdout()
+    color = stdout.isatty()
+    printer = HumanPrinter(stdout, color)
+    out_lock = threading.Lock()
+
+    def emit(event: dict[str, Any]) -> None:
+        with out_lock:
+            printer(event)
+
+    title = f"{owner.qor.name} · {owner.tenant.slug} · {owner.user.get_username()}"
+    stdout.write(printer._c("1", f"── {title} ──") + "\n")
+    stdout.write(printer._c("2", "Messages from every channel appear here. /quit or Ctrl-D to leave.") + "\n")
+    follower = Follower(owner, emit, poll_every=_poll_every())
+    follower.start(history=history)
+    try:
+        for line in _lines(owner, stdout):
+            text = line.rstrip("\n")
+            if text.strip() in ("/quit", "/exit"):
+                break
+            if not text.strip():
+                continue
+            try:
+                chat_send(owner=owner, content=text, channel="tui")
+            except ValueError as exc:
+                emit({"type": "message.new", "seq": 0, "role": "system", "content": str(exc), "channel": "tui",
+                      "sender_name": "", "created_at": datetime.now().astimezone().isoformat()})
+                continue
+            with follower._lock:
+                follower.catch_up()
+    except (KeyboardInterrupt, EOFError):
+        pass
+    finally:
+        follower.stop()
+    return 0
+
+
+def _lines(owner: ChatOwner, stdout: TextIO):
+    """Input lines: prompt_toolkit (live messages print above the prompt) on a terminal,
+    plain lines otherwise."""
+    if sys.stdin.isatty() and stdout.isatty():
+        try:
+            from prompt_toolkit import PromptSession
+            from prompt_toolkit.patch_stdout import patch_stdout
+        except ImportError:
+            PromptSession = None
+        if PromptSession is not None:
+            session: Any = PromptSession()
+            with patch_stdout(raw=True):
+                while True:
+                    try:
+                        yield session.prompt("you › ")
+                    except EOFError:
+                        return
+    for line in sys.stdin:
+        yield line
+
+
+def _poll_every() -> float:
+    # Without Redis, other processes' messages are only visible in the database.
+    return 5.0 if settings.REDIS_URL else 1.0

@@ -1,0 +1,120 @@
+"""`qorven chat`: the terminal surface, in a subprocess against the test database."""
+from __future__ import annotations
+
+import io
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from django.db import connection
+
+from channels_app.chat import chat_owner
+from channels_app.terminal import Follower, HumanPrinter
+from sessions_app.models import Message
+from sessions_app.services import message_append, session_resolve
+
+from ..fakes.model_server import reply
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def database_url() -> str:
+    """The URL of the database this test runs on, for a subprocess to share it."""
+    s = connection.settings_dict
+    if connection.vendor == "sqlite":
+        return f"sqlite:///{s['NAME']}"
+    auth = s["USER"] + (f":{s['PASSWORD']}" if s.get("PASSWORD") else "")
+    return f"postgres://{auth}@{s['HOST'] or '127.0.0.1'}:{s['PORT'] or 5432}/{s['NAME']}"
+
+
+def qorven_env(model_server) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in ("CELERY_BROKER_URL",)}
+    env.update(
+        DATABASE_URL=database_url(), DJANGO_SECRET_KEY=env.get("DJANGO_SECRET_KEY", "terminal-test"),
+        CELERY_BROKER_URL="",  # the turn runs in the chat process itself, as without a broker
+        OPENAI_BASE_URL=model_server.base_url, OPENAI_API_KEY="k", QORVEN_MODEL="scripted-model",
+        QORVEN_LOG_LEVEL="WARNING",
+    )
+    return env
+
+
+def test_chat_json_round_trip_streams_the_reply_then_stores_it(world, model_server):
+    session = session_resolve(tenant=world.tenant_a, qor=world.qor_a, channel="telegram", user=world.alice)
+    message_append(session=session, role="assistant", content="earlier, on telegram", channel="telegram",
+                   sender_name="Aria", notify=False)
+    model_server.add(reply("Hello from the terminal side."))
+    qorven = Path(sys.executable).with_name("qorven")
+    done = subprocess.run(
+        [str(qorven), "chat", "--json", "--tenant", "acme", "--qor", "aria", "--user", "alice", "--history", "1",
+         "--wait", "60"],
+        input=json.dumps({"content": "hi from tui"}) + "\n", capture_output=True, text=True, cwd=ROOT,
+        env=qorven_env(model_server), timeout=180,
+    )
+    assert done.returncode == 0, done.stderr
+    lines = [json.loads(line) for line in done.stdout.splitlines()]
+    kinds = [line["type"] for line in lines]
+    assert lines[0]["content"] == "earlier, on telegram" and lines[0]["channel"] == "telegram"
+    assert lines[1] == {**lines[1], "type": "message", "role": "user", "channel": "tui", "content": "hi from tui"}
+    chunks = [line for line in lines if line["type"] == "chunk"]
+    assert {c["reply_to"] for c in chunks} == {lines[1]["seq"]}
+    assert len(chunks) > 1 and "".join(c["delta"] for c in chunks) == "Hello from the terminal side."
+    final = next(line for line in lines[2:] if line["type"] == "message" and line["role"] == "assistant")
+    assert final["content"] == "Hello from the terminal side." and final["channel"] == "tui"
+    assert kinds.index("chunk") < kinds.index("done")
+    assert kinds.index("chunk") < lines.index(final)
+    assert Message.objects.filter(session=session, channel="tui").count() == 2
+    assert len(model_server.requests) == 1
+
+
+def test_chat_json_answers_a_command_without_the_model_and_reports_bad_lines(world, model_server):
+    qorven = Path(sys.executable).with_name("qorven")
+    done = subprocess.run(
+        [str(qorven), "chat", "--json", "--tenant", "acme", "--qor", "aria", "--user", "alice"],
+        input='not json\n{"content": "/help"}\n', capture_output=True, text=True, cwd=ROOT,
+        env=qorven_env(model_server), timeout=180,
+    )
+    assert done.returncode == 0, done.stderr
+    lines = [json.loads(line) for line in done.stdout.splitlines()]
+    assert lines[0]["type"] == "error"
+    answer = next(line for line in lines if line["type"] == "message" and line["role"] == "assistant")
+    assert answer["content"].startswith("Commands:") and answer["notice"] == "command"
+    assert model_server.requests == []
+
+
+def test_chat_refuses_someone_who_is_not_a_member(world):
+    qorven = Path(sys.executable).with_name("qorven")
+    env = {**os.environ, "DATABASE_URL": database_url(),
+           "DJANGO_SECRET_KEY": os.environ.get("DJANGO_SECRET_KEY", "t")}
+    done = subprocess.run(
+        [str(qorven), "chat", "--json", "--tenant", "acme", "--qor", "aria", "--user", "charlie"],
+        input="", capture_output=True, text=True, cwd=ROOT, env=env, timeout=120,
+    )
+    assert done.returncode != 0 and "member" in done.stderr
+
+
+def test_the_follower_shows_messages_from_other_channels_while_waiting(world, settings):
+    """Another process's append (not broadcast here) is found by following seq."""
+    owner = chat_owner(user=world.alice, tenant_slug="acme", qor_slug="aria")
+    seen: list[dict] = []
+    follower = Follower(owner, seen.append, poll_every=0.2)
+    follower.start(history=20)
+    try:
+        session = session_resolve(tenant=world.tenant_a, qor=world.qor_a, channel="telegram", user=world.alice)
+        message_append(session=session, role="user", content="from my phone", channel="telegram",
+                       sender_name="Alice", notify=False)
+        deadline = time.monotonic() + 10
+        while not any(e.get("content") == "from my phone" for e in seen) and time.monotonic() < deadline:
+            time.sleep(0.05)
+    finally:
+        follower.stop()
+    shown = [e for e in seen if e["type"] == "message.new"]
+    assert [(e["channel"], e["content"]) for e in shown] == [("telegram", "from my phone")]
+    out = io.StringIO()
+    HumanPrinter(out, color=False)(shown[0])
+    assert "[telegram] Alice: from my phone" in out.getvalue()
