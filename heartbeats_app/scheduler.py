@@ -50,6 +50,23 @@ class HeartbeatScheduler(DatabaseScheduler):
                 entry.kwargs = {**entry.kwargs, "tick": tick}
         return super().apply_async(entry, producer=producer, advance=advance, **kwargs)
 
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        if getattr(settings, "QORVEN_INPROCESS_TASKS", False):
+            # Register every app's tasks here, so due tasks are found by name and queued in
+            # process by QorvenTask instead of being sent to a broker that does not exist.
+            self.app.loader.import_default_modules()
+
+    def send_task(self, *args, **kwargs):
+        if getattr(settings, "QORVEN_INPROCESS_TASKS", False):
+            raise LookupError(f"task {args[0] if args else kwargs.get('name')!r} is not registered in this process")
+        return super().send_task(*args, **kwargs)
+
+    def install_default_entries(self, data):  # type: ignore[override]
+        # Celery would add 'celery.backend_cleanup' to the table; Qorven keeps no task
+        # results, so there is nothing to clean and no row to add.
+        pass
+
     @property
     def producer(self):  # type: ignore[override]
         if getattr(settings, "QORVEN_INPROCESS_TASKS", False):

@@ -195,7 +195,7 @@ def heartbeat_run_now(*, heartbeat: Heartbeat) -> None:
 
 
 def _locked(heartbeat: Heartbeat, *, allow_managed: bool) -> Heartbeat:
-    beat = Heartbeat.objects.select_for_update().select_related("tenant", "qor", "periodic_task").get(
+    beat = Heartbeat.objects.select_for_update(of=("self",)).select_related("tenant", "qor", "periodic_task").get(
         pk=heartbeat.pk
     )
     if beat.managed and not allow_managed:
