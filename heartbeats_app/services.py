@@ -185,6 +185,29 @@ def heartbeat_delete(*, heartbeat: Heartbeat, allow_managed: bool = False) -> No
     _drop_unused_crontab(crontab_id)
 
 
+@transaction.atomic
+def heartbeats_retime(*, tenant: Tenant) -> int:
+    """Re-mirror the tenant's beats that follow its timezone (after the tenant's timezone
+    changed), so their schedules fire at the new local time. Returns how many."""
+    beats = list(Heartbeat.objects.select_related("tenant", "qor", "periodic_task").filter(tenant=tenant, timezone=""))
+    for beat in beats:
+        _mirror(beat)
+    return len(beats)
+
+
+@transaction.atomic
+def periodic_task_orphans_delete() -> int:
+    """Delete heartbeat PeriodicTasks whose beat is gone (a tenant or Qor was deleted and
+    the beat with it): they would only wake a worker to find nothing to run."""
+    used = Heartbeat.objects.filter(periodic_task__isnull=False).values("periodic_task_id")
+    orphans = list(PeriodicTask.objects.filter(task=RUN_TASK).exclude(pk__in=used))
+    for task in orphans:
+        crontab_id = task.crontab_id
+        task.delete()
+        _drop_unused_crontab(crontab_id)
+    return len(orphans)
+
+
 def heartbeat_run_now(*, heartbeat: Heartbeat) -> None:
     """Queue a run of the beat now (after the current transaction commits), whatever its
     schedule; it counts as its own tick."""

@@ -62,6 +62,13 @@ class TenantAdmin(TenantScopedAdminMixin, admin.ModelAdmin):
             fields += ["slug", "monthly_token_budget"]
         return fields
 
+    def save_model(self, request, obj, form, change) -> None:
+        super().save_model(request, obj, form, change)
+        if change and "timezone" in form.changed_data:
+            from heartbeats_app.services import heartbeats_retime
+
+            heartbeats_retime(tenant=obj)  # beats without their own timezone follow the tenant's
+
     def get_prepopulated_fields(self, request, obj=None):
         return {} if admin_tenant_ids(request.user) is not None else super().get_prepopulated_fields(request, obj)
 

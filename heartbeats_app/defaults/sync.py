@@ -40,7 +40,7 @@ from qorven.models import Membership, Qor, Tenant
 
 from ..errors import HeartbeatInvalid
 from ..models import RESERVED_NAMES, Heartbeat
-from ..services import heartbeat_create, heartbeat_delete, heartbeat_update
+from ..services import heartbeat_create, heartbeat_delete, heartbeat_update, periodic_task_orphans_delete
 from .reading import (
     BeatSpec,
     DefaultsFile,
@@ -247,6 +247,8 @@ def _plan_deletions(plan: SyncPlan, *, keep: set[int]) -> None:
 def beats_sync(*, path: Path | None = None, dry_run: bool = False) -> SyncPlan:
     """Make the managed beats match the defaults file (see the module docstring). Returns
     the plan it carried out (or would have, with `dry_run`). Raises DefaultsFileError."""
+    if not dry_run:
+        periodic_task_orphans_delete()
     for attempt in range(2):
         plan = beats_plan(path=path)
         if dry_run or not plan.changes:

@@ -124,3 +124,23 @@ def test_managed_beats_change_only_through_the_sync(world):
             change()
     heartbeat_update(heartbeat=hb, cron="0 4 * * *", allow_managed=True)
     assert PeriodicTask.objects.get(pk=hb.periodic_task_id).crontab.hour == "4"
+
+
+def test_beats_following_the_tenants_timezone_move_with_it(world):
+    follows = beat(world.qor_a, name="follows")
+    own = beat(world.qor_a, name="own", timezone="Asia/Tokyo")
+    world.tenant_a.timezone = "Europe/Paris"
+    world.tenant_a.save()
+    assert services.heartbeats_retime(tenant=world.tenant_a) == 1
+    assert str(PeriodicTask.objects.get(pk=follows.periodic_task_id).crontab.timezone) == "Europe/Paris"
+    assert str(PeriodicTask.objects.get(pk=own.periodic_task_id).crontab.timezone) == "Asia/Tokyo"
+
+
+def test_periodic_tasks_left_by_a_deleted_qor_are_cleaned_up(world):
+    gone = beat(world.qor_b, name="gone")
+    kept = beat(world.qor_a, name="kept")
+    task_id = gone.periodic_task_id
+    world.qor_b.delete()  # the beat goes with its Qor; its PeriodicTask stays behind
+    assert PeriodicTask.objects.filter(pk=task_id).exists()
+    assert services.periodic_task_orphans_delete() == 1
+    assert list(PeriodicTask.objects.values_list("pk", flat=True)) == [kept.periodic_task_id]
