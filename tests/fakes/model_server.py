@@ -24,6 +24,7 @@ class Step:
     error: dict[str, Any] | None = None
     headers: dict[str, str] = field(default_factory=dict)
     delay: float = 0.0
+    chunk_delay: float = 0.0  # seconds between streamed chunks, to watch a reply stream in
     usage: tuple[int, int] | None = (11, 7)
 
 
@@ -117,6 +118,8 @@ class ModelServer:
                 for chunk in _chunks(body, step):
                     self.wfile.write(b"data: " + json.dumps(chunk).encode() + b"\n\n")
                     self.wfile.flush()
+                    if step.chunk_delay:
+                        time.sleep(step.chunk_delay)
                 self.wfile.write(b"data: [DONE]\n\n")
                 self.wfile.flush()
                 self.close_connection = True

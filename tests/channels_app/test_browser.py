@@ -1,0 +1,197 @@
+"""The chat page in a real browser: Debian's chromium driven by Playwright, against a real
+`qorven serve` (Daphne) subprocess on its own database, a scripted model server and a
+fake Telegram API. Screenshots go to test-artifacts/."""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from ..fakes.model_server import ModelServer, reply
+from ..fakes.platform_server import PlatformServer
+from .payloads import telegram_update
+
+ROOT = Path(__file__).resolve().parents[2]
+ARTIFACTS = ROOT / "test-artifacts"
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+                 "--disable-component-update", "--disable-sync", "--no-first-run"]
+PASSWORD = "browser-test-pw"
+
+SETUP = """
+from django.core.management import call_command
+from channels_app.models import Identity
+from qorven.models import Tenant
+from django.contrib.auth import get_user_model
+call_command("migrate", verbosity=0)
+call_command("bootstrap", tenant="acme", qor="aria", owner="alice", password={password!r}, qor_name="Aria")
+call_command("bind", "telegram", "--tenant", "acme", "--qor", "aria", "--token", "111:AAA", "--secret", "tg-secret",
+             "--username", "aria_bot")
+Identity.objects.create(tenant=Tenant.objects.get(slug="acme"), channel="telegram", external_id="42",
+                        user=get_user_model().objects.get(username="alice"), display_name="Alice",
+                        approval="approved", trust_level="owner")
+"""
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture
+def chat_server(tmp_path):
+    if not Path(CHROMIUM).exists():
+        if os.environ.get("CI"):
+            pytest.fail("chromium is missing: .ci/run installs it with apt")
+        pytest.skip("chromium is not installed (apt-get install -y chromium)")
+    pytest.importorskip("playwright")
+    model, platform = ModelServer().start(), PlatformServer()
+    port = _free_port()
+    env = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "CELERY_BROKER_URL")}
+    env.update(
+        DATABASE_URL=f"sqlite:///{tmp_path / 'browser.sqlite3'}", DJANGO_SECRET_KEY="browser-test",
+        CELERY_BROKER_URL="",  # turns run inside the server, as on the embedded default
+        OPENAI_BASE_URL=model.base_url, OPENAI_API_KEY="k", QORVEN_MODEL="scripted-model",
+        TELEGRAM_API_BASE=platform.url + "/telegram", QORVEN_LOG_LEVEL="WARNING",
+    )
+    if env.get("REDIS_URL"):  # the Redis layer and stream cache, on a database of their own
+        env["REDIS_URL"] = env["REDIS_URL"].rsplit("/", 1)[0] + "/9"
+    qorven = str(Path(sys.executable).with_name("qorven"))
+    subprocess.run([qorven, "shell", "-c", SETUP.format(password=PASSWORD)], cwd=ROOT, env=env, check=True,
+                   capture_output=True, timeout=180)
+    log = open(tmp_path / "server.log", "w")
+    proc = subprocess.Popen([qorven, "serve", "--no-migrate", "--port", str(port)], cwd=ROOT, env=env,
+                            stdout=log, stderr=subprocess.STDOUT)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 90
+        while True:
+            try:
+                urllib.request.urlopen(base + "/accounts/login/", timeout=2).read()
+                break
+            except OSError:
+                if proc.poll() is not None or time.monotonic() > deadline:
+                    raise AssertionError("the server did not start:\n" + (tmp_path / "server.log").read_text())
+                time.sleep(0.3)
+        yield base, model, platform
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+        log.close()
+        model.stop()
+        platform.stop()
+
+
+def post_telegram(base: str, text: str, message_id: int) -> int:
+    request = urllib.request.Request(
+        base + "/v1/webhooks/telegram", data=json.dumps(telegram_update(text, message_id=message_id)).encode(),
+        headers={"Content-Type": "application/json", "X-Telegram-Bot-Api-Secret-Token": "tg-secret"},
+    )
+    with urllib.request.urlopen(request, timeout=10) as response:
+        return response.status
+
+
+def test_the_chat_page_streams_replies_shows_other_channels_live_and_filters(chat_server):
+    from playwright.sync_api import expect, sync_playwright
+
+    base, model, platform = chat_server
+    answer = "Good morning! Here is **today**: a standup at 10 and lunch with Sam."
+    model.add(reply(answer, chunk_delay=0.12), reply("Milk is on the list."))
+    model.default = reply("Noted.")
+    ARTIFACTS.mkdir(exist_ok=True)
+
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        try:
+            page = browser.new_page(viewport={"width": 1280, "height": 820})
+            page.set_default_timeout(20_000)
+            page.goto(base + "/chat/")
+            assert "/accounts/login/" in page.url
+            page.fill("#id_username", "alice")
+            page.fill("#id_password", PASSWORD)
+            page.click("button[type=submit]")
+            page.wait_for_url("**/chat/aria/")
+            expect(page.locator("[data-status]")).to_have_attribute("data-state", "live")
+
+            # Send with Enter; the reply streams in token by token, then is stored.
+            composer = page.locator("[data-input]")
+            composer.fill("What's on today?")
+            composer.press("Enter")
+            expect(page.locator(".msg--user .msg__body").last).to_have_text("What's on today?")
+            streaming = page.locator(".msg--streaming .msg__body")
+            page.wait_for_function(
+                "(full) => { const b = document.querySelector('.msg--streaming .msg__body');"
+                " return b && b.textContent.length > 0 && b.textContent.length < full.length; }",
+                arg=answer.replace("**", ""),
+            )
+            assert streaming.count() == 1
+            final = page.locator(".msg--assistant:not(.msg--streaming) .msg__body").last
+            expect(final).to_contain_text("Good morning! Here is today: a standup at 10")
+            expect(final.locator("strong")).to_have_text("today")
+            expect(streaming).to_have_count(0)
+
+            # Shift+Enter is a new line, not a send.
+            composer.fill("line one")
+            composer.press("Shift+Enter")
+            composer.type("line two")
+            assert composer.input_value() == "line one\nline two"
+            composer.fill("")
+
+            # A Telegram message arrives live, with its badge, and is answered there.
+            assert post_telegram(base, "add milk to the list", message_id=501) == 200
+            telegram_msg = page.locator('.msg[data-channel="telegram"]', has_text="add milk to the list")
+            expect(telegram_msg.locator(".badge")).to_have_text("Telegram")
+            expect(page.locator('.msg--assistant[data-channel="telegram"]').last).to_contain_text("Milk is on the list.")
+            web_msg = page.locator('.msg[data-channel="web"]').first
+            expect(web_msg.locator(".badge")).to_have_count(0)
+
+            # The Telegram filter hides web messages, All brings them back.
+            page.click('[data-filter="telegram"]')
+            expect(page.locator('.msg[data-channel="web"]').first).to_be_hidden()
+            expect(telegram_msg).to_be_visible()
+            page.screenshot(path=str(ARTIFACTS / "chat-filter-telegram.png"))
+            page.click('[data-filter=""]')
+            expect(page.locator('.msg[data-channel="web"]').first).to_be_visible()
+
+            # Markup in a message is text, never HTML.
+            evil = '<script>window.__xss = 1</script><img src=x onerror="window.__xss = 2"> **still bold**'
+            composer.fill(evil)
+            composer.press("Enter")
+            mine = page.locator(".msg--user .msg__body").last
+            expect(mine).to_contain_text('<script>window.__xss = 1</script><img src=x onerror="window.__xss = 2">')
+            expect(mine.locator("strong")).to_have_text("still bold")
+            assert mine.locator("script, img").count() == 0
+            expect(page.locator(".msg--assistant:not(.msg--streaming)").last).to_contain_text("Noted.")
+            assert page.evaluate("window.__xss") is None
+
+            # A refresh shows the same timeline, from the database.
+            page.reload()
+            expect(page.locator("[data-status]")).to_have_attribute("data-state", "live")
+            expect(page.locator(".msg", has_text="add milk to the list")).to_have_count(1)
+            expect(page.locator(".msg--user", has_text="What's on today?")).to_have_count(1)
+            page.screenshot(path=str(ARTIFACTS / "chat-desktop.png"))
+            page.set_viewport_size({"width": 390, "height": 844})
+            page.screenshot(path=str(ARTIFACTS / "chat-phone.png"))
+        finally:
+            browser.close()
+    sent = platform.sent(r"/telegram/bot111:AAA/sendMessage")
+    assert [s.json["text"] for s in sent] == ["Milk is on the list."]
+
+
+def test_chromium_is_the_debian_package():
+    """Playwright must never download a browser: the suite uses the system chromium."""
+    if not Path(CHROMIUM).exists():
+        pytest.skip("chromium is not installed")
+    assert shutil.which("chromium") == CHROMIUM
