@@ -137,19 +137,25 @@ def heartbeat_update(
     read-only unless `allow_managed` (the defaults-file sync). Raises HeartbeatInvalid or
     HeartbeatReadOnly."""
     beat = _locked(heartbeat, allow_managed=allow_managed)
-    given = {"name": name, "cron": cron, "prompt": prompt, "timezone": timezone, "deliver_to": deliver_to,
-             "deliver_channel": deliver_channel, "enabled": enabled}
-    changes = {key: value for key, value in given.items() if value is not UNSET}
-    merged = {f: changes.get(f, getattr(beat, f)) for f in
-              ("name", "cron", "prompt", "timezone", "deliver_to", "deliver_channel")}
-    merged["cron"] = heartbeat_check(
-        tenant=beat.tenant, qor=beat.qor, owner=beat.owner, exclude_id=beat.pk,
-        system=system or beat.managed or beat.name == merged["name"], **merged,
+    def pick(value: Any, current: Any) -> Any:
+        return current if value is UNSET else value
+
+    new_name: str = pick(name, beat.name)
+    new_prompt: str = pick(prompt, beat.prompt) or ""
+    new_timezone: str = pick(timezone, beat.timezone) or ""
+    new_deliver_to: AbstractBaseUser | None = pick(deliver_to, beat.deliver_to)
+    new_channel: str = pick(deliver_channel, beat.deliver_channel) or ""
+    new_cron = heartbeat_check(
+        tenant=beat.tenant, qor=beat.qor, name=new_name, cron=pick(cron, beat.cron), prompt=new_prompt,
+        timezone=new_timezone, owner=beat.owner, deliver_to=new_deliver_to, deliver_channel=new_channel,
+        system=system or beat.managed or beat.name == new_name, exclude_id=beat.pk,
     )
-    merged["name"] = merged["name"].strip()
-    merged["prompt"] = (merged["prompt"] or "").strip()
-    if "enabled" in changes:
-        merged["enabled"] = bool(changes["enabled"])
+    merged: dict[str, Any] = {
+        "name": new_name.strip(), "cron": new_cron, "prompt": new_prompt.strip(), "timezone": new_timezone,
+        "deliver_to": new_deliver_to, "deliver_channel": new_channel,
+    }
+    if enabled is not UNSET:
+        merged["enabled"] = bool(enabled)
     fields = [f for f, v in merged.items() if getattr(beat, f) != v]
     for f in fields:
         setattr(beat, f, merged[f])

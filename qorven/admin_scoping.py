@@ -55,6 +55,7 @@ def _tenant_id_of(obj: Model, tenant_field: str) -> int | None:
 
 class _Scoping:
     tenant_field = "tenant"
+    model: type[Model]
 
     def scope(self, request: HttpRequest, qs: QuerySet) -> QuerySet:
         ids = admin_tenant_ids(request.user)

@@ -86,7 +86,7 @@ class _DuplicateKey(ValueError):
 
 def _recording(scan_once: Any, starts: list[int]) -> Any:
     def scan(s: str, idx: int) -> Any:
-        starts.append(json.decoder.WHITESPACE.match(s, idx).end())
+        starts.append(json.decoder.WHITESPACE.match(s, idx).end())  # type: ignore[attr-defined]
         return scan_once(s, idx)
 
     return scan
@@ -121,7 +121,8 @@ def _load_located(text: str) -> Any:
     decoder = json.JSONDecoder()
     decoder.parse_object = _parse_object  # type: ignore[attr-defined]
     decoder.parse_array = _parse_array  # type: ignore[attr-defined]
-    decoder.scan_once = json.scanner.py_make_scanner(decoder)  # the pure-Python scanner calls the hooks
+    # The pure-Python scanner calls the hooks above (the C one does not).
+    decoder.scan_once = json.scanner.py_make_scanner(decoder)  # type: ignore[attr-defined]
     return decoder.decode(text)
 
 

@@ -197,7 +197,7 @@ def _plan(path: Path, text: str, raw: Any, parsed: DefaultsFile) -> SyncPlan:
     existing = {
         (b.tenant_id, b.qor_id, b.name): b
         for b in Heartbeat.objects.select_related("tenant", "qor", "deliver_to").filter(
-            tenant__in=[d.tenant for d in desired.values()] or [0],
+            tenant_id__in={d.tenant.pk for d in desired.values()},
         )
     }
     for key, want in desired.items():
