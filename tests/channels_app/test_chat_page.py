@@ -1,0 +1,58 @@
+"""The chat page and its session-authenticated, CSRF-protected endpoints."""
+from __future__ import annotations
+
+import json
+
+import pytest
+from django.test import Client
+
+from sessions_app.models import Message
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+API = "/chat/api/acme/aria/messages"
+
+
+def test_the_chat_needs_a_login_and_lands_on_the_default_qor(client, world):
+    response = client.get("/chat/")
+    assert response.status_code == 302 and response["Location"].startswith("/accounts/login/?next=/chat/")
+    assert client.get("/").status_code == 302
+    login = client.post("/accounts/login/", {"username": "alice", "password": "pw-for-tests-1"})
+    assert login.status_code == 302 and login["Location"] == "/chat/"
+    assert client.get("/chat/")["Location"] == "/chat/aria/"
+    page = client.get("/chat/aria/")
+    assert page.status_code == 200
+    html = page.content.decode()
+    assert '"socket": "/ws/chat/acme/aria/"' in html and 'data-filter="telegram"' in html
+
+
+def test_a_user_never_reaches_another_tenants_chat(client, world):
+    client.force_login(world.charlie)
+    # charlie's own "aria" is globex's; acme's is out of reach, page and API alike
+    assert client.get("/chat/aria/").context["owner"].tenant == world.tenant_b
+    assert client.get("/chat/aria/?tenant=acme").status_code == 404
+    assert client.get(API).status_code == 404
+    assert client.post(API, data=json.dumps({"content": "hi"}), content_type="application/json").status_code == 404
+    assert not Message.objects.exists()
+
+
+def test_sending_from_the_page_needs_the_csrf_token_and_lands_on_channel_web(world, drain):
+    browser = Client(enforce_csrf_checks=True)
+    browser.force_login(world.alice)
+    page = browser.get("/chat/aria/")
+    body = json.dumps({"content": "hello from the page"})
+    assert browser.post(API, data=body, content_type="application/json").status_code == 403
+    token = page.cookies["csrftoken"].value
+    response = browser.post(API, data=body, content_type="application/json", HTTP_X_CSRFTOKEN=token)
+    assert response.status_code == 201
+    message = response.json()["message"]
+    assert (message["seq"], message["channel"], message["role"]) == (1, "web", "user")
+    drain()
+    assert Message.objects.get(seq=1).sender_name == "Alice"
+    empty = browser.post(API, data=json.dumps({"content": "  "}), content_type="application/json",
+                         HTTP_X_CSRFTOKEN=token)
+    assert empty.status_code == 400
+
+
+def test_the_api_answers_401_without_a_login(client, world):
+    assert client.get(API).status_code == 401

@@ -1,0 +1,146 @@
+"""The webchat embed: signed visitors merge into their canonical chat, forged tokens are
+refused, unsigned visitors get an anonymous chat of their own."""
+from __future__ import annotations
+
+import io
+import json
+import time
+
+import pytest
+from asgiref.sync import async_to_sync, sync_to_async
+from django.core.management import call_command
+
+from channels_app.models import ChannelBinding
+from channels_app.services import binding_create
+from channels_app.webchat import webchat_token_sign
+from qorven.models import Membership
+from sessions_app.models import Message, Session
+from sessions_app.services import session_resolve
+
+from .live_helpers import communicator, receive_all, receive_until
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+KEY = "wc_testkey"
+SECRET = "site-signing-secret"
+URL = f"/webchat/{KEY}/messages"
+
+
+@pytest.fixture
+def webchat(world):
+    return binding_create(tenant=world.tenant_a, qor=world.qor_a, kind="webchat",
+                          credentials={"key": KEY, "secret": SECRET, "origins": "https://acme.example"})
+
+
+def token_for(user_id: str, *, secret: str = SECRET, ttl: int = 600) -> str:
+    return webchat_token_sign(secret=secret, user_id=user_id, expires=int(time.time()) + ttl)
+
+
+def send(client, content, token=""):
+    headers = {"HTTP_X_QORVEN_VISITOR": token} if token else {}
+    return client.post(URL, data=json.dumps({"content": content}), content_type="application/json", **headers)
+
+
+def test_a_signed_visitor_lands_in_the_owners_canonical_chat(client, world, webchat, drain):
+    response = send(client, "hello from my website", token_for("alice"))
+    assert response.status_code == 201, response.content
+    body = response.json()
+    assert body["visitor"] is None and body["message"]["channel"] == "webchat"
+    stored = Message.objects.get(content="hello from my website")
+    assert stored.session == session_resolve(tenant=world.tenant_a, qor=world.qor_a, channel="web", user=world.alice)
+    assert stored.session.kind == Session.Kind.CANONICAL and stored.metadata["trust"] == "trusted"
+    drain()
+    history = client.get(URL, HTTP_X_QORVEN_VISITOR=token_for("alice")).json()
+    assert [m["channel"] for m in history["messages"]][:1] == ["webchat"]
+    assert history["session_id"] == stored.session_id
+
+
+@pytest.mark.parametrize("case", ["wrong-secret", "expired", "too-far-ahead", "tampered", "not-a-member", "other-tenant"])
+def test_a_forged_or_unacceptable_token_is_refused_and_stores_nothing(client, world, webchat, case):
+    token = {
+        "wrong-secret": lambda: token_for("alice", secret="guessed"),
+        "expired": lambda: token_for("alice", ttl=-5),
+        "too-far-ahead": lambda: token_for("alice", ttl=365 * 86400),
+        "tampered": lambda: token_for("bob").replace("bob:", "alice:", 1),
+        "not-a-member": lambda: token_for("nobody"),
+        "other-tenant": lambda: token_for("charlie"),  # a member of globex, not acme
+    }[case]()
+    response = send(client, "let me in", token)
+    assert response.status_code == 403
+    assert client.get(URL, HTTP_X_QORVEN_VISITOR=token).status_code == 403
+    assert not Message.objects.exists()
+
+
+def test_an_unsigned_visitor_gets_an_anonymous_chat_of_their_own(client, world, webchat, drain):
+    first = send(client, "hi, who are you?")
+    assert first.status_code == 201
+    visitor = first.json()["visitor"]
+    assert visitor.startswith("anon.")
+    again = send(client, "me again", visitor)
+    assert again.status_code == 201 and again.json()["visitor"] == visitor
+    other = send(client, "a different browser")
+    drain()
+    mine = Message.objects.get(content="hi, who are you?").session
+    assert Message.objects.get(content="me again").session == mine
+    assert Message.objects.get(content="a different browser").session != mine
+    assert mine.kind == Session.Kind.CANONICAL and mine.tenant == world.tenant_a
+    assert mine.user not in (world.alice, world.bob)
+    assert not Membership.objects.filter(user=mine.user).exists()  # no way into anything else
+    assert Message.objects.get(content="hi, who are you?").metadata["trust"] == "public"
+    assert other.json()["visitor"] != visitor
+    assert [m["content"] for m in client.get(URL, HTTP_X_QORVEN_VISITOR=visitor).json()["messages"]][:2] == [
+        "hi, who are you?", "me again"]
+
+
+def test_an_anonymous_token_works_only_on_its_own_webchat(client, world, webchat):
+    visitor = send(client, "hi").json()["visitor"]
+    binding_create(tenant=world.tenant_b, qor=world.qor_b, kind="webchat", credentials={"key": "wc_other"})
+    response = client.post("/webchat/wc_other/messages", data=json.dumps({"content": "hop"}),
+                           content_type="application/json", HTTP_X_QORVEN_VISITOR=visitor)
+    assert response.status_code == 403
+
+
+def test_the_embed_script_and_frame(client, world, webchat):
+    script = client.get(f"/webchat/{KEY}.js")
+    assert script.status_code == 200 and script["Content-Type"].startswith("text/javascript")
+    assert f'"http://testserver/webchat/{KEY}/frame"' in script.content.decode()
+    frame = client.get(f"/webchat/{KEY}/frame")
+    assert frame.status_code == 200
+    assert frame["Content-Security-Policy"] == "frame-ancestors https://acme.example"
+    assert "X-Frame-Options" not in frame
+    assert client.get("/webchat/wc_nope.js").status_code == 404
+    ChannelBinding.objects.filter(pk=webchat.pk).update(enabled=False)
+    assert client.get(f"/webchat/{KEY}/frame").status_code == 404
+
+
+def test_a_visitor_socket_hears_their_chat_and_a_forged_one_is_refused(client, world, webchat):
+    token = token_for("alice")
+
+    async def scenario():
+        comm = communicator(f"/ws/webchat/{KEY}/?visitor={token}")
+        assert (await comm.connect())[0]
+        await receive_all(comm)
+        await sync_to_async(send)(client, "typed in the bubble", token)
+        events = await receive_until(comm, lambda e: e.get("content") == "typed in the bubble")
+        assert events[-1]["channel"] == "webchat"
+        await comm.disconnect()
+        forged = communicator(f"/ws/webchat/{KEY}/?visitor={token_for('alice', secret='nope')}")
+        assert not (await forged.connect())[0]
+        nobody = communicator(f"/ws/webchat/{KEY}/")
+        assert not (await nobody.connect())[0]
+
+    async_to_sync(scenario)()
+
+
+def test_bind_webchat_prints_the_embed_and_a_generated_secret_once(world):
+    out = io.StringIO()
+    call_command("bind", "webchat", "--tenant", "acme", "--qor", "aria", stdout=out)
+    binding = ChannelBinding.objects.get(kind="webchat")
+    text = out.getvalue()
+    assert f"/webchat/{binding.lookup_key}.js" in text
+    assert binding.credentials["secret"] in text  # generated, so shown this once
+    out = io.StringIO()
+    call_command("bind", "webchat", "--tenant", "acme", "--qor", "aria", "--key", binding.lookup_key,
+                 "--secret", "chosen-secret", stdout=out)
+    assert "chosen-secret" not in out.getvalue()
+    assert ChannelBinding.objects.get(kind="webchat").credentials["secret"] == "chosen-secret"
