@@ -242,3 +242,25 @@ def collapse_sessions_users():
 def test_a_missing_file_is_a_clear_error(world, tmp_path):
     with pytest.raises(CommandError, match="cannot read"):
         call_command("import_legacy", str(tmp_path / "nope.jsonl"), stdout=StringIO())
+
+
+def test_a_session_archived_during_the_import_gets_a_fresh_one_for_later_lines(world, monkeypatch):
+    import sessions_app.legacy_import as legacy
+
+    monkeypatch.setattr(legacy, "BATCH_LINES", 2)
+
+    def lines():
+        yield line(content="one", created_at="2024-05-01T09:00:00Z")
+        yield line(content="two", created_at="2024-05-01T09:01:00Z")
+        # collapse-sessions runs between two batches and archives the session.
+        Session.objects.filter(external_thread_id="tg-42").update(state="archived")
+        yield line(content="three", created_at="2024-05-01T09:02:00Z")
+        yield line(content="four", created_at="2024-05-01T09:03:00Z")
+
+    summary = legacy_import(lines=lines())
+    assert (summary.imported, summary.skipped, summary.sessions_created) == (4, 0, 2)
+    sessions = Session.objects.filter(external_thread_id="tg-42").order_by("id")
+    assert [(s.state, list(s.messages.values_list("seq", "content"))) for s in sessions] == [
+        ("archived", [(1, "one"), (2, "two")]),
+        ("active", [(1, "three"), (2, "four")]),
+    ]
