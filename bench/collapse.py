@@ -54,6 +54,10 @@ def log(message: str) -> None:
     print(f"[collapse] {message}", file=sys.stderr, flush=True)
 
 
+def met(ok: bool) -> str:
+    return "met" if ok else "MISSED"
+
+
 def label(size: int) -> str:
     return f"{size // 1_000_000}M" if size >= 1_000_000 else f"{size // 1_000}k"
 
@@ -114,20 +118,20 @@ def goal_notes(rows: list[Row], quick: bool) -> list[str]:
         )
         small, big = mine[0], mine[-1]
         growth = big["messages"] / small["messages"]
-        # Below a few MB the high-water mark is allocator noise; compare against a 4 MB floor.
-        ratio = max(big["peak_mem_mb"], 4.0) / max(small["peak_mem_mb"], 4.0)
-        flat = "met" if ratio <= 1.5 else "MISSED"
+        ratio = big["peak_mem_mb"] / max(small["peak_mem_mb"], 0.1)
+        # A few MB of high-water mark is allocator and driver-buffer noise, not data held.
+        flat = met(ratio <= 2 or big["peak_mem_mb"] <= 4)
         speed = big["msgs_per_s"]
         if db == "postgres":
-            goal = f"goal >= 20k/s: {'met' if speed >= 20_000 else 'MISSED'}"
+            goal = f"goal >= 20k/s: {met(speed >= 20_000)}"
         else:
             goal = "the 20k/s goal is for PostgreSQL"
         notes += [
             f"{db} jobs={jobs}: {speed:,.0f} messages/s at {label(big['messages'])} ({goal})",
-            f"{db} jobs={jobs}: peak memory growth {small['peak_mem_mb']:.1f} MB at"
+            f"{db} jobs={jobs}: peak RSS growth {small['peak_mem_mb']:.1f} MB at"
             f" {label(small['messages'])}, {big['peak_mem_mb']:.1f} MB at {label(big['messages'])}"
-            f" ({growth:.0f}x the messages; goal flat: ratio {ratio:.2f} <= 1.5,"
-            f" 4 MB floor: {flat})",
+            f" ({growth:.0f}x the messages, {big['text_mb']:.0f} MB of text): ratio {ratio:.1f}"
+            f" (goal flat: ratio <= 2 or within 4 MB: {flat})",
         ]
     if quick:
         notes.append("--quick: 10k and 100k messages; the goals are for the 1M run")
@@ -287,13 +291,15 @@ def fill(size: int, users: int) -> Row:
 def collapse(size: int, users: int, jobs: int) -> Row:
     """Collapse everything, measuring time and peak RSS growth; check the result."""
     from django.db import connection
-    from django.db.models.functions import Mod
+    from django.db.models import Sum
+    from django.db.models.functions import Length, Mod
 
     from sessions_app.collapse import CollapseTotals, collapse_sessions
     from sessions_app.models import Message, Session
 
     name = "postgres" if connection.vendor == "postgresql" else connection.vendor
     total = Message.objects.count()
+    text = Message.objects.aggregate(n=Sum(Length("content")))["n"] or 0
     copies = Message.objects.annotate(nth=Mod("seq", 20)).filter(channel="whatsapp", nth=0)
     expected_kept = total - copies.count()
     # Warm up the connection and the ORM's caches before taking the baseline.
@@ -332,6 +338,7 @@ def collapse(size: int, users: int, jobs: int) -> Row:
         "collapse_s": round(seconds, 2),
         "msgs_per_s": round(total / seconds),
         "peak_mem_mb": round(peak_kb / 1024, 1),
+        "text_mb": round(text / 2**20, 1),
     }
 
 

@@ -47,15 +47,16 @@ class Command(BaseCommand):
             type=int,
             default=1,
             metavar="N",
-            help="collapse N users at once, each in its own transaction (default 1); worth 2-4 "
-            "on PostgreSQL, no gain on SQLite, which writes one transaction at a time",
+            help="collapse N users at once, each still in its own transaction (default 1); "
+            "2-4 pay on PostgreSQL, nothing on SQLite, which writes one transaction at a time",
         )
         parser.add_argument("--tenant", metavar="SLUG", help="only this tenant")
         parser.add_argument("--qor", metavar="SLUG", help="only Qors with this slug")
         parser.add_argument("--user", metavar="USERNAME", help="only this user")
 
     def handle(self, *args: Any, **opts: Any) -> None:
-        if opts["jobs"] < 1:
+        jobs: int = opts["jobs"]
+        if jobs < 1:
             raise CommandError("--jobs must be at least 1")
         scope = self._scope(opts)
         dry_run: bool = opts["dry_run"]
@@ -78,7 +79,7 @@ class Command(BaseCommand):
         verb = "previewing" if dry_run else "collapsing"
         with progress:
             task = progress.add_task(f"{verb} {total} users", total=total)
-            for outcome in collapse_sessions(**scope, dry_run=dry_run, jobs=opts["jobs"]):
+            for outcome in collapse_sessions(**scope, dry_run=dry_run, jobs=jobs):
                 totals.add(outcome)
                 if outcome.error:
                     failures.append(outcome)
