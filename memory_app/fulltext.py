@@ -1,9 +1,11 @@
 """Full-text search vocabulary shared by the memory selectors and services.
 
-PostgreSQL: a stored, generated `search_vector` column (`to_tsvector('english', content)`)
-with a GIN index, both made by migration 0002 and invisible to the Django model (a
-generated column cannot be declared for SQLite too). SQLite: an FTS5 table keyed by the
-memory's id, holding the owner token and the content, written by the memory services.
+PostgreSQL: a stored, generated `search_vector` column (`to_tsvector('english', content)`
+plus one lexeme naming the owner) with a GIN index, made by migrations 0002-0003 and
+invisible to the Django model (a generated column cannot be declared for SQLite too).
+SQLite: an FTS5 table keyed by the memory's id, holding an owner token and the content,
+written by the memory services. Either way the owner is part of the index, so a search
+reads only that owner's postings.
 
 This module holds no SQL that touches rows; it turns a user's text into search terms and
 an FTS5 query, safely.
@@ -58,6 +60,12 @@ def owner_token(*, tenant_id: int, qor_id: int, user_id: int | None) -> str:
     """One indexed FTS5 token naming a memory's (tenant, qor, user), so a search reads only
     that owner's postings. Letters and digits only: the tokenizer keeps it whole."""
     return f"t{tenant_id}q{qor_id}u{user_id if user_id is not None else 'x'}"
+
+
+def pg_owner_tsquery(*, tenant_id: int, qor_id: int, user_id: int | None) -> str:
+    """The tsquery text naming an owner's lexeme in PostgreSQL's `search_vector`
+    (migration 0003): quoted, because it holds spaces, which no parsed word ever does."""
+    return f"'owner {tenant_id} {qor_id} {user_id if user_id is not None else 'x'}'"
 
 
 def fts5_query(*, owner: str, terms: list[str]) -> str:

@@ -6,21 +6,21 @@ from operator import or_
 from typing import TYPE_CHECKING
 
 from django.contrib.auth.models import AbstractBaseUser
-from django.contrib.postgres.search import SearchQuery, SearchRank, SearchVectorField
 from django.db import connection
 from django.db.models import Q
-from django.db.models.expressions import RawSQL
 
 from qorven.models import Qor, Tenant
 from qorven.trust import trust_allows
 
-from .fulltext import FTS_TABLE, PG_CONFIG, fts5_query, owner_token, search_terms
+from .fulltext import FTS_TABLE, PG_CONFIG, fts5_query, owner_token, pg_owner_tsquery, search_terms
 from .models import LearnedSkill, Memory
 
 if TYPE_CHECKING:
     from django.db.models import QuerySet
 
 _MEMORY_COLUMNS = [f.column for f in Memory._meta.concrete_fields]
+# PostgreSQL ranks at most this many memories per query word (see _search_postgres).
+CANDIDATES_PER_TERM = 500
 
 
 def memory_search(
@@ -28,8 +28,8 @@ def memory_search(
 ) -> list[Memory]:
     """The memories of this user with this Qor that best match `query`, best first.
 
-    The database's full-text search: PostgreSQL ranks with `ts_rank` over the stored
-    `search_vector` (GIN-indexed), SQLite with FTS5's bm25. A memory matches when it
+    The database's full-text search: PostgreSQL ranks with `ts_rank` (what Django's
+    SearchRank emits) over the stored `search_vector` (GIN-indexed), SQLite with FTS5's bm25. A memory matches when it
     contains any of the query's words (stemmed, stop words dropped); more and rarer words
     rank higher, newest first among equals. Never crosses tenant, Qor or user: the owner
     columns are filtered on every database (and SQLite's index is keyed by owner too).
@@ -52,30 +52,59 @@ def _owned(tenant_id: int, qor_id: int, user_id: int | None) -> QuerySet[Memory]
 
 
 def _search_postgres(tenant_id: int, qor_id: int, user_id: int | None, terms: list[str], limit: int) -> list[Memory]:
-    # Any word matches: one plainto_tsquery per word (each parameterised), OR-ed with `||`.
-    tsquery = reduce(or_, (SearchQuery(t, config=PG_CONFIG, search_type="plain") for t in terms))
-    vector = RawSQL(f"{Memory._meta.db_table}.search_vector", [], output_field=SearchVectorField())
-    return list(
-        _owned(tenant_id, qor_id, user_id)
-        .alias(vector=vector)
-        .filter(vector=tsquery)  # `search_vector @@ query`, served by the GIN index
-        .annotate(rank=SearchRank(vector, tsquery))
-        .order_by("-rank", "-created_at", "-id")[:limit]
+    """One statement: candidates from the GIN index, ranked by `ts_rank` (what Django's
+    SearchRank emits) over the stored `search_vector`.
+
+    The vector holds the owner as a lexeme, so each candidate lookup is `owner & word`,
+    answered inside the index (and the owner can only ever match its own rows: the column
+    is generated from them). Any word matches; ranking ORs one `plainto_tsquery` per word.
+    Ranking reads every candidate's vector, so candidates are gathered per word, at most
+    CANDIDATES_PER_TERM each, plus those holding every word: exact for an owner with
+    fewer matches than that per word (nearly everyone), and for an owner with hundreds of
+    thousands of memories it bounds the work when a word is in most of them (the user's
+    own name) while every memory with a rarer word, or with all of them, is still ranked.
+    """
+    table = Memory._meta.db_table
+    plain = f"plainto_tsquery('{PG_CONFIG}', %s)"
+    texts = [*terms, " ".join(terms)] if len(terms) > 1 else terms  # each word, then all (plainto ANDs them)
+    # numnode > 0: a word PostgreSQL drops (a stop word) gives an empty query, and
+    # `owner && empty` would be the owner alone, i.e. every memory of theirs.
+    per_text = (
+        f"(SELECT c.id FROM {table} c WHERE c.search_vector @@ (%s::tsquery && {plain}) AND numnode({plain}) > 0"
+        f" LIMIT {CANDIDATES_PER_TERM})"
     )
+    columns = ", ".join(f"m.{connection.ops.quote_name(c)}" for c in _MEMORY_COLUMNS)
+    sql = (
+        f"SELECT {columns} FROM {table} m, (SELECT {' || '.join([plain] * len(terms))}) AS query(q)"
+        f" WHERE m.id IN ({' UNION '.join([per_text] * len(texts))})"
+        " ORDER BY ts_rank(m.search_vector, query.q) DESC, m.created_at DESC, m.id DESC LIMIT %s"
+    )
+    owner = pg_owner_tsquery(tenant_id=tenant_id, qor_id=qor_id, user_id=user_id)
+    params: list[object] = [*terms]
+    for text in texts:
+        params += [owner, text, text]
+    return list(Memory.objects.raw(sql, [*params, limit]))
 
 
 def _search_sqlite(tenant_id: int, qor_id: int, user_id: int | None, terms: list[str], limit: int) -> list[Memory]:
     match = fts5_query(owner=owner_token(tenant_id=tenant_id, qor_id=qor_id, user_id=user_id), terms=terms)
     columns = ", ".join(f"m.{connection.ops.quote_name(c)}" for c in _MEMORY_COLUMNS)
-    user_clause = "m.user_id = %s" if user_id is not None else "m.user_id IS NULL"
+    owner, owner_params = _owner_sql("m", tenant_id, qor_id, user_id)
     # CROSS JOIN keeps FTS5 as the outer loop: the match first, then each hit's row by id.
+    # The owner is checked on the row too, so a stale index entry can never cross owners.
     sql = (
         f"SELECT {columns} FROM {FTS_TABLE} CROSS JOIN {Memory._meta.db_table} m ON m.id = {FTS_TABLE}.rowid"
-        f" WHERE {FTS_TABLE} MATCH %s AND m.tenant_id = %s AND m.qor_id = %s AND {user_clause}"
+        f" WHERE {FTS_TABLE} MATCH %s AND {owner}"
         f" ORDER BY bm25({FTS_TABLE}, 0.0, 1.0), m.created_at DESC, m.id DESC LIMIT %s"
     )
-    params: list[object] = [match, tenant_id, qor_id, *([user_id] if user_id is not None else []), limit]
-    return list(Memory.objects.raw(sql, params))
+    return list(Memory.objects.raw(sql, [match, *owner_params, limit]))
+
+
+def _owner_sql(alias: str, tenant_id: int, qor_id: int, user_id: int | None) -> tuple[str, list[object]]:
+    """The WHERE clause (and its parameters) that keeps a query to one owner's memories."""
+    user = f"{alias}.user_id = %s" if user_id is not None else f"{alias}.user_id IS NULL"
+    params: list[object] = [tenant_id, qor_id, *([user_id] if user_id is not None else [])]
+    return f"{alias}.tenant_id = %s AND {alias}.qor_id = %s AND {user}", params
 
 
 def _search_scan(tenant_id: int, qor_id: int, user_id: int | None, terms: list[str], limit: int) -> list[Memory]:

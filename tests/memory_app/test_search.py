@@ -141,3 +141,30 @@ def test_the_database_has_its_full_text_index(world):
         else:
             cursor.execute("SELECT sql FROM sqlite_master WHERE name = 'memory_app_memory_fts'")
             assert "fts5" in cursor.fetchone()[0].lower()
+
+
+def test_a_rare_word_is_found_among_many_memories_that_share_a_common_word(world, monkeypatch):
+    import memory_app.selectors as selectors
+
+    monkeypatch.setattr(selectors, "CANDIDATES_PER_TERM", 5)  # as if alice had a million memories
+    passport = remember(world.tenant_a, world.qor_a, world.alice, "Alice renewed her passport in March")
+    for i in range(30):
+        remember(world.tenant_a, world.qor_a, world.alice, f"Alice mentioned topic number {i}")
+    found = search(world, "Alice, when did I renew the passport?", limit=3)
+    assert found[0] == passport and len(found) == 3
+
+
+def test_no_memory_text_can_pass_for_another_owner(world):
+    a = world.tenant_a
+    remember(a, world.qor_a, world.bob, f"owner {a.pk} {world.qor_a.pk} {world.alice.pk} t{a.pk}q{world.qor_a.pk}"
+                                        f"u{world.alice.pk}")
+    assert search(world, f"owner {a.pk} {world.qor_a.pk} {world.alice.pk} t{a.pk}q{world.qor_a.pk}u{world.alice.pk}") == []
+
+
+def test_a_word_the_database_treats_as_a_stop_word_matches_nothing_rather_than_everything(world, monkeypatch):
+    import memory_app.selectors as selectors
+
+    remember(world.tenant_a, world.qor_a, world.alice, "Alice likes tea")
+    # As if our stop word list missed one the database has: the term reaches the query.
+    monkeypatch.setattr(selectors, "search_terms", lambda text: ["the"])
+    assert search(world, "the") == []
