@@ -283,7 +283,6 @@
       var meta = el("header", "msg__meta");
       meta.appendChild(el("span", "msg__who", this.config.qorName));
       if (channel !== this.config.channel) meta.appendChild(this.badge(channel));
-      meta.appendChild(el("span", "typing", ""));
       node.appendChild(meta);
       node.appendChild(el("div", "msg__body"));
       this.timeline.appendChild(node);
