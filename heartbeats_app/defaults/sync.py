@@ -256,10 +256,11 @@ def beats_sync(*, path: Path | None = None, dry_run: bool = False) -> SyncPlan:
         try:
             _apply(plan)
             return plan
-        except IntegrityError:
+        except (IntegrityError, DefaultsFileError):
             if attempt == 1:
                 raise
-            # Another process (a second web server starting) synced at the same time: re-plan.
+            # Most likely another process (a second web server, beat) synced the same file
+            # at the same time and won: plan again against what it committed.
     return plan
 
 
