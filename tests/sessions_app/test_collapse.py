@@ -465,3 +465,17 @@ def test_an_append_racing_the_collapse_waits_and_is_refused_by_the_archived_sess
         message_append(session=chat, role="user", content="later", channel="telegram").message.seq
         == 10
     )
+
+
+def test_owners_are_paged_by_key_so_every_user_is_reached(world, alice_three, monkeypatch):
+    import sessions_app.collapse.owners as owners
+
+    monkeypatch.setattr(owners, "OWNER_PAGE", 1)
+    legacy(world, "web", user=world.bob)
+    say(legacy(world, "telegram", user=world.bob), 1, "bob here")
+    charlie = dict(user=world.charlie, tenant=world.tenant_b, qor=world.qor_b)
+    legacy(world, "web", **charlie)
+    legacy(world, "telegram", **charlie)
+    labels = [o.label for o in collapse_sessions()]
+    assert labels == ["acme/aria alice", "acme/aria bob", "globex/aria charlie"]
+    assert Session.objects.filter(kind="canonical", state="active").count() == 3
