@@ -45,12 +45,21 @@ class AdvanceOutcome:
 
 @dataclass(frozen=True)
 class RotateOutcome:
-    archived: Session
-    session: Session  # the fresh active session
+    archived: Session | None  # None when compacted in place (not a rotating kind)
+    session: Session  # the active session now: the fresh one, or the same one
     carried: list[Message]
     messages: int
     memories: int
     note: str
+
+    @property
+    def rotated(self) -> bool:
+        return self.archived is not None
+
+
+# Sessions that rotate: the one chat of a person (or of a legacy thread). A group chat, an
+# email thread or a cron run keeps its own session and is compacted in place instead.
+ROTATING_KINDS = (Session.Kind.CANONICAL, Session.Kind.LEGACY)
 
 
 def settled_through(session: Session) -> int:
@@ -80,7 +89,7 @@ def compaction_advance(*, session: Session, through_seq: int) -> AdvanceOutcome:
         if condensed:
             message_append(
                 session=session, role=Message.Role.SYSTEM, channel=Channel.SYSTEM,
-                content=_timeline_note(condensed, stored),
+                content=_condensed_note(condensed.excerpt.span, stored, condensed.note),
                 metadata={"notice": "compaction", "from_seq": start + 1, "through_seq": excerpt.through_seq,
                           "memories": stored},
             )
@@ -90,11 +99,14 @@ def compaction_advance(*, session: Session, through_seq: int) -> AdvanceOutcome:
 
 def compaction_rotate(*, session: Session) -> RotateOutcome | None:
     """Condense everything answered so far, then archive `session` and start a fresh one
-    seeded with the summary. None when there is nothing to condense. Raises
+    seeded with the summary (a session of a kind that does not rotate is compacted in
+    place: its note joins its prompt). None when there is nothing to condense. Raises
     CompactionFailed (nothing stored, nothing rotated) or SessionClosed."""
+    rotate = session.kind in ROTATING_KINDS
     start = session.compacted_through_seq
     target = settled_through(session)
-    note = "\n\n".join(p.strip() for p in (session.seed_summary, session.compaction_note) if p.strip())
+    seeds = (session.seed_summary, session.compaction_note) if rotate else (session.compaction_note,)
+    note = "\n\n".join(p.strip() for p in seeds if p.strip())
     runs: list[Condensed] = []
     cursor = start
     while cursor < target:
@@ -110,16 +122,22 @@ def compaction_rotate(*, session: Session) -> RotateOutcome | None:
         if not session_compaction_advance(session_id=session.pk, from_seq=start, through_seq=cursor, note=note):
             raise CompactionFailed("the session changed while it was being compacted")
         stored = sum(_store(session, run) for run in runs)
-        rotated = session_rotate(session=session, seed_summary=note, carry_unanswered=True)
         messages = sum(len(run.excerpt.messages) for run in runs)
         span = _merged_span(runs)
+        if rotate:
+            rotated = session_rotate(session=session, seed_summary=note, carry_unanswered=True)
+            archived, active, carried = rotated.archived, rotated.session, rotated.carried
+            text = _rotation_note(span, stored, note)
+        else:
+            session.compacted_through_seq, session.compaction_note = cursor, note
+            archived, active, carried = None, session, []
+            text = _condensed_note(span, stored, note)
         message_append(
-            session=rotated.session, role=Message.Role.SYSTEM, channel=Channel.SYSTEM,
-            content=_rotation_note(span, messages, stored, note),
+            session=active, role=Message.Role.SYSTEM, channel=Channel.SYSTEM, content=text,
             metadata={"notice": "compaction", "compacted_session": session.pk, "through_seq": cursor,
                       "memories": stored},
         )
-    return RotateOutcome(rotated.archived, rotated.session, rotated.carried, messages, stored, note)
+    return RotateOutcome(archived, active, carried, messages, stored, note)
 
 
 def _store(session: Session, condensed: Condensed) -> int:
@@ -147,12 +165,12 @@ def _merged_span(runs: list[Condensed]) -> DigestSpan:
     )
 
 
-def _timeline_note(condensed: Condensed, stored: int) -> str:
-    header = digest_plain_extract([], span=condensed.excerpt.span)
-    return f"Condensed earlier messages. {header} {_saved(stored)}\nWhat I keep in mind:\n{condensed.note}"
+def _condensed_note(span: DigestSpan, stored: int, note: str) -> str:
+    header = digest_plain_extract([], span=span)
+    return f"Condensed earlier messages. {header} {_saved(stored)}\nWhat I keep in mind:\n{note}"
 
 
-def _rotation_note(span: DigestSpan, messages: int, stored: int, note: str) -> str:
+def _rotation_note(span: DigestSpan, stored: int, note: str) -> str:
     header = digest_plain_extract([], span=span)
     return f"Continued from an earlier conversation. {header} {_saved(stored)}\nWhat I keep in mind:\n{note}"
 

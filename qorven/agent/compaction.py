@@ -39,6 +39,10 @@ OVERFLOW_NOTICE = (
     "This conversation no longer fit the model's context, so I saved its key points to memory, continued "
     "in a fresh session and tried again ({messages} messages summarized, {memories} notes saved)."
 )
+IN_PLACE_NOTICE = (
+    "This conversation was getting long for the model, so I saved its key points to memory and condensed "
+    "the earlier messages ({messages} messages summarized, {memories} notes saved)."
+)
 FAILED_NOTICE = "I could not compact this conversation ({reason}); nothing was lost."
 
 
@@ -132,12 +136,14 @@ def compact_for_turn(*, session: Session, pending: Message, overflow: bool) -> R
         return None
     if outcome is None:
         return None
-    carried = next(
-        (m for m in outcome.carried if (m.metadata.get("carried_from") or {}).get("seq") == pending.seq), None
-    )
-    text = (OVERFLOW_NOTICE if overflow else ROTATED_NOTICE).format(
-        messages=outcome.messages, memories=outcome.memories
-    )
+    if outcome.rotated:
+        carried = next(
+            (m for m in outcome.carried if (m.metadata.get("carried_from") or {}).get("seq") == pending.seq), None
+        )
+        template = OVERFLOW_NOTICE if overflow else ROTATED_NOTICE
+    else:
+        carried, template = pending, IN_PLACE_NOTICE
+    text = template.format(messages=outcome.messages, memories=outcome.memories)
     metadata: dict[str, object] = {"notice": "compacted"}
     if carried is not None:
         metadata["reply_to"] = carried.seq

@@ -224,6 +224,28 @@ def test_manual_mode_compacts_and_rotates_when_the_threshold_is_reached(world, m
     assert Memory.objects.filter(type="conversation_digest", source_session=old).count() == 1
 
 
+def test_manual_mode_compacts_a_group_chat_in_place(world, manual, fake, model_server, drain):
+    group = session_resolve(tenant=world.tenant_a, qor=world.qor_a, channel="telegram", thread_id="g-42",
+                            group=True)
+    seed_history(group, 16, channel="telegram")
+    inbound_accept(session=group, content="@aria what did we decide?", channel="telegram", sender_name="Priya",
+                   trust=Trust.PUBLIC)
+    drain()
+    group.refresh_from_db()
+    assert group.state == "active" and group.compacted_through_seq == 32
+    assert "SUMMARY of 32 messages" in group.compaction_note
+    rows = list(Message.objects.filter(session=group, seq__gt=33).order_by("seq"))
+    assert [(m.role, m.metadata.get("notice")) for m in rows] == [
+        ("system", "compaction"), ("system", "compacted"), ("assistant", None)
+    ]
+    assert "condensed the earlier messages" in rows[1].content and rows[2].metadata["reply_to"] == 33
+    digest = Memory.objects.get(type="conversation_digest")
+    assert digest.user is None and digest.source_session_id == group.pk
+    request = main_requests(model_server)[0]
+    assert "SUMMARY of 32 messages" in request["messages"][0]["content"]
+    assert request["messages"][1:] == [{"role": "user", "content": "[telegram] Priya: @aria what did we decide?"}]
+
+
 def test_manual_mode_on_a_context_length_error_compacts_once_retries_once_and_says_so(
     world, manual, fake, model_server, drain, chat, settings
 ):
