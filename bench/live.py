@@ -50,6 +50,11 @@ call_command("bind", "telegram", "--tenant", "acme", "--qor", "aria", "--token",
 tenant, alice = Tenant.objects.get(slug="acme"), get_user_model().objects.get(username="alice")
 Identity.objects.create(tenant=tenant, channel="telegram", external_id="42", user=alice, approval="approved",
                         trust_level="owner", display_name="Alice")
+from qorven.models import Qor
+from sessions_app.services import message_append, session_resolve
+# The chat exists already, as it does for anyone who has used it: the sockets watch its session.
+session = session_resolve(tenant=tenant, qor=Qor.objects.get(tenant=tenant, slug="aria"), channel="web", user=alice)
+message_append(session=session, role="assistant", content="Hello!", channel="web", notify=False)
 print("TOKEN", api_token_create(tenant=tenant, user=alice)[1])
 """
 
@@ -205,8 +210,9 @@ async def measure(base: str, token: str, n_clients: int, n_latency: int, n_burst
 
         # warm-up: first turn, first broadcast, connection pools
         await post("bench warm-up", 1)
-        if not await clients.wait_for(["bench warm-up"], 60):
-            raise RuntimeError("the warm-up message did not reach every client")
+        if not await clients.wait_for(["bench warm-up"], 120):
+            got = len(clients.seen.get("bench warm-up", []))
+            raise RuntimeError(f"the warm-up message reached {got}/{n_clients} clients in 120 s")
 
         all_clients, per_delivery, to_store = [], [], []
         for i in range(n_latency):
