@@ -121,7 +121,10 @@ if REDIS_URL:
     CHANNEL_LAYERS = {
         "default": {
             "BACKEND": "channels_redis.core.RedisChannelLayer",
-            "CONFIG": {"hosts": [REDIS_URL], "capacity": QORVEN_LIVE_CAPACITY},
+            # redis-py's default 5 s socket timeout equals channels_redis' 5 s BZPOPMIN, so
+            # an idle socket's blocking read could time out and kill its consumer.
+            "CONFIG": {"hosts": [{"address": REDIS_URL, "socket_timeout": 30}],
+                       "capacity": QORVEN_LIVE_CAPACITY},
         }
     }
     # Shared by every process: the text of replies still streaming (qorven/streams.py).
