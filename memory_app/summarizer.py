@@ -308,16 +308,17 @@ _FACT = re.compile(
 
 
 def offline_flush(messages: list[Message]) -> list[tuple[str, str]]:
-    """The memory flush without a model: the user's sentences that state a fact about
-    themselves or ask to be reminded, kept verbatim with who said them, where and when."""
+    """The memory flush without a model: the user's sentences (not questions) that state
+    a fact about themselves or ask to be reminded, kept verbatim with who said them, where
+    and when."""
     found: list[tuple[str, str]] = []
     for message in messages:
         if message.role != Message.Role.USER:
             continue
         for sentence in _SENTENCE.findall(message.content or ""):
             sentence = " ".join(sentence.split())
-            if len(sentence) < 8:
-                continue
+            if len(sentence) < 8 or sentence.endswith("?"):
+                continue  # a question states nothing to keep
             kind = (
                 Memory.Type.REMINDER if _REMINDER.search(sentence)
                 else Memory.Type.FACT if _FACT.search(sentence) else None

@@ -413,7 +413,7 @@ def test_a_message_for_a_session_rotated_a_moment_ago_lands_in_its_successor(wor
 def test_with_the_offline_provider_flush_and_summary_are_plain_extracts(world, drain, chat, settings):
     settings.QORVEN_MODEL = ""
     chat("My favourite colour is teal. The weather is nice.", channel="telegram", trust=Trust.PAIRED)
-    chat("Remind me to call the bank on Friday.")
+    chat("Remind me to call the bank on Friday. Do you remember my favourite colour?")
     chat("/compact")
 
     new = canonical(world)
