@@ -28,76 +28,37 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
-import subprocess
 import sys
-import tempfile
 import time
+from collections.abc import Callable
 from datetime import UTC, datetime
-from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING
+
+from _common import (
+    MESSAGE_COLUMNS,
+    Row,
+    django_setup,
+    fill,
+    label,
+    log,
+    met,
+    percentiles,
+    run_databases,
+    settle,
+)
 
 if TYPE_CHECKING:
     from sessions_app.models import Session
 
-ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_PG_URL = "postgres://postgres@127.0.0.1:5432/qorven_bench"
 SIZES, QUICK_SIZES = (1_000, 100_000, 1_000_000), (1_000, 10_000, 100_000)
-FILL_CHUNK = 100_000
 # Appends per method, by --quick: at least N and S seconds of ours, in interleaved blocks.
 APPENDS: dict[bool, tuple[int, float]] = {False: (500, 2.0), True: (200, 0.5)}
 BLOCK = 100
 READS, WARMUP = 200, 20
-MESSAGE_COLUMNS = (
-    "tenant_id, session_id, seq, role, content, channel, sender_name, created_at,"
-    " external_scope, external_id, tool_calls, tool_call_id, metadata"
-)
-Row = dict[str, Any]
-
-
-def log(message: str) -> None:
-    print(f"[append_read] {message}", file=sys.stderr, flush=True)
-
-
-def label(size: int) -> str:
-    return f"{size // 1_000_000}M" if size >= 1_000_000 else f"{size // 1_000}k"
-
-
-def met(ok: bool) -> str:
-    return "met" if ok else "MISSED"
 
 
 # --- parent: one subprocess per database -------------------------------------------------
-
-
-def recreate_postgres(url: str) -> str | None:
-    """Drop and recreate the bench database; return the reason if the server is unreachable."""
-    import psycopg
-    from psycopg import sql
-    from psycopg.conninfo import conninfo_to_dict, make_conninfo
-
-    dbname = str(conninfo_to_dict(url).get("dbname") or "qorven_bench")
-    admin = make_conninfo(url, dbname="postgres", connect_timeout=3)
-    try:
-        with psycopg.connect(admin, autocommit=True) as conn:
-            name = sql.Identifier(dbname)
-            conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(name))
-            conn.execute(sql.SQL("CREATE DATABASE {}").format(name))
-    except psycopg.OperationalError as exc:
-        return str(exc).strip().splitlines()[0]
-    return None
-
-
-def run_child(db: str, database_url: str, quick: bool) -> list[Row]:
-    """Run this script with `--db db` against `database_url` and return its rows."""
-    env = {**os.environ, "DATABASE_URL": database_url, "DJANGO_SECRET_KEY": "bench-not-a-secret"}
-    env["DJANGO_DEBUG"] = "0"  # DEBUG would record every query
-    cmd = [sys.executable, __file__, "--db", db, *(["--quick"] if quick else [])]
-    proc = subprocess.run(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, text=True)
-    lines = proc.stdout.strip().splitlines()
-    if proc.returncode != 0 or not lines:
-        raise RuntimeError(f"{db} run failed (exit {proc.returncode})")
-    return list(json.loads(lines[-1])["rows"])
 
 
 def goal_notes(rows: list[Row], quick: bool) -> list[str]:
@@ -125,25 +86,8 @@ def goal_notes(rows: list[Row], quick: bool) -> list[str]:
 
 
 def parent(quick: bool) -> int:
-    rows: list[Row] = []
-    notes: list[str] = []
-    failed = False
-    with tempfile.TemporaryDirectory(prefix="qorven-bench-") as tmp:
-        targets = [("sqlite", f"sqlite:///{Path(tmp) / 'bench.sqlite3'}")]
-        pg_url = os.environ.get("BENCH_POSTGRES_URL", DEFAULT_PG_URL)
-        why_not = recreate_postgres(pg_url)
-        if why_not is None:
-            targets.append(("postgres", pg_url))
-        else:
-            log(f"PostgreSQL skipped: {pg_url} is unreachable ({why_not})")
-            notes.append(f"postgres: skipped, {pg_url} unreachable")
-        for db, url in targets:
-            try:
-                rows += run_child(db, url, quick)
-            except (RuntimeError, ValueError, KeyError) as exc:
-                log(str(exc))
-                notes.append(f"{db}: FAILED ({exc})")
-                failed = True
+    pg_url = os.environ.get("BENCH_POSTGRES_URL", DEFAULT_PG_URL)
+    rows, notes, failed = run_databases(__file__, pg_url, quick)
     notes = (goal_notes(rows, quick) if rows else []) + notes
     for note in notes:
         log(note)
@@ -152,41 +96,6 @@ def parent(quick: bool) -> int:
 
 
 # --- child: one database, Django configured for it ----------------------------------------
-
-
-def fill(session: Session, size: int, pg: bool) -> float:
-    """Insert `size` messages into `session` in big server-side batches; return seconds."""
-    from django.db import connection, transaction
-
-    from sessions_app.models import Message, Session
-
-    if pg:
-        cte, source = "", "generate_series(%s, %s) AS g(n)"
-        created, metadata = "now() - (%s - n) * interval '1 second'", "'{}'::jsonb"
-    else:  # a recursive CTE counts, so the whole batch runs inside SQLite
-        cte = "WITH RECURSIVE g(n) AS (SELECT %s UNION ALL SELECT n + 1 FROM g WHERE n < %s) "
-        source = "g"
-        created, metadata = "datetime('now', '-' || (%s - n) || ' seconds')", "'{}'"
-    insert = (
-        f"{cte}INSERT INTO {Message._meta.db_table} ({MESSAGE_COLUMNS})"
-        " SELECT %s, %s, n, CASE WHEN n %% 2 = 1 THEN 'user' ELSE 'assistant' END,"
-        " 'bench message ' || n,"
-        " CASE n %% 3 WHEN 0 THEN 'web' WHEN 1 THEN 'telegram' ELSE 'whatsapp' END,"
-        f" '', {created}, '', '', NULL, '', {metadata} FROM {source}"
-    )
-    started = time.perf_counter()
-    for first in range(1, size + 1, FILL_CHUNK):
-        last = min(first + FILL_CHUNK - 1, size)
-        row_args = [session.tenant_id, session.pk, size]
-        params = row_args + [first, last] if pg else [first, last] + row_args
-        with transaction.atomic(), connection.cursor() as cursor:
-            cursor.execute(insert, params)
-        if size > FILL_CHUNK:
-            elapsed = time.perf_counter() - started
-            log(f"{'postgres' if pg else 'sqlite'}: fill {label(size)}: {last:,} rows ({elapsed:.1f} s)")
-    Session.objects.filter(pk=session.pk).update(last_seq=size)
-    session.last_seq = size
-    return time.perf_counter() - started
 
 
 def raw_append(session: Session, pg: bool) -> Callable[[int], None]:
@@ -297,23 +206,21 @@ def measure_reads(session: Session, pg: bool) -> Row:
         cursor.execute(query, (session.pk, "telegram"))
         return len(cursor.fetchall())
 
-    ours_ms = timings(lambda: len(messages_read(session=session, channel="telegram", limit=50)))
-    raw_ms = timings(read_raw)
+    ours_p50, ours_p99 = percentiles(
+        timings(lambda: len(messages_read(session=session, channel="telegram", limit=50)))
+    )
+    raw_p50, raw_p99 = percentiles(timings(read_raw))
     return {
-        "read_p50_ms": round(statistics.median(ours_ms), 3),
-        "read_p99_ms": round(statistics.quantiles(ours_ms, n=100)[98], 3),
-        "raw_read_p50_ms": round(statistics.median(raw_ms), 3),
-        "raw_read_p99_ms": round(statistics.quantiles(raw_ms, n=100)[98], 3),
+        "read_p50_ms": ours_p50,
+        "read_p99_ms": ours_p99,
+        "raw_read_p50_ms": raw_p50,
+        "raw_read_p99_ms": raw_p99,
     }
 
 
 def child(quick: bool) -> int:
     """Bench the database of $DATABASE_URL and print its rows."""
-    sys.path.insert(0, str(ROOT))
-    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "qorven.settings")
-    import django
-
-    django.setup()
+    django_setup()
     from django.contrib.auth import get_user_model
     from django.core.management import call_command
     from django.db import connection
@@ -334,14 +241,7 @@ def child(quick: bool) -> int:
         sessions[size] = session_resolve(tenant=boot.tenant, qor=boot.qor, channel="web", user=user)
         fill_s[size] = fill(sessions[size], size, pg)
         log(f"{name}: filled {label(size)} in {fill_s[size]:.1f} s")
-    # Settle the fill's aftermath now rather than during the measurements: PostgreSQL's
-    # autovacuum would soon analyze the table, and both would checkpoint the WAL it wrote.
-    with connection.cursor() as cursor:
-        if pg:
-            cursor.execute("VACUUM ANALYZE")
-            cursor.execute("CHECKPOINT")
-        else:
-            cursor.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    settle(pg)
     log(f"{name}: measuring appends (sizes interleaved)")
     appends = measure_appends(sessions, pg, quick)
     rows: list[Row] = []
