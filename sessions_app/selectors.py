@@ -56,6 +56,27 @@ def messages_read(
     return newest
 
 
+def context_read(
+    *, session: Session, floor_seq: int, answering_seq: int, before_seq: int | None = None, limit: int = 64
+) -> list[Message]:
+    """The newest `limit` messages a model may see when answering message `answering_seq`,
+    oldest first: after the compaction point `floor_seq`, before `before_seq`, without
+    user messages that arrived later (they get their own turns), notices and commands.
+    The filtering happens in the database, so a long backlog of skipped rows never
+    reaches Python."""
+    qs = Message.objects.filter(session=session, seq__gt=floor_seq)
+    if before_seq is not None:
+        qs = qs.filter(seq__lt=before_seq)
+    qs = (
+        qs.exclude(role=Message.Role.USER, seq__gt=answering_seq)
+        .exclude(metadata__has_key="notice")
+        .exclude(metadata__has_key="command")
+    )
+    rows = list(qs.order_by("-seq")[:limit])
+    rows.reverse()
+    return rows
+
+
 def next_pending_user_message(*, session: Session) -> Message | None:
     """The oldest user message (not a slash command) not yet answered."""
     return (

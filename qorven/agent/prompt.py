@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sessions_app.models import Message, Session
-from sessions_app.selectors import messages_read
+from sessions_app.selectors import context_read
 
 from .tools import Tool
 
@@ -122,32 +122,27 @@ def prompt_build(
 
 
 def _window(session: Session, current: Message, budget: int) -> list[Message]:
-    floor = session.compacted_through_seq
     answered = session.replied_through_seq
-    picked: list[Message] = []
-    spent = message_tokens(current)  # the message being answered always goes in
+    picked: list[Message] = [current]  # the message being answered always goes in
+    spent = message_tokens(current)
     before: int | None = None
-    full = False
-    while not full:
-        batch = messages_read(session=session, before_seq=before, limit=_BATCH)
-        if not batch:
-            break
+    while True:
+        batch = context_read(
+            session=session, floor_seq=session.compacted_through_seq, answering_seq=current.seq,
+            before_seq=before, limit=_BATCH,
+        )
         for message in reversed(batch):
-            if message.seq <= floor:
-                full = True
-                break
-            if message.pk == current.pk or _skip(message, current):
+            if message.pk == current.pk:
                 continue
             cost = message_tokens(message)
             if spent + cost > budget:
-                full = True
+                batch = []  # full
                 break
             picked.append(message)
             spent += cost
-        before = batch[0].seq
         if len(batch) < _BATCH:
             break
-    picked.append(current)
+        before = batch[0].seq
     picked.sort(key=lambda m: m.seq)
     # The model must never see a tool result without the call that asked for it.
     while picked and picked[0].role == Message.Role.TOOL:
@@ -155,11 +150,3 @@ def _window(session: Session, current: Message, budget: int) -> list[Message]:
     pending = [m for m in picked if m.role == Message.Role.USER and m.seq > answered]
     settled = [m for m in picked if not (m.role == Message.Role.USER and m.seq > answered)]
     return settled + pending
-
-
-def _skip(message: Message, current: Message) -> bool:
-    if message.role == Message.Role.USER and message.seq > current.seq:
-        return True  # arrived later: answered in its own turn
-    if isinstance(message.metadata, dict) and (message.metadata.get("notice") or message.metadata.get("command")):
-        return True  # notices and commands are for the person, not the model
-    return False
