@@ -91,24 +91,31 @@ def fmt(value: Any) -> str:
     return str(value)
 
 
+# Row fields that say which case a row measures; every other field is a figure.
+CASE_FIELDS = ("db", "size", "messages", "users", "memories", "clients", "jobs", "mode", "method")
+
+
 def render(outcomes: list[Outcome], console: Console) -> None:
-    """Print the combined table, then each benchmark's notes."""
-    columns: list[str] = []
-    for outcome in outcomes:
-        for row in outcome.rows:
-            columns += [key for key in row if key not in columns and key != "bench"]
+    """Print one table, a line per figure (bench, case, figure, value), then the notes.
+
+    Long rather than wide: benchmarks report different figures, and a column per figure
+    across all of them does not fit a terminal."""
     table = Table(title="Qorven benchmarks", header_style="bold")
-    table.add_column("bench")
-    table.add_column("status")
-    rows = [row for outcome in outcomes for row in outcome.rows]
-    numeric = {c for c in columns if any(isinstance(r.get(c), (int, float)) for r in rows)}
-    for column in columns:
-        table.add_column(column, justify="right" if column in numeric else "left")
+    for column, justify in (("bench", "left"), ("case", "left"), ("figure", "left"), ("value", "right")):
+        table.add_column(column, justify=justify)  # type: ignore[arg-type]
     for outcome in outcomes:
         style = "red" if outcome.failed else None
-        for row in outcome.rows or [{}]:
-            cells = (fmt(row.get(column)) for column in columns)
-            table.add_row(outcome.name, outcome.status, *cells, style=style)
+        if not outcome.rows:
+            table.add_row(outcome.name, "", "status", outcome.status, style=style)
+        for row in outcome.rows:
+            case = ", ".join(f"{k}={fmt(row[k])}" for k in CASE_FIELDS if k in row)
+            first = True
+            for key, value in row.items():
+                if key in CASE_FIELDS or key == "bench":
+                    continue
+                table.add_row(outcome.name if first else "", case if first else "", key, fmt(value), style=style)
+                first = False
+        table.add_section()
     console.print(table)
     for outcome in outcomes:
         console.print(f"[bold]{outcome.name}[/bold] ({outcome.seconds:.0f} s, {outcome.status})")
