@@ -8,11 +8,10 @@ import uuid
 from celery import shared_task
 from django.conf import settings
 
-from qorven.models import Tenant
 from qorven.selectors import budget_exhausted
-from sessions_app.errors import SessionClosed, SessionNotFound
+from sessions_app.errors import SessionClosed
 from sessions_app.models import Message, Session
-from sessions_app.selectors import session_get
+from sessions_app.selectors import session_for_task
 from sessions_app.services import message_append, turn_lease_acquire, turn_lease_release
 
 from .compaction import CompactionFailed, compaction_advance, compaction_rotate
@@ -28,22 +27,12 @@ FAILED_NOTICE = "I could not compact this conversation ({reason}). Nothing was c
 LEASE_WAIT = 30.0
 
 
-def _load(tenant_id: int, session_id: int) -> Session | None:
-    tenant = Tenant.objects.filter(pk=tenant_id).first()
-    if tenant is None:
-        return None
-    try:
-        return session_get(tenant=tenant, session_id=session_id)
-    except SessionNotFound:
-        return None
-
-
 @shared_task(name="memory_app.summarize", acks_late=True)
 def session_summarize(tenant_id: int, session_id: int, through_seq: int) -> int:
     """Auto mode: condense the session's messages up to `through_seq` into its running
     note, a digest memory and the flushed memories. Runs again while a run is left.
     Safe to run twice: a range already compacted is skipped. Returns messages condensed."""
-    session = _load(tenant_id, session_id)
+    session = session_for_task(tenant_id=tenant_id, session_id=session_id)
     if session is None or session.state != Session.State.ACTIVE or budget_exhausted(tenant=session.tenant):
         return 0
     try:
@@ -62,7 +51,7 @@ def session_compact(self, tenant_id: int, session_id: int, channel: str) -> bool
     """`/compact`: summarize the session into memory and rotate to a fresh one seeded with
     the summary. Waits for a running turn (it holds the session's turn lease meanwhile).
     Safe to run twice: an archived session is left alone. True when it rotated."""
-    session = _load(tenant_id, session_id)
+    session = session_for_task(tenant_id=tenant_id, session_id=session_id)
     if session is None or session.state != Session.State.ACTIVE:
         return False
     owner = f"compact-{uuid.uuid4().hex}"

@@ -20,6 +20,15 @@ def session_get(*, tenant: Tenant, session_id: int, user: AbstractBaseUser | Non
     return session
 
 
+def session_for_task(*, tenant_id: int, session_id: int) -> Session | None:
+    """The session a queued task names, or None when it (or its tenant) is gone: a task
+    loaded by id must not fail on a row deleted since it was queued."""
+    try:
+        return session_get(tenant=Tenant.objects.get(pk=tenant_id), session_id=session_id)
+    except (Tenant.DoesNotExist, SessionNotFound):
+        return None
+
+
 def canonical_session_find(*, tenant: Tenant, qor: Qor, user: AbstractBaseUser) -> Session | None:
     """The active canonical session of (tenant, qor, user), or None before the first message."""
     return Session.objects.filter(

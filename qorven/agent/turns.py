@@ -29,7 +29,7 @@ from qorven.services import usage_record
 from qorven.trust import Trust
 from sessions_app.errors import SessionClosed
 from sessions_app.models import Message, Session
-from sessions_app.selectors import next_pending_user_message, session_get, session_successor
+from sessions_app.selectors import next_pending_user_message, session_for_task, session_successor
 from sessions_app.services import (
     message_append,
     session_mark_replied,
@@ -86,7 +86,7 @@ def turn_process(*, tenant_id: int, session_id: int, wait: float = 30.0) -> Turn
     overflowed = False
     try:
         while True:
-            session = _load(tenant_id, session_id)
+            session = session_for_task(tenant_id=tenant_id, session_id=session_id)
             if session is None:
                 break
             if session.state != Session.State.ACTIVE:
@@ -116,18 +116,6 @@ def turn_process(*, tenant_id: int, session_id: int, wait: float = 30.0) -> Turn
     finally:
         turn_lease_release(session_id=session_id, owner=owner)
     return outcome
-
-
-def _load(tenant_id: int, session_id: int) -> Session | None:
-    from qorven.models import Tenant
-
-    tenant = Tenant.objects.filter(pk=tenant_id).first()
-    if tenant is None:
-        return None
-    try:
-        return session_get(tenant=tenant, session_id=session_id)
-    except Exception:
-        return None
 
 
 def _answer(session: Session, pending: Message, owner: str, *, overflowed: bool = False) -> _Step:
