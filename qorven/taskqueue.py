@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import queue
 import threading
+import time
 import uuid
 from dataclasses import dataclass, field
 from typing import Any
@@ -19,7 +20,7 @@ from django.db import close_old_connections
 logger = logging.getLogger(__name__)
 
 
-@dataclass
+@dataclass(eq=False)
 class _Job:
     task: Any
     args: tuple
@@ -47,23 +48,28 @@ class InProcessQueue:
         self._queue: queue.Queue[_Job] = queue.Queue()
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
+        self._outstanding: set[_Job] = set()
 
     def submit(self, task: Any, args: tuple, kwargs: dict, task_id: str | None = None):
         job = _Job(task=task, args=tuple(args), kwargs=dict(kwargs), task_id=task_id or str(uuid.uuid4()))
+        with self._lock:
+            self._outstanding.add(job)
         self._ensure_thread()
         self._queue.put(job)
         return InProcessResult(job)
 
     def join(self, timeout: float = 30.0) -> bool:
-        """Wait until every queued task has finished; True if the queue drained in time."""
-        done = threading.Event()
-
-        def _wait() -> None:
-            self._queue.join()
-            done.set()
-
-        threading.Thread(target=_wait, daemon=True).start()
-        return done.wait(timeout)
+        """Wait until every task queued so far, and any they queue, has finished; True if
+        that happened within `timeout` seconds."""
+        deadline = time.monotonic() + timeout
+        while True:
+            with self._lock:
+                outstanding = list(self._outstanding)
+            if not outstanding:
+                return True
+            for job in outstanding:
+                if not job.done.wait(max(deadline - time.monotonic(), 0)):
+                    return False
 
     def _ensure_thread(self) -> None:
         with self._lock:
@@ -83,8 +89,9 @@ class InProcessQueue:
                 logger.exception("task %s crashed", getattr(job.task, "name", job.task))
             finally:
                 close_old_connections()
+                with self._lock:
+                    self._outstanding.discard(job)
                 job.done.set()
-                self._queue.task_done()
 
 
 inprocess_queue = InProcessQueue()
