@@ -133,6 +133,11 @@ class InMemoryChannelLayer(BaseChannelLayer):
 
     # --- groups extension ---
 
+    def has_members(self, group: str) -> bool:
+        """Whether anyone in this process listens to `group` (cheap, any thread)."""
+        with self._lock:
+            return bool(self._groups.get(group))
+
     async def group_add(self, group: str, channel: str) -> None:
         self.require_valid_group_name(group)
         self.require_valid_channel_name(channel)

@@ -15,6 +15,7 @@ from typing import Any
 
 from channels.layers import get_channel_layer
 
+from .layers import InMemoryChannelLayer
 from .streams import stream_track
 
 logger = logging.getLogger(__name__)
@@ -110,14 +111,32 @@ class _Sender:
 _sender = _Sender()
 
 
+# Events that keep the stream buffer in step must always go through the sender.
+_STREAM_EVENTS = frozenset({"message.chunk", "message.done"})
+
+
+def _nobody_listening(group: str, event: dict[str, Any]) -> bool:
+    """On the in-process layer, a group with no member in this process has no listener
+    anywhere: skip the hand-off to the sender thread (most of an append's cost when no
+    page is open). A client joining a moment later catches up from the database by seq."""
+    if event.get("type") in _STREAM_EVENTS:
+        return False
+    layer = get_channel_layer()
+    return isinstance(layer, InMemoryChannelLayer) and not layer.has_members(group)
+
+
 def broadcast_soon(session_id: int, event: dict[str, Any]) -> None:
     """From sync code: queue `event` for the session's watchers and return at once."""
+    if _nobody_listening(session_group(session_id), event):
+        return
     _sender.submit(session_id, event)
 
 
 def broadcast_group_soon(group: str, event: dict[str, Any]) -> None:
     """From sync code: queue `event` for another group (a chat_group), in the same order
     as session events."""
+    if _nobody_listening(group, event):
+        return
     _sender.submit(0, {**event, "__group__": group})
 
 
