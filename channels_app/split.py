@@ -7,7 +7,6 @@ renders as code.
 """
 from __future__ import annotations
 
-import re
 
 
 

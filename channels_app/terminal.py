@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import queue
 import sys
 import threading
 import time
