@@ -12,8 +12,8 @@ from django.views.decorators.http import require_http_methods
 from qorven.errors import NotFound
 from qorven.selectors import qor_get
 from sessions_app.channels import Channel
-from sessions_app.models import Message, Session
-from sessions_app.selectors import canonical_session_find, messages_read
+from sessions_app.models import Session
+from sessions_app.selectors import StoredMessage, canonical_session_find, messages_read
 from qorven.agent.gateway import inbound_accept
 from qorven.selectors import membership_get
 from qorven.trust import Trust
@@ -25,7 +25,7 @@ MAX_CONTENT = 100_000
 MAX_IDEMPOTENCY_KEY = 255
 
 
-def message_json(message: Message) -> dict[str, Any]:
+def message_json(message: StoredMessage) -> dict[str, Any]:
     return {
         "seq": message.seq,
         "role": message.role,

@@ -5,17 +5,18 @@ from __future__ import annotations
 
 from typing import Any
 
-from qorven.live import broadcast_group_soon, broadcast_soon, chat_group
+from qorven.live import broadcast_group_soon, broadcast_soon, chat_group, nobody_watches, session_group
 from sessions_app.models import Message, Session
+from sessions_app.selectors import StoredMessage
 
 
-def message_hidden(message: Message) -> bool:
+def message_hidden(message: StoredMessage) -> bool:
     """Tool calls and tool results are the Qor's working, not the conversation: surfaces
     do not show them (they still take a seq, so clients count them when catching up)."""
     return message.role == Message.Role.TOOL or bool(message.tool_calls)
 
 
-def message_event(message: Message) -> dict[str, Any]:
+def message_event(message: StoredMessage) -> dict[str, Any]:
     """The one shape of a message on every live surface (WebSocket, terminal, webchat)."""
     metadata = message.metadata or {}
     hidden = message_hidden(message)
@@ -34,7 +35,8 @@ def message_event(message: Message) -> dict[str, Any]:
 
 
 def on_message_appended(sender, message: Message, **kwargs) -> None:
-    broadcast_soon(message.session_id, message_event(message))
+    if not nobody_watches(session_group(message.session_id)):
+        broadcast_soon(message.session_id, message_event(message))
     session = message.session
     if message.seq == 1 and session.kind == Session.Kind.CANONICAL and session.user_id is not None:
         broadcast_group_soon(

@@ -39,7 +39,7 @@ from qorven.selectors import budget_exhausted, membership_get
 from qorven.services import usage_record
 from sessions_app.channels import Channel
 from sessions_app.models import Message, Session
-from sessions_app.selectors import canonical_session_find, messages_read
+from sessions_app.selectors import MessageRow, canonical_session_find, messages_read
 from sessions_app.services import image_prune, message_append, session_archive, session_resolve
 
 from .cron import CronError, cron_parse, tick_previous, timezone_parse
@@ -223,7 +223,7 @@ def _context(beat: Heartbeat, user: AbstractBaseUser | None, now: datetime) -> _
     sections.append("## Heartbeat\n" + CONTRACT.format(name=beat.name, audience=audience))
     sections.append(f"It is now {local:%A %Y-%m-%d %H:%M} ({zone_name}).")
 
-    recent: list[Message] = []
+    recent: list[MessageRow] = []
     reminders = []
     if user is not None:
         chat = canonical_session_find(tenant=beat.tenant, qor=qor, user=user)

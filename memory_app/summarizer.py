@@ -28,7 +28,7 @@ from qorven.llm import Completion, ContextLengthExceeded, ProviderUnavailable, p
 from qorven.models import Qor
 from qorven.services import usage_record
 from sessions_app.models import Message, Session
-from sessions_app.selectors import messages_read
+from sessions_app.selectors import MessageRow, StoredMessage, messages_read
 
 from .digest import DigestSpan, digest_plain_extract
 from .models import Memory
@@ -99,7 +99,7 @@ class Excerpt:
 
     after_seq: int
     through_seq: int
-    messages: list[Message]
+    messages: list[MessageRow]
     span: DigestSpan
 
     @property
@@ -115,7 +115,7 @@ class Condensed:
     memories: list[tuple[str, str]] = field(default_factory=list)  # (type, content)
 
 
-def is_visible(message: Message) -> bool:
+def is_visible(message: StoredMessage) -> bool:
     """Whether a message is conversation (not a notice, a command or its answer)."""
     meta = message.metadata if isinstance(message.metadata, dict) else {}
     return not (meta.get("notice") or meta.get("command"))
@@ -128,7 +128,7 @@ def estimate_tokens(text: str) -> int:
 def excerpt_read(*, session: Session, after_seq: int, through_seq: int, budget: int) -> Excerpt:
     """The oldest messages after `after_seq` (up to `through_seq`) whose transcript fits
     `budget` tokens; at least one message, so a run always moves forward."""
-    picked: list[Message] = []
+    picked: list[MessageRow] = []
     spent = 0
     last = after_seq
     cursor = after_seq
@@ -264,7 +264,7 @@ def _describe(exc: Exception) -> str:
     return str(exc)[:200]
 
 
-def _line(message: Message, qor_name: str) -> str:
+def _line(message: StoredMessage, qor_name: str) -> str:
     when = message.created_at.astimezone(UTC).strftime("%Y-%m-%d %H:%M")
     text = message.content or ""
     limit = LINE_MAX_CHARS
@@ -307,7 +307,7 @@ _FACT = re.compile(
 )
 
 
-def offline_flush(messages: list[Message]) -> list[tuple[str, str]]:
+def offline_flush(messages: list[MessageRow]) -> list[tuple[str, str]]:
     """The memory flush without a model: the user's sentences (not questions) that state
     a fact about themselves or ask to be reminded, kept verbatim with who said them, where
     and when."""

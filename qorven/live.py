@@ -115,14 +115,17 @@ _sender = _Sender()
 _STREAM_EVENTS = frozenset({"message.chunk", "message.done"})
 
 
-def _nobody_listening(group: str, event: dict[str, Any]) -> bool:
-    """On the in-process layer, a group with no member in this process has no listener
-    anywhere: skip the hand-off to the sender thread (most of an append's cost when no
-    page is open). A client joining a moment later catches up from the database by seq."""
-    if event.get("type") in _STREAM_EVENTS:
-        return False
+def nobody_watches(group: str) -> bool:
+    """True only when certainly nobody listens to `group`: on the in-process layer, a group
+    with no member in this process has no listener anywhere. Sync code skips building and
+    handing over events then (most of an append's cost when no page is open); a client
+    joining a moment later catches up from the database by seq."""
     layer = get_channel_layer()
     return isinstance(layer, InMemoryChannelLayer) and not layer.has_members(group)
+
+
+def _nobody_listening(group: str, event: dict[str, Any]) -> bool:
+    return event.get("type") not in _STREAM_EVENTS and nobody_watches(group)
 
 
 def broadcast_soon(session_id: int, event: dict[str, Any]) -> None:

@@ -2,7 +2,13 @@
 already obtained through one) explicitly; missing and foreign rows raise the same error."""
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
 from django.contrib.auth.models import AbstractBaseUser
+from django.db import connection
 
 from qorven.models import Qor, Tenant
 
@@ -36,6 +42,30 @@ def canonical_session_find(*, tenant: Tenant, qor: Qor, user: AbstractBaseUser) 
     ).first()
 
 
+@dataclass(frozen=True, slots=True)
+class MessageRow:
+    """A stored message as a reader sees it: what surfaces, summaries and commands read,
+    without a model instance (building fifty of those, and the ORM query around them,
+    was two thirds of a surface read). Read-only; write through the services."""
+
+    id: int
+    session_id: int
+    seq: int
+    role: str
+    content: str
+    channel: str
+    sender_name: str
+    created_at: datetime
+    tool_calls: list[dict[str, Any]] | None
+    tool_call_id: str
+    metadata: dict[str, Any]
+
+
+# What the readers of messages accept: a model instance (just appended, or from the
+# prompt's context read) or a row from messages_read.
+StoredMessage = Message | MessageRow
+
+
 def messages_read(
     *,
     session: Session,
@@ -43,7 +73,7 @@ def messages_read(
     after_seq: int | None = None,
     before_seq: int | None = None,
     limit: int = 50,
-) -> list[Message]:
+) -> list[MessageRow]:
     """A surface's slice of a session, oldest first.
 
     With `after_seq`: the first `limit` messages after it (catch-up). Otherwise the newest
@@ -53,16 +83,65 @@ def messages_read(
     """
     if limit <= 0:
         return []
-    qs = Message.objects.filter(session=session)
+    where, params = ["session_id = %s"], [session.pk]
     if channel:
-        qs = qs.filter(channel=channel)
+        where.append("channel = %s")
+        params.append(channel)
     if after_seq is not None:
-        return list(qs.filter(seq__gt=after_seq).order_by("seq")[:limit])
-    if before_seq is not None:
-        qs = qs.filter(seq__lt=before_seq)
-    newest = list(qs.order_by("-seq")[:limit])
-    newest.reverse()
-    return newest
+        where.append("seq > %s")
+        params.append(after_seq)
+    elif before_seq is not None:
+        where.append("seq < %s")
+        params.append(before_seq)
+    order = "ASC" if after_seq is not None else "DESC"
+    rows = _rows_read(f"WHERE {' AND '.join(where)} ORDER BY seq {order} LIMIT %s", [*params, limit], session.pk)
+    if after_seq is None:
+        rows.reverse()
+    return rows
+
+
+_ROW_FIELDS = [Message._meta.get_field(name) for name in (
+    "id", "seq", "role", "content", "channel", "sender_name", "created_at", "tool_calls", "tool_call_id", "metadata",
+)]
+_row_selects: dict[str, tuple[str, list[tuple[int, list[Callable[..., Any]], Any]]]] = {}
+
+
+def _rows_read(tail: str, params: list[Any], session_id: int) -> list[MessageRow]:
+    """`SELECT <the row's columns> FROM messages <tail>` as MessageRows.
+
+    The SELECT and each column's converters (the ones the ORM would apply: the backend's,
+    then the field's own, such as JSON decoding) are worked out once per vendor; the
+    columns the ORM leaves alone are taken as they come.
+    """
+    plan = _row_selects.get(connection.vendor)
+    if plan is None:
+        quote = connection.ops.quote_name
+        columns = ", ".join(quote(f.column) for f in _ROW_FIELDS)
+        converters = []
+        for i, field in enumerate(_ROW_FIELDS):
+            col = field.get_col(Message._meta.db_table)
+            found = connection.ops.get_db_converters(col) + col.get_db_converters(connection)
+            if found:
+                converters.append((i, found, col))
+        plan = _row_selects[connection.vendor] = (
+            f"SELECT {columns} FROM {quote(Message._meta.db_table)} ", converters
+        )
+    select, converters = plan
+    with connection.cursor() as cursor:
+        cursor.execute(select + tail, params)
+        rows = cursor.fetchall()
+    result = []
+    for row in rows:
+        if converters:
+            row = list(row)
+            for i, found, col in converters:
+                for convert in found:
+                    row[i] = convert(row[i], col, connection)
+        pk, seq, role, content, channel, sender, created_at, tool_calls, tool_call_id, metadata = row
+        result.append(MessageRow(
+            pk, session_id, seq, role, content, channel, sender, created_at, tool_calls, tool_call_id, metadata
+        ))
+    return result
 
 
 def context_read(

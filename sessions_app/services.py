@@ -12,12 +12,13 @@ from typing import Any
 
 from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser
-from django.db import IntegrityError, connection, transaction
+from django.db import DEFAULT_DB_ALIAS, IntegrityError, connections, transaction
 from django.db.models import Q
 from django.utils import timezone
 
 from qorven.models import Qor, Tenant
 
+from .append_statement import append_execute
 from .channels import CHAT_FAMILY, OWN_SESSION_CHANNELS
 from .errors import SessionClosed
 from .models import Image, Message, Session
@@ -96,11 +97,6 @@ def _get_or_create_active(lookup: dict[str, Any], defaults: dict[str, Any] | Non
         return Session.objects.get(**lookup)
 
 
-class _Duplicate(Exception):
-    def __init__(self, message: Message) -> None:
-        self.message = message
-
-
 def message_append(
     *,
     session: Session,
@@ -118,11 +114,11 @@ def message_append(
 ) -> AppendResult:
     """Append one message to `session` with the next seq.
 
-    Seq numbers are allocated by one `UPDATE … SET last_seq = last_seq + 1 … RETURNING`,
-    which takes the session's row lock on PostgreSQL (SQLite transactions are BEGIN
-    IMMEDIATE, so writers queue): concurrent appends get distinct, gap-free, increasing
-    seqs. A message whose (external_scope, external_id) was stored before is not stored
-    again: the first one is returned with `created=False`. Observers (live surfaces,
+    One statement takes the next seq from the session row and inserts the message
+    (sessions_app.append_statement), under the session's row lock on PostgreSQL and
+    SQLite's write lock: concurrent appends get distinct, gap-free, increasing seqs. A
+    message whose (external_scope, external_id) was stored before is not stored again:
+    the first one is returned with `created=False`. Observers (live surfaces,
     delivery to platforms) are told after commit, unless `notify` is False: imported
     history is stored without being broadcast or sent anywhere again.
     Raises SessionClosed if the session is archived.
@@ -133,85 +129,47 @@ def message_append(
         existing = _find_external(session.tenant_id, external_scope, external_id)
         if existing is not None:
             return AppendResult(existing, created=False)
+    values = {
+        "tenant_id": session.tenant_id,
+        "session_id": session.pk,
+        "role": role,
+        "content": content,
+        "channel": channel,
+        "sender_name": sender_name,
+        "created_at": created_at or timezone.now(),
+        "external_scope": external_scope,
+        "external_id": external_id,
+        "tool_calls": tool_calls,
+        "tool_call_id": tool_call_id,
+        "metadata": metadata or {},
+    }
+    db = connections[DEFAULT_DB_ALIAS]
     try:
-        with transaction.atomic():
-            seq = _allocate_seq(session.pk)
-            if external_id:
-                # Re-check under the session lock: a concurrent delivery may have won.
-                existing = _find_external(session.tenant_id, external_scope, external_id)
-                if existing is not None:
-                    raise _Duplicate(existing)
-            message = Message(
-                tenant_id=session.tenant_id,
-                session=session,
-                seq=seq,
-                role=role,
-                content=content,
-                channel=channel,
-                sender_name=sender_name,
-                created_at=created_at or timezone.now(),
-                external_scope=external_scope,
-                external_id=external_id,
-                tool_calls=tool_calls,
-                tool_call_id=tool_call_id,
-                metadata=metadata or {},
-            )
-            _insert(message)
-    except _Duplicate as dup:
-        return AppendResult(dup.message, created=False)
+        row = append_execute(db, session_id=session.pk, values=values)
     except IntegrityError:
-        # The same external id raced in through another session's lock; it is stored once.
+        # The same external id raced in (the unique index decided); it is stored once.
         existing = _find_external(session.tenant_id, external_scope, external_id) if external_id else None
         if existing is None:
             raise
         return AppendResult(existing, created=False)
+    if row is None:
+        raise SessionClosed(f"session {session.pk} is not active")
+    values["id"] = int(row[0])
+    seq = values["seq"] = int(row[1])
+    message = Message.from_db(db.alias, _FIELD_NAMES, [values[name] for name in _FIELD_NAMES])
+    _SESSION_FIELD.set_cached_value(message, session)  # observers read it without a query
     session.last_seq = seq
     if notify:
         transaction.on_commit(lambda: message_appended.send(sender=Message, message=message))
     return AppendResult(message, created=True)
 
 
-_INSERT_FIELDS = [f for f in Message._meta.concrete_fields if not f.primary_key]
-_insert_sql: dict[str, str] = {}
-
-
-def _insert(message: Message) -> None:
-    """INSERT one message with a statement prepared once per database vendor.
-
-    The same values Django's `save()` would write (each field's own db preparation), minus
-    the query compiler, which was half the cost of an append.
-    """
-    sql = _insert_sql.get(connection.vendor)
-    if sql is None:
-        quote = connection.ops.quote_name
-        columns = ", ".join(quote(f.column) for f in _INSERT_FIELDS)
-        marks = ", ".join(["%s"] * len(_INSERT_FIELDS))
-        sql = _insert_sql[connection.vendor] = (
-            f"INSERT INTO {quote(Message._meta.db_table)} ({columns}) VALUES ({marks}) RETURNING {quote('id')}"
-        )
-    params = [f.get_db_prep_save(getattr(message, f.attname), connection) for f in _INSERT_FIELDS]
-    with connection.cursor() as cursor:
-        cursor.execute(sql, params)
-        message.pk = cursor.fetchone()[0]
-    message._state.adding = False
-    message._state.db = connection.alias
+_FIELD_NAMES = [f.attname for f in Message._meta.concrete_fields]
+_SESSION_FIELD = Message._meta.get_field("session")
 
 
 def _find_external(tenant_id: int, scope: str, external_id: str) -> Message | None:
     return Message.objects.filter(tenant_id=tenant_id, external_scope=scope, external_id=external_id).first()
-
-
-def _allocate_seq(session_id: int) -> int:
-    table = connection.ops.quote_name(Session._meta.db_table)
-    with connection.cursor() as cursor:
-        cursor.execute(
-            f"UPDATE {table} SET last_seq = last_seq + 1 WHERE id = %s AND state = %s RETURNING last_seq",
-            [session_id, Session.State.ACTIVE],
-        )
-        row = cursor.fetchone()
-    if row is None:
-        raise SessionClosed(f"session {session_id} is not active")
-    return int(row[0])
 
 
 def turn_lease_acquire(*, session_id: int, owner: str, seconds: int) -> bool:

@@ -7,4 +7,5 @@ from __future__ import annotations
 
 from django.dispatch import Signal
 
-message_appended = Signal()
+# Cached receivers: one lookup per sender, not a walk over weak references per append.
+message_appended = Signal(use_caching=True)

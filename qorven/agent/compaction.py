@@ -19,7 +19,7 @@ from django.db import transaction
 from memory_app.compaction import CompactionFailed, RotateOutcome, compaction_rotate
 from sessions_app.errors import SessionClosed
 from sessions_app.models import Message, Session
-from sessions_app.selectors import messages_read, next_pending_user_message
+from sessions_app.selectors import MessageRow, StoredMessage, messages_read, next_pending_user_message
 from sessions_app.services import message_append
 
 from .prompt import Prompt, message_tokens
@@ -46,7 +46,7 @@ IN_PLACE_NOTICE = (
 FAILED_NOTICE = "I could not compact this conversation ({reason}); nothing was lost."
 
 
-def _counts(message: Message) -> bool:
+def _counts(message: StoredMessage) -> bool:
     meta = message.metadata if isinstance(message.metadata, dict) else {}
     return not (meta.get("notice") or meta.get("command"))
 
@@ -92,7 +92,7 @@ def auto_compaction_point(*, session: Session, budget: int) -> int | None:
     """
     keep_budget = int(budget * KEEP_FRACTION)
     total = 0
-    kept: list[Message] = []
+    kept: list[MessageRow] = []
     over = False
     for message in _newest_first(session):
         total += message_tokens(message)

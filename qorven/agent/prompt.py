@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sessions_app.models import Message, Session
-from sessions_app.selectors import context_read
+from sessions_app.selectors import StoredMessage, context_read
 
 from .tools import Tool
 
@@ -32,7 +32,7 @@ def estimate_tokens(text: str) -> int:
     return len(text) // 4 + 1
 
 
-def message_tokens(message: Message) -> int:
+def message_tokens(message: StoredMessage) -> int:
     known = message.metadata.get("tokens") if isinstance(message.metadata, dict) else None
     if isinstance(known, int) and known > 0:
         return known + _PER_MESSAGE_OVERHEAD

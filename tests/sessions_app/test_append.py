@@ -72,6 +72,36 @@ def test_appending_to_an_archived_session_is_refused(world):
 
 
 @pytest.mark.django_db(transaction=True)
+def test_outside_a_transaction_an_append_is_its_own_and_refuses_an_archived_session(world):
+    session = canonical(world)
+    stored = [message_append(session=session, role="user", content=f"m{i}", channel="web").message for i in range(3)]
+    assert [m.seq for m in stored] == [1, 2, 3]
+    assert list(Message.objects.filter(session=session).values_list("seq", "content")) == [
+        (1, "m0"), (2, "m1"), (3, "m2")
+    ]
+    session.refresh_from_db()
+    assert session.last_seq == 3
+    Session.objects.filter(pk=session.pk).update(state=Session.State.ARCHIVED)
+    with pytest.raises(SessionClosed):
+        message_append(session=session, role="user", content="late", channel="web")
+    session.refresh_from_db()
+    assert (session.last_seq, Message.objects.filter(session=session).count()) == (3, 3)
+
+
+def test_a_refused_append_leaves_the_callers_transaction_usable(world):
+    session = canonical(world)
+    message_append(session=session, role="user", content="x", channel="web")
+    with transaction.atomic():
+        # Another writer took seq 2 behind the session's back: the append is refused by
+        # the unique seq, and only its own savepoint is rolled back.
+        Message.objects.create(tenant=world.tenant_a, session=session, seq=2, role="user", content="y", channel="web")
+        Session.objects.filter(pk=session.pk).update(last_seq=1)
+        with pytest.raises(IntegrityError):
+            message_append(session=session, role="user", content="z", channel="web")
+        assert Message.objects.filter(session=session).count() == 2
+
+
+@pytest.mark.django_db(transaction=True)
 def test_observers_hear_of_an_append_only_after_commit(world):
     heard: list[int] = []
 

@@ -64,3 +64,20 @@ def test_per_channel_read_uses_the_surface_index(world):
             plan = " ".join(row[0] for row in cursor.fetchall())
             cursor.execute("RESET enable_seqscan; RESET enable_bitmapscan")
     assert "message_surface_seq_idx" in plan, plan
+
+
+def test_read_rows_carry_what_was_stored_decoded(world):
+    session = session_resolve(tenant=world.tenant_a, qor=world.qor_a, channel="web", user=world.alice)
+    calls = [{"id": "c1", "type": "function", "function": {"name": "memory_search", "arguments": "{}"}}]
+    stored = message_append(
+        session=session, role="assistant", content="", channel="telegram", sender_name="Aria",
+        tool_calls=calls, metadata={"reply_to": 3, "notice": ""},
+    ).message
+    message_append(session=session, role="tool", content="[]", channel="telegram", tool_call_id="c1")
+    first, second = messages_read(session=session, channel="telegram", limit=10)
+    assert (first.id, first.session_id, first.seq, first.role, first.sender_name) == (
+        stored.pk, session.pk, 1, "assistant", "Aria"
+    )
+    assert first.tool_calls == calls and first.metadata == {"reply_to": 3, "notice": ""}
+    assert first.created_at == stored.created_at and first.created_at.tzinfo is not None
+    assert (second.tool_calls, second.tool_call_id, second.metadata) == (None, "c1", {})
