@@ -16,6 +16,10 @@ A visitor without a token gets an anonymous chat of their own on their first mes
 user with no password and no membership (so no other way in), linked through a webchat
 Identity, and an `anon.…` token signed by Qorven that the embed keeps in the browser.
 Anonymous visitors have public trust.
+
+An embed is open to the whole web, so new anonymous visitors are limited per client
+address and messages per visitor (QORVEN_WEBCHAT_NEW_VISITOR_RATE / _MESSAGE_RATE),
+counted with django-ratelimit in the cache before anything is stored.
 """
 from __future__ import annotations
 
@@ -29,6 +33,8 @@ from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.core import signing
 from django.db import transaction
+from django.http import HttpRequest
+from django_ratelimit.core import get_usage
 
 from qorven.models import Membership
 from qorven.trust import Trust
@@ -42,9 +48,10 @@ _ANON_SALT = "qorven.webchat.anonymous-visitor"
 
 
 class WebchatRefused(Exception):
-    def __init__(self, status: int, reason: str) -> None:
+    def __init__(self, status: int, reason: str, *, retry_after: int | None = None) -> None:
         super().__init__(reason)
         self.status = status
+        self.retry_after = retry_after  # seconds, for a 429
 
 
 @dataclass(frozen=True)
@@ -78,6 +85,28 @@ def webchat_token_verify(*, secret: str, token: str, now: float | None = None) -
     if not user_id:
         raise WebchatRefused(403, "the visitor token names no user")
     return user_id
+
+
+def webchat_limit_new_visitor(request: HttpRequest, *, public_key: str) -> None:
+    """Count one new anonymous visitor from the request's client address on this webchat.
+    Raises WebchatRefused (429) past QORVEN_WEBCHAT_NEW_VISITOR_RATE."""
+    _limit(request, group=f"webchat.new-visitor.{public_key}", key="ip",
+           rate=settings.QORVEN_WEBCHAT_NEW_VISITOR_RATE, what="new chats from your address")
+
+
+def webchat_limit_message(request: HttpRequest, *, public_key: str, visitor: Visitor) -> None:
+    """Count one message of `visitor` on this webchat. Raises WebchatRefused (429) past
+    QORVEN_WEBCHAT_MESSAGE_RATE."""
+    user_id = visitor.owner.user.pk
+    _limit(request, group=f"webchat.message.{public_key}", key=lambda group, request: f"user:{user_id}",
+           rate=settings.QORVEN_WEBCHAT_MESSAGE_RATE, what="messages")
+
+
+def _limit(request: HttpRequest, *, group: str, key: object, rate: str, what: str) -> None:
+    usage = get_usage(request, group=group, key=key, rate=rate, increment=True)
+    if usage is not None and usage["should_limit"]:
+        wait = max(1, int(usage["time_left"]))
+        raise WebchatRefused(429, f"too many {what}: try again in {wait} seconds", retry_after=wait)
 
 
 def webchat_binding(*, public_key: str) -> ChannelBinding:

@@ -21,13 +21,22 @@ from sessions_app.channels import Channel
 from .chat import chat_send
 from .live import message_event
 from .views import CHANNEL_LABELS, history_response
-from .webchat import WebchatRefused, webchat_binding, webchat_visitor
+from .webchat import (
+    WebchatRefused,
+    webchat_binding,
+    webchat_limit_message,
+    webchat_limit_new_visitor,
+    webchat_visitor,
+)
 
 VISITOR_HEADER = "X-Qorven-Visitor"
 
 
 def _refused(exc: WebchatRefused) -> JsonResponse:
-    return JsonResponse({"error": str(exc)}, status=exc.status)
+    response = JsonResponse({"error": str(exc)}, status=exc.status)
+    if exc.retry_after is not None:
+        response["Retry-After"] = str(exc.retry_after)
+    return response
 
 
 @require_GET
@@ -86,7 +95,11 @@ def messages(request: HttpRequest, key: str) -> JsonResponse:
             return JsonResponse({"error": '"content" must be a string'}, status=400)
         if not content.strip():
             return JsonResponse({"error": "the message is empty"}, status=400)
+        if not token:
+            webchat_binding(public_key=key)  # an unknown webchat is a 404, not a count
+            webchat_limit_new_visitor(request, public_key=key)
         visitor = webchat_visitor(public_key=key, token=token, create=True)
+        webchat_limit_message(request, public_key=key, visitor=visitor)
     except WebchatRefused as exc:
         return _refused(exc)
     try:

@@ -162,6 +162,14 @@ QORVEN_LEGACY_SESSIONS = env.bool("QORVEN_LEGACY_SESSIONS", default=False)
 QORVEN_API_PAGE_MAX = env.int("QORVEN_API_PAGE_MAX", default=500)
 # The furthest ahead a webchat visitor token may expire, in seconds (channels_app/webchat.py).
 QORVEN_WEBCHAT_MAX_TTL = env.int("QORVEN_WEBCHAT_MAX_TTL", default=7 * 86400)
+# Webchat limits (django-ratelimit rates, "N/s|m|h|d"; counted in the cache): new anonymous
+# visitors per client address and webchat, and messages per visitor and webchat.
+QORVEN_WEBCHAT_NEW_VISITOR_RATE = env.str("QORVEN_WEBCHAT_NEW_VISITOR_RATE", default="10/h")
+QORVEN_WEBCHAT_MESSAGE_RATE = env.str("QORVEN_WEBCHAT_MESSAGE_RATE", default="20/m")
+# Behind a reverse proxy, the request header that holds the client address (e.g.
+# HTTP_X_REAL_IP); empty: the connection's own address.
+RATELIMIT_IP_META_KEY = env.str("QORVEN_CLIENT_IP_HEADER", default="") or None
+RATELIMIT_CACHE_PREFIX = "qorven-rl:"
 
 LOGGING = {
     "version": 1,

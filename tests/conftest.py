@@ -5,6 +5,7 @@ alice owns tenant A ("acme", Qor "aria"); bob is a member of A; charlie owns ten
 """
 from __future__ import annotations
 
+import uuid
 from dataclasses import dataclass
 
 import pytest
@@ -50,6 +51,13 @@ def database_vendor() -> str:
 def _fast_password_hashing(settings):
     # PBKDF2's deliberate slowness costs seconds per fixture set; tests don't need it.
     settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+
+
+@pytest.fixture(autouse=True)
+def _own_rate_limit_counters(settings):
+    # Rate-limit counters live in the cache, which outlives a test (and is shared with the
+    # broker's Redis in CI, so it is never flushed): each test counts under its own prefix.
+    settings.RATELIMIT_CACHE_PREFIX = f"test-rl-{uuid.uuid4().hex}:"
 
 
 @pytest.fixture(autouse=True)

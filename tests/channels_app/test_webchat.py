@@ -8,6 +8,7 @@ import time
 
 import pytest
 from asgiref.sync import async_to_sync, sync_to_async
+from django.contrib.auth import get_user_model
 from django.core.management import call_command
 
 from channels_app.models import ChannelBinding
@@ -90,6 +91,33 @@ def test_an_unsigned_visitor_gets_an_anonymous_chat_of_their_own(client, world, 
     assert other.json()["visitor"] != visitor
     assert [m["content"] for m in client.get(URL, HTTP_X_QORVEN_VISITOR=visitor).json()["messages"]][:2] == [
         "hi, who are you?", "me again"]
+
+
+def test_new_anonymous_visitors_are_limited_per_client_address(client, world, webchat, settings, drain):
+    settings.QORVEN_WEBCHAT_NEW_VISITOR_RATE = "2/h"
+    users_before = get_user_model().objects.count()
+    assert [send(client, f"visitor {i}").status_code for i in range(2)] == [201, 201]
+    refused = send(client, "a third new chat from the same address")
+    assert refused.status_code == 429
+    assert "too many new chats" in refused.json()["error"] and int(refused["Retry-After"]) > 0
+    drain()
+    assert not Message.objects.filter(content__startswith="a third").exists()
+    assert get_user_model().objects.count() == users_before + 2  # no visitor made for it
+    other_address = client.post(URL, data=json.dumps({"content": "from elsewhere"}),
+                                content_type="application/json", REMOTE_ADDR="203.0.113.9")
+    assert other_address.status_code == 201
+
+
+def test_a_visitor_sending_too_fast_is_told_to_wait_and_nothing_is_stored(client, world, webchat, settings, drain):
+    settings.QORVEN_WEBCHAT_MESSAGE_RATE = "3/m"
+    token = token_for("alice")
+    assert [send(client, f"quick {i}", token).status_code for i in range(3)] == [201, 201, 201]
+    refused = send(client, "one too many", token)
+    assert refused.status_code == 429 and "try again in" in refused.json()["error"]
+    assert send(client, "bob is counted on his own", token_for("bob")).status_code == 201
+    drain()
+    assert not Message.objects.filter(content="one too many").exists()
+    assert Message.objects.filter(content__startswith="quick").count() == 3
 
 
 def test_an_anonymous_token_works_only_on_its_own_webchat(client, world, webchat):
