@@ -5,6 +5,7 @@ import json
 from django import forms
 from django.contrib import admin, messages
 
+from qorven.admin_scoping import TenantScopedAdminMixin
 from qorven.errors import NotFound
 
 from .models import ChannelBinding, Identity, InboundEvent, OutboundDelivery, PairingRequest, PluginSetting
@@ -23,6 +24,13 @@ class BindingForm(forms.ModelForm):
     class Meta:
         model = ChannelBinding
         exclude = ["credentials", "webhook_secret"]
+
+    def clean(self):
+        data = super().clean()
+        tenant, qor = data.get("tenant"), data.get("qor")
+        if tenant is not None and qor is not None and qor.tenant_id != tenant.pk:
+            self.add_error("qor", "This Qor belongs to another tenant.")
+        return data
 
     def clean_new_credentials(self) -> dict:
         raw = self.cleaned_data.get("new_credentials", "").strip()
@@ -45,7 +53,7 @@ class BindingForm(forms.ModelForm):
 
 
 @admin.register(ChannelBinding)
-class ChannelBindingAdmin(admin.ModelAdmin):
+class ChannelBindingAdmin(TenantScopedAdminMixin, admin.ModelAdmin):
     form = BindingForm
     list_display = ["__str__", "tenant", "qor", "kind", "enabled", "unpaired_response", "credential_keys"]
     list_filter = ["kind", "enabled", "tenant"]
@@ -57,7 +65,7 @@ class ChannelBindingAdmin(admin.ModelAdmin):
 
 
 @admin.register(Identity)
-class IdentityAdmin(admin.ModelAdmin):
+class IdentityAdmin(TenantScopedAdminMixin, admin.ModelAdmin):
     list_display = ["__str__", "tenant", "display_name", "user", "trust_level", "approval", "updated_at"]
     list_filter = ["channel", "approval", "trust_level", "tenant"]
     search_fields = ["external_id", "display_name", "user__username"]
@@ -65,7 +73,10 @@ class IdentityAdmin(admin.ModelAdmin):
 
 
 @admin.register(PairingRequest)
-class PairingRequestAdmin(admin.ModelAdmin):
+class PairingRequestAdmin(TenantScopedAdminMixin, admin.ModelAdmin):
+    """The owner approves pairing here. A tenant admin's list is their tenants' requests, and
+    the actions only ever receive rows from that list."""
+
     list_display = ["code", "channel", "external_id", "tenant", "state", "expires_at", "attempts", "decided_by",
                     "decided_at"]
     list_filter = ["state", "channel", "tenant"]
@@ -75,11 +86,11 @@ class PairingRequestAdmin(admin.ModelAdmin):
     def has_add_permission(self, request) -> bool:
         return False
 
-    @admin.action(description="Approve (a new user is made for each sender)")
+    @admin.action(description="Approve (a new user is made for each sender)", permissions=["change"])
     def approve(self, request, queryset):
         self._decide(request, queryset, approve=True)
 
-    @admin.action(description="Deny")
+    @admin.action(description="Deny", permissions=["change"])
     def deny(self, request, queryset):
         self._decide(request, queryset, approve=False)
 
@@ -98,14 +109,16 @@ class PairingRequestAdmin(admin.ModelAdmin):
 
 
 @admin.register(PluginSetting)
-class PluginSettingAdmin(admin.ModelAdmin):
+class PluginSettingAdmin(TenantScopedAdminMixin, admin.ModelAdmin):
     list_display = ["tenant", "kind", "name", "enabled"]
     list_filter = ["kind", "enabled", "tenant"]
     list_editable = ["enabled"]
 
 
 @admin.register(InboundEvent)
-class InboundEventAdmin(admin.ModelAdmin):
+class InboundEventAdmin(TenantScopedAdminMixin, admin.ModelAdmin):
+    # The record that recognises a platform's retry: deleting it would let the retry in again.
+    tenant_admin_can_delete = False
     list_display = ["external_id", "binding", "tenant", "state", "result", "created_at"]
     list_filter = ["state", "result"]
     readonly_fields = [f.name for f in InboundEvent._meta.fields]
@@ -118,7 +131,9 @@ class InboundEventAdmin(admin.ModelAdmin):
 
 
 @admin.register(OutboundDelivery)
-class OutboundDeliveryAdmin(admin.ModelAdmin):
+class OutboundDeliveryAdmin(TenantScopedAdminMixin, admin.ModelAdmin):
+    # The record that keeps a reply from being sent twice.
+    tenant_admin_can_delete = False
     list_display = ["message", "part", "binding", "state", "attempts", "sent_at", "last_error"]
     list_filter = ["state"]
     readonly_fields = [f.name for f in OutboundDelivery._meta.fields]

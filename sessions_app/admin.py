@@ -4,13 +4,22 @@ from django.contrib import admin
 from django.urls import reverse
 from django.utils.html import format_html, format_html_join
 
+from qorven.admin_scoping import TenantScopedAdminMixin
+
 from .models import Image, Message, Session
 from .selectors import messages_read
 
 INLINE_MESSAGES = 200
 
 
-class ReadOnlyAdmin(admin.ModelAdmin):
+class ReadOnlyAdmin(TenantScopedAdminMixin, admin.ModelAdmin):
+    """The conversation store is written by its services only: here it is read, by the host
+    and by tenant admins for their own tenants. The overrides below win over the scoping
+    mixin's (which would let tenant admins change rows), and a tenant admin deletes no
+    conversation data: a session or message deleted here would be gone from every surface."""
+
+    tenant_admin_can_delete = False
+
     def has_add_permission(self, request, obj=None) -> bool:
         return False
 
@@ -28,7 +37,9 @@ class SessionAdmin(ReadOnlyAdmin):
 
     @admin.display(description=f"Messages (newest {INLINE_MESSAGES})")
     def recent_messages(self, obj: Session) -> str:
-        # Only the newest page inline: a long session must not render a million rows.
+        # Only the newest page inline: a long session must not render a million rows. The
+        # link's list is scoped like this page, so it shows this session's messages only to
+        # whoever may see the session.
         rows = messages_read(session=obj, limit=INLINE_MESSAGES)
         all_url = reverse("admin:sessions_app_message_changelist") + f"?session__id__exact={obj.pk}"
         body = format_html_join(
@@ -46,6 +57,7 @@ class SessionAdmin(ReadOnlyAdmin):
 
 @admin.register(Message)
 class MessageAdmin(ReadOnlyAdmin):
+    tenant_field = "tenant"  # each message carries its session's tenant: no join to scope the list
     list_display = ["session", "seq", "role", "channel", "sender_name", "short_content", "created_at"]
     list_filter = ["role", "channel"]
     list_select_related = ["session"]

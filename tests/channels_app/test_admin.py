@@ -1,9 +1,23 @@
 from __future__ import annotations
 
 import pytest
+from django.contrib.messages import get_messages
+from django.urls import reverse
 
-from channels_app.models import ChannelBinding, PairingRequest
+from channels_app.models import (
+    ChannelBinding,
+    Identity,
+    InboundEvent,
+    OutboundDelivery,
+    PairingRequest,
+    PluginSetting,
+)
+from channels_app.pairing import identity_get_or_create, pairing_request_for
+from channels_app.services import binding_create
+from qorven.models import Membership
+from sessions_app.services import message_append, session_resolve
 
+from ..factories.qorven import UserFactory
 from .payloads import post_telegram, telegram_update
 
 
@@ -45,3 +59,183 @@ def test_the_admin_approve_action_admits_the_sender(admin_client, world, telegra
     assert (pairing.state, pairing.decided_by, pairing.decided_via) == ("approved", world.alice, "admin")
     assert pairing.identity.user.username == "telegram-ravi"
     assert ChannelBinding.objects.count() == 1
+
+
+# --- A tenant admin: staff, not a superuser, owner of acme; sees acme's rows only. ---
+
+@pytest.fixture
+def tenant_admin(client, world):
+    world.alice.is_staff = True
+    world.alice.save(update_fields=["is_staff"])
+    client.force_login(world.alice)
+    return client
+
+
+@pytest.fixture
+def host(client, db):
+    client.force_login(UserFactory(username="root", is_staff=True, is_superuser=True))
+    return client
+
+
+@pytest.fixture
+def globex_telegram(world):
+    return binding_create(
+        tenant=world.tenant_b, qor=world.qor_b, kind="telegram", name="globex-bot",
+        credentials={"token": "999:ZZZ", "secret": "tg-secret-b", "username": "globex_bot"},
+    )
+
+
+@pytest.fixture
+def pending(world):
+    """A pending pairing request in each tenant: Ravi writes to acme, Mallory to globex."""
+    def ask(tenant, external_id, name):
+        identity = identity_get_or_create(tenant=tenant, channel="telegram", external_id=external_id,
+                                          display_name=name)
+        return pairing_request_for(identity=identity, text="hi").request
+
+    return {"acme": ask(world.tenant_a, "4242", "Ravi"), "globex": ask(world.tenant_b, "7777", "Mallory")}
+
+
+def url(name, *args):
+    return reverse(f"admin:channels_app_{name}", args=args)
+
+
+def listed(response) -> list:
+    assert response.status_code == 200
+    return list(response.context["cl"].result_list)
+
+
+def assert_not_found(client, name, pk) -> None:
+    """A row of another tenant answers exactly like a row that does not exist."""
+    missing, foreign = client.get(url(name, 10**9)), client.get(url(name, pk))
+    assert (foreign.status_code, foreign.url) == (missing.status_code, missing.url) == (302, reverse("admin:index"))
+    assert any(f"“{pk}” doesn’t exist" in str(m) for m in get_messages(foreign.wsgi_request))
+
+
+def test_a_tenant_admin_lists_only_their_tenants_channel_rows(tenant_admin, world, telegram, globex_telegram,
+                                                              pending):
+    PluginSetting.objects.create(tenant=world.tenant_a, kind="tool", name="web_search", enabled=False)
+    PluginSetting.objects.create(tenant=world.tenant_b, kind="tool", name="shell", enabled=False)
+
+    bindings = tenant_admin.get(url("channelbinding_changelist"))
+    assert listed(bindings) == [telegram]
+    identities = tenant_admin.get(url("identity_changelist"))
+    assert [i.external_id for i in listed(identities)] == ["4242"]
+    pairings = tenant_admin.get(url("pairingrequest_changelist"))
+    assert listed(pairings) == [pending["acme"]]
+    plugins = tenant_admin.get(url("pluginsetting_changelist"))
+    assert [p.name for p in listed(plugins)] == ["web_search"]
+    for page in (bindings, identities, pairings, plugins):
+        html = page.content.decode()
+        # Not in a row, nor in a tenant filter.
+        assert "globex" not in html and "Mallory" not in html and "7777" not in html and "shell" not in html
+    assert pending["acme"].code in pairings.content.decode()
+
+
+def test_another_tenants_channel_rows_are_not_found(tenant_admin, world, telegram, globex_telegram, pending):
+    foreign_plugin = PluginSetting.objects.create(tenant=world.tenant_b, kind="tool", name="shell")
+    for name, pk in [("channelbinding_change", globex_telegram.pk), ("channelbinding_delete", globex_telegram.pk),
+                     ("identity_change", pending["globex"].identity_id),
+                     ("pairingrequest_change", pending["globex"].pk), ("pluginsetting_change", foreign_plugin.pk)]:
+        assert_not_found(tenant_admin, name, pk)
+    assert tenant_admin.get(url("identity_change", pending["acme"].identity_id)).status_code == 200
+
+
+def test_a_tenant_admin_approves_their_own_pairing_request_in_the_admin(tenant_admin, world, pending):
+    response = tenant_admin.post(url("pairingrequest_changelist"), {
+        "action": "approve", "_selected_action": [pending["acme"].pk, pending["globex"].pk]}, follow=True)
+    assert "Approved 1 request(s)." in [str(m) for m in response.context["messages"]]
+
+    acme = PairingRequest.objects.select_related("identity__user").get(pk=pending["acme"].pk)
+    assert (acme.state, acme.decided_by, acme.decided_via) == ("approved", world.alice, "admin")
+    assert (acme.identity.approval, acme.identity.user.username) == ("approved", "telegram-ravi")
+    assert Membership.objects.filter(tenant=world.tenant_a, user=acme.identity.user).exists()
+
+    globex = PairingRequest.objects.select_related("identity").get(pk=pending["globex"].pk)
+    assert (globex.state, globex.decided_by, globex.identity.approval, globex.identity.user) == (
+        "pending", None, "pending", None)
+
+
+def test_a_tenant_admin_cannot_decide_another_tenants_pairing_request(tenant_admin, world, pending):
+    for action in ("approve", "deny"):
+        response = tenant_admin.post(url("pairingrequest_changelist"), {
+            "action": action, "_selected_action": [pending["globex"].pk]}, follow=True)
+        assert f"{'Approved' if action == 'approve' else 'Denied'} 0 request(s)." in [
+            str(m) for m in response.context["messages"]]
+    globex = PairingRequest.objects.get(pk=pending["globex"].pk)
+    assert (globex.state, globex.decided_at) == ("pending", None)
+    assert Identity.objects.get(pk=globex.identity_id).approval == "pending"
+    assert not Membership.objects.filter(tenant=world.tenant_b).exclude(user=world.charlie).exists()
+
+
+def test_a_tenant_admin_cannot_add_pairing_requests_events_or_deliveries(tenant_admin, world, telegram, pending):
+    assert tenant_admin.get(url("pairingrequest_add")).status_code == 403
+    assert tenant_admin.get(url("inboundevent_add")).status_code == 403
+    assert tenant_admin.get(url("outbounddelivery_add")).status_code == 403
+
+
+def test_inbound_events_and_deliveries_are_scoped_and_read_only(tenant_admin, world, telegram, globex_telegram):
+    ours = InboundEvent.objects.create(tenant=world.tenant_a, binding=telegram, external_id="u-1",
+                                       payload={"text": "hello from acme"})
+    InboundEvent.objects.create(tenant=world.tenant_b, binding=globex_telegram, external_id="u-2",
+                                payload={"text": "hello from globex"})
+    assert listed(tenant_admin.get(url("inboundevent_changelist"))) == [ours]
+
+    deliveries = {}
+    for tenant, qor, user, binding in [(world.tenant_a, world.qor_a, world.alice, telegram),
+                                       (world.tenant_b, world.qor_b, world.charlie, globex_telegram)]:
+        session = session_resolve(tenant=tenant, qor=qor, channel="telegram", user=user)
+        message = message_append(session=session, role="assistant", content="Hi", channel="telegram").message
+        deliveries[tenant.slug] = OutboundDelivery.objects.create(tenant=tenant, message=message, part=0,
+                                                                  binding=binding, target="42", text="Hi")
+    assert listed(tenant_admin.get(url("outbounddelivery_changelist"))) == [deliveries["acme"]]
+    assert_not_found(tenant_admin, "outbounddelivery_change", deliveries["globex"].pk)
+
+    page = tenant_admin.get(url("inboundevent_change", ours.pk)).content.decode()
+    assert "hello from acme" in page and 'name="_save"' not in page
+    assert tenant_admin.get(url("inboundevent_delete", ours.pk)).status_code == 403
+    assert tenant_admin.get(url("outbounddelivery_delete", deliveries["acme"].pk)).status_code == 403
+
+
+def test_a_tenant_admin_sees_no_secret_values_of_a_binding(tenant_admin, world, telegram, globex_telegram):
+    ChannelBinding.objects.filter(pk=telegram.pk).update(webhook_secret="wh-secret-a")
+    listing = tenant_admin.get(url("channelbinding_changelist")).content.decode()
+    page = tenant_admin.get(url("channelbinding_change", telegram.pk))
+    assert page.status_code == 200
+    html = page.content.decode()
+    for secret in ("111:AAA", "tg-secret-a", "wh-secret-a", "999:ZZZ", "tg-secret-b"):
+        assert secret not in listing and secret not in html
+    assert "secret, token, username" in html  # which keys are set, not their values
+
+
+def test_a_tenant_admins_binding_form_offers_only_their_tenant_and_qors(tenant_admin, world, telegram):
+    form = tenant_admin.get(url("channelbinding_change", telegram.pk)).context["adminform"].form
+    assert list(form.fields["tenant"].queryset) == [world.tenant_a]
+    assert list(form.fields["qor"].queryset) == [world.qor_a]
+
+    response = tenant_admin.post(url("channelbinding_change", telegram.pk), {
+        "tenant": world.tenant_b.pk, "qor": world.qor_b.pk, "kind": "telegram", "name": "moved",
+        "lookup_key": telegram.lookup_key, "unpaired_response": "code", "enabled": "on", "new_credentials": "",
+    })
+    assert response.status_code == 200
+    assert set(response.context["adminform"].form.errors) == {"tenant", "qor"}
+    telegram.refresh_from_db()
+    assert (telegram.tenant, telegram.qor, telegram.name) == (world.tenant_a, world.qor_a, "telegram")
+
+
+def test_a_binding_cannot_pair_a_tenant_with_another_tenants_qor(admin_client, world, telegram):
+    response = admin_client.post(f"/admin/channels_app/channelbinding/{telegram.pk}/change/", {
+        "tenant": world.tenant_a.pk, "qor": world.qor_b.pk, "kind": "telegram", "name": telegram.name,
+        "lookup_key": telegram.lookup_key, "unpaired_response": "code", "enabled": "on", "new_credentials": "",
+    })
+    assert response.status_code == 200
+    assert response.context["adminform"].form.errors["qor"] == ["This Qor belongs to another tenant."]
+    telegram.refresh_from_db()
+    assert telegram.qor == world.qor_a
+
+
+def test_a_superuser_sees_every_tenants_channel_rows(host, world, telegram, globex_telegram, pending):
+    assert set(listed(host.get(url("channelbinding_changelist")))) == {telegram, globex_telegram}
+    assert {i.external_id for i in listed(host.get(url("identity_changelist")))} == {"4242", "7777"}
+    assert set(listed(host.get(url("pairingrequest_changelist")))) == {pending["acme"], pending["globex"]}
+    assert host.get(url("pairingrequest_change", pending["globex"].pk)).status_code == 200

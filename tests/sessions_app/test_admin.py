@@ -1,0 +1,151 @@
+"""Sessions, messages and images in the admin: read-only for everyone, and a tenant admin
+sees only their own tenants' conversations."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pytest
+from django.contrib.messages import get_messages
+from django.urls import reverse
+
+from sessions_app.models import Image, Message, Session
+from sessions_app.services import message_append, session_resolve
+
+from ..factories.qorven import UserFactory
+
+pytestmark = pytest.mark.django_db
+
+
+@dataclass
+class Conversations:
+    acme: Session
+    globex: Session
+    acme_message: Message
+    globex_message: Message
+    acme_image: Image
+    globex_image: Image
+
+
+@pytest.fixture
+def conversations(world) -> Conversations:
+    acme = session_resolve(tenant=world.tenant_a, qor=world.qor_a, channel="web", user=world.alice)
+    acme_message = message_append(session=acme, role="user", content="Alice's bike is a Brompton", channel="web",
+                                  sender_name="Alice").message
+    message_append(session=acme, role="assistant", content="Noted: a folding bike.", channel="web")
+    globex = session_resolve(tenant=world.tenant_b, qor=world.qor_b, channel="web", user=world.charlie)
+    globex_message = message_append(session=globex, role="user", content="Globex's secret plans", channel="web",
+                                    sender_name="Charlie").message
+    return Conversations(
+        acme=acme, globex=globex, acme_message=acme_message, globex_message=globex_message,
+        acme_image=Image.objects.create(tenant=world.tenant_a, message=acme_message, mime_type="image/png",
+                                        data="aGk=", size=2),
+        globex_image=Image.objects.create(tenant=world.tenant_b, message=globex_message, mime_type="image/webp",
+                                          data="aGk=", size=2),
+    )
+
+
+@pytest.fixture
+def tenant_admin(client, world):
+    """alice, acme's owner, as a staff user: no superuser, no Django model permissions."""
+    world.alice.is_staff = True
+    world.alice.save(update_fields=["is_staff"])
+    client.force_login(world.alice)
+    return client
+
+
+@pytest.fixture
+def host(client):
+    client.force_login(UserFactory(username="root", is_staff=True, is_superuser=True))
+    return client
+
+
+def url(name: str, *args) -> str:
+    return reverse(f"admin:sessions_app_{name}", args=args)
+
+
+def listed(response) -> list:
+    assert response.status_code == 200
+    return list(response.context["cl"].result_list)
+
+
+def assert_not_found(client, name: str, pk: int) -> None:
+    """A row of another tenant answers exactly like a row that does not exist."""
+    missing = client.get(url(name, 10**9))
+    foreign = client.get(url(name, pk))
+    assert (foreign.status_code, foreign.url) == (missing.status_code, missing.url) == (302, reverse("admin:index"))
+    assert any(f"“{pk}” doesn’t exist" in str(m) for m in get_messages(foreign.wsgi_request))
+
+
+def test_a_tenant_admin_lists_only_their_tenants_sessions_messages_and_images(tenant_admin, conversations):
+    sessions = tenant_admin.get(url("session_changelist"))
+    assert listed(sessions) == [conversations.acme]
+    assert "globex" not in sessions.content.decode()  # neither a row nor a tenant filter choice
+
+    messages = tenant_admin.get(url("message_changelist"))
+    assert [m.content for m in listed(messages)] == ["Alice's bike is a Brompton", "Noted: a folding bike."]
+    page = messages.content.decode()
+    assert "Brompton" in page and "secret plans" not in page
+
+    images = tenant_admin.get(url("image_changelist"))
+    assert listed(images) == [conversations.acme_image]
+    assert "image/webp" not in images.content.decode() and "globex" not in images.content.decode()
+
+
+def test_the_all_messages_link_shows_only_the_tenant_admins_messages(tenant_admin, conversations):
+    page = tenant_admin.get(url("session_change", conversations.acme.pk))
+    assert page.status_code == 200
+    html = page.content.decode()
+    link = url("message_changelist") + f"?session__id__exact={conversations.acme.pk}"
+    assert f"<a href='{link}'>All 2 messages</a>" in html
+    assert "Alice&#x27;s bike is a Brompton" in html
+    assert [m.seq for m in listed(tenant_admin.get(link))] == [1, 2]
+
+    # The same link made for another tenant's session lists nothing.
+    foreign = tenant_admin.get(url("message_changelist") + f"?session__id__exact={conversations.globex.pk}")
+    assert listed(foreign) == []
+    assert "secret plans" not in foreign.content.decode()
+
+
+def test_another_tenants_session_message_or_image_is_not_found(tenant_admin, conversations):
+    for name, pk in [("session_change", conversations.globex.pk), ("session_history", conversations.globex.pk),
+                     ("message_change", conversations.globex_message.pk),
+                     ("image_change", conversations.globex_image.pk)]:
+        assert_not_found(tenant_admin, name, pk)
+    own = tenant_admin.get(url("message_change", conversations.acme_message.pk))
+    assert own.status_code == 200 and "Alice&#x27;s bike is a Brompton" in own.content.decode()
+
+
+def test_a_tenant_admin_can_neither_change_nor_delete_conversations(tenant_admin, conversations):
+    page = tenant_admin.get(url("session_change", conversations.acme.pk)).content.decode()
+    assert 'name="_save"' not in page and 'name="state"' not in page  # a view, not a form
+    assert tenant_admin.get(url("session_add")).status_code == 403
+    assert tenant_admin.get(url("message_add")).status_code == 403
+    for name, pk in [("session_delete", conversations.acme.pk), ("message_delete", conversations.acme_message.pk),
+                     ("image_delete", conversations.acme_image.pk)]:
+        assert tenant_admin.get(url(name, pk)).status_code == 403
+
+    changelist = tenant_admin.get(url("message_changelist")).content.decode()
+    assert "delete_selected" not in changelist
+    tenant_admin.post(url("message_changelist"), {"action": "delete_selected",
+                                                  "_selected_action": [conversations.acme_message.pk]})
+    tenant_admin.post(url("session_change", conversations.acme.pk), {"state": "archived"})
+    conversations.acme.refresh_from_db()
+    assert conversations.acme.state == "active"
+    assert Message.objects.filter(session=conversations.acme).count() == 2
+
+
+def test_a_plain_member_gets_no_conversations(client, world, conversations):
+    world.bob.is_staff = True
+    world.bob.save(update_fields=["is_staff"])
+    client.force_login(world.bob)  # a member of acme, not an admin of it
+    assert client.get(url("session_changelist")).status_code == 403
+    assert client.get(url("message_changelist")).status_code == 403
+
+
+def test_a_superuser_sees_every_tenants_conversations_still_read_only(host, conversations):
+    assert set(listed(host.get(url("session_changelist")))) == {conversations.acme, conversations.globex}
+    assert len(listed(host.get(url("message_changelist")))) == 3
+    page = host.get(url("session_change", conversations.globex.pk))
+    assert page.status_code == 200 and "Globex&#x27;s secret plans" in page.content.decode()
+    assert 'name="_save"' not in page.content.decode()
+    assert host.get(url("session_add")).status_code == 403
