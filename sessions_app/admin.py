@@ -63,6 +63,9 @@ class MessageAdmin(ReadOnlyAdmin):
     list_select_related = ["session"]
     readonly_fields = [f.name for f in Message._meta.fields]
     show_full_result_count = False
+    # The model's order, by the columns of the (session, seq) index: ordering by "session"
+    # would join the sessions table and sort the whole list by it.
+    ordering = ["session_id", "seq"]
 
     @admin.display(description="content")
     def short_content(self, obj: Message) -> str:
