@@ -5,6 +5,10 @@ Cost control, cheapest first: a paused beat or a tick already claimed does nothi
 tenant budget or a beat whose inputs have not changed since its last HEARTBEAT_OK is
 recorded as skipped without a model call; an answer of HEARTBEAT_OK is recorded and not
 delivered. The reserved clear-images beat never calls a model.
+
+Due reminders reach the user once: a run that delivers its answer marks the reminders it
+had in view as done; a run that delivers nothing (skipped, failed, HEARTBEAT_OK, no
+delivery target) leaves them due for the next one.
 """
 from __future__ import annotations
 
@@ -89,6 +93,8 @@ class _Outcome:
     delivered: Message | None = None
     inputs_hash: str | None = None  # None: leave the beat's hash as it is
     spent: _Spent = field(default_factory=_Spent)
+    reminders_done: list[int] = field(default_factory=list)  # reminders the delivered answer had in view
+    at: datetime | None = None  # when the run looked at its inputs
 
 
 def run_heartbeat(
@@ -199,13 +205,14 @@ def _execute(beat: Heartbeat, run: HeartbeatRun, spent: _Spent, *, manual: bool)
                         spent=spent)
     delivered, error = _deliver(beat, run, content)
     return _Outcome(HeartbeatRun.Status.OK, output=content, error=error, session=session, delivered=delivered,
-                    inputs_hash="", spent=spent)
+                    inputs_hash="", spent=spent, reminders_done=context.reminder_ids if delivered else [], at=now)
 
 
 @dataclass
 class _Context:
     system: str
     fingerprint: dict[str, Any]
+    reminder_ids: list[int] = field(default_factory=list)
 
 
 def _context(beat: Heartbeat, user: AbstractBaseUser | None, now: datetime) -> _Context:
@@ -215,7 +222,8 @@ def _context(beat: Heartbeat, user: AbstractBaseUser | None, now: datetime) -> _
 
     qor = beat.qor
     zone_name = heartbeat_timezone(beat)
-    local = now.astimezone(timezone_parse(zone_name))
+    zone = timezone_parse(zone_name)
+    local = now.astimezone(zone)
     audience = (user.get_full_name() or user.get_username()) if user is not None else "anyone"
     sections = [qor.system_prompt.strip()]
     if qor.project_context.strip():
@@ -234,7 +242,11 @@ def _context(beat: Heartbeat, user: AbstractBaseUser | None, now: datetime) -> _
             ]
         reminders = reminders_due(tenant=beat.tenant, qor=qor, user=user, now=now)
     if reminders:
-        sections.append("## Reminders that are due\n" + "\n".join(f"- {r.content}" for r in reminders))
+        sections.append(
+            f"## Reminders that are due\n{audience} asked to be reminded of these and their time has come: "
+            "remind them in your message.\n"
+            + "\n".join(f"- {r.content} (due {r.period_start.astimezone(zone):%a %Y-%m-%d %H:%M})" for r in reminders)
+        )
     if recent:
         lines = [
             f"[{m.channel}] {(m.sender_name or 'user') if m.role == Message.Role.USER else 'you'}: "
@@ -247,7 +259,8 @@ def _context(beat: Heartbeat, user: AbstractBaseUser | None, now: datetime) -> _
         "recent": [(m.session_id, m.seq) for m in recent],
         "reminders": [(r.pk, r.content) for r in reminders],
     }
-    return _Context(system="\n\n".join(s for s in sections if s), fingerprint=fingerprint)
+    return _Context(system="\n\n".join(s for s in sections if s), fingerprint=fingerprint,
+                    reminder_ids=[r.pk for r in reminders])
 
 
 def _converse(
@@ -348,7 +361,10 @@ def _clear_images(beat: Heartbeat) -> _Outcome:
 
 
 def _finish(beat: Heartbeat, run: HeartbeatRun, started: float, outcome: _Outcome) -> None:
-    """Record the outcome on the run and on the beat, in one transaction."""
+    """Record the outcome on the run and on the beat, and mark the reminders a delivered
+    answer brought up as done, in one transaction."""
+    from memory_app.services import reminders_mark_done
+
     now = timezone.now()
     duration = int((time.monotonic() - started) * 1000)
     tokens = outcome.spent.tokens
@@ -367,6 +383,8 @@ def _finish(beat: Heartbeat, run: HeartbeatRun, started: float, outcome: _Outcom
         if outcome.inputs_hash is not None:
             fields["last_inputs_hash"] = outcome.inputs_hash
         Heartbeat.objects.filter(pk=beat.pk).update(**fields)
+        if outcome.reminders_done:
+            reminders_mark_done(tenant=beat.tenant, reminder_ids=outcome.reminders_done, at=outcome.at or now)
         _prune_runs(beat)
 
 

@@ -26,7 +26,7 @@ from sessions_app.services import message_append, session_compaction_advance, se
 
 from .digest import DigestSpan, digest_plain_extract
 from .models import Memory
-from .services import memory_add
+from .services import memory_add, reminder_add
 from .summarizer import CompactionFailed, Condensed, condense, excerpt_read, input_budget
 
 logger = logging.getLogger(__name__)
@@ -141,15 +141,19 @@ def compaction_rotate(*, session: Session) -> RotateOutcome | None:
 
 
 def _store(session: Session, condensed: Condensed) -> int:
-    """The flushed memories and the run's conversation digest; returns how many are new."""
+    """The flushed memories and the run's conversation digest; returns how many are new.
+    A memory covers the run's date range, except a reminder with a due time: its period
+    starts when it comes due, and stays open until it has reached the user."""
     span = condensed.excerpt.span
-    common = dict(
-        tenant=session.tenant, qor=session.qor, user=session.user, channels=span.channels,
-        period_start=span.first_at, period_end=span.last_at, source_session_id=session.pk,
-    )
+    owner = dict(tenant=session.tenant, qor=session.qor, user=session.user, channels=span.channels,
+                 source_session_id=session.pk)
+    common = dict(owner, period_start=span.first_at, period_end=span.last_at)
     stored = 0
-    for kind, content in condensed.memories:
-        stored += memory_add(type=kind, content=content, **common)[1]
+    for memory in condensed.memories:
+        if memory.due is not None:
+            stored += reminder_add(content=memory.content, due=memory.due, **owner)[1]
+        else:
+            stored += memory_add(type=memory.type, content=memory.content, **common)[1]
     if condensed.digest.strip():
         stored += memory_add(type=Memory.Type.CONVERSATION_DIGEST, content=condensed.digest, **common)[1]
     return stored

@@ -1,7 +1,14 @@
-"""Reminders that have come due, for scheduled work (heartbeats) to act on."""
+"""Reminders: the time a reminder comes due, and the reminders that have come due, for
+scheduled work (heartbeats) to act on.
+
+A reminder's due time is its `period_start`; a reminder that has reached the user (or has
+lapsed) has a `period_end` in the past. A reminder with no `period_start` is undated: it is
+kept in memory but never comes due by itself.
+"""
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import date, datetime, time, tzinfo
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from django.contrib.auth.models import AbstractBaseUser
 from django.db.models import Q
@@ -9,6 +16,44 @@ from django.db.models import Q
 from qorven.models import Qor, Tenant
 
 from .models import Memory
+
+# A due date without a time: the reminder comes due at this local time that day.
+DATE_ONLY_AT = time(9, 0)
+
+
+class DueError(ValueError):
+    """A due time that cannot be read; the message says what to write instead."""
+
+
+def tenant_zone(tenant: Tenant) -> ZoneInfo:
+    """The tenant's timezone (the one naive due times are read in); UTC when unset or unknown."""
+    try:
+        return ZoneInfo(tenant.timezone or "UTC")
+    except (ZoneInfoNotFoundError, ValueError):
+        return ZoneInfo("UTC")
+
+
+def due_parse(text: str, *, zone: tzinfo) -> datetime:
+    """An ISO 8601 due time as an aware datetime. A date-time with an offset (or Z) is
+    taken as it is; one without is local time in `zone`; a bare date means 09:00 local
+    that day. Raises DueError with a reason a person (or a model) can act on."""
+    if not isinstance(text, str) or not text.strip():
+        raise DueError("due must be an ISO 8601 date (2026-03-14) or date-time (2026-03-14T15:30)")
+    text = text.strip()
+    try:
+        day = date.fromisoformat(text)
+    except ValueError:
+        pass
+    else:
+        return datetime.combine(day, DATE_ONLY_AT, tzinfo=zone)
+    try:
+        moment = datetime.fromisoformat(text)
+    except ValueError:
+        raise DueError(
+            f"due {text!r} is not an ISO 8601 date or date-time; write e.g. 2026-03-14 (09:00 that day), "
+            "2026-03-14T15:30 (local time) or 2026-03-14T15:30+01:00, working relative dates out first"
+        ) from None
+    return moment if moment.tzinfo is not None else moment.replace(tzinfo=zone)
 
 
 def reminders_due(
@@ -20,6 +65,6 @@ def reminders_due(
         Memory.objects.filter(
             tenant=tenant, qor=qor, user=user, type=Memory.Type.REMINDER, period_start__lte=now
         )
-        .filter(Q(period_end__isnull=True) | Q(period_end__gte=now))
+        .filter(Q(period_end__isnull=True) | Q(period_end__gt=now))
         .order_by("period_start", "id")[:limit]
     )

@@ -16,6 +16,8 @@ from datetime import datetime
 
 from django.contrib.auth.models import AbstractBaseUser
 from django.db import IntegrityError, connection, transaction
+from django.db.models import Q
+from django.utils import timezone
 
 from qorven.models import Qor, Tenant
 
@@ -78,6 +80,45 @@ def memory_add(
     except IntegrityError:
         return Memory.objects.get(**lookup), False
     return memory, True
+
+
+@transaction.atomic
+def reminder_add(
+    *,
+    tenant: Tenant,
+    qor: Qor,
+    user: AbstractBaseUser | None,
+    content: str,
+    due: datetime,
+    channels: Iterable[str] = (),
+    source_session_id: int | None = None,
+) -> tuple[Memory, bool]:
+    """Store a reminder that comes due at `due` (its period_start). A reminder the user
+    already has (the same normalised text) with another due time is moved to `due` and
+    armed again, so "remind me to water the plants" said again for next week comes due
+    again. Returns (memory, created)."""
+    memory, created = memory_add(
+        tenant=tenant, qor=qor, user=user, type=Memory.Type.REMINDER, content=content, channels=channels,
+        period_start=due, source_session_id=source_session_id,
+    )
+    if not created and memory.period_start != due:
+        memory.period_start, memory.period_end = due, None
+        memory.save(update_fields=["period_start", "period_end", "updated_at"])
+    return memory, created
+
+
+def reminders_mark_done(*, tenant: Tenant, reminder_ids: Iterable[int], at: datetime) -> int:
+    """Mark reminders as done at `at` (they have reached the user): their period ends
+    then, so they no longer come due. Reminders already done stay as they were; returns
+    how many were marked."""
+    ids = list(reminder_ids)
+    if not ids:
+        return 0
+    return (
+        Memory.objects.filter(tenant=tenant, type=Memory.Type.REMINDER, pk__in=ids)
+        .filter(Q(period_end__isnull=True) | Q(period_end__gt=at))
+        .update(period_end=at, updated_at=timezone.now())
+    )
 
 
 @transaction.atomic

@@ -4,7 +4,9 @@ Two steps, both on the Qor's `summarizer` model route:
 
 1. the **memory flush** extracts the facts, reminders and open tasks of the run into
    memories, as JSON validated against a strict schema (one repair attempt; a flush that
-   still fails raises CompactionFailed, so nothing is compacted and nothing is lost);
+   still fails raises CompactionFailed, so nothing is compacted and nothing is lost); a
+   reminder or open task may carry a due time, read like the `remember` tool's (a due
+   time that cannot be read, or has already passed, leaves it undated: never a failure);
 2. the **summary** gives a digest of the run (stored as a `conversation_digest` memory
    with its date range and channels) and the updated running note the prompt carries.
 
@@ -17,12 +19,13 @@ import json
 import logging
 import re
 from dataclasses import dataclass, field
-from datetime import UTC
-from typing import Annotated, Any
+from datetime import UTC, datetime, tzinfo
+from typing import Annotated, Any, NamedTuple
 
 from asgiref.sync import async_to_sync
 from django.conf import settings
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError
+from django.utils import timezone
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError, field_validator
 
 from qorven.llm import Completion, ContextLengthExceeded, ProviderUnavailable, provider_for, route_for
 from qorven.models import Qor
@@ -32,6 +35,7 @@ from sessions_app.selectors import MessageRow, StoredMessage, messages_read
 
 from .digest import DigestSpan, digest_plain_extract
 from .models import Memory
+from .reminders import DueError, due_parse, tenant_zone
 
 logger = logging.getLogger(__name__)
 
@@ -53,14 +57,37 @@ class CompactionFailed(Exception):
     Nothing was stored; the messages stay in the prompt's reach and are retried later."""
 
 
+class DatedItem(BaseModel):
+    """A reminder or open task with the time it comes due."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    text: Item
+    due: str | None = Field(
+        default=None,
+        description="ISO 8601: 2026-03-14T15:30 (the user's local time) or 2026-03-14 (no time of day stated)",
+    )
+
+    @field_validator("due", mode="before")
+    @classmethod
+    def _any_due(cls, value: object) -> object:
+        # A due time the model wrote wrongly must not fail the flush: it is read (or
+        # dropped) after validation, and the item kept either way.
+        return value if isinstance(value, str) else None
+
+
 class FlushResult(BaseModel):
     """What the memory flush must answer: every key present, nothing else."""
 
     model_config = ConfigDict(extra="forbid", strict=True)
 
     facts: list[Item] = Field(max_length=50, description="durable facts about the user and their world")
-    reminders: list[Item] = Field(max_length=50, description="things to remind the user of, with dates as stated")
-    open_tasks: list[Item] = Field(max_length=50, description="tasks committed to and not done yet")
+    reminders: list[Item | DatedItem] = Field(
+        max_length=50, description="things to remind the user of, with dates as stated, and when they are due"
+    )
+    open_tasks: list[Item | DatedItem] = Field(
+        max_length=50, description="tasks committed to and not done yet, and when they are due"
+    )
 
 
 class SummaryResult(BaseModel):
@@ -79,6 +106,11 @@ accounts, plans, decisions);
 - open_tasks: tasks the user or the assistant committed to that are not done yet.
 Write each item as one self-contained sentence that names the user. Use [] when there are \
 none. Never invent anything that is not in the excerpt.
+A reminder or open task that has a time (when to remind the user, a deadline) is an object \
+{{"text": "the sentence", "due": "the time"}} with the time in ISO 8601: 2026-03-14T15:30 in \
+the user's local time ({zone}), or just the date, 2026-03-14, when no time of day was \
+stated. Work relative times ("tomorrow", "in two hours") out from the time of the message \
+that states them (message times are UTC). Without a time, give the plain sentence.
 Reply with one JSON object and nothing else, matching this JSON Schema:
 {schema}"""
 
@@ -107,12 +139,20 @@ class Excerpt:
         return sorted(self.span.channels)
 
 
+class FlushedMemory(NamedTuple):
+    """One memory the flush found; `due` is when a reminder comes due (None: undated)."""
+
+    type: str
+    content: str
+    due: datetime | None = None
+
+
 @dataclass
 class Condensed:
     excerpt: Excerpt
     note: str
     digest: str  # the conversation_digest memory's text: header, then the summary
-    memories: list[tuple[str, str]] = field(default_factory=list)  # (type, content)
+    memories: list[FlushedMemory] = field(default_factory=list)
 
 
 def is_visible(message: StoredMessage) -> bool:
@@ -176,9 +216,10 @@ def condense(*, session: Session, excerpt: Excerpt, previous_note: str) -> Conde
         note = _clip_tail("\n".join(p for p in (previous_note.strip(), extract) if p), NOTE_MAX_CHARS)
         return Condensed(excerpt, note=note, digest=extract, memories=offline_flush(excerpt.messages))
     transcript = "\n".join(_line(m, qor.name) for m in excerpt.messages)
+    zone, now = tenant_zone(session.tenant), timezone.now()
     flush = _ask(
         session, FlushResult,
-        FLUSH_INSTRUCTIONS.format(schema=json.dumps(FlushResult.model_json_schema())),
+        FLUSH_INSTRUCTIONS.format(zone=_zone_label(zone, now), schema=json.dumps(FlushResult.model_json_schema())),
         f"Conversation excerpt (oldest first):\n{transcript}",
         step="memory flush",
     )
@@ -189,15 +230,41 @@ def condense(*, session: Session, excerpt: Excerpt, previous_note: str) -> Conde
         f"Conversation excerpt (oldest first):\n{transcript}",
         step="summary",
     )
-    memories = [(Memory.Type.FACT, f) for f in flush.facts]
-    memories += [(Memory.Type.REMINDER, r) for r in flush.reminders]
-    memories += [(Memory.Type.REMINDER, _open_task(t)) for t in flush.open_tasks]
+    memories = [FlushedMemory(Memory.Type.FACT, f) for f in flush.facts]
+    for item in flush.reminders:
+        memories.append(FlushedMemory(Memory.Type.REMINDER, _text(item), _due(item, zone, now)))
+    for item in flush.open_tasks:
+        memories.append(FlushedMemory(Memory.Type.REMINDER, _open_task(_text(item)), _due(item, zone, now)))
     digest = _clip(f"{header}\n{summary.digest}", DIGEST_MAX_CHARS)
     return Condensed(excerpt, note=_clip(summary.note, NOTE_MAX_CHARS), digest=digest, memories=memories)
 
 
 def _open_task(text: str) -> str:
     return text if text.lower().startswith("open task") else f"Open task: {text}"
+
+
+def _text(item: str | DatedItem) -> str:
+    return item if isinstance(item, str) else item.text
+
+
+def _due(item: str | DatedItem, zone: tzinfo, now: datetime) -> datetime | None:
+    """When a flushed reminder comes due. None (undated) when no time was given, when it
+    cannot be read, or when it has already passed: by the time a conversation is condensed,
+    a time gone by was dealt with in it (or the `remember` tool already scheduled it), and
+    bringing it up again later would only repeat it."""
+    if isinstance(item, str) or item.due is None:
+        return None
+    try:
+        due = due_parse(item.due, zone=zone)
+    except DueError as exc:
+        logger.info("memory flush: keeping a reminder undated: %s", exc)
+        return None
+    return due if due > now else None
+
+
+def _zone_label(zone: tzinfo, now: datetime) -> str:
+    offset = now.astimezone(zone).strftime("%z")
+    return f"{getattr(zone, 'key', zone)}, now UTC{offset[:3]}:{offset[3:]}"
 
 
 def _ask(session: Session, schema: type[BaseModel], instructions: str, content: str, *, step: str) -> Any:
@@ -307,11 +374,11 @@ _FACT = re.compile(
 )
 
 
-def offline_flush(messages: list[MessageRow]) -> list[tuple[str, str]]:
+def offline_flush(messages: list[MessageRow]) -> list[FlushedMemory]:
     """The memory flush without a model: the user's sentences (not questions) that state
     a fact about themselves or ask to be reminded, kept verbatim with who said them, where
     and when."""
-    found: list[tuple[str, str]] = []
+    found: list[FlushedMemory] = []
     for message in messages:
         if message.role != Message.Role.USER:
             continue
@@ -327,7 +394,7 @@ def offline_flush(messages: list[MessageRow]) -> list[tuple[str, str]]:
                 continue
             when = message.created_at.astimezone(UTC).strftime("%Y-%m-%d")
             who = message.sender_name or "The user"
-            found.append((kind, _clip(f"{who} said on {message.channel} ({when}): {sentence}", 1_000)))
+            found.append(FlushedMemory(kind, _clip(f"{who} said on {message.channel} ({when}): {sentence}", 1_000)))
             if len(found) >= OFFLINE_MAX_ITEMS:
                 return found
     return found

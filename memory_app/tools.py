@@ -1,12 +1,21 @@
 """Memory tools for the agent: search and remember."""
 from __future__ import annotations
 
+from datetime import timedelta
+
+from django.utils import timezone
+
 from qorven.agent.tools import ToolContext, ToolError, tool
 from qorven.trust import Trust
 
 from .models import Memory
+from .reminders import DueError, due_parse, tenant_zone
 from .selectors import memory_search, skill_get, skills_for
-from .services import memory_add
+from .services import memory_add, reminder_add
+
+# A due time this far back is still taken (it comes due at once): "today" at 09:00 said
+# in the afternoon. Further back it is refused, as a date worked out wrong.
+DUE_PAST_TOLERANCE = timedelta(days=1)
 
 
 @tool(
@@ -40,12 +49,24 @@ def memory_search_tool(ctx: ToolContext, args: dict) -> dict:
 
 @tool(
     name="remember",
-    description="Save a fact about the user or a lesson learned to long-term memory, for future conversations.",
+    description=(
+        "Save a fact about the user, a lesson learned or a reminder to long-term memory, for future "
+        "conversations. For a reminder, give `due`: once that time has come, the user's next heartbeat "
+        "(a scheduled check-in that messages them) brings the reminder up, once."
+    ),
     parameters={
         "type": "object",
         "properties": {
             "content": {"type": "string", "description": "the note, one self-contained sentence"},
             "type": {"type": "string", "enum": ["fact", "lesson", "reminder"]},
+            "due": {
+                "type": "string",
+                "description": (
+                    "reminders only: when to remind the user, as an ISO 8601 date-time (2026-03-14T15:30, "
+                    "local time as current_time gives it, unless it has an offset such as +01:00) or date "
+                    "(2026-03-14, meaning 09:00 local time); work relative times ('tomorrow') out first"
+                ),
+            },
         },
         "required": ["content"],
     },
@@ -54,17 +75,37 @@ def memory_search_tool(ctx: ToolContext, args: dict) -> dict:
 def remember_tool(ctx: ToolContext, args: dict) -> dict:
     content = args.get("content")
     kind = args.get("type", Memory.Type.FACT)
+    due_text = args.get("due")
+    if isinstance(due_text, str) and not due_text.strip():
+        due_text = None  # an optional argument sent empty: not a due time
     if not isinstance(content, str) or not content.strip():
         raise ToolError("content must be a non-empty string")
     if kind not in (Memory.Type.FACT, Memory.Type.LESSON, Memory.Type.REMINDER):
         raise ToolError("type must be one of: fact, lesson, reminder")
+    if due_text is not None and kind != Memory.Type.REMINDER:
+        raise ToolError(f"due is only for reminders; save this with type reminder, or without due as a {kind}")
     if ctx.user is None:
         raise ToolError("there is no known user to remember this for")
-    memory, created = memory_add(
-        tenant=ctx.tenant, qor=ctx.qor, user=ctx.user, type=kind, content=content,
-        channels=[ctx.channel], source_session_id=ctx.session_id,
-    )
-    return {"saved": created, "already_known": not created, "id": memory.pk}
+    common = {"tenant": ctx.tenant, "qor": ctx.qor, "user": ctx.user, "content": content,
+              "channels": [ctx.channel], "source_session_id": ctx.session_id}
+    if due_text is None:
+        memory, created = memory_add(type=kind, **common)
+        return {"saved": created, "already_known": not created, "id": memory.pk}
+    zone = tenant_zone(ctx.tenant)
+    try:
+        due = due_parse(due_text, zone=zone)
+    except DueError as exc:
+        raise ToolError(str(exc)) from None
+    now = timezone.now()
+    if due < now - DUE_PAST_TOLERANCE:
+        # Usually a wrong year or a relative date worked out from the wrong day.
+        raise ToolError(
+            f"due {due.astimezone(zone).isoformat(timespec='minutes')} is in the past: it is now "
+            f"{now.astimezone(zone).isoformat(timespec='minutes')} ({zone.key}); give a time still to come"
+        )
+    memory, created = reminder_add(due=due, **common)
+    return {"saved": created, "already_known": not created, "id": memory.pk,
+            "due": due.astimezone(zone).isoformat(timespec="minutes")}
 
 
 @tool(

@@ -5,6 +5,7 @@ from __future__ import annotations
 import threading
 from datetime import datetime, timedelta
 from unittest import mock
+from zoneinfo import ZoneInfo
 
 import pytest
 from celery.exceptions import Retry
@@ -81,6 +82,69 @@ def test_recent_messages_and_due_reminders_reach_the_model(world, pills, model_s
     system = model_server.requests[0]["messages"][0]["content"]
     assert "[telegram] Alice: I took them already" in system
     assert "Call mum" in system
+
+
+def reminder(world, content, due, user=None):
+    from memory_app.services import reminder_add
+
+    return reminder_add(tenant=world.tenant_a, qor=world.qor_a, user=user or world.alice, content=content, due=due)[0]
+
+
+def reminders_in(request) -> str:
+    system = request["messages"][0]["content"]
+    return system.split("## Reminders that are due", 1)[1].split("##", 1)[0] if "## Reminders that are due" in system else ""
+
+
+def test_a_due_reminder_reaches_the_user_once(world, pills, model_server):
+    world.tenant_a.timezone = "Europe/Paris"
+    world.tenant_a.save(update_fields=["timezone"])
+    due = timezone.now().replace(second=0, microsecond=0) - timedelta(minutes=5)
+    plumber = reminder(world, "Call the plumber", due)
+    reminder(world, "Bob's dentist", due, user=world.bob)  # not the beat's user
+    model_server.add(reply("Don't forget to call the plumber!"), reply("Pills time."))
+
+    first = run(pills)
+    assert first.status == "ok"
+    shown = reminders_in(model_server.requests[0])
+    assert "- Call the plumber (due " in shown and f"{due.astimezone(ZoneInfo('Europe/Paris')):%H:%M})" in shown
+    assert "dentist" not in shown
+    plumber.refresh_from_db()
+    assert plumber.period_end is not None and due <= plumber.period_end <= timezone.now()
+
+    assert run(pills, TICK + timedelta(hours=1)).status == "ok"
+    later = model_server.requests[1]["messages"][0]["content"]
+    assert reminders_in(model_server.requests[1]) == "" and "Call the plumber (due" not in later
+    assert "you: Don't forget to call the plumber!" in later  # what was said is in the recent conversation
+    assert [m.content for m in canonical_messages(world)] == ["Don't forget to call the plumber!", "Pills time."]
+
+
+def test_a_reminder_whose_time_has_not_come_is_left_out_and_stays_due(world, pills, model_server):
+    later = reminder(world, "Call the plumber", timezone.now() + timedelta(hours=1))
+    model_server.add(reply("Pills time."))
+    assert run(pills).status == "ok"
+    assert "plumber" not in model_server.requests[0]["messages"][0]["content"]
+    later.refresh_from_db()
+    assert later.period_end is None
+
+
+def test_a_run_that_delivers_nothing_leaves_its_reminders_due(world, pills, model_server, settings):
+    settings.QORVEN_MODEL_RETRIES = 0
+    plumber = reminder(world, "Call the plumber", timezone.now() - timedelta(minutes=5))
+    silent = beat(world.qor_a, name="log-only", prompt="Anything to note?", owner=world.alice)  # no delivery target
+    model_server.add(reply("HEARTBEAT_OK"), error(503, "overloaded"), reply("Noted: the plumber."),
+                     reply("Call the plumber today."))
+
+    assert run(pills, TICK).status == "noop"
+    with pytest.raises(RunFailed):
+        run(pills, TICK + timedelta(hours=1), manual=True)
+    assert run(silent, TICK).status == "ok"
+    plumber.refresh_from_db()
+    assert plumber.period_end is None
+    assert all("Call the plumber" in reminders_in(r) for r in model_server.requests)
+
+    assert run(pills, TICK + timedelta(hours=2), manual=True).status == "ok"
+    plumber.refresh_from_db()
+    assert plumber.period_end is not None
 
 
 def test_heartbeat_ok_is_recorded_and_not_delivered(world, pills, model_server):
