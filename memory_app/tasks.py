@@ -7,6 +7,7 @@ import uuid
 
 from celery import shared_task
 from django.conf import settings
+from django.core.cache import cache
 
 from qorven.selectors import budget_exhausted
 from sessions_app.errors import SessionClosed
@@ -35,12 +36,21 @@ def session_summarize(tenant_id: int, session_id: int, through_seq: int) -> int:
     session = session_for_task(tenant_id=tenant_id, session_id=session_id)
     if session is None or session.state != Session.State.ACTIVE or budget_exhausted(tenant=session.tenant):
         return 0
+    # One summarizer per session at a time, across workers (the cache is Redis when scaled
+    # out): a second run would only repeat the model calls, since the compare-and-set
+    # stores one result. A range it skips is queued again by the next exchange over budget.
+    running = f"qorven:summarize:{session_id}"
+    if not cache.add(running, 1, timeout=settings.CELERY_TASK_TIME_LIMIT):
+        logger.info("summarizer for session %s is already running; skipped", session_id)
+        return 0
     try:
         outcome = compaction_advance(session=session, through_seq=through_seq)
     except CompactionFailed as exc:
         # Nothing was stored; the next exchange over budget queues this again.
         logger.warning("could not compact session %s: %s", session_id, exc)
         return 0
+    finally:
+        cache.delete(running)
     if outcome.more:
         session_summarize.delay(tenant_id, session_id, through_seq)
     return outcome.messages

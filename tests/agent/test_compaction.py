@@ -181,6 +181,26 @@ def test_the_summarizer_task_twice_over_one_range_compacts_once(world, small_win
     assert fake.calls["flush"] == 1
 
 
+def test_a_summarizer_already_running_on_the_session_is_not_doubled(world, small_window, fake, model_server, drain):
+    from django.core.cache import cache
+
+    from memory_app.tasks import session_summarize
+
+    session = canonical(world)
+    seed_history(session, 6)
+    cache.add(f"qorven:summarize:{session.pk}", 1, timeout=60)  # as another worker holds it
+    try:
+        assert session_summarize(world.tenant_a.pk, session.pk, 8) == 0
+    finally:
+        cache.delete(f"qorven:summarize:{session.pk}")
+    assert fake.calls["flush"] == 0 and fake.calls["summary"] == 0  # no model call
+    session.refresh_from_db()
+    assert session.compacted_through_seq == 0
+    assert session_summarize(world.tenant_a.pk, session.pk, 8) > 0  # free again: it runs
+    session.refresh_from_db()
+    assert session.compacted_through_seq == 8
+
+
 # --- manual mode ------------------------------------------------------------------------
 
 
