@@ -298,22 +298,22 @@ def prepare(case: Case) -> Row:
 
 def rows_read(build: Callable[[], int]) -> int:
     """Messages the builder loads for one prompt (the window, plus the rest of the last
-    batch), counted by wrapping its messages_read for one untimed call."""
+    batch), counted by wrapping its context_read for one untimed call."""
     import qorven.agent.prompt as builder
     from sessions_app.models import Message
 
-    read, counts = builder.messages_read, []
+    read, counts = builder.context_read, []
 
     def counting(**kwargs: Any) -> list[Message]:
         batch = read(**kwargs)
         counts.append(len(batch))
         return batch
 
-    builder.messages_read = counting
+    builder.context_read = counting
     try:
         build()
     finally:
-        builder.messages_read = read
+        builder.context_read = read
     return sum(counts)
 
 
