@@ -117,7 +117,20 @@ REDIS_URL = env.str("REDIS_URL", default="")
 # Room for a streamed reply's chunks queued for one socket: past it, a socket misses events
 # and catches up from the database (and the stream cache) instead.
 QORVEN_LIVE_CAPACITY = env.int("QORVEN_LIVE_CAPACITY", default=1000)
-if REDIS_URL:
+# With Redis: "pubsub" sends one PUBLISH per event that each process fans out to its own
+# sockets; "lists" is channels_redis' list-per-channel layer (one Redis write and one
+# read per socket and event, bounded by QORVEN_LIVE_CAPACITY).
+QORVEN_LIVE_LAYER = env.str("QORVEN_LIVE_LAYER", default="pubsub")
+if QORVEN_LIVE_LAYER not in ("pubsub", "lists"):
+    raise environ.ImproperlyConfigured(f"QORVEN_LIVE_LAYER must be pubsub or lists, not {QORVEN_LIVE_LAYER!r}")
+if REDIS_URL and QORVEN_LIVE_LAYER == "pubsub":
+    CHANNEL_LAYERS = {
+        "default": {
+            "BACKEND": "channels_redis.pubsub.RedisPubSubChannelLayer",
+            "CONFIG": {"hosts": [{"address": REDIS_URL}]},
+        }
+    }
+elif REDIS_URL:
     CHANNEL_LAYERS = {
         "default": {
             "BACKEND": "channels_redis.core.RedisChannelLayer",
@@ -127,13 +140,16 @@ if REDIS_URL:
                        "capacity": QORVEN_LIVE_CAPACITY},
         }
     }
-    # Shared by every process: the text of replies still streaming (qorven/streams.py).
-    CACHES = {"default": {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": REDIS_URL,
-                          "KEY_PREFIX": "qorven"}}
 else:
     # Thread-safe: events are sent from task and sender threads to Daphne's loop.
     CHANNEL_LAYERS = {"default": {"BACKEND": "qorven.layers.InMemoryChannelLayer",
                                   "CONFIG": {"capacity": QORVEN_LIVE_CAPACITY}}}
+if REDIS_URL:
+    # Shared by every process: the text of replies still streaming (qorven/streams.py),
+    # rate-limit counters.
+    CACHES = {"default": {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": REDIS_URL,
+                          "KEY_PREFIX": "qorven"}}
+else:
     CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}
 
 # Celery. Without a broker, tasks run in this process on a background thread, one at a

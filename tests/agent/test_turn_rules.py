@@ -1,10 +1,11 @@
 """Streaming, trust, budgets, usage and the context window of a turn."""
 from __future__ import annotations
 
+import asyncio
 import io
 
 import pytest
-from asgiref.sync import async_to_sync
+from asgiref.sync import async_to_sync, sync_to_async
 from channels.layers import get_channel_layer
 from django.core.management import call_command
 
@@ -36,19 +37,22 @@ def offered_names(request):
 
 def test_tokens_stream_to_the_session_group_then_done(world, model_server, drain):
     session = canonical(world)
-    layer = get_channel_layer()
-    channel_name = async_to_sync(layer.new_channel)()
-    async_to_sync(layer.group_add)(session_group(session.pk), channel_name)
     model_server.add(reply("Streaming works nicely."))
-    say(session, "stream please")
-    drain()
 
-    events = []
-    while True:
-        try:
-            events.append(async_to_sync(_receive)(layer, channel_name))
-        except TimeoutError:
-            break
+    async def watch_one_turn() -> list[dict]:
+        # One event loop throughout: a channel lives in the loop that made it (Redis pub/sub).
+        layer = get_channel_layer()
+        channel_name = await layer.new_channel()
+        await layer.group_add(session_group(session.pk), channel_name)
+        await sync_to_async(lambda: (say(session, "stream please"), drain()))()
+        events = []
+        while True:
+            try:
+                events.append(await asyncio.wait_for(layer.receive(channel_name), timeout=0.5))
+            except asyncio.TimeoutError:
+                return events
+
+    events = async_to_sync(watch_one_turn)()
     kinds = [e["type"] for e in events]
     chunks = [e["delta"] for e in events if e["type"] == "message.chunk"]
     assert len(chunks) > 1
@@ -59,15 +63,6 @@ def test_tokens_stream_to_the_session_group_then_done(world, model_server, drain
     done = next(e for e in events if e["type"] == "message.done")
     assert done["seq"] == 2 and done["reply_to"] == 1
     assert Message.objects.filter(session=session, role="assistant").count() == 1
-
-
-async def _receive(layer, channel_name):
-    import asyncio
-
-    try:
-        return await asyncio.wait_for(layer.receive(channel_name), timeout=0.5)
-    except asyncio.TimeoutError:
-        raise TimeoutError from None
 
 
 @pytest.fixture
