@@ -73,6 +73,9 @@ class Follower:
         loop = asyncio.new_event_loop()
         channel = loop.run_until_complete(layer.new_channel()) if layer is not None else None
         joined: str | None = None
+        # One receive outstanding at a time, never cancelled while we follow: the Redis
+        # pub/sub layer drops a channel whose receive is cancelled (and events with it).
+        receiving: asyncio.Task | None = None
         if channel is not None:
             loop.run_until_complete(layer.group_add(
                 chat_group(self.owner.tenant.pk, self.owner.qor.pk, self.owner.user.pk), channel))
@@ -85,7 +88,13 @@ class Follower:
                     joined = self._group()
                     if joined:
                         loop.run_until_complete(layer.group_add(joined, channel))
-                event = loop.run_until_complete(_receive(layer, channel, 0.25)) if channel else None
+                event = None
+                if channel is not None:
+                    if receiving is None:
+                        receiving = loop.create_task(layer.receive(channel))
+                    event = loop.run_until_complete(_next_event(receiving, 0.25))
+                    if event is not None:
+                        receiving = None
                 if event is None and channel is None:
                     time.sleep(0.25)
                 with self._lock:
@@ -95,6 +104,9 @@ class Follower:
                         last_poll = time.monotonic()
                         self.catch_up()
         finally:
+            if receiving is not None:
+                receiving.cancel()
+                loop.run_until_complete(asyncio.gather(receiving, return_exceptions=True))
             close_old_connections()
             loop.close()
 
@@ -185,11 +197,10 @@ class Follower:
                 self.emit(event)
 
 
-async def _receive(layer, channel: str, timeout: float) -> dict[str, Any] | None:
-    try:
-        return await asyncio.wait_for(layer.receive(channel), timeout)
-    except asyncio.TimeoutError:
-        return None
+async def _next_event(receiving: asyncio.Task, timeout: float) -> dict[str, Any] | None:
+    """The event `receiving` got, or None if it has none within `timeout` (it goes on)."""
+    done, _ = await asyncio.wait({receiving}, timeout=timeout)
+    return receiving.result() if done else None
 
 
 # --- output ---

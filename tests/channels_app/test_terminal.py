@@ -98,6 +98,33 @@ def test_chat_refuses_someone_who_is_not_a_member(world):
     assert done.returncode != 0 and "member" in done.stderr
 
 
+def test_the_follower_keeps_following_when_the_chat_starts_a_session(world):
+    """The chat has no session when the follower starts; the first message (stored by
+    another process, found by polling) starts one, and the follower joins its group: later
+    messages still arrive (on the Redis pub/sub layer in CI's second pass too)."""
+    owner = chat_owner(user=world.alice, tenant_slug="acme", qor_slug="aria")
+    seen: list[dict] = []
+    follower = Follower(owner, seen.append, poll_every=0.2)
+    follower.start(history=0)
+    try:
+        session = session_resolve(tenant=world.tenant_a, qor=world.qor_a, channel="telegram", user=world.alice)
+        message_append(session=session, role="user", content="first", channel="telegram", notify=False)
+        wait_for(seen, "first")
+        for text in ("second", "third"):
+            message_append(session=session, role="user", content=text, channel="telegram")
+        wait_for(seen, "third")
+        assert follower._thread.is_alive()
+    finally:
+        follower.stop()
+    assert [e["content"] for e in seen if e["type"] == "message.new"] == ["first", "second", "third"]
+
+
+def wait_for(seen: list[dict], content: str, seconds: float = 10) -> None:
+    deadline = time.monotonic() + seconds
+    while not any(e.get("content") == content for e in seen) and time.monotonic() < deadline:
+        time.sleep(0.05)
+
+
 def test_the_follower_shows_messages_from_other_channels_while_waiting(world, settings):
     """Another process's append (not broadcast here) is found by following seq."""
     owner = chat_owner(user=world.alice, tenant_slug="acme", qor_slug="aria")
