@@ -128,8 +128,9 @@ def django_setup() -> None:
 
 
 def settle(pg: bool) -> None:
-    """Settle a fill's aftermath now rather than during the measurements: PostgreSQL's
-    autovacuum would soon analyze the table, and both would checkpoint the WAL it wrote."""
+    """Settle a fill's aftermath now rather than during the measurements: statistics for
+    the planner (PostgreSQL's autovacuum would soon analyze the table anyway) and a
+    checkpoint of the WAL the fill wrote."""
     from django.db import connection
 
     with connection.cursor() as cursor:
@@ -137,6 +138,7 @@ def settle(pg: bool) -> None:
             cursor.execute("VACUUM ANALYZE")
             cursor.execute("CHECKPOINT")
         else:
+            cursor.execute("ANALYZE")
             cursor.execute("PRAGMA wal_checkpoint(TRUNCATE)")
 
 

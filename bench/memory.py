@@ -34,14 +34,12 @@ import json
 import os
 import random
 import re
-import statistics
-import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
+
+from _common import Row, django_setup, label, log, met, percentiles, run_databases, settle
 
 DEFAULT_PG_URL = "postgres://postgres@127.0.0.1:5432/qorven_bench_memory"
 SIZES, QUICK_SIZES = (10_000, 1_000_000), (10_000, 100_000)
@@ -51,25 +49,6 @@ READS, WARMUP, SCAN_READS = 200, 20, 100
 CHUNK = 100_000
 GOAL_MS = 20.0
 STOPWORDS = ["what", "about", "and", "the", "my", "is", "did", "i", "say", "with"]
-ROOT = Path(__file__).resolve().parent.parent
-Row = dict[str, Any]
-
-
-def log(message: str) -> None:
-    print(f"[memory] {message}", file=sys.stderr, flush=True)
-
-
-def label(size: int) -> str:
-    return f"{size // 1_000_000}M" if size >= 1_000_000 else f"{size // 1_000}k" if size >= 1_000 else str(size)
-
-
-def met(ok: bool) -> str:
-    return "met" if ok else "MISSED"
-
-
-def percentiles(ms: list[float]) -> tuple[float, float]:
-    """(p50, p99) of a list of milliseconds, rounded to microseconds."""
-    return round(statistics.median(ms), 3), round(statistics.quantiles(ms, n=100)[98], 3)
 
 
 def vocabulary() -> list[str]:
@@ -116,53 +95,9 @@ def goal_notes(rows: list[Row], quick: bool) -> list[str]:
     return notes
 
 
-def recreate_postgres(url: str) -> str | None:
-    """Drop and recreate the bench database; return why not if the server is unreachable."""
-    import psycopg
-    from psycopg import sql
-    from psycopg.conninfo import conninfo_to_dict, make_conninfo
-
-    name = sql.Identifier(str(conninfo_to_dict(url).get("dbname") or "qorven_bench_memory"))
-    try:
-        with psycopg.connect(make_conninfo(url, dbname="postgres", connect_timeout=3), autocommit=True) as conn:
-            conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(name))
-            conn.execute(sql.SQL("CREATE DATABASE {}").format(name))
-    except psycopg.OperationalError as exc:
-        return str(exc).strip().splitlines()[0]
-    return None
-
-
-def run_child(db: str, database_url: str, quick: bool) -> dict[str, Any]:
-    env = {**os.environ, "DATABASE_URL": database_url, "DJANGO_SECRET_KEY": "bench-not-a-secret",
-           "DJANGO_DEBUG": "0"}
-    cmd = [sys.executable, __file__, "--db", db, *(["--quick"] if quick else [])]
-    proc = subprocess.run(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, text=True)
-    lines = proc.stdout.strip().splitlines()
-    if proc.returncode != 0 or not lines:
-        raise RuntimeError(f"{db} run failed (exit {proc.returncode})")
-    return dict(json.loads(lines[-1]))
-
-
 def parent(quick: bool) -> int:
     pg_url = os.environ.get("BENCH_POSTGRES_URL", DEFAULT_PG_URL)
-    rows: list[Row] = []
-    notes: list[str] = []
-    failed = False
-    with tempfile.TemporaryDirectory(prefix="qorven-bench-") as tmp:
-        targets = [("sqlite", f"sqlite:///{Path(tmp) / 'bench.sqlite3'}")]
-        why_not = recreate_postgres(pg_url)
-        if why_not is None:
-            targets.append(("postgres", pg_url))
-        else:
-            log(f"PostgreSQL skipped: {pg_url} is unreachable ({why_not})")
-            notes.append(f"postgres: skipped, {pg_url} unreachable")
-        for db, url in targets:
-            try:
-                rows += run_child(db, url, quick)["rows"]
-            except (RuntimeError, ValueError, KeyError) as exc:
-                log(str(exc))
-                notes.append(f"{db}: FAILED ({exc})")
-                failed = True
+    rows, notes, failed = run_databases(__file__, pg_url, quick)
     notes = (goal_notes(rows, quick) if rows else []) + notes
     for note in notes:
         log(note)
@@ -290,28 +225,6 @@ def measure(owner: Callable[[int], tuple[Any, Any, Any]], asked: list[str]) -> R
     scan_p50, scan_p99 = percentiles(scan_ms)
     return {"search_p50_ms": p50, "search_p99_ms": p99, "scan_p50_ms": scan_p50, "scan_p99_ms": scan_p99,
             "speedup_p50": round(scan_p50 / p50, 1) if p50 else None, "found_pct": round(100 * hits / READS)}
-
-
-def django_setup() -> None:
-    sys.path.insert(0, str(ROOT))
-    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "qorven.settings")
-    import django
-
-    django.setup()
-
-
-def settle(pg: bool) -> None:
-    """Settle a fill now, not during the measurements: statistics for the planner (the
-    tsvector's most common lexemes among them) and a checkpoint of the WAL it wrote."""
-    from django.db import connection
-
-    with connection.cursor() as cursor:
-        if pg:
-            cursor.execute("VACUUM ANALYZE")
-            cursor.execute("CHECKPOINT")
-        else:
-            cursor.execute("ANALYZE")
-            cursor.execute("PRAGMA wal_checkpoint(TRUNCATE)")
 
 
 def child(quick: bool) -> int:
