@@ -86,11 +86,19 @@ class PairingRequestAdmin(TenantScopedAdminMixin, admin.ModelAdmin):
     def has_add_permission(self, request) -> bool:
         return False
 
-    @admin.action(description="Approve (a new user is made for each sender)", permissions=["change"])
+    def has_change_permission(self, request, obj=None) -> bool:
+        return False  # a request is decided by the actions, never edited (no Save button)
+
+    def has_decide_permission(self, request) -> bool:
+        """Who may approve or deny: whoever could change these rows (a tenant admin: their
+        own tenants' requests; anyone else: Django's change permission)."""
+        return super().has_change_permission(request)
+
+    @admin.action(description="Approve (a new user is made for each sender)", permissions=["decide"])
     def approve(self, request, queryset):
         self._decide(request, queryset, approve=True)
 
-    @admin.action(description="Deny", permissions=["change"])
+    @admin.action(description="Deny", permissions=["decide"])
     def deny(self, request, queryset):
         self._decide(request, queryset, approve=False)
 

@@ -156,6 +156,14 @@ def test_a_tenant_admin_approves_their_own_pairing_request_in_the_admin(tenant_a
         "pending", None, "pending", None)
 
 
+def test_a_pairing_request_page_is_read_only_and_decided_by_the_actions(tenant_admin, pending):
+    page = tenant_admin.get(url("pairingrequest_change", pending["acme"].pk))
+    assert page.status_code == 200 and pending["acme"].code in page.content.decode()
+    assert 'name="_save"' not in page.content.decode()  # nothing to edit, nothing to save
+    listing = tenant_admin.get(url("pairingrequest_changelist")).content.decode()
+    assert 'value="approve"' in listing and 'value="deny"' in listing
+
+
 def test_a_tenant_admin_cannot_decide_another_tenants_pairing_request(tenant_admin, world, pending):
     for action in ("approve", "deny"):
         response = tenant_admin.post(url("pairingrequest_changelist"), {
