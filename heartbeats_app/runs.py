@@ -49,6 +49,7 @@ from sessions_app.services import image_prune, message_append, session_archive, 
 from .cron import CronError, cron_parse, tick_previous, timezone_parse
 from .errors import HeartbeatNotFound
 from .models import CLEAR_IMAGES, Heartbeat, HeartbeatRun
+from .retention import image_retention, runs_prune
 from .selectors import heartbeat_get, heartbeat_timezone
 
 logger = logging.getLogger(__name__)
@@ -65,8 +66,6 @@ RECENT_MESSAGE_CHARS = 500
 RUNS_KEPT = 200
 BEAT_TOOLS = frozenset({"set_beat", "list_beats", "update_beat", "delete_beat"})
 _NOOP = re.compile(rf"[\W_]*{HEARTBEAT_OK}[\W_]*")
-_DURATION = re.compile(r"(\d+)\s*([smhdw]?)")
-_UNITS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
 
 
 class RunFailed(Exception):
@@ -137,7 +136,20 @@ def run_heartbeat(
         ))
         return _reload(run)
     _finish(beat, run, started, outcome)
+    _prune(beat)
     return _reload(run)
+
+
+def _prune(beat: Heartbeat) -> None:
+    """Old runs of this beat and their cron sessions go (QORVEN_HEARTBEAT_RUN_RETENTION);
+    a failure here is logged, never the run's."""
+    try:
+        runs, sessions = runs_prune(beat=beat, now=timezone.now())
+    except Exception:
+        logger.exception("could not prune old runs of heartbeat %s", beat.pk)
+        return
+    if runs:
+        logger.info("heartbeat %s: pruned %s old run(s) and %s cron session(s)", beat.pk, runs, sessions)
 
 
 def _reload(run: HeartbeatRun) -> HeartbeatRun:
@@ -339,17 +351,6 @@ def _deliver(beat: Heartbeat, run: HeartbeatRun, content: str) -> tuple[Message 
         metadata={"heartbeat": beat.pk, "heartbeat_name": beat.name, "run": run.pk},
     )
     return result.message, ""
-
-
-def image_retention() -> timedelta | None:
-    """QORVEN_IMAGE_RETENTION as a duration: seconds, or a number with s/m/h/d/w. Zero or
-    empty: no retention, every image goes."""
-    text = str(settings.QORVEN_IMAGE_RETENTION or "0").strip().lower()
-    match = _DURATION.fullmatch(text)
-    if match is None:
-        raise ValueError(f"QORVEN_IMAGE_RETENTION={text!r} is not a duration like 3600, 30m, 12h, 7d or 2w")
-    seconds = int(match.group(1)) * _UNITS[match.group(2)]
-    return timedelta(seconds=seconds) if seconds else None
 
 
 def _clear_images(beat: Heartbeat) -> _Outcome:

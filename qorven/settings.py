@@ -172,6 +172,8 @@ CELERY_BEAT_SCHEDULER = "heartbeats_app.scheduler:HeartbeatScheduler"
 # reserved __qorven_clear_images__ beat (seconds or 30m / 12h / 7d / 2w; 0 = delete all).
 QORVEN_HEARTBEATS_FILE = Path(env.str("QORVEN_HEARTBEATS_FILE", default=str(BASE_DIR / "heartbeats.default.json")))
 QORVEN_IMAGE_RETENTION = env.str("QORVEN_IMAGE_RETENTION", default="0")
+# How long a heartbeat's finished runs (and the cron sessions they ran in) are kept; 0 = forever.
+QORVEN_HEARTBEAT_RUN_RETENTION = env.str("QORVEN_HEARTBEAT_RUN_RETENTION", default="30d")
 
 # Product switches.
 QORVEN_LEGACY_SESSIONS = env.bool("QORVEN_LEGACY_SESSIONS", default=False)

@@ -294,6 +294,18 @@ def session_compaction_advance(*, session_id: int, from_seq: int, through_seq: i
     )
 
 
+def cron_sessions_delete(*, tenant: Tenant, session_ids: list[int]) -> int:
+    """Delete the tenant's finished cron sessions among `session_ids` (heartbeat runs past
+    their retention) with their messages. Any other session is left alone. Returns how
+    many went."""
+    if not session_ids:
+        return 0
+    _, per_model = Session.objects.filter(
+        tenant=tenant, pk__in=session_ids, kind=Session.Kind.CRON, state=Session.State.ARCHIVED
+    ).delete()
+    return per_model.get(Session._meta.label, 0)
+
+
 @transaction.atomic
 def conversations_delete(
     *, tenant: Tenant | None = None, qor: Qor | None = None, user: AbstractBaseUser | None = None

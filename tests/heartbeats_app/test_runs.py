@@ -265,6 +265,39 @@ def test_clear_images_keeps_images_younger_than_the_retention(world, model_serve
     assert not Image.objects.filter(pk=old.pk).exists()
 
 
+def test_runs_past_the_retention_go_with_their_cron_sessions_and_the_delivered_answers_stay(
+    world, pills, model_server, settings
+):
+    settings.QORVEN_HEARTBEAT_RUN_RETENTION = "7d"
+    model_server.add(reply("Pills, old tick."), reply("Pills, recent tick."), reply("Pills, now."))
+    old, recent = run(pills, tick=TICK - timedelta(days=10)), run(pills, tick=TICK - timedelta(days=2))
+    HeartbeatRun.objects.filter(pk=old.pk).update(finished_at=timezone.now() - timedelta(days=10))
+    HeartbeatRun.objects.filter(pk=recent.pk).update(finished_at=timezone.now() - timedelta(days=2))
+    other_tenant = beat(world.qor_b, name="news", owner=world.charlie)
+    HeartbeatRun.objects.create(tenant=world.tenant_b, heartbeat=other_tenant, tick=TICK, status="ok",
+                                finished_at=timezone.now() - timedelta(days=30))
+
+    latest = run(pills, tick=TICK)
+
+    assert set(HeartbeatRun.objects.filter(heartbeat=pills).values_list("pk", flat=True)) == {recent.pk, latest.pk}
+    assert not Session.objects.filter(pk=old.session_id).exists()
+    assert not Message.objects.filter(session_id=old.session_id).exists()
+    assert Session.objects.filter(pk__in=[recent.session_id, latest.session_id], kind="cron").count() == 2
+    # What the old run delivered stays in Alice's chat; another beat's runs are its own business.
+    assert [m.content for m in canonical_messages(world)] == ["Pills, old tick.", "Pills, recent tick.", "Pills, now."]
+    assert HeartbeatRun.objects.filter(heartbeat=other_tenant).count() == 1
+
+
+def test_a_zero_run_retention_keeps_every_run(world, pills, model_server, settings):
+    settings.QORVEN_HEARTBEAT_RUN_RETENTION = "0"
+    model_server.add(reply("One."), reply("Two."))
+    first = run(pills, tick=TICK - timedelta(days=400))
+    HeartbeatRun.objects.filter(pk=first.pk).update(finished_at=timezone.now() - timedelta(days=400))
+    run(pills, tick=TICK)
+    assert HeartbeatRun.objects.filter(heartbeat=pills).count() == 2
+    assert Session.objects.filter(kind="cron").count() == 2
+
+
 def test_run_now_queues_a_manual_run_that_ignores_the_skip(world, pills, model_server, drain):
     model_server.add(reply("HEARTBEAT_OK"), reply("Asked by hand."))
     run(pills)
