@@ -45,6 +45,7 @@ def append_execute(db: BaseDatabaseWrapper, *, session_id: int, values: dict[str
     if db.in_atomic_block:
         with transaction.atomic(using=db.alias):
             return _execute(db, plan.sql, params)
+    db.close_if_health_check_failed()  # what Django does before making a cursor
     db.ensure_connection()
     return _execute(db, plan.sql, params)
 
