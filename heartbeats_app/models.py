@@ -9,8 +9,9 @@ from qorven.models import Qor, Tenant, TimestampedModel
 from sessions_app.channels import Channel
 
 CLEAR_IMAGES = "__qorven_clear_images__"
-# Beats with these names run natively (no model call); see heartbeats_app/runs.py.
-RESERVED_NAMES = frozenset({CLEAR_IMAGES})
+DELIVER_REMINDERS = "__qorven_reminders__"
+# Beats with these names run natively (no model call); see heartbeats_app/system_beats.py.
+RESERVED_NAMES = frozenset({CLEAR_IMAGES, DELIVER_REMINDERS})
 
 
 class Heartbeat(TimestampedModel):

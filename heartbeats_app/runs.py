@@ -44,12 +44,13 @@ from qorven.services import usage_record
 from sessions_app.channels import Channel
 from sessions_app.models import Message, Session
 from sessions_app.selectors import MessageRow, canonical_session_find, messages_read
-from sessions_app.services import image_prune, message_append, session_archive, session_resolve
+from sessions_app.services import message_append, session_archive, session_resolve
 
 from .cron import CronError, cron_parse, tick_previous, timezone_parse
 from .errors import HeartbeatNotFound
-from .models import CLEAR_IMAGES, Heartbeat, HeartbeatRun
-from .retention import image_retention, runs_prune
+from .models import RESERVED_NAMES, Heartbeat, HeartbeatRun
+from .retention import runs_prune
+from .system_beats import system_beat_run
 from .selectors import heartbeat_get, heartbeat_timezone
 
 logger = logging.getLogger(__name__)
@@ -186,8 +187,8 @@ def _claim(beat: Heartbeat, tick: datetime, *, manual: bool, run_id: int | None)
 
 
 def _execute(beat: Heartbeat, run: HeartbeatRun, spent: _Spent, *, manual: bool) -> _Outcome:
-    if beat.name == CLEAR_IMAGES:
-        return _clear_images(beat)
+    if beat.name in RESERVED_NAMES:
+        return _Outcome(HeartbeatRun.Status.OK, output=system_beat_run(beat))
     if budget_exhausted(tenant=beat.tenant):
         return _Outcome(HeartbeatRun.Status.SKIPPED, reason="budget", error="the tenant's monthly token budget is spent")
     route = route_for(beat.qor, "heartbeat")
@@ -351,14 +352,6 @@ def _deliver(beat: Heartbeat, run: HeartbeatRun, content: str) -> tuple[Message 
         metadata={"heartbeat": beat.pk, "heartbeat_name": beat.name, "run": run.pk},
     )
     return result.message, ""
-
-
-def _clear_images(beat: Heartbeat) -> _Outcome:
-    retention = image_retention()
-    older_than = timezone.now() - retention if retention else None
-    deleted = image_prune(tenant=beat.tenant, older_than=older_than)
-    scope = f"older than {settings.QORVEN_IMAGE_RETENTION}" if retention else "(no retention: all)"
-    return _Outcome(HeartbeatRun.Status.OK, output=f"Deleted {deleted} image(s) {scope}.")
 
 
 def _finish(beat: Heartbeat, run: HeartbeatRun, started: float, outcome: _Outcome) -> None:

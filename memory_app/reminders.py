@@ -56,6 +56,17 @@ def due_parse(text: str, *, zone: tzinfo) -> datetime:
     return moment if moment.tzinfo is not None else moment.replace(tzinfo=zone)
 
 
+def reminders_due_in_tenant(*, tenant: Tenant, now: datetime, limit: int = 500) -> list[Memory]:
+    """Every user's reminders in the tenant that have come due and not lapsed, oldest
+    first, with their Qor and user loaded (for delivering them)."""
+    return list(
+        Memory.objects.filter(tenant=tenant, type=Memory.Type.REMINDER, user__isnull=False, period_start__lte=now)
+        .filter(Q(period_end__isnull=True) | Q(period_end__gt=now))
+        .select_related("qor", "user")
+        .order_by("period_start", "id")[:limit]
+    )
+
+
 def reminders_due(
     *, tenant: Tenant, qor: Qor, user: AbstractBaseUser, now: datetime, limit: int = 20
 ) -> list[Memory]:

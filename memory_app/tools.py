@@ -51,8 +51,8 @@ def memory_search_tool(ctx: ToolContext, args: dict) -> dict:
     name="remember",
     description=(
         "Save a fact about the user, a lesson learned or a reminder to long-term memory, for future "
-        "conversations. For a reminder, give `due`: once that time has come, the user's next heartbeat "
-        "(a scheduled check-in that messages them) brings the reminder up, once."
+        "conversations. For a reminder, give `due`: once that time has come, the reminder is sent to the "
+        "user (within a few minutes, on the channel you are talking on), once."
     ),
     parameters={
         "type": "object",
