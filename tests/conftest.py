@@ -41,6 +41,23 @@ def world(db) -> World:
     return World(tenant_a, tenant_b, qor_a, qor_b, alice, bob, charlie)
 
 
+@pytest.fixture
+def tenant_admin(client, world):
+    """The admin as alice, acme's owner, made staff: no superuser, no Django model
+    permissions; she administers acme's rows only."""
+    world.alice.is_staff = True
+    world.alice.save(update_fields=["is_staff"])
+    client.force_login(world.alice)
+    return client
+
+
+@pytest.fixture
+def host(client, db):
+    """The admin as the host: a superuser, who sees every tenant."""
+    client.force_login(UserFactory(username="root", is_staff=True, is_superuser=True))
+    return client
+
+
 def database_vendor() -> str:
     from django.db import connection
 

@@ -17,7 +17,6 @@ from channels_app.services import binding_create
 from qorven.models import Membership
 from sessions_app.services import message_append, session_resolve
 
-from ..factories.qorven import UserFactory
 from .payloads import post_telegram, telegram_update
 
 
@@ -62,20 +61,6 @@ def test_the_admin_approve_action_admits_the_sender(admin_client, world, telegra
 
 
 # --- A tenant admin: staff, not a superuser, owner of acme; sees acme's rows only. ---
-
-@pytest.fixture
-def tenant_admin(client, world):
-    world.alice.is_staff = True
-    world.alice.save(update_fields=["is_staff"])
-    client.force_login(world.alice)
-    return client
-
-
-@pytest.fixture
-def host(client, db):
-    client.force_login(UserFactory(username="root", is_staff=True, is_superuser=True))
-    return client
-
 
 @pytest.fixture
 def globex_telegram(world):

@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -102,11 +103,7 @@ def test_the_follower_keeps_following_when_the_chat_starts_a_session(world):
     """The chat has no session when the follower starts; the first message (stored by
     another process, found by polling) starts one, and the follower joins its group: later
     messages still arrive (on the Redis pub/sub layer in CI's second pass too)."""
-    owner = chat_owner(user=world.alice, tenant_slug="acme", qor_slug="aria")
-    seen: list[dict] = []
-    follower = Follower(owner, seen.append, poll_every=0.2)
-    follower.start(history=0)
-    try:
+    with following(world) as (follower, seen):
         session = session_resolve(tenant=world.tenant_a, qor=world.qor_a, channel="telegram", user=world.alice)
         message_append(session=session, role="user", content="first", channel="telegram", notify=False)
         wait_for(seen, "first")
@@ -114,9 +111,20 @@ def test_the_follower_keeps_following_when_the_chat_starts_a_session(world):
             message_append(session=session, role="user", content=text, channel="telegram")
         wait_for(seen, "third")
         assert follower._thread.is_alive()
+    assert [e["content"] for e in seen if e["type"] == "message.new"] == ["first", "second", "third"]
+
+
+@contextmanager
+def following(world, *, history: int = 0):
+    """Alice's terminal follower (polling every 0.2 s) and what it has shown."""
+    owner = chat_owner(user=world.alice, tenant_slug="acme", qor_slug="aria")
+    seen: list[dict] = []
+    follower = Follower(owner, seen.append, poll_every=0.2)
+    follower.start(history=history)
+    try:
+        yield follower, seen
     finally:
         follower.stop()
-    assert [e["content"] for e in seen if e["type"] == "message.new"] == ["first", "second", "third"]
 
 
 def wait_for(seen: list[dict], content: str, seconds: float = 10) -> None:
@@ -127,19 +135,11 @@ def wait_for(seen: list[dict], content: str, seconds: float = 10) -> None:
 
 def test_the_follower_shows_messages_from_other_channels_while_waiting(world, settings):
     """Another process's append (not broadcast here) is found by following seq."""
-    owner = chat_owner(user=world.alice, tenant_slug="acme", qor_slug="aria")
-    seen: list[dict] = []
-    follower = Follower(owner, seen.append, poll_every=0.2)
-    follower.start(history=20)
-    try:
+    with following(world, history=20) as (_, seen):
         session = session_resolve(tenant=world.tenant_a, qor=world.qor_a, channel="telegram", user=world.alice)
         message_append(session=session, role="user", content="from my phone", channel="telegram",
                        sender_name="Alice", notify=False)
-        deadline = time.monotonic() + 10
-        while not any(e.get("content") == "from my phone" for e in seen) and time.monotonic() < deadline:
-            time.sleep(0.05)
-    finally:
-        follower.stop()
+        wait_for(seen, "from my phone")
     shown = [e for e in seen if e["type"] == "message.new"]
     assert [(e["channel"], e["content"]) for e in shown] == [("telegram", "from my phone")]
     out = io.StringIO()

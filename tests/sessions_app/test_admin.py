@@ -11,7 +11,6 @@ from django.urls import reverse
 from sessions_app.models import Image, Message, Session
 from sessions_app.services import message_append, session_resolve
 
-from ..factories.qorven import UserFactory
 
 pytestmark = pytest.mark.django_db
 
@@ -42,21 +41,6 @@ def conversations(world) -> Conversations:
         globex_image=Image.objects.create(tenant=world.tenant_b, message=globex_message, mime_type="image/webp",
                                           data="aGk=", size=2),
     )
-
-
-@pytest.fixture
-def tenant_admin(client, world):
-    """alice, acme's owner, as a staff user: no superuser, no Django model permissions."""
-    world.alice.is_staff = True
-    world.alice.save(update_fields=["is_staff"])
-    client.force_login(world.alice)
-    return client
-
-
-@pytest.fixture
-def host(client):
-    client.force_login(UserFactory(username="root", is_staff=True, is_superuser=True))
-    return client
 
 
 def url(name: str, *args) -> str:
