@@ -39,5 +39,8 @@ test: $(STAMP)
 bench: $(STAMP)
 	$(PY) bench/run.py
 
+lint: $(STAMP)
+	$(VENV)/bin/ruff check .
+
 clean:
 	rm -rf $(VENV) .test-db.sqlite3* .pytest_cache
