@@ -273,9 +273,14 @@ class HumanPrinter:
 
 @dataclass
 class Pending:
-    """User messages sent from here that still wait for their answer."""
+    """User messages sent from here that still wait for their answer. One is settled by
+    its answer's `done` (the end of the reply's stream), or a moment (GRACE seconds) after
+    the answer itself when no `done` follows: a reply that was not streamed, or a dropped
+    event. So `--json` output ends after each reply's `done` when there is one."""
 
+    GRACE = 2.0
     seqs: set[int] = field(default_factory=set)
+    answered: dict[int, float] = field(default_factory=dict)  # seq → when its answer came
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     def add(self, seq: int) -> None:
@@ -283,13 +288,18 @@ class Pending:
             self.seqs.add(seq)
 
     def settle(self, event: dict[str, Any]) -> None:
-        if event["type"] == "message.new" and event["role"] in ("assistant", "system") and event.get("reply_to"):
-            with self.lock:
+        with self.lock:
+            if event["type"] == "done":
                 self.seqs.discard(event["reply_to"])
+            elif event["type"] == "message.new" and event["role"] in ("assistant", "system"):
+                reply_to = event.get("reply_to")
+                if reply_to in self.seqs:
+                    self.answered.setdefault(reply_to, time.monotonic())
 
     def empty(self) -> bool:
+        now = time.monotonic()
         with self.lock:
-            return not self.seqs
+            return all(now - self.answered.get(seq, now + 1) >= self.GRACE for seq in self.seqs)
 
 
 def run_json(owner: ChatOwner, stdin: TextIO, stdout: TextIO, *, history: int, wait: float) -> int:

@@ -14,7 +14,7 @@ import pytest
 from django.db import connection
 
 from channels_app.chat import chat_owner
-from channels_app.terminal import Follower, HumanPrinter
+from channels_app.terminal import Follower, HumanPrinter, Pending
 from sessions_app.models import Message
 from sessions_app.services import message_append, session_resolve
 
@@ -71,6 +71,24 @@ def test_chat_json_round_trip_streams_the_reply_then_stores_it(world, model_serv
     assert kinds.index("chunk") < lines.index(final)
     assert Message.objects.filter(session=session, channel="tui").count() == 2
     assert len(model_server.requests) == 1
+
+
+def test_json_mode_waits_for_the_end_of_each_streamed_reply():
+    pending = Pending()
+    pending.add(5)
+    assert not pending.empty()
+    pending.settle({"type": "message.new", "role": "assistant", "reply_to": 5, "seq": 6})
+    assert not pending.empty()  # the reply is stored, its stream's `done` is still to come
+    pending.settle({"type": "done", "reply_to": 5, "seq": 6})
+    assert pending.empty()
+
+    unstreamed = Pending()
+    unstreamed.GRACE = 0.1
+    unstreamed.add(7)
+    unstreamed.settle({"type": "message.new", "role": "system", "reply_to": 7, "seq": 8})
+    assert not unstreamed.empty()
+    time.sleep(0.15)
+    assert unstreamed.empty()  # no `done` follows a reply that was not streamed
 
 
 def test_chat_json_answers_a_command_without_the_model_and_reports_bad_lines(world, model_server):
