@@ -94,7 +94,7 @@ def test_an_unsigned_visitor_gets_an_anonymous_chat_of_their_own(client, world, 
 
 
 def test_new_anonymous_visitors_are_limited_per_client_address(client, world, webchat, settings, drain):
-    settings.QORVEN_WEBCHAT_NEW_VISITOR_RATE = "2/h"
+    settings.QORVEN_WEBCHAT_NEW_VISITOR_RATE = "2/d"  # fixed windows: a day never turns over mid-test
     users_before = get_user_model().objects.count()
     assert [send(client, f"visitor {i}").status_code for i in range(2)] == [201, 201]
     refused = send(client, "a third new chat from the same address")
@@ -109,7 +109,7 @@ def test_new_anonymous_visitors_are_limited_per_client_address(client, world, we
 
 
 def test_a_visitor_sending_too_fast_is_told_to_wait_and_nothing_is_stored(client, world, webchat, settings, drain):
-    settings.QORVEN_WEBCHAT_MESSAGE_RATE = "3/m"
+    settings.QORVEN_WEBCHAT_MESSAGE_RATE = "3/d"  # fixed windows: a day never turns over mid-test
     token = token_for("alice")
     assert [send(client, f"quick {i}", token).status_code for i in range(3)] == [201, 201, 201]
     refused = send(client, "one too many", token)
