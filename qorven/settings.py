@@ -117,10 +117,11 @@ REDIS_URL = env.str("REDIS_URL", default="")
 # Room for a streamed reply's chunks queued for one socket: past it, a socket misses events
 # and catches up from the database (and the stream cache) instead.
 QORVEN_LIVE_CAPACITY = env.int("QORVEN_LIVE_CAPACITY", default=1000)
-# With Redis: "pubsub" sends one PUBLISH per event that each process fans out to its own
-# sockets; "lists" is channels_redis' list-per-channel layer (one Redis write and one
-# read per socket and event, bounded by QORVEN_LIVE_CAPACITY).
-QORVEN_LIVE_LAYER = env.str("QORVEN_LIVE_LAYER", default="pubsub")
+# With Redis: "lists" is channels_redis' list-per-channel layer (one Redis write and one
+# read per socket and event, bounded by QORVEN_LIVE_CAPACITY); "pubsub" sends one PUBLISH
+# per event that each process fans out to its own sockets (faster fan-out; opt-in until
+# a rare stall of the in-process task queue seen with it in the test suite is explained).
+QORVEN_LIVE_LAYER = env.str("QORVEN_LIVE_LAYER", default="lists")
 if QORVEN_LIVE_LAYER not in ("pubsub", "lists"):
     raise environ.ImproperlyConfigured(f"QORVEN_LIVE_LAYER must be pubsub or lists, not {QORVEN_LIVE_LAYER!r}")
 if REDIS_URL and QORVEN_LIVE_LAYER == "pubsub":
