@@ -5,6 +5,7 @@ alice owns tenant A ("acme", Qor "aria"); bob is a member of A; charlie owns ten
 """
 from __future__ import annotations
 
+import faulthandler
 import uuid
 from dataclasses import dataclass
 
@@ -105,7 +106,10 @@ def drain():
     from qorven.live import broadcast_flush
 
     def wait(timeout: float = 60) -> None:
-        assert inprocess_queue.join(timeout), "tasks did not finish in time"
+        if not inprocess_queue.join(timeout):
+            # Show where every thread is: a job that never finishes is otherwise invisible.
+            faulthandler.dump_traceback(all_threads=True)
+            raise AssertionError("tasks did not finish in time (thread stacks above, on stderr)")
         assert broadcast_flush(10), "live events were not sent in time"
 
     yield wait
