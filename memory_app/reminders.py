@@ -59,12 +59,7 @@ def due_parse(text: str, *, zone: tzinfo) -> datetime:
 def reminders_due_in_tenant(*, tenant: Tenant, now: datetime, limit: int = 500) -> list[Memory]:
     """Every user's reminders in the tenant that have come due and not lapsed, oldest
     first, with their Qor and user loaded (for delivering them)."""
-    return list(
-        Memory.objects.filter(tenant=tenant, type=Memory.Type.REMINDER, user__isnull=False, period_start__lte=now)
-        .filter(Q(period_end__isnull=True) | Q(period_end__gt=now))
-        .select_related("qor", "user")
-        .order_by("period_start", "id")[:limit]
-    )
+    return list(_due(tenant, now).filter(user__isnull=False).select_related("qor", "user")[:limit])
 
 
 def reminders_due(
@@ -72,10 +67,13 @@ def reminders_due(
 ) -> list[Memory]:
     """The user's reminders whose time has come (period_start at or before `now`) and that
     have not lapsed (no period_end, or one after `now`), oldest first."""
-    return list(
-        Memory.objects.filter(
-            tenant=tenant, qor=qor, user=user, type=Memory.Type.REMINDER, period_start__lte=now
-        )
+    return list(_due(tenant, now).filter(qor=qor, user=user)[:limit])
+
+
+def _due(tenant: Tenant, now: datetime):
+    """The tenant's reminders whose time has come and that have not lapsed, oldest first."""
+    return (
+        Memory.objects.filter(tenant=tenant, type=Memory.Type.REMINDER, period_start__lte=now)
         .filter(Q(period_end__isnull=True) | Q(period_end__gt=now))
-        .order_by("period_start", "id")[:limit]
+        .order_by("period_start", "id")
     )
