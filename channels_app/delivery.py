@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 
+from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
@@ -102,6 +103,54 @@ class RetryLater(Exception):
         self.after = after
 
 
+def send_backoff(attempt: int) -> float:
+    """Seconds before the next try of a send that failed transiently (attempt 0 is the
+    first try): QORVEN_SEND_BACKOFF doubled each time, at most a minute."""
+    return min(settings.QORVEN_SEND_BACKOFF * 2**attempt, 60.0)
+
+
+def deliveries_give_up(*, tenant_id: int, message_id: int, attempts: int) -> int:
+    """The retries are spent: the message's parts still pending are failed, with their last
+    error kept for the admin. Returns how many parts were failed."""
+    rows = OutboundDelivery.objects.filter(
+        tenant_id=tenant_id, message_id=message_id, state=OutboundDelivery.State.PENDING
+    ).select_related("binding")
+    failed = 0
+    kind = ""
+    for row in rows:
+        OutboundDelivery.objects.filter(pk=row.pk, state=OutboundDelivery.State.PENDING).update(
+            state=OutboundDelivery.State.FAILED,
+            last_error=f"gave up after {attempts} attempts; last error: {row.last_error}"[:1000],
+            updated_at=timezone.now(),
+        )
+        failed += 1
+        kind = row.binding.kind
+    if failed:
+        logger.warning("gave up delivering message %s after %s attempts", message_id, attempts)
+        _tell_failed(tenant_id, message_id, kind)
+    return failed
+
+
+def _tell_failed(tenant_id: int, message_id: int, platform: str) -> None:
+    """Live surfaces mark the reply "not delivered to <platform>"."""
+    from qorven.live import broadcast_soon
+
+    row = Message.objects.filter(tenant_id=tenant_id, pk=message_id).values("session_id", "seq").first()
+    if row is not None:
+        broadcast_soon(row["session_id"], {"type": "message.delivery", "seq": row["seq"], "delivery": "failed",
+                                           "platform": platform})
+
+
+def failed_deliveries(*, message_ids: list[int]) -> dict[int, str]:
+    """Which of these messages have a part that could not be delivered: id → platform."""
+    if not message_ids:
+        return {}
+    return dict(
+        OutboundDelivery.objects.filter(message_id__in=message_ids, state=OutboundDelivery.State.FAILED)
+        .values_list("message_id", "binding__kind")
+    )
+
+
 def deliver_message(*, tenant_id: int, message_id: int, attempt: int) -> int:
     """Send the message's unsent parts in order. Returns how many were sent now.
     Raises RetryLater on a transient failure (the task retries with backoff)."""
@@ -119,9 +168,10 @@ def deliver_message(*, tenant_id: int, message_id: int, attempt: int) -> int:
                 row.state = OutboundDelivery.State.FAILED
                 row.save(update_fields=["attempts", "last_error", "state", "updated_at"])
                 logger.warning("delivery of message %s part %s failed for good: %s", message_id, row.part, exc)
+                _tell_failed(tenant_id, message_id, row.binding.kind)
                 continue
             row.save(update_fields=["attempts", "last_error", "updated_at"])
-            raise RetryLater(exc.retry_after if exc.retry_after is not None else min(2 ** attempt, 60), str(exc))
+            raise RetryLater(exc.retry_after if exc.retry_after is not None else send_backoff(attempt), str(exc))
         OutboundDelivery.objects.filter(pk=row.pk).update(
             state=OutboundDelivery.State.SENT, platform_message_id=platform_id, sent_at=timezone.now(),
             attempts=row.attempts + 1,

@@ -136,14 +136,16 @@ class InboundEvent(TimestampedModel):
 
     class State(models.TextChoices):
         PENDING = "pending"
+        PROCESSING = "processing"
         DONE = "done"
         FAILED = "failed"
 
     tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="+")
     binding = models.ForeignKey(ChannelBinding, on_delete=models.CASCADE, related_name="inbound_events")
     external_id = models.CharField(max_length=255)
+    sender_id = models.CharField(max_length=255, blank=True, default="")
     payload = models.JSONField(help_text="The normalised InboundMessage.")
-    state = models.CharField(max_length=8, choices=State.choices, default=State.PENDING)
+    state = models.CharField(max_length=16, choices=State.choices, default=State.PENDING)
     result = models.CharField(max_length=64, blank=True, default="")
     error = models.TextField(blank=True, default="")
 
@@ -151,6 +153,12 @@ class InboundEvent(TimestampedModel):
         ordering = ["-created_at"]
         constraints = [
             models.UniqueConstraint(fields=["binding", "external_id"], name="inbound_unique_external_id")
+        ]
+        indexes = [
+            # The few events not processed yet: a sender's earlier ones go first, and the
+            # sweeper finds those a dead worker left behind.
+            models.Index(fields=["binding", "sender_id", "id"],
+                         condition=models.Q(state__in=["pending", "processing"]), name="inbound_pending_idx"),
         ]
 
     def __str__(self) -> str:
@@ -182,6 +190,10 @@ class OutboundDelivery(TimestampedModel):
         ordering = ["message", "part"]
         verbose_name_plural = "outbound deliveries"
         constraints = [models.UniqueConstraint(fields=["message", "part"], name="delivery_unique_part")]
+        indexes = [
+            # The sweeper's look for sends a dead worker left behind.
+            models.Index(fields=["updated_at"], condition=models.Q(state="pending"), name="delivery_pending_idx"),
+        ]
 
     def __str__(self) -> str:
         return f"message {self.message_id} part {self.part} ({self.state})"

@@ -8,8 +8,10 @@ and hands the message to the agent's gateway.
 from __future__ import annotations
 
 import logging
+from datetime import timedelta
 
 from django.db import IntegrityError, transaction
+from django.utils import timezone
 
 from qorven.agent.gateway import inbound_accept
 from qorven.trust import Trust
@@ -33,7 +35,7 @@ def inbound_receive(*, binding: ChannelBinding, message: InboundMessage) -> Inbo
         with transaction.atomic():
             event = InboundEvent.objects.create(
                 tenant_id=binding.tenant_id, binding=binding, external_id=message.external_id,
-                payload=message.model_dump(mode="json"),
+                sender_id=message.sender_id[:255], payload=message.model_dump(mode="json"),
             )
     except IntegrityError:
         return None
@@ -41,14 +43,63 @@ def inbound_receive(*, binding: ChannelBinding, message: InboundMessage) -> Inbo
     return event
 
 
+class InboundBusy(Exception):
+    """An earlier message of the same sender is being processed by another task; this
+    one comes back shortly, so the sender's messages keep their order."""
+
+
 def inbound_process(*, event: InboundEvent) -> str:
-    """Apply the channel rules and hand the message on. Safe to run twice."""
-    if event.state == InboundEvent.State.DONE:
-        return event.result
-    binding = event.binding
-    message = InboundMessage.model_validate(event.payload)
-    result = _process(binding, message, event)
-    InboundEvent.objects.filter(pk=event.pk).update(state=InboundEvent.State.DONE, result=result)
+    """Apply the channel rules and hand the message on. Safe to run twice: each event is
+    claimed by one task, and a claimed or finished event is not processed again.
+
+    Several workers process events at once, so a sender's events are taken strictly in the
+    order they arrived: this task processes the sender's earlier events still waiting
+    first, and raises InboundBusy when one of them is in another task's hands. A person's
+    messages reach the conversation in the order they were sent, whichever task runs first.
+    """
+    stale = timezone.now() - timedelta(seconds=CLAIM_STALE_AFTER)
+    while True:
+        head = (
+            InboundEvent.objects.filter(
+                binding_id=event.binding_id, sender_id=event.sender_id, pk__lte=event.pk,
+                state__in=[InboundEvent.State.PENDING, InboundEvent.State.PROCESSING],
+            ).order_by("pk").first()
+        )
+        if head is None:  # this event is done (or failed), by this task or another
+            event.refresh_from_db(fields=["state", "result"])
+            return event.result
+        if head.state == InboundEvent.State.PROCESSING and head.updated_at > stale:
+            raise InboundBusy(head.pk)
+        claimed = InboundEvent.objects.filter(pk=head.pk, state=head.state, updated_at=head.updated_at).update(
+            state=InboundEvent.State.PROCESSING, updated_at=timezone.now()
+        )
+        if not claimed:
+            continue  # another task took it a moment ago: look again
+        head.binding = event.binding
+        result = _process_event(head)
+        if head.pk == event.pk:
+            return result
+
+
+# A claim this old belongs to a task that died; its event may be taken over.
+CLAIM_STALE_AFTER = 120
+
+
+def _process_event(event: InboundEvent) -> str:
+    """Process one claimed event. A failure is recorded on the event (the admin shows it)
+    and does not hold up the sender's later messages."""
+    try:
+        message = InboundMessage.model_validate(event.payload)
+        result = _process(event.binding, message, event)
+    except Exception as exc:
+        logger.exception("inbound event %s could not be processed", event.pk)
+        InboundEvent.objects.filter(pk=event.pk).update(
+            state=InboundEvent.State.FAILED, result="error", error=f"{type(exc).__name__}: {exc}"[:2000],
+            updated_at=timezone.now(),
+        )
+        return "error"
+    InboundEvent.objects.filter(pk=event.pk).update(state=InboundEvent.State.DONE, result=result,
+                                                    updated_at=timezone.now())
     return result
 
 

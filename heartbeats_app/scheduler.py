@@ -37,8 +37,7 @@ def _entry_tick(entry: Any, now: datetime) -> str | None:
 
 
 class HeartbeatScheduler(DatabaseScheduler):
-    """DatabaseScheduler that adds `tick` to heartbeat runs, and hands tasks to the
-    in-process queue (no broker connection) on the embedded default."""
+    """DatabaseScheduler that adds `tick` to heartbeat runs."""
 
     def apply_async(self, entry, producer=None, advance=True, **kwargs):  # type: ignore[override]
         if entry.task == RUN_TASK:
@@ -50,35 +49,15 @@ class HeartbeatScheduler(DatabaseScheduler):
                 entry.kwargs = {**entry.kwargs, "tick": tick}
         return super().apply_async(entry, producer=producer, advance=advance, **kwargs)
 
-    def __init__(self, *args, **kwargs):
-        super().__init__(*args, **kwargs)
-        if getattr(settings, "QORVEN_INPROCESS_TASKS", False):
-            # Register every app's tasks here, so due tasks are found by name and queued in
-            # process by QorvenTask instead of being sent to a broker that does not exist.
-            self.app.loader.import_default_modules()
-
-    def send_task(self, *args, **kwargs):
-        if getattr(settings, "QORVEN_INPROCESS_TASKS", False):
-            raise LookupError(f"task {args[0] if args else kwargs.get('name')!r} is not registered in this process")
-        return super().send_task(*args, **kwargs)
-
     def install_default_entries(self, data):  # type: ignore[override]
         # Celery would add 'celery.backend_cleanup' to the table; Qorven keeps no task
         # results, so there is nothing to clean and no row to add.
         pass
 
-    @property
-    def producer(self):  # type: ignore[override]
-        if getattr(settings, "QORVEN_INPROCESS_TASKS", False):
-            return None  # QorvenTask.apply_async queues in process; no broker to connect to
-        if "_broker_producer" not in self.__dict__:
-            self.__dict__["_broker_producer"] = self.Producer(self._ensure_connected(), auto_declare=False)
-        return self.__dict__["_broker_producer"]
-
 
 class EmbeddedBeat(threading.Thread):
     """Celery beat's scheduling loop on a daemon thread of the web server (embedded
-    default): due heartbeats go onto the in-process task queue."""
+    default): due heartbeats are published to the embedded broker, like any task."""
 
     def __init__(self, *, max_interval: float = EMBEDDED_MAX_INTERVAL) -> None:
         super().__init__(name="qorven-beat", daemon=True)

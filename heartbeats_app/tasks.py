@@ -6,16 +6,17 @@ import logging
 from datetime import datetime
 
 from celery import shared_task
+from django.conf import settings
 
 from .runs import RunFailed, run_heartbeat
 
 logger = logging.getLogger(__name__)
 
-# Retry policy: a run whose model was unavailable is retried twice, after 1 and 4 minutes
-# (the provider already retried with backoff within the call). Other failures are bugs or
-# bad configuration: recorded with their error, not retried.
+# Retry policy: a run whose model was unavailable is retried twice, after
+# QORVEN_HEARTBEAT_RETRY_DELAY and four times that (1 and 4 minutes by default; the provider
+# already retried with backoff within the call). Other failures are bugs or bad
+# configuration: recorded with their error, not retried.
 MAX_RETRIES = 2
-RETRY_BASE_SECONDS = 60
 
 
 @shared_task(bind=True, name="heartbeats_app.run", acks_late=True, max_retries=MAX_RETRIES)
@@ -29,10 +30,10 @@ def heartbeat_run(
             manual=manual, run_id=run_id,
         )
     except RunFailed as exc:
-        if self.request.is_eager or self.request.retries >= self.max_retries:
-            # In-process (embedded) runs are not re-queued: the next tick is the retry.
+        if self.request.retries >= self.max_retries:
             return "failed"
         kwargs = {"tenant_id": tenant_id, "heartbeat_id": heartbeat_id, "tick": tick, "manual": manual,
                   "run_id": exc.run_id}
-        raise self.retry(exc=exc, kwargs=kwargs, countdown=RETRY_BASE_SECONDS * 4**self.request.retries) from None
+        delay = settings.QORVEN_HEARTBEAT_RETRY_DELAY * 4**self.request.retries
+        raise self.retry(exc=exc, kwargs=kwargs, countdown=delay) from None
     return run.status if run is not None else "nothing to do"

@@ -1,10 +1,14 @@
 """Slash commands of memory: `/compact`."""
 from __future__ import annotations
 
+import uuid
+
+from django.conf import settings
 from django.db import transaction
 
 from qorven.agent.commands import CommandContext, command
 from sessions_app.models import Session
+from sessions_app.services import turn_lease_acquire
 
 ROTATABLE = (Session.Kind.CANONICAL, Session.Kind.LEGACY)
 
@@ -17,5 +21,10 @@ def compact_command(ctx: CommandContext) -> str:
     if ctx.session.kind not in ROTATABLE:
         return "Only a direct chat can be compacted; this conversation stays as it is."
     tenant_id, session_id, channel = ctx.session.tenant_id, ctx.session.pk, ctx.channel
-    transaction.on_commit(lambda: session_compact.delay(tenant_id, session_id, channel))
+    # Hold the session for the compaction now, so a message sent right after /compact is
+    # answered after it, in the fresh session. (If a turn is running, the compaction waits
+    # for it.)
+    owner = f"compact-{uuid.uuid4().hex}"
+    turn_lease_acquire(session_id=session_id, owner=owner, seconds=settings.QORVEN_TURN_LEASE)
+    transaction.on_commit(lambda: session_compact.delay(tenant_id, session_id, channel, owner))
     return "Compacting this conversation: saving its key points to memory first…"

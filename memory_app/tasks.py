@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import logging
-import time
 import uuid
 
 from celery import shared_task
@@ -25,7 +24,7 @@ COMPACTED_NOTICE = (
 )
 NOTHING_NOTICE = "There is nothing to compact yet."
 FAILED_NOTICE = "I could not compact this conversation ({reason}). Nothing was changed."
-LEASE_WAIT = 30.0
+LEASE_RETRY_DELAY = 2.0
 
 
 @shared_task(name="memory_app.summarize", acks_late=True)
@@ -57,19 +56,18 @@ def session_summarize(tenant_id: int, session_id: int, through_seq: int) -> int:
 
 
 @shared_task(bind=True, name="memory_app.compact", acks_late=True, max_retries=30)
-def session_compact(self, tenant_id: int, session_id: int, channel: str) -> bool:
+def session_compact(self, tenant_id: int, session_id: int, channel: str, owner: str = "") -> bool:
     """`/compact`: summarize the session into memory and rotate to a fresh one seeded with
-    the summary. Waits for a running turn (it holds the session's turn lease meanwhile).
-    Safe to run twice: an archived session is left alone. True when it rotated."""
+    the summary. `owner` is the session lease the command took for it; a running turn is
+    waited for (it holds the lease meanwhile). Safe to run twice: an archived session is
+    left alone. True when it rotated."""
+    owner = owner or f"compact-{uuid.uuid4().hex}"
     session = session_for_task(tenant_id=tenant_id, session_id=session_id)
     if session is None or session.state != Session.State.ACTIVE:
+        turn_lease_release(session_id=session_id, owner=owner)
         return False
-    owner = f"compact-{uuid.uuid4().hex}"
-    deadline = time.monotonic() + LEASE_WAIT
-    while not turn_lease_acquire(session_id=session_id, owner=owner, seconds=settings.QORVEN_TURN_LEASE):
-        if time.monotonic() > deadline:
-            raise self.retry(countdown=2)
-        time.sleep(0.1)
+    if not turn_lease_acquire(session_id=session_id, owner=owner, seconds=settings.QORVEN_TURN_LEASE):
+        raise self.retry(countdown=LEASE_RETRY_DELAY)  # a turn is running: come back after it
     try:
         session.refresh_from_db()
         if session.state != Session.State.ACTIVE:

@@ -1,31 +1,21 @@
-"""The Celery app. Configured from Django settings (CELERY_* names)."""
+"""The Celery app. Configured from Django settings (CELERY_* names).
+
+Without a broker (the embedded default) tasks go to the `embedded://` broker and run on a
+Celery worker thread of the publishing process (qorven.runtime); with one, on `qorven
+worker` processes. Either way a task is published, retried and delayed the same way.
+"""
 from __future__ import annotations
 
 import os
 
-from celery import Celery, Task
+from celery import Celery
 
-
-class QorvenTask(Task):
-    """Base task: without a broker, queue onto the in-process worker instead of a broker.
-
-    This keeps the embedded default off the request path (the caller returns at once) and
-    in order (one worker thread, FIFO), with no services to run.
-    """
-
-    def apply_async(self, args=None, kwargs=None, task_id=None, **options):  # type: ignore[override]
-        from django.conf import settings
-
-        if getattr(settings, "QORVEN_INPROCESS_TASKS", False):
-            from qorven.taskqueue import inprocess_queue
-
-            return inprocess_queue.submit(self, args or (), kwargs or {}, task_id=task_id)
-        return super().apply_async(args=args, kwargs=kwargs, task_id=task_id, **options)
-
+from .runtime import transport as _transport  # noqa: F401  registers the embedded:// broker
+from .runtime import worker as _worker  # noqa: F401  starts and counts the embedded worker
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "qorven.settings")
 
-app = Celery("qorven", task_cls=QorvenTask)
+app = Celery("qorven")
 app.config_from_object("django.conf:settings", namespace="CELERY")
 app.autodiscover_tasks()
 app.autodiscover_tasks(["qorven.agent"])

@@ -153,10 +153,11 @@ if REDIS_URL:
 else:
     CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}
 
-# Celery. Without a broker, tasks run in this process on a background thread, one at a
-# time in the order they were queued (see qorven/taskqueue.py).
-CELERY_BROKER_URL = env.str("CELERY_BROKER_URL", default=REDIS_URL)
-QORVEN_INPROCESS_TASKS = not CELERY_BROKER_URL
+# Celery. Without a broker, tasks go to the embedded broker of the process that queues
+# them and run there on a Celery worker thread with a small pool (qorven/runtime/worker.py):
+# the same task semantics as `qorven worker`, retries and countdowns included.
+CELERY_BROKER_URL = env.str("CELERY_BROKER_URL", default=REDIS_URL) or "embedded://localhost"
+QORVEN_WORKER_CONCURRENCY = env.int("QORVEN_WORKER_CONCURRENCY", default=4)
 CELERY_TASK_ACKS_LATE = True
 CELERY_TASK_REJECT_ON_WORKER_LOST = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
@@ -175,6 +176,8 @@ QORVEN_HEARTBEATS_FILE = Path(env.str("QORVEN_HEARTBEATS_FILE", default=str(BASE
 QORVEN_IMAGE_RETENTION = env.str("QORVEN_IMAGE_RETENTION", default="0")
 # How long a heartbeat's finished runs (and the cron sessions they ran in) are kept; 0 = forever.
 QORVEN_HEARTBEAT_RUN_RETENTION = env.str("QORVEN_HEARTBEAT_RUN_RETENTION", default="30d")
+# A run whose model was unavailable is retried after this many seconds, then four times as long.
+QORVEN_HEARTBEAT_RETRY_DELAY = env.float("QORVEN_HEARTBEAT_RETRY_DELAY", default=60.0)
 
 # Product switches.
 QORVEN_LEGACY_SESSIONS = env.bool("QORVEN_LEGACY_SESSIONS", default=False)
@@ -201,6 +204,10 @@ LOGGING = {
         "httpx": {"level": "WARNING"},
         "httpx2": {"level": "WARNING"},
         "httpcore": {"level": "WARNING"},
+        # The embedded worker's task lines ("received", "succeeded") would interleave with
+        # the web server's; `qorven worker` logs them as Celery always does.
+        **({"celery.worker.strategy": {"level": "WARNING"}, "celery.app.trace": {"level": "WARNING"}}
+           if CELERY_BROKER_URL.startswith("embedded://") else {}),
     },
 }
 
@@ -225,6 +232,7 @@ DISCORD_API_BASE = env.str("DISCORD_API_BASE", default="https://discord.com/api/
 TWILIO_API_BASE = env.str("TWILIO_API_BASE", default="https://api.twilio.com")
 QORVEN_PLATFORM_TIMEOUT = env.float("QORVEN_PLATFORM_TIMEOUT", default=20.0)
 QORVEN_SEND_RETRIES = env.int("QORVEN_SEND_RETRIES", default=6)
+QORVEN_SEND_BACKOFF = env.float("QORVEN_SEND_BACKOFF", default=1.0)
 QORVEN_PAIRING_TTL = env.int("QORVEN_PAIRING_TTL", default=3600)
 QORVEN_PUBLIC_URL = env.str("QORVEN_PUBLIC_URL", default="http://127.0.0.1:8000")
 

@@ -78,11 +78,44 @@ def _own_rate_limit_counters(settings):
     settings.RATELIMIT_CACHE_PREFIX = f"test-rl-{uuid.uuid4().hex}:"
 
 
+EMBEDDED_BROKER = "embedded://localhost"
+
+
+def broker_use(settings, url: str) -> None:
+    """Point the Celery app at `url`. Celery reads its settings from Django's as they are
+    now, but keeps the connection and producer pools of the broker it used first; those
+    are looked up again (kombu keeps one pool per broker, so nothing is closed)."""
+    from qorven.celery import app
+
+    if settings.CELERY_BROKER_URL != url:
+        settings.CELERY_BROKER_URL = url
+    if app._pool is not None and app._pool.connection.as_uri() != app.connection_for_write().as_uri():
+        app._pool = None
+        app.amqp._producer_pool = None
+
+
 @pytest.fixture(autouse=True)
-def _tasks_in_process(request, settings):
-    """Tasks run on the in-process queue unless a test asks for a real Celery worker."""
-    if request.node.get_closest_marker("celery_worker") is None:
-        settings.QORVEN_INPROCESS_TASKS = True
+def _task_queue(request, settings):
+    """Tasks run on this process's embedded worker unless a test asks for a real Celery
+    worker. A test finds the queue empty and leaves it empty: what it queued has finished
+    when it ends (it gets the time its jobs need, up to a bound), or it fails."""
+    from qorven.runtime.worker import embedded_worker
+
+    real = request.node.get_closest_marker("celery_worker") is not None
+    broker_use(settings, settings.CELERY_BROKER_URL if real else EMBEDDED_BROKER)
+    left = embedded_worker.pending()
+    if left:
+        embedded_worker.reset()
+        pytest.fail(f"an earlier test left jobs in the in-process queue: {left}")
+    yield
+    if not embedded_worker.join(JOBS_SETTLE):
+        left = embedded_worker.pending()
+        faulthandler.dump_traceback(all_threads=True)
+        embedded_worker.reset()
+        pytest.fail(f"the test left jobs in the in-process queue: {left} (thread stacks above, on stderr)")
+
+
+JOBS_SETTLE = 30.0  # seconds a test's queued jobs get to finish after it
 
 
 @pytest.fixture
@@ -100,20 +133,21 @@ def model_server(settings):
 
 @pytest.fixture
 def drain():
-    """Wait until the in-process task queue has run everything queued so far."""
-    from qorven.taskqueue import inprocess_queue
-
+    """Wait until the embedded worker has run everything queued so far (what those jobs
+    queue, retries and countdowns included), and the live events they sent are out."""
     from qorven.live import broadcast_flush
+    from qorven.runtime.worker import embedded_worker
 
     def wait(timeout: float = 60) -> None:
-        if not inprocess_queue.join(timeout):
+        if not embedded_worker.join(timeout):
             # Show where every thread is: a job that never finishes is otherwise invisible.
             faulthandler.dump_traceback(all_threads=True)
-            raise AssertionError("tasks did not finish in time (thread stacks above, on stderr)")
+            raise AssertionError(
+                f"tasks did not finish in time: {embedded_worker.pending()} (thread stacks above, on stderr)"
+            )
         assert broadcast_flush(10), "live events were not sent in time"
 
-    yield wait
-    inprocess_queue.join(30)
+    return wait
 
 
 @pytest.fixture

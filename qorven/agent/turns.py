@@ -9,7 +9,6 @@ harmless: an answered message is never answered again.
 from __future__ import annotations
 
 import logging
-import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -74,14 +73,12 @@ ContextOverflowHook = Callable[[Session], None]
 context_overflow_hooks: list[ContextOverflowHook] = []
 
 
-def turn_process(*, tenant_id: int, session_id: int, wait: float = 30.0) -> TurnOutcome:
-    """Answer every pending user message of the session, oldest first."""
+def turn_process(*, tenant_id: int, session_id: int) -> TurnOutcome:
+    """Answer every pending user message of the session, oldest first. Raises TurnBusy at
+    once when another turn holds the session (the task comes back later)."""
     owner = uuid.uuid4().hex
-    deadline = time.monotonic() + wait
-    while not turn_lease_acquire(session_id=session_id, owner=owner, seconds=settings.QORVEN_TURN_LEASE):
-        if time.monotonic() > deadline:
-            raise TurnBusy(session_id)
-        time.sleep(0.1)
+    if not turn_lease_acquire(session_id=session_id, owner=owner, seconds=settings.QORVEN_TURN_LEASE):
+        raise TurnBusy(session_id)
     outcome = TurnOutcome()
     overflowed = False
     try:

@@ -23,7 +23,7 @@ pytestmark = [
     pytest.mark.django_db(transaction=True),
     pytest.mark.celery_worker,
     pytest.mark.skipif(
-        not django_settings.CELERY_BROKER_URL or connection.vendor != "postgresql",
+        not django_settings.REDIS_URL or connection.vendor != "postgresql",
         reason="needs PostgreSQL and a Redis broker (DATABASE_URL and REDIS_URL, as in CI's second pass)",
     ),
 ]
@@ -31,7 +31,6 @@ pytestmark = [
 
 @pytest.fixture
 def celery_worker(model_server, settings):
-    settings.QORVEN_INPROCESS_TASKS = False
     db = connection.settings_dict
     env = {
         **os.environ,

@@ -50,6 +50,31 @@ def test_a_replayed_telegram_update_is_stored_once_and_answered_once(client, wor
     assert len(model_server.requests) == 1
 
 
+def test_a_senders_messages_reach_the_conversation_in_arrival_order_whichever_task_runs_first(
+    world, telegram, platform, model_server, drain
+):
+    from channels_app.inbound import InboundMessage
+    from channels_app.receive import inbound_process
+
+    pair(world, "telegram", "42", world.alice)
+    model_server.default = reply("ok")
+    # Two webhooks a moment apart, stored and not processed yet.
+    first, second = (
+        InboundEvent.objects.create(
+            tenant=world.tenant_a, binding=telegram, external_id=f"42:{n}", sender_id="42",
+            payload=InboundMessage(channel="telegram", external_id=f"42:{n}", sender_id="42", sender_name="Priya",
+                                   text=text, reply_target="42").model_dump(mode="json"),
+        )
+        for n, text in enumerate(["first", "second"], start=1)
+    )
+    # The second one's task runs first.
+    assert inbound_process(event=second) == "accepted"
+    drain()
+    users = list(Message.objects.filter(role="user").order_by("seq").values_list("content", flat=True))
+    assert users == ["first", "second"]
+    assert set(InboundEvent.objects.values_list("state", flat=True)) == {"done"}
+
+
 def test_a_telegram_photo_becomes_an_image_row(client, world, telegram, platform, model_server, drain):
     pair(world, "telegram", "42", world.alice)
     platform.script(r"/getFile", Canned(body={"ok": True, "result": {"file_id": "big", "file_path": "photos/p.jpg"}}))

@@ -28,7 +28,7 @@ pytestmark = [
     pytest.mark.django_db(transaction=True),
     pytest.mark.celery_worker,
     pytest.mark.skipif(
-        not django_settings.CELERY_BROKER_URL or connection.vendor != "postgresql",
+        not django_settings.REDIS_URL or connection.vendor != "postgresql",
         reason="needs PostgreSQL and a Redis broker (DATABASE_URL and REDIS_URL, as in CI's second pass)",
     ),
 ]
@@ -38,7 +38,6 @@ pytestmark = [
 def start_processes(model_server, settings, tmp_path):
     """Starts a Celery worker and two beat processes (as if someone started a second one
     by mistake), all against the test database."""
-    settings.QORVEN_INPROCESS_TASKS = False
     beats_file = tmp_path / "beats.json"
     beats_file.write_text('{"beats": []}')
     db = connection.settings_dict

@@ -63,10 +63,12 @@ def test_the_embedded_beat_fires_a_due_heartbeat_once_even_with_two_schedulers(w
 
 
 @pytest.mark.django_db
-def test_beat_needs_a_broker(settings):
-    settings.CELERY_BROKER_URL = ""
+def test_beat_and_worker_need_a_broker():
+    # The tests run on the embedded broker, as a machine with nothing configured does.
     with pytest.raises(CommandError, match="REDIS_URL"):
         call_command("beat")
+    with pytest.raises(CommandError, match="REDIS_URL"):
+        call_command("worker")
 
 
 def free_port() -> int:

@@ -193,9 +193,8 @@ def test_serve_and_worker_sync_skills_at_startup(skills_dir, monkeypatch, settin
 
     write(skills_dir, "briefing.md", BRIEFING)
     monkeypatch.setattr("daphne.cli.CommandLineInterface.run", lambda self, args: None)
-    settings.QORVEN_INPROCESS_TASKS = False  # no embedded beat thread in a test
     out = io.StringIO()
-    call_command("serve", "--no-migrate", stdout=out, stderr=io.StringIO())
+    call_command("serve", "--no-migrate", "--no-beat", stdout=out, stderr=io.StringIO())
     assert "1 added" in out.getvalue() and shared("briefing").enabled
     assert "skills" in serve.Command.help and "skills" in worker.Command.help
 

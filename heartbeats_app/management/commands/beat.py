@@ -1,6 +1,5 @@
 from __future__ import annotations
 
-from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
 
@@ -21,11 +20,13 @@ class Command(BaseCommand):
         parser.add_argument("--no-sync", action="store_true", help="do not sync the defaults file first")
 
     def handle(self, *args, **opts):
-        if not settings.CELERY_BROKER_URL:
-            raise CommandError("No broker configured: set REDIS_URL (or CELERY_BROKER_URL) to run beat.")
         from heartbeats_app.scheduler import SCHEDULER_PATH
         from heartbeats_app.startup import beats_sync_on_startup
         from qorven.celery import app
+        from qorven.runtime.worker import broker_is_embedded
+
+        if broker_is_embedded(app):
+            raise CommandError("No broker configured: set REDIS_URL (or CELERY_BROKER_URL) to run beat.")
 
         if not opts["no_sync"]:
             beats_sync_on_startup(self.stdout, self.stderr)

@@ -4,13 +4,16 @@ from django.conf import settings
 from django.core.management import call_command
 from django.core.management.base import BaseCommand
 
+from qorven.celery import app as celery_app
+from qorven.runtime.worker import broker_is_embedded, embedded_worker
+
 
 class Command(BaseCommand):
     help = (
         "Serve Qorven (HTTP and WebSockets) with Daphne. On the embedded default (no REDIS_URL) "
-        "tasks run inside this process, and so does the heartbeat scheduler (Celery beat), so "
-        "nothing else needs to be started. Syncs the heartbeats defaults file and the learned "
-        "skills folder on startup."
+        "a Celery worker runs inside this process, and so does the heartbeat scheduler (Celery "
+        "beat), so nothing else needs to be started. Syncs the heartbeats defaults file and the "
+        "learned skills folder on startup."
     )
 
     def add_arguments(self, parser):
@@ -32,11 +35,14 @@ class Command(BaseCommand):
 
         beats_sync_on_startup(self.stdout, self.stderr)
         skills_sync_on_startup(self.stdout, self.stderr)
-        if settings.QORVEN_INPROCESS_TASKS and not opts["no_beat"]:
-            from heartbeats_app.scheduler import embedded_beat_start
+        if broker_is_embedded(celery_app):
+            embedded_worker.ensure_started()
+            self.stdout.write(f"Tasks run in this process ({settings.QORVEN_WORKER_CONCURRENCY} at a time).")
+            if not opts["no_beat"]:
+                from heartbeats_app.scheduler import embedded_beat_start
 
-            embedded_beat_start()
-            self.stdout.write("Heartbeats fire in this process (embedded beat).")
+                embedded_beat_start()
+                self.stdout.write("Heartbeats fire in this process (embedded beat).")
         self.stdout.write(f"Qorven on http://{opts['host']}:{opts['port']}/  (admin: /admin/)")
         self.stdout.flush()
         CommandLineInterface().run(

@@ -1,6 +1,5 @@
 from __future__ import annotations
 
-from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
 
@@ -16,10 +15,12 @@ class Command(BaseCommand):
         parser.add_argument("--loglevel", "-l", default="INFO", help="log level (default INFO)")
 
     def handle(self, *args, **opts):
-        if not settings.CELERY_BROKER_URL:
-            raise CommandError("No broker configured: set REDIS_URL (or CELERY_BROKER_URL) to run workers.")
         from memory_app.skills import skills_sync_on_startup
         from qorven.celery import app
+        from qorven.runtime.worker import broker_is_embedded
+
+        if broker_is_embedded(app):
+            raise CommandError("No broker configured: set REDIS_URL (or CELERY_BROKER_URL) to run workers.")
 
         skills_sync_on_startup(self.stdout, self.stderr)
         app.worker_main(
