@@ -21,7 +21,6 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
-from asgiref.sync import async_to_sync
 from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser
 from django.db import IntegrityError, transaction
@@ -29,18 +28,10 @@ from django.db.models import F
 from django.utils import timezone
 
 from qorven.errors import NotFound
-from qorven.llm import (
-    Completion,
-    ModelRoute,
-    Provider,
-    ProviderUnavailable,
-    Usage,
-    provider_for,
-    route_for,
-)
+from qorven.agent.loop import Tally
+from qorven.llm import ModelError, ModelRoute, ProviderUnavailable, provider_for, route_for
 from qorven.models import Tenant
 from qorven.selectors import budget_exhausted, membership_get
-from qorven.services import usage_record
 from sessions_app.channels import Channel
 from sessions_app.models import Message, Session
 from sessions_app.selectors import MessageRow, canonical_session_find, messages_read
@@ -78,12 +69,6 @@ class RunFailed(Exception):
 
 
 @dataclass
-class _Spent:
-    tokens: int = 0
-    calls: int = 0
-
-
-@dataclass
 class _Outcome:
     status: str
     output: str = ""
@@ -92,7 +77,7 @@ class _Outcome:
     session: Session | None = None
     delivered: Message | None = None
     inputs_hash: str | None = None  # None: leave the beat's hash as it is
-    spent: _Spent = field(default_factory=_Spent)
+    spent: Tally = field(default_factory=Tally)
     reminders_done: list[int] = field(default_factory=list)  # reminders the delivered answer had in view
     at: datetime | None = None  # when the run looked at its inputs
 
@@ -124,12 +109,15 @@ def run_heartbeat(
         logger.info("heartbeat %s tick %s is already being run elsewhere", beat.pk, tick.isoformat())
         return None
     started = time.monotonic()
-    spent = _Spent()
+    spent = Tally()
     try:
         outcome = _execute(beat, run, spent, manual=manual)
-    except ProviderUnavailable as exc:
-        _finish(beat, run, started, _Outcome(HeartbeatRun.Status.FAILED, error=str(exc)[:2000], spent=spent))
-        raise RunFailed(run.pk, str(exc)) from exc
+    except ProviderUnavailable as exc:  # transient: the task retries the run
+        _finish(beat, run, started, _Outcome(HeartbeatRun.Status.FAILED, error=_model_error(exc), spent=spent))
+        raise RunFailed(run.pk, exc.detail) from exc
+    except ModelError as exc:  # refused, misconfigured: retrying cannot help
+        _finish(beat, run, started, _Outcome(HeartbeatRun.Status.FAILED, error=_model_error(exc), spent=spent))
+        return _reload(run)
     except Exception as exc:
         logger.exception("heartbeat %s failed", beat.pk)
         _finish(beat, run, started, _Outcome(
@@ -186,7 +174,7 @@ def _claim(beat: Heartbeat, tick: datetime, *, manual: bool, run_id: int | None)
         return HeartbeatRun.objects.get(heartbeat=beat, tick=tick) if taken else None
 
 
-def _execute(beat: Heartbeat, run: HeartbeatRun, spent: _Spent, *, manual: bool) -> _Outcome:
+def _execute(beat: Heartbeat, run: HeartbeatRun, spent: Tally, *, manual: bool) -> _Outcome:
     if beat.name in RESERVED_NAMES:
         return _Outcome(HeartbeatRun.Status.OK, output=system_beat_run(beat))
     if budget_exhausted(tenant=beat.tenant):
@@ -278,10 +266,11 @@ def _context(beat: Heartbeat, user: AbstractBaseUser | None, now: datetime) -> _
 
 def _converse(
     beat: Heartbeat, run: HeartbeatRun, session: Session, user: AbstractBaseUser | None, route: ModelRoute,
-    context: _Context, spent: _Spent,
+    context: _Context, spent: Tally,
 ) -> str:
     """The heartbeat sub-agent: the beat's prompt on the heartbeat route, with the tools a
     paired user could use (except managing beats), until a final answer."""
+    from qorven.agent.loop import Spend, tool_loop
     from qorven.agent.tools import ToolContext, registry
     from qorven.trust import Trust
 
@@ -294,46 +283,21 @@ def _converse(
                    sender_name=f"heartbeat {beat.name}", metadata=tag)
     messages: list[dict[str, Any]] = [{"role": "system", "content": context.system},
                                       {"role": "user", "content": beat.prompt}]
-    max_rounds = settings.QORVEN_MAX_TOOL_ROUNDS
-    for round_no in range(max_rounds + 1):
-        tools = [t.schema() for t in offered] if round_no < max_rounds else []
-        completion = _call(provider, messages, tools)
-        _record_usage(beat, completion, messages, spent)
-        if not completion.tool_calls:
-            message_append(session=session, role=Message.Role.ASSISTANT, content=completion.content,
-                           channel=Channel.CRON, sender_name=qor.name, metadata={**tag, "model": completion.model})
-            return completion.content
-        calls = [c.as_openai() for c in completion.tool_calls]
-        message_append(session=session, role=Message.Role.ASSISTANT, content=completion.content,
-                       channel=Channel.CRON, tool_calls=calls, metadata=tag)
-        messages.append({"role": "assistant", "content": completion.content or None, "tool_calls": calls})
-        for call in completion.tool_calls:
-            result = registry.execute(ctx, offered, call.name, call.arguments)
-            message_append(session=session, role=Message.Role.TOOL, content=result, channel=Channel.CRON,
-                           tool_call_id=call.id, metadata={**tag, "tool": call.name})
-            messages.append({"role": "tool", "tool_call_id": call.id, "content": result})
-    return ""  # unreachable: the last round offers no tools
-
-
-def _call(provider: Provider, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> Completion:
-    async def run() -> Completion:
-        return await provider.complete(messages=messages, tools=tools or None)
-
-    return async_to_sync(run)()
-
-
-def _record_usage(beat: Heartbeat, completion: Completion, messages: list[dict[str, Any]], spent: _Spent) -> None:
-    if completion.offline:
-        return
-    usage = completion.usage or Usage(
-        prompt_tokens=sum(len(str(m.get("content") or "")) // 4 + 1 for m in messages),
-        completion_tokens=len(completion.content) // 4 + 1,
-        estimated=True,
+    completion = tool_loop(
+        provider=provider, messages=messages, spend=Spend(beat.tenant, qor, "heartbeat", tally=spent),
+        offered=offered, ctx=ctx, session=session, channel=Channel.CRON, metadata=tag,
     )
-    usage_record(tenant=beat.tenant, qor=beat.qor, role="heartbeat",
-                 prompt_tokens=usage.prompt_tokens, completion_tokens=usage.completion_tokens)
-    spent.tokens += usage.prompt_tokens + usage.completion_tokens
-    spent.calls += 1
+    if completion is None:
+        return ""  # still calling tools when the rounds ran out: nothing to deliver
+    message_append(session=session, role=Message.Role.ASSISTANT, content=completion.content,
+                   channel=Channel.CRON, sender_name=qor.name, metadata={**tag, "model": completion.model})
+    return completion.content
+
+
+def _model_error(exc: ModelError) -> str:
+    """What the run record (admin only) keeps of a model failure: its kind and the
+    provider's words."""
+    return f"{exc.kind}: {exc.detail}"[:2000]
 
 
 def _deliver(beat: Heartbeat, run: HeartbeatRun, content: str) -> tuple[Message | None, str]:

@@ -22,14 +22,12 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, tzinfo
 from typing import Annotated, Any, NamedTuple
 
-from asgiref.sync import async_to_sync
 from django.conf import settings
 from django.utils import timezone
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError, field_validator
 
-from qorven.llm import Completion, ContextLengthExceeded, ProviderUnavailable, provider_for, route_for
+from qorven.llm import Completion, ModelError, provider_for, route_for
 from qorven.models import Qor
-from qorven.services import usage_record
 from sessions_app.models import Message, Session
 from sessions_app.selectors import MessageRow, StoredMessage, messages_read
 
@@ -54,7 +52,13 @@ Text = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1)]
 
 class CompactionFailed(Exception):
     """The run could not be condensed (model down, invalid answer, session changed).
-    Nothing was stored; the messages stay in the prompt's reach and are retried later."""
+    Nothing was stored; the messages stay in the prompt's reach and are retried later.
+    `reason` is ours and safe to show a person; the exception's text (for the log) may
+    carry the provider's words."""
+
+    def __init__(self, detail: str, *, reason: str = "") -> None:
+        super().__init__(detail)
+        self.reason = reason or detail
 
 
 class DatedItem(BaseModel):
@@ -286,26 +290,20 @@ def _ask(session: Session, schema: type[BaseModel], instructions: str, content: 
                 {"role": "assistant", "content": completion.content},
                 {"role": "user", "content": f"That was not valid ({problem}). Reply with only the JSON object."},
             ]
-    raise CompactionFailed(f"the {step} did not return valid JSON ({problem})")
+    raise CompactionFailed(f"the {step} did not return valid JSON ({problem})",
+                           reason=f"the model's {step} was not in the form asked for")
 
 
 def _complete(session: Session, provider: Any, messages: list[dict[str, Any]]) -> Completion:
-    async def run() -> Completion:
-        return await provider.complete(messages=messages, tools=None, on_token=None)
+    from qorven.agent.loop import Spend, model_call
 
     try:
-        completion: Completion = async_to_sync(run)()
-    except (ProviderUnavailable, ContextLengthExceeded) as exc:
-        raise CompactionFailed(f"the summarizer model could not answer: {exc}") from exc
-    if not completion.offline:
-        usage = completion.usage
-        prompt_tokens = usage.prompt_tokens if usage else sum(estimate_tokens(str(m["content"])) for m in messages)
-        completion_tokens = usage.completion_tokens if usage else estimate_tokens(completion.content)
-        usage_record(
-            tenant=session.tenant, qor=session.qor, role="summarizer",
-            prompt_tokens=prompt_tokens, completion_tokens=completion_tokens,
-        )
-    return completion
+        return model_call(provider=provider, messages=messages, spend=Spend(session.tenant, session.qor, "summarizer"))
+    except ModelError as exc:
+        reason = ("the summarizer model isn't answering" if exc.transient
+                  else "the summarizer model refused the request")
+        raise CompactionFailed(f"the summarizer model could not answer: {exc.kind}: {exc.detail}",
+                               reason=reason) from exc
 
 
 _FENCE = re.compile(r"^```(?:json)?\s*|\s*```$", re.IGNORECASE)

@@ -10,6 +10,7 @@ from django.core.cache import cache
 
 from qorven.selectors import budget_exhausted
 from sessions_app.errors import SessionClosed
+from sessions_app.leases import lease_kept
 from sessions_app.models import Message, Session
 from sessions_app.selectors import session_for_task
 from sessions_app.services import message_append, turn_lease_acquire, turn_lease_release
@@ -73,9 +74,10 @@ def session_compact(self, tenant_id: int, session_id: int, channel: str, owner: 
         if session.state != Session.State.ACTIVE:
             return False
         try:
-            outcome = compaction_rotate(session=session)
+            with lease_kept(session_id=session_id, owner=owner):  # the model calls may take a while
+                outcome = compaction_rotate(session=session)
         except (CompactionFailed, SessionClosed) as exc:
-            _notice(session, channel, FAILED_NOTICE.format(reason=str(exc)[:200]), "compact_failed")
+            _notice(session, channel, FAILED_NOTICE.format(reason=_reason(exc)), "compact_failed")
             return False
         if outcome is None:
             _notice(session, channel, NOTHING_NOTICE, "compact_empty")
@@ -93,3 +95,8 @@ def _notice(session: Session, channel: str, content: str, notice: str) -> None:
                        metadata={"notice": notice})
     except SessionClosed:
         pass  # cleared meanwhile: the person has moved on
+
+
+def _reason(exc: Exception) -> str:
+    """What a person may read of why compaction failed: our words, never the provider's."""
+    return getattr(exc, "reason", "") or "the conversation changed while it was being compacted"

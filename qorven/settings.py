@@ -222,7 +222,14 @@ QORVEN_MAX_TOOL_ROUNDS = env.int("QORVEN_MAX_TOOL_ROUNDS", default=8)
 QORVEN_MODEL_TIMEOUT = env.float("QORVEN_MODEL_TIMEOUT", default=60.0)
 QORVEN_MODEL_RETRIES = env.int("QORVEN_MODEL_RETRIES", default=4)
 QORVEN_MODEL_DEADLINE = env.float("QORVEN_MODEL_DEADLINE", default=180.0)
-QORVEN_TURN_LEASE = env.int("QORVEN_TURN_LEASE", default=600)
+# A turn holds its session for this long, renewed every third of it while it runs: a turn
+# whose worker died frees its session within this many seconds.
+QORVEN_TURN_LEASE = env.int("QORVEN_TURN_LEASE", default=30)
+# A message the model could not answer for a transient reason (unreachable, 5xx, rate
+# limited) is tried this many times in all, QORVEN_ANSWER_RETRY_DELAY seconds apart at
+# first and four times longer each time, before it is marked failed.
+QORVEN_ANSWER_ATTEMPTS = env.int("QORVEN_ANSWER_ATTEMPTS", default=3)
+QORVEN_ANSWER_RETRY_DELAY = env.float("QORVEN_ANSWER_RETRY_DELAY", default=5.0)
 
 # Platforms. Every API base URL can point elsewhere (tests, self-hosted proxies).
 TELEGRAM_API_BASE = env.str("TELEGRAM_API_BASE", default="https://api.telegram.org")

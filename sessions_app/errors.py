@@ -7,3 +7,7 @@ class SessionNotFound(Exception):
 
 class SessionClosed(Exception):
     """The session was archived; resolve the active one again and append there."""
+
+
+class LeaseLost(Exception):
+    """The session's turn lease is no longer this turn's (see sessions_app.leases)."""

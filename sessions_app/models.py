@@ -78,6 +78,14 @@ class Message(models.Model):
         SYSTEM = "system"
         TOOL = "tool"
 
+    class Answer(models.TextChoices):
+        """Where a user message that expects a reply stands. Others (commands, group
+        chatter, the Qor's own messages) have none."""
+
+        PENDING = "pending"
+        ANSWERED = "answered"
+        FAILED = "failed"
+
     # No single-column indexes: (session, seq) and (tenant, external_scope, external_id)
     # already lead with these columns, and every extra index slows each append.
     tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="+", db_index=False)
@@ -95,6 +103,12 @@ class Message(models.Model):
     tool_calls = models.JSONField(null=True, blank=True)
     tool_call_id = models.CharField(max_length=128, blank=True, default="")
     metadata = models.JSONField(default=dict, blank=True)
+    # Nullable, so adding them never rewrites a long messages table.
+    answer_state = models.CharField(max_length=8, choices=Answer.choices, null=True, blank=True)
+    answer_attempts = models.PositiveSmallIntegerField(null=True, blank=True)
+    # Why the answer failed, in the provider's own words: for the log and the admin only,
+    # never read by a surface.
+    answer_error = models.TextField(null=True, blank=True)
 
     class Meta:
         ordering = ["session", "seq"]
@@ -109,6 +123,9 @@ class Message(models.Model):
         indexes = [
             models.Index(fields=["session", "channel", "created_at"], name="message_surface_time_idx"),
             models.Index(fields=["session", "channel", "seq"], name="message_surface_seq_idx"),
+            # The few messages waiting for an answer: the next one of a session, and the
+            # sessions the sweeper must look at.
+            models.Index(fields=["session", "seq"], condition=Q(answer_state="pending"), name="message_pending_idx"),
         ]
 
     def __str__(self) -> str:

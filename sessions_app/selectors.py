@@ -59,6 +59,7 @@ class MessageRow:
     tool_calls: list[dict[str, Any]] | None
     tool_call_id: str
     metadata: dict[str, Any]
+    answer_state: str | None = None
 
 
 # What the readers of messages accept: a model instance (just appended, or from the
@@ -102,6 +103,7 @@ def messages_read(
 
 _ROW_FIELDS = [Message._meta.get_field(name) for name in (
     "id", "seq", "role", "content", "channel", "sender_name", "created_at", "tool_calls", "tool_call_id", "metadata",
+    "answer_state",
 )]
 _row_selects: dict[str, tuple[str, list[tuple[int, list[Callable[..., Any]], Any]]]] = {}
 
@@ -137,9 +139,10 @@ def _rows_read(tail: str, params: list[Any], session_id: int) -> list[MessageRow
             for i, found, col in converters:
                 for convert in found:
                     row[i] = convert(row[i], col, connection)
-        pk, seq, role, content, channel, sender, created_at, tool_calls, tool_call_id, metadata = row
+        pk, seq, role, content, channel, sender, created_at, tool_calls, tool_call_id, metadata, answer = row
         result.append(MessageRow(
-            pk, session_id, seq, role, content, channel, sender, created_at, tool_calls, tool_call_id, metadata
+            pk, session_id, seq, role, content, channel, sender, created_at, tool_calls, tool_call_id, metadata,
+            answer,
         ))
     return result
 
@@ -159,6 +162,9 @@ def context_read(
         qs.exclude(role=Message.Role.USER, seq__gt=answering_seq)
         .exclude(metadata__has_key="notice")
         .exclude(metadata__has_key="command")
+        # A message the model refused (or that never fit) is set aside: sending it again
+        # with every later message would only fail those too.
+        .exclude(answer_state=Message.Answer.FAILED)
     )
     rows = list(qs.order_by("-seq")[:limit])
     rows.reverse()
@@ -166,14 +172,9 @@ def context_read(
 
 
 def next_pending_user_message(*, session: Session) -> Message | None:
-    """The oldest user message (not a slash command) not yet answered."""
-    return (
-        Message.objects.filter(session=session, role=Message.Role.USER, seq__gt=session.replied_through_seq)
-        .exclude(metadata__has_key="command")  # commands are answered when they arrive
-        .exclude(metadata__has_key="no_reply")  # group chatter the Qor was not addressed in
-        .order_by("seq")
-        .first()
-    )
+    """The oldest user message still waiting for an answer (commands are answered when
+    they arrive; group chatter and failed messages wait for nothing)."""
+    return Message.objects.filter(session=session, answer_state=Message.Answer.PENDING).order_by("seq").first()
 
 
 def session_successor(*, session: Session) -> Session | None:

@@ -13,14 +13,15 @@ from typing import Any
 from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser
 from django.db import DEFAULT_DB_ALIAS, IntegrityError, connections, transaction
-from django.db.models import Q
+from django.db.models import F, Q
+from django.db.models.functions import Coalesce
 from django.utils import timezone
 
 from qorven.models import Qor, Tenant
 
 from .append_statement import append_execute
 from .channels import CHAT_FAMILY, OWN_SESSION_CHANNELS
-from .errors import SessionClosed
+from .errors import LeaseLost, SessionClosed
 from .models import Image, Message, Session
 from .signals import message_appended
 
@@ -111,6 +112,7 @@ def message_append(
     tool_call_id: str = "",
     metadata: dict[str, Any] | None = None,
     notify: bool = True,
+    awaits_answer: bool = False,
 ) -> AppendResult:
     """Append one message to `session` with the next seq.
 
@@ -120,7 +122,8 @@ def message_append(
     message whose (external_scope, external_id) was stored before is not stored again:
     the first one is returned with `created=False`. Observers (live surfaces,
     delivery to platforms) are told after commit, unless `notify` is False: imported
-    history is stored without being broadcast or sent anywhere again.
+    history is stored without being broadcast or sent anywhere again. `awaits_answer`: a
+    user message the Qor is to answer; it starts `pending` (see message_answer_*).
     Raises SessionClosed if the session is archived.
     """
     if external_id and not external_scope:
@@ -142,6 +145,9 @@ def message_append(
         "tool_calls": tool_calls,
         "tool_call_id": tool_call_id,
         "metadata": metadata or {},
+        "answer_state": Message.Answer.PENDING if awaits_answer else None,
+        "answer_attempts": 0 if awaits_answer else None,
+        "answer_error": None,
     }
     db = connections[DEFAULT_DB_ALIAS]
     try:
@@ -188,11 +194,64 @@ def turn_lease_release(*, session_id: int, owner: str) -> None:
     Session.objects.filter(pk=session_id, turn_owner=owner).update(turn_owner="", turn_lease_until=None)
 
 
+def turn_lease_confirm(*, session_id: int, owner: str) -> None:
+    """Make sure `owner` still holds the session's lease, and extend it. Raises LeaseLost
+    otherwise: in a transaction, before writing a reply, it keeps a turn that stalled past
+    its lease from answering what another turn now answers."""
+    if not Session.objects.filter(pk=session_id, turn_owner=owner).update(
+        turn_lease_until=timezone.now() + timedelta(seconds=settings.QORVEN_TURN_LEASE)
+    ):
+        raise LeaseLost(session_id)
+
+
+def turn_leases_renew(*, held: dict[str, int], seconds: int) -> list[str]:
+    """Extend the leases `held` (owner → session id) by `seconds`; the owners whose lease
+    was no longer theirs."""
+    until = timezone.now() + timedelta(seconds=seconds)
+    return [
+        owner for owner, session_id in held.items()
+        if not Session.objects.filter(pk=session_id, turn_owner=owner).update(turn_lease_until=until)
+    ]
+
+
 def session_mark_replied(*, session_id: int, through_seq: int) -> None:
     """Record that user messages up to `through_seq` are answered (never moves back)."""
     Session.objects.filter(pk=session_id, replied_through_seq__lt=through_seq).update(
         replied_through_seq=through_seq
     )
+
+
+def message_answered(*, message: Message) -> None:
+    """The message got its reply: it is no longer waiting, and the session's progress
+    moves past it."""
+    Message.objects.filter(pk=message.pk).update(answer_state=Message.Answer.ANSWERED)
+    message.answer_state = Message.Answer.ANSWERED
+    session_mark_replied(session_id=message.session_id, through_seq=message.seq)
+
+
+def message_answer_attempted(*, message: Message) -> int:
+    """Count one more try at answering the message that failed transiently; returns the
+    tries so far."""
+    Message.objects.filter(pk=message.pk).update(answer_attempts=Coalesce(F("answer_attempts"), 0) + 1)
+    message.answer_attempts = Message.objects.filter(pk=message.pk).values_list("answer_attempts", flat=True).get()
+    return message.answer_attempts or 0
+
+
+def message_answer_fail(*, message: Message, error: str) -> None:
+    """The message will not be answered (refused, never fits, out of tries): it stops
+    waiting, so the messages after it are answered, and keeps why for the admin."""
+    Message.objects.filter(pk=message.pk).update(answer_state=Message.Answer.FAILED, answer_error=error[:4000])
+    message.answer_state = Message.Answer.FAILED
+    session_mark_replied(session_id=message.session_id, through_seq=message.seq)
+
+
+def messages_retry_failed(*, session: Session) -> list[int]:
+    """`/retry`: the session's failed messages wait for an answer again, with fresh tries.
+    Returns their seqs."""
+    failed = Message.objects.filter(session=session, answer_state=Message.Answer.FAILED)
+    seqs = list(failed.order_by("seq").values_list("seq", flat=True))
+    failed.update(answer_state=Message.Answer.PENDING, answer_attempts=0)
+    return seqs
 
 
 def session_archive(*, session_id: int) -> bool:
@@ -265,6 +324,7 @@ def session_rotate(
             message_append(
                 session=new, role=m.role, content=m.content, channel=m.channel, sender_name=m.sender_name,
                 created_at=m.created_at, metadata={**m.metadata, "carried_from": {"session": old.pk, "seq": m.seq}},
+                awaits_answer=True,
             ).message
             for m in pending
         ]
@@ -272,11 +332,7 @@ def session_rotate(
 
 
 def _unanswered(session: Session) -> list[Message]:
-    return list(
-        Message.objects.filter(session=session, role=Message.Role.USER, seq__gt=session.replied_through_seq)
-        .exclude(metadata__has_key="command")
-        .order_by("seq")
-    )
+    return list(Message.objects.filter(session=session, answer_state=Message.Answer.PENDING).order_by("seq"))
 
 
 def session_compaction_advance(*, session_id: int, from_seq: int, through_seq: int, note: str) -> bool:

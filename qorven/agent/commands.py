@@ -72,17 +72,28 @@ def _help(ctx: CommandContext) -> str:
     return "Commands:\n" + "\n".join(lines)
 
 
-@command("retry", "answer the last message again if the model could not answer it")
+@command("retry", "try again to answer the messages the model could not answer")
 def _retry(ctx: CommandContext) -> str:
+    from django.db import transaction
+
+    from qorven.live import broadcast_soon
     from sessions_app.selectors import next_pending_user_message
+    from sessions_app.services import messages_retry_failed
 
     from .gateway import turn_enqueue
 
-    pending = next_pending_user_message(session=ctx.session)
-    if pending is None:
-        return "Nothing is waiting for an answer."
-    turn_enqueue(session=ctx.session)
-    return "Trying again…"
+    session = ctx.session
+    seqs = messages_retry_failed(session=session)
+    for seq in seqs:
+        event = {"type": "message.answer", "seq": seq, "answer_state": "pending"}
+        transaction.on_commit(lambda event=event: broadcast_soon(session.pk, event))
+    if seqs:
+        turn_enqueue(session=session)
+        return f"Trying again to answer {len(seqs)} message{'s' if len(seqs) != 1 else ''}…"
+    if next_pending_user_message(session=session) is not None:
+        turn_enqueue(session=session)  # waiting out a transient failure: try now
+        return "Your last message is still waiting for its answer; trying now…"
+    return "No message failed, so there is nothing to try again."
 
 
 @command("status", "what this conversation is and which model answers")

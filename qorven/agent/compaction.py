@@ -130,7 +130,7 @@ def compact_for_turn(*, session: Session, pending: Message, overflow: bool) -> R
     except (CompactionFailed, SessionClosed) as exc:
         logger.warning("could not compact session %s: %s", session.pk, exc)
         message_append(
-            session=session, role=Message.Role.SYSTEM, content=FAILED_NOTICE.format(reason=str(exc)[:200]),
+            session=session, role=Message.Role.SYSTEM, content=FAILED_NOTICE.format(reason=_reason(exc)),
             channel=pending.channel, metadata={"notice": "compact_failed", "reply_to": pending.seq},
         )
         return None
@@ -150,3 +150,8 @@ def compact_for_turn(*, session: Session, pending: Message, overflow: bool) -> R
     message_append(session=outcome.session, role=Message.Role.SYSTEM, content=text, channel=pending.channel,
                    metadata=metadata)
     return outcome
+
+
+def _reason(exc: Exception) -> str:
+    """What a person may read of why compaction failed: our words, never the provider's."""
+    return getattr(exc, "reason", "") or "the conversation changed while it was being compacted"

@@ -39,13 +39,16 @@ def inbound_accept(
 
     parsed = command_parse(content)
     extra = {"trust": trust, **({"command": parsed[0].name} if parsed else {})}
+    # Commands are answered right here; group chatter the Qor was not addressed in is kept
+    # for context. Anything else waits for the agent's answer.
+    awaits_answer = parsed is None and not (metadata or {}).get("no_reply")
     with transaction.atomic():
         for attempt in range(2):
             try:
                 result = message_append(
                     session=session, role=Message.Role.USER, content=content, channel=channel,
                     sender_name=sender_name, external_scope=external_scope, external_id=external_id,
-                    metadata={**(metadata or {}), **extra},
+                    metadata={**(metadata or {}), **extra}, awaits_answer=awaits_answer,
                 )
                 break
             except SessionClosed:
@@ -57,7 +60,8 @@ def inbound_accept(
         if not result.created:
             return result
         if parsed is None:
-            turn_enqueue(session=session)
+            if awaits_answer:
+                turn_enqueue(session=session)
             return result
         entry, args = parsed
         answer = entry.handler(CommandContext(session=session, channel=channel, args=args, trust=trust))

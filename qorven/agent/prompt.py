@@ -122,7 +122,6 @@ def prompt_build(
 
 
 def _window(session: Session, current: Message, budget: int) -> list[Message]:
-    answered = session.replied_through_seq
     picked: list[Message] = [current]  # the message being answered always goes in
     spent = message_tokens(current)
     before: int | None = None
@@ -147,6 +146,6 @@ def _window(session: Session, current: Message, budget: int) -> list[Message]:
     # The model must never see a tool result without the call that asked for it.
     while picked and picked[0].role == Message.Role.TOOL:
         picked.pop(0)
-    pending = [m for m in picked if m.role == Message.Role.USER and m.seq > answered]
-    settled = [m for m in picked if not (m.role == Message.Role.USER and m.seq > answered)]
+    pending = [m for m in picked if m.answer_state == Message.Answer.PENDING]
+    settled = [m for m in picked if m.answer_state != Message.Answer.PENDING]
     return settled + pending

@@ -15,55 +15,70 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Any
 
-from asgiref.sync import async_to_sync
 from django.conf import settings
 from django.db import transaction
 
-from qorven.live import broadcast, broadcast_soon
-from qorven.llm import Completion, ContextLengthExceeded, ModelRoute, Provider, ProviderUnavailable, Usage
+from qorven.live import broadcast_soon
+from qorven.llm import ContextLengthExceeded, ModelError, ModelRoute, ProviderUnavailable
 from qorven.llm import provider_for, route_for
 from qorven.models import Qor
 from qorven.selectors import budget_exhausted
-from qorven.services import usage_record
 from qorven.trust import Trust
 from sessions_app.errors import SessionClosed
+from sessions_app.leases import LeaseLost, lease_kept
 from sessions_app.models import Message, Session
 from sessions_app.selectors import next_pending_user_message, session_for_task, session_successor
 from sessions_app.services import (
+    message_answer_attempted,
+    message_answer_fail,
+    message_answered,
     message_append,
-    session_mark_replied,
     turn_lease_acquire,
+    turn_lease_confirm,
     turn_lease_release,
 )
 
 from .compaction import auto_compaction_point, compact_for_turn, compaction_due, fixed_tokens, summarizer_queue
-from .prompt import Prompt, PromptParts, estimate_tokens, prompt_build
+from .loop import Spend, tool_loop
+from .notices import notice_for
+from .prompt import Prompt, PromptParts, prompt_build
 from .retrieval import memories_for, skills_for_prompt
 from .tools import Tool, ToolContext, registry
 
 logger = logging.getLogger(__name__)
 
-BUDGET_NOTICE = "This workspace has used its monthly model budget, so I can't answer until it resets or is raised."
-UNAVAILABLE_NOTICE = "The model is not answering right now ({reason}). Your message is saved; send /retry or a new message to try again."
 ROUNDS_NOTICE = "I stopped after {rounds} rounds of tool calls without reaching an answer. Please rephrase or narrow the request."
-CONTEXT_NOTICE = "This conversation no longer fits the model's context, even after trimming. Try /compact, then ask again."
 
 
 class TurnBusy(Exception):
     """Another process holds the session's turn lease; try again shortly."""
 
 
+class BudgetReached(ModelError):
+    """The tenant's monthly token budget is spent: no model call is made."""
+
+    kind = "budget"
+
+
 @dataclass
 class TurnOutcome:
     answered: int = 0
-    failed: bool = False
+    failed: int = 0
+    retry_after: float | None = None  # a message failed transiently: come back after this long
 
 
 class _Step(Enum):
-    ANSWERED = "answered"  # the message got its reply (or a final notice)
-    FAILED = "failed"  # a notice says why; the message stays pending
+    ANSWERED = "answered"  # the message got its reply
+    FAILED = "failed"  # it will not be answered: one notice says why, and the turn goes on
+    RETRY = "retry"  # a transient failure: it stays pending and the task comes back later
     ROTATED = "rotated"  # manual compaction moved the conversation to a fresh session
     ROTATED_ON_OVERFLOW = "rotated_on_overflow"  # the same, after a context-length error
+
+
+@dataclass(frozen=True)
+class _Result:
+    step: _Step
+    retry_after: float | None = None
 
 
 # Called when the provider reports the prompt is too long, before the one retry (after
@@ -75,54 +90,69 @@ context_overflow_hooks: list[ContextOverflowHook] = []
 
 def turn_process(*, tenant_id: int, session_id: int) -> TurnOutcome:
     """Answer every pending user message of the session, oldest first. Raises TurnBusy at
-    once when another turn holds the session (the task comes back later)."""
+    once when another turn holds the session (the task comes back later).
+
+    The session's lease is short (QORVEN_TURN_LEASE) and renewed while the turn runs, so a
+    turn whose worker died frees its session within seconds. A message that fails for
+    good is marked failed with one notice and the turn goes on to the next; one that
+    fails transiently stays pending and the outcome says when to come back.
+    """
     owner = uuid.uuid4().hex
     if not turn_lease_acquire(session_id=session_id, owner=owner, seconds=settings.QORVEN_TURN_LEASE):
         raise TurnBusy(session_id)
     outcome = TurnOutcome()
     overflowed = False
+    kept = lease_kept(session_id=session_id, owner=owner)
     try:
-        while True:
-            session = session_for_task(tenant_id=tenant_id, session_id=session_id)
-            if session is None:
-                break
-            if session.state != Session.State.ACTIVE:
-                # Rotated (/clear, /compact, manual compaction): what was still waiting for an
-                # answer was carried to the successor, so the turn follows it there.
-                successor = session_successor(session=session)
-                if successor is None or not turn_lease_acquire(
-                    session_id=successor.pk, owner=owner, seconds=settings.QORVEN_TURN_LEASE
-                ):
-                    break  # nothing to follow, or another turn is already on it
-                turn_lease_release(session_id=session_id, owner=owner)
-                session_id = successor.pk
-                continue
-            pending = next_pending_user_message(session=session)
-            if pending is None:
-                break
-            try:
-                step = _answer(session, pending, owner, overflowed=overflowed)
-            except SessionClosed:
-                continue  # cleared or rotated mid-turn: the reply has no place to go
-            overflowed = step is _Step.ROTATED_ON_OVERFLOW
-            if step is _Step.FAILED:
-                outcome.failed = True
-                break
-            if step is _Step.ANSWERED:
-                outcome.answered += 1
+        with kept:
+            while True:
+                session = session_for_task(tenant_id=tenant_id, session_id=session_id)
+                if session is None:
+                    break
+                if session.state != Session.State.ACTIVE:
+                    # Rotated (/clear, /compact, manual compaction): what was still waiting for an
+                    # answer was carried to the successor, so the turn follows it there.
+                    successor = session_successor(session=session)
+                    if successor is None or not turn_lease_acquire(
+                        session_id=successor.pk, owner=owner, seconds=settings.QORVEN_TURN_LEASE
+                    ):
+                        break  # nothing to follow, or another turn is already on it
+                    turn_lease_release(session_id=session_id, owner=owner)
+                    session_id = successor.pk
+                    kept.move(session_id)
+                    continue
+                pending = next_pending_user_message(session=session)
+                if pending is None:
+                    break
+                try:
+                    result = _answer(session, pending, owner, overflowed=overflowed)
+                except SessionClosed:
+                    continue  # cleared or rotated mid-turn: the reply has no place to go
+                overflowed = result.step is _Step.ROTATED_ON_OVERFLOW
+                if result.step is _Step.RETRY:
+                    outcome.retry_after = result.retry_after
+                    break
+                if result.step is _Step.FAILED:
+                    outcome.failed += 1
+                if result.step is _Step.ANSWERED:
+                    outcome.answered += 1
+    except LeaseLost:
+        # The lease ran out under us (a stall longer than the lease) and another turn may
+        # hold the session now: this one stops without writing anything more.
+        logger.warning("turn on session %s lost its lease; leaving the session to the turn holding it", session_id)
     finally:
         turn_lease_release(session_id=session_id, owner=owner)
     return outcome
 
 
-def _answer(session: Session, pending: Message, owner: str, *, overflowed: bool = False) -> _Step:
+def _answer(session: Session, pending: Message, owner: str, *, overflowed: bool = False) -> _Result:
     """Answer one user message. `overflowed`: the message comes fresh from a compaction
     forced by a context-length error, so its one retry is spent."""
     qor = session.qor
     channel = pending.channel
     if budget_exhausted(tenant=session.tenant):
-        _reply(session, pending, BUDGET_NOTICE, notice="budget")
-        return _Step.ANSWERED
+        _fail(session, pending, owner, BudgetReached("the tenant's monthly token budget is spent"))
+        return _Result(_Step.FAILED)
     trust = str(pending.metadata.get("trust") or Trust.PAIRED)
     route = route_for(qor, "main")
     provider = provider_for(route)
@@ -137,17 +167,25 @@ def _answer(session: Session, pending: Message, owner: str, *, overflowed: bool 
         session=session, prompt=prompt, num_ctx=route.num_ctx, threshold=qor.compact_threshold
     ):
         if compact_for_turn(session=session, pending=pending, overflow=False) is not None:
-            return _Step.ROTATED
+            return _Result(_Step.ROTATED)
+
+    def on_token(delta: str) -> None:
+        broadcast_soon(session.pk, {"type": "message.chunk", "reply_to": pending.seq, "delta": delta})
+
     for attempt in range(1 if overflowed else 0, 2):
         try:
-            _tool_loop(session, pending, provider, route, prompt, offered, ctx, owner)
-        except ContextLengthExceeded:
+            completion = tool_loop(
+                provider=provider, messages=prompt.messages, spend=Spend(session.tenant, qor, "main"),
+                offered=offered, ctx=ctx, session=session, channel=channel, metadata={"reply_to": pending.seq},
+                on_token=on_token, after_call=lambda: turn_lease_confirm(session_id=session.pk, owner=owner),
+            )
+        except ContextLengthExceeded as exc:
             if attempt == 1:
-                _notice(session, pending, CONTEXT_NOTICE, notice="context_length")
-                return _Step.FAILED
+                _fail(session, pending, owner, exc)
+                return _Result(_Step.FAILED)
             logger.info("context length exceeded on session %s; compacting or shrinking, retrying once", session.pk)
             if manual and compact_for_turn(session=session, pending=pending, overflow=True) is not None:
-                return _Step.ROTATED_ON_OVERFLOW
+                return _Result(_Step.ROTATED_ON_OVERFLOW)
             for hook in context_overflow_hooks:
                 hook(session)
             session.refresh_from_db()
@@ -155,13 +193,37 @@ def _answer(session: Session, pending: Message, owner: str, *, overflowed: bool 
             prompt = _prompt(session, qor, pending, offered, route, trust, reserve)
             continue
         except ProviderUnavailable as exc:
-            logger.warning("model unavailable for session %s: %s", session.pk, exc)
-            _notice(session, pending, UNAVAILABLE_NOTICE.format(reason=str(exc)[:200]), notice="model_unavailable")
-            return _Step.FAILED
+            tries = message_answer_attempted(message=pending)
+            if tries < settings.QORVEN_ANSWER_ATTEMPTS:
+                delay = exc.retry_after if exc.retry_after is not None else answer_backoff(tries)
+                logger.warning("model unavailable for message %s of session %s (try %s, again in %.1fs): %s",
+                               pending.seq, session.pk, tries, delay, exc.detail)
+                return _Result(_Step.RETRY, retry_after=delay)
+            _fail(session, pending, owner, exc)
+            return _Result(_Step.FAILED)
+        except ModelError as exc:  # refused for good: this message only
+            _fail(session, pending, owner, exc)
+            return _Result(_Step.FAILED)
+        if completion is None:
+            _reply(session, pending, owner, ROUNDS_NOTICE.format(rounds=settings.QORVEN_MAX_TOOL_ROUNDS),
+                   notice="tool_rounds")
+        else:
+            metadata: dict[str, Any] = {"model": completion.model}
+            if completion.usage and not completion.usage.estimated and completion.usage.completion_tokens:
+                metadata["tokens"] = completion.usage.completion_tokens
+            if completion.offline:
+                metadata["notice"] = "offline"
+            _reply(session, pending, owner, completion.content, metadata=metadata)
         if not manual:
             _after_exchange(session, route, prompt, reserve)
-        return _Step.ANSWERED
-    return _Step.FAILED
+        return _Result(_Step.ANSWERED)
+    return _Result(_Step.FAILED)
+
+
+def answer_backoff(tries: int) -> float:
+    """Seconds before the next try at a message that failed transiently `tries` times:
+    QORVEN_ANSWER_RETRY_DELAY, then four times as long each time."""
+    return settings.QORVEN_ANSWER_RETRY_DELAY * 4 ** max(tries - 1, 0)
 
 
 def _after_exchange(session: Session, route: ModelRoute, prompt: Prompt, reserve: int) -> None:
@@ -189,97 +251,44 @@ def _prompt(
     )
 
 
-def _tool_loop(
-    session: Session,
-    pending: Message,
-    provider: Provider,
-    route: ModelRoute,
-    prompt: Prompt,
-    offered: list[Tool],
-    ctx: ToolContext,
-    owner: str,
-) -> None:
-    messages = list(prompt.messages)
-    max_rounds = settings.QORVEN_MAX_TOOL_ROUNDS
-    for round_no in range(max_rounds + 1):
-        tools = [t.schema() for t in offered] if round_no < max_rounds else []
-        completion = _call(provider, session.pk, pending.seq, messages, tools)
-        _record_usage(session, completion, messages)
-        turn_lease_acquire(session_id=session.pk, owner=owner, seconds=settings.QORVEN_TURN_LEASE)
-        if not completion.tool_calls:
-            _reply(session, pending, completion.content, completion=completion)
-            return
-        calls = [c.as_openai() for c in completion.tool_calls]
-        message_append(
-            session=session, role=Message.Role.ASSISTANT, content=completion.content, channel=pending.channel,
-            tool_calls=calls, metadata={"reply_to": pending.seq},
-        )
-        messages.append({"role": "assistant", "content": completion.content or None, "tool_calls": calls})
-        for call in completion.tool_calls:
-            result = registry.execute(ctx, offered, call.name, call.arguments)
-            message_append(
-                session=session, role=Message.Role.TOOL, content=result, channel=pending.channel,
-                tool_call_id=call.id, metadata={"reply_to": pending.seq, "tool": call.name},
-            )
-            messages.append({"role": "tool", "tool_call_id": call.id, "content": result})
-    _reply(session, pending, ROUNDS_NOTICE.format(rounds=max_rounds), notice="tool_rounds")
-
-
-def _call(
-    provider: Provider, session_id: int, reply_to: int, messages: list[dict[str, Any]], tools: list[dict[str, Any]]
-) -> Completion:
-    async def on_token(delta: str) -> None:
-        await broadcast(session_id, {"type": "message.chunk", "reply_to": reply_to, "delta": delta})
-
-    async def run() -> Completion:
-        return await provider.complete(messages=messages, tools=tools or None, on_token=on_token)
-
-    return async_to_sync(run)()
-
-
-def _record_usage(session: Session, completion: Completion, messages: list[dict[str, Any]]) -> None:
-    if completion.offline:
-        return
-    usage = completion.usage or Usage(
-        prompt_tokens=sum(estimate_tokens(str(m.get("content") or "")) for m in messages),
-        completion_tokens=estimate_tokens(completion.content),
-        estimated=True,
-    )
-    usage_record(
-        tenant=session.tenant, qor=session.qor, role="main",
-        prompt_tokens=usage.prompt_tokens, completion_tokens=usage.completion_tokens,
-    )
-
-
 def _reply(
-    session: Session, pending: Message, content: str, *, completion: Completion | None = None, notice: str = ""
+    session: Session, pending: Message, owner: str, content: str, *, metadata: dict[str, Any] | None = None,
+    notice: str = "",
 ) -> Message:
-    """Append the final answer (tagged with the inbound channel) and mark it answered, in
-    one transaction, then tell streaming surfaces the reply is complete."""
-    metadata: dict[str, Any] = {"reply_to": pending.seq}
-    if completion is not None:
-        metadata["model"] = completion.model
-        if completion.usage and not completion.usage.estimated and completion.usage.completion_tokens:
-            metadata["tokens"] = completion.usage.completion_tokens
-        if completion.offline:
-            metadata["notice"] = "offline"
+    """Append the final answer (tagged with the inbound channel) and mark the message
+    answered, in one transaction that first confirms this turn still holds the session
+    (so a turn that lost its lease never answers twice); then tell streaming surfaces the
+    reply is complete."""
+    metadata = {"reply_to": pending.seq, **(metadata or {})}
     if notice:
         metadata["notice"] = notice
     with transaction.atomic():
+        turn_lease_confirm(session_id=session.pk, owner=owner)
         message = message_append(
             session=session, role=Message.Role.ASSISTANT, content=content, channel=pending.channel,
             sender_name=session.qor.name, metadata=metadata,
         ).message
-        session_mark_replied(session_id=session.pk, through_seq=pending.seq)
+        message_answered(message=pending)
         # Registered after the reply's message.new, so it follows it through the ordered sender.
         done = {"type": "message.done", "reply_to": pending.seq, "seq": message.seq}
         transaction.on_commit(lambda: broadcast_soon(session.pk, done))
     return message
 
 
-def _notice(session: Session, pending: Message, content: str, *, notice: str) -> Message:
-    """A one-line system notice on the user's surface; the user message stays pending."""
-    return message_append(
-        session=session, role=Message.Role.SYSTEM, content=content, channel=pending.channel,
-        metadata={"notice": notice, "reply_to": pending.seq},
-    ).message
+def _fail(session: Session, pending: Message, owner: str, error: ModelError) -> Message:
+    """The message will not be answered: mark it failed with the full error (log and
+    admin), and tell its surface why in one notice of ours."""
+    logger.warning("message %s of session %s not answered (%s): %s", pending.seq, session.pk, error.kind, error.detail)
+    key, text = notice_for(error.kind, channel=pending.channel, error=error)
+    with transaction.atomic():
+        turn_lease_confirm(session_id=session.pk, owner=owner)
+        message_answer_fail(message=pending, error=f"{type(error).__name__}: {error.detail}")
+        notice = message_append(
+            session=session, role=Message.Role.SYSTEM, content=text, channel=pending.channel,
+            metadata={"notice": key, "reply_to": pending.seq},
+        ).message
+        state = {"type": "message.answer", "seq": pending.seq, "answer_state": Message.Answer.FAILED}
+        done = {"type": "message.done", "reply_to": pending.seq, "seq": notice.seq}
+        transaction.on_commit(lambda: broadcast_soon(session.pk, state))
+        transaction.on_commit(lambda: broadcast_soon(session.pk, done))
+    return notice

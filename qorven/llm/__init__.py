@@ -1,13 +1,15 @@
 """Model providers behind one small interface; the only package that imports `openai`."""
 from __future__ import annotations
 
-from .errors import ContextLengthExceeded, ProviderUnavailable
+from .errors import ContextLengthExceeded, ModelError, ModelRefused, ProviderUnavailable
 from .provider import Completion, Provider, ToolCall, Usage
 from .routes import ModelRoute, provider_for, route_for
 
 __all__ = [
     "Completion",
     "ContextLengthExceeded",
+    "ModelError",
+    "ModelRefused",
     "ModelRoute",
     "Provider",
     "ProviderUnavailable",

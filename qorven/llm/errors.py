@@ -1,10 +1,58 @@
+"""How a model call fails, classified once, here.
+
+- `ProviderUnavailable` (transient): the server could not be reached, timed out, answered
+  5xx, 408, 409 or 429 past the SDK's own retries, or the deadline passed. Trying again
+  later may work.
+- `ModelRefused` (permanent): any other 4xx — the request was refused (a content filter,
+  an invalid request), the key or model is wrong, the provider's quota is spent. The same
+  request will fail the same way.
+- `ContextLengthExceeded` (permanent unless the prompt shrinks): the prompt did not fit.
+
+Each carries `kind`, which picks the notice a person reads (qorven.agent.notices), and
+`detail`: the provider's own words, for the log and the admin only — never for a surface.
+"""
 from __future__ import annotations
 
 
-class ProviderUnavailable(Exception):
-    """The model server could not answer (down, rate limited past our retries, deadline hit,
-    or refused the request). The user's message stays stored; it can be answered later."""
+class ModelError(Exception):
+    kind = "unreachable"
+    transient = False
+
+    def __init__(
+        self, detail: str, *, kind: str | None = None, status: int | None = None, model: str = "",
+        retry_after: float | None = None,
+    ) -> None:
+        super().__init__(detail)
+        self.detail = detail
+        if kind is not None:
+            self.kind = kind
+        self.status = status
+        self.model = model
+        self.retry_after = retry_after
+
+    def summary(self) -> str:
+        """A short, safe description for owners: the status and the model, no provider text."""
+        parts = [f"HTTP {self.status}" if self.status else self.kind.replace("_", " ")]
+        if self.model:
+            parts.append(f"model {self.model}")
+        return ", ".join(parts)
 
 
-class ContextLengthExceeded(Exception):
+class ProviderUnavailable(ModelError):
+    """The model server could not answer now (kinds: unreachable, rate_limited). The
+    user's message stays stored; it can be answered later."""
+
+    transient = True
+
+
+class ModelRefused(ModelError):
+    """The model server refused the request for good (kinds: refused, misconfigured,
+    quota)."""
+
+    kind = "refused"
+
+
+class ContextLengthExceeded(ModelError):
     """The prompt did not fit the model's context window."""
+
+    kind = "too_long"

@@ -15,7 +15,7 @@ OFFLINE_NOTICE = (
 class OfflineProvider:
     model = "offline"
 
-    async def complete(
+    def complete(
         self,
         *,
         messages: list[dict[str, Any]],
@@ -23,5 +23,5 @@ class OfflineProvider:
         on_token: TokenCallback | None = None,
     ) -> Completion:
         if on_token is not None:
-            await on_token(OFFLINE_NOTICE)
+            on_token(OFFLINE_NOTICE)
         return Completion(content=OFFLINE_NOTICE, usage=Usage(0, 0), model=self.model, offline=True)

@@ -1,84 +1,105 @@
-"""Any OpenAI-compatible server through the official `openai` SDK (async client)."""
+"""Any OpenAI-compatible server through the official `openai` SDK.
+
+Synchronous, on one long-lived `openai.OpenAI` client per (base URL, key, timeout,
+retries): its HTTP connection pool is reused by every call on every worker thread, and
+nothing builds an event loop, a thread or a client per call.
+"""
 from __future__ import annotations
 
-import asyncio
 import logging
+import threading
+import time
 from typing import Any
 
 import openai
 
-from .errors import ContextLengthExceeded, ProviderUnavailable
+from .errors import ContextLengthExceeded, ModelError, ModelRefused, ProviderUnavailable
 from .provider import Completion, TokenCallback, ToolCall, Usage
 
 logger = logging.getLogger(__name__)
 
 _CONTEXT_MARKERS = ("context_length_exceeded", "maximum context length", "context length", "too many tokens")
+_QUOTA_CODES = ("insufficient_quota", "billing_hard_limit_reached")
+
+_clients: dict[tuple[str, str, float, int], openai.OpenAI] = {}
+_clients_lock = threading.Lock()
+
+
+def client_for(*, base_url: str, api_key: str, timeout: float, max_retries: int) -> openai.OpenAI:
+    """The process's one client for this route."""
+    key = (base_url, api_key, timeout, max_retries)
+    client = _clients.get(key)
+    if client is None:
+        with _clients_lock:
+            client = _clients.get(key)
+            if client is None:
+                client = _clients[key] = openai.OpenAI(
+                    base_url=base_url or None, api_key=api_key or "not-needed", timeout=timeout,
+                    max_retries=max_retries,
+                )
+    return client
 
 
 class OpenAIProvider:
     """Streams a chat completion. Transient failures (429, 5xx, timeouts, connection
-    errors) are retried by the SDK with backoff, honouring Retry-After; the whole call is
-    bounded by `deadline` seconds."""
+    errors) are retried by the SDK with backoff, honouring Retry-After; streaming stops at
+    `deadline` seconds. Every failure comes out as one of qorven.llm.errors."""
 
     def __init__(
         self, *, base_url: str, api_key: str, model: str, timeout: float, max_retries: int, deadline: float
     ) -> None:
         self.model = model
         self.base_url = base_url
+        self._timeout = timeout
         self._deadline = deadline
-        self._client_args = dict(
-            base_url=base_url or None, api_key=api_key or "not-needed", timeout=timeout, max_retries=max_retries
-        )
+        self._client = client_for(base_url=base_url, api_key=api_key, timeout=timeout, max_retries=max_retries)
 
-    async def complete(
+    def complete(
         self,
         *,
         messages: list[dict[str, Any]],
         tools: list[dict[str, Any]] | None = None,
         on_token: TokenCallback | None = None,
     ) -> Completion:
-        try:
-            return await asyncio.wait_for(self._complete(messages, tools, on_token), timeout=self._deadline)
-        except TimeoutError:
-            raise ProviderUnavailable(f"the model did not answer within {self._deadline:.0f}s") from None
-
-    async def _complete(
-        self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None, on_token: TokenCallback | None
-    ) -> Completion:
         kwargs: dict[str, Any] = {"model": self.model, "messages": messages, "stream": True,
-                                  "stream_options": {"include_usage": True}}
+                                  "stream_options": {"include_usage": True},
+                                  "timeout": min(self._timeout, self._deadline)}
         if tools:
             kwargs["tools"] = tools
-        async with openai.AsyncOpenAI(**self._client_args) as client:
-            try:
-                stream = await client.chat.completions.create(**kwargs)
-                return await self._collect(stream, on_token)
-            except openai.BadRequestError as exc:
-                if _is_context_error(exc):
-                    raise ContextLengthExceeded(str(exc)) from exc
-                raise ProviderUnavailable(f"the model refused the request: {_short(exc)}") from exc
-            except openai.APIStatusError as exc:
-                raise ProviderUnavailable(f"the model server answered {exc.status_code}: {_short(exc)}") from exc
-            except (openai.APIConnectionError, openai.APITimeoutError) as exc:
-                raise ProviderUnavailable(f"could not reach the model server: {_short(exc)}") from exc
+        deadline = time.monotonic() + self._deadline
+        try:
+            with self._client.chat.completions.create(**kwargs) as stream:
+                return self._collect(stream, on_token, deadline)
+        except ModelError:
+            raise
+        except openai.APIStatusError as exc:
+            raise _classify(exc, self.model) from exc
+        except (openai.APIConnectionError, openai.APITimeoutError) as exc:
+            raise ProviderUnavailable(f"could not reach the model server: {exc}", model=self.model) from exc
+        except openai.APIError as exc:  # an error event in the middle of a stream
+            raise ProviderUnavailable(f"the model server failed mid-answer: {exc}", model=self.model) from exc
 
-    async def _collect(self, stream: Any, on_token: TokenCallback | None) -> Completion:
+    def _collect(self, stream: Any, on_token: TokenCallback | None, deadline: float) -> Completion:
         parts: list[str] = []
         calls: dict[int, dict[str, str]] = {}
         usage: Usage | None = None
         model = self.model
-        async for chunk in stream:
+        finish = ""
+        for chunk in stream:
+            if time.monotonic() > deadline:
+                raise ProviderUnavailable(f"the model did not finish within {self._deadline:.0f}s", model=model)
             model = getattr(chunk, "model", None) or model
             if getattr(chunk, "usage", None):
                 usage = Usage(chunk.usage.prompt_tokens or 0, chunk.usage.completion_tokens or 0)
             for choice in chunk.choices or []:
+                finish = getattr(choice, "finish_reason", None) or finish
                 delta = choice.delta
                 if delta is None:
                     continue
                 if delta.content:
                     parts.append(delta.content)
                     if on_token is not None:
-                        await on_token(delta.content)
+                        on_token(delta.content)
                 for tc in delta.tool_calls or []:
                     slot = calls.setdefault(tc.index, {"id": "", "name": "", "arguments": ""})
                     if tc.id:
@@ -86,6 +107,8 @@ class OpenAIProvider:
                     if tc.function is not None:
                         slot["name"] += tc.function.name or ""
                         slot["arguments"] += tc.function.arguments or ""
+        if finish == "content_filter" and not parts and not calls:
+            raise ModelRefused("the answer was withheld by the provider's content filter", model=model)
         tool_calls = [
             ToolCall(id=c["id"] or f"call_{i}", name=c["name"], arguments=c["arguments"])
             for i, c in sorted(calls.items())
@@ -93,10 +116,36 @@ class OpenAIProvider:
         return Completion(content="".join(parts), tool_calls=tool_calls, usage=usage, model=model)
 
 
+def _classify(exc: openai.APIStatusError, model: str) -> ModelError:
+    status = exc.status_code
+    code = str(getattr(exc, "code", "") or "")
+    detail = f"{status}: {exc.message}"
+    if status == 429 and code not in _QUOTA_CODES:
+        return ProviderUnavailable(detail, kind="rate_limited", status=status, model=model,
+                                   retry_after=_retry_after(exc))
+    if status >= 500 or status in (408, 409):
+        return ProviderUnavailable(detail, status=status, model=model, retry_after=_retry_after(exc))
+    if status == 400 and _is_context_error(exc):
+        return ContextLengthExceeded(detail, status=status, model=model)
+    if status in (402, 429):
+        return ModelRefused(detail, kind="quota", status=status, model=model)
+    if status in (401, 403, 404):
+        return ModelRefused(detail, kind="misconfigured", status=status, model=model)
+    return ModelRefused(detail, status=status, model=model)
+
+
+def _retry_after(exc: openai.APIStatusError) -> float | None:
+    headers = exc.response.headers if exc.response is not None else {}
+    for name, scale in (("retry-after-ms", 0.001), ("retry-after", 1.0)):
+        value = headers.get(name)
+        if value:
+            try:
+                return max(float(value) * scale, 0.0)
+            except ValueError:
+                continue
+    return None
+
+
 def _is_context_error(exc: openai.APIStatusError) -> bool:
     text = f"{getattr(exc, 'code', '') or ''} {exc.message}".lower()
     return any(marker in text for marker in _CONTEXT_MARKERS)
-
-
-def _short(exc: Exception) -> str:
-    return str(exc).splitlines()[0][:300] if str(exc) else type(exc).__name__

@@ -1,11 +1,12 @@
-"""The provider interface: one streamed chat completion, with tools."""
+"""The provider interface: one streamed chat completion, with tools. Synchronous: model
+calls run in tasks, on worker threads, through one long-lived client per route."""
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-TokenCallback = Callable[[str], Awaitable[None]]
+TokenCallback = Callable[[str], None]
 
 
 @dataclass(frozen=True)
@@ -37,7 +38,7 @@ class Completion:
 class Provider(Protocol):
     model: str
 
-    async def complete(
+    def complete(
         self,
         *,
         messages: list[dict[str, Any]],
@@ -45,5 +46,5 @@ class Provider(Protocol):
         on_token: TokenCallback | None = None,
     ) -> Completion:
         """Run one chat completion. Streams content tokens to `on_token` when given.
-        Raises ProviderUnavailable or ContextLengthExceeded."""
+        Raises a ModelError: ProviderUnavailable, ModelRefused or ContextLengthExceeded."""
         ...

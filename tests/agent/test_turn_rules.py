@@ -121,19 +121,22 @@ def test_usage_is_recorded_per_tenant_qor_role_and_day_and_reported(world, model
     assert "250" not in other.getvalue()
 
 
-def test_past_the_monthly_budget_turns_answer_with_a_notice_without_calling_the_model(world, model_server, drain):
+def test_past_the_monthly_budget_a_message_fails_with_a_notice_without_calling_the_model(world, model_server, drain):
     world.tenant_a.monthly_token_budget = 100
     world.tenant_a.save(update_fields=["monthly_token_budget"])
     model_server.add(reply("spent it", usage=(90, 20)))
     session = canonical(world)
     say(session, "first")
     drain()
-    say(session, "second")
+    second = say(session, "second").message
     drain()
     assert len(model_server.requests) == 1
     last = Message.objects.filter(session=session).order_by("seq").last()
-    assert last.role == "assistant" and last.metadata["notice"] == "budget"
+    assert last.role == "system" and last.metadata["notice"] == "budget"
+    assert last.metadata["reply_to"] == second.seq
     assert "monthly model budget" in last.content
+    second.refresh_from_db()
+    assert second.answer_state == "failed"  # /retry answers it once the budget is raised
 
 
 def test_only_the_newest_messages_that_fit_num_ctx_are_sent(world, model_server, drain, settings):

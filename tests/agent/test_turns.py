@@ -149,27 +149,78 @@ def test_a_model_that_fails_three_times_then_recovers_gives_one_reply(client, wo
     assert [m.content for m in assistant] == ["Back!"]
 
 
-def test_a_model_down_for_good_leaves_a_notice_and_keeps_the_message(
+def test_a_model_down_for_good_is_tried_a_bounded_number_of_times_then_the_message_fails_with_one_notice(
     client, world, alice_token, model_server, drain, settings
 ):
     settings.QORVEN_MODEL_RETRIES = 1
+    settings.QORVEN_ANSWER_ATTEMPTS = 2
+    settings.QORVEN_ANSWER_RETRY_DELAY = 0.1
     model_server.default = error(503, headers={"retry-after-ms": "10"})
     ask(client, alice_token, "hello?")
     drain()
     rows = timeline(world)
-    assert [(m.role, m.content) for m in rows][0] == ("user", "hello?")
-    notice = rows[-1]
-    assert notice.role == "system" and notice.metadata["notice"] == "model_unavailable"
-    assert "not answering" in notice.content and notice.channel == "web"
+    question = rows[0]
+    assert (question.role, question.content, question.answer_state) == ("user", "hello?", "failed")
+    assert question.answer_attempts == 2
+    assert "503" in question.answer_error  # the full error, for the admin
+    (notice,) = [m for m in rows if m.role == "system"]
+    assert notice.metadata["notice"] == "model_unavailable" and notice.metadata["reply_to"] == 1
+    assert "isn't answering" in notice.content and "/retry" in notice.content and notice.channel == "web"
     assert not [m for m in rows if m.role == "assistant"]
+    assert len(model_server.requests) == 2 * 2  # two tries of the message, each with one SDK retry
 
-    # The next message answers the waiting one too, in order.
+    # The conversation moves on: the next message is answered; the failed one waits for /retry.
     model_server.default = None
-    model_server.add(reply("Sorry for the wait."), reply("And hello again."))
+    model_server.add(reply("Hello again."), reply("Sorry for the wait."))
     ask(client, alice_token, "now?")
     drain()
-    answers = [(m.metadata["reply_to"], m.content) for m in timeline(world) if m.role == "assistant"]
-    assert answers == [(1, "Sorry for the wait."), (3, "And hello again.")]
+    assert [(m.metadata["reply_to"], m.content) for m in timeline(world) if m.role == "assistant"] == [
+        (3, "Hello again.")
+    ]
+    assert "hello?" not in json.dumps(model_server.requests[-1]["messages"])
+    ask(client, alice_token, "/retry")
+    drain()
+    answers = [(m.metadata.get("reply_to"), m.content) for m in timeline(world) if m.role == "assistant"]
+    assert answers[-1] == (1, "Sorry for the wait.")
+    assert model_server.requests[-1]["messages"][-1]["content"] == "[web] Alice: hello?"
+
+
+def test_a_refused_message_fails_alone_the_next_one_is_answered_and_retry_resends_only_it(
+    client, world, alice_token, model_server, drain
+):
+    model_server.add(error(400, "Your request was rejected by our content filter.", code="content_filter"))
+    ask(client, alice_token, "something the filter dislikes")
+    drain()
+    model_server.add(reply("Happy to help with that."))
+    ask(client, alice_token, "something ordinary")
+    drain()
+
+    rows = timeline(world)
+    first, notice, second, answer = rows
+    assert (first.answer_state, second.answer_state) == ("failed", "answered")
+    assert first.answer_attempts == 0  # refused for good at once: no retries
+    assert notice.role == "system" and notice.metadata == {"notice": "model_refused", "reply_to": 1}
+    assert "refused" in notice.content and "/retry" not in notice.content
+    assert "content filter" not in notice.content  # the provider's words never reach a surface
+    assert (answer.role, answer.content, answer.metadata["reply_to"]) == ("assistant", "Happy to help with that.", 3)
+    # The model was sent the second message without the refused one.
+    assert len(model_server.requests) == 2
+    sent = json.dumps(model_server.requests[1]["messages"])
+    assert "something ordinary" in sent and "filter dislikes" not in sent
+
+    model_server.add(reply("Let me try that one again."))
+    ask(client, alice_token, "/retry")
+    drain()
+    assert len(model_server.requests) == 3
+    assert model_server.requests[2]["messages"][-1]["content"] == "[web] Alice: something the filter dislikes"
+    first.refresh_from_db()
+    assert first.answer_state == "answered"
+    assert timeline(world)[-1].content == "Let me try that one again."
+
+    ask(client, alice_token, "/retry")
+    drain()
+    assert timeline(world)[-1].content == "No message failed, so there is nothing to try again."
+    assert len(model_server.requests) == 3
 
 
 def test_tool_rounds_are_bounded(client, world, alice_token, model_server, drain, settings):
@@ -211,6 +262,7 @@ def test_running_the_turn_task_twice_gives_one_reply(world, model_server, drain)
 
 def test_retry_answers_a_message_the_model_could_not_answer(client, world, alice_token, model_server, drain, settings):
     settings.QORVEN_MODEL_RETRIES = 0
+    settings.QORVEN_ANSWER_ATTEMPTS = 1
     model_server.add(error(503))
     ask(client, alice_token, "what's the weather?")
     drain()
@@ -219,7 +271,7 @@ def test_retry_answers_a_message_the_model_could_not_answer(client, world, alice
     drain()
     rows = timeline(world)
     assert [(m.role, m.content) for m in rows][2:] == [
-        ("user", "/retry"), ("assistant", "Trying again…"), ("assistant", "Sunny."),
+        ("user", "/retry"), ("assistant", "Trying again to answer 1 message…"), ("assistant", "Sunny."),
     ]
     assert rows[-1].metadata["reply_to"] == 1
     # The command never reached the model: the retried request ends with the question.
@@ -227,13 +279,13 @@ def test_retry_answers_a_message_the_model_could_not_answer(client, world, alice
     assert all("/retry" not in json.dumps(r["messages"]) for r in model_server.requests)
 
 
-def test_help_and_retry_with_nothing_pending_are_answered_without_the_model(client, world, alice_token, model_server, drain):
+def test_help_and_retry_with_nothing_failed_are_answered_without_the_model(client, world, alice_token, model_server, drain):
     ask(client, alice_token, "/help")
     ask(client, alice_token, "/retry")
     drain()
     rows = timeline(world)
     assert rows[1].role == "assistant" and "/retry" in rows[1].content and "/help" in rows[1].content
-    assert rows[3].content == "Nothing is waiting for an answer."
+    assert rows[3].content == "No message failed, so there is nothing to try again."
     assert model_server.requests == []
 
 
@@ -254,12 +306,21 @@ def test_a_context_length_error_is_retried_once_with_a_smaller_window(client, wo
     assert [m.content for m in timeline(world) if m.role == "assistant"] == ["Fits now."]
 
 
-def test_a_second_context_length_error_is_reported_not_looped(client, world, alice_token, model_server, drain):
+def test_a_message_that_never_fits_fails_alone_and_the_next_one_is_answered(
+    client, world, alice_token, model_server, drain
+):
     too_long = error(400, "maximum context length exceeded", code="context_length_exceeded")
-    model_server.add(too_long, too_long, reply("never sent"))
+    model_server.add(too_long, too_long)
     ask(client, alice_token, "a long question")
     drain()
-    assert len(model_server.requests) == 2
-    last = timeline(world)[-1]
-    assert last.role == "system" and last.metadata["notice"] == "context_length"
-    assert "/compact" in last.content
+    assert len(model_server.requests) == 2  # tried once more with a smaller window, not looped
+    question, notice = timeline(world)
+    assert question.answer_state == "failed"
+    assert notice.role == "system" and notice.metadata["notice"] == "context_length"
+    assert "shorter parts" in notice.content and "/retry" not in notice.content
+
+    model_server.add(reply("Short answer."))
+    ask(client, alice_token, "a short one")
+    drain()
+    assert timeline(world)[-1].content == "Short answer."
+    assert "a long question" not in json.dumps(model_server.requests[-1]["messages"])
