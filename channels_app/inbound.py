@@ -1,13 +1,27 @@
 """The one shape every platform's inbound message is normalised into."""
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import BaseModel, Field
 
 
 class InboundImage(BaseModel):
+    """An image's bytes, ready to become an Image row."""
+
     mime_type: str
     data: str  # base64
     size: int
+
+
+class InboundMedia(BaseModel):
+    """A platform's reference to an attachment, as the webhook saw it. The webhook stores
+    only this; the processing task fetches the bytes (`Adapter.fetch_media`)."""
+
+    kind: Literal["photo"] = "photo"
+    file_id: str  # the platform's id to fetch it by
+    mime_type: str = ""  # a hint; the fetch decides
+    size: int | None = None  # in bytes, when the platform says
 
 
 class InboundMessage(BaseModel):
@@ -20,5 +34,7 @@ class InboundMessage(BaseModel):
     thread_id: str = ""  # group chat id, email thread, phone number
     addressed: bool = True  # in a group: the bot was mentioned or replied to
     reply_target: str = ""  # where the answer goes (chat id, channel id, interaction token …)
+    media: list[InboundMedia] = Field(default_factory=list)  # fetched by the processing task
+    # Images already in hand (events stored before media references were, among them).
     images: list[InboundImage] = Field(default_factory=list)
     extra: dict = Field(default_factory=dict)

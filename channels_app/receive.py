@@ -1,9 +1,10 @@
 """From a verified webhook to a stored, answered message.
 
 The webhook stores each InboundMessage as an InboundEvent (deduped by the platform's id)
-and answers at once; `inbound_process`, run as a task, applies the channel rules —
-pairing for unknown senders, groups answered only when addressed, the surface's trust —
-and hands the message to the agent's gateway.
+and answers at once, with no call to the platform: media are stored as references.
+`inbound_process`, run as a task, applies the channel rules — pairing for unknown senders,
+groups answered only when addressed, the surface's trust — fetches the media, and hands
+the message to the agent's gateway.
 """
 from __future__ import annotations
 
@@ -19,7 +20,8 @@ from sessions_app.channels import CHAT_FAMILY
 from sessions_app.models import Image
 from sessions_app.services import session_resolve
 
-from .inbound import InboundMessage
+from .adapters import adapter_for
+from .inbound import InboundImage, InboundMessage
 from .models import ChannelBinding, Identity, InboundEvent
 from .pairing import identity_get_or_create, pairing_code_message, pairing_request_for
 
@@ -112,11 +114,12 @@ def _process(binding: ChannelBinding, message: InboundMessage, event: InboundEve
                                   group=True)
         if not message.addressed:
             meta["no_reply"] = True  # kept for context; the Qor answers only when addressed
+        images = _images(binding, message)
         result = inbound_accept(
             session=session, content=message.text, channel=message.channel, sender_name=message.sender_name,
             trust=Trust.PUBLIC, external_scope=scope, external_id=message.external_id, metadata=meta,
         )
-        _store_images(result.message, message)
+        _store_images(result.message, images)
         return "group" if message.addressed else "group-context"
 
     identity = identity_get_or_create(
@@ -133,12 +136,13 @@ def _process(binding: ChannelBinding, message: InboundMessage, event: InboundEve
     else:  # email threads, sms numbers
         session = session_resolve(tenant=tenant, qor=qor, channel=message.channel, user=user,
                                   thread_id=message.thread_id or message.sender_id)
+    images = _images(binding, message)
     result = inbound_accept(
         session=session, content=message.text, channel=message.channel,
         sender_name=message.sender_name or identity.display_name, user=user, trust=identity.trust_level,
         external_scope=scope, external_id=message.external_id, metadata=meta,
     )
-    _store_images(result.message, message)
+    _store_images(result.message, images)
     return "accepted" if result.created else "duplicate"
 
 
@@ -158,12 +162,32 @@ def _unknown_sender(binding: ChannelBinding, identity: Identity, message: Inboun
     return "pairing-code" if outcome.new_code else "pairing-pending"
 
 
-def _store_images(stored, message: InboundMessage) -> None:
-    if not message.images:
-        return
-    if stored.images.exists():
+def _images(binding: ChannelBinding, message: InboundMessage) -> list[InboundImage]:
+    """The message's images: those it came with, and the media it names, fetched now —
+    before the message is stored, outside any transaction, so its turn is queued with its
+    images in place. One that cannot be had is left out (the adapter logs why); the text
+    counts without it."""
+    images = list(message.images)
+    adapter = adapter_for(binding.kind)
+    if adapter is None:
+        return images
+    for media in message.media:
+        try:
+            image = adapter.fetch_media(binding, media)
+        except Exception as exc:  # an adapter's own failure must not lose the message either
+            # Its kind only: an exception's text can hold a URL, and a URL a token.
+            logger.warning("a media item on binding %s could not be fetched: %s", binding.pk, type(exc).__name__)
+            continue
+        if image is not None:
+            images.append(image)
+    return images
+
+
+def _store_images(stored, images: list[InboundImage]) -> None:
+    """Attach the images to the stored message, once: a re-run finds them there."""
+    if not images or stored.images.exists():
         return
     Image.objects.bulk_create(
         Image(tenant_id=stored.tenant_id, message=stored, mime_type=i.mime_type, data=i.data, size=i.size)
-        for i in message.images
+        for i in images
     )

@@ -1,5 +1,6 @@
 """The adapter interface: verify a webhook, resolve its binding, parse it into
-InboundMessages, and send a reply part. One small class per platform."""
+InboundMessages, fetch the media they name, and send a reply part. One small class per
+platform."""
 from __future__ import annotations
 
 import hashlib
@@ -10,7 +11,7 @@ import httpx
 from django.conf import settings
 from django.http import HttpRequest, HttpResponse
 
-from ..inbound import InboundMessage
+from ..inbound import InboundImage, InboundMedia, InboundMessage
 from ..models import ChannelBinding
 
 
@@ -65,7 +66,15 @@ class Adapter:
         raise NotImplementedError
 
     def parse(self, request: HttpRequest, binding: ChannelBinding) -> Parsed:
+        """The request's messages. No platform I/O: media are named (`InboundMessage.media`),
+        not fetched, so the webhook answers at once."""
         raise NotImplementedError
+
+    def fetch_media(self, binding: ChannelBinding, media: InboundMedia) -> InboundImage | None:
+        """Fetch one media item `parse` named; run by the processing task. None when it
+        cannot be had (unreachable, refused, too big): the message counts without it. The
+        failure is logged here, never with a credential or a URL holding one."""
+        return None
 
     def handle_get(self, request: HttpRequest) -> HttpResponse:
         return HttpResponse(status=405)

@@ -1,4 +1,4 @@
-"""Telegram Bot API: webhook Updates in, sendMessage out.
+"""Telegram Bot API: webhook Updates in, getFile for their photos, sendMessage out.
 
 The webhook is registered with a secret token; Telegram echoes it in
 `X-Telegram-Bot-Api-Secret-Token`, which both authenticates the request and names the
@@ -11,11 +11,12 @@ import json
 import logging
 from typing import Any
 
+import httpx
 from django.conf import settings
 from django.http import HttpRequest
 from pydantic import BaseModel, ValidationError
 
-from ..inbound import InboundImage, InboundMessage
+from ..inbound import InboundImage, InboundMedia, InboundMessage
 from ..models import ChannelBinding
 from .base import Adapter, Parsed, SendError, WebhookRejected, enabled_binding, secret_digest
 
@@ -110,7 +111,7 @@ class TelegramAdapter(Adapter):
             thread_id=str(message.chat.id) if group else "",
             addressed=(not group) or self._addressed(message, binding),
             reply_target=str(message.chat.id),
-            images=self._photos(binding, message),
+            media=self._photo(message),
         )
         return Parsed([inbound])
 
@@ -129,25 +130,40 @@ class TelegramAdapter(Adapter):
             return not username or replied.from_.username.lower() == username
         return False
 
-    def _photos(self, binding: ChannelBinding, message: TgMessage) -> list[InboundImage]:
+    @staticmethod
+    def _photo(message: TgMessage) -> list[InboundMedia]:
+        """The photo's largest size, named only: the processing task fetches it."""
         if not message.photo:
             return []
         best = max(message.photo, key=lambda p: p.file_size)  # Telegram lists sizes, smallest first
+        return [InboundMedia(kind="photo", file_id=best.file_id, mime_type="image/jpeg", size=best.file_size or None)]
+
+    def fetch_media(self, binding: ChannelBinding, media: InboundMedia) -> InboundImage | None:
+        """getFile, then the file, up to MAX_PHOTO_BYTES. The URLs hold the bot token, so a
+        failure is logged by its kind only."""
+        if media.kind != "photo":
+            return None
+        if media.size is not None and media.size > MAX_PHOTO_BYTES:
+            logger.warning("a Telegram photo on binding %s is too big to keep (%s bytes)", binding.pk, media.size)
+            return None
         token = binding.credentials.get("token", "")
         base = settings.TELEGRAM_API_BASE.rstrip("/")
         try:
             with self.http() as client:
-                meta = client.get(f"{base}/bot{token}/getFile", params={"file_id": best.file_id}).json()
-                path = meta["result"]["file_path"]
-                data = client.get(f"{base}/file/bot{token}/{path}")
-                data.raise_for_status()
-        except Exception as exc:  # the text still counts; the photo is noted as missing
-            logger.warning("could not fetch a Telegram photo: %s", type(exc).__name__)
-            return []
-        if len(data.content) > MAX_PHOTO_BYTES:
-            return []
+                meta = client.get(f"{base}/bot{token}/getFile", params={"file_id": media.file_id})
+                meta.raise_for_status()
+                path = meta.json()["result"]["file_path"]
+                content = _download(client, f"{base}/file/bot{token}/{path}")
+        except Exception as exc:  # the text still counts; the photo is left out
+            status = f" {exc.response.status_code}" if isinstance(exc, httpx.HTTPStatusError) else ""
+            logger.warning("could not fetch a Telegram photo on binding %s: %s%s", binding.pk,
+                           type(exc).__name__, status)
+            return None
+        if content is None:
+            logger.warning("a Telegram photo on binding %s is too big to keep", binding.pk)
+            return None
         mime = "image/png" if path.lower().endswith(".png") else "image/jpeg"
-        return [InboundImage(mime_type=mime, data=base64.b64encode(data.content).decode(), size=len(data.content))]
+        return InboundImage(mime_type=mime, data=base64.b64encode(content).decode(), size=len(content))
 
     def send(self, binding: ChannelBinding, target: str, text: str) -> str:
         token = binding.credentials.get("token", "")
@@ -165,3 +181,18 @@ class TelegramAdapter(Adapter):
                 retry_after = None
         self.raise_for_status(response, retry_after=retry_after)
         return str(response.json().get("result", {}).get("message_id", ""))
+
+
+def _download(client: httpx.Client, url: str) -> bytes | None:
+    """The file's bytes, or None once it passes MAX_PHOTO_BYTES (read no further)."""
+    with client.stream("GET", url) as response:
+        response.raise_for_status()
+        declared = response.headers.get("Content-Length", "")
+        if declared.isdigit() and int(declared) > MAX_PHOTO_BYTES:
+            return None
+        body = bytearray()
+        for chunk in response.iter_bytes():
+            body += chunk
+            if len(body) > MAX_PHOTO_BYTES:
+                return None
+    return bytes(body)

@@ -2,7 +2,9 @@
 from __future__ import annotations
 
 import pytest
+from django.db import transaction
 
+from channels_app.adapters.telegram import MAX_PHOTO_BYTES
 from channels_app.models import InboundEvent, OutboundDelivery
 from sessions_app.models import Image, Message, Session
 
@@ -75,22 +77,82 @@ def test_a_senders_messages_reach_the_conversation_in_arrival_order_whichever_ta
     assert set(InboundEvent.objects.values_list("state", flat=True)) == {"done"}
 
 
-def test_a_telegram_photo_becomes_an_image_row(client, world, telegram, platform, model_server, drain):
-    pair(world, "telegram", "42", world.alice)
-    platform.script(r"/getFile", Canned(body={"ok": True, "result": {"file_id": "big", "file_path": "photos/p.jpg"}}))
-    platform.script(r"/file/bot111:AAA/photos/p.jpg", Canned(raw=b"\xff\xd8\xff\xe0JPEGDATA"))
-    model_server.add(reply("Nice photo"))
-    update = telegram_update("", caption="look", photo=[
+def _photo_update(text: str = "look", *, big_size: int = 50000) -> dict:
+    update = telegram_update("", caption=text, photo=[
         {"file_id": "small", "file_unique_id": "s", "width": 90, "height": 90, "file_size": 1000},
-        {"file_id": "big", "file_unique_id": "b", "width": 800, "height": 800, "file_size": 50000},
+        {"file_id": "big", "file_unique_id": "b", "width": 800, "height": 800, "file_size": big_size},
     ])
     update["message"].pop("text")
-    post_telegram(client, update)
+    return update
+
+
+def _script_photo(platform, *, file: Canned | None = None) -> None:
+    platform.script(r"/getFile", Canned(body={"ok": True, "result": {"file_id": "big", "file_path": "photos/p.jpg"}}))
+    platform.script(r"/file/bot111:AAA/photos/p.jpg", file or Canned(raw=b"\xff\xd8\xff\xe0JPEGDATA"))
+
+
+def test_a_telegram_photo_becomes_an_image_row(client, world, telegram, platform, model_server, drain):
+    pair(world, "telegram", "42", world.alice)
+    _script_photo(platform)
+    model_server.add(reply("Nice photo"))
+    post_telegram(client, _photo_update())
     drain()
     image = Image.objects.get()
     assert (image.mime_type, image.size, image.tenant) == ("image/jpeg", 12, world.tenant_a)
     assert image.message.content == "look"
     assert platform.sent(r"/getFile")[0].path.endswith("file_id=big")
+    assert platform.sent("sendMessage")[0].json["text"] == "Nice photo"
+
+
+def test_a_telegram_webhook_names_the_photo_and_the_processing_task_fetches_it(
+    client, world, telegram, platform, model_server, drain
+):
+    pair(world, "telegram", "42", world.alice)
+    _script_photo(platform)
+    model_server.add(reply("Nice photo"))
+    # Inside a transaction nothing queued after commit runs yet: what happened by the time
+    # the webhook answered is all the webhook did.
+    with transaction.atomic():
+        assert post_telegram(client, _photo_update()).status_code == 200
+        assert platform.requests == []
+        event = InboundEvent.objects.get()
+        assert event.payload["media"] == [{"kind": "photo", "file_id": "big", "mime_type": "image/jpeg",
+                                           "size": 50000}]
+        assert event.payload["images"] == []
+    drain()
+    assert [r.path.split("?")[0] for r in platform.requests[:2]] == [
+        "/telegram/bot111:AAA/getFile", "/telegram/file/bot111:AAA/photos/p.jpg"
+    ]
+    image = Image.objects.get()
+    assert (image.message.content, image.size) == ("look", 12)
+
+
+@pytest.mark.parametrize("failure", ["getFile fails", "file fails", "file too big", "said to be too big"])
+def test_a_telegram_photo_that_cannot_be_fetched_leaves_the_text_stored_and_answered(
+    client, world, telegram, platform, model_server, drain, caplog, failure
+):
+    pair(world, "telegram", "42", world.alice)
+    if failure == "getFile fails":
+        platform.script(r"/getFile", Canned(status=500, body={"ok": False, "description": "Internal Server Error"}))
+    elif failure == "file fails":
+        _script_photo(platform, file=Canned(status=500, raw=b"nope"))
+    elif failure == "file too big":
+        _script_photo(platform, file=Canned(raw=b"\0" * (MAX_PHOTO_BYTES + 1)))
+    model_server.add(reply("I could not see the photo, but hello"))
+    update = _photo_update(big_size=MAX_PHOTO_BYTES + 1 if failure == "said to be too big" else 50000)
+    assert post_telegram(client, update).status_code == 200
+    drain()
+    assert not Image.objects.exists()
+    assert list(Message.objects.order_by("seq").values_list("role", "content")) == [
+        ("user", "look"), ("assistant", "I could not see the photo, but hello")
+    ]
+    assert platform.sent("sendMessage")[0].json["text"] == "I could not see the photo, but hello"
+    assert InboundEvent.objects.get().state == InboundEvent.State.DONE
+    if failure == "said to be too big":
+        assert platform.sent(r"/getFile") == []  # not fetched only to be thrown away
+    warnings = [r.getMessage() for r in caplog.records if r.name == "channels_app.adapters.telegram"]
+    assert warnings and "photo" in warnings[0]
+    assert "111:AAA" not in caplog.text  # the bot token never reaches the log
 
 
 def test_telegram_group_messages_get_their_own_session_and_are_answered_only_when_mentioned(
