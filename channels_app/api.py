@@ -20,6 +20,7 @@ from qorven.trust import Trust
 from sessions_app.services import session_resolve
 
 from .api_auth import bearer_required, json_error
+from .chat import with_deliveries
 
 MAX_CONTENT = 100_000
 MAX_IDEMPOTENCY_KEY = 255
@@ -33,6 +34,8 @@ def message_json(message: StoredMessage) -> dict[str, Any]:
         "channel": message.channel,
         "sender_name": message.sender_name,
         "created_at": message.created_at.isoformat(),
+        # pending, answered or failed for a message that expects an answer; else null
+        "answer_state": message.answer_state,
     }
 
 
@@ -97,7 +100,8 @@ def _timeline(request: HttpRequest, qor) -> JsonResponse:
         if session is not None
         else []
     )
-    return JsonResponse({"session": session_json(session), "messages": [message_json(m) for m in messages]})
+    return JsonResponse({"session": session_json(session),
+                         "messages": with_deliveries(messages, [message_json(m) for m in messages])})
 
 
 def _post(request: HttpRequest, qor) -> JsonResponse:

@@ -8,6 +8,7 @@ is not a member of, is the same NotFound.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from django.contrib.auth.models import AbstractBaseUser
 
@@ -16,9 +17,10 @@ from qorven.errors import NotFound
 from qorven.models import Membership, Qor, Tenant
 from qorven.trust import Trust
 from sessions_app.models import Session
-from sessions_app.selectors import canonical_session_find, messages_read
+from sessions_app.selectors import MessageRow, canonical_session_find, messages_read
 from sessions_app.services import AppendResult, session_resolve
 
+from .delivery import PLATFORM_OF, failed_deliveries
 from .live import message_event
 
 PAGE = 50  # messages per page of history
@@ -84,7 +86,19 @@ def chat_events(*, session: Session, after_seq: int | None = None, before_seq: i
     """Messages as live events, oldest first: after `after_seq` (catch-up), or the newest
     page (before `before_seq` when scrolling back)."""
     messages = messages_read(session=session, after_seq=after_seq, before_seq=before_seq, limit=limit)
-    return [message_event(m) for m in messages]
+    return with_deliveries(messages, [message_event(m) for m in messages])
+
+
+def with_deliveries(messages: list[MessageRow], events: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Mark the replies that could not be delivered to their platform (one query for the
+    page, only when it holds platform replies)."""
+    sent = [m.id for m in messages if m.channel in PLATFORM_OF and m.role in ("assistant", "system")]
+    failed = failed_deliveries(message_ids=sent)
+    if failed:
+        for message, event in zip(messages, events, strict=True):
+            if message.id in failed:
+                event["delivery"] = {"state": "failed", "platform": failed[message.id]}
+    return events
 
 
 def chat_send(*, owner: ChatOwner, content: str, channel: str, idempotency_key: str = "") -> AppendResult:

@@ -208,6 +208,17 @@ class LiveChatConsumer(AsyncJsonWebsocketConsumer):
             self.finished.append(event["reply_to"])
         await self.send_json({"type": "message.done", "reply_to": event["reply_to"], "seq": event.get("seq")})
 
+    async def message_answer(self, event: dict[str, Any]) -> None:
+        """A user message's answer state changed (failed, or waiting again after /retry)."""
+        if event.get("session_id") == self.session_id and event["seq"] <= self.sent_seq:
+            await self.send_json({"type": "message.answer", "seq": event["seq"], "answer_state": event["answer_state"]})
+
+    async def message_delivery(self, event: dict[str, Any]) -> None:
+        """A reply could not be delivered to its platform."""
+        if event.get("session_id") == self.session_id and event["seq"] <= self.sent_seq:
+            await self.send_json({"type": "message.delivery", "seq": event["seq"],
+                                  "delivery": {"state": event["delivery"], "platform": event.get("platform", "")}})
+
     async def session_started(self, event: dict[str, Any]) -> None:
         if event["session_id"] == self.session_id:
             return

@@ -8,6 +8,7 @@ if the append is observed twice or a send task runs again.
 from __future__ import annotations
 
 import logging
+from datetime import timedelta
 
 from django.conf import settings
 from django.db import IntegrityError, transaction
@@ -131,6 +132,25 @@ def deliveries_give_up(*, tenant_id: int, message_id: int, attempts: int) -> int
     return failed
 
 
+def deliveries_interrupted_fail(*, rows: list[OutboundDelivery]) -> int:
+    """Parts whose sender died while sending: they may have reached the platform, and a
+    part is never sent twice, so they end failed, shown as such. Returns how many."""
+    failed = 0
+    for row in rows:
+        if OutboundDelivery.objects.filter(pk=row.pk, state=OutboundDelivery.State.SENDING,
+                                           updated_at=row.updated_at).update(
+            state=OutboundDelivery.State.FAILED, updated_at=timezone.now(),
+            last_error="the worker stopped while sending this part; it may or may not have been delivered",
+        ):
+            failed += 1
+            _tell_failed(row.tenant_id, row.message_id, row.binding.kind)
+            # The parts after it are sent by the sweeper's next delivery task.
+            OutboundDelivery.objects.filter(message_id=row.message_id, state=OutboundDelivery.State.PENDING).update(
+                updated_at=timezone.now() - timedelta(days=1)
+            )
+    return failed
+
+
 def _tell_failed(tenant_id: int, message_id: int, platform: str) -> None:
     """Live surfaces mark the reply "not delivered to <platform>"."""
     from qorven.live import broadcast_soon
@@ -153,28 +173,42 @@ def failed_deliveries(*, message_ids: list[int]) -> dict[int, str]:
 
 def deliver_message(*, tenant_id: int, message_id: int, attempt: int) -> int:
     """Send the message's unsent parts in order. Returns how many were sent now.
-    Raises RetryLater on a transient failure (the task retries with backoff)."""
+    Raises RetryLater on a transient failure (the task retries with backoff).
+
+    Each part is claimed (pending → sending) before it is sent, so two tasks for one
+    message (a retry and the sweeper's) never send a part twice; a part whose sender died
+    mid-send is failed by the sweeper rather than sent again."""
     sent = 0
     for row in OutboundDelivery.objects.filter(tenant_id=tenant_id, message_id=message_id).order_by("part"):
+        if row.state == OutboundDelivery.State.SENDING:
+            return sent  # another task is on it: the parts after it wait for their turn there
         if row.state != OutboundDelivery.State.PENDING:
             continue
+        if not OutboundDelivery.objects.filter(pk=row.pk, state=OutboundDelivery.State.PENDING).update(
+            state=OutboundDelivery.State.SENDING, updated_at=timezone.now()
+        ):
+            return sent
         adapter = adapter_for(row.binding.kind)
         try:
             platform_id = adapter.send(row.binding, row.target, row.text)
         except SendError as exc:
             row.attempts += 1
             row.last_error = str(exc)[:1000]
+            row.state = OutboundDelivery.State.FAILED if exc.permanent else OutboundDelivery.State.PENDING
+            row.save(update_fields=["attempts", "last_error", "state", "updated_at"])
             if exc.permanent:
-                row.state = OutboundDelivery.State.FAILED
-                row.save(update_fields=["attempts", "last_error", "state", "updated_at"])
                 logger.warning("delivery of message %s part %s failed for good: %s", message_id, row.part, exc)
                 _tell_failed(tenant_id, message_id, row.binding.kind)
                 continue
-            row.save(update_fields=["attempts", "last_error", "updated_at"])
             raise RetryLater(exc.retry_after if exc.retry_after is not None else send_backoff(attempt), str(exc))
+        except Exception:
+            # Not a platform answer (a bug, the database): the part goes back to pending
+            # for the task's retry or the sweeper; nothing was sent.
+            OutboundDelivery.objects.filter(pk=row.pk).update(state=OutboundDelivery.State.PENDING)
+            raise
         OutboundDelivery.objects.filter(pk=row.pk).update(
             state=OutboundDelivery.State.SENT, platform_message_id=platform_id, sent_at=timezone.now(),
-            attempts=row.attempts + 1,
+            attempts=row.attempts + 1, updated_at=timezone.now(),
         )
         sent += 1
     return sent

@@ -31,6 +31,9 @@ def message_event(message: StoredMessage) -> dict[str, Any]:
         "notice": metadata.get("notice", ""),
         "reply_to": metadata.get("reply_to"),
         "hidden": hidden,
+        # A user message's answer: pending, answered or failed (a notice says why); None
+        # for messages that expect none.
+        "answer_state": message.answer_state,
     }
 
 

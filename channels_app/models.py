@@ -171,6 +171,7 @@ class OutboundDelivery(TimestampedModel):
 
     class State(models.TextChoices):
         PENDING = "pending"
+        SENDING = "sending"  # in one task's hands right now
         SENT = "sent"
         FAILED = "failed"
 
@@ -192,7 +193,8 @@ class OutboundDelivery(TimestampedModel):
         constraints = [models.UniqueConstraint(fields=["message", "part"], name="delivery_unique_part")]
         indexes = [
             # The sweeper's look for sends a dead worker left behind.
-            models.Index(fields=["updated_at"], condition=models.Q(state="pending"), name="delivery_pending_idx"),
+            models.Index(fields=["updated_at"], condition=models.Q(state__in=["pending", "sending"]),
+                         name="delivery_pending_idx"),
         ]
 
     def __str__(self) -> str:

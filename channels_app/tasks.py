@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import logging
 
-from celery import shared_task
+from celery import shared_task, signals
 from django.conf import settings
 
 from .delivery import RetryLater, deliver_message, deliveries_give_up
@@ -45,3 +45,19 @@ def deliver_message_task(self, tenant_id: int, message_id: int) -> int:
             deliveries_give_up(tenant_id=tenant_id, message_id=message_id, attempts=attempt + 1)
             return 0
         raise self.retry(countdown=exc.after) from None
+
+
+@shared_task(name="channels_app.sweep", acks_late=True)
+def sweep_task() -> dict[str, int]:
+    """Queue again what a dead worker left behind (see channels_app.sweep). Run by Celery
+    beat every QORVEN_SWEEP_INTERVAL seconds and by every worker as it starts."""
+    from dataclasses import asdict
+
+    from .sweep import sweep
+
+    return asdict(sweep())
+
+
+@signals.worker_ready.connect(weak=False)
+def _sweep_when_a_worker_starts(**kwargs) -> None:
+    sweep_task.delay()

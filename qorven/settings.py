@@ -169,6 +169,12 @@ CELERY_TASK_TIME_LIMIT = env.int("QORVEN_TASK_TIME_LIMIT", default=900)
 CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": CELERY_TASK_TIME_LIMIT * 2}
 # django-celery-beat's DatabaseScheduler, telling heartbeat runs which tick they are for.
 CELERY_BEAT_SCHEDULER = "heartbeats_app.scheduler:HeartbeatScheduler"
+# The sweeper queues again what a dead worker left behind (channels_app/sweep.py): every
+# this many seconds, and whenever a worker starts.
+QORVEN_SWEEP_INTERVAL = env.float("QORVEN_SWEEP_INTERVAL", default=15.0)
+CELERY_BEAT_SCHEDULE = {
+    "__qorven_sweep__": {"task": "channels_app.sweep", "schedule": QORVEN_SWEEP_INTERVAL},
+}
 
 # Heartbeats: the defaults file synced on startup, and how long images are kept by the
 # reserved __qorven_clear_images__ beat (seconds or 30m / 12h / 7d / 2w; 0 = delete all).

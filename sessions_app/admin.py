@@ -44,13 +44,15 @@ class SessionAdmin(ReadOnlyAdmin):
         all_url = reverse("admin:sessions_app_message_changelist") + f"?session__id__exact={obj.pk}"
         body = format_html_join(
             "",
-            "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td style='white-space:pre-wrap'>{}</td></tr>",
-            ((m.seq, m.created_at.strftime("%Y-%m-%d %H:%M:%S"), m.role, m.channel, m.sender_name, m.content)
+            "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td style='white-space:pre-wrap'>{}</td>"
+            "<td>{}</td></tr>",
+            ((m.seq, m.created_at.strftime("%Y-%m-%d %H:%M:%S"), m.role, m.channel, m.sender_name, m.content,
+              m.answer_state or "")
              for m in rows),
         )
         return format_html(
             "<p><a href='{}'>All {} messages</a></p><table><tr><th>seq</th><th>time</th><th>role</th>"
-            "<th>channel</th><th>sender</th><th>content</th></tr>{}</table>",
+            "<th>channel</th><th>sender</th><th>content</th><th>answer</th></tr>{}</table>",
             all_url, obj.last_seq, body,
         )
 
@@ -58,8 +60,10 @@ class SessionAdmin(ReadOnlyAdmin):
 @admin.register(Message)
 class MessageAdmin(ReadOnlyAdmin):
     tenant_field = "tenant"  # each message carries its session's tenant: no join to scope the list
-    list_display = ["session", "seq", "role", "channel", "sender_name", "short_content", "created_at"]
-    list_filter = ["role", "channel"]
+    list_display = ["session", "seq", "role", "channel", "sender_name", "short_content", "answer_state", "created_at"]
+    # "failed" lists the messages the Qor could not answer; each one's page has the full
+    # error in answer_error (what the person was shown is one of our notices).
+    list_filter = ["answer_state", "role", "channel"]
     list_select_related = ["session"]
     readonly_fields = [f.name for f in Message._meta.fields]
     show_full_result_count = False

@@ -103,6 +103,11 @@ def _task_queue(request, settings):
 
     real = request.node.get_closest_marker("celery_worker") is not None
     broker_use(settings, settings.CELERY_BROKER_URL if real else EMBEDDED_BROKER)
+    if not real and not embedded_worker.running:
+        # A worker that starts sweeps for work left behind (channels_app.sweep): let that
+        # happen before the test, not in the middle of it or after it.
+        embedded_worker.ensure_started(wait=30)
+        embedded_worker.join(30)
     left = embedded_worker.pending()
     if left:
         embedded_worker.reset()

@@ -157,6 +157,7 @@ def _controller_class(app: Any) -> type:
 
         def on_consumer_ready(self, consumer: Any) -> None:
             super().on_consumer_ready(consumer)
+            signals.worker_ready.send(sender=consumer)  # as `celery worker` does
             if self.on_ready is not None:
                 self.on_ready()
 

@@ -46,7 +46,10 @@ def test_posting_appends_a_web_user_message_to_the_callers_timeline(client, worl
     timeline = client.get(URL.format("aria"), **auth(tokens["alice"])).json()
     assert timeline["session"]["kind"] == "canonical"
     assert [m["content"] for m in timeline["messages"]] == ["What's next on my calendar?"]
-    assert set(timeline["messages"][0]) == {"seq", "role", "content", "channel", "sender_name", "created_at"}
+    assert set(timeline["messages"][0]) == {
+        "seq", "role", "content", "channel", "sender_name", "created_at", "answer_state"
+    }
+    assert timeline["messages"][0]["answer_state"] == "pending"  # no model answers in this test
 
 
 def test_timeline_merges_channels_and_filters_by_channel(client, world, tokens):

@@ -45,6 +45,7 @@ class ModelServer:
         self.script: list[Step] = []
         self.default: Step | Callable[[dict[str, Any]], Step] | None = None
         self.requests: list[dict[str, Any]] = []
+        self.arrivals: list[float] = []  # time.monotonic() of each request, in order
         self._lock = threading.Lock()
         self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
         self._httpd.daemon_threads = True
@@ -70,6 +71,7 @@ class ModelServer:
     def _next(self, body: dict[str, Any]) -> Step:
         with self._lock:
             self.requests.append(body)
+            self.arrivals.append(time.monotonic())
             if self.script:
                 return self.script.pop(0)
         default = self.default

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import re
 import threading
+import time
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -18,6 +19,7 @@ class Recorded:
     path: str
     headers: dict[str, str]
     body: bytes
+    at: float = field(default_factory=time.monotonic)  # when it arrived
 
     @property
     def json(self) -> Any:
@@ -34,6 +36,7 @@ class Canned:
     body: Any = field(default_factory=lambda: {"ok": True})
     headers: dict[str, str] = field(default_factory=dict)
     raw: bytes | None = None
+    delay: float = 0.0  # seconds before answering: a platform that hangs
 
 
 class PlatformServer:
@@ -92,6 +95,8 @@ class PlatformServer:
                 length = int(self.headers.get("Content-Length") or 0)
                 body = self.rfile.read(length) if length else b""
                 canned = server._answer(Recorded(self.command, self.path, dict(self.headers), body))
+                if canned.delay:
+                    time.sleep(canned.delay)
                 data = canned.raw if canned.raw is not None else json.dumps(canned.body).encode()
                 self.send_response(canned.status)
                 self.send_header("Content-Type", "application/json" if canned.raw is None else "application/octet-stream")

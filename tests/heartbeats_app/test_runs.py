@@ -4,11 +4,9 @@ from __future__ import annotations
 
 import threading
 from datetime import datetime, timedelta
-from unittest import mock
 from zoneinfo import ZoneInfo
 
 import pytest
-from celery.exceptions import Retry
 from django.utils import timezone
 
 from heartbeats_app.models import CLEAR_IMAGES, Heartbeat, HeartbeatRun
@@ -214,19 +212,32 @@ def test_a_failed_run_is_recorded_with_its_error_and_its_retry_takes_the_same_ru
     assert [m.content for m in canonical_messages(world)] == ["Pills, finally."]
 
 
-def test_the_task_retries_a_failed_run_with_backoff_on_a_worker(world, pills, model_server, settings):
+def test_a_run_whose_model_was_unavailable_is_retried_after_its_delays_by_the_worker(
+    world, pills, model_server, drain, settings
+):
     settings.QORVEN_MODEL_RETRIES = 0
-    model_server.add(error(503))
-    heartbeat_run.push_request(retries=0, is_eager=False)
-    try:
-        with mock.patch.object(heartbeat_run, "retry", side_effect=Retry("again")) as retry, pytest.raises(Retry):
-            heartbeat_run.run(world.tenant_a.pk, pills.pk, tick=TICK.isoformat())
-    finally:
-        heartbeat_run.pop_request()
-    kwargs = retry.call_args.kwargs
-    assert kwargs["countdown"] == 60
-    assert kwargs["kwargs"]["run_id"] == HeartbeatRun.objects.get().pk
-    assert kwargs["kwargs"]["tick"] == TICK.isoformat()
+    settings.QORVEN_HEARTBEAT_RETRY_DELAY = 0.5
+    model_server.add(error(503), error(503), reply("Pills, at last."))
+    heartbeat_run.delay(world.tenant_a.pk, pills.pk, tick=TICK.isoformat())
+    drain()
+    (result,) = HeartbeatRun.objects.all()
+    assert (result.status, result.attempts, result.tick) == ("ok", 3, TICK)
+    first, second, third = model_server.arrivals
+    assert second - first >= 0.5  # the first retry waits QORVEN_HEARTBEAT_RETRY_DELAY
+    assert third - second >= 2.0  # the second, four times as long
+    assert [m.content for m in canonical_messages(world)] == ["Pills, at last."]
+
+
+def test_a_run_the_model_refuses_is_recorded_failed_and_not_retried(world, pills, model_server, drain, settings):
+    settings.QORVEN_HEARTBEAT_RETRY_DELAY = 0.1
+    model_server.default = error(400, "Your request was rejected by our content filter.", code="content_filter")
+    heartbeat_run.delay(world.tenant_a.pk, pills.pk, tick=TICK.isoformat())
+    drain()
+    (result,) = HeartbeatRun.objects.all()
+    assert (result.status, result.attempts) == ("failed", 1)
+    assert result.error.startswith("refused: 400")
+    assert len(model_server.requests) == 1
+    assert canonical_messages(world) == []
 
 
 def test_a_paused_or_deleted_beat_does_not_run(world, pills, model_server):

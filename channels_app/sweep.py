@@ -1,0 +1,96 @@
+"""The sweeper: finds work a dead worker left behind and queues it again.
+
+A worker killed outright (its whole process group, so prefork cannot requeue anything)
+leaves its tasks unacknowledged in the broker, which redelivers them only after the
+visibility timeout (half an hour), and the embedded broker loses them with the process.
+Everything a task does is recorded in the database first, so recovery reads it from
+there instead, every QORVEN_SWEEP_INTERVAL seconds (a reserved entry of Celery beat's
+schedule, `__qorven_sweep__`) and whenever a worker starts:
+
+- sessions with a message still waiting for its answer and nobody holding the session
+  (its lease ran out: QORVEN_TURN_LEASE) get their turn queued;
+- inbound events still pending, or claimed by a task that died, are processed;
+- deliveries left pending are sent; a part whose sender died mid-send is failed (it may
+  have reached the platform, and a reply is never sent twice) and shown as such.
+
+Queuing twice is harmless: every task is safe to run twice.
+"""
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from datetime import timedelta
+
+from django.conf import settings
+from django.db.models import Q
+from django.utils import timezone
+
+from sessions_app.models import Message, Session
+
+from .models import InboundEvent, OutboundDelivery
+from .receive import CLAIM_STALE_AFTER
+
+logger = logging.getLogger(__name__)
+
+# Work younger than this is still in the hands of the task queued for it.
+GRACE = timedelta(seconds=30)
+# A pending part untouched this long has no retry coming (backoffs stop at a minute).
+DELIVERY_GRACE = timedelta(minutes=3)
+BATCH = 500
+
+
+@dataclass
+class SweepReport:
+    turns: int = 0
+    inbound: int = 0
+    deliveries: int = 0
+    interrupted_sends: int = 0
+
+    def __bool__(self) -> bool:
+        return bool(self.turns or self.inbound or self.deliveries or self.interrupted_sends)
+
+
+def sweep() -> SweepReport:
+    """Queue again what was left behind; report what was found."""
+    from qorven.agent.tasks import agent_turn
+
+    from .delivery import deliveries_interrupted_fail
+    from .tasks import deliver_message_task, inbound_process_task
+
+    now = timezone.now()
+    report = SweepReport()
+    waiting = (
+        Message.objects.filter(answer_state=Message.Answer.PENDING, created_at__lt=now - GRACE)
+        .values_list("session_id", flat=True).distinct()[:BATCH]
+    )
+    free = Session.objects.filter(pk__in=list(waiting), state=Session.State.ACTIVE).filter(
+        Q(turn_lease_until__isnull=True) | Q(turn_lease_until__lt=now)
+    )
+    for tenant_id, session_id in free.values_list("tenant_id", "pk"):
+        agent_turn.delay(tenant_id, session_id)
+        report.turns += 1
+
+    stuck = InboundEvent.objects.filter(
+        Q(state=InboundEvent.State.PENDING, created_at__lt=now - GRACE)
+        | Q(state=InboundEvent.State.PROCESSING, updated_at__lt=now - timedelta(seconds=CLAIM_STALE_AFTER))
+    ).order_by("pk")
+    for tenant_id, event_id in stuck.values_list("tenant_id", "pk")[:BATCH]:
+        inbound_process_task.delay(tenant_id, event_id)
+        report.inbound += 1
+
+    interrupted = OutboundDelivery.objects.filter(
+        state=OutboundDelivery.State.SENDING,
+        updated_at__lt=now - timedelta(seconds=2 * settings.QORVEN_PLATFORM_TIMEOUT + 30),
+    )
+    report.interrupted_sends = deliveries_interrupted_fail(rows=list(interrupted[:BATCH]))
+    left = (
+        OutboundDelivery.objects.filter(state=OutboundDelivery.State.PENDING, updated_at__lt=now - DELIVERY_GRACE)
+        .values_list("tenant_id", "message_id").distinct()[:BATCH]
+    )
+    for tenant_id, message_id in left:
+        deliver_message_task.delay(tenant_id, message_id)
+        report.deliveries += 1
+    if report:
+        logger.info("sweep: queued %s turn(s), %s inbound event(s), %s delivery(ies); failed %s interrupted send(s)",
+                    report.turns, report.inbound, report.deliveries, report.interrupted_sends)
+    return report

@@ -1,0 +1,117 @@
+"""A reply's delivery ends: sent once, or failed where the person and the admin see it.
+Waiting for a platform (a backoff, its retry_after) never holds up anyone else."""
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+from asgiref.sync import async_to_sync, sync_to_async
+
+from channels_app.chat import chat_events
+from channels_app.models import OutboundDelivery
+from qorven.services import api_token_create
+from sessions_app.models import Message, Session
+
+from ..factories.qorven import UserFactory
+from ..fakes.model_server import reply
+from ..fakes.platform_server import Canned
+from .conftest import pair
+from .live_helpers import communicator, receive_until, session_cookie
+from .payloads import post_telegram, telegram_update
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def wait_for(predicate, timeout: float = 10.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def test_a_delivery_the_platform_keeps_refusing_with_500_ends_failed_on_the_page_and_in_the_admin(
+    client, world, telegram, platform, model_server, drain, settings
+):
+    settings.QORVEN_SEND_RETRIES = 2
+    settings.QORVEN_SEND_BACKOFF = 0.05
+    pair(world, "telegram", "42", world.alice)
+    platform.default(r"sendMessage", Canned(status=500, body={"ok": False, "description": "Internal Server Error"}))
+    model_server.add(reply("You'll never see this."))
+    cookie = session_cookie(world.alice)
+
+    async def scenario():
+        page = communicator("/ws/chat/acme/aria/", cookie=cookie)
+        assert (await page.connect())[0]
+        await page.receive_json_from()
+        await sync_to_async(post_telegram)(client, telegram_update("hi"))
+        events = await receive_until(page, lambda e: e["type"] == "message.delivery", timeout=20)
+        await page.disconnect()
+        return events
+
+    events = async_to_sync(scenario)()
+    drain()
+    answer = Message.objects.get(role="assistant")
+    assert events[-1] == {"type": "message.delivery", "seq": answer.seq,
+                          "delivery": {"state": "failed", "platform": "telegram"}}
+    assert len(platform.sent("sendMessage")) == 3  # the first try and two retries
+    delivery = OutboundDelivery.objects.get()
+    assert (delivery.state, delivery.attempts) == ("failed", 3)
+    assert "gave up after 3 attempts" in delivery.last_error and "500" in delivery.last_error
+
+    # A page opened later shows the mark too (it reads the page of history).
+    session = Session.objects.get(user=world.alice)
+    (shown,) = [e for e in chat_events(session=session) if e["seq"] == answer.seq]
+    assert shown["delivery"] == {"state": "failed", "platform": "telegram"}
+    token = api_token_create(tenant=world.tenant_a, user=world.alice)[1]
+    api = client.get("/v1/qors/aria/messages", HTTP_AUTHORIZATION=f"Bearer {token}").json()
+    assert [m.get("delivery") for m in api["messages"]] == [None, {"state": "failed", "platform": "telegram"}]
+
+    client.force_login(UserFactory(username="root", is_staff=True, is_superuser=True))
+    failed = client.get("/admin/channels_app/outbounddelivery/?state__exact=failed").content.decode()
+    assert "gave up after 3 attempts" in failed
+    assert "gave up" not in client.get("/admin/channels_app/outbounddelivery/?state__exact=sent").content.decode()
+
+
+def test_a_401_from_the_platform_fails_the_delivery_after_one_attempt(
+    client, world, telegram, platform, model_server, drain
+):
+    pair(world, "telegram", "42", world.alice)
+    platform.default(r"sendMessage", Canned(status=401, body={"ok": False, "description": "Unauthorized"}))
+    model_server.add(reply("nobody will read this"))
+    post_telegram(client, telegram_update("hi"))
+    drain()
+    assert len(platform.sent("sendMessage")) == 1
+    delivery = OutboundDelivery.objects.get()
+    assert (delivery.state, delivery.attempts) == ("failed", 1)
+    assert delivery.last_error.startswith("401")
+
+
+def test_a_retry_after_is_waited_out_once_without_holding_up_another_tenants_reply(
+    client, world, telegram, platform, model_server, drain
+):
+    pair(world, "telegram", "42", world.alice)
+    platform.script(r"sendMessage", Canned(status=429, body={
+        "ok": False, "error_code": 429, "description": "Too Many Requests: retry after 2",
+        "parameters": {"retry_after": 2}}))
+    model_server.default = reply("Hello.")
+    post_telegram(client, telegram_update("hi"))
+    assert wait_for(lambda: len(platform.sent("sendMessage")) == 1)
+    refused_at = platform.sent("sendMessage")[0].at
+
+    # Meanwhile tenant B's owner asks over the API, and is answered while A's reply waits.
+    token = api_token_create(tenant=world.tenant_b, user=world.charlie)[1]
+    response = client.post("/v1/qors/aria/messages", data=json.dumps({"content": "quick one"}),
+                           content_type="application/json", HTTP_AUTHORIZATION=f"Bearer {token}")
+    assert response.status_code == 201
+    assert wait_for(lambda: Message.objects.filter(tenant=world.tenant_b, role="assistant").exists())
+    assert len(platform.sent("sendMessage")) == 1  # A's reply is still waiting out its retry_after
+    assert OutboundDelivery.objects.get().state == "pending"
+
+    drain()
+    sends = platform.sent("sendMessage")
+    assert len(sends) == 2  # the 429, then once
+    assert sends[1].at - refused_at >= 2.0
+    assert OutboundDelivery.objects.get().state == "sent"

@@ -1,0 +1,97 @@
+"""The sweeper finds in the database what a dead worker left behind and queues it again:
+unanswered messages of sessions nobody holds, inbound events never processed, replies
+never sent. A send cut off mid-way is failed, never sent twice."""
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+from django.utils import timezone
+
+from channels_app.inbound import InboundMessage
+from channels_app.models import InboundEvent, OutboundDelivery
+from channels_app.sweep import sweep
+from qorven.agent.gateway import inbound_accept
+from sessions_app.models import Message, Session
+from sessions_app.services import message_append, session_resolve
+
+from ..fakes.model_server import reply
+from .conftest import pair
+
+pytestmark = pytest.mark.django_db(transaction=True)
+LONG_AGO = timedelta(minutes=10)
+
+
+def orphaned_message(world, content: str, *, lease_until=None) -> Message:
+    """A message stored by a request whose turn died with its worker."""
+    session = session_resolve(tenant=world.tenant_a, qor=world.qor_a, channel="web", user=world.alice)
+    message = message_append(session=session, role="user", content=content, channel="web", sender_name="Alice",
+                             metadata={"trust": "owner"}, awaits_answer=True).message
+    Message.objects.filter(pk=message.pk).update(created_at=timezone.now() - LONG_AGO)
+    Session.objects.filter(pk=session.pk).update(turn_owner="dead-worker" if lease_until else "",
+                                                 turn_lease_until=lease_until)
+    return message
+
+
+def test_a_message_whose_turn_died_is_answered_once_its_sessions_lease_runs_out(world, model_server, drain):
+    model_server.default = reply("Here after all.")
+    held = orphaned_message(world, "are you there?", lease_until=timezone.now() + timedelta(seconds=60))
+    assert sweep().turns == 0  # a live lease: its turn may still be running
+    Session.objects.filter(pk=held.session_id).update(turn_lease_until=timezone.now() - timedelta(seconds=1))
+    assert sweep().turns == 1
+    drain()
+    held.refresh_from_db()
+    assert held.answer_state == "answered"
+    answers = Message.objects.filter(session_id=held.session_id, role="assistant")
+    assert [(m.content, m.metadata["reply_to"]) for m in answers] == [("Here after all.", held.seq)]
+    assert sweep().turns == 0  # nothing left
+
+
+def test_a_fresh_message_is_left_to_the_turn_queued_for_it(world, model_server, drain):
+    session = session_resolve(tenant=world.tenant_a, qor=world.qor_a, channel="web", user=world.alice)
+    model_server.default = reply("ok")
+    inbound_accept(session=session, content="hi", channel="web", sender_name="Alice", trust="owner")
+    assert sweep().turns == 0
+    drain()
+
+
+def test_an_inbound_event_never_processed_is_processed(world, telegram, platform, model_server, drain):
+    pair(world, "telegram", "42", world.alice)
+    model_server.default = reply("Got it.")
+    event = InboundEvent.objects.create(
+        tenant=world.tenant_a, binding=telegram, external_id="42:9", sender_id="42",
+        payload=InboundMessage(channel="telegram", external_id="42:9", sender_id="42", sender_name="Priya",
+                               text="lost in a crash", reply_target="42").model_dump(mode="json"),
+    )
+    InboundEvent.objects.filter(pk=event.pk).update(created_at=timezone.now() - LONG_AGO)
+    assert sweep().inbound == 1
+    drain()
+    event.refresh_from_db()
+    assert event.state == "done"
+    assert Message.objects.filter(role="user", content="lost in a crash").count() == 1
+    assert [s.json["text"] for s in platform.sent("sendMessage")] == ["Got it."]
+
+
+def test_a_reply_never_sent_is_sent_and_one_cut_off_mid_send_is_failed_not_sent_again(
+    world, telegram, platform, drain
+):
+    pair(world, "telegram", "42", world.alice)
+    session = session_resolve(tenant=world.tenant_a, qor=world.qor_a, channel="telegram", user=world.alice)
+    question = message_append(session=session, role="user", content="hi", channel="telegram",
+                              metadata={"binding": telegram.pk, "reply_target": "42"}).message
+    replies = [
+        message_append(session=session, role="assistant", content=text, channel="telegram",
+                       metadata={"reply_to": question.seq}, notify=False).message
+        for text in ("never sent", "cut off")
+    ]
+    for message, state in zip(replies, ["pending", "sending"], strict=True):
+        OutboundDelivery.objects.create(tenant=world.tenant_a, message=message, part=0, binding=telegram,
+                                        target="42", text=message.content, state=state)
+    OutboundDelivery.objects.update(updated_at=timezone.now() - LONG_AGO)
+    report = sweep()
+    assert (report.deliveries, report.interrupted_sends) == (1, 1)
+    drain()
+    assert [s.json["text"] for s in platform.sent("sendMessage")] == ["never sent"]
+    states = dict(OutboundDelivery.objects.values_list("text", "state"))
+    assert states == {"never sent": "sent", "cut off": "failed"}
+    assert "may or may not have been delivered" in OutboundDelivery.objects.get(text="cut off").last_error
