@@ -14,6 +14,7 @@ import pytest
 from qorven.models import Membership, Qor, Tenant
 
 from .factories.qorven import MembershipFactory, QorFactory, TenantFactory, UserFactory
+from .processes import processes  # noqa: F401  (a fixture: real qorven processes)
 
 
 @dataclass

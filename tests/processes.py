@@ -7,6 +7,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -42,14 +43,51 @@ def process_env(model_server=None, **extra: str) -> dict[str, str]:
     return env
 
 
+class Process:
+    """A running `qorven …` and the lines it printed so far."""
+
+    def __init__(self, args: list[str], env: dict[str, str]) -> None:
+        self.args = args
+        self.popen = subprocess.Popen([QORVEN, *args], cwd=ROOT, env=env, stdout=subprocess.PIPE,
+                                      stderr=subprocess.STDOUT, text=True, start_new_session=True)
+        self.lines: list[str] = []
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self) -> None:
+        assert self.popen.stdout is not None
+        for line in self.popen.stdout:
+            self.lines.append(line)
+
+    @property
+    def output(self) -> str:
+        return "".join(self.lines)
+
+    def wait_for_line(self, text: str, timeout: float = 60.0) -> None:
+        deadline = time.monotonic() + timeout
+        while not any(text in line for line in list(self.lines)):
+            assert self.popen.poll() is None, f"{self.args} exited:\n{self.output}"
+            assert time.monotonic() < deadline, f"{self.args} never printed {text!r}:\n{self.output}"
+            time.sleep(0.1)
+
+    def kill(self) -> None:
+        """SIGKILL to the whole process group: no warm shutdown, no requeue by prefork."""
+        os.killpg(self.popen.pid, signal.SIGKILL)
+        self.popen.wait(10)
+
+
 class Processes:
     def __init__(self) -> None:
-        self.procs: list[subprocess.Popen] = []
+        self.procs: list[Process] = []
 
-    def start(self, *args: str, env: dict[str, str]) -> subprocess.Popen:
-        proc = subprocess.Popen([QORVEN, *args], cwd=ROOT, env=env, stdout=subprocess.PIPE,
-                                stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    def start(self, *args: str, env: dict[str, str]) -> Process:
+        proc = Process(list(args), env)
         self.procs.append(proc)
+        return proc
+
+    def worker(self, env: dict[str, str], *, concurrency: int = 2) -> Process:
+        """`qorven worker`, once it consumes."""
+        proc = self.start("worker", "--concurrency", str(concurrency), env=env)
+        proc.wait_for_line(" ready.")
         return proc
 
     def purge(self, env: dict[str, str]) -> None:
@@ -57,28 +95,22 @@ class Processes:
         subprocess.run([sys.executable, "-m", "celery", "-A", "qorven", "purge", "-f"], cwd=ROOT, env=env,
                        capture_output=True, timeout=60, check=False)
 
-    @staticmethod
-    def kill(proc: subprocess.Popen) -> None:
-        """SIGKILL to the whole process group: no warm shutdown, no requeue by prefork."""
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait(10)
-
     def alive(self) -> None:
         for proc in self.procs:
-            if proc.returncode is None:
-                assert proc.poll() is None, proc.stdout.read() if proc.stdout else "exited"
+            if proc.popen.returncode is None:
+                assert proc.popen.poll() is None, f"{proc.args} exited:\n{proc.output}"
 
     def stop(self) -> None:
         for proc in self.procs:
-            if proc.poll() is None:
-                os.killpg(proc.pid, signal.SIGTERM)
+            if proc.popen.poll() is None:
+                os.killpg(proc.popen.pid, signal.SIGTERM)
         deadline = time.monotonic() + 20
         for proc in self.procs:
             try:
-                proc.wait(max(deadline - time.monotonic(), 0.1))
+                proc.popen.wait(max(deadline - time.monotonic(), 0.1))
             except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait(5)
+                os.killpg(proc.popen.pid, signal.SIGKILL)
+                proc.popen.wait(5)
 
 
 @pytest.fixture

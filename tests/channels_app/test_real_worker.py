@@ -1,0 +1,164 @@
+"""The failure rules on the scale-out layout: `qorven worker` processes over Redis and
+PostgreSQL (CI's second pass). A refused message fails alone, a transient failure comes
+back after its delay, a platform's retry_after is waited out once, a delivery that keeps
+failing ends failed, heartbeat retries run after their delays, and a worker killed in the
+middle of three turns leaves every message answered exactly once."""
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+
+from channels_app.models import Identity, OutboundDelivery
+from channels_app.services import binding_create
+from heartbeats_app.models import HeartbeatRun
+from heartbeats_app.tasks import heartbeat_run
+from qorven.services import api_token_create
+from sessions_app.models import Message
+
+from ..factories.heartbeats_app import beat
+from ..fakes.model_server import Step, error, reply
+from ..fakes.platform_server import Canned
+from ..processes import needs_postgres_and_redis, process_env, wait_for
+from .conftest import pair
+from .payloads import post_telegram, telegram_update
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.celery_worker, needs_postgres_and_redis]
+
+FAST = {"QORVEN_MODEL_RETRIES": "0", "QORVEN_ANSWER_RETRY_DELAY": "0.5", "QORVEN_SEND_BACKOFF": "0.2",
+        "QORVEN_SEND_RETRIES": "2", "QORVEN_HEARTBEAT_RETRY_DELAY": "0.5"}
+
+
+@pytest.fixture
+def worker(processes, model_server, platform):
+    env = process_env(model_server, **FAST)
+    processes.purge(env)
+    return processes.worker(env)
+
+
+def ask(client, world, content):
+    token = api_token_create(tenant=world.tenant_a, user=world.alice)[1]
+    response = client.post("/v1/qors/aria/messages", data=json.dumps({"content": content}),
+                           content_type="application/json", HTTP_AUTHORIZATION=f"Bearer {token}")
+    assert response.status_code == 201
+    return response.json()["message"]
+
+
+def assistant_replies(**filters):
+    return list(Message.objects.filter(role="assistant", **filters).order_by("created_at"))
+
+
+def test_on_a_worker_a_refused_message_fails_alone_and_the_next_is_answered(
+    client, world, worker, processes, model_server
+):
+    model_server.add(error(400, "rejected by the content filter", code="content_filter"), reply("Sure."))
+    first = ask(client, world, "the refused one")
+    assert wait_for(lambda: Message.objects.filter(answer_state="failed").exists(), 30, processes=processes)
+    ask(client, world, "an ordinary one")
+    assert wait_for(lambda: assistant_replies(), 30, processes=processes)
+    (answer,) = assistant_replies()
+    assert answer.content == "Sure." and answer.metadata["reply_to"] == first["seq"] + 2  # after the notice
+    (notice,) = Message.objects.filter(role="system")
+    assert notice.metadata == {"notice": "model_refused", "reply_to": first["seq"]}
+    assert "the refused one" not in json.dumps(model_server.requests[1]["messages"])
+
+
+def test_on_a_worker_a_transient_failure_comes_back_after_its_delay(client, world, worker, processes, model_server):
+    model_server.add(error(503), reply("Back now."))
+    ask(client, world, "hello?")
+    assert wait_for(lambda: assistant_replies(), 30, processes=processes)
+    assert [m.content for m in assistant_replies()] == ["Back now."]
+    first, second = model_server.arrivals
+    assert second - first >= 0.5  # QORVEN_ANSWER_RETRY_DELAY, waited on the worker's timer
+    question = Message.objects.get(role="user")
+    assert (question.answer_state, question.answer_attempts) == ("answered", 1)
+
+
+def test_on_a_worker_a_telegram_reply_waits_out_retry_after_and_is_sent_once(
+    client, world, telegram, worker, processes, platform, model_server
+):
+    pair(world, "telegram", "42", world.alice)
+    platform.script(r"sendMessage", Canned(status=429, body={
+        "ok": False, "error_code": 429, "parameters": {"retry_after": 2}}))
+    model_server.default = reply("Hello.")
+    post_telegram(client, telegram_update("hi"))
+    assert wait_for(lambda: OutboundDelivery.objects.filter(state="sent").exists(), 30, processes=processes)
+    time.sleep(1.0)  # a second send would show up now
+    sends = platform.sent("sendMessage")
+    assert len(sends) == 2 and sends[1].at - sends[0].at >= 2.0
+
+
+def test_on_a_worker_a_delivery_failing_with_500_ends_failed(client, world, telegram, worker, processes, platform,
+                                                             model_server):
+    pair(world, "telegram", "42", world.alice)
+    platform.default(r"sendMessage", Canned(status=500, body={"ok": False}))
+    model_server.default = reply("Hello.")
+    post_telegram(client, telegram_update("hi"))
+    assert wait_for(lambda: OutboundDelivery.objects.filter(state="failed").exists(), 30, processes=processes)
+    delivery = OutboundDelivery.objects.get()
+    assert delivery.attempts == 3 and "gave up after 3 attempts" in delivery.last_error
+    assert len(platform.sent("sendMessage")) == 3
+
+
+def test_on_a_worker_heartbeat_retries_run_after_their_delays(world, worker, processes, model_server):
+    world.qor_a.heartbeat_model = "beat-model"
+    world.qor_a.save()
+    pills = beat(world.qor_a, name="pills", prompt="Pills?", owner=world.alice, deliver_to=world.alice,
+                 deliver_channel="telegram")
+    model_server.add(error(503), error(503), reply("Pills!"))
+    heartbeat_run.delay(world.tenant_a.pk, pills.pk, tick="2026-11-30T08:00:00+00:00")
+    assert wait_for(lambda: HeartbeatRun.objects.filter(status="ok").exists(), 30, processes=processes)
+    assert HeartbeatRun.objects.get().attempts == 3
+    first, second, third = model_server.arrivals
+    assert second - first >= 0.5 and third - second >= 2.0
+
+
+def test_a_worker_killed_in_the_middle_of_three_turns_leaves_each_message_answered_exactly_once(
+    client, world, telegram, processes, platform, model_server
+):
+    """Two workers and a beat; the worker holding three turns is killed outright while the
+    model is slow. With the default lease (30 s) and sweep interval (15 s), the other worker
+    answers every message within 60 s, and no reply is sent twice."""
+    globex = binding_create(tenant=world.tenant_b, qor=world.qor_b, kind="telegram",
+                            credentials={"token": "222:BBB", "secret": "tg-secret-b", "username": "globex_bot"})
+    pair(world, "telegram", "41", world.alice)
+    pair(world, "telegram", "42", world.bob)
+    Identity.objects.create(tenant=world.tenant_b, channel="telegram", external_id="43", user=world.charlie,
+                            approval="approved", trust_level="owner", display_name="Charlie")
+    calls = []
+
+    def model(body):
+        calls.append(body)
+        asker = body["messages"][-1]["content"].split(":")[0]
+        return Step(text=f"For {asker}", delay=25 if len(calls) <= 3 else 0)  # the doomed worker's calls hang
+
+    model_server.default = model
+    env = process_env(model_server)
+    processes.purge(env)
+    doomed = processes.worker(env, concurrency=3)
+    processes.start("beat", "--max-interval", "1", env=env)
+    for user_id, name, secret in ((41, "Ann", "tg-secret-a"), (42, "Ben", "tg-secret-a"), (43, "Cat", "tg-secret-b")):
+        update = telegram_update(f"hello from {name}", user_id=user_id, first_name=name)
+        assert post_telegram(client, update, secret=secret).status_code == 200
+    assert wait_for(lambda: len(calls) == 3, 30, processes=processes)  # the doomed worker holds all three turns
+    survivor = processes.worker(env)
+    doomed.kill()
+    killed_at = time.monotonic()
+
+    assert wait_for(lambda: len(platform.sent("sendMessage")) >= 3, 60, processes=processes), (
+        f"answered: {[m.content for m in assistant_replies()]}\n{survivor.output[-3000:]}"
+    )
+    assert time.monotonic() - killed_at < 60
+    time.sleep(3)  # a duplicate would show up now
+    sent = sorted((s.path.split("/")[2], s.json["chat_id"], s.json["text"]) for s in platform.sent("sendMessage"))
+    assert sent == [
+        ("bot111:AAA", "41", "For [telegram] Ann"),
+        ("bot111:AAA", "42", "For [telegram] Ben"),
+        ("bot222:BBB", "43", "For [telegram] Cat"),
+    ]
+    for user_message in Message.objects.filter(role="user"):
+        assert user_message.answer_state == "answered"
+        assert Message.objects.filter(session=user_message.session, role="assistant",
+                                      metadata__reply_to=user_message.seq).count() == 1
+    assert globex.pk
