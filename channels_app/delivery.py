@@ -12,12 +12,14 @@ from datetime import timedelta
 
 from django.conf import settings
 from django.db import IntegrityError, transaction
+from django.db.models import Q
 from django.utils import timezone
 
 from sessions_app.models import Message
 
 from .adapters import SendError, adapter_for
 from .models import ChannelBinding, Identity, OutboundDelivery
+from .send_gate import BindingBusy, send_gate
 
 logger = logging.getLogger(__name__)
 
@@ -171,23 +173,59 @@ def failed_deliveries(*, message_ids: list[int]) -> dict[int, str]:
     )
 
 
-def deliver_message(*, tenant_id: int, message_id: int, attempt: int) -> int:
+def deliver_message(*, tenant_id: int, message_id: int, worker: str) -> int:
     """Send the message's unsent parts in order. Returns how many were sent now.
-    Raises RetryLater on a transient failure (the task retries with backoff).
+
+    Raises RetryLater on a transient failure (the task comes back after the backoff, or
+    the platform's retry-after); after QORVEN_SEND_RETRIES of them the parts left end
+    failed. Raises GateShut when `worker` has no send slot free. When another send holds
+    the binding it returns at once: that send wakes the next waiting reply as it ends
+    (channels_app.send_gate), so waiting costs no worker slot.
 
     Each part is claimed (pending → sending) before it is sent, so two tasks for one
     message (a retry and the sweeper's) never send a part twice; a part whose sender died
     mid-send is failed by the sweeper rather than sent again."""
+    rows = list(OutboundDelivery.objects.filter(tenant_id=tenant_id, message_id=message_id)
+                .select_related("binding").order_by("part"))
+    waiting = [row for row in rows if row.state in (OutboundDelivery.State.PENDING, OutboundDelivery.State.SENDING)]
+    if not waiting or waiting[0].state == OutboundDelivery.State.SENDING:
+        return 0  # nothing to send, or another task is on it (the parts after it wait there)
+    first = waiting[0]
+    if first.not_before is not None and first.not_before > timezone.now():
+        return 0  # backing off: its retry is scheduled
+    holding = False
+    try:
+        with send_gate(binding_id=first.binding_id, worker=worker):
+            holding = True
+            return _send_parts(waiting)
+    except BindingBusy:
+        return 0
+    finally:
+        if holding:
+            _wake_next(binding_id=first.binding_id, after=message_id)
+
+
+def _wake_next(*, binding_id: int, after: int) -> None:
+    """The binding's gate is open again: queue the oldest reply waiting for it."""
+    from .tasks import deliver_message_task
+
+    now = timezone.now()
+    row = (
+        OutboundDelivery.objects.filter(binding_id=binding_id, state=OutboundDelivery.State.PENDING)
+        .filter(Q(not_before__isnull=True) | Q(not_before__lte=now))
+        .exclude(message_id=after).order_by("id").values("tenant_id", "message_id").first()
+    )
+    if row is not None:
+        deliver_message_task.delay(row["tenant_id"], row["message_id"])
+
+
+def _send_parts(rows: list[OutboundDelivery]) -> int:
     sent = 0
-    for row in OutboundDelivery.objects.filter(tenant_id=tenant_id, message_id=message_id).order_by("part"):
-        if row.state == OutboundDelivery.State.SENDING:
-            return sent  # another task is on it: the parts after it wait for their turn there
-        if row.state != OutboundDelivery.State.PENDING:
-            continue
+    for row in rows:
         if not OutboundDelivery.objects.filter(pk=row.pk, state=OutboundDelivery.State.PENDING).update(
             state=OutboundDelivery.State.SENDING, updated_at=timezone.now()
         ):
-            return sent
+            return sent  # another task claimed it meanwhile
         adapter = adapter_for(row.binding.kind)
         try:
             platform_id = adapter.send(row.binding, row.target, row.text)
@@ -195,12 +233,17 @@ def deliver_message(*, tenant_id: int, message_id: int, attempt: int) -> int:
             row.attempts += 1
             row.last_error = str(exc)[:1000]
             row.state = OutboundDelivery.State.FAILED if exc.permanent else OutboundDelivery.State.PENDING
-            row.save(update_fields=["attempts", "last_error", "state", "updated_at"])
+            after = exc.retry_after if exc.retry_after is not None else send_backoff(row.attempts - 1)
+            row.not_before = None if exc.permanent else timezone.now() + timedelta(seconds=after)
+            row.save(update_fields=["attempts", "last_error", "state", "not_before", "updated_at"])
             if exc.permanent:
-                logger.warning("delivery of message %s part %s failed for good: %s", message_id, row.part, exc)
-                _tell_failed(tenant_id, message_id, row.binding.kind)
+                logger.warning("delivery of message %s part %s failed for good: %s", row.message_id, row.part, exc)
+                _tell_failed(row.tenant_id, row.message_id, row.binding.kind)
                 continue
-            raise RetryLater(exc.retry_after if exc.retry_after is not None else send_backoff(attempt), str(exc))
+            if row.attempts > settings.QORVEN_SEND_RETRIES:
+                deliveries_give_up(tenant_id=row.tenant_id, message_id=row.message_id, attempts=row.attempts)
+                return sent
+            raise RetryLater(after, str(exc)) from None
         except Exception:
             # Not a platform answer (a bug, the database): the part goes back to pending
             # for the task's retry or the sweeper; nothing was sent.
@@ -208,7 +251,7 @@ def deliver_message(*, tenant_id: int, message_id: int, attempt: int) -> int:
             raise
         OutboundDelivery.objects.filter(pk=row.pk).update(
             state=OutboundDelivery.State.SENT, platform_message_id=platform_id, sent_at=timezone.now(),
-            attempts=row.attempts + 1, updated_at=timezone.now(),
+            attempts=row.attempts + 1, not_before=None, updated_at=timezone.now(),
         )
         sent += 1
     return sent

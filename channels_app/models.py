@@ -186,6 +186,8 @@ class OutboundDelivery(TimestampedModel):
     platform_message_id = models.CharField(max_length=255, blank=True, default="")
     last_error = models.TextField(blank=True, default="")
     sent_at = models.DateTimeField(null=True, blank=True)
+    # After a transient failure: not tried again before this (its retry is scheduled then).
+    not_before = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         ordering = ["message", "part"]
@@ -195,6 +197,8 @@ class OutboundDelivery(TimestampedModel):
             # The sweeper's look for sends a dead worker left behind.
             models.Index(fields=["updated_at"], condition=models.Q(state__in=["pending", "sending"]),
                          name="delivery_pending_idx"),
+            # The next reply waiting for its binding's send gate (channels_app.send_gate).
+            models.Index(fields=["binding", "id"], condition=models.Q(state="pending"), name="delivery_waiting_idx"),
         ]
 
     def __str__(self) -> str:

@@ -4,11 +4,12 @@ from __future__ import annotations
 import logging
 
 from celery import shared_task, signals
-from django.conf import settings
 
-from .delivery import RetryLater, deliver_message, deliveries_give_up
+from .delivery import RetryLater, deliver_message
 from .models import InboundEvent
 from .receive import InboundBusy, inbound_process
+from .send_gate import WAIT as GATE_WAIT
+from .send_gate import GateShut
 
 logger = logging.getLogger(__name__)
 
@@ -34,16 +35,15 @@ def inbound_process_task(self, tenant_id: int, event_id: int) -> str:
 
 @shared_task(bind=True, name="channels_app.deliver", acks_late=True, max_retries=None)
 def deliver_message_task(self, tenant_id: int, message_id: int) -> int:
-    """Send a message's parts. A transient failure comes back after a backoff (or the
-    platform's retry-after) up to QORVEN_SEND_RETRIES times, then the parts left are marked
-    failed; a permanent one fails its part at once. Each part is sent once."""
-    attempt = self.request.retries
+    """Send a message's parts, each once. A transient failure comes back after a backoff
+    (or the platform's retry-after); the retries are counted on the parts, which end
+    failed after QORVEN_SEND_RETRIES of them. While this worker's send slots are all
+    busy it comes back shortly without trying (see channels_app.send_gate)."""
     try:
-        return deliver_message(tenant_id=tenant_id, message_id=message_id, attempt=attempt)
+        return deliver_message(tenant_id=tenant_id, message_id=message_id, worker=self.request.hostname or "local")
+    except GateShut:
+        raise self.retry(countdown=GATE_WAIT) from None
     except RetryLater as exc:
-        if attempt >= settings.QORVEN_SEND_RETRIES:
-            deliveries_give_up(tenant_id=tenant_id, message_id=message_id, attempts=attempt + 1)
-            return 0
         raise self.retry(countdown=exc.after) from None
 
 

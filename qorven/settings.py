@@ -246,6 +246,9 @@ TWILIO_API_BASE = env.str("TWILIO_API_BASE", default="https://api.twilio.com")
 QORVEN_PLATFORM_TIMEOUT = env.float("QORVEN_PLATFORM_TIMEOUT", default=20.0)
 QORVEN_SEND_RETRIES = env.int("QORVEN_SEND_RETRIES", default=6)
 QORVEN_SEND_BACKOFF = env.float("QORVEN_SEND_BACKOFF", default=1.0)
+# Platform sends one worker runs at once (channels_app/send_gate.py); the rest of its slots
+# stay free for turns and heartbeats while a platform hangs.
+QORVEN_SEND_SLOTS = env.int("QORVEN_SEND_SLOTS", default=max(QORVEN_WORKER_CONCURRENCY // 2, 1))
 QORVEN_PAIRING_TTL = env.int("QORVEN_PAIRING_TTL", default=3600)
 QORVEN_PUBLIC_URL = env.str("QORVEN_PUBLIC_URL", default="http://127.0.0.1:8000")
 

@@ -10,7 +10,8 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from channels_app.models import OutboundDelivery
+from channels_app.models import Identity, OutboundDelivery
+from channels_app.services import binding_create
 from qorven.services import api_token_create
 from sessions_app.models import Message, Session
 from sessions_app.services import session_resolve
@@ -58,6 +59,40 @@ def test_b_is_answered_while_as_platform_hangs(client, world, telegram, platform
     assert OutboundDelivery.objects.get(tenant=world.tenant_a).state == "sending"  # still stuck
     drain()
     assert OutboundDelivery.objects.get(tenant=world.tenant_a).state == "failed"  # it timed out, for good
+
+
+def test_a_hanging_platform_holds_one_send_at_a_time_and_nobody_else_waits(
+    client, world, telegram, platform, model_server, drain, settings
+):
+    """More of A's replies are stuck than the worker has slots: A's platform gets one
+    send at a time, B's turns and B's own Telegram replies go on as usual, and each of A's
+    parts is tried and ends failed."""
+    settings.QORVEN_PLATFORM_TIMEOUT = 2.0
+    settings.QORVEN_SEND_RETRIES = 0
+    binding_create(tenant=world.tenant_b, qor=world.qor_b, kind="telegram",
+                   credentials={"token": "222:BBB", "secret": "tg-secret-b", "username": "globex_bot"})
+    Identity.objects.create(tenant=world.tenant_b, channel="telegram", external_id="77", user=world.charlie,
+                            approval="approved", trust_level="owner", display_name="Charlie")
+    platform.default(r"bot111:AAA/sendMessage", Canned(delay=60))  # A's: accepts, never answers in time
+    model_server.default = reply("Hello.")
+    senders = [41, 42, 43, 44, 45, 46]  # more than QORVEN_WORKER_CONCURRENCY
+    for user_id in senders:
+        pair(world, "telegram", str(user_id), world.alice)
+        post_telegram(client, telegram_update("hi", user_id=user_id, message_id=user_id))
+    assert wait_for(lambda: Message.objects.filter(tenant=world.tenant_a, role="assistant").count() == len(senders))
+    assert wait_for(lambda: platform.sent("bot111:AAA/sendMessage"))
+
+    ask(client, world, world.tenant_b, world.charlie, "anyone there?")
+    post_telegram(client, telegram_update("and here?", user_id=77, message_id=1), secret="tg-secret-b")
+    assert wait_for(lambda: answered(world.tenant_b), 5)
+    assert wait_for(lambda: platform.sent("bot222:BBB/sendMessage"), 5)
+    assert len(platform.sent("bot111:AAA/sendMessage")) == 1  # the others wait for that one
+
+    drain()
+    a_parts = OutboundDelivery.objects.filter(tenant=world.tenant_a)
+    assert sorted(a_parts.values_list("state", "attempts")) == [("failed", 1)] * len(senders)
+    assert len(platform.sent("bot111:AAA/sendMessage")) == len(senders)
+    assert OutboundDelivery.objects.get(tenant=world.tenant_b).state == "sent"
 
 
 def test_b_is_answered_while_a_dead_turn_still_holds_as_session(client, world, model_server, drain):

@@ -1,5 +1,8 @@
 from __future__ import annotations
 
+import os
+
+from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
 
@@ -11,7 +14,8 @@ class Command(BaseCommand):
     )
 
     def add_arguments(self, parser):
-        parser.add_argument("--concurrency", "-c", type=int, default=2, help="worker processes (default 2)")
+        parser.add_argument("--concurrency", "-c", type=int, default=settings.QORVEN_WORKER_CONCURRENCY,
+                            help="tasks at once (default QORVEN_WORKER_CONCURRENCY, 4)")
         parser.add_argument("--loglevel", "-l", default="INFO", help="log level (default INFO)")
 
     def handle(self, *args, **opts):
@@ -22,6 +26,8 @@ class Command(BaseCommand):
         if broker_is_embedded(app):
             raise CommandError("No broker configured: set REDIS_URL (or CELERY_BROKER_URL) to run workers.")
 
+        if "QORVEN_SEND_SLOTS" not in os.environ:  # half of this worker's slots, as by default
+            settings.QORVEN_SEND_SLOTS = max(opts["concurrency"] // 2, 1)
         skills_sync_on_startup(self.stdout, self.stderr)
         app.worker_main(
             ["worker", f"--concurrency={opts['concurrency']}", f"--loglevel={opts['loglevel']}", "--without-gossip",

@@ -1,0 +1,59 @@
+"""How many platform sends run at once, so that a platform that hangs holds little.
+
+A send blocks its worker slot until the platform answers or QORVEN_PLATFORM_TIMEOUT runs
+out. Two gates keep one unreachable platform from taking every slot: a binding has one
+send in flight at a time, and a worker runs at most QORVEN_SEND_SLOTS sends at once, so
+turns, heartbeats and other tenants always have slots left. A reply that finds its
+binding busy does not wait on a worker: it stays pending, and the send holding the
+binding queues the oldest waiting reply as it ends (channels_app.delivery).
+
+The gates are keys in Django's cache (Redis on the scale-out layout, this process's
+memory on the embedded default), each with an expiry past the longest a send can take,
+so a worker killed mid-send does not hold a gate for good.
+"""
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from django.conf import settings
+from django.core.cache import cache
+
+WAIT = 1.0  # seconds before a send that found no send slot free tries again
+
+
+class GateShut(Exception):
+    """The worker's send slots are all taken: try again shortly."""
+
+
+class BindingBusy(GateShut):
+    """Another send holds the binding; it wakes the next waiting reply as it ends."""
+
+
+def _hold_seconds() -> int:
+    return int(2 * settings.QORVEN_PLATFORM_TIMEOUT) + 10
+
+
+@contextmanager
+def send_gate(*, binding_id: int, worker: str) -> Iterator[None]:
+    """Hold the binding's gate and one of the worker's send slots while sending; raise
+    BindingBusy or GateShut at once if either is taken."""
+    token = uuid.uuid4().hex
+    held: list[str] = []
+    try:
+        if not cache.add(f"send:binding:{binding_id}", token, _hold_seconds()):
+            raise BindingBusy(f"binding {binding_id} is sending")
+        held.append(f"send:binding:{binding_id}")
+        for slot in range(max(settings.QORVEN_SEND_SLOTS, 1)):
+            key = f"send:worker:{worker}:{slot}"
+            if cache.add(key, token, _hold_seconds()):
+                held.append(key)
+                break
+        else:
+            raise GateShut(f"worker {worker} has no send slot free")
+        yield
+    finally:
+        for key in held:
+            if cache.get(key) == token:  # not a later holder's, after an expiry
+                cache.delete(key)
