@@ -94,6 +94,13 @@ class QorAdmin(TenantScopedAdminMixin, admin.ModelAdmin):
                                     "summarizer_model", "summarizer_num_ctx"]}),
         ("Heartbeat model", {"fields": ["heartbeat_base_url", "heartbeat_model", "heartbeat_num_ctx"]}),
     ]
+    # Model servers belong to the host: only superusers point a Qor at one (see
+    # qorven.llm.routes; the host's key never follows a URL a tenant admin chose).
+    HOST_FIELDS = ("main_base_url", "summarizer_base_url", "heartbeat_base_url")
+
+    def get_readonly_fields(self, request, obj=None):
+        fields = list(super().get_readonly_fields(request, obj))
+        return fields if request.user.is_superuser else [*fields, *self.HOST_FIELDS]
 
 
 @admin.register(ApiToken)

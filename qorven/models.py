@@ -88,6 +88,24 @@ class Qor(TimestampedModel):
             ),
         ]
 
+    def clean(self) -> None:
+        """A model server stored here must be one this server may call (see
+        qorven.runtime.outbound); checked again before every call."""
+        from django.core.exceptions import ValidationError
+
+        from qorven.runtime.outbound import AddressRefused, check_url
+
+        errors = {}
+        for field in ("main_base_url", "summarizer_base_url", "heartbeat_base_url"):
+            url = getattr(self, field)
+            if url:
+                try:
+                    check_url(url)
+                except AddressRefused as exc:
+                    errors[field] = str(exc)
+        if errors:
+            raise ValidationError(errors)
+
     def __str__(self) -> str:
         return f"{self.tenant.slug}/{self.slug}"
 

@@ -221,6 +221,13 @@ LOGGING = {
 # With no model configured (here or on the Qor), a built-in offline provider answers.
 OPENAI_BASE_URL = env.str("OPENAI_BASE_URL", default="")
 OPENAI_API_KEY = env.str("OPENAI_API_KEY", default="")
+# Other model servers (base URLs) the host trusts with OPENAI_API_KEY; a Qor routed
+# anywhere else gets no key (qorven/llm/routes.py).
+QORVEN_MODEL_KEY_URLS = env.list("QORVEN_MODEL_KEY_URLS", default=[])
+# Private, loopback or link-local hosts (names, addresses or networks) that URLs stored in
+# the database may still reach, e.g. a model server on the local network
+# (qorven/runtime/outbound.py).
+QORVEN_ALLOW_PRIVATE_HOSTS = env.list("QORVEN_ALLOW_PRIVATE_HOSTS", default=[])
 QORVEN_MODEL = env.str("QORVEN_MODEL", default="")
 QORVEN_NUM_CTX = env.int("QORVEN_NUM_CTX", default=8192)
 QORVEN_CONTEXT_RESERVE = env.int("QORVEN_CONTEXT_RESERVE", default=1024)

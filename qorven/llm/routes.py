@@ -1,4 +1,11 @@
-"""Which model serves which role of a Qor: main agent, summarizer, heartbeat."""
+"""Which model serves which role of a Qor: main agent, summarizer, heartbeat.
+
+Model servers and their key belong to the host. OPENAI_API_KEY goes only to the host's
+own model server (OPENAI_BASE_URL, or OpenAI's when that is empty) and to the base URLs
+listed in QORVEN_MODEL_KEY_URLS; a Qor routed anywhere else is called without it. A base
+URL stored on a Qor (only superusers edit those) must also pass the address policy
+(qorven.runtime.outbound) before each use.
+"""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -8,6 +15,9 @@ from django.conf import settings
 
 from qorven.models import Qor
 
+from qorven.runtime.outbound import AddressRefused, check_url
+
+from .errors import ModelRefused
 from .offline import OfflineProvider
 from .openai_provider import OpenAIProvider
 from .provider import Provider
@@ -15,11 +25,15 @@ from .provider import Provider
 Role = Literal["main", "summarizer", "heartbeat"]
 
 
+OPENAI_DEFAULT_URL = "https://api.openai.com/v1"  # the SDK's, when OPENAI_BASE_URL is empty
+
+
 @dataclass(frozen=True)
 class ModelRoute:
     base_url: str
     model: str  # empty: no model configured, the offline provider answers
     num_ctx: int
+    from_qor: bool = False  # the base URL was stored on the Qor, not set by the host
 
     @property
     def offline(self) -> bool:
@@ -29,18 +43,44 @@ class ModelRoute:
 def route_for(qor: Qor, role: Role = "main") -> ModelRoute:
     """The Qor's route for `role`; empty fields fall back to the main route, then to
     OPENAI_BASE_URL / QORVEN_MODEL."""
-    base_url = getattr(qor, f"{role}_base_url") or qor.main_base_url or settings.OPENAI_BASE_URL
+    stored = getattr(qor, f"{role}_base_url") or qor.main_base_url
     model = getattr(qor, f"{role}_model") or qor.main_model or settings.QORVEN_MODEL
     num_ctx = getattr(qor, f"{role}_num_ctx") or qor.main_num_ctx or settings.QORVEN_NUM_CTX
-    return ModelRoute(base_url=base_url, model=model, num_ctx=num_ctx)
+    return ModelRoute(base_url=stored or settings.OPENAI_BASE_URL, model=model, num_ctx=num_ctx, from_qor=bool(stored))
+
+
+def _normal(url: str) -> str:
+    return (url or OPENAI_DEFAULT_URL).strip().rstrip("/").lower()
+
+
+def host_key_for(base_url: str) -> str:
+    """OPENAI_API_KEY if `base_url` is a model server the host trusts with it, else ""."""
+    trusted = {_normal(settings.OPENAI_BASE_URL), *(_normal(u) for u in settings.QORVEN_MODEL_KEY_URLS)}
+    return settings.OPENAI_API_KEY if _normal(base_url) in trusted else ""
+
+
+class RefusedRoute:
+    """A route this server will not call: every completion fails as misconfigured."""
+
+    def __init__(self, model: str, reason: str) -> None:
+        self.model = model
+        self.reason = reason
+
+    def complete(self, **kwargs) -> None:
+        raise ModelRefused(f"model route refused: {self.reason}", kind="misconfigured", model=self.model)
 
 
 def provider_for(route: ModelRoute) -> Provider:
     if route.offline:
         return OfflineProvider()
+    if route.from_qor:
+        try:
+            check_url(route.base_url)
+        except AddressRefused as exc:
+            return RefusedRoute(route.model, str(exc))
     return OpenAIProvider(
         base_url=route.base_url,
-        api_key=settings.OPENAI_API_KEY,
+        api_key=host_key_for(route.base_url),
         model=route.model,
         timeout=settings.QORVEN_MODEL_TIMEOUT,
         max_retries=settings.QORVEN_MODEL_RETRIES,

@@ -46,6 +46,7 @@ class ModelServer:
         self.default: Step | Callable[[dict[str, Any]], Step] | None = None
         self.requests: list[dict[str, Any]] = []
         self.arrivals: list[float] = []  # time.monotonic() of each request, in order
+        self.authorizations: list[str] = []  # each request's Authorization header, in order
         self._lock = threading.Lock()
         self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
         self._httpd.daemon_threads = True
@@ -91,6 +92,7 @@ class ModelServer:
             def do_POST(self) -> None:
                 length = int(self.headers.get("Content-Length") or 0)
                 body = json.loads(self.rfile.read(length) or b"{}")
+                server.authorizations.append(self.headers.get("Authorization", ""))
                 if self.path.rstrip("/") != "/v1/chat/completions":
                     return self._json(404, {"error": {"message": "not found"}})
                 step = server._next(body)

@@ -1,0 +1,102 @@
+"""Model servers and their key belong to the host: a tenant admin cannot point a Qor
+elsewhere, the host's key only goes to the host's model servers, and a Qor's stored
+model URL cannot reach private addresses (nor read their answers back)."""
+from __future__ import annotations
+
+import json
+
+import pytest
+from django.core.exceptions import ValidationError
+
+from qorven.models import Qor
+from qorven.services import api_token_create
+from sessions_app.models import Message
+
+from ..fakes.model_server import ModelServer, error, reply
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+@pytest.fixture
+def other_server():
+    server = ModelServer().start()
+    yield server
+    server.stop()
+
+
+def ask(client, world, content):
+    token = api_token_create(tenant=world.tenant_a, user=world.alice)[1]
+    response = client.post("/v1/qors/aria/messages", data=json.dumps({"content": content}),
+                           content_type="application/json", HTTP_AUTHORIZATION=f"Bearer {token}")
+    assert response.status_code == 201
+
+
+def change_form(qor: Qor, **changes) -> dict:
+    data = {"tenant": qor.tenant_id, "name": qor.name, "slug": qor.slug, "system_prompt": qor.system_prompt,
+            "project_context": "", "tool_allowlist": "[]", "summarizer_mode": qor.summarizer_mode,
+            "compact_threshold": qor.compact_threshold, "main_base_url": "", "main_model": "",
+            "summarizer_base_url": "", "summarizer_model": "", "heartbeat_base_url": "", "heartbeat_model": ""}
+    data.update(changes)
+    return data
+
+
+def test_a_tenant_admin_cannot_change_where_a_qor_sends_its_prompts(tenant_admin, world):
+    response = tenant_admin.post(f"/admin/qorven/qor/{world.qor_a.pk}/change/",
+                                 change_form(world.qor_a, main_base_url="https://attacker.example/v1",
+                                             main_model="gpt-evil", name="Renamed"))
+    assert response.status_code == 302
+    world.qor_a.refresh_from_db()
+    assert world.qor_a.name == "Renamed" and world.qor_a.main_model == "gpt-evil"  # the rest is theirs
+    assert world.qor_a.main_base_url == ""  # the model server is not
+
+
+def test_the_host_key_goes_only_to_the_hosts_model_server(client, world, model_server, other_server, drain,
+                                                         settings):
+    settings.QORVEN_ALLOW_PRIVATE_HOSTS = ["127.0.0.1"]  # both fakes listen on loopback
+    other_server.default = reply("From elsewhere.")
+    model_server.default = reply("From the host's server.")
+    ask(client, world, "first")
+    drain()
+    Qor.objects.filter(pk=world.qor_a.pk).update(main_base_url=other_server.base_url)
+    ask(client, world, "second")
+    drain()
+    assert model_server.authorizations == ["Bearer test-key"]
+    assert len(other_server.authorizations) == 1 and "test-key" not in other_server.authorizations[0]
+
+    settings.QORVEN_MODEL_KEY_URLS = [other_server.base_url]  # the host trusts it with the key
+    ask(client, world, "third")
+    drain()
+    assert other_server.authorizations[-1] == "Bearer test-key"
+
+
+def test_a_stored_model_url_on_a_private_address_is_refused_and_its_answer_never_read(
+    client, world, model_server, other_server, drain
+):
+    other_server.default = error(400, "INTERNAL-ONLY-DATA")
+    Qor.objects.filter(pk=world.qor_a.pk).update(main_base_url=other_server.base_url)  # saved before the rule
+    ask(client, world, "hello")
+    drain()
+    assert other_server.requests == []  # never called
+    notice = Message.objects.get(role="system")
+    assert notice.metadata["notice"] == "model_misconfigured"
+    assert "INTERNAL-ONLY-DATA" not in notice.content and "127.0.0.1" not in notice.content
+    assert Message.objects.get(role="user").answer_state == "failed"
+
+
+@pytest.mark.parametrize("url", [
+    "http://127.0.0.1:8000/v1", "http://localhost/v1", "http://10.1.2.3/v1", "http://192.168.0.5/v1",
+    "http://169.254.169.254/latest", "http://[::1]/v1", "http://[::ffff:127.0.0.1]/v1", "http://0.0.0.0/v1",
+    "file:///etc/passwd", "gopher://example.com/",
+])
+def test_saving_a_qor_with_a_private_or_odd_model_url_is_refused(world, url):
+    world.qor_a.main_base_url = url
+    with pytest.raises(ValidationError) as refused:
+        world.qor_a.clean()
+    assert "main_base_url" in refused.value.message_dict
+
+
+def test_the_host_can_allow_a_private_model_server(world, settings):
+    settings.QORVEN_ALLOW_PRIVATE_HOSTS = ["10.0.0.0/8", "localhost"]
+    for url in ("http://10.1.2.3:11434/v1", "http://localhost:11434/v1", "https://93.184.215.14/v1"):
+        world.qor_a.summarizer_base_url = url
+        world.qor_a.clean()  # no error
