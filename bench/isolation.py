@@ -1,0 +1,771 @@
+"""A failure stays where it happened: tenant B's reply latency, quiet and while tenant A
+is in trouble.
+
+Usage: ``python bench/isolation.py [--quick]`` (normally through ``bench/run.py``).
+
+Two tenants, each with a Qor and an owner; B writes to its Qor through the JSON API
+(``POST /v1/qors/<qor>/messages``, bearer token), one message at a time, each waiting for
+its reply. Measured per message: from B's message being accepted (the stored message's
+``created_at`` in the POST's answer) to B's assistant reply being stored (its
+``created_at``, read back by polling ``GET /v1/qors/<qor>/messages``). Cases (in all but ``quiet``, A
+writes just before each of B's messages):
+
+- ``quiet``: A is idle (the base of the ratios);
+- ``a_writes``: A writes on the API and nothing is wrong — a control, not a goal: what
+  A's ordinary load costs B on this machine, to read the fault cases against;
+- ``platform_hangs``: A's Qor has a Telegram binding whose API (``TELEGRAM_API_BASE``)
+  is a local server that accepts connections and never answers; A's paired user writes on
+  Telegram (webhook), so A's replies are stuck sending;
+- ``stale_lease``: A's active canonical session holds a turn lease of a foreign owner,
+  40 s from expiry, as a turn that died with its server leaves it; A writes on the API;
+- ``slow_model``: the model server (a fake OpenAI-compatible one in this process, SSE when
+  asked to stream) takes 10 s on any request whose messages mention A's user, and answers
+  at once otherwise; A writes on the API.
+
+Two layouts, each against real server processes started here:
+
+- ``embedded``: one ``qorven serve`` (a SQLite file in a temporary directory, no Redis, no
+  broker: tasks run on the Celery worker embedded in it);
+- ``postgres+redis``: ``qorven serve`` plus ``qorven worker --concurrency 4`` on a fresh
+  PostgreSQL database (``$BENCH_POSTGRES_URL``, default
+  ``postgres://postgres@127.0.0.1:5432/qorven_bench_isolation``, created and dropped here)
+  and Redis database 5 (``$BENCH_REDIS_URL``; flushed before, between cases and after).
+  Skipped with a note when either is unreachable.
+
+Every case runs on freshly started processes (after a warm-up of two B messages and one A
+message), so what one case leaves behind (hung sends, leases) cannot slow the next; cases
+run in an order where the leftovers in the database cannot either (``stale_lease`` last).
+Every case has a deadline (60 s, --quick 8 s): messages not sent by then are left out,
+and a reply not stored by then (or within 60 s) is a miss, counted at the time waited — so
+with misses a p99 is a lower bound. Goal (reported, not asserted): B's p99 with each fault
+within 1.5× of quiet, on each layout. Each fault's p99 is also given against the control
+(A's same load with nothing wrong): what the fault itself adds.
+
+Everything stays on 127.0.0.1; every process started here is killed at the end (also on
+errors), the temporary directory and the bench database are removed. Progress goes to
+stderr; the last stdout line is ``{"bench": "isolation", "rows": [...], "notes": [...]}``.
+"""
+from __future__ import annotations
+
+import argparse
+import atexit
+import itertools
+import json
+import os
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+from _common import ROOT, Row, log, met, recreate_postgres
+
+DEFAULT_PG_URL = "postgres://postgres@127.0.0.1:5432/qorven_bench_isolation"
+DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/5"
+QORVEN = Path(sys.executable).with_name("qorven")
+FAULTS = ("platform_hangs", "stale_lease", "slow_model")
+CONTROL = "a_writes"  # A writes as in the fault cases, with nothing wrong: what A's load alone costs B
+CASES = ("quiet", CONTROL, *FAULTS)  # the order of the rows
+RUN_ORDER = ("quiet", CONTROL, "platform_hangs", "slow_model", "stale_lease")  # leftovers harm no later case
+GOAL_RATIO = 1.5
+MESSAGE_TIMEOUT = 60.0
+CASE_DEADLINE, QUICK_CASE_DEADLINE = 60.0, 8.0
+WARMUP_TIMEOUT = 90.0
+SLOW_MODEL_SECONDS = 10.0
+STALE_LEASE_SECONDS = 40
+POLL_SECONDS = 0.05
+USER_A, USER_B = "alpha_user", "bravo_user"  # the fake model recognises A's requests by A's name
+TG_SECRET, TG_USER_ID = "bench-isolation-secret", 4242
+# Environment the server processes must not inherit from the caller's shell.
+SCRUBBED = ("DATABASE_URL", "REDIS_URL", "CELERY_BROKER_URL", "TELEGRAM_API_BASE", "DJANGO_SETTINGS_MODULE")
+SCRUBBED_PREFIXES = ("QORVEN_", "OPENAI_")
+
+
+# --- the fakes: a model server and a Telegram API that hangs ------------------------------
+
+
+class FakeModel:
+    """OpenAI-compatible chat completions. The reply repeats the last user message, so a
+    reply can be matched to the message it answers; with `slow` on, a request whose
+    messages mention A's user waits SLOW_MODEL_SECONDS first."""
+
+    def __init__(self) -> None:
+        self.slow = False
+        self.slowed = 0
+        fake = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+            def do_POST(self) -> None:
+                body = json.loads(self.rfile.read(int(self.headers.get("Content-Length") or 0)) or b"{}")
+                if self.path.rstrip("/") != "/v1/chat/completions":
+                    return self._send(404, "application/json", b'{"error": {"message": "not found"}}')
+                messages = body.get("messages") or []
+                if fake.slow and USER_A in json.dumps(messages):
+                    fake.slowed += 1
+                    time.sleep(SLOW_MODEL_SECONDS)
+                users = [m for m in messages if m.get("role") == "user"]
+                last = users[-1].get("content") if users else ""
+                text = "re: " + (last if isinstance(last, str) else json.dumps(last))[-300:]
+                try:
+                    if body.get("stream"):
+                        return self._stream(body, text)
+                    self._completion(body, text)
+                except (BrokenPipeError, ConnectionResetError):
+                    pass  # the caller gave up (its process was stopped): nobody to answer
+
+            def _completion(self, body: dict[str, Any], text: str) -> None:
+                payload = {"id": "chatcmpl-bench", "object": "chat.completion", "created": int(time.time()),
+                           "model": body.get("model", "bench"),
+                           "choices": [{"index": 0, "message": {"role": "assistant", "content": text},
+                                        "finish_reason": "stop"}],
+                           "usage": {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15}}
+                self._send(200, "application/json", json.dumps(payload).encode())
+
+            def _send(self, status: int, kind: str, data: bytes) -> None:
+                self.send_response(status)
+                self.send_header("Content-Type", kind)
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def _stream(self, body: dict[str, Any], text: str) -> None:
+                def chunk(delta: dict[str, Any], finish: str | None = None) -> dict[str, Any]:
+                    return {"id": "chatcmpl-bench", "object": "chat.completion.chunk", "created": int(time.time()),
+                            "model": body.get("model", "bench"),
+                            "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}
+
+                chunks = [chunk({"role": "assistant", "content": ""})]
+                chunks += [chunk({"content": text[i:i + 40]}) for i in range(0, len(text), 40)]
+                chunks.append(chunk({}, "stop"))
+                if (body.get("stream_options") or {}).get("include_usage"):
+                    chunks.append({**chunk({}), "choices": [],
+                                   "usage": {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15}})
+                self.send_response(200)
+                self.send_header("Content-Type", "text/event-stream")
+                self.send_header("Connection", "close")
+                self.end_headers()
+                for c in chunks:
+                    self.wfile.write(b"data: " + json.dumps(c).encode() + b"\n\n")
+                self.wfile.write(b"data: [DONE]\n\n")
+                self.wfile.flush()
+                self.close_connection = True
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.httpd.daemon_threads = True
+        threading.Thread(target=self.httpd.serve_forever, name="fake-model", daemon=True).start()
+        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
+
+    def stop(self) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+class HangingTelegram:
+    """A Telegram Bot API that, while `hang` is set, reads each request and never answers
+    (the connection stays open until `release`). Otherwise it answers every call with ok."""
+
+    def __init__(self) -> None:
+        self.hang = False
+        self.hung = 0
+        self.released = threading.Event()
+        fake = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args: Any) -> None:
+                pass
+
+            def do_POST(self) -> None:
+                self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                if fake.hang:
+                    fake.hung += 1
+                    fake.released.wait()
+                    self.close_connection = True
+                    return  # closed without an answer
+                data = b'{"ok": true, "result": {"message_id": 1}}'
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+        class Server(ThreadingHTTPServer):
+            daemon_threads = True
+            request_queue_size = 128  # every send of A's finds the door open
+
+        self.httpd = Server(("127.0.0.1", 0), Handler)
+        threading.Thread(target=self.httpd.serve_forever, name="fake-telegram", daemon=True).start()
+        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
+
+    def start_hanging(self) -> None:
+        self.released.clear()
+        self.hang = True
+
+    def release(self) -> None:
+        """Answer from now on (so leftovers resent later go through) and drop the hung calls."""
+        self.hang = False
+        self.released.set()
+
+    def stop(self) -> None:
+        self.release()
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+# --- processes: every one started here is killed at the end ------------------------------
+
+_started: list[subprocess.Popen] = []
+
+
+def spawn(cmd: list[str], env: dict[str, str], log_path: Path, *, pipes: bool = False) -> subprocess.Popen:
+    """Start a process in a session of its own (its children share its process group),
+    its output appended to `log_path`; with `pipes`, stdin and stdout are pipes to us."""
+    with open(log_path, "ab") as out:  # the child keeps its own copy
+        proc = subprocess.Popen(
+            cmd, cwd=ROOT, env=env, start_new_session=True, stderr=out,
+            stdin=subprocess.PIPE if pipes else subprocess.DEVNULL, stdout=subprocess.PIPE if pipes else out,
+            text=pipes,
+        )
+    _started.append(proc)
+    return proc
+
+
+def _signal_group(proc: subprocess.Popen, sig: signal.Signals) -> None:
+    try:
+        os.killpg(proc.pid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def stop(*procs: subprocess.Popen, grace: float = 1.5) -> None:
+    """SIGTERM each process's group (the process and its children, e.g. Celery's pool) at
+    once, then SIGKILL the groups after `grace` seconds (at once if the leader is gone,
+    for children it left behind)."""
+    for proc in procs:
+        if proc in _started:
+            _started.remove(proc)
+        _signal_group(proc, signal.SIGTERM)
+    deadline = time.monotonic() + grace
+    for proc in procs:
+        try:
+            proc.wait(max(0.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            pass
+    for proc in procs:
+        _signal_group(proc, signal.SIGKILL)
+        try:
+            proc.wait(5)
+        except subprocess.TimeoutExpired:
+            log(f"process {proc.pid} did not die")
+
+
+def stop_all() -> None:
+    stop(*_started, grace=1.0)
+
+
+def _on_signal(signum: int, frame: Any) -> None:
+    raise SystemExit(128 + signum)  # unwinds through the finally blocks that clean up
+
+
+# --- the database helper: one Django process per layout, commands on stdin -----------------
+
+HELPER_SETUP = f"""
+tokens = {{}}
+call_command("migrate", interactive=False, verbosity=0)
+for side, user in (("a", "{USER_A}"), ("b", "{USER_B}")):
+    call_command("bootstrap", tenant=f"tenant-{{side}}", qor=f"qor-{{side}}", owner=user, stdout=StringIO())
+    tenant = Tenant.objects.get(slug=f"tenant-{{side}}")
+    tokens[side] = api_token_create(tenant=tenant, user=User.objects.get(username=user), name="bench")[1]
+tenant_a = Tenant.objects.get(slug="tenant-a")
+binding_create(tenant=tenant_a, qor=Qor.objects.get(tenant=tenant_a, slug="qor-a"), kind="telegram",
+               credentials={{"token": "111:AAA", "secret": "{TG_SECRET}", "username": "qor_a_bot"}})
+Identity.objects.update_or_create(
+    tenant=tenant_a, channel="telegram", external_id="{TG_USER_ID}",
+    defaults={{"user": User.objects.get(username="{USER_A}"), "approval": Identity.Approval.APPROVED,
+              "trust_level": "owner", "display_name": "Alpha"}})
+result = tokens
+"""
+
+
+def helper_main() -> int:
+    """Run commands against $DATABASE_URL: one JSON object per stdin line ({"do": name}),
+    one JSON answer per stdout line. Started by the parent with the servers' environment."""
+    sys.path.insert(0, str(ROOT))
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "qorven.settings")
+    import django
+
+    django.setup()
+    from datetime import timedelta
+    from io import StringIO
+
+    from django.contrib.auth import get_user_model
+    from django.core.management import call_command
+    from django.db import connection
+    from django.db.models import Count
+    from django.utils import timezone
+
+    from channels_app.models import Identity, OutboundDelivery
+    from channels_app.services import binding_create
+    from qorven.models import Qor, Tenant
+    from qorven.services import api_token_create
+    from sessions_app.models import Message, Session
+    from sessions_app.services import session_resolve
+
+    User = get_user_model()
+    answers, sys.stdout = sys.stdout, sys.stderr  # whatever else prints goes to the log, not the protocol
+
+    def a_session() -> Session:
+        tenant = Tenant.objects.get(slug="tenant-a")
+        return session_resolve(tenant=tenant, qor=Qor.objects.get(tenant=tenant, slug="qor-a"), channel="web",
+                               user=User.objects.get(username=USER_A))
+
+    def setup() -> Any:
+        scope = {"call_command": call_command, "StringIO": StringIO, "Tenant": Tenant, "Qor": Qor, "User": User,
+                 "api_token_create": api_token_create, "binding_create": binding_create, "Identity": Identity}
+        exec(HELPER_SETUP, scope)
+        return scope["result"]
+
+    def leases_clear() -> Any:
+        return Session.objects.exclude(turn_owner="").update(turn_owner="", turn_lease_until=None)
+
+    def stale_lease() -> Any:
+        session = a_session()
+        until = timezone.now() + timedelta(seconds=STALE_LEASE_SECONDS)
+        Session.objects.filter(pk=session.pk).update(turn_owner=f"dead-server-{uuid.uuid4().hex[:8]}",
+                                                     turn_lease_until=until)
+        return {"session": session.pk, "until": until.isoformat()}
+
+    def stats() -> Any:
+        """What A's trouble looks like from the database (for the log)."""
+        tenant = Tenant.objects.get(slug="tenant-a")
+        deliveries = dict(OutboundDelivery.objects.filter(tenant=tenant).values_list("state")
+                          .annotate(n=Count("pk")).values_list("state", "n"))
+        roles = dict(Message.objects.filter(tenant=tenant).values_list("role").annotate(n=Count("pk"))
+                     .values_list("role", "n"))
+        lease = Session.objects.filter(tenant=tenant).exclude(turn_owner="").values_list("turn_owner", flat=True)
+        return {"a_deliveries": deliveries, "a_messages": roles, "a_leases": list(lease)}
+
+    commands: dict[str, Callable[[], Any]] = {"setup": setup, "leases_clear": leases_clear,
+                                              "stale_lease": stale_lease, "stats": stats}
+    for line in sys.stdin:
+        if not line.strip():
+            continue
+        name = json.loads(line)["do"]
+        try:
+            answer = {"ok": True, "result": commands[name]()}
+        except Exception as exc:  # reported to the parent, which decides
+            answer = {"ok": False, "error": f"{type(exc).__name__}: {exc}"}
+        finally:
+            connection.close()  # hold nothing (SQLite locks, PostgreSQL sessions) between commands
+        print(json.dumps(answer, default=str), file=answers, flush=True)
+    return 0
+
+
+class Helper:
+    """The parent's side of the database helper."""
+
+    def __init__(self, env: dict[str, str], log_path: Path) -> None:
+        cmd = [sys.executable, str(Path(__file__).resolve()), "--helper"]
+        self.proc = spawn(cmd, env, log_path, pipes=True)
+
+    def __call__(self, command: str, timeout: float = 300.0) -> Any:
+        assert self.proc.stdin and self.proc.stdout
+        self.proc.stdin.write(json.dumps({"do": command}) + "\n")
+        self.proc.stdin.flush()
+        answer: list[str] = []
+        reader = threading.Thread(target=lambda: answer.append(self.proc.stdout.readline()), daemon=True)
+        reader.start()
+        reader.join(timeout)
+        if not answer or not answer[0]:
+            raise RuntimeError(f"the database helper gave no answer to {command!r} (exit {self.proc.poll()})")
+        reply = json.loads(answer[0])
+        if not reply["ok"]:
+            raise RuntimeError(f"database helper, {command}: {reply['error']}")
+        return reply["result"]
+
+    def close(self) -> None:
+        if self.proc.stdin:
+            try:
+                self.proc.stdin.close()
+                self.proc.wait(10)
+            except (OSError, subprocess.TimeoutExpired):
+                pass
+        stop(self.proc)
+
+
+# --- one layout: processes, clients, cases --------------------------------------------------
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def stamp(iso: str) -> float:
+    return datetime.fromisoformat(iso).timestamp()
+
+
+def pct(values: list[float]) -> tuple[float, float]:
+    """(p50, p99), the p99 interpolated between observed values, never beyond the largest
+    (statistics' default method extrapolates past it on small samples)."""
+    if len(values) == 1:
+        return round(values[0], 1), round(values[0], 1)
+    p99 = statistics.quantiles(values, n=100, method="inclusive")[98]
+    return round(statistics.median(values), 1), round(p99, 1)
+
+
+@dataclass
+class CaseResult:
+    latencies: list[float] = field(default_factory=list)  # ms; misses at the time waited
+    misses: int = 0
+    sent: int = 0
+    planned: int = 0
+    accept_ms: list[float] = field(default_factory=list)  # the POSTs' own round trips
+
+
+class Layout:
+    """One layout's processes and the clients that talk to them."""
+
+    def __init__(self, name: str, env: dict[str, str], tmp: Path, worker: bool, redis_url: str | None) -> None:
+        self.name, self.env, self.tmp, self.worker, self.redis_url = name, env, tmp, worker, redis_url
+        self.procs: list[subprocess.Popen] = []
+        self.base = ""
+        self.tokens: dict[str, str] = {}
+        self.update_ids = itertools.count(1)
+
+    # processes
+
+    def start(self, label: str) -> None:
+        port = free_port()
+        self.base = f"http://127.0.0.1:{port}"
+        logs = self.tmp / f"{self.name}-{label}"
+        self.procs = [spawn([str(QORVEN), "serve", "--no-migrate", "--port", str(port)], self.env,
+                            Path(f"{logs}-serve.log"))]
+        if self.worker:
+            self.procs.append(spawn([str(QORVEN), "worker", "--concurrency", "4", "--loglevel", "WARNING"],
+                                    self.env, Path(f"{logs}-worker.log")))
+        import httpx
+
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                if httpx.get(self.base + "/accounts/login/", timeout=2).status_code == 200:
+                    return
+            except httpx.HTTPError:
+                pass
+            dead = [p for p in self.procs if p.poll() is not None]
+            if dead or time.monotonic() > deadline:
+                raise RuntimeError(f"{self.name}: the server did not start (see the log tail above)")
+            time.sleep(0.2)
+
+    def stop(self) -> None:
+        stop(*self.procs)
+        self.procs = []
+        if self.redis_url:  # queued and unacknowledged tasks of the stopped processes go too
+            import redis
+
+            redis.from_url(self.redis_url).flushdb()
+
+    def log_tail(self, chars: int = 3000) -> str:
+        logs = sorted(self.tmp.glob(f"{self.name}-*.log"), key=lambda p: p.stat().st_mtime)
+        return "\n".join(f"--- {p.name}\n{p.read_text(errors='replace')[-chars:]}" for p in logs[-2:])
+
+    # clients
+
+    def post_message(self, http: Any, side: str, content: str) -> dict[str, Any]:
+        response = http.post(f"{self.base}/v1/qors/qor-{side}/messages", json={"content": content},
+                             headers={"Authorization": f"Bearer {self.tokens[side]}"}, timeout=30)
+        if response.status_code not in (200, 201):
+            raise RuntimeError(f"POST as {side} answered {response.status_code}: {response.text[:200]}")
+        return response.json()["message"]
+
+    def post_telegram(self, http: Any, text: str) -> None:
+        update_id = next(self.update_ids)
+        update = {"update_id": update_id, "message": {
+            "message_id": update_id, "date": int(time.time()), "text": text,
+            "from": {"id": TG_USER_ID, "is_bot": False, "first_name": "Alpha"},
+            "chat": {"id": TG_USER_ID, "type": "private", "first_name": "Alpha"}}}
+        response = http.post(f"{self.base}/v1/webhooks/telegram", json=update, timeout=30,
+                             headers={"X-Telegram-Bot-Api-Secret-Token": TG_SECRET})
+        if response.status_code != 200:
+            raise RuntimeError(f"Telegram webhook answered {response.status_code}: {response.text[:200]}")
+
+    def wait_reply(self, http: Any, side: str, after_seq: int, nonce: str, until: float) -> dict[str, Any] | None:
+        """B's assistant reply containing `nonce`, stored after `after_seq`; None at `until`."""
+        url = f"{self.base}/v1/qors/qor-{side}/messages"
+        headers = {"Authorization": f"Bearer {self.tokens[side]}"}
+        while time.monotonic() < until:
+            try:
+                response = http.get(url, params={"after_seq": after_seq, "limit": 50}, headers=headers, timeout=10)
+                for message in response.json().get("messages", []) if response.status_code == 200 else []:
+                    if message["role"] == "assistant" and nonce in message["content"]:
+                        return message
+            except Exception as exc:  # a slow or failed poll is retried until the deadline
+                log(f"{self.name}: poll failed ({type(exc).__name__}); retrying")
+            time.sleep(POLL_SECONDS)
+        return None
+
+    def exchange(self, http: Any, side: str, text: str, until: float, result: CaseResult | None = None) -> bool:
+        """Send one message and wait for its reply; record it in `result`. True if answered."""
+        nonce = f"n{uuid.uuid4().hex[:12]}"
+        sent = time.perf_counter()
+        try:
+            message = self.post_message(http, side, f"{text} [{nonce}]")
+        except Exception as exc:
+            log(f"{self.name}: {side}'s POST failed: {exc}")
+            if result is not None:
+                result.sent += 1
+                result.misses += 1
+                result.latencies.append((time.perf_counter() - sent) * 1000)
+            return False
+        if result is not None:
+            result.sent += 1
+            result.accept_ms.append((time.perf_counter() - sent) * 1000)
+        reply = self.wait_reply(http, side, message["seq"], nonce, min(until, time.monotonic() + MESSAGE_TIMEOUT))
+        if result is not None:
+            if reply is None:
+                result.misses += 1
+                result.latencies.append((time.time() - stamp(message["created_at"])) * 1000)
+            else:
+                result.latencies.append((stamp(reply["created_at"]) - stamp(message["created_at"])) * 1000)
+        return reply is not None
+
+
+def run_case(layout: Layout, helper: Helper, model: FakeModel, telegram: HangingTelegram, case: str, n: int,
+             deadline_s: float) -> CaseResult:
+    import httpx
+
+    helper("leases_clear")  # a turn killed with the last case's processes left its lease behind
+    begun = time.monotonic()
+    layout.start(case)
+    up = time.monotonic()
+    result = CaseResult(planned=n)
+    try:
+        with httpx.Client() as http:
+            warm_until = time.monotonic() + WARMUP_TIMEOUT
+            for i in range(2):
+                if not layout.exchange(http, "b", f"warm-up {i}", warm_until):
+                    raise RuntimeError(f"{layout.name}/{case}: B's warm-up got no reply in {WARMUP_TIMEOUT:.0f} s")
+            if not layout.exchange(http, "a", "warm-up", warm_until):
+                raise RuntimeError(f"{layout.name}/{case}: A's warm-up got no reply in {WARMUP_TIMEOUT:.0f} s")
+            if case == "platform_hangs":
+                telegram.start_hanging()
+            elif case == "stale_lease":
+                log(f"{layout.name}/{case}: A's session {helper('stale_lease')['session']} now holds a foreign lease")
+            elif case == "slow_model":
+                model.slow = True
+            started = time.monotonic()
+            log(f"{layout.name}/{case}: processes up in {up - begun:.1f} s, warmed up in {started - up:.1f} s")
+            until = started + deadline_s
+            for i in range(n):
+                if time.monotonic() >= until:
+                    break
+                if case == "platform_hangs":
+                    layout.post_telegram(http, f"A on Telegram {i}")
+                elif case != "quiet":
+                    layout.post_message(http, "a", f"A writes {i}")
+                layout.exchange(http, "b", f"B asks {case} {i}", until, result)
+            log(f"{layout.name}/{case}: {result.sent}/{n} sent, {result.misses} missed in"
+                f" {time.monotonic() - started:.1f} s; A: {json.dumps(helper('stats'))}"
+                + (f"; Telegram calls hung: {telegram.hung}" if case == "platform_hangs" else "")
+                + (f"; model requests slowed: {model.slowed}" if case == "slow_model" else ""))
+    except Exception:
+        log(f"{layout.name}/{case} failed; server log tail:\n{layout.log_tail()}")
+        raise
+    finally:
+        layout.stop()
+        model.slow = False
+        telegram.release()  # after the stop: A's hung sends end with their process, not by going through
+    return result
+
+
+def run_layout(name: str, env: dict[str, str], tmp: Path, worker: bool, redis_url: str | None,
+               model: FakeModel, telegram: HangingTelegram, n: int, deadline_s: float) -> dict[str, CaseResult]:
+    layout = Layout(name, env, tmp, worker, redis_url)
+    if redis_url:
+        import redis
+
+        redis.from_url(redis_url).flushdb()
+    helper = Helper(env, tmp / f"{name}-helper.log")
+    try:
+        started = time.monotonic()
+        layout.tokens = helper("setup")
+        log(f"{name}: migrated and set up two tenants in {time.monotonic() - started:.1f} s")
+        results = {}
+        for case in RUN_ORDER:
+            started = time.monotonic()
+            results[case] = run_case(layout, helper, model, telegram, case, n, deadline_s)
+            p50, p99 = pct(results[case].latencies) if results[case].latencies else (0.0, 0.0)
+            log(f"{name}/{case}: B reply p50 {p50:.0f} ms, p99 {p99:.0f} ms ({time.monotonic() - started:.1f} s)")
+        return results
+    finally:
+        helper.close()
+        layout.stop()
+
+
+# --- parent -------------------------------------------------------------------------------
+
+
+def base_env() -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in SCRUBBED and not k.startswith(SCRUBBED_PREFIXES)}
+    env.update({"DJANGO_SECRET_KEY": "bench-not-a-secret", "DJANGO_DEBUG": "0", "QORVEN_LOG_LEVEL": "WARNING",
+                "PYTHONUNBUFFERED": "1"})
+    return env
+
+
+def unreachable(pg_url: str, redis_url: str) -> str | None:
+    """Why the PostgreSQL + Redis layout cannot run (None if it can); creates the database."""
+    try:
+        import redis
+
+        redis.from_url(redis_url, socket_connect_timeout=2).ping()
+    except Exception as exc:
+        return f"Redis at {redis_url} unreachable ({type(exc).__name__}: {exc})"
+    why = recreate_postgres(pg_url)
+    return f"PostgreSQL at {pg_url} unreachable ({why})" if why else None
+
+
+def drop_postgres(url: str) -> None:
+    import psycopg
+    from psycopg import sql
+    from psycopg.conninfo import conninfo_to_dict, make_conninfo
+
+    dbname = str(conninfo_to_dict(url).get("dbname"))
+    try:
+        with psycopg.connect(make_conninfo(url, dbname="postgres", connect_timeout=3), autocommit=True) as conn:
+            conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(dbname)))
+    except psycopg.OperationalError as exc:
+        log(f"could not drop {dbname}: {exc}")
+
+
+def rows_and_notes(layout: str, results: dict[str, CaseResult]) -> tuple[list[Row], list[str]]:
+    rows: list[Row] = []
+    notes: list[str] = []
+    quiet = results["quiet"]
+    quiet_p99 = pct(quiet.latencies)[1] if quiet.latencies else 0.0
+    control = results[CONTROL]
+    control_p99 = pct(control.latencies)[1] if control.latencies else 0.0
+    for case in CASES:
+        res = results[case]
+        p50, p99 = pct(res.latencies) if res.latencies else (None, None)
+        ratio = round(p99 / quiet_p99, 2) if p99 is not None and quiet_p99 else None
+        beyond_load = round(p99 / control_p99, 2) if p99 is not None and control_p99 else None
+        row: Row = {"mode": f"{layout}/{case}", "B reply p50 ms": p50, "B reply p99 ms": p99,
+                    "ratio p99 fault/quiet": 1.0 if case == "quiet" else ratio,
+                    "ratio p99 fault/control": beyond_load if case in FAULTS else None,
+                    "B sent": res.sent, "B missed": res.misses}
+        if res.accept_ms:
+            row["B POST p99 ms"] = pct(res.accept_ms)[1]
+        rows.append(row)
+        if case == CONTROL:
+            notes.append(f"{layout}/{CONTROL} (control, no fault): B p99 {p99} ms = {ratio}× quiet")
+        if case in ("quiet", CONTROL):
+            continue
+        ok = ratio is not None and ratio <= GOAL_RATIO and res.misses == 0 and res.sent == res.planned
+        bound = " (a lower bound: replies missed)" if res.misses else ""
+        short = f"; only {res.sent}/{res.planned} sent before the case's deadline" if res.sent < res.planned else ""
+        notes.append(f"{layout}/{case}: B p99 {p99} ms{bound} vs quiet {quiet_p99} ms = {ratio}×"
+                     f"{short} (goal ≤ {GOAL_RATIO}×: {met(ok)}); vs the control's {control_p99} ms = {beyond_load}×"
+                     f" (what the fault adds to A's load)")
+    if quiet.misses:
+        notes.append(f"{layout}/quiet: {quiet.misses} of B's replies missed with no fault at all")
+    return rows, notes
+
+
+def parent(quick: bool) -> int:
+    n = 5 if quick else 50
+    deadline_s = QUICK_CASE_DEADLINE if quick else CASE_DEADLINE
+    pg_url = os.environ.get("BENCH_POSTGRES_URL", DEFAULT_PG_URL)
+    redis_url = os.environ.get("BENCH_REDIS_URL", DEFAULT_REDIS_URL)
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(sig, _on_signal)
+    atexit.register(stop_all)
+    rows: list[Row] = []
+    notes: list[str] = []
+    failed = False
+    model, telegram = FakeModel(), HangingTelegram()
+    tmp = tempfile.TemporaryDirectory(prefix="qorven-bench-isolation-")
+    pg_created = False
+    try:
+        common = {**base_env(), "OPENAI_BASE_URL": model.url, "OPENAI_API_KEY": "bench-key",
+                  "QORVEN_MODEL": "bench-model", "TELEGRAM_API_BASE": telegram.url}
+        layouts: list[tuple[str, dict[str, str], bool, str | None]] = [
+            ("embedded", {**common, "DATABASE_URL": f"sqlite:///{Path(tmp.name) / 'embedded.sqlite3'}"}, False, None)
+        ]
+        why_not = unreachable(pg_url, redis_url)
+        if why_not:
+            log(f"postgres+redis skipped: {why_not}")
+            notes.append(f"postgres+redis: skipped, {why_not}")
+        else:
+            pg_created = True
+            layouts.append(("postgres+redis", {**common, "DATABASE_URL": pg_url, "REDIS_URL": redis_url}, True,
+                            redis_url))
+        for name, env, worker, layout_redis in layouts:
+            started = time.monotonic()
+            try:
+                results = run_layout(name, env, Path(tmp.name), worker, layout_redis, model, telegram, n, deadline_s)
+            except Exception as exc:
+                log(f"{name}: FAILED: {exc}")
+                notes.append(f"{name}: FAILED ({exc})")
+                failed = True
+                continue
+            layout_rows, layout_notes = rows_and_notes(name, results)
+            rows += layout_rows
+            notes += layout_notes
+            log(f"{name}: done in {time.monotonic() - started:.0f} s")
+    finally:
+        stop_all()
+        model.stop()
+        telegram.stop()
+        if pg_created:
+            drop_postgres(pg_url)
+            try:
+                import redis
+
+                redis.from_url(redis_url, socket_connect_timeout=2).flushdb()
+            except Exception as exc:
+                log(f"could not flush {redis_url}: {exc}")
+        tmp.cleanup()
+    notes += [
+        f"B: {n} messages one after another per case, each waiting for its reply; A writes just before each"
+        " (not in quiet);"
+        f" latency = B's message stored → B's reply stored (server timestamps); every case on fresh processes",
+        f"a case stops at {deadline_s:.0f} s: a reply missing by then is a miss counted at the time waited",
+        "embedded: one `qorven serve` on SQLite, tasks on its embedded worker;"
+        " postgres+redis: `qorven serve` + `qorven worker --concurrency 4`",
+        f"everything (servers, worker, fakes, PostgreSQL, Redis) shares this machine's {os.cpu_count()} CPUs:"
+        " the control shows what A's load alone costs B here; fault/control is what the fault itself adds",
+    ]
+    if quick:
+        notes.append(f"--quick: {n} messages per case, a {deadline_s:.0f} s deadline; the goal is for the full run")
+    for note in notes:
+        log(note)
+    print(json.dumps({"bench": "isolation", "rows": rows, "notes": notes}))
+    return 1 if failed else 0
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="5 messages per case (a smoke run)")
+    parser.add_argument("--helper", action="store_true", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    return helper_main() if args.helper else parent(args.quick)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
