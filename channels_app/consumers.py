@@ -9,9 +9,15 @@ Protocol (server → client, one JSON object per frame):
   compaction). `reset`: the client should drop what it shows (another session, or too far
   behind to catch up message by message) and show what follows.
 - `{"type": "message.new", "seq", "role", "content", "channel", "sender_name",
-  "created_at", "notice", "reply_to", "hidden"}` — each message once, in seq order. First
-  the ones after the client's `last_seq` from the database, then live ones; a gap in the
-  live stream (a dropped event) is filled from the database, so none is lost.
+  "created_at", "notice", "reply_to", "hidden", "answer_state", "delivery"?}` — each
+  message once, in seq order. First the ones after the client's `last_seq` from the
+  database, then live ones; a gap in the live stream (a dropped event) is filled from the
+  database, so none is lost. `answer_state`: pending, answered or failed for a user
+  message, null otherwise; `delivery`: `{"state": "failed", "platform"}` on a reply that
+  could not be delivered to its platform.
+- `{"type": "message.answer", "seq", "answer_state"}` — a user message's answer failed,
+  or waits again after /retry; `{"type": "message.delivery", "seq", "delivery"}` — a
+  reply's delivery failed.
 - `{"type": "message.stream", "reply_to", "text"}` — the reply streamed so far (after a
   reconnect, or after a missed chunk); `{"type": "message.chunk", "reply_to", "delta",
   "offset"}` — the next piece; `{"type": "message.done", "reply_to", "seq"}`.
@@ -210,14 +216,24 @@ class LiveChatConsumer(AsyncJsonWebsocketConsumer):
 
     async def message_answer(self, event: dict[str, Any]) -> None:
         """A user message's answer state changed (failed, or waiting again after /retry)."""
-        if event.get("session_id") == self.session_id and event["seq"] <= self.sent_seq:
-            await self.send_json({"type": "message.answer", "seq": event["seq"], "answer_state": event["answer_state"]})
+        if event.get("session_id") != self.session_id:
+            return
+        if event["seq"] > self.sent_seq:
+            await self.catch_up()  # the message itself, with its state as stored now
+            return
+        if event["answer_state"] == "pending" and event["seq"] in self.finished:
+            self.finished.remove(event["seq"])  # answered again: its new reply streams
+        await self.send_json({"type": "message.answer", "seq": event["seq"], "answer_state": event["answer_state"]})
 
     async def message_delivery(self, event: dict[str, Any]) -> None:
         """A reply could not be delivered to its platform."""
-        if event.get("session_id") == self.session_id and event["seq"] <= self.sent_seq:
-            await self.send_json({"type": "message.delivery", "seq": event["seq"],
-                                  "delivery": {"state": event["delivery"], "platform": event.get("platform", "")}})
+        if event.get("session_id") != self.session_id:
+            return
+        if event["seq"] > self.sent_seq:
+            await self.catch_up()  # the reply itself, marked as stored now
+            return
+        await self.send_json({"type": "message.delivery", "seq": event["seq"],
+                              "delivery": {"state": event["delivery"], "platform": event.get("platform", "")}})
 
     async def session_started(self, event: dict[str, Any]) -> None:
         if event["session_id"] == self.session_id:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import socket
 import subprocess
@@ -15,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from ..fakes.model_server import ModelServer, reply
-from ..fakes.platform_server import PlatformServer
+from ..fakes.model_server import ModelServer, error, reply
+from ..fakes.platform_server import Canned, PlatformServer
 from .payloads import telegram_update
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -188,6 +189,122 @@ def test_the_chat_page_streams_replies_shows_other_channels_live_and_filters(cha
             browser.close()
     sent = platform.sent(r"/telegram/bot111:AAA/sendMessage")
     assert [s.json["text"] for s in sent] == ["Milk is on the list."]
+
+
+def sign_in(browser, base: str):
+    """A page on alice's chat with Aria, signed in and live."""
+    from playwright.sync_api import expect
+
+    page = browser.new_page(viewport={"width": 1280, "height": 820})
+    page.set_default_timeout(20_000)
+    page.goto(base + "/chat/")
+    page.fill("#id_username", "alice")
+    page.fill("#id_password", PASSWORD)
+    page.click("button[type=submit]")
+    page.wait_for_url("**/chat/aria/")
+    expect(page.locator("[data-status]")).to_have_attribute("data-state", "live")
+    return page
+
+
+def send(page, text: str) -> None:
+    composer = page.locator("[data-input]")
+    composer.fill(text)
+    composer.press("Enter")
+
+
+NOT_ANSWERED = "Not answered (the notice below says why)"
+SERVER_WORK = 20_000  # ms an assertion waits for a turn or a delivery to finish
+
+
+def test_a_refused_message_is_marked_not_answered_until_retry_answers_it_live_and_after_a_reload(chat_server):
+    from playwright.sync_api import expect, sync_playwright
+
+    base, model, platform = chat_server
+    model.add(error(400, "Flagged by the content filter.", code="content_filter", delay=2.0),
+              reply("Saturday: the market at 9, then a long walk.", delay=2.0))
+    ARTIFACTS.mkdir(exist_ok=True)
+
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        try:
+            page = sign_in(browser, base)
+            thinking = page.locator(".msg--streaming")
+            question = page.locator(".msg--user", has_text="Plan my Saturday")
+            mark = question.locator(".msg__mark")
+
+            # The Qor thinks, the model refuses: the notice says why, the question is marked
+            # and the thinking stops.
+            send(page, "Plan my Saturday")
+            expect(thinking).to_have_count(1)
+            expect(page.locator(".msg--notice")).to_contain_text("The model refused to answer this message",
+                                                                  timeout=SERVER_WORK)
+            expect(mark).to_have_text(NOT_ANSWERED)
+            expect(mark).to_be_visible()
+            expect(question).to_have_attribute("data-answer-state", "failed")
+            expect(question).to_have_class(re.compile(r"\bmsg--answer-failed\b"))
+            expect(thinking).to_have_count(0)
+            page.screenshot(path=str(ARTIFACTS / "chat-not-answered.png"))
+
+            # A reload reads the same from the history.
+            page.reload()
+            expect(page.locator("[data-status]")).to_have_attribute("data-state", "live")
+            expect(mark).to_have_text(NOT_ANSWERED)
+            expect(question).to_have_attribute("data-answer-state", "failed")
+            expect(page.locator(".msg__mark")).to_have_count(1)
+            expect(thinking).to_have_count(0)
+
+            # /retry with the model answering again: the mark goes, the Qor thinks, the answer lands.
+            send(page, "/retry")
+            expect(page.locator(".msg", has_text="Trying again to answer 1 message")).to_be_visible()
+            expect(mark).to_have_count(0)
+            expect(thinking).to_have_count(1)
+            answer = page.locator(".msg--assistant:not(.msg--streaming)", has_text="Saturday: the market at 9")
+            expect(answer).to_be_visible(timeout=SERVER_WORK)
+            expect(thinking).to_have_count(0)
+            expect(question).to_have_attribute("data-answer-state", "answered")
+            expect(question).not_to_have_class(re.compile(r"\bmsg--answer-failed\b"))
+
+            page.reload()
+            expect(page.locator("[data-status]")).to_have_attribute("data-state", "live")
+            expect(answer).to_be_visible()
+            expect(question).to_have_attribute("data-answer-state", "answered")
+            expect(page.locator(".msg__mark")).to_have_count(0)
+            expect(page.get_by_text("Not answered")).to_have_count(0)
+        finally:
+            browser.close()
+
+
+def test_a_reply_telegram_refuses_is_marked_not_delivered_on_the_web_page_live_and_after_a_reload(chat_server):
+    from playwright.sync_api import expect, sync_playwright
+
+    base, model, platform = chat_server
+    platform.default(r"sendMessage", Canned(status=400, body={
+        "ok": False, "error_code": 400, "description": "Bad Request: chat not found"}))
+    model.add(reply("The dentist is on Tuesday at 3."))
+    ARTIFACTS.mkdir(exist_ok=True)
+
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        try:
+            page = sign_in(browser, base)
+            assert post_telegram(base, "when is the dentist?", message_id=601) == 200
+            answer = page.locator('.msg--assistant[data-channel="telegram"]', has_text="The dentist is on Tuesday")
+            expect(answer.locator(".msg__mark")).to_have_text("Not delivered to Telegram", timeout=SERVER_WORK)
+            expect(answer.locator(".msg__mark")).to_be_visible()
+            expect(answer).to_have_attribute("data-delivery", "failed")
+            expect(answer).to_have_class(re.compile(r"\bmsg--delivery-failed\b"))
+            question = page.locator('.msg--user[data-channel="telegram"]', has_text="when is the dentist?")
+            expect(question.locator(".msg__mark")).to_have_count(0)  # the question was answered
+            page.screenshot(path=str(ARTIFACTS / "chat-not-delivered.png"))
+
+            page.reload()
+            expect(page.locator("[data-status]")).to_have_attribute("data-state", "live")
+            expect(answer.locator(".msg__mark")).to_have_text("Not delivered to Telegram")
+            expect(answer).to_have_attribute("data-delivery", "failed")
+            expect(page.locator(".msg__mark")).to_have_count(1)
+        finally:
+            browser.close()
+    assert len(platform.sent(r"/telegram/bot111:AAA/sendMessage")) == 1  # a 400 is not tried again
 
 
 def test_chromium_is_the_debian_package():

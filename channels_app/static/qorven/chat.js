@@ -29,6 +29,13 @@
     return date.toLocaleTimeString(undefined, { hour: "2-digit", minute: "2-digit" });
   }
 
+  // Delivery platforms (binding kinds, channels_app.delivery.PLATFORM_OF) as people write them.
+  var PLATFORMS = { telegram: "Telegram", whatsapp: "WhatsApp", slack: "Slack", discord: "Discord", email: "Email", sms: "SMS" };
+
+  function platformName(kind) {
+    return PLATFORMS[kind] || (kind ? kind.charAt(0).toUpperCase() + kind.slice(1) : "");
+  }
+
   function Chat(root, config) {
     this.root = root;
     this.config = config;
@@ -49,6 +56,7 @@
     this.bySeq = new Map();
     this.streams = new Map(); // reply_to -> {node, text}
     this.finished = new Set();
+    this.answered = new Set(); // seqs an assistant reply answered (for good)
     this.socket = null;
     this.attempt = 0;
     this.closed = false;
@@ -156,6 +164,8 @@
       case "message.stream": return this.onStream(event.reply_to, event.text, 0, true);
       case "message.chunk": return this.onStream(event.reply_to, event.delta, event.offset, false);
       case "message.done": return this.endStream(event.reply_to);
+      case "message.answer": return this.onAnswer(event.seq, event.answer_state);
+      case "message.delivery": return this.onDelivery(event.seq, event.delivery);
       case "pong": clearTimeout(this.pongTimer); return;
     }
   };
@@ -170,6 +180,7 @@
       this.timeline.appendChild(el("div", "divider divider--session", "New conversation"));
       this.bySeq = new Map();
       this.finished.clear();
+      this.answered.clear();
       this.lastDay = null;
     }
     if (changed || event.reset) {
@@ -186,6 +197,7 @@
     this.bySeq = new Map();
     this.streams.clear();
     this.finished.clear();
+    this.answered.clear();
     this.lastDay = null;
     this.firstDay = null;
   };
@@ -200,6 +212,7 @@
     if (event.seq > this.lastSeq) this.lastSeq = event.seq;
     if (event.reply_to && !event.hidden && (event.role === "assistant" || event.role === "system")) {
       this.finished.add(event.reply_to);
+      if (event.role === "assistant") this.onAnswered(event.reply_to);
       var stream = this.streams.get(event.reply_to);
       if (stream) { stream.node.remove(); this.streams.delete(event.reply_to); }
     }
@@ -207,6 +220,7 @@
     var node = this.renderMessage(event);
     this.bySeq.set(event.seq, node);
     this.place(node, event);
+    if (event.answer_state === "failed") this.endStream(event.seq);
     this.updateEmpty();
     if (live) this.afterGrow(stick);
   };
@@ -260,8 +274,65 @@
       node.appendChild(meta);
       node.appendChild(body);
     }
+    this.markAnswer(node, event.answer_state);
+    this.markDelivery(node, event.delivery);
     this.applyFilter(node);
     return node;
+  };
+
+  // --- failure marks: an answer that failed, a reply its platform did not get ---
+
+  Chat.prototype.mark = function (node, kind, text) {
+    var mark = node.querySelector(":scope > [data-mark='" + kind + "']");
+    if (!text) { if (mark) mark.remove(); return; }
+    if (!mark) {
+      mark = el("div", "msg__mark msg__mark--" + kind);
+      mark.setAttribute("data-mark", kind);
+      node.appendChild(mark);
+    }
+    mark.textContent = text;
+  };
+
+  Chat.prototype.markAnswer = function (node, state) {
+    if (state) node.setAttribute("data-answer-state", state);
+    else node.removeAttribute("data-answer-state");
+    node.classList.toggle("msg--answer-failed", state === "failed");
+    this.mark(node, "answer", state === "failed" ? "Not answered (the notice below says why)" : "");
+  };
+
+  Chat.prototype.markDelivery = function (node, delivery) {
+    var failed = !!delivery && delivery.state === "failed";
+    if (failed) node.setAttribute("data-delivery", "failed");
+    else node.removeAttribute("data-delivery");
+    node.classList.toggle("msg--delivery-failed", failed);
+    var platform = failed ? platformName(delivery.platform) : "";
+    this.mark(node, "delivery", failed ? "Not delivered" + (platform ? " to " + platform : "") : "");
+  };
+
+  // An assistant reply answers its message for good (a failure is a system notice), and
+  // the server sends no message.answer for that: mark it here.
+  Chat.prototype.onAnswered = function (seq) {
+    this.answered.add(seq);
+    var node = this.bySeq.get(seq);
+    if (node && node.hasAttribute("data-answer-state")) this.markAnswer(node, "answered");
+  };
+
+  // `seq` failed (its notice says why), or waits again after /retry.
+  Chat.prototype.onAnswer = function (seq, state) {
+    if (this.answered.has(seq)) return; // a late event: its answer is here already
+    var node = this.bySeq.get(seq);
+    if (node) this.markAnswer(node, state);
+    if (state === "failed") {
+      this.endStream(seq);
+    } else if (state === "pending") {
+      this.finished.delete(seq); // its retried answer gets a thinking bubble again
+      this.expectReply(seq);
+    }
+  };
+
+  Chat.prototype.onDelivery = function (seq, delivery) {
+    var node = this.bySeq.get(seq);
+    if (node) this.markDelivery(node, delivery);
   };
 
   Chat.prototype.badge = function (channel) {
