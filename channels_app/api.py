@@ -16,9 +16,9 @@ from sessions_app.models import Session
 from sessions_app.selectors import StoredMessage, canonical_session_find, messages_read
 from qorven.agent.gateway import inbound_accept
 from qorven.selectors import membership_get
-from qorven.trust import Trust
 from sessions_app.services import session_resolve
 
+from .access import surface_trust
 from .api_auth import bearer_required, json_error
 from .chat import with_deliveries
 
@@ -131,7 +131,7 @@ def _post(request: HttpRequest, qor) -> JsonResponse:
         channel=Channel.WEB,
         sender_name=user.get_full_name() or user.get_username(),
         user=user,
-        trust=Trust.OWNER if membership.role in ("owner", "admin") else Trust.TRUSTED,
+        trust=surface_trust(role=membership.role, channel=Channel.WEB),
         external_scope=f"api:user:{user.pk}" if key else "",
         external_id=key,
     )

@@ -15,11 +15,11 @@ from django.contrib.auth.models import AbstractBaseUser
 from qorven.agent.gateway import inbound_accept
 from qorven.errors import NotFound
 from qorven.models import Membership, Qor, Tenant
-from qorven.trust import Trust
 from sessions_app.models import Session
 from sessions_app.selectors import MessageRow, canonical_session_find, messages_read
 from sessions_app.services import AppendResult, session_resolve
 
+from .access import surface_trust
 from .delivery import PLATFORM_OF, failed_deliveries
 from .live import message_event
 
@@ -40,10 +40,6 @@ class ChatOwner:
         return self.user.get_full_name() or self.user.get_username()
 
 
-def member_trust(role: str) -> str:
-    return Trust.OWNER if role in (Membership.Role.OWNER, Membership.Role.ADMIN) else Trust.TRUSTED
-
-
 def chat_owner(*, user: AbstractBaseUser, tenant_slug: str, qor_slug: str) -> ChatOwner:
     """The user's chat with that Qor, if they are a member of its tenant."""
     if not user.is_authenticated or not user.is_active:
@@ -56,7 +52,7 @@ def chat_owner(*, user: AbstractBaseUser, tenant_slug: str, qor_slug: str) -> Ch
     qor = Qor.objects.filter(tenant=membership.tenant, slug=qor_slug).first()
     if qor is None:
         raise NotFound(f"no qor {qor_slug!r}")
-    return ChatOwner(membership.tenant, qor, user, member_trust(membership.role))
+    return ChatOwner(membership.tenant, qor, user, surface_trust(role=membership.role, channel="web"))
 
 
 def chat_qors(*, user: AbstractBaseUser) -> list[Qor]:

@@ -38,3 +38,6 @@ class InboundMessage(BaseModel):
     # Images already in hand (events stored before media references were, among them).
     images: list[InboundImage] = Field(default_factory=list)
     extra: dict = Field(default_factory=dict)
+    # Whether the platform proved the sender, where it can be forged (email: the inbound
+    # provider's DKIM/SPF verdict); None where the platform vouches for its accounts.
+    sender_proven: bool | None = None

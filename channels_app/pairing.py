@@ -16,7 +16,7 @@ from django.utils.text import slugify
 
 from qorven.errors import NotFound
 from qorven.models import Membership, Tenant
-from qorven.trust import Trust
+from qorven.trust import role_trust
 
 from .models import Identity, PairingRequest
 
@@ -133,9 +133,7 @@ def pairing_approve(
     membership, _ = Membership.objects.get_or_create(tenant=tenant, user=user)
     identity.user = user
     identity.approval = Identity.Approval.APPROVED
-    identity.trust_level = {
-        Membership.Role.OWNER: Trust.OWNER, Membership.Role.ADMIN: Trust.TRUSTED
-    }.get(membership.role, Trust.PAIRED)
+    identity.trust_level = role_trust(membership.role)
     identity.save(update_fields=["user", "approval", "trust_level", "updated_at"])
     request.state = PairingRequest.State.APPROVED
     request.decided_by, request.decided_at, request.decided_via = by, timezone.now(), via

@@ -15,11 +15,13 @@ from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from qorven.agent.gateway import inbound_accept
+from qorven.selectors import membership_active
 from qorven.trust import Trust
 from sessions_app.channels import CHAT_FAMILY
 from sessions_app.models import Image
 from sessions_app.services import session_resolve
 
+from .access import surface_trust
 from .adapters import adapter_for
 from .inbound import InboundImage, InboundMessage
 from .models import ChannelBinding, Identity, InboundEvent
@@ -130,6 +132,12 @@ def _process(binding: ChannelBinding, message: InboundMessage, event: InboundEve
     if identity.reply_target != message.reply_target and message.reply_target:
         Identity.objects.filter(pk=identity.pk).update(reply_target=message.reply_target)
     user = identity.user
+    membership = membership_active(tenant=tenant, user=user)
+    if membership is None:
+        logger.info("%s sender %s is no longer a member of %s; not answered", binding.kind, identity.pk, tenant.slug)
+        return "not-a-member"
+    trust = surface_trust(role=membership.role, channel=binding.kind, proven=message.sender_proven,
+                          identity_cap=identity.trust_level)
     if message.channel in CHAT_FAMILY:
         session = session_resolve(tenant=tenant, qor=qor, channel=message.channel, user=user,
                                   sender_id=message.sender_id)
@@ -139,7 +147,7 @@ def _process(binding: ChannelBinding, message: InboundMessage, event: InboundEve
     images = _images(binding, message)
     result = inbound_accept(
         session=session, content=message.text, channel=message.channel,
-        sender_name=message.sender_name or identity.display_name, user=user, trust=identity.trust_level,
+        sender_name=message.sender_name or identity.display_name, user=user, trust=trust,
         external_scope=scope, external_id=message.external_id, metadata=meta,
     )
     _store_images(result.message, images)

@@ -39,6 +39,7 @@ from django_ratelimit.core import get_usage
 from qorven.models import Membership
 from qorven.trust import Trust
 
+from .access import surface_trust
 from .chat import ChatOwner
 from .models import ChannelBinding, Identity
 from .plugins import channel_enabled
@@ -143,8 +144,7 @@ def _signed(binding: ChannelBinding, token: str) -> Visitor:
     )
     if membership is None:
         raise WebchatRefused(403, "the visitor token names no member of this workspace")
-    # An embed runs on a web page outside Qorven: at most trusted, never owner.
-    trust = Trust.TRUSTED if membership.role in (Membership.Role.OWNER, Membership.Role.ADMIN) else Trust.PAIRED
+    trust = surface_trust(role=membership.role, channel="webchat")  # an embed: at most trusted
     return Visitor(ChatOwner(binding.tenant, binding.qor, membership.user, trust), token, anonymous=False)
 
 

@@ -31,6 +31,12 @@ def membership_get(*, tenant: Tenant, user: AbstractBaseUser) -> Membership:
     return membership
 
 
+def membership_active(*, tenant: Tenant, user: AbstractBaseUser) -> Membership | None:
+    """The user's membership of the tenant, if they still have one and their account is
+    active: read for every message, so removal and role changes apply at once."""
+    return Membership.objects.filter(tenant=tenant, user=user, user__is_active=True).first()
+
+
 def token_digest(raw: str) -> str:
     return hashlib.sha256(raw.encode()).hexdigest()
 

@@ -4,7 +4,13 @@ The webhook carries `from`, `to`, `subject`, `text`, `message_id`, `in_reply_to`
 when the provider gives it, `references`; it is authenticated by a shared secret in
 `X-Qorven-Email-Secret`. The binding is named by the address mail was sent to. Each
 thread (the first of References, else In-Reply-To, else the message's own id) is its own
-session. Credentials: `address`, `secret`.
+session. Credentials: `address`, `secret`, and optionally `sender_check`.
+
+A From header proves nothing by itself, so an email sender carries at most paired trust
+(channels_app.access) unless the inbound provider's verdict, passed in the payload's
+`dkim` (`pass`, or SendGrid's `{@example.com : pass}`) and `spf` (`pass`) fields, proves
+it. `sender_check` says which verdict counts: `dkim` (the default: a DKIM pass for the
+From address's domain), `dkim_or_spf`, or `none` (never proven).
 """
 from __future__ import annotations
 
@@ -28,6 +34,7 @@ class EmailAdapter(Adapter):
     credentials = {
         "address": "the address mail to this Qor is sent to",
         "secret": "the shared secret your inbound-parse provider sends in X-Qorven-Email-Secret",
+        "sender_check": "which verdict of your inbound provider proves a sender: dkim (default), dkim_or_spf, none",
     }
     required = ("address", "secret")
 
@@ -64,6 +71,7 @@ class EmailAdapter(Adapter):
                 channel="email", external_id=message_id, sender_id=sender.lower(), sender_name=name,
                 text=f"{subject}\n\n{text}" if subject else text, thread_id=thread,
                 reply_target=SEP.join([sender, message_id, reply_subject]),
+                sender_proven=sender_proven(body, sender, str(binding.credentials.get("sender_check") or "dkim")),
             )
         ])
 
@@ -78,3 +86,25 @@ class EmailAdapter(Adapter):
         except Exception as exc:
             raise SendError(f"SMTP: {type(exc).__name__}: {exc}", permanent=False) from None
         return ""
+
+
+def _dkim_passes(verdict: str, domain: str) -> bool:
+    """`pass`, or SendGrid's `{@a.example : pass, @b.example : fail}` with a pass for `domain`."""
+    verdict = verdict.strip().lower()
+    if verdict == "pass":
+        return True
+    for entry in verdict.strip("{}").split(","):
+        signer, _, result = entry.partition(":")
+        if signer.strip().lstrip("@") == domain and result.strip() == "pass":
+            return True
+    return False
+
+
+def sender_proven(body: dict, sender: str, check: str) -> bool:
+    """Whether the inbound provider's verdict proves the From address (see the module)."""
+    domain = sender.rpartition("@")[2].lower()
+    if check == "none" or not domain:
+        return False
+    if _dkim_passes(str(body.get("dkim") or ""), domain):
+        return True
+    return check == "dkim_or_spf" and str(body.get("spf") or body.get("SPF") or "").strip().lower() == "pass"

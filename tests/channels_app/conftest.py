@@ -29,3 +29,16 @@ def pair(world, channel: str, external_id: str, user, trust=Trust.OWNER) -> Iden
         tenant=world.tenant_a, channel=channel, external_id=external_id, user=user,
         approval=Identity.Approval.APPROVED, trust_level=trust, display_name=user.first_name,
     )
+
+
+@pytest.fixture
+def email(world):
+    return binding_create(tenant=world.tenant_a, qor=world.qor_a, kind="email",
+                          credentials={"address": "aria@acme.example", "secret": "mail-secret"})
+
+
+@pytest.fixture
+def sms(world, settings):
+    settings.QORVEN_PUBLIC_URL = "https://qorven.example"
+    return binding_create(tenant=world.tenant_a, qor=world.qor_a, kind="sms",
+                          credentials={"number": "+15550001111", "account_sid": "AC123", "auth_token": "twilio-token"})

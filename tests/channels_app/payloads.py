@@ -6,6 +6,8 @@ import hmac
 import json
 import time
 
+from channels_app.adapters.sms import twilio_signature
+
 _update_id = [1000]
 
 
@@ -61,3 +63,18 @@ def post_whatsapp(client, body: dict, app_secret: str | None = "wa-app-secret"):
     if app_secret is not None:
         headers["HTTP_X_HUB_SIGNATURE_256"] = "sha256=" + hmac.new(app_secret.encode(), raw, hashlib.sha256).hexdigest()
     return client.post("/v1/webhooks/whatsapp", data=raw, content_type="application/json", **headers)
+
+
+def post_email(client, body, secret="mail-secret"):
+    headers = {"HTTP_X_QORVEN_EMAIL_SECRET": secret} if secret else {}
+    return client.post("/v1/webhooks/email", data=json.dumps(body), content_type="application/json", **headers)
+
+
+def email_body(text, message_id, in_reply_to=""):
+    return {"from": "Priya <priya@example.com>", "to": "aria@acme.example", "subject": "Trip plans",
+            "text": text, "message_id": message_id, "in_reply_to": in_reply_to}
+
+
+def post_sms(client, params, token="twilio-token"):
+    sig = twilio_signature(token, "https://qorven.example/v1/webhooks/sms", params)
+    return client.post("/v1/webhooks/sms", data=params, HTTP_X_TWILIO_SIGNATURE=sig)

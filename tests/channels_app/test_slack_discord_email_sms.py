@@ -11,7 +11,6 @@ from django.core import mail
 
 from channels_app.adapters import adapter_for
 from channels_app.adapters.base import hmac_hex
-from channels_app.adapters.sms import twilio_signature
 from channels_app.models import InboundEvent, PairingRequest
 from channels_app.receive import inbound_receive
 from channels_app.services import binding_create
@@ -19,6 +18,7 @@ from sessions_app.models import Message, Session
 
 from ..fakes.model_server import reply
 from .conftest import pair
+from .payloads import email_body, post_email, post_sms
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -207,22 +207,6 @@ def test_pairing_on_telegram_does_not_admit_the_same_id_on_discord(client, world
 
 # --- Email ---------------------------------------------------------------------------------
 
-@pytest.fixture
-def email(world):
-    return binding_create(tenant=world.tenant_a, qor=world.qor_a, kind="email",
-                          credentials={"address": "aria@acme.example", "secret": "mail-secret"})
-
-
-def post_email(client, body, secret="mail-secret"):
-    headers = {"HTTP_X_QORVEN_EMAIL_SECRET": secret} if secret else {}
-    return client.post("/v1/webhooks/email", data=json.dumps(body), content_type="application/json", **headers)
-
-
-def email_body(text, message_id, in_reply_to=""):
-    return {"from": "Priya <priya@example.com>", "to": "aria@acme.example", "subject": "Trip plans",
-            "text": text, "message_id": message_id, "in_reply_to": in_reply_to}
-
-
 def test_email_threads_are_their_own_sessions_and_replies_go_by_smtp(client, world, email, model_server, drain):
     pair(world, "email", "priya@example.com", world.alice)
     model_server.default = reply("Sounds good.")
@@ -240,18 +224,6 @@ def test_email_threads_are_their_own_sessions_and_replies_go_by_smtp(client, wor
 
 
 # --- SMS -----------------------------------------------------------------------------------
-
-@pytest.fixture
-def sms(world, settings):
-    settings.QORVEN_PUBLIC_URL = "https://qorven.example"
-    return binding_create(tenant=world.tenant_a, qor=world.qor_a, kind="sms",
-                          credentials={"number": "+15550001111", "account_sid": "AC123", "auth_token": "twilio-token"})
-
-
-def post_sms(client, params, token="twilio-token"):
-    sig = twilio_signature(token, "https://qorven.example/v1/webhooks/sms", params)
-    return client.post("/v1/webhooks/sms", data=params, HTTP_X_TWILIO_SIGNATURE=sig)
-
 
 def test_sms_is_verified_and_answered_through_the_messages_api(client, world, sms, platform, model_server, drain):
     pair(world, "sms", "+15557654321", world.alice)
