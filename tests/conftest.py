@@ -124,6 +124,30 @@ def _task_queue(request, settings):
 JOBS_SETTLE = 30.0  # seconds a test's queued jobs get to finish after it
 
 
+@pytest.fixture(autouse=True)
+def _no_gates_left():
+    """Send gates and turn waiters (cache keys named by row ids) of an earlier test cannot
+    hold this one's rows."""
+    _gates_clear()
+    yield
+
+
+def _gates_clear() -> None:
+    from django.conf import settings
+    from django.core.cache import cache
+
+    if "locmem" in settings.CACHES["default"]["BACKEND"].lower():
+        cache.clear()  # this process's own memory
+        return
+    import redis
+
+    client = redis.from_url(settings.CACHES["default"]["LOCATION"])
+    for pattern in ("*:send:*", "*:turn-waiter:*"):
+        keys = list(client.scan_iter(match=pattern, count=1000))
+        if keys:
+            client.delete(*keys)
+
+
 @pytest.fixture
 def model_server(settings):
     """A scripted OpenAI-compatible server; Qorven is configured to use it."""

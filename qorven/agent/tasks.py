@@ -4,20 +4,54 @@ from __future__ import annotations
 import logging
 
 from celery import shared_task
+from django.core.cache import cache
 
 from .turns import TurnBusy, turn_process
 
 logger = logging.getLogger(__name__)
 
 # A turn that finds its session busy comes back after 0.5, 1, 2, 4, 8, then every 10
-# seconds. The turn holding the session answers what arrived meanwhile anyway; this is for
-# the moment it lets go, and for a lease left by a dead worker (it runs out within
-# QORVEN_TURN_LEASE; the sweeper queues whatever is still unanswered after that).
+# seconds — one such task per session (a marker in the cache), however many messages
+# queued a turn meanwhile: the turn that runs answers them all. The turn holding the
+# session answers what arrived meanwhile anyway, and queues one more turn if a message
+# slipped in as it let go; the waiting is for a lease left by a dead worker (it runs out
+# within QORVEN_TURN_LEASE; the sweeper queues whatever is still unanswered after that).
 BUSY_RETRIES = 12
+WAITER_TTL = 30  # seconds; renewed by each retry (busy_delay stays well under it)
 
 
 def busy_delay(busy: int) -> float:
     return min(0.5 * 2**busy, 10.0)
+
+
+def _waiter_key(session_id: int) -> str:
+    return f"turn-waiter:{session_id}"
+
+
+def _wait_as_the_one(session_id: int, task_id: str) -> bool:
+    """One task waits for a busy session, however many messages queued a turn: the turn
+    that finally runs answers all of them. True if `task_id` is (or now becomes) it."""
+    key = _waiter_key(session_id)
+    if cache.add(key, task_id, WAITER_TTL) or cache.get(key) == task_id:
+        cache.touch(key, WAITER_TTL)
+        return True
+    return False
+
+
+def _still_waiting(tenant_id: int, session_id: int) -> bool:
+    from sessions_app.selectors import next_pending_user_message, session_for_task
+
+    from sessions_app.models import Session
+
+    session = session_for_task(tenant_id=tenant_id, session_id=session_id)
+    return (session is not None and session.state == Session.State.ACTIVE  # else carried to its successor
+            and next_pending_user_message(session=session) is not None)
+
+
+def _stop_waiting(session_id: int, task_id: str) -> None:
+    key = _waiter_key(session_id)
+    if cache.get(key) == task_id:
+        cache.delete(key)
 
 
 @shared_task(bind=True, name="qorven.agent.turn", acks_late=True, max_retries=None)
@@ -29,10 +63,19 @@ def agent_turn(self, tenant_id: int, session_id: int, busy: int = 0) -> int:
     try:
         outcome = turn_process(tenant_id=tenant_id, session_id=session_id)
     except TurnBusy:
+        if not _wait_as_the_one(session_id, self.request.id):
+            return 0  # another task already waits for this session; its turn answers this message too
         if busy >= BUSY_RETRIES:
+            _stop_waiting(session_id, self.request.id)
             logger.info("session %s stayed busy; leaving its messages to the turn holding it", session_id)
             return 0
         raise self.retry(args=(tenant_id, session_id), kwargs={"busy": busy + 1}, countdown=busy_delay(busy)) from None
+    _stop_waiting(session_id, self.request.id)
+    progressed = outcome.answered + outcome.failed > 0  # a hand-off needs progress: it never loops
+    if progressed and outcome.retry_after is None and _still_waiting(tenant_id, session_id):
+        # A message stored just as this turn let go, whose own task found the session
+        # still held and left it to the waiting one: it is answered now, not by the sweeper.
+        agent_turn.delay(tenant_id, session_id)
     if outcome.retry_after is not None:
         raise self.retry(args=(tenant_id, session_id), kwargs={"busy": 0}, countdown=outcome.retry_after)
     return outcome.answered

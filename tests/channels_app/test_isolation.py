@@ -127,3 +127,32 @@ def test_b_is_answered_while_as_model_takes_ten_seconds(client, world, model_ser
     assert [m.content for m in Message.objects.filter(role="assistant").order_by("created_at")] == [
         "Quickly.", "Slowly."
     ]
+
+
+def test_one_task_waits_for_a_held_session_however_many_messages_arrive(client, world, model_server, drain):
+    """Ten messages while a dead turn holds the session: one task comes back to look,
+    the other nine leave their message to it, and one turn answers all ten in order."""
+    from celery import signals
+
+    runs = []
+
+    def count(sender=None, **kwargs):
+        if sender is not None and sender.name == "qorven.agent.turn":
+            runs.append(time.monotonic())
+
+    signals.task_prerun.connect(count, weak=False)
+    try:
+        model_server.default = reply("Hello.")
+        session_a = session_resolve(tenant=world.tenant_a, qor=world.qor_a, channel="web", user=world.alice)
+        Session.objects.filter(pk=session_a.pk).update(
+            turn_owner="a-turn-that-died", turn_lease_until=timezone.now() + timedelta(seconds=40)
+        )
+        asked = [ask(client, world, world.tenant_a, world.alice, f"question {n}")["seq"] for n in range(10)]
+        time.sleep(4)  # the waiting task's retries: after 0.5, 1 and 2 s
+        assert 10 <= len(runs) <= 10 + 4  # each message's task once, then one waiter's retries
+        Session.objects.filter(pk=session_a.pk).update(turn_lease_until=timezone.now() - timedelta(seconds=1))
+        drain()
+    finally:
+        signals.task_prerun.disconnect(count)
+    replies = Message.objects.filter(tenant=world.tenant_a, role="assistant").order_by("seq")
+    assert [m.metadata["reply_to"] for m in replies] == asked
