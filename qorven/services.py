@@ -5,6 +5,7 @@ import secrets
 from dataclasses import dataclass
 
 from django.contrib.auth import get_user_model
+from django.contrib.auth.password_validation import validate_password
 from django.contrib.auth.models import AbstractBaseUser
 from django.db import IntegrityError, transaction
 
@@ -29,12 +30,17 @@ def tenant_bootstrap(
     password: str | None = None,
     tenant_name: str = "",
     qor_name: str = "",
+    host_superuser: bool = False,
 ) -> BootstrapResult:
     """Create or update a tenant, its default Qor and its owner. Safe to run again.
 
-    The owner is a Django superuser so they can use the admin. A password is set only
-    when given, so re-running without one never locks anybody out.
+    The owner is staff: in the admin they administer their own tenant's rows and nothing
+    else. Only with `host_superuser` are they made a superuser, who sees every tenant (the
+    host's own account). A password is set only when given (and must pass the password
+    validators), so re-running without one never locks anybody out.
     """
+    if password:
+        validate_password(password, user=get_user_model()(username=owner_username))
     tenant, tenant_created = Tenant.objects.get_or_create(
         slug=tenant_slug, defaults={"name": tenant_name or tenant_slug.replace("-", " ").title()}
     )
@@ -53,9 +59,12 @@ def tenant_bootstrap(
     User = get_user_model()
     owner, owner_created = User.objects.get_or_create(username=owner_username)
     fields = []
-    if not (owner.is_staff and owner.is_superuser):
-        owner.is_staff = owner.is_superuser = True
-        fields += ["is_staff", "is_superuser"]
+    if not owner.is_staff:
+        owner.is_staff = True
+        fields.append("is_staff")
+    if host_superuser and not owner.is_superuser:
+        owner.is_superuser = True
+        fields.append("is_superuser")
     if password:
         owner.set_password(password)
         fields.append("password")

@@ -5,10 +5,14 @@ from django.contrib.auth import views as auth_views
 from django.urls import include, path
 from django.views.generic import RedirectView
 
+from .login_throttle import login_throttled
+
 urlpatterns = [
     path("", RedirectView.as_view(pattern_name="chat-index", permanent=False)),
+    path("admin/login/", login_throttled(admin.site.login)),  # before the admin's own
     path("admin/", admin.site.urls),
-    path("accounts/login/", auth_views.LoginView.as_view(redirect_authenticated_user=True), name="login"),
+    path("accounts/login/", login_throttled(auth_views.LoginView.as_view(redirect_authenticated_user=True)),
+         name="login"),
     path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("v1/", include("channels_app.urls")),
     path("", include("channels_app.web_urls")),

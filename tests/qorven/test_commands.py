@@ -24,15 +24,49 @@ def run(*args) -> str:
 
 @pytest.mark.django_db
 def test_bootstrap_creates_tenant_default_qor_and_owner_and_is_idempotent():
-    run("bootstrap", "--tenant", "acme", "--qor", "aria", "--owner", "alice", "--password", "s3cret-pass")
+    run("bootstrap", "--tenant", "acme", "--qor", "aria", "--owner", "alice", "--password", "quiet-harbour-47")
     run("bootstrap", "--tenant", "acme", "--qor", "aria", "--owner", "alice")
     tenant = Tenant.objects.get()
     qor = Qor.objects.get()
     alice = get_user_model().objects.get(username="alice")
     assert (tenant.slug, qor.tenant, qor.is_default) == ("acme", tenant, True)
     assert Membership.objects.get().role == "owner"
-    assert alice.is_superuser and alice.is_staff
-    assert alice.check_password("s3cret-pass")  # a re-run without --password keeps it
+    assert alice.is_staff and not alice.is_superuser  # a tenant admin, not the host
+    assert alice.check_password("quiet-harbour-47")  # a re-run without --password keeps it
+
+
+@pytest.mark.django_db
+def test_a_second_tenants_owner_sees_only_their_tenant_in_the_admin(client):
+    from sessions_app.services import session_resolve
+
+    run("bootstrap", "--tenant", "acme", "--qor", "aria", "--owner", "alice", "--password", "quiet-harbour-47")
+    out = run("bootstrap", "--tenant", "globex", "--qor", "aria", "--owner", "gina", "--password", "amber-lantern-93")
+    assert "host superuser" not in out
+    acme = Tenant.objects.get(slug="acme")
+    alice = get_user_model().objects.get(username="alice")
+    session_resolve(tenant=acme, qor=Qor.objects.get(tenant=acme), channel="web", user=alice)
+    response = client.post("/admin/login/", {"username": "gina", "password": "amber-lantern-93",
+                                              "next": "/admin/sessions_app/session/"})
+    assert response.status_code == 302
+    listing = client.get("/admin/sessions_app/session/")
+    assert listing.status_code == 200 and "acme" not in listing.content.decode()
+    assert client.get("/admin/qorven/tenant/").content.decode().count("acme") == 0
+
+
+@pytest.mark.django_db
+def test_bootstrap_makes_a_host_superuser_only_when_asked():
+    out = run("bootstrap", "--tenant", "acme", "--qor", "aria", "--owner", "root", "--password", "quiet-harbour-47",
+              "--host-superuser")
+    assert "is a host superuser" in out
+    assert get_user_model().objects.get(username="root").is_superuser
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("password", ["short", "password123", "12345678901", "alice2026"])
+def test_bootstrap_refuses_a_weak_password(password):
+    with pytest.raises(CommandError, match="--password"):
+        run("bootstrap", "--tenant", "acme", "--qor", "aria", "--owner", "alice", "--password", password)
+    assert not Tenant.objects.exists()
 
 
 @pytest.mark.django_db
