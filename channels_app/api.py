@@ -1,7 +1,6 @@
 """The JSON API: a user's canonical timeline with one Qor, and posting to it (channel web)."""
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from django.conf import settings
@@ -20,6 +19,7 @@ from sessions_app.services import session_resolve
 
 from .access import surface_trust
 from .api_auth import bearer_required, json_error
+from .json_body import QUERY_INT_MAX, BodyRefused, json_body
 from .chat import with_deliveries
 
 MAX_CONTENT = 100_000
@@ -59,13 +59,15 @@ def _int_param(request: HttpRequest, name: str, *, minimum: int, maximum: int | 
     raw = request.GET.get(name)
     if raw in (None, ""):
         return None
+    maximum = QUERY_INT_MAX if maximum is None else maximum
     try:
-        value = int(raw)
+        value = int(raw) if len(raw) <= 20 else None
     except ValueError:
-        raise BadRequest(f"{name} must be an integer, got {raw!r}") from None
-    if value < minimum or (maximum is not None and value > maximum):
-        bounds = f"between {minimum} and {maximum}" if maximum is not None else f"at least {minimum}"
-        raise BadRequest(f"{name} must be {bounds}, got {value}")
+        value = None
+    if value is None:
+        raise BadRequest(f"{name} must be an integer") from None
+    if not minimum <= value <= maximum:
+        raise BadRequest(f"{name} must be between {minimum} and {maximum}")
     return value
 
 
@@ -83,6 +85,8 @@ def qor_messages(request: HttpRequest, qor_slug: str) -> HttpResponse:
         return _post(request, qor)
     except BadRequest as exc:
         return json_error(400, str(exc))
+    except BodyRefused as exc:
+        return json_error(exc.status, str(exc))
 
 
 def _timeline(request: HttpRequest, qor) -> JsonResponse:
@@ -107,10 +111,7 @@ def _timeline(request: HttpRequest, qor) -> JsonResponse:
 def _post(request: HttpRequest, qor) -> JsonResponse:
     if request.content_type != "application/json":
         raise BadRequest("send JSON with Content-Type: application/json")
-    try:
-        body = json.loads(request.body or b"null")
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise BadRequest(f"body is not valid JSON: {exc}") from None
+    body = json_body(request)
     if not isinstance(body, dict):
         raise BadRequest('body must be a JSON object like {"content": "hello"}')
     content = body.get("content")

@@ -21,7 +21,8 @@ Protocol (server → client, one JSON object per frame):
 - `{"type": "message.stream", "reply_to", "text"}` — the reply streamed so far (after a
   reconnect, or after a missed chunk); `{"type": "message.chunk", "reply_to", "delta",
   "offset"}` — the next piece; `{"type": "message.done", "reply_to", "seq"}`.
-- `{"type": "pong"}` answers `{"type": "ping"}`.
+- `{"type": "pong"}` answers `{"type": "ping"}`; `{"type": "error", "error"}` answers a
+  frame that is not a JSON document (too deep, a lone surrogate, binary).
 
 Connect with `?session=<id>&last_seq=<n>` to resume; without them the client gets the
 newest page. Authentication: the Django session cookie, or an API token as
@@ -44,6 +45,7 @@ from qorven.live import chat_group, session_group
 from qorven.selectors import api_token_authenticate
 from qorven.streams import stream_snapshot
 
+from .json_body import QUERY_INT_MAX, BodyRefused, json_parse
 from .chat import CATCH_UP_MAX, PAGE, ChatOwner, chat_events, chat_owner, chat_session, chat_session_get
 
 logger = logging.getLogger(__name__)
@@ -96,6 +98,19 @@ class LiveChatConsumer(AsyncJsonWebsocketConsumer):
         handler = getattr(self, get_handler_name(message), None)
         if handler is not None:  # an event type this surface does not show is skipped
             await handler(message)
+
+    @classmethod
+    async def decode_json(cls, text_data: str) -> Any:
+        return json_parse(text_data)  # the same checks as a request body
+
+    async def receive(self, text_data: str | None = None, bytes_data: bytes | None = None, **kwargs: Any) -> None:
+        """A frame that is not a JSON document gets an error event, not a closed socket."""
+        try:
+            await super().receive(text_data=text_data, bytes_data=bytes_data, **kwargs)
+        except BodyRefused as exc:
+            await self.send_json({"type": "error", "error": f"not understood: {exc}"})
+        except ValueError:  # a binary frame
+            await self.send_json({"type": "error", "error": "not understood: send JSON text frames"})
 
     async def receive_json(self, content: Any, **kwargs: Any) -> None:
         if isinstance(content, dict) and content.get("type") == "ping":
@@ -292,6 +307,7 @@ class WebchatConsumer(LiveChatConsumer):
 
 def _int(value: str | None) -> int | None:
     try:
-        return int(value) if value not in (None, "") else None
+        number = int(value) if value not in (None, "") and len(value) <= 20 else None
     except ValueError:
         return None
+    return number if number is not None and 0 <= number <= QUERY_INT_MAX else None

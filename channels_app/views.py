@@ -3,7 +3,6 @@
 (channels_app.consumers); this module renders and relays."""
 from __future__ import annotations
 
-import json
 
 from django.contrib.auth.decorators import login_required
 from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
@@ -14,6 +13,7 @@ from django.views.decorators.http import require_http_methods
 from qorven.errors import NotFound
 from sessions_app.channels import Channel
 
+from .json_body import QUERY_INT_MAX, BodyRefused, json_body
 from .live import message_event
 from .chat import PAGE, chat_events, chat_owner, chat_qors, chat_send, chat_session
 
@@ -75,9 +75,9 @@ def chat_messages(request: HttpRequest, tenant_slug: str, qor_slug: str) -> Json
     if request.method == "GET":
         return history_response(request, owner)
     try:
-        body = json.loads(request.body or b"null")
-    except (json.JSONDecodeError, UnicodeDecodeError):
-        return JsonResponse({"error": "send JSON"}, status=400)
+        body = json_body(request)
+    except BodyRefused as exc:
+        return JsonResponse({"error": str(exc)}, status=exc.status)
     content = body.get("content") if isinstance(body, dict) else None
     if not isinstance(content, str):
         return JsonResponse({"error": '"content" must be a string'}, status=400)
@@ -98,6 +98,8 @@ def history_response(request: HttpRequest, owner) -> JsonResponse:
         wanted = int(request.GET["session"]) if request.GET.get("session") else None
     except ValueError:
         return JsonResponse({"error": "before_seq and session are numbers"}, status=400)
+    if any(n is not None and not 0 <= n <= QUERY_INT_MAX for n in (before, wanted)):
+        return JsonResponse({"error": f"before_seq and session are between 0 and {QUERY_INT_MAX}"}, status=400)
     if session is None or (wanted is not None and wanted != session.pk):
         return JsonResponse({"session_id": session.pk if session else None, "messages": []})
     events = chat_events(session=session, before_seq=before, limit=PAGE)

@@ -40,6 +40,7 @@ from qorven.models import Membership
 from qorven.trust import Trust
 
 from .access import surface_trust
+from .adapters.base import same_secret
 from .chat import ChatOwner
 from .models import ChannelBinding, Identity
 from .plugins import channel_enabled
@@ -76,7 +77,7 @@ def webchat_token_verify(*, secret: str, token: str, now: float | None = None) -
     except ValueError:
         raise WebchatRefused(403, "malformed visitor token") from None
     expected = hmac.new(secret.encode(), f"{user_id}:{expires_raw}".encode(), hashlib.sha256).hexdigest()
-    if not secret or not hmac.compare_digest(expected, signature.lower()):
+    if not secret or not same_secret(expected, signature.lower()):
         raise WebchatRefused(403, "bad visitor token signature")
     now = time.time() if now is None else now
     if expires < now:

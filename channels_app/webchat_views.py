@@ -18,6 +18,7 @@ from django.views.decorators.http import require_GET, require_http_methods
 
 from sessions_app.channels import Channel
 
+from .json_body import BodyRefused, json_body
 from .chat import chat_send
 from .live import message_event
 from .views import CHANNEL_LABELS, history_response
@@ -87,9 +88,9 @@ def messages(request: HttpRequest, key: str) -> JsonResponse:
                 return JsonResponse({"session_id": None, "messages": []})
             return history_response(request, visitor.owner)
         try:
-            body = json.loads(request.body or b"null")
-        except (json.JSONDecodeError, UnicodeDecodeError):
-            return JsonResponse({"error": "send JSON"}, status=400)
+            body = json_body(request)
+        except BodyRefused as exc:
+            return JsonResponse({"error": str(exc)}, status=exc.status)
         content = body.get("content") if isinstance(body, dict) else None
         if not isinstance(content, str):
             return JsonResponse({"error": '"content" must be a string'}, status=400)

@@ -7,6 +7,7 @@ from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.views.decorators.csrf import csrf_exempt
 
 from .adapters import WebhookRejected, adapter_for
+from .json_body import BodyRefused
 from .plugins import channel_enabled
 from .receive import inbound_receive
 
@@ -24,12 +25,15 @@ def webhook(request: HttpRequest, channel: str) -> HttpResponse:
         return JsonResponse({"error": "POST only"}, status=405)
     try:
         binding = adapter.resolve(request)
+        if not channel_enabled(tenant=binding.tenant, channel=adapter.kind):
+            return JsonResponse({"error": f"the {channel} channel is switched off"}, status=404)
+        parsed = adapter.parse(request, binding)
     except WebhookRejected as exc:
         logger.info("%s webhook rejected: %s", channel, exc)
         return JsonResponse({"error": str(exc)}, status=exc.status)
-    if not channel_enabled(tenant=binding.tenant, channel=adapter.kind):
-        return JsonResponse({"error": f"the {channel} channel is switched off"}, status=404)
-    parsed = adapter.parse(request, binding)
+    except BodyRefused as exc:
+        logger.info("%s webhook body refused: %s", channel, exc)
+        return JsonResponse({"error": str(exc)}, status=exc.status)
     for message in parsed.messages:
         inbound_receive(binding=binding, message=message)
     return parsed.response or JsonResponse({"ok": True})

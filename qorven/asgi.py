@@ -16,7 +16,22 @@ from django.contrib.staticfiles.handlers import ASGIStaticFilesHandler  # noqa: 
 
 from channels_app.routing import websocket_urlpatterns  # noqa: E402
 
-http_app = ASGIStaticFilesHandler(django_asgi_app) if settings.QORVEN_SERVE_STATIC else django_asgi_app
+from django.core.exceptions import SuspiciousFileOperation  # noqa: E402
+from django.http import Http404  # noqa: E402
+
+
+class StaticFiles(ASGIStaticFilesHandler):
+    """Django's static files handler, answering 404 to a path that tries to leave the
+    static folders (`/static/%2e%2e/…`) instead of letting the error escape as a 500."""
+
+    def serve(self, request):
+        try:
+            return super().serve(request)
+        except SuspiciousFileOperation:
+            raise Http404("no such file") from None
+
+
+http_app = StaticFiles(django_asgi_app) if settings.QORVEN_SERVE_STATIC else django_asgi_app
 
 application = ProtocolTypeRouter(
     {

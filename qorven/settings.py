@@ -131,6 +131,8 @@ USE_TZ = True
 STATIC_URL = "static/"
 STATIC_ROOT = BASE_DIR / "staticfiles"
 QORVEN_SERVE_STATIC = env.bool("QORVEN_SERVE_STATIC", default=True)
+# The largest JSON body accepted (webhooks, API, chat, webchat); larger ones answer 413.
+QORVEN_MAX_BODY = env.int("QORVEN_MAX_BODY", default=1024 * 1024)
 
 REDIS_URL = env.str("REDIS_URL", default="")
 

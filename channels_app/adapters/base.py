@@ -106,6 +106,12 @@ def secret_digest(secret: str) -> str:
     return hashlib.sha256(secret.encode()).hexdigest()
 
 
+def same_secret(expected: str, given: str) -> bool:
+    """Constant-time comparison of two secrets or signatures that never raises: a header
+    holding non-ASCII characters is simply not a match."""
+    return hmac.compare_digest(expected.encode("utf-8", "surrogateescape"), given.encode("utf-8", "surrogateescape"))
+
+
 def hmac_hex(key: str, body: bytes, algo=hashlib.sha256) -> str:
     return hmac.new(key.encode(), body, algo).hexdigest()
 

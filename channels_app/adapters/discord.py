@@ -8,7 +8,6 @@ Credentials: `application_id`, `public_key`, `bot_token`.
 """
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from cryptography.exceptions import InvalidSignature
@@ -16,6 +15,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 from django.conf import settings
 from django.http import HttpRequest, JsonResponse
 
+from ..json_body import json_body
 from ..inbound import InboundMessage
 from ..models import ChannelBinding
 from .base import Adapter, Parsed, SendError, WebhookRejected, enabled_binding
@@ -45,7 +45,7 @@ class DiscordAdapter(Adapter):
         if not signature or not stamp:
             raise WebhookRejected(401, "missing Discord signature headers")
         try:
-            app_id = str(json.loads(request.body).get("application_id") or "")
+            app_id = str(json_body(request).get("application_id") or "")
         except (ValueError, AttributeError):
             raise WebhookRejected(400, "body is not Discord JSON") from None
         binding = enabled_binding(self.kind, app_id)
@@ -57,7 +57,7 @@ class DiscordAdapter(Adapter):
         return binding
 
     def parse(self, request: HttpRequest, binding: ChannelBinding) -> Parsed:
-        body = json.loads(request.body)
+        body = json_body(request)
         if body.get("type") == PING:
             return Parsed([], JsonResponse({"type": PONG}))
         if body.get("type") != APPLICATION_COMMAND or (body.get("data") or {}).get("name") != "ask":

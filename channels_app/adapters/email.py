@@ -14,16 +14,15 @@ From address's domain), `dkim_or_spf`, or `none` (never proven).
 """
 from __future__ import annotations
 
-import hmac
-import json
 from email.utils import parseaddr
 
 from django.core.mail import EmailMessage
 from django.http import HttpRequest
 
+from ..json_body import json_body
 from ..inbound import InboundMessage
 from ..models import ChannelBinding
-from .base import Adapter, Parsed, SendError, WebhookRejected, enabled_binding
+from .base import Adapter, Parsed, SendError, WebhookRejected, enabled_binding, same_secret
 
 SEP = "\x1f"  # between the recipient, the thread and the subject in a reply target
 
@@ -46,17 +45,17 @@ class EmailAdapter(Adapter):
         if not secret:
             raise WebhookRejected(401, "missing X-Qorven-Email-Secret")
         try:
-            body = json.loads(request.body)
+            body = json_body(request)
             to = parseaddr(str(body.get("to", "")))[1].lower()
         except (ValueError, AttributeError):
             raise WebhookRejected(400, "body is not inbound-parse JSON") from None
         binding = enabled_binding(self.kind, to)
-        if not hmac.compare_digest(str(binding.credentials.get("secret", "")), secret):
+        if not same_secret(str(binding.credentials.get("secret", "")), secret):
             raise WebhookRejected(401, "bad X-Qorven-Email-Secret")
         return binding
 
     def parse(self, request: HttpRequest, binding: ChannelBinding) -> Parsed:
-        body = json.loads(request.body)
+        body = json_body(request)
         name, sender = parseaddr(str(body.get("from", "")))
         message_id = str(body.get("message_id") or body.get("message-id") or "").strip()
         text = str(body.get("text") or "").strip()

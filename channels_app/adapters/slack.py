@@ -9,16 +9,15 @@ Credentials: `app_id`, `bot_token`, `signing_secret`, `bot_user_id`.
 """
 from __future__ import annotations
 
-import hmac
-import json
 import time
 
 from django.conf import settings
 from django.http import HttpRequest, JsonResponse
 
+from ..json_body import json_body
 from ..inbound import InboundMessage
 from ..models import ChannelBinding
-from .base import Adapter, Parsed, SendError, WebhookRejected, hmac_hex
+from .base import Adapter, Parsed, SendError, WebhookRejected, hmac_hex, same_secret
 
 MAX_SKEW = 5 * 60
 
@@ -48,7 +47,7 @@ class SlackAdapter(Adapter):
         except ValueError:
             raise WebhookRejected(401, "bad X-Slack-Request-Timestamp") from None
         try:
-            app_id = str(json.loads(request.body).get("api_app_id") or "")
+            app_id = str(json_body(request).get("api_app_id") or "")
         except (ValueError, AttributeError):
             raise WebhookRejected(400, "body is not Slack JSON") from None
         candidates = ChannelBinding.objects.select_related("tenant", "qor").filter(kind=self.kind, enabled=True)
@@ -57,12 +56,12 @@ class SlackAdapter(Adapter):
         base = b"v0:" + stamp.encode() + b":" + request.body
         for binding in candidates:  # url_verification carries no app id: the signature decides
             expected = "v0=" + hmac_hex(str(binding.credentials.get("signing_secret", "")), base)
-            if hmac.compare_digest(expected, signature):
+            if same_secret(expected, signature):
                 return binding
         raise WebhookRejected(401, "bad Slack signature")
 
     def parse(self, request: HttpRequest, binding: ChannelBinding) -> Parsed:
-        body = json.loads(request.body)
+        body = json_body(request)
         if body.get("type") == "url_verification":
             return Parsed([], JsonResponse({"challenge": body.get("challenge", "")}))
         event = body.get("event") or {}

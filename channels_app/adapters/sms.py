@@ -14,7 +14,7 @@ from django.http import HttpRequest
 
 from ..inbound import InboundMessage
 from ..models import ChannelBinding
-from .base import Adapter, Parsed, SendError, WebhookRejected, enabled_binding
+from .base import Adapter, Parsed, SendError, WebhookRejected, enabled_binding, same_secret
 
 
 def twilio_signature(auth_token: str, url: str, params: dict[str, str]) -> str:
@@ -43,7 +43,7 @@ class SmsAdapter(Adapter):
         url = settings.QORVEN_PUBLIC_URL.rstrip("/") + request.get_full_path()
         params = {k: request.POST.get(k, "") for k in request.POST}
         expected = twilio_signature(str(binding.credentials.get("auth_token", "")), url, params)
-        if not hmac.compare_digest(expected, signature):
+        if not same_secret(expected, signature):
             raise WebhookRejected(401, "bad X-Twilio-Signature")
         return binding
 

@@ -7,7 +7,6 @@ binding (stored as its SHA-256). Credentials: `token` (the bot token), `username
 from __future__ import annotations
 
 import base64
-import json
 import logging
 from typing import Any
 
@@ -16,6 +15,7 @@ from django.conf import settings
 from django.http import HttpRequest
 from pydantic import BaseModel, ValidationError
 
+from ..json_body import json_body
 from ..inbound import InboundImage, InboundMedia, InboundMessage
 from ..models import ChannelBinding
 from .base import Adapter, Parsed, SendError, WebhookRejected, enabled_binding, secret_digest
@@ -87,7 +87,7 @@ class TelegramAdapter(Adapter):
 
     def parse(self, request: HttpRequest, binding: ChannelBinding) -> Parsed:
         try:
-            update = json.loads(request.body)
+            update = json_body(request)
             raw = update.get("message") if isinstance(update, dict) else None
             if not isinstance(raw, dict):
                 return Parsed([])  # edits, callbacks, member updates: acknowledged, ignored

@@ -7,17 +7,16 @@ The binding is named by `metadata.phone_number_id`. Credentials: `token`, `app_s
 """
 from __future__ import annotations
 
-import hmac
-import json
 import logging
 from typing import Any
 
 from django.conf import settings
 from django.http import HttpRequest, HttpResponse
 
+from ..json_body import json_body
 from ..inbound import InboundMessage
 from ..models import ChannelBinding
-from .base import Adapter, Parsed, SendError, WebhookRejected, enabled_binding, hmac_hex
+from .base import Adapter, Parsed, SendError, WebhookRejected, enabled_binding, hmac_hex, same_secret
 
 logger = logging.getLogger(__name__)
 
@@ -51,7 +50,7 @@ class WhatsAppAdapter(Adapter):
             return HttpResponse("bad verification request", status=400)
         for binding in ChannelBinding.objects.filter(kind=self.kind, enabled=True):
             expected = str(binding.credentials.get("verify_token", ""))
-            if expected and hmac.compare_digest(expected, token):
+            if expected and same_secret(expected, token):
                 return HttpResponse(request.GET.get("hub.challenge", ""), content_type="text/plain")
         return HttpResponse("verify token mismatch", status=403)
 
@@ -60,7 +59,7 @@ class WhatsAppAdapter(Adapter):
         if not signature.startswith("sha256="):
             raise WebhookRejected(401, "missing X-Hub-Signature-256")
         try:
-            body = json.loads(request.body)
+            body = json_body(request)
             phone_ids = {str((v.get("metadata") or {}).get("phone_number_id", "")) for v in _changes(body)}
         except (ValueError, AttributeError):
             raise WebhookRejected(400, "body is not WhatsApp JSON") from None
@@ -69,12 +68,12 @@ class WhatsAppAdapter(Adapter):
             raise WebhookRejected(403, "no single phone_number_id in the notification")
         binding = enabled_binding(self.kind, phone_ids.pop())
         expected = "sha256=" + hmac_hex(str(binding.credentials.get("app_secret", "")), request.body)
-        if not hmac.compare_digest(expected, signature):
+        if not same_secret(expected, signature):
             raise WebhookRejected(401, "bad X-Hub-Signature-256")
         return binding
 
     def parse(self, request: HttpRequest, binding: ChannelBinding) -> Parsed:
-        body = json.loads(request.body)
+        body = json_body(request)
         messages: list[InboundMessage] = []
         for value in _changes(body):
             names = {c.get("wa_id"): (c.get("profile") or {}).get("name", "") for c in value.get("contacts") or []}

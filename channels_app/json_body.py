@@ -1,0 +1,82 @@
+"""The one way a JSON request body is read: webhooks, the API, the chat page, the webchat.
+
+Checked before anything else happens with it: at most QORVEN_MAX_BODY bytes (413), strict
+UTF-8, valid JSON, nested at most MAX_DEPTH deep, and no lone surrogate in any string
+(`"\\ud800"` parses in Python but no database or platform takes it) — each a 400. The
+parsed body is kept on the request, so an adapter that looks at it twice parses it once.
+"""
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+from django.conf import settings
+from django.core.exceptions import RequestDataTooBig
+from django.http import HttpRequest
+
+MAX_DEPTH = 64
+QUERY_INT_MAX = 2**53 - 1  # the largest integer a query parameter may hold (seqs, ids)
+_SURROGATE = re.compile("[\ud800-\udfff]")
+_CACHE = "_qorven_json_body"
+
+
+class BodyRefused(Exception):
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+def json_body(request: HttpRequest) -> Any:
+    """The request's body as JSON, or BodyRefused (413 or 400) saying what is wrong."""
+    if hasattr(request, _CACHE):
+        return getattr(request, _CACHE)
+    limit = settings.QORVEN_MAX_BODY
+    try:
+        declared = int(request.META.get("CONTENT_LENGTH") or 0)
+    except ValueError:
+        declared = 0
+    if declared > limit:
+        raise BodyRefused(413, f"the body is larger than {limit} bytes")
+    try:
+        raw = request.body
+    except RequestDataTooBig:
+        raise BodyRefused(413, f"the body is larger than {limit} bytes") from None
+    if len(raw) > limit:
+        raise BodyRefused(413, f"the body is larger than {limit} bytes")
+    body = json_parse(raw)
+    setattr(request, _CACHE, body)
+    return body
+
+
+def json_parse(raw: bytes | str) -> Any:
+    """Parse and check one JSON document (also for WebSocket frames)."""
+    try:
+        text = raw.decode("utf-8") if isinstance(raw, bytes) else raw
+        body = json.loads(text) if text.strip() else None
+    except UnicodeDecodeError:
+        raise BodyRefused(400, "the body is not UTF-8") from None
+    except RecursionError:
+        raise BodyRefused(400, f"the body is nested deeper than {MAX_DEPTH} levels") from None
+    except ValueError as exc:
+        raise BodyRefused(400, f"the body is not valid JSON ({exc.__class__.__name__})") from None
+    _check(body)
+    return body
+
+
+def _check(body: Any) -> None:
+    """Depth and strings, without recursion."""
+    stack: list[tuple[Any, int]] = [(body, 1)]
+    while stack:
+        value, depth = stack.pop()
+        if isinstance(value, str):
+            if _SURROGATE.search(value):
+                raise BodyRefused(400, "the body holds a lone surrogate (not a character)")
+        elif isinstance(value, dict | list):
+            if depth > MAX_DEPTH:
+                raise BodyRefused(400, f"the body is nested deeper than {MAX_DEPTH} levels")
+            items = value.items() if isinstance(value, dict) else enumerate(value)
+            for key, item in items:
+                if isinstance(key, str):
+                    stack.append((key, depth))
+                stack.append((item, depth + 1))
