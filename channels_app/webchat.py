@@ -151,7 +151,9 @@ def _signed(binding: ChannelBinding, token: str) -> Visitor:
 
 def _anonymous(binding: ChannelBinding, token: str) -> Visitor:
     try:
-        data = signing.loads(token[len(ANON_PREFIX):], salt=_ANON_SALT)
+        data = signing.loads(token[len(ANON_PREFIX):], salt=_ANON_SALT, max_age=settings.QORVEN_WEBCHAT_VISITOR_TTL)
+    except signing.SignatureExpired:
+        raise WebchatRefused(403, "the visitor token has expired; start a new chat") from None
     except signing.BadSignature:
         raise WebchatRefused(403, "bad visitor token signature") from None
     if not isinstance(data, dict) or data.get("b") != binding.pk:
@@ -163,7 +165,8 @@ def _anonymous(binding: ChannelBinding, token: str) -> Visitor:
     )
     if identity is None or identity.approval == Identity.Approval.DENIED:
         raise WebchatRefused(403, "unknown visitor")
-    return Visitor(ChatOwner(binding.tenant, binding.qor, identity.user, Trust.PUBLIC), token, anonymous=True)
+    renewed = ANON_PREFIX + signing.dumps({"b": binding.pk, "v": data.get("v", "")}, salt=_ANON_SALT)
+    return Visitor(ChatOwner(binding.tenant, binding.qor, identity.user, Trust.PUBLIC), renewed, anonymous=True)
 
 
 @transaction.atomic

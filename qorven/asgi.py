@@ -31,11 +31,57 @@ class StaticFiles(ASGIStaticFilesHandler):
             raise Http404("no such file") from None
 
 
+class SameOriginSockets:
+    """A WebSocket opens only from a page of this server: the Origin header must match
+    scheme, host and port of the address the socket was opened at (https as well behind a
+    proxy that terminates TLS), of QORVEN_PUBLIC_URL, or of DJANGO_CSRF_TRUSTED_ORIGINS.
+    A page on another port of the same host is another origin."""
+
+    DEFAULT_PORTS = {"http": 80, "https": 443}
+
+    def __init__(self, app) -> None:
+        self.app = app
+
+    @classmethod
+    def _normal(cls, url: str) -> tuple[str, str, int] | None:
+        from urllib.parse import urlsplit
+
+        try:
+            parts = urlsplit(url.strip().lower())
+            port = parts.port
+        except ValueError:
+            return None
+        if parts.scheme not in cls.DEFAULT_PORTS or not parts.hostname:
+            return None
+        return parts.scheme, parts.hostname, port or cls.DEFAULT_PORTS[parts.scheme]
+
+    def _allowed(self, scope) -> set[tuple[str, str, int]]:
+        headers = dict(scope.get("headers") or [])
+        host = headers.get(b"host", b"").decode("latin-1")
+        schemes = ["https"] if scope.get("scheme") in ("wss", "https") else ["http"]
+        if settings.SECURE_PROXY_SSL_HEADER or settings.HTTPS:
+            schemes.append("https")
+        urls = [f"{scheme}://{host}" for scheme in schemes if host]
+        urls += [settings.QORVEN_PUBLIC_URL, *settings.CSRF_TRUSTED_ORIGINS]
+        return {n for n in map(self._normal, urls) if n is not None}
+
+    async def __call__(self, scope, receive, send):
+        from channels.security.websocket import WebsocketDenier
+
+        origin = dict(scope.get("headers") or []).get(b"origin", b"").decode("latin-1")
+        normal = self._normal(origin) if origin else None
+        if normal is None or normal not in self._allowed(scope):
+            return await WebsocketDenier()(scope, receive, send)
+        return await self.app(scope, receive, send)
+
+
 http_app = StaticFiles(django_asgi_app) if settings.QORVEN_SERVE_STATIC else django_asgi_app
 
 application = ProtocolTypeRouter(
     {
         "http": http_app,
-        "websocket": AllowedHostsOriginValidator(AuthMiddlewareStack(URLRouter(websocket_urlpatterns))),
+        "websocket": AllowedHostsOriginValidator(
+            SameOriginSockets(AuthMiddlewareStack(URLRouter(websocket_urlpatterns)))
+        ),
     }
 )

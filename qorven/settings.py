@@ -212,6 +212,9 @@ QORVEN_LEGACY_SESSIONS = env.bool("QORVEN_LEGACY_SESSIONS", default=False)
 QORVEN_API_PAGE_MAX = env.int("QORVEN_API_PAGE_MAX", default=500)
 # The furthest ahead a webchat visitor token may expire, in seconds (channels_app/webchat.py).
 QORVEN_WEBCHAT_MAX_TTL = env.int("QORVEN_WEBCHAT_MAX_TTL", default=7 * 86400)
+# An anonymous webchat visitor's token lasts this long after its last use (each message
+# renews it); then the visitor starts a new chat.
+QORVEN_WEBCHAT_VISITOR_TTL = env.int("QORVEN_WEBCHAT_VISITOR_TTL", default=30 * 24 * 3600)
 # Webchat limits (django-ratelimit rates, "N/s|m|h|d"; counted in the cache): new anonymous
 # visitors per client address and webchat, and messages per visitor and webchat.
 QORVEN_WEBCHAT_NEW_VISITOR_RATE = env.str("QORVEN_WEBCHAT_NEW_VISITOR_RATE", default="10/h")

@@ -8,6 +8,8 @@ Credentials: `application_id`, `public_key`, `bot_token`.
 """
 from __future__ import annotations
 
+import time
+
 from typing import Any
 
 from cryptography.exceptions import InvalidSignature
@@ -24,6 +26,8 @@ PING, APPLICATION_COMMAND = 1, 2
 PONG, DEFERRED_CHANNEL_MESSAGE = 1, 5
 FOLLOWUP = "followup:"
 
+
+STAMP_WINDOW = 300  # seconds a signed interaction stays acceptable, as Slack's
 
 class DiscordAdapter(Adapter):
     kind = "discord"
@@ -54,6 +58,12 @@ class DiscordAdapter(Adapter):
             key.verify(bytes.fromhex(signature), stamp.encode() + request.body)
         except (ValueError, InvalidSignature):
             raise WebhookRejected(401, "bad Discord signature") from None
+        try:
+            age = abs(time.time() - int(stamp))
+        except ValueError:
+            raise WebhookRejected(401, "bad Discord signature timestamp") from None
+        if age > STAMP_WINDOW:  # a signed request replayed later
+            raise WebhookRejected(401, "Discord signature timestamp outside the 5-minute window")
         return binding
 
     def parse(self, request: HttpRequest, binding: ChannelBinding) -> Parsed:

@@ -300,3 +300,22 @@ def test_the_in_memory_layer_wakes_a_receiver_on_another_event_loop():
     thread.join(10)
     assert len(received) == 20
     assert max(received) < 0.5
+
+
+@pytest.mark.parametrize("origin, opens", [
+    ("http://testserver", True),
+    ("http://testserver:8001", False),  # another port of the same host is another site
+    ("https://testserver", False),  # no TLS here, and no proxy said so
+    ("http://testserver.evil.example", False),
+    ("null", False),
+])
+def test_a_socket_opens_only_from_this_servers_own_origin(world, origin, opens):
+    cookie = session_cookie(world.alice)
+
+    async def attempt():
+        comm = communicator(ALICE_CHAT, cookie=cookie, origin=origin)
+        connected, _ = await comm.connect()
+        await comm.disconnect()
+        return connected
+
+    assert async_to_sync(attempt)() is opens

@@ -236,3 +236,18 @@ def test_sms_is_verified_and_answered_through_the_messages_api(client, world, sm
     assert sent.form == {"To": "+15557654321", "From": "+15550001111", "Body": "Text back"}
     session = Session.objects.get()
     assert (session.kind, session.external_thread_id) == ("sms", "+15557654321")
+
+
+@pytest.mark.parametrize("age", [301, -301, 365 * 86400])
+def test_a_correctly_signed_discord_interaction_outside_five_minutes_is_refused(client, world, discord, discord_key,
+                                                                              age):
+    body = {"id": "5", "application_id": "9001", "type": 2, "token": "t", "version": 1,
+            "data": {"id": "77", "name": "ask", "type": 1, "options": [{"name": "question", "type": 3, "value": "hi"}]},
+            "user": {"id": "555", "username": "priya"}}
+    raw = json.dumps(body).encode()
+    stamp = str(int(time.time()) - age)
+    response = client.post("/v1/webhooks/discord", data=raw, content_type="application/json",
+                           HTTP_X_SIGNATURE_ED25519=discord_key.sign(stamp.encode() + raw).hex(),
+                           HTTP_X_SIGNATURE_TIMESTAMP=stamp)
+    assert response.status_code == 401 and "window" in response.json()["error"]
+    assert not InboundEvent.objects.exists()

@@ -78,7 +78,7 @@ def test_an_unsigned_visitor_gets_an_anonymous_chat_of_their_own(client, world, 
     visitor = first.json()["visitor"]
     assert visitor.startswith("anon.")
     again = send(client, "me again", visitor)
-    assert again.status_code == 201 and again.json()["visitor"] == visitor
+    assert again.status_code == 201 and again.json()["visitor"].startswith("anon.")  # renewed on use
     other = send(client, "a different browser")
     drain()
     mine = Message.objects.get(content="hi, who are you?").session
@@ -172,3 +172,25 @@ def test_bind_webchat_prints_the_embed_and_a_generated_secret_once(world):
                  "--secret", "chosen-secret", stdout=out)
     assert "chosen-secret" not in out.getvalue()
     assert ChannelBinding.objects.get(kind="webchat").credentials["secret"] == "chosen-secret"
+
+
+def test_an_anonymous_token_expires_unless_used_and_each_use_renews_it(client, world, webchat, settings, drain):
+    from django.core import signing
+
+    salt = "qorven.webchat.anonymous-visitor"
+
+    class TwoMinutesAgo(signing.TimestampSigner):
+        def timestamp(self):
+            return signing.b62_encode(int(time.time()) - 120)
+
+    settings.QORVEN_WEBCHAT_VISITOR_TTL = 60
+    visitor = send(client, "first visit").json()["visitor"]
+    data = signing.loads(visitor[len("anon."):], salt=salt)
+    stale = "anon." + TwoMinutesAgo(salt=salt).sign_object(data)  # the same visitor, last seen 2 minutes ago
+    refused = send(client, "back after a while", stale)
+    assert refused.status_code == 403 and "expired" in refused.json()["error"]
+    assert not Message.objects.filter(content="back after a while").exists()
+    renewed = send(client, "still here", visitor).json()["visitor"]
+    assert signing.loads(renewed[len("anon."):], salt=salt) == data  # the same visitor, a fresh stamp
+    assert send(client, "and again", renewed).status_code == 201
+    drain()

@@ -522,7 +522,10 @@
       .then(function (r) { return r.json().then(function (data) { return { ok: r.ok, data: data }; }); })
       .then(function (res) {
         pending.remove();
-        if (!res.ok) throw new Error(res.data.error || "could not send");
+        if (!res.ok) {
+          if (self.config.onRefused) self.config.onRefused(res.data);
+          throw new Error(res.data.error || "could not send");
+        }
         if (self.config.onSent) self.config.onSent(res.data);
         if (res.data.session_id !== self.sessionId) {
           // The first message of a new chat: the socket follows the new session.

@@ -30,6 +30,12 @@
       try { localStorage.setItem(storeKey, data.visitor); } catch (e) {}
     }
   };
+  config.onRefused = function (data) {
+    // An anonymous token unused for too long: forget it, the next message starts anew.
+    if (!signed && /expired/.test(data.error || "")) {
+      try { localStorage.removeItem(storeKey); } catch (e) {}
+    }
+  };
   var chat = new QorvenChat(document.getElementById("chat"), config);
   chat.start();
   window.addEventListener("message", function (e) {
