@@ -247,7 +247,8 @@ def _prompt(
         surface_note=f"The current message came from the {pending.channel} surface; answer for that surface.",
     )
     return prompt_build(
-        session=session, parts=parts, tools=offered, current=pending, num_ctx=route.num_ctx, reserve=reserve
+        session=session, parts=parts, tools=offered, current=pending, num_ctx=route.num_ctx, reserve=reserve,
+        trust=trust,
     )
 
 

@@ -70,7 +70,7 @@ def test_history_from_other_surfaces_is_prefixed_with_channel_and_sender(client,
     drain()
     history = model_server.requests[1]["messages"][1:]
     assert history == [
-        {"role": "user", "content": "[telegram] Priya: hello"},
+        {"role": "user", "content": "[telegram · lower trust] Priya: hello"},  # paired, read in an owner turn
         {"role": "assistant", "content": "Hi Priya"},
         {"role": "user", "content": "[web] Alice: did I say hello?"},
     ]
