@@ -55,7 +55,14 @@ class Heartbeat(TimestampedModel):
 
     class Meta:
         ordering = ["tenant", "qor", "name"]
-        constraints = [models.UniqueConstraint(fields=["tenant", "qor", "name"], name="heartbeat_unique_name")]
+        constraints = [
+            # A user's beats are named in their own space, so a name tells nobody that
+            # another user has a beat by it; config-owned beats share one space per Qor.
+            models.UniqueConstraint(fields=["tenant", "qor", "owner", "name"], condition=models.Q(owner__isnull=False),
+                                    name="heartbeat_unique_name_per_owner"),
+            models.UniqueConstraint(fields=["tenant", "qor", "name"], condition=models.Q(owner__isnull=True),
+                                    name="heartbeat_unique_config_name"),
+        ]
 
     def __str__(self) -> str:
         return self.name

@@ -43,8 +43,13 @@ def heartbeat_for_user(*, tenant: Tenant, qor: Qor, user: AbstractBaseUser, name
     return beat
 
 
-def heartbeat_name_taken(*, tenant: Tenant, qor: Qor, name: str, exclude_id: int | None = None) -> bool:
-    qs = Heartbeat.objects.filter(tenant=tenant, qor=qor, name=name)
+def heartbeat_name_taken(
+    *, tenant: Tenant, qor: Qor, name: str, owner: AbstractBaseUser | None = None, exclude_id: int | None = None
+) -> bool:
+    """Whether `name` is taken where a beat of `owner` would live: among the beats they
+    see (never another user's), or, for a config-owned beat, anywhere on the Qor."""
+    qs = (heartbeats_visible(tenant=tenant, qor=qor, user=owner) if owner is not None
+          else Heartbeat.objects.filter(tenant=tenant, qor=qor)).filter(name=name)
     if exclude_id is not None:
         qs = qs.exclude(pk=exclude_id)
     return qs.exists()

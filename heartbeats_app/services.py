@@ -83,8 +83,8 @@ def heartbeat_check(
     for field, user in (("owner", owner), ("deliver_to", deliver_to)):
         if user is not None and not Membership.objects.filter(tenant=tenant, user=user).exists():
             raise HeartbeatInvalid(field, f"{user} is not a member of {tenant.slug}")
-    if heartbeat_name_taken(tenant=tenant, qor=qor, name=name, exclude_id=exclude_id):
-        raise HeartbeatInvalid("name", f"a beat named {name!r} already exists for this Qor; pick another name")
+    if heartbeat_name_taken(tenant=tenant, qor=qor, name=name, owner=owner, exclude_id=exclude_id):
+        raise HeartbeatInvalid("name", f"you already have a beat named {name!r}; pick another name")
     return parsed.expression
 
 

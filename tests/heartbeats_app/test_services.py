@@ -109,8 +109,17 @@ def test_a_delivery_target_must_be_a_member_and_the_qor_of_the_tenant(world):
 def test_names_are_unique_per_qor_but_not_across_tenants(world):
     beat(world.qor_a, name="daily")
     beat(world.qor_b, name="daily")
-    with pytest.raises(HeartbeatInvalid, match="already exists"):
+    with pytest.raises(HeartbeatInvalid, match="already have a beat"):
         beat(world.qor_a, name="daily")
+
+
+def test_a_users_beat_names_say_nothing_about_other_users_beats(world):
+    """Bob may name a beat as Alice did: the refusal would tell him hers exists."""
+    mine = beat(world.qor_a, name="pills", owner=world.alice, deliver_to=world.alice, deliver_channel="telegram")
+    his = beat(world.qor_a, name="pills", owner=world.bob, deliver_to=world.bob, deliver_channel="telegram")
+    assert (mine.name, his.name) == ("pills", "pills") and mine.pk != his.pk
+    with pytest.raises(HeartbeatInvalid, match="already have a beat"):
+        beat(world.qor_a, name="pills", owner=world.bob, deliver_to=world.bob, deliver_channel="telegram")
 
 
 def test_managed_beats_change_only_through_the_sync(world):
