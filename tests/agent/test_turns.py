@@ -244,15 +244,16 @@ def test_with_no_model_configured_the_offline_provider_answers_with_a_notice(cli
     assert final.metadata["notice"] == "offline"
 
 
-def test_running_the_turn_task_twice_gives_one_reply(world, model_server, drain):
+def test_running_the_turn_task_three_times_at_once_gives_one_reply(world, model_server, drain):
+    """Three turn tasks for one waiting message run side by side on the worker's pool
+    while the model is slow: one answers, the others find the session held."""
     from qorven.agent.gateway import inbound_accept
     from qorven.agent.tasks import agent_turn
     from sessions_app.services import session_resolve
 
     session = session_resolve(tenant=world.tenant_a, qor=world.qor_a, channel="web", user=world.alice)
-    model_server.add(reply("Only once."))
+    model_server.add(reply("Only once.", delay=1.0))
     inbound_accept(session=session, content="hi", channel="web", sender_name="Alice", trust="owner")
-    drain()
     agent_turn.delay(world.tenant_a.pk, session.pk)
     agent_turn.delay(world.tenant_a.pk, session.pk)
     drain()
