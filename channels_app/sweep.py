@@ -10,8 +10,9 @@ schedule, `__qorven_sweep__`) and whenever a worker starts:
 - sessions with a message still waiting for its answer and nobody holding the session
   (its lease ran out: QORVEN_TURN_LEASE) get their turn queued;
 - inbound events still pending, or claimed by a task that died, are processed;
-- deliveries left pending are sent; a part whose sender died mid-send is failed (it may
-  have reached the platform, and a reply is never sent twice) and shown as such.
+- deliveries left pending are sent, the oldest of each binding (its send wakes the next);
+  a part whose sender died mid-send is failed (it may have reached the platform, and a
+  reply is never sent twice) and shown as such.
 
 Queuing twice is harmless: every task is safe to run twice.
 """
@@ -22,7 +23,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 
 from django.conf import settings
-from django.db.models import Q
+from django.db.models import Min, Q
 from django.utils import timezone
 
 from sessions_app.models import Message, Session
@@ -83,10 +84,14 @@ def sweep() -> SweepReport:
         updated_at__lt=now - timedelta(seconds=2 * settings.QORVEN_PLATFORM_TIMEOUT + 30),
     )
     report.interrupted_sends = deliveries_interrupted_fail(rows=list(interrupted[:BATCH]))
-    left = (
+    # One reply per binding: its send wakes the next one waiting for that binding
+    # (channels_app.send_gate), so a hung platform's queue is not re-sent in full every sweep.
+    oldest = (
         OutboundDelivery.objects.filter(state=OutboundDelivery.State.PENDING, updated_at__lt=now - DELIVERY_GRACE)
-        .values_list("tenant_id", "message_id").distinct()[:BATCH]
+        .filter(Q(not_before__isnull=True) | Q(not_before__lte=now))
+        .values("binding_id").annotate(first=Min("pk")).values_list("first", flat=True)[:BATCH]
     )
+    left = OutboundDelivery.objects.filter(pk__in=list(oldest)).values_list("tenant_id", "message_id")
     for tenant_id, message_id in left:
         deliver_message_task.delay(tenant_id, message_id)
         report.deliveries += 1

@@ -95,3 +95,19 @@ def test_a_reply_never_sent_is_sent_and_one_cut_off_mid_send_is_failed_not_sent_
     states = dict(OutboundDelivery.objects.values_list("text", "state"))
     assert states == {"never sent": "sent", "cut off": "failed"}
     assert "may or may not have been delivered" in OutboundDelivery.objects.get(text="cut off").last_error
+
+
+def test_replies_left_for_one_binding_are_swept_one_at_a_time_and_all_sent_in_order(world, telegram, platform, drain):
+    pair(world, "telegram", "42", world.alice)
+    session = session_resolve(tenant=world.tenant_a, qor=world.qor_a, channel="telegram", user=world.alice)
+    texts = [f"left {n}" for n in range(5)]
+    for text in texts:
+        message = message_append(session=session, role="assistant", content=text, channel="telegram",
+                                 notify=False).message
+        OutboundDelivery.objects.create(tenant=world.tenant_a, message=message, part=0, binding=telegram,
+                                        target="42", text=text)
+    OutboundDelivery.objects.update(updated_at=timezone.now() - LONG_AGO)
+    assert sweep().deliveries == 1  # the oldest; each send wakes the next
+    drain()
+    assert [s.json["text"] for s in platform.sent("sendMessage")] == texts
+    assert set(OutboundDelivery.objects.values_list("state", flat=True)) == {"sent"}
