@@ -33,8 +33,9 @@ Two layouts, each against real server processes started here:
   Skipped with a note when either is unreachable.
 
 Every case runs on freshly started processes (after a warm-up of two B messages and one A
-message), so what one case leaves behind (hung sends, leases) cannot slow the next; cases
-run in an order where the leftovers in the database cannot either (``stale_lease`` last).
+message), and what the previous case left in the database (leases of killed turns, A's
+unanswered messages and unsent replies) is closed first, so each case measures its own
+fault.
 Every case has a deadline (60 s, --quick 8 s): messages not sent by then are left out,
 and a reply not stored by then (or within 60 s) is a miss, counted at the time waited — so
 with misses a p99 is a lower bound. Goal (reported, not asserted): B's p99 with each fault
@@ -339,8 +340,17 @@ def helper_main() -> int:
         exec(HELPER_SETUP, scope)
         return scope["result"]
 
-    def leases_clear() -> Any:
-        return Session.objects.exclude(turn_owner="").update(turn_owner="", turn_lease_until=None)
+    def leftovers_clear() -> Any:
+        """What an earlier case's fault left (leases of killed turns, A's unanswered
+        messages, A's unsent replies) is closed, so each case measures its own fault."""
+        tenant = Tenant.objects.get(slug="tenant-a")
+        return {
+            "leases": Session.objects.exclude(turn_owner="").update(turn_owner="", turn_lease_until=None),
+            "messages": Message.objects.filter(tenant=tenant, answer_state=Message.Answer.PENDING)
+            .update(answer_state=Message.Answer.FAILED),
+            "deliveries": OutboundDelivery.objects.filter(tenant=tenant, state__in=["pending", "sending"])
+            .update(state="failed", last_error="closed by the benchmark between cases"),
+        }
 
     def stale_lease() -> Any:
         session = a_session()
@@ -359,7 +369,7 @@ def helper_main() -> int:
         lease = Session.objects.filter(tenant=tenant).exclude(turn_owner="").values_list("turn_owner", flat=True)
         return {"a_deliveries": deliveries, "a_messages": roles, "a_leases": list(lease)}
 
-    commands: dict[str, Callable[[], Any]] = {"setup": setup, "leases_clear": leases_clear,
+    commands: dict[str, Callable[[], Any]] = {"setup": setup, "leftovers_clear": leftovers_clear,
                                               "stale_lease": stale_lease, "stats": stats}
     for line in sys.stdin:
         if not line.strip():
@@ -550,7 +560,7 @@ def run_case(layout: Layout, helper: Helper, model: FakeModel, telegram: Hanging
              deadline_s: float) -> CaseResult:
     import httpx
 
-    helper("leases_clear")  # a turn killed with the last case's processes left its lease behind
+    helper("leftovers_clear")  # what the last case's fault and its killed processes left behind
     begun = time.monotonic()
     layout.start(case)
     up = time.monotonic()
