@@ -174,8 +174,16 @@ _FIELD_NAMES = [f.attname for f in Message._meta.concrete_fields]
 _SESSION_FIELD = Message._meta.get_field("session")
 
 
+def external_message_query(tenant_id: int, scope: str, external_id: str):
+    """The dedupe lookup, shaped for the partial unique index: it restates the index's
+    condition (external_id not empty) and asks for no order, so both databases search the
+    index instead of scanning the table (tests/sessions_app/test_dedupe_index.py)."""
+    return (Message.objects.filter(tenant_id=tenant_id, external_scope=scope, external_id=external_id)
+            .exclude(external_id="").order_by()[:1])
+
+
 def _find_external(tenant_id: int, scope: str, external_id: str) -> Message | None:
-    return Message.objects.filter(tenant_id=tenant_id, external_scope=scope, external_id=external_id).first()
+    return next(iter(external_message_query(tenant_id, scope, external_id)), None)
 
 
 def turn_lease_acquire(*, session_id: int, owner: str, seconds: int) -> bool:
