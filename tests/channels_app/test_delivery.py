@@ -115,3 +115,15 @@ def test_a_retry_after_is_waited_out_once_without_holding_up_another_tenants_rep
     assert len(sends) == 2  # the 429, then once
     assert sends[1].at - refused_at >= 2.0
     assert OutboundDelivery.objects.get().state == "sent"
+
+
+def test_replies_reuse_one_platform_connection(client, world, telegram, platform, model_server, drain):
+    """No client (and no TLS context) is built per send: consecutive replies travel on the
+    same kept-alive connection."""
+    pair(world, "telegram", "42", world.alice)
+    model_server.default = reply("Hi.")
+    for n in range(3):
+        post_telegram(client, telegram_update(f"hello {n}", message_id=100 + n))
+        drain()
+    sends = platform.sent("sendMessage")
+    assert len(sends) == 3 and len({s.peer for s in sends}) == 1

@@ -20,6 +20,7 @@ class Recorded:
     headers: dict[str, str]
     body: bytes
     at: float = field(default_factory=time.monotonic)  # when it arrived
+    peer: tuple = ()  # the client's (address, port): one connection reused keeps its port
 
     @property
     def json(self) -> Any:
@@ -94,7 +95,8 @@ class PlatformServer:
             def _do(self) -> None:
                 length = int(self.headers.get("Content-Length") or 0)
                 body = self.rfile.read(length) if length else b""
-                canned = server._answer(Recorded(self.command, self.path, dict(self.headers), body))
+                canned = server._answer(Recorded(self.command, self.path, dict(self.headers), body,
+                                                 peer=tuple(self.client_address)))
                 if canned.delay:
                     time.sleep(canned.delay)
                 data = canned.raw if canned.raw is not None else json.dumps(canned.body).encode()
