@@ -25,7 +25,7 @@ from .access import surface_trust
 from .adapters import adapter_for
 from .inbound import InboundImage, InboundMessage
 from .models import ChannelBinding, Identity, InboundEvent
-from .pairing import identity_get_or_create, pairing_code_message, pairing_request_for
+from .pairing import identity_get_or_create, identity_unpair, pairing_code_message, pairing_request_for
 
 logger = logging.getLogger(__name__)
 
@@ -133,9 +133,8 @@ def _process(binding: ChannelBinding, message: InboundMessage, event: InboundEve
         Identity.objects.filter(pk=identity.pk).update(reply_target=message.reply_target)
     user = identity.user
     membership = membership_active(tenant=tenant, user=user)
-    if membership is None:
-        logger.info("%s sender %s is no longer a member of %s; not answered", binding.kind, identity.pk, tenant.slug)
-        return "not-a-member"
+    if membership is None:  # removed from the workspace: an unknown sender again
+        return _unknown_sender(binding, identity_unpair(identity=identity), message)
     trust = surface_trust(role=membership.role, channel=binding.kind, proven=message.sender_proven,
                           identity_cap=identity.trust_level)
     if message.channel in CHAT_FAMILY:

@@ -88,16 +88,20 @@ def test_an_sms_from_the_owners_number_is_paired_at_most(client, world, sms, pla
     assert stored_trust("hello") == "paired"
 
 
-def test_a_removed_member_is_no_longer_answered_on_a_paired_platform(client, world, telegram, platform,
-                                                                     model_server, drain):
-    pair(world, "telegram", "42", world.alice)
+def test_a_removed_member_is_no_longer_answered_on_a_paired_platform_and_goes_back_to_pairing(
+    client, world, telegram, platform, model_server, drain
+):
+    identity = pair(world, "telegram", "42", world.alice)
     Membership.objects.filter(tenant=world.tenant_a, user=world.alice).delete()
     model_server.default = reply("Hello.")
     assert post_telegram(client, telegram_update("still here?")).status_code == 200
     drain()
-    assert InboundEvent.objects.get().result == "not-a-member"  # stored, not answered
+    assert InboundEvent.objects.get().result == "pairing-code"  # stored, not answered
     assert not Message.objects.exists() and model_server.requests == []
-    assert platform.sent("sendMessage") == []
+    identity.refresh_from_db()
+    assert (identity.user, identity.approval) == (None, "pending")
+    (code_message,) = platform.sent("sendMessage")
+    assert PairingRequest.objects.get(identity=identity, state="pending").code in code_message.json["text"]
 
 
 def test_a_role_change_applies_to_the_next_platform_message(client, world, telegram, platform, model_server,
