@@ -185,9 +185,11 @@ def deliver_message(*, tenant_id: int, message_id: int, worker: str) -> int:
     Each part is claimed (pending → sending) before it is sent, so two tasks for one
     message (a retry and the sweeper's) never send a part twice; a part whose sender died
     mid-send is failed by the sweeper rather than sent again."""
-    rows = list(OutboundDelivery.objects.filter(tenant_id=tenant_id, message_id=message_id)
-                .select_related("binding").order_by("part"))
-    waiting = [row for row in rows if row.state in (OutboundDelivery.State.PENDING, OutboundDelivery.State.SENDING)]
+    waiting = list(
+        OutboundDelivery.objects.filter(tenant_id=tenant_id, message_id=message_id,
+                                        state__in=[OutboundDelivery.State.PENDING, OutboundDelivery.State.SENDING])
+        .select_related("binding").order_by("part")
+    )
     if not waiting or waiting[0].state == OutboundDelivery.State.SENDING:
         return 0  # nothing to send, or another task is on it (the parts after it wait there)
     first = waiting[0]
@@ -202,21 +204,21 @@ def deliver_message(*, tenant_id: int, message_id: int, worker: str) -> int:
         return 0
     finally:
         if holding:
-            _wake_next(binding_id=first.binding_id, after=message_id)
+            _wake_next(tenant_id=tenant_id, binding_id=first.binding_id, after=message_id)
 
 
-def _wake_next(*, binding_id: int, after: int) -> None:
+def _wake_next(*, tenant_id: int, binding_id: int, after: int) -> None:
     """The binding's gate is open again: queue the oldest reply waiting for it."""
     from .tasks import deliver_message_task
 
     now = timezone.now()
-    row = (
-        OutboundDelivery.objects.filter(binding_id=binding_id, state=OutboundDelivery.State.PENDING)
+    message_id = (
+        OutboundDelivery.objects.filter(tenant_id=tenant_id, binding_id=binding_id, state=OutboundDelivery.State.PENDING)
         .filter(Q(not_before__isnull=True) | Q(not_before__lte=now))
-        .exclude(message_id=after).order_by("id").values("tenant_id", "message_id").first()
+        .exclude(message_id=after).order_by("id").values_list("message_id", flat=True).first()
     )
-    if row is not None:
-        deliver_message_task.delay(row["tenant_id"], row["message_id"])
+    if message_id is not None:
+        deliver_message_task.delay(tenant_id, message_id)
 
 
 def _send_parts(rows: list[OutboundDelivery]) -> int:

@@ -33,7 +33,9 @@ CSRF_TRUSTED_ORIGINS = env.list("DJANGO_CSRF_TRUSTED_ORIGINS", default=[])
 # HTTPS hardening: on when the public URL is https (a production install), each part
 # overridable. Behind a proxy that terminates TLS, name the header it sets
 # (DJANGO_SECURE_PROXY_SSL_HEADER=HTTP_X_FORWARDED_PROTO) or every request redirects.
-HTTPS = env.bool("QORVEN_HTTPS", default=env.str("QORVEN_PUBLIC_URL", default="").startswith("https://"))
+# The URL platforms and browsers reach this server at (Twilio signs it; WebSocket origins).
+QORVEN_PUBLIC_URL = env.str("QORVEN_PUBLIC_URL", default="http://127.0.0.1:8000")
+HTTPS = env.bool("QORVEN_HTTPS", default=QORVEN_PUBLIC_URL.startswith("https://"))
 SECURE_SSL_REDIRECT = env.bool("DJANGO_SECURE_SSL_REDIRECT", default=HTTPS)
 SECURE_HSTS_SECONDS = env.int("DJANGO_SECURE_HSTS_SECONDS", default=31_536_000 if HTTPS else 0)
 SECURE_HSTS_INCLUDE_SUBDOMAINS = env.bool("DJANGO_SECURE_HSTS_INCLUDE_SUBDOMAINS", default=HTTPS)
@@ -282,7 +284,6 @@ QORVEN_SEND_BACKOFF = env.float("QORVEN_SEND_BACKOFF", default=1.0)
 # stay free for turns and heartbeats while a platform hangs.
 QORVEN_SEND_SLOTS = env.int("QORVEN_SEND_SLOTS", default=max(QORVEN_WORKER_CONCURRENCY // 2, 1))
 QORVEN_PAIRING_TTL = env.int("QORVEN_PAIRING_TTL", default=3600)
-QORVEN_PUBLIC_URL = env.str("QORVEN_PUBLIC_URL", default="http://127.0.0.1:8000")
 
 # Outbound mail (email channel replies). e.g. smtp+tls://user:pass@smtp.example.com:587
 vars().update(env.email_url("EMAIL_URL", default="consolemail://"))
