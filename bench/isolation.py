@@ -7,20 +7,29 @@ Two tenants, each with a Qor and an owner; B writes to its Qor through the JSON 
 (``POST /v1/qors/<qor>/messages``, bearer token), one message at a time, each waiting for
 its reply. Measured per message: from B's message being accepted (the stored message's
 ``created_at`` in the POST's answer) to B's assistant reply being stored (its
-``created_at``, read back by polling ``GET /v1/qors/<qor>/messages``). Cases (in all but ``quiet``, A
-writes just before each of B's messages):
+``created_at``, read back by polling ``GET /v1/qors/<qor>/messages``).
+
+In every case but ``quiet`` and ``a_overlaps``, A writes once before each of B's messages
+and B writes when A's message has reached its fault (in the control: its reply), so what
+B measures is what A's fault does to B, while the fault keeps piling up:
 
 - ``quiet``: A is idle (the base of the ratios);
-- ``a_writes``: A writes on the API and nothing is wrong — a control, not a goal: what
-  A's ordinary load costs B on this machine, to read the fault cases against;
+- ``a_writes``: A writes on the API and nothing is wrong; B writes once A's reply is
+  stored — the control: A's same traffic with no fault;
 - ``platform_hangs``: A's Qor has a Telegram binding whose API (``TELEGRAM_API_BASE``)
   is a local server that accepts connections and never answers; A's paired user writes on
-  Telegram (webhook), so A's replies are stuck sending;
+  Telegram (webhook) and B writes once A's reply is stored, so A's replies pile up stuck
+  sending;
 - ``stale_lease``: A's active canonical session holds a turn lease of a foreign owner,
-  40 s from expiry, as a turn that died with its server leaves it; A writes on the API;
+  40 s from expiry, as a turn that died with its server leaves it; A writes on the API and
+  B writes once A's message is stored (its turn cannot start);
 - ``slow_model``: the model server (a fake OpenAI-compatible one in this process, SSE when
   asked to stream) takes 10 s on any request whose messages mention A's user, and answers
-  at once otherwise; A writes on the API.
+  at once otherwise; A writes on the API and B writes once the model holds A's request
+  (A's later messages queue behind that turn);
+- ``a_overlaps``: A writes on the API just before each of B's messages without waiting,
+  nothing wrong — reported, not a goal: two turns at once on this machine's CPUs (and, on
+  the embedded default, one process's interpreter lock), what concurrent load costs B.
 
 Two layouts, each against real server processes started here:
 
@@ -75,9 +84,11 @@ DEFAULT_PG_URL = "postgres://postgres@127.0.0.1:5432/qorven_bench_isolation"
 DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/5"
 QORVEN = Path(sys.executable).with_name("qorven")
 FAULTS = ("platform_hangs", "stale_lease", "slow_model")
-CONTROL = "a_writes"  # A writes as in the fault cases, with nothing wrong: what A's load alone costs B
-CASES = ("quiet", CONTROL, *FAULTS)  # the order of the rows
-RUN_ORDER = ("quiet", CONTROL, "platform_hangs", "slow_model", "stale_lease")  # leftovers harm no later case
+CONTROL = "a_writes"  # A writes as in the fault cases, with nothing wrong: what A's traffic alone costs B
+OVERLAP = "a_overlaps"  # A's turns at the same time as B's: CPU contention, reported, not a goal
+CASES = ("quiet", CONTROL, *FAULTS, OVERLAP)  # the order of the rows
+RUN_ORDER = ("quiet", CONTROL, OVERLAP, "platform_hangs", "slow_model", "stale_lease")  # leftovers harm no later case
+FAULT_STATE_TIMEOUT = 30.0  # at most this long B waits for A's message to reach its fault
 GOAL_RATIO = 1.5
 MESSAGE_TIMEOUT = 60.0
 CASE_DEADLINE, QUICK_CASE_DEADLINE = 60.0, 8.0
@@ -515,13 +526,16 @@ class Layout:
         if response.status_code != 200:
             raise RuntimeError(f"Telegram webhook answered {response.status_code}: {response.text[:200]}")
 
-    def wait_reply(self, http: Any, side: str, after_seq: int, nonce: str, until: float) -> dict[str, Any] | None:
-        """B's assistant reply containing `nonce`, stored after `after_seq`; None at `until`."""
+    def wait_reply(self, http: Any, side: str, after_seq: int | None, nonce: str,
+                   until: float) -> dict[str, Any] | None:
+        """The side's assistant reply containing `nonce`, stored after `after_seq` (None:
+        among the newest 50 messages); None at `until`."""
         url = f"{self.base}/v1/qors/qor-{side}/messages"
         headers = {"Authorization": f"Bearer {self.tokens[side]}"}
+        params = {"limit": 50} if after_seq is None else {"after_seq": after_seq, "limit": 50}
         while time.monotonic() < until:
             try:
-                response = http.get(url, params={"after_seq": after_seq, "limit": 50}, headers=headers, timeout=10)
+                response = http.get(url, params=params, headers=headers, timeout=10)
                 for message in response.json().get("messages", []) if response.status_code == 200 else []:
                     if message["role"] == "assistant" and nonce in message["content"]:
                         return message
@@ -556,6 +570,26 @@ class Layout:
         return reply is not None
 
 
+def a_writes(layout: Layout, http: Any, model: FakeModel, case: str, i: int, until: float) -> None:
+    """A's one message before B's i-th, returning when it has reached the case's state:
+    its reply stored (control; platform_hangs: the reply's send then hangs or queues behind
+    the hung one), stored (stale_lease; a_overlaps, which does not wait), or held by the
+    model (slow_model's first; the later ones queue behind that turn)."""
+    nonce = f"a{uuid.uuid4().hex[:12]}"
+    if case == "platform_hangs":
+        layout.post_telegram(http, f"A on Telegram {i} [{nonce}]")
+        if layout.wait_reply(http, "a", None, nonce, until) is None:
+            log(f"{layout.name}/{case}: A's reply {i} not stored in time; B writes anyway")
+        return
+    slowed = model.slowed
+    message = layout.post_message(http, "a", f"A writes {i} [{nonce}]")
+    if case == CONTROL and layout.wait_reply(http, "a", message["seq"], nonce, until) is None:
+        log(f"{layout.name}/{case}: A's reply {i} not stored in time; B writes anyway")
+    if case == "slow_model" and i == 0:
+        while model.slowed == slowed and time.monotonic() < until:
+            time.sleep(POLL_SECONDS)
+
+
 def run_case(layout: Layout, helper: Helper, model: FakeModel, telegram: HangingTelegram, case: str, n: int,
              deadline_s: float) -> CaseResult:
     import httpx
@@ -585,10 +619,8 @@ def run_case(layout: Layout, helper: Helper, model: FakeModel, telegram: Hanging
             for i in range(n):
                 if time.monotonic() >= until:
                     break
-                if case == "platform_hangs":
-                    layout.post_telegram(http, f"A on Telegram {i}")
-                elif case != "quiet":
-                    layout.post_message(http, "a", f"A writes {i}")
+                if case != "quiet":
+                    a_writes(layout, http, model, case, i, min(until, time.monotonic() + FAULT_STATE_TIMEOUT))
                 layout.exchange(http, "b", f"B asks {case} {i}", until, result)
             log(f"{layout.name}/{case}: {result.sent}/{n} sent, {result.misses} missed in"
                 f" {time.monotonic() - started:.1f} s; A: {json.dumps(helper('stats'))}"
@@ -684,7 +716,10 @@ def rows_and_notes(layout: str, results: dict[str, CaseResult]) -> tuple[list[Ro
         rows.append(row)
         if case == CONTROL:
             notes.append(f"{layout}/{CONTROL} (control, no fault): B p99 {p99} ms = {ratio}× quiet")
-        if case in ("quiet", CONTROL):
+        if case == OVERLAP:
+            notes.append(f"{layout}/{OVERLAP} (A's turns at the same time as B's, no fault; not a goal):"
+                         f" B p99 {p99} ms = {ratio}× quiet — what sharing the CPUs costs")
+        if case in ("quiet", CONTROL, OVERLAP):
             continue
         ok = ratio is not None and ratio <= GOAL_RATIO and res.misses == 0 and res.sent == res.planned
         bound = " (a lower bound: replies missed)" if res.misses else ""
@@ -752,14 +787,14 @@ def parent(quick: bool) -> int:
                 log(f"could not flush {redis_url}: {exc}")
         tmp.cleanup()
     notes += [
-        f"B: {n} messages one after another per case, each waiting for its reply; A writes just before each"
-        " (not in quiet);"
+        f"B: {n} messages one after another per case, each waiting for its reply; A writes one before each"
+        " (not in quiet) and B writes once A's has reached its fault (control: its reply; a_overlaps: at once);"
         f" latency = B's message stored → B's reply stored (server timestamps); every case on fresh processes",
         f"a case stops at {deadline_s:.0f} s: a reply missing by then is a miss counted at the time waited",
         "embedded: one `qorven serve` on SQLite, tasks on its embedded worker;"
         " postgres+redis: `qorven serve` + `qorven worker --concurrency 4`",
         f"everything (servers, worker, fakes, PostgreSQL, Redis) shares this machine's {os.cpu_count()} CPUs:"
-        " the control shows what A's load alone costs B here; fault/control is what the fault itself adds",
+        " a_overlaps shows what two turns at once cost B here; fault/control is what the fault itself adds",
     ]
     if quick:
         notes.append(f"--quick: {n} messages per case, a {deadline_s:.0f} s deadline; the goal is for the full run")
