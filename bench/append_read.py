@@ -225,9 +225,9 @@ def child(quick: bool) -> int:
     from django.core.management import call_command
     from django.db import connection
 
-    from qorven.services import tenant_bootstrap
     from sessions_app.models import Message
     from sessions_app.services import session_resolve
+    from tenancy.services import tenant_bootstrap
 
     pg = connection.vendor == "postgresql"
     name = "postgres" if pg else connection.vendor

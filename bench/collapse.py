@@ -205,8 +205,8 @@ def fill(size: int, users: int) -> Row:
     from django.core.management import call_command
     from django.db import connection, transaction
 
-    from qorven.services import tenant_bootstrap
     from sessions_app.models import Message, Session
+    from tenancy.services import tenant_bootstrap
 
     pg = connection.vendor == "postgresql"
     call_command("migrate", verbosity=0)
@@ -294,7 +294,7 @@ def collapse(size: int, users: int, jobs: int) -> Row:
     from django.db.models import Sum
     from django.db.models.functions import Length, Mod
 
-    from sessions_app.collapse import CollapseTotals, collapse_sessions
+    from legacy_app.collapse import CollapseTotals, collapse_sessions
     from sessions_app.models import Message, Session
 
     name = "postgres" if connection.vendor == "postgresql" else connection.vendor

@@ -332,10 +332,10 @@ def helper_main() -> int:
 
     from channels_app.models import Identity, OutboundDelivery
     from channels_app.services import binding_create
-    from qorven.models import Qor, Tenant
-    from qorven.services import api_token_create
     from sessions_app.models import Message, Session
     from sessions_app.services import session_resolve
+    from tenancy.models import Qor, Tenant
+    from tenancy.services import api_token_create
 
     User = get_user_model()
     answers, sys.stdout = sys.stdout, sys.stderr  # whatever else prints goes to the log, not the protocol

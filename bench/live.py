@@ -40,8 +40,8 @@ QORVEN = Path(sys.executable).with_name("qorven")
 SETUP = """
 from django.core.management import call_command
 from channels_app.models import Identity
-from qorven.models import Tenant
-from qorven.services import api_token_create
+from tenancy.models import Tenant
+from tenancy.services import api_token_create
 from django.contrib.auth import get_user_model
 call_command("migrate", verbosity=0)
 call_command("bootstrap", tenant="acme", qor="aria", owner="alice", verbosity=0, stdout=open("/dev/null", "w"))
@@ -50,7 +50,7 @@ call_command("bind", "telegram", "--tenant", "acme", "--qor", "aria", "--token",
 tenant, alice = Tenant.objects.get(slug="acme"), get_user_model().objects.get(username="alice")
 Identity.objects.create(tenant=tenant, channel="telegram", external_id="42", user=alice, approval="approved",
                         trust_level="owner", display_name="Alice")
-from qorven.models import Qor
+from tenancy.models import Qor
 from sessions_app.services import message_append, session_resolve
 # The chat exists already, as it does for anyone who has used it: the sockets watch its session.
 session = session_resolve(tenant=tenant, qor=Qor.objects.get(tenant=tenant, slug="aria"), channel="web", user=alice)

@@ -234,7 +234,7 @@ def child(quick: bool) -> int:
     from django.db import connection
 
     from memory_app.models import Memory
-    from qorven.services import tenant_bootstrap
+    from tenancy.services import tenant_bootstrap
 
     pg = connection.vendor == "postgresql"
     name = "postgres" if pg else connection.vendor

@@ -180,9 +180,9 @@ def setup(quick: bool, pg: bool, name: str) -> list[Case]:
 
     from memory_app.models import LearnedSkill, Memory
     from memory_app.services import memory_add
-    from qorven.services import tenant_bootstrap
     from sessions_app.models import Session
     from sessions_app.services import session_resolve
+    from tenancy.services import tenant_bootstrap
 
     call_command("migrate", verbosity=0)
     boot = tenant_bootstrap(tenant_slug="bench", qor_slug="bench", owner_username="bench-owner")
@@ -220,12 +220,12 @@ def prepare(case: Case) -> Row:
 
     from qorven.agent.prompt import PromptParts, prompt_build
     from qorven.agent.retrieval import memories_for, skills_for_prompt
-    from qorven.agent.tools import registry
     from qorven.agent.turns import _prompt
     from qorven.llm import route_for
-    from qorven.trust import Trust
     from sessions_app.models import Message
     from sessions_app.selectors import next_pending_user_message, session_get
+    from tenancy.tool_registry import registry
+    from tenancy.trust import Trust
 
     # As turn_process and _answer do: reload, find the pending message, route and tools.
     old = case.session

@@ -1,4 +1,4 @@
-"""The trust a message carries: the sender's role in the workspace (qorven.trust's one
+"""The trust a message carries: the sender's role in the workspace (tenancy.trust's one
 mapping), capped by what the surface can prove about who sent it.
 
 - Web, the API and the terminal sign the member in; Telegram, WhatsApp, Slack and Discord
@@ -14,7 +14,7 @@ is no longer answered on any surface and a role change applies at once.
 """
 from __future__ import annotations
 
-from qorven.trust import Trust, lowest, role_trust
+from tenancy.trust import Trust, lowest, role_trust
 
 CAPS: dict[str, Trust] = {"webchat": Trust.TRUSTED, "email": Trust.TRUSTED, "sms": Trust.PAIRED}
 PROOF_NEEDED = frozenset({"email"})  # surfaces whose sender is paired at most unless proven

@@ -5,10 +5,11 @@ import json
 from django import forms
 from django.contrib import admin, messages
 
-from qorven.admin_scoping import TenantScopedAdminMixin
-from qorven.errors import NotFound
+from tenancy.admin import TenantAdmin
+from tenancy.admin_scoping import TenantScopedAdminMixin, TenantScopedInlineMixin
+from tenancy.errors import NotFound
 
-from .models import ChannelBinding, Identity, InboundEvent, OutboundDelivery, PairingRequest, PluginSetting
+from .models import ChannelBinding, Identity, InboundEvent, OutboundDelivery, PairingRequest
 from .pairing import pairing_approve, pairing_deny
 
 
@@ -50,6 +51,28 @@ class BindingForm(forms.ModelForm):
         if commit:
             binding.save()
         return binding
+
+
+class ChannelBindingInline(TenantScopedInlineMixin, admin.TabularInline):
+    """A tenant's channel accounts. Credentials and webhook secrets are never rendered:
+    only whether they are set (they are entered with `qorven bind`)."""
+
+    model = ChannelBinding
+    extra = 0
+    fields = ["kind", "name", "qor", "lookup_key", "unpaired_response", "enabled", "secrets"]
+    readonly_fields = ["secrets"]
+
+    @admin.display(description="credentials")
+    def secrets(self, obj: ChannelBinding) -> str:
+        if obj.pk is None:
+            return "set with `qorven bind`"
+        keys = len(obj.credentials or {})
+        parts = [f"{keys} credential{'s' if keys != 1 else ''} set (hidden)" if keys else "no credentials"]
+        parts.append("webhook secret set (hidden)" if obj.webhook_secret else "no webhook secret")
+        return "; ".join(parts)
+
+
+TenantAdmin.inlines = [*TenantAdmin.inlines, ChannelBindingInline]  # shown on the tenant's page
 
 
 @admin.register(ChannelBinding)
@@ -114,13 +137,6 @@ class PairingRequestAdmin(TenantScopedAdminMixin, admin.ModelAdmin):
             except NotFound:
                 self.message_user(request, f"{pairing.code} has expired", messages.WARNING)
         self.message_user(request, f"{'Approved' if approve else 'Denied'} {done} request(s).")
-
-
-@admin.register(PluginSetting)
-class PluginSettingAdmin(TenantScopedAdminMixin, admin.ModelAdmin):
-    list_display = ["tenant", "kind", "name", "enabled"]
-    list_filter = ["kind", "enabled", "tenant"]
-    list_editable = ["enabled"]
 
 
 @admin.register(InboundEvent)

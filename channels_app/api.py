@@ -8,19 +8,18 @@ from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_http_methods
 
-from qorven.errors import NotFound
-from qorven.selectors import qor_get
-from sessions_app.channels import Channel
+from qorven.agent.gateway import inbound_accept
+from sessions_app.channel_kinds import Channel
 from sessions_app.models import Session
 from sessions_app.selectors import StoredMessage, canonical_session_find, messages_read
-from qorven.agent.gateway import inbound_accept
-from qorven.selectors import membership_get
 from sessions_app.services import session_resolve
+from tenancy.errors import NotFound
+from tenancy.selectors import membership_get, qor_get
 
 from .access import surface_trust
 from .api_auth import bearer_required, json_error
-from .json_body import QUERY_INT_MAX, BodyRefused, json_body
 from .chat import with_deliveries
+from .json_body import QUERY_INT_MAX, BodyRefused, json_body
 
 MAX_CONTENT = 100_000
 MAX_IDEMPOTENCY_KEY = 255

@@ -6,7 +6,7 @@ from typing import Callable
 
 from django.http import HttpRequest, HttpResponse, JsonResponse
 
-from qorven.selectors import api_token_authenticate
+from tenancy.selectors import api_token_authenticate
 
 
 def json_error(status: int, message: str) -> JsonResponse:

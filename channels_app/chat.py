@@ -13,15 +13,15 @@ from typing import Any
 from django.contrib.auth.models import AbstractBaseUser
 
 from qorven.agent.gateway import inbound_accept
-from qorven.errors import NotFound
-from qorven.models import Membership, Qor, Tenant
 from sessions_app.models import Session
 from sessions_app.selectors import MessageRow, canonical_session_find, messages_read
 from sessions_app.services import AppendResult, session_resolve
+from tenancy.errors import NotFound
+from tenancy.models import Membership, Qor, Tenant
 
 from .access import surface_trust
 from .delivery import PLATFORM_OF, failed_deliveries
-from .live import message_event
+from .live_events import message_event
 
 PAGE = 50  # messages per page of history
 CATCH_UP_MAX = 500  # a client further behind than this starts again from the newest page

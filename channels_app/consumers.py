@@ -36,17 +36,25 @@ from typing import Any
 from urllib.parse import parse_qs
 
 from asgiref.sync import sync_to_async
+from channels.consumer import get_handler_name
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
-from channels.consumer import get_handler_name
 
-from qorven.errors import NotFound
-from qorven.live import chat_group, session_group
-from qorven.selectors import api_token_authenticate
-from qorven.streams import stream_snapshot
+from qorven.runtime.publisher import chat_group, session_group
+from qorven.runtime.streams import stream_snapshot
+from tenancy.errors import NotFound
+from tenancy.selectors import api_token_authenticate
 
+from .chat import (
+    CATCH_UP_MAX,
+    PAGE,
+    ChatOwner,
+    chat_events,
+    chat_owner,
+    chat_session,
+    chat_session_get,
+)
 from .json_body import QUERY_INT_MAX, BodyRefused, json_parse
-from .chat import CATCH_UP_MAX, PAGE, ChatOwner, chat_events, chat_owner, chat_session, chat_session_get
 
 logger = logging.getLogger(__name__)
 

@@ -155,7 +155,7 @@ def deliveries_interrupted_fail(*, rows: list[OutboundDelivery]) -> int:
 
 def _tell_failed(tenant_id: int, message_id: int, platform: str) -> None:
     """Live surfaces mark the reply "not delivered to <platform>"."""
-    from qorven.live import broadcast_soon
+    from qorven.runtime.publisher import broadcast_soon
 
     row = Message.objects.filter(tenant_id=tenant_id, pk=message_id).values("session_id", "seq").first()
     if row is not None:

@@ -1,11 +1,11 @@
-"""The edges: a Qor's accounts on external channels, who writes from them, pairing, switches."""
+"""The edges: a Qor's accounts on external channels, who writes from them, pairing, what came in and went out."""
 from __future__ import annotations
 
 from django.conf import settings
 from django.db import models
 
-from qorven.models import Qor, Tenant, TimestampedModel
-from qorven.trust import Trust
+from tenancy.models import Qor, Tenant, TimestampedModel
+from tenancy.trust import Trust
 
 
 class ChannelBinding(TimestampedModel):
@@ -108,26 +108,6 @@ class PairingRequest(TimestampedModel):
 
     def __str__(self) -> str:
         return f"{self.channel}:{self.external_id} ({self.state})"
-
-
-class PluginSetting(TimestampedModel):
-    """Per-tenant switch for a tool or a channel. A missing row means the default (enabled)."""
-
-    class Kind(models.TextChoices):
-        TOOL = "tool"
-        CHANNEL = "channel"
-
-    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="plugin_settings")
-    kind = models.CharField(max_length=8, choices=Kind.choices)
-    name = models.CharField(max_length=64)
-    enabled = models.BooleanField(default=True)
-
-    class Meta:
-        ordering = ["tenant", "kind", "name"]
-        constraints = [models.UniqueConstraint(fields=["tenant", "kind", "name"], name="plugin_unique_name")]
-
-    def __str__(self) -> str:
-        return f"{self.kind}:{self.name} {'on' if self.enabled else 'off'}"
 
 
 class InboundEvent(TimestampedModel):

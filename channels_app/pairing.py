@@ -14,9 +14,9 @@ from django.db import IntegrityError, transaction
 from django.utils import timezone
 from django.utils.text import slugify
 
-from qorven.errors import NotFound
-from qorven.models import Membership, Tenant
-from qorven.trust import role_trust
+from tenancy.errors import NotFound
+from tenancy.models import Membership, Tenant
+from tenancy.trust import role_trust
 
 from .models import Identity, PairingRequest
 

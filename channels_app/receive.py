@@ -15,17 +15,22 @@ from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from qorven.agent.gateway import inbound_accept
-from qorven.selectors import membership_active
-from qorven.trust import Trust
-from sessions_app.channels import CHAT_FAMILY
+from sessions_app.channel_kinds import CHAT_FAMILY
 from sessions_app.models import Image
 from sessions_app.services import session_resolve
+from tenancy.selectors import membership_active
+from tenancy.trust import Trust
 
 from .access import surface_trust
 from .adapters import adapter_for
 from .inbound import InboundImage, InboundMessage
 from .models import ChannelBinding, Identity, InboundEvent
-from .pairing import identity_get_or_create, identity_unpair, pairing_code_message, pairing_request_for
+from .pairing import (
+    identity_get_or_create,
+    identity_unpair,
+    pairing_code_message,
+    pairing_request_for,
+)
 
 logger = logging.getLogger(__name__)
 

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from django.db import transaction
 
-from qorven.models import Qor, Tenant
+from tenancy.models import Qor, Tenant
 
 from .adapters import adapter_for
 from .models import ChannelBinding

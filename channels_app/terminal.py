@@ -24,8 +24,8 @@ from typing import Any, Callable, TextIO
 from django.conf import settings
 from django.db import close_old_connections
 
-from qorven.live import chat_group, session_group
-from qorven.streams import stream_snapshot
+from qorven.runtime.publisher import chat_group, session_group
+from qorven.runtime.streams import stream_snapshot
 
 from .chat import CATCH_UP_MAX, ChatOwner, chat_events, chat_send, chat_session, chat_session_get
 

@@ -3,19 +3,18 @@
 (channels_app.consumers); this module renders and relays."""
 from __future__ import annotations
 
-
 from django.contrib.auth.decorators import login_required
 from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_http_methods
 
-from qorven.errors import NotFound
-from sessions_app.channels import Channel
+from sessions_app.channel_kinds import Channel
+from tenancy.errors import NotFound
 
-from .json_body import QUERY_INT_MAX, BodyRefused, json_body
-from .live import message_event
 from .chat import PAGE, chat_events, chat_owner, chat_qors, chat_send, chat_session
+from .json_body import QUERY_INT_MAX, BodyRefused, json_body
+from .live_events import message_event
 
 # Badge labels for the chat family, in the order the filter lists them.
 CHANNEL_LABELS = {

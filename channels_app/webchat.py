@@ -36,14 +36,14 @@ from django.db import transaction
 from django.http import HttpRequest
 from django_ratelimit.core import get_usage
 
-from qorven.models import Membership
-from qorven.trust import Trust
+from tenancy.models import Membership
+from tenancy.switches import channel_enabled
+from tenancy.trust import Trust
 
 from .access import surface_trust
 from .adapters.base import same_secret
 from .chat import ChatOwner
 from .models import ChannelBinding, Identity
-from .plugins import channel_enabled
 
 ANON_PREFIX = "anon."
 _ANON_SALT = "qorven.webchat.anonymous-visitor"

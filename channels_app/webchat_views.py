@@ -16,11 +16,11 @@ from django.views.decorators.clickjacking import xframe_options_exempt
 from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_GET, require_http_methods
 
-from sessions_app.channels import Channel
+from sessions_app.channel_kinds import Channel
 
-from .json_body import BodyRefused, json_body
 from .chat import chat_send
-from .live import message_event
+from .json_body import BodyRefused, json_body
+from .live_events import message_event
 from .views import CHANNEL_LABELS, history_response
 from .webchat import (
     WebchatRefused,

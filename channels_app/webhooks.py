@@ -6,9 +6,10 @@ import logging
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.views.decorators.csrf import csrf_exempt
 
+from tenancy.switches import channel_enabled
+
 from .adapters import WebhookRejected, adapter_for
 from .json_body import BodyRefused
-from .plugins import channel_enabled
 from .receive import inbound_receive
 
 logger = logging.getLogger(__name__)

@@ -8,7 +8,7 @@ from django.db.models import QuerySet
 from django.http import HttpRequest
 from django.utils.html import format_html
 
-from qorven.admin_scoping import TenantScopedAdminMixin, TenantScopedInlineMixin
+from tenancy.admin_scoping import TenantScopedAdminMixin, TenantScopedInlineMixin
 
 from .errors import HeartbeatInvalid, HeartbeatReadOnly
 from .models import Heartbeat, HeartbeatRun

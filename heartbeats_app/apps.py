@@ -8,4 +8,11 @@ class HeartbeatsAppConfig(AppConfig):
     verbose_name = "Heartbeats"
 
     def ready(self) -> None:
-        from . import commands, tools  # noqa: F401  register /beats and the beat tools
+        from tenancy.signals import tenant_retimed
+
+        from .services import heartbeats_retime
+
+        def retime(sender: object, tenant: object, **kwargs: object) -> None:
+            heartbeats_retime(tenant=tenant)  # beats without their own timezone follow the tenant's
+
+        tenant_retimed.connect(retime, dispatch_uid="heartbeats_app.retime", weak=False)

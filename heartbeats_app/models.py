@@ -5,8 +5,8 @@ from django.conf import settings
 from django.db import models
 from django.utils import timezone
 
-from qorven.models import Qor, Tenant, TimestampedModel
-from sessions_app.channels import Channel
+from sessions_app.channel_kinds import Channel
+from tenancy.models import Qor, Tenant, TimestampedModel
 
 CLEAR_IMAGES = "__qorven_clear_images__"
 DELIVER_REMINDERS = "__qorven_reminders__"

@@ -27,22 +27,22 @@ from django.db import IntegrityError, transaction
 from django.db.models import F
 from django.utils import timezone
 
-from qorven.errors import NotFound
-from qorven.agent.loop import Tally
 from qorven.llm import ModelError, ModelRoute, ProviderUnavailable, provider_for, route_for
-from qorven.models import Tenant
-from qorven.selectors import budget_exhausted, membership_get
-from sessions_app.channels import Channel
+from qorven.llm.metered import Tally
+from sessions_app.channel_kinds import Channel
 from sessions_app.models import Message, Session
 from sessions_app.selectors import MessageRow, canonical_session_find, messages_read
 from sessions_app.services import message_append, session_archive, session_resolve
+from tenancy.errors import NotFound
+from tenancy.models import Tenant
+from tenancy.selectors import budget_exhausted, membership_get
 
 from .cron import CronError, cron_parse, tick_previous, timezone_parse
 from .errors import HeartbeatNotFound
 from .models import RESERVED_NAMES, Heartbeat, HeartbeatRun
 from .retention import runs_prune
-from .system_beats import system_beat_run
 from .selectors import heartbeat_get, heartbeat_timezone
+from .system_beats import system_beat_run
 
 logger = logging.getLogger(__name__)
 
@@ -270,9 +270,10 @@ def _converse(
 ) -> str:
     """The heartbeat sub-agent: the beat's prompt on the heartbeat route, with the tools a
     paired user could use (except managing beats), until a final answer."""
-    from qorven.agent.loop import Spend, tool_loop
-    from qorven.agent.tools import ToolContext, registry
-    from qorven.trust import Trust
+    from qorven.agent.loop import tool_loop
+    from qorven.llm.metered import Spend
+    from tenancy.tool_registry import ToolContext, registry
+    from tenancy.trust import Trust
 
     qor, tag = beat.qor, {"heartbeat": beat.pk, "run": run.pk}
     provider = provider_for(route)

@@ -7,7 +7,7 @@ from django.contrib.auth.models import AbstractBaseUser
 from django.db.models import Q, QuerySet
 from django.utils import timezone
 
-from qorven.models import Qor, Tenant
+from tenancy.models import Qor, Tenant
 
 from .cron import CronError, cron_parse, tick_next, timezone_parse
 from .errors import HeartbeatNotFound

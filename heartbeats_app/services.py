@@ -10,8 +10,8 @@ from django.contrib.auth.models import AbstractBaseUser
 from django.db import transaction
 from django_celery_beat.models import CrontabSchedule, PeriodicTask
 
-from qorven.models import Membership, Qor, Tenant
-from sessions_app.channels import CHAT_FAMILY
+from sessions_app.channel_kinds import CHAT_FAMILY
+from tenancy.models import Membership, Qor, Tenant
 
 from .cron import CronError, cron_parse, timezone_parse
 from .errors import HeartbeatInvalid, HeartbeatReadOnly

@@ -17,11 +17,11 @@ from django.utils import timezone
 
 from memory_app.reminders import reminders_due_in_tenant
 from memory_app.services import reminders_mark_done
-from qorven.models import Tenant
-from sessions_app.channels import CHAT_FAMILY, Channel
+from sessions_app.channel_kinds import CHAT_FAMILY, Channel
 from sessions_app.errors import SessionClosed
 from sessions_app.models import Message
 from sessions_app.services import image_prune, message_append, session_resolve
+from tenancy.models import Tenant
 
 from .models import CLEAR_IMAGES, DELIVER_REMINDERS, Heartbeat
 from .retention import image_retention

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from qorven.agent.tools import ToolContext, ToolError, tool
-from qorven.trust import Trust
-from sessions_app.channels import CHAT_FAMILY
+from sessions_app.channel_kinds import CHAT_FAMILY
+from tenancy.tool_registry import ToolContext, ToolError, tool
+from tenancy.trust import Trust
 
 from .errors import HeartbeatInvalid, HeartbeatNotFound, HeartbeatReadOnly
 from .models import Heartbeat

@@ -3,8 +3,8 @@ from __future__ import annotations
 from django import forms
 from django.contrib import admin, messages
 
-from qorven.admin_scoping import TenantScopedAdminMixin
-from qorven.models import Membership
+from tenancy.admin_scoping import TenantScopedAdminMixin
+from tenancy.models import Membership
 
 from .models import LearnedSkill, Memory
 from .services import DuplicateMemory, memory_add, memory_content_hash, memory_delete, memory_update

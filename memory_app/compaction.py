@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 from django.db import transaction
 
-from sessions_app.channels import Channel
+from sessions_app.channel_kinds import Channel
 from sessions_app.models import Message, Session
 from sessions_app.selectors import next_pending_user_message
 from sessions_app.services import message_append, session_compaction_advance, session_rotate

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, NamedTuple
 
-from qorven.models import Qor
+from tenancy.models import Qor
 
 # The whole digest stays below this, so a digest is a cheap memory to retrieve.
 DIGEST_MAX_CHARS = 1_500

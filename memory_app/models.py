@@ -5,8 +5,8 @@ from django.conf import settings
 from django.db import models
 from django.db.models import Q
 
-from qorven.models import Qor, Tenant, TimestampedModel
-from qorven.trust import Trust
+from tenancy.models import Qor, Tenant, TimestampedModel
+from tenancy.trust import Trust
 
 
 class Memory(TimestampedModel):

@@ -13,7 +13,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 from django.contrib.auth.models import AbstractBaseUser
 from django.db.models import Q
 
-from qorven.models import Qor, Tenant
+from tenancy.models import Qor, Tenant
 
 from .models import Memory
 

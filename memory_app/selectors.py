@@ -9,8 +9,8 @@ from django.contrib.auth.models import AbstractBaseUser
 from django.db import connection
 from django.db.models import Q
 
-from qorven.models import Qor, Tenant
-from qorven.trust import trust_allows
+from tenancy.models import Qor, Tenant
+from tenancy.trust import trust_allows
 
 from .fulltext import FTS_TABLE, PG_CONFIG, fts5_query, owner_token, pg_owner_tsquery, search_terms
 from .models import LearnedSkill, Memory

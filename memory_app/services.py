@@ -19,7 +19,7 @@ from django.db import IntegrityError, connection, transaction
 from django.db.models import Q
 from django.utils import timezone
 
-from qorven.models import Qor, Tenant
+from tenancy.models import Qor, Tenant
 
 from .fulltext import FTS_TABLE, owner_token
 from .models import Memory

@@ -26,7 +26,7 @@ from typing import TextIO
 from django.conf import settings
 from django.db import transaction
 
-from qorven.trust import Trust
+from tenancy.trust import Trust
 
 from .models import LearnedSkill
 

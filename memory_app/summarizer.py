@@ -24,12 +24,20 @@ from typing import Annotated, Any, NamedTuple
 
 from django.conf import settings
 from django.utils import timezone
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StringConstraints,
+    ValidationError,
+    field_validator,
+)
 
 from qorven.llm import Completion, ModelError, provider_for, route_for
-from qorven.models import Qor
+from qorven.llm.metered import Spend, estimate_tokens, model_call
 from sessions_app.models import Message, Session
 from sessions_app.selectors import MessageRow, StoredMessage, messages_read
+from tenancy.models import Qor
 
 from .digest import DigestSpan, digest_plain_extract
 from .models import Memory
@@ -165,10 +173,6 @@ def is_visible(message: StoredMessage) -> bool:
     return not (meta.get("notice") or meta.get("command"))
 
 
-def estimate_tokens(text: str) -> int:
-    return len(text) // 4 + 1
-
-
 def excerpt_read(*, session: Session, after_seq: int, through_seq: int, budget: int) -> Excerpt:
     """The oldest messages after `after_seq` (up to `through_seq`) whose transcript fits
     `budget` tokens; at least one message, so a run always moves forward."""
@@ -295,8 +299,6 @@ def _ask(session: Session, schema: type[BaseModel], instructions: str, content: 
 
 
 def _complete(session: Session, provider: Any, messages: list[dict[str, Any]]) -> Completion:
-    from qorven.agent.loop import Spend, model_call
-
     try:
         return model_call(provider=provider, messages=messages, spend=Spend(session.tenant, session.qor, "summarizer"))
     except ModelError as exc:

@@ -5,8 +5,8 @@ from datetime import timedelta
 
 from django.utils import timezone
 
-from qorven.agent.tools import ToolContext, ToolError, tool
-from qorven.trust import Trust
+from tenancy.tool_registry import ToolContext, ToolError, tool
+from tenancy.trust import Trust
 
 from .models import Memory
 from .reminders import DueError, due_parse, tenant_zone

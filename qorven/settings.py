@@ -55,10 +55,14 @@ INSTALLED_APPS = [
     "django.contrib.staticfiles",
     "channels",
     "django_celery_beat",
-    "qorven",
+    # Bottom layer first: each app may import only those listed above it (see the README's map).
+    "tenancy",
+    "qorven.runtime",
     "sessions_app",
     "memory_app",
     "heartbeats_app",
+    "qorven.agent",
+    "legacy_app",
     "channels_app",
 ]
 
@@ -167,7 +171,7 @@ elif REDIS_URL:
     }
 else:
     # Thread-safe: events are sent from task and sender threads to Daphne's loop.
-    CHANNEL_LAYERS = {"default": {"BACKEND": "qorven.layers.InMemoryChannelLayer",
+    CHANNEL_LAYERS = {"default": {"BACKEND": "qorven.runtime.layers.InMemoryChannelLayer",
                                   "CONFIG": {"capacity": QORVEN_LIVE_CAPACITY}}}
 if REDIS_URL:
     # Shared by every process: the text of replies still streaming (qorven/streams.py),

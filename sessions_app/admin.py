@@ -4,7 +4,7 @@ from django.contrib import admin
 from django.urls import reverse
 from django.utils.html import format_html, format_html_join
 
-from qorven.admin_scoping import TenantScopedAdminMixin
+from tenancy.admin_scoping import TenantScopedAdminMixin
 
 from .models import Image, Message, Session
 from .selectors import messages_read

@@ -6,9 +6,9 @@ from django.db import models
 from django.db.models import Q
 from django.utils import timezone
 
-from qorven.models import Qor, Tenant
+from tenancy.models import Qor, Tenant
 
-from .channels import Channel
+from .channel_kinds import Channel
 
 
 class Session(models.Model):

@@ -10,7 +10,7 @@ from typing import Any
 from django.contrib.auth.models import AbstractBaseUser
 from django.db import connection
 
-from qorven.models import Qor, Tenant
+from tenancy.models import Qor, Tenant
 
 from .errors import SessionNotFound
 from .models import Message, Session

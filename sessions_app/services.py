@@ -17,10 +17,10 @@ from django.db.models import F, Q
 from django.db.models.functions import Coalesce
 from django.utils import timezone
 
-from qorven.models import Qor, Tenant
+from tenancy.models import Qor, Tenant
 
 from .append_statement import append_execute
-from .channels import CHAT_FAMILY, OWN_SESSION_CHANNELS
+from .channel_kinds import CHAT_FAMILY, OWN_SESSION_CHANNELS
 from .errors import LeaseLost, SessionClosed
 from .models import Image, Message, Session
 from .signals import message_appended

@@ -1,10 +1,10 @@
 """Conversation tools for the agent."""
 from __future__ import annotations
 
-from qorven.agent.tools import ToolContext, ToolError, tool
-from qorven.trust import Trust
+from tenancy.tool_registry import ToolContext, ToolError, tool
+from tenancy.trust import Trust
 
-from .channels import Channel
+from .channel_kinds import Channel
 from .errors import SessionNotFound
 from .selectors import messages_read, session_get
 

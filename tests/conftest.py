@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from qorven.models import Membership, Qor, Tenant
+from tenancy.models import Membership, Qor, Tenant
 
 from .factories.qorven import MembershipFactory, QorFactory, TenantFactory, UserFactory
 from .processes import processes  # noqa: F401  (a fixture: real qorven processes)
@@ -165,7 +165,7 @@ def model_server(settings):
 def drain():
     """Wait until the embedded worker has run everything queued so far (what those jobs
     queue, retries and countdowns included), and the live events they sent are out."""
-    from qorven.live import broadcast_flush
+    from qorven.runtime.publisher import broadcast_flush
     from qorven.runtime.worker import embedded_worker
 
     def wait(timeout: float = 60) -> None:

@@ -23,8 +23,8 @@ from hypothesis import strategies as st
 from channels_app.models import Identity, InboundEvent, OutboundDelivery, PairingRequest
 from channels_app.routing import websocket_urlpatterns
 from channels_app.services import binding_create
-from qorven.services import api_token_create
 from sessions_app.models import Message, Session
+from tenancy.services import api_token_create
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

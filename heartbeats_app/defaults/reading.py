@@ -11,7 +11,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from sessions_app.channels import CHAT_FAMILY
+from sessions_app.channel_kinds import CHAT_FAMILY
 
 from ..cron import CronError, cron_parse, timezone_parse
 

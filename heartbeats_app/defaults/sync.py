@@ -36,11 +36,16 @@ from django.contrib.auth import get_user_model
 from django.db import IntegrityError, transaction
 from pydantic import ValidationError
 
-from qorven.models import Membership, Qor, Tenant
+from tenancy.models import Membership, Qor, Tenant
 
 from ..errors import HeartbeatInvalid
 from ..models import RESERVED_NAMES, Heartbeat
-from ..services import heartbeat_create, heartbeat_delete, heartbeat_update, periodic_task_orphans_delete
+from ..services import (
+    heartbeat_create,
+    heartbeat_delete,
+    heartbeat_update,
+    periodic_task_orphans_delete,
+)
 from .reading import (
     BeatSpec,
     DefaultsFile,

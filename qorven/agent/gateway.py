@@ -35,7 +35,7 @@ def inbound_accept(
     """Store the user's message first (nothing is lost if anything after fails), then
     queue the turn that answers it. A re-delivered message is neither stored nor answered
     twice."""
-    from .commands import CommandContext, CommandReply, command_parse
+    from tenancy.slash_registry import CommandContext, CommandReply, command_parse
 
     parsed = command_parse(content)
     extra = {"trust": trust, **({"command": parsed[0].name} if parsed else {})}

@@ -1,67 +1,20 @@
 """The one agent loop: ask the model, run the tools it calls, feed the results back, until
-it answers. Turns, heartbeats and the summarizer all call the model through here, so usage
-is recorded, tokens stream and failures surface (qorven.llm.errors) the same way for all.
+it answers. Turns and heartbeats run their tool rounds here; every model call (the
+summarizer's too) goes through qorven.llm.metered, so usage is recorded, tokens stream and
+failures surface (qorven.llm.errors) the same way for all.
 """
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 from django.conf import settings
 
-from qorven.llm import Completion, Provider, Usage
-from qorven.models import Qor, Tenant
-from qorven.services import usage_record
+from qorven.llm import Completion, Provider
+from qorven.llm.metered import Spend, model_call
 from sessions_app.models import Message, Session
 from sessions_app.services import message_append
-
-from .prompt import estimate_tokens
-from .tools import Tool, ToolContext, registry
-
-
-@dataclass
-class Tally:
-    """What a run of calls spent, for callers that record it (a heartbeat run)."""
-
-    tokens: int = 0
-    calls: int = 0
-
-
-@dataclass(frozen=True)
-class Spend:
-    """Whose usage a call counts towards: a tenant's Qor, in a role (main, summarizer,
-    heartbeat); and a tally to add it to, if any."""
-
-    tenant: Tenant
-    qor: Qor
-    role: str
-    tally: Tally | None = None
-
-
-def model_call(
-    *,
-    provider: Provider,
-    messages: list[dict[str, Any]],
-    spend: Spend,
-    tools: list[dict[str, Any]] | None = None,
-    on_token: Callable[[str], None] | None = None,
-) -> Completion:
-    """One model call, its usage recorded (estimated when the server reports none).
-    Raises a qorven.llm ModelError."""
-    completion = provider.complete(messages=messages, tools=tools or None, on_token=on_token)
-    if not completion.offline:
-        usage = completion.usage or Usage(
-            prompt_tokens=sum(estimate_tokens(str(m.get("content") or "")) for m in messages),
-            completion_tokens=estimate_tokens(completion.content),
-            estimated=True,
-        )
-        usage_record(tenant=spend.tenant, qor=spend.qor, role=spend.role,
-                     prompt_tokens=usage.prompt_tokens, completion_tokens=usage.completion_tokens)
-        if spend.tally is not None:
-            spend.tally.tokens += usage.prompt_tokens + usage.completion_tokens
-            spend.tally.calls += 1
-    return completion
+from tenancy.tool_registry import Tool, ToolContext, registry
 
 
 def tool_loop(

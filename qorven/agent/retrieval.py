@@ -4,7 +4,7 @@ from __future__ import annotations
 from django.contrib.auth.models import AbstractBaseUser
 
 from memory_app.selectors import memory_search, skills_for
-from qorven.models import Qor, Tenant
+from tenancy.models import Qor, Tenant
 
 MEMORIES_IN_PROMPT = 5
 # A conversation digest can run to 1,500 characters; five of them would crowd the window.

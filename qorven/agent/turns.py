@@ -18,12 +18,15 @@ from typing import Any
 from django.conf import settings
 from django.db import transaction
 
-from qorven.live import broadcast_soon
-from qorven.llm import ContextLengthExceeded, ModelError, ModelRoute, ProviderUnavailable
-from qorven.llm import provider_for, route_for
-from qorven.models import Qor
-from qorven.selectors import budget_exhausted
-from qorven.trust import Trust
+from qorven.llm import (
+    ContextLengthExceeded,
+    ModelError,
+    ModelRoute,
+    ProviderUnavailable,
+    provider_for,
+    route_for,
+)
+from qorven.runtime.publisher import broadcast_soon
 from sessions_app.errors import SessionClosed
 from sessions_app.leases import LeaseLost, lease_kept
 from sessions_app.models import Message, Session
@@ -37,13 +40,22 @@ from sessions_app.services import (
     turn_lease_confirm,
     turn_lease_release,
 )
+from tenancy.models import Qor
+from tenancy.selectors import budget_exhausted
+from tenancy.tool_registry import Tool, ToolContext, registry
+from tenancy.trust import Trust
 
-from .compaction import auto_compaction_point, compact_for_turn, compaction_due, fixed_tokens, summarizer_queue
+from .compaction import (
+    auto_compaction_point,
+    compact_for_turn,
+    compaction_due,
+    fixed_tokens,
+    summarizer_queue,
+)
 from .loop import Spend, tool_loop
 from .notices import notice_for
 from .prompt import Prompt, PromptParts, prompt_build
 from .retrieval import memories_for, skills_for_prompt
-from .tools import Tool, ToolContext, registry
 
 logger = logging.getLogger(__name__)
 

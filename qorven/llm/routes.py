@@ -13,9 +13,8 @@ from typing import Literal
 
 from django.conf import settings
 
-from qorven.models import Qor
-
 from qorven.runtime.outbound import AddressRefused, check_url
+from tenancy.models import Qor
 
 from .errors import ModelRefused
 from .offline import OfflineProvider

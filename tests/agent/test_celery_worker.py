@@ -12,8 +12,8 @@ import pytest
 from django.conf import settings as django_settings
 from django.db import connection
 
-from qorven.services import api_token_create
 from sessions_app.models import Message
+from tenancy.services import api_token_create
 
 from ..fakes.model_server import reply
 

@@ -8,10 +8,10 @@ import pytest
 from memory_app.models import Memory
 from memory_app.selectors import memory_search
 from qorven.agent.gateway import inbound_accept
-from qorven.models import Qor, Usage
-from qorven.trust import Trust
 from sessions_app.models import Message, Session
 from sessions_app.services import message_append, session_resolve, session_rotate
+from tenancy.models import Qor, Usage
+from tenancy.trust import Trust
 
 from ..factories.memory_app import remember
 from ..fakes.model_server import error, reply
@@ -367,7 +367,7 @@ def test_compact_with_nothing_to_compact_says_so_and_keeps_the_session(world, fa
 def test_clear_archives_the_session_and_starts_an_empty_one_with_nothing_carried(
     world, fake, model_server, drain, chat, client, word
 ):
-    from qorven.services import api_token_create
+    from tenancy.services import api_token_create
 
     token = api_token_create(tenant=world.tenant_a, user=world.alice)[1]
     old = canonical(world)

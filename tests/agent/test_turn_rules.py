@@ -9,14 +9,14 @@ from asgiref.sync import async_to_sync, sync_to_async
 from channels.layers import get_channel_layer
 from django.core.management import call_command
 
-from channels_app.models import PluginSetting
+from tenancy.models import PluginSetting
 from qorven.agent.gateway import inbound_accept
-from qorven.agent.tools import Tool, registry
-from qorven.live import session_group
-from qorven.models import Usage
-from qorven.trust import Trust
+from qorven.runtime.publisher import session_group
 from sessions_app.models import Message
 from sessions_app.services import message_append, session_resolve
+from tenancy.models import Usage
+from tenancy.tool_registry import Tool, registry
+from tenancy.trust import Trust
 
 from ..fakes.model_server import reply
 

@@ -6,8 +6,8 @@ import json
 import pytest
 
 from memory_app.models import Memory
-from qorven.services import api_token_create
 from sessions_app.models import Message, Session
+from tenancy.services import api_token_create
 
 from ..fakes.model_server import error, reply, tool_call
 

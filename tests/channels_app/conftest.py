@@ -4,7 +4,7 @@ import pytest
 
 from channels_app.models import Identity
 from channels_app.services import binding_create
-from qorven.trust import Trust
+from tenancy.trust import Trust
 
 
 @pytest.fixture

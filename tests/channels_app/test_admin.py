@@ -10,12 +10,11 @@ from channels_app.models import (
     InboundEvent,
     OutboundDelivery,
     PairingRequest,
-    PluginSetting,
 )
 from channels_app.pairing import identity_get_or_create, pairing_request_for
 from channels_app.services import binding_create
-from qorven.models import Membership
 from sessions_app.services import message_append, session_resolve
+from tenancy.models import Membership, PluginSetting
 
 from .payloads import post_telegram, telegram_update
 
@@ -82,7 +81,9 @@ def pending(world):
 
 
 def url(name, *args):
-    return reverse(f"admin:channels_app_{name}", args=args)
+    # The switches are tenancy's (app label `qorven`); the rest belongs to channels_app.
+    app = "qorven" if name.startswith("pluginsetting") else "channels_app"
+    return reverse(f"admin:{app}_{name}", args=args)
 
 
 def listed(response) -> list:

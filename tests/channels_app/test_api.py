@@ -4,9 +4,9 @@ import json
 
 import pytest
 
-from qorven.services import api_token_create
 from sessions_app.models import Message
 from sessions_app.services import message_append, session_resolve
+from tenancy.services import api_token_create
 
 URL = "/v1/qors/{}/messages"
 

@@ -30,7 +30,7 @@ PASSWORD = "browser-test-pw"
 SETUP = """
 from django.core.management import call_command
 from channels_app.models import Identity
-from qorven.models import Tenant
+from tenancy.models import Tenant
 from django.contrib.auth import get_user_model
 call_command("migrate", verbosity=0)
 call_command("bootstrap", tenant="acme", qor="aria", owner="alice", password={password!r}, qor_name="Aria")

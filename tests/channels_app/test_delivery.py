@@ -10,8 +10,8 @@ from asgiref.sync import async_to_sync, sync_to_async
 
 from channels_app.chat import chat_events
 from channels_app.models import OutboundDelivery
-from qorven.services import api_token_create
 from sessions_app.models import Message, Session
+from tenancy.services import api_token_create
 
 from ..factories.qorven import UserFactory
 from ..fakes.model_server import reply

@@ -8,8 +8,8 @@ import pytest
 
 from channels_app.chat import chat_events
 from channels_app.services import binding_create
-from qorven.services import api_token_create
 from sessions_app.models import Message, Session
+from tenancy.services import api_token_create
 
 from ..fakes.model_server import error
 from .conftest import pair

@@ -9,10 +9,10 @@ import time
 import pytest
 from asgiref.sync import async_to_sync, sync_to_async
 
-from qorven.live import broadcast, broadcast_flush
-from qorven.services import api_token_create
+from qorven.runtime.publisher import broadcast, broadcast_flush
 from sessions_app.models import Session
 from sessions_app.services import message_append, session_resolve
+from tenancy.services import api_token_create
 
 from ..fakes.model_server import reply
 from .conftest import pair
@@ -234,7 +234,7 @@ def test_a_reply_still_streaming_on_reconnect_arrives_whole_then_continues(world
 
 
 async def _snapshot(session_id):
-    from qorven.streams import stream_snapshot
+    from qorven.runtime.streams import stream_snapshot
 
     return await sync_to_async(stream_snapshot)(session_id)
 
@@ -266,7 +266,7 @@ def test_the_page_follows_the_chat_into_a_new_session_after_clear(world):
 
 def test_the_in_memory_layer_wakes_a_receiver_on_another_event_loop():
     """Sends from other threads (tasks, the live sender) reach a consumer's loop at once."""
-    from qorven.layers import InMemoryChannelLayer
+    from qorven.runtime.layers import InMemoryChannelLayer
 
     layer = InMemoryChannelLayer()
     received: list[float] = []

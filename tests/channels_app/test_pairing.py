@@ -12,8 +12,8 @@ from django.utils import timezone
 
 from channels_app.models import Identity, PairingRequest
 from channels_app.services import binding_create
-from qorven.services import api_token_create
 from sessions_app.models import Message
+from tenancy.services import api_token_create
 
 from ..fakes.model_server import reply
 from .payloads import post_telegram, post_whatsapp, telegram_update, whatsapp_body

@@ -14,8 +14,8 @@ from channels_app.models import Identity, OutboundDelivery
 from channels_app.services import binding_create
 from heartbeats_app.models import HeartbeatRun
 from heartbeats_app.tasks import heartbeat_run
-from qorven.services import api_token_create
 from sessions_app.models import Message
+from tenancy.services import api_token_create
 
 from ..factories.heartbeats_app import beat
 from ..fakes.model_server import Step, error, reply

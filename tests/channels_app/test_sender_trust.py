@@ -10,9 +10,9 @@ import pytest
 
 from channels_app.models import InboundEvent, PairingRequest
 from channels_app.services import binding_create
-from qorven.models import Membership
-from qorven.services import api_token_create
 from sessions_app.models import Message
+from tenancy.models import Membership
+from tenancy.services import api_token_create
 
 from ..fakes.model_server import reply
 from .conftest import pair

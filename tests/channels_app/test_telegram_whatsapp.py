@@ -284,7 +284,7 @@ def test_a_4xx_send_is_not_retried(client, world, telegram, platform, model_serv
 
 
 def test_a_switched_off_channel_answers_404_for_that_tenant(client, world, telegram, platform):
-    from channels_app.models import PluginSetting
+    from tenancy.models import PluginSetting
 
     PluginSetting.objects.create(tenant=world.tenant_a, kind="channel", name="telegram", enabled=False)
     assert post_telegram(client, telegram_update("hi")).status_code == 404

@@ -14,9 +14,9 @@ from django.core.management import call_command
 from channels_app.models import ChannelBinding
 from channels_app.services import binding_create
 from channels_app.webchat import webchat_token_sign
-from qorven.models import Membership
 from sessions_app.models import Message, Session
 from sessions_app.services import session_resolve
+from tenancy.models import Membership
 
 from .live_helpers import communicator, receive_all, receive_until
 

@@ -3,7 +3,7 @@ from __future__ import annotations
 import factory
 from django.contrib.auth import get_user_model
 
-from qorven.models import Membership, Qor, Tenant
+from tenancy.models import Membership, Qor, Tenant
 
 
 class UserFactory(factory.django.DjangoModelFactory):

@@ -8,7 +8,7 @@ from django_celery_beat.models import PeriodicTask
 from channels_app.models import ChannelBinding
 from heartbeats_app.models import CLEAR_IMAGES, Heartbeat, HeartbeatRun
 from heartbeats_app.services import heartbeat_create
-from qorven.models import Membership
+from tenancy.models import Membership
 
 from ..factories.heartbeats_app import beat
 from ..factories.qorven import MembershipFactory, UserFactory

@@ -13,10 +13,10 @@ from heartbeats_app.models import CLEAR_IMAGES, Heartbeat, HeartbeatRun
 from heartbeats_app.runs import RunFailed, run_heartbeat
 from heartbeats_app.services import heartbeat_create, heartbeat_run_now
 from heartbeats_app.tasks import heartbeat_run
-from qorven.models import Usage
-from qorven.services import usage_record
 from sessions_app.models import Image, Message, Session
 from sessions_app.services import message_append, session_resolve
+from tenancy.models import Usage
+from tenancy.services import usage_record
 
 from ..factories.heartbeats_app import beat
 from ..fakes.model_server import error, reply

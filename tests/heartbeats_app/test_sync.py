@@ -78,7 +78,7 @@ def test_beats_follow_the_file_through_create_change_and_drop_and_user_beats_sta
 
 
 def test_a_wildcard_beat_goes_to_every_tenant_with_a_default_qor(world, defaults):
-    from qorven.models import Tenant
+    from tenancy.models import Tenant
 
     Tenant.objects.create(slug="empty", name="No Qor yet")
     QorFactory(tenant=world.tenant_a, slug="second", is_default=False)

@@ -15,7 +15,7 @@ from heartbeats_app.services import heartbeat_create
 from memory_app.models import Memory
 from memory_app.services import reminder_add
 from sessions_app.models import Message
-from qorven.trust import Trust
+from tenancy.trust import Trust
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -5,7 +5,7 @@ import pytest
 
 from memory_app.models import LearnedSkill, Memory
 from memory_app.selectors import memory_search
-from qorven.models import Membership
+from tenancy.models import Membership
 
 from ..factories.memory_app import remember
 from ..factories.qorven import UserFactory

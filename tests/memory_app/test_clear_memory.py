@@ -90,7 +90,7 @@ def test_a_whole_tenant_with_all_takes_its_unattached_images_too(stocked):
 
 
 def test_a_user_across_every_tenant_and_everything(stocked, world):
-    from qorven.models import Membership
+    from tenancy.models import Membership
 
     Membership.objects.create(tenant=world.tenant_b, user=world.alice)
     remember(world.tenant_b, world.qor_b, world.alice, "alice in globex")

@@ -13,8 +13,8 @@ from memory_app.models import Memory
 from memory_app.reminders import DueError, due_parse, reminders_due
 from memory_app.services import reminder_add, reminders_mark_done
 from qorven.agent.gateway import inbound_accept
-from qorven.trust import Trust
 from sessions_app.services import session_resolve
+from tenancy.trust import Trust
 
 from ..fakes.model_server import reply, tool_call
 from ..fakes.summarizer import FakeModel, kind_of

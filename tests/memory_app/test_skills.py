@@ -12,8 +12,8 @@ from django.core.management import call_command
 from memory_app.models import LearnedSkill
 from memory_app.selectors import skills_for
 from memory_app.skills import skill_file_parse, skills_sync
-from qorven.agent.tools import ToolContext, registry
-from qorven.trust import Trust
+from tenancy.tool_registry import ToolContext, registry
+from tenancy.trust import Trust
 
 pytestmark = pytest.mark.django_db
 
@@ -189,7 +189,7 @@ def test_the_shipped_example_skills_are_valid_and_sync_on_a_fresh_database(setti
 
 
 def test_serve_and_worker_sync_skills_at_startup(skills_dir, monkeypatch, settings):
-    from qorven.management.commands import serve, worker
+    from qorven.runtime.management.commands import serve, worker
 
     write(skills_dir, "briefing.md", BRIEFING)
     monkeypatch.setattr("daphne.cli.CommandLineInterface.run", lambda self, args: None)

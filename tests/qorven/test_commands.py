@@ -10,8 +10,8 @@ from django.contrib.auth import get_user_model
 from django.core.management import call_command
 from django.core.management.base import CommandError
 
-from qorven.models import Membership, Qor, Tenant
-from qorven.selectors import api_token_authenticate
+from tenancy.models import Membership, Qor, Tenant
+from tenancy.selectors import api_token_authenticate
 
 ROOT = Path(__file__).resolve().parents[2]
 

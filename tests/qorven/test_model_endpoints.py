@@ -8,9 +8,9 @@ import json
 import pytest
 from django.core.exceptions import ValidationError
 
-from qorven.models import Qor
-from qorven.services import api_token_create
 from sessions_app.models import Message
+from tenancy.models import Qor
+from tenancy.services import api_token_create
 
 from ..fakes.model_server import ModelServer, error, reply
 

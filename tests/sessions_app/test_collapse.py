@@ -9,8 +9,8 @@ import pytest
 from django.core.management import CommandError, call_command
 from django.db import connection
 
+from legacy_app.collapse import collapse_sessions
 from memory_app.models import Memory
-from sessions_app.collapse import collapse_sessions
 from sessions_app.errors import SessionClosed
 from sessions_app.models import Image, Message, Session
 from sessions_app.services import message_append, session_resolve
@@ -281,7 +281,7 @@ def test_a_failure_midway_leaves_that_user_untouched_and_the_others_collapsed(wo
 
 
 def test_the_command_exits_with_an_error_when_a_user_fails(world, alice_three, monkeypatch):
-    import sessions_app.collapse.service as service
+    import legacy_app.collapse.service as service
 
     def broken(**kwargs):
         raise RuntimeError("disk on fire")
@@ -468,7 +468,7 @@ def test_an_append_racing_the_collapse_waits_and_is_refused_by_the_archived_sess
 
 
 def test_owners_are_paged_by_key_so_every_user_is_reached(world, alice_three, monkeypatch):
-    import sessions_app.collapse.owners as owners
+    import legacy_app.collapse.owners as owners
 
     monkeypatch.setattr(owners, "OWNER_PAGE", 1)
     legacy(world, "web", user=world.bob)

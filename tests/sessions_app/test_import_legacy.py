@@ -8,10 +8,10 @@ import pytest
 from django.contrib.auth import get_user_model
 from django.core.management import CommandError, call_command
 
+from legacy_app.legacy_import import legacy_import
 from memory_app.models import Memory
-from qorven.models import Membership
-from sessions_app.legacy_import import legacy_import
 from sessions_app.models import Message, Session
+from tenancy.models import Membership
 
 
 def line(**overrides):
@@ -232,7 +232,7 @@ def test_import_then_collapse_gives_one_chat_per_user(world, tmp_path):
 
 
 def collapse_sessions_users():
-    from sessions_app.collapse import collapse_owners
+    from legacy_app.collapse import collapse_owners
 
     return collapse_owners(
         tenant=None, qor_slug="aria", user=get_user_model().objects.get(username="alice")
@@ -245,7 +245,7 @@ def test_a_missing_file_is_a_clear_error(world, tmp_path):
 
 
 def test_a_session_archived_during_the_import_gets_a_fresh_one_for_later_lines(world, monkeypatch):
-    import sessions_app.legacy_import as legacy
+    import legacy_app.legacy_import as legacy
 
     monkeypatch.setattr(legacy, "BATCH_LINES", 2)
 

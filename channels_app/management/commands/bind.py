@@ -5,8 +5,8 @@ from django.core.management.base import BaseCommand, CommandError
 from channels_app.adapters import ADAPTERS
 from channels_app.models import ChannelBinding
 from channels_app.services import BindingError, binding_create
-from qorven.errors import NotFound
-from qorven.selectors import qor_get, tenant_get
+from tenancy.errors import NotFound
+from tenancy.selectors import qor_get, tenant_get
 
 
 class Command(BaseCommand):

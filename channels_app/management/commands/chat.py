@@ -7,7 +7,7 @@ from django.core.management.base import BaseCommand, CommandError
 
 from channels_app.chat import chat_owner
 from channels_app.terminal import run_interactive, run_json
-from qorven.errors import NotFound
+from tenancy.errors import NotFound
 
 
 class Command(BaseCommand):

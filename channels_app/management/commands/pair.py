@@ -6,8 +6,8 @@ from rich.console import Console
 from rich.table import Table
 
 from channels_app.pairing import pairing_approve, pairing_deny, pairing_pending
-from qorven.errors import NotFound
-from qorven.selectors import membership_get, tenant_get
+from tenancy.errors import NotFound
+from tenancy.selectors import membership_get, tenant_get
 
 
 class Command(BaseCommand):

@@ -5,10 +5,10 @@ from django.core.management.base import BaseCommand, CommandError
 
 from memory_app.selectors import memory_count
 from memory_app.services import MemoryScope, memory_clear, memory_index_prune
-from qorven.errors import NotFound
-from qorven.selectors import qor_get, tenant_get
 from sessions_app.selectors import conversation_counts
 from sessions_app.services import conversations_delete
+from tenancy.errors import NotFound
+from tenancy.selectors import qor_get, tenant_get
 
 
 class Command(BaseCommand):

@@ -1,0 +1,29 @@
+"""The /beats slash command: the user's heartbeats, answered without a model call."""
+from __future__ import annotations
+
+from tenancy.slash_registry import CommandContext, slash_command
+
+from .selectors import heartbeat_next_run, heartbeat_timezone, heartbeats_visible
+
+
+@slash_command("beats", "your scheduled heartbeats and when they run next")
+def beats_command(ctx: CommandContext) -> str:
+    session = ctx.session
+    if session.user is None:
+        return "Heartbeats belong to a known user; this conversation has none."
+    beats = list(heartbeats_visible(tenant=session.tenant, qor=session.qor, user=session.user).select_related("tenant"))
+    if not beats:
+        return "You have no heartbeats. Ask me to set one up, e.g. \"every weekday at 8, tell me what's on today\"."
+    lines = ["Your heartbeats:"]
+    for beat in beats:
+        zone = heartbeat_timezone(beat)
+        if beat.enabled:
+            next_run = heartbeat_next_run(beat)
+            when = f"next {next_run:%a %d %b %H:%M}" if next_run else "no next run"
+        else:
+            when = "paused"
+        where = f" → {beat.deliver_channel}" if beat.deliver_channel else ""
+        flags = " (set by the host, read-only)" if beat.managed else ""
+        last = f", last {beat.last_status}" if beat.last_status != "never" else ""
+        lines.append(f"• {beat.name}: `{beat.cron}` {zone}, {when}{last}{where}{flags}")
+    return "\n".join(lines)

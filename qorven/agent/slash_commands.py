@@ -1,0 +1,67 @@
+"""The agent's own slash commands: /help, /retry, /status, /history."""
+from __future__ import annotations
+
+from tenancy.slash_registry import CommandContext, slash_command, slash_registry
+
+
+@slash_command("help", "list the commands")
+def _help(ctx: CommandContext) -> str:
+    lines = [f"/{c.name}" + (f" (or /{', /'.join(c.aliases)})" if c.aliases else "") + f" — {c.summary}"
+             for c in slash_registry.listed()]
+    return "Commands:\n" + "\n".join(lines)
+
+
+@slash_command("retry", "try again to answer the messages the model could not answer")
+def _retry(ctx: CommandContext) -> str:
+    from django.db import transaction
+
+    from qorven.runtime.publisher import broadcast_soon
+    from sessions_app.selectors import next_pending_user_message
+    from sessions_app.services import messages_retry_failed
+
+    from .gateway import turn_enqueue
+
+    session = ctx.session
+    seqs = messages_retry_failed(session=session)
+    for seq in seqs:
+        event = {"type": "message.answer", "seq": seq, "answer_state": "pending"}
+        transaction.on_commit(lambda event=event: broadcast_soon(session.pk, event))
+    if seqs:
+        turn_enqueue(session=session)
+        return f"Trying again to answer {len(seqs)} message{'s' if len(seqs) != 1 else ''}…"
+    if next_pending_user_message(session=session) is not None:
+        turn_enqueue(session=session)  # waiting out a transient failure: try now
+        return "Your last message is still waiting for its answer; trying now…"
+    return "No message failed, so there is nothing to try again."
+
+
+@slash_command("status", "what this conversation is and which model answers")
+def _status(ctx: CommandContext) -> str:
+    from qorven.llm import route_for
+
+    session = ctx.session
+    route = route_for(session.qor, "main")
+    model = "offline (no model configured)" if route.offline else f"{route.model} (context {route.num_ctx} tokens)"
+    return "\n".join([
+        f"Qor: {session.qor.name}",
+        f"Conversation: {session.kind}, {session.last_seq} messages since {session.started_at:%Y-%m-%d}",
+        f"Model: {model}",
+        f"This surface: {ctx.channel} (trust: {ctx.trust})",
+    ])
+
+
+@slash_command("history", "this surface's recent messages: /history [n]")
+def _history(ctx: CommandContext) -> str:
+    from sessions_app.selectors import messages_read
+
+    try:
+        count = max(1, min(int(ctx.args or 10), 50))
+    except ValueError:
+        return "Usage: /history [n] — n is a number from 1 to 50."
+    # Only this surface's own slice, through the (session, channel) index; the command
+    # itself (just stored) is left out.
+    rows = [m for m in messages_read(session=ctx.session, channel=ctx.channel, limit=count + 1)
+            if m.role in ("user", "assistant") and not (m.metadata or {}).get("command")][-count:]
+    if not rows:
+        return f"No {ctx.channel} messages yet."
+    return "\n".join(f"{m.created_at:%m-%d %H:%M} {m.sender_name or m.role}: {m.content[:300]}" for m in rows)

@@ -1,0 +1,147 @@
+"""Live events on the channel layer. The layer is a notification, not storage: a client
+that missed an event catches up from the database by seq.
+
+Sync code (services, tasks) hands events to one background sender with its own event loop,
+so an append never waits on the channel layer and events leave in the order they were
+handed over. Async code awaits `broadcast` directly.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+import queue
+import threading
+from typing import Any
+
+from channels.layers import get_channel_layer
+
+from .layers import InMemoryChannelLayer
+from .streams import stream_track
+
+logger = logging.getLogger(__name__)
+
+
+def session_group(session_id: int) -> str:
+    return f"qorven.session.{session_id}"
+
+
+def chat_group(tenant_id: int, qor_id: int, user_id: int) -> str:
+    """Everyone watching a person's canonical chat with a Qor, whichever session it is in
+    now: told when a new session starts (first message, /clear, compaction)."""
+    return f"qorven.chat.{tenant_id}.{qor_id}.{user_id}"
+
+
+async def broadcast(session_id: int, event: dict[str, Any]) -> None:
+    """Send `event` (with a `type` such as message.chunk) to everyone watching the session.
+    Streamed chunks are also kept for clients that reconnect mid-reply (qorven.runtime.streams).
+    Never raises: a live surface missing an event must not fail the work that made it."""
+    layer = get_channel_layer()
+    if layer is None:
+        return
+    event = stream_track(session_id, event)
+    try:
+        await layer.group_send(session_group(session_id), {"session_id": session_id, **event})
+    except Exception:
+        logger.warning("could not broadcast %s to session %s", event.get("type"), session_id, exc_info=True)
+
+
+async def _group_send(group: str, event: dict[str, Any]) -> None:
+    layer = get_channel_layer()
+    if layer is None:
+        return
+    try:
+        await layer.group_send(group, event)
+    except Exception:
+        logger.warning("could not broadcast %s to %s", event.get("type"), group, exc_info=True)
+
+
+class _Sender:
+    """One daemon thread that sends queued events in order, on an event loop of its own.
+
+    Handing an event over is a lock-free queue put: no socket wake-up of an event loop on
+    the append path (that alone cost a third of a millisecond per append).
+    """
+
+    def __init__(self) -> None:
+        self._queue: queue.SimpleQueue[tuple[int, dict[str, Any]]] = queue.SimpleQueue()
+        self._lock = threading.Lock()
+        self._thread: threading.Thread | None = None
+        self._pending = 0
+        self._idle = threading.Condition()
+
+    def submit(self, session_id: int, event: dict[str, Any]) -> None:
+        with self._idle:
+            self._pending += 1
+        self._queue.put((session_id, event))
+        if self._thread is None:
+            with self._lock:
+                if self._thread is None:
+                    self._thread = threading.Thread(target=self._run, name="qorven-live", daemon=True)
+                    self._thread.start()
+
+    def flush(self, timeout: float = 10.0) -> bool:
+        """Wait until every submitted event has been sent (for tests and shutdown)."""
+        with self._idle:
+            return self._idle.wait_for(lambda: self._pending == 0, timeout)
+
+    def _run(self) -> None:
+        loop = asyncio.new_event_loop()
+        asyncio.set_event_loop(loop)
+        while True:
+            batch = [self._queue.get()]
+            while not self._queue.empty():  # under load, one wake-up sends many events
+                batch.append(self._queue.get_nowait())
+            try:
+                loop.run_until_complete(self._send(batch))
+            finally:
+                with self._idle:
+                    self._pending -= len(batch)
+                    self._idle.notify_all()
+
+    @staticmethod
+    async def _send(batch: list[tuple[int, dict[str, Any]]]) -> None:
+        for session_id, event in batch:
+            group = event.pop("__group__", None)
+            if group is not None:
+                await _group_send(group, event)
+            else:
+                await broadcast(session_id, event)
+
+
+_sender = _Sender()
+
+
+# Events that keep the stream buffer in step must always go through the sender.
+_STREAM_EVENTS = frozenset({"message.chunk", "message.done"})
+
+
+def nobody_watches(group: str) -> bool:
+    """True only when certainly nobody listens to `group`: on the in-process layer, a group
+    with no member in this process has no listener anywhere. Sync code skips building and
+    handing over events then (most of an append's cost when no page is open); a client
+    joining a moment later catches up from the database by seq."""
+    layer = get_channel_layer()
+    return isinstance(layer, InMemoryChannelLayer) and not layer.has_members(group)
+
+
+def _nobody_listening(group: str, event: dict[str, Any]) -> bool:
+    return event.get("type") not in _STREAM_EVENTS and nobody_watches(group)
+
+
+def broadcast_soon(session_id: int, event: dict[str, Any]) -> None:
+    """From sync code: queue `event` for the session's watchers and return at once."""
+    if _nobody_listening(session_group(session_id), event):
+        return
+    _sender.submit(session_id, event)
+
+
+def broadcast_group_soon(group: str, event: dict[str, Any]) -> None:
+    """From sync code: queue `event` for another group (a chat_group), in the same order
+    as session events."""
+    if _nobody_listening(group, event):
+        return
+    _sender.submit(0, {**event, "__group__": group})
+
+
+def broadcast_flush(timeout: float = 10.0) -> bool:
+    return _sender.flush(timeout)

@@ -1,0 +1,113 @@
+from __future__ import annotations
+
+from django.contrib import admin
+
+from .admin_scoping import TenantScopedAdminMixin, TenantScopedInlineMixin, admin_tenant_ids
+from .models import ApiToken, Membership, PluginSetting, Qor, Tenant, Usage
+from .selectors import tokens_spent_this_month
+from .signals import tenant_retimed
+
+
+class MembershipInline(TenantScopedInlineMixin, admin.TabularInline):
+    model = Membership
+    extra = 0
+    autocomplete_fields = ["user"]
+
+
+class QorInline(TenantScopedInlineMixin, admin.StackedInline):
+    model = Qor
+    extra = 0
+    fields = ["name", "slug", "is_default", "summarizer_mode"]
+    show_change_link = True
+
+
+@admin.register(Tenant)
+class TenantAdmin(TenantScopedAdminMixin, admin.ModelAdmin):
+    tenant_field = ""
+    tenant_admin_can_add = False
+    tenant_admin_can_delete = False
+    list_display = ["slug", "name", "timezone", "monthly_token_budget", "tokens_this_month", "created_at"]
+    search_fields = ["slug", "name"]
+    prepopulated_fields = {"slug": ["name"]}
+    # Apps above tenancy add their own inlines from their admin modules (channel bindings).
+    inlines = [QorInline, MembershipInline]
+
+    @admin.display(description="tokens this month")
+    def tokens_this_month(self, obj: Tenant) -> int:
+        return tokens_spent_this_month(tenant=obj)
+
+    def get_readonly_fields(self, request, obj=None):
+        fields = list(super().get_readonly_fields(request, obj))
+        if admin_tenant_ids(request.user) is not None:
+            # The host sets the budget and the slug (config files and URLs refer to it).
+            fields += ["slug", "monthly_token_budget"]
+        return fields
+
+    def save_model(self, request, obj, form, change) -> None:
+        super().save_model(request, obj, form, change)
+        if change and "timezone" in form.changed_data:
+            tenant_retimed.send(sender=Tenant, tenant=obj)  # beats that follow the tenant's timezone
+
+    def get_prepopulated_fields(self, request, obj=None):
+        return {} if admin_tenant_ids(request.user) is not None else super().get_prepopulated_fields(request, obj)
+
+
+@admin.register(Membership)
+class MembershipAdmin(TenantScopedAdminMixin, admin.ModelAdmin):
+    list_display = ["tenant", "user", "role", "created_at"]
+    list_filter = ["role", "tenant"]
+    search_fields = ["user__username", "tenant__slug"]
+    autocomplete_fields = ["user"]
+
+
+@admin.register(Qor)
+class QorAdmin(TenantScopedAdminMixin, admin.ModelAdmin):
+    list_display = ["slug", "name", "tenant", "is_default", "summarizer_mode", "main_model"]
+    list_filter = ["tenant", "summarizer_mode"]
+    search_fields = ["slug", "name"]
+    fieldsets = [
+        (None, {"fields": ["tenant", "name", "slug", "is_default"]}),
+        ("Prompt", {"fields": ["system_prompt", "project_context", "tool_allowlist"]}),
+        ("Main model", {"fields": ["main_base_url", "main_model", "main_num_ctx"]}),
+        ("Summarizer", {"fields": ["summarizer_mode", "compact_threshold", "summarizer_base_url",
+                                    "summarizer_model", "summarizer_num_ctx"]}),
+        ("Heartbeat model", {"fields": ["heartbeat_base_url", "heartbeat_model", "heartbeat_num_ctx"]}),
+    ]
+    # Model servers belong to the host: only superusers point a Qor at one (see
+    # qorven.llm.routes; the host's key never follows a URL a tenant admin chose).
+    HOST_FIELDS = ("main_base_url", "summarizer_base_url", "heartbeat_base_url")
+
+    def get_readonly_fields(self, request, obj=None):
+        fields = list(super().get_readonly_fields(request, obj))
+        return fields if request.user.is_superuser else [*fields, *self.HOST_FIELDS]
+
+
+@admin.register(ApiToken)
+class ApiTokenAdmin(TenantScopedAdminMixin, admin.ModelAdmin):
+    list_display = ["prefix", "user", "tenant", "name", "created_at", "last_used_at", "revoked_at"]
+    list_filter = ["tenant"]
+    readonly_fields = ["prefix", "digest", "created_at", "last_used_at"]
+    exclude: list[str] = []
+
+    def has_add_permission(self, request) -> bool:
+        return False  # tokens are minted with `qorven token create`, which shows them once
+
+
+@admin.register(Usage)
+class UsageAdmin(TenantScopedAdminMixin, admin.ModelAdmin):
+    list_display = ["day", "tenant", "qor", "role", "calls", "prompt_tokens", "completion_tokens"]
+    list_filter = ["tenant", "role", "day"]
+    date_hierarchy = "day"
+
+    def has_add_permission(self, request) -> bool:
+        return False
+
+    def has_change_permission(self, request, obj=None) -> bool:
+        return False
+
+
+@admin.register(PluginSetting)
+class PluginSettingAdmin(TenantScopedAdminMixin, admin.ModelAdmin):
+    list_display = ["tenant", "kind", "name", "enabled"]
+    list_filter = ["kind", "enabled", "tenant"]
+    list_editable = ["enabled"]

@@ -1,0 +1,23 @@
+from __future__ import annotations
+
+from django.apps import AppConfig
+
+
+class TenancyConfig(AppConfig):
+    """Tenants, memberships, Qors, API tokens, switches and trust: the bottom layer, and the
+    tool and slash-command registries every app registers with.
+
+    The app keeps the label `qorven` it had before it left the `qorven` package, so its
+    tables (`qorven_tenant`, …), migration history, content types and permissions stay
+    exactly as they are in existing databases: nothing is renamed or rebuilt."""
+
+    name = "tenancy"
+    label = "qorven"
+    verbose_name = "Tenancy"
+
+    def ready(self) -> None:
+        from django.utils.module_loading import autodiscover_modules
+
+        # Every app's tools and slash commands, as Django's admin discovers `admin.py`.
+        autodiscover_modules("tools")
+        autodiscover_modules("slash_commands")

@@ -1,0 +1,37 @@
+from __future__ import annotations
+
+from django.contrib.auth import get_user_model
+from django.core.management.base import BaseCommand, CommandError
+
+from tenancy.errors import NotFound
+from tenancy.selectors import tenant_get
+from tenancy.services import api_token_create
+
+
+class Command(BaseCommand):
+    help = (
+        "Manage API tokens. `token create --tenant T --user U` prints a new bearer token for "
+        "user U in tenant T (shown once; only its digest is stored). Use it as "
+        "'Authorization: Bearer <token>' on /v1/ endpoints."
+    )
+
+    def add_arguments(self, parser):
+        sub = parser.add_subparsers(dest="action", required=True)
+        create = sub.add_parser("create", help="mint a token for a member of a tenant")
+        create.add_argument("--tenant", required=True, help="tenant slug")
+        create.add_argument("--user", required=True, help="username (must be a member of the tenant)")
+        create.add_argument("--name", default="", help="a label to recognise the token by")
+
+    def handle(self, *args, **opts):
+        try:
+            tenant = tenant_get(slug=opts["tenant"])
+        except NotFound as exc:
+            raise CommandError(str(exc)) from None
+        user = get_user_model().objects.filter(username=opts["user"]).first()
+        if user is None:
+            raise CommandError(f"no user {opts['user']!r}")
+        try:
+            _, raw = api_token_create(tenant=tenant, user=user, name=opts["name"])
+        except NotFound:
+            raise CommandError(f"{opts['user']!r} is not a member of tenant {opts['tenant']!r}") from None
+        self.stdout.write(raw)

@@ -1,0 +1,170 @@
+"""Tenancy: the hosting customer (Tenant), who belongs to it (Membership), its assistants (Qor)."""
+from __future__ import annotations
+
+from django.conf import settings
+from django.core.validators import MaxValueValidator, MinValueValidator
+from django.db import models
+
+
+class TimestampedModel(models.Model):
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        abstract = True
+
+
+class Tenant(TimestampedModel):
+    name = models.CharField(max_length=200)
+    slug = models.SlugField(max_length=64, unique=True)
+    timezone = models.CharField(max_length=64, default="UTC")
+    settings = models.JSONField(default=dict, blank=True)
+    monthly_token_budget = models.PositiveBigIntegerField(
+        null=True, blank=True, help_text="Model tokens allowed per calendar month; empty = unlimited."
+    )
+
+    class Meta:
+        ordering = ["slug"]
+
+    def __str__(self) -> str:
+        return self.slug
+
+
+class Membership(TimestampedModel):
+    class Role(models.TextChoices):
+        OWNER = "owner"
+        ADMIN = "admin"
+        MEMBER = "member"
+
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="memberships")
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="memberships")
+    role = models.CharField(max_length=16, choices=Role.choices, default=Role.MEMBER)
+
+    class Meta:
+        ordering = ["tenant", "user"]
+        constraints = [models.UniqueConstraint(fields=["tenant", "user"], name="membership_unique_user")]
+
+    def __str__(self) -> str:
+        return f"{self.user} in {self.tenant} ({self.role})"
+
+
+class Qor(TimestampedModel):
+    """An assistant of a tenant, with its prompt, model routes and tool allowlist."""
+
+    class SummarizerMode(models.TextChoices):
+        AUTO = "auto"
+        MANUAL = "manual"
+
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="qors")
+    name = models.CharField(max_length=200)
+    slug = models.SlugField(max_length=64)
+    system_prompt = models.TextField(blank=True, default="You are a helpful personal assistant.")
+    project_context = models.TextField(blank=True, default="")
+    # Model routing per role. Empty values fall back to OPENAI_BASE_URL / QORVEN_MODEL.
+    main_base_url = models.URLField(blank=True, default="")
+    main_model = models.CharField(max_length=200, blank=True, default="")
+    main_num_ctx = models.PositiveIntegerField(null=True, blank=True, help_text="Empty: QORVEN_NUM_CTX.")
+    summarizer_base_url = models.URLField(blank=True, default="")
+    summarizer_model = models.CharField(max_length=200, blank=True, default="")
+    summarizer_num_ctx = models.PositiveIntegerField(null=True, blank=True, help_text="Empty: QORVEN_NUM_CTX.")
+    heartbeat_base_url = models.URLField(blank=True, default="")
+    heartbeat_model = models.CharField(max_length=200, blank=True, default="")
+    heartbeat_num_ctx = models.PositiveIntegerField(null=True, blank=True, help_text="Empty: QORVEN_NUM_CTX.")
+    tool_allowlist = models.JSONField(
+        default=list, blank=True, help_text="Tool names this Qor may use; empty = every enabled tool."
+    )
+    summarizer_mode = models.CharField(max_length=8, choices=SummarizerMode.choices, default=SummarizerMode.AUTO)
+    compact_threshold = models.FloatField(
+        default=0.9, validators=[MinValueValidator(0.1), MaxValueValidator(1.0)]
+    )
+    is_default = models.BooleanField(default=False)
+
+    class Meta:
+        ordering = ["tenant", "slug"]
+        constraints = [
+            models.UniqueConstraint(fields=["tenant", "slug"], name="qor_unique_slug"),
+            models.UniqueConstraint(
+                fields=["tenant"], condition=models.Q(is_default=True), name="qor_one_default_per_tenant"
+            ),
+        ]
+
+    def clean(self) -> None:
+        """A model server stored here must be one this server may call (see
+        qorven.runtime.outbound); checked again before every call."""
+        from django.core.exceptions import ValidationError
+
+        from qorven.runtime.outbound import AddressRefused, check_url
+
+        errors = {}
+        for field in ("main_base_url", "summarizer_base_url", "heartbeat_base_url"):
+            url = getattr(self, field)
+            if url:
+                try:
+                    check_url(url)
+                except AddressRefused as exc:
+                    errors[field] = str(exc)
+        if errors:
+            raise ValidationError(errors)
+
+    def __str__(self) -> str:
+        return f"{self.tenant.slug}/{self.slug}"
+
+
+class ApiToken(models.Model):
+    """A per-user bearer token for the JSON API. Only its SHA-256 digest is stored."""
+
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="api_tokens")
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="api_tokens")
+    name = models.CharField(max_length=100, blank=True, default="")
+    prefix = models.CharField(max_length=12, help_text="First characters, to tell tokens apart.")
+    digest = models.CharField(max_length=64, unique=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    last_used_at = models.DateTimeField(null=True, blank=True)
+    revoked_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+
+    def __str__(self) -> str:
+        return f"{self.prefix}… ({self.user} in {self.tenant})"
+
+
+class Usage(models.Model):
+    """Model tokens spent, per tenant, Qor, role and day."""
+
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="usage")
+    qor = models.ForeignKey(Qor, on_delete=models.CASCADE, related_name="usage")
+    role = models.CharField(max_length=16)
+    day = models.DateField()
+    calls = models.PositiveIntegerField(default=0)
+    prompt_tokens = models.PositiveBigIntegerField(default=0)
+    completion_tokens = models.PositiveBigIntegerField(default=0)
+
+    class Meta:
+        ordering = ["-day", "tenant", "qor", "role"]
+        verbose_name_plural = "usage"
+        constraints = [models.UniqueConstraint(fields=["tenant", "qor", "role", "day"], name="usage_unique_day")]
+
+    def __str__(self) -> str:
+        return f"{self.tenant}/{self.qor.slug} {self.role} {self.day}"
+
+
+class PluginSetting(TimestampedModel):
+    """Per-tenant switch for a tool or a channel. A missing row means the default (enabled)."""
+
+    class Kind(models.TextChoices):
+        TOOL = "tool"
+        CHANNEL = "channel"
+
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="plugin_settings")
+    kind = models.CharField(max_length=8, choices=Kind.choices)
+    name = models.CharField(max_length=64)
+    enabled = models.BooleanField(default=True)
+
+    class Meta:
+        db_table = "channels_app_pluginsetting"  # the table it had in channels_app: nothing is moved
+        ordering = ["tenant", "kind", "name"]
+        constraints = [models.UniqueConstraint(fields=["tenant", "kind", "name"], name="plugin_unique_name")]
+
+    def __str__(self) -> str:
+        return f"{self.kind}:{self.name} {'on' if self.enabled else 'off'}"

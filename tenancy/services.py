@@ -1,0 +1,128 @@
+"""Writes of tenancy data: bootstrap a tenant, mint API tokens."""
+from __future__ import annotations
+
+import secrets
+from dataclasses import dataclass
+
+from django.contrib.auth import get_user_model
+from django.contrib.auth.models import AbstractBaseUser
+from django.contrib.auth.password_validation import validate_password
+from django.db import IntegrityError, transaction
+
+from .models import ApiToken, Membership, Qor, Tenant
+from .selectors import membership_get, token_digest
+
+
+@dataclass(frozen=True)
+class BootstrapResult:
+    tenant: Tenant
+    qor: Qor
+    owner: AbstractBaseUser
+    created: dict[str, bool]
+
+
+@transaction.atomic
+def tenant_bootstrap(
+    *,
+    tenant_slug: str,
+    qor_slug: str,
+    owner_username: str,
+    password: str | None = None,
+    tenant_name: str = "",
+    qor_name: str = "",
+    host_superuser: bool = False,
+) -> BootstrapResult:
+    """Create or update a tenant, its default Qor and its owner. Safe to run again.
+
+    The owner is staff: in the admin they administer their own tenant's rows and nothing
+    else. Only with `host_superuser` are they made a superuser, who sees every tenant (the
+    host's own account). A password is set only when given (and must pass the password
+    validators), so re-running without one never locks anybody out.
+    """
+    if password:
+        validate_password(password, user=get_user_model()(username=owner_username))
+    tenant, tenant_created = Tenant.objects.get_or_create(
+        slug=tenant_slug, defaults={"name": tenant_name or tenant_slug.replace("-", " ").title()}
+    )
+    if tenant_name and tenant.name != tenant_name:
+        tenant.name = tenant_name
+        tenant.save(update_fields=["name", "updated_at"])
+
+    qor, qor_created = Qor.objects.get_or_create(
+        tenant=tenant, slug=qor_slug, defaults={"name": qor_name or qor_slug.replace("-", " ").title()}
+    )
+    if not qor.is_default:
+        Qor.objects.filter(tenant=tenant, is_default=True).exclude(pk=qor.pk).update(is_default=False)
+        qor.is_default = True
+        qor.save(update_fields=["is_default", "updated_at"])
+
+    User = get_user_model()
+    owner, owner_created = User.objects.get_or_create(username=owner_username)
+    fields = []
+    if not owner.is_staff:
+        owner.is_staff = True
+        fields.append("is_staff")
+    if host_superuser and not owner.is_superuser:
+        owner.is_superuser = True
+        fields.append("is_superuser")
+    if password:
+        owner.set_password(password)
+        fields.append("password")
+    elif owner_created:
+        owner.set_unusable_password()
+        fields.append("password")
+    if fields:
+        owner.save(update_fields=fields)
+
+    membership, membership_created = Membership.objects.get_or_create(
+        tenant=tenant, user=owner, defaults={"role": Membership.Role.OWNER}
+    )
+    if membership.role != Membership.Role.OWNER:
+        membership.role = Membership.Role.OWNER
+        membership.save(update_fields=["role", "updated_at"])
+    return BootstrapResult(
+        tenant=tenant,
+        qor=qor,
+        owner=owner,
+        created={"tenant": tenant_created, "qor": qor_created, "owner": owner_created, "membership": membership_created},
+    )
+
+
+@transaction.atomic
+def api_token_create(*, tenant: Tenant, user: AbstractBaseUser, name: str = "") -> tuple[ApiToken, str]:
+    """Mint a bearer token for a member of `tenant`. Returns the row and the raw token,
+    which is shown once and stored only as a digest."""
+    membership_get(tenant=tenant, user=user)
+    raw = "qv_" + secrets.token_urlsafe(32)
+    token = ApiToken.objects.create(tenant=tenant, user=user, name=name, prefix=raw[:10], digest=token_digest(raw))
+    return token, raw
+
+
+def usage_record(*, tenant: Tenant, qor: Qor, role: str, prompt_tokens: int, completion_tokens: int) -> None:
+    """Add one model call's tokens to today's row for (tenant, qor, role)."""
+    from django.db.models import F
+    from django.utils import timezone
+
+    from .models import Usage
+
+    day = timezone.localdate()
+    with transaction.atomic():
+        updated = Usage.objects.filter(tenant=tenant, qor=qor, role=role, day=day).update(
+            calls=F("calls") + 1,
+            prompt_tokens=F("prompt_tokens") + prompt_tokens,
+            completion_tokens=F("completion_tokens") + completion_tokens,
+        )
+        if updated:
+            return
+        try:
+            with transaction.atomic():
+                Usage.objects.create(
+                    tenant=tenant, qor=qor, role=role, day=day, calls=1,
+                    prompt_tokens=prompt_tokens, completion_tokens=completion_tokens,
+                )
+        except IntegrityError:  # created concurrently: add to it instead
+            Usage.objects.filter(tenant=tenant, qor=qor, role=role, day=day).update(
+                calls=F("calls") + 1,
+                prompt_tokens=F("prompt_tokens") + prompt_tokens,
+                completion_tokens=F("completion_tokens") + completion_tokens,
+            )
