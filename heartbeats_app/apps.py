@@ -16,3 +16,17 @@ class HeartbeatsAppConfig(AppConfig):
             heartbeats_retime(tenant=tenant)  # beats without their own timezone follow the tenant's
 
         tenant_retimed.connect(retime, dispatch_uid="heartbeats_app.retime", weak=False)
+        from qorven.runtime.startup import Startup, on_startup
+
+        from .scheduler import embedded_beat_start
+        from .startup import beats_sync_on_startup
+
+        @on_startup("serve")
+        def beats_sync(startup: Startup) -> None:
+            beats_sync_on_startup(startup.stdout, startup.stderr)
+
+        @on_startup("serve", after_worker=True)
+        def embedded_beat(startup: Startup) -> None:
+            if startup.embedded and not startup.options.get("no_beat"):
+                embedded_beat_start()
+                startup.stdout.write("Heartbeats fire in this process (embedded beat).")

@@ -66,8 +66,9 @@ class EmbeddedBeat(threading.Thread):
         self.scheduler: HeartbeatScheduler | None = None
 
     def run(self) -> None:
-        from qorven.celery import app
+        from celery import current_app
 
+        app = current_app._get_current_object()  # the project's Celery app (qorven.celery)
         try:
             close_old_connections()
             self.scheduler = HeartbeatScheduler(app=app, max_interval=self.max_interval)

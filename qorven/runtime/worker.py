@@ -99,8 +99,9 @@ class EmbeddedWorker:
     def _run(self) -> None:
         from django.conf import settings
 
-        from qorven.celery import app
+        from celery import current_app
 
+        app = current_app._get_current_object()  # the project's Celery app (qorven.celery)
         worker_cls = _controller_class(app)
         try:
             # Built on this thread: Celery's Django fixup closes the database connections
@@ -169,8 +170,9 @@ embedded_worker = EmbeddedWorker()
 
 @signals.before_task_publish.connect(weak=False)
 def _on_publish(sender: str | None = None, headers: dict | None = None, **kwargs: Any) -> None:
-    from qorven.celery import app
+    from celery import current_app
 
+    app = current_app._get_current_object()  # the project's Celery app (qorven.celery)
     if not broker_is_embedded(app):
         return
     task_id = (headers or {}).get("id")

@@ -20,11 +20,13 @@ class Command(BaseCommand):
         parser.add_argument("--no-sync", action="store_true", help="do not sync the defaults file first")
 
     def handle(self, *args, **opts):
+        from celery import current_app
+
         from heartbeats_app.scheduler import SCHEDULER_PATH
         from heartbeats_app.startup import beats_sync_on_startup
-        from qorven.celery import app
         from qorven.runtime.worker import broker_is_embedded
 
+        app = current_app._get_current_object()  # the project's Celery app (qorven.celery)
         if broker_is_embedded(app):
             raise CommandError("No broker configured: set REDIS_URL (or CELERY_BROKER_URL) to run beat.")
 

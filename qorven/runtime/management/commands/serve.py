@@ -1,10 +1,11 @@
 from __future__ import annotations
 
+from celery import current_app
 from django.conf import settings
 from django.core.management import call_command
 from django.core.management.base import BaseCommand
 
-from qorven.celery import app as celery_app
+from qorven.runtime.startup import Startup, startup_run
 from qorven.runtime.worker import broker_is_embedded, embedded_worker
 
 
@@ -30,19 +31,13 @@ class Command(BaseCommand):
 
         if not opts["no_migrate"]:
             call_command("migrate", interactive=False, verbosity=0)
-        from heartbeats_app.startup import beats_sync_on_startup
-        from memory_app.skills import skills_sync_on_startup
-
-        beats_sync_on_startup(self.stdout, self.stderr)
-        skills_sync_on_startup(self.stdout, self.stderr)
-        if broker_is_embedded(celery_app):
+        embedded = broker_is_embedded(current_app)
+        startup = Startup("serve", self.stdout, self.stderr, embedded, opts)
+        startup_run(startup, after_worker=False)  # the heartbeats file, the skills folder
+        if embedded:
             embedded_worker.ensure_started()
             self.stdout.write(f"Tasks run in this process ({settings.QORVEN_WORKER_CONCURRENCY} at a time).")
-            if not opts["no_beat"]:
-                from heartbeats_app.scheduler import embedded_beat_start
-
-                embedded_beat_start()
-                self.stdout.write("Heartbeats fire in this process (embedded beat).")
+        startup_run(startup, after_worker=True)  # the embedded beat
         self.stdout.write(f"Qorven on http://{opts['host']}:{opts['port']}/  (admin: /admin/)")
         self.stdout.flush()
         CommandLineInterface().run(

@@ -19,16 +19,18 @@ class Command(BaseCommand):
         parser.add_argument("--loglevel", "-l", default="INFO", help="log level (default INFO)")
 
     def handle(self, *args, **opts):
-        from memory_app.skills import skills_sync_on_startup
-        from qorven.celery import app
+        from celery import current_app
+
+        from qorven.runtime.startup import Startup, startup_run
         from qorven.runtime.worker import broker_is_embedded
 
+        app = current_app._get_current_object()  # the project's Celery app (qorven.celery)
         if broker_is_embedded(app):
             raise CommandError("No broker configured: set REDIS_URL (or CELERY_BROKER_URL) to run workers.")
 
         if "QORVEN_SEND_SLOTS" not in os.environ:  # half of this worker's slots, as by default
             settings.QORVEN_SEND_SLOTS = max(opts["concurrency"] // 2, 1)
-        skills_sync_on_startup(self.stdout, self.stderr)
+        startup_run(Startup("worker", self.stdout, self.stderr, False, opts), after_worker=False)
         app.worker_main(
             ["worker", f"--concurrency={opts['concurrency']}", f"--loglevel={opts['loglevel']}", "--without-gossip",
              "--without-mingle"]

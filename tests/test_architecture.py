@@ -1,0 +1,105 @@
+"""The map of the house (README, "Architecture"), checked on the source itself: every
+import of the project's own modules points down the layers, so no two packages import
+each other. The graph is built with `ast` from the files, so an import inside a function
+counts as much as one at the top; imports only for type checkers (`if TYPE_CHECKING:`)
+never run and are left out."""
+from __future__ import annotations
+
+import ast
+from collections import defaultdict
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+# Lowest first: a unit may import the units before it, never one after it.
+LAYERS = [
+    "qorven.runtime",  # machinery: embedded worker, channel layer, publisher, stream cache
+    "tenancy",  # tenants, Qors, trust, switches, the registries
+    "qorven.llm",  # model providers and routes
+    "sessions_app",  # the conversation store
+    "memory_app",  # memories, skills, summarizer
+    "qorven.agent",  # one turn: routing, prompt, the tool loop
+    "heartbeats_app",  # a heartbeat run is a sub-agent turn
+    "legacy_app",  # import-legacy, collapse-sessions
+    "channels_app",  # the edges: platforms, webhooks, sockets, terminal
+    "qorven",  # wiring: settings, asgi, urls, the Celery app, the CLI
+]
+SUBPACKAGES = ("qorven.runtime", "qorven.llm", "qorven.agent")
+
+
+def unit_of(module: str) -> str | None:
+    for sub in SUBPACKAGES:
+        if module == sub or module.startswith(sub + "."):
+            return sub
+    top = module.split(".", 1)[0]
+    return top if top in LAYERS else None
+
+
+def module_name(path: Path) -> str:
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def runtime_imports(tree: ast.AST, module: str, is_package: bool) -> list[tuple[str, int]]:
+    """(imported module, line) for every import that can run, skipping TYPE_CHECKING blocks."""
+    found: list[tuple[str, int]] = []
+
+    def visit(node: ast.AST) -> None:
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            for child in node.orelse:
+                visit(child)
+            return
+        if isinstance(node, ast.Import):
+            found.extend((alias.name, node.lineno) for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = module.split(".") if is_package else module.split(".")[:-1]
+                base = base[: len(base) - node.level + 1]
+                target = ".".join(base + ([node.module] if node.module else []))
+            else:
+                target = node.module or ""
+            found.append((target, node.lineno))
+        for child in ast.iter_child_nodes(node):
+            visit(child)
+
+    visit(tree)
+    return found
+
+
+def import_edges() -> dict[tuple[str, str], list[str]]:
+    """(importing unit, imported unit) → where, for imports between different units."""
+    edges: dict[tuple[str, str], list[str]] = defaultdict(list)
+    for top in {layer.split(".", 1)[0] for layer in LAYERS}:
+        for path in sorted((ROOT / top).rglob("*.py")):
+            if "migrations" in path.parts:
+                continue  # history: it refers to apps by label, and never to code above it
+            module = module_name(path)
+            source = unit_of(module)
+            tree = ast.parse(path.read_text(), filename=str(path))
+            for target, line in runtime_imports(tree, module, path.name == "__init__.py"):
+                imported = unit_of(target)
+                if source and imported and imported != source:
+                    edges[(source, imported)].append(f"{path.relative_to(ROOT)}:{line}")
+    return edges
+
+
+def test_the_graph_sees_the_imports_that_exist():
+    # The checker itself can fail: the edges the map is built on are found.
+    edges = import_edges()
+    assert ("channels_app", "qorven.agent") in edges
+    assert ("sessions_app", "tenancy") in edges
+    assert ("qorven", "channels_app") in edges  # the wiring's urls and asgi routing
+
+
+def test_every_import_points_down_the_layers():
+    rank = {unit: i for i, unit in enumerate(LAYERS)}
+    upward = {f"{a} → {b}": where for (a, b), where in import_edges().items() if rank[b] > rank[a]}
+    assert upward == {}, "imports against the map (README, Architecture):\n" + "\n".join(
+        f"  {edge}: {', '.join(where[:5])}" for edge, where in sorted(upward.items()))
+
+
+def test_no_two_packages_import_each_other():
+    edges = import_edges()
+    both_ways = sorted({tuple(sorted(pair)) for pair in edges if (pair[1], pair[0]) in edges})
+    assert both_ways == [], "two-way imports:\n" + "\n".join(
+        f"  {a} ↔ {b}: {edges[(a, b)][:3]} / {edges[(b, a)][:3]}" for a, b in both_ways)
