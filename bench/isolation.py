@@ -88,6 +88,8 @@ CONTROL = "a_writes"  # A writes as in the fault cases, with nothing wrong: what
 OVERLAP = "a_overlaps"  # A's turns at the same time as B's: CPU contention, reported, not a goal
 CASES = ("quiet", CONTROL, *FAULTS, OVERLAP)  # the order of the rows
 RUN_ORDER = ("quiet", CONTROL, OVERLAP, "platform_hangs", "slow_model", "stale_lease")  # leftovers harm no later case
+ONLY: list[str] = list(CASES)  # --case narrows it (quiet and the control always run)
+PROFILE_DIR = ""  # --profile: where py-spy writes each process's samples
 FAULT_STATE_TIMEOUT = 30.0  # at most this long B waits for A's message to reach its fault
 GOAL_RATIO = 1.5
 MESSAGE_TIMEOUT = 60.0
@@ -459,6 +461,16 @@ class CaseResult:
     accept_ms: list[float] = field(default_factory=list)  # the POSTs' own round trips
 
 
+def profiled(name: str, cmd: list[str]) -> list[str]:
+    """`cmd`, run under py-spy (sampling, all threads, children too) when --profile DIR is
+    given: DIR/NAME.txt gets collapsed stacks, for flame graphs or a grep."""
+    if not PROFILE_DIR:
+        return cmd
+    out = Path(PROFILE_DIR) / f"{name}.txt"
+    return [str(Path(sys.executable).with_name("py-spy")), "record", "--format", "raw", "--subprocesses",
+            "--rate", "200", "--output", str(out), "--", *cmd]
+
+
 class Layout:
     """One layout's processes and the clients that talk to them."""
 
@@ -475,10 +487,11 @@ class Layout:
         port = free_port()
         self.base = f"http://127.0.0.1:{port}"
         logs = self.tmp / f"{self.name}-{label}"
-        self.procs = [spawn([str(QORVEN), "serve", "--no-migrate", "--port", str(port)], self.env,
-                            Path(f"{logs}-serve.log"))]
+        self.procs = [spawn(profiled(f"{self.name}-{label}-serve", [str(QORVEN), "serve", "--no-migrate", "--port",
+                                                                      str(port)]), self.env, Path(f"{logs}-serve.log"))]
         if self.worker:
-            self.procs.append(spawn([str(QORVEN), "worker", "--concurrency", "4", "--loglevel", "WARNING"],
+            self.procs.append(spawn(profiled(f"{self.name}-{label}-worker", [str(QORVEN), "worker", "--concurrency", "4",
+                                                                            "--loglevel", "WARNING"]),
                                     self.env, Path(f"{logs}-worker.log")))
         import httpx
 
@@ -649,7 +662,7 @@ def run_layout(name: str, env: dict[str, str], tmp: Path, worker: bool, redis_ur
         layout.tokens = helper("setup")
         log(f"{name}: migrated and set up two tenants in {time.monotonic() - started:.1f} s")
         results = {}
-        for case in RUN_ORDER:
+        for case in [c for c in RUN_ORDER if c in ONLY or c in ("quiet", CONTROL)]:
             started = time.monotonic()
             results[case] = run_case(layout, helper, model, telegram, case, n, deadline_s)
             p50, p99 = pct(results[case].latencies) if results[case].latencies else (0.0, 0.0)
@@ -702,7 +715,7 @@ def rows_and_notes(layout: str, results: dict[str, CaseResult]) -> tuple[list[Ro
     quiet_p99 = pct(quiet.latencies)[1] if quiet.latencies else 0.0
     control = results[CONTROL]
     control_p99 = pct(control.latencies)[1] if control.latencies else 0.0
-    for case in CASES:
+    for case in [c for c in CASES if c in results]:
         res = results[case]
         p50, p99 = pct(res.latencies) if res.latencies else (None, None)
         ratio = round(p99 / quiet_p99, 2) if p99 is not None and quiet_p99 else None
@@ -752,7 +765,7 @@ def parent(quick: bool) -> int:
         layouts: list[tuple[str, dict[str, str], bool, str | None]] = [
             ("embedded", {**common, "DATABASE_URL": f"sqlite:///{Path(tmp.name) / 'embedded.sqlite3'}"}, False, None)
         ]
-        why_not = unreachable(pg_url, redis_url)
+        why_not = "--embedded-only" if os.environ.get("BENCH_SKIP_POSTGRES") else unreachable(pg_url, redis_url)
         if why_not:
             log(f"postgres+redis skipped: {why_not}")
             notes.append(f"postgres+redis: skipped, {why_not}")
@@ -808,7 +821,17 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="5 messages per case (a smoke run)")
     parser.add_argument("--helper", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--case", action="append", choices=CASES, metavar="CASE",
+                        help=f"run only this case (repeatable; quiet and the control always run): {', '.join(CASES)}")
+    parser.add_argument("--embedded-only", action="store_true", help="skip the PostgreSQL + Redis layout")
+    parser.add_argument("--profile", metavar="DIR", default="",
+                        help="sample every server and worker with py-spy (pip install py-spy) into DIR")
     args = parser.parse_args()
+    global PROFILE_DIR
+    PROFILE_DIR = args.profile
+    ONLY[:] = args.case or CASES
+    if args.embedded_only:
+        os.environ["BENCH_SKIP_POSTGRES"] = "1"
     return helper_main() if args.helper else parent(args.quick)
 
 
