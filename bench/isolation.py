@@ -21,7 +21,7 @@ B measures is what A's fault does to B, while the fault keeps piling up:
   Telegram (webhook) and B writes once A's reply is stored, so A's replies pile up stuck
   sending;
 - ``stale_lease``: A's active canonical session holds a turn lease of a foreign owner,
-  40 s from expiry, as a turn that died with its server leaves it; A writes on the API and
+  120 s from expiry (it outlasts the case), as a turn that died with its server leaves it; A writes on the API and
   B writes once A's message is stored (its turn cannot start);
 - ``slow_model``: the model server (a fake OpenAI-compatible one in this process, SSE when
   asked to stream) takes 10 s on any request whose messages mention A's user, and answers
@@ -42,10 +42,11 @@ Two layouts, each against real server processes started here:
   Skipped with a note when either is unreachable.
 
 Every case runs on freshly started processes (after a warm-up of two B messages and one A
-message), and what the previous case left in the database (leases of killed turns, A's
-unanswered messages and unsent replies) is closed first, so each case measures its own
-fault.
-Every case has a deadline (60 s, --quick 8 s): messages not sent by then are left out,
+message), on fresh conversations (the previous case's are archived, so every case sends
+the model the same history lengths), and what the previous case left in the database
+(leases of killed turns, A's unanswered messages and unsent replies) is closed first, so
+each case measures its own fault.
+Every case has a deadline (120 s, --quick 8 s): messages not sent by then are left out,
 and a reply not stored by then (or within 60 s) is a miss, counted at the time waited — so
 with misses a p99 is a lower bound. Goal (reported, not asserted): B's p99 with each fault
 within 1.5× of quiet, on each layout. Each fault's p99 is also given against the control
@@ -93,10 +94,10 @@ PROFILE_DIR = ""  # --profile: where py-spy writes each process's samples
 FAULT_STATE_TIMEOUT = 30.0  # at most this long B waits for A's message to reach its fault
 GOAL_RATIO = 1.5
 MESSAGE_TIMEOUT = 60.0
-CASE_DEADLINE, QUICK_CASE_DEADLINE = 60.0, 8.0
+CASE_DEADLINE, QUICK_CASE_DEADLINE = 120.0, 8.0
 WARMUP_TIMEOUT = 90.0
 SLOW_MODEL_SECONDS = 10.0
-STALE_LEASE_SECONDS = 40
+STALE_LEASE_SECONDS = 120  # outlasts the case: the fault holds from its first message to its last
 POLL_SECONDS = 0.05
 USER_A, USER_B = "alpha_user", "bravo_user"  # the fake model recognises A's requests by A's name
 TG_SECRET, TG_USER_ID = "bench-isolation-secret", 4242
@@ -269,10 +270,12 @@ def stop(*procs: subprocess.Popen, grace: float = 1.5) -> None:
     """SIGTERM each process's group (the process and its children, e.g. Celery's pool) at
     once, then SIGKILL the groups after `grace` seconds (at once if the leader is gone,
     for children it left behind)."""
+    if PROFILE_DIR:  # py-spy writes its samples on an interrupt, not on SIGTERM
+        grace = max(grace, 10.0)
     for proc in procs:
         if proc in _started:
             _started.remove(proc)
-        _signal_group(proc, signal.SIGTERM)
+        _signal_group(proc, signal.SIGINT if PROFILE_DIR else signal.SIGTERM)
     deadline = time.monotonic() + grace
     for proc in procs:
         try:
@@ -335,7 +338,7 @@ def helper_main() -> int:
     from channels_app.models import Identity, OutboundDelivery
     from channels_app.services import binding_create
     from sessions_app.models import Message, Session
-    from sessions_app.services import session_resolve
+    from sessions_app.services import session_resolve, session_rotate
     from tenancy.models import Qor, Tenant
     from tenancy.services import api_token_create
 
@@ -365,6 +368,14 @@ def helper_main() -> int:
             .update(state="failed", last_error="closed by the benchmark between cases"),
         }
 
+    def conversations_fresh() -> Any:
+        """Every case starts both users on an empty chat (the old ones archived), so no case
+        sends the model a longer history than another because it ran later."""
+        sessions = list(Session.objects.filter(kind=Session.Kind.CANONICAL, state=Session.State.ACTIVE))
+        for session in sessions:
+            session_rotate(session=session)  # as /clear does
+        return {"archived": len(sessions)}
+
     def stale_lease() -> Any:
         session = a_session()
         until = timezone.now() + timedelta(seconds=STALE_LEASE_SECONDS)
@@ -383,6 +394,7 @@ def helper_main() -> int:
         return {"a_deliveries": deliveries, "a_messages": roles, "a_leases": list(lease)}
 
     commands: dict[str, Callable[[], Any]] = {"setup": setup, "leftovers_clear": leftovers_clear,
+                                              "conversations_fresh": conversations_fresh,
                                               "stale_lease": stale_lease, "stats": stats}
     for line in sys.stdin:
         if not line.strip():
@@ -608,6 +620,7 @@ def run_case(layout: Layout, helper: Helper, model: FakeModel, telegram: Hanging
     import httpx
 
     helper("leftovers_clear")  # what the last case's fault and its killed processes left behind
+    helper("conversations_fresh")  # the same history length for B (and A) in every case
     begun = time.monotonic()
     layout.start(case)
     up = time.monotonic()
@@ -666,7 +679,9 @@ def run_layout(name: str, env: dict[str, str], tmp: Path, worker: bool, redis_ur
             started = time.monotonic()
             results[case] = run_case(layout, helper, model, telegram, case, n, deadline_s)
             p50, p99 = pct(results[case].latencies) if results[case].latencies else (0.0, 0.0)
-            log(f"{name}/{case}: B reply p50 {p50:.0f} ms, p99 {p99:.0f} ms ({time.monotonic() - started:.1f} s)")
+            slowest = ", ".join(f"{v:.0f}" for v in sorted(results[case].latencies)[-4:])
+            log(f"{name}/{case}: B reply p50 {p50:.0f} ms, p99 {p99:.0f} ms, slowest {slowest} ms"
+                f" ({time.monotonic() - started:.1f} s)")
         return results
     finally:
         helper.close()
@@ -746,7 +761,7 @@ def rows_and_notes(layout: str, results: dict[str, CaseResult]) -> tuple[list[Ro
 
 
 def parent(quick: bool) -> int:
-    n = 5 if quick else 50
+    n = 5 if quick else 200
     deadline_s = QUICK_CASE_DEADLINE if quick else CASE_DEADLINE
     pg_url = os.environ.get("BENCH_POSTGRES_URL", DEFAULT_PG_URL)
     redis_url = os.environ.get("BENCH_REDIS_URL", DEFAULT_REDIS_URL)
