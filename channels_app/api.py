@@ -14,9 +14,9 @@ from sessions_app.models import Session
 from sessions_app.selectors import StoredMessage, canonical_session_find, messages_read
 from sessions_app.services import session_resolve
 from tenancy.errors import NotFound
-from tenancy.selectors import membership_get, qor_get
+from tenancy.access import surface_access
+from tenancy.selectors import qor_get
 
-from .access import surface_trust
 from .api_auth import bearer_required, json_error
 from .chat import with_deliveries
 from .json_body import QUERY_INT_MAX, BodyRefused, json_body
@@ -124,14 +124,16 @@ def _post(request: HttpRequest, qor) -> JsonResponse:
 
     user = request.user
     session = session_resolve(tenant=request.tenant, qor=qor, channel=Channel.WEB, user=user)  # type: ignore[attr-defined]
-    membership = membership_get(tenant=request.tenant, user=user)  # type: ignore[attr-defined]
+    trust = surface_access(tenant=request.tenant, user=user, surface=Channel.WEB)  # type: ignore[attr-defined]
+    if trust is None:
+        raise NotFound("not a member of this workspace")
     result = inbound_accept(
         session=session,
         content=content,
         channel=Channel.WEB,
         sender_name=user.get_full_name() or user.get_username(),
         user=user,
-        trust=surface_trust(role=membership.role, channel=Channel.WEB),
+        trust=trust,
         external_scope=f"api:user:{user.pk}" if key else "",
         external_id=key,
     )

@@ -17,9 +17,9 @@ from sessions_app.models import Session
 from sessions_app.selectors import MessageRow, canonical_session_find, messages_read
 from sessions_app.services import AppendResult, session_resolve
 from tenancy.errors import NotFound
-from tenancy.models import Membership, Qor, Tenant
+from tenancy.access import surface_access
+from tenancy.models import Qor, Tenant
 
-from .access import surface_trust
 from .delivery import PLATFORM_OF, failed_deliveries
 from .live_events import message_event
 
@@ -34,25 +34,28 @@ class ChatOwner:
     qor: Qor
     user: AbstractBaseUser
     trust: str
+    # A member's trust is read again from their membership for every message they send;
+    # an anonymous webchat visitor (no membership) keeps the public trust it was given.
+    member: bool = True
 
     @property
     def sender_name(self) -> str:
         return self.user.get_full_name() or self.user.get_username()
 
 
-def chat_owner(*, user: AbstractBaseUser, tenant_slug: str, qor_slug: str) -> ChatOwner:
-    """The user's chat with that Qor, if they are a member of its tenant."""
-    if not user.is_authenticated or not user.is_active:
+def chat_owner(*, user: AbstractBaseUser, tenant_slug: str, qor_slug: str, surface: str = "web") -> ChatOwner:
+    """The user's chat with that Qor on `surface` (web, tui), if they are a member of its
+    tenant; a tenant they are not a member of is not found, like a missing one."""
+    if not user.is_authenticated:
         raise NotFound("not signed in")
-    membership = (
-        Membership.objects.select_related("tenant").filter(user=user, tenant__slug=tenant_slug).first()
-    )
-    if membership is None:
+    tenant = Tenant.objects.filter(slug=tenant_slug, memberships__user=user).first()
+    trust = surface_access(tenant=tenant, user=user, surface=surface) if tenant is not None else None
+    if tenant is None or trust is None:
         raise NotFound(f"no tenant {tenant_slug!r}")
-    qor = Qor.objects.filter(tenant=membership.tenant, slug=qor_slug).first()
+    qor = Qor.objects.filter(tenant=tenant, slug=qor_slug).first()
     if qor is None:
         raise NotFound(f"no qor {qor_slug!r}")
-    return ChatOwner(membership.tenant, qor, user, surface_trust(role=membership.role, channel="web"))
+    return ChatOwner(tenant, qor, user, trust)
 
 
 def chat_qors(*, user: AbstractBaseUser) -> list[Qor]:
@@ -105,9 +108,14 @@ def chat_send(*, owner: ChatOwner, content: str, channel: str, idempotency_key: 
         raise ValueError("the message is empty")
     if len(content) > MAX_CONTENT:
         raise ValueError(f"the message is longer than {MAX_CONTENT} characters")
+    trust: str | None = owner.trust
+    if owner.member:  # a terminal stays open for hours: the membership decides each message
+        trust = surface_access(tenant=owner.tenant, user=owner.user, surface=channel)
+        if trust is None:
+            raise NotFound("not a member of this workspace any more")
     session = session_resolve(tenant=owner.tenant, qor=owner.qor, channel=channel, user=owner.user)
     return inbound_accept(
         session=session, content=content, channel=channel, sender_name=owner.sender_name, user=owner.user,
-        trust=owner.trust, external_scope=f"{channel}:user:{owner.user.pk}" if idempotency_key else "",
+        trust=trust, external_scope=f"{channel}:user:{owner.user.pk}" if idempotency_key else "",
         external_id=idempotency_key[:255],
     )

@@ -16,7 +16,7 @@ from django.utils.text import slugify
 
 from tenancy.errors import NotFound
 from tenancy.models import Membership, Tenant
-from tenancy.trust import role_trust
+from tenancy.trust import Trust
 
 from .models import Identity, PairingRequest
 
@@ -140,10 +140,10 @@ def pairing_approve(
     identity = request.identity
     if user is None:
         user = _user_for_sender(identity)
-    membership, _ = Membership.objects.get_or_create(tenant=tenant, user=user)
+    Membership.objects.get_or_create(tenant=tenant, user=user)
     identity.user = user
     identity.approval = Identity.Approval.APPROVED
-    identity.trust_level = role_trust(membership.role)
+    identity.trust_level = Trust.OWNER  # no cap of its own: the member's current role decides
     identity.save(update_fields=["user", "approval", "trust_level", "updated_at"])
     request.state = PairingRequest.State.APPROVED
     request.decided_by, request.decided_at, request.decided_via = by, timezone.now(), via

@@ -18,10 +18,9 @@ from qorven.agent.gateway import inbound_accept
 from sessions_app.channel_kinds import CHAT_FAMILY
 from sessions_app.models import Image
 from sessions_app.services import session_resolve
-from tenancy.selectors import membership_active
+from tenancy.access import surface_access
 from tenancy.trust import Trust
 
-from .access import surface_trust
 from .adapters import adapter_for
 from .inbound import InboundImage, InboundMessage
 from .models import ChannelBinding, Identity, InboundEvent
@@ -137,11 +136,10 @@ def _process(binding: ChannelBinding, message: InboundMessage, event: InboundEve
     if identity.reply_target != message.reply_target and message.reply_target:
         Identity.objects.filter(pk=identity.pk).update(reply_target=message.reply_target)
     user = identity.user
-    membership = membership_active(tenant=tenant, user=user)
-    if membership is None:  # removed from the workspace: an unknown sender again
+    trust = surface_access(tenant=tenant, user=user, surface=binding.kind, proven=message.sender_proven,
+                           cap=identity.trust_level)
+    if trust is None:  # removed from the workspace: an unknown sender again
         return _unknown_sender(binding, identity_unpair(identity=identity), message)
-    trust = surface_trust(role=membership.role, channel=binding.kind, proven=message.sender_proven,
-                          identity_cap=identity.trust_level)
     if message.channel in CHAT_FAMILY:
         session = session_resolve(tenant=tenant, qor=qor, channel=message.channel, user=user,
                                   sender_id=message.sender_id)

@@ -26,6 +26,7 @@ from django.db import close_old_connections
 
 from qorven.runtime.publisher import chat_group, session_group
 from qorven.runtime.streams import stream_snapshot
+from tenancy.errors import NotFound
 
 from .chat import CATCH_UP_MAX, ChatOwner, chat_events, chat_send, chat_session, chat_session_get
 
@@ -327,6 +328,11 @@ def run_json(owner: ChatOwner, stdin: TextIO, stdout: TextIO, *, history: int, w
             if not isinstance(content, str):
                 raise ValueError('each line must be an object like {"content": "…"}')
             result = chat_send(owner=owner, content=content, channel="tui")
+        except NotFound as exc:  # removed from the workspace while the terminal was open
+            with write_lock:
+                stdout.write(json.dumps({"type": "error", "error": str(exc)}) + "\n")
+                stdout.flush()
+            return 1
         except (ValueError, KeyError) as exc:
             with write_lock:
                 stdout.write(json.dumps({"type": "error", "error": str(exc)}) + "\n")
@@ -383,6 +389,10 @@ def run_interactive(owner: ChatOwner, *, history: int) -> int:
                 continue
             try:
                 chat_send(owner=owner, content=text, channel="tui")
+            except NotFound as exc:  # removed from the workspace while the terminal was open
+                emit({"type": "message.new", "seq": 0, "role": "system", "content": str(exc), "channel": "tui",
+                      "sender_name": "", "created_at": datetime.now().astimezone().isoformat()})
+                break
             except ValueError as exc:
                 emit({"type": "message.new", "seq": 0, "role": "system", "content": str(exc), "channel": "tui",
                       "sender_name": "", "created_at": datetime.now().astimezone().isoformat()})

@@ -83,6 +83,8 @@ def chat_messages(request: HttpRequest, tenant_slug: str, qor_slug: str) -> Json
     try:
         result = chat_send(owner=owner, content=content, channel=Channel.WEB,
                            idempotency_key=str(body.get("client_id") or "")[:64])
+    except NotFound:
+        return JsonResponse({"error": "not found"}, status=404)
     except ValueError as exc:
         return JsonResponse({"error": str(exc)}, status=400)
     return JsonResponse({"session_id": result.message.session_id, "message": message_event(result.message)},

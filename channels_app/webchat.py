@@ -36,11 +36,10 @@ from django.db import transaction
 from django.http import HttpRequest
 from django_ratelimit.core import get_usage
 
-from tenancy.models import Membership
+from tenancy.access import surface_access
 from tenancy.switches import channel_enabled
 from tenancy.trust import Trust
 
-from .access import surface_trust
 from .adapters.base import same_secret
 from .chat import ChatOwner
 from .models import ChannelBinding, Identity
@@ -138,15 +137,11 @@ def webchat_visitor(*, public_key: str, token: str, create: bool) -> Visitor | N
 
 def _signed(binding: ChannelBinding, token: str) -> Visitor:
     username = webchat_token_verify(secret=str(binding.credentials.get("secret", "")), token=token)
-    membership = (
-        Membership.objects.select_related("user")
-        .filter(tenant=binding.tenant, user__username=username, user__is_active=True)
-        .first()
-    )
-    if membership is None:
+    user = get_user_model().objects.filter(username=username).first()
+    trust = surface_access(tenant=binding.tenant, user=user, surface="webchat")  # an embed: at most trusted
+    if user is None or trust is None:
         raise WebchatRefused(403, "the visitor token names no member of this workspace")
-    trust = surface_trust(role=membership.role, channel="webchat")  # an embed: at most trusted
-    return Visitor(ChatOwner(binding.tenant, binding.qor, membership.user, trust), token, anonymous=False)
+    return Visitor(ChatOwner(binding.tenant, binding.qor, user, trust), token, anonymous=False)
 
 
 def _anonymous(binding: ChannelBinding, token: str) -> Visitor:
@@ -166,7 +161,8 @@ def _anonymous(binding: ChannelBinding, token: str) -> Visitor:
     if identity is None or identity.approval == Identity.Approval.DENIED:
         raise WebchatRefused(403, "unknown visitor")
     renewed = ANON_PREFIX + signing.dumps({"b": binding.pk, "v": data.get("v", "")}, salt=_ANON_SALT)
-    return Visitor(ChatOwner(binding.tenant, binding.qor, identity.user, Trust.PUBLIC), renewed, anonymous=True)
+    return Visitor(ChatOwner(binding.tenant, binding.qor, identity.user, Trust.PUBLIC, member=False), renewed,
+                   anonymous=True)
 
 
 @transaction.atomic
@@ -180,4 +176,4 @@ def _new_anonymous(binding: ChannelBinding) -> Visitor:
         trust_level=Trust.PUBLIC, approval=Identity.Approval.APPROVED,
     )
     token = ANON_PREFIX + signing.dumps({"b": binding.pk, "v": visitor_id}, salt=_ANON_SALT)
-    return Visitor(ChatOwner(binding.tenant, binding.qor, user, Trust.PUBLIC), token, anonymous=True)
+    return Visitor(ChatOwner(binding.tenant, binding.qor, user, Trust.PUBLIC, member=False), token, anonymous=True)

@@ -17,6 +17,7 @@ from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_GET, require_http_methods
 
 from sessions_app.channel_kinds import Channel
+from tenancy.errors import NotFound
 
 from .chat import chat_send
 from .json_body import BodyRefused, json_body
@@ -106,6 +107,8 @@ def messages(request: HttpRequest, key: str) -> JsonResponse:
     try:
         result = chat_send(owner=visitor.owner, content=content, channel=Channel.WEBCHAT,
                            idempotency_key=str(body.get("client_id") or "")[:64])
+    except NotFound:  # the signed visitor left the workspace since their token was checked
+        return JsonResponse({"error": "the visitor token names no member of this workspace"}, status=403)
     except ValueError as exc:
         return JsonResponse({"error": str(exc)}, status=400)
     return JsonResponse(

@@ -7,7 +7,7 @@ thread (the first of References, else In-Reply-To, else the message's own id) is
 session. Credentials: `address`, `secret`, and optionally `sender_check`.
 
 A From header proves nothing by itself, so an email sender carries at most paired trust
-(channels_app.access) unless the inbound provider's verdict, passed in the payload's
+(tenancy.access) unless the inbound provider's verdict, passed in the payload's
 `dkim` (`pass`, or SendGrid's `{@example.com : pass}`) and `spf` (`pass`) fields, proves
 it. `sender_check` says which verdict counts: `dkim` (the default: a DKIM pass for the
 From address's domain), `dkim_or_spf`, or `none` (never proven).

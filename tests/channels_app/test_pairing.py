@@ -13,6 +13,7 @@ from django.utils import timezone
 from channels_app.models import Identity, PairingRequest
 from channels_app.services import binding_create
 from sessions_app.models import Message
+from tenancy.access import surface_access
 from tenancy.services import api_token_create
 
 from ..fakes.model_server import reply
@@ -69,7 +70,9 @@ def test_approving_without_a_user_makes_one_for_the_sender(client, world, telegr
     identity = Identity.objects.get()
     assert identity.user.username == "telegram-ravi"
     assert identity.user.memberships.get().tenant == world.tenant_a
-    assert identity.trust_level == "paired"
+    # A plain member: their messages carry paired trust, from the role, not from a copy of it.
+    trust = surface_access(tenant=world.tenant_a, user=identity.user, surface="telegram", cap=identity.trust_level)
+    assert trust == "paired"
 
 
 def test_a_code_of_one_tenant_cannot_be_approved_in_another(client, world, telegram, platform, drain):

@@ -42,7 +42,7 @@ class Command(BaseCommand):
         if user is None:
             raise CommandError(f"no user {opts['user']!r}")
         try:
-            owner = chat_owner(user=user, tenant_slug=opts["tenant"], qor_slug=opts["qor"])
+            owner = chat_owner(user=user, tenant_slug=opts["tenant"], qor_slug=opts["qor"], surface="tui")
         except NotFound as exc:
             raise CommandError(f"{exc} (is {opts['user']!r} a member of {opts['tenant']!r}?)") from None
         history = opts["history"] if opts["history"] is not None else (0 if opts["json"] else 20)

@@ -1,0 +1,49 @@
+"""The one access rule: what a person may do on a surface is decided here, from their
+*current* membership, on every entry point — each platform message, API call, socket
+connect, page or terminal message and webchat message. Nothing copies a role elsewhere, so
+a member removed from the workspace is refused on every surface at once and a role change
+(down or up) applies to the next message.
+
+The trust a message carries is the sender's role (tenancy.trust's one mapping) capped by
+what the surface can prove about who sent it, and by the account's own cap:
+
+- Web, the API and the terminal sign the member in; Telegram, WhatsApp, Slack and Discord
+  vouch for the sender's account. They carry the role's trust (a paired account no more
+  than its identity's cap, which the owner may lower in the admin; owner = no cap).
+- A signed webchat embed runs on a page outside Qorven: at most trusted.
+- Email's From header can be forged: at most paired, or trusted when the inbound
+  provider's verdict proves the sender (DKIM/SPF, see the email adapter). Never owner.
+- SMS sender numbers can be spoofed: at most paired.
+"""
+from __future__ import annotations
+
+from django.contrib.auth.models import AbstractBaseUser
+
+from .models import Tenant
+from .selectors import membership_active
+from .trust import Trust, lowest, role_trust
+
+CAPS: dict[str, Trust] = {"webchat": Trust.TRUSTED, "email": Trust.TRUSTED, "sms": Trust.PAIRED}
+PROOF_NEEDED = frozenset({"email"})  # surfaces whose sender is paired at most unless proven
+UNPROVEN_CAP = Trust.PAIRED
+
+
+def surface_access(
+    *, tenant: Tenant, user: AbstractBaseUser | None, surface: str, proven: bool | None = None,
+    cap: str = Trust.OWNER,
+) -> Trust | None:
+    """The trust of `user` speaking on `surface` now, or None when they may not: no user,
+    an inactive account, or no membership of `tenant` (any more). `proven` is the surface's
+    verdict on the sender where it needs one; `cap` the account's own cap."""
+    if user is None or not user.is_active:
+        return None
+    membership = membership_active(tenant=tenant, user=user)
+    if membership is None:
+        return None
+    return surface_trust(role=membership.role, surface=surface, proven=proven, cap=cap)
+
+
+def surface_trust(*, role: str, surface: str, proven: bool | None = None, cap: str = Trust.OWNER) -> Trust:
+    """The rule itself, for a role already read from the current membership."""
+    unproven = surface in PROOF_NEEDED and proven is not True
+    return lowest(role_trust(role), CAPS.get(surface, Trust.OWNER), UNPROVEN_CAP if unproven else Trust.OWNER, cap)
