@@ -9,12 +9,13 @@ Protocol (server → client, one JSON object per frame):
   compaction). `reset`: the client should drop what it shows (another session, or too far
   behind to catch up message by message) and show what follows.
 - `{"type": "message.new", "seq", "role", "content", "channel", "sender_name",
-  "created_at", "notice", "reply_to", "hidden", "answer_state", "delivery"?}` — each
+  "created_at", "notice", "reply_to", "hidden", "answer_state", "delivery"?, "streamed"?}` — each
   message once, in seq order. First the ones after the client's `last_seq` from the
   database, then live ones; a gap in the live stream (a dropped event) is filled from the
   database, so none is lost. `answer_state`: pending, answered or failed for a user
   message, null otherwise; `delivery`: `{"state": "failed", "platform"}` on a reply that
-  could not be delivered to its platform.
+  could not be delivered to its platform; `streamed` on a reply: whether this client was
+  shown its text as it streamed.
 - `{"type": "message.answer", "seq", "answer_state"}` — a user message's answer failed,
   or waits again after /retry; `{"type": "message.delivery", "seq", "delivery"}` — a
   reply's delivery failed.
@@ -31,7 +32,6 @@ newest page. Authentication: the Django session cookie, or an API token as
 from __future__ import annotations
 
 import logging
-from collections import deque
 from typing import Any
 from urllib.parse import parse_qs
 
@@ -54,11 +54,15 @@ from .chat import (
     chat_session,
     chat_session_get,
 )
+from .chat_cursor import ChatCursor
 from .json_body import QUERY_INT_MAX, BodyRefused, json_parse
 
 logger = logging.getLogger(__name__)
 
 CLOSE_REFUSED = 4403
+# What the layer carries to a chat's sockets; each goes through the chat cursor.
+LIVE_EVENTS = frozenset({"message.new", "message.chunk", "message.done", "message.answer", "message.delivery",
+                         "session.started"})
 
 
 class LiveChatConsumer(AsyncJsonWebsocketConsumer):
@@ -72,10 +76,7 @@ class LiveChatConsumer(AsyncJsonWebsocketConsumer):
     # --- connection ---
 
     async def connect(self) -> None:
-        self.session_id: int | None = None
-        self.sent_seq = 0
-        self.streams: dict[int, int] = {}  # reply_to → characters of it the client has
-        self.finished: deque[int] = deque(maxlen=64)  # replies already stored and sent
+        self.cursor = ChatCursor()
         self.joined: list[str] = []
         try:
             self.owner = await self.authorize()
@@ -103,6 +104,9 @@ class LiveChatConsumer(AsyncJsonWebsocketConsumer):
         # connections before every event; with hundreds of sockets on a chat that
         # serialises the whole fan-out. The handlers here reach the database only through
         # database_sync_to_async, which does that cleanup itself.
+        if message.get("type") in LIVE_EVENTS:
+            await self.live_event(message)
+            return
         handler = getattr(self, get_handler_name(message), None)
         if handler is not None:  # an event type this surface does not show is skipped
             await handler(message)
@@ -142,12 +146,10 @@ class LiveChatConsumer(AsyncJsonWebsocketConsumer):
     async def watch(self, session, *, after_seq: int | None) -> None:
         """Follow `session`: join its group first (so nothing falls between the database
         read and the live events), then send what the client is missing."""
-        if self.session_id is not None:
-            await self._leave(session_group(self.session_id))
-        self.session_id = session.pk if session is not None else None
-        self.sent_seq, self.streams = 0, {}
-        self.finished.clear()
+        if self.cursor.session_id is not None:
+            await self._leave(session_group(self.cursor.session_id))
         if session is None:
+            self.cursor.watch(None, sent_seq=0)
             await self.send_json({"type": "session", "session_id": None, "reset": True})
             return
         await self._join(session_group(session.pk))
@@ -157,113 +159,46 @@ class LiveChatConsumer(AsyncJsonWebsocketConsumer):
         if reset:
             # The newest page; the client scrolls back for older ones.
             events = await database_sync_to_async(chat_events)(session=session, limit=PAGE)
-            self.sent_seq = events[0]["seq"] - 1 if events else session.last_seq
-            await self._send_events(events)
+            self.cursor.watch(session.pk, sent_seq=events[0]["seq"] - 1 if events else session.last_seq)
+            await self._send(self.cursor.rows(events))
         else:
-            self.sent_seq = after_seq or 0
+            self.cursor.watch(session.pk, sent_seq=after_seq or 0)
         await self.catch_up()
-        snapshot = await sync_to_async(stream_snapshot)(session.pk)
-        if snapshot is not None and snapshot["reply_to"] not in self.finished:
-            await self.send_json({"type": "message.stream", **snapshot})
-            self.streams[snapshot["reply_to"]] = len(snapshot["text"])
+        await self._send(self.cursor.stream(await sync_to_async(stream_snapshot)(session.pk)))
 
     async def catch_up(self) -> None:
         """Send every stored message after the last one sent."""
-        session = await database_sync_to_async(chat_session_get)(owner=self.owner, session_id=self.session_id)
+        session = await database_sync_to_async(chat_session_get)(owner=self.owner, session_id=self.cursor.session_id)
         if session is None:
             return
         while True:
             events = await database_sync_to_async(chat_events)(
-                session=session, after_seq=self.sent_seq, limit=CATCH_UP_MAX
+                session=session, after_seq=self.cursor.sent_seq, limit=CATCH_UP_MAX
             )
-            await self._send_events(events)
+            await self._send(self.cursor.rows(events))
             if len(events) < CATCH_UP_MAX:
                 return
 
-    async def _send_events(self, events: list[dict[str, Any]]) -> None:
-        for event in events:
-            if event["seq"] <= self.sent_seq:
-                continue
-            await self.send_json(event)
-            self.sent_seq = event["seq"]
-            reply_to = event.get("reply_to")
-            if reply_to and not event["hidden"] and event["role"] in ("assistant", "system"):
-                self.streams.pop(reply_to, None)
-                self.finished.append(reply_to)
+    async def _send(self, frames: list[dict[str, Any]]) -> None:
+        for frame in frames:
+            await self.send_json(frame)
 
     # --- live events from the channel layer ---
 
-    async def message_new(self, event: dict[str, Any]) -> None:
-        if event.get("session_id") != self.session_id:
+    async def live_event(self, event: dict[str, Any]) -> None:
+        """Do what the cursor says an event means (channels_app.chat_cursor)."""
+        step = self.cursor.live(event)
+        if step.follow is not None:
+            session = await database_sync_to_async(chat_session_get)(owner=self.owner, session_id=step.follow)
+            if session is not None:
+                await self.watch(session, after_seq=0)
             return
-        seq = event["seq"]
-        if seq <= self.sent_seq:
-            return  # already sent (caught up from the database)
-        if seq > self.sent_seq + 1:
-            await self.catch_up()  # an event went missing: the database has it
-            return
-        await self._send_events([{k: v for k, v in event.items() if k != "session_id"}])
-
-    async def message_chunk(self, event: dict[str, Any]) -> None:
-        if event.get("session_id") != self.session_id:
-            return
-        reply_to, delta = event["reply_to"], event["delta"]
-        if reply_to in self.finished:
-            return
-        have = self.streams.get(reply_to, 0)
-        offset = event.get("offset")
-        if offset is None:
-            offset = have  # a producer that does not count: trust the order
-        if offset + len(delta) <= have:
-            return  # the snapshot already held it
-        if offset > have:
-            # A chunk went missing: send the whole text so far instead.
-            snapshot = await sync_to_async(stream_snapshot)(self.session_id)
-            if snapshot is not None and snapshot["reply_to"] == reply_to:
-                await self.send_json({"type": "message.stream", **snapshot})
-                self.streams[reply_to] = len(snapshot["text"])
-            return
-        delta = delta[have - offset:]
-        await self.send_json({"type": "message.chunk", "reply_to": reply_to, "delta": delta, "offset": have})
-        self.streams[reply_to] = have + len(delta)
-
-    async def message_done(self, event: dict[str, Any]) -> None:
-        if event.get("session_id") != self.session_id:
-            return
-        if event.get("seq", 0) > self.sent_seq:
-            await self.catch_up()  # the reply itself comes first
-        self.streams.pop(event["reply_to"], None)
-        if event["reply_to"] not in self.finished:
-            self.finished.append(event["reply_to"])
-        await self.send_json({"type": "message.done", "reply_to": event["reply_to"], "seq": event.get("seq")})
-
-    async def message_answer(self, event: dict[str, Any]) -> None:
-        """A user message's answer state changed (failed, or waiting again after /retry)."""
-        if event.get("session_id") != self.session_id:
-            return
-        if event["seq"] > self.sent_seq:
-            await self.catch_up()  # the message itself, with its state as stored now
-            return
-        if event["answer_state"] == "pending" and event["seq"] in self.finished:
-            self.finished.remove(event["seq"])  # answered again: its new reply streams
-        await self.send_json({"type": "message.answer", "seq": event["seq"], "answer_state": event["answer_state"]})
-
-    async def message_delivery(self, event: dict[str, Any]) -> None:
-        """A reply could not be delivered to its platform."""
-        if event.get("session_id") != self.session_id:
-            return
-        if event["seq"] > self.sent_seq:
-            await self.catch_up()  # the reply itself, marked as stored now
-            return
-        await self.send_json({"type": "message.delivery", "seq": event["seq"],
-                              "delivery": {"state": event["delivery"], "platform": event.get("platform", "")}})
-
-    async def session_started(self, event: dict[str, Any]) -> None:
-        if event["session_id"] == self.session_id:
-            return
-        session = await database_sync_to_async(chat_session_get)(owner=self.owner, session_id=event["session_id"])
-        if session is not None:
-            await self.watch(session, after_seq=0)
+        if step.catch_up:
+            await self.catch_up()
+        await self._send(step.frames)
+        if step.snapshot is not None:
+            snapshot = await sync_to_async(stream_snapshot)(self.cursor.session_id)
+            await self._send(self.cursor.stream(snapshot, reply_to=step.snapshot))
 
 
 class ChatConsumer(LiveChatConsumer):

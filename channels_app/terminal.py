@@ -29,6 +29,7 @@ from qorven.runtime.streams import stream_snapshot
 from tenancy.errors import NotFound
 
 from .chat import CATCH_UP_MAX, ChatOwner, chat_events, chat_send, chat_session, chat_session_get
+from .chat_cursor import ChatCursor
 
 Emit = Callable[[dict[str, Any]], None]
 
@@ -41,21 +42,22 @@ class Follower:
     owner: ChatOwner
     emit: Emit
     poll_every: float = 1.0
-    session_id: int | None = None
-    sent_seq: int = 0
-    streams: dict[int, int] = field(default_factory=dict)
-    finished: set[int] = field(default_factory=set)
+    # The protocol's state and rules, shared with the WebSocket consumer.
+    cursor: ChatCursor = field(default_factory=lambda: ChatCursor(deltas=True))
     _stop: threading.Event = field(default_factory=threading.Event)
     _thread: threading.Thread | None = None
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
+    @property
+    def session_id(self) -> int | None:
+        return self.cursor.session_id
+
     def start(self, *, history: int) -> None:
         session = chat_session(owner=self.owner)
         if session is not None:
-            self.session_id = session.pk
             events = chat_events(session=session, limit=history) if history else []
-            self.sent_seq = events[0]["seq"] - 1 if events else session.last_seq
-            self._send_events(events)
+            self.cursor.watch(session.pk, sent_seq=events[0]["seq"] - 1 if events else session.last_seq)
+            self._show(self.cursor.rows(events))
             self.catch_up()
         self._thread = threading.Thread(target=self._run, name="qorven-chat-follow", daemon=True)
         self._thread.start()
@@ -117,43 +119,16 @@ class Follower:
     # --- events ---
 
     def handle(self, event: dict[str, Any]) -> None:
-        kind = event.get("type")
-        if kind == "session.started":
-            self._follow(event["session_id"])
+        """Do what the cursor says an event means (channels_app.chat_cursor)."""
+        step = self.cursor.live(event)
+        if step.follow is not None:
+            self._follow(step.follow)
             return
-        if event.get("session_id") != self.session_id:
-            return
-        if kind == "message.new":
-            if event["seq"] == self.sent_seq + 1:
-                self._send_events([{k: v for k, v in event.items() if k != "session_id"}])
-            elif event["seq"] > self.sent_seq:
-                self.catch_up()
-        elif kind == "message.chunk":
-            self._chunk(event)
-        elif kind == "message.done":
-            if event.get("seq", 0) > self.sent_seq:
-                self.catch_up()
-            self.streams.pop(event["reply_to"], None)
-            self.finished.add(event["reply_to"])
-            self.emit({"type": "done", "reply_to": event["reply_to"], "seq": event.get("seq")})
-
-    def _chunk(self, event: dict[str, Any]) -> None:
-        reply_to, delta = event["reply_to"], event["delta"]
-        if reply_to in self.finished:
-            return
-        have = self.streams.get(reply_to, 0)
-        offset = event.get("offset", have)
-        if offset + len(delta) <= have:
-            return
-        if offset > have:
-            snapshot = stream_snapshot(self.session_id) if self.session_id else None
-            if snapshot and snapshot["reply_to"] == reply_to:
-                delta, offset = snapshot["text"][have:], have
-            else:
-                return
-        delta = delta[have - offset:]
-        self.streams[reply_to] = have + len(delta)
-        self.emit({"type": "chunk", "reply_to": reply_to, "delta": delta})
+        if step.catch_up:
+            self.catch_up()
+        self._show(step.frames)
+        if step.snapshot is not None and self.session_id is not None:
+            self._show(self.cursor.stream(stream_snapshot(self.session_id), reply_to=step.snapshot))
 
     def _follow(self, session_id: int) -> None:
         if session_id == self.session_id:
@@ -162,8 +137,7 @@ class Follower:
         if session is None:
             return
         moved = self.session_id is not None
-        self.session_id, self.sent_seq, self.streams = session.pk, 0, {}
-        self.finished.clear()
+        self.cursor.watch(session.pk, sent_seq=0)
         if moved:  # /clear or a compaction: a new conversation starts here
             self.emit({"type": "session", "session_id": session.pk})
         self.catch_up()
@@ -175,27 +149,27 @@ class Follower:
             if session is not None and session.pk != self.session_id:
                 self._follow(session.pk)
                 return
-            if session is None or session.last_seq <= self.sent_seq:
+            if session is None or session.last_seq <= self.cursor.sent_seq:
                 return
             while True:
-                events = chat_events(session=session, after_seq=self.sent_seq, limit=CATCH_UP_MAX)
-                self._send_events(events)
+                events = chat_events(session=session, after_seq=self.cursor.sent_seq, limit=CATCH_UP_MAX)
+                self._show(self.cursor.rows(events))
                 if len(events) < CATCH_UP_MAX:
                     return
         finally:
             close_old_connections()
 
-    def _send_events(self, events: list[dict[str, Any]]) -> None:
-        for event in events:
-            if event["seq"] <= self.sent_seq:
-                continue
-            self.sent_seq = event["seq"]
-            reply_to = event.get("reply_to")
-            if reply_to and not event["hidden"] and event["role"] in ("assistant", "system"):
-                self.finished.add(reply_to)
-                event = {**event, "streamed": self.streams.pop(reply_to, 0) > 0}
-            if not event["hidden"]:
-                self.emit(event)
+    def _show(self, frames: list[dict[str, Any]]) -> None:
+        """The cursor's frames as this client's outputs: messages (not the Qor's hidden
+        working), chunks and ends of replies."""
+        for frame in frames:
+            kind = frame["type"]
+            if kind == "message.new" and not frame["hidden"]:
+                self.emit(frame)
+            elif kind == "message.chunk":
+                self.emit({"type": "chunk", "reply_to": frame["reply_to"], "delta": frame["delta"]})
+            elif kind == "message.done":
+                self.emit({"type": "done", "reply_to": frame["reply_to"], "seq": frame["seq"]})
 
 
 async def _next_event(receiving: asyncio.Task, timeout: float) -> dict[str, Any] | None:

@@ -7,9 +7,13 @@ last_seq + 1`, whose write lock is taken before it reads, with the trigger of mi
 0003 advancing last_seq. Nothing is written when the session is not active (no row comes
 back) or the external id was stored before (the unique index refuses it).
 
-It runs on the driver's cursor, prepared once per vendor: the ORM's query compiler,
-cursor wrappers and per-field dispatch cost more than the SQL itself. Errors still come
-out as Django's; debug query logging does not see the statement.
+The SQL and the adapters of the inserted values are prepared once per vendor (the ORM's
+query compiler and per-field dispatch cost more than the SQL itself), and the statement
+runs through Django's cursor like any query: errors are Django's, and debug query logging
+and `django_assert_num_queries` see every append.
+
+SQLite drops a table's triggers when Django rebuilds it, so the `last_seq` trigger is
+checked at startup (`trigger_missing`, a database system check of this app).
 """
 from __future__ import annotations
 
@@ -45,14 +49,12 @@ def append_execute(db: BaseDatabaseWrapper, *, session_id: int, values: dict[str
     if db.in_atomic_block:
         with transaction.atomic(using=db.alias):
             return _execute(db, plan.sql, params)
-    db.close_if_health_check_failed()  # what Django does before making a cursor
-    db.ensure_connection()
     return _execute(db, plan.sql, params)
 
 
 @dataclass(frozen=True)
 class AppendPlan:
-    """The append statement of one vendor, in its driver's parameter style, and how each
+    """The append statement of one vendor, with Django's `%s` placeholders, and how each
     inserted value is adapted."""
 
     sql: str
@@ -68,7 +70,7 @@ def append_plan(db: BaseDatabaseWrapper) -> AppendPlan:
     plan = _plans.get(db.vendor)
     if plan is not None:
         return plan
-    mark = "?" if db.Database.paramstyle == "qmark" else "%s"
+    mark = "%s"  # Django's cursor takes this style on every backend
     quote = db.ops.quote_name
     fields = [f for f in Message._meta.concrete_fields if not f.primary_key]
     columns = ", ".join(quote(f.column) for f in fields)
@@ -98,14 +100,26 @@ def append_plan(db: BaseDatabaseWrapper) -> AppendPlan:
 
 
 def _execute(db: BaseDatabaseWrapper, sql: str, params: list[Any]) -> tuple[int, int] | None:
-    with db.wrap_database_errors:
-        cursor = db.connection.cursor()
-        try:
-            cursor.execute(sql, params)
-            row = cursor.fetchone()
-        finally:
-            cursor.close()
+    with db.cursor() as cursor:
+        cursor.execute(sql, params)
+        row = cursor.fetchone()
     return None if row is None else (row[0], row[1])
+
+
+TRIGGER = "message_advances_session_last_seq"  # created by migration 0003
+
+
+def trigger_missing(db: BaseDatabaseWrapper) -> bool:
+    """True on SQLite when the messages table exists but the trigger advancing `last_seq`
+    does not (a migration rebuilt the table without creating it again): every second
+    append of a session would then fail on its seq."""
+    if db.vendor != "sqlite":
+        return False
+    with db.cursor() as cursor:
+        cursor.execute("SELECT type, name FROM sqlite_master WHERE (type = 'table' AND name = %s)"
+                       " OR (type = 'trigger' AND name = %s)", [Message._meta.db_table, TRIGGER])
+        found = {kind for kind, _ in cursor.fetchall()}
+    return "table" in found and "trigger" not in found
 
 
 def _adapter(field: Field, db: BaseDatabaseWrapper) -> Callable[[Any], Any] | None:

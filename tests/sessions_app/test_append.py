@@ -196,3 +196,32 @@ def test_concurrent_first_messages_create_one_canonical_session(world):
     assert len(set(sessions)) == 1
     assert Session.objects.filter(user=world.alice, kind="canonical").count() == 1
     assert Message.objects.filter(session_id=sessions[0]).count() == 9
+
+
+@pytest.mark.django_db(transaction=True)
+def test_every_append_is_one_query_through_djangos_cursor(world, django_assert_num_queries):
+    session = session_resolve(tenant=world.tenant_a, qor=world.qor_a, channel="web", user=world.alice)
+    with django_assert_num_queries(1) as captured:
+        message_append(session=session, role="user", content="counted", channel="web", notify=False)
+    assert "INSERT INTO" in captured.captured_queries[0]["sql"]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_missing_sqlite_trigger_fails_the_system_check(world):
+    from django.core import checks
+    from django.db import connection
+
+    if connection.vendor != "sqlite":
+        assert checks.run_checks(tags=[checks.Tags.database], databases=["default"]) == []
+        return
+    with connection.cursor() as cursor:
+        cursor.execute("DROP TRIGGER message_advances_session_last_seq")
+    try:
+        errors = checks.run_checks(tags=[checks.Tags.database], databases=["default"])
+        assert [e.id for e in errors] == ["sessions_app.E001"]
+    finally:
+        from sessions_app.migrations._trigger import CREATE_TRIGGER
+
+        with connection.cursor() as cursor:
+            cursor.execute(CREATE_TRIGGER)
+    assert checks.run_checks(tags=[checks.Tags.database], databases=["default"]) == []

@@ -31,6 +31,7 @@ class Command(BaseCommand):
 
         if not opts["no_migrate"]:
             call_command("migrate", interactive=False, verbosity=0)
+        self.check(databases=["default"])  # what needs the migrated database (sessions_app.checks)
         embedded = broker_is_embedded(current_app)
         startup = Startup("serve", self.stdout, self.stderr, embedded, opts)
         startup_run(startup, after_worker=False)  # the heartbeats file, the skills folder

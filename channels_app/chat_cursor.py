@@ -1,0 +1,140 @@
+"""Where one client following a chat has got to, with no I/O: the session it watches, the
+last message it was sent, how much of each streaming reply it has, which replies are
+finished. It is fed live events from the layer and stored messages from the database and
+says what to send and what to read — the WebSocket consumer and the terminal client both
+drive it, so the protocol's rules are written once (see channels_app.consumers for the
+frames).
+
+The rules: every message is sent once, in seq order; a live message after a gap, or a
+state change for a message not sent yet, means the database is read first (the layer can
+drop events); a chunk after a missing one is replaced by the reply's text so far; a reply
+already stored is never streamed again, until /retry makes its message wait again.
+"""
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any
+
+FINISHED_KEPT = 64  # replies remembered as finished: enough for any chunk still in flight
+
+
+@dataclass
+class Step:
+    """What to do for one live event, in this order: `follow` a new session (load it and
+    `watch` it), or `catch_up` (read the stored messages after `sent_seq` and feed them to
+    `rows`), then send `frames`; with `snapshot`, read that reply's text so far and feed it
+    to `stream`."""
+
+    frames: list[dict[str, Any]] = field(default_factory=list)
+    catch_up: bool = False
+    snapshot: int | None = None
+    follow: int | None = None
+
+
+class ChatCursor:
+    """One client's place in one chat. `deltas`: the client cannot replace text it has
+    shown (a terminal), so a reply's text so far comes as the chunk it is missing rather
+    than as a `message.stream` frame."""
+
+    def __init__(self, *, deltas: bool = False) -> None:
+        self.deltas = deltas
+        self.session_id: int | None = None
+        self.sent_seq = 0
+        self.streams: dict[int, int] = {}  # reply_to → characters of it the client has
+        self.finished: deque[int] = deque(maxlen=FINISHED_KEPT)
+
+    def watch(self, session_id: int | None, *, sent_seq: int) -> None:
+        """Follow `session_id` from scratch; the client has everything up to `sent_seq`."""
+        self.session_id, self.sent_seq = session_id, sent_seq
+        self.streams = {}
+        self.finished.clear()
+
+    def rows(self, events: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """The `message.new` frames of stored messages (or in-order live ones) the client
+        does not have yet. A reply among them ends its stream; `streamed` says whether the
+        client was shown its text as it streamed."""
+        frames = []
+        for event in events:
+            if event["seq"] <= self.sent_seq:
+                continue
+            self.sent_seq = event["seq"]
+            frame = {k: v for k, v in event.items() if k != "session_id"}
+            reply_to = frame.get("reply_to")
+            if reply_to and not frame.get("hidden") and frame.get("role") in ("assistant", "system"):
+                frame["streamed"] = self.streams.pop(reply_to, 0) > 0
+                self._finish(reply_to)
+            frames.append(frame)
+        return frames
+
+    def stream(self, snapshot: dict[str, Any] | None, *, reply_to: int | None = None) -> list[dict[str, Any]]:
+        """The frame for a reply's text so far (`snapshot`: {"reply_to", "text"}), if it is
+        still streaming and, with `reply_to`, the one asked for."""
+        if snapshot is None or snapshot["reply_to"] in self.finished:
+            return []
+        if reply_to is not None and snapshot["reply_to"] != reply_to:
+            return []
+        reply, text = snapshot["reply_to"], snapshot["text"]
+        have = self.streams.get(reply, 0)
+        self.streams[reply] = len(text)
+        if not self.deltas:
+            return [{"type": "message.stream", "reply_to": reply, "text": text}]
+        if len(text) <= have:
+            return []
+        return [{"type": "message.chunk", "reply_to": reply, "delta": text[have:], "offset": have}]
+
+    def live(self, event: dict[str, Any]) -> Step:
+        """What one event from the layer means for this client."""
+        kind = event.get("type")
+        if kind == "session.started":
+            return Step(follow=event["session_id"]) if event["session_id"] != self.session_id else Step()
+        if event.get("session_id") != self.session_id:
+            return Step()
+        if kind == "message.new":
+            if event["seq"] <= self.sent_seq:
+                return Step()  # already sent (caught up from the database)
+            if event["seq"] > self.sent_seq + 1:
+                return Step(catch_up=True)  # an event went missing: the database has it
+            return Step(frames=self.rows([event]))
+        if kind == "message.chunk":
+            return self._chunk(event)
+        if kind == "message.done":
+            reply_to = event["reply_to"]
+            behind = event.get("seq", 0) > self.sent_seq  # the reply itself comes first
+            self.streams.pop(reply_to, None)
+            self._finish(reply_to)
+            return Step(frames=[{"type": "message.done", "reply_to": reply_to, "seq": event.get("seq")}],
+                        catch_up=behind)
+        if kind == "message.answer":
+            if event["seq"] > self.sent_seq:
+                return Step(catch_up=True)  # the message itself, with its state as stored now
+            if event["answer_state"] == "pending" and event["seq"] in self.finished:
+                self.finished.remove(event["seq"])  # answered again: its new reply streams
+            return Step(frames=[{"type": "message.answer", "seq": event["seq"],
+                                 "answer_state": event["answer_state"]}])
+        if kind == "message.delivery":
+            if event["seq"] > self.sent_seq:
+                return Step(catch_up=True)  # the reply itself, marked as stored now
+            return Step(frames=[{"type": "message.delivery", "seq": event["seq"],
+                                 "delivery": {"state": event["delivery"], "platform": event.get("platform", "")}}])
+        return Step()  # an event type clients are not shown
+
+    def _chunk(self, event: dict[str, Any]) -> Step:
+        reply_to, delta = event["reply_to"], event["delta"]
+        if reply_to in self.finished:
+            return Step()
+        have = self.streams.get(reply_to, 0)
+        offset = event.get("offset")
+        if offset is None:
+            offset = have  # a producer that does not count: trust the order
+        if offset + len(delta) <= have:
+            return Step()  # the snapshot already held it
+        if offset > have:
+            return Step(snapshot=reply_to)  # a chunk went missing: the text so far instead
+        delta = delta[have - offset:]
+        self.streams[reply_to] = have + len(delta)
+        return Step(frames=[{"type": "message.chunk", "reply_to": reply_to, "delta": delta, "offset": have}])
+
+    def _finish(self, reply_to: int) -> None:
+        if reply_to not in self.finished:
+            self.finished.append(reply_to)
