@@ -38,12 +38,3 @@ async def receive_until(comm: WebsocketCommunicator, predicate, timeout: float =
         seen.append(event)
         if predicate(event):
             return seen
-
-
-async def receive_all(comm: WebsocketCommunicator, quiet: float = 0.5) -> list[dict[str, Any]]:
-    """Every event until the socket stays quiet for `quiet` seconds (receive_nothing, not a
-    timed-out receive, which would cancel the consumer)."""
-    seen = []
-    while not await comm.receive_nothing(timeout=quiet, interval=0.02):
-        seen.append(await comm.receive_json_from(timeout=5))
-    return seen

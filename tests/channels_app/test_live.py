@@ -16,7 +16,7 @@ from tenancy.services import api_token_create
 
 from ..fakes.model_server import reply
 from .conftest import pair
-from .live_helpers import communicator, receive_all, receive_until, session_cookie
+from .live_helpers import communicator, receive_until, session_cookie
 from .payloads import post_telegram, telegram_update
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -55,9 +55,8 @@ def test_a_telegram_message_reaches_the_page_as_message_new_with_its_channel(
 
         response = await sync_to_async(post_telegram)(client, telegram_update("buy milk", user_id=42))
         assert response.status_code == 200
-        events = await receive_until(page, lambda e: e["type"] == "message.done")
+        events = await receive_until(page, lambda e: e["type"] == "message.done")  # the reply comes first
         await sync_to_async(drain)()
-        events += await receive_all(page)
         session = await sync_to_async(Session.objects.get)(user=world.alice)
         assert events[0] == {"type": "session", "session_id": session.pk, "reset": False}
         new = new_messages(events)
@@ -66,7 +65,11 @@ def test_a_telegram_message_reaches_the_page_as_message_new_with_its_channel(
         assert new[0]["sender_name"] == "Priya" and new[0]["created_at"]
         chunks = [e["delta"] for e in events if e["type"] == "message.chunk"]
         assert "".join(chunks) == "Noted, Priya."
-        assert await receive_all(bobs) == []  # another user's socket hears nothing
+        # Another user's socket hears nothing of it: the first thing it hears is its own chat.
+        bobs_chat = await sync_to_async(canonical)(world, world.bob)
+        await sync_to_async(append)(bobs_chat, "bob's own")
+        heard = await receive_until(bobs, lambda e: e.get("content") == "bob's own")
+        assert not any("milk" in str(e) or "Priya" in str(e) for e in heard)
         await page.disconnect()
         await bobs.disconnect()
 
@@ -105,7 +108,11 @@ def test_charlie_cannot_hear_alices_chat_even_with_the_same_qor_slug(world):
         assert (await comm.receive_json_from())["session_id"] is None
         await sync_to_async(append)(session, "private to alice")
         await sync_to_async(broadcast_flush)()
-        assert await receive_all(comm) == []
+        charlies = await sync_to_async(session_resolve)(tenant=world.tenant_b, qor=world.qor_b, channel="web",
+                                                          user=world.charlie)
+        await sync_to_async(append)(charlies, "charlie's own")
+        heard = await receive_until(comm, lambda e: e.get("content") == "charlie's own")
+        assert not any("private to alice" in str(e) for e in heard)
         await comm.disconnect()
 
     async_to_sync(scenario)()
@@ -119,7 +126,7 @@ def test_an_api_token_authenticates_a_socket(world):
     async def scenario():
         comm = communicator(ALICE_CHAT, headers=[(b"authorization", f"Bearer {token}".encode())])
         assert (await comm.connect())[0]
-        events = await receive_all(comm)
+        events = await receive_until(comm, lambda e: e.get("seq") == 1)
         assert [e["content"] for e in new_messages(events)] == ["hello"]
         await comm.disconnect()
 
@@ -136,11 +143,11 @@ def test_reconnecting_with_last_seq_gets_exactly_the_missed_messages(world):
     async def scenario():
         comm = communicator(f"{ALICE_CHAT}?session={session.pk}&last_seq=1", cookie=cookie)
         assert (await comm.connect())[0]
-        events = await receive_all(comm)
+        events = await receive_until(comm, lambda e: e.get("seq") == 3)
         assert events[0] == {"type": "session", "session_id": session.pk, "reset": False}
         assert [(m["seq"], m["content"]) for m in new_messages(events)] == [(2, "two"), (3, "three")]
         await sync_to_async(append)(session, "four")
-        events = await receive_all(comm)
+        events = await receive_until(comm, lambda e: e.get("seq") == 4)
         assert [(m["seq"], m["content"]) for m in new_messages(events)] == [(4, "four")]
         await comm.disconnect()
 
@@ -156,7 +163,7 @@ def test_a_fresh_client_gets_the_newest_page_and_scrolls_back_for_the_rest(world
     async def scenario():
         comm = communicator(ALICE_CHAT, cookie=cookie)
         assert (await comm.connect())[0]
-        events = await receive_all(comm)
+        events = await receive_until(comm, lambda e: e.get("seq") == 60)
         assert events[0]["reset"] is True
         assert [m["seq"] for m in new_messages(events)] == list(range(11, 61))
         await comm.disconnect()
@@ -174,10 +181,10 @@ def test_an_event_the_layer_dropped_is_caught_up_from_the_database(world):
     async def scenario():
         comm = communicator(ALICE_CHAT, cookie=cookie)
         assert (await comm.connect())[0]
-        await receive_all(comm)
+        await receive_until(comm, lambda e: e["type"] == "session")
         await sync_to_async(append)(session, "lost on the way", notify=False)  # as if Redis dropped it
         await sync_to_async(append)(session, "delivered")
-        events = await receive_all(comm)
+        events = await receive_until(comm, lambda e: e.get("seq") == 2)
         assert [(m["seq"], m["content"]) for m in new_messages(events)] == [(1, "lost on the way"), (2, "delivered")]
         await comm.disconnect()
 
@@ -195,7 +202,7 @@ def test_tool_calls_and_results_are_hidden_but_counted(world):
     async def scenario():
         comm = communicator(ALICE_CHAT, cookie=cookie)
         assert (await comm.connect())[0]
-        new = new_messages(await receive_all(comm))
+        new = new_messages(await receive_until(comm, lambda e: e.get("seq") == 3))
         assert [(m["seq"], m["hidden"], m["content"]) for m in new] == [
             (1, False, "what time is it?"), (2, True, ""), (3, True, "")]
         await comm.disconnect()
@@ -216,18 +223,20 @@ def test_a_reply_still_streaming_on_reconnect_arrives_whole_then_continues(world
         await chunk("upon ")
         comm = communicator(f"{ALICE_CHAT}?session={session.pk}&last_seq=1", cookie=cookie)
         assert (await comm.connect())[0]
-        events = await receive_all(comm)
+        events = await receive_until(comm, lambda e: e["type"] == "message.stream")
         assert events[-1] == {"type": "message.stream", "reply_to": 1, "text": "Once upon "}
         await chunk("a time")
-        events = await receive_all(comm)
+        events = await receive_until(comm, lambda e: e["type"] == "message.chunk")
         assert events == [{"type": "message.chunk", "reply_to": 1, "delta": "a time", "offset": 10}]
         await sync_to_async(append)(session, "Once upon a time.", role="assistant", metadata={"reply_to": 1})
         await broadcast(session.pk, {"type": "message.done", "reply_to": 1, "seq": 2})
-        events = await receive_all(comm)
+        events = await receive_until(comm, lambda e: e["type"] == "message.done")
         assert [e["type"] for e in events] == ["message.new", "message.done"]
         assert await _snapshot(session.pk) is None  # the stored reply replaces the stream
-        await chunk("late")  # a straggler after the reply is stored is not shown
-        assert await receive_all(comm) == []
+        await chunk("late")  # a straggler after the reply is stored is not shown:
+        await sync_to_async(append)(session, "next")  # the next thing the page hears is this
+        events = await receive_until(comm, lambda e: e.get("seq") == 3)
+        assert [e["type"] for e in events] == ["message.new"]
         await comm.disconnect()
 
     async_to_sync(scenario)()
@@ -249,11 +258,11 @@ def test_the_page_follows_the_chat_into_a_new_session_after_clear(world):
     async def scenario():
         comm = communicator(ALICE_CHAT, cookie=cookie)
         assert (await comm.connect())[0]
-        await receive_all(comm)
+        await receive_until(comm, lambda e: e.get("seq") == 1)
         await sync_to_async(inbound_accept)(session=session, content="/clear", channel="web", sender_name="Alice",
                                             user=world.alice, trust="owner")
         events = await receive_until(comm, lambda e: e["type"] == "session")
-        events += await receive_all(comm)
+        events += await receive_until(comm, lambda e: e["type"] == "message.new")  # the fresh chat's first
         fresh = await sync_to_async(Session.objects.get)(user=world.alice, state="active")
         assert fresh.pk != session.pk
         assert {"type": "session", "session_id": fresh.pk, "reset": False} in events

@@ -18,7 +18,7 @@ from sessions_app.models import Message, Session
 from sessions_app.services import session_resolve
 from tenancy.models import Membership
 
-from .live_helpers import communicator, receive_all, receive_until
+from .live_helpers import communicator, receive_until
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -147,7 +147,7 @@ def test_a_visitor_socket_hears_their_chat_and_a_forged_one_is_refused(client, w
     async def scenario():
         comm = communicator(f"/ws/webchat/{KEY}/?visitor={token}")
         assert (await comm.connect())[0]
-        await receive_all(comm)
+        await receive_until(comm, lambda e: e["type"] == "session")
         await sync_to_async(send)(client, "typed in the bubble", token)
         events = await receive_until(comm, lambda e: e.get("content") == "typed in the bubble")
         assert events[-1]["channel"] == "webchat"
