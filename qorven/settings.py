@@ -12,7 +12,11 @@ import environ
 BASE_DIR = Path(__file__).resolve().parent.parent
 
 env = environ.Env()
-environ.Env.read_env(BASE_DIR / ".env", overwrite=False)
+# Settings from a `.env` beside manage.py (or the file QORVEN_ENV_FILE names; empty: none,
+# as the test suite sets it). Variables already in the environment win.
+ENV_FILE = env.str("QORVEN_ENV_FILE", default=str(BASE_DIR / ".env"))
+if ENV_FILE:
+    environ.Env.read_env(ENV_FILE, overwrite=False)
 
 DEBUG = env.bool("DJANGO_DEBUG", default=False)
 SECRET_KEY = env.str("DJANGO_SECRET_KEY", default="")

@@ -13,7 +13,7 @@ import pytest
 
 from tenancy.models import Membership, Qor, Tenant
 
-from .factories.qorven import MembershipFactory, QorFactory, TenantFactory, UserFactory
+from .factories.tenancy import MembershipFactory, QorFactory, TenantFactory, UserFactory
 from .processes import processes  # noqa: F401  (a fixture: real qorven processes)
 
 

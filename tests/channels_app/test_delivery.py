@@ -13,7 +13,7 @@ from channels_app.models import OutboundDelivery
 from sessions_app.models import Message, Session
 from tenancy.services import api_token_create
 
-from ..factories.qorven import UserFactory
+from ..factories.tenancy import UserFactory
 from ..fakes.model_server import reply
 from ..fakes.platform_server import Canned
 from .conftest import pair

@@ -75,7 +75,7 @@ def test_a_401_with_a_key_in_its_body_reaches_no_surface_and_the_admin_shows_it(
     # The admin (and the message row) keep the provider's words for whoever fixes it.
     failed = Message.objects.filter(answer_state="failed").order_by("pk")
     assert failed.count() == 3 and all("Incorrect API key provided" in m.answer_error for m in failed)
-    from ..factories.qorven import UserFactory
+    from ..factories.tenancy import UserFactory
 
     client.force_login(UserFactory(username="root", is_staff=True, is_superuser=True))
     page = client.get(f"/admin/sessions_app/message/{failed[0].pk}/change/").content.decode()

@@ -4,7 +4,7 @@ import factory
 
 from sessions_app.models import Session
 
-from .qorven import QorFactory, UserFactory
+from .tenancy import QorFactory, UserFactory
 
 
 class CanonicalSessionFactory(factory.django.DjangoModelFactory):

@@ -11,7 +11,7 @@ from heartbeats_app.services import heartbeat_create
 from tenancy.models import Membership
 
 from ..factories.heartbeats_app import beat
-from ..factories.qorven import MembershipFactory, UserFactory
+from ..factories.tenancy import MembershipFactory, UserFactory
 from ..fakes.model_server import reply
 
 pytestmark = pytest.mark.django_db

@@ -13,7 +13,7 @@ from heartbeats_app.defaults import DefaultsFileError, beats_plan, beats_sync
 from heartbeats_app.models import CLEAR_IMAGES, DELIVER_REMINDERS, Heartbeat
 
 from ..factories.heartbeats_app import beat
-from ..factories.qorven import QorFactory
+from ..factories.tenancy import QorFactory
 
 pytestmark = pytest.mark.django_db
 ROOT = Path(__file__).resolve().parents[2]

@@ -8,7 +8,7 @@ from memory_app.selectors import memory_search
 from tenancy.models import Membership
 
 from ..factories.memory_app import remember
-from ..factories.qorven import UserFactory
+from ..factories.tenancy import UserFactory
 
 pytestmark = pytest.mark.django_db
 

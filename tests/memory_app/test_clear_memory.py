@@ -12,7 +12,7 @@ from sessions_app.models import Image, Message, Session
 from sessions_app.services import message_append, session_resolve
 
 from ..factories.memory_app import remember
-from ..factories.qorven import QorFactory
+from ..factories.tenancy import QorFactory
 
 pytestmark = pytest.mark.django_db
 

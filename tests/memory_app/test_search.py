@@ -17,7 +17,7 @@ from memory_app.services import (
 )
 
 from ..factories.memory_app import remember
-from ..factories.qorven import QorFactory
+from ..factories.tenancy import QorFactory
 
 pytestmark = pytest.mark.django_db
 

@@ -8,7 +8,7 @@ import uuid
 
 import pytest
 
-from ..factories.qorven import UserFactory
+from ..factories.tenancy import UserFactory
 
 pytestmark = pytest.mark.django_db
 

@@ -15,7 +15,7 @@ from sessions_app.errors import SessionClosed
 from sessions_app.models import Image, Message, Session
 from sessions_app.services import message_append, session_resolve
 
-from ..factories.qorven import UserFactory
+from ..factories.tenancy import UserFactory
 
 T0 = datetime(2024, 5, 1, 9, 0, tzinfo=UTC)
 

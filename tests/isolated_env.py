@@ -1,0 +1,24 @@
+"""Loaded first (`-p tests.isolated_env` in pytest's options), before Django's settings:
+the suite reads no `.env` and none of the developer's model, platform or Qorven settings,
+so `make test` never calls a real model server or platform with a real key. The database
+and Redis of the run (DATABASE_URL, REDIS_URL, DJANGO_SECRET_KEY, as CI sets them) are
+kept; processes the tests start inherit this environment."""
+from __future__ import annotations
+
+import os
+
+KEPT = {"DATABASE_URL", "REDIS_URL", "DJANGO_SECRET_KEY"}
+SCRUBBED_PREFIXES = ("OPENAI_", "QORVEN_", "CELERY_", "DJANGO_")
+SCRUBBED_SUFFIXES = ("_API_BASE",)  # TELEGRAM_API_BASE, SLACK_API_BASE, …
+
+
+def _scrub() -> None:
+    for name in list(os.environ):
+        if name in KEPT:
+            continue
+        if name.startswith(SCRUBBED_PREFIXES) or name.endswith(SCRUBBED_SUFFIXES):
+            del os.environ[name]
+    os.environ["QORVEN_ENV_FILE"] = ""  # no .env either (qorven.settings)
+
+
+_scrub()

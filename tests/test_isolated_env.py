@@ -1,0 +1,44 @@
+"""The suite runs on its own settings: no `.env`, none of the developer's model, platform
+or Qorven variables (tests/isolated_env.py, loaded before Django), so a real key in a
+developer's `.env` or shell is never used by `make test`."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from django.conf import settings
+
+from tests import isolated_env
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_the_suite_reads_no_env_file_and_scrubs_the_developers_settings(monkeypatch):
+    assert settings.ENV_FILE == "" and os.environ["QORVEN_ENV_FILE"] == ""
+    for name, value in {"OPENAI_API_KEY": "sk-real", "OPENAI_BASE_URL": "https://api.example/v1",
+                        "QORVEN_MODEL": "paid-model", "TELEGRAM_API_BASE": "https://api.telegram.example",
+                        "DJANGO_DEBUG": "1", "DATABASE_URL": "sqlite:///kept.sqlite3", "HOME": "/root"}.items():
+        monkeypatch.setenv(name, value)
+    isolated_env._scrub()
+    left = {n for n in ("OPENAI_API_KEY", "OPENAI_BASE_URL", "QORVEN_MODEL", "TELEGRAM_API_BASE", "DJANGO_DEBUG")
+            if n in os.environ}
+    assert left == set()
+    assert os.environ["DATABASE_URL"] == "sqlite:///kept.sqlite3" and os.environ["HOME"] == "/root"
+
+
+def read_setting(name: str, env: dict[str, str]) -> str:
+    code = f"import django; django.setup(); from django.conf import settings; print(settings.{name})"
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True,
+                          timeout=60)
+    assert done.returncode == 0, done.stderr
+    return done.stdout.strip()
+
+
+def test_an_env_file_is_read_only_where_one_is_named(tmp_path):
+    dotenv = tmp_path / ".env"
+    dotenv.write_text("OPENAI_BASE_URL=http://127.0.0.1:9/v1\nQORVEN_MODEL=from-the-file\n")
+    env = {**os.environ, "DJANGO_SETTINGS_MODULE": "qorven.settings"}
+    assert read_setting("QORVEN_MODEL", {**env, "QORVEN_ENV_FILE": str(dotenv)}) == "from-the-file"
+    assert read_setting("QORVEN_MODEL", env) == ""  # the suite's processes: QORVEN_ENV_FILE is empty
