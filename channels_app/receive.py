@@ -9,6 +9,7 @@ the message to the agent's gateway.
 from __future__ import annotations
 
 import logging
+from contextlib import nullcontext
 from datetime import timedelta
 
 from django.db import IntegrityError, transaction
@@ -39,8 +40,11 @@ def inbound_receive(*, binding: ChannelBinding, message: InboundMessage) -> Inbo
     id seen before on this binding is neither stored nor processed again (None)."""
     from .tasks import inbound_process_task
 
+    # One INSERT: on its own in autocommit (a refused duplicate leaves the connection
+    # usable), in a savepoint inside a caller's transaction.
+    scope = transaction.atomic() if transaction.get_connection().in_atomic_block else nullcontext()
     try:
-        with transaction.atomic():
+        with scope:
             event = InboundEvent.objects.create(
                 tenant_id=binding.tenant_id, binding=binding, external_id=message.external_id,
                 sender_id=message.sender_id[:255], payload=message.model_dump(mode="json"),

@@ -11,3 +11,29 @@ class AgentConfig(AppConfig):
     name = "qorven.agent"
     label = "agent"
     verbose_name = "Agent"
+
+    def ready(self) -> None:
+        from qorven.runtime.startup import Startup, on_startup
+
+        @on_startup("serve")
+        def models_banner(startup: Startup) -> None:
+            """Which model answers each Qor, so a missing one is seen before a message is sent."""
+            for line in model_lines():
+                startup.stdout.write(line)
+
+
+def model_lines() -> list[str]:
+    from urllib.parse import urlsplit
+
+    from qorven.llm import route_for
+    from tenancy.models import Qor
+
+    lines = []
+    for qor in Qor.objects.select_related("tenant").order_by("tenant__slug", "slug"):
+        route = route_for(qor, "main")
+        where = f"{qor.tenant.slug}/{qor.slug}"
+        if route.offline:
+            lines.append(f"{where}: offline — no model configured (set OPENAI_BASE_URL and QORVEN_MODEL)")
+        else:
+            lines.append(f"{where}: {route.model} at {urlsplit(route.base_url).netloc or route.base_url}")
+    return lines

@@ -1,0 +1,61 @@
+"""`/healthz` and `/readyz` for load balancers and orchestrators.
+
+`/healthz`: the process is up and serving (no I/O). `/readyz`: it can do its work now —
+the database answers, and on the scale-out layout Redis (broker, channel layer, cache)
+does too. Either answers JSON; a failed check says which part failed, never how (the
+reason goes to the log: a URL in an error could carry a password).
+"""
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from django.conf import settings
+from django.db import connections
+from django.http import HttpRequest, JsonResponse
+from django.views.decorators.cache import never_cache
+from django.views.decorators.http import require_GET
+
+logger = logging.getLogger(__name__)
+TIMEOUT = 2.0  # seconds a dependency has to answer
+_redis: Any = None
+
+
+@never_cache
+@require_GET
+def healthz(request: HttpRequest) -> JsonResponse:
+    return JsonResponse({"status": "ok"})
+
+
+@never_cache
+@require_GET
+def readyz(request: HttpRequest) -> JsonResponse:
+    checks = {"database": _check(_database)}
+    if settings.REDIS_URL:
+        checks["redis"] = _check(_redis_ping)
+    ready = all(state == "ok" for state in checks.values())
+    return JsonResponse({"status": "ok" if ready else "unavailable", "checks": checks}, status=200 if ready else 503)
+
+
+def _check(probe: Any) -> str:
+    try:
+        probe()
+    except Exception:
+        logger.warning("readiness check %s failed", probe.__name__.strip("_"), exc_info=True)
+        return "unavailable"
+    return "ok"
+
+
+def _database() -> None:
+    with connections["default"].cursor() as cursor:
+        cursor.execute("SELECT 1")
+        cursor.fetchone()
+
+
+def _redis_ping() -> None:
+    global _redis
+    if _redis is None:  # one client (and its connection pool) per process
+        import redis
+
+        _redis = redis.Redis.from_url(settings.REDIS_URL, socket_connect_timeout=TIMEOUT, socket_timeout=TIMEOUT)
+    _redis.ping()

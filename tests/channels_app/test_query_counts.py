@@ -1,0 +1,38 @@
+"""How many queries the two hottest paths make, so they cannot creep up unnoticed: a
+platform webhook (verified, stored, answered 200) and one turn answering one message."""
+from __future__ import annotations
+
+import pytest
+
+from channels_app.models import InboundEvent
+from qorven.agent.turns import turn_process
+from sessions_app.models import Message
+from sessions_app.services import message_append, session_resolve
+
+from ..fakes.model_server import reply
+from .payloads import post_telegram, telegram_update
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def test_a_webhook_is_three_queries(client, world, telegram, django_assert_max_num_queries):
+    with django_assert_max_num_queries(3) as captured:  # the binding, its channel switch, the event
+        assert post_telegram(client, telegram_update("hello")).status_code == 200
+    assert InboundEvent.objects.count() == 1
+    assert "INSERT" in captured.captured_queries[-1]["sql"].upper()
+
+
+def test_a_turn_stays_within_its_query_budget(world, model_server, django_assert_max_num_queries):
+    session = session_resolve(tenant=world.tenant_a, qor=world.qor_a, channel="web", user=world.alice)
+    message_append(session=session, role="user", content="what is up?", channel="web", sender_name="Alice",
+                   awaits_answer=True, notify=False, metadata={"trust": "owner"})
+    model_server.add(reply("Not much."))
+    with django_assert_max_num_queries(QUERIES_PER_TURN):
+        outcome = turn_process(tenant_id=world.tenant_a.pk, session_id=session.pk)
+    assert outcome.answered == 1
+    assert Message.objects.filter(session=session, role="assistant").get().content == "Not much."
+
+
+# Measured on SQLite and PostgreSQL alike: the lease, the session and its pending message, the
+# prompt's reads (tenant, switches, user, skills, window), usage, the reply and its bookkeeping.
+QUERIES_PER_TURN = 30

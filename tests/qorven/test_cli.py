@@ -1,0 +1,28 @@
+"""The `qorven` command itself: its version, and configuration errors as one clear line."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+QORVEN = Path(sys.executable).with_name("qorven")
+
+
+def run(*args: str, **env: str) -> subprocess.CompletedProcess:
+    environment = {k: v for k, v in os.environ.items() if k not in ("DJANGO_SECRET_KEY", "DATABASE_URL")}
+    return subprocess.run([str(QORVEN), *args], capture_output=True, text=True, cwd=ROOT, timeout=60,
+                          env={**environment, **env})
+
+
+def test_version_is_qorvens_not_djangos():
+    done = run("--version")
+    assert done.returncode == 0 and done.stdout.startswith("qorven 0.")
+
+
+def test_a_missing_secret_key_is_one_line_not_a_traceback():
+    done = run("check", DATABASE_URL="postgres://qorven@127.0.0.1:9/qorven")
+    assert done.returncode == 2
+    assert done.stderr.strip() == "qorven: configuration error: Set DJANGO_SECRET_KEY when DATABASE_URL is set."
+    assert "Traceback" not in done.stderr + done.stdout

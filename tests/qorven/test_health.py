@@ -1,0 +1,58 @@
+"""Health and readiness for load balancers: up, and able to work now."""
+from __future__ import annotations
+
+import pytest
+from django.db import connection
+
+def test_healthz_answers_without_touching_anything(client):
+    response = client.get("/healthz")  # no database marker: any query would fail the test
+    assert (response.status_code, response.json()) == (200, {"status": "ok"})
+
+
+@pytest.mark.django_db(transaction=True)
+def test_readyz_is_ready_with_the_database_and_unavailable_without_it(client, settings):
+    settings.REDIS_URL = ""  # this test is about the database
+    ready = client.get("/readyz")
+    assert (ready.status_code, ready.json()) == (200, {"status": "ok", "checks": {"database": "ok"}})
+
+    saved = dict(connection.settings_dict)
+    connection.close()
+    if connection.vendor == "sqlite":
+        connection.settings_dict["NAME"] = "/nonexistent-dir/db.sqlite3"
+    else:
+        connection.settings_dict.update(HOST="127.0.0.1", PORT="9")  # nothing listens there
+    try:
+        down = client.get("/readyz")
+    finally:
+        connection.close()
+        connection.settings_dict.clear()
+        connection.settings_dict.update(saved)
+    assert (down.status_code, down.json()) == (503, {"status": "unavailable", "checks": {"database": "unavailable"}})
+    assert "nonexistent" not in down.content.decode() and "9" not in down.json()["checks"]["database"]
+
+
+def test_readyz_checks_redis_on_scale_out(client, settings, db):
+    settings.REDIS_URL = "redis://127.0.0.1:9/0"  # nothing listens there
+    import qorven.health
+
+    qorven.health._redis = None
+    try:
+        response = client.get("/readyz")
+    finally:
+        qorven.health._redis = None
+    assert response.status_code == 503 and response.json()["checks"] == {"database": "ok", "redis": "unavailable"}
+
+
+def test_serve_names_the_model_of_each_qor_or_says_it_is_offline(world, settings, monkeypatch):
+    import io
+
+    from django.core.management import call_command
+
+    settings.OPENAI_BASE_URL, settings.QORVEN_MODEL = "", ""
+    world.qor_b.main_base_url, world.qor_b.main_model = "https://models.example/v1", "big-model"
+    world.qor_b.save(update_fields=["main_base_url", "main_model"])
+    monkeypatch.setattr("daphne.cli.CommandLineInterface.run", lambda self, args: None)
+    out = io.StringIO()
+    call_command("serve", "--no-migrate", "--no-beat", stdout=out, stderr=io.StringIO())
+    assert "acme/aria: offline — no model configured" in out.getvalue()
+    assert "globex/aria: big-model at models.example" in out.getvalue()
