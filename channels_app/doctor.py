@@ -1,0 +1,247 @@
+"""`qorven doctor`: is this install able to work, and if not, what to do about it.
+
+Each check answers ✓ or ✗ with what it saw and, on ✗, the fix. The model and platform
+checks make one real request each (a one-word completion; Telegram's getMe and
+getWebhookInfo, Slack's auth.test, the WhatsApp phone number, Discord's bot user): they
+prove the credentials, not just that they are set. Nothing is changed anywhere.
+"""
+from __future__ import annotations
+
+import io
+from collections.abc import Callable, Iterator
+from dataclasses import asdict, dataclass
+from typing import Any
+from urllib.parse import urlsplit
+
+import httpx
+from django.conf import settings
+from django.core.management import call_command
+from django.db import connections
+
+from .adapters.base import platform_client
+from .models import ChannelBinding
+
+
+@dataclass(frozen=True)
+class Check:
+    area: str  # database, redis, workers, model, channel, heartbeats, skills, deploy
+    subject: str  # what was checked: a Qor, a binding, a file
+    ok: bool
+    detail: str  # what was seen
+    fix: str = ""  # what to do, when not ok
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def doctor_checks() -> list[Check]:
+    """Every check, in the order a newcomer would fix them."""
+    found: list[Check] = []
+    for probe in (_database, _redis, _workers, _models, _channels, _heartbeats, _skills, _deploy):
+        found.extend(probe())
+    return found
+
+
+def _guarded(area: str, subject: str, fix: str, probe: Callable[[], Check]) -> Check:
+    try:
+        return probe()
+    except Exception as exc:  # a check that fails to run is a ✗ of its own, never a crash
+        return Check(area, subject, False, f"{type(exc).__name__}: {str(exc)[:200]}", fix)
+
+
+# --- the install -----------------------------------------------------------------------
+
+
+def _database() -> Iterator[Check]:
+    from django.db.migrations.executor import MigrationExecutor
+
+    fix = "check DATABASE_URL and that the database server is up"
+    try:
+        connection = connections["default"]
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT 1")
+        plan = MigrationExecutor(connection).migration_plan(MigrationExecutor(connection).loader.graph.leaf_nodes())
+    except Exception as exc:
+        yield Check("database", connections["default"].vendor, False, f"unreachable ({type(exc).__name__})", fix)
+        return
+    vendor = connections["default"].vendor
+    if plan:
+        yield Check("database", vendor, False, f"{len(plan)} migration(s) not applied", "run `qorven migrate`")
+    else:
+        yield Check("database", vendor, True, "reachable, every migration applied")
+
+
+def _redis() -> Iterator[Check]:
+    if not settings.REDIS_URL:
+        return  # the embedded default needs none
+
+    def probe() -> Check:
+        import redis
+
+        redis.Redis.from_url(settings.REDIS_URL, socket_connect_timeout=2, socket_timeout=2).ping()
+        return Check("redis", _host(settings.REDIS_URL), True, "answers")
+
+    yield _guarded("redis", _host(settings.REDIS_URL), "check REDIS_URL and that Redis is up", probe)
+
+
+def _workers() -> Iterator[Check]:
+    from celery import current_app
+
+    from qorven.runtime.worker import broker_is_embedded
+
+    if broker_is_embedded(current_app):
+        return  # tasks run inside `qorven serve`
+
+    def probe() -> Check:
+        replies = current_app.control.inspect(timeout=2.0).ping() or {}
+        if not replies:
+            return Check("workers", "celery", False, "no worker answered", "start one or more `qorven worker`")
+        return Check("workers", "celery", True, f"{len(replies)} worker(s) answered: {', '.join(sorted(replies))}")
+
+    yield _guarded("workers", "celery", "start one or more `qorven worker`", probe)
+
+
+# --- what answers ------------------------------------------------------------------------
+
+
+def _models() -> Iterator[Check]:
+    from qorven.llm import ModelError, provider_for, route_for
+    from tenancy.models import Qor
+
+    for qor in Qor.objects.select_related("tenant").order_by("tenant__slug", "slug"):
+        subject = f"{qor.tenant.slug}/{qor.slug}"
+        route = route_for(qor, "main")
+        if route.offline:
+            yield Check("model", subject, False, "no model configured: the offline provider answers",
+                        "set OPENAI_BASE_URL, OPENAI_API_KEY and QORVEN_MODEL (or the Qor's model in the admin)")
+            continue
+        where = f"{route.model} at {route.base_url}"
+        try:
+            provider_for(route).complete(messages=[{"role": "user", "content": "Reply with one word: ok"}])
+        except ModelError as exc:
+            yield Check("model", subject, False, f"{where}: {exc.summary()}",
+                        "check that the server is up, the model name and the API key")
+            continue
+        yield Check("model", subject, True, f"{where} answers")
+
+
+def _channels() -> Iterator[Check]:
+    probes = {"telegram": _telegram, "slack": _slack, "whatsapp": _whatsapp, "discord": _discord}
+    for binding in ChannelBinding.objects.filter(enabled=True).select_related("tenant").order_by("tenant__slug",
+                                                                                                 "kind", "pk"):
+        probe = probes.get(binding.kind)
+        if probe is None:
+            continue  # email, SMS and webchat have no account to ask
+        subject = f"{binding.tenant.slug}/{binding.kind}" + (f" {binding.name}" if binding.name else "")
+        for check in _safely(subject, binding.kind, lambda: probe(binding, subject)):
+            yield check
+
+
+def _safely(subject: str, kind: str, probe: Callable[[], list[Check]]) -> list[Check]:
+    try:
+        return probe()
+    except httpx.HTTPError as exc:
+        return [Check("channel", subject, False, f"{kind} API unreachable ({type(exc).__name__})",
+                      f"check this server's network access to the {kind} API")]
+
+
+def _telegram(binding: ChannelBinding, subject: str) -> list[Check]:
+    base = f"{settings.TELEGRAM_API_BASE.rstrip('/')}/bot{binding.credentials.get('token', '')}"
+    me = platform_client().get(f"{base}/getMe")
+    if me.status_code != 200 or not me.json().get("ok"):
+        return [Check("channel", subject, False, f"the bot token is refused (HTTP {me.status_code})",
+                      "make a token with @BotFather, then `qorven bind telegram --tenant … --qor … --token …`")]
+    checks = [Check("channel", subject, True, f"bot @{me.json()['result'].get('username', '?')} accepts its token")]
+    expected = f"{settings.QORVEN_PUBLIC_URL.rstrip('/')}/v1/webhooks/telegram"
+    info = platform_client().get(f"{base}/getWebhookInfo")
+    url = (info.json().get("result") or {}).get("url", "") if info.status_code == 200 else ""
+    if url == expected:
+        checks.append(Check("channel", subject, True, f"webhook registered at {expected}"))
+    else:
+        checks.append(Check("channel", subject, False,
+                            f"webhook {'at ' + url if url else 'not registered'}, not at {expected}",
+                            f"call setWebhook with url={expected} and the binding's secret_token"
+                            " (QORVEN_PUBLIC_URL must be this server's public https URL)"))
+    return checks
+
+
+def _slack(binding: ChannelBinding, subject: str) -> list[Check]:
+    token = binding.credentials.get("bot_token", "")
+    answer = platform_client().post(f"{settings.SLACK_API_BASE.rstrip('/')}/auth.test",
+                                    headers={"Authorization": f"Bearer {token}"})
+    body = answer.json() if answer.status_code == 200 else {}
+    if not body.get("ok"):
+        return [Check("channel", subject, False, f"the bot token is refused ({body.get('error') or answer.status_code})",
+                      "copy the Bot User OAuth Token of the Slack app and `qorven bind slack … --bot-token …`")]
+    return [Check("channel", subject, True, f"bot {body.get('user', '?')} in {body.get('team', '?')} accepts its token")]
+
+
+def _whatsapp(binding: ChannelBinding, subject: str) -> list[Check]:
+    token = binding.credentials.get("token", "")
+    answer = platform_client().get(f"{settings.WHATSAPP_API_BASE.rstrip('/')}/{binding.lookup_key}",
+                                   headers={"Authorization": f"Bearer {token}"})
+    if answer.status_code != 200:
+        return [Check("channel", subject, False, f"phone number {binding.lookup_key} refused (HTTP {answer.status_code})",
+                      "check the phone number id and the access token in Meta's app dashboard")]
+    return [Check("channel", subject, True, f"phone number {binding.lookup_key} answers")]
+
+
+def _discord(binding: ChannelBinding, subject: str) -> list[Check]:
+    token = binding.credentials.get("bot_token", "")
+    answer = platform_client().get(f"{settings.DISCORD_API_BASE.rstrip('/')}/users/@me",
+                                   headers={"Authorization": f"Bot {token}"})
+    if answer.status_code != 200:
+        return [Check("channel", subject, False, f"the bot token is refused (HTTP {answer.status_code})",
+                      "reset the bot token in the Discord developer portal and `qorven bind discord …`")]
+    return [Check("channel", subject, True, f"bot {answer.json().get('username', '?')} accepts its token")]
+
+
+# --- files and settings -------------------------------------------------------------------
+
+
+def _heartbeats() -> Iterator[Check]:
+    from heartbeats_app.defaults.reading import DefaultsFileError
+    from heartbeats_app.defaults.sync import beats_plan, defaults_path
+
+    path = defaults_path()
+    try:
+        beats_plan(path=path)
+    except DefaultsFileError as exc:
+        first = exc.problems[0].render(str(path)) if exc.problems else str(exc)
+        yield Check("heartbeats", path.name, False, f"{len(exc.problems)} problem(s); first: {first}",
+                    "fix the file (`qorven sync-beats --dry-run` lists every problem)")
+        return
+    yield Check("heartbeats", path.name, True, "valid" if path.exists() else "no defaults file (no managed beats)")
+
+
+def _skills() -> Iterator[Check]:
+    from memory_app.skills import skills_dir, skills_sync
+
+    report = skills_sync(dry_run=True)
+    if report.errors:
+        yield Check("skills", str(skills_dir()), False, f"{len(report.errors)} file(s) unreadable: {report.errors[0]}",
+                    "fix them (`qorven sync-skills --dry-run` lists each)")
+    else:
+        yield Check("skills", str(skills_dir()), True, "every skill file reads")
+
+
+def _deploy() -> Iterator[Check]:
+    if connections["default"].vendor == "sqlite" and not settings.REDIS_URL:
+        return  # the embedded default is for one machine, not a deployment
+    out = io.StringIO()
+    try:
+        call_command("check", "--deploy", stdout=out, stderr=out)
+    except Exception as exc:  # SystemCheckError: errors among them
+        out.write(str(exc))
+    text = out.getvalue()
+    issues = [line for line in text.splitlines() if line.startswith("?:") or ": (" in line]
+    if issues:
+        yield Check("deploy", "check --deploy", False, f"{len(issues)} issue(s); first: {issues[0].strip()[:160]}",
+                    "see `qorven check --deploy` and the README's production environment")
+    else:
+        yield Check("deploy", "check --deploy", True, "no issues")
+
+
+def _host(url: str) -> str:
+    parts = urlsplit(url)
+    return parts.hostname or url if parts.port is None else f"{parts.hostname}:{parts.port}"

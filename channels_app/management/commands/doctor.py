@@ -1,0 +1,35 @@
+from __future__ import annotations
+
+import json
+
+from django.core.management.base import BaseCommand, CommandError
+
+
+class Command(BaseCommand):
+    help = (
+        "Check that this install can work and say how to fix what cannot: the database (reachable, "
+        "migrated), Redis and the workers (scale-out), each Qor's model (one short request to it), each "
+        "channel binding's credentials against its platform and Telegram's webhook registration, the "
+        "heartbeats defaults file, the skills folder, and `check --deploy` outside the embedded default. "
+        "Changes nothing. Exits 1 when any check fails."
+    )
+
+    def add_arguments(self, parser):
+        parser.add_argument("--json", action="store_true", help="one JSON object: every check and whether all passed")
+
+    def handle(self, *args, **opts):
+        from channels_app.doctor import doctor_checks
+
+        checks = doctor_checks()
+        failed = [c for c in checks if not c.ok]
+        if opts["json"]:
+            self.stdout.write(json.dumps({"ok": not failed, "checks": [c.as_dict() for c in checks]}))
+        else:
+            for check in checks:
+                mark = self.style.SUCCESS("✓") if check.ok else self.style.ERROR("✗")
+                self.stdout.write(f"{mark} {check.area} · {check.subject}: {check.detail}")
+                if check.fix:
+                    self.stdout.write(f"    fix: {check.fix}")
+            self.stdout.write(f"\n{len(checks) - len(failed)} of {len(checks)} checks passed.")
+        if failed:
+            raise CommandError(f"{len(failed)} check(s) failed", returncode=1)

@@ -1,0 +1,90 @@
+"""`qorven doctor` against the fake model and platform servers: ✓ for what works, ✗ with
+the fix for a refused bot token, a model server that is down and a webhook registered
+nowhere."""
+from __future__ import annotations
+
+import io
+import json
+
+import pytest
+from django.core.management import call_command
+from django.core.management.base import CommandError
+
+from channels_app.services import binding_create
+
+from ..fakes.model_server import reply
+from ..fakes.platform_server import Canned
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+TOKEN = "111:AAA"
+
+
+@pytest.fixture
+def bot(world, settings):
+    settings.QORVEN_PUBLIC_URL = "https://qorven.example"
+    return binding_create(tenant=world.tenant_a, qor=world.qor_a, kind="telegram",
+                          credentials={"token": TOKEN, "secret": "tg-secret", "username": "aria_bot"})
+
+
+def doctor(*args: str) -> tuple[dict, int]:
+    out = io.StringIO()
+    try:
+        call_command("doctor", "--json", *args, stdout=out)
+        code = 0
+    except CommandError as exc:
+        code = exc.returncode
+    return json.loads(out.getvalue()), code
+
+
+def checks_of(report: dict, area: str) -> list[dict]:
+    return [c for c in report["checks"] if c["area"] == area]
+
+
+def test_a_working_install_passes_every_check(world, bot, platform, model_server, settings):
+    world.qor_b.delete()  # one Qor: the one the model server answers
+    settings.QORVEN_MODEL = "scripted-model"
+    model_server.default = reply("ok")
+    platform.default(r"/getMe$", Canned(body={"ok": True, "result": {"username": "aria_bot"}}))
+    platform.default(r"/getWebhookInfo$", Canned(body={"ok": True, "result": {
+        "url": "https://qorven.example/v1/webhooks/telegram"}}))
+    report, code = doctor()
+    assert code == 0 and report["ok"], report
+    assert {c["area"] for c in report["checks"]} >= {"database", "model", "channel", "heartbeats", "skills"}
+    (model,) = checks_of(report, "model")
+    assert model["subject"] == "acme/aria" and "scripted-model" in model["detail"]
+    assert len(model_server.requests) == 1
+    assert [r.path for r in platform.sent(r"/bot")] == [f"/telegram/bot{TOKEN}/getMe",
+                                                         f"/telegram/bot{TOKEN}/getWebhookInfo"]
+
+
+def test_a_refused_token_a_dead_model_and_no_qor_model_each_fail_with_their_fix(world, bot, platform, settings):
+    settings.OPENAI_BASE_URL, settings.QORVEN_MODEL = "http://127.0.0.1:9/v1", "gone-model"
+    settings.QORVEN_MODEL_RETRIES = 0
+    platform.default(r"/getMe$", Canned(status=401, body={"ok": False, "description": "Unauthorized"}))
+    report, code = doctor()
+    assert code == 1 and not report["ok"]
+    (channel,) = checks_of(report, "channel")
+    assert not channel["ok"] and "refused" in channel["detail"] and "@BotFather" in channel["fix"]
+    models = checks_of(report, "model")
+    assert [m["ok"] for m in models] == [False, False]
+    assert all("gone-model at http://127.0.0.1:9/v1" in m["detail"] and m["fix"] for m in models)
+
+
+def test_a_webhook_registered_elsewhere_fails_and_names_the_url_to_register(world, bot, platform):
+    platform.default(r"/getMe$", Canned(body={"ok": True, "result": {"username": "aria_bot"}}))
+    platform.default(r"/getWebhookInfo$", Canned(body={"ok": True, "result": {"url": ""}}))
+    report, _ = doctor()
+    token, webhook = checks_of(report, "channel")
+    assert token["ok"] and not webhook["ok"]
+    assert "not registered" in webhook["detail"] and "url=https://qorven.example/v1/webhooks/telegram" in webhook["fix"]
+
+
+def test_no_model_configured_is_a_failure_that_says_what_to_set(world, settings):
+    settings.OPENAI_BASE_URL, settings.QORVEN_MODEL = "", ""
+    out = io.StringIO()
+    with pytest.raises(CommandError):
+        call_command("doctor", stdout=out)
+    text = out.getvalue()
+    assert "✗ model · acme/aria: no model configured" in text and "fix: set OPENAI_BASE_URL" in text
+    assert "✓ database" in text and "checks passed." in text
