@@ -5,6 +5,8 @@ import logging
 
 from celery import shared_task, signals
 
+from qorven.runtime.log_context import log_context
+
 from .delivery import RetryLater, deliver_message
 from .models import InboundEvent
 from .receive import InboundBusy, inbound_process
@@ -20,17 +22,18 @@ INBOUND_BUSY_RETRIES = 300  # a minute of 0.2 s waits for the sender's earlier m
 def inbound_process_task(self, tenant_id: int, event_id: int) -> str:
     """Apply channel rules to a stored inbound event. Safe to run twice. Comes back
     shortly while the same sender's earlier message is still being processed."""
-    event = InboundEvent.objects.select_related("binding__tenant", "binding__qor").filter(
-        tenant_id=tenant_id, pk=event_id
-    ).first()
-    if event is None:
-        return "missing"
-    try:
-        return inbound_process(event=event)
-    except InboundBusy:
-        if self.request.retries >= INBOUND_BUSY_RETRIES:
-            return "busy"  # left pending: the sweeper queues it again
-        raise self.retry(countdown=0.2) from None
+    with log_context(tenant=tenant_id, event=event_id):
+        event = InboundEvent.objects.select_related("binding__tenant", "binding__qor").filter(
+            tenant_id=tenant_id, pk=event_id
+        ).first()
+        if event is None:
+            return "missing"
+        try:
+            return inbound_process(event=event)
+        except InboundBusy:
+            if self.request.retries >= INBOUND_BUSY_RETRIES:
+                return "busy"  # left pending: the sweeper queues it again
+            raise self.retry(countdown=0.2) from None
 
 
 @shared_task(bind=True, name="channels_app.deliver", acks_late=True, max_retries=None)
@@ -39,12 +42,13 @@ def deliver_message_task(self, tenant_id: int, message_id: int) -> int:
     (or the platform's retry-after); the retries are counted on the parts, which end
     failed after QORVEN_SEND_RETRIES of them. While this worker's send slots are all
     busy it comes back shortly without trying (see channels_app.send_gate)."""
-    try:
-        return deliver_message(tenant_id=tenant_id, message_id=message_id, worker=self.request.hostname or "local")
-    except GateShut:
-        raise self.retry(countdown=GATE_WAIT) from None
-    except RetryLater as exc:
-        raise self.retry(countdown=exc.after) from None
+    with log_context(tenant=tenant_id, message_id=message_id):
+        try:
+            return deliver_message(tenant_id=tenant_id, message_id=message_id, worker=self.request.hostname or "local")
+        except GateShut:
+            raise self.retry(countdown=GATE_WAIT) from None
+        except RetryLater as exc:
+            raise self.retry(countdown=exc.after) from None
 
 
 @shared_task(name="channels_app.sweep", acks_late=True)

@@ -8,6 +8,7 @@ from celery import shared_task
 from django.conf import settings
 from django.core.cache import cache
 
+from qorven.runtime.log_context import log_context
 from sessions_app.errors import SessionClosed
 from sessions_app.leases import lease_kept
 from sessions_app.models import Message, Session
@@ -33,27 +34,28 @@ def session_summarize(tenant_id: int, session_id: int, through_seq: int) -> int:
     """Auto mode: condense the session's messages up to `through_seq` into its running
     note, a digest memory and the flushed memories. Runs again while a run is left.
     Safe to run twice: a range already compacted is skipped. Returns messages condensed."""
-    session = session_for_task(tenant_id=tenant_id, session_id=session_id)
-    if session is None or session.state != Session.State.ACTIVE or budget_exhausted(tenant=session.tenant):
-        return 0
-    # One summarizer per session at a time, across workers (the cache is Redis when scaled
-    # out): a second run would only repeat the model calls, since the compare-and-set
-    # stores one result. A range it skips is queued again by the next exchange over budget.
-    running = f"qorven:summarize:{session_id}"
-    if not cache.add(running, 1, timeout=settings.CELERY_TASK_TIME_LIMIT):
-        logger.info("summarizer for session %s is already running; skipped", session_id)
-        return 0
-    try:
-        outcome = compaction_advance(session=session, through_seq=through_seq)
-    except CompactionFailed as exc:
-        # Nothing was stored; the next exchange over budget queues this again.
-        logger.warning("could not compact session %s: %s", session_id, exc)
-        return 0
-    finally:
-        cache.delete(running)
-    if outcome.more:
-        session_summarize.delay(tenant_id, session_id, through_seq)
-    return outcome.messages
+    with log_context(tenant=tenant_id, session=session_id):
+        session = session_for_task(tenant_id=tenant_id, session_id=session_id)
+        if session is None or session.state != Session.State.ACTIVE or budget_exhausted(tenant=session.tenant):
+            return 0
+        # One summarizer per session at a time, across workers (the cache is Redis when scaled
+        # out): a second run would only repeat the model calls, since the compare-and-set
+        # stores one result. A range it skips is queued again by the next exchange over budget.
+        running = f"qorven:summarize:{session_id}"
+        if not cache.add(running, 1, timeout=settings.CELERY_TASK_TIME_LIMIT):
+            logger.info("summarizer for session %s is already running; skipped", session_id)
+            return 0
+        try:
+            outcome = compaction_advance(session=session, through_seq=through_seq)
+        except CompactionFailed as exc:
+            # Nothing was stored; the next exchange over budget queues this again.
+            logger.warning("could not compact session %s: %s", session_id, exc)
+            return 0
+        finally:
+            cache.delete(running)
+        if outcome.more:
+            session_summarize.delay(tenant_id, session_id, through_seq)
+        return outcome.messages
 
 
 @shared_task(bind=True, name="memory_app.compact", acks_late=True, max_retries=30)
@@ -62,31 +64,32 @@ def session_compact(self, tenant_id: int, session_id: int, channel: str, owner: 
     the summary. `owner` is the session lease the command took for it; a running turn is
     waited for (it holds the lease meanwhile). Safe to run twice: an archived session is
     left alone. True when it rotated."""
-    owner = owner or f"compact-{uuid.uuid4().hex}"
-    session = session_for_task(tenant_id=tenant_id, session_id=session_id)
-    if session is None or session.state != Session.State.ACTIVE:
-        turn_lease_release(session_id=session_id, owner=owner)
-        return False
-    if not turn_lease_acquire(session_id=session_id, owner=owner, seconds=settings.QORVEN_TURN_LEASE):
-        raise self.retry(countdown=LEASE_RETRY_DELAY)  # a turn is running: come back after it
-    try:
-        session.refresh_from_db()
-        if session.state != Session.State.ACTIVE:
+    with log_context(tenant=tenant_id, session=session_id):
+        owner = owner or f"compact-{uuid.uuid4().hex}"
+        session = session_for_task(tenant_id=tenant_id, session_id=session_id)
+        if session is None or session.state != Session.State.ACTIVE:
+            turn_lease_release(session_id=session_id, owner=owner)
             return False
+        if not turn_lease_acquire(session_id=session_id, owner=owner, seconds=settings.QORVEN_TURN_LEASE):
+            raise self.retry(countdown=LEASE_RETRY_DELAY)  # a turn is running: come back after it
         try:
-            with lease_kept(session_id=session_id, owner=owner):  # the model calls may take a while
-                outcome = compaction_rotate(session=session)
-        except (CompactionFailed, SessionClosed) as exc:
-            _notice(session, channel, FAILED_NOTICE.format(reason=_reason(exc)), "compact_failed")
-            return False
-        if outcome is None:
-            _notice(session, channel, NOTHING_NOTICE, "compact_empty")
-            return False
-        _notice(outcome.session, channel,
-                COMPACTED_NOTICE.format(messages=outcome.messages, memories=outcome.memories), "compacted")
-        return True
-    finally:
-        turn_lease_release(session_id=session_id, owner=owner)
+            session.refresh_from_db()
+            if session.state != Session.State.ACTIVE:
+                return False
+            try:
+                with lease_kept(session_id=session_id, owner=owner):  # the model calls may take a while
+                    outcome = compaction_rotate(session=session)
+            except (CompactionFailed, SessionClosed) as exc:
+                _notice(session, channel, FAILED_NOTICE.format(reason=_reason(exc)), "compact_failed")
+                return False
+            if outcome is None:
+                _notice(session, channel, NOTHING_NOTICE, "compact_empty")
+                return False
+            _notice(outcome.session, channel,
+                    COMPACTED_NOTICE.format(messages=outcome.messages, memories=outcome.memories), "compacted")
+            return True
+        finally:
+            turn_lease_release(session_id=session_id, owner=owner)
 
 
 def _notice(session: Session, channel: str, content: str, notice: str) -> None:

@@ -234,10 +234,23 @@ QORVEN_WEBCHAT_MESSAGE_RATE = env.str("QORVEN_WEBCHAT_MESSAGE_RATE", default="20
 RATELIMIT_IP_META_KEY = env.str("QORVEN_CLIENT_IP_HEADER", default="") or None
 RATELIMIT_CACHE_PREFIX = "qorven-rl:"
 
+# Every line carries the tenant, Qor, session and message it is about (qorven.runtime.
+# log_context); QORVEN_LOG_FORMAT=json writes one JSON object a line; keys and tokens
+# quoted in messages are masked.
+QORVEN_LOG_FORMAT = env.str("QORVEN_LOG_FORMAT", default="text")
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
-    "handlers": {"console": {"class": "logging.StreamHandler"}},
+    "filters": {
+        "context": {"()": "qorven.runtime.log_context.ContextFilter"},
+        "secrets": {"()": "qorven.runtime.log_context.SecretFilter"},
+    },
+    "formatters": {
+        "text": {"format": "%(asctime)s %(levelname)s %(name)s %(context)s%(message)s"},
+        "json": {"()": "qorven.runtime.log_context.JsonFormatter"},
+    },
+    "handlers": {"console": {"class": "logging.StreamHandler", "filters": ["secrets", "context"],
+                             "formatter": "json" if QORVEN_LOG_FORMAT == "json" else "text"}},
     "root": {"handlers": ["console"], "level": env.str("QORVEN_LOG_LEVEL", default="INFO")},
     "loggers": {
         "django.db.backends": {"level": "WARNING"},

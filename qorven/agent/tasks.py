@@ -6,6 +6,8 @@ import logging
 from celery import shared_task
 from django.core.cache import cache
 
+from qorven.runtime.log_context import log_context
+
 from .turns import TurnBusy, turn_process
 
 logger = logging.getLogger(__name__)
@@ -39,9 +41,8 @@ def _wait_as_the_one(session_id: int, task_id: str) -> bool:
 
 
 def _still_waiting(tenant_id: int, session_id: int) -> bool:
-    from sessions_app.selectors import next_pending_user_message, session_for_task
-
     from sessions_app.models import Session
+    from sessions_app.selectors import next_pending_user_message, session_for_task
 
     session = session_for_task(tenant_id=tenant_id, session_id=session_id)
     return (session is not None and session.state == Session.State.ACTIVE  # else carried to its successor
@@ -60,22 +61,23 @@ def agent_turn(self, tenant_id: int, session_id: int, busy: int = 0) -> int:
     are skipped, and turns on one session never overlap. Comes back later when the
     session is busy (`busy` counts those tries) or a message failed transiently (its own
     tries are counted on the message, up to QORVEN_ANSWER_ATTEMPTS)."""
-    try:
-        outcome = turn_process(tenant_id=tenant_id, session_id=session_id)
-    except TurnBusy:
-        if not _wait_as_the_one(session_id, self.request.id):
-            return 0  # another task already waits for this session; its turn answers this message too
-        if busy >= BUSY_RETRIES:
-            _stop_waiting(session_id, self.request.id)
-            logger.info("session %s stayed busy; leaving its messages to the turn holding it", session_id)
-            return 0
-        raise self.retry(args=(tenant_id, session_id), kwargs={"busy": busy + 1}, countdown=busy_delay(busy)) from None
-    _stop_waiting(session_id, self.request.id)
-    progressed = outcome.answered + outcome.failed > 0  # a hand-off needs progress: it never loops
-    if progressed and outcome.retry_after is None and _still_waiting(tenant_id, session_id):
-        # A message stored just as this turn let go, whose own task found the session
-        # still held and left it to the waiting one: it is answered now, not by the sweeper.
-        agent_turn.delay(tenant_id, session_id)
-    if outcome.retry_after is not None:
-        raise self.retry(args=(tenant_id, session_id), kwargs={"busy": 0}, countdown=outcome.retry_after)
-    return outcome.answered
+    with log_context(tenant=tenant_id, session=session_id):
+        try:
+            outcome = turn_process(tenant_id=tenant_id, session_id=session_id)
+        except TurnBusy:
+            if not _wait_as_the_one(session_id, self.request.id):
+                return 0  # another task already waits for this session; its turn answers this message too
+            if busy >= BUSY_RETRIES:
+                _stop_waiting(session_id, self.request.id)
+                logger.info("session %s stayed busy; leaving its messages to the turn holding it", session_id)
+                return 0
+            raise self.retry(args=(tenant_id, session_id), kwargs={"busy": busy + 1}, countdown=busy_delay(busy)) from None
+        _stop_waiting(session_id, self.request.id)
+        progressed = outcome.answered + outcome.failed > 0  # a hand-off needs progress: it never loops
+        if progressed and outcome.retry_after is None and _still_waiting(tenant_id, session_id):
+            # A message stored just as this turn let go, whose own task found the session
+            # still held and left it to the waiting one: it is answered now, not by the sweeper.
+            agent_turn.delay(tenant_id, session_id)
+        if outcome.retry_after is not None:
+            raise self.retry(args=(tenant_id, session_id), kwargs={"busy": 0}, countdown=outcome.retry_after)
+        return outcome.answered

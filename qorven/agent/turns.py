@@ -26,6 +26,7 @@ from qorven.llm import (
     provider_for,
     route_for,
 )
+from qorven.runtime.log_context import log_context
 from qorven.runtime.publisher import broadcast_soon
 from sessions_app.errors import SessionClosed
 from sessions_app.leases import LeaseLost, lease_kept
@@ -137,7 +138,8 @@ def turn_process(*, tenant_id: int, session_id: int) -> TurnOutcome:
                 if pending is None:
                     break
                 try:
-                    result = _answer(session, pending, owner, overflowed=overflowed)
+                    with log_context(qor=session.qor_id, session=session.pk, seq=pending.seq):
+                        result = _answer(session, pending, owner, overflowed=overflowed)
                 except SessionClosed:
                     continue  # cleared or rotated mid-turn: the reply has no place to go
                 overflowed = result.step is _Step.ROTATED_ON_OVERFLOW

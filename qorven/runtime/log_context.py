@@ -1,0 +1,81 @@
+"""Which tenant, Qor, session and message a log line is about, and the two log formats.
+
+Tasks and turns wrap their work in `log_context(tenant=…, session=…)`; `ContextFilter`
+(on the console handler, see qorven.settings.LOGGING) copies those ids onto every record
+logged meanwhile, from any module. `QORVEN_LOG_FORMAT=json` writes one JSON object a line
+(`JsonFormatter`). `SecretFilter` masks what looks like a key or a bot token in any
+message, so a secret quoted in an error never reaches the log whole.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import re
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
+from datetime import UTC, datetime
+from typing import Any
+
+KEYS = ("tenant", "qor", "session", "seq", "message_id", "event")  # seq: a message's, in its session
+_ids: ContextVar[dict[str, Any]] = ContextVar("qorven_log_ids", default={})  # noqa: B039  never mutated
+
+
+@contextmanager
+def log_context(**ids: Any) -> Iterator[None]:
+    """Tag every log record made inside with these ids (None values are left out)."""
+    token = _ids.set({**_ids.get(), **{k: v for k, v in ids.items() if v is not None}})
+    try:
+        yield
+    finally:
+        _ids.reset(token)
+
+
+class ContextFilter(logging.Filter):
+    """Puts the current ids on the record: `record.ids` (a dict) and `record.context`
+    ("tenant=3 session=41 " for the text format; empty outside any context)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        ids = _ids.get()
+        record.ids = ids
+        record.context = "".join(f"{k}={ids[k]} " for k in KEYS if k in ids)
+        return True
+
+
+# Keys and tokens as they appear in errors: OpenAI-style keys, Bearer values, Telegram
+# bot tokens in URLs, Slack tokens. The first few characters stay, to tell keys apart.
+_SECRET = re.compile(
+    r"(?P<keep>sk-[A-Za-z0-9]{0,4}|Bearer\s+\S{0,4}|bot\d{3,}:|xox[abprs]-)[A-Za-z0-9_\-\.:]{6,}"
+)
+
+
+def mask(text: str) -> str:
+    return _SECRET.sub(lambda m: m.group("keep") + "…", text)
+
+
+class SecretFilter(logging.Filter):
+    """Masks keys and tokens in the message (and its arguments) before any handler sees it."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        masked = mask(message)
+        if masked != message:
+            record.msg, record.args = masked, None
+        return True
+
+
+class JsonFormatter(logging.Formatter):
+    """One JSON object a line: time, level, logger, message, the context's ids, and the
+    exception's traceback (masked) when there is one."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        line: dict[str, Any] = {
+            "time": datetime.fromtimestamp(record.created, UTC).isoformat(timespec="milliseconds"),
+            "level": record.levelname,
+            "logger": record.name,
+            "message": record.getMessage(),
+            **getattr(record, "ids", {}),
+        }
+        if record.exc_info:
+            line["exception"] = mask(self.formatException(record.exc_info))
+        return json.dumps(line, default=str, ensure_ascii=False)

@@ -1,0 +1,56 @@
+"""Log lines say which tenant, Qor, session and message they are about, as text or JSON,
+and a key quoted in a provider's error is masked before it reaches the log."""
+from __future__ import annotations
+
+import io
+import json
+import logging
+
+import pytest
+
+from qorven.agent.tasks import agent_turn
+from qorven.runtime.log_context import ContextFilter, JsonFormatter, log_context
+from sessions_app.services import message_append, session_resolve
+
+from ..fakes.model_server import error
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+KEY = "sk-proj-Ab12cdEFghIJklMNopQRstUVwxyz"
+
+
+@pytest.fixture
+def console():
+    """The console handler the settings configure, writing to a buffer for the test."""
+    (handler,) = [h for h in logging.getLogger().handlers if any(isinstance(f, ContextFilter) for f in h.filters)]
+    stream, formatter = io.StringIO(), handler.formatter
+    old = handler.setStream(stream)
+    yield handler, stream
+    handler.setStream(old)
+    handler.setFormatter(formatter)
+
+
+def test_a_failed_turn_logs_its_ids_as_json_with_the_key_masked(world, model_server, console):
+    handler, stream = console
+    handler.setFormatter(JsonFormatter())
+    session = session_resolve(tenant=world.tenant_a, qor=world.qor_a, channel="web", user=world.alice)
+    message_append(session=session, role="user", content="hello", channel="web", sender_name="Alice",
+                   awaits_answer=True, notify=False, metadata={"trust": "owner"})
+    model_server.add(error(401, f"Incorrect API key provided: {KEY}."))
+    agent_turn.apply(args=(world.tenant_a.pk, session.pk))
+    lines = [json.loads(line) for line in stream.getvalue().splitlines()]
+    (failed,) = [line for line in lines if line["logger"] == "qorven.agent.turns" and "not answered" in line["message"]]
+    assert (failed["tenant"], failed["qor"], failed["session"], failed["seq"]) == (
+        world.tenant_a.pk, world.qor_a.pk, session.pk, 1)
+    assert failed["level"] == "WARNING"
+    assert KEY not in stream.getvalue() and "cdEFghIJ" not in stream.getvalue()
+
+
+def test_the_text_format_puts_the_ids_before_the_message(console):
+    handler, stream = console
+    with log_context(tenant=3, session=41):
+        logging.getLogger("qorven.test").warning("with Bearer qv_abcdefghijklmnop inside")
+    logging.getLogger("qorven.test").warning("outside")
+    first, second = stream.getvalue().splitlines()
+    assert first.endswith("qorven.test tenant=3 session=41 with Bearer qv_a… inside")
+    assert second.endswith("qorven.test outside")
