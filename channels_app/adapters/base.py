@@ -61,7 +61,7 @@ class Adapter:
 
     def setup_hint(self, binding: ChannelBinding, given: dict[str, str]) -> list[str]:
         """What `qorven bind` tells the owner to do next. Never a secret they gave."""
-        return [f"webhook: POST /v1/webhooks/{self.kind}"]
+        return [f"webhook: POST {webhook_url(self.kind)}"]
 
     # --- inbound ---
     def resolve(self, request: HttpRequest) -> ChannelBinding:
@@ -149,3 +149,8 @@ def enabled_binding(kind: str, lookup_key: str) -> ChannelBinding:
     if binding is None:
         raise WebhookRejected(403, f"no {kind} binding for this request")
     return binding
+
+
+def webhook_url(kind: str) -> str:
+    """Where the platform posts this channel's webhooks: QORVEN_PUBLIC_URL + the path."""
+    return f"{settings.QORVEN_PUBLIC_URL.rstrip('/')}/v1/webhooks/{kind}"

@@ -18,7 +18,16 @@ from pydantic import BaseModel, ValidationError
 from ..json_body import json_body
 from ..inbound import InboundImage, InboundMedia, InboundMessage
 from ..models import ChannelBinding
-from .base import Adapter, Parsed, SendError, WebhookRejected, enabled_binding, secret_digest
+from .base import (
+    Adapter,
+    Parsed,
+    SendError,
+    WebhookRejected,
+    enabled_binding,
+    platform_client,
+    secret_digest,
+    webhook_url,
+)
 
 logger = logging.getLogger(__name__)
 MAX_PHOTO_BYTES = 5 * 1024 * 1024
@@ -78,6 +87,19 @@ class TelegramAdapter(Adapter):
 
     def lookup_key(self, credentials: dict[str, str]) -> str:
         return secret_digest(credentials["secret"])
+
+    def webhook_register(self, binding: ChannelBinding) -> str:
+        """Point the bot's webhook at this server (setWebhook with the binding's secret);
+        return the URL registered. Raises SendError with Telegram's verdict."""
+        url = webhook_url(self.kind)
+        base = f"{settings.TELEGRAM_API_BASE.rstrip('/')}/bot{binding.credentials.get('token', '')}"
+        answer = platform_client().post(f"{base}/setWebhook", json={
+            "url": url, "secret_token": binding.credentials.get("secret", ""), "allowed_updates": ["message"]})
+        body = answer.json() if answer.headers.get("content-type", "").startswith("application/json") else {}
+        if answer.status_code != 200 or not body.get("ok"):
+            raise SendError(f"Telegram refused setWebhook (HTTP {answer.status_code}: {body.get('description', '')})",
+                            permanent=answer.status_code < 500)
+        return url
 
     def resolve(self, request: HttpRequest) -> ChannelBinding:
         secret = request.headers.get("X-Telegram-Bot-Api-Secret-Token", "")

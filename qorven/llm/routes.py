@@ -85,3 +85,11 @@ def provider_for(route: ModelRoute) -> Provider:
         max_retries=settings.QORVEN_MODEL_RETRIES,
         deadline=settings.QORVEN_MODEL_DEADLINE,
     )
+
+
+def model_probe(*, base_url: str, api_key: str, model: str) -> None:
+    """One short completion from a model server that is not configured yet (`qorven
+    setup` checks what it is about to write). Raises a ModelError."""
+    provider = OpenAIProvider(base_url=base_url, api_key=api_key, model=model, timeout=settings.QORVEN_MODEL_TIMEOUT,
+                              max_retries=0, deadline=settings.QORVEN_MODEL_DEADLINE)
+    provider.complete(messages=[{"role": "user", "content": "Reply with one word: ok"}])

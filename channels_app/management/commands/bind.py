@@ -3,6 +3,7 @@ from __future__ import annotations
 from django.core.management.base import BaseCommand, CommandError
 
 from channels_app.adapters import ADAPTERS
+from channels_app.adapters.base import SendError
 from channels_app.models import ChannelBinding
 from channels_app.services import BindingError, binding_create
 from tenancy.errors import NotFound
@@ -31,6 +32,9 @@ class Command(BaseCommand):
             for field, text in adapter.credentials.items():
                 need = " (required)" if field in adapter.required else ""
                 p.add_argument("--" + field.replace("_", "-"), dest=field, default="", help=text + need)
+            if hasattr(adapter, "webhook_register"):
+                p.add_argument("--register-webhook", action="store_true",
+                               help=f"also point the {kind} webhook at this server (QORVEN_PUBLIC_URL)")
 
     def handle(self, *args, **opts):
         kind = opts["kind"]
@@ -50,3 +54,9 @@ class Command(BaseCommand):
         self.stdout.write(self.style.SUCCESS(f"{kind} bound to {qor} (binding {binding.pk})"))
         for line in ADAPTERS[kind].setup_hint(binding, credentials):
             self.stdout.write(line)
+        if opts.get("register_webhook"):
+            try:
+                url = ADAPTERS[kind].webhook_register(binding)
+            except SendError as exc:
+                raise CommandError(f"the binding is saved, but the webhook is not registered: {exc}") from None
+            self.stdout.write(self.style.SUCCESS(f"webhook registered: {url}"))

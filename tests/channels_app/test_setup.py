@@ -1,0 +1,90 @@
+"""`qorven setup`: from nothing to a Qor answering on Telegram in one command. The model
+is checked before anything is written; the .env is the owner's only; the bot's webhook is
+registered with its secret at this server."""
+from __future__ import annotations
+
+import io
+import stat
+
+import pytest
+from django.core.management import call_command
+from django.core.management.base import CommandError
+
+from channels_app.models import ChannelBinding
+from channels_app.services import binding_create
+from tenancy.models import Membership, Qor
+
+from ..fakes.model_server import reply
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def setup(tmp_path, model_url: str, **flags: str) -> str:
+    out = io.StringIO()
+    args = ["--non-interactive", "--model-url", model_url, "--api-key", "sk-test", "--model", "scripted-model",
+            "--password", "correct horse battery 9", "--env-file", str(tmp_path / ".env")]
+    for name, value in flags.items():
+        args += [f"--{name.replace('_', '-')}", value]
+    call_command("setup", *args, stdout=out)
+    return out.getvalue()
+
+
+def test_setup_writes_a_private_env_makes_the_owner_and_registers_the_telegram_webhook(
+        tmp_path, model_server, platform):
+    (tmp_path / ".env").write_text("DJANGO_DEBUG=false\nQORVEN_MODEL=old-model\n")
+    model_server.add(reply("ok"))
+    platform.default(r"/setWebhook$", platform_ok())
+    out = setup(tmp_path, model_server.base_url, tenant="home", qor="aria", owner="maya",
+                telegram_token="222:BBB", public_url="https://qorven.example")
+
+    env = tmp_path / ".env"
+    assert stat.S_IMODE(env.stat().st_mode) == 0o600
+    lines = env.read_text().splitlines()
+    assert "DJANGO_DEBUG=false" in lines and "QORVEN_MODEL=scripted-model" in lines
+    assert f"OPENAI_BASE_URL={model_server.base_url}" in lines and "QORVEN_MODEL=old-model" not in lines
+    assert Membership.objects.get(user__username="maya", tenant__slug="home").role == "owner"
+    assert Qor.objects.filter(tenant__slug="home", slug="aria").exists()
+
+    binding = ChannelBinding.objects.get(kind="telegram")
+    (registered,) = platform.sent(r"/bot222:BBB/setWebhook$")
+    assert registered.json["url"] == "https://qorven.example/v1/webhooks/telegram"
+    assert registered.json["secret_token"] == binding.credentials["secret"] and len(binding.credentials["secret"]) > 20
+    assert "webhook registered: https://qorven.example/v1/webhooks/telegram" in out
+    assert "sk-test" not in out and "222:BBB" not in out and binding.credentials["secret"] not in out
+
+
+def test_a_model_that_does_not_answer_writes_nothing(tmp_path, world):
+    with pytest.raises(CommandError, match="did not answer.*nothing was written"):
+        setup(tmp_path, "http://127.0.0.1:9/v1")
+    assert not (tmp_path / ".env").exists()
+    assert not Membership.objects.filter(user__username="admin").exists()
+
+
+def test_non_interactive_setup_names_the_missing_flag(tmp_path):
+    with pytest.raises(CommandError, match="pass --model-url"):
+        call_command("setup", "--non-interactive", "--env-file", str(tmp_path / ".env"), stdout=io.StringIO())
+
+
+def test_bind_registers_the_webhook_of_an_existing_bot_and_prints_its_full_url(world, platform, settings):
+    settings.QORVEN_PUBLIC_URL = "https://qorven.example"
+    binding_create(tenant=world.tenant_a, qor=world.qor_a, kind="telegram",
+                   credentials={"token": "111:AAA", "secret": "tg-secret-a"})
+    platform.default(r"/setWebhook$", platform_ok())
+    out = io.StringIO()
+    call_command("bind", "telegram", "--tenant", "acme", "--qor", "aria", "--token", "111:AAA",
+                 "--secret", "tg-secret-a", "--register-webhook", stdout=out)
+    assert "webhook: POST https://qorven.example/v1/webhooks/telegram" in out.getvalue()
+    assert platform.sent(r"/bot111:AAA/setWebhook$")[0].json["secret_token"] == "tg-secret-a"
+
+    from ..fakes.platform_server import Canned
+
+    platform.script(r"/setWebhook$", Canned(status=400, body={"ok": False, "description": "bad webhook: HTTPS"}))
+    with pytest.raises(CommandError, match="saved, but the webhook is not registered.*HTTPS"):
+        call_command("bind", "telegram", "--tenant", "acme", "--qor", "aria", "--token", "111:AAA",
+                     "--secret", "tg-secret-a", "--register-webhook", stdout=io.StringIO())
+
+
+def platform_ok():
+    from ..fakes.platform_server import Canned
+
+    return Canned(body={"ok": True, "result": True})
