@@ -40,6 +40,7 @@ from channels.consumer import get_handler_name
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 
+from qorven.runtime import metrics
 from qorven.runtime.publisher import chat_group, session_group
 from qorven.runtime.streams import stream_snapshot
 from tenancy.errors import NotFound
@@ -89,12 +90,17 @@ class LiveChatConsumer(AsyncJsonWebsocketConsumer):
         owner = self.owner
         await self._join(chat_group(owner.tenant.pk, owner.qor.pk, owner.user.pk))
         await self.accept()
+        metrics.live_sockets.inc()
+        self.counted = True
         params = self.query()
         session = await database_sync_to_async(chat_session)(owner=owner)
         resume = session is not None and _int(params.get("session")) == session.pk
         await self.watch(session, after_seq=_int(params.get("last_seq")) if resume else None)
 
     async def disconnect(self, code: int) -> None:
+        if getattr(self, "counted", False):
+            metrics.live_sockets.dec()
+            self.counted = False
         for group in self.joined:
             await self.channel_layer.group_discard(group, self.channel_name)
         self.joined = []

@@ -238,6 +238,10 @@ RATELIMIT_CACHE_PREFIX = "qorven-rl:"
 # log_context); QORVEN_LOG_FORMAT=json writes one JSON object a line; keys and tokens
 # quoted in messages are masked.
 QORVEN_LOG_FORMAT = env.str("QORVEN_LOG_FORMAT", default="text")
+# Prometheus metrics at /metrics: with a token, only to `Authorization: Bearer <token>`;
+# without one, only to these client addresses.
+QORVEN_METRICS_TOKEN = env.str("QORVEN_METRICS_TOKEN", default="")
+QORVEN_METRICS_ALLOW = env.list("QORVEN_METRICS_ALLOW", default=["127.0.0.1", "::1"])
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,

@@ -5,6 +5,8 @@ from django.contrib.auth import views as auth_views
 from django.urls import include, path
 from django.views.generic import RedirectView
 
+from channels_app.metrics import metrics_view
+
 from .health import healthz, readyz
 from .login_throttle import login_throttled
 
@@ -12,6 +14,7 @@ urlpatterns = [
     path("", RedirectView.as_view(pattern_name="chat-index", permanent=False)),
     path("healthz", healthz, name="healthz"),
     path("readyz", readyz, name="readyz"),
+    path("metrics", metrics_view, name="metrics"),
     path("admin/login/", login_throttled(admin.site.login)),  # before the admin's own
     path("admin/", admin.site.urls),
     path("accounts/login/", login_throttled(auth_views.LoginView.as_view(redirect_authenticated_user=True)),

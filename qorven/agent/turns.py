@@ -9,6 +9,7 @@ harmless: an answered message is never answered again.
 from __future__ import annotations
 
 import logging
+import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -26,6 +27,7 @@ from qorven.llm import (
     provider_for,
     route_for,
 )
+from qorven.runtime import metrics
 from qorven.runtime.log_context import log_context
 from qorven.runtime.publisher import broadcast_soon
 from sessions_app.errors import SessionClosed
@@ -137,11 +139,15 @@ def turn_process(*, tenant_id: int, session_id: int) -> TurnOutcome:
                 pending = next_pending_user_message(session=session)
                 if pending is None:
                     break
+                started = time.perf_counter()
                 try:
                     with log_context(qor=session.qor_id, session=session.pk, seq=pending.seq):
                         result = _answer(session, pending, owner, overflowed=overflowed)
                 except SessionClosed:
                     continue  # cleared or rotated mid-turn: the reply has no place to go
+                if result.step in (_Step.ANSWERED, _Step.FAILED, _Step.RETRY):
+                    metrics.turns.labels(result.step.value).inc()
+                    metrics.turn_seconds.observe(time.perf_counter() - started)
                 overflowed = result.step is _Step.ROTATED_ON_OVERFLOW
                 if result.step is _Step.RETRY:
                     outcome.retry_after = result.retry_after

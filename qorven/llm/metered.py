@@ -3,13 +3,16 @@ the agent's tool loop, heartbeats, the summarizer — calls the model through `m
 so usage is counted the same way for all."""
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from qorven.runtime import metrics
 from tenancy.models import Qor, Tenant
 from tenancy.services import usage_record
 
+from .errors import ModelError
 from .provider import Completion, Provider, Usage
 
 
@@ -48,7 +51,15 @@ def model_call(
 ) -> Completion:
     """One model call, its usage recorded (estimated when the server reports none).
     Raises a qorven.llm ModelError."""
-    completion = provider.complete(messages=messages, tools=tools or None, on_token=on_token)
+    started = time.perf_counter()
+    try:
+        completion = provider.complete(messages=messages, tools=tools or None, on_token=on_token)
+    except ModelError as exc:
+        metrics.model_calls.labels(spend.role, exc.kind).inc()
+        raise
+    finally:
+        metrics.model_call_seconds.labels(spend.role).observe(time.perf_counter() - started)
+    metrics.model_calls.labels(spend.role, "ok").inc()
     if not completion.offline:
         usage = completion.usage or Usage(
             prompt_tokens=sum(estimate_tokens(str(m.get("content") or "")) for m in messages),
@@ -57,6 +68,8 @@ def model_call(
         )
         usage_record(tenant=spend.tenant, qor=spend.qor, role=spend.role,
                      prompt_tokens=usage.prompt_tokens, completion_tokens=usage.completion_tokens)
+        metrics.model_tokens.labels(spend.role, "prompt").inc(usage.prompt_tokens)
+        metrics.model_tokens.labels(spend.role, "completion").inc(usage.completion_tokens)
         if spend.tally is not None:
             spend.tally.tokens += usage.prompt_tokens + usage.completion_tokens
             spend.tally.calls += 1

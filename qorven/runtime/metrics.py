@@ -1,0 +1,22 @@
+"""The process's own Prometheus metrics (prometheus-client): what happens in this process
+as it happens — turns and their latency, model calls, live sockets. Counts that live in
+the database (inbound events, deliveries, answer states, tokens) are read when `/metrics`
+is scraped (channels_app.metrics), so they are right whichever process did the work.
+"""
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+registry = CollectorRegistry(auto_describe=True)
+
+turns = Counter("qorven_turns", "Messages a turn finished with, by outcome (answered, failed, retry).",
+                ["outcome"], registry=registry)
+turn_seconds = Histogram("qorven_turn_seconds", "From a message's turn starting to its outcome.",
+                         buckets=(0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120), registry=registry)
+model_calls = Counter("qorven_model_calls", "Model calls, by role and outcome (ok or the error's kind).",
+                      ["role", "outcome"], registry=registry)
+model_call_seconds = Histogram("qorven_model_call_seconds", "Model call latency, by role.", ["role"],
+                               buckets=(0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120), registry=registry)
+model_tokens = Counter("qorven_model_tokens", "Model tokens in this process, by role and kind (prompt, completion).",
+                       ["role", "kind"], registry=registry)
+live_sockets = Gauge("qorven_live_sockets", "WebSockets open on this process.", registry=registry)
