@@ -1,8 +1,14 @@
-"""The `qorven` console command: Django's management commands, hyphenated names accepted."""
+"""The `qorven` console command: Qorven's management commands first, hyphenated names
+(`qorven collapse-sessions`, also in each command's usage line), Django's commands after
+them."""
 from __future__ import annotations
 
 import os
 import sys
+
+# The apps whose commands are Qorven's own (the rest are Django's and libraries').
+OWN_APPS = ("qorven", "tenancy", "qorven.runtime", "qorven.agent", "sessions_app", "memory_app", "heartbeats_app",
+            "legacy_app", "channels_app")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -11,18 +17,60 @@ def main(argv: list[str] | None = None) -> int:
         print(f"qorven {_version()}")
         return 0
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "qorven.settings")
-    if len(argv) > 1 and not argv[1].startswith("-"):
-        # `qorven collapse-sessions` runs the `collapse_sessions` command.
-        argv[1] = argv[1].replace("-", "_")
     from django.core.exceptions import ImproperlyConfigured
-    from django.core.management import execute_from_command_line
 
     try:
-        execute_from_command_line(argv)
+        return _run(argv)
     except ImproperlyConfigured as exc:  # a setting is missing or malformed: say which, no traceback
         print(f"qorven: configuration error: {exc}", file=sys.stderr)
         return 2
+
+
+def _run(argv: list[str]) -> int:
+    import django
+    from django.core.management import ManagementUtility, execute_from_command_line, get_commands
+
+    django.setup()  # before get_commands(), which caches what the installed apps offer
+    if argv[1:] in ([], ["help"], ["-h"], ["--help"]):
+        print(_overview(get_commands()))
+        return 0
+    name = argv[1].replace("-", "_") if len(argv) > 1 and not argv[1].startswith("-") else ""
+    commands = get_commands()
+    if name in commands and commands[name] in _own_app_names():
+        command = ManagementUtility([argv[0], name]).fetch_command(name)
+        # The usage line shows the name as typed in the docs: `qorven import-legacy`.
+        command.run_from_argv(["qorven", name.replace("_", "-"), *argv[2:]])
+        return 0
+    if name:
+        argv[1] = name
+    execute_from_command_line(argv)
     return 0
+
+
+def _own_app_names() -> set[str]:
+    from django.apps import apps
+
+    return {config.name for config in apps.get_app_configs() if config.name in OWN_APPS}
+
+
+def _overview(commands: dict[str, str]) -> str:
+    own = _own_app_names()
+    mine = sorted(name for name, app in commands.items() if app in own)
+    theirs = sorted(name for name, app in commands.items() if app not in own)
+    lines = ["Usage: qorven <command> [options]   (`qorven <command> --help` explains each)", "",
+             "Qorven's commands:"]
+    lines += [f"  {name.replace('_', '-'):<18} {_summary(name)}" for name in mine]
+    lines += ["", "Django's commands (also available):", "  " + ", ".join(theirs), "",
+              "qorven --version prints the version."]
+    return "\n".join(lines)
+
+
+def _summary(name: str) -> str:
+    from django.core.management import ManagementUtility
+
+    text = " ".join(str(ManagementUtility(["qorven", name]).fetch_command(name).help).split())
+    first = text.split(". ")[0].split(": ")[0]
+    return first if len(first) <= 90 else first[:87] + "…"
 
 
 def _version() -> str:

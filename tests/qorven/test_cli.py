@@ -26,3 +26,17 @@ def test_a_missing_secret_key_is_one_line_not_a_traceback():
     assert done.returncode == 2
     assert done.stderr.strip() == "qorven: configuration error: Set DJANGO_SECRET_KEY when DATABASE_URL is set."
     assert "Traceback" not in done.stderr + done.stdout
+
+
+def test_qorven_alone_lists_its_own_commands_first_with_hyphens():
+    done = run()
+    assert done.returncode == 0
+    out = done.stdout
+    assert out.index("Qorven's commands:") < out.index("collapse-sessions") < out.index("Django's commands")
+    assert "import_legacy" not in out and out.index("startproject") > out.index("Django's commands")
+
+
+def test_usage_lines_use_the_hyphenated_names_and_mark_required_flags():
+    assert run("import-legacy", "--help").stdout.startswith("usage: qorven import-legacy ")
+    usage = run("bind", "telegram", "--help").stdout
+    assert " --token TOKEN" in usage and "[--token TOKEN]" not in usage and "[--username USERNAME]" in usage

@@ -21,7 +21,7 @@ class Command(BaseCommand):
     def add_arguments(self, parser):
         sub = parser.add_subparsers(dest="kind", required=True, metavar="channel")
         for kind, adapter in sorted(ADAPTERS.items()):
-            p = sub.add_parser(kind, help=f"bind a {kind} account")
+            p = sub.add_parser(kind, help=f"bind {'an' if kind[0] in 'aeiou' else 'a'} {kind} account")
             p.add_argument("--tenant", required=True, help="tenant slug")
             p.add_argument("--qor", required=True, help="Qor slug")
             p.add_argument("--name", default="", help="a label for this binding")
@@ -30,8 +30,8 @@ class Command(BaseCommand):
                 help="what unknown senders get: a pairing code (default), silence with a code, or nothing",
             )
             for field, text in adapter.credentials.items():
-                need = " (required)" if field in adapter.required else ""
-                p.add_argument("--" + field.replace("_", "-"), dest=field, default="", help=text + need)
+                p.add_argument("--" + field.replace("_", "-"), dest=field, default="", help=text,
+                               required=field in adapter.required)
             if hasattr(adapter, "webhook_register"):
                 p.add_argument("--register-webhook", action="store_true",
                                help=f"also point the {kind} webhook at this server (QORVEN_PUBLIC_URL)")

@@ -14,7 +14,8 @@ from django.core.management.base import BaseCommand, CommandError
 
 class Command(BaseCommand):
     help = (
-        "First run: ask for the model server (URL, key, model) and check it with one short request, "
+        "Set up Qorven for a real model on a first run: ask for the model server (URL, key, model) and "
+        "check it with one short request, "
         "write them to .env (mode 600, other lines kept), create the tenant, its Qor and the owner, and "
         "optionally bind a Telegram bot and register its webhook at this server. Every question has a "
         "flag; with --non-interactive nothing is asked and missing values are errors. Nothing is written "
