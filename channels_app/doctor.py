@@ -177,23 +177,27 @@ def _slack(binding: ChannelBinding, subject: str) -> list[Check]:
 
 
 def _whatsapp(binding: ChannelBinding, subject: str) -> list[Check]:
-    token = binding.credentials.get("token", "")
-    answer = platform_client().get(f"{settings.WHATSAPP_API_BASE.rstrip('/')}/{binding.lookup_key}",
-                                   headers={"Authorization": f"Bearer {token}"})
-    if answer.status_code != 200:
-        return [Check("channel", subject, False, f"phone number {binding.lookup_key} refused (HTTP {answer.status_code})",
-                      "check the phone number id and the access token in Meta's app dashboard")]
-    return [Check("channel", subject, True, f"phone number {binding.lookup_key} answers")]
+    return _answers(subject, f"{settings.WHATSAPP_API_BASE.rstrip('/')}/{binding.lookup_key}",
+                    f"Bearer {binding.credentials.get('token', '')}",
+                    refused=f"phone number {binding.lookup_key} refused",
+                    fix="check the phone number id and the access token in Meta's app dashboard",
+                    seen=lambda body: f"phone number {binding.lookup_key} answers")
 
 
 def _discord(binding: ChannelBinding, subject: str) -> list[Check]:
-    token = binding.credentials.get("bot_token", "")
-    answer = platform_client().get(f"{settings.DISCORD_API_BASE.rstrip('/')}/users/@me",
-                                   headers={"Authorization": f"Bot {token}"})
+    return _answers(subject, f"{settings.DISCORD_API_BASE.rstrip('/')}/users/@me",
+                    f"Bot {binding.credentials.get('bot_token', '')}", refused="the bot token is refused",
+                    fix="reset the bot token in the Discord developer portal and `qorven bind discord …`",
+                    seen=lambda body: f"bot {body.get('username', '?')} accepts its token")
+
+
+def _answers(subject: str, url: str, authorization: str, *, refused: str, fix: str,
+             seen: Callable[[dict[str, Any]], str]) -> list[Check]:
+    """A GET that proves a credential: 200 is ✓ (`seen` describes the answer), else ✗."""
+    answer = platform_client().get(url, headers={"Authorization": authorization})
     if answer.status_code != 200:
-        return [Check("channel", subject, False, f"the bot token is refused (HTTP {answer.status_code})",
-                      "reset the bot token in the Discord developer portal and `qorven bind discord …`")]
-    return [Check("channel", subject, True, f"bot {answer.json().get('username', '?')} accepts its token")]
+        return [Check("channel", subject, False, f"{refused} (HTTP {answer.status_code})", fix)]
+    return [Check("channel", subject, True, seen(answer.json()))]
 
 
 # --- files and settings -------------------------------------------------------------------

@@ -93,3 +93,20 @@ def test_no_model_configured_is_a_failure_that_says_what_to_set(world, settings)
     text = out.getvalue()
     assert "✗ model · acme/aria: no model configured" in text and "fix: set OPENAI_BASE_URL" in text
     assert "✓ database" in text and "checks passed." in text
+
+
+def test_whatsapp_and_discord_credentials_are_asked_of_their_platforms(world, platform):
+    binding_create(tenant=world.tenant_a, qor=world.qor_a, kind="whatsapp", credentials={
+        "phone_number_id": "1055", "token": "wa-token", "app_secret": "s", "verify_token": "v"})
+    binding_create(tenant=world.tenant_a, qor=world.qor_a, kind="discord", credentials={
+        "application_id": "9001", "public_key": "00" * 32, "bot_token": "stale-bot-token"})
+    platform.default(r"/whatsapp/v21.0/1055$", Canned(body={"id": "1055", "display_phone_number": "+1 555"}))
+    platform.default(r"/users/@me$", Canned(status=401, body={"message": "401: Unauthorized"}))
+    report, code = doctor()
+    by_subject = {c["subject"].split(" ")[0]: c for c in checks_of(report, "channel")}
+    assert by_subject["acme/whatsapp"]["ok"] and "1055 answers" in by_subject["acme/whatsapp"]["detail"]
+    discord = by_subject["acme/discord"]
+    assert not discord["ok"] and "HTTP 401" in discord["detail"] and "developer portal" in discord["fix"]
+    assert code == 1
+    (asked,) = platform.sent(r"/users/@me$")
+    assert asked.headers.get("Authorization", asked.headers.get("authorization")) == "Bot stale-bot-token"
