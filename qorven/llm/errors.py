@@ -30,11 +30,16 @@ class ModelError(Exception):
         self.model = model
         self.retry_after = retry_after
 
+    host = ""  # the model server's host, set by the provider that tried it
+
     def summary(self) -> str:
-        """A short, safe description for owners: the status and the model, no provider text."""
+        """A short, safe description for owners: the status, the model and the server's
+        host (not its path, which may carry a key), no provider text."""
         parts = [f"HTTP {self.status}" if self.status else self.kind.replace("_", " ")]
         if self.model:
-            parts.append(f"model {self.model}")
+            parts.append(f"model {self.model}" + (f" at {self.host}" if self.host else ""))
+        elif self.host:
+            parts.append(f"at {self.host}")
         return ", ".join(parts)
 
 

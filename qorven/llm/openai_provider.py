@@ -10,6 +10,7 @@ import logging
 import threading
 import time
 from typing import Any
+from urllib.parse import urlsplit
 
 import openai
 
@@ -55,6 +56,19 @@ class OpenAIProvider:
         self._client = client_for(base_url=base_url, api_key=api_key, timeout=timeout, max_retries=max_retries)
 
     def complete(
+        self,
+        *,
+        messages: list[dict[str, Any]],
+        tools: list[dict[str, Any]] | None = None,
+        on_token: TokenCallback | None = None,
+    ) -> Completion:
+        try:
+            return self._complete(messages=messages, tools=tools, on_token=on_token)
+        except ModelError as exc:
+            exc.host = urlsplit(self.base_url).netloc  # for the owners' notice: which server failed
+            raise
+
+    def _complete(
         self,
         *,
         messages: list[dict[str, Any]],

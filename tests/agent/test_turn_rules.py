@@ -143,6 +143,8 @@ def test_usage_is_recorded_per_tenant_qor_role_and_day_and_reported(world, model
     other = io.StringIO()
     call_command("usage", "--tenant", "globex", stdout=other)
     assert "250" not in other.getvalue()
+    # A tenant with nothing recorded is told why, not shown an empty table.
+    assert other.getvalue().startswith("No model tokens recorded for globex this month")
 
 
 def test_past_the_monthly_budget_a_message_fails_with_a_notice_without_calling_the_model(world, model_server, drain):

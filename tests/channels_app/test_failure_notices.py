@@ -55,7 +55,7 @@ def test_a_401_with_a_key_in_its_body_reaches_no_surface_and_the_admin_shows_it(
     notices = [m for m in timeline["messages"] if m["role"] == "system"]
     assert [n["channel"] for n in notices] == ["web", "telegram"]
     web, tg = (n["content"] for n in notices)
-    assert "settings need fixing" in web and "(HTTP 401, model scripted-model)" in web  # owner surface
+    assert "settings need fixing" in web and "(HTTP 401, model scripted-model at 127.0.0.1:" in web  # owner surface
     assert "settings need fixing" in tg and "401" not in tg and "scripted-model" not in tg
     assert all("/retry" not in n["content"] for n in notices)  # retrying cannot fix a bad key
     assert [m["answer_state"] for m in timeline["messages"] if m["role"] == "user"] == ["failed", "failed"]

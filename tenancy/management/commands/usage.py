@@ -23,6 +23,11 @@ class Command(BaseCommand):
         except NotFound as exc:
             raise CommandError(str(exc)) from None
         rows = usage_month(tenant=tenant)
+        if not rows:
+            self.stdout.write(f"No model tokens recorded for {tenant.slug} this month: replies so far came from the "
+                              "offline provider (no model configured) or none were sent. `qorven doctor` checks the "
+                              "model of each Qor.")
+            return
         table = Table(title=f"Model usage of {tenant.slug} this month")
         for column in ("qor", "role", "calls", "prompt tokens", "completion tokens", "total"):
             table.add_column(column, justify="left" if column in ("qor", "role") else "right")
