@@ -46,6 +46,8 @@ def append_execute(db: BaseDatabaseWrapper, *, session_id: int, values: dict[str
         params[i] = adapt(params[i])
     where = [session_id, _ACTIVE]
     params = where + params if plan.session_first else params + where
+    if plan.named:  # SQLite: Django maps %(pN)s to :pN with one format, not a regex over the statement
+        params = dict(zip(plan.named, params))
     if db.in_atomic_block:
         with transaction.atomic(using=db.alias):
             return _execute(db, plan.sql, params)
@@ -61,6 +63,7 @@ class AppendPlan:
     columns: list[str]  # the attnames of the inserted values, in order
     adapters: list[tuple[int, Callable[[Any], Any]]]  # (position, adapter) of those not sent as is
     session_first: bool  # the session's id and state come before the values
+    named: tuple[str, ...] = ()  # parameter names, where the statement names its parameters
 
 
 _plans: dict[str, AppendPlan] = {}  # by vendor
@@ -90,11 +93,17 @@ def append_plan(db: BaseDatabaseWrapper) -> AppendPlan:
             f" FROM (SELECT last_seq + 1 AS seq FROM {sessions} WHERE id = {mark} AND state = {mark}) AS allocated"
             f" {returning}"
         )
+    named: tuple[str, ...] = ()
+    if db.vendor == "sqlite":
+        parts = sql.split("%s")
+        named = tuple(f"p{i}" for i in range(len(parts) - 1))
+        sql = "".join(part + (f"%({named[i]})s" if i < len(named) else "") for i, part in enumerate(parts))
     plan = _plans[db.vendor] = AppendPlan(
         sql=sql,
         columns=[f.attname for f in inserted],
         adapters=[(i, adapt) for i, f in enumerate(inserted) if (adapt := _adapter(f, db)) is not None],
         session_first=db.vendor == "postgresql",
+        named=named,
     )
     return plan
 
