@@ -13,8 +13,8 @@ from sessions_app.channel_kinds import Channel
 from sessions_app.models import Session
 from sessions_app.selectors import StoredMessage, canonical_session_find, messages_read
 from sessions_app.services import session_resolve
-from tenancy.errors import NotFound
 from tenancy.access import surface_access
+from tenancy.errors import NotFound
 from tenancy.selectors import qor_get
 
 from .api_auth import bearer_required, json_error

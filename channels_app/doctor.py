@@ -60,7 +60,8 @@ def _database() -> Iterator[Check]:
         connection = connections["default"]
         with connection.cursor() as cursor:
             cursor.execute("SELECT 1")
-        plan = MigrationExecutor(connection).migration_plan(MigrationExecutor(connection).loader.graph.leaf_nodes())
+        executor = MigrationExecutor(connection)  # loads the migration graph once
+        plan = executor.migration_plan(executor.loader.graph.leaf_nodes())
     except Exception as exc:
         yield Check("database", connections["default"].vendor, False, f"unreachable ({type(exc).__name__})", fix)
         return

@@ -3,9 +3,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from tenancy.models import Tenant
-
-from .models import PluginSetting
+from .models import PluginSetting, Tenant
 
 
 def enabled_names(tenant: Tenant, kind: str, names: Iterable[str]) -> set[str]:
