@@ -15,3 +15,15 @@ class ChannelsAppConfig(AppConfig):
 
         message_appended.connect(on_message_appended, dispatch_uid="channels_app.live_events")
         message_appended.connect(deliver_on_append, dispatch_uid="channels_app.delivery")
+
+        from django.db.models.signals import post_delete, post_save
+
+        from tenancy.models import Qor, Tenant
+
+        from .adapters.base import webhook_bindings
+        from .models import ChannelBinding
+
+        # A cached binding carries its tenant and Qor: a save of any of them clears it.
+        for model in (ChannelBinding, Tenant, Qor):
+            for signal in (post_save, post_delete):
+                signal.connect(webhook_bindings.clear, sender=model, dispatch_uid=f"channels_app.bindings.{model.__name__}")

@@ -20,6 +20,7 @@ from sessions_app.channel_kinds import CHAT_FAMILY
 from sessions_app.models import Image
 from sessions_app.services import session_resolve
 from tenancy.access import surface_access
+from tenancy.switches import channel_enabled
 from tenancy.trust import Trust
 
 from .adapters import adapter_for
@@ -117,6 +118,10 @@ def _process_event(event: InboundEvent) -> str:
 
 def _process(binding: ChannelBinding, message: InboundMessage, event: InboundEvent) -> str:
     tenant, qor = binding.tenant, binding.qor
+    # Read fresh here: a webhook may have accepted this from a server whose cached binding
+    # or switch (qorven.runtime.row_cache) had not yet seen it turned off.
+    if not binding.enabled or not channel_enabled(tenant=tenant, channel=binding.kind):
+        return "switched-off"
     scope = f"{binding.kind}:{binding.pk}"
     meta = {"binding": binding.pk, "reply_target": message.reply_target, "sender_id": message.sender_id}
     if message.group:

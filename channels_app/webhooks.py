@@ -6,7 +6,7 @@ import logging
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.views.decorators.csrf import csrf_exempt
 
-from tenancy.switches import channel_enabled
+from tenancy.switches import channel_enabled_cached
 
 from .adapters import WebhookRejected, adapter_for
 from .json_body import BodyRefused
@@ -26,7 +26,7 @@ def webhook(request: HttpRequest, channel: str) -> HttpResponse:
         return JsonResponse({"error": "POST only"}, status=405)
     try:
         binding = adapter.resolve(request)
-        if not channel_enabled(tenant=binding.tenant, channel=adapter.kind):
+        if not channel_enabled_cached(tenant=binding.tenant, channel=adapter.kind):
             return JsonResponse({"error": f"the {channel} channel is switched off"}, status=404)
         parsed = adapter.parse(request, binding)
     except WebhookRejected as exc:

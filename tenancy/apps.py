@@ -21,3 +21,11 @@ class TenancyConfig(AppConfig):
         # Every app's tools and slash commands, as Django's admin discovers `admin.py`.
         autodiscover_modules("tools")
         autodiscover_modules("slash_commands")
+
+        from django.db.models.signals import post_delete, post_save
+
+        from .models import PluginSetting
+        from .switches import channel_switches
+
+        for signal in (post_save, post_delete):
+            signal.connect(channel_switches.clear, sender=PluginSetting, dispatch_uid="tenancy.channel_switches")

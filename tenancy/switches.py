@@ -3,7 +3,12 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from qorven.runtime.row_cache import RowCache
+
 from .models import PluginSetting, Tenant
+
+# The channel switches webhooks check on every request (cleared on PluginSetting saves).
+channel_switches: RowCache[bool] = RowCache("channel switches")
 
 
 def enabled_names(tenant: Tenant, kind: str, names: Iterable[str]) -> set[str]:
@@ -22,3 +27,9 @@ def tools_enabled(tenant: Tenant, names: Iterable[str]) -> set[str]:
 
 def channel_enabled(*, tenant: Tenant, channel: str) -> bool:
     return channel in enabled_names(tenant, PluginSetting.Kind.CHANNEL, [channel])
+
+
+def channel_enabled_cached(*, tenant: Tenant, channel: str) -> bool:
+    """`channel_enabled`, as a webhook checks it: from this process's cache of switches,
+    at most QORVEN_ROUTE_CACHE_SECONDS old (see qorven.runtime.row_cache)."""
+    return bool(channel_switches.get((tenant.pk, channel), lambda: channel_enabled(tenant=tenant, channel=channel)))

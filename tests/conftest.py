@@ -67,6 +67,16 @@ def database_vendor() -> str:
 
 
 @pytest.fixture(autouse=True)
+def _fresh_row_caches():
+    """Rows cached by an earlier test's process state are not this test's rows."""
+    from qorven.runtime.row_cache import row_caches_clear
+
+    row_caches_clear()
+    yield
+    row_caches_clear()
+
+
+@pytest.fixture(autouse=True)
 def _fast_password_hashing(settings):
     # PBKDF2's deliberate slowness costs seconds per fixture set; tests don't need it.
     settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]

@@ -14,8 +14,14 @@ import httpx
 from django.conf import settings
 from django.http import HttpRequest, HttpResponse
 
+from qorven.runtime.row_cache import RowCache
+
 from ..inbound import InboundImage, InboundMedia, InboundMessage
 from ..models import ChannelBinding
+
+# The enabled bindings webhooks resolve on every request, by (kind, lookup key): cleared
+# when a binding, its tenant or its Qor is saved or deleted (channels_app.apps).
+webhook_bindings: RowCache = RowCache("webhook bindings")
 
 
 class WebhookRejected(Exception):
@@ -143,9 +149,16 @@ def hmac_hex(key: str, body: bytes, algo=hashlib.sha256) -> str:
 
 
 def enabled_binding(kind: str, lookup_key: str) -> ChannelBinding:
-    binding = ChannelBinding.objects.select_related("tenant", "qor").filter(
-        kind=kind, lookup_key=lookup_key, enabled=True
-    ).first()
+    """The enabled binding of `kind` with this lookup key, with its tenant and Qor, from
+    this process's cache of bindings (see qorven.runtime.row_cache). Raises WebhookRejected.
+
+    The instance is shared by the requests that find it: read it, never change it."""
+    binding = webhook_bindings.get(
+        (kind, lookup_key),
+        lambda: ChannelBinding.objects.select_related("tenant", "qor").filter(
+            kind=kind, lookup_key=lookup_key, enabled=True
+        ).first(),
+    )
     if binding is None:
         raise WebhookRejected(403, f"no {kind} binding for this request")
     return binding

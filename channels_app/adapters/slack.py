@@ -17,7 +17,7 @@ from django.http import HttpRequest, JsonResponse
 from ..json_body import json_body
 from ..inbound import InboundMessage
 from ..models import ChannelBinding
-from .base import Adapter, Parsed, SendError, WebhookRejected, hmac_hex, same_secret
+from .base import Adapter, Parsed, SendError, WebhookRejected, hmac_hex, same_secret, webhook_bindings
 
 MAX_SKEW = 5 * 60
 
@@ -50,9 +50,7 @@ class SlackAdapter(Adapter):
             app_id = str(json_body(request).get("api_app_id") or "")
         except (ValueError, AttributeError):
             raise WebhookRejected(400, "body is not Slack JSON") from None
-        candidates = ChannelBinding.objects.select_related("tenant", "qor").filter(kind=self.kind, enabled=True)
-        if app_id:
-            candidates = candidates.filter(lookup_key=app_id)
+        candidates = webhook_bindings.get((self.kind, "candidates", app_id), lambda: _candidates(self.kind, app_id)) or []
         base = b"v0:" + stamp.encode() + b":" + request.body
         for binding in candidates:  # url_verification carries no app id: the signature decides
             expected = "v0=" + hmac_hex(str(binding.credentials.get("signing_secret", "")), base)
@@ -102,3 +100,12 @@ class SlackAdapter(Adapter):
             error = str(data.get("error", "unknown error"))
             raise SendError(f"Slack refused: {error}", permanent=error not in ("ratelimited", "internal_error"))
         return str(data.get("ts", ""))
+
+
+def _candidates(kind: str, app_id: str) -> list[ChannelBinding] | None:
+    """The enabled Slack bindings a request may be for: the app's, or (with no app id) all;
+    None when there is none (not cached, so a binding made elsewhere is found at once)."""
+    candidates = ChannelBinding.objects.select_related("tenant", "qor").filter(kind=kind, enabled=True)
+    if app_id:
+        candidates = candidates.filter(lookup_key=app_id)
+    return list(candidates) or None
