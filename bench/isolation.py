@@ -59,38 +59,45 @@ stderr; the last stdout line is ``{"bench": "isolation", "rows": [...], "notes":
 from __future__ import annotations
 
 import argparse
-import atexit
 import itertools
 import json
 import os
-import signal
-import socket
-import statistics
-import subprocess
 import sys
 import tempfile
-import threading
 import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import datetime
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
-from _common import ROOT, Row, log, met, recreate_postgres
+import _servers
+from _common import Row, log, met
+from _servers import (
+    FakeModel,
+    FakeTelegram,
+    Helper,
+    Servers,
+    base_env,
+    django_setup,
+    drop_postgres,
+    flush_redis,
+    helper_loop,
+    kill_on_exit,
+    pct,
+    stamp,
+    stop_all,
+    unreachable,
+)
 
 DEFAULT_PG_URL = "postgres://postgres@127.0.0.1:5432/qorven_bench_isolation"
 DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/5"
-QORVEN = Path(sys.executable).with_name("qorven")
 FAULTS = ("platform_hangs", "stale_lease", "slow_model")
 CONTROL = "a_writes"  # A writes as in the fault cases, with nothing wrong: what A's traffic alone costs B
 OVERLAP = "a_overlaps"  # A's turns at the same time as B's: CPU contention, reported, not a goal
 CASES = ("quiet", CONTROL, *FAULTS, OVERLAP)  # the order of the rows
 RUN_ORDER = ("quiet", CONTROL, OVERLAP, "platform_hangs", "slow_model", "stale_lease")  # leftovers harm no later case
 ONLY: list[str] = list(CASES)  # --case narrows it (quiet and the control always run)
-PROFILE_DIR = ""  # --profile: where py-spy writes each process's samples
 FAULT_STATE_TIMEOUT = 30.0  # at most this long B waits for A's message to reach its fault
 GOAL_RATIO = 1.5
 MESSAGE_TIMEOUT = 60.0
@@ -101,201 +108,6 @@ STALE_LEASE_SECONDS = 120  # outlasts the case: the fault holds from its first m
 POLL_SECONDS = 0.05
 USER_A, USER_B = "alpha_user", "bravo_user"  # the fake model recognises A's requests by A's name
 TG_SECRET, TG_USER_ID = "bench-isolation-secret", 4242
-# Environment the server processes must not inherit from the caller's shell.
-SCRUBBED = ("DATABASE_URL", "REDIS_URL", "CELERY_BROKER_URL", "TELEGRAM_API_BASE", "DJANGO_SETTINGS_MODULE")
-SCRUBBED_PREFIXES = ("QORVEN_", "OPENAI_")
-
-
-# --- the fakes: a model server and a Telegram API that hangs ------------------------------
-
-
-class FakeModel:
-    """OpenAI-compatible chat completions. The reply repeats the last user message, so a
-    reply can be matched to the message it answers; with `slow` on, a request whose
-    messages mention A's user waits SLOW_MODEL_SECONDS first."""
-
-    def __init__(self) -> None:
-        self.slow = False
-        self.slowed = 0
-        fake = self
-
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def log_message(self, *args: Any) -> None:
-                pass
-
-            def do_POST(self) -> None:
-                body = json.loads(self.rfile.read(int(self.headers.get("Content-Length") or 0)) or b"{}")
-                if self.path.rstrip("/") != "/v1/chat/completions":
-                    return self._send(404, "application/json", b'{"error": {"message": "not found"}}')
-                messages = body.get("messages") or []
-                if fake.slow and USER_A in json.dumps(messages):
-                    fake.slowed += 1
-                    time.sleep(SLOW_MODEL_SECONDS)
-                users = [m for m in messages if m.get("role") == "user"]
-                last = users[-1].get("content") if users else ""
-                text = "re: " + (last if isinstance(last, str) else json.dumps(last))[-300:]
-                try:
-                    if body.get("stream"):
-                        return self._stream(body, text)
-                    self._completion(body, text)
-                except (BrokenPipeError, ConnectionResetError):
-                    pass  # the caller gave up (its process was stopped): nobody to answer
-
-            def _completion(self, body: dict[str, Any], text: str) -> None:
-                payload = {"id": "chatcmpl-bench", "object": "chat.completion", "created": int(time.time()),
-                           "model": body.get("model", "bench"),
-                           "choices": [{"index": 0, "message": {"role": "assistant", "content": text},
-                                        "finish_reason": "stop"}],
-                           "usage": {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15}}
-                self._send(200, "application/json", json.dumps(payload).encode())
-
-            def _send(self, status: int, kind: str, data: bytes) -> None:
-                self.send_response(status)
-                self.send_header("Content-Type", kind)
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
-            def _stream(self, body: dict[str, Any], text: str) -> None:
-                def chunk(delta: dict[str, Any], finish: str | None = None) -> dict[str, Any]:
-                    return {"id": "chatcmpl-bench", "object": "chat.completion.chunk", "created": int(time.time()),
-                            "model": body.get("model", "bench"),
-                            "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}
-
-                chunks = [chunk({"role": "assistant", "content": ""})]
-                chunks += [chunk({"content": text[i:i + 40]}) for i in range(0, len(text), 40)]
-                chunks.append(chunk({}, "stop"))
-                if (body.get("stream_options") or {}).get("include_usage"):
-                    chunks.append({**chunk({}), "choices": [],
-                                   "usage": {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15}})
-                self.send_response(200)
-                self.send_header("Content-Type", "text/event-stream")
-                self.send_header("Connection", "close")
-                self.end_headers()
-                for c in chunks:
-                    self.wfile.write(b"data: " + json.dumps(c).encode() + b"\n\n")
-                self.wfile.write(b"data: [DONE]\n\n")
-                self.wfile.flush()
-                self.close_connection = True
-
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.httpd.daemon_threads = True
-        threading.Thread(target=self.httpd.serve_forever, name="fake-model", daemon=True).start()
-        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
-
-    def stop(self) -> None:
-        self.httpd.shutdown()
-        self.httpd.server_close()
-
-
-class HangingTelegram:
-    """A Telegram Bot API that, while `hang` is set, reads each request and never answers
-    (the connection stays open until `release`). Otherwise it answers every call with ok."""
-
-    def __init__(self) -> None:
-        self.hang = False
-        self.hung = 0
-        self.released = threading.Event()
-        fake = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *args: Any) -> None:
-                pass
-
-            def do_POST(self) -> None:
-                self.rfile.read(int(self.headers.get("Content-Length") or 0))
-                if fake.hang:
-                    fake.hung += 1
-                    fake.released.wait()
-                    self.close_connection = True
-                    return  # closed without an answer
-                data = b'{"ok": true, "result": {"message_id": 1}}'
-                self.send_response(200)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
-        class Server(ThreadingHTTPServer):
-            daemon_threads = True
-            request_queue_size = 128  # every send of A's finds the door open
-
-        self.httpd = Server(("127.0.0.1", 0), Handler)
-        threading.Thread(target=self.httpd.serve_forever, name="fake-telegram", daemon=True).start()
-        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
-
-    def start_hanging(self) -> None:
-        self.released.clear()
-        self.hang = True
-
-    def release(self) -> None:
-        """Answer from now on (so leftovers resent later go through) and drop the hung calls."""
-        self.hang = False
-        self.released.set()
-
-    def stop(self) -> None:
-        self.release()
-        self.httpd.shutdown()
-        self.httpd.server_close()
-
-
-# --- processes: every one started here is killed at the end ------------------------------
-
-_started: list[subprocess.Popen] = []
-
-
-def spawn(cmd: list[str], env: dict[str, str], log_path: Path, *, pipes: bool = False) -> subprocess.Popen:
-    """Start a process in a session of its own (its children share its process group),
-    its output appended to `log_path`; with `pipes`, stdin and stdout are pipes to us."""
-    with open(log_path, "ab") as out:  # the child keeps its own copy
-        proc = subprocess.Popen(
-            cmd, cwd=ROOT, env=env, start_new_session=True, stderr=out,
-            stdin=subprocess.PIPE if pipes else subprocess.DEVNULL, stdout=subprocess.PIPE if pipes else out,
-            text=pipes,
-        )
-    _started.append(proc)
-    return proc
-
-
-def _signal_group(proc: subprocess.Popen, sig: signal.Signals) -> None:
-    try:
-        os.killpg(proc.pid, sig)
-    except (ProcessLookupError, PermissionError):
-        pass
-
-
-def stop(*procs: subprocess.Popen, grace: float = 1.5) -> None:
-    """SIGTERM each process's group (the process and its children, e.g. Celery's pool) at
-    once, then SIGKILL the groups after `grace` seconds (at once if the leader is gone,
-    for children it left behind)."""
-    if PROFILE_DIR:  # py-spy writes its samples on an interrupt, not on SIGTERM
-        grace = max(grace, 10.0)
-    for proc in procs:
-        if proc in _started:
-            _started.remove(proc)
-        _signal_group(proc, signal.SIGINT if PROFILE_DIR else signal.SIGTERM)
-    deadline = time.monotonic() + grace
-    for proc in procs:
-        try:
-            proc.wait(max(0.0, deadline - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            pass
-    for proc in procs:
-        _signal_group(proc, signal.SIGKILL)
-        try:
-            proc.wait(5)
-        except subprocess.TimeoutExpired:
-            log(f"process {proc.pid} did not die")
-
-
-def stop_all() -> None:
-    stop(*_started, grace=1.0)
-
-
-def _on_signal(signum: int, frame: Any) -> None:
-    raise SystemExit(128 + signum)  # unwinds through the finally blocks that clean up
 
 
 # --- the database helper: one Django process per layout, commands on stdin -----------------
@@ -319,19 +131,14 @@ result = tokens
 
 
 def helper_main() -> int:
-    """Run commands against $DATABASE_URL: one JSON object per stdin line ({"do": name}),
-    one JSON answer per stdout line. Started by the parent with the servers' environment."""
-    sys.path.insert(0, str(ROOT))
-    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "qorven.settings")
-    import django
-
-    django.setup()
+    """Run the parent's commands against $DATABASE_URL (_servers.helper_loop). Started by
+    the parent with the servers' environment."""
+    django_setup()
     from datetime import timedelta
     from io import StringIO
 
     from django.contrib.auth import get_user_model
     from django.core.management import call_command
-    from django.db import connection
     from django.db.models import Count
     from django.utils import timezone
 
@@ -343,7 +150,6 @@ def helper_main() -> int:
     from tenancy.services import api_token_create
 
     User = get_user_model()
-    answers, sys.stdout = sys.stdout, sys.stderr  # whatever else prints goes to the log, not the protocol
 
     def a_session() -> Session:
         tenant = Tenant.objects.get(slug="tenant-a")
@@ -396,72 +202,10 @@ def helper_main() -> int:
     commands: dict[str, Callable[[], Any]] = {"setup": setup, "leftovers_clear": leftovers_clear,
                                               "conversations_fresh": conversations_fresh,
                                               "stale_lease": stale_lease, "stats": stats}
-    for line in sys.stdin:
-        if not line.strip():
-            continue
-        name = json.loads(line)["do"]
-        try:
-            answer = {"ok": True, "result": commands[name]()}
-        except Exception as exc:  # reported to the parent, which decides
-            answer = {"ok": False, "error": f"{type(exc).__name__}: {exc}"}
-        finally:
-            connection.close()  # hold nothing (SQLite locks, PostgreSQL sessions) between commands
-        print(json.dumps(answer, default=str), file=answers, flush=True)
-    return 0
-
-
-class Helper:
-    """The parent's side of the database helper."""
-
-    def __init__(self, env: dict[str, str], log_path: Path) -> None:
-        cmd = [sys.executable, str(Path(__file__).resolve()), "--helper"]
-        self.proc = spawn(cmd, env, log_path, pipes=True)
-
-    def __call__(self, command: str, timeout: float = 300.0) -> Any:
-        assert self.proc.stdin and self.proc.stdout
-        self.proc.stdin.write(json.dumps({"do": command}) + "\n")
-        self.proc.stdin.flush()
-        answer: list[str] = []
-        reader = threading.Thread(target=lambda: answer.append(self.proc.stdout.readline()), daemon=True)
-        reader.start()
-        reader.join(timeout)
-        if not answer or not answer[0]:
-            raise RuntimeError(f"the database helper gave no answer to {command!r} (exit {self.proc.poll()})")
-        reply = json.loads(answer[0])
-        if not reply["ok"]:
-            raise RuntimeError(f"database helper, {command}: {reply['error']}")
-        return reply["result"]
-
-    def close(self) -> None:
-        if self.proc.stdin:
-            try:
-                self.proc.stdin.close()
-                self.proc.wait(10)
-            except (OSError, subprocess.TimeoutExpired):
-                pass
-        stop(self.proc)
+    return helper_loop(commands)
 
 
 # --- one layout: processes, clients, cases --------------------------------------------------
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def stamp(iso: str) -> float:
-    return datetime.fromisoformat(iso).timestamp()
-
-
-def pct(values: list[float]) -> tuple[float, float]:
-    """(p50, p99), the p99 interpolated between observed values, never beyond the largest
-    (statistics' default method extrapolates past it on small samples)."""
-    if len(values) == 1:
-        return round(values[0], 1), round(values[0], 1)
-    p99 = statistics.quantiles(values, n=100, method="inclusive")[98]
-    return round(statistics.median(values), 1), round(p99, 1)
 
 
 @dataclass
@@ -473,63 +217,15 @@ class CaseResult:
     accept_ms: list[float] = field(default_factory=list)  # the POSTs' own round trips
 
 
-def profiled(name: str, cmd: list[str]) -> list[str]:
-    """`cmd`, run under py-spy (sampling, all threads, children too) when --profile DIR is
-    given: DIR/NAME.txt gets collapsed stacks, for flame graphs or a grep."""
-    if not PROFILE_DIR:
-        return cmd
-    out = Path(PROFILE_DIR) / f"{name}.txt"
-    return [str(Path(sys.executable).with_name("py-spy")), "record", "--format", "raw", "--subprocesses",
-            "--rate", "200", "--output", str(out), "--", *cmd]
 
 
-class Layout:
-    """One layout's processes and the clients that talk to them."""
+class Layout(Servers):
+    """One layout's processes (_servers.Servers) and the clients that talk to them."""
 
     def __init__(self, name: str, env: dict[str, str], tmp: Path, worker: bool, redis_url: str | None) -> None:
-        self.name, self.env, self.tmp, self.worker, self.redis_url = name, env, tmp, worker, redis_url
-        self.procs: list[subprocess.Popen] = []
-        self.base = ""
+        super().__init__(name, env, tmp, worker, redis_url)
         self.tokens: dict[str, str] = {}
         self.update_ids = itertools.count(1)
-
-    # processes
-
-    def start(self, label: str) -> None:
-        port = free_port()
-        self.base = f"http://127.0.0.1:{port}"
-        logs = self.tmp / f"{self.name}-{label}"
-        self.procs = [spawn(profiled(f"{self.name}-{label}-serve", [str(QORVEN), "serve", "--no-migrate", "--port",
-                                                                      str(port)]), self.env, Path(f"{logs}-serve.log"))]
-        if self.worker:
-            self.procs.append(spawn(profiled(f"{self.name}-{label}-worker", [str(QORVEN), "worker", "--concurrency", "4",
-                                                                            "--loglevel", "WARNING"]),
-                                    self.env, Path(f"{logs}-worker.log")))
-        import httpx
-
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                if httpx.get(self.base + "/accounts/login/", timeout=2).status_code == 200:
-                    return
-            except httpx.HTTPError:
-                pass
-            dead = [p for p in self.procs if p.poll() is not None]
-            if dead or time.monotonic() > deadline:
-                raise RuntimeError(f"{self.name}: the server did not start (see the log tail above)")
-            time.sleep(0.2)
-
-    def stop(self) -> None:
-        stop(*self.procs)
-        self.procs = []
-        if self.redis_url:  # queued and unacknowledged tasks of the stopped processes go too
-            import redis
-
-            redis.from_url(self.redis_url).flushdb()
-
-    def log_tail(self, chars: int = 3000) -> str:
-        logs = sorted(self.tmp.glob(f"{self.name}-*.log"), key=lambda p: p.stat().st_mtime)
-        return "\n".join(f"--- {p.name}\n{p.read_text(errors='replace')[-chars:]}" for p in logs[-2:])
 
     # clients
 
@@ -615,7 +311,7 @@ def a_writes(layout: Layout, http: Any, model: FakeModel, case: str, i: int, unt
             time.sleep(POLL_SECONDS)
 
 
-def run_case(layout: Layout, helper: Helper, model: FakeModel, telegram: HangingTelegram, case: str, n: int,
+def run_case(layout: Layout, helper: Helper, model: FakeModel, telegram: FakeTelegram, case: str, n: int,
              deadline_s: float) -> CaseResult:
     import httpx
 
@@ -663,13 +359,11 @@ def run_case(layout: Layout, helper: Helper, model: FakeModel, telegram: Hanging
 
 
 def run_layout(name: str, env: dict[str, str], tmp: Path, worker: bool, redis_url: str | None,
-               model: FakeModel, telegram: HangingTelegram, n: int, deadline_s: float) -> dict[str, CaseResult]:
+               model: FakeModel, telegram: FakeTelegram, n: int, deadline_s: float) -> dict[str, CaseResult]:
     layout = Layout(name, env, tmp, worker, redis_url)
     if redis_url:
-        import redis
-
-        redis.from_url(redis_url).flushdb()
-    helper = Helper(env, tmp / f"{name}-helper.log")
+        flush_redis(redis_url)
+    helper = Helper(__file__, env, tmp / f"{name}-helper.log")
     try:
         started = time.monotonic()
         layout.tokens = helper("setup")
@@ -689,38 +383,6 @@ def run_layout(name: str, env: dict[str, str], tmp: Path, worker: bool, redis_ur
 
 
 # --- parent -------------------------------------------------------------------------------
-
-
-def base_env() -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if k not in SCRUBBED and not k.startswith(SCRUBBED_PREFIXES)}
-    env.update({"DJANGO_SECRET_KEY": "bench-not-a-secret", "DJANGO_DEBUG": "0", "QORVEN_LOG_LEVEL": "WARNING",
-                "PYTHONUNBUFFERED": "1"})
-    return env
-
-
-def unreachable(pg_url: str, redis_url: str) -> str | None:
-    """Why the PostgreSQL + Redis layout cannot run (None if it can); creates the database."""
-    try:
-        import redis
-
-        redis.from_url(redis_url, socket_connect_timeout=2).ping()
-    except Exception as exc:
-        return f"Redis at {redis_url} unreachable ({type(exc).__name__}: {exc})"
-    why = recreate_postgres(pg_url)
-    return f"PostgreSQL at {pg_url} unreachable ({why})" if why else None
-
-
-def drop_postgres(url: str) -> None:
-    import psycopg
-    from psycopg import sql
-    from psycopg.conninfo import conninfo_to_dict, make_conninfo
-
-    dbname = str(conninfo_to_dict(url).get("dbname"))
-    try:
-        with psycopg.connect(make_conninfo(url, dbname="postgres", connect_timeout=3), autocommit=True) as conn:
-            conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(dbname)))
-    except psycopg.OperationalError as exc:
-        log(f"could not drop {dbname}: {exc}")
 
 
 def rows_and_notes(layout: str, results: dict[str, CaseResult]) -> tuple[list[Row], list[str]]:
@@ -765,13 +427,11 @@ def parent(quick: bool) -> int:
     deadline_s = QUICK_CASE_DEADLINE if quick else CASE_DEADLINE
     pg_url = os.environ.get("BENCH_POSTGRES_URL", DEFAULT_PG_URL)
     redis_url = os.environ.get("BENCH_REDIS_URL", DEFAULT_REDIS_URL)
-    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
-        signal.signal(sig, _on_signal)
-    atexit.register(stop_all)
+    kill_on_exit()
     rows: list[Row] = []
     notes: list[str] = []
     failed = False
-    model, telegram = FakeModel(), HangingTelegram()
+    model, telegram = FakeModel(slow_marker=USER_A, slow_seconds=SLOW_MODEL_SECONDS), FakeTelegram()
     tmp = tempfile.TemporaryDirectory(prefix="qorven-bench-isolation-")
     pg_created = False
     try:
@@ -807,12 +467,7 @@ def parent(quick: bool) -> int:
         telegram.stop()
         if pg_created:
             drop_postgres(pg_url)
-            try:
-                import redis
-
-                redis.from_url(redis_url, socket_connect_timeout=2).flushdb()
-            except Exception as exc:
-                log(f"could not flush {redis_url}: {exc}")
+            flush_redis(redis_url)
         tmp.cleanup()
     notes += [
         f"B: {n} messages one after another per case, each waiting for its reply; A writes one before each"
@@ -842,8 +497,7 @@ def main() -> int:
     parser.add_argument("--profile", metavar="DIR", default="",
                         help="sample every server and worker with py-spy (pip install py-spy) into DIR")
     args = parser.parse_args()
-    global PROFILE_DIR
-    PROFILE_DIR = args.profile
+    _servers.PROFILE_DIR = args.profile
     ONLY[:] = args.case or CASES
     if args.embedded_only:
         os.environ["BENCH_SKIP_POSTGRES"] = "1"

@@ -92,7 +92,7 @@ def fmt(value: Any) -> str:
 
 
 # Row fields that say which case a row measures; every other field is a figure.
-CASE_FIELDS = ("db", "size", "messages", "users", "memories", "clients", "jobs", "mode", "method")
+CASE_FIELDS = ("db", "size", "messages", "users", "memories", "clients", "jobs", "mode", "method", "layout", "figure")
 
 
 def render(outcomes: list[Outcome], console: Console) -> None:
@@ -111,7 +111,7 @@ def render(outcomes: list[Outcome], console: Console) -> None:
             case = ", ".join(f"{k}={fmt(row[k])}" for k in CASE_FIELDS if k in row)
             first = True
             for key, value in row.items():
-                if key in CASE_FIELDS or key == "bench":
+                if key in CASE_FIELDS or key == "bench" or value is None:  # None: no such figure here
                     continue
                 table.add_row(outcome.name if first else "", case if first else "", key, fmt(value), style=style)
                 first = False

@@ -1,0 +1,978 @@
+"""Ingest, fan-out and turn overhead, end to end against real server processes.
+
+Webhooks stored per second, live events to WebSocket clients, and what a turn costs
+beyond the model, each beside a minimal baseline measured in the same run.
+
+Usage: ``python bench/e2e.py [--quick] [--only ingest,fanout,turn] [--layout NAME]
+[--live-layer lists|pubsub] [--profile DIR]`` (normally through ``bench/run.py``).
+Folds in the former bench/live.py (200 sockets on one chat, fed by webhooks/posts).
+
+Two layouts, each on processes started here:
+
+- ``embedded``: one ``qorven serve`` on a SQLite file in a temporary directory, no Redis,
+  no broker (tasks run on the Celery worker embedded in it; the channel layer is in memory);
+- ``postgres+redis``: ``qorven serve`` plus ``qorven worker --concurrency 4`` on a fresh
+  PostgreSQL database (``$BENCH_POSTGRES_URL``, default
+  ``postgres://postgres@127.0.0.1:5432/qorven_bench_e2e``, created and dropped here) and
+  Redis database 6 (``$BENCH_REDIS_URL``; flushed before, between phases and after).
+  Skipped with a note when either is unreachable.
+
+The model is a fake OpenAI-compatible server in this process answering at once (it
+echoes the last user message, so a reply names the message it answers), and Telegram's
+API a fake answering ok. A helper process with Django configured for the layout's
+database sets up one tenant with a Qor, a Telegram binding, 554 member users with API
+tokens, 500 of them paired to a Telegram sender (Identities created in bulk), and reads
+figures back from the database. Each phase runs on freshly started processes; what the
+previous phase left (unprocessed events, unanswered messages, turn leases) is closed first.
+
+1. ``ingest``: 50 concurrent keep-alive clients (aiohttp) POST Telegram webhooks
+   (``/v1/webhooks/telegram``) from 500 paired senders; 10 % of the deliveries are re-sent
+   (the same update), half of those right behind the original (so two clients post them at
+   once), half a while later. accepted/s = 200 answers ÷ the posting phase's wall time;
+   stored/s = unique InboundEvents ÷ (the last one's ``created_at`` − the first POST);
+   lost = unique updates without an InboundEvent; duplicated = extra InboundEvents plus
+   extra stored user messages for one update (both should be 0). Base: a trivial ASGI app
+   (bench/_trivial_asgi.py) under the same server software (daphne), hit by the same
+   client with the same deliveries and concurrency; ratio = accepted/s ÷ its req/s.
+   Every delivery is also processed (pairing rules, the stored message, a turn with the
+   fake model's reply) while the posting goes on: in the embedded layout that work shares
+   the serving process.
+2. ``fanout``: 200 WebSocket clients (``/ws/chat/<tenant>/<qor>/?token=…``, Origin =
+   the server) on ONE chat, a message posted on the JSON API (``POST /v1/qors/<qor>/messages``)
+   at a time, each waiting for every client to have it and the reply; then 200 clients on
+   200 chats (200 users, a token each), a message posted in each, 10 at a time (their
+   turns run meanwhile; the phase ends once every message is delivered). Latency
+   per delivery = the client's wall clock at receipt − the message's ``created_at`` (the
+   server's wall clock when it built the row, before it is stored; same machine, same
+   clock). Base: a minimal broadcast server (bench/_broadcast.py, aiohttp.web in its own
+   process: stamps ``created_at``, encodes once, writes to every socket of the chat) with
+   the same clients and the same measurement.
+3. ``turn``: a user message POSTed on the JSON API → the assistant reply's
+   ``message.new`` on a WebSocket of that chat, minus the fake model's own handling time
+   of that request (measured in the fake: 0.4–1.5 ms). Cases: 1 user, turns one after
+   another (the session starts with 10 stored messages); 50 users at once, a few turns
+   each; 1 user whose session holds 10k stored messages (enough to fill the prompt's
+   token budget: the base that tells the history's size from the prompt's); 1 user whose
+   session holds 1M (bench/_common.py ``fill``, from the helper); and 1 user with 10
+   stored messages once those rows of other users are in the table.
+
+Goals (reported, not asserted): ingest ≥ 400/s accepted and stored on postgres+redis with
+ratio ≥ 0.15, nothing lost or duplicated anywhere; fan-out p50 ≤ 10 ms and p99 ≤ 50 ms at
+200 sockets and within 2× of the base; turn overhead p50 ≤ 25 ms at 1 user on both
+layouts, and within 1.2× (p50) of it with 1M messages in the session and with 1M other
+rows in the table.
+
+Sizes: 5,000 deliveries, 20 one-chat messages, 50 turns (4 each for the 50 users), 10k
+and 1M rows (about 7 minutes in all on 2 CPUs, most of it the embedded ingest: ~40
+webhooks/s); ``--quick``: 300 deliveries, 3 one-chat messages, 10 turns (1 each for the
+50 users), 2k and 10k rows — a smoke run of every phase on both layouts in about a minute
+each; its goals are for the full run. Everything stays on 127.0.0.1; every wait is bounded; every process started
+here is killed at the end (also on errors and Ctrl-C), the temporary directory and the
+bench database are removed. Progress goes to stderr; the last stdout line is
+``{"bench": "e2e", "rows": [...], "notes": [...]}``.
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import random
+import re
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import _servers
+from _common import Row, label, log, met
+from _servers import (
+    FakeModel,
+    FakeTelegram,
+    Helper,
+    Servers,
+    base_env,
+    cpu_seconds,
+    django_setup,
+    drop_postgres,
+    flush_redis,
+    free_port,
+    helper_loop,
+    kill_on_exit,
+    pct,
+    spawn,
+    stamp,
+    stop,
+    stop_all,
+    unreachable,
+    wait_http,
+)
+
+DEFAULT_PG_URL = "postgres://postgres@127.0.0.1:5432/qorven_bench_e2e"
+DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/6"
+LAYOUTS = ("embedded", "postgres+redis")
+PHASES = ("ingest", "fanout", "turn")
+TENANT, QOR, OWNER = "acme", "aria", "alice"
+TG_SECRET, TG_BASE_ID = "bench-e2e-secret", 700_000  # sender i is Telegram user TG_BASE_ID + i
+SENDERS, CLIENTS, CONCURRENCY, POST_AT_ONCE = 500, 200, 50, 10
+# Users u0000…: the first SENDERS are paired Telegram senders (and the first CLIENTS of
+# them the 200 chats of the fan-out); then the turn cases' users.
+SEQ_USER, CONCURRENT_FIRST, CONCURRENT_USERS = SENDERS, SENDERS + 1, 50
+MID_USER, BIG_USER, OTHER_USER = (CONCURRENT_FIRST + CONCURRENT_USERS + i for i in range(3))
+USERS = OTHER_USER + 1
+SMALL_SESSION = 10  # messages stored in a turn user's session before it starts
+NONCE = re.compile(r"\[(n[0-9a-f]{12})\]")
+WAIT = 30.0  # at most this long for one message (to every client), one reply
+CASE_DEADLINE = 180.0  # a turn case stops sending after this long
+DAPHNE = Path(sys.executable).with_name("daphne")
+BENCH_DIR = Path(__file__).resolve().parent
+
+
+@dataclass(frozen=True)
+class Sizes:
+    deliveries: int
+    fanout_messages: int
+    turns: int
+    turns_each: int
+    mid: int  # enough to fill the prompt's budget (QORVEN_NUM_CTX, 8192 tokens by default)
+    big: int
+
+
+FULL = Sizes(deliveries=5_000, fanout_messages=20, turns=50, turns_each=4, mid=10_000, big=1_000_000)
+QUICK = Sizes(deliveries=300, fanout_messages=3, turns=10, turns_each=1, mid=2_000, big=10_000)
+
+
+def nonce() -> str:
+    return f"n{uuid.uuid4().hex[:12]}"
+
+
+def figure(layout: str, name: str, measured: float | int | None, *, baseline: float | None = None,
+           goal: str = "", ok: bool | None = None, unit: str = "") -> Row:
+    """One row of the table (the unit, if any, in the figure's name); `ok` None: reported, not a goal."""
+    ratio = round(measured / baseline, 2) if measured is not None and baseline else None
+    return {"layout": layout, "figure": f"{name} ({unit})" if unit else name, "measured": measured, "baseline": baseline,
+            "ratio": ratio, "goal": goal or "reported", "met": met(ok) if ok is not None else "—"}
+
+
+# --- the database helper (a child process with Django set up for the layout) -----------------
+
+
+def helper_main() -> int:
+    """Set up and read back the layout's database (commands from the parent on stdin)."""
+    django_setup()
+    from io import StringIO
+
+    from django.contrib.auth import get_user_model
+    from django.core.management import call_command
+    from django.db import connection
+    from django.db.models import Count, Max
+
+    from _common import fill, settle
+    from channels_app.models import Identity, InboundEvent, OutboundDelivery
+    from channels_app.services import binding_create
+    from sessions_app.models import Message, Session
+    from sessions_app.services import message_append, session_resolve
+    from tenancy.models import ApiToken, Membership, Qor, Tenant
+    from tenancy.selectors import token_digest
+    from tenancy.services import api_token_create
+
+    User = get_user_model()
+    pg = connection.vendor == "postgresql"
+
+    def chat(user: Any) -> Session:
+        tenant = Tenant.objects.get(slug=TENANT)
+        return session_resolve(tenant=tenant, qor=Qor.objects.get(tenant=tenant, slug=QOR), channel="web", user=user)
+
+    def user(i: int) -> Any:
+        return User.objects.get(username=f"u{i:04d}")
+
+    def setup() -> Any:
+        """Tenant, Qor, owner, binding; USERS members with a token each, the first SENDERS
+        paired to Telegram senders; the chats the sockets watch exist (a greeting each),
+        the turn users' with SMALL_SESSION messages."""
+        call_command("migrate", interactive=False, verbosity=0)
+        call_command("bootstrap", tenant=TENANT, qor=QOR, owner=OWNER, stdout=StringIO())
+        tenant = Tenant.objects.get(slug=TENANT)
+        binding_create(tenant=tenant, qor=Qor.objects.get(tenant=tenant, slug=QOR), kind="telegram",
+                       credentials={"token": "111:AAA", "secret": TG_SECRET, "username": "aria_bot"})
+        User.objects.bulk_create([User(username=f"u{i:04d}", password="!") for i in range(USERS)])  # unusable
+        people = list(User.objects.filter(username__startswith="u0").order_by("username"))
+        Membership.objects.bulk_create([Membership(tenant=tenant, user=u) for u in people])
+        Identity.objects.bulk_create([
+            Identity(tenant=tenant, channel="telegram", external_id=str(TG_BASE_ID + i), user=people[i],
+                     display_name=f"Sender {i}", approval=Identity.Approval.APPROVED, reply_target=str(TG_BASE_ID + i))
+            for i in range(SENDERS)])
+        raws = [f"qv_{uuid.uuid4().hex}{uuid.uuid4().hex}" for _ in people]
+        ApiToken.objects.bulk_create([ApiToken(tenant=tenant, user=u, name="bench", prefix=raw[:10],
+                                               digest=token_digest(raw)) for u, raw in zip(people, raws)])
+        owner = User.objects.get(username=OWNER)
+        for person in [owner, *people[:CLIENTS]]:
+            message_append(session=chat(person), role="assistant", content="Hello!", channel="web", notify=False)
+        for i in [SEQ_USER, *range(CONCURRENT_FIRST, CONCURRENT_FIRST + CONCURRENT_USERS), OTHER_USER]:
+            fill(chat(people[i]), SMALL_SESSION, pg)
+        settle(pg)
+        return {"owner": api_token_create(tenant=tenant, user=owner, name="bench")[1], "users": raws}
+
+    def leftovers_clear() -> Any:
+        """What the last phase's killed processes left is closed, so the next phase
+        measures its own work: unprocessed events, unanswered messages, leases, sends."""
+        return {
+            "events": InboundEvent.objects.filter(state__in=["pending", "processing"])
+            .update(state="done", result="closed by the benchmark"),
+            "messages": Message.objects.filter(answer_state=Message.Answer.PENDING)
+            .update(answer_state=Message.Answer.FAILED),
+            "leases": Session.objects.exclude(turn_owner="").update(turn_owner="", turn_lease_until=None),
+            "deliveries": OutboundDelivery.objects.filter(state__in=["pending", "sending"])
+            .update(state="failed", last_error="closed by the benchmark"),
+        }
+
+    def event_count() -> int:
+        return InboundEvent.objects.count()
+
+    def ingest_counts() -> Any:
+        events = InboundEvent.objects.all()
+        last = events.aggregate(last=Max("created_at"))["last"]
+        stored = Message.objects.filter(channel="telegram", role="user").exclude(external_id="")  # not fill()'s
+        twice = list(stored.values("external_id").annotate(n=Count("pk")).filter(n__gt=1).values_list("external_id", "n"))
+        return {
+            "ids": list(events.values_list("external_id", flat=True)),
+            "last": last.timestamp() if last else None,
+            "states": dict(events.values_list("state").annotate(n=Count("pk")).values_list("state", "n")),
+            "messages": stored.count(),
+            "messages_twice": sum(n - 1 for _, n in twice),
+            "twice_sample": [list(stored.filter(external_id=x).values("session_id", "seq", "external_scope",
+                                                                     "external_id", "content", "created_at"))
+                             for x, _ in twice[:3]],
+        }
+
+    def fill_session(user_index: int, size: int) -> Any:
+        started = time.perf_counter()
+        session = chat(user(user_index))
+        if session.last_seq:
+            raise ValueError(f"u{user_index:04d}'s session is not empty")
+        fill(session, size, pg)
+        filled = time.perf_counter() - started
+        settle(pg)
+        return {"fill_s": round(filled, 1), "settle_s": round(time.perf_counter() - started - filled, 1),
+                "messages": Message.objects.count()}
+
+    return helper_loop({"setup": setup, "leftovers_clear": leftovers_clear, "event_count": event_count,
+                        "ingest_counts": ingest_counts, "fill_session": fill_session})
+
+
+# --- clients -------------------------------------------------------------------------------------
+
+
+def client_session(limit: int = 0) -> Any:
+    import aiohttp
+
+    return aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=limit),
+                                 timeout=aiohttp.ClientTimeout(total=WAIT))
+
+
+class Watchers:
+    """WebSocket clients in this event loop, recording when each one gets the messages
+    the bench waits for (registered with `expect`; matched by the nonce in their content):
+    a user message's delivery latency (wall clock at receipt − its created_at), and the
+    reply's arrival (perf_counter)."""
+
+    def __init__(self) -> None:
+        self.expected: set[str] = set()
+        self.latency_ms: dict[str, list[float]] = {}
+        self.replies: dict[str, int] = {}
+        self.reply_at: dict[str, float] = {}
+        self.connected = 0
+        self.tasks: list[asyncio.Task[None]] = []
+        self.changed = asyncio.Event()
+        self.http: Any = None
+
+    def expect(self, key: str) -> None:
+        self.expected.add(key)
+        self.latency_ms.setdefault(key, [])
+        self.replies.setdefault(key, 0)
+
+    def got(self, key: str) -> int:
+        return len(self.latency_ms.get(key, ()))
+
+    async def connect(self, urls: list[str], origin: str | None) -> None:
+        """One socket per URL (20 connecting at a time); returns when all are open."""
+        import aiohttp
+
+        if self.http is None:  # a session of their own: no request timeout over a socket's life
+            self.http = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0),
+                                              timeout=aiohttp.ClientTimeout(total=None, connect=WAIT))
+        gate = asyncio.Semaphore(20)
+        self.tasks += [asyncio.create_task(self._watch(self.http, url, origin, gate)) for url in urls]
+        target = self.connected + len(urls)
+        if not await self.until(lambda: self.connected >= target, 120):
+            raise RuntimeError(f"only {self.connected}/{target} WebSockets connected in 120 s")
+
+    async def _watch(self, http: Any, url: str, origin: str | None, gate: asyncio.Semaphore) -> None:
+        import aiohttp
+
+        headers = {"Origin": origin} if origin else {}
+        async with gate:
+            for attempt in range(5):
+                try:
+                    ws = await http.ws_connect(url, headers=headers, heartbeat=None, max_msg_size=0,
+                                               timeout=aiohttp.ClientWSTimeout(ws_close=5.0))
+                    break
+                except Exception:
+                    if attempt == 4:
+                        raise
+                    await asyncio.sleep(0.5 * (attempt + 1))
+        seen: set[tuple[str, str]] = set()  # this socket's (role, nonce): a catch-up repeat counts once
+        async with ws:
+            first = True
+            async for frame in ws:
+                now = time.time()
+                if first:  # the "session" event: connected and caught up
+                    first = False
+                    self.connected += 1
+                    self.changed.set()
+                self._record(json.loads(frame.data), now, seen)
+
+    def _record(self, event: dict[str, Any], now: float, seen: set[tuple[str, str]]) -> None:
+        if event.get("type") != "message.new":
+            return
+        found = NONCE.search(event.get("content") or "")
+        if not found or found.group(1) not in self.expected:
+            return
+        key, role = found.group(1), event.get("role")
+        if (role, key) in seen:
+            return
+        seen.add((role, key))
+        if role == "user":
+            created = event["created_at"]
+            created = created if isinstance(created, float) else stamp(created)
+            self.latency_ms[key].append((now - created) * 1000)
+        elif role == "assistant":
+            self.replies[key] += 1
+            self.reply_at.setdefault(key, time.perf_counter())
+        self.changed.set()
+
+    async def until(self, condition: Callable[[], bool], timeout: float) -> bool:
+        deadline = time.monotonic() + timeout
+        while not condition():
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return False
+            self.changed.clear()
+            try:
+                await asyncio.wait_for(self.changed.wait(), min(left, 0.5))
+            except asyncio.TimeoutError:
+                pass
+        return True
+
+    async def close(self) -> None:
+        for task in self.tasks:
+            task.cancel()
+        await asyncio.gather(*self.tasks, return_exceptions=True)
+        if self.http is not None:
+            await self.http.close()
+
+
+async def post_json(http: Any, url: str, body: dict[str, Any], token: str | None = None) -> dict[str, Any]:
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    async with http.post(url, json=body, headers=headers) as response:
+        if response.status not in (200, 201):
+            raise RuntimeError(f"POST {url} answered {response.status}: {(await response.text())[:200]}")
+        return dict(await response.json())
+
+
+# --- 1. ingest -------------------------------------------------------------------------------------
+
+
+def telegram_update(i: int, sender: int) -> bytes:
+    """Update i (message id i + 1) from paired sender `sender`, in a private chat."""
+    user_id = TG_BASE_ID + sender
+    return json.dumps({"update_id": i + 1, "message": {
+        "message_id": i + 1, "date": int(time.time()), "text": f"ingest {i}",
+        "from": {"id": user_id, "is_bot": False, "first_name": f"Sender {sender}"},
+        "chat": {"id": user_id, "type": "private", "first_name": f"Sender {sender}"}}}).encode()
+
+
+def external_id(i: int) -> str:
+    return f"{TG_BASE_ID + i % SENDERS}:{i + 1}"
+
+
+def delivery_plan(total: int, seed: int = 7) -> tuple[list[bytes], set[str]]:
+    """`total` deliveries of total − total/10 unique updates; each re-sent one goes right
+    behind its original (half of them: posted at the same moment by another client) or
+    50–500 deliveries later. Returns the bodies in posting order and the unique ids."""
+    rng = random.Random(seed)
+    unique = total - total // 10
+    keyed = [(float(i), i) for i in range(unique)]
+    for n, i in enumerate(rng.sample(range(unique), total - unique)):
+        keyed.append((i + (0.5 if n % 2 == 0 else rng.randint(50, 500) + 0.5), i))
+    keyed.sort()
+    return [telegram_update(i, i % SENDERS) for _, i in keyed], {external_id(i) for i in range(unique)}
+
+
+@dataclass
+class Posted:
+    seconds: float = 0.0
+    statuses: dict[int, int] = field(default_factory=dict)
+    errors: int = 0
+    started_wall: float = 0.0
+
+    @property
+    def ok(self) -> int:
+        return self.statuses.get(200, 0)
+
+
+async def post_all(url: str, bodies: list[bytes], headers: dict[str, str], concurrency: int) -> Posted:
+    """POST every body, `concurrency` keep-alive clients at once, each taking the next."""
+    result = Posted()
+    it = iter(bodies)
+
+    async def client(http: Any) -> None:
+        for body in it:
+            try:
+                async with http.post(url, data=body, headers=headers) as response:
+                    await response.read()
+                    result.statuses[response.status] = result.statuses.get(response.status, 0) + 1
+            except Exception:
+                result.errors += 1
+
+    async with client_session(limit=concurrency) as http:
+        result.started_wall = time.time()
+        started = time.perf_counter()
+        await asyncio.gather(*(client(http) for _ in range(concurrency)))
+        result.seconds = time.perf_counter() - started
+    return result
+
+
+WEBHOOK_HEADERS = {"Content-Type": "application/json", "X-Telegram-Bot-Api-Secret-Token": TG_SECRET}
+
+
+def trivial_baseline(tmp: Path, env: dict[str, str], bodies: list[bytes]) -> tuple[Posted, float]:
+    """The same deliveries to a trivial ASGI app under daphne; also daphne's CPU seconds."""
+    port = free_port()
+    proc = spawn([str(DAPHNE), "-b", "127.0.0.1", "-p", str(port), "_trivial_asgi:app"],
+                 {**env, "PYTHONPATH": str(BENCH_DIR)}, tmp / "trivial-daphne.log")
+    try:
+        wait_http(f"http://127.0.0.1:{port}/", [proc], 30, "the trivial ASGI app")
+        url = f"http://127.0.0.1:{port}/v1/webhooks/telegram"
+        asyncio.run(post_all(url, bodies[:200], WEBHOOK_HEADERS, CONCURRENCY))  # warm-up
+        cpu = cpu_seconds(proc)
+        posted = asyncio.run(post_all(url, bodies, WEBHOOK_HEADERS, CONCURRENCY))
+        return posted, cpu_seconds(proc) - cpu
+    finally:
+        stop(proc)
+
+
+def wait_stored(helper: Helper, count: int, timeout: float) -> bool:
+    deadline = time.monotonic() + timeout
+    while helper("event_count") < count:
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.2)
+    return True
+
+
+def ingest(layout: Layout, sizes: Sizes) -> tuple[list[Row], list[str]]:
+    bodies, unique = delivery_plan(sizes.deliveries)
+    base, base_cpu = trivial_baseline(layout.tmp, layout.env, bodies)
+    base_rate = base.ok / base.seconds
+    log(f"{layout.name}/ingest: trivial ASGI app under daphne: {base.ok} × 200 in {base.seconds:.2f} s"
+        f" = {base_rate:.0f}/s")
+    layout.start("ingest")
+    url = f"{layout.base}/v1/webhooks/telegram"
+    warm = [telegram_update(900_000 + i, i) for i in range(20)]  # other ids: first requests, connections
+    asyncio.run(post_all(url, warm, WEBHOOK_HEADERS, 10))
+    before = layout.helper("event_count")
+    cpu = [cpu_seconds(proc) for proc in layout.procs]
+    posted = asyncio.run(post_all(url, bodies, WEBHOOK_HEADERS, CONCURRENCY))
+    cpu = [cpu_seconds(proc) - used for proc, used in zip(layout.procs, cpu)]
+    complete = wait_stored(layout.helper, before + len(unique), 15)
+    counts = layout.helper("ingest_counts")
+    layout.stop()
+    ids = counts["ids"]
+    stored = len(unique & set(ids))
+    duplicated = (len(ids) - len(set(ids))) + counts["messages_twice"]
+    if counts["messages_twice"]:
+        log(f"{layout.name}/ingest: updates stored as more than one message, e.g. {counts['twice_sample']}")
+    accepted = posted.ok / posted.seconds
+    stored_rate = stored / (counts["last"] - posted.started_wall) if counts["last"] else 0.0
+    log(f"{layout.name}/ingest: {len(bodies)} deliveries ({len(unique)} unique) in {posted.seconds:.2f} s:"
+        f" {accepted:.0f}/s accepted, {stored_rate:.0f}/s stored; answers {posted.statuses},"
+        f" {posted.errors} failed; events by state {counts['states']}")
+    pg = layout.name == "postgres+redis"
+    name = layout.name
+    rows = [
+        figure(name, "ingest: webhooks accepted", round(accepted), unit="/s", baseline=round(base_rate),
+               goal="≥ 400/s, ratio ≥ 0.15" if pg else "ratio ≥ 0.15",
+               ok=(accepted >= 400 or not pg) and accepted / base_rate >= 0.15),
+        figure(name, "ingest: webhooks stored", round(stored_rate), unit="/s",
+               goal="≥ 400/s" if pg else "", ok=stored_rate >= 400 if pg else None),
+        figure(name, "ingest: lost", len(unique) - stored, goal="0", ok=stored == len(unique)),
+        figure(name, "ingest: duplicated", duplicated, goal="0", ok=duplicated == 0),
+    ]
+    notes = [f"{name}/ingest: {len(bodies):,} deliveries of {len(unique):,} updates from {SENDERS} paired senders,"
+             f" {CONCURRENCY} clients; answers {posted.statuses}" + (f", {posted.errors} failed" if posted.errors else "")
+             + f"; {counts['messages']:,} messages stored (processed) when the phase ended"
+             + ("" if complete else "; NOT all stored within 15 s of the last POST"),
+             f"{name}/ingest: CPU per delivery while posting: serve {cpu[0] / len(bodies) * 1000:.1f} ms"
+             + (f", worker (its pool included) {cpu[1] / len(bodies) * 1000:.1f} ms" if len(cpu) > 1 else "")
+             + f" in {posted.seconds:.1f} s on {os.cpu_count()} CPUs; the trivial app under daphne"
+             f" {base_cpu / len(bodies) * 1000:.2f} ms"]
+    if not pg:
+        notes.append(f"{name}/ingest: each delivery's processing and turn run in the same process as the"
+                     " webhooks (the embedded worker), competing for its interpreter: accepted/s is the"
+                     " webhook under that load")
+    return rows, notes
+
+
+# --- 2. fan-out ---------------------------------------------------------------------------------------
+
+
+async def one_chat(watchers: Watchers, post: Callable[[str], Awaitable[None]], messages: int,
+                   clients: int, replies: bool) -> list[str]:
+    """Post `messages` one at a time, each waiting until every client has it (and, with
+    `replies`, the reply); return the keys that did not reach every client."""
+    missed = []
+    for i in range(messages + 1):  # the first is a warm-up
+        key = nonce()
+        watchers.expect(key)
+        await post(f"fan-out {i} [{key}]")
+        if not await watchers.until(lambda: watchers.got(key) >= clients, WAIT):
+            missed.append(key)
+        if replies:
+            await watchers.until(lambda: watchers.replies[key] >= clients, WAIT)
+        await asyncio.sleep(0.05)
+        if i == 0:
+            watchers.latency_ms.pop(key)
+    return missed
+
+
+async def many_chats(watchers: Watchers, post: Callable[[int, str], Awaitable[None]],
+                     chats: int) -> tuple[list[str], list[str]]:
+    """Post one message in each chat, POST_AT_ONCE at a time; wait for every delivery.
+    Returns (the keys, the keys missed)."""
+    keys = [nonce() for _ in range(chats)]
+    for key in keys:
+        watchers.expect(key)
+    gate = asyncio.Semaphore(POST_AT_ONCE)
+
+    async def one(i: int) -> None:
+        async with gate:
+            await post(i, f"chat {i} [{keys[i]}]")
+
+    await asyncio.gather(*(one(i) for i in range(chats)))
+    await watchers.until(lambda: all(watchers.got(k) for k in keys), 2 * WAIT)
+    return keys, [k for k in keys if not watchers.got(k)]
+
+
+def deliveries(watchers: Watchers, keys: list[str] | None = None) -> list[float]:
+    return [ms for key, values in watchers.latency_ms.items() if keys is None or key in keys for ms in values]
+
+
+async def fanout_qorven(base: str, tokens: dict[str, Any], sizes: Sizes) -> dict[str, Any]:
+    ws_base = base.replace("http://", "ws://") + f"/ws/chat/{TENANT}/{QOR}/?token="
+    api = f"{base}/v1/qors/{QOR}/messages"
+    out: dict[str, Any] = {}
+    async with client_session() as http:
+        watchers = Watchers()
+        try:
+            started = time.monotonic()
+            await watchers.connect([ws_base + tokens["owner"]] * CLIENTS, base)
+            log(f"fan-out: {CLIENTS} sockets on one chat connected in {time.monotonic() - started:.1f} s")
+            started = time.monotonic()
+            missed = await one_chat(watchers, lambda text: post_json(http, api, {"content": text}, tokens["owner"]),
+                                    sizes.fanout_messages, CLIENTS, replies=True)
+            out["one"], out["one_missed"] = deliveries(watchers), len(missed)
+            log(f"fan-out: {sizes.fanout_messages + 1} messages on one chat in {time.monotonic() - started:.1f} s")
+        finally:
+            await watchers.close()
+        watchers = Watchers()
+        try:
+            started = time.monotonic()
+            await watchers.connect([ws_base + t for t in tokens["users"][:CLIENTS]], base)
+            log(f"fan-out: {CLIENTS} sockets on {CLIENTS} chats connected in {time.monotonic() - started:.1f} s")
+            started = time.monotonic()
+
+            async def post(i: int, text: str) -> None:
+                await post_json(http, api, {"content": text}, tokens["users"][i])
+
+            # Not waiting for the replies: the turns still running are stopped with the server.
+            keys, missed = await many_chats(watchers, post, CLIENTS)
+            out["many"], out["many_missed"] = deliveries(watchers, keys), len(missed)
+            log(f"fan-out: a message in each of {CLIENTS} chats, delivered, in {time.monotonic() - started:.1f} s"
+                f" ({sum(1 for k in keys if watchers.replies[k])} answered by then)")
+        finally:
+            await watchers.close()
+    return out
+
+
+async def fanout_baseline(base: str, sizes: Sizes) -> dict[str, Any]:
+    ws_base = base.replace("http://", "ws://") + "/ws?chat="
+    out: dict[str, Any] = {}
+    async with client_session() as http:
+
+        async def send(chat: int, text: str) -> None:
+            await post_json(http, f"{base}/send?chat={chat}", {"type": "message.new", "role": "user", "content": text})
+
+        watchers = Watchers()
+        try:
+            await watchers.connect([ws_base + "0"] * CLIENTS, None)
+            missed = await one_chat(watchers, lambda text: send(0, text), sizes.fanout_messages, CLIENTS,
+                                    replies=False)
+            out["one"], out["one_missed"] = deliveries(watchers), len(missed)
+        finally:
+            await watchers.close()
+        watchers = Watchers()
+        try:
+            await watchers.connect([ws_base + str(i) for i in range(CLIENTS)], None)
+            keys, missed = await many_chats(watchers, send, CLIENTS)
+            out["many"], out["many_missed"] = deliveries(watchers, keys), len(missed)
+        finally:
+            await watchers.close()
+    return out
+
+
+def broadcast_baseline(tmp: Path, env: dict[str, str], sizes: Sizes) -> dict[str, Any]:
+    port = free_port()
+    proc = spawn([sys.executable, str(BENCH_DIR / "_broadcast.py"), str(port)], env, tmp / "broadcast.log")
+    try:
+        wait_http(f"http://127.0.0.1:{port}/health", [proc], 30, "the broadcast server")
+        return asyncio.run(fanout_baseline(f"http://127.0.0.1:{port}", sizes))
+    finally:
+        stop(proc)
+
+
+def fanout(layout: Layout, sizes: Sizes) -> tuple[list[Row], list[str]]:
+    base = broadcast_baseline(layout.tmp, layout.env, sizes)
+    layout.start("fanout")
+    try:
+        measured = asyncio.run(fanout_qorven(layout.base, layout.tokens, sizes))
+    finally:
+        layout.stop()
+    rows: list[Row] = []
+    notes: list[str] = []
+    expected = {"one": sizes.fanout_messages * CLIENTS, "many": CLIENTS}
+    for case, what in (("one", f"{CLIENTS} sockets on 1 chat"), ("many", f"{CLIENTS} sockets on {CLIENTS} chats")):
+        got = measured[case]
+        if not got:
+            notes.append(f"{layout.name}/fan-out {what}: no delivery at all")
+            continue
+        (p50, p99), (b50, b99) = pct(got, 2), pct(base[case], 2)
+        complete = len(got) == expected[case]
+        for name, value, b, limit in (("p50", p50, b50, 10), ("p99", p99, b99, 50)):
+            rows.append(figure(layout.name, f"fan-out: {what}, {name}", value, unit="ms", baseline=b,
+                               goal=f"≤ {limit} ms, ≤ 2× base",
+                               ok=complete and value <= limit and (not b or value / b <= 2)))
+        log(f"{layout.name}/fan-out {what}: p50 {p50} ms, p99 {p99} ms over {len(got)}/{expected[case]} deliveries"
+            f" (base p50 {b50} ms, p99 {b99} ms)")
+        if not complete:
+            notes.append(f"{layout.name}/fan-out {what}: {len(got)}/{expected[case]} deliveries within {WAIT:.0f} s")
+    notes.append(f"{layout.name}/fan-out: one chat: {sizes.fanout_messages} messages one at a time, each"
+                 f" answered (the reply reaches the {CLIENTS} sockets too) before the next; {CLIENTS} chats: one"
+                 f" message each, {POST_AT_ONCE} POSTs at a time, their turns running meanwhile (the phase ends"
+                 " when every message is delivered)")
+    return rows, notes
+
+
+# --- 3. turn overhead --------------------------------------------------------------------------------
+
+
+@dataclass
+class Turns:
+    overhead_ms: list[float] = field(default_factory=list)
+    model_ms: list[float] = field(default_factory=list)
+    prompt_messages: list[int] = field(default_factory=list)  # what the model was sent, per turn
+    post_ms: list[float] = field(default_factory=list)  # the POST's own round trip (message stored)
+    model_requests: int = 0  # all requests the model had during the case (summaries, …)
+    missed: int = 0
+
+
+async def user_turns(http: Any, watchers: Watchers, api: str, token: str, n: int, model: FakeModel,
+                     result: Turns, until: float) -> None:
+    """n turns one after another: POST, then the reply's message.new on the chat's socket."""
+    for i in range(n):
+        if time.monotonic() > until:
+            return
+        key = nonce()
+        watchers.expect(key)
+        started = time.perf_counter()
+        await post_json(http, api, {"content": f"turn {i} [{key}]"}, token)
+        result.post_ms.append((time.perf_counter() - started) * 1000)
+        if not await watchers.until(lambda: key in watchers.reply_at, WAIT):
+            result.missed += 1
+            result.overhead_ms.append((time.perf_counter() - started) * 1000)
+            continue
+        model_ms = model.handled_ms.get(key, 0.0)
+        result.model_ms.append(model_ms)
+        result.prompt_messages.append(model.prompt_messages.get(key, 0))
+        result.overhead_ms.append((watchers.reply_at[key] - started) * 1000 - model_ms)
+
+
+async def turn_case(base: str, tokens: list[str], turns_each: int, model: FakeModel, warmup: int = 1) -> Turns:
+    """Each of `tokens`' users: a socket on their chat, `warmup` turns, then `turns_each`
+    turns one after another (the users at the same time)."""
+    ws_base = base.replace("http://", "ws://") + f"/ws/chat/{TENANT}/{QOR}/?token="
+    api = f"{base}/v1/qors/{QOR}/messages"
+    result, warm = Turns(), Turns()
+    async with client_session() as http:
+        watchers = Watchers()
+        try:
+            await watchers.connect([ws_base + t for t in tokens], base)
+            until = time.monotonic() + CASE_DEADLINE
+            await asyncio.gather(*(user_turns(http, watchers, api, t, warmup, model, warm, until) for t in tokens))
+            requests = model.requests
+            await asyncio.gather(*(user_turns(http, watchers, api, t, turns_each, model, result, until)
+                                   for t in tokens))
+            result.model_requests = model.requests - requests
+        finally:
+            await watchers.close()
+    return result
+
+
+@dataclass(frozen=True)
+class TurnCase:
+    name: str
+    user: int  # index into the users' tokens (the first of `users` users)
+    turns: int  # each
+    users: int = 1
+    fill: int = 0  # messages stored in the user's session just before (0: none added)
+    warmup: int = 1  # turns each user takes first, not counted
+    goal_ratio: float | None = None  # p50 within this many times the 1-user case's
+
+
+def turn_cases(sizes: Sizes) -> list[TurnCase]:
+    return [
+        TurnCase("1 user", SEQ_USER, sizes.turns, warmup=3),  # the first turns of fresh processes
+        TurnCase(f"{CONCURRENT_USERS} users at once, {sizes.turns_each} turn{'s' if sizes.turns_each > 1 else ''}"
+                 " each", CONCURRENT_FIRST, sizes.turns_each, users=CONCURRENT_USERS, warmup=0),
+        TurnCase(f"1 user, {label(sizes.mid)} messages in the session (prompt full)", MID_USER, sizes.turns,
+                 fill=sizes.mid),
+        TurnCase(f"1 user, {label(sizes.big)} messages in the session", BIG_USER, sizes.turns, fill=sizes.big,
+                 goal_ratio=1.2),
+        TurnCase(f"1 user, {label(sizes.big)} other rows in the table", OTHER_USER, sizes.turns, goal_ratio=1.2),
+    ]
+
+
+def turn_rows(layout: str, cases: list[tuple[TurnCase, Turns]]) -> tuple[list[Row], list[str]]:
+    rows: list[Row] = []
+    notes: list[str] = []
+    base50: float | None = None
+    p50s: dict[str, float] = {}
+    for case, result in cases:
+        planned = case.turns * case.users
+        if not result.overhead_ms:
+            notes.append(f"{layout}/turn {case.name}: no turn measured")
+            continue
+        p50, p99 = pct(result.overhead_ms, 2)
+        whole = not result.missed and len(result.overhead_ms) == planned
+        if case.name == "1 user":
+            base50 = p50
+            rows.append(figure(layout, f"turn: {case.name}, p50", p50, unit="ms", goal="≤ 25 ms", ok=whole and p50 <= 25))
+        elif case.goal_ratio:
+            rows.append(figure(layout, f"turn: {case.name}, p50", p50, unit="ms", baseline=base50,
+                               goal=f"≤ {case.goal_ratio}× 1 user",
+                               ok=whole and bool(base50) and p50 / base50 <= case.goal_ratio))
+        else:
+            rows.append(figure(layout, f"turn: {case.name}, p50", p50, unit="ms", baseline=base50))
+        rows.append(figure(layout, f"turn: {case.name}, p99", p99, unit="ms"))
+        model50 = pct(result.model_ms, 3)[0] if result.model_ms else 0.0
+        prompt50 = pct([float(n) for n in result.prompt_messages], 0)[0] if result.prompt_messages else 0
+        post50 = pct(result.post_ms, 1)[0]
+        log(f"{layout}/turn {case.name}: p50 {p50} ms (of which the POST {post50} ms), p99 {p99} ms over"
+            f" {len(result.overhead_ms)}/{planned} turns, {result.missed} missed; the model: p50 {model50} ms"
+            f" (subtracted), {prompt50:.0f} messages a prompt, {result.model_requests} requests for {planned} turns")
+        notes.append(f"{layout}/turn {case.name}: p50 {p50} ms, of which the POST (message stored, turn queued)"
+                     f" {post50} ms; the model was sent {prompt50:.0f} messages a turn (p50),"
+                     f" {result.model_requests} requests for {planned} turns")
+        p50s[case.name] = p50
+        if not whole:
+            notes.append(f"{layout}/turn {case.name}: {len(result.overhead_ms)}/{planned} turns,"
+                         f" {result.missed} without a reply in {WAIT:.0f} s (counted at the time waited)")
+    full = [c.name for c, _ in cases if c.fill and c.goal_ratio is None]  # the prompt-full session
+    big = [c.name for c, _ in cases if c.fill and c.goal_ratio is not None]
+    if full and big and full[0] in p50s and big[0] in p50s:
+        notes.append(f"{layout}/turn: {big[0]} vs {full[0]}: p50 {p50s[big[0]] / p50s[full[0]]:.2f}× —"
+                     " the stored history's size alone, both prompts full")
+    return rows, notes
+
+
+def turn(layout: Layout, sizes: Sizes, model: FakeModel) -> tuple[list[Row], list[str]]:
+    tokens = layout.tokens["users"]
+    done: list[tuple[TurnCase, Turns]] = []
+    layout.start("turn")
+    try:
+        for case in turn_cases(sizes):
+            if case.fill:
+                filled = layout.helper("fill_session", timeout=900, user_index=case.user, size=case.fill)
+                log(f"{layout.name}/turn: filled a session with {label(case.fill)} messages in {filled['fill_s']} s"
+                    f" (settled in {filled['settle_s']} s); {filled['messages']:,} messages in the table")
+            users = tokens[case.user:case.user + case.users]
+            done.append((case, asyncio.run(turn_case(layout.base, users, case.turns, model, warmup=case.warmup))))
+    finally:
+        layout.stop()
+    rows, notes = turn_rows(layout.name, done)
+    notes.append(f"{layout.name}/turn: overhead = POST → the reply's message.new on the chat's socket, minus the"
+                 f" fake model's handling of that request; the 1-user and other-rows sessions start with"
+                 f" {SMALL_SESSION} messages (and grow by 2 a turn); the prompt holds the newest messages that fit"
+                 " QORVEN_NUM_CTX (8192 tokens by default)")
+    return rows, notes
+
+
+# --- one layout ---------------------------------------------------------------------------------------
+
+
+class Layout(Servers):
+    """One layout's processes (_servers.Servers), its database helper and the tokens."""
+
+    def __init__(self, name: str, env: dict[str, str], tmp: Path, worker: bool, redis_url: str | None) -> None:
+        super().__init__(name, env, tmp, worker, redis_url)
+        self.helper: Helper | None = None
+        self.tokens: dict[str, Any] = {}
+
+    def start(self, label: str) -> None:
+        self.helper("leftovers_clear")  # what the last phase's stopped processes left behind
+        super().start(label)
+
+
+def run_layout(layout: Layout, sizes: Sizes, phases: list[str], model: FakeModel) -> tuple[list[Row], list[str]]:
+    if layout.redis_url:
+        flush_redis(layout.redis_url)
+    layout.helper = Helper(__file__, layout.env, layout.tmp / f"{layout.name}-helper.log")
+    rows: list[Row] = []
+    notes: list[str] = []
+    try:
+        started = time.monotonic()
+        layout.tokens = layout.helper("setup")
+        log(f"{layout.name}: migrated and set up {USERS} users, {SENDERS} paired senders in"
+            f" {time.monotonic() - started:.1f} s")
+        runs: dict[str, Callable[[], tuple[list[Row], list[str]]]] = {
+            "ingest": lambda: ingest(layout, sizes), "fanout": lambda: fanout(layout, sizes),
+            "turn": lambda: turn(layout, sizes, model)}
+        for phase in phases:
+            started = time.monotonic()
+            try:
+                phase_rows, phase_notes = runs[phase]()
+            except Exception:
+                log(f"{layout.name}/{phase} failed; server log tail:\n{layout.log_tail()}")
+                raise
+            rows += phase_rows
+            notes += phase_notes
+            log(f"{layout.name}/{phase}: done in {time.monotonic() - started:.1f} s")
+        return rows, notes
+    finally:
+        layout.helper.close()
+        layout.stop()
+
+
+# --- parent ---------------------------------------------------------------------------------------
+
+
+def layouts(tmp: Path, common: dict[str, str], wanted: list[str], pg_url: str, redis_url: str,
+            notes: list[str], live_layer: str = "") -> list[Layout]:
+    out = []
+    if "embedded" in wanted:
+        env = {**common, "DATABASE_URL": f"sqlite:///{tmp / 'embedded.sqlite3'}"}
+        out.append(Layout("embedded", env, tmp, False, None))
+    if "postgres+redis" in wanted:
+        why_not = unreachable(pg_url, redis_url)
+        if why_not:
+            log(f"postgres+redis skipped: {why_not}")
+            notes.append(f"postgres+redis: skipped, {why_not}")
+        else:
+            env = {**common, "DATABASE_URL": pg_url, "REDIS_URL": redis_url}
+            if live_layer:
+                env["QORVEN_LIVE_LAYER"] = live_layer
+            notes.append(f"postgres+redis: the channel layer is QORVEN_LIVE_LAYER={live_layer or 'lists'}"
+                         + ("" if live_layer else " (the default)"))
+            out.append(Layout("postgres+redis", env, tmp, True, redis_url))
+    return out
+
+
+def show(rows: list[Row]) -> None:
+    """The table, for a person reading stderr."""
+    columns = ("layout", "figure", "measured", "baseline", "ratio", "goal", "met")
+    cells = [[str(row.get(c) if row.get(c) is not None else "") for c in columns] for row in rows]
+    widths = [max([len(c)] + [len(line[i]) for line in cells]) for i, c in enumerate(columns)]
+    for line in [list(columns), *cells]:
+        log("  ".join(cell.ljust(width) for cell, width in zip(line, widths)))
+
+
+def parent(sizes: Sizes, quick: bool, phases: list[str], wanted: list[str], live_layer: str = "") -> int:
+    pg_url = os.environ.get("BENCH_POSTGRES_URL", DEFAULT_PG_URL)
+    redis_url = os.environ.get("BENCH_REDIS_URL", DEFAULT_REDIS_URL)
+    kill_on_exit()
+    rows: list[Row] = []
+    notes: list[str] = []
+    failed = False
+    model, telegram = FakeModel(tag=NONCE), FakeTelegram()
+    tmp = tempfile.TemporaryDirectory(prefix="qorven-bench-e2e-")
+    chosen: list[Layout] = []
+    began = time.monotonic()
+    try:
+        common = {**base_env(), "OPENAI_BASE_URL": model.url, "OPENAI_API_KEY": "bench-key",
+                  "QORVEN_MODEL": "bench-model", "TELEGRAM_API_BASE": telegram.url}
+        chosen = layouts(Path(tmp.name), common, wanted, pg_url, redis_url, notes, live_layer)
+        for layout in chosen:
+            started = time.monotonic()
+            try:
+                layout_rows, layout_notes = run_layout(layout, sizes, phases, model)
+            except Exception as exc:
+                log(f"{layout.name}: FAILED: {type(exc).__name__}: {exc}")
+                notes.append(f"{layout.name}: FAILED ({type(exc).__name__}: {exc})")
+                failed = True
+                continue
+            rows += layout_rows
+            notes += layout_notes
+            log(f"{layout.name}: done in {time.monotonic() - started:.0f} s")
+    finally:
+        stop_all()
+        model.stop()
+        telegram.stop()
+        for layout in chosen:
+            if layout.redis_url:
+                drop_postgres(pg_url)
+                flush_redis(layout.redis_url)
+        tmp.cleanup()
+    notes += [
+        f"everything (servers, worker, PostgreSQL, Redis, the fakes and the clients) shares this machine's"
+        f" {os.cpu_count()} CPUs; the clients are one asyncio process (aiohttp), as are the bases'",
+        "embedded: one `qorven serve` on SQLite, tasks on its embedded worker;"
+        " postgres+redis: `qorven serve` + `qorven worker --concurrency 4`",
+    ]
+    if quick:
+        notes.append(f"--quick: {sizes.deliveries} deliveries, {sizes.fanout_messages} one-chat messages,"
+                     f" {sizes.turns} turns, {label(sizes.big)} rows; the goals are for the full run")
+    show(rows)
+    for note in notes:
+        log(note)
+    log(f"finished in {time.monotonic() - began:.0f} s")
+    print(json.dumps({"bench": "e2e", "rows": rows, "notes": notes}))
+    return 1 if failed else 0
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="smaller sizes (a smoke run, about a minute a layout)")
+    parser.add_argument("--only", default=",".join(PHASES), help=f"phases, comma-separated: {','.join(PHASES)}")
+    parser.add_argument("--layout", choices=LAYOUTS, action="append", help="only this layout (repeatable)")
+    parser.add_argument("--live-layer", choices=("lists", "pubsub"), default="",
+                        help="QORVEN_LIVE_LAYER for postgres+redis (default: the server's own default, lists)")
+    parser.add_argument("--profile", metavar="DIR", default="",
+                        help="sample every server and worker with py-spy (pip install py-spy) into DIR")
+    parser.add_argument("--helper", action="store_true", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.helper:
+        return helper_main()
+    phases = [p.strip() for p in args.only.split(",") if p.strip()]
+    unknown = [p for p in phases if p not in PHASES]
+    if unknown:
+        parser.error(f"unknown phase(s) {', '.join(unknown)}; have {', '.join(PHASES)}")
+    _servers.PROFILE_DIR = args.profile
+    return parent(QUICK if args.quick else FULL, args.quick, phases, args.layout or list(LAYOUTS), args.live_layer)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
