@@ -117,17 +117,6 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     import tempfile
 
     DATABASES["default"]["TEST"] = {"NAME": str(Path(tempfile.gettempdir()) / f"qorven-test-{os.getpid()}.sqlite3")}
-elif DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql" and env.bool("QORVEN_DB_POOL", default=True):
-    # psycopg's pool: under Daphne every request runs on a thread of its own, so a
-    # connection per request (CONN_MAX_AGE=0) or per thread (CONN_MAX_AGE>0, which
-    # exhausts the server) is replaced by a bounded set that requests borrow and return.
-    # `qorven worker` closes it before forking its children (each opens its own).
-    DATABASES["default"]["CONN_MAX_AGE"] = 0
-    DATABASES["default"].setdefault("OPTIONS", {})["pool"] = {
-        "min_size": env.int("QORVEN_DB_POOL_MIN", default=2),
-        "max_size": env.int("QORVEN_DB_POOL_MAX", default=20),
-        "timeout": env.float("QORVEN_DB_POOL_TIMEOUT", default=10.0),
-    }
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 AUTH_PASSWORD_VALIDATORS = [
@@ -201,9 +190,6 @@ else:
 # the same task semantics as `qorven worker`, retries and countdowns included.
 CELERY_BROKER_URL = env.str("CELERY_BROKER_URL", default=REDIS_URL) or "embedded://localhost"
 QORVEN_WORKER_CONCURRENCY = env.int("QORVEN_WORKER_CONCURRENCY", default=4)
-# How long a process keeps the channel bindings and switches webhooks read on every
-# request (qorven.runtime.row_cache); a change made in another process shows within it.
-QORVEN_ROUTE_CACHE_SECONDS = env.float("QORVEN_ROUTE_CACHE_SECONDS", default=5.0)
 CELERY_TASK_ACKS_LATE = True
 CELERY_TASK_REJECT_ON_WORKER_LOST = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
