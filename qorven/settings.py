@@ -190,6 +190,9 @@ else:
 # the same task semantics as `qorven worker`, retries and countdowns included.
 CELERY_BROKER_URL = env.str("CELERY_BROKER_URL", default=REDIS_URL) or "embedded://localhost"
 QORVEN_WORKER_CONCURRENCY = env.int("QORVEN_WORKER_CONCURRENCY", default=4)
+# How long a process keeps the channel bindings and switches webhooks read on every
+# request (qorven.runtime.row_cache); a change made in another process shows within it.
+QORVEN_ROUTE_CACHE_SECONDS = env.float("QORVEN_ROUTE_CACHE_SECONDS", default=5.0)
 CELERY_TASK_ACKS_LATE = True
 CELERY_TASK_REJECT_ON_WORKER_LOST = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
