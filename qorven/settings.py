@@ -117,6 +117,17 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     import tempfile
 
     DATABASES["default"]["TEST"] = {"NAME": str(Path(tempfile.gettempdir()) / f"qorven-test-{os.getpid()}.sqlite3")}
+elif DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql" and env.bool("QORVEN_DB_POOL", default=True):
+    # psycopg's pool: under Daphne every request runs on a thread of its own, so a
+    # connection per request (CONN_MAX_AGE=0) or per thread (CONN_MAX_AGE>0, which
+    # exhausts the server) is replaced by a bounded set that requests borrow and return.
+    # `qorven worker` closes it before forking its children (each opens its own).
+    DATABASES["default"]["CONN_MAX_AGE"] = 0
+    DATABASES["default"].setdefault("OPTIONS", {})["pool"] = {
+        "min_size": env.int("QORVEN_DB_POOL_MIN", default=2),
+        "max_size": env.int("QORVEN_DB_POOL_MAX", default=20),
+        "timeout": env.float("QORVEN_DB_POOL_TIMEOUT", default=10.0),
+    }
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 AUTH_PASSWORD_VALIDATORS = [

@@ -7,6 +7,7 @@ from datetime import datetime, timedelta
 from zoneinfo import ZoneInfo
 
 import pytest
+from django.db import connection
 from django.utils import timezone
 
 from heartbeats_app.models import CLEAR_IMAGES, Heartbeat, HeartbeatRun
@@ -181,7 +182,10 @@ def test_one_tick_runs_once_even_when_two_beat_processes_send_it(world, pills, m
     results = []
 
     def fire():
-        results.append(run(pills))
+        try:
+            results.append(run(pills))
+        finally:
+            connection.close()  # this thread's own connection (on PostgreSQL, back to the pool)
 
     threads = [threading.Thread(target=fire) for _ in range(2)]
     for t in threads:

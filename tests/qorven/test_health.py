@@ -1,6 +1,8 @@
 """Health and readiness for load balancers: up, and able to work now."""
 from __future__ import annotations
 
+import copy
+
 import pytest
 from django.db import connection
 
@@ -15,16 +17,22 @@ def test_readyz_is_ready_with_the_database_and_unavailable_without_it(client, se
     ready = client.get("/readyz")
     assert (ready.status_code, ready.json()) == (200, {"status": "ok", "checks": {"database": "ok"}})
 
-    saved = dict(connection.settings_dict)
+    saved = copy.deepcopy(connection.settings_dict)
+    pooled = "pool" in connection.settings_dict.get("OPTIONS", {})
     connection.close()
     if connection.vendor == "sqlite":
         connection.settings_dict["NAME"] = "/nonexistent-dir/db.sqlite3"
     else:
         connection.settings_dict.update(HOST="127.0.0.1", PORT="9")  # nothing listens there
+        if pooled:  # a new pool for the new address, which gives up soon
+            connection.close_pool()
+            connection.settings_dict["OPTIONS"]["pool"]["timeout"] = 1
     try:
         down = client.get("/readyz")
     finally:
         connection.close()
+        if pooled:
+            connection.close_pool()
         connection.settings_dict.clear()
         connection.settings_dict.update(saved)
     assert (down.status_code, down.json()) == (503, {"status": "unavailable", "checks": {"database": "unavailable"}})
