@@ -27,3 +27,19 @@ class ChannelsAppConfig(AppConfig):
         for model in (ChannelBinding, Tenant, Qor):
             for signal in (post_save, post_delete):
                 signal.connect(webhook_bindings.clear, sender=model, dispatch_uid=f"channels_app.bindings.{model.__name__}")
+
+        from django.contrib.auth import get_user_model
+        from django.contrib.auth.signals import user_logged_out
+
+        from tenancy.models import ApiToken, Membership
+
+        from . import live_auth
+
+        # What can end the sign-in behind an open chat socket (channels_app.live_auth).
+        user_logged_out.connect(live_auth.on_logged_out, dispatch_uid="channels_app.live_auth.logout")
+        user = get_user_model()
+        post_save.connect(live_auth.on_user_saved, sender=user, dispatch_uid="channels_app.live_auth.user")
+        post_delete.connect(live_auth.on_user_deleted, sender=user, dispatch_uid="channels_app.live_auth.user_gone")
+        for model, handler in ((Membership, live_auth.on_membership_changed), (ApiToken, live_auth.on_token_changed)):
+            for name, signal in (("saved", post_save), ("deleted", post_delete)):
+                signal.connect(handler, sender=model, dispatch_uid=f"channels_app.live_auth.{model.__name__}.{name}")

@@ -24,6 +24,10 @@ Protocol (server → client, one JSON object per frame):
   "offset"}` — the next piece; `{"type": "message.done", "reply_to", "seq"}`.
 - `{"type": "pong"}` answers `{"type": "ping"}`; `{"type": "error", "error"}` answers a
   frame that is not a JSON document (too deep, a lone surrogate, binary).
+- `{"type": "signed_out"}`, then a close with code 4401: the sign-in behind the socket
+  ended (sign-out in another tab, a password change, a revoked token, removal from the
+  tenant; see channels_app.live_auth). The client should ask the person to sign in again
+  rather than reconnect.
 
 Connect with `?session=<id>&last_seq=<n>` to resume; without them the client gets the
 newest page. Authentication: the Django session cookie, or an API token as
@@ -31,7 +35,9 @@ newest page. Authentication: the Django session cookie, or an API token as
 """
 from __future__ import annotations
 
+import asyncio
 import logging
+import time
 from typing import Any
 from urllib.parse import parse_qs
 
@@ -57,10 +63,12 @@ from .chat import (
 )
 from .chat_cursor import ChatCursor
 from .json_body import QUERY_INT_MAX, BodyRefused, json_parse
+from .live_auth import RECHECK_DELAY, RECHECK_EVERY, auth_group, session_fingerprint, socket_signed_in
 
 logger = logging.getLogger(__name__)
 
 CLOSE_REFUSED = 4403
+CLOSE_SIGNED_OUT = 4401
 # What the layer carries to a chat's sockets; each goes through the chat cursor.
 LIVE_EVENTS = frozenset({"message.new", "message.chunk", "message.done", "message.answer", "message.delivery",
                          "session.started"})
@@ -79,6 +87,8 @@ class LiveChatConsumer(AsyncJsonWebsocketConsumer):
     async def connect(self) -> None:
         self.cursor = ChatCursor()
         self.joined: list[str] = []
+        self.checked_at = time.monotonic()
+        self.rechecks: set[asyncio.Task[None]] = set()
         try:
             self.owner = await self.authorize()
         except Exception:
@@ -89,6 +99,8 @@ class LiveChatConsumer(AsyncJsonWebsocketConsumer):
             return
         owner = self.owner
         await self._join(chat_group(owner.tenant.pk, owner.qor.pk, owner.user.pk))
+        if self.follows_sign_in:
+            await self._join(auth_group(owner.user.pk))
         await self.accept()
         metrics.live_sockets.inc()
         self.counted = True
@@ -98,6 +110,8 @@ class LiveChatConsumer(AsyncJsonWebsocketConsumer):
         await self.watch(session, after_seq=_int(params.get("last_seq")) if resume else None)
 
     async def disconnect(self, code: int) -> None:
+        for task in getattr(self, "rechecks", ()):
+            task.cancel()
         if getattr(self, "counted", False):
             metrics.live_sockets.dec()
             self.counted = False
@@ -133,6 +147,47 @@ class LiveChatConsumer(AsyncJsonWebsocketConsumer):
     async def receive_json(self, content: Any, **kwargs: Any) -> None:
         if isinstance(content, dict) and content.get("type") == "ping":
             await self.send_json({"type": "pong"})
+            if self.follows_sign_in and time.monotonic() - self.checked_at > RECHECK_EVERY:
+                await self.recheck()  # a session can also just expire
+
+    # --- the sign-in behind the socket (channels_app.live_auth) ---
+
+    follows_sign_in = False  # whether the socket closes when the sign-in that opened it ends
+    session_key_at_open: str | None = None
+
+    def signed_in(self) -> bool:
+        """Whether the credentials that opened the socket still hold (sync, reads the database)."""
+        return True
+
+    async def auth_changed(self, event: dict[str, Any]) -> None:
+        if event.get("ended") and event["ended"] == session_fingerprint(self.session_key_at_open):
+            await self.sign_out()
+            return
+        # Checked a moment later, off this socket's event loop turn: live events keep flowing meanwhile.
+        task = asyncio.get_running_loop().create_task(self._recheck_after(RECHECK_DELAY))
+        self.rechecks.add(task)
+        task.add_done_callback(self.rechecks.discard)
+
+    async def _recheck_after(self, delay: float) -> None:
+        await asyncio.sleep(delay)
+        await self.recheck()
+
+    async def recheck(self) -> None:
+        self.checked_at = time.monotonic()
+        try:
+            still = await database_sync_to_async(self.signed_in)()
+        except Exception:
+            logger.exception("could not check a live socket's sign-in")
+            return  # checked again on the next change or ping
+        if not still:
+            await self.sign_out()
+
+    async def sign_out(self) -> None:
+        if self.owner is None:
+            return
+        self.owner = None
+        await self.send_json({"type": "signed_out"})
+        await self.close(code=CLOSE_SIGNED_OUT)
 
     def query(self) -> dict[str, str]:
         raw = parse_qs(self.scope.get("query_string", b"").decode("latin-1"))
@@ -210,10 +265,15 @@ class LiveChatConsumer(AsyncJsonWebsocketConsumer):
 class ChatConsumer(LiveChatConsumer):
     """`/ws/chat/<tenant>/<qor>/`: the chat page (and any API client) of a member."""
 
+    follows_sign_in = True
+
     async def authorize(self) -> ChatOwner | None:
         kwargs = self.scope["url_route"]["kwargs"]
         user = self.scope.get("user")
         raw = self._bearer() or self.query().get("token", "")
+        self.token_raw = raw
+        session = self.scope.get("session")
+        self.session_key_at_open = None if raw or session is None else session.session_key
         if raw:
             token = await database_sync_to_async(api_token_authenticate)(raw=raw)
             if token is None or token.tenant.slug != kwargs["tenant"]:
@@ -227,6 +287,14 @@ class ChatConsumer(LiveChatConsumer):
             )
         except NotFound:
             return None
+
+    def signed_in(self) -> bool:
+        kwargs = self.scope["url_route"]["kwargs"]
+        owner = self.owner
+        if owner is None:
+            return False
+        return socket_signed_in(user_id=owner.user.pk, tenant_slug=kwargs["tenant"], qor_slug=kwargs["qor"],
+                                session_key=self.session_key_at_open, token=self.token_raw or None)
 
     def _bearer(self) -> str:
         for name, value in self.scope.get("headers", []):

@@ -51,6 +51,7 @@ def chat_page(request: HttpRequest, qor_slug: str) -> HttpResponse:
         "channel": Channel.WEB,
         "labels": {str(k): v for k, v in CHANNEL_LABELS.items()},
         "pageSize": PAGE,
+        "signIn": reverse("login"),
     }
     return render(request, "chat/chat.html", {
         "owner": owner,

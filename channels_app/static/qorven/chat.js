@@ -41,6 +41,7 @@
     this.config = config;
     this.timeline = root.querySelector("[data-timeline]");
     this.scroller = root.querySelector("[data-scroller]") || this.timeline;
+    this.section = this.newSection();
     this.status = root.querySelector("[data-status]");
     this.form = root.querySelector("[data-composer]");
     this.input = root.querySelector("[data-input]");
@@ -127,17 +128,58 @@
       try { event = JSON.parse(e.data); } catch (err) { return; }
       self.handle(event);
     };
-    socket.onclose = function () {
+    var opened = false;
+    socket.addEventListener("open", function () { opened = true; });
+    socket.onclose = function (e) {
       if (self.socket !== socket) return;
       self.stopPing();
       self.socket = null;
       if (self.closed) return;
+      // Closed because the sign-in behind it ended, or refused at the handshake (a sign-in
+      // that ended while the page was away, or a server that is down): ask the server
+      // whether this browser is still signed in (a password change signs the changing tab
+      // in again under a new session) instead of retrying for ever.
+      if (e.code === 4401 || !opened) self.checkSignedIn();
       self.attempt += 1;
       var delay = Math.min(15000, 500 * Math.pow(2, Math.min(self.attempt, 5))) * (0.75 + Math.random() / 2);
       if (now && self.attempt === 1) delay = 0;
       self.setStatus("offline", "Offline — reconnecting");
       self.retryTimer = setTimeout(function () { self.connect(); }, delay);
     };
+  };
+
+  // The page's sign-in ended (here, in another tab, or by a password change): say so and
+  // stop, rather than retrying a socket the server will keep refusing.
+  Chat.prototype.signedOut = function () {
+    if (this.isSignedOut) return;
+    this.isSignedOut = true;
+    this.closed = true;
+    clearTimeout(this.retryTimer);
+    this.stopPing();
+    if (this.socket) { var socket = this.socket; this.socket = null; socket.close(); }
+    this.streams.forEach(function (s) { s.node.remove(); });
+    this.streams.clear();
+    this.setStatus("signed-out", "Signed out");
+    var note = el("div", "signedout");
+    note.setAttribute("role", "alert");
+    note.setAttribute("data-signed-out", "");
+    note.appendChild(document.createTextNode("You are signed out. "));
+    var link = el("a", "", "Sign in again");
+    link.href = this.config.signIn + (this.config.signIn.indexOf("?") < 0 ? "?" : "&") + "next=" + encodeURIComponent(location.pathname);
+    note.appendChild(link);
+    (this.form || this.timeline).insertAdjacentElement("beforebegin", note);
+    if (this.input) this.input.disabled = true;
+    if (this.sendButton) this.sendButton.disabled = true;
+  };
+
+  Chat.prototype.checkSignedIn = function () {
+    var self = this;
+    if (!this.config.signIn || this.checkingSignIn) return;
+    this.checkingSignIn = true;
+    fetch(this.config.messages + "?before_seq=1", { headers: this.headers(), credentials: "same-origin" })
+      .then(function (r) { if (r.status === 401) self.signedOut(); })
+      .catch(function () {})
+      .then(function () { self.checkingSignIn = false; });
   };
 
   Chat.prototype.startPing = function () {
@@ -167,6 +209,7 @@
       case "message.answer": return this.onAnswer(event.seq, event.answer_state);
       case "message.delivery": return this.onDelivery(event.seq, event.delivery);
       case "pong": clearTimeout(this.pongTimer); return;
+      case "signed_out": return; // the close that follows (4401) checks the sign-in
     }
   };
 
@@ -178,6 +221,7 @@
       this.streams.forEach(function (s) { s.node.remove(); });
       this.streams.clear();
       this.timeline.appendChild(el("div", "divider divider--session", "New conversation"));
+      this.section = this.newSection();
       this.bySeq = new Map();
       this.finished.clear();
       this.answered.clear();
@@ -189,11 +233,21 @@
       this.more = false;
     }
     this.sessionId = event.session_id;
+    if (event.session_id !== null) this.section.setAttribute("data-session", event.session_id);
     this.updateEmpty();
+  };
+
+  // Each session's messages have a container of their own: seqs start again in a new
+  // session, so ordering by seq (and loading older pages) stays within it.
+  Chat.prototype.newSection = function () {
+    var section = el("div", "timeline__session");
+    this.timeline.appendChild(section);
+    return section;
   };
 
   Chat.prototype.clear = function () {
     this.timeline.textContent = "";
+    this.section = this.newSection();
     this.bySeq = new Map();
     this.streams.clear();
     this.finished.clear();
@@ -230,22 +284,22 @@
     var date = new Date(event.created_at);
     var day = date.toDateString();
     var after = null;
-    var children = this.timeline.querySelectorAll(".msg[data-seq]");
+    var children = this.section.querySelectorAll(".msg[data-seq]");
     var last = children.length ? children[children.length - 1] : null;
     if (!last || Number(last.getAttribute("data-seq")) < event.seq) {
-      var firstStream = this.timeline.querySelector(".msg--streaming, .msg--pending");
+      // Streaming and pending bubbles live after the section, so the end of it is the end.
       if (this.lastDay !== day) {
-        this.timeline.insertBefore(el("div", "divider", dayLabel(date)), firstStream);
+        this.section.appendChild(el("div", "divider", dayLabel(date)));
         this.lastDay = day;
       }
-      this.timeline.insertBefore(node, firstStream);
+      this.section.appendChild(node);
       if (!this.firstDay) this.firstDay = day;
       return;
     }
     for (var i = 0; i < children.length; i++) {
       if (Number(children[i].getAttribute("data-seq")) > event.seq) { after = children[i]; break; }
     }
-    this.timeline.insertBefore(node, after);
+    this.section.insertBefore(node, after);
   };
 
   Chat.prototype.renderMessage = function (event) {
@@ -437,7 +491,10 @@
     if (this.older) this.older.hidden = false;
     var url = this.config.messages + "?session=" + this.sessionId + "&before_seq=" + this.oldestSeq;
     fetch(url, { headers: this.headers(), credentials: "same-origin" })
-      .then(function (r) { return r.json(); })
+      .then(function (r) {
+        if (r.status === 401 && self.config.signIn) { self.signedOut(); throw new Error("signed out"); }
+        return r.json();
+      })
       .then(function (data) {
         if (data.session_id !== self.sessionId) return;
         var before = self.scroller.scrollHeight;
@@ -457,7 +514,7 @@
   };
 
   Chat.prototype.prepend = function (messages) {
-    var first = this.timeline.firstChild;
+    var first = this.section.firstChild;
     var fragment = document.createDocumentFragment();
     var day = null;
     for (var i = 0; i < messages.length; i++) {
@@ -477,7 +534,7 @@
     // The old first day label repeats the last day of the new page: drop it.
     if (first && first.classList && first.classList.contains("divider") && day === this.firstDay) first.remove();
     if (day) this.firstDay = this.firstDay || day;
-    this.timeline.insertBefore(fragment, this.timeline.firstChild);
+    this.section.insertBefore(fragment, this.section.firstChild);
     if (messages.length) this.firstDay = new Date(messages[0].created_at).toDateString();
   };
 
@@ -519,9 +576,13 @@
       headers: this.headers({ "Content-Type": "application/json", "X-CSRFToken": this.config.csrfToken || "" }),
       body: JSON.stringify({ content: content, client_id: clientId }),
     })
-      .then(function (r) { return r.json().then(function (data) { return { ok: r.ok, data: data }; }); })
+      .then(function (r) { return r.json().then(function (data) { return { ok: r.ok, status: r.status, data: data }; }); })
       .then(function (res) {
         pending.remove();
+        if (res.status === 401 && self.config.signIn) {
+          self.signedOut();
+          throw new Error("You are signed out: sign in again, then send it.");
+        }
         if (!res.ok) {
           if (self.config.onRefused) self.config.onRefused(res.data);
           throw new Error(res.data.error || "could not send");
@@ -543,6 +604,7 @@
       })
       .then(function () {
         self.sending = false;
+        if (self.isSignedOut) return;
         self.sendButton.disabled = false;
         self.input.focus();
       });

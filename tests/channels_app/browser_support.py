@@ -1,0 +1,130 @@
+"""What the browser tests share: Debian's chromium driven by Playwright, against a real
+`qorven serve` (Daphne) subprocess on its own database, a scripted model server and a
+fake Telegram API. Screenshots go to test-artifacts/."""
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from ..fakes.model_server import ModelServer
+from ..fakes.platform_server import PlatformServer
+from .payloads import telegram_update
+
+ROOT = Path(__file__).resolve().parents[2]
+ARTIFACTS = ROOT / "test-artifacts"
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+                 "--disable-component-update", "--disable-sync", "--no-first-run"]
+PASSWORD = "browser-test-pw"
+
+SETUP = """
+from django.core.management import call_command
+from channels_app.models import Identity
+from tenancy.models import Tenant
+from django.contrib.auth import get_user_model
+call_command("migrate", verbosity=0)
+call_command("bootstrap", tenant="acme", qor="aria", owner="alice", password={password!r}, qor_name="Aria")
+call_command("bind", "telegram", "--tenant", "acme", "--qor", "aria", "--token", "111:AAA", "--secret", "tg-secret",
+             "--username", "aria_bot")
+Identity.objects.create(tenant=Tenant.objects.get(slug="acme"), channel="telegram", external_id="42",
+                        user=get_user_model().objects.get(username="alice"), display_name="Alice",
+                        approval="approved", trust_level="owner")
+"""
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture
+def chat_server(tmp_path):
+    if not Path(CHROMIUM).exists():
+        if os.environ.get("CI"):
+            pytest.fail("chromium is missing: .ci/run installs it with apt")
+        pytest.skip("chromium is not installed (apt-get install -y chromium)")
+    pytest.importorskip("playwright")
+    model, platform = ModelServer().start(), PlatformServer()
+    port = _free_port()
+    env = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "CELERY_BROKER_URL")}
+    env.update(
+        DATABASE_URL=f"sqlite:///{tmp_path / 'browser.sqlite3'}", DJANGO_SECRET_KEY="browser-test",
+        CELERY_BROKER_URL="",  # turns run inside the server, as on the embedded default
+        OPENAI_BASE_URL=model.base_url, OPENAI_API_KEY="k", QORVEN_MODEL="scripted-model",
+        TELEGRAM_API_BASE=platform.url + "/telegram", QORVEN_LOG_LEVEL="WARNING",
+    )
+    if env.get("REDIS_URL"):  # the Redis layer and stream cache, on a database of their own
+        env["REDIS_URL"] = env["REDIS_URL"].rsplit("/", 1)[0] + "/9"
+    qorven = str(Path(sys.executable).with_name("qorven"))
+    subprocess.run([qorven, "shell", "-c", SETUP.format(password=PASSWORD)], cwd=ROOT, env=env, check=True,
+                   capture_output=True, timeout=180)
+    log = open(tmp_path / "server.log", "w")
+    proc = subprocess.Popen([qorven, "serve", "--no-migrate", "--port", str(port)], cwd=ROOT, env=env,
+                            stdout=log, stderr=subprocess.STDOUT)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 90
+        while True:
+            try:
+                urllib.request.urlopen(base + "/accounts/login/", timeout=2).read()
+                break
+            except OSError:
+                if proc.poll() is not None or time.monotonic() > deadline:
+                    raise AssertionError("the server did not start:\n" + (tmp_path / "server.log").read_text())
+                time.sleep(0.3)
+        yield base, model, platform
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+        log.close()
+        model.stop()
+        platform.stop()
+
+
+def post_telegram(base: str, text: str, message_id: int) -> int:
+    request = urllib.request.Request(
+        base + "/v1/webhooks/telegram", data=json.dumps(telegram_update(text, message_id=message_id)).encode(),
+        headers={"Content-Type": "application/json", "X-Telegram-Bot-Api-Secret-Token": "tg-secret"},
+    )
+    with urllib.request.urlopen(request, timeout=10) as response:
+        return response.status
+
+
+def sign_in(browser, base: str, *, context=None):
+    """A page on alice's chat with Aria, signed in and live (in a new browser context, or
+    in `context`; more tabs of it: page.context.new_page())."""
+    from playwright.sync_api import expect
+
+    page = (context or browser.new_context(viewport={"width": 1280, "height": 820})).new_page()
+    page.set_default_timeout(20_000)
+    page.goto(base + "/chat/")
+    page.fill("#id_username", "alice")
+    page.fill("#id_password", PASSWORD)
+    page.click("button[type=submit]")
+    page.wait_for_url("**/chat/aria/")
+    expect(page.locator("[data-status]")).to_have_attribute("data-state", "live")
+    return page
+
+
+def send(page, text: str) -> None:
+    composer = page.locator("[data-input]")
+    composer.fill(text)
+    composer.press("Enter")
+
+
+NOT_ANSWERED = "Not answered (the notice below says why)"
+SERVER_WORK = 20_000  # ms an assertion waits for a turn or a delivery to finish
+
+

@@ -1,0 +1,158 @@
+"""A chat socket lives only as long as the sign-in that opened it: signing out in another
+tab, a password change, removal from the tenant or a revoked token closes it (a
+`signed_out` frame, then close code 4401) — and nobody else's socket."""
+from __future__ import annotations
+
+from importlib import import_module
+
+import pytest
+from asgiref.sync import async_to_sync, sync_to_async
+from django.conf import settings
+from django.test import Client
+from django.utils import timezone
+
+from channels_app import consumers
+from channels_app.consumers import CLOSE_SIGNED_OUT
+from qorven.runtime.publisher import broadcast_flush
+from tenancy.models import Membership
+from tenancy.services import api_token_create
+
+from .live_helpers import communicator, receive_until, session_cookie
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+ALICE_CHAT = "/ws/chat/acme/aria/"
+
+
+@pytest.fixture(autouse=True)
+def no_recheck_delay(monkeypatch):
+    monkeypatch.setattr(consumers, "RECHECK_DELAY", 0.0)
+
+
+def signed_in_client(user) -> tuple[Client, str]:
+    client = Client()
+    client.force_login(user)
+    return client, client.cookies["sessionid"].value
+
+
+async def opened(comm):
+    assert (await comm.connect())[0]
+    await receive_until(comm, lambda e: e["type"] == "session")
+    return comm
+
+
+async def closed_as_signed_out(comm) -> list[dict]:
+    await sync_to_async(broadcast_flush)()
+    events = await receive_until(comm, lambda e: e["type"] == "signed_out", timeout=10)
+    close = await comm.receive_output(timeout=5)
+    assert close == {"type": "websocket.close", "code": CLOSE_SIGNED_OUT}
+    return events
+
+
+async def still_open(comm) -> None:
+    await sync_to_async(broadcast_flush)()
+    await comm.send_json_to({"type": "ping"})
+    assert await receive_until(comm, lambda e: e["type"] == "pong")
+    await comm.disconnect()
+
+
+def test_signing_out_in_one_tab_closes_the_other_tabs_socket_and_nobody_elses(world):
+    tab, cookie = signed_in_client(world.alice)
+    other_session = session_cookie(world.alice)  # alice on her phone: a sign-in of its own
+    bob = session_cookie(world.bob)
+
+    async def scenario():
+        page = await opened(communicator(ALICE_CHAT, cookie=cookie))
+        phone = await opened(communicator(ALICE_CHAT, cookie=other_session))
+        bobs = await opened(communicator(ALICE_CHAT, cookie=bob))
+
+        response = await sync_to_async(tab.post)("/accounts/logout/")
+        assert response.status_code in (200, 302)
+
+        await closed_as_signed_out(page)
+        await still_open(phone)  # her other sign-in did not end
+        await still_open(bobs)
+
+    async_to_sync(scenario)()
+
+
+def test_a_password_change_closes_the_sockets_of_every_earlier_sign_in(world):
+    cookie = session_cookie(world.alice)
+    bob = session_cookie(world.bob)
+
+    async def scenario():
+        page = await opened(communicator(ALICE_CHAT, cookie=cookie))
+        bobs = await opened(communicator(ALICE_CHAT, cookie=bob))
+
+        def change_password():
+            world.alice.set_password("a new one, 2026")
+            world.alice.save()
+
+        await sync_to_async(change_password)()
+
+        await closed_as_signed_out(page)
+        await still_open(bobs)
+
+    async_to_sync(scenario)()
+
+
+def test_an_unrelated_save_of_the_user_leaves_their_socket_open(world):
+    cookie = session_cookie(world.alice)
+
+    async def scenario():
+        page = await opened(communicator(ALICE_CHAT, cookie=cookie))
+
+        def rename():
+            world.alice.first_name = "Alicia"
+            world.alice.save()  # the hash of the password is unchanged: the session holds
+
+        await sync_to_async(rename)()
+        await still_open(page)
+
+    async_to_sync(scenario)()
+
+
+def test_removal_from_the_tenant_closes_the_members_socket(world):
+    cookie = session_cookie(world.alice)
+
+    async def scenario():
+        page = await opened(communicator(ALICE_CHAT, cookie=cookie))
+        await sync_to_async(lambda: Membership.objects.get(tenant=world.tenant_a, user=world.alice).delete())()
+        await closed_as_signed_out(page)
+
+    async_to_sync(scenario)()
+
+
+def test_a_revoked_token_closes_the_socket_it_opened(world):
+    token, raw = api_token_create(tenant=world.tenant_a, user=world.alice)
+    _, other_raw = api_token_create(tenant=world.tenant_a, user=world.alice, name="another client")
+
+    async def scenario():
+        revoked = await opened(communicator(ALICE_CHAT, headers=[(b"authorization", f"Bearer {raw}".encode())]))
+        other = await opened(communicator(ALICE_CHAT, headers=[(b"authorization", f"Bearer {other_raw}".encode())]))
+
+        def revoke():
+            token.revoked_at = timezone.now()
+            token.save()
+
+        await sync_to_async(revoke)()
+        await closed_as_signed_out(revoked)
+        await still_open(other)
+
+    async_to_sync(scenario)()
+
+
+def test_a_session_that_expires_quietly_is_noticed_on_a_ping(world, monkeypatch):
+    monkeypatch.setattr(consumers, "RECHECK_EVERY", 0.0)
+    cookie = session_cookie(world.alice)
+    store = import_module(settings.SESSION_ENGINE).SessionStore
+
+    async def scenario():
+        page = await opened(communicator(ALICE_CHAT, cookie=cookie))
+        await sync_to_async(store(session_key=cookie).delete)()  # gone, with no signal: as expiry is
+        await page.send_json_to({"type": "ping"})
+        events = await receive_until(page, lambda e: e["type"] == "signed_out")
+        assert events[0] == {"type": "pong"}
+        assert await page.receive_output(timeout=5) == {"type": "websocket.close", "code": CLOSE_SIGNED_OUT}
+
+    async_to_sync(scenario)()
