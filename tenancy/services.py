@@ -65,7 +65,9 @@ def tenant_bootstrap(
     if host_superuser and not owner.is_superuser:
         owner.is_superuser = True
         fields.append("is_superuser")
-    if password:
+    if password and not owner.check_password(password):
+        # Only a new password is set: hashing the same one again would change the session
+        # hash and sign the owner out of every open page (`make run` passes it each start).
         owner.set_password(password)
         fields.append("password")
     elif owner_created:

@@ -36,6 +36,22 @@ def test_bootstrap_creates_tenant_default_qor_and_owner_and_is_idempotent():
 
 
 @pytest.mark.django_db
+def test_bootstrap_again_with_the_same_password_keeps_the_owner_signed_in(client):
+    """`make run` bootstraps on every start: the owner's open pages must stay signed in."""
+    args = ("bootstrap", "--tenant", "acme", "--qor", "aria", "--owner", "alice")
+    run(*args, "--password", "quiet-harbour-47")
+    assert client.login(username="alice", password="quiet-harbour-47")
+    stored = get_user_model().objects.get(username="alice").password
+
+    run(*args, "--password", "quiet-harbour-47")
+    assert get_user_model().objects.get(username="alice").password == stored  # not hashed again
+    assert client.get("/chat/aria/").status_code == 200  # the session from before still holds
+
+    run(*args, "--password", "a-different-one-58")
+    assert client.get("/chat/aria/").status_code == 302  # a new password ends earlier sign-ins
+
+
+@pytest.mark.django_db
 def test_a_second_tenants_owner_sees_only_their_tenant_in_the_admin(client):
     from sessions_app.services import session_resolve
 
