@@ -80,11 +80,20 @@ class ChannelBindingAdmin(TenantScopedAdminMixin, admin.ModelAdmin):
     form = BindingForm
     list_display = ["__str__", "tenant", "qor", "kind", "enabled", "unpaired_response", "credential_keys"]
     list_filter = ["kind", "enabled", "tenant"]
-    readonly_fields = ["credential_keys"]
+    readonly_fields = ["credential_keys", "embed"]
 
     @admin.display(description="credentials set")
     def credential_keys(self, obj: ChannelBinding) -> str:
         return ", ".join(sorted(k for k, v in (obj.credentials or {}).items() if v)) or "—"
+
+    @admin.display(description="embed on your site")
+    def embed(self, obj: ChannelBinding) -> str:
+        """A webchat's script tag, to copy (escaped by the admin: shown, never run)."""
+        if obj.pk is None or obj.kind != "webchat":
+            return "—"
+        from .adapters.webchat import embed_snippet
+
+        return embed_snippet(obj)
 
 
 @admin.register(Identity)

@@ -27,7 +27,10 @@ def binding_create(
     missing = [k for k in adapter.required if not credentials.get(k)]
     if missing:
         raise BindingError(f"{kind} needs: {', '.join('--' + m.replace('_', '-') for m in missing)}")
-    clean = adapter.prepare_credentials({k: v for k, v in credentials.items() if v})
+    given = {k: v for k, v in credentials.items() if v}
+    current = adapter.binding_to_update(qor=qor, given=given)
+    kept = dict(current.credentials) if current is not None else {}
+    clean = adapter.prepare_credentials({**kept, **given})
     lookup = adapter.lookup_key(clean)
     existing = ChannelBinding.objects.filter(kind=kind, lookup_key=lookup).first()
     if existing is not None and existing.tenant_id != tenant.pk:
@@ -39,4 +42,7 @@ def binding_create(
     binding.unpaired_response = unpaired_response
     binding.enabled = True
     binding.save()
+    # What Qorven made up in this call (a webchat's secret): shown once, by `qorven bind`.
+    binding.generated = frozenset(k for k in clean if k not in given and k not in kept
+                                  and k not in (existing.credentials if existing else {}))
     return binding

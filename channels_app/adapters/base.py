@@ -9,6 +9,7 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import Any
 
 import httpx
 from django.conf import settings
@@ -64,6 +65,11 @@ class Adapter:
     def prepare_credentials(self, credentials: dict[str, str]) -> dict[str, str]:
         """Fill in what Qorven makes itself (a webchat's key and secret)."""
         return credentials
+
+    def binding_to_update(self, *, qor: Any, given: dict[str, str]) -> ChannelBinding | None:
+        """The Qor's binding that `qorven bind` with these credentials changes, when the
+        credentials do not name the account themselves (a webchat without --key)."""
+        return None
 
     def setup_hint(self, binding: ChannelBinding, given: dict[str, str]) -> list[str]:
         """What `qorven bind` tells the owner to do next. Never a secret they gave."""

@@ -8,12 +8,19 @@ with and, optionally, the sites allowed to embed it.
 from __future__ import annotations
 
 import secrets
+from typing import Any
 
 from django.conf import settings
 from django.http import HttpRequest
 
 from ..models import ChannelBinding
 from .base import Adapter, Parsed, SendError, WebhookRejected
+
+
+def embed_snippet(binding: ChannelBinding) -> str:
+    """The script tag for anonymous visitors, at this server's public address."""
+    base = settings.QORVEN_PUBLIC_URL.rstrip("/")
+    return f'<script src="{base}/webchat/{binding.lookup_key}.js" async></script>'
 
 
 class WebchatAdapter(Adapter):
@@ -32,10 +39,19 @@ class WebchatAdapter(Adapter):
             "secret": credentials.get("secret") or secrets.token_urlsafe(32),
         }
 
+    def binding_to_update(self, *, qor: Any, given: dict[str, str]) -> ChannelBinding | None:
+        if given.get("key"):
+            return None  # the key names the binding
+        return ChannelBinding.objects.filter(tenant_id=qor.tenant_id, qor=qor, kind=self.kind).order_by("pk").first()
+
     def setup_hint(self, binding: ChannelBinding, given: dict[str, str]) -> list[str]:
-        base = settings.QORVEN_PUBLIC_URL.rstrip("/")
-        lines = [f'embed: <script src="{base}/webchat/{binding.lookup_key}.js" data-token="…" async></script>']
-        if not given.get("secret"):
+        lines = [f"embed (paste as is): {embed_snippet(binding)}",
+                 'signed-in visitors: add data-token="TOKEN" to the tag, TOKEN signed by your server with the '
+                 "binding's secret (README: The webchat embed)"]
+        if not settings.QORVEN_PUBLIC_URL_GIVEN:
+            lines.append(f"(the address is QORVEN_PUBLIC_URL, unset here: replace {settings.QORVEN_PUBLIC_URL} "
+                         "with the one your visitors reach this server at)")
+        if "secret" in getattr(binding, "generated", ()):
             lines.append(f"signing secret (shown once, keep it on your site's server): {binding.credentials['secret']}")
         return lines
 

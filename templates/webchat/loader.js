@@ -1,5 +1,6 @@
 /* Qorven webchat embed. Include with:
- *   <script src="…/webchat/<key>.js" data-token="<signed visitor token or nothing>" async></script>
+ *   <script src="https://<qorven>/webchat/<key>.js" async></script>
+ * and, for a signed-in visitor, data-token="<the token your server signed>" on the tag.
  * It adds a chat bubble; the chat itself runs in a frame served by Qorven. */
 (function () {
   "use strict";
@@ -28,6 +29,11 @@
   frame.title = "Chat";
   frame.setAttribute("allow", "clipboard-write");
   var loaded = false;
+  var ready = false; // the frame's page has loaded and listens
+  frame.addEventListener("load", function () {
+    ready = true;
+    if (frame.classList.contains("qorven-open")) frame.contentWindow.postMessage("qorven:open", origin);
+  });
 
   var bubble = document.createElement("button");
   bubble.className = "qorven-bubble";
@@ -43,7 +49,7 @@
     bubble.classList.toggle("qorven-open", open);
     bubble.innerHTML = open ? closeIcon : chatIcon;
     bubble.setAttribute("aria-label", open ? "Close chat" : "Open chat");
-    if (open && frame.contentWindow) frame.contentWindow.postMessage("qorven:open", origin);
+    if (open && ready) frame.contentWindow.postMessage("qorven:open", origin); // else: on load
   });
 
   function mount() {

@@ -34,6 +34,7 @@ call_command("migrate", verbosity=0)
 call_command("bootstrap", tenant="acme", qor="aria", owner="alice", password={password!r}, qor_name="Aria")
 call_command("bind", "telegram", "--tenant", "acme", "--qor", "aria", "--token", "111:AAA", "--secret", "tg-secret",
              "--username", "aria_bot")
+call_command("bind", "webchat", "--tenant", "acme", "--qor", "aria", "--key", "wc_browser", "--secret", "wc-secret")
 Identity.objects.create(tenant=Tenant.objects.get(slug="acme"), channel="telegram", external_id="42",
                         user=get_user_model().objects.get(username="alice"), display_name="Alice",
                         approval="approved", trust_level="owner")

@@ -35,6 +35,13 @@ def test_binding_secrets_never_appear_in_the_admin(admin_client, world, telegram
     assert "secret, token, username" in page  # which keys are set, not their values
 
 
+def test_the_admin_shows_a_webchat_bindings_embed_and_not_its_secret(admin_client, world):
+    binding = binding_create(tenant=world.tenant_a, qor=world.qor_a, kind="webchat", credentials={})
+    page = admin_client.get(f"/admin/channels_app/channelbinding/{binding.pk}/change/").content.decode()
+    assert f"/webchat/{binding.lookup_key}.js&quot; async&gt;&lt;/script&gt;" in page  # shown as text, to copy
+    assert binding.credentials["secret"] not in page
+
+
 def test_admin_can_replace_one_credential_and_keep_the_others(admin_client, world, telegram):
     response = admin_client.post(f"/admin/channels_app/channelbinding/{telegram.pk}/change/", {
         "tenant": world.tenant_a.pk, "qor": world.qor_a.pk, "kind": "telegram", "name": telegram.name,

@@ -174,6 +174,40 @@ def test_bind_webchat_prints_the_embed_and_a_generated_secret_once(world):
     assert ChannelBinding.objects.get(kind="webchat").credentials["secret"] == "chosen-secret"
 
 
+def test_bind_webchat_again_updates_the_qors_binding_and_keeps_its_key_and_secret(world):
+    call_command("bind", "webchat", "--tenant", "acme", "--qor", "aria", stdout=io.StringIO())
+    first = ChannelBinding.objects.get(kind="webchat")
+    out = io.StringIO()
+    call_command("bind", "webchat", "--tenant", "acme", "--qor", "aria", "--origins", "https://acme.example",
+                 stdout=out)
+
+    again = ChannelBinding.objects.get(kind="webchat")  # still one
+    assert (again.pk, again.lookup_key) == (first.pk, first.lookup_key)
+    assert again.credentials["secret"] == first.credentials["secret"]  # visitors' tokens stay valid
+    assert again.credentials["origins"] == "https://acme.example"
+    assert first.credentials["secret"] not in out.getvalue()  # shown once: the first time
+
+
+def test_the_printed_embed_works_pasted_as_is(client, world, settings):
+    settings.QORVEN_PUBLIC_URL, settings.QORVEN_PUBLIC_URL_GIVEN = "https://chat.acme.example", True
+    out = io.StringIO()
+    call_command("bind", "webchat", "--tenant", "acme", "--qor", "aria", stdout=out)
+    key = ChannelBinding.objects.get(kind="webchat").lookup_key
+    line = next(line for line in out.getvalue().splitlines() if line.startswith("embed"))
+    snippet = line.split(": ", 1)[1]
+
+    assert snippet == f'<script src="https://chat.acme.example/webchat/{key}.js" async></script>'
+    assert "…" not in out.getvalue() and "QORVEN_PUBLIC_URL, unset" not in out.getvalue()
+    assert client.get(f"/webchat/{key}.js").status_code == 200
+
+
+def test_the_embed_hint_says_when_the_public_address_is_a_guess(world, settings):
+    settings.QORVEN_PUBLIC_URL, settings.QORVEN_PUBLIC_URL_GIVEN = "http://127.0.0.1:8000", False
+    out = io.StringIO()
+    call_command("bind", "webchat", "--tenant", "acme", "--qor", "aria", stdout=out)
+    assert "QORVEN_PUBLIC_URL, unset here: replace http://127.0.0.1:8000" in out.getvalue()
+
+
 def test_an_anonymous_token_expires_unless_used_and_each_use_renews_it(client, world, webchat, settings, drain):
     from django.core import signing
 

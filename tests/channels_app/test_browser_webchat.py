@@ -1,0 +1,110 @@
+"""The webchat embed in a real browser, on a host site of another origin: pasted as
+printed, opened, and used where the browser blocks storage in third-party frames."""
+from __future__ import annotations
+
+import threading
+from contextlib import contextmanager
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+from ..fakes.model_server import reply
+from .browser_support import ARTIFACTS, CHROMIUM, CHROMIUM_ARGS, SERVER_WORK
+
+KEY = "wc_browser"  # bound by browser_support's set-up
+
+# As browsers that partition or block third-party storage do: any use of it throws.
+STORAGE_BLOCKED_IN_FRAMES = """
+if (window.top !== window) {
+  Object.defineProperty(window, "localStorage", {
+    get() { throw new DOMException("The operation is insecure.", "SecurityError"); },
+  });
+}
+"""
+
+
+@contextmanager
+def host_site(base: str, tag_attributes: str = ""):
+    """A shop's own site on another origin (and site: localhost, not 127.0.0.1) embedding
+    the widget: a real HTTP server on loopback, as the Qorven server is (Chromium refuses
+    a public page's requests to loopback)."""
+    page = (f'<!doctype html><title>Shop</title><h1>A shop</h1>'
+            f'<script src="{base}/webchat/{KEY}.js" {tag_attributes} async></script>').encode()
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self):  # noqa: N802 (http.server's name)
+            self.send_response(200)
+            self.send_header("Content-Type", "text/html; charset=utf-8")
+            self.send_header("Content-Length", str(len(page)))
+            self.end_headers()
+            self.wfile.write(page)
+
+        def log_message(self, *args):
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield f"http://localhost:{server.server_address[1]}/"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def open_widget(browser, site: str, *, init_script: str = ""):
+    context = browser.new_context(viewport={"width": 1280, "height": 820})
+    if init_script:
+        context.add_init_script(init_script)
+    page = context.new_page()
+    page.set_default_timeout(20_000)
+    errors: list[str] = []
+    page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    page.goto(site)
+    page.click(".qorven-bubble")
+    frame = page.frame_locator(".qorven-frame")
+    return page, frame, errors
+
+
+def test_a_visitor_chats_when_the_browser_blocks_storage_in_the_frame(chat_server):
+    from playwright.sync_api import expect, sync_playwright
+
+    base, model, platform = chat_server
+    model.add(reply("We open at nine."))
+    ARTIFACTS.mkdir(exist_ok=True)
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        try:
+            with host_site(base) as site:
+                page, frame, errors = open_widget(browser, site, init_script=STORAGE_BLOCKED_IN_FRAMES)
+            frame.locator("[data-input]").fill("When do you open?")
+            frame.locator("[data-input]").press("Enter")
+
+            expect(frame.locator(".msg--user .msg__body")).to_have_text("When do you open?", timeout=SERVER_WORK)
+            expect(frame.locator(".msg--assistant:not(.msg--streaming)")).to_contain_text("We open at nine.",
+                                                                                          timeout=SERVER_WORK)
+            expect(frame.locator(".msg--streaming")).to_have_count(0)  # no thinking bubble left behind
+            expect(frame.locator("[data-status]")).to_have_attribute("data-state", "live")
+            page.screenshot(path=str(ARTIFACTS / "webchat-no-storage.png"))
+            assert errors == []
+        finally:
+            browser.close()
+
+
+def test_the_printed_snippet_pasted_with_a_placeholder_token_still_chats_and_opening_logs_no_error(chat_server):
+    from playwright.sync_api import expect, sync_playwright
+
+    base, model, platform = chat_server
+    model.add(reply("Hello!"))
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        try:
+            with host_site(base, tag_attributes='data-token="…"') as site:
+                page, frame, errors = open_widget(browser, site)
+            expect(frame.locator("[data-input]")).to_be_focused()  # the open message reached the loaded frame
+            frame.locator("[data-input]").fill("hi")
+            frame.locator("[data-input]").press("Enter")
+            expect(frame.locator(".msg--assistant:not(.msg--streaming)")).to_contain_text("Hello!",
+                                                                                          timeout=SERVER_WORK)
+            assert not [e for e in errors if "ISO-8859-1" in e or "postMessage" in e], errors
+            assert not [e for e in errors if "403" in e], errors
+        finally:
+            browser.close()
