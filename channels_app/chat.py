@@ -13,6 +13,7 @@ from typing import Any
 from django.contrib.auth.models import AbstractBaseUser
 
 from qorven.agent.gateway import inbound_accept
+from sessions_app.channel_kinds import CHAT_FAMILY
 from sessions_app.models import Session
 from sessions_app.selectors import MessageRow, canonical_session_find, messages_read
 from sessions_app.services import AppendResult, session_resolve
@@ -56,6 +57,20 @@ def chat_owner(*, user: AbstractBaseUser, tenant_slug: str, qor_slug: str, surfa
     if qor is None:
         raise NotFound(f"no qor {qor_slug!r}")
     return ChatOwner(tenant, qor, user, trust)
+
+
+def chat_channels(*, owner: ChatOwner) -> set[str]:
+    """The chat-family channels this chat can hear from: the web and the terminal, and
+    each platform the Qor has an enabled binding on."""
+    from sessions_app.channel_kinds import Channel
+
+    from .models import ChannelBinding
+
+    chat_channel_of = {kind: channel for channel, kind in PLATFORM_OF.items() if channel in CHAT_FAMILY}
+    chat_channel_of["webchat"] = Channel.WEBCHAT
+    kinds = ChannelBinding.objects.filter(tenant=owner.tenant, qor=owner.qor, enabled=True).values_list(
+        "kind", flat=True).distinct()
+    return {Channel.WEB, Channel.TUI} | {chat_channel_of[k] for k in kinds if k in chat_channel_of}
 
 
 def chat_qors(*, user: AbstractBaseUser) -> list[Qor]:

@@ -12,7 +12,7 @@ from django.views.decorators.http import require_http_methods
 from sessions_app.channel_kinds import Channel
 from tenancy.errors import NotFound
 
-from .chat import PAGE, chat_events, chat_owner, chat_qors, chat_send, chat_session
+from .chat import PAGE, chat_channels, chat_events, chat_owner, chat_qors, chat_send, chat_session
 from .json_body import QUERY_INT_MAX, BodyRefused, json_body
 from .live_events import message_event
 
@@ -41,6 +41,7 @@ def chat_page(request: HttpRequest, qor_slug: str) -> HttpResponse:
     except NotFound:
         raise Http404("no such chat") from None
     several = _several_tenants(qors)
+    heard_from = chat_channels(owner=owner)  # a filter chip only for a channel that can speak here
     config = {
         "tenant": owner.tenant.slug,
         "qor": owner.qor.slug,
@@ -56,7 +57,7 @@ def chat_page(request: HttpRequest, qor_slug: str) -> HttpResponse:
     return render(request, "chat/chat.html", {
         "owner": owner,
         "config": config,
-        "channels": [(str(k), v) for k, v in CHANNEL_LABELS.items()],
+        "channels": [(str(k), v) for k, v in CHANNEL_LABELS.items() if k in heard_from],
         "qors": [(q, _page_url(q, several_tenants=several), q.pk == owner.qor.pk) for q in qors],
         "several_tenants": several,
     })

@@ -23,7 +23,23 @@ def test_the_chat_needs_a_login_and_lands_on_the_default_qor(client, world):
     page = client.get("/chat/aria/")
     assert page.status_code == 200
     html = page.content.decode()
-    assert '"socket": "/ws/chat/acme/aria/"' in html and 'data-filter="telegram"' in html
+    assert '"socket": "/ws/chat/acme/aria/"' in html
+
+
+def test_the_filter_offers_the_web_the_terminal_and_each_bound_platform_only(client, world, telegram):
+    from channels_app.services import binding_create
+
+    binding_create(tenant=world.tenant_b, qor=world.qor_b, kind="slack", credentials={
+        "app_id": "A9", "bot_token": "xoxb-globex", "signing_secret": "s"})  # another tenant's
+    discord = binding_create(tenant=world.tenant_a, qor=world.qor_a, kind="discord", credentials={
+        "bot_token": "d", "public_key": "00" * 32, "application_id": "1"})
+    discord.enabled = False
+    discord.save()
+    client.force_login(world.alice)
+
+    chips = client.get("/chat/aria/").context["channels"]
+
+    assert [value for value, _ in chips] == ["web", "tui", "telegram"]
 
 
 def test_a_user_never_reaches_another_tenants_chat(client, world):

@@ -25,6 +25,7 @@ class Step:
     headers: dict[str, str] = field(default_factory=dict)
     delay: float = 0.0
     chunk_delay: float = 0.0  # seconds between streamed chunks, to watch a reply stream in
+    chunk_size: int = 5  # characters per streamed chunk
     usage: tuple[int, int] | None = (11, 7)
 
 
@@ -161,7 +162,8 @@ def _chunks(body: dict[str, Any], step: Step) -> list[dict[str, Any]]:
 
     out = [chunk({"role": "assistant", "content": ""})]
     text = step.text
-    pieces = [text[i:i + 5] for i in range(0, len(text), 5)]
+    size = step.chunk_size
+    pieces = [text[i:i + size] for i in range(0, len(text), size)]
     out += [chunk({"content": p}) for p in pieces]
     for i, (name, args) in enumerate(step.tool_calls):
         raw = _args(args)

@@ -42,6 +42,8 @@
     this.timeline = root.querySelector("[data-timeline]");
     this.scroller = root.querySelector("[data-scroller]") || this.timeline;
     this.section = this.newSection();
+    this.pinned = true; // the view follows the newest message
+    this.autoScrollTop = 0;
     this.status = root.querySelector("[data-status]");
     this.form = root.querySelector("[data-composer]");
     this.input = root.querySelector("[data-input]");
@@ -80,7 +82,10 @@
     }
     this.scroller.addEventListener("scroll", function () {
       if (self.scroller.scrollTop < 120) self.loadOlder();
-      if (self.nearBottom() && self.jump) self.jump.hidden = true;
+      // Following the bottom until the reader scrolls up from where we last put it (a
+      // paint that grew the page meanwhile is not the reader leaving).
+      self.pinned = self.nearBottom() || self.scroller.scrollTop >= self.autoScrollTop - 2;
+      if (self.pinned && self.jump) self.jump.hidden = true;
     });
     if (this.jump) this.jump.addEventListener("click", function () { self.scrollToBottom(); });
     if (this.older) this.older.addEventListener("click", function () { self.loadOlder(); });
@@ -258,7 +263,6 @@
 
   Chat.prototype.onMessage = function (event, live) {
     if (this.bySeq.has(event.seq)) return;
-    var stick = this.nearBottom();
     if (this.oldestSeq === null || event.seq < this.oldestSeq) {
       this.oldestSeq = event.seq;
       this.more = event.seq > 1;
@@ -274,9 +278,10 @@
     var node = this.renderMessage(event);
     this.bySeq.set(event.seq, node);
     this.place(node, event);
+    if (this.filter) this.tidyDividers();
     if (event.answer_state === "failed") this.endStream(event.seq);
     this.updateEmpty();
-    if (live) this.afterGrow(stick);
+    if (live) this.afterGrow();
   };
 
   // Insert in seq order (live messages land at the end; catch-up may fill a gap).
@@ -397,7 +402,6 @@
 
   Chat.prototype.onStream = function (replyTo, text, offset, whole) {
     if (this.finished.has(replyTo)) return;
-    var stick = this.nearBottom();
     var stream = this.streams.get(replyTo);
     if (!stream) {
       var source = this.bySeq.get(replyTo);
@@ -425,16 +429,18 @@
       stream.text += text;
     }
     this.paintStream(stream);
-    this.afterGrow(stick);
+    this.afterGrow();
   };
 
   Chat.prototype.paintStream = function (stream) {
+    var self = this;
     if (stream.painting) return;
     stream.painting = true;
     var raf = global.requestAnimationFrame || function (f) { return setTimeout(f, 16); };
     raf(function () {
       stream.painting = false;
       stream.node.querySelector(".msg__body").innerHTML = md.render(stream.text);
+      self.afterGrow(); // measured after the paint: one paint may add many lines
     });
   };
 
@@ -466,6 +472,7 @@
       chip.setAttribute("aria-pressed", on ? "true" : "false");
     });
     this.timeline.querySelectorAll(".msg").forEach(function (node) { self.applyFilter(node); });
+    this.tidyDividers();
     this.updateEmpty();
     this.scrollToBottom();
     this.fillScreen();
@@ -475,11 +482,38 @@
     node.hidden = !!this.filter && node.getAttribute("data-channel") !== this.filter;
   };
 
+  // A day's label shows only while one of that day's messages does (a filter can hide them all).
+  Chat.prototype.tidyDividers = function () {
+    var divider = null, seen = false;
+    var nodes = this.timeline.querySelectorAll(".divider:not(.divider--session), .msg");
+    for (var i = 0; i <= nodes.length; i++) {
+      var node = nodes[i];
+      if (!node || node.classList.contains("divider")) {
+        if (divider) divider.hidden = !seen;
+        divider = node || null;
+        seen = false;
+      } else if (!node.hidden) {
+        seen = true;
+      }
+    }
+  };
+
   Chat.prototype.updateEmpty = function () {
     var empty = this.root.querySelector("[data-empty]");
     if (!empty) return;
     var visible = this.timeline.querySelector(".msg:not([hidden])");
-    empty.hidden = !!visible || this.more;
+    var filtered = this.root.querySelector("[data-empty-filter]");
+    if (this.filter && !filtered) {
+      filtered = el("div", "empty empty--filter");
+      filtered.setAttribute("data-empty-filter", "");
+      empty.insertAdjacentElement("afterend", filtered);
+    }
+    if (filtered) {
+      var label = (this.config.labels || {})[this.filter] || this.filter;
+      filtered.textContent = "No " + label + " messages in this conversation" + (this.more ? " on this page." : " yet.");
+      filtered.hidden = !this.filter || !!visible;
+    }
+    empty.hidden = !!visible || this.more || !!this.filter;
   };
 
   // --- history ---
@@ -502,6 +536,7 @@
         var messages = data.messages || [];
         self.prepend(messages);
         self.more = !!data.more && messages.length > 0;
+        if (self.filter) self.tidyDividers();
         self.scroller.scrollTop = top + (self.scroller.scrollHeight - before);
       })
       .catch(function () {})
@@ -557,6 +592,8 @@
     var self = this;
     var content = this.input.value;
     if (!content.trim() || this.sending) return;
+    // What you send (and its answer) must not vanish behind another channel's filter.
+    if (this.filter && this.filter !== this.config.channel) this.setFilter("");
     this.sending = true;
     this.sendButton.disabled = true;
     var clientId = Date.now().toString(36) + Math.random().toString(36).slice(2, 10);
@@ -632,11 +669,14 @@
 
   Chat.prototype.scrollToBottom = function () {
     this.scroller.scrollTop = this.scroller.scrollHeight;
+    this.autoScrollTop = this.scroller.scrollTop;
+    this.pinned = true;
     if (this.jump) this.jump.hidden = true;
   };
 
-  Chat.prototype.afterGrow = function (stick) {
-    if (stick) this.scrollToBottom();
+  // After the timeline grew: follow it if the reader is at the bottom, else offer a jump.
+  Chat.prototype.afterGrow = function () {
+    if (this.pinned) this.scrollToBottom();
     else if (this.jump) this.jump.hidden = false;
   };
 

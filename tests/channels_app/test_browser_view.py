@@ -1,0 +1,89 @@
+"""The chat page's view in a real browser: a streaming reply keeps the bottom in view
+however much one paint adds (on a phone too), unless the reader scrolled up; the channel
+filter never hides what you send, and an empty filter says so."""
+from __future__ import annotations
+
+from ..fakes.model_server import reply
+from .browser_support import ARTIFACTS, CHROMIUM, CHROMIUM_ARGS, SERVER_WORK, post_telegram, send, sign_in
+
+# Big pieces: each paint adds several lines, more than the 80 px "near the bottom" margin.
+LONG = "\n\n".join(f"Step {n}: " + "walk the dog, water the plants, call the bank. " * 3 for n in range(1, 25))
+
+WATCH_JUMP = """() => {
+  window.__jumpShown = false;
+  const jump = document.querySelector('[data-jump]');
+  new MutationObserver(() => { if (!jump.hidden) window.__jumpShown = true; })
+    .observe(jump, { attributes: true, attributeFilter: ['hidden'] });
+}"""
+DISTANCE_FROM_BOTTOM = "() => { const s = document.querySelector('[data-scroller]'); return s.scrollHeight - s.scrollTop - s.clientHeight; }"
+
+
+def test_a_long_reply_streams_with_the_bottom_in_view_on_a_phone_unless_the_reader_scrolls_up(chat_server):
+    from playwright.sync_api import expect, sync_playwright
+
+    base, model, platform = chat_server
+    model.add(reply(LONG, chunk_size=300, chunk_delay=0.15), reply(LONG, chunk_size=300, chunk_delay=0.15))
+    ARTIFACTS.mkdir(exist_ok=True)
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        try:
+            page = sign_in(browser, base)
+            page.set_viewport_size({"width": 390, "height": 844})
+            page.evaluate(WATCH_JUMP)
+            send(page, "plan my day in detail")
+            done = page.locator(".msg--assistant:not(.msg--streaming)", has_text="Step 24:")
+            expect(done).to_be_visible(timeout=SERVER_WORK)
+            page.wait_for_timeout(300)  # the last paint
+            assert page.evaluate(DISTANCE_FROM_BOTTOM) < 5
+            assert page.evaluate("window.__jumpShown") is False  # never "↓ New messages" while following
+            page.screenshot(path=str(ARTIFACTS / "chat-phone-long-reply.png"))
+
+            # Scrolled up to read while the next reply streams: the view stays, the jump appears.
+            send(page, "and tomorrow?")
+            expect(page.locator(".msg--streaming .msg__body")).to_contain_text("Step 1:", timeout=SERVER_WORK)
+            page.evaluate("() => { const s = document.querySelector('[data-scroller]'); s.scrollTop = 200; }")
+            page.wait_for_timeout(500)
+            expect(page.locator("[data-jump]")).to_be_visible()
+            expect(page.locator(".msg--assistant:not(.msg--streaming)", has_text="Step 24:")).to_have_count(
+                2, timeout=SERVER_WORK)
+            assert page.evaluate("document.querySelector('[data-scroller]').scrollTop") < 400
+            page.click("[data-jump]")
+            assert page.evaluate(DISTANCE_FROM_BOTTOM) < 5
+        finally:
+            browser.close()
+
+
+def test_the_filter_never_hides_what_you_send_and_an_empty_filter_says_so(chat_server):
+    from playwright.sync_api import expect, sync_playwright
+
+    base, model, platform = chat_server
+    model.add(reply("Noted from Telegram."), reply("Here is your answer."))
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        try:
+            page = sign_in(browser, base)
+            assert post_telegram(base, "from my phone", message_id=801) == 200
+            expect(page.locator(".msg--assistant", has_text="Noted from Telegram.")).to_be_visible(timeout=SERVER_WORK)
+
+            # Only channels that can speak here have a chip.
+            chips = page.locator("[data-filter]").evaluate_all("cs => cs.map(c => c.dataset.filter)")
+            assert chips == ["", "web", "tui", "telegram", "webchat"]  # bound: Telegram and the embed
+
+            # A filter nothing matches says so; no stray day label, no "say hello".
+            page.click('[data-filter="tui"]')
+            expect(page.locator("[data-empty-filter]")).to_have_text(
+                "No Terminal messages in this conversation yet.")
+            expect(page.locator("[data-empty]")).to_be_hidden()
+            expect(page.locator(".divider:not(.divider--session):visible")).to_have_count(0)
+
+            # Sending from the page with another channel's filter on shows everything again.
+            page.click('[data-filter="telegram"]')
+            expect(page.locator(".msg", has_text="from my phone")).to_be_visible()
+            send(page, "and from the web")
+            expect(page.locator(".msg--user", has_text="and from the web")).to_be_visible()
+            expect(page.locator(".msg--assistant", has_text="Here is your answer.")).to_be_visible(
+                timeout=SERVER_WORK)
+            expect(page.locator('[data-filter=""]')).to_have_attribute("aria-pressed", "true")
+            expect(page.locator("[data-empty-filter]")).to_be_hidden()
+        finally:
+            browser.close()
