@@ -4,13 +4,16 @@ import json
 
 from django import forms
 from django.contrib import admin, messages
+from django.contrib.admin import helpers
+from django.template.response import TemplateResponse
 
 from tenancy.admin import TenantAdmin
 from tenancy.admin_scoping import TenantScopedAdminMixin, TenantScopedInlineMixin
 from tenancy.errors import NotFound
+from tenancy.models import Membership
 
 from .models import ChannelBinding, Identity, InboundEvent, OutboundDelivery, PairingRequest
-from .pairing import pairing_approve, pairing_deny
+from .pairing import pairing_approve, pairing_deny, tenant_members
 
 
 class BindingForm(forms.ModelForm):
@@ -113,7 +116,7 @@ class PairingRequestAdmin(TenantScopedAdminMixin, admin.ModelAdmin):
                     "decided_at"]
     list_filter = ["state", "channel", "tenant"]
     readonly_fields = [f.name for f in PairingRequest._meta.fields]
-    actions = ["approve", "deny"]
+    actions = ["approve_as_me", "approve_linking", "approve", "deny"]
 
     def has_add_permission(self, request) -> bool:
         return False
@@ -126,20 +129,62 @@ class PairingRequestAdmin(TenantScopedAdminMixin, admin.ModelAdmin):
         own tenants' requests; anyone else: Django's change permission)."""
         return super().has_change_permission(request)
 
-    @admin.action(description="Approve (a new user is made for each sender)", permissions=["decide"])
+    @admin.action(description="Approve as a new user (one is made for each sender)", permissions=["decide"])
     def approve(self, request, queryset):
         self._decide(request, queryset, approve=True)
+
+    @admin.action(description="Approve, linking the sender to my own account", permissions=["decide"])
+    def approve_as_me(self, request, queryset):
+        """The usual case: the owner pairs their own Telegram (WhatsApp, …) with their account."""
+        mine = set(Membership.objects.filter(user=request.user).values_list("tenant_id", flat=True))
+        foreign = queryset.exclude(tenant_id__in=mine)
+        if foreign.exists():
+            self.message_user(request, "You are not a member of every selected request's workspace: "
+                              "approve those as a new user, or link them to a member.", messages.ERROR)
+            return
+        self._decide(request, queryset, approve=True, user=request.user)
+
+    @admin.action(description="Approve, linking the sender to a member…", permissions=["decide"])
+    def approve_linking(self, request, queryset):
+        """Asks which member (of the requests' one workspace), then approves."""
+        pending = list(queryset.filter(state=PairingRequest.State.PENDING).select_related("tenant", "identity"))
+        if not pending:
+            self.message_user(request, "None of the selected requests is pending.", messages.WARNING)
+            return None
+        if len({p.tenant_id for p in pending}) > 1:
+            self.message_user(request, "Choose requests of one workspace to link them to a member.", messages.ERROR)
+            return None
+        tenant = pending[0].tenant
+        members = tenant_members(tenant=tenant)
+        chosen = request.POST.get("member")
+        if chosen is not None:
+            user = next((m for m in members if str(m.pk) == chosen), None)
+            if user is None:  # not a member of this workspace (or no longer)
+                self.message_user(request, "Choose a member of the workspace.", messages.ERROR)
+                return None
+            self._decide(request, queryset.filter(pk__in=[p.pk for p in pending]), approve=True, user=user)
+            return None
+        return TemplateResponse(request, "admin/channels_app/pairingrequest/link.html", {
+            **self.admin_site.each_context(request),
+            "title": "Link senders to a member",
+            "opts": self.model._meta,
+            "pending": pending,
+            "tenant": tenant,
+            "members": members,
+            "action_checkbox_name": helpers.ACTION_CHECKBOX_NAME,
+        })
 
     @admin.action(description="Deny", permissions=["decide"])
     def deny(self, request, queryset):
         self._decide(request, queryset, approve=False)
 
-    def _decide(self, request, queryset, *, approve: bool) -> None:
+    def _decide(self, request, queryset, *, approve: bool, user=None) -> None:
         done = 0
         for pairing in queryset.filter(state=PairingRequest.State.PENDING).select_related("tenant"):
             try:
                 if approve:
-                    pairing_approve(tenant=pairing.tenant, code=pairing.code, by=request.user, via="admin")
+                    pairing_approve(tenant=pairing.tenant, code=pairing.code, user=user, by=request.user,
+                                    via="admin")
                 else:
                     pairing_deny(tenant=pairing.tenant, code=pairing.code, by=request.user, via="admin")
                 done += 1

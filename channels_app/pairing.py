@@ -164,6 +164,24 @@ def pairing_deny(*, tenant: Tenant, code: str, by: AbstractBaseUser | None = Non
     return identity
 
 
+class MemberNotFound(NotFound):
+    """No member of the tenant has that username (users of other tenants are not found either)."""
+
+
+def member_by_username(*, tenant: Tenant, username: str) -> AbstractBaseUser:
+    """A member of `tenant` to link a sender to."""
+    membership = Membership.objects.select_related("user").filter(tenant=tenant, user__username=username).first()
+    if membership is None:
+        raise MemberNotFound(username)
+    return membership.user
+
+
+def tenant_members(*, tenant: Tenant) -> list[AbstractBaseUser]:
+    """The members of `tenant`, by username: whom a sender may be linked to."""
+    return [m.user for m in Membership.objects.select_related("user").filter(tenant=tenant)
+            .order_by("user__username")]
+
+
 def _user_for_sender(identity: Identity) -> AbstractBaseUser:
     User = get_user_model()
     base = slugify(f"{identity.channel}-{identity.display_name or identity.external_id}")[:120] or identity.channel

@@ -149,6 +149,40 @@ def test_a_tenant_admin_approves_their_own_pairing_request_in_the_admin(tenant_a
         "pending", None, "pending", None)
 
 
+def test_a_tenant_admin_links_a_sender_to_their_own_account(tenant_admin, world, pending):
+    from django.contrib.auth import get_user_model
+
+    users = get_user_model().objects.count()
+    response = tenant_admin.post(url("pairingrequest_changelist"), {
+        "action": "approve_as_me", "_selected_action": [pending["acme"].pk]}, follow=True)
+
+    assert "Approved 1 request(s)." in [str(m) for m in response.context["messages"]]
+    identity = Identity.objects.get(pk=pending["acme"].identity_id)
+    assert (identity.approval, identity.user) == ("approved", world.alice)
+    assert get_user_model().objects.count() == users  # no new user
+
+
+def test_a_tenant_admin_links_a_sender_to_a_member_they_choose_from_their_workspace(tenant_admin, world, pending):
+    ask = tenant_admin.post(url("pairingrequest_changelist"), {
+        "action": "approve_linking", "_selected_action": [pending["acme"].pk]})
+    assert ask.status_code == 200
+    page = ask.content.decode()
+    assert 'name="member"' in page and "bob" in page and "alice" in page
+    assert "charlie" not in page  # another workspace's people are never offered
+
+    refused = tenant_admin.post(url("pairingrequest_changelist"), {
+        "action": "approve_linking", "_selected_action": [pending["acme"].pk], "member": world.charlie.pk},
+        follow=True)
+    assert "Choose a member of the workspace." in [str(m) for m in refused.context["messages"]]
+    assert Identity.objects.get(pk=pending["acme"].identity_id).user is None
+
+    done = tenant_admin.post(url("pairingrequest_changelist"), {
+        "action": "approve_linking", "_selected_action": [pending["acme"].pk], "member": world.bob.pk}, follow=True)
+    assert "Approved 1 request(s)." in [str(m) for m in done.context["messages"]]
+    identity = Identity.objects.get(pk=pending["acme"].identity_id)
+    assert (identity.approval, identity.user) == ("approved", world.bob)
+
+
 def test_a_pairing_request_page_is_read_only_and_decided_by_the_actions(tenant_admin, pending):
     page = tenant_admin.get(url("pairingrequest_change", pending["acme"].pk))
     assert page.status_code == 200 and pending["acme"].code in page.content.decode()

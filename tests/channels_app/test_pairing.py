@@ -154,6 +154,36 @@ def test_the_owner_approves_with_slash_pair_from_a_trusted_surface(client, world
     assert (request.state, request.decided_by, request.decided_via) == ("approved", world.alice, "chat:web")
 
 
+def test_the_owner_links_a_sender_to_their_own_account_or_a_members_with_slash_pair(
+    client, world, telegram, platform, drain
+):
+    from django.contrib.auth import get_user_model
+
+    for user_id, name in ((42, "Alice's phone"), (43, "Bob"), (44, "Mallory")):
+        post_telegram(client, telegram_update("hi", user_id=user_id, first_name=name))
+    drain()
+    code = {r.external_id: r.code for r in PairingRequest.objects.all()}
+    owner = api_token_create(tenant=world.tenant_a, user=world.alice)[1]
+    users_before = get_user_model().objects.count()
+
+    def say(text):
+        client.post("/v1/qors/aria/messages", data=json.dumps({"content": text}),
+                    content_type="application/json", HTTP_AUTHORIZATION=f"Bearer {owner}")
+        drain()
+        return Message.objects.filter(role="assistant").order_by("-id").first().content
+
+    assert say(f"/pair approve {code['42']} me") == "Approved telegram sender Alice's phone, linked to alice."
+    assert say(f"/pair approve {code['43']} bob") == "Approved telegram sender Bob, linked to bob."
+    # charlie exists, in another workspace: not found, like a name nobody has
+    assert say(f"/pair approve {code['44']} charlie").startswith("charlie is not a member here")
+    assert say(f"/pair approve {code['44']} nobody").startswith("nobody is not a member here")
+
+    linked = {i.external_id: (i.approval, i.user) for i in Identity.objects.filter(channel="telegram")}
+    assert linked["42"] == ("approved", world.alice) and linked["43"] == ("approved", world.bob)
+    assert linked["44"] == ("pending", None)
+    assert get_user_model().objects.count() == users_before  # nobody new was made
+
+
 def test_pair_list_shows_pending_requests(client, world, telegram, platform, drain):
     post_telegram(client, telegram_update("hi", first_name="Ravi"))
     drain()
