@@ -1,4 +1,5 @@
-"""The JSON API: a user's canonical timeline with one Qor, and posting to it (channel web)."""
+"""The JSON API: a user's canonical timeline with one Qor, and posting to it (channel web,
+or tui for a terminal client)."""
 from __future__ import annotations
 
 from typing import Any
@@ -23,6 +24,8 @@ from .json_body import QUERY_INT_MAX, BodyRefused, json_body
 
 MAX_CONTENT = 100_000
 MAX_IDEMPOTENCY_KEY = 255
+# The surfaces an API client may be: a program of its own (web), or the terminal client.
+POSTABLE_CHANNELS = frozenset({Channel.WEB, Channel.TUI})
 
 
 def message_json(message: StoredMessage) -> dict[str, Any]:
@@ -118,19 +121,22 @@ def _post(request: HttpRequest, qor) -> JsonResponse:
         raise BadRequest('"content" must be a non-empty string')
     if len(content) > MAX_CONTENT:
         raise BadRequest(f'"content" is longer than {MAX_CONTENT} characters')
+    channel = body.get("channel", Channel.WEB)
+    if not isinstance(channel, str) or channel not in POSTABLE_CHANNELS:
+        raise BadRequest(f'"channel" must be one of: {", ".join(sorted(POSTABLE_CHANNELS))}')
     key = request.headers.get("Idempotency-Key", "").strip()
     if len(key) > MAX_IDEMPOTENCY_KEY:
         raise BadRequest(f"Idempotency-Key is longer than {MAX_IDEMPOTENCY_KEY} characters")
 
     user = request.user
-    session = session_resolve(tenant=request.tenant, qor=qor, channel=Channel.WEB, user=user)  # type: ignore[attr-defined]
-    trust = surface_access(tenant=request.tenant, user=user, surface=Channel.WEB)  # type: ignore[attr-defined]
+    session = session_resolve(tenant=request.tenant, qor=qor, channel=channel, user=user)  # type: ignore[attr-defined]
+    trust = surface_access(tenant=request.tenant, user=user, surface=channel)  # type: ignore[attr-defined]
     if trust is None:
         raise NotFound("not a member of this workspace")
     result = inbound_accept(
         session=session,
         content=content,
-        channel=Channel.WEB,
+        channel=channel,
         sender_name=user.get_full_name() or user.get_username(),
         user=user,
         trust=trust,

@@ -277,7 +277,27 @@ class Pending:
             return all(now - self.answered.get(seq, now + 1) >= self.GRACE for seq in self.seqs)
 
 
-def run_json(owner: ChatOwner, stdin: TextIO, stdout: TextIO, *, history: int, wait: float) -> int:
+def _follower(owner: ChatOwner, emit: Emit, link: Any) -> Follower:
+    """Following the chat through a running server (`link`, channels_app.terminal_client)
+    or, with none, through this process's channel layer and the database."""
+    if link is None:
+        return Follower(owner, emit, poll_every=_poll_every())
+    from .terminal_client import SocketFollower
+
+    return SocketFollower(owner, emit, link=link)
+
+
+def _send(owner: ChatOwner, link: Any, content: str) -> tuple[int, bool]:
+    """Send what the person typed on channel tui; (its seq, whether a reply will follow)."""
+    if link is not None:
+        sent = link.send(content)
+        return sent.seq, sent.expects_reply
+    result = chat_send(owner=owner, content=content, channel="tui")
+    return result.message.seq, "command" not in (result.message.metadata or {})
+
+
+def run_json(owner: ChatOwner, stdin: TextIO, stdout: TextIO, *, history: int, wait: float,
+             link: Any = None) -> int:
     """Newline-delimited JSON: `{"content": "…"}` in, one event object a line out. At the
     end of input, waits (up to `wait` seconds) for the answers to what was sent."""
     write_lock = threading.Lock()
@@ -290,7 +310,7 @@ def run_json(owner: ChatOwner, stdin: TextIO, stdout: TextIO, *, history: int, w
             stdout.write(line + "\n")
             stdout.flush()
 
-    follower = Follower(owner, emit, poll_every=_poll_every())
+    follower = _follower(owner, emit, link)
     follower.start(history=history)
     for raw in stdin:
         raw = raw.strip()
@@ -301,19 +321,20 @@ def run_json(owner: ChatOwner, stdin: TextIO, stdout: TextIO, *, history: int, w
             content = body["content"] if isinstance(body, dict) else None
             if not isinstance(content, str):
                 raise ValueError('each line must be an object like {"content": "…"}')
-            result = chat_send(owner=owner, content=content, channel="tui")
+            seq, expects_reply = _send(owner, link, content)
         except NotFound as exc:  # removed from the workspace while the terminal was open
             with write_lock:
                 stdout.write(json.dumps({"type": "error", "error": str(exc)}) + "\n")
                 stdout.flush()
+            follower.stop()
             return 1
         except (ValueError, KeyError) as exc:
             with write_lock:
                 stdout.write(json.dumps({"type": "error", "error": str(exc)}) + "\n")
                 stdout.flush()
             continue
-        if "command" not in (result.message.metadata or {}):
-            pending.add(result.message.seq)
+        if expects_reply:
+            pending.add(seq)
         with follower._lock:
             follower.catch_up()  # the sent message, and a command's answer, in order
     deadline = time.monotonic() + wait
@@ -339,7 +360,7 @@ class _CurrentStdout:
         return sys.stdout.isatty()
 
 
-def run_interactive(owner: ChatOwner, *, history: int) -> int:
+def run_interactive(owner: ChatOwner, *, history: int, link: Any = None) -> int:
     stdout: Any = _CurrentStdout()
     color = stdout.isatty()
     printer = HumanPrinter(stdout, color)
@@ -352,7 +373,9 @@ def run_interactive(owner: ChatOwner, *, history: int) -> int:
     title = f"{owner.qor.name} · {owner.tenant.slug} · {owner.user.get_username()}"
     stdout.write(printer._c("1", f"── {title} ──") + "\n")
     stdout.write(printer._c("2", "Messages from every channel appear here. /quit or Ctrl-D to leave.") + "\n")
-    follower = Follower(owner, emit, poll_every=_poll_every())
+    if link is not None:
+        stdout.write(printer._c("2", f"Connected to the server at {link.base}.") + "\n")
+    follower = _follower(owner, emit, link)
     follower.start(history=history)
     try:
         for line in _lines(owner, stdout):
@@ -362,7 +385,7 @@ def run_interactive(owner: ChatOwner, *, history: int) -> int:
             if not text.strip():
                 continue
             try:
-                chat_send(owner=owner, content=text, channel="tui")
+                _send(owner, link, text)
             except NotFound as exc:  # removed from the workspace while the terminal was open
                 emit({"type": "message.new", "seq": 0, "role": "system", "content": str(exc), "channel": "tui",
                       "sender_name": "", "created_at": datetime.now().astimezone().isoformat()})

@@ -41,6 +41,9 @@ Identity.objects.create(tenant=Tenant.objects.get(slug="acme"), channel="telegra
 """
 
 
+SERVER_ENV: dict[str, dict[str, str]] = {}  # base URL -> the environment its server runs with
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -82,8 +85,10 @@ def chat_server(tmp_path):
                 if proc.poll() is not None or time.monotonic() > deadline:
                     raise AssertionError("the server did not start:\n" + (tmp_path / "server.log").read_text())
                 time.sleep(0.3)
+        SERVER_ENV[base] = env
         yield base, model, platform
     finally:
+        SERVER_ENV.pop(base, None)
         proc.terminate()
         try:
             proc.wait(10)

@@ -52,6 +52,17 @@ def test_posting_appends_a_web_user_message_to_the_callers_timeline(client, worl
     assert timeline["messages"][0]["answer_state"] == "pending"  # no model answers in this test
 
 
+@pytest.mark.parametrize("channel, status", [("tui", 201), ("telegram", 400), ("webchat", 400), (7, 400)])
+def test_a_client_may_post_as_the_terminal_and_no_other_channel(client, world, tokens, channel, status):
+    response = client.post(URL.format("aria"), data=json.dumps({"content": "hi", "channel": channel}),
+                           content_type="application/json", **auth(tokens["alice"]))
+    assert response.status_code == status
+    if status == 201:
+        assert Message.objects.get().channel == "tui" and response.json()["message"]["channel"] == "tui"
+    else:
+        assert '"channel" must be one of: tui, web' in response.json()["error"] and not Message.objects.exists()
+
+
 def test_timeline_merges_channels_and_filters_by_channel(client, world, tokens):
     session = session_resolve(tenant=world.tenant_a, qor=world.qor_a, channel="telegram", user=world.alice)
     message_append(session=session, role="user", content="from telegram", channel="telegram", sender_name="Alice")

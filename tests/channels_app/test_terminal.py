@@ -41,6 +41,7 @@ def qorven_env(model_server) -> dict[str, str]:
         CELERY_BROKER_URL="",  # the turn runs in the chat process itself, as without a broker
         OPENAI_BASE_URL=model_server.base_url, OPENAI_API_KEY="k", QORVEN_MODEL="scripted-model",
         QORVEN_LOG_LEVEL="WARNING",
+        QORVEN_PUBLIC_URL="http://127.0.0.1:9",  # no server answers there: the terminal works on the database
     )
     return env
 
@@ -104,6 +105,17 @@ def test_chat_json_answers_a_command_without_the_model_and_reports_bad_lines(wor
     answer = next(line for line in lines if line["type"] == "message" and line["role"] == "assistant")
     assert answer["content"].startswith("Commands:") and answer["notice"] == "command"
     assert model_server.requests == []
+
+
+def test_chat_with_a_server_named_that_does_not_answer_says_so(world, model_server):
+    qorven = Path(sys.executable).with_name("qorven")
+    done = subprocess.run(
+        [str(qorven), "chat", "--json", "--tenant", "acme", "--qor", "aria", "--user", "alice",
+         "--server", "http://127.0.0.1:9"],
+        input="", capture_output=True, text=True, cwd=ROOT, env=qorven_env(model_server), timeout=120,
+    )
+    assert done.returncode != 0
+    assert "no Qorven server answers at http://127.0.0.1:9" in done.stderr
 
 
 def test_chat_refuses_someone_who_is_not_a_member(world):

@@ -14,8 +14,10 @@ class Command(BaseCommand):
     help = (
         "Chat with a Qor from the terminal (channel `tui`), in the same conversation as the web page, "
         "Telegram and every other surface: prints the recent timeline with channel tags, streams "
-        "replies, and shows messages arriving from other channels while you type. Works against the "
-        "configured database with or without a server running. --json reads one JSON object a line "
+        "replies, and shows messages arriving from other channels while you type. When a server answers "
+        "at --server (default QORVEN_PUBLIC_URL) it talks to it like a browser page does, so pages open "
+        "there see the terminal live; with none running it works on the database alone. "
+        "--json reads one JSON object a line "
         'from stdin ({"content": "…"}) and writes one a line ({"type": "message" | "notice" | "chunk" '
         '| "done", …}); at the end of input it waits for the replies, then exits.'
     )
@@ -29,6 +31,13 @@ class Command(BaseCommand):
             "--history", type=int, default=None,
             help="how many recent messages to print first (default 20; 0 with --json)",
         )
+        parser.add_argument(
+            "--server", default=None, metavar="URL",
+            help="the running Qorven server to talk to (default QORVEN_PUBLIC_URL); if none answers there, "
+                 "the terminal works on the database directly",
+        )
+        parser.add_argument("--no-server", action="store_true",
+                            help="work on the database directly even when a server is running")
         parser.add_argument(
             "--wait", type=float, default=300.0,
             help="--json: seconds to wait for outstanding replies after the input ends (default 300)",
@@ -46,9 +55,21 @@ class Command(BaseCommand):
         except NotFound as exc:
             raise CommandError(f"{exc} (is {opts['user']!r} a member of {opts['tenant']!r}?)") from None
         history = opts["history"] if opts["history"] is not None else (0 if opts["json"] else 20)
+        link = None
+        if not opts["no_server"]:
+            from django.conf import settings
+
+            from channels_app.terminal_client import ServerLink
+
+            server = opts["server"] or settings.QORVEN_PUBLIC_URL
+            if ServerLink.reachable(server):
+                link = ServerLink(owner, server)
+            elif opts["server"]:
+                raise CommandError(f"no Qorven server answers at {server} (leave out --server to work on the "
+                                   "database directly)")
         if opts["json"]:
-            code = run_json(owner, sys.stdin, sys.stdout, history=max(history, 0), wait=opts["wait"])
+            code = run_json(owner, sys.stdin, sys.stdout, history=max(history, 0), wait=opts["wait"], link=link)
             if code:
                 raise CommandError("gave up waiting for a reply", returncode=code)
             return
-        run_interactive(owner, history=max(history, 0))
+        run_interactive(owner, history=max(history, 0), link=link)

@@ -1,0 +1,163 @@
+"""`qorven chat` as a client of a running server: what the person types goes through the
+server's message API (channel `tui`) and the timeline arrives over its WebSocket, like a
+browser page's. So on the embedded default — where the channel layer lives inside the
+server process — a page open in a browser sees the terminal's messages (and the terminal
+the page's) as they happen, and the server's own worker answers them.
+
+The terminal still reads the database for its opening history and to fill a gap (it is a
+management command of the same installation); it authenticates to the server with an API
+token it makes for the session and revokes when it leaves.
+"""
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import threading
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import quote, urlsplit
+
+import httpx
+from django.utils import timezone
+
+from tenancy.errors import NotFound
+from tenancy.models import ApiToken
+from tenancy.services import api_token_create
+
+from .chat import ChatOwner
+from .terminal import Emit, Follower
+
+logger = logging.getLogger(__name__)
+
+PROBE_TIMEOUT = 1.0  # seconds to decide whether a server answers at --server
+SIGNED_OUT = 4401  # channels_app.consumers.CLOSE_SIGNED_OUT
+
+
+@dataclass
+class Sent:
+    seq: int
+    expects_reply: bool
+
+
+class ServerLink:
+    """The terminal's session with one server: an API token, an HTTP client for sending."""
+
+    def __init__(self, owner: ChatOwner, base_url: str) -> None:
+        self.owner = owner
+        self.base = base_url.rstrip("/")
+        self.token_row, self.token = api_token_create(tenant=owner.tenant, user=owner.user, name="qorven chat")
+        self.http = httpx.Client(base_url=self.base, timeout=30.0,
+                                 headers={"Authorization": f"Bearer {self.token}"})
+
+    @classmethod
+    def reachable(cls, base_url: str) -> bool:
+        """Whether a Qorven server answers at `base_url` (its liveness probe)."""
+        try:
+            response = httpx.get(base_url.rstrip("/") + "/healthz", timeout=PROBE_TIMEOUT)
+        except httpx.HTTPError:
+            return False
+        return response.status_code == 200 and response.headers.get("content-type", "").startswith("application/json")
+
+    def send(self, content: str) -> Sent:
+        """Post one message on channel tui. ValueError: refused as it is (the server's
+        reason); NotFound: this person may not write here any more."""
+        # The token names the workspace; the channel says this is the terminal.
+        response = self.http.post(f"/v1/qors/{quote(self.owner.qor.slug)}/messages",
+                                  json={"content": content, "channel": "tui"})
+        if response.status_code in (401, 403, 404):
+            raise NotFound("not a member of this workspace any more")
+        body = response.json() if response.headers.get("content-type", "").startswith("application/json") else {}
+        if response.status_code >= 400:
+            raise ValueError(body.get("error") or f"the server refused the message ({response.status_code})")
+        message = body["message"]
+        return Sent(seq=message["seq"], expects_reply=message.get("answer_state") == "pending")
+
+    def socket_url(self, *, session_id: int | None, last_seq: int) -> str:
+        parts = urlsplit(self.base)
+        scheme = "wss" if parts.scheme == "https" else "ws"
+        url = (f"{scheme}://{parts.netloc}/ws/chat/{quote(self.owner.tenant.slug)}/{quote(self.owner.qor.slug)}/"
+               f"?token={quote(self.token)}")
+        if session_id is not None:
+            url += f"&session={session_id}&last_seq={last_seq}"
+        return url
+
+    def close(self) -> None:
+        self.http.close()
+        ApiToken.objects.filter(pk=self.token_row.pk).update(revoked_at=timezone.now())
+
+
+class SocketFollower(Follower):
+    """A Follower whose live events come from the server's WebSocket (the protocol of
+    channels_app.consumers) instead of this process's channel layer. Reconnects with the
+    session and the last seq shown, so nothing is missed or shown twice."""
+
+    def __init__(self, owner: ChatOwner, emit: Emit, *, link: ServerLink) -> None:
+        super().__init__(owner, emit)
+        self.link = link
+        self.signed_out = threading.Event()
+
+    def _run(self) -> None:
+        loop = asyncio.new_event_loop()
+        try:
+            loop.run_until_complete(self._follow_socket())
+        finally:
+            loop.close()
+
+    async def _follow_socket(self) -> None:
+        import websockets
+
+        attempt = 0
+        while not self._stop.is_set():
+            with self._lock:
+                url = self.link.socket_url(session_id=self.session_id, last_seq=self.cursor.sent_seq)
+            try:
+                async with websockets.connect(url, origin=self.link.base, open_timeout=10,
+                                              max_size=2**24) as socket:
+                    attempt = 0
+                    await self._read(socket)
+            except websockets.ConnectionClosed as exc:
+                if exc.rcvd is not None and exc.rcvd.code == SIGNED_OUT:
+                    self._notice("Signed out of the server: this terminal's token is no longer valid.")
+                    self.signed_out.set()
+                    return
+            except (OSError, websockets.InvalidHandshake, asyncio.TimeoutError) as exc:
+                logger.debug("the chat socket could not connect: %s", type(exc).__name__)
+            if self._stop.is_set():
+                return
+            attempt += 1
+            await asyncio.sleep(min(0.25 * 2**attempt, 5.0))
+
+    async def _read(self, socket: Any) -> None:
+        while not self._stop.is_set():
+            try:
+                raw = await asyncio.wait_for(socket.recv(), timeout=0.25)
+            except asyncio.TimeoutError:
+                continue
+            try:
+                frame = json.loads(raw)
+            except ValueError:
+                continue
+            with self._lock:
+                self._frame(frame)
+        await socket.close()
+
+    def _frame(self, frame: dict[str, Any]) -> None:
+        kind = frame.get("type")
+        if kind == "session":
+            if frame.get("session_id") is not None and frame["session_id"] != self.session_id:
+                self._follow(frame["session_id"])  # /clear or a compaction elsewhere: from the database
+            return
+        if kind == "message.stream":  # a reply's text so far (after a reconnect): the part not shown
+            frame = {"type": "message.chunk", "reply_to": frame["reply_to"], "delta": frame["text"], "offset": 0}
+        if kind in ("message.new", "message.stream", "message.chunk", "message.done", "message.answer",
+                    "message.delivery"):
+            self.handle({**frame, "session_id": self.session_id})
+
+    def _notice(self, text: str) -> None:
+        self.emit({"type": "message.new", "seq": 0, "role": "system", "content": text, "channel": "tui",
+                   "sender_name": "", "created_at": timezone.now().isoformat()})
+
+    def stop(self) -> None:
+        super().stop()
+        self.link.close()
