@@ -40,6 +40,9 @@ def message_event(message: StoredMessage) -> dict[str, Any]:
         # A user message's answer: pending, answered or failed (a notice says why); None
         # for messages that expect none.
         "answer_state": message.answer_state,
+        # Sent by the Qor on its own (a heartbeat's result), not in answer to anyone.
+        "proactive": "heartbeat" in metadata,
+        "heartbeat_name": metadata.get("heartbeat_name", ""),
     }
 
 

@@ -93,8 +93,19 @@
       chip.addEventListener("click", function () { self.setFilter(chip.getAttribute("data-filter")); });
     });
     document.addEventListener("visibilitychange", function () {
+      if (!document.hidden) self.seen();
       if (!document.hidden && (!self.socket || self.socket.readyState > 1)) self.connect(true);
     });
+    var fresh = this.root.querySelector("[data-new-conversation]");
+    if (fresh) fresh.addEventListener("click", function () {
+      if (global.confirm("Start a new conversation? This one is archived; what the Qor remembers stays.")) self.command("/clear");
+    });
+    var bell = this.root.querySelector("[data-notify]");
+    if (bell) {
+      try { this.notifying = localStorage.getItem("qorven.notify") === "1" && global.Notification && Notification.permission === "granted"; } catch (e) {}
+      bell.setAttribute("aria-pressed", this.notifying ? "true" : "false");
+      bell.addEventListener("click", function () { self.toggleNotifications(bell); });
+    }
     global.addEventListener("online", function () { self.connect(true); });
   };
 
@@ -281,7 +292,49 @@
     if (this.filter) this.tidyDividers();
     if (event.answer_state === "failed") this.endStream(event.seq);
     this.updateEmpty();
-    if (live) this.afterGrow();
+    if (live) {
+      this.afterGrow();
+      if (event.role !== "user") this.arrivedUnseen(event);
+    }
+  };
+
+  // --- a reply (or a heartbeat) arriving while the tab is in the background ---
+
+  Chat.prototype.arrivedUnseen = function (event) {
+    if (!document.hidden) return;
+    this.unread = (this.unread || 0) + 1;
+    if (this.baseTitle === undefined) this.baseTitle = document.title;
+    document.title = "(" + this.unread + ") " + this.baseTitle;
+    if (this.notifying && global.Notification && Notification.permission === "granted") {
+      var title = event.proactive ? (this.config.qorName + " · " + (event.heartbeat_name || "scheduled")) : this.config.qorName;
+      try { new Notification(title, { body: (event.content || "").slice(0, 180), tag: "qorven-" + event.seq }); } catch (e) {}
+    }
+  };
+
+  Chat.prototype.seen = function () {
+    if (!this.unread) return;
+    this.unread = 0;
+    document.title = this.baseTitle;
+  };
+
+  Chat.prototype.toggleNotifications = function (button) {
+    var self = this;
+    if (!global.Notification) { this.flash("This browser cannot show notifications."); return; }
+    var apply = function () {
+      self.notifying = !self.notifying && Notification.permission === "granted";
+      try { localStorage.setItem("qorven.notify", self.notifying ? "1" : ""); } catch (e) {}
+      button.setAttribute("aria-pressed", self.notifying ? "true" : "false");
+      if (Notification.permission === "denied") self.flash("Notifications are blocked for this site in the browser's settings.");
+    };
+    if (Notification.permission === "default") Notification.requestPermission().then(apply);
+    else apply();
+  };
+
+  // A slash command from a button, sent like a typed message.
+  Chat.prototype.command = function (text) {
+    if (!this.input || this.isSignedOut) return;
+    this.input.value = text;
+    this.submit();
   };
 
   // Insert in seq order (live messages land at the end; catch-up may fill a gap).
@@ -328,10 +381,17 @@
       time.setAttribute("datetime", event.created_at);
       time.title = date.toLocaleString();
       meta.appendChild(time);
+      if (event.proactive) {
+        node.classList.add("msg--proactive");
+        var label = el("span", "msg__proactive", event.heartbeat_name ? "Scheduled · " + event.heartbeat_name : "Scheduled");
+        label.title = "Sent on its own, by a scheduled heartbeat";
+        meta.insertBefore(label, time);
+      }
       var body = el("div", "msg__body");
       body.innerHTML = md.render(event.content);
       node.appendChild(meta);
       node.appendChild(body);
+      this.addCopyButtons(node, body, event.content);
     }
     this.markAnswer(node, event.answer_state);
     this.markDelivery(node, event.delivery);
@@ -353,10 +413,56 @@
   };
 
   Chat.prototype.markAnswer = function (node, state) {
+    var self = this;
     if (state) node.setAttribute("data-answer-state", state);
     else node.removeAttribute("data-answer-state");
     node.classList.toggle("msg--answer-failed", state === "failed");
     this.mark(node, "answer", state === "failed" ? "Not answered (the notice below says why)" : "");
+    var mark = node.querySelector(":scope > [data-mark='answer']");
+    if (mark && this.form) {
+      var retry = el("button", "linkbutton msg__retry", "Try again");
+      retry.type = "button";
+      retry.setAttribute("data-retry", "");
+      retry.addEventListener("click", function () { self.command("/retry"); });
+      mark.appendChild(document.createTextNode(" "));
+      mark.appendChild(retry);
+    }
+  };
+
+  // --- copying ---
+
+  Chat.prototype.addCopyButtons = function (node, body, text) {
+    var self = this;
+    var copy = el("button", "msg__copy", "Copy");
+    copy.type = "button";
+    copy.setAttribute("data-copy", "");
+    copy.setAttribute("aria-label", "Copy message");
+    copy.addEventListener("click", function () { self.copy(text, copy); });
+    node.appendChild(copy);
+    body.querySelectorAll("pre").forEach(function (pre) {
+      var button = el("button", "code__copy", "Copy code");
+      button.type = "button";
+      button.setAttribute("data-copy-code", "");
+      button.addEventListener("click", function () { self.copy(pre.textContent, button); });
+      var wrap = el("div", "code");
+      pre.parentNode.insertBefore(wrap, pre);
+      wrap.appendChild(pre);
+      wrap.appendChild(button);
+      pre.tabIndex = 0; // a wide block scrolls with the keyboard too
+    });
+  };
+
+  Chat.prototype.copy = function (text, button) {
+    var done = function (ok) {
+      var label = button.textContent;
+      button.textContent = ok ? "Copied" : "Press Ctrl+C";
+      setTimeout(function () { button.textContent = label; }, 1500);
+    };
+    if (navigator.clipboard && navigator.clipboard.writeText) {
+      navigator.clipboard.writeText(text).then(function () { done(true); }, function () { done(false); });
+    } else {
+      done(false);
+    }
   };
 
   Chat.prototype.markDelivery = function (node, delivery) {

@@ -1,0 +1,117 @@
+"""What people expect of a chat page beyond reading and typing, in a real browser: copy a
+message or a code block, start a new conversation with a button, an unread count and a
+notification while the tab is in the background, heartbeat messages marked as sent on
+the Qor's own."""
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+from ..fakes.model_server import reply
+from .browser_support import (
+    ARTIFACTS,
+    CHROMIUM,
+    CHROMIUM_ARGS,
+    ROOT,
+    SERVER_ENV,
+    SERVER_WORK,
+    post_telegram,
+    send,
+    sign_in,
+)
+
+CODE_REPLY = "Run this:\n\n```\nmake run\nmake test\n```\n\nThen open the page."
+
+HIDE_TAB = """(hidden) => {
+  Object.defineProperty(document, "hidden", { configurable: true, get: () => hidden });
+  document.dispatchEvent(new Event("visibilitychange"));
+}"""
+RECORD_NOTIFICATIONS = """() => {
+  window.__notified = [];
+  window.Notification = function (title, options) { window.__notified.push([title, options.body]); };
+  window.Notification.permission = "granted";
+  window.Notification.requestPermission = () => Promise.resolve("granted");
+}"""
+
+RUN_A_BEAT = """
+from django.contrib.auth import get_user_model
+from heartbeats_app.runs import run_heartbeat
+from heartbeats_app.services import heartbeat_create
+from tenancy.models import Qor, Tenant
+tenant = Tenant.objects.get(slug="acme")
+alice = get_user_model().objects.get(username="alice")
+beat = heartbeat_create(tenant=tenant, qor=Qor.objects.get(tenant=tenant, slug="aria"), name="morning brief",
+                        cron="0 8 * * *", prompt="Brief me.", owner=alice, deliver_to=alice, deliver_channel="web")
+run_heartbeat(tenant_id=tenant.pk, heartbeat_id=beat.pk, manual=True)
+"""
+
+
+def test_copy_a_message_and_a_code_block_and_start_a_new_conversation_with_a_button(chat_server):
+    from playwright.sync_api import expect, sync_playwright
+
+    base, model, platform = chat_server
+    model.add(reply(CODE_REPLY))
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        try:
+            page = sign_in(browser, base)
+            page.context.grant_permissions(["clipboard-read", "clipboard-write"], origin=base)
+            send(page, "how do I start?")
+            answer = page.locator(".msg--assistant:not(.msg--streaming)", has_text="Then open the page.")
+            expect(answer).to_be_visible(timeout=SERVER_WORK)
+
+            answer.hover()
+            answer.locator("[data-copy]").click()
+            expect(answer.locator("[data-copy]")).to_have_text("Copied")
+            assert page.evaluate("navigator.clipboard.readText()") == CODE_REPLY  # the text as written
+
+            answer.locator("[data-copy-code]").click()
+            assert page.evaluate("navigator.clipboard.readText()") == "make run\nmake test"
+            assert answer.locator("pre").get_attribute("tabindex") == "0"  # reachable by keyboard to scroll
+
+            page.once("dialog", lambda dialog: dialog.accept())
+            page.click("[data-new-conversation]")
+            expect(page.locator(".divider--session")).to_have_text("New conversation", timeout=SERVER_WORK)
+            expect(page.locator(".timeline__session").last.locator(".msg", has_text="Started a fresh conversation")
+                   ).to_be_visible()
+        finally:
+            browser.close()
+
+
+def test_a_background_tab_counts_unread_replies_notifies_and_marks_heartbeat_messages(chat_server):
+    from playwright.sync_api import expect, sync_playwright
+
+    base, model, platform = chat_server
+    model.add(reply("Bought, noted."), reply("Good morning: three meetings today."))
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        try:
+            page = sign_in(browser, base)
+            page.evaluate(RECORD_NOTIFICATIONS)
+            title = page.title()
+            page.click("[data-notify]")
+            expect(page.locator("[data-notify]")).to_have_attribute("aria-pressed", "true")
+
+            page.evaluate(HIDE_TAB, True)
+            assert post_telegram(base, "bought the milk", message_id=901) == 200
+            expect(page.locator(".msg--assistant", has_text="Bought, noted.")).to_have_count(1, timeout=SERVER_WORK)
+            assert page.title() == f"(1) {title}"  # the reply; the Telegram message itself was the person's
+            assert page.evaluate("window.__notified") == [["Aria", "Bought, noted."]]
+
+            page.evaluate(HIDE_TAB, False)
+            assert page.title() == title
+
+            # A heartbeat's message (run in another process) shows, after a reload, as the Qor's own.
+            qorven = str(Path(sys.executable).with_name("qorven"))
+            subprocess.run([qorven, "shell", "-c", RUN_A_BEAT], cwd=ROOT, env=SERVER_ENV[base], check=True,
+                           capture_output=True, timeout=120)
+            page.reload()
+            brief = page.locator(".msg--assistant", has_text="Good morning: three meetings today.")
+            expect(brief).to_have_class(__import__("re").compile(r"\bmsg--proactive\b"))
+            expect(brief.locator(".msg__proactive")).to_have_text("Scheduled · morning brief")
+            expect(page.locator(".msg--proactive")).to_have_count(1)
+            ARTIFACTS.mkdir(exist_ok=True)
+            page.screenshot(path=str(ARTIFACTS / "chat-proactive.png"))
+        finally:
+            browser.close()
