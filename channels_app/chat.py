@@ -59,6 +59,19 @@ def chat_owner(*, user: AbstractBaseUser, tenant_slug: str, qor_slug: str, surfa
     return ChatOwner(tenant, qor, user, trust)
 
 
+def chat_stop(*, owner: ChatOwner, reply_to: int) -> bool:
+    """Ask the reply to message `reply_to` of the person's chat to stop where it is (the
+    part written so far stays as the answer). False when no answer to it is on its way."""
+    from qorven.agent.stop import turn_stop_request
+    from sessions_app.selectors import awaiting_answer
+
+    session = chat_session(owner=owner)
+    if session is None or not awaiting_answer(session=session, seq=reply_to):
+        return False
+    turn_stop_request(session_id=session.pk, reply_to=reply_to)
+    return True
+
+
 def chat_channels(*, owner: ChatOwner) -> set[str]:
     """The chat-family channels this chat can hear from: the web and the terminal, and
     each platform the Qor has an enabled binding on."""

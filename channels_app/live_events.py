@@ -43,6 +43,7 @@ def message_event(message: StoredMessage) -> dict[str, Any]:
         # Sent by the Qor on its own (a heartbeat's result), not in answer to anyone.
         "proactive": "heartbeat" in metadata,
         "heartbeat_name": metadata.get("heartbeat_name", ""),
+        "stopped": bool(metadata.get("stopped")),  # a reply the person stopped part-way
     }
 
 

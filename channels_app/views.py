@@ -12,7 +12,7 @@ from django.views.decorators.http import require_http_methods
 from sessions_app.channel_kinds import Channel
 from tenancy.errors import NotFound
 
-from .chat import PAGE, chat_channels, chat_events, chat_owner, chat_qors, chat_send, chat_session
+from .chat import PAGE, chat_channels, chat_events, chat_owner, chat_qors, chat_send, chat_session, chat_stop
 from .json_body import QUERY_INT_MAX, BodyRefused, json_body
 from .live_events import message_event
 
@@ -53,6 +53,7 @@ def chat_page(request: HttpRequest, qor_slug: str) -> HttpResponse:
         "labels": {str(k): v for k, v in CHANNEL_LABELS.items()},
         "pageSize": PAGE,
         "signIn": reverse("login"),
+        "stop": reverse("chat-stop", args=[owner.tenant.slug, owner.qor.slug]),
     }
     return render(request, "chat/chat.html", {
         "owner": owner,
@@ -61,6 +62,28 @@ def chat_page(request: HttpRequest, qor_slug: str) -> HttpResponse:
         "qors": [(q, _page_url(q, several_tenants=several), q.pk == owner.qor.pk) for q in qors],
         "several_tenants": several,
     })
+
+
+@require_http_methods(["POST"])
+def chat_stop_view(request: HttpRequest, tenant_slug: str, qor_slug: str) -> JsonResponse:
+    """POST `{"reply_to": seq}`: stop the reply to that message where it is (the Stop
+    button). 202 when a turn was asked to stop, 409 when no answer to it is on its way."""
+    if not request.user.is_authenticated:
+        return JsonResponse({"error": "sign in first"}, status=401)
+    try:
+        owner = chat_owner(user=request.user, tenant_slug=tenant_slug, qor_slug=qor_slug)
+    except NotFound:
+        return JsonResponse({"error": "no such chat"}, status=404)
+    try:
+        body = json_body(request)
+    except BodyRefused as exc:
+        return JsonResponse({"error": str(exc)}, status=exc.status)
+    reply_to = body.get("reply_to") if isinstance(body, dict) else None
+    if not isinstance(reply_to, int) or isinstance(reply_to, bool) or not 0 < reply_to <= QUERY_INT_MAX:
+        return JsonResponse({"error": '"reply_to" must be the seq of your message'}, status=400)
+    if not chat_stop(owner=owner, reply_to=reply_to):
+        return JsonResponse({"error": "no answer to that message is being written"}, status=409)
+    return JsonResponse({"stopping": reply_to}, status=202)
 
 
 @require_http_methods(["GET", "POST"])

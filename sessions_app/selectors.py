@@ -177,6 +177,12 @@ def next_pending_user_message(*, session: Session) -> Message | None:
     return Message.objects.filter(session=session, answer_state=Message.Answer.PENDING).order_by("seq").first()
 
 
+def awaiting_answer(*, session: Session, seq: int) -> bool:
+    """Whether message `seq` of the session is a user message still waiting for its answer."""
+    return Message.objects.filter(session=session, seq=seq, role=Message.Role.USER,
+                                  answer_state=Message.Answer.PENDING).exists()
+
+
 def session_successor(*, session: Session) -> Session | None:
     """The active session that took over from an archived one (after /clear, /compact or a
     compaction): the owner's canonical chat, or the same legacy thread. None for others."""

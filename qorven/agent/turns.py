@@ -59,9 +59,11 @@ from .loop import Spend, tool_loop
 from .notices import notice_for
 from .prompt import Prompt, PromptParts, prompt_build
 from .retrieval import memories_for, skills_for_prompt
+from .stop import StopWatch, TurnStopped, turn_stop_clear
 
 logger = logging.getLogger(__name__)
 
+STOPPED_NOTICE = "Stopped before any answer was written."
 ROUNDS_NOTICE = "I stopped after {rounds} rounds of tool calls without reaching an answer. Please rephrase or narrow the request."
 
 
@@ -189,16 +191,31 @@ def _answer(session: Session, pending: Message, owner: str, *, overflowed: bool 
         if compact_for_turn(session=session, pending=pending, overflow=False) is not None:
             return _Result(_Step.ROTATED)
 
+    stop = StopWatch(session_id=session.pk, reply_to=pending.seq)
+    written: list[str] = []
+
     def on_token(delta: str) -> None:
+        stop.check()  # before the token: what the person saw is what is kept
+        written.append(delta)
         broadcast_soon(session.pk, {"type": "message.chunk", "reply_to": pending.seq, "delta": delta})
+
+    def after_call() -> None:
+        turn_lease_confirm(session_id=session.pk, owner=owner)
+        stop.check()  # asked to stop while the model thought, or between tool rounds
 
     for attempt in range(1 if overflowed else 0, 2):
         try:
             completion = tool_loop(
                 provider=provider, messages=prompt.messages, spend=Spend(session.tenant, qor, "main"),
                 offered=offered, ctx=ctx, session=session, channel=channel, metadata={"reply_to": pending.seq},
-                on_token=on_token, after_call=lambda: turn_lease_confirm(session_id=session.pk, owner=owner),
+                on_token=on_token, after_call=after_call,
             )
+        except TurnStopped:
+            # What was written so far is the answer, marked as stopped; nothing is retried.
+            text = "".join(written).strip()
+            _reply(session, pending, owner, text or STOPPED_NOTICE, metadata={"stopped": True},
+                   notice="" if text else "stopped")
+            return _Result(_Step.ANSWERED)
         except ContextLengthExceeded as exc:
             if attempt == 1:
                 _fail(session, pending, owner, exc)
@@ -290,6 +307,7 @@ def _reply(
             sender_name=session.qor.name, metadata=metadata,
         ).message
         message_answered(message=pending)
+        transaction.on_commit(lambda: turn_stop_clear(session_id=session.pk, reply_to=pending.seq))
         # Registered after the reply's message.new, so it follows it through the ordered sender.
         done = {"type": "message.done", "reply_to": pending.seq, "seq": message.seq}
         transaction.on_commit(lambda: broadcast_soon(session.pk, done))
@@ -312,4 +330,5 @@ def _fail(session: Session, pending: Message, owner: str, error: ModelError) -> 
         done = {"type": "message.done", "reply_to": pending.seq, "seq": notice.seq}
         transaction.on_commit(lambda: broadcast_soon(session.pk, state))
         transaction.on_commit(lambda: broadcast_soon(session.pk, done))
+        transaction.on_commit(lambda: turn_stop_clear(session_id=session.pk, reply_to=pending.seq))
     return notice

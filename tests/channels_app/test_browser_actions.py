@@ -115,3 +115,33 @@ def test_a_background_tab_counts_unread_replies_notifies_and_marks_heartbeat_mes
             page.screenshot(path=str(ARTIFACTS / "chat-proactive.png"))
         finally:
             browser.close()
+
+
+def test_stop_ends_a_streaming_reply_and_keeps_what_was_written(chat_server):
+    from playwright.sync_api import expect, sync_playwright
+
+    base, model, platform = chat_server
+    words = " ".join(f"word{n}" for n in range(200))
+    model.add(reply(words, chunk_delay=0.1))
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        try:
+            page = sign_in(browser, base)
+            stop = page.locator("[data-stop]")
+            expect(stop).to_be_hidden()
+            send(page, "say many words")
+            expect(stop).to_be_visible()  # from the thinking bubble on
+            expect(page.locator(".msg--streaming .msg__body")).to_contain_text("word3", timeout=SERVER_WORK)
+            stop.click()
+
+            kept = page.locator(".msg--assistant:not(.msg--streaming)")
+            expect(kept.locator(".msg__mark")).to_have_text("Stopped", timeout=SERVER_WORK)
+            expect(page.locator(".msg--streaming")).to_have_count(0)
+            expect(stop).to_be_hidden()
+            text = kept.locator(".msg__body").inner_text()
+            assert text.startswith("word0 word1 word2 word3") and "word199" not in text
+
+            page.reload()  # as stored
+            expect(page.locator(".msg--assistant .msg__mark")).to_have_text("Stopped")
+        finally:
+            browser.close()

@@ -49,6 +49,7 @@
     this.input = root.querySelector("[data-input]");
     this.sendButton = root.querySelector("[data-send]");
     this.jump = root.querySelector("[data-jump]");
+    this.stopButton = root.querySelector("[data-stop]");
     this.older = root.querySelector("[data-older]");
     this.sessionId = null;
     this.lastSeq = 0;
@@ -88,6 +89,7 @@
       if (self.pinned && self.jump) self.jump.hidden = true;
     });
     if (this.jump) this.jump.addEventListener("click", function () { self.scrollToBottom(); });
+    if (this.stopButton) this.stopButton.addEventListener("click", function () { self.stopReply(); });
     if (this.older) this.older.addEventListener("click", function () { self.loadOlder(); });
     this.root.querySelectorAll("[data-filter]").forEach(function (chip) {
       chip.addEventListener("click", function () { self.setFilter(chip.getAttribute("data-filter")); });
@@ -175,6 +177,7 @@
     if (this.socket) { var socket = this.socket; this.socket = null; socket.close(); }
     this.streams.forEach(function (s) { s.node.remove(); });
     this.streams.clear();
+    this.updateStop();
     this.setStatus("signed-out", "Signed out");
     var note = el("div", "signedout");
     note.setAttribute("role", "alert");
@@ -236,6 +239,7 @@
     } else if (changed && this.sessionId !== null) {
       this.streams.forEach(function (s) { s.node.remove(); });
       this.streams.clear();
+      this.updateStop();
       this.timeline.appendChild(el("div", "divider divider--session", "New conversation"));
       this.section = this.newSection();
       this.bySeq = new Map();
@@ -284,6 +288,7 @@
       if (event.role === "assistant") this.onAnswered(event.reply_to);
       var stream = this.streams.get(event.reply_to);
       if (stream) { stream.node.remove(); this.streams.delete(event.reply_to); }
+      this.updateStop();
     }
     if (event.hidden) { this.bySeq.set(event.seq, null); return; }
     var node = this.renderMessage(event);
@@ -395,6 +400,7 @@
     }
     this.markAnswer(node, event.answer_state);
     this.markDelivery(node, event.delivery);
+    if (event.stopped) this.mark(node, "stopped", "Stopped");
     this.applyFilter(node);
     return node;
   };
@@ -525,6 +531,7 @@
       this.streams.set(replyTo, stream);
       this.applyFilter(node);
       this.updateEmpty();
+      this.updateStop();
     }
     if (whole) {
       stream.text = text;
@@ -554,6 +561,42 @@
     this.finished.add(replyTo);
     var stream = this.streams.get(replyTo);
     if (stream) { stream.node.remove(); this.streams.delete(replyTo); }
+    this.updateStop();
+  };
+
+  // --- stopping a reply while it is written ---
+
+  // The Stop button shows while a reply is on its way (thinking or streaming): the newest.
+  Chat.prototype.updateStop = function () {
+    if (!this.stopButton || !this.config.stop) return;
+    var newest = null;
+    this.streams.forEach(function (s, replyTo) { if (newest === null || replyTo > newest) newest = replyTo; });
+    this.stopping = newest === null ? null : this.stopping;
+    this.stopButton.hidden = newest === null || this.isSignedOut;
+    this.stopButton.disabled = newest !== null && this.stopping === newest;
+    this.stopButton.textContent = this.stopButton.disabled ? "Stopping…" : "Stop";
+    this.stopTarget = newest;
+  };
+
+  Chat.prototype.stopReply = function () {
+    var self = this;
+    var replyTo = this.stopTarget;
+    if (replyTo === null || replyTo === undefined) return;
+    this.stopping = replyTo;
+    this.updateStop();
+    fetch(this.config.stop, {
+      method: "POST",
+      credentials: "same-origin",
+      headers: this.headers({ "Content-Type": "application/json", "X-CSRFToken": this.config.csrfToken || "" }),
+      body: JSON.stringify({ reply_to: replyTo }),
+    }).then(function (r) {
+      if (r.status === 409) self.endStream(replyTo); // it had finished already: the reply is on its way
+      else if (!r.ok) { self.stopping = null; self.updateStop(); self.flash("Could not stop the reply — try again."); }
+    }).catch(function () {
+      self.stopping = null;
+      self.updateStop();
+      self.flash("Can't reach Qorven — the reply could not be stopped.");
+    });
   };
 
   // A "thinking" bubble until the first token of the answer to `seq` arrives.
@@ -563,7 +606,7 @@
     this.onStream(seq, "", 0, true);
     setTimeout(function () {
       var s = self.streams.get(seq);
-      if (s && !s.text) { s.node.remove(); self.streams.delete(seq); }
+      if (s && !s.text) { s.node.remove(); self.streams.delete(seq); self.updateStop(); }
     }, 120000);
   };
 

@@ -1,0 +1,52 @@
+"""Stopping a reply while it is written: the person asks (the chat page's Stop button),
+the turn notices between tokens and keeps what was written so far as the answer.
+
+The request is a flag in the cache — shared by every process with Redis, and by the
+server and its own worker on the embedded default — checked by the turn at most every
+STOP_CHECK seconds, so a streaming reply costs a cache read a fraction of its tokens.
+"""
+from __future__ import annotations
+
+import time
+
+from django.core.cache import cache
+
+STOP_TTL = 600  # seconds a request waits to be noticed; a turn that long is finished or dead
+STOP_CHECK = 0.2  # seconds between the turn's looks at the flag
+
+
+class TurnStopped(Exception):
+    """Raised inside the model call when its reply was asked to stop: unwinds the stream
+    (closing it, so the model stops writing too) up to the turn."""
+
+
+def _key(session_id: int, reply_to: int) -> str:
+    return f"turn-stop:{session_id}:{reply_to}"
+
+
+def turn_stop_request(*, session_id: int, reply_to: int) -> None:
+    """Ask the turn answering message `reply_to` of the session to stop where it is."""
+    cache.set(_key(session_id, reply_to), 1, STOP_TTL)
+
+
+def turn_stop_clear(*, session_id: int, reply_to: int) -> None:
+    """The message has its answer (or failed for good): a request that came too late to be
+    noticed must not stop a later answer to it (after /retry)."""
+    cache.delete(_key(session_id, reply_to))
+
+
+class StopWatch:
+    """A turn's look at its stop flag, no more often than STOP_CHECK."""
+
+    def __init__(self, *, session_id: int, reply_to: int) -> None:
+        self.key = _key(session_id, reply_to)
+        self._next = 0.0  # the first look is at once: a request may have come while the turn waited
+
+    def check(self) -> None:
+        now = time.monotonic()
+        if now < self._next:
+            return
+        self._next = now + STOP_CHECK
+        if cache.get(self.key):
+            cache.delete(self.key)
+            raise TurnStopped()
