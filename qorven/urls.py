@@ -2,6 +2,7 @@ from __future__ import annotations
 
 from django.contrib import admin
 from django.contrib.auth import views as auth_views
+from django.templatetags.static import static
 from django.urls import include, path
 from django.views.generic import RedirectView
 
@@ -12,6 +13,7 @@ from .login_throttle import login_throttled
 
 urlpatterns = [
     path("", RedirectView.as_view(pattern_name="chat-index", permanent=False)),
+    path("favicon.ico", RedirectView.as_view(url=static("qorven/favicon.svg"), permanent=True)),
     path("healthz", healthz, name="healthz"),
     path("readyz", readyz, name="readyz"),
     path("metrics", metrics_view, name="metrics"),

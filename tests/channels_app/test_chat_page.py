@@ -72,3 +72,8 @@ def test_sending_from_the_page_needs_the_csrf_token_and_lands_on_channel_web(wor
 
 def test_the_api_answers_401_without_a_login(client, world):
     assert client.get(API).status_code == 401
+
+
+def test_the_browsers_favicon_request_finds_the_icon(client, db):
+    response = client.get("/favicon.ico")
+    assert response.status_code == 301 and response["Location"].endswith("qorven/favicon.svg")

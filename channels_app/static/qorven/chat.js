@@ -520,6 +520,7 @@
       var channel = source ? source.getAttribute("data-channel") : this.config.channel;
       var node = el("article", "msg msg--assistant msg--streaming");
       node.setAttribute("data-reply-to", replyTo);
+      node.setAttribute("aria-busy", "true"); // announced once, as the stored reply, not on every paint
       node.setAttribute("data-channel", channel);
       var meta = el("header", "msg__meta");
       meta.appendChild(el("span", "msg__who", this.config.qorName));
