@@ -87,3 +87,23 @@ def test_the_filter_never_hides_what_you_send_and_an_empty_filter_says_so(chat_s
             expect(page.locator("[data-empty-filter]")).to_be_hidden()
         finally:
             browser.close()
+
+
+def test_a_message_that_cannot_reach_the_server_says_so_and_stays_in_the_box(chat_server):
+    from playwright.sync_api import expect, sync_playwright
+
+    base, model, platform = chat_server
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        try:
+            page = sign_in(browser, base)
+            page.route("**/chat/api/*/*/messages",
+                       lambda route: route.abort() if route.request.method == "POST" else route.continue_())
+            send(page, "are you there?")
+            expect(page.get_by_role("alert")).to_have_text(
+                "Can't reach Qorven — check the connection; your message is back in the box to send again.")
+            expect(page.locator("[data-input]")).to_have_value("are you there?")
+            stamp = page.locator(".msg__time").count()
+            assert stamp == 0  # nothing was stored, nothing shown as sent
+        finally:
+            browser.close()

@@ -377,14 +377,17 @@
       var text = el("div", "notice__text");
       text.innerHTML = md.render(event.content);
       node.appendChild(text);
-      node.appendChild(el("time", "msg__time", timeLabel(date)));
+      var stamp = el("time", "msg__time", timeLabel(date));
+      stamp.setAttribute("datetime", event.created_at);
+      stamp.title = date.toLocaleString(undefined, { dateStyle: "full", timeStyle: "short" });
+      node.appendChild(stamp);
     } else {
       var meta = el("header", "msg__meta");
       meta.appendChild(el("span", "msg__who", event.sender_name || (event.role === "assistant" ? this.config.qorName : "You")));
       if (event.channel !== own) meta.appendChild(this.badge(event.channel));
       var time = el("time", "msg__time", timeLabel(date));
       time.setAttribute("datetime", event.created_at);
-      time.title = date.toLocaleString();
+      time.title = date.toLocaleString(undefined, { dateStyle: "full", timeStyle: "short" });
       meta.appendChild(time);
       if (event.proactive) {
         node.classList.add("msg--proactive");
@@ -787,7 +790,11 @@
         pending.remove();
         if (!self.input.value) self.input.value = content;
         self.autosize();
-        self.flash(err.message || "Could not send — check the connection and try again.");
+        // fetch's own TypeError ("Failed to fetch") means the server could not be reached.
+        var unreachable = err instanceof TypeError;
+        self.flash(unreachable || !err.message
+          ? "Can't reach Qorven — check the connection; your message is back in the box to send again."
+          : err.message);
       })
       .then(function () {
         self.sending = false;
