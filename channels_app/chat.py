@@ -108,6 +108,36 @@ def chat_session_get(*, owner: ChatOwner, session_id: int) -> Session | None:
     ).first()
 
 
+ARCHIVE_LIMIT = 100  # earlier conversations listed, newest first
+
+
+def chat_archive(*, owner: ChatOwner) -> list[dict[str, Any]]:
+    """The person's earlier conversations with this Qor (archived by /clear, a compaction
+    or a rotation), newest first: when, how long, and how each began."""
+    from django.db.models import OuterRef, Subquery
+
+    from sessions_app.models import Message
+
+    first_words = Message.objects.filter(session=OuterRef("pk"), role=Message.Role.USER).order_by("seq")
+    sessions = (
+        Session.objects.filter(tenant=owner.tenant, qor=owner.qor, user=owner.user, kind=Session.Kind.CANONICAL,
+                               state=Session.State.ARCHIVED)
+        .annotate(opening=Subquery(first_words.values("content")[:1]))
+        .order_by("-started_at", "-pk")[:ARCHIVE_LIMIT]
+    )
+    return [{"session_id": s.pk, "started_at": s.started_at.isoformat(),
+             "ended_at": s.ended_at.isoformat() if s.ended_at else None, "messages": s.last_seq,
+             "opening": (s.opening or "")[:160]} for s in sessions]
+
+
+def chat_archived_get(*, owner: ChatOwner, session_id: int) -> Session | None:
+    """`session_id` if it is one of the owner's earlier (archived) conversations with this Qor."""
+    return Session.objects.filter(
+        pk=session_id, tenant=owner.tenant, qor=owner.qor, user=owner.user,
+        kind=Session.Kind.CANONICAL, state=Session.State.ARCHIVED,
+    ).first()
+
+
 def chat_events(*, session: Session, after_seq: int | None = None, before_seq: int | None = None,
                 limit: int = PAGE) -> list[dict]:
     """Messages as live events, oldest first: after `after_seq` (catch-up), or the newest

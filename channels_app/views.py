@@ -12,7 +12,18 @@ from django.views.decorators.http import require_http_methods
 from sessions_app.channel_kinds import Channel
 from tenancy.errors import NotFound
 
-from .chat import PAGE, chat_channels, chat_events, chat_owner, chat_qors, chat_send, chat_session, chat_stop
+from .chat import (
+    PAGE,
+    chat_archive,
+    chat_archived_get,
+    chat_channels,
+    chat_events,
+    chat_owner,
+    chat_qors,
+    chat_send,
+    chat_session,
+    chat_stop,
+)
 from .json_body import QUERY_INT_MAX, BodyRefused, json_body
 from .live_events import message_event
 
@@ -54,6 +65,7 @@ def chat_page(request: HttpRequest, qor_slug: str) -> HttpResponse:
         "pageSize": PAGE,
         "signIn": reverse("login"),
         "stop": reverse("chat-stop", args=[owner.tenant.slug, owner.qor.slug]),
+        "conversations": reverse("chat-conversations", args=[owner.tenant.slug, owner.qor.slug]),
     }
     return render(request, "chat/chat.html", {
         "owner": owner,
@@ -62,6 +74,19 @@ def chat_page(request: HttpRequest, qor_slug: str) -> HttpResponse:
         "qors": [(q, _page_url(q, several_tenants=several), q.pk == owner.qor.pk) for q in qors],
         "several_tenants": several,
     })
+
+
+@require_http_methods(["GET"])
+def chat_conversations(request: HttpRequest, tenant_slug: str, qor_slug: str) -> JsonResponse:
+    """The person's earlier conversations with this Qor, newest first; read one with
+    `messages?session=<id>`."""
+    if not request.user.is_authenticated:
+        return JsonResponse({"error": "sign in first"}, status=401)
+    try:
+        owner = chat_owner(user=request.user, tenant_slug=tenant_slug, qor_slug=qor_slug)
+    except NotFound:
+        return JsonResponse({"error": "no such chat"}, status=404)
+    return JsonResponse({"conversations": chat_archive(owner=owner)})
 
 
 @require_http_methods(["POST"])
@@ -97,7 +122,7 @@ def chat_messages(request: HttpRequest, tenant_slug: str, qor_slug: str) -> Json
     except NotFound:
         return JsonResponse({"error": "no such chat"}, status=404)
     if request.method == "GET":
-        return history_response(request, owner)
+        return history_response(request, owner, archived=True)
     try:
         body = json_body(request)
     except BodyRefused as exc:
@@ -116,8 +141,9 @@ def chat_messages(request: HttpRequest, tenant_slug: str, qor_slug: str) -> Json
                         status=201 if result.created else 200)
 
 
-def history_response(request: HttpRequest, owner) -> JsonResponse:
-    """An older page of a chat: `?session=<id>&before_seq=<n>` (shared with the webchat)."""
+def history_response(request: HttpRequest, owner, *, archived: bool = False) -> JsonResponse:
+    """An older page of a chat: `?session=<id>&before_seq=<n>` (shared with the webchat);
+    with `archived`, `session` may also be one of the owner's earlier conversations."""
     session = chat_session(owner=owner)
     try:
         before = int(request.GET["before_seq"]) if request.GET.get("before_seq") else None
@@ -126,6 +152,13 @@ def history_response(request: HttpRequest, owner) -> JsonResponse:
         return JsonResponse({"error": "before_seq and session are numbers"}, status=400)
     if any(n is not None and not 0 <= n <= QUERY_INT_MAX for n in (before, wanted)):
         return JsonResponse({"error": f"before_seq and session are between 0 and {QUERY_INT_MAX}"}, status=400)
+    if archived and wanted is not None and (session is None or wanted != session.pk):
+        earlier = chat_archived_get(owner=owner, session_id=wanted)
+        if earlier is None:  # another person's, or none: the same answer
+            return JsonResponse({"error": "no such conversation"}, status=404)
+        events = chat_events(session=earlier, before_seq=before, limit=PAGE)
+        return JsonResponse({"session_id": earlier.pk, "archived": True, "messages": events,
+                             "more": len(events) == PAGE})
     if session is None or (wanted is not None and wanted != session.pk):
         return JsonResponse({"session_id": session.pk if session else None, "messages": []})
     events = chat_events(session=session, before_seq=before, limit=PAGE)

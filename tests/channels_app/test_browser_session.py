@@ -112,3 +112,40 @@ def test_a_page_whose_sign_in_ended_while_it_was_away_asks_to_sign_in_instead_of
             expect(page.locator("[data-status]")).to_have_attribute("data-state", "signed-out")
         finally:
             browser.close()
+
+
+def test_earlier_conversations_are_listed_and_read_from_the_page(chat_server):
+    from playwright.sync_api import expect, sync_playwright
+
+    base, model, platform = chat_server
+    model.add(reply("Lisbon in May, noted."), reply("Today's list is empty."))
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        try:
+            page = sign_in(browser, base)
+            send(page, "plan the trip to Lisbon")
+            expect(page.locator(".msg--assistant:not(.msg--streaming)", has_text="Lisbon in May")).to_be_visible(
+                timeout=SERVER_WORK)
+            send(page, "/clear")
+            expect(page.locator(".divider--session")).to_be_visible(timeout=SERVER_WORK)
+            page.reload()
+            expect(page.locator(".msg", has_text="plan the trip to Lisbon")).to_have_count(0)
+
+            page.click("[data-archive-open]")
+            item = page.locator("[data-archived-session]")
+            expect(item).to_have_count(1)
+            expect(item).to_contain_text("plan the trip to Lisbon")
+            item.click()
+            dialog = page.locator("[data-archive]")
+            expect(dialog.locator(".msg--assistant")).to_contain_text("Lisbon in May, noted.")
+            expect(dialog.locator(".msg--user").first).to_contain_text("plan the trip to Lisbon")
+            ARTIFACTS.mkdir(exist_ok=True)
+            page.screenshot(path=str(ARTIFACTS / "chat-earlier-conversation.png"))
+            page.click("[data-archive-close]")
+            expect(dialog).to_be_hidden()
+
+            send(page, "what is on today?")  # the current conversation carries on underneath
+            expect(page.locator(".msg--assistant", has_text="Today's list is empty.")).to_be_visible(
+                timeout=SERVER_WORK)
+        finally:
+            browser.close()

@@ -77,3 +77,31 @@ def test_the_api_answers_401_without_a_login(client, world):
 def test_the_browsers_favicon_request_finds_the_icon(client, db):
     response = client.get("/favicon.ico")
     assert response.status_code == 301 and response["Location"].endswith("qorven/favicon.svg")
+
+
+def test_earlier_conversations_are_listed_and_readable_by_their_owner_only(client, world):
+    from sessions_app.services import message_append, session_resolve, session_rotate
+
+    def talk(user, text):
+        session = session_resolve(tenant=world.tenant_a, qor=world.qor_a, channel="web", user=user)
+        message_append(session=session, role="user", content=text, channel="web", sender_name="x", notify=False)
+        return session
+
+    first = talk(world.alice, "plan the trip to Lisbon")
+    session_rotate(session=first)  # /clear
+    second = talk(world.alice, "what about Porto?")
+    session_rotate(session=second)
+    talk(world.alice, "today's list")  # the active one: not an earlier conversation
+    bobs = talk(world.bob, "bob's secret")
+    session_rotate(session=bobs)
+    client.force_login(world.alice)
+
+    listed = client.get("/chat/api/acme/aria/conversations").json()["conversations"]
+    assert [(c["session_id"], c["opening"], c["messages"]) for c in listed] == [
+        (second.pk, "what about Porto?", 1), (first.pk, "plan the trip to Lisbon", 1)]
+
+    read = client.get(f"{API}?session={first.pk}").json()
+    assert read["archived"] is True and [m["content"] for m in read["messages"]] == ["plan the trip to Lisbon"]
+    assert client.get(f"{API}?session={bobs.pk}").status_code == 404  # bob's, in the same tenant
+    client.force_login(world.charlie)
+    assert client.get("/chat/api/acme/aria/conversations").status_code == 404

@@ -102,6 +102,14 @@
     if (fresh) fresh.addEventListener("click", function () {
       if (global.confirm("Start a new conversation? This one is archived; what the Qor remembers stays.")) self.command("/clear");
     });
+    var archiveOpen = this.root.querySelector("[data-archive-open]");
+    if (archiveOpen) {
+      archiveOpen.addEventListener("click", function () { self.openArchive(); });
+      this.root.querySelector("[data-archive-close]").addEventListener("click", function () {
+        self.root.querySelector("[data-archive]").close();
+      });
+      this.root.querySelector("[data-archive-back]").addEventListener("click", function () { self.openArchive(); });
+    }
     var bell = this.root.querySelector("[data-notify]");
     if (bell) {
       try { this.notifying = localStorage.getItem("qorven.notify") === "1" && global.Notification && Notification.permission === "granted"; } catch (e) {}
@@ -333,6 +341,80 @@
     };
     if (Notification.permission === "default") Notification.requestPermission().then(apply);
     else apply();
+  };
+
+  // --- earlier conversations (archived by /clear, a compaction, a rotation), read-only ---
+
+  Chat.prototype.openArchive = function () {
+    var self = this;
+    var dialog = this.root.querySelector("[data-archive]");
+    var body = dialog.querySelector("[data-archive-body]");
+    dialog.querySelector("[data-archive-title]").textContent = "Earlier conversations";
+    dialog.querySelector("[data-archive-back]").hidden = true;
+    body.textContent = "Loading…";
+    if (!dialog.open) dialog.showModal();
+    fetch(this.config.conversations, { headers: this.headers(), credentials: "same-origin" })
+      .then(function (r) { if (!r.ok) throw new Error(String(r.status)); return r.json(); })
+      .then(function (data) {
+        body.textContent = "";
+        if (!data.conversations.length) { body.appendChild(el("p", "archive__none", "No earlier conversations yet.")); return; }
+        var list = el("ul", "archive__list");
+        data.conversations.forEach(function (c) {
+          var item = el("li");
+          var open = el("button", "archive__item");
+          open.type = "button";
+          open.setAttribute("data-archived-session", c.session_id);
+          open.appendChild(el("span", "archive__when", new Date(c.started_at).toLocaleString(undefined, { dateStyle: "medium", timeStyle: "short" })));
+          open.appendChild(el("span", "archive__opening", c.opening || "(no message of yours)"));
+          open.appendChild(el("span", "archive__count", c.messages + (c.messages === 1 ? " message" : " messages")));
+          open.addEventListener("click", function () { self.readArchived(c); });
+          item.appendChild(open);
+          list.appendChild(item);
+        });
+        body.appendChild(list);
+      })
+      .catch(function () { body.textContent = "Can't reach Qorven — try again in a moment."; });
+  };
+
+  Chat.prototype.readArchived = function (conversation, beforeSeq, older) {
+    var self = this;
+    var dialog = this.root.querySelector("[data-archive]");
+    var body = dialog.querySelector("[data-archive-body]");
+    dialog.querySelector("[data-archive-title]").textContent =
+      "Conversation of " + new Date(conversation.started_at).toLocaleDateString(undefined, { dateStyle: "medium" });
+    dialog.querySelector("[data-archive-back]").hidden = false;
+    var url = this.config.messages + "?session=" + conversation.session_id + (beforeSeq ? "&before_seq=" + beforeSeq : "");
+    fetch(url, { headers: this.headers(), credentials: "same-origin" })
+      .then(function (r) { if (!r.ok) throw new Error(String(r.status)); return r.json(); })
+      .then(function (data) {
+        var page = document.createDocumentFragment();
+        var messages = (data.messages || []).filter(function (m) { return !m.hidden; });
+        if (data.more && data.messages.length) {
+          var more = el("button", "linkbutton archive__more", "Show earlier messages");
+          more.type = "button";
+          more.addEventListener("click", function () { more.remove(); self.readArchived(conversation, data.messages[0].seq, true); });
+          page.appendChild(more);
+        }
+        messages.forEach(function (m) {
+          var node = el("article", "msg msg--" + m.role + (m.role === "system" ? " msg--notice" : ""));
+          node.setAttribute("data-seq", m.seq);
+          var meta = el("header", "msg__meta");
+          meta.appendChild(el("span", "msg__who", m.sender_name || (m.role === "assistant" ? self.config.qorName : "You")));
+          if (m.channel !== self.config.channel) meta.appendChild(self.badge(m.channel));
+          var when = new Date(m.created_at);
+          var stamp = el("time", "msg__time", timeLabel(when));
+          stamp.title = when.toLocaleString(undefined, { dateStyle: "full", timeStyle: "short" });
+          meta.appendChild(stamp);
+          var text = el("div", "msg__body");
+          text.innerHTML = md.render(m.content);
+          node.appendChild(meta);
+          node.appendChild(text);
+          page.appendChild(node);
+        });
+        if (!older) body.textContent = "";
+        body.insertBefore(page, body.firstChild);
+      })
+      .catch(function () { body.textContent = "Can't reach Qorven — try again in a moment."; });
   };
 
   // A slash command from a button, sent like a typed message.
