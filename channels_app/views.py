@@ -76,10 +76,13 @@ def chat_page(request: HttpRequest, qor_slug: str) -> HttpResponse:
     })
 
 
-@require_http_methods(["GET"])
 def chat_conversations(request: HttpRequest, tenant_slug: str, qor_slug: str) -> JsonResponse:
     """The person's earlier conversations with this Qor, newest first; read one with
     `messages?session=<id>`."""
+    if request.method != "GET":  # JSON, like every answer of this API
+        response = JsonResponse({"error": "only GET lists conversations"}, status=405)
+        response["Allow"] = "GET"
+        return response
     if not request.user.is_authenticated:
         return JsonResponse({"error": "sign in first"}, status=401)
     try:
@@ -89,10 +92,13 @@ def chat_conversations(request: HttpRequest, tenant_slug: str, qor_slug: str) ->
     return JsonResponse({"conversations": chat_archive(owner=owner)})
 
 
-@require_http_methods(["POST"])
 def chat_stop_view(request: HttpRequest, tenant_slug: str, qor_slug: str) -> JsonResponse:
     """POST `{"reply_to": seq}`: stop the reply to that message where it is (the Stop
     button). 202 when a turn was asked to stop, 409 when no answer to it is on its way."""
+    if request.method != "POST":
+        response = JsonResponse({"error": "POST {\"reply_to\": seq} to stop a reply"}, status=405)
+        response["Allow"] = "POST"
+        return response
     if not request.user.is_authenticated:
         return JsonResponse({"error": "sign in first"}, status=401)
     try:

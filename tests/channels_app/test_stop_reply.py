@@ -72,3 +72,10 @@ def test_only_the_person_stops_their_own_replies(client, world, model_server, dr
     assert post(client, STOP, {"reply_to": "1"}).status_code in (400, 404)
     drain()
     assert Message.objects.get(role="assistant").content == LONG
+
+
+def test_the_stop_and_conversations_endpoints_answer_a_wrong_method_in_json(client, world):
+    client.force_login(world.alice)
+    for url, method in ((STOP, client.get), ("/chat/api/acme/aria/conversations", client.post)):
+        response = method(url)
+        assert response.status_code == 405 and response["Content-Type"].startswith("application/json")
