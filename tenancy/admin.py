@@ -5,6 +5,7 @@ from typing import Any
 from django import forms
 from django.contrib import admin
 from django.contrib.auth import get_user_model
+from django.core.exceptions import PermissionDenied
 from django.contrib.auth.password_validation import validate_password
 from django.db import transaction
 
@@ -123,7 +124,25 @@ class MembershipAdmin(TenantScopedAdminMixin, admin.ModelAdmin):
             return ["tenant", "username", "first_name", "email", "password", "role"]
         return super().get_fields(request, obj)
 
+    # Owners are made and unmade by owners: a workspace admin manages members and admins.
+    def _owns(self, request, tenant_id: int | None) -> bool:
+        if admin_tenant_ids(request.user) is None:
+            return True  # the host
+        return Membership.objects.filter(tenant_id=tenant_id, user=request.user, role=Membership.Role.OWNER).exists()
+
+    def has_change_permission(self, request, obj=None) -> bool:
+        if obj is not None and obj.role == Membership.Role.OWNER and not self._owns(request, obj.tenant_id):
+            return False
+        return super().has_change_permission(request, obj)
+
+    def has_delete_permission(self, request, obj=None) -> bool:
+        if obj is not None and obj.role == Membership.Role.OWNER and not self._owns(request, obj.tenant_id):
+            return False
+        return super().has_delete_permission(request, obj)
+
     def save_model(self, request, obj, form, change) -> None:
+        if obj.role == Membership.Role.OWNER and not self._owns(request, obj.tenant_id):
+            raise PermissionDenied("only an owner of the workspace makes someone an owner")
         if isinstance(form, NewMemberForm):
             self.check_tenant(request, obj)  # before the account is made
             with transaction.atomic():

@@ -53,3 +53,37 @@ def test_the_host_still_adds_an_existing_account(host, world):
     response = host.post(ADD, {"tenant": world.tenant_b.pk, "user": world.bob.pk, "role": "member"})
     assert response.status_code == 302
     assert Membership.objects.filter(tenant=world.tenant_b, user=world.bob).exists()
+
+
+@pytest.fixture
+def workspace_admin(client, world):
+    """Dana: staff, an admin (not an owner) of acme."""
+    from tests.factories.tenancy import UserFactory
+
+    dana = UserFactory(username="dana", is_staff=True)
+    Membership.objects.create(tenant=world.tenant_a, user=dana, role="admin")
+    client.force_login(dana)
+    return client
+
+
+def test_a_workspace_admin_cannot_make_or_unmake_an_owner(workspace_admin, world):
+    made = workspace_admin.post(ADD, {"tenant": world.tenant_a.pk, "username": "eve", "role": "owner"})
+    assert made.status_code == 403 and not get_user_model().objects.filter(username="eve").exists()
+
+    bob = Membership.objects.get(tenant=world.tenant_a, user=world.bob)
+    change = reverse("admin:qorven_membership_change", args=[bob.pk])
+    promoted = workspace_admin.post(change, {"tenant": world.tenant_a.pk, "user": world.bob.pk, "role": "owner"})
+    assert promoted.status_code == 403
+    bob.refresh_from_db()
+    assert bob.role == "member"
+
+    alice = Membership.objects.get(tenant=world.tenant_a, user=world.alice)
+    demoted = workspace_admin.post(reverse("admin:qorven_membership_change", args=[alice.pk]),
+                                   {"tenant": world.tenant_a.pk, "user": world.alice.pk, "role": "member"})
+    assert demoted.status_code == 403
+    removed = workspace_admin.post(reverse("admin:qorven_membership_delete", args=[alice.pk]), {"post": "yes"})
+    assert removed.status_code == 403
+    assert Membership.objects.get(pk=alice.pk).role == "owner"
+
+    added = workspace_admin.post(ADD, {"tenant": world.tenant_a.pk, "username": "eve", "role": "member"})
+    assert added.status_code == 302  # members (and admins) are theirs to add
