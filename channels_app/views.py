@@ -3,6 +3,9 @@
 (channels_app.consumers); this module renders and relays."""
 from __future__ import annotations
 
+from collections.abc import Callable
+from functools import wraps
+
 from django.contrib.auth.decorators import login_required
 from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import redirect, render
@@ -76,35 +79,39 @@ def chat_page(request: HttpRequest, qor_slug: str) -> HttpResponse:
     })
 
 
-def chat_conversations(request: HttpRequest, tenant_slug: str, qor_slug: str) -> JsonResponse:
+def member_json_view(*methods: str) -> Callable[[Callable[..., JsonResponse]], Callable[..., JsonResponse]]:
+    """A JSON endpoint of a member's chat: `view(request, owner)`, after the method (when
+    `methods` are given), the sign-in and the chat (ChatOwner) are checked — each refusal
+    in JSON, a chat of another tenant answered like a missing one."""
+    def wrap(view: Callable[..., JsonResponse]) -> Callable[..., JsonResponse]:
+        @wraps(view)
+        def endpoint(request: HttpRequest, tenant_slug: str, qor_slug: str) -> JsonResponse:
+            if methods and request.method not in methods:
+                response = JsonResponse({"error": f"use {' or '.join(methods)}"}, status=405)
+                response["Allow"] = ", ".join(methods)
+                return response
+            if not request.user.is_authenticated:
+                return JsonResponse({"error": "sign in first"}, status=401)
+            try:
+                owner = chat_owner(user=request.user, tenant_slug=tenant_slug, qor_slug=qor_slug)
+            except NotFound:
+                return JsonResponse({"error": "no such chat"}, status=404)
+            return view(request, owner)
+        return endpoint
+    return wrap
+
+
+@member_json_view("GET")
+def chat_conversations(request: HttpRequest, owner) -> JsonResponse:
     """The person's earlier conversations with this Qor, newest first; read one with
     `messages?session=<id>`."""
-    if request.method != "GET":  # JSON, like every answer of this API
-        response = JsonResponse({"error": "only GET lists conversations"}, status=405)
-        response["Allow"] = "GET"
-        return response
-    if not request.user.is_authenticated:
-        return JsonResponse({"error": "sign in first"}, status=401)
-    try:
-        owner = chat_owner(user=request.user, tenant_slug=tenant_slug, qor_slug=qor_slug)
-    except NotFound:
-        return JsonResponse({"error": "no such chat"}, status=404)
     return JsonResponse({"conversations": chat_archive(owner=owner)})
 
 
-def chat_stop_view(request: HttpRequest, tenant_slug: str, qor_slug: str) -> JsonResponse:
+@member_json_view("POST")
+def chat_stop_view(request: HttpRequest, owner) -> JsonResponse:
     """POST `{"reply_to": seq}`: stop the reply to that message where it is (the Stop
     button). 202 when a turn was asked to stop, 409 when no answer to it is on its way."""
-    if request.method != "POST":
-        response = JsonResponse({"error": "POST {\"reply_to\": seq} to stop a reply"}, status=405)
-        response["Allow"] = "POST"
-        return response
-    if not request.user.is_authenticated:
-        return JsonResponse({"error": "sign in first"}, status=401)
-    try:
-        owner = chat_owner(user=request.user, tenant_slug=tenant_slug, qor_slug=qor_slug)
-    except NotFound:
-        return JsonResponse({"error": "no such chat"}, status=404)
     try:
         body = json_body(request)
     except BodyRefused as exc:
@@ -118,15 +125,10 @@ def chat_stop_view(request: HttpRequest, tenant_slug: str, qor_slug: str) -> Jso
 
 
 @require_http_methods(["GET", "POST"])
-def chat_messages(request: HttpRequest, tenant_slug: str, qor_slug: str) -> JsonResponse:
+@member_json_view()
+def chat_messages(request: HttpRequest, owner) -> JsonResponse:
     """GET `?before_seq=`: an older page of the timeline. POST `{"content": "…"}`: send on
     channel web (the CSRF token goes in the X-CSRFToken header)."""
-    if not request.user.is_authenticated:
-        return JsonResponse({"error": "sign in first"}, status=401)
-    try:
-        owner = chat_owner(user=request.user, tenant_slug=tenant_slug, qor_slug=qor_slug)
-    except NotFound:
-        return JsonResponse({"error": "no such chat"}, status=404)
     if request.method == "GET":
         return history_response(request, owner, archived=True)
     try:
