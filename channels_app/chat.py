@@ -72,6 +72,15 @@ def chat_stop(*, owner: ChatOwner, reply_to: int) -> bool:
     return True
 
 
+def chat_regenerate(*, owner: ChatOwner, reply_to: int) -> bool:
+    """Write the answer to message `reply_to` of the person's chat again (the newest
+    message, answered). False when that message cannot be answered again."""
+    from qorven.agent.gateway import reply_regenerate
+
+    session = chat_session(owner=owner)
+    return session is not None and reply_regenerate(session=session, reply_to=reply_to)
+
+
 def chat_channels(*, owner: ChatOwner) -> set[str]:
     """The chat-family channels this chat can hear from: the web and the terminal, and
     each platform the Qor has an enabled binding on."""

@@ -112,6 +112,13 @@ class ChatCursor:
                 self.finished.remove(event["seq"])  # answered again: its new reply streams
             return Step(frames=[{"type": "message.answer", "seq": event["seq"],
                                  "answer_state": event["answer_state"]}])
+        if kind == "message.regenerating":
+            if event["reply_to"] > self.sent_seq:
+                return Step(catch_up=True)
+            if event["reply_to"] in self.finished:
+                self.finished.remove(event["reply_to"])  # its new answer streams
+            return Step(frames=[{"type": "message.regenerating", "reply_to": event["reply_to"],
+                                 "superseded": event["superseded"]}])
         if kind == "message.delivery":
             if event["seq"] > self.sent_seq:
                 return Step(catch_up=True)  # the reply itself, marked as stored now

@@ -18,8 +18,11 @@ from sessions_app.selectors import StoredMessage
 
 def message_hidden(message: StoredMessage) -> bool:
     """Tool calls and tool results are the Qor's working, not the conversation: surfaces
-    do not show them (they still take a seq, so clients count them when catching up)."""
-    return message.role == Message.Role.TOOL or bool(message.tool_calls)
+    do not show them, nor a replaced answer (they still take a seq, so clients count them
+    when catching up)."""
+    return (message.role == Message.Role.TOOL or bool(message.tool_calls)
+            # a reply the person had written again (regenerate)
+            or bool((message.metadata or {}).get("superseded")))
 
 
 def message_event(message: StoredMessage) -> dict[str, Any]:

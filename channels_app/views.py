@@ -23,6 +23,7 @@ from .chat import (
     chat_events,
     chat_owner,
     chat_qors,
+    chat_regenerate,
     chat_send,
     chat_session,
     chat_stop,
@@ -69,6 +70,7 @@ def chat_page(request: HttpRequest, qor_slug: str) -> HttpResponse:
         "signIn": reverse("login"),
         "stop": reverse("chat-stop", args=[owner.tenant.slug, owner.qor.slug]),
         "conversations": reverse("chat-conversations", args=[owner.tenant.slug, owner.qor.slug]),
+        "regenerate": reverse("chat-regenerate", args=[owner.tenant.slug, owner.qor.slug]),
     }
     return render(request, "chat/chat.html", {
         "owner": owner,
@@ -112,6 +114,29 @@ def chat_conversations(request: HttpRequest, owner) -> JsonResponse:
 def chat_stop_view(request: HttpRequest, owner) -> JsonResponse:
     """POST `{"reply_to": seq}`: stop the reply to that message where it is (the Stop
     button). 202 when a turn was asked to stop, 409 when no answer to it is on its way."""
+    reply_to = _reply_to(request)
+    if isinstance(reply_to, JsonResponse):
+        return reply_to
+    if not chat_stop(owner=owner, reply_to=reply_to):
+        return JsonResponse({"error": "no answer to that message is being written"}, status=409)
+    return JsonResponse({"stopping": reply_to}, status=202)
+
+
+@member_json_view("POST")
+def chat_regenerate_view(request: HttpRequest, owner) -> JsonResponse:
+    """POST `{"reply_to": seq}`: answer that message again (the Regenerate button on the
+    newest reply). 202 when a new answer is on its way, 409 when that message is not the
+    newest answered one."""
+    reply_to = _reply_to(request)
+    if isinstance(reply_to, JsonResponse):
+        return reply_to
+    if not chat_regenerate(owner=owner, reply_to=reply_to):
+        return JsonResponse({"error": "only the newest answered message can be answered again"}, status=409)
+    return JsonResponse({"regenerating": reply_to}, status=202)
+
+
+def _reply_to(request: HttpRequest) -> int | JsonResponse:
+    """The `reply_to` seq of a JSON body, or the refusal to answer with."""
     try:
         body = json_body(request)
     except BodyRefused as exc:
@@ -119,9 +144,7 @@ def chat_stop_view(request: HttpRequest, owner) -> JsonResponse:
     reply_to = body.get("reply_to") if isinstance(body, dict) else None
     if not isinstance(reply_to, int) or isinstance(reply_to, bool) or not 0 < reply_to <= QUERY_INT_MAX:
         return JsonResponse({"error": '"reply_to" must be the seq of your message'}, status=400)
-    if not chat_stop(owner=owner, reply_to=reply_to):
-        return JsonResponse({"error": "no answer to that message is being written"}, status=409)
-    return JsonResponse({"stopping": reply_to}, status=202)
+    return reply_to
 
 
 @require_http_methods(["GET", "POST"])

@@ -9,6 +9,8 @@ urlpatterns = [
     path("chat/", views.chat_index, name="chat-index"),
     path("chat/api/<slug:tenant_slug>/<slug:qor_slug>/messages", views.chat_messages, name="chat-messages"),
     path("chat/api/<slug:tenant_slug>/<slug:qor_slug>/stop", views.chat_stop_view, name="chat-stop"),
+    path("chat/api/<slug:tenant_slug>/<slug:qor_slug>/regenerate", views.chat_regenerate_view,
+         name="chat-regenerate"),
     path("chat/api/<slug:tenant_slug>/<slug:qor_slug>/conversations", views.chat_conversations,
          name="chat-conversations"),
     path("chat/<slug:qor_slug>/", views.chat_page, name="chat-page"),

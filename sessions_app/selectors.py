@@ -162,6 +162,7 @@ def context_read(
         qs.exclude(role=Message.Role.USER, seq__gt=answering_seq)
         .exclude(metadata__has_key="notice")
         .exclude(metadata__has_key="command")
+        .exclude(metadata__has_key="superseded")  # an answer the person had written again
         # A message the model refused (or that never fit) is set aside: sending it again
         # with every later message would only fail those too.
         .exclude(answer_state=Message.Answer.FAILED)

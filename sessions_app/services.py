@@ -273,6 +273,31 @@ def messages_retry_failed(*, session: Session) -> list[int]:
     return seqs
 
 
+@transaction.atomic
+def reply_supersede(*, session: Session, reply_to: int) -> list[int] | None:
+    """Regenerate: the answer to user message `reply_to` is set aside and the message waits
+    for a new one. Only the newest message that expected an answer, once answered, and
+    not yet summarised away, can be answered again. The old reply's rows stay (marked
+    superseded: out of every later prompt and off the surfaces). Returns their seqs, or
+    None when `reply_to` cannot be regenerated."""
+    locked = Session.objects.select_for_update().filter(pk=session.pk, state=Session.State.ACTIVE).first()
+    if locked is None or reply_to <= locked.compacted_through_seq:
+        return None
+    later = Message.objects.filter(session=session, seq__gt=reply_to, answer_state__isnull=False)
+    waiting = Message.objects.filter(session=session, seq=reply_to, role=Message.Role.USER,
+                                     answer_state=Message.Answer.ANSWERED)
+    if later.exists() or not waiting.update(answer_state=Message.Answer.PENDING, answer_attempts=0):
+        return None
+    replies = list(
+        Message.objects.filter(session=session, seq__gt=reply_to, metadata__reply_to=reply_to)
+        .exclude(role=Message.Role.USER).exclude(metadata__has_key="superseded").order_by("seq")
+    )
+    for message in replies:
+        message.metadata = {**message.metadata, "superseded": True}
+        message.save(update_fields=["metadata"])
+    return [m.seq for m in replies]
+
+
 def session_archive(*, session_id: int) -> bool:
     """Close a non-canonical session (a finished cron run, an ended thread). True if it was
     active. Its messages stay; appends to it fail with SessionClosed from now on."""

@@ -78,3 +78,19 @@ def inbound_accept(
             sender_name=session.qor.name, metadata=reply_meta,
         )
     return result
+
+
+def reply_regenerate(*, session: Session, reply_to: int) -> bool:
+    """Answer message `reply_to` again (the newest answered one): its old reply leaves the
+    live surfaces at once and a new turn writes another. False when it cannot be."""
+    from qorven.runtime.publisher import broadcast_soon
+    from sessions_app.services import reply_supersede
+
+    with transaction.atomic():
+        superseded = reply_supersede(session=session, reply_to=reply_to)
+        if superseded is None:
+            return False
+        event = {"type": "message.regenerating", "reply_to": reply_to, "superseded": superseded}
+        transaction.on_commit(lambda: broadcast_soon(session.pk, event))
+        turn_enqueue(session=session)
+    return True

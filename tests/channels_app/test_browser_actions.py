@@ -145,3 +145,33 @@ def test_stop_ends_a_streaming_reply_and_keeps_what_was_written(chat_server):
             expect(page.locator(".msg--assistant .msg__mark")).to_have_text("Stopped")
         finally:
             browser.close()
+
+
+def test_regenerate_writes_the_newest_answer_again_in_place_of_the_old(chat_server):
+    from playwright.sync_api import expect, sync_playwright
+
+    base, model, platform = chat_server
+    model.add(reply("A first try."), reply("A better answer.", chunk_delay=0.05, chunk_size=4))
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        try:
+            page = sign_in(browser, base)
+            send(page, "explain leases")
+            first = page.locator(".msg--assistant:not(.msg--streaming)", has_text="A first try.")
+            expect(first).to_be_visible(timeout=SERVER_WORK)
+            expect(page.locator("[data-regenerate]")).to_have_count(1)
+            first.locator("[data-regenerate]").click()
+
+            expect(page.locator(".msg--streaming")).to_be_visible(timeout=SERVER_WORK)  # the new one is written
+            expect(first).to_have_count(0)
+            expect(page.locator("[data-regenerate]")).to_have_count(0)  # not while writing
+            better = page.locator(".msg--assistant:not(.msg--streaming)", has_text="A better answer.")
+            expect(better).to_be_visible(timeout=SERVER_WORK)
+            expect(better.locator("[data-regenerate]")).to_have_count(1)
+
+            page.reload()
+            expect(page.locator(".msg--assistant", has_text="A better answer.")).to_be_visible(timeout=SERVER_WORK)
+            expect(page.locator(".msg", has_text="A first try.")).to_have_count(0)
+            assert page.locator(".msg--user").count() == 1
+        finally:
+            browser.close()

@@ -235,6 +235,7 @@
       case "message.done": return this.endStream(event.reply_to);
       case "message.answer": return this.onAnswer(event.seq, event.answer_state);
       case "message.delivery": return this.onDelivery(event.seq, event.delivery);
+      case "message.regenerating": return this.onRegenerating(event.reply_to, event.superseded || []);
       case "pong": clearTimeout(this.pongTimer); return;
       case "signed_out": return; // the close that follows (4401) checks the sign-in
     }
@@ -305,6 +306,7 @@
     if (this.filter) this.tidyDividers();
     if (event.answer_state === "failed") this.endStream(event.seq);
     this.updateEmpty();
+    this.updateRegenerate();
     if (live) {
       this.afterGrow();
       if (event.role !== "user") this.arrivedUnseen(event);
@@ -454,6 +456,7 @@
     node.setAttribute("data-seq", event.seq);
     node.setAttribute("data-channel", event.channel);
     if (event.notice) node.setAttribute("data-notice", event.notice);
+    if (event.reply_to && event.role === "assistant") node.setAttribute("data-answers", event.reply_to);
     var date = new Date(event.created_at);
     if (isNotice) {
       var text = el("div", "notice__text");
@@ -650,6 +653,62 @@
     this.updateStop();
   };
 
+  // --- answering the newest message again ---
+
+  // One Regenerate button, on the newest reply when it answers the newest message and
+  // nothing is being written (the server has the last word: 409 otherwise).
+  Chat.prototype.updateRegenerate = function () {
+    if (!this.config.regenerate || !this.form) return;
+    var self = this;
+    var old = this.root.querySelector("[data-regenerate]");
+    var nodes = this.section.querySelectorAll(".msg[data-seq]");
+    var last = nodes.length ? nodes[nodes.length - 1] : null;
+    var target = last && last.hasAttribute("data-answers") && !this.streams.size && !this.isSignedOut ? last : null;
+    if (old && old.parentNode === target) return;
+    if (old) old.remove();
+    if (!target) return;
+    var button = el("button", "msg__again", "Regenerate");
+    button.type = "button";
+    button.setAttribute("data-regenerate", "");
+    button.setAttribute("aria-label", "Write this answer again");
+    button.addEventListener("click", function () { self.regenerate(Number(target.getAttribute("data-answers")), button); });
+    target.appendChild(button);
+  };
+
+  Chat.prototype.regenerate = function (replyTo, button) {
+    var self = this;
+    button.disabled = true;
+    fetch(this.config.regenerate, {
+      method: "POST",
+      credentials: "same-origin",
+      headers: this.headers({ "Content-Type": "application/json", "X-CSRFToken": this.config.csrfToken || "" }),
+      body: JSON.stringify({ reply_to: replyTo }),
+    }).then(function (r) {
+      button.disabled = false;
+      if (r.status === 409) self.flash("Only the newest answer can be written again.");
+      else if (!r.ok) self.flash("Could not write the answer again — try again.");
+    }).catch(function () {
+      button.disabled = false;
+      self.flash("Can't reach Qorven — the answer was not written again.");
+    });
+  };
+
+  // The answer to `replyTo` is being written again: the old one leaves, a new one comes.
+  Chat.prototype.onRegenerating = function (replyTo, superseded) {
+    var self = this;
+    superseded.forEach(function (seq) {
+      var node = self.bySeq.get(seq);
+      if (node) node.remove();
+      self.bySeq.set(seq, null);
+    });
+    this.answered.delete(replyTo);
+    this.finished.delete(replyTo);
+    var source = this.bySeq.get(replyTo);
+    if (source) this.markAnswer(source, "pending");
+    this.expectReply(replyTo);
+    this.updateRegenerate();
+  };
+
   // --- stopping a reply while it is written ---
 
   // The Stop button shows while a reply is on its way (thinking or streaming): the newest.
@@ -662,6 +721,7 @@
     this.stopButton.disabled = newest !== null && this.stopping === newest;
     this.stopButton.textContent = this.stopButton.disabled ? "Stopping…" : "Stop";
     this.stopTarget = newest;
+    this.updateRegenerate();
   };
 
   Chat.prototype.stopReply = function () {

@@ -1,0 +1,92 @@
+"""Regenerate (the chat page's button on the newest reply): the message is answered again,
+the old answer stays stored but leaves the page and every later prompt, and only the
+newest answered message of the person's own chat can be regenerated."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from sessions_app.models import Message, Session
+
+from ..fakes.model_server import error, reply, tool_call
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+SEND, AGAIN = "/chat/api/acme/aria/messages", "/chat/api/acme/aria/regenerate"
+
+
+def post(client, url, body):
+    return client.post(url, data=json.dumps(body), content_type="application/json")
+
+
+def said(request) -> str:
+    return json.dumps(request["messages"])
+
+
+def test_regenerate_answers_again_and_the_old_answer_leaves_the_page_and_the_prompt(
+    client, world, model_server, drain
+):
+    model_server.add(tool_call("current_time", {}), reply("It is noon, roughly."), reply("It is 12:00."),
+                     reply("Noted."))
+    client.force_login(world.alice)
+    post(client, SEND, {"content": "what time is it?"})
+    drain()
+    session = Session.objects.get(user=world.alice, kind="canonical")
+    first = list(Message.objects.filter(session=session).exclude(role="user").values_list("seq", "role"))
+    assert [role for _, role in first] == ["assistant", "tool", "assistant"]  # the call, its result, the answer
+
+    response = post(client, AGAIN, {"reply_to": 1})
+    assert (response.status_code, response.json()) == (202, {"regenerating": 1})
+    drain()
+
+    replies = Message.objects.filter(session=session).exclude(role="user").order_by("seq")
+    assert [(m.content, bool(m.metadata.get("superseded"))) for m in replies][-1] == ("It is 12:00.", False)
+    assert all(m.metadata.get("superseded") for m in replies if m.seq in dict(first))  # kept, set aside
+    assert Message.objects.get(session=session, seq=1).answer_state == "answered"
+    again = model_server.requests[2]
+    assert "what time is it?" in said(again) and "noon" not in said(again) and "tool_calls" not in said(again)
+
+    shown = [m for m in client.get(SEND).json()["messages"] if not m["hidden"]]
+    assert [(m["role"], m["content"]) for m in shown] == [("user", "what time is it?"), ("assistant", "It is 12:00.")]
+
+    post(client, SEND, {"content": "thanks"})
+    drain()
+    assert "noon" not in said(model_server.requests[3]) and "It is 12:00." in said(model_server.requests[3])
+
+
+def test_only_the_newest_answered_message_can_be_regenerated(client, world, model_server, drain):
+    model_server.add(reply("One."), reply("Two."))
+    client.force_login(world.alice)
+    post(client, SEND, {"content": "first"})
+    post(client, SEND, {"content": "second"})
+    drain()
+    assert post(client, AGAIN, {"reply_to": 1}).status_code == 409  # an older one
+    assert post(client, AGAIN, {"reply_to": 4}).status_code == 409  # a reply, not a message of yours
+    assert post(client, AGAIN, {"reply_to": 99}).status_code == 409
+    assert post(client, AGAIN, {"reply_to": "3"}).status_code == 400
+    assert client.get(AGAIN).status_code == 405
+    assert Message.objects.filter(metadata__has_key="superseded").count() == 0
+    assert len(model_server.requests) == 2
+
+
+def test_a_message_still_waiting_cannot_be_regenerated(client, world, model_server, drain):
+    model_server.add(error(400, "refused"))
+    client.force_login(world.alice)
+    post(client, SEND, {"content": "hello"})
+    assert post(client, AGAIN, {"reply_to": 1}).status_code == 409  # not answered yet
+    drain()
+    assert Message.objects.get(seq=1).answer_state == "failed"
+    assert post(client, AGAIN, {"reply_to": 1}).status_code == 409  # failed: /retry is for that
+
+
+def test_another_persons_chat_cannot_be_regenerated(client, world, model_server, drain):
+    model_server.add(reply("Hi Alice."))
+    client.force_login(world.alice)
+    post(client, SEND, {"content": "hello"})
+    drain()
+    client.force_login(world.bob)  # a member of the same tenant: his own chat has nothing to regenerate
+    assert post(client, AGAIN, {"reply_to": 1}).status_code == 409
+    client.force_login(world.charlie)  # another tenant's chat: not found
+    assert post(client, AGAIN, {"reply_to": 1}).status_code == 404
+    assert not Message.objects.filter(metadata__has_key="superseded").exists()
