@@ -139,6 +139,35 @@ def chat_archive(*, owner: ChatOwner) -> list[dict[str, Any]]:
              "opening": (s.opening or "")[:160]} for s in sessions]
 
 
+SNIPPET = 180  # characters of a found message shown around the first word found
+
+
+def chat_search(*, owner: ChatOwner, query: str) -> dict[str, Any]:
+    """Search the person's whole history with this Qor (this conversation and the earlier
+    ones): each hit with where it is and a snippet around the first word found."""
+    from memory_app.fulltext import search_terms
+    from sessions_app.search import message_search
+
+    terms = search_terms(query)
+    hits = message_search(tenant=owner.tenant, qor=owner.qor, user=owner.user, query=query)
+    return {"terms": terms, "results": [{
+        "session_id": h.session_id, "seq": h.seq, "role": h.role, "channel": h.channel,
+        "created_at": h.created_at.isoformat(), "archived": not h.active, "snippet": _snippet(h.content, terms),
+    } for h in hits]}
+
+
+def _snippet(text: str, terms: list[str]) -> str:
+    folded = text.casefold()
+    # Words are found stemmed ("leases" finds "lease"): look for the stem-ish start of each.
+    places = [i for t in terms if (i := folded.find(t[:max(4, len(t) - 2)])) >= 0]
+    start = max(0, min(places) - SNIPPET // 3) if places else 0
+    if start:
+        space = text.find(" ", start, start + 20)
+        start = space + 1 if space >= 0 else start
+    end = start + SNIPPET
+    return ("…" if start else "") + text[start:end].strip() + ("…" if end < len(text) else "")
+
+
 def chat_archived_get(*, owner: ChatOwner, session_id: int) -> Session | None:
     """`session_id` if it is one of the owner's earlier (archived) conversations with this Qor."""
     return Session.objects.filter(

@@ -24,6 +24,7 @@ from .chat import (
     chat_owner,
     chat_qors,
     chat_regenerate,
+    chat_search,
     chat_send,
     chat_session,
     chat_stop,
@@ -71,6 +72,7 @@ def chat_page(request: HttpRequest, qor_slug: str) -> HttpResponse:
         "stop": reverse("chat-stop", args=[owner.tenant.slug, owner.qor.slug]),
         "conversations": reverse("chat-conversations", args=[owner.tenant.slug, owner.qor.slug]),
         "regenerate": reverse("chat-regenerate", args=[owner.tenant.slug, owner.qor.slug]),
+        "search": reverse("chat-search", args=[owner.tenant.slug, owner.qor.slug]),
     }
     return render(request, "chat/chat.html", {
         "owner": owner,
@@ -108,6 +110,18 @@ def chat_conversations(request: HttpRequest, owner) -> JsonResponse:
     """The person's earlier conversations with this Qor, newest first; read one with
     `messages?session=<id>`."""
     return JsonResponse({"conversations": chat_archive(owner=owner)})
+
+
+@member_json_view("GET")
+def chat_search_view(request: HttpRequest, owner) -> JsonResponse:
+    """GET `?q=words`: the person's messages and the Qor's replies, in this conversation
+    and the earlier ones, holding every word; newest first (at most 50)."""
+    query = request.GET.get("q", "").strip()
+    if not query:
+        return JsonResponse({"error": 'say what to look for: "?q=words"'}, status=400)
+    if len(query) > 200:
+        return JsonResponse({"error": "search for at most 200 characters"}, status=400)
+    return JsonResponse({"query": query, **chat_search(owner=owner, query=query)})
 
 
 @member_json_view("POST")

@@ -11,6 +11,7 @@ urlpatterns = [
     path("chat/api/<slug:tenant_slug>/<slug:qor_slug>/stop", views.chat_stop_view, name="chat-stop"),
     path("chat/api/<slug:tenant_slug>/<slug:qor_slug>/regenerate", views.chat_regenerate_view,
          name="chat-regenerate"),
+    path("chat/api/<slug:tenant_slug>/<slug:qor_slug>/search", views.chat_search_view, name="chat-search"),
     path("chat/api/<slug:tenant_slug>/<slug:qor_slug>/conversations", views.chat_conversations,
          name="chat-conversations"),
     path("chat/<slug:qor_slug>/", views.chat_page, name="chat-page"),

@@ -175,3 +175,48 @@ def test_regenerate_writes_the_newest_answer_again_in_place_of_the_old(chat_serv
             assert page.locator(".msg--user").count() == 1
         finally:
             browser.close()
+
+
+def test_search_finds_words_in_earlier_conversations_and_opens_the_message_found(chat_server):
+    from playwright.sync_api import expect, sync_playwright
+
+    base, model, platform = chat_server
+    model.add(reply("Noted the locker code."), reply("The gym opens at six."))
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        try:
+            page = sign_in(browser, base)
+            send(page, "my locker code is 4312")
+            expect(page.locator(".msg--assistant", has_text="Noted the locker code.")).to_be_visible(timeout=SERVER_WORK)
+            page.once("dialog", lambda dialog: dialog.accept())
+            page.click("[data-new-conversation]")
+            expect(page.locator(".divider--session")).to_be_visible(timeout=SERVER_WORK)
+            send(page, "when does the gym open?")
+            expect(page.locator(".msg--assistant", has_text="The gym opens at six.")).to_be_visible(timeout=SERVER_WORK)
+
+            page.click("[data-archive-open]")
+            page.fill("[data-search-input]", "lockers")
+            page.press("[data-search-input]", "Enter")
+            hits = page.locator("[data-search-hit]")
+            expect(hits).to_have_count(2, timeout=SERVER_WORK)
+            expect(hits.first).to_contain_text("Aria: Noted the locker code.")
+            expect(hits.first).to_contain_text("earlier conversation")
+            expect(hits.nth(1).locator("mark")).to_have_text("locker")
+
+            hits.nth(1).click()
+            found = page.locator("[data-archive-body] .msg--found")
+            expect(found).to_contain_text("my locker code is 4312", timeout=SERVER_WORK)
+            expect(page.locator("[data-archive-body] .msg", has_text="gym")).to_have_count(0)  # another conversation
+            page.click("[data-archive-back]")
+            expect(page.locator("[data-search-hit]")).to_have_count(2, timeout=SERVER_WORK)
+
+            page.fill("[data-search-input]", "gym")
+            page.press("[data-search-input]", "Enter")
+            expect(page.locator("[data-search-hit]")).to_have_count(2, timeout=SERVER_WORK)
+            expect(page.locator("[data-search-hit]").first).to_contain_text("this conversation")
+            page.fill("[data-search-input]", "volcano")
+            page.press("[data-search-input]", "Enter")
+            expect(page.locator("[data-archive-body]")).to_contain_text("Nothing found for “volcano”.",
+                                                                         timeout=SERVER_WORK)
+        finally:
+            browser.close()

@@ -108,7 +108,19 @@
       this.root.querySelector("[data-archive-close]").addEventListener("click", function () {
         self.root.querySelector("[data-archive]").close();
       });
-      this.root.querySelector("[data-archive-back]").addEventListener("click", function () { self.openArchive(); });
+      this.root.querySelector("[data-archive-back]").addEventListener("click", function () {
+        if (self.lastSearch) self.search(self.lastSearch); else self.openArchive();
+      });
+      var searchForm = this.root.querySelector("[data-search]");
+      if (searchForm && this.config.search) {
+        searchForm.addEventListener("submit", function (e) {
+          e.preventDefault();
+          var q = searchForm.querySelector("[data-search-input]").value.trim();
+          if (q) self.search(q); else self.openArchive();
+        });
+      } else if (searchForm) {
+        searchForm.hidden = true;
+      }
     }
     var bell = this.root.querySelector("[data-notify]");
     if (bell) {
@@ -349,6 +361,7 @@
 
   Chat.prototype.openArchive = function () {
     var self = this;
+    this.lastSearch = "";
     var dialog = this.root.querySelector("[data-archive]");
     var body = dialog.querySelector("[data-archive-body]");
     dialog.querySelector("[data-archive-title]").textContent = "Earlier conversations";
@@ -411,13 +424,85 @@
           text.innerHTML = md.render(m.content);
           node.appendChild(meta);
           node.appendChild(text);
+          if (m.seq === conversation.found) node.classList.add("msg--found");
           page.appendChild(node);
         });
         if (!older) body.textContent = "";
         body.insertBefore(page, body.firstChild);
+        var hit = !older && body.querySelector(".msg--found");
+        if (hit) hit.scrollIntoView({ block: "center" });
       })
       .catch(function () { body.textContent = "Can't reach Qorven — try again in a moment."; });
   };
+
+  // --- searching everything the person and the Qor said (every conversation) ---
+
+  Chat.prototype.search = function (query) {
+    var self = this;
+    var dialog = this.root.querySelector("[data-archive]");
+    var body = dialog.querySelector("[data-archive-body]");
+    this.lastSearch = query;
+    dialog.querySelector("[data-archive-title]").textContent = "Search";
+    dialog.querySelector("[data-archive-back]").hidden = true;
+    dialog.querySelector("[data-search-input]").value = query;
+    body.textContent = "Searching…";
+    if (!dialog.open) dialog.showModal();
+    fetch(this.config.search + "?q=" + encodeURIComponent(query), { headers: this.headers(), credentials: "same-origin" })
+      .then(function (r) { if (!r.ok) throw new Error(String(r.status)); return r.json(); })
+      .then(function (data) {
+        if (self.lastSearch !== query) return; // a newer search is on its way
+        body.textContent = "";
+        if (!data.results.length) {
+          body.appendChild(el("p", "archive__none", "Nothing found for “" + query + "”."));
+          return;
+        }
+        body.appendChild(el("p", "archive__count", data.results.length + (data.results.length === 50 ? "+ messages found, newest first" : (data.results.length === 1 ? " message found" : " messages found, newest first"))));
+        var list = el("ul", "archive__list");
+        data.results.forEach(function (hit) {
+          var item = el("li");
+          var open = el("button", "archive__item archive__hit");
+          open.type = "button";
+          open.setAttribute("data-search-hit", hit.session_id + ":" + hit.seq);
+          var when = new Date(hit.created_at);
+          open.appendChild(el("span", "archive__when", when.toLocaleString(undefined, { dateStyle: "medium", timeStyle: "short" })));
+          var snippet = el("span", "archive__snippet");
+          var who = hit.role === "assistant" ? self.config.qorName : "You";
+          snippet.appendChild(el("strong", null, who + ": "));
+          highlight(snippet, hit.snippet, data.terms);
+          open.appendChild(snippet);
+          var where = el("span", "archive__count", hit.archived ? "earlier conversation" : "this conversation");
+          if (hit.channel !== self.config.channel) where.insertBefore(self.badge(hit.channel), where.firstChild);
+          open.appendChild(where);
+          open.addEventListener("click", function () {
+            self.readArchived({ session_id: hit.session_id, started_at: hit.created_at, found: hit.seq }, hit.seq + 1);
+            dialog.querySelector("[data-archive-title]").textContent = hit.archived
+              ? "Earlier conversation, " + when.toLocaleDateString(undefined, { dateStyle: "medium" })
+              : "This conversation";
+          });
+          item.appendChild(open);
+          list.appendChild(item);
+        });
+        body.appendChild(list);
+      })
+      .catch(function () { body.textContent = "Can't reach Qorven — try the search again in a moment."; });
+  };
+
+  // `text` into `node` with the searched words marked, through text nodes only.
+  function highlight(node, text, terms) {
+    var stems = (terms || []).map(function (t) {
+      return t.slice(0, Math.max(4, t.length - 2)).replace(/[.*+?^${}()|[\]\\]/g, "\\$&");
+    }).filter(Boolean);
+    if (!stems.length) { node.appendChild(document.createTextNode(text)); return; }
+    var pattern = new RegExp("(" + stems.join("|") + ")[\\w]*", "gi");
+    var at = 0;
+    text.replace(pattern, function (match, stem, offset) {
+      node.appendChild(document.createTextNode(text.slice(at, offset)));
+      node.appendChild(el("mark", null, match));
+      at = offset + match.length;
+      return match;
+    });
+    node.appendChild(document.createTextNode(text.slice(at)));
+  }
 
   // A slash command from a button, sent like a typed message.
   Chat.prototype.command = function (text) {

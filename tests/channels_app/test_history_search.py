@@ -1,0 +1,42 @@
+"""The chat page's history search endpoint: the signed-in member's own history with that
+Qor, with where each hit is and a snippet; nobody else's."""
+from __future__ import annotations
+
+from sessions_app.services import message_append, session_resolve, session_rotate
+
+SEARCH = "/chat/api/acme/aria/search"
+
+
+def say(session, content, role="user"):
+    message_append(session=session, role=role, content=content, channel="web", notify=False)
+
+
+def test_search_answers_hits_with_their_conversation_and_a_snippet(client, world):
+    old = session_resolve(tenant=world.tenant_a, qor=world.qor_a, channel="web", user=world.alice)
+    say(old, "Filler words " * 30 + "the dentist appointment is on Friday at nine, bring the forms " + "x " * 200)
+    session_rotate(session=old)
+    now = session_resolve(tenant=world.tenant_a, qor=world.qor_a, channel="web", user=world.alice)
+    say(now, "Your dentist is on Friday.", role="assistant")
+    client.force_login(world.alice)
+
+    body = client.get(SEARCH, {"q": "dentist friday"}).json()
+    assert body["terms"] == ["dentist", "friday"]
+    first, second = body["results"]
+    assert (first["session_id"], first["seq"], first["archived"], first["role"]) == (now.pk, 1, False, "assistant")
+    assert first["snippet"] == "Your dentist is on Friday."
+    assert (second["session_id"], second["archived"]) == (old.pk, True)
+    assert second["snippet"].startswith("…") and second["snippet"].endswith("…")
+    assert "dentist appointment is on Friday" in second["snippet"] and len(second["snippet"]) <= 182
+
+
+def test_search_refuses_empty_or_long_queries_and_other_peoples_chats(client, world):
+    say(session_resolve(tenant=world.tenant_a, qor=world.qor_a, channel="web", user=world.alice), "secret plans")
+    assert client.get(SEARCH, {"q": "plans"}).status_code == 401
+    client.force_login(world.alice)
+    assert client.get(SEARCH).status_code == 400
+    assert client.get(SEARCH, {"q": "x" * 201}).status_code == 400
+    assert client.post(SEARCH).status_code == 405
+    client.force_login(world.bob)
+    assert client.get(SEARCH, {"q": "plans"}).json()["results"] == []
+    client.force_login(world.charlie)
+    assert client.get(SEARCH, {"q": "plans"}).status_code == 404
