@@ -7,6 +7,7 @@ is not a member of, is the same NotFound.
 """
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -16,7 +17,7 @@ from qorven.agent.gateway import inbound_accept
 from sessions_app.channel_kinds import CHAT_FAMILY
 from sessions_app.models import Session
 from sessions_app.selectors import MessageRow, canonical_session_find, messages_read
-from sessions_app.services import AppendResult, session_resolve
+from sessions_app.services import AppendResult, ImageBytes, session_resolve
 from tenancy.errors import NotFound
 from tenancy.access import surface_access
 from tenancy.models import Qor, Tenant
@@ -176,6 +177,16 @@ def chat_archived_get(*, owner: ChatOwner, session_id: int) -> Session | None:
     ).first()
 
 
+def chat_image(*, owner: ChatOwner, session_id: int, seq: int, index: int):
+    """An image the person (or the Qor) sent in one of their conversations with this Qor
+    (the one going on, or an earlier one), or None."""
+    from sessions_app.selectors import message_image
+
+    session = chat_session_get(owner=owner, session_id=session_id) or chat_archived_get(
+        owner=owner, session_id=session_id)
+    return None if session is None else message_image(session=session, seq=seq, index=index)
+
+
 def chat_events(*, session: Session, after_seq: int | None = None, before_seq: int | None = None,
                 limit: int = PAGE) -> list[dict]:
     """Messages as live events, oldest first: after `after_seq` (catch-up), or the newest
@@ -196,11 +207,14 @@ def with_deliveries(messages: list[MessageRow], events: list[dict[str, Any]]) ->
     return events
 
 
-def chat_send(*, owner: ChatOwner, content: str, channel: str, idempotency_key: str = "") -> AppendResult:
-    """The person wrote `content` on `channel` (web, tui, webchat): store it in their
-    canonical chat and queue the answer."""
+def chat_send(
+    *, owner: ChatOwner, content: str, channel: str, idempotency_key: str = "", images: Sequence[ImageBytes] = ()
+) -> AppendResult:
+    """The person wrote `content` on `channel` (web, tui, webchat), perhaps with `images`:
+    store it in their canonical chat (the images in the same transaction) and queue the
+    answer."""
     content = content.strip("\n")
-    if not content.strip():
+    if not content.strip() and not images:
         raise ValueError("the message is empty")
     if len(content) > MAX_CONTENT:
         raise ValueError(f"the message is longer than {MAX_CONTENT} characters")
@@ -213,5 +227,5 @@ def chat_send(*, owner: ChatOwner, content: str, channel: str, idempotency_key: 
     return inbound_accept(
         session=session, content=content, channel=channel, sender_name=owner.sender_name, user=owner.user,
         trust=trust, external_scope=f"{channel}:user:{owner.user.pk}" if idempotency_key else "",
-        external_id=idempotency_key[:255],
+        external_id=idempotency_key[:255], images=images,
     )

@@ -47,6 +47,9 @@ def message_event(message: StoredMessage) -> dict[str, Any]:
         "proactive": "heartbeat" in metadata,
         "heartbeat_name": metadata.get("heartbeat_name", ""),
         "stopped": bool(metadata.get("stopped")),  # a reply the person stopped part-way
+        # Images sent with it ({"type", "mime_type", "size"}, in order): read each from the
+        # surface's images endpoint by (session, seq, index).
+        "attachments": [] if hidden else list(metadata.get("attachments") or []),
     }
 
 

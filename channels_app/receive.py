@@ -17,7 +17,6 @@ from django.utils import timezone
 
 from qorven.agent.gateway import inbound_accept
 from sessions_app.channel_kinds import CHAT_FAMILY
-from sessions_app.models import Image
 from sessions_app.services import session_resolve
 from tenancy.access import surface_access
 from tenancy.switches import channel_enabled
@@ -130,11 +129,11 @@ def _process(binding: ChannelBinding, message: InboundMessage, event: InboundEve
         if not message.addressed:
             meta["no_reply"] = True  # kept for context; the Qor answers only when addressed
         images = _images(binding, message)
-        result = inbound_accept(
+        inbound_accept(
             session=session, content=message.text, channel=message.channel, sender_name=message.sender_name,
             trust=Trust.PUBLIC, external_scope=scope, external_id=message.external_id, metadata=meta,
+            images=images,
         )
-        _store_images(result.message, images)
         return "group" if message.addressed else "group-context"
 
     identity = identity_get_or_create(
@@ -159,9 +158,8 @@ def _process(binding: ChannelBinding, message: InboundMessage, event: InboundEve
     result = inbound_accept(
         session=session, content=message.text, channel=message.channel,
         sender_name=message.sender_name or identity.display_name, user=user, trust=trust,
-        external_scope=scope, external_id=message.external_id, metadata=meta,
+        external_scope=scope, external_id=message.external_id, metadata=meta, images=images,
     )
-    _store_images(result.message, images)
     return "accepted" if result.created else "duplicate"
 
 
@@ -200,13 +198,3 @@ def _images(binding: ChannelBinding, message: InboundMessage) -> list[InboundIma
         if image is not None:
             images.append(image)
     return images
-
-
-def _store_images(stored, images: list[InboundImage]) -> None:
-    """Attach the images to the stored message, once: a re-run finds them there."""
-    if not images or stored.images.exists():
-        return
-    Image.objects.bulk_create(
-        Image(tenant_id=stored.tenant_id, message=stored, mime_type=i.mime_type, data=i.data, size=i.size)
-        for i in images
-    )

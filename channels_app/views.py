@@ -3,9 +3,11 @@
 (channels_app.consumers); this module renders and relays."""
 from __future__ import annotations
 
+import base64
 from collections.abc import Callable
 from functools import wraps
 
+from django.conf import settings
 from django.contrib.auth.decorators import login_required
 from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import redirect, render
@@ -21,6 +23,7 @@ from .chat import (
     chat_archived_get,
     chat_channels,
     chat_events,
+    chat_image,
     chat_owner,
     chat_qors,
     chat_regenerate,
@@ -31,6 +34,7 @@ from .chat import (
 )
 from .json_body import QUERY_INT_MAX, BodyRefused, json_body
 from .live_events import message_event
+from .uploads import UploadedImage, UploadRefused, images_read
 
 # Badge labels for the chat family, in the order the filter lists them.
 CHANNEL_LABELS = {
@@ -73,6 +77,8 @@ def chat_page(request: HttpRequest, qor_slug: str) -> HttpResponse:
         "conversations": reverse("chat-conversations", args=[owner.tenant.slug, owner.qor.slug]),
         "regenerate": reverse("chat-regenerate", args=[owner.tenant.slug, owner.qor.slug]),
         "search": reverse("chat-search", args=[owner.tenant.slug, owner.qor.slug]),
+        "images": f"/chat/api/{owner.tenant.slug}/{owner.qor.slug}/images/",
+        "maxUpload": settings.QORVEN_MAX_UPLOAD,
     }
     return render(request, "chat/chat.html", {
         "owner": owner,
@@ -110,6 +116,28 @@ def chat_conversations(request: HttpRequest, owner) -> JsonResponse:
     """The person's earlier conversations with this Qor, newest first; read one with
     `messages?session=<id>`."""
     return JsonResponse({"conversations": chat_archive(owner=owner)})
+
+
+def image_response(image) -> HttpResponse:
+    """An attached image's bytes, for an `<img>` of the page or the webchat (shared)."""
+    if image is None:
+        return JsonResponse({"error": "no such image (it may no longer be kept)"}, status=404)
+    response = HttpResponse(base64.b64decode(image.data), content_type=image.mime_type)
+    response["Cache-Control"] = "private, max-age=86400"
+    response["X-Content-Type-Options"] = "nosniff"
+    response["Content-Security-Policy"] = "default-src 'none'; sandbox"
+    return response
+
+
+@login_required
+def chat_image_view(request: HttpRequest, tenant_slug: str, qor_slug: str, session_id: int, seq: int,
+                    index: int) -> HttpResponse:
+    """GET: image `index` of message `seq` in one of the member's conversations with this Qor."""
+    try:
+        owner = chat_owner(user=request.user, tenant_slug=tenant_slug, qor_slug=qor_slug)
+    except NotFound:
+        raise Http404("no such chat") from None
+    return image_response(chat_image(owner=owner, session_id=session_id, seq=seq, index=index))
 
 
 @member_json_view("GET")
@@ -168,22 +196,40 @@ def chat_messages(request: HttpRequest, owner) -> JsonResponse:
     channel web (the CSRF token goes in the X-CSRFToken header)."""
     if request.method == "GET":
         return history_response(request, owner, archived=True)
+    sent = sent_message(request)
+    if isinstance(sent, JsonResponse):
+        return sent
+    content, client_id, images = sent
     try:
-        body = json_body(request)
-    except BodyRefused as exc:
-        return JsonResponse({"error": str(exc)}, status=exc.status)
-    content = body.get("content") if isinstance(body, dict) else None
-    if not isinstance(content, str):
-        return JsonResponse({"error": '"content" must be a string'}, status=400)
-    try:
-        result = chat_send(owner=owner, content=content, channel=Channel.WEB,
-                           idempotency_key=str(body.get("client_id") or "")[:64])
+        result = chat_send(owner=owner, content=content, channel=Channel.WEB, idempotency_key=client_id,
+                           images=images)
     except NotFound:
         return JsonResponse({"error": "not found"}, status=404)
     except ValueError as exc:
         return JsonResponse({"error": str(exc)}, status=400)
     return JsonResponse({"session_id": result.message.session_id, "message": message_event(result.message)},
                         status=201 if result.created else 200)
+
+
+def sent_message(request: HttpRequest) -> tuple[str, str, list[UploadedImage]] | JsonResponse:
+    """What a person sent (shared with the webchat): JSON `{"content", "client_id"}`, or a
+    multipart form with those fields and up to four `image` files. The refusal otherwise."""
+    if request.content_type == "multipart/form-data":
+        try:
+            images = images_read(request.FILES.getlist("image"))
+        except UploadRefused as exc:
+            return JsonResponse({"error": str(exc)}, status=exc.status)
+        content, client_id = request.POST.get("content", ""), request.POST.get("client_id", "")
+    else:
+        try:
+            body = json_body(request)
+        except BodyRefused as exc:
+            return JsonResponse({"error": str(exc)}, status=exc.status)
+        content = body.get("content") if isinstance(body, dict) else None
+        client_id, images = str(body.get("client_id") or "") if isinstance(body, dict) else "", []
+    if not isinstance(content, str):
+        return JsonResponse({"error": '"content" must be a string'}, status=400)
+    return content, client_id[:64], images
 
 
 def history_response(request: HttpRequest, owner, *, archived: bool = False) -> JsonResponse:

@@ -11,6 +11,8 @@ urlpatterns = [
     path("chat/api/<slug:tenant_slug>/<slug:qor_slug>/stop", views.chat_stop_view, name="chat-stop"),
     path("chat/api/<slug:tenant_slug>/<slug:qor_slug>/regenerate", views.chat_regenerate_view,
          name="chat-regenerate"),
+    path("chat/api/<slug:tenant_slug>/<slug:qor_slug>/images/<int:session_id>/<int:seq>/<int:index>",
+         views.chat_image_view, name="chat-image"),
     path("chat/api/<slug:tenant_slug>/<slug:qor_slug>/search", views.chat_search_view, name="chat-search"),
     path("chat/api/<slug:tenant_slug>/<slug:qor_slug>/conversations", views.chat_conversations,
          name="chat-conversations"),
@@ -18,4 +20,6 @@ urlpatterns = [
     path("webchat/<str:key>.js", webchat_views.loader, name="webchat-loader"),
     path("webchat/<str:key>/frame", webchat_views.frame, name="webchat-frame"),
     path("webchat/<str:key>/messages", webchat_views.messages, name="webchat-messages"),
+    path("webchat/<str:key>/images/<int:session_id>/<int:seq>/<int:index>", webchat_views.image,
+         name="webchat-image"),
 ]

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 
+from django.conf import settings
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import render
 from django.urls import reverse
@@ -19,10 +20,9 @@ from django.views.decorators.http import require_GET, require_http_methods
 from sessions_app.channel_kinds import Channel
 from tenancy.errors import NotFound
 
-from .chat import chat_send
-from .json_body import BodyRefused, json_body
+from .chat import chat_image, chat_send
 from .live_events import message_event
-from .views import CHANNEL_LABELS, history_response
+from .views import CHANNEL_LABELS, history_response, image_response, sent_message
 from .webchat import (
     WebchatRefused,
     webchat_binding,
@@ -71,6 +71,8 @@ def frame(request: HttpRequest, key: str) -> HttpResponse:
         "channel": Channel.WEBCHAT,
         "labels": {str(k): v for k, v in CHANNEL_LABELS.items()},
         "visitorHeader": VISITOR_HEADER,
+        "images": f"/webchat/{key}/images/",
+        "maxUpload": settings.QORVEN_MAX_UPLOAD,
     }
     response = render(request, "webchat/frame.html", {"config": config, "qor": binding.qor})
     response["Content-Security-Policy"] = f"frame-ancestors {origins or '*'}"
@@ -88,14 +90,11 @@ def messages(request: HttpRequest, key: str) -> JsonResponse:
             if visitor is None:
                 return JsonResponse({"session_id": None, "messages": []})
             return history_response(request, visitor.owner)
-        try:
-            body = json_body(request)
-        except BodyRefused as exc:
-            return JsonResponse({"error": str(exc)}, status=exc.status)
-        content = body.get("content") if isinstance(body, dict) else None
-        if not isinstance(content, str):
-            return JsonResponse({"error": '"content" must be a string'}, status=400)
-        if not content.strip():
+        sent = sent_message(request)
+        if isinstance(sent, JsonResponse):
+            return sent
+        content, client_id, images = sent
+        if not content.strip() and not images:
             return JsonResponse({"error": "the message is empty"}, status=400)
         if not token:
             webchat_binding(public_key=key)  # an unknown webchat is a 404, not a count
@@ -106,7 +105,7 @@ def messages(request: HttpRequest, key: str) -> JsonResponse:
         return _refused(exc)
     try:
         result = chat_send(owner=visitor.owner, content=content, channel=Channel.WEBCHAT,
-                           idempotency_key=str(body.get("client_id") or "")[:64])
+                           idempotency_key=client_id, images=images)
     except NotFound:  # the signed visitor left the workspace since their token was checked
         return JsonResponse({"error": "the visitor token names no member of this workspace"}, status=403)
     except ValueError as exc:
@@ -116,3 +115,16 @@ def messages(request: HttpRequest, key: str) -> JsonResponse:
          "visitor": visitor.token if visitor.anonymous else None},
         status=201 if result.created else 200,
     )
+
+
+@require_GET
+def image(request: HttpRequest, key: str, session_id: int, seq: int, index: int) -> HttpResponse:
+    """An image of the visitor's own chat (the visitor token in its header, as for messages)."""
+    token = request.headers.get(VISITOR_HEADER, "").strip()
+    try:
+        visitor = webchat_visitor(public_key=key, token=token, create=False) if token else None
+    except WebchatRefused as exc:
+        return _refused(exc)
+    if visitor is None:
+        return JsonResponse({"error": "no such image"}, status=404)
+    return image_response(chat_image(owner=visitor.owner, session_id=session_id, seq=seq, index=index))

@@ -298,6 +298,10 @@ QORVEN_ALLOW_PRIVATE_HOSTS = env.list("QORVEN_ALLOW_PRIVATE_HOSTS", default=[])
 QORVEN_MODEL = env.str("QORVEN_MODEL", default="")
 QORVEN_NUM_CTX = env.int("QORVEN_NUM_CTX", default=8192)
 QORVEN_CONTEXT_RESERVE = env.int("QORVEN_CONTEXT_RESERVE", default=1024)
+# Images: how many of the newest in the window a vision route is sent, and the largest
+# file the chat page and the webchat accept (bytes).
+QORVEN_PROMPT_IMAGES = env.int("QORVEN_PROMPT_IMAGES", default=4)
+QORVEN_MAX_UPLOAD = env.int("QORVEN_MAX_UPLOAD", default=10 * 1024 * 1024)
 QORVEN_MAX_TOOL_ROUNDS = env.int("QORVEN_MAX_TOOL_ROUNDS", default=8)
 QORVEN_MODEL_TIMEOUT = env.float("QORVEN_MODEL_TIMEOUT", default=60.0)
 QORVEN_MODEL_RETRIES = env.int("QORVEN_MODEL_RETRIES", default=4)

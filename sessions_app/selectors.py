@@ -13,7 +13,7 @@ from django.db import connection
 from tenancy.models import Qor, Tenant
 
 from .errors import SessionNotFound
-from .models import Message, Session
+from .models import Image, Message, Session
 
 
 def session_get(*, tenant: Tenant, session_id: int, user: AbstractBaseUser | None = None) -> Session:
@@ -170,6 +170,14 @@ def context_read(
     rows = list(qs.order_by("-seq")[:limit])
     rows.reverse()
     return rows
+
+
+def message_image(*, session: Session, seq: int, index: int) -> Image | None:
+    """The `index`-th image (0-based, in the order sent) of message `seq` of the session,
+    or None (never sent, or emptied by the images beat since)."""
+    if index < 0:
+        return None
+    return Image.objects.filter(message__session=session, message__seq=seq).order_by("id")[index:index + 1].first()
 
 
 def next_pending_user_message(*, session: Session) -> Message | None:

@@ -6,9 +6,10 @@ their own session per external thread.
 """
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, Protocol
 
 from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser
@@ -306,6 +307,32 @@ def session_archive(*, session_id: int) -> bool:
         .exclude(kind=Session.Kind.CANONICAL)
         .update(state=Session.State.ARCHIVED, ended_at=timezone.now())
     )
+
+
+class ImageBytes(Protocol):
+    """An image in hand: what becomes an Image row."""
+
+    mime_type: str
+    data: str  # base64
+    size: int  # decoded bytes
+
+
+def attachments_meta(images: Sequence[ImageBytes]) -> list[dict[str, Any]]:
+    """How a message's images are described in its metadata (`attachments`), so every
+    surface can show them without reading the images table."""
+    return [{"type": "image", "mime_type": i.mime_type, "size": i.size} for i in images]
+
+
+def images_attach(*, message: Message, images: Sequence[ImageBytes]) -> int:
+    """Attach `images` to a stored message, in order, once: a re-run finds them there.
+    Returns how many were stored."""
+    if not images or Image.objects.filter(message=message).exists():
+        return 0
+    Image.objects.bulk_create(
+        Image(tenant_id=message.tenant_id, message=message, mime_type=i.mime_type, data=i.data, size=i.size)
+        for i in images
+    )
+    return len(images)
 
 
 def image_prune(*, tenant: Tenant, older_than: datetime | None = None) -> int:

@@ -160,7 +160,7 @@ class QorAdmin(TenantScopedAdminMixin, admin.ModelAdmin):
     fieldsets = [
         (None, {"fields": ["tenant", "name", "slug", "is_default"]}),
         ("Prompt", {"fields": ["system_prompt", "project_context", "tool_allowlist"]}),
-        ("Main model", {"fields": ["main_base_url", "main_model", "main_num_ctx"]}),
+        ("Main model", {"fields": ["main_base_url", "main_model", "main_num_ctx", "main_vision"]}),
         ("Summarizer", {"fields": ["summarizer_mode", "compact_threshold", "summarizer_base_url",
                                     "summarizer_model", "summarizer_num_ctx"]}),
         ("Heartbeat model", {"fields": ["heartbeat_base_url", "heartbeat_model", "heartbeat_num_ctx"]}),

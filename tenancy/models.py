@@ -64,6 +64,11 @@ class Qor(TimestampedModel):
     main_base_url = models.URLField(blank=True, default="")
     main_model = models.CharField(max_length=200, blank=True, default="")
     main_num_ctx = models.PositiveIntegerField(null=True, blank=True, help_text="Empty: QORVEN_NUM_CTX.")
+    main_vision = models.BooleanField(
+        "main model sees images", default=False,
+        help_text="Send the images people attach to the main model (it must accept image input). Off: the "
+                  "model reads a note that an image was sent.",
+    )
     summarizer_base_url = models.URLField(blank=True, default="")
     summarizer_model = models.CharField(max_length=200, blank=True, default="")
     summarizer_num_ctx = models.PositiveIntegerField(null=True, blank=True, help_text="Empty: QORVEN_NUM_CTX.")

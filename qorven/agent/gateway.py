@@ -1,6 +1,7 @@
 """Where an inbound user message enters the agent: store it, then queue the turn."""
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from django.contrib.auth.models import AbstractBaseUser
@@ -9,7 +10,7 @@ from django.db import transaction
 from sessions_app.errors import SessionClosed
 from sessions_app.models import Message, Session
 from sessions_app.selectors import session_successor
-from sessions_app.services import AppendResult, message_append
+from sessions_app.services import AppendResult, ImageBytes, attachments_meta, images_attach, message_append
 
 
 def turn_enqueue(*, session: Session) -> None:
@@ -31,14 +32,16 @@ def inbound_accept(
     external_scope: str = "",
     external_id: str = "",
     metadata: dict[str, Any] | None = None,
+    images: Sequence[ImageBytes] = (),
 ) -> AppendResult:
-    """Store the user's message first (nothing is lost if anything after fails), then
-    queue the turn that answers it. A re-delivered message is neither stored nor answered
-    twice."""
+    """Store the user's message first (nothing is lost if anything after fails), with its
+    `images` in the same transaction, then queue the turn that answers it. A re-delivered
+    message is neither stored nor answered twice."""
     from tenancy.slash_registry import CommandContext, CommandReply, command_parse
 
     parsed = command_parse(content)
-    extra = {"trust": trust, **({"command": parsed[0].name} if parsed else {})}
+    extra = {"trust": trust, **({"command": parsed[0].name} if parsed else {}),
+             **({"attachments": attachments_meta(images)} if images else {})}
     # Commands are answered right here; group chatter the Qor was not addressed in is kept
     # for context. Anything else waits for the agent's answer.
     awaits_answer = parsed is None and not (metadata or {}).get("no_reply")
@@ -59,6 +62,7 @@ def inbound_accept(
                 session = successor
         if not result.created:
             return result
+        images_attach(message=result.message, images=images)
         if parsed is None:
             if awaits_answer:
                 turn_enqueue(session=session)

@@ -13,6 +13,8 @@ from typing import Any
 
 from qorven.llm.metered import estimate_tokens
 from sessions_app.models import Message, Session
+
+from .attachments import IMAGE_TOKENS, attached_count, image_parts
 from sessions_app.selectors import StoredMessage, context_read
 from tenancy.tool_registry import Tool
 from tenancy.trust import Trust, trust_allows
@@ -35,7 +37,8 @@ def message_tokens(message: StoredMessage) -> int:
     if isinstance(known, int) and known > 0:
         return known + _PER_MESSAGE_OVERHEAD
     extra = len(json.dumps(message.tool_calls)) // 4 if message.tool_calls else 0
-    return estimate_tokens(message.content) + extra + _PER_MESSAGE_OVERHEAD
+    images = attached_count(message) * IMAGE_TOKENS if message.role == Message.Role.USER else 0
+    return estimate_tokens(message.content) + extra + images + _PER_MESSAGE_OVERHEAD
 
 
 def user_line(message: Message, *, answering: str = Trust.OWNER) -> str:
@@ -48,9 +51,16 @@ def user_line(message: Message, *, answering: str = Trust.OWNER) -> str:
     return f"[{message.channel}{' · lower trust' if lower else ''}] {sender}: {message.content}"
 
 
-def to_openai(message: Message, *, answering: str = Trust.OWNER) -> dict[str, Any]:
+def to_openai(
+    message: Message, *, answering: str = Trust.OWNER, images: list[dict[str, Any]] | None = None
+) -> dict[str, Any]:
     if message.role == Message.Role.USER:
-        return {"role": "user", "content": user_line(message, answering=answering)}
+        line = user_line(message, answering=answering)
+        if not images:
+            return {"role": "user", "content": line}
+        if all(part["type"] == "text" for part in images):  # notes only: stays one string
+            return {"role": "user", "content": " ".join([line, *(part["text"] for part in images)])}
+        return {"role": "user", "content": [{"type": "text", "text": line}, *images]}
     if message.role == Message.Role.TOOL:
         return {"role": "tool", "tool_call_id": message.tool_call_id, "content": message.content}
     if message.role == Message.Role.ASSISTANT:
@@ -105,13 +115,16 @@ def prompt_build(
     num_ctx: int,
     reserve: int,
     trust: str = Trust.OWNER,
+    vision: bool = False,
 ) -> Prompt:
     """Assemble the request for answering `current` (a user message of `session`).
 
     The window is the newest messages that fit `num_ctx - reserve`, never older than the
     session's compaction point. User messages still waiting for an answer (up to and
     including `current`) go last, so the model answers them after seeing earlier replies;
-    anything that arrived after `current` waits for its own turn.
+    anything that arrived after `current` waits for its own turn. With `vision` (the
+    route accepts images) the newest images of the window go as image parts
+    (qorven.agent.attachments); otherwise each is a note.
     """
     system = system_text(parts, with_tools=bool(tools))
     schemas = [t.schema() for t in tools]
@@ -119,7 +132,10 @@ def prompt_build(
     budget = max(num_ctx - reserve - fixed, 0)
 
     window = _window(session, current, budget)
-    messages = [{"role": "system", "content": system}] + [to_openai(m, answering=trust) for m in window]
+    images = image_parts(window, vision=vision)
+    messages = [{"role": "system", "content": system}] + [
+        to_openai(m, answering=trust, images=images.get(m.pk)) for m in window
+    ]
     used = fixed + sum(message_tokens(m) for m in window)
     return Prompt(messages=messages, tools=schemas, estimated_tokens=used, window=window)
 

@@ -285,7 +285,7 @@ def _prompt(
     )
     return prompt_build(
         session=session, parts=parts, tools=offered, current=pending, num_ctx=route.num_ctx, reserve=reserve,
-        trust=trust,
+        trust=trust, vision=route.vision,
     )
 
 

@@ -33,6 +33,7 @@ class ModelRoute:
     model: str  # empty: no model configured, the offline provider answers
     num_ctx: int
     from_qor: bool = False  # the base URL was stored on the Qor, not set by the host
+    vision: bool = False  # the model accepts images (sent as image_url content parts)
 
     @property
     def offline(self) -> bool:
@@ -45,7 +46,8 @@ def route_for(qor: Qor, role: Role = "main") -> ModelRoute:
     stored = getattr(qor, f"{role}_base_url") or qor.main_base_url
     model = getattr(qor, f"{role}_model") or qor.main_model or settings.QORVEN_MODEL
     num_ctx = getattr(qor, f"{role}_num_ctx") or qor.main_num_ctx or settings.QORVEN_NUM_CTX
-    return ModelRoute(base_url=stored or settings.OPENAI_BASE_URL, model=model, num_ctx=num_ctx, from_qor=bool(stored))
+    return ModelRoute(base_url=stored or settings.OPENAI_BASE_URL, model=model, num_ctx=num_ctx, from_qor=bool(stored),
+                      vision=role == "main" and bool(getattr(qor, "main_vision", False)))
 
 
 def _normal(url: str) -> str:

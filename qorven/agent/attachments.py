@@ -1,0 +1,61 @@
+"""What the model sees of the images people sent: for a route that accepts images, the
+newest QORVEN_PROMPT_IMAGES of the window as `image_url` content parts (data URLs); every
+other one as a short note ("[image: image/jpeg, 240 KB]"), so the model knows it was sent.
+
+Only messages whose metadata lists `attachments` are looked up (one query for the window),
+and only the images that are sent have their bytes read.
+"""
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import Any
+
+from django.conf import settings
+
+from sessions_app.models import Image, Message
+
+# A conservative guess of what one image costs in the model's context window.
+IMAGE_TOKENS = 800
+
+
+def attached_count(message: Message) -> int:
+    attachments = (message.metadata or {}).get("attachments") if isinstance(message.metadata, dict) else None
+    return len(attachments) if isinstance(attachments, list) else 0
+
+
+def size_label(size: int) -> str:
+    if size >= 1024 * 1024:
+        return f"{size / (1024 * 1024):.1f} MB"
+    return f"{max(1, round(size / 1024))} KB"
+
+
+def image_parts(window: list[Message], *, vision: bool) -> dict[int, list[dict[str, Any]]]:
+    """For each user message of `window` that came with images: the content parts that
+    follow its text, in the order they were sent (by message pk)."""
+    described = [m for m in window if m.role == Message.Role.USER and attached_count(m)]
+    if not described:
+        return {}
+    seq_of = {m.pk: m.seq for m in described}
+    rows = list(Image.objects.filter(message_id__in=seq_of).order_by("id").values("id", "message_id", "mime_type",
+                                                                                    "size"))
+    newest_first = sorted(rows, key=lambda r: (seq_of[r["message_id"]], r["id"]), reverse=True)
+    sent = [r["id"] for r in newest_first[: settings.QORVEN_PROMPT_IMAGES]] if vision else []
+    data = dict(Image.objects.filter(pk__in=sent).values_list("id", "data")) if sent else {}
+    stored: dict[int, list[dict[str, Any]]] = defaultdict(list)
+    for row in rows:
+        stored[row["message_id"]].append(row)
+    parts: dict[int, list[dict[str, Any]]] = {}
+    for message in described:
+        out: list[dict[str, Any]] = []
+        for i, described_image in enumerate(message.metadata["attachments"]):
+            row = stored[message.pk][i] if i < len(stored[message.pk]) else None
+            if row is not None and row["id"] in data:
+                url = f"data:{row['mime_type']};base64,{data[row['id']]}"
+                out.append({"type": "image_url", "image_url": {"url": url}})
+                continue
+            mime = (row or described_image).get("mime_type", "image")
+            size = (row or described_image).get("size") or 0
+            gone = "" if row is not None else ", no longer kept"
+            out.append({"type": "text", "text": f"[image: {mime}, {size_label(int(size))}{gone}]"})
+        parts[message.pk] = out
+    return parts
