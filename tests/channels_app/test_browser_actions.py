@@ -220,3 +220,49 @@ def test_search_finds_words_in_earlier_conversations_and_opens_the_message_found
                                                                          timeout=SERVER_WORK)
         finally:
             browser.close()
+
+
+def _png(color: str) -> bytes:
+    import io
+
+    from PIL import Image as PILImage
+
+    out = io.BytesIO()
+    PILImage.new("RGB", (40, 30), color).save(out, format="PNG")
+    return out.getvalue()
+
+
+def test_an_attached_image_is_previewed_sent_stored_and_shown_as_a_thumbnail(chat_server):
+    from playwright.sync_api import expect, sync_playwright
+
+    base, model, platform = chat_server
+    model.add(reply("A green rectangle."))
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        try:
+            page = sign_in(browser, base)
+            page.set_input_files("[data-attach]", files=[
+                {"name": "green.png", "mimeType": "image/png", "buffer": _png("green")},
+                {"name": "notes.txt", "mimeType": "text/plain", "buffer": b"not an image"},
+            ])
+            expect(page.locator("[data-attachment]")).to_have_count(1)  # the text file is refused at once
+            expect(page.locator(".msg--error", has_text="notes.txt is not a JPEG, PNG, GIF or WebP image.")
+                   ).to_be_visible()
+            send(page, "what is in this picture?")
+            expect(page.locator("[data-attachment]")).to_have_count(0)
+            mine = page.locator(".msg--user[data-seq]", has_text="what is in this picture?")
+            expect(mine.locator("img[data-image]")).to_have_count(1, timeout=SERVER_WORK)
+            page.wait_for_function("() => { const i = document.querySelector('.msg--user img[data-image]');"
+                                   " return i && i.naturalWidth === 40; }", timeout=SERVER_WORK)
+            expect(page.locator(".msg--assistant", has_text="A green rectangle.")).to_be_visible(timeout=SERVER_WORK)
+            # The composer holds one line again without a scrollbar.
+            assert page.eval_on_selector("[data-input]", "i => i.scrollHeight <= i.clientHeight") is True
+
+            page.reload()
+            page.wait_for_function("() => { const i = document.querySelector('.msg--user img[data-image]');"
+                                   " return i && i.naturalWidth === 40 && i.naturalHeight === 30; }",
+                                   timeout=SERVER_WORK)
+            ARTIFACTS.mkdir(exist_ok=True)
+            page.screenshot(path=str(ARTIFACTS / "chat-image.png"))
+        finally:
+            browser.close()

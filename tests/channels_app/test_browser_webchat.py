@@ -108,3 +108,33 @@ def test_the_printed_snippet_pasted_with_a_placeholder_token_still_chats_and_ope
             assert not [e for e in errors if "403" in e], errors
         finally:
             browser.close()
+
+
+def test_a_visitor_attaches_an_image_in_the_widget_and_sees_it_in_the_chat(chat_server):
+    import io
+
+    from PIL import Image as PILImage
+    from playwright.sync_api import expect, sync_playwright
+
+    base, model, platform = chat_server
+    model.add(reply("Thanks for the photo."))
+    out = io.BytesIO()
+    PILImage.new("RGB", (24, 16), "purple").save(out, format="JPEG")
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        try:
+            with host_site(base) as site:
+                page, frame, errors = open_widget(browser, site)
+                frame.locator("[data-attach]").set_input_files(
+                    files=[{"name": "receipt.jpg", "mimeType": "image/jpeg", "buffer": out.getvalue()}])
+                expect(frame.locator("[data-attachment]")).to_have_count(1)
+                frame.locator("[data-input]").fill("Here is my receipt")
+                frame.locator("[data-input]").press("Enter")
+                expect(frame.locator(".msg--assistant", has_text="Thanks for the photo.")).to_be_visible(
+                    timeout=SERVER_WORK)
+                image = frame.locator(".msg--user img[data-image]")
+                expect(image).to_have_count(1)
+                expect(image).to_have_js_property("naturalWidth", 24)  # read with the visitor's token
+                assert not [e for e in errors if "404" in e or "403" in e], errors
+        finally:
+            browser.close()

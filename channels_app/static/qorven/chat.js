@@ -80,6 +80,21 @@
         }
       });
       this.input.addEventListener("input", function () { self.autosize(); });
+      this.attached = [];
+      this.picker = this.root.querySelector("[data-attach]");
+      this.tray = this.root.querySelector("[data-attachments]");
+      if (this.picker && this.config.images) {
+        this.picker.addEventListener("change", function () {
+          self.attach(Array.prototype.slice.call(self.picker.files || []));
+          self.picker.value = "";
+        });
+        this.input.addEventListener("paste", function (e) {
+          var files = Array.prototype.slice.call((e.clipboardData && e.clipboardData.files) || []);
+          if (files.length) { e.preventDefault(); self.attach(files); }
+        });
+      } else if (this.picker) {
+        this.picker.closest("[data-attach-label]").hidden = true;
+      }
     }
     this.scroller.addEventListener("scroll", function () {
       if (self.scroller.scrollTop < 120) self.loadOlder();
@@ -425,6 +440,7 @@
           node.appendChild(meta);
           node.appendChild(text);
           if (m.seq === conversation.found) node.classList.add("msg--found");
+          self.renderImages(node, m.attachments, data.session_id, m.seq);
           page.appendChild(node);
         });
         if (!older) body.textContent = "";
@@ -570,6 +586,7 @@
       node.appendChild(meta);
       node.appendChild(body);
       this.addCopyButtons(node, body, event.content);
+      this.renderImages(node, event.attachments, this.sessionId, event.seq);
     }
     this.markAnswer(node, event.answer_state);
     this.markDelivery(node, event.delivery);
@@ -971,7 +988,8 @@
   Chat.prototype.submit = function () {
     var self = this;
     var content = this.input.value;
-    if (!content.trim() || this.sending) return;
+    var images = (this.attached || []).slice();
+    if ((!content.trim() && !images.length) || this.sending) return;
     // What you send (and its answer) must not vanish behind another channel's filter.
     if (this.filter && this.filter !== this.config.channel) this.setFilter("");
     this.sending = true;
@@ -983,16 +1001,30 @@
     body.innerHTML = md.render(content);
     pending.appendChild(el("header", "msg__meta")).appendChild(el("span", "msg__who", "Sending…"));
     pending.appendChild(body);
+    if (images.length) {
+      var strip = el("div", "msg__images");
+      images.forEach(function (a) { var img = el("img", "msg__image"); img.src = a.url; img.alt = a.file.name || "image"; strip.appendChild(img); });
+      pending.appendChild(strip);
+    }
     this.timeline.appendChild(pending);
     this.input.value = "";
+    this.setAttached([]);
     this.autosize();
     this.scrollToBottom();
-    fetch(this.config.messages, {
-      method: "POST",
-      credentials: "same-origin",
-      headers: this.headers({ "Content-Type": "application/json", "X-CSRFToken": this.config.csrfToken || "" }),
-      body: JSON.stringify({ content: content, client_id: clientId }),
-    })
+    var request;
+    if (images.length) {
+      var form = new FormData();
+      form.append("content", content);
+      form.append("client_id", clientId);
+      images.forEach(function (a) { form.append("image", a.file, a.file.name || "image"); });
+      request = { headers: this.headers({ "X-CSRFToken": this.config.csrfToken || "" }), body: form };
+    } else {
+      request = {
+        headers: this.headers({ "Content-Type": "application/json", "X-CSRFToken": this.config.csrfToken || "" }),
+        body: JSON.stringify({ content: content, client_id: clientId }),
+      };
+    }
+    fetch(this.config.messages, { method: "POST", credentials: "same-origin", headers: request.headers, body: request.body })
       .then(function (r) { return r.json().then(function (data) { return { ok: r.ok, status: r.status, data: data }; }); })
       .then(function (res) {
         pending.remove();
@@ -1012,10 +1044,12 @@
           self.onMessage(res.data.message, true);
         }
         if (!res.data.message.content.trim().startsWith("/")) self.expectReply(res.data.message.seq);
+        images.forEach(function (a) { URL.revokeObjectURL(a.url); });
       })
       .catch(function (err) {
         pending.remove();
         if (!self.input.value) self.input.value = content;
+        if (images.length && !(self.attached || []).length) self.setAttached(images); // back in the tray too
         self.autosize();
         // fetch's own TypeError ("Failed to fetch") means the server could not be reached.
         var unreachable = err instanceof TypeError;
@@ -1031,6 +1065,73 @@
       });
   };
 
+  // --- attaching images ---
+
+  var ATTACH_MAX = 4;
+  var ATTACH_TYPES = ["image/jpeg", "image/png", "image/gif", "image/webp"];
+
+  Chat.prototype.attach = function (files) {
+    var self = this;
+    var next = (this.attached || []).slice();
+    files.forEach(function (file) {
+      if (ATTACH_TYPES.indexOf(file.type) < 0) { self.flash(file.name + " is not a JPEG, PNG, GIF or WebP image."); return; }
+      if (self.config.maxUpload && file.size > self.config.maxUpload) {
+        self.flash(file.name + " is larger than " + Math.round(self.config.maxUpload / 1048576) + " MB."); return;
+      }
+      if (next.length >= ATTACH_MAX) { self.flash("Attach at most " + ATTACH_MAX + " images to one message."); return; }
+      next.push({ file: file, url: URL.createObjectURL(file) });
+    });
+    this.setAttached(next);
+  };
+
+  Chat.prototype.setAttached = function (list) {
+    var self = this;
+    this.attached = list;
+    if (!this.tray) return;
+    this.tray.textContent = "";
+    this.tray.hidden = !list.length;
+    list.forEach(function (a, i) {
+      var chip = el("div", "attachment");
+      chip.setAttribute("data-attachment", "");
+      var img = el("img");
+      img.src = a.url;
+      img.alt = a.file.name || "image";
+      chip.appendChild(img);
+      var remove = el("button", "attachment__remove", "×");
+      remove.type = "button";
+      remove.setAttribute("aria-label", "Remove " + (a.file.name || "image"));
+      remove.addEventListener("click", function () {
+        URL.revokeObjectURL(a.url);
+        self.setAttached(self.attached.filter(function (_, j) { return j !== i; }));
+      });
+      chip.appendChild(remove);
+      self.tray.appendChild(chip);
+    });
+  };
+
+  // A message's images, read with this surface's credentials (the webchat's visitor token
+  // is a header an <img> cannot send), as thumbnails that open full size.
+  Chat.prototype.renderImages = function (node, attachments, sessionId, seq) {
+    if (!attachments || !attachments.length || !this.config.images || sessionId === null || sessionId === undefined) return;
+    var self = this;
+    var strip = el("div", "msg__images");
+    attachments.forEach(function (a, i) {
+      var link = el("a", "msg__imagelink");
+      link.target = "_blank";
+      link.rel = "noopener";
+      var img = el("img", "msg__image");
+      img.alt = "Image " + (i + 1) + " of " + attachments.length;
+      img.setAttribute("data-image", "");
+      link.appendChild(img);
+      strip.appendChild(link);
+      fetch(self.config.images + sessionId + "/" + seq + "/" + i, { headers: self.headers(), credentials: "same-origin" })
+        .then(function (r) { if (!r.ok) throw new Error(String(r.status)); return r.blob(); })
+        .then(function (blob) { var url = URL.createObjectURL(blob); img.src = url; link.href = url; })
+        .catch(function () { link.replaceWith(el("span", "msg__image msg__image--gone", "Image no longer kept")); });
+    });
+    node.insertBefore(strip, node.querySelector(":scope > .msg__copy"));
+  };
+
   Chat.prototype.flash = function (text) {
     var note = el("div", "msg msg--notice msg--error", text);
     note.setAttribute("role", "alert");
@@ -1039,9 +1140,15 @@
     setTimeout(function () { note.remove(); }, 8000);
   };
 
+  // The box grows with its text up to 200 px, and only then scrolls: its borders count
+  // in its height (border-box), so they are added to what the text needs.
   Chat.prototype.autosize = function () {
-    this.input.style.height = "auto";
-    this.input.style.height = Math.min(this.input.scrollHeight, 200) + "px";
+    var input = this.input;
+    input.style.height = "auto";
+    var borders = input.offsetHeight - input.clientHeight;
+    var needed = input.scrollHeight + borders;
+    input.style.height = Math.min(needed, 200) + "px";
+    input.style.overflowY = needed > 200 ? "auto" : "hidden";
   };
 
   // --- scrolling ---
