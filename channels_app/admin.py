@@ -1,8 +1,6 @@
 from __future__ import annotations
 
-import json
 
-from django import forms
 from django.contrib import admin, messages
 from django.contrib.admin import helpers
 from django.template.response import TemplateResponse
@@ -12,67 +10,30 @@ from tenancy.admin_scoping import TenantScopedAdminMixin, TenantScopedInlineMixi
 from tenancy.errors import NotFound
 from tenancy.models import Membership
 
+from .adapters import ADAPTERS
+from .admin_binding import BindingForm, credential_fields, kind_label
 from .models import ChannelBinding, Identity, InboundEvent, OutboundDelivery, PairingRequest
 from .pairing import pairing_approve, pairing_deny, tenant_members
 
 
-class BindingForm(forms.ModelForm):
-    """Credentials are write-only: the form shows which keys are set, never their values,
-    and keys left out of the new JSON keep their stored value."""
-
-    new_credentials = forms.CharField(
-        required=False, widget=forms.Textarea(attrs={"rows": 4}),
-        help_text='JSON object of credentials to set or replace, e.g. {"token": "…"}. Leave empty to keep them.',
-    )
-
-    class Meta:
-        model = ChannelBinding
-        exclude = ["credentials", "webhook_secret"]
-
-    def clean(self):
-        data = super().clean()
-        tenant, qor = data.get("tenant"), data.get("qor")
-        if tenant is not None and qor is not None and qor.tenant_id != tenant.pk:
-            self.add_error("qor", "This Qor belongs to another tenant.")
-        return data
-
-    def clean_new_credentials(self) -> dict:
-        raw = self.cleaned_data.get("new_credentials", "").strip()
-        if not raw:
-            return {}
-        try:
-            value = json.loads(raw)
-        except json.JSONDecodeError as exc:
-            raise forms.ValidationError(f"not valid JSON: {exc.msg}") from None
-        if not isinstance(value, dict) or not all(isinstance(v, str) for v in value.values()):
-            raise forms.ValidationError("a JSON object of strings")
-        return value
-
-    def save(self, commit: bool = True) -> ChannelBinding:
-        binding = super().save(commit=False)
-        binding.credentials = {**(binding.credentials or {}), **self.cleaned_data.get("new_credentials", {})}
-        if commit:
-            binding.save()
-        return binding
-
-
 class ChannelBindingInline(TenantScopedInlineMixin, admin.TabularInline):
-    """A tenant's channel accounts. Credentials and webhook secrets are never rendered:
-    only whether they are set (they are entered with `qorven bind`)."""
+    """A tenant's channel accounts, at a glance. Credentials and webhook secrets are never
+    rendered, only how many are set; they are entered on the binding's own page (a field
+    with a hint for each) or with `qorven bind`."""
 
     model = ChannelBinding
     extra = 0
-    fields = ["kind", "name", "qor", "lookup_key", "unpaired_response", "enabled", "secrets"]
-    readonly_fields = ["secrets"]
+    fields = ["kind", "name", "qor", "enabled", "secrets"]
+    readonly_fields = ["kind", "secrets"]
+    show_change_link = True
+
+    def has_add_permission(self, request, obj=None) -> bool:
+        return False  # a new binding needs its platform's credentials: the binding's own add page
 
     @admin.display(description="credentials")
     def secrets(self, obj: ChannelBinding) -> str:
-        if obj.pk is None:
-            return "set with `qorven bind`"
         keys = len(obj.credentials or {})
-        parts = [f"{keys} credential{'s' if keys != 1 else ''} set (hidden)" if keys else "no credentials"]
-        parts.append("webhook secret set (hidden)" if obj.webhook_secret else "no webhook secret")
-        return "; ".join(parts)
+        return f"{keys} set (hidden)" if keys else "none"
 
 
 TenantAdmin.inlines = [*TenantAdmin.inlines, ChannelBindingInline]  # shown on the tenant's page
@@ -83,7 +44,24 @@ class ChannelBindingAdmin(TenantScopedAdminMixin, admin.ModelAdmin):
     form = BindingForm
     list_display = ["__str__", "tenant", "qor", "kind", "enabled", "unpaired_response", "credential_keys"]
     list_filter = ["kind", "enabled", "tenant"]
-    readonly_fields = ["credential_keys", "embed"]
+    readonly_fields = ["credential_keys", "embed", "lookup_key"]
+
+    def get_fieldsets(self, request, obj=None):
+        main = (None, {"fields": ["tenant", "qor", "kind", "name", "unpaired_response", "enabled"]})
+        if obj is None:  # one section per platform; only the chosen kind's is read
+            return [main] + [
+                (f"{kind_label(kind)} credentials", {
+                    "fields": credential_fields(kind), "classes": ["collapse"],
+                    "description": f"Only read when the kind above is {kind_label(kind)}.",
+                }) for kind in ADAPTERS
+            ]
+        sections = [main, (f"{kind_label(obj.kind)} credentials", {
+            "fields": credential_fields(obj.kind) + ["credential_keys", "lookup_key"],
+            "description": "Secrets are never shown: leave a secret empty to keep it.",
+        })]
+        if obj.kind == ChannelBinding.Kind.WEBCHAT:
+            sections.append(("Embed", {"fields": ["embed"]}))
+        return sections
 
     @admin.display(description="credentials set")
     def credential_keys(self, obj: ChannelBinding) -> str:

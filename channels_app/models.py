@@ -10,13 +10,13 @@ from tenancy.trust import Trust
 
 class ChannelBinding(TimestampedModel):
     class Kind(models.TextChoices):
-        TELEGRAM = "telegram"
-        WHATSAPP = "whatsapp"
-        SLACK = "slack"
-        DISCORD = "discord"
-        EMAIL = "email"
-        SMS = "sms"
-        WEBCHAT = "webchat"
+        TELEGRAM = "telegram", "Telegram"
+        WHATSAPP = "whatsapp", "WhatsApp"
+        SLACK = "slack", "Slack"
+        DISCORD = "discord", "Discord"
+        EMAIL = "email", "Email"
+        SMS = "sms", "SMS"
+        WEBCHAT = "webchat", "Webchat"
 
     class UnpairedResponse(models.TextChoices):
         CODE = "code", "reply with a pairing code"

@@ -37,10 +37,8 @@ from .live_events import message_event
 from .uploads import UploadedImage, UploadRefused, images_read
 
 # Badge labels for the chat family, in the order the filter lists them.
-CHANNEL_LABELS = {
-    Channel.WEB: "Web", Channel.TUI: "Terminal", Channel.TELEGRAM: "Telegram", Channel.WHATSAPP: "WhatsApp",
-    Channel.SLACK_DM: "Slack", Channel.DISCORD_DM: "Discord", Channel.WEBCHAT: "Webchat",
-}
+CHANNEL_LABELS = {c: c.label for c in (Channel.WEB, Channel.TUI, Channel.TELEGRAM, Channel.WHATSAPP,
+                                        Channel.SLACK_DM, Channel.DISCORD_DM, Channel.WEBCHAT)}
 
 
 @login_required

@@ -5,20 +5,21 @@ from django.db import models
 
 
 class Channel(models.TextChoices):
-    WEB = "web"
-    TUI = "tui"
-    TELEGRAM = "telegram"
-    WHATSAPP = "whatsapp"
-    SLACK_DM = "slack_dm"
-    DISCORD_DM = "discord_dm"
-    WEBCHAT = "webchat"
-    SLACK = "slack"  # a Slack channel (group)
-    DISCORD = "discord"  # a Discord server channel (group)
-    EMAIL = "email"
-    SMS = "sms"
-    VOICE = "voice"
-    CRON = "cron"
-    SYSTEM = "system"
+    # Labels as the chat page's badges and the admin write them.
+    WEB = "web", "Web"
+    TUI = "tui", "Terminal"
+    TELEGRAM = "telegram", "Telegram"
+    WHATSAPP = "whatsapp", "WhatsApp"
+    SLACK_DM = "slack_dm", "Slack"
+    DISCORD_DM = "discord_dm", "Discord"
+    WEBCHAT = "webchat", "Webchat"
+    SLACK = "slack", "Slack channel"  # a Slack channel (group)
+    DISCORD = "discord", "Discord server"  # a Discord server channel (group)
+    EMAIL = "email", "Email"
+    SMS = "sms", "SMS"
+    VOICE = "voice", "Voice"
+    CRON = "cron", "Heartbeat"
+    SYSTEM = "system", "System"
 
 
 # Every message from one of these lands in the (tenant, qor, user) canonical session.

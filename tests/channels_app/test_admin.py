@@ -44,13 +44,46 @@ def test_the_admin_shows_a_webchat_bindings_embed_and_not_its_secret(admin_clien
 
 def test_admin_can_replace_one_credential_and_keep_the_others(admin_client, world, telegram):
     response = admin_client.post(f"/admin/channels_app/channelbinding/{telegram.pk}/change/", {
-        "tenant": world.tenant_a.pk, "qor": world.qor_a.pk, "kind": "telegram", "name": telegram.name,
-        "lookup_key": telegram.lookup_key, "unpaired_response": "code", "enabled": "on",
-        "new_credentials": '{"token": "222:BBB"}',
+        "tenant": world.tenant_a.pk, "qor": world.qor_a.pk, "name": telegram.name,
+        "unpaired_response": "code", "enabled": "on",
+        "cred_telegram_token": "222:BBB", "cred_telegram_secret": "", "cred_telegram_username": "aria_bot",
     })
     assert response.status_code == 302, response.content.decode()[:2000]
     telegram.refresh_from_db()
     assert telegram.credentials == {"token": "222:BBB", "secret": "tg-secret-a", "username": "aria_bot"}
+
+
+def test_the_binding_form_has_a_field_with_a_hint_for_each_credential_and_never_shows_a_secret(
+    admin_client, world, telegram
+):
+    page = admin_client.get(f"/admin/channels_app/channelbinding/{telegram.pk}/change/")
+    form = page.context["adminform"].form
+    html = page.content.decode()
+    assert {"cred_telegram_token", "cred_telegram_secret", "cred_telegram_username"} <= set(form.fields)
+    assert "The bot token from @BotFather." in html and "Set (hidden). Leave empty to keep it." in html
+    assert 'type="password" name="cred_telegram_token"' in html and "111:AAA" not in html
+    assert 'name="cred_telegram_username" value="aria_bot"' in html  # not a secret: shown to edit
+    assert "Telegram credentials" in html and "new_credentials" not in html and "JSON" not in html
+
+
+def test_a_binding_added_in_the_admin_gets_its_lookup_key_from_its_credentials(admin_client, world):
+    fields = {"tenant": world.tenant_a.pk, "qor": world.qor_a.pk, "kind": "whatsapp", "name": "",
+              "unpaired_response": "code", "enabled": "on", "cred_whatsapp_phone_number_id": "10555",
+              "cred_whatsapp_token": "EAAG", "cred_whatsapp_app_secret": "", "cred_whatsapp_verify_token": "vt",
+              "cred_telegram_token": "ignored: another kind's section"}
+    response = admin_client.post("/admin/channels_app/channelbinding/add/", fields)
+    assert response.status_code == 200
+    assert response.context["adminform"].form.errors["cred_whatsapp_app_secret"] == ["WhatsApp needs this."]
+    assert not ChannelBinding.objects.filter(kind="whatsapp").exists()
+
+    response = admin_client.post("/admin/channels_app/channelbinding/add/", {**fields, "cred_whatsapp_app_secret": "as"})
+    assert response.status_code == 302, response.content.decode()[:3000]
+    binding = ChannelBinding.objects.get(kind="whatsapp")
+    assert (binding.lookup_key, binding.name) == ("10555", "whatsapp")
+    assert binding.credentials == {"phone_number_id": "10555", "token": "EAAG", "app_secret": "as",
+                                   "verify_token": "vt"}
+    again = admin_client.post("/admin/channels_app/channelbinding/add/", {**fields, "cred_whatsapp_app_secret": "as"})
+    assert "That WhatsApp account is already bound to a Qor." in again.content.decode()
 
 
 @pytest.mark.django_db(transaction=True)
@@ -249,8 +282,8 @@ def test_a_tenant_admins_binding_form_offers_only_their_tenant_and_qors(tenant_a
     assert list(form.fields["qor"].queryset) == [world.qor_a]
 
     response = tenant_admin.post(url("channelbinding_change", telegram.pk), {
-        "tenant": world.tenant_b.pk, "qor": world.qor_b.pk, "kind": "telegram", "name": "moved",
-        "lookup_key": telegram.lookup_key, "unpaired_response": "code", "enabled": "on", "new_credentials": "",
+        "tenant": world.tenant_b.pk, "qor": world.qor_b.pk, "name": "moved",
+        "unpaired_response": "code", "enabled": "on",
     })
     assert response.status_code == 200
     assert set(response.context["adminform"].form.errors) == {"tenant", "qor"}
@@ -260,8 +293,8 @@ def test_a_tenant_admins_binding_form_offers_only_their_tenant_and_qors(tenant_a
 
 def test_a_binding_cannot_pair_a_tenant_with_another_tenants_qor(admin_client, world, telegram):
     response = admin_client.post(f"/admin/channels_app/channelbinding/{telegram.pk}/change/", {
-        "tenant": world.tenant_a.pk, "qor": world.qor_b.pk, "kind": "telegram", "name": telegram.name,
-        "lookup_key": telegram.lookup_key, "unpaired_response": "code", "enabled": "on", "new_credentials": "",
+        "tenant": world.tenant_a.pk, "qor": world.qor_b.pk, "name": telegram.name,
+        "unpaired_response": "code", "enabled": "on",
     })
     assert response.status_code == 200
     assert response.context["adminform"].form.errors["qor"] == ["This Qor belongs to another tenant."]

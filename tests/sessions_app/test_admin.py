@@ -133,3 +133,10 @@ def test_a_superuser_sees_every_tenants_conversations_still_read_only(host, conv
     assert page.status_code == 200 and "Globex&#x27;s secret plans" in page.content.decode()
     assert 'name="_save"' not in page.content.decode()
     assert host.get(url("session_add")).status_code == 403
+
+
+def test_channels_read_in_the_admin_as_on_the_chat_page(tenant_admin, world, conversations):
+    message_append(session=conversations.acme, role="user", content="from a Slack DM", channel="slack_dm")
+    message_append(session=conversations.acme, role="user", content="from the terminal", channel="tui")
+    page = tenant_admin.get(url("message_changelist")).content.decode()
+    assert '<td class="field-channel">Slack</td>' in page and '<td class="field-channel">Terminal</td>' in page

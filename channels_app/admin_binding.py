@@ -1,0 +1,105 @@
+"""The admin's binding form: each platform's credentials as fields of their own, with the
+hints `qorven bind <channel> --help` gives, instead of raw JSON.
+
+Secrets (tokens, signing secrets) are write-only: an empty field keeps the stored value and
+the page only says whether one is set. Other values (ids, addresses, origins) are shown.
+The lookup key the webhooks find the binding by is derived from the credentials, as
+`qorven bind` derives it, never typed.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from django import forms
+
+from .adapters import ADAPTERS
+from .models import ChannelBinding
+
+
+def is_secret(name: str) -> bool:
+    return name.endswith(("token", "secret"))
+
+
+def field_name(kind: str, name: str) -> str:
+    return f"cred_{kind}_{name}"
+
+
+def credential_fields(kind: str) -> list[str]:
+    return [field_name(kind, name) for name in ADAPTERS[kind].credentials]
+
+
+def kind_label(kind: str) -> str:
+    return ChannelBinding.Kind(kind).label
+
+
+class _BindingFormBase(forms.ModelForm):
+    class Meta:
+        model = ChannelBinding
+        fields = ["tenant", "qor", "kind", "name", "unpaired_response", "enabled"]
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        stored = dict(self.instance.credentials or {}) if self.instance.pk else {}
+        for kind, adapter in ADAPTERS.items():
+            for name in adapter.credentials:
+                field = self.fields.get(field_name(kind, name))
+                if field is None or kind != self.instance.kind or not stored.get(name):
+                    continue
+                if is_secret(name):
+                    field.help_text = f"Set (hidden). Leave empty to keep it. {field.help_text}"
+                else:
+                    field.initial = stored[name]
+        if self.instance.pk and "kind" in self.fields:
+            self.fields["kind"].disabled = True  # another platform is another binding
+
+    def clean(self) -> dict[str, Any]:
+        data = super().clean()
+        tenant, qor, kind = data.get("tenant"), data.get("qor"), data.get("kind") or self.instance.kind
+        if tenant is not None and qor is not None and qor.tenant_id != tenant.pk:
+            self.add_error("qor", "This Qor belongs to another tenant.")
+        adapter = ADAPTERS.get(kind or "")
+        if adapter is None:
+            return data
+        stored = dict(self.instance.credentials or {}) if self.instance.pk else {}
+        given = {name: (data.get(field_name(kind, name)) or "").strip() for name in adapter.credentials}
+        merged = {**stored, **{k: v for k, v in given.items() if v or not is_secret(k)}}
+        merged = {k: v for k, v in merged.items() if v}
+        for name in adapter.required:
+            if not merged.get(name):
+                self.add_error(field_name(kind, name), f"{kind_label(kind)} needs this.")
+        if self.errors:
+            return data
+        clean = adapter.prepare_credentials(merged)
+        lookup = adapter.lookup_key(clean)
+        taken = ChannelBinding.objects.filter(kind=kind, lookup_key=lookup).exclude(pk=self.instance.pk)
+        if taken.exists():
+            self.add_error(None, f"That {kind_label(kind)} account is already bound to a Qor.")
+        self._credentials, self._lookup = clean, lookup
+        return data
+
+    def save(self, commit: bool = True) -> ChannelBinding:
+        binding = super().save(commit=False)
+        binding.credentials, binding.lookup_key = self._credentials, self._lookup
+        if not binding.name:
+            binding.name = binding.kind
+        if commit:
+            binding.save()
+        return binding
+
+
+def _credential_form_fields() -> dict[str, forms.Field]:
+    fields: dict[str, forms.Field] = {}
+    for kind, adapter in ADAPTERS.items():
+        for name, hint in adapter.credentials.items():
+            widget = forms.PasswordInput(render_value=False, attrs={"autocomplete": "new-password"}) \
+                if is_secret(name) else forms.TextInput(attrs={"size": 60})
+            required = " Required." if name in adapter.required else ""
+            fields[field_name(kind, name)] = forms.CharField(
+                label=name.replace("_", " "), required=False, widget=widget, help_text=hint[:1].upper() + hint[1:]
+                + "." + required,
+            )
+    return fields
+
+
+BindingForm = type("BindingForm", (_BindingFormBase,), _credential_form_fields())
+BindingForm.__doc__ = __doc__
