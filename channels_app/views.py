@@ -127,15 +127,14 @@ def image_response(image) -> HttpResponse:
     return response
 
 
-@login_required
 def chat_image_view(request: HttpRequest, tenant_slug: str, qor_slug: str, session_id: int, seq: int,
                     index: int) -> HttpResponse:
     """GET: image `index` of message `seq` in one of the member's conversations with this Qor."""
-    try:
-        owner = chat_owner(user=request.user, tenant_slug=tenant_slug, qor_slug=qor_slug)
-    except NotFound:
-        raise Http404("no such chat") from None
-    return image_response(chat_image(owner=owner, session_id=session_id, seq=seq, index=index))
+    @member_json_view("GET")
+    def read(request: HttpRequest, owner) -> HttpResponse:
+        return image_response(chat_image(owner=owner, session_id=session_id, seq=seq, index=index))
+
+    return read(request, tenant_slug, qor_slug)
 
 
 @member_json_view("GET")

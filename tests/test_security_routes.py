@@ -54,6 +54,9 @@ FILL = {
     "<str:key>": [B_WEBCHAT_KEY],
     "<slug:tenant>": ["globex"],
     "<slug:qor>": ["aria"],
+    "<int:session_id>": ["1"],
+    "<int:seq>": ["1"],
+    "<int:index>": ["0"],
 }
 
 

@@ -67,7 +67,7 @@ def test_an_attached_image_is_stored_with_its_message_and_shown_only_in_its_own_
     client.force_login(world.charlie)
     assert client.get(url).status_code == 404
     client.logout()
-    assert client.get(url).status_code == 302  # to sign in
+    assert client.get(url).status_code == 401
 
 
 def test_a_model_that_sees_images_gets_the_newest_ones_and_notes_for_the_rest(client, world, model_server, drain,
