@@ -18,7 +18,7 @@ from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.models import BooleanField
 from django.db.models.expressions import RawSQL
 
-from memory_app.fulltext import PG_CONFIG, owner_token, search_terms
+from .fulltext import PG_CONFIG, owner_token, search_terms
 from tenancy.models import Qor, Tenant
 
 from .migrations._trigger import SEARCH_TABLE, SEARCH_TRIGGERS
