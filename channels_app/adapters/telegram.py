@@ -13,7 +13,7 @@ from typing import Any
 import httpx
 from django.conf import settings
 from django.http import HttpRequest
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel, Field, ValidationError
 
 from ..json_body import json_body
 from ..inbound import InboundImage, InboundMedia, InboundMessage
@@ -61,7 +61,9 @@ class TgEntity(BaseModel):
 class TgMessage(BaseModel):
     message_id: int
     chat: TgChat
-    from_: TgUser | None = None
+    # "from" at every level, the replied-to message's too (whose sender says whether a
+    # reply in a group is addressed to the bot).
+    from_: TgUser | None = Field(default=None, alias="from")
     text: str = ""
     caption: str = ""
     photo: list[TgPhoto] = []
@@ -72,7 +74,7 @@ class TgMessage(BaseModel):
 
     @classmethod
     def from_payload(cls, data: dict[str, Any]) -> TgMessage:
-        return cls.model_validate({**data, "from_": data.get("from")})
+        return cls.model_validate(data)
 
 
 class TelegramAdapter(Adapter):

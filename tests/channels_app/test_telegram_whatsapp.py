@@ -173,6 +173,24 @@ def test_telegram_group_messages_get_their_own_session_and_are_answered_only_whe
     assert sent.json["chat_id"] == "-100777"
 
 
+def test_a_telegram_group_reply_to_the_bots_message_is_answered_and_a_reply_to_someone_else_is_not(
+    client, world, telegram, platform, model_server, drain
+):
+    model_server.default = reply("Eight it is.")
+    bot = {"id": 999, "is_bot": True, "first_name": "Aria", "username": "aria_bot"}
+    friend = {"id": 7, "is_bot": False, "first_name": "Ravi"}
+    said = {"message_id": 5, "chat": {"id": -100777, "type": "supergroup"}, "date": 1, "text": "Dinner at 8?"}
+    post_telegram(client, telegram_update("ok, book it", chat_id=-100777, chat_type="supergroup", message_id=6,
+                                          reply_to_message={**said, "from": bot}))
+    post_telegram(client, telegram_update("me too", chat_id=-100777, chat_type="supergroup", message_id=7,
+                                          reply_to_message={**said, "message_id": 4, "from": friend}))
+    drain()
+    assert len(model_server.requests) == 1
+    assert model_server.requests[0]["messages"][-1]["content"] == "[telegram] Priya: ok, book it"
+    (sent,) = platform.sent("sendMessage")
+    assert sent.json["chat_id"] == "-100777"
+
+
 def test_whatsapp_verification_handshake(client, world, whatsapp):
     ok = client.get("/v1/webhooks/whatsapp", {"hub.mode": "subscribe", "hub.verify_token": "wa-verify",
                                                "hub.challenge": "1158201444"})
