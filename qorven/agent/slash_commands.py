@@ -50,6 +50,16 @@ def _status(ctx: CommandContext) -> str:
     ])
 
 
+HISTORY_PAGE = 100
+HISTORY_PAGES = 5  # a surface buried under more than 500 commands shows what those pages hold
+
+
+def _conversation_line(message) -> bool:
+    metadata = message.metadata or {}
+    return (message.role in ("user", "assistant") and bool(message.content.strip()) and not message.tool_calls
+            and not any(key in metadata for key in ("command", "notice", "superseded")))
+
+
 @slash_command("history", "this surface's recent messages: /history [n]")
 def _history(ctx: CommandContext) -> str:
     from sessions_app.selectors import messages_read
@@ -58,10 +68,18 @@ def _history(ctx: CommandContext) -> str:
         count = max(1, min(int(ctx.args or 10), 50))
     except ValueError:
         return "Usage: /history [n] — n is a number from 1 to 50."
-    # Only this surface's own slice, through the (session, channel) index; the command
-    # itself (just stored) is left out.
-    rows = [m for m in messages_read(session=ctx.session, channel=ctx.channel, limit=count + 1)
-            if m.role in ("user", "assistant") and not (m.metadata or {}).get("command")][-count:]
+    # Only this surface's own slice, through the (session, channel) index, read back page
+    # by page until `count` lines of conversation are found: commands and their answers,
+    # notices and the Qor's working (the command itself, just stored, among them) don't count.
+    rows: list = []
+    before = None
+    for _ in range(HISTORY_PAGES):
+        page = messages_read(session=ctx.session, channel=ctx.channel, before_seq=before, limit=HISTORY_PAGE)
+        rows = [m for m in page if _conversation_line(m)] + rows
+        if len(rows) >= count or len(page) < HISTORY_PAGE:
+            break
+        before = page[0].seq
+    rows = rows[-count:]
     if not rows:
         return f"No {ctx.channel} messages yet."
     return "\n".join(f"{m.created_at:%m-%d %H:%M} {m.sender_name or m.role}: {m.content[:300]}" for m in rows)

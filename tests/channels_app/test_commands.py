@@ -57,3 +57,22 @@ def test_history_on_telegram_shows_only_telegram_messages(client, world, telegra
     assert "whatsapp" not in history
     assert len(model_server.requests) == 2  # the command never reached the model
     assert Message.objects.filter(content="/history", channel="telegram").exists()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_history_n_counts_conversation_lines_not_the_commands_and_notices_between_them(
+    client, world, telegram, platform, model_server, drain
+):
+    pair(world, "telegram", "42", world.alice)
+    model_server.add(reply("first answer"), reply("second answer"))
+    post_telegram(client, telegram_update("first question", message_id=1))
+    drain()
+    post_telegram(client, telegram_update("second question", message_id=2))
+    drain()
+    for i, command in enumerate(["/status", "/help", "/history 1", "/status"]):
+        post_telegram(client, telegram_update(command, message_id=3 + i))
+        drain()
+    post_telegram(client, telegram_update("/history 3", message_id=9))
+    drain()
+    lines = platform.sent("sendMessage")[-1].json["text"].splitlines()
+    assert [line.split(": ", 1)[1] for line in lines] == ["first answer", "second question", "second answer"]
