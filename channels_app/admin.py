@@ -13,7 +13,7 @@ from tenancy.models import Membership
 from .adapters import ADAPTERS
 from .admin_binding import BindingForm, credential_fields, kind_label
 from .models import ChannelBinding, Identity, InboundEvent, OutboundDelivery, PairingRequest
-from .pairing import pairing_approve, pairing_deny, tenant_members
+from .pairing import DECIDABLE, pairing_approve, pairing_deny, tenant_members
 
 
 class ChannelBindingInline(TenantScopedInlineMixin, admin.TabularInline):
@@ -125,7 +125,7 @@ class PairingRequestAdmin(TenantScopedAdminMixin, admin.ModelAdmin):
     @admin.action(description="Approve, linking the sender to a member…", permissions=["decide"])
     def approve_linking(self, request, queryset):
         """Asks which member (of the requests' one workspace), then approves."""
-        pending = list(queryset.filter(state=PairingRequest.State.PENDING).select_related("tenant", "identity"))
+        pending = list(queryset.filter(state__in=DECIDABLE).select_related("tenant", "identity"))
         if not pending:
             self.message_user(request, "None of the selected requests is pending.", messages.WARNING)
             return None
@@ -158,7 +158,7 @@ class PairingRequestAdmin(TenantScopedAdminMixin, admin.ModelAdmin):
 
     def _decide(self, request, queryset, *, approve: bool, user=None) -> None:
         done = 0
-        for pairing in queryset.filter(state=PairingRequest.State.PENDING).select_related("tenant"):
+        for pairing in queryset.filter(state__in=DECIDABLE).select_related("tenant"):
             try:
                 if approve:
                     pairing_approve(tenant=pairing.tenant, code=pairing.code, user=user, by=request.user,

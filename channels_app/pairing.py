@@ -109,10 +109,14 @@ def _fresh_code(tenant: Tenant) -> str:
     raise PairingError("could not find a free pairing code")
 
 
+# The owner decides on these; a lock (the sender guessed too often) stops only the sender.
+DECIDABLE = (PairingRequest.State.PENDING, PairingRequest.State.LOCKED)
+
+
 def pairing_pending(*, tenant: Tenant) -> list[PairingRequest]:
     return list(
         PairingRequest.objects.select_related("identity")
-        .filter(tenant=tenant, state=PairingRequest.State.PENDING, expires_at__gt=timezone.now())
+        .filter(tenant=tenant, state__in=DECIDABLE, expires_at__gt=timezone.now())
         .order_by("created_at")
     )
 
@@ -121,7 +125,7 @@ def _pending_by_code(tenant: Tenant, code: str) -> PairingRequest:
     request = (
         PairingRequest.objects.select_for_update()
         .select_related("identity")
-        .filter(tenant=tenant, code=code.strip(), state=PairingRequest.State.PENDING, expires_at__gt=timezone.now())
+        .filter(tenant=tenant, code=code.strip(), state__in=DECIDABLE, expires_at__gt=timezone.now())
         .first()
     )
     if request is None:

@@ -123,6 +123,22 @@ def test_five_wrong_codes_lock_the_sender_for_an_hour(client, world, telegram, p
     assert len(codes_sent(platform)) == before  # locked: silence
 
 
+def test_a_locked_out_senders_valid_code_can_still_be_approved_by_the_owner(client, world, telegram, platform, drain):
+    from channels_app.pairing import pairing_approve
+
+    post_telegram(client, telegram_update("hi", message_id=1))
+    drain()
+    real = PairingRequest.objects.get().code
+    wrong = "000000" if real != "000000" else "111111"
+    for i in range(5):
+        post_telegram(client, telegram_update(wrong, message_id=10 + i))
+    drain()
+    assert PairingRequest.objects.get().state == "locked"
+    identity = pairing_approve(tenant=world.tenant_a, code=real, user=world.alice, by=world.alice)
+    assert (identity.approval, identity.user) == ("approved", world.alice)
+    assert PairingRequest.objects.get().state == "approved"
+
+
 @pytest.mark.parametrize("mode, replies", [("silent", 0), ("ignore", 0), ("code", 1)])
 def test_unpaired_response_setting(client, world, platform, drain, mode, replies):
     binding_create(tenant=world.tenant_a, qor=world.qor_a, kind="telegram", unpaired_response=mode,
