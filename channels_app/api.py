@@ -100,9 +100,13 @@ def _timeline(request: HttpRequest, qor) -> JsonResponse:
     limit = _int_param(request, "limit", minimum=1, maximum=settings.QORVEN_API_PAGE_MAX) or 50
     if after_seq is not None and before_seq is not None:
         raise BadRequest("give after_seq or before_seq, not both")
+    include = {part.strip() for part in request.GET.get("include", "").split(",") if part.strip()}
+    if include - {"tools"}:
+        raise BadRequest("include takes: tools (the Qor's tool calls and results, hidden otherwise)")
     session = canonical_session_find(tenant=request.tenant, qor=qor, user=request.user)  # type: ignore[attr-defined]
     messages = (
-        messages_read(session=session, channel=channel, after_seq=after_seq, before_seq=before_seq, limit=limit)
+        messages_read(session=session, channel=channel, after_seq=after_seq, before_seq=before_seq, limit=limit,
+                      without_working="tools" not in include)
         if session is not None
         else []
     )

@@ -74,17 +74,22 @@ def messages_read(
     after_seq: int | None = None,
     before_seq: int | None = None,
     limit: int = 50,
+    without_working: bool = False,
 ) -> list[MessageRow]:
     """A surface's slice of a session, oldest first.
 
     With `after_seq`: the first `limit` messages after it (catch-up). Otherwise the newest
     `limit` messages (before `before_seq` when given, for scrolling back). With `channel`,
-    only that channel's messages. Each form is one range scan of a (session[, channel], seq)
-    index, so its cost does not depend on how long the session is.
+    only that channel's messages. `without_working`: not the Qor's tool calls and tool
+    results (filtered in the query, so `limit` counts what is returned). Each form is one
+    range scan of a (session[, channel], seq) index, so its cost does not depend on how
+    long the session is.
     """
     if limit <= 0:
         return []
     where, params = ["session_id = %s"], [session.pk]
+    if without_working:
+        where.append("role <> 'tool' AND tool_calls IS NULL")
     if channel:
         where.append("channel = %s")
         params.append(channel)

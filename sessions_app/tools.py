@@ -33,11 +33,12 @@ def get_history(ctx: ToolContext, args: dict) -> dict:
         session = session_get(tenant=ctx.tenant, session_id=ctx.session_id)
     except SessionNotFound:
         raise ToolError("this conversation no longer exists") from None
-    messages = messages_read(session=session, channel=channel, limit=limit)
+    messages = messages_read(session=session, channel=channel, limit=limit, without_working=True)
     return {
         "messages": [
             {"seq": m.seq, "role": m.role, "sender": m.sender_name, "content": m.content,
              "created_at": m.created_at.isoformat()}
-            for m in messages if m.role in ("user", "assistant")
+            for m in messages
+            if m.role in ("user", "assistant") and m.content and not (m.metadata or {}).get("superseded")
         ]
     }

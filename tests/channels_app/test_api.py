@@ -161,3 +161,36 @@ def test_bad_query_parameters_are_400(client, world, tokens, query):
 
 def test_other_methods_are_refused(client, world, tokens):
     assert client.delete(URL.format("aria"), **auth(tokens["alice"])).status_code == 405
+
+
+def _a_turn_with_a_tool_call(world):
+    session = session_resolve(tenant=world.tenant_a, qor=world.qor_a, channel="web", user=world.alice)
+    message_append(session=session, role="user", content="what time is it?", channel="web")
+    message_append(session=session, role="assistant", content="", channel="web",
+                   tool_calls=[{"id": "c1", "type": "function", "function": {"name": "current_time", "arguments": "{}"}}])
+    message_append(session=session, role="tool", content='{"now": "12:00"}', channel="web", tool_call_id="c1")
+    message_append(session=session, role="assistant", content="It is noon.", channel="web")
+    return session
+
+
+def test_the_timeline_hides_the_qors_working_unless_asked_for_it(client, world, tokens):
+    _a_turn_with_a_tool_call(world)
+    shown = client.get(URL.format("aria"), **auth(tokens["alice"])).json()["messages"]
+    assert [(m["seq"], m["role"], m["content"]) for m in shown] == [(1, "user", "what time is it?"),
+                                                                      (4, "assistant", "It is noon.")]
+    assert [m["seq"] for m in client.get(URL.format("aria"), {"limit": 1}, **auth(tokens["alice"])).json()["messages"]
+            ] == [4]  # the limit counts what is shown
+    everything = client.get(URL.format("aria"), {"include": "tools"}, **auth(tokens["alice"])).json()["messages"]
+    assert [m["role"] for m in everything] == ["user", "assistant", "tool", "assistant"]
+    assert client.get(URL.format("aria"), {"include": "secrets"}, **auth(tokens["alice"])).status_code == 400
+
+
+def test_get_history_gives_the_model_the_conversation_not_the_working(world):
+    from sessions_app.tools import get_history
+    from tenancy.tool_registry import ToolContext
+
+    session = _a_turn_with_a_tool_call(world)
+    ctx = ToolContext(tenant=world.tenant_a, qor=world.qor_a, user=world.alice, session_id=session.pk, channel="web",
+                      trust="owner")
+    got = get_history(ctx, {"channel": "web", "limit": 2})
+    assert [(m["seq"], m["content"]) for m in got["messages"]] == [(1, "what time is it?"), (4, "It is noon.")]
