@@ -12,6 +12,7 @@ import logging
 from contextlib import nullcontext
 from datetime import timedelta
 
+from django.core.cache import cache
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
@@ -122,6 +123,8 @@ def _process(binding: ChannelBinding, message: InboundMessage, event: InboundEve
     if not binding.enabled or not channel_enabled(tenant=tenant, channel=binding.kind):
         return "switched-off"
     scope = f"{binding.kind}:{binding.pk}"
+    if not message.sender_name:
+        message = message.model_copy(update={"sender_name": _display_name(binding, message.sender_id)})
     meta = {"binding": binding.pk, "reply_target": message.reply_target, "sender_id": message.sender_id}
     if message.group:
         session = session_resolve(tenant=tenant, qor=qor, channel=message.channel, thread_id=message.thread_id,
@@ -177,6 +180,23 @@ def _unknown_sender(binding: ChannelBinding, identity: Identity, message: Inboun
     if binding.unpaired_response == ChannelBinding.UnpairedResponse.CODE and outcome.request is not None:
         send_direct(binding=binding, target=message.reply_target, text=pairing_code_message(outcome.request.code))
     return "pairing-code" if outcome.new_code else "pairing-pending"
+
+
+NAME_TTL = 24 * 3600  # a sender's looked-up name is asked for again after a day
+
+
+def _display_name(binding: ChannelBinding, sender_id: str) -> str:
+    """The name of a sender whose platform sent only an id (Slack), from the cache or the
+    platform's API; "" when it cannot be had (the message counts without it)."""
+    adapter = adapter_for(binding.kind)
+    if adapter is None or not sender_id:
+        return ""
+    key = f"sender-name:{binding.pk}:{sender_id}"
+    name = cache.get(key)
+    if name is None:
+        name = adapter.display_name(binding, sender_id)
+        cache.set(key, name, NAME_TTL if name else 300)  # an unknown name is tried again soon
+    return name
 
 
 def _images(binding: ChannelBinding, message: InboundMessage) -> list[InboundImage]:

@@ -20,22 +20,26 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
+from datetime import timezone as dt_timezone
 from typing import Any
 
 from django.conf import settings
 from django.db import models, transaction
 from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.models import Field
+from django.utils.dateparse import parse_datetime
 
 from .models import Message, Session
 
 _ACTIVE = Session.State.ACTIVE.value
 
 
-def append_execute(db: BaseDatabaseWrapper, *, session_id: int, values: dict[str, Any]) -> tuple[int, int] | None:
-    """Append one message (`values`: its column values by attname, all but id and seq) to
-    the active session `session_id`; return the new row's (id, seq), or None when the
-    session is not active.
+def append_execute(
+    db: BaseDatabaseWrapper, *, session_id: int, values: dict[str, Any]
+) -> tuple[int, int, datetime] | None:
+    """Append one message (`values`: its column values by attname, all but id and seq;
+    `created_at` None for the statement's own time) to the active session `session_id`;
+    return the new row's (id, seq, created_at), or None when the session is not active.
 
     In a caller's atomic block the statement runs in a savepoint, so a refused duplicate
     leaves the caller's transaction usable; otherwise it is a transaction of its own.
@@ -77,10 +81,17 @@ def append_plan(db: BaseDatabaseWrapper) -> AppendPlan:
     quote = db.ops.quote_name
     fields = [f for f in Message._meta.concrete_fields if not f.primary_key]
     columns = ", ".join(quote(f.column) for f in fields)
-    values = ", ".join("allocated.seq" if f.attname == "seq" else mark for f in fields)
+    # The time is read by the statement itself, once it holds the session's lock (the
+    # UPDATE on PostgreSQL, SQLite's write lock taken before the statement runs): later
+    # seqs never get earlier times. A time given by the caller (imports) is kept.
+    now = "clock_timestamp()" if db.vendor == "postgresql" else "strftime('%%Y-%%m-%%d %%H:%%M:%%f', 'now')"
+    values = ", ".join(
+        "allocated.seq" if f.attname == "seq" else f"COALESCE({mark}, {now})" if f.attname == "created_at" else mark
+        for f in fields
+    )
     inserted = [f for f in fields if f.attname != "seq"]
     sessions, messages = quote(Session._meta.db_table), quote(Message._meta.db_table)
-    returning = f"RETURNING {quote('id')}, {quote('seq')}"
+    returning = f"RETURNING {quote('id')}, {quote('seq')}, {quote('created_at')}"
     if db.vendor == "postgresql":
         sql = (
             f"WITH allocated AS (UPDATE {sessions} SET last_seq = last_seq + 1"
@@ -108,11 +119,21 @@ def append_plan(db: BaseDatabaseWrapper) -> AppendPlan:
     return plan
 
 
-def _execute(db: BaseDatabaseWrapper, sql: str, params: list[Any]) -> tuple[int, int] | None:
+def _execute(db: BaseDatabaseWrapper, sql: str, params: list[Any]) -> tuple[int, int, datetime] | None:
     with db.cursor() as cursor:
         cursor.execute(sql, params)
         row = cursor.fetchone()
-    return None if row is None else (row[0], row[1])
+    return None if row is None else (row[0], row[1], _stored_time(db, row[2]))
+
+
+def _stored_time(db: BaseDatabaseWrapper, value: Any) -> datetime:
+    """The created_at the statement returned, as the ORM would read it back."""
+    if isinstance(value, datetime):
+        return value if value.utcoffset() is not None or not settings.USE_TZ else value.replace(tzinfo=dt_timezone.utc)
+    parsed = parse_datetime(str(value))
+    if parsed is None:
+        raise ValueError(f"the database returned an unreadable time: {value!r}")
+    return parsed.replace(tzinfo=dt_timezone.utc) if settings.USE_TZ and parsed.utcoffset() is None else parsed
 
 
 TRIGGER = "message_advances_session_last_seq"  # created by migration 0003

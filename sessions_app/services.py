@@ -141,7 +141,7 @@ def message_append(
         "content": content,
         "channel": channel,
         "sender_name": sender_name,
-        "created_at": created_at or timezone.now(),
+        "created_at": created_at,  # None: the append statement's own time, under the session's lock
         "external_scope": external_scope,
         "external_id": external_id,
         "tool_calls": tool_calls,
@@ -164,6 +164,7 @@ def message_append(
         raise SessionClosed(f"session {session.pk} is not active")
     values["id"] = int(row[0])
     seq = values["seq"] = int(row[1])
+    values["created_at"] = row[2]
     message = _message_built(db.alias, values)
     _SESSION_FIELD.set_cached_value(message, session)  # observers read it without a query
     session.last_seq = seq

@@ -91,6 +91,11 @@ class Adapter:
         failure is logged here, never with a credential or a URL holding one."""
         return None
 
+    def display_name(self, binding: ChannelBinding, sender_id: str) -> str:
+        """The sender's name, for a platform whose events carry only an id (Slack); run by
+        the processing task, its answer cached. "" when unknown or unreachable."""
+        return ""
+
     def handle_get(self, request: HttpRequest) -> HttpResponse:
         return HttpResponse(status=405)
 

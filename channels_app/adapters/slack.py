@@ -9,6 +9,8 @@ Credentials: `app_id`, `bot_token`, `signing_secret`, `bot_user_id`.
 """
 from __future__ import annotations
 
+import logging
+
 import time
 
 from django.conf import settings
@@ -21,6 +23,8 @@ from .base import Adapter, Parsed, SendError, WebhookRejected, hmac_hex, same_se
 
 MAX_SKEW = 5 * 60
 
+
+logger = logging.getLogger(__name__)
 
 class SlackAdapter(Adapter):
     kind = "slack"
@@ -85,6 +89,26 @@ class SlackAdapter(Adapter):
                 reply_target=channel_id,
             )
         ])
+
+    def display_name(self, binding: ChannelBinding, sender_id: str) -> str:
+        """users.info with the bot token: the profile's display name, else the real name."""
+        url = f"{settings.SLACK_API_BASE.rstrip('/')}/users.info"
+        try:
+            with self.http() as client:
+                response = client.get(url, params={"user": sender_id},
+                                      headers={"Authorization": f"Bearer {binding.credentials.get('bot_token', '')}"})
+            data = response.json() if response.status_code == 200 else {}
+        except Exception as exc:  # the message counts without a name
+            logger.warning("Slack users.info failed for binding %s: %s", binding.pk, type(exc).__name__)
+            return ""
+        user = data.get("user") if isinstance(data, dict) and data.get("ok") else None
+        if not isinstance(user, dict):
+            return ""
+        profile = user.get("profile") if isinstance(user.get("profile"), dict) else {}
+        for name in (profile.get("display_name"), profile.get("real_name"), user.get("real_name"), user.get("name")):
+            if isinstance(name, str) and name.strip():
+                return name.strip()[:200]
+        return ""
 
     def send(self, binding: ChannelBinding, target: str, text: str) -> str:
         url = f"{settings.SLACK_API_BASE.rstrip('/')}/chat.postMessage"

@@ -66,6 +66,39 @@ def test_slack_dm_gets_a_reply_via_chat_post_message(client, world, slack, platf
     assert Message.objects.get(role="user").channel == "slack_dm"
 
 
+
+def test_a_slack_senders_name_is_looked_up_once_and_reaches_the_prompt(client, world, slack, platform, model_server,
+                                                                        drain):
+    from ..fakes.platform_server import Canned
+
+    identity = pair(world, "slack", "U0PRIYA", world.alice)
+    identity.display_name = ""
+    identity.save(update_fields=["display_name"])
+    platform.default(r"/slack/api/users.info", Canned(body={
+        "ok": True, "user": {"id": "U0PRIYA", "name": "priya", "real_name": "Priya Raman",
+                             "profile": {"display_name": "", "real_name": "Priya Raman"}}}))
+    model_server.add(reply("Hi Priya"), reply("Still here"))
+    post_slack(client, slack_event("hello", event_id="Ev10"))
+    drain()
+    post_slack(client, slack_event("again", event_id="Ev11"))
+    drain()
+    assert model_server.requests[0]["messages"][-1]["content"] == "[slack_dm] Priya Raman: hello"
+    assert Message.objects.filter(role="user").first().sender_name == "Priya Raman"
+    (looked_up,) = platform.sent(r"/slack/api/users.info")  # once: the name is cached
+    assert "user=U0PRIYA" in looked_up.path and looked_up.headers["Authorization"] == "Bearer xoxb-1"
+
+
+def test_a_slack_message_is_answered_when_its_senders_name_cannot_be_had(client, world, slack, platform,
+                                                                          model_server, drain):
+    from ..fakes.platform_server import Canned
+
+    pair(world, "slack", "U0PRIYA", world.alice)
+    platform.default(r"/slack/api/users.info", Canned(status=500, body={"ok": False}))
+    model_server.add(reply("Hi"))
+    post_slack(client, slack_event("hello", event_id="Ev12"))
+    drain()
+    assert len(platform.sent(r"chat.postMessage")) == 1
+
 @pytest.mark.parametrize("case", ["missing", "bad", "stale"])
 def test_slack_bad_missing_or_stale_signatures_are_rejected(client, world, slack, platform, case):
     if case == "missing":

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import threading
+from datetime import timedelta
 
 import pytest
 from django.db import IntegrityError, connection, transaction
@@ -225,3 +226,46 @@ def test_a_missing_sqlite_trigger_fails_the_system_check(world):
         with connection.cursor() as cursor:
             cursor.execute(CREATE_TRIGGER)
     assert checks.run_checks(tags=[checks.Tags.database], databases=["default"]) == []
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_time_of_a_message_is_taken_when_it_gets_its_seq(world):
+    """created_at follows seq: the time is read inside the statement that allocates the
+    seq (under the session's lock), not before it waits for that lock."""
+    import time as clock
+
+    from django.db import connections
+    from django.utils import timezone
+
+    session = canonical(world)
+    message_append(session=session, role="user", content="first", channel="web")
+    held, released_at = threading.Event(), []
+
+    def hold_the_lock() -> None:
+        other = connections.create_connection("default")
+        try:
+            with other.cursor() as cursor:
+                if connection.vendor == "postgresql":
+                    other.set_autocommit(False)
+                    cursor.execute("SELECT id FROM sessions_app_session WHERE id = %s FOR UPDATE", [session.pk])
+                else:
+                    cursor.execute("BEGIN IMMEDIATE")  # SQLite's write lock
+                    cursor.execute("UPDATE sessions_app_session SET last_seq = last_seq WHERE id = %s", [session.pk])
+                held.set()
+                clock.sleep(0.6)
+                released_at.append(timezone.now())
+                if connection.vendor == "postgresql":
+                    other.commit()
+                else:
+                    cursor.execute("COMMIT")
+        finally:
+            other.close()
+
+    holder = threading.Thread(target=hold_the_lock)
+    holder.start()
+    assert held.wait(10)
+    second = message_append(session=session, role="user", content="second", channel="web").message
+    holder.join(10)
+    stored = Message.objects.get(pk=second.pk)
+    assert stored.created_at >= released_at[0] - timedelta(milliseconds=5)  # not when it started to wait
+    assert second.created_at == stored.created_at  # what the caller holds is what was stored
