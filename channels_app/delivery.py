@@ -17,6 +17,8 @@ from django.utils import timezone
 
 from sessions_app.models import Message
 
+from tenancy.switches import channel_enabled
+
 from .adapters import SendError, adapter_for
 from .models import ChannelBinding, Identity, OutboundDelivery
 from .send_gate import BindingBusy, send_gate
@@ -188,7 +190,7 @@ def deliver_message(*, tenant_id: int, message_id: int, worker: str) -> int:
     waiting = list(
         OutboundDelivery.objects.filter(tenant_id=tenant_id, message_id=message_id,
                                         state__in=[OutboundDelivery.State.PENDING, OutboundDelivery.State.SENDING])
-        .select_related("binding").order_by("part")
+        .select_related("binding__tenant").order_by("part")
     )
     if not waiting or waiting[0].state == OutboundDelivery.State.SENDING:
         return 0  # nothing to send, or another task is on it (the parts after it wait there)
@@ -222,6 +224,19 @@ def _wake_next(*, tenant_id: int, binding_id: int, after: int) -> None:
 
 
 def _send_parts(rows: list[OutboundDelivery]) -> int:
+    first = rows[0]
+    if not first.binding.enabled or not channel_enabled(tenant=first.binding.tenant, channel=first.binding.kind):
+        # Switched off since the reply was written (or before): a switched-off channel
+        # sends nothing, on every path. The parts end failed where the person sees it.
+        reason = (f"the {first.binding.kind} channel is switched off for this workspace" if first.binding.enabled
+                  else "the binding is disabled")
+        failed = OutboundDelivery.objects.filter(
+            pk__in=[r.pk for r in rows], state=OutboundDelivery.State.PENDING
+        ).update(state=OutboundDelivery.State.FAILED, last_error=reason, updated_at=timezone.now())
+        if failed:
+            logger.info("message %s not delivered: %s", first.message_id, reason)
+            _tell_failed(first.tenant_id, first.message_id, first.binding.kind)
+        return 0
     sent = 0
     for row in rows:
         if not OutboundDelivery.objects.filter(pk=row.pk, state=OutboundDelivery.State.PENDING).update(

@@ -127,3 +127,23 @@ def test_replies_reuse_one_platform_connection(client, world, telegram, platform
         drain()
     sends = platform.sent("sendMessage")
     assert len(sends) == 3 and len({s.peer for s in sends}) == 1
+
+
+def test_a_channel_switched_off_sends_nothing_not_even_a_heartbeats_message(client, world, telegram, platform,
+                                                                            drain):
+    from sessions_app.services import message_append, session_resolve
+    from tenancy.models import PluginSetting
+
+    identity = pair(world, "telegram", "42", world.alice)
+    identity.reply_target = "42"
+    identity.save(update_fields=["reply_target"])
+    PluginSetting.objects.create(tenant=world.tenant_a, kind="channel", name="telegram", enabled=False)
+    session = session_resolve(tenant=world.tenant_a, qor=world.qor_a, channel="telegram", user=world.alice)
+    # What a heartbeat delivering to Telegram appends (no message of the person's to answer).
+    message_append(session=session, role="assistant", content="Good morning!", channel="telegram",
+                   metadata={"heartbeat": 1, "heartbeat_name": "brief"})
+    drain()
+    assert platform.sent("sendMessage") == []
+    row = OutboundDelivery.objects.get()
+    assert (row.state, row.last_error) == ("failed", "the telegram channel is switched off for this workspace")
+    assert chat_events(session=session)[-1]["delivery"] == {"state": "failed", "platform": "telegram"}
