@@ -7,7 +7,8 @@ from pydantic import BaseModel, Field
 
 
 class InboundImage(BaseModel):
-    """An image's bytes, ready to become an Image row."""
+    """An attachment's bytes, ready to become an Image row: an image, or a voice note's
+    audio (`audio/…`), which is transcribed before the message is stored."""
 
     mime_type: str
     data: str  # base64
@@ -18,7 +19,7 @@ class InboundMedia(BaseModel):
     """A platform's reference to an attachment, as the webhook saw it. The webhook stores
     only this; the processing task fetches the bytes (`Adapter.fetch_media`)."""
 
-    kind: Literal["photo"] = "photo"
+    kind: Literal["photo", "voice"] = "photo"
     file_id: str  # the platform's id to fetch it by
     mime_type: str = ""  # a hint; the fetch decides
     size: int | None = None  # in bytes, when the platform says

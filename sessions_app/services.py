@@ -321,7 +321,8 @@ class ImageBytes(Protocol):
 def attachments_meta(images: Sequence[ImageBytes]) -> list[dict[str, Any]]:
     """How a message's images are described in its metadata (`attachments`), so every
     surface can show them without reading the images table."""
-    return [{"type": "image", "mime_type": i.mime_type, "size": i.size} for i in images]
+    return [{"type": "audio" if i.mime_type.startswith("audio/") else "image", "mime_type": i.mime_type,
+             "size": i.size} for i in images]
 
 
 def images_attach(*, message: Message, images: Sequence[ImageBytes]) -> int:

@@ -164,6 +164,7 @@ class QorAdmin(TenantScopedAdminMixin, admin.ModelAdmin):
         ("Summarizer", {"fields": ["summarizer_mode", "compact_threshold", "summarizer_base_url",
                                     "summarizer_model", "summarizer_num_ctx"]}),
         ("Heartbeat model", {"fields": ["heartbeat_base_url", "heartbeat_model", "heartbeat_num_ctx"]}),
+        ("Voice notes", {"fields": ["transcriber_base_url", "transcriber_model"]}),
     ]
     # Model servers belong to the host: only superusers point a Qor at one (see
     # qorven.llm.routes; the host's key never follows a URL a tenant admin chose).

@@ -75,6 +75,12 @@ class Qor(TimestampedModel):
     heartbeat_base_url = models.URLField(blank=True, default="")
     heartbeat_model = models.CharField(max_length=200, blank=True, default="")
     heartbeat_num_ctx = models.PositiveIntegerField(null=True, blank=True, help_text="Empty: QORVEN_NUM_CTX.")
+    # Speech to text for voice notes (OpenAI-compatible /audio/transcriptions). No model:
+    # off, and the Qor says it cannot listen to voice notes yet.
+    transcriber_base_url = models.URLField(blank=True, default="", help_text="Empty: the main route's base URL.")
+    transcriber_model = models.CharField(
+        max_length=200, blank=True, default="", help_text="e.g. whisper-1. Empty: voice notes are not transcribed."
+    )
     tool_allowlist = models.JSONField(
         default=list, blank=True, help_text="Tool names this Qor may use; empty = every enabled tool."
     )
@@ -101,7 +107,7 @@ class Qor(TimestampedModel):
         from qorven.runtime.outbound import AddressRefused, check_url
 
         errors = {}
-        for field in ("main_base_url", "summarizer_base_url", "heartbeat_base_url"):
+        for field in ("main_base_url", "summarizer_base_url", "heartbeat_base_url", "transcriber_base_url"):
             url = getattr(self, field)
             if url:
                 try:

@@ -52,6 +52,14 @@ class TgPhoto(BaseModel):
     file_size: int = 0
 
 
+class TgVoice(BaseModel):
+    """A voice note (`voice`) or a sent audio file (`audio`)."""
+
+    file_id: str
+    file_size: int = 0
+    mime_type: str = ""
+
+
 class TgEntity(BaseModel):
     type: str
     offset: int
@@ -67,6 +75,8 @@ class TgMessage(BaseModel):
     text: str = ""
     caption: str = ""
     photo: list[TgPhoto] = []
+    voice: TgVoice | None = None
+    audio: TgVoice | None = None
     entities: list[TgEntity] = []
     reply_to_message: TgMessage | None = None
 
@@ -135,7 +145,7 @@ class TelegramAdapter(Adapter):
             thread_id=str(message.chat.id) if group else "",
             addressed=(not group) or self._addressed(message, binding),
             reply_target=str(message.chat.id),
-            media=self._photo(message),
+            media=self._photo(message) + self._voice(message),
         )
         return Parsed([inbound])
 
@@ -162,13 +172,22 @@ class TelegramAdapter(Adapter):
         best = max(message.photo, key=lambda p: p.file_size)  # Telegram lists sizes, smallest first
         return [InboundMedia(kind="photo", file_id=best.file_id, mime_type="image/jpeg", size=best.file_size or None)]
 
+    @staticmethod
+    def _voice(message: TgMessage) -> list[InboundMedia]:
+        """A voice note or an audio file, named only: the processing task fetches and
+        transcribes it."""
+        sound = message.voice or message.audio
+        if sound is None:
+            return []
+        mime = sound.mime_type or "audio/ogg"  # a voice note is OGG/Opus
+        return [InboundMedia(kind="voice", file_id=sound.file_id, mime_type=mime, size=sound.file_size or None)]
+
     def fetch_media(self, binding: ChannelBinding, media: InboundMedia) -> InboundImage | None:
         """getFile, then the file, up to MAX_PHOTO_BYTES. The URLs hold the bot token, so a
         failure is logged by its kind only."""
-        if media.kind != "photo":
-            return None
+        what = "photo" if media.kind == "photo" else "voice note"
         if media.size is not None and media.size > MAX_PHOTO_BYTES:
-            logger.warning("a Telegram photo on binding %s is too big to keep (%s bytes)", binding.pk, media.size)
+            logger.warning("a Telegram %s on binding %s is too big to keep (%s bytes)", what, binding.pk, media.size)
             return None
         token = binding.credentials.get("token", "")
         base = settings.TELEGRAM_API_BASE.rstrip("/")
@@ -178,15 +197,18 @@ class TelegramAdapter(Adapter):
                 meta.raise_for_status()
                 path = meta.json()["result"]["file_path"]
                 content = _download(client, f"{base}/file/bot{token}/{path}")
-        except Exception as exc:  # the text still counts; the photo is left out
+        except Exception as exc:  # the text still counts; the attachment is left out
             status = f" {exc.response.status_code}" if isinstance(exc, httpx.HTTPStatusError) else ""
-            logger.warning("could not fetch a Telegram photo on binding %s: %s%s", binding.pk,
+            logger.warning("could not fetch a Telegram %s on binding %s: %s%s", what, binding.pk,
                            type(exc).__name__, status)
             return None
         if content is None:
-            logger.warning("a Telegram photo on binding %s is too big to keep", binding.pk)
+            logger.warning("a Telegram %s on binding %s is too big to keep", what, binding.pk)
             return None
-        mime = "image/png" if path.lower().endswith(".png") else "image/jpeg"
+        if media.kind == "voice":
+            mime = media.mime_type or "audio/ogg"
+        else:
+            mime = "image/png" if path.lower().endswith(".png") else "image/jpeg"
         return InboundImage(mime_type=mime, data=base64.b64encode(content).decode(), size=len(content))
 
     def send(self, binding: ChannelBinding, target: str, text: str) -> str:

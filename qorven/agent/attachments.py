@@ -19,8 +19,11 @@ IMAGE_TOKENS = 800
 
 
 def attached_count(message: Message) -> int:
+    """How many images the message came with (a voice note's audio is its text instead)."""
     attachments = (message.metadata or {}).get("attachments") if isinstance(message.metadata, dict) else None
-    return len(attachments) if isinstance(attachments, list) else 0
+    if not isinstance(attachments, list):
+        return 0
+    return sum(1 for a in attachments if isinstance(a, dict) and a.get("type", "image") == "image")
 
 
 def size_label(size: int) -> str:
@@ -36,8 +39,8 @@ def image_parts(window: list[Message], *, vision: bool) -> dict[int, list[dict[s
     if not described:
         return {}
     seq_of = {m.pk: m.seq for m in described}
-    rows = list(Image.objects.filter(message_id__in=seq_of).order_by("id").values("id", "message_id", "mime_type",
-                                                                                    "size"))
+    rows = list(Image.objects.filter(message_id__in=seq_of).exclude(mime_type__startswith="audio/")
+                .order_by("id").values("id", "message_id", "mime_type", "size"))
     newest_first = sorted(rows, key=lambda r: (seq_of[r["message_id"]], r["id"]), reverse=True)
     sent = [r["id"] for r in newest_first[: settings.QORVEN_PROMPT_IMAGES]] if vision else []
     data = dict(Image.objects.filter(pk__in=sent).values_list("id", "data")) if sent else {}
@@ -47,7 +50,8 @@ def image_parts(window: list[Message], *, vision: bool) -> dict[int, list[dict[s
     parts: dict[int, list[dict[str, Any]]] = {}
     for message in described:
         out: list[dict[str, Any]] = []
-        for i, described_image in enumerate(message.metadata["attachments"]):
+        images = [a for a in message.metadata["attachments"] if a.get("type", "image") == "image"]
+        for i, described_image in enumerate(images):
             row = stored[message.pk][i] if i < len(stored[message.pk]) else None
             if row is not None and row["id"] in data:
                 url = f"data:{row['mime_type']};base64,{data[row['id']]}"

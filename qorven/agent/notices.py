@@ -45,6 +45,12 @@ _NOTICES: dict[str, tuple[str, str]] = {
 }
 KINDS = frozenset(_NOTICES)
 
+# Voice notes the Qor could not turn into text (no model call was made for them).
+VOICE_NOTICES: dict[str, str] = {
+    "voice_off": "I can't listen to voice notes yet. Could you write it down for me?",
+    "voice_failed": "I couldn't make out that voice note. Could you send it again, or write it down?",
+}
+
 
 def notice_for(kind: str, *, channel: str, error: ModelError | None = None) -> tuple[str, str]:
     """(metadata key, text) of the notice for a failure of `kind` read on `channel`."""

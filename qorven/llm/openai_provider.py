@@ -130,6 +130,27 @@ class OpenAIProvider:
         return Completion(content="".join(parts), tool_calls=tool_calls, usage=usage, model=model)
 
 
+_AUDIO_NAMES = {"audio/ogg": "voice.ogg", "audio/mpeg": "voice.mp3", "audio/mp4": "voice.m4a", "audio/wav": "voice.wav",
+                "audio/webm": "voice.webm", "audio/aac": "voice.aac", "audio/amr": "voice.amr"}
+
+
+def transcription_create(
+    *, base_url: str, api_key: str, model: str, audio: bytes, mime_type: str, timeout: float, max_retries: int
+) -> str:
+    """One transcription (OpenAI's /audio/transcriptions, which OpenAI-compatible speech
+    servers mirror) on the route's shared client. Failures come out as qorven.llm.errors."""
+    client = client_for(base_url=base_url, api_key=api_key, timeout=timeout, max_retries=max_retries)
+    name = _AUDIO_NAMES.get(mime_type.split(";")[0].strip(), "voice.ogg")
+    try:
+        result = client.audio.transcriptions.create(model=model, file=(name, audio, mime_type))
+    except openai.APIStatusError as exc:
+        raise _classify(exc, model) from None
+    except (openai.APITimeoutError, openai.APIConnectionError) as exc:
+        raise ProviderUnavailable(f"{type(exc).__name__}: {exc}", model=model) from None
+    text = getattr(result, "text", None)
+    return text.strip() if isinstance(text, str) else str(result).strip()
+
+
 def _classify(exc: openai.APIStatusError, model: str) -> ModelError:
     status = exc.status_code
     code = str(getattr(exc, "code", "") or "")

@@ -18,7 +18,7 @@ from tenancy.models import Qor
 
 from .errors import ModelRefused
 from .offline import OfflineProvider
-from .openai_provider import OpenAIProvider
+from .openai_provider import OpenAIProvider, transcription_create
 from .provider import Provider
 
 Role = Literal["main", "summarizer", "heartbeat"]
@@ -48,6 +48,30 @@ def route_for(qor: Qor, role: Role = "main") -> ModelRoute:
     num_ctx = getattr(qor, f"{role}_num_ctx") or qor.main_num_ctx or settings.QORVEN_NUM_CTX
     return ModelRoute(base_url=stored or settings.OPENAI_BASE_URL, model=model, num_ctx=num_ctx, from_qor=bool(stored),
                       vision=role == "main" and bool(getattr(qor, "main_vision", False)))
+
+
+def transcriber_route(qor: Qor) -> ModelRoute | None:
+    """The Qor's speech-to-text route, or None when it has no transcriber model (voice
+    notes are then not transcribed). The base URL falls back to the main route's."""
+    if not qor.transcriber_model:
+        return None
+    stored = qor.transcriber_base_url or qor.main_base_url
+    return ModelRoute(base_url=stored or settings.OPENAI_BASE_URL, model=qor.transcriber_model, num_ctx=0,
+                      from_qor=bool(stored))
+
+
+def transcribe(route: ModelRoute, *, audio: bytes, mime_type: str) -> str:
+    """The text of a voice note, through the route's /audio/transcriptions. Raises a
+    ModelError (ProviderUnavailable when trying again later may help)."""
+    if route.from_qor:
+        try:
+            check_url(route.base_url)
+        except AddressRefused as exc:
+            raise ModelRefused(f"model route refused: {exc}", kind="misconfigured", model=route.model) from None
+    return transcription_create(
+        base_url=route.base_url, api_key=host_key_for(route.base_url), model=route.model, audio=audio,
+        mime_type=mime_type, timeout=settings.QORVEN_MODEL_TIMEOUT, max_retries=settings.QORVEN_MODEL_RETRIES,
+    )
 
 
 def _normal(url: str) -> str:

@@ -48,6 +48,9 @@ class ModelServer:
         self.requests: list[dict[str, Any]] = []
         self.arrivals: list[float] = []  # time.monotonic() of each request, in order
         self.authorizations: list[str] = []  # each request's Authorization header, in order
+        # Speech to text: what to answer next (a text, or an error Step), and what came in.
+        self.transcripts: list[str | Step] = []
+        self.transcriptions: list[dict[str, Any]] = []
         self._lock = threading.Lock()
         self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
         self._httpd.daemon_threads = True
@@ -92,7 +95,10 @@ class ModelServer:
 
             def do_POST(self) -> None:
                 length = int(self.headers.get("Content-Length") or 0)
-                body = json.loads(self.rfile.read(length) or b"{}")
+                raw = self.rfile.read(length)
+                if self.path.rstrip("/") == "/v1/audio/transcriptions":
+                    return self._transcribe(raw)
+                body = json.loads(raw or b"{}")
                 server.authorizations.append(self.headers.get("Authorization", ""))
                 if self.path.rstrip("/") != "/v1/chat/completions":
                     return self._json(404, {"error": {"message": "not found"}})
@@ -104,6 +110,27 @@ class ModelServer:
                 if body.get("stream"):
                     return self._stream(body, step)
                 return self._json(200, _completion(body, step))
+
+            def _transcribe(self, raw: bytes) -> None:
+                """OpenAI's speech to text: a multipart form with `model` and `file`."""
+                import email.parser
+                import email.policy
+
+                form = email.parser.BytesParser(policy=email.policy.HTTP).parsebytes(
+                    b"Content-Type: " + self.headers.get("Content-Type", "").encode() + b"\r\n\r\n" + raw)
+                fields = {part.get_param("name", header="content-disposition"): part for part in form.iter_parts()}
+                audio = fields["file"].get_payload(decode=True) if "file" in fields else b""
+                with server._lock:
+                    server.transcriptions.append({
+                        "model": fields["model"].get_content().strip() if "model" in fields else "",
+                        "filename": fields["file"].get_filename() if "file" in fields else "",
+                        "content_type": fields["file"].get_content_type() if "file" in fields else "",
+                        "audio": audio,
+                    })
+                    answer = server.transcripts.pop(0) if server.transcripts else "(no transcript scripted)"
+                if isinstance(answer, Step):
+                    return self._json(answer.status, {"error": answer.error})
+                return self._json(200, {"text": answer})
 
             def _json(self, status: int, payload: dict[str, Any], headers: dict[str, str] | None = None) -> None:
                 data = json.dumps(payload).encode()

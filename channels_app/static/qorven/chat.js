@@ -1116,6 +1116,18 @@
     var self = this;
     var strip = el("div", "msg__images");
     attachments.forEach(function (a, i) {
+      var url = self.config.images + sessionId + "/" + seq + "/" + i;
+      if (a.type === "audio") { // a voice note: its transcript is the message's text
+        var player = el("audio", "msg__audio");
+        player.controls = true;
+        player.setAttribute("aria-label", "Voice note");
+        strip.appendChild(player);
+        fetch(url, { headers: self.headers(), credentials: "same-origin" })
+          .then(function (r) { if (!r.ok) throw new Error(String(r.status)); return r.blob(); })
+          .then(function (blob) { player.src = URL.createObjectURL(blob); })
+          .catch(function () { player.replaceWith(el("span", "msg__image msg__image--gone", "Voice note no longer kept")); });
+        return;
+      }
       var link = el("a", "msg__imagelink");
       link.target = "_blank";
       link.rel = "noopener";
@@ -1124,9 +1136,9 @@
       img.setAttribute("data-image", "");
       link.appendChild(img);
       strip.appendChild(link);
-      fetch(self.config.images + sessionId + "/" + seq + "/" + i, { headers: self.headers(), credentials: "same-origin" })
+      fetch(url, { headers: self.headers(), credentials: "same-origin" })
         .then(function (r) { if (!r.ok) throw new Error(String(r.status)); return r.blob(); })
-        .then(function (blob) { var url = URL.createObjectURL(blob); img.src = url; link.href = url; })
+        .then(function (blob) { var shown = URL.createObjectURL(blob); img.src = shown; link.href = shown; })
         .catch(function () { link.replaceWith(el("span", "msg__image msg__image--gone", "Image no longer kept")); });
     });
     node.insertBefore(strip, node.querySelector(":scope > .msg__copy"));
