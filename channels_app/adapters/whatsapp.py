@@ -7,14 +7,16 @@ The binding is named by `metadata.phone_number_id`. Credentials: `token`, `app_s
 """
 from __future__ import annotations
 
+import base64
 import logging
 from typing import Any
+from urllib.parse import urlsplit
 
 from django.conf import settings
 from django.http import HttpRequest, HttpResponse
 
 from ..json_body import json_body
-from ..inbound import InboundMessage
+from ..inbound import InboundImage, InboundMedia, InboundMessage
 from ..models import ChannelBinding
 from .base import Adapter, Parsed, SendError, WebhookRejected, enabled_binding, hmac_hex, same_secret
 
@@ -80,18 +82,52 @@ class WhatsAppAdapter(Adapter):
             for raw in value.get("messages") or []:  # `statuses` (delivery receipts) are ignored
                 kind = raw.get("type")
                 text = (raw.get("text") or {}).get("body", "") if kind == "text" else ""
-                if kind == "image":
-                    text = (raw.get("image") or {}).get("caption", "") or "[image]"
-                if not text or not raw.get("id") or not raw.get("from"):
+                media: list[InboundMedia] = []
+                attached = raw.get(kind) if kind in ("image", "audio") and isinstance(raw.get(kind), dict) else None
+                if attached is not None and attached.get("id"):
+                    text = str(attached.get("caption", "") or "")
+                    media.append(InboundMedia(kind="photo" if kind == "image" else "voice", file_id=str(attached["id"]),
+                                              mime_type=str(attached.get("mime_type", "") or "")))
+                if not (text or media) or not raw.get("id") or not raw.get("from"):
                     continue
                 sender = str(raw["from"])
                 messages.append(
                     InboundMessage(
                         channel="whatsapp", external_id=str(raw["id"]), sender_id=sender,
-                        sender_name=names.get(sender, ""), text=text, reply_target=sender,
+                        sender_name=names.get(sender, ""), text=text, reply_target=sender, media=media,
                     )
                 )
         return Parsed(messages)
+
+    def fetch_media(self, binding: ChannelBinding, media: InboundMedia) -> InboundImage | None:
+        """The Graph media endpoint names a short-lived URL; both calls carry the token, so
+        the URL must be Meta's (or the configured API's own host). Up to QORVEN_MAX_UPLOAD."""
+        token = {"Authorization": f"Bearer {binding.credentials.get('token', '')}"}
+        limit = settings.QORVEN_MAX_UPLOAD
+        what = "image" if media.kind == "photo" else "voice note"
+        try:
+            with self.http() as client:
+                meta = client.get(f"{settings.WHATSAPP_API_BASE.rstrip('/')}/{media.file_id}", headers=token)
+                meta.raise_for_status()
+                info = meta.json()
+                url, size = str(info.get("url", "")), int(info.get("file_size") or 0)
+                if not _meta_url(url):
+                    logger.warning("a WhatsApp %s on binding %s names a URL off Meta's hosts; not fetched", what,
+                                   binding.pk)
+                    return None
+                if size > limit:
+                    logger.warning("a WhatsApp %s on binding %s is too big to keep (%s bytes)", what, binding.pk, size)
+                    return None
+                content = _download(client, url, token, limit)
+        except Exception as exc:  # the message counts without it
+            logger.warning("could not fetch a WhatsApp %s on binding %s: %s", what, binding.pk, type(exc).__name__)
+            return None
+        if content is None:
+            logger.warning("a WhatsApp %s on binding %s is too big to keep", what, binding.pk)
+            return None
+        mime = (str(info.get("mime_type") or media.mime_type) or ("image/jpeg" if media.kind == "photo" else "audio/ogg"))
+        mime = mime.split(";")[0].strip()
+        return InboundImage(mime_type=mime, data=base64.b64encode(content).decode(), size=len(content))
 
     def send(self, binding: ChannelBinding, target: str, text: str) -> str:
         url = f"{settings.WHATSAPP_API_BASE.rstrip('/')}/{binding.lookup_key}/messages"
@@ -106,3 +142,27 @@ class WhatsAppAdapter(Adapter):
         self.raise_for_status(response)
         ids = response.json().get("messages") or [{}]
         return str(ids[0].get("id", ""))
+
+
+_META_HOSTS = (".fbsbx.com", ".facebook.com", ".whatsapp.net", ".fbcdn.net")
+
+
+def _meta_url(url: str) -> bool:
+    """A media URL the token may be sent to: https on Meta's hosts, or the configured
+    Graph API's own origin (a proxy, or the test servers)."""
+    parts, api = urlsplit(url), urlsplit(settings.WHATSAPP_API_BASE)
+    if (parts.scheme, parts.netloc) == (api.scheme, api.netloc):
+        return True
+    host = (parts.hostname or "").lower()
+    return parts.scheme == "https" and any(host.endswith(h) or host == h[1:] for h in _META_HOSTS)
+
+
+def _download(client: Any, url: str, headers: dict[str, str], limit: int) -> bytes | None:
+    with client.stream("GET", url, headers=headers) as response:
+        response.raise_for_status()
+        body = bytearray()
+        for chunk in response.iter_bytes():
+            body += chunk
+            if len(body) > limit:
+                return None
+    return bytes(body)

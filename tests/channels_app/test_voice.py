@@ -87,3 +87,64 @@ def test_a_voice_note_the_transcriber_refuses_gets_one_notice_and_no_model_call(
     (sent,) = platform.sent("sendMessage")
     assert sent.json["text"].startswith("I couldn't make out that voice note.")
     assert "unsupported audio" not in sent.json["text"]  # never the provider's words
+
+
+def whatsapp_media(kind: str, media_id: str, mime: str, **fields):
+    from .payloads import whatsapp_body
+
+    body = whatsapp_body("", message_id=f"wamid.{media_id}")
+    raw = body["entry"][0]["changes"][0]["value"]["messages"][0]
+    raw.pop("text")
+    raw["type"] = kind
+    raw[kind] = {"id": media_id, "mime_type": mime, **fields}
+    return body
+
+
+def script_graph_media(platform, media_id: str, data: bytes, mime: str):
+    platform.script(rf"/whatsapp/v21.0/{media_id}$", Canned(body={
+        "url": f"{platform.url}/whatsapp/v21.0/media-file/{media_id}", "mime_type": mime, "file_size": len(data),
+        "id": media_id, "messaging_product": "whatsapp"}))
+    platform.script(rf"/media-file/{media_id}", Canned(raw=data))
+
+
+def test_a_whatsapp_image_and_voice_note_are_fetched_from_the_graph_api(client, world, whatsapp, platform,
+                                                                         model_server, drain):
+    from .payloads import post_whatsapp
+
+    pair(world, "whatsapp", "15550100", world.alice)
+    with_transcriber(world)
+    world.qor_a.main_vision = True
+    world.qor_a.save(update_fields=["main_vision"])
+    jpeg = b"\xff\xd8\xff\xe0" + b"J" * 100
+    script_graph_media(platform, "IMG1", jpeg, "image/jpeg")
+    script_graph_media(platform, "AUD1", OGG, "audio/ogg; codecs=opus")
+    model_server.transcripts.append("What is in the photo I just sent?")
+    model_server.add(reply("A receipt."), reply("It is a receipt from the bakery."))
+    post_whatsapp(client, whatsapp_media("image", "IMG1", "image/jpeg", caption="my receipt"))
+    drain()
+    post_whatsapp(client, whatsapp_media("audio", "AUD1", "audio/ogg; codecs=opus", voice=True))
+    drain()
+
+    fetched = [r for r in platform.sent(r"/whatsapp/v21.0/") if not r.path.endswith("/messages")]
+    assert [r.path.rsplit("/", 1)[-1] for r in fetched] == ["IMG1", "IMG1", "AUD1", "AUD1"]
+    assert all(r.headers["Authorization"] == "Bearer wa-token" for r in fetched)
+    first = model_server.requests[0]["messages"][-1]["content"]
+    assert first[0] == {"type": "text", "text": "[whatsapp] Priya: my receipt"}
+    assert first[1]["image_url"]["url"] == "data:image/jpeg;base64," + base64.b64encode(jpeg).decode()
+    assert model_server.transcriptions[0]["audio"] == OGG
+    assert model_server.requests[1]["messages"][-1]["content"] == "[whatsapp] Priya: What is in the photo I just sent?"
+    assert [m.mime_type for m in Image.objects.order_by("id")] == ["image/jpeg", "audio/ogg"]
+
+
+def test_a_whatsapp_media_url_off_metas_hosts_is_not_fetched_with_the_token(client, world, whatsapp, platform,
+                                                                              model_server, drain):
+    from .payloads import post_whatsapp
+
+    pair(world, "whatsapp", "15550100", world.alice)
+    platform.script(r"/whatsapp/v21.0/IMG2$", Canned(body={"url": "http://169.254.169.254/latest/meta-data",
+                                                           "mime_type": "image/jpeg", "file_size": 10}))
+    model_server.add(reply("Nice caption."))
+    post_whatsapp(client, whatsapp_media("image", "IMG2", "image/jpeg", caption="look"))
+    drain()
+    assert not Image.objects.exists()
+    assert model_server.requests[0]["messages"][-1]["content"] == "[whatsapp] Priya: look"  # answered without it
