@@ -6,6 +6,7 @@ from typing import Any
 
 from django.conf import settings
 from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.utils.dateparse import parse_datetime
 from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_http_methods
 
@@ -152,3 +153,59 @@ def _post(request: HttpRequest, qor) -> JsonResponse:
          "created": result.created},
         status=201 if result.created else 200,
     )
+
+
+@csrf_exempt
+@require_http_methods(["POST"])
+@bearer_required
+def qor_voice_transcripts(request: HttpRequest, qor_slug: str) -> HttpResponse:
+    """POST a voice call's transcript: `{"call_id": "…", "turns": [{"speaker": "Priya",
+    "text": "…", "at": "2026-12-02T09:30:00Z", "role": "user" | "assistant"}, …]}`. The
+    call becomes a voice session of the token's user, condensed into their memories by a
+    task. Posting the same call again stores nothing (200)."""
+    from memory_app.voice import MAX_TURN_CHARS, MAX_TURNS, SpokenTurn, voice_transcript_store
+
+    try:
+        qor = qor_get(tenant=request.tenant, slug=qor_slug)  # type: ignore[attr-defined]
+    except NotFound:
+        return json_error(404, f"no Qor named {qor_slug!r}")
+    try:
+        if request.content_type != "application/json":
+            raise BadRequest("send JSON with Content-Type: application/json")
+        body = json_body(request)
+        if not isinstance(body, dict):
+            raise BadRequest('body must be a JSON object like {"call_id": "…", "turns": […]}')
+        call_id, turns = body.get("call_id"), body.get("turns")
+        if not isinstance(call_id, str) or not 0 < len(call_id.strip()) <= 200:
+            raise BadRequest('"call_id" must be a string of 1 to 200 characters (the call\'s own id)')
+        if not isinstance(turns, list) or not 0 < len(turns) <= MAX_TURNS:
+            raise BadRequest(f'"turns" must be a list of 1 to {MAX_TURNS} speaker turns')
+        spoken = [_spoken(i, t, MAX_TURN_CHARS, SpokenTurn) for i, t in enumerate(turns)]
+    except BadRequest as exc:
+        return json_error(400, str(exc))
+    except BodyRefused as exc:
+        return json_error(exc.status, str(exc))
+    if surface_access(tenant=request.tenant, user=request.user, surface=Channel.VOICE) is None:  # type: ignore[attr-defined]
+        return json_error(404, "not a member of this workspace")
+    call = voice_transcript_store(tenant=request.tenant, qor=qor, user=request.user,  # type: ignore[attr-defined]
+                                  call_id=call_id.strip(), turns=spoken)
+    return JsonResponse({"session": session_json(call.session), "stored": call.stored,
+                         "digest": "queued" if call.stored else "done before"}, status=201 if call.stored else 200)
+
+
+def _spoken(i: int, turn: Any, limit: int, kind: Any) -> Any:
+    if not isinstance(turn, dict):
+        raise BadRequest(f"turn {i} must be an object with speaker and text")
+    speaker, text, at, role = turn.get("speaker", ""), turn.get("text"), turn.get("at"), turn.get("role", "user")
+    if not isinstance(text, str) or not text.strip() or len(text) > limit:
+        raise BadRequest(f'turn {i}: "text" must be a non-empty string of at most {limit} characters')
+    if not isinstance(speaker, str) or len(speaker) > 200:
+        raise BadRequest(f'turn {i}: "speaker" must be a string of at most 200 characters')
+    if role not in ("user", "assistant"):
+        raise BadRequest(f'turn {i}: "role" is "user" (a person) or "assistant" (the Qor)')
+    when = None
+    if at is not None:
+        when = parse_datetime(at) if isinstance(at, str) else None
+        if when is None or when.utcoffset() is None:
+            raise BadRequest(f'turn {i}: "at" must be an ISO 8601 time with its offset, e.g. 2026-12-02T09:30:00Z')
+    return kind(speaker=speaker.strip(), text=text.strip(), at=when, qor=role == "assistant")

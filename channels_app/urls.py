@@ -6,5 +6,6 @@ from . import api, webhooks
 
 urlpatterns = [
     path("qors/<slug:qor_slug>/messages", api.qor_messages, name="api-qor-messages"),
+    path("qors/<slug:qor_slug>/voice-transcripts", api.qor_voice_transcripts, name="api-qor-voice-transcripts"),
     path("webhooks/<slug:channel>", webhooks.webhook, name="webhook"),
 ]

@@ -103,3 +103,23 @@ def _notice(session: Session, channel: str, content: str, notice: str) -> None:
 def _reason(exc: Exception) -> str:
     """What a person may read of why compaction failed: our words, never the provider's."""
     return getattr(exc, "reason", "") or "the conversation changed while it was being compacted"
+
+
+@shared_task(name="memory_app.voice_digest", acks_late=True, bind=True, max_retries=5)
+def voice_digest(self, tenant_id: int, session_id: int) -> int:
+    """Condense a voice call's session into the person's memories (a conversation digest,
+    and the facts and reminders the summarizer finds), then close the session. Safe to run
+    twice: a compacted range is not condensed again. Returns the memories stored."""
+    from sessions_app.services import session_archive
+
+    with log_context(tenant=tenant_id, session=session_id):
+        session = session_for_task(tenant_id=tenant_id, session_id=session_id)
+        if session is None or session.state != Session.State.ACTIVE:
+            return 0
+        try:
+            outcome = compaction_rotate(session=session)
+        except CompactionFailed as exc:
+            logger.warning("could not digest voice session %s: %s", session_id, exc)
+            raise self.retry(countdown=30 * 2**self.request.retries) from None
+        session_archive(session_id=session_id)
+        return outcome.memories if outcome is not None else 0
