@@ -104,6 +104,27 @@ def test_a_telegram_photo_becomes_an_image_row(client, world, telegram, platform
     assert platform.sent("sendMessage")[0].json["text"] == "Nice photo"
 
 
+@pytest.mark.parametrize("vision", [True, False])
+def test_a_telegram_photo_reaches_the_model_as_an_image_part_or_a_note(client, world, telegram, platform,
+                                                                        model_server, drain, vision):
+    import base64
+
+    pair(world, "telegram", "42", world.alice)
+    world.qor_a.main_vision = vision
+    world.qor_a.save(update_fields=["main_vision"])
+    _script_photo(platform)
+    model_server.add(reply("A JPEG."))
+    post_telegram(client, _photo_update("what is this?"))
+    drain()
+    content = model_server.requests[0]["messages"][-1]["content"]
+    if vision:
+        assert content == [{"type": "text", "text": "[telegram] Priya: what is this?"},
+                           {"type": "image_url", "image_url": {
+                               "url": "data:image/jpeg;base64," + base64.b64encode(b"\xff\xd8\xff\xe0JPEGDATA").decode()}}]
+    else:
+        assert content == "[telegram] Priya: what is this? [image: image/jpeg, 1 KB]"
+
+
 def test_a_telegram_webhook_names_the_photo_and_the_processing_task_fetches_it(
     client, world, telegram, platform, model_server, drain
 ):
