@@ -117,8 +117,11 @@ def test_bad_lines_are_reported_by_line_number_and_skipped(world, tmp_path):
         GOOD[2],  # 14 ok
     ]
     out = StringIO()
-    with pytest.raises(CommandError, match="11 bad line"):
+    with pytest.raises(CommandError, match="11 bad line.*; the other 2 message"):
         call_command("import_legacy", str(write(tmp_path, lines)), stdout=out)
+    # Run again: the good lines are there already, and the message says so.
+    with pytest.raises(CommandError, match="already imported, so nothing new was stored"):
+        call_command("import_legacy", str(write(tmp_path, lines)), stdout=StringIO())
     text = out.getvalue()
     for number, reason in [
         (2, "invalid JSON"),

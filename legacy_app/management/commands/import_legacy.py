@@ -93,7 +93,10 @@ class Command(BaseCommand):
             table.add_row(name, f"{value:,}")
         console.print(table)
         if summary.skipped:
-            raise CommandError(
-                f"{summary.skipped} bad line(s) skipped (listed above);"
-                " the other lines were imported"
-            )
+            if summary.imported:
+                rest = f"the other {summary.imported:,} message(s) were imported"
+            elif summary.already_present:
+                rest = "the other lines were already imported, so nothing new was stored"
+            else:
+                rest = "nothing was imported"
+            raise CommandError(f"{summary.skipped} bad line(s) skipped (listed above); {rest}")
