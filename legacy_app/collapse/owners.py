@@ -1,4 +1,5 @@
-"""Who has something to collapse: (tenant, qor, user) with several active chat sessions."""
+"""Who has something to collapse: (tenant, qor, user) with an active legacy chat session
+(beside others, or alone)."""
 
 from __future__ import annotations
 
@@ -44,21 +45,25 @@ def _scoped(
 
 
 def _grouped(qs: QuerySet[Session]) -> QuerySet:
-    owners = qs.values("tenant_id", "qor_id", "user_id").annotate(n=Count("id")).filter(n__gt=1)
+    # Anyone with a legacy chat session: several sessions (there is only ever one active
+    # canonical chat, so the others are legacy ones), or a lone legacy session, which
+    # becomes the user's canonical chat (its history is otherwise on no surface).
+    owners = qs.values("tenant_id", "qor_id", "user_id").annotate(
+        legacy=Count("id", filter=Q(kind=Session.Kind.LEGACY))).filter(legacy__gt=0)
     return owners.order_by("tenant_id", "qor_id", "user_id")
 
 
 def collapse_owner_count(
     *, tenant: Tenant | None = None, qor_slug: str = "", user: AbstractBaseUser | None = None
 ) -> int:
-    """How many (tenant, qor, user) have more than one active chat-family session."""
+    """How many (tenant, qor, user) have an active legacy chat-family session to collapse."""
     return _grouped(_scoped(tenant, qor_slug, user)).count()
 
 
 def collapse_owners(
     *, tenant: Tenant | None = None, qor_slug: str = "", user: AbstractBaseUser | None = None
 ) -> Iterator[ChatOwner]:
-    """Every (tenant, qor, user) with more than one active chat-family session, in key order.
+    """Every (tenant, qor, user) with an active legacy chat-family session, in key order.
 
     Paged by key rather than held on a cursor, so per-user commits can happen in between.
     """

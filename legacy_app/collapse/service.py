@@ -153,13 +153,17 @@ def _digests(*, qor: Qor, user: AbstractBaseUser, spans: dict[int, DigestSpan]) 
     return written
 
 
+def _collapsible(sessions: list[Session]) -> bool:
+    return any(s.kind == Session.Kind.LEGACY for s in sessions)
+
+
 def collapse_preview(*, owner: ChatOwner, qor: Qor | None = None) -> CollapseOutcome:
     """What `collapse_user` would do for `owner`, changing nothing."""
     qor, user = _load(owner, qor)
     sessions = list(owner_sessions(owner))
     canonical = next((s for s in sessions if s.kind == Session.Kind.CANONICAL), None)
     outcome = CollapseOutcome(owner, label=_label(qor, user), sessions=len(sessions))
-    if len(sessions) < 2:
+    if not _collapsible(sessions):
         return outcome
     outcome.canonical_id = canonical.pk if canonical else None
     outcome.messages, outcome.duplicates = rows_count(
@@ -182,15 +186,16 @@ def collapse_user(
     One transaction, the user's sessions locked in id order. `qor` may be passed in when
     already loaded (with its tenant). `before_archive` runs after the messages moved and
     the digests were written, just before the extra sessions are archived: an exception
-    from it (a test's injected failure) rolls the user back whole. A user with fewer than
-    two mergeable sessions is returned untouched (`applied` False).
+    from it (a test's injected failure) rolls the user back whole. A user without a legacy
+    chat session (none, or only the canonical chat) is returned untouched (`applied`
+    False); a lone legacy session becomes the user's canonical chat.
     """
     qor, user = _load(owner, qor)
     outcome = CollapseOutcome(owner, label=_label(qor, user))
     with transaction.atomic():
         sessions = list(owner_sessions(owner).select_for_update())
         outcome.sessions = len(sessions)
-        if len(sessions) < 2:
+        if not _collapsible(sessions):
             return outcome
         canonical = next((s for s in sessions if s.kind == Session.Kind.CANONICAL), None)
         extras = [s for s in sessions if s is not canonical]

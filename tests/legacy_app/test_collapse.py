@@ -370,10 +370,9 @@ def test_appending_to_a_collapsed_legacy_session_is_refused_and_resolve_finds_th
     assert chat.messages.count() == 9
 
 
-def test_a_single_chat_session_and_unpaired_legacy_senders_are_left_alone(world, settings):
+def test_unpaired_legacy_senders_and_a_lone_canonical_chat_are_left_alone(world, settings):
+    say(session_resolve(tenant=world.tenant_a, qor=world.qor_a, channel="web", user=world.alice), 1, "canonical")
     settings.QORVEN_LEGACY_SESSIONS = True
-    only = legacy(world, "telegram", user=world.bob)
-    say(only, 1, "just telegram")
     stranger_a = session_resolve(
         tenant=world.tenant_a, qor=world.qor_a, channel="telegram", sender_id="999"
     )
@@ -385,6 +384,22 @@ def test_a_single_chat_session_and_unpaired_legacy_senders_are_left_alone(world,
     assert list(collapse_sessions()) == []
     assert snapshot() == before
     assert {stranger_a.user_id, stranger_b.user_id} == {None}
+
+
+def test_a_users_lone_legacy_chat_becomes_their_canonical_chat(world, settings):
+    settings.QORVEN_LEGACY_SESSIONS = True
+    only = legacy(world, "telegram", user=world.bob)
+    say(only, 1, "just telegram")
+    say(only, 2, "an answer", role="assistant")
+    (outcome,) = list(collapse_sessions())
+    assert (outcome.applied, outcome.archived, outcome.messages) == (True, 1, 2)
+    settings.QORVEN_LEGACY_SESSIONS = False
+    canonical = Session.objects.get(kind="canonical", user=world.bob, state="active")
+    rows = list(Message.objects.filter(session=canonical).order_by("seq").values_list("seq", "channel", "content"))
+    assert rows == [(1, "telegram", "just telegram"), (2, "telegram", "an answer")]
+    only.refresh_from_db()
+    assert only.state == "archived"
+    assert list(collapse_sessions()) == []  # done: a second run finds nothing
 
 
 @pytest.mark.django_db(transaction=True)

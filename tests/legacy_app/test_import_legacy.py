@@ -223,8 +223,12 @@ def test_import_then_collapse_gives_one_chat_per_user(world, tmp_path):
     ]
     assert Session.objects.filter(user=world.alice, kind="legacy", state="archived").count() == 3
     assert Memory.objects.filter(user=world.alice, type="conversation_digest").count() == 3
-    # dave has one legacy session only, charlie is in globex: both untouched.
-    assert Session.objects.get(user__username="dave").state == "active"
+    # dave has one legacy session only: it becomes his chat (else his history is on no
+    # surface); charlie is in globex, outside --tenant acme: untouched.
+    assert set(Session.objects.filter(user__username="dave").values_list("kind", "state")) == {
+        ("legacy", "archived"), ("canonical", "active")
+    }
+    assert Session.objects.get(user__username="dave", kind="canonical").messages.count() == 1
     assert set(Session.objects.filter(user=world.charlie).values_list("kind", "state")) == {
         ("legacy", "active")
     }

@@ -63,7 +63,7 @@ class Command(BaseCommand):
         console = command_console(self.stdout)
         total = collapse_owner_count(**scope)
         if total == 0:
-            self.stdout.write("Nothing to collapse: every user has at most one chat session.")
+            self.stdout.write("Nothing to collapse: no user has a legacy chat session left.")
             return
         totals = CollapseTotals()
         failures: list[CollapseOutcome] = []
