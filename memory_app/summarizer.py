@@ -100,6 +100,11 @@ class FlushResult(BaseModel):
     open_tasks: list[Item | DatedItem] = Field(
         max_length=50, description="tasks committed to and not done yet, and when they are due"
     )
+    # Optional, so an answer of a model that leaves it out still counts.
+    lessons: list[Item] = Field(
+        default_factory=list, max_length=50,
+        description="what the user corrected or taught the assistant: how they want things done",
+    )
 
 
 class SummaryResult(BaseModel):
@@ -115,7 +120,9 @@ condensed; save first what must not be forgotten. From the conversation excerpt,
 - facts: durable facts about the user and their world (preferences, people, places, \
 accounts, plans, decisions);
 - reminders: what the user asked to be reminded of, with dates and times as stated;
-- open_tasks: tasks the user or the assistant committed to that are not done yet.
+- open_tasks: tasks the user or the assistant committed to that are not done yet;
+- lessons: what the user corrected or taught the assistant (how they want things done, \
+a mistake not to repeat).
 Write each item as one self-contained sentence that names the user. Use [] when there are \
 none. Never invent anything that is not in the excerpt.
 A reminder or open task that has a time (when to remind the user, a deadline) is an object \
@@ -239,6 +246,7 @@ def condense(*, session: Session, excerpt: Excerpt, previous_note: str) -> Conde
         step="summary",
     )
     memories = [FlushedMemory(Memory.Type.FACT, f) for f in flush.facts]
+    memories += [FlushedMemory(Memory.Type.LESSON, lesson) for lesson in flush.lessons]
     for item in flush.reminders:
         memories.append(FlushedMemory(Memory.Type.REMINDER, _text(item), _due(item, zone, now)))
     for item in flush.open_tasks:

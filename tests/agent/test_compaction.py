@@ -355,6 +355,16 @@ def test_compact_summarises_into_memory_and_rotates_to_a_seeded_session(world, f
     assert "SUMMARY of 4 messages" in system and "blue Brompton" in system
 
 
+def test_what_the_user_taught_becomes_a_lesson_memory_that_later_prompts_carry(world, fake, model_server, drain,
+                                                                              chat):
+    chat("from now on give me temperatures in Celsius")
+    chat("/compact")
+    lesson = Memory.objects.get(type="lesson")
+    assert (lesson.user, lesson.content) == (world.alice, "Alice taught: from now on give me temperatures in Celsius")
+    chat("what temperatures should I expect in Celsius?")
+    assert "Celsius" in main_requests(model_server)[-1]["messages"][0]["content"]
+
+
 def test_compact_with_nothing_to_compact_says_so_and_keeps_the_session(world, fake, model_server, drain, chat):
     session = canonical(world)
     chat("/compact")

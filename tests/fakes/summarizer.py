@@ -4,7 +4,7 @@ calls the way a good model would, and everything else with a plain reply.
 Use as `model_server.default = FakeModel()`. It recognises the summarizer's two calls by
 their instructions and reads the transcript lines (`[2026-01-02 10:00 telegram] Alice:
 text`): a user line starting with "remember" becomes a fact, one starting with "remind me"
-a reminder. It counts its calls, so tests can assert what happened.
+a reminder, one starting with "from now on" a lesson. It counts its calls, so tests can assert what happened.
 """
 from __future__ import annotations
 
@@ -57,14 +57,17 @@ class FakeModel:
         return [m.groupdict() for m in map(_LINE.match, transcript.splitlines()) if m]
 
     def _flush(self, body: dict[str, Any]) -> dict[str, list[str]]:
-        facts, reminders = [], []
+        facts, reminders, lessons = [], [], []
         for line in self._lines(body):
             text = line["text"].strip()
             if text.lower().startswith("remember "):
                 facts.append(f"{line['who']} said: {text[len('remember '):]}")
             elif text.lower().startswith("remind me "):
                 reminders.append(f"{line['who']} asked: {text}")
-        return {"facts": facts, "reminders": reminders, "open_tasks": []}
+            elif text.lower().startswith("from now on "):
+                lessons.append(f"{line['who']} taught: {text}")
+        answer = {"facts": facts, "reminders": reminders, "open_tasks": []}
+        return {**answer, "lessons": lessons} if lessons else answer  # a model may leave the key out
 
     def _summary(self, body: dict[str, Any]) -> dict[str, str]:
         lines = self._lines(body)
