@@ -18,6 +18,7 @@ from sessions_app.services import session_resolve
 from tenancy.access import surface_access
 from tenancy.errors import NotFound
 from tenancy.selectors import qor_get
+from tenancy.switches import channel_enabled
 
 from .api_auth import bearer_required, json_error
 from .chat import with_deliveries
@@ -134,6 +135,8 @@ def _post(request: HttpRequest, qor) -> JsonResponse:
         raise BadRequest(f"Idempotency-Key is longer than {MAX_IDEMPOTENCY_KEY} characters")
 
     user = request.user
+    if not channel_enabled(tenant=request.tenant, channel=channel):  # type: ignore[attr-defined]
+        return json_error(403, f"the {channel} channel is switched off for this workspace")
     session = session_resolve(tenant=request.tenant, qor=qor, channel=channel, user=user)  # type: ignore[attr-defined]
     trust = surface_access(tenant=request.tenant, user=user, surface=channel)  # type: ignore[attr-defined]
     if trust is None:

@@ -20,10 +20,15 @@ from sessions_app.selectors import MessageRow, canonical_session_find, messages_
 from sessions_app.services import AppendResult, ImageBytes, session_resolve
 from tenancy.errors import NotFound
 from tenancy.access import surface_access
+from tenancy.switches import channel_enabled
 from tenancy.models import Qor, Tenant
 
 from .delivery import PLATFORM_OF, failed_deliveries
 from .live_events import message_event
+
+class ChannelOff(ValueError):
+    """The surface written on is switched off for the workspace (a plugin setting)."""
+
 
 PAGE = 50  # messages per page of history
 CATCH_UP_MAX = 500  # a client further behind than this starts again from the newest page
@@ -218,6 +223,8 @@ def chat_send(
         raise ValueError("the message is empty")
     if len(content) > MAX_CONTENT:
         raise ValueError(f"the message is longer than {MAX_CONTENT} characters")
+    if not channel_enabled(tenant=owner.tenant, channel=channel):
+        raise ChannelOff(f"the {channel} channel is switched off for this workspace")
     trust: str | None = owner.trust
     if owner.member:  # a terminal stays open for hours: the membership decides each message
         trust = surface_access(tenant=owner.tenant, user=owner.user, surface=channel)

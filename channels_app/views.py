@@ -19,6 +19,7 @@ from tenancy.errors import NotFound
 
 from .chat import (
     PAGE,
+    ChannelOff,
     chat_archive,
     chat_archived_get,
     chat_channels,
@@ -202,6 +203,8 @@ def chat_messages(request: HttpRequest, owner) -> JsonResponse:
                            images=images)
     except NotFound:
         return JsonResponse({"error": "not found"}, status=404)
+    except ChannelOff as exc:
+        return JsonResponse({"error": str(exc)}, status=403)
     except ValueError as exc:
         return JsonResponse({"error": str(exc)}, status=400)
     return JsonResponse({"session_id": result.message.session_id, "message": message_event(result.message)},

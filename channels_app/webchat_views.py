@@ -20,7 +20,7 @@ from django.views.decorators.http import require_GET, require_http_methods
 from sessions_app.channel_kinds import Channel
 from tenancy.errors import NotFound
 
-from .chat import chat_image, chat_send
+from .chat import ChannelOff, chat_image, chat_send
 from .live_events import message_event
 from .views import CHANNEL_LABELS, history_response, image_response, sent_message
 from .webchat import (
@@ -108,6 +108,8 @@ def messages(request: HttpRequest, key: str) -> JsonResponse:
                            idempotency_key=client_id, images=images)
     except NotFound:  # the signed visitor left the workspace since their token was checked
         return JsonResponse({"error": "the visitor token names no member of this workspace"}, status=403)
+    except ChannelOff as exc:
+        return JsonResponse({"error": str(exc)}, status=403)
     except ValueError as exc:
         return JsonResponse({"error": str(exc)}, status=400)
     return JsonResponse(

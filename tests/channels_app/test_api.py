@@ -194,3 +194,18 @@ def test_get_history_gives_the_model_the_conversation_not_the_working(world):
                       trust="owner")
     got = get_history(ctx, {"channel": "web", "limit": 2})
     assert [(m["seq"], m["content"]) for m in got["messages"]] == [(1, "what time is it?"), (4, "It is noon.")]
+
+
+@pytest.mark.parametrize("channel", ["web", "tui"])
+def test_the_web_and_the_terminal_can_be_switched_off_like_any_channel(client, world, tokens, channel):
+    from tenancy.models import PluginSetting
+
+    PluginSetting.objects.create(tenant=world.tenant_a, kind="channel", name=channel, enabled=False)
+    response = client.post(URL.format("aria"), data=json.dumps({"content": "hi", "channel": channel}),
+                           content_type="application/json", **auth(tokens["alice"]))
+    assert response.status_code == 403 and "switched off" in response.json()["error"]
+    client.force_login(world.alice)
+    page = client.post("/chat/api/acme/aria/messages", data=json.dumps({"content": "hi"}),
+                       content_type="application/json")
+    assert page.status_code == (403 if channel == "web" else 201)
+    assert Message.objects.filter(channel=channel).count() == 0
