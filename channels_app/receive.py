@@ -134,6 +134,12 @@ def _process(binding: ChannelBinding, message: InboundMessage, event: InboundEve
                                   group=True)
         if not message.addressed:
             meta["no_reply"] = True  # kept for context; the Qor answers only when addressed
+        member = Identity.objects.filter(
+            tenant=tenant, channel=binding.kind, external_id=message.sender_id,
+            approval=Identity.Approval.APPROVED, user__isnull=False,
+        ).values_list("user_id", flat=True).first()
+        if member is not None:  # a paired member: the group's digests are written for them too
+            meta["user_id"] = member
         images = _images(binding, message)
         inbound_accept(
             session=session, content=message.text, channel=message.channel, sender_name=message.sender_name,

@@ -155,8 +155,21 @@ def _store(session: Session, condensed: Condensed) -> int:
         else:
             stored += memory_add(type=memory.type, content=memory.content, **common)[1]
     if condensed.digest.strip():
-        stored += memory_add(type=Memory.Type.CONVERSATION_DIGEST, content=condensed.digest, **common)[1]
+        readers = [session.user] if session.user is not None else _members_heard(condensed.excerpt)
+        for reader in readers or [None]:
+            stored += memory_add(type=Memory.Type.CONVERSATION_DIGEST, content=condensed.digest,
+                                 **{**common, "user": reader})[1]
     return stored
+
+
+def _members_heard(excerpt) -> list:
+    """A group chat has no one owner: its digest goes to each paired member who spoke in
+    the run (their messages carry `user_id`), so their own turns find it through memory."""
+    from django.contrib.auth import get_user_model
+
+    ids = {m.metadata.get("user_id") for m in excerpt.messages if isinstance(m.metadata, dict)}
+    ids.discard(None)
+    return list(get_user_model().objects.filter(pk__in=ids).order_by("pk")) if ids else []
 
 
 def _merged_span(runs: list[Condensed]) -> DigestSpan:

@@ -342,3 +342,29 @@ def test_no_bot_token_or_secret_reaches_the_logs(client, world, telegram, platfo
     assert platform.sent("sendMessage")
     logged = "\n".join(r.getMessage() for r in caplog.records)
     assert "111:AAA" not in logged and "tg-secret-a" not in logged
+
+
+def test_a_group_chats_digest_reaches_each_paired_member_who_spoke(client, world, telegram, platform, model_server,
+                                                                   drain):
+    from memory_app.compaction import compaction_rotate
+    from memory_app.models import Memory
+    from memory_app.selectors import memory_search
+
+    from ..fakes.summarizer import FakeModel
+
+    model_server.default = FakeModel()
+    pair(world, "telegram", "42", world.alice)
+    pair(world, "telegram", "43", world.bob)
+    group = dict(chat_id=-100555, chat_type="supergroup")
+    post_telegram(client, telegram_update("picnic on Sunday at the lake?", message_id=1, **group))
+    post_telegram(client, telegram_update("I'll bring the lemonade", user_id=43, first_name="Bob", message_id=2,
+                                          **group))
+    post_telegram(client, telegram_update("count me in", user_id=77, first_name="Zed", message_id=3, **group))
+    drain()
+    session = Session.objects.get(kind="group")
+    compaction_rotate(session=session)
+
+    digests = Memory.objects.filter(type="conversation_digest", source_session_id=session.pk)
+    assert sorted(d.user.username for d in digests) == ["alice", "bob"]  # not Zed: unpaired
+    assert memory_search(tenant=world.tenant_a, qor=world.qor_a, user=world.alice, query="summary")
+    assert not memory_search(tenant=world.tenant_a, qor=world.qor_a, user=world.charlie, query="summary")
