@@ -8,7 +8,14 @@ class ChannelsAppConfig(AppConfig):
     verbose_name = "Channels"
 
     def ready(self) -> None:
+        from sessions_app.channel_kinds import Channel
         from sessions_app.signals import message_appended
+        from tenancy.switches import channels_register
+
+        from .adapters import ADAPTERS
+
+        # What a tenant can switch off: each platform, and the surfaces written on directly.
+        channels_register([*ADAPTERS, Channel.WEB, Channel.TUI])
 
         from .delivery import on_message_appended as deliver_on_append
         from .live_events import on_message_appended

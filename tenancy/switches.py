@@ -10,6 +10,14 @@ from .models import PluginSetting, Tenant
 # The channel switches webhooks check on every request (cleared on PluginSetting saves).
 channel_switches: RowCache[bool] = RowCache("channel switches")
 
+# The channels a tenant can switch off, as the edges register them at startup (like tools
+# in tenancy.tool_registry): the admin offers these names, not free text.
+switchable_channels: set[str] = set()
+
+
+def channels_register(names: Iterable[str]) -> None:
+    switchable_channels.update(names)
+
 
 def enabled_names(tenant: Tenant, kind: str, names: Iterable[str]) -> set[str]:
     names = set(names)

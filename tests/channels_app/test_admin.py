@@ -307,3 +307,19 @@ def test_a_superuser_sees_every_tenants_channel_rows(host, world, telegram, glob
     assert {i.external_id for i in listed(host.get(url("identity_changelist")))} == {"4242", "7777"}
     assert set(listed(host.get(url("pairingrequest_changelist")))) == {pending["acme"], pending["globex"]}
     assert host.get(url("pairingrequest_change", pending["globex"].pk)).status_code == 200
+
+
+def test_a_switch_is_named_from_the_real_tools_and_channels(admin_client, world):
+    from tenancy.models import PluginSetting
+
+    add = "/admin/qorven/pluginsetting/add/"
+    form = admin_client.get(add).context["adminform"].form
+    offered = {value for _, group in form.fields["name"].choices for value, _ in group}
+    assert {"telegram", "whatsapp", "web", "tui", "webchat", "remember", "memory_search"} <= offered
+    typo = admin_client.post(add, {"tenant": world.tenant_a.pk, "kind": "channel", "name": "telegarm", "enabled": ""})
+    assert typo.status_code == 200 and "name" in typo.context["adminform"].form.errors
+    mixed = admin_client.post(add, {"tenant": world.tenant_a.pk, "kind": "tool", "name": "telegram", "enabled": ""})
+    assert "is not a tool" in str(mixed.context["adminform"].form.errors["name"])
+    ok = admin_client.post(add, {"tenant": world.tenant_a.pk, "kind": "channel", "name": "web", "enabled": ""})
+    assert ok.status_code == 302
+    assert PluginSetting.objects.get().name == "web"
