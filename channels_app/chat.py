@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser
 
 from qorven.agent.gateway import inbound_accept
@@ -44,6 +45,9 @@ class ChatOwner:
     # A member's trust is read again from their membership for every message they send;
     # an anonymous webchat visitor (no membership) keeps the public trust it was given.
     member: bool = True
+    # The surface this owner writes on (web, tui, webchat): with QORVEN_LEGACY_SESSIONS it
+    # is also the session read, since each surface then has its own.
+    surface: str = "web"
 
     @property
     def sender_name(self) -> str:
@@ -62,7 +66,7 @@ def chat_owner(*, user: AbstractBaseUser, tenant_slug: str, qor_slug: str, surfa
     qor = Qor.objects.filter(tenant=tenant, slug=qor_slug).first()
     if qor is None:
         raise NotFound(f"no qor {qor_slug!r}")
-    return ChatOwner(tenant, qor, user, trust)
+    return ChatOwner(tenant, qor, user, trust, surface=surface)
 
 
 def chat_stop(*, owner: ChatOwner, reply_to: int) -> bool:
@@ -111,12 +115,26 @@ def chat_qors(*, user: AbstractBaseUser) -> list[Qor]:
 
 
 def chat_session(*, owner: ChatOwner) -> Session | None:
-    """The active canonical session, or None before the first message."""
+    """The active canonical session, or None before the first message. In legacy mode
+    (QORVEN_LEGACY_SESSIONS) the surface's own session: the one its messages go to."""
+    if settings.QORVEN_LEGACY_SESSIONS:
+        return _legacy_session(owner)
     return canonical_session_find(tenant=owner.tenant, qor=owner.qor, user=owner.user)
+
+
+def _legacy_session(owner: ChatOwner) -> Session | None:
+    # As sessions_app.services.session_resolve keys a member's legacy session.
+    return Session.objects.filter(
+        tenant=owner.tenant, qor=owner.qor, kind=Session.Kind.LEGACY, channel=owner.surface,
+        external_thread_id=f"user:{owner.user.pk}", state=Session.State.ACTIVE,
+    ).first()
 
 
 def chat_session_get(*, owner: ChatOwner, session_id: int) -> Session | None:
     """`session_id` if it is the owner's active canonical session (a chat that moved on)."""
+    if settings.QORVEN_LEGACY_SESSIONS:
+        legacy = _legacy_session(owner)
+        return legacy if legacy is not None and legacy.pk == session_id else None
     return Session.objects.filter(
         pk=session_id, tenant=owner.tenant, qor=owner.qor, user=owner.user,
         kind=Session.Kind.CANONICAL, state=Session.State.ACTIVE,

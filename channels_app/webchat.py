@@ -141,7 +141,7 @@ def _signed(binding: ChannelBinding, token: str) -> Visitor:
     trust = surface_access(tenant=binding.tenant, user=user, surface="webchat")  # an embed: at most trusted
     if user is None or trust is None:
         raise WebchatRefused(403, "the visitor token names no member of this workspace")
-    return Visitor(ChatOwner(binding.tenant, binding.qor, user, trust), token, anonymous=False)
+    return Visitor(ChatOwner(binding.tenant, binding.qor, user, trust, surface="webchat"), token, anonymous=False)
 
 
 def _anonymous(binding: ChannelBinding, token: str) -> Visitor:
@@ -161,7 +161,8 @@ def _anonymous(binding: ChannelBinding, token: str) -> Visitor:
     if identity is None or identity.approval == Identity.Approval.DENIED:
         raise WebchatRefused(403, "unknown visitor")
     renewed = ANON_PREFIX + signing.dumps({"b": binding.pk, "v": data.get("v", "")}, salt=_ANON_SALT)
-    return Visitor(ChatOwner(binding.tenant, binding.qor, identity.user, Trust.PUBLIC, member=False), renewed,
+    return Visitor(ChatOwner(binding.tenant, binding.qor, identity.user, Trust.PUBLIC, member=False, surface="webchat"),
+                   renewed,
                    anonymous=True)
 
 

@@ -175,3 +175,19 @@ def test_the_follower_shows_messages_from_other_channels_while_waiting(world, se
     out = io.StringIO()
     HumanPrinter(out, color=False)(shown[0])
     assert "[telegram] Alice: from my phone" in out.getvalue()
+
+
+def test_in_legacy_mode_the_terminal_reads_the_session_it_writes_to(world, model_server):
+    model_server.add(reply("A legacy reply."))
+    qorven = Path(sys.executable).with_name("qorven")
+    done = subprocess.run(
+        [str(qorven), "chat", "--json", "--tenant", "acme", "--qor", "aria", "--user", "alice", "--wait", "60"],
+        input=json.dumps({"content": "hi in legacy mode"}) + "\n", capture_output=True, text=True, cwd=ROOT,
+        env={**qorven_env(model_server), "QORVEN_LEGACY_SESSIONS": "1"}, timeout=180,
+    )
+    assert done.returncode == 0, done.stderr
+    lines = [json.loads(line) for line in done.stdout.splitlines()]
+    said = [(line["role"], line["content"]) for line in lines if line["type"] == "message"]
+    assert said == [("user", "hi in legacy mode"), ("assistant", "A legacy reply.")]
+    stored = Message.objects.get(role="assistant")
+    assert (stored.session.kind, stored.session.channel) == ("legacy", "tui")
