@@ -154,11 +154,16 @@ def _store(session: Session, condensed: Condensed) -> int:
             stored += reminder_add(content=memory.content, due=memory.due, **owner)[1]
         else:
             stored += memory_add(type=memory.type, content=memory.content, **common)[1]
-    if condensed.digest.strip():
-        readers = [session.user] if session.user is not None else _members_heard(condensed.excerpt)
-        for reader in readers or [None]:
+    readers = [session.user] if session.user is not None else _members_heard(condensed.excerpt) or [None]
+    for reader in readers:
+        if condensed.digest.strip():
             stored += memory_add(type=Memory.Type.CONVERSATION_DIGEST, content=condensed.digest,
                                  **{**common, "user": reader})[1]
+        if condensed.note.strip():
+            # The running summary as it stood after this run: the whole conversation so
+            # far, from its start (the digest covers this run alone).
+            stored += memory_add(type=Memory.Type.SUMMARY, content=condensed.note,
+                                 **{**common, "user": reader, "period_start": session.started_at})[1]
     return stored
 
 

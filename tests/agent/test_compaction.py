@@ -448,7 +448,9 @@ def test_with_the_offline_provider_flush_and_summary_are_plain_extracts(world, d
 
     new = canonical(world)
     assert new.seed_summary.startswith("Conversation on telegram, web")
-    memories = {(m.type, m.content.split(": ", 1)[1]) for m in Memory.objects.exclude(type="conversation_digest")}
+    memories = {(m.type, m.content.split(": ", 1)[1])
+                for m in Memory.objects.exclude(type__in=["conversation_digest", "summary"])}
+    assert Memory.objects.filter(type="summary", user=world.alice).count() == 1  # the running note, kept
     assert memories == {("fact", "My favourite colour is teal."), ("reminder", "Remind me to call the bank on Friday.")}
     digest = Memory.objects.get(type="conversation_digest")
     assert "- My favourite colour is teal." in digest.content and digest.channels == ["telegram", "web"]

@@ -65,8 +65,9 @@ def test_a_call_becomes_a_voice_session_and_a_digest_later_turns_find(client, wo
     digest = Memory.objects.get(type="conversation_digest")
     assert (digest.user, digest.qor, digest.channels) == (world.alice, world.qor_a, ["voice"])
     assert "dentist" in digest.content.lower()
-    assert [m.pk for m in memory_search(tenant=world.tenant_a, qor=world.qor_a, user=world.alice, query="dentist")
-            ] == [digest.pk]
+    found = memory_search(tenant=world.tenant_a, qor=world.qor_a, user=world.alice, query="dentist")
+    assert digest.pk in [m.pk for m in found]
+    assert Memory.objects.get(type="summary", user=world.alice).content == "Dentist: Friday 9:00."
     assert memory_search(tenant=world.tenant_a, qor=world.qor_a, user=world.bob, query="dentist") == []
 
     assert fake.calls["summary"] == 1
