@@ -1,6 +1,8 @@
-"""Images people attach on the chat page and the webchat: checked by their content (Pillow
-reads the header; the name and the browser's type are ignored), size-limited
-(QORVEN_MAX_UPLOAD), and turned into what becomes an Image row."""
+"""Files people attach on the chat page and the webchat: images (JPEG, PNG, GIF, WebP),
+PDFs and plain-text files, each checked by its content (Pillow reads an image's header; a
+PDF starts with its signature; text must be UTF-8 without control bytes) — the name and
+the browser's type are ignored — size-limited (QORVEN_MAX_UPLOAD), and turned into what
+becomes an Image row (the attachments table: images and other files)."""
 from __future__ import annotations
 
 import base64
@@ -27,6 +29,7 @@ class UploadedImage:
     mime_type: str
     data: str  # base64
     size: int
+    name: str = ""  # a file's name as sent (not for images)
 
 
 def images_read(files: list[UploadedFile]) -> list[UploadedImage]:
@@ -46,16 +49,39 @@ def images_read(files: list[UploadedFile]) -> list[UploadedImage]:
         raw = upload.read(limit + 1)
         if len(raw) > limit:
             raise UploadRefused(f"{name} is larger than {_megabytes(limit)}", 413)
+        document = _document_type(raw)
+        if document is not None:
+            images.append(UploadedImage(mime_type=document, data=base64.b64encode(raw).decode(), size=len(raw),
+                                        name=_clean_name(upload.name or "file")))
+            continue
         try:
             with PILImage.open(io.BytesIO(raw)) as picture:
                 kind = picture.format or ""
                 picture.verify()  # the structure holds together, without decoding every pixel
         except (UnidentifiedImageError, OSError, SyntaxError, ValueError, PILImage.DecompressionBombError):
-            raise UploadRefused(f"{name} is not an image (JPEG, PNG, GIF or WebP)", 415) from None
+            raise UploadRefused(f"{name} is not an image (JPEG, PNG, GIF or WebP), a PDF or a text file", 415) from None
         if kind not in ACCEPTED:
             raise UploadRefused(f"{name} is a {kind or 'kind of'} image; attach JPEG, PNG, GIF or WebP", 415)
         images.append(UploadedImage(mime_type=ACCEPTED[kind], data=base64.b64encode(raw).decode(), size=len(raw)))
     return images
+
+
+def _document_type(raw: bytes) -> str | None:
+    """application/pdf or text/plain when the bytes are one, else None (try an image)."""
+    if raw.startswith(b"%PDF-"):
+        return "application/pdf"
+    if not raw or b"\0" in raw:
+        return None
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        return None
+    return "text/plain" if all(c.isprintable() or c in "\n\r\t\f" for c in text) else None
+
+
+def _clean_name(name: str) -> str:
+    base = name.replace("\\", "/").rsplit("/", 1)[-1]
+    return "".join(c for c in base if c.isprintable())[:255] or "file"
 
 
 def _megabytes(size: int) -> str:

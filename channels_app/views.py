@@ -12,6 +12,7 @@ from django.contrib.auth.decorators import login_required
 from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import redirect, render
 from django.urls import reverse
+from django.utils.http import content_disposition_header
 from django.views.decorators.http import require_http_methods
 
 from sessions_app.channel_kinds import Channel
@@ -122,6 +123,8 @@ def image_response(image) -> HttpResponse:
     if image is None:
         return JsonResponse({"error": "no such image (it may no longer be kept)"}, status=404)
     response = HttpResponse(base64.b64decode(image.data), content_type=image.mime_type)
+    if not image.mime_type.startswith(("image/", "audio/")):  # a PDF or text file: downloaded, never shown here
+        response["Content-Disposition"] = content_disposition_header(True, image.name or "file")
     response["Cache-Control"] = "private, max-age=86400"
     response["X-Content-Type-Options"] = "nosniff"
     response["Content-Security-Policy"] = "default-src 'none'; sandbox"

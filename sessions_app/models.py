@@ -136,6 +136,8 @@ class Image(models.Model):
     tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="+")
     message = models.ForeignKey(Message, on_delete=models.CASCADE, null=True, blank=True, related_name="images")
     mime_type = models.CharField(max_length=100)
+    # The file's name as sent, for attachments that are not images (a PDF, a text file).
+    name = models.CharField(max_length=255, blank=True, default="")
     data = models.TextField(help_text="Base64-encoded bytes.")
     size = models.PositiveIntegerField(help_text="Decoded size in bytes.")
     created_at = models.DateTimeField(default=timezone.now, db_index=True)

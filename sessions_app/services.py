@@ -321,8 +321,14 @@ class ImageBytes(Protocol):
 def attachments_meta(images: Sequence[ImageBytes]) -> list[dict[str, Any]]:
     """How a message's images are described in its metadata (`attachments`), so every
     surface can show them without reading the images table."""
-    return [{"type": "audio" if i.mime_type.startswith("audio/") else "image", "mime_type": i.mime_type,
-             "size": i.size} for i in images]
+    described = []
+    for i in images:
+        kind = "audio" if i.mime_type.startswith("audio/") else "image" if i.mime_type.startswith("image/") else "file"
+        entry: dict[str, Any] = {"type": kind, "mime_type": i.mime_type, "size": i.size}
+        if kind == "file":
+            entry["name"] = getattr(i, "name", "") or "file"
+        described.append(entry)
+    return described
 
 
 def images_attach(*, message: Message, images: Sequence[ImageBytes]) -> int:
@@ -331,7 +337,8 @@ def images_attach(*, message: Message, images: Sequence[ImageBytes]) -> int:
     if not images or Image.objects.filter(message=message).exists():
         return 0
     Image.objects.bulk_create(
-        Image(tenant_id=message.tenant_id, message=message, mime_type=i.mime_type, data=i.data, size=i.size)
+        Image(tenant_id=message.tenant_id, message=message, mime_type=i.mime_type, data=i.data, size=i.size,
+              name=getattr(i, "name", "") or "")
         for i in images
     )
     return len(images)

@@ -32,14 +32,28 @@ def size_label(size: int) -> str:
     return f"{max(1, round(size / 1024))} KB"
 
 
+def file_notes(message: Message) -> list[dict[str, Any]]:
+    """A note for each file (not an image, not a voice note) the message came with, so the
+    model knows it was sent: "[file: report.pdf, application/pdf, 240 KB]"."""
+    attachments = (message.metadata or {}).get("attachments") if isinstance(message.metadata, dict) else None
+    return [{"type": "text", "text": f"[file: {a.get('name') or 'file'}, {a.get('mime_type', '')}, "
+                                     f"{size_label(int(a.get('size') or 0))}]"}
+            for a in (attachments if isinstance(attachments, list) else [])
+            if isinstance(a, dict) and a.get("type") == "file"]
+
+
 def image_parts(window: list[Message], *, vision: bool) -> dict[int, list[dict[str, Any]]]:
     """For each user message of `window` that came with images: the content parts that
     follow its text, in the order they were sent (by message pk)."""
+    parts: dict[int, list[dict[str, Any]]] = {}
+    for message in window:
+        if message.role == Message.Role.USER and (notes := file_notes(message)):
+            parts[message.pk] = notes
     described = [m for m in window if m.role == Message.Role.USER and attached_count(m)]
     if not described:
-        return {}
+        return parts
     seq_of = {m.pk: m.seq for m in described}
-    rows = list(Image.objects.filter(message_id__in=seq_of).exclude(mime_type__startswith="audio/")
+    rows = list(Image.objects.filter(message_id__in=seq_of, mime_type__startswith="image/")
                 .order_by("id").values("id", "message_id", "mime_type", "size"))
     newest_first = sorted(rows, key=lambda r: (seq_of[r["message_id"]], r["id"]), reverse=True)
     sent = [r["id"] for r in newest_first[: settings.QORVEN_PROMPT_IMAGES]] if vision else []
@@ -47,7 +61,6 @@ def image_parts(window: list[Message], *, vision: bool) -> dict[int, list[dict[s
     stored: dict[int, list[dict[str, Any]]] = defaultdict(list)
     for row in rows:
         stored[row["message_id"]].append(row)
-    parts: dict[int, list[dict[str, Any]]] = {}
     for message in described:
         out: list[dict[str, Any]] = []
         images = [a for a in message.metadata["attachments"] if a.get("type", "image") == "image"]
@@ -61,5 +74,5 @@ def image_parts(window: list[Message], *, vision: bool) -> dict[int, list[dict[s
             size = (row or described_image).get("size") or 0
             gone = "" if row is not None else ", no longer kept"
             out.append({"type": "text", "text": f"[image: {mime}, {size_label(int(size))}{gone}]"})
-        parts[message.pk] = out
+        parts[message.pk] = out + parts.get(message.pk, [])
     return parts

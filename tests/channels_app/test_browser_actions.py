@@ -243,10 +243,10 @@ def test_an_attached_image_is_previewed_sent_stored_and_shown_as_a_thumbnail(cha
             page = sign_in(browser, base)
             page.set_input_files("[data-attach]", files=[
                 {"name": "green.png", "mimeType": "image/png", "buffer": _png("green")},
-                {"name": "notes.txt", "mimeType": "text/plain", "buffer": b"not an image"},
+                {"name": "backup.zip", "mimeType": "application/zip", "buffer": b"PK\x03\x04 not an image"},
             ])
-            expect(page.locator("[data-attachment]")).to_have_count(1)  # the text file is refused at once
-            expect(page.locator(".msg--error", has_text="notes.txt is not a JPEG, PNG, GIF or WebP image.")
+            expect(page.locator("[data-attachment]")).to_have_count(1)  # the archive is refused at once
+            expect(page.locator(".msg--error", has_text="backup.zip is not an image (JPEG, PNG, GIF, WebP), a PDF")
                    ).to_be_visible()
             send(page, "what is in this picture?")
             expect(page.locator("[data-attachment]")).to_have_count(0)

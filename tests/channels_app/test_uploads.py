@@ -111,8 +111,9 @@ def test_a_model_that_does_not_see_images_reads_a_note(client, world, model_serv
 def test_a_refused_upload_says_why_and_stores_nothing(client, world, settings, case):
     settings.QORVEN_MAX_UPLOAD = 2000
     files, status, says = {
-        "not-an-image": ([upload("notes.txt", b"just some text", "text/plain")], 415, "not an image"),
-        "named-as-image": ([upload("photo.png", b"%PDF-1.7 pretending")], 415, "not an image"),
+        "not-an-image": ([upload("backup.zip", b"PK\x03\x04\x14\x00\x00\x00binary\x00", "application/zip")], 415,
+                         "not an image"),
+        "named-as-image": ([upload("photo.png", b"\x00\x01\x02\x03 binary, pretending")], 415, "not an image"),
         "too-large": ([upload("big.png", picture(size=(400, 400), color="white") + b"\0" * 3000)], 413,
                       "larger than"),
         "too-many": ([upload(f"{i}.png", picture()) for i in range(5)], 400, "at most 4"),
@@ -140,3 +141,25 @@ def test_a_webchat_visitor_attaches_an_image_and_only_their_token_reads_it(clien
     assert client.get(url, HTTP_X_QORVEN_VISITOR=bob).status_code == 404
     assert client.get(url).status_code == 404
     drain()
+
+
+def test_a_pdf_and_a_text_file_are_kept_by_name_downloaded_and_noted_for_the_model(client, world, model_server,
+                                                                                    drain):
+    model_server.add(reply("Got both files."))
+    client.force_login(world.alice)
+    pdf = b"%PDF-1.7\n1 0 obj <<>> endobj\ntrailer <<>>\n%%EOF\n"
+    notes = "Shopping: eggs, flour, café au lait\n".encode()
+    response = send(client, "see attached", upload("../../report.pdf", pdf, "application/octet-stream"),
+                    upload("notes.txt", notes, "text/plain"))
+    assert response.status_code == 201
+    assert response.json()["message"]["attachments"] == [
+        {"type": "file", "mime_type": "application/pdf", "size": len(pdf), "name": "report.pdf"},
+        {"type": "file", "mime_type": "text/plain", "size": len(notes), "name": "notes.txt"},
+    ]
+    drain()
+    assert last_user_content(model_server.requests[0]) == (
+        "[web] Alice: see attached [file: report.pdf, application/pdf, 1 KB] [file: notes.txt, text/plain, 1 KB]")
+    message = Message.objects.get(role="user")
+    got = client.get(f"/chat/api/acme/aria/images/{message.session_id}/{message.seq}/0")
+    assert (got.content, got["Content-Type"]) == (pdf, "application/pdf")
+    assert got["Content-Disposition"] == 'attachment; filename="report.pdf"'  # downloaded, not shown on our origin

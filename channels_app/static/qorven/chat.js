@@ -1003,7 +1003,10 @@
     pending.appendChild(body);
     if (images.length) {
       var strip = el("div", "msg__images");
-      images.forEach(function (a) { var img = el("img", "msg__image"); img.src = a.url; img.alt = a.file.name || "image"; strip.appendChild(img); });
+      images.forEach(function (a) {
+        if (a.file.type.indexOf("image/") !== 0) { strip.appendChild(el("span", "msg__file", a.file.name || "file")); return; }
+        var img = el("img", "msg__image"); img.src = a.url; img.alt = a.file.name || "image"; strip.appendChild(img);
+      });
       pending.appendChild(strip);
     }
     this.timeline.appendChild(pending);
@@ -1068,13 +1071,13 @@
   // --- attaching images ---
 
   var ATTACH_MAX = 4;
-  var ATTACH_TYPES = ["image/jpeg", "image/png", "image/gif", "image/webp"];
+  var ATTACH_TYPES = ["image/jpeg", "image/png", "image/gif", "image/webp", "application/pdf", "text/plain", "text/markdown"];
 
   Chat.prototype.attach = function (files) {
     var self = this;
     var next = (this.attached || []).slice();
     files.forEach(function (file) {
-      if (ATTACH_TYPES.indexOf(file.type) < 0) { self.flash(file.name + " is not a JPEG, PNG, GIF or WebP image."); return; }
+      if (file.type && ATTACH_TYPES.indexOf(file.type) < 0) { self.flash(file.name + " is not an image (JPEG, PNG, GIF, WebP), a PDF or a text file."); return; }
       if (self.config.maxUpload && file.size > self.config.maxUpload) {
         self.flash(file.name + " is larger than " + Math.round(self.config.maxUpload / 1048576) + " MB."); return;
       }
@@ -1093,10 +1096,14 @@
     list.forEach(function (a, i) {
       var chip = el("div", "attachment");
       chip.setAttribute("data-attachment", "");
-      var img = el("img");
-      img.src = a.url;
-      img.alt = a.file.name || "image";
-      chip.appendChild(img);
+      if (a.file.type.indexOf("image/") === 0) {
+        var img = el("img");
+        img.src = a.url;
+        img.alt = a.file.name || "image";
+        chip.appendChild(img);
+      } else {
+        chip.appendChild(el("span", "attachment__file", a.file.name || "file"));
+      }
       var remove = el("button", "attachment__remove", "×");
       remove.type = "button";
       remove.setAttribute("aria-label", "Remove " + (a.file.name || "image"));
@@ -1117,6 +1124,17 @@
     var strip = el("div", "msg__images");
     attachments.forEach(function (a, i) {
       var url = self.config.images + sessionId + "/" + seq + "/" + i;
+      if (a.type === "file") { // a PDF or a text file: a link that downloads it
+        var file = el("a", "msg__file", (a.name || "file") + " · " + Math.max(1, Math.round((a.size || 0) / 1024)) + " KB");
+        file.setAttribute("data-file", "");
+        file.download = a.name || "file";
+        strip.appendChild(file);
+        fetch(url, { headers: self.headers(), credentials: "same-origin" })
+          .then(function (r) { if (!r.ok) throw new Error(String(r.status)); return r.blob(); })
+          .then(function (blob) { file.href = URL.createObjectURL(blob); })
+          .catch(function () { file.replaceWith(el("span", "msg__image msg__image--gone", (a.name || "File") + " no longer kept")); });
+        return;
+      }
       if (a.type === "audio") { // a voice note: its transcript is the message's text
         var player = el("audio", "msg__audio");
         player.controls = true;
