@@ -13,6 +13,7 @@ class InboundImage(BaseModel):
     mime_type: str
     data: str  # base64
     size: int
+    name: str = ""  # a file's name (a PDF, a text file); images and voice notes have none
 
 
 class InboundMedia(BaseModel):

@@ -32,38 +32,44 @@ class UploadedImage:
     name: str = ""  # a file's name as sent (not for images)
 
 
-def images_read(files: list[UploadedFile]) -> list[UploadedImage]:
-    """The attached files as images, in order, or UploadRefused for the first that cannot
-    be one (then none is kept)."""
+def attachment_check(raw: bytes, name: str) -> UploadedImage:
+    """One attachment's bytes as what becomes an Image row, by its content; UploadRefused
+    when it is too large or of a kind not kept."""
     from PIL import Image as PILImage
     from PIL import UnidentifiedImageError
 
-    if len(files) > MAX_FILES:
-        raise UploadRefused(f"attach at most {MAX_FILES} images to one message", 400)
     limit = settings.QORVEN_MAX_UPLOAD
-    images = []
+    shown = (name or "the file")[:80]
+    if len(raw) > limit:
+        raise UploadRefused(f"{shown} is larger than {_megabytes(limit)}", 413)
+    document = _document_type(raw)
+    if document is not None:
+        return UploadedImage(mime_type=document, data=base64.b64encode(raw).decode(), size=len(raw),
+                             name=_clean_name(name or "file"))
+    try:
+        with PILImage.open(io.BytesIO(raw)) as picture:
+            kind = picture.format or ""
+            picture.verify()  # the structure holds together, without decoding every pixel
+    except (UnidentifiedImageError, OSError, SyntaxError, ValueError, PILImage.DecompressionBombError):
+        raise UploadRefused(f"{shown} is not an image (JPEG, PNG, GIF or WebP), a PDF or a text file", 415) from None
+    if kind not in ACCEPTED:
+        raise UploadRefused(f"{shown} is a {kind or 'kind of'} image; attach JPEG, PNG, GIF or WebP", 415)
+    return UploadedImage(mime_type=ACCEPTED[kind], data=base64.b64encode(raw).decode(), size=len(raw))
+
+
+def images_read(files: list[UploadedFile]) -> list[UploadedImage]:
+    """The attached files as images or documents, in order, or UploadRefused for the first
+    that cannot be kept (then none is)."""
+    if len(files) > MAX_FILES:
+        raise UploadRefused(f"attach at most {MAX_FILES} files to one message", 400)
+    limit = settings.QORVEN_MAX_UPLOAD
+    kept = []
     for upload in files:
-        name = (upload.name or "the file")[:80]
+        name = upload.name or "the file"
         if upload.size is not None and upload.size > limit:
-            raise UploadRefused(f"{name} is larger than {_megabytes(limit)}", 413)
-        raw = upload.read(limit + 1)
-        if len(raw) > limit:
-            raise UploadRefused(f"{name} is larger than {_megabytes(limit)}", 413)
-        document = _document_type(raw)
-        if document is not None:
-            images.append(UploadedImage(mime_type=document, data=base64.b64encode(raw).decode(), size=len(raw),
-                                        name=_clean_name(upload.name or "file")))
-            continue
-        try:
-            with PILImage.open(io.BytesIO(raw)) as picture:
-                kind = picture.format or ""
-                picture.verify()  # the structure holds together, without decoding every pixel
-        except (UnidentifiedImageError, OSError, SyntaxError, ValueError, PILImage.DecompressionBombError):
-            raise UploadRefused(f"{name} is not an image (JPEG, PNG, GIF or WebP), a PDF or a text file", 415) from None
-        if kind not in ACCEPTED:
-            raise UploadRefused(f"{name} is a {kind or 'kind of'} image; attach JPEG, PNG, GIF or WebP", 415)
-        images.append(UploadedImage(mime_type=ACCEPTED[kind], data=base64.b64encode(raw).decode(), size=len(raw)))
-    return images
+            raise UploadRefused(f"{name[:80]} is larger than {_megabytes(limit)}", 413)
+        kept.append(attachment_check(upload.read(limit + 1), name))
+    return kept
 
 
 def _document_type(raw: bytes) -> str | None:

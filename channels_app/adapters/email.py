@@ -14,15 +14,20 @@ From address's domain), `dkim_or_spf`, or `none` (never proven).
 """
 from __future__ import annotations
 
+import base64
+import logging
 from email.utils import parseaddr
 
 from django.core.mail import EmailMessage
 from django.http import HttpRequest
 
 from ..json_body import json_body
-from ..inbound import InboundMessage
+from ..inbound import InboundImage, InboundMessage
 from ..models import ChannelBinding
+from ..uploads import MAX_FILES, UploadRefused, attachment_check
 from .base import Adapter, Parsed, SendError, WebhookRejected, enabled_binding, same_secret
+
+logger = logging.getLogger(__name__)
 
 SEP = "\x1f"  # between the recipient, the thread and the subject in a reply target
 
@@ -59,7 +64,8 @@ class EmailAdapter(Adapter):
         name, sender = parseaddr(str(body.get("from", "")))
         message_id = str(body.get("message_id") or body.get("message-id") or "").strip()
         text = str(body.get("text") or "").strip()
-        if not sender or not message_id or not text:
+        attachments = _attachments(body.get("attachments"), message_id)
+        if not sender or not message_id or not (text or attachments):
             return Parsed([])
         references = str(body.get("references") or "").split()
         thread = references[0] if references else str(body.get("in_reply_to") or body.get("in-reply-to") or message_id)
@@ -71,6 +77,7 @@ class EmailAdapter(Adapter):
                 text=f"{subject}\n\n{text}" if subject else text, thread_id=thread,
                 reply_target=SEP.join([sender, message_id, reply_subject]),
                 sender_proven=sender_proven(body, sender, str(binding.credentials.get("sender_check") or "dkim")),
+                images=attachments,
             )
         ])
 
@@ -85,6 +92,26 @@ class EmailAdapter(Adapter):
         except Exception as exc:
             raise SendError(f"SMTP: {type(exc).__name__}: {exc}", permanent=False) from None
         return ""
+
+
+def _attachments(raw: object, message_id: str) -> list[InboundImage]:
+    """The mail's attachments (`[{"filename", "content_type", "content": base64}]`) that are
+    kept: images, PDFs and text files, checked by content, at most QORVEN_MAX_UPLOAD each
+    and four in all. The others are left out (logged by kind only); the text counts."""
+    kept: list[InboundImage] = []
+    for item in raw if isinstance(raw, list) else []:
+        if not isinstance(item, dict) or len(kept) >= MAX_FILES:
+            continue
+        name = str(item.get("filename") or "")
+        try:
+            data = base64.b64decode(str(item.get("content") or ""), validate=True)
+            checked = attachment_check(data, name)
+        except (ValueError, UploadRefused) as exc:
+            logger.info("an attachment of email %s was left out: %s", message_id[:80], type(exc).__name__)
+            continue
+        kept.append(InboundImage(mime_type=checked.mime_type, data=checked.data, size=checked.size,
+                                 name=checked.name))
+    return kept
 
 
 def _dkim_passes(verdict: str, domain: str) -> bool:

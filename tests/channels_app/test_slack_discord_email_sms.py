@@ -256,6 +256,38 @@ def test_email_threads_are_their_own_sessions_and_replies_go_by_smtp(client, wor
     assert post_email(client, email_body("x", "<m9@example.com>"), secret="wrong").status_code == 401
 
 
+def test_email_attachments_are_kept_images_and_files_and_the_rest_left_out(client, world, email, model_server,
+                                                                           drain):
+    import base64
+    import io
+
+    from PIL import Image as PILImage
+
+    from sessions_app.models import Image
+
+    pair(world, "email", "priya@example.com", world.alice)
+    model_server.default = reply("Thanks, I have the ticket and the itinerary.")
+    png = io.BytesIO()
+    PILImage.new("RGB", (4, 4), "navy").save(png, format="PNG")
+    pdf = b"%PDF-1.4\n%%EOF\n"
+    body = email_body("Ticket and itinerary attached.", "<m20@example.com>")
+    body["attachments"] = [
+        {"filename": "ticket.png", "content_type": "image/png", "content": base64.b64encode(png.getvalue()).decode()},
+        {"filename": "itinerary.pdf", "content_type": "application/pdf", "content": base64.b64encode(pdf).decode()},
+        {"filename": "setup.exe", "content_type": "application/octet-stream",
+         "content": base64.b64encode(b"MZ\x90\x00\x03").decode()},
+        {"filename": "broken.txt", "content": "%%% not base64"},
+    ]
+    assert post_email(client, body).status_code == 200
+    drain()
+    kept = list(Image.objects.order_by("id").values_list("mime_type", "name"))
+    assert kept == [("image/png", ""), ("application/pdf", "itinerary.pdf")]
+    said = model_server.requests[0]["messages"][-1]["content"]
+    assert "[image: image/png, 1 KB]" in said and "[file: itinerary.pdf, application/pdf, 1 KB]" in said
+    assert "setup.exe" not in said
+    assert len(mail.outbox) == 1
+
+
 # --- SMS -----------------------------------------------------------------------------------
 
 def test_sms_is_verified_and_answered_through_the_messages_api(client, world, sms, platform, model_server, drain):
