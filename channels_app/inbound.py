@@ -20,10 +20,12 @@ class InboundMedia(BaseModel):
     """A platform's reference to an attachment, as the webhook saw it. The webhook stores
     only this; the processing task fetches the bytes (`Adapter.fetch_media`)."""
 
-    kind: Literal["photo", "voice"] = "photo"
+    kind: Literal["photo", "voice", "file"] = "photo"
     file_id: str  # the platform's id to fetch it by
     mime_type: str = ""  # a hint; the fetch decides
     size: int | None = None  # in bytes, when the platform says
+    url: str = ""  # where the platform serves it, when the event names that (Slack, Discord)
+    name: str = ""  # the file's name as sent
 
 
 class InboundMessage(BaseModel):

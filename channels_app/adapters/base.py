@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import logging
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import urlsplit
 
 import httpx
 from django.conf import settings
@@ -19,6 +21,8 @@ from qorven.runtime.row_cache import RowCache
 
 from ..inbound import InboundImage, InboundMedia, InboundMessage
 from ..models import ChannelBinding
+
+logger = logging.getLogger(__name__)
 
 # The enabled bindings webhooks resolve on every request, by (kind, lookup key): cleared
 # when a binding, its tenant or its Qor is saved or deleted (channels_app.apps).
@@ -178,3 +182,43 @@ def enabled_binding(kind: str, lookup_key: str) -> ChannelBinding:
 def webhook_url(kind: str) -> str:
     """Where the platform posts this channel's webhooks: QORVEN_PUBLIC_URL + the path."""
     return f"{settings.QORVEN_PUBLIC_URL.rstrip('/')}/v1/webhooks/{kind}"
+
+
+def media_url_allowed(url: str, *, hosts: tuple[str, ...], api_base: str) -> bool:
+    """Whether a media URL a platform named may be fetched (with its token): https on one
+    of the platform's own `hosts` (a leading dot: any subdomain), or the configured API's
+    own origin (a proxy, or the test servers)."""
+    parts, api = urlsplit(url), urlsplit(api_base)
+    if parts.scheme in ("http", "https") and (parts.scheme, parts.netloc) == (api.scheme, api.netloc):
+        return True
+    host = (parts.hostname or "").lower()
+    return parts.scheme == "https" and any(host.endswith(h) or host == h.lstrip(".") for h in hosts)
+
+
+def download_limited(client: httpx.Client, url: str, *, headers: dict[str, str] | None = None,
+                     limit: int) -> bytes | None:
+    """The body at `url`, or None once it passes `limit` bytes (read no further)."""
+    with client.stream("GET", url, headers=headers or {}) as response:
+        response.raise_for_status()
+        declared = response.headers.get("Content-Length", "")
+        if declared.isdigit() and int(declared) > limit:
+            return None
+        body = bytearray()
+        for chunk in response.iter_bytes():
+            body += chunk
+            if len(body) > limit:
+                return None
+    return bytes(body)
+
+
+def checked_media(binding: ChannelBinding, media: InboundMedia, content: bytes, platform: str) -> InboundImage | None:
+    """Fetched bytes as an attachment when they are one kept (an image, a PDF, a text file,
+    checked by content as uploads are); None, logged by kind only, otherwise."""
+    from ..uploads import UploadRefused, attachment_check
+
+    try:
+        checked = attachment_check(content, media.name)
+    except UploadRefused as exc:
+        logger.info("a %s attachment on binding %s was left out (%s)", platform, binding.pk, exc.status)
+        return None
+    return InboundImage(mime_type=checked.mime_type, data=checked.data, size=checked.size, name=checked.name)

@@ -8,6 +8,7 @@ Credentials: `application_id`, `public_key`, `bot_token`.
 """
 from __future__ import annotations
 
+import logging
 import time
 
 from typing import Any
@@ -18,9 +19,20 @@ from django.conf import settings
 from django.http import HttpRequest, JsonResponse
 
 from ..json_body import json_body
-from ..inbound import InboundMessage
+from ..inbound import InboundImage, InboundMedia, InboundMessage
 from ..models import ChannelBinding
-from .base import Adapter, Parsed, SendError, WebhookRejected, enabled_binding
+from .base import (
+    Adapter,
+    Parsed,
+    SendError,
+    WebhookRejected,
+    checked_media,
+    download_limited,
+    enabled_binding,
+    media_url_allowed,
+)
+
+logger = logging.getLogger(__name__)
 
 PING, APPLICATION_COMMAND = 1, 2
 PONG, DEFERRED_CHANNEL_MESSAGE = 1, 5
@@ -92,7 +104,11 @@ class DiscordAdapter(Adapter):
     def from_gateway(self, binding: ChannelBinding, event: dict[str, Any], bot_user_id: str) -> InboundMessage | None:
         """A Gateway MESSAGE_CREATE payload (`d`) as an InboundMessage, or None to ignore."""
         author = event.get("author") or {}
-        if author.get("bot") or not event.get("content") or not event.get("id"):
+        media = [InboundMedia(kind="file", file_id=str(a.get("id") or ""), mime_type=str(a.get("content_type") or ""),
+                              size=int(a.get("size") or 0) or None, name=str(a.get("filename") or ""),
+                              url=str(a.get("url") or ""))
+                 for a in (event.get("attachments") or [])[:4] if isinstance(a, dict) and a.get("url")]
+        if author.get("bot") or not (event.get("content") or media) or not event.get("id"):
             return None
         guild = event.get("guild_id")
         mentioned = any(str(m.get("id")) == bot_user_id for m in event.get("mentions") or [])
@@ -103,11 +119,32 @@ class DiscordAdapter(Adapter):
             external_id=str(event["id"]),
             sender_id=str(author.get("id", "")),
             sender_name=str(author.get("global_name") or author.get("username") or ""),
-            text=str(event["content"]),
+            text=str(event.get("content") or ""),
             group=bool(guild), thread_id=channel_id if guild else "",
             addressed=(not guild) or mentioned or str(referenced) == bot_user_id,
-            reply_target=channel_id,
+            reply_target=channel_id, media=media,
         )
+
+    def fetch_media(self, binding: ChannelBinding, media: InboundMedia) -> InboundImage | None:
+        """An attachment from Discord's CDN (its URLs are signed; no token is sent)."""
+        limit = settings.QORVEN_MAX_UPLOAD
+        if not media.url or not media_url_allowed(media.url, hosts=(".discordapp.com", ".discordapp.net"),
+                                                  api_base=settings.DISCORD_API_BASE):
+            logger.warning("a Discord attachment on binding %s names no URL of Discord's; not fetched", binding.pk)
+            return None
+        if media.size is not None and media.size > limit:
+            logger.warning("a Discord attachment on binding %s is too big to keep (%s bytes)", binding.pk, media.size)
+            return None
+        try:
+            with self.http() as client:
+                content = download_limited(client, media.url, limit=limit)
+        except Exception as exc:  # the text still counts
+            logger.warning("could not fetch a Discord attachment on binding %s: %s", binding.pk, type(exc).__name__)
+            return None
+        if content is None:
+            logger.warning("a Discord attachment on binding %s is too big to keep", binding.pk)
+            return None
+        return checked_media(binding, media, content, "Discord")
 
     # --- REST ---
     def send(self, binding: ChannelBinding, target: str, text: str) -> str:

@@ -17,9 +17,20 @@ from django.conf import settings
 from django.http import HttpRequest, JsonResponse
 
 from ..json_body import json_body
-from ..inbound import InboundMessage
+from ..inbound import InboundImage, InboundMedia, InboundMessage
 from ..models import ChannelBinding
-from .base import Adapter, Parsed, SendError, WebhookRejected, hmac_hex, same_secret, webhook_bindings
+from .base import (
+    Adapter,
+    Parsed,
+    SendError,
+    WebhookRejected,
+    checked_media,
+    download_limited,
+    hmac_hex,
+    media_url_allowed,
+    same_secret,
+    webhook_bindings,
+)
 
 MAX_SKEW = 5 * 60
 
@@ -69,13 +80,20 @@ class SlackAdapter(Adapter):
         event = body.get("event") or {}
         if body.get("type") != "event_callback" or event.get("type") not in ("message", "app_mention"):
             return Parsed([])
-        if event.get("bot_id") or event.get("subtype") or not event.get("user") or not event.get("text"):
+        files = [f for f in event.get("files") or [] if isinstance(f, dict) and f.get("id")]
+        media = [InboundMedia(kind="file", file_id=str(f["id"]), mime_type=str(f.get("mimetype") or ""),
+                              size=int(f.get("size") or 0) or None, name=str(f.get("name") or ""),
+                              url=str(f.get("url_private_download") or f.get("url_private") or ""))
+                 for f in files[:4]]
+        subtype = event.get("subtype")
+        if event.get("bot_id") or (subtype and subtype != "file_share") or not event.get("user") or not (
+                event.get("text") or media):
             return Parsed([])  # our own posts, edits, joins…
         direct = event.get("channel_type") == "im"
         if event.get("type") == "app_mention" and direct:
             return Parsed([])
         bot = str(binding.credentials.get("bot_user_id", ""))
-        text = str(event["text"])
+        text = str(event.get("text") or "")
         if not direct and event.get("type") == "message" and bot and f"<@{bot}>" in text:
             return Parsed([])  # the app_mention event for the same message is the one we take
         channel_id = str(event.get("channel", ""))
@@ -86,9 +104,32 @@ class SlackAdapter(Adapter):
                 sender_id=str(event["user"]), text=text, group=not direct,
                 thread_id="" if direct else channel_id,
                 addressed=direct or event.get("type") == "app_mention",
-                reply_target=channel_id,
+                reply_target=channel_id, media=media,
             )
         ])
+
+    def fetch_media(self, binding: ChannelBinding, media: InboundMedia) -> InboundImage | None:
+        """A shared file, from its private URL with the bot token (files:read scope); only
+        from Slack's own hosts."""
+        limit = settings.QORVEN_MAX_UPLOAD
+        if not media.url or not media_url_allowed(media.url, hosts=(".slack.com", ".slack-edge.com"),
+                                                  api_base=settings.SLACK_API_BASE):
+            logger.warning("a Slack file on binding %s names no URL of Slack's; not fetched", binding.pk)
+            return None
+        if media.size is not None and media.size > limit:
+            logger.warning("a Slack file on binding %s is too big to keep (%s bytes)", binding.pk, media.size)
+            return None
+        token = {"Authorization": f"Bearer {binding.credentials.get('bot_token', '')}"}
+        try:
+            with self.http() as client:
+                content = download_limited(client, media.url, headers=token, limit=limit)
+        except Exception as exc:  # the text still counts
+            logger.warning("could not fetch a Slack file on binding %s: %s", binding.pk, type(exc).__name__)
+            return None
+        if content is None:
+            logger.warning("a Slack file on binding %s is too big to keep", binding.pk)
+            return None
+        return checked_media(binding, media, content, "Slack")
 
     def display_name(self, binding: ChannelBinding, sender_id: str) -> str:
         """users.info with the bot token: the profile's display name, else the real name."""

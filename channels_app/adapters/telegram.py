@@ -23,6 +23,7 @@ from .base import (
     Parsed,
     SendError,
     WebhookRejected,
+    download_limited,
     enabled_binding,
     platform_client,
     secret_digest,
@@ -196,7 +197,7 @@ class TelegramAdapter(Adapter):
                 meta = client.get(f"{base}/bot{token}/getFile", params={"file_id": media.file_id})
                 meta.raise_for_status()
                 path = meta.json()["result"]["file_path"]
-                content = _download(client, f"{base}/file/bot{token}/{path}")
+                content = download_limited(client, f"{base}/file/bot{token}/{path}", limit=MAX_PHOTO_BYTES)
         except Exception as exc:  # the text still counts; the attachment is left out
             status = f" {exc.response.status_code}" if isinstance(exc, httpx.HTTPStatusError) else ""
             logger.warning("could not fetch a Telegram %s on binding %s: %s%s", what, binding.pk,
@@ -227,18 +228,3 @@ class TelegramAdapter(Adapter):
                 retry_after = None
         self.raise_for_status(response, retry_after=retry_after)
         return str(response.json().get("result", {}).get("message_id", ""))
-
-
-def _download(client: httpx.Client, url: str) -> bytes | None:
-    """The file's bytes, or None once it passes MAX_PHOTO_BYTES (read no further)."""
-    with client.stream("GET", url) as response:
-        response.raise_for_status()
-        declared = response.headers.get("Content-Length", "")
-        if declared.isdigit() and int(declared) > MAX_PHOTO_BYTES:
-            return None
-        body = bytearray()
-        for chunk in response.iter_bytes():
-            body += chunk
-            if len(body) > MAX_PHOTO_BYTES:
-                return None
-    return bytes(body)

@@ -10,7 +10,6 @@ from __future__ import annotations
 import base64
 import logging
 from typing import Any
-from urllib.parse import urlsplit
 
 from django.conf import settings
 from django.http import HttpRequest, HttpResponse
@@ -18,9 +17,20 @@ from django.http import HttpRequest, HttpResponse
 from ..json_body import json_body
 from ..inbound import InboundImage, InboundMedia, InboundMessage
 from ..models import ChannelBinding
-from .base import Adapter, Parsed, SendError, WebhookRejected, enabled_binding, hmac_hex, same_secret
+from .base import (
+    Adapter,
+    Parsed,
+    SendError,
+    WebhookRejected,
+    download_limited,
+    enabled_binding,
+    hmac_hex,
+    media_url_allowed,
+    same_secret,
+)
 
 logger = logging.getLogger(__name__)
+META_HOSTS = (".fbsbx.com", ".facebook.com", ".whatsapp.net", ".fbcdn.net")  # where Graph media URLs point
 
 
 def _changes(body: dict[str, Any]) -> list[dict[str, Any]]:
@@ -111,14 +121,14 @@ class WhatsAppAdapter(Adapter):
                 meta.raise_for_status()
                 info = meta.json()
                 url, size = str(info.get("url", "")), int(info.get("file_size") or 0)
-                if not _meta_url(url):
+                if not media_url_allowed(url, hosts=META_HOSTS, api_base=settings.WHATSAPP_API_BASE):
                     logger.warning("a WhatsApp %s on binding %s names a URL off Meta's hosts; not fetched", what,
                                    binding.pk)
                     return None
                 if size > limit:
                     logger.warning("a WhatsApp %s on binding %s is too big to keep (%s bytes)", what, binding.pk, size)
                     return None
-                content = _download(client, url, token, limit)
+                content = download_limited(client, url, headers=token, limit=limit)
         except Exception as exc:  # the message counts without it
             logger.warning("could not fetch a WhatsApp %s on binding %s: %s", what, binding.pk, type(exc).__name__)
             return None
@@ -143,26 +153,3 @@ class WhatsAppAdapter(Adapter):
         ids = response.json().get("messages") or [{}]
         return str(ids[0].get("id", ""))
 
-
-_META_HOSTS = (".fbsbx.com", ".facebook.com", ".whatsapp.net", ".fbcdn.net")
-
-
-def _meta_url(url: str) -> bool:
-    """A media URL the token may be sent to: https on Meta's hosts, or the configured
-    Graph API's own origin (a proxy, or the test servers)."""
-    parts, api = urlsplit(url), urlsplit(settings.WHATSAPP_API_BASE)
-    if (parts.scheme, parts.netloc) == (api.scheme, api.netloc):
-        return True
-    host = (parts.hostname or "").lower()
-    return parts.scheme == "https" and any(host.endswith(h) or host == h[1:] for h in _META_HOSTS)
-
-
-def _download(client: Any, url: str, headers: dict[str, str], limit: int) -> bytes | None:
-    with client.stream("GET", url, headers=headers) as response:
-        response.raise_for_status()
-        body = bytearray()
-        for chunk in response.iter_bytes():
-            body += chunk
-            if len(body) > limit:
-                return None
-    return bytes(body)

@@ -59,7 +59,7 @@ def to_openai(
         if not images:
             return {"role": "user", "content": line}
         if all(part["type"] == "text" for part in images):  # notes only: stays one string
-            return {"role": "user", "content": " ".join([line, *(part["text"] for part in images)])}
+            return {"role": "user", "content": " ".join([line.rstrip(), *(part["text"] for part in images)])}
         return {"role": "user", "content": [{"type": "text", "text": line}, *images]}
     if message.role == Message.Role.TOOL:
         return {"role": "tool", "tool_call_id": message.tool_call_id, "content": message.content}

@@ -99,6 +99,33 @@ def test_a_slack_message_is_answered_when_its_senders_name_cannot_be_had(client,
     drain()
     assert len(platform.sent(r"chat.postMessage")) == 1
 
+
+def test_a_slack_file_share_is_fetched_with_the_bot_token_and_answered(client, world, slack, platform, model_server,
+                                                                        drain):
+    import io
+
+    from PIL import Image as PILImage
+
+    from sessions_app.models import Image
+
+    from ..fakes.platform_server import Canned
+
+    pair(world, "slack", "U0PRIYA", world.alice)
+    jpeg = io.BytesIO()
+    PILImage.new("RGB", (3, 3), "red").save(jpeg, format="JPEG")
+    platform.script(r"/slack/files/F1/photo.jpg", Canned(raw=jpeg.getvalue()))
+    model_server.add(reply("A red square."))
+    event = slack_event("what is this?", event_id="Ev30")
+    event["event"].update(subtype="file_share", files=[{
+        "id": "F1", "name": "photo.jpg", "mimetype": "image/jpeg", "size": len(jpeg.getvalue()),
+        "url_private_download": f"{platform.url}/slack/files/F1/photo.jpg"}])
+    assert post_slack(client, event).status_code == 200
+    drain()
+    (fetched,) = platform.sent(r"/slack/files/F1/photo.jpg")
+    assert fetched.headers["Authorization"] == "Bearer xoxb-1"
+    assert Image.objects.get().mime_type == "image/jpeg"
+    assert model_server.requests[0]["messages"][-1]["content"] == "[slack_dm] Alice: what is this? [image: image/jpeg, 1 KB]"
+
 @pytest.mark.parametrize("case", ["missing", "bad", "stale"])
 def test_slack_bad_missing_or_stale_signatures_are_rejected(client, world, slack, platform, case):
     if case == "missing":
@@ -216,6 +243,28 @@ def test_gateway_guild_messages_are_answered_only_when_the_bot_is_mentioned(worl
     assert adapter.from_gateway(discord, mention, "9001").addressed is True
     assert adapter.from_gateway(discord, mention, "9001").channel == "discord"
     assert adapter.from_gateway(discord, from_bot, "9001") is None
+
+
+def test_a_discord_attachment_is_fetched_from_the_cdn_and_a_url_elsewhere_is_not(world, discord, platform,
+                                                                                  model_server, drain):
+    from sessions_app.models import Image
+
+    from ..fakes.platform_server import Canned
+
+    pair(world, "discord", "80351110224678912", world.alice)
+    platform.script(r"/discord/api/v10/attachments/1/plan.pdf", Canned(raw=b"%PDF-1.5\n%%EOF\n"))
+    model_server.add(reply("Read it."))
+    event = {**DM_CREATE, "content": "", "attachments": [
+        {"id": "1", "filename": "plan.pdf", "content_type": "application/pdf", "size": 15,
+         "url": f"{platform.url}/discord/api/v10/attachments/1/plan.pdf"},
+        {"id": "2", "filename": "x.pdf", "size": 15, "url": "http://10.0.0.5/x.pdf"},
+    ]}
+    inbound_receive(binding=discord, message=adapter_for("discord").from_gateway(discord, event, "9001"))
+    drain()
+    assert list(Image.objects.values_list("mime_type", "name")) == [("application/pdf", "plan.pdf")]
+    assert model_server.requests[0]["messages"][-1]["content"] == (
+        "[discord_dm] Priya: [file: plan.pdf, application/pdf, 1 KB]")
+    assert "Authorization" not in platform.sent(r"/attachments/1/plan.pdf")[0].headers  # no token to a CDN
 
 
 def test_discord_replies_are_split_at_2000_characters(world, discord, platform, model_server, drain):

@@ -138,7 +138,7 @@ def test_a_telegram_webhook_names_the_photo_and_the_processing_task_fetches_it(
         assert platform.requests == []
         event = InboundEvent.objects.get()
         assert event.payload["media"] == [{"kind": "photo", "file_id": "big", "mime_type": "image/jpeg",
-                                           "size": 50000}]
+                                           "size": 50000, "url": "", "name": ""}]
         assert event.payload["images"] == []
     drain()
     assert [r.path.split("?")[0] for r in platform.requests[:2]] == [
