@@ -140,7 +140,7 @@ def _process(binding: ChannelBinding, message: InboundMessage, event: InboundEve
         ).values_list("user_id", flat=True).first()
         if member is not None:  # a paired member: the group's digests are written for them too
             meta["user_id"] = member
-        images = _images(binding, message)
+        images, meta = _images(binding, message, meta)
         inbound_accept(
             session=session, content=message.text, channel=message.channel, sender_name=message.sender_name,
             trust=Trust.PUBLIC, external_scope=scope, external_id=message.external_id, metadata=meta,
@@ -166,7 +166,7 @@ def _process(binding: ChannelBinding, message: InboundMessage, event: InboundEve
     else:  # email threads, sms numbers
         session = session_resolve(tenant=tenant, qor=qor, channel=message.channel, user=user,
                                   thread_id=message.thread_id or message.sender_id)
-    images = _images(binding, message)
+    images, meta = _images(binding, message, meta)
     content, heard, notice = voice_heard(qor=qor, text=message.text, attachments=images)
     with transaction.atomic():
         result = inbound_accept(
@@ -215,22 +215,24 @@ def _display_name(binding: ChannelBinding, sender_id: str) -> str:
     return name
 
 
-def _images(binding: ChannelBinding, message: InboundMessage) -> list[InboundImage]:
-    """The message's images: those it came with, and the media it names, fetched now —
-    before the message is stored, outside any transaction, so its turn is queued with its
-    images in place. One that cannot be had is left out (the adapter logs why); the text
-    counts without it."""
+def _images(binding: ChannelBinding, message: InboundMessage, meta: dict) -> tuple[list[InboundImage], dict]:
+    """The message's attachments: those it came with, and the media it names, fetched now —
+    before the message is stored, outside any transaction, so its turn is queued with them
+    in place — and `meta` with how many were `left_out`: one that cannot be had (too big,
+    unreachable, of a kind not kept; the adapter logs why) is counted there, so the model
+    can tell the person, and the text counts without it."""
     images = list(message.images)
     adapter = adapter_for(binding.kind)
-    if adapter is None:
-        return images
-    for media in message.media:
+    missing = 0
+    for media in message.media if adapter is not None else []:
         try:
             image = adapter.fetch_media(binding, media)
         except Exception as exc:  # an adapter's own failure must not lose the message either
             # Its kind only: an exception's text can hold a URL, and a URL a token.
             logger.warning("a media item on binding %s could not be fetched: %s", binding.pk, type(exc).__name__)
-            continue
-        if image is not None:
+            image = None
+        if image is None:
+            missing += 1
+        else:
             images.append(image)
-    return images
+    return images, ({**meta, "left_out": missing} if missing else meta)

@@ -35,11 +35,18 @@ def size_label(size: int) -> str:
 def file_notes(message: Message) -> list[dict[str, Any]]:
     """A note for each file (not an image, not a voice note) the message came with, so the
     model knows it was sent: "[file: report.pdf, application/pdf, 240 KB]"."""
-    attachments = (message.metadata or {}).get("attachments") if isinstance(message.metadata, dict) else None
-    return [{"type": "text", "text": f"[file: {a.get('name') or 'file'}, {a.get('mime_type', '')}, "
-                                     f"{size_label(int(a.get('size') or 0))}]"}
-            for a in (attachments if isinstance(attachments, list) else [])
-            if isinstance(a, dict) and a.get("type") == "file"]
+    metadata = message.metadata if isinstance(message.metadata, dict) else {}
+    attachments = metadata.get("attachments")
+    notes = [{"type": "text", "text": f"[file: {a.get('name') or 'file'}, {a.get('mime_type', '')}, "
+                                      f"{size_label(int(a.get('size') or 0))}]"}
+             for a in (attachments if isinstance(attachments, list) else [])
+             if isinstance(a, dict) and a.get("type") == "file"]
+    left_out = metadata.get("left_out")
+    if isinstance(left_out, int) and left_out > 0:
+        what = "an attachment" if left_out == 1 else f"{left_out} attachments"
+        notes.append({"type": "text", "text": f"[{what} sent with this could not be kept: too large, unreachable, "
+                                              "or not an image, a PDF or a text file]"})
+    return notes
 
 
 def image_parts(window: list[Message], *, vision: bool) -> dict[int, list[dict[str, Any]]]:
