@@ -99,9 +99,11 @@ def chat_server(tmp_path):
         platform.stop()
 
 
-def post_telegram(base: str, text: str, message_id: int) -> int:
+def post_telegram(base: str, text: str, message_id: int, **sender) -> int:
+    """A Telegram update from alice's paired account (42), or from `sender` (user_id=…)."""
     request = urllib.request.Request(
-        base + "/v1/webhooks/telegram", data=json.dumps(telegram_update(text, message_id=message_id)).encode(),
+        base + "/v1/webhooks/telegram",
+        data=json.dumps(telegram_update(text, message_id=message_id, **sender)).encode(),
         headers={"Content-Type": "application/json", "X-Telegram-Bot-Api-Secret-Token": "tg-secret"},
     )
     with urllib.request.urlopen(request, timeout=10) as response:

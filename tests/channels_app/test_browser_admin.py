@@ -1,5 +1,5 @@
 """The admin as a host uses it on a laptop (1280 px wide): the tenant page and the heartbeat
-list fit without scrolling sideways, and a binding's credentials are fields with hints."""
+list fit without scrolling sideways; the owner links a new sender to her own chat."""
 from __future__ import annotations
 
 from .browser_support import ARTIFACTS, CHROMIUM, CHROMIUM_ARGS, sign_in
@@ -32,5 +32,42 @@ def test_the_tenant_page_and_the_heartbeat_list_fit_a_laptop_screen(chat_server)
             assert page.evaluate("() => { const r = document.querySelector('.results');"
                                  " return r.scrollWidth <= r.clientWidth; }")
             assert page.locator("#result_list").get_by_text("· managed").count() == 2
+        finally:
+            browser.close()
+
+
+def test_the_owner_links_a_new_telegram_sender_to_her_own_chat_from_the_admin(chat_server):
+    from playwright.sync_api import expect, sync_playwright
+
+    from ..fakes.model_server import reply
+    from .browser_support import SERVER_WORK, post_telegram
+
+    base, model, platform = chat_server
+    model.add(reply("Hello from your other phone."))
+    # Her second phone's Telegram account: unknown, so it gets a pairing code.
+    assert post_telegram(base, "hi, it's me on my other phone", 1, user_id=555, first_name="Alice") == 200
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        try:
+            page = sign_in(browser, base)
+            admin = page.context.new_page()
+            admin.goto(base + "/admin/channels_app/pairingrequest/")
+            row = admin.locator("#result_list tbody tr", has_text="555")
+            expect(row).to_have_count(1, timeout=SERVER_WORK)
+            row.locator("input.action-select").check()
+            admin.select_option("select[name=action]", "approve_linking")
+            admin.click("button[name=index]")
+            expect(admin.locator("#id_member")).to_have_value(
+                admin.locator("#id_member option", has_text="alice").get_attribute("value"))
+            admin.click("input[type=submit][value='Approve and link']")
+            expect(admin.locator(".messagelist")).to_contain_text("Approved 1 request", timeout=SERVER_WORK)
+
+            # Now that account writes into her own chat: the page shows it live, badged.
+            assert post_telegram(base, "linked now?", 2, user_id=555, first_name="Alice") == 200
+            mine = page.locator(".msg--user", has_text="linked now?")
+            expect(mine).to_be_visible(timeout=SERVER_WORK)
+            expect(mine.locator("[data-badge='telegram']")).to_have_count(1)
+            expect(page.locator(".msg--assistant", has_text="Hello from your other phone.")).to_be_visible(
+                timeout=SERVER_WORK)
         finally:
             browser.close()
