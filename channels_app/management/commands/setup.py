@@ -61,8 +61,10 @@ class Command(BaseCommand):
         call_command("bootstrap", tenant=tenant, qor=qor, owner=owner, password=password, stdout=self.stdout)
         if telegram:
             settings.QORVEN_PUBLIC_URL = public_url  # this run registers the URL just written
-            call_command("bind", "telegram", "--tenant", tenant, "--qor", qor, "--token", telegram,
-                         "--secret", secrets.token_urlsafe(24), "--register-webhook", stdout=self.stdout)
+            # --opt=value: a token or a generated secret may start with "-", which argparse
+            # would read as an option.
+            call_command("bind", "telegram", "--tenant", tenant, "--qor", qor, f"--token={telegram}",
+                         f"--secret={secrets.token_urlsafe(24)}", "--register-webhook", stdout=self.stdout)
         self.stdout.write(f"\nDone. Start it with `.venv/bin/qorven serve` and sign in as {owner!r}; "
                           "`.venv/bin/qorven doctor` checks everything.")
 
