@@ -9,16 +9,17 @@ the message to the agent's gateway.
 from __future__ import annotations
 
 import logging
-from contextlib import nullcontext
+from collections.abc import Sequence
 from datetime import timedelta
 
 from django.core.cache import cache
-from django.db import IntegrityError, transaction
+from django.db import transaction
 from django.utils import timezone
 
 from qorven.agent.gateway import inbound_accept
 from qorven.agent.notices import VOICE_NOTICES
 from qorven.agent.voice import voice_heard
+from qorven.runtime.publish import tasks_publish
 from sessions_app.models import Message
 from sessions_app.channel_kinds import CHAT_FAMILY
 from sessions_app.services import message_append, session_resolve
@@ -42,21 +43,59 @@ logger = logging.getLogger(__name__)
 def inbound_receive(*, binding: ChannelBinding, message: InboundMessage) -> InboundEvent | None:
     """Store the message as received and queue its processing after commit. A message
     id seen before on this binding is neither stored nor processed again (None)."""
+    return inbound_store(items=[(binding, message)])[0]
+
+
+def inbound_store(*, items: Sequence[tuple[ChannelBinding, InboundMessage]]) -> list[InboundEvent | None]:
+    """Store received messages, of one webhook or of many (a server's webhooks arriving
+    together share one statement and one commit: channels_app.webhook_ingest), and queue
+    the processing of each new one after commit. One INSERT … ON CONFLICT DO NOTHING:
+    a message id already stored on its binding (a platform's retry, or the same update
+    twice in one batch) is skipped and answered None, with no error to recover from, so
+    this runs alike in autocommit and inside a caller's transaction. Events get their
+    ids in the order given, which is the order a sender's messages are processed in."""
     from .tasks import inbound_process_task
 
-    # One INSERT: on its own in autocommit (a refused duplicate leaves the connection
-    # usable), in a savepoint inside a caller's transaction.
-    scope = transaction.atomic() if transaction.get_connection().in_atomic_block else nullcontext()
-    try:
-        with scope:
-            event = InboundEvent.objects.create(
-                tenant_id=binding.tenant_id, binding=binding, external_id=message.external_id,
-                sender_id=message.sender_id[:255], payload=message.model_dump(mode="json"),
-            )
-    except IntegrityError:
-        return None
-    transaction.on_commit(lambda: inbound_process_task.delay(binding.tenant_id, event.pk))
-    return event
+    if not items:
+        return []
+    now = timezone.now()
+    rows = [
+        InboundEvent(tenant_id=binding.tenant_id, binding=binding, external_id=message.external_id,
+                     sender_id=message.sender_id[:255], payload=message.model_dump(mode="json"),
+                     created_at=now, updated_at=now)
+        for binding, message in items
+    ]
+    connection = transaction.get_connection()
+    fields = [InboundEvent._meta.get_field(name) for name in _STORED_FIELDS]
+    one_row = "(" + ", ".join(["%s"] * len(fields)) + ")"
+    sql = (
+        f"INSERT INTO {connection.ops.quote_name(InboundEvent._meta.db_table)} "
+        f"({', '.join(connection.ops.quote_name(f.column) for f in fields)}) "
+        f"VALUES {', '.join([one_row] * len(rows))} ON CONFLICT DO NOTHING RETURNING id, binding_id, external_id"
+    )
+    params = [field.get_db_prep_save(getattr(row, field.attname), connection) for row in rows for field in fields]
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        stored = {(binding_id, external_id): pk for pk, binding_id, external_id in cursor.fetchall()}
+    events: list[InboundEvent | None] = []
+    for row in rows:
+        pk = stored.pop((row.binding_id, row.external_id), None)  # a repeat in the batch: the first keeps it
+        if pk is None:
+            events.append(None)
+            continue
+        row.pk = row.id = pk
+        row._state.adding, row._state.db = False, connection.alias
+        events.append(row)
+    queued = [(event.tenant_id, event.pk) for event in events if event is not None]
+    if queued:
+        # Robust: once stored, an event is never lost to a broker that will not take its
+        # task (the sweeper queues it again); the webhook still answers 200.
+        transaction.on_commit(lambda: tasks_publish(inbound_process_task, queued), robust=True)
+    return events
+
+
+_STORED_FIELDS = ("tenant", "binding", "external_id", "sender_id", "payload", "state", "result", "error",
+                  "created_at", "updated_at")
 
 
 class InboundBusy(Exception):

@@ -1,7 +1,15 @@
-"""`/v1/webhooks/<channel>`: verify, store, answer 200 at once; the rest runs as a task."""
+"""`/v1/webhooks/<channel>`: verify, store, answer 200 at once; the rest runs as a task.
+
+`webhook_prepare` is everything before storing — the adapter verifies the request,
+resolves its binding, checks the channel switch and parses the messages — and is shared
+by the two ways a webhook arrives: Django's view below (WSGI, the test client) and the
+lean ASGI path `qorven serve` answers them on (channels_app.webhook_ingest), which stores
+the messages of concurrent webhooks in one statement.
+"""
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass, field
 
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.views.decorators.csrf import csrf_exempt
@@ -9,32 +17,50 @@ from django.views.decorators.csrf import csrf_exempt
 from tenancy.switches import channel_enabled_cached
 
 from .adapters import WebhookRejected, adapter_for
+from .inbound import InboundMessage
 from .json_body import BodyRefused
-from .receive import inbound_receive
+from .models import ChannelBinding
+from .receive import inbound_store
 
 logger = logging.getLogger(__name__)
 
 
-@csrf_exempt
-def webhook(request: HttpRequest, channel: str) -> HttpResponse:
+@dataclass
+class Prepared:
+    """What a webhook request comes to: the answer, and the messages to store before it
+    is given (none for a refusal, a challenge, or an event that carries no message)."""
+
+    response: HttpResponse
+    binding: ChannelBinding | None = None
+    messages: list[InboundMessage] = field(default_factory=list)
+
+
+def webhook_prepare(channel: str, request: HttpRequest) -> Prepared:
+    """Verify and parse one webhook request; no platform I/O, no writes."""
     adapter = adapter_for(channel)
     if adapter is None:
-        return JsonResponse({"error": f"no channel {channel!r}"}, status=404)
+        return Prepared(JsonResponse({"error": f"no channel {channel!r}"}, status=404))
     if request.method == "GET":
-        return adapter.handle_get(request)
+        return Prepared(adapter.handle_get(request))
     if request.method != "POST":
-        return JsonResponse({"error": "POST only"}, status=405)
+        return Prepared(JsonResponse({"error": "POST only"}, status=405))
     try:
         binding = adapter.resolve(request)
         if not channel_enabled_cached(tenant=binding.tenant, channel=adapter.kind):
-            return JsonResponse({"error": f"the {channel} channel is switched off"}, status=404)
+            return Prepared(JsonResponse({"error": f"the {channel} channel is switched off"}, status=404))
         parsed = adapter.parse(request, binding)
     except WebhookRejected as exc:
         logger.info("%s webhook rejected: %s", channel, exc)
-        return JsonResponse({"error": str(exc)}, status=exc.status)
+        return Prepared(JsonResponse({"error": str(exc)}, status=exc.status))
     except BodyRefused as exc:
         logger.info("%s webhook body refused: %s", channel, exc)
-        return JsonResponse({"error": str(exc)}, status=exc.status)
-    for message in parsed.messages:
-        inbound_receive(binding=binding, message=message)
-    return parsed.response or JsonResponse({"ok": True})
+        return Prepared(JsonResponse({"error": str(exc)}, status=exc.status))
+    return Prepared(parsed.response or JsonResponse({"ok": True}), binding, list(parsed.messages))
+
+
+@csrf_exempt
+def webhook(request: HttpRequest, channel: str) -> HttpResponse:
+    prepared = webhook_prepare(channel, request)
+    if prepared.messages:
+        inbound_store(items=[(prepared.binding, message) for message in prepared.messages])
+    return prepared.response

@@ -15,6 +15,7 @@ from django.conf import settings  # noqa: E402
 from django.contrib.staticfiles.handlers import ASGIStaticFilesHandler  # noqa: E402
 
 from channels_app.routing import websocket_urlpatterns  # noqa: E402
+from channels_app.webhook_ingest import WebhookIngest  # noqa: E402
 
 from django.core.exceptions import SuspiciousFileOperation  # noqa: E402
 from django.http import Http404  # noqa: E402
@@ -76,6 +77,8 @@ class SameOriginSockets:
 
 
 http_app = StaticFiles(django_asgi_app) if settings.QORVEN_SERVE_STATIC else django_asgi_app
+# Platform webhooks skip Django's request cycle and are stored in batches (see the module).
+http_app = WebhookIngest(http_app)
 
 application = ProtocolTypeRouter(
     {

@@ -162,3 +162,23 @@ def test_a_worker_killed_in_the_middle_of_three_turns_leaves_each_message_answer
         assert Message.objects.filter(session=user_message.session, role="assistant",
                                       metadata__reply_to=user_message.seq).count() == 1
     assert globex.pk
+
+
+def test_webhooks_stored_together_are_each_processed_once_by_the_worker(world, worker, processes, model_server,
+                                                                        platform):
+    """Concurrent webhooks share one INSERT and their tasks go to Redis in one batch; the
+    worker answers each exactly once."""
+    from .test_webhook_ingest import asgi_post, tg
+
+    binding_create(tenant=world.tenant_a, qor=world.qor_a, kind="telegram",
+                   credentials={"token": "111:AAA", "secret": "tg-secret-a", "username": "aria_bot"})
+    for i in range(5):
+        pair(world, "telegram", str(500 + i), world.alice if i == 0 else world.bob)
+    model_server.default = reply("ok")
+    updates = [telegram_update(f"hello {i}", user_id=500 + i, message_id=600 + i) for i in range(5)]
+    responses = asgi_post(*(tg(u) for u in updates), *(tg(u) for u in updates))
+    assert [r.status_code for r in responses] == [200] * 10
+    assert wait_for(lambda: len(platform.sent("sendMessage")) >= 5, 60, processes=processes)
+    time.sleep(1)  # a second send would come now, if any were made
+    assert len(platform.sent("sendMessage")) == 5
+    assert Message.objects.filter(role="user").count() == 5

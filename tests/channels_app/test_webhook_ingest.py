@@ -1,0 +1,149 @@
+"""Webhooks as `qorven serve` receives them: through the ASGI application, answered by
+channels_app.webhook_ingest without Django's request cycle, stored in batches."""
+from __future__ import annotations
+
+import asyncio
+import json
+
+import httpx
+import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+
+from channels_app.models import InboundEvent
+from channels_app.services import binding_create
+from channels_app.webhook_ingest import _Job, group_commit
+from sessions_app.models import Message
+from tenancy.models import PluginSetting
+
+from ..fakes.model_server import reply
+from .conftest import pair
+from .payloads import telegram_update
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def asgi_post(*requests: tuple[str, bytes, dict[str, str]], host: str = "testserver") -> list[httpx.Response]:
+    """POST each (path, body, headers) to the ASGI application, all at once."""
+    from qorven.asgi import application
+
+    async def run() -> list[httpx.Response]:
+        transport = httpx.ASGITransport(app=application)
+        async with httpx.AsyncClient(transport=transport, base_url=f"http://{host}") as client:
+            return await asyncio.gather(*(client.post(path, content=body, headers=headers)
+                                          for path, body, headers in requests))
+
+    return asyncio.run(run())
+
+
+def tg(update: dict, secret: str = "tg-secret-a") -> tuple[str, bytes, dict[str, str]]:
+    return ("/v1/webhooks/telegram", json.dumps(update).encode(),
+            {"content-type": "application/json", "x-telegram-bot-api-secret-token": secret})
+
+
+def test_a_webhook_through_the_server_is_stored_answered_and_replied_to(world, telegram, platform, model_server,
+                                                                        drain):
+    pair(world, "telegram", "42", world.alice)
+    model_server.add(reply("Hello from the server path."))
+    (response,) = asgi_post(tg(telegram_update("hi there", message_id=11)))
+    assert response.status_code == 200 and response.json() == {"ok": True}
+    assert InboundEvent.objects.get().external_id.endswith("11")
+    drain()
+    (sent,) = platform.sent(r"/telegram/bot111:AAA/sendMessage")
+    assert sent.json["text"] == "Hello from the server path."
+    assert list(Message.objects.order_by("seq").values_list("role", "content")) == [
+        ("user", "hi there"), ("assistant", "Hello from the server path.")]
+
+
+def test_concurrent_webhooks_and_repeats_are_each_stored_once_in_arrival_order(world, telegram, platform,
+                                                                               model_server, drain):
+    pair(world, "telegram", "42", world.alice)
+    model_server.default = reply("ok")
+    updates = [telegram_update(f"message {i}", message_id=100 + i) for i in range(12)]
+    # Each update twice, the repeat right behind the original: a platform's retry racing it.
+    responses = asgi_post(*(tg(u) for u in updates for _ in range(2)))
+    assert [r.status_code for r in responses] == [200] * 24
+    events = list(InboundEvent.objects.order_by("pk").values_list("external_id", flat=True))
+    assert len(events) == 12 and len(set(events)) == 12
+    drain()
+    users = list(Message.objects.filter(role="user").order_by("seq").values_list("content", flat=True))
+    assert users == [f"message {i}" for i in range(12)]
+    assert len(platform.sent("sendMessage")) == Message.objects.filter(role="assistant").count()
+
+
+def test_webhooks_waiting_together_are_stored_with_one_statement(world, telegram, platform, model_server, drain):
+    pair(world, "telegram", "42", world.alice)
+    model_server.default = reply("ok")
+    from qorven.asgi import application  # noqa: F401 (Django set up as the server has it)
+
+    loop = asyncio.new_event_loop()
+    jobs = [_Job("telegram", _scope(), json.dumps(telegram_update(f"m{i}", message_id=200 + i)).encode(), loop,
+                 loop.create_future()) for i in range(8)]
+    with CaptureQueriesContext(connection) as captured:
+        answers = group_commit.handle(jobs)
+    assert [a.status for a in answers] == [200] * 8
+    inserts = [q["sql"] for q in captured.captured_queries if q["sql"].upper().startswith("INSERT")]
+    assert len(inserts) == 1
+    assert InboundEvent.objects.count() == 8
+    drain()
+    loop.close()
+
+
+def test_one_webhook_that_cannot_be_stored_fails_alone(world, telegram, platform, model_server, drain):
+    """A binding deleted by another server while this one still has it cached: its
+    webhook cannot be stored (503, the platform delivers it again); the others are."""
+    pair(world, "telegram", "42", world.alice)
+    model_server.default = reply("ok")
+    doomed = binding_create(tenant=world.tenant_a, qor=world.qor_a, kind="telegram",
+                            credentials={"token": "222:BBB", "secret": "tg-secret-gone", "username": "gone_bot"})
+    asgi_post(tg(telegram_update("warm the cache", user_id=9, message_id=1), secret="tg-secret-gone"))
+    drain()
+    with connection.cursor() as cursor:  # as another process would: this one's cache does not see it
+        cursor.execute("DELETE FROM channels_app_inboundevent WHERE binding_id = %s", [doomed.pk])
+        cursor.execute("DELETE FROM channels_app_channelbinding WHERE id = %s", [doomed.pk])
+    from qorven.asgi import application  # noqa: F401
+
+    loop = asyncio.new_event_loop()
+    bodies = [(telegram_update("kept", message_id=301), "tg-secret-a"),
+              (telegram_update("lost binding", user_id=9, message_id=302), "tg-secret-gone"),
+              (telegram_update("kept too", message_id=303), "tg-secret-a")]
+    jobs = [_Job("telegram", _scope(secret), json.dumps(body).encode(), loop, loop.create_future())
+            for body, secret in bodies]
+    answers = group_commit.handle(jobs)
+    assert [a.status for a in answers] == [200, 503, 200]
+    assert sorted(InboundEvent.objects.values_list("payload__text", flat=True)) == ["kept", "kept too"]
+    drain()
+    loop.close()
+
+
+def test_refusals_store_nothing(world, telegram, settings):
+    settings.QORVEN_MAX_BODY = 2000
+    big = telegram_update("x" * 3000)
+    responses = asgi_post(tg(telegram_update("bad secret"), secret="nope"), tg(big))
+    assert [r.status_code for r in responses] == [403, 413]
+    (bad_host,) = asgi_post(tg(telegram_update("hi")), host="evil.example")
+    assert bad_host.status_code == 400
+    PluginSetting.objects.create(tenant=world.tenant_a, kind="channel", name="telegram", enabled=False)
+    (switched_off,) = asgi_post(tg(telegram_update("hi")))
+    assert switched_off.status_code == 404
+    assert not InboundEvent.objects.exists()
+
+
+def test_other_requests_still_reach_django(world, whatsapp):
+    from qorven.asgi import application
+
+    async def run() -> httpx.Response:
+        transport = httpx.ASGITransport(app=application)
+        async with httpx.AsyncClient(transport=transport, base_url="http://testserver") as client:
+            return await client.get("/v1/webhooks/whatsapp", params={
+                "hub.mode": "subscribe", "hub.verify_token": "wa-verify", "hub.challenge": "1234"})
+
+    response = asyncio.run(run())
+    assert response.status_code == 200 and response.text == "1234"
+
+
+def _scope(secret: str = "tg-secret-a") -> dict:
+    return {"type": "http", "method": "POST", "path": "/v1/webhooks/telegram", "root_path": "", "query_string": b"",
+            "scheme": "http", "server": ("testserver", 80), "client": ("127.0.0.1", 5000),
+            "headers": [(b"host", b"testserver"), (b"content-type", b"application/json"),
+                        (b"x-telegram-bot-api-secret-token", secret.encode())]}
