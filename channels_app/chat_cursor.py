@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 FINISHED_KEPT = 64  # replies remembered as finished: enough for any chunk still in flight
+_ROUTING = frozenset({"session_id", "group"})  # how an event found its way, not part of the message
 
 
 @dataclass
@@ -59,7 +60,7 @@ class ChatCursor:
             if event["seq"] <= self.sent_seq:
                 continue
             self.sent_seq = event["seq"]
-            frame = {k: v for k, v in event.items() if k != "session_id"}
+            frame = {k: v for k, v in event.items() if k not in _ROUTING}
             reply_to = frame.get("reply_to")
             if reply_to and not frame.get("hidden") and frame.get("role") in ("assistant", "system"):
                 frame["streamed"] = self.streams.pop(reply_to, 0) > 0

@@ -40,6 +40,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections import deque
 from typing import Any
 from urllib.parse import parse_qs
 
@@ -49,6 +50,7 @@ from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 
 from qorven.runtime import metrics
+from qorven.runtime.hub import Encoder, hub
 from qorven.runtime.publisher import chat_group, session_group
 from qorven.runtime.streams import stream_snapshot
 from tenancy.errors import NotFound
@@ -89,8 +91,21 @@ class LiveChatConsumer(AsyncJsonWebsocketConsumer):
     async def connect(self) -> None:
         self.cursor = ChatCursor()
         self.joined: list[str] = []
+        # Events that wait for the socket's own work in progress (connecting, a catch-up
+        # from the database), in order; None while there is none.
+        self.backlog: deque[tuple[str, Any]] | None = deque()
+        self.draining: asyncio.Task[None] | None = None
         self.checked_at = time.monotonic()
         self.rechecks: set[asyncio.Task[None]] = set()
+        try:
+            await self._connect()
+        finally:
+            if self.backlog and self.owner is not None:  # what arrived meanwhile, after what was read
+                self.draining = asyncio.get_running_loop().create_task(self._drain())
+            else:
+                self.backlog = None
+
+    async def _connect(self) -> None:
         try:
             self.owner = await self.authorize()
         except Exception:
@@ -112,13 +127,14 @@ class LiveChatConsumer(AsyncJsonWebsocketConsumer):
         await self.watch(session, after_seq=_int(params.get("last_seq")) if resume else None)
 
     async def disconnect(self, code: int) -> None:
-        for task in getattr(self, "rechecks", ()):
-            task.cancel()
+        for task in [*getattr(self, "rechecks", ()), getattr(self, "draining", None)]:
+            if task is not None:
+                task.cancel()
         if getattr(self, "counted", False):
             metrics.live_sockets.dec()
             self.counted = False
-        for group in self.joined:
-            await self.channel_layer.group_discard(group, self.channel_name)
+        for group in getattr(self, "joined", ()):
+            await hub().leave(group, self)
         self.joined = []
 
     async def dispatch(self, message: dict[str, Any]) -> None:
@@ -196,13 +212,55 @@ class LiveChatConsumer(AsyncJsonWebsocketConsumer):
         return {k: v[-1] for k, v in raw.items()}
 
     async def _join(self, group: str) -> None:
-        await self.channel_layer.group_add(group, self.channel_name)
+        await hub().join(group, self)
         self.joined.append(group)
 
     async def _leave(self, group: str) -> None:
-        await self.channel_layer.group_discard(group, self.channel_name)
+        await hub().leave(group, self)
         if group in self.joined:
             self.joined.remove(group)
+
+    # --- events from this process's hub (qorven.runtime.hub) ---
+
+    async def hub_event(self, event: dict[str, Any], encoder: Encoder) -> None:
+        """One event of a group this socket is in. What needs only frames is sent now,
+        encoded once for every socket in the same state; what needs the database (a
+        catch-up, a new session, a reply's text so far) runs on this socket's own task,
+        with the events after it queued behind it, so no other socket waits for it."""
+        if self.owner is None:
+            return  # refused or signed out: closing
+        if self.backlog is not None:
+            self.backlog.append(("event", event))
+            return
+        if event.get("type") not in LIVE_EVENTS:
+            self._later(("event", event))
+            return
+        step = self.cursor.live(event)
+        if step.follow is None and not step.catch_up and step.snapshot is None:
+            for frame in step.frames:
+                await self.send(text_data=encoder.text(frame))
+            return
+        self._later(("step", step))
+
+    def _later(self, item: tuple[str, Any]) -> None:
+        if self.backlog is None:
+            self.backlog = deque()
+            self.draining = asyncio.get_running_loop().create_task(self._drain())
+        self.backlog.append(item)
+
+    async def _drain(self) -> None:
+        try:
+            while self.backlog:
+                kind, item = self.backlog.popleft()
+                try:
+                    if kind == "step":
+                        await self.perform(item)
+                    else:
+                        await self.dispatch(item)
+                except Exception:
+                    logger.exception("a live event could not be handled")
+        finally:
+            self.backlog = None
 
     # --- catching up ---
 
@@ -250,7 +308,9 @@ class LiveChatConsumer(AsyncJsonWebsocketConsumer):
 
     async def live_event(self, event: dict[str, Any]) -> None:
         """Do what the cursor says an event means (channels_app.chat_cursor)."""
-        step = self.cursor.live(event)
+        await self.perform(self.cursor.live(event))
+
+    async def perform(self, step) -> None:
         if step.follow is not None:
             session = await database_sync_to_async(chat_session_get)(owner=self.owner, session_id=step.follow)
             if session is not None:

@@ -40,7 +40,8 @@ async def broadcast(session_id: int, event: dict[str, Any]) -> None:
         return
     event = stream_track(session_id, event)
     try:
-        await layer.group_send(session_group(session_id), {"session_id": session_id, **event})
+        group = session_group(session_id)
+        await layer.group_send(group, {"session_id": session_id, **event, "group": group})
     except Exception:
         logger.warning("could not broadcast %s to session %s", event.get("type"), session_id, exc_info=True)
 
@@ -50,7 +51,7 @@ async def _group_send(group: str, event: dict[str, Any]) -> None:
     if layer is None:
         return
     try:
-        await layer.group_send(group, event)
+        await layer.group_send(group, {**event, "group": group})
     except Exception:
         logger.warning("could not broadcast %s to %s", event.get("type"), group, exc_info=True)
 

@@ -1,0 +1,115 @@
+"""One subscription per group per process: live events fanned out to local sockets directly.
+
+Left to Channels, every open socket is a channel of its own on the layer: an event for a
+chat with 200 sockets open in a process is put in 200 channels (200 LPUSHes on Redis),
+woken 200 times through each consumer's `await_many_dispatch`, and encoded to JSON 200
+times. The hub joins each group once per process with a channel of its own, receives each
+event once, and hands it to the process's subscribers of that group in one pass, on the
+server's event loop; a subscriber whose socket needs nothing but a frame sends it there and
+then (see channels_app.consumers), and the JSON of a frame equal to the one before is
+reused (`Encoder`). A subscriber is anything with `async hub_event(event, encoder)`.
+
+Events name their group (`group`; set by qorven.runtime.publisher). One hub per event loop:
+the server has one; tests open several in turn.
+"""
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import weakref
+from typing import Any, Protocol
+
+from channels.layers import get_channel_layer
+
+logger = logging.getLogger(__name__)
+
+RETRY_AFTER = 1.0  # seconds before the hub reads the layer again after a failure
+
+
+class Subscriber(Protocol):
+    async def hub_event(self, event: dict[str, Any], encoder: Encoder) -> None: ...
+
+
+class Encoder:
+    """JSON text of frames for one event's fan-out: a frame equal to the last one encoded
+    (the same message for subscribers in the same state) is not encoded again."""
+
+    __slots__ = ("_frame", "_text")
+
+    def __init__(self) -> None:
+        self._frame: dict[str, Any] | None = None
+        self._text = ""
+
+    def text(self, frame: dict[str, Any]) -> str:
+        if frame != self._frame:
+            self._frame, self._text = frame, json.dumps(frame)
+        return self._text
+
+
+class Hub:
+    def __init__(self) -> None:
+        self.layer = get_channel_layer()
+        self.members: dict[str, set[Subscriber]] = {}
+        self.channel: str | None = None
+        self._reader: asyncio.Task[None] | None = None
+        self._lock = asyncio.Lock()
+
+    async def join(self, group: str, subscriber: Subscriber) -> None:
+        async with self._lock:
+            if self.channel is None:
+                # The layer's default prefix: channels_redis reads one process's channels
+                # with one receive loop, which serves only the names it made alike.
+                self.channel = await self.layer.new_channel()
+            if self._reader is None or self._reader.done():
+                self._reader = asyncio.get_running_loop().create_task(self._read(), name="qorven-hub")
+            members = self.members.get(group)
+            if members is None:
+                members = self.members[group] = set()
+                await self.layer.group_add(group, self.channel)
+            members.add(subscriber)
+
+    async def leave(self, group: str, subscriber: Subscriber) -> None:
+        async with self._lock:
+            members = self.members.get(group)
+            if members is None:
+                return
+            members.discard(subscriber)
+            if not members:
+                del self.members[group]
+                await self.layer.group_discard(group, self.channel)
+
+    async def _read(self) -> None:
+        while True:
+            try:
+                event = await self.layer.receive(self.channel)
+            except asyncio.CancelledError:
+                raise
+            except Exception:  # the layer's server went away: read again shortly; clients catch up by seq
+                logger.warning("the live hub could not read from the channel layer", exc_info=True)
+                await asyncio.sleep(RETRY_AFTER)
+                continue
+            await self.deliver(event)
+
+    async def deliver(self, event: dict[str, Any]) -> None:
+        members = self.members.get(event.get("group", ""))
+        if not members:
+            return
+        encoder = Encoder()
+        for subscriber in list(members):
+            try:
+                await subscriber.hub_event(event, encoder)
+            except Exception:  # one socket's failure is its own
+                logger.warning("a live subscriber failed an event", exc_info=True)
+
+
+_hubs: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Hub] = weakref.WeakKeyDictionary()
+
+
+def hub() -> Hub:
+    """This event loop's hub."""
+    loop = asyncio.get_running_loop()
+    found = _hubs.get(loop)
+    if found is None:
+        found = _hubs[loop] = Hub()
+    return found
