@@ -24,7 +24,7 @@ from .models import ChannelBinding
 
 @dataclass(frozen=True)
 class Check:
-    area: str  # database, redis, workers, model, channel, heartbeats, skills, deploy
+    area: str  # database, redis, workers, beat, model, channel, heartbeats, skills, deploy
     subject: str  # what was checked: a Qor, a binding, a file
     ok: bool
     detail: str  # what was seen
@@ -34,11 +34,12 @@ class Check:
         return asdict(self)
 
 
-def doctor_checks() -> list[Check]:
-    """Every check, in the order a newcomer would fix them."""
+def doctor_checks(*, areas: frozenset[str] | None = None) -> list[Check]:
+    """Every check (or those of `areas`), in the order a newcomer would fix them."""
     found: list[Check] = []
-    for probe in (_database, _redis, _workers, _models, _channels, _heartbeats, _skills, _deploy):
-        found.extend(probe())
+    for area, probe in _PROBES:
+        if areas is None or area in areas:
+            found.extend(probe())
     return found
 
 
@@ -100,6 +101,28 @@ def _workers() -> Iterator[Check]:
         return Check("workers", "celery", True, f"{len(replies)} worker(s) answered: {', '.join(sorted(replies))}")
 
     yield _guarded("workers", "celery", "start one or more `qorven worker`", probe)
+
+
+def _beats() -> Iterator[Check]:
+    from celery import current_app
+
+    from heartbeats_app.liveness import ALIVE_FOR, beats_alive
+    from qorven.runtime.worker import broker_is_embedded
+
+    if broker_is_embedded(current_app) or not settings.REDIS_URL:
+        return  # `qorven serve` fires heartbeats itself
+
+    def probe() -> Check:
+        running = beats_alive()
+        if not running:
+            return Check("beat", "celery beat", False, f"no `qorven beat` reported in the last {ALIVE_FOR} s",
+                         "start exactly one `qorven beat`: without it no heartbeat runs")
+        if len(running) > 1:
+            return Check("beat", "celery beat", False, f"{len(running)} beats running: {', '.join(running)}",
+                         "stop all but one `qorven beat` (each sends every due heartbeat)")
+        return Check("beat", "celery beat", True, f"one beat running: {running[0]}")
+
+    yield _guarded("beat", "celery beat", "start exactly one `qorven beat`", probe)
 
 
 # --- what answers ------------------------------------------------------------------------
@@ -245,6 +268,12 @@ def _deploy() -> Iterator[Check]:
                     "see `qorven check --deploy` and the README's production environment")
     else:
         yield Check("deploy", "check --deploy", True, "no issues")
+
+
+_PROBES: list[tuple[str, Callable[[], Iterator[Check]]]] = [
+    ("database", _database), ("redis", _redis), ("workers", _workers), ("beat", _beats), ("model", _models),
+    ("channel", _channels), ("heartbeats", _heartbeats), ("skills", _skills), ("deploy", _deploy),
+]
 
 
 def _host(url: str) -> str:

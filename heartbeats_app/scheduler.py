@@ -37,7 +37,22 @@ def _entry_tick(entry: Any, now: datetime) -> str | None:
 
 
 class HeartbeatScheduler(DatabaseScheduler):
-    """DatabaseScheduler that adds `tick` to heartbeat runs."""
+    """DatabaseScheduler that adds `tick` to heartbeat runs, and reports the beat running
+    (heartbeats_app.liveness) for `qorven doctor`."""
+
+    def setup_schedule(self) -> None:
+        from .liveness import BeatReport
+
+        self.alive = BeatReport()
+        super().setup_schedule()
+
+    def tick(self, *args: Any, **kwargs: Any) -> float:  # type: ignore[override]
+        self.alive.report()
+        return super().tick(*args, **kwargs)
+
+    def close(self) -> None:
+        self.alive.withdraw()
+        super().close()
 
     def apply_async(self, entry, producer=None, advance=True, **kwargs):  # type: ignore[override]
         if entry.task == RUN_TASK:

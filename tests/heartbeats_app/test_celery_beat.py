@@ -1,6 +1,6 @@
 """A heartbeat due now runs once on PostgreSQL with real Celery worker and beat processes
 over Redis (CI's second pass), records its output and lands in the user's canonical chat
-tagged with the target channel."""
+tagged with the target channel; `qorven doctor` tells one beat from none and from two."""
 from __future__ import annotations
 
 import os
@@ -16,10 +16,13 @@ from django.db import connection
 from django.utils import timezone
 from django_celery_beat.models import PeriodicTask
 
+from channels_app.doctor import doctor_checks
+from heartbeats_app.liveness import beats_alive
 from heartbeats_app.models import Heartbeat, HeartbeatRun
 from sessions_app.models import Message
 
 from ..factories.heartbeats_app import beat
+from ..processes import wait_for
 from ..fakes.model_server import reply
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -54,10 +57,10 @@ def start_processes(model_server, settings, tmp_path):
     qorven = str(Path(sys.executable).with_name("qorven"))
     subprocess.run([sys.executable, "-m", "celery", "-A", "qorven", "purge", "-f"], cwd=ROOT, env=env,
                    capture_output=True, timeout=60, check=False)
-    commands = [[qorven, "worker", "--concurrency", "2"]] + [[qorven, "beat", "--max-interval", "1"]] * 2
     procs: list[subprocess.Popen] = []
 
-    def start() -> list[subprocess.Popen]:
+    def start(*, beats: int = 2, worker: bool = True) -> list[subprocess.Popen]:
+        commands = [[qorven, "worker", "--concurrency", "2"]] * worker + [[qorven, "beat", "--max-interval", "1"]] * beats
         procs.extend(
             subprocess.Popen(c, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
             for c in commands
@@ -93,6 +96,8 @@ def test_a_due_heartbeat_runs_once_and_is_delivered_to_the_canonical_chat(world,
 
     (run,) = HeartbeatRun.objects.all()
     assert (run.status, run.output, run.manual) == ("ok", "Your 3pm moved to 4pm.", False)
+    (beats,) = doctor_checks(areas=frozenset({"beat"}))  # the second beat is found out
+    assert not beats.ok and beats.detail.startswith("2 beats running") and "stop all but one" in beats.fix
     assert run.tick.minute == minute and run.tick.second == 0
     hb = Heartbeat.objects.get(pk=hb.pk)
     assert (hb.last_status, hb.last_output, hb.tokens_spent) == ("ok", "Your 3pm moved to 4pm.", 18)
@@ -100,3 +105,15 @@ def test_a_due_heartbeat_runs_once_and_is_delivered_to_the_canonical_chat(world,
     (delivered,) = Message.objects.filter(session__kind="canonical", session__user=world.alice)
     assert (delivered.role, delivered.channel, delivered.content) == ("assistant", "telegram", "Your 3pm moved to 4pm.")
     assert Message.objects.filter(session__kind="cron", session__user=world.alice).count() == 2
+
+
+def test_the_doctor_sees_one_beat_running_and_none_once_it_stops(world, start_processes):
+    (proc,) = start_processes(beats=1, worker=False)
+    assert wait_for(lambda: beats_alive(), 60), "the beat never reported itself"
+    (check,) = doctor_checks(areas=frozenset({"beat"}))
+    assert check.ok and check.detail == f"one beat running: {beats_alive()[0]}"
+    proc.terminate()
+    proc.wait(20)
+    assert beats_alive() == []  # withdrawn as it stopped, not left to lapse
+    (check,) = doctor_checks(areas=frozenset({"beat"}))
+    assert not check.ok and "start exactly one `qorven beat`" in check.fix

@@ -1,0 +1,56 @@
+"""Which `qorven beat` processes are running, for `qorven doctor`: Celery can ask workers
+(`inspect().ping()`), but nothing answers for beat. Each beat on the scale-out layout
+reports itself in Redis every REPORT_EVERY seconds under a key that lapses after ALIVE_FOR
+and is removed when it stops; there must be exactly one (a second one does no harm to the
+runs — each tick runs once — but sends every due heartbeat twice to the broker)."""
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import time
+
+from django.conf import settings
+
+logger = logging.getLogger(__name__)
+
+KEY = "qorven:beat-alive:"
+REPORT_EVERY = 10.0
+ALIVE_FOR = 30  # seconds: three reports missed and a beat counts as gone
+
+
+def _client():
+    import redis
+
+    return redis.Redis.from_url(settings.REDIS_URL, socket_connect_timeout=2, socket_timeout=2)
+
+
+class BeatReport:
+    """This beat's key: `report()` on each scheduler tick, `withdraw()` when it stops."""
+
+    def __init__(self) -> None:
+        self.name = f"{socket.gethostname()}:{os.getpid()}"
+        self._last = 0.0
+
+    def report(self) -> None:
+        if not settings.REDIS_URL or time.monotonic() - self._last < REPORT_EVERY:
+            return
+        self._last = time.monotonic()
+        try:
+            _client().set(KEY + self.name, str(int(time.time())), ex=ALIVE_FOR)
+        except Exception as exc:  # never stops the beat: the doctor reports it missing instead
+            logger.warning("beat could not report itself alive: %s", type(exc).__name__)
+
+    def withdraw(self) -> None:
+        if not settings.REDIS_URL or not self._last:
+            return
+        try:
+            _client().delete(KEY + self.name)
+        except Exception as exc:
+            logger.warning("beat could not withdraw its report: %s", type(exc).__name__)
+
+
+def beats_alive() -> list[str]:
+    """The beats that reported in the last ALIVE_FOR seconds ("host:pid"), sorted."""
+    names = (key.decode()[len(KEY):] for key in _client().scan_iter(match=KEY + "*", count=100))
+    return sorted(names)
