@@ -257,6 +257,8 @@ QORVEN_LOG_FORMAT = env.str("QORVEN_LOG_FORMAT", default="text")
 # without one, only to these client addresses.
 QORVEN_METRICS_TOKEN = env.str("QORVEN_METRICS_TOKEN", default="")
 QORVEN_METRICS_ALLOW = env.list("QORVEN_METRICS_ALLOW", default=["127.0.0.1", "::1"])
+# `qorven worker` serves its own processes' turns and model calls on this port (0: off).
+QORVEN_WORKER_METRICS_PORT = env.int("QORVEN_WORKER_METRICS_PORT", default=0)
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,

@@ -19,4 +19,5 @@ model_call_seconds = Histogram("qorven_model_call_seconds", "Model call latency,
                                buckets=(0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120), registry=registry)
 model_tokens = Counter("qorven_model_tokens", "Model tokens in this process, by role and kind (prompt, completion).",
                        ["role", "kind"], registry=registry)
-live_sockets = Gauge("qorven_live_sockets", "WebSockets open on this process.", registry=registry)
+live_sockets = Gauge("qorven_live_sockets", "WebSockets open on this process.", registry=registry,
+                     multiprocess_mode="livesum")

@@ -182,3 +182,31 @@ def test_webhooks_stored_together_are_each_processed_once_by_the_worker(world, w
     time.sleep(1)  # a second send would come now, if any were made
     assert len(platform.sent("sendMessage")) == 5
     assert Message.objects.filter(role="user").count() == 5
+
+
+def test_a_workers_turns_and_model_calls_are_served_on_its_metrics_port(client, world, processes, model_server,
+                                                                         platform):
+    """The web server's /metrics cannot see what the worker's children counted: the worker
+    serves the sum over its processes on its own port."""
+    import socket
+    import urllib.request
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = process_env(model_server, **FAST)
+    processes.purge(env)
+    proc = processes.start("worker", "--concurrency", "2", "--metrics-port", str(port), env=env)
+    proc.wait_for_line(" ready.")
+    model_server.add(reply("Counted."))
+    ask(client, world, "count me")
+    assert wait_for(lambda: assistant_replies(), 30, processes=processes)
+
+    def scrape() -> str:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as response:
+            return response.read().decode()
+
+    assert wait_for(lambda: 'qorven_turns_total{outcome="answered"} 1.0' in scrape(), 10)
+    page = scrape()
+    assert 'qorven_model_calls_total{outcome="ok",role="main"} 1.0' in page
+    assert "qorven_model_call_seconds_count" in page

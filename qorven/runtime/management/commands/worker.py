@@ -12,11 +12,18 @@ class Command(BaseCommand):
         "On the embedded default there is nothing to run: tasks execute inside `qorven serve`. Syncs "
         "the learned skills folder on startup."
     )
+    # Checked in handle(), once the metrics folder is set: the URL check imports the metrics.
+    requires_system_checks: list[str] = []
 
     def add_arguments(self, parser):
         parser.add_argument("--concurrency", "-c", type=int, default=settings.QORVEN_WORKER_CONCURRENCY,
                             help="tasks at once (default QORVEN_WORKER_CONCURRENCY, 4)")
         parser.add_argument("--loglevel", "-l", default="INFO", help="log level (default INFO)")
+        parser.add_argument("--metrics-port", type=int, default=settings.QORVEN_WORKER_METRICS_PORT,
+                            help="serve this worker's Prometheus metrics (turns, model calls, of all its "
+                                 "processes) on this port (default QORVEN_WORKER_METRICS_PORT; 0: off)")
+        parser.add_argument("--metrics-host", default="127.0.0.1",
+                            help="the address the metrics port listens on (default 127.0.0.1)")
 
     def handle(self, *args, **opts):
         from celery import current_app
@@ -28,6 +35,11 @@ class Command(BaseCommand):
         if broker_is_embedded(app):
             raise CommandError("No broker configured: set REDIS_URL (or CELERY_BROKER_URL) to run workers.")
 
+        if opts["metrics_port"]:
+            _metrics_serve(opts["metrics_host"], opts["metrics_port"])
+            self.stdout.write(f"Metrics on http://{opts['metrics_host']}:{opts['metrics_port']}/metrics")
+        if not opts.get("skip_checks"):
+            self.check()
         if "QORVEN_SEND_SLOTS" not in os.environ:  # half of this worker's slots, as by default
             settings.QORVEN_SEND_SLOTS = max(opts["concurrency"] // 2, 1)
         startup_run(Startup("worker", self.stdout, self.stderr, False, opts), after_worker=False)
@@ -64,3 +76,34 @@ def _child_without_pool(**kwargs: object) -> None:
 
     for conn in connections.all():
         conn.settings_dict.get("OPTIONS", {}).pop("pool", None)
+
+
+def _metrics_serve(host: str, port: int) -> None:
+    """Turns and model calls happen in the worker's children, whose counters the web
+    server's /metrics cannot see: they are kept in prometheus-client's multiprocess files
+    (a folder of this worker's, removed at exit) and served, summed, on `port`."""
+    import atexit
+    import shutil
+    import sys
+    import tempfile
+
+    from celery import signals
+
+    if "prometheus_client" in sys.modules:  # its metrics would already count in this process's memory
+        raise CommandError("--metrics-port: the worker must set up its metrics before anything else.")
+    path = tempfile.mkdtemp(prefix="qorven-worker-metrics-")
+    os.environ["PROMETHEUS_MULTIPROC_DIR"] = path
+    atexit.register(shutil.rmtree, path, True)
+    from prometheus_client import CollectorRegistry, multiprocess, start_http_server
+
+    registry = CollectorRegistry()
+    multiprocess.MultiProcessCollector(registry, path=path)
+    try:
+        start_http_server(port, addr=host, registry=registry)
+    except OSError as exc:
+        raise CommandError(f"--metrics-port {port}: {exc.strerror or exc}") from None
+
+    def child_gone(pid: int | None = None, **kwargs: object) -> None:
+        multiprocess.mark_process_dead(pid or os.getpid(), path)
+
+    signals.worker_process_shutdown.connect(child_gone, weak=False, dispatch_uid="qorven.worker.metrics")
