@@ -147,3 +147,33 @@ def _scope(secret: str = "tg-secret-a") -> dict:
             "scheme": "http", "server": ("testserver", 80), "client": ("127.0.0.1", 5000),
             "headers": [(b"host", b"testserver"), (b"content-type", b"application/json"),
                         (b"x-telegram-bot-api-secret-token", secret.encode())]}
+
+
+def test_a_challenge_and_a_form_encoded_webhook_are_answered_as_through_django(world, settings, platform):
+    """Slack's url_verification is answered with its challenge (the adapter's own response),
+    and Twilio's form-encoded SMS webhook is verified against its full URL and stored."""
+    import time
+    from urllib.parse import urlencode
+
+    from channels_app.adapters.base import hmac_hex
+    from channels_app.adapters.sms import twilio_signature
+
+    settings.QORVEN_PUBLIC_URL = "https://qorven.example"
+    binding_create(tenant=world.tenant_a, qor=world.qor_a, kind="slack", credentials={
+        "app_id": "A0APP", "bot_token": "xoxb-1", "signing_secret": "slack-signing", "bot_user_id": "UBOT"})
+    binding_create(tenant=world.tenant_a, qor=world.qor_a, kind="sms",
+                   credentials={"number": "+15550001111", "account_sid": "AC123", "auth_token": "twilio-token"})
+    challenge = json.dumps({"token": "x", "challenge": "c-123", "type": "url_verification"}).encode()
+    stamp = str(int(time.time()))
+    params = {"To": "+15550001111", "From": "+15550002222", "Body": "hi by sms", "MessageSid": "SM1"}
+    slack_answer, sms_answer = asgi_post(
+        ("/v1/webhooks/slack", challenge, {
+            "content-type": "application/json", "x-slack-request-timestamp": stamp,
+            "x-slack-signature": "v0=" + hmac_hex("slack-signing", b"v0:" + stamp.encode() + b":" + challenge)}),
+        ("/v1/webhooks/sms", urlencode(params).encode(), {
+            "content-type": "application/x-www-form-urlencoded",
+            "x-twilio-signature": twilio_signature("twilio-token", "https://qorven.example/v1/webhooks/sms", params)}),
+    )
+    assert slack_answer.status_code == 200 and slack_answer.json() == {"challenge": "c-123"}
+    assert sms_answer.status_code == 200
+    assert InboundEvent.objects.get().payload["text"] == "hi by sms"
