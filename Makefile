@@ -9,7 +9,7 @@ DEMO_TENANT ?= demo
 DEMO_QOR ?= aria
 DEMO_OWNER ?= admin
 
-.PHONY: run test bench install lint clean
+.PHONY: run test stress bench install lint clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -41,6 +41,10 @@ run: $(STAMP) .demo-password
 
 test: $(TEST_STAMP)
 	$(PY) -m pytest $(PYTEST_ARGS)
+
+# tests/reliability at full size (1,000 deliveries); the suite runs them small.
+stress: $(TEST_STAMP)
+	$(PY) -m pytest tests/reliability --stress $(PYTEST_ARGS)
 
 bench: $(TEST_STAMP)
 	$(PY) bench/run.py

@@ -203,3 +203,8 @@ def platform(settings):
     settings.TWILIO_API_BASE = server.url + "/twilio"
     yield server
     server.stop()
+
+
+def pytest_addoption(parser):
+    parser.addoption("--stress", action="store_true", default=False,
+                     help="run tests/reliability at full size (`make stress`)")
