@@ -24,7 +24,7 @@ from sessions_app.models import Message
 from sessions_app.channel_kinds import CHAT_FAMILY
 from sessions_app.services import message_append, session_resolve
 from tenancy.access import surface_access
-from tenancy.switches import channel_enabled
+from tenancy.switches import channel_enabled, channel_enabled_cached
 from tenancy.trust import Trust
 
 from .adapters import adapter_for
@@ -96,6 +96,19 @@ def inbound_store(*, items: Sequence[tuple[ChannelBinding, InboundMessage]]) -> 
 
 _STORED_FIELDS = ("tenant", "binding", "external_id", "sender_id", "payload", "state", "result", "error",
                   "created_at", "updated_at")
+
+
+def gateway_frame_receive(*, binding: ChannelBinding, frame: dict, bot_id: str) -> InboundEvent | None:
+    """A Discord Gateway frame, as `qorven discord-gateway` reads it: a MESSAGE_CREATE is
+    parsed by the adapter and stored like a webhook's message — unless the tenant has the
+    channel switched off, which a webhook answers 404 and the gateway skips the same way
+    (nothing stored, nothing answered). Other frames are ignored (None)."""
+    if frame.get("t") != "MESSAGE_CREATE" or not isinstance(frame.get("d"), dict):
+        return None
+    if not channel_enabled_cached(tenant=binding.tenant, channel=binding.kind):
+        return None
+    message = adapter_for(binding.kind).from_gateway(binding, frame["d"], bot_id)
+    return inbound_receive(binding=binding, message=message) if message is not None else None
 
 
 class InboundBusy(Exception):

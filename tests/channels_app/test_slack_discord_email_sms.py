@@ -366,3 +366,22 @@ def test_a_correctly_signed_discord_interaction_outside_five_minutes_is_refused(
                            HTTP_X_SIGNATURE_TIMESTAMP=stamp)
     assert response.status_code == 401 and "window" in response.json()["error"]
     assert not InboundEvent.objects.exists()
+
+
+def test_the_gateway_stores_nothing_while_discord_is_switched_off(world, discord, platform, model_server, drain):
+    from channels_app.receive import gateway_frame_receive
+    from tenancy.models import PluginSetting
+
+    pair(world, "discord", "80351110224678912", world.alice)
+    model_server.default = reply("Hi.")
+    assert gateway_frame_receive(binding=discord, frame={"op": 0, "t": "MESSAGE_CREATE", "d": DM_CREATE},
+                                 bot_id="9001") is not None
+    drain()
+    assert gateway_frame_receive(binding=discord, frame={"op": 0, "t": "TYPING_START", "d": {}}, bot_id="9001") is None
+    PluginSetting.objects.create(tenant=world.tenant_a, kind="channel", name="discord", enabled=False)
+    later = {**DM_CREATE, "id": "1111111111111111112", "content": "still there?"}
+    assert gateway_frame_receive(binding=discord, frame={"op": 0, "t": "MESSAGE_CREATE", "d": later},
+                                 bot_id="9001") is None
+    drain()
+    assert list(InboundEvent.objects.values_list("payload__text", flat=True)) == ["hello from discord"]
+    assert [r.json["content"] for r in platform.sent("/messages")] == ["Hi."]

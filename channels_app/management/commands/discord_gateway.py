@@ -7,9 +7,8 @@ import logging
 from asgiref.sync import sync_to_async
 from django.core.management.base import BaseCommand, CommandError
 
-from channels_app.adapters import adapter_for
 from channels_app.models import ChannelBinding
-from channels_app.receive import inbound_receive
+from channels_app.receive import gateway_frame_receive
 
 logger = logging.getLogger(__name__)
 
@@ -41,11 +40,10 @@ class Command(BaseCommand):
     async def _client(self, binding: ChannelBinding) -> None:
         import discord
 
-        adapter = adapter_for("discord")
         intents = discord.Intents.default()
         intents.message_content = True
         client = discord.Client(intents=intents, enable_debug_events=True)
-        receive = sync_to_async(inbound_receive)
+        receive = sync_to_async(gateway_frame_receive)
 
         @client.event
         async def on_ready() -> None:
@@ -58,10 +56,8 @@ class Command(BaseCommand):
                 frame = json.loads(raw)
             except (TypeError, ValueError):
                 return
-            if frame.get("t") != "MESSAGE_CREATE" or client.user is None:
+            if not isinstance(frame, dict) or client.user is None:
                 return
-            message = adapter.from_gateway(binding, frame.get("d") or {}, str(client.user.id))
-            if message is not None:
-                await receive(binding=binding, message=message)
+            await receive(binding=binding, frame=frame, bot_id=str(client.user.id))
 
         await client.start(str(binding.credentials.get("bot_token", "")))
