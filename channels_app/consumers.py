@@ -65,7 +65,7 @@ from .chat import (
     chat_session,
     chat_session_get,
 )
-from .chat_cursor import ChatCursor
+from .chat_cursor import ChatCursor, Step
 from .json_body import QUERY_INT_MAX, BodyRefused, json_parse
 from .live_auth import RECHECK_DELAY, RECHECK_EVERY, auth_group, session_fingerprint, socket_signed_in
 
@@ -310,7 +310,7 @@ class LiveChatConsumer(AsyncJsonWebsocketConsumer):
         """Do what the cursor says an event means (channels_app.chat_cursor)."""
         await self.perform(self.cursor.live(event))
 
-    async def perform(self, step) -> None:
+    async def perform(self, step: Step) -> None:
         if step.follow is not None:
             session = await database_sync_to_async(chat_session_get)(owner=self.owner, session_id=step.follow)
             if session is not None:

@@ -83,7 +83,7 @@ def inbound_store(*, items: Sequence[tuple[ChannelBinding, InboundMessage]]) -> 
         if pk is None:
             events.append(None)
             continue
-        row.pk = row.id = pk
+        row.pk = pk
         row._state.adding, row._state.db = False, connection.alias
         events.append(row)
     queued = [(event.tenant_id, event.pk) for event in events if event is not None]

@@ -77,8 +77,6 @@ class GroupCommit:
         self._jobs: queue.SimpleQueue[_Job] = queue.SimpleQueue()
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
-        self.batches = 0  # statements made, for tests and the benchmark's notes
-        self.webhooks = 0
 
     def submit(self, channel: str, scope: dict[str, Any], body: bytes) -> asyncio.Future[Answer]:
         loop = asyncio.get_running_loop()
@@ -116,26 +114,25 @@ class GroupCommit:
     def handle(self, jobs: list[_Job]) -> list[Answer]:
         prepared: list[Prepared | Answer] = [_prepare(job) for job in jobs]
         storing = [i for i, p in enumerate(prepared) if isinstance(p, Prepared) and p.messages]
-        self.batches += 1
-        self.webhooks += len(jobs)
-        if not storing:
-            return [p if isinstance(p, Answer) else Answer.of(p.response) for p in prepared]
-        try:
-            with transaction.atomic():
-                inbound_store(items=[(prepared[i].binding, m) for i in storing for m in prepared[i].messages])
-        except Exception:
-            logger.warning("%d webhooks could not be stored together; storing each alone", len(storing),
-                           exc_info=True)
-            close_old_connections()
+        if storing and not _stored([prepared[i] for i in storing]):
+            logger.warning("%d webhooks could not be stored together; storing each alone", len(storing))
             for i in storing:
-                try:
-                    with transaction.atomic():
-                        inbound_store(items=[(prepared[i].binding, m) for m in prepared[i].messages])
-                except Exception:
-                    logger.exception("a %s webhook could not be stored", jobs[i].channel)
-                    close_old_connections()
+                if not _stored([prepared[i]]):
+                    logger.warning("a %s webhook could not be stored", jobs[i].channel)
                     prepared[i] = Answer.error(503, "not stored; deliver it again")
         return [p if isinstance(p, Answer) else Answer.of(p.response) for p in prepared]
+
+
+def _stored(webhooks: list[Prepared]) -> bool:
+    """Store the messages of `webhooks` in one transaction; False (logged) if it failed."""
+    try:
+        with transaction.atomic():
+            inbound_store(items=[(w.binding, m) for w in webhooks for m in w.messages])
+        return True
+    except Exception:
+        logger.exception("storing %d webhooks failed", len(webhooks))
+        close_old_connections()  # a broken connection is not reused for the next try
+        return False
 
 
 def _prepare(job: _Job) -> Prepared | Answer:

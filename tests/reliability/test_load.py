@@ -13,7 +13,6 @@ import json
 import os
 import random
 import socket
-import subprocess
 import time
 import urllib.request
 from collections import Counter
@@ -30,7 +29,7 @@ from sessions_app.models import Message
 from ..channels_app.conftest import pair
 from ..factories.tenancy import MembershipFactory, UserFactory
 from ..fakes.model_server import reply
-from ..processes import QORVEN, ROOT, Processes, wait_for
+from ..processes import Processes, wait_for
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.reliability]
 
@@ -101,7 +100,7 @@ async def _post_all(base: str, senders: int, per_sender: int) -> Counter[int]:
     return statuses
 
 
-def test_load_every_message_stored_answered_and_sent_exactly_once(request, world, model_server, platform, tmp_path):
+def test_load_every_message_stored_answered_and_sent_exactly_once(request, world, model_server, platform):
     senders, per_sender = sizes(request.config)
     model_server.default = reply("Got it.")
     binding_create(tenant=world.tenant_a, qor=world.qor_a, kind="telegram",
@@ -117,11 +116,9 @@ def test_load_every_message_stored_answered_and_sent_exactly_once(request, world
         if "REDIS_URL" in env:
             processes.purge(env)
             processes.worker(env, concurrency=4)
-        log = open(tmp_path / "serve.log", "w")
-        server = subprocess.Popen([QORVEN, "serve", "--no-migrate", "--port", str(port)], cwd=ROOT, env=env,
-                                  stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        server = processes.start("serve", "--no-migrate", "--port", str(port), env=env)
         base = f"http://127.0.0.1:{port}"
-        assert wait_for(lambda: _answers(base + "/healthz"), 90), (tmp_path / "serve.log").read_text()
+        assert wait_for(lambda: _answers(base + "/healthz"), 90), server.output
 
         statuses = asyncio.run(_post_all(base, senders, per_sender))
         unique = senders * per_sender
@@ -130,16 +127,9 @@ def test_load_every_message_stored_answered_and_sent_exactly_once(request, world
         def settled() -> bool:
             return len(platform.sent("sendMessage")) >= unique
         assert wait_for(settled, 240, processes=processes), (
-            f"{len(platform.sent('sendMessage'))}/{unique} replies sent\n" + (tmp_path / "serve.log").read_text()[-3000:])
+            f"{len(platform.sent('sendMessage'))}/{unique} replies sent\n" + server.output[-3000:])
         time.sleep(2)  # any second send would come now
     finally:
-        if "server" in locals():
-            server.terminate()
-            try:
-                server.wait(20)
-            except subprocess.TimeoutExpired:
-                server.kill()
-            log.close()
         processes.stop()
 
     events = Counter(InboundEvent.objects.values_list("external_id", flat=True))
