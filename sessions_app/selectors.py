@@ -29,10 +29,8 @@ def session_get(*, tenant: Tenant, session_id: int, user: AbstractBaseUser | Non
 def session_for_task(*, tenant_id: int, session_id: int) -> Session | None:
     """The session a queued task names, or None when it (or its tenant) is gone: a task
     loaded by id must not fail on a row deleted since it was queued."""
-    try:
-        return session_get(tenant=Tenant.objects.get(pk=tenant_id), session_id=session_id)
-    except (Tenant.DoesNotExist, SessionNotFound):
-        return None
+    return (Session.objects.filter(tenant_id=tenant_id, pk=session_id)
+            .select_related("tenant", "qor", "user").first())  # one query: a turn reads all four
 
 
 def canonical_session_find(*, tenant: Tenant, qor: Qor, user: AbstractBaseUser) -> Session | None:
@@ -60,6 +58,10 @@ class MessageRow:
     tool_call_id: str
     metadata: dict[str, Any]
     answer_state: str | None = None
+
+    @property
+    def pk(self) -> int:
+        return self.id
 
 
 # What the readers of messages accept: a model instance (just appended, or from the
@@ -154,27 +156,35 @@ def _rows_read(tail: str, params: list[Any], session_id: int) -> list[MessageRow
 
 def context_read(
     *, session: Session, floor_seq: int, answering_seq: int, before_seq: int | None = None, limit: int = 64
-) -> list[Message]:
+) -> list[MessageRow]:
     """The newest `limit` messages a model may see when answering message `answering_seq`,
     oldest first: after the compaction point `floor_seq`, before `before_seq`, without
-    user messages that arrived later (they get their own turns), notices and commands.
-    The filtering happens in the database, so a long backlog of skipped rows never
-    reaches Python."""
-    qs = Message.objects.filter(session=session, seq__gt=floor_seq)
+    user messages that arrived later (they get their own turns), notices, commands,
+    answers written again (superseded) and messages the model refused or that never fit
+    (sending those again with every later message would only fail those too). The
+    filtering happens in the database, so a long backlog of skipped rows never reaches
+    Python; one range scan of the (session, seq) index, read as rows, not model instances."""
+    where = ["session_id = %s", "seq > %s", "NOT (role = 'user' AND seq > %s)",
+             "(answer_state IS NULL OR answer_state <> 'failed')"]
+    params: list[Any] = [session.pk, floor_seq, answering_seq]
     if before_seq is not None:
-        qs = qs.filter(seq__lt=before_seq)
-    qs = (
-        qs.exclude(role=Message.Role.USER, seq__gt=answering_seq)
-        .exclude(metadata__has_key="notice")
-        .exclude(metadata__has_key="command")
-        .exclude(metadata__has_key="superseded")  # an answer the person had written again
-        # A message the model refused (or that never fit) is set aside: sending it again
-        # with every later message would only fail those too.
-        .exclude(answer_state=Message.Answer.FAILED)
-    )
-    rows = list(qs.order_by("-seq")[:limit])
+        where.append("seq < %s")
+        params.append(before_seq)
+    for key in ("notice", "command", "superseded"):
+        sql, param = _metadata_has_key(key)
+        where.append(f"NOT {sql}")
+        params.append(param)
+    rows = _rows_read(f"WHERE {' AND '.join(where)} ORDER BY seq DESC LIMIT %s", [*params, limit], session.pk)
     rows.reverse()
     return rows
+
+
+def _metadata_has_key(key: str) -> tuple[str, str]:
+    """SQL (and its parameter) true when the message's metadata has `key`, as the ORM's
+    `metadata__has_key` writes it on this database."""
+    if connection.vendor == "postgresql":
+        return "(metadata ? %s)", key
+    return "(JSON_TYPE(metadata, %s) IS NOT NULL)", f'$."{key}"'
 
 
 def message_image(*, session: Session, seq: int, index: int) -> Image | None:

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import AbstractBaseUser
 from django.contrib.auth.password_validation import validate_password
-from django.db import IntegrityError, transaction
+from django.db import transaction
 
 from .models import ApiToken, Membership, Qor, Tenant
 from .selectors import membership_get, token_digest
@@ -101,30 +101,21 @@ def api_token_create(*, tenant: Tenant, user: AbstractBaseUser, name: str = "") 
 
 
 def usage_record(*, tenant: Tenant, qor: Qor, role: str, prompt_tokens: int, completion_tokens: int) -> None:
-    """Add one model call's tokens to today's row for (tenant, qor, role)."""
-    from django.db.models import F
+    """Add one model call's tokens to today's row for (tenant, qor, role): one
+    INSERT … ON CONFLICT DO UPDATE (PostgreSQL and SQLite alike), so concurrent calls add
+    up without a transaction or a retry."""
+    from django.db import connection
     from django.utils import timezone
 
     from .models import Usage
 
-    day = timezone.localdate()
-    with transaction.atomic():
-        updated = Usage.objects.filter(tenant=tenant, qor=qor, role=role, day=day).update(
-            calls=F("calls") + 1,
-            prompt_tokens=F("prompt_tokens") + prompt_tokens,
-            completion_tokens=F("completion_tokens") + completion_tokens,
+    table = connection.ops.quote_name(Usage._meta.db_table)
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"INSERT INTO {table} (tenant_id, qor_id, role, day, calls, prompt_tokens, completion_tokens) "
+            "VALUES (%s, %s, %s, %s, 1, %s, %s) "
+            "ON CONFLICT (tenant_id, qor_id, role, day) DO UPDATE SET "
+            f"calls = {table}.calls + 1, prompt_tokens = {table}.prompt_tokens + excluded.prompt_tokens, "
+            f"completion_tokens = {table}.completion_tokens + excluded.completion_tokens",
+            [tenant.pk, qor.pk, role, timezone.localdate(), prompt_tokens, completion_tokens],
         )
-        if updated:
-            return
-        try:
-            with transaction.atomic():
-                Usage.objects.create(
-                    tenant=tenant, qor=qor, role=role, day=day, calls=1,
-                    prompt_tokens=prompt_tokens, completion_tokens=completion_tokens,
-                )
-        except IntegrityError:  # created concurrently: add to it instead
-            Usage.objects.filter(tenant=tenant, qor=qor, role=role, day=day).update(
-                calls=F("calls") + 1,
-                prompt_tokens=F("prompt_tokens") + prompt_tokens,
-                completion_tokens=F("completion_tokens") + completion_tokens,
-            )

@@ -28,14 +28,15 @@ def tool_loop(
     channel: str,
     metadata: dict[str, Any],
     on_token: Callable[[str], None] | None = None,
-    after_call: Callable[[], None] | None = None,
+    after_call: Callable[[Completion], None] | None = None,
 ) -> Completion | None:
     """Call the model until it answers without calling tools; return that answer.
 
     Each tool call and its result are stored in `session` (tagged `channel`, with
     `metadata`) and fed back. Tools are offered for QORVEN_MAX_TOOL_ROUNDS rounds, then
     one last call offers none; None when the model still called tools then. `after_call`
-    runs after every model call (a turn checks it still holds its session there).
+    runs after every model call with its completion (a turn checks there that it may go
+    on, and that it still holds its session before tool calls are stored).
     """
     messages = list(messages)
     max_rounds = settings.QORVEN_MAX_TOOL_ROUNDS
@@ -43,7 +44,7 @@ def tool_loop(
         tools = [t.schema() for t in offered] if round_no < max_rounds else []
         completion = model_call(provider=provider, messages=messages, spend=spend, tools=tools, on_token=on_token)
         if after_call is not None:
-            after_call()
+            after_call(completion)
         if not completion.tool_calls:
             return completion
         if round_no == max_rounds:

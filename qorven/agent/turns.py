@@ -20,6 +20,7 @@ from django.conf import settings
 from django.db import transaction
 
 from qorven.llm import (
+    Completion,
     ContextLengthExceeded,
     ModelError,
     ModelRoute,
@@ -199,8 +200,9 @@ def _answer(session: Session, pending: Message, owner: str, *, overflowed: bool 
         written.append(delta)
         broadcast_soon(session.pk, {"type": "message.chunk", "reply_to": pending.seq, "delta": delta})
 
-    def after_call() -> None:
-        turn_lease_confirm(session_id=session.pk, owner=owner)
+    def after_call(completion: Completion) -> None:
+        if completion.tool_calls:  # they are stored next; a final answer confirms the lease as it is stored
+            turn_lease_confirm(session_id=session.pk, owner=owner)
         stop.check()  # asked to stop while the model thought, or between tool rounds
 
     for attempt in range(1 if overflowed else 0, 2):
@@ -264,8 +266,10 @@ def answer_backoff(tries: int) -> float:
 
 
 def _after_exchange(session: Session, route: ModelRoute, prompt: Prompt, reserve: int) -> None:
-    """Auto mode: once the uncompacted messages outgrow the window, queue the summarizer."""
-    session.refresh_from_db(fields=["compacted_through_seq", "replied_through_seq", "last_seq"])
+    """Auto mode: once the uncompacted messages outgrow the window, queue the summarizer.
+    The compaction point is the one the turn started from: a summarizer that moved it
+    meanwhile only makes this count a little more than it needs (and a run it queues for
+    a range already condensed is skipped)."""
     budget = route.num_ctx - reserve - fixed_tokens(prompt)
     point = auto_compaction_point(session=session, budget=budget)
     if point is not None:

@@ -13,7 +13,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import openai
-from openai.types.chat import ChatCompletion, ChatCompletionChunk
+from openai.types.chat import ChatCompletion
 
 from .errors import ContextLengthExceeded, ModelError, ModelRefused, ProviderUnavailable
 from .provider import Completion, TokenCallback, ToolCall, Usage
@@ -85,10 +85,12 @@ class OpenAIProvider:
             # The SDK's documented low-level call rather than `chat.completions.create`: the
             # body is already the API's JSON, and create()'s request transform walks every
             # message of the prompt through its type hints (~40 % of a turn's CPU with a
-            # full prompt). Retries, auth, errors and the stream parser are the SDK's own.
+            # full prompt). Retries, auth, errors and the stream parser are the SDK's own;
+            # each chunk comes as the API's JSON (a dict): building a typed chunk object for
+            # every token cost more than the rest of reading the stream.
             with self._client.post("/chat/completions", body=body, cast_to=ChatCompletion,
                                    options={"timeout": min(self._timeout, self._deadline)},
-                                   stream=True, stream_cls=openai.Stream[ChatCompletionChunk]) as stream:
+                                   stream=True, stream_cls=openai.Stream[object]) as stream:
                 return self._collect(stream, on_token, deadline)
         except ModelError:
             raise
@@ -108,25 +110,30 @@ class OpenAIProvider:
         for chunk in stream:
             if time.monotonic() > deadline:
                 raise ProviderUnavailable(f"the model did not finish within {self._deadline:.0f}s", model=model)
-            model = getattr(chunk, "model", None) or model
-            if getattr(chunk, "usage", None):
-                usage = Usage(chunk.usage.prompt_tokens or 0, chunk.usage.completion_tokens or 0)
-            for choice in chunk.choices or []:
-                finish = getattr(choice, "finish_reason", None) or finish
-                delta = choice.delta
-                if delta is None:
+            if not isinstance(chunk, dict):
+                continue
+            model = chunk.get("model") or model
+            counted = chunk.get("usage")
+            if isinstance(counted, dict):
+                usage = Usage(counted.get("prompt_tokens") or 0, counted.get("completion_tokens") or 0)
+            for choice in chunk.get("choices") or []:
+                finish = choice.get("finish_reason") or finish
+                delta = choice.get("delta")
+                if not isinstance(delta, dict):
                     continue
-                if delta.content:
-                    parts.append(delta.content)
+                text = delta.get("content")
+                if text:
+                    parts.append(text)
                     if on_token is not None:
-                        on_token(delta.content)
-                for tc in delta.tool_calls or []:
-                    slot = calls.setdefault(tc.index, {"id": "", "name": "", "arguments": ""})
-                    if tc.id:
-                        slot["id"] = tc.id
-                    if tc.function is not None:
-                        slot["name"] += tc.function.name or ""
-                        slot["arguments"] += tc.function.arguments or ""
+                        on_token(text)
+                for tc in delta.get("tool_calls") or []:
+                    slot = calls.setdefault(tc.get("index", 0), {"id": "", "name": "", "arguments": ""})
+                    if tc.get("id"):
+                        slot["id"] = tc["id"]
+                    function = tc.get("function")
+                    if isinstance(function, dict):
+                        slot["name"] += function.get("name") or ""
+                        slot["arguments"] += function.get("arguments") or ""
         if finish == "content_filter" and not parts and not calls:
             raise ModelRefused("the answer was withheld by the provider's content filter", model=model)
         tool_calls = [
