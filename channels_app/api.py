@@ -15,7 +15,7 @@ from sessions_app.channel_kinds import Channel
 from sessions_app.models import Session
 from sessions_app.selectors import StoredMessage, canonical_session_find, messages_read
 from sessions_app.services import session_resolve
-from tenancy.access import surface_access
+from tenancy.access import surface_trust
 from tenancy.errors import NotFound
 from tenancy.selectors import qor_get
 from tenancy.switches import channel_enabled
@@ -138,9 +138,7 @@ def _post(request: HttpRequest, qor) -> JsonResponse:
     if not channel_enabled(tenant=request.tenant, channel=channel):  # type: ignore[attr-defined]
         return json_error(403, f"the {channel} channel is switched off for this workspace")
     session = session_resolve(tenant=request.tenant, qor=qor, channel=channel, user=user)  # type: ignore[attr-defined]
-    trust = surface_access(tenant=request.tenant, user=user, surface=channel)  # type: ignore[attr-defined]
-    if trust is None:
-        raise NotFound("not a member of this workspace")
+    trust = surface_trust(role=request.member_role, surface=channel)  # type: ignore[attr-defined]
     result = inbound_accept(
         session=session,
         content=content,
@@ -188,8 +186,6 @@ def qor_voice_transcripts(request: HttpRequest, qor_slug: str) -> HttpResponse:
         return json_error(400, str(exc))
     except BodyRefused as exc:
         return json_error(exc.status, str(exc))
-    if surface_access(tenant=request.tenant, user=request.user, surface=Channel.VOICE) is None:  # type: ignore[attr-defined]
-        return json_error(404, "not a member of this workspace")
     call = voice_transcript_store(tenant=request.tenant, qor=qor, user=request.user,  # type: ignore[attr-defined]
                                   call_id=call_id.strip(), turns=spoken)
     return JsonResponse({"session": session_json(call.session), "stored": call.stored,

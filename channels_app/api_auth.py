@@ -14,7 +14,8 @@ def json_error(status: int, message: str) -> JsonResponse:
 
 
 def bearer_required(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]:
-    """Sets request.tenant and request.user from `Authorization: Bearer <token>`, or 401."""
+    """Sets request.tenant, request.user and request.member_role (the user's role in the
+    tenant, read with the token) from `Authorization: Bearer <token>`, or 401."""
 
     @wraps(view)
     def wrapper(request: HttpRequest, *args, **kwargs) -> HttpResponse:
@@ -27,6 +28,7 @@ def bearer_required(view: Callable[..., HttpResponse]) -> Callable[..., HttpResp
             return _unauthorized("invalid or revoked token")
         request.tenant = token.tenant  # type: ignore[attr-defined]
         request.user = token.user
+        request.member_role = token.member_role  # type: ignore[attr-defined]
         return view(request, *args, **kwargs)
 
     return wrapper

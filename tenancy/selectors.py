@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import hashlib
+from datetime import timedelta
 
 from django.contrib.auth.models import AbstractBaseUser
 from django.utils import timezone
@@ -41,16 +42,29 @@ def token_digest(raw: str) -> str:
     return hashlib.sha256(raw.encode()).hexdigest()
 
 
+# How stale a token's "last used" may get: writing it on every request would make each API
+# call a write (on SQLite, a wait for the one write lock).
+TOKEN_USE_RESOLUTION = timedelta(minutes=1)
+
+
 def api_token_authenticate(*, raw: str) -> ApiToken | None:
-    """The live token for a raw bearer value, or None. The user must still be a member."""
+    """The live token for a raw bearer value, or None. The user must still be a member:
+    the token comes with `member_role`, the role of that membership, read in the same
+    query (so what the request may do is decided from the membership as it is now)."""
+    from django.db.models import OuterRef, Subquery
+
+    role = Membership.objects.filter(tenant=OuterRef("tenant"), user=OuterRef("user")).values("role")[:1]
     token = (
         ApiToken.objects.select_related("tenant", "user")
         .filter(digest=token_digest(raw), revoked_at__isnull=True, user__is_active=True)
+        .annotate(member_role=Subquery(role))
         .first()
     )
-    if token is None or not Membership.objects.filter(tenant=token.tenant, user=token.user).exists():
+    if token is None or token.member_role is None:
         return None
-    ApiToken.objects.filter(pk=token.pk).update(last_used_at=timezone.now())
+    now = timezone.now()
+    if token.last_used_at is None or now - token.last_used_at >= TOKEN_USE_RESOLUTION:
+        ApiToken.objects.filter(pk=token.pk).update(last_used_at=now)
     return token
 
 

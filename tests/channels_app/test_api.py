@@ -209,3 +209,27 @@ def test_the_web_and_the_terminal_can_be_switched_off_like_any_channel(client, w
                        content_type="application/json")
     assert page.status_code == (403 if channel == "web" else 201)
     assert Message.objects.filter(channel=channel).count() == 0
+
+
+def test_a_tokens_last_use_is_written_once_a_minute_not_on_every_request(client, world, tokens):
+    from datetime import timedelta
+
+    from tenancy.models import ApiToken
+
+    assert post(client, tokens["alice"], "one").status_code == 201
+    token = ApiToken.objects.get(user=world.alice)
+    first = token.last_used_at
+    assert first is not None
+    assert post(client, tokens["alice"], "two").status_code == 201
+    assert ApiToken.objects.get(pk=token.pk).last_used_at == first  # a second later: not written again
+    ApiToken.objects.filter(pk=token.pk).update(last_used_at=first - timedelta(minutes=2))
+    assert post(client, tokens["alice"], "three").status_code == 201
+    assert ApiToken.objects.get(pk=token.pk).last_used_at > first
+
+
+def test_a_post_is_seven_queries_and_writes_only_the_message(client, world, tokens, django_assert_max_num_queries):
+    assert post(client, tokens["alice"], "warm up").status_code == 201
+    with django_assert_max_num_queries(7) as captured:  # token with its membership, Qor, switches, session, the append
+        assert post(client, tokens["alice"], "hello").status_code == 201
+    writes = [q["sql"] for q in captured.captured_queries if q["sql"].lstrip().upper().startswith(("INSERT", "UPDATE"))]
+    assert len(writes) == 1 and "sessions_app_message" in writes[0]
