@@ -53,6 +53,7 @@ from qorven.runtime import metrics
 from qorven.runtime.hub import Encoder, hub
 from qorven.runtime.publisher import chat_group, session_group
 from qorven.runtime.streams import stream_snapshot
+from sessions_app.channel_kinds import Channel
 from tenancy.errors import NotFound
 from tenancy.selectors import api_token_authenticate
 
@@ -343,9 +344,14 @@ class ChatConsumer(LiveChatConsumer):
             user = token.user
         if user is None or not user.is_authenticated:
             return None
+        # The surface the client writes on (the terminal client: tui), whose session it
+        # follows in legacy mode; the page's is web.
+        surface = self.query().get("surface") or Channel.WEB
+        if surface not in (Channel.WEB, Channel.TUI):
+            return None
         try:
             return await database_sync_to_async(chat_owner)(
-                user=user, tenant_slug=kwargs["tenant"], qor_slug=kwargs["qor"]
+                user=user, tenant_slug=kwargs["tenant"], qor_slug=kwargs["qor"], surface=surface
             )
         except NotFound:
             return None
