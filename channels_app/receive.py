@@ -275,7 +275,7 @@ def _images(binding: ChannelBinding, message: InboundMessage, meta: dict) -> tup
     can tell the person, and the text counts without it."""
     images = list(message.images)
     adapter = adapter_for(binding.kind)
-    missing = 0
+    missing = message.left_out
     for media in message.media if adapter is not None else []:
         try:
             image = adapter.fetch_media(binding, media)

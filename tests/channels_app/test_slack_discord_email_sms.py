@@ -338,6 +338,33 @@ def test_email_attachments_are_kept_images_and_files_and_the_rest_left_out(clien
     assert len(mail.outbox) == 1
 
 
+def test_email_attachments_left_out_in_the_webhook_are_counted_so_the_model_can_say_so(client, world, email,
+                                                                                       model_server, drain, settings):
+    import base64
+
+    settings.QORVEN_MAX_UPLOAD = 64
+    pair(world, "email", "priya@example.com", world.alice)
+    model_server.default = reply("The scan was too large; could you send a smaller one?")
+    body = email_body("Here is the scan.", "<m21@example.com>")
+    body["attachments"] = [
+        {"filename": "scan.txt", "content": base64.b64encode(b"big " * 100).decode()},  # over the limit
+        {"filename": "setup.exe", "content": base64.b64encode(b"MZ\x90\x00\x03").decode()},  # not kept
+    ]
+    only_attachments = email_body("", "<m22@example.com>")
+    only_attachments["subject"] = ""
+    only_attachments["attachments"] = body["attachments"][:1]
+    assert post_email(client, body).status_code == 200
+    assert post_email(client, only_attachments).status_code == 200
+    drain()
+    first, second = Message.objects.filter(role="user").order_by("session_id", "seq")
+    assert (first.metadata["left_out"], second.metadata["left_out"]) == (2, 1)
+    said = sorted(str(r["messages"][-1]["content"]) for r in model_server.requests)  # threads run side by side
+    assert said[0].startswith("[email] Priya: Trip plans\n\nHere is the scan. [2 attachments sent with this could "
+                              "not be kept")
+    # A mail that was nothing but a file that could not be kept still reaches the Qor.
+    assert said[1].startswith("[email] Priya: [an attachment sent with this could not be kept")
+
+
 # --- SMS -----------------------------------------------------------------------------------
 
 def test_sms_is_verified_and_answered_through_the_messages_api(client, world, sms, platform, model_server, drain):
