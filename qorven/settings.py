@@ -304,6 +304,8 @@ QORVEN_CONTEXT_RESERVE = env.int("QORVEN_CONTEXT_RESERVE", default=1024)
 # file the chat page and the webchat accept (bytes).
 QORVEN_PROMPT_IMAGES = env.int("QORVEN_PROMPT_IMAGES", default=4)
 QORVEN_MAX_UPLOAD = env.int("QORVEN_MAX_UPLOAD", default=10 * 1024 * 1024)
+# Characters of attached text files read into one prompt (newest first); 0: notes only.
+QORVEN_PROMPT_FILE_CHARS = env.int("QORVEN_PROMPT_FILE_CHARS", default=8000)
 QORVEN_MAX_TOOL_ROUNDS = env.int("QORVEN_MAX_TOOL_ROUNDS", default=8)
 QORVEN_MODEL_TIMEOUT = env.float("QORVEN_MODEL_TIMEOUT", default=60.0)
 QORVEN_MODEL_RETRIES = env.int("QORVEN_MODEL_RETRIES", default=4)
