@@ -318,6 +318,10 @@ QORVEN_TURN_LEASE = env.int("QORVEN_TURN_LEASE", default=30)
 # first and four times longer each time, before it is marked failed.
 QORVEN_ANSWER_ATTEMPTS = env.int("QORVEN_ANSWER_ATTEMPTS", default=3)
 QORVEN_ANSWER_RETRY_DELAY = env.float("QORVEN_ANSWER_RETRY_DELAY", default=5.0)
+# A voice note the transcriber could not hear for a transient reason is tried this many
+# more times, QORVEN_VOICE_RETRY_DELAY seconds later, then four times as long each time.
+QORVEN_VOICE_RETRIES = env.int("QORVEN_VOICE_RETRIES", default=4)
+QORVEN_VOICE_RETRY_DELAY = env.float("QORVEN_VOICE_RETRY_DELAY", default=5.0)
 
 # Platforms. Every API base URL can point elsewhere (tests, self-hosted proxies).
 TELEGRAM_API_BASE = env.str("TELEGRAM_API_BASE", default="https://api.telegram.org")

@@ -62,7 +62,7 @@ def file_notes(message: Message, texts: dict[int, str] | None = None) -> list[di
     if isinstance(left_out, int) and left_out > 0:
         what = "an attachment" if left_out == 1 else f"{left_out} attachments"
         notes.append({"type": "text", "text": f"[{what} sent with this could not be kept: too large, unreachable, "
-                                              "or not an image, a PDF or a text file]"})
+                                              "or not an image, a PDF, a text file or audio]"})
     return notes
 
 

@@ -264,7 +264,7 @@ def test_a_discord_attachment_is_fetched_from_the_cdn_and_a_url_elsewhere_is_not
     assert list(Image.objects.values_list("mime_type", "name")) == [("application/pdf", "plan.pdf")]
     assert model_server.requests[0]["messages"][-1]["content"] == (
         "[discord_dm] Priya: [file: plan.pdf, application/pdf, 1 KB] [an attachment sent with this could not be"
-        " kept: too large, unreachable, or not an image, a PDF or a text file]")  # the one at 10.0.0.5
+        " kept: too large, unreachable, or not an image, a PDF, a text file or audio]")  # the one at 10.0.0.5
     assert "Authorization" not in platform.sent(r"/attachments/1/plan.pdf")[0].headers  # no token to a CDN
 
 
