@@ -13,7 +13,7 @@ from django.views.decorators.http import require_http_methods
 from qorven.agent.gateway import inbound_accept
 from sessions_app.channel_kinds import Channel
 from sessions_app.models import Session
-from sessions_app.selectors import StoredMessage, canonical_session_find, messages_read
+from sessions_app.selectors import StoredMessage, messages_read
 from sessions_app.services import session_resolve
 from tenancy.access import surface_trust
 from tenancy.errors import NotFound
@@ -21,7 +21,7 @@ from tenancy.selectors import qor_get
 from tenancy.switches import channel_enabled
 
 from .api_auth import bearer_required, json_error
-from .chat import with_deliveries
+from .chat import surface_session, with_deliveries
 from .json_body import QUERY_INT_MAX, BodyRefused, json_body
 
 MAX_CONTENT = 100_000
@@ -105,7 +105,13 @@ def _timeline(request: HttpRequest, qor) -> JsonResponse:
     include = {part.strip() for part in request.GET.get("include", "").split(",") if part.strip()}
     if include - {"tools"}:
         raise BadRequest("include takes: tools (the Qor's tool calls and results, hidden otherwise)")
-    session = canonical_session_find(tenant=request.tenant, qor=qor, user=request.user)  # type: ignore[attr-defined]
+    # In legacy mode each surface has its own session: read the one this client writes to
+    # (`surface`, else the channel it filters on when that is one it may post as).
+    surface = request.GET.get("surface") or (channel if channel in POSTABLE_CHANNELS else Channel.WEB)
+    if surface not in POSTABLE_CHANNELS:
+        raise BadRequest(f"surface takes: {', '.join(sorted(POSTABLE_CHANNELS))}")
+    session = surface_session(tenant=request.tenant, qor=qor, user=request.user,  # type: ignore[attr-defined]
+                              surface=surface)
     messages = (
         messages_read(session=session, channel=channel, after_seq=after_seq, before_seq=before_seq, limit=limit,
                       without_working="tools" not in include)

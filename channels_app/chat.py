@@ -117,23 +117,25 @@ def chat_qors(*, user: AbstractBaseUser) -> list[Qor]:
 def chat_session(*, owner: ChatOwner) -> Session | None:
     """The active canonical session, or None before the first message. In legacy mode
     (QORVEN_LEGACY_SESSIONS) the surface's own session: the one its messages go to."""
-    if settings.QORVEN_LEGACY_SESSIONS:
-        return _legacy_session(owner)
-    return canonical_session_find(tenant=owner.tenant, qor=owner.qor, user=owner.user)
+    return surface_session(tenant=owner.tenant, qor=owner.qor, user=owner.user, surface=owner.surface)
 
 
-def _legacy_session(owner: ChatOwner) -> Session | None:
+def surface_session(*, tenant: Tenant, qor: Qor, user: AbstractBaseUser, surface: str) -> Session | None:
+    """The session a member's messages on `surface` (web, tui, webchat) go to: their
+    canonical chat, or in legacy mode that surface's own session; None before the first."""
+    if not settings.QORVEN_LEGACY_SESSIONS:
+        return canonical_session_find(tenant=tenant, qor=qor, user=user)
     # As sessions_app.services.session_resolve keys a member's legacy session.
     return Session.objects.filter(
-        tenant=owner.tenant, qor=owner.qor, kind=Session.Kind.LEGACY, channel=owner.surface,
-        external_thread_id=f"user:{owner.user.pk}", state=Session.State.ACTIVE,
+        tenant=tenant, qor=qor, kind=Session.Kind.LEGACY, channel=surface,
+        external_thread_id=f"user:{user.pk}", state=Session.State.ACTIVE,
     ).first()
 
 
 def chat_session_get(*, owner: ChatOwner, session_id: int) -> Session | None:
     """`session_id` if it is the owner's active canonical session (a chat that moved on)."""
     if settings.QORVEN_LEGACY_SESSIONS:
-        legacy = _legacy_session(owner)
+        legacy = chat_session(owner=owner)
         return legacy if legacy is not None and legacy.pk == session_id else None
     return Session.objects.filter(
         pk=session_id, tenant=owner.tenant, qor=owner.qor, user=owner.user,

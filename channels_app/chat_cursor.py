@@ -120,6 +120,11 @@ class ChatCursor:
                 self.finished.remove(event["reply_to"])  # its new answer streams
             return Step(frames=[{"type": "message.regenerating", "reply_to": event["reply_to"],
                                  "superseded": event["superseded"]}])
+        if kind == "message.transcribed":
+            if event["seq"] > self.sent_seq:
+                return Step(catch_up=True)  # the message itself, with its transcript as stored now
+            return Step(frames=[{"type": "message.transcribed", "seq": event["seq"], "content": event["content"],
+                                 "voice": event.get("voice", "")}])
         if kind == "message.delivery":
             if event["seq"] > self.sent_seq:
                 return Step(catch_up=True)  # the reply itself, marked as stored now

@@ -18,7 +18,9 @@ Protocol (server → client, one JSON object per frame):
   shown its text as it streamed.
 - `{"type": "message.answer", "seq", "answer_state"}` — a user message's answer failed,
   or waits again after /retry; `{"type": "message.delivery", "seq", "delivery"}` — a
-  reply's delivery failed; `{"type": "message.regenerating", "reply_to", "superseded"}` —
+  reply's delivery failed; `{"type": "message.transcribed", "seq", "content", "voice"}` — a
+  voice note was heard (`voice`: transcript) or could not be (failed): `content` is its
+  text now; `{"type": "message.regenerating", "reply_to", "superseded"}` —
   the answer to `reply_to` is being written again: the replies at the `superseded` seqs
   are no longer shown (a reload sends them `hidden`).
 - `{"type": "message.stream", "reply_to", "text"}` — the reply streamed so far (after a
@@ -53,6 +55,7 @@ from qorven.runtime import metrics
 from qorven.runtime.hub import Encoder, hub
 from qorven.runtime.publisher import chat_group, session_group
 from qorven.runtime.streams import stream_snapshot
+from sessions_app.channel_kinds import Channel
 from tenancy.errors import NotFound
 from tenancy.selectors import api_token_authenticate
 
@@ -75,7 +78,7 @@ CLOSE_REFUSED = 4403
 CLOSE_SIGNED_OUT = 4401
 # What the layer carries to a chat's sockets; each goes through the chat cursor.
 LIVE_EVENTS = frozenset({"message.new", "message.chunk", "message.done", "message.answer", "message.delivery",
-                         "message.regenerating", "session.started"})
+                         "message.regenerating", "message.transcribed", "session.started"})
 
 
 class LiveChatConsumer(AsyncJsonWebsocketConsumer):
@@ -343,9 +346,14 @@ class ChatConsumer(LiveChatConsumer):
             user = token.user
         if user is None or not user.is_authenticated:
             return None
+        # The surface the client writes on (the terminal client: tui), whose session it
+        # follows in legacy mode; the page's is web.
+        surface = self.query().get("surface") or Channel.WEB
+        if surface not in (Channel.WEB, Channel.TUI):
+            return None
         try:
             return await database_sync_to_async(chat_owner)(
-                user=user, tenant_slug=kwargs["tenant"], qor_slug=kwargs["qor"]
+                user=user, tenant_slug=kwargs["tenant"], qor_slug=kwargs["qor"], surface=surface
             )
         except NotFound:
             return None

@@ -41,6 +41,9 @@ class InboundMessage(BaseModel):
     media: list[InboundMedia] = Field(default_factory=list)  # fetched by the processing task
     # Images already in hand (events stored before media references were, among them).
     images: list[InboundImage] = Field(default_factory=list)
+    # Attachments the webhook could not keep (too large, of a kind not kept, too many):
+    # counted with those the processing task cannot fetch, so the model is told.
+    left_out: int = 0
     extra: dict = Field(default_factory=dict)
     # Whether the platform proved the sender, where it can be forged (email: the inbound
     # provider's DKIM/SPF verdict); None where the platform vouches for its accounts.

@@ -17,12 +17,9 @@ from django.db import transaction
 from django.utils import timezone
 
 from qorven.agent.gateway import inbound_accept
-from qorven.agent.notices import VOICE_NOTICES
-from qorven.agent.voice import voice_heard
 from qorven.runtime.publish import tasks_publish
-from sessions_app.models import Message
 from sessions_app.channel_kinds import CHAT_FAMILY
-from sessions_app.services import message_append, session_resolve
+from sessions_app.services import session_resolve
 from tenancy.access import surface_access
 from tenancy.switches import channel_enabled, channel_enabled_cached
 from tenancy.trust import Trust
@@ -219,18 +216,12 @@ def _process(binding: ChannelBinding, message: InboundMessage, event: InboundEve
         session = session_resolve(tenant=tenant, qor=qor, channel=message.channel, user=user,
                                   thread_id=message.thread_id or message.sender_id)
     images, meta = _images(binding, message, meta)
-    content, heard, notice = voice_heard(qor=qor, text=message.text, attachments=images)
-    with transaction.atomic():
-        result = inbound_accept(
-            session=session, content=content, channel=message.channel,
-            sender_name=message.sender_name or identity.display_name, user=user, trust=trust,
-            external_scope=scope, external_id=message.external_id,
-            metadata={**meta, **heard, **({"no_reply": True} if notice else {})}, images=images,
-        )
-        if notice and result.created:  # answered here, with one notice of ours: no model call
-            message_append(session=result.message.session, role=Message.Role.SYSTEM, content=VOICE_NOTICES[notice],
-                           channel=message.channel, metadata={"notice": notice, "reply_to": result.message.seq},
-                           sender_name=qor.name)
+    # Voice notes are transcribed once stored (qorven.agent.voice), as on every surface.
+    result = inbound_accept(
+        session=session, content=message.text, channel=message.channel,
+        sender_name=message.sender_name or identity.display_name, user=user, trust=trust,
+        external_scope=scope, external_id=message.external_id, metadata=meta, images=images,
+    )
     return "accepted" if result.created else "duplicate"
 
 
@@ -275,7 +266,7 @@ def _images(binding: ChannelBinding, message: InboundMessage, meta: dict) -> tup
     can tell the person, and the text counts without it."""
     images = list(message.images)
     adapter = adapter_for(binding.kind)
-    missing = 0
+    missing = message.left_out
     for media in message.media if adapter is not None else []:
         try:
             image = adapter.fetch_media(binding, media)

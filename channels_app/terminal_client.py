@@ -77,7 +77,7 @@ class ServerLink:
         parts = urlsplit(self.base)
         scheme = "wss" if parts.scheme == "https" else "ws"
         url = (f"{scheme}://{parts.netloc}/ws/chat/{quote(self.owner.tenant.slug)}/{quote(self.owner.qor.slug)}/"
-               f"?token={quote(self.token)}")
+               f"?token={quote(self.token)}&surface=tui")
         if session_id is not None:
             url += f"&session={session_id}&last_seq={last_seq}"
         return url

@@ -1,8 +1,9 @@
 """Files people attach on the chat page and the webchat: images (JPEG, PNG, GIF, WebP),
-PDFs and plain-text files, each checked by its content (Pillow reads an image's header; a
-PDF starts with its signature; text must be UTF-8 without control bytes) — the name and
-the browser's type are ignored — size-limited (QORVEN_MAX_UPLOAD), and turned into what
-becomes an Image row (the attachments table: images and other files)."""
+PDFs, plain-text files and voice notes (OGG/Opus, MP3, WAV, M4A/MP4, WebM), each checked by
+its content (Pillow reads an image's header; a PDF and audio start with their signature;
+text must be UTF-8 without control bytes) — the name and the browser's type are ignored —
+size-limited (QORVEN_MAX_UPLOAD), and turned into what becomes an Image row (the
+attachments table: images, audio and other files)."""
 from __future__ import annotations
 
 import base64
@@ -42,6 +43,9 @@ def attachment_check(raw: bytes, name: str) -> UploadedImage:
     shown = (name or "the file")[:80]
     if len(raw) > limit:
         raise UploadRefused(f"{shown} is larger than {_megabytes(limit)}", 413)
+    audio = _audio_type(raw)
+    if audio is not None:  # a voice note: transcribed like one from Telegram (qorven.agent.voice)
+        return UploadedImage(mime_type=audio, data=base64.b64encode(raw).decode(), size=len(raw))
     document = _document_type(raw)
     if document is not None:
         return UploadedImage(mime_type=document, data=base64.b64encode(raw).decode(), size=len(raw),
@@ -51,7 +55,8 @@ def attachment_check(raw: bytes, name: str) -> UploadedImage:
             kind = picture.format or ""
             picture.verify()  # the structure holds together, without decoding every pixel
     except (UnidentifiedImageError, OSError, SyntaxError, ValueError, PILImage.DecompressionBombError):
-        raise UploadRefused(f"{shown} is not an image (JPEG, PNG, GIF or WebP), a PDF or a text file", 415) from None
+        raise UploadRefused(f"{shown} is not an image (JPEG, PNG, GIF or WebP), a PDF, a text file or audio",
+                            415) from None
     if kind not in ACCEPTED:
         raise UploadRefused(f"{shown} is a {kind or 'kind of'} image; attach JPEG, PNG, GIF or WebP", 415)
     return UploadedImage(mime_type=ACCEPTED[kind], data=base64.b64encode(raw).decode(), size=len(raw))
@@ -70,6 +75,24 @@ def images_read(files: list[UploadedFile]) -> list[UploadedImage]:
             raise UploadRefused(f"{name[:80]} is larger than {_megabytes(limit)}", 413)
         kept.append(attachment_check(upload.read(limit + 1), name))
     return kept
+
+
+_MP4_BRANDS = {b"M4A ", b"M4B ", b"mp41", b"mp42", b"isom", b"iso2", b"dash", b"3gp4", b"3gp5"}
+
+
+def _audio_type(raw: bytes) -> str | None:
+    """The audio type the bytes' signature names, else None."""
+    if raw.startswith(b"OggS"):
+        return "audio/ogg"
+    if raw.startswith(b"ID3") or (len(raw) > 1 and raw[0] == 0xFF and raw[1] & 0xE0 == 0xE0 and raw[1] & 0x06):
+        return "audio/mpeg"  # an ID3 tag, or an MPEG audio frame (layer bits set: not AAC's ADTS)
+    if raw[:4] == b"RIFF" and raw[8:12] == b"WAVE":
+        return "audio/wav"
+    if raw[4:8] == b"ftyp" and raw[8:12] in _MP4_BRANDS:
+        return "audio/mp4"
+    if raw.startswith(b"\x1a\x45\xdf\xa3"):  # EBML: what browsers record (MediaRecorder)
+        return "audio/webm"
+    return None
 
 
 def _document_type(raw: bytes) -> str | None:

@@ -304,6 +304,8 @@ QORVEN_CONTEXT_RESERVE = env.int("QORVEN_CONTEXT_RESERVE", default=1024)
 # file the chat page and the webchat accept (bytes).
 QORVEN_PROMPT_IMAGES = env.int("QORVEN_PROMPT_IMAGES", default=4)
 QORVEN_MAX_UPLOAD = env.int("QORVEN_MAX_UPLOAD", default=10 * 1024 * 1024)
+# Characters of attached text files read into one prompt (newest first); 0: notes only.
+QORVEN_PROMPT_FILE_CHARS = env.int("QORVEN_PROMPT_FILE_CHARS", default=8000)
 QORVEN_MAX_TOOL_ROUNDS = env.int("QORVEN_MAX_TOOL_ROUNDS", default=8)
 QORVEN_MODEL_TIMEOUT = env.float("QORVEN_MODEL_TIMEOUT", default=60.0)
 QORVEN_MODEL_RETRIES = env.int("QORVEN_MODEL_RETRIES", default=4)
@@ -316,6 +318,10 @@ QORVEN_TURN_LEASE = env.int("QORVEN_TURN_LEASE", default=30)
 # first and four times longer each time, before it is marked failed.
 QORVEN_ANSWER_ATTEMPTS = env.int("QORVEN_ANSWER_ATTEMPTS", default=3)
 QORVEN_ANSWER_RETRY_DELAY = env.float("QORVEN_ANSWER_RETRY_DELAY", default=5.0)
+# A voice note the transcriber could not hear for a transient reason is tried this many
+# more times, QORVEN_VOICE_RETRY_DELAY seconds later, then four times as long each time.
+QORVEN_VOICE_RETRIES = env.int("QORVEN_VOICE_RETRIES", default=4)
+QORVEN_VOICE_RETRY_DELAY = env.float("QORVEN_VOICE_RETRY_DELAY", default=5.0)
 
 # Platforms. Every API base URL can point elsewhere (tests, self-hosted proxies).
 TELEGRAM_API_BASE = env.str("TELEGRAM_API_BASE", default="https://api.telegram.org")

@@ -258,6 +258,17 @@ def message_answer_attempted(*, message: Message) -> int:
     return message.answer_attempts or 0
 
 
+def message_transcribed(*, message: Message, content: str, metadata: dict[str, Any], awaits_answer: bool) -> None:
+    """A voice note was heard (or could not be): `content` becomes the message's text (the
+    audio stays attached) and, with `awaits_answer`, it waits for the Qor's answer."""
+    fields: dict[str, Any] = {"content": content, "metadata": metadata}
+    if awaits_answer:
+        fields.update(answer_state=Message.Answer.PENDING, answer_attempts=0)
+    Message.objects.filter(pk=message.pk).update(**fields)
+    for name, value in fields.items():
+        setattr(message, name, value)
+
+
 def message_answer_fail(*, message: Message, error: str) -> None:
     """The message will not be answered (refused, never fits, out of tries): it stops
     waiting, so the messages after it are answered, and keeps why for the admin."""

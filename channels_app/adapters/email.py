@@ -64,8 +64,8 @@ class EmailAdapter(Adapter):
         name, sender = parseaddr(str(body.get("from", "")))
         message_id = str(body.get("message_id") or body.get("message-id") or "").strip()
         text = str(body.get("text") or "").strip()
-        attachments = _attachments(body.get("attachments"), message_id)
-        if not sender or not message_id or not (text or attachments):
+        attachments, left_out = _attachments(body.get("attachments"), message_id)
+        if not sender or not message_id or not (text or attachments or left_out):
             return Parsed([])
         references = str(body.get("references") or "").split()
         thread = references[0] if references else str(body.get("in_reply_to") or body.get("in-reply-to") or message_id)
@@ -77,7 +77,7 @@ class EmailAdapter(Adapter):
                 text=f"{subject}\n\n{text}" if subject else text, thread_id=thread,
                 reply_target=SEP.join([sender, message_id, reply_subject]),
                 sender_proven=sender_proven(body, sender, str(binding.credentials.get("sender_check") or "dkim")),
-                images=attachments,
+                images=attachments, left_out=left_out,
             )
         ])
 
@@ -94,13 +94,18 @@ class EmailAdapter(Adapter):
         return ""
 
 
-def _attachments(raw: object, message_id: str) -> list[InboundImage]:
+def _attachments(raw: object, message_id: str) -> tuple[list[InboundImage], int]:
     """The mail's attachments (`[{"filename", "content_type", "content": base64}]`) that are
-    kept: images, PDFs and text files, checked by content, at most QORVEN_MAX_UPLOAD each
-    and four in all. The others are left out (logged by kind only); the text counts."""
+    kept: images, PDFs and text files, checked by content, at most QORVEN_MAX_UPLOAD
+    each and four in all; and how many were left out (logged by kind only), which the
+    message carries so the model can tell the person. The text counts either way."""
     kept: list[InboundImage] = []
+    left_out = 0
     for item in raw if isinstance(raw, list) else []:
-        if not isinstance(item, dict) or len(kept) >= MAX_FILES:
+        if not isinstance(item, dict):
+            continue
+        if len(kept) >= MAX_FILES:
+            left_out += 1
             continue
         name = str(item.get("filename") or "")
         try:
@@ -108,10 +113,11 @@ def _attachments(raw: object, message_id: str) -> list[InboundImage]:
             checked = attachment_check(data, name)
         except (ValueError, UploadRefused) as exc:
             logger.info("an attachment of email %s was left out: %s", message_id[:80], type(exc).__name__)
+            left_out += 1
             continue
         kept.append(InboundImage(mime_type=checked.mime_type, data=checked.data, size=checked.size,
                                  name=checked.name))
-    return kept
+    return kept, left_out
 
 
 def _dkim_passes(verdict: str, domain: str) -> bool:

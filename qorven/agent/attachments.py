@@ -1,12 +1,16 @@
-"""What the model sees of the images people sent: for a route that accepts images, the
-newest QORVEN_PROMPT_IMAGES of the window as `image_url` content parts (data URLs); every
-other one as a short note ("[image: image/jpeg, 240 KB]"), so the model knows it was sent.
+"""What the model sees of the images and files people sent: for a route that accepts
+images, the newest QORVEN_PROMPT_IMAGES of the window as `image_url` content parts (data
+URLs); every other one as a short note ("[image: image/jpeg, 240 KB]"), so the model knows
+it was sent. Each file gets a note ("[file: report.pdf, application/pdf, 240 KB]"); a text
+file still kept has its text after the note, newest first, the window's files sharing
+QORVEN_PROMPT_FILE_CHARS characters (one cut short says so, those past it keep the note).
 
 Only messages whose metadata lists `attachments` are looked up (one query for the window),
-and only the images that are sent have their bytes read.
+and only the images that are sent and the text files that are read have their bytes read.
 """
 from __future__ import annotations
 
+import base64
 from collections import defaultdict
 from typing import Any
 
@@ -32,20 +36,33 @@ def size_label(size: int) -> str:
     return f"{max(1, round(size / 1024))} KB"
 
 
-def file_notes(message: Message) -> list[dict[str, Any]]:
-    """A note for each file (not an image, not a voice note) the message came with, so the
-    model knows it was sent: "[file: report.pdf, application/pdf, 240 KB]"."""
+TRUNCATED = "[… truncated]"
+
+
+def _files(message: Message) -> list[dict[str, Any]]:
     metadata = message.metadata if isinstance(message.metadata, dict) else {}
     attachments = metadata.get("attachments")
-    notes = [{"type": "text", "text": f"[file: {a.get('name') or 'file'}, {a.get('mime_type', '')}, "
-                                      f"{size_label(int(a.get('size') or 0))}]"}
-             for a in (attachments if isinstance(attachments, list) else [])
-             if isinstance(a, dict) and a.get("type") == "file"]
+    return [a for a in (attachments if isinstance(attachments, list) else [])
+            if isinstance(a, dict) and a.get("type") == "file"]
+
+
+def file_notes(message: Message, texts: dict[int, str] | None = None) -> list[dict[str, Any]]:
+    """A note for each file (not an image, not a voice note) the message came with, so the
+    model knows it was sent: "[file: report.pdf, application/pdf, 240 KB]" — followed by
+    its text where `texts` has it (by the file's index among the message's files)."""
+    metadata = message.metadata if isinstance(message.metadata, dict) else {}
+    notes = []
+    for i, a in enumerate(_files(message)):
+        name = a.get("name") or "file"
+        note = f"[file: {name}, {a.get('mime_type', '')}, {size_label(int(a.get('size') or 0))}]"
+        if texts and i in texts:
+            note = f"{note}\n{texts[i]}\n[end of {name}]"
+        notes.append({"type": "text", "text": note})
     left_out = metadata.get("left_out")
     if isinstance(left_out, int) and left_out > 0:
         what = "an attachment" if left_out == 1 else f"{left_out} attachments"
         notes.append({"type": "text", "text": f"[{what} sent with this could not be kept: too large, unreachable, "
-                                              "or not an image, a PDF or a text file]"})
+                                              "or not an image, a PDF, a text file or audio]"})
     return notes
 
 
@@ -53,8 +70,9 @@ def image_parts(window: list[Message], *, vision: bool) -> dict[int, list[dict[s
     """For each user message of `window` that came with images: the content parts that
     follow its text, in the order they were sent (by message pk)."""
     parts: dict[int, list[dict[str, Any]]] = {}
+    texts = file_texts(window)
     for message in window:
-        if message.role == Message.Role.USER and (notes := file_notes(message)):
+        if message.role == Message.Role.USER and (notes := file_notes(message, texts.get(message.pk))):
             parts[message.pk] = notes
     described = [m for m in window if m.role == Message.Role.USER and attached_count(m)]
     if not described:
@@ -83,3 +101,34 @@ def image_parts(window: list[Message], *, vision: bool) -> dict[int, list[dict[s
             out.append({"type": "text", "text": f"[image: {mime}, {size_label(int(size))}{gone}]"})
         parts[message.pk] = out + parts.get(message.pk, [])
     return parts
+
+
+def file_texts(window: list[Message]) -> dict[int, dict[int, str]]:
+    """The text of the UTF-8 text files the window's user messages came with and that are
+    still kept, as {message pk: {file index: text}}: newest first, sharing
+    QORVEN_PROMPT_FILE_CHARS characters; the one the budget runs out in is cut short with
+    TRUNCATED, older ones are left to their note."""
+    budget = settings.QORVEN_PROMPT_FILE_CHARS
+    with_text = {m.pk: m.seq for m in window if m.role == Message.Role.USER
+                 and any(str(a.get("mime_type", "")).startswith("text/") for a in _files(m))}
+    if budget <= 0 or not with_text:
+        return {}
+    rows = list(Image.objects.filter(message_id__in=with_text).exclude(mime_type__startswith="image/")
+                .exclude(mime_type__startswith="audio/").order_by("id").values_list("id", "message_id", "mime_type"))
+    index: dict[int, int] = defaultdict(int)  # the files of each message, in the order they were sent
+    placed = []
+    for pk, message_id, mime in rows:
+        if mime.startswith("text/"):
+            placed.append((with_text[message_id], pk, message_id, index[message_id]))
+        index[message_id] += 1
+    texts: dict[int, dict[int, str]] = defaultdict(dict)
+    for _, pk, message_id, i in sorted(placed, reverse=True):  # newest first
+        if budget <= 0:
+            break
+        data = Image.objects.filter(pk=pk).values_list("data", flat=True).first() or ""
+        text = base64.b64decode(data).decode("utf-8", errors="replace")
+        if len(text) > budget:
+            text = f"{text[:budget]}\n{TRUNCATED}"
+        budget -= len(text)
+        texts[message_id][i] = text
+    return texts

@@ -12,6 +12,8 @@ from sessions_app.models import Message, Session
 from sessions_app.selectors import session_successor
 from sessions_app.services import AppendResult, ImageBytes, attachments_meta, images_attach, message_append
 
+from .notices import VOICE_NOTICES
+
 
 def turn_enqueue(*, session: Session) -> None:
     """Queue a turn for the session once the current transaction commits."""
@@ -39,12 +41,20 @@ def inbound_accept(
     message is neither stored nor answered twice."""
     from tenancy.slash_registry import CommandContext, CommandReply, command_parse
 
-    parsed = command_parse(content)
+    from .voice import has_voice, voice_intake
+
+    heard: dict[str, Any] = {}
+    voice_notice = ""
+    if has_voice(images):  # transcribed once stored (qorven.agent.voice), or one notice of ours
+        content, heard, voice_notice = voice_intake(qor=session.qor, text=content)
+    parsed = command_parse(content) if not heard else None
     extra = {"trust": trust, **({"command": parsed[0].name} if parsed else {}),
-             **({"attachments": attachments_meta(images)} if images else {})}
+             **({"attachments": attachments_meta(images)} if images else {}), **heard}
     # Commands are answered right here; group chatter the Qor was not addressed in is kept
-    # for context. Anything else waits for the agent's answer.
-    awaits_answer = parsed is None and not (metadata or {}).get("no_reply")
+    # for context; a voice note waits for its transcript. Anything else waits for the
+    # agent's answer.
+    addressed = not (metadata or {}).get("no_reply")
+    awaits_answer = parsed is None and addressed and not heard
     with transaction.atomic():
         for attempt in range(2):
             try:
@@ -63,6 +73,12 @@ def inbound_accept(
         if not result.created:
             return result
         images_attach(message=result.message, images=images)
+        if heard.get("voice") == "pending":
+            _transcribe_soon(result.message)
+        elif voice_notice and addressed:  # answered here, with one notice of ours: no model call
+            message_append(session=result.message.session, role=Message.Role.SYSTEM,
+                           content=VOICE_NOTICES[voice_notice], channel=channel, sender_name=session.qor.name,
+                           metadata={"notice": voice_notice, "reply_to": result.message.seq})
         if parsed is None:
             if awaits_answer:
                 turn_enqueue(session=session)
@@ -82,6 +98,13 @@ def inbound_accept(
             sender_name=session.qor.name, metadata=reply_meta,
         )
     return result
+
+
+def _transcribe_soon(message: Message) -> None:
+    from .tasks import voice_transcribe_task
+
+    tenant_id, message_id = message.tenant_id, message.pk
+    transaction.on_commit(lambda: voice_transcribe_task.delay(tenant_id, message_id))
 
 
 def reply_regenerate(*, session: Session, reply_to: int) -> bool:

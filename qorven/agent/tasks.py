@@ -81,3 +81,31 @@ def agent_turn(self, tenant_id: int, session_id: int, busy: int = 0) -> int:
         if outcome.retry_after is not None:
             raise self.retry(args=(tenant_id, session_id), kwargs={"busy": 0}, countdown=outcome.retry_after)
         return outcome.answered
+
+
+def voice_backoff(tries: int) -> float:
+    """Seconds before trying a voice note again after `tries` transient failures:
+    QORVEN_VOICE_RETRY_DELAY, then four times as long each time (at most five minutes)."""
+    from django.conf import settings
+
+    return min(settings.QORVEN_VOICE_RETRY_DELAY * 4 ** tries, 300.0)
+
+
+@shared_task(bind=True, name="qorven.agent.voice_transcribe", acks_late=True, max_retries=None)
+def voice_transcribe_task(self, tenant_id: int, message_id: int) -> str:
+    """Transcribe a stored message's voice notes (qorven.agent.voice). Safe to run twice.
+    A transcriber that is down (5xx, timeouts, rate limits past the SDK's own retries) is
+    tried again after a backoff, QORVEN_VOICE_RETRIES times; a refusal, or the last try
+    failing, settles the message with one notice at once."""
+    from django.conf import settings
+
+    from .voice import TranscribeLater, voice_transcribe
+
+    tries = self.request.retries or 0
+    with log_context(tenant=tenant_id, message_id=message_id):
+        try:
+            return voice_transcribe(tenant_id=tenant_id, message_id=message_id,
+                                    last_try=tries >= settings.QORVEN_VOICE_RETRIES)
+        except TranscribeLater as exc:
+            countdown = max(exc.after or 0.0, voice_backoff(tries))
+            raise self.retry(countdown=countdown) from None

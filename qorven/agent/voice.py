@@ -1,42 +1,113 @@
 """Voice notes: what a person said becomes the text of their message, through the Qor's
-transcriber route (qorven.llm); the audio stays attached to the message."""
+transcriber route (qorven.llm); the audio stays attached to the message.
+
+A message with audio is stored at once (`voice: pending`, the typed text or "[voice note]"
+as its content), on every surface alike — a platform's DM or group, the chat page, the
+webchat — and transcribed by a task (qorven.agent.tasks.voice_transcribe_task), never in a
+request: the transcript becomes its content (`voice: transcript`) and, when the Qor was
+addressed, it waits for its answer like text. A transcriber that is down for a while is
+tried again later; one that refuses, or is still down after QORVEN_VOICE_RETRIES more
+tries, leaves the message `voice: failed` with one notice of ours and no model call. Group
+chatter the Qor was not addressed in is transcribed too, as context, and never answered.
+"""
 from __future__ import annotations
 
 import base64
 import logging
+from collections.abc import Sequence
 from typing import Any, Protocol
 
-from qorven.llm import ModelError
+from django.db import transaction
+
+from qorven.llm import ModelError, ModelRefused
 from qorven.llm.routes import transcribe, transcriber_route
+from sessions_app.models import Image, Message
+from sessions_app.services import message_append, message_transcribed
 from tenancy.models import Qor
 
+from .notices import VOICE_NOTICES
+
 logger = logging.getLogger(__name__)
+
+PLACEHOLDER = "[voice note]"
 
 
 class Attachment(Protocol):
     mime_type: str
-    data: str  # base64
-    size: int
 
 
-def voice_heard(*, qor: Qor, text: str, attachments: list[Attachment]) -> tuple[str, dict[str, Any], str]:
-    """(content, metadata, notice) of a message that may hold voice notes (`audio/…`
-    attachments): the transcript is the content (after any text sent with it), marked in
-    the metadata. `notice` names the one reply of ours (qorven.agent.notices.VOICE_NOTICES)
-    when the Qor has no transcriber, or the note could not be made out; the message is
-    stored either way and, then, not sent to the model."""
-    voices = [a for a in attachments if a.mime_type.startswith("audio/")]
-    if not voices:
-        return text, {}, ""
-    route = transcriber_route(qor)
-    if route is None:
-        return text or "[voice note]", {"voice": "not transcribed"}, "voice_off"
+class TranscribeLater(Exception):
+    """The transcriber could not answer now; the note is tried again after `after` s (or
+    the task's own backoff when None)."""
+
+    def __init__(self, after: float | None) -> None:
+        super().__init__(after)
+        self.after = after
+
+
+def has_voice(attachments: Sequence[Attachment]) -> bool:
+    return any(a.mime_type.startswith("audio/") for a in attachments)
+
+
+def voice_intake(*, qor: Qor, text: str) -> tuple[str, dict[str, Any], str]:
+    """(content, metadata, notice) of a message arriving with voice notes: with a
+    transcriber, the text so far and `voice: pending` (a task transcribes it once it is
+    stored); without one, `voice: not transcribed` and the notice key
+    (qorven.agent.notices.VOICE_NOTICES) of the one reply of ours."""
+    if transcriber_route(qor) is None:
+        return text or PLACEHOLDER, {"voice": "not transcribed"}, "voice_off"
+    return text or PLACEHOLDER, {"voice": "pending"}, ""
+
+
+def voice_transcribe(*, tenant_id: int, message_id: int, last_try: bool) -> str:
+    """Transcribe the voice notes of a stored message still `voice: pending`, and settle it:
+    "transcript", "failed", or "skipped" (already settled, or gone). Raises
+    TranscribeLater on a transient failure unless this is the `last_try`. Safe to run
+    twice: the message is settled once."""
+    message = Message.objects.select_related("session__qor").filter(tenant_id=tenant_id, pk=message_id).first()
+    if message is None or (message.metadata or {}).get("voice") != "pending":
+        return "skipped"
+    qor = message.session.qor
+    audio = list(Image.objects.filter(message=message, mime_type__startswith="audio/").order_by("id")
+                 .values_list("mime_type", "data"))
     try:
-        heard = [transcribe(route, audio=base64.b64decode(v.data), mime_type=v.mime_type) for v in voices]
+        route = transcriber_route(qor)
+        if route is None:  # switched off since the note arrived
+            raise ModelRefused("no transcriber model", kind="misconfigured")
+        heard = [transcribe(route, audio=base64.b64decode(data), mime_type=mime) for mime, data in audio]
     except ModelError as exc:
         logger.warning("a voice note for qor %s could not be transcribed (%s): %s", qor.pk, exc.kind, exc.detail)
-        return text or "[voice note]", {"voice": "failed"}, "voice_failed"
-    transcript = " ".join(t for t in heard if t)
-    if not transcript:
-        return text or "[voice note]", {"voice": "empty"}, "voice_failed"
-    return (f"{text}\n{transcript}" if text else transcript), {"voice": "transcript"}, ""
+        if exc.transient and not last_try:
+            raise TranscribeLater(exc.retry_after) from None
+        return _settle(message, qor=qor, transcript="")
+    return _settle(message, qor=qor, transcript=" ".join(t for t in heard if t))
+
+
+def _settle(message: Message, *, qor: Qor, transcript: str) -> str:
+    from qorven.runtime.publisher import broadcast_soon
+
+    from .gateway import turn_enqueue
+
+    with transaction.atomic():
+        fresh = Message.objects.select_for_update().select_related("session").filter(pk=message.pk).first()
+        metadata = dict(fresh.metadata or {}) if fresh is not None else {}
+        if fresh is None or metadata.get("voice") != "pending":
+            return "skipped"  # another run settled it
+        addressed = not metadata.get("no_reply")
+        text = "" if fresh.content == PLACEHOLDER else fresh.content
+        outcome = "transcript" if transcript else "failed"
+        content = (f"{text}\n{transcript}" if text else transcript) if transcript else fresh.content
+        message_transcribed(message=fresh, content=content, metadata={**metadata, "voice": outcome},
+                            awaits_answer=addressed and bool(transcript))
+        session = fresh.session
+        if addressed and transcript:
+            turn_enqueue(session=session)
+        elif addressed:  # one notice of ours, no model call
+            message_append(session=session, role=Message.Role.SYSTEM, content=VOICE_NOTICES["voice_failed"],
+                           channel=fresh.channel, sender_name=qor.name,
+                           metadata={"notice": "voice_failed", "reply_to": fresh.seq})
+        events = [{"type": "message.transcribed", "seq": fresh.seq, "content": content, "voice": outcome}]
+        if addressed and transcript:
+            events.append({"type": "message.answer", "seq": fresh.seq, "answer_state": "pending"})
+        transaction.on_commit(lambda: [broadcast_soon(session.pk, event) for event in events])
+    return outcome

@@ -233,3 +233,26 @@ def test_a_post_is_seven_queries_and_writes_only_the_message(client, world, toke
         assert post(client, tokens["alice"], "hello").status_code == 201
     writes = [q["sql"] for q in captured.captured_queries if q["sql"].lstrip().upper().startswith(("INSERT", "UPDATE"))]
     assert len(writes) == 1 and "sessions_app_message" in writes[0]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_in_legacy_mode_the_timeline_reads_the_session_the_client_writes_to(client, world, tokens, settings,
+                                                                            model_server, drain):
+    from ..fakes.model_server import reply
+
+    settings.QORVEN_LEGACY_SESSIONS = True
+    model_server.add(reply("Tuesday at 10."))
+    response = client.post(URL.format("aria"), data=json.dumps({"content": "When is standup?", "channel": "tui"}),
+                           content_type="application/json", **auth(tokens["alice"]))
+    assert response.status_code == 201
+    drain()
+    written = response.json()["session"]["id"]
+    as_terminal = client.get(URL.format("aria") + "?surface=tui", **auth(tokens["alice"])).json()
+    assert as_terminal["session"]["id"] == written
+    assert [m["content"] for m in as_terminal["messages"]] == ["When is standup?", "Tuesday at 10."]
+    # A terminal filtering its own channel reads its own session too.
+    filtered = client.get(URL.format("aria") + "?channel=tui", **auth(tokens["alice"])).json()
+    assert filtered["session"]["id"] == written and len(filtered["messages"]) == 2
+    web = client.get(URL.format("aria"), **auth(tokens["alice"])).json()  # the web surface has its own, still empty
+    assert (web["session"], web["messages"]) == (None, [])
+    assert client.get(URL.format("aria") + "?surface=telegram", **auth(tokens["alice"])).status_code == 400

@@ -327,3 +327,22 @@ def test_a_socket_opens_only_from_this_servers_own_origin(world, origin, opens):
         return connected
 
     assert async_to_sync(attempt)() is opens
+
+
+def test_in_legacy_mode_a_terminal_socket_follows_the_terminal_session(world, settings):
+    settings.QORVEN_LEGACY_SESSIONS = True
+    _, token = api_token_create(tenant=world.tenant_a, user=world.alice)
+    terminal = session_resolve(tenant=world.tenant_a, qor=world.qor_a, channel="tui", user=world.alice)
+    web = session_resolve(tenant=world.tenant_a, qor=world.qor_a, channel="web", user=world.alice)
+    append(terminal, "from the terminal", channel="tui")
+    append(web, "from the page")
+
+    async def scenario():
+        comm = communicator(f"{ALICE_CHAT}?surface=tui", headers=[(b"authorization", f"Bearer {token}".encode())])
+        assert (await comm.connect())[0]
+        events = await receive_until(comm, lambda e: e.get("seq") == 1)
+        assert events[0]["session_id"] == terminal.pk
+        assert [e["content"] for e in new_messages(events)] == ["from the terminal"]
+        await comm.disconnect()
+
+    async_to_sync(scenario)()

@@ -264,7 +264,7 @@ def test_a_discord_attachment_is_fetched_from_the_cdn_and_a_url_elsewhere_is_not
     assert list(Image.objects.values_list("mime_type", "name")) == [("application/pdf", "plan.pdf")]
     assert model_server.requests[0]["messages"][-1]["content"] == (
         "[discord_dm] Priya: [file: plan.pdf, application/pdf, 1 KB] [an attachment sent with this could not be"
-        " kept: too large, unreachable, or not an image, a PDF or a text file]")  # the one at 10.0.0.5
+        " kept: too large, unreachable, or not an image, a PDF, a text file or audio]")  # the one at 10.0.0.5
     assert "Authorization" not in platform.sent(r"/attachments/1/plan.pdf")[0].headers  # no token to a CDN
 
 
@@ -336,6 +336,33 @@ def test_email_attachments_are_kept_images_and_files_and_the_rest_left_out(clien
     assert "[image: image/png, 1 KB]" in said and "[file: itinerary.pdf, application/pdf, 1 KB]" in said
     assert "setup.exe" not in said
     assert len(mail.outbox) == 1
+
+
+def test_email_attachments_left_out_in_the_webhook_are_counted_so_the_model_can_say_so(client, world, email,
+                                                                                       model_server, drain, settings):
+    import base64
+
+    settings.QORVEN_MAX_UPLOAD = 64
+    pair(world, "email", "priya@example.com", world.alice)
+    model_server.default = reply("The scan was too large; could you send a smaller one?")
+    body = email_body("Here is the scan.", "<m21@example.com>")
+    body["attachments"] = [
+        {"filename": "scan.txt", "content": base64.b64encode(b"big " * 100).decode()},  # over the limit
+        {"filename": "setup.exe", "content": base64.b64encode(b"MZ\x90\x00\x03").decode()},  # not kept
+    ]
+    only_attachments = email_body("", "<m22@example.com>")
+    only_attachments["subject"] = ""
+    only_attachments["attachments"] = body["attachments"][:1]
+    assert post_email(client, body).status_code == 200
+    assert post_email(client, only_attachments).status_code == 200
+    drain()
+    first, second = Message.objects.filter(role="user").order_by("session_id", "seq")
+    assert (first.metadata["left_out"], second.metadata["left_out"]) == (2, 1)
+    said = sorted(str(r["messages"][-1]["content"]) for r in model_server.requests)  # threads run side by side
+    assert said[0].startswith("[email] Priya: Trip plans\n\nHere is the scan. [2 attachments sent with this could "
+                              "not be kept")
+    # A mail that was nothing but a file that could not be kept still reaches the Qor.
+    assert said[1].startswith("[email] Priya: [an attachment sent with this could not be kept")
 
 
 # --- SMS -----------------------------------------------------------------------------------

@@ -171,7 +171,7 @@ def test_a_telegram_photo_that_cannot_be_fetched_leaves_the_text_stored_and_answ
     # The model is told, so its answer can say so.
     assert model_server.requests[0]["messages"][-1]["content"] == (
         "[telegram] Priya: look [an attachment sent with this could not be kept: too large, unreachable, "
-        "or not an image, a PDF or a text file]")
+        "or not an image, a PDF, a text file or audio]")
     assert InboundEvent.objects.get().state == InboundEvent.State.DONE
     if failure == "said to be too big":
         assert platform.sent(r"/getFile") == []  # not fetched only to be thrown away

@@ -158,8 +158,31 @@ def test_a_pdf_and_a_text_file_are_kept_by_name_downloaded_and_noted_for_the_mod
     ]
     drain()
     assert last_user_content(model_server.requests[0]) == (
-        "[web] Alice: see attached [file: report.pdf, application/pdf, 1 KB] [file: notes.txt, text/plain, 1 KB]")
+        "[web] Alice: see attached [file: report.pdf, application/pdf, 1 KB] [file: notes.txt, text/plain, 1 KB]\n"
+        "Shopping: eggs, flour, café au lait\n\n[end of notes.txt]")
     message = Message.objects.get(role="user")
     got = client.get(f"/chat/api/acme/aria/images/{message.session_id}/{message.seq}/0")
     assert (got.content, got["Content-Type"]) == (pdf, "application/pdf")
     assert got["Content-Disposition"] == 'attachment; filename="report.pdf"'  # downloaded, not shown on our origin
+
+
+def test_text_files_are_read_into_the_prompt_newest_first_within_the_budget(client, world, model_server, drain,
+                                                                              settings):
+    settings.QORVEN_PROMPT_FILE_CHARS = 30
+    model_server.add(reply("Noted."), reply("Noted too."), reply("And that."))
+    client.force_login(world.alice)
+    send(client, "old list", upload("old.txt", b"apples pears plums", "text/plain"))
+    drain()
+    send(client, "new list", upload("new.txt", ("x" * 25).encode(), "text/plain"))
+    drain()
+    users = [m["content"] for m in model_server.requests[1]["messages"] if m["role"] == "user"]
+    assert users == [
+        "[web] Alice: old list [file: old.txt, text/plain, 1 KB]\napple\n[… truncated]\n[end of old.txt]",
+        "[web] Alice: new list [file: new.txt, text/plain, 1 KB]\n" + "x" * 25 + "\n[end of new.txt]",
+    ]
+    Image.objects.filter(name="new.txt").delete()  # no longer kept: its note only
+    send(client, "and?")
+    drain()
+    users = [m["content"] for m in model_server.requests[2]["messages"] if m["role"] == "user"]
+    assert users[1] == "[web] Alice: new list [file: new.txt, text/plain, 1 KB]"
+    assert users[0].startswith("[web] Alice: old list [file: old.txt, text/plain, 1 KB]\napples pears plums\n")

@@ -149,3 +149,150 @@ def test_a_whatsapp_media_url_off_metas_hosts_is_not_fetched_with_the_token(clie
     assert not Image.objects.exists()
     assert model_server.requests[0]["messages"][-1]["content"].startswith(  # answered without it, and told so
         "[whatsapp] Priya: look [an attachment sent with this could not be kept")
+
+
+# --- The chat page and the webchat -----------------------------------------------------------
+
+MP3 = b"ID3\x04\x00\x00\x00\x00\x00\x00" + b"\xff\xfb\x90\x00" * 50
+WAV = b"RIFF\x24\x00\x00\x00WAVEfmt " + b"\x00" * 60
+M4A = b"\x00\x00\x00\x20ftypM4A \x00\x00\x00\x00M4A mp42isom" + b"\x00" * 60
+WEBM = b"\x1a\x45\xdf\xa3\x9f\x42\x86\x81\x01" + b"\x00" * 60
+
+
+@pytest.mark.parametrize("raw, mime", [(OGG, "audio/ogg"), (MP3, "audio/mpeg"), (b"\xff\xfb\x90\x00" * 50, "audio/mpeg"),
+                                       (WAV, "audio/wav"), (M4A, "audio/mp4"), (WEBM, "audio/webm")],
+                         ids=["ogg", "mp3-id3", "mp3-frame", "wav", "m4a", "webm"])
+def test_audio_uploads_are_recognised_by_their_content_not_their_name(raw, mime):
+    from channels_app.uploads import attachment_check
+
+    checked = attachment_check(raw, "recording.bin")
+    assert (checked.mime_type, checked.size, base64.b64decode(checked.data)) == (mime, len(raw), raw)
+
+
+def test_a_voice_note_recorded_on_the_chat_page_is_transcribed_and_answered_like_text(client, world, model_server,
+                                                                                       drain):
+    from django.core.files.uploadedfile import SimpleUploadedFile
+
+    with_transcriber(world)
+    model_server.transcripts.append("Book a table for four on Friday.")
+    model_server.add(reply("Booked for Friday at 7."))
+    client.force_login(world.alice)
+    response = client.post("/chat/api/acme/aria/messages",
+                           {"content": "", "image": [SimpleUploadedFile("note.webm", WEBM, "audio/webm")]})
+    assert response.status_code == 201
+    assert response.json()["message"]["attachments"] == [{"type": "audio", "mime_type": "audio/webm",
+                                                          "size": len(WEBM)}]
+    drain()
+    (heard,) = model_server.transcriptions
+    assert (heard["audio"], heard["content_type"]) == (WEBM, "audio/webm")
+    message = Message.objects.get(role="user")
+    assert (message.content, message.metadata["voice"], message.answer_state) == (
+        "Book a table for four on Friday.", "transcript", "answered")
+    assert Image.objects.get(message=message).mime_type == "audio/webm"  # the audio stays with it
+    assert model_server.requests[0]["messages"][-1]["content"] == "[web] Alice: Book a table for four on Friday."
+    timeline = client.get("/chat/api/acme/aria/messages").json()["messages"]
+    assert [(m["role"], m["content"]) for m in timeline] == [
+        ("user", "Book a table for four on Friday."), ("assistant", "Booked for Friday at 7.")]
+
+
+def test_a_webchat_voice_note_without_a_transcriber_gets_the_same_notice_as_other_channels(client, world,
+                                                                                             model_server, drain):
+    import time
+
+    from django.core.files.uploadedfile import SimpleUploadedFile
+
+    from channels_app.services import binding_create
+    from channels_app.webchat import webchat_token_sign
+
+    binding_create(tenant=world.tenant_a, qor=world.qor_a, kind="webchat",
+                   credentials={"key": "wc_v", "secret": "s3cret", "origins": "https://acme.example"})
+    token = webchat_token_sign(secret="s3cret", user_id="alice", expires=int(time.time()) + 600)
+    response = client.post("/webchat/wc_v/messages", {"content": "", "image": [SimpleUploadedFile("a.mp3", MP3)]},
+                           HTTP_X_QORVEN_VISITOR=token)
+    assert response.status_code == 201
+    drain()
+    assert model_server.requests == [] and model_server.transcriptions == []
+    stored = Message.objects.get(role="user")
+    assert (stored.content, stored.metadata["voice"]) == ("[voice note]", "not transcribed")
+    notice = Message.objects.get(role="system")
+    assert notice.content == "I can't listen to voice notes yet. Could you write it down for me?"
+    assert (notice.channel, notice.metadata["reply_to"]) == ("webchat", stored.seq)
+
+
+# --- When the transcriber is down for a while ------------------------------------------------
+
+def test_a_transcriber_503_is_tried_again_later_and_the_note_is_then_answered(client, world, telegram, platform,
+                                                                              model_server, drain, settings):
+    settings.QORVEN_MODEL_RETRIES = 0  # the SDK's own retries are spent: the task's come next
+    settings.QORVEN_VOICE_RETRY_DELAY = 0.05
+    pair(world, "telegram", "42", world.alice)
+    with_transcriber(world)
+    script_voice(platform)
+    model_server.transcripts.extend([error(503, "overloaded"), "Call mum at six."])
+    model_server.add(reply("I'll remind you at 6."))
+    post_telegram(client, voice_update())
+    drain()
+    assert len(model_server.transcriptions) == 2
+    assert Message.objects.get(role="user").content == "Call mum at six."
+    assert not Message.objects.filter(role="system").exists()  # no "couldn't make out" notice
+    assert [s.json["text"] for s in platform.sent("sendMessage")] == ["I'll remind you at 6."]
+
+
+def test_a_transcriber_that_stays_down_gets_one_notice_after_the_last_try(client, world, telegram, platform,
+                                                                          model_server, drain, settings):
+    settings.QORVEN_MODEL_RETRIES = 0
+    settings.QORVEN_VOICE_RETRY_DELAY = 0.05
+    settings.QORVEN_VOICE_RETRIES = 2
+    pair(world, "telegram", "42", world.alice)
+    with_transcriber(world)
+    script_voice(platform)
+    model_server.transcripts.extend([error(503, "overloaded")] * 5)
+    post_telegram(client, voice_update())
+    drain()
+    assert len(model_server.transcriptions) == 3  # the first try and two more
+    assert model_server.requests == []
+    (sent,) = platform.sent("sendMessage")
+    assert sent.json["text"].startswith("I couldn't make out that voice note.")
+    assert Message.objects.get(role="user").metadata["voice"] == "failed"
+
+
+# --- Groups --------------------------------------------------------------------------------------
+
+BOT = {"id": 999, "is_bot": True, "first_name": "Aria", "username": "aria_bot"}
+
+
+def group_voice(message_id, **extra):
+    return voice_update(message_id=message_id, chat_id=-100777, chat_type="supergroup", **extra)
+
+
+def test_a_group_voice_note_replying_to_the_bot_is_transcribed_and_answered(client, world, telegram, platform,
+                                                                            model_server, drain):
+    with_transcriber(world)
+    script_voice(platform)
+    model_server.transcripts.append("Can you move dinner to nine?")
+    model_server.add(reply("Dinner is at nine now."))
+    said = {"message_id": 5, "chat": {"id": -100777, "type": "supergroup"}, "date": 1, "text": "Dinner at 8?",
+            "from": BOT}
+    post_telegram(client, group_voice(6, reply_to_message=said))
+    drain()
+    assert model_server.requests[0]["messages"][-1]["content"] == "[telegram] Priya: Can you move dinner to nine?"
+    (sent,) = platform.sent("sendMessage")
+    assert (sent.json["chat_id"], sent.json["text"]) == ("-100777", "Dinner is at nine now.")
+
+
+def test_an_unaddressed_group_voice_note_is_kept_with_its_transcript_as_context_and_not_answered(
+        client, world, telegram, platform, model_server, drain):
+    with_transcriber(world)
+    script_voice(platform)
+    model_server.transcripts.append("I'll bring the dessert.")
+    model_server.add(reply("Noted: dessert is covered."))
+    post_telegram(client, group_voice(7))
+    drain()
+    assert model_server.requests == [] and platform.sent("sendMessage") == []
+    kept = Message.objects.get(role="user")
+    assert (kept.content, kept.metadata["voice"], kept.answer_state) == ("I'll bring the dessert.", "transcript", None)
+    post_telegram(client, telegram_update("@aria_bot who brings what?", chat_id=-100777, chat_type="supergroup",
+                                          message_id=8, entities=[{"type": "mention", "offset": 0, "length": 9}]))
+    drain()
+    assert [m["content"] for m in model_server.requests[0]["messages"][1:]] == [
+        "[telegram] Priya: I'll bring the dessert.", "[telegram] Priya: @aria_bot who brings what?"]

@@ -262,6 +262,7 @@
       case "message.done": return this.endStream(event.reply_to);
       case "message.answer": return this.onAnswer(event.seq, event.answer_state);
       case "message.delivery": return this.onDelivery(event.seq, event.delivery);
+      case "message.transcribed": return this.onTranscribed(event.seq, event.content);
       case "message.regenerating": return this.onRegenerating(event.reply_to, event.superseded || []);
       case "pong": clearTimeout(this.pongTimer); return;
       case "signed_out": return; // the close that follows (4401) checks the sign-in
@@ -691,6 +692,13 @@
     }
   };
 
+  // A voice note was heard: its transcript is the message's text now (the audio stays).
+  Chat.prototype.onTranscribed = function (seq, content) {
+    var node = this.bySeq.get(seq);
+    var body = node && node.querySelector(".msg__body");
+    if (body) body.innerHTML = md.render(content);
+  };
+
   Chat.prototype.onDelivery = function (seq, delivery) {
     var node = this.bySeq.get(seq);
     if (node) this.markDelivery(node, delivery);
@@ -1071,13 +1079,15 @@
   // --- attaching images ---
 
   var ATTACH_MAX = 4;
-  var ATTACH_TYPES = ["image/jpeg", "image/png", "image/gif", "image/webp", "application/pdf", "text/plain", "text/markdown"];
+  var ATTACH_TYPES = ["image/jpeg", "image/png", "image/gif", "image/webp", "application/pdf", "text/plain", "text/markdown",
+    "audio/ogg", "audio/opus", "audio/mpeg", "audio/mp3", "audio/wav", "audio/x-wav", "audio/wave", "audio/mp4",
+    "audio/x-m4a", "audio/m4a", "audio/aac", "audio/webm", "video/webm"];
 
   Chat.prototype.attach = function (files) {
     var self = this;
     var next = (this.attached || []).slice();
     files.forEach(function (file) {
-      if (file.type && ATTACH_TYPES.indexOf(file.type) < 0) { self.flash(file.name + " is not an image (JPEG, PNG, GIF, WebP), a PDF or a text file."); return; }
+      if (file.type && ATTACH_TYPES.indexOf(file.type) < 0) { self.flash(file.name + " is not an image (JPEG, PNG, GIF, WebP), a PDF, a text file or audio."); return; }
       if (self.config.maxUpload && file.size > self.config.maxUpload) {
         self.flash(file.name + " is larger than " + Math.round(self.config.maxUpload / 1048576) + " MB."); return;
       }
