@@ -5,6 +5,8 @@ import logging
 
 from celery import shared_task, signals
 
+from qorven.agent.gateway import turns_here
+from qorven.agent.tasks import turns_queue, turns_run
 from qorven.runtime.log_context import log_context
 
 from .delivery import RetryLater, deliver_message
@@ -20,20 +22,29 @@ INBOUND_BUSY_RETRIES = 300  # a minute of 0.2 s waits for the sender's earlier m
 
 @shared_task(bind=True, name="channels_app.inbound", acks_late=True, max_retries=INBOUND_BUSY_RETRIES)
 def inbound_process_task(self, tenant_id: int, event_id: int) -> str:
-    """Apply channel rules to a stored inbound event. Safe to run twice. Comes back
-    shortly while the same sender's earlier message is still being processed."""
+    """Apply channel rules to a stored inbound event, then answer what it stored (the turn
+    runs in this task). Safe to run twice. Comes back shortly while the same sender's
+    earlier message is still being processed."""
     with log_context(tenant=tenant_id, event=event_id):
         event = InboundEvent.objects.select_related("binding__tenant", "binding__qor").filter(
             tenant_id=tenant_id, pk=event_id
         ).first()
         if event is None:
             return "missing"
+        turns: list[tuple[int, int]] = []
         try:
-            return inbound_process(event=event)
+            with turns_here() as turns:
+                result = inbound_process(event=event)
         except InboundBusy:
+            turns_queue(turns)  # the sender's earlier events it did store are answered all the same
             if self.request.retries >= INBOUND_BUSY_RETRIES:
                 return "busy"  # left pending: the sweeper queues it again
             raise self.retry(countdown=0.2) from None
+        except BaseException:
+            turns_queue(turns)
+            raise
+        turns_run(turns)  # answered here: one hop less than a turn task of its own
+        return result
 
 
 @shared_task(bind=True, name="channels_app.deliver", acks_late=True, max_retries=None)

@@ -1,7 +1,9 @@
 """Where an inbound user message enters the agent: store it, then queue the turn."""
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from contextvars import ContextVar
 from typing import Any
 
 from django.contrib.auth.models import AbstractBaseUser
@@ -15,12 +17,34 @@ from sessions_app.services import AppendResult, ImageBytes, attachments_meta, im
 from .notices import VOICE_NOTICES
 
 
+# Turns queued inside `turns_here()`: (tenant id, session id), in the order queued.
+_here: ContextVar[list[tuple[int, int]] | None] = ContextVar("qorven_turns_here", default=None)
+
+
 def turn_enqueue(*, session: Session) -> None:
-    """Queue a turn for the session once the current transaction commits."""
+    """Queue a turn for the session once the current transaction commits (inside
+    `turns_here()`, hand it to the block's owner instead)."""
     from .tasks import agent_turn
 
-    tenant_id, session_id = session.tenant_id, session.pk
-    transaction.on_commit(lambda: agent_turn.delay(tenant_id, session_id))
+    key = (session.tenant_id, session.pk)
+    here = _here.get()
+    if here is not None:
+        transaction.on_commit(lambda: here.append(key) if key not in here else None)
+        return
+    transaction.on_commit(lambda: agent_turn.delay(*key))
+
+
+@contextmanager
+def turns_here() -> Iterator[list[tuple[int, int]]]:
+    """Collect the turns queued in the block (once their messages are committed) instead
+    of sending them to the broker: the task that stored a message runs its turn itself
+    (qorven.agent.tasks.turns_run), one hop less between a message and its answer."""
+    collected: list[tuple[int, int]] = []
+    token = _here.set(collected)
+    try:
+        yield collected
+    finally:
+        _here.reset(token)
 
 
 def inbound_accept(

@@ -8,7 +8,7 @@ from django.core.cache import cache
 
 from qorven.runtime.log_context import log_context
 
-from .turns import TurnBusy, turn_process
+from .turns import TurnBusy, TurnOutcome, turn_process
 
 logger = logging.getLogger(__name__)
 
@@ -73,14 +73,40 @@ def agent_turn(self, tenant_id: int, session_id: int, busy: int = 0) -> int:
                 return 0
             raise self.retry(args=(tenant_id, session_id), kwargs={"busy": busy + 1}, countdown=busy_delay(busy)) from None
         _stop_waiting(session_id, self.request.id)
-        progressed = outcome.answered + outcome.failed > 0  # a hand-off needs progress: it never loops
-        if progressed and outcome.retry_after is None and _still_waiting(tenant_id, session_id):
-            # A message stored just as this turn let go, whose own task found the session
-            # still held and left it to the waiting one: it is answered now, not by the sweeper.
-            agent_turn.delay(tenant_id, session_id)
+        _hand_off(tenant_id, session_id, outcome)
         if outcome.retry_after is not None:
             raise self.retry(args=(tenant_id, session_id), kwargs={"busy": 0}, countdown=outcome.retry_after)
         return outcome.answered
+
+
+def turns_run(turns: list[tuple[int, int]]) -> None:
+    """Run turns collected by qorven.agent.gateway.turns_here in the calling task (the one
+    that stored their messages), instead of a task of their own each. A session another
+    turn holds, or a message that failed transiently, goes to the turn task as usual."""
+    for tenant_id, session_id in turns:
+        with log_context(tenant=tenant_id, session=session_id):
+            try:
+                outcome = turn_process(tenant_id=tenant_id, session_id=session_id)
+            except TurnBusy:
+                agent_turn.delay(tenant_id, session_id)  # it waits for the session (see above)
+                continue
+            _hand_off(tenant_id, session_id, outcome)
+            if outcome.retry_after is not None:
+                agent_turn.apply_async((tenant_id, session_id), countdown=outcome.retry_after)
+
+
+def turns_queue(turns: list[tuple[int, int]]) -> None:
+    """Send collected turns to the broker after all (their task is giving up its slot)."""
+    for tenant_id, session_id in turns:
+        agent_turn.delay(tenant_id, session_id)
+
+
+def _hand_off(tenant_id: int, session_id: int, outcome: TurnOutcome) -> None:
+    progressed = outcome.answered + outcome.failed > 0  # a hand-off needs progress: it never loops
+    if progressed and outcome.retry_after is None and _still_waiting(tenant_id, session_id):
+        # A message stored just as this turn let go, whose own task found the session
+        # still held and left it to the waiting one: it is answered now, not by the sweeper.
+        agent_turn.delay(tenant_id, session_id)
 
 
 def voice_backoff(tries: int) -> float:

@@ -1,0 +1,68 @@
+"""A platform message is answered by the task that stored it: no turn task of its own, one
+broker hop less between the message and its answer. A session another turn holds is left
+to the turn task, which waits for it as always."""
+from __future__ import annotations
+
+import time
+
+import pytest
+from celery import signals
+
+from channels_app.models import InboundEvent
+from sessions_app.models import Message
+from sessions_app.services import session_resolve, turn_lease_acquire, turn_lease_release
+
+from ..fakes.model_server import reply
+from .conftest import pair
+from .payloads import post_telegram, telegram_update
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+@pytest.fixture
+def published():
+    names: list[str] = []
+
+    def record(sender=None, **kwargs):
+        names.append(sender)
+
+    signals.before_task_publish.connect(record, weak=False)
+    yield names
+    signals.before_task_publish.disconnect(record)
+
+
+def until(condition, timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.02)
+
+
+def test_a_telegram_message_is_answered_by_the_task_that_stored_it(
+    client, world, telegram, platform, model_server, drain, published
+):
+    pair(world, "telegram", "42", world.alice)
+    model_server.add(reply("Right away."))
+    assert post_telegram(client, telegram_update("book the table")).status_code == 200
+    drain()
+    (sent,) = platform.sent(r"/telegram/bot111:AAA/sendMessage")
+    assert sent.json["text"] == "Right away."
+    assert "channels_app.inbound" in published
+    assert "qorven.agent.turn" not in published
+
+
+def test_a_session_another_turn_holds_is_left_to_the_turn_task_and_answered_once_free(
+    client, world, telegram, platform, model_server, drain, published
+):
+    pair(world, "telegram", "42", world.alice)
+    session = session_resolve(tenant=world.tenant_a, qor=world.qor_a, channel="telegram", user=world.alice)
+    assert turn_lease_acquire(session_id=session.pk, owner="another-turn", seconds=300)
+    model_server.add(reply("Done."))
+    assert post_telegram(client, telegram_update("and the taxi")).status_code == 200
+    until(lambda: InboundEvent.objects.filter(state=InboundEvent.State.DONE).exists())
+    until(lambda: "qorven.agent.turn" in published)  # the stored message went on to the turn task
+    assert not model_server.requests
+    turn_lease_release(session_id=session.pk, owner="another-turn")
+    drain()
+    assert [m.content for m in Message.objects.filter(role="assistant")] == ["Done."]
+    assert len(platform.sent("sendMessage")) == 1
