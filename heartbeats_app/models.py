@@ -10,8 +10,9 @@ from tenancy.models import Qor, Tenant, TimestampedModel
 
 CLEAR_IMAGES = "__qorven_clear_images__"
 DELIVER_REMINDERS = "__qorven_reminders__"
+CONVERSATION_RETENTION = "__qorven_retention__"
 # Beats with these names run natively (no model call); see heartbeats_app/system_beats.py.
-RESERVED_NAMES = frozenset({CLEAR_IMAGES, DELIVER_REMINDERS})
+RESERVED_NAMES = frozenset({CLEAR_IMAGES, DELIVER_REMINDERS, CONVERSATION_RETENTION})
 
 
 class Heartbeat(TimestampedModel):

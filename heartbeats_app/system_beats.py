@@ -6,11 +6,14 @@
   the reminder was made on (web when it was made elsewhere), sent there like any reply.
   Each reminder is appended once (deduplicated on the reminder and its due time, so a
   re-run or a concurrent run adds nothing) and then marked done.
+- `__qorven_retention__` deletes the tenant's archived conversations that ended more than
+  its `conversation_retention_days` ago (nothing when it has none), with their messages
+  and attachments; memories stay.
 """
 from __future__ import annotations
 
 import logging
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from django.conf import settings
 from django.utils import timezone
@@ -20,10 +23,10 @@ from memory_app.services import reminders_mark_done
 from sessions_app.channel_kinds import CHAT_FAMILY, Channel
 from sessions_app.errors import SessionClosed
 from sessions_app.models import Message
-from sessions_app.services import image_prune, message_append, session_resolve
+from sessions_app.services import image_prune, message_append, session_resolve, sessions_prune
 from tenancy.models import Tenant
 
-from .models import CLEAR_IMAGES, DELIVER_REMINDERS, Heartbeat
+from .models import CLEAR_IMAGES, CONVERSATION_RETENTION, DELIVER_REMINDERS, Heartbeat
 from .retention import image_retention
 
 logger = logging.getLogger(__name__)
@@ -36,6 +39,8 @@ def system_beat_run(beat: Heartbeat) -> str:
         return clear_images(tenant=beat.tenant)
     if beat.name == DELIVER_REMINDERS:
         return reminders_deliver(tenant=beat.tenant, now=timezone.now())
+    if beat.name == CONVERSATION_RETENTION:
+        return conversations_expire(tenant=beat.tenant)
     raise ValueError(f"{beat.name!r} is not a system beat")
 
 
@@ -45,6 +50,15 @@ def clear_images(*, tenant: Tenant) -> str:
     deleted = image_prune(tenant=tenant, older_than=older_than)
     scope = f"older than {settings.QORVEN_IMAGE_RETENTION}" if retention else "(no retention: all)"
     return f"Deleted {deleted} image(s) {scope}."
+
+
+def conversations_expire(*, tenant: Tenant) -> str:
+    days = tenant.conversation_retention_days
+    if not days:
+        return "Conversations are kept (no retention set for this workspace)."
+    gone = sessions_prune(tenant=tenant, ended_before=timezone.now() - timedelta(days=days))
+    return (f"Deleted {gone['sessions']} archived conversation(s) ({gone['messages']} message(s), "
+            f"{gone['images']} attachment(s)) that ended more than {days} days ago.")
 
 
 def reminders_deliver(*, tenant: Tenant, now: datetime) -> str:

@@ -365,6 +365,25 @@ def image_prune(*, tenant: Tenant, older_than: datetime | None = None) -> int:
     return per_model.get(Image._meta.label, 0)
 
 
+PRUNE_BATCH = 100  # sessions deleted per statement batch: a long backlog is worked off in steps
+
+
+def sessions_prune(*, tenant: Tenant, ended_before: datetime) -> dict[str, int]:
+    """Delete the tenant's archived sessions that ended before `ended_before`, with their
+    messages, attachments and deliveries (memories made from them stay, unlinked).
+    Active sessions are never touched. Returns what went, by kind."""
+    counts = {"sessions": 0, "messages": 0, "images": 0}
+    while True:
+        batch = list(Session.objects.filter(tenant=tenant, state=Session.State.ARCHIVED, ended_at__lt=ended_before)
+                     .values_list("pk", flat=True)[:PRUNE_BATCH])
+        if not batch:
+            return counts
+        _, per_model = Session.objects.filter(tenant=tenant, pk__in=batch).delete()
+        counts["sessions"] += per_model.get(Session._meta.label, 0)
+        counts["messages"] += per_model.get(Message._meta.label, 0)
+        counts["images"] += per_model.get(Image._meta.label, 0)
+
+
 @dataclass(frozen=True)
 class RotateResult:
     archived: Session

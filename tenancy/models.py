@@ -22,6 +22,11 @@ class Tenant(TimestampedModel):
     monthly_token_budget = models.PositiveBigIntegerField(
         null=True, blank=True, help_text="Model tokens allowed per calendar month; empty = unlimited."
     )
+    conversation_retention_days = models.PositiveIntegerField(
+        null=True, blank=True,
+        help_text="Delete archived conversations (their messages and attachments) this many days after they "
+                  "ended; empty = keep them. What the Qor remembers is kept.",
+    )
 
     class Meta:
         ordering = ["slug"]

@@ -10,7 +10,7 @@ from django.core.management import CommandError, call_command
 from django_celery_beat.models import PeriodicTask
 
 from heartbeats_app.defaults import DefaultsFileError, beats_plan, beats_sync
-from heartbeats_app.models import CLEAR_IMAGES, DELIVER_REMINDERS, Heartbeat
+from heartbeats_app.models import CLEAR_IMAGES, CONVERSATION_RETENTION, DELIVER_REMINDERS, Heartbeat
 
 from ..factories.heartbeats_app import beat
 from ..factories.tenancy import QorFactory
@@ -188,4 +188,5 @@ def test_the_shipped_defaults_file_is_valid(world, settings):
     settings.QORVEN_HEARTBEATS_FILE = ROOT / "heartbeats.default.json"
     plan = beats_plan()
     assert {(d.tenant.slug, d.spec.name) for d in plan.create} == {
-        (tenant, name) for tenant in ("acme", "globex") for name in (CLEAR_IMAGES, DELIVER_REMINDERS)}
+        (tenant, name) for tenant in ("acme", "globex")
+        for name in (CLEAR_IMAGES, DELIVER_REMINDERS, CONVERSATION_RETENTION)}
