@@ -130,3 +130,38 @@ def read_skill_tool(ctx: ToolContext, args: dict) -> dict:
         available = ", ".join(s.name for s in skills_for(tenant=ctx.tenant, trust=ctx.trust)) or "none"
         raise ToolError(f"no skill named {name!r} is available here; available: {available}")
     return {"name": skill.name, "description": skill.description, "instructions": skill.body}
+
+
+@tool(
+    name="new_topic",
+    description=(
+        "Start a fresh conversation because the user has clearly moved on to a new subject. After your answer, "
+        "this conversation's key points are saved to memory and the user's next message starts a fresh "
+        "conversation (as their /compact command does). Not for a passing remark; answer the message as usual."
+    ),
+    parameters={
+        "type": "object",
+        "properties": {"reason": {"type": "string", "description": "the new subject, in a few words"}},
+    },
+    min_trust=Trust.TRUSTED,
+)
+def new_topic_tool(ctx: ToolContext, args: dict) -> dict:
+    from django.core.cache import cache
+    from django.db import transaction
+
+    from sessions_app.models import Session
+
+    from .slash_commands import ROTATABLE
+    from .tasks import session_compact
+
+    session = Session.objects.filter(tenant=ctx.tenant, pk=ctx.session_id).only("kind", "state").first()
+    if session is None or session.kind not in ROTATABLE or session.state != Session.State.ACTIVE:
+        raise ToolError("only a direct chat can start a new topic; this conversation stays as it is")
+    if not cache.add(f"qorven:new-topic:{session.pk}", 1, timeout=60):
+        return {"status": "already starting fresh after this answer"}
+    tenant_id, session_id, channel = ctx.tenant.pk, session.pk, ctx.channel
+    # The compaction waits for this turn to let go of the session (session_compact retries
+    # while it is held), so the answer is written here first.
+    transaction.on_commit(lambda: session_compact.delay(tenant_id, session_id, channel))
+    return {"status": "after your answer, this conversation's key points are saved to memory and the next "
+                      "message starts a fresh conversation; now answer the user's message"}

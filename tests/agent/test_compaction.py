@@ -455,3 +455,42 @@ def test_with_the_offline_provider_flush_and_summary_are_plain_extracts(world, d
     digest = Memory.objects.get(type="conversation_digest")
     assert "- My favourite colour is teal." in digest.content and digest.channels == ["telegram", "web"]
     assert not Usage.objects.filter(role="summarizer").exists()
+
+
+# --- new_topic: the model starts a fresh conversation itself ------------------------------
+
+def offered(request) -> set[str]:
+    return {t["function"]["name"] for t in request.get("tools") or []}
+
+
+def test_the_model_starts_a_new_topic_itself_with_the_same_flush_and_notice_as_compact(
+    world, fake, model_server, drain, chat
+):
+    from ..fakes.model_server import tool_call
+
+    old = canonical(world)
+    chat("remember my bike is a blue Brompton")
+    fake.main += [tool_call("new_topic", {"reason": "the user moved on to holiday plans"}),
+                  reply("Happy to plan your holiday!")]
+    chat("Enough about bikes. Let's plan my holiday in Portugal.")
+    assert "new_topic" in offered(main_requests(model_server)[-1])
+
+    old.refresh_from_db()
+    new = canonical(world)
+    assert old.state == "archived" and new.pk != old.pk
+    answer = Message.objects.filter(session=old, role="assistant").order_by("seq").last()
+    assert answer.content == "Happy to plan your holiday!"  # the turn's answer stays where it was asked
+    assert new.seed_summary.startswith("SUMMARY of")
+    notice = Message.objects.get(session=new, metadata__notice="compacted")
+    assert notice.channel == "web" and "messages summarized" in notice.content
+    assert ("fact", "Alice said: my bike is a blue Brompton") in {
+        (m.type, m.content) for m in Memory.objects.filter(user=world.alice)}
+    chat("Which beaches near Lisbon?")
+    assert main_requests(model_server)[-1]["messages"][0]["content"].count("SUMMARY of") == 1
+
+
+def test_new_topic_is_offered_to_the_owner_and_not_to_a_paired_account(world, fake, model_server, drain, chat):
+    chat("hello from a paired account", channel="telegram", trust=Trust.PAIRED)
+    assert "new_topic" not in offered(main_requests(model_server)[-1])
+    chat("hello as the owner")
+    assert "new_topic" in offered(main_requests(model_server)[-1])
