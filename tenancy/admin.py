@@ -168,7 +168,7 @@ class QorAdmin(TenantScopedAdminMixin, admin.ModelAdmin):
     ]
     # Model servers belong to the host: only superusers point a Qor at one (see
     # qorven.llm.routes; the host's key never follows a URL a tenant admin chose).
-    HOST_FIELDS = ("main_base_url", "summarizer_base_url", "heartbeat_base_url")
+    HOST_FIELDS = ("main_base_url", "summarizer_base_url", "heartbeat_base_url", "transcriber_base_url")
 
     def get_readonly_fields(self, request, obj=None):
         fields = list(super().get_readonly_fields(request, obj))

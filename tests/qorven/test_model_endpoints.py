@@ -40,14 +40,15 @@ def change_form(qor: Qor, **changes) -> dict:
     return data
 
 
-def test_a_tenant_admin_cannot_change_where_a_qor_sends_its_prompts(tenant_admin, world):
+@pytest.mark.parametrize("role", ["main", "summarizer", "heartbeat", "transcriber"])
+def test_a_tenant_admin_cannot_change_where_a_qor_sends_its_prompts(tenant_admin, world, role):
     response = tenant_admin.post(f"/admin/qorven/qor/{world.qor_a.pk}/change/",
-                                 change_form(world.qor_a, main_base_url="https://attacker.example/v1",
-                                             main_model="gpt-evil", name="Renamed"))
+                                 change_form(world.qor_a, **{f"{role}_base_url": "https://attacker.example/v1",
+                                                             f"{role}_model": "gpt-evil"}, name="Renamed"))
     assert response.status_code == 302
     world.qor_a.refresh_from_db()
-    assert world.qor_a.name == "Renamed" and world.qor_a.main_model == "gpt-evil"  # the rest is theirs
-    assert world.qor_a.main_base_url == ""  # the model server is not
+    assert world.qor_a.name == "Renamed" and getattr(world.qor_a, f"{role}_model") == "gpt-evil"  # theirs
+    assert getattr(world.qor_a, f"{role}_base_url") == ""  # the model server is not
 
 
 def test_the_host_key_goes_only_to_the_hosts_model_server(client, world, model_server, other_server, drain,
