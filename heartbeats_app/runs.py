@@ -28,6 +28,7 @@ from django.db.models import F
 from django.utils import timezone
 
 from qorven.llm import ModelError, ModelRoute, ProviderUnavailable, provider_for, route_for
+from qorven.agent.project import project_context_for
 from qorven.llm.metered import Tally
 from sessions_app.channel_kinds import Channel
 from sessions_app.models import Message, Session
@@ -227,8 +228,9 @@ def _context(beat: Heartbeat, user: AbstractBaseUser | None, now: datetime) -> _
     local = now.astimezone(zone)
     audience = (user.get_full_name() or user.get_username()) if user is not None else "anyone"
     sections = [qor.system_prompt.strip()]
-    if qor.project_context.strip():
-        sections.append("## Project context\n" + qor.project_context.strip())
+    project = project_context_for(qor)
+    if project.strip():
+        sections.append("## Project context\n" + project.strip())
     sections.append("## Heartbeat\n" + CONTRACT.format(name=beat.name, audience=audience))
     sections.append(f"It is now {local:%A %Y-%m-%d %H:%M} ({zone_name}).")
 

@@ -303,6 +303,9 @@ QORVEN_CONTEXT_RESERVE = env.int("QORVEN_CONTEXT_RESERVE", default=1024)
 # Images: how many of the newest in the window a vision route is sent, and the largest
 # file the chat page and the webchat accept (bytes).
 QORVEN_PROMPT_IMAGES = env.int("QORVEN_PROMPT_IMAGES", default=4)
+# The most of a Qor's project file (AGENTS.md, CLAUDE.md or README.md of its project folder)
+# read into a prompt, in characters; the rest is cut with a note.
+QORVEN_PROJECT_FILE_CHARS = env.int("QORVEN_PROJECT_FILE_CHARS", default=16000)
 QORVEN_MAX_UPLOAD = env.int("QORVEN_MAX_UPLOAD", default=10 * 1024 * 1024)
 # Characters of attached text files read into one prompt (newest first); 0: notes only.
 QORVEN_PROMPT_FILE_CHARS = env.int("QORVEN_PROMPT_FILE_CHARS", default=8000)

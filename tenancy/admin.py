@@ -159,7 +159,7 @@ class QorAdmin(TenantScopedAdminMixin, admin.ModelAdmin):
     search_fields = ["slug", "name"]
     fieldsets = [
         (None, {"fields": ["tenant", "name", "slug", "is_default"]}),
-        ("Prompt", {"fields": ["system_prompt", "project_context", "tool_allowlist"]}),
+        ("Prompt", {"fields": ["system_prompt", "project_context", "project_folder", "tool_allowlist"]}),
         ("Main model", {"fields": ["main_base_url", "main_model", "main_num_ctx", "main_vision"]}),
         ("Summarizer", {"fields": ["summarizer_mode", "compact_threshold", "summarizer_base_url",
                                     "summarizer_model", "summarizer_num_ctx"]}),
@@ -167,8 +167,10 @@ class QorAdmin(TenantScopedAdminMixin, admin.ModelAdmin):
         ("Voice notes", {"fields": ["transcriber_base_url", "transcriber_model"]}),
     ]
     # Model servers belong to the host: only superusers point a Qor at one (see
-    # qorven.llm.routes; the host's key never follows a URL a tenant admin chose).
-    HOST_FIELDS = ("main_base_url", "summarizer_base_url", "heartbeat_base_url", "transcriber_base_url")
+    # qorven.llm.routes; the host's key never follows a URL a tenant admin chose). So does
+    # the project folder: a path on the server (qorven.agent.project).
+    HOST_FIELDS = ("main_base_url", "summarizer_base_url", "heartbeat_base_url", "transcriber_base_url",
+                   "project_folder")
 
     def get_readonly_fields(self, request, obj=None):
         fields = list(super().get_readonly_fields(request, obj))

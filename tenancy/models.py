@@ -2,8 +2,18 @@
 from __future__ import annotations
 
 from django.conf import settings
+from django.core.exceptions import ValidationError
 from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
+
+
+def folder_validate(value: str) -> None:
+    """A project folder is an absolute path to a folder that exists on this server."""
+    from pathlib import Path
+
+    path = Path(value)
+    if not path.is_absolute() or not path.is_dir():
+        raise ValidationError(f"{value!r} is not an absolute path to a folder on this server")
 
 
 class TimestampedModel(models.Model):
@@ -65,6 +75,12 @@ class Qor(TimestampedModel):
     slug = models.SlugField(max_length=64)
     system_prompt = models.TextField(blank=True, default="You are a helpful personal assistant.")
     project_context = models.TextField(blank=True, default="")
+    project_folder = models.CharField(
+        max_length=500, blank=True, default="", validators=[folder_validate],
+        help_text="A folder on the server whose AGENTS.md (else CLAUDE.md, else README.md) is read into the "
+                  "prompt as project context, re-read when it changes; empty: the project context above. Set by "
+                  "the host's superusers.",
+    )
     # Model routing per role. Empty values fall back to OPENAI_BASE_URL / QORVEN_MODEL.
     main_base_url = models.URLField(blank=True, default="")
     main_model = models.CharField(max_length=200, blank=True, default="")

@@ -58,6 +58,7 @@ from .compaction import (
 )
 from .loop import Spend, tool_loop
 from .notices import notice_for
+from .project import project_context_for
 from .prompt import Prompt, PromptParts, prompt_build
 from .retrieval import memories_for, skills_for_prompt
 from .stop import StopWatch, TurnStopped, turn_stop_clear
@@ -281,7 +282,7 @@ def _prompt(
 ) -> Prompt:
     parts = PromptParts(
         system_prompt=qor.system_prompt,
-        project_context=qor.project_context,
+        project_context=project_context_for(qor),
         skills=skills_for_prompt(tenant=session.tenant, trust=trust),
         memories=memories_for(tenant=session.tenant, qor=qor, user=session.user, query=pending.content),
         compaction_note="\n\n".join(p for p in (session.seed_summary, session.compaction_note) if p.strip()),
