@@ -52,14 +52,15 @@ def deliver_message_task(self, tenant_id: int, message_id: int) -> int:
 
 
 @shared_task(name="channels_app.sweep", acks_late=True)
-def sweep_task() -> dict[str, int]:
+def sweep_task(restart: bool = False) -> dict[str, int]:
     """Queue again what a dead worker left behind (see channels_app.sweep). Run by Celery
-    beat every QORVEN_SWEEP_INTERVAL seconds and by every worker as it starts."""
+    beat every QORVEN_SWEEP_INTERVAL seconds, by every worker as it starts, and with
+    `restart` by `qorven serve` starting on the embedded default."""
     from dataclasses import asdict
 
     from .sweep import sweep
 
-    return asdict(sweep())
+    return asdict(sweep(restart=restart))
 
 
 @signals.worker_ready.connect(weak=False)
