@@ -15,6 +15,7 @@ from django.db import IntegrityError, transaction
 from django.db.models import Q
 from django.utils import timezone
 
+from qorven.runtime.database import DATABASE_DOWN, connections_drop_broken
 from sessions_app.models import Message
 
 from tenancy.switches import channel_enabled
@@ -40,6 +41,14 @@ def on_message_appended(sender, message: Message, **kwargs) -> None:
         return
     try:
         deliveries_plan(message=message)
+    except DATABASE_DOWN:
+        # The reply is stored; only its planning met a lost connection. A task plans it
+        # again (the broker is not the database), so the reply is not left unsent.
+        from .tasks import deliveries_plan_task
+
+        logger.warning("could not plan delivery of message %s now (database connection lost); queued", message.pk)
+        connections_drop_broken()
+        deliveries_plan_task.delay(message.tenant_id, message.pk)
     except Exception:  # a delivery problem must never break the append that caused it
         logger.exception("could not plan delivery of message %s", message.pk)
 
