@@ -23,6 +23,17 @@ class ChannelsAppConfig(AppConfig):
         message_appended.connect(on_message_appended, dispatch_uid="channels_app.live_events")
         message_appended.connect(deliver_on_append, dispatch_uid="channels_app.delivery")
 
+        from qorven.runtime.startup import Startup, on_startup
+
+        @on_startup("serve", after_worker=True)
+        def sweep_after_restart(startup: Startup) -> None:
+            # On the embedded default the tasks of what the last run accepted were in its
+            # memory: they are found in the database now, not a grace period later.
+            if startup.embedded:
+                from .tasks import sweep_task
+
+                sweep_task.delay(restart=True)
+
         from django.db.models.signals import post_delete, post_save
 
         from tenancy.models import Qor, Tenant

@@ -15,6 +15,7 @@ from django.db import IntegrityError, transaction
 from django.db.models import Q
 from django.utils import timezone
 
+from qorven.runtime.database import DATABASE_DOWN, connections_drop_broken
 from sessions_app.models import Message
 
 from tenancy.switches import channel_enabled
@@ -40,6 +41,14 @@ def on_message_appended(sender, message: Message, **kwargs) -> None:
         return
     try:
         deliveries_plan(message=message)
+    except DATABASE_DOWN:
+        # The reply is stored; only its planning met a lost connection. A task plans it
+        # again (the broker is not the database), so the reply is not left unsent.
+        from .tasks import deliveries_plan_task
+
+        logger.warning("could not plan delivery of message %s now (database connection lost); queued", message.pk)
+        connections_drop_broken()
+        deliveries_plan_task.delay(message.tenant_id, message.pk)
     except Exception:  # a delivery problem must never break the append that caused it
         logger.exception("could not plan delivery of message %s", message.pk)
 
@@ -102,6 +111,10 @@ def deliveries_plan(*, message: Message) -> list[OutboundDelivery]:
     return rows
 
 
+# Why a part ended failed when nobody can tell whether the platform got it.
+MAYBE_DELIVERED = "it may or may not have been delivered"
+
+
 class RetryLater(Exception):
     def __init__(self, after: float, reason: str) -> None:
         super().__init__(reason)
@@ -144,7 +157,7 @@ def deliveries_interrupted_fail(*, rows: list[OutboundDelivery]) -> int:
         if OutboundDelivery.objects.filter(pk=row.pk, state=OutboundDelivery.State.SENDING,
                                            updated_at=row.updated_at).update(
             state=OutboundDelivery.State.FAILED, updated_at=timezone.now(),
-            last_error="the worker stopped while sending this part; it may or may not have been delivered",
+            last_error=f"the worker stopped while sending this part; {MAYBE_DELIVERED}",
         ):
             failed += 1
             _tell_failed(row.tenant_id, row.message_id, row.binding.kind)
@@ -186,7 +199,8 @@ def deliver_message(*, tenant_id: int, message_id: int, worker: str) -> int:
 
     Each part is claimed (pending → sending) before it is sent, so two tasks for one
     message (a retry and the sweeper's) never send a part twice; a part whose sender died
-    mid-send is failed by the sweeper rather than sent again."""
+    mid-send is failed by the sweeper rather than sent again, and so is one whose
+    connection was lost after the request went out (reset, or no answer in time)."""
     waiting = list(
         OutboundDelivery.objects.filter(tenant_id=tenant_id, message_id=message_id,
                                         state__in=[OutboundDelivery.State.PENDING, OutboundDelivery.State.SENDING])
@@ -248,6 +262,16 @@ def _send_parts(rows: list[OutboundDelivery]) -> int:
             platform_id = adapter.send(row.binding, row.target, row.text)
         except SendError as exc:
             row.attempts += 1
+            if exc.ambiguous:
+                # The request went out and no answer came back: the platform may have the
+                # part, and a part is never sent twice, so it ends failed, shown as such.
+                row.state, row.not_before = OutboundDelivery.State.FAILED, None
+                row.last_error = f"{exc}: the connection was lost after sending; {MAYBE_DELIVERED}"[:1000]
+                row.save(update_fields=["attempts", "last_error", "state", "not_before", "updated_at"])
+                logger.warning("delivery of message %s part %s is in doubt, not sent again: %s",
+                               row.message_id, row.part, exc)
+                _tell_failed(row.tenant_id, row.message_id, row.binding.kind)
+                continue
             row.last_error = str(exc)[:1000]
             row.state = OutboundDelivery.State.FAILED if exc.permanent else OutboundDelivery.State.PENDING
             after = exc.retry_after if exc.retry_after is not None else send_backoff(row.attempts - 1)

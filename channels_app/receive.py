@@ -17,6 +17,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from qorven.agent.gateway import inbound_accept
+from qorven.runtime.database import DATABASE_DOWN, connections_drop_broken
 from qorven.runtime.publish import tasks_publish
 from sessions_app.channel_kinds import CHAT_FAMILY
 from sessions_app.services import session_resolve
@@ -141,9 +142,27 @@ def inbound_process(*, event: InboundEvent) -> str:
         if not claimed:
             continue  # another task took it a moment ago: look again
         head.binding = event.binding
-        result = _process_event(head)
+        try:
+            result = _process_event(head)
+        except DATABASE_DOWN:
+            _claim_give_back(head)
+            raise
         if head.pk == event.pk:
             return result
+
+
+def _claim_give_back(event: InboundEvent) -> None:
+    """A lost database connection interrupted the event's processing (before or after it
+    was handed on): the claim is given back at once, so the task's retry — not a claim
+    going stale minutes later — takes it again. Processing it again stores nothing twice
+    (messages are unique by their platform id). If the database is still away, the
+    claim goes stale and is taken over (CLAIM_STALE_AFTER)."""
+    connections_drop_broken()
+    try:
+        InboundEvent.objects.filter(pk=event.pk, state=InboundEvent.State.PROCESSING).update(
+            state=InboundEvent.State.PENDING, updated_at=timezone.now())
+    except DATABASE_DOWN:
+        connections_drop_broken()
 
 
 # A claim this old belongs to a task that died; its event may be taken over.
@@ -156,6 +175,8 @@ def _process_event(event: InboundEvent) -> str:
     try:
         message = InboundMessage.model_validate(event.payload)
         result = _process(event.binding, message, event)
+    except DATABASE_DOWN:
+        raise  # the connection was lost, not the message (see inbound_process)
     except Exception as exc:
         logger.exception("inbound event %s could not be processed", event.pk)
         InboundEvent.objects.filter(pk=event.pk).update(

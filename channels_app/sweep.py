@@ -5,7 +5,8 @@ leaves its tasks unacknowledged in the broker, which redelivers them only after 
 visibility timeout (half an hour), and the embedded broker loses them with the process.
 Everything a task does is recorded in the database first, so recovery reads it from
 there instead, every QORVEN_SWEEP_INTERVAL seconds (a reserved entry of Celery beat's
-schedule, `__qorven_sweep__`) and whenever a worker starts:
+schedule, `__qorven_sweep__`) and whenever a worker starts — with no grace period when
+`qorven serve` starts on the embedded default, whose previous run took its queue with it:
 
 - sessions with a message still waiting for its answer and nobody holding the session
   (its lease ran out: QORVEN_TURN_LEASE) get their turn queued;
@@ -51,17 +52,21 @@ class SweepReport:
         return bool(self.turns or self.inbound or self.deliveries or self.interrupted_sends)
 
 
-def sweep() -> SweepReport:
-    """Queue again what was left behind; report what was found."""
+def sweep(*, restart: bool = False) -> SweepReport:
+    """Queue again what was left behind; report what was found. `restart`: the process
+    that held the queued work in memory is gone (the embedded default's server starting
+    again), so no recorded work is in any task's hands and none is given a grace period:
+    what a stopped server accepted is processed as soon as it is back."""
     from qorven.agent.tasks import agent_turn
 
     from .delivery import deliveries_interrupted_fail
     from .tasks import deliver_message_task, inbound_process_task
 
     now = timezone.now()
+    grace, delivery_grace = (timedelta(0), timedelta(0)) if restart else (GRACE, DELIVERY_GRACE)
     report = SweepReport()
     waiting = (
-        Message.objects.filter(answer_state=Message.Answer.PENDING, created_at__lt=now - GRACE)
+        Message.objects.filter(answer_state=Message.Answer.PENDING, created_at__lte=now - grace)
         .values_list("session_id", flat=True).distinct()[:BATCH]
     )
     free = Session.objects.filter(pk__in=list(waiting), state=Session.State.ACTIVE).filter(
@@ -72,7 +77,7 @@ def sweep() -> SweepReport:
         report.turns += 1
 
     stuck = InboundEvent.objects.filter(
-        Q(state=InboundEvent.State.PENDING, created_at__lt=now - GRACE)
+        Q(state=InboundEvent.State.PENDING, created_at__lte=now - grace)
         | Q(state=InboundEvent.State.PROCESSING, updated_at__lt=now - timedelta(seconds=CLAIM_STALE_AFTER))
     ).order_by("pk")
     for tenant_id, event_id in stuck.values_list("tenant_id", "pk")[:BATCH]:
@@ -87,7 +92,7 @@ def sweep() -> SweepReport:
     # One reply per binding: its send wakes the next one waiting for that binding
     # (channels_app.send_gate), so a hung platform's queue is not re-sent in full every sweep.
     oldest = (
-        OutboundDelivery.objects.filter(state=OutboundDelivery.State.PENDING, updated_at__lt=now - DELIVERY_GRACE)
+        OutboundDelivery.objects.filter(state=OutboundDelivery.State.PENDING, updated_at__lte=now - delivery_grace)
         .filter(Q(not_before__isnull=True) | Q(not_before__lte=now))
         .values("binding_id").annotate(first=Min("pk")).values_list("first", flat=True)[:BATCH]
     )

@@ -7,6 +7,7 @@ from celery import shared_task, signals
 
 from qorven.agent.gateway import turns_here
 from qorven.agent.tasks import turns_queue, turns_run
+from qorven.runtime.database import DATABASE_DOWN, DATABASE_RETRY_DELAY, connections_drop_broken
 from qorven.runtime.log_context import log_context
 
 from .delivery import RetryLater, deliver_message
@@ -26,15 +27,19 @@ def inbound_process_task(self, tenant_id: int, event_id: int) -> str:
     runs in this task). Safe to run twice. Comes back shortly while the same sender's
     earlier message is still being processed."""
     with log_context(tenant=tenant_id, event=event_id):
-        event = InboundEvent.objects.select_related("binding__tenant", "binding__qor").filter(
-            tenant_id=tenant_id, pk=event_id
-        ).first()
-        if event is None:
-            return "missing"
         turns: list[tuple[int, int]] = []
         try:
+            event = InboundEvent.objects.select_related("binding__tenant", "binding__qor").filter(
+                tenant_id=tenant_id, pk=event_id
+            ).first()
+            if event is None:
+                return "missing"
             with turns_here() as turns:
                 result = inbound_process(event=event)
+        except DATABASE_DOWN as exc:
+            turns_queue(turns)  # what it did store is answered all the same
+            connections_drop_broken()
+            raise self.retry(exc=exc, countdown=DATABASE_RETRY_DELAY) from None
         except InboundBusy:
             turns_queue(turns)  # the sender's earlier events it did store are answered all the same
             if self.request.retries >= INBOUND_BUSY_RETRIES:
@@ -58,19 +63,40 @@ def deliver_message_task(self, tenant_id: int, message_id: int) -> int:
             return deliver_message(tenant_id=tenant_id, message_id=message_id, worker=self.request.hostname or "local")
         except GateShut:
             raise self.retry(countdown=GATE_WAIT) from None
+        except DATABASE_DOWN as exc:
+            connections_drop_broken()
+            raise self.retry(exc=exc, countdown=DATABASE_RETRY_DELAY) from None
         except RetryLater as exc:
             raise self.retry(countdown=exc.after) from None
 
 
+@shared_task(bind=True, name="channels_app.plan_delivery", acks_late=True, max_retries=120)
+def deliveries_plan_task(self, tenant_id: int, message_id: int) -> int:
+    """Plan the delivery of a stored reply whose planning failed as it was appended (the
+    database connection was lost). Safe to run twice: a part is planned once."""
+    from sessions_app.models import Message
+
+    from .delivery import deliveries_plan
+
+    with log_context(tenant=tenant_id, message_id=message_id):
+        try:
+            message = Message.objects.filter(tenant_id=tenant_id, pk=message_id).first()
+            return len(deliveries_plan(message=message)) if message is not None else 0
+        except DATABASE_DOWN as exc:
+            connections_drop_broken()
+            raise self.retry(exc=exc, countdown=DATABASE_RETRY_DELAY) from None
+
+
 @shared_task(name="channels_app.sweep", acks_late=True)
-def sweep_task() -> dict[str, int]:
+def sweep_task(restart: bool = False) -> dict[str, int]:
     """Queue again what a dead worker left behind (see channels_app.sweep). Run by Celery
-    beat every QORVEN_SWEEP_INTERVAL seconds and by every worker as it starts."""
+    beat every QORVEN_SWEEP_INTERVAL seconds, by every worker as it starts, and with
+    `restart` by `qorven serve` starting on the embedded default."""
     from dataclasses import asdict
 
     from .sweep import sweep
 
-    return asdict(sweep())
+    return asdict(sweep(restart=restart))
 
 
 @signals.worker_ready.connect(weak=False)

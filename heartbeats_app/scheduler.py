@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from datetime import datetime
 from typing import Any
 from zoneinfo import ZoneInfo
 
 from django.conf import settings
-from django.db import close_old_connections, connection
+from django.db import DatabaseError, InterfaceError, close_old_connections, connection
 from django_celery_beat.schedulers import DatabaseScheduler
 
 from .cron import tick_previous
@@ -24,6 +25,9 @@ logger = logging.getLogger(__name__)
 
 SCHEDULER_PATH = "heartbeats_app.scheduler:HeartbeatScheduler"
 EMBEDDED_MAX_INTERVAL = 5.0
+# A beat whose database drops a connection waits this long and reads the table again.
+DATABASE_RETRY_WAIT = 1.0
+SETUP_ATTEMPTS = 30
 
 
 def _entry_tick(entry: Any, now: datetime) -> str | None:
@@ -44,11 +48,27 @@ class HeartbeatScheduler(DatabaseScheduler):
         from .liveness import BeatReport
 
         self.alive = BeatReport()
-        super().setup_schedule()
+        for attempt in range(SETUP_ATTEMPTS):
+            try:
+                super().setup_schedule()
+                return
+            except (DatabaseError, InterfaceError) as exc:
+                if attempt == SETUP_ATTEMPTS - 1:
+                    raise
+                logger.warning("beat: the database failed while loading the schedule (%s); trying again", exc)
+                close_old_connections()
+                time.sleep(DATABASE_RETRY_WAIT)
 
     def tick(self, *args: Any, **kwargs: Any) -> float:  # type: ignore[override]
         self.alive.report()
-        return super().tick(*args, **kwargs)
+        try:
+            return super().tick(*args, **kwargs)
+        except (DatabaseError, InterfaceError) as exc:
+            # A dropped connection (a restart, a failover, a killed backend) must not end
+            # the beat: nothing was sent for this tick, and the next one reads the table again.
+            logger.warning("beat: the database failed during a tick (%s); trying again shortly", exc)
+            close_old_connections()
+            return DATABASE_RETRY_WAIT
 
     def close(self) -> None:
         self.alive.withdraw()

@@ -38,12 +38,30 @@ class WebhookRejected(Exception):
 
 
 class SendError(Exception):
-    """A failed send. `permanent` (a 4xx other than 429): retrying cannot help."""
+    """A failed send. `permanent` (a 4xx other than 429): retrying cannot help.
+    `ambiguous`: the request went out and no answer came back (the connection was reset,
+    the answer timed out), so the platform may have the message: sending it again could
+    deliver it twice."""
 
-    def __init__(self, message: str, *, permanent: bool, retry_after: float | None = None) -> None:
+    def __init__(self, message: str, *, permanent: bool, retry_after: float | None = None,
+                 ambiguous: bool = False) -> None:
         super().__init__(message)
         self.permanent = permanent
         self.retry_after = retry_after
+        self.ambiguous = ambiguous
+
+
+# Raised once the request may have reached the platform: read errors and timeouts come
+# after the request was written (httpx raises ConnectError/ConnectTimeout/PoolTimeout, or
+# WriteError/WriteTimeout, when it was not).
+_AFTER_THE_REQUEST = (httpx.ReadError, httpx.ReadTimeout, httpx.RemoteProtocolError)
+
+
+def send_unreachable(platform: str, exc: Exception) -> SendError:
+    """The SendError for a send that got no answer from `platform`: transient when the
+    request never went out, ambiguous when it may have been delivered."""
+    ambiguous = isinstance(exc, _AFTER_THE_REQUEST)
+    return SendError(f"{platform} unreachable: {type(exc).__name__}", permanent=False, ambiguous=ambiguous)
 
 
 @dataclass

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import logging
 import time
-
 from typing import Any
 
 from cryptography.exceptions import InvalidSignature
@@ -18,18 +17,18 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 from django.conf import settings
 from django.http import HttpRequest, JsonResponse
 
-from ..json_body import json_body
 from ..inbound import InboundImage, InboundMedia, InboundMessage
+from ..json_body import json_body
 from ..models import ChannelBinding
 from .base import (
     Adapter,
     Parsed,
-    SendError,
     WebhookRejected,
     checked_media,
     download_limited,
     enabled_binding,
     media_url_allowed,
+    send_unreachable,
 )
 
 logger = logging.getLogger(__name__)
@@ -159,7 +158,7 @@ class DiscordAdapter(Adapter):
             with self.http() as client:
                 response = client.post(url, json={"content": text}, headers=headers)
         except Exception as exc:
-            raise SendError(f"Discord unreachable: {type(exc).__name__}", permanent=False) from None
+            raise send_unreachable("Discord", exc) from None
         retry_after = None
         if response.status_code == 429:
             try:

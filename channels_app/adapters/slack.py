@@ -10,14 +10,13 @@ Credentials: `app_id`, `bot_token`, `signing_secret`, `bot_user_id`.
 from __future__ import annotations
 
 import logging
-
 import time
 
 from django.conf import settings
 from django.http import HttpRequest, JsonResponse
 
-from ..json_body import json_body
 from ..inbound import InboundImage, InboundMedia, InboundMessage
+from ..json_body import json_body
 from ..models import ChannelBinding
 from .base import (
     Adapter,
@@ -29,6 +28,7 @@ from .base import (
     hmac_hex,
     media_url_allowed,
     same_secret,
+    send_unreachable,
     webhook_bindings,
 )
 
@@ -158,7 +158,7 @@ class SlackAdapter(Adapter):
                 response = client.post(url, json={"channel": target, "text": text},
                                        headers={"Authorization": f"Bearer {binding.credentials.get('bot_token', '')}"})
         except Exception as exc:
-            raise SendError(f"Slack unreachable: {type(exc).__name__}", permanent=False) from None
+            raise send_unreachable("Slack", exc) from None
         self.raise_for_status(response)
         data = response.json()
         if not data.get("ok"):

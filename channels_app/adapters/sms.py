@@ -14,7 +14,7 @@ from django.http import HttpRequest
 
 from ..inbound import InboundMessage
 from ..models import ChannelBinding
-from .base import Adapter, Parsed, SendError, WebhookRejected, enabled_binding, same_secret
+from .base import Adapter, Parsed, WebhookRejected, enabled_binding, same_secret, send_unreachable
 
 
 def twilio_signature(auth_token: str, url: str, params: dict[str, str]) -> str:
@@ -62,6 +62,6 @@ class SmsAdapter(Adapter):
                 response = client.post(url, data={"To": target, "From": binding.lookup_key, "Body": text},
                                        auth=(sid, str(binding.credentials.get("auth_token", ""))))
         except Exception as exc:
-            raise SendError(f"Twilio unreachable: {type(exc).__name__}", permanent=False) from None
+            raise send_unreachable("Twilio", exc) from None
         self.raise_for_status(response)
         return str(response.json().get("sid", ""))

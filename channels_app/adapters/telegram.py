@@ -15,8 +15,8 @@ from django.conf import settings
 from django.http import HttpRequest
 from pydantic import BaseModel, Field, ValidationError
 
-from ..json_body import json_body
 from ..inbound import InboundImage, InboundMedia, InboundMessage
+from ..json_body import json_body
 from ..models import ChannelBinding
 from .base import (
     Adapter,
@@ -27,6 +27,7 @@ from .base import (
     enabled_binding,
     platform_client,
     secret_digest,
+    send_unreachable,
     webhook_url,
 )
 
@@ -219,7 +220,7 @@ class TelegramAdapter(Adapter):
             with self.http() as client:
                 response = client.post(url, json={"chat_id": target, "text": text})
         except Exception as exc:
-            raise SendError(f"Telegram unreachable: {type(exc).__name__}", permanent=False) from None
+            raise send_unreachable("Telegram", exc) from None
         retry_after = None
         if response.status_code == 429:
             try:

@@ -14,19 +14,19 @@ from typing import Any
 from django.conf import settings
 from django.http import HttpRequest, HttpResponse
 
-from ..json_body import json_body
 from ..inbound import InboundImage, InboundMedia, InboundMessage
+from ..json_body import json_body
 from ..models import ChannelBinding
 from .base import (
     Adapter,
     Parsed,
-    SendError,
     WebhookRejected,
     download_limited,
     enabled_binding,
     hmac_hex,
     media_url_allowed,
     same_secret,
+    send_unreachable,
 )
 
 logger = logging.getLogger(__name__)
@@ -148,7 +148,7 @@ class WhatsAppAdapter(Adapter):
                 response = client.post(url, json=payload,
                                        headers={"Authorization": f"Bearer {binding.credentials.get('token', '')}"})
         except Exception as exc:
-            raise SendError(f"WhatsApp unreachable: {type(exc).__name__}", permanent=False) from None
+            raise send_unreachable("WhatsApp", exc) from None
         self.raise_for_status(response)
         ids = response.json().get("messages") or [{}]
         return str(ids[0].get("id", ""))

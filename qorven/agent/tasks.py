@@ -6,6 +6,7 @@ import logging
 from celery import shared_task
 from django.core.cache import cache
 
+from qorven.runtime.database import DATABASE_DOWN, DATABASE_RETRY_DELAY, connections_drop_broken
 from qorven.runtime.log_context import log_context
 
 from .turns import TurnBusy, TurnOutcome, turn_process
@@ -64,6 +65,12 @@ def agent_turn(self, tenant_id: int, session_id: int, busy: int = 0) -> int:
     with log_context(tenant=tenant_id, session=session_id):
         try:
             outcome = turn_process(tenant_id=tenant_id, session_id=session_id)
+        except DATABASE_DOWN as exc:
+            # The turn let its session go (turns.turn_process) and runs again on a fresh
+            # connection; a reply is only ever stored with its message marked answered.
+            connections_drop_broken()
+            raise self.retry(exc=exc, args=(tenant_id, session_id), kwargs={"busy": busy},
+                             countdown=DATABASE_RETRY_DELAY) from None
         except TurnBusy:
             if not _wait_as_the_one(session_id, self.request.id):
                 return 0  # another task already waits for this session; its turn answers this message too
@@ -82,11 +89,16 @@ def agent_turn(self, tenant_id: int, session_id: int, busy: int = 0) -> int:
 def turns_run(turns: list[tuple[int, int]]) -> None:
     """Run turns collected by qorven.agent.gateway.turns_here in the calling task (the one
     that stored their messages), instead of a task of their own each. A session another
-    turn holds, or a message that failed transiently, goes to the turn task as usual."""
+    turn holds, a message that failed transiently or a lost database connection goes to
+    the turn task as usual."""
     for tenant_id, session_id in turns:
         with log_context(tenant=tenant_id, session=session_id):
             try:
                 outcome = turn_process(tenant_id=tenant_id, session_id=session_id)
+            except DATABASE_DOWN:
+                connections_drop_broken()
+                agent_turn.apply_async((tenant_id, session_id), countdown=DATABASE_RETRY_DELAY)
+                continue
             except TurnBusy:
                 agent_turn.delay(tenant_id, session_id)  # it waits for the session (see above)
                 continue

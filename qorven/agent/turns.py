@@ -29,6 +29,7 @@ from qorven.llm import (
     route_for,
 )
 from qorven.runtime import metrics
+from qorven.runtime.database import DATABASE_DOWN, connections_drop_broken
 from qorven.runtime.log_context import log_context
 from qorven.runtime.publisher import broadcast_soon
 from sessions_app.errors import SessionClosed
@@ -165,8 +166,18 @@ def turn_process(*, tenant_id: int, session_id: int) -> TurnOutcome:
         # hold the session now: this one stops without writing anything more.
         logger.warning("turn on session %s lost its lease; leaving the session to the turn holding it", session_id)
     finally:
-        turn_lease_release(session_id=session_id, owner=owner)
+        _let_go(session_id, owner)
     return outcome
+
+
+def _let_go(session_id: int, owner: str) -> None:
+    """Release the session's lease, on a fresh connection if a lost one ended the turn;
+    if the database is still away the lease runs out by itself (QORVEN_TURN_LEASE)."""
+    connections_drop_broken()
+    try:
+        turn_lease_release(session_id=session_id, owner=owner)
+    except DATABASE_DOWN:
+        connections_drop_broken()
 
 
 def _answer(session: Session, pending: Message, owner: str, *, overflowed: bool = False) -> _Result:

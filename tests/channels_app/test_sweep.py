@@ -111,3 +111,19 @@ def test_replies_left_for_one_binding_are_swept_one_at_a_time_and_all_sent_in_or
     drain()
     assert [s.json["text"] for s in platform.sent("sendMessage")] == texts
     assert set(OutboundDelivery.objects.values_list("state", flat=True)) == {"sent"}
+
+
+def test_a_server_starting_again_takes_what_its_last_run_left_at_once(world, telegram, platform, model_server, drain):
+    """The embedded default's tasks died with the server that queued them: on its next
+    start nothing waits out the grace period meant for tasks still queued elsewhere."""
+    pair(world, "telegram", "42", world.alice)
+    model_server.default = reply("Back.")
+    InboundEvent.objects.create(
+        tenant=world.tenant_a, binding=telegram, external_id="42:10", sender_id="42",
+        payload=InboundMessage(channel="telegram", external_id="42:10", sender_id="42", sender_name="Priya",
+                               text="accepted just before the restart", reply_target="42").model_dump(mode="json"),
+    )
+    assert sweep().inbound == 0  # fresh: its task may still be queued
+    assert sweep(restart=True).inbound == 1
+    drain()
+    assert [s.json["text"] for s in platform.sent("sendMessage")] == ["Back."]

@@ -1,10 +1,12 @@
 """A fake platform API (Telegram, WhatsApp Graph, Slack Web API, Discord REST, Twilio)
 over real HTTP. It records every request and answers from per-path scripts, so tests see
-exactly what Qorven sent and can inject 429s and 5xx."""
+exactly what Qorven sent and can inject 429s, 5xx, hangs and reset connections."""
 from __future__ import annotations
 
 import json
 import re
+import socket
+import struct
 import threading
 import time
 from dataclasses import dataclass, field
@@ -38,6 +40,7 @@ class Canned:
     headers: dict[str, str] = field(default_factory=dict)
     raw: bytes | None = None
     delay: float = 0.0  # seconds before answering: a platform that hangs
+    reset: bool = False  # read the request, then reset the connection: no answer at all
 
 
 class PlatformServer:
@@ -99,6 +102,11 @@ class PlatformServer:
                                                  peer=tuple(self.client_address)))
                 if canned.delay:
                     time.sleep(canned.delay)
+                if canned.reset:
+                    # SO_LINGER 0: closing sends RST, as a proxy or a platform dropping the call does.
+                    self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+                    self.close_connection = True
+                    return
                 data = canned.raw if canned.raw is not None else json.dumps(canned.body).encode()
                 self.send_response(canned.status)
                 self.send_header("Content-Type", "application/json" if canned.raw is None else "application/octet-stream")

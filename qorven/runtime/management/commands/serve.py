@@ -8,6 +8,8 @@ from django.core.management.base import BaseCommand
 from qorven.runtime.startup import Startup, startup_run
 from qorven.runtime.worker import broker_is_embedded, embedded_worker
 
+SHUTDOWN_WAIT = 30.0  # seconds the running tasks get to finish when the server stops
+
 
 class Command(BaseCommand):
     help = (
@@ -44,3 +46,10 @@ class Command(BaseCommand):
         CommandLineInterface().run(
             ["--bind", opts["host"], "--port", str(opts["port"]), "qorven.asgi:application"]
         )
+        if embedded:
+            # Stopped (SIGTERM, Ctrl-C): the tasks running finish — a turn half-way, a send
+            # half-way — rather than die with the process; what is only queued is in the
+            # database and is swept up when the server starts again.
+            self.stdout.write("Finishing the tasks running…")
+            self.stdout.flush()
+            embedded_worker.stop(timeout=SHUTDOWN_WAIT)

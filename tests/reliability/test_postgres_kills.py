@@ -1,0 +1,147 @@
+"""PostgreSQL connections killed (`pg_terminate_backend`) while webhooks are stored and
+turns run: `qorven serve`, `qorven worker` and `qorven beat` on PostgreSQL + Redis, their
+connections (and only theirs: they connect under an application name of their own) cut
+every few hundred milliseconds.
+
+A webhook whose store fails is answered with an error and delivered again, as a platform
+does; a task whose connection dies fails and runs again. Nothing half-stored, nothing
+twice: every unique message stored once as an event and once as a message, answered once,
+sent once, each session's seqs gap-free.
+"""
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections import Counter
+
+import httpx
+import psycopg
+import pytest
+from django.db import connection
+
+from channels_app.models import InboundEvent
+from channels_app.services import binding_create
+from sessions_app.models import Message
+
+from ..channels_app.conftest import pair
+from ..factories.tenancy import MembershipFactory, UserFactory
+from ..fakes.model_server import reply
+from ..processes import Processes, needs_postgres_and_redis, wait_for
+from .test_load import SECRET, _answers, _free_port, _server_env, _update
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.reliability, needs_postgres_and_redis]
+
+APP_NAME = "qorven-reliability-kills"  # the spawned processes' connections, and no one else's
+
+
+def sizes(config) -> tuple[int, int]:
+    return (20, 20) if config.getoption("--stress") else (6, 8)
+
+
+class Killer(threading.Thread):
+    """Terminates the spawned processes' backends on the test database, every `every` s."""
+
+    def __init__(self, every: float) -> None:
+        super().__init__(daemon=True)
+        db = connection.settings_dict
+        self.dsn = dict(dbname=db["NAME"], user=db["USER"], password=db.get("PASSWORD") or None,
+                        host=db["HOST"] or "127.0.0.1", port=db["PORT"] or 5432, autocommit=True)
+        self.every = every
+        self.killed = 0
+        self.stopping = threading.Event()
+
+    def run(self) -> None:
+        with psycopg.connect(**self.dsn) as conn:
+            while not self.stopping.wait(self.every):
+                rows = conn.execute(
+                    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+                    " WHERE datname = current_database() AND application_name = %s AND pid <> pg_backend_pid()",
+                    [APP_NAME],
+                ).fetchall()
+                self.killed += sum(1 for (ok,) in rows if ok)
+
+    def stop(self) -> None:
+        self.stopping.set()
+        self.join(10)
+
+
+async def _post_until_accepted(base: str, senders: int, per_sender: int) -> Counter[int]:
+    """Each sender's messages in order; one that is not answered 200 is delivered again
+    (after a short wait), as Telegram does, before the sender's next message."""
+    statuses: Counter[int] = Counter()
+    headers = {"content-type": "application/json", "x-telegram-bot-api-secret-token": SECRET}
+
+    async def sender(client: httpx.AsyncClient, s: int) -> None:
+        for n in range(1, per_sender + 1):
+            for _ in range(50):
+                try:
+                    status = (await client.post(f"{base}/v1/webhooks/telegram", content=_update(s, n),
+                                                headers=headers)).status_code
+                except httpx.HTTPError:
+                    status = 0
+                statuses[status] += 1
+                if status == 200:
+                    break
+                await asyncio.sleep(0.2)
+            else:
+                raise AssertionError(f"s{s} m{n} was never accepted: {statuses}")
+            await asyncio.sleep(0.05)
+
+    async with httpx.AsyncClient(timeout=30) as client:
+        await asyncio.gather(*(sender(client, s) for s in range(senders)))
+    return statuses
+
+
+def test_connections_killed_during_appends_and_turns_lose_nothing_and_double_nothing(
+    request, world, model_server, platform
+):
+    senders, per_sender = sizes(request.config)
+    unique = senders * per_sender
+    model_server.default = reply("Got it.", delay=0.1)
+    binding_create(tenant=world.tenant_a, qor=world.qor_a, kind="telegram",
+                   credentials={"token": "111:AAA", "secret": SECRET, "username": "aria_bot"})
+    for s in range(senders):
+        person = UserFactory(username=f"sender{s}")
+        MembershipFactory(tenant=world.tenant_a, user=person)
+        pair(world, "telegram", str(800_000 + s), person)
+    env = {**_server_env(model_server, platform), "PGAPPNAME": APP_NAME, "QORVEN_SWEEP_INTERVAL": "3"}
+    port = _free_port()
+    base = f"http://127.0.0.1:{port}"
+    processes = Processes()
+    killer = Killer(every=0.4)
+    try:
+        processes.purge(env)
+        worker = processes.worker(env, concurrency=4)
+        processes.start("beat", "--max-interval", "1", env=env)
+        server = processes.start("serve", "--no-migrate", "--port", str(port), env=env)
+        assert wait_for(lambda: _answers(base + "/healthz"), 90), server.output
+        killer.start()
+        started = time.monotonic()
+        statuses = asyncio.run(_post_until_accepted(base, senders, per_sender))
+        time.sleep(max(0.0, 3 - (time.monotonic() - started)))  # turns meet the kills too
+        killer.stop()
+
+        assert wait_for(lambda: len(platform.sent("sendMessage")) >= unique, 90, processes=processes), (
+            f"{len(platform.sent('sendMessage'))}/{unique} sent after {killer.killed} kills\n"
+            f"{server.output[-2000:]}\n{worker.output[-4000:]}")
+        settled_in = time.monotonic() - started
+        time.sleep(3)  # a second send would come now
+    finally:
+        killer.stop()
+        processes.stop()
+
+    print(f"pg kills: {killer.killed} connections killed, statuses {dict(statuses)}, all sent in {settled_in:.1f} s")
+    assert killer.killed > 0
+    events = Counter(InboundEvent.objects.values_list("external_id", flat=True))
+    assert len(events) == unique and set(events.values()) == {1}
+    assert Message.objects.filter(role="user").count() == unique
+    replies = Counter(Message.objects.filter(role="assistant").values_list("session_id", "metadata__reply_to"))
+    assert len(replies) == unique and set(replies.values()) == {1}
+    sent = Counter(r.json["chat_id"] for r in platform.sent("sendMessage"))
+    assert sent == {str(800_000 + s): per_sender for s in range(senders)}
+    for s in range(senders):
+        rows = list(Message.objects.filter(session__user__username=f"sender{s}").order_by("seq")
+                    .values_list("seq", "role", "content"))
+        assert [seq for seq, _, _ in rows] == list(range(1, len(rows) + 1))
+        assert [c for _, role, c in rows if role == "user"] == [f"s{s} m{n}" for n in range(1, per_sender + 1)]
