@@ -208,3 +208,25 @@ def platform(settings):
 def pytest_addoption(parser):
     parser.addoption("--stress", action="store_true", default=False,
                      help="run tests/reliability at full size (`make stress`)")
+
+
+@pytest.fixture
+def serve_once(monkeypatch):
+    """`qorven serve` run in this process up to Daphne, which returns at once; returns what
+    it printed. The server stops its worker as it ends, possibly before the sweep it queued
+    at start (for what a previous run left) has run: a real server's next start sweeps
+    again, and the test forgets it."""
+    import io
+
+    from django.core.management import call_command
+
+    from qorven.runtime.worker import embedded_worker
+
+    def run() -> str:
+        monkeypatch.setattr("daphne.cli.CommandLineInterface.run", lambda self, args: None)
+        out = io.StringIO()
+        call_command("serve", "--no-migrate", "--no-beat", stdout=out, stderr=io.StringIO())
+        embedded_worker.reset()
+        return out.getvalue()
+
+    return run

@@ -188,14 +188,11 @@ def test_the_shipped_example_skills_are_valid_and_sync_on_a_fresh_database(setti
     assert sorted(report.added) == sorted(p.name for p in parsed) and not report.errors
 
 
-def test_serve_and_worker_sync_skills_at_startup(skills_dir, monkeypatch, settings):
+def test_serve_and_worker_sync_skills_at_startup(skills_dir, monkeypatch, settings, serve_once):
     from qorven.runtime.management.commands import serve, worker
 
     write(skills_dir, "briefing.md", BRIEFING)
-    monkeypatch.setattr("daphne.cli.CommandLineInterface.run", lambda self, args: None)
-    out = io.StringIO()
-    call_command("serve", "--no-migrate", "--no-beat", stdout=out, stderr=io.StringIO())
-    assert "1 added" in out.getvalue() and shared("briefing").enabled
+    assert "1 added" in serve_once() and shared("briefing").enabled
     assert "skills" in serve.Command.help and "skills" in worker.Command.help
 
     (skills_dir / "briefing.md").unlink()

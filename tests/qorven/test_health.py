@@ -51,22 +51,10 @@ def test_readyz_checks_redis_on_scale_out(client, settings, db):
     assert response.status_code == 503 and response.json()["checks"] == {"database": "ok", "redis": "unavailable"}
 
 
-def test_serve_names_the_model_of_each_qor_or_says_it_is_offline(world, settings, monkeypatch):
-    import io
-
-    from django.core.management import call_command
-
+def test_serve_names_the_model_of_each_qor_or_says_it_is_offline(world, settings, serve_once):
     settings.OPENAI_BASE_URL, settings.QORVEN_MODEL = "", ""
     world.qor_b.main_base_url, world.qor_b.main_model = "https://models.example/v1", "big-model"
     world.qor_b.save(update_fields=["main_base_url", "main_model"])
-    monkeypatch.setattr("daphne.cli.CommandLineInterface.run", lambda self, args: None)
-    out = io.StringIO()
-    call_command("serve", "--no-migrate", "--no-beat", stdout=out, stderr=io.StringIO())
-    # The server stopped its worker as it ended (Daphne is not run here), possibly before
-    # the sweep it queued at start had run: a real server's next start sweeps again; the
-    # test forgets it (this test is about the banner).
-    from qorven.runtime.worker import embedded_worker
-
-    embedded_worker.reset()
-    assert "acme/aria: offline — no model configured" in out.getvalue()
-    assert "globex/aria: big-model at models.example" in out.getvalue()
+    printed = serve_once()
+    assert "acme/aria: offline — no model configured" in printed
+    assert "globex/aria: big-model at models.example" in printed
