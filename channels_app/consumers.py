@@ -265,6 +265,11 @@ class LiveChatConsumer(AsyncJsonWebsocketConsumer):
         finally:
             self.backlog = None
 
+    async def hub_resync(self, event: dict[str, Any]) -> None:
+        """The hub lost the layer for a while (events published meanwhile never reached
+        it): send what was stored since the last message sent."""
+        await self.catch_up()
+
     # --- catching up ---
 
     async def watch(self, session, *, after_seq: int | None) -> None:

@@ -129,3 +129,13 @@ def wait_for(predicate, timeout: float, *, processes: Processes | None = None, s
             processes.alive()
         time.sleep(step)
     return False
+
+
+def redis_start(port: int) -> subprocess.Popen:
+    """A Redis server of the test's own on `port`, keeping nothing on disk (so a restart
+    starts empty, as a Redis that lost its data)."""
+    proc = subprocess.Popen(["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "",
+                             "--appendonly", "no"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    assert wait_for(lambda: subprocess.run(["redis-cli", "-p", str(port), "ping"], capture_output=True,
+                                           text=True).stdout.strip() == "PONG", 10)
+    return proc

@@ -11,6 +11,13 @@ reused (`Encoder`). A subscriber is anything with `async hub_event(event, encode
 
 Events name their group (`group`; set by qorven.runtime.publisher). One hub per event loop:
 the server has one; tests open several in turn.
+
+The layer keeps the hub's memberships, and may lose them: channels_redis forgets a
+membership after its group expiry (a day by default), and a Redis restarted without its
+data forgets them all. The hub renews its memberships every RENEW_EVERY seconds, and after
+the layer failed under it (Redis away) it joins its groups again as soon as the layer
+answers and tells every subscriber to catch up (`hub_event` with `{"type": "hub.resync"}`):
+what was published meanwhile is in the database, not on the layer.
 """
 from __future__ import annotations
 
@@ -25,6 +32,8 @@ from channels.layers import get_channel_layer
 logger = logging.getLogger(__name__)
 
 RETRY_AFTER = 1.0  # seconds before the hub reads the layer again after a failure
+RENEW_EVERY = 3600.0  # seconds between renewals of the hub's group memberships
+RESYNC = {"type": "hub.resync"}
 
 
 class Subscriber(Protocol):
@@ -53,6 +62,7 @@ class Hub:
         self.members: dict[str, set[Subscriber]] = {}
         self.channel: str | None = None
         self._reader: asyncio.Task[None] | None = None
+        self._renewer: asyncio.Task[None] | None = None
         self._lock = asyncio.Lock()
 
     async def join(self, group: str, subscriber: Subscriber) -> None:
@@ -61,8 +71,11 @@ class Hub:
                 # The layer's default prefix: channels_redis reads one process's channels
                 # with one receive loop, which serves only the names it made alike.
                 self.channel = await self.layer.new_channel()
+            loop = asyncio.get_running_loop()
             if self._reader is None or self._reader.done():
-                self._reader = asyncio.get_running_loop().create_task(self._read(), name="qorven-hub")
+                self._reader = loop.create_task(self._read(), name="qorven-hub")
+            if self._renewer is None or self._renewer.done():
+                self._renewer = loop.create_task(self._renew(), name="qorven-hub-renew")
             members = self.members.get(group)
             if members is None:
                 members = self.members[group] = set()
@@ -80,16 +93,45 @@ class Hub:
                 await self.layer.group_discard(group, self.channel)
 
     async def _read(self) -> None:
+        failed = False
         while True:
             try:
+                if failed:
+                    await self._rejoin()
+                    failed = False
+                    logger.info("the live hub reads the channel layer again; its sockets catch up")
+                    await self._everyone(RESYNC)
                 event = await self.layer.receive(self.channel)
             except asyncio.CancelledError:
                 raise
-            except Exception:  # the layer's server went away: read again shortly; clients catch up by seq
-                logger.warning("the live hub could not read from the channel layer", exc_info=True)
+            except Exception:  # the layer's server went away: join again once it answers
+                if not failed:
+                    logger.warning("the live hub could not read from the channel layer", exc_info=True)
+                failed = True
                 await asyncio.sleep(RETRY_AFTER)
                 continue
             await self.deliver(event)
+
+    async def _renew(self) -> None:
+        while True:
+            await asyncio.sleep(RENEW_EVERY)
+            try:
+                await self._rejoin()
+            except Exception:  # the reader sees the layer fail too, and joins again after it
+                logger.warning("the live hub could not renew its groups", exc_info=True)
+
+    async def _rejoin(self) -> None:
+        async with self._lock:
+            for group in list(self.members):
+                await self.layer.group_add(group, self.channel)
+
+    async def _everyone(self, event: dict[str, Any]) -> None:
+        encoder = Encoder()
+        for subscriber in {s for members in list(self.members.values()) for s in members}:
+            try:
+                await subscriber.hub_event(event, encoder)
+            except Exception:
+                logger.warning("a live subscriber failed an event", exc_info=True)
 
     async def deliver(self, event: dict[str, Any]) -> None:
         members = self.members.get(event.get("group", ""))

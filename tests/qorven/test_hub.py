@@ -88,3 +88,65 @@ async def layer_members(layer, group: str) -> int:
         return len(layer._groups.get(group, ()))
     async with layer.connection(layer.consistent_hash(group)) as connection:
         return await connection.zcard(layer._group_key(group))
+
+
+def test_after_its_redis_restarts_empty_the_hub_joins_its_groups_again_and_its_sockets_catch_up():
+    """A Redis of the test's own, restarted without its data (the hub's group membership
+    with it): the hub reads again, joins again, and tells its subscribers to catch up."""
+    import socket
+    import time
+
+    from channels_redis.core import RedisChannelLayer
+    from redis.exceptions import ConnectionError as RedisDown
+
+    from qorven.runtime.hub import RESYNC, Hub
+
+    from ..processes import redis_start
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    redis = redis_start(port)
+
+    class Page:
+        def __init__(self) -> None:
+            self.events: list[dict] = []
+
+        async def hub_event(self, event, encoder) -> None:
+            self.events.append(event)
+
+    async def until(condition, timeout: float = 20.0) -> None:
+        deadline = time.monotonic() + timeout
+        while not condition():
+            assert time.monotonic() < deadline, "timed out"
+            await asyncio.sleep(0.05)
+
+    async def run(page: Page) -> None:
+        nonlocal redis
+        live = Hub()
+        live.layer = RedisChannelLayer(hosts=[{"address": f"redis://127.0.0.1:{port}/0"}])
+        await live.join("chat.1", page)
+        await live.layer.group_send("chat.1", {"type": "message.new", "group": "chat.1", "seq": 1})
+        await until(lambda: [e.get("seq") for e in page.events] == [1])
+        redis.terminate()
+        redis.wait(10)
+        redis = await asyncio.to_thread(redis_start, port)  # empty: the hub's membership is gone
+        await until(lambda: RESYNC in page.events)
+        for _ in range(3):  # the sender's pooled connection went with the old server: once more, as publishers do
+            try:
+                await live.layer.group_send("chat.1", {"type": "message.new", "group": "chat.1", "seq": 2})
+                break
+            except RedisDown:
+                await asyncio.sleep(0.2)
+        await until(lambda: [e.get("seq") for e in page.events if e != RESYNC] == [1, 2])
+        live._reader.cancel()
+        live._renewer.cancel()
+        await live.layer.flush()
+
+    page = Page()
+    try:
+        async_to_sync(run)(page)
+    finally:
+        redis.terminate()
+        redis.wait(10)
+    assert page.events.count(RESYNC) == 1
