@@ -220,6 +220,7 @@ def prepare(case: Case) -> Row:
 
     from qorven.agent.prompt import PromptParts, prompt_build
     from qorven.agent.retrieval import memories_for, skills_for_prompt
+    from memory_app.selectors import skills_for
     from qorven.agent.turns import _prompt
     from qorven.llm import route_for
     from sessions_app.models import Message
@@ -261,7 +262,8 @@ def prepare(case: Case) -> Row:
         )
 
     def turn() -> int:
-        return len(_prompt(session, qor, pending, offered, route, trust, RESERVE).window)
+        skills = skills_for(tenant=session.tenant, trust=trust)  # read by the turn, then passed in
+        return len(_prompt(session, qor, pending, offered, route, trust, RESERVE, skills).window)
 
     def build() -> int:
         prompt = prompt_build(
@@ -276,7 +278,8 @@ def prepare(case: Case) -> Row:
 
     case.calls = {"turn": turn, "build": build}
     facts = {"rows_read": rows_read(build)}
-    prompt = _prompt(session, qor, pending, offered, route, trust, RESERVE)
+    prompt = _prompt(session, qor, pending, offered, route, trust, RESERVE,
+                     skills_for(tenant=session.tenant, trust=trust))
     if prompt.window[-1].pk != pending.pk:
         raise AssertionError("the pending message is not the last of the window")
     with CaptureQueriesContext(connection) as turn_queries:

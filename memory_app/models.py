@@ -63,6 +63,13 @@ class LearnedSkill(TimestampedModel):
     path = models.CharField(max_length=500, blank=True, default="")
     checksum = models.CharField(max_length=64, blank=True, default="")
     enabled = models.BooleanField(default=True)
+    # The skill router (qorven.agent.router): a message matching one of these (a phrase, or
+    # /a regular expression/) is answered with `reply` — after running `action` (a tool,
+    # with `action_args`) when there is one — without a model call.
+    triggers = models.JSONField(default=list, blank=True)
+    reply = models.TextField(blank=True, default="")
+    action = models.CharField(max_length=100, blank=True, default="")
+    action_args = models.JSONField(default=dict, blank=True)
 
     class Meta:
         ordering = ["name"]

@@ -6,8 +6,20 @@ A skill file is markdown with front matter::
     name: daily-briefing
     description: Put together a short morning briefing.
     min_trust: paired
+    triggers: what's on today? | /(morning )?briefing/
+    reply: Here is your day: {result[iso]}
+    action: current_time
+    action_args: {"timezone": "Europe/Paris"}
     ---
     Step-by-step instructions for the model…
+
+`triggers`, `reply`, `action` and `action_args` are optional: with triggers, the skill
+router (qorven.agent.router) answers a matching message itself, without the model.
+Triggers are separated by ` | `; one between slashes is a regular expression matched
+against the whole message, any other is a phrase matched ignoring case, spacing and
+end punctuation. `reply` is a template: `{message}` (the person's words), `{name}`,
+`{time}` (the tenant's local time) and, with an `action` (a tool run with `action_args`,
+a JSON object), `{result}` (its JSON answer; `{result[key]}` for one field).
 
 Synced rows are shared by every tenant (tenant empty) and marked `source=file`: a new
 file adds a skill, a changed file (by SHA-256 checksum) updates it, a file that goes
@@ -17,6 +29,7 @@ admin are never touched, and a file never overrides an admin skill of the same n
 from __future__ import annotations
 
 import hashlib
+import json
 import logging
 import re
 from dataclasses import dataclass, field
@@ -33,7 +46,7 @@ from .models import LearnedSkill
 logger = logging.getLogger(__name__)
 
 _NAME = re.compile(r"^[a-z0-9][a-z0-9_-]{0,99}$")
-_FIELDS = {"name", "description", "min_trust"}
+_FIELDS = {"name", "description", "min_trust", "triggers", "reply", "action", "action_args"}
 
 
 class SkillFileError(ValueError):
@@ -48,6 +61,13 @@ class SkillFile:
     min_trust: str
     body: str
     checksum: str
+    triggers: list[str] = field(default_factory=list)
+    reply: str = ""
+    action: str = ""
+    action_args: dict = field(default_factory=dict)
+
+    def router_fields(self) -> dict:
+        return {"triggers": self.triggers, "reply": self.reply, "action": self.action, "action_args": self.action_args}
 
 
 @dataclass
@@ -115,10 +135,38 @@ def skill_file_parse(path: Path, *, root: Path) -> SkillFile:
     body = "\n".join(lines[end + 1 :]).strip()
     if not body:
         raise SkillFileError("the body (the instructions) is empty")
+    triggers, reply, action, action_args = _router_fields(meta)
     return SkillFile(
         path=str(path.relative_to(root)), name=name, description=description, min_trust=min_trust, body=body,
-        checksum=hashlib.sha256(raw).hexdigest(),
+        checksum=hashlib.sha256(raw).hexdigest(), triggers=triggers, reply=reply, action=action,
+        action_args=action_args,
     )
+
+
+def _router_fields(meta: dict[str, str]) -> tuple[list[str], str, str, dict]:
+    from tenancy.tool_registry import registry
+
+    triggers = [t.strip() for t in meta.get("triggers", "").split(" | ") if t.strip()]
+    for trigger in triggers:
+        if len(trigger) > 2 and trigger.startswith("/") and trigger.endswith("/"):
+            try:
+                re.compile(trigger[1:-1])
+            except re.error as exc:
+                raise SkillFileError(f"trigger {trigger!r} is not a valid regular expression ({exc})") from None
+    reply, action = meta.get("reply", ""), meta.get("action", "")
+    if action and action not in registry.tools:
+        raise SkillFileError(f"action {action!r} is not a tool")
+    try:
+        action_args = json.loads(meta.get("action_args") or "{}")
+    except json.JSONDecodeError as exc:
+        raise SkillFileError(f"action_args is not JSON ({exc.msg})") from None
+    if not isinstance(action_args, dict):
+        raise SkillFileError("action_args must be a JSON object")
+    if triggers and not reply:
+        raise SkillFileError("a skill with triggers needs a reply (a template; `{result}` for its action's answer)")
+    if (reply or action) and not triggers:
+        raise SkillFileError("reply and action answer a trigger: give `triggers` too")
+    return triggers, reply, action, action_args
 
 
 def skills_sync(*, directory: Path | None = None, dry_run: bool = False) -> SyncReport:
@@ -150,7 +198,7 @@ def skills_sync(*, directory: Path | None = None, dry_run: bool = False) -> Sync
                     LearnedSkill.objects.create(
                         tenant=None, name=name, description=skill.description, body=skill.body,
                         min_trust=skill.min_trust, source=LearnedSkill.Source.FILE, path=skill.path,
-                        checksum=skill.checksum, enabled=True,
+                        checksum=skill.checksum, enabled=True, **skill.router_fields(),
                     )
             elif row.source != LearnedSkill.Source.FILE:
                 report.errors.append(f"{skill.path}: an admin-made skill is named {name!r}; the file is ignored")
@@ -159,8 +207,10 @@ def skills_sync(*, directory: Path | None = None, dry_run: bool = False) -> Sync
                 if not dry_run:
                     row.description, row.body, row.min_trust = skill.description, skill.body, skill.min_trust
                     row.path, row.checksum, row.enabled = skill.path, skill.checksum, True
+                    for key, value in skill.router_fields().items():
+                        setattr(row, key, value)
                     row.save(update_fields=["description", "body", "min_trust", "path", "checksum", "enabled",
-                                            "updated_at"])
+                                            *skill.router_fields(), "updated_at"])
             else:
                 report.unchanged.append(name)
         for name, row in shared.items():

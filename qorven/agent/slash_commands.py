@@ -6,9 +6,17 @@ from tenancy.slash_registry import CommandContext, slash_command, slash_registry
 
 @slash_command("help", "list the commands")
 def _help(ctx: CommandContext) -> str:
+    from memory_app.selectors import skills_for
+
     lines = [f"/{c.name}" + (f" (or /{', /'.join(c.aliases)})" if c.aliases else "") + f" — {c.summary}"
              for c in slash_registry.listed()]
-    return "Commands:\n" + "\n".join(lines)
+    text = "Commands:\n" + "\n".join(lines)
+    # What the skill router answers by itself on this surface (qorven.agent.router).
+    routed = [f"{s.name}: {' | '.join(s.triggers)}" for s in skills_for(tenant=ctx.session.tenant, trust=ctx.trust)
+              if s.triggers]
+    if routed:
+        text += "\n\nAnswered at once when a message is exactly:\n" + "\n".join(routed)
+    return text
 
 
 @slash_command("retry", "try again to answer the messages the model could not answer")

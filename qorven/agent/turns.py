@@ -28,6 +28,8 @@ from qorven.llm import (
     provider_for,
     route_for,
 )
+from memory_app.models import LearnedSkill
+from memory_app.selectors import skills_for
 from qorven.runtime import metrics
 from qorven.runtime.database import DATABASE_DOWN, connections_drop_broken
 from qorven.runtime.log_context import log_context
@@ -61,7 +63,8 @@ from .loop import Spend, tool_loop
 from .notices import notice_for
 from .project import project_context_for
 from .prompt import Prompt, PromptParts, prompt_build
-from .retrieval import memories_for, skills_for_prompt
+from .retrieval import memories_for
+from .router import skill_route
 from .stop import StopWatch, TurnStopped, turn_stop_clear
 
 logger = logging.getLogger(__name__)
@@ -185,19 +188,25 @@ def _answer(session: Session, pending: Message, owner: str, *, overflowed: bool 
     forced by a context-length error, so its one retry is spent."""
     qor = session.qor
     channel = pending.channel
-    if budget_exhausted(tenant=session.tenant):
-        _fail(session, pending, owner, BudgetReached("the tenant's monthly token budget is spent"))
-        return _Result(_Step.FAILED)
     trust = str(pending.metadata.get("trust") or Trust.PAIRED)
-    route = route_for(qor, "main")
-    provider = provider_for(route)
-    offered = [] if route.offline else registry.offered(tenant=session.tenant, qor=qor, trust=trust)
+    tools = registry.offered(tenant=session.tenant, qor=qor, trust=trust)
     ctx = ToolContext(
         tenant=session.tenant, qor=qor, user=session.user, session_id=session.pk, channel=channel, trust=trust
     )
+    skills = skills_for(tenant=session.tenant, trust=trust)
+    routed = skill_route(skills=skills, message=pending, ctx=ctx, offered=tools)
+    if routed is not None:  # answered by a skill's trigger: no model call
+        _reply(session, pending, owner, routed.text, metadata={"skill": routed.skill, "routed": True})
+        return _Result(_Step.ANSWERED)
+    if budget_exhausted(tenant=session.tenant):
+        _fail(session, pending, owner, BudgetReached("the tenant's monthly token budget is spent"))
+        return _Result(_Step.FAILED)
+    route = route_for(qor, "main")
+    provider = provider_for(route)
+    offered = [] if route.offline else tools
     manual = qor.summarizer_mode == Qor.SummarizerMode.MANUAL
     reserve = settings.QORVEN_CONTEXT_RESERVE
-    prompt = _prompt(session, qor, pending, offered, route, trust, reserve)
+    prompt = _prompt(session, qor, pending, offered, route, trust, reserve, skills)
     if manual and not overflowed and compaction_due(
         session=session, prompt=prompt, num_ctx=route.num_ctx, threshold=qor.compact_threshold
     ):
@@ -241,7 +250,7 @@ def _answer(session: Session, pending: Message, owner: str, *, overflowed: bool 
                 hook(session)
             session.refresh_from_db()
             reserve = max(reserve, route.num_ctx // 2)
-            prompt = _prompt(session, qor, pending, offered, route, trust, reserve)
+            prompt = _prompt(session, qor, pending, offered, route, trust, reserve, skills)
             continue
         except ProviderUnavailable as exc:
             tries = message_answer_attempted(message=pending)
@@ -289,12 +298,13 @@ def _after_exchange(session: Session, route: ModelRoute, prompt: Prompt, reserve
 
 
 def _prompt(
-    session: Session, qor: Qor, pending: Message, offered: list[Tool], route: ModelRoute, trust: str, reserve: int
+    session: Session, qor: Qor, pending: Message, offered: list[Tool], route: ModelRoute, trust: str, reserve: int,
+    skills: list[LearnedSkill],
 ) -> Prompt:
     parts = PromptParts(
         system_prompt=qor.system_prompt,
         project_context=project_context_for(qor),
-        skills=skills_for_prompt(tenant=session.tenant, trust=trust),
+        skills=[(s.name, s.description) for s in skills],
         memories=memories_for(tenant=session.tenant, qor=qor, user=session.user, query=pending.content),
         compaction_note="\n\n".join(p for p in (session.seed_summary, session.compaction_note) if p.strip()),
         surface_note=f"The current message came from the {pending.channel} surface; answer for that surface.",
