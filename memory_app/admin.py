@@ -94,7 +94,8 @@ class LearnedSkillAdmin(TenantScopedAdminMixin, admin.ModelAdmin):
     list_display = ["name", "tenant", "source", "min_trust", "enabled", "path", "updated_at"]
     list_filter = ["tenant", "source", "enabled", "min_trust"]
     search_fields = ["name", "description"]
-    fields = ["tenant", "name", "description", "min_trust", "enabled", "body", "source", "path", "checksum"]
+    fields = ["tenant", "name", "description", "min_trust", "enabled", "body", "triggers", "reply", "action",
+              "action_args", "source", "path", "checksum"]
 
     def get_readonly_fields(self, request, obj: LearnedSkill | None = None) -> list[str]:
         if obj is not None and obj.source == LearnedSkill.Source.FILE:

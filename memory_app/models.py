@@ -71,6 +71,17 @@ class LearnedSkill(TimestampedModel):
     action = models.CharField(max_length=100, blank=True, default="")
     action_args = models.JSONField(default=dict, blank=True)
 
+    def clean(self) -> None:
+        from django.core.exceptions import ValidationError
+
+        from .skills import SkillFileError, router_fields_check
+
+        try:
+            router_fields_check(triggers=self.triggers, reply=self.reply, action=self.action,
+                                action_args=self.action_args)
+        except SkillFileError as exc:
+            raise ValidationError(str(exc)) from None
+
     class Meta:
         ordering = ["name"]
         constraints = [

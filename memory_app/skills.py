@@ -144,29 +144,37 @@ def skill_file_parse(path: Path, *, root: Path) -> SkillFile:
 
 
 def _router_fields(meta: dict[str, str]) -> tuple[list[str], str, str, dict]:
+    triggers = [t.strip() for t in meta.get("triggers", "").split(" | ") if t.strip()]
+    try:
+        action_args = json.loads(meta.get("action_args") or "{}")
+    except json.JSONDecodeError as exc:
+        raise SkillFileError(f"action_args is not JSON ({exc.msg})") from None
+    reply, action = meta.get("reply", ""), meta.get("action", "")
+    router_fields_check(triggers=triggers, reply=reply, action=action, action_args=action_args)
+    return triggers, reply, action, action_args
+
+
+def router_fields_check(*, triggers: object, reply: str, action: str, action_args: object) -> None:
+    """What the skill router needs of a skill, whether from a file or the admin. Raises
+    SkillFileError saying what is wrong."""
     from tenancy.tool_registry import registry
 
-    triggers = [t.strip() for t in meta.get("triggers", "").split(" | ") if t.strip()]
+    if not isinstance(triggers, list) or not all(isinstance(t, str) and t.strip() for t in triggers):
+        raise SkillFileError("triggers must be a list of phrases or /regular expressions/")
     for trigger in triggers:
         if len(trigger) > 2 and trigger.startswith("/") and trigger.endswith("/"):
             try:
                 re.compile(trigger[1:-1])
             except re.error as exc:
                 raise SkillFileError(f"trigger {trigger!r} is not a valid regular expression ({exc})") from None
-    reply, action = meta.get("reply", ""), meta.get("action", "")
     if action and action not in registry.tools:
         raise SkillFileError(f"action {action!r} is not a tool")
-    try:
-        action_args = json.loads(meta.get("action_args") or "{}")
-    except json.JSONDecodeError as exc:
-        raise SkillFileError(f"action_args is not JSON ({exc.msg})") from None
     if not isinstance(action_args, dict):
         raise SkillFileError("action_args must be a JSON object")
     if triggers and not reply:
         raise SkillFileError("a skill with triggers needs a reply (a template; `{result}` for its action's answer)")
     if (reply or action) and not triggers:
         raise SkillFileError("reply and action answer a trigger: give `triggers` too")
-    return triggers, reply, action, action_args
 
 
 def skills_sync(*, directory: Path | None = None, dry_run: bool = False) -> SyncReport:

@@ -111,3 +111,17 @@ def test_a_skill_file_with_a_bad_trigger_or_no_reply_is_refused(tmp_path):
                                          ""))
     with pytest.raises(SkillFileError, match="reply"):
         skill_file_parse(bad, root=tmp_path)
+
+
+def test_the_admin_refuses_a_skill_whose_trigger_does_not_compile_and_keeps_a_good_one(tenant_admin, world):
+    from memory_app.models import LearnedSkill
+
+    form = {"tenant": world.tenant_a.pk, "name": "hours", "description": "Opening hours.", "min_trust": "paired",
+            "enabled": "on", "body": "Answer about the hours.", "triggers": '["/(when/"]',
+            "reply": "9 to 5.", "action": "", "action_args": "{}"}
+    refused = tenant_admin.post("/admin/memory_app/learnedskill/add/", form)
+    assert refused.status_code == 200 and "is not a valid regular expression" in refused.content.decode()
+    assert not LearnedSkill.objects.exists()
+    form["triggers"] = '["opening hours", "/when (are|do) you open\\\\??/"]'
+    assert tenant_admin.post("/admin/memory_app/learnedskill/add/", form).status_code == 302
+    assert LearnedSkill.objects.get().triggers == ["opening hours", "/when (are|do) you open\\??/"]
