@@ -105,6 +105,8 @@ class Hub:
             except asyncio.CancelledError:
                 raise
             except Exception:  # the layer's server went away: join again once it answers
+                if _cancelling():  # the layer turned our cancellation into an error of its own
+                    raise asyncio.CancelledError from None
                 if not failed:
                     logger.warning("the live hub could not read from the channel layer", exc_info=True)
                 failed = True
@@ -118,6 +120,8 @@ class Hub:
             try:
                 await self._rejoin()
             except Exception:  # the reader sees the layer fail too, and joins again after it
+                if _cancelling():
+                    raise asyncio.CancelledError from None
                 logger.warning("the live hub could not renew its groups", exc_info=True)
 
     async def _rejoin(self) -> None:
@@ -143,6 +147,11 @@ class Hub:
                 await subscriber.hub_event(event, encoder)
             except Exception:  # one socket's failure is its own
                 logger.warning("a live subscriber failed an event", exc_info=True)
+
+
+def _cancelling() -> bool:
+    task = asyncio.current_task()
+    return task is not None and task.cancelling() > 0
 
 
 _hubs: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Hub] = weakref.WeakKeyDictionary()
