@@ -11,6 +11,8 @@ schedule, `__qorven_sweep__`) and whenever a worker starts — with no grace per
 - sessions with a message still waiting for its answer and nobody holding the session
   (its lease ran out: QORVEN_TURN_LEASE) get their turn queued;
 - inbound events still pending, or claimed by a task that died, are processed;
+- voice notes still waiting for their transcript long after the transcription task's own
+  retries would have ended are transcribed again (once per that period);
 - deliveries left pending are sent, the oldest of each binding (its send wakes the next);
   a part whose sender died mid-send is failed (it may have reached the platform, and a
   reply is never sent twice) and shown as such.
@@ -24,6 +26,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 
 from django.conf import settings
+from django.core.cache import cache
 from django.db.models import Min, Q
 from django.utils import timezone
 
@@ -47,9 +50,18 @@ class SweepReport:
     inbound: int = 0
     deliveries: int = 0
     interrupted_sends: int = 0
+    voice_notes: int = 0
 
     def __bool__(self) -> bool:
-        return bool(self.turns or self.inbound or self.deliveries or self.interrupted_sends)
+        return bool(self.turns or self.inbound or self.deliveries or self.interrupted_sends or self.voice_notes)
+
+
+def voice_lost_after() -> timedelta:
+    """How long a voice note may wait for its transcript before its task counts as lost:
+    the transcription task's whole retry schedule, and a minute more."""
+    from qorven.agent.tasks import voice_backoff
+
+    return timedelta(seconds=sum(voice_backoff(i) for i in range(settings.QORVEN_VOICE_RETRIES + 1)) + 60)
 
 
 def sweep(*, restart: bool = False) -> SweepReport:
@@ -57,7 +69,7 @@ def sweep(*, restart: bool = False) -> SweepReport:
     that held the queued work in memory is gone (the embedded default's server starting
     again), so no recorded work is in any task's hands and none is given a grace period:
     what a stopped server accepted is processed as soon as it is back."""
-    from qorven.agent.tasks import agent_turn
+    from qorven.agent.tasks import agent_turn, voice_transcribe_task
 
     from .delivery import deliveries_interrupted_fail
     from .tasks import deliver_message_task, inbound_process_task
@@ -65,8 +77,9 @@ def sweep(*, restart: bool = False) -> SweepReport:
     now = timezone.now()
     grace, delivery_grace = (timedelta(0), timedelta(0)) if restart else (GRACE, DELIVERY_GRACE)
     report = SweepReport()
+    pending = Message.objects.filter(answer_state=Message.Answer.PENDING)  # the partial index's rows
     waiting = (
-        Message.objects.filter(answer_state=Message.Answer.PENDING, created_at__lte=now - grace)
+        pending.filter(created_at__lte=now - grace).exclude(metadata__has_key="voice", metadata__voice="pending")
         .values_list("session_id", flat=True).distinct()[:BATCH]
     )
     free = Session.objects.filter(pk__in=list(waiting), state=Session.State.ACTIVE).filter(
@@ -75,6 +88,13 @@ def sweep(*, restart: bool = False) -> SweepReport:
     for tenant_id, session_id in free.values_list("tenant_id", "pk"):
         agent_turn.delay(tenant_id, session_id)
         report.turns += 1
+
+    lost_after = timedelta(0) if restart else voice_lost_after()
+    unheard = pending.filter(metadata__voice="pending", created_at__lte=now - lost_after).order_by("pk")
+    for tenant_id, message_id in unheard.values_list("tenant_id", "pk")[:BATCH]:
+        if restart or cache.add(f"qorven:voice-swept:{message_id}", 1, lost_after.total_seconds()):
+            voice_transcribe_task.delay(tenant_id, message_id)
+            report.voice_notes += 1
 
     stuck = InboundEvent.objects.filter(
         Q(state=InboundEvent.State.PENDING, created_at__lte=now - grace)
@@ -101,6 +121,7 @@ def sweep(*, restart: bool = False) -> SweepReport:
         deliver_message_task.delay(tenant_id, message_id)
         report.deliveries += 1
     if report:
-        logger.info("sweep: queued %s turn(s), %s inbound event(s), %s delivery(ies); failed %s interrupted send(s)",
-                    report.turns, report.inbound, report.deliveries, report.interrupted_sends)
+        logger.info("sweep: queued %s turn(s), %s inbound event(s), %s delivery(ies), %s voice note(s); "
+                    "failed %s interrupted send(s)", report.turns, report.inbound, report.deliveries,
+                    report.voice_notes, report.interrupted_sends)
     return report

@@ -196,9 +196,11 @@ def message_image(*, session: Session, seq: int, index: int) -> Image | None:
 
 
 def next_pending_user_message(*, session: Session) -> Message | None:
-    """The oldest user message still waiting for an answer (commands are answered when
-    they arrive; group chatter and failed messages wait for nothing)."""
-    return Message.objects.filter(session=session, answer_state=Message.Answer.PENDING).order_by("seq").first()
+    """The oldest user message still waiting for an answer that a turn can give now
+    (commands are answered when they arrive; group chatter and failed messages wait for
+    nothing; a voice note still being transcribed waits for its transcript)."""
+    return (Message.objects.filter(session=session, answer_state=Message.Answer.PENDING)
+            .exclude(metadata__has_key="voice", metadata__voice="pending").order_by("seq").first())
 
 
 def awaiting_answer(*, session: Session, seq: int) -> bool:

@@ -264,6 +264,8 @@ def message_transcribed(*, message: Message, content: str, metadata: dict[str, A
     fields: dict[str, Any] = {"content": content, "metadata": metadata}
     if awaits_answer:
         fields.update(answer_state=Message.Answer.PENDING, answer_attempts=0)
+    elif message.answer_state == Message.Answer.PENDING:  # waited for its transcript, to no avail
+        fields.update(answer_state=None, answer_attempts=None)
     Message.objects.filter(pk=message.pk).update(**fields)
     for name, value in fields.items():
         setattr(message, name, value)

@@ -75,10 +75,12 @@ def inbound_accept(
     extra = {"trust": trust, **({"command": parsed[0].name} if parsed else {}),
              **({"attachments": attachments_meta(images)} if images else {}), **heard}
     # Commands are answered right here; group chatter the Qor was not addressed in is kept
-    # for context; a voice note waits for its transcript. Anything else waits for the
-    # agent's answer.
+    # for context. Anything else waits for the agent's answer — a voice note too, though
+    # turns pass over it until its transcript is in (it waits as `pending`, where the
+    # sweeper finds it if its transcription task was lost: channels_app.sweep).
     addressed = not (metadata or {}).get("no_reply")
-    awaits_answer = parsed is None and addressed and not heard
+    voice_waits = heard.get("voice") == "pending"
+    awaits_answer = parsed is None and addressed and (not heard or voice_waits)
     with transaction.atomic():
         for attempt in range(2):
             try:
@@ -104,7 +106,7 @@ def inbound_accept(
                            content=VOICE_NOTICES[voice_notice], channel=channel, sender_name=session.qor.name,
                            metadata={"notice": voice_notice, "reply_to": result.message.seq})
         if parsed is None:
-            if awaits_answer:
+            if awaits_answer and not voice_waits:  # a voice note's turn is queued with its transcript
                 turn_enqueue(session=session)
             return result
         entry, args = parsed

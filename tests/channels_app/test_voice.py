@@ -296,3 +296,46 @@ def test_an_unaddressed_group_voice_note_is_kept_with_its_transcript_as_context_
     drain()
     assert [m["content"] for m in model_server.requests[0]["messages"][1:]] == [
         "[telegram] Priya: I'll bring the dessert.", "[telegram] Priya: @aria_bot who brings what?"]
+
+
+def test_a_voice_note_whose_transcription_task_was_lost_is_found_by_the_sweeper_and_answered(world, model_server,
+                                                                                            drain):
+    """The transcription task lived in the memory of a server that stopped: the note waits
+    (other messages are answered meanwhile), then the sweeper transcribes it, once."""
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from channels_app.sweep import sweep
+    from qorven.agent.gateway import inbound_accept
+    from sessions_app.services import images_attach, message_append, session_resolve
+    from tenancy.trust import Trust
+
+    with_transcriber(world)
+    chat = session_resolve(tenant=world.tenant_a, qor=world.qor_a, channel="web", user=world.alice)
+    audio = type("Audio", (), {"mime_type": "audio/ogg", "data": base64.b64encode(OGG).decode(), "size": len(OGG)})()
+    # Stored as inbound_accept stores a voice note, its task never run.
+    note = message_append(session=chat, role="user", content="[voice note]", channel="web", sender_name="Alice",
+                          awaits_answer=True, metadata={"trust": Trust.OWNER, "voice": "pending",
+                                                        "attachments": [{"type": "audio", "mime_type": "audio/ogg",
+                                                                         "size": len(OGG)}]}).message
+    images_attach(message=note, images=[audio])
+    model_server.add(reply("Here is the weather."))
+    inbound_accept(session=chat, content="and the weather?", channel="web", sender_name="Alice", trust=Trust.OWNER)
+    drain()
+    assert [m.content for m in Message.objects.filter(role="assistant")] == ["Here is the weather."]
+    note.refresh_from_db()
+    assert (note.answer_state, note.metadata["voice"]) == ("pending", "pending")  # waiting, passed over
+
+    assert not sweep().voice_notes  # young: its task may still be on its way
+    Message.objects.filter(pk=note.pk).update(created_at=timezone.now() - timedelta(hours=1))
+    model_server.transcripts.append("Call the plumber tomorrow.")
+    model_server.add(reply("I'll remind you."))
+    assert sweep().voice_notes == 1
+    drain()
+    note.refresh_from_db()
+    assert (note.content, note.metadata["voice"], note.answer_state) == (
+        "Call the plumber tomorrow.", "transcript", "answered")
+    assert [m.content for m in Message.objects.filter(role="assistant").order_by("seq")] == [
+        "Here is the weather.", "I'll remind you."]
+    assert len(model_server.transcriptions) == 1 and sweep().voice_notes == 0
