@@ -41,10 +41,9 @@ def append_execute(
     `created_at` None for the statement's own time) to the active session `session_id`;
     return the new row's (id, seq, created_at), or None when the session is not active.
 
-    A message with an external id, appended in a caller's atomic block, runs in a
-    savepoint, so a refused duplicate leaves the caller's transaction usable (nothing else
-    can be refused: the seq is taken under the session's lock); otherwise the statement is
-    a transaction of its own.
+    In a caller's atomic block the statement runs in a savepoint, so a refused append (a
+    duplicate platform id, or a seq another writer took behind the session's back) leaves
+    the caller's transaction usable; otherwise it is a transaction of its own.
     """
     plan = append_plan(db)
     params = [values[name] for name in plan.columns]
@@ -54,7 +53,7 @@ def append_execute(
     params = where + params if plan.session_first else params + where
     if plan.named:  # SQLite: Django maps %(pN)s to :pN with one format, not a regex over the statement
         params = dict(zip(plan.named, params))
-    if db.in_atomic_block and values["external_id"]:
+    if db.in_atomic_block:
         with transaction.atomic(using=db.alias):
             return _execute(db, plan.sql, params)
     return _execute(db, plan.sql, params)
