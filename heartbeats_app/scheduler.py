@@ -57,6 +57,9 @@ class HeartbeatScheduler(DatabaseScheduler):
                     raise
                 logger.warning("beat: the database failed while loading the schedule (%s); trying again", exc)
                 close_old_connections()
+                # django-celery-beat reads the table once, on its first use of the schedule; a
+                # failed first read left no schedule at all, so the next try reads it afresh.
+                self._initial_read, self._schedule = True, None
                 time.sleep(DATABASE_RETRY_WAIT)
 
     def tick(self, *args: Any, **kwargs: Any) -> float:  # type: ignore[override]
