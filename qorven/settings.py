@@ -5,6 +5,7 @@ runs on the embedded default: SQLite, an in-process channel layer and in-process
 """
 from __future__ import annotations
 
+import socket
 from pathlib import Path
 
 import environ
@@ -168,21 +169,26 @@ QORVEN_LIVE_CAPACITY = env.int("QORVEN_LIVE_CAPACITY", default=1000)
 QORVEN_LIVE_LAYER = env.str("QORVEN_LIVE_LAYER", default="lists")
 if QORVEN_LIVE_LAYER not in ("pubsub", "lists"):
     raise environ.ImproperlyConfigured(f"QORVEN_LIVE_LAYER must be pubsub or lists, not {QORVEN_LIVE_LAYER!r}")
+# The live layer's Redis connections have no socket timeout: with one, redis-py sends every
+# command through asyncio.wait_for, which on Python 3.11 drops a cancellation arriving as the
+# send completes, and a cancelled read (a closing server, a socket's task) then reads on for
+# ever. channels_redis' blocking pop answers every 5 s anyway; a peer gone without a word is
+# found by TCP keepalive (probes after 30 s idle, every 10 s, 3 missed: about a minute).
+LIVE_REDIS_HOST = {"address": REDIS_URL, "socket_timeout": None, "socket_keepalive": True,
+                   "socket_keepalive_options": {socket.TCP_KEEPIDLE: 30, socket.TCP_KEEPINTVL: 10,
+                                                socket.TCP_KEEPCNT: 3}}
 if REDIS_URL and QORVEN_LIVE_LAYER == "pubsub":
     CHANNEL_LAYERS = {
         "default": {
             "BACKEND": "channels_redis.pubsub.RedisPubSubChannelLayer",
-            "CONFIG": {"hosts": [{"address": REDIS_URL}]},
+            "CONFIG": {"hosts": [LIVE_REDIS_HOST]},
         }
     }
 elif REDIS_URL:
     CHANNEL_LAYERS = {
         "default": {
             "BACKEND": "channels_redis.core.RedisChannelLayer",
-            # redis-py's default 5 s socket timeout equals channels_redis' 5 s BZPOPMIN, so
-            # an idle socket's blocking read could time out and kill its consumer.
-            "CONFIG": {"hosts": [{"address": REDIS_URL, "socket_timeout": 30}],
-                       "capacity": QORVEN_LIVE_CAPACITY},
+            "CONFIG": {"hosts": [LIVE_REDIS_HOST], "capacity": QORVEN_LIVE_CAPACITY},
         }
     }
 else:

@@ -205,6 +205,34 @@ def platform(settings):
     server.stop()
 
 
+EXIT_GRACE = 120.0  # seconds the process gets to exit once the run has reported
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_unconfigure(config):
+    """A thread a failed test left running (a loop that never closed, say) keeps Python from
+    exiting, and a CI job then waits on a run that already reported. Past EXIT_GRACE the
+    thread stacks go to stderr and the process exits, failed."""
+    import os
+    import sys
+    import threading
+
+    status = getattr(config, "_qorven_exit_status", 1)
+
+    def watchdog() -> None:
+        threading.Event().wait(EXIT_GRACE)
+        sys.stderr.write(f"\nthe test run reported, but threads kept it from exiting for {EXIT_GRACE:.0f} s:\n")
+        faulthandler.dump_traceback(all_threads=True)
+        sys.stderr.flush()
+        os._exit(int(status) or 1)
+
+    threading.Thread(target=watchdog, name="qorven-exit-watchdog", daemon=True).start()
+
+
+def pytest_sessionfinish(session, exitstatus):
+    session.config._qorven_exit_status = exitstatus
+
+
 def pytest_addoption(parser):
     parser.addoption("--stress", action="store_true", default=False,
                      help="run tests/reliability at full size (`make stress`)")

@@ -95,6 +95,8 @@ class Hub:
     async def _read(self) -> None:
         failed = False
         while True:
+            if _cancelling():  # a library swallowed our cancellation and returned: stop all the same
+                raise asyncio.CancelledError
             try:
                 if failed:
                     await self._rejoin()
@@ -120,9 +122,10 @@ class Hub:
             try:
                 await self._rejoin()
             except Exception:  # the reader sees the layer fail too, and joins again after it
-                if _cancelling():
-                    raise asyncio.CancelledError from None
-                logger.warning("the live hub could not renew its groups", exc_info=True)
+                if not _cancelling():
+                    logger.warning("the live hub could not renew its groups", exc_info=True)
+            if _cancelling():
+                raise asyncio.CancelledError
 
     async def _rejoin(self) -> None:
         async with self._lock:

@@ -2,6 +2,8 @@
 without sweeping every channel on every event."""
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 from asgiref.sync import async_to_sync
 
@@ -111,3 +113,30 @@ def test_a_full_channel_misses_a_group_event_and_the_others_still_get_it():
 
     assert run(layer.receive, "specific.inmemory!fast")["n"] == 2
     assert run(layer.receive, "specific.inmemory!slow")["n"] == 1
+
+
+def test_a_receive_cancelled_at_any_point_ends_on_the_configured_layer():
+    """A server shutting down or a test's event loop closing cancels the live hub's read once.
+    On Python 3.11, asyncio.wait_for drops a cancellation that arrives as the awaited work
+    completes; redis-py sends every command through it when a socket timeout is set, so a
+    receive cancelled at that moment went on reading (a loop that never closed)."""
+    from channels.layers import get_channel_layer
+
+    async def scenario():
+        layer = get_channel_layer()
+        still_running = []
+        for steps in range(40):  # cancel after 0, 1, 2, … turns of the event loop
+            channel = await layer.new_channel()
+            reading = asyncio.ensure_future(layer.receive(channel))
+            for _ in range(steps):
+                await asyncio.sleep(0)
+            reading.cancel()
+            done, _ = await asyncio.wait({reading}, timeout=7)  # longer than a blocking pop
+            if not done:
+                still_running.append(steps)
+                while not reading.done():
+                    reading.cancel()
+                    await asyncio.wait({reading}, timeout=1)
+        return still_running
+
+    assert async_to_sync(scenario)() == []
