@@ -46,6 +46,10 @@ class Follower:
     cursor: ChatCursor = field(default_factory=lambda: ChatCursor(deltas=True))
     _stop: threading.Event = field(default_factory=threading.Event)
     _thread: threading.Thread | None = None
+    _layer: Any = None
+    _loop: asyncio.AbstractEventLoop | None = None
+    _channel: str | None = None
+    _joined: str | None = None  # the session group the channel is in
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
     @property
@@ -59,8 +63,28 @@ class Follower:
             self.cursor.watch(session.pk, sent_seq=events[0]["seq"] - 1 if events else session.last_seq)
             self._show(self.cursor.rows(events))
             self.catch_up()
+        self._subscribe()
         self._thread = threading.Thread(target=self._run, name="qorven-chat-follow", daemon=True)
         self._thread.start()
+
+    def _subscribe(self) -> None:
+        """Join the chat's groups before start() returns: a message sent right after it
+        (its reply streaming at once on this process's worker) is followed from its first
+        chunk. The thread then runs the loop these were made on."""
+        from channels.layers import get_channel_layer
+
+        self._layer = get_channel_layer()
+        self._loop = asyncio.new_event_loop()
+        self._channel = None
+        self._joined = None
+        if self._layer is None:
+            return
+        self._channel = self._loop.run_until_complete(self._layer.new_channel())
+        self._loop.run_until_complete(self._layer.group_add(
+            chat_group(self.owner.tenant.pk, self.owner.qor.pk, self.owner.user.pk), self._channel))
+        self._joined = self._group()
+        if self._joined:
+            self._loop.run_until_complete(self._layer.group_add(self._joined, self._channel))
 
     def stop(self) -> None:
         self._stop.set()
@@ -70,18 +94,10 @@ class Follower:
     # --- the follower thread ---
 
     def _run(self) -> None:
-        from channels.layers import get_channel_layer
-
-        layer = get_channel_layer()
-        loop = asyncio.new_event_loop()
-        channel = loop.run_until_complete(layer.new_channel()) if layer is not None else None
-        joined: str | None = None
+        layer, loop, channel, joined = self._layer, self._loop, self._channel, self._joined
         # One receive outstanding at a time, never cancelled while we follow: the Redis
         # pub/sub layer drops a channel whose receive is cancelled (and events with it).
         receiving: asyncio.Task | None = None
-        if channel is not None:
-            loop.run_until_complete(layer.group_add(
-                chat_group(self.owner.tenant.pk, self.owner.qor.pk, self.owner.user.pk), channel))
         last_poll = 0.0
         try:
             while not self._stop.is_set():

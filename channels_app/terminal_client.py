@@ -19,6 +19,7 @@ from typing import Any
 from urllib.parse import quote, urlsplit
 
 import httpx
+from django.db import close_old_connections
 from django.utils import timezone
 
 from tenancy.errors import NotFound
@@ -97,6 +98,9 @@ class SocketFollower(Follower):
         self.link = link
         self.signed_out = threading.Event()
 
+    def _subscribe(self) -> None:
+        """Nothing to join here: the events come over the server's socket (_run)."""
+
     def _run(self) -> None:
         loop = asyncio.new_event_loop()
         try:
@@ -138,9 +142,17 @@ class SocketFollower(Follower):
                 frame = json.loads(raw)
             except ValueError:
                 continue
+            # Off the loop: a frame can send the follower to the database (a new session,
+            # a catch-up), which Django refuses from a thread running an event loop.
+            await asyncio.to_thread(self._frame_locked, frame)
+        await socket.close()
+
+    def _frame_locked(self, frame: dict[str, Any]) -> None:
+        try:
             with self._lock:
                 self._frame(frame)
-        await socket.close()
+        finally:
+            close_old_connections()
 
     def _frame(self, frame: dict[str, Any]) -> None:
         kind = frame.get("type")

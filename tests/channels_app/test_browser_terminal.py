@@ -10,14 +10,14 @@ import threading
 from pathlib import Path
 
 from ..fakes.model_server import reply
-from .browser_support import CHROMIUM, CHROMIUM_ARGS, ROOT, SERVER_ENV, send, sign_in
+from .browser_support import CHROMIUM, CHROMIUM_ARGS, ROOT, SERVER_ENV, SERVER_WORK, send, sign_in
 
 
 def test_the_page_shows_the_terminals_message_and_reply_live_and_the_terminal_the_pages(chat_server):
     from playwright.sync_api import expect, sync_playwright
 
     base, model, platform = chat_server
-    model.add(reply("Answered for the terminal."), reply("Answered for the page."))
+    model.add(reply("Answered for the terminal."), reply("Answered for the page."), reply("Answered after the clear."))
     qorven = str(Path(sys.executable).with_name("qorven"))
     with sync_playwright() as pw:
         browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
@@ -46,6 +46,15 @@ def test_the_page_shows_the_terminals_message_and_reply_live_and_the_terminal_th
             # And what the page sends reaches the terminal.
             send(page, "typed on the page")
             expect(page.locator(".msg--assistant", has_text="Answered for the page.")).to_be_visible(timeout=10_000)
+
+            # A new conversation started on the page: the terminal follows it from the
+            # socket's session frame (reading the new session from the database).
+            page.once("dialog", lambda dialog: dialog.accept())
+            page.locator("[data-new-conversation]").click()
+            expect(page.locator(".divider--session")).to_have_text("New conversation", timeout=SERVER_WORK)
+            send(page, "after the new conversation")
+            expect(page.locator(".msg--assistant", has_text="Answered after the clear.")).to_be_visible(
+                timeout=SERVER_WORK)
             page.wait_for_timeout(500)
         finally:
             terminal.stdin.close()
@@ -59,4 +68,8 @@ def test_the_page_shows_the_terminals_message_and_reply_live_and_the_terminal_th
     chunks = "".join(line["delta"] for line in lines if line["type"] == "chunk"
                      and line["reply_to"] == lines[0]["seq"])
     assert chunks == "Answered for the terminal."  # streamed to the terminal through the server
-    assert len(model.requests) == 2  # each answered once, by the server's worker
+    assert len(model.requests) == 3  # each answered once, by the server's worker
+    moved = [i for i, line in enumerate(lines) if line["type"] == "session"]
+    assert len(moved) == 1, lines  # one new conversation, announced once
+    after = [(line["channel"], line["content"]) for line in lines[moved[0]:] if line["type"] == "message"]
+    assert ("web", "after the new conversation") in after and ("web", "Answered after the clear.") in after
