@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -50,27 +51,42 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+def _server_env(database: Path) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "CELERY_BROKER_URL")}
+    env.update(DATABASE_URL=f"sqlite:///{database}", DJANGO_SECRET_KEY="browser-test",
+               CELERY_BROKER_URL="",  # turns run inside the server, as on the embedded default
+               QORVEN_LOG_LEVEL="WARNING")
+    if env.get("REDIS_URL"):  # the Redis layer and stream cache, on a database of their own
+        env["REDIS_URL"] = env["REDIS_URL"].rsplit("/", 1)[0] + "/9"
+    return env
+
+
+@pytest.fixture(scope="session")
+def browser_database(tmp_path_factory) -> Path:
+    """A migrated database with acme, alice and the bindings, made once per run; each
+    test's server gets a copy of its own."""
+    database = tmp_path_factory.mktemp("browser") / "template.sqlite3"
+    qorven = str(Path(sys.executable).with_name("qorven"))
+    subprocess.run([qorven, "shell", "-c", SETUP.format(password=PASSWORD)], cwd=ROOT, env=_server_env(database),
+                   check=True, capture_output=True, timeout=180)
+    return database
+
+
 @pytest.fixture
-def chat_server(tmp_path):
+def chat_server(tmp_path, request):
     if not Path(CHROMIUM).exists():
         if os.environ.get("CI"):
             pytest.fail("chromium is missing: .ci/run installs it with apt")
         pytest.skip("chromium is not installed (apt-get install -y chromium)")
     pytest.importorskip("playwright")
+    database = tmp_path / "browser.sqlite3"
+    shutil.copyfile(request.getfixturevalue("browser_database"), database)
     model, platform = ModelServer().start(), PlatformServer()
     port = _free_port()
-    env = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "CELERY_BROKER_URL")}
-    env.update(
-        DATABASE_URL=f"sqlite:///{tmp_path / 'browser.sqlite3'}", DJANGO_SECRET_KEY="browser-test",
-        CELERY_BROKER_URL="",  # turns run inside the server, as on the embedded default
-        OPENAI_BASE_URL=model.base_url, OPENAI_API_KEY="k", QORVEN_MODEL="scripted-model",
-        TELEGRAM_API_BASE=platform.url + "/telegram", QORVEN_LOG_LEVEL="WARNING",
-    )
-    if env.get("REDIS_URL"):  # the Redis layer and stream cache, on a database of their own
-        env["REDIS_URL"] = env["REDIS_URL"].rsplit("/", 1)[0] + "/9"
+    env = _server_env(database)
+    env.update(OPENAI_BASE_URL=model.base_url, OPENAI_API_KEY="k", QORVEN_MODEL="scripted-model",
+               TELEGRAM_API_BASE=platform.url + "/telegram")
     qorven = str(Path(sys.executable).with_name("qorven"))
-    subprocess.run([qorven, "shell", "-c", SETUP.format(password=PASSWORD)], cwd=ROOT, env=env, check=True,
-                   capture_output=True, timeout=180)
     log = open(tmp_path / "server.log", "w")
     proc = subprocess.Popen([qorven, "serve", "--no-migrate", "--port", str(port)], cwd=ROOT, env=env,
                             stdout=log, stderr=subprocess.STDOUT)

@@ -6,7 +6,7 @@ from channels_app.models import Identity
 from channels_app.services import binding_create
 from tenancy.trust import Trust
 
-from .browser_support import chat_server  # noqa: F401 (a fixture of the browser tests)
+from .browser_support import browser_database, chat_server  # noqa: F401 (fixtures of the browser tests)
 
 
 @pytest.fixture
