@@ -154,7 +154,9 @@ def test_redis_restarted_during_traffic_loses_nothing_and_the_socket_catches_up(
 
         socket, statuses, outage = asyncio.run(scenario())
         assert len(platform.sent("sendMessage")) >= unique, (
-            f"{len(platform.sent('sendMessage'))}/{unique} sent\n{server.output[-2000:]}\n{worker.output[-3000:]}")
+            f"{len(platform.sent('sendMessage'))}/{unique} sent\n"
+            f"server, first error: {_first_error(server.output)}\nworker, first error: {_first_error(worker.output)}\n"
+            f"server, last lines: {server.output[-1500:]}\nworker, last lines: {worker.output[-1500:]}")
     finally:
         processes.stop()
         redis[0].terminate()
@@ -173,3 +175,12 @@ def test_redis_restarted_during_traffic_loses_nothing_and_the_socket_catches_up(
     # The socket that stayed open got every message too, before the page came back: the hub
     # joined its groups again once Redis answered, and its sockets caught up from the database.
     assert socket.live == seqs
+
+
+def _first_error(output: str) -> str:
+    """The first traceback a process printed (where a failure that repeats itself
+    started), or its first ERROR line."""
+    at = output.find("Traceback (most recent call last)")
+    if at < 0:
+        at = output.find(" ERROR ")
+    return "none" if at < 0 else output[max(0, at - 300):at + 2500]
