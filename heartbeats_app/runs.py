@@ -27,7 +27,7 @@ from django.db import IntegrityError, transaction
 from django.db.models import F
 from django.utils import timezone
 
-from qorven.llm import ModelError, ModelRoute, ProviderUnavailable, provider_for, route_for
+from qorven.llm import ModelError, ModelRoute, ProviderUnavailable, provider_for_role, route_for
 from qorven.agent.project import project_context_for
 from qorven.llm.metered import Tally
 from sessions_app.channel_kinds import Channel
@@ -278,7 +278,7 @@ def _converse(
     from tenancy.trust import Trust
 
     qor, tag = beat.qor, {"heartbeat": beat.pk, "run": run.pk}
-    provider = provider_for(route)
+    provider = provider_for_role(qor, "heartbeat")
     offered = [t for t in registry.offered(tenant=beat.tenant, qor=qor, trust=Trust.PAIRED) if t.name not in BEAT_TOOLS]
     ctx = ToolContext(tenant=beat.tenant, qor=qor, user=user, session_id=session.pk, channel=Channel.CRON,
                       trust=Trust.PAIRED)

@@ -33,7 +33,7 @@ from pydantic import (
     field_validator,
 )
 
-from qorven.llm import Completion, ModelError, provider_for, route_for
+from qorven.llm import Completion, ModelError, provider_for_role, route_for
 from qorven.llm.metered import Spend, estimate_tokens, model_call
 from sessions_app.models import Message, Session
 from sessions_app.selectors import MessageRow, StoredMessage, messages_read
@@ -285,7 +285,7 @@ def _zone_label(zone: tzinfo, now: datetime) -> str:
 
 def _ask(session: Session, schema: type[BaseModel], instructions: str, content: str, *, step: str) -> Any:
     """One JSON answer from the summarizer route, validated; one repair attempt."""
-    provider = provider_for(route_for(session.qor, "summarizer"))
+    provider = provider_for_role(session.qor, "summarizer")
     messages: list[dict[str, Any]] = [
         {"role": "system", "content": instructions},
         {"role": "user", "content": content},

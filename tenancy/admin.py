@@ -9,8 +9,10 @@ from django.core.exceptions import PermissionDenied
 from django.contrib.auth.password_validation import validate_password
 from django.db import transaction
 
+from qorven.runtime.cooldowns import route_state
+
 from .admin_scoping import TenantScopedAdminMixin, TenantScopedInlineMixin, admin_tenant_ids
-from .models import ApiToken, Membership, PluginSetting, Qor, Tenant, Usage
+from .models import ApiToken, Membership, ModelFallback, PluginSetting, Qor, Tenant, Usage
 from .selectors import tokens_spent_this_month
 from .signals import tenant_retimed
 
@@ -152,20 +154,81 @@ class MembershipAdmin(TenantScopedAdminMixin, admin.ModelAdmin):
         super().save_model(request, obj, form, change)
 
 
+CLEAR_KEY = "-"  # typed into a key field: remove the stored key
+
+
+class KeysWriteOnly(forms.ModelForm):
+    """Model API keys are write-only: the form never shows one back; an empty field keeps
+    the stored key, a new one replaces it, "-" removes it."""
+
+    KEYS: tuple[str, ...] = ()
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        for name in self.KEYS:
+            field = self.fields.get(name)
+            if field is None:
+                continue
+            field.widget = forms.PasswordInput(render_value=False, attrs={"autocomplete": "new-password"})
+            stored = bool(self.instance.pk and getattr(self.instance, name))
+            field.help_text = (f"{'Set (hidden). Leave empty to keep it; type - to remove it. ' if stored else ''}"
+                               f"{field.help_text}")
+
+    def clean(self) -> dict[str, Any]:
+        cleaned = super().clean()
+        for name in self.KEYS:
+            if name not in self.fields:
+                continue
+            typed = (cleaned.get(name) or "").strip()
+            if typed == CLEAR_KEY:
+                cleaned[name] = ""
+            elif not typed and self.instance.pk:
+                cleaned[name] = getattr(type(self.instance).objects.get(pk=self.instance.pk), name)
+            else:
+                cleaned[name] = typed
+        return cleaned
+
+
+class QorForm(KeysWriteOnly):
+    KEYS = ("main_api_key", "summarizer_api_key", "heartbeat_api_key", "transcriber_api_key")
+
+
+class ModelFallbackForm(KeysWriteOnly):
+    KEYS = ("api_key",)
+
+
+class ModelFallbackInline(admin.TabularInline):
+    """Shown to the host's superusers only (model servers belong to the host)."""
+
+    model = ModelFallback
+    form = ModelFallbackForm
+    extra = 0
+    fields = ["role", "position", "base_url", "model", "num_ctx", "api_key", "cooldown"]
+    readonly_fields = ["cooldown"]
+
+    @admin.display(description="state")
+    def cooldown(self, obj: ModelFallback) -> str:
+        return route_state(base_url=obj.base_url, model=obj.model) if obj.pk else "—"
+
+
 @admin.register(Qor)
 class QorAdmin(TenantScopedAdminMixin, admin.ModelAdmin):
+    form = QorForm
     list_display = ["slug", "name", "tenant", "is_default", "summarizer_mode", "main_model"]
     list_filter = ["tenant", "summarizer_mode"]
     search_fields = ["slug", "name"]
     fieldsets = [
         (None, {"fields": ["tenant", "name", "slug", "is_default"]}),
         ("Prompt", {"fields": ["system_prompt", "project_context", "project_folder", "tool_allowlist"]}),
-        ("Main model", {"fields": ["main_base_url", "main_model", "main_num_ctx", "main_vision"]}),
+        ("Main model", {"fields": ["main_base_url", "main_model", "main_num_ctx", "main_vision", "main_api_key"]}),
         ("Summarizer", {"fields": ["summarizer_mode", "compact_threshold", "summarizer_base_url",
-                                    "summarizer_model", "summarizer_num_ctx"]}),
-        ("Heartbeat model", {"fields": ["heartbeat_base_url", "heartbeat_model", "heartbeat_num_ctx"]}),
-        ("Voice notes", {"fields": ["transcriber_base_url", "transcriber_model"]}),
+                                    "summarizer_model", "summarizer_num_ctx", "summarizer_api_key"]}),
+        ("Heartbeat model", {"fields": ["heartbeat_base_url", "heartbeat_model", "heartbeat_num_ctx",
+                                        "heartbeat_api_key"]}),
+        ("Voice notes", {"fields": ["transcriber_base_url", "transcriber_model", "transcriber_api_key"]}),
     ]
+    # Keys are the host's too: never shown, and only superusers set them.
+    KEY_FIELDS = QorForm.KEYS
     # Model servers belong to the host: only superusers point a Qor at one (see
     # qorven.llm.routes; the host's key never follows a URL a tenant admin chose). So does
     # the project folder: a path on the server (qorven.agent.project).
@@ -175,6 +238,16 @@ class QorAdmin(TenantScopedAdminMixin, admin.ModelAdmin):
     def get_readonly_fields(self, request, obj=None):
         fields = list(super().get_readonly_fields(request, obj))
         return fields if request.user.is_superuser else [*fields, *self.HOST_FIELDS]
+
+    def get_fieldsets(self, request, obj=None):
+        fieldsets = super().get_fieldsets(request, obj)
+        if request.user.is_superuser:
+            return fieldsets
+        return [(name, {**options, "fields": [f for f in options["fields"] if f not in self.KEY_FIELDS]})
+                for name, options in fieldsets]
+
+    def get_inlines(self, request, obj):
+        return [ModelFallbackInline] if request.user.is_superuser else []
 
 
 @admin.register(ApiToken)

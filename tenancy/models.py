@@ -90,18 +90,28 @@ class Qor(TimestampedModel):
         help_text="Send the images people attach to the main model (it must accept image input). Off: the "
                   "model reads a note that an image was sent.",
     )
+    main_api_key = models.CharField(
+        "main API key", max_length=500, blank=True, default="",
+        help_text="Sent only to this route's server. Empty: OPENAI_API_KEY, where the host trusts the server with it.",
+    )
     summarizer_base_url = models.URLField(blank=True, default="")
     summarizer_model = models.CharField(max_length=200, blank=True, default="")
     summarizer_num_ctx = models.PositiveIntegerField(null=True, blank=True, help_text="Empty: QORVEN_NUM_CTX.")
+    summarizer_api_key = models.CharField("summarizer API key", max_length=500, blank=True, default="",
+                                      help_text="Empty: the main route's key, when the server is the main route's.")
     heartbeat_base_url = models.URLField(blank=True, default="")
     heartbeat_model = models.CharField(max_length=200, blank=True, default="")
     heartbeat_num_ctx = models.PositiveIntegerField(null=True, blank=True, help_text="Empty: QORVEN_NUM_CTX.")
+    heartbeat_api_key = models.CharField("heartbeat API key", max_length=500, blank=True, default="",
+                                      help_text="Empty: the main route's key, when the server is the main route's.")
     # Speech to text for voice notes (OpenAI-compatible /audio/transcriptions). No model:
     # off, and the Qor says it cannot listen to voice notes yet.
     transcriber_base_url = models.URLField(blank=True, default="", help_text="Empty: the main route's base URL.")
     transcriber_model = models.CharField(
         max_length=200, blank=True, default="", help_text="e.g. whisper-1. Empty: voice notes are not transcribed."
     )
+    transcriber_api_key = models.CharField("transcriber API key", max_length=500, blank=True, default="",
+                                           help_text="Empty: the main route's key, when the server is the main route's.")
     tool_allowlist = models.JSONField(
         default=list, blank=True, help_text="Tool names this Qor may use; empty = every enabled tool."
     )
@@ -140,6 +150,40 @@ class Qor(TimestampedModel):
 
     def __str__(self) -> str:
         return f"{self.tenant.slug}/{self.slug}"
+
+
+class ModelFallback(TimestampedModel):
+    """A model server one role of a Qor falls back to, in `position` order, while the
+    routes before it are down or rate-limited (qorven.llm.failover)."""
+
+    class Role(models.TextChoices):
+        MAIN = "main"
+        SUMMARIZER = "summarizer"
+        HEARTBEAT = "heartbeat"
+
+    qor = models.ForeignKey(Qor, on_delete=models.CASCADE, related_name="model_fallbacks")
+    role = models.CharField(max_length=12, choices=Role.choices, default=Role.MAIN)
+    position = models.PositiveSmallIntegerField(default=1)
+    base_url = models.URLField()
+    model = models.CharField(max_length=200)
+    num_ctx = models.PositiveIntegerField(null=True, blank=True, help_text="Empty: the role's context size.")
+    api_key = models.CharField("API key", max_length=500, blank=True, default="",
+                               help_text="Sent only to this server. Empty: no key (or OPENAI_API_KEY where the host "
+                                         "trusts the server with it).")
+
+    class Meta:
+        ordering = ["qor", "role", "position", "pk"]
+
+    def __str__(self) -> str:
+        return f"{self.role} fallback {self.position}: {self.model}"
+
+    def clean(self) -> None:
+        from qorven.runtime.outbound import AddressRefused, check_url
+
+        try:
+            check_url(self.base_url)
+        except AddressRefused as exc:
+            raise ValidationError({"base_url": str(exc)}) from None
 
 
 class ApiToken(models.Model):

@@ -7,8 +7,13 @@ from datetime import timedelta
 from django.contrib.auth.models import AbstractBaseUser
 from django.utils import timezone
 
+from qorven.runtime.row_cache import RowCache
+
 from .errors import NotFound
-from .models import ApiToken, Membership, Qor, Tenant
+from .models import ApiToken, Membership, ModelFallback, Qor, Tenant
+
+# A Qor role's fallback routes: read on every model call, edited a few times a year.
+model_fallbacks: RowCache[tuple[ModelFallback, ...]] = RowCache("model fallbacks")
 
 
 def tenant_get(*, slug: str) -> Tenant:
@@ -94,3 +99,8 @@ def budget_exhausted(*, tenant: Tenant) -> bool:
     if tenant.monthly_token_budget is None:
         return False
     return tokens_spent_this_month(tenant=tenant) >= tenant.monthly_token_budget
+
+
+def model_fallbacks_read(*, qor: Qor, role: str) -> tuple[ModelFallback, ...]:
+    """The fallback routes of one role of `qor` (which names its tenant), in order."""
+    return model_fallbacks.get((qor.pk, role), lambda: tuple(ModelFallback.objects.filter(qor=qor, role=role))) or ()

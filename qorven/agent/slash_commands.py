@@ -45,17 +45,23 @@ def _retry(ctx: CommandContext) -> str:
 
 @slash_command("status", "what this conversation is and which model answers")
 def _status(ctx: CommandContext) -> str:
-    from qorven.llm import route_for
+    from qorven.llm import routes_for
+    from qorven.runtime.cooldowns import route_state
 
     session = ctx.session
-    route = route_for(session.qor, "main")
+    routes = routes_for(session.qor, "main")
+    route = routes[0]
     model = "offline (no model configured)" if route.offline else f"{route.model} (context {route.num_ctx} tokens)"
-    return "\n".join([
+    lines = [
         f"Qor: {session.qor.name}",
         f"Conversation: {session.kind}, {session.last_seq} messages since {session.started_at:%Y-%m-%d}",
         f"Model: {model}",
-        f"This surface: {ctx.channel} (trust: {ctx.trust})",
-    ])
+    ]
+    if len(routes) > 1:  # with fallbacks: each route in order, and whether it is cooling down
+        for each in routes:
+            lines.append(f"  {each.label}: {each.model} — {route_state(base_url=each.base_url, model=each.model)}")
+    lines.append(f"This surface: {ctx.channel} (trust: {ctx.trust})")
+    return "\n".join(lines)
 
 
 HISTORY_PAGE = 100

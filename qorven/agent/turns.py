@@ -25,7 +25,7 @@ from qorven.llm import (
     ModelError,
     ModelRoute,
     ProviderUnavailable,
-    provider_for,
+    provider_for_role,
     route_for,
 )
 from memory_app.models import LearnedSkill
@@ -202,7 +202,7 @@ def _answer(session: Session, pending: Message, owner: str, *, overflowed: bool 
         _fail(session, pending, owner, BudgetReached("the tenant's monthly token budget is spent"))
         return _Result(_Step.FAILED)
     route = route_for(qor, "main")
-    provider = provider_for(route)
+    provider = provider_for_role(qor, "main")
     offered = [] if route.offline else tools
     manual = qor.summarizer_mode == Qor.SummarizerMode.MANUAL
     reserve = settings.QORVEN_CONTEXT_RESERVE
@@ -269,6 +269,8 @@ def _answer(session: Session, pending: Message, owner: str, *, overflowed: bool 
                    notice="tool_rounds")
         else:
             metadata: dict[str, Any] = {"model": completion.model}
+            if completion.route:  # the role has fallbacks: which route answered
+                metadata["route"] = completion.route
             if completion.usage and not completion.usage.estimated and completion.usage.completion_tokens:
                 metadata["tokens"] = completion.usage.completion_tokens
             if completion.offline:

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from .errors import ContextLengthExceeded, ModelError, ModelRefused, ProviderUnavailable
 from .provider import Completion, Provider, ToolCall, Usage
-from .routes import ModelRoute, provider_for, route_for
+from .routes import ModelRoute, provider_for, provider_for_role, route_for, routes_for
 
 __all__ = [
     "Completion",
@@ -16,5 +16,7 @@ __all__ = [
     "ToolCall",
     "Usage",
     "provider_for",
+    "provider_for_role",
     "route_for",
+    "routes_for",
 ]

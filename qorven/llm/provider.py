@@ -33,6 +33,7 @@ class Completion:
     usage: Usage | None = None
     model: str = ""
     offline: bool = False
+    route: str = ""  # which of the role's routes answered ("main", "main fallback 1"), when it has several
 
 
 class Provider(Protocol):

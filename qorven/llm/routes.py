@@ -8,13 +8,14 @@ URL stored on a Qor (only superusers edit those) must also pass the address poli
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Literal
 
 from django.conf import settings
 
 from qorven.runtime.outbound import AddressRefused, check_url
 from tenancy.models import Qor
+from tenancy.selectors import model_fallbacks_read
 
 from .errors import ModelRefused
 from .offline import OfflineProvider
@@ -34,6 +35,13 @@ class ModelRoute:
     num_ctx: int
     from_qor: bool = False  # the base URL was stored on the Qor, not set by the host
     vision: bool = False  # the model accepts images (sent as image_url content parts)
+    api_key: str = field(default="", repr=False)  # the route's own key; empty: host_key_for
+    label: str = "main"  # what /status and the admin call it: "main", "main fallback 1"
+
+    @property
+    def key(self) -> str:
+        """The key sent to this route's server: its own, else the host's where trusted."""
+        return self.api_key or host_key_for(self.base_url)
 
     @property
     def offline(self) -> bool:
@@ -43,11 +51,35 @@ class ModelRoute:
 def route_for(qor: Qor, role: Role = "main") -> ModelRoute:
     """The Qor's route for `role`; empty fields fall back to the main route, then to
     OPENAI_BASE_URL / QORVEN_MODEL."""
-    stored = getattr(qor, f"{role}_base_url") or qor.main_base_url
+    own_url = getattr(qor, f"{role}_base_url")
+    stored = own_url or qor.main_base_url
     model = getattr(qor, f"{role}_model") or qor.main_model or settings.QORVEN_MODEL
     num_ctx = getattr(qor, f"{role}_num_ctx") or qor.main_num_ctx or settings.QORVEN_NUM_CTX
+    # A role on the main route's server uses the main key unless it has its own.
+    api_key = getattr(qor, f"{role}_api_key") or ("" if own_url else qor.main_api_key)
     return ModelRoute(base_url=stored or settings.OPENAI_BASE_URL, model=model, num_ctx=num_ctx, from_qor=bool(stored),
-                      vision=role == "main" and bool(getattr(qor, "main_vision", False)))
+                      vision=role == "main" and bool(getattr(qor, "main_vision", False)), api_key=api_key, label=role)
+
+
+def routes_for(qor: Qor, role: Role = "main") -> list[ModelRoute]:
+    """The role's route, then its fallbacks in order (read at most every
+    QORVEN_ROUTE_CACHE_SECONDS per process)."""
+    first = route_for(qor, role)
+    if first.offline:
+        return [first]
+    return [first, *(
+        ModelRoute(base_url=row.base_url, model=row.model, num_ctx=row.num_ctx or first.num_ctx, from_qor=True,
+                   vision=first.vision, api_key=row.api_key, label=f"{role} fallback {n}")
+        for n, row in enumerate(model_fallbacks_read(qor=qor, role=role), start=1)
+    )]
+
+
+def provider_for_role(qor: Qor, role: Role = "main") -> Provider:
+    """What answers the role's model calls: its route, failing over to its fallbacks."""
+    from .failover import FailoverProvider
+
+    routes = routes_for(qor, role)
+    return provider_for(routes[0]) if len(routes) == 1 else FailoverProvider(routes)
 
 
 def transcriber_route(qor: Qor) -> ModelRoute | None:
@@ -56,8 +88,9 @@ def transcriber_route(qor: Qor) -> ModelRoute | None:
     if not qor.transcriber_model:
         return None
     stored = qor.transcriber_base_url or qor.main_base_url
+    api_key = qor.transcriber_api_key or ("" if qor.transcriber_base_url else qor.main_api_key)
     return ModelRoute(base_url=stored or settings.OPENAI_BASE_URL, model=qor.transcriber_model, num_ctx=0,
-                      from_qor=bool(stored))
+                      from_qor=bool(stored), api_key=api_key, label="transcriber")
 
 
 def transcribe(route: ModelRoute, *, audio: bytes, mime_type: str) -> str:
@@ -69,7 +102,7 @@ def transcribe(route: ModelRoute, *, audio: bytes, mime_type: str) -> str:
         except AddressRefused as exc:
             raise ModelRefused(f"model route refused: {exc}", kind="misconfigured", model=route.model) from None
     return transcription_create(
-        base_url=route.base_url, api_key=host_key_for(route.base_url), model=route.model, audio=audio,
+        base_url=route.base_url, api_key=route.key, model=route.model, audio=audio,
         mime_type=mime_type, timeout=settings.QORVEN_MODEL_TIMEOUT, max_retries=settings.QORVEN_MODEL_RETRIES,
     )
 
@@ -95,7 +128,7 @@ class RefusedRoute:
         raise ModelRefused(f"model route refused: {self.reason}", kind="misconfigured", model=self.model)
 
 
-def provider_for(route: ModelRoute) -> Provider:
+def provider_for(route: ModelRoute, *, max_retries: int | None = None) -> Provider:
     if route.offline:
         return OfflineProvider()
     if route.from_qor:
@@ -105,10 +138,10 @@ def provider_for(route: ModelRoute) -> Provider:
             return RefusedRoute(route.model, str(exc))
     return OpenAIProvider(
         base_url=route.base_url,
-        api_key=host_key_for(route.base_url),
+        api_key=route.key,
         model=route.model,
         timeout=settings.QORVEN_MODEL_TIMEOUT,
-        max_retries=settings.QORVEN_MODEL_RETRIES,
+        max_retries=settings.QORVEN_MODEL_RETRIES if max_retries is None else max_retries,
         deadline=settings.QORVEN_MODEL_DEADLINE,
     )
 

@@ -1,0 +1,81 @@
+"""A role's routes tried in order: a route that is down or rate-limited cools down and the
+call moves on to the next, in the same turn.
+
+Only a transient failure (ProviderUnavailable: 429, 5xx, a timeout, a connection error)
+fails over; a refusal (4xx, a context overflow) is the answer, whichever server gave it.
+A route that failed cools down (qorven.runtime.cooldowns: a minute, doubling to an hour)
+and is skipped while it cools; an answer clears it. Cooldowns live in the cache (Redis
+with REDIS_URL), so every process skips a route any of them found down. A route that
+failed after part of its answer was streamed is not replaced: the person reads that answer
+already.
+
+When every route is cooling, the call fails as ProviderUnavailable with the wait until the
+first one is tried again: the turn is retried then, as for any transient failure.
+"""
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from typing import Any
+
+from qorven.runtime.cooldowns import cooldown_clear, cooldown_get, cooldown_start
+
+from .errors import ProviderUnavailable
+from .provider import Completion, TokenCallback
+from .routes import ModelRoute, provider_for
+
+logger = logging.getLogger(__name__)
+
+
+def cooling(route: ModelRoute) -> bool:
+    found = cooldown_get(base_url=route.base_url, model=route.model)
+    return found is not None and found.remaining > 0
+
+
+class FailoverProvider:
+    def __init__(self, routes: Sequence[ModelRoute]) -> None:
+        self.routes = list(routes)
+        self.model = self.routes[0].model
+
+    def complete(
+        self,
+        *,
+        messages: list[dict[str, Any]],
+        tools: list[dict[str, Any]] | None = None,
+        on_token: TokenCallback | None = None,
+    ) -> Completion:
+        ready = [r for r in self.routes if not cooling(r)]
+        if not ready:
+            waits = [cooldown_get(base_url=r.base_url, model=r.model) for r in self.routes]
+            wait = min(c.remaining for c in waits if c is not None)
+            raise ProviderUnavailable("every model route is cooling down after failures", kind="rate_limited",
+                                      model=self.model, retry_after=max(wait, 1.0))
+        streamed = False
+
+        def relay(token: str) -> None:
+            nonlocal streamed
+            streamed = True
+            if on_token is not None:
+                on_token(token)
+
+        failure: ProviderUnavailable | None = None
+        for n, route in enumerate(ready):
+            last = n == len(ready) - 1
+            # The SDK's own retries only on the last route: before it, moving on is faster.
+            provider = provider_for(route, max_retries=None if last else 0)
+            try:
+                completion = provider.complete(messages=messages, tools=tools, on_token=relay)
+            except ProviderUnavailable as exc:
+                cooldown = cooldown_start(base_url=route.base_url, model=route.model, retry_after=exc.retry_after)
+                logger.warning("model route %s (%s) failed (%s): cooling down for %.0f s", route.label, route.model,
+                               exc.summary(), cooldown.remaining)
+                if streamed:
+                    raise
+                failure = exc
+                continue
+            if cooldown_get(base_url=route.base_url, model=route.model) is not None:
+                cooldown_clear(base_url=route.base_url, model=route.model)
+            completion.route = route.label
+            return completion
+        assert failure is not None
+        raise failure

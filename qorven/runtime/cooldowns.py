@@ -1,0 +1,65 @@
+"""How long a model route still waits after failing, shared by every process through the
+cache (Redis with REDIS_URL; the process's own memory on the embedded default).
+
+A route that failed cools down for FIRST seconds, doubling with each failure in a row up to
+LONGEST (or longer when the server asked for it with Retry-After). The record outlives the
+wait, so a failure soon after it doubles the next one; an answer clears it.
+"""
+from __future__ import annotations
+
+import hashlib
+import time
+from dataclasses import dataclass
+
+from django.core.cache import cache
+
+FIRST = 60.0  # seconds
+LONGEST = 3600.0
+
+
+@dataclass(frozen=True)
+class Cooldown:
+    until: float  # time.time() when the route is tried again
+    failures: int  # in a row
+
+    @property
+    def remaining(self) -> float:
+        return max(self.until - time.time(), 0.0)
+
+    def describe(self) -> str:
+        if self.remaining <= 0:
+            return "ready"
+        return f"cooling down for {self.remaining:.0f} s after {self.failures} failure(s) in a row"
+
+
+def _key(base_url: str, model: str) -> str:
+    digest = hashlib.sha256(f"{base_url.strip().rstrip('/')}|{model}".encode()).hexdigest()[:24]
+    return f"model-route-cooldown:{digest}"
+
+
+def cooldown_get(*, base_url: str, model: str) -> Cooldown | None:
+    """The route's cooldown, if it failed the last time it was called (also once the wait
+    has passed)."""
+    found = cache.get(_key(base_url, model))
+    return Cooldown(*found) if isinstance(found, (list, tuple)) and len(found) == 2 else None
+
+
+def cooldown_start(*, base_url: str, model: str, retry_after: float | None = None) -> Cooldown:
+    before = cooldown_get(base_url=base_url, model=model)
+    failures = (before.failures if before else 0) + 1
+    seconds = min(FIRST * 2 ** (failures - 1), LONGEST)
+    if retry_after:
+        seconds = max(seconds, min(retry_after, LONGEST))
+    cooldown = Cooldown(until=time.time() + seconds, failures=failures)
+    cache.set(_key(base_url, model), (cooldown.until, failures), timeout=int(seconds + LONGEST))
+    return cooldown
+
+
+def cooldown_clear(*, base_url: str, model: str) -> None:
+    cache.delete(_key(base_url, model))
+
+
+def route_state(*, base_url: str, model: str) -> str:
+    """'ready', or how long the route still cools down."""
+    found = cooldown_get(base_url=base_url, model=model)
+    return found.describe() if found is not None else "ready"

@@ -1,0 +1,160 @@
+"""A role's model routes, each with its own key, failing over in order: a route that is
+down or rate-limited cools down and the turn moves on to the next one in the same turn;
+a refusal does not fail over. Scripted model servers on separate ports."""
+from __future__ import annotations
+
+import time
+
+import pytest
+from django.core.cache import cache
+
+from qorven.runtime.cooldowns import cooldown_clear, cooldown_get
+from sessions_app.models import Message
+from tenancy.models import ModelFallback, Qor
+
+from ..fakes.model_server import ModelServer, error, reply
+from .test_model_endpoints import ask, change_form
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+@pytest.fixture
+def servers(settings):
+    settings.QORVEN_ALLOW_PRIVATE_HOSTS = ["127.0.0.1"]  # the fakes listen on loopback
+    settings.QORVEN_MODEL_RETRIES = 0
+    started = [ModelServer().start(), ModelServer().start()]  # new ports: no cooldown of an earlier test
+    yield started
+    for server in started:
+        for model in ("primary-model", "fallback-model"):
+            cooldown_clear(base_url=server.base_url, model=model)
+        server.stop()
+
+
+def _routes(world, primary, fallback):
+    Qor.objects.filter(pk=world.qor_a.pk).update(main_base_url=primary.base_url, main_model="primary-model",
+                                                 main_api_key="key-primary")
+    ModelFallback.objects.create(qor=world.qor_a, role="main", position=1, base_url=fallback.base_url,
+                                 model="fallback-model", api_key="key-fallback")
+
+
+def _answers():
+    return list(Message.objects.filter(role="assistant").order_by("seq").values_list("content", "metadata"))
+
+
+def test_a_rate_limited_route_fails_over_in_the_same_turn_then_is_skipped_while_it_cools(client, world, servers,
+                                                                                        drain):
+    primary, fallback = servers
+    _routes(world, primary, fallback)
+    primary.default = error(429, "slow down", headers={"Retry-After": "1"})
+    fallback.default = reply("From the fallback.")
+
+    ask(client, world, "first")
+    drain()
+    assert len(primary.requests) == 1 and len(fallback.requests) == 1
+    [(content, metadata)] = _answers()
+    assert content == "From the fallback." and metadata["route"] == "main fallback 1"
+    assert fallback.requests[0]["model"] == "fallback-model"
+    cooling = cooldown_get(base_url=primary.base_url, model="primary-model")
+    assert cooling is not None and 59 <= cooling.remaining <= 60 and cooling.failures == 1
+
+    ask(client, world, "second")  # the primary cools down: not called at all
+    drain()
+    assert len(primary.requests) == 1 and len(fallback.requests) == 2
+    assert [c for c, _ in _answers()] == ["From the fallback.", "From the fallback."]
+
+
+def test_each_route_gets_only_its_own_key(client, world, servers, drain):
+    primary, fallback = servers
+    _routes(world, primary, fallback)
+    primary.add(error(503, "down"))
+    primary.default = reply("From the primary.")
+    fallback.default = reply("From the fallback.")
+    ask(client, world, "first")
+    drain()
+    assert primary.authorizations == ["Bearer key-primary"]
+    assert fallback.authorizations == ["Bearer key-fallback"]
+    assert "key-primary" not in str(Message.objects.values_list("content", "metadata"))
+
+
+def test_a_refusal_is_the_answer_and_does_not_fail_over(client, world, servers, drain):
+    primary, fallback = servers
+    _routes(world, primary, fallback)
+    primary.default = error(401, "bad key")
+    fallback.default = reply("From the fallback.")
+    ask(client, world, "hello")
+    drain()
+    assert fallback.requests == []
+    assert Message.objects.get(role="system").metadata["notice"] == "model_misconfigured"
+    assert cooldown_get(base_url=primary.base_url, model="primary-model") is None
+
+
+def test_an_answer_clears_a_cooldown_and_every_route_cooling_waits_for_the_first_to_end(client, world, servers,
+                                                                                      drain, settings):
+    primary, fallback = servers
+    _routes(world, primary, fallback)
+    settings.QORVEN_ANSWER_ATTEMPTS = 1  # one try: the notice shows what the turn decided
+    primary.default = error(500, "down")
+    fallback.default = error(502, "down too")
+    ask(client, world, "nobody answers")
+    drain()
+    assert len(primary.requests) == 1 and len(fallback.requests) == 1
+    assert Message.objects.get(role="user").answer_state == "failed"
+    before = len(primary.requests), len(fallback.requests)
+    ask(client, world, "still cooling")
+    drain()
+    assert (len(primary.requests), len(fallback.requests)) == before  # neither called while both cool
+
+    for server, model in ((primary, "primary-model"), (fallback, "fallback-model")):  # the waits end
+        _expire(server.base_url, model)
+    fallback.default = reply("Back.")
+    ask(client, world, "again")
+    drain()
+    assert _answers()[-1][0] == "Back."
+    assert cooldown_get(base_url=fallback.base_url, model="fallback-model") is None  # cleared by the answer
+    again = cooldown_get(base_url=primary.base_url, model="primary-model")  # failed again: twice as long
+    assert again.failures == 2 and 119 <= again.remaining <= 120
+
+
+def _expire(base_url: str, model: str) -> None:
+    """The route's cooldown as it is once its wait has passed."""
+    from qorven.runtime import cooldowns
+
+    found = cooldown_get(base_url=base_url, model=model)
+    cache.set(cooldowns._key(base_url, model), (time.time() - 1, found.failures), timeout=3600)
+
+
+def test_status_lists_the_routes_and_their_cooldowns(client, world, servers, drain):
+    primary, fallback = servers
+    _routes(world, primary, fallback)
+    primary.default = error(429, "slow down")
+    fallback.default = reply("ok")
+    ask(client, world, "first")
+    drain()
+    ask(client, world, "/status")
+    drain()
+    status = Message.objects.filter(role="assistant").order_by("seq").last().content
+    assert "main: primary-model — cooling down for" in status
+    assert "main fallback 1: fallback-model — ready" in status
+
+
+def test_keys_are_write_only_in_the_admin(host, world):
+    Qor.objects.filter(pk=world.qor_a.pk).update(main_api_key="sk-stored-secret")
+    page = host.get(f"/admin/qorven/qor/{world.qor_a.pk}/change/").content.decode()
+    assert "sk-stored-secret" not in page and 'name="main_api_key"' in page and "model_fallbacks-TOTAL_FORMS" in page
+    response = host.post(f"/admin/qorven/qor/{world.qor_a.pk}/change/", change_form(world.qor_a, main_api_key=""))
+    assert response.status_code == 302
+    world.qor_a.refresh_from_db()
+    assert world.qor_a.main_api_key == "sk-stored-secret"  # an empty field keeps it
+    host.post(f"/admin/qorven/qor/{world.qor_a.pk}/change/", change_form(world.qor_a, main_api_key="-"))
+    world.qor_a.refresh_from_db()
+    assert world.qor_a.main_api_key == ""  # "-" removes it
+
+
+def test_a_tenant_admin_neither_sees_nor_sets_keys_and_fallbacks(tenant_admin, world):
+    Qor.objects.filter(pk=world.qor_a.pk).update(main_api_key="sk-stored-secret")
+    page = tenant_admin.get(f"/admin/qorven/qor/{world.qor_a.pk}/change/").content.decode()
+    assert "sk-stored-secret" not in page and "main_api_key" not in page and "model_fallbacks" not in page
+    tenant_admin.post(f"/admin/qorven/qor/{world.qor_a.pk}/change/",
+                      change_form(world.qor_a, main_api_key="sk-attacker", name="Renamed"))
+    world.qor_a.refresh_from_db()
+    assert world.qor_a.name == "Renamed" and world.qor_a.main_api_key == "sk-stored-secret"
