@@ -203,7 +203,7 @@ class ModelFallbackInline(admin.TabularInline):
     model = ModelFallback
     form = ModelFallbackForm
     extra = 0
-    fields = ["role", "position", "base_url", "model", "num_ctx", "api_key", "cooldown"]
+    fields = ["role", "position", "base_url", "model", "num_ctx", "max_concurrency", "api_key", "cooldown"]
     readonly_fields = ["cooldown"]
 
     @admin.display(description="state")
@@ -220,11 +220,13 @@ class QorAdmin(TenantScopedAdminMixin, admin.ModelAdmin):
     fieldsets = [
         (None, {"fields": ["tenant", "name", "slug", "is_default"]}),
         ("Prompt", {"fields": ["system_prompt", "project_context", "project_folder", "tool_allowlist"]}),
-        ("Main model", {"fields": ["main_base_url", "main_model", "main_num_ctx", "main_vision", "main_api_key"]}),
+        ("Main model", {"fields": ["main_base_url", "main_model", "main_num_ctx", "main_vision",
+                                   "main_max_concurrency", "main_api_key"]}),
         ("Summarizer", {"fields": ["summarizer_mode", "compact_threshold", "summarizer_base_url",
-                                    "summarizer_model", "summarizer_num_ctx", "summarizer_api_key"]}),
+                                    "summarizer_model", "summarizer_num_ctx", "summarizer_max_concurrency",
+                                    "summarizer_api_key"]}),
         ("Heartbeat model", {"fields": ["heartbeat_base_url", "heartbeat_model", "heartbeat_num_ctx",
-                                        "heartbeat_api_key"]}),
+                                        "heartbeat_max_concurrency", "heartbeat_api_key"]}),
         ("Voice notes", {"fields": ["transcriber_base_url", "transcriber_model", "transcriber_api_key"]}),
     ]
     # Keys are the host's too: never shown, and only superusers set them.
@@ -233,7 +235,7 @@ class QorAdmin(TenantScopedAdminMixin, admin.ModelAdmin):
     # qorven.llm.routes; the host's key never follows a URL a tenant admin chose). So does
     # the project folder: a path on the server (qorven.agent.project).
     HOST_FIELDS = ("main_base_url", "summarizer_base_url", "heartbeat_base_url", "transcriber_base_url",
-                   "project_folder")
+                   "project_folder", "main_max_concurrency", "summarizer_max_concurrency", "heartbeat_max_concurrency")
 
     def get_readonly_fields(self, request, obj=None):
         fields = list(super().get_readonly_fields(request, obj))

@@ -90,6 +90,9 @@ class Qor(TimestampedModel):
         help_text="Send the images people attach to the main model (it must accept image input). Off: the "
                   "model reads a note that an image was sent.",
     )
+    main_max_concurrency = models.PositiveIntegerField(
+        null=True, blank=True, help_text="Model calls at once to this server, across every process; more wait their "
+                                         "turn. Empty: no cap.")
     main_api_key = models.CharField(
         "main API key", max_length=500, blank=True, default="",
         help_text="Sent only to this route's server. Empty: OPENAI_API_KEY, where the host trusts the server with it.",
@@ -97,11 +100,17 @@ class Qor(TimestampedModel):
     summarizer_base_url = models.URLField(blank=True, default="")
     summarizer_model = models.CharField(max_length=200, blank=True, default="")
     summarizer_num_ctx = models.PositiveIntegerField(null=True, blank=True, help_text="Empty: QORVEN_NUM_CTX.")
+    summarizer_max_concurrency = models.PositiveIntegerField(
+        null=True, blank=True, help_text="Model calls at once to this server, across every process; more wait their "
+                                         "turn. Empty: no cap.")
     summarizer_api_key = models.CharField("summarizer API key", max_length=500, blank=True, default="",
                                       help_text="Empty: the main route's key, when the server is the main route's.")
     heartbeat_base_url = models.URLField(blank=True, default="")
     heartbeat_model = models.CharField(max_length=200, blank=True, default="")
     heartbeat_num_ctx = models.PositiveIntegerField(null=True, blank=True, help_text="Empty: QORVEN_NUM_CTX.")
+    heartbeat_max_concurrency = models.PositiveIntegerField(
+        null=True, blank=True, help_text="Model calls at once to this server, across every process; more wait their "
+                                         "turn. Empty: no cap.")
     heartbeat_api_key = models.CharField("heartbeat API key", max_length=500, blank=True, default="",
                                       help_text="Empty: the main route's key, when the server is the main route's.")
     # Speech to text for voice notes (OpenAI-compatible /audio/transcriptions). No model:
@@ -167,6 +176,8 @@ class ModelFallback(TimestampedModel):
     base_url = models.URLField()
     model = models.CharField(max_length=200)
     num_ctx = models.PositiveIntegerField(null=True, blank=True, help_text="Empty: the role's context size.")
+    max_concurrency = models.PositiveIntegerField(null=True, blank=True,
+                                                  help_text="Model calls at once to this server. Empty: no cap.")
     api_key = models.CharField("API key", max_length=500, blank=True, default="",
                                help_text="Sent only to this server. Empty: no key (or OPENAI_API_KEY where the host "
                                          "trusts the server with it).")

@@ -15,6 +15,8 @@ from urllib.parse import urlsplit
 import openai
 from openai.types.chat import ChatCompletion
 
+from qorven.runtime.route_slots import SlotTimeout, route_slot
+
 from .errors import ContextLengthExceeded, ModelError, ModelRefused, ProviderUnavailable
 from .provider import Completion, TokenCallback, ToolCall, Usage
 
@@ -48,12 +50,14 @@ class OpenAIProvider:
     `deadline` seconds. Every failure comes out as one of qorven.llm.errors."""
 
     def __init__(
-        self, *, base_url: str, api_key: str, model: str, timeout: float, max_retries: int, deadline: float
+        self, *, base_url: str, api_key: str, model: str, timeout: float, max_retries: int, deadline: float,
+        max_concurrency: int = 0,
     ) -> None:
         self.model = model
         self.base_url = base_url
         self._timeout = timeout
         self._deadline = deadline
+        self._cap = max_concurrency
         self._client = client_for(base_url=base_url, api_key=api_key, timeout=timeout, max_retries=max_retries)
 
     def complete(
@@ -64,7 +68,13 @@ class OpenAIProvider:
         on_token: TokenCallback | None = None,
     ) -> Completion:
         try:
-            return self._complete(messages=messages, tools=tools, on_token=on_token)
+            # A call past the server's cap waits its turn, at most as long as a call may run.
+            with route_slot(base_url=self.base_url, cap=self._cap, wait=self._deadline,
+                            lease=self._deadline + self._timeout):
+                return self._complete(messages=messages, tools=tools, on_token=on_token)
+        except SlotTimeout as exc:
+            raise ProviderUnavailable(f"every slot of the model server stayed busy: {exc}", kind="rate_limited",
+                                      model=self.model) from None
         except ModelError as exc:
             exc.host = urlsplit(self.base_url).netloc  # for the owners' notice: which server failed
             raise

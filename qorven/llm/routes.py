@@ -37,6 +37,7 @@ class ModelRoute:
     vision: bool = False  # the model accepts images (sent as image_url content parts)
     api_key: str = field(default="", repr=False)  # the route's own key; empty: host_key_for
     label: str = "main"  # what /status and the admin call it: "main", "main fallback 1"
+    max_concurrency: int = 0  # calls at once to this server across every process; 0: no cap
 
     @property
     def key(self) -> str:
@@ -57,8 +58,10 @@ def route_for(qor: Qor, role: Role = "main") -> ModelRoute:
     num_ctx = getattr(qor, f"{role}_num_ctx") or qor.main_num_ctx or settings.QORVEN_NUM_CTX
     # A role on the main route's server uses the main key unless it has its own.
     api_key = getattr(qor, f"{role}_api_key") or ("" if own_url else qor.main_api_key)
+    cap = getattr(qor, f"{role}_max_concurrency") or (None if own_url else qor.main_max_concurrency)
     return ModelRoute(base_url=stored or settings.OPENAI_BASE_URL, model=model, num_ctx=num_ctx, from_qor=bool(stored),
-                      vision=role == "main" and bool(getattr(qor, "main_vision", False)), api_key=api_key, label=role)
+                      vision=role == "main" and bool(getattr(qor, "main_vision", False)), api_key=api_key, label=role,
+                      max_concurrency=cap or 0)
 
 
 def routes_for(qor: Qor, role: Role = "main") -> list[ModelRoute]:
@@ -69,7 +72,8 @@ def routes_for(qor: Qor, role: Role = "main") -> list[ModelRoute]:
         return [first]
     return [first, *(
         ModelRoute(base_url=row.base_url, model=row.model, num_ctx=row.num_ctx or first.num_ctx, from_qor=True,
-                   vision=first.vision, api_key=row.api_key, label=f"{role} fallback {n}")
+                   vision=first.vision, api_key=row.api_key, label=f"{role} fallback {n}",
+                   max_concurrency=row.max_concurrency or 0)
         for n, row in enumerate(model_fallbacks_read(qor=qor, role=role), start=1)
     )]
 
@@ -143,6 +147,7 @@ def provider_for(route: ModelRoute, *, max_retries: int | None = None) -> Provid
         timeout=settings.QORVEN_MODEL_TIMEOUT,
         max_retries=settings.QORVEN_MODEL_RETRIES if max_retries is None else max_retries,
         deadline=settings.QORVEN_MODEL_DEADLINE,
+        max_concurrency=route.max_concurrency,
     )
 
 

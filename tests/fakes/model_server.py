@@ -48,6 +48,8 @@ class ModelServer:
         self.requests: list[dict[str, Any]] = []
         self.arrivals: list[float] = []  # time.monotonic() of each request, in order
         self.authorizations: list[str] = []  # each request's Authorization header, in order
+        self.in_flight = 0  # chat completions being answered now
+        self.most_in_flight = 0  # the most answered at once
         # Speech to text: what to answer next (a text, or an error Step), and what came in.
         self.transcripts: list[str | Step] = []
         self.transcriptions: list[dict[str, Any]] = []
@@ -102,14 +104,21 @@ class ModelServer:
                 server.authorizations.append(self.headers.get("Authorization", ""))
                 if self.path.rstrip("/") != "/v1/chat/completions":
                     return self._json(404, {"error": {"message": "not found"}})
-                step = server._next(body)
-                if step.delay:
-                    time.sleep(step.delay)
-                if step.status != 200:
-                    return self._json(step.status, {"error": step.error}, step.headers)
-                if body.get("stream"):
-                    return self._stream(body, step)
-                return self._json(200, _completion(body, step))
+                with server._lock:
+                    server.in_flight += 1
+                    server.most_in_flight = max(server.most_in_flight, server.in_flight)
+                try:
+                    step = server._next(body)
+                    if step.delay:
+                        time.sleep(step.delay)
+                    if step.status != 200:
+                        return self._json(step.status, {"error": step.error}, step.headers)
+                    if body.get("stream"):
+                        return self._stream(body, step)
+                    return self._json(200, _completion(body, step))
+                finally:
+                    with server._lock:
+                        server.in_flight -= 1
 
             def _transcribe(self, raw: bytes) -> None:
                 """OpenAI's speech to text: a multipart form with `model` and `file`."""

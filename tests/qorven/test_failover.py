@@ -3,6 +3,8 @@ down or rate-limited cools down and the turn moves on to the next one in the sam
 a refusal does not fail over. Scripted model servers on separate ports."""
 from __future__ import annotations
 
+import json
+import threading
 import time
 
 import pytest
@@ -11,6 +13,7 @@ from django.core.cache import cache
 from qorven.runtime.cooldowns import cooldown_clear, cooldown_get
 from sessions_app.models import Message
 from tenancy.models import ModelFallback, Qor
+from tenancy.services import api_token_create
 
 from ..fakes.model_server import ModelServer, error, reply
 from .test_model_endpoints import ask, change_form
@@ -158,3 +161,61 @@ def test_a_tenant_admin_neither_sees_nor_sets_keys_and_fallbacks(tenant_admin, w
                       change_form(world.qor_a, main_api_key="sk-attacker", name="Renamed"))
     world.qor_a.refresh_from_db()
     assert world.qor_a.name == "Renamed" and world.qor_a.main_api_key == "sk-stored-secret"
+
+
+def test_the_concurrency_cap_holds_with_five_simultaneous_turns(client, world, servers, drain, settings):
+    from ..factories.tenancy import MembershipFactory, UserFactory
+
+    primary, _ = servers
+    Qor.objects.filter(pk=world.qor_a.pk).update(main_base_url=primary.base_url, main_model="primary-model",
+                                                 main_max_concurrency=2)
+    primary.default = reply("Answered.", delay=0.4)
+    people = [world.alice, world.bob, *(UserFactory() for _ in range(3))]
+    for person in people[2:]:
+        MembershipFactory(tenant=world.tenant_a, user=person)
+    for person in people:  # five conversations, each with a turn to run at once
+        token = api_token_create(tenant=world.tenant_a, user=person)[1]
+        response = client.post("/v1/qors/aria/messages", data=json.dumps({"content": "hello"}),
+                               content_type="application/json", HTTP_AUTHORIZATION=f"Bearer {token}")
+        assert response.status_code == 201
+    drain()
+    assert len(primary.requests) == 5
+    assert primary.most_in_flight == 2  # side by side, never more than the cap
+    assert Message.objects.filter(role="assistant", content="Answered.").count() == 5
+
+
+def test_waiters_for_a_slot_go_in_arrival_order():
+    from qorven.runtime import route_slots
+
+    base_url = f"http://slots.example/{time.monotonic_ns()}"
+    order: list[str] = []
+
+    def wait_then_note(name: str) -> None:
+        with route_slots.route_slot(base_url=base_url, cap=1, wait=10, lease=30):
+            order.append(name)
+
+    with route_slots.route_slot(base_url=base_url, cap=1, wait=10, lease=30):
+        waiters = []
+        for name in "abc":
+            waiter = threading.Thread(target=wait_then_note, args=(name,))
+            waiter.start()
+            waiters.append(waiter)
+            time.sleep(0.15)  # queued before the next one comes
+        assert order == []  # the one slot is held
+    for waiter in waiters:
+        waiter.join(10)
+    assert order == ["a", "b", "c"]
+
+
+def test_a_slot_whose_holder_died_frees_when_its_lease_runs_out(settings):
+    from qorven.runtime import route_slots
+
+    if not settings.REDIS_URL:
+        pytest.skip("across processes only: in one process a holder cannot die and leave its slot")
+    base_url = f"http://slots.example/{time.monotonic_ns()}"
+    slots = route_slots._RedisSlots(route_slots.hashlib.sha256(base_url.encode()).hexdigest()[:24])
+    slots.acquire(cap=1, wait=1, lease=0.5)  # taken, never released: its process died
+    started = time.monotonic()
+    with route_slots.route_slot(base_url=base_url, cap=1, wait=5, lease=30):
+        waited = time.monotonic() - started
+    assert 0.3 < waited < 3
