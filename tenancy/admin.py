@@ -265,7 +265,7 @@ class ApiTokenAdmin(TenantScopedAdminMixin, admin.ModelAdmin):
 
 @admin.register(Usage)
 class UsageAdmin(TenantScopedAdminMixin, admin.ModelAdmin):
-    list_display = ["day", "tenant", "qor", "role", "calls", "prompt_tokens", "completion_tokens"]
+    list_display = ["day", "tenant", "qor", "role", "route", "calls", "prompt_tokens", "completion_tokens"]
     list_filter = ["tenant", "role", "day"]
     date_hierarchy = "day"
 

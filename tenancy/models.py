@@ -217,11 +217,13 @@ class ApiToken(models.Model):
 
 
 class Usage(models.Model):
-    """Model tokens spent, per tenant, Qor, role and day."""
+    """Model tokens spent, per tenant, Qor, role, route and day."""
 
     tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="usage")
     qor = models.ForeignKey(Qor, on_delete=models.CASCADE, related_name="usage")
     role = models.CharField(max_length=16)
+    # Which of the role's routes answered ("main fallback 1"), when the role has several.
+    route = models.CharField(max_length=40, blank=True, default="")
     day = models.DateField()
     calls = models.PositiveIntegerField(default=0)
     prompt_tokens = models.PositiveBigIntegerField(default=0)
@@ -230,7 +232,8 @@ class Usage(models.Model):
     class Meta:
         ordering = ["-day", "tenant", "qor", "role"]
         verbose_name_plural = "usage"
-        constraints = [models.UniqueConstraint(fields=["tenant", "qor", "role", "day"], name="usage_unique_day")]
+        constraints = [models.UniqueConstraint(fields=["tenant", "qor", "role", "route", "day"],
+                                               name="usage_unique_route_day")]
 
     def __str__(self) -> str:
         return f"{self.tenant}/{self.qor.slug} {self.role} {self.day}"

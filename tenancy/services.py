@@ -100,8 +100,10 @@ def api_token_create(*, tenant: Tenant, user: AbstractBaseUser, name: str = "") 
     return token, raw
 
 
-def usage_record(*, tenant: Tenant, qor: Qor, role: str, prompt_tokens: int, completion_tokens: int) -> None:
-    """Add one model call's tokens to today's row for (tenant, qor, role): one
+def usage_record(
+    *, tenant: Tenant, qor: Qor, role: str, prompt_tokens: int, completion_tokens: int, route: str = ""
+) -> None:
+    """Add one model call's tokens to today's row for (tenant, qor, role, route): one
     INSERT … ON CONFLICT DO UPDATE (PostgreSQL and SQLite alike), so concurrent calls add
     up without a transaction or a retry."""
     from django.db import connection
@@ -112,10 +114,10 @@ def usage_record(*, tenant: Tenant, qor: Qor, role: str, prompt_tokens: int, com
     table = connection.ops.quote_name(Usage._meta.db_table)
     with connection.cursor() as cursor:
         cursor.execute(
-            f"INSERT INTO {table} (tenant_id, qor_id, role, day, calls, prompt_tokens, completion_tokens) "
-            "VALUES (%s, %s, %s, %s, 1, %s, %s) "
-            "ON CONFLICT (tenant_id, qor_id, role, day) DO UPDATE SET "
+            f"INSERT INTO {table} (tenant_id, qor_id, role, route, day, calls, prompt_tokens, completion_tokens) "
+            "VALUES (%s, %s, %s, %s, %s, 1, %s, %s) "
+            "ON CONFLICT (tenant_id, qor_id, role, route, day) DO UPDATE SET "
             f"calls = {table}.calls + 1, prompt_tokens = {table}.prompt_tokens + excluded.prompt_tokens, "
             f"completion_tokens = {table}.completion_tokens + excluded.completion_tokens",
-            [tenant.pk, qor.pk, role, timezone.localdate(), prompt_tokens, completion_tokens],
+            [tenant.pk, qor.pk, role, route, timezone.localdate(), prompt_tokens, completion_tokens],
         )

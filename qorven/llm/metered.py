@@ -66,7 +66,7 @@ def model_call(
             completion_tokens=estimate_tokens(completion.content),
             estimated=True,
         )
-        usage_record(tenant=spend.tenant, qor=spend.qor, role=spend.role,
+        usage_record(tenant=spend.tenant, qor=spend.qor, role=spend.role, route=completion.route,
                      prompt_tokens=usage.prompt_tokens, completion_tokens=usage.completion_tokens)
         metrics.model_tokens.labels(spend.role, "prompt").inc(usage.prompt_tokens)
         metrics.model_tokens.labels(spend.role, "completion").inc(usage.completion_tokens)

@@ -12,7 +12,7 @@ from django.core.cache import cache
 
 from qorven.runtime.cooldowns import cooldown_clear, cooldown_get
 from sessions_app.models import Message
-from tenancy.models import ModelFallback, Qor
+from tenancy.models import ModelFallback, Qor, Usage
 from tenancy.services import api_token_create
 
 from ..fakes.model_server import ModelServer, error, reply
@@ -64,6 +64,7 @@ def test_a_rate_limited_route_fails_over_in_the_same_turn_then_is_skipped_while_
     drain()
     assert len(primary.requests) == 1 and len(fallback.requests) == 2
     assert [c for c, _ in _answers()] == ["From the fallback.", "From the fallback."]
+    assert list(Usage.objects.values_list("role", "route", "calls")) == [("main", "main fallback 1", 2)]
 
 
 def test_each_route_gets_only_its_own_key(client, world, servers, drain):
