@@ -319,6 +319,10 @@ QORVEN_MAX_TOOL_ROUNDS = env.int("QORVEN_MAX_TOOL_ROUNDS", default=8)
 QORVEN_MODEL_TIMEOUT = env.float("QORVEN_MODEL_TIMEOUT", default=60.0)
 QORVEN_MODEL_RETRIES = env.int("QORVEN_MODEL_RETRIES", default=4)
 QORVEN_MODEL_DEADLINE = env.float("QORVEN_MODEL_DEADLINE", default=180.0)
+# MCP servers' tools (qorven.agent.mcp): a call's time, a result's size, a tool list's age.
+QORVEN_MCP_TIMEOUT = env.float("QORVEN_MCP_TIMEOUT", default=30.0)
+QORVEN_MCP_RESULT_CHARS = env.int("QORVEN_MCP_RESULT_CHARS", default=8000)
+QORVEN_MCP_TOOLS_TTL = env.float("QORVEN_MCP_TOOLS_TTL", default=300.0)
 # A turn holds its session for this long, renewed every third of it while it runs: a turn
 # whose worker died frees its session within this many seconds.
 QORVEN_TURN_LEASE = env.int("QORVEN_TURN_LEASE", default=30)

@@ -12,7 +12,7 @@ from django.db import transaction
 from qorven.runtime.cooldowns import route_state
 
 from .admin_scoping import TenantScopedAdminMixin, TenantScopedInlineMixin, admin_tenant_ids
-from .models import ApiToken, Membership, ModelFallback, PluginSetting, Qor, Tenant, Usage
+from .models import ApiToken, McpServer, Membership, ModelFallback, PluginSetting, Qor, Tenant, Usage
 from .selectors import tokens_spent_this_month
 from .signals import tenant_retimed
 
@@ -211,6 +211,40 @@ class ModelFallbackInline(admin.TabularInline):
         return route_state(base_url=obj.base_url, model=obj.model) if obj.pk else "—"
 
 
+class McpServerForm(KeysWriteOnly):
+    KEYS = ("bearer_token",)
+    host = False  # set per request: whether the host's superuser is editing
+
+    def clean(self) -> dict[str, Any]:
+        cleaned = super().clean()
+        if not self.host:  # a stdio server is a command run on this server: the host's alone
+            if cleaned.get("kind") == McpServer.Kind.STDIO or cleaned.get("command"):
+                raise forms.ValidationError("Only the host's superusers add stdio MCP servers (they run a command "
+                                            "on this server); a streamable HTTP server needs only its URL.")
+        return cleaned
+
+
+class McpServerInline(TenantScopedInlineMixin, admin.StackedInline):
+    model = McpServer
+    tenant_field = "qor__tenant"
+    form = McpServerForm
+    extra = 0
+    fields = ["name", "kind", "url", "bearer_token", "command", "enabled", "min_trust", "listed"]
+    readonly_fields = ["listed"]
+
+    def get_formset(self, request, obj=None, **kwargs):
+        formset = super().get_formset(request, obj, **kwargs)
+        formset.form = type("McpServerFormFor", (formset.form,), {"host": request.user.is_superuser})
+        return formset
+
+    @admin.display(description="tools")
+    def listed(self, obj: McpServer) -> str:
+        if not obj.pk or obj.tools_listed_at is None:
+            return "not listed yet (on the next turn)"
+        names = ", ".join(t.get("name", "") for t in obj.tools) or "none"
+        return f"{names} (listed {obj.tools_listed_at:%Y-%m-%d %H:%M})"
+
+
 @admin.register(Qor)
 class QorAdmin(TenantScopedAdminMixin, admin.ModelAdmin):
     form = QorForm
@@ -249,7 +283,7 @@ class QorAdmin(TenantScopedAdminMixin, admin.ModelAdmin):
                 for name, options in fieldsets]
 
     def get_inlines(self, request, obj):
-        return [ModelFallbackInline] if request.user.is_superuser else []
+        return [ModelFallbackInline, McpServerInline] if request.user.is_superuser else [McpServerInline]
 
 
 @admin.register(ApiToken)

@@ -24,10 +24,11 @@ class TenancyConfig(AppConfig):
 
         from django.db.models.signals import post_delete, post_save
 
-        from .models import ModelFallback, PluginSetting
-        from .selectors import model_fallbacks
+        from .models import McpServer, ModelFallback, PluginSetting
+        from .selectors import mcp_servers, model_fallbacks
         from .switches import channel_switches
 
         for signal in (post_save, post_delete):
             signal.connect(channel_switches.clear, sender=PluginSetting, dispatch_uid="tenancy.channel_switches")
             signal.connect(model_fallbacks.clear, sender=ModelFallback, dispatch_uid="tenancy.model_fallbacks")
+            signal.connect(mcp_servers.clear, sender=McpServer, dispatch_uid="tenancy.mcp_servers")

@@ -197,6 +197,53 @@ class ModelFallback(TimestampedModel):
             raise ValidationError({"base_url": str(exc)}) from None
 
 
+class McpServer(TimestampedModel):
+    """An MCP server whose tools a Qor may use (qorven.agent.mcp): over streamable HTTP (a
+    URL and an optional bearer token) or stdio (a command this server runs, so only the
+    host's superusers add those)."""
+
+    class Kind(models.TextChoices):
+        HTTP = "http", "streamable HTTP"
+        STDIO = "stdio", "stdio (a command on this server)"
+
+    qor = models.ForeignKey(Qor, on_delete=models.CASCADE, related_name="mcp_servers")
+    name = models.SlugField(max_length=32, help_text="Its tools are named mcp:<name>:<tool> in the allowlist.")
+    kind = models.CharField(max_length=8, choices=Kind.choices, default=Kind.HTTP)
+    url = models.URLField(blank=True, default="", help_text="Streamable HTTP: the server's MCP endpoint.")
+    bearer_token = models.CharField(max_length=500, blank=True, default="",
+                                    help_text="Streamable HTTP: sent as Authorization: Bearer. Never shown again.")
+    command = models.JSONField(default=list, blank=True,
+                               help_text='stdio: the command and its arguments, e.g. ["uvx", "mcp-server-time"].')
+    enabled = models.BooleanField(default=True)
+    min_trust = models.CharField(
+        max_length=8, default="owner", choices=[("public", "public"), ("paired", "paired"), ("trusted", "trusted"),
+                                                ("owner", "owner")],
+        help_text="The least trusted surface offered this server's tools.")
+    tools = models.JSONField(default=list, blank=True, editable=False,
+                             help_text="The server's tools as last listed (name, description, input schema).")
+    tools_listed_at = models.DateTimeField(null=True, blank=True, editable=False)
+
+    class Meta:
+        ordering = ["qor", "name"]
+        constraints = [models.UniqueConstraint(fields=["qor", "name"], name="mcp_server_unique_name")]
+
+    def __str__(self) -> str:
+        return f"MCP {self.name} ({self.kind})"
+
+    def clean(self) -> None:
+        from qorven.runtime.outbound import AddressRefused, check_url
+
+        if self.kind == self.Kind.HTTP:
+            if not self.url:
+                raise ValidationError({"url": "A streamable HTTP server needs its URL."})
+            try:
+                check_url(self.url)
+            except AddressRefused as exc:
+                raise ValidationError({"url": str(exc)}) from None
+        elif not (isinstance(self.command, list) and self.command and all(isinstance(a, str) for a in self.command)):
+            raise ValidationError({"command": "A stdio server needs its command as a list of strings."})
+
+
 class ApiToken(models.Model):
     """A per-user bearer token for the JSON API. Only its SHA-256 digest is stored."""
 

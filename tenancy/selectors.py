@@ -10,10 +10,12 @@ from django.utils import timezone
 from qorven.runtime.row_cache import RowCache
 
 from .errors import NotFound
-from .models import ApiToken, Membership, ModelFallback, Qor, Tenant
+from .models import ApiToken, McpServer, Membership, ModelFallback, Qor, Tenant
 
 # A Qor role's fallback routes: read on every model call, edited a few times a year.
 model_fallbacks: RowCache[tuple[ModelFallback, ...]] = RowCache("model fallbacks")
+# A Qor's MCP servers, read on every turn.
+mcp_servers: RowCache[tuple[McpServer, ...]] = RowCache("MCP servers")
 
 
 def tenant_get(*, slug: str) -> Tenant:
@@ -104,3 +106,8 @@ def budget_exhausted(*, tenant: Tenant) -> bool:
 def model_fallbacks_read(*, qor: Qor, role: str) -> tuple[ModelFallback, ...]:
     """The fallback routes of one role of `qor` (which names its tenant), in order."""
     return model_fallbacks.get((qor.pk, role), lambda: tuple(ModelFallback.objects.filter(qor=qor, role=role))) or ()
+
+
+def mcp_servers_read(*, qor: Qor) -> tuple[McpServer, ...]:
+    """The MCP servers of `qor` (which names its tenant)."""
+    return mcp_servers.get(qor.pk, lambda: tuple(McpServer.objects.filter(qor=qor))) or ()

@@ -60,6 +60,7 @@ from .compaction import (
     summarizer_queue,
 )
 from .loop import Spend, tool_loop
+from .mcp import mcp_tools_offered
 from .notices import notice_for
 from .project import project_context_for
 from .prompt import Prompt, PromptParts, prompt_build
@@ -189,7 +190,8 @@ def _answer(session: Session, pending: Message, owner: str, *, overflowed: bool 
     qor = session.qor
     channel = pending.channel
     trust = str(pending.metadata.get("trust") or Trust.PAIRED)
-    tools = registry.offered(tenant=session.tenant, qor=qor, trust=trust)
+    tools = [*registry.offered(tenant=session.tenant, qor=qor, trust=trust),
+             *mcp_tools_offered(tenant=session.tenant, qor=qor, trust=trust)]
     ctx = ToolContext(
         tenant=session.tenant, qor=qor, user=session.user, session_id=session.pk, channel=channel, trust=trust
     )

@@ -36,9 +36,11 @@ def change_form(qor: Qor, **changes) -> dict:
             "project_context": "", "tool_allowlist": "[]", "summarizer_mode": qor.summarizer_mode,
             "compact_threshold": qor.compact_threshold, "main_base_url": "", "main_model": "",
             "summarizer_base_url": "", "summarizer_model": "", "heartbeat_base_url": "", "heartbeat_model": ""}
-    # The fallback routes' inline (shown to superusers): none added.
+    # The inlines (fallback routes for superusers, MCP servers): none added.
     data.update({"model_fallbacks-TOTAL_FORMS": "0", "model_fallbacks-INITIAL_FORMS": "0",
-                 "model_fallbacks-MIN_NUM_FORMS": "0", "model_fallbacks-MAX_NUM_FORMS": "1000"})
+                 "model_fallbacks-MIN_NUM_FORMS": "0", "model_fallbacks-MAX_NUM_FORMS": "1000",
+                 "mcp_servers-TOTAL_FORMS": "0", "mcp_servers-INITIAL_FORMS": "0",
+                 "mcp_servers-MIN_NUM_FORMS": "0", "mcp_servers-MAX_NUM_FORMS": "1000"})
     data.update(changes)
     return data
 

@@ -1,0 +1,160 @@
+"""MCP servers' tools next to the built-ins: a small server written with the SDK (stdio and
+streamable HTTP, tests/fakes/mcp_server.py), the scripted model calling its tools through
+real turns, and the gates — trust, tenants, who may add a stdio server, timeouts."""
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from qorven.agent.mcp import mcp_tools_offered
+from sessions_app.models import Message
+from tenancy.models import McpServer
+from tenancy.services import api_token_create
+
+from ..fakes.model_server import reply, tool_call
+from ..qorven.test_model_endpoints import change_form
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+ROOT = Path(__file__).resolve().parents[2]
+STDIO = [sys.executable, "-m", "tests.fakes.mcp_server", "stdio"]
+
+
+@pytest.fixture
+def mcp_http(settings):
+    """The test server over streamable HTTP, refusing requests without its bearer token."""
+    settings.QORVEN_ALLOW_PRIVATE_HOSTS = ["127.0.0.1"]
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    proc = subprocess.Popen([sys.executable, "-m", "tests.fakes.mcp_server", "http", str(port), "mcp-secret"],
+                            cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            break
+        except OSError:
+            assert proc.poll() is None and time.monotonic() < deadline, "the MCP test server did not start"
+            time.sleep(0.1)
+    yield f"http://127.0.0.1:{port}/mcp"
+    proc.terminate()
+    proc.wait(10)
+
+
+def ask(client, world, content: str) -> None:
+    token = api_token_create(tenant=world.tenant_a, user=world.alice)[1]  # alice owns acme: owner trust
+    response = client.post("/v1/qors/aria/messages", data=json.dumps({"content": content}),
+                           content_type="application/json", HTTP_AUTHORIZATION=f"Bearer {token}")
+    assert response.status_code == 201
+
+
+def tool_results(request: dict) -> list[str]:
+    return [m["content"] for m in request["messages"] if m.get("role") == "tool"]
+
+
+def offered_names(request: dict) -> list[str]:
+    return [t["function"]["name"] for t in request.get("tools") or []]
+
+
+def test_the_model_calls_a_tool_of_a_stdio_server_and_reads_its_result(client, world, model_server, drain):
+    McpServer.objects.create(qor=world.qor_a, name="calc", kind="stdio", command=STDIO)
+    model_server.add(tool_call("mcp_calc_add", {"a": 2, "b": 3}), reply("Two and three make 5."))
+    ask(client, world, "what is 2 + 3?")
+    drain()
+    assert "mcp_calc_add" in offered_names(model_server.requests[0])
+    assert tool_results(model_server.requests[1]) == ["5"]
+    assert Message.objects.filter(role="assistant").last().content == "Two and three make 5."
+    listed = McpServer.objects.get(name="calc")
+    assert {t["name"] for t in listed.tools} == {"add", "shout", "hang"} and listed.tools_listed_at is not None
+
+
+def test_the_model_calls_a_tool_of_an_http_server_with_its_bearer_token(client, world, model_server, drain,
+                                                                       mcp_http):
+    McpServer.objects.create(qor=world.qor_a, name="words", kind="http", url=mcp_http, bearer_token="mcp-secret")
+    model_server.add(tool_call("mcp_words_shout", {"text": "hello"}), reply("Done."))
+    ask(client, world, "shout hello")
+    drain()
+    assert tool_results(model_server.requests[1]) == ["HELLO"]
+
+
+def test_a_long_result_is_cut_with_a_note(client, world, model_server, drain, settings):
+    settings.QORVEN_MCP_RESULT_CHARS = 40
+    McpServer.objects.create(qor=world.qor_a, name="calc", kind="stdio", command=STDIO)
+    model_server.add(tool_call("mcp_calc_shout", {"text": "a" * 100}), reply("Long."))
+    ask(client, world, "shout a lot")
+    drain()
+    [result] = tool_results(model_server.requests[1])
+    assert result.startswith("A" * 40 + "\n[… cut: the tool returned 100 characters, 40 are shown]")
+
+
+def test_a_hanging_tool_times_out_into_a_tool_error_and_the_turn_goes_on(client, world, model_server, drain,
+                                                                        settings):
+    settings.QORVEN_MCP_TIMEOUT = 3
+    McpServer.objects.create(qor=world.qor_a, name="calc", kind="stdio", command=STDIO,
+                             tools=[{"name": "hang", "description": "", "input_schema": {"type": "object"}}])
+    McpServer.objects.filter(name="calc").update(tools_listed_at="2100-01-01T00:00:00Z")  # listed: no call
+    model_server.add(tool_call("mcp_calc_hang", {}), reply("It did not answer."))
+    started = time.monotonic()
+    ask(client, world, "wait for it")
+    drain()
+    assert time.monotonic() - started < 30
+    [result] = tool_results(model_server.requests[1])
+    assert json.loads(result) == {"error": "the MCP server calc did not answer within 3 s"}
+    assert Message.objects.filter(role="assistant").last().content == "It did not answer."
+
+
+def test_a_servers_tools_reach_only_surfaces_its_minimum_trust_allows_and_only_its_own_qor(world):
+    McpServer.objects.create(qor=world.qor_a, name="calc", kind="stdio", command=STDIO)  # owner only
+    assert {t.name for t in mcp_tools_offered(tenant=world.tenant_a, qor=world.qor_a, trust="owner")} == {
+        "mcp_calc_add", "mcp_calc_shout", "mcp_calc_hang"}
+    for trust in ("public", "paired", "trusted"):
+        assert mcp_tools_offered(tenant=world.tenant_a, qor=world.qor_a, trust=trust) == []
+    assert mcp_tools_offered(tenant=world.tenant_b, qor=world.qor_b, trust="owner") == []  # another tenant's Qor
+    server = McpServer.objects.get(name="calc")
+    server.min_trust = "paired"
+    server.save()
+    assert len(mcp_tools_offered(tenant=world.tenant_a, qor=world.qor_a, trust="paired")) == 3
+    assert mcp_tools_offered(tenant=world.tenant_a, qor=world.qor_a, trust="public") == []
+
+
+def test_the_allowlist_and_the_tenants_switch_gate_a_servers_tools(world):
+    from tenancy.models import PluginSetting
+
+    McpServer.objects.create(qor=world.qor_a, name="calc", kind="stdio", command=STDIO)
+    world.qor_a.tool_allowlist = ["mcp:calc:add"]
+    world.qor_a.save()
+    assert [t.name for t in mcp_tools_offered(tenant=world.tenant_a, qor=world.qor_a, trust="owner")] == [
+        "mcp_calc_add"]
+    PluginSetting.objects.create(tenant=world.tenant_a, kind="tool", name="mcp:calc", enabled=False)
+    assert mcp_tools_offered(tenant=world.tenant_a, qor=world.qor_a, trust="owner") == []
+
+
+def _inline(**fields) -> dict:
+    data = {"mcp_servers-TOTAL_FORMS": "1", "mcp_servers-0-enabled": "on", "mcp_servers-0-min_trust": "owner",
+            "mcp_servers-0-command": "[]"}
+    data.update({f"mcp_servers-0-{k}": v for k, v in fields.items()})
+    return data
+
+
+def test_a_tenant_admin_adds_an_http_server_but_never_a_stdio_one(tenant_admin, world, settings):
+    settings.QORVEN_ALLOW_PRIVATE_HOSTS = ["127.0.0.1"]
+    url = f"/admin/qorven/qor/{world.qor_a.pk}/change/"
+    refused = tenant_admin.post(url, {**change_form(world.qor_a), **_inline(
+        name="shell", kind="stdio", command=json.dumps(["sh", "-c", "id"]))})
+    assert refused.status_code == 200 and "Only the host&#x27;s superusers add stdio MCP servers" in (
+        refused.content.decode())
+    assert not McpServer.objects.exists()
+    added = tenant_admin.post(url, {**change_form(world.qor_a), **_inline(
+        name="words", kind="http", url="http://127.0.0.1:9/mcp", bearer_token="tok")})
+    assert added.status_code == 302
+    server = McpServer.objects.get()
+    assert (server.name, server.kind, server.bearer_token) == ("words", "http", "tok")
+    page = tenant_admin.get(url).content.decode()
+    assert 'name="mcp_servers-0-bearer_token"' in page and ">tok<" not in page and 'value="tok"' not in page
