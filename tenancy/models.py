@@ -230,6 +230,11 @@ class McpServer(TimestampedModel):
     def __str__(self) -> str:
         return f"MCP {self.name} ({self.kind})"
 
+    def save(self, *args, **kwargs) -> None:
+        if not kwargs.get("update_fields"):  # saved in the admin: its tools are listed again on next use
+            self.tools_listed_at = None
+        super().save(*args, **kwargs)
+
     def clean(self) -> None:
         from qorven.runtime.outbound import AddressRefused, check_url
 

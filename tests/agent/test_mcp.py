@@ -73,6 +73,8 @@ def test_the_model_calls_a_tool_of_a_stdio_server_and_reads_its_result(client, w
     assert Message.objects.filter(role="assistant").last().content == "Two and three make 5."
     listed = McpServer.objects.get(name="calc")
     assert {t["name"] for t in listed.tools} == {"add", "shout", "hang"} and listed.tools_listed_at is not None
+    listed.save()  # saved again (in the admin, say): listed afresh on the next turn
+    assert McpServer.objects.get(name="calc").tools_listed_at is None
 
 
 def test_the_model_calls_a_tool_of_an_http_server_with_its_bearer_token(client, world, model_server, drain,
@@ -97,9 +99,7 @@ def test_a_long_result_is_cut_with_a_note(client, world, model_server, drain, se
 def test_a_hanging_tool_times_out_into_a_tool_error_and_the_turn_goes_on(client, world, model_server, drain,
                                                                         settings):
     settings.QORVEN_MCP_TIMEOUT = 3
-    McpServer.objects.create(qor=world.qor_a, name="calc", kind="stdio", command=STDIO,
-                             tools=[{"name": "hang", "description": "", "input_schema": {"type": "object"}}])
-    McpServer.objects.filter(name="calc").update(tools_listed_at="2100-01-01T00:00:00Z")  # listed: no call
+    McpServer.objects.create(qor=world.qor_a, name="calc", kind="stdio", command=STDIO)
     model_server.add(tool_call("mcp_calc_hang", {}), reply("It did not answer."))
     started = time.monotonic()
     ask(client, world, "wait for it")
