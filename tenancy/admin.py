@@ -252,7 +252,7 @@ class QorAdmin(TenantScopedAdminMixin, admin.ModelAdmin):
     list_filter = ["tenant", "summarizer_mode"]
     search_fields = ["slug", "name"]
     fieldsets = [
-        (None, {"fields": ["tenant", "name", "slug", "is_default"]}),
+        (None, {"fields": ["tenant", "name", "slug", "is_default", "route_states"]}),
         ("Prompt", {"fields": ["system_prompt", "project_context", "project_folder", "tool_allowlist"]}),
         ("Main model", {"fields": ["main_base_url", "main_model", "main_num_ctx", "main_vision",
                                    "main_max_concurrency", "main_api_key"]}),
@@ -265,6 +265,23 @@ class QorAdmin(TenantScopedAdminMixin, admin.ModelAdmin):
     ]
     # Keys are the host's too: never shown, and only superusers set them.
     KEY_FIELDS = QorForm.KEYS
+    readonly_fields = ["route_states"]
+
+    @admin.display(description="model servers now")
+    def route_states(self, obj: Qor) -> str:
+        """Each role's own model server and whether it is cooling down after failures (the
+        fallbacks' state is in their list below)."""
+        if obj is None or not obj.pk:
+            return "—"
+        from django.conf import settings
+
+        lines = []
+        for role in ("main", "summarizer", "heartbeat"):
+            base_url = getattr(obj, f"{role}_base_url") or obj.main_base_url or settings.OPENAI_BASE_URL
+            model = getattr(obj, f"{role}_model") or obj.main_model or settings.QORVEN_MODEL
+            if model:
+                lines.append(f"{role}: {model} — {route_state(base_url=base_url, model=model)}")
+        return "; ".join(lines) or "offline (no model configured)"
     # Model servers belong to the host: only superusers point a Qor at one (see
     # qorven.llm.routes; the host's key never follows a URL a tenant admin chose). So does
     # the project folder: a path on the server (qorven.agent.project).

@@ -127,7 +127,7 @@ def _expire(base_url: str, model: str) -> None:
     cache.set(cooldowns._key(base_url, model), (time.time() - 1, found.failures), timeout=3600)
 
 
-def test_status_lists_the_routes_and_their_cooldowns(client, world, servers, drain):
+def test_status_and_the_admin_show_the_routes_and_their_cooldowns(host, client, world, servers, drain):
     primary, fallback = servers
     _routes(world, primary, fallback)
     primary.default = error(429, "slow down")
@@ -139,6 +139,9 @@ def test_status_lists_the_routes_and_their_cooldowns(client, world, servers, dra
     status = Message.objects.filter(role="assistant").order_by("seq").last().content
     assert "main: primary-model — cooling down for" in status
     assert "main fallback 1: fallback-model — ready" in status
+    page = host.get(f"/admin/qorven/qor/{world.qor_a.pk}/change/").content.decode()
+    assert "main: primary-model — cooling down for" in page  # the Qor's own route
+    assert "fallback-model" in page and ">ready<" in page  # the fallback's row
 
 
 def test_keys_are_write_only_in_the_admin(host, world):
