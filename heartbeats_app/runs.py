@@ -273,6 +273,7 @@ def _converse(
     """The heartbeat sub-agent: the beat's prompt on the heartbeat route, with the tools a
     paired user could use (except managing beats), until a final answer."""
     from qorven.agent.loop import tool_loop
+    from qorven.agent.mcp import mcp_tools_offered
     from qorven.llm.metered import Spend
     from tenancy.tool_registry import ToolContext, registry
     from tenancy.trust import Trust
@@ -280,6 +281,7 @@ def _converse(
     qor, tag = beat.qor, {"heartbeat": beat.pk, "run": run.pk}
     provider = provider_for_role(qor, "heartbeat")
     offered = [t for t in registry.offered(tenant=beat.tenant, qor=qor, trust=Trust.PAIRED) if t.name not in BEAT_TOOLS]
+    offered += mcp_tools_offered(tenant=beat.tenant, qor=qor, trust=Trust.PAIRED)  # servers open to paired surfaces
     ctx = ToolContext(tenant=beat.tenant, qor=qor, user=user, session_id=session.pk, channel=Channel.CRON,
                       trust=Trust.PAIRED)
     message_append(session=session, role=Message.Role.USER, content=beat.prompt, channel=Channel.CRON,

@@ -158,3 +158,20 @@ def test_a_tenant_admin_adds_an_http_server_but_never_a_stdio_one(tenant_admin, 
     assert (server.name, server.kind, server.bearer_token) == ("words", "http", "tok")
     page = tenant_admin.get(url).content.decode()
     assert 'name="mcp_servers-0-bearer_token"' in page and ">tok<" not in page and 'value="tok"' not in page
+
+
+def test_a_heartbeat_uses_the_tools_of_a_server_open_to_paired_surfaces(world, model_server):
+    from datetime import datetime, timezone
+
+    from heartbeats_app.runs import run_heartbeat
+
+    from ..factories.heartbeats_app import beat
+
+    McpServer.objects.create(qor=world.qor_a, name="calc", kind="stdio", command=STDIO, min_trust="paired")
+    pills = beat(world.qor_a, name="sum", prompt="Add 20 and 22.", owner=world.alice)
+    model_server.add(tool_call("mcp_calc_add", {"a": 20, "b": 22}), reply("42."))
+    result = run_heartbeat(tenant_id=world.tenant_a.pk, heartbeat_id=pills.pk,
+                           tick=datetime(2026, 11, 30, 8, 0, tzinfo=timezone.utc))
+    assert result.status == "ok"
+    assert "mcp_calc_add" in offered_names(model_server.requests[0])
+    assert tool_results(model_server.requests[1]) == ["42"]
