@@ -9,6 +9,7 @@ import socket
 from pathlib import Path
 
 import environ
+from kombu import Queue
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
@@ -211,6 +212,12 @@ QORVEN_WORKER_CONCURRENCY = env.int("QORVEN_WORKER_CONCURRENCY", default=4)
 # How long a process keeps the channel bindings and switches webhooks read on every
 # request (qorven.runtime.row_cache); a change made in another process shows within it.
 QORVEN_ROUTE_CACHE_SECONDS = env.float("QORVEN_ROUTE_CACHE_SECONDS", default=5.0)
+# Sends to the platforms have a queue of their own, which every worker takes from beside the
+# main one, in turn: a backlog of turns never holds up the sending of replies already written.
+CELERY_TASK_DEFAULT_QUEUE = "celery"
+CELERY_TASK_QUEUES = (Queue("celery"), Queue("qorven.outbound"))
+CELERY_TASK_ROUTES = {"channels_app.deliver": {"queue": "qorven.outbound"},
+                      "channels_app.plan_delivery": {"queue": "qorven.outbound"}}
 CELERY_TASK_ACKS_LATE = True
 CELERY_TASK_REJECT_ON_WORKER_LOST = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
