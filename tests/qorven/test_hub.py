@@ -150,3 +150,38 @@ def test_after_its_redis_restarts_empty_the_hub_joins_its_groups_again_and_its_s
         redis.terminate()
         redis.wait(10)
     assert page.events.count(RESYNC) == 1
+
+
+def test_a_hub_whose_layer_swallowed_its_cancellation_still_stops():
+    """A library that catches the hub's cancellation and hands back an event (as Python
+    3.11's wait_for can) must not keep the hub reading: a closing loop waits for it."""
+    from qorven.runtime.hub import Hub
+    from qorven.runtime.layers import InMemoryChannelLayer
+
+    class SwallowingLayer(InMemoryChannelLayer):
+        swallowed = 0
+
+        async def receive(self, channel):
+            try:
+                return await super().receive(channel)
+            except asyncio.CancelledError:
+                if self.swallowed:
+                    raise
+                self.swallowed += 1  # once: the cancellation is gone
+                return {"type": "message.new", "group": "nobody"}
+
+    class Quiet:
+        async def hub_event(self, event, encoder):
+            pass
+
+    async def scenario():
+        hub = Hub()
+        hub.layer = SwallowingLayer()
+        await hub.join("chat", Quiet())
+        await asyncio.sleep(0.05)  # the reader waits on the layer
+        hub._reader.cancel()
+        hub._renewer.cancel()
+        done, _ = await asyncio.wait({hub._reader, hub._renewer}, timeout=2)
+        return len(done), hub.layer.swallowed
+
+    assert async_to_sync(scenario)() == (2, 1)
