@@ -178,18 +178,22 @@ if QORVEN_LIVE_LAYER not in ("pubsub", "lists"):
 LIVE_REDIS_HOST = {"address": REDIS_URL, "socket_timeout": None, "socket_keepalive": True,
                    "socket_keepalive_options": {socket.TCP_KEEPIDLE: 30, socket.TCP_KEEPINTVL: 10,
                                                 socket.TCP_KEEPCNT: 3}}
+# The live layer's key prefix in Redis: installs (or test runs) sharing one Redis database
+# keep their groups apart with prefixes of their own.
+QORVEN_LIVE_PREFIX = env.str("QORVEN_LIVE_PREFIX", default="asgi")
 if REDIS_URL and QORVEN_LIVE_LAYER == "pubsub":
     CHANNEL_LAYERS = {
         "default": {
             "BACKEND": "channels_redis.pubsub.RedisPubSubChannelLayer",
-            "CONFIG": {"hosts": [LIVE_REDIS_HOST]},
+            "CONFIG": {"hosts": [LIVE_REDIS_HOST], "prefix": QORVEN_LIVE_PREFIX},
         }
     }
 elif REDIS_URL:
     CHANNEL_LAYERS = {
         "default": {
             "BACKEND": "channels_redis.core.RedisChannelLayer",
-            "CONFIG": {"hosts": [LIVE_REDIS_HOST], "capacity": QORVEN_LIVE_CAPACITY},
+            "CONFIG": {"hosts": [LIVE_REDIS_HOST], "capacity": QORVEN_LIVE_CAPACITY,
+                       "prefix": QORVEN_LIVE_PREFIX},
         }
     }
 else:

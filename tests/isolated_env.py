@@ -6,6 +6,7 @@ kept; processes the tests start inherit this environment."""
 from __future__ import annotations
 
 import os
+import uuid
 
 KEPT = {"DATABASE_URL", "REDIS_URL", "DJANGO_SECRET_KEY"}
 SCRUBBED_PREFIXES = ("OPENAI_", "QORVEN_", "CELERY_", "DJANGO_")
@@ -19,6 +20,10 @@ def _scrub() -> None:
         if name.startswith(SCRUBBED_PREFIXES) or name.endswith(SCRUBBED_SUFFIXES):
             del os.environ[name]
     os.environ["QORVEN_ENV_FILE"] = ""  # no .env either (qorven.settings)
+    # Live groups of its own in Redis, for this run and the processes it starts: a group
+    # membership an earlier run left (channels_redis keeps them a day) is not this run's,
+    # though its database hands out the same session ids again.
+    os.environ["QORVEN_LIVE_PREFIX"] = f"asgi-test-{uuid.uuid4().hex[:8]}"
 
 
 _scrub()
