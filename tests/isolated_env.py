@@ -2,10 +2,16 @@
 the suite reads no `.env` and none of the developer's model, platform or Qorven settings,
 so `make test` never calls a real model server or platform with a real key. The database
 and Redis of the run (DATABASE_URL, REDIS_URL, DJANGO_SECRET_KEY, as CI sets them) are
-kept; processes the tests start inherit this environment."""
+kept; processes the tests start inherit this environment.
+
+Under pytest-xdist each worker process (gw0, gw1, …) runs on a Redis database of its own
+(the run's database number plus the worker's): Celery's queues, the cache (leases,
+cooldowns, the beat's liveness key) and the live layer of one worker's tests are then
+never read by another's. pytest-django gives each worker a test database of its own."""
 from __future__ import annotations
 
 import os
+import re
 import uuid
 
 KEPT = {"DATABASE_URL", "REDIS_URL", "DJANGO_SECRET_KEY"}
@@ -26,4 +32,17 @@ def _scrub() -> None:
     os.environ["QORVEN_LIVE_PREFIX"] = f"asgi-test-{uuid.uuid4().hex[:8]}"
 
 
+def _redis_of_this_worker() -> None:
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "")  # set by xdist before our options load
+    url = os.environ.get("REDIS_URL", "")
+    if not worker.startswith("gw") or not url:
+        return
+    match = re.fullmatch(r"(redis://[^/?#]+)(?:/(\d*))?(.*)", url)
+    if match is None:
+        raise RuntimeError(f"REDIS_URL {url!r} is not a redis:// address a test worker can number")
+    base, db, rest = match.groups()
+    os.environ["REDIS_URL"] = f"{base}/{int(db or 0) + int(worker[2:])}{rest}"
+
+
 _scrub()
+_redis_of_this_worker()
