@@ -42,3 +42,20 @@ def test_an_env_file_is_read_only_where_one_is_named(tmp_path):
     env = {**os.environ, "DJANGO_SETTINGS_MODULE": "qorven.settings"}
     assert read_setting("QORVEN_MODEL", {**env, "QORVEN_ENV_FILE": str(dotenv)}) == "from-the-file"
     assert read_setting("QORVEN_MODEL", env) == ""  # the suite's processes: QORVEN_ENV_FILE is empty
+
+
+def test_each_test_worker_process_has_a_redis_database_of_its_own(monkeypatch):
+    """Under pytest-xdist, worker gwN adds N to the run's Redis database number, so one
+    worker's Celery queues, cache and live groups are never another's."""
+    for worker, url, expected in [
+        ("gw0", "redis://127.0.0.1:6379/0", "redis://127.0.0.1:6379/0"),
+        ("gw2", "redis://127.0.0.1:6379/0", "redis://127.0.0.1:6379/2"),
+        ("gw1", "redis://:secret@cache.internal:6380/4", "redis://:secret@cache.internal:6380/5"),
+        ("gw2", "redis://127.0.0.1:6379", "redis://127.0.0.1:6379/2"),
+        ("gw1", "redis://127.0.0.1:6379/3?health_check_interval=5", "redis://127.0.0.1:6379/4?health_check_interval=5"),
+        ("", "redis://127.0.0.1:6379/3", "redis://127.0.0.1:6379/3"),  # not under xdist: as given
+    ]:
+        monkeypatch.setenv("PYTEST_XDIST_WORKER", worker)
+        monkeypatch.setenv("REDIS_URL", url)
+        isolated_env._redis_of_this_worker()
+        assert os.environ["REDIS_URL"] == expected, (worker, url)
