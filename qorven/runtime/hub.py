@@ -18,12 +18,21 @@ data forgets them all. The hub renews its memberships every RENEW_EVERY seconds,
 the layer failed under it (Redis away) it joins its groups again as soon as the layer
 answers and tells every subscriber to catch up (`hub_event` with `{"type": "hub.resync"}`):
 what was published meanwhile is in the database, not on the layer.
+
+On the pub/sub layer a join takes effect later than it returns: channels_redis sends
+SUBSCRIBE and goes on without waiting for Redis to take it, so an event published by
+another process just after the join (the first chunks of a reply to a new chat) can be
+missed, though the socket already read the database "after joining". So on that layer a
+join returns only once the hub has heard its own note on the group (`hub.joined`, sent
+again every JOIN_NOTE_EVERY seconds until heard, JOIN_HEARD_WITHIN at most): from then on,
+every event published to the group reaches this process.
 """
 from __future__ import annotations
 
 import asyncio
 import json
 import logging
+import uuid
 import weakref
 from typing import Any, Protocol
 
@@ -34,6 +43,9 @@ logger = logging.getLogger(__name__)
 RETRY_AFTER = 1.0  # seconds before the hub reads the layer again after a failure
 RENEW_EVERY = 3600.0  # seconds between renewals of the hub's group memberships
 RESYNC = {"type": "hub.resync"}
+JOINED = "hub.joined"
+JOIN_NOTE_EVERY = 0.05  # seconds between notes while a pub/sub join is not yet heard
+JOIN_HEARD_WITHIN = 2.0  # seconds a join waits to hear its note before going on regardless
 
 
 class Subscriber(Protocol):
@@ -57,8 +69,9 @@ class Encoder:
 
 
 class Hub:
-    def __init__(self) -> None:
-        self.layer = get_channel_layer()
+    def __init__(self, layer: Any = None) -> None:
+        self.layer = layer if layer is not None else get_channel_layer()
+        self._notes: dict[str, asyncio.Future[None]] = {}
         self.members: dict[str, set[Subscriber]] = {}
         self.channel: str | None = None
         self._reader: asyncio.Task[None] | None = None
@@ -80,7 +93,24 @@ class Hub:
             if members is None:
                 members = self.members[group] = set()
                 await self.layer.group_add(group, self.channel)
+                if _joins_late(self.layer):
+                    await self._heard(group)
             members.add(subscriber)
+
+    async def _heard(self, group: str) -> None:
+        """Send a note to `group` until this hub hears it back (see the module's note)."""
+        token = uuid.uuid4().hex
+        heard = asyncio.get_running_loop().create_future()
+        self._notes[token] = heard
+        try:
+            async with asyncio.timeout(JOIN_HEARD_WITHIN):
+                while not heard.done():
+                    await self.layer.group_send(group, {"type": JOINED, "group": group, "token": token})
+                    await asyncio.wait({heard}, timeout=JOIN_NOTE_EVERY)
+        except TimeoutError:
+            logger.warning("the live hub did not hear its join of %s within %s s", group, JOIN_HEARD_WITHIN)
+        finally:
+            self._notes.pop(token, None)
 
     async def leave(self, group: str, subscriber: Subscriber) -> None:
         async with self._lock:
@@ -141,6 +171,11 @@ class Hub:
                 logger.warning("a live subscriber failed an event", exc_info=True)
 
     async def deliver(self, event: dict[str, Any]) -> None:
+        if event.get("type") == JOINED:  # a hub's note on joining: ours, or another process's
+            heard = self._notes.get(event.get("token", ""))
+            if heard is not None and not heard.done():
+                heard.set_result(None)
+            return
         members = self.members.get(event.get("group", ""))
         if not members:
             return
@@ -150,6 +185,16 @@ class Hub:
                 await subscriber.hub_event(event, encoder)
             except Exception:  # one socket's failure is its own
                 logger.warning("a live subscriber failed an event", exc_info=True)
+
+
+def _joins_late(layer: Any) -> bool:
+    """Whether `layer` is channels_redis' pub/sub layer, whose group_add returns before
+    Redis has taken the subscription."""
+    try:
+        from channels_redis.pubsub import RedisPubSubChannelLayer
+    except ImportError:
+        return False
+    return isinstance(layer, RedisPubSubChannelLayer)
 
 
 def _cancelling() -> bool:

@@ -81,11 +81,22 @@ def test_the_json_of_equal_frames_is_made_once():
 
 
 async def layer_members(layer, group: str) -> int:
-    """How many channels the layer has in `group` (the in-process layer, or channels_redis')."""
+    """How many channels the layer has in `group`: the in-process layer's, channels_redis'
+    lists layer's, or (pub/sub) the channels of this process subscribed to the group, once
+    Redis counts the subscription."""
+    from channels_redis.pubsub import RedisPubSubChannelLayer
+
     from qorven.runtime.layers import InMemoryChannelLayer
 
     if isinstance(layer, InMemoryChannelLayer):
         return len(layer._groups.get(group, ()))
+    if isinstance(layer, RedisPubSubChannelLayer):
+        name = layer._get_group_channel_name(group)
+        ours = len(layer.groups.get(name, ()))
+        shard = layer._get_shard(name)
+        shard._ensure_redis()
+        [(_, subscribed)] = await shard._redis.pubsub_numsub(name)
+        return ours if subscribed == min(ours, 1) else -1
     async with layer.connection(layer.consistent_hash(group)) as connection:
         return await connection.zcard(layer._group_key(group))
 
@@ -123,8 +134,7 @@ def test_after_its_redis_restarts_empty_the_hub_joins_its_groups_again_and_its_s
 
     async def run(page: Page) -> None:
         nonlocal redis
-        live = Hub()
-        live.layer = RedisChannelLayer(hosts=[{"address": f"redis://127.0.0.1:{port}/0"}])
+        live = Hub(RedisChannelLayer(hosts=[{"address": f"redis://127.0.0.1:{port}/0"}]))
         await live.join("chat.1", page)
         await live.layer.group_send("chat.1", {"type": "message.new", "group": "chat.1", "seq": 1})
         await until(lambda: [e.get("seq") for e in page.events] == [1])
@@ -175,8 +185,7 @@ def test_a_hub_whose_layer_swallowed_its_cancellation_still_stops():
             pass
 
     async def scenario():
-        hub = Hub()
-        hub.layer = SwallowingLayer()
+        hub = Hub(SwallowingLayer())
         await hub.join("chat", Quiet())
         await asyncio.sleep(0.05)  # the reader waits on the layer
         hub._reader.cancel()
@@ -185,3 +194,101 @@ def test_a_hub_whose_layer_swallowed_its_cancellation_still_stops():
         return len(done), hub.layer.swallowed
 
     assert async_to_sync(scenario)() == (2, 1)
+
+
+
+class SlowLink:
+    """A TCP proxy in front of Redis that holds what its clients send for `delay` seconds
+    (what Redis answers passes at once): a server process farther from Redis than a worker."""
+
+    def __init__(self, target_port: int, delay: float) -> None:
+        self.target_port, self.delay = target_port, delay
+        self.server: asyncio.base_events.Server | None = None
+        self.pipes: set[asyncio.Task] = set()
+
+    async def start(self) -> int:
+        self.server = await asyncio.start_server(self._client, "127.0.0.1", 0)
+        return self.server.sockets[0].getsockname()[1]
+
+    async def _client(self, reader, writer) -> None:
+        up_reader, up_writer = await asyncio.open_connection("127.0.0.1", self.target_port)
+        for pipe in (self._pipe(reader, up_writer, self.delay), self._pipe(up_reader, writer, 0.0)):
+            task = asyncio.ensure_future(pipe)
+            self.pipes.add(task)
+
+    @staticmethod
+    async def _pipe(reader, writer, delay: float) -> None:
+        try:
+            while data := await reader.read(65536):
+                if delay:
+                    await asyncio.sleep(delay)
+                writer.write(data)
+                await writer.drain()
+        except (ConnectionError, asyncio.CancelledError):
+            pass
+        finally:
+            writer.close()
+
+    async def stop(self) -> None:
+        for task in self.pipes:
+            task.cancel()
+        await asyncio.gather(*self.pipes, return_exceptions=True)
+        self.server.close()
+
+
+def test_on_the_pubsub_layer_a_join_hears_what_another_process_publishes_right_after_it():
+    """channels_redis' pub/sub group_add sends SUBSCRIBE and returns before Redis has taken
+    it. A socket joins, reads the database, then expects every later event, so the hub's
+    join must not return before its subscription is live. The server's link to Redis is
+    slower than the worker's (a proxy holds what the server sends for 50 ms); the worker
+    publishes the moment the join returns."""
+    import socket
+
+    from channels_redis.pubsub import RedisPubSubChannelLayer
+
+    from qorven.runtime.hub import Hub
+
+    from ..processes import redis_start
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    redis = redis_start(port)
+
+    class Page:
+        def __init__(self) -> None:
+            self.heard = asyncio.Event()
+
+        async def hub_event(self, event, encoder) -> None:
+            self.heard.set()
+
+    async def run() -> int:
+        link = SlowLink(port, delay=0.05)
+        server_port = await link.start()
+        live = Hub(RedisPubSubChannelLayer(hosts=[{"address": f"redis://127.0.0.1:{server_port}/0"}]))
+        worker = RedisPubSubChannelLayer(hosts=[{"address": f"redis://127.0.0.1:{port}/0"}])
+        missed = 0
+        for n in range(5):
+            page, group = Page(), f"chat.{n}"
+            await live.join(group, page)
+            await worker.group_send(group, {"type": "message.chunk", "group": group, "delta": "first"})
+            try:
+                async with asyncio.timeout(1.0):
+                    await page.heard.wait()
+            except TimeoutError:
+                missed += 1
+            await live.leave(group, page)
+        live._reader.cancel()
+        live._renewer.cancel()
+        await asyncio.gather(live._reader, live._renewer, return_exceptions=True)
+        await live.layer.flush()
+        await worker.flush()
+        await link.stop()
+        return missed
+
+    try:
+        missed = async_to_sync(run)()
+    finally:
+        redis.terminate()
+        redis.wait(10)
+    assert missed == 0, f"{missed} of 5 events published right after a join were never heard"
