@@ -273,12 +273,9 @@ class QorAdmin(TenantScopedAdminMixin, admin.ModelAdmin):
         fallbacks' state is in their list below)."""
         if obj is None or not obj.pk:
             return "—"
-        from django.conf import settings
-
         lines = []
         for role in ("main", "summarizer", "heartbeat"):
-            base_url = getattr(obj, f"{role}_base_url") or obj.main_base_url or settings.OPENAI_BASE_URL
-            model = getattr(obj, f"{role}_model") or obj.main_model or settings.QORVEN_MODEL
+            base_url, model, _ = obj.route_target(role)
             if model:
                 lines.append(f"{role}: {model} — {route_state(base_url=base_url, model=model)}")
         return "; ".join(lines) or "offline (no model configured)"

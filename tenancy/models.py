@@ -157,6 +157,14 @@ class Qor(TimestampedModel):
         if errors:
             raise ValidationError(errors)
 
+    def route_target(self, role: str) -> tuple[str, str, bool]:
+        """Where a role's model calls go: (base URL, model, whether the URL is stored on this
+        Qor). A role's empty field falls back to the main route's, then to the host's
+        OPENAI_BASE_URL and QORVEN_MODEL (qorven.llm.routes builds the whole route on this)."""
+        stored = getattr(self, f"{role}_base_url") or self.main_base_url
+        model = getattr(self, f"{role}_model") or self.main_model or settings.QORVEN_MODEL
+        return stored or settings.OPENAI_BASE_URL, model, bool(stored)
+
     def __str__(self) -> str:
         return f"{self.tenant.slug}/{self.slug}"
 

@@ -53,13 +53,12 @@ def route_for(qor: Qor, role: Role = "main") -> ModelRoute:
     """The Qor's route for `role`; empty fields fall back to the main route, then to
     OPENAI_BASE_URL / QORVEN_MODEL."""
     own_url = getattr(qor, f"{role}_base_url")
-    stored = own_url or qor.main_base_url
-    model = getattr(qor, f"{role}_model") or qor.main_model or settings.QORVEN_MODEL
+    base_url, model, from_qor = qor.route_target(role)
     num_ctx = getattr(qor, f"{role}_num_ctx") or qor.main_num_ctx or settings.QORVEN_NUM_CTX
     # A role on the main route's server uses the main key unless it has its own.
     api_key = getattr(qor, f"{role}_api_key") or ("" if own_url else qor.main_api_key)
     cap = getattr(qor, f"{role}_max_concurrency") or (None if own_url else qor.main_max_concurrency)
-    return ModelRoute(base_url=stored or settings.OPENAI_BASE_URL, model=model, num_ctx=num_ctx, from_qor=bool(stored),
+    return ModelRoute(base_url=base_url, model=model, num_ctx=num_ctx, from_qor=from_qor,
                       vision=role == "main" and bool(getattr(qor, "main_vision", False)), api_key=api_key, label=role,
                       max_concurrency=cap or 0)
 
