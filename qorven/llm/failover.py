@@ -27,11 +27,6 @@ from .routes import ModelRoute, provider_for
 logger = logging.getLogger(__name__)
 
 
-def cooling(route: ModelRoute) -> bool:
-    found = cooldown_get(base_url=route.base_url, model=route.model)
-    return found is not None and found.remaining > 0
-
-
 class FailoverProvider:
     def __init__(self, routes: Sequence[ModelRoute]) -> None:
         self.routes = list(routes)
@@ -44,10 +39,12 @@ class FailoverProvider:
         tools: list[dict[str, Any]] | None = None,
         on_token: TokenCallback | None = None,
     ) -> Completion:
-        ready = [r for r in self.routes if not cooling(r)]
+        # Each route's cooldown is read once: None, or one that may have run out (kept to
+        # double the next one) and is cleared when the route answers.
+        cooldowns = [cooldown_get(base_url=r.base_url, model=r.model) for r in self.routes]
+        ready = [(r, c) for r, c in zip(self.routes, cooldowns, strict=True) if c is None or c.remaining <= 0]
         if not ready:
-            waits = [cooldown_get(base_url=r.base_url, model=r.model) for r in self.routes]
-            wait = min(c.remaining for c in waits if c is not None)
+            wait = min(c.remaining for c in cooldowns if c is not None)
             raise ProviderUnavailable("every model route is cooling down after failures", kind="rate_limited",
                                       model=self.model, retry_after=max(wait, 1.0))
         streamed = False
@@ -59,21 +56,21 @@ class FailoverProvider:
                 on_token(token)
 
         failure: ProviderUnavailable | None = None
-        for n, route in enumerate(ready):
+        for n, (route, cooldown) in enumerate(ready):
             last = n == len(ready) - 1
             # The SDK's own retries only on the last route: before it, moving on is faster.
             provider = provider_for(route, max_retries=None if last else 0)
             try:
                 completion = provider.complete(messages=messages, tools=tools, on_token=relay)
             except ProviderUnavailable as exc:
-                cooldown = cooldown_start(base_url=route.base_url, model=route.model, retry_after=exc.retry_after)
+                started = cooldown_start(base_url=route.base_url, model=route.model, retry_after=exc.retry_after)
                 logger.warning("model route %s (%s) failed (%s): cooling down for %.0f s", route.label, route.model,
-                               exc.summary(), cooldown.remaining)
+                               exc.summary(), started.remaining)
                 if streamed:
                     raise
                 failure = exc
                 continue
-            if cooldown_get(base_url=route.base_url, model=route.model) is not None:
+            if cooldown is not None:
                 cooldown_clear(base_url=route.base_url, model=route.model)
             completion.route = route.label
             return completion
