@@ -200,11 +200,14 @@ else:
     # Thread-safe: events are sent from task and sender threads to Daphne's loop.
     CHANNEL_LAYERS = {"default": {"BACKEND": "qorven.runtime.layers.InMemoryChannelLayer",
                                   "CONFIG": {"capacity": QORVEN_LIVE_CAPACITY}}}
+# The cache's key prefix in Redis, like QORVEN_LIVE_PREFIX for the live layer: installs (or
+# test runs) sharing one Redis database keep their counters and cooldowns apart.
+QORVEN_CACHE_PREFIX = env.str("QORVEN_CACHE_PREFIX", default="qorven")
 if REDIS_URL:
     # Shared by every process: the text of replies still streaming (qorven/streams.py),
     # rate-limit counters.
     CACHES = {"default": {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": REDIS_URL,
-                          "KEY_PREFIX": "qorven"}}
+                          "KEY_PREFIX": QORVEN_CACHE_PREFIX}}
 else:
     CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}
 

@@ -29,7 +29,11 @@ def _scrub() -> None:
     # Live groups of its own in Redis, for this run and the processes it starts: a group
     # membership an earlier run left (channels_redis keeps them a day) is not this run's,
     # though its database hands out the same session ids again.
-    os.environ["QORVEN_LIVE_PREFIX"] = f"asgi-test-{uuid.uuid4().hex[:8]}"
+    # So is the cache's: the servers a test starts count webchat visitors per address in
+    # it, and an earlier run's count (10 an hour) refused this run's visitors.
+    run = uuid.uuid4().hex[:8]
+    os.environ["QORVEN_LIVE_PREFIX"] = f"asgi-test-{run}"
+    os.environ["QORVEN_CACHE_PREFIX"] = f"qorven-test-{run}"
 
 
 def _redis_of_this_worker() -> None:

@@ -26,6 +26,9 @@ def test_the_suite_reads_no_env_file_and_scrubs_the_developers_settings(monkeypa
             if n in os.environ}
     assert left == set()
     assert os.environ["DATABASE_URL"] == "sqlite:///kept.sqlite3" and os.environ["HOME"] == "/root"
+    # Redis keys of this run's own: an earlier run's live groups and cache counters are not read.
+    run = os.environ["QORVEN_CACHE_PREFIX"].removeprefix("qorven-test-")
+    assert len(run) == 8 and os.environ["QORVEN_LIVE_PREFIX"] == f"asgi-test-{run}"
 
 
 def read_setting(name: str, env: dict[str, str]) -> str:
