@@ -885,7 +885,7 @@ def layouts(tmp: Path, common: dict[str, str], wanted: list[str], pg_url: str, r
             env = {**common, "DATABASE_URL": pg_url, "REDIS_URL": redis_url}
             if live_layer:
                 env["QORVEN_LIVE_LAYER"] = live_layer
-            notes.append(f"postgres+redis: the channel layer is QORVEN_LIVE_LAYER={live_layer or 'lists'}"
+            notes.append(f"postgres+redis: the channel layer is QORVEN_LIVE_LAYER={live_layer or 'pubsub'}"
                          + ("" if live_layer else " (the default)"))
             out.append(Layout("postgres+redis", env, tmp, True, redis_url))
     return out
@@ -959,7 +959,7 @@ def main() -> int:
     parser.add_argument("--only", default=",".join(PHASES), help=f"phases, comma-separated: {','.join(PHASES)}")
     parser.add_argument("--layout", choices=LAYOUTS, action="append", help="only this layout (repeatable)")
     parser.add_argument("--live-layer", choices=("lists", "pubsub"), default="",
-                        help="QORVEN_LIVE_LAYER for postgres+redis (default: the server's own default, lists)")
+                        help="QORVEN_LIVE_LAYER for postgres+redis (default: the server's own default, pubsub)")
     parser.add_argument("--profile", metavar="DIR", default="",
                         help="sample every server and worker with py-spy (pip install py-spy) into DIR")
     parser.add_argument("--helper", action="store_true", help=argparse.SUPPRESS)

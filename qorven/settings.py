@@ -163,11 +163,12 @@ REDIS_URL = env.str("REDIS_URL", default="")
 # Room for a streamed reply's chunks queued for one socket: past it, a socket misses events
 # and catches up from the database (and the stream cache) instead.
 QORVEN_LIVE_CAPACITY = env.int("QORVEN_LIVE_CAPACITY", default=1000)
-# With Redis: "lists" is channels_redis' list-per-channel layer (one Redis write and one
-# read per socket and event, bounded by QORVEN_LIVE_CAPACITY); "pubsub" sends one PUBLISH
-# per event that each process fans out to its own sockets (faster fan-out; opt-in until
-# a rare stall of the in-process task queue seen with it in the test suite is explained).
-QORVEN_LIVE_LAYER = env.str("QORVEN_LIVE_LAYER", default="lists")
+# With Redis: "pubsub" (the default) sends one PUBLISH per event, which each process's hub
+# hands to its own sockets; "lists" is channels_redis' list-per-channel layer (a Redis
+# write and a read per process and event, bounded by QORVEN_LIVE_CAPACITY), which backs up
+# when many chats are busy at once (docs/performance.md). Neither keeps events for a socket
+# that was away: it catches up from the database by seq.
+QORVEN_LIVE_LAYER = env.str("QORVEN_LIVE_LAYER", default="pubsub")
 if QORVEN_LIVE_LAYER not in ("pubsub", "lists"):
     raise environ.ImproperlyConfigured(f"QORVEN_LIVE_LAYER must be pubsub or lists, not {QORVEN_LIVE_LAYER!r}")
 # The live layer's Redis connections have no socket timeout: with one, redis-py sends every
