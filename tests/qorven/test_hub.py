@@ -80,6 +80,18 @@ def test_the_json_of_equal_frames_is_made_once():
     assert encoder.text({"type": "message.new", "seq": 2, "content": "hi"}) == '{"type": "message.new", "seq": 2, "content": "hi"}'
 
 
+def redis_of_our_own():
+    """A Redis server of the test's own on a free port, and its process."""
+    import socket
+
+    from ..processes import redis_start
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    return port, redis_start(port)
+
+
 async def layer_members(layer, group: str) -> int:
     """How many channels the layer has in `group`: the in-process layer's, channels_redis'
     lists layer's, or (pub/sub) the channels of this process subscribed to the group, once
@@ -104,7 +116,6 @@ async def layer_members(layer, group: str) -> int:
 def test_after_its_redis_restarts_empty_the_hub_joins_its_groups_again_and_its_sockets_catch_up():
     """A Redis of the test's own, restarted without its data (the hub's group membership
     with it): the hub reads again, joins again, and tells its subscribers to catch up."""
-    import socket
     import time
 
     from channels_redis.core import RedisChannelLayer
@@ -114,10 +125,7 @@ def test_after_its_redis_restarts_empty_the_hub_joins_its_groups_again_and_its_s
 
     from ..processes import redis_start
 
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    redis = redis_start(port)
+    port, redis = redis_of_our_own()
 
     class Page:
         def __init__(self) -> None:
@@ -242,18 +250,11 @@ def test_on_the_pubsub_layer_a_join_hears_what_another_process_publishes_right_a
     join must not return before its subscription is live. The server's link to Redis is
     slower than the worker's (a proxy holds what the server sends for 50 ms); the worker
     publishes the moment the join returns."""
-    import socket
-
     from channels_redis.pubsub import RedisPubSubChannelLayer
 
     from qorven.runtime.hub import Hub
 
-    from ..processes import redis_start
-
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    redis = redis_start(port)
+    port, redis = redis_of_our_own()
 
     class Page:
         def __init__(self) -> None:
