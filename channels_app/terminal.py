@@ -24,6 +24,7 @@ from typing import Any, Callable, TextIO
 from django.conf import settings
 from django.db import close_old_connections
 
+from qorven.runtime.hub import joins_heard
 from qorven.runtime.publisher import chat_group, session_group
 from qorven.runtime.streams import stream_snapshot
 from tenancy.errors import NotFound
@@ -77,14 +78,19 @@ class Follower:
         self._loop = asyncio.new_event_loop()
         self._channel = None
         self._joined = None
+        self._receiving, self._early = None, []
         if self._layer is None:
             return
         self._channel = self._loop.run_until_complete(self._layer.new_channel())
-        self._loop.run_until_complete(self._layer.group_add(
-            chat_group(self.owner.tenant.pk, self.owner.qor.pk, self.owner.user.pk), self._channel))
+        groups = [chat_group(self.owner.tenant.pk, self.owner.qor.pk, self.owner.user.pk)]
         self._joined = self._group()
         if self._joined:
-            self._loop.run_until_complete(self._layer.group_add(self._joined, self._channel))
+            groups.append(self._joined)
+        for group in groups:
+            self._loop.run_until_complete(self._layer.group_add(group, self._channel))
+        # On the pub/sub layer a join is live only once Redis has taken it.
+        self._receiving, self._early = self._loop.run_until_complete(
+            joins_heard(self._layer, self._channel, groups))
 
     def stop(self) -> None:
         self._stop.set()
@@ -97,9 +103,12 @@ class Follower:
         layer, loop, channel, joined = self._layer, self._loop, self._channel, self._joined
         # One receive outstanding at a time, never cancelled while we follow: the Redis
         # pub/sub layer drops a channel whose receive is cancelled (and events with it).
-        receiving: asyncio.Task | None = None
+        receiving: asyncio.Task | None = self._receiving
         last_poll = 0.0
         try:
+            with self._lock:
+                for event in self._early:  # read while making sure of the joins
+                    self.handle(event)
             while not self._stop.is_set():
                 if channel is not None and joined != self._group():
                     if joined:
@@ -107,6 +116,10 @@ class Follower:
                     joined = self._group()
                     if joined:
                         loop.run_until_complete(layer.group_add(joined, channel))
+                        receiving, early = loop.run_until_complete(joins_heard(layer, channel, [joined], receiving))
+                        with self._lock:
+                            for early_event in early:
+                                self.handle(early_event)
                 event = None
                 if channel is not None:
                     if receiving is None:

@@ -131,6 +131,16 @@ def wait_for(predicate, timeout: float, *, processes: Processes | None = None, s
     return False
 
 
+def redis_of_our_own() -> tuple[int, subprocess.Popen]:
+    """A Redis server of the test's own on a free port: the port and its process."""
+    import socket
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    return port, redis_start(port)
+
+
 def redis_start(port: int) -> subprocess.Popen:
     """A Redis server of the test's own on `port`, keeping nothing on disk (so a restart
     starts empty, as a Redis that lost its data)."""

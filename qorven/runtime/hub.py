@@ -187,6 +187,42 @@ class Hub:
                 logger.warning("a live subscriber failed an event", exc_info=True)
 
 
+async def joins_heard(layer: Any, channel: str, groups: list[str],
+                      receiving: asyncio.Task | None = None) -> tuple[asyncio.Task | None, list[dict]]:
+    """For a reader of its own channel (the terminal's follower, not a hub), after joining
+    `groups`: on the pub/sub layer, wait until a note sent to each group comes back on
+    `channel` (see the module's note), JOIN_HEARD_WITHIN at most. `receiving` is the
+    reader's receive already outstanding, if any. Returns the receive still outstanding,
+    to be awaited next (the pub/sub layer drops a channel whose receive is cancelled), and
+    the other events read meanwhile, in order. Other layers: (receiving, [])."""
+    if not groups or not _joins_late(layer):
+        return receiving, []
+    token = uuid.uuid4().hex
+    waiting, early = set(groups), []
+    try:
+        async with asyncio.timeout(JOIN_HEARD_WITHIN):
+            while waiting:
+                for group in waiting:
+                    await layer.group_send(group, {"type": JOINED, "group": group, "token": token})
+                if receiving is None:
+                    receiving = asyncio.ensure_future(layer.receive(channel))
+                done, _ = await asyncio.wait({receiving}, timeout=JOIN_NOTE_EVERY)
+                while done:
+                    event = receiving.result()
+                    receiving = None
+                    if event.get("type") == JOINED and event.get("token") == token:
+                        waiting.discard(event.get("group"))
+                    elif event.get("type") != JOINED:
+                        early.append(event)
+                    if not waiting:
+                        break
+                    receiving = asyncio.ensure_future(layer.receive(channel))
+                    done, _ = await asyncio.wait({receiving}, timeout=0)
+    except TimeoutError:
+        logger.warning("did not hear the joins of %s within %s s", ", ".join(sorted(waiting)), JOIN_HEARD_WITHIN)
+    return receiving, early
+
+
 def _joins_late(layer: Any) -> bool:
     """Whether `layer` is channels_redis' pub/sub layer, whose group_add returns before
     Redis has taken the subscription."""

@@ -191,3 +191,48 @@ def test_in_legacy_mode_the_terminal_reads_the_session_it_writes_to(world, model
     assert said == [("user", "hi in legacy mode"), ("assistant", "A legacy reply.")]
     stored = Message.objects.get(role="assistant")
     assert (stored.session.kind, stored.session.channel) == ("legacy", "tui")
+
+
+def test_on_the_pubsub_layer_the_follower_hears_a_reply_streamed_right_after_it_starts(world, settings):
+    """The terminal follows the chat from its first chunk (start() joins first). On the
+    Redis pub/sub layer a join is live only once Redis has taken it: with the terminal 50 ms
+    farther from Redis than the worker, a chunk the worker streams the moment start()
+    returns must still be shown (the follower does not poll the database in this test)."""
+    from asgiref.sync import async_to_sync
+    from channels_redis.pubsub import RedisPubSubChannelLayer
+
+    from qorven.runtime.publisher import session_group
+
+    from ..fakes.slow_link import SlowLink
+    from ..processes import redis_of_our_own
+
+    session = session_resolve(tenant=world.tenant_a, qor=world.qor_a, channel="web", user=world.alice)
+    asked = message_append(session=session, role="user", content="hello", channel="web", notify=False).message
+    port, redis = redis_of_our_own()
+    try:
+        with SlowLink.in_thread(port, delay=0.05) as far:
+            settings.CHANNEL_LAYERS = {"default": {"BACKEND": "channels_redis.pubsub.RedisPubSubChannelLayer",
+                                                   "CONFIG": {"hosts": [{"address": f"redis://127.0.0.1:{far}/0"}]}}}
+            owner = chat_owner(user=world.alice, tenant_slug="acme", qor_slug="aria")
+            seen: list[dict] = []
+            follower = Follower(owner, seen.append, poll_every=3600)
+            follower.start(history=0)
+            try:
+                async def stream() -> None:
+                    worker = RedisPubSubChannelLayer(hosts=[{"address": f"redis://127.0.0.1:{port}/0"}])
+                    group = session_group(session.pk)
+                    await worker.group_send(group, {"type": "message.chunk", "session_id": session.pk,
+                                                    "reply_to": asked.seq, "delta": "Hi Alice", "offset": 0,
+                                                    "group": group})
+                    await worker.flush()
+
+                async_to_sync(stream)()
+                deadline = time.monotonic() + 3
+                while not any("Hi Alice" in json.dumps(e) for e in seen) and time.monotonic() < deadline:
+                    time.sleep(0.05)
+            finally:
+                follower.stop()
+    finally:
+        redis.terminate()
+        redis.wait(10)
+    assert [e for e in seen if "Hi Alice" in json.dumps(e)], f"the streamed chunk was never shown: {seen}"

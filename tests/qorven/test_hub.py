@@ -14,6 +14,8 @@ from qorven.runtime.publisher import broadcast, session_group
 from sessions_app.services import message_append, session_resolve
 
 from ..channels_app.live_helpers import communicator, receive_until, session_cookie
+from ..fakes.slow_link import SlowLink
+from ..processes import redis_of_our_own
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -78,18 +80,6 @@ def test_the_json_of_equal_frames_is_made_once():
     first = encoder.text({"type": "message.new", "seq": 1, "content": "hi"})
     assert encoder.text({"type": "message.new", "seq": 1, "content": "hi"}) is first
     assert encoder.text({"type": "message.new", "seq": 2, "content": "hi"}) == '{"type": "message.new", "seq": 2, "content": "hi"}'
-
-
-def redis_of_our_own():
-    """A Redis server of the test's own on a free port, and its process."""
-    import socket
-
-    from ..processes import redis_start
-
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    return port, redis_start(port)
 
 
 async def layer_members(layer, group: str) -> int:
@@ -203,45 +193,6 @@ def test_a_hub_whose_layer_swallowed_its_cancellation_still_stops():
 
     assert async_to_sync(scenario)() == (2, 1)
 
-
-
-class SlowLink:
-    """A TCP proxy in front of Redis that holds what its clients send for `delay` seconds
-    (what Redis answers passes at once): a server process farther from Redis than a worker."""
-
-    def __init__(self, target_port: int, delay: float) -> None:
-        self.target_port, self.delay = target_port, delay
-        self.server: asyncio.base_events.Server | None = None
-        self.pipes: set[asyncio.Task] = set()
-
-    async def start(self) -> int:
-        self.server = await asyncio.start_server(self._client, "127.0.0.1", 0)
-        return self.server.sockets[0].getsockname()[1]
-
-    async def _client(self, reader, writer) -> None:
-        up_reader, up_writer = await asyncio.open_connection("127.0.0.1", self.target_port)
-        for pipe in (self._pipe(reader, up_writer, self.delay), self._pipe(up_reader, writer, 0.0)):
-            task = asyncio.ensure_future(pipe)
-            self.pipes.add(task)
-
-    @staticmethod
-    async def _pipe(reader, writer, delay: float) -> None:
-        try:
-            while data := await reader.read(65536):
-                if delay:
-                    await asyncio.sleep(delay)
-                writer.write(data)
-                await writer.drain()
-        except (ConnectionError, asyncio.CancelledError):
-            pass
-        finally:
-            writer.close()
-
-    async def stop(self) -> None:
-        for task in self.pipes:
-            task.cancel()
-        await asyncio.gather(*self.pipes, return_exceptions=True)
-        self.server.close()
 
 
 def test_on_the_pubsub_layer_a_join_hears_what_another_process_publishes_right_after_it():

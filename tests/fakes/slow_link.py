@@ -1,0 +1,64 @@
+"""A TCP proxy that delays what its clients send: a process farther from a server than
+another one (tests of what a slower link lets happen)."""
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+
+class SlowLink:
+    """A TCP proxy in front of Redis that holds what its clients send for `delay` seconds
+    (what Redis answers passes at once): a server process farther from Redis than a worker."""
+
+    def __init__(self, target_port: int, delay: float) -> None:
+        self.target_port, self.delay = target_port, delay
+        self.server: asyncio.base_events.Server | None = None
+        self.pipes: set[asyncio.Task] = set()
+
+    async def start(self) -> int:
+        self.server = await asyncio.start_server(self._client, "127.0.0.1", 0)
+        return self.server.sockets[0].getsockname()[1]
+
+    async def _client(self, reader, writer) -> None:
+        up_reader, up_writer = await asyncio.open_connection("127.0.0.1", self.target_port)
+        for pipe in (self._pipe(reader, up_writer, self.delay), self._pipe(up_reader, writer, 0.0)):
+            task = asyncio.ensure_future(pipe)
+            self.pipes.add(task)
+
+    @staticmethod
+    async def _pipe(reader, writer, delay: float) -> None:
+        try:
+            while data := await reader.read(65536):
+                if delay:
+                    await asyncio.sleep(delay)
+                writer.write(data)
+                await writer.drain()
+        except (ConnectionError, asyncio.CancelledError):
+            pass
+        finally:
+            writer.close()
+
+    async def stop(self) -> None:
+        for task in self.pipes:
+            task.cancel()
+        await asyncio.gather(*self.pipes, return_exceptions=True)
+        self.server.close()
+
+    @classmethod
+    @contextmanager
+    def in_thread(cls, target_port: int, delay: float) -> Iterator[int]:
+        """The proxy on an event loop of its own thread, for synchronous tests: its port."""
+        loop = asyncio.new_event_loop()
+        link = cls(target_port, delay)
+        port = loop.run_until_complete(link.start())
+        thread = threading.Thread(target=loop.run_forever, name="slow-link", daemon=True)
+        thread.start()
+        try:
+            yield port
+        finally:
+            asyncio.run_coroutine_threadsafe(link.stop(), loop).result(10)
+            loop.call_soon_threadsafe(loop.stop)
+            thread.join(10)
+            loop.close()
