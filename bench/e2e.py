@@ -4,7 +4,7 @@ Webhooks stored per second, live events to WebSocket clients, and what a turn co
 beyond the model, each beside a minimal baseline measured in the same run.
 
 Usage: ``python bench/e2e.py [--quick] [--only ingest,fanout,turn] [--layout NAME]
-[--live-layer lists|pubsub] [--profile DIR]`` (normally through ``bench/run.py``).
+[--live-layer lists|pubsub] [--server daphne|uvicorn] [--profile DIR]`` (normally through ``bench/run.py``).
 Folds in the former bench/live.py (200 sockets on one chat, fed by webhooks/posts).
 
 Two layouts, each on processes started here:
@@ -32,7 +32,7 @@ previous phase left (unprocessed events, unanswered messages, turn leases) is cl
    stored/s = unique InboundEvents ÷ (the last one's ``created_at`` − the first POST);
    lost = unique updates without an InboundEvent; duplicated = extra InboundEvents plus
    extra stored user messages for one update (both should be 0). Base: a trivial ASGI app
-   (bench/_trivial_asgi.py) under the same server software (daphne), hit by the same
+   (bench/_trivial_asgi.py) under the same server software (uvicorn or daphne), hit by the same
    client with the same deliveries and concurrency; ratio = accepted/s ÷ its req/s.
    Every delivery is also processed (pairing rules, the stored message, a turn with the
    fake model's reply) while the posting goes on: in the embedded layout that work shares
@@ -450,11 +450,23 @@ async def post_all(url: str, bodies: list[bytes], headers: dict[str, str], concu
 WEBHOOK_HEADERS = {"Content-Type": "application/json", "X-Telegram-Bot-Api-Secret-Token": TG_SECRET}
 
 
+def asgi_server(env: dict[str, str]) -> str:
+    """The ASGI server `qorven serve` runs on in this layout (QORVEN_ASGI_SERVER, else its default)."""
+    return env.get("QORVEN_ASGI_SERVER") or "uvicorn"
+
+
 def trivial_baseline(tmp: Path, env: dict[str, str], bodies: list[bytes]) -> tuple[Posted, float]:
-    """The same deliveries to a trivial ASGI app under daphne; also daphne's CPU seconds."""
+    """The same deliveries to a trivial ASGI app under the server `qorven serve` runs on
+    (with the options it gives it); also that server's CPU seconds."""
     port = free_port()
-    proc = spawn([str(DAPHNE), "-b", "127.0.0.1", "-p", str(port), "_trivial_asgi:app"],
-                 {**env, "PYTHONPATH": str(BENCH_DIR)}, tmp / "trivial-daphne.log")
+    server = asgi_server(env)
+    if server == "uvicorn":
+        command = [sys.executable, "-m", "uvicorn", "--host", "127.0.0.1", "--port", str(port), "--lifespan", "off",
+                   "--ws", "websockets-sansio", "--no-proxy-headers", "--no-server-header", "--log-level", "warning",
+                   "_trivial_asgi:app"]
+    else:
+        command = [str(DAPHNE), "-b", "127.0.0.1", "-p", str(port), "_trivial_asgi:app"]
+    proc = spawn(command, {**env, "PYTHONPATH": str(BENCH_DIR)}, tmp / f"trivial-{server}.log")
     try:
         wait_http(f"http://127.0.0.1:{port}/", [proc], 30, "the trivial ASGI app")
         url = f"http://127.0.0.1:{port}/v1/webhooks/telegram"
@@ -479,7 +491,7 @@ def ingest(layout: Layout, sizes: Sizes) -> tuple[list[Row], list[str]]:
     bodies, unique = delivery_plan(sizes.deliveries)
     base, base_cpu = trivial_baseline(layout.tmp, layout.env, bodies)
     base_rate = base.ok / base.seconds
-    log(f"{layout.name}/ingest: trivial ASGI app under daphne: {base.ok} × 200 in {base.seconds:.2f} s"
+    log(f"{layout.name}/ingest: trivial ASGI app under {asgi_server(layout.env)}: {base.ok} × 200 in {base.seconds:.2f} s"
         f" = {base_rate:.0f}/s")
     layout.start("ingest")
     url = f"{layout.base}/v1/webhooks/telegram"
@@ -519,7 +531,7 @@ def ingest(layout: Layout, sizes: Sizes) -> tuple[list[Row], list[str]]:
              + ("" if complete else "; NOT all stored within 15 s of the last POST"),
              f"{name}/ingest: CPU per delivery while posting: serve {cpu[0] / len(bodies) * 1000:.1f} ms"
              + (f", worker (its pool included) {cpu[1] / len(bodies) * 1000:.1f} ms" if len(cpu) > 1 else "")
-             + f" in {posted.seconds:.1f} s on {os.cpu_count()} CPUs; the trivial app under daphne"
+             + f" in {posted.seconds:.1f} s on {os.cpu_count()} CPUs; the trivial app under {asgi_server(layout.env)}"
              f" {base_cpu / len(bodies) * 1000:.2f} ms"]
     if not pg:
         notes.append(f"{name}/ingest: each delivery's processing and turn run in the same process as the"
@@ -900,7 +912,8 @@ def show(rows: list[Row]) -> None:
         log("  ".join(cell.ljust(width) for cell, width in zip(line, widths)))
 
 
-def parent(sizes: Sizes, quick: bool, phases: list[str], wanted: list[str], live_layer: str = "") -> int:
+def parent(sizes: Sizes, quick: bool, phases: list[str], wanted: list[str], live_layer: str = "",
+           server: str = "") -> int:
     pg_url = os.environ.get("BENCH_POSTGRES_URL", DEFAULT_PG_URL)
     redis_url = os.environ.get("BENCH_REDIS_URL", DEFAULT_REDIS_URL)
     kill_on_exit()
@@ -914,6 +927,9 @@ def parent(sizes: Sizes, quick: bool, phases: list[str], wanted: list[str], live
     try:
         common = {**base_env(), "OPENAI_BASE_URL": model.url, "OPENAI_API_KEY": "bench-key",
                   "QORVEN_MODEL": "bench-model", "TELEGRAM_API_BASE": telegram.url}
+        if server:
+            common["QORVEN_ASGI_SERVER"] = server
+        notes.append(f"qorven serve runs on {server or 'uvicorn (the default)'}")
         chosen = layouts(Path(tmp.name), common, wanted, pg_url, redis_url, notes, live_layer)
         for layout in chosen:
             started = time.monotonic()
@@ -960,6 +976,8 @@ def main() -> int:
     parser.add_argument("--layout", choices=LAYOUTS, action="append", help="only this layout (repeatable)")
     parser.add_argument("--live-layer", choices=("lists", "pubsub"), default="",
                         help="QORVEN_LIVE_LAYER for postgres+redis (default: the server's own default, pubsub)")
+    parser.add_argument("--server", choices=("daphne", "uvicorn"), default="",
+                        help="QORVEN_ASGI_SERVER of qorven serve (default: the server's own default, uvicorn)")
     parser.add_argument("--profile", metavar="DIR", default="",
                         help="sample every server and worker with py-spy (pip install py-spy) into DIR")
     parser.add_argument("--helper", action="store_true", help=argparse.SUPPRESS)
@@ -971,7 +989,8 @@ def main() -> int:
     if unknown:
         parser.error(f"unknown phase(s) {', '.join(unknown)}; have {', '.join(PHASES)}")
     _servers.PROFILE_DIR = args.profile
-    return parent(QUICK if args.quick else FULL, args.quick, phases, args.layout or list(LAYOUTS), args.live_layer)
+    return parent(QUICK if args.quick else FULL, args.quick, phases, args.layout or list(LAYOUTS), args.live_layer,
+                  args.server)
 
 
 if __name__ == "__main__":

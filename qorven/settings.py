@@ -169,6 +169,11 @@ QORVEN_LIVE_CAPACITY = env.int("QORVEN_LIVE_CAPACITY", default=1000)
 # when many chats are busy at once (docs/performance.md). Neither keeps events for a socket
 # that was away: it catches up from the database by seq.
 QORVEN_LIVE_LAYER = env.str("QORVEN_LIVE_LAYER", default="pubsub")
+# The ASGI server of `qorven serve`: uvicorn (about 3x faster fan-out of live events to many
+# sockets, and twice the webhooks a second; docs/performance.md), or daphne.
+QORVEN_ASGI_SERVER = env.str("QORVEN_ASGI_SERVER", default="uvicorn")
+if QORVEN_ASGI_SERVER not in ("daphne", "uvicorn"):
+    raise environ.ImproperlyConfigured(f"QORVEN_ASGI_SERVER must be daphne or uvicorn, not {QORVEN_ASGI_SERVER!r}")
 if QORVEN_LIVE_LAYER not in ("pubsub", "lists"):
     raise environ.ImproperlyConfigured(f"QORVEN_LIVE_LAYER must be pubsub or lists, not {QORVEN_LIVE_LAYER!r}")
 # The live layer's Redis connections have no socket timeout: with one, redis-py sends every

@@ -240,7 +240,7 @@ def pytest_addoption(parser):
 
 @pytest.fixture
 def serve_once(monkeypatch):
-    """`qorven serve` run in this process up to Daphne, which returns at once; returns what
+    """`qorven serve` run in this process up to its ASGI server, which returns at once; returns what
     it printed. The server stops its worker as it ends, possibly before the sweep it queued
     at start (for what a previous run left) has run: a real server's next start sweeps
     again, and the test forgets it."""
@@ -252,6 +252,7 @@ def serve_once(monkeypatch):
 
     def run() -> str:
         monkeypatch.setattr("daphne.cli.CommandLineInterface.run", lambda self, args: None)
+        monkeypatch.setattr("uvicorn.run", lambda *args, **kwargs: None)
         out = io.StringIO()
         call_command("serve", "--no-migrate", "--no-beat", stdout=out, stderr=io.StringIO())
         embedded_worker.reset()

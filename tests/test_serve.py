@@ -1,13 +1,19 @@
-"""`qorven serve` on a fresh SQLite file serves the admin login page through Daphne."""
+"""`qorven serve` on a fresh SQLite file serves the admin login page, static files and
+WebSockets, on either ASGI server, and stops cleanly on SIGTERM."""
 from __future__ import annotations
 
 import os
+import signal
 import socket
 import subprocess
 import sys
 import time
 import urllib.request
 from pathlib import Path
+
+import pytest
+from websockets.exceptions import InvalidStatus
+from websockets.sync.client import connect
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -18,14 +24,15 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def test_serve_migrates_a_fresh_database_and_serves_the_admin_login(tmp_path):
+@pytest.mark.parametrize("server", ["uvicorn", "daphne"])
+def test_serve_migrates_a_fresh_database_and_serves_the_admin_login(tmp_path, server):
     port = free_port()
     env = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "REDIS_URL", "CELERY_BROKER_URL")}
     env["DATABASE_URL"] = f"sqlite:///{tmp_path / 'fresh.sqlite3'}"
     env["DJANGO_SECRET_KEY"] = "serve-test-key"
     qorven = Path(sys.executable).with_name("qorven")
     proc = subprocess.Popen(
-        [str(qorven), "serve", "--port", str(port)],
+        [str(qorven), "serve", "--port", str(port), "--server", server],
         cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
     )
     try:
@@ -42,6 +49,14 @@ def test_serve_migrates_a_fresh_database_and_serves_the_admin_login(tmp_path):
                 time.sleep(0.3)
         assert page is not None, f"server did not answer; exit={proc.poll()}"
         assert "Log in" in page and 'name="password"' in page
+        # WebSockets are served, and one from another site's page is refused.
+        with pytest.raises(InvalidStatus) as refused:
+            connect(f"ws://127.0.0.1:{port}/ws/chat/acme/aria/", origin="https://elsewhere.example", open_timeout=10)
+        assert refused.value.response.status_code == 403
+        proc.send_signal(signal.SIGTERM)
+        out, _ = proc.communicate(timeout=40)
+        assert proc.returncode == 0, out
+        assert "Finishing the tasks running" in out  # the embedded worker's running tasks finish first
     finally:
         proc.terminate()
         try:

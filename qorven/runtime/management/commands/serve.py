@@ -9,11 +9,12 @@ from qorven.runtime.startup import Startup, startup_run
 from qorven.runtime.worker import broker_is_embedded, embedded_worker
 
 SHUTDOWN_WAIT = 30.0  # seconds the running tasks get to finish when the server stops
+SOCKETS_CLOSE_WAIT = 5  # seconds uvicorn waits for open requests and sockets when it stops
 
 
 class Command(BaseCommand):
     help = (
-        "Serve Qorven (HTTP and WebSockets) with Daphne. On the embedded default (no REDIS_URL) "
+        "Serve Qorven (HTTP and WebSockets) with uvicorn (or Daphne). On the embedded default (no REDIS_URL) "
         "a Celery worker runs inside this process, and so does the heartbeat scheduler (Celery "
         "beat), so nothing else needs to be started. Syncs the heartbeats defaults file and the "
         "learned skills folder on startup."
@@ -23,6 +24,11 @@ class Command(BaseCommand):
         parser.add_argument("--port", type=int, default=8000, help="port to listen on (default 8000)")
         parser.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
         parser.add_argument("--no-migrate", action="store_true", help="do not apply migrations first")
+        parser.add_argument(
+            "--server", choices=("daphne", "uvicorn"), default=settings.QORVEN_ASGI_SERVER,
+            help="the ASGI server (default QORVEN_ASGI_SERVER, uvicorn); uvicorn writes WebSocket frames "
+                 "to many sockets faster than Daphne (docs/performance.md)",
+        )
         parser.add_argument(
             "--no-beat", action="store_true",
             help="do not fire heartbeats in this process (embedded default; with REDIS_URL run `qorven beat`)",
@@ -43,9 +49,12 @@ class Command(BaseCommand):
         startup_run(startup, after_worker=True)  # the embedded beat
         self.stdout.write(f"Qorven on http://{opts['host']}:{opts['port']}/  (admin: /admin/)")
         self.stdout.flush()
-        CommandLineInterface().run(
-            ["--bind", opts["host"], "--port", str(opts["port"]), "qorven.asgi:application"]
-        )
+        if opts["server"] == "uvicorn":
+            _uvicorn_run(opts["host"], opts["port"])
+        else:
+            CommandLineInterface().run(
+                ["--bind", opts["host"], "--port", str(opts["port"]), "qorven.asgi:application"]
+            )
         if embedded:
             # Stopped (SIGTERM, Ctrl-C): the tasks running finish — a turn half-way, a send
             # half-way — rather than die with the process; what is only queued is in the
@@ -53,3 +62,27 @@ class Command(BaseCommand):
             self.stdout.write("Finishing the tasks running…")
             self.stdout.flush()
             embedded_worker.stop(timeout=SHUTDOWN_WAIT)
+
+
+def _uvicorn_run(host: str, port: int) -> None:
+    """Serve with uvicorn until SIGTERM or Ctrl-C, then return, as Daphne's runner does.
+
+    uvicorn stops on either signal and then raises it again for the handler that was there
+    before it: the default one would end the process before its running tasks finish, so a
+    handler that only notes it is installed for the time being. No lifespan events (Django
+    has none); our logging (ids, masking, JSON), not uvicorn's own; forwarded headers are
+    ignored as Daphne does (QORVEN_CLIENT_IP_HEADER names the header behind a proxy)."""
+    import signal
+
+    import uvicorn
+
+    caught: list[int] = []
+    before = {sig: signal.signal(sig, lambda signum, frame: caught.append(signum))
+              for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        uvicorn.run("qorven.asgi:application", host=host, port=port, lifespan="off", ws="websockets-sansio",
+                    ws_max_size=settings.QORVEN_MAX_BODY, log_config=None, proxy_headers=False,
+                    server_header=False, timeout_graceful_shutdown=SOCKETS_CLOSE_WAIT)
+    finally:
+        for sig, handler in before.items():
+            signal.signal(sig, handler)
