@@ -169,9 +169,10 @@ QORVEN_LIVE_CAPACITY = env.int("QORVEN_LIVE_CAPACITY", default=1000)
 # when many chats are busy at once (docs/performance.md). Neither keeps events for a socket
 # that was away: it catches up from the database by seq.
 QORVEN_LIVE_LAYER = env.str("QORVEN_LIVE_LAYER", default="pubsub")
-# The ASGI server of `qorven serve`: uvicorn (about 3x faster fan-out of live events to many
-# sockets, and twice the webhooks a second; docs/performance.md), or daphne.
-QORVEN_ASGI_SERVER = env.str("QORVEN_ASGI_SERVER", default="uvicorn")
+# The ASGI server of `qorven serve`: daphne, or uvicorn (about twice as fast to fan live
+# events out to many sockets and to take webhooks; opt-in until what the database-kill
+# scenario found on it is explained: docs/performance.md).
+QORVEN_ASGI_SERVER = env.str("QORVEN_ASGI_SERVER", default="daphne")
 if QORVEN_ASGI_SERVER not in ("daphne", "uvicorn"):
     raise environ.ImproperlyConfigured(f"QORVEN_ASGI_SERVER must be daphne or uvicorn, not {QORVEN_ASGI_SERVER!r}")
 if QORVEN_LIVE_LAYER not in ("pubsub", "lists"):

@@ -118,7 +118,10 @@ def test_connections_killed_during_appends_and_turns_lose_nothing_and_double_not
         assert wait_for(lambda: _answers(base + "/healthz"), 90), server.output
         killer.start()
         started = time.monotonic()
-        statuses = asyncio.run(_post_until_accepted(base, senders, per_sender))
+        try:
+            statuses = asyncio.run(_post_until_accepted(base, senders, per_sender))
+        except AssertionError as exc:  # what the server said while it refused
+            raise AssertionError(f"{exc}\n{server.output[-6000:]}") from None
         time.sleep(max(0.0, 3 - (time.monotonic() - started)))  # turns meet the kills too
         killer.stop()
 
