@@ -17,7 +17,11 @@ def test_the_page_shows_the_terminals_message_and_reply_live_and_the_terminal_th
     from playwright.sync_api import expect, sync_playwright
 
     base, model, platform = chat_server
-    model.add(reply("Answered for the terminal."), reply("Answered for the page."), reply("Answered after the clear."))
+    # The first answer starts a new session: like a real model, it takes a moment before its
+    # first token, by which time the terminal's socket follows the new session (with an
+    # instant model the whole answer could be stored before, and arrive whole, not streamed).
+    model.add(reply("Answered for the terminal.", delay=0.5), reply("Answered for the page."),
+              reply("Answered after the clear."))
     qorven = str(Path(sys.executable).with_name("qorven"))
     with sync_playwright() as pw:
         browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)

@@ -41,7 +41,9 @@ def test_a_telegram_message_reaches_the_page_as_message_new_with_its_channel(
     client, world, telegram, platform, model_server, drain
 ):
     pair(world, "telegram", "42", world.alice)
-    model_server.add(reply("Noted, Priya."))
+    # A new session: like a real model, the answer takes a moment before its first token, by
+    # which time the page follows the new session (an instant one could arrive whole).
+    model_server.add(reply("Noted, Priya.", delay=0.3))
     cookie = session_cookie(world.alice)
     bob_cookie = session_cookie(world.bob)
 
