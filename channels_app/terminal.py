@@ -106,9 +106,7 @@ class Follower:
         receiving: asyncio.Task | None = self._receiving
         last_poll = 0.0
         try:
-            with self._lock:
-                for event in self._early:  # read while making sure of the joins
-                    self.handle(event)
+            self._handle_all(self._early)  # read while making sure of the joins
             while not self._stop.is_set():
                 if channel is not None and joined != self._group():
                     if joined:
@@ -117,9 +115,7 @@ class Follower:
                     if joined:
                         loop.run_until_complete(layer.group_add(joined, channel))
                         receiving, early = loop.run_until_complete(joins_heard(layer, channel, [joined], receiving))
-                        with self._lock:
-                            for early_event in early:
-                                self.handle(early_event)
+                        self._handle_all(early)
                 event = None
                 if channel is not None:
                     if receiving is None:
@@ -146,6 +142,11 @@ class Follower:
         return session_group(self.session_id) if self.session_id is not None else None
 
     # --- events ---
+
+    def _handle_all(self, events: list[dict[str, Any]]) -> None:
+        with self._lock:
+            for event in events:
+                self.handle(event)
 
     def handle(self, event: dict[str, Any]) -> None:
         """Do what the cursor says an event means (channels_app.chat_cursor)."""

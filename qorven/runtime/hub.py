@@ -207,17 +207,12 @@ async def joins_heard(layer: Any, channel: str, groups: list[str],
                 if receiving is None:
                     receiving = asyncio.ensure_future(layer.receive(channel))
                 done, _ = await asyncio.wait({receiving}, timeout=JOIN_NOTE_EVERY)
-                while done:
-                    event = receiving.result()
-                    receiving = None
+                if done:
+                    event, receiving = receiving.result(), None
                     if event.get("type") == JOINED and event.get("token") == token:
                         waiting.discard(event.get("group"))
                     elif event.get("type") != JOINED:
                         early.append(event)
-                    if not waiting:
-                        break
-                    receiving = asyncio.ensure_future(layer.receive(channel))
-                    done, _ = await asyncio.wait({receiving}, timeout=0)
     except TimeoutError:
         logger.warning("did not hear the joins of %s within %s s", ", ".join(sorted(waiting)), JOIN_HEARD_WITHIN)
     return receiving, early

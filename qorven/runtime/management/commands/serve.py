@@ -76,9 +76,7 @@ def _uvicorn_run(host: str, port: int) -> None:
 
     import uvicorn
 
-    caught: list[int] = []
-    before = {sig: signal.signal(sig, lambda signum, frame: caught.append(signum))
-              for sig in (signal.SIGINT, signal.SIGTERM)}
+    before = {sig: signal.signal(sig, lambda signum, frame: None) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
         uvicorn.run("qorven.asgi:application", host=host, port=port, lifespan="off", ws="websockets-sansio",
                     ws_max_size=settings.QORVEN_MAX_BODY, log_config=None, proxy_headers=False,
