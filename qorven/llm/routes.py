@@ -19,7 +19,6 @@ from tenancy.selectors import model_fallbacks_read
 
 from .errors import ModelRefused
 from .offline import OfflineProvider
-from .openai_provider import OpenAIProvider, transcription_create
 from .provider import Provider
 
 Role = Literal["main", "summarizer", "heartbeat"]
@@ -104,6 +103,8 @@ def transcribe(route: ModelRoute, *, audio: bytes, mime_type: str) -> str:
             check_url(route.base_url)
         except AddressRefused as exc:
             raise ModelRefused(f"model route refused: {exc}", kind="misconfigured", model=route.model) from None
+    from .openai_provider import transcription_create  # see _openai_provider
+
     return transcription_create(
         base_url=route.base_url, api_key=route.key, model=route.model, audio=audio,
         mime_type=mime_type, timeout=settings.QORVEN_MODEL_TIMEOUT, max_retries=settings.QORVEN_MODEL_RETRIES,
@@ -131,6 +132,15 @@ class RefusedRoute:
         raise ModelRefused(f"model route refused: {self.reason}", kind="misconfigured", model=self.model)
 
 
+def _openai_provider() -> type[Provider]:
+    """The SDK's provider class, imported on first use: importing `openai` takes about a
+    second, which every `qorven` command (and the terminal's start) would otherwise pay
+    without ever calling a model."""
+    from .openai_provider import OpenAIProvider
+
+    return OpenAIProvider
+
+
 def provider_for(route: ModelRoute, *, max_retries: int | None = None) -> Provider:
     if route.offline:
         return OfflineProvider()
@@ -139,7 +149,7 @@ def provider_for(route: ModelRoute, *, max_retries: int | None = None) -> Provid
             check_url(route.base_url)
         except AddressRefused as exc:
             return RefusedRoute(route.model, str(exc))
-    return OpenAIProvider(
+    return _openai_provider()(
         base_url=route.base_url,
         api_key=route.key,
         model=route.model,
@@ -153,6 +163,6 @@ def provider_for(route: ModelRoute, *, max_retries: int | None = None) -> Provid
 def model_probe(*, base_url: str, api_key: str, model: str) -> None:
     """One short completion from a model server that is not configured yet (`qorven
     setup` checks what it is about to write). Raises a ModelError."""
-    provider = OpenAIProvider(base_url=base_url, api_key=api_key, model=model, timeout=settings.QORVEN_MODEL_TIMEOUT,
+    provider = _openai_provider()(base_url=base_url, api_key=api_key, model=model, timeout=settings.QORVEN_MODEL_TIMEOUT,
                               max_retries=0, deadline=settings.QORVEN_MODEL_DEADLINE)
     provider.complete(messages=[{"role": "user", "content": "Reply with one word: ok"}])

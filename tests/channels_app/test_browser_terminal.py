@@ -40,9 +40,11 @@ def test_the_page_shows_the_terminals_message_and_reply_live_and_the_terminal_th
             terminal.stdin.write(json.dumps({"content": "typed in the terminal"}) + "\n")
             terminal.stdin.flush()
 
-            # Live on the page, with the terminal's badge, and its answer after it.
+            # Live on the page (it is never reloaded), with the terminal's badge, and its answer
+            # after it. The wait covers the terminal's own start-up, which takes seconds on a
+            # busy machine before it reads what was typed.
             mine = page.locator('.msg--user[data-channel="tui"]', has_text="typed in the terminal")
-            expect(mine).to_be_visible(timeout=3_000)
+            expect(mine).to_be_visible(timeout=SERVER_WORK)
             expect(mine.locator(".badge")).to_have_text("Terminal")
             expect(page.locator('.msg--assistant[data-channel="tui"]', has_text="Answered for the terminal.")
                    ).to_be_visible(timeout=10_000)
