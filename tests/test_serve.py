@@ -30,10 +30,12 @@ def test_serve_migrates_a_fresh_database_and_serves_the_admin_login(tmp_path, se
     env = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "REDIS_URL", "CELERY_BROKER_URL")}
     env["DATABASE_URL"] = f"sqlite:///{tmp_path / 'fresh.sqlite3'}"
     env["DJANGO_SECRET_KEY"] = "serve-test-key"
+    env["PYTHONPROFILEIMPORTTIME"] = "1"  # which modules it imports, on stderr
     qorven = Path(sys.executable).with_name("qorven")
+    log = open(tmp_path / "serve.log", "w+")  # not a pipe: nobody reads it while the server runs
     proc = subprocess.Popen(
         [str(qorven), "serve", "--port", str(port), "--server", server],
-        cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, text=True,
     )
     try:
         deadline = time.monotonic() + 60
@@ -54,12 +56,18 @@ def test_serve_migrates_a_fresh_database_and_serves_the_admin_login(tmp_path, se
             connect(f"ws://127.0.0.1:{port}/ws/chat/acme/aria/", origin="https://elsewhere.example", open_timeout=10)
         assert refused.value.response.status_code == 403
         proc.send_signal(signal.SIGTERM)
-        out, _ = proc.communicate(timeout=40)
-        assert proc.returncode == 0, out
+        proc.wait(timeout=40)
+        log.seek(0)
+        out = log.read()
+        assert proc.returncode == 0, out[-5000:]
         assert "Finishing the tasks running" in out  # the embedded worker's running tasks finish first
+        # The model SDK was loaded as it started, though no model was called: no turn waits for it.
+        imported = {line.rpartition("|")[2].strip() for line in out.splitlines() if line.startswith("import time:")}
+        assert "openai" in imported and "channels_app.consumers" in imported
     finally:
         proc.terminate()
         try:
             proc.wait(10)
         except subprocess.TimeoutExpired:
             proc.kill()
+        log.close()

@@ -21,6 +21,14 @@ class AgentConfig(AppConfig):
             for line in model_lines():
                 startup.stdout.write(line)
 
+        @on_startup("serve", "worker")
+        def model_sdk_load(startup: Startup) -> None:
+            """Import the model SDK now, not on the first turn (about a second here): a
+            worker's children are forked after this and start with it loaded."""
+            from qorven.llm import sdk_load
+
+            sdk_load()
+
 
 def model_lines() -> list[str]:
     from urllib.parse import urlsplit

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from .errors import ContextLengthExceeded, ModelError, ModelRefused, ProviderUnavailable
 from .provider import Completion, Provider, ToolCall, Usage
-from .routes import ModelRoute, provider_for, provider_for_role, route_for, routes_for
+from .routes import ModelRoute, provider_for, provider_for_role, route_for, routes_for, sdk_load
 
 __all__ = [
     "Completion",
@@ -19,4 +19,5 @@ __all__ = [
     "provider_for_role",
     "route_for",
     "routes_for",
+    "sdk_load",
 ]

@@ -135,10 +135,16 @@ class RefusedRoute:
 def _openai_provider() -> type[Provider]:
     """The SDK's provider class, imported on first use: importing `openai` takes about a
     second, which every `qorven` command (and the terminal's start) would otherwise pay
-    without ever calling a model."""
+    without ever calling a model. `qorven serve` and `qorven worker` load it as they start
+    (`sdk_load`), so no turn waits for it."""
     from .openai_provider import OpenAIProvider
 
     return OpenAIProvider
+
+
+def sdk_load() -> None:
+    """Import the model SDK now (a process that will call models, as it starts)."""
+    _openai_provider()
 
 
 def provider_for(route: ModelRoute, *, max_retries: int | None = None) -> Provider:

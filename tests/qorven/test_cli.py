@@ -40,3 +40,12 @@ def test_usage_lines_use_the_hyphenated_names_and_mark_required_flags():
     assert run("import-legacy", "--help").stdout.startswith("usage: qorven import-legacy ")
     usage = run("bind", "telegram", "--help").stdout
     assert " --token TOKEN" in usage and "[--token TOKEN]" not in usage and "[--username USERNAME]" in usage
+
+
+def test_a_command_that_calls_no_model_does_not_load_the_model_sdk():
+    # Importing the SDK takes about a second here: `qorven chat` and the rest start without it.
+    done = run("chat", "--help", PYTHONPROFILEIMPORTTIME="1", DJANGO_SECRET_KEY="x")
+    assert done.returncode == 0, done.stderr[-2000:]
+    imported = {line.rpartition("|")[2].strip() for line in done.stderr.splitlines() if line.startswith("import time:")}
+    assert "django" in imported and "channels_app.terminal" in imported  # the log is what it seems
+    assert not {name for name in imported if name.split(".")[0] == "openai"}
