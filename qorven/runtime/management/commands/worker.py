@@ -43,20 +43,27 @@ class Command(BaseCommand):
         if "QORVEN_SEND_SLOTS" not in os.environ:  # half of this worker's slots, as by default
             settings.QORVEN_SEND_SLOTS = max(opts["concurrency"] // 2, 1)
         startup_run(Startup("worker", self.stdout, self.stderr, False, opts), after_worker=False)
-        _pool_drop()
+        _connections_prepare()
         app.worker_main(
             ["worker", f"--concurrency={opts['concurrency']}", f"--loglevel={opts['loglevel']}", "--without-gossip",
              "--without-mingle"]
         )
 
 
-def _pool_drop() -> None:
-    """Close this process's connections and pool, and run the worker's children without one.
+# A child keeps its database connection between tasks, for this long at most (then it
+# connects again) and for this many tasks (Celery's own recycling, CELERY_DB_REUSE_MAX).
+CHILD_CONNECTION_AGE = 300.0
+CHILD_CONNECTION_TASKS = 1000
+
+
+def _connections_prepare() -> None:
+    """Close this process's connections and pool, and set up the children's.
 
     The worker forks its children from here, so nothing opened here may be shared with
-    them. Each child runs one task at a time and Celery closes its connection (and any
-    pool) after every task: a pool there would open and close several connections per
-    task, so the children connect plainly, as they would without one.
+    them. Each child runs one task at a time on one connection of its own, without a pool,
+    and keeps it from task to task: connecting (about 5 ms here) costs more than a short
+    turn's queries. Celery would close it around every task; instead it is checked before
+    each task (replaced if the database dropped it) and closed after one that broke it.
     """
     from celery import signals
     from django.db import connections
@@ -68,14 +75,31 @@ def _pool_drop() -> None:
         # Only a pool this process opened (asking for `conn.pool` would open one).
         if conn.alias in getattr(conn, "_connection_pools", {}):
             conn.close_pool()
-    signals.worker_process_init.connect(_child_without_pool, weak=False, dispatch_uid="qorven.worker.no_pool")
+    settings.CELERY_DB_REUSE_MAX = CHILD_CONNECTION_TASKS  # read by Celery's Django fixup as the worker starts
+    signals.worker_process_init.connect(_child_connections, weak=False, dispatch_uid="qorven.worker.connections")
 
 
-def _child_without_pool(**kwargs: object) -> None:
+def _child_connections(**kwargs: object) -> None:
+    from celery import signals
     from django.db import connections
 
     for conn in connections.all():
-        conn.settings_dict.get("OPTIONS", {}).pop("pool", None)
+        options = conn.settings_dict.setdefault("OPTIONS", {})
+        options.pop("pool", None)
+        conn.settings_dict["CONN_MAX_AGE"] = CHILD_CONNECTION_AGE
+        conn.settings_dict["CONN_HEALTH_CHECKS"] = True
+        if conn.vendor == "postgresql":
+            options["application_name"] = "qorven worker"  # as pg_stat_activity shows it
+    signals.task_prerun.connect(_connections_check, weak=False, dispatch_uid="qorven.worker.check_before")
+    signals.task_postrun.connect(_connections_check, weak=False, dispatch_uid="qorven.worker.check_after")
+
+
+def _connections_check(**kwargs: object) -> None:
+    """Before a task: its first query checks the connection first. After one: a connection
+    an error left unusable, or past its age, is closed."""
+    from django.db import close_old_connections
+
+    close_old_connections()
 
 
 def _metrics_serve(host: str, port: int) -> None:
