@@ -95,6 +95,43 @@ def test_the_filter_never_hides_what_you_send_and_an_empty_filter_says_so(chat_s
             browser.close()
 
 
+def test_a_message_shown_live_before_its_post_is_answered_is_shown_once(chat_server):
+    """The socket can bring what you sent before the POST that sent it is answered (the
+    live layer is faster than the response): the "Sending…" bubble gives way to it."""
+    from playwright.sync_api import expect, sync_playwright
+
+    base, model, platform = chat_server
+    model.add(reply("First."), reply("Second."))
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        try:
+            page = sign_in(browser, base)
+            send(page, "hello there")  # the chat's session exists, and the socket follows it
+            expect(page.locator(".msg--assistant", has_text="First.")).to_be_visible(timeout=SERVER_WORK)
+
+            held = []
+
+            def hold_the_answer(route):
+                if route.request.method != "POST":
+                    return route.continue_()
+                held.append((route, route.fetch()))  # stored and broadcast; its answer not given yet
+
+            page.route("**/messages*", hold_the_answer)
+            send(page, "only once please")
+            live = page.locator(".msg--user[data-seq]", has_text="only once please")
+            expect(live).to_be_visible(timeout=SERVER_WORK)  # while the POST's answer is held
+            expect(page.locator(".msg--user", has_text="only once please")).to_have_count(1)
+
+            while not held:
+                page.wait_for_timeout(50)
+            route, response = held[0]
+            route.fulfill(response=response)
+            expect(page.locator(".msg--assistant", has_text="Second.")).to_be_visible(timeout=SERVER_WORK)
+            expect(page.locator(".msg--user", has_text="only once please")).to_have_count(1)
+        finally:
+            browser.close()
+
+
 def test_a_message_that_cannot_reach_the_server_says_so_and_stays_in_the_box(chat_server):
     from playwright.sync_api import expect, sync_playwright
 

@@ -315,6 +315,12 @@
 
   Chat.prototype.onMessage = function (event, live) {
     if (this.bySeq.has(event.seq)) return;
+    // What this page is sending, stored: the socket can bring it before the POST is answered.
+    var sending = this.pendingSend;
+    if (sending && event.role === "user" && event.channel === sending.channel && event.content === sending.content) {
+      sending.node.remove();
+      this.pendingSend = null;
+    }
     if (this.oldestSeq === null || event.seq < this.oldestSeq) {
       this.oldestSeq = event.seq;
       this.more = event.seq > 1;
@@ -1018,6 +1024,7 @@
       pending.appendChild(strip);
     }
     this.timeline.appendChild(pending);
+    this.pendingSend = { node: pending, content: content, channel: this.config.channel };
     this.input.value = "";
     this.setAttached([]);
     this.autosize();
@@ -1039,6 +1046,7 @@
       .then(function (r) { return r.json().then(function (data) { return { ok: r.ok, status: r.status, data: data }; }); })
       .then(function (res) {
         pending.remove();
+        self.pendingSend = null;
         if (res.status === 401 && self.config.signIn) {
           self.signedOut();
           throw new Error("You are signed out: sign in again, then send it.");
@@ -1059,6 +1067,7 @@
       })
       .catch(function (err) {
         pending.remove();
+        self.pendingSend = null;
         if (!self.input.value) self.input.value = content;
         if (images.length && !(self.attached || []).length) self.setAttached(images); // back in the tray too
         self.autosize();
