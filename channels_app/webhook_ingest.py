@@ -34,6 +34,8 @@ from django.core.handlers.asgi import ASGIRequest
 from django.db import close_old_connections, transaction
 from django.http import HttpResponse, JsonResponse
 
+from qorven.runtime.database import DATABASE_DOWN, connections_drop_broken, database_down_response
+
 from .receive import inbound_store
 from .webhooks import Prepared, webhook_prepare
 
@@ -142,6 +144,10 @@ def _prepare(job: _Job) -> Prepared | Answer:
         return webhook_prepare(job.channel, request)
     except DisallowedHost:
         return Answer.error(400, "bad Host header")
+    except DATABASE_DOWN:  # the binding could not be read: the platform delivers it again
+        logger.warning("a %s webhook met a lost database connection; answered 503", job.channel, exc_info=True)
+        connections_drop_broken()
+        return Answer.of(database_down_response())
     except Exception:
         logger.exception("a %s webhook could not be read", job.channel)
         return Answer.error(500, "internal error")

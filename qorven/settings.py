@@ -81,6 +81,8 @@ MIDDLEWARE = [
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    # Last, so it is the first to see a view's exception.
+    "qorven.runtime.database.DatabaseDownMiddleware",
 ]
 
 ROOT_URLCONF = "qorven.urls"

@@ -3,7 +3,12 @@ killed by an operator) is a transient failure like any other: the task drops the
 connection and comes back shortly on a fresh one, instead of failing its work for good."""
 from __future__ import annotations
 
+import logging
+
 from django.db import InterfaceError, OperationalError, connections
+from django.http import HttpRequest, HttpResponse, JsonResponse
+
+logger = logging.getLogger(__name__)
 
 # What a lost or refused connection raises through Django (psycopg's AdminShutdown and
 # "the connection is closed" arrive as these).
@@ -21,3 +26,33 @@ def connections_drop_broken() -> None:
             conn.close()
         else:
             conn.errors_occurred = False
+
+
+DATABASE_DOWN_NOTICE = "the database is unavailable; try again in a moment"
+
+
+def database_down_response() -> JsonResponse:
+    """503 with Retry-After: what a client (a platform, the page, the terminal) is told
+    when its request met a lost connection; it sends it again, and nothing was stored."""
+    response = JsonResponse({"error": DATABASE_DOWN_NOTICE}, status=503)
+    response["Retry-After"] = "1"
+    return response
+
+
+class DatabaseDownMiddleware:
+    """A view whose connection was lost under it is answered 503 (database_down_response),
+    not 500, and the broken connection is dropped so the next request gets a working one."""
+
+    def __init__(self, get_response) -> None:
+        self.get_response = get_response
+
+    def __call__(self, request: HttpRequest) -> HttpResponse:
+        return self.get_response(request)
+
+    def process_exception(self, request: HttpRequest, exception: Exception) -> HttpResponse | None:
+        if not isinstance(exception, DATABASE_DOWN):
+            return None
+        logger.warning("%s %s: the database connection was lost (%s); answered 503",
+                       request.method, request.path, type(exception).__name__)
+        connections_drop_broken()
+        return database_down_response()

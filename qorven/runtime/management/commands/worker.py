@@ -89,7 +89,7 @@ def _child_connections(**kwargs: object) -> None:
         conn.settings_dict["CONN_MAX_AGE"] = CHILD_CONNECTION_AGE
         conn.settings_dict["CONN_HEALTH_CHECKS"] = True
         if conn.vendor == "postgresql":
-            options["application_name"] = "qorven worker"  # as pg_stat_activity shows it
+            options.setdefault("application_name", "qorven worker")  # as pg_stat_activity shows it
     signals.task_prerun.connect(_connections_check, weak=False, dispatch_uid="qorven.worker.check_before")
     signals.task_postrun.connect(_connections_check, weak=False, dispatch_uid="qorven.worker.check_after")
 
