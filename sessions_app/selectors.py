@@ -9,6 +9,7 @@ from typing import Any
 
 from django.contrib.auth.models import AbstractBaseUser
 from django.db import connection
+from django.db.models import Exists, OuterRef, QuerySet
 
 from tenancy.models import Qor, Tenant
 
@@ -199,8 +200,21 @@ def next_pending_user_message(*, session: Session) -> Message | None:
     """The oldest user message still waiting for an answer that a turn can give now
     (commands are answered when they arrive; group chatter and failed messages wait for
     nothing; a voice note still being transcribed waits for its transcript)."""
-    return (Message.objects.filter(session=session, answer_state=Message.Answer.PENDING)
-            .exclude(metadata__has_key="voice", metadata__voice="pending").order_by("seq").first())
+    return _answerable(Message.objects.filter(session=session)).order_by("seq").first()
+
+
+def _answerable(messages: QuerySet[Message]) -> QuerySet[Message]:
+    return messages.filter(answer_state=Message.Answer.PENDING).exclude(metadata__has_key="voice",
+                                                                        metadata__voice="pending")
+
+
+def turn_finished(*, tenant_id: int, session_id: int) -> bool:
+    """Whether the session is still active with nothing a turn could answer now: what a
+    turn asks after each answer, in one small query, before reading the session and its
+    next message again (a session rotated meanwhile is not finished: the turn follows it)."""
+    waiting = _answerable(Message.objects.filter(session_id=OuterRef("pk")))
+    return (Session.objects.filter(tenant_id=tenant_id, pk=session_id, state=Session.State.ACTIVE)
+            .filter(~Exists(waiting)).exists())
 
 
 def awaiting_answer(*, session: Session, seq: int) -> bool:

@@ -37,7 +37,7 @@ from qorven.runtime.publisher import broadcast_soon
 from sessions_app.errors import SessionClosed
 from sessions_app.leases import LeaseLost, lease_kept
 from sessions_app.models import Message, Session
-from sessions_app.selectors import next_pending_user_message, session_for_task, session_successor
+from sessions_app.selectors import next_pending_user_message, session_for_task, session_successor, turn_finished
 from sessions_app.services import (
     message_answer_attempted,
     message_answer_fail,
@@ -130,6 +130,8 @@ def turn_process(*, tenant_id: int, session_id: int) -> TurnOutcome:
     try:
         with kept:
             while True:
+                if outcome.answered + outcome.failed and turn_finished(tenant_id=tenant_id, session_id=session_id):
+                    break  # the usual end: asked in one small query, not by reading it all again
                 session = session_for_task(tenant_id=tenant_id, session_id=session_id)
                 if session is None:
                     break
