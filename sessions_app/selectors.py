@@ -11,6 +11,7 @@ from django.contrib.auth.models import AbstractBaseUser
 from django.db import connection
 from django.db.models import Exists, OuterRef, QuerySet
 
+from qorven.runtime.prepared_read import PreparedRead
 from tenancy.models import Qor, Tenant
 
 from .errors import SessionNotFound
@@ -30,8 +31,15 @@ def session_get(*, tenant: Tenant, session_id: int, user: AbstractBaseUser | Non
 def session_for_task(*, tenant_id: int, session_id: int) -> Session | None:
     """The session a queued task names, or None when it (or its tenant) is gone: a task
     loaded by id must not fail on a row deleted since it was queued."""
-    return (Session.objects.filter(tenant_id=tenant_id, pk=session_id)
-            .select_related("tenant", "qor", "user").first())  # one query: a turn reads all four
+    return _session_for_task.first(tenant_id=tenant_id, session_id=session_id)
+
+
+# One query, compiled once (qorven.runtime.prepared_read): a turn reads all four rows.
+_session_for_task: PreparedRead[Session] = PreparedRead(
+    lambda tenant_id, session_id: Session.objects.filter(tenant_id=tenant_id, pk=session_id)
+    .select_related("tenant", "qor", "user")[:1],
+    tenant_id=int, session_id=int,
+)
 
 
 def canonical_session_find(*, tenant: Tenant, qor: Qor, user: AbstractBaseUser) -> Session | None:

@@ -19,6 +19,7 @@ from django.db.models.base import ModelState
 from django.db.models.functions import Coalesce
 from django.utils import timezone
 
+from qorven.runtime.prepared_read import PreparedRead
 from tenancy.models import Qor, Tenant
 
 from .append_statement import append_execute
@@ -75,8 +76,20 @@ def session_resolve(
 
 
 def _canonical_session(tenant: Tenant, qor: Qor, user: AbstractBaseUser) -> Session:
+    found = _active_canonical.first(tenant_id=tenant.pk, qor_id=qor.pk, user_id=user.pk)
+    if found is not None:
+        return found
     lookup = dict(tenant=tenant, qor=qor, user=user, kind=Session.Kind.CANONICAL, state=Session.State.ACTIVE)
     return _get_or_create_active(lookup)
+
+
+# Read for every message a person sends (compiled once: qorven.runtime.prepared_read).
+_active_canonical: PreparedRead[Session] = PreparedRead(
+    lambda tenant_id, qor_id, user_id: Session.objects.filter(
+        tenant_id=tenant_id, qor_id=qor_id, user_id=user_id, kind=Session.Kind.CANONICAL, state=Session.State.ACTIVE
+    ).order_by("pk")[:1],
+    tenant_id=int, qor_id=int, user_id=int,
+)
 
 
 def _thread_session(

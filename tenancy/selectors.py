@@ -7,6 +7,7 @@ from datetime import timedelta
 from django.contrib.auth.models import AbstractBaseUser
 from django.utils import timezone
 
+from qorven.runtime.prepared_read import PreparedRead
 from qorven.runtime.row_cache import RowCache
 
 from .errors import NotFound
@@ -25,8 +26,13 @@ def tenant_get(*, slug: str) -> Tenant:
     return tenant
 
 
+# Read on every API request and page (compiled once: qorven.runtime.prepared_read).
+_qor_by_slug: PreparedRead[Qor] = PreparedRead(
+    lambda tenant_id, slug: Qor.objects.filter(tenant_id=tenant_id, slug=slug)[:1], tenant_id=int, slug=str)
+
+
 def qor_get(*, tenant: Tenant, slug: str) -> Qor:
-    qor = Qor.objects.filter(tenant=tenant, slug=slug).first()
+    qor = _qor_by_slug.first(tenant_id=tenant.pk, slug=slug)
     if qor is None:
         raise NotFound(f"no qor {slug!r}")
     return qor
@@ -54,19 +60,26 @@ def token_digest(raw: str) -> str:
 TOKEN_USE_RESOLUTION = timedelta(minutes=1)
 
 
+def _live_token(digest: str):
+    from django.db.models import OuterRef, Subquery
+
+    role = Membership.objects.filter(tenant=OuterRef("tenant"), user=OuterRef("user")).values("role")[:1]
+    return (
+        ApiToken.objects.select_related("tenant", "user")
+        .filter(digest=digest, revoked_at__isnull=True, user__is_active=True)
+        .annotate(member_role=Subquery(role))[:1]
+    )
+
+
+# Read on every API request: compiled once (qorven.runtime.prepared_read).
+_live_token_read: PreparedRead[ApiToken] = PreparedRead(_live_token, digest=str)
+
+
 def api_token_authenticate(*, raw: str) -> ApiToken | None:
     """The live token for a raw bearer value, or None. The user must still be a member:
     the token comes with `member_role`, the role of that membership, read in the same
     query (so what the request may do is decided from the membership as it is now)."""
-    from django.db.models import OuterRef, Subquery
-
-    role = Membership.objects.filter(tenant=OuterRef("tenant"), user=OuterRef("user")).values("role")[:1]
-    token = (
-        ApiToken.objects.select_related("tenant", "user")
-        .filter(digest=token_digest(raw), revoked_at__isnull=True, user__is_active=True)
-        .annotate(member_role=Subquery(role))
-        .first()
-    )
+    token = _live_token_read.first(digest=token_digest(raw))
     if token is None or token.member_role is None:
         return None
     now = timezone.now()

@@ -1,0 +1,103 @@
+"""A read the ORM compiles once per process and then runs as plain SQL.
+
+Compiling a query is most of what a short read costs here: a `select_related` over three
+tables with a subquery took ~4 ms of Python on this project's 2-CPU machine against
+~0.2 ms for its SQL, and the API reads a token on every request, a turn its session. A
+`PreparedRead` builds its queryset once with marker values in place of the parameters,
+keeps the SQL and Django's compiled column map, and afterwards only swaps the parameters
+in: rows come back as model instances exactly as the queryset would give them (the
+database's converters applied, `select_related` objects attached, annotations set).
+
+Only for reads whose shape never changes, on the default database. The statement runs
+through Django's cursor, so errors are Django's and query counting sees it.
+"""
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Generic, TypeVar
+
+from django.db import DEFAULT_DB_ALIAS, connections
+from django.db.models import Model, QuerySet
+from django.db.models.query import get_related_populators
+
+M = TypeVar("M", bound=Model)
+
+_INT_MARKER = -7_340_000_000_000  # far from any id or count a query would name itself
+
+
+@dataclass(frozen=True)
+class _Plan:
+    vendor: str
+    sql: str
+    params: tuple[Any, ...]
+    slots: tuple[tuple[int, str], ...]  # (position in params, parameter name)
+    compiler: Any
+    model: type[Model]
+    fields: slice
+    init_list: list[str]
+    related: tuple[Any, ...]  # Django's populators of the select_related objects
+    annotations: tuple[tuple[str, int], ...]
+
+
+class PreparedRead(Generic[M]):
+    """`PreparedRead(build, digest=str)`: `build(digest=…)` returns the queryset; its
+    parameters are named with their type (str or int). `.first(digest=…)` runs it."""
+
+    def __init__(self, build: Callable[..., QuerySet[M]], **parameters: type) -> None:
+        for name, kind in parameters.items():
+            if kind not in (str, int):
+                raise TypeError(f"parameter {name!r}: only str and int parameters can be prepared")
+        self._build = build
+        self._parameters = parameters
+        self._plan: _Plan | None = None
+        self._lock = threading.Lock()
+
+    def first(self, **values: Any) -> M | None:
+        if values.keys() != self._parameters.keys():
+            raise TypeError(f"expected the parameters {sorted(self._parameters)}, got {sorted(values)}")
+        db = connections[DEFAULT_DB_ALIAS]
+        plan = self._plan
+        if plan is None or plan.vendor != db.vendor:
+            plan = self._prepare(db.vendor)
+        params = list(plan.params)
+        for position, name in plan.slots:
+            params[position] = values[name]
+        with db.cursor() as cursor:
+            cursor.execute(plan.sql, params)
+            row = cursor.fetchone()
+        if row is None:
+            return None
+        (row,) = plan.compiler.results_iter([[row]])  # the database's converters
+        obj = plan.model.from_db(DEFAULT_DB_ALIAS, plan.init_list, row[plan.fields])
+        for populator in plan.related:
+            populator.populate(row, obj)
+        for name, position in plan.annotations:
+            setattr(obj, name, row[position])
+        return obj  # type: ignore[return-value]
+
+    def _prepare(self, vendor: str) -> _Plan:
+        with self._lock:
+            if self._plan is not None and self._plan.vendor == vendor:
+                return self._plan
+            markers = {name: (f"\x1fqorven-prepared-{name}\x1f" if kind is str else _INT_MARKER - i)
+                       for i, (name, kind) in enumerate(self._parameters.items())}
+            queryset = self._build(**markers)
+            compiler = queryset.query.get_compiler(using=DEFAULT_DB_ALIAS)
+            sql, params = compiler.as_sql()  # also fills compiler.select, klass_info, annotation_col_map
+            slots = tuple((i, name) for i, value in enumerate(params) for name, marker in markers.items()
+                          if type(value) is type(marker) and value == marker)
+            missing = set(markers) - {name for _, name in slots}
+            if missing:
+                raise ValueError(f"the prepared query does not take {sorted(missing)} as parameters")
+            select_fields = compiler.klass_info["select_fields"]
+            fields = slice(select_fields[0], select_fields[-1] + 1)
+            self._plan = _Plan(
+                vendor=vendor, sql=sql, params=tuple(params), slots=slots, compiler=compiler,
+                model=compiler.klass_info["model"], fields=fields,
+                init_list=[column[0].target.attname for column in compiler.select[fields]],
+                related=tuple(get_related_populators(compiler.klass_info, compiler.select, DEFAULT_DB_ALIAS)),
+                annotations=tuple((compiler.annotation_col_map or {}).items()),
+            )
+            return self._plan

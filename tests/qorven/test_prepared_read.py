@@ -1,0 +1,59 @@
+"""A read compiled once gives what its queryset gives: the row as it is now, converted by
+the database's converters, with its select_related rows and annotations, and nothing
+from another tenant."""
+from __future__ import annotations
+
+import pytest
+
+from qorven.runtime.prepared_read import PreparedRead
+from sessions_app.models import Session
+from sessions_app.selectors import session_for_task
+from sessions_app.services import session_resolve
+from tenancy.models import Qor
+from tenancy.selectors import api_token_authenticate
+from tenancy.services import api_token_create
+
+pytestmark = pytest.mark.django_db
+
+
+def _orm(session: Session) -> Session:
+    return Session.objects.select_related("tenant", "qor", "user").get(pk=session.pk)
+
+
+def test_a_prepared_read_gives_the_row_its_queryset_gives_with_its_related_rows(world, django_assert_num_queries):
+    session = session_resolve(tenant=world.tenant_a, qor=world.qor_a, channel="web", user=world.alice)
+    with django_assert_num_queries(1):
+        read = session_for_task(tenant_id=world.tenant_a.pk, session_id=session.pk)
+        assert (read.tenant.slug, read.qor.slug, read.user.username) == ("acme", "aria", "alice")
+    expected = _orm(session)
+    for field in Session._meta.concrete_fields:
+        assert getattr(read, field.attname) == getattr(expected, field.attname), field.name
+    assert read.started_at.tzinfo is not None  # converted (SQLite hands back text)
+
+
+def test_a_prepared_read_sees_each_change_and_a_missing_related_row_as_none(world):
+    group = session_resolve(tenant=world.tenant_a, qor=world.qor_a, channel="telegram", thread_id="-100",
+                            group=True)
+    assert session_for_task(tenant_id=world.tenant_a.pk, session_id=group.pk).user is None
+    Session.objects.filter(pk=group.pk).update(state=Session.State.ARCHIVED)
+    assert session_for_task(tenant_id=world.tenant_a.pk, session_id=group.pk).state == Session.State.ARCHIVED
+    # Another tenant's id for the same row: nothing.
+    assert session_for_task(tenant_id=world.tenant_b.pk, session_id=group.pk) is None
+
+
+def test_a_prepared_token_read_carries_its_annotation_and_follows_the_membership(world):
+    token = api_token_create(tenant=world.tenant_a, user=world.bob)[1]
+    assert api_token_authenticate(raw=token).member_role == "member"
+    world.tenant_a.memberships.filter(user=world.bob).update(role="admin")
+    assert api_token_authenticate(raw=token).member_role == "admin"
+    world.tenant_a.memberships.filter(user=world.bob).delete()
+    assert api_token_authenticate(raw=token) is None
+
+
+def test_a_prepared_read_names_its_parameters():
+    read = PreparedRead(lambda slug: Qor.objects.filter(slug=slug)[:1], slug=str)
+    with pytest.raises(TypeError):
+        read.first(name="aria")
+    unused = PreparedRead(lambda slug: Qor.objects.filter(slug="aria")[:1], slug=str)
+    with pytest.raises(ValueError):
+        unused.first(slug="aria")
