@@ -208,12 +208,19 @@ def next_pending_user_message(*, session: Session) -> Message | None:
     """The oldest user message still waiting for an answer that a turn can give now
     (commands are answered when they arrive; group chatter and failed messages wait for
     nothing; a voice note still being transcribed waits for its transcript)."""
-    return _answerable(Message.objects.filter(session=session)).order_by("seq").first()
+    return _next_pending.first(session_id=session.pk)
 
 
 def _answerable(messages: QuerySet[Message]) -> QuerySet[Message]:
     return messages.filter(answer_state=Message.Answer.PENDING).exclude(metadata__has_key="voice",
                                                                         metadata__voice="pending")
+
+
+# Read by every turn (compiled once: qorven.runtime.prepared_read).
+_next_pending: PreparedRead[Message] = PreparedRead(
+    lambda session_id: _answerable(Message.objects.filter(session_id=session_id)).order_by("seq")[:1],
+    session_id=int,
+)
 
 
 def turn_finished(*, tenant_id: int, session_id: int) -> bool:

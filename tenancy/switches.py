@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from qorven.runtime.prepared_read import PreparedRead
 from qorven.runtime.row_cache import RowCache
 
 from .models import PluginSetting, Tenant
@@ -19,14 +20,16 @@ def channels_register(names: Iterable[str]) -> None:
     switchable_channels.update(names)
 
 
+# Read for every message and every turn (compiled once: qorven.runtime.prepared_read).
+_switched_off: PreparedRead[PluginSetting] = PreparedRead(
+    lambda tenant_id, kind: PluginSetting.objects.filter(tenant_id=tenant_id, kind=kind, enabled=False),
+    tenant_id=int, kind=str,
+)
+
+
 def enabled_names(tenant: Tenant, kind: str, names: Iterable[str]) -> set[str]:
-    names = set(names)
-    off = set(
-        PluginSetting.objects.filter(tenant=tenant, kind=kind, name__in=names, enabled=False).values_list(
-            "name", flat=True
-        )
-    )
-    return names - off
+    """Those of `names` the tenant has not switched off, as the switches are now."""
+    return set(names) - {setting.name for setting in _switched_off.all(tenant_id=tenant.pk, kind=kind)}
 
 
 def tools_enabled(tenant: Tenant, names: Iterable[str]) -> set[str]:

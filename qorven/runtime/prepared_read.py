@@ -43,7 +43,8 @@ class _Plan:
 
 class PreparedRead(Generic[M]):
     """`PreparedRead(build, digest=str)`: `build(digest=…)` returns the queryset; its
-    parameters are named with their type (str or int). `.first(digest=…)` runs it."""
+    parameters are named with their type (str or int). `.first(digest=…)` and
+    `.all(digest=…)` run it."""
 
     def __init__(self, build: Callable[..., QuerySet[M]], **parameters: type) -> None:
         for name, kind in parameters.items():
@@ -55,6 +56,15 @@ class PreparedRead(Generic[M]):
         self._lock = threading.Lock()
 
     def first(self, **values: Any) -> M | None:
+        """The first row, or None (build the queryset with `[:1]` when more could match)."""
+        plan, rows = self._run(values, many=False)
+        return self._instance(plan, rows[0]) if rows else None
+
+    def all(self, **values: Any) -> list[M]:
+        plan, rows = self._run(values, many=True)
+        return [self._instance(plan, row) for row in rows]
+
+    def _run(self, values: dict[str, Any], *, many: bool) -> tuple[_Plan, list[Any]]:
         if values.keys() != self._parameters.keys():
             raise TypeError(f"expected the parameters {sorted(self._parameters)}, got {sorted(values)}")
         db = connections[DEFAULT_DB_ALIAS]
@@ -66,10 +76,11 @@ class PreparedRead(Generic[M]):
             params[position] = values[name]
         with db.cursor() as cursor:
             cursor.execute(plan.sql, params)
-            row = cursor.fetchone()
-        if row is None:
-            return None
-        (row,) = plan.compiler.results_iter([[row]])  # the database's converters
+            rows = cursor.fetchall() if many else [row for row in [cursor.fetchone()] if row is not None]
+        return plan, list(plan.compiler.results_iter([rows])) if rows else []  # the database's converters
+
+    @staticmethod
+    def _instance(plan: _Plan, row: Any) -> M:
         obj = plan.model.from_db(DEFAULT_DB_ALIAS, plan.init_list, row[plan.fields])
         for populator in plan.related:
             populator.populate(row, obj)

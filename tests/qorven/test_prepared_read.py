@@ -57,3 +57,18 @@ def test_a_prepared_read_names_its_parameters():
     unused = PreparedRead(lambda slug: Qor.objects.filter(slug="aria")[:1], slug=str)
     with pytest.raises(ValueError):
         unused.first(slug="aria")
+
+
+def test_a_prepared_read_of_many_rows_gives_each_and_follows_every_switch(world):
+    from tenancy.models import PluginSetting
+    from tenancy.switches import tools_enabled
+
+    names = {"web_fetch", "memory_save", "shell"}
+    assert tools_enabled(world.tenant_a, names) == names
+    for name in ("web_fetch", "shell"):
+        PluginSetting.objects.create(tenant=world.tenant_a, kind=PluginSetting.Kind.TOOL, name=name, enabled=False)
+    PluginSetting.objects.create(tenant=world.tenant_b, kind=PluginSetting.Kind.TOOL, name="memory_save",
+                                 enabled=False)
+    assert tools_enabled(world.tenant_a, names) == {"memory_save"}  # not tenant B's switch
+    PluginSetting.objects.filter(tenant=world.tenant_a, name="shell").update(enabled=True)
+    assert tools_enabled(world.tenant_a, names) == {"memory_save", "shell"}
