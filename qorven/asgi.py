@@ -16,6 +16,7 @@ from django.contrib.staticfiles.handlers import ASGIStaticFilesHandler  # noqa: 
 
 from channels_app.routing import websocket_urlpatterns  # noqa: E402
 from channels_app.webhook_ingest import WebhookIngest  # noqa: E402
+from qorven.runtime.steady_threads import SteadyThreads  # noqa: E402
 
 from django.core.exceptions import SuspiciousFileOperation  # noqa: E402
 from django.http import Http404  # noqa: E402
@@ -77,6 +78,8 @@ class SameOriginSockets:
 
 
 http_app = StaticFiles(django_asgi_app) if settings.QORVEN_SERVE_STATIC else django_asgi_app
+# The JSON API through Django on a few long-lived threads that keep their connections.
+http_app = steady_threads = SteadyThreads(http_app, django_asgi_app, ("/v1/qors/",))
 # Platform webhooks skip Django's request cycle and are stored in batches (see the module).
 http_app = WebhookIngest(http_app)
 
