@@ -9,6 +9,7 @@ from django.contrib.auth.models import AbstractBaseUser
 from django.db import connection
 from django.db.models import Q
 
+from qorven.runtime.prepared_read import PreparedRead
 from tenancy.models import Qor, Tenant
 from tenancy.trust import trust_allows
 
@@ -137,12 +138,20 @@ def memory_scope(
     return qs
 
 
-def skills_for(*, tenant: Tenant, trust: str) -> list[LearnedSkill]:
+# Read by every turn (compiled once: qorven.runtime.prepared_read).
+_enabled_skills: PreparedRead[LearnedSkill] = PreparedRead(
+    lambda tenant_id: LearnedSkill.objects.filter(Q(tenant_id=tenant_id) | Q(tenant__isnull=True), enabled=True)
+    .order_by("name"),
+    tenant_id=int,
+)
+
+
+def skills_for(*, tenant: Tenant | None, trust: str) -> list[LearnedSkill]:
     """Enabled learned skills a surface of this trust may use: shared ones and the tenant's.
     A tenant's own skill hides a shared one of the same name."""
-    skills = LearnedSkill.objects.filter(Q(tenant=tenant) | Q(tenant__isnull=True), enabled=True).order_by("name")
     by_name: dict[str, LearnedSkill] = {}
-    for skill in skills:
+    # Without a tenant, the shared skills only (no tenant has id 0).
+    for skill in _enabled_skills.all(tenant_id=tenant.pk if tenant is not None else 0):
         if skill.name not in by_name or skill.tenant_id is not None:
             by_name[skill.name] = skill
     return [s for s in by_name.values() if trust_allows(trust, s.min_trust)]

@@ -227,9 +227,16 @@ def turn_finished(*, tenant_id: int, session_id: int) -> bool:
     """Whether the session is still active with nothing a turn could answer now: what a
     turn asks after each answer, in one small query, before reading the session and its
     next message again (a session rotated meanwhile is not finished: the turn follows it)."""
-    waiting = _answerable(Message.objects.filter(session_id=OuterRef("pk")))
-    return (Session.objects.filter(tenant_id=tenant_id, pk=session_id, state=Session.State.ACTIVE)
-            .filter(~Exists(waiting)).exists())
+    return _finished.first(tenant_id=tenant_id, session_id=session_id) is not None
+
+
+# Compiled once (qorven.runtime.prepared_read): the session's id when the turn is done.
+_finished: PreparedRead[Session] = PreparedRead(
+    lambda tenant_id, session_id: Session.objects.filter(tenant_id=tenant_id, pk=session_id,
+                                                         state=Session.State.ACTIVE)
+    .filter(~Exists(_answerable(Message.objects.filter(session_id=OuterRef("pk"))))).only("pk")[:1],
+    tenant_id=int, session_id=int,
+)
 
 
 def awaiting_answer(*, session: Session, seq: int) -> bool:
