@@ -75,6 +75,8 @@ def test_a_visitor_chats_when_the_browser_blocks_storage_in_the_frame(chat_serve
         try:
             with host_site(base) as site:
                 page, frame, errors = open_widget(browser, site, init_script=STORAGE_BLOCKED_IN_FRAMES)
+            # The frame's script has run (it focuses the box): an Enter before it would be a newline.
+            expect(frame.locator("[data-input]")).to_be_focused()
             frame.locator("[data-input]").fill("When do you open?")
             frame.locator("[data-input]").press("Enter")
 
