@@ -78,3 +78,11 @@ def email_body(text, message_id, in_reply_to=""):
 def post_sms(client, params, token="twilio-token"):
     sig = twilio_signature(token, "https://qorven.example/v1/webhooks/sms", params)
     return client.post("/v1/webhooks/sms", data=params, HTTP_X_TWILIO_SIGNATURE=sig)
+
+
+def telegram_scope(secret: str = "tg-secret-a") -> dict:
+    """The ASGI scope of a Telegram webhook POST signed with `secret`."""
+    return {"type": "http", "method": "POST", "path": "/v1/webhooks/telegram", "root_path": "", "query_string": b"",
+            "scheme": "http", "server": ("testserver", 80), "client": ("127.0.0.1", 5000),
+            "headers": [(b"host", b"testserver"), (b"content-type", b"application/json"),
+                        (b"x-telegram-bot-api-secret-token", secret.encode())]}

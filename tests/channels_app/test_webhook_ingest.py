@@ -18,7 +18,7 @@ from tenancy.models import PluginSetting
 
 from ..fakes.model_server import reply
 from .conftest import pair
-from .payloads import telegram_update
+from .payloads import telegram_scope, telegram_update
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -77,7 +77,7 @@ def test_webhooks_waiting_together_are_stored_with_one_statement(world, telegram
     from qorven.asgi import application  # noqa: F401 (Django set up as the server has it)
 
     loop = asyncio.new_event_loop()
-    jobs = [_Job("telegram", _scope(), json.dumps(telegram_update(f"m{i}", message_id=200 + i)).encode(), loop,
+    jobs = [_Job("telegram", telegram_scope(), json.dumps(telegram_update(f"m{i}", message_id=200 + i)).encode(), loop,
                  loop.create_future()) for i in range(8)]
     with CaptureQueriesContext(connection) as captured:
         answers = group_commit.handle(jobs)
@@ -107,7 +107,7 @@ def test_one_webhook_that_cannot_be_stored_fails_alone(world, telegram, platform
     bodies = [(telegram_update("kept", message_id=301), "tg-secret-a"),
               (telegram_update("lost binding", user_id=9, message_id=302), "tg-secret-gone"),
               (telegram_update("kept too", message_id=303), "tg-secret-a")]
-    jobs = [_Job("telegram", _scope(secret), json.dumps(body).encode(), loop, loop.create_future())
+    jobs = [_Job("telegram", telegram_scope(secret), json.dumps(body).encode(), loop, loop.create_future())
             for body, secret in bodies]
     answers = group_commit.handle(jobs)
     assert [a.status for a in answers] == [200, 503, 200]
@@ -140,13 +140,6 @@ def test_other_requests_still_reach_django(world, whatsapp):
 
     response = asyncio.run(run())
     assert response.status_code == 200 and response.text == "1234"
-
-
-def _scope(secret: str = "tg-secret-a") -> dict:
-    return {"type": "http", "method": "POST", "path": "/v1/webhooks/telegram", "root_path": "", "query_string": b"",
-            "scheme": "http", "server": ("testserver", 80), "client": ("127.0.0.1", 5000),
-            "headers": [(b"host", b"testserver"), (b"content-type", b"application/json"),
-                        (b"x-telegram-bot-api-secret-token", secret.encode())]}
 
 
 def test_a_challenge_and_a_form_encoded_webhook_are_answered_as_through_django(world, settings, platform):

@@ -18,7 +18,7 @@ from tenancy.services import api_token_create
 
 from ..channels_app.conftest import pair
 from ..fakes.model_server import reply
-from ..channels_app.payloads import telegram_update
+from ..channels_app.payloads import telegram_scope, telegram_update
 from ..conftest import database_vendor
 
 pytestmark = [
@@ -65,15 +65,11 @@ def test_a_webhook_on_a_lost_connection_is_answered_503_and_the_next_is_stored(w
     pair(world, "telegram", "42", world.alice)
     from qorven.asgi import application  # noqa: F401 (Django set up as the server has it)
 
-    scope = {"type": "http", "method": "POST", "path": "/v1/webhooks/telegram", "root_path": "", "query_string": b"",
-             "scheme": "http", "server": ("testserver", 80), "client": ("127.0.0.1", 5000),
-             "headers": [(b"host", b"testserver"), (b"content-type", b"application/json"),
-                         (b"x-telegram-bot-api-secret-token", b"tg-secret-a")]}
     loop = asyncio.new_event_loop()
 
     def deliver(message_id: int) -> int:
         body = json.dumps(telegram_update(f"update {message_id}", message_id=message_id)).encode()
-        (answer,) = group_commit.handle([_Job("telegram", scope, body, loop, loop.create_future())])
+        (answer,) = group_commit.handle([_Job("telegram", telegram_scope(), body, loop, loop.create_future())])
         return answer.status
 
     _lose_this_threads_connection()  # the binding is read first: it meets the lost connection

@@ -81,7 +81,7 @@ def _connections_prepare() -> None:
 
 def _child_connections(**kwargs: object) -> None:
     from celery import signals
-    from django.db import connections
+    from django.db import close_old_connections, connections
 
     for conn in connections.all():
         options = conn.settings_dict.setdefault("OPTIONS", {})
@@ -90,16 +90,10 @@ def _child_connections(**kwargs: object) -> None:
         conn.settings_dict["CONN_HEALTH_CHECKS"] = True
         if conn.vendor == "postgresql":
             options.setdefault("application_name", "qorven worker")  # as pg_stat_activity shows it
-    signals.task_prerun.connect(_connections_check, weak=False, dispatch_uid="qorven.worker.check_before")
-    signals.task_postrun.connect(_connections_check, weak=False, dispatch_uid="qorven.worker.check_after")
-
-
-def _connections_check(**kwargs: object) -> None:
-    """Before a task: its first query checks the connection first. After one: a connection
-    an error left unusable, or past its age, is closed."""
-    from django.db import close_old_connections
-
-    close_old_connections()
+    # Before a task its first query checks the connection; after one, a connection an
+    # error left unusable, or past its age, is closed.
+    signals.task_prerun.connect(close_old_connections, weak=False, dispatch_uid="qorven.worker.check_before")
+    signals.task_postrun.connect(close_old_connections, weak=False, dispatch_uid="qorven.worker.check_after")
 
 
 def _metrics_serve(host: str, port: int) -> None:
