@@ -18,12 +18,22 @@ DATABASE_RETRY_DELAY = 1.0  # seconds before a task whose connection was lost ru
 
 def connections_drop_broken() -> None:
     """Close this thread's connections that a database error left unusable, so the next
-    query opens (or borrows from the pool) a working one. Healthy ones are kept."""
+    query opens (or borrows from the pool) a working one. Healthy ones are kept.
+
+    What ended one connection (a restart, a failover) has usually ended the pool's idle
+    ones too, and each would be lent to the next request in turn and fail it: so once a
+    pooled connection is found broken, the pool checks its idle ones and replaces the dead.
+    (Checking every connection as it is lent, Django's CONN_HEALTH_CHECKS, costs a round
+    trip per request and stalled under connections killed every 0.4 s: docs/reliability.md.)
+    """
     for conn in connections.all(initialized_only=True):
         if conn.connection is None or conn.in_atomic_block or not conn.errors_occurred:
             continue
         if not conn.is_usable():
             conn.close()
+            pool = getattr(conn, "pool", None)  # PostgreSQL with QORVEN_DB_POOL
+            if pool is not None:
+                pool.check()
         else:
             conn.errors_occurred = False
 

@@ -6,9 +6,10 @@ from __future__ import annotations
 
 import asyncio
 import json
+import threading
 
 import pytest
-from django.db import connection
+from django.db import connection, connections
 
 from channels_app.models import InboundEvent
 from channels_app.services import binding_create
@@ -40,6 +41,37 @@ def _lose_this_threads_connection() -> None:
         other.execute("SELECT pg_terminate_backend(%s)", [pid])
 
 
+def _lose_every_connection() -> None:
+    """What a restart or a failover does: every backend of the database is ended at once,
+    the pool's idle connections with the rest."""
+    import psycopg
+    from psycopg.conninfo import make_conninfo
+
+    db = connection.settings_dict
+    with psycopg.connect(make_conninfo(host=db["HOST"] or "127.0.0.1", port=db["PORT"] or 5432, user=db["USER"],
+                                       password=db["PASSWORD"] or None, dbname=db["NAME"]), autocommit=True) as other:
+        other.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+                      " WHERE datname = current_database() AND pid <> pg_backend_pid()")
+
+
+def _pool_fill(borrowers: int) -> None:
+    """Leave `borrowers` idle connections in the pool: as many threads borrow one at once,
+    then give them back."""
+    together = threading.Barrier(borrowers)
+
+    def borrow() -> None:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT 1")
+        together.wait(10)
+        connections.close_all()
+
+    threads = [threading.Thread(target=borrow) for _ in range(borrowers)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+
+
 def test_an_api_post_on_a_lost_connection_is_answered_503_and_the_next_is_stored(client, world):
     token = api_token_create(tenant=world.tenant_a, user=world.alice)[1]
 
@@ -54,7 +86,7 @@ def test_an_api_post_on_a_lost_connection_is_answered_503_and_the_next_is_stored
     assert refused.json() == {"error": "the database is unavailable; try again in a moment"}
 
     assert post("sent again").status_code == 201
-    assert list(Message.objects.values_list("content", flat=True)) == ["sent again"]
+    assert list(Message.objects.filter(role="user").values_list("content", flat=True)) == ["sent again"]
 
 
 def test_a_webhook_on_a_lost_connection_is_answered_503_and_the_next_is_stored(world, platform, model_server,
@@ -79,3 +111,21 @@ def test_a_webhook_on_a_lost_connection_is_answered_503_and_the_next_is_stored(w
     drain()
     assert len(platform.sent("sendMessage")) == 1  # answered once
     loop.close()
+
+
+@pytest.mark.skipif(not connection.settings_dict["OPTIONS"].get("pool"), reason="the pool is off (QORVEN_DB_POOL)")
+def test_after_a_restart_one_request_is_refused_and_the_pool_lets_go_of_its_other_dead_connections(client, world):
+    token = api_token_create(tenant=world.tenant_a, user=world.alice)[1]
+
+    def post(text: str):
+        return client.post("/v1/qors/aria/messages", data=json.dumps({"content": text}),
+                           content_type="application/json", HTTP_AUTHORIZATION=f"Bearer {token}")
+
+    connections.close_all()
+    _pool_fill(4)
+    _lose_every_connection()
+    assert post("lost with the connection").status_code == 503
+    # Each of these would otherwise borrow one of the pool's other dead connections.
+    assert [post(f"sent again {i}").status_code for i in range(3)] == [201] * 3
+    stored = Message.objects.filter(role="user").values_list("content", flat=True)
+    assert sorted(stored) == [f"sent again {i}" for i in range(3)]
