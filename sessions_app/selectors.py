@@ -188,6 +188,24 @@ def context_read(
     return rows
 
 
+def context_left_out(*, session: Session, floor_seq: int, answering_seq: int, limit: int = 64) -> list[MessageRow]:
+    """Up to `limit` messages after the compaction point `floor_seq` that a context read
+    for `answering_seq` left out or that came after it, oldest first: later messages of
+    any role, and failed or superseded ones; never notices or commands. With a context
+    read that reached `floor_seq`, these are the rest of the uncompacted conversation
+    (a message after `answering_seq` the read also saw is returned again)."""
+    where = ["session_id = %s", "seq > %s"]
+    params: list[Any] = [session.pk, floor_seq]
+    superseded, param = _metadata_has_key("superseded")
+    where.append(f"(seq > %s OR answer_state = 'failed' OR {superseded})")
+    params += [answering_seq, param]
+    for key in ("notice", "command"):
+        sql, param = _metadata_has_key(key)
+        where.append(f"NOT {sql}")
+        params.append(param)
+    return _rows_read(f"WHERE {' AND '.join(where)} ORDER BY seq LIMIT %s", [*params, limit], session.pk)
+
+
 def _metadata_has_key(key: str) -> tuple[str, str]:
     """SQL (and its parameter) true when the message's metadata has `key`, as the ORM's
     `metadata__has_key` writes it on this database."""

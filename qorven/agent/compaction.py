@@ -19,7 +19,13 @@ from django.db import transaction
 from memory_app.compaction import CompactionFailed, RotateOutcome, compaction_rotate
 from sessions_app.errors import SessionClosed
 from sessions_app.models import Message, Session
-from sessions_app.selectors import MessageRow, StoredMessage, messages_read, next_pending_user_message
+from sessions_app.selectors import (
+    MessageRow,
+    StoredMessage,
+    context_left_out,
+    messages_read,
+    next_pending_user_message,
+)
 from sessions_app.services import message_append
 
 from .prompt import Prompt, message_tokens
@@ -83,13 +89,22 @@ def compaction_due(*, session: Session, prompt: Prompt, num_ctx: int, threshold:
     return total >= limit
 
 
-def auto_compaction_point(*, session: Session, budget: int) -> int | None:
+def auto_compaction_point(
+    *, session: Session, budget: int, answered: tuple[Prompt, int] | None = None
+) -> int | None:
     """Auto mode: the seq through which to compact, or None while everything fits.
 
     The newest messages filling KEEP_FRACTION of `budget` stay, starting at a user
     message so an exchange is never cut in half; never past a message still waiting for
     its answer.
+
+    `answered`: the prompt an exchange was answered with and the seq of the message it
+    answered. When that prompt's window read the whole uncompacted conversation, only
+    what it left out is read to tell whether everything still fits (the usual case,
+    one small query); the whole conversation is read only once it may not.
     """
+    if answered is not None and _still_fits(session, budget, *answered):
+        return None
     keep_budget = int(budget * KEEP_FRACTION)
     total = 0
     kept: list[MessageRow] = []
@@ -111,6 +126,15 @@ def auto_compaction_point(*, session: Session, budget: int) -> int | None:
     if pending is not None:
         point = min(point, pending.seq - 1)
     return point if point > session.compacted_through_seq else None
+
+
+def _still_fits(session: Session, budget: int, prompt: Prompt, answering_seq: int) -> bool:
+    if prompt.history_tokens is None:
+        return False  # the window was full: the conversation outgrew the budget
+    rest = context_left_out(session=session, floor_seq=session.compacted_through_seq, answering_seq=answering_seq,
+                            limit=_BATCH)
+    # Counted at most twice (a later message the window also read), never left out.
+    return len(rest) < _BATCH and prompt.history_tokens + sum(message_tokens(m) for m in rest) <= budget
 
 
 def summarizer_queue(*, session: Session, through_seq: int) -> None:

@@ -87,6 +87,10 @@ class Prompt:
     tools: list[dict[str, Any]]
     estimated_tokens: int
     window: list[Message]
+    # The tokens of every uncompacted message the window's reading went through (those it
+    # dropped included), when it reached the compaction point without filling the
+    # budget; None when the budget cut it short.
+    history_tokens: int | None = None
 
 
 def system_text(parts: PromptParts, *, with_tools: bool) -> str:
@@ -131,18 +135,21 @@ def prompt_build(
     fixed = estimate_tokens(system) + (estimate_tokens(json.dumps(schemas)) if schemas else 0)
     budget = max(num_ctx - reserve - fixed, 0)
 
-    window = _window(session, current, budget)
+    window, history_tokens = _window(session, current, budget)
     images = image_parts(window, vision=vision)
     messages = [{"role": "system", "content": system}] + [
         to_openai(m, answering=trust, images=images.get(m.pk)) for m in window
     ]
     used = fixed + sum(message_tokens(m) for m in window)
-    return Prompt(messages=messages, tools=schemas, estimated_tokens=used, window=window)
+    return Prompt(messages=messages, tools=schemas, estimated_tokens=used, window=window,
+                  history_tokens=history_tokens)
 
 
-def _window(session: Session, current: Message, budget: int) -> list[Message]:
+def _window(session: Session, current: Message, budget: int) -> tuple[list[Message], int | None]:
+    """The window, and `history_tokens` (see Prompt)."""
     picked: list[Message] = [current]  # the message being answered always goes in
     spent = message_tokens(current)
+    complete = True
     before: int | None = None
     while True:
         batch = context_read(
@@ -154,7 +161,7 @@ def _window(session: Session, current: Message, budget: int) -> list[Message]:
                 continue
             cost = message_tokens(message)
             if spent + cost > budget:
-                batch = []  # full
+                batch, complete = [], False  # full
                 break
             picked.append(message)
             spent += cost
@@ -167,4 +174,4 @@ def _window(session: Session, current: Message, budget: int) -> list[Message]:
         picked.pop(0)
     pending = [m for m in picked if m.answer_state == Message.Answer.PENDING]
     settled = [m for m in picked if m.answer_state != Message.Answer.PENDING]
-    return settled + pending
+    return settled + pending, spent if complete else None

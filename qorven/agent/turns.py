@@ -281,7 +281,7 @@ def _answer(session: Session, pending: Message, owner: str, *, overflowed: bool 
                 metadata["notice"] = "offline"
             _reply(session, pending, owner, completion.content, metadata=metadata)
         if not manual:
-            _after_exchange(session, route, prompt, reserve)
+            _after_exchange(session, route, prompt, reserve, pending)
         return _Result(_Step.ANSWERED)
     return _Result(_Step.FAILED)
 
@@ -292,13 +292,13 @@ def answer_backoff(tries: int) -> float:
     return settings.QORVEN_ANSWER_RETRY_DELAY * 4 ** max(tries - 1, 0)
 
 
-def _after_exchange(session: Session, route: ModelRoute, prompt: Prompt, reserve: int) -> None:
+def _after_exchange(session: Session, route: ModelRoute, prompt: Prompt, reserve: int, pending: Message) -> None:
     """Auto mode: once the uncompacted messages outgrow the window, queue the summarizer.
     The compaction point is the one the turn started from: a summarizer that moved it
     meanwhile only makes this count a little more than it needs (and a run it queues for
-    a range already condensed is skipped)."""
+    a range already condensed is skipped). What the prompt's window read is not read again."""
     budget = route.num_ctx - reserve - fixed_tokens(prompt)
-    point = auto_compaction_point(session=session, budget=budget)
+    point = auto_compaction_point(session=session, budget=budget, answered=(prompt, pending.seq))
     if point is not None:
         summarizer_queue(session=session, through_seq=point)
 

@@ -7,7 +7,9 @@ import pytest
 
 from memory_app.models import Memory
 from memory_app.selectors import memory_search
+from qorven.agent.compaction import auto_compaction_point, fixed_tokens
 from qorven.agent.gateway import inbound_accept
+from qorven.agent.prompt import PromptParts, prompt_build
 from sessions_app.models import Message, Session
 from sessions_app.services import message_append, session_resolve, session_rotate
 from tenancy.models import Qor, Usage
@@ -88,6 +90,53 @@ def seed_history(session, exchanges, *, channel="web", start=0):
 
 
 # --- auto mode --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("beside", ["nothing", "failed", "superseded", "later", "compacted"])
+def test_after_an_exchange_auto_mode_reads_what_the_window_left_out_and_decides_as_reading_it_all(
+    world, beside, django_assert_num_queries
+):
+    """What the prompt's window read is not read again after the exchange; the decision (and
+    the compaction point) is the one a reading of the whole conversation gives, at every budget."""
+    session = canonical(world)
+    seed_history(session, 4)
+    big = FILLER.format(i=99) * 3
+    if beside == "failed":  # refused by the model: never sent again, still condensed
+        failed = message_append(session=session, role="user", content=big, channel="web").message
+        Message.objects.filter(pk=failed.pk).update(answer_state=Message.Answer.FAILED)
+    if beside == "superseded":
+        message_append(session=session, role="assistant", content=big, channel="web", metadata={"superseded": True})
+    message_append(session=session, role="system", content=big, channel="web", metadata={"notice": "x"})  # never counts
+    pending = message_append(session=session, role="user", content="And the ferries?", channel="web",
+                             awaits_answer=True).message
+    if beside == "later":  # arrived while the model thought: its own turn is next
+        message_append(session=session, role="user", content=big, channel="telegram", awaits_answer=True)
+    if beside == "compacted":
+        Session.objects.filter(pk=session.pk).update(compacted_through_seq=4)
+    session.refresh_from_db()
+
+    sizes = range(150, 2400, 25)
+    prompts = [prompt_build(session=session, parts=PromptParts(system_prompt="Be brief."), tools=[],
+                            current=pending, num_ctx=num_ctx, reserve=0) for num_ctx in sizes]
+    # The exchange: a tool round and the answer are stored after the prompt was built.
+    message_append(session=session, role="assistant", content="", channel="web",
+                   tool_calls=[{"id": "c1", "type": "function",
+                                "function": {"name": "memory_search", "arguments": "{}"}}])
+    message_append(session=session, role="tool", content=big, channel="web", tool_call_id="c1")
+    message_append(session=session, role="assistant", content="They run hourly.", channel="web")
+    decided = []
+    for num_ctx, prompt in zip(sizes, prompts):
+        budget = num_ctx - fixed_tokens(prompt)
+        point = auto_compaction_point(session=session, budget=budget)
+        assert auto_compaction_point(session=session, budget=budget, answered=(prompt, pending.seq)) == point, num_ctx
+        decided.append(point)
+    assert decided[0] is not None and decided[-1] is None  # both outcomes were compared
+
+    roomy = prompt_build(session=session, parts=PromptParts(system_prompt="Be brief."), tools=[], current=pending,
+                         num_ctx=100_000, reserve=0)
+    with django_assert_num_queries(1):  # the window read it all; only what came after it is read
+        assert auto_compaction_point(session=session, budget=100_000 - fixed_tokens(roomy),
+                                     answered=(roomy, pending.seq)) is None
 
 
 def test_auto_mode_sends_the_note_and_the_recent_window_and_keeps_every_raw_row(

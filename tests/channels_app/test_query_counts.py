@@ -33,8 +33,22 @@ def test_a_turn_stays_within_its_query_budget(world, model_server, django_assert
     assert Message.objects.filter(session=session, role="assistant").get().content == "Not much."
 
 
+def test_a_turn_in_a_long_conversation_reads_it_once(world, model_server, django_assert_max_num_queries):
+    session = session_resolve(tenant=world.tenant_a, qor=world.qor_a, channel="web", user=world.alice)
+    for i in range(100):
+        message_append(session=session, role="user", content=f"question {i}", channel="web", notify=False)
+        message_append(session=session, role="assistant", content=f"answer {i}", channel="web", notify=False)
+    message_append(session=session, role="user", content="and now?", channel="web", awaits_answer=True,
+                   notify=False, metadata={"trust": "owner"})
+    model_server.add(reply("Now this."))
+    # All 201 fit the model's window: the prompt reads them in four batches of 64; the
+    # check for compaction after the answer reads only what came after them.
+    with django_assert_max_num_queries(QUERIES_PER_TURN + 3):
+        assert turn_process(tenant_id=world.tenant_a.pk, session_id=session.pk).answered == 1
+
+
 # Measured on SQLite (which counts its BEGIN and COMMIT): the lease; the session with its tenant,
 # Qor and user, and its pending message; the tool switches, the skills and the window; usage;
-# the reply (in its savepoint) with its bookkeeping in one transaction; the window again for compaction; one
-# small query finding the session active with nothing left to answer; the lease let go.
+# the reply (in its savepoint) with its bookkeeping in one transaction; what came after the window, for
+# compaction; one small query finding the session active with nothing left to answer; the lease let go.
 QUERIES_PER_TURN = 20
