@@ -452,7 +452,7 @@ WEBHOOK_HEADERS = {"Content-Type": "application/json", "X-Telegram-Bot-Api-Secre
 
 def asgi_server(env: dict[str, str]) -> str:
     """The ASGI server `qorven serve` runs on in this layout (QORVEN_ASGI_SERVER, else its default)."""
-    return env.get("QORVEN_ASGI_SERVER") or "daphne"
+    return env.get("QORVEN_ASGI_SERVER") or "uvicorn"
 
 
 def trivial_baseline(tmp: Path, env: dict[str, str], bodies: list[bytes]) -> tuple[Posted, float]:
@@ -929,7 +929,7 @@ def parent(sizes: Sizes, quick: bool, phases: list[str], wanted: list[str], live
                   "QORVEN_MODEL": "bench-model", "TELEGRAM_API_BASE": telegram.url}
         if server:
             common["QORVEN_ASGI_SERVER"] = server
-        notes.append(f"qorven serve runs on {server or 'daphne (the default)'}")
+        notes.append(f"qorven serve runs on {server or 'uvicorn (the default)'}")
         chosen = layouts(Path(tmp.name), common, wanted, pg_url, redis_url, notes, live_layer)
         for layout in chosen:
             started = time.monotonic()
@@ -977,7 +977,7 @@ def main() -> int:
     parser.add_argument("--live-layer", choices=("lists", "pubsub"), default="",
                         help="QORVEN_LIVE_LAYER for postgres+redis (default: the server's own default, pubsub)")
     parser.add_argument("--server", choices=("daphne", "uvicorn"), default="",
-                        help="QORVEN_ASGI_SERVER of qorven serve (default: the server's own default, daphne)")
+                        help="QORVEN_ASGI_SERVER of qorven serve (default: the server's own default, uvicorn)")
     parser.add_argument("--profile", metavar="DIR", default="",
                         help="sample every server and worker with py-spy (pip install py-spy) into DIR")
     parser.add_argument("--helper", action="store_true", help=argparse.SUPPRESS)

@@ -123,7 +123,7 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
 
     DATABASES["default"]["TEST"] = {"NAME": str(Path(tempfile.gettempdir()) / f"qorven-test-{os.getpid()}.sqlite3")}
 elif DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql" and env.bool("QORVEN_DB_POOL", default=True):
-    # psycopg's pool: under Daphne every request runs on a thread of its own, so a
+    # psycopg's pool: under an ASGI server every request runs on a thread of its own, so a
     # connection per request (CONN_MAX_AGE=0) or per thread (CONN_MAX_AGE>0, which
     # exhausts the server) is replaced by a bounded set that requests borrow and return.
     # `qorven worker` closes it before forking its children (each opens its own).
@@ -171,10 +171,9 @@ QORVEN_LIVE_CAPACITY = env.int("QORVEN_LIVE_CAPACITY", default=1000)
 # when many chats are busy at once (docs/performance.md). Neither keeps events for a socket
 # that was away: it catches up from the database by seq.
 QORVEN_LIVE_LAYER = env.str("QORVEN_LIVE_LAYER", default="pubsub")
-# The ASGI server of `qorven serve`: daphne, or uvicorn (about twice as fast to fan live
-# events out to many sockets and to take webhooks; opt-in until what the database-kill
-# scenario found on it is explained: docs/performance.md).
-QORVEN_ASGI_SERVER = env.str("QORVEN_ASGI_SERVER", default="daphne")
+# The ASGI server of `qorven serve`: uvicorn (about twice as fast as Daphne to fan live
+# events out to many sockets and to take webhooks: docs/performance.md), or daphne.
+QORVEN_ASGI_SERVER = env.str("QORVEN_ASGI_SERVER", default="uvicorn")
 if QORVEN_ASGI_SERVER not in ("daphne", "uvicorn"):
     raise environ.ImproperlyConfigured(f"QORVEN_ASGI_SERVER must be daphne or uvicorn, not {QORVEN_ASGI_SERVER!r}")
 if QORVEN_LIVE_LAYER not in ("pubsub", "lists"):

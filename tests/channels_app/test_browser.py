@@ -1,5 +1,5 @@
 """The chat page in a real browser: Debian's chromium driven by Playwright, against a real
-`qorven serve` (Daphne) subprocess on its own database, a scripted model server and a
+`qorven serve` subprocess on its own database, a scripted model server and a
 fake Telegram API. Screenshots go to test-artifacts/."""
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Under Daphne every request runs on a thread of its own. On PostgreSQL those threads
+"""Under an ASGI server every request runs on a thread of its own. On PostgreSQL those threads
 borrow connections from psycopg's pool instead of each opening (and closing) a new one."""
 from __future__ import annotations
 

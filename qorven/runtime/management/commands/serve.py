@@ -14,7 +14,7 @@ SOCKETS_CLOSE_WAIT = 5  # seconds uvicorn waits for open requests and sockets wh
 
 class Command(BaseCommand):
     help = (
-        "Serve Qorven (HTTP and WebSockets) with Daphne (or uvicorn). On the embedded default (no REDIS_URL) "
+        "Serve Qorven (HTTP and WebSockets) with uvicorn (or Daphne). On the embedded default (no REDIS_URL) "
         "a Celery worker runs inside this process, and so does the heartbeat scheduler (Celery "
         "beat), so nothing else needs to be started. Syncs the heartbeats defaults file and the "
         "learned skills folder on startup."
@@ -26,8 +26,8 @@ class Command(BaseCommand):
         parser.add_argument("--no-migrate", action="store_true", help="do not apply migrations first")
         parser.add_argument(
             "--server", choices=("daphne", "uvicorn"), default=settings.QORVEN_ASGI_SERVER,
-            help="the ASGI server (default QORVEN_ASGI_SERVER, daphne); uvicorn writes WebSocket frames "
-                 "to many sockets faster (docs/performance.md)",
+            help="the ASGI server (default QORVEN_ASGI_SERVER, uvicorn); uvicorn writes WebSocket frames "
+                 "to many sockets faster than Daphne (docs/performance.md)",
         )
         parser.add_argument(
             "--no-beat", action="store_true",
