@@ -23,8 +23,9 @@ class AgentConfig(AppConfig):
 
         @on_startup("serve", "worker")
         def model_sdk_load(startup: Startup) -> None:
-            """Import the model SDK now, not on the first turn (about a second here): a
-            worker's children are forked after this and start with it loaded."""
+            """Import the model SDK and build the host's model client now, not on the
+            first turn (about a second here): a worker's children are forked after
+            this and start with both."""
             from qorven.llm import sdk_load
 
             sdk_load()

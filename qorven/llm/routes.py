@@ -143,8 +143,15 @@ def _openai_provider() -> type[Provider]:
 
 
 def sdk_load() -> None:
-    """Import the model SDK now (a process that will call models, as it starts)."""
+    """As a process that will call models starts: import the model SDK and build the
+    client of the host's own model server (OPENAI_BASE_URL / QORVEN_MODEL), the route of
+    every Qor without one of its own. The first turn would otherwise pay both (building
+    a client loads the CA store and the SDK's lazily imported modules: tens of
+    milliseconds), and a worker pays it in each child: its children are forked after
+    this and start with both."""
     _openai_provider()
+    if settings.QORVEN_MODEL:
+        provider_for(ModelRoute(base_url=settings.OPENAI_BASE_URL, model=settings.QORVEN_MODEL, num_ctx=0))
 
 
 def provider_for(route: ModelRoute, *, max_retries: int | None = None) -> Provider:

@@ -1,0 +1,45 @@
+"""A process that calls models builds the client of the host's model server as it starts
+(`qorven serve` and `qorven worker`, through `sdk_load`), so no turn builds one: a client
+loads the CA store and the SDK's lazily imported modules, tens of milliseconds."""
+from __future__ import annotations
+
+import pytest
+
+from qorven.agent.turns import turn_process
+from qorven.llm import openai_provider, sdk_load
+from sessions_app.models import Message
+from sessions_app.services import message_append, session_resolve
+
+from ..fakes.model_server import reply
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+@pytest.fixture
+def no_clients():
+    """This process's clients, as a process starting has none."""
+    kept = dict(openai_provider._clients)
+    openai_provider._clients.clear()
+    yield openai_provider._clients
+    openai_provider._clients.clear()
+    openai_provider._clients.update(kept)
+
+
+def test_the_host_models_client_is_built_at_start_and_the_first_turn_uses_it(world, model_server, no_clients):
+    sdk_load()
+    built = list(no_clients.values())
+    assert len(built) == 1 and str(built[0].base_url).startswith(model_server.base_url)
+
+    session = session_resolve(tenant=world.tenant_a, qor=world.qor_a, channel="web", user=world.alice)
+    message_append(session=session, role="user", content="hello?", channel="web", sender_name="Alice",
+                   awaits_answer=True, notify=False, metadata={"trust": "owner"})
+    model_server.add(reply("Hello."))
+    assert turn_process(tenant_id=world.tenant_a.pk, session_id=session.pk).answered == 1
+    assert Message.objects.get(session=session, role="assistant").content == "Hello."
+    assert list(no_clients.values()) == built  # the turn built none of its own
+
+
+def test_with_no_model_configured_nothing_is_built(settings, no_clients):
+    settings.QORVEN_MODEL = ""
+    sdk_load()
+    assert not no_clients
