@@ -41,9 +41,11 @@ def append_execute(
     `created_at` None for the statement's own time) to the active session `session_id`;
     return the new row's (id, seq, created_at), or None when the session is not active.
 
-    In a caller's atomic block the statement runs in a savepoint, so a refused append (a
-    duplicate platform id, or a seq another writer took behind the session's back) leaves
-    the caller's transaction usable; otherwise it is a transaction of its own.
+    Outside an atomic block the statement is a transaction of its own. In a caller's
+    block, a message with a platform id runs in a savepoint, so a duplicate the unique
+    index refuses leaves the caller's transaction usable (message_append then returns the
+    stored one); without one nothing is caught, so no savepoint is spent on it (its two
+    statements were a third of an API POST's round trips).
     """
     plan = append_plan(db)
     params = [values[name] for name in plan.columns]
@@ -53,7 +55,7 @@ def append_execute(
     params = where + params if plan.session_first else params + where
     if plan.named:  # SQLite: Django maps %(pN)s to :pN with one format, not a regex over the statement
         params = dict(zip(plan.named, params))
-    if db.in_atomic_block:
+    if db.in_atomic_block and values["external_id"]:
         with transaction.atomic(using=db.alias):
             return _execute(db, plan.sql, params)
     return _execute(db, plan.sql, params)

@@ -49,6 +49,6 @@ def test_a_turn_in_a_long_conversation_reads_it_once(world, model_server, django
 
 # Measured on SQLite (which counts its BEGIN and COMMIT): the lease; the session with its tenant,
 # Qor and user, and its pending message; the tool switches, the skills and the window; usage;
-# the reply (in its savepoint) with its bookkeeping in one transaction; what came after the window, for
-# compaction; one small query finding the session active with nothing left to answer; the lease let go.
-QUERIES_PER_TURN = 20
+# the reply with its bookkeeping in one transaction; what came after the window, for compaction; one
+# small query finding the session active with nothing left to answer; the lease let go.
+QUERIES_PER_TURN = 18

@@ -89,16 +89,18 @@ def test_outside_a_transaction_an_append_is_its_own_and_refuses_an_archived_sess
     assert (session.last_seq, Message.objects.filter(session=session).count()) == (3, 3)
 
 
-def test_a_refused_append_leaves_the_callers_transaction_usable(world):
+def test_a_refused_append_of_a_platform_message_leaves_the_callers_transaction_usable(world):
     session = canonical(world)
     message_append(session=session, role="user", content="x", channel="web")
     with transaction.atomic():
         # Another writer took seq 2 behind the session's back: the append is refused by
-        # the unique seq, and only its own savepoint is rolled back.
+        # the unique seq, and only its own savepoint is rolled back (a message with a
+        # platform id runs in one, for the duplicate that races in).
         Message.objects.create(tenant=world.tenant_a, session=session, seq=2, role="user", content="y", channel="web")
         Session.objects.filter(pk=session.pk).update(last_seq=1)
         with pytest.raises(IntegrityError):
-            message_append(session=session, role="user", content="z", channel="web")
+            message_append(session=session, role="user", content="z", channel="telegram", external_scope="b1",
+                           external_id="77")
         assert Message.objects.filter(session=session).count() == 2
 
 
