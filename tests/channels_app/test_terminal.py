@@ -50,7 +50,9 @@ def test_chat_json_round_trip_streams_the_reply_then_stores_it(world, model_serv
     session = session_resolve(tenant=world.tenant_a, qor=world.qor_a, channel="telegram", user=world.alice)
     message_append(session=session, role="assistant", content="earlier, on telegram", channel="telegram",
                    sender_name="Aria", notify=False)
-    model_server.add(reply("Hello from the terminal side."))
+    # Streamed as a model does, over time (6 chunks, 50 ms apart): all at once, the stored
+    # reply can reach the client before its chunks, and a stored reply is never streamed again.
+    model_server.add(reply("Hello from the terminal side.", chunk_delay=0.05))
     qorven = Path(sys.executable).with_name("qorven")
     done = subprocess.run(
         [str(qorven), "chat", "--json", "--tenant", "acme", "--qor", "aria", "--user", "alice", "--history", "1",
