@@ -127,8 +127,9 @@ def test_a_visitor_attaches_an_image_in_the_widget_and_sees_it_in_the_chat(chat_
         try:
             with host_site(base) as site:
                 page, frame, errors = open_widget(browser, site)
-                # The file goes in once the frame's script listens for it (it runs at load).
-                page.locator(".qorven-frame").element_handle().content_frame().wait_for_load_state("load")
+                # The file goes in once the frame's script listens for it: it has run once it
+                # focuses the box (waiting for the frame's load could see its first, blank document).
+                expect(frame.locator("[data-input]")).to_be_focused()
                 frame.locator("[data-attach]").set_input_files(
                     files=[{"name": "receipt.jpg", "mimeType": "image/jpeg", "buffer": out.getvalue()}])
                 expect(frame.locator("[data-attachment]")).to_have_count(1)
