@@ -7,7 +7,7 @@ from django.conf import settings
 from django.db import transaction
 
 from sessions_app.models import Session
-from sessions_app.services import turn_lease_acquire
+from sessions_app.turn_writes import turn_lease_acquire
 from tenancy.slash_registry import CommandContext, slash_command
 
 ROTATABLE = (Session.Kind.CANONICAL, Session.Kind.LEGACY)

@@ -13,7 +13,8 @@ from sessions_app.errors import SessionClosed
 from sessions_app.leases import lease_kept
 from sessions_app.models import Message, Session
 from sessions_app.selectors import session_for_task
-from sessions_app.services import message_append, turn_lease_acquire, turn_lease_release
+from sessions_app.services import message_append
+from sessions_app.turn_writes import turn_lease_acquire, turn_lease_release
 from tenancy.selectors import budget_exhausted
 
 from .compaction import CompactionFailed, compaction_advance, compaction_rotate

@@ -19,7 +19,7 @@ from django.conf import settings
 from django.db import close_old_connections, connection
 
 from .errors import LeaseLost
-from .services import turn_leases_renew
+from .turn_writes import turn_leases_renew
 
 __all__ = ["LeaseLost", "lease_kept"]
 

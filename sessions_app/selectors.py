@@ -9,7 +9,7 @@ from typing import Any
 
 from django.contrib.auth.models import AbstractBaseUser
 from django.db import connection
-from django.db.models import Exists, OuterRef, QuerySet
+from django.db.models import QuerySet
 
 from qorven.runtime.prepared_read import PreparedRead
 from tenancy.models import Qor, Tenant
@@ -229,31 +229,16 @@ def next_pending_user_message(*, session: Session) -> Message | None:
     return _next_pending.first(session_id=session.pk)
 
 
-def _answerable(messages: QuerySet[Message]) -> QuerySet[Message]:
+def answerable(messages: QuerySet[Message]) -> QuerySet[Message]:
+    """Of `messages`, the user messages a turn could answer now (see next_pending_user_message)."""
     return messages.filter(answer_state=Message.Answer.PENDING).exclude(metadata__has_key="voice",
                                                                         metadata__voice="pending")
 
 
 # Read by every turn (compiled once: qorven.runtime.prepared_read).
 _next_pending: PreparedRead[Message] = PreparedRead(
-    lambda session_id: _answerable(Message.objects.filter(session_id=session_id)).order_by("seq")[:1],
+    lambda session_id: answerable(Message.objects.filter(session_id=session_id)).order_by("seq")[:1],
     session_id=int,
-)
-
-
-def turn_finished(*, tenant_id: int, session_id: int) -> bool:
-    """Whether the session is still active with nothing a turn could answer now: what a
-    turn asks after each answer, in one small query, before reading the session and its
-    next message again (a session rotated meanwhile is not finished: the turn follows it)."""
-    return _finished.first(tenant_id=tenant_id, session_id=session_id) is not None
-
-
-# Compiled once (qorven.runtime.prepared_read): the session's id when the turn is done.
-_finished: PreparedRead[Session] = PreparedRead(
-    lambda tenant_id, session_id: Session.objects.filter(tenant_id=tenant_id, pk=session_id,
-                                                         state=Session.State.ACTIVE)
-    .filter(~Exists(_answerable(Message.objects.filter(session_id=OuterRef("pk"))))).only("pk")[:1],
-    tenant_id=int, session_id=int,
 )
 
 

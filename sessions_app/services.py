@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any, Protocol
 
 from django.conf import settings
@@ -24,7 +24,7 @@ from tenancy.models import Qor, Tenant
 
 from .append_statement import append_execute
 from .channel_kinds import CHAT_FAMILY, OWN_SESSION_CHANNELS
-from .errors import LeaseLost, SessionClosed
+from .errors import SessionClosed
 from .models import Image, Message, Session
 from .signals import message_appended
 
@@ -212,71 +212,10 @@ def _find_external(tenant_id: int, scope: str, external_id: str) -> Message | No
     return next(iter(external_message_query(tenant_id, scope, external_id)), None)
 
 
-# Every turn takes, extends and lets go of its session's lease and marks its message
-# answered: these few writes are plain statements, since compiling an ORM update costs
-# more than running it (~0.25 ms of Python against ~0.06 ms on SQLite). Django's cursor
-# runs them, so errors are Django's and query counting sees them.
-def _turn_write(sql: str, params: list[Any]) -> int:
-    with connections[DEFAULT_DB_ALIAS].cursor() as cursor:
-        cursor.execute(sql, params)
-        return cursor.rowcount
-
-
-def _moment(value: datetime) -> Any:
-    """A datetime as this database stores it (as the ORM adapts it)."""
-    return connections[DEFAULT_DB_ALIAS].ops.adapt_datetimefield_value(value)
-
-
-def turn_lease_acquire(*, session_id: int, owner: str, seconds: int) -> bool:
-    """Try to take the session's turn lease (one turn at a time, across processes).
-    Succeeds when the lease is free, expired, or already ours."""
-    now = timezone.now()
-    return _turn_write(
-        "UPDATE sessions_app_session SET turn_owner = %s, turn_lease_until = %s WHERE id = %s"
-        " AND (turn_lease_until IS NULL OR turn_lease_until < %s OR turn_owner = %s)",
-        [owner, _moment(now + timedelta(seconds=seconds)), session_id, _moment(now), owner],
-    ) == 1
-
-
-def turn_lease_release(*, session_id: int, owner: str) -> None:
-    _turn_write("UPDATE sessions_app_session SET turn_owner = '', turn_lease_until = NULL"
-                " WHERE id = %s AND turn_owner = %s", [session_id, owner])
-
-
-def turn_lease_confirm(*, session_id: int, owner: str) -> None:
-    """Make sure `owner` still holds the session's lease, and extend it. Raises LeaseLost
-    otherwise: in a transaction, before writing a reply, it keeps a turn that stalled past
-    its lease from answering what another turn now answers."""
-    if not _turn_write(
-        "UPDATE sessions_app_session SET turn_lease_until = %s WHERE id = %s AND turn_owner = %s",
-        [_moment(timezone.now() + timedelta(seconds=settings.QORVEN_TURN_LEASE)), session_id, owner],
-    ):
-        raise LeaseLost(session_id)
-
-
-def turn_leases_renew(*, held: dict[str, int], seconds: int) -> list[str]:
-    """Extend the leases `held` (owner → session id) by `seconds`; the owners whose lease
-    was no longer theirs."""
-    until = timezone.now() + timedelta(seconds=seconds)
-    return [
-        owner for owner, session_id in held.items()
-        if not Session.objects.filter(pk=session_id, turn_owner=owner).update(turn_lease_until=until)
-    ]
-
-
 def session_mark_replied(*, session_id: int, through_seq: int) -> None:
-    """Record that user messages up to `through_seq` are answered (never moves back)."""
-    _turn_write("UPDATE sessions_app_session SET replied_through_seq = %s WHERE id = %s AND replied_through_seq < %s",
-                [through_seq, session_id, through_seq])
-
-
-def message_answered(*, message: Message) -> None:
-    """The message got its reply: it is no longer waiting, and the session's progress
-    moves past it."""
-    _turn_write("UPDATE sessions_app_message SET answer_state = %s WHERE id = %s",
-                [Message.Answer.ANSWERED, message.pk])
-    message.answer_state = Message.Answer.ANSWERED
-    session_mark_replied(session_id=message.session_id, through_seq=message.seq)
+    """Record that user messages up to `through_seq` are answered (never moves back). A
+    turn's answer records it with its lease (sessions_app.turn_writes.turn_answer_record)."""
+    Session.objects.filter(pk=session_id, replied_through_seq__lt=through_seq).update(replied_through_seq=through_seq)
 
 
 def message_answer_attempted(*, message: Message) -> int:

@@ -9,16 +9,17 @@ from django.core.cache import cache
 from qorven.runtime.database import DATABASE_DOWN, DATABASE_RETRY_DELAY, connections_drop_broken
 from qorven.runtime.log_context import log_context
 
-from .turns import TurnBusy, TurnOutcome, turn_process
+from .turns import TurnBusy, turn_process
 
 logger = logging.getLogger(__name__)
 
 # A turn that finds its session busy comes back after 0.5, 1, 2, 4, 8, then every 10
 # seconds — one such task per session (a marker in the cache), however many messages
 # queued a turn meanwhile: the turn that runs answers them all. The turn holding the
-# session answers what arrived meanwhile anyway, and queues one more turn if a message
-# slipped in as it let go; the waiting is for a lease left by a dead worker (it runs out
-# within QORVEN_TURN_LEASE; the sweeper queues whatever is still unanswered after that).
+# session answers what arrived meanwhile anyway: it lets go only in the statement that
+# finds nothing left to answer (sessions_app.turn_writes.turn_lease_end). The waiting is
+# for a lease left by a dead worker (it runs out within QORVEN_TURN_LEASE; the sweeper
+# queues whatever is still unanswered after that).
 BUSY_RETRIES = 12
 WAITER_TTL = 30  # seconds; renewed by each retry (busy_delay stays well under it)
 
@@ -39,15 +40,6 @@ def _wait_as_the_one(session_id: int, task_id: str) -> bool:
         cache.touch(key, WAITER_TTL)
         return True
     return False
-
-
-def _still_waiting(tenant_id: int, session_id: int) -> bool:
-    from sessions_app.models import Session
-    from sessions_app.selectors import next_pending_user_message, session_for_task
-
-    session = session_for_task(tenant_id=tenant_id, session_id=session_id)
-    return (session is not None and session.state == Session.State.ACTIVE  # else carried to its successor
-            and next_pending_user_message(session=session) is not None)
 
 
 def _stop_waiting(session_id: int, task_id: str) -> None:
@@ -80,7 +72,6 @@ def agent_turn(self, tenant_id: int, session_id: int, busy: int = 0) -> int:
                 return 0
             raise self.retry(args=(tenant_id, session_id), kwargs={"busy": busy + 1}, countdown=busy_delay(busy)) from None
         _stop_waiting(session_id, self.request.id)
-        _hand_off(tenant_id, session_id, outcome)
         if outcome.retry_after is not None:
             raise self.retry(args=(tenant_id, session_id), kwargs={"busy": 0}, countdown=outcome.retry_after)
         return outcome.answered
@@ -102,7 +93,6 @@ def turns_run(turns: list[tuple[int, int]]) -> None:
             except TurnBusy:
                 agent_turn.delay(tenant_id, session_id)  # it waits for the session (see above)
                 continue
-            _hand_off(tenant_id, session_id, outcome)
             if outcome.retry_after is not None:
                 agent_turn.apply_async((tenant_id, session_id), countdown=outcome.retry_after)
 
@@ -110,14 +100,6 @@ def turns_run(turns: list[tuple[int, int]]) -> None:
 def turns_queue(turns: list[tuple[int, int]]) -> None:
     """Send collected turns to the broker after all (their task is giving up its slot)."""
     for tenant_id, session_id in turns:
-        agent_turn.delay(tenant_id, session_id)
-
-
-def _hand_off(tenant_id: int, session_id: int, outcome: TurnOutcome) -> None:
-    progressed = outcome.answered + outcome.failed > 0  # a hand-off needs progress: it never loops
-    if progressed and outcome.retry_after is None and _still_waiting(tenant_id, session_id):
-        # A message stored just as this turn let go, whose own task found the session
-        # still held and left it to the waiting one: it is answered now, not by the sweeper.
         agent_turn.delay(tenant_id, session_id)
 
 

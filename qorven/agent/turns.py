@@ -37,14 +37,13 @@ from qorven.runtime.publisher import broadcast_soon
 from sessions_app.errors import SessionClosed
 from sessions_app.leases import LeaseLost, lease_kept
 from sessions_app.models import Message, Session
-from sessions_app.selectors import next_pending_user_message, session_for_task, session_successor, turn_finished
-from sessions_app.services import (
-    message_answer_attempted,
-    message_answer_fail,
-    message_answered,
-    message_append,
+from sessions_app.selectors import next_pending_user_message, session_for_task, session_successor
+from sessions_app.services import message_answer_attempted, message_answer_fail, message_append
+from sessions_app.turn_writes import (
+    turn_answer_record,
     turn_lease_acquire,
     turn_lease_confirm,
+    turn_lease_end,
     turn_lease_release,
 )
 from tenancy.models import Qor
@@ -126,12 +125,16 @@ def turn_process(*, tenant_id: int, session_id: int) -> TurnOutcome:
         raise TurnBusy(session_id)
     outcome = TurnOutcome()
     overflowed = False
+    released = False
     kept = lease_kept(session_id=session_id, owner=owner)
     try:
         with kept:
             while True:
-                if outcome.answered + outcome.failed and turn_finished(tenant_id=tenant_id, session_id=session_id):
-                    break  # the usual end: asked in one small query, not by reading it all again
+                if outcome.answered + outcome.failed and turn_lease_end(
+                    tenant_id=tenant_id, session_id=session_id, owner=owner
+                ):
+                    released = True
+                    break  # the usual end: nothing left to answer, the session let go in one statement
                 session = session_for_task(tenant_id=tenant_id, session_id=session_id)
                 if session is None:
                     break
@@ -172,7 +175,8 @@ def turn_process(*, tenant_id: int, session_id: int) -> TurnOutcome:
         # hold the session now: this one stops without writing anything more.
         logger.warning("turn on session %s lost its lease; leaving the session to the turn holding it", session_id)
     finally:
-        _let_go(session_id, owner)
+        if not released:
+            _let_go(session_id, owner)
     return outcome
 
 
@@ -333,12 +337,11 @@ def _reply(
     if notice:
         metadata["notice"] = notice
     with transaction.atomic():
-        turn_lease_confirm(session_id=session.pk, owner=owner)
+        turn_answer_record(message=pending, owner=owner)  # the lease first: LeaseLost writes nothing
         message = message_append(
             session=session, role=Message.Role.ASSISTANT, content=content, channel=pending.channel,
             sender_name=session.qor.name, metadata=metadata,
         ).message
-        message_answered(message=pending)
         transaction.on_commit(lambda: turn_stop_clear(session_id=session.pk, reply_to=pending.seq))
         # Registered after the reply's message.new, so it follows it through the ordered sender.
         done = {"type": "message.done", "reply_to": pending.seq, "seq": message.seq}

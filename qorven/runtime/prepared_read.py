@@ -64,17 +64,27 @@ class PreparedRead(Generic[M]):
         plan, rows = self._run(values, many=True)
         return [self._instance(plan, row) for row in rows]
 
-    def _run(self, values: dict[str, Any], *, many: bool) -> tuple[_Plan, list[Any]]:
+    def statement(self, **values: Any) -> tuple[str, list[Any]]:
+        """The SQL and its parameters, for a statement that runs the read as a subquery
+        (`… WHERE id IN (<it>)`)."""
+        plan, params = self._bind(values)
+        return plan.sql, params
+
+    def _bind(self, values: dict[str, Any]) -> tuple[_Plan, list[Any]]:
         if values.keys() != self._parameters.keys():
             raise TypeError(f"expected the parameters {sorted(self._parameters)}, got {sorted(values)}")
-        db = connections[DEFAULT_DB_ALIAS]
+        vendor = connections[DEFAULT_DB_ALIAS].vendor
         plan = self._plan
-        if plan is None or plan.vendor != db.vendor:
-            plan = self._prepare(db.vendor)
+        if plan is None or plan.vendor != vendor:
+            plan = self._prepare(vendor)
         params = list(plan.params)
         for position, name in plan.slots:
             params[position] = values[name]
-        with db.cursor() as cursor:
+        return plan, params
+
+    def _run(self, values: dict[str, Any], *, many: bool) -> tuple[_Plan, list[Any]]:
+        plan, params = self._bind(values)
+        with connections[DEFAULT_DB_ALIAS].cursor() as cursor:
             cursor.execute(plan.sql, params)
             rows = cursor.fetchall() if many else [row for row in [cursor.fetchone()] if row is not None]
         return plan, list(plan.compiler.results_iter([rows])) if rows else []  # the database's converters

@@ -10,7 +10,8 @@ from celery import signals
 
 from channels_app.models import InboundEvent
 from sessions_app.models import Message
-from sessions_app.services import session_resolve, turn_lease_acquire, turn_lease_release
+from sessions_app.services import session_resolve
+from sessions_app.turn_writes import turn_lease_acquire, turn_lease_release
 
 from ..fakes.model_server import reply
 from .conftest import pair

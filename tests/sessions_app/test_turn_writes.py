@@ -1,0 +1,111 @@
+"""A turn's own writes: the lease it lets go only when nothing is left to answer, and the
+answered marks stored with its reply only while the lease is still its own."""
+from __future__ import annotations
+
+import pytest
+from django.db import transaction
+
+from sessions_app.errors import LeaseLost
+from sessions_app.models import Message, Session
+from sessions_app.services import message_append, session_resolve
+from sessions_app.turn_writes import turn_answer_record, turn_lease_acquire, turn_lease_end
+
+LEASE = 300
+
+
+def canonical(world):
+    return session_resolve(tenant=world.tenant_a, qor=world.qor_a, channel="web", user=world.alice)
+
+
+def ask(session, text, **metadata):
+    return message_append(session=session, role="user", content=text, channel="web", awaits_answer=True,
+                          notify=False, metadata=metadata).message
+
+
+def holder(session):
+    return Session.objects.values_list("turn_owner", flat=True).get(pk=session.pk)
+
+
+def end(session, owner="turn-1"):
+    return turn_lease_end(tenant_id=session.tenant_id, session_id=session.pk, owner=owner)
+
+
+def test_the_lease_is_let_go_only_when_nothing_waits_for_an_answer(world):
+    session = canonical(world)
+    question = ask(session, "first")
+    assert turn_lease_acquire(session_id=session.pk, owner="turn-1", seconds=LEASE)
+
+    assert end(session) is False  # "first" still waits: the turn goes on and answers it
+    assert holder(session) == "turn-1"
+
+    turn_answer_record(message=question, owner="turn-1")
+    assert end(session) is True
+    assert holder(session) == ""
+
+
+def test_a_message_stored_before_the_end_keeps_the_session_held(world):
+    session = canonical(world)
+    question = ask(session, "first")
+    assert turn_lease_acquire(session_id=session.pk, owner="turn-1", seconds=LEASE)
+    turn_answer_record(message=question, owner="turn-1")
+    ask(session, "and one more")  # arrives while the turn is answering "first"
+
+    assert end(session) is False
+    assert holder(session) == "turn-1"
+
+
+def test_a_voice_note_still_being_transcribed_does_not_keep_the_session_held(world):
+    session = canonical(world)
+    ask(session, "(voice note)", voice="pending")
+    assert turn_lease_acquire(session_id=session.pk, owner="turn-1", seconds=LEASE)
+
+    assert end(session) is True
+
+
+def test_another_turns_lease_or_a_rotated_session_is_not_let_go(world):
+    session = canonical(world)
+    assert turn_lease_acquire(session_id=session.pk, owner="turn-2", seconds=LEASE)
+    assert end(session, owner="turn-1") is False
+    assert holder(session) == "turn-2"
+
+    Session.objects.filter(pk=session.pk).update(state=Session.State.ARCHIVED)
+    assert end(session, owner="turn-2") is False  # the turn follows the session's successor
+    assert holder(session) == "turn-2"
+
+
+def test_another_tenants_session_is_not_let_go(world):
+    session = canonical(world)
+    assert turn_lease_acquire(session_id=session.pk, owner="turn-1", seconds=LEASE)
+    assert turn_lease_end(tenant_id=world.tenant_b.pk, session_id=session.pk, owner="turn-1") is False
+    assert holder(session) == "turn-1"
+
+
+def test_an_answer_is_recorded_with_the_lease_and_the_progress_never_moves_back(world):
+    session = canonical(world)
+    first, second = ask(session, "first"), ask(session, "second")
+    assert turn_lease_acquire(session_id=session.pk, owner="turn-1", seconds=LEASE)
+
+    turn_answer_record(message=second, owner="turn-1")
+    turn_answer_record(message=first, owner="turn-1")
+
+    session.refresh_from_db()
+    assert session.replied_through_seq == second.seq
+    assert session.turn_lease_until is not None
+    states = dict(Message.objects.filter(session=session).values_list("seq", "answer_state"))
+    assert states == {first.seq: Message.Answer.ANSWERED, second.seq: Message.Answer.ANSWERED}
+    assert first.answer_state == Message.Answer.ANSWERED
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_turn_that_lost_its_lease_records_nothing(world):
+    session = canonical(world)
+    question = ask(session, "first")
+    assert turn_lease_acquire(session_id=session.pk, owner="turn-2", seconds=LEASE)  # took it from turn-1
+
+    with pytest.raises(LeaseLost), transaction.atomic():
+        turn_answer_record(message=question, owner="turn-1")
+
+    session.refresh_from_db()
+    question.refresh_from_db()
+    assert question.answer_state == Message.Answer.PENDING
+    assert session.replied_through_seq == 0
