@@ -14,6 +14,7 @@ import threading
 from typing import Any
 
 from channels.layers import get_channel_layer
+from django.core.cache import caches
 
 from .layers import InMemoryChannelLayer
 from .streams import stream_track
@@ -86,6 +87,11 @@ class _Sender:
             return self._idle.wait_for(lambda: self._pending == 0, timeout)
 
     def _run(self) -> None:
+        # Django keeps a cache client per context (asgiref's Local), and each
+        # run_until_complete below runs in a fresh copy of this thread's context: unless
+        # the client is made here first, every batch made its own, and on Redis opened a
+        # new connection for its stream-buffer write (~2 ms, before the event could leave).
+        caches["default"]
         loop = asyncio.new_event_loop()
         asyncio.set_event_loop(loop)
         while True:
