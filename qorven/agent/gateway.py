@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from contextvars import ContextVar
 from typing import Any
 
@@ -81,7 +81,10 @@ def inbound_accept(
     addressed = not (metadata or {}).get("no_reply")
     voice_waits = heard.get("voice") == "pending"
     awaits_answer = parsed is None and addressed and (not heard or voice_waits)
-    with transaction.atomic():
+    # A message alone is one statement, a transaction of its own (sessions_app.append_statement):
+    # what is written with it — images, a command's answer — shares a transaction with it.
+    alone = not images and parsed is None
+    with nullcontext() if alone else transaction.atomic():
         for attempt in range(2):
             try:
                 result = message_append(
