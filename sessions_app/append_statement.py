@@ -29,6 +29,7 @@ from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.models import Field
 from django.utils.dateparse import parse_datetime
 
+from .errors import LeaseLost
 from .models import Message, Session
 
 _ACTIVE = Session.State.ACTIVE.value
@@ -71,6 +72,11 @@ class AppendPlan:
     adapters: list[tuple[int, Callable[[Any], Any]]]  # (position, adapter) of those not sent as is
     session_first: bool  # the session's id and state come before the values
     named: tuple[str, ...] = ()  # parameter names, where the statement names its parameters
+    # PostgreSQL: the append of a turn's reply, which also confirms and extends the turn's
+    # lease and marks the message it answers (reply_execute); its parameters: the lease's
+    # new end, the answered seq, the session's id and state, the owner, the answered
+    # state and the answered message's id, then the values.
+    reply_sql: str = ""
 
 
 _plans: dict[str, AppendPlan] = {}  # by vendor
@@ -95,10 +101,19 @@ def append_plan(db: BaseDatabaseWrapper) -> AppendPlan:
     inserted = [f for f in fields if f.attname != "seq"]
     sessions, messages = quote(Session._meta.db_table), quote(Message._meta.db_table)
     returning = f"RETURNING {quote('id')}, {quote('seq')}, {quote('created_at')}"
+    reply_sql = ""
     if db.vendor == "postgresql":
         sql = (
             f"WITH allocated AS (UPDATE {sessions} SET last_seq = last_seq + 1"
             f" WHERE id = {mark} AND state = {mark} RETURNING last_seq AS seq)"
+            f" INSERT INTO {messages} ({columns}) SELECT {values} FROM allocated {returning}"
+        )
+        reply_sql = (
+            f"WITH allocated AS (UPDATE {sessions} SET last_seq = last_seq + 1, turn_lease_until = {mark},"
+            f" replied_through_seq = GREATEST(replied_through_seq, {mark})"
+            f" WHERE id = {mark} AND state = {mark} AND turn_owner = {mark} RETURNING last_seq AS seq),"
+            f" marked AS (UPDATE {messages} SET answer_state = {mark} WHERE id = {mark}"
+            f" AND EXISTS (SELECT 1 FROM allocated))"
             f" INSERT INTO {messages} ({columns}) SELECT {values} FROM allocated {returning}"
         )
     else:
@@ -118,8 +133,36 @@ def append_plan(db: BaseDatabaseWrapper) -> AppendPlan:
         adapters=[(i, adapt) for i, f in enumerate(inserted) if (adapt := _adapter(f, db)) is not None],
         session_first=db.vendor == "postgresql",
         named=named,
+        reply_sql=reply_sql,
     )
     return plan
+
+
+def reply_execute(
+    db: BaseDatabaseWrapper, *, session_id: int, values: dict[str, Any], owner: str, lease_until: Any,
+    answers_id: int, answers_seq: int,
+) -> tuple[int, int, datetime] | None:
+    """PostgreSQL: append a turn's reply (as append_execute) in the statement that also
+    confirms `owner`'s lease on the session and extends it to `lease_until`, marks message
+    `answers_id` answered and moves the session's progress past `answers_seq` — one round
+    trip, a transaction of its own outside an atomic block. Raises LeaseLost when the lease
+    is no longer `owner`'s; returns None when the session is not active."""
+    plan = append_plan(db)
+    if not plan.reply_sql:
+        raise ValueError(f"{db.vendor} stores a reply in a transaction of the caller's (sessions_app.turn_writes)")
+    params = [values[name] for name in plan.columns]
+    for i, adapt in plan.adapters:
+        params[i] = adapt(params[i])
+    head = [lease_until, answers_seq, session_id, _ACTIVE, owner, Message.Answer.ANSWERED, answers_id]
+    row = _execute(db, plan.reply_sql, head + params)
+    if row is None:
+        with db.cursor() as cursor:
+            cursor.execute(f"SELECT turn_owner FROM {db.ops.quote_name(Session._meta.db_table)} WHERE id = %s",
+                           [session_id])
+            found = cursor.fetchone()
+        if found is None or found[0] != owner:
+            raise LeaseLost(session_id)
+    return row
 
 
 def _execute(db: BaseDatabaseWrapper, sql: str, params: list[Any]) -> tuple[int, int, datetime] | None:

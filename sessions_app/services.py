@@ -22,11 +22,20 @@ from django.utils import timezone
 from qorven.runtime.prepared_read import PreparedRead
 from tenancy.models import Qor, Tenant
 
-from .append_statement import append_execute
+from .append_statement import append_execute, reply_execute
 from .channel_kinds import CHAT_FAMILY, OWN_SESSION_CHANNELS
 from .errors import SessionClosed
 from .models import Image, Message, Session
 from .signals import message_appended
+
+
+@dataclass(frozen=True)
+class Answering:
+    """A reply's turn: the user message it answers, the lease's owner and its new end."""
+
+    message: Message
+    owner: str
+    lease_until: Any  # as the database stores it
 
 
 @dataclass(frozen=True)
@@ -128,6 +137,7 @@ def message_append(
     metadata: dict[str, Any] | None = None,
     notify: bool = True,
     awaits_answer: bool = False,
+    answering: Answering | None = None,
 ) -> AppendResult:
     """Append one message to `session` with the next seq.
 
@@ -140,6 +150,10 @@ def message_append(
     history is stored without being broadcast or sent anywhere again. `awaits_answer`: a
     user message the Qor is to answer; it starts `pending` (see message_answer_*).
     Raises SessionClosed if the session is archived.
+
+    `answering` (PostgreSQL only; see sessions_app.turn_writes.reply_store): the message
+    is a turn's reply, stored in the statement that confirms the turn's lease (LeaseLost)
+    and marks the message it answers.
     """
     if external_id and not external_scope:
         raise ValueError("external_id needs an external_scope (the binding or user it is unique in)")
@@ -166,7 +180,12 @@ def message_append(
     }
     db = connections[DEFAULT_DB_ALIAS]
     try:
-        row = append_execute(db, session_id=session.pk, values=values)
+        if answering is None:
+            row = append_execute(db, session_id=session.pk, values=values)
+        else:
+            row = reply_execute(db, session_id=session.pk, values=values, owner=answering.owner,
+                                lease_until=answering.lease_until, answers_id=answering.message.pk,
+                                answers_seq=answering.message.seq)
     except IntegrityError:
         # The same external id raced in (the unique index decided); it is stored once.
         existing = _find_external(session.tenant_id, external_scope, external_id) if external_id else None

@@ -13,7 +13,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django.conf import settings
-from django.db import DEFAULT_DB_ALIAS, connections
+from django.db import DEFAULT_DB_ALIAS, connections, transaction
 from django.db.models import Exists, OuterRef
 from django.utils import timezone
 
@@ -22,6 +22,7 @@ from qorven.runtime.prepared_read import PreparedRead
 from .errors import LeaseLost
 from .models import Message, Session
 from .selectors import answerable
+from .services import Answering, message_append
 
 
 def _write(sql: str, params: list[Any]) -> int:
@@ -103,6 +104,28 @@ def turn_answer_record(*, message: Message, owner: str) -> None:
     if not kept:
         raise LeaseLost(session_id)
     message.answer_state = Message.Answer.ANSWERED
+
+
+def reply_store(*, session: Session, answers: Message, owner: str, content: str, channel: str, sender_name: str,
+                metadata: dict[str, Any]) -> Message:
+    """Store a turn's reply to user message `answers` with the answered marks, once the
+    lease is confirmed still `owner`'s (else LeaseLost, and nothing is written; SessionClosed
+    when the session was archived meanwhile). Committed on return, unless the caller holds a
+    transaction. PostgreSQL: one statement; SQLite: three in one transaction."""
+    if _postgres():
+        until = _moment(timezone.now() + timedelta(seconds=settings.QORVEN_TURN_LEASE))
+        message = message_append(
+            session=session, role=Message.Role.ASSISTANT, content=content, channel=channel, sender_name=sender_name,
+            metadata=metadata, answering=Answering(message=answers, owner=owner, lease_until=until),
+        ).message
+        answers.answer_state = Message.Answer.ANSWERED
+        return message
+    with transaction.atomic():
+        turn_answer_record(message=answers, owner=owner)  # the lease first: LeaseLost writes nothing
+        return message_append(
+            session=session, role=Message.Role.ASSISTANT, content=content, channel=channel, sender_name=sender_name,
+            metadata=metadata,
+        ).message
 
 
 # The session's id while it is active with nothing a turn could answer now (compiled once).

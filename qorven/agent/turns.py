@@ -40,7 +40,7 @@ from sessions_app.models import Message, Session
 from sessions_app.selectors import next_pending_user_message, session_for_task, session_successor
 from sessions_app.services import message_answer_attempted, message_answer_fail, message_append
 from sessions_app.turn_writes import (
-    turn_answer_record,
+    reply_store,
     turn_lease_acquire,
     turn_lease_confirm,
     turn_lease_end,
@@ -330,22 +330,18 @@ def _reply(
     notice: str = "",
 ) -> Message:
     """Append the final answer (tagged with the inbound channel) and mark the message
-    answered, in one transaction that first confirms this turn still holds the session
-    (so a turn that lost its lease never answers twice); then tell streaming surfaces the
-    reply is complete."""
+    answered, with the confirmation that this turn still holds the session (so a turn
+    that lost its lease never answers twice: sessions_app.turn_writes.reply_store); then
+    tell streaming surfaces the reply is complete."""
     metadata = {"reply_to": pending.seq, **(metadata or {})}
     if notice:
         metadata["notice"] = notice
-    with transaction.atomic():
-        turn_answer_record(message=pending, owner=owner)  # the lease first: LeaseLost writes nothing
-        message = message_append(
-            session=session, role=Message.Role.ASSISTANT, content=content, channel=pending.channel,
-            sender_name=session.qor.name, metadata=metadata,
-        ).message
-        transaction.on_commit(lambda: turn_stop_clear(session_id=session.pk, reply_to=pending.seq))
-        # Registered after the reply's message.new, so it follows it through the ordered sender.
-        done = {"type": "message.done", "reply_to": pending.seq, "seq": message.seq}
-        transaction.on_commit(lambda: broadcast_soon(session.pk, done))
+    message = reply_store(session=session, answers=pending, owner=owner, content=content, channel=pending.channel,
+                          sender_name=session.qor.name, metadata=metadata)
+    # After the reply's message.new (sent as it was stored), so it follows it through the ordered sender.
+    done = {"type": "message.done", "reply_to": pending.seq, "seq": message.seq}
+    transaction.on_commit(lambda: turn_stop_clear(session_id=session.pk, reply_to=pending.seq))
+    transaction.on_commit(lambda: broadcast_soon(session.pk, done))
     return message
 
 

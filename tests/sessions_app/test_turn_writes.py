@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 from django.db import transaction
 
-from sessions_app.errors import LeaseLost
+from sessions_app.errors import LeaseLost, SessionClosed
 from sessions_app.models import Message, Session
 from sessions_app.services import message_append, session_resolve
-from sessions_app.turn_writes import turn_answer_record, turn_lease_acquire, turn_lease_end
+from sessions_app.turn_writes import reply_store, turn_answer_record, turn_lease_acquire, turn_lease_end
 
 LEASE = 300
 
@@ -109,3 +109,56 @@ def test_a_turn_that_lost_its_lease_records_nothing(world):
     question.refresh_from_db()
     assert question.answer_state == Message.Answer.PENDING
     assert session.replied_through_seq == 0
+
+
+def reply(session, question, owner="turn-1", text="Here you are."):
+    return reply_store(session=session, answers=question, owner=owner, content=text, channel="web",
+                       sender_name="Aria", metadata={"reply_to": question.seq})
+
+
+@pytest.mark.django_db(transaction=True)  # committed as a turn commits it
+def test_a_reply_is_stored_with_the_lease_confirmed_and_its_question_answered(world):
+    session = canonical(world)
+    question = ask(session, "first")
+    assert turn_lease_acquire(session_id=session.pk, owner="turn-1", seconds=LEASE)
+
+    answer = reply(session, question)
+
+    assert (answer.seq, answer.role, answer.content) == (question.seq + 1, "assistant", "Here you are.")
+    stored = Message.objects.get(pk=answer.pk)
+    assert (stored.seq, stored.content, stored.metadata) == (answer.seq, "Here you are.", {"reply_to": question.seq})
+    question.refresh_from_db()
+    session.refresh_from_db()
+    assert question.answer_state == Message.Answer.ANSWERED
+    assert (session.replied_through_seq, session.last_seq, session.turn_owner) == (question.seq, answer.seq, "turn-1")
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_turn_that_lost_its_lease_stores_no_reply(world):
+    session = canonical(world)
+    question = ask(session, "first")
+    assert turn_lease_acquire(session_id=session.pk, owner="turn-2", seconds=LEASE)
+
+    with pytest.raises(LeaseLost):
+        reply(session, question, owner="turn-1")
+
+    question.refresh_from_db()
+    session.refresh_from_db()
+    assert list(Message.objects.filter(session=session).values_list("role", flat=True)) == ["user"]
+    assert question.answer_state == Message.Answer.PENDING
+    assert (session.replied_through_seq, session.last_seq) == (0, question.seq)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_reply_to_a_session_archived_meanwhile_is_not_stored(world):
+    session = canonical(world)
+    question = ask(session, "first")
+    assert turn_lease_acquire(session_id=session.pk, owner="turn-1", seconds=LEASE)
+    Session.objects.filter(pk=session.pk).update(state=Session.State.ARCHIVED)
+
+    with pytest.raises(SessionClosed):
+        reply(session, question)
+
+    question.refresh_from_db()
+    assert Message.objects.filter(session=session).count() == 1
+    assert question.answer_state == Message.Answer.PENDING
