@@ -28,7 +28,7 @@ from sessions_app.selectors import (
 )
 from sessions_app.services import message_append
 
-from .prompt import Prompt, message_tokens
+from .prompt import READ_BATCH, READ_BATCH_MAX, Prompt, message_tokens
 
 logger = logging.getLogger(__name__)
 
@@ -58,18 +58,21 @@ def _counts(message: StoredMessage) -> bool:
 
 
 def _newest_first(session: Session):
-    """The session's uncompacted messages that reach the model, newest first."""
+    """The session's uncompacted messages that reach the model, newest first (read in
+    doubling batches, as the prompt's window is)."""
     before: int | None = None
+    size = READ_BATCH
     while True:
-        batch = messages_read(session=session, before_seq=before, limit=_BATCH)
+        batch = messages_read(session=session, before_seq=before, limit=size)
         for message in reversed(batch):
             if message.seq <= session.compacted_through_seq:
                 return
             if _counts(message):
                 yield message
-        if len(batch) < _BATCH:
+        if len(batch) < size:
             return
         before = batch[0].seq
+        size = min(size * 2, READ_BATCH_MAX)
 
 
 def fixed_tokens(prompt: Prompt) -> int:

@@ -92,6 +92,15 @@ def seed_history(session, exchanges, *, channel="web", start=0):
 # --- auto mode --------------------------------------------------------------------------
 
 
+def test_reading_a_long_conversation_for_compaction_takes_a_few_growing_reads(world, django_assert_max_num_queries):
+    """700 messages, all within the budget: read in batches of 64, 128, 256 and 512, not
+    eleven of 64 (each a round trip, after every exchange once the window is full)."""
+    session = canonical(world)
+    seed_history(session, 350)
+    with django_assert_max_num_queries(4):
+        assert auto_compaction_point(session=session, budget=10**6) is None
+
+
 @pytest.mark.parametrize("beside", ["nothing", "failed", "superseded", "later", "compacted"])
 def test_after_an_exchange_auto_mode_reads_what_the_window_left_out_and_decides_as_reading_it_all(
     world, beside, django_assert_num_queries
