@@ -229,6 +229,14 @@ def next_pending_user_message(*, session: Session) -> Message | None:
     return _next_pending.first(session_id=session.pk)
 
 
+def pending_with_session(*, tenant_id: int, session_id: int) -> Message | None:
+    """What a turn reads first: the oldest user message of the session a turn could answer
+    now (as next_pending_user_message) with its session, and the session's tenant, Qor and
+    user, attached — one read. None when nothing waits, or the session is gone or another
+    tenant's."""
+    return _pending_with_session.first(tenant_id=tenant_id, session_id=session_id)
+
+
 def answerable(messages: QuerySet[Message]) -> QuerySet[Message]:
     """Of `messages`, the user messages a turn could answer now (see next_pending_user_message)."""
     return messages.filter(answer_state=Message.Answer.PENDING).exclude(metadata__has_key="voice",
@@ -236,6 +244,11 @@ def answerable(messages: QuerySet[Message]) -> QuerySet[Message]:
 
 
 # Read by every turn (compiled once: qorven.runtime.prepared_read).
+_pending_with_session: PreparedRead[Message] = PreparedRead(
+    lambda tenant_id, session_id: answerable(Message.objects.filter(tenant_id=tenant_id, session_id=session_id))
+    .select_related("session__tenant", "session__qor", "session__user").order_by("seq")[:1],
+    tenant_id=int, session_id=int,
+)
 _next_pending: PreparedRead[Message] = PreparedRead(
     lambda session_id: answerable(Message.objects.filter(session_id=session_id)).order_by("seq")[:1],
     session_id=int,

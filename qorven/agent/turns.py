@@ -37,7 +37,7 @@ from qorven.runtime.publisher import broadcast_soon
 from sessions_app.errors import SessionClosed
 from sessions_app.leases import LeaseLost, lease_kept
 from sessions_app.models import Message, Session
-from sessions_app.selectors import next_pending_user_message, session_for_task, session_successor
+from sessions_app.selectors import pending_with_session, session_for_task, session_successor
 from sessions_app.services import message_answer_attempted, message_answer_fail, message_append
 from sessions_app.turn_writes import (
     reply_store,
@@ -135,9 +135,14 @@ def turn_process(*, tenant_id: int, session_id: int) -> TurnOutcome:
                 ):
                     released = True
                     break  # the usual end: nothing left to answer, the session let go in one statement
-                session = session_for_task(tenant_id=tenant_id, session_id=session_id)
-                if session is None:
-                    break
+                # Usually one read: the message to answer, with its session.
+                pending = pending_with_session(tenant_id=tenant_id, session_id=session_id)
+                if pending is not None and pending.session.state == Session.State.ACTIVE:
+                    session = pending.session
+                else:
+                    session = session_for_task(tenant_id=tenant_id, session_id=session_id)
+                    if session is None or session.state == Session.State.ACTIVE:
+                        break  # gone, or nothing to answer
                 if session.state != Session.State.ACTIVE:
                     # Rotated (/clear, /compact, manual compaction): what was still waiting for an
                     # answer was carried to the successor, so the turn follows it there.
@@ -150,9 +155,7 @@ def turn_process(*, tenant_id: int, session_id: int) -> TurnOutcome:
                     session_id = successor.pk
                     kept.move(session_id)
                     continue
-                pending = next_pending_user_message(session=session)
-                if pending is None:
-                    break
+                assert pending is not None
                 started = time.perf_counter()
                 try:
                     with log_context(qor=session.qor_id, session=session.pk, seq=pending.seq):

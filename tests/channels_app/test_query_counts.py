@@ -64,10 +64,10 @@ def test_a_turn_in_a_long_conversation_reads_it_once(world, model_server, django
 
 
 def queries_per_turn() -> int:
-    """The lease; the session with its tenant, Qor and user, and its pending message; the
-    tool switches, the MCP servers, the skills, the model fallbacks and the window; usage;
+    """The lease; the pending message with its session and the session's tenant, Qor and
+    user (one read); the tool switches, the MCP servers, the skills, the model fallbacks and the window; usage;
     the reply with the lease's confirmation and the answered marks; what came after the
     window, for compaction; the lease let go in the statement that finds nothing left to
     answer. The reply is one statement on PostgreSQL; on SQLite three, with the BEGIN and
     COMMIT it counts."""
-    return 12 if connection.vendor == "postgresql" else 16
+    return 11 if connection.vendor == "postgresql" else 15

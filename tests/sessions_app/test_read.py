@@ -81,3 +81,21 @@ def test_read_rows_carry_what_was_stored_decoded(world):
     assert first.tool_calls == calls and first.metadata == {"reply_to": 3, "notice": ""}
     assert first.created_at == stored.created_at and first.created_at.tzinfo is not None
     assert (second.tool_calls, second.tool_call_id, second.metadata) == (None, "c1", {})
+
+
+def test_a_turn_reads_its_message_with_the_session_in_one_query_and_never_another_tenants(world):
+    from sessions_app.selectors import pending_with_session
+
+    session = session_resolve(tenant=world.tenant_a, qor=world.qor_a, channel="web", user=world.alice)
+    message_append(session=session, role="user", content="answered already", channel="web")
+    first = message_append(session=session, role="user", content="first", channel="web", awaits_answer=True).message
+    message_append(session=session, role="user", content="second", channel="web", awaits_answer=True)
+
+    with CaptureQueriesContext(connection) as read:
+        pending = pending_with_session(tenant_id=world.tenant_a.pk, session_id=session.pk)
+        assert (pending.pk, pending.content) == (first.pk, "first")
+        assert (pending.session.pk, pending.session.state) == (session.pk, "active")
+        assert (pending.session.tenant.slug, pending.session.qor.pk, pending.session.user.pk) == (
+            world.tenant_a.slug, world.qor_a.pk, world.alice.pk)
+    assert len(read) == 1
+    assert pending_with_session(tenant_id=world.tenant_b.pk, session_id=session.pk) is None
