@@ -49,9 +49,7 @@ def append_execute(
     statements were a third of an API POST's round trips).
     """
     plan = append_plan(db)
-    params = [values[name] for name in plan.columns]
-    for i, adapt in plan.adapters:
-        params[i] = adapt(params[i])
+    params = _adapted(plan, values)
     where = [session_id, _ACTIVE]
     params = where + params if plan.session_first else params + where
     if plan.named:  # SQLite: Django maps %(pN)s to :pN with one format, not a regex over the statement
@@ -103,18 +101,17 @@ def append_plan(db: BaseDatabaseWrapper) -> AppendPlan:
     returning = f"RETURNING {quote('id')}, {quote('seq')}, {quote('created_at')}"
     reply_sql = ""
     if db.vendor == "postgresql":
+        insert = f"INSERT INTO {messages} ({columns}) SELECT {values} FROM allocated {returning}"
         sql = (
             f"WITH allocated AS (UPDATE {sessions} SET last_seq = last_seq + 1"
-            f" WHERE id = {mark} AND state = {mark} RETURNING last_seq AS seq)"
-            f" INSERT INTO {messages} ({columns}) SELECT {values} FROM allocated {returning}"
+            f" WHERE id = {mark} AND state = {mark} RETURNING last_seq AS seq) {insert}"
         )
         reply_sql = (
             f"WITH allocated AS (UPDATE {sessions} SET last_seq = last_seq + 1, turn_lease_until = {mark},"
             f" replied_through_seq = GREATEST(replied_through_seq, {mark})"
             f" WHERE id = {mark} AND state = {mark} AND turn_owner = {mark} RETURNING last_seq AS seq),"
             f" marked AS (UPDATE {messages} SET answer_state = {mark} WHERE id = {mark}"
-            f" AND EXISTS (SELECT 1 FROM allocated))"
-            f" INSERT INTO {messages} ({columns}) SELECT {values} FROM allocated {returning}"
+            f" AND EXISTS (SELECT 1 FROM allocated)) {insert}"
         )
     else:
         sql = (
@@ -150,9 +147,7 @@ def reply_execute(
     plan = append_plan(db)
     if not plan.reply_sql:
         raise ValueError(f"{db.vendor} stores a reply in a transaction of the caller's (sessions_app.turn_writes)")
-    params = [values[name] for name in plan.columns]
-    for i, adapt in plan.adapters:
-        params[i] = adapt(params[i])
+    params = _adapted(plan, values)
     head = [lease_until, answers_seq, session_id, _ACTIVE, owner, Message.Answer.ANSWERED, answers_id]
     row = _execute(db, plan.reply_sql, head + params)
     if row is None:
@@ -163,6 +158,14 @@ def reply_execute(
         if found is None or found[0] != owner:
             raise LeaseLost(session_id)
     return row
+
+
+def _adapted(plan: AppendPlan, values: dict[str, Any]) -> list[Any]:
+    """The inserted values in the statement's order, each as the database takes it."""
+    params = [values[name] for name in plan.columns]
+    for i, adapt in plan.adapters:
+        params[i] = adapt(params[i])
+    return params
 
 
 def _execute(db: BaseDatabaseWrapper, sql: str, params: list[Any]) -> tuple[int, int, datetime] | None:
