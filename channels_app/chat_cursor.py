@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 FINISHED_KEPT = 64  # replies remembered as finished: enough for any chunk still in flight
-_ROUTING = frozenset({"session_id", "group"})  # how an event found its way, not part of the message
+_ROUTING = frozenset({"session_id", "group", "local_to"})  # how an event found its way, not part of the message
 
 
 @dataclass

@@ -75,6 +75,8 @@ from .live_auth import RECHECK_DELAY, RECHECK_EVERY, auth_group, session_fingerp
 logger = logging.getLogger(__name__)
 
 CLOSE_REFUSED = 4403
+# The ASGI server's send, put in the scope by the outermost middleware (qorven.asgi).
+RAW_SEND = "qorven.raw_send"
 CLOSE_SIGNED_OUT = 4401
 # What the layer carries to a chat's sockets; each goes through the chat cursor.
 LIVE_EVENTS = frozenset({"message.new", "message.chunk", "message.done", "message.answer", "message.delivery",
@@ -241,9 +243,16 @@ class LiveChatConsumer(AsyncJsonWebsocketConsumer):
         step = self.cursor.live(event)
         if step.follow is None and not step.catch_up and step.snapshot is None:
             for frame in step.frames:
-                await self.send(text_data=encoder.text(frame))
+                await self.frame(encoder.text(frame))
             return
         self._later(("step", step))
+
+    async def frame(self, text: str) -> None:
+        """Send one text frame of a live event. Straight to the server when it can: the
+        session middleware's wrapper around `send` (it saves sessions on HTTP responses)
+        read the lazy session twice a frame, a fifth of a fan-out's time."""
+        send = self.scope.get(RAW_SEND) or self.base_send
+        await send({"type": "websocket.send", "text": text})
 
     def _later(self, item: tuple[str, Any]) -> None:
         if self.backlog is None:

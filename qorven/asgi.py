@@ -14,6 +14,7 @@ from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E40
 from django.conf import settings  # noqa: E402
 from django.contrib.staticfiles.handlers import ASGIStaticFilesHandler  # noqa: E402
 
+from channels_app.consumers import RAW_SEND  # noqa: E402
 from channels_app.routing import websocket_urlpatterns  # noqa: E402
 from channels_app.webhook_ingest import WebhookIngest  # noqa: E402
 from qorven.runtime.steady_threads import SteadyThreads  # noqa: E402
@@ -74,7 +75,8 @@ class SameOriginSockets:
         normal = self._normal(origin) if origin else None
         if normal is None or normal not in self._allowed(scope):
             return await WebsocketDenier()(scope, receive, send)
-        return await self.app(scope, receive, send)
+        # The server's own send, for the frames of live events (see LiveChatConsumer.frame).
+        return await self.app({**scope, RAW_SEND: send}, receive, send)
 
 
 http_app = StaticFiles(django_asgi_app) if settings.QORVEN_SERVE_STATIC else django_asgi_app

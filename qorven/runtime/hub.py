@@ -12,6 +12,12 @@ reused (`Encoder`). A subscriber is anything with `async hub_event(event, encode
 Events name their group (`group`; set by qorven.runtime.publisher). One hub per event loop:
 the server has one; tests open several in turn.
 
+An event published in this process (a message posted to this server, a turn of the
+embedded worker) is handed to this process's hubs by the live sender (`hubs_hand`; see
+qorven.runtime.publisher), not only through the layer: on Redis the trip out and back took
+2–3 ms of a fan-out. The copy that still goes through the layer (for other processes) names the hubs
+that had it already (`local_to`), and they drop it.
+
 The layer keeps the hub's memberships, and may lose them: channels_redis forgets a
 membership after its group expiry (a day by default), and a Redis restarted without its
 data forgets them all. The hub renews its memberships every RENEW_EVERY seconds, and after
@@ -32,8 +38,10 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import threading
 import uuid
 import weakref
+from collections import deque
 from typing import Any, Protocol
 
 from channels.layers import get_channel_layer
@@ -46,6 +54,7 @@ RESYNC = {"type": "hub.resync"}
 JOINED = "hub.joined"
 JOIN_NOTE_EVERY = 0.05  # seconds between notes while a pub/sub join is not yet heard
 JOIN_HEARD_WITHIN = 2.0  # seconds a join waits to hear its note before going on regardless
+LOCAL_TO = "local_to"  # the ids of the hubs an event was handed to in its own process
 
 
 class Subscriber(Protocol):
@@ -71,6 +80,10 @@ class Encoder:
 class Hub:
     def __init__(self, layer: Any = None) -> None:
         self.layer = layer if layer is not None else get_channel_layer()
+        self.id = uuid.uuid4().hex
+        self.loop: asyncio.AbstractEventLoop | None = None  # the loop it delivers on, from its first join
+        self._handed: deque[dict[str, Any]] = deque()  # events handed over in this process, in order
+        self._handing: asyncio.Task[None] | None = None
         self._notes: dict[str, asyncio.Future[None]] = {}
         self.members: dict[str, set[Subscriber]] = {}
         self.channel: str | None = None
@@ -84,7 +97,7 @@ class Hub:
                 # The layer's default prefix: channels_redis reads one process's channels
                 # with one receive loop, which serves only the names it made alike.
                 self.channel = await self.layer.new_channel()
-            loop = asyncio.get_running_loop()
+            loop = self.loop = asyncio.get_running_loop()
             if self._reader is None or self._reader.done():
                 self._reader = loop.create_task(self._read(), name="qorven-hub")
             if self._renewer is None or self._renewer.done():
@@ -122,6 +135,28 @@ class Hub:
                 del self.members[group]
                 await self.layer.group_discard(group, self.channel)
 
+    def hand(self, group: str, event: dict[str, Any]) -> bool:
+        """From any thread: deliver `event` (published in this process) to this hub's
+        subscribers of `group` on its loop, after the events handed over before it.
+        False when the hub has none (then the layer's copy is delivered as usual)."""
+        loop = self.loop
+        if loop is None or group not in self.members:  # a racing join reads the database after joining
+            return False
+        try:
+            loop.call_soon_threadsafe(self._take, event)
+        except RuntimeError:  # the loop has closed
+            return False
+        return True
+
+    def _take(self, event: dict[str, Any]) -> None:
+        self._handed.append(event)
+        if self._handing is None or self._handing.done():
+            self._handing = asyncio.get_running_loop().create_task(self._deliver_handed(), name="qorven-hub-local")
+
+    async def _deliver_handed(self) -> None:
+        while self._handed:
+            await self.deliver(self._handed.popleft())
+
     async def _read(self) -> None:
         failed = False
         while True:
@@ -144,7 +179,8 @@ class Hub:
                 failed = True
                 await asyncio.sleep(RETRY_AFTER)
                 continue
-            await self.deliver(event)
+            if self.id not in event.get(LOCAL_TO, ()):
+                await self.deliver(event)
 
     async def _renew(self) -> None:
         while True:
@@ -234,6 +270,7 @@ def _cancelling() -> bool:
 
 
 _hubs: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Hub] = weakref.WeakKeyDictionary()
+_hubs_lock = threading.Lock()  # the live sender reads _hubs from its own thread
 
 
 def hub() -> Hub:
@@ -241,5 +278,14 @@ def hub() -> Hub:
     loop = asyncio.get_running_loop()
     found = _hubs.get(loop)
     if found is None:
-        found = _hubs[loop] = Hub()
+        with _hubs_lock:
+            found = _hubs[loop] = Hub()
     return found
+
+
+def hubs_hand(group: str, event: dict[str, Any]) -> list[str]:
+    """Hand `event` for `group`, published in this process, to this process's hubs that
+    have subscribers of it (see the module's note); returns their ids."""
+    with _hubs_lock:
+        hubs = list(_hubs.values())
+    return [found.id for found in hubs if found.hand(group, event)]

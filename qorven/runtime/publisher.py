@@ -16,6 +16,7 @@ from typing import Any
 from channels.layers import get_channel_layer
 from django.core.cache import caches
 
+from .hub import LOCAL_TO, hubs_hand
 from .layers import InMemoryChannelLayer
 from .streams import stream_track
 
@@ -36,23 +37,26 @@ async def broadcast(session_id: int, event: dict[str, Any]) -> None:
     """Send `event` (with a `type` such as message.chunk) to everyone watching the session.
     Streamed chunks are also kept for clients that reconnect mid-reply (qorven.runtime.streams).
     Never raises: a live surface missing an event must not fail the work that made it."""
+    if get_channel_layer() is None:
+        return
+    event = _session_event(session_id, stream_track(session_id, event))
+    await _group_send(event["group"], event)
+
+
+def _session_event(session_id: int, event: dict[str, Any]) -> dict[str, Any]:
+    return {"session_id": session_id, **event, "group": session_group(session_id)}
+
+
+async def _group_send(group: str, event: dict[str, Any], handed: list[str] | None = None) -> None:
+    """`event` (naming its `group`) to this process's hubs, unless it was `handed` to them
+    already, and through the layer to everyone else."""
     layer = get_channel_layer()
     if layer is None:
         return
-    event = stream_track(session_id, event)
+    if handed is None:
+        handed = hubs_hand(group, event)
     try:
-        group = session_group(session_id)
-        await layer.group_send(group, {"session_id": session_id, **event, "group": group})
-    except Exception:
-        logger.warning("could not broadcast %s to session %s", event.get("type"), session_id, exc_info=True)
-
-
-async def _group_send(group: str, event: dict[str, Any]) -> None:
-    layer = get_channel_layer()
-    if layer is None:
-        return
-    try:
-        await layer.group_send(group, {**event, "group": group})
+        await layer.group_send(group, {**event, LOCAL_TO: handed} if handed else event)
     except Exception:
         logger.warning("could not broadcast %s to %s", event.get("type"), group, exc_info=True)
 
@@ -60,21 +64,27 @@ async def _group_send(group: str, event: dict[str, Any]) -> None:
 class _Sender:
     """One daemon thread that sends queued events in order, on an event loop of its own.
 
-    Handing an event over is a lock-free queue put: no socket wake-up of an event loop on
-    the append path (that alone cost a third of a millisecond per append).
+    Handing an event over is a queue put. When nothing is queued ahead of it, an event
+    that sockets of this process watch is also handed to their hub there and then (it
+    cannot overtake anything), so it does not wait for this thread to be scheduled: a
+    millisecond or two while the request that stored it goes on to queue its turn. The
+    thread sends the layer's copy. A chunk always waits its turn here: it is written to
+    the stream buffer first (qorven.runtime.streams).
     """
 
     def __init__(self) -> None:
-        self._queue: queue.SimpleQueue[tuple[int, dict[str, Any]]] = queue.SimpleQueue()
+        self._queue: queue.SimpleQueue[tuple[str, dict[str, Any], list[str] | None]] = queue.SimpleQueue()
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
         self._pending = 0
         self._idle = threading.Condition()
 
-    def submit(self, session_id: int, event: dict[str, Any]) -> None:
+    def submit(self, group: str, event: dict[str, Any]) -> None:
+        """Queue `event`, naming its `group` (and for a session, its `session_id`)."""
         with self._idle:
+            handed = None if self._pending or event.get("type") in _STREAM_EVENTS else hubs_hand(group, event)
             self._pending += 1
-        self._queue.put((session_id, event))
+        self._queue.put((group, event, handed))
         if self._thread is None:
             with self._lock:
                 if self._thread is None:
@@ -106,13 +116,11 @@ class _Sender:
                     self._idle.notify_all()
 
     @staticmethod
-    async def _send(batch: list[tuple[int, dict[str, Any]]]) -> None:
-        for session_id, event in batch:
-            group = event.pop("__group__", None)
-            if group is not None:
-                await _group_send(group, event)
-            else:
-                await broadcast(session_id, event)
+    async def _send(batch: list[tuple[str, dict[str, Any], list[str] | None]]) -> None:
+        for group, event, handed in batch:
+            if event.get("type") in _STREAM_EVENTS:
+                event = stream_track(event["session_id"], event)
+            await _group_send(group, event, handed)
 
 
 _sender = _Sender()
@@ -139,7 +147,8 @@ def broadcast_soon(session_id: int, event: dict[str, Any]) -> None:
     """From sync code: queue `event` for the session's watchers and return at once."""
     if _nobody_listening(session_group(session_id), event):
         return
-    _sender.submit(session_id, event)
+    event = _session_event(session_id, event)
+    _sender.submit(event["group"], event)
 
 
 def broadcast_group_soon(group: str, event: dict[str, Any]) -> None:
@@ -147,7 +156,7 @@ def broadcast_group_soon(group: str, event: dict[str, Any]) -> None:
     as session events."""
     if _nobody_listening(group, event):
         return
-    _sender.submit(0, {**event, "__group__": group})
+    _sender.submit(group, {**event, "group": group})
 
 
 def broadcast_flush(timeout: float = 10.0) -> bool:

@@ -10,7 +10,7 @@ from asgiref.sync import async_to_sync, sync_to_async
 from channels.layers import get_channel_layer
 
 from qorven.runtime.hub import Encoder, hub
-from qorven.runtime.publisher import broadcast, session_group
+from qorven.runtime.publisher import broadcast, broadcast_flush, session_group
 from sessions_app.services import message_append, session_resolve
 
 from ..channels_app.live_helpers import communicator, receive_until, session_cookie
@@ -244,3 +244,86 @@ def test_on_the_pubsub_layer_a_join_hears_what_another_process_publishes_right_a
         redis.terminate()
         redis.wait(10)
     assert missed == 0, f"{missed} of 5 events published right after a join were never heard"
+
+
+def test_a_message_stored_in_this_process_reaches_its_sockets_without_waiting_for_the_layer_and_once(world):
+    """The server's own events are handed to its hub directly: with Redis holding every
+    PUBLISH (a pause of the test's own Redis), a message stored here still reaches the
+    page at once; the next one waits behind the first one's copy for the layer, in
+    order; nothing is sent twice, and events from other processes still come through
+    the layer."""
+    import subprocess
+
+    from django.test import override_settings
+
+    port, redis = redis_of_our_own()
+    layers = {"default": {"BACKEND": "channels_redis.pubsub.RedisPubSubChannelLayer",
+                          "CONFIG": {"hosts": [f"redis://127.0.0.1:{port}/0"]}}}
+    session = session_resolve(tenant=world.tenant_a, qor=world.qor_a, channel="web", user=world.alice)
+    message_append(session=session, role="assistant", content="Hello!", channel="web", notify=False)
+    cookie = session_cookie(world.alice)
+
+    def redis_cli(*args: str) -> None:
+        subprocess.run(["redis-cli", "-p", str(port), *args], check=True, capture_output=True)
+
+    async def run() -> list[str]:
+        page = communicator("/ws/chat/acme/aria/", cookie=cookie)
+        assert (await page.connect())[0]
+        await receive_until(page, lambda e: e.get("content") == "Hello!")
+        await page.send_json_to({"type": "ping"})  # answered once the socket has finished connecting
+        await receive_until(page, lambda e: e["type"] == "pong")
+        await asyncio.to_thread(redis_cli, "CLIENT", "PAUSE", "10000", "WRITE")
+        try:
+            row = await sync_to_async(message_append)(session=session, role="user", content="while paused",
+                                                      channel="web", sender_name="Alice")
+            seen = await receive_until(page, lambda e: e.get("content") == "while paused", timeout=5)
+            # Queued behind the layer's copy of the first, which Redis holds: it waits its turn.
+            await sync_to_async(message_append)(session=session, role="user", content="behind it", channel="web",
+                                                sender_name="Alice")
+        finally:
+            await asyncio.to_thread(redis_cli, "CLIENT", "UNPAUSE")
+        assert await sync_to_async(broadcast_flush)()  # the layer's copies have gone out
+        elsewhere = get_channel_layer()  # as another process publishes: through the layer only
+        await elsewhere.group_send(session_group(session.pk), {
+            "type": "message.new", "group": session_group(session.pk), "session_id": session.pk,
+            "seq": row.message.seq + 2, "role": "assistant", "content": "from elsewhere", "channel": "web"})
+        seen += await receive_until(page, lambda e: e.get("content") == "from elsewhere")
+        await page.disconnect()
+        await elsewhere.flush()
+        return [e["content"] for e in seen if e["type"] == "message.new"]
+
+    try:
+        with override_settings(CHANNEL_LAYERS=layers):
+            contents = async_to_sync(run)()
+    finally:
+        redis.terminate()
+        redis.wait(10)
+    assert contents == ["while paused", "behind it", "from elsewhere"]
+
+
+def test_the_layers_copy_of_an_event_handed_over_in_this_process_is_dropped():
+    """The live sender hands an event to this process's hub and sends it through the layer
+    for other processes, naming the hub that had it: the hub does not pass that copy on to
+    its subscribers again (for 200 sockets of a chat, a second pass over all of them)."""
+    from qorven.runtime.hub import hub
+
+    class Page:
+        def __init__(self) -> None:
+            self.seqs: list[int] = []
+
+        async def hub_event(self, event, encoder) -> None:
+            self.seqs.append(event["seq"])
+
+    async def run() -> list[int]:
+        page, group = Page(), session_group(424_242)
+        await hub().join(group, page)
+        await broadcast(424_242, {"type": "message.new", "seq": 1})  # ours: handed over, and through the layer
+        await get_channel_layer().group_send(group, {"type": "message.new", "group": group, "seq": 2})  # another process's
+        async with asyncio.timeout(5):
+            while len(page.seqs) < 2:
+                await asyncio.sleep(0.01)
+        await asyncio.sleep(0.2)  # time for a second copy to arrive, if it were passed on
+        await hub().leave(group, page)
+        return page.seqs
+
+    assert sorted(async_to_sync(run)()) == [1, 2]  # each once; from two processes, in either order
