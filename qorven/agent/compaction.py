@@ -104,9 +104,13 @@ def auto_compaction_point(
     `answered`: the prompt an exchange was answered with and the seq of the message it
     answered. When that prompt's window read the whole uncompacted conversation, only
     what it left out is read to tell whether everything still fits (the usual case,
-    one small query); the whole conversation is read only once it may not.
+    one small query). When that window was full, the conversation is over the budget
+    already (the window's messages and the one that did not fit are among those counted
+    here, and the budget is the same), so only the newest messages that fill
+    KEEP_FRACTION of it are read again, not a whole window's worth.
     """
-    if answered is not None and _still_fits(session, budget, *answered):
+    window_full = answered is not None and answered[0].history_tokens is None
+    if answered is not None and not window_full and _still_fits(session, budget, *answered):
         return None
     keep_budget = int(budget * KEEP_FRACTION)
     total = 0
@@ -116,6 +120,9 @@ def auto_compaction_point(
         total += message_tokens(message)
         if total <= keep_budget:
             kept.append(message)
+        elif window_full:  # nothing more is kept, and the rest is known to go over
+            over = True
+            break
         if total > budget:
             over = True
             break

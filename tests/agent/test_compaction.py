@@ -9,8 +9,9 @@ from memory_app.models import Memory
 from memory_app.selectors import memory_search
 from qorven.agent.compaction import auto_compaction_point, fixed_tokens
 from qorven.agent.gateway import inbound_accept
-from qorven.agent.prompt import PromptParts, prompt_build
+from qorven.agent.prompt import PromptParts, message_tokens, prompt_build
 from sessions_app.models import Message, Session
+from sessions_app.selectors import messages_read
 from sessions_app.services import message_append, session_resolve, session_rotate
 from tenancy.models import Qor, Usage
 from tenancy.trust import Trust
@@ -99,6 +100,32 @@ def test_reading_a_long_conversation_for_compaction_takes_a_few_growing_reads(wo
     seed_history(session, 350)
     with django_assert_max_num_queries(4):
         assert auto_compaction_point(session=session, budget=10**6) is None
+
+
+def test_after_an_exchange_whose_window_was_full_only_the_newest_half_is_read_again(
+    world, django_assert_num_queries
+):
+    """A window of ~250 of 700 messages was full: the conversation is over the budget, so
+    the check after the exchange reads only the newest messages that stay raw (two reads,
+    64 and 128) rather than a window's worth again (64, 128 and 256), and finds the same
+    compaction point as reading until the budget runs out."""
+    session = canonical(world)
+    seed_history(session, 350)
+    pending = message_append(session=session, role="user", content="And the ferries?", channel="web",
+                             awaits_answer=True).message
+    session.refresh_from_db()
+    parts = PromptParts(system_prompt="Be brief.")
+    roomy = prompt_build(session=session, parts=parts, tools=[], current=pending, num_ctx=10**6, reserve=0)
+    budget = sum(message_tokens(m) for m in messages_read(session=session, limit=250))
+    prompt = prompt_build(session=session, parts=parts, tools=[], current=pending,
+                          num_ctx=fixed_tokens(roomy) + budget, reserve=0)
+    assert prompt.history_tokens is None and 240 <= len(prompt.window) <= 250  # full
+    message_append(session=session, role="assistant", content="They run hourly.", channel="web")
+    with django_assert_num_queries(4):  # three reads, and the oldest message still waiting
+        point = auto_compaction_point(session=session, budget=budget)
+    assert point is not None
+    with django_assert_num_queries(3):
+        assert auto_compaction_point(session=session, budget=budget, answered=(prompt, pending.seq)) == point
 
 
 @pytest.mark.parametrize("beside", ["nothing", "failed", "superseded", "later", "compacted"])
