@@ -106,26 +106,33 @@ def auto_compaction_point(
     what it left out is read to tell whether everything still fits (the usual case,
     one small query). When that window was full, the conversation is over the budget
     already (the window's messages and the one that did not fit are among those counted
-    here, and the budget is the same), so only the newest messages that fill
-    KEEP_FRACTION of it are read again, not a whole window's worth.
+    here, and the budget is the same): the newest messages, those that stay raw, are the
+    window's and what it left out after its oldest message (one small query), and the
+    conversation is read again only when those do not fill KEEP_FRACTION of the budget.
     """
     window_full = answered is not None and answered[0].history_tokens is None
     if answered is not None and not window_full and _still_fits(session, budget, *answered):
         return None
     keep_budget = int(budget * KEEP_FRACTION)
-    total = 0
-    kept: list[MessageRow] = []
+    kept: list[MessageRow] | None = None
     over = False
-    for message in _newest_first(session):
-        total += message_tokens(message)
-        if total <= keep_budget:
-            kept.append(message)
-        elif window_full:  # nothing more is kept, and the rest is known to go over
-            over = True
-            break
-        if total > budget:
-            over = True
-            break
+    if answered is not None and window_full:
+        newest = _newest_of_full_window(session, *answered)
+        kept = _kept(newest, keep_budget) if newest is not None else None
+        over = kept is not None
+    if kept is None:
+        total = 0
+        kept = []
+        for message in _newest_first(session):
+            total += message_tokens(message)
+            if total <= keep_budget:
+                kept.append(message)
+            elif window_full:  # nothing more is kept, and the rest is known to go over
+                over = True
+                break
+            if total > budget:
+                over = True
+                break
     if not over or not kept:
         return None
     # kept is newest first; start the raw part at its oldest user message.
@@ -136,6 +143,31 @@ def auto_compaction_point(
     if pending is not None:
         point = min(point, pending.seq - 1)
     return point if point > session.compacted_through_seq else None
+
+
+def _newest_of_full_window(session: Session, prompt: Prompt, answering_seq: int) -> list[MessageRow] | None:
+    """The counted messages from the oldest one of a full window on, newest first: the
+    window's, and what its read leaves out (failed, superseded, later; one read). None
+    when more was left out than one read takes."""
+    if not prompt.window:
+        return None
+    oldest = min(m.seq for m in prompt.window)
+    rest = context_left_out(session=session, floor_seq=oldest - 1, answering_seq=answering_seq, limit=_BATCH)
+    if len(rest) >= _BATCH:
+        return None
+    held = {m.seq for m in prompt.window}
+    return sorted([*prompt.window, *(m for m in rest if m.seq not in held)], key=lambda m: m.seq, reverse=True)
+
+
+def _kept(newest: list[MessageRow], keep_budget: int) -> list[MessageRow] | None:
+    """The first of `newest` that fit `keep_budget`; None when all of them do (older
+    messages might fit too)."""
+    total = 0
+    for i, message in enumerate(newest):
+        total += message_tokens(message)
+        if total > keep_budget:
+            return newest[:i]
+    return None
 
 
 def _still_fits(session: Session, budget: int, prompt: Prompt, answering_seq: int) -> bool:
