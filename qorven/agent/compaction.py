@@ -77,7 +77,7 @@ def _newest_first(session: Session):
 
 def fixed_tokens(prompt: Prompt) -> int:
     """What the prompt costs besides its messages: system text and tool schemas."""
-    return prompt.estimated_tokens - sum(message_tokens(m) for m in prompt.window)
+    return prompt.estimated_tokens - prompt.window_tokens
 
 
 def compaction_due(*, session: Session, prompt: Prompt, num_ctx: int, threshold: float) -> bool:

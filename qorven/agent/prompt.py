@@ -91,6 +91,7 @@ class Prompt:
     tools: list[dict[str, Any]]
     estimated_tokens: int
     window: list[Message]
+    window_tokens: int  # what the window's messages cost of estimated_tokens
     # The tokens of every uncompacted message the window's reading went through (those it
     # dropped included), when it reached the compaction point without filling the
     # budget; None when the budget cut it short.
@@ -139,18 +140,17 @@ def prompt_build(
     fixed = estimate_tokens(system) + (estimate_tokens(json.dumps(schemas)) if schemas else 0)
     budget = max(num_ctx - reserve - fixed, 0)
 
-    window, history_tokens = _window(session, current, budget)
+    window, window_tokens, history_tokens = _window(session, current, budget)
     images = image_parts(window, vision=vision)
     messages = [{"role": "system", "content": system}] + [
         to_openai(m, answering=trust, images=images.get(m.pk)) for m in window
     ]
-    used = fixed + sum(message_tokens(m) for m in window)
-    return Prompt(messages=messages, tools=schemas, estimated_tokens=used, window=window,
-                  history_tokens=history_tokens)
+    return Prompt(messages=messages, tools=schemas, estimated_tokens=fixed + window_tokens, window=window,
+                  window_tokens=window_tokens, history_tokens=history_tokens)
 
 
-def _window(session: Session, current: Message, budget: int) -> tuple[list[Message], int | None]:
-    """The window, and `history_tokens` (see Prompt)."""
+def _window(session: Session, current: Message, budget: int) -> tuple[list[Message], int, int | None]:
+    """The window, what its messages cost, and `history_tokens` (see Prompt)."""
     picked: list[Message] = [current]  # the message being answered always goes in
     spent = message_tokens(current)
     complete = True
@@ -175,9 +175,10 @@ def _window(session: Session, current: Message, budget: int) -> tuple[list[Messa
         before = batch[0].seq
         size = min(size * 2, READ_BATCH_MAX)
     picked.sort(key=lambda m: m.seq)
+    kept = spent
     # The model must never see a tool result without the call that asked for it.
     while picked and picked[0].role == Message.Role.TOOL:
-        picked.pop(0)
+        kept -= message_tokens(picked.pop(0))
     pending = [m for m in picked if m.answer_state == Message.Answer.PENDING]
     settled = [m for m in picked if m.answer_state != Message.Answer.PENDING]
-    return settled + pending, spent if complete else None
+    return settled + pending, kept, spent if complete else None
