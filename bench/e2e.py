@@ -54,7 +54,10 @@ previous phase left (unprocessed events, unanswered messages, turn leases) is cl
    each; 1 user whose session holds 10k stored messages (enough to fill the prompt's
    token budget: the base that tells the history's size from the prompt's); 1 user whose
    session holds 1M (bench/_common.py ``fill``, from the helper); and 1 user with 10
-   stored messages once those rows of other users are in the table.
+   stored messages once those rows of other users are in the table. A filled session's
+   turns queue its summarizer, which works through the backlog a run at a time; once
+   its case is measured, the chat is archived so that work stops and does not share the
+   CPUs with the next case (its rows stay in the table).
 
 Goals (reported, not asserted): ingest ≥ 400/s accepted and stored on postgres+redis with
 ratio ≥ 0.15, nothing lost or duplicated anywhere; fan-out p50 ≤ 10 ms and p99 ≤ 50 ms at
@@ -260,8 +263,14 @@ def helper_main() -> int:
         return {"fill_s": round(filled, 1), "settle_s": round(time.perf_counter() - started - filled, 1),
                 "messages": Message.objects.count()}
 
+    def chat_close(user_index: int) -> Any:
+        """Archive the user's chat: the summarizer catching up on a filled session's backlog
+        (a run after every exchange over the window, one after another) stops at its next
+        run instead of sharing the CPUs with the cases after it. Its rows stay."""
+        return Session.objects.filter(pk=chat(user(user_index)).pk).update(state=Session.State.ARCHIVED)
+
     return helper_loop({"setup": setup, "leftovers_clear": leftovers_clear, "event_count": event_count,
-                        "ingest_counts": ingest_counts, "fill_session": fill_session})
+                        "ingest_counts": ingest_counts, "fill_session": fill_session, "chat_close": chat_close})
 
 
 # --- clients -------------------------------------------------------------------------------------
@@ -823,6 +832,8 @@ def turn(layout: Layout, sizes: Sizes, model: FakeModel) -> tuple[list[Row], lis
                     f" (settled in {filled['settle_s']} s); {filled['messages']:,} messages in the table")
             users = tokens[case.user:case.user + case.users]
             done.append((case, asyncio.run(turn_case(layout.base, users, case.turns, model, warmup=case.warmup))))
+            if case.fill:
+                layout.helper("chat_close", user_index=case.user)
     finally:
         layout.stop()
     rows, notes = turn_rows(layout.name, done)
