@@ -69,7 +69,13 @@ def file_notes(message: Message, texts: dict[int, str] | None = None) -> list[di
 def image_parts(window: list[Message], *, vision: bool) -> dict[int, list[dict[str, Any]]]:
     """For each user message of `window` that came with images: the content parts that
     follow its text, in the order they were sent (by message pk)."""
+    # Most messages came with nothing: only those whose metadata lists attachments (or
+    # says some were left out) are looked at again, not every message of a full window.
+    window = [m for m in window if m.role == Message.Role.USER and isinstance(m.metadata, dict)
+              and ("attachments" in m.metadata or "left_out" in m.metadata)]
     parts: dict[int, list[dict[str, Any]]] = {}
+    if not window:
+        return parts
     texts = file_texts(window)
     for message in window:
         if message.role == Message.Role.USER and (notes := file_notes(message, texts.get(message.pk))):
