@@ -46,17 +46,28 @@ class _Keeper:
         with self._lock:
             self._held.pop(owner, None)
 
+    def held(self) -> dict[str, int]:
+        with self._lock:
+            return dict(self._held)
+
+    def renew(self, held: dict[str, int]) -> None:
+        """Renew the leases `held` (a copy taken a moment before); report those found gone
+        that are still held: a turn drops its lease from here before it lets go of it
+        (`lease_kept.letting_go`), so one let go meanwhile is not a lease lost."""
+        lost = turn_leases_renew(held=held, seconds=settings.QORVEN_TURN_LEASE)
+        with self._lock:
+            lost = [owner for owner in lost if self._held.get(owner) == held[owner]]
+        for owner in lost:
+            logger.warning("the lease %s on session %s ran out before it was renewed", owner, held[owner])
+
     def _run(self) -> None:
         while True:
             self._wake.wait(max(settings.QORVEN_TURN_LEASE / 3, 0.1))
-            with self._lock:
-                held = dict(self._held)
+            held = self.held()
             if not held:
                 continue
             try:
-                lost = turn_leases_renew(held=held, seconds=settings.QORVEN_TURN_LEASE)
-                for owner in lost:
-                    logger.warning("the lease %s on session %s ran out before it was renewed", owner, held[owner])
+                self.renew(held)
             except Exception:
                 logger.exception("could not renew turn leases")
             finally:
@@ -82,6 +93,14 @@ class lease_kept:
     def move(self, session_id: int) -> None:
         self.session_id = session_id
         _keeper.hold(self.owner, session_id)
+
+    def letting_go(self) -> None:
+        """The turn is about to let go of its lease: stop renewing it (`holding` again if
+        it did not)."""
+        _keeper.drop(self.owner)
+
+    def holding(self) -> None:
+        _keeper.hold(self.owner, self.session_id)
 
     def __exit__(
         self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None

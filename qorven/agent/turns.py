@@ -130,11 +130,12 @@ def turn_process(*, tenant_id: int, session_id: int) -> TurnOutcome:
     try:
         with kept:
             while True:
-                if outcome.answered + outcome.failed and turn_lease_end(
-                    tenant_id=tenant_id, session_id=session_id, owner=owner
-                ):
-                    released = True
-                    break  # the usual end: nothing left to answer, the session let go in one statement
+                if outcome.answered + outcome.failed:
+                    kept.letting_go()
+                    if turn_lease_end(tenant_id=tenant_id, session_id=session_id, owner=owner):
+                        released = True
+                        break  # the usual end: nothing left to answer, the session let go in one statement
+                    kept.holding()
                 # Usually one read: the message to answer, with its session.
                 pending = pending_with_session(tenant_id=tenant_id, session_id=session_id)
                 if pending is not None and pending.session.state == Session.State.ACTIVE:

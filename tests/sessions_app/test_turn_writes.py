@@ -162,3 +162,23 @@ def test_a_reply_to_a_session_archived_meanwhile_is_not_stored(world):
     question.refresh_from_db()
     assert Message.objects.filter(session=session).count() == 1
     assert question.answer_state == Message.Answer.PENDING
+
+
+def test_a_lease_let_go_while_the_keeper_renews_it_is_not_reported_lost(world, caplog):
+    """The keeper copies the leases it holds, then renews them: a turn that lets go of its
+    lease in between is not reported as having lost it; a lease another turn took is."""
+    from sessions_app.leases import _keeper, lease_kept
+
+    session, other = canonical(world), session_resolve(tenant=world.tenant_b, qor=world.qor_b, channel="web",
+                                                       user=world.charlie)
+    assert turn_lease_acquire(session_id=session.pk, owner="turn-1", seconds=LEASE)
+    assert turn_lease_acquire(session_id=other.pk, owner="turn-2", seconds=LEASE)
+    with lease_kept(session_id=session.pk, owner="turn-1") as kept, lease_kept(session_id=other.pk, owner="turn-2"):
+        held = _keeper.held()
+        kept.letting_go()
+        assert end(session) is True  # nothing waits: let go
+        Session.objects.filter(pk=other.pk).update(turn_owner="turn-3")  # taken over after a stall
+        with caplog.at_level("WARNING", logger="sessions_app.leases"):
+            _keeper.renew(held)
+    assert [r.getMessage() for r in caplog.records] == [
+        f"the lease turn-2 on session {other.pk} ran out before it was renewed"]
