@@ -88,8 +88,8 @@ def _canonical_session(tenant: Tenant, qor: Qor, user: AbstractBaseUser) -> Sess
     found = _active_canonical.first(tenant_id=tenant.pk, qor_id=qor.pk, user_id=user.pk)
     if found is not None:
         return found
-    lookup = dict(tenant=tenant, qor=qor, user=user, kind=Session.Kind.CANONICAL, state=Session.State.ACTIVE)
-    return _get_or_create_active(lookup)
+    return _create_active(dict(tenant=tenant, qor=qor, user=user, kind=Session.Kind.CANONICAL,
+                               state=Session.State.ACTIVE))
 
 
 # Read for every message a person sends (compiled once: qorven.runtime.prepared_read).
@@ -114,6 +114,11 @@ def _get_or_create_active(lookup: dict[str, Any], defaults: dict[str, Any] | Non
     session = Session.objects.filter(**lookup).first()
     if session is not None:
         return session
+    return _create_active(lookup, defaults)
+
+
+def _create_active(lookup: dict[str, Any], defaults: dict[str, Any] | None = None) -> Session:
+    """The active session of `lookup`, just looked for and not found: created now."""
     try:
         with transaction.atomic():
             return Session.objects.create(**lookup, **(defaults or {}))

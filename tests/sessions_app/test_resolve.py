@@ -94,3 +94,17 @@ def test_database_allows_one_active_canonical_session_per_user(world):
 def test_database_refuses_a_canonical_session_without_user(world):
     with pytest.raises(IntegrityError), transaction.atomic():
         Session.objects.create(tenant=world.tenant_a, qor=world.qor_a, user=None, kind="canonical")
+
+
+def test_a_persons_first_message_looks_for_their_chat_once_before_creating_it(world):
+    """The chat is looked for, not found, and created: not looked for a second time."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    with CaptureQueriesContext(connection) as ran:
+        session = session_resolve(tenant=world.tenant_a, qor=world.qor_a, channel="web", user=world.alice)
+    reads = [q["sql"] for q in ran.captured_queries
+             if q["sql"].lstrip().upper().startswith("SELECT") and "sessions_app_session" in q["sql"]]
+    assert len(reads) == 1, reads
+    assert Session.objects.get(pk=session.pk).kind == Session.Kind.CANONICAL
+    assert session_resolve(tenant=world.tenant_a, qor=world.qor_a, channel="telegram", user=world.alice) == session
