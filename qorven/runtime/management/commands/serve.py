@@ -71,7 +71,9 @@ def _uvicorn_run(host: str, port: int) -> None:
     before it: the default one would end the process before its running tasks finish, so a
     handler that only notes it is installed for the time being. No lifespan events (Django
     has none); our logging (ids, masking, JSON), not uvicorn's own; forwarded headers are
-    ignored as Daphne does (QORVEN_CLIENT_IP_HEADER names the header behind a proxy)."""
+    ignored as Daphne does (QORVEN_CLIENT_IP_HEADER names the header behind a proxy).
+    uvicorn runs on uvloop and parses HTTP with httptools (both dependencies; without them
+    it falls back to asyncio's loop and h11)."""
     import signal
 
     import uvicorn
