@@ -36,6 +36,7 @@ every event published to the group reaches this process.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import json
 import logging
 import threading
@@ -98,10 +99,13 @@ class Hub:
                 # with one receive loop, which serves only the names it made alike.
                 self.channel = await self.layer.new_channel()
             loop = self.loop = asyncio.get_running_loop()
+            # The hub's tasks run in contexts of their own, not in a copy of the first
+            # socket's (its log context, its connection's asgiref state).
             if self._reader is None or self._reader.done():
-                self._reader = loop.create_task(self._read(), name="qorven-hub")
+                self._reader = loop.create_task(self._read(), name="qorven-hub", context=contextvars.Context())
             if self._renewer is None or self._renewer.done():
-                self._renewer = loop.create_task(self._renew(), name="qorven-hub-renew")
+                self._renewer = loop.create_task(self._renew(), name="qorven-hub-renew",
+                                                 context=contextvars.Context())
             members = self.members.get(group)
             if members is None:
                 members = self.members[group] = set()
@@ -143,7 +147,10 @@ class Hub:
         if loop is None or group not in self.members:  # a racing join reads the database after joining
             return False
         try:
-            loop.call_soon_threadsafe(self._take, event)
+            # In a context of its own: the caller's (a request's thread, with asgiref's
+            # executor for that request, gone once it ends) would be copied into every
+            # task the delivery starts, and their database calls would fail there.
+            loop.call_soon_threadsafe(self._take, event, context=contextvars.Context())
         except RuntimeError:  # the loop has closed
             return False
         return True

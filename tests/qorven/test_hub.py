@@ -327,3 +327,39 @@ def test_the_layers_copy_of_an_event_handed_over_in_this_process_is_dropped():
         return page.seqs
 
     assert sorted(async_to_sync(run)()) == [1, 2]  # each once; from two processes, in either order
+
+
+def test_what_a_request_publishes_is_delivered_outside_that_requests_context(world):
+    """A sync view runs under asgiref's executor for its request, and an event the view
+    publishes is handed to the hub from that thread. The socket's work on it — after
+    /clear, reading the new session — must not run in the request's context: its executor
+    is gone once the request ends, and every database call made there failed
+    ("CurrentThreadExecutor already quit")."""
+    from qorven.agent.gateway import inbound_accept
+    from tenancy.trust import Trust
+
+    session = session_resolve(tenant=world.tenant_a, qor=world.qor_a, channel="web", user=world.alice)
+    message_append(session=session, role="assistant", content="Hello!", channel="web", notify=False)
+    cookie = session_cookie(world.alice)
+
+    def clear() -> None:
+        inbound_accept(session=session, content="/clear", channel="web", sender_name="Alice", trust=Trust.OWNER,
+                       user=world.alice)
+
+    async def run() -> list[dict]:
+        page = communicator("/ws/chat/acme/aria/", cookie=cookie)
+        assert (await page.connect())[0]
+        await receive_until(page, lambda e: e.get("content") == "Hello!")
+        await page.send_json_to({"type": "ping"})
+        await receive_until(page, lambda e: e["type"] == "pong")
+        for _ in range(6):  # a few requests in a row, as a page's clicks
+            # A server thread that runs the view through asgiref, as Django's handlers do:
+            # the view runs on that thread, under an executor that quits when it returns.
+            await asyncio.to_thread(async_to_sync(sync_to_async(clear)))
+            seen = await receive_until(page, lambda e: "Started a fresh conversation" in (e.get("content") or ""),
+                                       timeout=5)
+        await page.disconnect()
+        return seen
+
+    seen = async_to_sync(run)()
+    assert [e["type"] for e in seen][-1] == "message.new"
