@@ -71,16 +71,16 @@ def image_parts(window: list[Message], *, vision: bool) -> dict[int, list[dict[s
     follow its text, in the order they were sent (by message pk)."""
     # Most messages came with nothing: only those whose metadata lists attachments (or
     # says some were left out) are looked at again, not every message of a full window.
-    window = [m for m in window if m.role == Message.Role.USER and isinstance(m.metadata, dict)
-              and ("attachments" in m.metadata or "left_out" in m.metadata)]
+    sent_with = [m for m in window if m.role == Message.Role.USER and isinstance(m.metadata, dict)
+                 and ("attachments" in m.metadata or "left_out" in m.metadata)]
     parts: dict[int, list[dict[str, Any]]] = {}
-    if not window:
+    if not sent_with:
         return parts
-    texts = file_texts(window)
-    for message in window:
-        if message.role == Message.Role.USER and (notes := file_notes(message, texts.get(message.pk))):
+    texts = file_texts(sent_with)
+    for message in sent_with:
+        if notes := file_notes(message, texts.get(message.pk)):
             parts[message.pk] = notes
-    described = [m for m in window if m.role == Message.Role.USER and attached_count(m)]
+    described = [m for m in sent_with if attached_count(m)]
     if not described:
         return parts
     seq_of = {m.pk: m.seq for m in described}

@@ -13,8 +13,9 @@ Events name their group (`group`; set by qorven.runtime.publisher). One hub per 
 the server has one; tests open several in turn.
 
 An event published in this process (a message posted to this server, a turn of the
-embedded worker) is handed to this process's hubs by the live sender (`hubs_hand`; see
-qorven.runtime.publisher), not only through the layer: on Redis the trip out and back took
+embedded worker) is handed to this process's hubs by the live sender, or by the thread
+that stored it when nothing waits ahead of it (`hubs_hand`; see qorven.runtime.publisher),
+not only through the layer: on Redis the trip out and back took
 2–3 ms of a fan-out. The copy that still goes through the layer (for other processes) names the hubs
 that had it already (`local_to`), and they drop it.
 
