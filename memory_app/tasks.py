@@ -2,17 +2,19 @@
 from __future__ import annotations
 
 import logging
+import time
 import uuid
 
 from celery import shared_task
 from django.conf import settings
 from django.core.cache import cache
+from django.utils import timezone
 
 from qorven.runtime.log_context import log_context
 from sessions_app.errors import SessionClosed
 from sessions_app.leases import lease_kept
 from sessions_app.models import Message, Session
-from sessions_app.selectors import session_for_task
+from sessions_app.selectors import last_user_message_at, session_for_task
 from sessions_app.services import message_append
 from sessions_app.turn_writes import turn_lease_acquire, turn_lease_release
 from tenancy.selectors import budget_exhausted
@@ -28,16 +30,29 @@ COMPACTED_NOTICE = (
 NOTHING_NOTICE = "There is nothing to compact yet."
 FAILED_NOTICE = "I could not compact this conversation ({reason}). Nothing was changed."
 LEASE_RETRY_DELAY = 2.0
+# A summarizer that a busy conversation keeps waiting runs after this many quiet periods.
+SUMMARIZER_WAIT_MAX = 12
 
 
 @shared_task(name="memory_app.summarize", acks_late=True)
-def session_summarize(tenant_id: int, session_id: int, through_seq: int) -> int:
+def session_summarize(tenant_id: int, session_id: int, through_seq: int, waiting_since: float | None = None) -> int:
     """Auto mode: condense the session's messages up to `through_seq` into its running
     note, a digest memory and the flushed memories. Runs again while a run is left.
-    Safe to run twice: a range already compacted is skipped. Returns messages condensed."""
+    Safe to run twice: a range already compacted is skipped. Returns messages condensed.
+
+    It leaves the conversation to the person's turns: while a turn runs, or they wrote in
+    the last QORVEN_SUMMARIZER_QUIET seconds, it queues itself for when that will have
+    passed (the model and the CPUs answer them first), for at most SUMMARIZER_WAIT_MAX
+    quiet periods since it first waited (`waiting_since`, a Unix time)."""
     with log_context(tenant=tenant_id, session=session_id):
         session = session_for_task(tenant_id=tenant_id, session_id=session_id)
         if session is None or session.state != Session.State.ACTIVE or budget_exhausted(tenant=session.tenant):
+            return 0
+        quiet = settings.QORVEN_SUMMARIZER_QUIET
+        wait = _until_quiet(session, quiet) if quiet > 0 else 0.0
+        since = waiting_since if waiting_since is not None else time.time()
+        if wait > 0 and time.time() - since < SUMMARIZER_WAIT_MAX * quiet:
+            session_summarize.apply_async((tenant_id, session_id, through_seq, since), countdown=wait)
             return 0
         # One summarizer per session at a time, across workers (the cache is Redis when scaled
         # out): a second run would only repeat the model calls, since the compare-and-set
@@ -57,6 +72,16 @@ def session_summarize(tenant_id: int, session_id: int, through_seq: int) -> int:
         if outcome.more:
             session_summarize.delay(tenant_id, session_id, through_seq)
         return outcome.messages
+
+
+def _until_quiet(session: Session, quiet: float) -> float:
+    """Seconds until `session` has been quiet for `quiet` seconds: no turn running (its
+    lease held) and no message from the person in that time; 0 when it has."""
+    now = timezone.now()
+    if session.turn_owner and session.turn_lease_until is not None and session.turn_lease_until > now:
+        return quiet
+    wrote = last_user_message_at(session=session)
+    return 0.0 if wrote is None else max(0.0, quiet - (now - wrote).total_seconds())
 
 
 @shared_task(bind=True, name="memory_app.compact", acks_late=True, max_retries=30)

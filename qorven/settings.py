@@ -348,6 +348,10 @@ QORVEN_MCP_TOOLS_TTL = env.float("QORVEN_MCP_TOOLS_TTL", default=300.0)
 # A turn holds its session for this long, renewed every third of it while it runs: a turn
 # whose worker died frees its session within this many seconds.
 QORVEN_TURN_LEASE = env.int("QORVEN_TURN_LEASE", default=30)
+# Auto mode's summarizer runs once the conversation has been quiet this long (no turn
+# running, nothing from the person): it does not compete with their next turn for the model
+# or the CPUs. 0: at once, after every exchange over the window.
+QORVEN_SUMMARIZER_QUIET = env.float("QORVEN_SUMMARIZER_QUIET", default=5.0)
 # A message the model could not answer for a transient reason (unreachable, 5xx, rate
 # limited) is tried this many times in all, QORVEN_ANSWER_RETRY_DELAY seconds apart at
 # first and four times longer each time, before it is marked failed.

@@ -235,6 +235,14 @@ def next_pending_user_message(*, session: Session) -> Message | None:
     return _next_pending.first(session_id=session.pk)
 
 
+def last_user_message_at(*, session: Session) -> datetime | None:
+    """When the person last wrote in `session` (None before their first message)."""
+    return (
+        Message.objects.filter(session=session, role=Message.Role.USER)
+        .order_by("-seq").values_list("created_at", flat=True).first()
+    )
+
+
 def pending_with_session(*, tenant_id: int, session_id: int) -> Message | None:
     """What a turn reads first: the oldest user message of the session a turn could answer
     now (as next_pending_user_message) with its session, and the session's tenant, Qor and

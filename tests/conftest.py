@@ -83,6 +83,13 @@ def _fast_password_hashing(settings):
 
 
 @pytest.fixture(autouse=True)
+def _summarizer_at_once(settings):
+    # Auto mode's summarizer waits for a quiet conversation (QORVEN_SUMMARIZER_QUIET); a test
+    # that drains its jobs would wait that out every time. The wait has tests of its own.
+    settings.QORVEN_SUMMARIZER_QUIET = 0
+
+
+@pytest.fixture(autouse=True)
 def _own_rate_limit_counters(settings):
     # Rate-limit counters live in the cache, which outlives a test (and is shared with the
     # broker's Redis in CI, so it is never flushed): each test counts under its own prefix.

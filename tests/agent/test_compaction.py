@@ -2,8 +2,11 @@
 from __future__ import annotations
 
 import json
+import time
+from datetime import timedelta
 
 import pytest
+from django.utils import timezone
 
 from memory_app.models import Memory
 from memory_app.selectors import memory_search
@@ -283,6 +286,67 @@ def test_a_summarizer_already_running_on_the_session_is_not_doubled(world, small
     session.refresh_from_db()
     assert session.compacted_through_seq == 0
     assert session_summarize(world.tenant_a.pk, session.pk, 8) > 0  # free again: it runs
+    session.refresh_from_db()
+    assert session.compacted_through_seq == 8
+
+
+@pytest.fixture
+def quiet(settings):
+    """The summarizer's quiet period, short enough for a test to wait it out."""
+    settings.QORVEN_SUMMARIZER_QUIET = 1.0
+    return settings.QORVEN_SUMMARIZER_QUIET
+
+
+def test_the_summarizer_leaves_a_conversation_alone_until_the_person_has_paused(
+    world, small_window, fake, model_server, drain, quiet
+):
+    """The person wrote a moment ago: no model call and nothing condensed while their next
+    turn may come; the summarizer runs by itself once the conversation has been quiet."""
+    from memory_app.tasks import session_summarize
+
+    session = canonical(world)
+    seed_history(session, 6)
+    last_word = Message.objects.filter(session=session, role="user").order_by("-seq")[0].created_at
+    assert session_summarize(world.tenant_a.pk, session.pk, 8) == 0
+    assert fake.calls["flush"] == 0 and fake.calls["summary"] == 0
+    session.refresh_from_db()
+    assert session.compacted_through_seq == 0
+    drain()
+    session.refresh_from_db()
+    assert session.compacted_through_seq == 8
+    (note,) = compaction_notes(session)
+    assert (note.created_at - last_word).total_seconds() >= quiet
+
+
+def test_the_summarizer_waits_for_a_running_turn_however_old_the_last_message(
+    world, small_window, fake, model_server, drain, quiet
+):
+    from memory_app.tasks import session_summarize
+    from sessions_app.turn_writes import turn_lease_acquire, turn_lease_release
+
+    session = canonical(world)
+    seed_history(session, 6)
+    Message.objects.filter(session=session).update(created_at=timezone.now() - timedelta(hours=1))
+    assert turn_lease_acquire(session_id=session.pk, owner="turn-1", seconds=30)
+    assert session_summarize(world.tenant_a.pk, session.pk, 8) == 0
+    assert fake.calls["flush"] == 0 and fake.calls["summary"] == 0
+    turn_lease_release(session_id=session.pk, owner="turn-1")
+    drain()
+    session.refresh_from_db()
+    assert session.compacted_through_seq == 8
+
+
+def test_a_summarizer_kept_waiting_by_a_busy_conversation_runs_after_a_bound(
+    world, small_window, fake, model_server, quiet
+):
+    """A person who never pauses still gets their conversation condensed: once it has
+    waited SUMMARIZER_WAIT_MAX quiet periods, it runs."""
+    from memory_app.tasks import SUMMARIZER_WAIT_MAX, session_summarize
+
+    session = canonical(world)
+    seed_history(session, 6)  # just now
+    waiting_since = time.time() - SUMMARIZER_WAIT_MAX * quiet - 1
+    assert session_summarize(world.tenant_a.pk, session.pk, 8, waiting_since) > 0
     session.refresh_from_db()
     assert session.compacted_through_seq == 8
 
