@@ -54,6 +54,9 @@ def session_summarize(tenant_id: int, session_id: int, through_seq: int, waiting
         if wait > 0 and time.time() - since < SUMMARIZER_WAIT_MAX * quiet:
             session_summarize.apply_async((tenant_id, session_id, through_seq, since), countdown=wait)
             return 0
+        # From here on, an exchange over the window queues a run of its own.
+        through_seq = max(through_seq, cache.get(_waiting_key(session_id)) or 0)
+        cache.delete(_waiting_key(session_id))
         # One summarizer per session at a time, across workers (the cache is Redis when scaled
         # out): a second run would only repeat the model calls, since the compare-and-set
         # stores one result. A range it skips is queued again by the next exchange over budget.
@@ -72,6 +75,22 @@ def session_summarize(tenant_id: int, session_id: int, through_seq: int, waiting
         if outcome.more:
             session_summarize.delay(tenant_id, session_id, through_seq)
         return outcome.messages
+
+
+def summarize_soon(*, tenant_id: int, session_id: int, through_seq: int) -> None:
+    """Queue the summarizer for a session whose conversation outgrew the window, to run
+    once it is quiet. While one is waiting, no second one is queued: the waiting one
+    condenses through the newest point asked for (kept in the cache with it)."""
+    key, quiet = _waiting_key(session_id), settings.QORVEN_SUMMARIZER_QUIET
+    if quiet > 0 and not cache.add(key, through_seq, timeout=int(quiet * (SUMMARIZER_WAIT_MAX + 2)) + 1):
+        if through_seq > (cache.get(key) or 0):
+            cache.set(key, through_seq, timeout=int(quiet * (SUMMARIZER_WAIT_MAX + 2)) + 1)
+        return
+    session_summarize.apply_async((tenant_id, session_id, through_seq), countdown=quiet)
+
+
+def _waiting_key(session_id: int) -> str:
+    return f"qorven:summarize-waiting:{session_id}"
 
 
 def _until_quiet(session: Session, quiet: float) -> float:

@@ -180,11 +180,12 @@ def _still_fits(session: Session, budget: int, prompt: Prompt, answering_seq: in
 
 
 def summarizer_queue(*, session: Session, through_seq: int) -> None:
-    """Queue the summarizer sub-agent for the session, after the current transaction."""
-    from memory_app.tasks import session_summarize
+    """Queue the summarizer sub-agent for the session, after the current transaction (it
+    runs once the conversation is quiet: memory_app.tasks.summarize_soon)."""
+    from memory_app.tasks import summarize_soon
 
     tenant_id, session_id = session.tenant_id, session.pk
-    transaction.on_commit(lambda: session_summarize.delay(tenant_id, session_id, through_seq))
+    transaction.on_commit(lambda: summarize_soon(tenant_id=tenant_id, session_id=session_id, through_seq=through_seq))
 
 
 def compact_for_turn(*, session: Session, pending: Message, overflow: bool) -> RotateOutcome | None:

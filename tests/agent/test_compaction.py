@@ -336,6 +336,23 @@ def test_the_summarizer_waits_for_a_running_turn_however_old_the_last_message(
     assert session.compacted_through_seq == 8
 
 
+def test_exchanges_while_a_summarizer_waits_queue_no_second_one_and_it_condenses_through_the_latest_point(
+    world, small_window, fake, model_server, drain, quiet
+):
+    from qorven.agent.compaction import summarizer_queue
+    from qorven.runtime.worker import embedded_worker
+
+    session = canonical(world)
+    seed_history(session, 6)
+    summarizer_queue(session=session, through_seq=4)
+    summarizer_queue(session=session, through_seq=8)  # the next exchange, still over the window
+    assert embedded_worker.pending() == ["memory_app.summarize"]
+    drain()
+    session.refresh_from_db()
+    assert session.compacted_through_seq == 8
+    assert len(compaction_notes(session)) == 1 and fake.calls["flush"] == 1
+
+
 def test_a_summarizer_kept_waiting_by_a_busy_conversation_runs_after_a_bound(
     world, small_window, fake, model_server, quiet
 ):
