@@ -35,6 +35,19 @@ READ_BATCH = 64
 READ_BATCH_MAX = 1024
 _PER_MESSAGE_OVERHEAD = 4
 
+# How many rows each session's last window took to read, so that its next window (a turn
+# later, two messages longer) starts with one read of about that size instead of doubling
+# from 64: a full window of ~600 messages took four round trips and decoded ~960 rows. A
+# hint only: whatever the sizes, the reads give the same window.
+_read_hints: dict[int, int] = {}
+_READ_HINTS_MAX = 10_000  # sessions remembered by a process, then it starts over
+_HINT_SLACK = 8  # the messages an exchange adds (a reply, tool rounds) before the next read
+
+
+def window_hints_clear() -> None:
+    """Forget every session's read size (a test starting on a fresh database)."""
+    _read_hints.clear()
+
 
 def message_tokens(message: StoredMessage) -> int:
     known = message.metadata.get("tokens") if isinstance(message.metadata, dict) else None
@@ -155,13 +168,15 @@ def _window(session: Session, current: Message, budget: int) -> tuple[list[Messa
     spent = message_tokens(current)
     complete = True
     before: int | None = None
-    size = READ_BATCH
+    size = _read_hints.get(session.pk, READ_BATCH)
+    examined = 0
     while True:
         batch = context_read(
             session=session, floor_seq=session.compacted_through_seq, answering_seq=current.seq,
             before_seq=before, limit=size,
         )
         for message in reversed(batch):
+            examined += 1
             if message.pk == current.pk:
                 continue
             cost = message_tokens(message)
@@ -174,6 +189,9 @@ def _window(session: Session, current: Message, budget: int) -> tuple[list[Messa
             break
         before = batch[0].seq
         size = min(size * 2, READ_BATCH_MAX)
+    if len(_read_hints) >= _READ_HINTS_MAX:
+        _read_hints.clear()
+    _read_hints[session.pk] = min(max(examined + _HINT_SLACK, READ_BATCH), READ_BATCH_MAX)
     picked.sort(key=lambda m: m.seq)
     kept = spent
     # The model must never see a tool result without the call that asked for it.
