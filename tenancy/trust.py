@@ -12,11 +12,15 @@ class Trust(models.TextChoices):
 
 
 _ORDER = [Trust.PUBLIC, Trust.PAIRED, Trust.TRUSTED, Trust.OWNER]
+_RANK = {level.value: rank for rank, level in enumerate(_ORDER)}  # asked for every user line of a prompt
 
 
 def trust_allows(have: str, need: str) -> bool:
-    """True when trust level `have` is at least `need`."""
-    return _ORDER.index(Trust(have)) >= _ORDER.index(Trust(need))
+    """True when trust level `have` is at least `need` (ValueError for a level that is none)."""
+    try:
+        return _RANK[have] >= _RANK[need]
+    except (KeyError, TypeError):
+        raise ValueError(f"not a trust level: {have!r} or {need!r}") from None
 
 
 def lowest(*levels: str) -> Trust:

@@ -81,6 +81,10 @@ def test_read_rows_carry_what_was_stored_decoded(world):
     assert first.tool_calls == calls and first.metadata == {"reply_to": 3, "notice": ""}
     assert first.created_at == stored.created_at and first.created_at.tzinfo is not None
     assert (second.tool_calls, second.tool_call_id, second.metadata) == (None, "c1", {})
+    message_append(session=session, role="assistant", content="Nothing found.", channel="telegram")
+    *_, third = messages_read(session=session, channel="telegram", limit=10)
+    third.metadata["mine"] = True  # a reader may change the dict it got: no other row's changes
+    assert second.metadata == {} and messages_read(session=session, channel="telegram", limit=1)[0].metadata == {}
 
 
 def test_a_turn_reads_its_message_with_the_session_in_one_query_and_never_another_tenants(world):
