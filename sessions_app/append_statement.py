@@ -86,7 +86,8 @@ def append_plan(db: BaseDatabaseWrapper) -> AppendPlan:
         return plan
     mark = "%s"  # Django's cursor takes this style on every backend
     quote = db.ops.quote_name
-    fields = [f for f in Message._meta.concrete_fields if not f.primary_key]
+    # A new row has no revision (NULL): the trigger gives it one when the row is updated.
+    fields = [f for f in Message._meta.concrete_fields if not f.primary_key and f.attname != "revision"]
     columns = ", ".join(quote(f.column) for f in fields)
     # The time is read by the statement itself, once it holds the session's lock (the
     # UPDATE on PostgreSQL, SQLite's write lock taken before the statement runs): later

@@ -109,6 +109,10 @@ class Message(models.Model):
     # Why the answer failed, in the provider's own words: for the log and the admin only,
     # never read by a surface.
     answer_error = models.TextField(null=True, blank=True)
+    # Moved on by a database trigger on every UPDATE of the row, whoever writes it (the ORM,
+    # raw SQL): a reader holding a copy of the row knows it is unchanged while this is the
+    # same (the worker's held prompt windows: qorven.agent.held_windows). NULL: never updated.
+    revision = models.PositiveIntegerField(null=True, blank=True, editable=False)
 
     class Meta:
         ordering = ["session", "seq"]

@@ -68,6 +68,7 @@ class MessageRow:
     tool_call_id: str
     metadata: dict[str, Any]
     answer_state: str | None = None
+    revision: int | None = None  # Message.revision: the same while the row is unchanged
 
     @property
     def pk(self) -> int:
@@ -120,7 +121,7 @@ def messages_read(
 
 _ROW_FIELDS = [Message._meta.get_field(name) for name in (
     "id", "seq", "role", "content", "channel", "sender_name", "created_at", "tool_calls", "tool_call_id", "metadata",
-    "answer_state",
+    "answer_state", "revision",
 )]
 _row_selects: dict[tuple[str, bool], tuple[str, list[tuple[int, list[Callable[..., Any]], Any]]]] = {}
 
@@ -161,10 +162,10 @@ def _rows_read(tail: str, params: list[Any], session_id: int, *, dated: bool = T
             for i, found, col in converters:
                 for convert in found:
                     row[i] = convert(row[i], col, connection)
-        pk, seq, role, content, channel, sender, created_at, tool_calls, tool_call_id, metadata, answer = row
+        pk, seq, role, content, channel, sender, created_at, tool_calls, tool_call_id, metadata, answer, revision = row
         result.append(MessageRow(
             pk, session_id, seq, role, content, channel, sender, created_at, tool_calls, tool_call_id, metadata,
-            answer,
+            answer, revision,
         ))
     return result
 
@@ -194,20 +195,40 @@ def context_read(
     Python; one range scan of the (session, seq) index, read as rows, not model instances.
     The rows' `created_at` is None: a prompt has no use for it, and making a datetime of
     it was a third of reading a full window's rows."""
-    where = ["session_id = %s", "seq > %s", "NOT (role = 'user' AND seq > %s)",
-             "(answer_state IS NULL OR answer_state <> 'failed')"]
-    params: list[Any] = [session.pk, floor_seq, answering_seq]
+    where, params = _context_where(session, floor_seq, answering_seq)
     if before_seq is not None:
         where.append("seq < %s")
         params.append(before_seq)
-    for key in ("notice", "command", "superseded"):
-        sql, param = _metadata_has_key(key)
-        where.append(f"NOT {sql}")
-        params.append(param)
     rows = _rows_read(f"WHERE {' AND '.join(where)} ORDER BY seq DESC LIMIT %s", [*params, limit], session.pk,
                       dated=False)
     rows.reverse()
     return rows
+
+
+def context_versions(*, session: Session, floor_seq: int, low_seq: int, high_seq: int) -> list[tuple[int, int | None]]:
+    """The id and revision of each message from `low_seq` to `high_seq` that a context read
+    (as context_read, for a message after `high_seq`) returns, oldest first: one range scan
+    that reads no text. Equal to those of rows read earlier, the rows are what the database
+    holds now (a message updated since has moved its revision on; one that joined or left
+    what a context read returns changes the ids)."""
+    where, params = _context_where(session, floor_seq, high_seq)
+    where.append("seq BETWEEN %s AND %s")
+    params += [low_seq, high_seq]
+    table = connection.ops.quote_name(Message._meta.db_table)
+    with connection.cursor() as cursor:
+        cursor.execute(f"SELECT id, revision FROM {table} WHERE {' AND '.join(where)} ORDER BY seq", params)
+        return [(pk, revision) for pk, revision in cursor.fetchall()]
+
+
+def _context_where(session: Session, floor_seq: int, answering_seq: int) -> tuple[list[str], list[Any]]:
+    where = ["session_id = %s", "seq > %s", "NOT (role = 'user' AND seq > %s)",
+             "(answer_state IS NULL OR answer_state <> 'failed')"]
+    params: list[Any] = [session.pk, floor_seq, answering_seq]
+    for key in ("notice", "command", "superseded"):
+        sql, param = _metadata_has_key(key)
+        where.append(f"NOT {sql}")
+        params.append(param)
+    return where, params
 
 
 def context_left_out(*, session: Session, floor_seq: int, answering_seq: int, limit: int = 64) -> list[MessageRow]:

@@ -69,11 +69,13 @@ def database_vendor() -> str:
 @pytest.fixture(autouse=True)
 def _fresh_row_caches():
     """Rows cached by an earlier test's process state are not this test's rows."""
+    from qorven.agent.held_windows import held_windows_clear
     from qorven.agent.prompt import window_hints_clear
     from qorven.runtime.row_cache import row_caches_clear
 
     row_caches_clear()
     window_hints_clear()
+    held_windows_clear()
     yield
     row_caches_clear()
 

@@ -8,6 +8,7 @@ stops as soon as the budget is full, so the cost does not grow with the stored h
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -15,7 +16,8 @@ from qorven.llm.metered import estimate_tokens
 from sessions_app.models import Message, Session
 
 from .attachments import IMAGE_TOKENS, attached_count, image_parts
-from sessions_app.selectors import StoredMessage, context_read
+from .held_windows import Held, held_window, held_window_keep
+from sessions_app.selectors import MessageRow, StoredMessage, context_read, context_versions
 from tenancy.tool_registry import Tool
 from tenancy.trust import Trust, trust_allows
 
@@ -164,39 +166,74 @@ def prompt_build(
 
 def _window(session: Session, current: Message, budget: int) -> tuple[list[Message], int, int | None]:
     """The window, what its messages cost, and `history_tokens` (see Prompt)."""
-    picked: list[Message] = [current]  # the message being answered always goes in
-    spent = message_tokens(current)
+    picked: list[tuple[StoredMessage, int]] = []
+    spent = message_tokens(current)  # the message being answered always goes in
     complete = True
-    before: int | None = None
-    size = _read_hints.get(session.pk, READ_BATCH)
     examined = 0
-    while True:
-        batch = context_read(
-            session=session, floor_seq=session.compacted_through_seq, answering_seq=current.seq,
-            before_seq=before, limit=size,
-        )
-        for message in reversed(batch):
-            examined += 1
-            if message.pk == current.pk:
-                continue
-            cost = message_tokens(message)
-            if spent + cost > budget:
-                batch, complete = [], False  # full
-                break
-            picked.append(message)
-            spent += cost
-        if len(batch) < size:
+    for message, cost in _newest_first(session, current):
+        examined += 1
+        if message.pk == current.pk:
+            continue
+        if spent + cost > budget:
+            complete = False  # full
             break
-        before = batch[0].seq
-        size = min(size * 2, READ_BATCH_MAX)
+        picked.append((message, cost))
+        spent += cost
     if len(_read_hints) >= _READ_HINTS_MAX:
         _read_hints.clear()
     _read_hints[session.pk] = min(max(examined + _HINT_SLACK, READ_BATCH), READ_BATCH_MAX)
-    picked.sort(key=lambda m: m.seq)
+    picked.sort(key=lambda pair: pair[0].seq)
     kept = spent
     # The model must never see a tool result without the call that asked for it.
-    while picked and picked[0].role == Message.Role.TOOL:
-        kept -= message_tokens(picked.pop(0))
-    pending = [m for m in picked if m.answer_state == Message.Answer.PENDING]
-    settled = [m for m in picked if m.answer_state != Message.Answer.PENDING]
+    while picked and picked[0][0].role == Message.Role.TOOL and picked[0][0].seq < current.seq:
+        kept -= picked.pop(0)[1]
+    _hold(session, current, picked)
+    window = [m for m, _ in picked] + [current]
+    window.sort(key=lambda m: m.seq)
+    pending = [m for m in window if m.answer_state == Message.Answer.PENDING]
+    settled = [m for m in window if m.answer_state != Message.Answer.PENDING]
     return settled + pending, kept, spent if complete else None
+
+
+def _newest_first(session: Session, current: Message) -> Iterator[tuple[StoredMessage, int]]:
+    """The messages a window may take for `current`, newest first, with their tokens: those
+    after the window this process holds for the session, then the held ones — when they
+    are still exactly what the database holds (qorven.agent.held_windows) — then reads of
+    older ones, in batches that double, until the caller has enough."""
+    floor = session.compacted_through_seq
+    before: int | None = None
+    size = _read_hints.get(session.pk, READ_BATCH)
+    held = held_window(session.pk)
+    if held is not None and held.floor == floor and held.rows[-1].seq < current.seq:
+        low, high = held.rows[0].seq, held.rows[-1].seq
+        newer = context_read(session=session, floor_seq=high, answering_seq=current.seq, limit=READ_BATCH_MAX)
+        if len(newer) < READ_BATCH_MAX and context_versions(
+            session=session, floor_seq=floor, low_seq=low, high_seq=high
+        ) == held.versions:
+            for message in reversed(newer):
+                yield message, message_tokens(message)
+            yield from zip(reversed(held.rows), reversed(held.costs))
+            before, size = low, READ_BATCH  # the budget grew past what was held: rarely more than a little
+    while True:
+        batch = context_read(session=session, floor_seq=floor, answering_seq=current.seq, before_seq=before,
+                             limit=size)
+        for message in reversed(batch):
+            yield message, message_tokens(message)
+        if len(batch) < size:
+            return
+        before = batch[0].seq
+        size = min(size * 2, READ_BATCH_MAX)
+
+
+def _hold(session: Session, current: Message, picked: list[tuple[StoredMessage, int]]) -> None:
+    """Hold the settled part of the window for the session's next turn: the messages before
+    the oldest one still waiting for an answer (those change when they are answered)."""
+    cut = min([m.seq for m, _ in picked if m.answer_state == Message.Answer.PENDING] + [current.seq])
+    settled = [(m, cost) for m, cost in picked if m.seq < cut]
+    if not settled or not all(isinstance(m, MessageRow) for m, _ in settled):
+        held_window_keep(session.pk, None)
+        return
+    held_window_keep(session.pk, Held(
+        floor=session.compacted_through_seq, rows=tuple(m for m, _ in settled),  # type: ignore[misc]
+        costs=tuple(cost for _, cost in settled),
+    ))

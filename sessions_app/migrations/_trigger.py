@@ -1,4 +1,4 @@
-"""The SQLite triggers on the messages table (migrations 0003 and 0005), for migrations
+"""The SQLite triggers on the messages table (migrations 0003, 0005 and 0008), for migrations
 that must make sure they exist after rebuilding the table: end such a migration with
 RunPython(create_all_on_sqlite). (`create_on_sqlite`, the last_seq trigger alone, is what
 migration 0004 ran, before the search table existed.)"""
@@ -40,13 +40,37 @@ END
 }
 
 
+# Every UPDATE of a message moves its revision on (sessions_app.models.Message.revision).
+# The trigger's own UPDATE does not fire it again: SQLite's recursive_triggers is off.
+REVISION_TRIGGER = "message_revision_moves_on"
+REVISION_SQLITE = f"""
+CREATE TRIGGER IF NOT EXISTS {REVISION_TRIGGER} AFTER UPDATE ON sessions_app_message
+BEGIN
+    UPDATE sessions_app_message SET revision = COALESCE(OLD.revision, 0) + 1 WHERE id = NEW.id;
+END
+"""
+REVISION_POSTGRESQL = f"""
+CREATE OR REPLACE FUNCTION {REVISION_TRIGGER}() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    NEW.revision := COALESCE(OLD.revision, 0) + 1;
+    RETURN NEW;
+END
+$$;
+CREATE TRIGGER {REVISION_TRIGGER} BEFORE UPDATE ON sessions_app_message
+FOR EACH ROW EXECUTE FUNCTION {REVISION_TRIGGER}();
+"""
+
+
 def create_on_sqlite(apps, schema_editor) -> None:
     if schema_editor.connection.vendor == "sqlite":
         schema_editor.execute(CREATE_TRIGGER)
 
 
 def create_all_on_sqlite(apps, schema_editor) -> None:
+    """Every trigger of the messages table on SQLite, the revision's included (migration
+    0008 on); the revision's trigger survives a table rebuild on PostgreSQL."""
     if schema_editor.connection.vendor == "sqlite":
         schema_editor.execute(CREATE_TRIGGER)
         for sql in SEARCH_TRIGGERS.values():
             schema_editor.execute(sql)
+        schema_editor.execute(REVISION_SQLITE)

@@ -2,46 +2,138 @@
 from __future__ import annotations
 
 import pytest
+from django.db import connection
 
+from qorven.agent.held_windows import held_windows_clear
 from qorven.agent.prompt import PromptParts, message_tokens, prompt_build, window_hints_clear
-from sessions_app.models import Message
+from sessions_app.models import Message, Session
 from sessions_app.selectors import messages_read
 from sessions_app.services import message_append, session_resolve
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 FILLER = "Tell me about the harbour, item {i}: its tides, boats, nets and the old market beside it."
+PARTS = PromptParts(system_prompt="Be brief.")
 
 
-def test_a_session_s_next_full_window_is_read_at_once_and_is_the_window_a_fresh_read_gives(
-    world, django_assert_num_queries
+@pytest.fixture
+def long_chat(world):
+    """A chat of `exchanges` answered exchanges, and the budget of a window of ~`window`
+    of its newest messages."""
+
+    def make(exchanges: int, window: int) -> tuple[Session, int]:
+        session = session_resolve(tenant=world.tenant_a, qor=world.qor_a, channel="web", user=world.alice)
+        for i in range(exchanges):
+            message_append(session=session, role="user", content=FILLER.format(i=i), channel="web",
+                           metadata={"trust": "owner"})
+            message_append(session=session, role="assistant", content=f"About item {i}.", channel="web",
+                           metadata={"reply_to": 2 * i + 1})
+        budget = sum(message_tokens(m) for m in messages_read(session=session, limit=window)) + 200
+        return session, budget
+
+    return make
+
+
+def ask(session: Session, text: str) -> Message:
+    pending = message_append(session=session, role="user", content=text, channel="web", awaits_answer=True).message
+    session.refresh_from_db()
+    return pending
+
+
+def answer(session: Session, pending: Message) -> None:
+    message_append(session=session, role="assistant", content="Hourly.", channel="web",
+                   metadata={"reply_to": pending.seq})
+    Message.objects.filter(pk=pending.pk).update(answer_state=Message.Answer.ANSWERED)
+
+
+def build(session: Session, pending: Message, budget: int):
+    return prompt_build(session=session, parts=PARTS, tools=[], current=pending, num_ctx=budget, reserve=0)
+
+
+def afresh(session: Session, pending: Message, budget: int):
+    """The prompt reading from scratch gives: nothing held, no read size remembered."""
+    held_windows_clear()
+    window_hints_clear()
+    return build(session, pending, budget)
+
+
+def test_a_session_s_full_window_read_again_is_read_at_once_and_is_the_window_a_fresh_read_gives(
+    long_chat, django_assert_num_queries
 ):
-    """A full window of ~250 of 700 messages takes reads of 64, 128 and 256 rows; a turn
-    later (two messages more) the same session's window takes one read of about its size,
-    and holds exactly the messages reading from scratch picks."""
-    session = session_resolve(tenant=world.tenant_a, qor=world.qor_a, channel="web", user=world.alice)
-    for i in range(350):
-        message_append(session=session, role="user", content=FILLER.format(i=i), channel="web")
-        message_append(session=session, role="assistant", content=f"About item {i}.", channel="web")
-    parts = PromptParts(system_prompt="Be brief.")
-    budget = sum(message_tokens(m) for m in messages_read(session=session, limit=250)) + 200
+    """A full window of ~250 of 700 messages takes reads of 64, 128 and 256 rows; when the
+    session's next window cannot start from a held one, it takes one read of about its size."""
+    session, budget = long_chat(350, 250)
+    pending = ask(session, "And the ferries?")
+    with django_assert_num_queries(3):
+        first = build(session, pending, budget)
+    assert first.history_tokens is None and 240 <= len(first.window) <= 270  # full
+    answer(session, pending)
+    pending = ask(session, "And the lighthouse?")
+    held_windows_clear()
+    with django_assert_num_queries(1):
+        prompt = build(session, pending, budget)
+    assert prompt.messages == afresh(session, pending, budget).messages
 
-    def turn(text: str, reads: int):
-        pending = message_append(session=session, role="user", content=text, channel="web",
-                                 awaits_answer=True).message
-        session.refresh_from_db()
-        with django_assert_num_queries(reads):
-            prompt = prompt_build(session=session, parts=parts, tools=[], current=pending, num_ctx=budget, reserve=0)
-        assert prompt.history_tokens is None  # full
-        window_hints_clear()  # what reading from scratch picks (and a hint again for the next turn)
-        fresh = prompt_build(session=session, parts=parts, tools=[], current=pending, num_ctx=budget, reserve=0)
-        assert [m.seq for m in prompt.window] == [m.seq for m in fresh.window]
-        assert prompt.messages == fresh.messages
-        message_append(session=session, role="assistant", content="Hourly.", channel="web",
-                       metadata={"reply_to": pending.seq})
-        Message.objects.filter(pk=pending.pk).update(answer_state=Message.Answer.ANSWERED)
-        return prompt
 
-    turn("And the ferries?", reads=3)
-    prompt = turn("And the lighthouse?", reads=1)
-    assert 240 <= len(prompt.window) <= 270
+def test_a_session_s_next_window_reads_only_what_came_after_the_window_it_holds(long_chat, django_assert_num_queries):
+    session, budget = long_chat(350, 250)
+    pending = ask(session, "And the ferries?")
+    build(session, pending, budget)
+    answer(session, pending)
+    pending = ask(session, "And the lighthouse?")
+    with django_assert_num_queries(2) as captured:  # the messages after it, and the held ones' revisions
+        prompt = build(session, pending, budget)
+    assert all("content" not in q["sql"] for q in captured.captured_queries[1:])
+    assert prompt.history_tokens is None
+    assert [m.seq for m in prompt.window] == [m.seq for m in afresh(session, pending, budget).window]
+    assert prompt.messages == afresh(session, pending, budget).messages
+    assert prompt.window[-1].seq == pending.seq and prompt.window[-2].content == "Hourly."
+
+
+def _update(session: Session, seq: int, **fields) -> None:
+    Message.objects.filter(session=session, seq=seq).update(**fields)
+
+
+CHANGES = {
+    # A held message whose text changed (a transcript arrived, say), through the ORM or raw SQL.
+    "text": lambda s, seq: _update(s, seq, content="A different question altogether, much longer than before."),
+    "raw SQL": lambda s, seq: _raw(f"UPDATE sessions_app_message SET content = 'raw' WHERE session_id = {s.pk}"
+                                   f" AND seq = {seq}"),
+    # One that left what the model sees: written again, refused, made a notice.
+    "superseded": lambda s, seq: _update(s, seq + 1, metadata={"superseded": True}),
+    "failed": lambda s, seq: _update(s, seq, answer_state=Message.Answer.FAILED),
+    "notice": lambda s, seq: _update(s, seq + 1, metadata={"notice": "x"}),
+    # One that joined it (failed when the window was read, answered since), or was deleted.
+    "joined": lambda s, seq: _update(s, seq, answer_state=Message.Answer.ANSWERED),
+    "deleted": lambda s, seq: Message.objects.filter(session=s, seq=seq).delete(),
+    # A compaction point reached into it.
+    "compacted": lambda s, seq: Session.objects.filter(pk=s.pk).update(compacted_through_seq=seq),
+    # Trust marks and tokens the prompt reads from metadata.
+    "metadata": lambda s, seq: _update(s, seq, metadata={"trust": "public", "tokens": 900}),
+}
+
+
+def _raw(sql: str) -> None:
+    with connection.cursor() as cursor:
+        cursor.execute(sql)
+
+
+@pytest.mark.parametrize("change", list(CHANGES))
+def test_a_held_window_whose_messages_changed_is_read_again_and_the_prompt_is_what_a_fresh_read_gives(
+    long_chat, change
+):
+    session, budget = long_chat(120, 100)
+    target = 211  # a user message of the window, 30 from its newest end (users have odd seqs)
+    if change == "joined":
+        _update(session, target, answer_state=Message.Answer.FAILED)
+    pending = ask(session, "And the ferries?")
+    held = build(session, pending, budget)
+    assert held.window[0].seq < target - 1
+    answer(session, pending)
+    CHANGES[change](session, target)
+    pending = ask(session, "And the lighthouse?")
+    prompt = build(session, pending, budget)
+    fresh = afresh(session, pending, budget)
+    assert prompt.messages == fresh.messages
+    assert (prompt.window_tokens, prompt.history_tokens) == (fresh.window_tokens, fresh.history_tokens)
+    assert [m.seq for m in prompt.window] != [m.seq for m in held.window[:-1]]  # it did move on
