@@ -118,7 +118,7 @@ def auto_compaction_point(
     over = False
     if answered is not None and window_full:
         newest = _newest_of_full_window(session, *answered)
-        kept = _kept(newest, keep_budget) if newest is not None else None
+        kept = _kept(newest, keep_budget, answered[0].costs) if newest is not None else None
         over = kept is not None
     if kept is None:
         total = 0
@@ -159,12 +159,13 @@ def _newest_of_full_window(session: Session, prompt: Prompt, answering_seq: int)
     return sorted([*prompt.window, *(m for m in rest if m.seq not in held)], key=lambda m: m.seq, reverse=True)
 
 
-def _kept(newest: list[MessageRow], keep_budget: int) -> list[MessageRow] | None:
+def _kept(newest: list[MessageRow], keep_budget: int, costs: dict[int, int]) -> list[MessageRow] | None:
     """The first of `newest` that fit `keep_budget`; None when all of them do (older
-    messages might fit too)."""
+    messages might fit too). `costs`: the tokens of those the prompt's window counted."""
     total = 0
     for i, message in enumerate(newest):
-        total += message_tokens(message)
+        cost = costs.get(message.seq)
+        total += cost if cost is not None else message_tokens(message)
         if total > keep_budget:
             return newest[:i]
     return None

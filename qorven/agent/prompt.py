@@ -111,6 +111,7 @@ class Prompt:
     # dropped included), when it reached the compaction point without filling the
     # budget; None when the budget cut it short.
     history_tokens: int | None = None
+    costs: dict[int, int] = field(default_factory=dict)  # each window message's tokens, by seq
 
 
 def system_text(parts: PromptParts, *, with_tools: bool) -> str:
@@ -155,19 +156,22 @@ def prompt_build(
     fixed = estimate_tokens(system) + (estimate_tokens(json.dumps(schemas)) if schemas else 0)
     budget = max(num_ctx - reserve - fixed, 0)
 
-    window, window_tokens, history_tokens = _window(session, current, budget)
+    window, window_tokens, history_tokens, costs = _window(session, current, budget)
     images = image_parts(window, vision=vision)
     messages = [{"role": "system", "content": system}] + [
         to_openai(m, answering=trust, images=images.get(m.pk)) for m in window
     ]
     return Prompt(messages=messages, tools=schemas, estimated_tokens=fixed + window_tokens, window=window,
-                  window_tokens=window_tokens, history_tokens=history_tokens)
+                  window_tokens=window_tokens, history_tokens=history_tokens, costs=costs)
 
 
-def _window(session: Session, current: Message, budget: int) -> tuple[list[Message], int, int | None]:
-    """The window, what its messages cost, and `history_tokens` (see Prompt)."""
+def _window(
+    session: Session, current: Message, budget: int
+) -> tuple[list[StoredMessage], int, int | None, dict[int, int]]:
+    """The window, what its messages cost in all, `history_tokens` (see Prompt), and what
+    each of them costs."""
     picked: list[tuple[StoredMessage, int]] = []
-    spent = message_tokens(current)  # the message being answered always goes in
+    spent = own = message_tokens(current)  # the message being answered always goes in
     complete = True
     examined = 0
     for message, cost in _newest_first(session, current):
@@ -192,7 +196,9 @@ def _window(session: Session, current: Message, budget: int) -> tuple[list[Messa
     window.sort(key=lambda m: m.seq)
     pending = [m for m in window if m.answer_state == Message.Answer.PENDING]
     settled = [m for m in window if m.answer_state != Message.Answer.PENDING]
-    return settled + pending, kept, spent if complete else None
+    costs = {m.seq: cost for m, cost in picked}
+    costs[current.seq] = own
+    return settled + pending, kept, spent if complete else None, costs
 
 
 def _newest_first(session: Session, current: Message) -> Iterator[tuple[StoredMessage, int]]:
