@@ -9,6 +9,7 @@ from qorven.agent.gateway import turns_here
 from qorven.agent.tasks import turns_queue, turns_run
 from qorven.runtime.database import DATABASE_DOWN, DATABASE_RETRY_DELAY, connections_drop_broken
 from qorven.runtime.log_context import log_context
+from qorven.runtime.publish import tasks_publish
 
 from .delivery import RetryLater, deliver_message
 from .models import InboundEvent
@@ -50,6 +51,16 @@ def inbound_process_task(self, tenant_id: int, event_id: int) -> str:
             raise
         turns_run(turns)  # answered here: one hop less than a turn task of its own
         return result
+
+
+@shared_task(name="channels_app.inbound_fan_out", acks_late=True)
+def inbound_fan_out_task(calls: list[list[int]]) -> int:
+    """Queue the processing of each event of a burst a web process stored together (it
+    published this one task for them: channels_app.receive.FAN_OUT_MIN). Safe to run
+    twice: an event is processed once. One that is never queued (the broker refused) is
+    queued again by the sweeper."""
+    tasks_publish(inbound_process_task, calls)
+    return len(calls)
 
 
 @shared_task(bind=True, name="channels_app.deliver", acks_late=True, max_retries=None)

@@ -89,6 +89,49 @@ def test_webhooks_waiting_together_are_stored_with_one_statement(world, telegram
     loop.close()
 
 
+def test_a_burst_stored_together_costs_the_server_one_publish_and_each_message_is_answered_once(
+    world, telegram, platform, model_server, drain
+):
+    """The web process queues a burst's events with one task that queues each of them from
+    a worker (a publish is much of what a webhook costs the server); a few at a time are
+    queued directly, one hop from their turn."""
+    import threading
+
+    from celery.signals import before_task_publish
+
+    pair(world, "telegram", "42", world.alice)
+    model_server.default = reply("ok")
+    from qorven.asgi import application  # noqa: F401 (Django set up as the server has it)
+
+    here, published = threading.get_ident(), []
+
+    def seen(sender=None, **kwargs):
+        if threading.get_ident() == here:
+            published.append(sender)
+
+    before_task_publish.connect(seen, weak=False)
+    loop = asyncio.new_event_loop()
+    try:
+        burst = [_Job("telegram", telegram_scope(), json.dumps(telegram_update(f"m{i}", message_id=300 + i)).encode(),
+                      loop, loop.create_future()) for i in range(8)]
+        assert [a.status for a in group_commit.handle(burst)] == [200] * 8
+        assert published == ["channels_app.inbound_fan_out"]
+        drain()
+        few = [_Job("telegram", telegram_scope(), json.dumps(telegram_update(f"n{i}", message_id=400 + i)).encode(),
+                    loop, loop.create_future()) for i in range(2)]
+        published.clear()
+        assert [a.status for a in group_commit.handle(few)] == [200] * 2
+        assert published == ["channels_app.inbound", "channels_app.inbound"]
+        drain()
+    finally:
+        before_task_publish.disconnect(seen)
+        loop.close()
+    users = list(Message.objects.filter(role="user").order_by("seq").values_list("content", flat=True))
+    assert users == [f"m{i}" for i in range(8)] + ["n0", "n1"]
+    assert Message.objects.filter(role="assistant").count() == len(platform.sent("sendMessage")) >= 1
+    assert set(InboundEvent.objects.values_list("state", flat=True)) == {"done"}
+
+
 def test_one_webhook_that_cannot_be_stored_fails_alone(world, telegram, platform, model_server, drain):
     """A binding deleted by another server while this one still has it cached: its
     webhook cannot be stored (503, the platform delivers it again); the others are."""
