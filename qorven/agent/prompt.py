@@ -3,7 +3,9 @@
 Order: the Qor's system prompt, project context, the tool-execution contract, learned
 skills, memories retrieved for this message, the compaction note; then the newest messages
 that fit the model's budget. Tool schemas travel in the request's `tools` field. Reading
-stops as soon as the budget is full, so the cost does not grow with the stored history.
+stops as soon as the budget is full, so the cost does not grow with the stored history;
+a session's next turn starts from the window this process holds for it, when it is still
+exactly what the database holds (qorven.agent.held_windows), and reads only what is newer.
 """
 from __future__ import annotations
 
