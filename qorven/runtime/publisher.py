@@ -11,6 +11,7 @@ import asyncio
 import logging
 import queue
 import threading
+import time
 from typing import Any
 
 from channels.layers import get_channel_layer
@@ -84,6 +85,10 @@ class _Sender:
         with self._idle:
             handed = None if self._pending or event.get("type") in _STREAM_EVENTS else hubs_hand(group, event)
             self._pending += 1
+        if handed:
+            # Let the hub's loop have the interpreter now: it waited ~1 ms (p50) for this
+            # thread to block or reach its switch interval, while the event's sockets waited.
+            time.sleep(0)
         self._queue.put((group, event, handed))
         if self._thread is None:
             with self._lock:
