@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from sessions_app.selectors import MessageRow
 
@@ -29,10 +29,10 @@ class Held:
     floor: int  # the session's compaction point when the rows were read
     rows: tuple[MessageRow, ...]  # oldest first
     costs: tuple[int, ...]  # each row's tokens (qorven.agent.prompt.message_tokens)
+    versions: list[tuple[int, int | None]] = field(init=False)  # each row's (id, revision)
 
-    @property
-    def versions(self) -> list[tuple[int, int | None]]:
-        return [(row.id, row.revision) for row in self.rows]
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "versions", [(row.id, row.revision) for row in self.rows])
 
 
 _held: OrderedDict[int, Held] = OrderedDict()

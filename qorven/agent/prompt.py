@@ -19,7 +19,7 @@ from sessions_app.models import Message, Session
 
 from .attachments import IMAGE_TOKENS, attached_count, image_parts
 from .held_windows import Held, held_window, held_window_keep
-from sessions_app.selectors import MessageRow, StoredMessage, context_read, context_versions
+from sessions_app.selectors import StoredMessage, context_read, context_versions
 from tenancy.tool_registry import Tool
 from tenancy.trust import Trust, trust_allows
 
@@ -188,7 +188,7 @@ def _window(
     if len(_read_hints) >= _READ_HINTS_MAX:
         _read_hints.clear()
     _read_hints[session.pk] = min(max(examined + _HINT_SLACK, READ_BATCH), READ_BATCH_MAX)
-    picked.sort(key=lambda pair: pair[0].seq)
+    picked.reverse()  # oldest first: they came newest first
     kept = spent
     # The model must never see a tool result without the call that asked for it.
     while picked and picked[0][0].role == Message.Role.TOOL and picked[0][0].seq < current.seq:
@@ -237,8 +237,8 @@ def _hold(session: Session, current: Message, picked: list[tuple[StoredMessage, 
     """Hold the settled part of the window for the session's next turn: the messages before
     the oldest one still waiting for an answer (those change when they are answered)."""
     cut = min([m.seq for m, _ in picked if m.answer_state == Message.Answer.PENDING] + [current.seq])
-    settled = [(m, cost) for m, cost in picked if m.seq < cut]
-    if not settled or not all(isinstance(m, MessageRow) for m, _ in settled):
+    settled = [(m, cost) for m, cost in picked if m.seq < cut]  # rows of context reads, never `current`
+    if not settled:
         held_window_keep(session.pk, None)
         return
     held_window_keep(session.pk, Held(
