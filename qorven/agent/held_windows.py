@@ -18,6 +18,7 @@ from __future__ import annotations
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass, field
+from typing import Any
 
 from sessions_app.selectors import MessageRow
 
@@ -30,6 +31,10 @@ class Held:
     rows: tuple[MessageRow, ...]  # oldest first
     costs: tuple[int, ...]  # each row's tokens (qorven.agent.prompt.message_tokens)
     versions: list[tuple[int, int | None]] = field(init=False)  # each row's (id, revision)
+    # The request's dict made of a row (qorven.agent.prompt.to_openai) by its id, revision
+    # and the trust of the message answered; filled as a prompt is built, and carried to the
+    # session's next held window for the rows both hold.
+    rendered: dict[tuple[int, int | None, str], dict[str, Any]] = field(default_factory=dict, compare=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "versions", [(row.id, row.revision) for row in self.rows])

@@ -19,7 +19,7 @@ from sessions_app.models import Message, Session
 
 from .attachments import IMAGE_TOKENS, attached_count, image_parts
 from .held_windows import Held, held_window, held_window_keep
-from sessions_app.selectors import StoredMessage, context_read, context_versions
+from sessions_app.selectors import MessageRow, StoredMessage, context_read, context_versions
 from tenancy.tool_registry import Tool
 from tenancy.trust import Trust, trust_allows
 
@@ -160,9 +160,18 @@ def prompt_build(
 
     window, window_tokens, history_tokens, costs = _window(session, current, budget)
     images = image_parts(window, vision=vision)
-    messages = [{"role": "system", "content": system}] + [
-        to_openai(m, answering=trust, images=images.get(m.pk)) for m in window
-    ]
+    held = held_window(session.pk)  # the window just kept: its rows' dicts are made once
+    rendered = held.rendered if held is not None else {}
+    messages: list[dict[str, Any]] = [{"role": "system", "content": system}]
+    for m in window:
+        parts = images.get(m.pk)
+        key = (m.pk, m.revision, trust) if parts is None and isinstance(m, MessageRow) else None
+        made = rendered.get(key) if key is not None else None
+        if made is None:
+            made = to_openai(m, answering=trust, images=parts)
+            if key is not None:
+                rendered[key] = made
+        messages.append(made)
     return Prompt(messages=messages, tools=schemas, estimated_tokens=fixed + window_tokens, window=window,
                   window_tokens=window_tokens, history_tokens=history_tokens, costs=costs)
 
@@ -241,7 +250,10 @@ def _hold(session: Session, current: Message, picked: list[tuple[StoredMessage, 
     if not settled:
         held_window_keep(session.pk, None)
         return
-    held_window_keep(session.pk, Held(
-        floor=session.compacted_through_seq, rows=tuple(m for m, _ in settled),  # type: ignore[misc]
-        costs=tuple(cost for _, cost in settled),
-    ))
+    held = Held(floor=session.compacted_through_seq, rows=tuple(m for m, _ in settled),  # type: ignore[misc]
+                costs=tuple(cost for _, cost in settled))
+    previous = held_window(session.pk)
+    if previous is not None and previous.rendered:
+        kept = set(held.versions)
+        held.rendered.update((key, made) for key, made in previous.rendered.items() if key[:2] in kept)
+    held_window_keep(session.pk, held)

@@ -21,11 +21,11 @@ def long_chat(world):
     """A chat of `exchanges` answered exchanges, and the budget of a window of ~`window`
     of its newest messages."""
 
-    def make(exchanges: int, window: int) -> tuple[Session, int]:
+    def make(exchanges: int, window: int, trust: str = "owner") -> tuple[Session, int]:
         session = session_resolve(tenant=world.tenant_a, qor=world.qor_a, channel="web", user=world.alice)
         for i in range(exchanges):
             message_append(session=session, role="user", content=FILLER.format(i=i), channel="web",
-                           metadata={"trust": "owner"})
+                           metadata={"trust": trust})
             message_append(session=session, role="assistant", content=f"About item {i}.", channel="web",
                            metadata={"reply_to": 2 * i + 1})
         budget = sum(message_tokens(m) for m in messages_read(session=session, limit=window)) + 200
@@ -137,3 +137,23 @@ def test_a_held_window_whose_messages_changed_is_read_again_and_the_prompt_is_wh
     assert prompt.messages == fresh.messages
     assert (prompt.window_tokens, prompt.history_tokens) == (fresh.window_tokens, fresh.history_tokens)
     assert [m.seq for m in prompt.window] != [m.seq for m in held.window[:-1]]  # it did move on
+
+
+def test_a_held_window_answering_a_message_of_another_trust_marks_its_lines_as_a_fresh_read_does(long_chat):
+    """The same held messages read differently when the message answered carries more
+    trust than they do ("lower trust"): what was made for one answer is not reused for
+    the other."""
+    session, budget = long_chat(120, 100, trust="paired")
+    pending = ask(session, "And the ferries?")
+    paired = prompt_build(session=session, parts=PARTS, tools=[], current=pending, num_ctx=budget, reserve=0,
+                          trust="paired")
+    assert "lower trust" not in str(paired.messages)
+    answer(session, pending)
+    pending = ask(session, "And the lighthouse?")
+    owner = prompt_build(session=session, parts=PARTS, tools=[], current=pending, num_ctx=budget, reserve=0,
+                         trust="owner")
+    held_windows_clear()
+    fresh = prompt_build(session=session, parts=PARTS, tools=[], current=pending, num_ctx=budget, reserve=0,
+                         trust="owner")
+    assert owner.messages == fresh.messages
+    assert sum("[web · lower trust]" in m["content"] for m in owner.messages if m["role"] == "user") >= 40
