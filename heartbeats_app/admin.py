@@ -119,9 +119,10 @@ class HeartbeatAdmin(TenantScopedAdminMixin, admin.ModelAdmin):
         if obj.last_run_at is None:
             return "never"
         when = obj.last_run_at.astimezone(timezone_parse(heartbeat_timezone(obj)))
-        tokens = f" · {obj.tokens_spent:,} tokens" if obj.tokens_spent else ""
-        return format_html('{} <span style="white-space:nowrap">{}</span>{}', self.status(obj),
-                           when.strftime("%m-%d %H:%M"), tokens)
+        # Status, time and tokens each on a line of their own, as narrow as "next run": one
+        # line of all three pushed the list past a laptop's width once a beat had run.
+        tokens = format_html("<br>{} tokens", f"{obj.tokens_spent:,}") if obj.tokens_spent else ""
+        return format_html("{}<br>{}{}", self.status(obj), when.strftime("%m-%d %H:%M"), tokens)
 
     @admin.display(description="last status", ordering="last_status")
     def status(self, obj: Heartbeat) -> str:
