@@ -2,8 +2,8 @@
 already obtained through one) explicitly; missing and foreign rows raise the same error."""
 from __future__ import annotations
 
-from collections.abc import Callable
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
