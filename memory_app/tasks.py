@@ -82,9 +82,10 @@ def summarize_soon(*, tenant_id: int, session_id: int, through_seq: int) -> None
     once it is quiet. While one is waiting, no second one is queued: the waiting one
     condenses through the newest point asked for (kept in the cache with it)."""
     key, quiet = _waiting_key(session_id), settings.QORVEN_SUMMARIZER_QUIET
-    if quiet > 0 and not cache.add(key, through_seq, timeout=int(quiet * (SUMMARIZER_WAIT_MAX + 2)) + 1):
+    kept_for = int(quiet * (SUMMARIZER_WAIT_MAX + 2)) + 1  # past the waiting run's longest wait
+    if quiet > 0 and not cache.add(key, through_seq, timeout=kept_for):
         if through_seq > (cache.get(key) or 0):
-            cache.set(key, through_seq, timeout=int(quiet * (SUMMARIZER_WAIT_MAX + 2)) + 1)
+            cache.set(key, through_seq, timeout=kept_for)
         return
     session_summarize.apply_async((tenant_id, session_id, through_seq), countdown=quiet)
 

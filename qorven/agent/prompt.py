@@ -185,7 +185,8 @@ def _window(
     spent = own = message_tokens(current)  # the message being answered always goes in
     complete = True
     examined = 0
-    for message, cost in _newest_first(session, current):
+    held = held_window(session.pk)
+    for message, cost in _newest_first(session, current, held):
         examined += 1
         if message.pk == current.pk:
             continue
@@ -202,7 +203,7 @@ def _window(
     # The model must never see a tool result without the call that asked for it.
     while picked and picked[0][0].role == Message.Role.TOOL and picked[0][0].seq < current.seq:
         kept -= picked.pop(0)[1]
-    _hold(session, current, picked)
+    _hold(session, current, picked, held)
     window = [m for m, _ in picked] + [current]
     window.sort(key=lambda m: m.seq)
     pending = [m for m in window if m.answer_state == Message.Answer.PENDING]
@@ -212,7 +213,7 @@ def _window(
     return settled + pending, kept, spent if complete else None, costs
 
 
-def _newest_first(session: Session, current: Message) -> Iterator[tuple[StoredMessage, int]]:
+def _newest_first(session: Session, current: Message, held: Held | None) -> Iterator[tuple[StoredMessage, int]]:
     """The messages a window may take for `current`, newest first, with their tokens: those
     after the window this process holds for the session, then the held ones — when they
     are still exactly what the database holds (qorven.agent.held_windows) — then reads of
@@ -220,7 +221,6 @@ def _newest_first(session: Session, current: Message) -> Iterator[tuple[StoredMe
     floor = session.compacted_through_seq
     before: int | None = None
     size = _read_hints.get(session.pk, READ_BATCH)
-    held = held_window(session.pk)
     if held is not None and held.floor == floor and held.rows[-1].seq < current.seq:
         low, high = held.rows[0].seq, held.rows[-1].seq
         newer = context_read(session=session, floor_seq=high, answering_seq=current.seq, limit=READ_BATCH_MAX)
@@ -242,9 +242,10 @@ def _newest_first(session: Session, current: Message) -> Iterator[tuple[StoredMe
         size = min(size * 2, READ_BATCH_MAX)
 
 
-def _hold(session: Session, current: Message, picked: list[tuple[StoredMessage, int]]) -> None:
+def _hold(session: Session, current: Message, picked: list[tuple[StoredMessage, int]], previous: Held | None) -> None:
     """Hold the settled part of the window for the session's next turn: the messages before
-    the oldest one still waiting for an answer (those change when they are answered)."""
+    the oldest one still waiting for an answer (those change when they are answered).
+    `previous`: the window held before, whose request dicts carry over for the rows both hold."""
     cut = min([m.seq for m, _ in picked if m.answer_state == Message.Answer.PENDING] + [current.seq])
     settled = [(m, cost) for m, cost in picked if m.seq < cut]  # rows of context reads, never `current`
     if not settled:
@@ -252,7 +253,6 @@ def _hold(session: Session, current: Message, picked: list[tuple[StoredMessage, 
         return
     held = Held(floor=session.compacted_through_seq, rows=tuple(m for m, _ in settled),  # type: ignore[misc]
                 costs=tuple(cost for _, cost in settled))
-    previous = held_window(session.pk)
     if previous is not None and previous.rendered:
         kept = set(held.versions)
         held.rendered.update((key, made) for key, made in previous.rendered.items() if key[:2] in kept)
