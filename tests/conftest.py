@@ -6,6 +6,7 @@ alice owns tenant A ("acme", Qor "aria"); bob is a member of A; charlie owns ten
 from __future__ import annotations
 
 import faulthandler
+import gc
 import uuid
 from dataclasses import dataclass
 
@@ -78,6 +79,15 @@ def _fresh_row_caches():
     held_windows_clear()
     yield
     row_caches_clear()
+
+
+@pytest.fixture(autouse=True)
+def _nothing_frozen_after():
+    # `serve` and `worker` freeze the process's objects before serving (qorven.runtime.heap);
+    # run inside the test process, that would keep each test's objects for good.
+    yield
+    if gc.get_freeze_count():
+        gc.unfreeze()
 
 
 @pytest.fixture(autouse=True)

@@ -5,6 +5,7 @@ from django.conf import settings
 from django.core.management import call_command
 from django.core.management.base import BaseCommand
 
+from qorven.runtime.heap import startup_heap_freeze
 from qorven.runtime.startup import Startup, startup_run
 from qorven.runtime.worker import broker_is_embedded, embedded_worker
 
@@ -49,6 +50,9 @@ class Command(BaseCommand):
         startup_run(startup, after_worker=True)  # the embedded beat
         self.stdout.write(f"Qorven on http://{opts['host']}:{opts['port']}/  (admin: /admin/)")
         self.stdout.flush()
+        import qorven.asgi  # noqa: F401  the app the server loads: its objects are frozen with the rest
+
+        startup_heap_freeze()
         if opts["server"] == "uvicorn":
             _uvicorn_run(opts["host"], opts["port"])
         else:

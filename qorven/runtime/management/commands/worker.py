@@ -28,6 +28,7 @@ class Command(BaseCommand):
     def handle(self, *args, **opts):
         from celery import current_app
 
+        from qorven.runtime.heap import startup_heap_freeze
         from qorven.runtime.startup import Startup, startup_run
         from qorven.runtime.worker import broker_is_embedded
 
@@ -44,6 +45,7 @@ class Command(BaseCommand):
             settings.QORVEN_SEND_SLOTS = max(opts["concurrency"] // 2, 1)
         startup_run(Startup("worker", self.stdout, self.stderr, False, opts), after_worker=False)
         _connections_prepare()
+        startup_heap_freeze()  # before the pool forks: every child starts with it
         app.worker_main(
             ["worker", f"--concurrency={opts['concurrency']}", f"--loglevel={opts['loglevel']}", "--without-gossip",
              "--without-mingle"]
