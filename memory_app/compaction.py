@@ -2,7 +2,9 @@
 
 - `compaction_advance` (auto mode, the summarizer task): condense the next run of
   messages up to a seq, advance `compacted_through_seq`, keep the running note on the
-  session, and post the note as a visible system message. Raw rows stay.
+  session, and, once it has caught up, post the note as a visible system message: a
+  backlog that takes many runs (an imported conversation) gets one notice, not one a
+  run. Raw rows stay.
 - `compaction_rotate` (manual mode, `/compact`): condense everything already answered,
   then archive the session and start a fresh one seeded with the summary, carrying the
   messages still waiting for an answer.
@@ -15,11 +17,13 @@ nothing and loses nothing.
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from datetime import datetime
 
 from django.db import transaction
 
 from sessions_app.channel_kinds import Channel
+from sessions_app.errors import SessionClosed
 from sessions_app.models import Message, Session
 from sessions_app.selectors import next_pending_user_message
 from sessions_app.services import message_append, session_compaction_advance, session_rotate
@@ -31,8 +35,39 @@ from .summarizer import CompactionFailed, Condensed, condense, excerpt_read, inp
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["AdvanceOutcome", "CompactionFailed", "RotateOutcome", "compaction_advance", "compaction_rotate",
-           "settled_through"]
+__all__ = ["AdvanceOutcome", "CatchUp", "CompactionFailed", "RotateOutcome", "catch_up_announce",
+           "compaction_advance", "compaction_rotate", "settled_through"]
+
+
+@dataclass(frozen=True)
+class CatchUp:
+    """What the runs of one catch-up have condensed so far: the summarizer runs again and
+    again until it reaches its target, and the notice at the end covers them all. Passed
+    from run to run as the summarizer task's argument (`as_arg`, `from_arg`)."""
+
+    from_seq: int
+    through_seq: int
+    span: DigestSpan
+    memories: int
+
+    def add(self, through_seq: int, span: DigestSpan, memories: int) -> CatchUp:
+        return replace(self, through_seq=through_seq, span=_merged_span([self.span, span]),
+                       memories=self.memories + memories)
+
+    def as_arg(self) -> dict[str, object]:
+        stamp = lambda at: at.isoformat() if at is not None else None  # noqa: E731
+        return {"from_seq": self.from_seq, "through_seq": self.through_seq, "count": self.span.count,
+                "channels": sorted(self.span.channels), "first_at": stamp(self.span.first_at),
+                "last_at": stamp(self.span.last_at), "memories": self.memories}
+
+    @classmethod
+    def from_arg(cls, arg: dict[str, object] | None) -> CatchUp | None:
+        if not arg:
+            return None
+        at = lambda value: datetime.fromisoformat(value) if isinstance(value, str) else None  # noqa: E731
+        span = DigestSpan(count=int(arg["count"]), channels=frozenset(arg["channels"]),
+                          first_at=at(arg["first_at"]), last_at=at(arg["last_at"]))
+        return cls(int(arg["from_seq"]), int(arg["through_seq"]), span, int(arg["memories"]))
 
 
 @dataclass(frozen=True)
@@ -41,6 +76,7 @@ class AdvanceOutcome:
     messages: int  # conversation messages condensed by this call
     memories: int  # memories stored (flush and digest)
     more: bool  # the target was not reached in this run: run again
+    so_far: CatchUp | None = None  # with `more`: what the catch-up condensed, not yet announced
 
 
 @dataclass(frozen=True)
@@ -69,16 +105,21 @@ def settled_through(session: Session) -> int:
     return pending.seq - 1 if pending is not None else session.last_seq
 
 
-def compaction_advance(*, session: Session, through_seq: int) -> AdvanceOutcome:
+def compaction_advance(*, session: Session, through_seq: int, so_far: CatchUp | None = None) -> AdvanceOutcome:
     """Condense the next run of `session` up to `through_seq` (as much as one summarizer
-    call takes) and store it. Raises CompactionFailed; a no-op when already done."""
+    call takes) and store it; `so_far`, what earlier runs of this catch-up condensed. The
+    notice goes into the timeline once the target is reached. Raises CompactionFailed
+    (`so_far` is the caller's to announce then); a no-op when already done."""
     start = session.compacted_through_seq
     target = min(through_seq, settled_through(session))
     if target <= start or session.state != Session.State.ACTIVE:
+        if so_far is not None:
+            catch_up_announce(session=session, so_far=so_far)
         return AdvanceOutcome(start, 0, 0, more=False)
     note = session.compaction_note
     excerpt = excerpt_read(session=session, after_seq=start, through_seq=target, budget=input_budget(session.qor, note))
     condensed = condense(session=session, excerpt=excerpt, previous_note=note) if excerpt.messages else None
+    more = excerpt.through_seq < target
     with transaction.atomic():
         new_note = condensed.note if condensed else note
         if not session_compaction_advance(
@@ -87,14 +128,33 @@ def compaction_advance(*, session: Session, through_seq: int) -> AdvanceOutcome:
             raise CompactionFailed("the session changed while it was being compacted")
         stored = _store(session, condensed) if condensed else 0
         if condensed:
-            message_append(
-                session=session, role=Message.Role.SYSTEM, channel=Channel.SYSTEM,
-                content=_condensed_note(condensed.excerpt.span, stored, condensed.note),
-                metadata={"notice": "compaction", "from_seq": start + 1, "through_seq": excerpt.through_seq,
-                          "memories": stored},
-            )
+            run = CatchUp(start + 1, excerpt.through_seq, condensed.excerpt.span, stored)
+            so_far = so_far.add(excerpt.through_seq, run.span, stored) if so_far is not None else run
+        if so_far is not None and not more:
+            _announce(session, so_far, new_note)
     session.compacted_through_seq, session.compaction_note = excerpt.through_seq, new_note
-    return AdvanceOutcome(excerpt.through_seq, len(excerpt.messages), stored, more=excerpt.through_seq < target)
+    return AdvanceOutcome(excerpt.through_seq, len(excerpt.messages), stored, more=more,
+                          so_far=so_far if more else None)
+
+
+def catch_up_announce(*, session: Session, so_far: CatchUp) -> None:
+    """The notice for a catch-up that stops before its target (its next run failed, or
+    found nothing left to do): what it did condense."""
+    if session.state != Session.State.ACTIVE:
+        return
+    try:
+        _announce(session, so_far, session.compaction_note)
+    except SessionClosed:  # archived a moment ago (/clear): its notices end there
+        pass
+
+
+def _announce(session: Session, so_far: CatchUp, note: str) -> None:
+    message_append(
+        session=session, role=Message.Role.SYSTEM, channel=Channel.SYSTEM,
+        content=_condensed_note(so_far.span, so_far.memories, note),
+        metadata={"notice": "compaction", "from_seq": so_far.from_seq, "through_seq": so_far.through_seq,
+                  "memories": so_far.memories},
+    )
 
 
 def compaction_rotate(*, session: Session) -> RotateOutcome | None:
@@ -123,7 +183,7 @@ def compaction_rotate(*, session: Session) -> RotateOutcome | None:
             raise CompactionFailed("the session changed while it was being compacted")
         stored = sum(_store(session, run) for run in runs)
         messages = sum(len(run.excerpt.messages) for run in runs)
-        span = _merged_span(runs)
+        span = _merged_span([run.excerpt.span for run in runs])
         if rotate:
             rotated = session_rotate(session=session, seed_summary=note, carry_unanswered=True)
             archived, active, carried = rotated.archived, rotated.session, rotated.carried
@@ -177,8 +237,7 @@ def _members_heard(excerpt) -> list:
     return list(get_user_model().objects.filter(pk__in=ids).order_by("pk")) if ids else []
 
 
-def _merged_span(runs: list[Condensed]) -> DigestSpan:
-    spans = [r.excerpt.span for r in runs]
+def _merged_span(spans: list[DigestSpan]) -> DigestSpan:
     return DigestSpan(
         count=sum(s.count for s in spans),
         channels=frozenset().union(*(s.channels for s in spans)),

@@ -19,7 +19,7 @@ from sessions_app.services import message_append
 from sessions_app.turn_writes import turn_lease_acquire, turn_lease_release
 from tenancy.selectors import budget_exhausted
 
-from .compaction import CompactionFailed, compaction_advance, compaction_rotate
+from .compaction import CatchUp, CompactionFailed, catch_up_announce, compaction_advance, compaction_rotate
 
 logger = logging.getLogger(__name__)
 
@@ -35,10 +35,13 @@ SUMMARIZER_WAIT_MAX = 12
 
 
 @shared_task(name="memory_app.summarize", acks_late=True)
-def session_summarize(tenant_id: int, session_id: int, through_seq: int, waiting_since: float | None = None) -> int:
+def session_summarize(tenant_id: int, session_id: int, through_seq: int, waiting_since: float | None = None,
+                      so_far: dict | None = None) -> int:
     """Auto mode: condense the session's messages up to `through_seq` into its running
-    note, a digest memory and the flushed memories. Runs again while a run is left.
-    Safe to run twice: a range already compacted is skipped. Returns messages condensed.
+    note, a digest memory and the flushed memories. Runs again while a run is left,
+    passing on what the catch-up condensed so far (`so_far`, for its one notice at the
+    end). Safe to run twice: a range already compacted is skipped. Returns messages
+    condensed.
 
     It leaves the conversation to the person's turns: while a turn runs, or they wrote in
     the last QORVEN_SUMMARIZER_QUIET seconds, it queues itself for when that will have
@@ -46,13 +49,17 @@ def session_summarize(tenant_id: int, session_id: int, through_seq: int, waiting
     quiet periods since it first waited (`waiting_since`, a Unix time)."""
     with log_context(tenant=tenant_id, session=session_id):
         session = session_for_task(tenant_id=tenant_id, session_id=session_id)
-        if session is None or session.state != Session.State.ACTIVE or budget_exhausted(tenant=session.tenant):
+        if session is None or session.state != Session.State.ACTIVE:
+            return 0
+        catch_up = CatchUp.from_arg(so_far)
+        if budget_exhausted(tenant=session.tenant):
+            _catch_up_end(session, catch_up)
             return 0
         quiet = settings.QORVEN_SUMMARIZER_QUIET
         wait = _until_quiet(session, quiet) if quiet > 0 else 0.0
         since = waiting_since if waiting_since is not None else time.time()
         if wait > 0 and time.time() - since < SUMMARIZER_WAIT_MAX * quiet:
-            session_summarize.apply_async((tenant_id, session_id, through_seq, since), countdown=wait)
+            session_summarize.apply_async((tenant_id, session_id, through_seq, since, so_far), countdown=wait)
             return 0
         # From here on, an exchange over the window queues a run of its own.
         through_seq = max(through_seq, cache.get(_waiting_key(session_id)) or 0)
@@ -63,18 +70,27 @@ def session_summarize(tenant_id: int, session_id: int, through_seq: int, waiting
         running = f"qorven:summarize:{session_id}"
         if not cache.add(running, 1, timeout=settings.CELERY_TASK_TIME_LIMIT):
             logger.info("summarizer for session %s is already running; skipped", session_id)
+            _catch_up_end(session, catch_up)
             return 0
         try:
-            outcome = compaction_advance(session=session, through_seq=through_seq)
+            outcome = compaction_advance(session=session, through_seq=through_seq, so_far=catch_up)
         except CompactionFailed as exc:
             # Nothing was stored; the next exchange over budget queues this again.
             logger.warning("could not compact session %s: %s", session_id, exc)
+            _catch_up_end(session, catch_up)
             return 0
         finally:
             cache.delete(running)
         if outcome.more:
-            session_summarize.delay(tenant_id, session_id, through_seq)
+            session_summarize.delay(tenant_id, session_id, through_seq, None, outcome.so_far.as_arg())
         return outcome.messages
+
+
+def _catch_up_end(session: Session, catch_up: CatchUp | None) -> None:
+    """A catch-up stopping before its target still says what it condensed."""
+    if catch_up is not None:
+        session.refresh_from_db(fields=["state", "compaction_note"])
+        catch_up_announce(session=session, so_far=catch_up)
 
 
 def summarize_soon(*, tenant_id: int, session_id: int, through_seq: int) -> None:

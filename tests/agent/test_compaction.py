@@ -368,6 +368,48 @@ def test_a_summarizer_kept_waiting_by_a_busy_conversation_runs_after_a_bound(
     assert session.compacted_through_seq == 8
 
 
+def test_a_backlog_condensed_over_several_runs_gets_one_notice_for_the_whole_catch_up(
+    world, small_window, fake, model_server, drain
+):
+    """A long conversation (one imported, say) takes the summarizer many runs to work
+    through: the timeline gets one notice when it has caught up, not one per run."""
+    from memory_app.tasks import session_summarize
+
+    small_window.summarizer_num_ctx = 600  # a few exchanges a run
+    small_window.save(update_fields=["summarizer_num_ctx"])
+    session = canonical(world)
+    seed_history(session, 12, channel="telegram")
+    seed_history(session, 4, channel="web", start=12)
+    session_summarize.delay(world.tenant_a.pk, session.pk, 32)
+    drain()
+    session.refresh_from_db()
+    assert session.compacted_through_seq == 32
+    assert fake.calls["summary"] >= 4, "it took several runs"
+    (note,) = compaction_notes(session)
+    assert note.seq == 33 and (note.metadata["from_seq"], note.metadata["through_seq"]) == (1, 32)
+    stored = Memory.objects.filter(source_session_id=session.pk).count()
+    assert note.metadata["memories"] == stored > 0
+    assert "Conversation on telegram, web" in note.content and "(32 messages)" in note.content
+    assert f"{stored} notes saved to memory." in note.content
+    assert note.content.endswith(session.compaction_note)  # what it keeps in mind now
+
+
+def test_a_catch_up_that_fails_part_way_still_says_what_it_condensed(world, small_window, fake, model_server, drain):
+    from memory_app.tasks import session_summarize
+
+    small_window.summarizer_num_ctx = 600
+    small_window.save(update_fields=["summarizer_num_ctx"])
+    session = canonical(world)
+    seed_history(session, 16)
+    fake.flush_override = [None, None] + ["sorry, no JSON today"] * 40  # the third run's flush fails
+    session_summarize.delay(world.tenant_a.pk, session.pk, 32)
+    drain()
+    session.refresh_from_db()
+    assert 0 < session.compacted_through_seq < 32
+    (note,) = compaction_notes(session)
+    assert (note.metadata["from_seq"], note.metadata["through_seq"]) == (1, session.compacted_through_seq)
+
+
 # --- manual mode ------------------------------------------------------------------------
 
 

@@ -35,15 +35,17 @@ def kind_of(body: dict[str, Any]) -> str:
 @dataclass
 class FakeModel:
     main: list[Step] = field(default_factory=list)  # scripted main replies, then "ok N"
-    flush_override: list[str] = field(default_factory=list)  # raw flush answers to give first
+    # Raw flush answers to give first (None: the usual answer, for that call).
+    flush_override: list[str | None] = field(default_factory=list)
     calls: dict[str, int] = field(default_factory=lambda: {"flush": 0, "summary": 0, "main": 0})
 
     def __call__(self, body: dict[str, Any]) -> Step:
         kind = kind_of(body)
         self.calls[kind] += 1
         if kind == "flush":
-            if self.flush_override:
-                return reply(self.flush_override.pop(0))
+            raw = self.flush_override.pop(0) if self.flush_override else None
+            if raw is not None:
+                return reply(raw)
             return reply(json.dumps(self._flush(body)))
         if kind == "summary":
             return reply("```json\n" + json.dumps(self._summary(body)) + "\n```")
