@@ -4,10 +4,10 @@ from django.contrib import admin
 from django.urls import reverse
 from django.utils.html import format_html, format_html_join
 
-from tenancy.admin_scoping import TenantScopedAdminMixin
+from tenancy.admin_scoping import TenantScopedAdminMixin, admin_tenant_ids
 
 from .models import Image, Message, Session
-from .selectors import messages_read
+from .selectors import answer_notice, messages_read
 
 INLINE_MESSAGES = 200
 
@@ -61,11 +61,12 @@ class SessionAdmin(ReadOnlyAdmin):
 class MessageAdmin(ReadOnlyAdmin):
     tenant_field = "tenant"  # each message carries its session's tenant: no join to scope the list
     list_display = ["session", "seq", "role", "channel", "sender_name", "short_content", "answer_state", "created_at"]
-    # "failed" lists the messages the Qor could not answer; each one's page has the full
-    # error in answer_error (what the person was shown is one of our notices).
+    # "failed" lists the messages the Qor could not answer. Each one's page shows the
+    # notice the person was shown; the host also sees the provider's own words
+    # (answer_error), which may name its key or its address: never a tenant's to read.
     list_filter = ["answer_state", "role", "channel"]
     list_select_related = ["session"]
-    readonly_fields = [f.name for f in Message._meta.fields]
+    readonly_fields = [f.name for f in Message._meta.fields] + ["notice_shown"]
     show_full_result_count = False
     # The model's order, by the columns of the (session, seq) index: ordering by "session"
     # would join the sessions table and sort the whole list by it.
@@ -74,6 +75,16 @@ class MessageAdmin(ReadOnlyAdmin):
     @admin.display(description="content")
     def short_content(self, obj: Message) -> str:
         return obj.content[:120]
+
+    @admin.display(description="notice shown instead of an answer")
+    def notice_shown(self, obj: Message) -> str:
+        return (answer_notice(message=obj) or "") if obj.answer_state == Message.Answer.FAILED else ""
+
+    def get_fields(self, request, obj=None) -> list[str]:
+        fields = list(super().get_fields(request, obj))
+        if admin_tenant_ids(request.user) is not None:  # a tenant admin: our notice only
+            fields.remove("answer_error")
+        return fields
 
 
 @admin.register(Image)

@@ -280,6 +280,16 @@ def last_user_message_at(*, session: Session) -> datetime | None:
     )
 
 
+def answer_notice(*, message: Message) -> str | None:
+    """The notice of ours `message` got instead of an answer (the system message that
+    replies to it with a `notice`), or None."""
+    return (
+        Message.objects.filter(tenant_id=message.tenant_id, session_id=message.session_id, seq__gt=message.seq,
+                               role=Message.Role.SYSTEM, metadata__reply_to=message.seq, metadata__has_key="notice")
+        .order_by("seq").values_list("content", flat=True).first()
+    )
+
+
 def pending_with_session(*, tenant_id: int, session_id: int) -> Message | None:
     """What a turn reads first: the oldest user message of the session a turn could answer
     now (as next_pending_user_message) with its session, and the session's tenant, Qor and

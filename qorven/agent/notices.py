@@ -1,7 +1,7 @@
 """What a person reads when their message could not be answered: a small, fixed set of
 notices of our own. Never the provider's or the platform's words — those can carry a key
-fragment, an internal URL or another server's data; they go to the log and to the admin
-(the message's `answer_error`). Owner surfaces (the web page and the terminal, where the
+fragment, an internal URL or another server's data; they go to the log and to the host's
+admin (the message's `answer_error`, hidden from tenant admins). Owner surfaces (the web page and the terminal, where the
 person reading runs the workspace) get a short detail: the HTTP status and the model.
 Advice matches the cause: /retry only where trying again can help.
 """

@@ -9,7 +9,7 @@ from django.contrib.messages import get_messages
 from django.urls import reverse
 
 from sessions_app.models import Image, Message, Session
-from sessions_app.services import message_append, session_resolve
+from sessions_app.services import message_answer_fail, message_append, session_resolve
 
 
 pytestmark = pytest.mark.django_db
@@ -140,3 +140,30 @@ def test_channels_read_in_the_admin_as_on_the_chat_page(tenant_admin, world, con
     message_append(session=conversations.acme, role="user", content="from the terminal", channel="tui")
     page = tenant_admin.get(url("message_changelist")).content.decode()
     assert '<td class="field-channel">Slack</td>' in page and '<td class="field-channel">Terminal</td>' in page
+
+
+PROVIDER_TEXT = ("AuthenticationError: Error code: 401 - Incorrect API key provided: sk-host-9f3a…c0de "
+                 "(https://llm.internal.host.example:8443/v1)")
+NOTICE_TEXT = "I can't reach a working model: its settings need fixing by whoever runs this workspace."
+
+
+@pytest.fixture
+def failed(conversations) -> Message:
+    """Alice's message the Qor could not answer: the provider's words on the row, and the
+    notice she was shown after it."""
+    message = conversations.acme_message
+    message_answer_fail(message=message, error=PROVIDER_TEXT)
+    message_append(session=conversations.acme, role="system", content=NOTICE_TEXT, channel="web",
+                   metadata={"notice": "model_misconfigured", "reply_to": message.seq})
+    return message
+
+
+def test_a_tenant_admin_sees_the_notice_a_failed_message_got_and_not_the_providers_words(tenant_admin, failed):
+    page = tenant_admin.get(url("message_change", failed.pk)).content.decode()
+    assert "sk-host-9f3a" not in page and "llm.internal" not in page and "Error code" not in page
+    assert NOTICE_TEXT.replace("'", "&#x27;") in page and ">Failed<" in page
+
+
+def test_the_host_sees_the_providers_words_on_a_failed_message(host, failed):
+    page = host.get(url("message_change", failed.pk)).content.decode()
+    assert "Incorrect API key provided: sk-host-9f3a…c0de" in page
