@@ -6,7 +6,9 @@ the page's) as they happen, and the server's own worker answers them.
 
 The terminal still reads the database for its opening history and to fill a gap (it is a
 management command of the same installation); it authenticates to the server with an API
-token it makes for the session and revokes when it leaves.
+token it makes for the session and revokes when it leaves. The token lapses TOKEN_LIFETIME
+after it was last renewed, which the terminal does while it runs: one killed before it
+could revoke it (SIGKILL, a machine gone) leaves no token that works for long.
 """
 from __future__ import annotations
 
@@ -15,6 +17,7 @@ import json
 import logging
 import threading
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import Any
 from urllib.parse import quote, urlsplit
 
@@ -32,6 +35,8 @@ from .terminal import Emit, Follower
 logger = logging.getLogger(__name__)
 
 PROBE_TIMEOUT = 1.0  # seconds to decide whether a server answers at --server
+TOKEN_LIFETIME = timedelta(minutes=30)  # the session token works this long past its last renewal
+TOKEN_RENEW_EVERY = 300.0  # seconds between renewals while the terminal runs
 SIGNED_OUT = 4401  # channels_app.consumers.CLOSE_SIGNED_OUT
 
 
@@ -47,9 +52,23 @@ class ServerLink:
     def __init__(self, owner: ChatOwner, base_url: str) -> None:
         self.owner = owner
         self.base = base_url.rstrip("/")
-        self.token_row, self.token = api_token_create(tenant=owner.tenant, user=owner.user, name="qorven chat")
+        self.token_row, self.token = api_token_create(tenant=owner.tenant, user=owner.user, name="qorven chat",
+                                                      expires_at=timezone.now() + TOKEN_LIFETIME)
         self.http = httpx.Client(base_url=self.base, timeout=30.0,
                                  headers={"Authorization": f"Bearer {self.token}"})
+        self._closed = threading.Event()
+        self._renewer = threading.Thread(target=self._renew, name="qorven-chat-token", daemon=True)
+        self._renewer.start()
+
+    def _renew(self) -> None:
+        while not self._closed.wait(TOKEN_RENEW_EVERY):
+            try:
+                ApiToken.objects.filter(pk=self.token_row.pk, revoked_at__isnull=True).update(
+                    expires_at=timezone.now() + TOKEN_LIFETIME)
+            except Exception:  # the database away for a moment: the next round tries again
+                logger.warning("could not renew the terminal's token", exc_info=True)
+            finally:
+                close_old_connections()
 
     @classmethod
     def reachable(cls, base_url: str) -> bool:
@@ -84,6 +103,8 @@ class ServerLink:
         return url
 
     def close(self) -> None:
+        self._closed.set()
+        self._renewer.join(timeout=5)
         self.http.close()
         ApiToken.objects.filter(pk=self.token_row.pk).update(revoked_at=timezone.now())
 

@@ -302,7 +302,7 @@ class QorAdmin(TenantScopedAdminMixin, admin.ModelAdmin):
 
 @admin.register(ApiToken)
 class ApiTokenAdmin(TenantScopedAdminMixin, admin.ModelAdmin):
-    list_display = ["prefix", "user", "tenant", "name", "created_at", "last_used_at", "revoked_at"]
+    list_display = ["prefix", "user", "tenant", "name", "created_at", "last_used_at", "expires_at", "revoked_at"]
     list_filter = ["tenant"]
     readonly_fields = ["prefix", "digest", "created_at", "last_used_at"]
     exclude: list[str] = []

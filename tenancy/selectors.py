@@ -61,12 +61,14 @@ TOKEN_USE_RESOLUTION = timedelta(minutes=1)
 
 
 def _live_token(digest: str):
-    from django.db.models import OuterRef, Subquery
+    from django.db.models import OuterRef, Q, Subquery
+    from django.db.models.functions import Now
 
     role = Membership.objects.filter(tenant=OuterRef("tenant"), user=OuterRef("user")).values("role")[:1]
     return (
         ApiToken.objects.select_related("tenant", "user")
-        .filter(digest=digest, revoked_at__isnull=True, user__is_active=True)
+        .filter(Q(expires_at__isnull=True) | Q(expires_at__gt=Now()), digest=digest, revoked_at__isnull=True,
+                user__is_active=True)
         .annotate(member_role=Subquery(role))[:1]
     )
 

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import secrets
 from dataclasses import dataclass
+from datetime import datetime
 
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import AbstractBaseUser
@@ -91,12 +92,15 @@ def tenant_bootstrap(
 
 
 @transaction.atomic
-def api_token_create(*, tenant: Tenant, user: AbstractBaseUser, name: str = "") -> tuple[ApiToken, str]:
-    """Mint a bearer token for a member of `tenant`. Returns the row and the raw token,
-    which is shown once and stored only as a digest."""
+def api_token_create(*, tenant: Tenant, user: AbstractBaseUser, name: str = "",
+                     expires_at: datetime | None = None) -> tuple[ApiToken, str]:
+    """Mint a bearer token for a member of `tenant`, working until `expires_at` (None:
+    until revoked). Returns the row and the raw token, which is shown once and stored
+    only as a digest."""
     membership_get(tenant=tenant, user=user)
     raw = "qv_" + secrets.token_urlsafe(32)
-    token = ApiToken.objects.create(tenant=tenant, user=user, name=name, prefix=raw[:10], digest=token_digest(raw))
+    token = ApiToken.objects.create(tenant=tenant, user=user, name=name, prefix=raw[:10], digest=token_digest(raw),
+                                    expires_at=expires_at)
     return token, raw
 
 

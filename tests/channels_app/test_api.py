@@ -265,3 +265,17 @@ def test_in_legacy_mode_the_timeline_reads_the_session_the_client_writes_to(clie
     web = client.get(URL.format("aria"), **auth(tokens["alice"])).json()  # the web surface has its own, still empty
     assert (web["session"], web["messages"]) == (None, [])
     assert client.get(URL.format("aria") + "?surface=telegram", **auth(tokens["alice"])).status_code == 400
+
+
+def test_a_token_past_its_expiry_is_refused_like_a_revoked_one(client, world):
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from tenancy.models import ApiToken
+
+    token, raw = api_token_create(tenant=world.tenant_a, user=world.alice,
+                                  expires_at=timezone.now() + timedelta(hours=1))
+    assert client.get(URL.format("aria"), **auth(raw)).status_code == 200
+    ApiToken.objects.filter(pk=token.pk).update(expires_at=timezone.now() - timedelta(seconds=1))
+    assert client.get(URL.format("aria"), **auth(raw)).status_code == 401

@@ -238,3 +238,31 @@ def test_on_the_pubsub_layer_the_follower_hears_a_reply_streamed_right_after_it_
         redis.terminate()
         redis.wait(10)
     assert [e for e in seen if "Hi Alice" in json.dumps(e)], f"the streamed chunk was never shown: {seen}"
+
+
+def test_the_terminals_token_lapses_unless_the_running_terminal_renews_it(world, monkeypatch):
+    """A terminal killed without a chance to revoke its token (SIGKILL, a lost machine)
+    leaves a token that stops working within TOKEN_LIFETIME; a running one renews it."""
+    from django.utils import timezone
+
+    from channels_app import terminal_client
+    from tenancy.models import ApiToken
+    from tenancy.selectors import api_token_authenticate
+
+    monkeypatch.setattr(terminal_client, "TOKEN_RENEW_EVERY", 0.05)
+    owner = chat_owner(user=world.alice, tenant_slug="acme", qor_slug="aria", surface="tui")
+    link = terminal_client.ServerLink(owner, "http://127.0.0.1:9")
+    try:
+        first = ApiToken.objects.get(pk=link.token_row.pk).expires_at
+        assert timezone.now() < first <= timezone.now() + terminal_client.TOKEN_LIFETIME
+        assert api_token_authenticate(raw=link.token) is not None
+        deadline = time.monotonic() + 10
+        while ApiToken.objects.get(pk=link.token_row.pk).expires_at == first:  # renewed while it runs
+            assert time.monotonic() < deadline, "the running terminal did not renew its token"
+            time.sleep(0.05)
+    finally:
+        link.close()
+    row = ApiToken.objects.get(pk=link.token_row.pk)
+    assert row.revoked_at is not None and api_token_authenticate(raw=link.token) is None
+    time.sleep(0.2)
+    assert ApiToken.objects.get(pk=link.token_row.pk).expires_at == row.expires_at  # no renewing after it left

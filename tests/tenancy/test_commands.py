@@ -109,6 +109,20 @@ def test_token_create_prints_a_working_token_for_a_member(world):
 
 
 @pytest.mark.django_db
+def test_token_create_with_days_makes_a_token_that_lapses_then(world):
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    raw = run("token", "create", "--tenant", "acme", "--user", "bob", "--days", "30").strip()
+    token = api_token_authenticate(raw=raw)
+    assert abs(token.expires_at - (timezone.now() + timedelta(days=30))) < timedelta(minutes=1)
+    assert api_token_authenticate(raw=run("token", "create", "--tenant", "acme", "--user", "bob").strip()).expires_at is None
+    with pytest.raises(CommandError, match="--days"):
+        run("token", "create", "--tenant", "acme", "--user", "bob", "--days", "0")
+
+
+@pytest.mark.django_db
 def test_token_create_refuses_a_user_outside_the_tenant(world):
     with pytest.raises(CommandError, match="not a member"):
         run("token", "create", "--tenant", "globex", "--user", "alice")

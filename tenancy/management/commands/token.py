@@ -1,7 +1,10 @@
 from __future__ import annotations
 
+from datetime import timedelta
+
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError
+from django.utils import timezone
 
 from tenancy.errors import NotFound
 from tenancy.selectors import tenant_get
@@ -21,8 +24,13 @@ class Command(BaseCommand):
         create.add_argument("--tenant", required=True, help="tenant slug")
         create.add_argument("--user", required=True, help="username (must be a member of the tenant)")
         create.add_argument("--name", default="", help="a label to recognise the token by")
+        create.add_argument("--days", type=int, default=None,
+                            help="the token stops working after this many days (default: when revoked in the admin)")
 
     def handle(self, *args, **opts):
+        days = opts["days"]
+        if days is not None and days < 1:
+            raise CommandError("--days takes a whole number of days, 1 or more")
         try:
             tenant = tenant_get(slug=opts["tenant"])
         except NotFound as exc:
@@ -31,7 +39,8 @@ class Command(BaseCommand):
         if user is None:
             raise CommandError(f"no user {opts['user']!r}")
         try:
-            _, raw = api_token_create(tenant=tenant, user=user, name=opts["name"])
+            expires_at = timezone.now() + timedelta(days=days) if days is not None else None
+            _, raw = api_token_create(tenant=tenant, user=user, name=opts["name"], expires_at=expires_at)
         except NotFound:
             raise CommandError(f"{opts['user']!r} is not a member of tenant {opts['tenant']!r}") from None
         self.stdout.write(raw)
