@@ -4,6 +4,7 @@ from celery import current_app
 from django.conf import settings
 from django.core.management import call_command
 from django.core.management.base import BaseCommand
+from django.utils.module_loading import import_string
 
 from qorven.runtime.heap import startup_heap_freeze
 from qorven.runtime.startup import Startup, startup_run
@@ -50,8 +51,7 @@ class Command(BaseCommand):
         startup_run(startup, after_worker=True)  # the embedded beat
         self.stdout.write(f"Qorven on http://{opts['host']}:{opts['port']}/  (admin: /admin/)")
         self.stdout.flush()
-        import qorven.asgi  # noqa: F401  the app the server loads: its objects are frozen with the rest
-
+        import_string(settings.ASGI_APPLICATION)  # the app the server loads: frozen with the rest
         startup_heap_freeze()
         if opts["server"] == "uvicorn":
             _uvicorn_run(opts["host"], opts["port"])
