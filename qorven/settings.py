@@ -345,6 +345,7 @@ QORVEN_MODEL_DEADLINE = env.float("QORVEN_MODEL_DEADLINE", default=180.0)
 QORVEN_MCP_TIMEOUT = env.float("QORVEN_MCP_TIMEOUT", default=30.0)
 QORVEN_MCP_RESULT_CHARS = env.int("QORVEN_MCP_RESULT_CHARS", default=8000)
 QORVEN_MCP_TOOLS_TTL = env.float("QORVEN_MCP_TOOLS_TTL", default=300.0)
+QORVEN_MCP_IDLE = env.float("QORVEN_MCP_IDLE", default=300.0)
 # A turn holds its session for this long, renewed every third of it while it runs: a turn
 # whose worker died frees its session within this many seconds.
 QORVEN_TURN_LEASE = env.int("QORVEN_TURN_LEASE", default=30)

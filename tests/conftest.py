@@ -91,6 +91,16 @@ def _nothing_frozen_after():
 
 
 @pytest.fixture(autouse=True)
+def _no_mcp_sessions_left():
+    # An MCP session stays open between calls (qorven.agent.mcp_sessions): one test's
+    # server process is not the next test's.
+    yield
+    from qorven.agent.mcp_sessions import mcp_sessions_close
+
+    mcp_sessions_close()
+
+
+@pytest.fixture(autouse=True)
 def _fast_password_hashing(settings):
     # PBKDF2's deliberate slowness costs seconds per fixture set; tests don't need it.
     settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]

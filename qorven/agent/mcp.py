@@ -8,10 +8,11 @@ when the server is enabled, the tenant has not switched `mcp:<server>` off, the 
 trust reaches the server's minimum (owner unless set lower), and the Qor's allowlist, if
 it has one, names `mcp:<server>` or `mcp:<server>:<tool>`.
 
-The model sees each tool as `mcp_<server>_<tool>`. A call connects, calls and closes
-within QORVEN_MCP_TIMEOUT seconds; its text is cut to QORVEN_MCP_RESULT_CHARS with a note.
-A server that fails, hangs or answers an error becomes a tool error the model reads; the
-turn goes on.
+The model sees each tool as `mcp_<server>_<tool>`. Calls go through the session this
+process keeps open to the server (qorven.agent.mcp_sessions: opened on first use, closed
+when idle, changed or failed); opening it and each call have QORVEN_MCP_TIMEOUT seconds.
+A result's text is cut to QORVEN_MCP_RESULT_CHARS with a note. A server that fails, hangs
+or answers an error becomes a tool error the model reads; the turn goes on.
 """
 from __future__ import annotations
 
@@ -29,6 +30,8 @@ from tenancy.selectors import mcp_servers_read
 from tenancy.switches import tools_enabled
 from tenancy.tool_registry import Tool, ToolContext, ToolError
 from tenancy.trust import trust_allows
+
+from .mcp_sessions import mcp_call
 
 logger = logging.getLogger(__name__)
 
@@ -106,17 +109,10 @@ def _bounded(text: str) -> str:
     return text[:limit] + f"\n[… cut: the tool returned {len(text)} characters, {limit} are shown]"
 
 
-# --- talking to a server (the SDK is async: each call runs its own event loop) ---
+# --- talking to a server (the SDK is async: sessions live on a loop of their own) ---
 
 def _run(server: McpServer, work):
-    import anyio
-
-    async def session() -> Any:
-        with anyio.fail_after(settings.QORVEN_MCP_TIMEOUT):
-            async with _client(server) as client:
-                return await work(client)
-
-    return anyio.run(session)
+    return mcp_call(server, _client, work)
 
 
 def _client(server: McpServer):

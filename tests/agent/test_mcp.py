@@ -4,6 +4,8 @@ real turns, and the gates — trust, tenants, who may add a stdio server, timeou
 from __future__ import annotations
 
 import json
+import os
+import signal
 import socket
 import subprocess
 import sys
@@ -72,7 +74,7 @@ def test_the_model_calls_a_tool_of_a_stdio_server_and_reads_its_result(client, w
     assert tool_results(model_server.requests[1]) == ["5"]
     assert Message.objects.filter(role="assistant").last().content == "Two and three make 5."
     listed = McpServer.objects.get(name="calc")
-    assert {t["name"] for t in listed.tools} == {"add", "shout", "hang"} and listed.tools_listed_at is not None
+    assert {t["name"] for t in listed.tools} == {"add", "shout", "process_id", "hang"} and listed.tools_listed_at is not None
     listed.save()  # saved again (in the admin, say): listed afresh on the next turn
     assert McpServer.objects.get(name="calc").tools_listed_at is None
 
@@ -110,17 +112,73 @@ def test_a_hanging_tool_times_out_into_a_tool_error_and_the_turn_goes_on(client,
     assert Message.objects.filter(role="assistant").last().content == "It did not answer."
 
 
+def server_pid(client, world, model_server, drain, tool="mcp_calc_process_id") -> str:
+    """One turn in which the model calls the server's process_id tool; what it read."""
+    model_server.add(tool_call(tool, {}), reply("Noted."))
+    ask(client, world, "which process?")
+    drain()
+    return tool_results(model_server.requests[-1])[-1]
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    # A child that exited but is not reaped yet is a zombie: gone as far as serving goes.
+    return Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
+
+
+def test_a_stdio_server_stays_open_between_calls_and_turns(client, world, model_server, drain):
+    """Connecting starts the server's process (`npx …` takes a second or more), and a server
+    may keep state between calls: the process's session stays open for the next ones."""
+    McpServer.objects.create(qor=world.qor_a, name="calc", kind="stdio", command=STDIO)
+    first = server_pid(client, world, model_server, drain)
+    assert first.isdigit() and alive(int(first))
+    assert server_pid(client, world, model_server, drain) == first
+
+
+def test_a_server_that_died_fails_one_call_and_the_next_starts_it_again(client, world, model_server, drain):
+    McpServer.objects.create(qor=world.qor_a, name="calc", kind="stdio", command=STDIO)
+    first = int(server_pid(client, world, model_server, drain))
+    os.kill(first, signal.SIGKILL)
+    failed = json.loads(server_pid(client, world, model_server, drain))
+    assert failed["error"].startswith("the MCP server calc failed")  # ours, not the SDK's words
+    again = server_pid(client, world, model_server, drain)
+    assert again.isdigit() and int(again) != first and alive(int(again))
+
+
+def test_an_idle_session_is_closed_and_so_is_one_whose_server_changed(client, world, model_server, drain, settings):
+    settings.QORVEN_MCP_IDLE = 0.5
+    server = McpServer.objects.create(qor=world.qor_a, name="calc", kind="stdio", command=STDIO)
+    first = int(server_pid(client, world, model_server, drain))
+    deadline = time.monotonic() + 10
+    while alive(first):
+        assert time.monotonic() < deadline, "the idle session's server still runs"
+        time.sleep(0.1)
+    settings.QORVEN_MCP_IDLE = 300
+    second = int(server_pid(client, world, model_server, drain))
+    server.command = [*STDIO, "--changed"]  # the host edits it: the open session is the old server's
+    server.save()
+    third = int(server_pid(client, world, model_server, drain))
+    assert len({first, second, third}) == 3
+    deadline = time.monotonic() + 10
+    while alive(second):
+        assert time.monotonic() < deadline, "the old server's session was left open"
+        time.sleep(0.1)
+
+
 def test_a_servers_tools_reach_only_surfaces_its_minimum_trust_allows_and_only_its_own_qor(world):
     McpServer.objects.create(qor=world.qor_a, name="calc", kind="stdio", command=STDIO)  # owner only
     assert {t.name for t in mcp_tools_offered(tenant=world.tenant_a, qor=world.qor_a, trust="owner")} == {
-        "mcp_calc_add", "mcp_calc_shout", "mcp_calc_hang"}
+        "mcp_calc_add", "mcp_calc_shout", "mcp_calc_process_id", "mcp_calc_hang"}
     for trust in ("public", "paired", "trusted"):
         assert mcp_tools_offered(tenant=world.tenant_a, qor=world.qor_a, trust=trust) == []
     assert mcp_tools_offered(tenant=world.tenant_b, qor=world.qor_b, trust="owner") == []  # another tenant's Qor
     server = McpServer.objects.get(name="calc")
     server.min_trust = "paired"
     server.save()
-    assert len(mcp_tools_offered(tenant=world.tenant_a, qor=world.qor_a, trust="paired")) == 3
+    assert len(mcp_tools_offered(tenant=world.tenant_a, qor=world.qor_a, trust="paired")) == 4
     assert mcp_tools_offered(tenant=world.tenant_a, qor=world.qor_a, trust="public") == []
 
 

@@ -3,6 +3,7 @@ tests.fakes.mcp_server stdio`, or `… http <port> [<bearer token>]` (streamable
 /mcp; with a token, a request without it is refused with 401)."""
 from __future__ import annotations
 
+import os
 import sys
 import time
 
@@ -21,6 +22,12 @@ def add(a: int, b: int) -> int:
 def shout(text: str) -> str:
     """The text in capitals, as long as it is."""
     return text.upper()
+
+
+@server.tool()
+def process_id() -> int:
+    """This server's process id (which process answered)."""
+    return os.getpid()
 
 
 @server.tool()
