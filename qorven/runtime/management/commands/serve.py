@@ -42,6 +42,10 @@ class Command(BaseCommand):
         if not opts["no_migrate"]:
             call_command("migrate", interactive=False, verbosity=0)
         self.check(databases=["default"])  # what needs the migrated database (sessions_app.checks)
+        # The app the server serves, loaded before any thread of ours starts: loading it sets
+        # Django up again, and configuring logging again while another thread makes a
+        # handler failed the server's start ("'NullHandler' object has no attribute 'lock'").
+        import_string(settings.ASGI_APPLICATION)
         embedded = broker_is_embedded(current_app)
         startup = Startup("serve", self.stdout, self.stderr, embedded, opts)
         startup_run(startup, after_worker=False)  # the heartbeats file, the skills folder
@@ -51,8 +55,7 @@ class Command(BaseCommand):
         startup_run(startup, after_worker=True)  # the embedded beat
         self.stdout.write(f"Qorven on http://{opts['host']}:{opts['port']}/  (admin: /admin/)")
         self.stdout.flush()
-        import_string(settings.ASGI_APPLICATION)  # the app the server loads: frozen with the rest
-        startup_heap_freeze()
+        startup_heap_freeze()  # the app, loaded above, with the rest
         if opts["server"] == "uvicorn":
             _uvicorn_run(opts["host"], opts["port"])
         else:
