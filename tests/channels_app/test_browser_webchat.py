@@ -21,6 +21,21 @@ if (window.top !== window) {
 """
 
 
+# The frame's WebSockets, kept where a test can close them (as a dropped line would).
+SOCKETS_KEPT = """
+if (window.top !== window) {
+  const Native = window.WebSocket;
+  window.__sockets = [];
+  window.WebSocket = function (url, protocols) {
+    const socket = new Native(url, protocols);
+    window.__sockets.push(socket);
+    return socket;
+  };
+  window.WebSocket.prototype = Native.prototype;
+}
+"""
+
+
 @contextmanager
 def host_site(base: str, tag_attributes: str = ""):
     """A shop's own site on another origin (and site: localhost, not 127.0.0.1) embedding
@@ -49,12 +64,14 @@ def host_site(base: str, tag_attributes: str = ""):
         server.server_close()
 
 
-def open_widget(browser, site: str, *, init_script: str = ""):
+def open_widget(browser, site: str, *, init_script: str = "", sockets: list | None = None):
     context = browser.new_context(viewport={"width": 1280, "height": 820})
     if init_script:
         context.add_init_script(init_script)
     page = context.new_page()
     page.set_default_timeout(20_000)
+    if sockets is not None:
+        page.on("websocket", lambda socket: sockets.append(socket.url))
     errors: list[str] = []
     page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
     page.on("pageerror", lambda e: errors.append(str(e)))
@@ -141,5 +158,78 @@ def test_a_visitor_attaches_an_image_in_the_widget_and_sees_it_in_the_chat(chat_
                 expect(image).to_have_count(1)
                 expect(image).to_have_js_property("naturalWidth", 24)  # read with the visitor's token
                 assert not [e for e in errors if "404" in e or "403" in e], errors
+        finally:
+            browser.close()
+
+
+def test_a_visitor_whose_signed_token_has_expired_is_told_so_and_the_widget_stops_trying(chat_server):
+    """The host page's token will not get better by retrying: one refused socket, then a
+    note that says why and what to do."""
+    import time
+
+    from playwright.sync_api import expect, sync_playwright
+
+    from channels_app.webchat import webchat_token_sign
+
+    base, model, platform = chat_server
+    expired = webchat_token_sign(secret="wc-secret", user_id="alice", expires=int(time.time()) - 60)
+    sockets: list[str] = []
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        try:
+            with host_site(base, tag_attributes=f'data-token="{expired}"') as site:
+                page, frame, errors = open_widget(browser, site, sockets=sockets)
+                note = frame.locator("[data-refused]")
+                expect(note).to_contain_text("the visitor token has expired", timeout=SERVER_WORK)
+                expect(note).to_contain_text("Reload the page")
+                expect(frame.locator("[data-status]")).to_have_attribute("data-state", "refused")
+                expect(frame.locator("[data-input]")).to_be_disabled()
+                page.wait_for_timeout(5000)  # retries would have come after ~1, ~2 and ~4 s
+                assert len(sockets) == 1, sockets
+        finally:
+            browser.close()
+
+
+def test_an_anonymous_visitor_the_server_forgot_starts_a_new_chat_on_their_next_message(chat_server):
+    """The host cleared old anonymous visitors while a page stayed open: its socket is
+    refused once, the widget drops the token and waits, and the next message starts anew."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from playwright.sync_api import expect, sync_playwright
+
+    from .browser_support import ROOT, SERVER_ENV
+
+    base, model, platform = chat_server
+    model.add(reply("Hello there."))
+    model.add(reply("Welcome back."))
+    sockets: list[str] = []
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        try:
+            with host_site(base) as site:
+                page, frame, errors = open_widget(browser, site, sockets=sockets, init_script=SOCKETS_KEPT)
+                expect(frame.locator("[data-input]")).to_be_focused()
+                frame.locator("[data-input]").fill("Hello")
+                frame.locator("[data-input]").press("Enter")
+                expect(frame.locator(".msg--assistant:not(.msg--streaming)")).to_contain_text(
+                    "Hello there.", timeout=SERVER_WORK)
+                expect(frame.locator("[data-status]")).to_have_attribute("data-state", "live")
+                qorven = str(Path(sys.executable).with_name("qorven"))
+                subprocess.run([qorven, "shell", "-c", "from channels_app.models import Identity; "
+                                "Identity.objects.filter(channel='webchat').delete()"],
+                               cwd=ROOT, env=SERVER_ENV[base], check=True, capture_output=True, timeout=60)
+                opened = len(sockets)
+                frame.locator("body").evaluate("() => window.__sockets.forEach(s => s.close())")  # the line drops
+                expect(frame.locator("[data-status]")).to_have_attribute("data-state", "idle", timeout=SERVER_WORK)
+                page.wait_for_timeout(4000)
+                assert len(sockets) == opened + 1, sockets  # refused once, then none until someone writes
+                frame.locator("[data-input]").fill("Hello again")
+                frame.locator("[data-input]").press("Enter")
+                expect(frame.locator(".msg--assistant:not(.msg--streaming)", has_text="Welcome back.")).to_be_visible(
+                    timeout=SERVER_WORK)
+                expect(frame.locator("[data-status]")).to_have_attribute("data-state", "live")
+                assert frame.locator("[data-refused]").count() == 0
         finally:
             browser.close()

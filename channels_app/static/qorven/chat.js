@@ -226,14 +226,46 @@
     if (this.sendButton) this.sendButton.disabled = true;
   };
 
+  // After a refused socket: a page asks whether it is still signed in; the webchat frame
+  // (no sign-in, a visitor token) asks whether its token is still taken, and hears from
+  // `config.onRefused(data, "socket")` what to do about one that is not: "forgotten" (an
+  // anonymous token dropped: wait for the visitor's next message, which starts anew) or
+  // "blocked" (the host page's token: retrying cannot help, say so and stop).
   Chat.prototype.checkSignedIn = function () {
     var self = this;
-    if (!this.config.signIn || this.checkingSignIn) return;
+    if ((!this.config.signIn && !this.config.onRefused) || this.checkingSignIn) return;
     this.checkingSignIn = true;
     fetch(this.config.messages + "?before_seq=1", { headers: this.headers(), credentials: "same-origin" })
-      .then(function (r) { if (r.status === 401) self.signedOut(); })
+      .then(function (r) {
+        if (r.status === 401 && self.config.signIn) return self.signedOut();
+        if ((r.status === 401 || r.status === 403) && !self.config.signIn) {
+          return r.json().then(function (data) { self.visitorRefused(data); });
+        }
+      })
       .catch(function () {})
       .then(function () { self.checkingSignIn = false; });
+  };
+
+  Chat.prototype.visitorRefused = function (data) {
+    var next = this.config.onRefused(data, "socket");
+    if (next === "forgotten") {
+      clearTimeout(this.retryTimer);
+      this.attempt = 0;
+      this.connect(); // no token now: idle until the next message
+    } else if (next === "blocked") {
+      this.closed = true;
+      clearTimeout(this.retryTimer);
+      this.stopPing();
+      this.setStatus("refused", "Not connected");
+      var note = el("div", "signedout");
+      note.setAttribute("role", "alert");
+      note.setAttribute("data-refused", "");
+      note.appendChild(document.createTextNode(
+        "This chat could not confirm who you are (" + (data.error || "refused") + "). Reload the page to try again."));
+      (this.form || this.timeline).insertAdjacentElement("beforebegin", note);
+      if (this.input) this.input.disabled = true;
+      if (this.sendButton) this.sendButton.disabled = true;
+    }
   };
 
   Chat.prototype.startPing = function () {

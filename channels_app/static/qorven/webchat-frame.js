@@ -39,12 +39,19 @@
       try { localStorage.setItem(storeKey, data.visitor); } catch (e) {}
     }
   };
-  config.onRefused = function (data) {
-    // An anonymous token unused for too long: forget it, the next message starts anew.
-    if (!signed && /expired/.test(data.error || "")) {
-      remembered = "";
-      try { localStorage.removeItem(storeKey); } catch (e) {}
+  config.onRefused = function (data, where) {
+    if (!signed) {
+      // An anonymous token unused for too long (or one the server does not take at all, as
+      // its socket found): forget it, the next message starts anew.
+      if (where === "socket" || /expired/.test(data.error || "")) {
+        remembered = "";
+        try { localStorage.removeItem(storeKey); } catch (e) {}
+        return "forgotten";
+      }
+      return undefined;
     }
+    // The host page's token: retrying will not make it valid.
+    return where === "socket" ? "blocked" : undefined;
   };
   var chat = new QorvenChat(document.getElementById("chat"), config);
   chat.start();
