@@ -55,19 +55,25 @@ class CatchUp:
                        memories=self.memories + memories)
 
     def as_arg(self) -> dict[str, object]:
-        stamp = lambda at: at.isoformat() if at is not None else None  # noqa: E731
         return {"from_seq": self.from_seq, "through_seq": self.through_seq, "count": self.span.count,
-                "channels": sorted(self.span.channels), "first_at": stamp(self.span.first_at),
-                "last_at": stamp(self.span.last_at), "memories": self.memories}
+                "channels": sorted(self.span.channels), "first_at": _iso(self.span.first_at),
+                "last_at": _iso(self.span.last_at), "memories": self.memories}
 
     @classmethod
     def from_arg(cls, arg: dict[str, object] | None) -> CatchUp | None:
         if not arg:
             return None
-        at = lambda value: datetime.fromisoformat(value) if isinstance(value, str) else None  # noqa: E731
         span = DigestSpan(count=int(arg["count"]), channels=frozenset(arg["channels"]),
-                          first_at=at(arg["first_at"]), last_at=at(arg["last_at"]))
+                          first_at=_datetime(arg["first_at"]), last_at=_datetime(arg["last_at"]))
         return cls(int(arg["from_seq"]), int(arg["through_seq"]), span, int(arg["memories"]))
+
+
+def _iso(at: datetime | None) -> str | None:
+    return at.isoformat() if at is not None else None
+
+
+def _datetime(value: object) -> datetime | None:
+    return datetime.fromisoformat(value) if isinstance(value, str) else None
 
 
 @dataclass(frozen=True)
