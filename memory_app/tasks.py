@@ -82,7 +82,8 @@ def session_summarize(tenant_id: int, session_id: int, through_seq: int, waiting
         finally:
             cache.delete(running)
         if outcome.more:
-            session_summarize.delay(tenant_id, session_id, through_seq, None, outcome.so_far.as_arg())
+            so_far = outcome.so_far.as_arg() if outcome.so_far is not None else None
+            session_summarize.delay(tenant_id, session_id, through_seq, None, so_far)
         return outcome.messages
 
 
