@@ -54,7 +54,10 @@ previous phase left (unprocessed events, unanswered messages, turn leases) is cl
    each; 1 user whose session holds 10k stored messages (enough to fill the prompt's
    token budget: the base that tells the history's size from the prompt's); 1 user whose
    session holds 1M (bench/_common.py ``fill``, from the helper); and 1 user with 10
-   stored messages once those rows of other users are in the table. A filled session's
+   stored messages once those rows of other users are in the table. The last two take
+   their turns alternately (one of each in turn), so a drift of the machine's speed during
+   the run reaches both alike; their ratio is a row of its own ("turns alternated": the
+   history's size alone, the table the same). A filled session's
    turns queue its summarizer, which works through the backlog a run at a time; once
    its case is measured, the chat is archived so that work stops and does not share the
    CPUs with the next case (its rows stay in the table).
@@ -759,6 +762,27 @@ async def turn_case(base: str, tokens: list[str], turns_each: int, model: FakeMo
     return result
 
 
+async def turn_pair(base: str, tokens: tuple[str, str], turns_each: int, model: FakeModel,
+                    warmup: int = 1) -> tuple[Turns, Turns]:
+    """Two users, one turn of each in turn, `turns_each` each (after `warmup` each)."""
+    ws_base = base.replace("http://", "ws://") + f"/ws/chat/{TENANT}/{QOR}/?token="
+    api = f"{base}/v1/qors/{QOR}/messages"
+    results, warm = (Turns(), Turns()), Turns()
+    async with client_session() as http:
+        watchers = Watchers()
+        try:
+            await watchers.connect([ws_base + t for t in tokens], base)
+            until = time.monotonic() + CASE_DEADLINE
+            for token in tokens:
+                await user_turns(http, watchers, api, token, warmup, model, warm, until)
+            for _ in range(turns_each):
+                for token, result in zip(tokens, results):
+                    await user_turns(http, watchers, api, token, 1, model, result, until)
+        finally:
+            await watchers.close()
+    return results
+
+
 @dataclass(frozen=True)
 class TurnCase:
     name: str
@@ -768,6 +792,9 @@ class TurnCase:
     fill: int = 0  # messages stored in the user's session just before (0: none added)
     warmup: int = 1  # turns each user takes first, not counted
     goal_ratio: float | None = None  # p50 within this many times the 1-user case's
+    # The next case, measured at the same time: its user's turns alternate with this one's
+    # (so a drift of the machine's speed during the run reaches both alike).
+    alongside: bool = False
 
 
 def turn_cases(sizes: Sizes) -> list[TurnCase]:
@@ -778,7 +805,7 @@ def turn_cases(sizes: Sizes) -> list[TurnCase]:
         TurnCase(f"1 user, {label(sizes.mid)} messages in the session (prompt full)", MID_USER, sizes.turns,
                  fill=sizes.mid),
         TurnCase(f"1 user, {label(sizes.big)} messages in the session", BIG_USER, sizes.turns, fill=sizes.big,
-                 goal_ratio=1.2),
+                 goal_ratio=1.2, alongside=True),
         TurnCase(f"1 user, {label(sizes.big)} other rows in the table", OTHER_USER, sizes.turns, goal_ratio=1.2),
     ]
 
@@ -818,6 +845,11 @@ def turn_rows(layout: str, cases: list[tuple[TurnCase, Turns]]) -> tuple[list[Ro
         if not whole:
             notes.append(f"{layout}/turn {case.name}: {len(result.overhead_ms)}/{planned} turns,"
                          f" {result.missed} without a reply in {WAIT:.0f} s (counted at the time waited)")
+    for (case, _), (other, _) in zip(cases, cases[1:]):
+        if case.alongside and case.name in p50s and other.name in p50s:
+            rows.append(figure(layout, f"turn: {case.name} / a {SMALL_SESSION}-message session, turns alternated, p50",
+                               p50s[case.name], unit="ms", baseline=p50s[other.name], goal=f"≤ {case.goal_ratio}×",
+                               ok=p50s[case.name] / p50s[other.name] <= (case.goal_ratio or 0)))
     full = [c.name for c, _ in cases if c.fill and c.goal_ratio is None]  # the prompt-full session
     big = [c.name for c, _ in cases if c.fill and c.goal_ratio is not None]
     if full and big and full[0] in p50s and big[0] in p50s:
@@ -831,13 +863,21 @@ def turn(layout: Layout, sizes: Sizes, model: FakeModel) -> tuple[list[Row], lis
     done: list[tuple[TurnCase, Turns]] = []
     layout.start("turn")
     try:
-        for case in turn_cases(sizes):
+        cases = iter(turn_cases(sizes))
+        for case in cases:
             if case.fill:
                 filled = layout.helper("fill_session", timeout=900, user_index=case.user, size=case.fill)
                 log(f"{layout.name}/turn: filled a session with {label(case.fill)} messages in {filled['fill_s']} s"
                     f" (settled in {filled['settle_s']} s); {filled['messages']:,} messages in the table")
-            users = tokens[case.user:case.user + case.users]
-            done.append((case, asyncio.run(turn_case(layout.base, users, case.turns, model, warmup=case.warmup))))
+            if case.alongside:
+                other = next(cases)
+                pair = asyncio.run(turn_pair(layout.base, (tokens[case.user], tokens[other.user]), case.turns, model,
+                                             warmup=case.warmup))
+                done += [(case, pair[0]), (other, pair[1])]
+            else:
+                users = tokens[case.user:case.user + case.users]
+                done.append((case, asyncio.run(turn_case(layout.base, users, case.turns, model,
+                                                         warmup=case.warmup))))
             if case.fill:
                 layout.helper("chat_close", user_index=case.user)
     finally:
