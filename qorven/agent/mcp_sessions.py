@@ -87,6 +87,8 @@ class _Session:
             raise  # the tool's own error answer: the session is fine
         except BaseException:
             self.closing.set()
+            if not self.opened.done():  # still opening: stop it there (a stdio server is stopped)
+                self.holder.cancel()
             raise
         finally:
             self.in_flight -= 1

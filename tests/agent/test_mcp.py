@@ -168,6 +168,28 @@ def test_an_idle_session_is_closed_and_so_is_one_whose_server_changed(client, wo
         time.sleep(0.1)
 
 
+def test_a_server_that_never_finishes_opening_is_stopped_not_left_running(world, settings, tmp_path):
+    """A stdio command that starts but never answers MCP's handshake: the call gives up
+    within QORVEN_MCP_TIMEOUT and the process is stopped then, not left waiting."""
+    from qorven.agent.mcp import _listed
+
+    settings.QORVEN_MCP_TIMEOUT = 1
+    pid_file = tmp_path / "pid"
+    mute = [sys.executable, "-c", "import os, sys, time; open(sys.argv[1], 'w').write(str(os.getpid())); "
+            "time.sleep(120)", str(pid_file)]
+    server = McpServer.objects.create(qor=world.qor_a, name="mute", kind="stdio", command=mute)
+    started = time.monotonic()
+    assert _listed(server) == []  # nothing listed: a warning, no tools
+    assert time.monotonic() - started < 10
+    pid = int(pid_file.read_text())
+    # Stopped once the call gave up (~3 s with the SDK's grace to exit), not when the SDK's
+    # own read timeout or the idle close got to it (~14 s).
+    deadline = started + 8
+    while alive(pid):
+        assert time.monotonic() < deadline, "the mute server was left running"
+        time.sleep(0.1)
+
+
 def test_a_servers_tools_reach_only_surfaces_its_minimum_trust_allows_and_only_its_own_qor(world):
     McpServer.objects.create(qor=world.qor_a, name="calc", kind="stdio", command=STDIO)  # owner only
     assert {t.name for t in mcp_tools_offered(tenant=world.tenant_a, qor=world.qor_a, trust="owner")} == {
