@@ -192,12 +192,19 @@
       // that ended while the page was away, or a server that is down): ask the server
       // whether this browser is still signed in (a password change signs the changing tab
       // in again under a new session) instead of retrying for ever.
-      if (e.code === 4401 || !opened) self.checkSignedIn();
       self.attempt += 1;
       var delay = Math.min(15000, 500 * Math.pow(2, Math.min(self.attempt, 5))) * (0.75 + Math.random() / 2);
       if (now && self.attempt === 1) delay = 0;
       self.setStatus("offline", "Offline — reconnecting");
-      self.retryTimer = setTimeout(function () { self.connect(); }, delay);
+      var retry = function (handled) {
+        if (!handled && !self.closed) self.retryTimer = setTimeout(function () { self.connect(); }, delay);
+      };
+      if (e.code === 4401 || !opened) {
+        var checked = self.checkSignedIn();
+        // A webchat visitor's refused token decides whether to try again at all.
+        if (!self.config.signIn) { checked.then(retry); return; }
+      }
+      retry(false);
     };
   };
 
@@ -231,19 +238,21 @@
   // `config.onRefused(data, "socket")` what to do about one that is not: "forgotten" (an
   // anonymous token dropped: wait for the visitor's next message, which starts anew) or
   // "blocked" (the host page's token: retrying cannot help, say so and stop).
+  // Resolves to true when it dealt with the refusal itself (no retry wanted).
   Chat.prototype.checkSignedIn = function () {
     var self = this;
-    if ((!this.config.signIn && !this.config.onRefused) || this.checkingSignIn) return;
+    if ((!this.config.signIn && !this.config.onRefused) || this.checkingSignIn) return Promise.resolve(false);
     this.checkingSignIn = true;
-    fetch(this.config.messages + "?before_seq=1", { headers: this.headers(), credentials: "same-origin" })
+    return fetch(this.config.messages + "?before_seq=1", { headers: this.headers(), credentials: "same-origin" })
       .then(function (r) {
-        if (r.status === 401 && self.config.signIn) return self.signedOut();
+        if (r.status === 401 && self.config.signIn) { self.signedOut(); return true; }
         if ((r.status === 401 || r.status === 403) && !self.config.signIn) {
-          return r.json().then(function (data) { self.visitorRefused(data); });
+          return r.json().then(function (data) { return self.visitorRefused(data); });
         }
+        return false;
       })
-      .catch(function () {})
-      .then(function () { self.checkingSignIn = false; });
+      .catch(function () { return false; })
+      .then(function (handled) { self.checkingSignIn = false; return handled; });
   };
 
   Chat.prototype.visitorRefused = function (data) {
@@ -252,7 +261,9 @@
       clearTimeout(this.retryTimer);
       this.attempt = 0;
       this.connect(); // no token now: idle until the next message
-    } else if (next === "blocked") {
+      return true;
+    }
+    if (next === "blocked") {
       this.closed = true;
       clearTimeout(this.retryTimer);
       this.stopPing();
@@ -265,7 +276,9 @@
       (this.form || this.timeline).insertAdjacentElement("beforebegin", note);
       if (this.input) this.input.disabled = true;
       if (this.sendButton) this.sendButton.disabled = true;
+      return true;
     }
+    return false;
   };
 
   Chat.prototype.startPing = function () {
