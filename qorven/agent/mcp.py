@@ -73,7 +73,7 @@ def _listed(server: McpServer) -> list[dict[str, Any]]:
     if server.tools_listed_at is not None and server.tools_listed_at > fresh_after:
         return server.tools
     try:
-        tools = _run(server, _list_tools)
+        tools = mcp_call(server, _client, _list_tools)
     except Exception as exc:  # a server that is down offers what it offered last, or nothing
         logger.warning("could not list the tools of MCP server %s of %s: %s", server.name, server.qor_id,
                        type(exc).__name__)
@@ -88,7 +88,7 @@ def _caller(server: McpServer, tool: str):
         if ctx.qor.pk != server.qor_id:  # never another Qor's (or tenant's) server
             raise ToolError("this MCP server is not available here")
         try:
-            result = _run(server, lambda client: _call_tool(client, tool, arguments))
+            result = mcp_call(server, _client, lambda client: _call_tool(client, tool, arguments))
         except TimeoutError:
             raise ToolError(f"the MCP server {server.name} did not answer within "
                             f"{settings.QORVEN_MCP_TIMEOUT:.0f} s") from None
@@ -109,11 +109,7 @@ def _bounded(text: str) -> str:
     return text[:limit] + f"\n[… cut: the tool returned {len(text)} characters, {limit} are shown]"
 
 
-# --- talking to a server (the SDK is async: sessions live on a loop of their own) ---
-
-def _run(server: McpServer, work):
-    return mcp_call(server, _client, work)
-
+# --- talking to a server (the SDK is async: sessions live on a loop of their own, mcp_sessions) ---
 
 def _client(server: McpServer):
     from contextlib import asynccontextmanager
