@@ -47,7 +47,8 @@ class WebchatAdapter(Adapter):
     def setup_hint(self, binding: ChannelBinding, given: dict[str, str]) -> list[str]:
         lines = [f"embed (paste as is): {embed_snippet(binding)}",
                  'signed-in visitors: add data-token="TOKEN" to the tag, TOKEN signed by your server with the '
-                 "binding's secret (README: The webchat embed)"]
+                 "binding's secret, and data-token-url=\"URL\" where your site signs fresh ones (README: The "
+                 "webchat embed)"]
         if not settings.QORVEN_PUBLIC_URL_GIVEN:
             lines.append(f"(the address is QORVEN_PUBLIC_URL, unset here: replace {settings.QORVEN_PUBLIC_URL} "
                          "with the one your visitors reach this server at)")

@@ -1,14 +1,26 @@
 /* Qorven webchat embed. Include with:
  *   <script src="https://<qorven>/webchat/<key>.js" async></script>
- * and, for a signed-in visitor, data-token="<the token your server signed>" on the tag.
+ * and, for a signed-in visitor, data-token="<the token your server signed>" on the tag,
+ * plus data-token-url="<a URL of your site that answers a fresh token as text>" (or
+ * window.QorvenWebchat = {token, refreshToken: () => a token or a promise of one}) so the
+ * chat renews it before it expires.
  * It adds a chat bubble; the chat itself runs in a frame served by Qorven. */
 (function () {
   "use strict";
   if (window.__qorvenWebchat) return;
   window.__qorvenWebchat = true;
   var script = document.currentScript;
-  var token = (script && script.getAttribute("data-token")) || (window.QorvenWebchat && window.QorvenWebchat.token) || "";
-  var frameUrl = {{ frame_url|safe }} + (token ? "#token=" + encodeURIComponent(token) : "");
+  var options = window.QorvenWebchat || {};
+  var token = (script && script.getAttribute("data-token")) || options.token || "";
+  var tokenUrl = script && script.getAttribute("data-token-url");
+  var renew = typeof options.refreshToken === "function" ? options.refreshToken
+    : tokenUrl ? function () {
+      return fetch(tokenUrl, { credentials: "same-origin", cache: "no-store" }).then(function (r) {
+        if (!r.ok) throw new Error("the token URL answered " + r.status);
+        return r.text();
+      });
+    } : null;
+  var frameUrl = {{ frame_url|safe }} + (token ? "#token=" + encodeURIComponent(token) + (renew ? "&renew=1" : "") : "");
   var origin = new URL(frameUrl).origin;
 
   var style = document.createElement("style");
@@ -50,6 +62,23 @@
     bubble.innerHTML = open ? closeIcon : chatIcon;
     bubble.setAttribute("aria-label", open ? "Close chat" : "Open chat");
     if (open && ready) frame.contentWindow.postMessage("qorven:open", origin); // else: on load
+  });
+
+  // The frame asks for a fresh signed token before its own expires (or once refused); the
+  // answer goes to Qorven's origin only. An empty one means none: the frame says so.
+  window.addEventListener("message", function (e) {
+    if (e.source !== frame.contentWindow || e.origin !== origin) return;
+    if (!e.data || e.data.type !== "qorven:token-needed") return;
+    var answer = function (fresh) {
+      frame.contentWindow.postMessage({ type: "qorven:token", token: fresh }, origin);
+    };
+    if (!renew) { answer(""); return; }
+    Promise.resolve().then(renew).then(
+      function (fresh) { answer(typeof fresh === "string" ? fresh.trim() : ""); },
+      function (err) {
+        if (window.console) console.warn("Qorven webchat: could not renew the visitor token:", err);
+        answer("");
+      });
   });
 
   function mount() {

@@ -2,6 +2,7 @@
 printed, opened, and used where the browser blocks storage in third-party frames."""
 from __future__ import annotations
 
+import json
 import threading
 from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -37,20 +38,27 @@ if (window.top !== window) {
 
 
 @contextmanager
-def host_site(base: str, tag_attributes: str = ""):
+def host_site(base: str, tag_attributes: str = "", *, head: str = "", tokens=None):
     """A shop's own site on another origin (and site: localhost, not 127.0.0.1) embedding
     the widget: a real HTTP server on loopback, as the Qorven server is (Chromium refuses
-    a public page's requests to loopback)."""
-    page = (f'<!doctype html><title>Shop</title><h1>A shop</h1>'
+    a public page's requests to loopback). `head` goes before the tag; with `tokens` (a
+    list of answers: a token, or an int for an error status) `GET /token` gives the next
+    one, as the shop's server signs a fresh token for its signed-in visitor."""
+    page = (f'<!doctype html><title>Shop</title>{head}<h1>A shop</h1>'
             f'<script src="{base}/webchat/{KEY}.js" {tag_attributes} async></script>').encode()
 
     class Handler(BaseHTTPRequestHandler):
         def do_GET(self):  # noqa: N802 (http.server's name)
-            self.send_response(200)
-            self.send_header("Content-Type", "text/html; charset=utf-8")
-            self.send_header("Content-Length", str(len(page)))
+            status, body, kind = 200, page, "text/html; charset=utf-8"
+            if self.path == "/token":
+                answer = tokens.pop(0) if tokens else 404
+                status, body, kind = ((answer, b"no", "text/plain") if isinstance(answer, int)
+                                      else (200, answer.encode(), "text/plain"))
+            self.send_response(status)
+            self.send_header("Content-Type", kind)
+            self.send_header("Content-Length", str(len(body)))
             self.end_headers()
-            self.wfile.write(page)
+            self.wfile.write(body)
 
         def log_message(self, *args):
             pass
@@ -233,3 +241,176 @@ def test_an_anonymous_visitor_the_server_forgot_starts_a_new_chat_on_their_next_
                 assert frame.locator("[data-refused]").count() == 0
         finally:
             browser.close()
+
+
+def signed(seconds: float, user: str = "alice") -> str:
+    """A visitor token for `user` signed as the shop's server does, expiring in `seconds`."""
+    import time
+
+    from channels_app.webchat import webchat_token_sign
+
+    return webchat_token_sign(secret="wc-secret", user_id=user, expires=int(time.time() + seconds))
+
+
+def test_a_signed_visitor_keeps_chatting_past_the_first_token_with_fresh_ones_from_the_shop(chat_server):
+    """The page stays open longer than its token lasts: the widget asks the shop's
+    token URL for a fresh one before it runs out, and a dropped line reconnects with it."""
+    from playwright.sync_api import expect, sync_playwright
+
+    base, model, platform = chat_server
+    model.add(reply("Hello Alice."))
+    model.add(reply("Still here."))
+    tokens = [signed(3600)]
+    sockets: list[str] = []
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        try:
+            with host_site(base, f'data-token="{signed(4)}" data-token-url="/token"', tokens=tokens) as site:
+                page, frame, errors = open_widget(browser, site, sockets=sockets, init_script=SOCKETS_KEPT)
+                expect(frame.locator("[data-input]")).to_be_focused()
+                frame.locator("[data-input]").fill("Hi")
+                frame.locator("[data-input]").press("Enter")
+                expect(frame.locator(".msg--assistant:not(.msg--streaming)")).to_contain_text(
+                    "Hello Alice.", timeout=SERVER_WORK)
+                page.wait_for_timeout(5000)  # the first token has expired by now
+                assert tokens == []  # asked for (once) before it ran out
+                frame.locator("body").evaluate("() => window.__sockets.forEach(s => s.close())")  # the line drops
+                expect(frame.locator("[data-status]")).to_have_attribute("data-state", "live", timeout=SERVER_WORK)
+                assert len(sockets) == 2, sockets  # reconnected at once, with the fresh token
+                frame.locator("[data-input]").fill("Are you there?")
+                frame.locator("[data-input]").press("Enter")
+                expect(frame.locator(".msg--assistant:not(.msg--streaming)", has_text="Still here.")).to_be_visible(
+                    timeout=SERVER_WORK)
+                expect(frame.locator(".msg--user")).to_have_count(2)
+                assert frame.locator("[data-refused]").count() == 0
+                assert errors == []
+        finally:
+            browser.close()
+
+
+def test_a_message_refused_for_an_expired_token_goes_again_once_the_shop_signs_a_fresh_one(chat_server):
+    """The shop could not sign a token when first asked (its server was busy); the
+    visitor's next message is refused for the expired token, the widget asks again, gets
+    one and sends the message with it: stored and answered once."""
+    from playwright.sync_api import expect, sync_playwright
+
+    base, model, platform = chat_server
+    model.add(reply("Hello Alice."))
+    model.add(reply("Got it."))
+    tokens = [503, signed(3600)]
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        try:
+            with host_site(base, f'data-token="{signed(6)}" data-token-url="/token"', tokens=tokens) as site:
+                page, frame, errors = open_widget(browser, site)
+                expect(frame.locator("[data-input]")).to_be_focused()
+                frame.locator("[data-input]").fill("Hi")
+                frame.locator("[data-input]").press("Enter")
+                expect(frame.locator(".msg--assistant:not(.msg--streaming)")).to_contain_text(
+                    "Hello Alice.", timeout=SERVER_WORK)
+                page.wait_for_timeout(7000)  # expired; the first ask (at half its life) got an error
+                assert len(tokens) == 1  # the error was the answer to the first ask
+                frame.locator("[data-input]").fill("Order 1234, please")
+                frame.locator("[data-input]").press("Enter")
+                expect(frame.locator(".msg--assistant:not(.msg--streaming)", has_text="Got it.")).to_be_visible(
+                    timeout=SERVER_WORK)
+                expect(frame.locator(".msg--user", has_text="Order 1234, please")).to_have_count(1)
+                assert tokens == []
+                expect(frame.locator("[data-input]")).to_have_value("")
+                assert frame.locator("[data-refused]").count() == 0
+        finally:
+            browser.close()
+        asked = [r for r in model.requests if "Order 1234" in json.dumps(r.get("messages", []))]
+        assert len(asked) == 1  # answered once
+
+
+def test_an_expired_token_is_renewed_before_the_widget_connects(chat_server):
+    """The shop's page was cached with a token that has expired since: the widget gets a
+    fresh one first, and no socket is refused."""
+    from playwright.sync_api import expect, sync_playwright
+
+    base, model, platform = chat_server
+    model.add(reply("Welcome back."))
+    sockets: list[str] = []
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        try:
+            head = "<script>window.QorvenWebchat = {refreshToken: () => fetch('/token').then(r => r.text())};</script>"
+            with host_site(base, f'data-token="{signed(-60)}"', head=head, tokens=[signed(3600)]) as site:
+                page, frame, errors = open_widget(browser, site, sockets=sockets)
+                expect(frame.locator("[data-status]")).to_have_attribute("data-state", "live", timeout=SERVER_WORK)
+                frame.locator("[data-input]").fill("Hello")
+                frame.locator("[data-input]").press("Enter")
+                expect(frame.locator(".msg--assistant:not(.msg--streaming)")).to_contain_text(
+                    "Welcome back.", timeout=SERVER_WORK)
+                assert len(sockets) == 1, sockets
+                assert frame.locator("[data-refused]").count() == 0
+        finally:
+            browser.close()
+
+
+def test_when_the_shop_signs_no_fresh_token_the_widget_says_to_reload_and_stops(chat_server):
+    from playwright.sync_api import expect, sync_playwright
+
+    base, model, platform = chat_server
+    sockets: list[str] = []
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        try:
+            with host_site(base, f'data-token="{signed(-60)}" data-token-url="/token"', tokens=[500, 500]) as site:
+                page, frame, errors = open_widget(browser, site, sockets=sockets)
+                note = frame.locator("[data-refused]")
+                expect(note).to_contain_text("the visitor token has expired", timeout=SERVER_WORK)
+                expect(note).to_contain_text("Reload the page")
+                expect(frame.locator("[data-input]")).to_be_disabled()
+                page.wait_for_timeout(4000)
+                assert len(sockets) == 1, sockets
+        finally:
+            browser.close()
+
+
+def test_a_fresh_token_for_another_visitor_reloads_the_widget_on_their_own_chat(chat_server):
+    """Someone else signed in on the shop meanwhile: the fresh token is theirs, and the
+    widget starts over on their chat instead of showing the first visitor's."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from playwright.sync_api import expect, sync_playwright
+
+    from .browser_support import ROOT, SERVER_ENV
+
+    base, model, platform = chat_server
+    qorven = str(Path(sys.executable).with_name("qorven"))
+    subprocess.run([qorven, "shell", "-c", "from django.contrib.auth import get_user_model; "
+                    "from tenancy.models import Membership, Tenant; "
+                    "bob = get_user_model().objects.create_user('bob'); "
+                    "Membership.objects.create(tenant=Tenant.objects.get(slug='acme'), user=bob, role='member')"],
+                   cwd=ROOT, env=SERVER_ENV[base], check=True, capture_output=True, timeout=60)
+    model.add(reply("Hello Alice."))
+    model.add(reply("Hello Bob."))
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        try:
+            with host_site(base, f'data-token="{signed(6)}" data-token-url="/token"',
+                           tokens=[signed(3600, user="bob")]) as site:
+                page, frame, errors = open_widget(browser, site)
+                expect(frame.locator("[data-input]")).to_be_focused()
+                frame.locator("[data-input]").fill("I am Alice")
+                frame.locator("[data-input]").press("Enter")
+                expect(frame.locator(".msg--assistant:not(.msg--streaming)")).to_contain_text(
+                    "Hello Alice.", timeout=SERVER_WORK)
+                expect(frame.locator(".msg--user")).to_have_count(0, timeout=SERVER_WORK)  # reloaded for bob
+                expect(frame.locator("[data-status]")).to_have_attribute("data-state", "live", timeout=SERVER_WORK)
+                frame.locator("[data-input]").fill("I am Bob")
+                frame.locator("[data-input]").press("Enter")
+                expect(frame.locator(".msg--assistant:not(.msg--streaming)")).to_contain_text(
+                    "Hello Bob.", timeout=SERVER_WORK)
+                expect(frame.locator(".msg--user .msg__body")).to_have_text(["I am Bob"])
+        finally:
+            browser.close()
+    shown = subprocess.run([qorven, "shell", "-c", "from sessions_app.models import Message; "
+                            "print(sorted(Message.objects.filter(role='user').values_list('session__user__username', "
+                            "'content')))"],
+                           cwd=ROOT, env=SERVER_ENV[base], check=True, capture_output=True, text=True, timeout=60)
+    assert shown.stdout.strip().splitlines()[-1] == "[('alice', 'I am Alice'), ('bob', 'I am Bob')]"

@@ -236,8 +236,9 @@
   // After a refused socket: a page asks whether it is still signed in; the webchat frame
   // (no sign-in, a visitor token) asks whether its token is still taken, and hears from
   // `config.onRefused(data, "socket")` what to do about one that is not: "forgotten" (an
-  // anonymous token dropped: wait for the visitor's next message, which starts anew) or
-  // "blocked" (the host page's token: retrying cannot help, say so and stop).
+  // anonymous token dropped: wait for the visitor's next message, which starts anew),
+  // "renewed" (the host page signed a fresh one: connect with it) or "blocked" (the host
+  // page's token, and no fresh one: retrying cannot help, say so and stop).
   // Resolves to true when it dealt with the refusal itself (no retry wanted).
   Chat.prototype.checkSignedIn = function () {
     var self = this;
@@ -256,29 +257,32 @@
   };
 
   Chat.prototype.visitorRefused = function (data) {
-    var next = this.config.onRefused(data, "socket");
-    if (next === "forgotten") {
-      clearTimeout(this.retryTimer);
-      this.attempt = 0;
-      this.connect(); // no token now: idle until the next message
-      return true;
-    }
-    if (next === "blocked") {
-      this.closed = true;
-      clearTimeout(this.retryTimer);
-      this.stopPing();
-      this.setStatus("refused", "Not connected");
-      var note = el("div", "signedout");
-      note.setAttribute("role", "alert");
-      note.setAttribute("data-refused", "");
-      note.appendChild(document.createTextNode(
-        "This chat could not confirm who you are (" + (data.error || "refused") + "). Reload the page to try again."));
-      (this.form || this.timeline).insertAdjacentElement("beforebegin", note);
-      if (this.input) this.input.disabled = true;
-      if (this.sendButton) this.sendButton.disabled = true;
-      return true;
-    }
-    return false;
+    var self = this;
+    // The answer may take a moment: a fresh token asked of the host page ("renewed").
+    return Promise.resolve(this.config.onRefused(data, "socket")).then(function (next) {
+      if (next === "forgotten" || next === "renewed") {
+        clearTimeout(self.retryTimer);
+        self.attempt = 0;
+        self.connect(); // forgotten: no token now, idle until the next message
+        return true;
+      }
+      if (next === "blocked") {
+        self.closed = true;
+        clearTimeout(self.retryTimer);
+        self.stopPing();
+        self.setStatus("refused", "Not connected");
+        var note = el("div", "signedout");
+        note.setAttribute("role", "alert");
+        note.setAttribute("data-refused", "");
+        note.appendChild(document.createTextNode(
+          "This chat could not confirm who you are (" + (data.error || "refused") + "). Reload the page to try again."));
+        (self.form || self.timeline).insertAdjacentElement("beforebegin", note);
+        if (self.input) self.input.disabled = true;
+        if (self.sendButton) self.sendButton.disabled = true;
+        return true;
+      }
+      return false;
+    });
   };
 
   Chat.prototype.startPing = function () {
@@ -1074,21 +1078,30 @@
     this.setAttached([]);
     this.autosize();
     this.scrollToBottom();
-    var request;
+    var extra = { "X-CSRFToken": this.config.csrfToken || "" };
+    var payload;
     if (images.length) {
-      var form = new FormData();
-      form.append("content", content);
-      form.append("client_id", clientId);
-      images.forEach(function (a) { form.append("image", a.file, a.file.name || "image"); });
-      request = { headers: this.headers({ "X-CSRFToken": this.config.csrfToken || "" }), body: form };
+      payload = new FormData();
+      payload.append("content", content);
+      payload.append("client_id", clientId);
+      images.forEach(function (a) { payload.append("image", a.file, a.file.name || "image"); });
     } else {
-      request = {
-        headers: this.headers({ "Content-Type": "application/json", "X-CSRFToken": this.config.csrfToken || "" }),
-        body: JSON.stringify({ content: content, client_id: clientId }),
-      };
+      extra["Content-Type"] = "application/json";
+      payload = JSON.stringify({ content: content, client_id: clientId });
     }
-    fetch(this.config.messages, { method: "POST", credentials: "same-origin", headers: request.headers, body: request.body })
-      .then(function (r) { return r.json().then(function (data) { return { ok: r.ok, status: r.status, data: data }; }); })
+    // A refusal is the frame's to judge (config.onRefused): when it renewed the visitor's
+    // token, the message goes again, once, with the fresh one.
+    var post = function (again) {
+      return fetch(self.config.messages, { method: "POST", credentials: "same-origin", headers: self.headers(extra), body: payload })
+        .then(function (r) { return r.json().then(function (data) { return { ok: r.ok, status: r.status, data: data }; }); })
+        .then(function (res) {
+          if (res.ok || again || !self.config.onRefused) return res;
+          return Promise.resolve(self.config.onRefused(res.data, "send")).then(function (next) {
+            return next === "renewed" ? post(true) : res;
+          });
+        });
+    };
+    post(false)
       .then(function (res) {
         pending.remove();
         self.pendingSend = null;
@@ -1096,10 +1109,7 @@
           self.signedOut();
           throw new Error("You are signed out: sign in again, then send it.");
         }
-        if (!res.ok) {
-          if (self.config.onRefused) self.config.onRefused(res.data);
-          throw new Error(res.data.error || "could not send");
-        }
+        if (!res.ok) throw new Error(res.data.error || "could not send");
         if (self.config.onSent) self.config.onSent(res.data);
         if (res.data.session_id !== self.sessionId) {
           // The first message of a new chat: the socket follows the new session.
