@@ -217,10 +217,11 @@ def periodic_task_orphans_delete() -> int:
 def heartbeat_run_now(*, heartbeat: Heartbeat) -> None:
     """Queue a run of the beat now (after the current transaction commits), whatever its
     schedule; it counts as its own tick."""
-    from .tasks import heartbeat_run
+    from celery import current_app
 
+    # By name, as beat sends it: the run is the agent's (qorven.agent.tasks), above this app.
     tenant_id, beat_id = heartbeat.tenant_id, heartbeat.pk
-    transaction.on_commit(lambda: heartbeat_run.delay(tenant_id, beat_id, manual=True))
+    transaction.on_commit(lambda: current_app.send_task(RUN_TASK, args=(tenant_id, beat_id), kwargs={"manual": True}))
 
 
 def _locked(heartbeat: Heartbeat, *, allow_managed: bool) -> Heartbeat:

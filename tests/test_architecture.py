@@ -18,8 +18,8 @@ LAYERS = [
     "qorven.llm",  # model providers and routes
     "sessions_app",  # the conversation store
     "memory_app",  # memories, skills, summarizer
-    "qorven.agent",  # one turn: routing, prompt, the tool loop
-    "heartbeats_app",  # a heartbeat run is a sub-agent turn
+    "heartbeats_app",  # beats, their schedule and tools (a run is the agent's: a sub-agent turn)
+    "qorven.agent",  # one turn: routing, prompt, the tool loop, a heartbeat's run
     "legacy_app",  # import-legacy, collapse-sessions
     "channels_app",  # the edges: platforms, webhooks, sockets, terminal
     "qorven",  # wiring: settings, asgi, urls, the Celery app, the CLI

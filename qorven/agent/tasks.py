@@ -3,12 +3,16 @@ from __future__ import annotations
 
 import logging
 
+from datetime import datetime
+
 from celery import shared_task
+from django.conf import settings
 from django.core.cache import cache
 
 from qorven.runtime.database import DATABASE_DOWN, DATABASE_RETRY_DELAY, connections_drop_broken
 from qorven.runtime.log_context import log_context
 
+from .heartbeat_runs import RunFailed, run_heartbeat
 from .turns import TurnBusy, turn_process
 
 logger = logging.getLogger(__name__)
@@ -129,3 +133,35 @@ def voice_transcribe_task(self, tenant_id: int, message_id: int) -> str:
         except TranscribeLater as exc:
             countdown = max(exc.after or 0.0, voice_backoff(tries))
             raise self.retry(countdown=countdown) from None
+
+
+# --- heartbeats -------------------------------------------------------------------------------
+# Celery beat's DatabaseScheduler sends `heartbeats_app.run` (the name its PeriodicTask rows
+# carry: heartbeats_app.services.RUN_TASK) for each due beat; "run now" sends it with
+# manual=True.
+
+# Retry policy: a run whose model was unavailable is retried twice, after
+# QORVEN_HEARTBEAT_RETRY_DELAY and four times that (1 and 4 minutes by default; the provider
+# already retried with backoff within the call). Other failures are bugs or bad
+# configuration: recorded with their error, not retried.
+HEARTBEAT_RETRIES = 2
+
+
+@shared_task(bind=True, name="heartbeats_app.run", acks_late=True, max_retries=HEARTBEAT_RETRIES)
+def heartbeat_run(
+    self, tenant_id: int, heartbeat_id: int, tick: str | None = None, manual: bool = False, run_id: int | None = None
+) -> str:
+    """Run one beat for one tick. Safe to run twice: the second run of a tick does nothing."""
+    try:
+        run = run_heartbeat(
+            tenant_id=tenant_id, heartbeat_id=heartbeat_id, tick=datetime.fromisoformat(tick) if tick else None,
+            manual=manual, run_id=run_id,
+        )
+    except RunFailed as exc:
+        if self.request.retries >= self.max_retries:
+            return "failed"
+        kwargs = {"tenant_id": tenant_id, "heartbeat_id": heartbeat_id, "tick": tick, "manual": manual,
+                  "run_id": exc.run_id}
+        delay = settings.QORVEN_HEARTBEAT_RETRY_DELAY * 4**self.request.retries
+        raise self.retry(exc=exc, kwargs=kwargs, countdown=delay) from None
+    return run.status if run is not None else "nothing to do"

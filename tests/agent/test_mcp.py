@@ -243,7 +243,7 @@ def test_a_tenant_admin_adds_an_http_server_but_never_a_stdio_one(tenant_admin, 
 def test_a_heartbeat_uses_the_tools_of_a_server_open_to_paired_surfaces(world, model_server):
     from datetime import datetime, timezone
 
-    from heartbeats_app.runs import run_heartbeat
+    from qorven.agent.heartbeat_runs import run_heartbeat
 
     from ..factories.heartbeats_app import beat
 

@@ -36,7 +36,7 @@ RECORD_NOTIFICATIONS = """() => {
 
 RUN_A_BEAT = """
 from django.contrib.auth import get_user_model
-from heartbeats_app.runs import run_heartbeat
+from qorven.agent.heartbeat_runs import run_heartbeat
 from heartbeats_app.services import heartbeat_create
 from tenancy.models import Qor, Tenant
 tenant = Tenant.objects.get(slug="acme")

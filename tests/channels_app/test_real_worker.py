@@ -13,7 +13,7 @@ import pytest
 from channels_app.models import Identity, OutboundDelivery
 from channels_app.services import binding_create
 from heartbeats_app.models import HeartbeatRun
-from heartbeats_app.tasks import heartbeat_run
+from qorven.agent.tasks import heartbeat_run
 from sessions_app.models import Message
 from tenancy.services import api_token_create
 

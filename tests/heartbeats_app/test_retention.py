@@ -8,7 +8,7 @@ import pytest
 from django.utils import timezone
 
 from heartbeats_app.models import CONVERSATION_RETENTION
-from heartbeats_app.runs import run_heartbeat
+from qorven.agent.heartbeat_runs import run_heartbeat
 from heartbeats_app.services import heartbeat_create
 from memory_app.models import Memory
 from sessions_app.models import Image, Message, Session

@@ -10,7 +10,7 @@ from django.utils import timezone
 from channels_app.models import Identity
 from channels_app.services import binding_create
 from heartbeats_app.models import DELIVER_REMINDERS
-from heartbeats_app.runs import run_heartbeat
+from qorven.agent.heartbeat_runs import run_heartbeat
 from heartbeats_app.services import heartbeat_create
 from memory_app.models import Memory
 from memory_app.services import reminder_add

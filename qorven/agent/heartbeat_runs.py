@@ -27,8 +27,13 @@ from django.db import IntegrityError, transaction
 from django.db.models import F
 from django.utils import timezone
 
+from heartbeats_app.cron import CronError, cron_parse, tick_previous, timezone_parse
+from heartbeats_app.errors import HeartbeatNotFound
+from heartbeats_app.models import RESERVED_NAMES, Heartbeat, HeartbeatRun
+from heartbeats_app.retention import runs_prune
+from heartbeats_app.selectors import heartbeat_get, heartbeat_timezone
+from heartbeats_app.system_beats import system_beat_run
 from qorven.llm import ModelError, ModelRoute, ProviderUnavailable, provider_for_role, route_for
-from qorven.agent.project import project_context_for
 from qorven.llm.metered import Tally
 from sessions_app.channel_kinds import Channel
 from sessions_app.models import Message, Session
@@ -38,12 +43,7 @@ from tenancy.errors import NotFound
 from tenancy.models import Tenant
 from tenancy.selectors import budget_exhausted, membership_get
 
-from .cron import CronError, cron_parse, tick_previous, timezone_parse
-from .errors import HeartbeatNotFound
-from .models import RESERVED_NAMES, Heartbeat, HeartbeatRun
-from .retention import runs_prune
-from .selectors import heartbeat_get, heartbeat_timezone
-from .system_beats import system_beat_run
+from .project import project_context_for
 
 logger = logging.getLogger(__name__)
 
@@ -272,11 +272,12 @@ def _converse(
 ) -> str:
     """The heartbeat sub-agent: the beat's prompt on the heartbeat route, with the tools a
     paired user could use (except managing beats), until a final answer."""
-    from qorven.agent.loop import tool_loop
-    from qorven.agent.mcp import mcp_tools_offered
     from qorven.llm.metered import Spend
     from tenancy.tool_registry import ToolContext, registry
     from tenancy.trust import Trust
+
+    from .loop import tool_loop
+    from .mcp import mcp_tools_offered
 
     qor, tag = beat.qor, {"heartbeat": beat.pk, "run": run.pk}
     provider = provider_for_role(qor, "heartbeat")

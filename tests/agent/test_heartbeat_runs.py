@@ -11,9 +11,9 @@ from django.db import connection
 from django.utils import timezone
 
 from heartbeats_app.models import CLEAR_IMAGES, Heartbeat, HeartbeatRun
-from heartbeats_app.runs import RunFailed, run_heartbeat
+from qorven.agent.heartbeat_runs import RunFailed, run_heartbeat
 from heartbeats_app.services import heartbeat_create, heartbeat_run_now
-from heartbeats_app.tasks import heartbeat_run
+from qorven.agent.tasks import heartbeat_run
 from sessions_app.models import Image, Message, Session
 from sessions_app.services import message_append, session_resolve
 from tenancy.models import Usage
