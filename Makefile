@@ -54,6 +54,7 @@ bench: $(TEST_STAMP)
 
 lint: $(TEST_STAMP)
 	$(VENV)/bin/ruff check .
+	DJANGO_SECRET_KEY=$${DJANGO_SECRET_KEY:-lint-only} $(VENV)/bin/mypy
 
 clean:
 	rm -rf $(VENV) .test-db.sqlite3* .pytest_cache

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from django.conf import settings
-from django.contrib.auth.models import AbstractBaseUser
+from django.contrib.auth.models import User
 
 from qorven.agent.gateway import inbound_accept
 from sessions_app.channel_kinds import CHAT_FAMILY
@@ -40,7 +40,7 @@ MAX_CONTENT = 100_000
 class ChatOwner:
     tenant: Tenant
     qor: Qor
-    user: AbstractBaseUser
+    user: User
     trust: str
     # A member's trust is read again from their membership for every message they send;
     # an anonymous webchat visitor (no membership) keeps the public trust it was given.
@@ -54,7 +54,7 @@ class ChatOwner:
         return self.user.get_full_name() or self.user.get_username()
 
 
-def chat_owner(*, user: AbstractBaseUser, tenant_slug: str, qor_slug: str, surface: str = "web") -> ChatOwner:
+def chat_owner(*, user: User, tenant_slug: str, qor_slug: str, surface: str = "web") -> ChatOwner:
     """The user's chat with that Qor on `surface` (web, tui), if they are a member of its
     tenant; a tenant they are not a member of is not found, like a missing one."""
     if not user.is_authenticated:
@@ -105,7 +105,7 @@ def chat_channels(*, owner: ChatOwner) -> set[str]:
     return {Channel.WEB, Channel.TUI} | {chat_channel_of[k] for k in kinds if k in chat_channel_of}
 
 
-def chat_qors(*, user: AbstractBaseUser) -> list[Qor]:
+def chat_qors(*, user: User) -> list[Qor]:
     """Every Qor the user can chat with, default Qors of each tenant first."""
     return list(
         Qor.objects.select_related("tenant")
@@ -120,7 +120,7 @@ def chat_session(*, owner: ChatOwner) -> Session | None:
     return surface_session(tenant=owner.tenant, qor=owner.qor, user=owner.user, surface=owner.surface)
 
 
-def surface_session(*, tenant: Tenant, qor: Qor, user: AbstractBaseUser, surface: str) -> Session | None:
+def surface_session(*, tenant: Tenant, qor: Qor, user: User, surface: str) -> Session | None:
     """The session a member's messages on `surface` (web, tui, webchat) go to: their
     canonical chat, or in legacy mode that surface's own session; None before the first."""
     if not settings.QORVEN_LEGACY_SESSIONS:

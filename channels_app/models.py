@@ -9,6 +9,10 @@ from tenancy.trust import Trust
 
 
 class ChannelBinding(TimestampedModel):
+    # Not a column: the credentials Qorven made up in the call that saved it (a webchat's
+    # secret), for `qorven bind` to show once (channels_app.services.binding_create).
+    generated: frozenset[str] = frozenset()
+
     class Kind(models.TextChoices):
         TELEGRAM = "telegram", "Telegram"
         WHATSAPP = "whatsapp", "WhatsApp"

@@ -9,7 +9,7 @@ from datetime import timedelta
 
 from django.conf import settings
 from django.contrib.auth import get_user_model
-from django.contrib.auth.models import AbstractBaseUser
+from django.contrib.auth.models import User
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 from django.utils.text import slugify
@@ -135,7 +135,7 @@ def _pending_by_code(tenant: Tenant, code: str) -> PairingRequest:
 
 @transaction.atomic
 def pairing_approve(
-    *, tenant: Tenant, code: str, user: AbstractBaseUser | None = None, by: AbstractBaseUser | None = None,
+    *, tenant: Tenant, code: str, user: User | None = None, by: User | None = None,
     via: str = "cli",
 ) -> Identity:
     """Approve the sender the code was issued to, linking them to `user` (a member of the
@@ -157,7 +157,7 @@ def pairing_approve(
 
 
 @transaction.atomic
-def pairing_deny(*, tenant: Tenant, code: str, by: AbstractBaseUser | None = None, via: str = "cli") -> Identity:
+def pairing_deny(*, tenant: Tenant, code: str, by: User | None = None, via: str = "cli") -> Identity:
     request = _pending_by_code(tenant, code)
     request.state = PairingRequest.State.DENIED
     request.decided_by, request.decided_at, request.decided_via = by, timezone.now(), via
@@ -172,7 +172,7 @@ class MemberNotFound(NotFound):
     """No member of the tenant has that username (users of other tenants are not found either)."""
 
 
-def member_by_username(*, tenant: Tenant, username: str) -> AbstractBaseUser:
+def member_by_username(*, tenant: Tenant, username: str) -> User:
     """A member of `tenant` to link a sender to."""
     membership = Membership.objects.select_related("user").filter(tenant=tenant, user__username=username).first()
     if membership is None:
@@ -180,13 +180,13 @@ def member_by_username(*, tenant: Tenant, username: str) -> AbstractBaseUser:
     return membership.user
 
 
-def tenant_members(*, tenant: Tenant) -> list[AbstractBaseUser]:
+def tenant_members(*, tenant: Tenant) -> list[User]:
     """The members of `tenant`, by username: whom a sender may be linked to."""
     return [m.user for m in Membership.objects.select_related("user").filter(tenant=tenant)
             .order_by("user__username")]
 
 
-def _user_for_sender(identity: Identity) -> AbstractBaseUser:
+def _user_for_sender(identity: Identity) -> User:
     User = get_user_model()
     base = slugify(f"{identity.channel}-{identity.display_name or identity.external_id}")[:120] or identity.channel
     name = base

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from django.contrib.auth.models import AbstractBaseUser
+from django.contrib.auth.models import User
 from django.db.models import Q, QuerySet
 from django.utils import timezone
 
@@ -25,7 +25,7 @@ def heartbeat_get(*, tenant: Tenant, heartbeat_id: int) -> Heartbeat:
     return beat
 
 
-def heartbeats_visible(*, tenant: Tenant, qor: Qor, user: AbstractBaseUser) -> QuerySet[Heartbeat]:
+def heartbeats_visible(*, tenant: Tenant, qor: Qor, user: User) -> QuerySet[Heartbeat]:
     """The beats a user sees with this Qor: their own, and config-owned beats that are
     not someone else's (no delivery target, or delivering to them)."""
     return (
@@ -35,7 +35,7 @@ def heartbeats_visible(*, tenant: Tenant, qor: Qor, user: AbstractBaseUser) -> Q
     )
 
 
-def heartbeat_for_user(*, tenant: Tenant, qor: Qor, user: AbstractBaseUser, name: str) -> Heartbeat:
+def heartbeat_for_user(*, tenant: Tenant, qor: Qor, user: User, name: str) -> Heartbeat:
     """A beat by name among those the user sees; raises HeartbeatNotFound otherwise."""
     beat = heartbeats_visible(tenant=tenant, qor=qor, user=user).filter(name=name).first()
     if beat is None:
@@ -44,7 +44,7 @@ def heartbeat_for_user(*, tenant: Tenant, qor: Qor, user: AbstractBaseUser, name
 
 
 def heartbeat_name_taken(
-    *, tenant: Tenant, qor: Qor, name: str, owner: AbstractBaseUser | None = None, exclude_id: int | None = None
+    *, tenant: Tenant, qor: Qor, name: str, owner: User | None = None, exclude_id: int | None = None
 ) -> bool:
     """Whether `name` is taken where a beat of `owner` would live: among the beats they
     see (never another user's), or, for a config-owned beat, anywhere on the Qor."""

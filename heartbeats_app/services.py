@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from django.contrib.auth.models import AbstractBaseUser
+from django.contrib.auth.models import User
 from django.db import transaction
 from django_celery_beat.models import CrontabSchedule, PeriodicTask
 
@@ -39,8 +39,8 @@ def heartbeat_check(
     cron: str,
     prompt: str,
     timezone: str,
-    owner: AbstractBaseUser | None,
-    deliver_to: AbstractBaseUser | None,
+    owner: User | None,
+    deliver_to: User | None,
     deliver_channel: str,
     system: bool,
     exclude_id: int | None = None,
@@ -97,8 +97,8 @@ def heartbeat_create(
     cron: str,
     prompt: str = "",
     timezone: str = "",
-    owner: AbstractBaseUser | None = None,
-    deliver_to: AbstractBaseUser | None = None,
+    owner: User | None = None,
+    deliver_to: User | None = None,
     deliver_channel: str = "",
     enabled: bool = True,
     managed: bool = False,
@@ -127,7 +127,7 @@ def heartbeat_update(
     cron: str = UNSET,
     prompt: str = UNSET,
     timezone: str = UNSET,
-    deliver_to: AbstractBaseUser | None = UNSET,
+    deliver_to: User | None = UNSET,
     deliver_channel: str = UNSET,
     enabled: bool = UNSET,
     allow_managed: bool = False,
@@ -143,7 +143,7 @@ def heartbeat_update(
     new_name: str = pick(name, beat.name)
     new_prompt: str = pick(prompt, beat.prompt) or ""
     new_timezone: str = pick(timezone, beat.timezone) or ""
-    new_deliver_to: AbstractBaseUser | None = pick(deliver_to, beat.deliver_to)
+    new_deliver_to: User | None = pick(deliver_to, beat.deliver_to)
     new_channel: str = pick(deliver_channel, beat.deliver_channel) or ""
     new_cron = heartbeat_check(
         tenant=beat.tenant, qor=beat.qor, name=new_name, cron=pick(cron, beat.cron), prompt=new_prompt,

@@ -34,7 +34,7 @@ from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from django.contrib.auth import get_user_model
-from django.contrib.auth.models import AbstractBaseUser
+from django.contrib.auth.models import User
 from django.core.exceptions import ValidationError
 from django.db import IntegrityError, connection, transaction
 from django.utils import timezone
@@ -112,7 +112,7 @@ class _Resolver:
     def __init__(self) -> None:
         self.tenants: dict[str, tuple[Tenant, ZoneInfo]] = {}
         self.qors: dict[tuple[int, str], Qor] = {}
-        self.users: dict[str, AbstractBaseUser] = {}
+        self.users: dict[str, User] = {}
         self.members: set[tuple[int, int]] = set()
         self.sessions: dict[tuple[int, int, str, str], Session] = {}
 
@@ -212,7 +212,7 @@ class _Batch:
     problems: list[ImportProblem] = field(default_factory=list)
 
 
-def _user(line: LegacyLine, resolver: _Resolver, batch: _Batch) -> AbstractBaseUser:
+def _user(line: LegacyLine, resolver: _Resolver, batch: _Batch) -> User:
     user = resolver.users.get(line.username)
     if user is None:
         model = get_user_model()

@@ -10,7 +10,7 @@ from __future__ import annotations
 from datetime import date, datetime, time, tzinfo
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from django.contrib.auth.models import AbstractBaseUser
+from django.contrib.auth.models import User
 from django.db.models import Q
 
 from tenancy.models import Qor, Tenant
@@ -63,7 +63,7 @@ def reminders_due_in_tenant(*, tenant: Tenant, now: datetime, limit: int = 500) 
 
 
 def reminders_due(
-    *, tenant: Tenant, qor: Qor, user: AbstractBaseUser, now: datetime, limit: int = 20
+    *, tenant: Tenant, qor: Qor, user: User, now: datetime, limit: int = 20
 ) -> list[Memory]:
     """The user's reminders whose time has come (period_start at or before `now`) and that
     have not lapsed (no period_end, or one after `now`), oldest first."""

@@ -5,7 +5,7 @@ from functools import reduce
 from operator import or_
 from typing import TYPE_CHECKING
 
-from django.contrib.auth.models import AbstractBaseUser
+from django.contrib.auth.models import User
 from django.db import connection
 from django.db.models import Q
 
@@ -25,7 +25,7 @@ CANDIDATES_PER_TERM = 500
 
 
 def memory_search(
-    *, tenant: Tenant, qor: Qor, user: AbstractBaseUser | None, query: str, limit: int = 5
+    *, tenant: Tenant, qor: Qor, user: User | None, query: str, limit: int = 5
 ) -> list[Memory]:
     """The memories of this user with this Qor that best match `query`, best first.
 
@@ -49,7 +49,7 @@ def memory_search(
 
 
 def _owned(tenant_id: int, qor_id: int, user_id: int | None) -> QuerySet[Memory]:
-    return Memory.objects.filter(tenant_id=tenant_id, qor_id=qor_id, user_id=user_id)
+    return Memory.objects.filter(tenant_id=tenant_id, qor_id=qor_id, user_id=user_id)  # type: ignore[misc]  # None: IS NULL
 
 
 def _search_postgres(tenant_id: int, qor_id: int, user_id: int | None, terms: list[str], limit: int) -> list[Memory]:
@@ -118,14 +118,14 @@ def _search_scan(tenant_id: int, qor_id: int, user_id: int | None, terms: list[s
 
 
 def memory_count(
-    *, tenant: Tenant | None = None, qor: Qor | None = None, user: AbstractBaseUser | None = None
+    *, tenant: Tenant | None = None, qor: Qor | None = None, user: User | None = None
 ) -> int:
     """How many memories a scope holds (None = any)."""
     return memory_scope(tenant=tenant, qor=qor, user=user).count()
 
 
 def memory_scope(
-    *, tenant: Tenant | None = None, qor: Qor | None = None, user: AbstractBaseUser | None = None
+    *, tenant: Tenant | None = None, qor: Qor | None = None, user: User | None = None
 ) -> QuerySet[Memory]:
     """The memories of a tenant, a Qor or a user (any combination; no filter = all)."""
     qs = Memory.objects.all()

@@ -14,7 +14,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
 
-from django.contrib.auth.models import AbstractBaseUser
+from django.contrib.auth.models import User
 from django.db import IntegrityError, connection, transaction
 from django.db.models import Q
 from django.utils import timezone
@@ -44,7 +44,7 @@ def memory_add(
     *,
     tenant: Tenant,
     qor: Qor,
-    user: AbstractBaseUser | None,
+    user: User | None,
     type: str,
     content: str,
     channels: Iterable[str] = (),
@@ -87,7 +87,7 @@ def reminder_add(
     *,
     tenant: Tenant,
     qor: Qor,
-    user: AbstractBaseUser | None,
+    user: User | None,
     content: str,
     due: datetime,
     channels: Iterable[str] = (),
@@ -136,7 +136,7 @@ def memory_update(*, memory: Memory, content: str | None = None, type: str | Non
         setattr(memory, name, value)
     memory.content_hash = memory_content_hash(memory.content)
     clash = Memory.objects.filter(
-        tenant_id=memory.tenant_id, qor_id=memory.qor_id, user_id=memory.user_id, type=memory.type,
+        tenant_id=memory.tenant_id, qor_id=memory.qor_id, user_id=memory.user_id, type=memory.type,  # type: ignore[misc]  # None: IS NULL
         content_hash=memory.content_hash,
     ).exclude(pk=memory.pk)
     if clash.exists():
@@ -164,7 +164,7 @@ class MemoryScope:
 
     tenant: Tenant | None = None
     qor: Qor | None = None
-    user: AbstractBaseUser | None = None
+    user: User | None = None
     everything: bool = False
 
     def __post_init__(self) -> None:

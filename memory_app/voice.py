@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 
-from django.contrib.auth.models import AbstractBaseUser
+from django.contrib.auth.models import User
 from django.db import transaction
 
 from sessions_app.channel_kinds import Channel
@@ -35,7 +35,7 @@ class StoredCall:
 
 @transaction.atomic
 def voice_transcript_store(
-    *, tenant: Tenant, qor: Qor, user: AbstractBaseUser, call_id: str, turns: list[SpokenTurn]
+    *, tenant: Tenant, qor: Qor, user: User, call_id: str, turns: list[SpokenTurn]
 ) -> StoredCall:
     """Store a call's turns in its own voice session, each once (posting the same call
     again stores nothing), and queue its digest. `user` is the person on the call."""

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 
-from django.contrib.auth.models import AbstractBaseUser
+from django.contrib.auth.models import User
 from django.db import connection
 from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.models import BooleanField
@@ -39,7 +39,7 @@ class SearchHit:
 
 
 def message_search(
-    *, tenant: Tenant, qor: Qor, user: AbstractBaseUser, query: str, limit: int = SEARCH_LIMIT
+    *, tenant: Tenant, qor: Qor, user: User, query: str, limit: int = SEARCH_LIMIT
 ) -> list[SearchHit]:
     """The user's messages with this Qor, and its replies to them, across the canonical
     conversation and the archived ones, that contain every word of `query`; newest first.

@@ -6,11 +6,11 @@ import json
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, cast
 
-from django.contrib.auth.models import AbstractBaseUser
+from django.contrib.auth.models import User
 from django.db import connection
-from django.db.models import JSONField, QuerySet
+from django.db.models import Field, JSONField, QuerySet
 
 from qorven.runtime.prepared_read import PreparedRead
 from tenancy.models import Qor, Tenant
@@ -19,7 +19,7 @@ from .errors import SessionNotFound
 from .models import Image, Message, Session
 
 
-def session_get(*, tenant: Tenant, session_id: int, user: AbstractBaseUser | None = None) -> Session:
+def session_get(*, tenant: Tenant, session_id: int, user: User | None = None) -> Session:
     qs = Session.objects.filter(tenant=tenant, pk=session_id)
     if user is not None:
         qs = qs.filter(user=user)
@@ -43,7 +43,7 @@ _session_for_task: PreparedRead[Session] = PreparedRead(
 )
 
 
-def canonical_session_find(*, tenant: Tenant, qor: Qor, user: AbstractBaseUser) -> Session | None:
+def canonical_session_find(*, tenant: Tenant, qor: Qor, user: User) -> Session | None:
     """The active canonical session of (tenant, qor, user), or None before the first message."""
     return Session.objects.filter(
         tenant=tenant, qor=qor, user=user, kind=Session.Kind.CANONICAL, state=Session.State.ACTIVE
@@ -100,7 +100,7 @@ def messages_read(
     """
     if limit <= 0:
         return []
-    where, params = ["session_id = %s"], [session.pk]
+    where, params = ["session_id = %s"], [session.pk]  # type: list[str], list[Any]
     if without_working:
         where.append("role <> 'tool' AND tool_calls IS NULL")
     if channel:
@@ -119,7 +119,7 @@ def messages_read(
     return rows
 
 
-_ROW_FIELDS = [Message._meta.get_field(name) for name in (
+_ROW_FIELDS: list[Field] = [cast(Field, Message._meta.get_field(name)) for name in (
     "id", "seq", "role", "content", "channel", "sender_name", "created_at", "tool_calls", "tool_call_id", "metadata",
     "answer_state", "revision",
 )]
@@ -327,7 +327,7 @@ def session_successor(*, session: Session) -> Session | None:
     compaction): the owner's canonical chat, or the same legacy thread. None for others."""
     if session.kind == Session.Kind.CANONICAL:
         qs = Session.objects.filter(
-            tenant_id=session.tenant_id, qor_id=session.qor_id, user_id=session.user_id, kind=session.kind
+            tenant_id=session.tenant_id, qor_id=session.qor_id, user_id=session.user_id, kind=session.kind  # type: ignore[misc]
         )
     elif session.kind == Session.Kind.LEGACY:
         qs = Session.objects.filter(
@@ -340,7 +340,7 @@ def session_successor(*, session: Session) -> Session | None:
 
 
 def conversation_counts(
-    *, tenant: Tenant | None = None, qor: Qor | None = None, user: AbstractBaseUser | None = None
+    *, tenant: Tenant | None = None, qor: Qor | None = None, user: User | None = None
 ) -> dict[str, int]:
     """How many sessions, messages and images a scope holds (no filter = all), as
     `conversations_delete` would count them."""
@@ -357,7 +357,7 @@ def conversation_counts(
     }
 
 
-def _scoped_sessions(tenant: Tenant | None, qor: Qor | None, user: AbstractBaseUser | None):
+def _scoped_sessions(tenant: Tenant | None, qor: Qor | None, user: User | None):
     qs = Session.objects.all()
     if tenant is not None:
         qs = qs.filter(tenant=tenant)

@@ -12,7 +12,7 @@ from datetime import datetime
 from typing import Any, Protocol
 
 from django.conf import settings
-from django.contrib.auth.models import AbstractBaseUser
+from django.contrib.auth.models import User
 from django.db import DEFAULT_DB_ALIAS, IntegrityError, connections, transaction
 from django.db.models import F
 from django.db.models.base import ModelState
@@ -49,7 +49,7 @@ def session_resolve(
     tenant: Tenant,
     qor: Qor,
     channel: str,
-    user: AbstractBaseUser | None = None,
+    user: User | None = None,
     thread_id: str = "",
     sender_id: str = "",
     group: bool = False,
@@ -84,7 +84,7 @@ def session_resolve(
     return _canonical_session(tenant, qor, user)
 
 
-def _canonical_session(tenant: Tenant, qor: Qor, user: AbstractBaseUser) -> Session:
+def _canonical_session(tenant: Tenant, qor: Qor, user: User) -> Session:
     found = _active_canonical.first(tenant_id=tenant.pk, qor_id=qor.pk, user_id=user.pk)
     if found is not None:
         return found
@@ -102,7 +102,7 @@ _active_canonical: PreparedRead[Session] = PreparedRead(
 
 
 def _thread_session(
-    tenant: Tenant, qor: Qor, kind: str, channel: str, thread_id: str, *, user: AbstractBaseUser | None
+    tenant: Tenant, qor: Qor, kind: str, channel: str, thread_id: str, *, user: User | None
 ) -> Session:
     lookup = dict(
         tenant=tenant, qor=qor, kind=kind, channel=channel, external_thread_id=thread_id, state=Session.State.ACTIVE
@@ -468,7 +468,7 @@ def cron_sessions_delete(*, tenant: Tenant, session_ids: list[int]) -> int:
 
 @transaction.atomic
 def conversations_delete(
-    *, tenant: Tenant | None = None, qor: Qor | None = None, user: AbstractBaseUser | None = None
+    *, tenant: Tenant | None = None, qor: Qor | None = None, user: User | None = None
 ) -> dict[str, int]:
     """Delete the sessions of a scope (no filter = all) with their messages and images
     (for a whole tenant, its unattached images too). Returns what went, by kind."""

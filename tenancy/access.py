@@ -17,7 +17,7 @@ what the surface can prove about who sent it, and by the account's own cap:
 """
 from __future__ import annotations
 
-from django.contrib.auth.models import AbstractBaseUser
+from django.contrib.auth.models import User
 
 from .models import Tenant
 from .selectors import membership_active
@@ -29,7 +29,7 @@ UNPROVEN_CAP = Trust.PAIRED
 
 
 def surface_access(
-    *, tenant: Tenant, user: AbstractBaseUser | None, surface: str, proven: bool | None = None,
+    *, tenant: Tenant, user: User | None, surface: str, proven: bool | None = None,
     cap: str = Trust.OWNER,
 ) -> Trust | None:
     """The trust of `user` speaking on `surface` now, or None when they may not: no user,

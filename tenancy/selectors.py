@@ -4,7 +4,7 @@ from __future__ import annotations
 import hashlib
 from datetime import timedelta
 
-from django.contrib.auth.models import AbstractBaseUser
+from django.contrib.auth.models import User
 from django.utils import timezone
 
 from qorven.runtime.prepared_read import PreparedRead
@@ -38,14 +38,14 @@ def qor_get(*, tenant: Tenant, slug: str) -> Qor:
     return qor
 
 
-def membership_get(*, tenant: Tenant, user: AbstractBaseUser) -> Membership:
+def membership_get(*, tenant: Tenant, user: User) -> Membership:
     membership = Membership.objects.filter(tenant=tenant, user=user).first()
     if membership is None:
         raise NotFound("not a member of this tenant")
     return membership
 
 
-def membership_active(*, tenant: Tenant, user: AbstractBaseUser) -> Membership | None:
+def membership_active(*, tenant: Tenant, user: User) -> Membership | None:
     """The user's membership of the tenant, if they still have one and their account is
     active: read for every message, so removal and role changes apply at once."""
     return Membership.objects.filter(tenant=tenant, user=user, user__is_active=True).first()
@@ -82,7 +82,7 @@ def api_token_authenticate(*, raw: str) -> ApiToken | None:
     the token comes with `member_role`, the role of that membership, read in the same
     query (so what the request may do is decided from the membership as it is now)."""
     token = _live_token_read.first(digest=token_digest(raw))
-    if token is None or token.member_role is None:
+    if token is None or token.member_role is None:  # type: ignore[attr-defined]  # annotated by the read
         return None
     now = timezone.now()
     if token.last_used_at is None or now - token.last_used_at >= TOKEN_USE_RESOLUTION:

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from django.contrib.auth import get_user_model
-from django.contrib.auth.models import AbstractBaseUser
+from django.contrib.auth.models import User
 from django.contrib.auth.password_validation import validate_password
 from django.db import transaction
 
@@ -18,7 +18,7 @@ from .selectors import membership_get, token_digest
 class BootstrapResult:
     tenant: Tenant
     qor: Qor
-    owner: AbstractBaseUser
+    owner: User
     created: dict[str, bool]
 
 
@@ -92,7 +92,7 @@ def tenant_bootstrap(
 
 
 @transaction.atomic
-def api_token_create(*, tenant: Tenant, user: AbstractBaseUser, name: str = "",
+def api_token_create(*, tenant: Tenant, user: User, name: str = "",
                      expires_at: datetime | None = None) -> tuple[ApiToken, str]:
     """Mint a bearer token for a member of `tenant`, working until `expires_at` (None:
     until revoked). Returns the row and the raw token, which is shown once and stored

@@ -9,7 +9,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from django.contrib.auth.models import AbstractBaseUser
+from django.contrib.auth.models import User
 
 from .models import Qor, Tenant
 from .switches import tools_enabled
@@ -26,7 +26,7 @@ class ToolError(Exception):
 class ToolContext:
     tenant: Tenant
     qor: Qor
-    user: AbstractBaseUser | None
+    user: User | None
     session_id: int
     channel: str
     trust: str

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import time
+from typing import Any
 
 from django.conf import settings
 from django.http import HttpRequest, JsonResponse
@@ -145,7 +146,7 @@ class SlackAdapter(Adapter):
         user = data.get("user") if isinstance(data, dict) and data.get("ok") else None
         if not isinstance(user, dict):
             return ""
-        profile = user.get("profile") if isinstance(user.get("profile"), dict) else {}
+        profile: dict[str, Any] = user["profile"] if isinstance(user.get("profile"), dict) else {}
         for name in (profile.get("display_name"), profile.get("real_name"), user.get("real_name"), user.get("name")):
             if isinstance(name, str) and name.strip():
                 return name.strip()[:200]

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from django.contrib.auth.models import AbstractBaseUser
+from django.contrib.auth.models import User
 from django.db.models import Count, Q, QuerySet
 
 from sessions_app.channel_kinds import CHAT_FAMILY
@@ -32,7 +32,7 @@ class ChatOwner:
 
 
 def _scoped(
-    tenant: Tenant | None, qor_slug: str, user: AbstractBaseUser | None
+    tenant: Tenant | None, qor_slug: str, user: User | None
 ) -> QuerySet[Session]:
     qs = Session.objects.filter(MERGEABLE)
     if tenant is not None:
@@ -54,14 +54,14 @@ def _grouped(qs: QuerySet[Session]) -> QuerySet:
 
 
 def collapse_owner_count(
-    *, tenant: Tenant | None = None, qor_slug: str = "", user: AbstractBaseUser | None = None
+    *, tenant: Tenant | None = None, qor_slug: str = "", user: User | None = None
 ) -> int:
     """How many (tenant, qor, user) have an active legacy chat-family session to collapse."""
     return _grouped(_scoped(tenant, qor_slug, user)).count()
 
 
 def collapse_owners(
-    *, tenant: Tenant | None = None, qor_slug: str = "", user: AbstractBaseUser | None = None
+    *, tenant: Tenant | None = None, qor_slug: str = "", user: User | None = None
 ) -> Iterator[ChatOwner]:
     """Every (tenant, qor, user) with an active legacy chat-family session, in key order.
 

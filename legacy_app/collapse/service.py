@@ -9,7 +9,7 @@ from functools import partial
 from typing import Any
 
 from django.contrib.auth import get_user_model
-from django.contrib.auth.models import AbstractBaseUser
+from django.contrib.auth.models import User
 from django.db import IntegrityError, transaction
 from django.db.models import Count, Max, Min
 from django.utils import timezone
@@ -80,11 +80,11 @@ class CollapseTotals:
         self.digests += outcome.digests
 
 
-def _label(qor: Qor, user: AbstractBaseUser) -> str:
+def _label(qor: Qor, user: User) -> str:
     return f"{qor.tenant.slug}/{qor.slug} {user.get_username()}"
 
 
-def _load(owner: ChatOwner, qor: Qor | None = None) -> tuple[Qor, AbstractBaseUser]:
+def _load(owner: ChatOwner, qor: Qor | None = None) -> tuple[Qor, User]:
     if qor is None or (qor.pk, qor.tenant_id) != (owner.qor_id, owner.tenant_id):
         qor = Qor.objects.select_related("tenant").get(pk=owner.qor_id, tenant_id=owner.tenant_id)
     return qor, get_user_model().objects.get(pk=owner.user_id)
@@ -123,7 +123,7 @@ def _stats(sessions: list[Session]) -> dict[int, _Stats]:
     }
 
 
-def _digests(*, qor: Qor, user: AbstractBaseUser, spans: dict[int, DigestSpan]) -> int:
+def _digests(*, qor: Qor, user: User, spans: dict[int, DigestSpan]) -> int:
     """Write one `conversation_digest` memory per non-empty session; return how many.
 
     A digest gets its session's span and opening messages (content cut short): the plain
@@ -259,7 +259,7 @@ def collapse_sessions(
     *,
     tenant: Tenant | None = None,
     qor_slug: str = "",
-    user: AbstractBaseUser | None = None,
+    user: User | None = None,
     dry_run: bool = False,
     jobs: int = 1,
     before_archive: Callable[[CollapseOutcome], None] | None = None,

@@ -12,17 +12,19 @@ from __future__ import annotations
 
 import base64
 from collections import defaultdict
+from collections.abc import Sequence
 from typing import Any
 
 from django.conf import settings
 
 from sessions_app.models import Image, Message
+from sessions_app.selectors import StoredMessage
 
 # A conservative guess of what one image costs in the model's context window.
 IMAGE_TOKENS = 800
 
 
-def attached_count(message: Message) -> int:
+def attached_count(message: StoredMessage) -> int:
     """How many images the message came with (a voice note's audio is its text instead)."""
     attachments = (message.metadata or {}).get("attachments") if isinstance(message.metadata, dict) else None
     if not isinstance(attachments, list):
@@ -39,14 +41,14 @@ def size_label(size: int) -> str:
 TRUNCATED = "[… truncated]"
 
 
-def _files(message: Message) -> list[dict[str, Any]]:
+def _files(message: StoredMessage) -> list[dict[str, Any]]:
     metadata = message.metadata if isinstance(message.metadata, dict) else {}
     attachments = metadata.get("attachments")
     return [a for a in (attachments if isinstance(attachments, list) else [])
             if isinstance(a, dict) and a.get("type") == "file"]
 
 
-def file_notes(message: Message, texts: dict[int, str] | None = None) -> list[dict[str, Any]]:
+def file_notes(message: StoredMessage, texts: dict[int, str] | None = None) -> list[dict[str, Any]]:
     """A note for each file (not an image, not a voice note) the message came with, so the
     model knows it was sent: "[file: report.pdf, application/pdf, 240 KB]" — followed by
     its text where `texts` has it (by the file's index among the message's files)."""
@@ -66,7 +68,7 @@ def file_notes(message: Message, texts: dict[int, str] | None = None) -> list[di
     return notes
 
 
-def image_parts(window: list[Message], *, vision: bool) -> dict[int, list[dict[str, Any]]]:
+def image_parts(window: Sequence[StoredMessage], *, vision: bool) -> dict[int, list[dict[str, Any]]]:
     """For each user message of `window` that came with images: the content parts that
     follow its text, in the order they were sent (by message pk)."""
     # Most messages came with nothing: only those whose metadata lists attachments (or
@@ -84,7 +86,7 @@ def image_parts(window: list[Message], *, vision: bool) -> dict[int, list[dict[s
     if not described:
         return parts
     seq_of = {m.pk: m.seq for m in described}
-    rows = list(Image.objects.filter(message_id__in=seq_of, mime_type__startswith="image/")
+    rows: list[Any] = list(Image.objects.filter(message_id__in=seq_of, mime_type__startswith="image/")
                 .order_by("id").values("id", "message_id", "mime_type", "size"))
     newest_first = sorted(rows, key=lambda r: (seq_of[r["message_id"]], r["id"]), reverse=True)
     sent = [r["id"] for r in newest_first[: settings.QORVEN_PROMPT_IMAGES]] if vision else []
@@ -96,20 +98,20 @@ def image_parts(window: list[Message], *, vision: bool) -> dict[int, list[dict[s
         out: list[dict[str, Any]] = []
         images = [a for a in message.metadata["attachments"] if a.get("type", "image") == "image"]
         for i, described_image in enumerate(images):
-            row = stored[message.pk][i] if i < len(stored[message.pk]) else None
-            if row is not None and row["id"] in data:
-                url = f"data:{row['mime_type']};base64,{data[row['id']]}"
+            kept = stored[message.pk][i] if i < len(stored[message.pk]) else None
+            if kept is not None and kept["id"] in data:
+                url = f"data:{kept['mime_type']};base64,{data[kept['id']]}"
                 out.append({"type": "image_url", "image_url": {"url": url}})
                 continue
-            mime = (row or described_image).get("mime_type", "image")
-            size = (row or described_image).get("size") or 0
-            gone = "" if row is not None else ", no longer kept"
+            mime = (kept or described_image).get("mime_type", "image")
+            size = (kept or described_image).get("size") or 0
+            gone = "" if kept is not None else ", no longer kept"
             out.append({"type": "text", "text": f"[image: {mime}, {size_label(int(size))}{gone}]"})
         parts[message.pk] = out + parts.get(message.pk, [])
     return parts
 
 
-def file_texts(window: list[Message]) -> dict[int, dict[int, str]]:
+def file_texts(window: Sequence[StoredMessage]) -> dict[int, dict[int, str]]:
     """The text of the UTF-8 text files the window's user messages came with and that are
     still kept, as {message pk: {file index: text}}: newest first, sharing
     QORVEN_PROMPT_FILE_CHARS characters; the one the budget runs out in is cut short with

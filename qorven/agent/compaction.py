@@ -20,7 +20,6 @@ from memory_app.compaction import CompactionFailed, RotateOutcome, compaction_ro
 from sessions_app.errors import SessionClosed
 from sessions_app.models import Message, Session
 from sessions_app.selectors import (
-    MessageRow,
     StoredMessage,
     context_left_out,
     messages_read,
@@ -114,7 +113,7 @@ def auto_compaction_point(
     if answered is not None and not window_full and _still_fits(session, budget, *answered):
         return None
     keep_budget = int(budget * KEEP_FRACTION)
-    kept: list[MessageRow] | None = None
+    kept: list[StoredMessage] | None = None
     over = False
     if answered is not None and window_full:
         newest = _newest_of_full_window(session, *answered)
@@ -145,7 +144,7 @@ def auto_compaction_point(
     return point if point > session.compacted_through_seq else None
 
 
-def _newest_of_full_window(session: Session, prompt: Prompt, answering_seq: int) -> list[MessageRow] | None:
+def _newest_of_full_window(session: Session, prompt: Prompt, answering_seq: int) -> list[StoredMessage] | None:
     """The counted messages from the oldest one of a full window on, newest first: the
     window's, and what its read leaves out (failed, superseded, later; one read). None
     when more was left out than one read takes."""
@@ -159,7 +158,7 @@ def _newest_of_full_window(session: Session, prompt: Prompt, answering_seq: int)
     return sorted([*prompt.window, *(m for m in rest if m.seq not in held)], key=lambda m: m.seq, reverse=True)
 
 
-def _kept(newest: list[MessageRow], keep_budget: int, costs: dict[int, int]) -> list[MessageRow] | None:
+def _kept(newest: list[StoredMessage], keep_budget: int, costs: dict[int, int]) -> list[StoredMessage] | None:
     """The first of `newest` that fit `keep_budget`; None when all of them do (older
     messages might fit too). `costs`: the tokens of those the prompt's window counted."""
     total = 0

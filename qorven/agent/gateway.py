@@ -6,7 +6,7 @@ from contextlib import contextmanager, nullcontext
 from contextvars import ContextVar
 from typing import Any
 
-from django.contrib.auth.models import AbstractBaseUser
+from django.contrib.auth.models import User
 from django.db import transaction
 
 from sessions_app.errors import SessionClosed
@@ -54,7 +54,7 @@ def inbound_accept(
     channel: str,
     sender_name: str,
     trust: str,
-    user: AbstractBaseUser | None = None,
+    user: User | None = None,
     external_scope: str = "",
     external_id: str = "",
     metadata: dict[str, Any] | None = None,

@@ -22,7 +22,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django.conf import settings
-from django.contrib.auth.models import AbstractBaseUser
+from django.contrib.auth.models import User
 from django.db import IntegrityError, transaction
 from django.db.models import F
 from django.utils import timezone
@@ -217,7 +217,7 @@ class _Context:
     reminder_ids: list[int] = field(default_factory=list)
 
 
-def _context(beat: Heartbeat, user: AbstractBaseUser | None, now: datetime) -> _Context:
+def _context(beat: Heartbeat, user: User | None, now: datetime) -> _Context:
     """The system prompt of the run, and the fingerprint of its inputs (prompt, recent
     messages of the user's chat, due reminders) that decides whether it may be skipped."""
     from memory_app.reminders import reminders_due
@@ -248,7 +248,7 @@ def _context(beat: Heartbeat, user: AbstractBaseUser | None, now: datetime) -> _
         sections.append(
             f"## Reminders that are due\n{audience} asked to be reminded of these and their time has come: "
             "remind them in your message.\n"
-            + "\n".join(f"- {r.content} (due {r.period_start.astimezone(zone):%a %Y-%m-%d %H:%M})" for r in reminders)
+            + "\n".join(f"- {r.content} (due {(r.period_start or now).astimezone(zone):%a %Y-%m-%d %H:%M})" for r in reminders)
         )
     if recent:
         lines = [
@@ -267,7 +267,7 @@ def _context(beat: Heartbeat, user: AbstractBaseUser | None, now: datetime) -> _
 
 
 def _converse(
-    beat: Heartbeat, run: HeartbeatRun, session: Session, user: AbstractBaseUser | None, route: ModelRoute,
+    beat: Heartbeat, run: HeartbeatRun, session: Session, user: User | None, route: ModelRoute,
     context: _Context, spent: Tally,
 ) -> str:
     """The heartbeat sub-agent: the beat's prompt on the heartbeat route, with the tools a

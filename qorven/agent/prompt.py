@@ -62,7 +62,7 @@ def message_tokens(message: StoredMessage) -> int:
     return estimate_tokens(message.content) + extra + images + _PER_MESSAGE_OVERHEAD
 
 
-def user_line(message: Message, *, answering: str = Trust.OWNER) -> str:
+def user_line(message: StoredMessage, *, answering: str = Trust.OWNER) -> str:
     """How a user's message reads to the model: its surface and sender first, marked when
     it carries less trust than the message being answered (the merged chat holds text
     from every surface; the tool contract says what the mark means)."""
@@ -73,7 +73,7 @@ def user_line(message: Message, *, answering: str = Trust.OWNER) -> str:
 
 
 def to_openai(
-    message: Message, *, answering: str = Trust.OWNER, images: list[dict[str, Any]] | None = None
+    message: StoredMessage, *, answering: str = Trust.OWNER, images: list[dict[str, Any]] | None = None
 ) -> dict[str, Any]:
     if message.role == Message.Role.USER:
         line = user_line(message, answering=answering)
@@ -107,7 +107,7 @@ class Prompt:
     messages: list[dict[str, Any]]
     tools: list[dict[str, Any]]
     estimated_tokens: int
-    window: list[Message]
+    window: list[StoredMessage]
     window_tokens: int  # what the window's messages cost of estimated_tokens
     # The tokens of every uncompacted message the window's reading went through (those it
     # dropped included), when it reached the compaction point without filling the
@@ -164,11 +164,11 @@ def prompt_build(
     rendered = held.rendered if held is not None else {}
     messages: list[dict[str, Any]] = [{"role": "system", "content": system}]
     for m in window:
-        parts = images.get(m.pk)
-        key = (m.pk, m.revision, trust) if parts is None and isinstance(m, MessageRow) else None
+        attached = images.get(m.pk)
+        key = (m.pk, m.revision, trust) if attached is None and isinstance(m, MessageRow) else None
         made = rendered.get(key) if key is not None else None
         if made is None:
-            made = to_openai(m, answering=trust, images=parts)
+            made = to_openai(m, answering=trust, images=attached)
             if key is not None:
                 rendered[key] = made
         messages.append(made)

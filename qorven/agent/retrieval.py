@@ -1,7 +1,7 @@
 """What the prompt learns from the domain apps: memories for this message, usable skills."""
 from __future__ import annotations
 
-from django.contrib.auth.models import AbstractBaseUser
+from django.contrib.auth.models import User
 
 from memory_app.selectors import memory_search, skills_for
 from tenancy.models import Qor, Tenant
@@ -12,7 +12,7 @@ MEMORIES_IN_PROMPT = 5
 MEMORY_CHARS_IN_PROMPT = 600
 
 
-def memories_for(*, tenant: Tenant, qor: Qor, user: AbstractBaseUser | None, query: str) -> list[str]:
+def memories_for(*, tenant: Tenant, qor: Qor, user: User | None, query: str) -> list[str]:
     if user is None:
         return []
     return [

@@ -1,6 +1,8 @@
 """The agent's own slash commands: /help, /retry, /status, /history."""
 from __future__ import annotations
 
+from functools import partial
+
 from tenancy.slash_registry import CommandContext, slash_command, slash_registry
 
 
@@ -33,7 +35,7 @@ def _retry(ctx: CommandContext) -> str:
     seqs = messages_retry_failed(session=session)
     for seq in seqs:
         event = {"type": "message.answer", "seq": seq, "answer_state": "pending"}
-        transaction.on_commit(lambda event=event: broadcast_soon(session.pk, event))
+        transaction.on_commit(partial(broadcast_soon, session.pk, event))
     if seqs:
         turn_enqueue(session=session)
         return f"Trying again to answer {len(seqs)} message{'s' if len(seqs) != 1 else ''}…"

@@ -141,9 +141,10 @@ def turn_process(*, tenant_id: int, session_id: int) -> TurnOutcome:
                 if pending is not None and pending.session.state == Session.State.ACTIVE:
                     session = pending.session
                 else:
-                    session = session_for_task(tenant_id=tenant_id, session_id=session_id)
-                    if session is None or session.state == Session.State.ACTIVE:
+                    found = session_for_task(tenant_id=tenant_id, session_id=session_id)
+                    if found is None or found.state == Session.State.ACTIVE:
                         break  # gone, or nothing to answer
+                    session = found
                 if session.state != Session.State.ACTIVE:
                     # Rotated (/clear, /compact, manual compaction): what was still waiting for an
                     # answer was carried to the successor, so the turn follows it there.

@@ -109,5 +109,10 @@ def _settle(message: Message, *, qor: Qor, transcript: str) -> str:
         events = [{"type": "message.transcribed", "seq": fresh.seq, "content": content, "voice": outcome}]
         if addressed and transcript:
             events.append({"type": "message.answer", "seq": fresh.seq, "answer_state": "pending"})
-        transaction.on_commit(lambda: [broadcast_soon(session.pk, event) for event in events])
+
+        def publish() -> None:
+            for event in events:
+                broadcast_soon(session.pk, event)
+
+        transaction.on_commit(publish)
     return outcome

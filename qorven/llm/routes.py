@@ -9,7 +9,7 @@ URL stored on a Qor (only superusers edit those) must also pass the address poli
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from django.conf import settings
 
@@ -19,7 +19,10 @@ from tenancy.selectors import model_fallbacks_read
 
 from .errors import ModelRefused
 from .offline import OfflineProvider
-from .provider import Provider
+from .provider import Completion, Provider, TokenCallback
+
+if TYPE_CHECKING:
+    from .openai_provider import OpenAIProvider
 
 Role = Literal["main", "summarizer", "heartbeat"]
 
@@ -128,11 +131,17 @@ class RefusedRoute:
         self.model = model
         self.reason = reason
 
-    def complete(self, **kwargs) -> None:
+    def complete(
+        self,
+        *,
+        messages: list[dict[str, Any]],
+        tools: list[dict[str, Any]] | None = None,
+        on_token: TokenCallback | None = None,
+    ) -> Completion:
         raise ModelRefused(f"model route refused: {self.reason}", kind="misconfigured", model=self.model)
 
 
-def _openai_provider() -> type[Provider]:
+def _openai_provider() -> type[OpenAIProvider]:
     """The SDK's provider class, imported on first use: importing `openai` takes about a
     second, which every `qorven` command (and the terminal's start) would otherwise pay
     without ever calling a model. `qorven serve` and `qorven worker` load it as they start

@@ -1,0 +1,21 @@
+"""The type checks STYLE.md asks for, on the modules `[tool.mypy]` in pyproject.toml names
+(the agent, the model layer, services, selectors, adapters), with Django's stubs: run by
+the suite so a wrong type fails the build as a wrong import does (tests/test_architecture.py)."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_the_checked_modules_type_check(tmp_path):
+    env = {**os.environ, "DJANGO_SECRET_KEY": os.environ.get("DJANGO_SECRET_KEY") or "types-only"}
+    result = subprocess.run(
+        [sys.executable, "-m", "mypy", "--cache-dir", str(tmp_path / "mypy-cache")],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=240,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "Success: no issues found" in result.stdout
