@@ -126,7 +126,10 @@ def alive(pid: int) -> bool:
     except ProcessLookupError:
         return False
     # A child that exited but is not reaped yet is a zombie: gone as far as serving goes.
-    return Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
+    except FileNotFoundError:  # reaped between the two looks
+        return False
 
 
 def test_a_stdio_server_stays_open_between_calls_and_turns(client, world, model_server, drain):
