@@ -161,8 +161,8 @@ def fill(
     from sessions_app.models import Message, Session
 
     if pg:
-        cte, source = "", "generate_series(%s, %s) AS g(n)"
-        created, metadata = "now() - (%s - n) * interval '1 second'", "'{}'::jsonb"
+        cte, source = "", "generate_series(%s::bigint, %s::bigint) AS g(n)"  # typed: the server binds them
+        created, metadata = "now() - (%s::bigint - n) * interval '1 second'", "'{}'::jsonb"
     else:  # a recursive CTE counts, so the whole batch runs inside SQLite
         cte = "WITH RECURSIVE g(n) AS (SELECT %s UNION ALL SELECT n + 1 FROM g WHERE n < %s) "
         source = "g"

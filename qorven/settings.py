@@ -122,7 +122,14 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     import tempfile
 
     DATABASES["default"]["TEST"] = {"NAME": str(Path(tempfile.gettempdir()) / f"qorven-test-{os.getpid()}.sqlite3")}
-elif DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql" and env.bool("QORVEN_DB_POOL", default=True):
+if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql" and env.bool("QORVEN_DB_PREPARED", default=True):
+    # A statement run on a connection five times is prepared there (psycopg), so
+    # PostgreSQL stops planning it on each run: the reads every request and turn make
+    # (qorven.runtime.prepared_read) took longer to plan than to run. Prepared statements
+    # need the parameters bound by the server. Off for a pooler that does not keep them
+    # (PgBouncer before 1.21 in transaction mode).
+    DATABASES["default"].setdefault("OPTIONS", {}).update({"server_side_binding": True, "prepare_threshold": 5})
+if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql" and env.bool("QORVEN_DB_POOL", default=True):
     # psycopg's pool: under an ASGI server every request runs on a thread of its own, so a
     # connection per request (CONN_MAX_AGE=0) or per thread (CONN_MAX_AGE>0, which
     # exhausts the server) is replaced by a bounded set that requests borrow and return.
