@@ -180,7 +180,7 @@ def setup(quick: bool, pg: bool, name: str) -> list[Case]:
 
     from memory_app.models import LearnedSkill, Memory
     from memory_app.services import memory_add
-    from sessions_app.models import Session
+    from sessions_app.models import Message, Session
     from sessions_app.services import session_resolve
     from tenancy.services import tenant_bootstrap
 
@@ -206,6 +206,9 @@ def setup(quick: bool, pg: bool, name: str) -> list[Case]:
         session = session_resolve(tenant=boot.tenant, qor=qor, channel="web", user=user)
         seconds = fill(session, size, pg, role=newest_is_user(size), content=CONTENT_SQL)
         Session.objects.filter(pk=session.pk).update(replied_through_seq=size - 1)
+        # The newest message waits for its answer, as one a person just sent does.
+        Message.objects.filter(session=session, seq=size, role=Message.Role.USER).update(
+            answer_state=Message.Answer.PENDING)
         for kind, content in memories:
             memory_add(tenant=boot.tenant, qor=qor, user=user, type=kind, content=content)
         log(f"{name}: filled {label(size)} in {seconds:.1f} s")
