@@ -113,15 +113,15 @@ class FakeModel:
                 if (body.get("stream_options") or {}).get("include_usage"):
                     chunks.append({**chunk({}), "choices": [],
                                    "usage": {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15}})
+                # As OpenAI streams: a chunked body, the connection kept for the next request.
                 self.send_response(200)
                 self.send_header("Content-Type", "text/event-stream")
-                self.send_header("Connection", "close")
+                self.send_header("Transfer-Encoding", "chunked")
                 self.end_headers()
-                for c in chunks:
-                    self.wfile.write(b"data: " + json.dumps(c).encode() + b"\n\n")
-                self.wfile.write(b"data: [DONE]\n\n")
+                events = b"".join(b"data: " + json.dumps(c).encode() + b"\n\n" for c in chunks)
+                events += b"data: [DONE]\n\n"
+                self.wfile.write(b"%x\r\n%s\r\n0\r\n\r\n" % (len(events), events))
                 self.wfile.flush()
-                self.close_connection = True
 
         self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.httpd.daemon_threads = True

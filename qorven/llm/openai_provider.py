@@ -1,15 +1,17 @@
 """Any OpenAI-compatible server through the official `openai` SDK.
 
 Synchronous, on one long-lived `openai.OpenAI` client per (base URL, key, timeout,
-retries): its HTTP connection pool is reused by every call on every worker thread, and
-nothing builds an event loop, a thread or a client per call.
+retries): its HTTP connection pool is reused by every call on every worker thread (a
+streamed answer is read to the end of its body, so its connection goes back to the pool:
+`_Stream`), and nothing builds an event loop, a thread or a client per call.
 """
 from __future__ import annotations
 
 import logging
 import threading
 import time
-from typing import Any
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 import openai
@@ -19,6 +21,9 @@ from qorven.runtime.route_slots import SlotTimeout, route_slot
 
 from .errors import ContextLengthExceeded, ModelError, ModelRefused, ProviderUnavailable
 from .provider import Completion, TokenCallback, ToolCall, Usage
+
+if TYPE_CHECKING:
+    from openai._streaming import ServerSentEvent
 
 logger = logging.getLogger(__name__)
 
@@ -42,6 +47,28 @@ def client_for(*, base_url: str, api_key: str, timeout: float, max_retries: int)
                     max_retries=max_retries,
                 )
     return client
+
+
+class _Stream(openai.Stream[object]):
+    """The SDK's stream of a chat completion, read to the end of the response's body.
+
+    The SDK stops reading at the `[DONE]` event and closes the response; a response closed
+    before its body has ended takes its connection with it, so every streamed answer made
+    the next model call open a new connection — to a remote provider, a TCP and a TLS
+    handshake each time. Nothing but the body's end follows `[DONE]`: it is read, and the
+    connection goes back to the client's pool. A server that fails to end the body there
+    costs its connection, not the answer (the error of that read is dropped)."""
+
+    def _iter_events(self) -> Iterator[ServerSentEvent]:
+        events = super()._iter_events()
+        for sse in events:
+            if sse.data.startswith("[DONE]"):
+                try:
+                    for _after in events:
+                        pass
+                except openai.APIError:
+                    pass
+            yield sse
 
 
 class OpenAIProvider:
@@ -100,7 +127,7 @@ class OpenAIProvider:
             # every token cost more than the rest of reading the stream.
             with self._client.post("/chat/completions", body=body, cast_to=ChatCompletion,
                                    options={"timeout": min(self._timeout, self._deadline)},
-                                   stream=True, stream_cls=openai.Stream[object]) as stream:
+                                   stream=True, stream_cls=_Stream) as stream:
                 return self._collect(stream, on_token, deadline)
         except ModelError:
             raise

@@ -2,8 +2,9 @@
 
 Each POST to /v1/chat/completions takes the next scripted step: a text reply, tool calls,
 or an error status. Streaming requests get Server-Sent Events exactly as OpenAI sends
-them (content split into several chunks, a final usage chunk). Every request body is
-recorded so tests can assert what the model was sent.
+them (content split into several chunks, a final usage chunk, `[DONE]`; a chunked body on
+a connection kept open for the next request). Every request body is recorded so tests
+can assert what the model was sent, and `connections` counts the connections opened.
 """
 from __future__ import annotations
 
@@ -50,6 +51,7 @@ class ModelServer:
         self.authorizations: list[str] = []  # each request's Authorization header, in order
         self.in_flight = 0  # chat completions being answered now
         self.most_in_flight = 0  # the most answered at once
+        self.connections = 0  # TCP connections clients opened to this server
         # Speech to text: what to answer next (a text, or an error Step), and what came in.
         self.transcripts: list[str | Step] = []
         self.transcriptions: list[dict[str, Any]] = []
@@ -94,6 +96,11 @@ class ModelServer:
 
             def log_message(self, *args: Any) -> None:
                 pass
+
+            def setup(self) -> None:
+                super().setup()
+                with server._lock:
+                    server.connections += 1
 
             def do_POST(self) -> None:
                 length = int(self.headers.get("Content-Length") or 0)
@@ -154,16 +161,21 @@ class ModelServer:
             def _stream(self, body: dict[str, Any], step: Step) -> None:
                 self.send_response(200)
                 self.send_header("Content-Type", "text/event-stream")
-                self.send_header("Connection", "close")
+                self.send_header("Transfer-Encoding", "chunked")
                 self.end_headers()
-                for chunk in _chunks(body, step):
-                    self.wfile.write(b"data: " + json.dumps(chunk).encode() + b"\n\n")
-                    self.wfile.flush()
-                    if step.chunk_delay:
-                        time.sleep(step.chunk_delay)
-                self.wfile.write(b"data: [DONE]\n\n")
+                try:
+                    for chunk in _chunks(body, step):
+                        self._part(b"data: " + json.dumps(chunk).encode() + b"\n\n")
+                        if step.chunk_delay:
+                            time.sleep(step.chunk_delay)
+                    self._part(b"data: [DONE]\n\n")
+                    self._part(b"")  # the body's end; the connection stays open for the next request
+                except (BrokenPipeError, ConnectionResetError):  # the client stopped reading (a Stop)
+                    self.close_connection = True
+
+            def _part(self, data: bytes) -> None:
+                self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
                 self.wfile.flush()
-                self.close_connection = True
 
         return Handler
 

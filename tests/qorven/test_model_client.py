@@ -43,3 +43,21 @@ def test_with_no_model_configured_nothing_is_built(settings, no_clients):
     settings.QORVEN_MODEL = ""
     sdk_load()
     assert not no_clients
+
+
+def test_streamed_answers_reuse_one_connection_to_the_model_server(world, model_server):
+    """A model server that streams as OpenAI does keeps the connection open after each
+    answer; the next call goes over it. The SDK stops reading at `[DONE]` and closes the
+    response before its body has ended, which closes the connection: every model call
+    opened a new one (to a remote provider, a TCP and a TLS handshake each time)."""
+    from qorven.llm import ModelRoute, provider_for
+
+    provider = provider_for(ModelRoute(base_url=model_server.base_url, model="scripted-model", num_ctx=0))
+    streamed: list[str] = []
+    for n in range(3):
+        model_server.add(reply(f"Answer number {n}."))
+        completion = provider.complete(messages=[{"role": "user", "content": f"question {n}"}],
+                                       on_token=streamed.append)
+        assert completion.content == f"Answer number {n}."
+    assert "".join(streamed) == "Answer number 0.Answer number 1.Answer number 2."
+    assert model_server.connections == 1
