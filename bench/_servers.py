@@ -55,6 +55,9 @@ class FakeModel:
         fake = self
 
         class Handler(BaseHTTPRequestHandler):
+            # As real servers do: a response's writes leave at once (not after the client's
+            # delayed ACK of the headers, ~40 ms on a connection kept open).
+            disable_nagle_algorithm = True
             protocol_version = "HTTP/1.1"
 
             def log_message(self, *args: Any) -> None:
@@ -146,6 +149,10 @@ class FakeTelegram:
         fake = self
 
         class Handler(BaseHTTPRequestHandler):
+            # As real servers do: a response's writes leave at once (not after the client's
+            # delayed ACK of the headers, ~40 ms on a connection kept open).
+            disable_nagle_algorithm = True
+
             def log_message(self, *args: Any) -> None:
                 pass
 

@@ -92,6 +92,9 @@ class ModelServer:
         server = self
 
         class Handler(BaseHTTPRequestHandler):
+            # As real servers do: a response's writes leave at once (not after the client's
+            # delayed ACK of the headers, ~40 ms on a connection kept open).
+            disable_nagle_algorithm = True
             protocol_version = "HTTP/1.1"
 
             def log_message(self, *args: Any) -> None:
