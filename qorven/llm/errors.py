@@ -31,6 +31,9 @@ class ModelError(Exception):
         self.retry_after = retry_after
 
     host = ""  # the model server's host, set by the provider that tried it
+    # The connection closed (or could not be made) before any answer, and not by a timeout:
+    # a kept connection the server had just let go of, a restart. Trying again at once may work.
+    dropped = False
 
     def summary(self) -> str:
         """A short, safe description for owners: the status, the model and the server's

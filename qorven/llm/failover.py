@@ -3,6 +3,9 @@ call moves on to the next, in the same turn.
 
 Only a transient failure (ProviderUnavailable: 429, 5xx, a timeout, a connection error)
 fails over; a refusal (4xx, a context overflow) is the answer, whichever server gave it.
+A connection that closed before any answer is tried once more on the same route first
+(a kept connection the server had just let go of: the SDK's retries, off on every route
+but the last so that failing over is quick, would otherwise not cover it).
 A route that failed cools down (qorven.runtime.cooldowns: a minute, doubling to an hour)
 and is skipped while it cools; an answer clears it. Cooldowns live in the cache (Redis
 with REDIS_URL), so every process skips a route any of them found down. A route that
@@ -61,7 +64,15 @@ class FailoverProvider:
             # The SDK's own retries only on the last route: before it, moving on is faster.
             provider = provider_for(route, max_retries=None if last else 0)
             try:
-                completion = provider.complete(messages=messages, tools=tools, on_token=relay)
+                try:
+                    completion = provider.complete(messages=messages, tools=tools, on_token=relay)
+                except ProviderUnavailable as exc:
+                    # A connection that closed before any answer is tried once more at once (the
+                    # SDK's own retries do it on the last route): one dropped connection does not
+                    # send the turn elsewhere and cool the route down.
+                    if last or streamed or not exc.dropped:
+                        raise
+                    completion = provider.complete(messages=messages, tools=tools, on_token=relay)
             except ProviderUnavailable as exc:
                 started = cooldown_start(base_url=route.base_url, model=route.model, retry_after=exc.retry_after)
                 logger.warning("model route %s (%s) failed (%s): cooling down for %.0f s", route.label, route.model,

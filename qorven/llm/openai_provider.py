@@ -134,7 +134,9 @@ class OpenAIProvider:
         except openai.APIStatusError as exc:
             raise _classify(exc, self.model) from exc
         except (openai.APIConnectionError, openai.APITimeoutError) as exc:
-            raise ProviderUnavailable(f"could not reach the model server: {exc}", model=self.model) from exc
+            failure = ProviderUnavailable(f"could not reach the model server: {exc}", model=self.model)
+            failure.dropped = not isinstance(exc, openai.APITimeoutError)
+            raise failure from exc
         except openai.APIError as exc:  # an error event in the middle of a stream
             raise ProviderUnavailable(f"the model server failed mid-answer: {exc}", model=self.model) from exc
 

@@ -28,6 +28,7 @@ class Step:
     chunk_delay: float = 0.0  # seconds between streamed chunks, to watch a reply stream in
     chunk_size: int = 5  # characters per streamed chunk
     usage: tuple[int, int] | None = (11, 7)
+    drop: bool = False  # close the connection without an answer (a server restarting, a kept connection let go)
 
 
 def reply(text: str, **kw: Any) -> Step:
@@ -36,6 +37,10 @@ def reply(text: str, **kw: Any) -> Step:
 
 def tool_call(name: str, args: dict[str, Any] | str, text: str = "") -> Step:
     return Step(text=text, tool_calls=[(name, args)])
+
+
+def dropped() -> Step:
+    return Step(drop=True)
 
 
 def error(status: int, message: str = "scripted failure", code: str | None = None, **kw: Any) -> Step:
@@ -119,6 +124,9 @@ class ModelServer:
                     server.most_in_flight = max(server.most_in_flight, server.in_flight)
                 try:
                     step = server._next(body)
+                    if step.drop:
+                        self.close_connection = True
+                        return
                     if step.delay:
                         time.sleep(step.delay)
                     if step.status != 200:

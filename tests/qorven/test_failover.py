@@ -15,7 +15,7 @@ from sessions_app.models import Message
 from tenancy.models import ModelFallback, Qor, Usage
 from tenancy.services import api_token_create
 
-from ..fakes.model_server import ModelServer, error, reply
+from ..fakes.model_server import ModelServer, dropped, error, reply
 from .test_model_endpoints import ask, change_form
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -223,3 +223,33 @@ def test_a_slot_whose_holder_died_frees_when_its_lease_runs_out(settings):
     with route_slots.route_slot(base_url=base_url, cap=1, wait=5, lease=30):
         waited = time.monotonic() - started
     assert 0.3 < waited < 3
+
+
+def test_a_connection_dropped_before_any_answer_is_tried_again_on_the_same_route(client, world, servers, drain):
+    """A connection that closes without an answer (one the server had just let go of, a
+    restart) is tried once more at once before the turn fails over: one such blip does not
+    send the turn to the fallback and cool the route down for a minute."""
+    primary, fallback = servers
+    _routes(world, primary, fallback)
+    primary.add(dropped())
+    primary.default = reply("From the primary.")
+    fallback.default = reply("From the fallback.")
+    ask(client, world, "hello")
+    drain()
+    assert [content for content, _ in _answers()] == ["From the primary."]
+    assert len(primary.requests) == 2 and fallback.requests == []
+    assert cooldown_get(base_url=primary.base_url, model="primary-model") is None
+
+
+def test_a_route_that_drops_twice_fails_over_as_before(client, world, servers, drain):
+    primary, fallback = servers
+    _routes(world, primary, fallback)
+    primary.add(dropped())
+    primary.add(dropped())
+    primary.default = reply("From the primary.")
+    fallback.default = reply("From the fallback.")
+    ask(client, world, "hello")
+    drain()
+    assert [content for content, _ in _answers()] == ["From the fallback."]
+    assert len(primary.requests) == 2
+    assert cooldown_get(base_url=primary.base_url, model="primary-model") is not None
