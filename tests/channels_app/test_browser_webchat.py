@@ -72,6 +72,27 @@ def host_site(base: str, tag_attributes: str = "", *, head: str = "", tokens=Non
         server.server_close()
 
 
+def on_server(base: str, code: str) -> str:
+    """Run `code` in `qorven shell` against the database of the server at `base`; its last
+    line of output."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from .browser_support import ROOT, SERVER_ENV
+
+    qorven = str(Path(sys.executable).with_name("qorven"))
+    done = subprocess.run([qorven, "shell", "-c", code], cwd=ROOT, env=SERVER_ENV[base], check=True,
+                          capture_output=True, text=True, timeout=60)
+    return (done.stdout.strip().splitlines() or [""])[-1]
+
+
+def say(frame, text: str) -> None:
+    """The visitor types `text` into the widget and sends it."""
+    frame.locator("[data-input]").fill(text)
+    frame.locator("[data-input]").press("Enter")
+
+
 def open_widget(browser, site: str, *, init_script: str = "", sockets: list | None = None):
     context = browser.new_context(viewport={"width": 1280, "height": 820})
     if init_script:
@@ -102,8 +123,7 @@ def test_a_visitor_chats_when_the_browser_blocks_storage_in_the_frame(chat_serve
                 page, frame, errors = open_widget(browser, site, init_script=STORAGE_BLOCKED_IN_FRAMES)
             # The frame's script has run (it focuses the box): an Enter before it would be a newline.
             expect(frame.locator("[data-input]")).to_be_focused()
-            frame.locator("[data-input]").fill("When do you open?")
-            frame.locator("[data-input]").press("Enter")
+            say(frame, "When do you open?")
 
             expect(frame.locator(".msg--user .msg__body")).to_have_text("When do you open?", timeout=SERVER_WORK)
             expect(frame.locator(".msg--assistant:not(.msg--streaming)")).to_contain_text("We open at nine.",
@@ -127,8 +147,7 @@ def test_the_printed_snippet_pasted_with_a_placeholder_token_still_chats_and_ope
             with host_site(base, tag_attributes='data-token="…"') as site:
                 page, frame, errors = open_widget(browser, site)
             expect(frame.locator("[data-input]")).to_be_focused()  # the open message reached the loaded frame
-            frame.locator("[data-input]").fill("hi")
-            frame.locator("[data-input]").press("Enter")
+            say(frame, "hi")
             expect(frame.locator(".msg--assistant:not(.msg--streaming)")).to_contain_text("Hello!",
                                                                                           timeout=SERVER_WORK)
             assert not [e for e in errors if "ISO-8859-1" in e or "postMessage" in e], errors
@@ -158,8 +177,7 @@ def test_a_visitor_attaches_an_image_in_the_widget_and_sees_it_in_the_chat(chat_
                 frame.locator("[data-attach]").set_input_files(
                     files=[{"name": "receipt.jpg", "mimeType": "image/jpeg", "buffer": out.getvalue()}])
                 expect(frame.locator("[data-attachment]")).to_have_count(1)
-                frame.locator("[data-input]").fill("Here is my receipt")
-                frame.locator("[data-input]").press("Enter")
+                say(frame, "Here is my receipt")
                 expect(frame.locator(".msg--assistant", has_text="Thanks for the photo.")).to_be_visible(
                     timeout=SERVER_WORK)
                 image = frame.locator(".msg--user img[data-image]")
@@ -201,13 +219,9 @@ def test_a_visitor_whose_signed_token_has_expired_is_told_so_and_the_widget_stop
 def test_an_anonymous_visitor_the_server_forgot_starts_a_new_chat_on_their_next_message(chat_server):
     """The host cleared old anonymous visitors while a page stayed open: its socket is
     refused once, the widget drops the token and waits, and the next message starts anew."""
-    import subprocess
-    import sys
-    from pathlib import Path
 
     from playwright.sync_api import expect, sync_playwright
 
-    from .browser_support import ROOT, SERVER_ENV
 
     base, model, platform = chat_server
     model.add(reply("Hello there."))
@@ -219,22 +233,18 @@ def test_an_anonymous_visitor_the_server_forgot_starts_a_new_chat_on_their_next_
             with host_site(base) as site:
                 page, frame, errors = open_widget(browser, site, sockets=sockets, init_script=SOCKETS_KEPT)
                 expect(frame.locator("[data-input]")).to_be_focused()
-                frame.locator("[data-input]").fill("Hello")
-                frame.locator("[data-input]").press("Enter")
+                say(frame, "Hello")
                 expect(frame.locator(".msg--assistant:not(.msg--streaming)")).to_contain_text(
                     "Hello there.", timeout=SERVER_WORK)
                 expect(frame.locator("[data-status]")).to_have_attribute("data-state", "live")
-                qorven = str(Path(sys.executable).with_name("qorven"))
-                subprocess.run([qorven, "shell", "-c", "from channels_app.models import Identity; "
-                                "Identity.objects.filter(channel='webchat').delete()"],
-                               cwd=ROOT, env=SERVER_ENV[base], check=True, capture_output=True, timeout=60)
+                on_server(base, "from channels_app.models import Identity; "
+                          "Identity.objects.filter(channel='webchat').delete()")
                 opened = len(sockets)
                 frame.locator("body").evaluate("() => window.__sockets.forEach(s => s.close())")  # the line drops
                 expect(frame.locator("[data-status]")).to_have_attribute("data-state", "idle", timeout=SERVER_WORK)
                 page.wait_for_timeout(4000)
                 assert len(sockets) == opened + 1, sockets  # refused once, then none until someone writes
-                frame.locator("[data-input]").fill("Hello again")
-                frame.locator("[data-input]").press("Enter")
+                say(frame, "Hello again")
                 expect(frame.locator(".msg--assistant:not(.msg--streaming)", has_text="Welcome back.")).to_be_visible(
                     timeout=SERVER_WORK)
                 expect(frame.locator("[data-status]")).to_have_attribute("data-state", "live")
@@ -268,8 +278,7 @@ def test_a_signed_visitor_keeps_chatting_past_the_first_token_with_fresh_ones_fr
             with host_site(base, f'data-token="{signed(4)}" data-token-url="/token"', tokens=tokens) as site:
                 page, frame, errors = open_widget(browser, site, sockets=sockets, init_script=SOCKETS_KEPT)
                 expect(frame.locator("[data-input]")).to_be_focused()
-                frame.locator("[data-input]").fill("Hi")
-                frame.locator("[data-input]").press("Enter")
+                say(frame, "Hi")
                 expect(frame.locator(".msg--assistant:not(.msg--streaming)")).to_contain_text(
                     "Hello Alice.", timeout=SERVER_WORK)
                 page.wait_for_timeout(5000)  # the first token has expired by now
@@ -277,8 +286,7 @@ def test_a_signed_visitor_keeps_chatting_past_the_first_token_with_fresh_ones_fr
                 frame.locator("body").evaluate("() => window.__sockets.forEach(s => s.close())")  # the line drops
                 expect(frame.locator("[data-status]")).to_have_attribute("data-state", "live", timeout=SERVER_WORK)
                 assert len(sockets) == 2, sockets  # reconnected at once, with the fresh token
-                frame.locator("[data-input]").fill("Are you there?")
-                frame.locator("[data-input]").press("Enter")
+                say(frame, "Are you there?")
                 expect(frame.locator(".msg--assistant:not(.msg--streaming)", has_text="Still here.")).to_be_visible(
                     timeout=SERVER_WORK)
                 expect(frame.locator(".msg--user")).to_have_count(2)
@@ -304,14 +312,12 @@ def test_a_message_refused_for_an_expired_token_goes_again_once_the_shop_signs_a
             with host_site(base, f'data-token="{signed(6)}" data-token-url="/token"', tokens=tokens) as site:
                 page, frame, errors = open_widget(browser, site)
                 expect(frame.locator("[data-input]")).to_be_focused()
-                frame.locator("[data-input]").fill("Hi")
-                frame.locator("[data-input]").press("Enter")
+                say(frame, "Hi")
                 expect(frame.locator(".msg--assistant:not(.msg--streaming)")).to_contain_text(
                     "Hello Alice.", timeout=SERVER_WORK)
                 page.wait_for_timeout(7000)  # expired; the first ask (at half its life) got an error
                 assert len(tokens) == 1  # the error was the answer to the first ask
-                frame.locator("[data-input]").fill("Order 1234, please")
-                frame.locator("[data-input]").press("Enter")
+                say(frame, "Order 1234, please")
                 expect(frame.locator(".msg--assistant:not(.msg--streaming)", has_text="Got it.")).to_be_visible(
                     timeout=SERVER_WORK)
                 expect(frame.locator(".msg--user", has_text="Order 1234, please")).to_have_count(1)
@@ -339,8 +345,7 @@ def test_an_expired_token_is_renewed_before_the_widget_connects(chat_server):
             with host_site(base, f'data-token="{signed(-60)}"', head=head, tokens=[signed(3600)]) as site:
                 page, frame, errors = open_widget(browser, site, sockets=sockets)
                 expect(frame.locator("[data-status]")).to_have_attribute("data-state", "live", timeout=SERVER_WORK)
-                frame.locator("[data-input]").fill("Hello")
-                frame.locator("[data-input]").press("Enter")
+                say(frame, "Hello")
                 expect(frame.locator(".msg--assistant:not(.msg--streaming)")).to_contain_text(
                     "Welcome back.", timeout=SERVER_WORK)
                 assert len(sockets) == 1, sockets
@@ -372,21 +377,15 @@ def test_when_the_shop_signs_no_fresh_token_the_widget_says_to_reload_and_stops(
 def test_a_fresh_token_for_another_visitor_reloads_the_widget_on_their_own_chat(chat_server):
     """Someone else signed in on the shop meanwhile: the fresh token is theirs, and the
     widget starts over on their chat instead of showing the first visitor's."""
-    import subprocess
-    import sys
-    from pathlib import Path
 
     from playwright.sync_api import expect, sync_playwright
 
-    from .browser_support import ROOT, SERVER_ENV
 
     base, model, platform = chat_server
-    qorven = str(Path(sys.executable).with_name("qorven"))
-    subprocess.run([qorven, "shell", "-c", "from django.contrib.auth import get_user_model; "
-                    "from tenancy.models import Membership, Tenant; "
-                    "bob = get_user_model().objects.create_user('bob'); "
-                    "Membership.objects.create(tenant=Tenant.objects.get(slug='acme'), user=bob, role='member')"],
-                   cwd=ROOT, env=SERVER_ENV[base], check=True, capture_output=True, timeout=60)
+    on_server(base, "from django.contrib.auth import get_user_model; "
+              "from tenancy.models import Membership, Tenant; "
+              "bob = get_user_model().objects.create_user('bob'); "
+              "Membership.objects.create(tenant=Tenant.objects.get(slug='acme'), user=bob, role='member')")
     model.add(reply("Hello Alice."))
     model.add(reply("Hello Bob."))
     with sync_playwright() as pw:
@@ -396,21 +395,18 @@ def test_a_fresh_token_for_another_visitor_reloads_the_widget_on_their_own_chat(
                            tokens=[signed(3600, user="bob")]) as site:
                 page, frame, errors = open_widget(browser, site)
                 expect(frame.locator("[data-input]")).to_be_focused()
-                frame.locator("[data-input]").fill("I am Alice")
-                frame.locator("[data-input]").press("Enter")
+                say(frame, "I am Alice")
                 expect(frame.locator(".msg--assistant:not(.msg--streaming)")).to_contain_text(
                     "Hello Alice.", timeout=SERVER_WORK)
                 expect(frame.locator(".msg--user")).to_have_count(0, timeout=SERVER_WORK)  # reloaded for bob
                 expect(frame.locator("[data-status]")).to_have_attribute("data-state", "live", timeout=SERVER_WORK)
-                frame.locator("[data-input]").fill("I am Bob")
-                frame.locator("[data-input]").press("Enter")
+                say(frame, "I am Bob")
                 expect(frame.locator(".msg--assistant:not(.msg--streaming)")).to_contain_text(
                     "Hello Bob.", timeout=SERVER_WORK)
                 expect(frame.locator(".msg--user .msg__body")).to_have_text(["I am Bob"])
         finally:
             browser.close()
-    shown = subprocess.run([qorven, "shell", "-c", "from sessions_app.models import Message; "
-                            "print(sorted(Message.objects.filter(role='user').values_list('session__user__username', "
-                            "'content')))"],
-                           cwd=ROOT, env=SERVER_ENV[base], check=True, capture_output=True, text=True, timeout=60)
-    assert shown.stdout.strip().splitlines()[-1] == "[('alice', 'I am Alice'), ('bob', 'I am Bob')]"
+    shown = on_server(base, "from sessions_app.models import Message; "
+                      "print(sorted(Message.objects.filter(role='user').values_list('session__user__username', "
+                      "'content')))")
+    assert shown == "[('alice', 'I am Alice'), ('bob', 'I am Bob')]"
