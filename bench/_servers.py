@@ -137,14 +137,17 @@ class FakeModel:
 
 
 class FakeTelegram:
-    """A Telegram Bot API answering every call (sendMessage, …) with ok. While `hang` is
-    set (start_hanging), it reads each request and never answers (the connection stays
-    open until `release`)."""
+    """A Telegram Bot API answering every call (sendMessage, …) with ok, on connections kept
+    open as Telegram's are. While `hang` is set (start_hanging), it reads each request and
+    never answers (the connection stays open until `release`). With `tag` (a pattern with
+    one group), the time a sent text matching it arrived is kept in `sent_at` under the
+    group's match (time.perf_counter)."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, tag: re.Pattern[str] | None = None) -> None:
         self.hang = False
         self.hung = 0
         self.calls = 0
+        self.sent_at: dict[str, float] = {}
         self.released = threading.Event()
         fake = self
 
@@ -152,13 +155,18 @@ class FakeTelegram:
             # As real servers do: a response's writes leave at once (not after the client's
             # delayed ACK of the headers, ~40 ms on a connection kept open).
             disable_nagle_algorithm = True
+            protocol_version = "HTTP/1.1"
 
             def log_message(self, *args: Any) -> None:
                 pass
 
             def do_POST(self) -> None:
-                self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                arrived = time.perf_counter()
                 fake.calls += 1
+                found = tag.search(body.decode("utf-8", "replace")) if tag is not None else None
+                if found and found.group(1) not in fake.sent_at:
+                    fake.sent_at[found.group(1)] = arrived
                 if fake.hang:
                     fake.hung += 1
                     fake.released.wait()

@@ -57,7 +57,9 @@ previous phase left (unprocessed events, unanswered messages, turn leases) is cl
    stored messages once those rows of other users are in the table. The last two take
    their turns alternately (one of each in turn), so a drift of the machine's speed during
    the run reaches both alike; their ratio is a row of its own ("turns alternated": the
-   history's size alone, the table the same). A filled session's
+   history's size alone, the table the same). And a paired Telegram sender's turns: the
+   webhook POSTed → the reply's ``sendMessage`` arriving at the fake Telegram API (its
+   arrival time taken there), minus the model's handling, held to the same 25 ms. A filled session's
    turns queue its summarizer, which works through the backlog a run at a time; once
    its case is measured, the chat is archived so that work stops and does not share the
    CPUs with the next case (its rows stay in the table).
@@ -82,6 +84,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import gc
+import itertools
 import json
 import os
 import random
@@ -133,6 +136,8 @@ MID_USER, BIG_USER, OTHER_USER = (CONCURRENT_FIRST + CONCURRENT_USERS + i for i 
 USERS = OTHER_USER + 1
 SMALL_SESSION = 10  # messages stored in a turn user's session before it starts
 NONCE = re.compile(r"\[(n[0-9a-f]{12})\]")
+PLATFORM_SENDER = SENDERS - 1  # the paired sender of the Telegram turns (its ingest backlog is closed first)
+PLATFORM_UPDATES = itertools.count(3_000_000)  # update ids no ingest delivery uses
 WAIT = 30.0  # at most this long for one message (to every client), one reply
 CASE_DEADLINE = 180.0  # a turn case stops sending after this long
 DAPHNE = Path(sys.executable).with_name("daphne")
@@ -273,8 +278,31 @@ def helper_main() -> int:
         run instead of sharing the CPUs with the cases after it. Its rows stay."""
         return Session.objects.filter(pk=chat(user(user_index)).pk).update(state=Session.State.ARCHIVED)
 
+    def platform_stages(sender: int, first_update: int) -> Any:
+        """Where a Telegram turn's time went, from the rows' own stamps (p50 ms of each step
+        over the sender's turns from update `first_update` on): the stored webhook → its
+        message in the chat (the task's hop, the channel rules), → the reply stored (the
+        turn), → its delivery planned, → sent (the platform answered)."""
+        steps: dict[str, list[float]] = {"hop and rules": [], "turn": [], "planned": [], "sent": []}
+        events = InboundEvent.objects.filter(sender_id=str(TG_BASE_ID + sender), state="done").order_by("pk")
+        for event in events:
+            update = int(event.external_id.rsplit(":", 1)[-1]) - 1
+            if update < first_update:
+                continue
+            asked = Message.objects.filter(external_id=event.external_id, role="user").first()
+            reply = asked and Message.objects.filter(session_id=asked.session_id, role="assistant",
+                                                     metadata__reply_to=asked.seq).first()
+            part = reply and OutboundDelivery.objects.filter(message=reply, part=0, state="sent").first()
+            if not part:
+                continue
+            stamps = [event.created_at, asked.created_at, reply.created_at, part.created_at, part.sent_at]
+            for name, start, end in zip(steps, stamps, stamps[1:]):
+                steps[name].append((end - start).total_seconds() * 1000)
+        return {name: round(sorted(ms)[len(ms) // 2], 2) if ms else None for name, ms in steps.items()}
+
     return helper_loop({"setup": setup, "leftovers_clear": leftovers_clear, "event_count": event_count,
-                        "ingest_counts": ingest_counts, "fill_session": fill_session, "chat_close": chat_close})
+                        "ingest_counts": ingest_counts, "fill_session": fill_session, "chat_close": chat_close,
+                        "platform_stages": platform_stages})
 
 
 # --- clients -------------------------------------------------------------------------------------
@@ -405,11 +433,11 @@ async def post_json(http: Any, url: str, body: dict[str, Any], token: str | None
 # --- 1. ingest -------------------------------------------------------------------------------------
 
 
-def telegram_update(i: int, sender: int) -> bytes:
+def telegram_update(i: int, sender: int, text: str = "") -> bytes:
     """Update i (message id i + 1) from paired sender `sender`, in a private chat."""
     user_id = TG_BASE_ID + sender
     return json.dumps({"update_id": i + 1, "message": {
-        "message_id": i + 1, "date": int(time.time()), "text": f"ingest {i}",
+        "message_id": i + 1, "date": int(time.time()), "text": text or f"ingest {i}",
         "from": {"id": user_id, "is_bot": False, "first_name": f"Sender {sender}"},
         "chat": {"id": user_id, "type": "private", "first_name": f"Sender {sender}"}}}).encode()
 
@@ -741,6 +769,48 @@ async def user_turns(http: Any, watchers: Watchers, api: str, token: str, n: int
         result.overhead_ms.append((watchers.reply_at[key] - started) * 1000 - model_ms)
 
 
+async def platform_turns(base: str, sender: int, n: int, model: FakeModel, telegram: FakeTelegram,
+                         result: Turns, until: float) -> None:
+    """n Telegram turns one after another from paired `sender`: the webhook POSTed, then the
+    reply's sendMessage arriving at the fake Telegram API."""
+    url = f"{base}/v1/webhooks/telegram"
+    async with client_session() as http:
+        for _ in range(n):
+            if time.monotonic() > until:
+                return
+            key = nonce()
+            update = next(PLATFORM_UPDATES)
+            body = telegram_update(update, sender, text=f"turn {update} [{key}]")
+            started = time.perf_counter()
+            async with http.post(url, data=body, headers=WEBHOOK_HEADERS) as response:
+                await response.read()
+                if response.status != 200:
+                    raise RuntimeError(f"POST {url} answered {response.status}")
+            result.post_ms.append((time.perf_counter() - started) * 1000)
+            deadline = time.monotonic() + WAIT
+            while key not in telegram.sent_at and time.monotonic() < deadline:
+                await asyncio.sleep(0.001)  # the arrival's time is taken by the fake, not here
+            if key not in telegram.sent_at:
+                result.missed += 1
+                result.overhead_ms.append((time.perf_counter() - started) * 1000)
+                continue
+            model_ms = model.handled_ms.get(key, 0.0)
+            result.model_ms.append(model_ms)
+            result.prompt_messages.append(model.prompt_messages.get(key, 0))
+            result.overhead_ms.append((telegram.sent_at[key] - started) * 1000 - model_ms)
+
+
+async def platform_case(base: str, sender: int, turns: int, model: FakeModel, telegram: FakeTelegram,
+                        warmup: int = 1) -> Turns:
+    result, warm = Turns(), Turns()
+    until = time.monotonic() + CASE_DEADLINE
+    await platform_turns(base, sender, warmup, model, telegram, warm, until)
+    requests = model.requests
+    await platform_turns(base, sender, turns, model, telegram, result, until)
+    result.model_requests = model.requests - requests
+    return result
+
+
 async def turn_case(base: str, tokens: list[str], turns_each: int, model: FakeModel, warmup: int = 1) -> Turns:
     """Each of `tokens`' users: a socket on their chat, `warmup` turns, then `turns_each`
     turns one after another (the users at the same time)."""
@@ -795,11 +865,13 @@ class TurnCase:
     # The next case, measured at the same time: its user's turns alternate with this one's
     # (so a drift of the machine's speed during the run reaches both alike).
     alongside: bool = False
+    platform: bool = False  # `user` is a paired Telegram sender, writing through the webhook
 
 
 def turn_cases(sizes: Sizes) -> list[TurnCase]:
     return [
         TurnCase("1 user", SEQ_USER, sizes.turns, warmup=3),  # the first turns of fresh processes
+        TurnCase("1 Telegram sender, webhook → sendMessage", PLATFORM_SENDER, sizes.turns, platform=True),
         TurnCase(f"{CONCURRENT_USERS} users at once, {sizes.turns_each} turn{'s' if sizes.turns_each > 1 else ''}"
                  " each", CONCURRENT_FIRST, sizes.turns_each, users=CONCURRENT_USERS, warmup=0),
         TurnCase(f"1 user, {label(sizes.mid)} messages in the session (prompt full)", MID_USER, sizes.turns,
@@ -824,6 +896,7 @@ def turn_rows(layout: str, cases: list[tuple[TurnCase, Turns]]) -> tuple[list[Ro
         whole = not result.missed and len(result.overhead_ms) == planned
         if case.name == "1 user":
             base50 = p50
+        if case.name == "1 user" or case.platform:
             rows.append(figure(layout, f"turn: {case.name}, p50", p50, unit="ms", goal="≤ 25 ms", ok=whole and p50 <= 25))
         elif case.goal_ratio:
             rows.append(figure(layout, f"turn: {case.name}, p50", p50, unit="ms", baseline=base50,
@@ -858,7 +931,7 @@ def turn_rows(layout: str, cases: list[tuple[TurnCase, Turns]]) -> tuple[list[Ro
     return rows, notes
 
 
-def turn(layout: Layout, sizes: Sizes, model: FakeModel) -> tuple[list[Row], list[str]]:
+def turn(layout: Layout, sizes: Sizes, model: FakeModel, telegram: FakeTelegram) -> tuple[list[Row], list[str]]:
     tokens = layout.tokens["users"]
     done: list[tuple[TurnCase, Turns]] = []
     layout.start("turn")
@@ -869,7 +942,13 @@ def turn(layout: Layout, sizes: Sizes, model: FakeModel) -> tuple[list[Row], lis
                 filled = layout.helper("fill_session", timeout=900, user_index=case.user, size=case.fill)
                 log(f"{layout.name}/turn: filled a session with {label(case.fill)} messages in {filled['fill_s']} s"
                     f" (settled in {filled['settle_s']} s); {filled['messages']:,} messages in the table")
-            if case.alongside:
+            if case.platform:
+                first = next(PLATFORM_UPDATES)
+                done.append((case, asyncio.run(platform_case(layout.base, case.user, case.turns, model, telegram,
+                                                             warmup=case.warmup))))
+                stages = layout.helper("platform_stages", sender=case.user, first_update=first)
+                log(f"{layout.name}/turn {case.name}: p50 of each step: " + ", ".join(f"{k} {v} ms" for k, v in stages.items()))
+            elif case.alongside:
                 other = next(cases)
                 pair = asyncio.run(turn_pair(layout.base, (tokens[case.user], tokens[other.user]), case.turns, model,
                                              warmup=case.warmup))
@@ -883,7 +962,8 @@ def turn(layout: Layout, sizes: Sizes, model: FakeModel) -> tuple[list[Row], lis
     finally:
         layout.stop()
     rows, notes = turn_rows(layout.name, done)
-    notes.append(f"{layout.name}/turn: overhead = POST → the reply's message.new on the chat's socket, minus the"
+    notes.append(f"{layout.name}/turn: overhead = POST → the reply's message.new on the chat's socket (for the"
+                 " Telegram sender: the webhook → the reply's sendMessage at the platform), minus the"
                  f" fake model's handling of that request; the 1-user and other-rows sessions start with"
                  f" {SMALL_SESSION} messages (and grow by 2 a turn); the prompt holds the newest messages that fit"
                  " QORVEN_NUM_CTX (8192 tokens by default)")
@@ -906,7 +986,8 @@ class Layout(Servers):
         super().start(label)
 
 
-def run_layout(layout: Layout, sizes: Sizes, phases: list[str], model: FakeModel) -> tuple[list[Row], list[str]]:
+def run_layout(layout: Layout, sizes: Sizes, phases: list[str], model: FakeModel,
+               telegram: FakeTelegram) -> tuple[list[Row], list[str]]:
     if layout.redis_url:
         flush_redis(layout.redis_url)
     layout.helper = Helper(__file__, layout.env, layout.tmp / f"{layout.name}-helper.log")
@@ -919,7 +1000,7 @@ def run_layout(layout: Layout, sizes: Sizes, phases: list[str], model: FakeModel
             f" {time.monotonic() - started:.1f} s")
         runs: dict[str, Callable[[], tuple[list[Row], list[str]]]] = {
             "ingest": lambda: ingest(layout, sizes), "fanout": lambda: fanout(layout, sizes),
-            "turn": lambda: turn(layout, sizes, model)}
+            "turn": lambda: turn(layout, sizes, model, telegram)}
         for phase in phases:
             started = time.monotonic()
             try:
@@ -977,7 +1058,7 @@ def parent(sizes: Sizes, quick: bool, phases: list[str], wanted: list[str], live
     rows: list[Row] = []
     notes: list[str] = []
     failed = False
-    model, telegram = FakeModel(tag=NONCE), FakeTelegram()
+    model, telegram = FakeModel(tag=NONCE), FakeTelegram(tag=NONCE)
     tmp = tempfile.TemporaryDirectory(prefix="qorven-bench-e2e-")
     chosen: list[Layout] = []
     began = time.monotonic()
@@ -991,7 +1072,7 @@ def parent(sizes: Sizes, quick: bool, phases: list[str], wanted: list[str], live
         for layout in chosen:
             started = time.monotonic()
             try:
-                layout_rows, layout_notes = run_layout(layout, sizes, phases, model)
+                layout_rows, layout_notes = run_layout(layout, sizes, phases, model, telegram)
             except Exception as exc:
                 log(f"{layout.name}: FAILED: {type(exc).__name__}: {exc}")
                 notes.append(f"{layout.name}: FAILED ({type(exc).__name__}: {exc})")

@@ -11,7 +11,7 @@ from qorven.runtime.database import DATABASE_DOWN, DATABASE_RETRY_DELAY, connect
 from qorven.runtime.log_context import log_context
 from qorven.runtime.publish import tasks_publish
 
-from .delivery import RetryLater, deliver_message
+from .delivery import RetryLater, deliver_message, deliveries_here
 from .models import InboundEvent
 from .receive import InboundBusy, inbound_process
 from .send_gate import WAIT as GATE_WAIT
@@ -25,8 +25,17 @@ INBOUND_BUSY_RETRIES = 300  # a minute of 0.2 s waits for the sender's earlier m
 @shared_task(bind=True, name="channels_app.inbound", acks_late=True, max_retries=INBOUND_BUSY_RETRIES)
 def inbound_process_task(self, tenant_id: int, event_id: int) -> str:
     """Apply channel rules to a stored inbound event, then answer what it stored (the turn
-    runs in this task). Safe to run twice. Comes back shortly while the same sender's
-    earlier message is still being processed."""
+    runs in this task, and its reply is sent from here). Safe to run twice. Comes back
+    shortly while the same sender's earlier message is still being processed."""
+    deliveries: list[tuple[int, int]] = []
+    try:
+        with deliveries_here() as deliveries:
+            return _inbound_process(task=self, tenant_id=tenant_id, event_id=event_id)
+    finally:
+        deliveries_send(deliveries, worker=self.request.hostname or "local")
+
+
+def _inbound_process(*, task, tenant_id: int, event_id: int) -> str:
     with log_context(tenant=tenant_id, event=event_id):
         turns: list[tuple[int, int]] = []
         try:
@@ -40,12 +49,12 @@ def inbound_process_task(self, tenant_id: int, event_id: int) -> str:
         except DATABASE_DOWN as exc:
             turns_queue(turns)  # what it did store is answered all the same
             connections_drop_broken()
-            raise self.retry(exc=exc, countdown=DATABASE_RETRY_DELAY) from None
+            raise task.retry(exc=exc, countdown=DATABASE_RETRY_DELAY) from None
         except InboundBusy:
             turns_queue(turns)  # the sender's earlier events it did store are answered all the same
-            if self.request.retries >= INBOUND_BUSY_RETRIES:
+            if task.request.retries >= INBOUND_BUSY_RETRIES:
                 return "busy"  # left pending: the sweeper queues it again
-            raise self.retry(countdown=0.2) from None
+            raise task.retry(countdown=0.2) from None
         except BaseException:
             turns_queue(turns)
             raise
@@ -79,6 +88,34 @@ def deliver_message_task(self, tenant_id: int, message_id: int) -> int:
             raise self.retry(exc=exc, countdown=DATABASE_RETRY_DELAY) from None
         except RetryLater as exc:
             raise self.retry(countdown=exc.after) from None
+
+
+def deliveries_send(deliveries: list[tuple[int, int]], *, worker: str) -> None:
+    """Send the replies collected by channels_app.delivery.deliveries_here from the calling
+    task, as the send task would. One that cannot go now (no send slot free, a transient
+    failure, a lost database connection, an error) goes to the send task with the wait the
+    send task would have taken; never raises, so the calling task's outcome stands."""
+    for tenant_id, message_id in deliveries:
+        with log_context(tenant=tenant_id, message_id=message_id):
+            later: float | None = None
+            try:
+                deliver_message(tenant_id=tenant_id, message_id=message_id, worker=worker)
+            except GateShut:
+                later = GATE_WAIT
+            except RetryLater as exc:
+                later = exc.after
+            except DATABASE_DOWN:
+                connections_drop_broken()
+                later = DATABASE_RETRY_DELAY
+            except Exception:
+                logger.exception("message %s could not be sent from its turn; queued", message_id)
+                later = 0.0
+            if later is None:
+                continue
+            try:
+                deliver_message_task.apply_async((tenant_id, message_id), countdown=later)
+            except Exception:  # the broker refused: its parts are pending, and the sweeper queues them
+                logger.exception("the send of message %s could not be queued", message_id)
 
 
 @shared_task(bind=True, name="channels_app.plan_delivery", acks_late=True, max_retries=120)
