@@ -14,7 +14,7 @@ from contextvars import ContextVar
 from datetime import timedelta
 
 from django.conf import settings
-from django.db import IntegrityError, transaction
+from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
 
@@ -58,15 +58,15 @@ def on_message_appended(sender, message: Message, **kwargs) -> None:
 
 def _target(message: Message) -> tuple[ChannelBinding, str] | None:
     """Where a message goes: back where the message it answers came from, else to the
-    user's last known chat on that platform with this Qor."""
+    user's last known chat on that platform with this Qor. (Every read names its order:
+    the models' default orders go through related tables, a join each.)"""
     kind = PLATFORM_OF[message.channel]
     reply_to = (message.metadata or {}).get("reply_to")
     if reply_to:
-        source = Message.objects.filter(
+        meta = Message.objects.filter(
             tenant_id=message.tenant_id, session_id=message.session_id, seq=reply_to
-        ).only("metadata").first()
-        meta = (source.metadata or {}) if source else {}
-        binding = ChannelBinding.objects.filter(pk=meta.get("binding"), tenant_id=message.tenant_id).first()
+        ).order_by().values_list("metadata", flat=True).first() or {}
+        binding = ChannelBinding.objects.filter(pk=meta.get("binding"), tenant_id=message.tenant_id).order_by().first()
         if binding is not None and meta.get("reply_target"):
             return binding, str(meta["reply_target"])
     session = message.session
@@ -77,41 +77,38 @@ def _target(message: Message) -> tuple[ChannelBinding, str] | None:
     ).exclude(reply_target="").order_by("-updated_at").first()
     binding = ChannelBinding.objects.filter(
         tenant_id=message.tenant_id, qor_id=session.qor_id, kind=kind, enabled=True
-    ).first()
+    ).order_by("pk").first()
     if identity is None or binding is None:
         return None
     return binding, identity.reply_target
 
 
-def deliveries_plan(*, message: Message) -> list[OutboundDelivery]:
-    """Create the message's delivery parts (once) and queue the send."""
+def deliveries_plan(*, message: Message) -> int:
+    """Create the message's delivery parts (once: a part already planned is left as it is)
+    and queue the send; the number of parts."""
     from .tasks import deliver_message_task
 
     target = _target(message)
     if target is None:
         logger.warning("no %s destination for message %s; not delivered", message.channel, message.pk)
-        return []
+        return 0
     binding, destination = target
     adapter = adapter_for(binding.kind)
     if adapter is None:
-        return []
+        return 0
     from .split import split_message
 
     parts = split_message(message.content or "(empty reply)", adapter.limit)
-    rows = []
-    for index, text in enumerate(parts):
-        try:
-            with transaction.atomic():
-                row, _ = OutboundDelivery.objects.get_or_create(
-                    message=message, part=index,
-                    defaults={"tenant_id": message.tenant_id, "binding": binding, "target": destination, "text": text},
-                )
-        except IntegrityError:
-            row = OutboundDelivery.objects.get(message=message, part=index)
-        rows.append(row)
+    # One statement; the unique (message, part) keeps a part planned twice (the append
+    # observed twice, the planning task run again) a single row.
+    OutboundDelivery.objects.bulk_create(
+        [OutboundDelivery(tenant_id=message.tenant_id, message=message, part=index, binding=binding,
+                          target=destination, text=text) for index, text in enumerate(parts)],
+        ignore_conflicts=True,
+    )
     key = (message.tenant_id, message.pk)
     transaction.on_commit(lambda: _send_soon(key, deliver_message_task))
-    return rows
+    return len(parts)
 
 
 # Sends planned inside `deliveries_here()`: (tenant id, message id), in the order committed.

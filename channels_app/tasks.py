@@ -129,7 +129,7 @@ def deliveries_plan_task(self, tenant_id: int, message_id: int) -> int:
     with log_context(tenant=tenant_id, message_id=message_id):
         try:
             message = Message.objects.filter(tenant_id=tenant_id, pk=message_id).first()
-            return len(deliveries_plan(message=message)) if message is not None else 0
+            return deliveries_plan(message=message) if message is not None else 0
         except DATABASE_DOWN as exc:
             connections_drop_broken()
             raise self.retry(exc=exc, countdown=DATABASE_RETRY_DELAY) from None

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 from django.db import connection
 
+from channels_app.inbound import InboundMessage
 from channels_app.models import InboundEvent
 from qorven.agent.turns import turn_process
 from sessions_app.models import Message, Session
@@ -71,3 +72,35 @@ def queries_per_turn() -> int:
     answer. The reply is one statement on PostgreSQL; on SQLite three, with the BEGIN and
     COMMIT it counts."""
     return 11 if connection.vendor == "postgresql" else 15
+
+
+def test_a_telegram_message_is_answered_and_sent_within_its_query_budget(
+    client, world, telegram, platform, model_server, django_assert_max_num_queries
+):
+    """The task that takes a stored webhook's message reads and writes no more than this,
+    its turn and the reply's send included (queries_per_platform_turn)."""
+    from channels_app.tasks import inbound_process_task
+
+    from .conftest import pair
+
+    pair(world, "telegram", "42", world.alice)
+    model_server.add(reply("Not much."))
+    message = InboundMessage(channel="telegram", external_id="42:1", sender_id="42", sender_name="Alice",
+                             text="what is up?", reply_target="42")
+    event = InboundEvent.objects.create(tenant=world.tenant_a, binding=telegram, external_id=message.external_id,
+                                        sender_id="42", payload=message.model_dump(mode="json"))  # as a webhook stores it
+    with django_assert_max_num_queries(queries_per_platform_turn()):
+        assert inbound_process_task.apply(args=(world.tenant_a.pk, event.pk)).result == "accepted"
+    (sent,) = platform.sent(r"/telegram/bot111:AAA/sendMessage")
+    assert sent.json["text"] == "Not much."
+
+
+def queries_per_platform_turn() -> int:
+    """The event, the sender's oldest waiting event and its claim; the channel switch, the
+    identity (its reply target noted: the first message), the user and the membership;
+    the chat (created: the first message), the external-id check and the message; the
+    event done; the turn (queries_per_turn); the delivery planned: the message answered
+    (where it came from), the binding, the parts in one INSERT (in a transaction of its
+    own); the send: the parts, the channel switch, the claim, sent, the next reply waiting
+    for the binding."""
+    return queries_per_turn() + 25
