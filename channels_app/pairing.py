@@ -14,6 +14,7 @@ from django.db import IntegrityError, transaction
 from django.utils import timezone
 from django.utils.text import slugify
 
+from qorven.runtime.prepared_read import PreparedRead
 from tenancy.errors import NotFound
 from tenancy.models import Membership, Tenant
 from tenancy.trust import Trust
@@ -39,8 +40,20 @@ class PairingOutcome:
     locked: bool
 
 
+# Read for every platform message (compiled once: qorven.runtime.prepared_read), with the
+# sender's user.
+_identity: PreparedRead[Identity] = PreparedRead(
+    lambda tenant_id, channel, external_id: Identity.objects.select_related("user").filter(
+        tenant_id=tenant_id, channel=channel, external_id=external_id
+    ).order_by()[:1],  # unique: no order (the model's goes through the tenant's table)
+    tenant_id=int, channel=str, external_id=str,
+)
+
+
 def identity_get_or_create(*, tenant: Tenant, channel: str, external_id: str, display_name: str) -> Identity:
-    identity = Identity.objects.filter(tenant=tenant, channel=channel, external_id=external_id).first()
+    """The sender's identity on the channel (its user read with it), created unknown the
+    first time they write."""
+    identity = _identity.first(tenant_id=tenant.pk, channel=channel, external_id=external_id)
     if identity is not None:
         return identity
     try:

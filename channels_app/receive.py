@@ -18,6 +18,7 @@ from django.utils import timezone
 
 from qorven.agent.gateway import inbound_accept
 from qorven.runtime.database import DATABASE_DOWN, connections_drop_broken
+from qorven.runtime.prepared_read import PreparedRead
 from qorven.runtime.publish import tasks_publish
 from sessions_app.channel_kinds import CHAT_FAMILY
 from sessions_app.services import session_resolve
@@ -123,6 +124,27 @@ class InboundBusy(Exception):
     one comes back shortly, so the sender's messages keep their order."""
 
 
+# Read for every platform message (compiled once: qorven.runtime.prepared_read).
+_event_for_task: PreparedRead[InboundEvent] = PreparedRead(
+    lambda tenant_id, event_id: InboundEvent.objects.select_related("binding__tenant", "binding__qor").filter(
+        tenant_id=tenant_id, pk=event_id
+    ).order_by()[:1],
+    tenant_id=int, event_id=int,
+)
+_oldest_waiting: PreparedRead[InboundEvent] = PreparedRead(
+    lambda binding_id, sender_id, event_id: InboundEvent.objects.filter(
+        binding_id=binding_id, sender_id=sender_id, pk__lte=event_id,
+        state__in=[InboundEvent.State.PENDING, InboundEvent.State.PROCESSING],
+    ).order_by("pk")[:1],
+    binding_id=int, sender_id=str, event_id=int,
+)
+
+
+def inbound_event(*, tenant_id: int, event_id: int) -> InboundEvent | None:
+    """A stored event of the tenant with its binding, the binding's tenant and Qor."""
+    return _event_for_task.first(tenant_id=tenant_id, event_id=event_id)
+
+
 def inbound_process(*, event: InboundEvent) -> str:
     """Apply the channel rules and hand the message on. Safe to run twice: each event is
     claimed by one task, and a claimed or finished event is not processed again.
@@ -134,12 +156,7 @@ def inbound_process(*, event: InboundEvent) -> str:
     """
     stale = timezone.now() - timedelta(seconds=CLAIM_STALE_AFTER)
     while True:
-        head = (
-            InboundEvent.objects.filter(
-                binding_id=event.binding_id, sender_id=event.sender_id, pk__lte=event.pk,
-                state__in=[InboundEvent.State.PENDING, InboundEvent.State.PROCESSING],
-            ).order_by("pk").first()
-        )
+        head = _oldest_waiting.first(binding_id=event.binding_id, sender_id=event.sender_id, event_id=event.pk)
         if head is None:  # this event is done (or failed), by this task or another
             event.refresh_from_db(fields=["state", "result"])
             return event.result

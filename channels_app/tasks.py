@@ -12,8 +12,7 @@ from qorven.runtime.log_context import log_context
 from qorven.runtime.publish import tasks_publish
 
 from .delivery import RetryLater, deliver_message, deliveries_here
-from .models import InboundEvent
-from .receive import InboundBusy, inbound_process
+from .receive import InboundBusy, inbound_event, inbound_process
 from .send_gate import WAIT as GATE_WAIT
 from .send_gate import GateShut
 
@@ -39,9 +38,7 @@ def _inbound_process(*, task, tenant_id: int, event_id: int) -> str:
     with log_context(tenant=tenant_id, event=event_id):
         turns: list[tuple[int, int]] = []
         try:
-            event = InboundEvent.objects.select_related("binding__tenant", "binding__qor").filter(
-                tenant_id=tenant_id, pk=event_id
-            ).first()
+            event = inbound_event(tenant_id=tenant_id, event_id=event_id)
             if event is None:
                 return "missing"
             with turns_here() as turns:

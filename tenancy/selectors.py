@@ -45,10 +45,17 @@ def membership_get(*, tenant: Tenant, user: User) -> Membership:
     return membership
 
 
+# Read for every message (compiled once).
+_membership_active: PreparedRead[Membership] = PreparedRead(
+    lambda tenant_id, user_id: Membership.objects.filter(tenant_id=tenant_id, user_id=user_id, user__is_active=True).order_by()[:1],
+    tenant_id=int, user_id=int,
+)
+
+
 def membership_active(*, tenant: Tenant, user: User) -> Membership | None:
     """The user's membership of the tenant, if they still have one and their account is
     active: read for every message, so removal and role changes apply at once."""
-    return Membership.objects.filter(tenant=tenant, user=user, user__is_active=True).first()
+    return _membership_active.first(tenant_id=tenant.pk, user_id=user.pk)
 
 
 def token_digest(raw: str) -> str:

@@ -97,10 +97,10 @@ def test_a_telegram_message_is_answered_and_sent_within_its_query_budget(
 
 def queries_per_platform_turn() -> int:
     """The event, the sender's oldest waiting event and its claim; the channel switch, the
-    identity (its reply target noted: the first message), the user and the membership;
+    identity with its user (its reply target noted: the first message), the membership;
     the chat (created: the first message), the external-id check and the message; the
     event done; the turn (queries_per_turn); the delivery planned: the message answered
     (where it came from), the binding, the parts in one INSERT (in a transaction of its
     own); the send: the parts, the channel switch, the claim, sent, the next reply waiting
     for the binding."""
-    return queries_per_turn() + 25
+    return queries_per_turn() + 24

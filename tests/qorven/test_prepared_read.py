@@ -72,3 +72,18 @@ def test_a_prepared_read_of_many_rows_gives_each_and_follows_every_switch(world)
     assert tools_enabled(world.tenant_a, names) == {"memory_save"}  # not tenant B's switch
     PluginSetting.objects.filter(tenant=world.tenant_a, name="shell").update(enabled=True)
     assert tools_enabled(world.tenant_a, names) == {"memory_save", "shell"}
+
+
+def test_a_senders_identity_is_read_with_its_user_and_only_in_its_tenant(world, django_assert_num_queries):
+    from channels_app.models import Identity
+    from channels_app.pairing import identity_get_or_create
+
+    Identity.objects.create(tenant=world.tenant_a, channel="telegram", external_id="42", user=world.alice,
+                            approval=Identity.Approval.APPROVED)
+    with django_assert_num_queries(1):
+        paired = identity_get_or_create(tenant=world.tenant_a, channel="telegram", external_id="42", display_name="A")
+        assert paired.user.username == "alice"
+    stranger = identity_get_or_create(tenant=world.tenant_b, channel="telegram", external_id="42", display_name="A")
+    assert (stranger.tenant_id, stranger.user, stranger.pk != paired.pk) == (world.tenant_b.pk, None, True)
+    assert identity_get_or_create(tenant=world.tenant_b, channel="telegram", external_id="42",
+                                  display_name="A").pk == stranger.pk
