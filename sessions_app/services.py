@@ -162,10 +162,9 @@ def message_append(
     """
     if external_id and not external_scope:
         raise ValueError("external_id needs an external_scope (the binding or user it is unique in)")
-    if external_id:
-        existing = _find_external(session.tenant_id, external_scope, external_id)
-        if existing is not None:
-            return AppendResult(existing, created=False)
+    # A message with a platform id is not looked up first: the statement itself refuses a
+    # repeat (the unique index, in a savepoint inside a caller's transaction), and a repeat
+    # is rare — a platform's retry is already turned away when its webhook is stored.
     values = {
         "tenant_id": session.tenant_id,
         "session_id": session.pk,
