@@ -67,8 +67,8 @@ previous phase left (unprocessed events, unanswered messages, turn leases) is cl
 Goals (reported, not asserted): ingest ≥ 400/s accepted and stored on postgres+redis with
 ratio ≥ 0.15, nothing lost or duplicated anywhere; fan-out p50 ≤ 10 ms and p99 ≤ 50 ms at
 200 sockets and within 2× of the base; turn overhead p50 ≤ 25 ms at 1 user on both
-layouts, and within 1.2× (p50) of it with 1M messages in the session and with 1M other
-rows in the table.
+layouts (from the page's API and from Telegram), and within 1.2× (p50) of it with 1M
+messages in the session and with 1M other rows in the table.
 
 Sizes: 5,000 deliveries, 20 one-chat messages, 50 turns (4 each for the 50 users), 10k
 and 1M rows (about 7 minutes in all on 2 CPUs, most of it the embedded ingest: ~40
