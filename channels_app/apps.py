@@ -23,6 +23,13 @@ class ChannelsAppConfig(AppConfig):
         message_appended.connect(on_message_appended, dispatch_uid="channels_app.live_events")
         message_appended.connect(deliver_on_append, dispatch_uid="channels_app.delivery")
 
+        from qorven.runtime.task_scope import task_scope_register
+
+        from .tasks import sends_at_the_end
+
+        # A reply a turn or a heartbeat wrote for a platform is sent by that task as it ends.
+        task_scope_register(sends_at_the_end)
+
         from qorven.runtime.startup import Startup, on_startup
 
         @on_startup("serve", after_worker=True)

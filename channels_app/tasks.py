@@ -3,7 +3,10 @@ from __future__ import annotations
 
 import logging
 
-from celery import shared_task, signals
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from celery import current_task, shared_task, signals
 
 from qorven.agent.gateway import turns_here
 from qorven.agent.tasks import turns_queue, turns_run
@@ -26,12 +29,8 @@ def inbound_process_task(self, tenant_id: int, event_id: int) -> str:
     """Apply channel rules to a stored inbound event, then answer what it stored (the turn
     runs in this task, and its reply is sent from here). Safe to run twice. Comes back
     shortly while the same sender's earlier message is still being processed."""
-    deliveries: list[tuple[int, int]] = []
-    try:
-        with deliveries_here() as deliveries:
-            return _inbound_process(task=self, tenant_id=tenant_id, event_id=event_id)
-    finally:
-        deliveries_send(deliveries, worker=self.request.hostname or "local")
+    with sends_at_the_end():
+        return _inbound_process(task=self, tenant_id=tenant_id, event_id=event_id)
 
 
 def _inbound_process(*, task, tenant_id: int, event_id: int) -> str:
@@ -85,6 +84,22 @@ def deliver_message_task(self, tenant_id: int, message_id: int) -> int:
             raise self.retry(exc=exc, countdown=DATABASE_RETRY_DELAY) from None
         except RetryLater as exc:
             raise self.retry(countdown=exc.after) from None
+
+
+@contextmanager
+def sends_at_the_end() -> Iterator[None]:
+    """Around a task's work: the platform sends it plans (channels_app.delivery.deliveries_here)
+    are made by this task as the work ends — also when it ends in a retry or an error —
+    instead of by a send task each. Registered as a task scope (qorven.runtime.task_scope)
+    for the tasks below the edges that write replies: a turn that waited for its session,
+    a heartbeat's run."""
+    deliveries: list[tuple[int, int]] = []
+    try:
+        with deliveries_here() as deliveries:
+            yield
+    finally:
+        request = getattr(current_task, "request", None)  # None outside a task (a direct call)
+        deliveries_send(deliveries, worker=getattr(request, "hostname", None) or "local")
 
 
 def deliveries_send(deliveries: list[tuple[int, int]], *, worker: str) -> None:
@@ -147,3 +162,4 @@ def sweep_task(restart: bool = False) -> dict[str, int]:
 @signals.worker_ready.connect(weak=False)
 def _sweep_when_a_worker_starts(**kwargs) -> None:
     sweep_task.delay()
+

@@ -11,6 +11,7 @@ from django.core.cache import cache
 
 from qorven.runtime.database import DATABASE_DOWN, DATABASE_RETRY_DELAY, connections_drop_broken
 from qorven.runtime.log_context import log_context
+from qorven.runtime.task_scope import task_scope
 
 from .heartbeat_runs import RunFailed, run_heartbeat
 from .turns import TurnBusy, turn_process
@@ -58,7 +59,7 @@ def agent_turn(self, tenant_id: int, session_id: int, busy: int = 0) -> int:
     are skipped, and turns on one session never overlap. Comes back later when the
     session is busy (`busy` counts those tries) or a message failed transiently (its own
     tries are counted on the message, up to QORVEN_ANSWER_ATTEMPTS)."""
-    with log_context(tenant=tenant_id, session=session_id):
+    with log_context(tenant=tenant_id, session=session_id), task_scope():
         try:
             outcome = turn_process(tenant_id=tenant_id, session_id=session_id)
         except DATABASE_DOWN as exc:
@@ -153,10 +154,11 @@ def heartbeat_run(
 ) -> str:
     """Run one beat for one tick. Safe to run twice: the second run of a tick does nothing."""
     try:
-        run = run_heartbeat(
-            tenant_id=tenant_id, heartbeat_id=heartbeat_id, tick=datetime.fromisoformat(tick) if tick else None,
-            manual=manual, run_id=run_id,
-        )
+        with task_scope():
+            run = run_heartbeat(
+                tenant_id=tenant_id, heartbeat_id=heartbeat_id, tick=datetime.fromisoformat(tick) if tick else None,
+                manual=manual, run_id=run_id,
+            )
     except RunFailed as exc:
         if self.request.retries >= self.max_retries:
             return "failed"

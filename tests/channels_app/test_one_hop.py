@@ -12,7 +12,12 @@ from celery.utils.nodenames import gethostname
 
 from django.core.cache import cache
 
-from channels_app.models import InboundEvent, OutboundDelivery
+from django.utils import timezone
+
+from channels_app.models import Identity, InboundEvent, OutboundDelivery
+from heartbeats_app.models import DELIVER_REMINDERS
+from heartbeats_app.services import heartbeat_create, heartbeat_run_now
+from memory_app.services import reminder_add
 from sessions_app.models import Message
 from sessions_app.services import session_resolve
 from sessions_app.turn_writes import turn_lease_acquire, turn_lease_release
@@ -105,3 +110,21 @@ def test_a_session_another_turn_holds_is_left_to_the_turn_task_and_answered_once
     drain()
     assert [m.content for m in Message.objects.filter(role="assistant")] == ["Done."]
     assert len(platform.sent("sendMessage")) == 1
+    assert "channels_app.deliver" not in published  # the turn task sent its reply itself
+
+
+def test_a_heartbeats_message_to_a_platform_is_sent_by_the_heartbeats_task(
+    world, telegram, platform, drain, published
+):
+    Identity.objects.create(tenant=world.tenant_a, channel="telegram", external_id="42", user=world.alice,
+                            approval=Identity.Approval.APPROVED, reply_target="42")
+    reminder_add(tenant=world.tenant_a, qor=world.qor_a, user=world.alice, content="take the cake out",
+                 due=timezone.now(), channels=["telegram"])
+    beat = heartbeat_create(tenant=world.tenant_a, qor=world.qor_a, name=DELIVER_REMINDERS, cron="*/5 * * * *",
+                            managed=True, system=True)
+    heartbeat_run_now(heartbeat=beat)
+    drain()
+    (sent,) = platform.sent(r"/telegram/bot111:AAA/sendMessage")
+    assert sent.json["text"] == "Reminder: take the cake out"
+    assert "heartbeats_app.run" in published
+    assert "channels_app.deliver" not in published

@@ -1,0 +1,31 @@
+"""What an upper layer wraps around a lower layer's tasks, without the task knowing.
+
+A task below the edges (a turn, a heartbeat's run) runs its work inside `task_scope()`;
+the apps above register what the scope holds (`task_scope_register`, from their
+AppConfig.ready). channels_app registers the sending of the replies a task wrote, made by
+that task as its work ends instead of by a send task each (channels_app.tasks
+.sends_at_the_end): the agent writes replies and knows nothing of platforms.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, ExitStack, contextmanager
+from typing import Any
+
+_scopes: list[Callable[[], AbstractContextManager[Any]]] = []
+
+
+def task_scope_register(scope: Callable[[], AbstractContextManager[Any]]) -> None:
+    """Enter `scope()` around the work of every task that runs in a task scope (once,
+    however often it is registered)."""
+    if scope not in _scopes:
+        _scopes.append(scope)
+
+
+@contextmanager
+def task_scope() -> Iterator[None]:
+    """The registered scopes, entered in the order registered and left in reverse."""
+    with ExitStack() as stack:
+        for scope in list(_scopes):
+            stack.enter_context(scope())
+        yield
