@@ -25,10 +25,8 @@ class ChannelsAppConfig(AppConfig):
 
         from qorven.runtime.task_scope import task_scope_register
 
-        from .tasks import sends_at_the_end
-
         # A reply a turn or a heartbeat wrote for a platform is sent by that task as it ends.
-        task_scope_register(sends_at_the_end)
+        task_scope_register(_sends_at_the_end)
 
         from qorven.runtime.startup import Startup, on_startup
 
@@ -68,3 +66,11 @@ class ChannelsAppConfig(AppConfig):
         for model, handler in ((Membership, live_auth.on_membership_changed), (ApiToken, live_auth.on_token_changed)):
             for name, signal in (("saved", post_save), ("deleted", post_delete)):
                 signal.connect(handler, sender=model, dispatch_uid=f"channels_app.live_auth.{model.__name__}.{name}")
+
+
+def _sends_at_the_end():
+    # Imported when a task first runs, not at start-up: the tasks bring the agent and its
+    # metrics, which `qorven worker --metrics-port` must set up before anything counts.
+    from .tasks import sends_at_the_end
+
+    return sends_at_the_end()
