@@ -30,6 +30,12 @@ class ChannelsAppConfig(AppConfig):
 
         from qorven.runtime.startup import Startup, on_startup
 
+        @on_startup("serve", "worker")
+        def platform_client_build(startup: Startup) -> None:
+            from .adapters.base import platform_client_build
+
+            platform_client_build()
+
         @on_startup("serve", after_worker=True)
         def sweep_after_restart(startup: Startup) -> None:
             # On the embedded default the tasks of what the last run accepted were in its

@@ -153,7 +153,8 @@ _clients_lock = threading.Lock()
 
 def platform_client() -> httpx.Client:
     """One long-lived client per process (and per timeout setting); httpx clients are
-    safe to share between threads. Made on first use, so a forked worker makes its own."""
+    safe to share between threads. Built as `qorven serve` and `qorven worker` start
+    (`platform_client_build`), else on first use."""
     timeout = settings.QORVEN_PLATFORM_TIMEOUT
     client = _clients.get(timeout)
     if client is None:
@@ -164,6 +165,15 @@ def platform_client() -> httpx.Client:
                     timeout=timeout, limits=httpx.Limits(max_connections=64, max_keepalive_connections=16)
                 )
     return client
+
+
+def platform_client_build() -> None:
+    """As a process that sends to platforms starts: build its client now, not on the
+    first reply (building one loads the CA store: 50–60 ms on a slow 2-CPU machine, paid
+    by the first reply of every worker child). A worker's children are forked after
+    this, before any connection is made, and start with it (as with the model's client,
+    qorven.llm.sdk_load)."""
+    platform_client()
 
 
 def secret_digest(secret: str) -> str:

@@ -147,3 +147,32 @@ def test_a_channel_switched_off_sends_nothing_not_even_a_heartbeats_message(clie
     row = OutboundDelivery.objects.get()
     assert (row.state, row.last_error) == ("failed", "the telegram channel is switched off for this workspace")
     assert chat_events(session=session)[-1]["delivery"] == {"state": "failed", "platform": "telegram"}
+
+
+@pytest.fixture
+def no_platform_clients():
+    """This process's platform clients, as a process starting has none."""
+    from channels_app.adapters import base
+
+    kept = dict(base._clients)
+    base._clients.clear()
+    yield base._clients
+    base._clients.clear()
+    base._clients.update(kept)
+
+
+def test_the_platform_client_is_built_at_start_and_the_first_reply_uses_it(
+    client, world, telegram, platform, model_server, drain, no_platform_clients
+):
+    from channels_app.adapters.base import platform_client_build
+
+    platform_client_build()
+    built = list(no_platform_clients.values())
+    assert len(built) == 1
+    pair(world, "telegram", "42", world.alice)
+    model_server.add(reply("Right away."))
+    assert post_telegram(client, telegram_update("book the table")).status_code == 200
+    drain()
+    (sent,) = platform.sent(r"/telegram/bot111:AAA/sendMessage")
+    assert sent.json["text"] == "Right away."
+    assert list(no_platform_clients.values()) == built  # the send built none of its own
