@@ -747,6 +747,18 @@ class Turns:
     model_requests: int = 0  # all requests the model had during the case (summaries, …)
     missed: int = 0
 
+    def record(self, key: str, started: float, answered: float | None, model: FakeModel) -> None:
+        """One turn, asked at `started` and answered at `answered` (perf_counter; None: no
+        answer in time, counted at the time waited), less the model's own handling."""
+        if answered is None:
+            self.missed += 1
+            self.overhead_ms.append((time.perf_counter() - started) * 1000)
+            return
+        model_ms = model.handled_ms.get(key, 0.0)
+        self.model_ms.append(model_ms)
+        self.prompt_messages.append(model.prompt_messages.get(key, 0))
+        self.overhead_ms.append((answered - started) * 1000 - model_ms)
+
 
 async def user_turns(http: Any, watchers: Watchers, api: str, token: str, n: int, model: FakeModel,
                      result: Turns, until: float) -> None:
@@ -759,14 +771,8 @@ async def user_turns(http: Any, watchers: Watchers, api: str, token: str, n: int
         started = time.perf_counter()
         await post_json(http, api, {"content": f"turn {i} [{key}]"}, token)
         result.post_ms.append((time.perf_counter() - started) * 1000)
-        if not await watchers.until(lambda: key in watchers.reply_at, WAIT):
-            result.missed += 1
-            result.overhead_ms.append((time.perf_counter() - started) * 1000)
-            continue
-        model_ms = model.handled_ms.get(key, 0.0)
-        result.model_ms.append(model_ms)
-        result.prompt_messages.append(model.prompt_messages.get(key, 0))
-        result.overhead_ms.append((watchers.reply_at[key] - started) * 1000 - model_ms)
+        replied = await watchers.until(lambda: key in watchers.reply_at, WAIT)
+        result.record(key, started, watchers.reply_at[key] if replied else None, model)
 
 
 async def platform_turns(base: str, sender: int, n: int, model: FakeModel, telegram: FakeTelegram,
@@ -790,14 +796,7 @@ async def platform_turns(base: str, sender: int, n: int, model: FakeModel, teleg
             deadline = time.monotonic() + WAIT
             while key not in telegram.sent_at and time.monotonic() < deadline:
                 await asyncio.sleep(0.001)  # the arrival's time is taken by the fake, not here
-            if key not in telegram.sent_at:
-                result.missed += 1
-                result.overhead_ms.append((time.perf_counter() - started) * 1000)
-                continue
-            model_ms = model.handled_ms.get(key, 0.0)
-            result.model_ms.append(model_ms)
-            result.prompt_messages.append(model.prompt_messages.get(key, 0))
-            result.overhead_ms.append((telegram.sent_at[key] - started) * 1000 - model_ms)
+            result.record(key, started, telegram.sent_at.get(key), model)
 
 
 async def platform_case(base: str, sender: int, turns: int, model: FakeModel, telegram: FakeTelegram,

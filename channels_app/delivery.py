@@ -8,8 +8,7 @@ if the append is observed twice or a send task runs again.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager
 from contextvars import ContextVar
 from datetime import timedelta
 
@@ -19,6 +18,7 @@ from django.db.models import Q
 from django.utils import timezone
 
 from qorven.runtime.database import DATABASE_DOWN, connections_drop_broken
+from qorven.runtime.task_scope import collecting
 from sessions_app.models import Message
 
 from tenancy.switches import channel_enabled
@@ -115,17 +115,11 @@ def deliveries_plan(*, message: Message) -> int:
 _here: ContextVar[list[tuple[int, int]] | None] = ContextVar("qorven_deliveries_here", default=None)
 
 
-@contextmanager
-def deliveries_here() -> Iterator[list[tuple[int, int]]]:
+def deliveries_here() -> AbstractContextManager[list[tuple[int, int]]]:
     """Collect the sends planned in the block (once their replies are committed) instead
     of queuing a send task each: the task that wrote a reply sends it itself
     (channels_app.tasks.deliveries_send), one hop less between an answer and the platform."""
-    collected: list[tuple[int, int]] = []
-    token = _here.set(collected)
-    try:
-        yield collected
-    finally:
-        _here.reset(token)
+    return collecting(_here)
 
 
 def _send_soon(key: tuple[int, int], task) -> None:

@@ -1,14 +1,15 @@
 """Where an inbound user message enters the agent: store it, then queue the turn."""
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager, nullcontext
+from collections.abc import Sequence
+from contextlib import AbstractContextManager, nullcontext
 from contextvars import ContextVar
 from typing import Any
 
 from django.contrib.auth.models import User
 from django.db import transaction
 
+from qorven.runtime.task_scope import collecting
 from sessions_app.errors import SessionClosed
 from sessions_app.models import Message, Session
 from sessions_app.selectors import session_successor
@@ -34,17 +35,11 @@ def turn_enqueue(*, session: Session) -> None:
     transaction.on_commit(lambda: agent_turn.delay(*key))
 
 
-@contextmanager
-def turns_here() -> Iterator[list[tuple[int, int]]]:
+def turns_here() -> AbstractContextManager[list[tuple[int, int]]]:
     """Collect the turns queued in the block (once their messages are committed) instead
     of sending them to the broker: the task that stored a message runs its turn itself
     (qorven.agent.tasks.turns_run), one hop less between a message and its answer."""
-    collected: list[tuple[int, int]] = []
-    token = _here.set(collected)
-    try:
-        yield collected
-    finally:
-        _here.reset(token)
+    return collecting(_here)
 
 
 def inbound_accept(

@@ -10,7 +10,10 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, ExitStack, contextmanager
-from typing import Any
+from contextvars import ContextVar
+from typing import Any, TypeVar
+
+T = TypeVar("T")
 
 _scopes: list[Callable[[], AbstractContextManager[Any]]] = []
 
@@ -29,3 +32,16 @@ def task_scope() -> Iterator[None]:
         for scope in list(_scopes):
             stack.enter_context(scope())
         yield
+
+
+@contextmanager
+def collecting(var: ContextVar[list[T] | None]) -> Iterator[list[T]]:
+    """Set `var` to a fresh list for the block and yield it: code in the block that finds
+    a list there hands its work to it (to the block's owner) instead of queuing a task
+    (qorven.agent.gateway.turns_here, channels_app.delivery.deliveries_here)."""
+    collected: list[T] = []
+    token = var.set(collected)
+    try:
+        yield collected
+    finally:
+        var.reset(token)
