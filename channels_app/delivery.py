@@ -18,6 +18,7 @@ from django.db.models import Q
 from django.utils import timezone
 
 from qorven.runtime.database import DATABASE_DOWN, connections_drop_broken
+from qorven.runtime.prepared_read import PreparedRead
 from qorven.runtime.task_scope import collecting
 from sessions_app.models import Message
 
@@ -207,6 +208,16 @@ def failed_deliveries(*, message_ids: list[int]) -> dict[int, str]:
     )
 
 
+# Read for every reply sent (compiled once: qorven.runtime.prepared_read).
+_waiting_parts: PreparedRead[OutboundDelivery] = PreparedRead(
+    lambda tenant_id, message_id: OutboundDelivery.objects.filter(
+        tenant_id=tenant_id, message_id=message_id,
+        state__in=[OutboundDelivery.State.PENDING, OutboundDelivery.State.SENDING],
+    ).select_related("binding__tenant").order_by("part"),
+    tenant_id=int, message_id=int,
+)
+
+
 def deliver_message(*, tenant_id: int, message_id: int, worker: str) -> int:
     """Send the message's unsent parts in order. Returns how many were sent now.
 
@@ -220,11 +231,7 @@ def deliver_message(*, tenant_id: int, message_id: int, worker: str) -> int:
     message (a retry and the sweeper's) never send a part twice; a part whose sender died
     mid-send is failed by the sweeper rather than sent again, and so is one whose
     connection was lost after the request went out (reset, or no answer in time)."""
-    waiting = list(
-        OutboundDelivery.objects.filter(tenant_id=tenant_id, message_id=message_id,
-                                        state__in=[OutboundDelivery.State.PENDING, OutboundDelivery.State.SENDING])
-        .select_related("binding__tenant").order_by("part")
-    )
+    waiting = _waiting_parts.all(tenant_id=tenant_id, message_id=message_id)
     if not waiting or waiting[0].state == OutboundDelivery.State.SENDING:
         return 0  # nothing to send, or another task is on it (the parts after it wait there)
     first = waiting[0]
