@@ -132,11 +132,11 @@ _event_for_task: PreparedRead[InboundEvent] = PreparedRead(
     tenant_id=int, event_id=int,
 )
 _oldest_waiting: PreparedRead[InboundEvent] = PreparedRead(
-    lambda binding_id, sender_id, event_id: InboundEvent.objects.filter(
-        binding_id=binding_id, sender_id=sender_id, pk__lte=event_id,
+    lambda tenant_id, binding_id, sender_id, event_id: InboundEvent.objects.filter(
+        tenant_id=tenant_id, binding_id=binding_id, sender_id=sender_id, pk__lte=event_id,
         state__in=[InboundEvent.State.PENDING, InboundEvent.State.PROCESSING],
     ).order_by("pk")[:1],
-    binding_id=int, sender_id=str, event_id=int,
+    tenant_id=int, binding_id=int, sender_id=str, event_id=int,
 )
 
 
@@ -156,7 +156,8 @@ def inbound_process(*, event: InboundEvent) -> str:
     """
     stale = timezone.now() - timedelta(seconds=CLAIM_STALE_AFTER)
     while True:
-        head = _oldest_waiting.first(binding_id=event.binding_id, sender_id=event.sender_id, event_id=event.pk)
+        head = _oldest_waiting.first(tenant_id=event.tenant_id, binding_id=event.binding_id,
+                                     sender_id=event.sender_id, event_id=event.pk)
         if head is None:  # this event is done (or failed), by this task or another
             event.refresh_from_db(fields=["state", "result"])
             return event.result
