@@ -8,7 +8,8 @@ if the append is observed twice or a send task runs again.
 from __future__ import annotations
 
 import logging
-from contextlib import AbstractContextManager
+from collections.abc import Iterator
+from contextlib import AbstractContextManager, contextmanager
 from contextvars import ContextVar
 from datetime import timedelta
 
@@ -63,6 +64,9 @@ def _target(message: Message) -> tuple[ChannelBinding, str] | None:
     the models' default orders go through related tables, a join each.)"""
     kind = PLATFORM_OF[message.channel]
     reply_to = (message.metadata or {}).get("reply_to")
+    known = (_origins.get() or {}).get((message.tenant_id, message.session_id, reply_to)) if reply_to else None
+    if known is not None:
+        return known
     if reply_to:
         meta = Message.objects.filter(
             tenant_id=message.tenant_id, session_id=message.session_id, seq=reply_to
@@ -110,6 +114,34 @@ def deliveries_plan(*, message: Message) -> int:
     key = (message.tenant_id, message.pk)
     transaction.on_commit(lambda: _send_soon(key, deliver_message_task))
     return len(parts)
+
+
+# Where the messages stored inside `origins_here()` came from — the binding and the chat to
+# answer in — by (tenant id, session id, seq), noted once committed: the reply to one of
+# them is planned without reading that message and its binding back.
+_origins: ContextVar[dict[tuple[int, int, int], tuple[ChannelBinding, str]] | None] = ContextVar(
+    "qorven_origins_here", default=None)
+
+
+@contextmanager
+def origins_here() -> Iterator[None]:
+    """Remember, for the block, where the platform messages it stores came from
+    (`origin_note`)."""
+    token = _origins.set({})
+    try:
+        yield
+    finally:
+        _origins.reset(token)
+
+
+def origin_note(*, message: Message, binding: ChannelBinding, reply_target: str) -> None:
+    """`message` (just stored) came from `binding`'s chat `reply_target`: noted inside
+    `origins_here()` once its transaction commits (a seq rolled back may be taken again)."""
+    known = _origins.get()
+    if known is None or not reply_target:
+        return
+    key = (message.tenant_id, message.session_id, message.seq)
+    transaction.on_commit(lambda: known.__setitem__(key, (binding, reply_target)))
 
 
 # Sends planned inside `deliveries_here()`: (tenant id, message id), in the order committed.

@@ -27,6 +27,7 @@ from tenancy.switches import channel_enabled, channel_enabled_cached
 from tenancy.trust import Trust
 
 from .adapters import adapter_for
+from .delivery import origin_note
 from .inbound import InboundImage, InboundMessage
 from .models import ChannelBinding, Identity, InboundEvent
 from .pairing import (
@@ -270,6 +271,8 @@ def _process(binding: ChannelBinding, message: InboundMessage, event: InboundEve
         sender_name=message.sender_name or identity.display_name, user=user, trust=trust,
         external_scope=scope, external_id=message.external_id, metadata=meta, images=images,
     )
+    if result.created:
+        origin_note(message=result.message, binding=binding, reply_target=message.reply_target)
     return "accepted" if result.created else "duplicate"
 
 

@@ -14,7 +14,7 @@ from qorven.runtime.database import DATABASE_DOWN, DATABASE_RETRY_DELAY, connect
 from qorven.runtime.log_context import log_context
 from qorven.runtime.publish import tasks_publish
 
-from .delivery import RetryLater, deliver_message, deliveries_here
+from .delivery import RetryLater, deliver_message, deliveries_here, origins_here
 from .receive import InboundBusy, inbound_event, inbound_process
 from .send_gate import WAIT as GATE_WAIT
 from .send_gate import GateShut
@@ -95,7 +95,7 @@ def sends_at_the_end() -> Iterator[None]:
     a heartbeat's run."""
     deliveries: list[tuple[int, int]] = []
     try:
-        with deliveries_here() as deliveries:
+        with deliveries_here() as deliveries, origins_here():
             yield
     finally:
         request = getattr(current_task, "request", None)  # None outside a task (a direct call)

@@ -176,3 +176,32 @@ def test_the_platform_client_is_built_at_start_and_the_first_reply_uses_it(
     (sent,) = platform.sent(r"/telegram/bot111:AAA/sendMessage")
     assert sent.json["text"] == "Right away."
     assert list(no_platform_clients.values()) == built  # the send built none of its own
+
+
+def test_a_reply_goes_where_its_message_came_from_even_when_an_earlier_message_took_that_seq_and_rolled_back(
+    world, telegram, platform, drain
+):
+    """What a task remembers of where its messages came from (channels_app.delivery
+    .origins_here) is noted only once they are committed: the seq of a message rolled back
+    is taken by the next one, whose reply goes to that next one's chat."""
+    from django.db import transaction
+
+    from channels_app.delivery import origin_note, origins_here
+    from sessions_app.services import message_append, session_resolve
+
+    session = session_resolve(tenant=world.tenant_a, qor=world.qor_a, channel="telegram", user=world.alice)
+    with origins_here():
+        with pytest.raises(RuntimeError), transaction.atomic():
+            lost = message_append(session=session, role="user", content="from the first chat", channel="telegram",
+                                  metadata={"binding": telegram.pk, "reply_target": "41"}).message
+            origin_note(message=lost, binding=telegram, reply_target="41")
+            raise RuntimeError("rolled back")
+        kept = message_append(session=session, role="user", content="from the second chat", channel="telegram",
+                              metadata={"binding": telegram.pk, "reply_target": "42"}).message
+        assert kept.seq == lost.seq
+        message_append(session=session, role="assistant", content="Here.", channel="telegram",
+                       metadata={"reply_to": kept.seq})
+        drain()
+    assert OutboundDelivery.objects.get().target == "42"
+    (sent,) = platform.sent("sendMessage")
+    assert sent.json["chat_id"] in ("42", 42)

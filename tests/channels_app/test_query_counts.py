@@ -100,8 +100,8 @@ def queries_per_platform_turn() -> int:
     identity with its user (its reply target noted: the first message), the membership;
     the chat (created: the first message) and the message (no look-up first for its
     platform id: the unique index refuses a repeat); the
-    event done; the turn (queries_per_turn); the delivery planned: the message answered
-    (where it came from), the binding, the parts in one INSERT (in a transaction of its
-    own); the send: the parts, the channel switch, the claim, sent, the next reply waiting
+    event done; the turn (queries_per_turn); the delivery planned: the parts in one INSERT
+    (in a transaction of its own; where the message came from, the task noted as it stored
+    it); the send: the parts, the channel switch, the claim, sent, the next reply waiting
     for the binding."""
-    return queries_per_turn() + 23
+    return queries_per_turn() + 21
