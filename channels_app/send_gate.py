@@ -54,6 +54,6 @@ def send_gate(*, binding_id: int, worker: str) -> Iterator[None]:
             raise GateShut(f"worker {worker} has no send slot free")
         yield
     finally:
-        for key in held:
-            if cache.get(key) == token:  # not a later holder's, after an expiry
-                cache.delete(key)
+        if held:  # two round trips for both keys; one not ours any more (expired, taken since) is left
+            mine = cache.get_many(held)
+            cache.delete_many([key for key in held if mine.get(key) == token])

@@ -1,0 +1,41 @@
+"""The send gates (channels_app.send_gate): a binding sends one thing at a time, a worker
+runs at most QORVEN_SEND_SLOTS sends, and a gate is let go only by the send holding it."""
+from __future__ import annotations
+
+import pytest
+from django.core.cache import cache
+
+from channels_app.send_gate import BindingBusy, GateShut, send_gate
+
+
+@pytest.fixture(autouse=True)
+def no_gate_left():
+    """The gates these tests use, free before and after (the cache may be shared Redis)."""
+    keys = [f"send:binding:{n}" for n in (7, 8, 9)] + [f"send:worker:{w}:{s}" for w in ("w1", "w2") for s in (0, 1)]
+    cache.delete_many(keys)
+    yield
+    cache.delete_many(keys)
+
+
+def test_a_binding_sends_one_thing_at_a_time_and_is_free_again_after(settings):
+    settings.QORVEN_SEND_SLOTS = 2
+    with send_gate(binding_id=7, worker="w1"):
+        with pytest.raises(BindingBusy), send_gate(binding_id=7, worker="w1"):
+            pass
+        with send_gate(binding_id=8, worker="w1"):  # another binding takes the second slot
+            with pytest.raises(GateShut), send_gate(binding_id=9, worker="w1"):
+                pass
+    with send_gate(binding_id=7, worker="w1"), send_gate(binding_id=8, worker="w1"):
+        pass  # both gates and both slots were let go
+
+
+def test_a_gate_taken_over_after_it_expired_is_left_to_its_new_holder(settings):
+    settings.QORVEN_SEND_SLOTS = 1
+    with send_gate(binding_id=7, worker="w1"):
+        # The hold ran out (a stalled send) and another send took the binding and the slot.
+        cache.set("send:binding:7", "another send", 60)
+        cache.set("send:worker:w1:0", "another send", 60)
+    assert cache.get("send:binding:7") == "another send"
+    assert cache.get("send:worker:w1:0") == "another send"
+    with pytest.raises(BindingBusy), send_gate(binding_id=7, worker="w2"):
+        pass
