@@ -844,9 +844,12 @@ async def turn_pair(base: str, tokens: tuple[str, str], turns_each: int, model: 
             until = time.monotonic() + CASE_DEADLINE
             for token in tokens:
                 await user_turns(http, watchers, api, token, warmup, model, warm, until)
+            requests = model.requests
             for _ in range(turns_each):
                 for token, result in zip(tokens, results):
                     await user_turns(http, watchers, api, token, 1, model, result, until)
+            for result in results:  # the requests of both, summaries included
+                result.model_requests = model.requests - requests
         finally:
             await watchers.close()
     return results
@@ -886,8 +889,12 @@ def turn_rows(layout: str, cases: list[tuple[TurnCase, Turns]]) -> tuple[list[Ro
     notes: list[str] = []
     base50: float | None = None
     p50s: dict[str, float] = {}
+    paired = {c.name for (a, _), (c, _) in zip(cases, cases[1:]) if a.alongside}
+    paired |= {c.name for c, _ in cases if c.alongside}
     for case, result in cases:
         planned = case.turns * case.users
+        asked = f"{result.model_requests} requests for {planned * (2 if case.name in paired else 1)} turns" + (
+            " (this case's and the one alternated with it)" if case.name in paired else "")
         if not result.overhead_ms:
             notes.append(f"{layout}/turn {case.name}: no turn measured")
             continue
@@ -909,10 +916,10 @@ def turn_rows(layout: str, cases: list[tuple[TurnCase, Turns]]) -> tuple[list[Ro
         post50 = pct(result.post_ms, 1)[0]
         log(f"{layout}/turn {case.name}: p50 {p50} ms (of which the POST {post50} ms), p99 {p99} ms over"
             f" {len(result.overhead_ms)}/{planned} turns, {result.missed} missed; the model: p50 {model50} ms"
-            f" (subtracted), {prompt50:.0f} messages a prompt, {result.model_requests} requests for {planned} turns")
+            f" (subtracted), {prompt50:.0f} messages a prompt, {asked}")
         notes.append(f"{layout}/turn {case.name}: p50 {p50} ms, of which the POST (message stored, turn queued)"
                      f" {post50} ms; the model was sent {prompt50:.0f} messages a turn (p50),"
-                     f" {result.model_requests} requests for {planned} turns")
+                     f" {asked}")
         p50s[case.name] = p50
         if not whole:
             notes.append(f"{layout}/turn {case.name}: {len(result.overhead_ms)}/{planned} turns,"
