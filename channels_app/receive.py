@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
+from typing import Any
 from datetime import timedelta
 
 from django.core.cache import cache
 from django.db import transaction
+from django.db.models import OuterRef, QuerySet, Subquery
 from django.utils import timezone
 
 from qorven.agent.gateway import inbound_accept
@@ -126,17 +128,23 @@ class InboundBusy(Exception):
 
 
 # Read for every platform message (compiled once: qorven.runtime.prepared_read).
+def _waiting(**filters: Any) -> QuerySet[InboundEvent]:
+    return InboundEvent.objects.filter(
+        state__in=[InboundEvent.State.PENDING, InboundEvent.State.PROCESSING], **filters).order_by("pk")
+
+
+# With the event, its sender's oldest event still waiting (`head_id`; itself, usually).
 _event_for_task: PreparedRead[InboundEvent] = PreparedRead(
     lambda tenant_id, event_id: InboundEvent.objects.select_related("binding__tenant", "binding__qor").filter(
         tenant_id=tenant_id, pk=event_id
-    ).order_by()[:1],
+    ).annotate(head_id=Subquery(_waiting(
+        tenant_id=OuterRef("tenant_id"), binding_id=OuterRef("binding_id"), sender_id=OuterRef("sender_id"),
+        pk__lte=OuterRef("pk")).values("pk")[:1])).order_by()[:1],
     tenant_id=int, event_id=int,
 )
 _oldest_waiting: PreparedRead[InboundEvent] = PreparedRead(
-    lambda tenant_id, binding_id, sender_id, event_id: InboundEvent.objects.filter(
-        tenant_id=tenant_id, binding_id=binding_id, sender_id=sender_id, pk__lte=event_id,
-        state__in=[InboundEvent.State.PENDING, InboundEvent.State.PROCESSING],
-    ).order_by("pk")[:1],
+    lambda tenant_id, binding_id, sender_id, event_id: _waiting(
+        tenant_id=tenant_id, binding_id=binding_id, sender_id=sender_id, pk__lte=event_id)[:1],
     tenant_id=int, binding_id=int, sender_id=str, event_id=int,
 )
 
@@ -144,6 +152,9 @@ _oldest_waiting: PreparedRead[InboundEvent] = PreparedRead(
 def inbound_event(*, tenant_id: int, event_id: int) -> InboundEvent | None:
     """A stored event of the tenant with its binding, the binding's tenant and Qor."""
     return _event_for_task.first(tenant_id=tenant_id, event_id=event_id)
+
+
+_UNREAD = object()
 
 
 def inbound_process(*, event: InboundEvent) -> str:
@@ -156,9 +167,18 @@ def inbound_process(*, event: InboundEvent) -> str:
     messages reach the conversation in the order they were sent, whichever task runs first.
     """
     stale = timezone.now() - timedelta(seconds=CLAIM_STALE_AFTER)
+    # As read by inbound_event: the sender's oldest waiting event is this one (the usual
+    # case), none (this one is done or failed) or an earlier one (looked at below).
+    read_head = getattr(event, "head_id", _UNREAD)
     while True:
-        head = _oldest_waiting.first(tenant_id=event.tenant_id, binding_id=event.binding_id,
-                                     sender_id=event.sender_id, event_id=event.pk)
+        if read_head == event.pk:
+            head: InboundEvent | None = event
+        elif read_head is None:
+            return event.result
+        else:
+            head = _oldest_waiting.first(tenant_id=event.tenant_id, binding_id=event.binding_id,
+                                         sender_id=event.sender_id, event_id=event.pk)
+        read_head = _UNREAD  # read afresh from here on
         if head is None:  # this event is done (or failed), by this task or another
             event.refresh_from_db(fields=["state", "result"])
             return event.result

@@ -96,7 +96,7 @@ def test_a_telegram_message_is_answered_and_sent_within_its_query_budget(
 
 
 def queries_per_platform_turn() -> int:
-    """The event, the sender's oldest waiting event and its claim; the channel switch, the
+    """The event with its sender's oldest waiting event, and its claim; the channel switch, the
     identity with its user (its reply target noted: the first message), the membership;
     the chat (created: the first message) and the message (no look-up first for its
     platform id: the unique index refuses a repeat); the
@@ -104,4 +104,4 @@ def queries_per_platform_turn() -> int:
     (in a transaction of its own; where the message came from, the task noted as it stored
     it); the send: the parts, the channel switch, the claim, sent, the next reply waiting
     for the binding."""
-    return queries_per_turn() + 21
+    return queries_per_turn() + 20

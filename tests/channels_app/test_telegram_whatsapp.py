@@ -52,29 +52,61 @@ def test_a_replayed_telegram_update_is_stored_once_and_answered_once(client, wor
     assert len(model_server.requests) == 1
 
 
-def test_a_senders_messages_reach_the_conversation_in_arrival_order_whichever_task_runs_first(
-    world, telegram, platform, model_server, drain
-):
+def _stored_events(world, telegram, *texts: str) -> list[InboundEvent]:
+    """Webhooks a moment apart from sender 42, stored and not processed yet."""
     from channels_app.inbound import InboundMessage
-    from channels_app.receive import inbound_process
 
-    pair(world, "telegram", "42", world.alice)
-    model_server.default = reply("ok")
-    # Two webhooks a moment apart, stored and not processed yet.
-    first, second = (
+    return [
         InboundEvent.objects.create(
             tenant=world.tenant_a, binding=telegram, external_id=f"42:{n}", sender_id="42",
             payload=InboundMessage(channel="telegram", external_id=f"42:{n}", sender_id="42", sender_name="Priya",
                                    text=text, reply_target="42").model_dump(mode="json"),
         )
-        for n, text in enumerate(["first", "second"], start=1)
-    )
+        for n, text in enumerate(texts, start=1)
+    ]
+
+
+def _as_read(event: InboundEvent, by_task: bool) -> InboundEvent:
+    """The event as its task reads it (with its sender's oldest waiting event), or as stored."""
+    from channels_app.receive import inbound_event
+
+    return inbound_event(tenant_id=event.tenant_id, event_id=event.pk) if by_task else event
+
+
+@pytest.mark.parametrize("by_task", [True, False])
+def test_a_senders_messages_reach_the_conversation_in_arrival_order_whichever_task_runs_first(
+    world, telegram, platform, model_server, drain, by_task
+):
+    from channels_app.receive import inbound_process
+
+    pair(world, "telegram", "42", world.alice)
+    model_server.default = reply("ok")
+    first, second = _stored_events(world, telegram, "first", "second")
     # The second one's task runs first.
-    assert inbound_process(event=second) == "accepted"
+    assert inbound_process(event=_as_read(second, by_task)) == "accepted"
     drain()
     users = list(Message.objects.filter(role="user").order_by("seq").values_list("content", flat=True))
     assert users == ["first", "second"]
     assert set(InboundEvent.objects.values_list("state", flat=True)) == {"done"}
+    # The first one's task, coming late, finds it done and stores nothing again.
+    assert inbound_process(event=_as_read(first, by_task)) == "accepted"
+    assert Message.objects.filter(role="user").count() == 2
+
+
+@pytest.mark.parametrize("by_task", [True, False])
+def test_a_message_waits_while_the_senders_earlier_one_is_in_another_tasks_hands(
+    world, telegram, platform, model_server, drain, by_task
+):
+    from channels_app.receive import InboundBusy, inbound_process
+
+    pair(world, "telegram", "42", world.alice)
+    model_server.default = reply("ok")
+    first, second = _stored_events(world, telegram, "first", "second")
+    InboundEvent.objects.filter(pk=first.pk).update(state=InboundEvent.State.PROCESSING)  # claimed a moment ago
+    with pytest.raises(InboundBusy):
+        inbound_process(event=_as_read(second, by_task))
+    assert not Message.objects.exists()
+    assert InboundEvent.objects.get(pk=second.pk).state == InboundEvent.State.PENDING
 
 
 def _photo_update(text: str = "look", *, big_size: int = 50000) -> dict:
