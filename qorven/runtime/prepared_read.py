@@ -14,6 +14,7 @@ through Django's cursor, so errors are Django's and query counting sees it.
 from __future__ import annotations
 
 import threading
+import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
@@ -25,6 +26,8 @@ from django.db.models.query import get_related_populators
 M = TypeVar("M", bound=Model)
 
 _INT_MARKER = -7_340_000_000_000  # far from any id or count a query would name itself
+
+_every: weakref.WeakSet[PreparedRead[Any]] = weakref.WeakSet()  # every prepared read alive in the process
 
 
 @dataclass(frozen=True)
@@ -54,6 +57,7 @@ class PreparedRead(Generic[M]):
         self._parameters = parameters
         self._plan: _Plan | None = None
         self._lock = threading.Lock()
+        _every.add(self)
 
     def first(self, **values: Any) -> M | None:
         """The first row, or None (build the queryset with `[:1]` when more could match)."""
@@ -122,3 +126,16 @@ class PreparedRead(Generic[M]):
                 annotations=tuple((compiler.annotation_col_map or {}).items()),
             )
             return self._plan
+
+
+def prepared_reads_warm() -> int:
+    """Compile every prepared read and run it once, with parameters no row has (ids 0,
+    empty strings), on this thread's connection, which it opens: a process that is about
+    to serve — a worker's child before its first task — pays now what its first reads
+    would (connecting, compiling each read, the database's first look at each table).
+    Returns how many it ran."""
+    ran = 0
+    for read in list(_every):
+        read.all(**{name: 0 if kind is int else "" for name, kind in read._parameters.items()})
+        ran += 1
+    return ran

@@ -210,3 +210,22 @@ def test_a_workers_turns_and_model_calls_are_served_on_its_metrics_port(client, 
     page = scrape()
     assert 'qorven_model_calls_total{outcome="ok",role="main"} 1.0' in page
     assert "qorven_model_call_seconds_count" in page
+
+
+def test_each_worker_process_is_connected_and_ready_before_its_first_task(world, processes, model_server, platform):
+    """A worker's children connect and run their prepared reads as they start
+    (qorven.runtime.management.commands.worker._child_warm), not on their first task."""
+    from django.db import connection
+
+    def worker_connections() -> int:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT count(*) FROM pg_stat_activity WHERE application_name = 'qorven worker'"
+                           " AND datname = current_database()")
+            return cursor.fetchone()[0]
+
+    env = process_env(model_server, **FAST)
+    processes.purge(env)
+    assert worker_connections() == 0
+    processes.worker(env, concurrency=3)
+    # Nothing is asked of it; as it starts it runs one task (the sweep) in one of the three.
+    assert wait_for(lambda: worker_connections() == 3, 20, processes=processes)

@@ -87,3 +87,22 @@ def test_a_senders_identity_is_read_with_its_user_and_only_in_its_tenant(world, 
     assert (stranger.tenant_id, stranger.user, stranger.pk != paired.pk) == (world.tenant_b.pk, None, True)
     assert identity_get_or_create(tenant=world.tenant_b, channel="telegram", external_id="42",
                                   display_name="A").pk == stranger.pk
+
+
+def test_warming_runs_every_prepared_read_once_and_finds_nothing(world, django_assert_num_queries):
+    """What a worker's child does as it starts (prepared_reads_warm): each read of the
+    process compiled and run once, with parameters no row has, so none returns a row."""
+    import gc
+
+    import channels_app.delivery  # noqa: F401  (modules whose reads a worker runs)
+    import channels_app.receive  # noqa: F401
+    from qorven.runtime import prepared_read
+
+    gc.collect()  # reads other tests made for themselves are gone
+    reads = list(prepared_read._every)
+    assert len(reads) >= 10
+    with django_assert_num_queries(len(reads)):
+        assert prepared_read.prepared_reads_warm() == len(reads)
+    assert all(read._plan is not None for read in reads)
+    values = [{name: 0 if kind is int else "" for name, kind in read._parameters.items()} for read in reads]
+    assert all(read.all(**v) == [] for read, v in zip(reads, values))

@@ -55,6 +55,7 @@ class Command(BaseCommand):
         startup_run(startup, after_worker=True)  # the embedded beat
         self.stdout.write(f"Qorven on http://{opts['host']}:{opts['port']}/  (admin: /admin/)")
         self.stdout.flush()
+        _reads_warm()
         startup_heap_freeze()  # the app, loaded above, with the rest
         if opts["server"] == "uvicorn":
             _uvicorn_run(opts["host"], opts["port"])
@@ -69,6 +70,24 @@ class Command(BaseCommand):
             self.stdout.write("Finishing the tasks running…")
             self.stdout.flush()
             embedded_worker.stop(timeout=SHUTDOWN_WAIT)
+
+
+def _reads_warm() -> None:
+    """Compile and run each prepared read once (qorven.runtime.prepared_read): the first
+    requests and turns after a start do not pay for it. Its connection goes back (to the
+    pool, on PostgreSQL) for the requests' threads."""
+    import logging
+
+    from django.db import connection
+
+    from qorven.runtime.prepared_read import prepared_reads_warm
+
+    try:
+        prepared_reads_warm()
+    except Exception as exc:  # the first request reads as usual
+        logging.getLogger(__name__).warning("the prepared reads were not warmed up: %s", exc)
+    finally:
+        connection.close()
 
 
 def _uvicorn_run(host: str, port: int) -> None:
