@@ -87,7 +87,8 @@ def _reads_warm() -> None:
     except Exception as exc:  # the first request reads as usual
         logging.getLogger(__name__).warning("the prepared reads were not warmed up: %s", exc)
     finally:
-        connection.close()
+        if not connection.in_atomic_block:  # else run by a caller holding a transaction (a test): theirs
+            connection.close()
 
 
 def _uvicorn_run(host: str, port: int) -> None:
