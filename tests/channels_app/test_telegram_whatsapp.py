@@ -73,15 +73,21 @@ def _as_read(event: InboundEvent, by_task: bool) -> InboundEvent:
     return inbound_event(tenant_id=event.tenant_id, event_id=event.pk) if by_task else event
 
 
+@pytest.fixture
+def two_waiting(world, telegram, platform, model_server) -> list[InboundEvent]:
+    """Alice's two Telegram messages, "first" and "second", stored and waiting; the model answers "ok"."""
+    pair(world, "telegram", "42", world.alice)
+    model_server.default = reply("ok")
+    return _stored_events(world, telegram, "first", "second")
+
+
 @pytest.mark.parametrize("by_task", [True, False])
 def test_a_senders_messages_reach_the_conversation_in_arrival_order_whichever_task_runs_first(
-    world, telegram, platform, model_server, drain, by_task
+    two_waiting, drain, by_task
 ):
     from channels_app.receive import inbound_process
 
-    pair(world, "telegram", "42", world.alice)
-    model_server.default = reply("ok")
-    first, second = _stored_events(world, telegram, "first", "second")
+    first, second = two_waiting
     # The second one's task runs first.
     assert inbound_process(event=_as_read(second, by_task)) == "accepted"
     drain()
@@ -94,14 +100,10 @@ def test_a_senders_messages_reach_the_conversation_in_arrival_order_whichever_ta
 
 
 @pytest.mark.parametrize("by_task", [True, False])
-def test_a_message_waits_while_the_senders_earlier_one_is_in_another_tasks_hands(
-    world, telegram, platform, model_server, drain, by_task
-):
+def test_a_message_waits_while_the_senders_earlier_one_is_in_another_tasks_hands(two_waiting, by_task):
     from channels_app.receive import InboundBusy, inbound_process
 
-    pair(world, "telegram", "42", world.alice)
-    model_server.default = reply("ok")
-    first, second = _stored_events(world, telegram, "first", "second")
+    first, second = two_waiting
     InboundEvent.objects.filter(pk=first.pk).update(state=InboundEvent.State.PROCESSING)  # claimed a moment ago
     with pytest.raises(InboundBusy):
         inbound_process(event=_as_read(second, by_task))
