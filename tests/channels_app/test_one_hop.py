@@ -95,6 +95,30 @@ def test_a_reply_finding_no_send_slot_goes_to_the_send_task(
     assert sent.json["text"] == "Right away."
 
 
+def test_a_reply_finding_its_bot_busy_waits_for_the_send_holding_it_and_goes_out_once(
+    client, world, telegram, platform, model_server, drain, published
+):
+    """A bot sends one message at a time (channels_app.send_gate): a reply that finds it
+    busy is left pending, and the send holding the bot queues it as it ends — no send
+    task on a timer meanwhile."""
+    pair(world, "telegram", "42", world.alice)
+    pair(world, "telegram", "43", world.bob)
+    model_server.add(reply("For Alice."), reply("For Bob."))
+    gate = f"send:binding:{telegram.pk}"
+    assert cache.add(gate, "another send", 60)  # a send to this bot is under way
+    assert post_telegram(client, telegram_update("book the table", user_id=42)).status_code == 200
+    drain()
+    assert not platform.sent("sendMessage")
+    assert OutboundDelivery.objects.get().state == OutboundDelivery.State.PENDING
+    assert "channels_app.deliver" not in published  # no send task waits on a timer for it
+    cache.delete(gate)  # that send ended; Bob's reply goes out next and wakes Alice's
+    assert post_telegram(client, telegram_update("and a taxi", user_id=43, message_id=2)).status_code == 200
+    drain()
+    assert sorted(s.json["text"] for s in platform.sent("sendMessage")) == ["For Alice.", "For Bob."]
+    assert published.count("channels_app.deliver") == 1  # Alice's, queued by the send that held the bot
+    assert set(OutboundDelivery.objects.values_list("state", flat=True)) == {OutboundDelivery.State.SENT}
+
+
 def test_a_session_another_turn_holds_is_left_to_the_turn_task_and_answered_once_free(
     client, world, telegram, platform, model_server, drain, published
 ):
