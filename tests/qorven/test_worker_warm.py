@@ -1,0 +1,46 @@
+"""A worker's child warms up as it starts (qorven.runtime.management.commands.worker
+._child_warm) without ever holding the child up past Celery's 4 s for it to report up."""
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+
+from ..processes import ROOT
+
+SCRIPT = """
+import logging, time
+import django
+django.setup()
+from celery import current_app
+import qorven.celery  # noqa: F401
+current_app.loader.import_default_modules()  # the tasks' modules, as a worker imports them
+from qorven.runtime import prepared_read
+from qorven.runtime.management.commands.worker import _child_connections, _child_warm
+logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(message)s")
+_child_connections()  # as a child starts: its own connection, no pool
+started = time.monotonic()
+_child_warm()
+print(f"reads={len(prepared_read._every)} took={time.monotonic() - started:.2f}", flush=True)
+"""
+
+
+def test_a_child_whose_database_does_not_answer_gives_up_warming_within_two_seconds():
+    silent = socket.socket()  # takes connections (the kernel does) and never says a word
+    silent.bind(("127.0.0.1", 0))
+    silent.listen(16)
+    port = silent.getsockname()[1]
+    env = {k: v for k, v in os.environ.items() if k not in ("REDIS_URL", "CELERY_BROKER_URL")}
+    env.update(DJANGO_SETTINGS_MODULE="qorven.settings", DJANGO_SECRET_KEY="warm-test",
+               DATABASE_URL=f"postgres://qorven@127.0.0.1:{port}/qorven")
+    try:
+        done = subprocess.run([sys.executable, "-c", SCRIPT], cwd=ROOT, env=env, capture_output=True, text=True,
+                              timeout=20)
+    finally:
+        silent.close()
+    assert done.returncode == 0, done.stderr
+    reads, took = (part.split("=")[1] for part in done.stdout.split())
+    assert int(reads) >= 10  # there was something to warm
+    assert 1.5 <= float(took) < 3.5  # the bounded connect, not the driver's own wait (none)
+    assert "did not warm up (its first task will)" in done.stderr
