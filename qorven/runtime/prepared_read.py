@@ -42,6 +42,8 @@ class _Plan:
     init_list: list[str]
     related: tuple[Any, ...]  # Django's populators of the select_related objects
     annotations: tuple[tuple[str, int], ...]
+    converters: dict[int, Any]  # the database's converters by column, as results_iter works them out each time
+    composite: bool  # a composite field among the columns: rows go through results_iter after all
 
 
 class PreparedRead(Generic[M]):
@@ -91,7 +93,13 @@ class PreparedRead(Generic[M]):
         with connections[DEFAULT_DB_ALIAS].cursor() as cursor:
             cursor.execute(plan.sql, params)
             rows = cursor.fetchall() if many else [row for row in [cursor.fetchone()] if row is not None]
-        return plan, list(plan.compiler.results_iter([rows])) if rows else []  # the database's converters
+        if not rows:
+            return plan, []
+        if plan.composite:
+            return plan, list(plan.compiler.results_iter([rows]))
+        # The database's converters, worked out once (results_iter does it on every call:
+        # a look at each column's field, most of a short read's Python).
+        return plan, list(plan.compiler.apply_converters(rows, plan.converters)) if plan.converters else rows
 
     @staticmethod
     def _instance(plan: _Plan, row: Any) -> M:
@@ -116,6 +124,7 @@ class PreparedRead(Generic[M]):
             missing = set(markers) - {name for _, name in slots}
             if missing:
                 raise ValueError(f"the prepared query does not take {sorted(missing)} as parameters")
+            columns = [column[0] for column in compiler.select[0:compiler.col_count]]
             select_fields = compiler.klass_info["select_fields"]
             fields = slice(select_fields[0], select_fields[-1] + 1)
             self._plan = _Plan(
@@ -124,6 +133,7 @@ class PreparedRead(Generic[M]):
                 init_list=[column[0].target.attname for column in compiler.select[fields]],
                 related=tuple(get_related_populators(compiler.klass_info, compiler.select, DEFAULT_DB_ALIAS)),
                 annotations=tuple((compiler.annotation_col_map or {}).items()),
+                converters=compiler.get_converters(columns), composite=compiler.has_composite_fields(columns),
             )
             return self._plan
 
