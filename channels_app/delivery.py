@@ -281,16 +281,36 @@ def deliver_message(*, tenant_id: int, message_id: int, worker: str) -> int:
             _wake_next(tenant_id=tenant_id, binding_id=first.binding_id, after=message_id)
 
 
+# Read after every send (compiled once): the oldest parts waiting for the binding, whether
+# or not they are backing off (a time cannot be a prepared parameter; see _wake_next).
+WAKE_LOOK = 8
+_waiting_for_binding: PreparedRead[OutboundDelivery] = PreparedRead(
+    lambda tenant_id, binding_id, after: OutboundDelivery.objects.filter(
+        tenant_id=tenant_id, binding_id=binding_id, state=OutboundDelivery.State.PENDING,
+    ).exclude(message_id=after).only("id", "message_id", "not_before").order_by("id")[:WAKE_LOOK],
+    tenant_id=int, binding_id=int, after=int,
+)
+
+
 def _wake_next(*, tenant_id: int, binding_id: int, after: int) -> None:
-    """The binding's gate is open again: queue the oldest reply waiting for it."""
+    """The binding's gate is open again: queue the oldest reply waiting for it (not one
+    backing off: its retry is scheduled)."""
     from .tasks import deliver_message_task
 
     now = timezone.now()
-    message_id = (
-        OutboundDelivery.objects.filter(tenant_id=tenant_id, binding_id=binding_id, state=OutboundDelivery.State.PENDING)
-        .filter(Q(not_before__isnull=True) | Q(not_before__lte=now))
-        .exclude(message_id=after).order_by("id").values_list("message_id", flat=True).first()
-    )
+    oldest = _waiting_for_binding.all(tenant_id=tenant_id, binding_id=binding_id, after=after)
+    due = [p.message_id for p in oldest if p.not_before is None or p.not_before <= now]
+    if due:
+        message_id: int | None = due[0]
+    elif len(oldest) < WAKE_LOOK:
+        message_id = None
+    else:  # the oldest few are all backing off: look further
+        message_id = (
+            OutboundDelivery.objects.filter(tenant_id=tenant_id, binding_id=binding_id,
+                                            state=OutboundDelivery.State.PENDING)
+            .filter(Q(not_before__isnull=True) | Q(not_before__lte=now))
+            .exclude(message_id=after).order_by("id").values_list("message_id", flat=True).first()
+        )
     if message_id is not None:
         deliver_message_task.delay(tenant_id, message_id)
 

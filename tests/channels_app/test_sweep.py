@@ -127,3 +127,30 @@ def test_a_server_starting_again_takes_what_its_last_run_left_at_once(world, tel
     assert sweep(restart=True).inbound == 1
     drain()
     assert [s.json["text"] for s in platform.sent("sendMessage")] == ["Back."]
+
+
+@pytest.mark.parametrize("backing_off", [2, 9])
+def test_a_send_ending_wakes_the_oldest_reply_due_passing_over_those_backing_off(
+    world, telegram, platform, drain, backing_off
+):
+    from channels_app.tasks import deliver_message_task
+
+    pair(world, "telegram", "42", world.alice)
+    session = session_resolve(tenant=world.tenant_a, qor=world.qor_a, channel="telegram", user=world.alice)
+
+    def left(text: str, not_before=None):
+        message = message_append(session=session, role="assistant", content=text, channel="telegram",
+                                 notify=False).message
+        OutboundDelivery.objects.create(tenant=world.tenant_a, message=message, part=0, binding=telegram,
+                                        target="42", text=text, not_before=not_before)
+        return message
+
+    sending = left("sent now")
+    later = timezone.now() + timedelta(minutes=10)
+    for n in range(backing_off):  # their retries are scheduled
+        left(f"backing off {n}", not_before=later)
+    left("due")
+    deliver_message_task.delay(world.tenant_a.pk, sending.pk)
+    drain()
+    assert [s.json["text"] for s in platform.sent("sendMessage")] == ["sent now", "due"]
+    assert OutboundDelivery.objects.filter(state="pending").count() == backing_off
