@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from typing import Any
 from datetime import timedelta
+from typing import Any
 
 from django.core.cache import cache
 from django.db import transaction
@@ -127,13 +127,14 @@ class InboundBusy(Exception):
     one comes back shortly, so the sender's messages keep their order."""
 
 
-# Read for every platform message (compiled once: qorven.runtime.prepared_read).
 def _waiting(**filters: Any) -> QuerySet[InboundEvent]:
+    """Events still to be processed (or in a task's hands), oldest first."""
     return InboundEvent.objects.filter(
         state__in=[InboundEvent.State.PENDING, InboundEvent.State.PROCESSING], **filters).order_by("pk")
 
 
-# With the event, its sender's oldest event still waiting (`head_id`; itself, usually).
+# Read for every platform message (compiled once: qorven.runtime.prepared_read). The
+# event comes with its sender's oldest event still waiting (`head_id`; itself, usually).
 _event_for_task: PreparedRead[InboundEvent] = PreparedRead(
     lambda tenant_id, event_id: InboundEvent.objects.select_related("binding__tenant", "binding__qor").filter(
         tenant_id=tenant_id, pk=event_id
