@@ -14,6 +14,7 @@ through Django's cursor, so errors are Django's and query counting sees it.
 from __future__ import annotations
 
 import threading
+import time
 import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -138,14 +139,16 @@ class PreparedRead(Generic[M]):
             return self._plan
 
 
-def prepared_reads_warm() -> int:
+def prepared_reads_warm(*, until: float | None = None) -> int:
     """Compile every prepared read and run it once, with parameters no row has (ids 0,
     empty strings), on this thread's connection, which it opens: a process that is about
     to serve — a worker's child before its first task — pays now what its first reads
     would (connecting, compiling each read, the database's first look at each table).
-    Returns how many it ran."""
+    Stops once `time.monotonic()` passes `until`. Returns how many it ran."""
     ran = 0
     for read in list(_every):
+        if until is not None and time.monotonic() > until:
+            break
         read.all(**{name: 0 if kind is int else "" for name, kind in read._parameters.items()})
         ran += 1
     return ran

@@ -84,8 +84,13 @@ def _connections_prepare() -> None:
     signals.worker_init.connect(_children_warm, weak=False, dispatch_uid="qorven.worker.warm")
 
 
-# A child's warm-up must end well within Celery's 4 s for a child to report itself up.
+# A child's warm-up must end well within Celery's 4 s for a child to report itself up
+# (a child that does not is killed and another started, which would warm up again): the
+# connect (2 s, the least libpq and psycopg take), the reads as a whole and each read are
+# bounded, at 3 s all told.
 WARM_CONNECT_TIMEOUT = 2
+WARM_READS_SECONDS = 0.75
+WARM_READ_TIMEOUT_MS = 250
 
 
 def _children_warm(**kwargs: object) -> None:
@@ -101,7 +106,9 @@ def _child_warm(**kwargs: object) -> None:
     the first task connects as usual."""
     import logging
 
-    from django.db import connection
+    import time
+
+    from django.db import connection, transaction
 
     from qorven.runtime.database import connections_drop_broken
     from qorven.runtime.prepared_read import prepared_reads_warm
@@ -111,7 +118,13 @@ def _child_warm(**kwargs: object) -> None:
     if bounded:
         options["connect_timeout"] = WARM_CONNECT_TIMEOUT
     try:
-        prepared_reads_warm()
+        connection.ensure_connection()
+        until = time.monotonic() + WARM_READS_SECONDS
+        with transaction.atomic():  # SET LOCAL: the bound ends with it
+            if connection.vendor == "postgresql":
+                with connection.cursor() as cursor:
+                    cursor.execute(f"SET LOCAL statement_timeout = {WARM_READ_TIMEOUT_MS}")
+            prepared_reads_warm(until=until)
     except Exception as exc:
         logging.getLogger(__name__).warning("a worker process did not warm up (its first task will): %s", exc)
         connections_drop_broken()
