@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import time
@@ -17,6 +16,7 @@ import pytest
 
 from ..fakes.model_server import ModelServer
 from ..fakes.platform_server import PlatformServer
+from ..processes import free_port
 from .payloads import telegram_update
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -44,11 +44,6 @@ Identity.objects.create(tenant=Tenant.objects.get(slug="acme"), channel="telegra
 
 SERVER_ENV: dict[str, dict[str, str]] = {}  # base URL -> the environment its server runs with
 
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _server_env(database: Path) -> dict[str, str]:
@@ -82,7 +77,7 @@ def chat_server(tmp_path, request):
     database = tmp_path / "browser.sqlite3"
     shutil.copyfile(request.getfixturevalue("browser_database"), database)
     model, platform = ModelServer().start(), PlatformServer()
-    port = _free_port()
+    port = free_port()
     env = _server_env(database)
     env.update(OPENAI_BASE_URL=model.base_url, OPENAI_API_KEY="k", QORVEN_MODEL="scripted-model",
                TELEGRAM_API_BASE=platform.url + "/telegram")

@@ -3,7 +3,6 @@ with a broker. Both sync the defaults file on startup."""
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -22,6 +21,7 @@ from sessions_app.models import Message
 
 from ..factories.heartbeats_app import beat
 from ..fakes.model_server import reply
+from ..processes import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -70,11 +70,6 @@ def test_beat_and_worker_need_a_broker():
     with pytest.raises(CommandError, match="REDIS_URL"):
         call_command("worker")
 
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def test_serve_syncs_the_defaults_file_reports_a_bad_one_and_fires_beats_in_process(tmp_path):

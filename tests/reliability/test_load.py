@@ -15,7 +15,6 @@ import asyncio
 import json
 import os
 import random
-import socket
 import time
 import urllib.request
 from collections import Counter
@@ -38,7 +37,7 @@ from ..factories.tenancy import MembershipFactory, UserFactory
 from ..fakes.model_server import reply
 from tenancy.services import api_token_create
 
-from ..processes import Processes, wait_for
+from ..processes import Processes, free_port, wait_for
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.reliability]
 
@@ -59,11 +58,6 @@ def _sender_id(s: int) -> str:
     """The sender's account on its platform."""
     return {"telegram": str(800_000 + s), "whatsapp": f"1555{800_000 + s}", "slack": f"U{800_000 + s}"}[KINDS[s % 3]]
 
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _server_env(model_server, platform) -> dict[str, str]:
@@ -187,7 +181,7 @@ def test_load_every_message_stored_answered_and_sent_exactly_once(request, world
         pair(world, KINDS[s % 3], _sender_id(s), person)
         tokens.append(api_token_create(tenant=world.tenant_a, user=person)[1])
     env = _server_env(model_server, platform)
-    port = _free_port()
+    port = free_port()
     processes = Processes()
     try:
         if "REDIS_URL" in env:

@@ -27,8 +27,8 @@ from sessions_app.models import Message
 from ..channels_app.conftest import pair
 from ..factories.tenancy import MembershipFactory, UserFactory
 from ..fakes.model_server import reply
-from ..processes import Processes, needs_postgres_and_redis, wait_for
-from .test_load import SECRET, _answers, _free_port, _server_env, _update
+from ..processes import Processes, free_port, needs_postgres_and_redis, wait_for
+from .test_load import SECRET, _answers, _server_env, _update
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.reliability, needs_postgres_and_redis]
 
@@ -106,7 +106,7 @@ def test_connections_killed_during_appends_and_turns_lose_nothing_and_double_not
         MembershipFactory(tenant=world.tenant_a, user=person)
         pair(world, "telegram", str(800_000 + s), person)
     env = {**_server_env(model_server, platform), "PGAPPNAME": APP_NAME, "QORVEN_SWEEP_INTERVAL": "3"}
-    port = _free_port()
+    port = free_port()
     base = f"http://127.0.0.1:{port}"
     processes = Processes()
     killer = Killer(every=0.4)

@@ -26,8 +26,8 @@ from tenancy.services import api_token_create
 
 from ..channels_app.conftest import pair
 from ..fakes.model_server import reply
-from ..processes import Processes, needs_postgres_and_redis, redis_start, wait_for
-from .test_load import SECRET, _answers, _free_port, _server_env
+from ..processes import Processes, free_port, needs_postgres_and_redis, redis_start, wait_for
+from .test_load import SECRET, _answers, _server_env
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.reliability, needs_postgres_and_redis]
 
@@ -97,7 +97,7 @@ def test_redis_restarted_during_traffic_loses_nothing_and_the_socket_catches_up(
                    credentials={"token": "111:AAA", "secret": SECRET, "username": "aria_bot"})
     pair(world, "telegram", "42", world.alice)
     token = api_token_create(tenant=world.tenant_a, user=world.alice)[1]
-    redis_port, port = _free_port(), _free_port()
+    redis_port, port = free_port(), free_port()
     env = {**_server_env(model_server, platform), "REDIS_URL": f"redis://127.0.0.1:{redis_port}/0",
            "QORVEN_SWEEP_INTERVAL": "2"}
     base = f"http://127.0.0.1:{port}"

@@ -25,8 +25,8 @@ from sessions_app.models import Message
 from ..channels_app.conftest import pair
 from ..factories.tenancy import MembershipFactory, UserFactory
 from ..fakes.model_server import reply
-from ..processes import Processes, wait_for
-from .test_load import SECRET, _answers, _free_port, _server_env, _update
+from ..processes import Processes, free_port, wait_for
+from .test_load import SECRET, _answers, _server_env, _update
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.reliability]
 
@@ -66,7 +66,7 @@ def test_every_message_accepted_before_a_restart_is_answered_once_after_it(reque
         pair(world, "telegram", str(800_000 + s), person)
     env = _server_env(model_server, platform)
     env["QORVEN_WORKER_CONCURRENCY"] = str(WORKER_SLOTS)
-    port = _free_port()
+    port = free_port()
     base = f"http://127.0.0.1:{port}"
     processes = Processes()
     try:
