@@ -61,6 +61,18 @@ def host(client, db):
     return client
 
 
+def emptied(clients: dict):
+    """`clients` (a process's cache of built clients) empty for the test, as a process
+    starting has none; what was in it is put back after. For a fixture to yield from."""
+    kept = dict(clients)
+    clients.clear()
+    try:
+        yield clients
+    finally:
+        clients.clear()
+        clients.update(kept)
+
+
 def database_vendor() -> str:
     from django.db import connection
 

@@ -33,6 +33,20 @@ def pair(world, channel: str, external_id: str, user, trust=Trust.OWNER) -> Iden
     )
 
 
+def answered_on_telegram(client, world, platform, model_server, drain, *, asked: str, answer: str):
+    """Alice, paired as Telegram sender 42, writes `asked`; the model answers `answer`; once
+    everything queued has run, the one sendMessage the platform got."""
+    from ..fakes.model_server import reply
+    from .payloads import post_telegram, telegram_update
+
+    pair(world, "telegram", "42", world.alice)
+    model_server.add(reply(answer))
+    assert post_telegram(client, telegram_update(asked)).status_code == 200
+    drain()
+    (sent,) = platform.sent(r"/telegram/bot111:AAA/sendMessage")
+    return sent
+
+
 @pytest.fixture
 def email(world):
     return binding_create(tenant=world.tenant_a, qor=world.qor_a, kind="email",

@@ -13,10 +13,11 @@ from channels_app.models import OutboundDelivery
 from sessions_app.models import Message, Session
 from tenancy.services import api_token_create
 
+from ..conftest import emptied
 from ..factories.tenancy import UserFactory
 from ..fakes.model_server import reply
 from ..fakes.platform_server import Canned
-from .conftest import pair
+from .conftest import answered_on_telegram, pair
 from .live_helpers import communicator, receive_until, session_cookie
 from .payloads import post_telegram, telegram_update
 
@@ -154,11 +155,7 @@ def no_platform_clients():
     """This process's platform clients, as a process starting has none."""
     from channels_app.adapters import base
 
-    kept = dict(base._clients)
-    base._clients.clear()
-    yield base._clients
-    base._clients.clear()
-    base._clients.update(kept)
+    yield from emptied(base._clients)
 
 
 def test_the_platform_client_is_built_at_start_and_the_first_reply_uses_it(
@@ -169,11 +166,8 @@ def test_the_platform_client_is_built_at_start_and_the_first_reply_uses_it(
     platform_client_build()
     built = list(no_platform_clients.values())
     assert len(built) == 1
-    pair(world, "telegram", "42", world.alice)
-    model_server.add(reply("Right away."))
-    assert post_telegram(client, telegram_update("book the table")).status_code == 200
-    drain()
-    (sent,) = platform.sent(r"/telegram/bot111:AAA/sendMessage")
+    sent = answered_on_telegram(client, world, platform, model_server, drain, asked="book the table",
+                                answer="Right away.")
     assert sent.json["text"] == "Right away."
     assert list(no_platform_clients.values()) == built  # the send built none of its own
 

@@ -24,7 +24,7 @@ from sessions_app.turn_writes import turn_lease_acquire, turn_lease_release
 
 from ..fakes.model_server import reply
 from ..fakes.platform_server import Canned
-from .conftest import pair
+from .conftest import answered_on_telegram, pair
 from .payloads import post_telegram, telegram_update
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -52,11 +52,8 @@ def until(condition, timeout: float = 30.0) -> None:
 def test_a_telegram_message_is_answered_by_the_task_that_stored_it(
     client, world, telegram, platform, model_server, drain, published
 ):
-    pair(world, "telegram", "42", world.alice)
-    model_server.add(reply("Right away."))
-    assert post_telegram(client, telegram_update("book the table")).status_code == 200
-    drain()
-    (sent,) = platform.sent(r"/telegram/bot111:AAA/sendMessage")
+    sent = answered_on_telegram(client, world, platform, model_server, drain, asked="book the table",
+                                answer="Right away.")
     assert sent.json["text"] == "Right away."
     assert "channels_app.inbound" in published
     assert "qorven.agent.turn" not in published

@@ -10,6 +10,7 @@ from qorven.llm import openai_provider, sdk_load
 from sessions_app.models import Message
 from sessions_app.services import message_append, session_resolve
 
+from ..conftest import emptied
 from ..fakes.model_server import reply
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -17,12 +18,8 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 @pytest.fixture
 def no_clients():
-    """This process's clients, as a process starting has none."""
-    kept = dict(openai_provider._clients)
-    openai_provider._clients.clear()
-    yield openai_provider._clients
-    openai_provider._clients.clear()
-    openai_provider._clients.update(kept)
+    """This process's model clients, as a process starting has none."""
+    yield from emptied(openai_provider._clients)
 
 
 def test_the_host_models_client_is_built_at_start_and_the_first_turn_uses_it(world, model_server, no_clients):
