@@ -30,6 +30,7 @@ from tenancy.trust import Trust
 
 from .adapters import adapter_for
 from .delivery import origin_note
+from .event_insert import events_insert
 from .inbound import InboundImage, InboundMessage
 from .models import ChannelBinding, Identity, InboundEvent
 from .pairing import (
@@ -42,60 +43,41 @@ from .pairing import (
 logger = logging.getLogger(__name__)
 
 
-def inbound_receive(*, binding: ChannelBinding, message: InboundMessage) -> InboundEvent | None:
-    """Store the message as received and queue its processing after commit. A message
-    id seen before on this binding is neither stored nor processed again (None)."""
+def inbound_receive(*, binding: ChannelBinding, message: InboundMessage) -> int | None:
+    """Store the message as received and queue its processing after commit; the new
+    event's id. A message id seen before on this binding is neither stored nor processed
+    again (None)."""
     return inbound_store(items=[(binding, message)])[0]
 
 
-def inbound_store(*, items: Sequence[tuple[ChannelBinding, InboundMessage]]) -> list[InboundEvent | None]:
+def inbound_store(*, items: Sequence[tuple[ChannelBinding, InboundMessage]]) -> list[int | None]:
     """Store received messages, of one webhook or of many (a server's webhooks arriving
     together share one statement and one commit: channels_app.webhook_ingest), and queue
-    the processing of each new one after commit. One INSERT … ON CONFLICT DO NOTHING:
-    a message id already stored on its binding (a platform's retry, or the same update
-    twice in one batch) is skipped and answered None, with no error to recover from, so
-    this runs alike in autocommit and inside a caller's transaction. Events get their
-    ids in the order given, which is the order a sender's messages are processed in."""
+    the processing of each new one after commit; each item's new event id. One INSERT …
+    ON CONFLICT DO NOTHING (channels_app.event_insert): a message id already stored on its
+    binding (a platform's retry, or the same update twice in one batch) is skipped and
+    answered None, with no error to recover from, so this runs alike in autocommit and
+    inside a caller's transaction. Events get their ids in the order given, which is the
+    order a sender's messages are processed in."""
     from .tasks import inbound_fan_out_task, inbound_process_task
 
     if not items:
         return []
-    now = timezone.now()
-    rows = [
-        InboundEvent(tenant_id=binding.tenant_id, binding=binding, external_id=message.external_id,
-                     sender_id=message.sender_id[:255], payload=message.model_dump(mode="json"),
-                     created_at=now, updated_at=now)
-        for binding, message in items
-    ]
-    connection = transaction.get_connection()
-    fields = [InboundEvent._meta.get_field(name) for name in _STORED_FIELDS]
-    one_row = "(" + ", ".join(["%s"] * len(fields)) + ")"
-    sql = (
-        f"INSERT INTO {connection.ops.quote_name(InboundEvent._meta.db_table)} "
-        f"({', '.join(connection.ops.quote_name(f.column) for f in fields)}) "
-        f"VALUES {', '.join([one_row] * len(rows))} ON CONFLICT DO NOTHING RETURNING id, binding_id, external_id"
-    )
-    params = [field.get_db_prep_save(getattr(row, field.attname), connection) for row in rows for field in fields]
-    with connection.cursor() as cursor:
-        cursor.execute(sql, params)
-        stored = {(binding_id, external_id): pk for pk, binding_id, external_id in cursor.fetchall()}
-    events: list[InboundEvent | None] = []
-    for row in rows:
-        pk = stored.pop((row.binding_id, row.external_id), None)  # a repeat in the batch: the first keeps it
-        if pk is None:
-            events.append(None)
-            continue
-        row.pk = pk
-        row._state.adding, row._state.db = False, connection.alias
-        events.append(row)
-    queued = [(event.tenant_id, event.pk) for event in events if event is not None]
+    rows = [(binding.tenant_id, binding.pk, message.external_id, message.sender_id[:255],
+             message.model_dump(mode="json")) for binding, message in items]
+    stored = events_insert(transaction.get_connection(), rows, now=timezone.now())
+    # A repeat in the batch finds its id taken by the first: None, as for one stored before.
+    ids = [stored.pop((binding_id, external_id), None) for _, binding_id, external_id, _, _ in rows]
+    queued = [(row[0], pk) for row, pk in zip(rows, ids) if pk is not None]
     # Robust: once stored, an event is never lost to a broker that will not take its task
     # (the sweeper queues it again); the webhook still answers 200.
     if len(queued) >= FAN_OUT_MIN:
-        transaction.on_commit(lambda: inbound_fan_out_task.delay(queued), robust=True)
+        # Named, not shown: Celery would otherwise walk the whole list to print it in the message.
+        transaction.on_commit(lambda: inbound_fan_out_task.apply_async((queued,), argsrepr=f"[{len(queued)} events]"),
+                              robust=True)
     elif queued:
         transaction.on_commit(lambda: tasks_publish(inbound_process_task, queued), robust=True)
-    return events
+    return ids
 
 
 # A burst stored together is queued with one task that queues each event's from a worker: a
@@ -105,11 +87,7 @@ def inbound_store(*, items: Sequence[tuple[ChannelBinding, InboundMessage]]) -> 
 FAN_OUT_MIN = 4
 
 
-_STORED_FIELDS = ("tenant", "binding", "external_id", "sender_id", "payload", "state", "result", "error",
-                  "created_at", "updated_at")
-
-
-def gateway_frame_receive(*, binding: ChannelBinding, frame: dict, bot_id: str) -> InboundEvent | None:
+def gateway_frame_receive(*, binding: ChannelBinding, frame: dict, bot_id: str) -> int | None:
     """A Discord Gateway frame, as `qorven discord-gateway` reads it: a MESSAGE_CREATE is
     parsed by the adapter and stored like a webhook's message — unless the tenant has the
     channel switched off, which a webhook answers 404 and the gateway skips the same way

@@ -37,7 +37,7 @@ from django.http import HttpResponse, JsonResponse
 from qorven.runtime.database import DATABASE_DOWN, connections_drop_broken, database_down_response
 
 from .receive import inbound_store
-from .webhooks import Prepared, webhook_prepare
+from .webhooks import OK, Prepared, webhook_prepare
 
 logger = logging.getLogger(__name__)
 
@@ -48,7 +48,7 @@ MAX_BATCH = 200  # webhooks stored in one statement at most
 @dataclass(frozen=True)
 class Answer:
     status: int
-    headers: list[tuple[bytes, bytes]]
+    headers: tuple[tuple[bytes, bytes], ...]  # a tuple: one answer may be sent many times
     body: bytes
 
     @classmethod
@@ -56,11 +56,14 @@ class Answer:
         body = response.content
         headers = [(name.encode("ascii"), value.encode("latin-1")) for name, value in response.items()
                    if name.lower() != "content-length"]
-        return cls(response.status_code, [*headers, (b"content-length", str(len(body)).encode())], body)
+        return cls(response.status_code, (*headers, (b"content-length", str(len(body)).encode())), body)
 
     @classmethod
     def error(cls, status: int, message: str) -> Answer:
         return cls.of(JsonResponse({"error": message}, status=status))
+
+
+_OK = Answer.of(JsonResponse(OK))  # the answer of (almost) every webhook, encoded once
 
 
 @dataclass
@@ -122,7 +125,8 @@ class GroupCommit:
                 if not _stored([prepared[i]]):
                     logger.warning("a %s webhook could not be stored", jobs[i].channel)
                     prepared[i] = Answer.error(503, "not stored; deliver it again")
-        return [p if isinstance(p, Answer) else Answer.of(p.response) for p in prepared]
+        return [p if isinstance(p, Answer) else _OK if p.response is None else Answer.of(p.response)
+                for p in prepared]
 
 
 def _stored(webhooks: list[Prepared]) -> bool:

@@ -24,13 +24,15 @@ from .receive import inbound_store
 
 logger = logging.getLogger(__name__)
 
+OK = {"ok": True}  # the body of a webhook taken
+
 
 @dataclass
 class Prepared:
     """What a webhook request comes to: the answer, and the messages to store before it
     is given (none for a refusal, a challenge, or an event that carries no message)."""
 
-    response: HttpResponse
+    response: HttpResponse | None  # None: the usual {"ok": true} (made once by the lean path)
     binding: ChannelBinding | None = None
     messages: list[InboundMessage] = field(default_factory=list)
 
@@ -55,7 +57,7 @@ def webhook_prepare(channel: str, request: HttpRequest) -> Prepared:
     except BodyRefused as exc:
         logger.info("%s webhook body refused: %s", channel, exc)
         return Prepared(JsonResponse({"error": str(exc)}, status=exc.status))
-    return Prepared(parsed.response or JsonResponse({"ok": True}), binding, list(parsed.messages))
+    return Prepared(parsed.response, binding, list(parsed.messages))
 
 
 @csrf_exempt
@@ -63,4 +65,4 @@ def webhook(request: HttpRequest, channel: str) -> HttpResponse:
     prepared = webhook_prepare(channel, request)
     if prepared.messages:
         inbound_store(items=[(prepared.binding, message) for message in prepared.messages])
-    return prepared.response
+    return prepared.response or JsonResponse(OK)

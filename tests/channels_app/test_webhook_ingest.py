@@ -89,6 +89,41 @@ def test_webhooks_waiting_together_are_stored_with_one_statement(world, telegram
     loop.close()
 
 
+def test_a_batch_is_stored_as_given_each_platform_id_once_and_each_row_with_its_own_tenant(
+    world, telegram, platform, drain
+):
+    """inbound_store's one statement: rows of two tenants' bots in one batch, a repeat
+    within it and one stored before are skipped (None), ids follow the order given, and
+    each payload comes back as it went in."""
+    from channels_app.inbound import InboundMessage
+    from channels_app.receive import inbound_store
+
+    other = binding_create(tenant=world.tenant_b, qor=world.qor_b, kind="telegram",
+                           credentials={"token": "222:BBB", "secret": "tg-secret-b", "username": "b_bot"})
+
+    def msg(n: int, text: str) -> InboundMessage:
+        return InboundMessage(channel="telegram", external_id=f"tg:{n}", sender_id=f"9{n}", sender_name="Zoë",
+                              text=text, reply_target=f"9{n}", extra={"nested": {"list": [1, "two", None]}})
+
+    (before,) = inbound_store(items=[(telegram, msg(1, "first"))])
+    texts = ['quotes " and \\ back', "emoji 😀 and ünïcode", "first, again", "to the other bot", "plain"]
+    items = [(telegram, msg(2, texts[0])), (telegram, msg(3, texts[1])), (telegram, msg(1, texts[2])),
+             (other, msg(2, texts[3])), (telegram, msg(2, "a repeat in the batch")), (telegram, msg(4, texts[4]))]
+    ids = inbound_store(items=items)
+    assert [pk is None for pk in ids] == [False, False, True, False, True, False]
+    kept = [pk for pk in ids if pk is not None]
+    assert kept == sorted(kept) and kept[0] > before
+    rows = list(InboundEvent.objects.filter(pk__in=kept).order_by("pk").values_list(
+        "tenant_id", "binding_id", "external_id", "state", "payload"))
+    assert [(t, b, x, s) for t, b, x, s, _ in rows] == [
+        (world.tenant_a.pk, telegram.pk, "tg:2", "pending"), (world.tenant_a.pk, telegram.pk, "tg:3", "pending"),
+        (world.tenant_b.pk, other.pk, "tg:2", "pending"), (world.tenant_a.pk, telegram.pk, "tg:4", "pending")]
+    assert [p["text"] for *_, p in rows] == [texts[0], texts[1], texts[3], texts[4]]
+    assert all(p["extra"] == {"nested": {"list": [1, "two", None]}} and p["sender_name"] == "Zoë" for *_, p in rows)
+    assert InboundEvent.objects.get(pk=before).payload["text"] == "first"
+    drain()
+
+
 def test_a_burst_stored_together_costs_the_server_one_publish_and_each_message_is_answered_once(
     world, telegram, platform, model_server, drain
 ):

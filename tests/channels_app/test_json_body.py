@@ -1,0 +1,50 @@
+"""The one reader of JSON bodies and frames (channels_app.json_body): what it refuses and
+what it lets through, whichever way the check is made."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from channels_app.json_body import MAX_DEPTH, BodyRefused, json_parse
+
+
+def nested(levels: int) -> str:
+    return "[" * levels + "]" * levels
+
+
+@pytest.mark.parametrize("text", [
+    '{"text": "\\ud800"}',  # a lone high surrogate, escaped
+    '{"text": "\\uDC00 and more"}',  # a lone low one, upper case
+    '{"a": [1, {"b": "x\\uDbFf"}]}',  # deeper down, mixed case
+    '{"\\ud83d": 1}',  # in a key
+    '{"text": "\\ud83d\\u0041"}',  # half a pair followed by a letter
+    '{"text": "\ud800"}',  # the character itself, in a frame given as text
+])
+def test_a_lone_surrogate_anywhere_is_refused(text):
+    with pytest.raises(BodyRefused) as refused:
+        json_parse(text)
+    assert refused.value.status == 400 and "surrogate" in str(refused.value)
+
+
+@pytest.mark.parametrize("text", [
+    '{"text": "\\ud83d\\ude00"}',  # an escaped pair: one character (😀)
+    '{"text": "a \\\\ud800 b"}',  # an escaped backslash before "ud800": six letters, no surrogate
+    '{"text": "caf\\u00e9"}',
+    json.dumps({"text": "braces { [ in a string", "n": 1}),
+])
+def test_what_parses_to_real_characters_is_read(text):
+    assert json_parse(text) == json.loads(text)
+    assert json_parse(text.encode()) == json.loads(text)
+
+
+def test_nesting_is_refused_past_the_limit_and_read_up_to_it():
+    assert json_parse(nested(MAX_DEPTH)) is not None
+    with pytest.raises(BodyRefused, match="nested deeper"):
+        json_parse(nested(MAX_DEPTH + 1))
+    # Many brackets side by side nest no deeper than one: read.
+    wide = json.dumps([[i] for i in range(500)])
+    assert json_parse(wide) == [[i] for i in range(500)]
+    # Brackets inside strings count toward the text's brackets, not the document's depth.
+    quoted = json.dumps({"text": "[" * 200})
+    assert json_parse(quoted) == {"text": "[" * 200}
