@@ -33,7 +33,8 @@ previous phase left (unprocessed events, unanswered messages, turn leases) is cl
    lost = unique updates without an InboundEvent; duplicated = extra InboundEvents plus
    extra stored user messages for one update (both should be 0). Base: a trivial ASGI app
    (bench/_trivial_asgi.py) under the same server software (uvicorn or daphne), hit by the same
-   client with the same deliveries and concurrency; ratio = accepted/s ÷ its req/s.
+   client with the same deliveries and concurrency, just before Qorven's run and again once
+   its processes have stopped; ratio = accepted/s ÷ the mean of its two req/s.
    Every delivery is also processed (pairing rules, the stored message, a turn with the
    fake model's reply) while the posting goes on: in the embedded layout that work shares
    the serving process.
@@ -89,11 +90,13 @@ import json
 import os
 import random
 import re
+import statistics
 import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -501,9 +504,11 @@ def asgi_server(env: dict[str, str]) -> str:
     return env.get("QORVEN_ASGI_SERVER") or "uvicorn"
 
 
-def trivial_baseline(tmp: Path, env: dict[str, str], bodies: list[bytes]) -> tuple[Posted, float]:
-    """The same deliveries to a trivial ASGI app under the server `qorven serve` runs on
-    (with the options it gives it); also that server's CPU seconds."""
+@contextmanager
+def trivial_app(tmp: Path, env: dict[str, str]) -> Iterator[Callable[[list[bytes]], tuple[Posted, float]]]:
+    """A trivial ASGI app under the server `qorven serve` runs on (with the options it gives
+    it), up while the block runs: a function that posts deliveries to it, as the ingest
+    phase does, and returns what it answered and that server's CPU seconds."""
     port = free_port()
     server = asgi_server(env)
     if server == "uvicorn":
@@ -513,13 +518,17 @@ def trivial_baseline(tmp: Path, env: dict[str, str], bodies: list[bytes]) -> tup
     else:
         command = [str(DAPHNE), "-b", "127.0.0.1", "-p", str(port), "_trivial_asgi:app"]
     proc = spawn(command, {**env, "PYTHONPATH": str(BENCH_DIR)}, tmp / f"trivial-{server}.log")
-    try:
-        wait_http(f"http://127.0.0.1:{port}/", [proc], 30, "the trivial ASGI app")
-        url = f"http://127.0.0.1:{port}/v1/webhooks/telegram"
+    url = f"http://127.0.0.1:{port}/v1/webhooks/telegram"
+
+    def measure(bodies: list[bytes]) -> tuple[Posted, float]:
         asyncio.run(post_all(url, bodies[:200], WEBHOOK_HEADERS, CONCURRENCY))  # warm-up
         cpu = cpu_seconds(proc)
         posted = asyncio.run(post_all(url, bodies, WEBHOOK_HEADERS, CONCURRENCY))
         return posted, cpu_seconds(proc) - cpu
+
+    try:
+        wait_http(f"http://127.0.0.1:{port}/", [proc], 30, "the trivial ASGI app")
+        yield measure
     finally:
         stop(proc)
 
@@ -535,21 +544,27 @@ def wait_stored(helper: Helper, count: int, timeout: float) -> bool:
 
 def ingest(layout: Layout, sizes: Sizes) -> tuple[list[Row], list[str]]:
     bodies, unique = delivery_plan(sizes.deliveries)
-    base, base_cpu = trivial_baseline(layout.tmp, layout.env, bodies)
-    base_rate = base.ok / base.seconds
+    # The baseline is measured on a quiet machine just before Qorven's run and again just
+    # after its processes have stopped: its mean, so a machine that speeds up or slows down
+    # during the phase moves both sides alike.
+    with trivial_app(layout.tmp, layout.env) as trivial:
+        base, base_cpu = trivial(bodies)
+        layout.start("ingest")
+        url = f"{layout.base}/v1/webhooks/telegram"
+        warm = [telegram_update(900_000 + i, i) for i in range(20)]  # other ids: first requests, connections
+        asyncio.run(post_all(url, warm, WEBHOOK_HEADERS, 10))
+        before = layout.helper("event_count")
+        cpu = [cpu_seconds(proc) for proc in layout.procs]
+        posted = asyncio.run(post_all(url, bodies, WEBHOOK_HEADERS, CONCURRENCY))
+        cpu = [cpu_seconds(proc) - used for proc, used in zip(layout.procs, cpu)]
+        complete = wait_stored(layout.helper, before + len(unique), 15)
+        counts = layout.helper("ingest_counts")
+        layout.stop()
+        again, _ = trivial(bodies)
+    rates = [base.ok / base.seconds, again.ok / again.seconds]
+    base_rate = statistics.fmean(rates)
     log(f"{layout.name}/ingest: trivial ASGI app under {asgi_server(layout.env)}: {base.ok} × 200 in {base.seconds:.2f} s"
-        f" = {base_rate:.0f}/s")
-    layout.start("ingest")
-    url = f"{layout.base}/v1/webhooks/telegram"
-    warm = [telegram_update(900_000 + i, i) for i in range(20)]  # other ids: first requests, connections
-    asyncio.run(post_all(url, warm, WEBHOOK_HEADERS, 10))
-    before = layout.helper("event_count")
-    cpu = [cpu_seconds(proc) for proc in layout.procs]
-    posted = asyncio.run(post_all(url, bodies, WEBHOOK_HEADERS, CONCURRENCY))
-    cpu = [cpu_seconds(proc) - used for proc, used in zip(layout.procs, cpu)]
-    complete = wait_stored(layout.helper, before + len(unique), 15)
-    counts = layout.helper("ingest_counts")
-    layout.stop()
+        f" before, {again.ok} in {again.seconds:.2f} s after: {rates[0]:.0f}/s and {rates[1]:.0f}/s, mean {base_rate:.0f}/s")
     ids = counts["ids"]
     stored = len(unique & set(ids))
     duplicated = (len(ids) - len(set(ids))) + counts["messages_twice"]
