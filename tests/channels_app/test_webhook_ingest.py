@@ -71,7 +71,7 @@ def test_concurrent_webhooks_and_repeats_are_each_stored_once_in_arrival_order(w
     assert len(platform.sent("sendMessage")) == Message.objects.filter(role="assistant").count()
 
 
-def test_webhooks_waiting_together_are_stored_with_one_statement(world, telegram, platform, model_server, drain):
+def test_webhooks_waiting_together_are_stored_with_one_statement_in_one_round_trip(world, telegram, platform, model_server, drain):
     pair(world, "telegram", "42", world.alice)
     model_server.default = reply("ok")
     from qorven.asgi import application  # noqa: F401 (Django set up as the server has it)
@@ -79,11 +79,20 @@ def test_webhooks_waiting_together_are_stored_with_one_statement(world, telegram
     loop = asyncio.new_event_loop()
     jobs = [_Job("telegram", telegram_scope(), json.dumps(telegram_update(f"m{i}", message_id=200 + i)).encode(), loop,
                  loop.create_future()) for i in range(8)]
-    with CaptureQueriesContext(connection) as captured:
+    ran = []
+
+    def noted(execute, sql, params, many, context):
+        ran.append((sql.split()[0].upper(), connection.get_autocommit()))
+        return execute(sql, params, many, context)
+
+    with CaptureQueriesContext(connection) as captured, connection.execute_wrapper(noted):
         answers = group_commit.handle(jobs)
     assert [a.status for a in answers] == [200] * 8
     inserts = [q["sql"] for q in captured.captured_queries if q["sql"].upper().startswith("INSERT")]
     assert len(inserts) == 1
+    # A transaction of its own: no BEGIN and COMMIT round trips around it (the reads
+    # before it are of the binding and the channel switch, cached after the first).
+    assert [r for r in ran if r[0] != "SELECT"] == [("INSERT", True)]
     assert InboundEvent.objects.count() == 8
     drain()
     loop.close()
