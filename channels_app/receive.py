@@ -21,7 +21,7 @@ from django.utils import timezone
 from qorven.agent.gateway import inbound_accept
 from qorven.runtime.database import DATABASE_DOWN, connections_drop_broken
 from qorven.runtime.prepared_read import PreparedRead
-from qorven.runtime.publish import tasks_publish
+from qorven.runtime.publish import publish_or_hold, tasks_publish
 from sessions_app.channel_kinds import CHAT_FAMILY
 from sessions_app.services import session_resolve
 from tenancy.access import surface_access
@@ -71,12 +71,14 @@ def inbound_store(*, items: Sequence[tuple[ChannelBinding, InboundMessage]]) -> 
     queued = [(row[0], pk) for row, pk in zip(rows, ids) if pk is not None]
     # Robust: once stored, an event is never lost to a broker that will not take its task
     # (the sweeper queues it again); the webhook still answers 200.
+    # Held by the webhooks' storing thread, which answers before it publishes.
     if len(queued) >= FAN_OUT_MIN:
         # Named, not shown: Celery would otherwise walk the whole list to print it in the message.
-        transaction.on_commit(lambda: inbound_fan_out_task.apply_async((queued,), argsrepr=f"[{len(queued)} events]"),
-                              robust=True)
+        transaction.on_commit(lambda: publish_or_hold(lambda: inbound_fan_out_task.apply_async(
+            (queued,), argsrepr=f"[{len(queued)} events]")), robust=True)
     elif queued:
-        transaction.on_commit(lambda: tasks_publish(inbound_process_task, queued), robust=True)
+        transaction.on_commit(lambda: publish_or_hold(lambda: tasks_publish(inbound_process_task, queued)),
+                              robust=True)
     return ids
 
 

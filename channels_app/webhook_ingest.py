@@ -15,7 +15,12 @@ well under one. Webhooks are the busiest path there is and need none of that mac
   then answers each: concurrent webhooks share a commit instead of queuing for one each;
 - nothing is answered 200 before its messages are committed. If the batch cannot be
   stored, each webhook is tried on its own, so one bad message fails alone; a webhook that
-  still cannot be stored is answered 503 and the platform delivers it again.
+  still cannot be stored is answered 503 and the platform delivers it again;
+- the tasks that process what a batch stored are queued by a second thread once the batch
+  is answered: the broker's round trip is not part of the platforms' wait nor of the next
+  batch's, and a broker that stalls holds up no answer. What is stored and not queued
+  (a broker down, a backlog past MAX_PUBLISHES_WAITING, a server stopped) is queued again
+  by the sweeper (channels_app.sweep).
 """
 from __future__ import annotations
 
@@ -25,6 +30,7 @@ import logging
 import queue
 import re
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -35,6 +41,7 @@ from django.db import close_old_connections
 from django.http import HttpResponse, JsonResponse
 
 from qorven.runtime.database import DATABASE_DOWN, connections_drop_broken, database_down_response
+from qorven.runtime.publish import publishes_held
 
 from .receive import inbound_store
 from .webhooks import OK, Prepared, webhook_prepare
@@ -43,6 +50,7 @@ logger = logging.getLogger(__name__)
 
 PATH = re.compile(r"^/v1/webhooks/([-a-zA-Z0-9_]+)$")
 MAX_BATCH = 200  # webhooks stored in one statement at most
+MAX_PUBLISHES_WAITING = 1000  # batches whose tasks wait for the publishing thread, at most
 
 
 @dataclass(frozen=True)
@@ -80,8 +88,12 @@ class GroupCommit:
 
     def __init__(self) -> None:
         self._jobs: queue.SimpleQueue[_Job] = queue.SimpleQueue()
+        self._publishes: queue.SimpleQueue[list[Callable[[], None]]] = queue.SimpleQueue()
         self._thread: threading.Thread | None = None
+        self._publisher: threading.Thread | None = None
         self._lock = threading.Lock()
+        self._publishing = 0  # batches handed to the publishing thread and not yet published
+        self._published = threading.Condition()
 
     def submit(self, channel: str, scope: dict[str, Any], body: bytes) -> asyncio.Future[Answer]:
         loop = asyncio.get_running_loop()
@@ -97,6 +109,9 @@ class GroupCommit:
             if self._thread is None or not self._thread.is_alive():
                 self._thread = threading.Thread(target=self._run, name="qorven-webhooks", daemon=True)
                 self._thread.start()
+            if self._publisher is None or not self._publisher.is_alive():
+                self._publisher = threading.Thread(target=self._publish, name="qorven-webhook-tasks", daemon=True)
+                self._publisher.start()
 
     def _run(self) -> None:
         while True:
@@ -106,15 +121,42 @@ class GroupCommit:
                     jobs.append(self._jobs.get_nowait())
                 except queue.Empty:
                     break
-            try:
-                answers = self.handle(jobs)
-            except Exception:  # never lose the thread: every job still gets an answer
-                logger.exception("a batch of webhooks failed")
-                answers = [Answer.error(500, "internal error")] * len(jobs)
-            finally:
-                close_old_connections()  # as at the end of a request: broken or aged-out ones
+            with publishes_held() as held:
+                try:
+                    answers = self.handle(jobs)
+                except Exception:  # never lose the thread: every job still gets an answer
+                    logger.exception("a batch of webhooks failed")
+                    answers = [Answer.error(500, "internal error")] * len(jobs)
+                finally:
+                    close_old_connections()  # as at the end of a request: broken or aged-out ones
+            if held and self._publishes.qsize() >= MAX_PUBLISHES_WAITING:
+                logger.warning("the broker is behind (%d batches waiting to be queued): what %d webhooks stored"
+                               " is left to the sweeper", self._publishes.qsize(), len(jobs))
+                held = []
+            if held:
+                with self._published:  # counted before the answers: a flush after them waits for these
+                    self._publishing += 1
             for job, answer in zip(jobs, answers):
                 job.loop.call_soon_threadsafe(_resolve, job.future, answer)
+            if held:
+                self._publishes.put(held)
+
+    def _publish(self) -> None:
+        """Queue the processing of what the batches stored, in the order they were stored."""
+        while True:
+            for publish in self._publishes.get():
+                try:
+                    publish()
+                except Exception:
+                    logger.exception("stored webhooks could not be queued for processing; the sweeper queues them")
+            with self._published:
+                self._publishing -= 1
+                self._published.notify_all()
+
+    def flush(self, timeout: float = 10.0) -> bool:
+        """Wait until what the batches answered so far stored is queued (tests, shutdown)."""
+        with self._published:
+            return self._published.wait_for(lambda: self._publishing == 0, timeout)
 
     def handle(self, jobs: list[_Job]) -> list[Answer]:
         prepared: list[Prepared | Answer] = [_prepare(job) for job in jobs]

@@ -167,6 +167,9 @@ def _task_queue(request, settings):
         embedded_worker.reset()
         pytest.fail(f"an earlier test left jobs in the in-process queue: {left}")
     yield
+    from channels_app.webhook_ingest import group_commit
+
+    group_commit.flush(JOBS_SETTLE)  # webhooks answered in the test have their tasks queued
     if not embedded_worker.join(JOBS_SETTLE):
         left = embedded_worker.pending()
         faulthandler.dump_traceback(all_threads=True)
@@ -218,10 +221,12 @@ def model_server(settings):
 def drain():
     """Wait until the embedded worker has run everything queued so far (what those jobs
     queue, retries and countdowns included), and the live events they sent are out."""
+    from channels_app.webhook_ingest import group_commit
     from qorven.runtime.publisher import broadcast_flush
     from qorven.runtime.worker import embedded_worker
 
     def wait(timeout: float = 60) -> None:
+        assert group_commit.flush(10), "the webhooks' tasks were not queued in time"
         if not embedded_worker.join(timeout):
             # Show where every thread is: a job that never finishes is otherwise invisible.
             faulthandler.dump_traceback(all_threads=True)

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import socket
+import threading
 
 import httpx
 import pytest
@@ -16,6 +18,7 @@ from channels_app.webhook_ingest import _Job, group_commit
 from sessions_app.models import Message
 from tenancy.models import PluginSetting
 
+from ..conftest import broker_use
 from ..fakes.model_server import reply
 from .conftest import pair
 from .payloads import telegram_scope, telegram_update
@@ -174,6 +177,31 @@ def test_a_burst_stored_together_costs_the_server_one_publish_and_each_message_i
     assert users == [f"m{i}" for i in range(8)] + ["n0", "n1"]
     assert Message.objects.filter(role="assistant").count() == len(platform.sent("sendMessage")) >= 1
     assert set(InboundEvent.objects.values_list("state", flat=True)) == {"done"}
+
+
+def test_a_broker_that_does_not_answer_holds_up_no_webhook_answer(world, telegram, settings):
+    """The storing thread answers once the messages are stored and leaves the queuing of
+    their processing to a thread of its own: a broker that stalls costs the platforms no
+    wait (they would deliver again, and in the end give up on the bot). What it could not
+    queue stays stored, pending, for the sweeper."""
+    pair(world, "telegram", "42", world.alice)
+    silent = socket.socket()  # takes connections (the kernel does) and never says a word
+    silent.bind(("127.0.0.1", 0))
+    silent.listen(16)
+    broker_use(settings, f"redis://127.0.0.1:{silent.getsockname()[1]}/0")
+    answers: list[httpx.Response] = []
+    posting = threading.Thread(target=lambda: answers.extend(
+        asgi_post(*(tg(telegram_update(f"m{i}", message_id=500 + i)) for i in range(5)))))
+    try:
+        posting.start()
+        posting.join(10)
+        assert not posting.is_alive(), "the webhooks were not answered while the broker stalled"
+        assert [r.status_code for r in answers] == [200] * 5
+        assert InboundEvent.objects.filter(state="pending").count() == 5
+    finally:
+        silent.close()  # the stalled publish fails (logged) and the thread goes on
+        posting.join(30)
+        assert group_commit.flush(30)
 
 
 def test_one_webhook_that_cannot_be_stored_fails_alone(world, telegram, platform, model_server, drain):
