@@ -19,6 +19,7 @@ from django.db.models import Q
 from django.utils import timezone
 
 from qorven.runtime.database import DATABASE_DOWN, connections_drop_broken
+from qorven.runtime.insert_new import rows_insert_new
 from qorven.runtime.prepared_read import PreparedRead
 from qorven.runtime.task_scope import collecting
 from sessions_app.models import Message
@@ -104,13 +105,10 @@ def deliveries_plan(*, message: Message) -> int:
     from .split import split_message
 
     parts = split_message(message.content or "(empty reply)", adapter.limit)
-    # One statement; the unique (message, part) keeps a part planned twice (the append
-    # observed twice, the planning task run again) a single row.
-    OutboundDelivery.objects.bulk_create(
-        [OutboundDelivery(tenant_id=message.tenant_id, message=message, part=index, binding=binding,
-                          target=destination, text=text) for index, text in enumerate(parts)],
-        ignore_conflicts=True,
-    )
+    # One statement, no transaction of its own; the unique (message, part) keeps a part
+    # planned twice (the append observed twice, the planning task run again) a single row.
+    rows_insert_new([OutboundDelivery(tenant_id=message.tenant_id, message=message, part=index, binding=binding,
+                                      target=destination, text=text) for index, text in enumerate(parts)])
     key = (message.tenant_id, message.pk)
     transaction.on_commit(lambda: _send_soon(key, deliver_message_task))
     return len(parts)

@@ -150,6 +150,38 @@ def test_a_channel_switched_off_sends_nothing_not_even_a_heartbeats_message(clie
     assert chat_events(session=session)[-1]["delivery"] == {"state": "failed", "platform": "telegram"}
 
 
+def test_a_replys_parts_are_planned_once_with_one_statement_and_no_transaction_around_it(world, telegram, drain):
+    """A reply to Telegram gets its delivery parts in one round trip to the database (an
+    INSERT that is a transaction of its own); planned again, it keeps one row a part."""
+    from django.db import connection
+
+    from channels_app.delivery import deliveries_plan
+    from sessions_app.services import message_append, session_resolve
+    from tenancy.models import PluginSetting
+
+    identity = pair(world, "telegram", "42", world.alice)
+    identity.reply_target = "42"
+    identity.save(update_fields=["reply_target"])
+    PluginSetting.objects.create(tenant=world.tenant_a, kind="channel", name="telegram", enabled=False)  # no send
+    session = session_resolve(tenant=world.tenant_a, qor=world.qor_a, channel="telegram", user=world.alice)
+    ran = []
+
+    def noted(execute, sql, params, many, context):
+        ran.append((sql.split()[0].upper(), connection.get_autocommit(), "outbounddelivery" in sql))
+        return execute(sql, params, many, context)
+
+    with connection.execute_wrapper(noted):  # the append's commit plans the parts in this thread
+        message = message_append(session=session, role="assistant", content="x" * 5000, channel="telegram",
+                                 metadata={"heartbeat": 1, "heartbeat_name": "brief"}).message
+    assert [r for r in ran if r[2] and r[0] == "INSERT"] == [("INSERT", True, True)]
+    assert deliveries_plan(message=message) == 2  # planned again (a task run twice)
+    drain()
+    parts = list(OutboundDelivery.objects.filter(message=message).order_by("part").values_list(
+        "tenant_id", "part", "binding_id", "target"))
+    assert parts == [(world.tenant_a.pk, 0, telegram.pk, "42"), (world.tenant_a.pk, 1, telegram.pk, "42")]
+    assert all(d.created_at and d.updated_at for d in OutboundDelivery.objects.all())
+
+
 @pytest.fixture
 def no_platform_clients():
     """This process's platform clients, as a process starting has none."""
