@@ -13,7 +13,6 @@ import json
 import os
 import re
 import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -295,9 +294,13 @@ def cpu_seconds(proc: subprocess.Popen) -> float:
 
 
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """Below the kernel's ephemeral range, where the benchmark's own client connections get
+    their ports (tests/ports.py)."""
+    if str(ROOT) not in sys.path:
+        sys.path.insert(0, str(ROOT))
+    from tests.ports import free_port as below_ephemeral
+
+    return below_ephemeral()
 
 
 def wait_http(url: str, procs: list[subprocess.Popen], timeout: float, what: str) -> None:

@@ -4,9 +4,7 @@ Redis pass). Each runs in a process group of its own, so a test can kill it outr
 from __future__ import annotations
 
 import os
-import random
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -17,30 +15,10 @@ import pytest
 from django.conf import settings as django_settings
 from django.db import connection
 
+from .ports import free_port
+
 ROOT = Path(__file__).resolve().parents[1]
 QORVEN = str(Path(sys.executable).with_name("qorven"))
-
-def free_port() -> int:
-    """A port nothing listens on, for a server a test starts in a process of its own.
-
-    Chosen below the kernel's ephemeral range, where a socket bound to port 0 gets its port
-    (the fake servers of tests running alongside, outgoing connections): a port picked
-    there could be taken by one of those in the seconds before the server binds it, and
-    the test would then talk to that instead."""
-    try:
-        ephemeral = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
-    except (OSError, ValueError, IndexError):
-        ephemeral = 32768
-    for _ in range(200):
-        port = random.randrange(max(ephemeral - 12000, 1024), ephemeral)
-        with socket.socket() as s:
-            try:
-                s.bind(("127.0.0.1", port))
-            except OSError:
-                continue
-            return port
-    raise RuntimeError("no free port below the ephemeral range")
-
 
 needs_postgres_and_redis = pytest.mark.skipif(
     not django_settings.REDIS_URL or connection.vendor != "postgresql",
@@ -157,11 +135,7 @@ def wait_for(predicate, timeout: float, *, processes: Processes | None = None, s
 
 def redis_of_our_own() -> tuple[int, subprocess.Popen]:
     """A Redis server of the test's own on a free port: the port and its process."""
-    import socket
-
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
+    port = free_port()
     return port, redis_start(port)
 
 
