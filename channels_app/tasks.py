@@ -13,6 +13,7 @@ from qorven.agent.tasks import turns_queue, turns_run
 from qorven.runtime.database import DATABASE_DOWN, DATABASE_RETRY_DELAY, connections_drop_broken
 from qorven.runtime.log_context import log_context
 from qorven.runtime.publish import tasks_publish
+from qorven.runtime.task_scope import task_checkpoint_on
 
 from .delivery import RetryLater, deliver_message, deliveries_here, origins_here
 from .receive import InboundBusy, inbound_event, inbound_process
@@ -90,16 +91,26 @@ def deliver_message_task(self, tenant_id: int, message_id: int) -> int:
 def sends_at_the_end() -> Iterator[None]:
     """Around a task's work: the platform sends it plans (channels_app.delivery.deliveries_here)
     are made by this task as the work ends — also when it ends in a retry or an error —
-    instead of by a send task each. Registered as a task scope (qorven.runtime.task_scope)
+    instead of by a send task each; at a checkpoint (a turn going on to the session's next
+    message) those planned so far are made then. Registered as a task scope (qorven.runtime.task_scope)
     for the tasks below the edges that write replies: a turn that waited for its session,
     a heartbeat's run."""
     deliveries: list[tuple[int, int]] = []
+
+    def send(some: list[tuple[int, int]]) -> None:
+        request = getattr(current_task, "request", None)  # None outside a task (a direct call)
+        deliveries_send(some, worker=getattr(request, "hostname", None) or "local")
+
+    def send_so_far() -> None:  # a turn goes on to the session's next message: these go now
+        so_far = deliveries[:]
+        del deliveries[:]
+        send(so_far)
+
     try:
-        with deliveries_here() as deliveries, origins_here():
+        with deliveries_here() as deliveries, origins_here(), task_checkpoint_on(send_so_far):
             yield
     finally:
-        request = getattr(current_task, "request", None)  # None outside a task (a direct call)
-        deliveries_send(deliveries, worker=getattr(request, "hostname", None) or "local")
+        send(deliveries)
 
 
 def deliveries_send(deliveries: list[tuple[int, int]], *, worker: str) -> None:

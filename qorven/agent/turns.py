@@ -34,6 +34,7 @@ from qorven.runtime import metrics
 from qorven.runtime.database import DATABASE_DOWN, connections_drop_broken
 from qorven.runtime.log_context import log_context
 from qorven.runtime.publisher import broadcast_soon
+from qorven.runtime.task_scope import task_checkpoint
 from sessions_app.errors import SessionClosed
 from sessions_app.leases import LeaseLost, lease_kept
 from sessions_app.models import Message, Session
@@ -136,6 +137,9 @@ def turn_process(*, tenant_id: int, session_id: int) -> TurnOutcome:
                         released = True
                         break  # the usual end: nothing left to answer, the session let go in one statement
                     kept.holding()
+                    # More to answer: what was answered goes out now (a platform reply is
+                    # sent), not once the messages after it are answered too.
+                    task_checkpoint()
                 # Usually one read: the message to answer, with its session.
                 pending = pending_with_session(tenant_id=tenant_id, session_id=session_id)
                 if pending is not None and pending.session.state == Session.State.ACTIVE:

@@ -5,6 +5,10 @@ the apps above register what the scope holds (`task_scope_register`, from their
 AppConfig.ready). channels_app registers the sending of the replies a task wrote, made by
 that task as its work ends instead of by a send task each (channels_app.tasks
 .sends_at_the_end): the agent writes replies and knows nothing of platforms.
+
+A task whose work comes in parts (a turn answering one message of a session after
+another) calls `task_checkpoint()` between them, so what a scope holds of the parts done
+(their replies) is handed on then, not after the parts still to come.
 """
 from __future__ import annotations
 
@@ -16,6 +20,7 @@ from typing import Any, TypeVar
 T = TypeVar("T")
 
 _scopes: list[Callable[[], AbstractContextManager[Any]]] = []
+_checkpoints: ContextVar[tuple[Callable[[], None], ...]] = ContextVar("qorven_task_checkpoints", default=())
 
 
 def task_scope_register(scope: Callable[[], AbstractContextManager[Any]]) -> None:
@@ -32,6 +37,23 @@ def task_scope() -> Iterator[None]:
         for scope in list(_scopes):
             stack.enter_context(scope())
         yield
+
+
+@contextmanager
+def task_checkpoint_on(handler: Callable[[], None]) -> Iterator[None]:
+    """Inside the block, `task_checkpoint()` calls `handler` (after those of the blocks
+    around it). `handler` must not raise: the task's own work goes on after it."""
+    token = _checkpoints.set((*_checkpoints.get(), handler))
+    try:
+        yield
+    finally:
+        _checkpoints.reset(token)
+
+
+def task_checkpoint() -> None:
+    """The work so far is done and can be handed on before the rest is done."""
+    for handler in _checkpoints.get():
+        handler()
 
 
 @contextmanager
