@@ -91,26 +91,25 @@ def deliver_message_task(self, tenant_id: int, message_id: int) -> int:
 def sends_at_the_end() -> Iterator[None]:
     """Around a task's work: the platform sends it plans (channels_app.delivery.deliveries_here)
     are made by this task as the work ends — also when it ends in a retry or an error —
-    instead of by a send task each; at a checkpoint (a turn going on to the session's next
-    message) those planned so far are made then. Registered as a task scope (qorven.runtime.task_scope)
-    for the tasks below the edges that write replies: a turn that waited for its session,
-    a heartbeat's run."""
+    instead of by a send task each. At a checkpoint (a turn going on to the session's next
+    message) those planned so far are handed to the send task at once: they go out while
+    the next message is answered, and a platform that hangs holds up the send task's slot,
+    not the session's turns. Registered as a task scope (qorven.runtime.task_scope) for the
+    tasks below the edges that write replies: a turn that waited for its session, a
+    heartbeat's run."""
     deliveries: list[tuple[int, int]] = []
 
-    def send(some: list[tuple[int, int]]) -> None:
-        request = getattr(current_task, "request", None)  # None outside a task (a direct call)
-        deliveries_send(some, worker=getattr(request, "hostname", None) or "local")
-
-    def send_so_far() -> None:  # a turn goes on to the session's next message: these go now
-        so_far = deliveries[:]
+    def queue_so_far() -> None:
+        for tenant_id, message_id in deliveries:
+            _send_later(tenant_id, message_id, 0.0)
         del deliveries[:]
-        send(so_far)
 
     try:
-        with deliveries_here() as deliveries, origins_here(), task_checkpoint_on(send_so_far):
+        with deliveries_here() as deliveries, origins_here(), task_checkpoint_on(queue_so_far):
             yield
     finally:
-        send(deliveries)
+        request = getattr(current_task, "request", None)  # None outside a task (a direct call)
+        deliveries_send(deliveries, worker=getattr(request, "hostname", None) or "local")
 
 
 def deliveries_send(deliveries: list[tuple[int, int]], *, worker: str) -> None:
@@ -133,12 +132,16 @@ def deliveries_send(deliveries: list[tuple[int, int]], *, worker: str) -> None:
             except Exception:
                 logger.exception("message %s could not be sent from its turn; queued", message_id)
                 later = 0.0
-            if later is None:
-                continue
-            try:
-                deliver_message_task.apply_async((tenant_id, message_id), countdown=later)
-            except Exception:  # the broker refused: its parts are pending, and the sweeper queues them
-                logger.exception("the send of message %s could not be queued", message_id)
+            if later is not None:
+                _send_later(tenant_id, message_id, later)
+
+
+def _send_later(tenant_id: int, message_id: int, countdown: float) -> None:
+    """The send task sends it; never raises."""
+    try:
+        deliver_message_task.apply_async((tenant_id, message_id), countdown=countdown)
+    except Exception:  # the broker refused: its parts are pending, and the sweeper queues them
+        logger.exception("the send of message %s could not be queued", message_id)
 
 
 @shared_task(bind=True, name="channels_app.plan_delivery", acks_late=True, max_retries=120)
