@@ -9,7 +9,7 @@ import threading
 
 import httpx
 import pytest
-from django.db import connection
+from django.db import connection, transaction
 from django.test.utils import CaptureQueriesContext
 
 from channels_app.models import InboundEvent
@@ -121,12 +121,13 @@ def test_a_batch_is_stored_as_given_each_platform_id_once_and_each_row_with_its_
     texts = ['quotes " and \\ back', "emoji 😀 and ünïcode", "first, again", "to the other bot", "plain"]
     items = [(telegram, msg(2, texts[0])), (telegram, msg(3, texts[1])), (telegram, msg(1, texts[2])),
              (other, msg(2, texts[3])), (telegram, msg(2, "a repeat in the batch")), (telegram, msg(4, texts[4]))]
-    ids = inbound_store(items=items)
+    with transaction.atomic():  # read before the commit lets the worker at them: all still pending
+        ids = inbound_store(items=items)
+        kept = [pk for pk in ids if pk is not None]
+        rows = list(InboundEvent.objects.filter(pk__in=kept).order_by("pk").values_list(
+            "tenant_id", "binding_id", "external_id", "state", "payload"))
     assert [pk is None for pk in ids] == [False, False, True, False, True, False]
-    kept = [pk for pk in ids if pk is not None]
     assert kept == sorted(kept) and kept[0] > before
-    rows = list(InboundEvent.objects.filter(pk__in=kept).order_by("pk").values_list(
-        "tenant_id", "binding_id", "external_id", "state", "payload"))
     assert [(t, b, x, s) for t, b, x, s, _ in rows] == [
         (world.tenant_a.pk, telegram.pk, "tg:2", "pending"), (world.tenant_a.pk, telegram.pk, "tg:3", "pending"),
         (world.tenant_b.pk, other.pk, "tg:2", "pending"), (world.tenant_a.pk, telegram.pk, "tg:4", "pending")]
