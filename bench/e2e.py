@@ -155,10 +155,13 @@ class Sizes:
     turns_each: int
     mid: int  # enough to fill the prompt's budget (QORVEN_NUM_CTX, 8192 tokens by default)
     big: int
+    processing_timeout: float  # seconds for every ingested message to be answered and its reply sent
 
 
-FULL = Sizes(deliveries=5_000, fanout_messages=20, turns=50, turns_each=4, mid=10_000, big=1_000_000)
-QUICK = Sizes(deliveries=300, fanout_messages=3, turns=10, turns_each=1, mid=2_000, big=10_000)
+FULL = Sizes(deliveries=5_000, fanout_messages=20, turns=50, turns_each=4, mid=10_000, big=1_000_000,
+             processing_timeout=180.0)
+QUICK = Sizes(deliveries=300, fanout_messages=3, turns=10, turns_each=1, mid=2_000, big=10_000,
+              processing_timeout=30.0)
 
 
 def nonce() -> str:
@@ -248,6 +251,13 @@ def helper_main() -> int:
     def event_count() -> int:
         return InboundEvent.objects.count()
 
+    def replies_sent() -> Any:
+        """The replies sent to the fake Telegram so far, and when the last one was."""
+        parts = OutboundDelivery.objects.filter(binding__kind="telegram")
+        last = parts.filter(state="sent").aggregate(last=Max("sent_at"))["last"]
+        return {"sent": parts.filter(state="sent").count(), "failed": parts.filter(state="failed").count(),
+                "last": last.timestamp() if last else None}
+
     def ingest_counts() -> Any:
         events = InboundEvent.objects.all()
         last = events.aggregate(last=Max("created_at"))["last"]
@@ -304,6 +314,7 @@ def helper_main() -> int:
         return {name: round(sorted(ms)[len(ms) // 2], 2) if ms else None for name, ms in steps.items()}
 
     return helper_loop({"setup": setup, "leftovers_clear": leftovers_clear, "event_count": event_count,
+                        "replies_sent": replies_sent,
                         "ingest_counts": ingest_counts, "fill_session": fill_session, "chat_close": chat_close,
                         "platform_stages": platform_stages})
 
@@ -542,6 +553,16 @@ def wait_stored(helper: Helper, count: int, timeout: float) -> bool:
     return True
 
 
+def wait_sent(helper: Helper, count: int, timeout: float) -> dict[str, Any]:
+    """Wait until `count` replies have been sent (or failed), at most `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        sent = helper("replies_sent")
+        if sent["sent"] + sent["failed"] >= count or time.monotonic() > deadline:
+            return sent
+        time.sleep(0.2)
+
+
 def ingest(layout: Layout, sizes: Sizes) -> tuple[list[Row], list[str]]:
     bodies, unique = delivery_plan(sizes.deliveries)
     # The baseline is measured on a quiet machine just before Qorven's run and again just
@@ -553,12 +574,16 @@ def ingest(layout: Layout, sizes: Sizes) -> tuple[list[Row], list[str]]:
         url = f"{layout.base}/v1/webhooks/telegram"
         warm = [telegram_update(900_000 + i, i) for i in range(20)]  # other ids: first requests, connections
         asyncio.run(post_all(url, warm, WEBHOOK_HEADERS, 10))
+        sent_before = wait_sent(layout.helper, len(warm), 15)["sent"]  # their replies out of the way
         before = layout.helper("event_count")
-        cpu = [cpu_seconds(proc) for proc in layout.procs]
+        cpu_start = [cpu_seconds(proc) for proc in layout.procs]
         posted = asyncio.run(post_all(url, bodies, WEBHOOK_HEADERS, CONCURRENCY))
-        cpu = [cpu_seconds(proc) - used for proc, used in zip(layout.procs, cpu)]
+        cpu = [cpu_seconds(proc) - used for proc, used in zip(layout.procs, cpu_start)]
         complete = wait_stored(layout.helper, before + len(unique), 15)
         counts = layout.helper("ingest_counts")
+        # Then every stored message is answered and its reply sent: the processing's own rate.
+        sent = wait_sent(layout.helper, sent_before + len(unique), sizes.processing_timeout)
+        cpu_all = [cpu_seconds(proc) - used for proc, used in zip(layout.procs, cpu_start)]
         layout.stop()
         again, _ = trivial(bodies)
     rates = [base.ok / base.seconds, again.ok / again.seconds]
@@ -575,6 +600,11 @@ def ingest(layout: Layout, sizes: Sizes) -> tuple[list[Row], list[str]]:
     log(f"{layout.name}/ingest: {len(bodies)} deliveries ({len(unique)} unique) in {posted.seconds:.2f} s:"
         f" {accepted:.0f}/s accepted, {stored_rate:.0f}/s stored; answers {posted.statuses},"
         f" {posted.errors} failed; events by state {counts['states']}")
+    replied = sent["sent"] - sent_before
+    processed_rate = replied / (sent["last"] - posted.started_wall) if replied and sent["last"] else 0.0
+    log(f"{layout.name}/ingest: {replied} of {len(unique)} messages answered and their replies sent"
+        f" {sent['last'] - posted.started_wall if sent['last'] else 0:.1f} s after the first POST:"
+        f" {processed_rate:.0f}/s; {sent['failed']} replies failed")
     pg = layout.name == "postgres+redis"
     name = layout.name
     rows = [
@@ -585,15 +615,22 @@ def ingest(layout: Layout, sizes: Sizes) -> tuple[list[Row], list[str]]:
                goal="≥ 400/s" if pg else "", ok=stored_rate >= 400 if pg else None),
         figure(name, "ingest: lost", len(unique) - stored, goal="0", ok=stored == len(unique)),
         figure(name, "ingest: duplicated", duplicated, goal="0", ok=duplicated == 0),
+        figure(name, "processing: messages answered and replies sent", round(processed_rate), unit="/s",
+               goal="reported", ok=None),
     ]
     notes = [f"{name}/ingest: {len(bodies):,} deliveries of {len(unique):,} updates from {SENDERS} paired senders,"
              f" {CONCURRENCY} clients; answers {posted.statuses}" + (f", {posted.errors} failed" if posted.errors else "")
-             + f"; {counts['messages']:,} messages stored (processed) when the phase ended"
+             + f"; {counts['messages']:,} messages stored (processed) once the last was stored"
              + ("" if complete else "; NOT all stored within 15 s of the last POST"),
              f"{name}/ingest: CPU per delivery while posting: serve {cpu[0] / len(bodies) * 1000:.1f} ms"
              + (f", worker (its pool included) {cpu[1] / len(bodies) * 1000:.1f} ms" if len(cpu) > 1 else "")
              + f" in {posted.seconds:.1f} s on {os.cpu_count()} CPUs; the trivial app under {asgi_server(layout.env)}"
-             f" {base_cpu / len(bodies) * 1000:.2f} ms"]
+             f" {base_cpu / len(bodies) * 1000:.2f} ms",
+             f"{name}/processing: the same messages, each answered (channel rules, a turn with the fake model)"
+             f" and its reply sent to the fake Telegram; the rate runs from the first POST to the last reply"
+             f" sent: {replied:,} of {len(unique):,} within {sizes.processing_timeout:.0f} s; CPU per message,"
+             f" webhook to reply: " + " + ".join(f"{used / len(unique) * 1000:.1f} ms" for used in cpu_all)
+             + (" (serve + worker)" if len(cpu_all) > 1 else " (serve)")]
     if not pg:
         notes.append(f"{name}/ingest: each delivery's processing and turn run in the same process as the"
                      " webhooks (the embedded worker), competing for its interpreter: accepted/s is the"
