@@ -8,6 +8,7 @@ if the append is observed twice or a send task runs again.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Iterator
 from contextlib import AbstractContextManager, contextmanager
 from contextvars import ContextVar
@@ -261,22 +262,67 @@ def deliver_message(*, tenant_id: int, message_id: int, worker: str) -> int:
     message (a retry and the sweeper's) never send a part twice; a part whose sender died
     mid-send is failed by the sweeper rather than sent again, and so is one whose
     connection was lost after the request went out (reset, or no answer in time)."""
-    waiting = _waiting_parts.all(tenant_id=tenant_id, message_id=message_id)
-    if not waiting or waiting[0].state == OutboundDelivery.State.SENDING:
-        return 0  # nothing to send, or another task is on it (the parts after it wait there)
-    first = waiting[0]
-    if first.not_before is not None and first.not_before > timezone.now():
-        return 0  # backing off: its retry is scheduled
+    waiting = _sendable(tenant_id=tenant_id, message_id=message_id)
+    if waiting is None:
+        return 0
+    binding_id = waiting[0].binding_id
     holding = False
     try:
-        with send_gate(binding_id=first.binding_id, worker=worker):
+        with send_gate(binding_id=binding_id, worker=worker):
             holding = True
-            return _send_parts(waiting)
+            until = time.monotonic() + DRAIN_SECONDS
+            sent = _send_parts(waiting)
+            _send_waiting(tenant_id=tenant_id, binding_id=binding_id, after=message_id, until=until)
+            return sent
     except BindingBusy:
         return 0
     finally:
         if holding:
-            _wake_next(tenant_id=tenant_id, binding_id=first.binding_id, after=message_id)
+            _wake_next(tenant_id=tenant_id, binding_id=binding_id, after=message_id)
+
+
+def _sendable(*, tenant_id: int, message_id: int) -> list[OutboundDelivery] | None:
+    """The message's unsent parts, if they can be sent now: None when there is nothing to
+    send, another task is on it (the parts after it wait there) or it is backing off
+    (its retry is scheduled)."""
+    waiting = _waiting_parts.all(tenant_id=tenant_id, message_id=message_id)
+    if not waiting or waiting[0].state == OutboundDelivery.State.SENDING:
+        return None
+    if waiting[0].not_before is not None and waiting[0].not_before > timezone.now():
+        return None
+    return waiting
+
+
+# A send that holds its binding goes on with the replies waiting for that binding, oldest
+# first, until this long after it took the binding (and this many replies) before it lets
+# go and queues the next: a busy bot's queue is worked through by one task instead of a
+# task (and a publish, a failed try and a wake-up) per reply, and a slow platform is
+# still let go after one send.
+DRAIN_SECONDS = 0.5
+DRAIN_MAX = 50
+
+
+def _send_waiting(*, tenant_id: int, binding_id: int, after: int, until: float) -> None:
+    """While the binding's gate is held: send the replies waiting for it until `until`
+    (time.monotonic(); see DRAIN_SECONDS). A reply that fails for now gets its retry
+    scheduled and ends the run; what is left is woken as the gate is let go (_wake_next)."""
+    from .tasks import deliver_message_task
+
+    for _ in range(DRAIN_MAX):
+        if time.monotonic() >= until:
+            return
+        message_id = _next_waiting(tenant_id=tenant_id, binding_id=binding_id, after=after)
+        waiting = _sendable(tenant_id=tenant_id, message_id=message_id) if message_id is not None else None
+        if waiting is None:
+            return
+        try:
+            _send_parts(waiting)
+        except RetryLater as exc:
+            deliver_message_task.apply_async((tenant_id, message_id), countdown=exc.after)
+            return
+        except Exception:  # not this send's failure: the reply is pending again, for the next send or the sweeper
+            logger.exception("message %s, waiting for its bot, could not be sent", message_id)
+            return
 
 
 # Read after every send (compiled once): the oldest parts waiting for the binding, whether
@@ -295,6 +341,13 @@ def _wake_next(*, tenant_id: int, binding_id: int, after: int) -> None:
     backing off: its retry is scheduled)."""
     from .tasks import deliver_message_task
 
+    message_id = _next_waiting(tenant_id=tenant_id, binding_id=binding_id, after=after)
+    if message_id is not None:
+        deliver_message_task.delay(tenant_id, message_id)
+
+
+def _next_waiting(*, tenant_id: int, binding_id: int, after: int) -> int | None:
+    """The oldest reply waiting for the binding and due (not backing off), other than `after`."""
     now = timezone.now()
     oldest = _waiting_for_binding.all(tenant_id=tenant_id, binding_id=binding_id, after=after)
     due = [p.message_id for p in oldest if p.not_before is None or p.not_before <= now]
@@ -309,8 +362,7 @@ def _wake_next(*, tenant_id: int, binding_id: int, after: int) -> None:
             .filter(Q(not_before__isnull=True) | Q(not_before__lte=now))
             .exclude(message_id=after).order_by("id").values_list("message_id", flat=True).first()
         )
-    if message_id is not None:
-        deliver_message_task.delay(tenant_id, message_id)
+    return message_id
 
 
 def _send_parts(rows: list[OutboundDelivery]) -> int:

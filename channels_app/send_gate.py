@@ -5,7 +5,8 @@ out. Two gates keep one unreachable platform from taking every slot: a binding h
 send in flight at a time, and a worker runs at most QORVEN_SEND_SLOTS sends at once, so
 turns, heartbeats and other tenants always have slots left. A reply that finds its
 binding busy does not wait on a worker: it stays pending, and the send holding the
-binding queues the oldest waiting reply as it ends (channels_app.delivery).
+binding sends it next if the platform answers fast, or queues it as it lets go
+(channels_app.delivery.DRAIN_SECONDS).
 
 The gates are keys in Django's cache (Redis on the scale-out layout, this process's
 memory on the embedded default), each with an expiry past the longest a send can take,

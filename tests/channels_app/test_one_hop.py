@@ -19,7 +19,7 @@ from heartbeats_app.models import DELIVER_REMINDERS
 from heartbeats_app.services import heartbeat_create, heartbeat_run_now
 from memory_app.services import reminder_add
 from sessions_app.models import Message
-from sessions_app.services import session_resolve
+from sessions_app.services import message_append, session_resolve
 from sessions_app.turn_writes import turn_lease_acquire, turn_lease_release
 
 from ..fakes.model_server import reply
@@ -116,8 +116,8 @@ def test_a_reply_finding_its_bot_busy_waits_for_the_send_holding_it_and_goes_out
     client, world, telegram, platform, model_server, drain, published
 ):
     """A bot sends one message at a time (channels_app.send_gate): a reply that finds it
-    busy is left pending, and the send holding the bot queues it as it ends — no send
-    task on a timer meanwhile."""
+    busy is left pending — no send task on a timer meanwhile — and the next send to hold
+    the bot sends it too, oldest first."""
     pair(world, "telegram", "42", world.alice)
     pair(world, "telegram", "43", world.bob)
     model_server.add(reply("For Alice."), reply("For Bob."))
@@ -128,12 +128,59 @@ def test_a_reply_finding_its_bot_busy_waits_for_the_send_holding_it_and_goes_out
     assert not platform.sent("sendMessage")
     assert OutboundDelivery.objects.get().state == OutboundDelivery.State.PENDING
     assert "channels_app.deliver" not in published  # no send task waits on a timer for it
-    cache.delete(gate)  # that send ended; Bob's reply goes out next and wakes Alice's
+    cache.delete(gate)  # that send ended; Bob's reply goes out next, and Alice's after it
     assert post_telegram(client, telegram_update("and a taxi", user_id=43, message_id=2)).status_code == 200
     drain()
-    assert sorted(s.json["text"] for s in platform.sent("sendMessage")) == ["For Alice.", "For Bob."]
-    assert published.count("channels_app.deliver") == 1  # Alice's, queued by the send that held the bot
+    assert [s.json["text"] for s in platform.sent("sendMessage")] == ["For Bob.", "For Alice."]
+    assert "channels_app.deliver" not in published  # Alice's went with Bob's send, not as a task of its own
     assert set(OutboundDelivery.objects.values_list("state", flat=True)) == {OutboundDelivery.State.SENT}
+
+
+def left_for_the_bot(world, telegram, texts: list[str]) -> list[Message]:
+    """Replies to Alice whose parts wait for the bot, as a busy bot leaves them, oldest first."""
+    pair(world, "telegram", "42", world.alice)
+    session = session_resolve(tenant=world.tenant_a, qor=world.qor_a, channel="telegram", user=world.alice)
+    messages = []
+    for text in texts:
+        message = message_append(session=session, role="assistant", content=text, channel="telegram",
+                                 notify=False).message
+        OutboundDelivery.objects.create(tenant=world.tenant_a, message=message, part=0, binding=telegram,
+                                        target="42", text=text)
+        messages.append(message)
+    return messages
+
+
+def test_the_send_holding_a_bot_sends_the_replies_waiting_for_it_in_order_without_a_task_each(
+    world, telegram, platform, drain, published
+):
+    from channels_app.tasks import deliver_message_task
+
+    texts = [f"reply {n}" for n in range(6)]
+    first, *_ = left_for_the_bot(world, telegram, texts)
+    deliver_message_task.delay(world.tenant_a.pk, first.pk)
+    drain()
+    assert [s.json["text"] for s in platform.sent("sendMessage")] == texts
+    assert published.count("channels_app.deliver") == 1  # the one queued here: the others went with it
+    assert set(OutboundDelivery.objects.values_list("state", flat=True)) == {OutboundDelivery.State.SENT}
+
+
+def test_a_slow_bot_is_let_go_after_a_send_and_the_next_reply_queued(
+    world, telegram, platform, drain, published, monkeypatch
+):
+    """A send holds its bot for the replies waiting only while the platform answers fast
+    (channels_app.delivery.DRAIN_SECONDS): one that takes longer lets go after its own
+    send and queues the next, so a worker slot is not kept by a slow platform's queue."""
+    from channels_app import delivery
+    from channels_app.tasks import deliver_message_task
+
+    monkeypatch.setattr(delivery, "DRAIN_SECONDS", 0.2)
+    platform.default(r"sendMessage", Canned(delay=0.3))
+    texts = ["slow 0", "slow 1", "slow 2"]
+    first, *_ = left_for_the_bot(world, telegram, texts)
+    deliver_message_task.delay(world.tenant_a.pk, first.pk)
+    drain()
+    assert [s.json["text"] for s in platform.sent("sendMessage")] == texts
+    assert published.count("channels_app.deliver") == 3  # each queued by the send before it, as it let go
 
 
 def test_a_session_another_turn_holds_is_left_to_the_turn_task_and_answered_once_free(

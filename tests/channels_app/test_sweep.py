@@ -107,7 +107,7 @@ def test_replies_left_for_one_binding_are_swept_one_at_a_time_and_all_sent_in_or
         OutboundDelivery.objects.create(tenant=world.tenant_a, message=message, part=0, binding=telegram,
                                         target="42", text=text)
     OutboundDelivery.objects.update(updated_at=timezone.now() - LONG_AGO)
-    assert sweep().deliveries == 1  # the oldest; each send wakes the next
+    assert sweep().deliveries == 1  # the oldest; its send goes on with the others
     drain()
     assert [s.json["text"] for s in platform.sent("sendMessage")] == texts
     assert set(OutboundDelivery.objects.values_list("state", flat=True)) == {"sent"}
