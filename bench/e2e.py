@@ -36,8 +36,10 @@ previous phase left (unprocessed events, unanswered messages, turn leases) is cl
    client with the same deliveries and concurrency, just before Qorven's run and again once
    its processes have stopped; ratio = accepted/s ÷ the mean of its two req/s.
    Every delivery is also processed (pairing rules, the stored message, a turn with the
-   fake model's reply) while the posting goes on: in the embedded layout that work shares
-   the serving process.
+   fake model's reply, the reply sent to the fake Telegram) while the posting goes on: in
+   the embedded layout that work shares the serving process. The phase then waits until
+   every reply is sent: processing/s = replies sent ÷ (the last one's ``sent_at`` − the
+   first POST), reported with the CPU each message cost the processes.
 2. ``fanout``: 200 WebSocket clients (``/ws/chat/<tenant>/<qor>/?token=…``, Origin =
    the server) on ONE chat, a message posted on the JSON API (``POST /v1/qors/<qor>/messages``)
    at a time, each waiting for every client to have it and the reply; then 200 clients on
