@@ -49,7 +49,12 @@ previous phase left (unprocessed events, unanswered messages, turn leases) is cl
    server's wall clock when it built the row, before it is stored; same machine, same
    clock). Base: a minimal broadcast server (bench/_broadcast.py, aiohttp.web in its own
    process: stamps ``created_at``, encodes once, writes to every socket of the chat) with
-   the same clients and the same measurement.
+   the same clients and the same measurement. On PostgreSQL + Redis both cases run once
+   more with the fan-out alone: messages stored without their live event, whose events the
+   bench's Django process then publishes (as a worker publishes a reply) with
+   ``created_at`` stamped as it hands each over — the layer, the server's hub and the
+   sockets, no store and no turns (10 chats at a time in the 200-chat case). The embedded
+   layout's in-process layer has no other process to publish from.
 3. ``turn``: a user message POSTed on the JSON API → the assistant reply's
    ``message.new`` on a WebSocket of that chat, minus the fake model's own handling time
    of that request (measured in the fake: 0.4–1.5 ms). Cases: 1 user, turns one after
@@ -170,6 +175,12 @@ def nonce() -> str:
     return f"n{uuid.uuid4().hex[:12]}"
 
 
+def nonce_of(text: str) -> str:
+    found = NONCE.search(text)
+    assert found is not None, text
+    return found.group(1)
+
+
 def figure(layout: str, name: str, measured: float | int | None, *, baseline: float | None = None,
            goal: str = "", ok: bool | None = None, unit: str = "") -> Row:
     """One row of the table (the unit, if any, in the figure's name); `ok` None: reported, not a goal."""
@@ -253,6 +264,22 @@ def helper_main() -> int:
     def event_count() -> int:
         return InboundEvent.objects.count()
 
+    def publish_alone(users: list[int], keys: list[str]) -> Any:
+        """The fan-out alone: a message per chat (user index, or -1 for the owner) stored
+        without its live event, then the event published from this process — another
+        process than the server's, as a worker's would be — stamped as it is handed over."""
+        from channels_app.live_events import message_event
+        from qorven.runtime.publisher import broadcast_flush, broadcast_soon
+
+        owner = User.objects.get(username=OWNER)
+        stored = [message_append(session=chat(owner if i < 0 else user(i)), role="user", content=f"alone [{key}]",
+                                 channel="web", notify=False).message for i, key in zip(users, keys)]
+        for message in stored:
+            event = message_event(message)
+            event["created_at"] = time.time()  # from the event, not the row
+            broadcast_soon(message.session_id, event)
+        return broadcast_flush()
+
     def replies_sent() -> Any:
         """The replies sent to the fake Telegram so far, and when the last one was."""
         parts = OutboundDelivery.objects.filter(binding__kind="telegram")
@@ -316,7 +343,7 @@ def helper_main() -> int:
         return {name: round(sorted(ms)[len(ms) // 2], 2) if ms else None for name, ms in steps.items()}
 
     return helper_loop({"setup": setup, "leftovers_clear": leftovers_clear, "event_count": event_count,
-                        "replies_sent": replies_sent,
+                        "replies_sent": replies_sent, "publish_alone": publish_alone,
                         "ingest_counts": ingest_counts, "fill_session": fill_session, "chat_close": chat_close,
                         "platform_stages": platform_stages})
 
@@ -684,7 +711,10 @@ def deliveries(watchers: Watchers, keys: list[str] | None = None) -> list[float]
     return [ms for key, values in watchers.latency_ms.items() if keys is None or key in keys for ms in values]
 
 
-async def fanout_qorven(base: str, tokens: dict[str, Any], sizes: Sizes) -> dict[str, Any]:
+async def fanout_qorven(base: str, tokens: dict[str, Any], sizes: Sizes,
+                        publish: Callable[[list[int], list[str]], Any] | None) -> dict[str, Any]:
+    """The through-the-API cases; with `publish` (a layer other processes reach), each
+    also once published by another process: the fan-out alone ("alone_one", "alone_many")."""
     ws_base = base.replace("http://", "ws://") + f"/ws/chat/{TENANT}/{QOR}/?token="
     api = f"{base}/v1/qors/{QOR}/messages"
     out: dict[str, Any] = {}
@@ -699,6 +729,12 @@ async def fanout_qorven(base: str, tokens: dict[str, Any], sizes: Sizes) -> dict
                                     sizes.fanout_messages, CLIENTS, replies=True)
             out["one"], out["one_missed"] = deliveries(watchers), len(missed)
             log(f"fan-out: {sizes.fanout_messages + 1} messages on one chat in {time.monotonic() - started:.1f} s")
+            if publish is not None:
+                before = set(watchers.latency_ms)
+                missed = await one_chat(watchers, lambda text: asyncio.to_thread(publish, [-1], [nonce_of(text)]),
+                                        sizes.fanout_messages, CLIENTS, replies=False)
+                alone = [k for k in watchers.latency_ms if k not in before]
+                out["alone_one"], out["alone_one_missed"] = deliveries(watchers, alone), len(missed)
         finally:
             await watchers.close()
         watchers = Watchers()
@@ -716,6 +752,20 @@ async def fanout_qorven(base: str, tokens: dict[str, Any], sizes: Sizes) -> dict
             out["many"], out["many_missed"] = deliveries(watchers, keys), len(missed)
             log(f"fan-out: a message in each of {CLIENTS} chats, delivered, in {time.monotonic() - started:.1f} s"
                 f" ({sum(1 for k in keys if watchers.replies[k])} answered by then)")
+            if publish is not None:
+                # Once every turn has answered (a reply still to come would take the seq a
+                # socket expects next, and send it to the database to catch up), the same
+                # again from another process, POST_AT_ONCE chats at a time as the POSTs were.
+                await watchers.until(lambda: all(watchers.replies[k] for k in keys), 2 * WAIT)
+                alone = [nonce() for _ in range(CLIENTS)]
+                for key in alone:
+                    watchers.expect(key)
+                for first in range(0, CLIENTS, POST_AT_ONCE):
+                    batch = alone[first:first + POST_AT_ONCE]
+                    await asyncio.to_thread(publish, list(range(first, first + len(batch))), batch)
+                    await watchers.until(lambda: all(watchers.got(k) for k in batch), WAIT)
+                out["alone_many"] = deliveries(watchers, alone)
+                out["alone_many_missed"] = sum(1 for k in alone if not watchers.got(k))
         finally:
             await watchers.close()
     return out
@@ -760,19 +810,27 @@ def broadcast_baseline(tmp: Path, env: dict[str, str], sizes: Sizes) -> dict[str
 def fanout(layout: Layout, sizes: Sizes) -> tuple[list[Row], list[str]]:
     base = broadcast_baseline(layout.tmp, layout.env, sizes)
     layout.start("fanout")
+    # On the in-process layer only the server itself can publish: no "alone" case there.
+    publish = None if layout.name == "embedded" else (lambda users, keys: layout.helper("publish_alone", users=users,
+                                                                                          keys=keys))
     try:
-        measured = asyncio.run(fanout_qorven(layout.base, layout.tokens, sizes))
+        measured = asyncio.run(fanout_qorven(layout.base, layout.tokens, sizes, publish))
     finally:
         layout.stop()
     rows: list[Row] = []
     notes: list[str] = []
-    expected = {"one": sizes.fanout_messages * CLIENTS, "many": CLIENTS}
-    for case, what in (("one", f"{CLIENTS} sockets on 1 chat"), ("many", f"{CLIENTS} sockets on {CLIENTS} chats")):
+    expected = {"one": sizes.fanout_messages * CLIENTS, "many": CLIENTS,
+                "alone_one": sizes.fanout_messages * CLIENTS, "alone_many": CLIENTS}
+    cases = [("one", "one", f"{CLIENTS} sockets on 1 chat"), ("many", "many", f"{CLIENTS} sockets on {CLIENTS} chats")]
+    if publish is not None:
+        cases += [("alone_one", "one", f"{CLIENTS} sockets on 1 chat, published by another process"),
+                  ("alone_many", "many", f"{CLIENTS} sockets on {CLIENTS} chats, published by another process")]
+    for case, base_case, what in cases:
         got = measured[case]
         if not got:
             notes.append(f"{layout.name}/fan-out {what}: no delivery at all")
             continue
-        (p50, p99), (b50, b99) = pct(got, 2), pct(base[case], 2)
+        (p50, p99), (b50, b99) = pct(got, 2), pct(base[base_case], 2)
         complete = len(got) == expected[case]
         for name, value, b, limit in (("p50", p50, b50, 10), ("p99", p99, b99, 50)):
             rows.append(figure(layout.name, f"fan-out: {what}, {name}", value, unit="ms", baseline=b,
@@ -785,7 +843,13 @@ def fanout(layout: Layout, sizes: Sizes) -> tuple[list[Row], list[str]]:
     notes.append(f"{layout.name}/fan-out: one chat: {sizes.fanout_messages} messages one at a time, each"
                  f" answered (the reply reaches the {CLIENTS} sockets too) before the next; {CLIENTS} chats: one"
                  f" message each, {POST_AT_ONCE} POSTs at a time, their turns running meanwhile (the phase ends"
-                 " when every message is delivered)")
+                 " when every message is delivered); measured from the message's created_at, stamped before"
+                 " its INSERT")
+    if publish is not None:
+        notes.append(f"{layout.name}/fan-out published by another process: the same sockets, messages stored"
+                     " without their live event, then the event published by the bench's Django process"
+                     " (as a worker publishes) and measured from that moment: the layer, the server's hub and"
+                     f" the sockets alone, {POST_AT_ONCE} chats at a time, no turns")
     return rows, notes
 
 
