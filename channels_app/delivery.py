@@ -29,7 +29,7 @@ from tenancy.switches import channel_enabled
 
 from .adapters import SendError, adapter_for
 from .models import ChannelBinding, Identity, OutboundDelivery
-from .send_gate import BindingBusy, send_gate
+from .send_gate import BindingBusy, send_gate, send_slot_free
 
 logger = logging.getLogger(__name__)
 
@@ -272,7 +272,7 @@ def deliver_message(*, tenant_id: int, message_id: int, worker: str) -> int:
             holding = True
             until = time.monotonic() + DRAIN_SECONDS
             sent = _send_parts(waiting)
-            _send_waiting(tenant_id=tenant_id, binding_id=binding_id, after=message_id, until=until)
+            _send_waiting(tenant_id=tenant_id, binding_id=binding_id, after=message_id, until=until, worker=worker)
             return sent
     except BindingBusy:
         return 0
@@ -297,12 +297,13 @@ def _sendable(*, tenant_id: int, message_id: int) -> list[OutboundDelivery] | No
 # first, until this long after it took the binding (and this many replies) before it lets
 # go and queues the next: a busy bot's queue is worked through by one task instead of a
 # task (and a publish, a failed try and a wake-up) per reply, and a slow platform is
-# still let go after one send.
+# still let go after one send. It goes on only while the worker has another send slot
+# free, so other tenants' replies never wait for a busy bot's queue.
 DRAIN_SECONDS = 0.5
 DRAIN_MAX = 50
 
 
-def _send_waiting(*, tenant_id: int, binding_id: int, after: int, until: float) -> None:
+def _send_waiting(*, tenant_id: int, binding_id: int, after: int, until: float, worker: str) -> None:
     """While the binding's gate is held: send the replies waiting for it until `until`
     (time.monotonic(); see DRAIN_SECONDS). A reply that fails for now gets its retry
     scheduled and ends the run; what is left is woken as the gate is let go (_wake_next)."""
@@ -312,7 +313,9 @@ def _send_waiting(*, tenant_id: int, binding_id: int, after: int, until: float) 
         if time.monotonic() >= until:
             return
         message_id = _next_waiting(tenant_id=tenant_id, binding_id=binding_id, after=after)
-        waiting = _sendable(tenant_id=tenant_id, message_id=message_id) if message_id is not None else None
+        if message_id is None or not send_slot_free(worker=worker):
+            return
+        waiting = _sendable(tenant_id=tenant_id, message_id=message_id)
         if waiting is None:
             return
         try:

@@ -5,8 +5,8 @@ out. Two gates keep one unreachable platform from taking every slot: a binding h
 send in flight at a time, and a worker runs at most QORVEN_SEND_SLOTS sends at once, so
 turns, heartbeats and other tenants always have slots left. A reply that finds its
 binding busy does not wait on a worker: it stays pending, and the send holding the
-binding sends it next if the platform answers fast, or queues it as it lets go
-(channels_app.delivery.DRAIN_SECONDS).
+binding sends it next if the platform answers fast and the worker has a send slot left
+for others, or queues it as it lets go (channels_app.delivery.DRAIN_SECONDS).
 
 The gates are keys in Django's cache (Redis on the scale-out layout, this process's
 memory on the embedded default), each with an expiry past the longest a send can take,
@@ -36,6 +36,17 @@ def _hold_seconds() -> int:
     return int(2 * settings.QORVEN_PLATFORM_TIMEOUT) + 10
 
 
+def _slot_keys(worker: str) -> list[str]:
+    return [f"send:worker:{worker}:{slot}" for slot in range(max(settings.QORVEN_SEND_SLOTS, 1))]
+
+
+def send_slot_free(*, worker: str) -> bool:
+    """Whether one of the worker's send slots is free now: a send holding its binding for
+    the replies waiting (channels_app.delivery) goes on only while others can still send."""
+    keys = _slot_keys(worker)
+    return len(cache.get_many(keys)) < len(keys)
+
+
 @contextmanager
 def send_gate(*, binding_id: int, worker: str) -> Iterator[None]:
     """Hold the binding's gate and one of the worker's send slots while sending; raise
@@ -46,8 +57,7 @@ def send_gate(*, binding_id: int, worker: str) -> Iterator[None]:
         if not cache.add(f"send:binding:{binding_id}", token, _hold_seconds()):
             raise BindingBusy(f"binding {binding_id} is sending")
         held.append(f"send:binding:{binding_id}")
-        for slot in range(max(settings.QORVEN_SEND_SLOTS, 1)):
-            key = f"send:worker:{worker}:{slot}"
+        for key in _slot_keys(worker):
             if cache.add(key, token, _hold_seconds()):
                 held.append(key)
                 break

@@ -151,10 +151,11 @@ def left_for_the_bot(world, telegram, texts: list[str]) -> list[Message]:
 
 
 def test_the_send_holding_a_bot_sends_the_replies_waiting_for_it_in_order_without_a_task_each(
-    world, telegram, platform, drain, published
+    world, telegram, platform, drain, published, settings
 ):
     from channels_app.tasks import deliver_message_task
 
+    settings.QORVEN_SEND_SLOTS = 2  # one for this bot's queue, one left for everyone else
     texts = [f"reply {n}" for n in range(6)]
     first, *_ = left_for_the_bot(world, telegram, texts)
     deliver_message_task.delay(world.tenant_a.pk, first.pk)
@@ -165,7 +166,7 @@ def test_the_send_holding_a_bot_sends_the_replies_waiting_for_it_in_order_withou
 
 
 def test_a_slow_bot_is_let_go_after_a_send_and_the_next_reply_queued(
-    world, telegram, platform, drain, published, monkeypatch
+    world, telegram, platform, drain, published, monkeypatch, settings
 ):
     """A send holds its bot for the replies waiting only while the platform answers fast
     (channels_app.delivery.DRAIN_SECONDS): one that takes longer lets go after its own
@@ -173,6 +174,7 @@ def test_a_slow_bot_is_let_go_after_a_send_and_the_next_reply_queued(
     from channels_app import delivery
     from channels_app.tasks import deliver_message_task
 
+    settings.QORVEN_SEND_SLOTS = 2
     monkeypatch.setattr(delivery, "DRAIN_SECONDS", 0.2)
     platform.default(r"sendMessage", Canned(delay=0.3))
     texts = ["slow 0", "slow 1", "slow 2"]
@@ -181,6 +183,30 @@ def test_a_slow_bot_is_let_go_after_a_send_and_the_next_reply_queued(
     drain()
     assert [s.json["text"] for s in platform.sent("sendMessage")] == texts
     assert published.count("channels_app.deliver") == 3  # each queued by the send before it, as it let go
+
+
+@pytest.mark.parametrize("slots, taken_by_others", [(1, 0), (2, 1)])
+def test_a_busy_bot_never_keeps_the_workers_last_free_send_slot(
+    world, telegram, platform, drain, published, settings, slots, taken_by_others
+):
+    """The send holding a bot goes on with its waiting replies only while the worker has
+    another send slot free: with none left, it lets go after its own and queues the next,
+    so another tenant's reply finds a slot."""
+    from channels_app.tasks import deliver_message_task
+
+    settings.QORVEN_SEND_SLOTS = slots
+    others = [f"send:worker:{gethostname()}:{slot}" for slot in range(slots - taken_by_others, slots)]
+    for key in others:
+        assert cache.add(key, "another send", 60)
+    try:
+        texts = ["first", "second", "third"]
+        first, *_ = left_for_the_bot(world, telegram, texts)
+        deliver_message_task.delay(world.tenant_a.pk, first.pk)
+        drain()
+        assert [s.json["text"] for s in platform.sent("sendMessage")] == texts
+        assert published.count("channels_app.deliver") == 3  # each queued by the send before it
+    finally:
+        cache.delete_many(others)
 
 
 def test_a_session_another_turn_holds_is_left_to_the_turn_task_and_answered_once_free(
