@@ -106,7 +106,7 @@ from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import _servers
 from _common import Row, label, log, met
@@ -131,6 +131,8 @@ from _servers import (
     unreachable,
     wait_http,
 )
+
+T = TypeVar("T")
 
 DEFAULT_PG_URL = "postgres://postgres@127.0.0.1:5432/qorven_bench_e2e"
 DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/6"
@@ -573,23 +575,23 @@ def trivial_app(tmp: Path, env: dict[str, str]) -> Iterator[Callable[[list[bytes
         stop(proc)
 
 
-def wait_stored(helper: Helper, count: int, timeout: float) -> bool:
+def poll(fetch: Callable[[], T], done: Callable[[T], bool], timeout: float) -> T:
+    """What `fetch` returns once `done` with it, or at `timeout` seconds, whichever first."""
     deadline = time.monotonic() + timeout
-    while helper("event_count") < count:
-        if time.monotonic() > deadline:
-            return False
+    while True:
+        value = fetch()
+        if done(value) or time.monotonic() > deadline:
+            return value
         time.sleep(0.2)
-    return True
+
+
+def wait_stored(helper: Helper, count: int, timeout: float) -> bool:
+    return poll(lambda: helper("event_count"), lambda n: n >= count, timeout) >= count
 
 
 def wait_sent(helper: Helper, count: int, timeout: float) -> dict[str, Any]:
-    """Wait until `count` replies have been sent (or failed), at most `timeout` seconds."""
-    deadline = time.monotonic() + timeout
-    while True:
-        sent = helper("replies_sent")
-        if sent["sent"] + sent["failed"] >= count or time.monotonic() > deadline:
-            return sent
-        time.sleep(0.2)
+    """The replies sent (or failed) once `count` of them are, or at `timeout` seconds."""
+    return poll(lambda: helper("replies_sent"), lambda s: s["sent"] + s["failed"] >= count, timeout)
 
 
 def ingest(layout: Layout, sizes: Sizes) -> tuple[list[Row], list[str]]:

@@ -277,7 +277,7 @@ def deliver_message(*, tenant_id: int, message_id: int, worker: str) -> int:
     except BindingBusy:
         return 0
     finally:
-        if holding:
+        if holding:  # a look of its own, once the bot is let go: a reply that found it busy after the last one is woken
             _wake_next(tenant_id=tenant_id, binding_id=binding_id, after=message_id)
 
 

@@ -2,8 +2,9 @@ from __future__ import annotations
 
 import pytest
 
-from channels_app.models import Identity
+from channels_app.models import Identity, OutboundDelivery
 from channels_app.services import binding_create
+from sessions_app.services import message_append, session_resolve
 from tenancy.trust import Trust
 
 from .browser_support import browser_database, chat_server  # noqa: F401 (fixtures of the browser tests)
@@ -31,6 +32,20 @@ def pair(world, channel: str, external_id: str, user, trust=Trust.OWNER) -> Iden
         tenant=world.tenant_a, channel=channel, external_id=external_id, user=user,
         approval=Identity.Approval.APPROVED, trust_level=trust, display_name=user.first_name,
     )
+
+
+def replies_waiting(world, telegram, texts: list[str], *, not_before=None) -> list:
+    """Replies to Alice (paired as Telegram sender 42) whose parts wait for the bot, as a
+    busy bot or a dead worker leaves them, oldest first."""
+    session = session_resolve(tenant=world.tenant_a, qor=world.qor_a, channel="telegram", user=world.alice)
+    messages = []
+    for text in texts:
+        message = message_append(session=session, role="assistant", content=text, channel="telegram",
+                                 notify=False).message
+        OutboundDelivery.objects.create(tenant=world.tenant_a, message=message, part=0, binding=telegram,
+                                        target="42", text=text, not_before=not_before)
+        messages.append(message)
+    return messages
 
 
 def answered_on_telegram(client, world, platform, model_server, drain, *, asked: str, answer: str):

@@ -19,12 +19,12 @@ from heartbeats_app.models import DELIVER_REMINDERS
 from heartbeats_app.services import heartbeat_create, heartbeat_run_now
 from memory_app.services import reminder_add
 from sessions_app.models import Message
-from sessions_app.services import message_append, session_resolve
+from sessions_app.services import session_resolve
 from sessions_app.turn_writes import turn_lease_acquire, turn_lease_release
 
 from ..fakes.model_server import reply
 from ..fakes.platform_server import Canned
-from .conftest import answered_on_telegram, pair
+from .conftest import answered_on_telegram, pair, replies_waiting
 from .payloads import post_telegram, telegram_update
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -136,20 +136,6 @@ def test_a_reply_finding_its_bot_busy_waits_for_the_send_holding_it_and_goes_out
     assert set(OutboundDelivery.objects.values_list("state", flat=True)) == {OutboundDelivery.State.SENT}
 
 
-def left_for_the_bot(world, telegram, texts: list[str]) -> list[Message]:
-    """Replies to Alice whose parts wait for the bot, as a busy bot leaves them, oldest first."""
-    pair(world, "telegram", "42", world.alice)
-    session = session_resolve(tenant=world.tenant_a, qor=world.qor_a, channel="telegram", user=world.alice)
-    messages = []
-    for text in texts:
-        message = message_append(session=session, role="assistant", content=text, channel="telegram",
-                                 notify=False).message
-        OutboundDelivery.objects.create(tenant=world.tenant_a, message=message, part=0, binding=telegram,
-                                        target="42", text=text)
-        messages.append(message)
-    return messages
-
-
 def test_the_send_holding_a_bot_sends_the_replies_waiting_for_it_in_order_without_a_task_each(
     world, telegram, platform, drain, published, settings
 ):
@@ -157,7 +143,8 @@ def test_the_send_holding_a_bot_sends_the_replies_waiting_for_it_in_order_withou
 
     settings.QORVEN_SEND_SLOTS = 2  # one for this bot's queue, one left for everyone else
     texts = [f"reply {n}" for n in range(6)]
-    first, *_ = left_for_the_bot(world, telegram, texts)
+    pair(world, "telegram", "42", world.alice)
+    first, *_ = replies_waiting(world, telegram, texts)
     deliver_message_task.delay(world.tenant_a.pk, first.pk)
     drain()
     assert [s.json["text"] for s in platform.sent("sendMessage")] == texts
@@ -178,7 +165,8 @@ def test_a_slow_bot_is_let_go_after_a_send_and_the_next_reply_queued(
     monkeypatch.setattr(delivery, "DRAIN_SECONDS", 0.2)
     platform.default(r"sendMessage", Canned(delay=0.3))
     texts = ["slow 0", "slow 1", "slow 2"]
-    first, *_ = left_for_the_bot(world, telegram, texts)
+    pair(world, "telegram", "42", world.alice)
+    first, *_ = replies_waiting(world, telegram, texts)
     deliver_message_task.delay(world.tenant_a.pk, first.pk)
     drain()
     assert [s.json["text"] for s in platform.sent("sendMessage")] == texts
@@ -200,7 +188,8 @@ def test_a_busy_bot_never_keeps_the_workers_last_free_send_slot(
         assert cache.add(key, "another send", 60)
     try:
         texts = ["first", "second", "third"]
-        first, *_ = left_for_the_bot(world, telegram, texts)
+        pair(world, "telegram", "42", world.alice)
+        first, *_ = replies_waiting(world, telegram, texts)
         deliver_message_task.delay(world.tenant_a.pk, first.pk)
         drain()
         assert [s.json["text"] for s in platform.sent("sendMessage")] == texts

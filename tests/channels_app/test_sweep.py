@@ -16,7 +16,7 @@ from sessions_app.models import Message, Session
 from sessions_app.services import message_append, session_resolve
 
 from ..fakes.model_server import reply
-from .conftest import pair
+from .conftest import pair, replies_waiting
 
 pytestmark = pytest.mark.django_db(transaction=True)
 LONG_AGO = timedelta(minutes=10)
@@ -99,13 +99,8 @@ def test_a_reply_never_sent_is_sent_and_one_cut_off_mid_send_is_failed_not_sent_
 
 def test_replies_left_for_one_binding_are_swept_one_at_a_time_and_all_sent_in_order(world, telegram, platform, drain):
     pair(world, "telegram", "42", world.alice)
-    session = session_resolve(tenant=world.tenant_a, qor=world.qor_a, channel="telegram", user=world.alice)
     texts = [f"left {n}" for n in range(5)]
-    for text in texts:
-        message = message_append(session=session, role="assistant", content=text, channel="telegram",
-                                 notify=False).message
-        OutboundDelivery.objects.create(tenant=world.tenant_a, message=message, part=0, binding=telegram,
-                                        target="42", text=text)
+    replies_waiting(world, telegram, texts)
     OutboundDelivery.objects.update(updated_at=timezone.now() - LONG_AGO)
     assert sweep().deliveries == 1  # the oldest; its send goes on with the others
     drain()
@@ -136,20 +131,10 @@ def test_a_send_ending_wakes_the_oldest_reply_due_passing_over_those_backing_off
     from channels_app.tasks import deliver_message_task
 
     pair(world, "telegram", "42", world.alice)
-    session = session_resolve(tenant=world.tenant_a, qor=world.qor_a, channel="telegram", user=world.alice)
-
-    def left(text: str, not_before=None):
-        message = message_append(session=session, role="assistant", content=text, channel="telegram",
-                                 notify=False).message
-        OutboundDelivery.objects.create(tenant=world.tenant_a, message=message, part=0, binding=telegram,
-                                        target="42", text=text, not_before=not_before)
-        return message
-
-    sending = left("sent now")
+    (sending,) = replies_waiting(world, telegram, ["sent now"])
     later = timezone.now() + timedelta(minutes=10)
-    for n in range(backing_off):  # their retries are scheduled
-        left(f"backing off {n}", not_before=later)
-    left("due")
+    replies_waiting(world, telegram, [f"backing off {n}" for n in range(backing_off)], not_before=later)  # retries scheduled
+    replies_waiting(world, telegram, ["due"])
     deliver_message_task.delay(world.tenant_a.pk, sending.pk)
     drain()
     assert [s.json["text"] for s in platform.sent("sendMessage")] == ["sent now", "due"]
