@@ -136,18 +136,23 @@ def test_a_reply_finding_its_bot_busy_waits_for_the_send_holding_it_and_goes_out
     assert set(OutboundDelivery.objects.values_list("state", flat=True)) == {OutboundDelivery.State.SENT}
 
 
-def test_the_send_holding_a_bot_sends_the_replies_waiting_for_it_in_order_without_a_task_each(
-    world, telegram, platform, drain, published, settings
-):
+def sent_from_the_first(world, telegram, platform, drain, texts: list[str]) -> None:
+    """Alice's replies waiting for the bot, a send task queued for the first of them: all
+    are sent, in order."""
     from channels_app.tasks import deliver_message_task
 
-    settings.QORVEN_SEND_SLOTS = 2  # one for this bot's queue, one left for everyone else
-    texts = [f"reply {n}" for n in range(6)]
     pair(world, "telegram", "42", world.alice)
     first, *_ = replies_waiting(world, telegram, texts)
     deliver_message_task.delay(world.tenant_a.pk, first.pk)
     drain()
     assert [s.json["text"] for s in platform.sent("sendMessage")] == texts
+
+
+def test_the_send_holding_a_bot_sends_the_replies_waiting_for_it_in_order_without_a_task_each(
+    world, telegram, platform, drain, published, settings
+):
+    settings.QORVEN_SEND_SLOTS = 2  # one for this bot's queue, one left for everyone else
+    sent_from_the_first(world, telegram, platform, drain, [f"reply {n}" for n in range(6)])
     assert published.count("channels_app.deliver") == 1  # the one queued here: the others went with it
     assert set(OutboundDelivery.objects.values_list("state", flat=True)) == {OutboundDelivery.State.SENT}
 
@@ -159,17 +164,11 @@ def test_a_slow_bot_is_let_go_after_a_send_and_the_next_reply_queued(
     (channels_app.delivery.DRAIN_SECONDS): one that takes longer lets go after its own
     send and queues the next, so a worker slot is not kept by a slow platform's queue."""
     from channels_app import delivery
-    from channels_app.tasks import deliver_message_task
 
     settings.QORVEN_SEND_SLOTS = 2
     monkeypatch.setattr(delivery, "DRAIN_SECONDS", 0.2)
     platform.default(r"sendMessage", Canned(delay=0.3))
-    texts = ["slow 0", "slow 1", "slow 2"]
-    pair(world, "telegram", "42", world.alice)
-    first, *_ = replies_waiting(world, telegram, texts)
-    deliver_message_task.delay(world.tenant_a.pk, first.pk)
-    drain()
-    assert [s.json["text"] for s in platform.sent("sendMessage")] == texts
+    sent_from_the_first(world, telegram, platform, drain, ["slow 0", "slow 1", "slow 2"])
     assert published.count("channels_app.deliver") == 3  # each queued by the send before it, as it let go
 
 
@@ -180,19 +179,12 @@ def test_a_busy_bot_never_keeps_the_workers_last_free_send_slot(
     """The send holding a bot goes on with its waiting replies only while the worker has
     another send slot free: with none left, it lets go after its own and queues the next,
     so another tenant's reply finds a slot."""
-    from channels_app.tasks import deliver_message_task
-
     settings.QORVEN_SEND_SLOTS = slots
     others = [f"send:worker:{gethostname()}:{slot}" for slot in range(slots - taken_by_others, slots)]
     for key in others:
         assert cache.add(key, "another send", 60)
     try:
-        texts = ["first", "second", "third"]
-        pair(world, "telegram", "42", world.alice)
-        first, *_ = replies_waiting(world, telegram, texts)
-        deliver_message_task.delay(world.tenant_a.pk, first.pk)
-        drain()
-        assert [s.json["text"] for s in platform.sent("sendMessage")] == texts
+        sent_from_the_first(world, telegram, platform, drain, ["first", "second", "third"])
         assert published.count("channels_app.deliver") == 3  # each queued by the send before it
     finally:
         cache.delete_many(others)
