@@ -128,7 +128,7 @@ def alive(pid: int) -> bool:
     # A child that exited but is not reaped yet is a zombie: gone as far as serving goes.
     try:
         return Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
-    except FileNotFoundError:  # reaped between the two looks
+    except (FileNotFoundError, ProcessLookupError):  # reaped between the two looks, or while the file was read
         return False
 
 
