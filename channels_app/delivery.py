@@ -3,33 +3,25 @@
 channels_app observes appends (after commit); the agent and the domain apps never call
 an adapter. Each reply is split to the platform's limit and every part gets an
 OutboundDelivery row (unique per message and part), so a part is sent at most once even
-if the append is observed twice or a send task runs again.
+if the append is observed twice or a send task runs again. Sending the planned parts is
+channels_app.sending's.
 """
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Iterator
 from contextlib import AbstractContextManager, contextmanager
 from contextvars import ContextVar
-from datetime import timedelta
 
-from django.conf import settings
 from django.db import transaction
-from django.db.models import Q
-from django.utils import timezone
 
 from qorven.runtime.database import DATABASE_DOWN, connections_drop_broken
 from qorven.runtime.insert_new import rows_insert_new
-from qorven.runtime.prepared_read import PreparedRead
 from qorven.runtime.task_scope import collecting
 from sessions_app.models import Message
 
-from tenancy.switches import channel_enabled
-
-from .adapters import SendError, adapter_for
+from .adapters import adapter_for
 from .models import ChannelBinding, Identity, OutboundDelivery
-from .send_gate import BindingBusy, send_gate, send_slot_free
 
 logger = logging.getLogger(__name__)
 
@@ -162,73 +154,6 @@ def _send_soon(key: tuple[int, int], task) -> None:
         collected.append(key)
 
 
-# Why a part ended failed when nobody can tell whether the platform got it.
-MAYBE_DELIVERED = "it may or may not have been delivered"
-
-
-class RetryLater(Exception):
-    def __init__(self, after: float, reason: str) -> None:
-        super().__init__(reason)
-        self.after = after
-
-
-def send_backoff(attempt: int) -> float:
-    """Seconds before the next try of a send that failed transiently (attempt 0 is the
-    first try): QORVEN_SEND_BACKOFF doubled each time, at most a minute."""
-    return min(settings.QORVEN_SEND_BACKOFF * 2**attempt, 60.0)
-
-
-def deliveries_give_up(*, tenant_id: int, message_id: int, attempts: int) -> int:
-    """The retries are spent: the message's parts still pending are failed, with their last
-    error kept for the admin. Returns how many parts were failed."""
-    rows = OutboundDelivery.objects.filter(
-        tenant_id=tenant_id, message_id=message_id, state=OutboundDelivery.State.PENDING
-    ).select_related("binding")
-    failed = 0
-    kind = ""
-    for row in rows:
-        OutboundDelivery.objects.filter(pk=row.pk, state=OutboundDelivery.State.PENDING).update(
-            state=OutboundDelivery.State.FAILED,
-            last_error=f"gave up after {attempts} attempts; last error: {row.last_error}"[:1000],
-            updated_at=timezone.now(),
-        )
-        failed += 1
-        kind = row.binding.kind
-    if failed:
-        logger.warning("gave up delivering message %s after %s attempts", message_id, attempts)
-        _tell_failed(tenant_id, message_id, kind)
-    return failed
-
-
-def deliveries_interrupted_fail(*, rows: list[OutboundDelivery]) -> int:
-    """Parts whose sender died while sending: they may have reached the platform, and a
-    part is never sent twice, so they end failed, shown as such. Returns how many."""
-    failed = 0
-    for row in rows:
-        if OutboundDelivery.objects.filter(pk=row.pk, state=OutboundDelivery.State.SENDING,
-                                           updated_at=row.updated_at).update(
-            state=OutboundDelivery.State.FAILED, updated_at=timezone.now(),
-            last_error=f"the worker stopped while sending this part; {MAYBE_DELIVERED}",
-        ):
-            failed += 1
-            _tell_failed(row.tenant_id, row.message_id, row.binding.kind)
-            # The parts after it are sent by the sweeper's next delivery task.
-            OutboundDelivery.objects.filter(message_id=row.message_id, state=OutboundDelivery.State.PENDING).update(
-                updated_at=timezone.now() - timedelta(days=1)
-            )
-    return failed
-
-
-def _tell_failed(tenant_id: int, message_id: int, platform: str) -> None:
-    """Live surfaces mark the reply "not delivered to <platform>"."""
-    from qorven.runtime.publisher import broadcast_soon
-
-    row = Message.objects.filter(tenant_id=tenant_id, pk=message_id).values("session_id", "seq").first()
-    if row is not None:
-        broadcast_soon(row["session_id"], {"type": "message.delivery", "seq": row["seq"], "delivery": "failed",
-                                           "platform": platform})
-
-
 def failed_deliveries(*, message_ids: list[int]) -> dict[int, str]:
     """Which of these messages have a part that could not be delivered: id → platform."""
     if not message_ids:
@@ -237,204 +162,3 @@ def failed_deliveries(*, message_ids: list[int]) -> dict[int, str]:
         OutboundDelivery.objects.filter(message_id__in=message_ids, state=OutboundDelivery.State.FAILED)
         .values_list("message_id", "binding__kind")
     )
-
-
-# Read for every reply sent (compiled once: qorven.runtime.prepared_read).
-_waiting_parts: PreparedRead[OutboundDelivery] = PreparedRead(
-    lambda tenant_id, message_id: OutboundDelivery.objects.filter(
-        tenant_id=tenant_id, message_id=message_id,
-        state__in=[OutboundDelivery.State.PENDING, OutboundDelivery.State.SENDING],
-    ).select_related("binding__tenant").order_by("part"),
-    tenant_id=int, message_id=int,
-)
-
-
-def deliver_message(*, tenant_id: int, message_id: int, worker: str) -> int:
-    """Send the message's unsent parts in order. Returns how many were sent now.
-
-    Raises RetryLater on a transient failure (the task comes back after the backoff, or
-    the platform's retry-after); after QORVEN_SEND_RETRIES of them the parts left end
-    failed. Raises GateShut when `worker` has no send slot free. When another send holds
-    the binding it returns at once: that send wakes the next waiting reply as it ends
-    (channels_app.send_gate), so waiting costs no worker slot.
-
-    Each part is claimed (pending → sending) before it is sent, so two tasks for one
-    message (a retry and the sweeper's) never send a part twice; a part whose sender died
-    mid-send is failed by the sweeper rather than sent again, and so is one whose
-    connection was lost after the request went out (reset, or no answer in time)."""
-    waiting = _sendable(tenant_id=tenant_id, message_id=message_id)
-    if waiting is None:
-        return 0
-    binding_id = waiting[0].binding_id
-    holding = False
-    try:
-        with send_gate(binding_id=binding_id, worker=worker):
-            holding = True
-            until = time.monotonic() + DRAIN_SECONDS
-            sent = _send_parts(waiting)
-            _send_waiting(tenant_id=tenant_id, binding_id=binding_id, after=message_id, until=until, worker=worker)
-            return sent
-    except BindingBusy:
-        return 0
-    finally:
-        if holding:  # a look of its own, once the bot is let go: a reply that found it busy after the last one is woken
-            _wake_next(tenant_id=tenant_id, binding_id=binding_id, after=message_id)
-
-
-def _sendable(*, tenant_id: int, message_id: int) -> list[OutboundDelivery] | None:
-    """The message's unsent parts, if they can be sent now: None when there is nothing to
-    send, another task is on it (the parts after it wait there) or it is backing off
-    (its retry is scheduled)."""
-    waiting = _waiting_parts.all(tenant_id=tenant_id, message_id=message_id)
-    if not waiting or waiting[0].state == OutboundDelivery.State.SENDING:
-        return None
-    if waiting[0].not_before is not None and waiting[0].not_before > timezone.now():
-        return None
-    return waiting
-
-
-# A send that holds its binding goes on with the replies waiting for that binding, oldest
-# first, until this long after it took the binding (and this many replies) before it lets
-# go and queues the next: a busy bot's queue is worked through by one task instead of a
-# task (and a publish, a failed try and a wake-up) per reply, and a slow platform is
-# still let go after one send. It goes on only while the worker has another send slot
-# free, so other tenants' replies never wait for a busy bot's queue.
-DRAIN_SECONDS = 0.5
-DRAIN_MAX = 50
-
-
-def _send_waiting(*, tenant_id: int, binding_id: int, after: int, until: float, worker: str) -> None:
-    """While the binding's gate is held: send the replies waiting for it until `until`
-    (time.monotonic(); see DRAIN_SECONDS). A reply that fails for now gets its retry
-    scheduled and ends the run; what is left is woken as the gate is let go (_wake_next)."""
-    from .tasks import deliver_message_task
-
-    for _ in range(DRAIN_MAX):
-        if time.monotonic() >= until:
-            return
-        message_id = _next_waiting(tenant_id=tenant_id, binding_id=binding_id, after=after)
-        if message_id is None or not send_slot_free(worker=worker):
-            return
-        waiting = _sendable(tenant_id=tenant_id, message_id=message_id)
-        if waiting is None:
-            return
-        try:
-            _send_parts(waiting)
-        except RetryLater as exc:
-            deliver_message_task.apply_async((tenant_id, message_id), countdown=exc.after)
-            return
-        except Exception:  # not this send's failure: the reply is pending again, for the next send or the sweeper
-            logger.exception("message %s, waiting for its bot, could not be sent", message_id)
-            return
-
-
-# Read after every send (compiled once): the oldest parts waiting for the binding, whether
-# or not they are backing off (a time cannot be a prepared parameter; see _wake_next).
-WAKE_LOOK = 8
-_waiting_for_binding: PreparedRead[OutboundDelivery] = PreparedRead(
-    lambda tenant_id, binding_id, after: OutboundDelivery.objects.filter(
-        tenant_id=tenant_id, binding_id=binding_id, state=OutboundDelivery.State.PENDING,
-    ).exclude(message_id=after).only("id", "message_id", "not_before").order_by("id")[:WAKE_LOOK],
-    tenant_id=int, binding_id=int, after=int,
-)
-
-
-def _wake_next(*, tenant_id: int, binding_id: int, after: int) -> None:
-    """The binding's gate is open again: queue the oldest reply waiting for it (not one
-    backing off: its retry is scheduled)."""
-    from .tasks import deliver_message_task
-
-    message_id = _next_waiting(tenant_id=tenant_id, binding_id=binding_id, after=after)
-    if message_id is not None:
-        deliver_message_task.delay(tenant_id, message_id)
-
-
-def _next_waiting(*, tenant_id: int, binding_id: int, after: int) -> int | None:
-    """The oldest reply waiting for the binding and due (not backing off), other than `after`."""
-    now = timezone.now()
-    oldest = _waiting_for_binding.all(tenant_id=tenant_id, binding_id=binding_id, after=after)
-    due = [p.message_id for p in oldest if p.not_before is None or p.not_before <= now]
-    if due:
-        message_id: int | None = due[0]
-    elif len(oldest) < WAKE_LOOK:
-        message_id = None
-    else:  # the oldest few are all backing off: look further
-        message_id = (
-            OutboundDelivery.objects.filter(tenant_id=tenant_id, binding_id=binding_id,
-                                            state=OutboundDelivery.State.PENDING)
-            .filter(Q(not_before__isnull=True) | Q(not_before__lte=now))
-            .exclude(message_id=after).order_by("id").values_list("message_id", flat=True).first()
-        )
-    return message_id
-
-
-def _send_parts(rows: list[OutboundDelivery]) -> int:
-    first = rows[0]
-    if not first.binding.enabled or not channel_enabled(tenant=first.binding.tenant, channel=first.binding.kind):
-        # Switched off since the reply was written (or before): a switched-off channel
-        # sends nothing, on every path. The parts end failed where the person sees it.
-        reason = (f"the {first.binding.kind} channel is switched off for this workspace" if first.binding.enabled
-                  else "the binding is disabled")
-        failed = OutboundDelivery.objects.filter(
-            pk__in=[r.pk for r in rows], state=OutboundDelivery.State.PENDING
-        ).update(state=OutboundDelivery.State.FAILED, last_error=reason, updated_at=timezone.now())
-        if failed:
-            logger.info("message %s not delivered: %s", first.message_id, reason)
-            _tell_failed(first.tenant_id, first.message_id, first.binding.kind)
-        return 0
-    sent = 0
-    for row in rows:
-        if not OutboundDelivery.objects.filter(pk=row.pk, state=OutboundDelivery.State.PENDING).update(
-            state=OutboundDelivery.State.SENDING, updated_at=timezone.now()
-        ):
-            return sent  # another task claimed it meanwhile
-        adapter = adapter_for(row.binding.kind)
-        try:
-            platform_id = adapter.send(row.binding, row.target, row.text)
-        except SendError as exc:
-            row.attempts += 1
-            if exc.ambiguous:
-                # The request went out and no answer came back: the platform may have the
-                # part, and a part is never sent twice, so it ends failed, shown as such.
-                row.state, row.not_before = OutboundDelivery.State.FAILED, None
-                row.last_error = f"{exc}: the connection was lost after sending; {MAYBE_DELIVERED}"[:1000]
-                row.save(update_fields=["attempts", "last_error", "state", "not_before", "updated_at"])
-                logger.warning("delivery of message %s part %s is in doubt, not sent again: %s",
-                               row.message_id, row.part, exc)
-                _tell_failed(row.tenant_id, row.message_id, row.binding.kind)
-                continue
-            row.last_error = str(exc)[:1000]
-            row.state = OutboundDelivery.State.FAILED if exc.permanent else OutboundDelivery.State.PENDING
-            after = exc.retry_after if exc.retry_after is not None else send_backoff(row.attempts - 1)
-            row.not_before = None if exc.permanent else timezone.now() + timedelta(seconds=after)
-            row.save(update_fields=["attempts", "last_error", "state", "not_before", "updated_at"])
-            if exc.permanent:
-                logger.warning("delivery of message %s part %s failed for good: %s", row.message_id, row.part, exc)
-                _tell_failed(row.tenant_id, row.message_id, row.binding.kind)
-                continue
-            if row.attempts > settings.QORVEN_SEND_RETRIES:
-                deliveries_give_up(tenant_id=row.tenant_id, message_id=row.message_id, attempts=row.attempts)
-                return sent
-            raise RetryLater(after, str(exc)) from None
-        except Exception:
-            # Not a platform answer (a bug, the database): the part goes back to pending
-            # for the task's retry or the sweeper; nothing was sent.
-            OutboundDelivery.objects.filter(pk=row.pk).update(state=OutboundDelivery.State.PENDING)
-            raise
-        OutboundDelivery.objects.filter(pk=row.pk).update(
-            state=OutboundDelivery.State.SENT, platform_message_id=platform_id, sent_at=timezone.now(),
-            attempts=row.attempts + 1, not_before=None, updated_at=timezone.now(),
-        )
-        sent += 1
-    return sent
-
-
-def send_direct(*, binding: ChannelBinding, target: str, text: str) -> None:
-    """A message outside any conversation (a pairing code). Best effort, one try."""
-    adapter = adapter_for(binding.kind)
-    if adapter is None or not target:
-        return
-    try:
-        adapter.send(binding, target, text)
-    except SendError as exc:
-        logger.warning("could not send a %s notice: %s", binding.kind, exc)

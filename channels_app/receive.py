@@ -279,7 +279,7 @@ def _process(binding: ChannelBinding, message: InboundMessage, event: InboundEve
 
 def _unknown_sender(binding: ChannelBinding, identity: Identity, message: InboundMessage) -> str:
     """Never stored in a conversation, never shown to the model: a code, or silence."""
-    from .delivery import send_direct
+    from .sending import send_direct
 
     if identity.approval == Identity.Approval.DENIED:
         return "denied"

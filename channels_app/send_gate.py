@@ -6,7 +6,7 @@ send in flight at a time, and a worker runs at most QORVEN_SEND_SLOTS sends at o
 turns, heartbeats and other tenants always have slots left. A reply that finds its
 binding busy does not wait on a worker: it stays pending, and the send holding the
 binding sends it next if the platform answers fast and the worker has a send slot left
-for others, or queues it as it lets go (channels_app.delivery.DRAIN_SECONDS).
+for others, or queues it as it lets go (channels_app.sending.DRAIN_SECONDS).
 
 The gates are keys in Django's cache (Redis on the scale-out layout, this process's
 memory on the embedded default), each with an expiry past the longest a send can take,
@@ -42,7 +42,7 @@ def _slot_keys(worker: str) -> list[str]:
 
 def send_slot_free(*, worker: str) -> bool:
     """Whether one of the worker's send slots is free now: a send holding its binding for
-    the replies waiting (channels_app.delivery) goes on only while others can still send."""
+    the replies waiting (channels_app.sending) goes on only while others can still send."""
     keys = _slot_keys(worker)
     return len(cache.get_many(keys)) < len(keys)
 

@@ -71,7 +71,7 @@ def sweep(*, restart: bool = False) -> SweepReport:
     what a stopped server accepted is processed as soon as it is back."""
     from qorven.agent.tasks import agent_turn, voice_transcribe_task
 
-    from .delivery import deliveries_interrupted_fail
+    from .sending import deliveries_interrupted_fail
     from .tasks import deliver_message_task, inbound_process_task
 
     now = timezone.now()

@@ -15,7 +15,8 @@ from qorven.runtime.log_context import log_context
 from qorven.runtime.publish import tasks_publish
 from qorven.runtime.task_scope import task_checkpoint_on
 
-from .delivery import RetryLater, deliver_message, deliveries_here, origins_here
+from .delivery import deliveries_here, origins_here
+from .sending import RetryLater, deliver_message
 from .receive import InboundBusy, inbound_event, inbound_process
 from .send_gate import WAIT as GATE_WAIT
 from .send_gate import GateShut

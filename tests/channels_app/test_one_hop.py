@@ -161,12 +161,12 @@ def test_a_slow_bot_is_let_go_after_a_send_and_the_next_reply_queued(
     world, telegram, platform, drain, published, monkeypatch, settings
 ):
     """A send holds its bot for the replies waiting only while the platform answers fast
-    (channels_app.delivery.DRAIN_SECONDS): one that takes longer lets go after its own
+    (channels_app.sending.DRAIN_SECONDS): one that takes longer lets go after its own
     send and queues the next, so a worker slot is not kept by a slow platform's queue."""
-    from channels_app import delivery
+    from channels_app import sending
 
     settings.QORVEN_SEND_SLOTS = 2
-    monkeypatch.setattr(delivery, "DRAIN_SECONDS", 0.2)
+    monkeypatch.setattr(sending, "DRAIN_SECONDS", 0.2)
     platform.default(r"sendMessage", Canned(delay=0.3))
     sent_from_the_first(world, telegram, platform, drain, ["slow 0", "slow 1", "slow 2"])
     assert published.count("channels_app.deliver") == 3  # each queued by the send before it, as it let go

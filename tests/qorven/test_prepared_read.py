@@ -95,6 +95,7 @@ def test_warming_runs_every_prepared_read_once_and_finds_nothing(world, django_a
     import gc
 
     import channels_app.delivery  # noqa: F401  (modules whose reads a worker runs)
+    import channels_app.sending  # noqa: F401
     import channels_app.receive  # noqa: F401
     from qorven.runtime import prepared_read
 
