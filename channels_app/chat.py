@@ -18,7 +18,8 @@ from qorven.agent.gateway import inbound_accept
 from sessions_app.channel_kinds import CHAT_FAMILY
 from sessions_app.models import Session
 from sessions_app.selectors import MessageRow, canonical_session_find, messages_read
-from sessions_app.services import AppendResult, ImageBytes, session_resolve
+from sessions_app.attachments import ImageBytes
+from sessions_app.services import AppendResult, session_resolve
 from tenancy.errors import NotFound
 from tenancy.access import surface_access
 from tenancy.switches import channel_enabled

@@ -11,7 +11,7 @@ from datetime import datetime, timedelta
 from django.conf import settings
 from django.db import transaction
 
-from sessions_app.services import cron_sessions_delete
+from sessions_app.retention import cron_sessions_delete
 
 from .models import Heartbeat, HeartbeatRun
 

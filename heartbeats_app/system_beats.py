@@ -23,7 +23,8 @@ from memory_app.services import reminders_mark_done
 from sessions_app.channel_kinds import CHAT_FAMILY, Channel
 from sessions_app.errors import SessionClosed
 from sessions_app.models import Message
-from sessions_app.services import image_prune, message_append, session_resolve, sessions_prune
+from sessions_app.retention import image_prune, sessions_prune
+from sessions_app.services import message_append, session_resolve
 from tenancy.models import Tenant
 
 from .models import CLEAR_IMAGES, CONVERSATION_RETENTION, DELIVER_REMINDERS, Heartbeat

@@ -13,7 +13,8 @@ from qorven.runtime.task_scope import collecting
 from sessions_app.errors import SessionClosed
 from sessions_app.models import Message, Session
 from sessions_app.selectors import session_successor
-from sessions_app.services import AppendResult, ImageBytes, attachments_meta, images_attach, message_append
+from sessions_app.attachments import ImageBytes, attachments_meta, images_attach
+from sessions_app.services import AppendResult, message_append
 
 from .notices import VOICE_NOTICES
 

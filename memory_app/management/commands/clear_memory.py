@@ -6,7 +6,7 @@ from django.core.management.base import BaseCommand, CommandError
 from memory_app.selectors import memory_count
 from memory_app.services import MemoryScope, memory_clear, memory_index_prune
 from sessions_app.selectors import conversation_counts
-from sessions_app.services import conversations_delete
+from sessions_app.retention import conversations_delete
 from tenancy.errors import NotFound
 from tenancy.selectors import qor_get, tenant_get
 
