@@ -14,7 +14,8 @@ import pytest
 from django.db import connection
 
 from channels_app.chat import chat_owner
-from channels_app.terminal import Follower, HumanPrinter, Pending
+from channels_app.terminal import HumanPrinter, Pending
+from channels_app.terminal_follow import Follower
 from sessions_app.models import Message
 from sessions_app.services import message_append, session_resolve
 
