@@ -65,8 +65,9 @@ def _target(message: Message) -> tuple[ChannelBinding, str] | None:
         meta = Message.objects.filter(
             tenant_id=message.tenant_id, session_id=message.session_id, seq=reply_to
         ).order_by().values_list("metadata", flat=True).first() or {}
-        binding = ChannelBinding.objects.filter(pk=meta.get("binding"), tenant_id=message.tenant_id).order_by().first()
-        if binding is not None and meta.get("reply_target"):
+        binding_id = meta.get("binding")
+        binding = binding_id and ChannelBinding.objects.filter(pk=binding_id, tenant_id=message.tenant_id).order_by().first()
+        if binding and meta.get("reply_target"):
             return binding, str(meta["reply_target"])
     session = message.session
     if session.user_id is None:

@@ -220,7 +220,10 @@ def _next_waiting(*, tenant_id: int, binding_id: int, after: int) -> int | None:
 
 
 def _send_parts(rows: list[OutboundDelivery]) -> int:
+    """Send a message's parts, all for one binding, in order (see deliver_message)."""
     first = rows[0]
+    adapter = adapter_for(first.binding.kind)
+    assert adapter is not None, first.binding.kind  # every kind of binding has one (tests/channels_app)
     if not first.binding.enabled or not channel_enabled(tenant=first.binding.tenant, channel=first.binding.kind):
         # Switched off since the reply was written (or before): a switched-off channel
         # sends nothing, on every path. The parts end failed where the person sees it.
@@ -239,7 +242,6 @@ def _send_parts(rows: list[OutboundDelivery]) -> int:
             state=OutboundDelivery.State.SENDING, updated_at=timezone.now()
         ):
             return sent  # another task claimed it meanwhile
-        adapter = adapter_for(row.binding.kind)
         try:
             platform_id = adapter.send(row.binding, row.target, row.text)
         except SendError as exc:

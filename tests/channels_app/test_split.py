@@ -40,3 +40,15 @@ def test_a_code_block_longer_than_a_part_is_reopened_in_each_part():
 def test_a_word_longer_than_the_limit_is_cut_hard():
     parts = split_message("a" * 5000, 2000)
     assert [len(p) for p in parts] == [2000, 2000, 1000]
+
+
+def test_every_kind_of_binding_has_an_adapter_with_a_length_limit():
+    """A reply's parts are split to its binding's adapter's limit and sent by it
+    (channels_app.delivery, channels_app.sending): no kind of binding may lack one."""
+    from channels_app.adapters import adapter_for
+    from channels_app.models import ChannelBinding
+
+    for kind in ChannelBinding.Kind.values:
+        adapter = adapter_for(kind)
+        assert adapter is not None, kind
+        assert adapter.limit > 0, kind
