@@ -231,4 +231,3 @@ def test_a_reply_goes_where_its_message_came_from_even_when_an_earlier_message_t
     assert OutboundDelivery.objects.get().target == "42"
     (sent,) = platform.sent("sendMessage")
     assert sent.json["chat_id"] in ("42", 42)
-
