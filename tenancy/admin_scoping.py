@@ -78,11 +78,53 @@ class _Scoping:
                 kwargs["queryset"] = related._default_manager.filter(tenant__in=ids)
         return super().formfield_for_foreignkey(db_field, request, **kwargs)  # type: ignore[misc]
 
+    def lookup_allowed(self, lookup: str, value: str, request: HttpRequest | None = None) -> bool:
+        allowed = super().lookup_allowed(lookup, value, request)  # type: ignore[misc]
+        if not allowed or request is None or admin_tenant_ids(request.user) is None:
+            return allowed
+        # Django lets a list be filtered by any of the model's own fields from the URL; for
+        # a tenant admin that would answer yes or no about values the page hides (a host's
+        # model key, a binding's credentials, a provider's error text), a character at a
+        # time. They filter by what the page offers: its filters, its date drill-down, and
+        # a related row or the row itself by id.
+        return lookup in _offered_lookups(self, request) or any(
+            lookup.startswith(f"{name}__") for name in _offered_filters(self, request))
+
     def get_autocomplete_fields(self, request: HttpRequest) -> list[str]:
         # Autocomplete asks the related model's admin, which knows nothing of tenants.
         if admin_tenant_ids(request.user) is not None:
             return []
         return list(super().get_autocomplete_fields(request))  # type: ignore[misc]
+
+
+def _offered_filters(model_admin: Any, request: HttpRequest) -> set[str]:
+    """The field paths a list's filters and date drill-down filter by."""
+    names = {model_admin.date_hierarchy} if model_admin.date_hierarchy else set()
+    for item in model_admin.get_list_filter(request):
+        if isinstance(item, type) and issubclass(item, admin.SimpleListFilter):
+            names.add(item.parameter_name)
+        elif isinstance(item, (list, tuple)):
+            names.add(item[0])
+        else:
+            names.add(item)
+    return names
+
+
+def _offered_lookups(model_admin: Any, request: HttpRequest) -> set[str]:
+    """Lookups of a row, or of a related row, by id (the links between admin pages), and
+    the simple filters' own parameters."""
+    lookups = {name for item in model_admin.get_list_filter(request)
+               if isinstance(item, type) and issubclass(item, admin.SimpleListFilter)
+               for name in (item.parameter_name,)}
+    for field in model_admin.model._meta.concrete_fields:
+        if field.primary_key:
+            names = [field.name, "pk"]
+        elif isinstance(field, ForeignKey):
+            names = [field.name, field.attname, f"{field.name}__{field.target_field.name}", f"{field.name}__pk"]
+        else:
+            continue
+        lookups.update(f"{name}{suffix}" for name in names for suffix in ("", "__exact", "__in", "__isnull"))
+    return lookups
 
 
 class TenantScopedAdminMixin(_Scoping):

@@ -1,0 +1,65 @@
+"""A tenant admin filters a list by what the page offers (its filters, its date drill-down,
+a related row's id), never by any field named in the URL: `?secret__startswith=…` would
+answer yes or no about a value the page hides, a character at a time."""
+from __future__ import annotations
+
+import pytest
+from django.urls import reverse
+
+from channels_app.services import binding_create
+from sessions_app.models import Message
+from sessions_app.services import message_append, session_resolve
+
+pytestmark = pytest.mark.django_db
+
+QORS = reverse("admin:qorven_qor_changelist")
+
+
+def listed(client, url: str, **params: str) -> int | None:
+    """How many rows the list shows with `params`; None when the admin refuses them."""
+    response = client.get(url, params)
+    if response.status_code == 400:
+        return None
+    assert response.status_code == 200
+    return response.context["cl"].result_count
+
+
+@pytest.mark.parametrize("lookup", ["main_api_key__startswith", "main_api_key__regex", "main_api_key"])
+def test_a_tenant_admin_cannot_probe_the_hosts_model_key_with_a_list_filter(tenant_admin, world, lookup):
+    world.qor_a.main_api_key = "sk-host-secret"
+    world.qor_a.save(update_fields=["main_api_key"])
+    assert "sk-host-secret" not in tenant_admin.get(reverse("admin:qorven_qor_change", args=[world.qor_a.pk])
+                                                    ).content.decode()
+    assert listed(tenant_admin, QORS, **{lookup: "sk-host-secret" if lookup == "main_api_key" else "^sk-host"
+                                         if lookup.endswith("regex") else "sk-host"}) is None
+
+
+def test_a_tenant_admin_cannot_probe_a_bindings_credentials_or_a_messages_error(tenant_admin, world):
+    binding_create(tenant=world.tenant_a, qor=world.qor_a, kind="telegram",
+                   credentials={"token": "111:AAA", "secret": "tg-secret", "username": "aria_bot"})
+    session = session_resolve(tenant=world.tenant_a, qor=world.qor_a, channel="web", user=world.alice)
+    row = message_append(session=session, role="user", content="hi", channel="web").message
+    Message.objects.filter(pk=row.pk).update(answer_error="connect to 10.0.0.5 refused")
+    bindings = reverse("admin:channels_app_channelbinding_changelist")
+    messages = reverse("admin:sessions_app_message_changelist")
+    assert listed(tenant_admin, bindings, credentials__token__startswith="111:") is None
+    assert listed(tenant_admin, bindings, webhook_secret__startswith="a") is None
+    assert listed(tenant_admin, messages, answer_error__contains="10.0.0.5") is None
+
+
+def test_a_tenant_admin_still_filters_by_what_the_page_offers(tenant_admin, world):
+    session = session_resolve(tenant=world.tenant_a, qor=world.qor_a, channel="web", user=world.alice)
+    message_append(session=session, role="user", content="hi", channel="web")
+    messages = reverse("admin:sessions_app_message_changelist")
+    assert listed(tenant_admin, messages, role__exact="user") == 1  # a list filter
+    assert listed(tenant_admin, messages, role__exact="assistant") == 0
+    assert listed(tenant_admin, messages, session__id__exact=str(session.pk)) == 1  # the session page's link
+    assert listed(tenant_admin, QORS, tenant__id__exact=str(world.tenant_a.pk)) == 1
+    memories = reverse("admin:memory_app_memory_changelist")
+    assert listed(tenant_admin, memories, created_at__year="2026") == 0  # the date drill-down
+
+
+def test_the_host_filters_as_django_allows(host, world):
+    world.qor_a.main_api_key = "sk-host-secret"
+    world.qor_a.save(update_fields=["main_api_key"])
+    assert listed(host, QORS, main_api_key__startswith="sk-host") == 1
