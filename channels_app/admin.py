@@ -3,10 +3,11 @@ from __future__ import annotations
 
 from django.contrib import admin, messages
 from django.contrib.admin import helpers
+from django.core.exceptions import PermissionDenied
 from django.template.response import TemplateResponse
 
 from tenancy.admin import TenantAdmin
-from tenancy.admin_scoping import TenantScopedAdminMixin, TenantScopedInlineMixin
+from tenancy.admin_scoping import TenantScopedAdminMixin, TenantScopedInlineMixin, owners_off_limits
 from tenancy.errors import NotFound
 from tenancy.models import Membership
 
@@ -84,6 +85,23 @@ class IdentityAdmin(TenantScopedAdminMixin, admin.ModelAdmin):
     search_fields = ["external_id", "display_name", "user__username"]
     raw_id_fields = ["user"]
 
+    # A workspace admin never links a sender to an owner, nor changes an owner's sender:
+    # either would let them write as the owner, or read what the owner writes.
+    def _for_owner_off_limits(self, request, obj) -> bool:
+        return obj is not None and obj.user_id is not None and obj.user_id in owners_off_limits(
+            request.user, obj.tenant_id)
+
+    def has_change_permission(self, request, obj=None) -> bool:
+        return not self._for_owner_off_limits(request, obj) and super().has_change_permission(request, obj)
+
+    def has_delete_permission(self, request, obj=None) -> bool:
+        return not self._for_owner_off_limits(request, obj) and super().has_delete_permission(request, obj)
+
+    def save_model(self, request, obj, form, change) -> None:
+        if self._for_owner_off_limits(request, obj):
+            raise PermissionDenied("only an owner of the workspace links a sender to an owner")
+        super().save_model(request, obj, form, change)
+
 
 @admin.register(PairingRequest)
 class PairingRequestAdmin(TenantScopedAdminMixin, admin.ModelAdmin):
@@ -133,7 +151,8 @@ class PairingRequestAdmin(TenantScopedAdminMixin, admin.ModelAdmin):
             self.message_user(request, "Choose requests of one workspace to link them to a member.", messages.ERROR)
             return None
         tenant = pending[0].tenant
-        members = tenant_members(tenant=tenant)
+        off_limits = owners_off_limits(request.user, tenant.pk)  # see IdentityAdmin
+        members = [m for m in tenant_members(tenant=tenant) if m.pk not in off_limits]
         chosen = request.POST.get("member")
         if chosen is not None:
             user = next((m for m in members if str(m.pk) == chosen), None)

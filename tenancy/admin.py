@@ -8,6 +8,7 @@ from django.contrib.auth import get_user_model
 from django.core.exceptions import PermissionDenied
 from django.contrib.auth.password_validation import validate_password
 from django.db import transaction
+from django.utils import timezone
 
 from qorven.runtime.cooldowns import route_state
 
@@ -304,11 +305,19 @@ class QorAdmin(TenantScopedAdminMixin, admin.ModelAdmin):
 class ApiTokenAdmin(TenantScopedAdminMixin, admin.ModelAdmin):
     list_display = ["prefix", "user", "tenant", "name", "created_at", "last_used_at", "expires_at", "revoked_at"]
     list_filter = ["tenant"]
-    readonly_fields = ["prefix", "digest", "created_at", "last_used_at"]
+    # Whose a token is, and that it was revoked, never change: a token moved onto another
+    # member (an owner) would let whoever holds it act as them.
+    readonly_fields = ["prefix", "digest", "tenant", "user", "created_at", "last_used_at", "revoked_at"]
     exclude: list[str] = []
+    actions = ["revoke"]
 
     def has_add_permission(self, request) -> bool:
         return False  # tokens are minted with `qorven token create`, which shows them once
+
+    @admin.action(description="Revoke the selected tokens", permissions=["change"])
+    def revoke(self, request, queryset):
+        revoked = queryset.filter(revoked_at__isnull=True).update(revoked_at=timezone.now())
+        self.message_user(request, f"Revoked {revoked} token(s).")
 
 
 @admin.register(Usage)

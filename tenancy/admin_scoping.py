@@ -42,6 +42,17 @@ def admin_tenant_ids(user: Any) -> frozenset[int] | None:
     return cached
 
 
+def owners_off_limits(actor: Any, tenant_id: int) -> frozenset[int]:
+    """The owners of the tenant `actor` may not act for in the admin (link a sender to,
+    change the sender of): none for the host and for the tenant's owners; every owner for
+    a workspace admin, who manages members and admins but is not an owner."""
+    if admin_tenant_ids(actor) is None:
+        return frozenset()
+    owners = frozenset(Membership.objects.filter(tenant_id=tenant_id, role=Membership.Role.OWNER)
+                       .values_list("user_id", flat=True))
+    return frozenset() if actor.pk in owners else owners
+
+
 def _tenant_id_of(obj: Model, tenant_field: str) -> int | None:
     if not tenant_field:
         return obj.pk

@@ -1,0 +1,89 @@
+"""A workspace admin (role admin, not owner) manages members and their senders, but never
+acts as an owner or for one: a token moved onto the owner, a sender linked to the owner or
+an owner's sender linked elsewhere would each let the admin write, or read, as the owner."""
+from __future__ import annotations
+
+import pytest
+from django.urls import reverse
+from django.utils import timezone
+
+from channels_app.models import Identity
+from channels_app.pairing import identity_get_or_create, pairing_request_for
+from tenancy.models import ApiToken, Membership
+from tenancy.services import api_token_create
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def workspace_admin(client, world):
+    """The admin as bob, made an admin (not an owner) of acme, and staff."""
+    Membership.objects.filter(tenant=world.tenant_a, user=world.bob).update(role=Membership.Role.ADMIN)
+    world.bob.is_staff = True
+    world.bob.save(update_fields=["is_staff"])
+    client.force_login(world.bob)
+    return client
+
+
+def token_form(token: ApiToken, **changes) -> dict:
+    return {"tenant": token.tenant_id, "user": token.user_id, "name": token.name, "expires_at_0": "",
+            "expires_at_1": "", "revoked_at_0": "", "revoked_at_1": "", **changes}
+
+
+def test_a_workspace_admin_cannot_move_a_token_onto_the_owner_or_revive_a_revoked_one(workspace_admin, world):
+    token, _ = api_token_create(tenant=world.tenant_a, user=world.bob, name="bob's")
+    change = reverse("admin:qorven_apitoken_change", args=[token.pk])
+    workspace_admin.post(change, token_form(token, user=world.alice.pk, name="renamed"))
+    token.refresh_from_db()
+    assert (token.user, token.name) == (world.bob, "renamed")  # what may change, changed; the owner, not
+
+    ApiToken.objects.filter(pk=token.pk).update(revoked_at=timezone.now())
+    workspace_admin.post(change, token_form(token))  # the revoked-at field sent empty
+    token.refresh_from_db()
+    assert token.revoked_at is not None
+
+
+def test_a_workspace_admin_cannot_link_a_sender_to_the_owner(workspace_admin, world):
+    sender = Identity.objects.create(tenant=world.tenant_a, channel="telegram", external_id="55", user=world.bob,
+                                     approval="approved", trust_level="owner", display_name="Bob")
+    change = reverse("admin:channels_app_identity_change", args=[sender.pk])
+    response = workspace_admin.post(change, {"tenant": world.tenant_a.pk, "channel": "telegram", "external_id": "55",
+                                             "user": world.alice.pk, "display_name": "Bob", "trust_level": "owner",
+                                             "approval": "approved", "reply_target": ""})
+    assert response.status_code == 403
+    assert Identity.objects.get(pk=sender.pk).user == world.bob
+
+
+def test_a_workspace_admin_cannot_change_or_take_over_the_owners_sender(workspace_admin, world):
+    owners = Identity.objects.create(tenant=world.tenant_a, channel="telegram", external_id="42", user=world.alice,
+                                     approval="approved", trust_level="owner", display_name="Alice")
+    change = reverse("admin:channels_app_identity_change", args=[owners.pk])
+    response = workspace_admin.post(change, {"tenant": world.tenant_a.pk, "channel": "telegram", "external_id": "42",
+                                             "user": world.bob.pk, "display_name": "Alice", "trust_level": "owner",
+                                             "approval": "approved", "reply_target": ""})
+    assert response.status_code == 403
+    assert Identity.objects.get(pk=owners.pk).user == world.alice
+
+
+def test_a_workspace_admin_cannot_approve_a_sender_as_the_owner(workspace_admin, world):
+    identity = identity_get_or_create(tenant=world.tenant_a, channel="telegram", external_id="4242",
+                                      display_name="Ravi")
+    request = pairing_request_for(identity=identity, text="hi").request
+    changelist = reverse("admin:channels_app_pairingrequest_changelist")
+    ask = workspace_admin.post(changelist, {"action": "approve_linking", "_selected_action": [request.pk]})
+    assert "alice" not in ask.content.decode()  # the owner is not offered
+    refused = workspace_admin.post(changelist, {"action": "approve_linking", "_selected_action": [request.pk],
+                                                "member": world.alice.pk}, follow=True)
+    assert "Choose a member of the workspace." in [str(m) for m in refused.context["messages"]]
+    assert Identity.objects.get(pk=identity.pk).user is None
+
+
+def test_the_owner_links_a_sender_to_herself_and_moves_no_token(tenant_admin, world):
+    sender = Identity.objects.create(tenant=world.tenant_a, channel="telegram", external_id="55", user=world.bob,
+                                     approval="approved", trust_level="owner", display_name="Bob")
+    change = reverse("admin:channels_app_identity_change", args=[sender.pk])
+    response = tenant_admin.post(change, {"tenant": world.tenant_a.pk, "channel": "telegram", "external_id": "55",
+                                          "user": world.alice.pk, "display_name": "Bob", "trust_level": "owner",
+                                          "approval": "approved", "reply_target": ""})
+    assert response.status_code == 302
+    assert Identity.objects.get(pk=sender.pk).user == world.alice
