@@ -8,7 +8,7 @@ from django.db.models import QuerySet
 from django.http import HttpRequest
 from django.utils.html import format_html
 
-from tenancy.admin_scoping import TenantScopedAdminMixin, TenantScopedInlineMixin
+from tenancy.admin_scoping import TenantScopedAdminMixin, TenantScopedInlineMixin, admin_tenant_ids
 
 from .cron import timezone_parse
 from .errors import HeartbeatInvalid, HeartbeatReadOnly
@@ -54,15 +54,25 @@ class HeartbeatForm(forms.ModelForm):
         return data
 
 
+def _for_the_host(request: HttpRequest, fields, detail: str) -> list[str]:
+    """`fields` without `detail` (a failure's own text, which may name a key or the host's
+    address) unless the host reads them; a tenant admin reads the error in our words."""
+    return [f for f in fields if f != detail or admin_tenant_ids(request.user) is None]
+
+
 class HeartbeatRunInline(TenantScopedInlineMixin, admin.TabularInline):
     model = HeartbeatRun
     extra = 0
     max_num = 0
     can_delete = False
     ordering = ["-tick"]
-    fields = ["tick", "manual", "status", "reason", "attempts", "duration_ms", "tokens", "short_output", "error"]
+    fields = ["tick", "manual", "status", "reason", "attempts", "duration_ms", "tokens", "short_output", "error",
+              "error_detail"]
     readonly_fields = fields
     verbose_name_plural = "recent runs"
+
+    def get_fields(self, request, obj=None):
+        return _for_the_host(request, super().get_fields(request, obj), "error_detail")
 
     @admin.display(description="output")
     def short_output(self, obj: HeartbeatRun) -> str:
@@ -87,14 +97,18 @@ class HeartbeatAdmin(TenantScopedAdminMixin, admin.ModelAdmin):
     actions = ["run_now", "enable", "disable"]
     inlines = [HeartbeatRunInline]
     readonly_fields = ["managed", "next_run", "last_run_at", "last_status", "last_duration_ms", "last_output",
-                       "last_error", "tokens_spent", "periodic_task"]
+                       "last_error", "last_error_detail", "tokens_spent", "periodic_task"]
     fieldsets = [
         (None, {"fields": ["tenant", "qor", "name", "enabled", "managed"]}),
         ("Schedule", {"fields": ["cron", "timezone", "next_run", "periodic_task"]}),
         ("Task", {"fields": ["prompt", "owner", "deliver_to", "deliver_channel"]}),
         ("Last run", {"fields": ["last_run_at", "last_status", "last_duration_ms", "last_output", "last_error",
-                                 "tokens_spent"]}),
+                                 "last_error_detail", "tokens_spent"]}),
     ]
+
+    def get_fieldsets(self, request, obj=None):
+        return [(name, {**options, "fields": _for_the_host(request, options["fields"], "last_error_detail")})
+                for name, options in super().get_fieldsets(request, obj)]
 
     @admin.display(description="name", ordering="name")
     def title(self, obj: Heartbeat) -> str:

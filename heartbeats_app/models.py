@@ -50,6 +50,9 @@ class Heartbeat(TimestampedModel):
     last_status = models.CharField(max_length=8, choices=Status.choices, default=Status.NEVER)
     last_output = models.TextField(blank=True, default="")
     last_error = models.TextField(blank=True, default="")
+    # A failure's own text (a provider's words can carry a key fragment or the host's
+    # address): the host's to read, hidden from tenant admins, who read last_error.
+    last_error_detail = models.TextField(blank=True, default="")
     last_duration_ms = models.PositiveIntegerField(null=True, blank=True)
     last_inputs_hash = models.CharField(max_length=64, blank=True, default="")
     tokens_spent = models.PositiveBigIntegerField(default=0)
@@ -92,6 +95,7 @@ class HeartbeatRun(models.Model):
     duration_ms = models.PositiveIntegerField(null=True, blank=True)
     output = models.TextField(blank=True, default="")
     error = models.TextField(blank=True, default="")
+    error_detail = models.TextField(blank=True, default="")  # the host's (see Heartbeat.last_error_detail)
     tokens = models.PositiveIntegerField(default=0)
     session = models.ForeignKey(
         "sessions_app.Session", on_delete=models.SET_NULL, null=True, blank=True, related_name="+"

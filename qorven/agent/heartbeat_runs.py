@@ -73,7 +73,8 @@ class RunFailed(Exception):
 class _Outcome:
     status: str
     output: str = ""
-    error: str = ""
+    error: str = ""  # in our words: everyone who reads the run's record reads this
+    detail: str = ""  # the failure's own text: the host's (the admin hides it from tenant admins)
     reason: str = ""
     session: Session | None = None
     delivered: Message | None = None
@@ -114,15 +115,16 @@ def run_heartbeat(
     try:
         outcome = _execute(beat, run, spent, manual=manual)
     except ProviderUnavailable as exc:  # transient: the task retries the run
-        _finish(beat, run, started, _Outcome(HeartbeatRun.Status.FAILED, error=_model_error(exc), spent=spent))
+        _finish(beat, run, started, _model_failed(beat, exc, spent))
         raise RunFailed(run.pk, exc.detail) from exc
     except ModelError as exc:  # refused, misconfigured: retrying cannot help
-        _finish(beat, run, started, _Outcome(HeartbeatRun.Status.FAILED, error=_model_error(exc), spent=spent))
+        _finish(beat, run, started, _model_failed(beat, exc, spent))
         return _reload(run)
     except Exception as exc:
         logger.exception("heartbeat %s failed", beat.pk)
         _finish(beat, run, started, _Outcome(
-            HeartbeatRun.Status.FAILED, error=f"{type(exc).__name__}: {exc}"[:2000], spent=spent,
+            HeartbeatRun.Status.FAILED, error=f"the run stopped on an error of ours ({type(exc).__name__})",
+            detail=f"{type(exc).__name__}: {exc}"[:2000], spent=spent,
         ))
         return _reload(run)
     _finish(beat, run, started, outcome)
@@ -300,10 +302,24 @@ def _converse(
     return completion.content
 
 
-def _model_error(exc: ModelError) -> str:
-    """What the run record (admin only) keeps of a model failure: its kind and the
-    provider's words."""
-    return f"{exc.kind}: {exc.detail}"[:2000]
+# What a run's record says of a model failure to everyone who reads it, a tenant admin
+# included: our words for its kind (qorven.llm's classification), never the provider's.
+_MODEL_FAILED = {
+    "unreachable": "the model did not answer",
+    "rate_limited": "the model was rate limited",
+    "refused": "the model refused the prompt",
+    "misconfigured": "the model's settings need fixing by whoever runs this workspace",
+    "quota": "the model provider's quota is used up",
+    "too_long": "the prompt did not fit the model's context",
+}
+
+
+def _model_failed(beat: Heartbeat, exc: ModelError, spent: Tally) -> _Outcome:
+    """A run the model failed: our words for it, and the provider's for the host (the
+    admin's detail, and the log)."""
+    logger.warning("heartbeat %s: the model failed (%s): %s", beat.pk, exc.kind, exc.detail)
+    return _Outcome(HeartbeatRun.Status.FAILED, error=_MODEL_FAILED.get(exc.kind, _MODEL_FAILED["unreachable"]),
+                    detail=f"{exc.kind}: {exc.detail}"[:2000], spent=spent)
 
 
 def _deliver(beat: Heartbeat, run: HeartbeatRun, content: str) -> tuple[Message | None, str]:
@@ -335,11 +351,12 @@ def _finish(beat: Heartbeat, run: HeartbeatRun, started: float, outcome: _Outcom
     with transaction.atomic():
         HeartbeatRun.objects.filter(pk=run.pk).update(
             status=outcome.status, reason=outcome.reason, finished_at=now, duration_ms=duration,
-            output=outcome.output, error=outcome.error, tokens=F("tokens") + tokens,
+            output=outcome.output, error=outcome.error, error_detail=outcome.detail, tokens=F("tokens") + tokens,
             delivered_message=outcome.delivered,
         )
         fields: dict[str, Any] = {
             "last_run_at": run.started_at, "last_status": outcome.status, "last_error": outcome.error,
+            "last_error_detail": outcome.detail,
             "last_duration_ms": duration, "tokens_spent": F("tokens_spent") + tokens, "updated_at": now,
         }
         if outcome.status in (HeartbeatRun.Status.OK, HeartbeatRun.Status.NOOP):

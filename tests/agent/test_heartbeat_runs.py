@@ -205,14 +205,15 @@ def test_a_failed_run_is_recorded_with_its_error_and_its_retry_takes_the_same_ru
     with pytest.raises(RunFailed) as raised:
         run(pills)
     pills.refresh_from_db()
-    assert pills.last_status == "failed" and "503" in pills.last_error
+    assert (pills.last_status, pills.last_error) == ("failed", "the model did not answer")
+    assert "503" in pills.last_error_detail  # the provider's words: the host's
     failed = HeartbeatRun.objects.get()
-    assert failed.status == "failed"
+    assert (failed.status, failed.error) == ("failed", "the model did not answer") and "503" in failed.error_detail
 
     retried = run(pills, run_id=raised.value.run_id)
     assert (retried.pk, retried.status, retried.attempts) == (failed.pk, "ok", 2)
     pills.refresh_from_db()
-    assert (pills.last_status, pills.last_error) == ("ok", "")
+    assert (pills.last_status, pills.last_error, pills.last_error_detail) == ("ok", "", "")
     assert [m.content for m in canonical_messages(world)] == ["Pills, finally."]
 
 
@@ -239,7 +240,7 @@ def test_a_run_the_model_refuses_is_recorded_failed_and_not_retried(world, pills
     drain()
     (result,) = HeartbeatRun.objects.all()
     assert (result.status, result.attempts) == ("failed", 1)
-    assert result.error.startswith("refused: 400")
+    assert result.error == "the model refused the prompt" and result.error_detail.startswith("refused: 400")
     assert len(model_server.requests) == 1
     assert canonical_messages(world) == []
 

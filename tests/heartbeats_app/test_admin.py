@@ -169,3 +169,27 @@ def test_the_tenant_page_lists_bindings_with_credentials_masked(client, world, d
     assert "Aria bot" in page and "1 set (hidden)" in page
     assert "SUPERSECRET" not in page and "HOOKSECRET" not in page
     assert ">alice<" in page or "alice" in page  # members inline
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_failed_runs_provider_words_are_the_hosts_and_the_tenant_admin_reads_our_notice(
+    client, world, dana, beats, model_server, drain
+):
+    """A model failure's own text can carry a key fragment or the host's address: the run
+    and the beat keep it for the host; a tenant admin reads our notice of what failed."""
+    from ..fakes.model_server import error
+
+    model_server.default = error(401, "Incorrect API key provided: sk-proj-Ab12**wxyz (model host 10.0.0.5)")
+    client.force_login(dana)
+    response = client.post(url("heartbeats_app_heartbeat_changelist"),
+                           {"action": "run_now", "_selected_action": [beats["acme"].pk]})
+    assert response.status_code == 302
+    drain()
+    assert HeartbeatRun.objects.get().status == "failed"
+    change, changelist = url("heartbeats_app_heartbeat_change", beats["acme"].pk), url("heartbeats_app_heartbeat_changelist")
+    for page in (client.get(change).content.decode(), client.get(changelist).content.decode()):
+        assert "sk-proj" not in page and "10.0.0.5" not in page
+    assert "settings need fixing" in client.get(change).content.decode()  # what failed, in our words
+
+    client.force_login(UserFactory(username="root", is_staff=True, is_superuser=True))
+    assert "sk-proj-Ab12**wxyz" in client.get(change).content.decode()  # the host's to read
