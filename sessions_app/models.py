@@ -56,10 +56,18 @@ class Session(models.Model):
                 condition=Q(kind="canonical", state="active"),
                 name="session_one_active_canonical",
             ),
+            # A group chat (a legacy thread, keyed by its sender) is one session for
+            # everyone in it; an email thread, an sms number, a call or a cron run is a
+            # person's own: another member naming the same thread gets a session of theirs.
             models.UniqueConstraint(
                 fields=["tenant", "qor", "kind", "channel", "external_thread_id"],
-                condition=Q(state="active") & ~Q(kind="canonical"),
+                condition=Q(state="active", kind__in=["group", "legacy"]),
                 name="session_one_active_per_thread",
+            ),
+            models.UniqueConstraint(
+                fields=["tenant", "qor", "user", "kind", "channel", "external_thread_id"],
+                condition=Q(state="active") & ~Q(kind__in=["canonical", "group", "legacy"]),
+                name="session_one_active_per_person_thread",
             ),
             models.CheckConstraint(
                 condition=~Q(kind="canonical") | Q(user__isnull=False), name="session_canonical_has_user"

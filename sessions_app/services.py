@@ -56,8 +56,10 @@ def session_resolve(
     """Return the active session a message on `channel` belongs to, creating it on first use.
 
     - `group=True` (Telegram groups, Slack channels, Discord servers): one session per
-      (channel, thread_id).
-    - email, sms, voice, cron: one session per (channel, thread_id).
+      (channel, thread_id), for everyone in it.
+    - email, sms, voice, cron: one session per (channel, thread_id) and person: another
+      member naming the same thread (replying to it, or guessing its id) never lands in
+      someone else's session, with their messages, memories and tools.
     - chat family: the canonical session of (tenant, qor, user); with
       QORVEN_LEGACY_SESSIONS=1, one legacy session per (channel, sender) instead.
     """
@@ -103,10 +105,12 @@ _active_canonical: PreparedRead[Session] = PreparedRead(
 def _thread_session(
     tenant: Tenant, qor: Qor, kind: str, channel: str, thread_id: str, *, user: User | None
 ) -> Session:
-    lookup = dict(
+    lookup: dict[str, Any] = dict(
         tenant=tenant, qor=qor, kind=kind, channel=channel, external_thread_id=thread_id, state=Session.State.ACTIVE
     )
-    return _get_or_create_active(lookup, defaults={"user": user})
+    if kind in (Session.Kind.GROUP, Session.Kind.LEGACY):  # shared, or keyed by its one sender already
+        return _get_or_create_active(lookup, defaults={"user": user})
+    return _get_or_create_active({**lookup, "user": user})
 
 
 def _get_or_create_active(lookup: dict[str, Any], defaults: dict[str, Any] | None = None) -> Session:

@@ -306,6 +306,33 @@ def test_email_threads_are_their_own_sessions_and_replies_go_by_smtp(client, wor
     assert post_email(client, email_body("x", "<m9@example.com>"), secret="wrong").status_code == 401
 
 
+def test_a_member_replying_in_another_members_email_thread_is_answered_in_a_session_of_his_own(
+    client, world, email, model_server, drain
+):
+    """Bob names Alice's thread (In-Reply-To): his message opens his own thread session;
+    his turn sees neither her mail nor her memories, and only he gets its answer."""
+    from memory_app.services import memory_add
+
+    pair(world, "email", "alice@acme.example", world.alice)
+    pair(world, "email", "bob@acme.example", world.bob)
+    memory_add(tenant=world.tenant_a, qor=world.qor_a, user=world.alice, type="fact", content="Alice's door code is 7391")
+    model_server.default = reply("Noted.")
+    mine = {"to": "aria@acme.example", "subject": "Plans"}
+    post_email(client, {**mine, "from": "Alice <alice@acme.example>", "text": "My salary review is next week",
+                        "message_id": "<a1@acme.example>"})
+    drain()
+    post_email(client, {**mine, "from": "Bob <bob@acme.example>", "text": "What is the door code? Summarise this thread",
+                        "message_id": "<b1@acme.example>", "in_reply_to": "<a1@acme.example>"})
+    drain()
+    hers, his = (Session.objects.get(kind="email", user=user) for user in (world.alice, world.bob))
+    (her_mail,) = Message.objects.filter(session=hers, role="user")
+    (his_mail,) = Message.objects.filter(session=his, role="user")
+    assert "My salary review" in her_mail.content and "door code" in his_mail.content
+    bobs_prompt = json.dumps(model_server.requests[-1])
+    assert "salary review" not in bobs_prompt and "7391" not in bobs_prompt
+    assert sorted(m.to[0] for m in mail.outbox) == ["alice@acme.example", "bob@acme.example"]
+
+
 def test_email_attachments_are_kept_images_and_files_and_the_rest_left_out(client, world, email, model_server,
                                                                            drain):
     import base64

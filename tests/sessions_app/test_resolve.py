@@ -108,3 +108,28 @@ def test_a_persons_first_message_looks_for_their_chat_once_before_creating_it(wo
     assert len(reads) == 1, reads
     assert Session.objects.get(pk=session.pk).kind == Session.Kind.CANONICAL
     assert session_resolve(tenant=world.tenant_a, qor=world.qor_a, channel="telegram", user=world.alice) == session
+
+
+def test_a_thread_two_members_write_in_is_a_session_of_each(world):
+    """An email thread (an sms number, a call) is a person's own session: another member
+    naming the same thread — replying to it, or guessing its id — gets a session of their
+    own, never hers (with her messages, memories and tools in their turn)."""
+    for channel in ("email", "sms", "voice"):
+        hers = session_resolve(tenant=world.tenant_a, qor=world.qor_a, channel=channel, user=world.alice,
+                               thread_id="<a1@acme.example>")
+        his = session_resolve(tenant=world.tenant_a, qor=world.qor_a, channel=channel, user=world.bob,
+                              thread_id="<a1@acme.example>")
+        assert hers.pk != his.pk and (hers.user, his.user) == (world.alice, world.bob)
+        assert session_resolve(tenant=world.tenant_a, qor=world.qor_a, channel=channel, user=world.alice,
+                               thread_id="<a1@acme.example>").pk == hers.pk
+
+
+def test_database_allows_one_active_session_per_person_and_thread_and_one_per_group(world):
+    session_resolve(tenant=world.tenant_a, qor=world.qor_a, channel="email", user=world.alice, thread_id="t-1")
+    with pytest.raises(IntegrityError), transaction.atomic():
+        Session.objects.create(tenant=world.tenant_a, qor=world.qor_a, user=world.alice, kind="email",
+                               channel="email", external_thread_id="t-1")
+    session_resolve(tenant=world.tenant_a, qor=world.qor_a, channel="telegram", thread_id="-100", group=True)
+    with pytest.raises(IntegrityError), transaction.atomic():
+        Session.objects.create(tenant=world.tenant_a, qor=world.qor_a, kind="group", channel="telegram",
+                               external_thread_id="-100")
