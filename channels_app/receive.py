@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from datetime import timedelta
 from typing import Any
 
+from django.conf import settings
 from django.core.cache import cache
 from django.db import transaction
 from django.db.models import OuterRef, QuerySet, Subquery
@@ -288,9 +289,17 @@ def _unknown_sender(binding: ChannelBinding, identity: Identity, message: Inboun
     outcome = pairing_request_for(identity=identity, text=message.text)
     if outcome.locked:
         return "pairing-locked"
-    if binding.unpaired_response == ChannelBinding.UnpairedResponse.CODE and outcome.request is not None:
+    if (binding.unpaired_response == ChannelBinding.UnpairedResponse.CODE and outcome.request is not None
+            and _code_due(outcome.request.pk)):
         send_direct(binding=binding, target=message.reply_target, text=pairing_code_message(outcome.request.code))
     return "pairing-code" if outcome.new_code else "pairing-pending"
+
+
+def _code_due(request_id: int) -> bool:
+    """Whether the pending code may be sent now: when it is new, and again at most every
+    QORVEN_PAIRING_RESEND seconds to a sender who keeps writing."""
+    return settings.QORVEN_PAIRING_RESEND <= 0 or cache.add(f"pairing-code-sent:{request_id}", 1,
+                                                            settings.QORVEN_PAIRING_RESEND)
 
 
 NAME_TTL = 24 * 3600  # a sender's looked-up name is asked for again after a day

@@ -390,6 +390,9 @@ QORVEN_SEND_BACKOFF = env.float("QORVEN_SEND_BACKOFF", default=1.0)
 # stay free for turns and heartbeats while a platform hangs.
 QORVEN_SEND_SLOTS = env.int("QORVEN_SEND_SLOTS", default=max(QORVEN_WORKER_CONCURRENCY // 2, 1))
 QORVEN_PAIRING_TTL = env.int("QORVEN_PAIRING_TTL", default=3600)
+# A pending code is sent again, to a sender who writes again, at most this often (seconds):
+# a forged sender address cannot make the Qor mail or text someone on every message.
+QORVEN_PAIRING_RESEND = env.int("QORVEN_PAIRING_RESEND", default=300)
 
 # Outbound mail (email channel replies). e.g. smtp+tls://user:pass@smtp.example.com:587
 vars().update(env.email_url("EMAIL_URL", default="consolemail://"))

@@ -182,8 +182,8 @@ JOBS_SETTLE = 30.0  # seconds a test's queued jobs get to finish after it
 
 @pytest.fixture(autouse=True)
 def _no_gates_left():
-    """Send gates, turn waiters and looked-up sender names (cache keys named by row ids)
-    of an earlier test cannot hold this one's rows."""
+    """Send gates, turn waiters, looked-up sender names and pairing codes' resend marks
+    (cache keys named by row ids) of an earlier test cannot hold this one's rows."""
     _gates_clear()
     yield
 
@@ -198,7 +198,7 @@ def _gates_clear() -> None:
     import redis
 
     client = redis.from_url(settings.CACHES["default"]["LOCATION"])
-    for pattern in ("*:send:*", "*:turn-waiter:*", "*:sender-name:*"):
+    for pattern in ("*:send:*", "*:turn-waiter:*", "*:sender-name:*", "*:pairing-code-sent:*"):
         keys = list(client.scan_iter(match=pattern, count=1000))
         if keys:
             client.delete(*keys)

@@ -35,9 +35,25 @@ def test_an_unknown_sender_gets_a_code_and_never_reaches_the_model(client, world
     request = PairingRequest.objects.get()  # repeating did not mint a second code
     assert request.state == "pending" and len(request.code) == 6 and request.code.isdigit()
     assert request.expires_at > timezone.now() + timedelta(minutes=55)
-    texts = codes_sent(platform)
-    assert len(texts) == 2 and all(request.code in t for t in texts)
+    (text,) = codes_sent(platform)  # the second message came within QORVEN_PAIRING_RESEND of the code
+    assert request.code in text
     assert Identity.objects.get().approval == "pending"
+
+
+def test_a_pending_code_is_sent_again_at_most_every_resend_period(client, world, telegram, platform, drain):
+    """A forged sender address must not make the Qor write to someone on every message:
+    the same code goes out again only once QORVEN_PAIRING_RESEND has passed."""
+    from django.core.cache import cache
+
+    for n in range(1, 4):
+        post_telegram(client, telegram_update("hello?", message_id=n))
+    drain()
+    (first,) = codes_sent(platform)
+    cache.delete(f"pairing-code-sent:{PairingRequest.objects.get().pk}")  # the resend period has passed
+    post_telegram(client, telegram_update("still there?", message_id=4))
+    post_telegram(client, telegram_update("and now?", message_id=5))
+    drain()
+    assert codes_sent(platform) == [first, first]
 
 
 def test_approving_the_code_admits_the_sender_on_that_channel_only(
@@ -106,7 +122,8 @@ def test_expired_codes_are_replaced(client, world, telegram, platform, drain):
                      stdout=io.StringIO())
 
 
-def test_five_wrong_codes_lock_the_sender_for_an_hour(client, world, telegram, platform, drain):
+def test_five_wrong_codes_lock_the_sender_for_an_hour(client, world, telegram, platform, drain, settings):
+    settings.QORVEN_PAIRING_RESEND = 0  # the code would be sent again at every message: only the lock silences it
     post_telegram(client, telegram_update("hi", message_id=1))
     drain()
     real = PairingRequest.objects.get().code
