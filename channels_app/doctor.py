@@ -239,13 +239,17 @@ def _heartbeats() -> Iterator[Check]:
         yield Check("heartbeats", path.name, False, f"{len(exc.problems)} problem(s); first: {first}",
                     "fix the file (`qorven sync-beats --dry-run` lists every problem)")
         return
-    yield Check("heartbeats", path.name, True, "valid" if path.exists() else "no defaults file (no managed beats)")
+    yield Check("heartbeats", path.name, True, "valid")
 
 
 def _skills() -> Iterator[Check]:
-    from memory_app.skills import skills_dir, skills_sync
+    from memory_app.skills import SkillFileError, skills_dir, skills_sync
 
-    report = skills_sync(dry_run=True)
+    try:
+        report = skills_sync(dry_run=True)
+    except SkillFileError as exc:
+        yield Check("skills", str(skills_dir()), False, str(exc), "set QORVEN_SKILLS_DIR to the skills folder")
+        return
     if report.errors:
         yield Check("skills", str(skills_dir()), False, f"{len(report.errors)} file(s) unreadable: {report.errors[0]}",
                     "fix them (`qorven sync-skills --dry-run` lists each)")

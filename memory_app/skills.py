@@ -180,12 +180,17 @@ def router_fields_check(*, triggers: object, reply: str, action: str, action_arg
 def skills_sync(*, directory: Path | None = None, dry_run: bool = False) -> SyncReport:
     """Bring the shared file skills in line with the `*.md` files of `directory`
     (QORVEN_SKILLS_DIR by default). A file that cannot be parsed is reported and left
-    out; the skill it held before keeps its last good version."""
+    out; the skill it held before keeps its last good version. A folder that is not there
+    raises SkillFileError and changes nothing."""
     root = (directory or skills_dir()).resolve()
+    if not root.is_dir():
+        # Not "every skill removed": a mistyped folder would disable them all. An empty
+        # folder does that, on purpose.
+        raise SkillFileError(f"{root}: no such folder (an empty folder disables every file skill)")
     report = SyncReport(directory=str(root), dry_run=dry_run)
     files: dict[str, SkillFile] = {}
     broken_paths: set[str] = set()
-    for path in sorted(root.glob("*.md")) if root.is_dir() else []:
+    for path in sorted(root.glob("*.md")):
         try:
             skill = skill_file_parse(path, root=root)
         except (SkillFileError, OSError) as exc:

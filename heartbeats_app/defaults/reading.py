@@ -63,7 +63,7 @@ class BeatSpec(BaseModel):
 class DefaultsFile(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True)
     comment: str = ""
-    beats: list[BeatSpec] = []
+    beats: list[BeatSpec]  # required: a file that names no beats is a mistake, not "none"
 
 
 # ---- reading with line numbers --------------------------------------------------------------
@@ -162,7 +162,7 @@ class Problem:
     column: int | None = None
 
     def render(self, path: str) -> str:
-        where = f"{path}:{self.line}" + (f":{self.column}" if self.column else "")
+        where = (f"{path}:{self.line}" if self.line else path) + (f":{self.column}" if self.column else "")
         return f"{where}: {self.field}: {self.message}" if self.field else f"{where}: {self.message}"
 
 

@@ -112,11 +112,10 @@ def beats_plan(*, path: Path | None = None) -> SyncPlan:
     """Read and check the file and work out what a sync would change. Raises
     DefaultsFileError with every problem found (and changes nothing)."""
     path = Path(path or defaults_path())
-    if not path.exists():
-        plan = SyncPlan(path=path)
-        plan.notes.append(f"no defaults file at {path}: no managed beats")
-        _plan_deletions(plan, keep=set())
-        return plan
+    if not path.is_file():
+        # Not "no managed beats": a mistyped path would delete them all. A file saying
+        # {"beats": []} does that, on purpose.
+        raise DefaultsFileError(path, [Problem(0, "", 'no such file (a file of {"beats": []} manages no beats)')])
     text = path.read_text(encoding="utf-8")
     try:
         raw = _load_located(text)

@@ -88,6 +88,26 @@ def test_a_wildcard_beat_goes_to_every_tenant_with_a_default_qor(world, defaults
     assert any("empty" in note for note in plan.notes)
 
 
+@pytest.mark.parametrize("file", [None, {}, {"comment": "no beats key"}])
+def test_a_missing_file_or_one_without_beats_is_an_error_and_changes_nothing(world, defaults, settings, tmp_path, file):
+    """A mistyped QORVEN_HEARTBEATS_FILE (or a file that names no beats) must not read as
+    "no managed beats" and delete them all; `{"beats": []}` says that, on purpose."""
+    defaults({"beats": [{"tenant": "acme", "name": "keep", "cron": "0 8 * * *", "prompt": "p"}]})
+    beats_sync()
+    before = state()
+    if file is None:
+        settings.QORVEN_HEARTBEATS_FILE = tmp_path / "heartbeats.defualt.json"
+    else:
+        defaults(file)
+    with pytest.raises(DefaultsFileError) as raised:
+        beats_sync()
+    assert ("no such file" if file is None else "beats") in str(raised.value)
+    assert state() == before
+    defaults({"beats": []})
+    settings.QORVEN_HEARTBEATS_FILE = tmp_path / "heartbeats.json"
+    assert beats_sync().changes == 1 and state() == {}
+
+
 def test_invalid_json_is_reported_with_its_line_and_changes_nothing(world, defaults):
     defaults({"beats": [{"tenant": "acme", "name": "keep", "cron": "0 8 * * *", "prompt": "p"}]})
     beats_sync()

@@ -203,3 +203,25 @@ def test_serve_and_worker_sync_skills_at_startup(skills_dir, monkeypatch, settin
     out = io.StringIO()
     call_command("worker", stdout=out, stderr=io.StringIO())
     assert "1 disabled" in out.getvalue() and not shared("briefing").enabled
+
+
+def test_a_skills_folder_that_is_not_there_is_an_error_and_disables_nothing(skills_dir, tmp_path):
+    """A mistyped --dir (or QORVEN_SKILLS_DIR) must not read as "every skill removed";
+    an empty folder says that, on purpose."""
+    import io
+
+    from django.core.management import call_command
+    from django.core.management.base import CommandError
+
+    from memory_app.skills import SkillFileError
+
+    write(skills_dir, "briefing.md", BRIEFING)
+    skills_sync()
+    with pytest.raises(SkillFileError, match="no such folder"):
+        skills_sync(directory=tmp_path / "skils")
+    with pytest.raises(CommandError, match="no such folder"):
+        call_command("sync_skills", "--dir", str(tmp_path / "skils"), stdout=io.StringIO(), stderr=io.StringIO())
+    assert shared("briefing").enabled is True
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    assert skills_sync(directory=empty).disabled == ["briefing"]

@@ -2,9 +2,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from django.core.management.base import BaseCommand
+from django.core.management.base import BaseCommand, CommandError
 
-from memory_app.skills import skills_sync
+from memory_app.skills import SkillFileError, skills_sync
 
 
 class Command(BaseCommand):
@@ -20,9 +20,10 @@ class Command(BaseCommand):
         parser.add_argument("--dir", type=Path, help="the skills folder (default: QORVEN_SKILLS_DIR)")
 
     def handle(self, *args, **opts):
-        report = skills_sync(directory=opts["dir"], dry_run=opts["dry_run"])
-        if not Path(report.directory).is_dir():
-            self.stderr.write(f"{report.directory} is not a folder: every file skill is treated as removed.")
+        try:
+            report = skills_sync(directory=opts["dir"], dry_run=opts["dry_run"])
+        except SkillFileError as exc:
+            raise CommandError(f"{exc}; nothing changed") from None
         prefix = "would be " if opts["dry_run"] else ""
         for label, names in (("added", report.added), ("updated", report.updated), ("disabled", report.disabled)):
             for name in names:
