@@ -2,6 +2,7 @@
 or tui for a terminal client)."""
 from __future__ import annotations
 
+from datetime import timezone as dt_timezone
 from typing import Any
 
 from django.conf import settings
@@ -213,4 +214,8 @@ def _spoken(i: int, turn: Any, limit: int, kind: Any) -> Any:
         when = parse_datetime(at) if isinstance(at, str) else None
         if when is None or when.utcoffset() is None:
             raise BadRequest(f'turn {i}: "at" must be an ISO 8601 time with its offset, e.g. 2026-12-02T09:30:00Z')
+        try:
+            when.astimezone(dt_timezone.utc)  # stored in UTC: it must have a year 1-9999 there
+        except OverflowError:
+            raise BadRequest(f'turn {i}: "at" is out of range') from None
     return kind(speaker=speaker.strip(), text=text.strip(), at=when, qor=role == "assistant")

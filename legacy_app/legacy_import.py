@@ -30,6 +30,7 @@ import json
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
+from datetime import timezone as dt_timezone
 from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
@@ -182,6 +183,10 @@ def _parse(raw: bytes | str, resolver: _Resolver) -> LegacyLine | None:
         raise BadLine(f"bad created_at {fields['created_at']!r} (expected ISO 8601)") from None
     if timezone.is_naive(created_at):
         created_at = created_at.replace(tzinfo=zone)
+    try:
+        created_at.astimezone(dt_timezone.utc)  # stored in UTC: it must have a year 1-9999 there
+    except OverflowError:
+        raise BadLine(f"created_at out of range {fields['created_at']!r}") from None
     key = fields["session"]
     if len(key) > THREAD_MAX:
         key = "sha256:" + hashlib.sha256(key.encode()).hexdigest()

@@ -96,6 +96,8 @@ def test_the_same_call_posted_again_stores_nothing(client, world, model_server, 
     ({"call_id": "c", "turns": [{"text": "hi", "role": "system"}]}, "role"),
     ({"call_id": "c", "turns": [{"text": "hi", "at": "yesterday"}]}, "ISO 8601"),
     ({"call_id": "c", "turns": [{"text": "hi", "at": "2026-12-02T09:30:00"}]}, "offset"),
+    ({"call_id": "c", "turns": [{"text": "hi", "at": "9999-12-31T23:59:59-14:00"}]}, "out of range"),
+    ({"call_id": "c", "turns": [{"text": "hi", "at": "0001-01-01T00:00:00+14:00"}]}, "out of range"),
 ])
 def test_a_bad_transcript_is_refused_with_what_is_wrong_and_nothing_stored(client, world, body, says):
     token = api_token_create(tenant=world.tenant_a, user=world.alice)[1]

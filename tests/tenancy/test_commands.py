@@ -120,6 +120,8 @@ def test_token_create_with_days_makes_a_token_that_lapses_then(world):
     assert api_token_authenticate(raw=run("token", "create", "--tenant", "acme", "--user", "bob").strip()).expires_at is None
     with pytest.raises(CommandError, match="--days"):
         run("token", "create", "--tenant", "acme", "--user", "bob", "--days", "0")
+    with pytest.raises(CommandError, match="--days"):
+        run("token", "create", "--tenant", "acme", "--user", "bob", "--days", "99999999")
 
 
 @pytest.mark.django_db

@@ -11,6 +11,9 @@ from tenancy.selectors import tenant_get
 from tenancy.services import api_token_create
 
 
+MAX_DAYS = 36_500
+
+
 class Command(BaseCommand):
     help = (
         "Manage API tokens. `token create --tenant T --user U` prints a new bearer token for "
@@ -29,8 +32,8 @@ class Command(BaseCommand):
 
     def handle(self, *args, **opts):
         days = opts["days"]
-        if days is not None and days < 1:
-            raise CommandError("--days takes a whole number of days, 1 or more")
+        if days is not None and not 1 <= days <= MAX_DAYS:
+            raise CommandError(f"--days takes a whole number of days from 1 to {MAX_DAYS:,} (100 years)")
         try:
             tenant = tenant_get(slug=opts["tenant"])
         except NotFound as exc:
