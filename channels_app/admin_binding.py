@@ -70,6 +70,11 @@ class _BindingFormBase(forms.ModelForm):
         if self.errors:
             return data
         clean = adapter.prepare_credentials(merged)
+        problem = adapter.credentials_problem(clean)
+        if problem:
+            name, what = problem
+            self.add_error(field_name(kind, name), f"The {name.replace('_', ' ')} {what}.")
+            return data
         lookup = adapter.lookup_key(clean)
         taken = ChannelBinding.objects.filter(kind=kind, lookup_key=lookup).exclude(pk=self.instance.pk)
         if taken.exists():

@@ -31,6 +31,10 @@ def binding_create(
     current = adapter.binding_to_update(qor=qor, given=given)
     kept = dict(current.credentials) if current is not None else {}
     clean = adapter.prepare_credentials({**kept, **given})
+    problem = adapter.credentials_problem(clean)
+    if problem:
+        name, what = problem
+        raise BindingError(f"--{name.replace('_', '-')} {what}")
     lookup = adapter.lookup_key(clean)
     existing = ChannelBinding.objects.filter(kind=kind, lookup_key=lookup).first()
     if existing is not None and existing.tenant_id != tenant.pk:

@@ -88,6 +88,11 @@ class Adapter:
         """Fill in what Qorven makes itself (a webchat's key and secret)."""
         return credentials
 
+    def credentials_problem(self, credentials: dict[str, str]) -> tuple[str, str] | None:
+        """(credential, what is wrong with it) for a value that would be misread (a typo
+        taken for a setting), which is refused, not stored; None when all is well."""
+        return None
+
     def binding_to_update(self, *, qor: Any, given: dict[str, str]) -> ChannelBinding | None:
         """The Qor's binding that `qorven bind` with these credentials changes, when the
         credentials do not name the account themselves (a webchat without --key)."""

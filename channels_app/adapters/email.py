@@ -32,6 +32,9 @@ logger = logging.getLogger(__name__)
 SEP = "\x1f"  # between the recipient, the thread and the subject in a reply target
 
 
+SENDER_CHECKS = ("dkim", "dkim_or_spf", "none")
+
+
 class EmailAdapter(Adapter):
     kind = "email"
     limit = 100_000
@@ -44,6 +47,15 @@ class EmailAdapter(Adapter):
 
     def lookup_key(self, credentials: dict[str, str]) -> str:
         return credentials["address"].strip().lower()
+
+    def credentials_problem(self, credentials: dict[str, str]) -> tuple[str, str] | None:
+        address = credentials.get("address", "").strip()
+        if address and (parseaddr(address)[1] != address or "@" not in address.strip("@")):
+            return "address", f"must be an email address, like aria@example.com, not {address!r}"
+        check = credentials.get("sender_check", "")
+        if check and check not in SENDER_CHECKS:
+            return "sender_check", f"is one of {', '.join(SENDER_CHECKS)}, not {check!r}"
+        return None
 
     def resolve(self, request: HttpRequest) -> ChannelBinding:
         secret = request.headers.get("X-Qorven-Email-Secret", "")

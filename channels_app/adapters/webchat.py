@@ -7,6 +7,7 @@ with and, optionally, the sites allowed to embed it.
 """
 from __future__ import annotations
 
+import re
 import secrets
 from typing import Any
 
@@ -15,6 +16,9 @@ from django.http import HttpRequest
 
 from ..models import ChannelBinding
 from .base import Adapter, Parsed, SendError, WebhookRejected
+
+# A site as a browser names it in Origin: scheme, host and an optional port, nothing more.
+ORIGIN = re.compile(r"https?://[A-Za-z0-9.-]+(:[0-9]{1,5})?")
 
 
 def embed_snippet(binding: ChannelBinding) -> str:
@@ -38,6 +42,13 @@ class WebchatAdapter(Adapter):
             "key": credentials.get("key") or "wc_" + secrets.token_urlsafe(18),
             "secret": credentials.get("secret") or secrets.token_urlsafe(32),
         }
+
+    def credentials_problem(self, credentials: dict[str, str]) -> tuple[str, str] | None:
+        for origin in str(credentials.get("origins", "")).replace(",", " ").split():
+            if not ORIGIN.fullmatch(origin):
+                return "origins", (f"takes sites as a browser names them, scheme and host (and port), like "
+                                   f"https://example.com, not {origin!r}")
+        return None
 
     def binding_to_update(self, *, qor: Any, given: dict[str, str]) -> ChannelBinding | None:
         if given.get("key"):

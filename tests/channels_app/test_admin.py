@@ -86,6 +86,17 @@ def test_a_binding_added_in_the_admin_gets_its_lookup_key_from_its_credentials(a
     assert "That WhatsApp account is already bound to a Qor." in again.content.decode()
 
 
+def test_a_binding_the_admin_would_misread_is_refused_at_its_field(admin_client, world):
+    fields = {"tenant": world.tenant_a.pk, "qor": world.qor_a.pk, "kind": "email", "name": "",
+              "unpaired_response": "code", "enabled": "on", "cred_email_address": "aria@acme.example",
+              "cred_email_secret": "s", "cred_email_sender_check": "off"}
+    response = admin_client.post("/admin/channels_app/channelbinding/add/", fields)
+    assert response.status_code == 200
+    assert response.context["adminform"].form.errors["cred_email_sender_check"] == [
+        "The sender check is one of dkim, dkim_or_spf, none, not 'off'."]
+    assert not ChannelBinding.objects.exists()
+
+
 @pytest.mark.django_db(transaction=True)
 def test_the_admin_approve_action_admits_the_sender(admin_client, world, telegram, platform, drain):
     post_telegram(admin_client, telegram_update("hi", first_name="Ravi"))

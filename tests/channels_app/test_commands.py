@@ -40,6 +40,29 @@ def test_bind_reports_missing_credentials_and_foreign_qors(world):
     assert not ChannelBinding.objects.exists()
 
 
+@pytest.mark.parametrize("channel, args, says", [
+    ("email", ["--address", "aria@acme.example", "--secret", "s", "--sender-check", "NONE"], "sender-check"),
+    ("email", ["--address", "aria@acme.example", "--secret", "s", "--sender-check", "off"], "sender-check"),
+    ("email", ["--address", "not an address", "--secret", "s"], "address"),
+    ("webchat", ["--origins", "not a url, javascript:alert(1)"], "origins"),
+    ("webchat", ["--origins", "https://example.com/path"], "origins"),
+])
+def test_bind_refuses_a_credential_it_would_misread_and_stores_nothing(world, channel, args, says):
+    """A typo must not quietly mean something else: an unknown --sender-check read as
+    "trust DKIM", an address no mail is sent to, an origin no browser will match."""
+    with pytest.raises(CommandError, match=says):
+        call_command("bind", channel, "--tenant", "acme", "--qor", "aria", *args, stdout=io.StringIO())
+    assert not ChannelBinding.objects.exists()
+
+
+def test_bind_takes_the_documented_values(world):
+    call_command("bind", "email", "--tenant", "acme", "--qor", "aria", "--address", "Aria@Acme.example",
+                 "--secret", "s", "--sender-check", "dkim_or_spf", stdout=io.StringIO())
+    call_command("bind", "webchat", "--tenant", "acme", "--qor", "aria",
+                 "--origins", "https://example.com http://localhost:3000", stdout=io.StringIO())
+    assert ChannelBinding.objects.count() == 2
+
+
 @pytest.mark.django_db(transaction=True)
 def test_history_on_telegram_shows_only_telegram_messages(client, world, telegram, whatsapp, platform,
                                                           model_server, drain):
