@@ -96,11 +96,15 @@ class ServerLink:
     def socket_url(self, *, session_id: int | None, last_seq: int) -> str:
         parts = urlsplit(self.base)
         scheme = "wss" if parts.scheme == "https" else "ws"
+        # The token goes in a header (socket_headers), never in the URL: servers and proxies log URLs.
         url = (f"{scheme}://{parts.netloc}/ws/chat/{quote(self.owner.tenant.slug)}/{quote(self.owner.qor.slug)}/"
-               f"?token={quote(self.token)}&surface=tui")
+               f"?surface=tui")
         if session_id is not None:
             url += f"&session={session_id}&last_seq={last_seq}"
         return url
+
+    def socket_headers(self) -> dict[str, str]:
+        return {"Authorization": f"Bearer {self.token}"}
 
     def close(self) -> None:
         self._closed.set()
@@ -137,7 +141,8 @@ class SocketFollower(Follower):
             with self._lock:
                 url = self.link.socket_url(session_id=self.session_id, last_seq=self.cursor.sent_seq)
             try:
-                async with websockets.connect(url, origin=self.link.base, open_timeout=10,
+                # No Origin: a program with a token, not a page (qorven.asgi.ProgramSockets).
+                async with websockets.connect(url, additional_headers=self.link.socket_headers(), open_timeout=10,
                                               max_size=2**24) as socket:
                     attempt = 0
                     await self._read(socket)

@@ -79,17 +79,33 @@ class SameOriginSockets:
         return await self.app({**scope, RAW_SEND: send}, receive, send)
 
 
+class ProgramSockets:
+    """A client that opens a socket with an `Authorization: Bearer` header and no Origin is
+    a program (a script, `qorven chat`), not a browser: a browser always sends Origin with
+    a WebSocket and cannot set that header. The origin rule guards a browser's cookie
+    session against other sites' pages; a program's token is its proof, checked by the
+    consumer. Everything else goes to `browsers` (the origin rule)."""
+
+    def __init__(self, app, browsers) -> None:
+        self.app, self.browsers = app, browsers
+
+    async def __call__(self, scope, receive, send):
+        headers = dict(scope.get("headers") or [])
+        if b"origin" not in headers and headers.get(b"authorization", b"")[:7].lower() == b"bearer ":
+            return await self.app({**scope, RAW_SEND: send}, receive, send)
+        return await self.browsers(scope, receive, send)
+
+
 http_app = StaticFiles(django_asgi_app) if settings.QORVEN_SERVE_STATIC else django_asgi_app
 # The JSON API through Django on a few long-lived threads that keep their connections.
 http_app = steady_threads = SteadyThreads(http_app, django_asgi_app, ("/v1/qors/",))
 # Platform webhooks skip Django's request cycle and are stored in batches (see the module).
 http_app = WebhookIngest(http_app)
 
+sockets = AuthMiddlewareStack(URLRouter(websocket_urlpatterns))
 application = ProtocolTypeRouter(
     {
         "http": http_app,
-        "websocket": AllowedHostsOriginValidator(
-            SameOriginSockets(AuthMiddlewareStack(URLRouter(websocket_urlpatterns)))
-        ),
+        "websocket": ProgramSockets(sockets, AllowedHostsOriginValidator(SameOriginSockets(sockets))),
     }
 )

@@ -156,3 +156,23 @@ def test_a_session_that_expires_quietly_is_noticed_on_a_ping(world, monkeypatch)
         assert await page.receive_output(timeout=5) == {"type": "websocket.close", "code": CLOSE_SIGNED_OUT}
 
     async_to_sync(scenario)()
+
+
+def test_a_client_with_a_token_and_no_origin_connects_and_a_cookie_or_a_foreign_page_does_not(world):
+    """A browser always sends Origin with a WebSocket and cannot set Authorization: a client
+    with a bearer token and no Origin is a program (a script, `qorven chat`), whose token is
+    the proof; the origin rule guards cookie sessions and pages of other sites."""
+    _, raw = api_token_create(tenant=world.tenant_a, user=world.alice)
+    bearer = [(b"authorization", f"Bearer {raw}".encode())]
+    cookie = session_cookie(world.alice)
+
+    async def scenario():
+        await still_open(await opened(communicator(ALICE_CHAT, origin="", headers=bearer)))
+        cookie_only = communicator(ALICE_CHAT, origin="", cookie=cookie)
+        assert not (await cookie_only.connect())[0]
+        foreign_page = communicator(ALICE_CHAT, origin="https://evil.example", headers=bearer)
+        assert not (await foreign_page.connect())[0]
+        wrong_token = communicator(ALICE_CHAT, origin="", headers=[(b"authorization", b"Bearer qv_nope")])
+        assert not (await wrong_token.connect())[0]
+
+    async_to_sync(scenario)()

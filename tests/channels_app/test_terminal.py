@@ -257,6 +257,9 @@ def test_the_terminals_token_lapses_unless_the_running_terminal_renews_it(world,
         first = ApiToken.objects.get(pk=link.token_row.pk).expires_at
         assert timezone.now() < first <= timezone.now() + terminal_client.TOKEN_LIFETIME
         assert api_token_authenticate(raw=link.token) is not None
+        # Sent in a header, never in the socket's URL, which servers and proxies log.
+        assert link.token not in link.socket_url(session_id=1, last_seq=0)
+        assert link.socket_headers() == {"Authorization": f"Bearer {link.token}"}
         deadline = time.monotonic() + 10
         while ApiToken.objects.get(pk=link.token_row.pk).expires_at == first:  # renewed while it runs
             assert time.monotonic() < deadline, "the running terminal did not renew its token"

@@ -54,3 +54,17 @@ def test_the_text_format_puts_the_ids_before_the_message(console):
     first, second = stream.getvalue().splitlines()
     assert first.endswith("qorven.test tenant=3 session=41 with Bearer qv_a… inside")
     assert second.endswith("qorven.test outside")
+
+
+def test_a_token_in_a_request_line_is_masked(console):
+    """An access log's line for a socket a page opened with its token in the URL (the
+    widget's visitor token, an API token a script put there) keeps only the token's first
+    characters."""
+    handler, stream = console
+    logging.getLogger("uvicorn.access").info('%s - "%s %s HTTP/%s" %d', "127.0.0.1:5", "GET",
+                                            "/ws/chat/acme/aria/?token=qv_FvlOtSECRETSECRET&surface=tui", "1.1", 101)
+    logging.getLogger("uvicorn.error").info("%s - %s [accepted]", "127.0.0.1:5",
+                                            '"WebSocket /ws/webchat/wc_k/?visitor=eyJhbGciOiSECRETSECRET"')
+    text = stream.getvalue()
+    assert "SECRETSECRET" not in text
+    assert "?token=qv_F…&surface=tui" in text and "?visitor=eyJh…" in text
