@@ -37,6 +37,23 @@ def readyz(request: HttpRequest) -> JsonResponse:
     return JsonResponse({"status": "ok" if ready else "unavailable", "checks": checks}, status=200 if ready else 503)
 
 
+PROBES = {"/healthz": healthz, "/readyz": readyz}
+
+
+class ProbesMiddleware:
+    """Answers the probes before any other middleware: load balancers and orchestrators
+    reach a process by its IP (not a host in DJANGO_ALLOWED_HOSTS: a 400, and an error
+    logged, per probe) and over plain HTTP behind the TLS they terminate (not to be
+    redirected to https). A probe's answer names no host and sets nothing."""
+
+    def __init__(self, get_response: Any) -> None:
+        self.get_response = get_response
+
+    def __call__(self, request: HttpRequest) -> Any:
+        probe = PROBES.get(request.path_info)
+        return probe(request) if probe is not None else self.get_response(request)
+
+
 def _check(probe: Any) -> str:
     try:
         probe()

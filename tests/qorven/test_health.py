@@ -11,6 +11,20 @@ def test_healthz_answers_without_touching_anything(client):
     assert (response.status_code, response.json()) == (200, {"status": "ok"})
 
 
+@pytest.mark.django_db
+def test_probes_answer_whatever_address_they_come_by_and_over_plain_http(client, settings, caplog):
+    """Load balancers and orchestrators probe a process by its IP, over plain HTTP behind
+    the TLS they terminate: not a host this server serves pages as (a 400 and an error
+    logged per probe), nor a redirect to https."""
+    settings.SECURE_SSL_REDIRECT = True
+    settings.REDIS_URL = ""
+    for path in ("/healthz", "/readyz"):
+        response = client.get(path, HTTP_HOST="10.0.0.5:8765")
+        assert (response.status_code, response.json()["status"]) == (200, "ok")
+    assert not [r for r in caplog.records if r.levelname == "ERROR"]
+    assert client.get("/accounts/login/", HTTP_HOST="10.0.0.5:8765").status_code == 400  # pages still are not
+
+
 @pytest.mark.django_db(transaction=True)
 def test_readyz_is_ready_with_the_database_and_unavailable_without_it(client, settings):
     settings.REDIS_URL = ""  # this test is about the database
