@@ -165,7 +165,7 @@ def run_json(owner: ChatOwner, stdin: TextIO, stdout: TextIO, *, history: int, w
             continue
         try:
             body = json.loads(raw)
-            content = body["content"] if isinstance(body, dict) else None
+            content = body.get("content") if isinstance(body, dict) else None
             if not isinstance(content, str):
                 raise ValueError('each line must be an object like {"content": "…"}')
             seq, expects_reply = _send(owner, link, content)

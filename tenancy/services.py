@@ -40,8 +40,10 @@ def tenant_bootstrap(
     host's own account). A password is set only when given (and must pass the password
     validators), so re-running without one never locks anybody out.
     """
+    User = get_user_model()
+    User._meta.get_field(User.USERNAME_FIELD).run_validators(owner_username)  # as the admin would check it
     if password:
-        validate_password(password, user=get_user_model()(username=owner_username))
+        validate_password(password, user=User(username=owner_username))
     tenant, tenant_created = Tenant.objects.get_or_create(
         slug=tenant_slug, defaults={"name": tenant_name or tenant_slug.replace("-", " ").title()}
     )
@@ -57,7 +59,6 @@ def tenant_bootstrap(
         qor.is_default = True
         qor.save(update_fields=["is_default", "updated_at"])
 
-    User = get_user_model()
     owner, owner_created = User.objects.get_or_create(username=owner_username)
     fields = []
     if not owner.is_staff:

@@ -81,8 +81,10 @@ def _history(ctx: CommandContext) -> str:
     from sessions_app.selectors import messages_read
 
     try:
-        count = max(1, min(int(ctx.args or 10), 50))
+        count = int(ctx.args or 10)
     except ValueError:
+        count = 0
+    if not 1 <= count <= 50:
         return "Usage: /history [n] — n is a number from 1 to 50."
     # Only this surface's own slice, through the (session, channel) index, read back page
     # by page until `count` lines of conversation are found: commands and their answers,

@@ -99,3 +99,7 @@ def test_history_n_counts_conversation_lines_not_the_commands_and_notices_betwee
     drain()
     lines = platform.sent("sendMessage")[-1].json["text"].splitlines()
     assert [line.split(": ", 1)[1] for line in lines] == ["first answer", "second question", "second answer"]
+    for n, command in enumerate(["/history 0", "/history 100", "/history -1", "/history abc"]):
+        post_telegram(client, telegram_update(command, message_id=20 + n))
+        drain()
+        assert platform.sent("sendMessage")[-1].json["text"] == "Usage: /history [n] — n is a number from 1 to 50."

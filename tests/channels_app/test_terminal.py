@@ -99,12 +99,13 @@ def test_chat_json_answers_a_command_without_the_model_and_reports_bad_lines(wor
     qorven = Path(sys.executable).with_name("qorven")
     done = subprocess.run(
         [str(qorven), "chat", "--json", "--tenant", "acme", "--qor", "aria", "--user", "alice"],
-        input='not json\n{"content": "/help"}\n', capture_output=True, text=True, cwd=ROOT,
+        input='not json\n{"nocontent": 1}\n{"content": "/help"}\n', capture_output=True, text=True, cwd=ROOT,
         env=qorven_env(model_server), timeout=180,
     )
     assert done.returncode == 0, done.stderr
     lines = [json.loads(line) for line in done.stdout.splitlines()]
     assert lines[0]["type"] == "error"
+    assert lines[1] == {"type": "error", "error": 'each line must be an object like {"content": "…"}'}
     answer = next(line for line in lines if line["type"] == "message" and line["role"] == "assistant")
     assert answer["content"].startswith("Commands:") and answer["notice"] == "command"
     assert model_server.requests == []

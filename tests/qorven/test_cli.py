@@ -49,3 +49,11 @@ def test_a_command_that_calls_no_model_does_not_load_the_model_sdk():
     imported = {line.rpartition("|")[2].strip() for line in done.stderr.splitlines() if line.startswith("import time:")}
     assert "django" in imported and "channels_app.terminal" in imported  # the log is what it seems
     assert not {name for name in imported if name.split(".")[0] == "openai"}
+
+
+def test_serve_refuses_a_port_that_is_not_one():
+    """65536 and up would be taken modulo by the socket layer: the server would say it
+    listens where it does not."""
+    for port in ("99999", "0", "http"):
+        done = run("serve", "--port", port, DJANGO_SECRET_KEY="cli-test")
+        assert done.returncode == 2 and "--port" in done.stderr, (port, done.stderr[-500:])

@@ -36,6 +36,13 @@ def test_bootstrap_creates_tenant_default_qor_and_owner_and_is_idempotent():
 
 
 @pytest.mark.django_db
+def test_bootstrap_refuses_an_owner_name_the_admin_would_refuse():
+    with pytest.raises(CommandError, match="--owner: Enter a valid username"):
+        run("bootstrap", "--tenant", "acme", "--qor", "aria", "--owner", "al ice")
+    assert not Tenant.objects.exists() and not get_user_model().objects.exists()
+
+
+@pytest.mark.django_db
 def test_bootstrap_again_with_the_same_password_keeps_the_owner_signed_in(client):
     """`make run` bootstraps on every start: the owner's open pages must stay signed in."""
     args = ("bootstrap", "--tenant", "acme", "--qor", "aria", "--owner", "alice")

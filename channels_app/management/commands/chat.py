@@ -33,8 +33,9 @@ class Command(BaseCommand):
         )
         parser.add_argument(
             "--server", default=None, metavar="URL",
-            help="the running Qorven server to talk to (default QORVEN_PUBLIC_URL); if none answers there, "
-                 "the terminal works on the database directly",
+            help="the running Qorven server to talk to; one named here that does not answer is an error. "
+                 "Left out: QORVEN_PUBLIC_URL, and if no server answers there the terminal works on the "
+                 "database directly",
         )
         parser.add_argument("--no-server", action="store_true",
                             help="work on the database directly even when a server is running")

@@ -25,12 +25,18 @@ class Command(BaseCommand):
                             help="make the owner a superuser of the whole host (every tenant's data)")
 
     def handle(self, *args, **opts):
+        from django.contrib.auth import get_user_model
         from django.core.exceptions import ValidationError
         from django.utils.text import slugify
 
         for key in ("tenant", "qor"):
             if slugify(opts[key]) != opts[key]:
                 raise CommandError(f"--{key} must be a slug (letters, digits, hyphens), got {opts[key]!r}")
+        User = get_user_model()
+        try:
+            User._meta.get_field(User.USERNAME_FIELD).run_validators(opts["owner"])
+        except ValidationError as exc:
+            raise CommandError("--owner: " + " ".join(exc.messages)) from None
         try:
             result = tenant_bootstrap(
                 tenant_slug=opts["tenant"],
@@ -49,3 +55,4 @@ class Command(BaseCommand):
         if result.owner.is_superuser:
             self.stdout.write(f"owner   {result.owner} is a host superuser: the admin shows them every tenant")
         self.stdout.write(self.style.SUCCESS("bootstrap complete"))
+

@@ -23,7 +23,7 @@ class Command(BaseCommand):
     )
 
     def add_arguments(self, parser):
-        parser.add_argument("--port", type=int, default=8000, help="port to listen on (default 8000)")
+        parser.add_argument("--port", type=_port, default=8000, help="port to listen on, 1-65535 (default 8000)")
         parser.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
         parser.add_argument("--no-migrate", action="store_true", help="do not apply migrations first")
         parser.add_argument(
@@ -113,3 +113,17 @@ def _uvicorn_run(host: str, port: int) -> None:
     finally:
         for sig, handler in before.items():
             signal.signal(sig, handler)
+
+
+def _port(value: str) -> int:
+    """A TCP port, for argparse: 65536 and up would be taken modulo by the socket layer,
+    and the server would say it listens where it does not."""
+    import argparse
+
+    try:
+        port = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{value!r} is not a port number") from None
+    if not 1 <= port <= 65535:
+        raise argparse.ArgumentTypeError(f"{port} is not a port (1-65535)")
+    return port
