@@ -11,3 +11,10 @@ class RuntimeConfig(AppConfig):
     name = "qorven.runtime"
     label = "runtime"
     verbose_name = "Runtime"
+
+    def ready(self) -> None:
+        from django.db.backends.signals import connection_created
+
+        from .sqlite_file import sqlite_files_private
+
+        connection_created.connect(sqlite_files_private, dispatch_uid="qorven.runtime.sqlite_files_private")
