@@ -9,7 +9,6 @@ from django.conf import settings
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.utils.dateparse import parse_datetime
 from django.views.decorators.csrf import csrf_exempt
-from django.views.decorators.http import require_http_methods
 
 from qorven.agent.gateway import inbound_accept
 from sessions_app.channel_kinds import Channel
@@ -21,7 +20,7 @@ from tenancy.errors import NotFound
 from tenancy.selectors import qor_get
 from tenancy.switches import channel_enabled
 
-from .api_auth import bearer_required, json_error
+from .api_auth import bearer_required, json_error, json_methods
 from .chat import surface_session, with_deliveries
 from .json_body import QUERY_INT_MAX, BodyRefused, json_body
 
@@ -77,7 +76,7 @@ def _int_param(request: HttpRequest, name: str, *, minimum: int, maximum: int | 
 
 
 @csrf_exempt
-@require_http_methods(["GET", "POST"])
+@json_methods("GET", "POST")
 @bearer_required
 def qor_messages(request: HttpRequest, qor_slug: str) -> HttpResponse:
     try:
@@ -164,7 +163,7 @@ def _post(request: HttpRequest, qor) -> JsonResponse:
 
 
 @csrf_exempt
-@require_http_methods(["POST"])
+@json_methods("POST")
 @bearer_required
 def qor_voice_transcripts(request: HttpRequest, qor_slug: str) -> HttpResponse:
     """POST a voice call's transcript: `{"call_id": "…", "turns": [{"speaker": "Priya",

@@ -13,6 +13,36 @@ def json_error(status: int, message: str) -> JsonResponse:
     return JsonResponse({"error": message}, status=status)
 
 
+def method_refused(request: HttpRequest, methods: tuple[str, ...]) -> JsonResponse | None:
+    """A JSON 405 naming the methods (with Allow) when `request` uses another; else None."""
+    if request.method in methods:
+        return None
+    response = json_error(405, f"use {' or '.join(methods)}")
+    response["Allow"] = ", ".join(methods)
+    return response
+
+
+def json_methods(*methods: str) -> Callable[[Callable[..., HttpResponse]], Callable[..., HttpResponse]]:
+    """Django's require_http_methods for a JSON endpoint: its 405 is JSON too."""
+    def wrap(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]:
+        @wraps(view)
+        def endpoint(request: HttpRequest, *args, **kwargs) -> HttpResponse:
+            return method_refused(request, methods) or view(request, *args, **kwargs)
+        return endpoint
+    return wrap
+
+
+def csrf_failure(request: HttpRequest, reason: str = "") -> HttpResponse:
+    """CSRF_FAILURE_VIEW: a JSON endpoint's refusal is JSON (the page's own calls read it);
+    a form's is Django's page."""
+    if request.path.startswith("/chat/api/") or (request.path.startswith("/webchat/")
+                                                 and request.path.endswith("/messages")):
+        return json_error(403, "the form's security token is missing or out of date: reload the page")
+    from django.views.csrf import csrf_failure as page
+
+    return page(request, reason)
+
+
 def bearer_required(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]:
     """Sets request.tenant, request.user and request.member_role (the user's role in the
     tenant, read with the token) from `Authorization: Bearer <token>`, or 401."""

@@ -13,11 +13,11 @@ from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.utils.http import content_disposition_header
-from django.views.decorators.http import require_http_methods
 
 from sessions_app.channel_kinds import Channel
 from tenancy.errors import NotFound
 
+from .api_auth import method_refused
 from .chat import (
     PAGE,
     ChannelOff,
@@ -96,10 +96,9 @@ def member_json_view(*methods: str) -> Callable[[Callable[..., JsonResponse]], C
     def wrap(view: Callable[..., JsonResponse]) -> Callable[..., JsonResponse]:
         @wraps(view)
         def endpoint(request: HttpRequest, tenant_slug: str, qor_slug: str) -> JsonResponse:
-            if methods and request.method not in methods:
-                response = JsonResponse({"error": f"use {' or '.join(methods)}"}, status=405)
-                response["Allow"] = ", ".join(methods)
-                return response
+            refused = method_refused(request, methods) if methods else None
+            if refused is not None:
+                return refused
             if not request.user.is_authenticated:
                 return JsonResponse({"error": "sign in first"}, status=401)
             try:
@@ -190,8 +189,7 @@ def _reply_to(request: HttpRequest) -> int | JsonResponse:
     return reply_to
 
 
-@require_http_methods(["GET", "POST"])
-@member_json_view()
+@member_json_view("GET", "POST")
 def chat_messages(request: HttpRequest, owner) -> JsonResponse:
     """GET `?before_seq=`: an older page of the timeline. POST `{"content": "…"}`: send on
     channel web (the CSRF token goes in the X-CSRFToken header)."""

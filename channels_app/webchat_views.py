@@ -15,11 +15,12 @@ from django.shortcuts import render
 from django.urls import reverse
 from django.views.decorators.clickjacking import xframe_options_exempt
 from django.views.decorators.csrf import csrf_exempt
-from django.views.decorators.http import require_GET, require_http_methods
+from django.views.decorators.http import require_GET
 
 from sessions_app.channel_kinds import Channel
 from tenancy.errors import NotFound
 
+from .api_auth import json_methods
 from .chat import ChannelOff, chat_image, chat_send
 from .live_events import message_event
 from .views import CHANNEL_LABELS, history_response, image_response, sent_message
@@ -81,7 +82,7 @@ def frame(request: HttpRequest, key: str) -> HttpResponse:
 
 
 @csrf_exempt  # no cookies: the visitor token is a header the host page cannot forge
-@require_http_methods(["GET", "POST"])
+@json_methods("GET", "POST")
 def messages(request: HttpRequest, key: str) -> JsonResponse:
     token = request.headers.get(VISITOR_HEADER, "").strip()
     try:

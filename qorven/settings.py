@@ -87,6 +87,7 @@ MIDDLEWARE = [
 ]
 
 ROOT_URLCONF = "qorven.urls"
+CSRF_FAILURE_VIEW = "channels_app.api_auth.csrf_failure"  # a JSON endpoint's refusal is JSON
 ASGI_APPLICATION = "qorven.asgi.application"
 
 TEMPLATES = [

@@ -279,3 +279,27 @@ def test_a_token_past_its_expiry_is_refused_like_a_revoked_one(client, world):
     assert client.get(URL.format("aria"), **auth(raw)).status_code == 200
     ApiToken.objects.filter(pk=token.pk).update(expires_at=timezone.now() - timedelta(seconds=1))
     assert client.get(URL.format("aria"), **auth(raw)).status_code == 401
+
+
+def test_a_method_an_endpoint_does_not_take_is_a_json_405_naming_the_ones_it_does(client, world, tokens):
+    auth = {"HTTP_AUTHORIZATION": f"Bearer {tokens['alice']}"}
+    for method, url, allowed in (("put", "/v1/qors/aria/messages", "GET, POST"),
+                                 ("delete", "/v1/qors/aria/messages", "GET, POST"),
+                                 ("get", "/v1/qors/aria/voice-transcripts", "POST")):
+        response = getattr(client, method)(url, **auth)
+        assert (response.status_code, response["Allow"]) == (405, allowed)
+        assert response.json()["error"].startswith("use ")
+
+
+def test_the_pages_json_calls_refused_for_their_csrf_token_answer_json(world):
+    from django.test import Client
+
+    page = Client(enforce_csrf_checks=True)
+    page.force_login(world.alice)
+    response = page.post("/chat/api/acme/aria/messages", data='{"content": "hi"}', content_type="application/json")
+    assert response.status_code == 403 and "reload the page" in response.json()["error"]
+    signed_in = Client()
+    signed_in.force_login(world.alice)
+    assert signed_in.put("/chat/api/acme/aria/messages").json() == {"error": "use GET or POST"}
+    form = page.post("/accounts/logout/")  # a form's refusal stays Django's page
+    assert form.status_code == 403 and form["Content-Type"].startswith("text/html")
