@@ -128,12 +128,26 @@ def beats_plan(*, path: Path | None = None) -> SyncPlan:
     try:
         parsed = DefaultsFile.model_validate(_plain(raw))
     except ValidationError as exc:
-        problems = [
-            Problem(_line(text, _position(raw, tuple(err["loc"]))), _loc_text(tuple(err["loc"])), _message(err))
-            for err in exc.errors()
-        ]
-        raise DefaultsFileError(path, problems) from None
-    return _plan(path, text, raw, parsed)
+        problems = _problems(text, raw, exc)
+        items = raw.get("beats") if isinstance(raw, dict) else None
+        if not isinstance(items, list):
+            raise DefaultsFileError(path, problems) from None
+        # The beats that are well formed are checked against the database all the same,
+        # so one run reports every problem of the file, not the next ones after a fix.
+        beats = []
+        for index, item in enumerate(items):
+            try:
+                beats.append((index, BeatSpec.model_validate(_plain(item))))
+            except ValidationError:
+                continue
+        _plan(path, text, raw, beats, problems)
+        raise DefaultsFileError(path, problems) from None  # _plan raises first when it found more
+    return _plan(path, text, raw, list(enumerate(parsed.beats)), [])
+
+
+def _problems(text: str, raw: Any, exc: ValidationError) -> list[Problem]:
+    return [Problem(_line(text, _position(raw, tuple(err["loc"]))), _loc_text(tuple(err["loc"])), _message(err))
+            for err in exc.errors()]
 
 
 def _message(err: Any) -> str:
@@ -145,13 +159,14 @@ def _line(text: str, pos: int) -> int:
     return text.count("\n", 0, pos) + 1
 
 
-def _plan(path: Path, text: str, raw: Any, parsed: DefaultsFile) -> SyncPlan:
+def _plan(path: Path, text: str, raw: Any, beats: list[tuple[int, BeatSpec]], problems: list[Problem]) -> SyncPlan:
+    """What a sync of `beats` (each with its index in the file) changes; raises
+    DefaultsFileError with `problems` (those found before) and any found here."""
     plan = SyncPlan(path=path)
-    problems: list[Problem] = []
     desired: dict[tuple[int, int, str], Desired] = {}
     User = get_user_model()
     all_tenants = list(Tenant.objects.order_by("slug"))
-    for index, spec in enumerate(parsed.beats):
+    for index, spec in beats:
         loc = ("beats", index)
         line = _line(text, _position(raw, loc))
 
@@ -219,7 +234,7 @@ def _plan(path: Path, text: str, raw: Any, parsed: DefaultsFile) -> SyncPlan:
             else:
                 plan.unchanged.append(beat)
     if problems:
-        raise DefaultsFileError(path, problems)
+        raise DefaultsFileError(path, sorted(problems, key=lambda p: (p.line, p.field)))
     _plan_deletions(plan, keep={b.pk for b in plan.unchanged} | {b.pk for b, _, _ in plan.update})
     return plan
 

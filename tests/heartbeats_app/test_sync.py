@@ -149,6 +149,7 @@ def test_field_errors_name_the_line_and_field_of_each_problem_and_change_nothing
         (7, "beats[1].cron"),
         (9, "beats[1].deliver.channel"),
         (10, "beats[1].colour"),
+        (12, "beats[2].tenant"),  # well formed, checked against the database in the same run
         (13, "beats[3].name"),  # missing: reported at its object
     }
     rendered = str(raised.value)
