@@ -37,6 +37,7 @@ class Follower:
     _channel: str | None = None
     _joined: str | None = None  # the session group the channel is in
     _lock: threading.Lock = field(default_factory=threading.Lock)
+    _ended: set[int] = field(default_factory=set)  # the messages whose reply's "done" was emitted
 
     @property
     def session_id(self) -> int | None:
@@ -47,7 +48,7 @@ class Follower:
         if session is not None:
             events = chat_events(session=session, limit=history) if history else []
             self.cursor.watch(session.pk, sent_seq=events[0]["seq"] - 1 if events else session.last_seq)
-            self._show(self.cursor.rows(events))
+            self._show(self.cursor.rows(events), history=True)
             self.catch_up()
         self._subscribe()
         self._thread = threading.Thread(target=self._run, name="qorven-chat-follow", daemon=True)
@@ -174,17 +175,30 @@ class Follower:
         finally:
             close_old_connections()
 
-    def _show(self, frames: list[dict[str, Any]]) -> None:
+    def _show(self, frames: list[dict[str, Any]], *, history: bool = False) -> None:
         """The cursor's frames as this client's outputs: messages (not the Qor's hidden
-        working), chunks and ends of replies."""
+        working), chunks and ends of replies. Every reply ends with one "done", also one
+        read back from the database (the socket connected after it was written, or it
+        came without streaming): only a streamed reply's live end says so itself. Replies
+        shown as history get none."""
         for frame in frames:
             kind = frame["type"]
             if kind == "message.new" and not frame["hidden"]:
                 self.emit(frame)
+                reply_to = frame.get("reply_to")
+                if frame["role"] in ("assistant", "system") and reply_to is not None:
+                    self._end(reply_to, frame["seq"], quiet=history)
             elif kind == "message.chunk":
                 self.emit({"type": "chunk", "reply_to": frame["reply_to"], "delta": frame["delta"]})
             elif kind == "message.done":
-                self.emit({"type": "done", "reply_to": frame["reply_to"], "seq": frame["seq"]})
+                self._end(frame["reply_to"], frame["seq"])
+
+    def _end(self, reply_to: int, seq: int, *, quiet: bool = False) -> None:
+        if reply_to in self._ended:
+            return
+        self._ended.add(reply_to)
+        if not quiet:
+            self.emit({"type": "done", "reply_to": reply_to, "seq": seq})
 
 
 async def _next_event(receiving: asyncio.Task, timeout: float) -> dict[str, Any] | None:

@@ -108,6 +108,9 @@ def test_chat_json_answers_a_command_without_the_model_and_reports_bad_lines(wor
     assert lines[1] == {"type": "error", "error": 'each line must be an object like {"content": "…"}'}
     answer = next(line for line in lines if line["type"] == "message" and line["role"] == "assistant")
     assert answer["content"].startswith("Commands:") and answer["notice"] == "command"
+    # A reply that did not stream (read back from the database) ends with its "done" too.
+    assert [line for line in lines if line["type"] == "done"] == [
+        {"type": "done", "reply_to": answer["reply_to"], "seq": answer["seq"]}]
     assert model_server.requests == []
 
 
