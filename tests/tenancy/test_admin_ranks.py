@@ -43,25 +43,28 @@ def test_a_workspace_admin_cannot_move_a_token_onto_the_owner_or_revive_a_revoke
     assert token.revoked_at is not None
 
 
-def test_a_workspace_admin_cannot_link_a_sender_to_the_owner(workspace_admin, world):
-    sender = Identity.objects.create(tenant=world.tenant_a, channel="telegram", external_id="55", user=world.bob,
-                                     approval="approved", trust_level="owner", display_name="Bob")
+def sender_of(world, user, external_id: str) -> Identity:
+    return Identity.objects.create(tenant=world.tenant_a, channel="telegram", external_id=external_id, user=user,
+                                   approval="approved", trust_level="owner", display_name=user.first_name)
+
+
+def relinked(client, world, sender: Identity, user) -> int:
+    """The status of the admin's change of `sender`, linking it to `user`."""
     change = reverse("admin:channels_app_identity_change", args=[sender.pk])
-    response = workspace_admin.post(change, {"tenant": world.tenant_a.pk, "channel": "telegram", "external_id": "55",
-                                             "user": world.alice.pk, "display_name": "Bob", "trust_level": "owner",
-                                             "approval": "approved", "reply_target": ""})
-    assert response.status_code == 403
+    return client.post(change, {"tenant": world.tenant_a.pk, "channel": "telegram", "external_id": sender.external_id,
+                                "user": user.pk, "display_name": sender.display_name, "trust_level": "owner",
+                                "approval": "approved", "reply_target": ""}).status_code
+
+
+def test_a_workspace_admin_cannot_link_a_sender_to_the_owner(workspace_admin, world):
+    sender = sender_of(world, world.bob, "55")
+    assert relinked(workspace_admin, world, sender, world.alice) == 403
     assert Identity.objects.get(pk=sender.pk).user == world.bob
 
 
 def test_a_workspace_admin_cannot_change_or_take_over_the_owners_sender(workspace_admin, world):
-    owners = Identity.objects.create(tenant=world.tenant_a, channel="telegram", external_id="42", user=world.alice,
-                                     approval="approved", trust_level="owner", display_name="Alice")
-    change = reverse("admin:channels_app_identity_change", args=[owners.pk])
-    response = workspace_admin.post(change, {"tenant": world.tenant_a.pk, "channel": "telegram", "external_id": "42",
-                                             "user": world.bob.pk, "display_name": "Alice", "trust_level": "owner",
-                                             "approval": "approved", "reply_target": ""})
-    assert response.status_code == 403
+    owners = sender_of(world, world.alice, "42")
+    assert relinked(workspace_admin, world, owners, world.bob) == 403
     assert Identity.objects.get(pk=owners.pk).user == world.alice
 
 
@@ -78,12 +81,7 @@ def test_a_workspace_admin_cannot_approve_a_sender_as_the_owner(workspace_admin,
     assert Identity.objects.get(pk=identity.pk).user is None
 
 
-def test_the_owner_links_a_sender_to_herself_and_moves_no_token(tenant_admin, world):
-    sender = Identity.objects.create(tenant=world.tenant_a, channel="telegram", external_id="55", user=world.bob,
-                                     approval="approved", trust_level="owner", display_name="Bob")
-    change = reverse("admin:channels_app_identity_change", args=[sender.pk])
-    response = tenant_admin.post(change, {"tenant": world.tenant_a.pk, "channel": "telegram", "external_id": "55",
-                                          "user": world.alice.pk, "display_name": "Bob", "trust_level": "owner",
-                                          "approval": "approved", "reply_target": ""})
-    assert response.status_code == 302
+def test_the_owner_links_a_sender_to_herself(tenant_admin, world):
+    sender = sender_of(world, world.bob, "55")
+    assert relinked(tenant_admin, world, sender, world.alice) == 302
     assert Identity.objects.get(pk=sender.pk).user == world.alice
