@@ -20,7 +20,14 @@ from memory_app.services import memory_add
 from sessions_app.models import Message, Session
 from tenancy.models import Qor, Tenant
 
-from .merge import images_of_duplicates_move, kept_rows_move, rows_count, session_openings
+from .merge import (
+    images_of_duplicates_move,
+    kept_rows_move,
+    replies_renumber,
+    replies_to_follow,
+    rows_count,
+    session_openings,
+)
 from .owners import ChatOwner, collapse_owners, owner_sessions
 from .threads import run_in_threads
 
@@ -232,11 +239,16 @@ def collapse_user(
         outcome.messages = sum(stats[pk].span.count for pk in ids)
         own = stats[canonical.pk]
         shift = max(own.top_seq, outcome.messages) if own.span.count else 0
+        replies = replies_to_follow(ids)
         kept = kept_rows_move(canonical.pk, ids, shift=shift)
+        replies_renumber(canonical.pk, replies)
         outcome.duplicates = outcome.messages - kept
         canonical.last_seq = kept
-        # Merged history is not waiting for an answer: the agent must not reply to it.
+        # Merged history is not waiting for an answer: the agent must not reply to it (a
+        # message still waiting when it was collapsed included: its turn is long gone).
         canonical.replied_through_seq = kept
+        Message.objects.filter(session=canonical, answer_state=Message.Answer.PENDING).update(
+            answer_state=Message.Answer.ANSWERED)
         canonical.started_at = min(s.started_at for s in [*sessions, canonical])
         if canonical.compacted_through_seq:
             moved = (

@@ -494,3 +494,38 @@ def test_owners_are_paged_by_key_so_every_user_is_reached(world, alice_three, mo
     labels = [o.label for o in collapse_sessions()]
     assert labels == ["acme/aria alice", "acme/aria bob", "globex/aria charlie"]
     assert Session.objects.filter(kind="canonical", state="active").count() == 3
+
+
+def test_a_message_still_waiting_when_collapsed_is_history_not_a_question_to_answer(world, settings):
+    """Merged history is not answered (the chat counts it as replied to): a legacy message
+    still waiting for its answer is not answered by the next turn, on its old channel."""
+    from sessions_app.selectors import answerable
+
+    settings.QORVEN_LEGACY_SESSIONS = True
+    say(legacy(world, "telegram"), 0, "old question never answered", awaits_answer=True)
+    settings.QORVEN_LEGACY_SESSIONS = False
+    (outcome,) = list(collapse_sessions())
+    canonical = Session.objects.get(pk=outcome.canonical_id)
+    (old,) = canonical.messages.all()
+    assert (old.answer_state, canonical.replied_through_seq) == ("answered", 1)
+    assert not answerable(canonical.messages.all()).exists()
+
+
+def test_a_reply_still_names_its_question_after_the_renumbering(world, settings):
+    """Every kept row gets a new seq; a reply's `reply_to` follows its question's, so the
+    page pairs them and "regenerate" replaces the answer instead of adding a second."""
+    from sessions_app.services import reply_supersede
+
+    canonical = session_resolve(tenant=world.tenant_a, qor=world.qor_a, channel="web", user=world.alice)
+    question = say(canonical, 10, "web question", awaits_answer=True)
+    say(canonical, 11, "web answer", role="assistant", metadata={"reply_to": question.seq})
+    Message.objects.filter(pk=question.pk).update(answer_state="answered")
+    settings.QORVEN_LEGACY_SESSIONS = True
+    tg = legacy(world, "telegram")
+    tg_question = say(tg, 0, "telegram question")
+    say(tg, 1, "telegram answer", role="assistant", metadata={"reply_to": tg_question.seq})
+    list(collapse_sessions())
+    rows = {m.content: m for m in canonical.messages.all()}
+    assert rows["web answer"].metadata["reply_to"] == rows["web question"].seq == 3
+    assert rows["telegram answer"].metadata["reply_to"] == rows["telegram question"].seq == 1
+    assert reply_supersede(session=canonical, reply_to=rows["web question"].seq) == [rows["web answer"].seq]
