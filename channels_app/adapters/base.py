@@ -10,6 +10,8 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from datetime import UTC, datetime
+from email.utils import parsedate_to_datetime
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -146,10 +148,42 @@ class Adapter:
             return
         text = response.text[:300]
         if response.status_code == 429 or response.status_code >= 500:
-            header = response.headers.get("Retry-After")
-            after = retry_after if retry_after is not None else (float(header) if header else None)
+            after = retry_after if retry_after is not None else retry_after_seconds(response.headers.get("Retry-After"))
             raise SendError(f"{response.status_code}: {text}", permanent=False, retry_after=after)
         raise SendError(f"{response.status_code}: {text}", permanent=True)
+
+    @staticmethod
+    def accepted_id(response: httpx.Response, *path: str | int) -> str:
+        """The platform's id of a part it accepted (a 2xx), read along `path` in its JSON
+        answer; "" when the answer is not what we expected (a proxy's "OK", a cut body).
+        Never raises: the part has been delivered, and a part is never sent twice."""
+        try:
+            value: Any = response.json()
+            for step in path:
+                value = value[step]
+        except (ValueError, KeyError, IndexError, TypeError):
+            logger.warning("a platform accepted a part with an answer we could not read (HTTP %s)",
+                           response.status_code)
+            return ""
+        return str(value) if value is not None else ""
+
+
+def retry_after_seconds(header: str | None) -> float | None:
+    """A Retry-After header's wait in seconds: a number, or an HTTP date (RFC 9110); None
+    when absent or unreadable (the send's own backoff applies then)."""
+    if not header:
+        return None
+    try:
+        return max(float(header), 0.0)
+    except ValueError:
+        pass
+    try:
+        when = parsedate_to_datetime(header)
+    except (TypeError, ValueError):
+        return None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=UTC)
+    return max((when - datetime.now(UTC)).total_seconds(), 0.0)
 
 
 _clients: dict[float, httpx.Client] = {}

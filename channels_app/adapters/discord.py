@@ -166,4 +166,4 @@ class DiscordAdapter(Adapter):
             except (ValueError, TypeError, AttributeError):
                 retry_after = None
         self.raise_for_status(response, retry_after=retry_after)
-        return str(response.json().get("id", ""))
+        return self.accepted_id(response, "id")

@@ -161,8 +161,14 @@ class SlackAdapter(Adapter):
         except Exception as exc:
             raise send_unreachable("Slack", exc) from None
         self.raise_for_status(response)
-        data = response.json()
-        if not data.get("ok"):
+        try:
+            data = response.json()
+            ok = bool(data.get("ok"))
+        except (ValueError, AttributeError):
+            # Slack answers every call 200 and says in the body whether it posted: without
+            # a body we cannot tell, and a part is never sent twice.
+            raise SendError("Slack answered with a body we could not read", permanent=True, ambiguous=True) from None
+        if not ok:
             error = str(data.get("error", "unknown error"))
             raise SendError(f"Slack refused: {error}", permanent=error not in ("ratelimited", "internal_error"))
         return str(data.get("ts", ""))

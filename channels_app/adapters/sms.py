@@ -64,4 +64,4 @@ class SmsAdapter(Adapter):
         except Exception as exc:
             raise send_unreachable("Twilio", exc) from None
         self.raise_for_status(response)
-        return str(response.json().get("sid", ""))
+        return self.accepted_id(response, "sid")

@@ -228,4 +228,4 @@ class TelegramAdapter(Adapter):
             except (ValueError, TypeError, AttributeError):
                 retry_after = None
         self.raise_for_status(response, retry_after=retry_after)
-        return str(response.json().get("result", {}).get("message_id", ""))
+        return self.accepted_id(response, "result", "message_id")

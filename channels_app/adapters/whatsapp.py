@@ -150,6 +150,5 @@ class WhatsAppAdapter(Adapter):
         except Exception as exc:
             raise send_unreachable("WhatsApp", exc) from None
         self.raise_for_status(response)
-        ids = response.json().get("messages") or [{}]
-        return str(ids[0].get("id", ""))
+        return self.accepted_id(response, "messages", 0, "id")
 

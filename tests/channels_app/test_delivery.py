@@ -231,3 +231,49 @@ def test_a_reply_goes_where_its_message_came_from_even_when_an_earlier_message_t
     assert OutboundDelivery.objects.get().target == "42"
     (sent,) = platform.sent("sendMessage")
     assert sent.json["chat_id"] in ("42", 42)
+
+
+def test_a_part_the_platform_accepted_is_sent_once_even_when_its_answer_is_unreadable(
+    world, telegram, platform, drain
+):
+    """A 2xx means the platform has the part: an answer that is not the JSON we expected
+    (a proxy's "OK", a truncated body) marks it sent without an id, never sends it again."""
+    from channels_app.sweep import sweep
+    from channels_app.tasks import deliver_message_task
+
+    from .conftest import replies_waiting
+
+    pair(world, "telegram", "42", world.alice)
+    platform.default(r"sendMessage", Canned(raw=b"OK"))
+    (reply_,) = replies_waiting(world, telegram, ["Hello."])
+    deliver_message_task.delay(world.tenant_a.pk, reply_.pk)
+    drain()
+    sweep(restart=True)
+    drain()
+    assert len(platform.sent("sendMessage")) == 1
+    assert OutboundDelivery.objects.values_list("state", "platform_message_id").get() == ("sent", "")
+
+
+def test_a_retry_after_given_as_a_date_is_waited_out_and_the_retries_still_run_out(world, telegram, platform, drain,
+                                                                                   settings):
+    """RFC 9110 lets Retry-After be an HTTP date: honoured, and counted like any transient
+    failure, so a platform that keeps refusing ends the part failed after its retries."""
+    from email.utils import format_datetime
+
+    from django.utils import timezone
+
+    from channels_app.tasks import deliver_message_task
+
+    from .conftest import replies_waiting
+
+    settings.QORVEN_SEND_RETRIES = 2
+    settings.QORVEN_SEND_BACKOFF = 0.05
+    pair(world, "telegram", "42", world.alice)
+    soon = format_datetime(timezone.now() + timezone.timedelta(seconds=0.5), usegmt=True)
+    platform.default(r"sendMessage", Canned(status=503, body={"ok": False}, headers={"Retry-After": soon}))
+    (reply_,) = replies_waiting(world, telegram, ["Hello."])
+    deliver_message_task.delay(world.tenant_a.pk, reply_.pk)
+    drain()
+    row = OutboundDelivery.objects.get()
+    assert (row.state, row.attempts) == ("failed", 3)
+    assert len(platform.sent("sendMessage")) == 3
