@@ -135,6 +135,9 @@ class TelegramAdapter(Adapter):
         if sender is None or sender.is_bot:
             return Parsed([])
         text = message.text or message.caption
+        media = self._photo(message) + self._voice(message)
+        if not text.strip() and not media:
+            return Parsed([])  # a sticker, a location, a poll: nothing to read or answer (as on every surface)
         group = message.chat.type in ("group", "supergroup")
         name = " ".join(p for p in (sender.first_name, sender.last_name) if p) or sender.username
         inbound = InboundMessage(
@@ -147,7 +150,7 @@ class TelegramAdapter(Adapter):
             thread_id=str(message.chat.id) if group else "",
             addressed=(not group) or self._addressed(message, binding),
             reply_target=str(message.chat.id),
-            media=self._photo(message) + self._voice(message),
+            media=media,
         )
         return Parsed([inbound])
 

@@ -406,3 +406,19 @@ def test_a_group_chats_digest_reaches_each_paired_member_who_spoke(client, world
     assert sorted(d.user.username for d in digests) == ["alice", "bob"]  # not Zed: unpaired
     assert memory_search(tenant=world.tenant_a, qor=world.qor_a, user=world.alice, query="summary")
     assert not memory_search(tenant=world.tenant_a, qor=world.qor_a, user=world.charlie, query="summary")
+
+
+def test_a_telegram_message_with_nothing_to_read_is_not_a_turn(client, world, telegram, platform, model_server,
+                                                               drain):
+    """A sticker, a location, a contact or a poll: no text and nothing fetched. As on
+    every other surface, nothing to answer — not an empty message in the chat and in
+    every later prompt."""
+    pair(world, "telegram", "42", world.alice)
+    model_server.default = reply("an answer to nothing")
+    update = telegram_update("", message_id=11)
+    del update["message"]["text"]
+    update["message"]["sticker"] = {"file_id": "CAACAgIAAx", "file_unique_id": "AgAD", "type": "regular",
+                                    "width": 512, "height": 512, "is_animated": False, "is_video": False, "emoji": "👍"}
+    assert post_telegram(client, update).status_code == 200
+    drain()
+    assert model_server.requests == [] and not Message.objects.exists()
