@@ -57,9 +57,10 @@ def due_parse(text: str, *, zone: tzinfo) -> datetime:
 
 
 def reminders_due_in_tenant(*, tenant: Tenant, now: datetime, limit: int = 500) -> list[Memory]:
-    """Every user's reminders in the tenant that have come due and not lapsed, oldest
-    first, with their Qor and user loaded (for delivering them)."""
-    return list(_due(tenant, now).filter(user__isnull=False).select_related("qor", "user")[:limit])
+    """Every member's reminders in the tenant that have come due and not lapsed, oldest
+    first, with their Qor and user loaded (for delivering them). Someone who left the
+    tenant is no longer written to: their reminders stay, undelivered."""
+    return list(_due(tenant, now).filter(user__memberships__tenant=tenant).select_related("qor", "user")[:limit])
 
 
 def reminders_due(

@@ -74,3 +74,15 @@ def test_a_due_reminder_is_sent_to_the_platform_it_was_made_on(world, platform, 
 
     (sent,) = platform.sent(r"/telegram/bot111:AAA/sendMessage")
     assert sent.json == {"chat_id": "42", "text": "Reminder: take the cake out"}
+
+
+def test_a_reminder_of_someone_who_left_the_workspace_is_not_delivered(world, model_server):
+    """The Qor of a workspace never writes to someone no longer in it (as a user's beat
+    does not deliver to one): their reminder stays, undelivered."""
+    from tenancy.models import Membership
+
+    bobs = reminder(world.tenant_a, world.qor_a, world.bob, "renew the acme contract", timezone.now())
+    Membership.objects.filter(tenant=world.tenant_a, user=world.bob).delete()
+    assert run(system_beat(world.tenant_a, world.qor_a)).output == "Delivered 0 reminder(s)."
+    assert not assistant_messages(world.bob)
+    assert Memory.objects.get(pk=bobs.pk).period_end is None
