@@ -64,11 +64,13 @@ def heartbeat_check(
         parsed = cron_parse(cron)
     except CronError as exc:
         raise HeartbeatInvalid("cron", str(exc)) from None
-    if timezone:
-        try:
-            timezone_parse(timezone)
-        except CronError as exc:
-            raise HeartbeatInvalid("timezone", str(exc)) from None
+    try:
+        timezone_parse(timezone or tenant.timezone)
+    except CronError as exc:
+        # Without a zone of its own a beat runs in its workspace's, which may predate the
+        # check on saving it.
+        raise HeartbeatInvalid("timezone", str(exc) if timezone else
+                               f"this workspace's timezone is not usable: {exc}; name one for the beat") from None
     if name not in RESERVED_NAMES and not (prompt or "").strip():
         raise HeartbeatInvalid("prompt", "a beat needs a prompt: what should the Qor check or say?")
     if bool(deliver_to) != bool(deliver_channel):

@@ -24,10 +24,22 @@ class TimestampedModel(models.Model):
         abstract = True
 
 
+def validate_timezone(name: str) -> None:
+    """An IANA time zone name this machine knows ('Europe/Paris', 'UTC')."""
+    from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+    try:
+        ZoneInfo(name)
+    except (ZoneInfoNotFoundError, ValueError):
+        raise ValidationError(f"unknown timezone {name!r}; use an IANA name such as 'Europe/Paris' or 'UTC'",
+                              code="timezone") from None
+
+
 class Tenant(TimestampedModel):
     name = models.CharField(max_length=200)
     slug = models.SlugField(max_length=64, unique=True)
-    timezone = models.CharField(max_length=64, default="UTC")
+    # Every beat without a zone of its own runs in it, and due times are read in it.
+    timezone = models.CharField(max_length=64, default="UTC", validators=[validate_timezone])
     settings = models.JSONField(default=dict, blank=True)
     monthly_token_budget = models.PositiveBigIntegerField(
         null=True, blank=True, help_text="Model tokens allowed per calendar month; empty = unlimited."

@@ -87,6 +87,22 @@ def test_tenants_listing_and_editing_are_scoped_and_budget_is_for_the_host(clien
     assert 'name="name"' in change
 
 
+def test_a_workspace_timezone_is_checked_when_saved(client, world, dana, beats):
+    """A typo there would reach every beat without a zone of its own (a server error on
+    save while acme has beats, then every run): it is refused at its field."""
+    client.force_login(dana)
+    change = client.get(url("qorven_tenant_change", world.tenant_a.pk))
+    form = change.context["adminform"].form
+    data = {name: field.value() if field.value() is not None else "" for name, field in
+            ((n, form[n]) for n in form.fields)}
+    data.update({"timezone": "Europe/Pari", **_inline_management(change)})
+    response = client.post(url("qorven_tenant_change", world.tenant_a.pk), data)
+    assert response.status_code == 200
+    assert "Europe/Pari" in str(response.context["adminform"].form.errors["timezone"])
+    world.tenant_a.refresh_from_db()
+    assert world.tenant_a.timezone == "UTC"
+
+
 def test_a_plain_member_or_non_staff_user_gets_no_admin(client, world, beats):
     bob = world.bob
     bob.is_staff = True
@@ -193,3 +209,17 @@ def test_a_failed_runs_provider_words_are_the_hosts_and_the_tenant_admin_reads_o
 
     client.force_login(UserFactory(username="root", is_staff=True, is_superuser=True))
     assert "sk-proj-Ab12**wxyz" in client.get(change).content.decode()  # the host's to read
+
+
+def _inline_management(response) -> dict:
+    """The management form fields of a change page's inlines, as they were served."""
+    data = {}
+    for formset in response.context["inline_admin_formsets"]:
+        management = formset.formset.management_form
+        for name in management.fields:
+            data[management[name].html_name] = management[name].value()
+        for form in formset.formset.forms:
+            for name in form.fields:
+                value = form[name].value()
+                data[form[name].html_name] = "" if value is None else value
+    return data

@@ -64,6 +64,21 @@ def test_a_bad_cron_expression_gets_an_error_back_to_the_model(world, model_serv
     assert reply_message.content == "Set for 8 every morning."
 
 
+def test_a_beat_in_a_workspace_whose_timezone_is_unknown_gets_an_error_back_to_the_model(world, model_server, drain):
+    """A workspace's zone from before it was checked on save: a beat without a zone of its
+    own would run in it, so set_beat answers what is wrong instead of failing the turn."""
+    from tenancy.models import Tenant
+
+    Tenant.objects.filter(pk=world.tenant_a.pk).update(timezone="Europe/Pari")
+    model_server.add(tool_call("set_beat", {"name": "pills", "cron": "0 8 * * *", "prompt": "pills"}),
+                     reply("Please fix the workspace's timezone."))
+    say(world, world.alice, "every morning remind me of my pills")
+    drain()
+    (result,) = tool_results(model_server, 1)
+    assert "this workspace's timezone is not usable: unknown timezone 'Europe/Pari'" in result["error"]
+    assert not Heartbeat.objects.exists()
+
+
 def test_list_update_and_delete_touch_only_the_users_own_beats(world, model_server, drain):
     beat(world.qor_a, name="alice-walk", owner=world.alice, deliver_to=world.alice, deliver_channel="web")
     beat(world.qor_a, name="bob-secret", prompt="Bob's private thing", owner=world.bob)
