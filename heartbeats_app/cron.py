@@ -68,6 +68,11 @@ def cron_parse(expression: str) -> Cron:
             "minute hour day-of-month month day-of-week (e.g. '0 8 * * 1-5' for 08:00 on weekdays)"
         )
     minute, hour, dom, month, dow = parts
+    for name, value in zip(FIELDS, parts):
+        if not _field_pattern(name).fullmatch(value.lower()):
+            names = {"month_of_year": ", or names jan-dec", "day_of_week": ", or names sun-sat"}.get(name, "")
+            raise CronError(f"{text!r}: bad {_LABELS[name]} field {value!r} (use * or numbers, lists like 1,15, "
+                            f"ranges like 1-5 and steps like */15{names})")
     values = {"minute": minute, "hour": hour, "day_of_month": dom, "month_of_year": month,
               "day_of_week": _sunday_as_zero(dow)}
     for name, value in values.items():
@@ -80,6 +85,22 @@ def cron_parse(expression: str) -> Cron:
     except (ValueError, TypeError) as exc:
         raise CronError(f"{text!r}: {exc}") from None
     return Cron(expression=text, **values)
+
+
+_NAMES = {
+    "month_of_year": "jan|feb|mar|apr|may|jun|jul|aug|sep|oct|nov|dec",
+    "day_of_week": "sun|mon|tue|wed|thu|fri|sat",
+}
+
+
+def _field_pattern(name: str) -> re.Pattern[str]:
+    """What a field may hold: lists of *, numbers or (month, weekday) names, ranges and
+    steps. Checked before Celery's parser, which reads a name by its first three
+    letters only ('MON#1' as Monday, 'satsun' as Saturday) and would run such a beat far
+    more often than meant."""
+    value = r"\d+" + (f"|{_NAMES[name]}" if name in _NAMES else "")
+    item = rf"(\*|(?:{value})(?:-(?:{value}))?)(?:/\d+)?"
+    return re.compile(rf"{item}(?:,{item})*")
 
 
 def timezone_parse(name: str) -> ZoneInfo:

@@ -24,6 +24,13 @@ PARIS = ZoneInfo("Europe/Paris")
         ("0 8 * * funday", "day-of-week"),
         ("0 8 30 2 *", "never occurs"),
         ("", "empty"),
+        # Celery reads a name by its first three letters: these ran far more often than meant.
+        ("0 9 * * MON#1", "day-of-week"),  # "the first Monday": every Monday
+        ("0 9 * * satsun", "day-of-week"),  # Saturdays only
+        ("0 9 * * monthly", "day-of-week"),  # every Monday
+        ("0 9 1 janfeb *", "month"),  # January only
+        ("0 mon * * *", "hour"),
+        ("0 9 L * *", "day-of-month"),
     ],
 )
 def test_a_bad_expression_is_rejected_with_the_field_at_fault(expression, reason):
@@ -37,6 +44,8 @@ def test_aliases_names_and_sunday_as_seven_are_accepted():
     assert cron_parse("0 8 * * 7").schedule().day_of_week == {0}
     assert cron_parse("0 8 * * 5-7").schedule().day_of_week == {5, 6, 0}
     assert cron_parse("  0   8 * *  1 ").expression == "0 8 * * 1"
+    assert cron_parse("*/15 9-17/2 1,15 JAN-Mar,dec SUN").schedule().month_of_year == {1, 2, 3, 12}
+    assert cron_parse("0 9 * * sat,sun").schedule().day_of_week == {6, 0}
 
 
 def test_the_previous_tick_is_the_latest_scheduled_minute_at_or_before_now():
