@@ -51,9 +51,11 @@ class SweepReport:
     deliveries: int = 0
     interrupted_sends: int = 0
     voice_notes: int = 0
+    heartbeat_runs: int = 0
 
     def __bool__(self) -> bool:
-        return bool(self.turns or self.inbound or self.deliveries or self.interrupted_sends or self.voice_notes)
+        return bool(self.turns or self.inbound or self.deliveries or self.interrupted_sends or self.voice_notes
+                    or self.heartbeat_runs)
 
 
 def voice_lost_after() -> timedelta:
@@ -69,7 +71,8 @@ def sweep(*, restart: bool = False) -> SweepReport:
     that held the queued work in memory is gone (the embedded default's server starting
     again), so no recorded work is in any task's hands and none is given a grace period:
     what a stopped server accepted is processed as soon as it is back."""
-    from qorven.agent.tasks import agent_turn, voice_transcribe_task
+    from qorven.agent.heartbeat_runs import heartbeat_runs_recover
+    from qorven.agent.tasks import agent_turn, heartbeat_run, voice_transcribe_task
 
     from .sending import deliveries_interrupted_fail
     from .tasks import deliver_message_task, inbound_process_task
@@ -120,8 +123,11 @@ def sweep(*, restart: bool = False) -> SweepReport:
     for tenant_id, message_id in left:
         deliver_message_task.delay(tenant_id, message_id)
         report.deliveries += 1
+    for tenant_id, heartbeat_id, tick, manual, run_id in heartbeat_runs_recover(restart=restart, limit=BATCH):
+        heartbeat_run.delay(tenant_id, heartbeat_id, tick=tick, manual=manual, run_id=run_id)
+        report.heartbeat_runs += 1
     if report:
-        logger.info("sweep: queued %s turn(s), %s inbound event(s), %s delivery(ies), %s voice note(s); "
-                    "failed %s interrupted send(s)", report.turns, report.inbound, report.deliveries,
-                    report.voice_notes, report.interrupted_sends)
+        logger.info("sweep: queued %s turn(s), %s inbound event(s), %s delivery(ies), %s voice note(s), %s heartbeat "
+                    "run(s); failed %s interrupted send(s)", report.turns, report.inbound, report.deliveries,
+                    report.voice_notes, report.heartbeat_runs, report.interrupted_sends)
     return report

@@ -62,11 +62,26 @@ _NOOP = re.compile(rf"[\W_]*{HEARTBEAT_OK}[\W_]*")
 
 
 class RunFailed(Exception):
-    """A run failed in a way worth retrying (the model was unavailable); it is recorded."""
+    """A run failed in a way worth retrying (the model was unavailable); it is recorded,
+    with how many times it was tried (`attempts`)."""
 
-    def __init__(self, run_id: int, message: str) -> None:
+    def __init__(self, run_id: int, message: str, attempts: int = 1) -> None:
         super().__init__(message)
         self.run_id = run_id
+        self.attempts = attempts
+
+
+# A failed run worth trying again (reason on the run): its model was unavailable, or its
+# worker stopped while it ran. Tried at most RUN_TRIES times, the retries RETRY_DELAY and
+# four times that after the try before (qorven.agent.tasks.heartbeat_run); a retry lost
+# with its process is queued again by the sweeper (heartbeat_runs_recover).
+TRANSIENT = ("unavailable", "interrupted")
+RUN_TRIES = 3
+
+
+def retry_delay(attempts: int) -> float:
+    """Seconds after a run's `attempts`-th try failed before the next one."""
+    return settings.QORVEN_HEARTBEAT_RETRY_DELAY * 4 ** max(attempts - 1, 0)
 
 
 @dataclass
@@ -115,8 +130,8 @@ def run_heartbeat(
     try:
         outcome = _execute(beat, run, spent, manual=manual)
     except ProviderUnavailable as exc:  # transient: the task retries the run
-        _finish(beat, run, started, _model_failed(beat, exc, spent))
-        raise RunFailed(run.pk, exc.detail) from exc
+        _finish(beat, run, started, _model_failed(beat, exc, spent, reason="unavailable"))
+        raise RunFailed(run.pk, exc.detail, attempts=run.attempts) from exc
     except ModelError as exc:  # refused, misconfigured: retrying cannot help
         _finish(beat, run, started, _model_failed(beat, exc, spent))
         return _reload(run)
@@ -314,12 +329,41 @@ _MODEL_FAILED = {
 }
 
 
-def _model_failed(beat: Heartbeat, exc: ModelError, spent: Tally) -> _Outcome:
+def _model_failed(beat: Heartbeat, exc: ModelError, spent: Tally, reason: str = "") -> _Outcome:
     """A run the model failed: our words for it, and the provider's for the host (the
     admin's detail, and the log)."""
     logger.warning("heartbeat %s: the model failed (%s): %s", beat.pk, exc.kind, exc.detail)
     return _Outcome(HeartbeatRun.Status.FAILED, error=_MODEL_FAILED.get(exc.kind, _MODEL_FAILED["unreachable"]),
-                    detail=f"{exc.kind}: {exc.detail}"[:2000], spent=spent)
+                    detail=f"{exc.kind}: {exc.detail}"[:2000], spent=spent, reason=reason)
+
+
+def heartbeat_runs_recover(*, restart: bool = False, limit: int = 100) -> list[tuple[int, int, str, bool, int]]:
+    """For the sweeper: runs to queue again, as (tenant, beat, tick, manual, run id). A run
+    left 'running' longer than any task may live (or, after `restart`, at all: nothing of
+    the stopped process still runs) is ended failed, "interrupted"; a failed run worth
+    another try (TRANSIENT, under RUN_TRIES) whose retry is due and was not taken (lost
+    with the process that held it, or never queued) is returned."""
+    now = timezone.now()
+    stale = now if restart else now - timedelta(seconds=settings.CELERY_TASK_TIME_LIMIT)
+    for run in HeartbeatRun.objects.filter(status=HeartbeatRun.Status.RUNNING, started_at__lt=stale)[:limit]:
+        ended = HeartbeatRun.objects.filter(pk=run.pk, status=HeartbeatRun.Status.RUNNING,
+                                            started_at=run.started_at).update(
+            status=HeartbeatRun.Status.FAILED, reason="interrupted", finished_at=now,
+            error="the worker stopped while running it")
+        if ended:
+            Heartbeat.objects.filter(pk=run.heartbeat_id).update(
+                last_status=HeartbeatRun.Status.FAILED, last_error="the worker stopped while running it",
+                last_error_detail="", updated_at=now)
+    due = []
+    candidates = HeartbeatRun.objects.filter(status=HeartbeatRun.Status.FAILED, reason__in=TRANSIENT,
+                                             attempts__lt=RUN_TRIES).order_by("finished_at")
+    for run in candidates[:limit]:
+        # A minute past the retry's own time: the broker's copy, if it is alive, goes first
+        # (and if both come, one takes the run: _claim).
+        wait = 0 if restart or run.reason == "interrupted" else retry_delay(run.attempts) + 60
+        if run.finished_at is None or run.finished_at <= now - timedelta(seconds=wait):
+            due.append((run.tenant_id, run.heartbeat_id, run.tick.isoformat(), run.manual, run.pk))
+    return due
 
 
 def _deliver(beat: Heartbeat, run: HeartbeatRun, content: str) -> tuple[Message | None, str]:

@@ -13,7 +13,7 @@ from qorven.runtime.database import DATABASE_DOWN, DATABASE_RETRY_DELAY, connect
 from qorven.runtime.log_context import log_context
 from qorven.runtime.task_scope import task_scope
 
-from .heartbeat_runs import RunFailed, run_heartbeat
+from .heartbeat_runs import RUN_TRIES, RunFailed, retry_delay, run_heartbeat
 from .turns import TurnBusy, turn_process
 
 logger = logging.getLogger(__name__)
@@ -111,7 +111,6 @@ def turns_queue(turns: list[tuple[int, int]]) -> None:
 def voice_backoff(tries: int) -> float:
     """Seconds before trying a voice note again after `tries` transient failures:
     QORVEN_VOICE_RETRY_DELAY, then four times as long each time (at most five minutes)."""
-    from django.conf import settings
 
     return min(settings.QORVEN_VOICE_RETRY_DELAY * 4 ** tries, 300.0)
 
@@ -122,7 +121,6 @@ def voice_transcribe_task(self, tenant_id: int, message_id: int) -> str:
     A transcriber that is down (5xx, timeouts, rate limits past the SDK's own retries) is
     tried again after a backoff, QORVEN_VOICE_RETRIES times; a refusal, or the last try
     failing, settles the message with one notice at once."""
-    from django.conf import settings
 
     from .voice import TranscribeLater, voice_transcribe
 
@@ -143,12 +141,10 @@ def voice_transcribe_task(self, tenant_id: int, message_id: int) -> str:
 
 # Retry policy: a run whose model was unavailable is retried twice, after
 # QORVEN_HEARTBEAT_RETRY_DELAY and four times that (1 and 4 minutes by default; the provider
-# already retried with backoff within the call). Other failures are bugs or bad
-# configuration: recorded with their error, not retried.
-HEARTBEAT_RETRIES = 2
-
-
-@shared_task(bind=True, name="heartbeats_app.run", acks_late=True, max_retries=HEARTBEAT_RETRIES)
+# already retried with backoff within the call), counted on the run (a retry the sweeper
+# queued again counts the same). Other failures are bugs or bad configuration: recorded
+# with their error, not retried.
+@shared_task(bind=True, name="heartbeats_app.run", acks_late=True, max_retries=None)
 def heartbeat_run(
     self, tenant_id: int, heartbeat_id: int, tick: str | None = None, manual: bool = False, run_id: int | None = None
 ) -> str:
@@ -160,10 +156,9 @@ def heartbeat_run(
                 manual=manual, run_id=run_id,
             )
     except RunFailed as exc:
-        if self.request.retries >= self.max_retries:
+        if exc.attempts >= RUN_TRIES:
             return "failed"
         kwargs = {"tenant_id": tenant_id, "heartbeat_id": heartbeat_id, "tick": tick, "manual": manual,
                   "run_id": exc.run_id}
-        delay = settings.QORVEN_HEARTBEAT_RETRY_DELAY * 4**self.request.retries
-        raise self.retry(exc=exc, kwargs=kwargs, countdown=delay) from None
+        raise self.retry(exc=exc, kwargs=kwargs, countdown=retry_delay(exc.attempts)) from None
     return run.status if run is not None else "nothing to do"

@@ -233,6 +233,54 @@ def test_a_run_whose_model_was_unavailable_is_retried_after_its_delays_by_the_wo
     assert [m.content for m in canonical_messages(world)] == ["Pills, at last."]
 
 
+def test_a_run_whose_retry_was_lost_is_retried_by_the_sweeper_and_one_left_running_is_ended_and_retried(
+    world, pills, model_server, drain, settings
+):
+    """The retry of a run the model could not answer lives in the broker (on the embedded
+    default, in the server's memory); a run whose worker died stays 'running'. Either is
+    recorded in the database, so the sweeper finds it and runs it again, up to the same
+    number of tries."""
+    from channels_app.sweep import sweep
+
+    settings.QORVEN_MODEL_RETRIES = 0
+    settings.QORVEN_HEARTBEAT_RETRY_DELAY = 60
+    model_server.add(error(503), reply("Pills, after the restart."))
+    with pytest.raises(RunFailed):
+        run(pills)  # as the task runs it; its retry is then lost with the process
+    failed = HeartbeatRun.objects.get()
+    assert (failed.status, failed.attempts) == ("failed", 1)
+    assert sweep().heartbeat_runs == 0  # its retry is not due yet: the broker may still hold it
+    HeartbeatRun.objects.filter(pk=failed.pk).update(finished_at=timezone.now() - timedelta(seconds=60 + 61))
+    assert sweep().heartbeat_runs == 1
+    drain()
+    failed.refresh_from_db()
+    assert (failed.status, failed.attempts) == ("ok", 2)
+    assert [m.content for m in canonical_messages(world)] == ["Pills, after the restart."]
+
+    model_server.add(reply("Pills, once more."))
+    stuck = HeartbeatRun.objects.create(tenant=world.tenant_a, heartbeat=pills, tick=TICK + timedelta(days=1),
+                                        started_at=timezone.now() - timedelta(hours=3))  # its worker died
+    assert sweep(restart=True).heartbeat_runs == 1
+    drain()
+    stuck.refresh_from_db()
+    assert (stuck.status, stuck.attempts) == ("ok", 2)
+
+
+def test_a_run_out_of_tries_or_failed_for_good_is_left_failed_by_the_sweeper(world, pills, model_server, settings):
+    from channels_app.sweep import sweep
+
+    settings.QORVEN_MODEL_RETRIES = 0
+    model_server.add(error(400, "refused"))
+    run(pills)
+    long_ago = timezone.now() - timedelta(days=1)
+    HeartbeatRun.objects.update(finished_at=long_ago)
+    spent = HeartbeatRun.objects.create(tenant=world.tenant_a, heartbeat=pills, tick=TICK + timedelta(days=1),
+                                        status="failed", reason="unavailable", attempts=3, finished_at=long_ago)
+    assert sweep(restart=True).heartbeat_runs == 0
+    assert sorted(HeartbeatRun.objects.values_list("status", "attempts")) == [("failed", 1), ("failed", 3)]
+    assert spent.pk
+
+
 def test_a_run_the_model_refuses_is_recorded_failed_and_not_retried(world, pills, model_server, drain, settings):
     settings.QORVEN_HEARTBEAT_RETRY_DELAY = 0.1
     model_server.default = error(400, "Your request was rejected by our content filter.", code="content_filter")
