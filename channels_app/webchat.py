@@ -107,7 +107,8 @@ def _limit(request: HttpRequest, *, group: str, key: object, rate: str, what: st
     usage = get_usage(request, group=group, key=key, rate=rate, increment=True)
     if usage is not None and usage["should_limit"]:
         wait = max(1, int(usage["time_left"]))
-        raise WebchatRefused(429, f"too many {what}: try again in {wait} seconds", retry_after=wait)
+        raise WebchatRefused(429, f"Too many {what} at once: try again in {wait} second{'' if wait == 1 else 's'}.",
+                             retry_after=wait)
 
 
 def webchat_binding(*, public_key: str) -> ChannelBinding:

@@ -269,3 +269,63 @@ def test_an_attached_image_is_previewed_sent_stored_and_shown_as_a_thumbnail(cha
             page.screenshot(path=str(ARTIFACTS / "chat-image.png"))
         finally:
             browser.close()
+
+
+def test_an_error_page_from_in_front_of_qorven_is_told_in_our_words_and_the_text_kept(chat_server):
+    """A proxy answers with its own HTML (a 502 while the server restarts, a 413 for an
+    image over its body limit): the page says what happened in words, never a JSON
+    parser's complaint, and what was typed is back in the box."""
+    from playwright.sync_api import expect, sync_playwright
+
+    base, model, platform = chat_server
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        try:
+            page = sign_in(browser, base)
+            def proxy_page(status: int):
+                return lambda route: (route.fulfill(status=status, content_type="text/html",
+                                                    body="<html><title>nginx</title></html>")
+                                      if route.request.method == "POST" else route.continue_())
+
+            for status, says in ((502, "could not take the message just now"), (413, "too large to send")):
+                page.route("**/chat/api/*/*/messages", proxy_page(status))
+                send(page, f"are you there? ({status})")
+                alert = page.get_by_role("alert").last
+                expect(alert).to_contain_text(says)
+                assert "JSON" not in alert.inner_text() and "token" not in alert.inner_text()
+                expect(page.locator("[data-input]")).to_have_value(f"are you there? ({status})")
+                page.unroute("**/chat/api/*/*/messages")
+        finally:
+            browser.close()
+
+
+def test_on_a_phone_the_header_names_the_qor_and_shows_the_status_and_the_copy_button_hides_no_time(chat_server):
+    from playwright.sync_api import expect, sync_playwright
+
+    base, model, platform = chat_server
+    model.add(reply("Hi!"))
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        try:
+            phone = browser.new_context(viewport={"width": 390, "height": 844}, has_touch=True, is_mobile=True)
+            page = sign_in(browser, base, context=phone)
+            send(page, "hello")
+            expect(page.locator(".msg--assistant:not(.msg--streaming)", has_text="Hi!")).to_be_visible(
+                timeout=SERVER_WORK)
+            title = page.locator(".topbar__title h1").bounding_box()
+            assert title and title["width"] >= 30, title  # the Qor's name is there to read
+
+            def overlap(a, b) -> bool:
+                return not (a["x"] + a["width"] <= b["x"] or b["x"] + b["width"] <= a["x"]
+                            or a["y"] + a["height"] <= b["y"] or b["y"] + b["height"] <= a["y"])
+
+            status = page.locator("[data-status]").bounding_box()
+            for action in page.locator(".topbar__actions > *:visible").all():
+                assert not overlap(status, action.bounding_box()), action.inner_text()
+            for message in page.locator(".msg--user, .msg--assistant").all():
+                copy, time = message.locator("> .msg__copy"), message.locator(".msg__time").first
+                if copy.count() and time.count():
+                    assert not overlap(copy.bounding_box(), time.bounding_box()), message.inner_text()
+            page.screenshot(path=str(ARTIFACTS / "chat-phone-header.png"))
+        finally:
+            browser.close()

@@ -32,6 +32,25 @@
   // Delivery platforms (binding kinds, channels_app.delivery.PLATFORM_OF) as people write them.
   var PLATFORMS = { telegram: "Telegram", whatsapp: "WhatsApp", slack: "Slack", discord: "Discord", email: "Email", sms: "SMS" };
 
+  // A response's JSON, as { json: true, data }. A body that is not ours (a proxy's HTML
+  // error page: a 502 while the server restarts, a 413 over its body limit; a body cut
+  // short) becomes { json: false, data: { error } } with our words for its status, never
+  // a JSON parser's complaint.
+  function bodyOf(r) {
+    var fallback = { json: false, data: { error: statusWords(r.status) } };
+    if ((r.headers.get("Content-Type") || "").toLowerCase().indexOf("application/json") === -1) {
+      return Promise.resolve(fallback);
+    }
+    return r.json().then(function (data) { return { json: true, data: data }; }, function () { return fallback; });
+  }
+
+  function statusWords(status) {
+    if (status === 413) return "That is too large to send: attach a smaller file, or send less at once.";
+    if (status === 429) return "Too many messages at once: wait a moment, then send it again.";
+    if (status >= 500 || !status) return "Qorven could not take the message just now; it is back in the box to send again.";
+    return "That could not be sent (HTTP " + status + "); it is back in the box.";
+  }
+
   function platformName(kind) {
     return PLATFORMS[kind] || (kind ? kind.charAt(0).toUpperCase() + kind.slice(1) : "");
   }
@@ -248,7 +267,7 @@
       .then(function (r) {
         if (r.status === 401 && self.config.signIn) { self.signedOut(); return true; }
         if ((r.status === 401 || r.status === 403) && !self.config.signIn) {
-          return r.json().then(function (data) { return self.visitorRefused(data); });
+          return bodyOf(r).then(function (body) { return self.visitorRefused(body.data); });
         }
         return false;
       })
@@ -987,7 +1006,10 @@
     fetch(url, { headers: this.headers(), credentials: "same-origin" })
       .then(function (r) {
         if (r.status === 401 && self.config.signIn) { self.signedOut(); throw new Error("signed out"); }
-        return r.json();
+        return bodyOf(r).then(function (body) {
+          if (!body.json || !r.ok) throw new Error(body.data.error || String(r.status));
+          return body.data;
+        });
       })
       .then(function (data) {
         if (data.session_id !== self.sessionId) return;
@@ -1093,7 +1115,7 @@
     // token, the message goes again, once, with the fresh one.
     var post = function (again) {
       return fetch(self.config.messages, { method: "POST", credentials: "same-origin", headers: self.headers(extra), body: payload })
-        .then(function (r) { return r.json().then(function (data) { return { ok: r.ok, status: r.status, data: data }; }); })
+        .then(function (r) { return bodyOf(r).then(function (body) { return { ok: r.ok && body.json, status: r.status, data: body.data }; }); })
         .then(function (res) {
           if (res.ok || again || !self.config.onRefused) return res;
           return Promise.resolve(self.config.onRefused(res.data, "send")).then(function (next) {
