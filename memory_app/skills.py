@@ -36,6 +36,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TextIO
 
+import regex
 from django.conf import settings
 from django.db import transaction
 
@@ -164,8 +165,8 @@ def router_fields_check(*, triggers: object, reply: str, action: str, action_arg
     for trigger in triggers:
         if len(trigger) > 2 and trigger.startswith("/") and trigger.endswith("/"):
             try:
-                re.compile(trigger[1:-1])
-            except re.error as exc:
+                regex.compile(trigger[1:-1])  # as qorven.agent.router matches it
+            except regex.error as exc:
                 raise SkillFileError(f"trigger {trigger!r} is not a valid regular expression ({exc})") from None
     if action and action not in registry.tools:
         raise SkillFileError(f"action {action!r} is not a tool")

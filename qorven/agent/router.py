@@ -10,15 +10,19 @@ the model answers as usual. Triggers and templates are described in memory_app.s
 from __future__ import annotations
 
 import json
+import logging
 import re
 from dataclasses import dataclass
 from datetime import datetime
 from zoneinfo import ZoneInfo
 
+import regex
+
 from memory_app.models import LearnedSkill
 from sessions_app.models import Message
 from tenancy.tool_registry import Tool, ToolContext, registry
 
+logger = logging.getLogger(__name__)
 _SPACE = re.compile(r"\s+")
 _END = ".!?…,;: "
 
@@ -33,9 +37,26 @@ def _plain(text: str) -> str:
     return _SPACE.sub(" ", text.strip().lower()).strip(_END)
 
 
+# A trigger pattern is written by a tenant's admin and run on what anyone writes: one that
+# backtracks (`(\w+\s?)+\?` on a long word that is not a question) would run for minutes.
+# Matched with the `regex` module, which gives up after TRIGGER_SECONDS and lets other
+# threads run meanwhile, and only on messages a trigger can mean (TRIGGER_TEXT_MAX).
+TRIGGER_SECONDS = 0.05
+TRIGGER_TEXT_MAX = 1000
+
+
 def trigger_matches(trigger: str, text: str) -> bool:
     if len(trigger) > 2 and trigger.startswith("/") and trigger.endswith("/"):
-        return re.fullmatch(trigger[1:-1], text.strip(), flags=re.IGNORECASE) is not None
+        text = text.strip()
+        if len(text) > TRIGGER_TEXT_MAX:
+            return False
+        try:
+            return regex.fullmatch(trigger[1:-1], text, flags=regex.IGNORECASE, timeout=TRIGGER_SECONDS) is not None
+        except TimeoutError:
+            logger.warning("a skill trigger took too long to match and was skipped: %s", trigger[:80])
+            return False
+        except regex.error:
+            return False  # saved before it was checked with this module: it matches nothing
     return _plain(trigger) == _plain(text)
 
 

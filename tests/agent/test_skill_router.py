@@ -125,3 +125,15 @@ def test_the_admin_refuses_a_skill_whose_trigger_does_not_compile_and_keeps_a_go
     form["triggers"] = '["opening hours", "/when (are|do) you open\\\\??/"]'
     assert tenant_admin.post("/admin/memory_app/learnedskill/add/", form).status_code == 302
     assert LearnedSkill.objects.get().triggers == ["opening hours", "/when (are|do) you open\\??/"]
+
+
+def test_a_trigger_pattern_that_would_backtrack_for_minutes_gives_up_and_matches_nothing():
+    """`(\\w+\\s?)+\\?` reads as "any question", and backtracks exponentially on text that is
+    not one: 48 s for 20 characters, the whole process held meanwhile (re keeps the
+    interpreter). A trigger gets a short time to match, and a message over a length no
+    trigger needs is not tried at all."""
+    from qorven.agent.router import trigger_matches
+
+    assert trigger_matches("/(\\w+\\s?)+\\?/", "is it raining?")
+    assert not trigger_matches("/(\\w+\\s?)+\\?/", "my booking ref is K7QX2M9PLW4RT8ZBNCQQQQQQQQ")
+    assert not trigger_matches("/.*/", "x" * 5000)
