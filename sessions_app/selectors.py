@@ -10,9 +10,10 @@ from typing import Any, cast
 
 from django.contrib.auth.models import User
 from django.db import connection
-from django.db.models import Field, JSONField, QuerySet
+from django.db.models import Field, JSONField, OuterRef, QuerySet, Subquery
 
 from qorven.runtime.prepared_read import PreparedRead
+from tenancy.models import Membership
 from tenancy.models import Qor, Tenant
 
 from .errors import SessionNotFound
@@ -293,7 +294,7 @@ def answer_notice(*, message: Message) -> str | None:
 def pending_with_session(*, tenant_id: int, session_id: int) -> Message | None:
     """What a turn reads first: the oldest user message of the session a turn could answer
     now (as next_pending_user_message) with its session, and the session's tenant, Qor and
-    user, attached — one read. None when nothing waits, or the session is gone or another
+    user, attached, and that user's role in the tenant now (`member_role`) — one read. None when nothing waits, or the session is gone or another
     tenant's."""
     return _pending_with_session.first(tenant_id=tenant_id, session_id=session_id)
 
@@ -305,9 +306,14 @@ def answerable(messages: QuerySet[Message]) -> QuerySet[Message]:
 
 
 # Read by every turn (compiled once: qorven.runtime.prepared_read).
+# With the session's person's role in its tenant now (`member_role`, None when they are
+# no longer a member): the turn's trust is read from the current membership.
 _pending_with_session: PreparedRead[Message] = PreparedRead(
     lambda tenant_id, session_id: answerable(Message.objects.filter(tenant_id=tenant_id, session_id=session_id))
-    .select_related("session__tenant", "session__qor", "session__user").order_by("seq")[:1],
+    .select_related("session__tenant", "session__qor", "session__user")
+    .annotate(member_role=Subquery(Membership.objects.filter(
+        tenant_id=OuterRef("session__tenant_id"), user_id=OuterRef("session__user_id")).values("role")[:1]))
+    .order_by("seq")[:1],
     tenant_id=int, session_id=int,
 )
 _next_pending: PreparedRead[Message] = PreparedRead(

@@ -47,8 +47,9 @@ from sessions_app.turn_writes import (
     turn_lease_end,
     turn_lease_release,
 )
+from tenancy.access import surface_trust
 from tenancy.models import Qor
-from tenancy.selectors import budget_exhausted
+from tenancy.selectors import budget_exhausted, membership_active
 from tenancy.tool_registry import Tool, ToolContext, registry
 from tenancy.trust import Trust
 
@@ -205,6 +206,15 @@ def _answer(session: Session, pending: Message, owner: str, *, overflowed: bool 
     qor = session.qor
     channel = pending.channel
     trust = str(pending.metadata.get("trust") or Trust.PAIRED)
+    if session.user is not None:
+        # As the person's membership is now, not as it was when the message was stored: it
+        # may have waited (behind another turn, for a retry) while they were removed or
+        # made a member. The surface's proof of the sender was judged then (the cap).
+        role = pending.member_role if hasattr(pending, "member_role") else _role_now(session)
+        if role is None or not session.user.is_active:
+            _not_a_member(session, pending, owner)
+            return _Result(_Step.FAILED)
+        trust = str(surface_trust(role=role, surface=channel, proven=True, cap=trust))
     tools = [*registry.offered(tenant=session.tenant, qor=qor, trust=trust),
              *mcp_tools_offered(tenant=session.tenant, qor=qor, trust=trust)]
     ctx = ToolContext(
@@ -352,6 +362,23 @@ def _reply(
     transaction.on_commit(lambda: turn_stop_clear(session_id=session.pk, reply_to=pending.seq))
     transaction.on_commit(lambda: broadcast_soon(session.pk, done))
     return message
+
+
+def _role_now(session: Session) -> str | None:
+    """The session's person's role in its tenant now (a message not read with it)."""
+    membership = membership_active(tenant=session.tenant, user=session.user) if session.user else None
+    return membership.role if membership is not None else None
+
+
+def _not_a_member(session: Session, pending: Message, owner: str) -> None:
+    """The sender left the workspace while the message waited: it is not answered (no model
+    call, no notice: they no longer read this chat), and marked failed for the admin."""
+    logger.info("message %s of session %s not answered: its sender is no longer a member", pending.seq, session.pk)
+    with transaction.atomic():
+        turn_lease_confirm(session_id=session.pk, owner=owner)
+        message_answer_fail(message=pending, error="the sender is no longer a member of the workspace")
+        state = {"type": "message.answer", "seq": pending.seq, "answer_state": Message.Answer.FAILED}
+        transaction.on_commit(lambda: broadcast_soon(session.pk, state))
 
 
 def _fail(session: Session, pending: Message, owner: str, error: ModelError) -> Message:

@@ -325,3 +325,35 @@ def test_a_message_that_never_fits_fails_alone_and_the_next_one_is_answered(
     drain()
     assert timeline(world)[-1].content == "Short answer."
     assert "a long question" not in json.dumps(model_server.requests[-1]["messages"])
+
+
+@pytest.mark.parametrize("change", ["removed", "demoted"])
+def test_a_message_waiting_for_its_turn_is_answered_with_the_senders_trust_as_it_is_then(world, model_server, change):
+    """Trust is read from the current membership: a message stored while its sender was an
+    owner, still waiting (behind another turn, or a retry) when they are removed or made a
+    member, gets no answer, or one with a member's tools only."""
+    from qorven.agent.turns import turn_process
+    from sessions_app.services import message_append, session_resolve
+    from tenancy.models import Membership
+
+    Membership.objects.filter(tenant=world.tenant_a, user=world.bob).update(role="owner")
+    session = session_resolve(tenant=world.tenant_a, qor=world.qor_a, channel="web", user=world.bob)
+    message_append(session=session, role="user", content="clear my calendar", channel="web", sender_name="Bob",
+                   awaits_answer=True, notify=False, metadata={"trust": "owner"})
+    if change == "removed":
+        Membership.objects.filter(tenant=world.tenant_a, user=world.bob).delete()
+    else:
+        Membership.objects.filter(tenant=world.tenant_a, user=world.bob).update(role="member")
+    model_server.default = reply("Done.")
+    turn_process(tenant_id=world.tenant_a.pk, session_id=session.pk)
+    asked = Message.objects.get(session=session, role="user")
+    if change == "removed":
+        assert model_server.requests == [] and asked.answer_state == "failed"
+    else:
+        (request,) = model_server.requests
+        offered = {t["function"]["name"] for t in request.get("tools", [])}
+        from tenancy.tool_registry import registry
+        owners_only = {t.name for t in registry.offered(tenant=world.tenant_a, qor=world.qor_a, trust="owner")} - {
+            t.name for t in registry.offered(tenant=world.tenant_a, qor=world.qor_a, trust="paired")}
+        assert owners_only and not offered & owners_only
+        assert asked.answer_state == "answered"
