@@ -61,7 +61,7 @@ def _own(ctx: ToolContext, name: Any) -> Heartbeat:
 
 def _channel(ctx: ToolContext, args: dict) -> str:
     channel = args.get("deliver_channel") or (ctx.channel if ctx.channel in CHAT_FAMILY else "web")
-    if channel not in CHAT_FAMILY:
+    if not isinstance(channel, str) or channel not in CHAT_FAMILY:
         raise ToolError(f"deliver_channel must be one of: {', '.join(_CHANNELS)}")
     return channel
 

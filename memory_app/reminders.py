@@ -7,7 +7,7 @@ kept in memory but never comes due by itself.
 """
 from __future__ import annotations
 
-from datetime import date, datetime, time, tzinfo
+from datetime import UTC, date, datetime, time, tzinfo
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from django.contrib.auth.models import User
@@ -53,7 +53,12 @@ def due_parse(text: str, *, zone: tzinfo) -> datetime:
             f"due {text!r} is not an ISO 8601 date or date-time; write e.g. 2026-03-14 (09:00 that day), "
             "2026-03-14T15:30 (local time) or 2026-03-14T15:30+01:00, working relative dates out first"
         ) from None
-    return moment if moment.tzinfo is not None else moment.replace(tzinfo=zone)
+    moment = moment if moment.tzinfo is not None else moment.replace(tzinfo=zone)
+    try:
+        moment.astimezone(UTC)  # stored in UTC: it must have a year 1-9999 there
+    except OverflowError:
+        raise DueError(f"due {text!r} is out of range; give a date between years 1 and 9999") from None
+    return moment
 
 
 def reminders_due_in_tenant(*, tenant: Tenant, now: datetime, limit: int = 500) -> list[Memory]:

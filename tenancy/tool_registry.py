@@ -87,9 +87,11 @@ class ToolRegistry:
             result = tool.handler(ctx, arguments)
         except ToolError as exc:
             return _error(str(exc))
-        except Exception as exc:
+        except Exception:
+            # Its text can name an internal host or a row: the log's, not the model's to repeat.
             logger.exception("tool %s failed", name)
-            return _error(f"the tool failed: {type(exc).__name__}: {exc}")
+            return _error("the tool failed on our side (the error is in the server's log); "
+                          "tell the person it could not be done now")
         return result if isinstance(result, str) else json.dumps(result, default=str, ensure_ascii=False)
 
 

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import io
 
 import pytest
@@ -204,3 +205,41 @@ def test_compacted_messages_are_left_out_and_the_note_goes_in(world, model_serve
     system, *history = model_server.requests[0]["messages"]
     assert "Alice talked about her garden." in system["content"]
     assert [m["content"] for m in history] == ["[web] user: old 4", "[web] user: old 5", "[web] Alice: new"]
+
+
+def test_a_tool_that_fails_on_our_side_tells_the_model_so_in_our_words_not_the_errors(world, model_server, drain):
+    """An unexpected error's text can name an internal host or a row: it goes to the log;
+    the model reads that the tool failed on our side."""
+    from ..fakes.model_server import tool_call
+
+    def broken(ctx, arguments):
+        raise RuntimeError("could not connect to db-primary.internal:5432 as qorven_admin")
+
+    tool = registry.register(Tool("flaky_lookup", "Look something up.", {"type": "object", "properties": {}},
+                                  broken, Trust.OWNER))
+    try:
+        model_server.add(tool_call("flaky_lookup", {}), reply("Sorry, that did not work."))
+        say(canonical(world), "look it up", trust=Trust.OWNER)
+        drain()
+    finally:
+        registry.tools.pop(tool.name)
+    (result,) = [m["content"] for m in model_server.requests[1]["messages"] if m["role"] == "tool"]
+    assert "db-primary" not in result and "RuntimeError" not in result
+    assert json.loads(result) == {"error": "the tool failed on our side (the error is in the server's log); "
+                                           "tell the person it could not be done now"}
+
+
+def test_a_due_time_out_of_range_and_a_channel_that_is_not_a_name_are_the_models_to_correct(world, model_server, drain):
+    from ..fakes.model_server import tool_call
+
+    model_server.add(tool_call("remember", {"content": "renew the lease", "type": "reminder",
+                                            "due": "9999-12-31T23:59-12:00"}),
+                     tool_call("set_beat", {"name": "pills", "cron": "0 8 * * *", "prompt": "pills",
+                                            "deliver_channel": ["web"]}),
+                     reply("I could not set those."))
+    say(canonical(world), "remind me", trust=Trust.OWNER)
+    drain()
+    first = json.loads(next(m["content"] for m in model_server.requests[1]["messages"] if m["role"] == "tool"))
+    second = json.loads([m["content"] for m in model_server.requests[2]["messages"] if m["role"] == "tool"][-1])
+    assert "out of range" in first["error"] and "failed on our side" not in first["error"]
+    assert "deliver_channel" in second["error"] and "failed on our side" not in second["error"]
