@@ -238,6 +238,18 @@ class McpServerInline(TenantScopedInlineMixin, admin.StackedInline):
         formset.form = type("McpServerFormFor", (formset.form,), {"host": request.user.is_superuser})
         return formset
 
+    # A stdio server runs a command on the host, with the host's arguments (a key among
+    # them): a tenant admin neither sees one nor can ask for one (no kind, no command: what
+    # they add is a streamable HTTP server), and their page of the Qor saves whatever stdio
+    # servers the host gave it.
+    def get_queryset(self, request):
+        servers = super().get_queryset(request)
+        return servers if request.user.is_superuser else servers.exclude(kind=McpServer.Kind.STDIO)
+
+    def get_fields(self, request, obj=None):
+        fields = list(super().get_fields(request, obj))
+        return fields if request.user.is_superuser else [f for f in fields if f not in ("kind", "command")]
+
     @admin.display(description="tools")
     def listed(self, obj: McpServer) -> str:
         if not obj.pk or obj.tools_listed_at is None:

@@ -10,6 +10,7 @@ from heartbeats_app.models import CLEAR_IMAGES, Heartbeat, HeartbeatRun
 from heartbeats_app.services import heartbeat_create
 from tenancy.models import Membership
 
+from ..admin_forms import served_form
 from ..factories.heartbeats_app import beat
 from ..factories.tenancy import MembershipFactory, UserFactory
 from ..fakes.model_server import reply
@@ -92,11 +93,8 @@ def test_a_workspace_timezone_is_checked_when_saved(client, world, dana, beats):
     save while acme has beats, then every run): it is refused at its field."""
     client.force_login(dana)
     change = client.get(url("qorven_tenant_change", world.tenant_a.pk))
-    form = change.context["adminform"].form
-    data = {name: field.value() if field.value() is not None else "" for name, field in
-            ((n, form[n]) for n in form.fields)}
-    data.update({"timezone": "Europe/Pari", **_inline_management(change)})
-    response = client.post(url("qorven_tenant_change", world.tenant_a.pk), data)
+    response = client.post(url("qorven_tenant_change", world.tenant_a.pk),
+                           {**served_form(change), "timezone": "Europe/Pari"})
     assert response.status_code == 200
     assert "Europe/Pari" in str(response.context["adminform"].form.errors["timezone"])
     world.tenant_a.refresh_from_db()
@@ -210,16 +208,3 @@ def test_a_failed_runs_provider_words_are_the_hosts_and_the_tenant_admin_reads_o
     client.force_login(UserFactory(username="root", is_staff=True, is_superuser=True))
     assert "sk-proj-Ab12**wxyz" in client.get(change).content.decode()  # the host's to read
 
-
-def _inline_management(response) -> dict:
-    """The management form fields of a change page's inlines, as they were served."""
-    data = {}
-    for formset in response.context["inline_admin_formsets"]:
-        management = formset.formset.management_form
-        for name in management.fields:
-            data[management[name].html_name] = management[name].value()
-        for form in formset.formset.forms:
-            for name in form.fields:
-                value = form[name].value()
-                data[form[name].html_name] = "" if value is None else value
-    return data
