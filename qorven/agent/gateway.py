@@ -67,14 +67,16 @@ def inbound_accept(
     voice_notice = ""
     if has_voice(images):  # transcribed once stored (qorven.agent.voice), or one notice of ours
         content, heard, voice_notice = voice_intake(qor=session.qor, text=content)
-    parsed = command_parse(content) if not heard else None
-    extra = {"trust": trust, **({"command": parsed[0].name} if parsed else {}),
-             **({"attachments": attachments_meta(images)} if images else {}), **heard}
     # Commands are answered right here; group chatter the Qor was not addressed in is kept
-    # for context. Anything else waits for the agent's answer — a voice note too, though
+    # for context — a command there too, unless it names this Qor's bot (/status@aria_bot:
+    # the adapter counts it as addressed): one for another bot is not ours to answer.
+    # Anything else waits for the agent's answer — a voice note too, though
     # turns pass over it until its transcript is in (it waits as `pending`, where the
     # sweeper finds it if its transcription task was lost: channels_app.sweep).
     addressed = not (metadata or {}).get("no_reply")
+    parsed = command_parse(content) if not heard and addressed else None
+    extra = {"trust": trust, **({"command": parsed[0].name} if parsed else {}),
+             **({"attachments": attachments_meta(images)} if images else {}), **heard}
     voice_waits = heard.get("voice") == "pending"
     awaits_answer = parsed is None and addressed and (not heard or voice_waits)
     # A message alone is one statement, a transaction of its own (sessions_app.append_statement):

@@ -232,6 +232,22 @@ def test_telegram_group_messages_get_their_own_session_and_are_answered_only_whe
     assert sent.json["chat_id"] == "-100777"
 
 
+def test_in_a_group_a_command_is_answered_only_when_it_names_this_bot(client, world, telegram, platform, drain):
+    """Commands in a group are for the bot they name (Telegram appends @botname): one for
+    another bot, or a bare one nobody addressed to us, is chatter, not ours to answer with
+    the group's history or our status."""
+    group = dict(chat_id=-100777, chat_type="supergroup")
+    post_telegram(client, telegram_update("dinner at 8? my number is 555-0199", message_id=1, **group))
+    post_telegram(client, telegram_update("/history@quiz_bot 5", user_id=9, message_id=2, **group))
+    post_telegram(client, telegram_update("/status", user_id=9, message_id=3, **group))
+    drain()
+    assert platform.sent("sendMessage") == []
+    post_telegram(client, telegram_update("/status@aria_bot", user_id=9, message_id=4, **group))
+    drain()
+    (sent,) = platform.sent("sendMessage")
+    assert sent.json["chat_id"] == "-100777" and "Aria" in sent.json["text"]
+
+
 def test_a_telegram_group_reply_to_the_bots_message_is_answered_and_a_reply_to_someone_else_is_not(
     client, world, telegram, platform, model_server, drain
 ):
