@@ -23,6 +23,7 @@ from datetime import timedelta
 from typing import Any
 
 from django.conf import settings
+from django.core.cache import cache
 from django.utils import timezone
 
 from tenancy.models import McpServer, Qor, Tenant
@@ -67,17 +68,34 @@ def mcp_tools_offered(*, tenant: Tenant, qor: Qor, trust: str) -> list[Tool]:
     return offered
 
 
+# A server whose listing failed is let be (its last list, or none, is offered) for this
+# long, doubled after each failure in a row up to LIST_BACKOFF_MAX: listing happens on a
+# turn, and one that hangs held every turn for QORVEN_MCP_TIMEOUT, questions that never use
+# it included. Kept in the cache, so every process of the install lets it be.
+LIST_BACKOFF = 60.0
+LIST_BACKOFF_MAX = 900.0
+
+
 def _listed(server: McpServer) -> list[dict[str, Any]]:
     """The server's tools, listed again when the list is older than QORVEN_MCP_TOOLS_TTL."""
     fresh_after = timezone.now() - timedelta(seconds=settings.QORVEN_MCP_TOOLS_TTL)
     if server.tools_listed_at is not None and server.tools_listed_at > fresh_after:
         return server.tools
+    key = f"mcp-list-failed:{server.pk}:{server.updated_at.timestamp()}"  # saving the server tries again
+    failures = cache.get(key)
+    if failures is not None and failures.get("until", 0) > timezone.now().timestamp():
+        return server.tools
     try:
         tools = mcp_call(server, _client, _list_tools)
     except Exception as exc:  # a server that is down offers what it offered last, or nothing
-        logger.warning("could not list the tools of MCP server %s of %s: %s", server.name, server.qor_id,
-                       type(exc).__name__)
+        count = (failures or {}).get("count", 0) + 1
+        wait = min(LIST_BACKOFF * 2 ** (count - 1), LIST_BACKOFF_MAX)
+        cache.set(key, {"count": count, "until": timezone.now().timestamp() + wait}, LIST_BACKOFF_MAX * 2)
+        logger.warning("could not list the tools of MCP server %s of %s (%s); not tried again for %.0f s",
+                       server.name, server.qor_id, type(exc).__name__, wait)
         return server.tools
+    if failures is not None:
+        cache.delete(key)
     McpServer.objects.filter(pk=server.pk).update(tools=tools, tools_listed_at=timezone.now())
     server.tools, server.tools_listed_at = tools, timezone.now()
     return tools

@@ -277,3 +277,41 @@ def test_a_heartbeat_uses_the_tools_of_a_server_open_to_paired_surfaces(world, m
     assert result.status == "ok"
     assert "mcp_calc_add" in offered_names(model_server.requests[0])
     assert tool_results(model_server.requests[1]) == ["42"]
+
+
+def test_a_server_that_does_not_answer_its_listing_is_not_waited_for_on_every_turn(client, world, model_server,
+                                                                                   drain, settings):
+    """Listing a server's tools happens on the turn: one that accepts the connection and
+    never answers held each turn for the whole QORVEN_MCP_TIMEOUT, questions that never
+    use it included. After a failed listing it is let be for a while (its last list, or
+    none, is offered meanwhile)."""
+    import threading
+
+    settings.QORVEN_ALLOW_PRIVATE_HOSTS = ["127.0.0.1"]
+    settings.QORVEN_MCP_TIMEOUT = 1.0
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(16)
+    held: list[socket.socket] = []
+
+    def accept() -> None:
+        while True:
+            try:
+                held.append(listener.accept()[0])  # read nothing, answer nothing
+            except OSError:
+                return
+
+    threading.Thread(target=accept, daemon=True).start()
+    try:
+        McpServer.objects.create(qor=world.qor_a, name="silent", kind="http",
+                                 url=f"http://127.0.0.1:{listener.getsockname()[1]}/mcp")
+        model_server.default = reply("Here.")
+        for n in range(3):
+            ask(client, world, f"question {n}")
+            drain()
+        assert Message.objects.filter(role="assistant", content="Here.").count() == 3
+        assert len(held) == 1  # tried on the first turn only
+    finally:
+        listener.close()
+        for connection in held:
+            connection.close()
