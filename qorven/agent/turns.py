@@ -206,10 +206,11 @@ def _answer(session: Session, pending: Message, owner: str, *, overflowed: bool 
     qor = session.qor
     channel = pending.channel
     trust = str(pending.metadata.get("trust") or Trust.PAIRED)
-    if session.user is not None:
+    if session.user is not None and trust != Trust.PUBLIC:
         # As the person's membership is now, not as it was when the message was stored: it
         # may have waited (behind another turn, for a retry) while they were removed or
-        # made a member. The surface's proof of the sender was judged then (the cap).
+        # made a member. The surface's proof of the sender was judged then (the cap). Public
+        # trust needs no membership (a webchat's anonymous visitor has none).
         role = pending.member_role if hasattr(pending, "member_role") else _role_now(session)
         if role is None or not session.user.is_active:
             _not_a_member(session, pending, owner)

@@ -38,6 +38,7 @@
 
   var frame = document.createElement("iframe");
   frame.className = "qorven-frame";
+  frame.id = "qorven-chat-" + Math.random().toString(36).slice(2);
   frame.title = "Chat";
   frame.setAttribute("allow", "clipboard-write");
   var loaded = false;
@@ -51,23 +52,32 @@
   bubble.className = "qorven-bubble";
   bubble.type = "button";
   bubble.setAttribute("aria-label", "Open chat");
+  bubble.setAttribute("aria-expanded", "false");
+  bubble.setAttribute("aria-controls", frame.id);
   var chatIcon = '<svg width="26" height="26" viewBox="0 0 24 24" fill="none" stroke="currentColor" stroke-width="2" stroke-linecap="round" stroke-linejoin="round" aria-hidden="true"><path d="M21 15a2 2 0 0 1-2 2H7l-4 4V5a2 2 0 0 1 2-2h14a2 2 0 0 1 2 2z"/></svg>';
   var closeIcon = '<svg width="22" height="22" viewBox="0 0 24 24" fill="none" stroke="currentColor" stroke-width="2.2" stroke-linecap="round" aria-hidden="true"><path d="M18 6 6 18M6 6l12 12"/></svg>';
   bubble.innerHTML = chatIcon;
-  bubble.addEventListener("click", function () {
-    var open = !frame.classList.contains("qorven-open");
+  function show(open) {
     if (open && !loaded) { frame.src = frameUrl; loaded = true; }
     frame.classList.toggle("qorven-open", open);
     bubble.classList.toggle("qorven-open", open);
     bubble.innerHTML = open ? closeIcon : chatIcon;
     bubble.setAttribute("aria-label", open ? "Close chat" : "Open chat");
+    bubble.setAttribute("aria-expanded", open ? "true" : "false");
     if (open && ready) frame.contentWindow.postMessage("qorven:open", origin); // else: on load
+    if (!open) bubble.focus();
+  }
+  bubble.addEventListener("click", function () { show(!frame.classList.contains("qorven-open")); });
+  // Escape closes the chat: on the host page, and in the chat (which says so: qorven:close).
+  document.addEventListener("keydown", function (e) {
+    if (e.key === "Escape" && frame.classList.contains("qorven-open")) show(false);
   });
 
   // The frame asks for a fresh signed token before its own expires (or once refused); the
   // answer goes to Qorven's origin only. An empty one means none: the frame says so.
   window.addEventListener("message", function (e) {
     if (e.source !== frame.contentWindow || e.origin !== origin) return;
+    if (e.data && e.data.type === "qorven:close") { if (frame.classList.contains("qorven-open")) show(false); return; }
     if (!e.data || e.data.type !== "qorven:token-needed") return;
     var answer = function (fresh) {
       frame.contentWindow.postMessage({ type: "qorven:token", token: fresh }, origin);

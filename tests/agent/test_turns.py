@@ -357,3 +357,20 @@ def test_a_message_waiting_for_its_turn_is_answered_with_the_senders_trust_as_it
             t.name for t in registry.offered(tenant=world.tenant_a, qor=world.qor_a, trust="paired")}
         assert owners_only and not offered & owners_only
         assert asked.answer_state == "answered"
+
+
+def test_a_public_message_of_someone_with_no_membership_is_answered(world, model_server):
+    """Public trust needs no membership: a webchat's anonymous visitor (an account of its
+    own, no membership, public trust) is answered, with public tools only."""
+    from qorven.agent.turns import turn_process
+    from sessions_app.services import message_append, session_resolve
+
+    from ..factories.tenancy import UserFactory
+
+    visitor = UserFactory(username="visitor-1")
+    session = session_resolve(tenant=world.tenant_a, qor=world.qor_a, channel="webchat", user=visitor)
+    message_append(session=session, role="user", content="when do you open?", channel="webchat",
+                   sender_name="Visitor", awaits_answer=True, notify=False, metadata={"trust": "public"})
+    model_server.default = reply("At nine.")
+    turn_process(tenant_id=world.tenant_a.pk, session_id=session.pk)
+    assert Message.objects.get(session=session, role="assistant").content == "At nine."

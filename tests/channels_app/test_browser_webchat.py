@@ -413,3 +413,31 @@ def test_a_fresh_token_for_another_visitor_reloads_the_widget_on_their_own_chat(
                       "print(sorted(Message.objects.filter(role='user').values_list('session__user__username', "
                       "'content')))")
     assert shown == "[('alice', 'I am Alice'), ('bob', 'I am Bob')]"
+
+
+def test_the_widget_says_whether_it_is_open_and_escape_closes_it_back_to_its_button(chat_server):
+    """For keyboard and screen-reader users: the button says whether the chat is open, and
+    Escape (in the chat or on the page) closes it and puts the focus back on the button."""
+    from playwright.sync_api import expect, sync_playwright
+
+    base, model, platform = chat_server
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        try:
+            with host_site(base) as site:
+                page, frame, errors = open_widget(browser, site)
+            bubble = page.locator(".qorven-bubble")
+            expect(bubble).to_have_attribute("aria-expanded", "true")
+            assert bubble.get_attribute("aria-controls") == page.locator(".qorven-frame").get_attribute("id")
+            expect(frame.locator("[data-input]")).to_be_focused()
+            frame.locator("[data-input]").press("Escape")
+            expect(bubble).to_have_attribute("aria-expanded", "false")
+            expect(page.locator(".qorven-frame")).to_be_hidden()
+            expect(bubble).to_be_focused()
+            bubble.press("Enter")
+            expect(bubble).to_have_attribute("aria-expanded", "true")
+            page.keyboard.press("Escape")
+            expect(bubble).to_have_attribute("aria-expanded", "false")
+            assert errors == []
+        finally:
+            browser.close()

@@ -135,4 +135,8 @@
   window.addEventListener("message", function (e) {
     if (e.data === "qorven:open") chat.input.focus();
   });
+  // Escape in the chat closes it (the host page's widget puts the focus back on its button).
+  document.addEventListener("keydown", function (e) {
+    if (e.key === "Escape" && !e.defaultPrevented) global.parent.postMessage({ type: "qorven:close" }, "*");
+  });
 })(window);
