@@ -156,7 +156,9 @@ class DiscordAdapter(Adapter):
             headers["Authorization"] = f"Bot {binding.credentials.get('bot_token', '')}"
         try:
             with self.http() as client:
-                response = client.post(url, json={"content": text}, headers=headers)
+                # Mentions the model wrote (@everyone, a role, a user) notify nobody.
+                response = client.post(url, json={"content": text, "allowed_mentions": {"parse": []}},
+                                       headers=headers)
         except Exception as exc:
             raise send_unreachable("Discord", exc) from None
         retry_after = None

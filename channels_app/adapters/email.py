@@ -16,9 +16,10 @@ from __future__ import annotations
 
 import base64
 import logging
-from email.utils import parseaddr
+import smtplib
+from email.utils import getaddresses, parseaddr
 
-from django.core.mail import EmailMessage
+from django.core.mail import BadHeaderError, EmailMessage
 from django.http import HttpRequest
 
 from ..json_body import json_body
@@ -63,10 +64,20 @@ class EmailAdapter(Adapter):
             raise WebhookRejected(401, "missing X-Qorven-Email-Secret")
         try:
             body = json_body(request)
-            to = parseaddr(str(body.get("to", "")))[1].lower()
-        except (ValueError, AttributeError):
+            # To (and Cc) may list several people: the binding is the one of its addresses
+            # this server has.
+            addresses = [a.lower() for _, a in getaddresses([str(body.get("to", "")), str(body.get("cc") or "")]) if a]
+        except (ValueError, AttributeError, TypeError):
             raise WebhookRejected(400, "body is not inbound-parse JSON") from None
-        binding = enabled_binding(self.kind, to)
+        binding = None
+        for address in addresses or [""]:
+            try:
+                binding = enabled_binding(self.kind, address)
+                break
+            except WebhookRejected:
+                continue
+        if binding is None:
+            raise WebhookRejected(403, "no email binding for this request")
         if not same_secret(str(binding.credentials.get("secret", "")), secret):
             raise WebhookRejected(401, "bad X-Qorven-Email-Secret")
         return binding
@@ -101,6 +112,13 @@ class EmailAdapter(Adapter):
         )
         try:
             mail.send(fail_silently=False)
+        except (BadHeaderError, ValueError) as exc:  # a header that cannot be written: never will be
+            raise SendError(f"SMTP: {type(exc).__name__}: {exc}", permanent=True) from None
+        except smtplib.SMTPResponseException as exc:  # 5xx is permanent (RFC 5321), 4xx for now
+            raise SendError(f"SMTP: {exc.smtp_code} {exc.smtp_error!r}", permanent=exc.smtp_code >= 500) from None
+        except smtplib.SMTPRecipientsRefused as exc:
+            codes = [code for code, _ in exc.recipients.values()]
+            raise SendError(f"SMTP: recipients refused {codes}", permanent=all(c >= 500 for c in codes)) from None
         except Exception as exc:
             raise SendError(f"SMTP: {type(exc).__name__}: {exc}", permanent=False) from None
         return ""

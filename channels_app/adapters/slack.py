@@ -38,6 +38,9 @@ MAX_SKEW = 5 * 60
 
 logger = logging.getLogger(__name__)
 
+THREAD_SEP = "|"  # a reply target in a thread: channel id, then the thread's ts
+
+
 class SlackAdapter(Adapter):
     kind = "slack"
     limit = 4000
@@ -105,7 +108,9 @@ class SlackAdapter(Adapter):
                 sender_id=str(event["user"]), text=text, group=not direct,
                 thread_id="" if direct else channel_id,
                 addressed=direct or event.get("type") == "app_mention",
-                reply_target=channel_id, media=media,
+                # A question asked in a thread is answered in that thread (channel THREAD_SEP ts).
+                reply_target=channel_id + (THREAD_SEP + str(event["thread_ts"]) if event.get("thread_ts") else ""),
+                media=media,
             )
         ])
 
@@ -154,9 +159,15 @@ class SlackAdapter(Adapter):
 
     def send(self, binding: ChannelBinding, target: str, text: str) -> str:
         url = f"{settings.SLACK_API_BASE.rstrip('/')}/chat.postMessage"
+        channel, _, thread = target.partition(THREAD_SEP)
+        # Slack reads <!channel>, <!here>, <@U…> and <url> in `text`: what the model wrote is
+        # text, escaped as Slack's formatting guide says, so it pings and links nobody.
+        payload = {"channel": channel, "text": text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")}
+        if thread:
+            payload["thread_ts"] = thread
         try:
             with self.http() as client:
-                response = client.post(url, json={"channel": target, "text": text},
+                response = client.post(url, json=payload,
                                        headers={"Authorization": f"Bearer {binding.credentials.get('bot_token', '')}"})
         except Exception as exc:
             raise send_unreachable("Slack", exc) from None

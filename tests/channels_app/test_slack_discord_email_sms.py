@@ -163,6 +163,28 @@ def test_slack_channel_messages_are_a_group_answered_only_on_mention(client, wor
     assert platform.sent("chat.postMessage")[0].json["channel"] == "C0GEN"
 
 
+def test_a_slack_reply_escapes_what_slack_would_read_as_markup(client, world, slack, platform, model_server, drain):
+    """Slack reads <!channel>, <!here> and <@U…> in a message's text as mentions (a text
+    the model was led to write would ping a whole channel), and a bare < as a link."""
+    pair(world, "slack", "U0PRIYA", world.alice)
+    model_server.add(reply("<!channel> if a<b & b>c"))
+    post_slack(client, slack_event("hello"))
+    drain()
+    (sent,) = platform.sent("chat.postMessage")
+    assert sent.json["text"] == "&lt;!channel&gt; if a&lt;b &amp; b&gt;c"
+
+
+def test_a_question_asked_in_a_slack_thread_is_answered_in_that_thread(client, world, slack, platform, model_server,
+                                                                       drain):
+    model_server.default = reply("On it.")
+    event = slack_event("<@UBOT> help", channel_type="channel", channel="C0GEN", event_id="EvT1", kind="app_mention")
+    event["event"]["thread_ts"] = "1712345600.000001"
+    post_slack(client, event)
+    drain()
+    (sent,) = platform.sent("chat.postMessage")
+    assert sent.json == {"channel": "C0GEN", "text": "On it.", "thread_ts": "1712345600.000001"}
+
+
 # --- Discord -------------------------------------------------------------------------------
 
 @pytest.fixture
@@ -207,7 +229,7 @@ def test_discord_ask_command_is_deferred_then_answered_by_followup(
     assert post_discord(client, body, discord_key).json() == {"type": 5}  # a redelivery
     drain()
     (sent,) = platform.sent(r"/discord/api/v10/webhooks/9001/interaction-token")
-    assert sent.json == {"content": "42, obviously."}
+    assert sent.json == {"content": "42, obviously.", "allowed_mentions": {"parse": []}}
     assert Message.objects.get(role="user").channel == "discord_dm"
 
 
@@ -229,7 +251,7 @@ def test_gateway_message_create_dm_is_answered_in_the_dm_channel(world, discord,
     inbound_receive(binding=discord, message=message)
     drain()
     (sent,) = platform.sent(r"/discord/api/v10/channels/2222222222222222222/messages")
-    assert sent.json == {"content": "Hi Priya"}
+    assert sent.json == {"content": "Hi Priya", "allowed_mentions": {"parse": []}}
     assert sent.headers["Authorization"] == "Bot discord-bot-token"
 
 
@@ -275,6 +297,17 @@ def test_discord_replies_are_split_at_2000_characters(world, discord, platform, 
     drain()
     parts = [r.json["content"] for r in platform.sent("/messages")]
     assert len(parts) == 3 and all(len(p) <= 2000 for p in parts)
+
+
+def test_a_discord_reply_mentions_nobody_the_model_names(world, discord, platform, model_server, drain):
+    """Without allowed_mentions Discord parses @everyone, @here, users and roles in a
+    message's content: a reply the model was led to write would ping a whole server."""
+    pair(world, "discord", "80351110224678912", world.alice)
+    model_server.add(reply("@everyone look at this"))
+    inbound_receive(binding=discord, message=adapter_for("discord").from_gateway(discord, DM_CREATE, bot_user_id="9001"))
+    drain()
+    (sent,) = platform.sent(r"/channels/2222222222222222222/messages")
+    assert sent.json == {"content": "@everyone look at this", "allowed_mentions": {"parse": []}}
 
 
 def test_pairing_on_telegram_does_not_admit_the_same_id_on_discord(client, world, discord, platform, model_server, drain):
@@ -331,6 +364,62 @@ def test_a_member_replying_in_another_members_email_thread_is_answered_in_a_sess
     bobs_prompt = json.dumps(model_server.requests[-1])
     assert "salary review" not in bobs_prompt and "7391" not in bobs_prompt
     assert sorted(m.to[0] for m in mail.outbox) == ["alice@acme.example", "bob@acme.example"]
+
+
+def test_an_email_to_several_addresses_reaches_the_binding_among_them(client, world, email, model_server, drain):
+    pair(world, "email", "priya@example.com", world.alice)
+    model_server.default = reply("Sure.")
+    body = {**email_body("Can we meet?", "<m1@example.com>"), "to": "Bob <bob@example.com>, Aria <aria@acme.example>"}
+    assert post_email(client, body).status_code == 200
+    drain()
+    assert Message.objects.filter(role="assistant", content="Sure.").exists()
+
+
+def test_an_smtp_refusal_for_good_fails_the_reply_at_once(world, email, settings):
+    """A 5xx SMTP reply (RFC 5321: permanent) from a real SMTP conversation, and a subject
+    that cannot be a header: retrying cannot help, so the part fails at once."""
+    import socket
+    import threading
+
+    from channels_app.adapters.base import SendError
+
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(4)
+
+    def serve() -> None:  # an SMTP server that knows no such user
+        while True:
+            try:
+                conn, _ = listener.accept()
+            except OSError:
+                return
+            with conn, conn.makefile("rb") as lines:
+                conn.sendall(b"220 mail.example ESMTP\r\n")
+                for line in lines:
+                    verb = line[:4].upper()
+                    answer = {b"EHLO": b"250 mail.example\r\n", b"HELO": b"250 mail.example\r\n",
+                              b"MAIL": b"250 2.1.0 Ok\r\n", b"RCPT": b"550 5.1.1 no such user\r\n",
+                              b"RSET": b"250 2.0.0 Ok\r\n", b"QUIT": b"221 2.0.0 Bye\r\n"}.get(verb, b"250 Ok\r\n")
+                    conn.sendall(answer)
+                    if verb == b"QUIT":
+                        break
+
+    threading.Thread(target=serve, daemon=True).start()
+    settings.EMAIL_BACKEND = "django.core.mail.backends.smtp.EmailBackend"
+    settings.EMAIL_HOST, settings.EMAIL_PORT = "127.0.0.1", listener.getsockname()[1]
+    settings.EMAIL_USE_TLS = settings.EMAIL_USE_SSL = False
+    settings.EMAIL_HOST_USER = settings.EMAIL_HOST_PASSWORD = ""
+    try:
+        adapter = adapter_for("email")
+        with pytest.raises(SendError) as refused:
+            adapter.send(email, "\x1f".join(["nobody@example.com", "<m1@example.com>", "Re: Trip plans"]), "Sure.")
+        assert refused.value.permanent and "550" in str(refused.value)
+        with pytest.raises(SendError) as unwritable:
+            adapter.send(email, "\x1f".join(["priya@example.com", "<m1@example.com>", "Re: Trip\nBcc: x@example.com"]),
+                         "Sure.")
+        assert unwritable.value.permanent
+    finally:
+        listener.close()
 
 
 def test_email_attachments_are_kept_images_and_files_and_the_rest_left_out(client, world, email, model_server,
