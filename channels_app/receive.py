@@ -253,7 +253,9 @@ def _process(binding: ChannelBinding, message: InboundMessage, event: InboundEve
     )
     if identity.approval != Identity.Approval.APPROVED or identity.user_id is None:
         return _unknown_sender(binding, identity, message)
-    if identity.reply_target != message.reply_target and message.reply_target:
+    adapter = adapter_for(binding.kind)
+    lasting = adapter is None or adapter.target_lasts(message.reply_target)
+    if identity.reply_target != message.reply_target and message.reply_target and lasting:
         Identity.objects.filter(pk=identity.pk).update(reply_target=message.reply_target)
     user = identity.user
     trust = surface_access(tenant=tenant, user=user, surface=binding.kind, proven=message.sender_proven,

@@ -100,6 +100,12 @@ class Adapter:
         credentials do not name the account themselves (a webchat without --key)."""
         return None
 
+    def target_lasts(self, target: str) -> bool:
+        """Whether a message's reply target is where its sender can be reached later (kept on
+        their Identity, for replies that answer nothing: reminders, heartbeats), not a
+        one-off (a Discord interaction's token, valid 15 minutes)."""
+        return True
+
     def setup_hint(self, binding: ChannelBinding, given: dict[str, str]) -> list[str]:
         """What `qorven bind` tells the owner to do next. Never a secret they gave."""
         return [f"webhook: POST {webhook_url(self.kind)}"]

@@ -146,6 +146,9 @@ class DiscordAdapter(Adapter):
         return checked_media(binding, media, content, "Discord")
 
     # --- REST ---
+    def target_lasts(self, target: str) -> bool:
+        return not target.startswith(FOLLOWUP)  # an interaction's token lapses in 15 minutes
+
     def send(self, binding: ChannelBinding, target: str, text: str) -> str:
         base = settings.DISCORD_API_BASE.rstrip("/")
         headers: dict[str, str] = {}

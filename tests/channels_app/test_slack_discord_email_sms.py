@@ -231,6 +231,11 @@ def test_discord_ask_command_is_deferred_then_answered_by_followup(
     (sent,) = platform.sent(r"/discord/api/v10/webhooks/9001/interaction-token")
     assert sent.json == {"content": "42, obviously.", "allowed_mentions": {"parse": []}}
     assert Message.objects.get(role="user").channel == "discord_dm"
+    # The interaction's token answers that interaction only (it lapses in 15 minutes): it is
+    # not where the person's later messages (a reminder, a heartbeat's) go.
+    from channels_app.models import Identity
+
+    assert not Identity.objects.get(channel="discord").reply_target.startswith("followup:")
 
 
 DM_CREATE = {
