@@ -92,23 +92,24 @@ class EmailAdapter(Adapter):
             return Parsed([])
         references = str(body.get("references") or "").split()
         thread = references[0] if references else str(body.get("in_reply_to") or body.get("in-reply-to") or message_id)
-        subject = str(body.get("subject") or "").strip()
+        subject = " ".join(str(body.get("subject") or "").split())  # folded headers: one line
         reply_subject = subject if subject.lower().startswith("re:") else f"Re: {subject}".strip()
         return Parsed([
             InboundMessage(
                 channel="email", external_id=message_id, sender_id=sender.lower(), sender_name=name,
                 text=f"{subject}\n\n{text}" if subject else text, thread_id=thread,
-                reply_target=SEP.join([sender, message_id, reply_subject]),
+                # The reply's References: the thread's, then this message (RFC 5322 §3.6.4).
+                reply_target=SEP.join([sender, message_id, reply_subject, " ".join([*references, message_id])]),
                 sender_proven=sender_proven(body, sender, str(binding.credentials.get("sender_check") or "dkim")),
                 images=attachments, left_out=left_out,
             )
         ])
 
     def send(self, binding: ChannelBinding, target: str, text: str) -> str:
-        to, in_reply_to, subject = (target.split(SEP) + ["", ""])[:3]
+        to, in_reply_to, subject, references = (target.split(SEP) + ["", "", ""])[:4]
         mail = EmailMessage(
             subject=subject or "Re:", body=text, from_email=binding.lookup_key, to=[to],
-            headers={"In-Reply-To": in_reply_to, "References": in_reply_to} if in_reply_to else {},
+            headers={"In-Reply-To": in_reply_to, "References": references or in_reply_to} if in_reply_to else {},
         )
         try:
             mail.send(fail_silently=False)

@@ -380,6 +380,19 @@ def test_an_email_to_several_addresses_reaches_the_binding_among_them(client, wo
     assert Message.objects.filter(role="assistant", content="Sure.").exists()
 
 
+def test_an_email_reply_carries_the_threads_references_and_a_one_line_subject(client, world, email, model_server,
+                                                                             drain):
+    pair(world, "email", "priya@example.com", world.alice)
+    model_server.default = reply("Yes.")
+    body = {**email_body("And June?", "<m3@example.com>", in_reply_to="<m2@example.com>"),
+            "references": "<m1@example.com> <m2@example.com>", "subject": "Trip\r\n plans"}
+    post_email(client, body)
+    drain()
+    (sent,) = mail.outbox
+    assert sent.extra_headers["References"] == "<m1@example.com> <m2@example.com> <m3@example.com>"
+    assert sent.extra_headers["In-Reply-To"] == "<m3@example.com>" and sent.subject == "Re: Trip plans"
+
+
 def test_an_smtp_refusal_for_good_fails_the_reply_at_once(world, email, settings):
     """A 5xx SMTP reply (RFC 5321: permanent) from a real SMTP conversation, and a subject
     that cannot be a header: retrying cannot help, so the part fails at once."""
