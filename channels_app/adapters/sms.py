@@ -49,10 +49,14 @@ class SmsAdapter(Adapter):
 
     def parse(self, request: HttpRequest, binding: ChannelBinding) -> Parsed:
         sender, text, sid = request.POST.get("From", ""), request.POST.get("Body", ""), request.POST.get("MessageSid", "")
-        if not sender or not text or not sid:
+        try:
+            pictures = max(int(request.POST.get("NumMedia", "0") or 0), 0)  # MMS: not kept (yet), counted
+        except ValueError:
+            pictures = 0
+        if not sender or not (text or pictures) or not sid:
             return Parsed([])
         return Parsed([InboundMessage(channel="sms", external_id=sid, sender_id=sender, text=text,
-                                      thread_id=sender, reply_target=sender)])
+                                      thread_id=sender, reply_target=sender, left_out=pictures)])
 
     def send(self, binding: ChannelBinding, target: str, text: str) -> str:
         sid = str(binding.credentials.get("account_sid", ""))

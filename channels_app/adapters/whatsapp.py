@@ -91,20 +91,25 @@ class WhatsAppAdapter(Adapter):
             names = {c.get("wa_id"): (c.get("profile") or {}).get("name", "") for c in value.get("contacts") or []}
             for raw in value.get("messages") or []:  # `statuses` (delivery receipts) are ignored
                 kind = raw.get("type")
-                text = (raw.get("text") or {}).get("body", "") if kind == "text" else ""
+                text = (raw.get("text") or {}).get("body", "") if kind == "text" else _tapped(raw)
                 media: list[InboundMedia] = []
-                attached = raw.get(kind) if kind in ("image", "audio") and isinstance(raw.get(kind), dict) else None
-                if attached is not None and attached.get("id"):
+                left_out = 0
+                attached = raw.get(kind) if isinstance(raw.get(kind), dict) else None
+                if kind in ("image", "audio") and attached is not None and attached.get("id"):
                     text = str(attached.get("caption", "") or "")
                     media.append(InboundMedia(kind="photo" if kind == "image" else "voice", file_id=str(attached["id"]),
                                               mime_type=str(attached.get("mime_type", "") or "")))
-                if not (text or media) or not raw.get("id") or not raw.get("from"):
+                elif kind in ("document", "video") and attached is not None:
+                    # Not kept (yet): the message counts, and the model can say what it could not open.
+                    text, left_out = str(attached.get("caption", "") or ""), 1
+                if not (text or media or left_out) or not raw.get("id") or not raw.get("from"):
                     continue
                 sender = str(raw["from"])
                 messages.append(
                     InboundMessage(
                         channel="whatsapp", external_id=str(raw["id"]), sender_id=sender,
                         sender_name=names.get(sender, ""), text=text, reply_target=sender, media=media,
+                        left_out=left_out,
                     )
                 )
         return Parsed(messages)
@@ -152,3 +157,13 @@ class WhatsAppAdapter(Adapter):
         self.raise_for_status(response)
         return self.accepted_id(response, "messages", 0, "id")
 
+
+def _tapped(raw: dict) -> str:
+    """What a person chose by tapping: a reply button's or a list row's title (an
+    interactive message's answer), or a template button's text."""
+    if raw.get("type") == "interactive" and isinstance(raw.get("interactive"), dict):
+        chosen = raw["interactive"].get("button_reply") or raw["interactive"].get("list_reply") or {}
+        return str(chosen.get("title", "") or "") if isinstance(chosen, dict) else ""
+    if raw.get("type") == "button" and isinstance(raw.get("button"), dict):
+        return str(raw["button"].get("text", "") or "")
+    return ""

@@ -548,3 +548,16 @@ def test_the_gateway_stores_nothing_while_discord_is_switched_off(world, discord
     drain()
     assert list(InboundEvent.objects.values_list("payload__text", flat=True)) == ["hello from discord"]
     assert [r.json["content"] for r in platform.sent("/messages")] == ["Hi."]
+
+
+def test_a_picture_message_without_text_over_sms_is_a_message_not_silence(client, world, sms, platform,
+                                                                         model_server, drain):
+    pair(world, "sms", "+15557654321", world.alice)
+    model_server.default = reply("I can't see pictures sent by text message.")
+    post_sms(client, {"From": "+15557654321", "To": "+15550001111", "Body": "", "MessageSid": "MM1",
+                      "NumMedia": "1", "MediaUrl0": "https://api.twilio.com/2010-04-01/Accounts/AC123/Messages/MM1/Media/ME1",
+                      "MediaContentType0": "image/jpeg"})
+    drain()
+    message = Message.objects.get(role="user")
+    assert message.metadata.get("left_out") == 1
+    assert Message.objects.filter(role="assistant").exists()

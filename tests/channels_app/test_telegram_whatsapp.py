@@ -438,3 +438,29 @@ def test_a_telegram_message_with_nothing_to_read_is_not_a_turn(client, world, te
     assert post_telegram(client, update).status_code == 200
     drain()
     assert model_server.requests == [] and not Message.objects.exists()
+
+
+@pytest.mark.parametrize("kind, content, stored", [
+    ("interactive", {"type": "button_reply", "button_reply": {"id": "yes", "title": "Yes, book it"}}, "Yes, book it"),
+    ("interactive", {"type": "list_reply", "list_reply": {"id": "t2", "title": "Tuesday"}}, "Tuesday"),
+    ("button", {"payload": "p", "text": "Confirm"}, "Confirm"),
+    ("document", {"id": "media-9", "mime_type": "application/pdf", "filename": "lease.pdf"}, ""),
+])
+def test_a_whatsapp_button_tap_or_a_file_is_a_message_not_silence(client, world, whatsapp, platform, model_server,
+                                                                  drain, kind, content, stored):
+    """A tap on a reply button or a list, or a document sent alone, was dropped: nothing
+    stored, nothing answered. A tap is its title; a file we do not keep counts as left out,
+    so the model can say so."""
+    pair(world, "whatsapp", "15550100", world.alice)
+    model_server.default = reply("Noted.")
+    body = whatsapp_body("")
+    raw = body["entry"][0]["changes"][0]["value"]["messages"][0]
+    del raw["text"]
+    raw.update({"type": kind, kind: content})
+    assert post_whatsapp(client, body).status_code == 200
+    drain()
+    message = Message.objects.get(role="user")
+    assert message.content == stored
+    if not stored:
+        assert message.metadata.get("left_out") == 1
+    assert Message.objects.filter(role="assistant", content="Noted.").exists()
