@@ -1,6 +1,7 @@
 """Where an inbound user message enters the agent: store it, then queue the turn."""
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from contextlib import AbstractContextManager, nullcontext
 from contextvars import ContextVar
@@ -18,6 +19,8 @@ from sessions_app.services import AppendResult, message_append
 
 from .notices import VOICE_NOTICES
 
+logger = logging.getLogger(__name__)
+
 
 # Turns queued inside `turns_here()`: (tenant id, session id), in the order queued.
 _here: ContextVar[list[tuple[int, int]] | None] = ContextVar("qorven_turns_here", default=None)
@@ -33,7 +36,17 @@ def turn_enqueue(*, session: Session) -> None:
     if here is not None:
         transaction.on_commit(lambda: here.append(key) if key not in here else None)
         return
-    transaction.on_commit(lambda: agent_turn.delay(*key))
+    transaction.on_commit(lambda: _queue(agent_turn, key))
+
+
+def _queue(task: Any, key: tuple[int, int]) -> None:
+    """Queue the turn; a broker that refuses (down, restarting) leaves the stored message
+    pending for the sweeper (channels_app.sweep): the caller's work — a message taken —
+    stands."""
+    try:
+        task.delay(*key)
+    except Exception as exc:
+        logger.warning("could not queue the turn of session %s (%s); the sweeper will", key[1], type(exc).__name__)
 
 
 def turns_here() -> AbstractContextManager[list[tuple[int, int]]]:

@@ -303,3 +303,23 @@ def test_the_pages_json_calls_refused_for_their_csrf_token_answer_json(world):
     assert signed_in.put("/chat/api/acme/aria/messages").json() == {"error": "use GET or POST"}
     form = page.post("/accounts/logout/")  # a form's refusal stays Django's page
     assert form.status_code == 403 and form["Content-Type"].startswith("text/html")
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_message_posted_while_the_broker_is_down_is_stored_and_the_answer_is_201(client, world, tokens, settings):
+    """Stored first, then its turn queued: a broker that refuses leaves the message waiting
+    for the sweeper, and the client is told it was taken — a 500 would make it send again,
+    and store a second copy."""
+    import socket
+
+    from ..conftest import broker_use
+
+    closed = socket.socket()
+    closed.bind(("127.0.0.1", 0))
+    port = closed.getsockname()[1]
+    closed.close()  # nothing listens there: connections are refused
+    broker_use(settings, f"redis://127.0.0.1:{port}/0")
+    response = client.post("/v1/qors/aria/messages", data=json.dumps({"content": "while the broker is down"}),
+                           content_type="application/json", **auth(tokens["alice"]))
+    assert response.status_code == 201, response.content[:300]
+    assert Message.objects.get(content="while the broker is down").answer_state == "pending"
