@@ -245,6 +245,9 @@ CELERY_TASK_ROUTES = {"channels_app.deliver": {"queue": "qorven.outbound"},
 CELERY_TASK_ACKS_LATE = True
 CELERY_TASK_REJECT_ON_WORKER_LOST = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+# Workers and beat log through LOGGING below (the JSON format, the ids, the masking of
+# keys): Celery would otherwise replace the root logger's handler as it starts.
+CELERY_WORKER_HIJACK_ROOT_LOGGER = False
 CELERY_TASK_SERIALIZER = "json"
 CELERY_ACCEPT_CONTENT = ["json"]
 CELERY_TIMEZONE = TIME_ZONE

@@ -68,3 +68,26 @@ def test_a_token_in_a_request_line_is_masked(console):
     text = stream.getvalue()
     assert "SECRETSECRET" not in text
     assert "?token=qv_F…&surface=tui" in text and "?visitor=eyJh…" in text
+
+
+def test_a_workers_log_is_ours_json_and_masked_once_celery_has_set_up_its_logging():
+    """`qorven worker` and `qorven beat` let Celery set up logging as they start; it
+    replaced the root logger's handler, and with it the JSON format, the ids and the
+    masking of keys — in the processes where turns and model errors happen."""
+    import os
+    import subprocess
+    import sys
+
+    code = ("import django; django.setup()\n"
+            "from qorven.celery import app\n"
+            "app.log.setup_logging_subsystem(loglevel='WARNING', colorize=False)\n"
+            "import logging; logging.getLogger('qorven.agent.turns').warning("
+            "'not answered: Incorrect API key provided: sk-proj-ABCDEFGHIJKLMNOPQRSTUVWX1234')\n")
+    environment = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "REDIS_URL")}
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
+                          env={**environment, "DJANGO_SETTINGS_MODULE": "qorven.settings",
+                               "DJANGO_SECRET_KEY": "log-test", "QORVEN_LOG_FORMAT": "json"})
+    assert done.returncode == 0, done.stderr[-2000:]
+    lines = [json.loads(line) for line in (done.stdout + done.stderr).splitlines() if line.startswith("{")]
+    (line,) = [x for x in lines if x["logger"] == "qorven.agent.turns"]
+    assert "sk-proj-ABCDEFGH" not in line["message"] and "sk-proj…" in line["message"]
