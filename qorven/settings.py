@@ -5,6 +5,8 @@ runs on the embedded default: SQLite, an in-process channel layer and in-process
 """
 from __future__ import annotations
 
+import os
+import re
 import socket
 from pathlib import Path
 
@@ -13,7 +15,25 @@ from kombu import Queue
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
-env = environ.Env()
+class _Env(environ.Env):
+    """django-environ, with a malformed number named in one line (ImproperlyConfigured,
+    which `qorven` prints as a configuration error) instead of a bare ValueError."""
+
+    def int(self, var, default=environ.Env.NOTSET):  # type: ignore[override]
+        return self._number(super().int, var, default, "a whole number")
+
+    def float(self, var, default=environ.Env.NOTSET):  # type: ignore[override]
+        return self._number(super().float, var, default, "a number")
+
+    @staticmethod
+    def _number(read, var, default, what):
+        try:
+            return read(var, default=default)
+        except ValueError:
+            raise environ.ImproperlyConfigured(f"{var} must be {what}, not {os.environ.get(var)!r}") from None
+
+
+env = _Env()
 # Settings from a `.env` beside manage.py (or the file QORVEN_ENV_FILE names; empty: none,
 # as the test suite sets it). Variables already in the environment win.
 ENV_FILE = env.str("QORVEN_ENV_FILE", default=str(BASE_DIR / ".env"))
@@ -152,8 +172,17 @@ AUTH_PASSWORD_VALIDATORS = [
 ]
 # Failed sign-ins allowed per username and per client address before the sign-in forms
 # refuse for the rest of the window (qorven/login_throttle.py; django-ratelimit rates).
-QORVEN_LOGIN_FAILURES_PER_USER = env.str("QORVEN_LOGIN_FAILURES_PER_USER", default="5/15m")
-QORVEN_LOGIN_FAILURES_PER_ADDRESS = env.str("QORVEN_LOGIN_FAILURES_PER_ADDRESS", default="20/15m")
+def _rate(var: str, default: str) -> str:
+    """A django-ratelimit rate (5/15m: five per fifteen minutes), checked as it is read: a
+    malformed one failed only at the first sign-in it had to count (a server error)."""
+    value = env.str(var, default=default)
+    if not re.fullmatch(r"[0-9]+/[0-9]*[smhd]", value):
+        raise environ.ImproperlyConfigured(f"{var} must be a rate like 5/15m (count/[number]s|m|h|d), not {value!r}")
+    return value
+
+
+QORVEN_LOGIN_FAILURES_PER_USER = _rate("QORVEN_LOGIN_FAILURES_PER_USER", "5/15m")
+QORVEN_LOGIN_FAILURES_PER_ADDRESS = _rate("QORVEN_LOGIN_FAILURES_PER_ADDRESS", "20/15m")
 LOGIN_URL = "/accounts/login/"
 LOGIN_REDIRECT_URL = "/chat/"
 LOGOUT_REDIRECT_URL = "/accounts/login/"
@@ -289,8 +318,8 @@ QORVEN_WEBCHAT_MAX_TTL = env.int("QORVEN_WEBCHAT_MAX_TTL", default=7 * 86400)
 QORVEN_WEBCHAT_VISITOR_TTL = env.int("QORVEN_WEBCHAT_VISITOR_TTL", default=30 * 24 * 3600)
 # Webchat limits (django-ratelimit rates, "N/s|m|h|d"; counted in the cache): new anonymous
 # visitors per client address and webchat, and messages per visitor and webchat.
-QORVEN_WEBCHAT_NEW_VISITOR_RATE = env.str("QORVEN_WEBCHAT_NEW_VISITOR_RATE", default="10/h")
-QORVEN_WEBCHAT_MESSAGE_RATE = env.str("QORVEN_WEBCHAT_MESSAGE_RATE", default="20/m")
+QORVEN_WEBCHAT_NEW_VISITOR_RATE = _rate("QORVEN_WEBCHAT_NEW_VISITOR_RATE", "10/h")
+QORVEN_WEBCHAT_MESSAGE_RATE = _rate("QORVEN_WEBCHAT_MESSAGE_RATE", "20/m")
 # Behind a reverse proxy, the request header that holds the client address (e.g.
 # HTTP_X_REAL_IP); empty: the connection's own address.
 RATELIMIT_IP_META_KEY = env.str("QORVEN_CLIENT_IP_HEADER", default="") or None

@@ -57,3 +57,12 @@ def test_serve_refuses_a_port_that_is_not_one():
     for port in ("99999", "0", "http"):
         done = run("serve", "--port", port, DJANGO_SECRET_KEY="cli-test")
         assert done.returncode == 2 and "--port" in done.stderr, (port, done.stderr[-500:])
+
+
+def test_a_malformed_number_or_rate_in_the_environment_is_one_line_naming_it():
+    for name, value in (("QORVEN_TURN_LEASE", "bogus"), ("QORVEN_SWEEP_INTERVAL", "soon"),
+                        ("QORVEN_LOGIN_FAILURES_PER_USER", "bogus"), ("QORVEN_WEBCHAT_MESSAGE_RATE", "20 a minute")):
+        done = run("check", DJANGO_SECRET_KEY="cli-test", **{name: value})
+        assert done.returncode == 2, (name, done.stderr[-800:])
+        (line,) = done.stderr.strip().splitlines()
+        assert line.startswith("qorven: configuration error: ") and name in line and repr(value) in line
