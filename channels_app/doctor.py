@@ -37,9 +37,19 @@ class Check:
 def doctor_checks(*, areas: frozenset[str] | None = None) -> list[Check]:
     """Every check (or those of `areas`), in the order a newcomer would fix them."""
     found: list[Check] = []
+    database_down = False
     for area, probe in _PROBES:
-        if areas is None or area in areas:
+        if areas is not None and area not in areas:
+            continue
+        if database_down and area in _NEEDS_DATABASE:
+            found.append(Check(area, "-", False, "not checked: the database is unreachable", "fix the database first"))
+            continue
+        try:
             found.extend(probe())
+        except Exception as exc:  # a check that fails to run is a ✗ of its own, never a crash
+            found.append(Check(area, "-", False, f"could not be checked ({type(exc).__name__})",
+                               "fix what the checks above report, then run `qorven doctor` again"))
+        database_down = database_down or any(c.area == "database" and not c.ok for c in found)
     return found
 
 
@@ -274,6 +284,9 @@ def _deploy() -> Iterator[Check]:
         yield Check("deploy", "check --deploy", True, "no issues")
 
 
+# What reads the database: not tried once it is unreachable (each would wait out the
+# connection's timeout to say the same).
+_NEEDS_DATABASE = frozenset({"model", "channel", "heartbeats", "skills"})
 _PROBES: list[tuple[str, Callable[[], Iterator[Check]]]] = [
     ("database", _database), ("redis", _redis), ("workers", _workers), ("beat", _beats), ("model", _models),
     ("channel", _channels), ("heartbeats", _heartbeats), ("skills", _skills), ("deploy", _deploy),

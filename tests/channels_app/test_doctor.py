@@ -110,3 +110,21 @@ def test_whatsapp_and_discord_credentials_are_asked_of_their_platforms(world, pl
     assert code == 1
     (asked,) = platform.sent(r"/users/@me$")
     assert asked.headers.get("Authorization", asked.headers.get("authorization")) == "Bot stale-bot-token"
+
+
+def test_doctor_reports_an_unreachable_database_and_the_rest_instead_of_a_traceback(tmp_path):
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    qorven = Path(sys.executable).with_name("qorven")
+    environment = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "REDIS_URL")}
+    done = subprocess.run(
+        [str(qorven), "doctor"], capture_output=True, text=True, timeout=120, cwd=Path(__file__).resolve().parents[2],
+        env={**environment, "DJANGO_SECRET_KEY": "doctor-test",
+             "DATABASE_URL": f"sqlite:///{tmp_path}/no/such/folder/db.sqlite3"},
+    )
+    assert done.returncode == 1, done.stderr[-1500:]
+    assert "Traceback" not in done.stderr + done.stdout
+    assert "unreachable" in done.stdout and "not checked: the database is unreachable" in done.stdout
