@@ -77,15 +77,26 @@ def _queue_depth() -> int:
 registry.register(DatabaseCollector())
 
 
+def scrape_refused(*, authorization: str, address: str) -> tuple[int, str] | None:
+    """(status, why) when a scrape may not read the metrics, else None: with
+    QORVEN_METRICS_TOKEN set, only `Authorization: Bearer <token>`; without it, only the
+    addresses of QORVEN_METRICS_ALLOW. The web server's /metrics and a worker's metrics
+    port alike."""
+    token = settings.QORVEN_METRICS_TOKEN
+    if token:
+        scheme, _, given = authorization.partition(" ")
+        if scheme.lower() != "bearer" or not hmac.compare_digest(given.strip().encode(), token.encode()):
+            return 401, "metrics need Authorization: Bearer <QORVEN_METRICS_TOKEN>"
+    elif address not in settings.QORVEN_METRICS_ALLOW:
+        return 403, "metrics are served to QORVEN_METRICS_ALLOW only; set QORVEN_METRICS_TOKEN"
+    return None
+
+
 @never_cache
 @require_GET
 def metrics_view(request: HttpRequest) -> HttpResponse:
-    token = settings.QORVEN_METRICS_TOKEN
-    if token:
-        scheme, _, given = request.headers.get("Authorization", "").partition(" ")
-        if scheme.lower() != "bearer" or not hmac.compare_digest(given.strip().encode(), token.encode()):
-            return JsonResponse({"error": "metrics need Authorization: Bearer <QORVEN_METRICS_TOKEN>"}, status=401)
-    elif request.META.get("REMOTE_ADDR", "") not in settings.QORVEN_METRICS_ALLOW:
-        return JsonResponse({"error": "metrics are served to QORVEN_METRICS_ALLOW only; set QORVEN_METRICS_TOKEN"},
-                            status=403)
+    refused = scrape_refused(authorization=request.headers.get("Authorization", ""),
+                             address=request.META.get("REMOTE_ADDR", ""))
+    if refused is not None:
+        return JsonResponse({"error": refused[1]}, status=refused[0])
     return HttpResponse(generate_latest(registry), content_type=CONTENT_TYPE_LATEST)

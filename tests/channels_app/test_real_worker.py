@@ -194,7 +194,9 @@ def test_a_workers_turns_and_model_calls_are_served_on_its_metrics_port(client, 
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    env = process_env(model_server, **FAST)
+    import urllib.error
+
+    env = {**process_env(model_server, **FAST), "QORVEN_METRICS_TOKEN": "scrape-me"}
     processes.purge(env)
     proc = processes.start("worker", "--concurrency", "2", "--metrics-port", str(port), env=env)
     proc.wait_for_line(" ready.")
@@ -202,9 +204,16 @@ def test_a_workers_turns_and_model_calls_are_served_on_its_metrics_port(client, 
     ask(client, world, "count me")
     assert wait_for(lambda: assistant_replies(), 30, processes=processes)
 
-    def scrape() -> str:
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as response:
+    def scrape(token: str = "scrape-me") -> str:
+        request = urllib.request.Request(f"http://127.0.0.1:{port}/metrics",
+                                         headers={"Authorization": f"Bearer {token}"})
+        with urllib.request.urlopen(request, timeout=5) as response:
             return response.read().decode()
+
+    # The web server's rule: with QORVEN_METRICS_TOKEN set, only its bearer reads them.
+    with pytest.raises(urllib.error.HTTPError) as refused:
+        scrape("not-the-token")
+    assert refused.value.code == 401
 
     assert wait_for(lambda: 'qorven_turns_total{outcome="answered"} 1.0' in scrape(), 10)
     page = scrape()

@@ -166,14 +166,39 @@ def _metrics_serve(host: str, port: int) -> None:
     path = tempfile.mkdtemp(prefix="qorven-worker-metrics-")
     os.environ["PROMETHEUS_MULTIPROC_DIR"] = path
     atexit.register(shutil.rmtree, path, True)
-    from prometheus_client import CollectorRegistry, multiprocess, start_http_server
+    import threading
+    from socketserver import ThreadingMixIn
+    from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
+
+    from prometheus_client import CollectorRegistry, make_wsgi_app, multiprocess
 
     registry = CollectorRegistry()
     multiprocess.MultiProcessCollector(registry, path=path)
+    metrics = make_wsgi_app(registry)
+
+    def guarded(environ: dict, start_response):  # the web server's /metrics rules (QORVEN_METRICS_TOKEN)
+        from channels_app.metrics import scrape_refused
+
+        refused = scrape_refused(authorization=environ.get("HTTP_AUTHORIZATION", ""),
+                                 address=environ.get("REMOTE_ADDR", ""))
+        if refused is not None:
+            start_response(f"{refused[0]} {'Unauthorized' if refused[0] == 401 else 'Forbidden'}",
+                           [("Content-Type", "text/plain; charset=utf-8")])
+            return [refused[1].encode()]
+        return metrics(environ, start_response)
+
+    class Server(ThreadingMixIn, WSGIServer):
+        daemon_threads = True
+
+    class Quiet(WSGIRequestHandler):
+        def log_message(self, *args: object) -> None:  # scrapes are not news
+            pass
+
     try:
-        start_http_server(port, addr=host, registry=registry)
+        server = make_server(host, port, guarded, server_class=Server, handler_class=Quiet)
     except OSError as exc:
         raise CommandError(f"--metrics-port {port}: {exc.strerror or exc}") from None
+    threading.Thread(target=server.serve_forever, name="qorven-worker-metrics", daemon=True).start()
 
     def child_gone(pid: int | None = None, **kwargs: object) -> None:
         multiprocess.mark_process_dead(pid or os.getpid(), path)
