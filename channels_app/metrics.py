@@ -9,11 +9,9 @@ machine every client looks local: set the token there.
 """
 from __future__ import annotations
 
-import hmac
 from collections.abc import Iterator
 from typing import Any
 
-from django.conf import settings
 from django.db.models import Count, Sum
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.views.decorators.cache import never_cache
@@ -22,7 +20,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from qorven.runtime.metrics import registry
+from qorven.runtime.metrics import registry, scrape_refused
 from sessions_app.models import Message
 from tenancy.models import Usage
 
@@ -75,21 +73,6 @@ def _queue_depth() -> int:
 
 
 registry.register(DatabaseCollector())
-
-
-def scrape_refused(*, authorization: str, address: str) -> tuple[int, str] | None:
-    """(status, why) when a scrape may not read the metrics, else None: with
-    QORVEN_METRICS_TOKEN set, only `Authorization: Bearer <token>`; without it, only the
-    addresses of QORVEN_METRICS_ALLOW. The web server's /metrics and a worker's metrics
-    port alike."""
-    token = settings.QORVEN_METRICS_TOKEN
-    if token:
-        scheme, _, given = authorization.partition(" ")
-        if scheme.lower() != "bearer" or not hmac.compare_digest(given.strip().encode(), token.encode()):
-            return 401, "metrics need Authorization: Bearer <QORVEN_METRICS_TOKEN>"
-    elif address not in settings.QORVEN_METRICS_ALLOW:
-        return 403, "metrics are served to QORVEN_METRICS_ALLOW only; set QORVEN_METRICS_TOKEN"
-    return None
 
 
 @never_cache

@@ -5,6 +5,9 @@ is scraped (channels_app.metrics), so they are right whichever process did the w
 """
 from __future__ import annotations
 
+import hmac
+
+from django.conf import settings
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 registry = CollectorRegistry(auto_describe=True)
@@ -21,3 +24,18 @@ model_tokens = Counter("qorven_model_tokens", "Model tokens in this process, by 
                        ["role", "kind"], registry=registry)
 live_sockets = Gauge("qorven_live_sockets", "WebSockets open on this process.", registry=registry,
                      multiprocess_mode="livesum")
+
+
+def scrape_refused(*, authorization: str, address: str) -> tuple[int, str] | None:
+    """(status, why) when a scrape may not read the metrics, else None: with
+    QORVEN_METRICS_TOKEN set, only `Authorization: Bearer <token>`; without it, only the
+    addresses of QORVEN_METRICS_ALLOW. The web server's /metrics and a worker's metrics
+    port alike."""
+    token = settings.QORVEN_METRICS_TOKEN
+    if token:
+        scheme, _, given = authorization.partition(" ")
+        if scheme.lower() != "bearer" or not hmac.compare_digest(given.strip().encode(), token.encode()):
+            return 401, "metrics need Authorization: Bearer <QORVEN_METRICS_TOKEN>"
+    elif address not in settings.QORVEN_METRICS_ALLOW:
+        return 403, "metrics are served to QORVEN_METRICS_ALLOW only; set QORVEN_METRICS_TOKEN"
+    return None

@@ -177,7 +177,7 @@ def _metrics_serve(host: str, port: int) -> None:
     metrics = make_wsgi_app(registry)
 
     def guarded(environ: dict, start_response):  # the web server's /metrics rules (QORVEN_METRICS_TOKEN)
-        from channels_app.metrics import scrape_refused
+        from qorven.runtime.metrics import scrape_refused
 
         refused = scrape_refused(authorization=environ.get("HTTP_AUTHORIZATION", ""),
                                  address=environ.get("REMOTE_ADDR", ""))
