@@ -371,8 +371,12 @@
   };
 
   Chat.prototype.clear = function () {
+    // An error just shown (a file refused, the server unreachable) outlives the timeline's
+    // reset (a socket that reconnects starts it again): it goes away on its own timer.
+    var alerts = Array.prototype.slice.call(this.timeline.querySelectorAll(".msg--error[role=alert]"));
     this.timeline.textContent = "";
     this.section = this.newSection();
+    alerts.forEach(function (note) { this.timeline.appendChild(note); }, this);
     this.bySeq = new Map();
     this.streams.clear();
     this.finished.clear();
