@@ -183,6 +183,9 @@ class OutboundDelivery(TimestampedModel):
                          name="delivery_pending_idx"),
             # The next reply waiting for its binding's send gate (channels_app.send_gate).
             models.Index(fields=["binding", "id"], condition=models.Q(state="pending"), name="delivery_waiting_idx"),
+            # A platform's later report on a part it accepted names it by its id (WhatsApp's statuses).
+            models.Index(fields=["binding", "platform_message_id"], condition=~models.Q(platform_message_id=""),
+                         name="delivery_platform_id_idx"),
         ]
 
     def __str__(self) -> str:

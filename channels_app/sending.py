@@ -18,6 +18,7 @@ from sessions_app.models import Message
 from tenancy.switches import channel_enabled
 
 from .adapters import SendError, adapter_for
+from .adapters.base import Undelivered
 from .models import ChannelBinding, OutboundDelivery
 from .send_gate import BindingBusy, send_gate, send_slot_free
 
@@ -77,6 +78,30 @@ def deliveries_interrupted_fail(*, rows: list[OutboundDelivery]) -> int:
             OutboundDelivery.objects.filter(message_id=row.message_id, state=OutboundDelivery.State.PENDING).update(
                 updated_at=timezone.now() - timedelta(days=1)
             )
+    return failed
+
+
+def deliveries_undelivered(*, binding: ChannelBinding, reports: list[Undelivered]) -> int:
+    """The platform reports parts of `binding`'s it had accepted as undelivered after all:
+    they end failed, with its reason kept for the admin, and live surfaces mark the reply
+    "not delivered". A report already taken, or for a part that is not ours, changes
+    nothing. Returns how many parts were failed."""
+    reasons = {r.platform_message_id: r.reason for r in reports}
+    rows = list(OutboundDelivery.objects.filter(
+        tenant_id=binding.tenant_id, binding=binding, platform_message_id__in=list(reasons),
+        state=OutboundDelivery.State.SENT,
+    ).order_by("pk").values_list("pk", "message_id", "platform_message_id"))
+    failed = 0
+    for pk, message_id, platform_id in rows:
+        if OutboundDelivery.objects.filter(pk=pk, state=OutboundDelivery.State.SENT).update(
+            state=OutboundDelivery.State.FAILED, last_error=reasons[platform_id][:1000], updated_at=timezone.now(),
+        ):
+            failed += 1
+            logger.warning("delivery of message %s was reported undelivered by %s", message_id, binding.kind)
+            _tell_failed(binding.tenant_id, message_id, binding.kind)
+    if len(rows) < len(reasons):
+        logger.info("%s reported %d parts undelivered that are not this binding's sent parts",
+                    binding.kind, len(reasons) - len(rows))
     return failed
 
 

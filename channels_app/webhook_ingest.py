@@ -44,7 +44,7 @@ from qorven.runtime.database import DATABASE_DOWN, connections_drop_broken, data
 from qorven.runtime.publish import publishes_held
 
 from .receive import inbound_store
-from .webhooks import OK, Prepared, webhook_prepare
+from .webhooks import OK, Prepared, undelivered_record, webhook_prepare
 
 logger = logging.getLogger(__name__)
 
@@ -167,6 +167,14 @@ class GroupCommit:
                 if not _stored([prepared[i]]):
                     logger.warning("a %s webhook could not be stored", jobs[i].channel)
                     prepared[i] = Answer.error(503, "not stored; deliver it again")
+        for i, p in enumerate(prepared):
+            if isinstance(p, Prepared) and p.undelivered:
+                try:
+                    undelivered_record(p)
+                except Exception:
+                    logger.exception("a %s webhook's delivery failures could not be recorded", jobs[i].channel)
+                    close_old_connections()
+                    prepared[i] = Answer.error(503, "not recorded; deliver it again")
         return [p if isinstance(p, Answer) else _OK if p.response is None else Answer.of(p.response)
                 for p in prepared]
 

@@ -17,10 +17,12 @@ from django.views.decorators.csrf import csrf_exempt
 from tenancy.switches import channel_enabled_cached
 
 from .adapters import WebhookRejected, adapter_for
+from .adapters.base import Undelivered
 from .inbound import InboundMessage
 from .json_body import BodyRefused
 from .models import ChannelBinding
 from .receive import inbound_store
+from .sending import deliveries_undelivered
 
 logger = logging.getLogger(__name__)
 
@@ -35,6 +37,14 @@ class Prepared:
     response: HttpResponse | None  # None: the usual {"ok": true} (made once by the lean path)
     binding: ChannelBinding | None = None
     messages: list[InboundMessage] = field(default_factory=list)
+    undelivered: list[Undelivered] = field(default_factory=list)  # sent parts the platform reports failed
+
+
+def undelivered_record(prepared: Prepared) -> None:
+    """Record what the platform reports undelivered (rare: done in the request, so a
+    failure to record it is an error answer and the platform reports it again)."""
+    if prepared.undelivered and prepared.binding is not None:
+        deliveries_undelivered(binding=prepared.binding, reports=prepared.undelivered)
 
 
 def webhook_prepare(channel: str, request: HttpRequest) -> Prepared:
@@ -57,7 +67,7 @@ def webhook_prepare(channel: str, request: HttpRequest) -> Prepared:
     except BodyRefused as exc:
         logger.info("%s webhook body refused: %s", channel, exc)
         return Prepared(JsonResponse({"error": str(exc)}, status=exc.status))
-    return Prepared(parsed.response, binding, list(parsed.messages))
+    return Prepared(parsed.response, binding, list(parsed.messages), list(parsed.undelivered))
 
 
 @csrf_exempt
@@ -65,4 +75,5 @@ def webhook(request: HttpRequest, channel: str) -> HttpResponse:
     prepared = webhook_prepare(channel, request)
     if prepared.messages:
         inbound_store(items=[(prepared.binding, message) for message in prepared.messages])
+    undelivered_record(prepared)
     return prepared.response or JsonResponse(OK)

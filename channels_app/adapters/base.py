@@ -9,7 +9,7 @@ import logging
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
 from typing import Any
@@ -66,13 +66,24 @@ def send_unreachable(platform: str, exc: Exception) -> SendError:
     return SendError(f"{platform} unreachable: {type(exc).__name__}", permanent=False, ambiguous=ambiguous)
 
 
+@dataclass(frozen=True)
+class Undelivered:
+    """A platform's later word that a part it accepted (and named `platform_message_id`)
+    did not reach the person; `reason` is the platform's, for the admin and the log."""
+
+    platform_message_id: str
+    reason: str
+
+
 @dataclass
 class Parsed:
-    """What a webhook carried: messages to process and/or an immediate response body
-    (a verification challenge, a Discord deferral)."""
+    """What a webhook carried: messages to process, parts sent earlier that the platform
+    now reports undelivered, and/or an immediate response body (a verification
+    challenge, a Discord deferral)."""
 
     messages: list[InboundMessage]
     response: HttpResponse | None = None
+    undelivered: list[Undelivered] = field(default_factory=list)
 
 
 class Adapter:

@@ -20,6 +20,7 @@ from ..models import ChannelBinding
 from .base import (
     Adapter,
     Parsed,
+    Undelivered,
     WebhookRejected,
     download_limited,
     enabled_binding,
@@ -87,9 +88,11 @@ class WhatsAppAdapter(Adapter):
     def parse(self, request: HttpRequest, binding: ChannelBinding) -> Parsed:
         body = json_body(request)
         messages: list[InboundMessage] = []
+        undelivered: list[Undelivered] = []
         for value in _changes(body):
+            undelivered.extend(_failed(value))
             names = {c.get("wa_id"): (c.get("profile") or {}).get("name", "") for c in value.get("contacts") or []}
-            for raw in value.get("messages") or []:  # `statuses` (delivery receipts) are ignored
+            for raw in value.get("messages") or []:
                 kind = raw.get("type")
                 text = (raw.get("text") or {}).get("body", "") if kind == "text" else _tapped(raw)
                 media: list[InboundMedia] = []
@@ -112,7 +115,7 @@ class WhatsAppAdapter(Adapter):
                         left_out=left_out,
                     )
                 )
-        return Parsed(messages)
+        return Parsed(messages, undelivered=undelivered)
 
     def fetch_media(self, binding: ChannelBinding, media: InboundMedia) -> InboundImage | None:
         """The Graph media endpoint names a short-lived URL; both calls carry the token, so
@@ -156,6 +159,20 @@ class WhatsAppAdapter(Adapter):
             raise send_unreachable("WhatsApp", exc) from None
         self.raise_for_status(response)
         return self.accepted_id(response, "messages", 0, "id")
+
+
+def _failed(value: dict[str, Any]) -> list[Undelivered]:
+    """The replies Meta accepted and now reports failed (a closed 24-hour window, a
+    number that blocked the business...). Sent, delivered and read receipts change
+    nothing of ours."""
+    found = []
+    for status in value.get("statuses") or []:
+        if not isinstance(status, dict) or status.get("status") != "failed" or not status.get("id"):
+            continue
+        errors = [e for e in status.get("errors") or [] if isinstance(e, dict)]
+        said = "; ".join(f"{e.get('code', '')} {e.get('title', '')}".strip() for e in errors) or "no reason given"
+        found.append(Undelivered(str(status["id"]), f"WhatsApp reported it undelivered: {said}"))
+    return found
 
 
 def _tapped(raw: dict) -> str:
