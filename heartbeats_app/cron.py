@@ -6,6 +6,12 @@ parsed with Celery's own crontab parser, because Celery beat is what runs it; th
 Celery's semantics too: a day must match *both* day-of-month and day-of-week when both are
 restricted (classic cron matches either). Day-of-week 0 and 7 are Sunday; names work
 (mon-fri, jan).
+
+When the clocks change, a beat that names its hours keeps to the wall clock: it runs
+once at its first 02:30 of a night that falls back, and at the first moment after the
+02:30 a night that springs forward skips. A beat for every hour (`*/15 * * * *`,
+`@hourly`) keeps its pace in real time: it runs in the repeated hour too (as classic
+cron does with such jobs; Celery's wall-clock arithmetic alone leaves that hour silent).
 """
 from __future__ import annotations
 
@@ -30,6 +36,9 @@ _LABELS = {"minute": "minute", "hour": "hour", "day_of_month": "day-of-month",
            "month_of_year": "month", "day_of_week": "day-of-week"}
 # Long enough to find Feb 29 falling on a given weekday (a 28-year cycle).
 _LOOKAHEAD_DAYS = 366 * 29
+# Longer than any clock change there is (Troll's is two hours).
+CLOCK_CHANGE_WINDOW = timedelta(hours=3)
+_MINUTE = timedelta(minutes=1)
 
 
 class CronError(ValueError):
@@ -135,9 +144,41 @@ def _localise(naive: datetime, zone: ZoneInfo) -> datetime:
     return naive.replace(tzinfo=zone)
 
 
+def every_hour(schedule: crontab) -> bool:
+    """Whether the schedule runs every hour (of the days it runs): it keeps its pace in
+    real time when the clocks change."""
+    return len(schedule.hour) == 24
+
+
+def near_clock_change(zone: ZoneInfo, moment: datetime) -> bool:
+    """Whether `zone`'s clocks change within CLOCK_CHANGE_WINDOW of `moment`."""
+    return (moment - CLOCK_CHANGE_WINDOW).astimezone(zone).utcoffset() != (
+        moment + CLOCK_CHANGE_WINDOW).astimezone(zone).utcoffset()
+
+
+def _fires_at(schedule: crontab, local: datetime) -> bool:
+    return local.minute in schedule.minute and local.hour in schedule.hour and _day_matches(schedule, local.date())
+
+
+def _real_time_tick(schedule: crontab, zone: ZoneInfo, start: datetime, step: timedelta) -> datetime | None:
+    """The first minute from `start` on (stepping by `step`, in real time) the schedule
+    fires, within CLOCK_CHANGE_WINDOW: each minute read on `zone`'s clock as it was then."""
+    moment = start
+    for _ in range(CLOCK_CHANGE_WINDOW // _MINUTE):
+        local = moment.astimezone(zone)
+        if _fires_at(schedule, local):
+            return local
+        moment += step
+    return None
+
+
 def tick_previous(schedule: crontab, zone: ZoneInfo, now: datetime) -> datetime | None:
     """The latest moment at or before `now` the schedule fires, in `zone`; None if it
     never fired within the look-back window."""
+    if every_hour(schedule) and near_clock_change(zone, now):
+        found = _real_time_tick(schedule, zone, now.replace(second=0, microsecond=0), -_MINUTE)
+        if found is not None:
+            return found
     local = now.astimezone(zone).replace(tzinfo=None, second=0, microsecond=0)
     hours = sorted(schedule.hour, reverse=True)
     minutes = sorted(schedule.minute, reverse=True)
@@ -157,6 +198,10 @@ def tick_previous(schedule: crontab, zone: ZoneInfo, now: datetime) -> datetime 
 
 def tick_next(schedule: crontab, zone: ZoneInfo, after: datetime) -> datetime | None:
     """The first moment strictly after `after` the schedule fires, in `zone`."""
+    if every_hour(schedule) and near_clock_change(zone, after):
+        found = _real_time_tick(schedule, zone, after.replace(second=0, microsecond=0) + _MINUTE, _MINUTE)
+        if found is not None:
+            return found
     local = after.astimezone(zone).replace(tzinfo=None, second=0, microsecond=0)
     hours = sorted(schedule.hour)
     minutes = sorted(schedule.minute)

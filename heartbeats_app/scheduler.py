@@ -16,9 +16,11 @@ from zoneinfo import ZoneInfo
 
 from django.conf import settings
 from django.db import DatabaseError, InterfaceError, close_old_connections, connection
-from django_celery_beat.schedulers import DatabaseScheduler
+from celery.schedules import crontab, schedstate
+from celery.utils.time import maybe_make_aware
+from django_celery_beat.schedulers import DatabaseScheduler, ModelEntry
 
-from .cron import tick_previous
+from .cron import every_hour, near_clock_change, tick_next, tick_previous
 from .services import RUN_TASK
 
 logger = logging.getLogger(__name__)
@@ -40,9 +42,36 @@ def _entry_tick(entry: Any, now: datetime) -> str | None:
     return tick.isoformat() if tick is not None else None
 
 
+class HeartbeatEntry(ModelEntry):
+    """A beat's entry, due when heartbeats_app.cron says: near a clock change, a beat for
+    every hour is due at each of its minutes in real time, the repeated hour of a night
+    that falls back included (Celery's wall-clock arithmetic leaves that hour silent and
+    would next look at the entry after it). Otherwise Celery decides, as always."""
+
+    def is_due(self) -> schedstate:
+        due, wait = super().is_due()  # also what disables an expired or one-off task
+        model, schedule = self.model, self.schedule
+        if (not model.enabled or model.start_time or model.expires or model.one_off
+                or not isinstance(schedule, crontab) or not every_hour(schedule)):
+            return schedstate(due, wait)
+        zone = getattr(schedule, "tz", None) or ZoneInfo(settings.TIME_ZONE)
+        now = schedule.now()
+        if not near_clock_change(zone, now):
+            return schedstate(due, wait)
+        # Celery's own verdict is no use here: once a run is in the repeated hour it takes
+        # the next wall-clock time for the earlier of its two moments, long past, and finds
+        # the beat due again and again.
+        missed = tick_next(schedule, zone, maybe_make_aware(self.last_run_at))
+        following = tick_next(schedule, zone, now)
+        return schedstate(missed is not None and missed <= now,
+                          max((following - now).total_seconds(), 1.0) if following is not None else wait)
+
+
 class HeartbeatScheduler(DatabaseScheduler):
     """DatabaseScheduler that adds `tick` to heartbeat runs, and reports the beat running
     (heartbeats_app.liveness) for `qorven doctor`."""
+
+    Entry = HeartbeatEntry
 
     def setup_schedule(self) -> None:
         from .liveness import BeatReport

@@ -70,3 +70,27 @@ def test_the_next_tick_is_strictly_after_the_moment():
     assert tick_next(quarter, UTC, datetime(2026, 1, 1, 10, 15, tzinfo=UTC)) == datetime(2026, 1, 1, 10, 30, tzinfo=UTC)
     leap = cron_parse("0 0 29 2 *").schedule()
     assert tick_next(leap, UTC, datetime(2026, 3, 1, tzinfo=UTC)) == datetime(2028, 2, 29, tzinfo=UTC)
+
+
+# The night Paris falls back (2026-10-25): 02:00-02:59 happens twice, first CEST (UTC+2)
+# then CET (UTC+1); 03:00 CEST becomes 02:00 CET at 01:00 UTC. (Compared in UTC: a time in
+# the repeated hour never equals a time of another zone, by Python's rule.)
+def _utc(hour: int, minute: int = 0) -> datetime:
+    return datetime(2026, 10, 25, hour, minute, tzinfo=UTC)
+
+
+def test_a_beat_for_every_hour_fires_again_in_the_repeated_hour_of_a_fall_back_night():
+    quarter = cron_parse("*/15 * * * *").schedule()
+    # 02:05 the second time (01:05 UTC): the last tick is 02:00 of that second pass, not of the first.
+    assert tick_previous(quarter, PARIS, _utc(1, 5)).astimezone(UTC) == _utc(1, 0)
+    # 02:50 the first time: the next tick is 02:00 again (CET), not 03:00 (an hour and ten minutes on).
+    assert tick_next(quarter, PARIS, _utc(0, 50)).astimezone(UTC) == _utc(1, 0)
+    assert tick_next(quarter, PARIS, _utc(0, 44)).astimezone(UTC) == _utc(0, 45)
+    assert tick_previous(quarter, PARIS, _utc(0, 50)).astimezone(UTC) == _utc(0, 45)
+    assert tick_next(quarter, PARIS, _utc(1, 50)).astimezone(UTC) == _utc(2, 0)  # 03:00 CET
+
+
+def test_a_beat_at_a_named_hour_fires_once_on_a_fall_back_night():
+    at_2_30 = cron_parse("30 2 * * *").schedule()
+    assert tick_previous(at_2_30, PARIS, _utc(1, 40)).astimezone(UTC) == _utc(0, 30)  # the first 02:30 (CEST)
+    assert tick_next(at_2_30, PARIS, _utc(0, 40)).astimezone(UTC) == datetime(2026, 10, 26, 1, 30, tzinfo=UTC)

@@ -1,0 +1,79 @@
+"""The beat scheduler's own decisions, on a clock of the test's: when an entry is due and
+which tick its run is for, across the nights a timezone changes its clocks."""
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+from zoneinfo import ZoneInfo
+
+import pytest
+from celery import current_app
+from django_celery_beat.models import PeriodicTask
+
+from heartbeats_app.scheduler import HeartbeatScheduler, _entry_tick
+
+from ..factories.heartbeats_app import beat
+
+UTC = ZoneInfo("UTC")
+PARIS = ZoneInfo("Europe/Paris")
+
+pytestmark = pytest.mark.django_db
+
+
+def beat_night(world, cron: str, start: datetime, end: datetime) -> list[tuple[datetime, datetime]]:
+    """Run a Paris beat's scheduler entry from `start` to `end` as Celery beat does (the
+    entry looked at again when its last answer said so): (when it fired, its run's tick)."""
+    heartbeat = beat(world.qor_a, cron=cron, timezone="Europe/Paris")
+    entry = HeartbeatScheduler.Entry(PeriodicTask.objects.get(pk=heartbeat.periodic_task_id),
+                                     app=current_app._get_current_object())
+    clock = {"now": start}
+    entry.schedule.nowfun = lambda: clock["now"].astimezone(PARIS)
+    entry.last_run_at = start - timedelta(seconds=1)
+    fired, look_at = [], start
+    while clock["now"] <= end:
+        if clock["now"] >= look_at:
+            due, wait = entry.is_due()
+            if due:
+                tick = _entry_tick(entry, clock["now"])
+                assert tick is not None
+                fired.append((clock["now"].astimezone(UTC), datetime.fromisoformat(tick).astimezone(UTC)))
+                entry.last_run_at = clock["now"]
+            look_at = clock["now"] + timedelta(seconds=max(wait, 1))
+        clock["now"] += timedelta(seconds=20)
+    return fired
+
+
+# Paris falls back on 2026-10-25: 02:00-02:59 twice, 03:00 CEST becoming 02:00 CET at 01:00 UTC.
+NIGHT_START = datetime(2026, 10, 24, 23, 30, tzinfo=UTC)  # 01:30 CEST
+NIGHT_END = datetime(2026, 10, 25, 3, 0, tzinfo=UTC)  # 04:00 CET
+
+
+@pytest.mark.parametrize("cron, every", [("*/15 * * * *", 15), ("0 * * * *", 60)])
+def test_a_beat_for_every_hour_keeps_its_pace_through_the_repeated_hour(world, cron, every):
+    fired = beat_night(world, cron, NIGHT_START, NIGHT_END)
+    times = [at for at, _ in fired]
+    gaps = {(b - a) // timedelta(minutes=1) for a, b in zip(times, times[1:])}
+    assert gaps == {every}, times
+    assert times[0] - NIGHT_START < timedelta(minutes=every) and times[-1] == NIGHT_END
+    # Each run is for its own tick (the per-run lock is keyed by it): none taken for another.
+    assert [tick for _, tick in fired] == [at.replace(second=0) for at in times]
+
+
+def test_a_beat_at_a_named_hour_in_the_repeated_hour_runs_once(world):
+    fired = beat_night(world, "30 2 * * *", NIGHT_START, NIGHT_END)
+    assert [tick for _, tick in fired] == [datetime(2026, 10, 25, 0, 30, tzinfo=UTC)]  # 02:30 CEST, not again at CET
+
+
+# Paris springs forward on 2026-03-29: 02:00 CET becomes 03:00 CEST at 01:00 UTC.
+SPRING_START = datetime(2026, 3, 28, 23, 30, tzinfo=UTC)  # 00:30 CET
+SPRING_END = datetime(2026, 3, 29, 3, 0, tzinfo=UTC)  # 05:00 CEST
+
+
+def test_a_beat_for_every_hour_keeps_its_pace_when_the_clocks_go_forward(world):
+    times = [at for at, _ in beat_night(world, "*/15 * * * *", SPRING_START, SPRING_END)]
+    assert {(b - a) // timedelta(minutes=1) for a, b in zip(times, times[1:])} == {15}
+    assert times[0] == SPRING_START and times[-1] == SPRING_END
+
+
+def test_a_beat_in_the_hour_the_clocks_skip_runs_once_after_it(world):
+    fired = beat_night(world, "30 2 * * *", SPRING_START, SPRING_END)
+    assert [tick for _, tick in fired] == [datetime(2026, 3, 29, 1, 30, tzinfo=UTC)]  # 03:30 CEST
