@@ -17,20 +17,27 @@ BASE_DIR = Path(__file__).resolve().parent.parent
 
 class _Env(environ.Env):
     """django-environ, with a malformed number named in one line (ImproperlyConfigured,
-    which `qorven` prints as a configuration error) instead of a bare ValueError."""
+    which `qorven` prints as a configuration error) instead of a bare ValueError, and
+    each number's range checked the same way (`at_least`, `at_most`, `above`)."""
 
-    def int(self, var, default=environ.Env.NOTSET):  # type: ignore[override]
-        return self._number(super().int, var, default, "a whole number")
+    def int(self, var, default=environ.Env.NOTSET, **bounds):  # type: ignore[override]
+        return self._number(super().int, var, default, "a whole number", **bounds)
 
-    def float(self, var, default=environ.Env.NOTSET):  # type: ignore[override]
-        return self._number(super().float, var, default, "a number")
+    def float(self, var, default=environ.Env.NOTSET, **bounds):  # type: ignore[override]
+        return self._number(super().float, var, default, "a number", **bounds)
 
     @staticmethod
-    def _number(read, var, default, what):
+    def _number(read, var, default, what, *, at_least=None, at_most=None, above=None):
         try:
-            return read(var, default=default)
+            value = read(var, default=default)
         except ValueError:
             raise environ.ImproperlyConfigured(f"{var} must be {what}, not {os.environ.get(var)!r}") from None
+        wrong = ("at least", at_least) if at_least is not None and value < at_least else \
+            ("at most", at_most) if at_most is not None and value > at_most else \
+            ("more than", above) if above is not None and value <= above else None
+        if wrong is not None:
+            raise environ.ImproperlyConfigured(f"{var} must be {wrong[0]} {wrong[1]}, not {os.environ.get(var)!r}")
+        return value
 
 
 env = _Env()
@@ -64,7 +71,7 @@ QORVEN_PUBLIC_URL = env.str("QORVEN_PUBLIC_URL", default="http://127.0.0.1:8000"
 QORVEN_PUBLIC_URL_GIVEN = bool(env.str("QORVEN_PUBLIC_URL", default=""))  # hints say when it is a guess
 HTTPS = env.bool("QORVEN_HTTPS", default=QORVEN_PUBLIC_URL.startswith("https://"))
 SECURE_SSL_REDIRECT = env.bool("DJANGO_SECURE_SSL_REDIRECT", default=HTTPS)
-SECURE_HSTS_SECONDS = env.int("DJANGO_SECURE_HSTS_SECONDS", default=31_536_000 if HTTPS else 0)
+SECURE_HSTS_SECONDS = env.int("DJANGO_SECURE_HSTS_SECONDS", default=31_536_000 if HTTPS else 0, at_least=0)
 SECURE_HSTS_INCLUDE_SUBDOMAINS = env.bool("DJANGO_SECURE_HSTS_INCLUDE_SUBDOMAINS", default=HTTPS)
 SECURE_HSTS_PRELOAD = env.bool("DJANGO_SECURE_HSTS_PRELOAD", default=False)
 SESSION_COOKIE_SECURE = env.bool("DJANGO_SESSION_COOKIE_SECURE", default=HTTPS)
@@ -158,10 +165,14 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql" and env.boo
     # `qorven worker` closes it before forking its children (each opens its own).
     DATABASES["default"]["CONN_MAX_AGE"] = 0
     DATABASES["default"].setdefault("OPTIONS", {})["pool"] = {
-        "min_size": env.int("QORVEN_DB_POOL_MIN", default=2),
-        "max_size": env.int("QORVEN_DB_POOL_MAX", default=20),
-        "timeout": env.float("QORVEN_DB_POOL_TIMEOUT", default=10.0),
+        "min_size": env.int("QORVEN_DB_POOL_MIN", default=2, at_least=0),
+        "max_size": env.int("QORVEN_DB_POOL_MAX", default=20, at_least=1),
+        "timeout": env.float("QORVEN_DB_POOL_TIMEOUT", default=10.0, above=0),
     }
+    _pool = DATABASES["default"]["OPTIONS"]["pool"]
+    if _pool["min_size"] > _pool["max_size"]:
+        raise environ.ImproperlyConfigured(
+            f"QORVEN_DB_POOL_MIN ({_pool['min_size']}) must be at most QORVEN_DB_POOL_MAX ({_pool['max_size']})")
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 AUTH_PASSWORD_VALIDATORS = [
@@ -196,13 +207,13 @@ STATIC_URL = "static/"
 STATIC_ROOT = BASE_DIR / "staticfiles"
 QORVEN_SERVE_STATIC = env.bool("QORVEN_SERVE_STATIC", default=True)
 # The largest JSON body accepted (webhooks, API, chat, webchat); larger ones answer 413.
-QORVEN_MAX_BODY = env.int("QORVEN_MAX_BODY", default=1024 * 1024)
+QORVEN_MAX_BODY = env.int("QORVEN_MAX_BODY", default=1024 * 1024, at_least=1)
 
 REDIS_URL = env.str("REDIS_URL", default="")
 
 # Room for a streamed reply's chunks queued for one socket: past it, a socket misses events
 # and catches up from the database (and the stream cache) instead.
-QORVEN_LIVE_CAPACITY = env.int("QORVEN_LIVE_CAPACITY", default=1000)
+QORVEN_LIVE_CAPACITY = env.int("QORVEN_LIVE_CAPACITY", default=1000, at_least=1)
 # With Redis: "pubsub" (the default) sends one PUBLISH per event, which each process's hub
 # hands to its own sockets; "lists" is channels_redis' list-per-channel layer (a Redis
 # write and a read per process and event, bounded by QORVEN_LIVE_CAPACITY), which backs up
@@ -261,10 +272,10 @@ else:
 # them and run there on a Celery worker thread with a small pool (qorven/runtime/worker.py):
 # the same task semantics as `qorven worker`, retries and countdowns included.
 CELERY_BROKER_URL = env.str("CELERY_BROKER_URL", default=REDIS_URL) or "embedded://localhost"
-QORVEN_WORKER_CONCURRENCY = env.int("QORVEN_WORKER_CONCURRENCY", default=4)
+QORVEN_WORKER_CONCURRENCY = env.int("QORVEN_WORKER_CONCURRENCY", default=4, at_least=1)
 # How long a process keeps the channel bindings and switches webhooks read on every
 # request (qorven.runtime.row_cache); a change made in another process shows within it.
-QORVEN_ROUTE_CACHE_SECONDS = env.float("QORVEN_ROUTE_CACHE_SECONDS", default=5.0)
+QORVEN_ROUTE_CACHE_SECONDS = env.float("QORVEN_ROUTE_CACHE_SECONDS", default=5.0, at_least=0)
 # Sends to the platforms have a queue of their own, which every worker takes from beside the
 # main one, in turn: a backlog of turns never holds up the sending of replies already written.
 CELERY_TASK_DEFAULT_QUEUE = "celery"
@@ -280,14 +291,14 @@ CELERY_WORKER_HIJACK_ROOT_LOGGER = False
 CELERY_TASK_SERIALIZER = "json"
 CELERY_ACCEPT_CONTENT = ["json"]
 CELERY_TIMEZONE = TIME_ZONE
-CELERY_TASK_TIME_LIMIT = env.int("QORVEN_TASK_TIME_LIMIT", default=900)
+CELERY_TASK_TIME_LIMIT = env.int("QORVEN_TASK_TIME_LIMIT", default=900, at_least=1)
 # Redis re-delivers an unacknowledged task after this; it must outlast the longest task.
 CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": CELERY_TASK_TIME_LIMIT * 2}
 # django-celery-beat's DatabaseScheduler, telling heartbeat runs which tick they are for.
 CELERY_BEAT_SCHEDULER = "heartbeats_app.scheduler:HeartbeatScheduler"
 # The sweeper queues again what a dead worker left behind (channels_app/sweep.py): every
 # this many seconds, and whenever a worker starts.
-QORVEN_SWEEP_INTERVAL = env.float("QORVEN_SWEEP_INTERVAL", default=15.0)
+QORVEN_SWEEP_INTERVAL = env.float("QORVEN_SWEEP_INTERVAL", default=15.0, above=0)
 CELERY_BEAT_SCHEDULE = {
     "__qorven_sweep__": {"task": "channels_app.sweep", "schedule": QORVEN_SWEEP_INTERVAL},
 }
@@ -306,16 +317,16 @@ QORVEN_IMAGE_RETENTION = env.str("QORVEN_IMAGE_RETENTION", default="0")
 # How long a heartbeat's finished runs (and the cron sessions they ran in) are kept; 0 = forever.
 QORVEN_HEARTBEAT_RUN_RETENTION = env.str("QORVEN_HEARTBEAT_RUN_RETENTION", default="30d")
 # A run whose model was unavailable is retried after this many seconds, then four times as long.
-QORVEN_HEARTBEAT_RETRY_DELAY = env.float("QORVEN_HEARTBEAT_RETRY_DELAY", default=60.0)
+QORVEN_HEARTBEAT_RETRY_DELAY = env.float("QORVEN_HEARTBEAT_RETRY_DELAY", default=60.0, at_least=0)
 
 # Product switches.
 QORVEN_LEGACY_SESSIONS = env.bool("QORVEN_LEGACY_SESSIONS", default=False)
-QORVEN_API_PAGE_MAX = env.int("QORVEN_API_PAGE_MAX", default=500)
+QORVEN_API_PAGE_MAX = env.int("QORVEN_API_PAGE_MAX", default=500, at_least=1)
 # The furthest ahead a webchat visitor token may expire, in seconds (channels_app/webchat.py).
-QORVEN_WEBCHAT_MAX_TTL = env.int("QORVEN_WEBCHAT_MAX_TTL", default=7 * 86400)
+QORVEN_WEBCHAT_MAX_TTL = env.int("QORVEN_WEBCHAT_MAX_TTL", default=7 * 86400, at_least=1)
 # An anonymous webchat visitor's token lasts this long after its last use (each message
 # renews it); then the visitor starts a new chat.
-QORVEN_WEBCHAT_VISITOR_TTL = env.int("QORVEN_WEBCHAT_VISITOR_TTL", default=30 * 24 * 3600)
+QORVEN_WEBCHAT_VISITOR_TTL = env.int("QORVEN_WEBCHAT_VISITOR_TTL", default=30 * 24 * 3600, at_least=1)
 # Webchat limits (django-ratelimit rates, "N/s|m|h|d"; counted in the cache): new anonymous
 # visitors per client address and webchat, and messages per visitor and webchat.
 QORVEN_WEBCHAT_NEW_VISITOR_RATE = _rate("QORVEN_WEBCHAT_NEW_VISITOR_RATE", "10/h")
@@ -334,7 +345,7 @@ QORVEN_LOG_FORMAT = env.str("QORVEN_LOG_FORMAT", default="text")
 QORVEN_METRICS_TOKEN = env.str("QORVEN_METRICS_TOKEN", default="")
 QORVEN_METRICS_ALLOW = env.list("QORVEN_METRICS_ALLOW", default=["127.0.0.1", "::1"])
 # `qorven worker` serves its own processes' turns and model calls on this port (0: off).
-QORVEN_WORKER_METRICS_PORT = env.int("QORVEN_WORKER_METRICS_PORT", default=0)
+QORVEN_WORKER_METRICS_PORT = env.int("QORVEN_WORKER_METRICS_PORT", default=0, at_least=0, at_most=65535)
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
@@ -374,42 +385,42 @@ QORVEN_MODEL_KEY_URLS = env.list("QORVEN_MODEL_KEY_URLS", default=[])
 # (qorven/runtime/outbound.py).
 QORVEN_ALLOW_PRIVATE_HOSTS = env.list("QORVEN_ALLOW_PRIVATE_HOSTS", default=[])
 QORVEN_MODEL = env.str("QORVEN_MODEL", default="")
-QORVEN_NUM_CTX = env.int("QORVEN_NUM_CTX", default=8192)
-QORVEN_CONTEXT_RESERVE = env.int("QORVEN_CONTEXT_RESERVE", default=1024)
+QORVEN_NUM_CTX = env.int("QORVEN_NUM_CTX", default=8192, at_least=1)
+QORVEN_CONTEXT_RESERVE = env.int("QORVEN_CONTEXT_RESERVE", default=1024, at_least=0)
 # Images: how many of the newest in the window a vision route is sent, and the largest
 # file the chat page and the webchat accept (bytes).
-QORVEN_PROMPT_IMAGES = env.int("QORVEN_PROMPT_IMAGES", default=4)
+QORVEN_PROMPT_IMAGES = env.int("QORVEN_PROMPT_IMAGES", default=4, at_least=0)
 # The most of a Qor's project file (AGENTS.md, CLAUDE.md or README.md of its project folder)
 # read into a prompt, in characters; the rest is cut with a note.
-QORVEN_PROJECT_FILE_CHARS = env.int("QORVEN_PROJECT_FILE_CHARS", default=16000)
-QORVEN_MAX_UPLOAD = env.int("QORVEN_MAX_UPLOAD", default=10 * 1024 * 1024)
+QORVEN_PROJECT_FILE_CHARS = env.int("QORVEN_PROJECT_FILE_CHARS", default=16000, at_least=0)
+QORVEN_MAX_UPLOAD = env.int("QORVEN_MAX_UPLOAD", default=10 * 1024 * 1024, at_least=1)
 # Characters of attached text files read into one prompt (newest first); 0: notes only.
-QORVEN_PROMPT_FILE_CHARS = env.int("QORVEN_PROMPT_FILE_CHARS", default=8000)
-QORVEN_MAX_TOOL_ROUNDS = env.int("QORVEN_MAX_TOOL_ROUNDS", default=8)
-QORVEN_MODEL_TIMEOUT = env.float("QORVEN_MODEL_TIMEOUT", default=60.0)
-QORVEN_MODEL_RETRIES = env.int("QORVEN_MODEL_RETRIES", default=4)
-QORVEN_MODEL_DEADLINE = env.float("QORVEN_MODEL_DEADLINE", default=180.0)
+QORVEN_PROMPT_FILE_CHARS = env.int("QORVEN_PROMPT_FILE_CHARS", default=8000, at_least=0)
+QORVEN_MAX_TOOL_ROUNDS = env.int("QORVEN_MAX_TOOL_ROUNDS", default=8, at_least=1)
+QORVEN_MODEL_TIMEOUT = env.float("QORVEN_MODEL_TIMEOUT", default=60.0, above=0)
+QORVEN_MODEL_RETRIES = env.int("QORVEN_MODEL_RETRIES", default=4, at_least=0)
+QORVEN_MODEL_DEADLINE = env.float("QORVEN_MODEL_DEADLINE", default=180.0, above=0)
 # MCP servers' tools (qorven.agent.mcp): a call's time, a result's size, a tool list's age.
-QORVEN_MCP_TIMEOUT = env.float("QORVEN_MCP_TIMEOUT", default=30.0)
-QORVEN_MCP_RESULT_CHARS = env.int("QORVEN_MCP_RESULT_CHARS", default=8000)
-QORVEN_MCP_TOOLS_TTL = env.float("QORVEN_MCP_TOOLS_TTL", default=300.0)
-QORVEN_MCP_IDLE = env.float("QORVEN_MCP_IDLE", default=300.0)
+QORVEN_MCP_TIMEOUT = env.float("QORVEN_MCP_TIMEOUT", default=30.0, above=0)
+QORVEN_MCP_RESULT_CHARS = env.int("QORVEN_MCP_RESULT_CHARS", default=8000, at_least=1)
+QORVEN_MCP_TOOLS_TTL = env.float("QORVEN_MCP_TOOLS_TTL", default=300.0, at_least=0)
+QORVEN_MCP_IDLE = env.float("QORVEN_MCP_IDLE", default=300.0, at_least=0)
 # A turn holds its session for this long, renewed every third of it while it runs: a turn
 # whose worker died frees its session within this many seconds.
-QORVEN_TURN_LEASE = env.int("QORVEN_TURN_LEASE", default=30)
+QORVEN_TURN_LEASE = env.int("QORVEN_TURN_LEASE", default=30, at_least=1)
 # Auto mode's summarizer runs once the conversation has been quiet this long (no turn
 # running, nothing from the person): it does not compete with their next turn for the model
 # or the CPUs. 0: at once, after every exchange over the window.
-QORVEN_SUMMARIZER_QUIET = env.float("QORVEN_SUMMARIZER_QUIET", default=5.0)
+QORVEN_SUMMARIZER_QUIET = env.float("QORVEN_SUMMARIZER_QUIET", default=5.0, at_least=0)
 # A message the model could not answer for a transient reason (unreachable, 5xx, rate
 # limited) is tried this many times in all, QORVEN_ANSWER_RETRY_DELAY seconds apart at
 # first and four times longer each time, before it is marked failed.
-QORVEN_ANSWER_ATTEMPTS = env.int("QORVEN_ANSWER_ATTEMPTS", default=3)
-QORVEN_ANSWER_RETRY_DELAY = env.float("QORVEN_ANSWER_RETRY_DELAY", default=5.0)
+QORVEN_ANSWER_ATTEMPTS = env.int("QORVEN_ANSWER_ATTEMPTS", default=3, at_least=1)
+QORVEN_ANSWER_RETRY_DELAY = env.float("QORVEN_ANSWER_RETRY_DELAY", default=5.0, at_least=0)
 # A voice note the transcriber could not hear for a transient reason is tried this many
 # more times, QORVEN_VOICE_RETRY_DELAY seconds later, then four times as long each time.
-QORVEN_VOICE_RETRIES = env.int("QORVEN_VOICE_RETRIES", default=4)
-QORVEN_VOICE_RETRY_DELAY = env.float("QORVEN_VOICE_RETRY_DELAY", default=5.0)
+QORVEN_VOICE_RETRIES = env.int("QORVEN_VOICE_RETRIES", default=4, at_least=0)
+QORVEN_VOICE_RETRY_DELAY = env.float("QORVEN_VOICE_RETRY_DELAY", default=5.0, at_least=0)
 
 # Platforms. Every API base URL can point elsewhere (tests, self-hosted proxies).
 TELEGRAM_API_BASE = env.str("TELEGRAM_API_BASE", default="https://api.telegram.org")
@@ -417,16 +428,16 @@ WHATSAPP_API_BASE = env.str("WHATSAPP_API_BASE", default="https://graph.facebook
 SLACK_API_BASE = env.str("SLACK_API_BASE", default="https://slack.com/api")
 DISCORD_API_BASE = env.str("DISCORD_API_BASE", default="https://discord.com/api/v10")
 TWILIO_API_BASE = env.str("TWILIO_API_BASE", default="https://api.twilio.com")
-QORVEN_PLATFORM_TIMEOUT = env.float("QORVEN_PLATFORM_TIMEOUT", default=20.0)
-QORVEN_SEND_RETRIES = env.int("QORVEN_SEND_RETRIES", default=6)
-QORVEN_SEND_BACKOFF = env.float("QORVEN_SEND_BACKOFF", default=1.0)
+QORVEN_PLATFORM_TIMEOUT = env.float("QORVEN_PLATFORM_TIMEOUT", default=20.0, above=0)
+QORVEN_SEND_RETRIES = env.int("QORVEN_SEND_RETRIES", default=6, at_least=0)
+QORVEN_SEND_BACKOFF = env.float("QORVEN_SEND_BACKOFF", default=1.0, at_least=0)
 # Platform sends one worker runs at once (channels_app/send_gate.py); the rest of its slots
 # stay free for turns and heartbeats while a platform hangs.
-QORVEN_SEND_SLOTS = env.int("QORVEN_SEND_SLOTS", default=max(QORVEN_WORKER_CONCURRENCY // 2, 1))
-QORVEN_PAIRING_TTL = env.int("QORVEN_PAIRING_TTL", default=3600)
+QORVEN_SEND_SLOTS = env.int("QORVEN_SEND_SLOTS", default=max(QORVEN_WORKER_CONCURRENCY // 2, 1), at_least=1)
+QORVEN_PAIRING_TTL = env.int("QORVEN_PAIRING_TTL", default=3600, at_least=1)
 # A pending code is sent again, to a sender who writes again, at most this often (seconds):
 # a forged sender address cannot make the Qor mail or text someone on every message.
-QORVEN_PAIRING_RESEND = env.int("QORVEN_PAIRING_RESEND", default=300)
+QORVEN_PAIRING_RESEND = env.int("QORVEN_PAIRING_RESEND", default=300, at_least=0)
 
 # Outbound mail (email channel replies). e.g. smtp+tls://user:pass@smtp.example.com:587
 vars().update(env.email_url("EMAIL_URL", default="consolemail://"))

@@ -66,3 +66,24 @@ def test_a_malformed_number_or_rate_in_the_environment_is_one_line_naming_it():
         assert done.returncode == 2, (name, done.stderr[-800:])
         (line,) = done.stderr.strip().splitlines()
         assert line.startswith("qorven: configuration error: ") and name in line and repr(value) in line
+
+
+def test_a_number_out_of_its_range_in_the_environment_is_one_line_naming_it():
+    """0 workers ran Celery's own default (one per CPU) without a word; a negative lease
+    or a zero timeout broke the first turn instead of the start."""
+    for name, value, says in (("QORVEN_WORKER_CONCURRENCY", "0", "at least 1"), ("QORVEN_TURN_LEASE", "-5", "at least 1"),
+                              ("QORVEN_MODEL_TIMEOUT", "0", "more than 0"), ("QORVEN_SEND_SLOTS", "0", "at least 1"),
+                              ("QORVEN_WORKER_METRICS_PORT", "70000", "at most 65535"),
+                              ("QORVEN_API_PAGE_MAX", "0", "at least 1"), ("QORVEN_SEND_BACKOFF", "-1", "at least 0")):
+        done = run("check", DJANGO_SECRET_KEY="cli-test", **{name: value})
+        assert done.returncode == 2, (name, done.stderr[-800:])
+        (line,) = done.stderr.strip().splitlines()
+        assert line.startswith("qorven: configuration error: ") and name in line and says in line and repr(value) in line
+    # The ends of a range are in it: no retries, no backoff.
+    assert run("check", DJANGO_SECRET_KEY="cli-test", QORVEN_MODEL_RETRIES="0", QORVEN_SEND_BACKOFF="0").returncode == 0
+
+
+def test_worker_refuses_a_concurrency_or_metrics_port_out_of_range():
+    for flag, value in (("--concurrency", "0"), ("--concurrency", "-2"), ("--metrics-port", "70000")):
+        done = run("worker", flag, value, DJANGO_SECRET_KEY="cli-test")
+        assert done.returncode == 2 and flag in done.stderr and "Traceback" not in done.stderr, done.stderr[-500:]
