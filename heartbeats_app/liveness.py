@@ -1,6 +1,6 @@
 """Which `qorven beat` processes are running, for `qorven doctor`: Celery can ask workers
 (`inspect().ping()`), but nothing answers for beat. Each beat on the scale-out layout
-reports itself in Redis every REPORT_EVERY seconds under a key that lapses after ALIVE_FOR
+reports itself in Redis every REPORT_EVERY seconds under a key (of QORVEN_CACHE_PREFIX) that lapses after ALIVE_FOR
 and is removed when it stops; there must be exactly one (a second one does no harm to the
 runs — each tick runs once — but sends every due heartbeat twice to the broker)."""
 from __future__ import annotations
@@ -14,9 +14,13 @@ from django.conf import settings
 
 logger = logging.getLogger(__name__)
 
-KEY = "qorven:beat-alive:"
 REPORT_EVERY = 10.0
 ALIVE_FOR = 30  # seconds: three reports missed and a beat counts as gone
+
+
+def _key() -> str:
+    """Under the cache's prefix: installs sharing a Redis database count only their own beats."""
+    return f"{settings.QORVEN_CACHE_PREFIX}:beat-alive:"
 
 
 def _client():
@@ -37,7 +41,7 @@ class BeatReport:
             return
         self._last = time.monotonic()
         try:
-            _client().set(KEY + self.name, str(int(time.time())), ex=ALIVE_FOR)
+            _client().set(_key() + self.name, str(int(time.time())), ex=ALIVE_FOR)
         except Exception as exc:  # never stops the beat: the doctor reports it missing instead
             logger.warning("beat could not report itself alive: %s", type(exc).__name__)
 
@@ -45,12 +49,13 @@ class BeatReport:
         if not settings.REDIS_URL or not self._last:
             return
         try:
-            _client().delete(KEY + self.name)
+            _client().delete(_key() + self.name)
         except Exception as exc:
             logger.warning("beat could not withdraw its report: %s", type(exc).__name__)
 
 
 def beats_alive() -> list[str]:
     """The beats that reported in the last ALIVE_FOR seconds ("host:pid"), sorted."""
-    names = (key.decode()[len(KEY):] for key in _client().scan_iter(match=KEY + "*", count=100))
+    key = _key()
+    names = (found.decode()[len(key):] for found in _client().scan_iter(match=key + "*", count=100))
     return sorted(names)

@@ -9,6 +9,7 @@ import os
 import re
 import socket
 from pathlib import Path
+from typing import Any
 
 import environ
 from kombu import Queue
@@ -293,7 +294,12 @@ CELERY_ACCEPT_CONTENT = ["json"]
 CELERY_TIMEZONE = TIME_ZONE
 CELERY_TASK_TIME_LIMIT = env.int("QORVEN_TASK_TIME_LIMIT", default=900, at_least=1)
 # Redis re-delivers an unacknowledged task after this; it must outlast the longest task.
-CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": CELERY_TASK_TIME_LIMIT * 2}
+CELERY_BROKER_TRANSPORT_OPTIONS: dict[str, Any] = {"visibility_timeout": CELERY_TASK_TIME_LIMIT * 2}
+# Before every key of the broker's (its queues, the tasks taken and not yet done): installs
+# sharing one Redis database, each with a prefix of its own, never run each other's tasks.
+QORVEN_BROKER_PREFIX = env.str("QORVEN_BROKER_PREFIX", default="")
+if QORVEN_BROKER_PREFIX:
+    CELERY_BROKER_TRANSPORT_OPTIONS["global_keyprefix"] = QORVEN_BROKER_PREFIX
 # django-celery-beat's DatabaseScheduler, telling heartbeat runs which tick they are for.
 CELERY_BEAT_SCHEDULER = "heartbeats_app.scheduler:HeartbeatScheduler"
 # The sweeper queues again what a dead worker left behind (channels_app/sweep.py): every
