@@ -87,3 +87,18 @@ def test_worker_refuses_a_concurrency_or_metrics_port_out_of_range():
     for flag, value in (("--concurrency", "0"), ("--concurrency", "-2"), ("--metrics-port", "70000")):
         done = run("worker", flag, value, DJANGO_SECRET_KEY="cli-test")
         assert done.returncode == 2 and flag in done.stderr and "Traceback" not in done.stderr, done.stderr[-500:]
+
+
+def test_a_starting_worker_removes_the_metrics_folders_of_workers_that_are_gone(tmp_path):
+    from qorven.runtime.management.commands.worker import METRICS_FOLDER, _metrics_folders_stale_remove
+
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    dead = tmp_path / f"{METRICS_FOLDER}{gone.pid}-abc"
+    alive = tmp_path / f"{METRICS_FOLDER}{os.getpid()}-def"
+    other = tmp_path / "someone-elses"
+    for folder in (dead, alive, other):
+        folder.mkdir()
+        (folder / "counter_1.db").write_bytes(b"x")
+    _metrics_folders_stale_remove(tmp_path)
+    assert not dead.exists() and alive.exists() and other.exists()

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
@@ -150,6 +151,26 @@ def _child_connections(**kwargs: object) -> None:
     signals.task_postrun.connect(close_old_connections, weak=False, dispatch_uid="qorven.worker.check_after")
 
 
+METRICS_FOLDER = "qorven-worker-metrics-"  # + the worker's pid + "-" + random
+
+
+def _metrics_folders_stale_remove(root: Path) -> None:
+    """The metrics folders of workers that are gone without removing theirs (killed with
+    SIGKILL, say): their files would otherwise pile up in the temporary folder."""
+    import shutil
+
+    for folder in root.glob(f"{METRICS_FOLDER}*"):
+        pid = folder.name[len(METRICS_FOLDER):].partition("-")[0]
+        if not pid.isdigit():
+            continue
+        try:
+            os.kill(int(pid), 0)
+        except ProcessLookupError:
+            shutil.rmtree(folder, ignore_errors=True)
+        except PermissionError:  # alive, someone else's
+            pass
+
+
 def _metrics_serve(host: str, port: int) -> None:
     """Turns and model calls happen in the worker's children, whose counters the web
     server's /metrics cannot see: they are kept in prometheus-client's multiprocess files
@@ -163,7 +184,8 @@ def _metrics_serve(host: str, port: int) -> None:
 
     if "prometheus_client" in sys.modules:  # its metrics would already count in this process's memory
         raise CommandError("--metrics-port: the worker must set up its metrics before anything else.")
-    path = tempfile.mkdtemp(prefix="qorven-worker-metrics-")
+    _metrics_folders_stale_remove(Path(tempfile.gettempdir()))
+    path = tempfile.mkdtemp(prefix=f"{METRICS_FOLDER}{os.getpid()}-")
     os.environ["PROMETHEUS_MULTIPROC_DIR"] = path
     atexit.register(shutil.rmtree, path, True)
     import threading
