@@ -195,6 +195,11 @@ def _claim(beat: Heartbeat, tick: datetime, *, manual: bool, run_id: int | None)
 def _execute(beat: Heartbeat, run: HeartbeatRun, spent: Tally, *, manual: bool) -> _Outcome:
     if beat.name in RESERVED_NAMES:
         return _Outcome(HeartbeatRun.Status.OK, output=system_beat_run(beat))
+    gone = _former_member(beat)
+    if gone is not None:
+        # Their chat and reminders are not handed to the model for someone no longer here.
+        return _Outcome(HeartbeatRun.Status.SKIPPED, reason="left",
+                        error=f"not run: {gone} is no longer a member of {beat.tenant.slug}")
     if budget_exhausted(tenant=beat.tenant):
         return _Outcome(HeartbeatRun.Status.SKIPPED, reason="budget", error="the tenant's monthly token budget is spent")
     route = route_for(beat.qor, "heartbeat")
@@ -225,6 +230,20 @@ def _execute(beat: Heartbeat, run: HeartbeatRun, spent: Tally, *, manual: bool) 
     delivered, error = _deliver(beat, run, content)
     return _Outcome(HeartbeatRun.Status.OK, output=content, error=error, session=session, delivered=delivered,
                     inputs_hash="", spent=spent, reminders_done=context.reminder_ids if delivered else [], at=now)
+
+
+def _former_member(beat: Heartbeat) -> User | None:
+    """The beat's owner or delivery target if they left the tenant (or were deactivated)."""
+    for person in (beat.owner, beat.deliver_to):
+        if person is None:
+            continue
+        if not person.is_active:
+            return person
+        try:
+            membership_get(tenant=beat.tenant, user=person)
+        except NotFound:
+            return person
+    return None
 
 
 @dataclass

@@ -370,3 +370,26 @@ def test_run_now_queues_a_manual_run_that_ignores_the_skip(world, pills, model_s
     manual = HeartbeatRun.objects.get(manual=True)
     assert manual.status == "ok" and manual.output == "Asked by hand."
     assert len(model_server.requests) == 2
+
+
+@pytest.mark.parametrize("who", ["owner", "deliver_to"])
+def test_a_beat_of_someone_who_left_the_workspace_does_not_run_and_sends_their_chat_nowhere(world, model_server, who):
+    """Bob leaves: his beat must not hand his recent messages and reminders to the model
+    any more (it did, every tick, and only the delivery was refused)."""
+    from tenancy.models import Membership
+
+    session = session_resolve(tenant=world.tenant_a, qor=world.qor_a, channel="web", user=world.bob)
+    message_append(session=session, role="user", content="my test results came back", channel="web")
+    people = {"owner": world.bob, "deliver_to": world.bob, "deliver_channel": "web"} if who == "deliver_to" \
+        else {"owner": world.bob}
+    bobs = beat(world.qor_a, name="bob-check", **people)
+    Membership.objects.filter(tenant=world.tenant_a, user=world.bob).delete()
+    model_server.default = reply("Hi Bob")
+
+    result = run(bobs)
+
+    assert (result.status, result.reason) == ("skipped", "left")
+    assert "no longer a member" in result.error
+    assert model_server.requests == [] and result.tokens == 0
+    bobs.refresh_from_db()
+    assert bobs.last_status == "skipped" and bobs.last_output == ""
