@@ -128,7 +128,7 @@ class InboundEvent(TimestampedModel):
     binding = models.ForeignKey(ChannelBinding, on_delete=models.CASCADE, related_name="inbound_events")
     external_id = models.CharField(max_length=255)
     sender_id = models.CharField(max_length=255, blank=True, default="")
-    payload = models.JSONField(help_text="The normalised InboundMessage.")
+    payload = models.JSONField(help_text="The normalised InboundMessage; emptied once it is processed.")
     state = models.CharField(max_length=16, choices=State.choices, default=State.PENDING)
     result = models.CharField(max_length=64, blank=True, default="")
     error = models.TextField(blank=True, default="")
@@ -143,6 +143,8 @@ class InboundEvent(TimestampedModel):
             # sweeper finds those a dead worker left behind.
             models.Index(fields=["binding", "sender_id", "id"],
                          condition=models.Q(state__in=["pending", "processing"]), name="inbound_pending_idx"),
+            # The sweeper's look for finished events past QORVEN_INBOUND_RETENTION (and the admin's order).
+            models.Index(fields=["created_at"], name="inbound_created_idx"),
         ]
 
     def __str__(self) -> str:

@@ -214,7 +214,9 @@ def _process_event(event: InboundEvent) -> str:
             updated_at=timezone.now(),
         )
         return "error"
-    InboundEvent.objects.filter(pk=event.pk).update(state=InboundEvent.State.DONE, result=result,
+    # The message lives in the conversation from here on (or was never to be kept: an
+    # unknown sender's): the event keeps only what recognises a platform's retry of it.
+    InboundEvent.objects.filter(pk=event.pk).update(state=InboundEvent.State.DONE, result=result, payload={},
                                                     updated_at=timezone.now())
     return result
 

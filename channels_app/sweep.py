@@ -52,10 +52,40 @@ class SweepReport:
     interrupted_sends: int = 0
     voice_notes: int = 0
     heartbeat_runs: int = 0
+    events_pruned: int = 0  # finished inbound events past their retention, deleted
 
     def __bool__(self) -> bool:
         return bool(self.turns or self.inbound or self.deliveries or self.interrupted_sends or self.voice_notes
                     or self.heartbeat_runs)
+
+
+PRUNE_EVERY = 3600  # seconds: finished inbound events are looked for once an hour (by any process)
+PRUNE_BATCH = 1000
+PRUNE_BATCHES = 20  # per sweep at most: a long backlog is worked off hour by hour
+
+
+def inbound_events_prune(*, now) -> int:
+    """Delete finished inbound events (done, failed) older than QORVEN_INBOUND_RETENTION,
+    at most once an hour: past it no platform delivers a message again, so nothing needs
+    recognising. Returns how many went."""
+    from heartbeats_app.retention import duration_setting
+
+    try:
+        keep = duration_setting("QORVEN_INBOUND_RETENTION")
+    except ValueError as exc:
+        logger.warning("inbound events are kept: %s", exc)
+        return 0
+    if keep is None or not cache.add("qorven:inbound-pruned", 1, PRUNE_EVERY):
+        return 0
+    finished = InboundEvent.objects.filter(created_at__lt=now - keep,
+                                           state__in=[InboundEvent.State.DONE, InboundEvent.State.FAILED])
+    deleted = 0
+    for _ in range(PRUNE_BATCHES):
+        batch = list(finished.order_by("created_at").values_list("pk", flat=True)[:PRUNE_BATCH])
+        if not batch:
+            break
+        deleted += InboundEvent.objects.filter(pk__in=batch).delete()[0]
+    return deleted
 
 
 def voice_lost_after() -> timedelta:
@@ -126,6 +156,9 @@ def sweep(*, restart: bool = False) -> SweepReport:
     for tenant_id, heartbeat_id, tick, manual, run_id in heartbeat_runs_recover(restart=restart, limit=BATCH):
         heartbeat_run.delay(tenant_id, heartbeat_id, tick=tick, manual=manual, run_id=run_id)
         report.heartbeat_runs += 1
+    report.events_pruned = inbound_events_prune(now=now)
+    if report.events_pruned:
+        logger.info("sweep: deleted %s finished inbound event(s) past QORVEN_INBOUND_RETENTION", report.events_pruned)
     if report:
         logger.info("sweep: queued %s turn(s), %s inbound event(s), %s delivery(ies), %s voice note(s), %s heartbeat "
                     "run(s); failed %s interrupted send(s)", report.turns, report.inbound, report.deliveries,

@@ -320,6 +320,9 @@ CELERY_TASK_SEND_SENT_EVENT = False
 # reserved __qorven_clear_images__ beat (seconds or 30m / 12h / 7d / 2w; 0 = delete all).
 QORVEN_HEARTBEATS_FILE = Path(env.str("QORVEN_HEARTBEATS_FILE", default=str(BASE_DIR / "heartbeats.default.json")))
 QORVEN_IMAGE_RETENTION = env.str("QORVEN_IMAGE_RETENTION", default="0")
+# How long a processed (or failed) inbound event is kept, to recognise a platform's late
+# retry of it (WhatsApp retries for up to 7 days); 0 = forever.
+QORVEN_INBOUND_RETENTION = env.str("QORVEN_INBOUND_RETENTION", default="30d")
 # How long a heartbeat's finished runs (and the cron sessions they ran in) are kept; 0 = forever.
 QORVEN_HEARTBEAT_RUN_RETENTION = env.str("QORVEN_HEARTBEAT_RUN_RETENTION", default="30d")
 # A run whose model was unavailable is retried after this many seconds, then four times as long.
