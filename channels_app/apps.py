@@ -69,7 +69,14 @@ class ChannelsAppConfig(AppConfig):
         user = get_user_model()
         post_save.connect(live_auth.on_user_saved, sender=user, dispatch_uid="channels_app.live_auth.user")
         post_delete.connect(live_auth.on_user_deleted, sender=user, dispatch_uid="channels_app.live_auth.user_gone")
-        for model, handler in ((Membership, live_auth.on_membership_changed), (ApiToken, live_auth.on_token_changed)):
+        from tenancy.models import PluginSetting
+
+        from .models import Identity
+
+        for model, handler in ((Membership, live_auth.on_membership_changed), (ApiToken, live_auth.on_token_changed),
+                               (Identity, live_auth.on_identity_changed),
+                               (ChannelBinding, live_auth.on_webchat_changed),
+                               (PluginSetting, live_auth.on_webchat_changed)):
             for name, signal in (("saved", post_save), ("deleted", post_delete)):
                 signal.connect(handler, sender=model, dispatch_uid=f"channels_app.live_auth.{model.__name__}.{name}")
 

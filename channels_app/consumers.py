@@ -70,7 +70,14 @@ from .chat import (
 )
 from .chat_cursor import ChatCursor, Step
 from .json_body import QUERY_INT_MAX, BodyRefused, json_parse
-from .live_auth import RECHECK_DELAY, RECHECK_EVERY, auth_group, session_fingerprint, socket_signed_in
+from .live_auth import (
+    RECHECK_DELAY,
+    RECHECK_EVERY,
+    auth_group,
+    session_fingerprint,
+    socket_signed_in,
+    webchat_auth_group,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -122,7 +129,8 @@ class LiveChatConsumer(AsyncJsonWebsocketConsumer):
         owner = self.owner
         await self._join(chat_group(owner.tenant.pk, owner.qor.pk, owner.user.pk))
         if self.follows_sign_in:
-            await self._join(auth_group(owner.user.pk))
+            for group in (auth_group(owner.user.pk), *self.more_auth_groups(owner)):
+                await self._join(group)
         await self.accept()
         metrics.live_sockets.inc()
         self.counted = True
@@ -181,6 +189,10 @@ class LiveChatConsumer(AsyncJsonWebsocketConsumer):
     def signed_in(self) -> bool:
         """Whether the credentials that opened the socket still hold (sync, reads the database)."""
         return True
+
+    def more_auth_groups(self, owner: ChatOwner) -> tuple[str, ...]:
+        """Groups besides the user's own whose `auth.changed` makes this socket check again."""
+        return ()
 
     async def auth_changed(self, event: dict[str, Any]) -> None:
         if event.get("ended") and event["ended"] == session_fingerprint(self.session_key_at_open):
@@ -390,20 +402,35 @@ class ChatConsumer(LiveChatConsumer):
 
 
 class WebchatConsumer(LiveChatConsumer):
-    """`/ws/webchat/<public key>/?visitor=<token>`: a visitor of the embed on a tenant's site."""
+    """`/ws/webchat/<public key>/?visitor=<token>`: a visitor of the embed on a tenant's site.
+    The socket lives as long as what let the visitor in: the embed's binding (enabled, the
+    workspace's webchat switch on), their membership or their anonymous identity (not
+    denied), their token (not expired)."""
+
+    follows_sign_in = True
 
     async def authorize(self) -> ChatOwner | None:
-        from .webchat import WebchatRefused, webchat_visitor
-
-        key = self.scope["url_route"]["kwargs"]["key"]
         token = self.query().get("visitor", "")
         if not token:
             return None
+        return await database_sync_to_async(self._visitor)(token)
+
+    def _visitor(self, token: str) -> ChatOwner | None:
+        from .webchat import WebchatRefused, webchat_visitor
+
         try:
-            visitor = await database_sync_to_async(webchat_visitor)(public_key=key, token=token, create=False)
+            visitor = webchat_visitor(public_key=self.scope["url_route"]["kwargs"]["key"], token=token, create=False)
         except WebchatRefused:
             return None
         return visitor.owner if visitor is not None else None
+
+    def signed_in(self) -> bool:
+        owner = self.owner
+        now = self._visitor(self.query().get("visitor", "")) if owner is not None else None
+        return now is not None and owner is not None and now.user.pk == owner.user.pk
+
+    def more_auth_groups(self, owner: ChatOwner) -> tuple[str, ...]:
+        return (webchat_auth_group(owner.tenant.pk),)
 
 
 def _int(value: str | None) -> int | None:

@@ -34,6 +34,12 @@ def auth_group(user_id: int) -> str:
     return f"qorven.auth.{user_id}"
 
 
+def webchat_auth_group(tenant_id: int) -> str:
+    """The tenant's webchat visitor sockets: told when an embed's binding or the workspace's
+    webchat switch changes."""
+    return f"qorven.auth.webchat.{tenant_id}"
+
+
 def session_fingerprint(session_key: str | None) -> str:
     """Names a Django session on the layer without carrying its key (a credential)."""
     return hashlib.sha256(f"qorven-live:{session_key or ''}".encode()).hexdigest()[:32]
@@ -112,3 +118,15 @@ def on_membership_changed(sender: Any, instance: Any, **kwargs: Any) -> None:
 
 def on_token_changed(sender: Any, instance: Any, **kwargs: Any) -> None:
     auth_changed(user_id=instance.user_id)
+
+
+def on_identity_changed(sender: Any, instance: Any, **kwargs: Any) -> None:
+    # A webchat visitor denied (or unlinked) in the admin.
+    if instance.user_id is not None:
+        auth_changed(user_id=instance.user_id)
+
+
+def on_webchat_changed(sender: Any, instance: Any, **kwargs: Any) -> None:
+    # An embed's binding disabled or deleted, the workspace's webchat switch turned off.
+    if getattr(instance, "kind", "") in ("webchat", "channel"):
+        broadcast_group_soon(webchat_auth_group(instance.tenant_id), {"type": "auth.changed"})

@@ -176,3 +176,83 @@ def test_a_client_with_a_token_and_no_origin_connects_and_a_cookie_or_a_foreign_
         assert not (await wrong_token.connect())[0]
 
     async_to_sync(scenario)()
+
+
+# --- the webchat's visitor sockets follow what opened them too ---
+
+WEBCHAT_KEY = "wc_livekey"
+
+
+@pytest.fixture
+def webchat(world):
+    from channels_app.services import binding_create
+
+    return binding_create(tenant=world.tenant_a, qor=world.qor_a, kind="webchat",
+                          credentials={"key": WEBCHAT_KEY, "secret": "site-secret", "origins": "https://acme.example"})
+
+
+def visitor_socket(username: str):
+    import time
+
+    from channels_app.webchat import webchat_token_sign
+
+    token = webchat_token_sign(secret="site-secret", user_id=username, expires=int(time.time()) + 600)
+    return communicator(f"/ws/webchat/{WEBCHAT_KEY}/?visitor={token}")
+
+
+def _binding_disabled(webchat):
+    webchat.enabled = False
+    webchat.save()
+
+
+def _channel_switched_off(webchat):
+    from tenancy.models import PluginSetting
+
+    PluginSetting.objects.create(tenant=webchat.tenant, kind="channel", name="webchat", enabled=False)
+
+
+@pytest.mark.parametrize("change", ["binding disabled", "binding deleted", "channel switched off", "member removed"])
+def test_a_webchat_visitors_socket_closes_when_what_let_them_in_ends(world, webchat, change):
+    """It kept streaming the person's whole chat after the embed was switched off or they left."""
+    ends = {
+        "binding disabled": lambda: _binding_disabled(webchat),
+        "binding deleted": lambda: webchat.delete(),
+        "channel switched off": lambda: _channel_switched_off(webchat),
+        "member removed": lambda: Membership.objects.get(tenant=world.tenant_a, user=world.bob).delete(),
+    }[change]
+
+    async def scenario():
+        bobs = await opened(visitor_socket("bob"))
+        alices = await opened(visitor_socket("alice"))
+        await sync_to_async(ends)()
+        await closed_as_signed_out(bobs)
+        if change == "member removed":
+            await still_open(alices)
+        else:
+            await closed_as_signed_out(alices)
+
+    async_to_sync(scenario)()
+
+
+def test_an_anonymous_visitor_denied_in_the_admin_is_let_go(client, world, webchat):
+    import json
+
+    from channels_app.models import Identity
+
+    first = client.post(f"/webchat/{WEBCHAT_KEY}/messages", data=json.dumps({"content": "hi"}),
+                        content_type="application/json")
+    assert first.status_code == 201, first.content
+    token = first.json()["visitor"]
+
+    async def scenario():
+        socket = await opened(communicator(f"/ws/webchat/{WEBCHAT_KEY}/?visitor={token}"))
+
+        def deny():
+            identity = Identity.objects.get(tenant=world.tenant_a, channel="webchat")
+            identity.approval = Identity.Approval.DENIED
+            identity.save()
+
+        await sync_to_async(deny)()
+        await closed_as_signed_out(socket)
+
+    async_to_sync(scenario)()
