@@ -246,6 +246,8 @@ def _answer(session: Session, pending: Message, owner: str, *, overflowed: bool 
 
     def on_token(delta: str) -> None:
         stop.check()  # before the token: what the person saw is what is kept
+        if not delta:  # the server is there, with nothing to show yet (keep-alives)
+            return
         written.append(delta)
         broadcast_soon(session.pk, {"type": "message.chunk", "reply_to": pending.seq, "delta": delta})
 

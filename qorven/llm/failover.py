@@ -54,7 +54,7 @@ class FailoverProvider:
 
         def relay(token: str) -> None:
             nonlocal streamed
-            streamed = True
+            streamed = streamed or bool(token)  # "": the server is there, nothing shown yet
             if on_token is not None:
                 on_token(token)
 

@@ -10,7 +10,9 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Iterator
+import random
+import re
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
@@ -27,7 +29,8 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-_CONTEXT_MARKERS = ("context_length_exceeded", "maximum context length", "context length", "too many tokens")
+_CONTEXT_MARKERS = ("context_length_exceeded", "maximum context length", "context length", "too many tokens",
+                    "context size", "exceed_context_size")  # the last two: llama.cpp's server
 _QUOTA_CODES = ("insufficient_quota", "billing_hard_limit_reached")
 
 _clients: dict[tuple[str, str, float, int], openai.OpenAI] = {}
@@ -59,7 +62,21 @@ class _Stream(openai.Stream[object]):
     connection goes back to the client's pool. A server that fails to end the body there
     costs its connection, not the answer (the error of that read is dropped)."""
 
+    # Called after every read of the body, keep-alive comments included (they make no
+    # event): the time limit and a Stop are looked at even while the server sends nothing
+    # but keep-alives.
+    watch: Callable[[], None] | None = None
+
     def _iter_events(self) -> Iterator[ServerSentEvent]:
+        reads = self.response.iter_bytes
+
+        def watched(*args: Any, **kwargs: Any) -> Iterator[bytes]:
+            for data in reads(*args, **kwargs):
+                if self.watch is not None:
+                    self.watch()
+                yield data
+
+        self.response.iter_bytes = watched  # type: ignore[method-assign]
         events = super()._iter_events()
         for sse in events:
             if sse.data.startswith("[DONE]"):
@@ -84,8 +101,11 @@ class OpenAIProvider:
         self.base_url = base_url
         self._timeout = timeout
         self._deadline = deadline
+        self._retries = max_retries
         self._cap = max_concurrency
-        self._client = client_for(base_url=base_url, api_key=api_key, timeout=timeout, max_retries=max_retries)
+        # Retried here, not by the SDK: its retries (each with the full timeout) knew
+        # nothing of the call's time limit.
+        self._client = client_for(base_url=base_url, api_key=api_key, timeout=timeout, max_retries=0)
 
     def complete(
         self,
@@ -113,32 +133,44 @@ class OpenAIProvider:
         tools: list[dict[str, Any]] | None = None,
         on_token: TokenCallback | None = None,
     ) -> Completion:
+        """The call, and up to `max_retries` more when it fails transiently before any of
+        the answer came (Retry-After honoured), all within the time limit."""
         body: dict[str, Any] = {"model": self.model, "messages": messages, "stream": True,
                                 "stream_options": {"include_usage": True}}
         if tools:
             body["tools"] = tools
         deadline = time.monotonic() + self._deadline
-        try:
-            # The SDK's documented low-level call rather than `chat.completions.create`: the
-            # body is already the API's JSON, and create()'s request transform walks every
-            # message of the prompt through its type hints (~40 % of a turn's CPU with a
-            # full prompt). Retries, auth, errors and the stream parser are the SDK's own;
-            # each chunk comes as the API's JSON (a dict): building a typed chunk object for
-            # every token cost more than the rest of reading the stream.
-            with self._client.post("/chat/completions", body=body, cast_to=ChatCompletion,
-                                   options={"timeout": min(self._timeout, self._deadline)},
-                                   stream=True, stream_cls=_Stream) as stream:
-                return self._collect(stream, on_token, deadline)
-        except ModelError:
-            raise
-        except openai.APIStatusError as exc:
-            raise _classify(exc, self.model) from exc
-        except (openai.APIConnectionError, openai.APITimeoutError) as exc:
-            failure = ProviderUnavailable(f"could not reach the model server: {exc}", model=self.model)
-            failure.dropped = not isinstance(exc, openai.APITimeoutError)
-            raise failure from exc
-        except openai.APIError as exc:  # an error event in the middle of a stream
-            raise ProviderUnavailable(f"the model server failed mid-answer: {exc}", model=self.model) from exc
+        for attempt in range(self._retries + 1):
+            answering = False
+            try:
+                # The SDK's documented low-level call rather than `chat.completions.create`:
+                # the body is already the API's JSON, and create()'s request transform walks
+                # every message of the prompt through its type hints (~40 % of a turn's CPU
+                # with a full prompt). Auth, errors and the stream parser are the SDK's own;
+                # each chunk comes as the API's JSON (a dict): building a typed chunk object
+                # for every token cost more than the rest of reading the stream.
+                left = max(deadline - time.monotonic(), 0.001)
+                with self._client.post("/chat/completions", body=body, cast_to=ChatCompletion,
+                                       options={"timeout": min(self._timeout, left)},
+                                       stream=True, stream_cls=_Stream) as stream:
+                    answering = True
+                    return self._collect(stream, on_token, deadline)
+            except ModelError as exc:
+                failure = exc
+            except openai.APIStatusError as exc:
+                failure = _classify(exc, self.model)
+            except (openai.APIConnectionError, openai.APITimeoutError) as exc:
+                failure = ProviderUnavailable(f"could not reach the model server: {exc}", model=self.model)
+                failure.dropped = not isinstance(exc, openai.APITimeoutError)
+            except openai.APIError as exc:  # an error event in the middle of a stream
+                failure = ProviderUnavailable(f"the model server failed mid-answer: {exc}", model=self.model)
+            wait = _retry_wait(attempt, failure.retry_after)
+            if (answering or not failure.transient or attempt == self._retries or wait is None
+                    or time.monotonic() + wait >= deadline):
+                raise failure
+            logger.info("model call to %s failed (%s); trying again in %.1fs", self.model, failure.summary(), wait)
+            time.sleep(wait)
+        raise AssertionError("unreachable")  # the last attempt returns or raises
 
     def _collect(self, stream: Any, on_token: TokenCallback | None, deadline: float) -> Completion:
         parts: list[str] = []
@@ -146,9 +178,25 @@ class OpenAIProvider:
         usage: Usage | None = None
         model = self.model
         finish = ""
-        for chunk in stream:
+        text_of = _Mender()
+        heard = time.monotonic()
+
+        def watch() -> None:
             if time.monotonic() > deadline:
                 raise ProviderUnavailable(f"the model did not finish within {self._deadline:.0f}s", model=model)
+            if on_token is not None and time.monotonic() - heard > IDLE_LOOK:
+                on_token("")  # nothing to show yet: the caller may look at its Stop
+
+        stream.watch = watch
+        chunks = iter(stream)
+        while True:
+            try:
+                chunk = next(chunks)
+            except StopIteration:
+                break
+            except ValueError as exc:  # a data line that is not JSON, cut off, or not text
+                raise ProviderUnavailable(f"the model server sent an answer we could not read "
+                                          f"({type(exc).__name__})", model=model) from exc
             if not isinstance(chunk, dict):
                 continue
             model = chunk.get("model") or model
@@ -156,13 +204,16 @@ class OpenAIProvider:
             if isinstance(counted, dict):
                 usage = Usage(counted.get("prompt_tokens") or 0, counted.get("completion_tokens") or 0)
             for choice in chunk.get("choices") or []:
+                if not isinstance(choice, dict):
+                    continue
                 finish = choice.get("finish_reason") or finish
                 delta = choice.get("delta")
                 if not isinstance(delta, dict):
                     continue
-                text = delta.get("content")
+                text = text_of.feed(delta.get("content"))
                 if text:
                     parts.append(text)
+                    heard = time.monotonic()
                     if on_token is not None:
                         on_token(text)
                 for tc in delta.get("tool_calls") or []:
@@ -173,13 +224,63 @@ class OpenAIProvider:
                     if isinstance(function, dict):
                         slot["name"] += function.get("name") or ""
                         slot["arguments"] += function.get("arguments") or ""
-        if finish == "content_filter" and not parts and not calls:
+        parts.append(text_of.end())
+        content = "".join(parts)
+        if finish == "content_filter" and not content and not calls:
             raise ModelRefused("the answer was withheld by the provider's content filter", model=model)
         tool_calls = [
-            ToolCall(id=c["id"] or f"call_{i}", name=c["name"], arguments=c["arguments"])
+            ToolCall(id=c["id"] or f"call_{i}", name=mended(c["name"]), arguments=mended(c["arguments"]))
             for i, c in sorted(calls.items())
         ]
-        return Completion(content="".join(parts), tool_calls=tool_calls, usage=usage, model=model)
+        if not content.strip() and not tool_calls:
+            # Nothing to show and nothing to do (an HTML page, a server that ignored
+            # `stream`, a stop with no text): a failure to answer, not an answer.
+            raise ProviderUnavailable("the model server sent an empty answer", model=model)
+        return Completion(content=content, tool_calls=tool_calls, usage=usage, model=model)
+
+
+IDLE_LOOK = 0.5  # seconds without a token after which a read of the body lets the caller look at its Stop
+
+
+def _retry_wait(attempt: int, retry_after: float | None) -> float | None:
+    """Seconds before trying again after `attempt` (0 is the first) failed: the server's
+    Retry-After up to a minute (None past it: not worth waiting in the call), else 0.5 s
+    doubling to 8 s, with some jitter."""
+    if retry_after is not None:
+        return retry_after if retry_after <= 60 else None
+    return min(0.5 * 2**attempt, 8.0) * (1 - 0.25 * random.random())
+
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def mended(text: str) -> str:
+    """`text` with UTF-16 surrogate halves (which JSON escapes can carry and no store or
+    socket takes) joined into the character they make, or replaced where alone."""
+    if not _SURROGATE.search(text):
+        return text
+    return text.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "replace")
+
+
+class _Mender:
+    """Mends streamed text chunk by chunk: a first half at a chunk's end waits for the
+    next chunk, whose first character may complete it."""
+
+    def __init__(self) -> None:
+        self._held = ""
+
+    def feed(self, text: Any) -> str:
+        if not isinstance(text, str) or not text:
+            return ""
+        text = self._held + text
+        self._held = ""
+        if "\ud800" <= text[-1] <= "\udbff":
+            text, self._held = text[:-1], text[-1]
+        return mended(text)
+
+    def end(self) -> str:
+        held, self._held = self._held, ""
+        return mended(held)
 
 
 _AUDIO_NAMES = {"audio/ogg": "voice.ogg", "audio/mpeg": "voice.mp3", "audio/mp4": "voice.m4a", "audio/wav": "voice.wav",

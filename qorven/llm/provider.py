@@ -6,6 +6,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+# Called with each piece of the answer as it streams in, and with "" now and then while the
+# server sends nothing to show (keep-alives): a caller's chance to stop the call (by raising).
 TokenCallback = Callable[[str], None]
 
 

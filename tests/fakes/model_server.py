@@ -29,6 +29,10 @@ class Step:
     chunk_size: int = 5  # characters per streamed chunk
     usage: tuple[int, int] | None = (11, 7)
     drop: bool = False  # close the connection without an answer (a server restarting, a kept connection let go)
+    # Streamed as given instead of the chunks `text` makes: each a `data:` line's payload
+    # (a malformed one, a lone surrogate half...); [DONE] follows.
+    raw_events: list[str] | None = None
+    keepalive: float = 0.0  # seconds of SSE comment lines (": keep-alive") before the answer
 
 
 def reply(text: str, **kw: Any) -> Step:
@@ -175,8 +179,14 @@ class ModelServer:
                 self.send_header("Transfer-Encoding", "chunked")
                 self.end_headers()
                 try:
-                    for chunk in _chunks(body, step):
-                        self._part(b"data: " + json.dumps(chunk).encode() + b"\n\n")
+                    until = time.monotonic() + step.keepalive
+                    while time.monotonic() < until:
+                        self._part(b": keep-alive\n\n")
+                        time.sleep(0.1)
+                    events = step.raw_events if step.raw_events is not None else [
+                        json.dumps(chunk) for chunk in _chunks(body, step)]
+                    for event in events:
+                        self._part(b"data: " + event.encode() + b"\n\n")
                         if step.chunk_delay:
                             time.sleep(step.chunk_delay)
                     self._part(b"data: [DONE]\n\n")

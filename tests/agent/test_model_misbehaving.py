@@ -1,0 +1,129 @@
+"""A model server that answers, but badly: a stream it garbles, text with broken
+characters, an empty answer, keep-alives that never end. Each is a failure of that
+message — bounded, in our words, the next message answered — never a turn that crashes,
+is queued again for ever and holds the conversation."""
+from __future__ import annotations
+
+import json
+import threading
+import time
+
+import pytest
+
+from sessions_app.models import Message, Session
+from tenancy.services import api_token_create
+
+from ..fakes.model_server import Step, reply
+
+pytestmark = pytest.mark.django_db(transaction=True)
+URL = "/v1/qors/aria/messages"
+
+
+@pytest.fixture
+def ask(client, world):
+    token = api_token_create(tenant=world.tenant_a, user=world.alice)[1]
+
+    def ask(content: str) -> dict:
+        response = client.post(URL, data=json.dumps({"content": content}), content_type="application/json",
+                               HTTP_AUTHORIZATION=f"Bearer {token}")
+        assert response.status_code == 201, response.content
+        return response.json()
+
+    return ask
+
+
+@pytest.fixture
+def quick(settings):
+    settings.QORVEN_MODEL_RETRIES = 0
+    settings.QORVEN_ANSWER_ATTEMPTS = 2
+    settings.QORVEN_ANSWER_RETRY_DELAY = 0.1
+
+
+def timeline(world) -> list[Message]:
+    session = Session.objects.get(tenant=world.tenant_a, user=world.alice, kind="canonical", state="active")
+    return list(Message.objects.filter(session=session).order_by("seq"))
+
+
+def chunk(content: str) -> str:
+    """One streamed chunk's JSON, written by hand (`content` as raw JSON string text)."""
+    return ('{"id": "c", "object": "chat.completion.chunk", "model": "m", "choices": [{"index": 0, '
+            '"delta": {"content": "%s"}, "finish_reason": null}]}' % content)
+
+
+def failed_with_a_notice_and_the_next_is_answered(world, ask, model_server, drain, attempts: int = 2) -> Message:
+    question = timeline(world)[0]
+    assert (question.answer_state, question.answer_attempts) == ("failed", attempts), question.answer_error
+    (notice,) = [m for m in timeline(world) if m.role == "system"]
+    assert notice.metadata["notice"] == "model_unavailable" and notice.metadata["reply_to"] == question.seq
+    model_server.default = None
+    model_server.add(reply("Fine now."))
+    ask("and now?")
+    drain()
+    assert [m.content for m in timeline(world) if m.role == "assistant"] == ["Fine now."]
+    return question
+
+
+@pytest.mark.parametrize("events", [
+    ["{not json at all"],  # a data line that is not JSON
+    [chunk("Hello "), '{"choices": [{"delta": {"content": 7'],  # cut off mid-object
+], ids=["not-json", "cut-off"])
+def test_a_stream_the_server_garbles_fails_that_message_in_our_words(world, ask, model_server, drain, quick, events):
+    model_server.default = Step(raw_events=events)
+    ask("hello?")
+    drain()
+    question = failed_with_a_notice_and_the_next_is_answered(world, ask, model_server, drain)
+    assert "could not read" in question.answer_error
+    assert len(model_server.requests) == 2 + 1  # two tries of the first message, then the second's
+
+
+def test_broken_characters_are_mended_not_a_crash(world, ask, model_server, drain):
+    # An emoji sent as its two UTF-16 halves in separate chunks, and a half on its own.
+    model_server.add(Step(raw_events=[chunk("Party \\ud83d"), chunk("\\ude00 time"), chunk(" and \\ud800 alone")]))
+    ask("party?")
+    drain()
+    (answer,) = [m for m in timeline(world) if m.role == "assistant"]
+    assert answer.content == "Party \U0001F600 time and \ufffd alone"
+
+
+@pytest.mark.parametrize("text", ["", "  \n "], ids=["empty", "whitespace"])
+def test_an_empty_answer_is_not_stored_as_the_reply(world, ask, model_server, drain, quick, text):
+    model_server.default = reply(text)
+    ask("anything?")
+    drain()
+    assert not [m for m in timeline(world) if m.role == "assistant"]
+    question = failed_with_a_notice_and_the_next_is_answered(world, ask, model_server, drain)
+    assert "empty" in question.answer_error
+
+
+def test_keep_alives_do_not_hold_a_turn_past_its_time_limit(world, ask, model_server, drain, settings):
+    settings.QORVEN_MODEL_DEADLINE = 1.0
+    settings.QORVEN_ANSWER_ATTEMPTS = 1
+    settings.QORVEN_MODEL_RETRIES = 0
+    model_server.add(Step(keepalive=4.0, text="Too late."))
+    ask("slow one")
+    drain()
+    question = timeline(world)[0]
+    assert question.answer_state == "failed" and "did not finish within" in question.answer_error
+    assert not [m for m in timeline(world) if m.role == "assistant"]
+
+
+def test_stop_is_heard_while_the_server_sends_only_keep_alives(world, ask, model_server, drain):
+    from qorven.agent.stop import turn_stop_request
+    from qorven.agent.turns import STOPPED_NOTICE
+
+    model_server.add(Step(keepalive=4.0, text="Never seen."))
+    ask("think hard")
+    session = Session.objects.get(tenant=world.tenant_a, user=world.alice, kind="canonical")
+
+    def stop_soon() -> None:
+        deadline = time.monotonic() + 5
+        while not model_server.requests and time.monotonic() < deadline:
+            time.sleep(0.05)
+        turn_stop_request(session_id=session.pk, reply_to=1)
+
+    stopper = threading.Thread(target=stop_soon)
+    stopper.start()
+    drain()
+    stopper.join()
+    (answer,) = [m for m in timeline(world) if m.role == "assistant"]
+    assert answer.content == STOPPED_NOTICE and answer.metadata.get("stopped") is True
