@@ -127,3 +127,28 @@ def test_stop_is_heard_while_the_server_sends_only_keep_alives(world, ask, model
     stopper.join()
     (answer,) = [m for m in timeline(world) if m.role == "assistant"]
     assert answer.content == STOPPED_NOTICE and answer.metadata.get("stopped") is True
+
+
+def test_the_calls_retries_end_within_its_time_limit(world, ask, model_server, drain, settings):
+    """Each of the SDK's retries waited the whole timeout, whatever the time limit said:
+    with a 60 s timeout and 4 retries a person could wait a quarter of an hour."""
+    settings.QORVEN_MODEL_TIMEOUT = 0.5
+    settings.QORVEN_MODEL_RETRIES = 4
+    settings.QORVEN_MODEL_DEADLINE = 1.2
+    settings.QORVEN_ANSWER_ATTEMPTS = 1
+    model_server.default = reply("Too slow.", delay=3.0)
+    ask("anyone?")
+    drain()
+    assert timeline(world)[0].answer_state == "failed"
+    assert 1 < len(model_server.requests) < 1 + 4  # retried, but not past the time limit
+
+
+def test_llama_cpps_context_size_error_shrinks_the_window_as_a_context_error_does(world, ask, model_server, drain):
+    model_server.add(Step(status=400, error={"code": 400, "type": "exceed_context_size_error",
+                                             "message": "request (9000 tokens) exceeds the available context size "
+                                                        "(8192 tokens), try increasing it"}),
+                     reply("Fits now."))
+    ask("a long question")
+    drain()
+    assert [m.content for m in timeline(world) if m.role == "assistant"] == ["Fits now."]
+    assert len(model_server.requests) == 2
