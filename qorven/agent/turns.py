@@ -284,6 +284,11 @@ def _answer(session: Session, pending: Message, owner: str, *, overflowed: bool 
             continue
         except ProviderUnavailable as exc:
             tries = message_answer_attempted(message=pending)
+            if exc.retry_after is not None and exc.retry_after > LONGEST_ANSWER_WAIT:
+                # The server asks for a long wait: the person hears it now (the notice says
+                # when /retry can help), not after hours of silent tries.
+                _fail(session, pending, owner, exc)
+                return _Result(_Step.FAILED)
             if tries < settings.QORVEN_ANSWER_ATTEMPTS:
                 delay = exc.retry_after if exc.retry_after is not None else answer_backoff(tries)
                 logger.warning("model unavailable for message %s of session %s (try %s, again in %.1fs): %s",
@@ -310,6 +315,9 @@ def _answer(session: Session, pending: Message, owner: str, *, overflowed: bool 
             _after_exchange(session, route, prompt, reserve, pending)
         return _Result(_Step.ANSWERED)
     return _Result(_Step.FAILED)
+
+
+LONGEST_ANSWER_WAIT = 120.0  # seconds a message waits for a server's Retry-After before it fails with a notice
 
 
 def answer_backoff(tries: int) -> float:

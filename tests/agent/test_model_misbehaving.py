@@ -152,3 +152,16 @@ def test_llama_cpps_context_size_error_shrinks_the_window_as_a_context_error_doe
     drain()
     assert [m.content for m in timeline(world) if m.role == "assistant"] == ["Fits now."]
     assert len(model_server.requests) == 2
+
+
+def test_a_server_asking_for_a_long_wait_gets_the_person_told_at_once(world, ask, model_server, drain):
+    """A 429 with Retry-After: 3600 left the message pending, silent, for hours of retries."""
+    from ..fakes.model_server import error
+
+    model_server.add(error(429, "slow down", headers={"Retry-After": "3600"}))
+    ask("quick question")
+    drain()
+    question = timeline(world)[0]
+    assert question.answer_state == "failed" and len(model_server.requests) == 1
+    (notice,) = [m for m in timeline(world) if m.role == "system"]
+    assert notice.metadata["notice"] == "rate_limited" and "3600 s" in notice.content
