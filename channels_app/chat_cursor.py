@@ -99,6 +99,12 @@ class ChatCursor:
             return Step(frames=self.rows([event]))
         if kind == "message.chunk":
             return self._chunk(event)
+        if kind == "message.restart":  # what streamed was not the answer: the reply starts afresh
+            reply_to = event["reply_to"]
+            if reply_to in self.finished:
+                return Step()
+            self.streams[reply_to] = 0
+            return Step(frames=[{"type": "message.stream", "reply_to": reply_to, "text": ""}])
         if kind == "message.done":
             reply_to = event["reply_to"]
             behind = event.get("seq", 0) > self.sent_seq  # the reply itself comes first

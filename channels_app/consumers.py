@@ -86,7 +86,8 @@ CLOSE_REFUSED = 4403
 RAW_SEND = "qorven.raw_send"
 CLOSE_SIGNED_OUT = 4401
 # What the layer carries to a chat's sockets; each goes through the chat cursor.
-LIVE_EVENTS = frozenset({"message.new", "message.chunk", "message.done", "message.answer", "message.delivery",
+LIVE_EVENTS = frozenset({"message.new", "message.chunk", "message.restart", "message.done", "message.answer",
+                         "message.delivery",
                          "message.regenerating", "message.transcribed", "session.started"})
 
 

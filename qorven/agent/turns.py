@@ -251,9 +251,17 @@ def _answer(session: Session, pending: Message, owner: str, *, overflowed: bool 
         written.append(delta)
         broadcast_soon(session.pk, {"type": "message.chunk", "reply_to": pending.seq, "delta": delta})
 
+    def restart() -> None:
+        """What streamed so far is not the answer (a try that failed, a tool round's
+        preamble): the live surfaces start the reply afresh."""
+        if written:
+            written.clear()
+            broadcast_soon(session.pk, {"type": "message.restart", "reply_to": pending.seq})
+
     def after_call(completion: Completion) -> None:
         if completion.tool_calls:  # they are stored next; a final answer confirms the lease as it is stored
             turn_lease_confirm(session_id=session.pk, owner=owner)
+            restart()
         stop.check()  # asked to stop while the model thought, or between tool rounds
 
     for attempt in range(1 if overflowed else 0, 2):
@@ -290,6 +298,7 @@ def _answer(session: Session, pending: Message, owner: str, *, overflowed: bool 
                 _fail(session, pending, owner, exc)
                 return _Result(_Step.FAILED)
             if tries < settings.QORVEN_ANSWER_ATTEMPTS:
+                restart()
                 delay = exc.retry_after if exc.retry_after is not None else answer_backoff(tries)
                 logger.warning("model unavailable for message %s of session %s (try %s, again in %.1fs): %s",
                                pending.seq, session.pk, tries, delay, exc.detail)

@@ -132,7 +132,7 @@ _sender = _Sender()
 
 
 # Events that keep the stream buffer in step must always go through the sender.
-_STREAM_EVENTS = frozenset({"message.chunk", "message.done"})
+_STREAM_EVENTS = frozenset({"message.chunk", "message.restart", "message.done"})
 
 
 def nobody_watches(group: str) -> bool:

@@ -46,6 +46,15 @@ def stream_chunk(session_id: int, reply_to: int, delta: str) -> int:
     return len(text)
 
 
+def stream_restart(session_id: int, reply_to: int) -> None:
+    """The reply starts again from nothing (its last try failed after streaming some)."""
+    with _lock:
+        _open[(session_id, reply_to)] = ""
+    current = cache.get(_key(session_id))
+    if current and current.get("reply_to") == reply_to:
+        cache.delete(_key(session_id))
+
+
 def stream_end(session_id: int, reply_to: int) -> None:
     """The reply is stored: forget its stream."""
     with _lock:
@@ -71,6 +80,8 @@ def stream_track(session_id: int, event: dict[str, Any]) -> dict[str, Any]:
             return {**event, "offset": stream_chunk(session_id, int(event["reply_to"]), str(event["delta"]))}
         if kind == "message.done":
             stream_end(session_id, int(event["reply_to"]))
+        if kind == "message.restart":
+            stream_restart(session_id, int(event["reply_to"]))
     except Exception:
         logger.warning("could not keep the stream buffer of session %s", session_id, exc_info=True)
     return event

@@ -165,3 +165,43 @@ def test_a_server_asking_for_a_long_wait_gets_the_person_told_at_once(world, ask
     assert question.answer_state == "failed" and len(model_server.requests) == 1
     (notice,) = [m for m in timeline(world) if m.role == "system"]
     assert notice.metadata["notice"] == "rate_limited" and "3600 s" in notice.content
+
+
+def test_a_reply_tried_again_starts_afresh_on_the_page_not_after_the_failed_tries_text(
+    world, ask, model_server, drain, settings
+):
+    """The page showed "Partial from the first tryThe whole answer." and a page
+    reconnecting between the tries was sent the dead text."""
+    from asgiref.sync import async_to_sync, sync_to_async
+
+    from qorven.runtime.streams import stream_snapshot
+
+    from ..channels_app.live_helpers import communicator, receive_until, session_cookie
+
+    settings.QORVEN_ANSWER_RETRY_DELAY = 0.3
+    model_server.add(Step(raw_events=[chunk("Partial from the first try"), '{"error": {"message": "boom"}}']),
+                     reply("The whole answer."))
+    cookie = session_cookie(world.alice)
+    snapshots = []
+
+    async def scenario():
+        page = communicator("/ws/chat/acme/aria/", cookie=cookie)
+        assert (await page.connect())[0]
+        await receive_until(page, lambda e: e["type"] == "session")
+        await sync_to_async(ask)("tell me")
+        events = await receive_until(page, lambda e: e["type"] == "message.stream", timeout=20)
+        session = await sync_to_async(Session.objects.get)(tenant=world.tenant_a, user=world.alice, kind="canonical")
+        snapshots.append(await sync_to_async(stream_snapshot)(session.pk))
+        events += await receive_until(page, lambda e: e["type"] == "message.done", timeout=20)
+        await page.disconnect()
+        return events
+
+    events = async_to_sync(scenario)()
+    drain()
+    restart = next(i for i, e in enumerate(events) if e["type"] == "message.stream")
+    assert events[restart] == {"type": "message.stream", "reply_to": 1, "text": ""}
+    before = "".join(e["delta"] for e in events[:restart] if e["type"] == "message.chunk")
+    after = "".join(e["delta"] for e in events[restart:] if e["type"] == "message.chunk")
+    assert before == "Partial from the first try" and after == "The whole answer.", events
+    assert snapshots == [None]  # a page connecting between the tries is sent nothing stale
+    assert [m.content for m in timeline(world) if m.role == "assistant"] == ["The whole answer."]
