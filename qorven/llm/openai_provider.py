@@ -66,6 +66,7 @@ class _Stream(openai.Stream[object]):
     # event): the time limit and a Stop are looked at even while the server sends nothing
     # but keep-alives.
     watch: Callable[[], None] | None = None
+    finished = False  # the server said the answer is complete ([DONE])
 
     def _iter_events(self) -> Iterator[ServerSentEvent]:
         reads = self.response.iter_bytes
@@ -80,6 +81,7 @@ class _Stream(openai.Stream[object]):
         events = super()._iter_events()
         for sse in events:
             if sse.data.startswith("[DONE]"):
+                self.finished = True
                 try:
                     for _after in events:
                         pass
@@ -226,6 +228,10 @@ class OpenAIProvider:
                         slot["arguments"] += function.get("arguments") or ""
         parts.append(text_of.end())
         content = "".join(parts)
+        if not finish and not stream.finished:
+            # The body ended before the server said the answer was complete (no finish
+            # reason, no [DONE]): a fragment, not the answer.
+            raise ProviderUnavailable("the answer stopped before its end", model=model)
         if finish == "content_filter" and not content and not calls:
             raise ModelRefused("the answer was withheld by the provider's content filter", model=model)
         tool_calls = [

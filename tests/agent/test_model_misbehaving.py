@@ -205,3 +205,13 @@ def test_a_reply_tried_again_starts_afresh_on_the_page_not_after_the_failed_trie
     assert before == "Partial from the first try" and after == "The whole answer.", events
     assert snapshots == [None]  # a page connecting between the tries is sent nothing stale
     assert [m.content for m in timeline(world) if m.role == "assistant"] == ["The whole answer."]
+
+
+def test_a_stream_that_ends_before_the_answer_does_is_not_taken_for_the_answer(world, ask, model_server, drain, quick):
+    """The body ended cleanly after three chunks — no finish_reason, no [DONE]: the
+    fragment was stored, and sent to Telegram, as the whole reply."""
+    model_server.add(Step(raw_events=[chunk("The complete "), chunk("an")], done=False), reply("The complete answer."))
+    ask("what is it?")
+    drain()
+    assert [m.content for m in timeline(world) if m.role == "assistant"] == ["The complete answer."]
+    assert len(model_server.requests) == 2

@@ -33,6 +33,7 @@ class Step:
     # (a malformed one, a lone surrogate half...); [DONE] follows.
     raw_events: list[str] | None = None
     keepalive: float = 0.0  # seconds of SSE comment lines (": keep-alive") before the answer
+    done: bool = True  # end the stream with `data: [DONE]` (False: the body just ends)
 
 
 def reply(text: str, **kw: Any) -> Step:
@@ -189,7 +190,8 @@ class ModelServer:
                         self._part(b"data: " + event.encode() + b"\n\n")
                         if step.chunk_delay:
                             time.sleep(step.chunk_delay)
-                    self._part(b"data: [DONE]\n\n")
+                    if step.done:
+                        self._part(b"data: [DONE]\n\n")
                     self._part(b"")  # the body's end; the connection stays open for the next request
                 except (BrokenPipeError, ConnectionResetError):  # the client stopped reading (a Stop)
                     self.close_connection = True
