@@ -301,7 +301,7 @@ def _send_parts(rows: list[OutboundDelivery]) -> int:
             raise
         OutboundDelivery.objects.filter(pk=row.pk).update(
             state=OutboundDelivery.State.SENT, platform_message_id=platform_id, sent_at=timezone.now(),
-            attempts=row.attempts + 1, not_before=None, updated_at=timezone.now(),
+            attempts=row.attempts + 1, not_before=None, last_error="", updated_at=timezone.now(),
         )
         sent += 1
     return sent

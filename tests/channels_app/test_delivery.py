@@ -277,3 +277,16 @@ def test_a_retry_after_given_as_a_date_is_waited_out_and_the_retries_still_run_o
     row = OutboundDelivery.objects.get()
     assert (row.state, row.attempts) == ("failed", 3)
     assert len(platform.sent("sendMessage")) == 3
+
+
+def test_a_part_sent_after_a_failed_try_shows_no_error_in_the_admin(client, world, telegram, platform, model_server,
+                                                                   drain, settings):
+    settings.QORVEN_SEND_BACKOFF = 0.05
+    platform.script(r"sendMessage", Canned(status=502, body={"ok": False}))
+    pair(world, "telegram", "42", world.alice)
+    model_server.add(reply("Hello."))
+    assert post_telegram(client, telegram_update("hi")).status_code == 200
+    drain()
+    assert len(platform.sent("sendMessage")) == 2
+    delivery = OutboundDelivery.objects.get()
+    assert (delivery.state, delivery.attempts, delivery.last_error) == ("sent", 2, "")
