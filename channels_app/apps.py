@@ -30,6 +30,12 @@ class ChannelsAppConfig(AppConfig):
 
         from qorven.runtime.startup import Startup, on_startup
 
+        @on_startup("worker")
+        def send_slots_of_this_run(startup: Startup) -> None:
+            from .send_gate import worker_instance_start
+
+            worker_instance_start()  # before the pool forks: its children share this run's send slots
+
         @on_startup("serve", "worker")
         def platform_client_build(startup: Startup) -> None:
             from .adapters.base import platform_client_build

@@ -36,8 +36,25 @@ def _hold_seconds() -> int:
     return int(2 * settings.QORVEN_PLATFORM_TIMEOUT) + 10
 
 
+# This run of the worker: a worker started again on the same host has the same Celery
+# host name, and must not find the slots of the one before it (killed mid-send, its keys
+# live on until they expire) taken. Set by `qorven worker` before it forks its children,
+# which share it: the slots are the worker's, not each child's.
+_instance = ""
+
+
+def worker_instance_start() -> None:
+    global _instance
+    _instance = uuid.uuid4().hex[:12]
+
+
 def _slot_keys(worker: str) -> list[str]:
-    return [f"send:worker:{worker}:{slot}" for slot in range(max(settings.QORVEN_SEND_SLOTS, 1))]
+    return [f"send:worker:{worker}:{_instance}:{slot}" for slot in range(max(settings.QORVEN_SEND_SLOTS, 1))]
+
+
+def binding_free(*, binding_id: int) -> bool:
+    """Whether no send holds the binding now (the sweeper's look for replies nobody woke)."""
+    return cache.get(f"send:binding:{binding_id}") is None
 
 
 def send_slot_free(*, worker: str) -> bool:

@@ -34,6 +34,7 @@ from sessions_app.models import Message, Session
 
 from .models import InboundEvent, OutboundDelivery
 from .receive import CLAIM_STALE_AFTER
+from .send_gate import binding_free
 
 logger = logging.getLogger(__name__)
 
@@ -41,6 +42,9 @@ logger = logging.getLogger(__name__)
 GRACE = timedelta(seconds=30)
 # A pending part untouched this long has no retry coming (backoffs stop at a minute).
 DELIVERY_GRACE = timedelta(minutes=3)
+# A pending part waiting this long while nothing holds its bot was not woken: the send
+# that held the bot died (its gate expired), and would have sent it next.
+UNWOKEN_GRACE = timedelta(seconds=10)
 BATCH = 500
 
 
@@ -145,12 +149,16 @@ def sweep(*, restart: bool = False) -> SweepReport:
     # One reply per binding: its send wakes the next one waiting for that binding
     # (channels_app.send_gate), so a hung platform's queue is not re-sent in full every sweep.
     oldest = (
-        OutboundDelivery.objects.filter(state=OutboundDelivery.State.PENDING, updated_at__lte=now - delivery_grace)
+        OutboundDelivery.objects.filter(state=OutboundDelivery.State.PENDING,
+                                        updated_at__lte=now - min(delivery_grace, UNWOKEN_GRACE))
         .filter(Q(not_before__isnull=True) | Q(not_before__lte=now))
         .values("binding_id").annotate(first=Min("pk")).values_list("first", flat=True)[:BATCH]
     )
-    left = OutboundDelivery.objects.filter(pk__in=list(oldest)).values_list("tenant_id", "message_id")
-    for tenant_id, message_id in left:
+    left = OutboundDelivery.objects.filter(pk__in=list(oldest)).values_list(
+        "tenant_id", "message_id", "binding_id", "updated_at")
+    for tenant_id, message_id, binding_id, updated_at in left:
+        if updated_at > now - delivery_grace and not binding_free(binding_id=binding_id):
+            continue  # its bot is sending: that send wakes it
         deliver_message_task.delay(tenant_id, message_id)
         report.deliveries += 1
     for tenant_id, heartbeat_id, tick, manual, run_id in heartbeat_runs_recover(restart=restart, limit=BATCH):

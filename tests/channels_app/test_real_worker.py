@@ -238,3 +238,50 @@ def test_each_worker_process_is_connected_and_ready_before_its_first_task(world,
     processes.worker(env, concurrency=3)
     # Nothing is asked of it; as it starts it runs one task (the sweep) in one of the three.
     assert wait_for(lambda: worker_connections() == 3, 20, processes=processes)
+
+
+@pytest.fixture
+def bots_of_two_tenants(world, telegram):
+    """Alice on tenant A's bot (sender 41); Charlie on tenant B's bot (sender 43)."""
+    binding_create(tenant=world.tenant_b, qor=world.qor_b, kind="telegram",
+                   credentials={"token": "222:BBB", "secret": "tg-secret-b", "username": "globex_bot"})
+    pair(world, "telegram", "41", world.alice)
+    Identity.objects.create(tenant=world.tenant_b, channel="telegram", external_id="43", user=world.charlie,
+                            approval="approved", trust_level="owner", display_name="Charlie")
+
+
+def killed_mid_send(client, processes, platform, model_server):
+    """A worker (one send slot) killed while Alice's reply hangs at tenant A's bot; another
+    worker started on the same host."""
+    model_server.default = reply("Answer.")
+    platform.script(r"bot111:AAA/sendMessage", Canned(delay=15))
+    env = process_env(model_server, **FAST, QORVEN_SWEEP_INTERVAL="2", QORVEN_PLATFORM_TIMEOUT="5")
+    processes.purge(env)
+    processes.start("beat", "--max-interval", "1", env=env)  # the sweeper's clock
+    first = processes.worker(env, concurrency=2)  # QORVEN_SEND_SLOTS = 1
+    assert post_telegram(client, telegram_update("from alice", user_id=41, first_name="Ann")).status_code == 200
+    assert wait_for(lambda: len(platform.sent("sendMessage")) == 1, 30, processes=processes)
+    first.kill()
+    processes.worker(env, concurrency=2)
+
+
+def test_a_restarted_worker_does_not_inherit_the_send_slot_of_the_one_killed_mid_send(
+    client, world, bots_of_two_tenants, processes, platform, model_server
+):
+    """The new worker has the old one's host name, and the slots were named after it:
+    tenant B's reply waited ~45 s for a send slot held by a dead process."""
+    killed_mid_send(client, processes, platform, model_server)
+    assert post_telegram(client, telegram_update("from charlie", user_id=43, first_name="Cat"),
+                         secret="tg-secret-b").status_code == 200
+    assert wait_for(lambda: any("bot222" in r.path for r in platform.sent("sendMessage")), 15, processes=processes)
+
+
+def test_a_bot_whose_sender_was_killed_mid_send_sends_its_next_reply_soon(
+    client, world, bots_of_two_tenants, processes, platform, model_server
+):
+    """The dead send held tenant A's bot, and the replies waiting for it were left to the
+    sweeper's three-minute grace: Alice's next reply waited ~3 min."""
+    killed_mid_send(client, processes, platform, model_server)
+    assert post_telegram(client, telegram_update("and again", user_id=41, first_name="Ann",
+                                                 message_id=2)).status_code == 200
+    assert wait_for(lambda: len(platform.sent("bot111:AAA/sendMessage")) == 2, 75, processes=processes)
