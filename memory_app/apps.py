@@ -10,6 +10,7 @@ class MemoryAppConfig(AppConfig):
     def ready(self) -> None:
         from qorven.runtime.startup import Startup, on_startup
 
+        from . import checks  # noqa: F401  registers memory's system checks
         from .skills import skills_sync_on_startup
 
         @on_startup("serve", "worker")

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 
 from django.contrib.auth.models import User
 from django.db import connection
+from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.models import Q
 
 from qorven.runtime.prepared_read import PreparedRead
@@ -160,3 +161,19 @@ def skills_for(*, tenant: Tenant | None, trust: str) -> list[LearnedSkill]:
 def skill_get(*, tenant: Tenant, trust: str, name: str) -> LearnedSkill | None:
     """One skill this surface may use, by name; None when missing, disabled or not allowed."""
     return next((s for s in skills_for(tenant=tenant, trust=trust) if s.name == name), None)
+
+
+def delete_trigger_missing(db: BaseDatabaseWrapper) -> bool:
+    """On SQLite, whether migration 0005's trigger is gone (a migration rebuilt the
+    memories table): memories deleted since leave their text in the search index."""
+    from .migrations._trigger import DELETE_TRIGGER
+
+    if db.vendor != "sqlite":
+        return False
+    with db.cursor() as cursor:
+        cursor.execute("SELECT name FROM sqlite_master WHERE type = 'table' AND name = %s", [FTS_TABLE])
+        if cursor.fetchone() is None:
+            return False  # not migrated that far yet
+        cursor.execute("SELECT 1 FROM sqlite_master WHERE type = 'trigger' AND name = %s AND tbl_name = %s",
+                       [DELETE_TRIGGER, Memory._meta.db_table])
+        return cursor.fetchone() is None

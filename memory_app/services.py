@@ -1,10 +1,9 @@
 """Writes of long-term memory.
 
-Every write goes through here so SQLite's FTS5 index stays in step with the rows
-(PostgreSQL's `search_vector` is a generated column and needs nothing). A memory deleted
-some other way (a cascade from a deleted tenant, Qor or user) leaves an FTS5 entry that
-search never returns, because search joins back to the row; `memory_index_prune` clears
-those.
+Every insert and edit goes through here so SQLite's FTS5 index stays in step with the
+rows (PostgreSQL's `search_vector` is a generated column and needs nothing). Deletes need
+nothing either: on SQLite a trigger drops the entry of a memory however its row goes
+(a cascade from a deleted tenant, Qor or user included; migrations/_trigger.py).
 """
 from __future__ import annotations
 
@@ -152,7 +151,6 @@ def memory_delete(*, memories: Iterable[Memory]) -> int:
     ids = [m.pk for m in memories]
     if not ids:
         return 0
-    _index_drop_ids(ids)
     deleted, _ = Memory.objects.filter(pk__in=ids).delete()
     return deleted
 
@@ -188,25 +186,8 @@ class MemoryScope:
 def memory_clear(*, scope: MemoryScope) -> int:
     """Delete every memory in `scope` with its index entries, in set-based statements
     (no rows loaded into Python); returns how many memories went."""
-    qs = Memory.objects.filter(**scope.filters())
-    if connection.vendor == "sqlite":
-        ids_sql, params = qs.values("id").query.sql_with_params()
-        with connection.cursor() as cursor:
-            cursor.execute(f"DELETE FROM {FTS_TABLE} WHERE rowid IN ({ids_sql})", params)
-    deleted, _ = qs.delete()
+    deleted, _ = Memory.objects.filter(**scope.filters()).delete()
     return deleted
-
-
-def memory_index_prune() -> int:
-    """Remove FTS5 entries whose memory is gone (deleted by a cascade). SQLite only;
-    returns how many went."""
-    if connection.vendor != "sqlite":
-        return 0
-    with connection.cursor() as cursor:
-        cursor.execute(
-            f"DELETE FROM {FTS_TABLE} WHERE rowid NOT IN (SELECT id FROM {Memory._meta.db_table})"
-        )
-        return max(cursor.rowcount, 0)
 
 
 def _index_put(memory: Memory) -> None:
@@ -220,11 +201,3 @@ def _index_put(memory: Memory) -> None:
             [memory.pk, owner, memory.content],
         )
 
-
-def _index_drop_ids(ids: list[int]) -> None:
-    if connection.vendor != "sqlite":
-        return
-    with connection.cursor() as cursor:
-        for start in range(0, len(ids), 500):
-            chunk = ids[start : start + 500]
-            cursor.execute(f"DELETE FROM {FTS_TABLE} WHERE rowid IN ({', '.join(['%s'] * len(chunk))})", chunk)

@@ -5,6 +5,7 @@ import pytest
 from django.db import connection
 
 from memory_app.models import Memory
+from memory_app.fulltext import FTS_TABLE
 from memory_app.selectors import memory_search
 from memory_app.services import (
     DuplicateMemory,
@@ -12,7 +13,6 @@ from memory_app.services import (
     memory_add,
     memory_clear,
     memory_delete,
-    memory_index_prune,
     memory_update,
 )
 
@@ -118,12 +118,40 @@ def test_edits_and_deletions_keep_the_index_in_step(world):
     ]
 
 
-def test_a_memory_deleted_by_a_cascade_is_never_returned_and_its_entry_is_pruned(world):
-    remember(world.tenant_a, world.qor_a, world.bob, "Bob's locker code is 1234")
-    Memory.objects.filter(user=world.bob).delete()  # as a cascade from a deleted user would
-    assert search(world, "locker code", user=world.bob) == []
-    pruned = memory_index_prune()
-    assert pruned == (1 if connection.vendor == "sqlite" else 0)
+def indexed_texts():
+    """What the memory search index holds, whatever the database: SQLite's FTS5 table (it
+    keeps its own copy of the text) or PostgreSQL's `search_vector`, a column of the row."""
+    with connection.cursor() as cursor:
+        if connection.vendor == "sqlite":
+            cursor.execute(f"SELECT owner || '|' || content FROM {FTS_TABLE}")
+        else:
+            cursor.execute("SELECT search_vector::text FROM memory_app_memory")
+        return [row[0] for row in cursor.fetchall()]
+
+
+@pytest.mark.parametrize("delete", ["user", "tenant", "qor", "queryset", "raw sql"])
+def test_a_memory_deleted_any_way_leaves_nothing_in_the_index(world, delete):
+    """A cascade (an admin deleting a person, a workspace or a Qor), a queryset or plain
+    SQL: the index keeps no copy of what went."""
+    remember(world.tenant_a, world.qor_a, world.bob, "GRIFFONDALE acquisition target is Vexcorp")
+    remember(world.tenant_b, world.qor_b, world.charlie, "Charlie's Vexcorp badge")
+    if delete == "user":
+        world.bob.delete()
+    elif delete == "tenant":
+        world.tenant_a.delete()
+    elif delete == "qor":
+        world.qor_a.delete()
+    elif delete == "queryset":
+        Memory.objects.filter(user=world.bob).delete()
+    else:
+        with connection.cursor() as cursor:
+            cursor.execute("DELETE FROM memory_app_memory WHERE user_id = %s", [world.bob.pk])
+    assert Memory.objects.filter(content__contains="GRIFFONDALE").count() == 0
+    left = indexed_texts()
+    assert len(left) == 1 and not any("griffondal" in text.lower() for text in left)
+    assert contents(search(world, "Vexcorp badge", tenant=world.tenant_b, qor=world.qor_b, user=world.charlie)) == [
+        "Charlie's Vexcorp badge"
+    ]
 
 
 def test_the_database_has_its_full_text_index(world):
@@ -168,3 +196,41 @@ def test_a_word_the_database_treats_as_a_stop_word_matches_nothing_rather_than_e
     # As if our stop word list missed one the database has: the term reaches the query.
     monkeypatch.setattr(selectors, "search_terms", lambda text: ["the"])
     assert search(world, "the") == []
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_index_entries_earlier_cascades_left_are_removed_by_the_migration(world):
+    if connection.vendor != "sqlite":
+        return  # PostgreSQL's search vector is a column of the row: nothing is left
+    from django.db.migrations.executor import MigrationExecutor
+
+    kept = remember(world.tenant_a, world.qor_a, world.alice, "Alice waters the orchids")
+    gone = remember(world.tenant_a, world.qor_a, world.bob, "GRIFFONDALE acquisition target is Vexcorp")
+    MigrationExecutor(connection).migrate([("memory_app", "0004_skill_router")])
+    try:
+        Memory.objects.filter(pk=gone.pk).delete()  # a cascade before the trigger existed
+        assert len(indexed_texts()) == 2
+    finally:
+        executor = MigrationExecutor(connection)
+        executor.migrate(executor.loader.graph.leaf_nodes())
+    assert indexed_texts() == [f"t{world.tenant_a.pk}q{world.qor_a.pk}u{world.alice.pk}|{kept.content}"]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_missing_delete_trigger_fails_the_system_check(world):
+    from django.core import checks
+
+    if connection.vendor != "sqlite":
+        assert checks.run_checks(tags=[checks.Tags.database], databases=["default"]) == []
+        return
+    from memory_app.migrations._trigger import DELETE_SQLITE
+
+    with connection.cursor() as cursor:
+        cursor.execute("DROP TRIGGER memory_search_delete")
+    try:
+        errors = checks.run_checks(tags=[checks.Tags.database], databases=["default"])
+        assert [e.id for e in errors] == ["memory_app.E001"] and "memory_search_delete" in errors[0].msg
+    finally:
+        with connection.cursor() as cursor:
+            cursor.execute(DELETE_SQLITE)
+    assert checks.run_checks(tags=[checks.Tags.database], databases=["default"]) == []

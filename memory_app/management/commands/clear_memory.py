@@ -4,7 +4,7 @@ from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError
 
 from memory_app.selectors import memory_count
-from memory_app.services import MemoryScope, memory_clear, memory_index_prune
+from memory_app.services import MemoryScope, memory_clear
 from sessions_app.selectors import conversation_counts
 from sessions_app.retention import conversations_delete
 from tenancy.errors import NotFound
@@ -47,10 +47,7 @@ class Command(BaseCommand):
         deleted = {"memories": memory_clear(scope=scope)}
         if opts["all"]:
             deleted.update(conversations_delete(**scope.filters()))
-        pruned = memory_index_prune()
         self.stdout.write("Deleted " + ", ".join(f"{n} {label}" for label, n in deleted.items()) + ".")
-        if pruned:
-            self.stdout.write(f"Also removed {pruned} search index entries of memories deleted earlier.")
 
     def _scope(self, opts) -> MemoryScope:
         tenant = qor = user = None
