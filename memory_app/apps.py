@@ -8,10 +8,16 @@ class MemoryAppConfig(AppConfig):
     verbose_name = "Memory"
 
     def ready(self) -> None:
+        from django.contrib.auth import get_user_model
+
         from qorven.runtime.startup import Startup, on_startup
+        from tenancy.models import Qor, Tenant
 
         from . import checks  # noqa: F401  registers memory's system checks
+        from .services import memory_index_settle_receiver
         from .skills import skills_sync_on_startup
+
+        memory_index_settle_receiver.connect(get_user_model(), Tenant, Qor)
 
         @on_startup("serve", "worker")
         def skills_sync(startup: Startup) -> None:

@@ -18,6 +18,7 @@ from django.db import IntegrityError, connection, transaction
 from django.db.models import Q
 from django.utils import timezone
 
+from qorven.runtime.sqlite_erase import SettleOnOwnerDelete, fulltext_settle
 from tenancy.models import Qor, Tenant
 
 from .fulltext import FTS_TABLE, owner_token
@@ -147,11 +148,12 @@ def memory_update(*, memory: Memory, content: str | None = None, type: str | Non
 
 @transaction.atomic
 def memory_delete(*, memories: Iterable[Memory]) -> int:
-    """Delete these memories (and their index entries); returns how many."""
+    """Delete these memories (and their index entries, words included); returns how many."""
     ids = [m.pk for m in memories]
     if not ids:
         return 0
     deleted, _ = Memory.objects.filter(pk__in=ids).delete()
+    fulltext_settle(FTS_TABLE)
     return deleted
 
 
@@ -184,9 +186,11 @@ class MemoryScope:
 
 @transaction.atomic
 def memory_clear(*, scope: MemoryScope) -> int:
-    """Delete every memory in `scope` with its index entries, in set-based statements
-    (no rows loaded into Python); returns how many memories went."""
+    """Delete every memory in `scope` with its index entries, words included, in set-based
+    statements (no rows loaded into Python); returns how many memories went."""
     deleted, _ = Memory.objects.filter(**scope.filters()).delete()
+    if deleted:
+        fulltext_settle(FTS_TABLE)
     return deleted
 
 
@@ -201,3 +205,6 @@ def _index_put(memory: Memory) -> None:
             [memory.pk, owner, memory.content],
         )
 
+
+# A person, workspace or Qor deleted takes their memories by cascade (memory_app.apps).
+memory_index_settle_receiver = SettleOnOwnerDelete(FTS_TABLE, "memory_app.settle_index")

@@ -139,11 +139,13 @@ DATABASES = {
 if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     # BEGIN IMMEDIATE takes SQLite's write lock at the start of every transaction, so
     # concurrent appends queue up instead of failing with "database is locked".
+    # secure_delete: what is deleted is overwritten, not left in the file's free space
+    # (qorven.runtime.sqlite_erase).
     DATABASES["default"].setdefault("OPTIONS", {}).update(
         {
             "transaction_mode": "IMMEDIATE",
             "timeout": 30,
-            "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
+            "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL; PRAGMA secure_delete=ON;",
         }
     )
     # A file, not shared-cache memory, so threads in tests see the same locking as

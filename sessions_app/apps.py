@@ -8,4 +8,11 @@ class SessionsAppConfig(AppConfig):
     verbose_name = "Conversations"
 
     def ready(self) -> None:
+        from django.contrib.auth import get_user_model
+
+        from tenancy.models import Qor, Tenant
+
         from . import checks  # noqa: F401  registers the store's system checks
+        from .retention import search_index_settle_receiver
+
+        search_index_settle_receiver.connect(get_user_model(), Tenant, Qor)

@@ -1,5 +1,6 @@
 """Deleting conversations: old images and archived sessions past their retention, a
-heartbeat's finished runs, and whole scopes (`qorven clear-memory`)."""
+heartbeat's finished runs, and whole scopes (`qorven clear-memory`). Deleted messages
+leave the history search index words and all (qorven.runtime.sqlite_erase)."""
 from __future__ import annotations
 
 from datetime import datetime
@@ -7,8 +8,10 @@ from datetime import datetime
 from django.contrib.auth.models import User
 from django.db import transaction
 
+from qorven.runtime.sqlite_erase import SettleOnOwnerDelete, fulltext_settle
 from tenancy.models import Qor, Tenant
 
+from .migrations._trigger import SEARCH_TABLE
 from .models import Image, Message, Session
 
 
@@ -34,6 +37,8 @@ def sessions_prune(*, tenant: Tenant, ended_before: datetime) -> dict[str, int]:
         batch = list(Session.objects.filter(tenant=tenant, state=Session.State.ARCHIVED, ended_at__lt=ended_before)
                      .values_list("pk", flat=True)[:PRUNE_BATCH])
         if not batch:
+            if counts["messages"]:
+                fulltext_settle(SEARCH_TABLE)
             return counts
         _, per_model = Session.objects.filter(tenant=tenant, pk__in=batch).delete()
         counts["sessions"] += per_model.get(Session._meta.label, 0)
@@ -50,6 +55,8 @@ def cron_sessions_delete(*, tenant: Tenant, session_ids: list[int]) -> int:
     _, per_model = Session.objects.filter(
         tenant=tenant, pk__in=session_ids, kind=Session.Kind.CRON, state=Session.State.ARCHIVED
     ).delete()
+    if per_model.get(Message._meta.label, 0):
+        fulltext_settle(SEARCH_TABLE)
     return per_model.get(Session._meta.label, 0)
 
 
@@ -68,8 +75,14 @@ def conversations_delete(
             unattached = unattached.filter(tenant=tenant)
         images += unattached.delete()[1].get(Image._meta.label, 0)
     _, per_model = _scoped_sessions(tenant, qor, user).delete()
+    if per_model.get(Message._meta.label, 0):
+        fulltext_settle(SEARCH_TABLE)
     return {
         "sessions": per_model.get(Session._meta.label, 0),
         "messages": per_model.get(Message._meta.label, 0),
         "images": images + per_model.get(Image._meta.label, 0),
     }
+
+
+# A person, workspace or Qor deleted takes their conversations by cascade (sessions_app.apps).
+search_index_settle_receiver = SettleOnOwnerDelete(SEARCH_TABLE, "sessions_app.settle_search")

@@ -5,6 +5,7 @@ from __future__ import annotations
 from datetime import timedelta
 
 import pytest
+from django.db import connection
 from django.utils import timezone
 
 from heartbeats_app.models import CONVERSATION_RETENTION
@@ -12,7 +13,10 @@ from qorven.agent.heartbeat_runs import run_heartbeat
 from heartbeats_app.services import heartbeat_create
 from memory_app.models import Memory
 from sessions_app.models import Image, Message, Session
+from sessions_app.retention import sessions_prune
 from sessions_app.services import message_append, session_resolve, session_rotate
+
+from ..sqlite_file import sqlite_file_bytes
 
 pytestmark = pytest.mark.django_db
 
@@ -65,3 +69,22 @@ def test_without_a_retention_nothing_is_deleted(world, model_server):
     result = retention_run(world.tenant_a, world.qor_a)
     assert result.output == "Conversations are kept (no retention set for this workspace)."
     assert Session.objects.filter(pk=old.pk).exists() and Message.objects.filter(session=old).exists()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_words_of_expired_conversations_leave_the_database_file(world):
+    if connection.vendor != "sqlite":
+        pytest.skip("the embedded default's file")
+    chat = session_resolve(tenant=world.tenant_a, qor=world.qor_a, channel="web", user=world.alice)
+    message_append(session=chat, role="user", content="the Griffondale deal closes Friday", channel="web")
+    session_rotate(session=chat)
+    Session.objects.filter(pk=chat.pk).update(ended_at=timezone.now() - timedelta(days=40))
+    kept = session_resolve(tenant=world.tenant_b, qor=world.qor_b, channel="web", user=world.charlie)
+    message_append(session=kept, role="user", content="Zephyrtonk stays", channel="web")
+    assert b"riffonda" in sqlite_file_bytes()
+
+    assert sessions_prune(tenant=world.tenant_a, ended_before=timezone.now() - timedelta(days=30))["messages"] == 1
+
+    after = sqlite_file_bytes()
+    left = after.count(b"riffonda")  # the search index's stemmed word included
+    assert left == 0 and b"ephyrton" in after

@@ -5,6 +5,7 @@ import io
 
 import pytest
 from django.core.management import CommandError, call_command
+from django.db import connection
 
 from memory_app.models import Memory
 from memory_app.selectors import memory_search
@@ -13,6 +14,7 @@ from sessions_app.services import message_append, session_resolve
 
 from ..factories.memory_app import remember
 from ..factories.tenancy import QorFactory
+from ..sqlite_file import sqlite_file_bytes
 
 pytestmark = pytest.mark.django_db
 
@@ -113,3 +115,43 @@ def test_a_missing_or_unknown_scope_is_refused(stocked, args, message):
     with pytest.raises(CommandError, match=message):
         run(*args, "--yes")
     assert Memory.objects.count() == 4
+
+
+def confide(tenant, qor, user, secret):
+    """A memory and a chat exchange of `user` naming `secret`."""
+    remember(tenant, qor, user, f"{secret} acquisition target is Vexcorp")
+    session = session_resolve(tenant=tenant, qor=qor, channel="web", user=user)
+    message_append(session=session, role="user", content=f"Our codename is {secret} for Vexcorp", channel="web")
+    message_append(session=session, role="assistant", content=f"Noted: {secret} stays secret.", channel="web")
+
+
+# The index keeps words lower-cased and stemmed, and may share a word's first letters with
+# the word before it: the needles are the middle of each secret.
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("erase", ["clear-memory", "deleting the person"])
+def test_an_erased_persons_words_are_nowhere_in_the_database_file(world, erase):
+    if connection.vendor != "sqlite":
+        pytest.skip("the embedded default's file; PostgreSQL's storage is the server's")
+    confide(world.tenant_a, world.qor_a, world.alice, "Griffondale")
+    confide(world.tenant_a, world.qor_a, world.bob, "Quixmorbel")
+    confide(world.tenant_b, world.qor_b, world.charlie, "Zephyrtonk")
+    before = sqlite_file_bytes()
+    assert b"riffonda" in before and b"uixmorbe" in before and b"ephyrton" in before
+    if erase == "clear-memory":
+        run("--user", "alice", "--all", "--yes")
+    else:
+        world.alice.delete()
+    after = sqlite_file_bytes()
+    left = after.count(b"riffonda")
+    assert left == 0
+    assert b"uixmorbe" in after and b"ephyrton" in after and b"vexcorp" in after  # the others' stay
+    assert [m.content for m in memory_search(tenant=world.tenant_b, qor=world.qor_b, user=world.charlie,
+                                             query="Vexcorp")] == ["Zephyrtonk acquisition target is Vexcorp"]
+
+
+def test_every_sqlite_connection_overwrites_what_it_deletes(db):
+    if connection.vendor != "sqlite":
+        pytest.skip("SQLite only")
+    with connection.cursor() as cursor:
+        cursor.execute("PRAGMA secure_delete")
+        assert cursor.fetchone()[0] == 1

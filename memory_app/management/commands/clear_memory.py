@@ -5,6 +5,7 @@ from django.core.management.base import BaseCommand, CommandError
 
 from memory_app.selectors import memory_count
 from memory_app.services import MemoryScope, memory_clear
+from qorven.runtime.sqlite_erase import wal_truncate
 from sessions_app.selectors import conversation_counts
 from sessions_app.retention import conversations_delete
 from tenancy.errors import NotFound
@@ -48,6 +49,9 @@ class Command(BaseCommand):
         if opts["all"]:
             deleted.update(conversations_delete(**scope.filters()))
         self.stdout.write("Deleted " + ", ".join(f"{n} {label}" for label, n in deleted.items()) + ".")
+        if not wal_truncate():
+            self.stdout.write("The database was busy: its write-ahead log (the -wal file) keeps the deleted text"
+                              " until SQLite's next full checkpoint.")
 
     def _scope(self, opts) -> MemoryScope:
         tenant = qor = user = None
