@@ -139,7 +139,7 @@ def inbound_event(*, tenant_id: int, event_id: int) -> InboundEvent | None:
 _UNREAD = object()
 
 
-def inbound_process(*, event: InboundEvent) -> str:
+def inbound_process(*, event: InboundEvent, reclaim: int | None = None) -> str:
     """Apply the channel rules and hand the message on. Safe to run twice: each event is
     claimed by one task, and a claimed or finished event is not processed again.
 
@@ -147,6 +147,11 @@ def inbound_process(*, event: InboundEvent) -> str:
     order they arrived: this task processes the sender's earlier events still waiting
     first, and raises InboundBusy when one of them is in another task's hands. A person's
     messages reach the conversation in the order they were sent, whichever task runs first.
+
+    `reclaim`: an event this task had claimed when its database connection was lost and
+    could not give back (the database was still away): taken again at once, not waited
+    for until the claim goes stale. A lost connection raised from here names that event
+    (`claimed_event` on the exception).
     """
     stale = timezone.now() - timedelta(seconds=CLAIM_STALE_AFTER)
     # As read by inbound_event: the sender's oldest waiting event is this one (the usual
@@ -164,7 +169,7 @@ def inbound_process(*, event: InboundEvent) -> str:
         if head is None:  # this event is done (or failed), by this task or another
             event.refresh_from_db(fields=["state", "result"])
             return event.result
-        if head.state == InboundEvent.State.PROCESSING and head.updated_at > stale:
+        if head.state == InboundEvent.State.PROCESSING and head.updated_at > stale and head.pk != reclaim:
             raise InboundBusy(head.pk)
         claimed = InboundEvent.objects.filter(pk=head.pk, state=head.state, updated_at=head.updated_at).update(
             state=InboundEvent.State.PROCESSING, updated_at=timezone.now()
@@ -174,25 +179,29 @@ def inbound_process(*, event: InboundEvent) -> str:
         head.binding = event.binding
         try:
             result = _process_event(head)
-        except DATABASE_DOWN:
-            _claim_give_back(head)
+        except DATABASE_DOWN as exc:
+            if not _claim_give_back(head):
+                exc.claimed_event = head.pk  # type: ignore[union-attr]
             raise
         if head.pk == event.pk:
             return result
 
 
-def _claim_give_back(event: InboundEvent) -> None:
+def _claim_give_back(event: InboundEvent) -> bool:
     """A lost database connection interrupted the event's processing (before or after it
     was handed on): the claim is given back at once, so the task's retry — not a claim
     going stale minutes later — takes it again. Processing it again stores nothing twice
-    (messages are unique by their platform id). If the database is still away, the
-    claim goes stale and is taken over (CLAIM_STALE_AFTER)."""
+    (messages are unique by their platform id). If the database is still away (False),
+    the task's retry takes its own claim again (`reclaim`); anyone else waits until it
+    goes stale (CLAIM_STALE_AFTER)."""
     connections_drop_broken()
     try:
         InboundEvent.objects.filter(pk=event.pk, state=InboundEvent.State.PROCESSING).update(
             state=InboundEvent.State.PENDING, updated_at=timezone.now())
+        return True
     except DATABASE_DOWN:
         connections_drop_broken()
+        return False
 
 
 # A claim this old belongs to a task that died; its event may be taken over.

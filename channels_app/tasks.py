@@ -27,15 +27,17 @@ INBOUND_BUSY_RETRIES = 300  # a minute of 0.2 s waits for the sender's earlier m
 
 
 @shared_task(bind=True, name="channels_app.inbound", acks_late=True, max_retries=INBOUND_BUSY_RETRIES)
-def inbound_process_task(self, tenant_id: int, event_id: int) -> str:
+def inbound_process_task(self, tenant_id: int, event_id: int, reclaim: int | None = None) -> str:
     """Apply channel rules to a stored inbound event, then answer what it stored (the turn
     runs in this task, and its reply is sent from here). Safe to run twice. Comes back
-    shortly while the same sender's earlier message is still being processed."""
+    shortly while the same sender's earlier message is still being processed, and a
+    second after a lost database connection (taking again the event it had claimed:
+    `reclaim`)."""
     with sends_at_the_end():
-        return _inbound_process(task=self, tenant_id=tenant_id, event_id=event_id)
+        return _inbound_process(task=self, tenant_id=tenant_id, event_id=event_id, reclaim=reclaim)
 
 
-def _inbound_process(*, task, tenant_id: int, event_id: int) -> str:
+def _inbound_process(*, task, tenant_id: int, event_id: int, reclaim: int | None = None) -> str:
     with log_context(tenant=tenant_id, event=event_id):
         turns: list[tuple[int, int]] = []
         try:
@@ -43,11 +45,13 @@ def _inbound_process(*, task, tenant_id: int, event_id: int) -> str:
             if event is None:
                 return "missing"
             with turns_here() as turns:
-                result = inbound_process(event=event)
+                result = inbound_process(event=event, reclaim=reclaim)
         except DATABASE_DOWN as exc:
             turns_queue(turns)  # what it did store is answered all the same
             connections_drop_broken()
-            raise task.retry(exc=exc, countdown=DATABASE_RETRY_DELAY) from None
+            claimed = getattr(exc, "claimed_event", None) or reclaim  # not given back: ours to take again
+            raise task.retry(exc=exc, args=(tenant_id, event_id), kwargs={"reclaim": claimed},
+                             countdown=DATABASE_RETRY_DELAY) from None
         except InboundBusy:
             turns_queue(turns)  # the sender's earlier events it did store are answered all the same
             if task.request.retries >= INBOUND_BUSY_RETRIES:

@@ -464,3 +464,20 @@ def test_a_whatsapp_button_tap_or_a_file_is_a_message_not_silence(client, world,
     if not stored:
         assert message.metadata.get("left_out") == 1
     assert Message.objects.filter(role="assistant", content="Noted.").exists()
+
+
+def test_the_task_whose_claim_a_lost_database_kept_takes_it_again_at_once(two_waiting, drain):
+    """Its connection was lost mid-event and the database was still away when it tried to
+    give the claim back: its retry a second later takes the event again (it waited two
+    minutes for the claim to go stale, and the sender's later messages with it)."""
+    from channels_app.receive import InboundBusy, inbound_process
+
+    first, second = two_waiting
+    InboundEvent.objects.filter(pk=first.pk).update(state=InboundEvent.State.PROCESSING)  # the claim left behind
+    with pytest.raises(InboundBusy):  # anyone else waits for it
+        inbound_process(event=_as_read(second, True))
+    assert inbound_process(event=_as_read(first, True), reclaim=first.pk) == "accepted"
+    assert inbound_process(event=_as_read(second, True)) == "accepted"
+    drain()
+    users = list(Message.objects.filter(role="user").order_by("seq").values_list("content", flat=True))
+    assert users == ["first", "second"]
