@@ -88,3 +88,39 @@ def platform_ok():
     from ..fakes.platform_server import Canned
 
     return Canned(body={"ok": True, "result": True})
+
+
+def test_running_setup_again_for_the_same_bot_updates_its_binding(tmp_path, model_server, platform):
+    """Each run made up a new webhook secret, so a second run bound the same bot twice."""
+    model_server.default = reply("ok")
+    platform.default(r"/setWebhook$", platform_ok())
+    setup(tmp_path, model_server.base_url, telegram_token="222:BBB", public_url="https://qorven.example")
+    setup(tmp_path, model_server.base_url, telegram_token="222:BBB", public_url="https://bot.example.com")
+    (binding,) = ChannelBinding.objects.filter(kind="telegram")
+    first, second = platform.sent(r"/bot222:BBB/setWebhook$")
+    assert first.json["secret_token"] == second.json["secret_token"] == binding.credentials["secret"]
+    assert second.json["url"] == "https://bot.example.com/v1/webhooks/telegram"
+
+
+def test_setup_without_a_public_url_leaves_the_default_unpinned(tmp_path, model_server):
+    """It wrote QORVEN_PUBLIC_URL=http://127.0.0.1:8000, so `make run PORT=8080` and
+    `qorven chat` went on pointing at port 8000."""
+    model_server.add(reply("ok"))
+    setup(tmp_path, model_server.base_url)
+    assert "QORVEN_PUBLIC_URL" not in (tmp_path / ".env").read_text()
+
+
+def test_make_runs_bootstrap_keeps_a_password_set_since(tmp_path):
+    """`make run` bootstraps on every start with the demo password: the one chosen in
+    `qorven setup` (or the admin) was silently put back to it."""
+    from django.contrib.auth import get_user_model
+
+    call_command("bootstrap", "--tenant", "demo", "--qor", "aria", "--owner", "admin",
+                 "--password=first demo password 1", "--password-if-new", stdout=io.StringIO())
+    admin = get_user_model().objects.get(username="admin")
+    admin.set_password("chosen in setup 42")
+    admin.save()
+    call_command("bootstrap", "--tenant", "demo", "--qor", "aria", "--owner", "admin",
+                 "--password=first demo password 1", "--password-if-new", stdout=io.StringIO())
+    admin.refresh_from_db()
+    assert admin.check_password("chosen in setup 42")

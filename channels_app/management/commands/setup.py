@@ -11,6 +11,9 @@ from django.conf import settings
 from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError
 
+from channels_app.selectors import telegram_secret_of
+from tenancy.selectors import qor_get, tenant_get
+
 
 class Command(BaseCommand):
     help = (
@@ -51,20 +54,26 @@ class Command(BaseCommand):
         owner = ask("Owner username", opts["owner"], "--owner", default="admin")
         password = ask("Owner password", opts["password"], "--password", secret=True, required=True)
         telegram = ask("Telegram bot token (empty: skip)", opts["telegram_token"], "--telegram-token", secret=True)
-        public_url = ask("This server's public URL", opts["public_url"], "--public-url",
-                         default=settings.QORVEN_PUBLIC_URL, required=bool(telegram))
+        public_url = ask("This server's public URL (empty: this machine's)", opts["public_url"], "--public-url",
+                         required=bool(telegram))
 
         env_file = Path(opts["env_file"] or settings.BASE_DIR / ".env")
-        env_write(env_file, {"OPENAI_BASE_URL": model_url, "OPENAI_API_KEY": api_key, "QORVEN_MODEL": model,
-                             "QORVEN_PUBLIC_URL": public_url})
+        values = {"OPENAI_BASE_URL": model_url, "OPENAI_API_KEY": api_key, "QORVEN_MODEL": model}
+        if public_url:  # else the default follows the port the server is started on
+            values["QORVEN_PUBLIC_URL"] = public_url
+        env_write(env_file, values)
         self.stdout.write(self.style.SUCCESS(f"✓ settings written to {env_file} (mode 600)"))
         call_command("bootstrap", tenant=tenant, qor=qor, owner=owner, password=password, stdout=self.stdout)
         if telegram:
             settings.QORVEN_PUBLIC_URL = public_url  # this run registers the URL just written
             # --opt=value: a token or a generated secret may start with "-", which argparse
             # would read as an option.
+            # The same bot bound before keeps its secret: `bind` updates that binding.
+            bound_to = tenant_get(slug=tenant)
+            secret = (telegram_secret_of(tenant=bound_to, qor=qor_get(tenant=bound_to, slug=qor), token=telegram)
+                      or secrets.token_urlsafe(24))
             call_command("bind", "telegram", "--tenant", tenant, "--qor", qor, f"--token={telegram}",
-                         f"--secret={secrets.token_urlsafe(24)}", "--register-webhook", stdout=self.stdout)
+                         f"--secret={secret}", "--register-webhook", stdout=self.stdout)
         self.stdout.write(f"\nDone. Start it with `.venv/bin/qorven serve` and sign in as {owner!r}; "
                           "`.venv/bin/qorven doctor` checks everything.")
 

@@ -19,6 +19,8 @@ class Command(BaseCommand):
         parser.add_argument("--qor", required=True, help="slug of the tenant's default Qor, e.g. aria")
         parser.add_argument("--owner", required=True, help="username of the tenant's owner")
         parser.add_argument("--password", help="set the owner's password (kept unchanged when omitted)")
+        parser.add_argument("--password-if-new", action="store_true",
+                            help="set --password only when the owner is created (an existing owner keeps theirs)")
         parser.add_argument("--tenant-name", default="", help="display name of the tenant")
         parser.add_argument("--qor-name", default="", help="display name of the Qor")
         parser.add_argument("--host-superuser", action="store_true",
@@ -37,12 +39,15 @@ class Command(BaseCommand):
             User._meta.get_field(User.USERNAME_FIELD).run_validators(opts["owner"])
         except ValidationError as exc:
             raise CommandError("--owner: " + " ".join(exc.messages)) from None
+        password = opts["password"]
+        if opts["password_if_new"] and User.objects.filter(**{User.USERNAME_FIELD: opts["owner"]}).exists():
+            password = None
         try:
             result = tenant_bootstrap(
                 tenant_slug=opts["tenant"],
                 qor_slug=opts["qor"],
                 owner_username=opts["owner"],
-                password=opts["password"],
+                password=password,
                 tenant_name=opts["tenant_name"],
                 qor_name=opts["qor_name"],
                 host_superuser=opts["host_superuser"],
