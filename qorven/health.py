@@ -37,14 +37,23 @@ def readyz(request: HttpRequest) -> JsonResponse:
     return JsonResponse({"status": "ok" if ready else "unavailable", "checks": checks}, status=200 if ready else 503)
 
 
-PROBES = {"/healthz": healthz, "/readyz": readyz}
+def metrics(request: HttpRequest) -> Any:
+    from channels_app.metrics import metrics_view  # its own access rule: a bearer token, else loopback
+
+    return metrics_view(request)
+
+
+# Answered whatever host they are asked as, over plain HTTP: probes and scrapers reach a
+# process by its address, behind the TLS a load balancer terminates.
+PROBES = {"/healthz": healthz, "/readyz": readyz, "/metrics": metrics}
 
 
 class ProbesMiddleware:
-    """Answers the probes before any other middleware: load balancers and orchestrators
-    reach a process by its IP (not a host in DJANGO_ALLOWED_HOSTS: a 400, and an error
-    logged, per probe) and over plain HTTP behind the TLS they terminate (not to be
-    redirected to https). A probe's answer names no host and sets nothing."""
+    """Answers the probes and the metrics scrape before any other middleware: load
+    balancers, orchestrators and Prometheus reach a process by its IP (not a host in
+    DJANGO_ALLOWED_HOSTS: a 400, and an error logged, per probe) and over plain HTTP
+    behind the TLS they terminate (not to be redirected to https). Their answers name no
+    host and set nothing."""
 
     def __init__(self, get_response: Any) -> None:
         self.get_response = get_response

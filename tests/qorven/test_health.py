@@ -25,6 +25,20 @@ def test_probes_answer_whatever_address_they_come_by_and_over_plain_http(client,
     assert client.get("/accounts/login/", HTTP_HOST="10.0.0.5:8765").status_code == 400  # pages still are not
 
 
+@pytest.mark.django_db
+def test_metrics_are_scraped_by_address_and_over_plain_http_by_the_scrape_rule_alone(client, settings):
+    """On the README's production settings (a public host, https) a scraper reaching the
+    process by its address got a 400 (not an allowed host) or a redirect to https; who
+    may read is the token's (or loopback's) to say."""
+    settings.SECURE_SSL_REDIRECT = True
+    settings.ALLOWED_HOSTS = ["qorven.example.com"]
+    settings.QORVEN_METRICS_TOKEN = "scrape-me"
+    scraped = client.get("/metrics", HTTP_HOST="10.0.0.5:8765", HTTP_AUTHORIZATION="Bearer scrape-me")
+    assert scraped.status_code == 200 and b"qorven_" in scraped.content
+    refused = client.get("/metrics", HTTP_HOST="10.0.0.5:8765")
+    assert refused.status_code == 401 and refused.json()["error"]
+
+
 @pytest.mark.django_db(transaction=True)
 def test_readyz_is_ready_with_the_database_and_unavailable_without_it(client, settings):
     settings.REDIS_URL = ""  # this test is about the database
