@@ -31,6 +31,7 @@ QORVEN = Path(sys.executable).with_name("qorven")
 SCRUBBED = ("DATABASE_URL", "REDIS_URL", "CELERY_BROKER_URL", "TELEGRAM_API_BASE", "DJANGO_SETTINGS_MODULE")
 SCRUBBED_PREFIXES = ("QORVEN_", "OPENAI_")
 PROFILE_DIR = ""  # set by a benchmark's --profile: where py-spy writes each process's samples
+PY_SPY = Path(sys.executable).with_name("py-spy")  # not a dependency: `pip install py-spy` to profile
 
 
 # --- the fakes: a model server and a Telegram API ---------------------------------------------
@@ -272,7 +273,7 @@ def profiled(name: str, cmd: list[str]) -> list[str]:
     if not PROFILE_DIR:
         return cmd
     out = Path(PROFILE_DIR) / f"{name}.txt"
-    return [str(Path(sys.executable).with_name("py-spy")), "record", "--format", "raw", "--subprocesses",
+    return [str(PY_SPY), "record", "--format", "raw", "--subprocesses",
             "--rate", "200", "--output", str(out), "--", *cmd]
 
 

@@ -270,6 +270,8 @@ def main() -> int:
     unknown = [p for p in phases if p not in PHASES]
     if unknown:
         parser.error(f"unknown phase(s) {', '.join(unknown)}; have {', '.join(PHASES)}")
+    if args.profile and not _servers.PY_SPY.exists():
+        parser.error(f"--profile needs py-spy beside this Python: {Path(sys.executable).with_name('pip')} install py-spy")
     _servers.PROFILE_DIR = args.profile
     return parent(QUICK if args.quick else FULL, args.quick, phases, args.layout or list(LAYOUTS), args.live_layer,
                   args.server)
