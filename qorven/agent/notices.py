@@ -42,6 +42,12 @@ _NOTICES: dict[str, tuple[str, str]] = {
         "This message doesn't fit the model's context, even in a fresh conversation. Please send it in "
         "shorter parts.",
     ),
+    # The conversation could not be compacted to make room (manual mode): no fresh one was tried.
+    "too_long_uncompacted": (
+        "context_length",
+        "This message doesn't fit the model's context alongside this conversation. Send /clear to start a "
+        "fresh one, or send it in shorter parts.",
+    ),
 }
 KINDS = frozenset(_NOTICES)
 

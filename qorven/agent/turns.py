@@ -264,6 +264,7 @@ def _answer(session: Session, pending: Message, owner: str, *, overflowed: bool 
             restart()
         stop.check()  # asked to stop while the model thought, or between tool rounds
 
+    uncompacted = False  # manual mode could not compact to make room
     for attempt in range(1 if overflowed else 0, 2):
         try:
             completion = tool_loop(
@@ -279,11 +280,14 @@ def _answer(session: Session, pending: Message, owner: str, *, overflowed: bool 
             return _Result(_Step.ANSWERED)
         except ContextLengthExceeded as exc:
             if attempt == 1:
+                if uncompacted:
+                    exc.kind = "too_long_uncompacted"  # not tried in a fresh conversation: say so
                 _fail(session, pending, owner, exc)
                 return _Result(_Step.FAILED)
             logger.info("context length exceeded on session %s; compacting or shrinking, retrying once", session.pk)
             if manual and compact_for_turn(session=session, pending=pending, overflow=True) is not None:
                 return _Result(_Step.ROTATED_ON_OVERFLOW)
+            uncompacted = manual
             for hook in context_overflow_hooks:
                 hook(session)
             session.refresh_from_db()

@@ -529,6 +529,22 @@ def test_manual_mode_with_a_failing_flush_keeps_the_session_and_falls_back_to_a_
     assert rows[1].content == "Fits after trimming."
 
 
+def test_manual_mode_that_could_not_compact_does_not_claim_a_fresh_conversation_was_tried(
+    world, manual, fake, model_server, drain, chat
+):
+    world.qor_a.main_num_ctx = 8192
+    world.qor_a.save(update_fields=["main_num_ctx"])
+    session = canonical(world)
+    seed_history(session, 4)
+    fake.flush_override = ["not json", "still not json"]
+    fake.main = [error(400, **TOO_LONG), error(400, **TOO_LONG)]
+    chat("a question that does not fit")
+
+    rows = list(Message.objects.filter(session=session).order_by("seq"))[-2:]
+    assert [m.metadata.get("notice") for m in rows] == ["compact_failed", "context_length"]
+    assert "fresh conversation" not in rows[1].content and "/clear" in rows[1].content
+
+
 # --- /compact and /clear ----------------------------------------------------------------
 
 
