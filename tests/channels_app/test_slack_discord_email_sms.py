@@ -546,7 +546,8 @@ def test_the_gateway_stores_nothing_while_discord_is_switched_off(world, discord
     assert gateway_frame_receive(binding=discord, frame={"op": 0, "t": "MESSAGE_CREATE", "d": later},
                                  bot_id="9001") is None
     drain()
-    assert list(InboundEvent.objects.values_list("payload__text", flat=True)) == ["hello from discord"]
+    assert list(InboundEvent.objects.values_list("external_id", flat=True)) == [DM_CREATE["id"]]
+    assert list(Message.objects.filter(role="user").values_list("content", flat=True)) == ["hello from discord"]
     assert [r.json["content"] for r in platform.sent("/messages")] == ["Hi."]
 
 
