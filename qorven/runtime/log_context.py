@@ -4,7 +4,7 @@ Tasks and turns wrap their work in `log_context(tenant=…, session=…)`; `Cont
 (on the console handler, see qorven.settings.LOGGING) copies those ids onto every record
 logged meanwhile, from any module. `QORVEN_LOG_FORMAT=json` writes one JSON object a line
 (`JsonFormatter`). `SecretFilter` masks what looks like a key or a bot token in any
-message, so a secret quoted in an error never reaches the log whole.
+message, traceback or stack, so a secret quoted in an error never reaches the log whole.
 """
 from __future__ import annotations
 
@@ -57,20 +57,34 @@ def mask(text: str) -> str:
     return _SECRET.sub(lambda m: m.group("keep") + "…", text)
 
 
+_formatter = logging.Formatter()
+
+
 class SecretFilter(logging.Filter):
-    """Masks keys and tokens in the message (and its arguments) before any handler sees it."""
+    """Masks keys and tokens in the message (and its arguments), the exception's traceback
+    and the stack before any handler sees them. The traceback is rendered here, masked,
+    into `record.exc_text`, which every `logging.Formatter` prints instead of rendering it
+    again — so the text format, the JSON format and any other handler print the same
+    masked text (a provider's error quotes its URL, a Telegram URL carries the bot token)."""
 
     def filter(self, record: logging.LogRecord) -> bool:
         message = record.getMessage()
         masked = mask(message)
         if masked != message:
             record.msg, record.args = masked, None
+        if record.exc_info and not record.exc_text:
+            record.exc_text = _formatter.formatException(record.exc_info)
+        if record.exc_text:
+            record.exc_text = mask(record.exc_text)
+        if record.stack_info:
+            record.stack_info = mask(record.stack_info)
         return True
 
 
 class JsonFormatter(logging.Formatter):
     """One JSON object a line: time, level, logger, message, the context's ids, and the
-    exception's traceback (masked) when there is one."""
+    exception's traceback and the stack when there are (masked, by `SecretFilter` on the
+    handler and again here, for a handler without it)."""
 
     def format(self, record: logging.LogRecord) -> str:
         line: dict[str, Any] = {
@@ -80,6 +94,10 @@ class JsonFormatter(logging.Formatter):
             "message": record.getMessage(),
             **getattr(record, "ids", {}),
         }
-        if record.exc_info:
-            line["exception"] = mask(self.formatException(record.exc_info))
+        if record.exc_info and not record.exc_text:
+            record.exc_text = self.formatException(record.exc_info)
+        if record.exc_text:
+            line["exception"] = mask(record.exc_text)
+        if record.stack_info:
+            line["stack"] = mask(self.formatStack(record.stack_info))
         return json.dumps(line, default=str, ensure_ascii=False)

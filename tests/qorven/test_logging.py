@@ -91,3 +91,24 @@ def test_a_workers_log_is_ours_json_and_masked_once_celery_has_set_up_its_loggin
     lines = [json.loads(line) for line in (done.stdout + done.stderr).splitlines() if line.startswith("{")]
     (line,) = [x for x in lines if x["logger"] == "qorven.agent.turns"]
     assert "sk-proj-ABCDEFGH" not in line["message"] and "sk-proj…" in line["message"]
+
+
+TELEGRAM_URL = "https://api.telegram.org/bot123456:AAHsecretSECRETsecretSECRET12345/sendMessage"
+
+
+@pytest.mark.parametrize("formatter", [None, JsonFormatter()], ids=["text", "json"])
+def test_a_traceback_quoting_a_key_or_a_bot_url_is_masked_in_either_format(console, formatter):
+    """A platform's or provider's error raised with its URL or key in the text, logged with
+    its traceback (logger.exception): the text format printed the traceback as it was."""
+    handler, stream = console
+    if formatter:
+        handler.setFormatter(formatter)
+    try:
+        raise RuntimeError(f"POST {TELEGRAM_URL} failed, key {KEY}")
+    except RuntimeError:
+        logging.getLogger("qorven.test").exception("send failed")
+    logging.getLogger("qorven.test").warning("where", stack_info=True)  # a source line quoting sk-proj-StackStack12
+    text = stream.getvalue()
+    assert "Traceback" in text and "Stack (most recent call last)" in text
+    assert "AAHsecretSECRET" not in text and "cdEFghIJ" not in text and "StackStack" not in text
+    assert "bot123456:…" in text and "sk-proj…" in text
