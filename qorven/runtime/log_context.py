@@ -43,12 +43,14 @@ class ContextFilter(logging.Filter):
 
 
 # Keys and tokens as they appear in errors and request lines: OpenAI-style keys, Bearer
-# values, Qorven's API tokens, Telegram bot tokens in URLs, Slack tokens, and the value of
-# a `token=` (or `visitor=`, `key=`, …) query parameter — an access log's line for a
-# socket a page opened with its token in the URL. The first few characters stay, to tell
-# keys apart.
+# values, Qorven's API tokens, Telegram bot tokens in URLs (`bot<id>:…`) and written out
+# bare (`<id>:<35 URL-safe characters>`: the 30-character minimum leaves times, `41:7`
+# and ids alone), Slack tokens, and the value of a `token=` (or `visitor=`, `key=`, …)
+# query parameter — an access log's line for a socket a page opened with its token in the
+# URL. The first few characters stay (a bot token's id), to tell keys apart.
 _SECRET = re.compile(
     r"(?P<keep>sk-[A-Za-z0-9]{0,4}|Bearer\s+\S{0,4}|qv_[A-Za-z0-9_\-]{0,4}|bot\d{3,}:|xox[abprs]-"
+    r"|(?<![\w:.\-])\d{5,12}:(?=[A-Za-z0-9_\-]{30,})"
     r"|[?&](?:token|visitor|access_token|api_key|key|secret|signature|sig)=[^&\s\"']{0,4})[A-Za-z0-9_\-\.:%~+/=]{6,}"
 )
 

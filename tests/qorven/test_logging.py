@@ -112,3 +112,17 @@ def test_a_traceback_quoting_a_key_or_a_bot_url_is_masked_in_either_format(conso
     assert "Traceback" in text and "Stack (most recent call last)" in text
     assert "AAHsecretSECRET" not in text and "cdEFghIJ" not in text and "StackStack" not in text
     assert "bot123456:…" in text and "sk-proj…" in text
+
+
+def test_a_bot_token_written_out_bare_is_masked_and_times_and_ids_are_not(console):
+    """A Telegram bot token is `<bot id>:<35 characters>`; it was masked only inside a
+    URL (`bot<id>:…`), so an error or a note quoting the token itself printed it whole."""
+    handler, stream = console
+    log = logging.getLogger("qorven.test")
+    log.warning("bot 123456789:AAHdqTcvCH1vGWJxfSeofSAs0K5PALDsaw here")
+    log.warning("token=%s;", "7012345678:AAE-x_yZ0123456789abcdefghijklmnopq")
+    log.warning("at 12:30 session 41:7 message 2024-05-01T12:30:00Z id 123456789:42 run 1234:abc")
+    first, second, third = stream.getvalue().splitlines()
+    assert first.endswith("bot 123456789:… here")
+    assert "AAE-x_yZ" not in second and "7012345678:…" in second
+    assert third.endswith("at 12:30 session 41:7 message 2024-05-01T12:30:00Z id 123456789:42 run 1234:abc")
