@@ -71,7 +71,9 @@ def identity_unpair(*, identity: Identity) -> Identity:
     identity.user = None
     identity.approval = Identity.Approval.PENDING
     identity.save(update_fields=["user", "approval", "updated_at"])
-    logger.info("%s:%s unpaired: their user left the workspace", identity.channel, identity.external_id)
+    # The external id is a phone number or an email address on some channels: the log
+    # names the identity by its row.
+    logger.info("%s identity %s unpaired: their user left the workspace", identity.channel, identity.pk)
     return identity
 
 
@@ -165,7 +167,7 @@ def pairing_approve(
     request.state = PairingRequest.State.APPROVED
     request.decided_by, request.decided_at, request.decided_via = by, timezone.now(), via
     request.save(update_fields=["state", "decided_by", "decided_at", "decided_via", "updated_at"])
-    logger.info("pairing approved: %s:%s -> user %s (via %s)", identity.channel, identity.external_id, user.pk, via)
+    logger.info("pairing approved: %s identity %s -> user %s (via %s)", identity.channel, identity.pk, user.pk, via)
     return identity
 
 

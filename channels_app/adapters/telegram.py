@@ -128,7 +128,13 @@ class TelegramAdapter(Adapter):
             if not isinstance(raw, dict):
                 return Parsed([])  # edits, callbacks, member updates: acknowledged, ignored
             message = TgMessage.from_payload(raw)
-        except (ValueError, ValidationError) as exc:
+        except ValidationError as exc:
+            # Where it failed, not pydantic's text: that quotes the input (the message's
+            # text, its sender's id and name).
+            where = ", ".join(f"{'.'.join(str(p) for p in e['loc'])}: {e['type']}" for e in exc.errors()[:5])
+            logger.info("ignoring an unreadable Telegram update (%s)", where)
+            return Parsed([])
+        except ValueError as exc:
             logger.info("ignoring an unreadable Telegram update: %s", exc)
             return Parsed([])
         sender = message.from_

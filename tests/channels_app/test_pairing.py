@@ -223,3 +223,28 @@ def test_pair_list_shows_pending_requests(client, world, telegram, platform, dra
     out = io.StringIO()
     call_command("pair", "list", "--tenant", "acme", stdout=out)
     assert PairingRequest.objects.get().code in out.getvalue() and "Ravi" in out.getvalue()
+
+
+def test_the_log_names_a_paired_or_unpaired_sender_by_identity_not_by_number(
+    client, world, whatsapp, platform, model_server, drain, caplog
+):
+    """A WhatsApp or SMS sender's external id is their phone number, an email sender's
+    their address: info lines said `whatsapp:4915112345678 -> user 2`. They name the
+    identity's id and channel."""
+    from tenancy.models import Membership
+
+    caplog.set_level("INFO")
+    number = "4915112345678"
+    post_whatsapp(client, whatsapp_body("hi", sender=number, message_id="wamid.A"))
+    drain()
+    call_command("pair", "approve", PairingRequest.objects.get().code, "--tenant", "acme", "--user", "bob",
+                 stdout=io.StringIO())
+    Membership.objects.filter(tenant=world.tenant_a, user=world.bob).delete()
+    post_whatsapp(client, whatsapp_body("still me", sender=number, message_id="wamid.B"))
+    drain()
+    identity = Identity.objects.get(external_id=number)
+    assert identity.user is None  # unpaired
+    lines = [r.getMessage() for r in caplog.records]
+    assert not [line for line in lines if number in line or "15112345" in line]
+    assert f"pairing approved: whatsapp identity {identity.pk} -> user {world.bob.pk} (via cli)" in lines
+    assert f"whatsapp identity {identity.pk} unpaired: their user left the workspace" in lines

@@ -398,6 +398,21 @@ def test_no_bot_token_or_secret_reaches_the_logs(client, world, telegram, platfo
     assert "111:AAA" not in logged and "tg-secret-a" not in logged
 
 
+def test_an_unreadable_update_is_logged_without_its_text_or_sender(client, world, telegram, platform, drain, caplog):
+    """Pydantic's error quotes the input it could not read: the whole message, its text
+    and its sender's id and name, went to the log. The log says where it failed."""
+    import logging
+
+    caplog.set_level(logging.INFO)
+    update = telegram_update("my therapy notes", user_id=987654321, first_name="Priya")
+    del update["message"]["chat"]
+    assert post_telegram(client, update).status_code == 200
+    drain()
+    (line,) = [r.getMessage() for r in caplog.records if "unreadable Telegram update" in r.getMessage()]
+    assert "therapy" not in line and "987654321" not in line and "Priya" not in line
+    assert "chat" in line  # where it failed
+
+
 def test_a_group_chats_digest_reaches_each_paired_member_who_spoke(client, world, telegram, platform, model_server,
                                                                    drain):
     from memory_app.compaction import compaction_rotate
