@@ -80,7 +80,8 @@ class ChannelBindingAdmin(TenantScopedAdminMixin, admin.ModelAdmin):
 
 @admin.register(Identity)
 class IdentityAdmin(TenantScopedAdminMixin, admin.ModelAdmin):
-    list_display = ["__str__", "tenant", "display_name", "user", "trust_level", "approval", "updated_at"]
+    list_display = ["__str__", "external_id", "tenant", "display_name", "user", "trust_level", "approval",
+                    "updated_at"]
     list_filter = ["channel", "approval", "trust_level", "tenant"]
     search_fields = ["external_id", "display_name", "user__username"]
     raw_id_fields = ["user"]

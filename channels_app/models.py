@@ -80,7 +80,10 @@ class Identity(TimestampedModel):
         ]
 
     def __str__(self) -> str:
-        return f"{self.channel}:{self.external_id}"
+        # Not the external id (a phone number or an email address on some channels): the
+        # admin's history keeps this name after the identity is deleted. The admin's list
+        # and page show the external id beside it while the identity exists.
+        return f"{self.channel} identity #{self.pk}"
 
 
 class PairingRequest(TimestampedModel):
@@ -111,7 +114,7 @@ class PairingRequest(TimestampedModel):
         indexes = [models.Index(fields=["tenant", "code", "state"], name="pairing_code_idx")]
 
     def __str__(self) -> str:
-        return f"{self.channel}:{self.external_id} ({self.state})"
+        return f"{self.channel} pairing #{self.pk} ({self.state})"  # see Identity.__str__
 
 
 class InboundEvent(TimestampedModel):

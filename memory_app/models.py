@@ -44,7 +44,9 @@ class Memory(TimestampedModel):
         indexes = [models.Index(fields=["tenant", "qor", "user", "type"], name="memory_owner_idx")]
 
     def __str__(self) -> str:
-        return f"{self.type}: {self.content[:60]}"
+        # No text: the admin's history (django_admin_log) keeps this name after the memory
+        # is erased. The admin's list shows the text beside it (MemoryAdmin.short_content).
+        return f"{self.type} #{self.pk}"
 
 
 class LearnedSkill(TimestampedModel):

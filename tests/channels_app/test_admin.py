@@ -334,3 +334,28 @@ def test_a_switch_is_named_from_the_real_tools_and_channels(admin_client, world)
     ok = admin_client.post(add, {"tenant": world.tenant_a.pk, "kind": "channel", "name": "web", "enabled": ""})
     assert ok.status_code == 302
     assert PluginSetting.objects.get().name == "web"
+
+
+def test_the_admins_history_keeps_no_phone_number_or_address_of_a_sender(admin_client, world):
+    """The admin's history (django_admin_log) keeps each row's name forever, after the row
+    is deleted: an identity's and a pairing request's name was `whatsapp:<their number>`.
+    They are named by channel and id; the list and the page still show the number."""
+    from django.contrib.admin.models import LogEntry
+
+    from ..admin_forms import served_form
+
+    number = "4915112345678"
+    identity = identity_get_or_create(tenant=world.tenant_a, channel="whatsapp", external_id=number,
+                                      display_name="Priya")
+    pairing = pairing_request_for(identity=identity, text="hi").request
+    assert (str(identity), str(pairing)) == (f"whatsapp identity #{identity.pk}",
+                                             f"whatsapp pairing #{pairing.pk} (pending)")
+    assert number in admin_client.get(url("identity_changelist")).content.decode()
+    page = admin_client.get(url("identity_change", identity.pk))
+    assert number in page.content.decode()
+    assert admin_client.post(url("identity_change", identity.pk), {**served_form(page), "display_name": "P."}
+                             ).status_code == 302
+    assert admin_client.post(url("identity_delete", identity.pk), {"post": "yes"}).status_code == 302
+    assert not Identity.objects.exists()
+    names = list(LogEntry.objects.values_list("object_repr", flat=True))
+    assert names == [f"whatsapp identity #{identity.pk}"] * 2

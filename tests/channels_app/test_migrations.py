@@ -39,3 +39,27 @@ def test_copied_roles_stop_being_caps_and_lowered_levels_stay():
     levels = dict(Identity.objects.filter(pk__in=rows.values()).values_list("external_id", "trust_level"))
     assert levels == {"olga": "owner", "adam": "owner", "mia": "owner", "lowered": "paired"}
     assert Identity.objects.get(pk=stranger).trust_level == "paired"  # not linked: untouched
+
+
+def test_the_admins_history_loses_the_senders_numbers_and_the_memories_text():
+    """Entries written before identities, pairing requests and memories were named by id
+    (the rows may be long deleted) take the new names; other entries are untouched."""
+    from django.contrib.admin.models import LogEntry
+    from django.contrib.auth import get_user_model
+    from django.contrib.contenttypes.models import ContentType
+
+    before = [("channels_app", "0009_inbound_created_idx"), ("memory_app", "0004_skill_router")]
+    migrate(before)
+    admin = get_user_model().objects.create(username="root")
+    kinds = {m: ContentType.objects.get_or_create(app_label=app, model=m)[0]
+             for app, m in [("channels_app", "identity"), ("channels_app", "pairingrequest"),
+                            ("memory_app", "memory"), ("qorven", "qor")]}
+    for model, object_id, name in [("identity", "7", "whatsapp:4915112345678"),
+                                   ("pairingrequest", "3", "sms:+4915112345678 (approved)"),
+                                   ("memory", "12", "fact: Admin's therapy notes: Tuesdays"),
+                                   ("qor", "1", "acme/aria")]:
+        LogEntry.objects.create(content_type=kinds[model], object_id=object_id, object_repr=name, action_flag=2,
+                                user=admin)
+    migrate(MigrationExecutor(connection).loader.graph.leaf_nodes())
+    names = sorted(LogEntry.objects.values_list("object_repr", flat=True))
+    assert names == ["acme/aria", "fact #12", "sms pairing #3 (approved)", "whatsapp identity #7"]

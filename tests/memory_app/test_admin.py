@@ -86,3 +86,25 @@ def test_file_skills_are_read_only_and_admin_skills_are_the_admins(host, world):
     })
     assert response.status_code == 302
     assert LearnedSkill.objects.get(name="triage").source == "admin"
+
+
+def test_the_admins_history_keeps_no_memory_text_after_it_is_erased(host, world):
+    """The admin's history (django_admin_log) keeps each row's name as it was, forever: a
+    memory's name was its text, so "fact: Alice's therapy notes…" outlived clear-memory.
+    A memory is named by its type and id; the list still shows its text while it exists."""
+    import io
+
+    from django.contrib.admin.models import LogEntry
+    from django.core.management import call_command
+
+    assert host.post("/admin/memory_app/memory/add/", add_form(world, "Alice's therapy notes: Tuesdays")
+                     ).status_code == 302
+    memory = Memory.objects.get()
+    assert str(memory) == f"fact #{memory.pk}"
+    assert host.post(f"/admin/memory_app/memory/{memory.pk}/change/",
+                     add_form(world, "Alice's therapy notes: Thursdays")).status_code == 302
+    assert "therapy notes: Thursdays" in host.get("/admin/memory_app/memory/").content.decode()
+    call_command("clear_memory", "--user", "alice", "--all", "--yes", stdout=io.StringIO())
+    assert not Memory.objects.exists()
+    names = list(LogEntry.objects.values_list("object_repr", flat=True))
+    assert names == [f"fact #{memory.pk}"] * 2 and not [n for n in names if "therapy" in n]
