@@ -18,6 +18,8 @@ from django.conf import settings
 from django.core.management import call_command
 from django.db import connections
 
+from qorven.runtime.mail import EMAIL_URL_EXAMPLE, mail_server_problem
+
 from .adapters.base import platform_client
 from .models import ChannelBinding
 
@@ -160,12 +162,12 @@ def _models() -> Iterator[Check]:
 
 
 def _channels() -> Iterator[Check]:
-    probes = {"telegram": _telegram, "slack": _slack, "whatsapp": _whatsapp, "discord": _discord}
+    probes = {"telegram": _telegram, "slack": _slack, "whatsapp": _whatsapp, "discord": _discord, "email": _email}
     for binding in ChannelBinding.objects.filter(enabled=True).select_related("tenant").order_by("tenant__slug",
                                                                                                  "kind", "pk"):
         probe = probes.get(binding.kind)
         if probe is None:
-            continue  # email, SMS and webchat have no account to ask
+            continue  # SMS and webchat have no account to ask
         subject = f"{binding.tenant.slug}/{binding.kind}" + (f" {binding.name}" if binding.name else "")
         for check in _safely(subject, binding.kind, lambda: probe(binding, subject)):
             yield check
@@ -223,6 +225,15 @@ def _discord(binding: ChannelBinding, subject: str) -> list[Check]:
                     f"Bot {binding.credentials.get('bot_token', '')}", refused="the bot token is refused",
                     fix="reset the bot token in the Discord developer portal and `qorven bind discord …`",
                     seen=lambda body: f"bot {body.get('username', '?')} accepts its token")
+
+
+def _email(binding: ChannelBinding, subject: str) -> list[Check]:
+    """Where replies go: the configured mail server (not contacted), or nowhere."""
+    problem = mail_server_problem()
+    if problem:
+        return [Check("channel", subject, False, problem, f"set EMAIL_URL, e.g. {EMAIL_URL_EXAMPLE}")]
+    return [Check("channel", subject, True, f"replies go by {settings.EMAIL_BACKEND.rsplit('.', 2)[-2]} to "
+                                            f"{settings.EMAIL_HOST}:{settings.EMAIL_PORT}")]
 
 
 def _answers(subject: str, url: str, authorization: str, *, refused: str, fix: str,

@@ -451,7 +451,12 @@ QORVEN_PAIRING_TTL = env.int("QORVEN_PAIRING_TTL", default=3600, at_least=1)
 QORVEN_PAIRING_RESEND = env.int("QORVEN_PAIRING_RESEND", default=300, at_least=0)
 
 # Outbound mail (email channel replies). e.g. smtp+tls://user:pass@smtp.example.com:587
-vars().update(env.email_url("EMAIL_URL", default="consolemail://"))
+# Unset: no mail server, and a reply to an email fails saying so (qorven.runtime.mail);
+# Django's console backend printed every reply, its recipient and text, to the output.
+if env.str("EMAIL_URL", default=""):
+    vars().update(env.email_url("EMAIL_URL"))
+else:
+    EMAIL_BACKEND = "qorven.runtime.mail.NoMailServer"
 
 # Learned skills: `*.md` files synced into the database at startup and by `qorven sync-skills`.
 QORVEN_SKILLS_DIR = Path(env.str("QORVEN_SKILLS_DIR", default=str(BASE_DIR / "plugins" / "skills")))

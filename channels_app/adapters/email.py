@@ -22,6 +22,8 @@ from email.utils import getaddresses, parseaddr
 from django.core.mail import BadHeaderError, EmailMessage
 from django.http import HttpRequest
 
+from qorven.runtime.mail import EMAIL_URL_EXAMPLE, NoMailServerError, mail_server_problem
+
 from ..json_body import json_body
 from ..inbound import InboundImage, InboundMessage
 from ..models import ChannelBinding
@@ -48,6 +50,11 @@ class EmailAdapter(Adapter):
 
     def lookup_key(self, credentials: dict[str, str]) -> str:
         return credentials["address"].strip().lower()
+
+    def setup_hint(self, binding: ChannelBinding, given: dict[str, str]) -> list[str]:
+        problem = mail_server_problem()
+        warning = [f"warning: {problem}; set EMAIL_URL, e.g. {EMAIL_URL_EXAMPLE}"] if problem else []
+        return [*super().setup_hint(binding, given), *warning]
 
     def credentials_problem(self, credentials: dict[str, str]) -> tuple[str, str] | None:
         address = credentials.get("address", "").strip()
@@ -113,6 +120,8 @@ class EmailAdapter(Adapter):
         )
         try:
             mail.send(fail_silently=False)
+        except NoMailServerError as exc:  # EMAIL_URL unset: fails for good, saying so
+            raise SendError(str(exc), permanent=True) from None
         except (BadHeaderError, ValueError) as exc:  # a header that cannot be written: never will be
             raise SendError(f"SMTP: {type(exc).__name__}: {exc}", permanent=True) from None
         except smtplib.SMTPResponseException as exc:  # 5xx is permanent (RFC 5321), 4xx for now

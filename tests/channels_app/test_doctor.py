@@ -128,3 +128,18 @@ def test_doctor_reports_an_unreachable_database_and_the_rest_instead_of_a_traceb
     assert done.returncode == 1, done.stderr[-1500:]
     assert "Traceback" not in done.stderr + done.stdout
     assert "unreachable" in done.stdout and "not checked: the database is unreachable" in done.stdout
+
+
+def test_an_email_binding_with_no_mail_server_fails_and_says_to_set_email_url(world, settings):
+    """With no EMAIL_URL the email channel's replies went to the console as if sent; doctor
+    said nothing. A mail server that prints or keeps mail delivers nowhere either."""
+    binding_create(tenant=world.tenant_a, qor=world.qor_a, kind="email",
+                   credentials={"address": "aria@acme.example", "secret": "mail-secret"})
+    for backend, ok, seen in [("qorven.runtime.mail.NoMailServer", False, "no mail server is configured"),
+                              ("django.core.mail.backends.console.EmailBackend", False, "delivers nowhere"),
+                              ("django.core.mail.backends.smtp.EmailBackend", True, "smtp.example.com:587")]:
+        settings.EMAIL_BACKEND = backend
+        settings.EMAIL_HOST, settings.EMAIL_PORT = "smtp.example.com", 587
+        (check,) = [c for c in checks_of(doctor()[0], "channel") if c["subject"].startswith("acme/email")]
+        assert check["ok"] is ok and seen in check["detail"], check
+        assert ok or "EMAIL_URL" in check["fix"]

@@ -124,3 +124,17 @@ def test_make_runs_bootstrap_keeps_a_password_set_since(tmp_path):
                  "--password=first demo password 1", "--password-if-new", stdout=io.StringIO())
     admin.refresh_from_db()
     assert admin.check_password("chosen in setup 42")
+
+
+def test_binding_email_with_no_mail_server_warns_that_replies_will_fail(world, settings):
+    settings.EMAIL_BACKEND = "qorven.runtime.mail.NoMailServer"
+    out = io.StringIO()
+    call_command("bind", "email", "--tenant", "acme", "--qor", "aria", "--address", "aria@acme.example",
+                 "--secret", "mail-secret", stdout=out)
+    assert "warning: no mail server is configured" in out.getvalue() and "set EMAIL_URL" in out.getvalue()
+
+    settings.EMAIL_BACKEND = "django.core.mail.backends.smtp.EmailBackend"
+    out = io.StringIO()
+    call_command("bind", "email", "--tenant", "acme", "--qor", "aria", "--address", "aria@acme.example",
+                 "--secret", "mail-secret", stdout=out)
+    assert "warning" not in out.getvalue()

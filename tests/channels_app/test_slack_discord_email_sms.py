@@ -440,6 +440,47 @@ def test_an_smtp_refusal_for_good_fails_the_reply_at_once(world, email, settings
         listener.close()
 
 
+def test_without_a_mail_server_the_default_sends_nothing_and_prints_nothing():
+    """With no EMAIL_URL, mail went to the console backend: every email reply (its
+    recipient, subject and text quoting the person) was printed to the server's output,
+    outside the log, and counted as sent. Now nothing is sent or printed."""
+    import os
+    import subprocess
+    import sys
+
+    code = ("import django; django.setup()\n"
+            "from django.conf import settings; print('backend', settings.EMAIL_BACKEND)\n"
+            "from django.core.mail import EmailMessage\n"
+            "print('sent', EmailMessage('Re: my therapy', 'my therapy notes', to=['priya@example.com'])"
+            ".send(fail_silently=True))\n")
+    environment = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "REDIS_URL", "EMAIL_URL")}
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
+                          env={**environment, "DJANGO_SETTINGS_MODULE": "qorven.settings",
+                               "DJANGO_SECRET_KEY": "mail-test"})
+    assert done.returncode == 0, done.stderr[-2000:]
+    output = done.stdout + done.stderr
+    assert "backend qorven.runtime.mail.NoMailServer" in output and "sent 0" in output
+    assert "therapy" not in output and "priya@example.com" not in output
+
+
+def test_an_email_reply_with_no_mail_server_configured_fails_at_once_saying_so(
+    client, world, email, model_server, drain, settings
+):
+    """A reply with nowhere to go ends failed at the first try, where the person and the
+    admin see it, with the reason; it is not retried, and nothing is printed."""
+    from channels_app.models import OutboundDelivery
+
+    settings.EMAIL_BACKEND = "qorven.runtime.mail.NoMailServer"
+    pair(world, "email", "priya@example.com", world.alice)
+    model_server.add(reply("Sure, May works."))
+    post_email(client, email_body("Can we go in May?", "<m1@example.com>"))
+    drain()
+    (part,) = OutboundDelivery.objects.all()
+    assert (part.state, part.attempts) == ("failed", 1)
+    assert "no mail server is configured" in part.last_error and "EMAIL_URL" in part.last_error
+    assert mail.outbox == []
+
+
 def test_email_attachments_are_kept_images_and_files_and_the_rest_left_out(client, world, email, model_server,
                                                                            drain):
     import base64
