@@ -349,7 +349,8 @@ RATELIMIT_CACHE_PREFIX = "qorven-rl:"
 
 # Every line carries the tenant, Qor, session and message it is about (qorven.runtime.
 # log_context); QORVEN_LOG_FORMAT=json writes one JSON object a line; keys and tokens
-# quoted in messages, tracebacks and stacks are masked, in either format.
+# quoted in messages, tracebacks and stacks are masked, in either format, and so are email
+# addresses and phone numbers (a platform quoting a recipient in its error).
 QORVEN_LOG_FORMAT = env.str("QORVEN_LOG_FORMAT", default="text")
 # Prometheus metrics at /metrics: with a token, only to `Authorization: Bearer <token>`;
 # without one, only to these client addresses.

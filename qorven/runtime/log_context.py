@@ -3,8 +3,9 @@
 Tasks and turns wrap their work in `log_context(tenant=…, session=…)`; `ContextFilter`
 (on the console handler, see qorven.settings.LOGGING) copies those ids onto every record
 logged meanwhile, from any module. `QORVEN_LOG_FORMAT=json` writes one JSON object a line
-(`JsonFormatter`). `SecretFilter` masks what looks like a key or a bot token in any
-message, traceback or stack, so a secret quoted in an error never reaches the log whole.
+(`JsonFormatter`). `SecretFilter` masks what looks like a key or a bot token, an email
+address or a phone number in any message, traceback or stack, so a secret or a person's
+address quoted in an error never reaches the log whole.
 """
 from __future__ import annotations
 
@@ -55,8 +56,17 @@ _SECRET = re.compile(
 )
 
 
+# A person's address or phone number in a platform's error (an SMTP server's "<priya@…>:
+# Recipient address rejected", Twilio's "The 'To' number +49…"): the domain stays, and a
+# number's country code, to tell a misconfiguration from a person. A number needs its
+# "+" and 8 to 15 digits, so times, counts and ids stay as they are.
+_PERSONAL = re.compile(r"(?<![\w.+\-])[\w.+\-]+(?P<domain>@[\w\-]+(?:\.[\w\-]+)+)"
+                       r"|(?<![\w+])(?P<country>\+\d{2})\d{6,13}(?!\d)")
+
+
 def mask(text: str) -> str:
-    return _SECRET.sub(lambda m: m.group("keep") + "…", text)
+    text = _SECRET.sub(lambda m: m.group("keep") + "…", text)
+    return _PERSONAL.sub(lambda m: "…" + m["domain"] if m["domain"] else m["country"] + "…", text)
 
 
 _formatter = logging.Formatter()

@@ -126,3 +126,20 @@ def test_a_bot_token_written_out_bare_is_masked_and_times_and_ids_are_not(consol
     assert first.endswith("bot 123456789:… here")
     assert "AAE-x_yZ" not in second and "7012345678:…" in second
     assert third.endswith("at 12:30 session 41:7 message 2024-05-01T12:30:00Z id 123456789:42 run 1234:abc")
+
+
+def test_an_address_or_phone_number_a_platform_quotes_in_its_error_is_masked(console):
+    """A refused send logs the platform's answer, and SMTP servers and Twilio quote the
+    recipient in it ("<priya@example.com>: Recipient address rejected", "The 'To' number
+    +4915112345678 is not valid"): the person's address or number reached the log."""
+    handler, stream = console
+    log = logging.getLogger("channels_app.sending")
+    log.warning("delivery of message %s part %s failed for good: %s", 7, 0,
+                "SMTP: 550 b'5.1.1 <priya.k+trips@example.com>: Recipient address rejected'")
+    log.warning("delivery of message %s part %s failed for good: %s", 8, 0,
+                "400: The 'To' number +4915112345678 is not a valid phone number.")
+    log.warning("message 9 at 2024-05-01 12:30:00+00:00, total +12345 tokens")
+    first, second, third = stream.getvalue().splitlines()
+    assert "priya" not in first and "<…@example.com>" in first
+    assert "15112345678" not in second and "+49…" in second
+    assert third.endswith("message 9 at 2024-05-01 12:30:00+00:00, total +12345 tokens")
