@@ -20,7 +20,7 @@ def names_without_text(apps, schema_editor) -> None:
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("memory_app", "0004_skill_router"),
+        ("memory_app", "0005_memory_search_follows_deletes"),
         ("admin", "0003_logentry_add_action_flag_choices"),
         ("contenttypes", "0002_remove_content_type_name"),
     ]
