@@ -25,6 +25,7 @@ from .chat import surface_session, with_deliveries
 from .json_body import QUERY_INT_MAX, BodyRefused, json_body
 
 MAX_CONTENT = 100_000
+DEFAULT_PAGE = 50  # messages a timeline read gives without a limit (at most QORVEN_API_PAGE_MAX)
 MAX_IDEMPOTENCY_KEY = 255
 # The surfaces an API client may be: a program of its own (web), or the terminal client.
 POSTABLE_CHANNELS = frozenset({Channel.WEB, Channel.TUI})
@@ -99,7 +100,9 @@ def _timeline(request: HttpRequest, qor) -> JsonResponse:
         raise BadRequest(f"unknown channel {channel!r}; one of: {', '.join(Channel.values)}")
     after_seq = _int_param(request, "after_seq", minimum=0)
     before_seq = _int_param(request, "before_seq", minimum=1)
-    limit = _int_param(request, "limit", minimum=1, maximum=settings.QORVEN_API_PAGE_MAX) or 50
+    limit = _int_param(request, "limit", minimum=1, maximum=settings.QORVEN_API_PAGE_MAX)
+    if limit is None:
+        limit = min(DEFAULT_PAGE, settings.QORVEN_API_PAGE_MAX)
     if after_seq is not None and before_seq is not None:
         raise BadRequest("give after_seq or before_seq, not both")
     include = {part.strip() for part in request.GET.get("include", "").split(",") if part.strip()}

@@ -160,6 +160,17 @@ def test_bad_query_parameters_are_400(client, world, tokens, query):
     assert response.json()["error"]
 
 
+def test_without_a_limit_the_page_is_50_or_qorven_api_page_max_when_that_is_less(client, world, tokens, settings):
+    session = session_resolve(tenant=world.tenant_a, qor=world.qor_a, channel="web", user=world.alice)
+    for n in range(14):
+        message_append(session=session, role="user", content=f"m{n}", channel="web")
+    settings.QORVEN_API_PAGE_MAX = 5
+    page = client.get(URL.format("aria"), **auth(tokens["alice"])).json()["messages"]
+    assert [m["content"] for m in page] == ["m9", "m10", "m11", "m12", "m13"]  # the newest five
+    settings.QORVEN_API_PAGE_MAX = 500
+    assert len(client.get(URL.format("aria"), **auth(tokens["alice"])).json()["messages"]) == 14
+
+
 def test_other_methods_are_refused(client, world, tokens):
     assert client.delete(URL.format("aria"), **auth(tokens["alice"])).status_code == 405
 
