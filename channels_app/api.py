@@ -2,6 +2,7 @@
 or tui for a terminal client)."""
 from __future__ import annotations
 
+import re
 from datetime import timezone as dt_timezone
 from typing import Any
 
@@ -60,18 +61,20 @@ class BadRequest(Exception):
     pass
 
 
+_INTEGER = re.compile(r"[+-]?0*(?P<digits>[0-9]*[0-9])")  # digits without the zeros before them
+
+
 def _int_param(request: HttpRequest, name: str, *, minimum: int, maximum: int | None = None) -> int | None:
     raw = request.GET.get(name)
     if raw in (None, ""):
         return None
     maximum = QUERY_INT_MAX if maximum is None else maximum
-    try:
-        value = int(raw) if len(raw) <= 20 else None
-    except ValueError:
-        value = None
-    if value is None:
-        raise BadRequest(f"{name} must be an integer") from None
-    if not minimum <= value <= maximum:
+    written = _INTEGER.fullmatch(raw)
+    if written is None:
+        raise BadRequest(f"{name} must be an integer")
+    # Converted only when short: a long string of digits is out of range without reading it.
+    value = int(raw) if len(written.group("digits")) <= 20 else None
+    if value is None or not minimum <= value <= maximum:
         raise BadRequest(f"{name} must be between {minimum} and {maximum}")
     return value
 

@@ -171,6 +171,17 @@ def test_without_a_limit_the_page_is_50_or_qorven_api_page_max_when_that_is_less
     assert len(client.get(URL.format("aria"), **auth(tokens["alice"])).json()["messages"]) == 14
 
 
+@pytest.mark.parametrize("name", ["limit", "after_seq", "before_seq"])
+def test_an_integer_too_large_is_said_to_be_out_of_range_not_to_be_no_integer(client, world, tokens, name):
+    response = client.get(URL.format("aria") + f"?{name}=99999999999999999999999", **auth(tokens["alice"]))
+    assert response.status_code == 400
+    assert response.json()["error"].startswith(f"{name} must be between ")
+    padded = client.get(URL.format("aria") + f"?{name}=0000000000000000000001", **auth(tokens["alice"]))
+    assert padded.status_code == 200  # leading zeros are still the number one
+    assert client.get(URL.format("aria") + f"?{name}=12x", **auth(tokens["alice"])).json() == {
+        "error": f"{name} must be an integer"}
+
+
 def test_other_methods_are_refused(client, world, tokens):
     assert client.delete(URL.format("aria"), **auth(tokens["alice"])).status_code == 405
 
