@@ -352,6 +352,12 @@ RATELIMIT_CACHE_PREFIX = "qorven-rl:"
 # quoted in messages, tracebacks and stacks are masked, in either format, and so are email
 # addresses and phone numbers (a platform quoting a recipient in its error).
 QORVEN_LOG_FORMAT = env.str("QORVEN_LOG_FORMAT", default="text")
+# Any case: logging itself knows only DEBUG, INFO, … in capitals.
+_LOG_LEVEL = env.str("QORVEN_LOG_LEVEL", default="INFO")
+QORVEN_LOG_LEVEL = _LOG_LEVEL.strip().upper()
+if QORVEN_LOG_LEVEL not in ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"):
+    raise environ.ImproperlyConfigured(
+        f"QORVEN_LOG_LEVEL must be DEBUG, INFO, WARNING, ERROR or CRITICAL (any case), not {_LOG_LEVEL!r}")
 # Prometheus metrics at /metrics: with a token, only to `Authorization: Bearer <token>`;
 # without one, only to these client addresses.
 QORVEN_METRICS_TOKEN = env.str("QORVEN_METRICS_TOKEN", default="")
@@ -371,7 +377,7 @@ LOGGING = {
     },
     "handlers": {"console": {"class": "logging.StreamHandler", "filters": ["secrets", "context"],
                              "formatter": "json" if QORVEN_LOG_FORMAT == "json" else "text"}},
-    "root": {"handlers": ["console"], "level": env.str("QORVEN_LOG_LEVEL", default="INFO")},
+    "root": {"handlers": ["console"], "level": QORVEN_LOG_LEVEL},
     "loggers": {
         "django.db.backends": {"level": "WARNING"},
         # Client libraries log request URLs, and a Telegram URL carries the bot token.

@@ -102,3 +102,19 @@ def test_a_starting_worker_removes_the_metrics_folders_of_workers_that_are_gone(
         (folder / "counter_1.db").write_bytes(b"x")
     _metrics_folders_stale_remove(tmp_path)
     assert not dead.exists() and alive.exists() and other.exists()
+
+
+def configuration_error(done: subprocess.CompletedProcess) -> str:
+    """The one line a refused setting prints (exit code 2), else an assertion naming what it did."""
+    assert done.returncode == 2, done.stderr[-800:]
+    (line,) = done.stderr.strip().splitlines()
+    assert line.startswith("qorven: configuration error: ")
+    return line
+
+
+def test_a_log_level_is_taken_in_any_case_and_an_unknown_one_is_one_line_naming_it():
+    for level in ("debug", "Warning", "ERROR"):
+        done = run("check", DJANGO_SECRET_KEY="cli-test", QORVEN_LOG_LEVEL=level)
+        assert done.returncode == 0 and "Traceback" not in done.stderr, (level, done.stderr[-800:])
+    line = configuration_error(run("check", DJANGO_SECRET_KEY="cli-test", QORVEN_LOG_LEVEL="loud"))
+    assert "QORVEN_LOG_LEVEL" in line and "'loud'" in line and "DEBUG" in line
