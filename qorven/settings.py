@@ -8,6 +8,8 @@ from __future__ import annotations
 import os
 import re
 import socket
+import warnings
+import zoneinfo
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +43,12 @@ class _Env(environ.Env):
         return value
 
 
+    def db_url(self, var=environ.Env.DEFAULT_DATABASE_ENV, default=environ.Env.NOTSET, engine=None):  # type: ignore[override]
+        with warnings.catch_warnings():  # a scheme it does not know: the settings say so, in one line
+            warnings.simplefilter("ignore", UserWarning)
+            return super().db_url(var, default=default, engine=engine)
+
+
 env = _Env()
 # Settings from a `.env` beside manage.py (or the file QORVEN_ENV_FILE names; empty: none,
 # as the test suite sets it). Variables already in the environment win.
@@ -49,6 +57,11 @@ if ENV_FILE:
     environ.Env.read_env(ENV_FILE, overwrite=False)
 
 DEBUG = env.bool("DJANGO_DEBUG", default=False)
+# Read before the secret key it calls for, so a malformed URL is the error a host sees first.
+_DATABASE = env.db_url("DATABASE_URL", default=f"sqlite:///{BASE_DIR / 'db.sqlite3'}")
+if _DATABASE.get("ENGINE") not in ("django.db.backends.postgresql", "django.db.backends.sqlite3"):
+    raise environ.ImproperlyConfigured("DATABASE_URL must be a postgres:// or sqlite:// URL (e.g. "
+                                       f"postgres://user:pass@host:5432/qorven), not {env.str('DATABASE_URL')!r}")
 SECRET_KEY = env.str("DJANGO_SECRET_KEY", default="")
 if not SECRET_KEY:
     if env.str("DATABASE_URL", default=""):
@@ -133,9 +146,7 @@ TEMPLATES = [
     },
 ]
 
-DATABASES = {
-    "default": env.db_url("DATABASE_URL", default=f"sqlite:///{BASE_DIR / 'db.sqlite3'}"),
-}
+DATABASES = {"default": _DATABASE}
 if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     # BEGIN IMMEDIATE takes SQLite's write lock at the start of every transaction, so
     # concurrent appends queue up instead of failing with "database is locked".
@@ -203,6 +214,11 @@ LOGOUT_REDIRECT_URL = "/accounts/login/"
 
 LANGUAGE_CODE = "en-us"
 TIME_ZONE = env.str("QORVEN_TIME_ZONE", default="UTC")
+try:
+    zoneinfo.ZoneInfo(TIME_ZONE)
+except (zoneinfo.ZoneInfoNotFoundError, ValueError):
+    raise environ.ImproperlyConfigured(
+        f"QORVEN_TIME_ZONE must be a time zone name like UTC or Europe/Berlin, not {TIME_ZONE!r}") from None
 USE_I18N = True
 USE_TZ = True
 

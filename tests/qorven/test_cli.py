@@ -118,3 +118,15 @@ def test_a_log_level_is_taken_in_any_case_and_an_unknown_one_is_one_line_naming_
         assert done.returncode == 0 and "Traceback" not in done.stderr, (level, done.stderr[-800:])
     line = configuration_error(run("check", DJANGO_SECRET_KEY="cli-test", QORVEN_LOG_LEVEL="loud"))
     assert "QORVEN_LOG_LEVEL" in line and "'loud'" in line and "DEBUG" in line
+
+
+def test_an_unknown_time_zone_or_a_malformed_database_url_is_one_line_naming_it():
+    line = configuration_error(run("check", DJANGO_SECRET_KEY="cli-test", QORVEN_TIME_ZONE="Mars/Base"))
+    assert "QORVEN_TIME_ZONE" in line and "'Mars/Base'" in line
+    assert run("check", DJANGO_SECRET_KEY="cli-test", QORVEN_TIME_ZONE="Europe/Berlin").returncode == 0
+    for url in ("bogus", "http://db.internal/qorven"):
+        line = configuration_error(run("check", DJANGO_SECRET_KEY="cli-test", DATABASE_URL=url))
+        assert "DATABASE_URL" in line and repr(url) in line
+    # The URL's own problem first: a key would not make it work.
+    line = configuration_error(run("check", DATABASE_URL="bogus"))
+    assert "DATABASE_URL" in line and "'bogus'" in line and "DJANGO_SECRET_KEY" not in line
