@@ -30,6 +30,7 @@ from django.core.cache import cache
 from django.db.models import Min, Q
 from django.utils import timezone
 
+from qorven.runtime.durations import duration_setting
 from sessions_app.models import Message, Session
 
 from .models import InboundEvent, OutboundDelivery
@@ -72,8 +73,6 @@ def inbound_events_prune(*, now) -> int:
     """Delete finished inbound events (done, failed) older than QORVEN_INBOUND_RETENTION,
     at most once an hour: past it no platform delivers a message again, so nothing needs
     recognising. Returns how many went."""
-    from heartbeats_app.retention import duration_setting
-
     try:
         keep = duration_setting("QORVEN_INBOUND_RETENTION")
     except ValueError as exc:

@@ -1,33 +1,19 @@
 """How long heartbeat leftovers are kept: images (the reserved clear-images beat) and the
 runs of a beat with their cron sessions (pruned after each run of that beat).
 
-Durations are settings in seconds or with a unit: 3600, 30m, 12h, 7d, 2w; 0 is "none".
+Durations are settings in seconds or with a unit: 3600, 30m, 12h, 7d, 2w; 0 is "none"
+(qorven.runtime.durations).
 """
 from __future__ import annotations
 
-import re
 from datetime import datetime, timedelta
 
-from django.conf import settings
 from django.db import transaction
 
+from qorven.runtime.durations import duration_setting
 from sessions_app.retention import cron_sessions_delete
 
 from .models import Heartbeat, HeartbeatRun
-
-_DURATION = re.compile(r"(\d+)\s*([smhdw]?)")
-_UNITS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
-
-
-def duration_setting(name: str) -> timedelta | None:
-    """The setting `name` as a duration; None for zero or empty. Raises ValueError for
-    anything else, naming the setting."""
-    text = str(getattr(settings, name) or "0").strip().lower()
-    match = _DURATION.fullmatch(text)
-    if match is None:
-        raise ValueError(f"{name}={text!r} is not a duration like 3600, 30m, 12h, 7d or 2w")
-    seconds = int(match.group(1)) * _UNITS[match.group(2)]
-    return timedelta(seconds=seconds) if seconds else None
 
 
 def image_retention() -> timedelta | None:

@@ -16,6 +16,8 @@ from typing import Any
 import environ
 from kombu import Queue
 
+from qorven.runtime.durations import duration_parse
+
 BASE_DIR = Path(__file__).resolve().parent.parent
 
 class _Env(environ.Env):
@@ -42,6 +44,16 @@ class _Env(environ.Env):
             raise environ.ImproperlyConfigured(f"{var} must be {wrong[0]} {wrong[1]}, not {os.environ.get(var)!r}")
         return value
 
+
+    def duration(self, var, default=environ.Env.NOTSET) -> str:
+        """A duration (qorven.runtime.durations: 3600, 30m, 12h, 7d, 2w; 0 is none), checked
+        here and kept as written: the code that uses it parses it again."""
+        value = self.str(var, default=default)
+        try:
+            duration_parse(value)
+        except ValueError as exc:
+            raise environ.ImproperlyConfigured(f"{var} {exc}") from None
+        return value
 
     def db_url(self, var=environ.Env.DEFAULT_DATABASE_ENV, default=environ.Env.NOTSET, engine=None):  # type: ignore[override]
         with warnings.catch_warnings():  # a scheme it does not know: the settings say so, in one line
@@ -337,12 +349,12 @@ CELERY_TASK_SEND_SENT_EVENT = False
 # Heartbeats: the defaults file synced on startup, and how long images are kept by the
 # reserved __qorven_clear_images__ beat (seconds or 30m / 12h / 7d / 2w; 0 = delete all).
 QORVEN_HEARTBEATS_FILE = Path(env.str("QORVEN_HEARTBEATS_FILE", default=str(BASE_DIR / "heartbeats.default.json")))
-QORVEN_IMAGE_RETENTION = env.str("QORVEN_IMAGE_RETENTION", default="0")
+QORVEN_IMAGE_RETENTION = env.duration("QORVEN_IMAGE_RETENTION", default="0")
 # How long a processed (or failed) inbound event is kept, to recognise a platform's late
 # retry of it (WhatsApp retries for up to 7 days); 0 = forever.
-QORVEN_INBOUND_RETENTION = env.str("QORVEN_INBOUND_RETENTION", default="30d")
+QORVEN_INBOUND_RETENTION = env.duration("QORVEN_INBOUND_RETENTION", default="30d")
 # How long a heartbeat's finished runs (and the cron sessions they ran in) are kept; 0 = forever.
-QORVEN_HEARTBEAT_RUN_RETENTION = env.str("QORVEN_HEARTBEAT_RUN_RETENTION", default="30d")
+QORVEN_HEARTBEAT_RUN_RETENTION = env.duration("QORVEN_HEARTBEAT_RUN_RETENTION", default="30d")
 # A run whose model was unavailable is retried after this many seconds, then four times as long.
 QORVEN_HEARTBEAT_RETRY_DELAY = env.float("QORVEN_HEARTBEAT_RETRY_DELAY", default=60.0, at_least=0)
 

@@ -130,3 +130,13 @@ def test_an_unknown_time_zone_or_a_malformed_database_url_is_one_line_naming_it(
     # The URL's own problem first: a key would not make it work.
     line = configuration_error(run("check", DATABASE_URL="bogus"))
     assert "DATABASE_URL" in line and "'bogus'" in line and "DJANGO_SECRET_KEY" not in line
+
+
+def test_a_retention_that_is_not_a_duration_is_one_line_naming_it_at_startup():
+    """They were read only by the nightly beats and the sweeper, which then failed."""
+    for name, value in (("QORVEN_IMAGE_RETENTION", "30days"), ("QORVEN_HEARTBEAT_RUN_RETENTION", "1month"),
+                        ("QORVEN_INBOUND_RETENTION", "-7d")):
+        line = configuration_error(run("check", DJANGO_SECRET_KEY="cli-test", **{name: value}))
+        assert name in line and repr(value) in line and "7d" in line, line
+    good = {"QORVEN_IMAGE_RETENTION": "12h", "QORVEN_HEARTBEAT_RUN_RETENTION": "0", "QORVEN_INBOUND_RETENTION": "2W"}
+    assert run("check", DJANGO_SECRET_KEY="cli-test", **good).returncode == 0
