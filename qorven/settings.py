@@ -5,6 +5,7 @@ runs on the embedded default: SQLite, an in-process channel layer and in-process
 """
 from __future__ import annotations
 
+import ipaddress
 import os
 import re
 import socket
@@ -19,6 +20,13 @@ from kombu import Queue
 from qorven.runtime.durations import duration_parse
 
 BASE_DIR = Path(__file__).resolve().parent.parent
+
+_FALSE_STRINGS = ("false", "off", "no", "n", "0", "")
+# A host name: dot-separated labels of letters, digits and hyphens, the last not a number
+# (10.0.0.300 is a mistyped address, not a name).
+_LABEL = r"[a-z0-9_](?:[a-z0-9_-]{0,61}[a-z0-9_])?"
+_HOST_NAME = re.compile(rf"(?:{_LABEL}\.)*(?![0-9]+\.?$){_LABEL}\.?", re.IGNORECASE)
+
 
 class _Env(environ.Env):
     """django-environ, with a malformed number named in one line (ImproperlyConfigured,
@@ -44,6 +52,40 @@ class _Env(environ.Env):
             raise environ.ImproperlyConfigured(f"{var} must be {wrong[0]} {wrong[1]}, not {os.environ.get(var)!r}")
         return value
 
+
+    def bool(self, var, default=environ.Env.NOTSET):  # type: ignore[override]
+        """Only a word that says yes or no: django-environ reads any other ("maybe") as false."""
+        if var not in self.ENVIRON:
+            return super().bool(var, default=default)
+        written = self.str(var)
+        word = written.strip().lower()
+        if word in self.BOOLEAN_TRUE_STRINGS or word in _FALSE_STRINGS:
+            return word in self.BOOLEAN_TRUE_STRINGS
+        raise environ.ImproperlyConfigured(f"{var} must be true or false (also 1/0, yes/no, on/off), not {written!r}")
+
+    def addresses(self, var, default: list[str]) -> list[str]:
+        """A list of IP addresses (written as Python writes them, so a client's is found in it)."""
+        found = []
+        for entry in self.list(var, default=default):
+            try:
+                found.append(str(ipaddress.ip_address(entry.strip())))
+            except ValueError:
+                raise environ.ImproperlyConfigured(f"{var} takes IP addresses, not {entry.strip()!r}") from None
+        return found
+
+    def hosts(self, var, default: list[str]) -> list[str]:
+        """A list of host names, IP addresses and networks (10.0.0.0/8)."""
+        entries = [entry.strip() for entry in self.list(var, default=default) if entry.strip()]
+        for entry in entries:
+            try:
+                ipaddress.ip_network(entry, strict=False)
+                continue
+            except ValueError:
+                if "/" not in entry and _HOST_NAME.fullmatch(entry):
+                    continue
+            raise environ.ImproperlyConfigured(
+                f"{var} takes host names, IP addresses and networks (10.0.0.0/8), not {entry!r}")
+        return entries
 
     def duration(self, var, default=environ.Env.NOTSET) -> str:
         """A duration (qorven.runtime.durations: 3600, 30m, 12h, 7d, 2w; 0 is none), checked
@@ -380,6 +422,8 @@ RATELIMIT_CACHE_PREFIX = "qorven-rl:"
 # quoted in messages, tracebacks and stacks are masked, in either format, and so are email
 # addresses and phone numbers (a platform quoting a recipient in its error).
 QORVEN_LOG_FORMAT = env.str("QORVEN_LOG_FORMAT", default="text")
+if QORVEN_LOG_FORMAT not in ("text", "json"):
+    raise environ.ImproperlyConfigured(f"QORVEN_LOG_FORMAT must be text or json, not {QORVEN_LOG_FORMAT!r}")
 # Any case: logging itself knows only DEBUG, INFO, … in capitals.
 _LOG_LEVEL = env.str("QORVEN_LOG_LEVEL", default="INFO")
 QORVEN_LOG_LEVEL = _LOG_LEVEL.strip().upper()
@@ -389,7 +433,7 @@ if QORVEN_LOG_LEVEL not in ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"):
 # Prometheus metrics at /metrics: with a token, only to `Authorization: Bearer <token>`;
 # without one, only to these client addresses.
 QORVEN_METRICS_TOKEN = env.str("QORVEN_METRICS_TOKEN", default="")
-QORVEN_METRICS_ALLOW = env.list("QORVEN_METRICS_ALLOW", default=["127.0.0.1", "::1"])
+QORVEN_METRICS_ALLOW = env.addresses("QORVEN_METRICS_ALLOW", default=["127.0.0.1", "::1"])
 # `qorven worker` serves its own processes' turns and model calls on this port (0: off).
 QORVEN_WORKER_METRICS_PORT = env.int("QORVEN_WORKER_METRICS_PORT", default=0, at_least=0, at_most=65535)
 LOGGING = {
@@ -429,7 +473,7 @@ QORVEN_MODEL_KEY_URLS = env.list("QORVEN_MODEL_KEY_URLS", default=[])
 # Private, loopback or link-local hosts (names, addresses or networks) that URLs stored in
 # the database may still reach, e.g. a model server on the local network
 # (qorven/runtime/outbound.py).
-QORVEN_ALLOW_PRIVATE_HOSTS = env.list("QORVEN_ALLOW_PRIVATE_HOSTS", default=[])
+QORVEN_ALLOW_PRIVATE_HOSTS = env.hosts("QORVEN_ALLOW_PRIVATE_HOSTS", default=[])
 QORVEN_MODEL = env.str("QORVEN_MODEL", default="")
 QORVEN_NUM_CTX = env.int("QORVEN_NUM_CTX", default=8192, at_least=1)
 QORVEN_CONTEXT_RESERVE = env.int("QORVEN_CONTEXT_RESERVE", default=1024, at_least=0)

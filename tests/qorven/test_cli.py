@@ -140,3 +140,17 @@ def test_a_retention_that_is_not_a_duration_is_one_line_naming_it_at_startup():
         assert name in line and repr(value) in line and "7d" in line, line
     good = {"QORVEN_IMAGE_RETENTION": "12h", "QORVEN_HEARTBEAT_RUN_RETENTION": "0", "QORVEN_INBOUND_RETENTION": "2W"}
     assert run("check", DJANGO_SECRET_KEY="cli-test", **good).returncode == 0
+
+
+def test_a_word_a_switch_or_an_address_a_setting_cannot_take_is_one_line_naming_it():
+    """Each was taken without a word: xml logs were text, maybe was false, an allowed
+    address that is none was never matched, a network that is none allowed nothing."""
+    for name, value in (("QORVEN_LOG_FORMAT", "xml"), ("DJANGO_DEBUG", "maybe"), ("QORVEN_HTTPS", "sure"),
+                        ("QORVEN_METRICS_ALLOW", "127.0.0.1,notanip"),
+                        ("QORVEN_ALLOW_PRIVATE_HOSTS", "ollama.internal,10.0.0.0/33")):
+        line = configuration_error(run("check", DJANGO_SECRET_KEY="cli-test", **{name: value}))
+        assert name in line and repr(value.split(",")[-1]) in line, line
+    taken = {"QORVEN_LOG_FORMAT": "json", "DJANGO_DEBUG": "off", "QORVEN_HTTPS": "0",
+             "QORVEN_METRICS_ALLOW": "10.1.2.3,::1", "QORVEN_ALLOW_PRIVATE_HOSTS": "ollama.internal,10.0.0.0/8,fd00::1"}
+    done = run("check", DJANGO_SECRET_KEY="cli-test", **taken)
+    assert done.returncode == 0, done.stderr[-800:]
