@@ -154,3 +154,12 @@ def test_a_word_a_switch_or_an_address_a_setting_cannot_take_is_one_line_naming_
              "QORVEN_METRICS_ALLOW": "10.1.2.3,::1", "QORVEN_ALLOW_PRIVATE_HOSTS": "ollama.internal,10.0.0.0/8,fd00::1"}
     done = run("check", DJANGO_SECRET_KEY="cli-test", **taken)
     assert done.returncode == 0, done.stderr[-800:]
+
+
+def test_chat_refuses_a_history_that_is_not_a_count():
+    for value in ("-5", "many"):
+        done = run("chat", "--json", "--tenant", "acme", "--qor", "aria", "--user", "alice", "--history", value,
+                   DJANGO_SECRET_KEY="cli-test")
+        assert done.returncode == 2 and "--history" in done.stderr and "usage: qorven chat" in done.stderr, \
+            done.stderr[-500:]
+        assert "Traceback" not in done.stderr

@@ -6,7 +6,9 @@ from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError
 
 from channels_app.chat import chat_owner
+from channels_app.json_body import QUERY_INT_MAX
 from channels_app.terminal import run_interactive, run_json
+from qorven.runtime.arguments import whole_number
 from tenancy.errors import NotFound
 
 
@@ -28,8 +30,8 @@ class Command(BaseCommand):
         parser.add_argument("--user", required=True, help="your username (a member of the tenant)")
         parser.add_argument("--json", action="store_true", help="newline-delimited JSON in and out, for scripts")
         parser.add_argument(
-            "--history", type=int, default=None,
-            help="how many recent messages to print first (default 20; 0 with --json)",
+            "--history", type=whole_number(0, QUERY_INT_MAX), default=None,
+            help="how many recent messages to print first, 0 or more (default 20; 0 with --json)",
         )
         parser.add_argument(
             "--server", default=None, metavar="URL",
@@ -69,8 +71,8 @@ class Command(BaseCommand):
                 raise CommandError(f"no Qorven server answers at {server} (leave out --server to work on the "
                                    "database directly)")
         if opts["json"]:
-            code = run_json(owner, sys.stdin, sys.stdout, history=max(history, 0), wait=opts["wait"], link=link)
+            code = run_json(owner, sys.stdin, sys.stdout, history=history, wait=opts["wait"], link=link)
             if code:
                 raise CommandError("gave up waiting for a reply", returncode=code)
             return
-        run_interactive(owner, history=max(history, 0), link=link)
+        run_interactive(owner, history=history, link=link)

@@ -6,6 +6,8 @@ from pathlib import Path
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
+from qorven.runtime.arguments import whole_number
+
 
 class Command(BaseCommand):
     help = (
@@ -17,10 +19,10 @@ class Command(BaseCommand):
     requires_system_checks: list[str] = []
 
     def add_arguments(self, parser):
-        parser.add_argument("--concurrency", "-c", type=_whole(1, 10_000), default=settings.QORVEN_WORKER_CONCURRENCY,
+        parser.add_argument("--concurrency", "-c", type=whole_number(1, 10_000), default=settings.QORVEN_WORKER_CONCURRENCY,
                             help="tasks at once (default QORVEN_WORKER_CONCURRENCY, 4)")
         parser.add_argument("--loglevel", "-l", default="INFO", help="log level (default INFO)")
-        parser.add_argument("--metrics-port", type=_whole(0, 65535), default=settings.QORVEN_WORKER_METRICS_PORT,
+        parser.add_argument("--metrics-port", type=whole_number(0, 65535), default=settings.QORVEN_WORKER_METRICS_PORT,
                             help="serve this worker's Prometheus metrics (turns, model calls, of all its "
                                  "processes) on this port (default QORVEN_WORKER_METRICS_PORT; 0: off)")
         parser.add_argument("--metrics-host", default="127.0.0.1",
@@ -226,20 +228,3 @@ def _metrics_serve(host: str, port: int) -> None:
         multiprocess.mark_process_dead(pid or os.getpid(), path)
 
     signals.worker_process_shutdown.connect(child_gone, weak=False, dispatch_uid="qorven.worker.metrics")
-
-
-def _whole(low: int, high: int):
-    """An argparse type: a whole number from `low` to `high` (Celery reads a concurrency
-    of 0 as one process per CPU, and a port past 65535 is taken modulo by the socket layer)."""
-    import argparse
-
-    def parse(value: str) -> int:
-        try:
-            number = int(value)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{value!r} is not a whole number") from None
-        if not low <= number <= high:
-            raise argparse.ArgumentTypeError(f"{number} is not in {low}-{high}")
-        return number
-
-    return parse
