@@ -43,6 +43,20 @@ def csrf_failure(request: HttpRequest, reason: str = "") -> HttpResponse:
     return page(request, reason)
 
 
+API_PREFIX = "/v1/"
+SERVER_ERROR = "something went wrong on our side; try again later"
+
+
+def api_error_handler(status: int, message: str, page: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]:
+    """A handler404/400/403/500: under /v1/ the API's JSON error (a path that names
+    nothing, a host not allowed, a failure of ours), elsewhere Django's `page`."""
+    def handler(request: HttpRequest, exception: Exception | None = None) -> HttpResponse:
+        if request.path.startswith(API_PREFIX):
+            return json_error(status, message)
+        return page(request) if status == 500 else page(request, exception)
+    return handler
+
+
 def bearer_required(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]:
     """Sets request.tenant, request.user and request.member_role (the user's role in the
     tenant, read with the token) from `Authorization: Bearer <token>`, or 401."""

@@ -18,6 +18,7 @@ from tenancy.switches import channel_enabled_cached
 
 from .adapters import WebhookRejected, adapter_for
 from .adapters.base import Undelivered
+from .api_auth import method_refused
 from .inbound import InboundMessage
 from .json_body import BodyRefused
 from .models import ChannelBinding
@@ -52,10 +53,11 @@ def webhook_prepare(channel: str, request: HttpRequest) -> Prepared:
     adapter = adapter_for(channel)
     if adapter is None:
         return Prepared(JsonResponse({"error": f"no channel {channel!r}"}, status=404))
+    refused = method_refused(request, adapter.methods)
+    if refused is not None:
+        return Prepared(refused)
     if request.method == "GET":
         return Prepared(adapter.handle_get(request))
-    if request.method != "POST":
-        return Prepared(JsonResponse({"error": "POST only"}, status=405))
     try:
         binding = adapter.resolve(request)
         if not channel_enabled_cached(tenant=binding.tenant, channel=adapter.kind):

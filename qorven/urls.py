@@ -4,8 +4,10 @@ from django.contrib import admin
 from django.contrib.auth import views as auth_views
 from django.templatetags.static import static
 from django.urls import include, path
+from django.views import defaults
 from django.views.generic import RedirectView
 
+from channels_app.api_auth import SERVER_ERROR, api_error_handler
 from channels_app.metrics import metrics_view
 
 from .health import healthz, readyz
@@ -25,3 +27,10 @@ urlpatterns = [
     path("v1/", include("channels_app.urls")),
     path("", include("channels_app.web_urls")),
 ]
+
+# The API's errors are JSON wherever they arise (a path under /v1/ that names nothing, a
+# host not allowed, a failure of ours); a page's are Django's.
+handler400 = api_error_handler(400, "bad request", defaults.bad_request)
+handler403 = api_error_handler(403, "forbidden", defaults.permission_denied)
+handler404 = api_error_handler(404, "no such endpoint: see the API in the README", defaults.page_not_found)
+handler500 = api_error_handler(500, SERVER_ERROR, defaults.server_error)

@@ -92,6 +92,8 @@ class Adapter:
     # Credentials `qorven bind <kind>` asks for: name → help. Secrets are never printed.
     credentials: dict[str, str] = {}
     required: tuple[str, ...] = ()
+    # The methods its webhook takes: POST, and GET for a platform's verification handshake.
+    methods: tuple[str, ...] = ("POST",)
 
     def lookup_key(self, credentials: dict[str, str]) -> str:
         """The value an inbound request names its binding by."""
@@ -143,7 +145,9 @@ class Adapter:
         return ""
 
     def handle_get(self, request: HttpRequest) -> HttpResponse:
-        return HttpResponse(status=405)
+        """A GET of the webhook (a platform's verification handshake); only for an adapter
+        whose `methods` has GET."""
+        raise NotImplementedError
 
     # --- outbound ---
     def send(self, binding: ChannelBinding, target: str, text: str) -> str:

@@ -14,6 +14,7 @@ from typing import Any
 from django.conf import settings
 from django.http import HttpRequest, HttpResponse
 
+from ..api_auth import json_error
 from ..inbound import InboundImage, InboundMedia, InboundMessage
 from ..json_body import json_body
 from ..models import ChannelBinding
@@ -45,6 +46,7 @@ def _changes(body: dict[str, Any]) -> list[dict[str, Any]]:
 
 class WhatsAppAdapter(Adapter):
     kind = "whatsapp"
+    methods = ("GET", "POST")
     limit = 4096
     credentials = {
         "phone_number_id": "the Cloud API phone number id",
@@ -60,12 +62,12 @@ class WhatsAppAdapter(Adapter):
     def handle_get(self, request: HttpRequest) -> HttpResponse:
         token = request.GET.get("hub.verify_token", "")
         if request.GET.get("hub.mode") != "subscribe" or not token:
-            return HttpResponse("bad verification request", status=400)
+            return json_error(400, "bad verification request")
         for binding in ChannelBinding.objects.filter(kind=self.kind, enabled=True):
             expected = str(binding.credentials.get("verify_token", ""))
             if expected and same_secret(expected, token):
                 return HttpResponse(request.GET.get("hub.challenge", ""), content_type="text/plain")
-        return HttpResponse("verify token mismatch", status=403)
+        return json_error(403, "verify token mismatch")
 
     def resolve(self, request: HttpRequest) -> ChannelBinding:
         signature = request.headers.get("X-Hub-Signature-256", "")

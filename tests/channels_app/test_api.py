@@ -345,3 +345,34 @@ def test_a_message_posted_while_the_broker_is_down_is_stored_and_the_answer_is_2
                            content_type="application/json", **auth(tokens["alice"]))
     assert response.status_code == 201, response.content[:300]
     assert Message.objects.get(content="while the broker is down").answer_state == "pending"
+
+
+def test_every_error_under_v1_is_json_and_a_pages_stays_html(client, world, tokens, monkeypatch):
+    """The API's errors are {"error": "…"}: a method a webhook does not take was an empty
+    405, a path that names nothing Django's HTML 404."""
+    def refused(response, status):
+        assert response.status_code == status, response.content[:300]
+        assert response["Content-Type"] == "application/json" and response.json()["error"], response.content[:300]
+        return response
+
+    assert refused(client.get("/v1/webhooks/telegram"), 405)["Allow"] == "POST"
+    assert refused(client.put("/v1/webhooks/whatsapp"), 405)["Allow"] == "GET, POST"
+    refused(client.get("/v1/webhooks/whatsapp", {"hub.mode": "subscribe", "hub.verify_token": "nope"}), 403)
+    refused(client.get("/v1/webhooks/whatsapp"), 400)
+    for path in ("/v1/nothing", "/v1/qors/aria/", "/v1/qors/aria/messages/", "/v1/"):
+        refused(client.get(path, **auth(tokens["alice"])), 404)
+    refused(client.get(URL.format("aria"), HTTP_HOST="elsewhere.example", **auth(tokens["alice"])), 400)
+
+    from django.test import Client
+
+    import channels_app.api
+
+    def broken(**kwargs):
+        raise RuntimeError("a bug of ours")
+
+    monkeypatch.setattr(channels_app.api, "qor_get", broken)
+    failed = Client(raise_request_exception=False).get(URL.format("aria"), **auth(tokens["alice"]))
+    assert refused(failed, 500).json() == {"error": "something went wrong on our side; try again later"}
+
+    page = client.get("/nothing-here")
+    assert page.status_code == 404 and page["Content-Type"].startswith("text/html")
