@@ -1,8 +1,9 @@
 """Collapse per-channel chat sessions into the one canonical chat (SPEC §7).
 
 A per-channel install (or `QORVEN_LEGACY_SESSIONS=1`) leaves a user with one legacy
-session per chat-family channel. Collapsing gives every (tenant, qor, user) with more than
-one active chat-family session a single canonical session holding all their messages:
+session per chat-family channel. Collapsing gives every (tenant, qor, user) with an active
+legacy chat-family session (beside others, or alone) a single canonical session holding all
+their messages:
 
 - in created_at order (ties by original seq, then id), renumbered 1..n;
 - deduplicated on (role, created_at, content): the copy already in the canonical session,

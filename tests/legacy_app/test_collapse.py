@@ -402,6 +402,20 @@ def test_a_users_lone_legacy_chat_becomes_their_canonical_chat(world, settings):
     assert list(collapse_sessions()) == []  # done: a second run finds nothing
 
 
+def test_the_help_says_who_is_collapsed_a_lone_legacy_chat_included(world, settings):
+    """It said "more than one active chat-family session" and collapsed a lone legacy chat too."""
+    from legacy_app.management.commands.collapse_sessions import Command
+
+    settings.QORVEN_LEGACY_SESSIONS = True
+    say(legacy(world, "telegram", user=world.bob), 1, "just telegram")
+    out = StringIO()
+    call_command("collapse_sessions", "--dry-run", stdout=out)
+    assert "acme/aria bob: would merge 1 session" in out.getvalue()
+    help_text = " ".join(Command.help.split())
+    assert "more than one active chat-family session" not in help_text
+    assert "with an active legacy per-channel chat session (" in help_text and "or alone" in help_text
+
+
 @pytest.mark.django_db(transaction=True)
 def test_parallel_jobs_collapse_every_user_like_one_job_does(world, settings):
     settings.QORVEN_LEGACY_SESSIONS = True

@@ -23,11 +23,12 @@ from tenancy.selectors import tenant_get
 class Command(BaseCommand):
     help = (
         "Migrate a per-channel install to one canonical chat per (tenant, Qor, user). "
-        "Every user with more than one active chat-family session (web, tui, telegram, "
-        "whatsapp, slack_dm, discord_dm, webchat; legacy per-channel sessions included) gets "
+        "Every user with an active legacy per-channel chat session (web, tui, telegram, "
+        "whatsapp, slack_dm, discord_dm, webchat), beside other chat sessions or alone, gets "
         "their messages merged into the canonical session in timestamp order, deduplicated "
         "on (role, created_at, content), channel tags kept; one conversation_digest memory "
-        "is written per archived session and the extra sessions are archived. Group, email, "
+        "is written per archived session and the legacy sessions are archived (a lone legacy "
+        "chat becomes the canonical one, or its history would show on no surface). Group, email, "
         "sms, voice and cron sessions are never touched. Each user is one transaction, so an "
         "interrupted run leaves every user collapsed or untouched; running it again is a "
         "no-op. Nothing is deleted: duplicate copies stay in their archived session. "
