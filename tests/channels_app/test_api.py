@@ -182,6 +182,22 @@ def test_an_integer_too_large_is_said_to_be_out_of_range_not_to_be_no_integer(cl
         "error": f"{name} must be an integer"}
 
 
+def test_the_api_takes_json_only_files_go_through_the_chat_page(client, world, tokens):
+    from django.core.files.uploadedfile import SimpleUploadedFile
+
+    from .test_uploads import picture
+
+    form = {"content": "see this", "image": SimpleUploadedFile("a.png", picture(), content_type="image/png")}
+    refused = client.post(URL.format("aria"), data=form, **auth(tokens["alice"]))
+    assert refused.status_code == 400 and refused.json() == {"error": "send JSON with Content-Type: application/json"}
+    assert not Message.objects.exists()
+    client.force_login(world.alice)
+    form["image"].seek(0)
+    taken = client.post("/chat/api/acme/aria/messages", data=form)
+    assert taken.status_code == 201, taken.content[:300]
+    assert Message.objects.get().content == "see this"
+
+
 def test_other_methods_are_refused(client, world, tokens):
     assert client.delete(URL.format("aria"), **auth(tokens["alice"])).status_code == 405
 

@@ -89,6 +89,16 @@ def test_the_same_call_posted_again_stores_nothing(client, world, model_server, 
     assert Memory.objects.filter(type="conversation_digest").count() == 1
 
 
+def test_a_turn_needs_only_its_text_a_person_speaking_now_by_default(client, world, model_server, drain):
+    summarizing(model_server)
+    token = api_token_create(tenant=world.tenant_a, user=world.alice)[1]
+    response = post(client, token, {"call_id": "bare", "turns": [{"text": "Call me back at five."}]})
+    assert response.status_code == 201 and response.json()["stored"] == 1
+    (turn,) = Message.objects.filter(session__kind="voice", channel="voice").exclude(role="system")
+    assert (turn.role, turn.sender_name, turn.content) == ("user", "", "Call me back at five.")
+    drain()
+
+
 @pytest.mark.parametrize("body, says", [
     ({"turns": CALL["turns"]}, "call_id"),
     ({"call_id": "c", "turns": []}, "turns"),
