@@ -48,7 +48,7 @@ def worker_instance_start() -> None:
     _instance = uuid.uuid4().hex[:12]
 
 
-def _slot_keys(worker: str) -> list[str]:
+def send_slot_keys(worker: str) -> list[str]:
     return [f"send:worker:{worker}:{_instance}:{slot}" for slot in range(max(settings.QORVEN_SEND_SLOTS, 1))]
 
 
@@ -60,7 +60,7 @@ def binding_free(*, binding_id: int) -> bool:
 def send_slot_free(*, worker: str) -> bool:
     """Whether one of the worker's send slots is free now: a send holding its binding for
     the replies waiting (channels_app.sending) goes on only while others can still send."""
-    keys = _slot_keys(worker)
+    keys = send_slot_keys(worker)
     return len(cache.get_many(keys)) < len(keys)
 
 
@@ -74,7 +74,7 @@ def send_gate(*, binding_id: int, worker: str) -> Iterator[None]:
         if not cache.add(f"send:binding:{binding_id}", token, _hold_seconds()):
             raise BindingBusy(f"binding {binding_id} is sending")
         held.append(f"send:binding:{binding_id}")
-        for key in _slot_keys(worker):
+        for key in send_slot_keys(worker):
             if cache.add(key, token, _hold_seconds()):
                 held.append(key)
                 break

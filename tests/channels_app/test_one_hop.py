@@ -14,6 +14,7 @@ from django.core.cache import cache
 
 from django.utils import timezone
 
+from channels_app.send_gate import send_slot_keys
 from channels_app.models import Identity, InboundEvent, OutboundDelivery
 from heartbeats_app.models import DELIVER_REMINDERS
 from heartbeats_app.services import heartbeat_create, heartbeat_run_now
@@ -101,7 +102,7 @@ def test_a_reply_finding_no_send_slot_goes_to_the_send_task(
     settings.QORVEN_SEND_SLOTS = 1
     pair(world, "telegram", "42", world.alice)
     model_server.add(reply("Right away."))
-    slot = f"send:worker:{gethostname()}:0"  # the one send slot of the embedded worker (its tasks' hostname)
+    (slot,) = send_slot_keys(gethostname())  # the one send slot of the embedded worker (its tasks' hostname)
     assert cache.add(slot, "taken", 60)
     assert post_telegram(client, telegram_update("book the table")).status_code == 200
     until(lambda: "channels_app.deliver" in published)
@@ -180,7 +181,7 @@ def test_a_busy_bot_never_keeps_the_workers_last_free_send_slot(
     another send slot free: with none left, it lets go after its own and queues the next,
     so another tenant's reply finds a slot."""
     settings.QORVEN_SEND_SLOTS = slots
-    others = [f"send:worker:{gethostname()}:{slot}" for slot in range(slots - taken_by_others, slots)]
+    others = send_slot_keys(gethostname())[slots - taken_by_others:]
     for key in others:
         assert cache.add(key, "another send", 60)
     try:

@@ -5,13 +5,14 @@ from __future__ import annotations
 import pytest
 from django.core.cache import cache
 
-from channels_app.send_gate import BindingBusy, GateShut, send_gate
+from channels_app.send_gate import BindingBusy, GateShut, send_gate, send_slot_keys
 
 
 @pytest.fixture(autouse=True)
-def no_gate_left():
+def no_gate_left(settings):
     """The gates these tests use, free before and after (the cache may be shared Redis)."""
-    keys = [f"send:binding:{n}" for n in (7, 8, 9)] + [f"send:worker:{w}:{s}" for w in ("w1", "w2") for s in (0, 1)]
+    settings.QORVEN_SEND_SLOTS = 2
+    keys = [f"send:binding:{n}" for n in (7, 8, 9)] + [k for w in ("w1", "w2") for k in send_slot_keys(w)]
     cache.delete_many(keys)
     yield
     cache.delete_many(keys)
@@ -34,8 +35,8 @@ def test_a_gate_taken_over_after_it_expired_is_left_to_its_new_holder(settings):
     with send_gate(binding_id=7, worker="w1"):
         # The hold ran out (a stalled send) and another send took the binding and the slot.
         cache.set("send:binding:7", "another send", 60)
-        cache.set("send:worker:w1:0", "another send", 60)
+        cache.set(send_slot_keys("w1")[0], "another send", 60)
     assert cache.get("send:binding:7") == "another send"
-    assert cache.get("send:worker:w1:0") == "another send"
+    assert cache.get(send_slot_keys("w1")[0]) == "another send"
     with pytest.raises(BindingBusy), send_gate(binding_id=7, worker="w2"):
         pass
