@@ -51,6 +51,7 @@ def test_a_rate_limited_route_fails_over_in_the_same_turn_then_is_skipped_while_
     primary.default = error(429, "slow down", headers={"Retry-After": "1"})
     fallback.default = reply("From the fallback.")
 
+    asked_at = time.time()
     ask(client, world, "first")
     drain()
     assert len(primary.requests) == 1 and len(fallback.requests) == 1
@@ -58,7 +59,8 @@ def test_a_rate_limited_route_fails_over_in_the_same_turn_then_is_skipped_while_
     assert content == "From the fallback." and metadata["route"] == "main fallback 1"
     assert fallback.requests[0]["model"] == "fallback-model"
     cooling = cooldown_get(base_url=primary.base_url, model="primary-model")
-    assert cooling is not None and 59 <= cooling.remaining <= 60 and cooling.failures == 1
+    # A minute from when it failed (however long the turn took to finish on a loaded machine).
+    assert cooling is not None and asked_at + 60 <= cooling.until <= time.time() + 60 and cooling.failures == 1
 
     ask(client, world, "second")  # the primary cools down: not called at all
     drain()
