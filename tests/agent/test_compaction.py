@@ -511,16 +511,23 @@ def test_manual_mode_reports_a_second_context_length_error_instead_of_looping(
     assert Memory.objects.filter(type="conversation_digest").count() == 1
 
 
-def test_manual_mode_with_a_failing_flush_keeps_the_session_and_falls_back_to_a_smaller_window(
-    world, manual, fake, model_server, drain, chat
-):
+def overflow_with_a_failing_flush(world, fake, chat, *answers) -> Session:
+    """A question the provider says does not fit, in manual mode, while compaction's flush
+    fails; the main route then answers `answers`. Returns the (kept) session."""
     world.qor_a.main_num_ctx = 8192
     world.qor_a.save(update_fields=["main_num_ctx"])
     session = canonical(world)
     seed_history(session, 4)
     fake.flush_override = ["not json", "still not json"]
-    fake.main = [error(400, **TOO_LONG), reply("Fits after trimming.")]
+    fake.main = [error(400, **TOO_LONG), *answers]
     chat("a question that does not fit")
+    return session
+
+
+def test_manual_mode_with_a_failing_flush_keeps_the_session_and_falls_back_to_a_smaller_window(
+    world, manual, fake, model_server, drain, chat
+):
+    session = overflow_with_a_failing_flush(world, fake, chat, reply("Fits after trimming."))
 
     assert kinds(model_server) == ["main", "flush", "flush", "main"]
     assert canonical(world).pk == session.pk and not Memory.objects.exists()
@@ -532,13 +539,7 @@ def test_manual_mode_with_a_failing_flush_keeps_the_session_and_falls_back_to_a_
 def test_manual_mode_that_could_not_compact_does_not_claim_a_fresh_conversation_was_tried(
     world, manual, fake, model_server, drain, chat
 ):
-    world.qor_a.main_num_ctx = 8192
-    world.qor_a.save(update_fields=["main_num_ctx"])
-    session = canonical(world)
-    seed_history(session, 4)
-    fake.flush_override = ["not json", "still not json"]
-    fake.main = [error(400, **TOO_LONG), error(400, **TOO_LONG)]
-    chat("a question that does not fit")
+    session = overflow_with_a_failing_flush(world, fake, chat, error(400, **TOO_LONG))
 
     rows = list(Message.objects.filter(session=session).order_by("seq"))[-2:]
     assert [m.metadata.get("notice") for m in rows] == ["compact_failed", "context_length"]
