@@ -323,7 +323,11 @@ def _answer(session: Session, pending: Message, owner: str, *, overflowed: bool 
                 metadata["tokens"] = completion.usage.completion_tokens
             if completion.offline:
                 metadata["notice"] = "offline"
+            if completion.cut_off:
+                metadata["cut_off"] = True
             _reply(session, pending, owner, completion.content, metadata=metadata)
+            if completion.cut_off:
+                _cut_off_notice(session, pending)
         if not manual:
             _after_exchange(session, route, prompt, reserve, pending)
         return _Result(_Step.ANSWERED)
@@ -386,6 +390,19 @@ def _reply(
     transaction.on_commit(lambda: turn_stop_clear(session_id=session.pk, reply_to=pending.seq))
     transaction.on_commit(lambda: broadcast_soon(session.pk, done))
     return message
+
+
+CUT_OFF_NOTICE = "My reply hit the model's length limit and was cut off there. Say \"go on\" and I'll continue."
+
+
+def _cut_off_notice(session: Session, pending: Message) -> None:
+    """The reply ends where the model's length limit cut it: say so, in our words, on its
+    surface (a notice: not part of later prompts)."""
+    try:
+        message_append(session=session, role=Message.Role.SYSTEM, content=CUT_OFF_NOTICE, channel=pending.channel,
+                       metadata={"notice": "cut_off", "reply_to": pending.seq})
+    except SessionClosed:
+        pass  # cleared meanwhile: the person has moved on
 
 
 def _role_now(session: Session) -> str | None:

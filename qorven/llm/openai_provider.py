@@ -242,7 +242,7 @@ class OpenAIProvider:
             # Nothing to show and nothing to do (an HTML page, a server that ignored
             # `stream`, a stop with no text): a failure to answer, not an answer.
             raise ProviderUnavailable("the model server sent an empty answer", model=model)
-        return Completion(content=content, tool_calls=tool_calls, usage=usage, model=model)
+        return Completion(content=content, tool_calls=tool_calls, usage=usage, model=model, cut_off=finish == "length")
 
 
 IDLE_LOOK = 0.5  # seconds without a token after which a read of the body lets the caller look at its Stop

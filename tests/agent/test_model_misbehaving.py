@@ -215,3 +215,20 @@ def test_a_stream_that_ends_before_the_answer_does_is_not_taken_for_the_answer(w
     drain()
     assert [m.content for m in timeline(world) if m.role == "assistant"] == ["The complete answer."]
     assert len(model_server.requests) == 2
+
+
+def test_a_reply_the_models_length_limit_cut_off_is_kept_and_said_to_be_cut(world, ask, model_server, drain):
+    """It ended mid-sentence with nothing to say so: a person read half an answer as the whole."""
+    model_server.add(Step(text="The three steps are: first, preheat the oven; second,", finish="length"))
+    ask("how do I bake it?")
+    drain()
+    rows = [m for m in timeline(world) if m.role != "user"]
+    assert [(m.role, m.metadata.get("notice")) for m in rows] == [("assistant", None), ("system", "cut_off")]
+    assert rows[0].content.endswith("second,") and rows[0].metadata.get("cut_off") is True
+    assert "length limit" in rows[1].content and rows[1].metadata["reply_to"] == 1
+    # The notice is ours, for the person: the next prompt holds the cut reply, not the notice.
+    model_server.add(reply("Third, bake it."))
+    ask("go on")
+    drain()
+    sent = json.dumps(model_server.requests[-1]["messages"])
+    assert "second," in sent and "length limit" not in sent

@@ -34,6 +34,7 @@ class Step:
     raw_events: list[str] | None = None
     keepalive: float = 0.0  # seconds of SSE comment lines (": keep-alive") before the answer
     done: bool = True  # end the stream with `data: [DONE]` (False: the body just ends)
+    finish: str = ""  # the finish_reason to give (default: stop, or tool_calls)
 
 
 def reply(text: str, **kw: Any) -> Step:
@@ -243,7 +244,7 @@ def _chunks(body: dict[str, Any], step: Step) -> list[dict[str, Any]]:
         half = len(raw) // 2
         for part in (raw[:half], raw[half:]):
             out.append(chunk({"tool_calls": [{"index": i, "function": {"arguments": part}}]}))
-    out.append(chunk({}, "tool_calls" if step.tool_calls else "stop"))
+    out.append(chunk({}, step.finish or ("tool_calls" if step.tool_calls else "stop")))
     if step.usage and (body.get("stream_options") or {}).get("include_usage"):
         out.append({"id": "chatcmpl-scripted", "object": "chat.completion.chunk", "created": int(time.time()),
                     "model": body.get("model", "scripted"), "choices": [],
