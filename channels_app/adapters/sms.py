@@ -1,6 +1,7 @@
 """SMS through Twilio: a form-encoded webhook signed with `X-Twilio-Signature`
 (base64 HMAC-SHA1 of the full URL followed by the sorted POST parameters, keyed with the
-auth token), replies through the Messages API. Each phone number is its own session.
+auth token), replies through the Messages API. Each phone number is its own session; an
+MMS's pictures are fetched from Twilio's media URLs by the processing task.
 Credentials: `number` (ours, E.164), `account_sid`, `auth_token`.
 """
 from __future__ import annotations
@@ -8,13 +9,31 @@ from __future__ import annotations
 import base64
 import hashlib
 import hmac
+import logging
 
 from django.conf import settings
 from django.http import HttpRequest
 
-from ..inbound import InboundMessage
+from ..inbound import InboundImage, InboundMedia, InboundMessage
 from ..models import ChannelBinding
-from .base import Adapter, Parsed, WebhookRejected, enabled_binding, same_secret, send_unreachable
+from .base import (
+    Adapter,
+    Parsed,
+    WebhookRejected,
+    checked_media,
+    download_limited,
+    enabled_binding,
+    media_url_allowed,
+    same_secret,
+    send_unreachable,
+)
+
+logger = logging.getLogger(__name__)
+MMS_KEPT = 4  # attachments of one MMS fetched at most (Twilio allows 10); the rest are counted as left out
+
+
+def _basic(user: str, password: str) -> str:
+    return "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode()
 
 
 def twilio_signature(auth_token: str, url: str, params: dict[str, str]) -> str:
@@ -50,13 +69,38 @@ class SmsAdapter(Adapter):
     def parse(self, request: HttpRequest, binding: ChannelBinding) -> Parsed:
         sender, text, sid = request.POST.get("From", ""), request.POST.get("Body", ""), request.POST.get("MessageSid", "")
         try:
-            pictures = max(int(request.POST.get("NumMedia", "0") or 0), 0)  # MMS: not kept (yet), counted
+            attached = max(int(request.POST.get("NumMedia", "0") or 0), 0)  # MMS
         except ValueError:
-            pictures = 0
-        if not sender or not (text or pictures) or not sid:
+            attached = 0
+        if not sender or not (text or attached) or not sid:
             return Parsed([])
+        media = [
+            InboundMedia(kind="file", file_id=f"{sid}:{n}", url=request.POST[f"MediaUrl{n}"],
+                         mime_type=request.POST.get(f"MediaContentType{n}", ""), name="")
+            for n in range(min(attached, MMS_KEPT)) if request.POST.get(f"MediaUrl{n}")
+        ]
         return Parsed([InboundMessage(channel="sms", external_id=sid, sender_id=sender, text=text,
-                                      thread_id=sender, reply_target=sender, left_out=pictures)])
+                                      thread_id=sender, reply_target=sender, media=media,
+                                      left_out=attached - len(media))])
+
+    def fetch_media(self, binding: ChannelBinding, media: InboundMedia) -> InboundImage | None:
+        """An MMS attachment from Twilio's media URL, with the account's key (Twilio may
+        require it); only Twilio's own hosts (or the configured API's) are asked."""
+        if not media_url_allowed(media.url, hosts=(".twilio.com",), api_base=settings.TWILIO_API_BASE):
+            logger.warning("an MMS attachment on binding %s names no URL of Twilio's; not fetched", binding.pk)
+            return None
+        auth = (str(binding.credentials.get("account_sid", "")), str(binding.credentials.get("auth_token", "")))
+        try:
+            with self.http() as client:
+                content = download_limited(client, media.url, headers={"Authorization": _basic(*auth)},
+                                           limit=settings.QORVEN_MAX_UPLOAD)
+        except Exception as exc:  # the text still counts
+            logger.warning("could not fetch an MMS attachment on binding %s: %s", binding.pk, type(exc).__name__)
+            return None
+        if content is None:
+            logger.warning("an MMS attachment on binding %s is too big to keep", binding.pk)
+            return None
+        return checked_media(binding, media, content, "MMS")
 
     def send(self, binding: ChannelBinding, target: str, text: str) -> str:
         sid = str(binding.credentials.get("account_sid", ""))

@@ -1,6 +1,8 @@
 """Slack, Discord, email and SMS: real payload formats, real signatures, fake APIs."""
 from __future__ import annotations
 
+import base64
+import io
 import json
 import time
 
@@ -592,14 +594,29 @@ def test_the_gateway_stores_nothing_while_discord_is_switched_off(world, discord
     assert [r.json["content"] for r in platform.sent("/messages")] == ["Hi."]
 
 
-def test_a_picture_message_without_text_over_sms_is_a_message_not_silence(client, world, sms, platform,
-                                                                         model_server, drain):
+def test_an_mms_picture_is_fetched_with_the_accounts_key_and_one_elsewhere_is_not(client, world, sms, platform,
+                                                                                    model_server, drain):
+    """MMS pictures were counted as left out, never fetched: the model could only say it
+    could not open them."""
+    from PIL import Image as PILImage
+
+    from sessions_app.models import Image
+
+    from ..fakes.platform_server import Canned
+
+    png = io.BytesIO()
+    PILImage.new("RGB", (4, 4), "teal").save(png, format="PNG")
+    media = "/twilio/2010-04-01/Accounts/AC123/Messages/MM1/Media/ME1"
+    platform.script(media, Canned(raw=png.getvalue(), headers={"Content-Type": "image/png"}))
     pair(world, "sms", "+15557654321", world.alice)
-    model_server.default = reply("I can't see pictures sent by text message.")
+    model_server.default = reply("A teal square.")
     post_sms(client, {"From": "+15557654321", "To": "+15550001111", "Body": "", "MessageSid": "MM1",
-                      "NumMedia": "1", "MediaUrl0": "https://api.twilio.com/2010-04-01/Accounts/AC123/Messages/MM1/Media/ME1",
-                      "MediaContentType0": "image/jpeg"})
+                      "NumMedia": "2", "MediaUrl0": platform.url + media, "MediaContentType0": "image/png",
+                      "MediaUrl1": "http://10.0.0.5/steal.png", "MediaContentType1": "image/png"})
     drain()
-    message = Message.objects.get(role="user")
-    assert message.metadata.get("left_out") == 1
+    assert list(Image.objects.values_list("mime_type", flat=True)) == ["image/png"]
+    (fetched,) = platform.sent(media)
+    assert fetched.headers["Authorization"] == "Basic " + base64.b64encode(b"AC123:twilio-token").decode()
+    said = model_server.requests[0]["messages"][-1]["content"]
+    assert "[image: image/png" in said and "could not be kept" in said  # the one at 10.0.0.5
     assert Message.objects.filter(role="assistant").exists()
