@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import base64
 import logging
-from typing import Any
+from typing import Any, Literal
 
 from django.conf import settings
 from django.http import HttpRequest, HttpResponse
@@ -23,6 +23,7 @@ from .base import (
     Parsed,
     Undelivered,
     WebhookRejected,
+    checked_media,
     download_limited,
     enabled_binding,
     hmac_hex,
@@ -32,6 +33,7 @@ from .base import (
 )
 
 logger = logging.getLogger(__name__)
+_MEDIA_KINDS: dict[str, Literal["photo", "voice", "file"]] = {"image": "photo", "audio": "voice", "document": "file"}
 META_HOSTS = (".fbsbx.com", ".facebook.com", ".whatsapp.net", ".fbcdn.net")  # where Graph media URLs point
 
 
@@ -100,12 +102,13 @@ class WhatsAppAdapter(Adapter):
                 media: list[InboundMedia] = []
                 left_out = 0
                 attached = raw.get(kind) if isinstance(raw.get(kind), dict) else None
-                if kind in ("image", "audio") and attached is not None and attached.get("id"):
+                if kind in ("image", "audio", "document") and attached is not None and attached.get("id"):
                     text = str(attached.get("caption", "") or "")
-                    media.append(InboundMedia(kind="photo" if kind == "image" else "voice", file_id=str(attached["id"]),
-                                              mime_type=str(attached.get("mime_type", "") or "")))
-                elif kind in ("document", "video") and attached is not None:
-                    # Not kept (yet): the message counts, and the model can say what it could not open.
+                    media.append(InboundMedia(kind=_MEDIA_KINDS[kind], file_id=str(attached["id"]),
+                                              mime_type=str(attached.get("mime_type", "") or ""),
+                                              name=str(attached.get("filename", "") or "")))
+                elif kind == "video" and attached is not None:
+                    # Not kept: the message counts, and the model can say what it could not open.
                     text, left_out = str(attached.get("caption", "") or ""), 1
                 if not (text or media or left_out) or not raw.get("id") or not raw.get("from"):
                     continue
@@ -124,7 +127,7 @@ class WhatsAppAdapter(Adapter):
         the URL must be Meta's (or the configured API's own host). Up to QORVEN_MAX_UPLOAD."""
         token = {"Authorization": f"Bearer {binding.credentials.get('token', '')}"}
         limit = settings.QORVEN_MAX_UPLOAD
-        what = "image" if media.kind == "photo" else "voice note"
+        what = {"photo": "image", "voice": "voice note"}.get(media.kind, "document")
         try:
             with self.http() as client:
                 meta = client.get(f"{settings.WHATSAPP_API_BASE.rstrip('/')}/{media.file_id}", headers=token)
@@ -145,6 +148,8 @@ class WhatsAppAdapter(Adapter):
         if content is None:
             logger.warning("a WhatsApp %s on binding %s is too big to keep", what, binding.pk)
             return None
+        if media.kind == "file":  # kept when it is a PDF, a text file or an image, by its content
+            return checked_media(binding, media, content, "WhatsApp")
         mime = (str(info.get("mime_type") or media.mime_type) or ("image/jpeg" if media.kind == "photo" else "audio/ogg"))
         mime = mime.split(";")[0].strip()
         return InboundImage(mime_type=mime, data=base64.b64encode(content).decode(), size=len(content))

@@ -459,7 +459,7 @@ def test_a_telegram_message_with_nothing_to_read_is_not_a_turn(client, world, te
     ("interactive", {"type": "button_reply", "button_reply": {"id": "yes", "title": "Yes, book it"}}, "Yes, book it"),
     ("interactive", {"type": "list_reply", "list_reply": {"id": "t2", "title": "Tuesday"}}, "Tuesday"),
     ("button", {"payload": "p", "text": "Confirm"}, "Confirm"),
-    ("document", {"id": "media-9", "mime_type": "application/pdf", "filename": "lease.pdf"}, ""),
+    ("video", {"id": "media-9", "mime_type": "video/mp4"}, ""),
 ])
 def test_a_whatsapp_button_tap_or_a_file_is_a_message_not_silence(client, world, whatsapp, platform, model_server,
                                                                   drain, kind, content, stored):

@@ -136,6 +136,24 @@ def test_a_whatsapp_image_and_voice_note_are_fetched_from_the_graph_api(client, 
     assert [m.mime_type for m in Image.objects.order_by("id")] == ["image/jpeg", "audio/ogg"]
 
 
+def test_a_whatsapp_document_is_fetched_and_kept_like_an_email_attachment(client, world, whatsapp, platform,
+                                                                         model_server, drain):
+    """A PDF sent on WhatsApp was counted as left out: the model could only say it could
+    not open it."""
+    from .payloads import post_whatsapp
+
+    pair(world, "whatsapp", "15550100", world.alice)
+    pdf = b"%PDF-1.4\n%%EOF\n"
+    script_graph_media(platform, "DOC1", pdf, "application/pdf")
+    model_server.add(reply("It is your lease."))
+    post_whatsapp(client, whatsapp_media("document", "DOC1", "application/pdf", filename="lease.pdf",
+                                         caption="what is this?"))
+    drain()
+    assert list(Image.objects.values_list("mime_type", "name")) == [("application/pdf", "lease.pdf")]
+    said = model_server.requests[0]["messages"][-1]["content"]
+    assert "what is this?" in said and "[file: lease.pdf, application/pdf" in said and "could not be kept" not in said
+
+
 def test_a_whatsapp_media_url_off_metas_hosts_is_not_fetched_with_the_token(client, world, whatsapp, platform,
                                                                               model_server, drain):
     from .payloads import post_whatsapp
