@@ -4,7 +4,9 @@ hints `qorven bind <channel> --help` gives, instead of raw JSON.
 Secrets (tokens, signing secrets) are write-only: an empty field keeps the stored value and
 the page only says whether one is set. Other values (ids, addresses, origins) are shown.
 The lookup key the webhooks find the binding by is derived from the credentials, as
-`qorven bind` derives it, never typed.
+`qorven bind` derives it, never typed. New credentials are saved only once the platform
+confirms they control that account (`Adapter.account_proof`); a tenant admin has no way
+round it.
 """
 from __future__ import annotations
 
@@ -75,6 +77,13 @@ class _BindingFormBase(forms.ModelForm):
             name, what = problem
             self.add_error(field_name(kind, name), f"The {name.replace('_', ' ')} {what}.")
             return data
+        if clean != stored:
+            # Asked before anything is said about who has the account: the platform's word
+            # that these credentials control it, or a refusal that is the same whoever has it.
+            unproven = adapter.account_proof(clean)
+            if unproven:
+                self.add_error(None, unproven.text)
+                return data
         lookup = adapter.lookup_key(clean)
         taken = ChannelBinding.objects.filter(kind=kind, lookup_key=lookup).exclude(pk=self.instance.pk)
         if taken.exists():

@@ -108,6 +108,15 @@ class Adapter:
         taken for a setting), which is refused, not stored; None when all is well."""
         return None
 
+    def account_proof(self, credentials: dict[str, str]) -> AccountProblem | None:
+        """Why the platform does not confirm that these credentials control the account the
+        webhooks name the binding by (its `lookup_key`), in our words; None when it does, or
+        when there is nothing to prove (a key the binder chose as a secret, or one Qorven
+        made). Asked before a binding is saved with new credentials, so nobody binds, or
+        learns the owner of, an account they do not control. Never raises: a platform that
+        cannot be asked is a problem too (nothing is saved unconfirmed)."""
+        return None
+
     def binding_to_update(self, *, qor: Any, given: dict[str, str]) -> ChannelBinding | None:
         """The Qor's binding that `qorven bind` with these credentials changes, when the
         credentials do not name the account themselves (a webchat without --key)."""
@@ -234,6 +243,56 @@ def platform_client_build() -> None:
     this, before any connection is made, and start with it (as with the model's client,
     qorven.llm.sdk_load)."""
     platform_client()
+
+
+@dataclass(frozen=True)
+class AccountProblem:
+    """Why a platform did not confirm a binding's account, in our words. `refused`: it
+    answered no; otherwise it could not be asked, and trying again later may do."""
+
+    text: str
+    refused: bool = True
+
+    def __str__(self) -> str:
+        return self.text
+
+
+class ProofFailed(Exception):
+    def __init__(self, problem: AccountProblem) -> None:
+        super().__init__(problem.text)
+        self.problem = problem
+
+
+def proof_answer(platform: str, method: str, url: str, *, refused: str, **kwargs: Any) -> Any:
+    """The JSON a platform answered an account proof with (a 2xx). Raises ProofFailed with
+    `refused` when it turned the credentials down (a 4xx other than 429), and with a
+    try-again notice when it could not be asked (unreachable, 429, 5xx, an unreadable
+    answer). Its own words go to the log only."""
+    def unasked(why: str) -> ProofFailed:
+        return ProofFailed(AccountProblem(f"{platform} could not confirm the account ({why}); nothing was saved, "
+                                          "try again later.", refused=False))
+
+    try:
+        response = platform_client().request(method, url, **kwargs)
+    except httpx.HTTPError as exc:
+        logger.warning("%s could not be reached for an account proof: %s", platform, type(exc).__name__)
+        raise unasked(f"unreachable: {type(exc).__name__}") from None
+    if response.status_code == 429 or response.status_code >= 500:
+        logger.warning("%s answered an account proof with HTTP %s", platform, response.status_code)
+        raise unasked(f"HTTP {response.status_code}")
+    if response.status_code >= 300:
+        logger.info("%s refused an account proof: HTTP %s %s", platform, response.status_code, response.text[:300])
+        raise ProofFailed(AccountProblem(refused))
+    try:
+        return response.json()
+    except ValueError:
+        logger.warning("%s answered an account proof with a body that is not JSON", platform)
+        raise unasked("an answer we could not read") from None
+
+
+def proves_account(adapter: Adapter) -> bool:
+    """Whether binding this platform asks it to confirm the account first."""
+    return type(adapter).account_proof is not Adapter.account_proof
 
 
 def secret_digest(secret: str) -> str:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import base64
 import logging
 from typing import Any, Literal
+from urllib.parse import quote
 
 from django.conf import settings
 from django.http import HttpRequest, HttpResponse
@@ -19,8 +20,10 @@ from ..inbound import InboundImage, InboundMedia, InboundMessage
 from ..json_body import json_body
 from ..models import ChannelBinding
 from .base import (
+    AccountProblem,
     Adapter,
     Parsed,
+    ProofFailed,
     Undelivered,
     WebhookRejected,
     checked_media,
@@ -28,6 +31,7 @@ from .base import (
     enabled_binding,
     hmac_hex,
     media_url_allowed,
+    proof_answer,
     same_secret,
     send_unreachable,
 )
@@ -60,6 +64,18 @@ class WhatsAppAdapter(Adapter):
 
     def lookup_key(self, credentials: dict[str, str]) -> str:
         return credentials["phone_number_id"]
+
+    def account_proof(self, credentials: dict[str, str]) -> AccountProblem | None:
+        """The Graph API answers the phone number's own node (its id) only to a token
+        that may use that number."""
+        number_id = self.lookup_key(credentials)
+        refused = AccountProblem(f"WhatsApp did not accept this token for phone number id {number_id}.")
+        try:
+            node = proof_answer("WhatsApp", "GET", f"{settings.WHATSAPP_API_BASE.rstrip('/')}/{quote(number_id, safe='')}",
+                                refused=refused.text, headers={"Authorization": f"Bearer {credentials.get('token', '')}"})
+        except ProofFailed as exc:
+            return exc.problem
+        return None if isinstance(node, dict) and str(node.get("id", "")) == number_id else refused
 
     def handle_get(self, request: HttpRequest) -> HttpResponse:
         token = request.GET.get("hub.verify_token", "")

@@ -16,6 +16,7 @@ from channels_app.services import binding_create
 from sessions_app.services import message_append, session_resolve
 from tenancy.models import Membership, PluginSetting
 
+from ..fakes.platform_server import Canned
 from .payloads import post_telegram, telegram_update
 
 
@@ -66,7 +67,8 @@ def test_the_binding_form_has_a_field_with_a_hint_for_each_credential_and_never_
     assert "Telegram credentials" in html and "new_credentials" not in html and "JSON" not in html
 
 
-def test_a_binding_added_in_the_admin_gets_its_lookup_key_from_its_credentials(admin_client, world):
+def test_a_binding_added_in_the_admin_gets_its_lookup_key_from_its_credentials(admin_client, world, platform):
+    platform.default(r"/whatsapp/v21.0/10555$", Canned(body={"id": "10555"}))  # Meta: the token can use it
     fields = {"tenant": world.tenant_a.pk, "qor": world.qor_a.pk, "kind": "whatsapp", "name": "",
               "unpaired_response": "code", "enabled": "on", "cred_whatsapp_phone_number_id": "10555",
               "cred_whatsapp_token": "EAAG", "cred_whatsapp_app_secret": "", "cred_whatsapp_verify_token": "vt",

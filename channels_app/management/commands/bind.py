@@ -2,8 +2,8 @@ from __future__ import annotations
 
 from django.core.management.base import BaseCommand, CommandError
 
-from channels_app.adapters import ADAPTERS
-from channels_app.adapters.base import SendError
+from channels_app.adapters import ADAPTERS, Adapter
+from channels_app.adapters.base import AccountProblem, SendError, proves_account
 from channels_app.models import ChannelBinding
 from channels_app.services import BindingError, binding_create
 from tenancy.errors import NotFound
@@ -14,8 +14,10 @@ class Command(BaseCommand):
     help = (
         "Bind a Qor to a platform account: `qorven bind <channel> --tenant T --qor Q` plus the "
         "platform's credentials (see `qorven bind <channel> --help`). Running it again updates "
-        "the binding. Secrets you pass are stored in the database and never printed; a webchat "
-        "signing secret Qorven generates for you is shown once."
+        "the binding. WhatsApp, Slack, Discord and SMS are asked first whether the credentials "
+        "control the account the webhooks will name (--no-check skips that, offline, on your word); "
+        "nothing is saved unless they do. Secrets you pass are stored in the database and never "
+        "printed; a webchat signing secret Qorven generates for you is shown once."
     )
 
     def add_arguments(self, parser):
@@ -32,6 +34,10 @@ class Command(BaseCommand):
             for field, text in adapter.credentials.items():
                 p.add_argument("--" + field.replace("_", "-"), dest=field, default="", help=text,
                                required=field in adapter.required)
+            if proves_account(adapter):
+                p.add_argument("--no-check", action="store_true",
+                               help=f"bind without asking {adapter.kind} to confirm the credentials control the "
+                                    "account (offline; you vouch for them)")
             if hasattr(adapter, "webhook_register"):
                 p.add_argument("--register-webhook", action="store_true",
                                help=f"also point the {kind} webhook at this server (QORVEN_PUBLIC_URL)")
@@ -43,7 +49,13 @@ class Command(BaseCommand):
             qor = qor_get(tenant=tenant, slug=opts["qor"])
         except NotFound as exc:
             raise CommandError(str(exc)) from None
-        credentials = {field: opts.get(field) or "" for field in ADAPTERS[kind].credentials}
+        adapter = ADAPTERS[kind]
+        credentials = {field: opts.get(field) or "" for field in adapter.credentials}
+        if not opts.get("no_check"):
+            unproven = _unproven(adapter, credentials)
+            if unproven:
+                hint = "" if unproven.refused else " (--no-check binds without asking, on your word.)"
+                raise CommandError(unproven.text + hint)
         try:
             binding = binding_create(
                 tenant=tenant, qor=qor, kind=kind, credentials=credentials, name=opts["name"],
@@ -60,3 +72,14 @@ class Command(BaseCommand):
             except SendError as exc:
                 raise CommandError(f"the binding is saved, but the webhook is not registered: {exc}") from None
             self.stdout.write(self.style.SUCCESS(f"webhook registered: {url}"))
+
+
+def _unproven(adapter: Adapter, credentials: dict[str, str]) -> AccountProblem | None:
+    """What the platform says against these credentials controlling the account; None when
+    they are incomplete or misread, which binding_create refuses in its own words first."""
+    if not proves_account(adapter):
+        return None
+    given = adapter.prepare_credentials({k: v for k, v in credentials.items() if v})
+    if any(not given.get(k) for k in adapter.required) or adapter.credentials_problem(given):
+        return None
+    return adapter.account_proof(given)
