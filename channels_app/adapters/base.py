@@ -263,14 +263,19 @@ class ProofFailed(Exception):
         self.problem = problem
 
 
+def account_unconfirmed(platform: str, why: str) -> AccountProblem:
+    """The problem of a platform that could not be asked (`why`: ours, never its text)."""
+    return AccountProblem(f"{platform} could not confirm the account ({why}); nothing was saved, try again later.",
+                          refused=False)
+
+
 def proof_answer(platform: str, method: str, url: str, *, refused: str, **kwargs: Any) -> Any:
     """The JSON a platform answered an account proof with (a 2xx). Raises ProofFailed with
     `refused` when it turned the credentials down (a 4xx other than 429), and with a
     try-again notice when it could not be asked (unreachable, 429, 5xx, an unreadable
     answer). Its own words go to the log only."""
     def unasked(why: str) -> ProofFailed:
-        return ProofFailed(AccountProblem(f"{platform} could not confirm the account ({why}); nothing was saved, "
-                                          "try again later.", refused=False))
+        return ProofFailed(account_unconfirmed(platform, why))
 
     try:
         response = platform_client().request(method, url, **kwargs)

@@ -21,13 +21,16 @@ from ..inbound import InboundImage, InboundMedia, InboundMessage
 from ..json_body import json_body
 from ..models import ChannelBinding
 from .base import (
+    AccountProblem,
     Adapter,
     Parsed,
+    ProofFailed,
     WebhookRejected,
     checked_media,
     download_limited,
     enabled_binding,
     media_url_allowed,
+    proof_answer,
     send_unreachable,
 )
 
@@ -52,6 +55,24 @@ class DiscordAdapter(Adapter):
 
     def lookup_key(self, credentials: dict[str, str]) -> str:
         return credentials["application_id"]
+
+    def account_proof(self, credentials: dict[str, str]) -> AccountProblem | None:
+        """The bot token's application (/applications/@me) must be the one interactions
+        name (`application_id`), and its verify key the public key given, or no
+        interaction would pass the signature check."""
+        app_id = self.lookup_key(credentials)
+        try:
+            app = proof_answer("Discord", "GET", f"{settings.DISCORD_API_BASE.rstrip('/')}/applications/@me",
+                               refused="Discord did not accept this bot token.",
+                               headers={"Authorization": f"Bot {credentials.get('bot_token', '')}"})
+        except ProofFailed as exc:
+            return exc.problem
+        if not isinstance(app, dict) or str(app.get("id", "")) != app_id:
+            return AccountProblem(f"This bot token is not the bot of the Discord application {app_id}.")
+        key = str(app.get("verify_key") or "")
+        if key and key.lower() != credentials.get("public_key", "").strip().lower():
+            return AccountProblem(f"The public key is not the Discord application {app_id}'s.")
+        return None
 
     # --- Interactions endpoint ---
     def resolve(self, request: HttpRequest) -> ChannelBinding:

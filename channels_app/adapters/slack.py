@@ -20,14 +20,18 @@ from ..inbound import InboundImage, InboundMedia, InboundMessage
 from ..json_body import json_body
 from ..models import ChannelBinding
 from .base import (
+    AccountProblem,
     Adapter,
     Parsed,
+    ProofFailed,
     SendError,
     WebhookRejected,
+    account_unconfirmed,
     checked_media,
     download_limited,
     hmac_hex,
     media_url_allowed,
+    proof_answer,
     same_secret,
     send_unreachable,
     webhook_bindings,
@@ -54,6 +58,34 @@ class SlackAdapter(Adapter):
 
     def lookup_key(self, credentials: dict[str, str]) -> str:
         return credentials["app_id"]
+
+    def account_proof(self, credentials: dict[str, str]) -> AccountProblem | None:
+        """auth.test with the bot token names its app (newer tokens), or its bot, whose app
+        bots.info names: it must be the app events are looked up by (`api_app_id`)."""
+        app_id = self.lookup_key(credentials)
+        base = settings.SLACK_API_BASE.rstrip("/")
+        auth = {"Authorization": f"Bearer {credentials.get('bot_token', '')}"}
+        refused = "Slack did not accept this bot token."
+        try:
+            me = proof_answer("Slack", "POST", f"{base}/auth.test", refused=refused, headers=auth)
+            problem = _slack_refusal(me, refused)
+            if problem:
+                return problem
+            found = str(me.get("app_id") or "")
+            if not found and me.get("bot_id"):
+                bot = proof_answer("Slack", "GET", f"{base}/bots.info", params={"bot": str(me["bot_id"])},
+                                   refused=refused, headers=auth)
+                problem = _slack_refusal(bot, "Slack did not say which app this bot token is of (bots.info "
+                                              "needs the users:read scope).")
+                if problem:
+                    return problem
+                info = bot.get("bot")
+                found = str(info.get("app_id") or "") if isinstance(info, dict) else ""
+        except ProofFailed as exc:
+            return exc.problem
+        if found != app_id:
+            return AccountProblem(f"This bot token is not one of the Slack app {app_id}.")
+        return None
 
     def resolve(self, request: HttpRequest) -> ChannelBinding:
         signature = request.headers.get("X-Slack-Signature", "")
@@ -183,6 +215,17 @@ class SlackAdapter(Adapter):
             error = str(data.get("error", "unknown error"))
             raise SendError(f"Slack refused: {error}", permanent=error not in ("ratelimited", "internal_error"))
         return str(data.get("ts", ""))
+
+
+def _slack_refusal(answer: Any, refused: str) -> AccountProblem | None:
+    """Slack answers 200 and says in the body whether it did: `ok`, or an error code, which
+    is either a refusal or Slack being busy (try again)."""
+    if isinstance(answer, dict) and answer.get("ok"):
+        return None
+    error = str(answer.get("error", "")) if isinstance(answer, dict) else ""
+    if error in ("ratelimited", "internal_error", "fatal_error", "service_unavailable", "request_timeout"):
+        return account_unconfirmed("Slack", "busy")
+    return AccountProblem(refused)
 
 
 def _candidates(kind: str, app_id: str) -> list[ChannelBinding] | None:

@@ -10,6 +10,7 @@ import base64
 import hashlib
 import hmac
 import logging
+from urllib.parse import quote
 
 from django.conf import settings
 from django.http import HttpRequest
@@ -17,13 +18,16 @@ from django.http import HttpRequest
 from ..inbound import InboundImage, InboundMedia, InboundMessage
 from ..models import ChannelBinding
 from .base import (
+    AccountProblem,
     Adapter,
     Parsed,
+    ProofFailed,
     WebhookRejected,
     checked_media,
     download_limited,
     enabled_binding,
     media_url_allowed,
+    proof_answer,
     same_secret,
     send_unreachable,
 )
@@ -53,6 +57,22 @@ class SmsAdapter(Adapter):
 
     def lookup_key(self, credentials: dict[str, str]) -> str:
         return credentials["number"].strip()
+
+    def account_proof(self, credentials: dict[str, str]) -> AccountProblem | None:
+        """The Twilio account the SID and auth token open must own the number texts are
+        looked up by (IncomingPhoneNumbers, filtered to it)."""
+        number, sid = self.lookup_key(credentials), credentials.get("account_sid", "").strip()
+        url = f"{settings.TWILIO_API_BASE.rstrip('/')}/2010-04-01/Accounts/{quote(sid, safe='')}/IncomingPhoneNumbers.json"
+        try:
+            found = proof_answer("Twilio", "GET", url, params={"PhoneNumber": number},
+                                 refused="Twilio did not accept this account SID and auth token.",
+                                 auth=(sid, credentials.get("auth_token", "")))
+        except ProofFailed as exc:
+            return exc.problem
+        numbers = found.get("incoming_phone_numbers") if isinstance(found, dict) else None
+        if not any(isinstance(n, dict) and n.get("phone_number") == number for n in numbers or []):
+            return AccountProblem(f"The Twilio account {sid} has no incoming number {number}.")
+        return None
 
     def resolve(self, request: HttpRequest) -> ChannelBinding:
         signature = request.headers.get("X-Twilio-Signature", "")

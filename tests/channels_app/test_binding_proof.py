@@ -3,6 +3,7 @@ the account the webhooks name it by: another tenant's admin can neither take tha
 first (with made-up credentials) nor learn that someone has it."""
 from __future__ import annotations
 
+import base64
 import io
 
 import pytest
@@ -158,3 +159,122 @@ def test_qorven_bind_asks_nothing_for_incomplete_credentials(world, platform):
     with pytest.raises(CommandError, match="--phone-number-id"):
         call_command("bind", *[a if a != "1055" else "" for a in WHATSAPP_ARGS], stdout=io.StringIO())
     assert platform.requests == []
+
+
+# --- Slack, Discord, SMS -------------------------------------------------------------------
+
+SLACK_ARGS = ["slack", "--tenant", "globex", "--qor", "aria", "--app-id", "A0APP", "--bot-token", "xoxb-globex",
+              "--signing-secret", "s"]
+DISCORD_ARGS = ["discord", "--tenant", "globex", "--qor", "aria", "--application-id", "4242",
+                "--public-key", "AB12", "--bot-token", "globex-bot"]
+SMS_ARGS = ["sms", "--tenant", "globex", "--qor", "aria", "--number", "+15550001111", "--account-sid", "AC9",
+            "--auth-token", "globex-token"]
+
+
+def bind(*args: str) -> None:
+    call_command("bind", *args, stdout=io.StringIO())
+
+
+def refusal(*args: str) -> str:
+    with pytest.raises(CommandError) as refused:
+        bind(*args)
+    assert not ChannelBinding.objects.exists()
+    return str(refused.value)
+
+
+def test_slack_is_bound_when_auth_test_names_the_app(world, platform):
+    platform.script(r"/slack/api/auth.test", Canned(body={"ok": True, "team_id": "T1", "app_id": "A0APP"}))
+    bind(*SLACK_ARGS)
+    assert ChannelBinding.objects.get().lookup_key == "A0APP"
+    (asked,) = platform.sent(r"/slack/api/")
+    assert asked.headers["Authorization"] == "Bearer xoxb-globex"
+
+
+def test_slack_names_the_bots_app_through_bots_info(world, platform):
+    platform.script(r"/slack/api/auth.test", Canned(body={"ok": True, "team_id": "T1", "bot_id": "B1"}))
+    platform.script(r"/slack/api/bots.info", Canned(body={"ok": True, "bot": {"id": "B1", "app_id": "A0APP"}}))
+    bind(*SLACK_ARGS)
+    assert platform.sent(r"/slack/api/bots.info")[0].path.endswith("?bot=B1")
+    assert ChannelBinding.objects.get().lookup_key == "A0APP"
+
+
+@pytest.mark.parametrize("answers, says", [
+    ([Canned(body={"ok": False, "error": "invalid_auth"})], "Slack did not accept this bot token."),
+    ([Canned(body={"ok": True, "app_id": "A0OTHER"})], "This bot token is not one of the Slack app A0APP."),
+    ([Canned(body={"ok": True, "bot_id": "B1"}), Canned(body={"ok": False, "error": "missing_scope"})],
+     "Slack did not say which app this bot token is of (bots.info needs the users:read scope)."),
+    ([Canned(body={"ok": False, "error": "ratelimited"})],
+     "Slack could not confirm the account (busy); nothing was saved, try again later."
+     " (--no-check binds without asking, on your word.)"),
+])
+def test_slack_refusals(world, platform, answers, says):
+    platform.script(r"/slack/api/auth.test", answers[0])
+    if len(answers) > 1:
+        platform.script(r"/slack/api/bots.info", answers[1])
+    assert refusal(*SLACK_ARGS) == says
+
+
+def test_discord_is_bound_when_the_bot_tokens_application_is_the_one_named(world, platform):
+    platform.script(r"/discord/api/v10/applications/@me", Canned(body={"id": "4242", "verify_key": "ab12"}))
+    bind(*DISCORD_ARGS)
+    assert ChannelBinding.objects.get().lookup_key == "4242"
+    assert platform.sent(r"/applications/@me")[0].headers["Authorization"] == "Bot globex-bot"
+
+
+@pytest.mark.parametrize("answer, says", [
+    (Canned(status=401, body={"message": "401: Unauthorized", "code": 0}), "Discord did not accept this bot token."),
+    (Canned(body={"id": "9999", "verify_key": "ab12"}), "This bot token is not the bot of the Discord application 4242."),
+    (Canned(body={"id": "4242", "verify_key": "cd34"}), "The public key is not the Discord application 4242's."),
+])
+def test_discord_refusals(world, platform, answer, says):
+    platform.script(r"/discord/api/v10/applications/@me", answer)
+    assert refusal(*DISCORD_ARGS) == says
+
+
+def test_sms_is_bound_when_the_twilio_account_owns_the_number(world, platform):
+    platform.script(r"/twilio/2010-04-01/Accounts/AC9/IncomingPhoneNumbers.json", Canned(body={
+        "incoming_phone_numbers": [{"sid": "PN1", "phone_number": "+15550001111"}]}))
+    bind(*SMS_ARGS)
+    assert ChannelBinding.objects.get().lookup_key == "+15550001111"
+    (asked,) = platform.sent(r"/twilio/")
+    assert asked.path.endswith("IncomingPhoneNumbers.json?PhoneNumber=%2B15550001111")
+    assert asked.headers["Authorization"] == "Basic " + base64.b64encode(b"AC9:globex-token").decode()
+
+
+@pytest.mark.parametrize("answer, says", [
+    (Canned(status=401, body={"code": 20003, "message": "Authenticate"}),
+     "Twilio did not accept this account SID and auth token."),
+    (Canned(body={"incoming_phone_numbers": []}), "The Twilio account AC9 has no incoming number +15550001111."),
+])
+def test_sms_refusals(world, platform, answer, says):
+    platform.script(r"/twilio/", answer)
+    assert refusal(*SMS_ARGS) == says
+
+
+def test_the_admin_form_asks_slack_discord_and_twilio_too(globex_admin, world, platform):
+    base = {"tenant": world.tenant_b.pk, "qor": world.qor_b.pk, "name": "", "unpaired_response": "code",
+            "enabled": "on"}
+    platform.default(r"/slack/api/auth.test", Canned(body={"ok": False, "error": "invalid_auth"}))
+    platform.default(r"/discord/", Canned(status=401, body={}))
+    platform.default(r"/twilio/", Canned(status=401, body={}))
+    for kind, fields, says in [
+        ("slack", {"app_id": "A0APP", "bot_token": "x", "signing_secret": "s"}, "Slack did not accept this bot token."),
+        ("discord", {"application_id": "4242", "public_key": "ab", "bot_token": "x"},
+         "Discord did not accept this bot token."),
+        ("sms", {"number": "+15550001111", "account_sid": "AC9", "auth_token": "x"},
+         "Twilio did not accept this account SID and auth token."),
+    ]:
+        response = globex_admin.post("/admin/channels_app/channelbinding/add/", {
+            **base, "kind": kind, **{f"cred_{kind}_{k}": v for k, v in fields.items()}})
+        assert response.context["adminform"].form.non_field_errors() == [says]
+    assert not ChannelBinding.objects.exists()
+
+
+@pytest.mark.parametrize("args", [
+    ["telegram", "--tenant", "globex", "--qor", "aria", "--token", "1:A", "--secret", "s"],
+    ["email", "--tenant", "globex", "--qor", "aria", "--address", "aria@globex.example", "--secret", "s"],
+    ["webchat", "--tenant", "globex", "--qor", "aria"],
+])
+def test_channels_looked_up_by_a_secret_an_address_or_a_generated_key_ask_nothing(world, platform, args):
+    bind(*args)
+    assert ChannelBinding.objects.count() == 1 and platform.requests == []
