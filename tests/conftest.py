@@ -194,7 +194,10 @@ def _gates_clear() -> None:
     from django.core.cache import cache
 
     if "locmem" in settings.CACHES["default"]["BACKEND"].lower():
+        from qorven.runtime.streams import streams_forget
+
         cache.clear()  # this process's own memory
+        streams_forget()  # the replies streaming in it, which the embedded default keeps there
         return
     import redis
 

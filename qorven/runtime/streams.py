@@ -1,73 +1,176 @@
 """The text of a reply while it streams, kept where every server process can read it.
 
 A page refreshed mid-reply reconnects to whichever server process; the tokens streamed
-before it reconnected were sent to a socket that no longer exists. So the producing
-process keeps the text so far in Django's cache (Redis when REDIS_URL is set) under the
-session, and a reconnecting client is sent that snapshot, then the rest as it streams.
+before it reconnected were sent to a socket that no longer exists. So the text so far is
+kept under the session, and a reconnecting client is sent that snapshot, then the rest
+as it streams.
 
 Each chunk event gets the `offset` of its first character in the reply, so a client (or
 consumer) holding a snapshot of length n keeps only the part of a chunk past n, and one
 that sees an offset beyond what it has knows it missed a chunk and asks for a snapshot.
 
-A session streams one reply at a time (turns hold the session's lease), so the cache key
-is per session and names the reply it holds. The producer appends in its own memory and
-writes the whole text on each chunk: one cache write per chunk, no read-modify-write.
+A chunk costs what it holds, not the reply so far (a reply of thousands of chunks
+rewritten whole on each was gigabytes of cache writes, and the live events waited
+behind them):
+
+- With Redis (REDIS_URL, the cache's server), the producer APPENDs each chunk to a string
+  beside a key naming the reply it holds, in one round trip. APPEND answers the new
+  length; when that is not the producer's own count (a write was lost, or another reply
+  took the key), the producer writes its text whole once, so the snapshot stays exact.
+- On the embedded default the producer and every socket are one process, so the
+  snapshot is read from the producer's own memory and nothing goes through the cache.
+
+A session streams one reply at a time (turns hold the session's lease): the snapshot is
+of the reply whose chunk came last.
 """
 from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections import OrderedDict
+from dataclasses import dataclass, field
 from typing import Any
 
-from django.core.cache import cache
+from django.core.cache import caches
+from django.core.cache.backends.redis import RedisCache
 
 logger = logging.getLogger(__name__)
 
 STREAM_TTL = 600  # seconds; refreshed on every chunk, so only an abandoned stream expires
 _MAX_OPEN = 512  # streams this process remembers; a turn that died mid-stream is forgotten
 
+
+@dataclass
+class _Stream:
+    parts: list[str] = field(default_factory=list)
+    chars: int = 0  # what offsets count
+    size: int = 0  # its UTF-8 bytes: what Redis counts
+    touched: float = field(default_factory=time.monotonic)
+
+    def text(self) -> str:
+        if len(self.parts) > 1:
+            self.parts[:] = ["".join(self.parts)]
+        return self.parts[0] if self.parts else ""
+
+
 _lock = threading.Lock()
-_open: OrderedDict[tuple[int, int], str] = OrderedDict()
+_open: OrderedDict[tuple[int, int], _Stream] = OrderedDict()  # (session, reply_to) → its text so far
+_latest: OrderedDict[int, int] = OrderedDict()  # session → the reply whose chunk came last
 
 
 def _key(session_id: int) -> str:
     return f"qorven:stream:{session_id}"
 
 
+def _redis(session_id: int) -> tuple[Any, str, str] | None:
+    """The cache's Redis client and the keys of a session's stream (the reply it holds,
+    its text), or None on the embedded default. Django's RedisCache pickles what it
+    stores, which cannot be appended to: these two keys are written raw, and only here."""
+    cache = caches["default"]
+    if not isinstance(cache, RedisCache):
+        return None
+    key = _key(session_id)
+    # The primary, for reads too: a replica may not have the newest appends yet.
+    return cache._cache.get_client(key, write=True), cache.make_key(key), cache.make_key(f"{key}:text")
+
+
 def stream_chunk(session_id: int, reply_to: int, delta: str) -> int:
     """Record `delta` as the next piece of the reply to `reply_to`; return its offset."""
+    size = len(delta.encode())
     with _lock:
-        text = _open.pop((session_id, reply_to), "")
-        _open[(session_id, reply_to)] = text + delta
+        stream = _open.pop((session_id, reply_to), None) or _Stream()
+        _open[(session_id, reply_to)] = stream
+        offset, before = stream.chars, stream.size
+        stream.parts.append(delta)
+        stream.chars += len(delta)
+        stream.size += size
+        stream.touched = time.monotonic()
+        _latest.pop(session_id, None)
+        _latest[session_id] = reply_to
         while len(_open) > _MAX_OPEN:
             _open.popitem(last=False)
-    cache.set(_key(session_id), {"reply_to": reply_to, "text": text + delta}, STREAM_TTL)
-    return len(text)
+        while len(_latest) > _MAX_OPEN:
+            _latest.popitem(last=False)
+    redis = _redis(session_id)
+    if redis is not None:
+        try:
+            _append(redis, stream, reply_to, delta, before, before + size)
+        except Exception:  # the next chunk finds the stored text short and writes it whole
+            logger.warning("could not keep the stream buffer of session %s", session_id, exc_info=True)
+    return offset
+
+
+def _append(redis: tuple[Any, str, str], stream: _Stream, reply_to: int, delta: str, before: int, after: int) -> None:
+    """Append `delta` to the stored text, which held `before` bytes of `reply_to`'s;
+    write the text whole when it did not."""
+    client, reply_key, text_key = redis
+    with client.pipeline(transaction=True) as pipe:
+        pipe.getset(reply_key, reply_to)
+        pipe.expire(reply_key, STREAM_TTL)
+        if before:
+            pipe.append(text_key, delta)
+        else:
+            pipe.set(text_key, delta)
+        pipe.expire(text_key, STREAM_TTL)
+        held, _, written, _ = pipe.execute()
+    if before and (held is None or int(held) != reply_to or written != after):
+        with _lock:
+            text = stream.text()
+        with client.pipeline(transaction=True) as pipe:
+            pipe.set(reply_key, reply_to, ex=STREAM_TTL)
+            pipe.set(text_key, text, ex=STREAM_TTL)
+            pipe.execute()
 
 
 def stream_restart(session_id: int, reply_to: int) -> None:
     """The reply starts again from nothing (its last try failed after streaming some)."""
     with _lock:
-        _open[(session_id, reply_to)] = ""
-    current = cache.get(_key(session_id))
-    if current and current.get("reply_to") == reply_to:
-        cache.delete(_key(session_id))
+        _open[(session_id, reply_to)] = _Stream()
+    _forget_stored(session_id, reply_to)
 
 
 def stream_end(session_id: int, reply_to: int) -> None:
     """The reply is stored: forget its stream."""
     with _lock:
         _open.pop((session_id, reply_to), None)
-    current = cache.get(_key(session_id))
-    if current and current.get("reply_to") == reply_to:
-        cache.delete(_key(session_id))
+        if _latest.get(session_id) == reply_to:
+            del _latest[session_id]
+    _forget_stored(session_id, reply_to)
+
+
+def _forget_stored(session_id: int, reply_to: int) -> None:
+    redis = _redis(session_id)
+    if redis is None:
+        return
+    client, reply_key, text_key = redis
+    held = client.get(reply_key)
+    if held is not None and int(held) == reply_to:
+        client.delete(reply_key, text_key)
 
 
 def stream_snapshot(session_id: int) -> dict[str, Any] | None:
     """`{"reply_to", "text"}` of the reply streaming on the session, or None."""
-    value = cache.get(_key(session_id))
-    return value if isinstance(value, dict) and value.get("text") else None
+    redis = _redis(session_id)
+    if redis is not None:
+        client, reply_key, text_key = redis
+        held, text = client.mget(reply_key, text_key)
+        if held is None or not text:
+            return None
+        return {"reply_to": int(held), "text": text.decode()}
+    with _lock:
+        reply_to = _latest.get(session_id)
+        stream = _open.get((session_id, reply_to)) if reply_to is not None else None
+        if stream is None or not stream.chars or time.monotonic() - stream.touched > STREAM_TTL:
+            return None
+        return {"reply_to": reply_to, "text": stream.text()}
+
+
+def streams_forget() -> None:
+    """Forget every stream this process keeps (a process starting has none; for tests)."""
+    with _lock:
+        _open.clear()
+        _latest.clear()
 
 
 def stream_track(session_id: int, event: dict[str, Any]) -> dict[str, Any]:
