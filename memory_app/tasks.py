@@ -10,6 +10,7 @@ from django.conf import settings
 from django.core.cache import cache
 from django.utils import timezone
 
+from qorven.runtime.cache_leases import cache_lease
 from qorven.runtime.log_context import log_context
 from sessions_app.errors import SessionClosed
 from sessions_app.leases import lease_kept
@@ -67,20 +68,20 @@ def session_summarize(tenant_id: int, session_id: int, through_seq: int, waiting
         # One summarizer per session at a time, across workers (the cache is Redis when scaled
         # out): a second run would only repeat the model calls, since the compare-and-set
         # stores one result. A range it skips is queued again by the next exchange over budget.
-        running = f"qorven:summarize:{session_id}"
-        if not cache.add(running, 1, timeout=settings.CELERY_TASK_TIME_LIMIT):
-            logger.info("summarizer for session %s is already running; skipped", session_id)
-            _catch_up_end(session, catch_up)
-            return 0
-        try:
-            outcome = compaction_advance(session=session, through_seq=through_seq, so_far=catch_up)
-        except CompactionFailed as exc:
-            # Nothing was stored; the next exchange over budget queues this again.
-            logger.warning("could not compact session %s: %s", session_id, exc)
-            _catch_up_end(session, catch_up)
-            return 0
-        finally:
-            cache.delete(running)
+        # A lease, renewed while the run runs: a worker killed mid-run keeps the next run
+        # away for QORVEN_TURN_LEASE seconds, not for the task time limit.
+        with cache_lease(f"qorven:summarize:{session_id}", seconds=settings.QORVEN_TURN_LEASE) as taken:
+            if not taken:
+                logger.info("summarizer for session %s is already running; skipped", session_id)
+                _catch_up_end(session, catch_up)
+                return 0
+            try:
+                outcome = compaction_advance(session=session, through_seq=through_seq, so_far=catch_up)
+            except CompactionFailed as exc:
+                # Nothing was stored; the next exchange over budget queues this again.
+                logger.warning("could not compact session %s: %s", session_id, exc)
+                _catch_up_end(session, catch_up)
+                return 0
         if outcome.more:
             so_far = outcome.so_far.as_arg() if outcome.so_far is not None else None
             session_summarize.delay(tenant_id, session_id, through_seq, None, so_far)

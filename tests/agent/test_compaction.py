@@ -290,6 +290,50 @@ def test_a_summarizer_already_running_on_the_session_is_not_doubled(world, small
     assert session.compacted_through_seq == 8
 
 
+def _expires_in(key):
+    """Seconds until the cache forgets `key` (None: it holds no such key)."""
+    import time
+
+    from django.core.cache import cache
+
+    if hasattr(cache, "_expire_info"):  # the embedded default's in-process cache
+        expiry = cache._expire_info.get(cache.make_and_validate_key(key))
+        return None if expiry is None else expiry - time.time()
+    ttl = cache._cache.get_client(write=True).ttl(cache.make_and_validate_key(key))
+    return None if ttl < 0 else ttl
+
+
+def test_a_summarizer_killed_mid_run_keeps_the_next_one_away_only_for_a_short_lease(
+    world, small_window, fake, model_server, drain, monkeypatch, settings
+):
+    """The running mark was kept for the task time limit (15 minutes) and deleted as the
+    run ended: a worker killed mid-run left it, and every run after was skipped for that
+    long. It is now a lease of QORVEN_TURN_LEASE seconds, renewed while the run runs."""
+    from memory_app import tasks
+    from qorven.runtime import cache_leases
+
+    session = canonical(world)
+    seed_history(session, 6)
+    key = f"qorven:summarize:{session.pk}"
+    left = []
+    advance = tasks.compaction_advance
+
+    def killed_here(**kwargs):
+        left.append(_expires_in(key))  # what a worker killed now would leave behind
+        from django.core.cache import cache
+
+        cache.touch(key, 1)  # a renewal falling due
+        cache_leases._keeper.renew()
+        left.append(_expires_in(key))
+        return advance(**kwargs)
+
+    monkeypatch.setattr(tasks, "compaction_advance", killed_here)
+    assert tasks.session_summarize(world.tenant_a.pk, session.pk, 8) > 0
+    assert 0 < left[0] <= settings.QORVEN_TURN_LEASE
+    assert left[1] > 1  # renewed for the lease again while the run runs
+    assert _expires_in(key) is None  # let go when it ended
+
+
 @pytest.fixture
 def quiet(settings):
     """The summarizer's quiet period, short enough for a test to wait it out."""
