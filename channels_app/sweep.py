@@ -15,7 +15,9 @@ schedule, `__qorven_sweep__`) and whenever a worker starts — with no grace per
   retries would have ended are transcribed again (once per that period);
 - deliveries left pending are sent, the oldest of each binding (its send wakes the next);
   a part whose sender died mid-send is failed (it may have reached the platform, and a
-  reply is never sent twice) and shown as such.
+  reply is never sent twice) and shown as such;
+- a /compact left pending with nobody holding its session is compacted (or, after a few
+  tries, reported failed in the chat: memory_app.compact_requests).
 
 Queuing twice is harmless: every task is safe to run twice.
 """
@@ -57,11 +59,12 @@ class SweepReport:
     interrupted_sends: int = 0
     voice_notes: int = 0
     heartbeat_runs: int = 0
+    compactions: int = 0
     events_pruned: int = 0  # finished inbound events past their retention, deleted
 
     def __bool__(self) -> bool:
         return bool(self.turns or self.inbound or self.deliveries or self.interrupted_sends or self.voice_notes
-                    or self.heartbeat_runs)
+                    or self.heartbeat_runs or self.compactions)
 
 
 PRUNE_EVERY = 3600  # seconds: finished inbound events are looked for once an hour (by any process)
@@ -105,6 +108,8 @@ def sweep(*, restart: bool = False) -> SweepReport:
     again), so no recorded work is in any task's hands and none is given a grace period:
     what a stopped server accepted is processed as soon as it is back."""
     from qorven.agent.heartbeat_runs import heartbeat_runs_recover
+    from memory_app.compact_requests import compact_requests_recover
+    from memory_app.tasks import session_compact
     from qorven.agent.tasks import agent_turn, heartbeat_run, voice_transcribe_task
 
     from .sending import deliveries_interrupted_fail
@@ -163,11 +168,15 @@ def sweep(*, restart: bool = False) -> SweepReport:
     for tenant_id, heartbeat_id, tick, manual, run_id in heartbeat_runs_recover(restart=restart, limit=BATCH):
         heartbeat_run.delay(tenant_id, heartbeat_id, tick=tick, manual=manual, run_id=run_id)
         report.heartbeat_runs += 1
+    for tenant_id, session_id, channel in compact_requests_recover(restart=restart, limit=BATCH):
+        session_compact.delay(tenant_id, session_id, channel)
+        report.compactions += 1
     report.events_pruned = inbound_events_prune(now=now)
     if report.events_pruned:
         logger.info("sweep: deleted %s finished inbound event(s) past QORVEN_INBOUND_RETENTION", report.events_pruned)
     if report:
         logger.info("sweep: queued %s turn(s), %s inbound event(s), %s delivery(ies), %s voice note(s), %s heartbeat "
-                    "run(s); failed %s interrupted send(s)", report.turns, report.inbound, report.deliveries,
-                    report.voice_notes, report.heartbeat_runs, report.interrupted_sends)
+                    "run(s), %s /compact(s); failed %s interrupted send(s)", report.turns, report.inbound,
+                    report.deliveries, report.voice_notes, report.heartbeat_runs, report.compactions,
+                    report.interrupted_sends)
     return report

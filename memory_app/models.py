@@ -95,3 +95,17 @@ class LearnedSkill(TimestampedModel):
 
     def __str__(self) -> str:
         return self.name
+
+
+class CompactRequest(TimestampedModel):
+    """A `/compact` asked for and not finished yet (memory_app.compact_requests): kept so
+    that the sweeper finishes one whose worker died, or reports it failed, rather than the
+    person hearing nothing until the broker redelivers its task half an hour later."""
+
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="+")
+    session = models.OneToOneField("sessions_app.Session", on_delete=models.CASCADE, related_name="+")
+    channel = models.CharField(max_length=32)  # where it was asked: its outcome is told there
+    tries = models.PositiveSmallIntegerField(default=0)  # queued again by the sweeper
+
+    def __str__(self) -> str:
+        return f"/compact of session #{self.session_id}"

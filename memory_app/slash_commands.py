@@ -16,6 +16,7 @@ ROTATABLE = (Session.Kind.CANONICAL, Session.Kind.LEGACY)
 @slash_command("compact", "save this conversation's key points to memory and continue in a fresh one")
 def compact_command(ctx: CommandContext) -> str:
     # The summarizer calls a model, so it runs as a task, never inside the request.
+    from .compact_requests import compact_request_record
     from .tasks import session_compact
 
     if ctx.session.kind not in ROTATABLE:
@@ -26,5 +27,7 @@ def compact_command(ctx: CommandContext) -> str:
     # for it.)
     owner = f"compact-{uuid.uuid4().hex}"
     turn_lease_acquire(session_id=session_id, owner=owner, seconds=settings.QORVEN_TURN_LEASE)
+    # Recorded with the task, so one lost with its worker is found and finished (channels_app.sweep).
+    compact_request_record(tenant_id=tenant_id, session_id=session_id, channel=channel)
     transaction.on_commit(lambda: session_compact.delay(tenant_id, session_id, channel, owner))
     return "Compacting this conversation: saving its key points to memory first…"

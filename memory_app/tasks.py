@@ -8,6 +8,7 @@ import uuid
 from celery import shared_task
 from django.conf import settings
 from django.core.cache import cache
+from django.db import transaction
 from django.utils import timezone
 
 from qorven.runtime.cache_leases import cache_lease
@@ -20,6 +21,7 @@ from sessions_app.services import message_append
 from sessions_app.turn_writes import turn_lease_acquire, turn_lease_release
 from tenancy.selectors import budget_exhausted
 
+from .compact_requests import compact_request_done, compact_request_pending
 from .compaction import CatchUp, CompactionFailed, catch_up_announce, compaction_advance, compaction_rotate
 
 logger = logging.getLogger(__name__)
@@ -126,20 +128,23 @@ def _until_quiet(session: Session, quiet: float) -> float:
 def session_compact(self, tenant_id: int, session_id: int, channel: str, owner: str = "") -> bool:
     """`/compact`: summarize the session into memory and rotate to a fresh one seeded with
     the summary. `owner` is the session lease the command took for it; a running turn is
-    waited for (it holds the lease meanwhile). Safe to run twice: an archived session is
-    left alone. True when it rotated."""
+    waited for (it holds the lease meanwhile). Runs while its request is recorded
+    (memory_app.compact_requests), which it ends with the notice of its outcome: safe to
+    run twice, and the sweeper queues it again when its worker died. True when it rotated."""
     with log_context(tenant=tenant_id, session=session_id):
         owner = owner or f"compact-{uuid.uuid4().hex}"
         session = session_for_task(tenant_id=tenant_id, session_id=session_id)
         if session is None or session.state != Session.State.ACTIVE:
             turn_lease_release(session_id=session_id, owner=owner)
+            compact_request_done(session_id=session_id)
             return False
         if not turn_lease_acquire(session_id=session_id, owner=owner, seconds=settings.QORVEN_TURN_LEASE):
             raise self.retry(countdown=LEASE_RETRY_DELAY)  # a turn is running: come back after it
         try:
             session.refresh_from_db()
-            if session.state != Session.State.ACTIVE:
-                return False
+            if session.state != Session.State.ACTIVE or not compact_request_pending(session_id=session_id):
+                compact_request_done(session_id=session_id)
+                return False  # compacted or cleared already, or its outcome was told
             try:
                 with lease_kept(session_id=session_id, owner=owner):  # the model calls may take a while
                     outcome = compaction_rotate(session=session)
@@ -150,18 +155,23 @@ def session_compact(self, tenant_id: int, session_id: int, channel: str, owner: 
                 _notice(session, channel, NOTHING_NOTICE, "compact_empty")
                 return False
             _notice(outcome.session, channel,
-                    COMPACTED_NOTICE.format(messages=outcome.messages, memories=outcome.memories), "compacted")
+                    COMPACTED_NOTICE.format(messages=outcome.messages, memories=outcome.memories), "compacted",
+                    request_of=session_id)
             return True
         finally:
             turn_lease_release(session_id=session_id, owner=owner)
 
 
-def _notice(session: Session, channel: str, content: str, notice: str) -> None:
-    try:
-        message_append(session=session, role=Message.Role.SYSTEM, content=content, channel=channel,
-                       metadata={"notice": notice})
-    except SessionClosed:
-        pass  # cleared meanwhile: the person has moved on
+def _notice(session: Session, channel: str, content: str, notice: str, *, request_of: int | None = None) -> None:
+    """The outcome of a /compact, and the end of its request (of `request_of`, the session
+    it was asked in, when that is not `session`), at once."""
+    with transaction.atomic():
+        compact_request_done(session_id=request_of or session.pk)
+        try:
+            message_append(session=session, role=Message.Role.SYSTEM, content=content, channel=channel,
+                           metadata={"notice": notice})
+        except SessionClosed:
+            pass  # cleared meanwhile: the person has moved on
 
 
 def _reason(exc: Exception) -> str:

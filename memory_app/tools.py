@@ -152,6 +152,7 @@ def new_topic_tool(ctx: ToolContext, args: dict) -> dict:
     from sessions_app.models import Session
 
     from .slash_commands import ROTATABLE
+    from .compact_requests import compact_request_record
     from .tasks import session_compact
 
     session = Session.objects.filter(tenant=ctx.tenant, pk=ctx.session_id).only("kind", "state").first()
@@ -162,6 +163,7 @@ def new_topic_tool(ctx: ToolContext, args: dict) -> dict:
     tenant_id, session_id, channel = ctx.tenant.pk, session.pk, ctx.channel
     # The compaction waits for this turn to let go of the session (session_compact retries
     # while it is held), so the answer is written here first.
+    compact_request_record(tenant_id=tenant_id, session_id=session_id, channel=channel)
     transaction.on_commit(lambda: session_compact.delay(tenant_id, session_id, channel))
     return {"status": "after your answer, this conversation's key points are saved to memory and the next "
                       "message starts a fresh conversation; now answer the user's message"}

@@ -733,6 +733,77 @@ def offered(request) -> set[str]:
     return {t["function"]["name"] for t in request.get("tools") or []}
 
 
+def _compact_lost_with_its_worker(world, chat, monkeypatch):
+    """/compact answered "Compacting…", and the worker that took its task was killed: the
+    task ran no further, and the session's lease (taken for it) ran out."""
+    from memory_app import tasks
+
+    chat("remember my bike is a blue Brompton")
+    session = canonical(world)
+    monkeypatch.setattr(tasks.session_compact, "delay", lambda *args, **kwargs: None)
+    chat("/compact")
+    monkeypatch.undo()
+    Session.objects.filter(pk=session.pk).update(turn_lease_until=timezone.now() - timedelta(minutes=5))
+    return session
+
+
+def _later(minutes=5):
+    """What the sweeper sees once the work it finds has been left that long."""
+    from memory_app.models import CompactRequest
+
+    CompactRequest.objects.update(updated_at=timezone.now() - timedelta(minutes=minutes))
+
+
+def test_a_compact_whose_worker_died_is_finished_by_the_sweeper_once(world, fake, model_server, drain, chat,
+                                                                    monkeypatch):
+    """The person got "Compacting this conversation…" and then nothing, no rotation and no
+    notice, until the broker redelivered the task half an hour later."""
+    from channels_app.sweep import sweep
+
+    old = _compact_lost_with_its_worker(world, chat, monkeypatch)
+    assert canonical(world).pk == old.pk
+    _later()
+    assert sweep().compactions == 1
+    drain()
+    old.refresh_from_db()
+    new = canonical(world)
+    assert old.state == "archived" and new.pk != old.pk
+    assert Message.objects.filter(session=new, metadata__notice="compacted").count() == 1
+    _later()
+    assert sweep().compactions == 0  # finished: nothing left to find
+    assert fake.calls["summary"] == 1
+
+
+def test_a_compact_that_finished_is_not_done_again_when_its_task_comes_back(world, fake, model_server, drain, chat):
+    from memory_app.tasks import session_compact
+
+    chat("remember my bike is a blue Brompton")
+    old = canonical(world)
+    chat("/compact")
+    assert canonical(world).pk != old.pk and fake.calls["summary"] == 1
+    session_compact.delay(world.tenant_a.pk, old.pk, "web")  # the broker delivering it again
+    drain()
+    assert fake.calls["summary"] == 1
+    assert Message.objects.filter(metadata__notice__in=["compacted", "compact_empty", "compact_failed"]).count() == 1
+
+
+def test_a_compact_that_keeps_dying_is_reported_failed_in_the_end(world, fake, model_server, drain, chat,
+                                                                 monkeypatch):
+    from channels_app.sweep import sweep
+    from memory_app import tasks
+
+    session = _compact_lost_with_its_worker(world, chat, monkeypatch)
+    monkeypatch.setattr(tasks.session_compact, "delay", lambda *args, **kwargs: None)  # each try dies too
+    queued = 0
+    for _ in range(10):
+        _later()
+        queued += sweep().compactions
+    assert 1 <= queued <= 3
+    (notice,) = Message.objects.filter(session=session, metadata__notice="compact_failed")
+    assert notice.channel == "web" and "Nothing was changed" in notice.content
+    assert canonical(world).pk == session.pk
+
+
 def test_the_model_starts_a_new_topic_itself_with_the_same_flush_and_notice_as_compact(
     world, fake, model_server, drain, chat
 ):
