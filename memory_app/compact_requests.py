@@ -34,12 +34,12 @@ def compact_request_record(*, tenant_id: int, session_id: int, channel: str) -> 
                                             defaults={"tenant_id": tenant_id, "channel": channel})
 
 
-def compact_request_pending(*, session_id: int) -> bool:
-    return CompactRequest.objects.filter(session_id=session_id).exists()
+def compact_request_pending(*, tenant_id: int, session_id: int) -> bool:
+    return CompactRequest.objects.filter(tenant_id=tenant_id, session_id=session_id).exists()
 
 
-def compact_request_done(*, session_id: int) -> None:
-    CompactRequest.objects.filter(session_id=session_id).delete()
+def compact_request_done(*, tenant_id: int, session_id: int) -> None:
+    CompactRequest.objects.filter(tenant_id=tenant_id, session_id=session_id).delete()
 
 
 def compact_requests_recover(*, restart: bool = False, limit: int = 100) -> list[tuple[int, int, str]]:

@@ -136,14 +136,14 @@ def session_compact(self, tenant_id: int, session_id: int, channel: str, owner: 
         session = session_for_task(tenant_id=tenant_id, session_id=session_id)
         if session is None or session.state != Session.State.ACTIVE:
             turn_lease_release(session_id=session_id, owner=owner)
-            compact_request_done(session_id=session_id)
+            compact_request_done(tenant_id=tenant_id, session_id=session_id)
             return False
         if not turn_lease_acquire(session_id=session_id, owner=owner, seconds=settings.QORVEN_TURN_LEASE):
             raise self.retry(countdown=LEASE_RETRY_DELAY)  # a turn is running: come back after it
         try:
             session.refresh_from_db()
-            if session.state != Session.State.ACTIVE or not compact_request_pending(session_id=session_id):
-                compact_request_done(session_id=session_id)
+            if session.state != Session.State.ACTIVE or not compact_request_pending(tenant_id=tenant_id, session_id=session_id):
+                compact_request_done(tenant_id=tenant_id, session_id=session_id)
                 return False  # compacted or cleared already, or its outcome was told
             try:
                 with lease_kept(session_id=session_id, owner=owner):  # the model calls may take a while
@@ -166,7 +166,7 @@ def _notice(session: Session, channel: str, content: str, notice: str, *, reques
     """The outcome of a /compact, and the end of its request (of `request_of`, the session
     it was asked in, when that is not `session`), at once."""
     with transaction.atomic():
-        compact_request_done(session_id=request_of or session.pk)
+        compact_request_done(tenant_id=session.tenant_id, session_id=request_of or session.pk)
         try:
             message_append(session=session, role=Message.Role.SYSTEM, content=content, channel=channel,
                            metadata={"notice": notice})
