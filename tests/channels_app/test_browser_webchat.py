@@ -121,17 +121,17 @@ def test_a_visitor_chats_when_the_browser_blocks_storage_in_the_frame(chat_serve
         try:
             with host_site(base) as site:
                 page, frame, errors = open_widget(browser, site, init_script=STORAGE_BLOCKED_IN_FRAMES)
-            # The frame's script has run (it focuses the box): an Enter before it would be a newline.
-            expect(frame.locator("[data-input]")).to_be_focused()
-            say(frame, "When do you open?")
+                # The frame's script has run (it focuses the box): an Enter before it would be a newline.
+                expect(frame.locator("[data-input]")).to_be_focused()
+                say(frame, "When do you open?")
 
-            expect(frame.locator(".msg--user .msg__body")).to_have_text("When do you open?", timeout=SERVER_WORK)
-            expect(frame.locator(".msg--assistant:not(.msg--streaming)")).to_contain_text("We open at nine.",
-                                                                                          timeout=SERVER_WORK)
-            expect(frame.locator(".msg--streaming")).to_have_count(0)  # no thinking bubble left behind
-            expect(frame.locator("[data-status]")).to_have_attribute("data-state", "live")
-            page.screenshot(path=str(ARTIFACTS / "webchat-no-storage.png"))
-            assert errors == []
+                expect(frame.locator(".msg--user .msg__body")).to_have_text("When do you open?", timeout=SERVER_WORK)
+                expect(frame.locator(".msg--assistant:not(.msg--streaming)")).to_contain_text("We open at nine.",
+                                                                                              timeout=SERVER_WORK)
+                expect(frame.locator(".msg--streaming")).to_have_count(0)  # no thinking bubble left behind
+                expect(frame.locator("[data-status]")).to_have_attribute("data-state", "live")
+                page.screenshot(path=str(ARTIFACTS / "webchat-no-storage.png"))
+                assert errors == []
         finally:
             browser.close()
 
@@ -146,12 +146,12 @@ def test_the_printed_snippet_pasted_with_a_placeholder_token_still_chats_and_ope
         try:
             with host_site(base, tag_attributes='data-token="…"') as site:
                 page, frame, errors = open_widget(browser, site)
-            expect(frame.locator("[data-input]")).to_be_focused()  # the open message reached the loaded frame
-            say(frame, "hi")
-            expect(frame.locator(".msg--assistant:not(.msg--streaming)")).to_contain_text("Hello!",
-                                                                                          timeout=SERVER_WORK)
-            assert not [e for e in errors if "ISO-8859-1" in e or "postMessage" in e], errors
-            assert not [e for e in errors if "403" in e], errors
+                expect(frame.locator("[data-input]")).to_be_focused()  # the open message reached the loaded frame
+                say(frame, "hi")
+                expect(frame.locator(".msg--assistant:not(.msg--streaming)")).to_contain_text("Hello!",
+                                                                                              timeout=SERVER_WORK)
+                assert not [e for e in errors if "ISO-8859-1" in e or "postMessage" in e], errors
+                assert not [e for e in errors if "403" in e], errors
         finally:
             browser.close()
 
@@ -426,18 +426,18 @@ def test_the_widget_says_whether_it_is_open_and_escape_closes_it_back_to_its_but
         try:
             with host_site(base) as site:
                 page, frame, errors = open_widget(browser, site)
-            bubble = page.locator(".qorven-bubble")
-            expect(bubble).to_have_attribute("aria-expanded", "true")
-            assert bubble.get_attribute("aria-controls") == page.locator(".qorven-frame").get_attribute("id")
-            expect(frame.locator("[data-input]")).to_be_focused()
-            frame.locator("[data-input]").press("Escape")
-            expect(bubble).to_have_attribute("aria-expanded", "false")
-            expect(page.locator(".qorven-frame")).to_be_hidden()
-            expect(bubble).to_be_focused()
-            bubble.press("Enter")
-            expect(bubble).to_have_attribute("aria-expanded", "true")
-            page.keyboard.press("Escape")
-            expect(bubble).to_have_attribute("aria-expanded", "false")
-            assert errors == []
+                bubble = page.locator(".qorven-bubble")
+                expect(bubble).to_have_attribute("aria-expanded", "true")
+                assert bubble.get_attribute("aria-controls") == page.locator(".qorven-frame").get_attribute("id")
+                expect(frame.locator("[data-input]")).to_be_focused()
+                frame.locator("[data-input]").press("Escape")
+                expect(bubble).to_have_attribute("aria-expanded", "false")
+                expect(page.locator(".qorven-frame")).to_be_hidden()
+                expect(bubble).to_be_focused()
+                bubble.press("Enter")
+                expect(bubble).to_have_attribute("aria-expanded", "true")
+                page.keyboard.press("Escape")
+                expect(bubble).to_have_attribute("aria-expanded", "false")
+                assert errors == []
         finally:
             browser.close()
