@@ -5,105 +5,18 @@ runs on the embedded default: SQLite, an in-process channel layer and in-process
 """
 from __future__ import annotations
 
-import ipaddress
-import os
-import re
 import socket
-import warnings
-import zoneinfo
 from pathlib import Path
 from typing import Any
 
 import environ
 from kombu import Queue
 
-from qorven.runtime.durations import duration_parse
+from qorven.runtime.environment import Env
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
-_FALSE_STRINGS = ("false", "off", "no", "n", "0", "")
-# A host name: dot-separated labels of letters, digits and hyphens, the last not a number
-# (10.0.0.300 is a mistyped address, not a name).
-_LABEL = r"[a-z0-9_](?:[a-z0-9_-]{0,61}[a-z0-9_])?"
-_HOST_NAME = re.compile(rf"(?:{_LABEL}\.)*(?![0-9]+\.?$){_LABEL}\.?", re.IGNORECASE)
-
-
-class _Env(environ.Env):
-    """django-environ, with a malformed number named in one line (ImproperlyConfigured,
-    which `qorven` prints as a configuration error) instead of a bare ValueError, and
-    each number's range checked the same way (`at_least`, `at_most`, `above`)."""
-
-    def int(self, var, default=environ.Env.NOTSET, **bounds):  # type: ignore[override]
-        return self._number(super().int, var, default, "a whole number", **bounds)
-
-    def float(self, var, default=environ.Env.NOTSET, **bounds):  # type: ignore[override]
-        return self._number(super().float, var, default, "a number", **bounds)
-
-    @staticmethod
-    def _number(read, var, default, what, *, at_least=None, at_most=None, above=None):
-        try:
-            value = read(var, default=default)
-        except ValueError:
-            raise environ.ImproperlyConfigured(f"{var} must be {what}, not {os.environ.get(var)!r}") from None
-        wrong = ("at least", at_least) if at_least is not None and value < at_least else \
-            ("at most", at_most) if at_most is not None and value > at_most else \
-            ("more than", above) if above is not None and value <= above else None
-        if wrong is not None:
-            raise environ.ImproperlyConfigured(f"{var} must be {wrong[0]} {wrong[1]}, not {os.environ.get(var)!r}")
-        return value
-
-
-    def bool(self, var, default=environ.Env.NOTSET):  # type: ignore[override]
-        """Only a word that says yes or no: django-environ reads any other ("maybe") as false."""
-        if var not in self.ENVIRON:
-            return super().bool(var, default=default)
-        written = self.str(var)
-        word = written.strip().lower()
-        if word in self.BOOLEAN_TRUE_STRINGS or word in _FALSE_STRINGS:
-            return word in self.BOOLEAN_TRUE_STRINGS
-        raise environ.ImproperlyConfigured(f"{var} must be true or false (also 1/0, yes/no, on/off), not {written!r}")
-
-    def addresses(self, var, default: list[str]) -> list[str]:
-        """A list of IP addresses (written as Python writes them, so a client's is found in it)."""
-        found = []
-        for entry in self.list(var, default=default):
-            try:
-                found.append(str(ipaddress.ip_address(entry.strip())))
-            except ValueError:
-                raise environ.ImproperlyConfigured(f"{var} takes IP addresses, not {entry.strip()!r}") from None
-        return found
-
-    def hosts(self, var, default: list[str]) -> list[str]:
-        """A list of host names, IP addresses and networks (10.0.0.0/8)."""
-        entries = [entry.strip() for entry in self.list(var, default=default) if entry.strip()]
-        for entry in entries:
-            try:
-                ipaddress.ip_network(entry, strict=False)
-                continue
-            except ValueError:
-                if "/" not in entry and _HOST_NAME.fullmatch(entry):
-                    continue
-            raise environ.ImproperlyConfigured(
-                f"{var} takes host names, IP addresses and networks (10.0.0.0/8), not {entry!r}")
-        return entries
-
-    def duration(self, var, default=environ.Env.NOTSET) -> str:
-        """A duration (qorven.runtime.durations: 3600, 30m, 12h, 7d, 2w; 0 is none), checked
-        here and kept as written: the code that uses it parses it again."""
-        value = self.str(var, default=default)
-        try:
-            duration_parse(value)
-        except ValueError as exc:
-            raise environ.ImproperlyConfigured(f"{var} {exc}") from None
-        return value
-
-    def db_url(self, var=environ.Env.DEFAULT_DATABASE_ENV, default=environ.Env.NOTSET, engine=None):  # type: ignore[override]
-        with warnings.catch_warnings():  # a scheme it does not know: the settings say so, in one line
-            warnings.simplefilter("ignore", UserWarning)
-            return super().db_url(var, default=default, engine=engine)
-
-
-env = _Env()
+env = Env()
 # Settings from a `.env` beside manage.py (or the file QORVEN_ENV_FILE names; empty: none,
 # as the test suite sets it). Variables already in the environment win.
 ENV_FILE = env.str("QORVEN_ENV_FILE", default=str(BASE_DIR / ".env"))
@@ -112,10 +25,7 @@ if ENV_FILE:
 
 DEBUG = env.bool("DJANGO_DEBUG", default=False)
 # Read before the secret key it calls for, so a malformed URL is the error a host sees first.
-_DATABASE = env.db_url("DATABASE_URL", default=f"sqlite:///{BASE_DIR / 'db.sqlite3'}")
-if _DATABASE.get("ENGINE") not in ("django.db.backends.postgresql", "django.db.backends.sqlite3"):
-    raise environ.ImproperlyConfigured("DATABASE_URL must be a postgres:// or sqlite:// URL (e.g. "
-                                       f"postgres://user:pass@host:5432/qorven), not {env.str('DATABASE_URL')!r}")
+_DATABASE = env.database("DATABASE_URL", default=f"sqlite:///{BASE_DIR / 'db.sqlite3'}")
 SECRET_KEY = env.str("DJANGO_SECRET_KEY", default="")
 if not SECRET_KEY:
     if env.str("DATABASE_URL", default=""):
@@ -201,46 +111,6 @@ TEMPLATES = [
 ]
 
 DATABASES = {"default": _DATABASE}
-if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
-    # BEGIN IMMEDIATE takes SQLite's write lock at the start of every transaction, so
-    # concurrent appends queue up instead of failing with "database is locked".
-    # secure_delete: what is deleted is overwritten, not left in the file's free space
-    # (qorven.runtime.sqlite_erase).
-    DATABASES["default"].setdefault("OPTIONS", {}).update(
-        {
-            "transaction_mode": "IMMEDIATE",
-            "timeout": 30,
-            "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL; PRAGMA secure_delete=ON;",
-        }
-    )
-    # A file, not shared-cache memory, so threads in tests see the same locking as
-    # production; one per test process, so concurrent runs never share it.
-    import os
-    import tempfile
-
-    DATABASES["default"]["TEST"] = {"NAME": str(Path(tempfile.gettempdir()) / f"qorven-test-{os.getpid()}.sqlite3")}
-if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql" and env.bool("QORVEN_DB_PREPARED", default=True):
-    # A statement run on a connection five times is prepared there (psycopg), so
-    # PostgreSQL stops planning it on each run: the reads every request and turn make
-    # (qorven.runtime.prepared_read) took longer to plan than to run. Prepared statements
-    # need the parameters bound by the server. Off for a pooler that does not keep them
-    # (PgBouncer before 1.21 in transaction mode).
-    DATABASES["default"].setdefault("OPTIONS", {}).update({"server_side_binding": True, "prepare_threshold": 5})
-if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql" and env.bool("QORVEN_DB_POOL", default=True):
-    # psycopg's pool: under an ASGI server every request runs on a thread of its own, so a
-    # connection per request (CONN_MAX_AGE=0) or per thread (CONN_MAX_AGE>0, which
-    # exhausts the server) is replaced by a bounded set that requests borrow and return.
-    # `qorven worker` closes it before forking its children (each opens its own).
-    DATABASES["default"]["CONN_MAX_AGE"] = 0
-    DATABASES["default"].setdefault("OPTIONS", {})["pool"] = {
-        "min_size": env.int("QORVEN_DB_POOL_MIN", default=2, at_least=0),
-        "max_size": env.int("QORVEN_DB_POOL_MAX", default=20, at_least=1),
-        "timeout": env.float("QORVEN_DB_POOL_TIMEOUT", default=10.0, above=0),
-    }
-    _pool = DATABASES["default"]["OPTIONS"]["pool"]
-    if _pool["min_size"] > _pool["max_size"]:
-        raise environ.ImproperlyConfigured(
-            f"QORVEN_DB_POOL_MIN ({_pool['min_size']}) must be at most QORVEN_DB_POOL_MAX ({_pool['max_size']})")
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 AUTH_PASSWORD_VALIDATORS = [
@@ -251,28 +121,14 @@ AUTH_PASSWORD_VALIDATORS = [
 ]
 # Failed sign-ins allowed per username and per client address before the sign-in forms
 # refuse for the rest of the window (qorven/login_throttle.py; django-ratelimit rates).
-def _rate(var: str, default: str) -> str:
-    """A django-ratelimit rate (5/15m: five per fifteen minutes), checked as it is read: a
-    malformed one failed only at the first sign-in it had to count (a server error)."""
-    value = env.str(var, default=default)
-    if not re.fullmatch(r"[0-9]+/[0-9]*[smhd]", value):
-        raise environ.ImproperlyConfigured(f"{var} must be a rate like 5/15m (count/[number]s|m|h|d), not {value!r}")
-    return value
-
-
-QORVEN_LOGIN_FAILURES_PER_USER = _rate("QORVEN_LOGIN_FAILURES_PER_USER", "5/15m")
-QORVEN_LOGIN_FAILURES_PER_ADDRESS = _rate("QORVEN_LOGIN_FAILURES_PER_ADDRESS", "20/15m")
+QORVEN_LOGIN_FAILURES_PER_USER = env.rate("QORVEN_LOGIN_FAILURES_PER_USER", "5/15m")
+QORVEN_LOGIN_FAILURES_PER_ADDRESS = env.rate("QORVEN_LOGIN_FAILURES_PER_ADDRESS", "20/15m")
 LOGIN_URL = "/accounts/login/"
 LOGIN_REDIRECT_URL = "/chat/"
 LOGOUT_REDIRECT_URL = "/accounts/login/"
 
 LANGUAGE_CODE = "en-us"
-TIME_ZONE = env.str("QORVEN_TIME_ZONE", default="UTC")
-try:
-    zoneinfo.ZoneInfo(TIME_ZONE)
-except (zoneinfo.ZoneInfoNotFoundError, ValueError):
-    raise environ.ImproperlyConfigured(
-        f"QORVEN_TIME_ZONE must be a time zone name like UTC or Europe/Berlin, not {TIME_ZONE!r}") from None
+TIME_ZONE = env.time_zone("QORVEN_TIME_ZONE", default="UTC")
 USE_I18N = True
 USE_TZ = True
 
@@ -292,14 +148,10 @@ QORVEN_LIVE_CAPACITY = env.int("QORVEN_LIVE_CAPACITY", default=1000, at_least=1)
 # write and a read per process and event, bounded by QORVEN_LIVE_CAPACITY), which backs up
 # when many chats are busy at once (docs/performance.md). Neither keeps events for a socket
 # that was away: it catches up from the database by seq.
-QORVEN_LIVE_LAYER = env.str("QORVEN_LIVE_LAYER", default="pubsub")
+QORVEN_LIVE_LAYER = env.choice("QORVEN_LIVE_LAYER", "pubsub", ("pubsub", "lists"))
 # The ASGI server of `qorven serve`: uvicorn (about twice as fast as Daphne to fan live
 # events out to many sockets and to take webhooks: docs/performance.md), or daphne.
-QORVEN_ASGI_SERVER = env.str("QORVEN_ASGI_SERVER", default="uvicorn")
-if QORVEN_ASGI_SERVER not in ("daphne", "uvicorn"):
-    raise environ.ImproperlyConfigured(f"QORVEN_ASGI_SERVER must be daphne or uvicorn, not {QORVEN_ASGI_SERVER!r}")
-if QORVEN_LIVE_LAYER not in ("pubsub", "lists"):
-    raise environ.ImproperlyConfigured(f"QORVEN_LIVE_LAYER must be pubsub or lists, not {QORVEN_LIVE_LAYER!r}")
+QORVEN_ASGI_SERVER = env.choice("QORVEN_ASGI_SERVER", "uvicorn", ("daphne", "uvicorn"))
 # The live layer's Redis connections have no socket timeout: with one, redis-py sends every
 # command through asyncio.wait_for, which on Python 3.11 drops a cancellation arriving as the
 # send completes, and a cancelled read (a closing server, a socket's task) then reads on for
@@ -410,8 +262,8 @@ QORVEN_WEBCHAT_MAX_TTL = env.int("QORVEN_WEBCHAT_MAX_TTL", default=7 * 86400, at
 QORVEN_WEBCHAT_VISITOR_TTL = env.int("QORVEN_WEBCHAT_VISITOR_TTL", default=30 * 24 * 3600, at_least=1)
 # Webchat limits (django-ratelimit rates, "N/s|m|h|d"; counted in the cache): new anonymous
 # visitors per client address and webchat, and messages per visitor and webchat.
-QORVEN_WEBCHAT_NEW_VISITOR_RATE = _rate("QORVEN_WEBCHAT_NEW_VISITOR_RATE", "10/h")
-QORVEN_WEBCHAT_MESSAGE_RATE = _rate("QORVEN_WEBCHAT_MESSAGE_RATE", "20/m")
+QORVEN_WEBCHAT_NEW_VISITOR_RATE = env.rate("QORVEN_WEBCHAT_NEW_VISITOR_RATE", "10/h")
+QORVEN_WEBCHAT_MESSAGE_RATE = env.rate("QORVEN_WEBCHAT_MESSAGE_RATE", "20/m")
 # Behind a reverse proxy, the request header that holds the client address (e.g.
 # HTTP_X_REAL_IP); empty: the connection's own address.
 RATELIMIT_IP_META_KEY = env.str("QORVEN_CLIENT_IP_HEADER", default="") or None
@@ -421,15 +273,8 @@ RATELIMIT_CACHE_PREFIX = "qorven-rl:"
 # log_context); QORVEN_LOG_FORMAT=json writes one JSON object a line; keys and tokens
 # quoted in messages, tracebacks and stacks are masked, in either format, and so are email
 # addresses and phone numbers (a platform quoting a recipient in its error).
-QORVEN_LOG_FORMAT = env.str("QORVEN_LOG_FORMAT", default="text")
-if QORVEN_LOG_FORMAT not in ("text", "json"):
-    raise environ.ImproperlyConfigured(f"QORVEN_LOG_FORMAT must be text or json, not {QORVEN_LOG_FORMAT!r}")
-# Any case: logging itself knows only DEBUG, INFO, … in capitals.
-_LOG_LEVEL = env.str("QORVEN_LOG_LEVEL", default="INFO")
-QORVEN_LOG_LEVEL = _LOG_LEVEL.strip().upper()
-if QORVEN_LOG_LEVEL not in ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"):
-    raise environ.ImproperlyConfigured(
-        f"QORVEN_LOG_LEVEL must be DEBUG, INFO, WARNING, ERROR or CRITICAL (any case), not {_LOG_LEVEL!r}")
+QORVEN_LOG_FORMAT = env.choice("QORVEN_LOG_FORMAT", "text", ("text", "json"))
+QORVEN_LOG_LEVEL = env.log_level("QORVEN_LOG_LEVEL", default="INFO")
 # Prometheus metrics at /metrics: with a token, only to `Authorization: Bearer <token>`;
 # without one, only to these client addresses.
 QORVEN_METRICS_TOKEN = env.str("QORVEN_METRICS_TOKEN", default="")

@@ -1,0 +1,178 @@
+"""How Qorven reads its environment: django-environ, with every malformed or out-of-range
+value named in one line (ImproperlyConfigured, which `qorven` prints as a configuration
+error) instead of a traceback, or a default taken in silence, or a failure at the first
+request that uses it."""
+from __future__ import annotations
+
+import ipaddress
+import os
+import re
+import tempfile
+import warnings
+import zoneinfo
+from pathlib import Path
+
+import environ
+
+from qorven.runtime.durations import duration_parse
+
+_LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
+_FALSE_STRINGS = ("false", "off", "no", "n", "0", "")
+# A host name: dot-separated labels of letters, digits and hyphens, the last not a number
+# (10.0.0.300 is a mistyped address, not a name).
+_LABEL = r"[a-z0-9_](?:[a-z0-9_-]{0,61}[a-z0-9_])?"
+_HOST_NAME = re.compile(rf"(?:{_LABEL}\.)*(?![0-9]+\.?$){_LABEL}\.?", re.IGNORECASE)
+
+
+class Env(environ.Env):
+    """django-environ, with a malformed number named in one line (ImproperlyConfigured,
+    which `qorven` prints as a configuration error) instead of a bare ValueError, and
+    each number's range checked the same way (`at_least`, `at_most`, `above`)."""
+
+    def int(self, var, default=environ.Env.NOTSET, **bounds):  # type: ignore[override]
+        return self._number(super().int, var, default, "a whole number", **bounds)
+
+    def float(self, var, default=environ.Env.NOTSET, **bounds):  # type: ignore[override]
+        return self._number(super().float, var, default, "a number", **bounds)
+
+    @staticmethod
+    def _number(read, var, default, what, *, at_least=None, at_most=None, above=None):
+        try:
+            value = read(var, default=default)
+        except ValueError:
+            raise environ.ImproperlyConfigured(f"{var} must be {what}, not {os.environ.get(var)!r}") from None
+        wrong = ("at least", at_least) if at_least is not None and value < at_least else \
+            ("at most", at_most) if at_most is not None and value > at_most else \
+            ("more than", above) if above is not None and value <= above else None
+        if wrong is not None:
+            raise environ.ImproperlyConfigured(f"{var} must be {wrong[0]} {wrong[1]}, not {os.environ.get(var)!r}")
+        return value
+
+    def bool(self, var, default=environ.Env.NOTSET):  # type: ignore[override]
+        """Only a word that says yes or no: django-environ reads any other ("maybe") as false."""
+        if var not in self.ENVIRON:
+            return super().bool(var, default=default)
+        written = self.str(var)
+        word = written.strip().lower()
+        if word in self.BOOLEAN_TRUE_STRINGS or word in _FALSE_STRINGS:
+            return word in self.BOOLEAN_TRUE_STRINGS
+        raise environ.ImproperlyConfigured(f"{var} must be true or false (also 1/0, yes/no, on/off), not {written!r}")
+
+    def addresses(self, var, default: list[str]) -> list[str]:
+        """A list of IP addresses (written as Python writes them, so a client's is found in it)."""
+        found = []
+        for entry in self.list(var, default=default):
+            try:
+                found.append(str(ipaddress.ip_address(entry.strip())))
+            except ValueError:
+                raise environ.ImproperlyConfigured(f"{var} takes IP addresses, not {entry.strip()!r}") from None
+        return found
+
+    def hosts(self, var, default: list[str]) -> list[str]:
+        """A list of host names, IP addresses and networks (10.0.0.0/8)."""
+        entries = [entry.strip() for entry in self.list(var, default=default) if entry.strip()]
+        for entry in entries:
+            try:
+                ipaddress.ip_network(entry, strict=False)
+                continue
+            except ValueError:
+                if "/" not in entry and _HOST_NAME.fullmatch(entry):
+                    continue
+            raise environ.ImproperlyConfigured(
+                f"{var} takes host names, IP addresses and networks (10.0.0.0/8), not {entry!r}")
+        return entries
+
+    def duration(self, var, default=environ.Env.NOTSET) -> str:
+        """A duration (qorven.runtime.durations: 3600, 30m, 12h, 7d, 2w; 0 is none), checked
+        here and kept as written: the code that uses it parses it again."""
+        value = self.str(var, default=default)
+        try:
+            duration_parse(value)
+        except ValueError as exc:
+            raise environ.ImproperlyConfigured(f"{var} {exc}") from None
+        return value
+
+    def db_url(self, var=environ.Env.DEFAULT_DATABASE_ENV, default=environ.Env.NOTSET, engine=None):  # type: ignore[override]
+        with warnings.catch_warnings():  # a scheme it does not know: the settings say so, in one line
+            warnings.simplefilter("ignore", UserWarning)
+            return super().db_url(var, default=default, engine=engine)
+
+    def database(self, var: str, default: str) -> dict:
+        """Django's DATABASES entry for the URL in `var`: PostgreSQL or SQLite only, each
+        with the options Qorven runs it with."""
+        database = self.db_url(var, default=default)
+        if database.get("ENGINE") == "django.db.backends.sqlite3":
+            # BEGIN IMMEDIATE takes SQLite's write lock at the start of every transaction, so
+            # concurrent appends queue up instead of failing with "database is locked".
+            # secure_delete: what is deleted is overwritten, not left in the file's free space
+            # (qorven.runtime.sqlite_erase).
+            database.setdefault("OPTIONS", {}).update({
+                "transaction_mode": "IMMEDIATE",
+                "timeout": 30,
+                "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL; PRAGMA secure_delete=ON;",
+            })
+            # A file, not shared-cache memory, so threads in tests see the same locking as
+            # production; one per test process, so concurrent runs never share it.
+            database["TEST"] = {"NAME": str(Path(tempfile.gettempdir()) / f"qorven-test-{os.getpid()}.sqlite3")}
+            return database
+        if database.get("ENGINE") != "django.db.backends.postgresql":
+            raise environ.ImproperlyConfigured(f"{var} must be a postgres:// or sqlite:// URL (e.g. "
+                                               f"postgres://user:pass@host:5432/qorven), not {self.str(var)!r}")
+        if self.bool("QORVEN_DB_PREPARED", default=True):
+            # A statement run on a connection five times is prepared there (psycopg), so
+            # PostgreSQL stops planning it on each run: the reads every request and turn make
+            # (qorven.runtime.prepared_read) took longer to plan than to run. Prepared statements
+            # need the parameters bound by the server. Off for a pooler that does not keep them
+            # (PgBouncer before 1.21 in transaction mode).
+            database.setdefault("OPTIONS", {}).update({"server_side_binding": True, "prepare_threshold": 5})
+        if self.bool("QORVEN_DB_POOL", default=True):
+            # psycopg's pool: under an ASGI server every request runs on a thread of its own, so a
+            # connection per request (CONN_MAX_AGE=0) or per thread (CONN_MAX_AGE>0, which
+            # exhausts the server) is replaced by a bounded set that requests borrow and return.
+            # `qorven worker` closes it before forking its children (each opens its own).
+            pool = {"min_size": self.int("QORVEN_DB_POOL_MIN", default=2, at_least=0),
+                    "max_size": self.int("QORVEN_DB_POOL_MAX", default=20, at_least=1),
+                    "timeout": self.float("QORVEN_DB_POOL_TIMEOUT", default=10.0, above=0)}
+            if pool["min_size"] > pool["max_size"]:
+                raise environ.ImproperlyConfigured(f"QORVEN_DB_POOL_MIN ({pool['min_size']}) must be at most "
+                                                   f"QORVEN_DB_POOL_MAX ({pool['max_size']})")
+            database["CONN_MAX_AGE"] = 0
+            database.setdefault("OPTIONS", {})["pool"] = pool
+        return database
+
+    def choice(self, var: str, default: str, choices: tuple[str, ...]) -> str:
+        """One of a few words, written exactly so."""
+        value = self.str(var, default=default)
+        if value not in choices:
+            raise environ.ImproperlyConfigured(f"{var} must be {_either(choices)}, not {value!r}")
+        return value
+
+    def log_level(self, var: str, default: str) -> str:
+        """A logging level in any case, given back in capitals (logging knows only those)."""
+        written = self.str(var, default=default)
+        level = written.strip().upper()
+        if level not in _LOG_LEVELS:
+            raise environ.ImproperlyConfigured(f"{var} must be {_either(_LOG_LEVELS)} (any case), not {written!r}")
+        return level
+
+    def time_zone(self, var: str, default: str) -> str:
+        """An IANA time zone name, as zoneinfo knows it."""
+        value = self.str(var, default=default)
+        try:
+            zoneinfo.ZoneInfo(value)
+        except (zoneinfo.ZoneInfoNotFoundError, ValueError):
+            raise environ.ImproperlyConfigured(
+                f"{var} must be a time zone name like UTC or Europe/Berlin, not {value!r}") from None
+        return value
+
+    def rate(self, var: str, default: str) -> str:
+        """A django-ratelimit rate (5/15m: five per fifteen minutes), checked as it is read: a
+        malformed one failed only at the first request it had to count (a server error)."""
+        value = self.str(var, default=default)
+        if not re.fullmatch(r"[0-9]+/[0-9]*[smhd]", value):
+            raise environ.ImproperlyConfigured(f"{var} must be a rate like 5/15m (count/[number]s|m|h|d), not {value!r}")
+        return value
+
+
+def _either(choices: tuple[str, ...]) -> str:
+    return ", ".join(choices[:-1]) + f" or {choices[-1]}" if len(choices) > 1 else choices[0]
