@@ -6,7 +6,7 @@ from django.contrib import admin, messages
 from tenancy.admin_scoping import TenantScopedAdminMixin
 from tenancy.models import Membership
 
-from .models import LearnedSkill, Memory
+from .models import CompactRequest, LearnedSkill, Memory
 from .services import DuplicateMemory, memory_add, memory_content_hash, memory_delete, memory_update
 
 
@@ -106,3 +106,20 @@ class LearnedSkillAdmin(TenantScopedAdminMixin, admin.ModelAdmin):
         if not change:
             obj.source = LearnedSkill.Source.ADMIN
         super().save_model(request, obj, form, change)
+
+
+@admin.register(CompactRequest)
+class CompactRequestAdmin(TenantScopedAdminMixin, admin.ModelAdmin):
+    """/compacts still waiting for their summary: one the sweeper keeps queuing again
+    (`tries`) shows here. Deleting one stops its retries; the person is told nothing more."""
+
+    list_display = ["__str__", "tenant", "channel", "tries", "created_at", "updated_at"]
+    list_filter = ["tries"]
+    list_select_related = ["tenant"]
+    readonly_fields = [f.name for f in CompactRequest._meta.fields]
+
+    def has_add_permission(self, request) -> bool:
+        return False
+
+    def has_change_permission(self, request, obj=None) -> bool:
+        return False

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from memory_app.models import LearnedSkill, Memory
+from memory_app.models import CompactRequest, LearnedSkill, Memory
 from memory_app.selectors import memory_search
 from tenancy.models import Membership
 
@@ -108,3 +108,28 @@ def test_the_admins_history_keeps_no_memory_text_after_it_is_erased(host, world)
     assert not Memory.objects.exists()
     names = list(LogEntry.objects.values_list("object_repr", flat=True))
     assert names == [f"fact #{memory.pk}"] * 2 and not [n for n in names if "therapy" in n]
+
+
+def test_pending_compacts_are_listed_read_only_and_a_tenant_admin_sees_only_theirs(client, tenant_admin, world):
+    """A /compact still waiting for its summary shows in the admin, where the host can see
+    one the sweeper keeps queuing again; nobody edits it there."""
+    from memory_app.compact_requests import compact_request_record
+    from sessions_app.services import session_resolve
+
+    mine = session_resolve(tenant=world.tenant_a, qor=world.qor_a, channel="web", user=world.alice)
+    theirs = session_resolve(tenant=world.tenant_b, qor=world.qor_b, channel="web", user=world.charlie)
+    compact_request_record(tenant_id=world.tenant_a.pk, session_id=mine.pk, channel="telegram")
+    compact_request_record(tenant_id=world.tenant_b.pk, session_id=theirs.pk, channel="web")
+
+    page = tenant_admin.get("/admin/memory_app/compactrequest/")
+    assert page.status_code == 200
+    listed = page.content.decode()
+    assert f"/compact of session #{mine.pk}" in listed and f"/compact of session #{theirs.pk}" not in listed
+    assert "telegram" in listed
+    assert tenant_admin.get("/admin/memory_app/compactrequest/add/").status_code == 403
+    other = CompactRequest.objects.get(session=theirs)
+    assert tenant_admin.get(f"/admin/memory_app/compactrequest/{other.pk}/change/").status_code in (302, 404)
+    client.force_login(UserFactory(username="host2", is_staff=True, is_superuser=True))
+    shown = client.get(f"/admin/memory_app/compactrequest/{other.pk}/change/")
+    assert shown.status_code == 200 and 'name="channel"' not in shown.content.decode()
+    assert "globex" in shown.content.decode().lower()
