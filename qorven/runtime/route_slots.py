@@ -24,6 +24,8 @@ from contextlib import contextmanager
 
 from django.conf import settings
 
+from qorven.runtime.redis_client import install_key, shared_redis
+
 logger = logging.getLogger(__name__)
 
 POLL = 0.02  # seconds between a Redis waiter's looks at the queue
@@ -107,26 +109,11 @@ redis.call('ZADD', KEYS[2], ARGV[4], ARGV[1])
 return 1
 """
 
-_client = None
-_client_lock = threading.Lock()
-
-
-def _redis():
-    global _client
-    if _client is None:
-        with _client_lock:
-            if _client is None:
-                import redis
-
-                _client = redis.Redis.from_url(settings.REDIS_URL)
-    return _client
-
-
 class _RedisSlots:
     def __init__(self, name: str) -> None:
-        self.queue = f"qorven:route-slots:{name}:queue"
-        self.holders = f"qorven:route-slots:{name}:holders"
-        self.presence = f"qorven:route-slots:{name}:waiting:"
+        self.queue = install_key(f"route-slots:{name}:queue")
+        self.holders = install_key(f"route-slots:{name}:holders")
+        self.presence = install_key(f"route-slots:{name}:waiting:")
 
     def acquire(self, *, cap: int, wait: float, lease: float) -> str:
         import redis
@@ -137,7 +124,7 @@ class _RedisSlots:
             raise SlotTimeout(f"the model server's slots could not be read: {type(exc).__name__}") from None
 
     def _acquire(self, *, cap: int, wait: float, lease: float) -> str:
-        client = _redis()
+        client = shared_redis()
         me = uuid.uuid4().hex
         enter = client.register_script(_ENTER)
         deadline = time.monotonic() + wait
@@ -160,6 +147,6 @@ class _RedisSlots:
         import redis
 
         try:
-            _redis().zrem(self.holders, token)
+            shared_redis().zrem(self.holders, token)
         except redis.RedisError:  # the lease runs out instead
             logger.warning("could not free a model server slot; its lease frees it", exc_info=True)

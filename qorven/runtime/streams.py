@@ -35,6 +35,8 @@ from typing import Any
 from django.core.cache import caches
 from django.core.cache.backends.redis import RedisCache
 
+from qorven.runtime.redis_client import shared_redis
+
 logger = logging.getLogger(__name__)
 
 STREAM_TTL = 600  # seconds; refreshed on every chunk, so only an abandoned stream expires
@@ -64,15 +66,15 @@ def _key(session_id: int) -> str:
 
 
 def _redis(session_id: int) -> tuple[Any, str, str] | None:
-    """The cache's Redis client and the keys of a session's stream (the reply it holds,
-    its text), or None on the embedded default. Django's RedisCache pickles what it
-    stores, which cannot be appended to: these two keys are written raw, and only here."""
+    """A Redis client and the keys of a session's stream (the reply it holds, its text),
+    named as the cache names its keys, or None on the embedded default. Django's
+    RedisCache pickles what it stores, which cannot be appended to: these two keys are
+    written raw, through the process's own client, and only here."""
     cache = caches["default"]
     if not isinstance(cache, RedisCache):
         return None
     key = _key(session_id)
-    # The primary, for reads too: a replica may not have the newest appends yet.
-    return cache._cache.get_client(key, write=True), cache.make_key(key), cache.make_key(f"{key}:text")
+    return shared_redis(), cache.make_key(key), cache.make_key(f"{key}:text")
 
 
 def stream_chunk(session_id: int, reply_to: int, delta: str) -> int:

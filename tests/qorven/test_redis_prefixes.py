@@ -46,3 +46,20 @@ def test_tasks_of_an_install_with_a_broker_prefix_queue_under_it():
         assert client.llen(f"{prefix}celery") == 1  # where only that install's workers look
     finally:
         client.delete(f"{prefix}celery", *client.keys(f"{prefix}*"))
+
+
+def test_a_model_servers_cap_is_counted_per_install(settings):
+    """Two installs on one Redis database, each capping the same model server at one call:
+    a call held by one does not make the other's wait (its cap is its own setting)."""
+    from qorven.runtime.route_slots import SlotTimeout, route_slot
+
+    base_url = f"http://model-{uuid.uuid4().hex[:6]}.invalid/v1"
+    settings.QORVEN_CACHE_PREFIX = f"install-a-{uuid.uuid4().hex[:6]}"
+    with route_slot(base_url=base_url, cap=1, wait=5, lease=30):
+        settings.QORVEN_CACHE_PREFIX = f"install-b-{uuid.uuid4().hex[:6]}"
+        with route_slot(base_url=base_url, cap=1, wait=0.5, lease=30):
+            pass  # the other install's slot, free
+    with pytest.raises(SlotTimeout):  # and within one install the cap still holds
+        with route_slot(base_url=base_url, cap=1, wait=5, lease=30):
+            with route_slot(base_url=base_url, cap=1, wait=0.3, lease=30):
+                pass
