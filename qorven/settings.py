@@ -331,6 +331,9 @@ QORVEN_PROJECT_FILE_CHARS = env.int("QORVEN_PROJECT_FILE_CHARS", default=16000, 
 QORVEN_MAX_UPLOAD = env.int("QORVEN_MAX_UPLOAD", default=10 * 1024 * 1024, at_least=1)
 # Characters of attached text files read into one prompt (newest first); 0: notes only.
 QORVEN_PROMPT_FILE_CHARS = env.int("QORVEN_PROMPT_FILE_CHARS", default=8000, at_least=0)
+# The longest reply taken from the model, in characters (0: no bound): past it the reply is
+# cut there and said to be cut, as when the model's own length limit ends it.
+QORVEN_MAX_REPLY_CHARS = env.int("QORVEN_MAX_REPLY_CHARS", default=32_000, at_least=0)
 QORVEN_MAX_TOOL_ROUNDS = env.int("QORVEN_MAX_TOOL_ROUNDS", default=8, at_least=1)
 QORVEN_MODEL_TIMEOUT = env.float("QORVEN_MODEL_TIMEOUT", default=60.0, above=0)
 QORVEN_MODEL_RETRIES = env.int("QORVEN_MODEL_RETRIES", default=4, at_least=0)

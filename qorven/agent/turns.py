@@ -392,11 +392,11 @@ def _reply(
     return message
 
 
-CUT_OFF_NOTICE = "My reply hit the model's length limit and was cut off there. Say \"go on\" and I'll continue."
+CUT_OFF_NOTICE = "My reply hit its length limit and was cut off there. Say \"go on\" and I'll continue."
 
 
 def _cut_off_notice(session: Session, pending: Message) -> None:
-    """The reply ends where the model's length limit cut it: say so, in our words, on its
+    """The reply ends where a length limit (the model's, or QORVEN_MAX_REPLY_CHARS) cut it: say so, in our words, on its
     surface (a notice: not part of later prompts)."""
     try:
         message_append(session=session, role=Message.Role.SYSTEM, content=CUT_OFF_NOTICE, channel=pending.channel,

@@ -97,9 +97,10 @@ class OpenAIProvider:
 
     def __init__(
         self, *, base_url: str, api_key: str, model: str, timeout: float, max_retries: int, deadline: float,
-        max_concurrency: int = 0,
+        max_concurrency: int = 0, max_chars: int = 0,
     ) -> None:
         self.model = model
+        self._max_chars = max_chars  # the longest reply read (0: no bound), then the stream is let go
         self.base_url = base_url
         self._timeout = timeout
         self._deadline = deadline
@@ -182,6 +183,7 @@ class OpenAIProvider:
         finish = ""
         text_of = _Mender()
         heard = time.monotonic()
+        room = self._max_chars or -1  # characters still to take; -1: no bound
 
         def watch() -> None:
             if time.monotonic() > deadline:
@@ -191,7 +193,7 @@ class OpenAIProvider:
 
         stream.watch = watch
         chunks = iter(stream)
-        while True:
+        while room != 0:
             try:
                 chunk = next(chunks)
             except StopIteration:
@@ -213,6 +215,9 @@ class OpenAIProvider:
                 if not isinstance(delta, dict):
                     continue
                 text = text_of.feed(delta.get("content"))
+                if text and room >= 0:
+                    text = text[:room]
+                    room -= len(text)
                 if text:
                     parts.append(text)
                     heard = time.monotonic()
@@ -226,7 +231,13 @@ class OpenAIProvider:
                     if isinstance(function, dict):
                         slot["name"] += function.get("name") or ""
                         slot["arguments"] += function.get("arguments") or ""
-        parts.append(text_of.end())
+        if room == 0:
+            # A reply that would run on and on (a model with no length limit of its own
+            # repeating itself): kept to here, said to be cut like one the model's own
+            # limit ended; a tool call begun in it is incomplete and not run.
+            finish, calls = "length", {}
+        else:
+            parts.append(text_of.end())
         content = "".join(parts)
         if not finish and not stream.finished:
             # The body ended before the server said the answer was complete (no finish

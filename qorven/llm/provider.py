@@ -36,7 +36,7 @@ class Completion:
     model: str = ""
     offline: bool = False
     route: str = ""  # which of the role's routes answered ("main", "main fallback 1"), when it has several
-    cut_off: bool = False  # the model's length limit ended the answer (finish_reason "length")
+    cut_off: bool = False  # a length limit ended the answer (the model's: finish_reason "length"; or ours)
 
 
 class Provider(Protocol):

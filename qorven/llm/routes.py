@@ -179,6 +179,7 @@ def provider_for(route: ModelRoute, *, max_retries: int | None = None) -> Provid
         max_retries=settings.QORVEN_MODEL_RETRIES if max_retries is None else max_retries,
         deadline=settings.QORVEN_MODEL_DEADLINE,
         max_concurrency=route.max_concurrency,
+        max_chars=settings.QORVEN_MAX_REPLY_CHARS,
     )
 
 

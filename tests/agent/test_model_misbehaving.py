@@ -232,3 +232,17 @@ def test_a_reply_the_models_length_limit_cut_off_is_kept_and_said_to_be_cut(worl
     drain()
     sent = json.dumps(model_server.requests[-1]["messages"])
     assert "second," in sent and "length limit" not in sent
+
+
+def test_a_runaway_reply_is_cut_at_the_reply_limit_and_said_to_be_cut(world, ask, model_server, drain, settings):
+    """A model that never stops (no length limit of its own, or a huge one) wrote on and
+    on, and a chat on Telegram got it as dozens of messages: the reply stops at
+    QORVEN_MAX_REPLY_CHARS, the model's stream is let go, and the notice says it was cut."""
+    settings.QORVEN_MAX_REPLY_CHARS = 1000
+    model_server.add(Step(text="la " * 20_000, chunk_size=70))
+    ask("sing")
+    drain()
+    rows = [m for m in timeline(world) if m.role != "user"]
+    assert [(m.role, m.metadata.get("notice")) for m in rows] == [("assistant", None), ("system", "cut_off")]
+    assert rows[0].content == ("la " * 20_000)[:1000] and rows[0].metadata.get("cut_off") is True
+    assert "length limit" in rows[1].content
