@@ -18,7 +18,7 @@ from django.conf import settings
 from django.core.management import call_command
 from django.db import connections
 
-from qorven.runtime.mail import EMAIL_URL_EXAMPLE, mail_server_problem
+from qorven.runtime.mail import EMAIL_URL_EXAMPLE, SMTP_BACKEND, mail_server_probe, mail_server_problem
 
 from .adapters.base import platform_client
 from .models import ChannelBinding
@@ -228,12 +228,16 @@ def _discord(binding: ChannelBinding, subject: str) -> list[Check]:
 
 
 def _email(binding: ChannelBinding, subject: str) -> list[Check]:
-    """Where replies go: the configured mail server (not contacted), or nowhere."""
+    """Where replies go: the SMTP server, asked as a send would ask it (connected to,
+    signed in to), or nowhere. Another backend is named, not contacted."""
+    fix = f"set EMAIL_URL, e.g. {EMAIL_URL_EXAMPLE}"
     problem = mail_server_problem()
     if problem:
-        return [Check("channel", subject, False, problem, f"set EMAIL_URL, e.g. {EMAIL_URL_EXAMPLE}")]
-    return [Check("channel", subject, True, f"replies go by {settings.EMAIL_BACKEND.rsplit('.', 2)[-2]} to "
-                                            f"{settings.EMAIL_HOST}:{settings.EMAIL_PORT}")]
+        return [Check("channel", subject, False, problem, fix)]
+    if settings.EMAIL_BACKEND != SMTP_BACKEND:
+        return [Check("channel", subject, True, f"replies go by {settings.EMAIL_BACKEND} (not contacted)")]
+    ok, seen = mail_server_probe()
+    return [Check("channel", subject, ok, seen, "" if ok else fix)]
 
 
 def _answers(subject: str, url: str, authorization: str, *, refused: str, fix: str,

@@ -45,3 +45,33 @@ def mail_server_problem() -> str:
     if backend in NOWHERE:
         return f"EMAIL_URL delivers nowhere ({backend.rsplit('.', 2)[-2]}): mail is printed or kept, not sent"
     return ""
+
+
+SMTP_BACKEND = "django.core.mail.backends.smtp.EmailBackend"
+PROBE_TIMEOUT = 5.0  # seconds for the mail server to answer `qorven doctor`
+
+
+def mail_server_probe() -> tuple[bool, str]:
+    """Ask the configured SMTP server what a send would: connect (TLS as configured) and
+    sign in when a user is set, then leave. (ok, what was seen); the password never
+    appears in it, and a server's reply only by its code."""
+    import smtplib
+
+    from django.core.mail import get_connection
+
+    where = f"{settings.EMAIL_HOST}:{settings.EMAIL_PORT}"
+    connection = get_connection(SMTP_BACKEND, timeout=PROBE_TIMEOUT, fail_silently=False)
+    try:
+        connection.open()
+    except smtplib.SMTPAuthenticationError as exc:
+        return False, f"the mail server at {where} refused the sign-in as {settings.EMAIL_HOST_USER!r} ({exc.smtp_code})"
+    except smtplib.SMTPResponseException as exc:
+        return False, f"the mail server at {where} refused us ({exc.smtp_code})"
+    except (OSError, smtplib.SMTPException) as exc:
+        return False, f"could not reach the mail server at {where} ({type(exc).__name__})"
+    try:
+        connection.close()
+    except (OSError, smtplib.SMTPException):
+        pass
+    signed = f", signed in as {settings.EMAIL_HOST_USER!r}" if settings.EMAIL_HOST_USER else ""
+    return True, f"replies go by smtp to {where} (it answered{signed})"

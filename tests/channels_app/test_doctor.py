@@ -136,10 +136,40 @@ def test_an_email_binding_with_no_mail_server_fails_and_says_to_set_email_url(wo
     binding_create(tenant=world.tenant_a, qor=world.qor_a, kind="email",
                    credentials={"address": "aria@acme.example", "secret": "mail-secret"})
     for backend, ok, seen in [("qorven.runtime.mail.NoMailServer", False, "no mail server is configured"),
-                              ("django.core.mail.backends.console.EmailBackend", False, "delivers nowhere"),
-                              ("django.core.mail.backends.smtp.EmailBackend", True, "smtp.example.com:587")]:
+                              ("django.core.mail.backends.console.EmailBackend", False, "delivers nowhere")]:
         settings.EMAIL_BACKEND = backend
         settings.EMAIL_HOST, settings.EMAIL_PORT = "smtp.example.com", 587
         (check,) = [c for c in checks_of(doctor()[0], "channel") if c["subject"].startswith("acme/email")]
         assert check["ok"] is ok and seen in check["detail"], check
-        assert ok or "EMAIL_URL" in check["fix"]
+        assert "EMAIL_URL" in check["fix"]
+
+
+def test_an_email_binding_is_checked_against_its_mail_server(world, settings):
+    """doctor said a configured mail server was fine without asking it: a wrong port, a
+    server that is down or a refused password showed only when a reply failed."""
+    from ..fakes.smtp_server import smtp_server
+
+    binding_create(tenant=world.tenant_a, qor=world.qor_a, kind="email",
+                   credentials={"address": "aria@acme.example", "secret": "mail-secret"})
+    settings.EMAIL_BACKEND = "django.core.mail.backends.smtp.EmailBackend"
+    settings.EMAIL_HOST, settings.EMAIL_USE_TLS, settings.EMAIL_USE_SSL = "127.0.0.1", False, False
+    settings.EMAIL_HOST_USER, settings.EMAIL_HOST_PASSWORD = "aria", "hunter2-password"
+
+    def email_check() -> dict:
+        (check,) = [c for c in checks_of(doctor()[0], "channel") if c["subject"].startswith("acme/email")]
+        assert "hunter2" not in json.dumps(check)
+        return check
+
+    with smtp_server() as port:
+        settings.EMAIL_PORT = port
+        check = email_check()
+        assert check["ok"] and f"127.0.0.1:{port}" in check["detail"] and "signed in" in check["detail"], check
+    with smtp_server(AUTH=b"535 5.7.8 Authentication credentials invalid\r\n") as port:
+        settings.EMAIL_PORT = port
+        check = email_check()
+        assert not check["ok"] and "refused the sign-in" in check["detail"] and "535" in check["detail"], check
+        assert "EMAIL_URL" in check["fix"]
+    # Nothing listens there any more.
+    check = email_check()
+    assert not check["ok"] and "could not reach" in check["detail"], check
+    assert "EMAIL_URL" in check["fix"]

@@ -398,38 +398,15 @@ def test_an_email_reply_carries_the_threads_references_and_a_one_line_subject(cl
 def test_an_smtp_refusal_for_good_fails_the_reply_at_once(world, email, settings):
     """A 5xx SMTP reply (RFC 5321: permanent) from a real SMTP conversation, and a subject
     that cannot be a header: retrying cannot help, so the part fails at once."""
-    import socket
-    import threading
-
     from channels_app.adapters.base import SendError
 
-    listener = socket.socket()
-    listener.bind(("127.0.0.1", 0))
-    listener.listen(4)
+    from ..fakes.smtp_server import smtp_server
 
-    def serve() -> None:  # an SMTP server that knows no such user
-        while True:
-            try:
-                conn, _ = listener.accept()
-            except OSError:
-                return
-            with conn, conn.makefile("rb") as lines:
-                conn.sendall(b"220 mail.example ESMTP\r\n")
-                for line in lines:
-                    verb = line[:4].upper()
-                    answer = {b"EHLO": b"250 mail.example\r\n", b"HELO": b"250 mail.example\r\n",
-                              b"MAIL": b"250 2.1.0 Ok\r\n", b"RCPT": b"550 5.1.1 no such user\r\n",
-                              b"RSET": b"250 2.0.0 Ok\r\n", b"QUIT": b"221 2.0.0 Bye\r\n"}.get(verb, b"250 Ok\r\n")
-                    conn.sendall(answer)
-                    if verb == b"QUIT":
-                        break
-
-    threading.Thread(target=serve, daemon=True).start()
     settings.EMAIL_BACKEND = "django.core.mail.backends.smtp.EmailBackend"
-    settings.EMAIL_HOST, settings.EMAIL_PORT = "127.0.0.1", listener.getsockname()[1]
     settings.EMAIL_USE_TLS = settings.EMAIL_USE_SSL = False
     settings.EMAIL_HOST_USER = settings.EMAIL_HOST_PASSWORD = ""
-    try:
+    with smtp_server(RCPT=b"550 5.1.1 no such user\r\n") as port:  # a server that knows no such user
+        settings.EMAIL_HOST, settings.EMAIL_PORT = "127.0.0.1", port
         adapter = adapter_for("email")
         with pytest.raises(SendError) as refused:
             adapter.send(email, "\x1f".join(["nobody@example.com", "<m1@example.com>", "Re: Trip plans"]), "Sure.")
@@ -438,8 +415,6 @@ def test_an_smtp_refusal_for_good_fails_the_reply_at_once(world, email, settings
             adapter.send(email, "\x1f".join(["priya@example.com", "<m1@example.com>", "Re: Trip\nBcc: x@example.com"]),
                          "Sure.")
         assert unwritable.value.permanent
-    finally:
-        listener.close()
 
 
 def test_without_a_mail_server_the_default_sends_nothing_and_prints_nothing():
