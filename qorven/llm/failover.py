@@ -1,8 +1,11 @@
 """A role's routes tried in order: a route that is down or rate-limited cools down and the
 call moves on to the next, in the same turn.
 
-Only a transient failure (ProviderUnavailable: 429, 5xx, a timeout, a connection error)
-fails over; a refusal (4xx, a context overflow) is the answer, whichever server gave it.
+A transient failure (ProviderUnavailable: 429, 5xx, a timeout, a connection error) fails
+over, and so does a route that cannot answer anyone (ModelRefused of kind misconfigured or
+quota: a wrong key or model, a spent quota — what fallbacks are for). A refusal of the
+request itself (a content filter, an invalid request, a context overflow) is the answer,
+whichever server gave it: another server would be asked the same thing.
 A connection that closed before any answer is tried once more on the same route first
 (a kept connection the server had just let go of: the SDK's retries, off on every route
 but the last so that failing over is quick, would otherwise not cover it).
@@ -23,11 +26,14 @@ from typing import Any
 
 from qorven.runtime.cooldowns import cooldown_clear, cooldown_get, cooldown_start
 
-from .errors import ProviderUnavailable
+from .errors import ModelError, ModelRefused, ProviderUnavailable
 from .provider import Completion, TokenCallback
 from .routes import ModelRoute, provider_for
 
 logger = logging.getLogger(__name__)
+
+# Refusals that say the route cannot answer anyone, not that this request is refused.
+ROUTE_BROKEN = ("misconfigured", "quota")
 
 
 class FailoverProvider:
@@ -47,6 +53,11 @@ class FailoverProvider:
         cooldowns = [cooldown_get(base_url=r.base_url, model=r.model) for r in self.routes]
         ready = [(r, c) for r, c in zip(self.routes, cooldowns, strict=True) if c is None or c.remaining <= 0]
         if not ready:
+            if all(c is not None and c.kind in ROUTE_BROKEN for c in cooldowns):
+                # Each route was found unable to answer anyone: waiting will not change
+                # that, fixing the first (the Qor's own) will.
+                raise ModelRefused("every model route was refused for its settings or quota",
+                                   kind=cooldowns[0].kind if cooldowns[0] else "misconfigured", model=self.model)
             wait = min(c.remaining for c in cooldowns if c is not None)
             raise ProviderUnavailable("every model route is cooling down after failures", kind="rate_limited",
                                       model=self.model, retry_after=max(wait, 1.0))
@@ -58,7 +69,7 @@ class FailoverProvider:
             if on_token is not None:
                 on_token(token)
 
-        failure: ProviderUnavailable | None = None
+        failure: ModelError | None = None
         for n, (route, cooldown) in enumerate(ready):
             last = n == len(ready) - 1
             # The SDK's own retries only on the last route: before it, moving on is faster.
@@ -73,13 +84,19 @@ class FailoverProvider:
                     if last or streamed or not exc.dropped:
                         raise
                     completion = provider.complete(messages=messages, tools=tools, on_token=relay)
-            except ProviderUnavailable as exc:
-                started = cooldown_start(base_url=route.base_url, model=route.model, retry_after=exc.retry_after)
+            except (ProviderUnavailable, ModelRefused) as exc:
+                if isinstance(exc, ModelRefused) and exc.kind not in ROUTE_BROKEN:
+                    raise
+                started = cooldown_start(base_url=route.base_url, model=route.model, retry_after=exc.retry_after,
+                                         kind=exc.kind)
                 logger.warning("model route %s (%s) failed (%s): cooling down for %.0f s", route.label, route.model,
                                exc.summary(), started.remaining)
                 if streamed:
                     raise
-                failure = exc
+                # What is said when no route answers: a transient failure (trying later may
+                # work), else the first route's (the Qor's own, what its owner set).
+                if failure is None or (exc.transient and not failure.transient):
+                    failure = exc
                 continue
             if cooldown is not None:
                 cooldown_clear(base_url=route.base_url, model=route.model)

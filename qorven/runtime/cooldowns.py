@@ -21,6 +21,7 @@ LONGEST = 3600.0
 class Cooldown:
     until: float  # time.time() when the route is tried again
     failures: int  # in a row
+    kind: str = "unreachable"  # how it failed the last time (qorven.llm.errors' kinds)
 
     @property
     def remaining(self) -> float:
@@ -41,17 +42,18 @@ def cooldown_get(*, base_url: str, model: str) -> Cooldown | None:
     """The route's cooldown, if it failed the last time it was called (also once the wait
     has passed)."""
     found = cache.get(_key(base_url, model))
-    return Cooldown(*found) if isinstance(found, (list, tuple)) and len(found) == 2 else None
+    return Cooldown(*found) if isinstance(found, (list, tuple)) and len(found) in (2, 3) else None
 
 
-def cooldown_start(*, base_url: str, model: str, retry_after: float | None = None) -> Cooldown:
+def cooldown_start(*, base_url: str, model: str, retry_after: float | None = None,
+                   kind: str = "unreachable") -> Cooldown:
     before = cooldown_get(base_url=base_url, model=model)
     failures = (before.failures if before else 0) + 1
     seconds = min(FIRST * 2 ** (failures - 1), LONGEST)
     if retry_after:
         seconds = max(seconds, min(retry_after, LONGEST))
-    cooldown = Cooldown(until=time.time() + seconds, failures=failures)
-    cache.set(_key(base_url, model), (cooldown.until, failures), timeout=int(seconds + LONGEST))
+    cooldown = Cooldown(until=time.time() + seconds, failures=failures, kind=kind)
+    cache.set(_key(base_url, model), (cooldown.until, failures, kind), timeout=int(seconds + LONGEST))
     return cooldown
 
 

@@ -83,15 +83,54 @@ def test_each_route_gets_only_its_own_key(client, world, servers, drain):
 
 
 def test_a_refusal_is_the_answer_and_does_not_fail_over(client, world, servers, drain):
+    """The request itself was refused (a content filter, an invalid request): another
+    server would be asked the same thing."""
     primary, fallback = servers
     _routes(world, primary, fallback)
-    primary.default = error(401, "bad key")
+    primary.default = error(400, "this request is not allowed")
     fallback.default = reply("From the fallback.")
     ask(client, world, "hello")
     drain()
     assert fallback.requests == []
-    assert Message.objects.get(role="system").metadata["notice"] == "model_misconfigured"
+    assert Message.objects.get(role="system").metadata["notice"] == "model_refused"
     assert cooldown_get(base_url=primary.base_url, model="primary-model") is None
+
+
+@pytest.mark.parametrize("status", [401, 402, 404])
+def test_a_route_whose_key_model_or_quota_is_wrong_fails_over_and_cools_down(client, world, servers, drain, status):
+    """A revoked key, a model the server does not have, a spent quota: the route cannot
+    answer anyone, which is what fallbacks are for. The turn was failed with the fallback
+    standing by; it now moves on to it, and the broken route is skipped while it cools."""
+    primary, fallback = servers
+    _routes(world, primary, fallback)
+    primary.default = error(status, "no")
+    fallback.default = reply("From the fallback.")
+    ask(client, world, "hello")
+    drain()
+    assert [c for c, _ in _answers()] == ["From the fallback."]
+    assert not Message.objects.filter(role="system").exists()
+    assert cooldown_get(base_url=primary.base_url, model="primary-model") is not None
+    ask(client, world, "again")
+    drain()
+    assert len(primary.requests) == 1 and len(fallback.requests) == 2
+
+
+def test_when_every_route_is_wrong_the_first_ones_failure_is_said(client, world, servers, drain):
+    primary, fallback = servers
+    _routes(world, primary, fallback)
+    primary.default = error(401, "bad key")
+    fallback.default = error(402, "quota")
+    ask(client, world, "hello")
+    drain()
+    assert len(fallback.requests) == 1
+    assert Message.objects.get(role="system").metadata["notice"] == "model_misconfigured"
+    # Both cool down now, and waiting for them would not help: the next message is told the
+    # same at once, not "unavailable, trying again later".
+    ask(client, world, "and now?")
+    drain()
+    assert len(primary.requests) == 1 and len(fallback.requests) == 1
+    notices = Message.objects.filter(role="system").order_by("seq")
+    assert [n.metadata["notice"] for n in notices] == ["model_misconfigured", "model_misconfigured"]
 
 
 def test_an_answer_clears_a_cooldown_and_every_route_cooling_waits_for_the_first_to_end(client, world, servers,
