@@ -98,7 +98,7 @@ def deliveries_plan(*, message: Message) -> int:
         return 0
     from .split import split_message
 
-    parts = split_message(message.content or "(empty reply)", adapter.limit)
+    parts = split_message(message.content or "(empty reply)", adapter.limit, size=adapter.length)
     # One statement, no transaction of its own; the unique (message, part) keeps a part
     # planned twice (the append observed twice, the planning task run again) a single row.
     rows_insert_new([OutboundDelivery(tenant_id=message.tenant_id, message=message, part=index, binding=binding,

@@ -159,6 +159,11 @@ class Adapter:
         raise NotImplementedError
 
     # --- outbound ---
+    def length(self, text: str) -> int:
+        """How the platform counts `text` against `limit`: code points, unless it says
+        otherwise."""
+        return len(text)
+
     def send(self, binding: ChannelBinding, target: str, text: str) -> str:
         """Send one part; return the platform's message id. Raises SendError."""
         raise NotImplementedError

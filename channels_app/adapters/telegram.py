@@ -222,6 +222,11 @@ class TelegramAdapter(Adapter):
             mime = "image/png" if path.lower().endswith(".png") else "image/jpeg"
         return InboundImage(mime_type=mime, data=base64.b64encode(content).decode(), size=len(content))
 
+    def length(self, text: str) -> int:
+        """Telegram counts a message's 4096 in UTF-16 code units: an emoji outside the
+        Basic Multilingual Plane (😀, most CJK extensions) is two."""
+        return len(text.encode("utf-16-le")) // 2
+
     def send(self, binding: ChannelBinding, target: str, text: str) -> str:
         token = binding.credentials.get("token", "")
         url = f"{settings.TELEGRAM_API_BASE.rstrip('/')}/bot{token}/sendMessage"
