@@ -1,9 +1,21 @@
 """The one shape every platform's inbound message is normalised into."""
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, field_validator
+
+from qorven.runtime.storable_text import storable_json
+
+
+class _Storable(BaseModel):
+    """Every string a platform sent, NUL dropped as it is read (qorven.runtime.storable_text):
+    the event is stored as it was parsed, before anything else could clean it."""
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _no_nul(cls, value: Any) -> Any:
+        return storable_json(value) if isinstance(value, str | dict | list) else value
 
 
 class InboundImage(BaseModel):
@@ -16,7 +28,7 @@ class InboundImage(BaseModel):
     name: str = ""  # a file's name (a PDF, a text file); images and voice notes have none
 
 
-class InboundMedia(BaseModel):
+class InboundMedia(_Storable):
     """A platform's reference to an attachment, as the webhook saw it. The webhook stores
     only this; the processing task fetches the bytes (`Adapter.fetch_media`)."""
 
@@ -28,7 +40,7 @@ class InboundMedia(BaseModel):
     name: str = ""  # the file's name as sent
 
 
-class InboundMessage(BaseModel):
+class InboundMessage(_Storable):
     channel: str  # the message's channel tag: telegram, whatsapp, slack_dm, slack, discord_dm, …
     external_id: str  # the platform's id for this message, unique within the binding
     sender_id: str  # the platform's id for the sender

@@ -19,6 +19,7 @@ from django.db.models import Q
 from django.utils import timezone
 
 from qorven.runtime.sqlite_erase import SettleOnOwnerDelete, fulltext_settle
+from qorven.runtime.storable_text import storable
 from tenancy.models import Qor, Tenant
 
 from .fulltext import FTS_TABLE, owner_token
@@ -56,7 +57,7 @@ def memory_add(
     normalised content. Returns (memory, created)."""
     if qor.tenant_id != tenant.pk:
         raise ValueError("qor does not belong to tenant")
-    content = content.strip()
+    content = storable(content).strip()
     if not content:
         raise ValueError("a memory needs content")
     if type not in Memory.Type.values:
@@ -126,7 +127,7 @@ def memory_update(*, memory: Memory, content: str | None = None, type: str | Non
     """Change a memory (the admin's edit). Raises DuplicateMemory when the new content or
     type collides with another memory of the same user."""
     if content is not None:
-        content = content.strip()
+        content = storable(content).strip()
         if not content:
             raise ValueError("a memory needs content")
         memory.content = content

@@ -19,6 +19,7 @@ from django.db.models.functions import Coalesce
 from django.utils import timezone
 
 from qorven.runtime.prepared_read import PreparedRead
+from qorven.runtime.storable_text import storable, storable_json
 from tenancy.models import Qor, Tenant
 
 from .append_statement import append_execute, reply_execute
@@ -172,15 +173,15 @@ def message_append(
         "tenant_id": session.tenant_id,
         "session_id": session.pk,
         "role": role,
-        "content": content,
+        "content": storable(content),
         "channel": channel,
-        "sender_name": sender_name,
+        "sender_name": storable(sender_name),
         "created_at": created_at,  # None: the append statement's own time, under the session's lock
         "external_scope": external_scope,
         "external_id": external_id,
-        "tool_calls": tool_calls,
+        "tool_calls": storable_json(tool_calls),
         "tool_call_id": tool_call_id,
-        "metadata": metadata or {},
+        "metadata": storable_json(metadata or {}),
         "answer_state": Message.Answer.PENDING if awaits_answer else None,
         "answer_attempts": 0 if awaits_answer else None,
         "answer_error": None,

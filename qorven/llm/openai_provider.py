@@ -20,6 +20,7 @@ import openai
 from openai.types.chat import ChatCompletion
 
 from qorven.runtime.route_slots import SlotTimeout, route_slot
+from qorven.runtime.storable_text import storable
 
 from .errors import ContextLengthExceeded, ModelError, ModelRefused, ProviderUnavailable
 from .provider import Completion, TokenCallback, ToolCall, Usage
@@ -273,7 +274,10 @@ _SURROGATE = re.compile("[\ud800-\udfff]")
 
 def mended(text: str) -> str:
     """`text` with UTF-16 surrogate halves (which JSON escapes can carry and no store or
-    socket takes) joined into the character they make, or replaced where alone."""
+    socket takes) joined into the character they make, or replaced where alone; and
+    without NUL, which PostgreSQL refuses (qorven.runtime.storable_text), so what streams
+    is what is stored."""
+    text = storable(text)
     if not _SURROGATE.search(text):
         return text
     return text.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "replace")
