@@ -10,6 +10,7 @@ Credentials: `app_id`, `bot_token`, `signing_secret`, `bot_user_id`.
 from __future__ import annotations
 
 import logging
+import re
 import time
 from typing import Any
 
@@ -137,7 +138,7 @@ class SlackAdapter(Adapter):
             InboundMessage(
                 channel="slack_dm" if direct else "slack",
                 external_id=str(body.get("event_id") or f"{channel_id}:{event.get('ts')}"),
-                sender_id=str(event["user"]), text=text, group=not direct,
+                sender_id=str(event["user"]), text=slack_plain(text), group=not direct,
                 thread_id="" if direct else channel_id,
                 addressed=direct or event.get("type") == "app_mention",
                 # A question asked in a thread is answered in that thread (channel THREAD_SEP ts).
@@ -215,6 +216,46 @@ class SlackAdapter(Adapter):
             error = str(data.get("error", "unknown error"))
             raise SendError(f"Slack refused: {error}", permanent=error not in ("ratelimited", "internal_error"))
         return str(data.get("ts", ""))
+
+
+_ENTITY = re.compile(r"&(lt|gt|amp);")
+_MARKUP = re.compile(r"<([^<>\n]*)>")
+
+
+def _unescaped(text: str) -> str:
+    """Slack's three escapes undone in one pass (so "&amp;lt;" stays the "&lt;" typed)."""
+    return _ENTITY.sub(lambda m: {"lt": "<", "gt": ">", "amp": "&"}[m.group(1)], text)
+
+
+def _markup_plain(inner: str) -> str:
+    """One <…> of Slack's markup as the person saw it. A user mention stays as Slack wrote
+    it (<@U…>: the id is what names them)."""
+    target, _, label = inner.partition("|")
+    target, label = _unescaped(target), _unescaped(label)
+    if target.startswith("@"):
+        return f"<{target}>"
+    if target.startswith("#"):
+        return f"#{label}" if label else f"<{target}>"
+    if target.startswith("!"):  # <!here>, <!subteam^S…|@team>, <!date^…|fallback>
+        return label or "@" + target[1:]
+    address = target.removeprefix("mailto:")
+    if not label:
+        return address
+    if label in (address, target.split("://", 1)[-1]):
+        return label  # a link Slack made of what was typed: the text typed
+    return f"{label} ({address})"
+
+
+def slack_plain(text: str) -> str:
+    """An event's text as the person wrote it: Slack sends &, < and > escaped and links,
+    channels and mentions as <…> markup (its formatting reference, "Retrieving
+    messages")."""
+    out, last = [], 0
+    for match in _MARKUP.finditer(text):
+        out += [_unescaped(text[last:match.start()]), _markup_plain(match.group(1))]
+        last = match.end()
+    out.append(_unescaped(text[last:]))
+    return "".join(out)
 
 
 def _slack_refusal(answer: Any, refused: str) -> AccountProblem | None:
