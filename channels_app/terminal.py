@@ -40,6 +40,19 @@ def json_line(event: dict[str, Any]) -> dict[str, Any]:
     return event
 
 
+# Control characters as their visible pictures (␛, ␇, ␍ …; C1 controls as �): text from
+# other people and from the model is printed raw to the owner's terminal (patch_stdout(raw=True)
+# keeps our colours), where ESC, CSI or OSC sequences would be obeyed — clearing the screen,
+# retitling the window, moving the cursor over a line to forge it, writing the clipboard.
+_SHOWN = {c: 0x2400 + c for c in range(0x20) if chr(c) not in "\t\n"} | {0x7F: 0x2421} | dict.fromkeys(range(0x80, 0xA0), 0xFFFD)
+
+
+def shown(text: str) -> str:
+    """`text` safe to print: line breaks kept (CRLF as one), every other control character
+    shown, not obeyed."""
+    return text.replace("\r\n", "\n").translate(_SHOWN)
+
+
 class HumanPrinter:
     """Lines like `12:01 [telegram] Priya: hello`; replies stream in as they arrive."""
 
@@ -57,7 +70,7 @@ class HumanPrinter:
                 self._end_stream()
                 self.out.write(self._c("1;36", "… "))
                 self.streaming = event["reply_to"]
-            self.out.write(event["delta"])
+            self.out.write(shown(event["delta"]))
             self.out.flush()
             return
         if kind == "done":
@@ -83,11 +96,12 @@ class HumanPrinter:
     def line(self, event: dict[str, Any]) -> str:
         stamp = datetime.fromisoformat(event["created_at"]).astimezone().strftime("%H:%M")
         tag = f"[{event['channel']}] " if event["channel"] != self.own else ""
+        content = shown(event["content"])
         if event["role"] == "system":
-            return self._c("33", f"{stamp} {tag}! {event['content']}")
-        who = event["sender_name"] or event["role"]
+            return self._c("33", f"{stamp} {tag}! {content}")
+        who = shown(event["sender_name"] or event["role"])
         colour = "1;36" if event["role"] == "assistant" else "1;32"
-        return f"{self._c('2', stamp)} {self._c('35', tag) if tag else ''}{self._c(colour, who)}: {event['content']}"
+        return f"{self._c('2', stamp)} {self._c('35', tag) if tag else ''}{self._c(colour, who)}: {content}"
 
 
 # --- the two modes ---
