@@ -22,40 +22,52 @@
 
   var SAFE_URL = /^(https?:\/\/|mailto:)[^\s"'<>]+$/i;
 
-  // Inline formatting of one already-escaped line. Code spans are cut out first so
-  // nothing inside them is formatted.
-  function inline(escaped) {
-    var codes = [];
+  // Inline formatting of one already-escaped line. Code spans and links are cut out
+  // first (held, put back last) so nothing inside them is formatted: a URL's _x_, *x*,
+  // __x__ or ~~x~~ stays part of the address, not <em> in a broken href.
+  function inline(escaped, inLink) {
+    var held = [];
+    function hold(html) {
+      held.push(html);
+      return "\u0000" + (held.length - 1) + "\u0000";
+    }
+    function anchor(url, label) {
+      return hold('<a href="' + url + '" target="_blank" rel="noopener noreferrer nofollow">' + label + "</a>");
+    }
     var text = escaped.replace(/`([^`\n]+)`/g, function (_, code) {
-      codes.push("<code>" + code + "</code>");
-      return "\u0000" + (codes.length - 1) + "\u0000";
+      return hold("<code>" + code + "</code>");
     });
-    text = text.replace(/\[([^\]\n]+)\]\(([^)\s]+)\)/g, function (whole, label, url) {
-      var raw = url.replace(/&amp;/g, "&");
-      if (!SAFE_URL.test(raw)) return whole;
-      return '<a href="' + url + '" target="_blank" rel="noopener noreferrer nofollow">' + label + "</a>";
-    });
-    text = text.replace(/(^|[\s(])(https?:\/\/[^\s<]+[^\s<.,;:!?)'"])/g, function (_, lead, url) {
-      return lead + '<a href="' + url + '" target="_blank" rel="noopener noreferrer nofollow">' + url + "</a>";
-    });
+    if (!inLink) {  // a link's label is formatted, but holds no link of its own
+      text = text.replace(/\[([^\]\n]+)\]\(([^)\s]+)\)/g, function (whole, label, url) {
+        var raw = url.replace(/&amp;/g, "&");
+        if (!SAFE_URL.test(raw)) return whole;
+        return anchor(url, inline(label, true));
+      });
+      text = text.replace(/(^|[\s(])(https?:\/\/[^\s<\u0000]+[^\s<\u0000.,;:!?)'"])/g, function (_, lead, url) {
+        return lead + anchor(url, url);
+      });
+    }
     text = text
       .replace(/\*\*(?=\S)([^*\n]*?\S)\*\*/g, "<strong>$1</strong>")
       .replace(/(^|[^\w])__(?=\S)([^_\n]*?\S)__(?!\w)/g, "$1<strong>$2</strong>")
       .replace(/(^|[^*\w])\*([^*\s][^*\n]*?)\*(?!\w)/g, "$1<em>$2</em>")
       .replace(/(^|[^_\w])_([^_\s][^_\n]*?)_(?!\w)/g, "$1<em>$2</em>")
       .replace(/~~([^~\n]+)~~/g, "<del>$1</del>");
-    return text.replace(/\u0000(\d+)\u0000/g, function (_, i) { return codes[Number(i)]; });
+    return text.replace(/\u0000(\d+)\u0000/g, function (_, i) { return held[Number(i)]; });
   }
 
+  function inlineLine(line) { return inline(line, false); }
+
   function render(source) {
-    var lines = escapeHtml(String(source || "").replace(/\u0000/g, "")).split("\n");
+    // CRLF and lone CR (email, Windows clipboards) end lines as LF does.
+    var lines = escapeHtml(String(source || "").replace(/\u0000/g, "")).split(/\r\n?|\n/);
     var out = [];
     var para = [];
     var list = null; // {tag, items}
     var quote = [];
 
     function flushPara() {
-      if (para.length) out.push("<p>" + para.map(inline).join("<br>") + "</p>");
+      if (para.length) out.push("<p>" + para.map(inlineLine).join("<br>") + "</p>");
       para = [];
     }
     function flushList() {
@@ -63,7 +75,7 @@
       list = null;
     }
     function flushQuote() {
-      if (quote.length) out.push("<blockquote>" + quote.map(inline).join("<br>") + "</blockquote>");
+      if (quote.length) out.push("<blockquote>" + quote.map(inlineLine).join("<br>") + "</blockquote>");
       quote = [];
     }
     function flushAll() { flushPara(); flushList(); flushQuote(); }

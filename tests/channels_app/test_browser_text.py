@@ -1,0 +1,72 @@
+"""Unusual text on the chat page, in a real browser (Debian's chromium): the markdown
+renderer (channels_app/static/qorven/markdown.js) keeps links whole and reads CRLF text."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from .browser_support import CHROMIUM, CHROMIUM_ARGS
+
+MARKDOWN_JS = Path(__file__).resolve().parents[2] / "channels_app/static/qorven/markdown.js"
+TEXT_PAGE: list = []  # the page `render` draws on
+
+
+@pytest.fixture(scope="module")
+def render():
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        page = browser.new_page()
+        page.set_content("<!doctype html><div id=out></div>")
+        page.add_script_tag(content=MARKDOWN_JS.read_text())
+        TEXT_PAGE[:] = [page]
+
+        def render(text: str) -> dict:
+            """What the page shows of `text`: its HTML, its visible text, its links' targets."""
+            return page.evaluate("""(t) => {
+                const out = document.getElementById('out');
+                out.innerHTML = QorvenMarkdown.render(t);
+                return {html: out.innerHTML, text: out.innerText,
+                        hrefs: [...out.querySelectorAll('a')].map(a => a.getAttribute('href'))};
+            }""", text)
+
+        yield render
+        browser.close()
+
+
+@pytest.mark.parametrize("url", [
+    "https://en.wikipedia.org/wiki/_Underscore_",
+    "https://example.com/a*b*c",
+    "https://example.com/__init__.py",
+    "https://example.com/~~old~~/page",
+])
+def test_a_link_with_markdown_characters_in_it_stays_one_working_link(render, url):
+    for text in (f"see {url} now", f"see [the page]({url}) now"):
+        shown = render(text)
+        assert shown["hrefs"] == [url], shown["html"]
+        assert "<em>" not in shown["html"] and "<strong>" not in shown["html"] and "<del>" not in shown["html"]
+
+
+def test_text_with_crlf_line_ends_renders_its_headings_lists_and_code(render):
+    shown = render("# Plan\r\n\r\n- milk\r\n- eggs\r\n\r\n```\r\nx = 1\r\n```\r\n")
+    assert "<h3>Plan</h3>" in shown["html"]
+    assert "<ul><li>milk</li><li>eggs</li></ul>" in shown["html"]
+    assert "<pre><code>x = 1</code></pre>" in shown["html"]
+    assert "\r" not in shown["html"]
+
+
+@pytest.mark.parametrize("text", [
+    "مرحبا، كيف حالك؟ 😀", "שלום עולם", "你好，世界", "👨\u200d👩\u200d👧\u200d👦🇯🇵👍🏽", "e\u0301 zero\u200bwidth",
+    "a < b && c > d", "<b>not bold</b> &amp; &lt;", "1 * 2 * 3 and snake_case_name and [x] [ ]",
+])
+def test_text_in_any_script_and_markup_characters_show_as_written(render, text):
+    assert render(text)["text"] == text
+
+
+def test_links_on_every_line_and_formatted_labels_still_work(render):
+    shown = render("one https://a.example/x\ntwo [**bold** label](https://b.example/_y_)\n> three https://c.example")
+    assert shown["hrefs"] == ["https://a.example/x", "https://b.example/_y_", "https://c.example"]
+    assert "<strong>bold</strong> label</a>" in shown["html"]
+    assert render("[https://a.example](https://b.example)")["hrefs"] == ["https://b.example"]  # no link in a link
