@@ -1,5 +1,6 @@
 """Unusual text on the chat page, in a real browser (Debian's chromium): the markdown
-renderer (channels_app/static/qorven/markdown.js) keeps links whole and reads CRLF text."""
+renderer (channels_app/static/qorven/markdown.js) keeps links whole and reads CRLF text,
+and a message in a right-to-left script is laid out right to left."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -51,9 +52,9 @@ def test_a_link_with_markdown_characters_in_it_stays_one_working_link(render, ur
 
 def test_text_with_crlf_line_ends_renders_its_headings_lists_and_code(render):
     shown = render("# Plan\r\n\r\n- milk\r\n- eggs\r\n\r\n```\r\nx = 1\r\n```\r\n")
-    assert "<h3>Plan</h3>" in shown["html"]
-    assert "<ul><li>milk</li><li>eggs</li></ul>" in shown["html"]
-    assert "<pre><code>x = 1</code></pre>" in shown["html"]
+    assert '<h3 dir="auto">Plan</h3>' in shown["html"]
+    assert '<ul dir="auto"><li>milk</li><li>eggs</li></ul>' in shown["html"]
+    assert '<pre dir="ltr"><code>x = 1</code></pre>' in shown["html"]
     assert "\r" not in shown["html"]
 
 
@@ -70,3 +71,29 @@ def test_links_on_every_line_and_formatted_labels_still_work(render):
     assert shown["hrefs"] == ["https://a.example/x", "https://b.example/_y_", "https://c.example"]
     assert "<strong>bold</strong> label</a>" in shown["html"]
     assert render("[https://a.example](https://b.example)")["hrefs"] == ["https://b.example"]  # no link in a link
+
+
+def test_each_paragraph_takes_the_direction_of_its_own_script(render):
+    """Arabic or Hebrew laid out right to left (its question mark at its end, on the left),
+    English beside it left to right, code always left to right."""
+    render("مرحبا، كيف حالك؟\n\nHello, how are you?\n\n- שלום\n- עולם\n\n```\nx = 'مرحبا'\n```")
+    directions = TEXT_PAGE[0].evaluate(
+        "() => [...document.querySelectorAll('#out > *')].map(e => [e.tagName, getComputedStyle(e).direction])")
+    assert directions == [["P", "rtl"], ["P", "ltr"], ["UL", "rtl"], ["PRE", "ltr"]]
+
+
+@pytest.mark.django_db
+def test_the_composers_and_sender_names_follow_their_texts_direction(client, world):
+    """What the person types in Arabic is typed right to left; a sender's name in Hebrew
+    does not pull the channel badge and time into its own direction."""
+    from channels_app.services import binding_create
+
+    client.force_login(world.alice)
+    assert 'dir="auto"' in client.get("/chat/", follow=True).content.decode().split("<textarea", 1)[1].split(">", 1)[0]
+    webchat = binding_create(tenant=world.tenant_a, qor=world.qor_a, kind="webchat",
+                             credentials={"key": "wc_text", "secret": "wc-secret"})
+    frame = client.get(f"/webchat/{webchat.lookup_key}/frame")
+    assert frame.status_code == 200, frame.status_code
+    assert 'dir="auto"' in frame.content.decode().split("<textarea", 1)[1].split(">", 1)[0]
+    css = (MARKDOWN_JS.parent / "chat.css").read_text()
+    assert ".msg__who" in css and "unicode-bidi: plaintext" in css.split(".msg__who", 1)[1].split("}", 1)[0]

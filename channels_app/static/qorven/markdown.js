@@ -7,6 +7,10 @@
  * Supported: ```fenced code```, `inline code`, **bold**, *italic* / _italic_,
  * ~~strike~~, [text](https://…), bare https:// links, # headings, - / * / 1. lists,
  * > quotes, and line breaks.
+ *
+ * Direction: every block takes its own from its first strong letter (dir="auto"), so an
+ * Arabic or Hebrew paragraph is laid out right to left beside an English one; code is
+ * always left to right.
  */
 (function (global) {
   "use strict";
@@ -67,15 +71,15 @@
     var quote = [];
 
     function flushPara() {
-      if (para.length) out.push("<p>" + para.map(inlineLine).join("<br>") + "</p>");
+      if (para.length) out.push("<p dir=\"auto\">" + para.map(inlineLine).join("<br>") + "</p>");
       para = [];
     }
     function flushList() {
-      if (list) out.push("<" + list.tag + ">" + list.items.map(function (i) { return "<li>" + inline(i) + "</li>"; }).join("") + "</" + list.tag + ">");
+      if (list) out.push("<" + list.tag + " dir=\"auto\">" + list.items.map(function (i) { return "<li>" + inline(i) + "</li>"; }).join("") + "</" + list.tag + ">");
       list = null;
     }
     function flushQuote() {
-      if (quote.length) out.push("<blockquote>" + quote.map(inlineLine).join("<br>") + "</blockquote>");
+      if (quote.length) out.push("<blockquote dir=\"auto\">" + quote.map(inlineLine).join("<br>") + "</blockquote>");
       quote = [];
     }
     function flushAll() { flushPara(); flushList(); flushQuote(); }
@@ -89,14 +93,14 @@
         i++;
         while (i < lines.length && !/^\s*```\s*$/.test(lines[i])) { code.push(lines[i]); i++; }
         var lang = fence[1] ? ' data-lang="' + fence[1] + '"' : "";
-        out.push("<pre" + lang + "><code>" + code.join("\n") + "</code></pre>");
+        out.push("<pre dir=\"ltr\"" + lang + "><code>" + code.join("\n") + "</code></pre>");
         continue;
       }
       var heading = line.match(/^(#{1,3})\s+(.*)$/);
       if (heading) {
         flushAll();
         var level = heading[1].length + 2; // h3..h5: headings inside a bubble stay small
-        out.push("<h" + level + ">" + inline(heading[2]) + "</h" + level + ">");
+        out.push("<h" + level + " dir=\"auto\">" + inline(heading[2]) + "</h" + level + ">");
         continue;
       }
       var bullet = line.match(/^\s*[-*+]\s+(.*)$/);
