@@ -1,6 +1,7 @@
 """The one shape every platform's inbound message is normalised into."""
 from __future__ import annotations
 
+import hashlib
 from typing import Any, Literal
 
 from pydantic import BaseModel, Field, field_validator
@@ -16,6 +17,21 @@ class _Storable(BaseModel):
     @classmethod
     def _no_nul(cls, value: Any) -> Any:
         return storable_json(value) if isinstance(value, str | dict | list) else value
+
+
+ID_MAX = 255  # the columns platform ids are kept in (events, messages, identities, threads)
+NAME_MAX = 200  # Message.sender_name, Identity.display_name
+
+
+def fitting_id(value: str) -> str:
+    """A platform id as a column of ID_MAX holds it: as sent when it fits, else its start
+    and a digest of the whole, so a longer one (an email's Message-ID may run to hundreds
+    of characters) is still stored, the same every time it is delivered, and never taken
+    for another."""
+    if len(value) <= ID_MAX:
+        return value
+    digest = hashlib.sha256(value.encode("utf-8", "surrogatepass")).hexdigest()
+    return f"{value[:ID_MAX - len(digest) - 1]}#{digest}"
 
 
 class InboundImage(BaseModel):
@@ -60,3 +76,13 @@ class InboundMessage(_Storable):
     # Whether the platform proved the sender, where it can be forged (email: the inbound
     # provider's DKIM/SPF verdict); None where the platform vouches for its accounts.
     sender_proven: bool | None = None
+
+    @field_validator("external_id", "sender_id", "thread_id", mode="after")
+    @classmethod
+    def _id_fits(cls, value: str) -> str:
+        return fitting_id(value)
+
+    @field_validator("sender_name", mode="after")
+    @classmethod
+    def _name_fits(cls, value: str) -> str:
+        return value[:NAME_MAX]

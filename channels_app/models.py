@@ -68,7 +68,8 @@ class Identity(TimestampedModel):
     display_name = models.CharField(max_length=200, blank=True, default="")
     # Where a message to this sender goes when it is not a reply (a heartbeat, say): the
     # platform's chat/channel id of their last direct message.
-    reply_target = models.CharField(max_length=255, blank=True, default="")
+    # Text, not a short column: an email's target holds its subject and the thread's References.
+    reply_target = models.TextField(blank=True, default="")
     trust_level = models.CharField(max_length=16, choices=Trust.choices, default=Trust.PAIRED)
     approval = models.CharField(max_length=16, choices=Approval.choices, default=Approval.PENDING)
 
@@ -168,7 +169,7 @@ class OutboundDelivery(TimestampedModel):
     message = models.ForeignKey("sessions_app.Message", on_delete=models.CASCADE, related_name="deliveries")
     part = models.PositiveSmallIntegerField()
     binding = models.ForeignKey(ChannelBinding, on_delete=models.CASCADE, related_name="deliveries")
-    target = models.CharField(max_length=255)
+    target = models.TextField()  # as Identity.reply_target: an email's runs long
     text = models.TextField()
     state = models.CharField(max_length=8, choices=State.choices, default=State.PENDING)
     attempts = models.PositiveSmallIntegerField(default=0)

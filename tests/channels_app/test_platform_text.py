@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from channels_app.inbound import fitting_id
 from sessions_app.models import Message
 
 from ..fakes.model_server import reply
@@ -33,3 +34,30 @@ def test_a_slack_message_is_stored_as_the_person_wrote_it(client, world, platfor
     drain()
     assert Message.objects.get(role="user").content == written
     assert model_server.requests[0]["messages"][-1]["content"].endswith(written)
+
+
+@pytest.mark.usefixtures("email")
+def test_an_email_with_a_very_long_sender_name_and_message_id_is_stored_and_answered(client, world, model_server,
+                                                                                     drain, mailoutbox):
+    """A From name (one person's whole signature, 300 characters of it), a Message-ID, or a
+    thread's References and subject longer than the columns that held them: on PostgreSQL
+    the webhook failed (and the mail was delivered again for ever) or the reply could not
+    be planned."""
+    from .payloads import email_body, post_email
+
+    pair(world, "email", "priya@example.com", world.alice)
+    model_server.add(reply("Booked."))
+    body = email_body("book the table", "<" + "m" * 300 + "@mail.example>")
+    body["from"] = '"' + "Priya Raman 🌸 مرحبا " * 15 + '" <priya@example.com>'
+    body["subject"] = "Re: 予約 — " + "dinner on Friday, " * 8
+    body["references"] = " ".join(f"<{i}.thread-{i:04d}@mail.example.com>" for i in range(6))
+    assert post_email(client, body).status_code == 200
+    drain()
+    question = Message.objects.get(role="user")
+    assert question.content.endswith("book the table")
+    assert question.sender_name.startswith("Priya Raman 🌸 مرحبا") and len(question.sender_name) <= 200
+    assert Message.objects.get(role="assistant").content == "Booked."
+    (sent,) = mailoutbox
+    assert sent.body == "Booked." and sent.subject == " ".join(body["subject"].split())
+    assert sent.extra_headers["References"].endswith(body["message_id"])  # the real id: mail clients thread by it
+    assert Message.objects.get(role="user").external_id == fitting_id(body["message_id"])
