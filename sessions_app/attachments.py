@@ -39,3 +39,21 @@ def images_attach(*, message: Message, images: Sequence[ImageBytes]) -> int:
         for i in images
     )
     return len(images)
+
+
+def images_copy(*, pairs: Sequence[tuple[Message, Message]]) -> int:
+    """Give each copied message (`pairs`: original, copy) the attachments of its original,
+    in order: a question carried into a fresh session (sessions_app.services.session_rotate)
+    is answered with its photo, file or voice note, not with a note that it is no longer
+    kept. Returns how many were copied."""
+    copy_of = {original.pk: copy for original, copy in pairs}
+    if not copy_of:
+        return 0
+    rows = Image.objects.filter(message_id__in=copy_of).order_by("message_id", "id")
+    copies = [
+        Image(tenant_id=image.tenant_id, message=copy_of[image.message_id], mime_type=image.mime_type,
+              name=image.name, data=image.data, size=image.size, created_at=image.created_at)
+        for image in rows.iterator(chunk_size=20) if image.message_id is not None
+    ]
+    Image.objects.bulk_create(copies, batch_size=20)
+    return len(copies)

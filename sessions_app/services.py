@@ -23,6 +23,7 @@ from qorven.runtime.storable_text import storable, storable_json
 from tenancy.models import Qor, Tenant
 
 from .append_statement import append_execute, reply_execute
+from .attachments import images_copy
 from .channel_kinds import CHAT_FAMILY, OWN_SESSION_CHANNELS
 from .errors import SessionClosed
 from .models import Message, Session
@@ -338,9 +339,10 @@ def session_rotate(
 
     `/clear` rotates with nothing carried forward; compaction seeds the new session with
     its summary and carries the user messages still waiting for an answer (copied with
-    their channel, sender, time and metadata; the originals stay in the archive, which
-    keeps every row). The old row is locked first, so an append racing the rotation either
-    lands before it (and is carried) or fails with SessionClosed and is re-resolved.
+    their channel, sender, time, metadata and attachments; the originals stay in the
+    archive, which keeps every row). The old row is locked first, so an append racing the
+    rotation either lands before it (and is carried) or fails with SessionClosed and is
+    re-resolved.
     Raises SessionClosed when `session` is no longer active.
     """
     if session.kind not in (Session.Kind.CANONICAL, Session.Kind.LEGACY):
@@ -372,6 +374,7 @@ def session_rotate(
             ).message
             for m in pending
         ]
+        images_copy(pairs=list(zip(pending, carried)))
     return RotateResult(archived=old, session=new, carried=carried)
 
 

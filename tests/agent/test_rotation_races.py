@@ -1,0 +1,94 @@
+"""What a rotation (/clear, /compact, manual compaction) does to what is in flight beside it:
+the messages it carries keep what came with them, and work finishing for a message after it
+was carried reaches the copy the fresh session answers."""
+from __future__ import annotations
+
+import base64
+from dataclasses import dataclass
+
+import pytest
+
+from qorven.agent.gateway import inbound_accept
+from sessions_app.models import Image, Message, Session
+from sessions_app.services import message_append, session_resolve
+from tenancy.models import Qor
+from tenancy.trust import Trust
+
+from ..fakes.summarizer import FakeModel, kind_of
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+FILLER = (
+    "Tell me more about subject {i}: the harbour, lighthouses, tides, seagulls, fishing boats, nets, "
+    "ropes, the weather over the bay, ferries, timetables, the old market, bakeries and cafés near it."
+)
+PNG = b"\x89PNG\r\n\x1a\n" + b"\x00" * 64
+
+
+@dataclass(frozen=True)
+class Attachment:
+    mime_type: str
+    data: str
+    size: int
+
+
+def attachment(mime_type: str, raw: bytes) -> Attachment:
+    return Attachment(mime_type, base64.b64encode(raw).decode(), len(raw))
+
+
+def canonical(world) -> Session:
+    return session_resolve(tenant=world.tenant_a, qor=world.qor_a, channel="web", user=world.alice)
+
+
+def seed_history(session: Session, exchanges: int, *, channel: str = "web") -> None:
+    """Answered exchanges stored directly, as if the conversation had gone on for a while."""
+    for i in range(exchanges):
+        message_append(session=session, role="user", content=FILLER.format(i=i), channel=channel, sender_name="Alice")
+        message_append(session=session, role="assistant", content=f"About subject {i}.", channel=channel)
+    session.refresh_from_db()
+    Session.objects.filter(pk=session.pk).update(replied_through_seq=session.last_seq)
+
+
+@pytest.fixture
+def fake(model_server):
+    model = FakeModel()
+    model_server.default = model
+    return model
+
+
+@pytest.fixture
+def manual(world, settings):
+    """Manual compaction with a 1000-token main window: a dozen long exchanges overflow it."""
+    settings.QORVEN_CONTEXT_RESERVE = 100
+    qor = world.qor_a
+    qor.main_num_ctx, qor.summarizer_num_ctx, qor.tool_allowlist = 1000, 32000, ["memory_search"]
+    qor.summarizer_mode = Qor.SummarizerMode.MANUAL
+    qor.save(update_fields=["main_num_ctx", "summarizer_num_ctx", "tool_allowlist", "summarizer_mode"])
+    return qor
+
+
+def main_requests(model_server):
+    return [r for r in model_server.requests if kind_of(r) == "main"]
+
+
+def test_a_photo_whose_question_is_carried_into_the_fresh_session_still_reaches_the_model(
+    world, manual, fake, model_server, drain
+):
+    """Manual mode compacts before answering: the question moves to the fresh session, and
+    its photo must go with it (the model was told it was "no longer kept")."""
+    manual.main_vision = True
+    manual.save(update_fields=["main_vision"])
+    old = canonical(world)
+    seed_history(old, 12, channel="telegram")
+    photo = attachment("image/png", PNG)
+    inbound_accept(session=old, content="what is in this picture?", channel="telegram", sender_name="Alice",
+                   trust=Trust.PAIRED, images=[photo])
+    drain()
+
+    new = canonical(world)
+    assert new.pk != old.pk
+    carried = Message.objects.get(session=new, role="user")
+    assert list(Image.objects.filter(message=carried).values_list("mime_type", "data")) == [("image/png", photo.data)]
+    (request,) = main_requests(model_server)
+    question = request["messages"][-1]["content"]
+    assert {"type": "image_url", "image_url": {"url": f"data:image/png;base64,{photo.data}"}} in question
