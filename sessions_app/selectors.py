@@ -345,6 +345,20 @@ def session_successor(*, session: Session) -> Session | None:
     return qs.filter(state=Session.State.ACTIVE).exclude(pk=session.pk).select_related("qor").first()
 
 
+def carried_copy(*, message: Message) -> int | None:
+    """The id of the copy a rotation carried `message` into (sessions_app.services.session_rotate
+    marks it `carried_from`), or None when it was not carried (answered, or /clear). The
+    copy is in the session the rotation started: the owner's next one."""
+    session = message.session
+    following = Session.objects.filter(
+        tenant_id=session.tenant_id, qor_id=session.qor_id, user_id=session.user_id, kind=session.kind,  # type: ignore[misc]
+        channel=session.channel, external_thread_id=session.external_thread_id, pk__gt=session.pk,
+    ).order_by("pk").values_list("pk", flat=True)[:1]
+    return (Message.objects.filter(tenant_id=session.tenant_id, session_id__in=following,
+                                   metadata__carried_from__session=session.pk, metadata__carried_from__seq=message.seq)
+            .order_by("pk").values_list("pk", flat=True).first())
+
+
 def conversation_counts(
     *, tenant: Tenant | None = None, qor: Qor | None = None, user: User | None = None
 ) -> dict[str, int]:

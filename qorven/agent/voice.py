@@ -14,14 +14,16 @@ from __future__ import annotations
 
 import base64
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from functools import partial
 from typing import Any, Protocol
 
 from django.db import transaction
 
 from qorven.llm import ModelError, ModelRefused
 from qorven.llm.routes import transcribe, transcriber_route
-from sessions_app.models import Image, Message
+from sessions_app.models import Image, Message, Session
+from sessions_app.selectors import carried_copy
 from sessions_app.services import message_append, message_transcribed
 from tenancy.models import Qor
 
@@ -84,35 +86,55 @@ def voice_transcribe(*, tenant_id: int, message_id: int, last_try: bool) -> str:
 
 
 def _settle(message: Message, *, qor: Qor, transcript: str) -> str:
+    """Settle the note with its transcript (or as failed) and answer it, once. A note that
+    was carried into a fresh session while it waited (/compact, manual compaction) is
+    settled there too, and answered there: the copy is what the fresh session's turns see."""
     from qorven.runtime.publisher import broadcast_soon
 
     from .gateway import turn_enqueue
 
+    outcome = "skipped"
     with transaction.atomic():
-        fresh = Message.objects.select_for_update().select_related("session").filter(pk=message.pk).first()
-        metadata = dict(fresh.metadata or {}) if fresh is not None else {}
-        if fresh is None or metadata.get("voice") != "pending":
-            return "skipped"  # another run settled it
-        addressed = not metadata.get("no_reply")
-        text = "" if fresh.content == PLACEHOLDER else fresh.content
-        outcome = "transcript" if transcript else "failed"
-        content = (f"{text}\n{transcript}" if text else transcript) if transcript else fresh.content
-        message_transcribed(message=fresh, content=content, metadata={**metadata, "voice": outcome},
-                            awaits_answer=addressed and bool(transcript))
-        session = fresh.session
-        if addressed and transcript:
-            turn_enqueue(session=session)
-        elif addressed:  # one notice of ours, no model call
-            message_append(session=session, role=Message.Role.SYSTEM, content=VOICE_NOTICES["voice_failed"],
-                           channel=fresh.channel, sender_name=qor.name,
-                           metadata={"notice": "voice_failed", "reply_to": fresh.seq})
-        events = [{"type": "message.transcribed", "seq": fresh.seq, "content": content, "voice": outcome}]
-        if addressed and transcript:
-            events.append({"type": "message.answer", "seq": fresh.seq, "answer_state": "pending"})
-
-        def publish() -> None:
-            for event in events:
-                broadcast_soon(session.pk, event)
-
-        transaction.on_commit(publish)
+        pk: int | None = message.pk
+        while pk is not None:
+            fresh = _locked(pk)
+            metadata = dict(fresh.metadata or {}) if fresh is not None else {}
+            if fresh is None or metadata.get("voice") != "pending":
+                break  # another run settled it (here, or the copy it was carried into)
+            session = fresh.session
+            addressed = not metadata.get("no_reply")
+            text = "" if fresh.content == PLACEHOLDER else fresh.content
+            settled = "transcript" if transcript else "failed"
+            outcome = outcome if outcome != "skipped" else settled
+            content = (f"{text}\n{transcript}" if text else transcript) if transcript else fresh.content
+            message_transcribed(message=fresh, content=content, metadata={**metadata, "voice": settled},
+                                awaits_answer=addressed and bool(transcript))
+            events = [{"type": "message.transcribed", "seq": fresh.seq, "content": content, "voice": settled}]
+            pk = None
+            if session.state != Session.State.ACTIVE:
+                pk = carried_copy(message=fresh)  # answered where it was carried, if it was
+            elif addressed and transcript:
+                turn_enqueue(session=session)
+                events.append({"type": "message.answer", "seq": fresh.seq, "answer_state": "pending"})
+            elif addressed:  # one notice of ours, no model call
+                message_append(session=session, role=Message.Role.SYSTEM, content=VOICE_NOTICES["voice_failed"],
+                               channel=fresh.channel, sender_name=qor.name,
+                               metadata={"notice": "voice_failed", "reply_to": fresh.seq})
+            transaction.on_commit(partial(_publish, broadcast_soon, session.pk, events))
     return outcome
+
+
+def _publish(broadcast: Callable[[int, dict[str, Any]], None], session_id: int, events: list[dict[str, Any]]) -> None:
+    for event in events:
+        broadcast(session_id, event)
+
+
+def _locked(pk: int) -> Message | None:
+    """The message, its session's row locked first (as an append and a rotation lock it,
+    so a rotation carries the note either settled or still waiting, never half way), then
+    its own row."""
+    session_id = Message.objects.filter(pk=pk).values_list("session_id", flat=True).first()
+    if session_id is None:
+        return None
+    Session.objects.select_for_update().filter(pk=session_id).values_list("pk", flat=True).first()
+    return Message.objects.select_for_update(of=("self",)).select_related("session").filter(pk=pk).first()

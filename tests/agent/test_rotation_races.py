@@ -9,11 +9,13 @@ from dataclasses import dataclass
 import pytest
 
 from qorven.agent.gateway import inbound_accept
+from sessions_app.attachments import images_attach
 from sessions_app.models import Image, Message, Session
 from sessions_app.services import message_append, session_resolve
 from tenancy.models import Qor
 from tenancy.trust import Trust
 
+from ..fakes.model_server import reply
 from ..fakes.summarizer import FakeModel, kind_of
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -23,6 +25,7 @@ FILLER = (
     "ropes, the weather over the bay, ferries, timetables, the old market, bakeries and cafés near it."
 )
 PNG = b"\x89PNG\r\n\x1a\n" + b"\x00" * 64
+OGG = b"OggS\x00\x02" + b"\x01" * 200
 
 
 @dataclass(frozen=True)
@@ -92,3 +95,41 @@ def test_a_photo_whose_question_is_carried_into_the_fresh_session_still_reaches_
     (request,) = main_requests(model_server)
     question = request["messages"][-1]["content"]
     assert {"type": "image_url", "image_url": {"url": f"data:image/png;base64,{photo.data}"}} in question
+
+
+def test_a_voice_note_carried_by_compact_before_its_transcript_came_is_answered_in_the_fresh_session(
+    world, fake, model_server, drain
+):
+    """/compact rotates while a voice note waits for its transcript: the transcript arrives
+    for the archived original, and the copy in the fresh session is what is answered."""
+    from qorven.agent.tasks import voice_transcribe_task
+
+    world.qor_a.transcriber_model = "whisper-1"
+    world.qor_a.save(update_fields=["transcriber_model"])
+    old = canonical(world)
+    seed_history(old, 2)
+    # Stored as inbound_accept stores a voice note; its transcription task has not run yet.
+    note = message_append(session=old, role="user", content="[voice note]", channel="web", sender_name="Alice",
+                          awaits_answer=True, metadata={"trust": Trust.OWNER, "voice": "pending",
+                                                        "attachments": [{"type": "audio", "mime_type": "audio/ogg",
+                                                                         "size": len(OGG)}]}).message
+    images_attach(message=note, images=[attachment("audio/ogg", OGG)])
+    inbound_accept(session=old, content="/compact", channel="web", sender_name="Alice", trust=Trust.OWNER)
+    drain()
+    new = canonical(world)
+    assert new.pk != old.pk
+    copy = Message.objects.get(session=new, role="user")
+    assert copy.metadata["voice"] == "pending" and copy.answer_state == "pending"
+
+    model_server.transcripts.append("Call the plumber tomorrow.")
+    fake.main.append(reply("I'll remind you."))
+    voice_transcribe_task.delay(world.tenant_a.pk, note.pk)  # the note's own task, late
+    drain()
+
+    copy.refresh_from_db()
+    assert (copy.content, copy.metadata["voice"], copy.answer_state) == (
+        "Call the plumber tomorrow.", "transcript", "answered")
+    replies = Message.objects.filter(session=new, role="assistant")
+    assert [(m.content, m.metadata["reply_to"]) for m in replies] == [("I'll remind you.", copy.seq)]
+    assert len(model_server.transcriptions) == 1
+    assert not Message.objects.filter(session=new, metadata__notice="voice_failed").exists()
