@@ -36,6 +36,7 @@ from heartbeats_app.system_beats import system_beat_run
 from qorven.llm import ModelError, ModelRoute, ProviderUnavailable, provider_for_role, route_for
 from qorven.llm.metered import Tally
 from sessions_app.channel_kinds import Channel
+from sessions_app.errors import SessionClosed
 from sessions_app.models import Message, Session
 from sessions_app.selectors import MessageRow, canonical_session_find, messages_read
 from sessions_app.services import message_append, session_archive, session_resolve
@@ -394,13 +395,21 @@ def _deliver(beat: Heartbeat, run: HeartbeatRun, content: str) -> tuple[Message 
         membership_get(tenant=beat.tenant, user=beat.deliver_to)
     except NotFound:
         return None, f"not delivered: {beat.deliver_to} is no longer a member of {beat.tenant.slug}"
-    chat = session_resolve(tenant=beat.tenant, qor=beat.qor, channel=beat.deliver_channel, user=beat.deliver_to)
-    result = message_append(
-        session=chat, role=Message.Role.ASSISTANT, content=content, channel=beat.deliver_channel,
-        sender_name=beat.qor.name, external_scope=f"heartbeat:{beat.pk}", external_id=f"run:{run.pk}",
-        metadata={"heartbeat": beat.pk, "heartbeat_name": beat.name, "run": run.pk},
-    )
-    return result.message, ""
+
+    def append() -> Message:
+        chat = session_resolve(tenant=beat.tenant, qor=beat.qor, channel=beat.deliver_channel, user=beat.deliver_to)
+        return message_append(
+            session=chat, role=Message.Role.ASSISTANT, content=content, channel=beat.deliver_channel,
+            sender_name=beat.qor.name, external_scope=f"heartbeat:{beat.pk}", external_id=f"run:{run.pk}",
+            metadata={"heartbeat": beat.pk, "heartbeat_name": beat.name, "run": run.pk},
+        ).message
+
+    try:
+        return append(), ""
+    except SessionClosed:
+        # /clear or /compact archived the chat between reading it and appending to it: the
+        # answer goes to the chat that took over, as a person's message does.
+        return append(), ""
 
 
 def _finish(beat: Heartbeat, run: HeartbeatRun, started: float, outcome: _Outcome) -> None:

@@ -133,3 +133,119 @@ def test_a_voice_note_carried_by_compact_before_its_transcript_came_is_answered_
     assert [(m.content, m.metadata["reply_to"]) for m in replies] == [("I'll remind you.", copy.seq)]
     assert len(model_server.transcriptions) == 1
     assert not Message.objects.filter(session=new, metadata__notice="voice_failed").exists()
+
+
+# --- a rotation holding the chat's row while something else appends to it ---------------------
+
+def blocked_on_a_row_lock(timeout: float = 20.0) -> None:
+    """Wait until another connection of this database waits for a row lock (the condition
+    the test sets up, not a guess at how long it takes)."""
+    import time
+
+    from django.db import connection
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
+                           " AND wait_event_type = 'Lock' AND pid <> pg_backend_pid()")
+            if cursor.fetchone()[0]:
+                return
+        time.sleep(0.02)
+    raise AssertionError("nothing came to wait for the rotation's lock")
+
+
+class HeldRotation:
+    """`/clear` of `session` in a thread of its own, its transaction left open (the old row
+    locked, the successor created) until `commit()`."""
+
+    def __init__(self, session: Session) -> None:
+        import threading
+
+        self.rotated, self.release = threading.Event(), threading.Event()
+        self.errors: list[BaseException] = []
+        self.thread = threading.Thread(target=self._run, args=(session,), daemon=True)
+        self.thread.start()
+        assert self.rotated.wait(20), "the rotation did not start"
+
+    def _run(self, session: Session) -> None:
+        from django.db import connection, transaction
+
+        from sessions_app.services import session_rotate
+
+        try:
+            with transaction.atomic():
+                session_rotate(session=session)
+                self.rotated.set()
+                self.release.wait(30)
+        except BaseException as exc:  # reported by commit()
+            self.errors.append(exc)
+            self.rotated.set()
+        finally:
+            connection.close()
+
+    def commit(self) -> None:
+        self.release.set()
+        self.thread.join(30)
+        assert not self.errors, self.errors
+
+
+def in_thread(target, *args, **kwargs):
+    """Run `target` in a thread; `result()` joins it and returns (or raises) what it did."""
+    import threading
+
+    box: dict[str, object] = {}
+
+    def run() -> None:
+        from django.db import connection
+
+        try:
+            box["value"] = target(*args, **kwargs)
+        except BaseException as exc:
+            box["error"] = exc
+        finally:
+            connection.close()
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+
+    def result():
+        thread.join(30)
+        assert not thread.is_alive(), "the thread did not finish"
+        if "error" in box:
+            raise box["error"]  # type: ignore[misc]
+        return box.get("value")
+
+    return result
+
+
+@pytest.mark.skipif("__import__('django.conf').conf.settings.DATABASES['default']['ENGINE'].endswith('sqlite3')",
+                    reason="holds a rotation's row lock open; SQLite has no row locks to wait on")
+def test_a_heartbeat_delivering_while_the_chat_is_cleared_lands_in_the_fresh_chat(world, model_server):
+    """The beat's answer is appended as /clear archives the chat it read a moment before:
+    it goes to the fresh chat (it was lost: the run failed with "an error of ours")."""
+    from datetime import datetime, timezone as dt_timezone
+
+    from qorven.agent.heartbeat_runs import run_heartbeat
+
+    from ..factories.heartbeats_app import beat
+
+    world.qor_a.heartbeat_model = "beat-model"
+    world.qor_a.save(update_fields=["heartbeat_model"])
+    pills = beat(world.qor_a, name="pills", prompt="Remind Alice about her pills.", owner=world.alice,
+                 deliver_to=world.alice, deliver_channel="telegram")
+    old = canonical(world)
+    model_server.add(reply("Time for your pills!"))
+
+    rotation = HeldRotation(old)
+    run = in_thread(run_heartbeat, tenant_id=world.tenant_a.pk, heartbeat_id=pills.pk,
+                    tick=datetime(2026, 11, 30, 8, 0, tzinfo=dt_timezone.utc))
+    blocked_on_a_row_lock()  # the delivery waits on the chat's row, which the rotation holds
+    rotation.commit()
+    result = run()
+
+    assert (result.status, result.error) == ("ok", "")
+    fresh = canonical(world)
+    assert fresh.pk != old.pk
+    delivered = Message.objects.get(pk=result.delivered_message_id)
+    assert (delivered.session_id, delivered.content, delivered.channel) == (fresh.pk, "Time for your pills!", "telegram")
