@@ -29,6 +29,7 @@ def tool_loop(
     metadata: dict[str, Any],
     on_token: Callable[[str], None] | None = None,
     after_call: Callable[[Completion], None] | None = None,
+    rights: Callable[[], tuple[ToolContext, list[Tool]]] | None = None,
 ) -> Completion | None:
     """Call the model until it answers without calling tools; return that answer.
 
@@ -36,7 +37,9 @@ def tool_loop(
     `metadata`) and fed back. Tools are offered for QORVEN_MAX_TOOL_ROUNDS rounds, then
     one last call offers none; None when the model still called tools then. `after_call`
     runs after every model call with its completion (a turn checks there that it may go
-    on, and that it still holds its session before tool calls are stored).
+    on, and that it still holds its session before tool calls are stored). `rights`, when
+    given, is asked before each round of tools runs: the context and tools the person
+    behind the turn has now (their membership may have changed while the model thought).
     """
     messages = list(messages)
     max_rounds = settings.QORVEN_MAX_TOOL_ROUNDS
@@ -49,6 +52,8 @@ def tool_loop(
             return completion
         if round_no == max_rounds:
             break
+        if rights is not None:
+            ctx, offered = rights()
         calls = [c.as_openai() for c in completion.tool_calls]
         message_append(session=session, role=Message.Role.ASSISTANT, content=completion.content, channel=channel,
                        tool_calls=calls, metadata=metadata)

@@ -12,7 +12,7 @@ import logging
 import time
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import Enum
 from typing import Any
 
@@ -51,7 +51,7 @@ from tenancy.access import surface_trust
 from tenancy.models import Qor
 from tenancy.selectors import budget_exhausted, membership_active
 from tenancy.tool_registry import Tool, ToolContext, registry
-from tenancy.trust import Trust
+from tenancy.trust import Trust, trust_allows
 
 from .compaction import (
     auto_compaction_point,
@@ -205,8 +205,9 @@ def _answer(session: Session, pending: Message, owner: str, *, overflowed: bool 
     forced by a context-length error, so its one retry is spent."""
     qor = session.qor
     channel = pending.channel
-    trust = str(pending.metadata.get("trust") or Trust.PAIRED)
-    if session.user is not None and trust != Trust.PUBLIC:
+    trust = stored = str(pending.metadata.get("trust") or Trust.PAIRED)
+    member = session.user is not None and trust != Trust.PUBLIC
+    if session.user is not None and member:
         # As the person's membership is now, not as it was when the message was stored: it
         # may have waited (behind another turn, for a retry) while they were removed or
         # made a member. The surface's proof of the sender was judged then (the cap). Public
@@ -258,6 +259,19 @@ def _answer(session: Session, pending: Message, owner: str, *, overflowed: bool 
             written.clear()
             broadcast_soon(session.pk, {"type": "message.restart", "reply_to": pending.seq})
 
+    def rights() -> tuple[ToolContext, list[Tool]]:
+        """Before tools run on the person's behalf: as their membership is now. The model
+        may have thought for minutes while they were removed (no tool runs, no answer) or
+        given a lower role (the tools above it are no longer theirs)."""
+        if not member:
+            return ctx, offered
+        now = _trust_now(session, channel, cap=stored)
+        if now is None:
+            raise _NoLongerMember()
+        if now == ctx.trust:
+            return ctx, offered
+        return replace(ctx, trust=now), [t for t in offered if trust_allows(now, t.min_trust)]
+
     def after_call(completion: Completion) -> None:
         if completion.tool_calls:  # they are stored next; a final answer confirms the lease as it is stored
             turn_lease_confirm(session_id=session.pk, owner=owner)
@@ -270,8 +284,11 @@ def _answer(session: Session, pending: Message, owner: str, *, overflowed: bool 
             completion = tool_loop(
                 provider=provider, messages=prompt.messages, spend=Spend(session.tenant, qor, "main"),
                 offered=offered, ctx=ctx, session=session, channel=channel, metadata={"reply_to": pending.seq},
-                on_token=on_token, after_call=after_call,
+                on_token=on_token, after_call=after_call, rights=rights,
             )
+        except _NoLongerMember:
+            _not_a_member(session, pending, owner)
+            return _Result(_Step.FAILED)
         except TurnStopped:
             # What was written so far is the answer, marked as stopped; nothing is retried.
             text = "".join(written).strip()
@@ -403,6 +420,19 @@ def _cut_off_notice(session: Session, pending: Message) -> None:
                        metadata={"notice": "cut_off", "reply_to": pending.seq})
     except SessionClosed:
         pass  # cleared meanwhile: the person has moved on
+
+
+class _NoLongerMember(Exception):
+    """The person behind the turn left the workspace (or was deactivated) mid-turn."""
+
+
+def _trust_now(session: Session, channel: str, *, cap: str) -> str | None:
+    """The turn's trust from the person's membership now; None when they have none."""
+    assert session.user is not None
+    membership = membership_active(tenant=session.tenant, user=session.user)
+    if membership is None:
+        return None
+    return str(surface_trust(role=membership.role, surface=channel, proven=True, cap=cap))
 
 
 def _role_now(session: Session) -> str | None:
