@@ -50,7 +50,7 @@ class MemoryAdmin(TenantScopedAdminMixin, admin.ModelAdmin):
                     "created_at"]
     list_filter = ["tenant", "type", "created_at"]
     search_fields = ["content", "user__username"]
-    list_select_related = ["tenant", "qor", "user"]
+    list_select_related = ["tenant", "qor__tenant", "user"]  # the Qor's name reads its tenant's slug
     raw_id_fields = ["user", "source_session"]
     readonly_fields = ["created_at", "updated_at"]
     date_hierarchy = "created_at"

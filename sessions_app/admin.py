@@ -32,7 +32,8 @@ class SessionAdmin(ReadOnlyAdmin):
     list_display = ["id", "tenant", "qor", "user", "kind", "channel", "state", "last_seq", "started_at"]
     list_filter = ["kind", "state", "tenant"]
     search_fields = ["user__username", "external_thread_id"]
-    list_select_related = ["tenant", "qor", "user"]
+    # The Qor column reads "acme/aria": its tenant comes with it, not one query a row.
+    list_select_related = ["tenant", "qor__tenant", "user"]
     readonly_fields = [f.name for f in Session._meta.fields] + ["recent_messages"]
 
     @admin.display(description=f"Messages (newest {INLINE_MESSAGES})")
