@@ -1,7 +1,9 @@
 from __future__ import annotations
 
 from django.contrib import admin
+from django.core.paginator import Paginator
 from django.urls import reverse
+from django.utils.functional import cached_property
 from django.utils.html import format_html, format_html_join
 
 from tenancy.admin_scoping import TenantScopedAdminMixin, admin_tenant_ids
@@ -58,9 +60,34 @@ class SessionAdmin(ReadOnlyAdmin):
         )
 
 
+class CappedCountPaginator(Paginator):
+    """Counts no further than CAP rows. An exact COUNT(*) reads every message the filters
+    let through, on every page load: the whole host's history for an unfiltered list.
+    Past CAP the page says "More than …" (templates/admin/sessions_app/message/pagination.html)
+    and the filters narrow it down."""
+
+    CAP = 10_000
+
+    @cached_property
+    def count(self) -> int:
+        return self.object_list[: self.CAP + 1].count()
+
+    @property
+    def capped(self) -> bool:
+        return self.count > self.CAP
+
+    @property
+    def cap_shown(self) -> str:
+        return f"{self.CAP:,}"
+
+
 @admin.register(Message)
 class MessageAdmin(ReadOnlyAdmin):
-    tenant_field = "tenant"  # each message carries its session's tenant: no join to scope the list
+    # Scoped through the session, whose tenant is indexed: messages have no index that
+    # leads with their own tenant column (each one would slow every append), so filtering
+    # on it read the whole table, every tenant's messages, to find one tenant's.
+    tenant_field = "session__tenant"
+    paginator = CappedCountPaginator
     list_display = ["session", "seq", "role", "channel", "sender_name", "short_content", "answer_state", "created_at"]
     # "failed" lists the messages the Qor could not answer. Each one's page shows the
     # notice the person was shown; the host also sees the provider's own words
