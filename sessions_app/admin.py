@@ -120,3 +120,8 @@ class ImageAdmin(ReadOnlyAdmin):
     list_display = ["id", "tenant", "mime_type", "size", "created_at"]
     list_filter = ["tenant", "mime_type"]
     exclude = ["data"]
+
+    def get_queryset(self, request):
+        # The attachment itself (base64, up to QORVEN_MAX_UPLOAD) is never shown here: a
+        # list of 100 would read up to a gigabyte to show their sizes.
+        return super().get_queryset(request).defer("data")

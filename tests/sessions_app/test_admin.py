@@ -6,6 +6,8 @@ from dataclasses import dataclass
 
 import pytest
 from django.contrib.messages import get_messages
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 
 from sessions_app.models import Image, Message, Session
@@ -167,3 +169,10 @@ def test_a_tenant_admin_sees_the_notice_a_failed_message_got_and_not_the_provide
 def test_the_host_sees_the_providers_words_on_a_failed_message(host, failed):
     page = host.get(url("message_change", failed.pk)).content.decode()
     assert "Incorrect API key provided: sk-host-9f3a…c0de" in page
+
+
+def test_the_images_list_does_not_load_the_attachments_themselves(host, conversations):
+    # A page lists 100 attachments of up to QORVEN_MAX_UPLOAD each: their data is not shown, so not read.
+    with CaptureQueriesContext(connection) as captured:
+        assert len(listed(host.get(url("image_changelist")))) == 2
+    assert not [q["sql"] for q in captured.captured_queries if '"sessions_app_image"."data"' in q["sql"]]
