@@ -173,6 +173,16 @@ def run_json(owner: ChatOwner, stdin: TextIO, stdout: TextIO, *, history: int, w
 
     follower = _follower(owner, emit, link)
     follower.start(history=history)
+    try:
+        return _json_lines(owner, stdin, stdout, write_lock, pending, follower, link=link, wait=wait)
+    finally:
+        # Also on Ctrl-C or a SIGTERM (qorven chat turns it into SystemExit): the follower
+        # ends, and with it the session's token, which would otherwise work for half an hour.
+        follower.stop()
+
+
+def _json_lines(owner: ChatOwner, stdin: TextIO, stdout: TextIO, write_lock: threading.Lock, pending: Pending,
+                follower: Follower, *, link: Any, wait: float) -> int:
     for raw in stdin:
         raw = raw.strip()
         if not raw:
@@ -187,7 +197,6 @@ def run_json(owner: ChatOwner, stdin: TextIO, stdout: TextIO, *, history: int, w
             with write_lock:
                 stdout.write(json.dumps({"type": "error", "error": str(exc)}) + "\n")
                 stdout.flush()
-            follower.stop()
             return 1
         except (ValueError, KeyError) as exc:
             with write_lock:

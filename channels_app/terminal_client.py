@@ -107,6 +107,8 @@ class ServerLink:
         return {"Authorization": f"Bearer {self.token}"}
 
     def close(self) -> None:
+        if self._closed.is_set():  # left already (the follower stops once more on the way out)
+            return
         self._closed.set()
         self._renewer.join(timeout=5)
         self.http.close()

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import signal
 import sys
 
 from django.contrib.auth import get_user_model
@@ -70,9 +71,19 @@ class Command(BaseCommand):
             elif opts["server"]:
                 raise CommandError(f"no Qorven server answers at {server} (leave out --server to work on the "
                                    "database directly)")
-        if opts["json"]:
-            code = run_json(owner, sys.stdin, sys.stdout, history=history, wait=opts["wait"], link=link)
-            if code:
-                raise CommandError("gave up waiting for a reply", returncode=code)
-            return
-        run_interactive(owner, history=history, link=link)
+        # A SIGTERM (a supervisor, `timeout`, a closed pipeline) leaves like Ctrl-C: through
+        # the clean-up that revokes this session's token.
+        signal.signal(signal.SIGTERM, _terminated)
+        try:
+            if opts["json"]:
+                code = run_json(owner, sys.stdin, sys.stdout, history=history, wait=opts["wait"], link=link)
+                if code:
+                    raise CommandError("gave up waiting for a reply", returncode=code)
+                return
+            run_interactive(owner, history=history, link=link)
+        except KeyboardInterrupt:
+            raise SystemExit(130) from None  # the shell's code for Ctrl-C, and no traceback
+
+
+def _terminated(signum, frame) -> None:
+    raise SystemExit(128 + signum)

@@ -1,0 +1,88 @@
+"""`qorven chat` against a real `qorven serve`: what the person sees when they leave it,
+or it loses the server, at any moment."""
+from __future__ import annotations
+
+import json
+import queue
+import signal
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from tenancy.models import ApiToken
+
+from ..fakes.model_server import reply
+from ..ports import free_port
+from .test_terminal import ROOT, qorven_env
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+QORVEN = str(Path(sys.executable).with_name("qorven"))
+CHAT = ["chat", "--json", "--tenant", "acme", "--qor", "aria", "--user", "alice"]
+
+
+@pytest.fixture
+def server(world, model_server, tmp_path):
+    """`qorven serve` on the test database; turns run inside it (no broker)."""
+    port = free_port()
+    base = f"http://127.0.0.1:{port}"
+    env = {**qorven_env(model_server), "QORVEN_PUBLIC_URL": base}
+    log = open(tmp_path / "server.log", "w")
+    proc = subprocess.Popen([QORVEN, "serve", "--no-migrate", "--no-beat", "--port", str(port)], cwd=ROOT, env=env,
+                            stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    deadline = time.monotonic() + 90
+    while True:
+        try:
+            urllib.request.urlopen(base + "/healthz", timeout=2).read()
+            break
+        except OSError:
+            assert proc.poll() is None and time.monotonic() < deadline, (tmp_path / "server.log").read_text()
+            time.sleep(0.2)
+    yield env
+    proc.send_signal(signal.SIGTERM)
+    proc.wait(30)
+    log.close()
+
+
+class Chat:
+    """A running `qorven chat --json`, its output lines as they come."""
+
+    def __init__(self, env: dict[str, str]) -> None:
+        self.proc = subprocess.Popen([QORVEN, *CHAT], cwd=ROOT, env=env, stdin=subprocess.PIPE,
+                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        self.lines: queue.Queue[dict] = queue.Queue()
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self) -> None:
+        for line in self.proc.stdout:
+            self.lines.put(json.loads(line))
+
+    def send(self, content: str) -> None:
+        self.proc.stdin.write(json.dumps({"content": content}) + "\n")
+        self.proc.stdin.flush()
+
+    def until(self, kind: str) -> dict:
+        while True:
+            line = self.lines.get(timeout=60)
+            if line["type"] == kind:
+                return line
+
+
+@pytest.mark.parametrize("stop", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
+def test_leaving_while_a_reply_streams_is_quiet_and_revokes_the_terminals_token(server, model_server, stop):
+    model_server.add(reply("a long answer " * 40, chunk_delay=0.05))
+    chat = Chat(server)
+    chat.send("tell me a long story")
+    chat.until("chunk")
+    chat.proc.send_signal(stop)
+    chat.proc.wait(30)
+    stderr = chat.proc.stderr.read()
+    assert chat.proc.returncode == 128 + stop
+    assert "Traceback" not in stderr
+    token = ApiToken.objects.get(name="qorven chat")
+    assert token.revoked_at is not None  # not left working for half an hour
