@@ -86,3 +86,13 @@ def test_leaving_while_a_reply_streams_is_quiet_and_revokes_the_terminals_token(
     assert "Traceback" not in stderr
     token = ApiToken.objects.get(name="qorven chat")
     assert token.revoked_at is not None  # not left working for half an hour
+
+
+def test_chat_help_names_every_kind_of_line_json_mode_writes():
+    from channels_app.management.commands.chat import Command
+
+    text = " ".join(Command().create_parser("qorven", "chat").format_help().split())
+    for kind in ("message", "notice", "chunk", "done", "error", "session"):
+        assert f'"{kind}"' in text, kind
+    readme = " ".join((ROOT / "README.md").read_text().split())
+    assert '`{"type": "session", "session_id"}`' in readme

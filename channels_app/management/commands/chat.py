@@ -22,7 +22,9 @@ class Command(BaseCommand):
         "there see the terminal live; with none running it works on the database alone. "
         "--json reads one JSON object a line "
         'from stdin ({"content": "…"}) and writes one a line ({"type": "message" | "notice" | "chunk" '
-        '| "done", …}); at the end of input it waits for the replies, then exits.'
+        '| "done" | "session" | "error", …}: "session" when /clear or a compaction starts a new conversation, '
+        '"error" for a line it could not read); at the end of input it waits for the replies, then exits '
+        "(1 if it gave up waiting). Ctrl-C or SIGTERM leaves at once (exit 130 or 143)."
     )
 
     def add_arguments(self, parser):
