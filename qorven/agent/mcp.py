@@ -147,10 +147,12 @@ def _client(server: McpServer):
         from mcp.client.streamable_http import streamable_http_client
 
         from qorven.runtime.outbound import check_url
+        from qorven.runtime.outbound_transport import guarded_async_transport
 
-        check_url(server.url)  # the address policy, again before each use
+        check_url(server.url)  # the address policy, again before each use, with a clear error
         headers = {"Authorization": f"Bearer {server.bearer_token}"} if server.bearer_token else {}
-        async with httpx2.AsyncClient(headers=headers, timeout=timeout) as web:
+        # And on every connection: the name is resolved again to connect, maybe elsewhere by then.
+        async with httpx2.AsyncClient(headers=headers, timeout=timeout, transport=guarded_async_transport()) as web:
             async with Client(streamable_http_client(server.url, http_client=web), read_timeout_seconds=timeout) as c:
                 yield c
 

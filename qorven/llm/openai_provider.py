@@ -3,7 +3,9 @@
 Synchronous, on one long-lived `openai.OpenAI` client per (base URL, key, timeout,
 retries): its HTTP connection pool is reused by every call on every worker thread (a
 streamed answer is read to the end of its body, so its connection goes back to the pool:
-`_Stream`), and nothing builds an event loop, a thread or a client per call.
+`_Stream`), and nothing builds an event loop, a thread or a client per call. The client of
+a route stored in the database connects only where the address policy allows
+(qorven.runtime.outbound_transport); one refused there fails as a refused route.
 """
 from __future__ import annotations
 
@@ -19,6 +21,7 @@ from urllib.parse import urlsplit
 import openai
 from openai.types.chat import ChatCompletion
 
+from qorven.runtime.outbound import address_refusal
 from qorven.runtime.route_slots import SlotTimeout, route_slot
 from qorven.runtime.storable_text import storable
 
@@ -34,13 +37,16 @@ _CONTEXT_MARKERS = ("context_length_exceeded", "maximum context length", "contex
                     "context size", "exceed_context_size")  # the last two: llama.cpp's server
 _QUOTA_CODES = ("insufficient_quota", "billing_hard_limit_reached")
 
-_clients: dict[tuple[str, str, float, int], openai.OpenAI] = {}
+_clients: dict[tuple[str, str, float, int, bool], openai.OpenAI] = {}
 _clients_lock = threading.Lock()
 
 
-def client_for(*, base_url: str, api_key: str, timeout: float, max_retries: int) -> openai.OpenAI:
-    """The process's one client for this route."""
-    key = (base_url, api_key, timeout, max_retries)
+def client_for(*, base_url: str, api_key: str, timeout: float, max_retries: int,
+               guarded: bool = False) -> openai.OpenAI:
+    """The process's one client for this route. `guarded`: the base URL came from the
+    database, and every connection the client makes (a redirect's included) keeps to the
+    address policy with the address it resolved (qorven.runtime.outbound_transport)."""
+    key = (base_url, api_key, timeout, max_retries, guarded)
     client = _clients.get(key)
     if client is None:
         with _clients_lock:
@@ -48,9 +54,24 @@ def client_for(*, base_url: str, api_key: str, timeout: float, max_retries: int)
             if client is None:
                 client = _clients[key] = openai.OpenAI(
                     base_url=base_url or None, api_key=api_key or "not-needed", timeout=timeout,
-                    max_retries=max_retries,
+                    max_retries=max_retries, http_client=_guarded_http_client() if guarded else None,
                 )
     return client
+
+
+def _guarded_http_client() -> openai.DefaultHttpxClient:
+    from qorven.runtime.outbound_transport import guarded_transport
+
+    # The SDK's own client and defaults (redirects followed, its limits), on a guarded transport.
+    return openai.DefaultHttpxClient(transport=guarded_transport(limits=openai.DEFAULT_CONNECTION_LIMITS))
+
+
+def _refused_route(exc: openai.APIError, model: str) -> ModelRefused | None:
+    """A connection the address policy refused, as the route the check before use refuses."""
+    refusal = address_refusal(exc)
+    if refusal is None:
+        return None
+    return ModelRefused(f"model route refused: {refusal}", kind="misconfigured", model=model)
 
 
 class _Stream(openai.Stream[object]):
@@ -98,7 +119,7 @@ class OpenAIProvider:
 
     def __init__(
         self, *, base_url: str, api_key: str, model: str, timeout: float, max_retries: int, deadline: float,
-        max_concurrency: int = 0, max_chars: int = 0,
+        max_concurrency: int = 0, max_chars: int = 0, guarded: bool = False,
     ) -> None:
         self.model = model
         self._max_chars = max_chars  # the longest reply read (0: no bound), then the stream is let go
@@ -109,7 +130,7 @@ class OpenAIProvider:
         self._cap = max_concurrency
         # Retried here, not by the SDK: its retries (each with the full timeout) knew
         # nothing of the call's time limit.
-        self._client = client_for(base_url=base_url, api_key=api_key, timeout=timeout, max_retries=0)
+        self._client = client_for(base_url=base_url, api_key=api_key, timeout=timeout, max_retries=0, guarded=guarded)
 
     def complete(
         self,
@@ -164,6 +185,9 @@ class OpenAIProvider:
             except openai.APIStatusError as exc:
                 failure = _classify(exc, self.model)
             except (openai.APIConnectionError, openai.APITimeoutError) as exc:
+                refused = _refused_route(exc, self.model)
+                if refused is not None:
+                    raise refused from None
                 failure = ProviderUnavailable(f"could not reach the model server: {exc}", model=self.model)
                 failure.dropped = not isinstance(exc, openai.APITimeoutError)
             except openai.APIError as exc:  # an error event in the middle of a stream
@@ -309,18 +333,20 @@ _AUDIO_NAMES = {"audio/ogg": "voice.ogg", "audio/mpeg": "voice.mp3", "audio/mp4"
 
 
 def transcription_create(
-    *, base_url: str, api_key: str, model: str, audio: bytes, mime_type: str, timeout: float, max_retries: int
+    *, base_url: str, api_key: str, model: str, audio: bytes, mime_type: str, timeout: float, max_retries: int,
+    guarded: bool = False,
 ) -> str:
     """One transcription (OpenAI's /audio/transcriptions, which OpenAI-compatible speech
     servers mirror) on the route's shared client. Failures come out as qorven.llm.errors."""
-    client = client_for(base_url=base_url, api_key=api_key, timeout=timeout, max_retries=max_retries)
+    client = client_for(base_url=base_url, api_key=api_key, timeout=timeout, max_retries=max_retries,
+                        guarded=guarded)
     name = _AUDIO_NAMES.get(mime_type.split(";")[0].strip(), "voice.ogg")
     try:
         result = client.audio.transcriptions.create(model=model, file=(name, audio, mime_type))
     except openai.APIStatusError as exc:
         raise _classify(exc, model) from None
     except (openai.APITimeoutError, openai.APIConnectionError) as exc:
-        raise ProviderUnavailable(f"{type(exc).__name__}: {exc}", model=model) from None
+        raise _refused_route(exc, model) or ProviderUnavailable(f"{type(exc).__name__}: {exc}", model=model) from None
     text = getattr(result, "text", None)
     return text.strip() if isinstance(text, str) else str(result).strip()
 

@@ -4,7 +4,8 @@ Model servers and their key belong to the host. OPENAI_API_KEY goes only to the 
 own model server (OPENAI_BASE_URL, or OpenAI's when that is empty) and to the base URLs
 listed in QORVEN_MODEL_KEY_URLS; a Qor routed anywhere else is called without it. A base
 URL stored on a Qor (only superusers edit those) must also pass the address policy
-(qorven.runtime.outbound) before each use.
+(qorven.runtime.outbound) before each use, and its client connects only to addresses the
+policy allows, whatever the name resolves to by then.
 """
 from __future__ import annotations
 
@@ -111,6 +112,7 @@ def transcribe(route: ModelRoute, *, audio: bytes, mime_type: str) -> str:
     return transcription_create(
         base_url=route.base_url, api_key=route.key, model=route.model, audio=audio,
         mime_type=mime_type, timeout=settings.QORVEN_MODEL_TIMEOUT, max_retries=settings.QORVEN_MODEL_RETRIES,
+        guarded=route.from_qor,
     )
 
 
@@ -180,6 +182,7 @@ def provider_for(route: ModelRoute, *, max_retries: int | None = None) -> Provid
         deadline=settings.QORVEN_MODEL_DEADLINE,
         max_concurrency=route.max_concurrency,
         max_chars=settings.QORVEN_MAX_REPLY_CHARS,
+        guarded=route.from_qor,
     )
 
 

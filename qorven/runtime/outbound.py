@@ -2,17 +2,28 @@
 
 URLs the host sets in the environment (OPENAI_BASE_URL, the platforms' API bases) are the
 host's choice and are not checked here. A URL stored in the database — a Qor's model
-route, edited in the admin — is: its host name is resolved and every address it resolves
-to must be public. Loopback, private, link-local, shared, reserved and multicast ranges
-are refused unless the host allows them by name, address or network in
-QORVEN_ALLOW_PRIVATE_HOSTS (e.g. `127.0.0.1,ollama.internal,10.0.0.0/8` for a model
-server on the local network). Checked when the URL is saved and again before each use,
-so a name that later resolves somewhere private is caught.
+routes and fallbacks, an MCP server, edited in the admin — is: its host name is resolved
+and every address it resolves to must be public. Loopback, private, link-local, shared,
+reserved and multicast ranges are refused unless the host allows them by name, address
+or network in QORVEN_ALLOW_PRIVATE_HOSTS (e.g. `127.0.0.1,ollama.internal,10.0.0.0/8`
+for a model server on the local network).
+
+`check_url` applies the policy when the URL is saved and again before each use, with a
+clear error. It cannot be the only guard: the HTTP client resolves the name again to
+connect, and a name whose DNS answers a public address to the check and 127.0.0.1 or
+169.254.169.254 to the connection (DNS rebinding) would reach what the check refused. So
+the clients of stored URLs connect through qorven.runtime.outbound_transport: each
+connection resolves the name once, applies `check_addresses` to what it got, and connects
+only to those addresses (redirects included; TLS is still verified against the name).
+Those clients connect directly, not through an HTTP(S)_PROXY of the environment, whose
+own resolution no check here could see. A refused connection fails as a connection error
+whose cause is an AddressRefused (`address_refusal` finds it).
 """
 from __future__ import annotations
 
 import ipaddress
 import socket
+from collections.abc import Iterable
 from urllib.parse import urlsplit
 
 from django.conf import settings
@@ -58,6 +69,20 @@ def _addresses(host: str) -> list[Address]:
     return [ipaddress.ip_address(info[4][0].split("%")[0]) for info in infos]
 
 
+def check_addresses(host: str, addresses: Iterable[Address]) -> None:
+    """Raise AddressRefused unless `host` may be called at every one of `addresses` (what
+    its name resolved to)."""
+    host = host.lower().rstrip(".")
+    if _allowed_explicitly(host, None):
+        return
+    for address in addresses:
+        if not _public(address) and not _allowed_explicitly(host, address):
+            raise AddressRefused(
+                f"{host} is a private, loopback or reserved address ({address}); "
+                "the host can allow it in QORVEN_ALLOW_PRIVATE_HOSTS"
+            )
+
+
 def check_url(url: str) -> None:
     """Raise AddressRefused unless `url` is http(s) to a host this server may call."""
     parts = urlsplit(url)
@@ -66,9 +91,16 @@ def check_url(url: str) -> None:
     host = parts.hostname.lower().rstrip(".")
     if _allowed_explicitly(host, None):
         return
-    for address in _addresses(host):
-        if not _public(address) and not _allowed_explicitly(host, address):
-            raise AddressRefused(
-                f"{host} is a private, loopback or reserved address ({address}); "
-                "the host can allow it in QORVEN_ALLOW_PRIVATE_HOSTS"
-            )
+    check_addresses(host, _addresses(host))
+
+
+def address_refusal(exc: BaseException) -> AddressRefused | None:
+    """The AddressRefused behind a client's error (a guarded connection refused), if any."""
+    seen: set[int] = set()
+    cause: BaseException | None = exc
+    while cause is not None and id(cause) not in seen:
+        if isinstance(cause, AddressRefused):
+            return cause
+        seen.add(id(cause))
+        cause = cause.__cause__ or cause.__context__
+    return None

@@ -315,3 +315,44 @@ def test_a_server_that_does_not_answer_its_listing_is_not_waited_for_on_every_tu
         listener.close()
         for connection in held:
             connection.close()
+
+
+def test_an_http_server_whose_name_turns_to_loopback_after_the_check_is_never_reached(
+    client, world, model_server, drain, settings, monkeypatch
+):
+    """The check before opening the session sees a public address; the name then answers
+    127.0.0.1, where something listens. The session's own connection resolves the name
+    and keeps to the address policy, so nothing reaches the listener."""
+    import threading
+
+    from ..fakes.rebinding_dns import PUBLIC, RebindingName
+
+    settings.QORVEN_ALLOW_PRIVATE_HOSTS = []
+    dns = RebindingName("mcp.rebind.test").install(monkeypatch)
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(16)
+    reached: list[socket.socket] = []
+
+    def accept() -> None:
+        while True:
+            try:
+                reached.append(listener.accept()[0])
+            except OSError:
+                return
+
+    threading.Thread(target=accept, daemon=True).start()
+    try:
+        McpServer.objects.create(qor=world.qor_a, name="inside", kind="http",
+                                 url=f"http://{dns.name}:{listener.getsockname()[1]}/mcp")
+        model_server.default = reply("Here.")
+        ask(client, world, "hello")
+        drain()
+        assert dns.lookups[0] == PUBLIC and "127.0.0.1" in dns.lookups[1:]
+        assert reached == []
+        assert Message.objects.get(role="assistant").content == "Here."  # the turn went on without its tools
+        assert "mcp_inside" not in json.dumps(model_server.requests[-1].get("tools") or [])
+    finally:
+        listener.close()
+        for connection in reached:
+            connection.close()
