@@ -12,7 +12,10 @@ their messages:
 - every row keeps its channel tag, sender, metadata and external ids: kept rows are moved
   (UPDATE session_id, seq), not copied, so external-id dedupe keeps working;
 - one `conversation_digest` memory per archived (non-empty) session;
-- the extra sessions archived.
+- the extra sessions archived;
+- merged legacy messages count as answered; the canonical chat's own questions still
+  waiting keep waiting and get their turn once the user is committed;
+- a user whose chat a turn holds (a reply being written) is left untouched, to run again.
 
 Each user is one transaction with their sessions locked (FOR UPDATE on PostgreSQL;
 SQLite's BEGIN IMMEDIATE serialises writers anyway): an interruption leaves every user

@@ -17,6 +17,7 @@ from django.utils import timezone
 from memory_app.digest import DigestMessage, DigestSpan, digest_summarize
 from memory_app.models import Memory
 from memory_app.services import memory_add
+from qorven.agent.gateway import turn_enqueue
 from sessions_app.models import Message, Session
 from tenancy.models import Qor, Tenant
 
@@ -39,7 +40,8 @@ DIGEST_SAMPLE_CHARS = 500
 
 
 class CollapseConflict(Exception):
-    """The user's chat changed under the collapse (a canonical session appeared); run again."""
+    """The user's chat changed under the collapse (a canonical session appeared) or is in
+    use (a reply is being written in it); nothing was changed: run again."""
 
 
 @dataclass
@@ -164,6 +166,16 @@ def _collapsible(sessions: list[Session]) -> bool:
     return any(s.kind == Session.Kind.LEGACY for s in sessions)
 
 
+def _turn_running(sessions: list[Session]) -> bool:
+    """Whether a turn (or a /compact) holds one of the sessions: its lease has not run out.
+    Read under the sessions' row locks, so no turn takes one until the collapse commits."""
+    now = timezone.now()
+    return any(
+        s.turn_owner and s.turn_lease_until is not None and s.turn_lease_until > now
+        for s in sessions
+    )
+
+
 def collapse_preview(*, owner: ChatOwner, qor: Qor | None = None) -> CollapseOutcome:
     """What `collapse_user` would do for `owner`, changing nothing."""
     qor, user = _load(owner, qor)
@@ -195,7 +207,9 @@ def collapse_user(
     the digests were written, just before the extra sessions are archived: an exception
     from it (a test's injected failure) rolls the user back whole. A user without a legacy
     chat session (none, or only the canonical chat) is returned untouched (`applied`
-    False); a lone legacy session becomes the user's canonical chat.
+    False); a lone legacy session becomes the user's canonical chat. A user one of whose
+    sessions a turn holds is refused (CollapseConflict). Messages of the canonical chat
+    still waiting for an answer keep waiting, and a turn is queued for them after commit.
     """
     qor, user = _load(owner, qor)
     outcome = CollapseOutcome(owner, label=_label(qor, user))
@@ -204,6 +218,11 @@ def collapse_user(
         outcome.sessions = len(sessions)
         if not _collapsible(sessions):
             return outcome
+        if _turn_running(sessions):
+            # Renumbering under a turn would leave its reply pointing at another message.
+            raise CollapseConflict(
+                "a reply is being written in this chat; left untouched, run again once it is sent"
+            )
         canonical = next((s for s in sessions if s.kind == Session.Kind.CANONICAL), None)
         extras = [s for s in sessions if s is not canonical]
         stats = _stats(sessions)
@@ -239,16 +258,21 @@ def collapse_user(
         outcome.messages = sum(stats[pk].span.count for pk in ids)
         own = stats[canonical.pk]
         shift = max(own.top_seq, outcome.messages) if own.span.count else 0
+        # Merged history is not waiting for an answer: a legacy message still waiting when
+        # it was collapsed is not answered again on its old channel (its turn is long gone).
+        Message.objects.filter(
+            session_id__in=[s.pk for s in extras], answer_state=Message.Answer.PENDING
+        ).update(answer_state=Message.Answer.ANSWERED)
         replies = replies_to_follow(ids)
         kept = kept_rows_move(canonical.pk, ids, shift=shift)
         replies_renumber(canonical.pk, replies)
         outcome.duplicates = outcome.messages - kept
         canonical.last_seq = kept
-        # Merged history is not waiting for an answer: the agent must not reply to it (a
-        # message still waiting when it was collapsed included: its turn is long gone).
-        canonical.replied_through_seq = kept
-        Message.objects.filter(session=canonical, answer_state=Message.Answer.PENDING).update(
-            answer_state=Message.Answer.ANSWERED)
+        # The chat's own questions still waiting keep waiting, and its progress stops just
+        # below the first of them: the turn queued below answers them.
+        waiting = Message.objects.filter(session=canonical, answer_state=Message.Answer.PENDING)
+        first_waiting = waiting.order_by("seq").values_list("seq", flat=True).first()
+        canonical.replied_through_seq = kept if first_waiting is None else first_waiting - 1
         canonical.started_at = min(s.started_at for s in [*sessions, canonical])
         if canonical.compacted_through_seq:
             moved = (
@@ -263,6 +287,8 @@ def collapse_user(
         outcome.archived = Session.objects.filter(pk__in=[s.pk for s in extras]).update(
             state=Session.State.ARCHIVED, ended_at=timezone.now()
         )
+        if first_waiting is not None:
+            turn_enqueue(session=canonical)  # after commit
         outcome.applied = True
     return outcome
 
@@ -309,6 +335,9 @@ def _collapse_one(
         if dry_run:
             return collapse_preview(owner=owner, qor=qor)
         return collapse_user(owner=owner, qor=qor, before_archive=before_archive)
+    except CollapseConflict as exc:  # the chat in use: expected, and no fault to trace
+        log.warning("collapse of %s left for the next run: %s", owner, exc)
+        return CollapseOutcome(owner, label=_describe(owner), error=f"{type(exc).__name__}: {exc}")
     except Exception as exc:  # one user's failure must not stop the migration
         log.exception("collapse of %s failed", owner)
         return CollapseOutcome(owner, label=_describe(owner), error=f"{type(exc).__name__}: {exc}")

@@ -31,7 +31,9 @@ class Command(BaseCommand):
         "chat becomes the canonical one, or its history would show on no surface). Group, email, "
         "sms, voice and cron sessions are never touched. Each user is one transaction, so an "
         "interrupted run leaves every user collapsed or untouched; running it again is a "
-        "no-op. Nothing is deleted: duplicate copies stay in their archived session. "
+        "no-op. Nothing is deleted: duplicate copies stay in their archived session. A user "
+        "whose chat is answering a message right then is left untouched and reported; run "
+        "again once the reply is sent. "
         "Use --dry-run first to see what would change (one line per user); -v 2 prints a "
         "line per user when applying too."
     )
