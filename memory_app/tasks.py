@@ -5,7 +5,7 @@ import logging
 import time
 import uuid
 
-from celery import shared_task
+from celery import current_app, shared_task
 from django.conf import settings
 from django.core.cache import cache
 from django.db import transaction
@@ -16,7 +16,12 @@ from qorven.runtime.log_context import log_context
 from sessions_app.errors import SessionClosed
 from sessions_app.leases import lease_kept
 from sessions_app.models import Message, Session
-from sessions_app.selectors import last_user_message_at, session_for_task
+from sessions_app.selectors import (
+    last_user_message_at,
+    next_pending_user_message,
+    session_for_task,
+    session_successor,
+)
 from sessions_app.services import message_append
 from sessions_app.turn_writes import turn_lease_acquire, turn_lease_release
 from tenancy.selectors import budget_exhausted
@@ -33,6 +38,7 @@ COMPACTED_NOTICE = (
 NOTHING_NOTICE = "There is nothing to compact yet."
 FAILED_NOTICE = "I could not compact this conversation ({reason}). Nothing was changed."
 LEASE_RETRY_DELAY = 2.0
+TURN_TASK = "qorven.agent.turn"  # qorven.agent.tasks.agent_turn, sent by name from below the agent
 # A summarizer that a busy conversation keeps waiting runs after this many quiet periods.
 SUMMARIZER_WAIT_MAX = 12
 
@@ -141,25 +147,55 @@ def session_compact(self, tenant_id: int, session_id: int, channel: str, owner: 
         if not turn_lease_acquire(session_id=session_id, owner=owner, seconds=settings.QORVEN_TURN_LEASE):
             raise self.retry(countdown=LEASE_RETRY_DELAY)  # a turn is running: come back after it
         try:
-            session.refresh_from_db()
-            if session.state != Session.State.ACTIVE or not compact_request_pending(tenant_id=tenant_id, session_id=session_id):
-                compact_request_done(tenant_id=tenant_id, session_id=session_id)
-                return False  # compacted or cleared already, or its outcome was told
-            try:
-                with lease_kept(session_id=session_id, owner=owner):  # the model calls may take a while
-                    outcome = compaction_rotate(session=session)
-            except (CompactionFailed, SessionClosed) as exc:
-                _notice(session, channel, FAILED_NOTICE.format(reason=_reason(exc)), "compact_failed")
-                return False
-            if outcome is None:
-                _notice(session, channel, NOTHING_NOTICE, "compact_empty")
-                return False
-            _notice(outcome.session, channel,
-                    COMPACTED_NOTICE.format(messages=outcome.messages, memories=outcome.memories), "compacted",
-                    request_of=session_id)
-            return True
+            rotated = _compact_held(session, channel, owner)
         finally:
             turn_lease_release(session_id=session_id, owner=owner)
+        _turn_for_waiting(session=session)
+        return rotated
+
+
+def _compact_held(session: Session, channel: str, owner: str) -> bool:
+    """The /compact itself, with the session's lease held by `owner`."""
+    session.refresh_from_db()
+    tenant_id, session_id = session.tenant_id, session.pk
+    if session.state != Session.State.ACTIVE or not compact_request_pending(tenant_id=tenant_id, session_id=session_id):
+        compact_request_done(tenant_id=tenant_id, session_id=session_id)
+        return False  # compacted or cleared already, or its outcome was told
+    try:
+        with lease_kept(session_id=session_id, owner=owner):  # the model calls may take a while
+            outcome = compaction_rotate(session=session)
+    except (CompactionFailed, SessionClosed) as exc:
+        _notice(session, channel, FAILED_NOTICE.format(reason=_reason(exc)), "compact_failed")
+        return False
+    if outcome is None:
+        _notice(session, channel, NOTHING_NOTICE, "compact_empty")
+        return False
+    _notice(outcome.session, channel,
+            COMPACTED_NOTICE.format(messages=outcome.messages, memories=outcome.memories), "compacted",
+            request_of=session_id)
+    return True
+
+
+def _turn_for_waiting(*, session: Session) -> None:
+    """Once a /compact let go of the chat: queue a turn when a message waits for an answer
+    in it (in the fresh session, when the compaction carried it there). A message sent
+    during a long compaction had its own turn give up on the held chat after its retries,
+    and would otherwise wait for the sweeper's grace and interval."""
+    session.refresh_from_db(fields=["state"])
+    current = session if session.state == Session.State.ACTIVE else session_successor(session=session)
+    if current is None or next_pending_user_message(session=current) is None:
+        return
+    tenant_id, session_id = current.tenant_id, current.pk
+    transaction.on_commit(lambda: _turn_send(tenant_id, session_id))
+
+
+def _turn_send(tenant_id: int, session_id: int) -> None:
+    # By name, as the sweeper's turns arrive: the turn is the agent's task, above this app.
+    try:
+        current_app.send_task(TURN_TASK, args=(tenant_id, session_id))
+    except Exception as exc:  # a broker that refuses: the message stays pending for the sweeper
+        logger.warning("could not queue the turn of session %s (%s); the sweeper will", session_id,
+                       type(exc).__name__)
 
 
 def _notice(session: Session, channel: str, content: str, notice: str, *, request_of: int | None = None) -> None:

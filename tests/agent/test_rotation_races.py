@@ -249,3 +249,71 @@ def test_a_heartbeat_delivering_while_the_chat_is_cleared_lands_in_the_fresh_cha
     assert fresh.pk != old.pk
     delivered = Message.objects.get(pk=result.delivered_message_id)
     assert (delivered.session_id, delivered.content, delivered.channel) == (fresh.pk, "Time for your pills!", "telegram")
+
+
+# --- a message whose turn gave up while /compact held the chat ------------------------------
+
+class HeldFlush:
+    """The scripted summarizer, holding the /compact's memory flush until `release` is set
+    (`arrived`: the compaction holds the chat and waits on the model meanwhile)."""
+
+    def __init__(self, model: FakeModel) -> None:
+        import threading
+
+        self.model = model
+        self.arrived, self.release = threading.Event(), threading.Event()
+
+    def __call__(self, body):
+        if kind_of(body) == "flush" and not self.arrived.is_set():
+            self.arrived.set()
+            assert self.release.wait(30), "the test never let the flush answer"
+        return self.model(body)
+
+
+def ask_during_compact(world, model_server, fake) -> tuple[Session, Message, HeldFlush]:
+    """Alice sends /compact, then a question while the compaction holds her chat; the
+    question's own turn has given up on the busy chat by then (after its retries)."""
+    held = HeldFlush(fake)
+    model_server.default = held
+    old = canonical(world)
+    seed_history(old, 2)
+    inbound_accept(session=old, content="/compact", channel="web", sender_name="Alice", trust=Trust.OWNER)
+    assert held.arrived.wait(30), "the compaction never called the model"
+    # Stored as inbound_accept stores it, with no turn of its own left to answer it.
+    question = message_append(session=old, role="user", content="what's next?", channel="web", sender_name="Alice",
+                              awaits_answer=True, metadata={"trust": Trust.OWNER}).message
+    fake.main.append(reply("The dentist on Friday."))
+    return old, question, held
+
+
+def test_a_message_carried_by_a_long_compact_is_answered_in_the_fresh_session_without_the_sweeper(
+    world, fake, model_server, drain
+):
+    """The compaction carried the question into the fresh session and let go of the chat
+    without queuing its turn: it waited for the sweeper's grace and interval."""
+    old, question, held = ask_during_compact(world, model_server, fake)
+    held.release.set()
+    drain()  # the tasks queued so far and what they queue; no sweep runs here
+
+    new = canonical(world)
+    assert new.pk != old.pk
+    copy = Message.objects.get(session=new, role="user")
+    assert (copy.content, copy.answer_state) == ("what's next?", "answered")
+    (answer,) = Message.objects.filter(session=new, role="assistant")
+    assert (answer.content, answer.metadata["reply_to"]) == ("The dentist on Friday.", copy.seq)
+    question.refresh_from_db()
+    assert question.answer_state == "pending"  # the archived original: the copy is the one answered
+
+
+def test_a_message_waiting_when_compact_fails_is_answered_right_after(world, fake, model_server, drain):
+    old, question, held = ask_during_compact(world, model_server, fake)
+    fake.flush_override = ["sorry, no JSON today"] * 20
+    held.release.set()
+    drain()
+
+    assert canonical(world).pk == old.pk
+    assert Message.objects.filter(session=old, metadata__notice="compact_failed").exists()
+    question.refresh_from_db()
+    assert question.answer_state == "answered"
+    (answer,) = Message.objects.filter(session=old, role="assistant", metadata__reply_to=question.seq)
+    assert answer.content == "The dentist on Friday."
