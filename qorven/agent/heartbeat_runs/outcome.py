@@ -1,0 +1,127 @@
+"""What a heartbeat run ends with: its outcome recorded on the run and the beat, its
+answer delivered to the person's chat, and our words for a model's failure."""
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from django.db import transaction
+from django.db.models import F
+from django.utils import timezone
+
+from heartbeats_app.models import Heartbeat, HeartbeatRun
+from qorven.llm import ModelError
+from qorven.llm.metered import Tally
+from sessions_app.errors import SessionClosed
+from sessions_app.models import Message, Session
+from sessions_app.services import message_append, session_resolve
+from tenancy.errors import NotFound
+from tenancy.selectors import membership_get
+
+logger = logging.getLogger(__name__)
+
+RUNS_KEPT = 200
+
+
+@dataclass
+class Outcome:
+    """What a run came to: recorded on the run and its beat by `run_finish`."""
+
+    status: str
+    output: str = ""
+    error: str = ""  # in our words: everyone who reads the run's record reads this
+    detail: str = ""  # the failure's own text: the host's (the admin hides it from tenant admins)
+    reason: str = ""
+    session: Session | None = None
+    delivered: Message | None = None
+    inputs_hash: str | None = None  # None: leave the beat's hash as it is
+    spent: Tally = field(default_factory=Tally)
+    reminders_done: list[int] = field(default_factory=list)  # reminders the delivered answer had in view
+    at: datetime | None = None  # when the run looked at its inputs
+
+
+# What a run's record says of a model failure to everyone who reads it, a tenant admin
+# included: our words for its kind (qorven.llm's classification), never the provider's.
+_MODEL_FAILED = {
+    "unreachable": "the model did not answer",
+    "rate_limited": "the model was rate limited",
+    "refused": "the model refused the prompt",
+    "misconfigured": "the model's settings need fixing by whoever runs this workspace",
+    "quota": "the model provider's quota is used up",
+    "too_long": "the prompt did not fit the model's context",
+}
+
+
+def model_failed(beat: Heartbeat, exc: ModelError, spent: Tally, reason: str = "") -> Outcome:
+    """A run the model failed: our words for it, and the provider's for the host (the
+    admin's detail, and the log)."""
+    logger.warning("heartbeat %s: the model failed (%s): %s", beat.pk, exc.kind, exc.detail)
+    return Outcome(HeartbeatRun.Status.FAILED, error=_MODEL_FAILED.get(exc.kind, _MODEL_FAILED["unreachable"]),
+                   detail=f"{exc.kind}: {exc.detail}"[:2000], spent=spent, reason=reason)
+
+
+def result_deliver(beat: Heartbeat, run: HeartbeatRun, content: str) -> tuple[Message | None, str]:
+    """Append the result to the target user's canonical chat, tagged with the target
+    channel; channels_app sends it to the platform. Idempotent per run."""
+    if beat.deliver_to is None or not beat.deliver_channel:
+        return None, ""
+    try:
+        membership_get(tenant=beat.tenant, user=beat.deliver_to)
+    except NotFound:
+        return None, f"not delivered: {beat.deliver_to} is no longer a member of {beat.tenant.slug}"
+
+    def append() -> Message:
+        chat = session_resolve(tenant=beat.tenant, qor=beat.qor, channel=beat.deliver_channel, user=beat.deliver_to)
+        return message_append(
+            session=chat, role=Message.Role.ASSISTANT, content=content, channel=beat.deliver_channel,
+            sender_name=beat.qor.name, external_scope=f"heartbeat:{beat.pk}", external_id=f"run:{run.pk}",
+            metadata={"heartbeat": beat.pk, "heartbeat_name": beat.name, "run": run.pk},
+        ).message
+
+    try:
+        return append(), ""
+    except SessionClosed:
+        # /clear or /compact archived the chat between reading it and appending to it: the
+        # answer goes to the chat that took over, as a person's message does.
+        return append(), ""
+
+
+def run_finish(beat: Heartbeat, run: HeartbeatRun, started: float, outcome: Outcome) -> None:
+    """Record the outcome on the run and on the beat, and mark the reminders a delivered
+    answer brought up as done, in one transaction."""
+    from memory_app.services import reminders_mark_done
+
+    now = timezone.now()
+    duration = int((time.monotonic() - started) * 1000)
+    tokens = outcome.spent.tokens
+    with transaction.atomic():
+        HeartbeatRun.objects.filter(pk=run.pk).update(
+            status=outcome.status, reason=outcome.reason, finished_at=now, duration_ms=duration,
+            output=outcome.output, error=outcome.error, error_detail=outcome.detail, tokens=F("tokens") + tokens,
+            delivered_message=outcome.delivered,
+        )
+        fields: dict[str, Any] = {
+            "last_run_at": run.started_at, "last_status": outcome.status, "last_error": outcome.error,
+            "last_error_detail": outcome.detail,
+            "last_duration_ms": duration, "tokens_spent": F("tokens_spent") + tokens, "updated_at": now,
+        }
+        if outcome.status in (HeartbeatRun.Status.OK, HeartbeatRun.Status.NOOP):
+            fields["last_output"] = outcome.output
+        if outcome.inputs_hash is not None:
+            fields["last_inputs_hash"] = outcome.inputs_hash
+        Heartbeat.objects.filter(pk=beat.pk).update(**fields)
+        if outcome.reminders_done:
+            reminders_mark_done(tenant=beat.tenant, reminder_ids=outcome.reminders_done, at=outcome.at or now)
+        _prune_runs(beat)
+
+
+def _prune_runs(beat: Heartbeat) -> None:
+    oldest_kept = (
+        HeartbeatRun.objects.filter(heartbeat=beat).order_by("-tick").values_list("tick", flat=True)[RUNS_KEPT - 1:RUNS_KEPT]
+    )
+    cutoff = list(oldest_kept)
+    if cutoff:
+        HeartbeatRun.objects.filter(heartbeat=beat, tick__lt=cutoff[0]).delete()

@@ -1,0 +1,182 @@
+"""The run itself: claim the beat's tick, decide whether the model is needed, run the
+sub-agent in a cron session of its own, then record and deliver what came of it."""
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import time
+from datetime import datetime, timedelta
+
+from django.conf import settings
+from django.contrib.auth.models import User
+from django.db import IntegrityError, transaction
+from django.db.models import F
+from django.utils import timezone
+
+from heartbeats_app.cron import CronError, cron_parse, tick_previous, timezone_parse
+from heartbeats_app.errors import HeartbeatNotFound
+from heartbeats_app.models import RESERVED_NAMES, Heartbeat, HeartbeatRun
+from heartbeats_app.retention import runs_prune
+from heartbeats_app.selectors import heartbeat_get, heartbeat_timezone
+from heartbeats_app.system_beats import system_beat_run
+from qorven.llm import ModelError, ProviderUnavailable, route_for
+from qorven.llm.metered import Tally
+from sessions_app.channel_kinds import Channel
+from sessions_app.services import session_archive, session_resolve
+from tenancy.errors import NotFound
+from tenancy.models import Tenant
+from tenancy.selectors import budget_exhausted, membership_get
+
+from .outcome import Outcome, model_failed, result_deliver, run_finish
+from .retries import RunFailed
+from .subagent import NOOP, converse, run_context
+
+logger = logging.getLogger(__name__)
+
+
+def run_heartbeat(
+    *, tenant_id: int, heartbeat_id: int, tick: datetime | None = None, manual: bool = False,
+    run_id: int | None = None,
+) -> HeartbeatRun | None:
+    """Run the beat once for `tick` (its scheduled time; computed from the cron expression
+    when not given). Returns the run, or None when there was nothing to do: the beat is
+    gone or paused, or another process already has this tick. Raises RunFailed when the
+    model was unavailable (the failure is recorded first)."""
+    tenant = Tenant.objects.filter(pk=tenant_id).first()
+    if tenant is None:
+        return None
+    try:
+        beat = heartbeat_get(tenant=tenant, heartbeat_id=heartbeat_id)
+    except HeartbeatNotFound:
+        return None
+    if not beat.enabled and not manual:
+        return None
+    now = timezone.now()
+    if manual:
+        tick = tick or now
+    elif tick is None:
+        tick = _scheduled_tick(beat, now)
+    run = _claim(beat, tick, manual=manual, run_id=run_id)
+    if run is None:
+        logger.info("heartbeat %s tick %s is already being run elsewhere", beat.pk, tick.isoformat())
+        return None
+    started = time.monotonic()
+    spent = Tally()
+    try:
+        outcome = _execute(beat, run, spent, manual=manual)
+    except ProviderUnavailable as exc:  # transient: the task retries the run
+        run_finish(beat, run, started, model_failed(beat, exc, spent, reason="unavailable"))
+        raise RunFailed(run.pk, exc.detail, attempts=run.attempts) from exc
+    except ModelError as exc:  # refused, misconfigured: retrying cannot help
+        run_finish(beat, run, started, model_failed(beat, exc, spent))
+        return _reload(run)
+    except Exception as exc:
+        logger.exception("heartbeat %s failed", beat.pk)
+        run_finish(beat, run, started, Outcome(
+            HeartbeatRun.Status.FAILED, error=f"the run stopped on an error of ours ({type(exc).__name__})",
+            detail=f"{type(exc).__name__}: {exc}"[:2000], spent=spent,
+        ))
+        return _reload(run)
+    run_finish(beat, run, started, outcome)
+    _prune(beat)
+    return _reload(run)
+
+
+def _prune(beat: Heartbeat) -> None:
+    """Old runs of this beat and their cron sessions go (QORVEN_HEARTBEAT_RUN_RETENTION);
+    a failure here is logged, never the run's."""
+    try:
+        runs, sessions = runs_prune(beat=beat, now=timezone.now())
+    except Exception:
+        logger.exception("could not prune old runs of heartbeat %s", beat.pk)
+        return
+    if runs:
+        logger.info("heartbeat %s: pruned %s old run(s) and %s cron session(s)", beat.pk, runs, sessions)
+
+
+def _reload(run: HeartbeatRun) -> HeartbeatRun:
+    run.refresh_from_db()
+    return run
+
+
+def _scheduled_tick(beat: Heartbeat, now: datetime) -> datetime:
+    try:
+        tick = tick_previous(cron_parse(beat.cron).schedule(), timezone_parse(heartbeat_timezone(beat)), now)
+    except CronError:
+        tick = None
+    return tick or now.replace(second=0, microsecond=0)
+
+
+def _claim(beat: Heartbeat, tick: datetime, *, manual: bool, run_id: int | None) -> HeartbeatRun | None:
+    """Take the (beat, tick) lock: insert the run row. A retry re-takes its own failed run;
+    a run left 'running' longer than any task may live (its worker died) can be taken over."""
+    now = timezone.now()
+    if run_id is not None:
+        taken = HeartbeatRun.objects.filter(pk=run_id, heartbeat=beat, status=HeartbeatRun.Status.FAILED).update(
+            status=HeartbeatRun.Status.RUNNING, attempts=F("attempts") + 1, started_at=now, error=""
+        )
+        return HeartbeatRun.objects.get(pk=run_id) if taken else None
+    try:
+        with transaction.atomic():
+            return HeartbeatRun.objects.create(tenant=beat.tenant, heartbeat=beat, tick=tick, manual=manual)
+    except IntegrityError:
+        stale = now - timedelta(seconds=settings.CELERY_TASK_TIME_LIMIT)
+        taken = HeartbeatRun.objects.filter(
+            heartbeat=beat, tick=tick, status=HeartbeatRun.Status.RUNNING, started_at__lt=stale
+        ).update(attempts=F("attempts") + 1, started_at=now)
+        return HeartbeatRun.objects.get(heartbeat=beat, tick=tick) if taken else None
+
+
+def _execute(beat: Heartbeat, run: HeartbeatRun, spent: Tally, *, manual: bool) -> Outcome:
+    if beat.name in RESERVED_NAMES:
+        return Outcome(HeartbeatRun.Status.OK, output=system_beat_run(beat))
+    gone = _former_member(beat)
+    if gone is not None:
+        # Their chat and reminders are not handed to the model for someone no longer here.
+        return Outcome(HeartbeatRun.Status.SKIPPED, reason="left",
+                       error=f"not run: {gone} is no longer a member of {beat.tenant.slug}")
+    if budget_exhausted(tenant=beat.tenant):
+        return Outcome(HeartbeatRun.Status.SKIPPED, reason="budget", error="the tenant's monthly token budget is spent")
+    route = route_for(beat.qor, "heartbeat")
+    if route.offline:
+        return Outcome(HeartbeatRun.Status.SKIPPED, reason="offline", error="no model is configured for heartbeats")
+    user = beat.deliver_to or beat.owner
+    now = timezone.now()
+    context = run_context(beat, user, now)
+    inputs_hash = hashlib.sha256(json.dumps(context.fingerprint, sort_keys=True, default=str).encode()).hexdigest()
+    if not manual and beat.last_inputs_hash and beat.last_inputs_hash == inputs_hash:
+        return Outcome(
+            HeartbeatRun.Status.SKIPPED, reason="unchanged",
+            error="nothing changed since the last HEARTBEAT_OK, so the model was not asked",
+        )
+
+    session = session_resolve(
+        tenant=beat.tenant, qor=beat.qor, channel=Channel.CRON, thread_id=f"heartbeat:{beat.pk}:run:{run.pk}",
+        user=user,
+    )
+    HeartbeatRun.objects.filter(pk=run.pk).update(session=session)
+    try:
+        content = converse(beat, run, session, user, route, context, spent)
+    finally:
+        session_archive(session_id=session.pk)
+    if not content.strip() or NOOP.fullmatch(content.strip()):
+        return Outcome(HeartbeatRun.Status.NOOP, output=content.strip(), session=session, inputs_hash=inputs_hash,
+                       spent=spent)
+    delivered, error = result_deliver(beat, run, content)
+    return Outcome(HeartbeatRun.Status.OK, output=content, error=error, session=session, delivered=delivered,
+                   inputs_hash="", spent=spent, reminders_done=context.reminder_ids if delivered else [], at=now)
+
+
+def _former_member(beat: Heartbeat) -> User | None:
+    """The beat's owner or delivery target if they left the tenant (or were deactivated)."""
+    for person in (beat.owner, beat.deliver_to):
+        if person is None:
+            continue
+        if not person.is_active:
+            return person
+        try:
+            membership_get(tenant=beat.tenant, user=person)
+        except NotFound:
+            return person
+    return None
