@@ -1,9 +1,11 @@
-"""Reads of the edges' own data: channel bindings."""
+"""Reads of the edges' own data: channel bindings and identities."""
 from __future__ import annotations
+
+from django.contrib.auth.models import User
 
 from tenancy.models import Qor, Tenant
 
-from .models import ChannelBinding
+from .models import ChannelBinding, Identity
 
 
 def telegram_secret_of(*, tenant: Tenant, qor: Qor, token: str) -> str:
@@ -14,3 +16,8 @@ def telegram_secret_of(*, tenant: Tenant, qor: Qor, token: str) -> str:
         if isinstance(credentials, dict) and credentials.get("token") == token and credentials.get("secret"):
             return str(credentials["secret"])
     return ""
+
+
+def identities_of_person(*, tenant: Tenant, user: User, after_id: int = 0, limit: int = 500) -> list[Identity]:
+    """The person's accounts on the tenant's channels (paired to them), by id after `after_id`."""
+    return list(Identity.objects.filter(tenant=tenant, user=user, pk__gt=after_id).order_by("pk")[:limit])

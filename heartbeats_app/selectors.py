@@ -73,3 +73,14 @@ def heartbeat_next_run(beat: Heartbeat, *, now: datetime | None = None) -> datet
 
 def heartbeat_runs(*, tenant: Tenant, heartbeat: Heartbeat, limit: int = 20) -> list[HeartbeatRun]:
     return list(HeartbeatRun.objects.filter(tenant=tenant, heartbeat=heartbeat).order_by("-tick")[:limit])
+
+
+def heartbeats_of_person(
+    *, tenant: Tenant, user: User, qor: Qor | None = None, after_id: int = 0, limit: int = 500
+) -> list[Heartbeat]:
+    """The beats the person made in `tenant` (with `qor` only, when given), by id after
+    `after_id`; not the config-owned ones, which are the host's."""
+    qs = Heartbeat.objects.filter(tenant=tenant, owner=user, pk__gt=after_id)
+    if qor is not None:
+        qs = qs.filter(qor=qor)
+    return list(qs.select_related("qor").order_by("pk")[:limit])

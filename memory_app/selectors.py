@@ -177,3 +177,14 @@ def delete_trigger_missing(db: BaseDatabaseWrapper) -> bool:
         cursor.execute("SELECT 1 FROM sqlite_master WHERE type = 'trigger' AND name = %s AND tbl_name = %s",
                        [DELETE_TRIGGER, Memory._meta.db_table])
         return cursor.fetchone() is None
+
+
+def memories_of_person(
+    *, tenant: Tenant, user: User, qor: Qor | None = None, after_id: int = 0, limit: int = 500
+) -> list[Memory]:
+    """The person's own memories in `tenant` (with `qor` only, when given), by id after
+    `after_id`; not the Qor's notes that belong to nobody (user empty)."""
+    qs = Memory.objects.filter(tenant=tenant, user=user, pk__gt=after_id)
+    if qor is not None:
+        qs = qs.filter(qor=qor)
+    return list(qs.select_related("qor").order_by("pk")[:limit])

@@ -359,6 +359,42 @@ def carried_copy(*, message: Message) -> int | None:
             .order_by("pk").values_list("pk", flat=True).first())
 
 
+def sessions_of_person(
+    *, tenant: Tenant, user: User, qor: Qor | None = None, after_id: int = 0, limit: int = 500
+) -> list[Session]:
+    """The person's own sessions in `tenant` (with `qor` only, when given), by id after
+    `after_id`: their canonical chats, active and archived, and their email, sms, voice,
+    cron and legacy threads. Never a group chat: that is everyone's in it."""
+    qs = Session.objects.filter(tenant=tenant, user=user, pk__gt=after_id).exclude(kind=Session.Kind.GROUP)
+    if qor is not None:
+        qs = qs.filter(qor=qor)
+    return list(qs.select_related("qor").order_by("pk")[:limit])
+
+
+@dataclass(frozen=True, slots=True)
+class AttachmentRow:
+    id: int
+    seq: int  # of the message it came with
+    mime_type: str
+    name: str
+    size: int
+
+
+def attachments_between(*, session: Session, after_seq: int, through_seq: int) -> list[AttachmentRow]:
+    """What came attached to the session's messages after `after_seq` up to `through_seq`,
+    without the data (up to QORVEN_MAX_UPLOAD each): by message, then in the order sent.
+    A range of the (session, seq) index, so no list of ids is bound into the query."""
+    rows = (Image.objects.filter(tenant_id=session.tenant_id, message__session_id=session.pk,
+                                 message__seq__gt=after_seq, message__seq__lte=through_seq)
+            .order_by("message__seq", "id").values_list("id", "message__seq", "mime_type", "name", "size"))
+    return [AttachmentRow(*row) for row in rows]
+
+
+def attachment_data(*, tenant: Tenant, ids: list[int]) -> dict[int, str]:
+    """The base64 data of these attachments of `tenant`, by id (those gone since are missing)."""
+    return dict(Image.objects.filter(tenant=tenant, pk__in=ids).values_list("id", "data"))
+
+
 def conversation_counts(
     *, tenant: Tenant | None = None, qor: Qor | None = None, user: User | None = None
 ) -> dict[str, int]:

@@ -8,6 +8,7 @@ from sessions_app.services import message_append, session_resolve
 from tenancy.trust import Trust
 
 from .browser_support import browser_database, chat_server  # noqa: F401 (fixtures of the browser tests)
+from .export_world import lives, photo  # noqa: F401 (fixtures of the export tests)
 
 
 @pytest.fixture
