@@ -263,16 +263,16 @@ def _line(record: dict[str, Any]) -> str:
     return text + "\n"
 
 
-def export_blocks(lines: Iterator[str], size: int = 64 * 1024) -> Iterator[bytes]:
-    """The lines as UTF-8 blocks of about `size` bytes: what a response writes, a few
-    thousand writes for a large export rather than one a message."""
+def export_blocks(lines: Iterator[str], size: int = 64 * 1024) -> Iterator[str]:
+    """The lines joined into blocks of about `size` characters: what a response or a file
+    is written in, a few thousand writes for a large export rather than one a message."""
     block: list[str] = []
     held = 0
     for line in lines:
         block.append(line)
         held += len(line)
         if held >= size:
-            yield "".join(block).encode()
+            yield "".join(block)
             block, held = [], 0
     if block:
-        yield "".join(block).encode()
+        yield "".join(block)

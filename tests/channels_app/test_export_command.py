@@ -1,0 +1,53 @@
+"""`qorven export`: a person's data to stdout or a file, a summary on stderr, clear errors."""
+from __future__ import annotations
+
+import io
+
+import pytest
+from django.core.management import call_command
+from django.core.management.base import CommandError
+
+from .export_world import of, records
+
+
+def run_export(*args: str) -> tuple[str, str]:
+    out, err = io.StringIO(), io.StringIO()
+    call_command("export", *args, stdout=out, stderr=err)
+    return out.getvalue(), err.getvalue()
+
+
+def test_the_command_writes_the_export_to_stdout_and_sums_it_up_on_stderr(world, lives):
+    out, err = run_export("--tenant", "acme", "--user", "alice")
+    lines = records(out)
+    assert lines[0]["user"] == "alice" and [m["content"] for m in of(lines, "message")][0] == (
+        "Remind me to water the ferns")
+    assert "2 sessions, 5 messages, 0 attachments, 1 memory, 1 heartbeat, 1 channel identity" in err
+
+
+def test_a_long_export_says_how_far_it_is_without_a_terminal(world, lives, monkeypatch):
+    from channels_app.management.commands import export
+
+    monkeypatch.setattr(export, "PLAIN_PROGRESS_EVERY", 4)  # a long export's step, at this one's size
+    out, err = run_export("--tenant", "acme", "--user", "alice")
+    assert "… 4 messages so far" in err and "… 4 messages" not in out
+
+
+def test_the_command_writes_a_file_with_attachments_when_asked(world, photo, tmp_path):
+    target = tmp_path / "alice.jsonl"
+    out, err = run_export("--tenant", "acme", "--user", "alice", "--qor", "aria", "--with-attachments",
+                          "--output", str(target))
+    assert out == "" and str(target) in err
+    lines = records(target.read_text(encoding="utf-8"))
+    assert lines[0]["qor"] == "aria" and of(lines, "attachment")[0]["data"] == "RkVSTlM="
+
+
+@pytest.mark.parametrize("args, says", [
+    (["--tenant", "nope", "--user", "alice"], "no tenant 'nope'"),
+    (["--tenant", "acme", "--user", "nobody"], "no user 'nobody'"),
+    (["--tenant", "globex", "--user", "alice"], "alice is not a member of globex"),
+    (["--tenant", "acme", "--user", "alice", "--qor", "nope"], "no qor 'nope'"),
+])
+def test_the_command_says_clearly_what_it_cannot_find(world, lives, args, says, tmp_path):
+    with pytest.raises(CommandError, match=says):
+        run_export(*args, "--output", str(tmp_path / "x.jsonl"))
+    assert not (tmp_path / "x.jsonl").exists()  # no half-written file is left behind
