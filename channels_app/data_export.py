@@ -59,6 +59,7 @@ CHUNK = 1000  # messages a query; sessions, memories, beats and identities are r
 # Attachment data read at once, by their sizes: up to QORVEN_MAX_UPLOAD each, so a chunk's
 # worth could be gigabytes.
 DATA_BATCH_BYTES = 16 * 1024 * 1024
+BLOCK = 64 * 1024  # characters a write
 # Message metadata that is the person's to see: how the message relates to others, what
 # happened to it. Not the binding, the platform's address or sender id, the trust it was
 # given, the model or route that wrote it (the host's), nor a key someone adds later.
@@ -263,9 +264,10 @@ def _line(record: dict[str, Any]) -> str:
     return text + "\n"
 
 
-def export_blocks(lines: Iterator[str], size: int = 64 * 1024) -> Iterator[str]:
-    """The lines joined into blocks of about `size` characters: what a response or a file
-    is written in, a few thousand writes for a large export rather than one a message."""
+def export_blocks(lines: Iterator[str]) -> Iterator[str]:
+    """The lines joined into blocks of about BLOCK characters: what a response or a file is
+    written in, a few thousand writes for a large export rather than one a message."""
+    size = BLOCK
     block: list[str] = []
     held = 0
     for line in lines:

@@ -2,10 +2,11 @@ from __future__ import annotations
 
 from django.urls import path
 
-from . import api, webhooks
+from . import api, export_views, webhooks
 
 urlpatterns = [
     path("qors/<slug:qor_slug>/messages", api.qor_messages, name="api-qor-messages"),
     path("qors/<slug:qor_slug>/voice-transcripts", api.qor_voice_transcripts, name="api-qor-voice-transcripts"),
+    path("export", export_views.api_export, name="api-export"),
     path("webhooks/<slug:channel>", webhooks.webhook, name="webhook"),
 ]

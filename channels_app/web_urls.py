@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from django.urls import path
 
-from . import views, webchat_views
+from . import export_views, views, webchat_views
 
 urlpatterns = [
     path("chat/", views.chat_index, name="chat-index"),
@@ -16,6 +16,7 @@ urlpatterns = [
     path("chat/api/<slug:tenant_slug>/<slug:qor_slug>/search", views.chat_search_view, name="chat-search"),
     path("chat/api/<slug:tenant_slug>/<slug:qor_slug>/conversations", views.chat_conversations,
          name="chat-conversations"),
+    path("chat/export/<slug:tenant_slug>", export_views.chat_export, name="chat-export"),
     path("chat/<slug:qor_slug>/", views.chat_page, name="chat-page"),
     path("webchat/<str:key>.js", webchat_views.loader, name="webchat-loader"),
     path("webchat/<str:key>/frame", webchat_views.frame, name="webchat-frame"),

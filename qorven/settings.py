@@ -264,6 +264,9 @@ QORVEN_WEBCHAT_VISITOR_TTL = env.int("QORVEN_WEBCHAT_VISITOR_TTL", default=30 * 
 # visitors per client address and webchat, and messages per visitor and webchat.
 QORVEN_WEBCHAT_NEW_VISITOR_RATE = env.rate("QORVEN_WEBCHAT_NEW_VISITOR_RATE", "10/h")
 QORVEN_WEBCHAT_MESSAGE_RATE = env.rate("QORVEN_WEBCHAT_MESSAGE_RATE", "20/m")
+# Exports of a person's own data (GET /v1/export, the chat page's download) per person: each
+# reads everything they have.
+QORVEN_EXPORT_RATE = env.rate("QORVEN_EXPORT_RATE", "5/h")
 # Behind a reverse proxy, the request header that holds the client address (e.g.
 # HTTP_X_REAL_IP); empty: the connection's own address.
 RATELIMIT_IP_META_KEY = env.str("QORVEN_CLIENT_IP_HEADER", default="") or None

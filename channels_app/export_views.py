@@ -1,0 +1,115 @@
+"""A person's export over HTTP: `GET /v1/export` (the API token's own user, in the token's
+tenant) and the chat page's "Download my data" (signed in, the page's tenant). Both stream
+the file as it is read (channels_app.data_export) and share one allowance per person,
+QORVEN_EXPORT_RATE: an export reads everything the person has, so a loop of them must
+not be able to keep the database busy."""
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Iterator
+
+from asgiref.sync import sync_to_async
+from django.conf import settings
+from django.contrib.auth.decorators import login_required
+from django.core.handlers.asgi import ASGIRequest
+from django.http import Http404, HttpRequest, HttpResponse, StreamingHttpResponse
+from django.utils import timezone
+from django.utils.http import content_disposition_header
+from django.views.decorators.csrf import csrf_exempt
+from django.views.decorators.http import require_GET
+from django_ratelimit.core import get_usage
+
+from tenancy.errors import NotFound
+
+from .api_auth import bearer_required, json_error, json_methods
+from .data_export import ExportScope, PersonExport, export_blocks, export_scope
+
+ATTACHMENTS = {"": False, "0": False, "false": False, "1": True, "true": True}
+
+
+class Refused(Exception):
+    def __init__(self, status: int, message: str, retry_after: int | None = None) -> None:
+        super().__init__(message)
+        self.status, self.retry_after = status, retry_after
+
+
+@csrf_exempt
+@json_methods("GET")
+@bearer_required
+def api_export(request: HttpRequest) -> HttpResponse:
+    """GET `?qor=&attachments=1`: the token's user's data in the token's tenant. A token
+    speaks for one tenant: `?tenant=` naming another is not found, like a missing one."""
+    own = request.tenant.slug  # type: ignore[attr-defined]
+    asked = request.GET.get("tenant") or own
+    try:
+        if asked != own:
+            raise NotFound(f"no tenant {asked!r}")  # export_scope's words for one the user is not in
+        return _export(request, export_scope(tenant_slug=own, user=request.user,  # type: ignore[arg-type]
+                                             qor_slug=request.GET.get("qor") or None))
+    except NotFound as exc:
+        return json_error(404, str(exc))
+    except Refused as exc:
+        response = json_error(exc.status, str(exc))
+        if exc.retry_after is not None:
+            response["Retry-After"] = str(exc.retry_after)
+        return response
+
+
+@require_GET
+@login_required
+def chat_export(request: HttpRequest, tenant_slug: str) -> HttpResponse:
+    """GET `?qor=&attachments=1`: the signed-in person's data in the tenant whose chat page
+    links here ("Download my data"). A page, not one of the page's JSON endpoints: a link
+    followed in the browser, so signed out it leads to the sign-in, and a tenant they are
+    not a member of is the 404 page, as a missing one."""
+    try:
+        scope = export_scope(tenant_slug=tenant_slug, user=request.user,  # type: ignore[arg-type]
+                             qor_slug=request.GET.get("qor") or None)
+    except NotFound:
+        raise Http404("no such tenant") from None
+    try:
+        return _export(request, scope)
+    except Refused as exc:  # a link followed in the browser: words to read, not JSON
+        response = HttpResponse(str(exc), status=exc.status, content_type="text/plain; charset=utf-8")
+        if exc.retry_after is not None:
+            response["Retry-After"] = str(exc.retry_after)
+        return response
+
+
+def _export(request: HttpRequest, scope: ExportScope) -> StreamingHttpResponse:
+    attachments = ATTACHMENTS.get(request.GET.get("attachments", "").lower())
+    if attachments is None:
+        raise Refused(400, "attachments takes 1 (include the files' data) or 0")
+    # Counted once the export is sure to start, per person whichever way they ask.
+    usage = get_usage(request, group="export", key=lambda group, request: f"user:{scope.user.pk}",
+                      rate=settings.QORVEN_EXPORT_RATE, increment=True)
+    if usage is not None and usage["should_limit"]:
+        wait = max(1, int(usage["time_left"]))
+        raise Refused(429, f"Too many exports at once: try again in {_duration(wait)}.", retry_after=wait)
+    export = PersonExport(tenant=scope.tenant, user=scope.user, qor=scope.qor, attachments=attachments)
+    blocks = export_blocks(export.lines())
+    response = StreamingHttpResponse(
+        _async_bytes(blocks) if isinstance(request, ASGIRequest) else (block.encode() for block in blocks),
+        content_type="application/x-ndjson; charset=utf-8",
+    )
+    name = f"qorven-{scope.tenant.slug}-{scope.user.get_username()}-{timezone.localdate().isoformat()}.jsonl"
+    response["Content-Disposition"] = content_disposition_header(True, name)
+    response["Cache-Control"] = "private, no-store"
+    response["X-Content-Type-Options"] = "nosniff"
+    return response
+
+
+async def _async_bytes(blocks: Iterator[str]) -> AsyncIterator[bytes]:
+    """The blocks for an ASGI server, one at a time. Given a plain iterator, Django's ASGI
+    handler reads all of it into a list before sending the first byte (the whole export in
+    memory); here each block is read on the request's own thread (its database connection)
+    as the one before has gone out."""
+    pull = sync_to_async(next, thread_sensitive=True)
+    while (block := await pull(blocks, None)) is not None:
+        yield block.encode()
+
+
+def _duration(seconds: int) -> str:
+    if seconds < 120:
+        return f"{seconds} second{'' if seconds == 1 else 's'}"
+    minutes = -(-seconds // 60)
+    return f"{minutes} minutes" if minutes < 120 else f"{-(-minutes // 60)} hours"
