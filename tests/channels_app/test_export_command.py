@@ -51,3 +51,27 @@ def test_the_command_says_clearly_what_it_cannot_find(world, lives, args, says, 
     with pytest.raises(CommandError, match=says):
         run_export(*args, "--output", str(tmp_path / "x.jsonl"))
     assert not (tmp_path / "x.jsonl").exists()  # no half-written file is left behind
+
+
+def test_a_reader_that_stops_early_ends_the_export_quietly(world, lives):
+    """`qorven export … | head` printed a BrokenPipe traceback."""
+    import os
+
+    read_end, write_end = os.pipe()
+    os.close(read_end)  # the reader has gone
+    err = io.StringIO()
+    with open(write_end, "w", encoding="utf-8") as gone:
+        with pytest.raises(SystemExit) as ended:
+            call_command("export", "--tenant", "acme", "--user", "alice", stdout=gone, stderr=err)
+    assert ended.value.code == 1 and "Traceback" not in err.getvalue()
+    assert "the reader of the output closed it" in err.getvalue()
+
+
+def test_a_host_exports_the_data_of_someone_who_has_left_when_saying_so(world, lives):
+    from tenancy.models import Membership
+
+    Membership.objects.filter(tenant=world.tenant_a, user=world.alice).delete()
+    with pytest.raises(CommandError, match="--left"):
+        run_export("--tenant", "acme", "--user", "alice")
+    out, err = run_export("--tenant", "acme", "--user", "alice", "--left")
+    assert [m["content"] for m in of(records(out), "message")][0] == "Remind me to water the ferns"

@@ -40,6 +40,9 @@ class Command(BaseCommand):
         parser.add_argument("--with-attachments", action="store_true",
                             help="include the attached files' data (base64); they can make the export large")
         parser.add_argument("--output", metavar="FILE", help="write to FILE instead of stdout")
+        parser.add_argument("--left", action="store_true",
+                            help="the person is no longer a member (a host answering a former member's request); "
+                                 "without it, only members are exported")
 
     def handle(self, *args: Any, **opts: Any) -> None:
         export = PersonExport(**self._scope(opts), attachments=opts["with_attachments"],
@@ -49,9 +52,19 @@ class Command(BaseCommand):
             if target:
                 _write_whole(Path(target), export)
             else:
-                for block in export_blocks(export.lines()):
-                    self.stdout.write(block, ending="")
-                self.stdout.flush()
+                try:
+                    for block in export_blocks(export.lines()):
+                        self.stdout.write(block, ending="")
+                    self.stdout.flush()
+                except BrokenPipeError:
+                    # `qorven export … | head`: the reader has what it wanted. Python would
+                    # otherwise print the error again flushing stdout as it exits.
+                    try:
+                        os.dup2(os.open(os.devnull, os.O_WRONLY), self.stdout._out.fileno())
+                    except (OSError, ValueError):
+                        pass
+                    self.stderr.write("Export stopped: the reader of the output closed it.")
+                    raise SystemExit(1) from None
         where = f" to {target}" if target else ""
         self.stderr.write(f"Exported {opts['user']}'s data in {opts['tenant']}{where}: {_summary(export.counts)}")
 
@@ -66,7 +79,9 @@ class Command(BaseCommand):
         try:
             membership_get(tenant=tenant, user=user)
         except NotFound:
-            raise CommandError(f"{opts['user']} is not a member of {opts['tenant']}") from None
+            if not opts["left"]:
+                raise CommandError(f"{opts['user']} is not a member of {opts['tenant']} (for someone who has "
+                                   "left, say --left)") from None
         try:
             qor = qor_get(tenant=tenant, slug=opts["qor"]) if opts["qor"] else None
         except NotFound as exc:
