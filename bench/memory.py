@@ -163,7 +163,7 @@ def fill(size: int, tenants: list[Any], qors: list[Any], heavy: Any, first_user_
             if not pg:  # the FTS5 entries the memory services write, written in bulk here
                 cursor.execute(
                     f"INSERT INTO {FTS_TABLE} (rowid, owner, content) SELECT id, 't' || tenant_id || 'q' ||"
-                    f" qor_id || 'u' || COALESCE(user_id, 'x'), content FROM {table} WHERE id > %s",
+                    f" qor_id || 'u' || COALESCE(user_id, 'x'), COALESCE(search_text, content) FROM {table} WHERE id > %s",
                     [before],
                 )
         if size > CHUNK:

@@ -26,6 +26,11 @@ class Memory(TimestampedModel):
     content = models.TextField()
     # SHA-256 of the normalised content: the same note is not stored twice for one user.
     content_hash = models.CharField(max_length=64)
+    # What the full-text index reads instead of `content` when they differ: Chinese,
+    # Japanese and Thai spaced out letter by letter, so their words can be found
+    # (memory_app.fulltext.search_text). Written with `content` by the services; NULL: the
+    # index reads `content`, so a memory in a space-separated language is not kept twice.
+    search_text = models.TextField(null=True, blank=True, editable=False)
     channels = models.JSONField(default=list, blank=True)
     period_start = models.DateTimeField(null=True, blank=True)
     period_end = models.DateTimeField(null=True, blank=True)

@@ -14,7 +14,7 @@ from qorven.runtime.prepared_read import PreparedRead
 from tenancy.models import Qor, Tenant
 from tenancy.trust import trust_allows
 
-from .fulltext import FTS_TABLE, PG_CONFIG, fts5_query, owner_token, pg_owner_tsquery, search_terms
+from .fulltext import FTS_TABLE, PG_CONFIG, fts5_query, memory_terms, owner_token, pg_owner_tsquery
 from .models import LearnedSkill, Memory
 
 if TYPE_CHECKING:
@@ -32,13 +32,15 @@ def memory_search(
 
     The database's full-text search: PostgreSQL ranks with `ts_rank` (what Django's
     SearchRank emits) over the stored `search_vector` (GIN-indexed), SQLite with FTS5's bm25. A memory matches when it
-    contains any of the query's words (stemmed, stop words dropped); more and rarer words
-    rank higher, newest first among equals. Never crosses tenant, Qor or user: the owner
-    columns are filtered on every database (and SQLite's index is keyed by owner too).
+    contains any of the query's words (stemmed, stop words dropped) or, in Chinese,
+    Japanese and Thai, any two neighbouring letters of it (memory_app.fulltext.memory_terms);
+    more and rarer words rank higher, newest first among equals. Never crosses tenant,
+    Qor or user: the owner columns are filtered on every database (and SQLite's index is
+    keyed by owner too).
     """
     if qor.tenant_id != tenant.pk or limit <= 0:
         return []
-    terms = search_terms(query)
+    terms = memory_terms(query)
     if not terms:
         return []
     user_id = user.pk if user is not None else None
@@ -59,7 +61,8 @@ def _search_postgres(tenant_id: int, qor_id: int, user_id: int | None, terms: li
 
     The vector holds the owner as a lexeme, so each candidate lookup is `owner & word`,
     answered inside the index (and the owner can only ever match its own rows: the column
-    is generated from them). Any word matches; ranking ORs one `plainto_tsquery` per word.
+    is generated from them). Any word matches; ranking ORs one `phraseto_tsquery` per word
+    (a term of two letters, "寿 司", is a phrase of neighbours, as FTS5 reads it).
     Ranking reads every candidate's vector, so candidates are gathered per word, at most
     CANDIDATES_PER_TERM each, plus those holding every word: exact for an owner with
     fewer matches than that per word (nearly everyone), and for an owner with hundreds of
@@ -67,24 +70,28 @@ def _search_postgres(tenant_id: int, qor_id: int, user_id: int | None, terms: li
     own name) while every memory with a rarer word, or with all of them, is still ranked.
     """
     table = Memory._meta.db_table
-    plain = f"plainto_tsquery('{PG_CONFIG}', %s)"
-    texts = [*terms, " ".join(terms)] if len(terms) > 1 else terms  # each word, then all (plainto ANDs them)
+    phrase = f"phraseto_tsquery('{PG_CONFIG}', %s)"
     # numnode > 0: a word PostgreSQL drops (a stop word) gives an empty query, and
     # `owner && empty` would be the owner alone, i.e. every memory of theirs.
     per_text = (
-        f"(SELECT c.id FROM {table} c WHERE c.search_vector @@ (%s::tsquery && {plain}) AND numnode({plain}) > 0"
+        "(SELECT c.id FROM {table} c WHERE c.search_vector @@ (%s::tsquery && ({q})) AND numnode({q}) > 0"
         f" LIMIT {CANDIDATES_PER_TERM})"
     )
+    candidates = [per_text.format(table=table, q=phrase)] * len(terms)
+    owner = pg_owner_tsquery(tenant_id=tenant_id, qor_id=qor_id, user_id=user_id)
+    params: list[object] = [*terms]  # the ranking's query, first in the statement
+    for term in terms:
+        params += [owner, term, term]
+    if len(terms) > 1:  # then those holding every word
+        every = " && ".join([phrase] * len(terms))
+        candidates.append(per_text.format(table=table, q=every))
+        params += [owner, *terms, *terms]
     columns = ", ".join(f"m.{connection.ops.quote_name(c)}" for c in _MEMORY_COLUMNS)
     sql = (
-        f"SELECT {columns} FROM {table} m, (SELECT {' || '.join([plain] * len(terms))}) AS query(q)"
-        f" WHERE m.id IN ({' UNION '.join([per_text] * len(texts))})"
+        f"SELECT {columns} FROM {table} m, (SELECT {' || '.join([phrase] * len(terms))}) AS query(q)"
+        f" WHERE m.id IN ({' UNION '.join(candidates)})"
         " ORDER BY ts_rank(m.search_vector, query.q) DESC, m.created_at DESC, m.id DESC LIMIT %s"
     )
-    owner = pg_owner_tsquery(tenant_id=tenant_id, qor_id=qor_id, user_id=user_id)
-    params: list[object] = [*terms]
-    for text in texts:
-        params += [owner, text, text]
     return list(Memory.objects.raw(sql, [*params, limit]))
 
 
@@ -111,6 +118,7 @@ def _owner_sql(alias: str, tenant_id: int, qor_id: int, user_id: int | None) -> 
 
 def _search_scan(tenant_id: int, qor_id: int, user_id: int | None, terms: list[str], limit: int) -> list[Memory]:
     """Other databases: a scan of the owner's memories, ranked by words matched."""
+    terms = [t.replace(" ", "") for t in terms]  # a pair of letters ("寿 司") is written together
     match = reduce(or_, (Q(content__icontains=t) for t in terms))
     candidates = list(_owned(tenant_id, qor_id, user_id).filter(match).order_by("-created_at", "-id")[:500])
     scored = [(sum(t in m.content.casefold() for t in terms), m) for m in candidates]

@@ -1,7 +1,8 @@
 """Writes of long-term memory.
 
-Every insert and edit goes through here so SQLite's FTS5 index stays in step with the
-rows (PostgreSQL's `search_vector` is a generated column and needs nothing). Deletes need
+Every insert and edit goes through here so a memory's search text (Chinese, Japanese and
+Thai spaced out: memory_app.fulltext) and SQLite's FTS5 index stay in step with its
+content (PostgreSQL's `search_vector` is generated from the row and needs nothing). Deletes need
 nothing either: on SQLite a trigger drops the entry of a memory however its row goes
 (a cascade from a deleted tenant, Qor or user included; migrations/_trigger.py).
 """
@@ -22,7 +23,7 @@ from qorven.runtime.sqlite_erase import SettleOnOwnerDelete, fulltext_settle
 from qorven.runtime.storable_text import storable
 from tenancy.models import Qor, Tenant
 
-from .fulltext import FTS_TABLE, owner_token
+from .fulltext import FTS_TABLE, owner_token, search_text
 from .models import Memory
 
 _SPACES = re.compile(r"\s+")
@@ -72,6 +73,7 @@ def memory_add(
             memory = Memory.objects.create(
                 **lookup,
                 content=content,
+                search_text=search_text(content),
                 channels=sorted(set(channels)),
                 period_start=period_start,
                 period_end=period_end,
@@ -136,6 +138,7 @@ def memory_update(*, memory: Memory, content: str | None = None, type: str | Non
     for name, value in fields.items():
         setattr(memory, name, value)
     memory.content_hash = memory_content_hash(memory.content)
+    memory.search_text = search_text(memory.content)  # the admin's form sets content itself
     clash = Memory.objects.filter(
         tenant_id=memory.tenant_id, qor_id=memory.qor_id, user_id=memory.user_id, type=memory.type,  # type: ignore[misc]  # None: IS NULL
         content_hash=memory.content_hash,
@@ -203,7 +206,7 @@ def _index_put(memory: Memory) -> None:
         # REPLACE: an id reused after a test flush (or an edit) overwrites its old entry.
         cursor.execute(
             f"INSERT OR REPLACE INTO {FTS_TABLE} (rowid, owner, content) VALUES (%s, %s, %s)",
-            [memory.pk, owner, memory.content],
+            [memory.pk, owner, memory.search_text or memory.content],
         )
 
 

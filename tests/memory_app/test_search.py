@@ -194,7 +194,7 @@ def test_a_word_the_database_treats_as_a_stop_word_matches_nothing_rather_than_e
 
     remember(world.tenant_a, world.qor_a, world.alice, "Alice likes tea")
     # As if our stop word list missed one the database has: the term reaches the query.
-    monkeypatch.setattr(selectors, "search_terms", lambda text: ["the"])
+    monkeypatch.setattr(selectors, "memory_terms", lambda text: ["the"])
     assert search(world, "the") == []
 
 
