@@ -1,4 +1,5 @@
-"""`qorven chat`: the terminal surface (channel `tui`).
+"""`qorven chat`: the terminal surface (channel `tui`); its --json mode here, the mode for a
+person in channels_app.terminal_screen.
 
 It works against the configured database like any management command, with or without
 a server running. What the person types is stored through the same path as the web page
@@ -13,7 +14,6 @@ net for dropped events with Redis). Every message is shown once, in seq order.
 from __future__ import annotations
 
 import json
-import sys
 import threading
 import time
 from dataclasses import dataclass, field
@@ -68,30 +68,39 @@ class HumanPrinter:
         if kind == "chunk":
             if self.streaming != event["reply_to"]:
                 self._end_stream()
-                self.out.write(self._c("1;36", "… "))
                 self.streaming = event["reply_to"]
-            self.out.write(shown(event["delta"]))
-            self.out.flush()
+                self._stream(self._c("1;36", "…") + " ")
+            self._stream(shown(event["delta"]))
             return
         if kind == "done":
             return
         if kind == "session":
             self._end_stream()
-            self.out.write(self._c("2", "── a new conversation starts here ──") + "\n")
+            self._line(self._c("2", "── a new conversation starts here ──"))
             return
         if event.get("streamed") and self.streaming == event.get("reply_to"):
-            self.streaming = None
-            self.out.write("\n")  # the text is on screen already
-            self.out.flush()
+            self._end_stream()  # the text is on screen already
             return
+        self._interrupt()
+        self._line(self.line(event))
+
+    def _interrupt(self) -> None:
+        """Another message is shown while a reply streams: it goes on the next line."""
         self._end_stream()
-        self.out.write(self.line(event) + "\n")
+
+    def _stream(self, text: str) -> None:
+        """Part of a reply, on the line it is writing."""
+        self.out.write(text)
+        self.out.flush()
+
+    def _line(self, text: str) -> None:
+        self.out.write(text + "\n")
         self.out.flush()
 
     def _end_stream(self) -> None:
         if self.streaming is not None:
-            self.out.write("\n")
             self.streaming = None
+            self._line("")
 
     def line(self, event: dict[str, Any]) -> str:
         stamp = datetime.fromisoformat(event["created_at"]).astimezone().strftime("%H:%M")
@@ -214,84 +223,6 @@ def _json_lines(owner: ChatOwner, stdin: TextIO, stdout: TextIO, write_lock: thr
     with follower._lock:
         follower.catch_up()
     return 0 if pending.empty() else 1
-
-
-class _CurrentStdout:
-    """sys.stdout as it is at each write: prompt_toolkit's patch_stdout swaps it so live
-    messages print above the prompt line."""
-
-    def write(self, text: str) -> int:
-        return sys.stdout.write(text)
-
-    def flush(self) -> None:
-        sys.stdout.flush()
-
-    def isatty(self) -> bool:
-        return sys.stdout.isatty()
-
-
-def run_interactive(owner: ChatOwner, *, history: int, link: Any = None) -> int:
-    stdout: Any = _CurrentStdout()
-    color = stdout.isatty()
-    printer = HumanPrinter(stdout, color)
-    out_lock = threading.Lock()
-
-    def emit(event: dict[str, Any]) -> None:
-        with out_lock:
-            printer(event)
-
-    title = f"{owner.qor.name} · {owner.tenant.slug} · {owner.user.get_username()}"
-    stdout.write(printer._c("1", f"── {title} ──") + "\n")
-    stdout.write(printer._c("2", "Messages from every channel appear here. /quit or Ctrl-D to leave.") + "\n")
-    if link is not None:
-        stdout.write(printer._c("2", f"Connected to the server at {link.base}.") + "\n")
-    follower = _follower(owner, emit, link)
-    follower.start(history=history)
-    try:
-        for line in _lines(owner, stdout):
-            text = line.rstrip("\n")
-            if text.strip() in ("/quit", "/exit"):
-                break
-            if not text.strip():
-                continue
-            try:
-                _send(owner, link, text)
-            except NotFound as exc:  # removed from the workspace while the terminal was open
-                emit({"type": "message.new", "seq": 0, "role": "system", "content": str(exc), "channel": "tui",
-                      "sender_name": "", "created_at": datetime.now().astimezone().isoformat()})
-                break
-            except ValueError as exc:
-                emit({"type": "message.new", "seq": 0, "role": "system", "content": str(exc), "channel": "tui",
-                      "sender_name": "", "created_at": datetime.now().astimezone().isoformat()})
-                continue
-            with follower._lock:
-                follower.catch_up()
-    except (KeyboardInterrupt, EOFError):
-        pass
-    finally:
-        follower.stop()
-    return 0
-
-
-def _lines(owner: ChatOwner, stdout: TextIO):
-    """Input lines: prompt_toolkit (live messages print above the prompt) on a terminal,
-    plain lines otherwise."""
-    if sys.stdin.isatty() and stdout.isatty():
-        try:
-            from prompt_toolkit import PromptSession
-            from prompt_toolkit.patch_stdout import patch_stdout
-        except ImportError:
-            PromptSession = None
-        if PromptSession is not None:
-            session: Any = PromptSession()
-            with patch_stdout(raw=True):
-                while True:
-                    try:
-                        yield session.prompt("you › ")
-                    except EOFError:
-                        return
-    for line in sys.stdin:
-        yield line
 
 
 def _poll_every() -> float:

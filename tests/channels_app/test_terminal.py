@@ -274,3 +274,16 @@ def test_the_terminals_token_lapses_unless_the_running_terminal_renews_it(world,
     assert row.revoked_at is not None and api_token_authenticate(raw=link.token) is None
     time.sleep(0.2)
     assert ApiToken.objects.get(pk=link.token_row.pk).expires_at == row.expires_at  # no renewing after it left
+
+
+def test_chat_reading_a_pipe_prints_the_timeline_as_lines(world, model_server):
+    qorven = Path(sys.executable).with_name("qorven")
+    done = subprocess.run(
+        [str(qorven), "chat", "--tenant", "acme", "--qor", "aria", "--user", "alice"],
+        input="/help\n", capture_output=True, text=True, cwd=ROOT, env=qorven_env(model_server), timeout=180,
+    )
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert any(line.endswith(" Alice: /help") for line in lines), done.stdout
+    assert any(": Commands:" in line for line in lines), done.stdout
+    assert "\x1b" not in done.stdout  # not a terminal: no colours, no prompt

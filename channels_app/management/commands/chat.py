@@ -8,7 +8,8 @@ from django.core.management.base import BaseCommand, CommandError
 
 from channels_app.chat import chat_owner
 from channels_app.json_body import QUERY_INT_MAX
-from channels_app.terminal import run_interactive, run_json
+from channels_app.terminal import run_json
+from channels_app.terminal_screen import run_interactive
 from qorven.runtime.arguments import whole_number
 from tenancy.errors import NotFound
 

@@ -1,0 +1,69 @@
+"""A program running in a real terminal (tmux, on a server of the test's own), read as the
+person sees it: the screen's text after the terminal has applied every escape, cursor
+move and redraw. Waits are for text to appear, with a generous deadline, never timings."""
+from __future__ import annotations
+
+import os
+import shlex
+import subprocess
+import time
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+
+WIDTH, HEIGHT = 100, 40
+
+
+class Screen:
+    def __init__(self, argv: list[str], *, env: dict[str, str], cwd: Path, tmp: Path) -> None:
+        self.socket = f"qorven-test-{uuid.uuid4().hex[:12]}"
+        self.exit_file = tmp / f"{self.socket}.exit"
+        script = tmp / f"{self.socket}.sh"
+        exports = "".join(f"export {k}={shlex.quote(v)}\n" for k, v in env.items())
+        # The exit code is written where the test reads it; the pane stays for capture-pane.
+        script.write_text(f"{exports}cd {shlex.quote(str(cwd))}\n{shlex.join(argv)}\n"
+                          f"echo $? > {shlex.quote(str(self.exit_file))}\nsleep 600\n")
+        self._tmux("new-session", "-d", "-x", str(WIDTH), "-y", str(HEIGHT), f"sh {shlex.quote(str(script))}")
+
+    def _tmux(self, *args: str) -> str:
+        done = subprocess.run(["tmux", "-L", self.socket, "-f", "/dev/null", *args], capture_output=True,
+                              text=True, timeout=30, env={**os.environ, "TERM": "xterm-256color"})
+        assert done.returncode == 0, done.stderr
+        return done.stdout
+
+    def type(self, text: str) -> None:
+        """Keys as typed (literally: no key names)."""
+        self._tmux("send-keys", "-l", text)
+
+    def key(self, *names: str) -> None:
+        """Named keys: Enter, C-c, C-d…"""
+        self._tmux("send-keys", *names)
+
+    def text(self) -> str:
+        """The screen and its scrollback, each row as shown (no joining of wrapped rows)."""
+        return self._tmux("capture-pane", "-p", "-S", "-200")
+
+    def rows(self) -> list[str]:
+        return [row.rstrip() for row in self.text().rstrip("\n").split("\n")]
+
+    def wait_until(self, ok: Callable[[str], bool], what: str, seconds: float = 90) -> str:
+        deadline = time.monotonic() + seconds
+        while True:
+            shown = self.text()
+            if ok(shown):
+                return shown
+            assert time.monotonic() < deadline, f"never on screen: {what}\n--- screen ---\n{shown}"
+            time.sleep(0.1)
+
+    def wait_for(self, text: str, seconds: float = 90) -> str:
+        return self.wait_until(lambda shown: text in shown, repr(text), seconds)
+
+    def exit_code(self, seconds: float = 60) -> int:
+        deadline = time.monotonic() + seconds
+        while not self.exit_file.exists() or not self.exit_file.read_text().strip():
+            assert time.monotonic() < deadline, f"still running\n--- screen ---\n{self.text()}"
+            time.sleep(0.1)
+        return int(self.exit_file.read_text())
+
+    def close(self) -> None:
+        subprocess.run(["tmux", "-L", self.socket, "kill-server"], capture_output=True, timeout=30)
