@@ -1,5 +1,5 @@
-"""The JSON API: a user's canonical timeline with one Qor, and posting to it (channel web,
-or tui for a terminal client)."""
+"""The JSON API: a user's canonical timeline with one Qor, posting to it (channel web, or
+tui for a terminal client), and stopping a reply being written."""
 from __future__ import annotations
 
 import re
@@ -22,7 +22,7 @@ from tenancy.selectors import qor_get
 from tenancy.switches import channel_enabled
 
 from .api_auth import bearer_required, json_error, json_methods
-from .chat import surface_session, with_deliveries
+from .chat import ChatOwner, chat_stop, surface_session, with_deliveries
 from .json_body import QUERY_INT_MAX, BodyRefused, json_body
 
 MAX_CONTENT = 100_000
@@ -166,6 +166,39 @@ def _post(request: HttpRequest, qor) -> JsonResponse:
          "created": result.created},
         status=201 if result.created else 200,
     )
+
+
+@csrf_exempt
+@json_methods("POST")
+@bearer_required
+def qor_stop(request: HttpRequest, qor_slug: str) -> HttpResponse:
+    """POST `{"reply_to": seq}`: stop the reply to that message of the caller's chat where it
+    is, as the chat page's Stop button does (`"surface": "tui"` for a terminal, which in
+    legacy mode has a session of its own). 202 when its turn was asked to stop, 409 when no
+    answer to it is being written."""
+    try:
+        qor = qor_get(tenant=request.tenant, slug=qor_slug)  # type: ignore[attr-defined]
+    except NotFound:
+        return json_error(404, f"no Qor named {qor_slug!r}")
+    try:
+        if request.content_type != "application/json":
+            raise BadRequest("send JSON with Content-Type: application/json")
+        body = json_body(request)
+        reply_to = body.get("reply_to") if isinstance(body, dict) else None
+        if not isinstance(reply_to, int) or isinstance(reply_to, bool) or not 0 < reply_to <= QUERY_INT_MAX:
+            raise BadRequest('"reply_to" must be the seq of your message')
+        surface = body.get("surface", Channel.WEB)
+        if surface not in POSTABLE_CHANNELS:
+            raise BadRequest(f'"surface" must be one of: {", ".join(sorted(POSTABLE_CHANNELS))}')
+    except BadRequest as exc:
+        return json_error(400, str(exc))
+    except BodyRefused as exc:
+        return json_error(exc.status, str(exc))
+    owner = ChatOwner(request.tenant, qor, request.user,  # type: ignore[attr-defined]
+                      surface_trust(role=request.member_role, surface=surface), surface=surface)  # type: ignore[attr-defined]
+    if not chat_stop(owner=owner, reply_to=reply_to):
+        return json_error(409, "no answer to that message is being written")
+    return JsonResponse({"stopping": reply_to}, status=202)
 
 
 @csrf_exempt

@@ -79,7 +79,7 @@ class HumanPrinter:
             self._line(self._c("2", "── a new conversation starts here ──"))
             return
         if event.get("streamed") and self.streaming == event.get("reply_to"):
-            self._end_stream()  # the text is on screen already
+            self._end_stream(stopped=bool(event.get("stopped")))  # the text is on screen already
             return
         self._interrupt()
         self._line(self.line(event))
@@ -97,10 +97,14 @@ class HumanPrinter:
         self.out.write(text + "\n")
         self.out.flush()
 
-    def _end_stream(self) -> None:
+    def _end_stream(self, *, stopped: bool = False) -> None:
         if self.streaming is not None:
             self.streaming = None
-            self._line("")
+            self._line(self._stopped() if stopped else "")
+
+    def _stopped(self) -> str:
+        """After a reply the person stopped part-way, as the page marks it."""
+        return " " + self._c("33", "(stopped)")
 
     def line(self, event: dict[str, Any]) -> str:
         stamp = datetime.fromisoformat(event["created_at"]).astimezone().strftime("%H:%M")
@@ -110,7 +114,8 @@ class HumanPrinter:
             return self._c("33", f"{stamp} {tag}! {content}")
         who = shown(event["sender_name"] or event["role"])
         colour = "1;36" if event["role"] == "assistant" else "1;32"
-        return f"{self._c('2', stamp)} {self._c('35', tag) if tag else ''}{self._c(colour, who)}: {content}"
+        stopped = self._stopped() if event.get("stopped") else ""
+        return f"{self._c('2', stamp)} {self._c('35', tag) if tag else ''}{self._c(colour, who)}: {content}{stopped}"
 
 
 # --- the two modes ---

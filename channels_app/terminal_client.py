@@ -93,6 +93,19 @@ class ServerLink:
         message = body["message"]
         return Sent(seq=message["seq"], expects_reply=message.get("answer_state") == "pending")
 
+    def stop(self, reply_to: int) -> bool:
+        """Ask the server to stop the reply to message `reply_to` (the page's Stop); False
+        when no answer to it is being written any more. NotFound: this person may not
+        write here any more; httpx.HTTPError: the server could not be asked."""
+        response = self.http.post(f"/v1/qors/{quote(self.owner.qor.slug)}/stop",
+                                  json={"reply_to": reply_to, "surface": "tui"})
+        if response.status_code in (401, 403, 404):
+            raise NotFound("not a member of this workspace any more")
+        if response.status_code == 409:
+            return False
+        response.raise_for_status()
+        return True
+
     def socket_url(self, *, session_id: int | None, last_seq: int) -> str:
         parts = urlsplit(self.base)
         scheme = "wss" if parts.scheme == "https" else "ws"

@@ -9,18 +9,24 @@ of the reply, or at the terminal's width. Read from a pipe, lines are printed as
 """
 from __future__ import annotations
 
+import logging
 import re
 import shutil
 import sys
 import threading
+import time
 from collections.abc import Callable, Iterator
 from datetime import datetime
 from typing import Any, TextIO
 
+from django.db import close_old_connections
+
 from tenancy.errors import NotFound
 
-from .chat import ChatOwner
+from .chat import ChatOwner, chat_stop
 from .terminal import HumanPrinter, _follower, _send
+
+logger = logging.getLogger(__name__)
 
 PROMPT = "you › "
 _SGR = re.compile(r"\x1b\[[0-9;]*m")  # our own colours: the only escapes in what is shown (terminal.shown)
@@ -48,11 +54,11 @@ class ScreenPrinter(HumanPrinter):
         """The reply's unfinished line stays where it is (on the prompt) and goes on; the
         other message is printed above it, and no word of the reply is cut in two."""
 
-    def _end_stream(self) -> None:
+    def _end_stream(self, *, stopped: bool = False) -> None:
         if self.streaming is not None:
             self.streaming = None
             tail, self.tail = self.tail, ""
-            self._line(tail)
+            self._line(tail + (self._stopped() if stopped else ""))
             self.redraw()
 
 
@@ -96,67 +102,170 @@ class _CurrentStdout:
 
 def run_interactive(owner: ChatOwner, *, history: int, link: Any = None) -> int:
     stdout: Any = _CurrentStdout()
-    prompt = _Prompt() if sys.stdin.isatty() and stdout.isatty() else None
-    printer = (ScreenPrinter(stdout, True, redraw=prompt.redraw) if prompt is not None
-               else HumanPrinter(stdout, stdout.isatty()))
-    if prompt is not None:
-        prompt.printer = printer
-    out_lock = threading.Lock()
-
-    def emit(event: dict[str, Any]) -> None:
-        with out_lock:
-            printer(event)
-
-    def notice(text: str) -> None:
-        emit({"type": "message.new", "seq": 0, "role": "system", "content": text, "channel": "tui",
-              "sender_name": "", "created_at": datetime.now().astimezone().isoformat()})
-
+    chat = _Chat(owner, link, stdout, on_screen=sys.stdin.isatty() and stdout.isatty())
+    printer = chat.printer
     title = f"{owner.qor.name} · {owner.tenant.slug} · {owner.user.get_username()}"
     stdout.write(printer._c("1", f"── {title} ──") + "\n")
-    stdout.write(printer._c("2", "Messages from every channel appear here. /quit or Ctrl-D to leave.") + "\n")
+    stdout.write(printer._c("2", "Messages from every channel appear here. Ctrl-C stops a reply; "
+                                 "Ctrl-D or /quit leaves.") + "\n")
     if link is not None:
         stdout.write(printer._c("2", f"Connected to the server at {link.base}.") + "\n")
-    follower = _follower(owner, emit, link)
+    follower = _follower(owner, chat.emit, link)
     follower.start(history=history)
     try:
-        for line in prompt.lines() if prompt is not None else sys.stdin:
+        for line in chat.prompt.lines() if chat.prompt is not None else chat.plain_lines():
             text = line.rstrip("\n")
             if text.strip() in ("/quit", "/exit"):
                 break
             if not text.strip():
                 continue
             try:
-                _send(owner, link, text)
+                seq, expects_reply = _send(owner, link, text)
             except NotFound as exc:  # removed from the workspace while the terminal was open
-                notice(str(exc))
+                chat.notice(str(exc))
                 break
             except ValueError as exc:
-                notice(str(exc))
+                chat.notice(str(exc))
                 continue
+            if expects_reply:
+                chat.replies.expect(seq)
             with follower._lock:
                 follower.catch_up()
     except (KeyboardInterrupt, EOFError):
         pass
     finally:
-        follower.stop()
+        follower.stop()  # and with it the session's token
     return 0
+
+
+class OnItsWay:
+    """The replies being written that this terminal knows of (to what it sent, and any
+    streaming here): Ctrl-C stops the newest, as the page's Stop button does."""
+
+    def __init__(self) -> None:
+        self.seqs: set[int] = set()
+        self.ended: set[int] = set()  # a reply can end before its message's seq is back from sending
+        self.lock = threading.Lock()
+
+    def expect(self, seq: int) -> None:
+        with self.lock:
+            if seq not in self.ended:
+                self.seqs.add(seq)
+
+    def see(self, event: dict[str, Any]) -> None:
+        with self.lock:
+            if event["type"] == "chunk" and event["reply_to"] not in self.ended:
+                self.seqs.add(event["reply_to"])
+            elif event["type"] == "done":
+                self.ended.add(event["reply_to"])
+                self.seqs.discard(event["reply_to"])
+
+    def forget(self, seq: int) -> None:
+        """The server says no answer to it is being written (it ended unseen, or failed)."""
+        self.see({"type": "done", "reply_to": seq})
+
+    def newest(self) -> int | None:
+        with self.lock:
+            return max(self.seqs, default=None)
+
+
+AGAIN = 1.5  # seconds: a second Ctrl-C this soon after one leaves, whatever it found
+
+
+class _Chat:
+    """What the person sees and what Ctrl-C does, on a terminal or reading a pipe."""
+
+    def __init__(self, owner: ChatOwner, link: Any, stdout: Any, *, on_screen: bool) -> None:
+        self.owner, self.link = owner, link
+        self.prompt = _Prompt(self) if on_screen else None
+        self.printer: HumanPrinter = (ScreenPrinter(stdout, True, redraw=self.prompt.redraw)
+                                      if self.prompt is not None else HumanPrinter(stdout, stdout.isatty()))
+        self.replies = OnItsWay()
+        self.out_lock = threading.Lock()
+        self.interrupted_at = -AGAIN
+
+    def emit(self, event: dict[str, Any]) -> None:
+        self.replies.see(event)
+        with self.out_lock:
+            self.printer(event)
+
+    def notice(self, text: str) -> None:
+        self.emit({"type": "message.new", "seq": 0, "role": "system", "content": text, "channel": "tui",
+                   "sender_name": "", "created_at": datetime.now().astimezone().isoformat()})
+
+    def interrupt(self, typed: str) -> str:
+        """Ctrl-C: "stop" when a reply is being written (asked to stop here), else "clear"
+        the line typed, or "leave" at the empty prompt or on a second Ctrl-C in a row."""
+        now = time.monotonic()
+        again, self.interrupted_at = now - self.interrupted_at < AGAIN, now
+        reply_to = self.replies.newest()
+        if again:
+            return "leave"
+        if reply_to is not None:
+            # Off the prompt's thread: asking the server takes a round trip.
+            threading.Thread(target=self._stop, args=(reply_to,), name="qorven-chat-stop", daemon=True).start()
+            return "stop"
+        return "clear" if typed else "leave"
+
+    def _stop(self, reply_to: int) -> None:
+        try:
+            asked = self.link.stop(reply_to) if self.link is not None else chat_stop(owner=self.owner,
+                                                                                     reply_to=reply_to)
+        except NotFound as exc:
+            self.notice(str(exc))
+            return
+        except Exception:  # the server away: the reply goes on, and saying so is all we can do
+            logger.debug("could not ask for the reply to %s to stop", reply_to, exc_info=True)
+            self.notice("The reply could not be stopped: the server did not answer. Try Ctrl-C again.")
+            return
+        finally:
+            close_old_connections()
+        if not asked:
+            self.replies.forget(reply_to)
+
+    def plain_lines(self) -> Iterator[str]:
+        """Lines read from a pipe or a terminal without the prompt (stdout redirected)."""
+        while True:
+            try:
+                line = sys.stdin.readline()
+            except KeyboardInterrupt:  # only while waiting for a line: nothing is half done
+                if self.interrupt("") == "stop":
+                    continue
+                return
+            if not line:
+                return
+            yield line
 
 
 class _Prompt:
     """The prompt at the bottom of the terminal, with the streaming reply's unfinished
     line above it."""
 
-    def __init__(self) -> None:
+    def __init__(self, chat: _Chat) -> None:
         from prompt_toolkit import PromptSession
+        from prompt_toolkit.key_binding import KeyBindings
 
-        self.printer: ScreenPrinter | None = None
+        self.chat = chat
+        keys = KeyBindings()
+
+        @keys.add("c-c")
+        def _interrupt(event: Any) -> None:
+            typed = event.current_buffer
+            action = chat.interrupt(typed.text)
+            if action == "clear":
+                typed.reset()
+            elif action == "leave":
+                event.app.exit(exception=EOFError())
+            # "stop": what was typed stays; the reply ends marked (stopped)
+
         # The line typed is erased when sent: the timeline shows it as sent, once.
-        self.session: Any = PromptSession(erase_when_done=True)
+        self.session: Any = PromptSession(erase_when_done=True, key_bindings=keys)
 
     def message(self) -> Any:
         from prompt_toolkit.formatted_text import ANSI
 
-        tail = self.printer.tail if self.printer is not None else ""
+        printer = self.chat.printer
+        tail = printer.tail if isinstance(printer, ScreenPrinter) else ""
         return ANSI(tail.expandtabs() + "\n" + PROMPT) if tail else PROMPT
 
     def redraw(self) -> None:

@@ -6,6 +6,7 @@ from . import api, export_views, webhooks
 
 urlpatterns = [
     path("qors/<slug:qor_slug>/messages", api.qor_messages, name="api-qor-messages"),
+    path("qors/<slug:qor_slug>/stop", api.qor_stop, name="api-qor-stop"),
     path("qors/<slug:qor_slug>/voice-transcripts", api.qor_voice_transcripts, name="api-qor-voice-transcripts"),
     path("export", export_views.api_export, name="api-export"),
     path("webhooks/<slug:channel>", webhooks.webhook, name="webhook"),

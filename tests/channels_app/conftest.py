@@ -1,5 +1,12 @@
 from __future__ import annotations
 
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
 import pytest
 
 from channels_app.models import Identity, OutboundDelivery
@@ -7,8 +14,37 @@ from channels_app.services import binding_create
 from sessions_app.services import message_append, session_resolve
 from tenancy.trust import Trust
 
+from ..ports import free_port
+
 from .browser_support import browser_database, chat_server  # noqa: F401 (fixtures of the browser tests)
 from .export_world import lives, photo  # noqa: F401 (fixtures of the export tests)
+
+
+@pytest.fixture
+def server(world, model_server, tmp_path):
+    """`qorven serve` on the test database; turns run inside it (no broker). Gives the
+    environment for a `qorven chat` that talks to it."""
+    from .test_terminal import ROOT, qorven_env
+
+    port = free_port()
+    base = f"http://127.0.0.1:{port}"
+    env = {**qorven_env(model_server), "QORVEN_PUBLIC_URL": base}
+    log = open(tmp_path / "server.log", "w")
+    qorven = str(Path(sys.executable).with_name("qorven"))
+    proc = subprocess.Popen([qorven, "serve", "--no-migrate", "--no-beat", "--port", str(port)], cwd=ROOT, env=env,
+                            stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    deadline = time.monotonic() + 90
+    while True:
+        try:
+            urllib.request.urlopen(base + "/healthz", timeout=2).read()
+            break
+        except OSError:
+            assert proc.poll() is None and time.monotonic() < deadline, (tmp_path / "server.log").read_text()
+            time.sleep(0.2)
+    yield env
+    proc.send_signal(signal.SIGTERM)
+    proc.wait(30)
+    log.close()
 
 
 @pytest.fixture

@@ -392,3 +392,32 @@ def test_every_error_under_v1_is_json_and_a_pages_stays_html(client, world, toke
 
     page = client.get("/nothing-here")
     assert page.status_code == 404 and page["Content-Type"].startswith("text/html")
+
+
+def test_stop_asks_the_turn_writing_the_reply_to_stop_and_says_when_none_is(client, world, tokens):
+    from django.core.cache import cache
+
+    from qorven.agent.stop import StopWatch, TurnStopped
+
+    session = session_resolve(tenant=world.tenant_a, qor=world.qor_a, channel="tui", user=world.alice)
+    asked = message_append(session=session, role="user", content="a long story", channel="tui").message
+    Message.objects.filter(pk=asked.pk).update(answer_state=Message.Answer.PENDING)
+    stop = "/v1/qors/{}/stop"
+
+    def post_stop(token, body, qor="aria"):
+        return client.post(stop.format(qor), data=json.dumps(body), content_type="application/json", **auth(token))
+
+    response = post_stop(tokens["alice"], {"reply_to": asked.seq, "surface": "tui"})
+    assert response.status_code == 202 and response.json() == {"stopping": asked.seq}
+    with pytest.raises(TurnStopped):  # the turn answering it notices
+        StopWatch(session_id=session.pk, reply_to=asked.seq).check()
+    cache.clear()
+    # Not Bob's chat, nor Charlie's (his token names his own tenant's aria): nothing asked of Alice's turn.
+    for other in ("bob", "charlie"):
+        assert post_stop(tokens[other], {"reply_to": asked.seq}).status_code == 409
+        StopWatch(session_id=session.pk, reply_to=asked.seq).check()
+    assert post_stop(tokens["alice"], {"reply_to": asked.seq}, qor="nope").status_code == 404
+    Message.objects.filter(pk=asked.pk).update(answer_state=Message.Answer.ANSWERED)
+    assert post_stop(tokens["alice"], {"reply_to": asked.seq}).status_code == 409
+    for body in ({}, {"reply_to": "1"}, {"reply_to": True}, {"reply_to": 1, "surface": "telegram"}):
+        assert post_stop(tokens["alice"], body).status_code == 400, body

@@ -8,12 +8,13 @@ from pathlib import Path
 
 import pytest
 
+from sessions_app.models import Message
 from sessions_app.services import message_append, session_resolve
+from tenancy.models import ApiToken
 
 from ..fakes.model_server import reply
 from .screen import Screen
 from .test_terminal import ROOT, qorven_env
-from .test_terminal_server import server  # noqa: F401 (the fixture: a real `qorven serve`)
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -63,3 +64,51 @@ def test_a_streamed_reply_reads_as_written_and_what_is_typed_meanwhile_stays_on_
     assert sum(PROMPT in row for row in rows) == 1, shown  # one prompt, at the bottom
     screen.key("C-u", "C-d")
     assert screen.exit_code() == 0
+
+
+@pytest.mark.parametrize("through", ["server", "database"])
+def test_ctrl_c_while_a_reply_streams_stops_that_reply_and_keeps_the_terminal(world, model_server, request, screens,
+                                                                            through):
+    model_server.add(reply("a long answer " * 60, chunk_delay=0.1), reply("Fine."))
+    if through == "server":
+        screen = screens(request.getfixturevalue("server"))
+    else:  # the turn runs in the terminal's own process
+        screen = screens(qorven_env(model_server), "--no-server")
+    screen.type("tell me a long story")
+    screen.key("Enter")
+    screen.wait_for("a long answer")
+    screen.type("draft")
+    screen.key("C-c")
+    screen.wait_for("(stopped)")
+    stored = Message.objects.get(role="assistant")
+    assert stored.metadata.get("stopped") and len(stored.content) < len(("a long answer " * 60).strip())
+    screen.wait_until(lambda text: last_row(screen) == f"{PROMPT} draft", "the prompt with what was typed")
+    screen.type(" more")
+    screen.key("Enter")
+    screen.wait_for("Fine.")  # still chatting
+    assert not screen.exit_file.exists()
+    screen.key("C-d")
+    assert screen.exit_code() == 0
+    if through == "server":
+        assert ApiToken.objects.get(name="qorven chat").revoked_at is not None
+
+
+@pytest.mark.parametrize("keys", [["C-c"], ["C-d"], ["x", "C-c", "C-c"]],
+                         ids=["ctrl-c-at-the-empty-prompt", "ctrl-d", "ctrl-c-twice"])
+def test_leaving_from_the_prompt_revokes_the_terminals_token(world, model_server, server, screens, keys):
+    screen = screens(server)
+    screen.key(*keys)
+    assert screen.exit_code() == 0
+    assert "Traceback" not in screen.text()
+    assert ApiToken.objects.get(name="qorven chat").revoked_at is not None
+
+
+def test_ctrl_c_twice_while_a_reply_streams_leaves(world, model_server, server, screens):
+    model_server.add(reply("a long answer " * 60, chunk_delay=0.1))
+    screen = screens(server)
+    screen.type("tell me a long story")
+    screen.key("Enter")
+    screen.wait_for("a long answer")
+    screen.key("C-c", "C-c")
+    assert screen.exit_code() == 0
+    assert ApiToken.objects.get(name="qorven chat").revoked_at is not None

@@ -8,8 +8,6 @@ import signal
 import subprocess
 import sys
 import threading
-import time
-import urllib.request
 from pathlib import Path
 
 import pytest
@@ -17,36 +15,12 @@ import pytest
 from tenancy.models import ApiToken
 
 from ..fakes.model_server import reply
-from ..ports import free_port
-from .test_terminal import ROOT, qorven_env
+from .test_terminal import ROOT
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 QORVEN = str(Path(sys.executable).with_name("qorven"))
 CHAT = ["chat", "--json", "--tenant", "acme", "--qor", "aria", "--user", "alice"]
-
-
-@pytest.fixture
-def server(world, model_server, tmp_path):
-    """`qorven serve` on the test database; turns run inside it (no broker)."""
-    port = free_port()
-    base = f"http://127.0.0.1:{port}"
-    env = {**qorven_env(model_server), "QORVEN_PUBLIC_URL": base}
-    log = open(tmp_path / "server.log", "w")
-    proc = subprocess.Popen([QORVEN, "serve", "--no-migrate", "--no-beat", "--port", str(port)], cwd=ROOT, env=env,
-                            stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-    deadline = time.monotonic() + 90
-    while True:
-        try:
-            urllib.request.urlopen(base + "/healthz", timeout=2).read()
-            break
-        except OSError:
-            assert proc.poll() is None and time.monotonic() < deadline, (tmp_path / "server.log").read_text()
-            time.sleep(0.2)
-    yield env
-    proc.send_signal(signal.SIGTERM)
-    proc.wait(30)
-    log.close()
 
 
 class Chat:

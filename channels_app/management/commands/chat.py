@@ -18,7 +18,8 @@ class Command(BaseCommand):
     help = (
         "Chat with a Qor from the terminal (channel `tui`), in the same conversation as the web page, "
         "Telegram and every other surface: prints the recent timeline with channel tags, streams "
-        "replies, and shows messages arriving from other channels while you type. When a server answers "
+        "replies, and shows messages arriving from other channels while you type; Ctrl-C stops a reply being "
+        "written, and Ctrl-D, /quit or Ctrl-C at the empty prompt leaves. When a server answers "
         "at --server (default QORVEN_PUBLIC_URL) it talks to it like a browser page does, so pages open "
         "there see the terminal live; with none running it works on the database alone. "
         "--json reads one JSON object a line "
