@@ -22,6 +22,7 @@ from typing import Any, TextIO
 
 from django.conf import settings
 
+from tenancy.access import surface_access
 from tenancy.errors import NotFound
 
 from .chat import ChatOwner, chat_send
@@ -171,6 +172,18 @@ def _send(owner: ChatOwner, link: Any, content: str) -> tuple[int, bool]:
     return result.message.seq, "command" not in (result.message.metadata or {})
 
 
+GAVE_UP = 1  # exit code: the input ended and a reply did not come within --wait
+ACCESS_LOST = 3  # exit code: the person was removed from the workspace (or signed out) meanwhile
+ACCESS_LOST_LINE = {"type": "error", "error": "you no longer have access to this workspace", "code": "access_lost"}
+ACCESS_CHECK = 1.0  # seconds between looks at the membership while waiting for replies
+
+
+def _access_lost(owner: ChatOwner, follower: Follower) -> bool:
+    """Whether the person may no longer read this chat: the server signed this terminal out,
+    or the membership no longer allows the terminal (the one access rule, read now)."""
+    return follower.signed_out.is_set() or surface_access(tenant=owner.tenant, user=owner.user, surface=owner.surface) is None
+
+
 def run_json(owner: ChatOwner, stdin: TextIO, stdout: TextIO, *, history: int, wait: float,
              link: Any = None) -> int:
     """Newline-delimited JSON: `{"content": "…"}` in, one event object a line out. At the
@@ -207,11 +220,8 @@ def _json_lines(owner: ChatOwner, stdin: TextIO, stdout: TextIO, write_lock: thr
             if not isinstance(content, str):
                 raise ValueError('each line must be an object like {"content": "…"}')
             seq, expects_reply = _send(owner, link, content)
-        except NotFound as exc:  # removed from the workspace while the terminal was open
-            with write_lock:
-                stdout.write(json.dumps({"type": "error", "error": str(exc)}) + "\n")
-                stdout.flush()
-            return 1
+        except NotFound:  # removed from the workspace while the terminal was open
+            return _say_access_lost(stdout, write_lock)
         except (ValueError, KeyError) as exc:
             with write_lock:
                 stdout.write(json.dumps({"type": "error", "error": str(exc)}) + "\n")
@@ -222,12 +232,26 @@ def _json_lines(owner: ChatOwner, stdin: TextIO, stdout: TextIO, write_lock: thr
         with follower._lock:
             follower.catch_up()  # the sent message, and a command's answer, in order
     deadline = time.monotonic() + wait
+    checked = time.monotonic()
     while not pending.empty() and time.monotonic() < deadline:
+        # A reply to someone removed meanwhile never comes (the turn does not answer them,
+        # and a server closes their socket): say so, rather than wait out --wait.
+        if time.monotonic() - checked >= ACCESS_CHECK:
+            checked = time.monotonic()
+            if _access_lost(owner, follower):
+                return _say_access_lost(stdout, write_lock)
         time.sleep(0.05)
     follower.stop()
     with follower._lock:
         follower.catch_up()
-    return 0 if pending.empty() else 1
+    return 0 if pending.empty() else GAVE_UP
+
+
+def _say_access_lost(stdout: TextIO, write_lock: threading.Lock) -> int:
+    with write_lock:
+        stdout.write(json.dumps(ACCESS_LOST_LINE) + "\n")
+        stdout.flush()
+    return ACCESS_LOST
 
 
 def _poll_every() -> float:

@@ -136,7 +136,6 @@ class SocketFollower(Follower):
     def __init__(self, owner: ChatOwner, emit: Emit, *, link: ServerLink) -> None:
         super().__init__(owner, emit)
         self.link = link
-        self.signed_out = threading.Event()
 
     def _subscribe(self) -> None:
         """Nothing to join here: the events come over the server's socket (_run)."""

@@ -38,6 +38,7 @@ class Follower:
     _joined: str | None = None  # the session group the channel is in
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _ended: set[int] = field(default_factory=set)  # the messages whose reply's "done" was emitted
+    signed_out: threading.Event = field(default_factory=threading.Event)  # a server refuses this terminal now
 
     @property
     def session_id(self) -> int | None:

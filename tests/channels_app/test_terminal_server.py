@@ -8,6 +8,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -26,8 +27,8 @@ CHAT = ["chat", "--json", "--tenant", "acme", "--qor", "aria", "--user", "alice"
 class Chat:
     """A running `qorven chat --json`, its output lines as they come."""
 
-    def __init__(self, env: dict[str, str]) -> None:
-        self.proc = subprocess.Popen([QORVEN, *CHAT], cwd=ROOT, env=env, stdin=subprocess.PIPE,
+    def __init__(self, env: dict[str, str], *options: str) -> None:
+        self.proc = subprocess.Popen([QORVEN, *CHAT, *options], cwd=ROOT, env=env, stdin=subprocess.PIPE,
                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         self.lines: queue.Queue[dict] = queue.Queue()
         threading.Thread(target=self._read, daemon=True).start()
@@ -70,3 +71,36 @@ def test_chat_help_names_every_kind_of_line_json_mode_writes():
         assert f'"{kind}"' in text, kind
     readme = " ".join((ROOT / "README.md").read_text().split())
     assert '`{"type": "session", "session_id"}`' in readme
+
+
+def test_removed_from_the_workspace_before_sending_json_mode_says_so_and_exits_3(world, model_server, server):
+    model_server.add(reply("Hello."))
+    chat = Chat(server)
+    chat.send("hi")
+    chat.until("done")
+    world.alice.memberships.all().delete()
+    chat.send("still there?")
+    error = chat.until("error")
+    chat.proc.wait(60)
+    stderr = chat.proc.stderr.read()
+    assert chat.proc.returncode == 3, stderr
+    assert error == {"type": "error", "error": "you no longer have access to this workspace", "code": "access_lost"}
+    assert "no longer has access" in stderr and "gave up waiting" not in stderr
+
+
+def test_removed_from_the_workspace_while_waiting_for_a_reply_json_mode_says_so_and_exits_3(world, model_server,
+                                                                                          server):
+    model_server.add(reply("Too late.", delay=20))  # long enough to notice first; short enough for the server to stop
+    chat = Chat(server, "--wait", "600")
+    chat.send("hi")
+    chat.proc.stdin.close()  # the end of input: it waits for the reply
+    deadline = time.monotonic() + 60
+    while not model_server.requests:  # the turn has begun
+        assert time.monotonic() < deadline
+        time.sleep(0.1)
+    world.alice.memberships.all().delete()
+    error = chat.until("error")
+    chat.proc.wait(60)
+    assert chat.proc.returncode == 3
+    assert error["code"] == "access_lost"
+    assert "gave up waiting" not in chat.proc.stderr.read()

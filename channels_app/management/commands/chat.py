@@ -8,7 +8,7 @@ from django.core.management.base import BaseCommand, CommandError
 
 from channels_app.chat import chat_owner
 from channels_app.json_body import QUERY_INT_MAX
-from channels_app.terminal import run_json
+from channels_app.terminal import ACCESS_LOST, run_json
 from channels_app.terminal_screen import run_interactive
 from qorven.runtime.arguments import whole_number
 from tenancy.errors import NotFound
@@ -25,8 +25,9 @@ class Command(BaseCommand):
         "--json reads one JSON object a line "
         'from stdin ({"content": "…"}) and writes one a line ({"type": "message" | "notice" | "chunk" '
         '| "done" | "session" | "error", …}: "session" when /clear or a compaction starts a new conversation, '
-        '"error" for a line it could not read); at the end of input it waits for the replies, then exits '
-        "(1 if it gave up waiting). Ctrl-C or SIGTERM leaves at once (exit 130 or 143)."
+        '"error" for a line it could not read, or with "code": "access_lost" when you lose access to the '
+        "workspace meanwhile — removed from it, or signed out — and it exits 3); at the end of input it waits "
+        "for the replies, then exits (1 if it gave up waiting). Ctrl-C or SIGTERM leaves at once (exit 130 or 143)."
     )
 
     def add_arguments(self, parser):
@@ -81,6 +82,9 @@ class Command(BaseCommand):
         try:
             if opts["json"]:
                 code = run_json(owner, sys.stdin, sys.stdout, history=history, wait=opts["wait"], link=link)
+                if code == ACCESS_LOST:
+                    raise CommandError(f"{opts['user']!r} no longer has access to {opts['tenant']!r}: removed "
+                                       "from the workspace, or this terminal was signed out", returncode=code)
                 if code:
                     raise CommandError("gave up waiting for a reply", returncode=code)
                 return
