@@ -2,7 +2,9 @@
 they type meanwhile, messages from other channels, Ctrl-C and Ctrl-D."""
 from __future__ import annotations
 
+import os
 import re
+import shutil
 import sys
 from pathlib import Path
 
@@ -26,6 +28,10 @@ PROMPT = "you ›"
 
 @pytest.fixture
 def screens(tmp_path):
+    if shutil.which("tmux") is None:
+        if os.environ.get("CI"):
+            pytest.fail("tmux is missing: .ci/run installs it with apt")
+        pytest.skip("tmux is not installed (apt-get install -y tmux)")
     opened: list[Screen] = []
 
     def open_screen(env: dict[str, str], *extra: str) -> Screen:
