@@ -17,7 +17,6 @@ from enum import Enum
 from typing import Any
 
 from django.conf import settings
-from django.db import transaction
 
 from qorven.llm import (
     Completion,
@@ -39,9 +38,8 @@ from sessions_app.errors import SessionClosed
 from sessions_app.leases import LeaseLost, lease_kept
 from sessions_app.models import Message, Session
 from sessions_app.selectors import pending_with_session, session_for_task, session_successor
-from sessions_app.services import message_answer_attempted, message_answer_fail, message_append
+from sessions_app.services import message_answer_attempted
 from sessions_app.turn_writes import (
-    reply_store,
     turn_lease_acquire,
     turn_lease_confirm,
     turn_lease_end,
@@ -62,12 +60,12 @@ from .compaction import (
 )
 from .loop import Spend, tool_loop
 from .mcp import mcp_tools_offered
-from .notices import notice_for
 from .project import project_context_for
 from .prompt import Prompt, PromptParts, prompt_build
 from .retrieval import memories_for
 from .router import skill_route
-from .stop import StopWatch, TurnStopped, turn_stop_clear
+from .stop import StopWatch, TurnStopped
+from .turn_endings import cut_off_notice, fail_end, not_a_member_end, reply_end
 
 logger = logging.getLogger(__name__)
 
@@ -214,7 +212,7 @@ def _answer(session: Session, pending: Message, owner: str, *, overflowed: bool 
         # trust needs no membership (a webchat's anonymous visitor has none).
         role = pending.member_role if hasattr(pending, "member_role") else _role_now(session)
         if role is None or not session.user.is_active:
-            _not_a_member(session, pending, owner)
+            not_a_member_end(session, pending, owner)
             return _Result(_Step.FAILED)
         trust = str(surface_trust(role=role, surface=channel, proven=True, cap=trust))
     tools = [*registry.offered(tenant=session.tenant, qor=qor, trust=trust),
@@ -225,10 +223,10 @@ def _answer(session: Session, pending: Message, owner: str, *, overflowed: bool 
     skills = skills_for(tenant=session.tenant, trust=trust)
     routed = skill_route(skills=skills, message=pending, ctx=ctx, offered=tools)
     if routed is not None:  # answered by a skill's trigger: no model call
-        _reply(session, pending, owner, routed.text, metadata={"skill": routed.skill, "routed": True})
+        reply_end(session, pending, owner, routed.text, metadata={"skill": routed.skill, "routed": True})
         return _Result(_Step.ANSWERED)
     if budget_exhausted(tenant=session.tenant):
-        _fail(session, pending, owner, BudgetReached("the tenant's monthly token budget is spent"))
+        fail_end(session, pending, owner, BudgetReached("the tenant's monthly token budget is spent"))
         return _Result(_Step.FAILED)
     route = route_for(qor, "main")
     provider = provider_for_role(qor, "main")
@@ -287,19 +285,19 @@ def _answer(session: Session, pending: Message, owner: str, *, overflowed: bool 
                 on_token=on_token, after_call=after_call, rights=rights,
             )
         except _NoLongerMember:
-            _not_a_member(session, pending, owner)
+            not_a_member_end(session, pending, owner)
             return _Result(_Step.FAILED)
         except TurnStopped:
             # What was written so far is the answer, marked as stopped; nothing is retried.
             text = "".join(written).strip()
-            _reply(session, pending, owner, text or STOPPED_NOTICE, metadata={"stopped": True},
+            reply_end(session, pending, owner, text or STOPPED_NOTICE, metadata={"stopped": True},
                    notice="" if text else "stopped")
             return _Result(_Step.ANSWERED)
         except ContextLengthExceeded as exc:
             if attempt == 1:
                 if uncompacted:
                     exc.kind = "too_long_uncompacted"  # not tried in a fresh conversation: say so
-                _fail(session, pending, owner, exc)
+                fail_end(session, pending, owner, exc)
                 return _Result(_Step.FAILED)
             logger.info("context length exceeded on session %s; compacting or shrinking, retrying once", session.pk)
             if manual and compact_for_turn(session=session, pending=pending, overflow=True) is not None:
@@ -316,7 +314,7 @@ def _answer(session: Session, pending: Message, owner: str, *, overflowed: bool 
             if exc.retry_after is not None and exc.retry_after > LONGEST_ANSWER_WAIT:
                 # The server asks for a long wait: the person hears it now (the notice says
                 # when /retry can help), not after hours of silent tries.
-                _fail(session, pending, owner, exc)
+                fail_end(session, pending, owner, exc)
                 return _Result(_Step.FAILED)
             if tries < settings.QORVEN_ANSWER_ATTEMPTS:
                 restart()
@@ -324,13 +322,13 @@ def _answer(session: Session, pending: Message, owner: str, *, overflowed: bool 
                 logger.warning("model unavailable for message %s of session %s (try %s, again in %.1fs): %s",
                                pending.seq, session.pk, tries, delay, exc.detail)
                 return _Result(_Step.RETRY, retry_after=delay)
-            _fail(session, pending, owner, exc)
+            fail_end(session, pending, owner, exc)
             return _Result(_Step.FAILED)
         except ModelError as exc:  # refused for good: this message only
-            _fail(session, pending, owner, exc)
+            fail_end(session, pending, owner, exc)
             return _Result(_Step.FAILED)
         if completion is None:
-            _reply(session, pending, owner, ROUNDS_NOTICE.format(rounds=settings.QORVEN_MAX_TOOL_ROUNDS),
+            reply_end(session, pending, owner, ROUNDS_NOTICE.format(rounds=settings.QORVEN_MAX_TOOL_ROUNDS),
                    notice="tool_rounds")
         else:
             metadata: dict[str, Any] = {"model": completion.model}
@@ -342,9 +340,9 @@ def _answer(session: Session, pending: Message, owner: str, *, overflowed: bool 
                 metadata["notice"] = "offline"
             if completion.cut_off:
                 metadata["cut_off"] = True
-            _reply(session, pending, owner, completion.content, metadata=metadata)
+            reply_end(session, pending, owner, completion.content, metadata=metadata)
             if completion.cut_off:
-                _cut_off_notice(session, pending)
+                cut_off_notice(session, pending)
         if not manual:
             _after_exchange(session, route, prompt, reserve, pending)
         return _Result(_Step.ANSWERED)
@@ -389,39 +387,6 @@ def _prompt(
     )
 
 
-def _reply(
-    session: Session, pending: Message, owner: str, content: str, *, metadata: dict[str, Any] | None = None,
-    notice: str = "",
-) -> Message:
-    """Append the final answer (tagged with the inbound channel) and mark the message
-    answered, with the confirmation that this turn still holds the session (so a turn
-    that lost its lease never answers twice: sessions_app.turn_writes.reply_store); then
-    tell streaming surfaces the reply is complete."""
-    metadata = {"reply_to": pending.seq, **(metadata or {})}
-    if notice:
-        metadata["notice"] = notice
-    message = reply_store(session=session, answers=pending, owner=owner, content=content, channel=pending.channel,
-                          sender_name=session.qor.name, metadata=metadata)
-    # After the reply's message.new (sent as it was stored), so it follows it through the ordered sender.
-    done = {"type": "message.done", "reply_to": pending.seq, "seq": message.seq}
-    transaction.on_commit(lambda: turn_stop_clear(session_id=session.pk, reply_to=pending.seq))
-    transaction.on_commit(lambda: broadcast_soon(session.pk, done))
-    return message
-
-
-CUT_OFF_NOTICE = "My reply hit its length limit and was cut off there. Say \"go on\" and I'll continue."
-
-
-def _cut_off_notice(session: Session, pending: Message) -> None:
-    """The reply ends where a length limit (the model's, or QORVEN_MAX_REPLY_CHARS) cut it: say so, in our words, on its
-    surface (a notice: not part of later prompts)."""
-    try:
-        message_append(session=session, role=Message.Role.SYSTEM, content=CUT_OFF_NOTICE, channel=pending.channel,
-                       metadata={"notice": "cut_off", "reply_to": pending.seq})
-    except SessionClosed:
-        pass  # cleared meanwhile: the person has moved on
-
-
 class _NoLongerMember(Exception):
     """The person behind the turn left the workspace (or was deactivated) mid-turn."""
 
@@ -439,34 +404,3 @@ def _role_now(session: Session) -> str | None:
     """The session's person's role in its tenant now (a message not read with it)."""
     membership = membership_active(tenant=session.tenant, user=session.user) if session.user else None
     return membership.role if membership is not None else None
-
-
-def _not_a_member(session: Session, pending: Message, owner: str) -> None:
-    """The sender left the workspace while the message waited: it is not answered (no model
-    call, no notice: they no longer read this chat), and marked failed for the admin."""
-    logger.info("message %s of session %s not answered: its sender is no longer a member", pending.seq, session.pk)
-    with transaction.atomic():
-        turn_lease_confirm(session_id=session.pk, owner=owner)
-        message_answer_fail(message=pending, error="the sender is no longer a member of the workspace")
-        state = {"type": "message.answer", "seq": pending.seq, "answer_state": Message.Answer.FAILED}
-        transaction.on_commit(lambda: broadcast_soon(session.pk, state))
-
-
-def _fail(session: Session, pending: Message, owner: str, error: ModelError) -> Message:
-    """The message will not be answered: mark it failed with the full error (log and
-    admin), and tell its surface why in one notice of ours."""
-    logger.warning("message %s of session %s not answered (%s): %s", pending.seq, session.pk, error.kind, error.detail)
-    key, text = notice_for(error.kind, channel=pending.channel, error=error)
-    with transaction.atomic():
-        turn_lease_confirm(session_id=session.pk, owner=owner)
-        message_answer_fail(message=pending, error=f"{type(error).__name__}: {error.detail}")
-        notice = message_append(
-            session=session, role=Message.Role.SYSTEM, content=text, channel=pending.channel,
-            metadata={"notice": key, "reply_to": pending.seq},
-        ).message
-        state = {"type": "message.answer", "seq": pending.seq, "answer_state": Message.Answer.FAILED}
-        done = {"type": "message.done", "reply_to": pending.seq, "seq": notice.seq}
-        transaction.on_commit(lambda: broadcast_soon(session.pk, state))
-        transaction.on_commit(lambda: broadcast_soon(session.pk, done))
-        transaction.on_commit(lambda: turn_stop_clear(session_id=session.pk, reply_to=pending.seq))
-    return notice

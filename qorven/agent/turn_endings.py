@@ -1,0 +1,85 @@
+"""How a turn ends a message: its reply stored, a notice that the reply was cut, the
+message failed with a notice of ours, or left unanswered because its sender left. Each
+confirms in its transaction that the turn still holds the session."""
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from django.db import transaction
+
+from qorven.llm import ModelError
+from qorven.runtime.publisher import broadcast_soon
+from sessions_app.errors import SessionClosed
+from sessions_app.models import Message, Session
+from sessions_app.services import message_answer_fail, message_append
+from sessions_app.turn_writes import reply_store, turn_lease_confirm
+
+from .notices import notice_for
+from .stop import turn_stop_clear
+
+logger = logging.getLogger("qorven.agent.turns")
+
+
+def reply_end(
+    session: Session, pending: Message, owner: str, content: str, *, metadata: dict[str, Any] | None = None,
+    notice: str = "",
+) -> Message:
+    """Append the final answer (tagged with the inbound channel) and mark the message
+    answered, with the confirmation that this turn still holds the session (so a turn
+    that lost its lease never answers twice: sessions_app.turn_writes.reply_store); then
+    tell streaming surfaces the reply is complete."""
+    metadata = {"reply_to": pending.seq, **(metadata or {})}
+    if notice:
+        metadata["notice"] = notice
+    message = reply_store(session=session, answers=pending, owner=owner, content=content, channel=pending.channel,
+                          sender_name=session.qor.name, metadata=metadata)
+    # After the reply's message.new (sent as it was stored), so it follows it through the ordered sender.
+    done = {"type": "message.done", "reply_to": pending.seq, "seq": message.seq}
+    transaction.on_commit(lambda: turn_stop_clear(session_id=session.pk, reply_to=pending.seq))
+    transaction.on_commit(lambda: broadcast_soon(session.pk, done))
+    return message
+
+
+CUT_OFF_NOTICE = "My reply hit its length limit and was cut off there. Say \"go on\" and I'll continue."
+
+
+def cut_off_notice(session: Session, pending: Message) -> None:
+    """The reply ends where a length limit (the model's, or QORVEN_MAX_REPLY_CHARS) cut it: say so, in our words, on its
+    surface (a notice: not part of later prompts)."""
+    try:
+        message_append(session=session, role=Message.Role.SYSTEM, content=CUT_OFF_NOTICE, channel=pending.channel,
+                       metadata={"notice": "cut_off", "reply_to": pending.seq})
+    except SessionClosed:
+        pass  # cleared meanwhile: the person has moved on
+
+
+def not_a_member_end(session: Session, pending: Message, owner: str) -> None:
+    """The sender left the workspace while the message waited: it is not answered (no model
+    call, no notice: they no longer read this chat), and marked failed for the admin."""
+    logger.info("message %s of session %s not answered: its sender is no longer a member", pending.seq, session.pk)
+    with transaction.atomic():
+        turn_lease_confirm(session_id=session.pk, owner=owner)
+        message_answer_fail(message=pending, error="the sender is no longer a member of the workspace")
+        state = {"type": "message.answer", "seq": pending.seq, "answer_state": Message.Answer.FAILED}
+        transaction.on_commit(lambda: broadcast_soon(session.pk, state))
+
+
+def fail_end(session: Session, pending: Message, owner: str, error: ModelError) -> Message:
+    """The message will not be answered: mark it failed with the full error (log and
+    admin), and tell its surface why in one notice of ours."""
+    logger.warning("message %s of session %s not answered (%s): %s", pending.seq, session.pk, error.kind, error.detail)
+    key, text = notice_for(error.kind, channel=pending.channel, error=error)
+    with transaction.atomic():
+        turn_lease_confirm(session_id=session.pk, owner=owner)
+        message_answer_fail(message=pending, error=f"{type(error).__name__}: {error.detail}")
+        notice = message_append(
+            session=session, role=Message.Role.SYSTEM, content=text, channel=pending.channel,
+            metadata={"notice": key, "reply_to": pending.seq},
+        ).message
+        state = {"type": "message.answer", "seq": pending.seq, "answer_state": Message.Answer.FAILED}
+        done = {"type": "message.done", "reply_to": pending.seq, "seq": notice.seq}
+        transaction.on_commit(lambda: broadcast_soon(session.pk, state))
+        transaction.on_commit(lambda: broadcast_soon(session.pk, done))
+        transaction.on_commit(lambda: turn_stop_clear(session_id=session.pk, reply_to=pending.seq))
+    return notice
