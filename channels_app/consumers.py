@@ -140,7 +140,21 @@ class LiveChatConsumer(AsyncJsonWebsocketConsumer):
         resume = session is not None and _int(params.get("session")) == session.pk
         await self.watch(session, after_seq=_int(params.get("last_seq")) if resume else None)
 
+    async def __call__(self, scope, receive, send) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            # A send to a client already gone (the catch-up page, a pong) raises out of
+            # its handler (uvicorn's ClientDisconnected) and ends the consumer without
+            # websocket.disconnect's handler: the socket stayed subscribed to the hub, was
+            # handed every event of its chat and counted open, for the life of the server.
+            await self._let_go()
+
     async def disconnect(self, code: int) -> None:
+        await self._let_go()
+
+    async def _let_go(self) -> None:
+        """Leave the hub and the count of open sockets, and stop the socket's tasks (once)."""
         for task in [*getattr(self, "rechecks", ()), getattr(self, "draining", None)]:
             if task is not None:
                 task.cancel()
