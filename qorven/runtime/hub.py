@@ -109,10 +109,18 @@ class Hub:
                                                  context=contextvars.Context())
             members = self.members.get(group)
             if members is None:
-                members = self.members[group] = set()
-                await self.layer.group_add(group, self.channel)
-                if _joins_late(self.layer):
-                    await self._heard(group)
+                # Kept only once joined: a join cancelled on the way (its socket closed)
+                # or failed left an empty group, never left again, whose events the hub
+                # took for the rest of its life.
+                members = set()
+                try:
+                    await self.layer.group_add(group, self.channel)
+                    if _joins_late(self.layer):
+                        await self._heard(group)
+                except BaseException:
+                    await _discard_quietly(self.layer, group, self.channel)
+                    raise
+                self.members[group] = members
             members.add(subscriber)
 
     async def _heard(self, group: str) -> None:
@@ -260,6 +268,14 @@ async def joins_heard(layer: Any, channel: str, groups: list[str],
     except TimeoutError:
         logger.warning("did not hear the joins of %s within %s s", ", ".join(sorted(waiting)), JOIN_HEARD_WITHIN)
     return receiving, early
+
+
+async def _discard_quietly(layer: Any, group: str, channel: str) -> None:
+    """Undo a join that did not complete, if the layer lets us (it may be what failed)."""
+    try:
+        await layer.group_discard(group, channel)
+    except BaseException:  # a second cancellation, the layer away: its group expiry ends it
+        logger.info("could not undo the live hub's join of %s", group, exc_info=True)
 
 
 def _joins_late(layer: Any) -> bool:

@@ -363,3 +363,42 @@ def test_what_a_request_publishes_is_delivered_outside_that_requests_context(wor
 
     seen = async_to_sync(run)()
     assert [e["type"] for e in seen][-1] == "message.new"
+
+
+def test_a_join_cancelled_midway_leaves_no_group_behind():
+    """A socket closed while it joins (its task cancelled as the join waits on the layer)
+    leaves the hub as it found it: an empty group kept for good would hold the hub's
+    subscription to that chat, and every later event of it, for the life of the server."""
+    from channels_redis.pubsub import RedisPubSubChannelLayer
+
+    from qorven.runtime.hub import Hub
+
+    port, redis = redis_of_our_own()
+
+    class Page:
+        async def hub_event(self, event, encoder) -> None:
+            pass
+
+    async def run() -> list[str]:
+        link = SlowLink(port, delay=0.3)
+        server_port = await link.start()
+        live = Hub(RedisPubSubChannelLayer(hosts=[{"address": f"redis://127.0.0.1:{server_port}/0"}]))
+        await live.join("chat.kept", Page())  # the hub's reader runs
+        joining = asyncio.ensure_future(live.join("chat.left", Page()))
+        await asyncio.sleep(0.1)  # its note is on its way through the slow link
+        joining.cancel()
+        await asyncio.gather(joining, return_exceptions=True)
+        groups = sorted(live.members)
+        live._reader.cancel()
+        live._renewer.cancel()
+        await asyncio.gather(live._reader, live._renewer, return_exceptions=True)
+        await live.layer.flush()
+        await link.stop()
+        return groups
+
+    try:
+        groups = async_to_sync(run)()
+    finally:
+        redis.terminate()
+        redis.wait(10)
+    assert groups == ["chat.kept"]
