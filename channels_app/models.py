@@ -192,6 +192,8 @@ class OutboundDelivery(TimestampedModel):
             # A platform's later report on a part it accepted names it by its id (WhatsApp's statuses).
             models.Index(fields=["binding", "platform_message_id"], condition=~models.Q(platform_message_id=""),
                          name="delivery_platform_id_idx"),
+            # The sweeper's look for sent parts past QORVEN_DELIVERY_RETENTION.
+            models.Index(fields=["sent_at"], condition=models.Q(state="sent"), name="delivery_sent_idx"),
         ]
 
     def __str__(self) -> str:

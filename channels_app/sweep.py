@@ -61,13 +61,14 @@ class SweepReport:
     heartbeat_runs: int = 0
     compactions: int = 0
     events_pruned: int = 0  # finished inbound events past their retention, deleted
+    deliveries_pruned: int = 0  # sent reply parts past their retention, deleted
 
     def __bool__(self) -> bool:
         return bool(self.turns or self.inbound or self.deliveries or self.interrupted_sends or self.voice_notes
                     or self.heartbeat_runs or self.compactions)
 
 
-PRUNE_EVERY = 3600  # seconds: finished inbound events are looked for once an hour (by any process)
+PRUNE_EVERY = 3600  # seconds: what is past its retention is looked for once an hour (by any process)
 PRUNE_BATCH = 1000
 PRUNE_BATCHES = 20  # per sweep at most: a long backlog is worked off hour by hour
 
@@ -76,21 +77,43 @@ def inbound_events_prune(*, now) -> int:
     """Delete finished inbound events (done, failed) older than QORVEN_INBOUND_RETENTION,
     at most once an hour: past it no platform delivers a message again, so nothing needs
     recognising. Returns how many went."""
-    try:
-        keep = duration_setting("QORVEN_INBOUND_RETENTION")
-    except ValueError as exc:
-        logger.warning("inbound events are kept: %s", exc)
-        return 0
+    keep = _retention("QORVEN_INBOUND_RETENTION", "inbound events")
     if keep is None or not cache.add("qorven:inbound-pruned", 1, PRUNE_EVERY):
         return 0
-    finished = InboundEvent.objects.filter(created_at__lt=now - keep,
-                                           state__in=[InboundEvent.State.DONE, InboundEvent.State.FAILED])
+    return _prune(InboundEvent.objects.filter(
+        created_at__lt=now - keep, state__in=[InboundEvent.State.DONE, InboundEvent.State.FAILED]
+    ).order_by("created_at"))
+
+
+def deliveries_prune(*, now) -> int:
+    """Delete the parts of replies sent to a platform longer than QORVEN_DELIVERY_RETENTION
+    ago, at most once an hour. Each held a copy of its text for good, beside the message:
+    past the retention no retry, sweep or platform report of it can come. Failed parts
+    stay (the chat shows their replies as not delivered). Returns how many went."""
+    keep = _retention("QORVEN_DELIVERY_RETENTION", "sent reply parts")
+    if keep is None or not cache.add("qorven:deliveries-pruned", 1, PRUNE_EVERY):
+        return 0
+    return _prune(OutboundDelivery.objects.filter(
+        state=OutboundDelivery.State.SENT, sent_at__lt=now - keep
+    ).order_by("sent_at"))
+
+
+def _retention(name: str, what: str) -> timedelta | None:
+    try:
+        return duration_setting(name)
+    except ValueError as exc:
+        logger.warning("%s are kept: %s", what, exc)
+        return None
+
+
+def _prune(rows) -> int:
+    """Delete `rows` (ordered, on an index) in batches; a long backlog is worked off hour by hour."""
     deleted = 0
     for _ in range(PRUNE_BATCHES):
-        batch = list(finished.order_by("created_at").values_list("pk", flat=True)[:PRUNE_BATCH])
+        batch = list(rows.values_list("pk", flat=True)[:PRUNE_BATCH])
         if not batch:
             break
-        deleted += InboundEvent.objects.filter(pk__in=batch).delete()[0]
+        deleted += rows.model.objects.filter(pk__in=batch).delete()[0]
     return deleted
 
 
@@ -174,6 +197,9 @@ def sweep(*, restart: bool = False) -> SweepReport:
     report.events_pruned = inbound_events_prune(now=now)
     if report.events_pruned:
         logger.info("sweep: deleted %s finished inbound event(s) past QORVEN_INBOUND_RETENTION", report.events_pruned)
+    report.deliveries_pruned = deliveries_prune(now=now)
+    if report.deliveries_pruned:
+        logger.info("sweep: deleted %s sent reply part(s) past QORVEN_DELIVERY_RETENTION", report.deliveries_pruned)
     if report:
         logger.info("sweep: queued %s turn(s), %s inbound event(s), %s delivery(ies), %s voice note(s), %s heartbeat "
                     "run(s), %s /compact(s); failed %s interrupted send(s)", report.turns, report.inbound,

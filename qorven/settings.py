@@ -247,6 +247,9 @@ QORVEN_IMAGE_RETENTION = env.duration("QORVEN_IMAGE_RETENTION", default="0")
 # How long a processed (or failed) inbound event is kept, to recognise a platform's late
 # retry of it (WhatsApp retries for up to 7 days); 0 = forever.
 QORVEN_INBOUND_RETENTION = env.duration("QORVEN_INBOUND_RETENTION", default="30d")
+# How long a reply's part sent to a platform is kept, to never send it twice (a retry, the
+# sweeper, a platform's later report of it); failed parts are kept; 0 = forever.
+QORVEN_DELIVERY_RETENTION = env.duration("QORVEN_DELIVERY_RETENTION", default="30d")
 # How long a heartbeat's finished runs (and the cron sessions they ran in) are kept; 0 = forever.
 QORVEN_HEARTBEAT_RUN_RETENTION = env.duration("QORVEN_HEARTBEAT_RUN_RETENTION", default="30d")
 # A run whose model was unavailable is retried after this many seconds, then four times as long.

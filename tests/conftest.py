@@ -202,7 +202,8 @@ def _gates_clear() -> None:
     import redis
 
     client = redis.from_url(settings.CACHES["default"]["LOCATION"])
-    for pattern in ("*:send:*", "*:turn-waiter:*", "*:sender-name:*", "*:pairing-code-sent:*", "*:inbound-pruned"):
+    for pattern in ("*:send:*", "*:turn-waiter:*", "*:sender-name:*", "*:pairing-code-sent:*", "*:inbound-pruned",
+                    "*:deliveries-pruned"):
         keys = list(client.scan_iter(match=pattern, count=1000))
         if keys:
             client.delete(*keys)
