@@ -14,6 +14,7 @@ import threading
 import time
 import random
 import re
+from collections import OrderedDict
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
@@ -37,7 +38,12 @@ _CONTEXT_MARKERS = ("context_length_exceeded", "maximum context length", "contex
                     "context size", "exceed_context_size")  # the last two: llama.cpp's server
 _QUOTA_CODES = ("insufficient_quota", "billing_hard_limit_reached")
 
-_clients: dict[tuple[str, str, float, int, bool], openai.OpenAI] = {}
+# The routes used last, each with its client (and its pool of open connections). Every
+# fallback whose key or URL was edited, every tenant gone, left a client behind for the
+# life of the process, its connections open; past CLIENTS_KEPT the least recently used
+# goes, and closes once the calls still holding it end (the SDK closes it when collected).
+CLIENTS_KEPT = 64
+_clients: OrderedDict[tuple[str, str, float, int, bool], openai.OpenAI] = OrderedDict()
 _clients_lock = threading.Lock()
 
 
@@ -47,15 +53,17 @@ def client_for(*, base_url: str, api_key: str, timeout: float, max_retries: int,
     database, and every connection the client makes (a redirect's included) keeps to the
     address policy with the address it resolved (qorven.runtime.outbound_transport)."""
     key = (base_url, api_key, timeout, max_retries, guarded)
-    client = _clients.get(key)
-    if client is None:
-        with _clients_lock:
-            client = _clients.get(key)
-            if client is None:
-                client = _clients[key] = openai.OpenAI(
-                    base_url=base_url or None, api_key=api_key or "not-needed", timeout=timeout,
-                    max_retries=max_retries, http_client=_guarded_http_client() if guarded else None,
-                )
+    with _clients_lock:
+        client = _clients.get(key)
+        if client is None:
+            client = _clients[key] = openai.OpenAI(
+                base_url=base_url or None, api_key=api_key or "not-needed", timeout=timeout,
+                max_retries=max_retries, http_client=_guarded_http_client() if guarded else None,
+            )
+            while len(_clients) > CLIENTS_KEPT:
+                _clients.popitem(last=False)
+        else:
+            _clients.move_to_end(key)
     return client
 
 

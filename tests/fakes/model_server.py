@@ -4,7 +4,8 @@ Each POST to /v1/chat/completions takes the next scripted step: a text reply, to
 or an error status. Streaming requests get Server-Sent Events exactly as OpenAI sends
 them (content split into several chunks, a final usage chunk, `[DONE]`; a chunked body on
 a connection kept open for the next request). Every request body is recorded so tests
-can assert what the model was sent, and `connections` counts the connections opened.
+can assert what the model was sent, and `connections` counts the connections opened
+(`open_connections` those still open).
 """
 from __future__ import annotations
 
@@ -63,6 +64,7 @@ class ModelServer:
         self.in_flight = 0  # chat completions being answered now
         self.most_in_flight = 0  # the most answered at once
         self.connections = 0  # TCP connections clients opened to this server
+        self.open_connections = 0  # of those, the ones not closed yet
         # Speech to text: what to answer next (a text, or an error Step), and what came in.
         self.transcripts: list[str | Step] = []
         self.transcriptions: list[dict[str, Any]] = []
@@ -115,6 +117,14 @@ class ModelServer:
                 super().setup()
                 with server._lock:
                     server.connections += 1
+                    server.open_connections += 1
+
+            def finish(self) -> None:
+                try:
+                    super().finish()
+                finally:
+                    with server._lock:
+                        server.open_connections -= 1
 
             def do_POST(self) -> None:
                 length = int(self.headers.get("Content-Length") or 0)

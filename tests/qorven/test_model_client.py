@@ -3,6 +3,9 @@
 loads the CA store and the SDK's lazily imported modules, tens of milliseconds."""
 from __future__ import annotations
 
+import gc
+import time
+
 import pytest
 
 from qorven.agent.turns import turn_process
@@ -58,3 +61,28 @@ def test_streamed_answers_reuse_one_connection_to_the_model_server(world, model_
         assert completion.content == f"Answer number {n}."
     assert "".join(streamed) == "Answer number 0.Answer number 1.Answer number 2."
     assert model_server.connections == 1
+
+
+def test_clients_of_routes_no_longer_used_are_let_go_with_their_connections(model_server, no_clients):
+    """Each route's client was kept for the life of the process, its connection to the
+    model server open: every fallback whose key or URL an admin edited, every tenant
+    gone, left one more. The process keeps the routes used last; the others close."""
+    model_server.default = reply("ok")
+    kept = openai_provider.CLIENTS_KEPT
+    for i in range(kept + 40):
+        client = openai_provider.client_for(base_url=model_server.base_url, api_key=f"key {i}", timeout=10,
+                                            max_retries=0)
+        client.chat.completions.create(model="m", messages=[{"role": "user", "content": "hi"}])
+    del client
+    gc.collect()
+    assert len(no_clients) == kept
+    deadline = time.monotonic() + 20
+    while model_server.open_connections > kept and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert model_server.open_connections == kept
+    # The routes used last are the ones kept: their next call opens nothing new.
+    opened = model_server.connections
+    last = openai_provider.client_for(base_url=model_server.base_url, api_key=f"key {kept + 39}", timeout=10,
+                                      max_retries=0)
+    last.chat.completions.create(model="m", messages=[{"role": "user", "content": "hi"}])
+    assert model_server.connections == opened
