@@ -10,10 +10,10 @@ a route stored in the database connects only where the address policy allows
 from __future__ import annotations
 
 import logging
-import threading
-import time
 import random
 import re
+import threading
+import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any

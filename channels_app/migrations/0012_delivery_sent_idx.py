@@ -6,7 +6,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('channels_app', '0010_admin_history_without_external_ids'),
+        ('channels_app', '0011_long_reply_targets'),
         ('qorven', '0010_tenant_timezone_checked'),
         ('sessions_app', '0009_thread_sessions_per_person'),
     ]
