@@ -35,7 +35,7 @@ from django.utils import timezone
 from qorven.runtime.durations import duration_setting
 from sessions_app.models import Message, Session
 
-from .models import InboundEvent, OutboundDelivery
+from .models import InboundEvent, OutboundDelivery, PairingRequest
 from .receive import CLAIM_STALE_AFTER
 from .send_gate import binding_free
 
@@ -62,6 +62,7 @@ class SweepReport:
     compactions: int = 0
     events_pruned: int = 0  # finished inbound events past their retention, deleted
     deliveries_pruned: int = 0  # sent reply parts past their retention, deleted
+    pairings_pruned: int = 0  # pairing codes that ran out a while ago, deleted
 
     def __bool__(self) -> bool:
         return bool(self.turns or self.inbound or self.deliveries or self.interrupted_sends or self.voice_notes
@@ -96,6 +97,23 @@ def deliveries_prune(*, now) -> int:
     return _prune(OutboundDelivery.objects.filter(
         state=OutboundDelivery.State.SENT, sent_at__lt=now - keep
     ).order_by("sent_at"))
+
+
+# How long a pairing code that ran out (or was locked by wrong guesses) is kept after it
+# expired: the owner may still look up why a sender was not paired. Decided codes stay.
+PAIRING_KEPT = timedelta(days=7)
+
+
+def pairings_prune(*, now) -> int:
+    """Delete pairing codes that ran out more than PAIRING_KEPT ago, at most once an hour:
+    an unknown sender who kept writing left one a code for good. Approved and denied ones
+    stay, the record of who decided. Returns how many went."""
+    if not cache.add("qorven:pairings-pruned", 1, PRUNE_EVERY):
+        return 0
+    return _prune(PairingRequest.objects.filter(
+        expires_at__lt=now - PAIRING_KEPT,
+        state__in=[PairingRequest.State.PENDING, PairingRequest.State.EXPIRED, PairingRequest.State.LOCKED],
+    ).order_by("expires_at"))
 
 
 def _retention(name: str, what: str) -> timedelta | None:
@@ -200,6 +218,9 @@ def sweep(*, restart: bool = False) -> SweepReport:
     report.deliveries_pruned = deliveries_prune(now=now)
     if report.deliveries_pruned:
         logger.info("sweep: deleted %s sent reply part(s) past QORVEN_DELIVERY_RETENTION", report.deliveries_pruned)
+    report.pairings_pruned = pairings_prune(now=now)
+    if report.pairings_pruned:
+        logger.info("sweep: deleted %s pairing code(s) that ran out over a week ago", report.pairings_pruned)
     if report:
         logger.info("sweep: queued %s turn(s), %s inbound event(s), %s delivery(ies), %s voice note(s), %s heartbeat "
                     "run(s), %s /compact(s); failed %s interrupted send(s)", report.turns, report.inbound,

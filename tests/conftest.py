@@ -203,7 +203,7 @@ def _gates_clear() -> None:
 
     client = redis.from_url(settings.CACHES["default"]["LOCATION"])
     for pattern in ("*:send:*", "*:turn-waiter:*", "*:sender-name:*", "*:pairing-code-sent:*", "*:inbound-pruned",
-                    "*:deliveries-pruned"):
+                    "*:deliveries-pruned", "*:pairings-pruned"):
         keys = list(client.scan_iter(match=pattern, count=1000))
         if keys:
             client.delete(*keys)
