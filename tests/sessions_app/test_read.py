@@ -63,7 +63,11 @@ def test_per_channel_read_uses_the_surface_index(world):
             cursor.execute("EXPLAIN " + query["sql"])
             plan = " ".join(row[0] for row in cursor.fetchall())
             cursor.execute("RESET enable_seqscan; RESET enable_bitmapscan")
-    assert "message_surface_seq_idx" in plan, plan
+    # One of the two (session, channel, …) indexes: (…, seq) reads the newest without a sort,
+    # (…, created_at) is SPEC's and sorts the few rows it finds; which one PostgreSQL picks
+    # follows the statistics an earlier test's large table left. Never the whole session.
+    assert "message_surface_seq_idx" in plan or "message_surface_time_idx" in plan, plan
+    assert "Seq Scan" not in plan and "SCAN sessions_app_message" not in plan, plan  # SQLite: SEARCH, not SCAN
 
 
 def test_read_rows_carry_what_was_stored_decoded(world):
