@@ -35,10 +35,10 @@ from django.contrib.auth.models import User
 from django.utils import timezone
 
 from heartbeats_app.models import Heartbeat
-from heartbeats_app.selectors import heartbeats_of_person
+from heartbeats_app.selectors import heartbeat_ids_of_person, heartbeats_of_person
 from memory_app.models import Memory
 from memory_app.selectors import memories_of_person
-from sessions_app.models import Session
+from sessions_app.models import Message, Session
 from sessions_app.selectors import (
     AttachmentRow,
     MessageRow,
@@ -108,6 +108,7 @@ class PersonExport:
         self.tenant, self.user, self.qor, self.attachments = tenant, user, qor, attachments
         self.counts = ExportCounts()
         self._progress = progress
+        self._own_beats: frozenset[int] | None = None  # read at the first heartbeat prompt met
 
     def lines(self) -> Iterator[str]:
         yield _line({"kind": "export", "format": FORMAT, "tenant": self.tenant.slug,
@@ -145,6 +146,8 @@ class PersonExport:
                     attached.setdefault(attachment.seq, []).append(attachment)
             data = self._data_reader([a for found in attached.values() for a in found])
             for row in rows:
+                if self._others_prompt(row):
+                    continue
                 self.counts.messages += 1
                 files = attached.get(row.seq, [])
                 yield _line(_message(row, session, files))
@@ -159,6 +162,17 @@ class PersonExport:
             if len(rows) < CHUNK:
                 return
             after = rows[-1].seq
+
+    def _others_prompt(self, row: MessageRow) -> bool:
+        """Whether `row` is the prompt a heartbeat ran on that the person did not make: a
+        config-owned beat's (the host's) or another member's, delivering to them. Their
+        run is the person's session, and its answer is theirs; the prompt is not."""
+        beat = row.metadata.get("heartbeat") if isinstance(row.metadata, dict) else None
+        if beat is None or row.role != Message.Role.USER:
+            return False
+        if self._own_beats is None:
+            self._own_beats = heartbeat_ids_of_person(tenant=self.tenant, user=self.user)
+        return beat not in self._own_beats
 
     def _data_reader(self, attachments: list[AttachmentRow]) -> Any:
         """None without attachment data; else a function giving one attachment's data, read

@@ -84,3 +84,8 @@ def heartbeats_of_person(
     if qor is not None:
         qs = qs.filter(qor=qor)
     return list(qs.select_related("qor").order_by("pk")[:limit])
+
+
+def heartbeat_ids_of_person(*, tenant: Tenant, user: User) -> frozenset[int]:
+    """The ids of the beats the person made in `tenant` (any Qor)."""
+    return frozenset(Heartbeat.objects.filter(tenant=tenant, owner=user).values_list("pk", flat=True))

@@ -10,6 +10,7 @@ import pytest
 from django.utils import timezone
 
 from channels_app.data_export import PersonExport, export_scope
+from heartbeats_app.models import Heartbeat
 from memory_app.models import Memory
 from sessions_app.models import Message, Session
 from sessions_app.services import session_resolve
@@ -135,3 +136,26 @@ def test_memory_types_round_trip(world):
     for kind in Memory.Type.values:
         remember(world.tenant_a, world.qor_a, world.alice, f"a {kind} note", type=kind)
     assert sorted(m["type"] for m in of(records(export_text(world)), "memory")) == sorted(Memory.Type.values)
+
+
+def test_a_beat_someone_else_set_up_shows_its_answer_to_alice_but_not_its_prompt(world, lives):
+    """A config-owned beat (the host's) or one another member made delivers to alice: its
+    run's session is hers, but the prompt it ran on is the host's or that member's, not
+    part of her export. The answer it gave her stays."""
+    from ..factories.heartbeats_app import beat
+
+    hosts = beat(world.qor_a, name="hosts-digest", prompt="HOST PROMPT: summarise with internal runbook #7",
+                 managed=True, deliver_to=world.alice, deliver_channel="telegram")
+    bobs = beat(world.qor_a, name="bobs-nudge", prompt="Bob's private nudge for alice", owner=world.bob,
+                deliver_to=world.alice, deliver_channel="telegram")
+    own = Heartbeat.objects.get(owner=world.alice, name="ferns")
+    for made, answer in ((hosts, "Your digest"), (bobs, "A nudge"), (own, "Water the ferns")):
+        run = session_resolve(tenant=world.tenant_a, qor=world.qor_a, channel="cron", user=world.alice,
+                              thread_id=f"heartbeat:{made.pk}:run:1")
+        say(run, made.prompt, "cron", sender_name=f"heartbeat {made.name}", metadata={"heartbeat": made.pk, "run": 1})
+        say(run, answer, "cron", role="assistant", sender_name="Aria", metadata={"heartbeat": made.pk, "run": 1})
+
+    text = export_text(world)
+    assert "HOST PROMPT" not in text and "Bob's private nudge" not in text
+    said = [m["content"] for m in of(records(text), "message") if m["channel"] == "cron"]
+    assert said == ["Your digest", "A nudge", "Remind Alice about the ferns", "Water the ferns"]
