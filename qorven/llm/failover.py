@@ -24,7 +24,7 @@ import logging
 from collections.abc import Sequence
 from typing import Any
 
-from qorven.runtime.cooldowns import cooldown_clear, cooldown_get, cooldown_start
+from qorven.runtime.cooldowns import Cooldown, cooldown_clear, cooldown_get, cooldown_start
 
 from .errors import ModelError, ModelRefused, ProviderUnavailable
 from .provider import Completion, TokenCallback
@@ -50,7 +50,7 @@ class FailoverProvider:
     ) -> Completion:
         # Each route's cooldown is read once: None, or one that may have run out (kept to
         # double the next one) and is cleared when the route answers.
-        cooldowns = [cooldown_get(base_url=r.base_url, model=r.model) for r in self.routes]
+        cooldowns = [_cooldown(r) for r in self.routes]
         ready = [(r, c) for r, c in zip(self.routes, cooldowns, strict=True) if c is None or c.remaining <= 0]
         if not ready:
             if all(c is not None and c.kind in ROUTE_BROKEN for c in cooldowns):
@@ -87,8 +87,10 @@ class FailoverProvider:
             except (ProviderUnavailable, ModelRefused) as exc:
                 if isinstance(exc, ModelRefused) and exc.kind not in ROUTE_BROKEN:
                     raise
+                # A refused key or its quota is that key's, not the server's: another
+                # tenant's route to the same server and model with a key of its own goes on.
                 started = cooldown_start(base_url=route.base_url, model=route.model, retry_after=exc.retry_after,
-                                         kind=exc.kind)
+                                         kind=exc.kind, key=route.key if exc.kind in ROUTE_BROKEN else "")
                 logger.warning("model route %s (%s) failed (%s): cooling down for %.0f s", route.label, route.model,
                                exc.summary(), started.remaining)
                 if streamed:
@@ -100,7 +102,16 @@ class FailoverProvider:
                 continue
             if cooldown is not None:
                 cooldown_clear(base_url=route.base_url, model=route.model)
+                cooldown_clear(base_url=route.base_url, model=route.model, key=route.key)
             completion.route = route.label
             return completion
         assert failure is not None
         raise failure
+
+
+def _cooldown(route: ModelRoute) -> Cooldown | None:
+    """The route's cooldown: the server's (down, rate-limited), or its key's (refused, out
+    of quota), whichever lasts longer."""
+    found = [c for c in (cooldown_get(base_url=route.base_url, model=route.model),
+                         cooldown_get(base_url=route.base_url, model=route.model, key=route.key)) if c is not None]
+    return max(found, key=lambda c: c.until) if found else None

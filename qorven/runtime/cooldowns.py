@@ -33,32 +33,34 @@ class Cooldown:
         return f"cooling down for {self.remaining:.0f} s after {self.failures} failure(s) in a row"
 
 
-def _key(base_url: str, model: str) -> str:
-    digest = hashlib.sha256(f"{base_url.strip().rstrip('/')}|{model}".encode()).hexdigest()[:24]
+def _key(base_url: str, model: str, key: str = "") -> str:
+    route = f"{base_url.strip().rstrip('/')}|{model}" + (f"|{key}" if key else "")
+    digest = hashlib.sha256(route.encode()).hexdigest()[:24]
     return f"model-route-cooldown:{digest}"
 
 
-def cooldown_get(*, base_url: str, model: str) -> Cooldown | None:
+def cooldown_get(*, base_url: str, model: str, key: str = "") -> Cooldown | None:
     """The route's cooldown, if it failed the last time it was called (also once the wait
-    has passed)."""
-    found = cache.get(_key(base_url, model))
+    has passed). With `key`: the cooldown of that API key on the route only (a refusal
+    of the key, such as a revoked one or its spent quota, says nothing of other keys)."""
+    found = cache.get(_key(base_url, model, key))
     return Cooldown(*found) if isinstance(found, (list, tuple)) and len(found) in (2, 3) else None
 
 
 def cooldown_start(*, base_url: str, model: str, retry_after: float | None = None,
-                   kind: str = "unreachable") -> Cooldown:
-    before = cooldown_get(base_url=base_url, model=model)
+                   kind: str = "unreachable", key: str = "") -> Cooldown:
+    before = cooldown_get(base_url=base_url, model=model, key=key)
     failures = (before.failures if before else 0) + 1
     seconds = min(FIRST * 2 ** (failures - 1), LONGEST)
     if retry_after:
         seconds = max(seconds, min(retry_after, LONGEST))
     cooldown = Cooldown(until=time.time() + seconds, failures=failures, kind=kind)
-    cache.set(_key(base_url, model), (cooldown.until, failures, kind), timeout=int(seconds + LONGEST))
+    cache.set(_key(base_url, model, key), (cooldown.until, failures, kind), timeout=int(seconds + LONGEST))
     return cooldown
 
 
-def cooldown_clear(*, base_url: str, model: str) -> None:
-    cache.delete(_key(base_url, model))
+def cooldown_clear(*, base_url: str, model: str, key: str = "") -> None:
+    cache.delete(_key(base_url, model, key))
 
 
 def route_state(*, base_url: str, model: str) -> str:

@@ -109,7 +109,7 @@ def test_a_route_whose_key_model_or_quota_is_wrong_fails_over_and_cools_down(cli
     drain()
     assert [c for c, _ in _answers()] == ["From the fallback."]
     assert not Message.objects.filter(role="system").exists()
-    assert cooldown_get(base_url=primary.base_url, model="primary-model") is not None
+    assert cooldown_get(base_url=primary.base_url, model="primary-model", key="key-primary") is not None
     ask(client, world, "again")
     drain()
     assert len(primary.requests) == 1 and len(fallback.requests) == 2
@@ -294,3 +294,27 @@ def test_a_route_that_drops_twice_fails_over_as_before(client, world, servers, d
     assert [content for content, _ in _answers()] == ["From the fallback."]
     assert len(primary.requests) == 2
     assert cooldown_get(base_url=primary.base_url, model="primary-model") is not None
+
+
+def test_one_tenants_revoked_key_does_not_send_another_tenants_good_key_to_its_fallback(servers):
+    """A 401 says the key is wrong, not the server: a Qor calling the same server and
+    model with a key of its own that works is still answered there, not skipped as
+    cooling down (for up to an hour) because someone else's key was revoked."""
+    from qorven.llm.failover import FailoverProvider
+    from qorven.llm.routes import ModelRoute
+
+    primary, fallback = servers
+    primary.add(error(401, "invalid api key"))
+    primary.default = reply("From the primary.")
+    fallback.default = reply("From the fallback.")
+
+    def routes(key: str) -> list[ModelRoute]:
+        return [ModelRoute(base_url=primary.base_url, model="primary-model", num_ctx=8192, api_key=key),
+                ModelRoute(base_url=fallback.base_url, model="fallback-model", num_ctx=8192, api_key="key-fallback",
+                           label="main fallback 1")]
+
+    revoked = FailoverProvider(routes("key-revoked")).complete(messages=[{"role": "user", "content": "hi"}])
+    assert revoked.content == "From the fallback."
+    good = FailoverProvider(routes("key-good")).complete(messages=[{"role": "user", "content": "hi"}])
+    assert good.content == "From the primary."
+    assert len(primary.requests) == 2
