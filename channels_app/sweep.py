@@ -160,8 +160,11 @@ def sweep(*, restart: bool = False) -> SweepReport:
     grace, delivery_grace = (timedelta(0), timedelta(0)) if restart else (GRACE, DELIVERY_GRACE)
     report = SweepReport()
     pending = Message.objects.filter(answer_state=Message.Answer.PENDING)  # the partial index's rows
+    # Active sessions only, in the query: a batch taken first and narrowed after was filled
+    # by archived chats still holding a question, and an active chat's never came up.
     waiting = (
-        pending.filter(created_at__lte=now - grace).exclude(metadata__has_key="voice", metadata__voice="pending")
+        pending.filter(created_at__lte=now - grace, session__state=Session.State.ACTIVE)
+        .exclude(metadata__has_key="voice", metadata__voice="pending")
         .values_list("session_id", flat=True).distinct()[:BATCH]
     )
     free = Session.objects.filter(pk__in=list(waiting), state=Session.State.ACTIVE).filter(

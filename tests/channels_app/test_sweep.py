@@ -139,3 +139,25 @@ def test_a_send_ending_wakes_the_oldest_reply_due_passing_over_those_backing_off
     drain()
     assert [s.json["text"] for s in platform.sent("sendMessage")] == ["sent now", "due"]
     assert OutboundDelivery.objects.filter(state="pending").count() == backing_off
+
+
+def test_questions_left_in_archived_chats_do_not_crowd_out_an_active_chats(world, model_server, drain, monkeypatch):
+    """The sweep looked at the first BATCH sessions with a waiting message, archived ones
+    included, and only then kept the active ones: enough archived chats holding a
+    question (a chat cleared or compacted while one waited) left an active chat's message
+    unanswered for every sweep."""
+    from channels_app import sweep as sweeper
+
+    monkeypatch.setattr(sweeper, "BATCH", 3)  # as if hundreds of archived chats held one
+    model_server.default = reply("Answered.")
+    waiting = orphaned_message(world, "and this one?")
+    for n in range(5):  # Bob's chats, each archived with a question in it, after Alice's
+        session = session_resolve(tenant=world.tenant_a, qor=world.qor_a, channel="web", user=world.bob)
+        message_append(session=session, role="user", content=f"old question {n}", channel="web",
+                       awaits_answer=True, notify=False)
+        Message.objects.filter(session=session).update(created_at=timezone.now() - LONG_AGO)
+        Session.objects.filter(pk=session.pk).update(state=Session.State.ARCHIVED)
+    assert sweep().turns == 1
+    drain()
+    waiting.refresh_from_db()
+    assert waiting.answer_state == "answered"
