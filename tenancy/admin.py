@@ -209,7 +209,7 @@ class ModelFallbackInline(admin.TabularInline):
 
     @admin.display(description="state")
     def cooldown(self, obj: ModelFallback) -> str:
-        return route_state(base_url=obj.base_url, model=obj.model) if obj.pk else "—"
+        return route_state(base_url=obj.base_url, model=obj.model, key=obj.api_key) if obj.pk else "—"
 
 
 class McpServerForm(KeysWriteOnly):

@@ -61,7 +61,7 @@ def _status(ctx: CommandContext) -> str:
     ]
     if len(routes) > 1:  # with fallbacks: each route in order, and whether it is cooling down
         for each in routes:
-            lines.append(f"  {each.label}: {each.model} — {route_state(base_url=each.base_url, model=each.model)}")
+            lines.append(f"  {each.label}: {each.model} — {route_state(base_url=each.base_url, model=each.model, key=each.key)}")
     lines.append(f"This surface: {ctx.channel} (trust: {ctx.trust})")
     return "\n".join(lines)
 

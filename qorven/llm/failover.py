@@ -24,7 +24,7 @@ import logging
 from collections.abc import Sequence
 from typing import Any
 
-from qorven.runtime.cooldowns import Cooldown, cooldown_clear, cooldown_get, cooldown_start
+from qorven.runtime.cooldowns import Cooldown, cooldown_clear, cooldown_longest, cooldown_start
 
 from .errors import ModelError, ModelRefused, ProviderUnavailable
 from .provider import Completion, TokenCallback
@@ -110,8 +110,4 @@ class FailoverProvider:
 
 
 def _cooldown(route: ModelRoute) -> Cooldown | None:
-    """The route's cooldown: the server's (down, rate-limited), or its key's (refused, out
-    of quota), whichever lasts longer."""
-    found = [c for c in (cooldown_get(base_url=route.base_url, model=route.model),
-                         cooldown_get(base_url=route.base_url, model=route.model, key=route.key)) if c is not None]
-    return max(found, key=lambda c: c.until) if found else None
+    return cooldown_longest(base_url=route.base_url, model=route.model, key=route.key)

@@ -63,7 +63,15 @@ def cooldown_clear(*, base_url: str, model: str, key: str = "") -> None:
     cache.delete(_key(base_url, model, key))
 
 
-def route_state(*, base_url: str, model: str) -> str:
-    """'ready', or how long the route still cools down."""
-    found = cooldown_get(base_url=base_url, model=model)
+def cooldown_longest(*, base_url: str, model: str, key: str = "") -> Cooldown | None:
+    """The route's cooldown: the server's (down, rate-limited), or its key's (refused, out
+    of quota), whichever lasts longer."""
+    found = [c for c in (cooldown_get(base_url=base_url, model=model),
+                         cooldown_get(base_url=base_url, model=model, key=key) if key else None) if c is not None]
+    return max(found, key=lambda c: c.until) if found else None
+
+
+def route_state(*, base_url: str, model: str, key: str = "") -> str:
+    """'ready', or how long the route (with `key`: and that key on it) still cools down."""
+    found = cooldown_longest(base_url=base_url, model=model, key=key)
     return found.describe() if found is not None else "ready"

@@ -185,6 +185,21 @@ def test_status_and_the_admin_show_the_routes_and_their_cooldowns(host, client, 
     assert "fallback-model" in page and ">ready<" in page  # the fallback's row
 
 
+def test_status_shows_a_route_whose_key_was_refused_as_cooling(client, world, servers, drain):
+    """A refused key cools down that key only; /status read the server's cooldown alone and
+    said the route was ready while every turn skipped it."""
+    primary, fallback = servers
+    _routes(world, primary, fallback)
+    primary.default = error(401, "bad key")
+    fallback.default = reply("ok")
+    ask(client, world, "first")
+    drain()
+    ask(client, world, "/status")
+    drain()
+    status = Message.objects.filter(role="assistant").order_by("seq").last().content
+    assert "main: primary-model — cooling down for" in status, status
+
+
 def test_keys_are_write_only_in_the_admin(host, world):
     Qor.objects.filter(pk=world.qor_a.pk).update(main_api_key="sk-stored-secret")
     page = host.get(f"/admin/qorven/qor/{world.qor_a.pk}/change/").content.decode()
