@@ -296,6 +296,9 @@ class LiveChatConsumer(AsyncJsonWebsocketConsumer):
                         await self.perform(item)
                     else:
                         await self.dispatch(item)
+                except OSError:  # the client went (uvicorn's ClientDisconnected): its clean-up follows
+                    logger.debug("a live socket closed as an event reached it")
+                    return
                 except Exception:
                     logger.exception("a live event could not be handled")
         finally:

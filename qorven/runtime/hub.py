@@ -219,6 +219,8 @@ class Hub:
         for subscriber in {s for members in list(self.members.values()) for s in members}:
             try:
                 await subscriber.hub_event(event, encoder)
+            except OSError:
+                logger.debug("a live socket closed as an event reached it")
             except Exception:
                 logger.warning("a live subscriber failed an event", exc_info=True)
 
@@ -235,6 +237,10 @@ class Hub:
         for subscriber in list(members):
             try:
                 await subscriber.hub_event(event, encoder)
+            except OSError:
+                # The client went a moment before its event (uvicorn's ClientDisconnected):
+                # its socket's clean-up follows, as for any socket that closes.
+                logger.debug("a live socket closed as an event reached it")
             except Exception:  # one socket's failure is its own
                 logger.warning("a live subscriber failed an event", exc_info=True)
 

@@ -402,3 +402,35 @@ def test_a_join_cancelled_midway_leaves_no_group_behind():
         redis.terminate()
         redis.wait(10)
     assert groups == ["chat.kept"]
+
+
+def test_a_socket_closing_as_an_event_reaches_it_is_no_warning_and_the_others_still_get_it(caplog):
+    """A client gone a moment before its event (the server's send fails: uvicorn raises
+    ClientDisconnected, an OSError) logged a warning with a traceback each time; its
+    clean-up follows on its own. The other sockets of the chat get the event."""
+    from uvicorn.protocols.utils import ClientDisconnected
+
+    class Gone:
+        async def hub_event(self, event, encoder):
+            raise ClientDisconnected
+
+    class Here:
+        def __init__(self):
+            self.seen = []
+
+        async def hub_event(self, event, encoder):
+            self.seen.append(event["n"])
+
+    async def run():
+        the_hub, here = hub(), Here()
+        the_hub.members["chat.closing"] = {Gone(), here}
+        try:
+            await the_hub.deliver({"type": "message.new", "group": "chat.closing", "n": 1})
+        finally:
+            del the_hub.members["chat.closing"]
+        return here.seen
+
+    with caplog.at_level("DEBUG", logger="qorven.runtime.hub"):
+        assert async_to_sync(run)() == [1]
+    assert not [r for r in caplog.records if r.levelname == "WARNING"], caplog.text
+    assert "closed as an event reached it" in caplog.text
