@@ -2,8 +2,14 @@
 
 from django.db import migrations, models
 
+from ._indexes import AddIndexWithoutBlockingWrites
+
 
 class Migration(migrations.Migration):
+
+    # PostgreSQL builds the index concurrently (replies keep being written meanwhile),
+    # which cannot run in a transaction.
+    atomic = False
 
     dependencies = [
         ('channels_app', '0011_long_reply_targets'),
@@ -12,7 +18,7 @@ class Migration(migrations.Migration):
     ]
 
     operations = [
-        migrations.AddIndex(
+        AddIndexWithoutBlockingWrites(
             model_name='outbounddelivery',
             index=models.Index(condition=models.Q(('state', 'sent')), fields=['sent_at'], name='delivery_sent_idx'),
         ),

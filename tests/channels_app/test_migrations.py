@@ -63,3 +63,30 @@ def test_the_admins_history_loses_the_senders_numbers_and_the_memories_text():
     migrate(MigrationExecutor(connection).loader.graph.leaf_nodes())
     names = sorted(LogEntry.objects.values_list("object_repr", flat=True))
     assert names == ["acme/aria", "fact #12", "sms pairing #3 (approved)", "whatsapp identity #7"]
+
+
+def test_the_sent_parts_index_is_built_without_holding_up_replies():
+    """PostgreSQL builds the sweeper's index of sent parts concurrently: a plain CREATE
+    INDEX blocks every reply part written (and every delivery update) while it reads the
+    whole table, which only grew before this release. SQLite builds it as before, and both
+    can go back."""
+    from io import StringIO
+
+    from django.core.management import call_command
+
+    sql = StringIO()
+    call_command("sqlmigrate", "channels_app", "0012", stdout=sql)
+    if connection.vendor == "postgresql":
+        assert 'CREATE INDEX CONCURRENTLY "delivery_sent_idx"' in sql.getvalue()
+        assert "BEGIN" not in sql.getvalue()
+    else:
+        assert 'CREATE INDEX "delivery_sent_idx"' in sql.getvalue()
+
+    def indexes():
+        with connection.cursor() as cursor:
+            return connection.introspection.get_constraints(cursor, "channels_app_outbounddelivery")
+
+    migrate([("channels_app", "0011_long_reply_targets")])
+    assert "delivery_sent_idx" not in indexes()
+    migrate(MigrationExecutor(connection).loader.graph.leaf_nodes())
+    assert indexes()["delivery_sent_idx"]["columns"] == ["sent_at"]
