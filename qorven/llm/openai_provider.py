@@ -217,6 +217,7 @@ class OpenAIProvider:
         text_of = _Mender()
         heard = time.monotonic()
         room = self._max_chars or -1  # characters still to take; -1: no bound
+        overflow = False  # more text came than there was room for
 
         def watch() -> None:
             if time.monotonic() > deadline:
@@ -226,7 +227,7 @@ class OpenAIProvider:
 
         stream.watch = watch
         chunks = iter(stream)
-        while room != 0:
+        while not overflow:
             try:
                 chunk = next(chunks)
             except StopIteration:
@@ -249,6 +250,7 @@ class OpenAIProvider:
                     continue
                 text = text_of.feed(delta.get("content"))
                 if text and room >= 0:
+                    overflow = len(text) > room
                     text = text[:room]
                     room -= len(text)
                 if text:
@@ -264,7 +266,9 @@ class OpenAIProvider:
                     if isinstance(function, dict):
                         slot["name"] += function.get("name") or ""
                         slot["arguments"] += function.get("arguments") or ""
-        if room == 0:
+        if not overflow and room == 0 and text_of.end():
+            overflow = True  # the held half of a character, past the room
+        if overflow:
             # A reply that would run on and on (a model with no length limit of its own
             # repeating itself): kept to here, said to be cut like one the model's own
             # limit ended; a tool call begun in it is incomplete and not run.

@@ -246,3 +246,14 @@ def test_a_runaway_reply_is_cut_at_the_reply_limit_and_said_to_be_cut(world, ask
     assert [(m.role, m.metadata.get("notice")) for m in rows] == [("assistant", None), ("system", "cut_off")]
     assert rows[0].content == ("la " * 20_000)[:1000] and rows[0].metadata.get("cut_off") is True
     assert "length limit" in rows[1].content
+
+
+def test_a_reply_exactly_as_long_as_the_reply_limit_is_whole_and_not_said_to_be_cut(world, ask, model_server, drain,
+                                                                                   settings):
+    settings.QORVEN_MAX_REPLY_CHARS = 1000
+    model_server.add(Step(text="la " * 333 + "l", chunk_size=70))  # 1,000 characters, then the end
+    ask("sing")
+    drain()
+    rows = [m for m in timeline(world) if m.role != "user"]
+    assert [(m.role, m.metadata.get("notice")) for m in rows] == [("assistant", None)]
+    assert rows[0].content == "la " * 333 + "l" and not rows[0].metadata.get("cut_off")
