@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import re
 from datetime import timezone as dt_timezone
+from collections.abc import Callable
+from functools import wraps
 from typing import Any
 
 from django.conf import settings
@@ -79,22 +81,44 @@ def _int_param(request: HttpRequest, name: str, *, minimum: int, maximum: int | 
     return value
 
 
+def _for_qor(view: Callable[[HttpRequest, Any], HttpResponse]) -> Callable[[HttpRequest, str], HttpResponse]:
+    """A /v1/qors/<qor>/… view: the Qor of the token's tenant (404 for a missing or foreign
+    one, alike), and bad input answered as a JSON 400 (or the body's own refusal: 413, …)."""
+
+    @wraps(view)
+    def resolved(request: HttpRequest, qor_slug: str) -> HttpResponse:
+        try:
+            qor = qor_get(tenant=request.tenant, slug=qor_slug)  # type: ignore[attr-defined]
+        except NotFound:
+            return json_error(404, f"no Qor named {qor_slug!r}")
+        try:
+            return view(request, qor)
+        except BadRequest as exc:
+            return json_error(400, str(exc))
+        except BodyRefused as exc:
+            return json_error(exc.status, str(exc))
+
+    return resolved
+
+
+def _json_object(request: HttpRequest, example: str) -> dict[str, Any]:
+    """The request's JSON body, which must be an object (`example` shows one)."""
+    if request.content_type != "application/json":
+        raise BadRequest("send JSON with Content-Type: application/json")
+    body = json_body(request)
+    if not isinstance(body, dict):
+        raise BadRequest(f"body must be a JSON object like {example}")
+    return body
+
+
 @csrf_exempt
 @json_methods("GET", "POST")
 @bearer_required
-def qor_messages(request: HttpRequest, qor_slug: str) -> HttpResponse:
-    try:
-        qor = qor_get(tenant=request.tenant, slug=qor_slug)  # type: ignore[attr-defined]
-    except NotFound:
-        return json_error(404, f"no Qor named {qor_slug!r}")
-    try:
-        if request.method == "GET":
-            return _timeline(request, qor)
-        return _post(request, qor)
-    except BadRequest as exc:
-        return json_error(400, str(exc))
-    except BodyRefused as exc:
-        return json_error(exc.status, str(exc))
+@_for_qor
+def qor_messages(request: HttpRequest, qor) -> HttpResponse:
+    if request.method == "GET":
+        return _timeline(request, qor)
+    return _post(request, qor)
 
 
 def _timeline(request: HttpRequest, qor) -> JsonResponse:
@@ -129,11 +153,7 @@ def _timeline(request: HttpRequest, qor) -> JsonResponse:
 
 
 def _post(request: HttpRequest, qor) -> JsonResponse:
-    if request.content_type != "application/json":
-        raise BadRequest("send JSON with Content-Type: application/json")
-    body = json_body(request)
-    if not isinstance(body, dict):
-        raise BadRequest('body must be a JSON object like {"content": "hello"}')
+    body = _json_object(request, '{"content": "hello"}')
     content = body.get("content")
     if not isinstance(content, str) or not content.strip():
         raise BadRequest('"content" must be a non-empty string')
@@ -171,29 +191,19 @@ def _post(request: HttpRequest, qor) -> JsonResponse:
 @csrf_exempt
 @json_methods("POST")
 @bearer_required
-def qor_stop(request: HttpRequest, qor_slug: str) -> HttpResponse:
+@_for_qor
+def qor_stop(request: HttpRequest, qor) -> HttpResponse:
     """POST `{"reply_to": seq}`: stop the reply to that message of the caller's chat where it
     is, as the chat page's Stop button does (`"surface": "tui"` for a terminal, which in
     legacy mode has a session of its own). 202 when its turn was asked to stop, 409 when no
     answer to it is being written."""
-    try:
-        qor = qor_get(tenant=request.tenant, slug=qor_slug)  # type: ignore[attr-defined]
-    except NotFound:
-        return json_error(404, f"no Qor named {qor_slug!r}")
-    try:
-        if request.content_type != "application/json":
-            raise BadRequest("send JSON with Content-Type: application/json")
-        body = json_body(request)
-        reply_to = body.get("reply_to") if isinstance(body, dict) else None
-        if not isinstance(reply_to, int) or isinstance(reply_to, bool) or not 0 < reply_to <= QUERY_INT_MAX:
-            raise BadRequest('"reply_to" must be the seq of your message')
-        surface = body.get("surface", Channel.WEB)
-        if surface not in POSTABLE_CHANNELS:
-            raise BadRequest(f'"surface" must be one of: {", ".join(sorted(POSTABLE_CHANNELS))}')
-    except BadRequest as exc:
-        return json_error(400, str(exc))
-    except BodyRefused as exc:
-        return json_error(exc.status, str(exc))
+    body = _json_object(request, '{"reply_to": 7}')
+    reply_to = body.get("reply_to")
+    if not isinstance(reply_to, int) or isinstance(reply_to, bool) or not 0 < reply_to <= QUERY_INT_MAX:
+        raise BadRequest('"reply_to" must be the seq of your message')
+    surface = body.get("surface", Channel.WEB)
+    if surface not in POSTABLE_CHANNELS:
+        raise BadRequest(f'"surface" must be one of: {", ".join(sorted(POSTABLE_CHANNELS))}')
     owner = ChatOwner(request.tenant, qor, request.user,  # type: ignore[attr-defined]
                       surface_trust(role=request.member_role, surface=surface), surface=surface)  # type: ignore[attr-defined]
     if not chat_stop(owner=owner, reply_to=reply_to):
@@ -204,33 +214,21 @@ def qor_stop(request: HttpRequest, qor_slug: str) -> HttpResponse:
 @csrf_exempt
 @json_methods("POST")
 @bearer_required
-def qor_voice_transcripts(request: HttpRequest, qor_slug: str) -> HttpResponse:
+@_for_qor
+def qor_voice_transcripts(request: HttpRequest, qor) -> HttpResponse:
     """POST a voice call's transcript: `{"call_id": "…", "turns": [{"speaker": "Priya",
     "text": "…", "at": "2026-12-02T09:30:00Z", "role": "user" | "assistant"}, …]}`. The
     call becomes a voice session of the token's user, condensed into their memories by a
     task. Posting the same call again stores nothing (200)."""
     from memory_app.voice import MAX_TURN_CHARS, MAX_TURNS, SpokenTurn, voice_transcript_store
 
-    try:
-        qor = qor_get(tenant=request.tenant, slug=qor_slug)  # type: ignore[attr-defined]
-    except NotFound:
-        return json_error(404, f"no Qor named {qor_slug!r}")
-    try:
-        if request.content_type != "application/json":
-            raise BadRequest("send JSON with Content-Type: application/json")
-        body = json_body(request)
-        if not isinstance(body, dict):
-            raise BadRequest('body must be a JSON object like {"call_id": "…", "turns": […]}')
-        call_id, turns = body.get("call_id"), body.get("turns")
-        if not isinstance(call_id, str) or not 0 < len(call_id.strip()) <= 200:
-            raise BadRequest('"call_id" must be a string of 1 to 200 characters (the call\'s own id)')
-        if not isinstance(turns, list) or not 0 < len(turns) <= MAX_TURNS:
-            raise BadRequest(f'"turns" must be a list of 1 to {MAX_TURNS} speaker turns')
-        spoken = [_spoken(i, t, MAX_TURN_CHARS, SpokenTurn) for i, t in enumerate(turns)]
-    except BadRequest as exc:
-        return json_error(400, str(exc))
-    except BodyRefused as exc:
-        return json_error(exc.status, str(exc))
+    body = _json_object(request, '{"call_id": "…", "turns": […]}')
+    call_id, turns = body.get("call_id"), body.get("turns")
+    if not isinstance(call_id, str) or not 0 < len(call_id.strip()) <= 200:
+        raise BadRequest('"call_id" must be a string of 1 to 200 characters (the call\'s own id)')
+    if not isinstance(turns, list) or not 0 < len(turns) <= MAX_TURNS:
+        raise BadRequest(f'"turns" must be a list of 1 to {MAX_TURNS} speaker turns')
+    spoken = [_spoken(i, t, MAX_TURN_CHARS, SpokenTurn) for i, t in enumerate(turns)]
     call = voice_transcript_store(tenant=request.tenant, qor=qor, user=request.user,  # type: ignore[attr-defined]
                                   call_id=call_id.strip(), turns=spoken)
     return JsonResponse({"session": session_json(call.session), "stored": call.stored,
