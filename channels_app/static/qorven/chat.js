@@ -905,9 +905,13 @@
     var newest = null;
     this.streams.forEach(function (s, replyTo) { if (newest === null || replyTo > newest) newest = replyTo; });
     this.stopping = newest === null ? null : this.stopping;
+    var had = document.activeElement === this.stopButton;
     this.stopButton.hidden = newest === null || this.isSignedOut;
-    this.stopButton.disabled = newest !== null && this.stopping === newest;
-    this.stopButton.textContent = this.stopButton.disabled ? "Stopping…" : "Stop";
+    // aria-disabled, not disabled: a disabled button drops the keyboard's focus to the page.
+    var stopping = newest !== null && this.stopping === newest;
+    this.stopButton.setAttribute("aria-disabled", stopping ? "true" : "false");
+    this.stopButton.textContent = stopping ? "Stopping…" : "Stop";
+    if (had && this.stopButton.hidden && this.input && !this.input.disabled) this.input.focus();
     this.stopTarget = newest;
     this.updateRegenerate();
   };
@@ -915,7 +919,7 @@
   Chat.prototype.stopReply = function () {
     var self = this;
     var replyTo = this.stopTarget;
-    if (replyTo === null || replyTo === undefined) return;
+    if (replyTo === null || replyTo === undefined || this.stopping === replyTo) return;
     this.stopping = replyTo;
     this.updateStop();
     fetch(this.config.stop, {
