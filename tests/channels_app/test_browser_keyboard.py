@@ -4,10 +4,40 @@ the failure marks (computed from the colours the browser renders), and animation
 stop where the system asks for reduced motion."""
 from __future__ import annotations
 
-from ..fakes.model_server import reply
+import pytest
+
+from ..fakes.model_server import error, reply
 from .browser_support import CHROMIUM, CHROMIUM_ARGS, SERVER_WORK, send, sign_in
 
 FOCUSED = "() => { const a = document.activeElement; return a === document.body ? 'body' : a.outerHTML.slice(0, 80); }"
+
+# The contrast of an element's text over the backgrounds behind it, with the opacity of
+# the element and its ancestors applied (WCAG 2 relative luminance).
+CONTRAST = """(node) => {
+  const probe = document.createElement("canvas").getContext("2d");
+  function rgba(css) {
+    probe.clearRect(0, 0, 1, 1); probe.fillStyle = "#000"; probe.fillStyle = css; probe.fillRect(0, 0, 1, 1);
+    const d = probe.getImageData(0, 0, 1, 1).data; return [d[0], d[1], d[2], d[3] / 255];
+  }
+  function over(top, under) { return [0, 1, 2].map(i => top[i] * top[3] + under[i] * (1 - top[3])).concat([1]); }
+  const layers = [];
+  let alpha = 1;
+  for (let n = node; n; n = n.parentElement) {
+    alpha *= Number(getComputedStyle(n).opacity);
+    const c = rgba(getComputedStyle(n).backgroundColor);
+    if (c[3] > 0) layers.push(c);
+    if (c[3] === 1) break;
+  }
+  let back = [255, 255, 255, 1];
+  for (let i = layers.length - 1; i >= 0; i--) back = over(layers[i], back);
+  const text = rgba(getComputedStyle(node).color);
+  const fore = over([text[0], text[1], text[2], text[3] * alpha], back);
+  const lum = c => [0, 1, 2].reduce((s, i) => {
+    const v = c[i] / 255; return s + [0.2126, 0.7152, 0.0722][i] * (v <= 0.03928 ? v / 12.92 : Math.pow((v + 0.055) / 1.055, 2.4));
+  }, 0);
+  const a = lum(fore), b = lum(back);
+  return Math.round((Math.max(a, b) + 0.05) / (Math.min(a, b) + 0.05) * 100) / 100;
+}"""
 
 
 def test_stop_pressed_from_the_keyboard_leaves_the_focus_in_the_composer(chat_server):
@@ -27,5 +57,36 @@ def test_stop_pressed_from_the_keyboard_leaves_the_focus_in_the_composer(chat_se
             expect(page.locator(".msg--assistant .msg__mark")).to_have_text("Stopped", timeout=SERVER_WORK)
             expect(page.locator("[data-stop]")).to_be_hidden()
             expect(page.locator("[data-input]")).to_be_focused()
+        finally:
+            browser.close()
+
+
+@pytest.mark.parametrize("scheme", ["light", "dark"])
+def test_notices_their_times_and_failure_marks_are_readable(chat_server, scheme):
+    from playwright.sync_api import expect, sync_playwright
+
+    base, model, platform = chat_server
+    model.add(error(401, "bad key"))
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        try:
+            context = browser.new_context(viewport={"width": 1280, "height": 820}, color_scheme=scheme)
+            page = sign_in(browser, base, context=context)
+            send(page, "are you there?")
+            notice = page.locator(".msg--notice").last
+            expect(notice).to_be_visible(timeout=SERVER_WORK)
+            expect(page.locator(".msg__mark--answer")).to_be_visible()
+            page.evaluate("() => document.querySelector('.msg__mark--answer').scrollIntoView()")
+            # An error of the page's own (a file it cannot take), shown as a notice too.
+            page.locator("[data-attach]").set_input_files(
+                files=[{"name": "tool.exe", "mimeType": "application/x-msdownload", "buffer": b"MZ"}])
+            flash = page.locator(".msg--error[role=alert]")
+            ratios = {
+                "error": flash.evaluate(CONTRAST),  # before it goes, 8 s on
+                "notice text": notice.locator(".notice__text").evaluate(CONTRAST),
+                "notice time": notice.locator(".msg__time").evaluate(CONTRAST),
+                "not answered": page.locator(".msg__mark--answer").evaluate(CONTRAST),
+            }
+            assert {k: v for k, v in ratios.items() if v < 4.5} == {}
         finally:
             browser.close()
