@@ -29,6 +29,7 @@
     "background:#4f46e5;color:#fff;box-shadow:0 8px 24px rgba(0,0,0,.22);cursor:pointer;z-index:2147483646;" +
     "display:grid;place-items:center;transition:transform .15s}" +
     ".qorven-bubble:hover{transform:scale(1.06)}" +
+    "@media (prefers-reduced-motion:reduce){.qorven-bubble{transition:none}.qorven-bubble:hover{transform:none}}" +
     ".qorven-frame{position:fixed;right:20px;bottom:92px;width:380px;height:min(600px,calc(100vh - 120px));border:none;" +
     "border-radius:16px;box-shadow:0 16px 48px rgba(0,0,0,.25);z-index:2147483647;background:#fff;display:none}" +
     ".qorven-frame.qorven-open{display:block}" +

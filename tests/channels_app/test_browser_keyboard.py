@@ -90,3 +90,26 @@ def test_notices_their_times_and_failure_marks_are_readable(chat_server, scheme)
             assert {k: v for k, v in ratios.items() if v < 4.5} == {}
         finally:
             browser.close()
+
+
+def test_animations_stop_where_reduced_motion_is_asked_for(chat_server):
+    from playwright.sync_api import expect, sync_playwright
+
+    base, model, platform = chat_server
+    model.add(reply(" ".join(f"word{n}" for n in range(100)), chunk_delay=0.1))
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        try:
+            context = browser.new_context(viewport={"width": 1280, "height": 820}, reduced_motion="reduce")
+            page = sign_in(browser, base, context=context)
+            send(page, "say many words")
+            body = page.locator(".msg--streaming .msg__body")
+            expect(body).to_contain_text("word3", timeout=SERVER_WORK)
+            cursor = body.evaluate("(n) => getComputedStyle(n, '::after').animationName")
+            status = page.locator("[data-status]")
+            status.evaluate("(n) => n.setAttribute('data-state', 'connecting')")  # as while it reconnects
+            dot = page.locator(".status__dot").evaluate("(n) => getComputedStyle(n).animationName")
+            assert (cursor, dot) == ("none", "none")
+        finally:
+            browser.close()
+
