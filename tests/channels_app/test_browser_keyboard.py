@@ -61,6 +61,37 @@ def test_stop_pressed_from_the_keyboard_leaves_the_focus_in_the_composer(chat_se
             browser.close()
 
 
+def test_choosing_an_earlier_conversation_by_keyboard_moves_the_focus_to_it_and_back(chat_server):
+    from playwright.sync_api import expect, sync_playwright
+
+    base, model, platform = chat_server
+    model.add(reply("First answer."), reply("Second answer."))
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        try:
+            page = sign_in(browser, base)
+            send(page, "first question")
+            expect(page.locator(".msg--assistant", has_text="First answer.")).to_be_visible(timeout=SERVER_WORK)
+            send(page, "/clear")
+            expect(page.locator(".divider--session")).to_be_visible(timeout=SERVER_WORK)
+
+            page.locator("[data-archive-open]").focus()
+            page.keyboard.press("Enter")
+            item = page.locator(".archive__item").first
+            expect(item).to_be_visible()
+            item.focus()
+            page.keyboard.press("Enter")
+            expect(page.locator("[data-archive-body] .msg", has_text="first question")).to_be_visible()
+            assert page.evaluate(FOCUSED) != "body"
+            expect(page.locator("[data-archive-body]")).to_be_focused()
+
+            page.locator("[data-archive-back]").focus()
+            page.keyboard.press("Enter")
+            expect(page.locator(".archive__item").first).to_be_focused()
+        finally:
+            browser.close()
+
+
 @pytest.mark.parametrize("scheme", ["light", "dark"])
 def test_notices_their_times_and_failure_marks_are_readable(chat_server, scheme):
     from playwright.sync_api import expect, sync_playwright

@@ -481,9 +481,17 @@
           list.appendChild(item);
         });
         body.appendChild(list);
+        keepFocus(dialog, list.querySelector("button"));
       })
       .catch(function () { body.textContent = "Can't reach Qorven — try again in a moment."; });
   };
+
+  // The button the keyboard was on went with the view it opened (a conversation chosen,
+  // "← All", "Show earlier messages"): the focus goes to what replaced it, not to the page.
+  function keepFocus(dialog, target) {
+    var active = document.activeElement;
+    if (target && (!active || active === document.body || !dialog.contains(active))) target.focus({ preventScroll: true });
+  }
 
   Chat.prototype.readArchived = function (conversation, beforeSeq, older) {
     var self = this;
@@ -524,6 +532,7 @@
         });
         if (!older) body.textContent = "";
         body.insertBefore(page, body.firstChild);
+        keepFocus(dialog, body);
         var hit = !older && body.querySelector(".msg--found");
         if (hit) hit.scrollIntoView({ block: "center" });
       })
@@ -578,6 +587,7 @@
           list.appendChild(item);
         });
         body.appendChild(list);
+        keepFocus(dialog, list.querySelector("button"));
       })
       .catch(function () { body.textContent = "Can't reach Qorven — try the search again in a moment."; });
   };
