@@ -91,6 +91,11 @@ def test_choosing_an_earlier_conversation_by_keyboard_moves_the_focus_to_it_and_
         finally:
             browser.close()
 
+# The same for a field's placeholder (its ::placeholder colour over the field's background).
+PLACEHOLDER_CONTRAST = CONTRAST.replace(
+    "const text = rgba(getComputedStyle(node).color);",
+    "const text = rgba(getComputedStyle(node, '::placeholder').color);")
+
 
 @pytest.mark.parametrize("scheme", ["light", "dark"])
 def test_notices_their_times_and_failure_marks_are_readable(chat_server, scheme):
@@ -117,6 +122,9 @@ def test_notices_their_times_and_failure_marks_are_readable(chat_server, scheme)
                 "notice text": notice.locator(".notice__text").evaluate(CONTRAST),
                 "notice time": notice.locator(".msg__time").evaluate(CONTRAST),
                 "not answered": page.locator(".msg__mark--answer").evaluate(CONTRAST),
+                "a message's name and time": page.locator(".msg--user .msg__meta").first.evaluate(CONTRAST),
+                # The grey of hints, on the composer's background (4.44:1 in the light scheme).
+                "the composer's placeholder": page.locator("[data-input]").evaluate(PLACEHOLDER_CONTRAST),
             }
             assert {k: v for k, v in ratios.items() if v < 4.5} == {}
         finally:
