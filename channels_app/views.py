@@ -3,6 +3,8 @@
 (channels_app.consumers); this module renders and relays."""
 from __future__ import annotations
 
+import time
+
 import base64
 from collections.abc import Callable
 from functools import wraps
@@ -79,6 +81,8 @@ def chat_page(request: HttpRequest, qor_slug: str) -> HttpResponse:
         "search": reverse("chat-search", args=[owner.tenant.slug, owner.qor.slug]),
         "images": f"/chat/api/{owner.tenant.slug}/{owner.qor.slug}/images/",
         "maxUpload": settings.QORVEN_MAX_UPLOAD,
+        # Messages stored before this are history: shown, never announced (server clock).
+        "openedAt": int(time.time() * 1000),
     }
     return render(request, "chat/chat.html", {
         "owner": owner,

@@ -7,6 +7,8 @@ WebSocket has Qorven's own origin. Which sites may frame it is the binding's `or
 """
 from __future__ import annotations
 
+import time
+
 import json
 
 from django.conf import settings
@@ -74,6 +76,8 @@ def frame(request: HttpRequest, key: str) -> HttpResponse:
         "visitorHeader": VISITOR_HEADER,
         "images": f"/webchat/{key}/images/",
         "maxUpload": settings.QORVEN_MAX_UPLOAD,
+        # Messages stored before this are history: shown, never announced (server clock).
+        "openedAt": int(time.time() * 1000),
     }
     response = render(request, "webchat/frame.html", {"config": config, "qor": binding.qor})
     response["Content-Security-Policy"] = f"frame-ancestors {origins or '*'}"

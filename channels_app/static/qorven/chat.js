@@ -51,6 +51,16 @@
     return "That could not be sent (HTTP " + status + "); it is back in the box.";
   }
 
+  // Markdown as the words a screen reader says: its text, on one line, cut at a word past
+  // `limit` characters (a long reply is there to read in full in its article).
+  function speakable(markdown, limit) {
+    var scratch = document.createElement("template"); // inert: no image in it loads
+    scratch.innerHTML = md.render(markdown || "");
+    var text = scratch.content.textContent.replace(/\s+/g, " ").trim();
+    if (text.length > limit) text = text.slice(0, limit).replace(/\s+\S*$/, "") + "…";
+    return text;
+  }
+
   function platformName(kind) {
     return PLATFORMS[kind] || (kind ? kind.charAt(0).toUpperCase() + kind.slice(1) : "");
   }
@@ -80,6 +90,10 @@
     this.streams = new Map(); // reply_to -> {node, text}
     this.finished = new Set();
     this.answered = new Set(); // seqs an assistant reply answered (for good)
+    this.announcer = root.querySelector("[data-announcer]");
+    this.announced = new Set(); // "session:seq" of what was said, so nothing is said twice
+    // Messages stored before the page was served are history (the server's clock, as theirs).
+    this.openedAt = typeof config.openedAt === "number" ? config.openedAt : Date.now();
     this.socket = null;
     this.attempt = 0;
     this.closed = false;
@@ -416,7 +430,43 @@
     if (live) {
       this.afterGrow();
       if (event.role !== "user") this.arrivedUnseen(event);
+      this.announce(event);
     }
+  };
+
+  // --- what a screen reader is told ---
+
+  // The list itself is not live (a load or a reset would read it all out, a reply would be
+  // read with its buttons): one hidden live element says, once each, what is new while
+  // the page is open — a reply when it is whole, a notice, a message from another channel.
+  // Never the history (stored before the page was served), never what this page sent.
+  Chat.prototype.announce = function (event) {
+    if (!this.announcer || event.hidden) return;
+    var key = this.sessionId + ":" + event.seq;
+    if (this.announced.has(key) || !(Date.parse(event.created_at) >= this.openedAt)) return;
+    var text = speakable(event.content, 300) || ((event.attachments || []).length ? "(attachment)" : "");
+    var words;
+    if (event.role === "system") {
+      words = text;
+    } else if (event.role === "assistant") {
+      words = this.config.qorName + ": " + text + (event.stopped ? " (Stopped)" : "");
+    } else if (event.channel !== this.config.channel) {
+      words = this.who(event) + ": " + text;
+    }
+    if (!words || !text) return;
+    this.announced.add(key);
+    // Added, not replaced: two arriving together are both said, and the same words twice too.
+    this.announcer.appendChild(el("div", null, words));
+    while (this.announcer.childNodes.length > 5) this.announcer.removeChild(this.announcer.firstChild);
+  };
+
+  // Who wrote a message, as its article is named: "Aria", "You", "Alice on Telegram".
+  Chat.prototype.who = function (event) {
+    var name = event.sender_name || (event.role === "assistant" ? this.config.qorName : "You");
+    if (event.channel && event.channel !== this.config.channel) {
+      name += " on " + ((this.config.labels || {})[event.channel] || platformName(event.channel));
+    }
+    return name;
   };
 
   // --- a reply (or a heartbeat) arriving while the tab is in the background ---
@@ -515,6 +565,7 @@
         messages.forEach(function (m) {
           var node = el("article", "msg msg--" + m.role + (m.role === "system" ? " msg--notice" : ""));
           node.setAttribute("data-seq", m.seq);
+          node.setAttribute("aria-label", (m.role === "system" ? "Notice" : self.who(m)) + ", " + timeLabel(new Date(m.created_at)));
           var meta = el("header", "msg__meta");
           meta.appendChild(el("span", "msg__who", m.sender_name || (m.role === "assistant" ? self.config.qorName : "You")));
           if (m.channel !== self.config.channel) meta.appendChild(self.badge(m.channel));
@@ -648,6 +699,7 @@
     if (event.notice) node.setAttribute("data-notice", event.notice);
     if (event.reply_to && event.role === "assistant") node.setAttribute("data-answers", event.reply_to);
     var date = new Date(event.created_at);
+    node.setAttribute("aria-label", (isNotice ? "Notice" : this.who(event)) + ", " + timeLabel(date));
     if (isNotice) {
       var text = el("div", "notice__text");
       text.innerHTML = md.render(event.content);
@@ -806,7 +858,8 @@
       var channel = source ? source.getAttribute("data-channel") : this.config.channel;
       var node = el("article", "msg msg--assistant msg--streaming");
       node.setAttribute("data-reply-to", replyTo);
-      node.setAttribute("aria-busy", "true"); // announced once, as the stored reply, not on every paint
+      node.setAttribute("aria-busy", "true");
+      node.setAttribute("aria-label", this.config.qorName + ", writing");
       node.setAttribute("data-channel", channel);
       var meta = el("header", "msg__meta");
       meta.appendChild(el("span", "msg__who", this.config.qorName));
@@ -1102,6 +1155,7 @@
     pending.setAttribute("data-channel", this.config.channel);
     var body = el("div", "msg__body");
     body.innerHTML = md.render(content);
+    pending.setAttribute("aria-label", "You, sending");
     pending.appendChild(el("header", "msg__meta")).appendChild(el("span", "msg__who", "Sending…"));
     pending.appendChild(body);
     if (images.length) {
