@@ -3,9 +3,8 @@
 (channels_app.consumers); this module renders and relays."""
 from __future__ import annotations
 
-import time
-
 import base64
+import time
 from collections.abc import Callable
 from functools import wraps
 

@@ -7,9 +7,8 @@ WebSocket has Qorven's own origin. Which sites may frame it is the binding's `or
 """
 from __future__ import annotations
 
-import time
-
 import json
+import time
 
 from django.conf import settings
 from django.http import HttpRequest, HttpResponse, JsonResponse
