@@ -1,5 +1,6 @@
 """The JSON API: a user's canonical timeline with one Qor, posting to it (channel web, or
-tui for a terminal client), and stopping a reply being written."""
+tui for a terminal client), stopping a reply being written, and what the Qor remembers
+about them."""
 from __future__ import annotations
 
 import re
@@ -233,6 +234,41 @@ def qor_voice_transcripts(request: HttpRequest, qor) -> HttpResponse:
                                   call_id=call_id.strip(), turns=spoken)
     return JsonResponse({"session": session_json(call.session), "stored": call.stored,
                          "digest": "queued" if call.stored else "done before"}, status=201 if call.stored else 200)
+
+
+@csrf_exempt
+@json_methods("GET")
+@bearer_required
+@_for_qor
+def qor_memories(request: HttpRequest, qor) -> HttpResponse:
+    """GET: what the Qor remembers about the caller, newest first (`?before=<id>` for the
+    page after the one that ended with that memory, `?limit=`, at most 100)."""
+    from memory_app.person_memories import PAGE, PAGE_MAX, memories_listed, memory_page_json
+
+    before = _int_param(request, "before", minimum=1, maximum=QUERY_INT_MAX)
+    limit = _int_param(request, "limit", minimum=1, maximum=PAGE_MAX) or PAGE
+    page = memories_listed(tenant=request.tenant, qor=qor, user=request.user,  # type: ignore[attr-defined]
+                           before_id=before, limit=limit)
+    return JsonResponse(memory_page_json(page))
+
+
+@csrf_exempt
+@json_methods("DELETE")
+@bearer_required
+def qor_memory_forget(request: HttpRequest, qor_slug: str, memory_id: int) -> HttpResponse:
+    """DELETE: the Qor forgets that memory of the caller's (404 for one not theirs)."""
+    from memory_app.person_memories import memory_forget
+
+    @_for_qor
+    def forget(request: HttpRequest, qor) -> HttpResponse:
+        try:
+            memory_forget(tenant=request.tenant, qor=qor, user=request.user,  # type: ignore[attr-defined]
+                          memory_id=memory_id)
+        except NotFound:
+            return json_error(404, f"you have no memory {memory_id}")
+        return JsonResponse({"forgotten": memory_id})
+
+    return forget(request, qor_slug)
 
 
 def _spoken(i: int, turn: Any, limit: int, kind: Any) -> Any:

@@ -78,6 +78,7 @@ def chat_page(request: HttpRequest, qor_slug: str) -> HttpResponse:
         "conversations": reverse("chat-conversations", args=[owner.tenant.slug, owner.qor.slug]),
         "regenerate": reverse("chat-regenerate", args=[owner.tenant.slug, owner.qor.slug]),
         "search": reverse("chat-search", args=[owner.tenant.slug, owner.qor.slug]),
+        "memories": reverse("chat-memories", args=[owner.tenant.slug, owner.qor.slug]),
         "images": f"/chat/api/{owner.tenant.slug}/{owner.qor.slug}/images/",
         "maxUpload": settings.QORVEN_MAX_UPLOAD,
         # Messages stored before this are history: shown, never announced (server clock).
@@ -153,6 +154,35 @@ def chat_search_view(request: HttpRequest, owner) -> JsonResponse:
     if len(query) > 200:
         return JsonResponse({"error": "search for at most 200 characters"}, status=400)
     return JsonResponse({"query": query, **chat_search(owner=owner, query=query)})
+
+
+@member_json_view("GET")
+def chat_memories_view(request: HttpRequest, owner) -> JsonResponse:
+    """GET: what the Qor remembers about the person, newest first (`?before=<id>`: the next
+    page); the chat page's Memories dialog."""
+    from memory_app.person_memories import PAGE, memories_listed, memory_page_json
+
+    raw = request.GET.get("before", "")
+    if raw and not (raw.isascii() and raw.isdigit() and 0 < int(raw) <= QUERY_INT_MAX):
+        return JsonResponse({"error": '"before" must be a memory\'s id'}, status=400)
+    page = memories_listed(tenant=owner.tenant, qor=owner.qor, user=owner.user,
+                           before_id=int(raw) if raw else None, limit=PAGE)
+    return JsonResponse(memory_page_json(page))
+
+
+def chat_memory_forget_view(request: HttpRequest, tenant_slug: str, qor_slug: str, memory_id: int) -> JsonResponse:
+    """DELETE: the Qor forgets that memory of the person's (the dialog's Forget button)."""
+    from memory_app.person_memories import memory_forget
+
+    @member_json_view("DELETE")
+    def forget(request: HttpRequest, owner) -> JsonResponse:
+        try:
+            memory_forget(tenant=owner.tenant, qor=owner.qor, user=owner.user, memory_id=memory_id)
+        except NotFound:
+            return JsonResponse({"error": "no such memory"}, status=404)
+        return JsonResponse({"forgotten": memory_id})
+
+    return forget(request, tenant_slug, qor_slug)
 
 
 @member_json_view("POST")

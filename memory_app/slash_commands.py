@@ -1,6 +1,7 @@
-"""Slash commands of memory: `/compact`."""
+"""Slash commands of memory: `/compact`, `/memories` and `/forget`."""
 from __future__ import annotations
 
+import re
 import uuid
 
 from django.conf import settings
@@ -8,7 +9,12 @@ from django.db import transaction
 
 from sessions_app.models import Session
 from sessions_app.turn_writes import turn_lease_acquire
+from tenancy.errors import NotFound
 from tenancy.slash_registry import CommandContext, slash_command
+from tenancy.trust import Trust, trust_allows
+
+from .person_memories import PAGE, memories_listed, memory_forget, memory_kind, memory_line
+from .reminders import tenant_zone
 
 ROTATABLE = (Session.Kind.CANONICAL, Session.Kind.LEGACY)
 
@@ -31,3 +37,66 @@ def compact_command(ctx: CommandContext) -> str:
     compact_request_record(tenant_id=tenant_id, session_id=session_id, channel=channel)
     transaction.on_commit(lambda: session_compact.delay(tenant_id, session_id, channel, owner))
     return "Compacting this conversation: saving its key points to memory first…"
+
+
+_NUMBER = re.compile(r"#?([0-9]{1,18})")
+
+
+def _memory_number(text: str) -> int | None:
+    """The memory number in `#12` or `12`, or None."""
+    found = _NUMBER.fullmatch(text.strip())
+    return int(found.group(1)) if found else None
+
+
+def _own_memories_refusal(ctx: CommandContext) -> str | None:
+    """Why this conversation may not show or change the person's memories, or None.
+
+    Only a direct chat with a known, paired person: in a group others would read them."""
+    if ctx.session.kind not in ROTATABLE or ctx.session.user is None:
+        return "Your memories are shown and forgotten only in a direct chat with me."
+    if not trust_allows(ctx.trust, Trust.PAIRED):
+        return "Your memories are shown and forgotten only once you are paired with me."
+    return None
+
+
+@slash_command("memories", "what I remember about you (`/memories #N`: those older than #N)")
+def memories_command(ctx: CommandContext) -> str:
+    refusal = _own_memories_refusal(ctx)
+    if refusal:
+        return refusal
+    session = ctx.session
+    before = None
+    if ctx.args.strip():
+        before = _memory_number(ctx.args)
+        if before is None:
+            return "Use `/memories` for the newest, or `/memories #N` for those older than #N."
+    page = memories_listed(tenant=session.tenant, qor=session.qor, user=session.user, before_id=before, limit=PAGE)
+    if not page.memories:
+        return ("I remember nothing about you yet." if before is None
+                else "There is nothing older than that.")
+    head = (f"What I remember about you ({page.total}):" if before is None
+            else f"Older memories (of {page.total}):")
+    zone = tenant_zone(session.tenant)
+    lines = [head, *(f"• {memory_line(m, zone=zone)}" for m in page.memories)]
+    if page.more:
+        lines.append(f"Older ones: `/memories #{page.memories[-1].pk}`.")
+    lines.append("To have me forget one: `/forget #N`.")
+    return "\n".join(lines)
+
+
+@slash_command("forget", "forget one of your memories: `/forget #N` (numbers from /memories)")
+def forget_command(ctx: CommandContext) -> str:
+    refusal = _own_memories_refusal(ctx)
+    if refusal:
+        return refusal
+    number = _memory_number(ctx.args)
+    if number is None:
+        return "Say which memory: `/forget #N`, with N from `/memories`."
+    session = ctx.session
+    try:
+        memory = memory_forget(tenant=session.tenant, qor=session.qor, user=session.user, memory_id=number)
+    except NotFound:
+        return f"You have no memory #{number}; `/memories` lists yours."
+    # Not its text again: what is forgotten is not copied into the conversation.
+    when = memory.created_at.astimezone(tenant_zone(session.tenant))
+    return f"Forgotten: #{memory.pk}, a {memory_kind(memory)} from {when:%d %b %Y}."

@@ -5,11 +5,13 @@ from datetime import timedelta
 
 from django.utils import timezone
 
+from tenancy.errors import NotFound
 from tenancy.tool_registry import ToolContext, ToolError, tool
 from tenancy.trust import Trust
 
 from .models import Memory
 from .reminders import DueError, due_parse, tenant_zone
+from .person_memories import memory_forget
 from .selectors import memory_search, skill_get, skills_for
 from .services import memory_add, reminder_add
 
@@ -41,7 +43,8 @@ def memory_search_tool(ctx: ToolContext, args: dict) -> dict:
     found = memory_search(tenant=ctx.tenant, qor=ctx.qor, user=ctx.user, query=query, limit=limit)
     return {
         "results": [
-            {"type": m.type, "content": m.content, "created_at": m.created_at.isoformat(), "channels": m.channels}
+            {"id": m.pk, "type": m.type, "content": m.content, "created_at": m.created_at.isoformat(),
+             "channels": m.channels}
             for m in found
         ]
     }
@@ -106,6 +109,32 @@ def remember_tool(ctx: ToolContext, args: dict) -> dict:
     memory, created = reminder_add(due=due, **common)
     return {"saved": created, "already_known": not created, "id": memory.pk,
             "due": due.astimezone(zone).isoformat(timespec="minutes")}
+
+
+@tool(
+    name="forget_memory",
+    description=(
+        "Delete one memory you keep about this user, when they ask you to forget something. "
+        "Find it first with memory_search (each result has an id); delete only what they asked to forget."
+    ),
+    parameters={
+        "type": "object",
+        "properties": {"id": {"type": "integer", "description": "the memory's id, from memory_search"}},
+        "required": ["id"],
+    },
+    min_trust=Trust.PAIRED,
+)
+def forget_memory_tool(ctx: ToolContext, args: dict) -> dict:
+    memory_id = args.get("id")
+    if isinstance(memory_id, bool) or not isinstance(memory_id, int):
+        raise ToolError("id must be an integer: a memory's id from memory_search")
+    if ctx.user is None:
+        raise ToolError("there is no known user whose memory this could be")
+    try:
+        memory = memory_forget(tenant=ctx.tenant, qor=ctx.qor, user=ctx.user, memory_id=memory_id)
+    except NotFound:
+        raise ToolError(f"this user has no memory {memory_id}; search with memory_search for its id") from None
+    return {"forgotten": memory_id, "type": memory.type}
 
 
 @tool(

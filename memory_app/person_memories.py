@@ -1,0 +1,87 @@
+"""What a Qor remembers about a person, as that person sees and manages it.
+
+The person lists their own memories (`/memories`, the API, the chat page) and has one
+forgotten (`/forget`, the `forget_memory` tool, the API). Both are scoped to (tenant, Qor,
+user) like memory search: a memory of someone else is not found, the same as one that
+does not exist.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import tzinfo
+
+from django.contrib.auth.models import User
+from django.db import transaction
+
+from tenancy.errors import NotFound
+from tenancy.models import Qor, Tenant
+
+from .models import Memory
+from .services import memory_delete
+
+PAGE = 20
+PAGE_MAX = 100
+
+
+@dataclass(frozen=True)
+class MemoryPage:
+    memories: list[Memory]
+    total: int  # the person's memories with this Qor, all pages
+    more: bool  # older ones follow this page
+
+
+def memories_listed(*, tenant: Tenant, qor: Qor, user: User, before_id: int | None = None,
+                    limit: int = PAGE) -> MemoryPage:
+    """The person's memories with this Qor, newest first; `before_id` gives the page after
+    the one that ended with that memory."""
+    if qor.tenant_id != tenant.pk:
+        raise NotFound("no such Qor")
+    owned = Memory.objects.filter(tenant=tenant, qor=qor, user=user)
+    page = owned if before_id is None else owned.filter(pk__lt=before_id)
+    rows = list(page.order_by("-pk")[: limit + 1])
+    return MemoryPage(memories=rows[:limit], total=owned.count(), more=len(rows) > limit)
+
+
+@transaction.atomic
+def memory_forget(*, tenant: Tenant, qor: Qor, user: User, memory_id: int) -> Memory:
+    """Delete one of the person's memories (with its search index entry, words included);
+    returns it as it was. NotFound for a memory that is not theirs or not there."""
+    if not 0 < memory_id < 2**63:  # beyond any id: not found, never a database error
+        raise NotFound("no such memory")
+    memory = (Memory.objects.select_for_update()
+              .filter(tenant=tenant, qor=qor, user=user, pk=memory_id).first())
+    if memory is None:
+        raise NotFound("no such memory")
+    memory_delete(memories=[memory])
+    return memory
+
+
+def memory_json(memory: Memory) -> dict[str, object]:
+    """A memory as the API and the chat page give it to its person."""
+    return {
+        "id": memory.pk,
+        "type": memory.type,
+        "content": memory.content,
+        "channels": memory.channels,
+        "created_at": memory.created_at.isoformat(),
+        # a reminder's due time; the stretch of conversation a digest covers
+        "period_start": memory.period_start.isoformat() if memory.period_start else None,
+        "period_end": memory.period_end.isoformat() if memory.period_end else None,
+    }
+
+
+def memory_page_json(page: MemoryPage) -> dict[str, object]:
+    return {"memories": [memory_json(m) for m in page.memories], "total": page.total, "more": page.more}
+
+
+def memory_kind(memory: Memory) -> str:
+    return memory.type.replace("_", " ")
+
+
+def memory_line(memory: Memory, *, zone: tzinfo, width: int = 160) -> str:
+    """One memory as a line of a list: its number, kind, date (in `zone`) and text (cut at
+    `width`)."""
+    text = " ".join(memory.content.split())
+    if len(text) > width:
+        text = text[: width - 1].rstrip() + "…"
+    return f"#{memory.pk} · {memory_kind(memory)} · {memory.created_at.astimezone(zone):%d %b %Y} — {text}"
