@@ -114,7 +114,7 @@ def messages_read(
         where.append("seq < %s")
         params.append(before_seq)
     order = "ASC" if after_seq is not None else "DESC"
-    rows = _rows_read(f"WHERE {' AND '.join(where)} ORDER BY seq {order} LIMIT %s", [*params, limit], session.pk)
+    rows = message_rows_read(f"WHERE {' AND '.join(where)} ORDER BY seq {order} LIMIT %s", [*params, limit], session.pk)
     if after_seq is None:
         rows.reverse()
     return rows
@@ -127,7 +127,7 @@ _ROW_FIELDS: list[Field] = [cast(Field, Message._meta.get_field(name)) for name 
 _row_selects: dict[tuple[str, bool], tuple[str, list[tuple[int, list[Callable[..., Any]], Any]]]] = {}
 
 
-def _rows_read(tail: str, params: list[Any], session_id: int, *, dated: bool = True) -> list[MessageRow]:
+def message_rows_read(tail: str, params: list[Any], session_id: int, *, dated: bool = True) -> list[MessageRow]:
     """`SELECT <the row's columns> FROM messages <tail>` as MessageRows; without `dated`,
     `created_at` is not read (None), nor converted to a datetime.
 
@@ -182,80 +182,6 @@ def _json_column(value: Any, expression: Any, connection: Any) -> Any:
         return json.loads(value)
     except json.JSONDecodeError:
         return value
-
-
-def context_read(
-    *, session: Session, floor_seq: int, answering_seq: int, before_seq: int | None = None, limit: int = 64
-) -> list[MessageRow]:
-    """The newest `limit` messages a model may see when answering message `answering_seq`,
-    oldest first: after the compaction point `floor_seq`, before `before_seq`, without
-    user messages that arrived later (they get their own turns), notices, commands,
-    answers written again (superseded) and messages the model refused or that never fit
-    (sending those again with every later message would only fail those too). The
-    filtering happens in the database, so a long backlog of skipped rows never reaches
-    Python; one range scan of the (session, seq) index, read as rows, not model instances.
-    The rows' `created_at` is None: a prompt has no use for it, and making a datetime of
-    it was a third of reading a full window's rows."""
-    where, params = _context_where(session, floor_seq, answering_seq)
-    if before_seq is not None:
-        where.append("seq < %s")
-        params.append(before_seq)
-    rows = _rows_read(f"WHERE {' AND '.join(where)} ORDER BY seq DESC LIMIT %s", [*params, limit], session.pk,
-                      dated=False)
-    rows.reverse()
-    return rows
-
-
-def context_versions(*, session: Session, floor_seq: int, low_seq: int, high_seq: int) -> list[tuple[int, int | None]]:
-    """The id and revision of each message from `low_seq` to `high_seq` that a context read
-    (as context_read, for a message after `high_seq`) returns, oldest first: one range scan
-    that reads no text. Equal to those of rows read earlier, the rows are what the database
-    holds now (a message updated since has moved its revision on; one that joined or left
-    what a context read returns changes the ids)."""
-    where, params = _context_where(session, floor_seq, high_seq)
-    where.append("seq BETWEEN %s AND %s")
-    params += [low_seq, high_seq]
-    table = connection.ops.quote_name(Message._meta.db_table)
-    with connection.cursor() as cursor:
-        cursor.execute(f"SELECT id, revision FROM {table} WHERE {' AND '.join(where)} ORDER BY seq", params)
-        return [(pk, revision) for pk, revision in cursor.fetchall()]
-
-
-def _context_where(session: Session, floor_seq: int, answering_seq: int) -> tuple[list[str], list[Any]]:
-    where = ["session_id = %s", "seq > %s", "NOT (role = 'user' AND seq > %s)",
-             "(answer_state IS NULL OR answer_state <> 'failed')"]
-    params: list[Any] = [session.pk, floor_seq, answering_seq]
-    for key in ("notice", "command", "superseded"):
-        sql, param = _metadata_has_key(key)
-        where.append(f"NOT {sql}")
-        params.append(param)
-    return where, params
-
-
-def context_left_out(*, session: Session, floor_seq: int, answering_seq: int, limit: int = 64) -> list[MessageRow]:
-    """Up to `limit` messages after the compaction point `floor_seq` that a context read
-    for `answering_seq` left out or that came after it, oldest first: later messages of
-    any role, and failed or superseded ones; never notices or commands. With a context
-    read that reached `floor_seq`, these are the rest of the uncompacted conversation
-    (a message after `answering_seq` the read also saw is returned again)."""
-    where = ["session_id = %s", "seq > %s"]
-    params: list[Any] = [session.pk, floor_seq]
-    superseded, param = _metadata_has_key("superseded")
-    where.append(f"(seq > %s OR answer_state = 'failed' OR {superseded})")
-    params += [answering_seq, param]
-    for key in ("notice", "command"):
-        sql, param = _metadata_has_key(key)
-        where.append(f"NOT {sql}")
-        params.append(param)
-    return _rows_read(f"WHERE {' AND '.join(where)} ORDER BY seq LIMIT %s", [*params, limit], session.pk)
-
-
-def _metadata_has_key(key: str) -> tuple[str, str]:
-    """SQL (and its parameter) true when the message's metadata has `key`, as the ORM's
-    `metadata__has_key` writes it on this database."""
-    if connection.vendor == "postgresql":
-        return "(metadata ? %s)", key
-    return "(JSON_TYPE(metadata, %s) IS NOT NULL)", f'$."{key}"'
 
 
 def message_image(*, session: Session, seq: int, index: int) -> Image | None:

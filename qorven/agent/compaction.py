@@ -18,10 +18,10 @@ from django.db import transaction
 
 from memory_app.compaction import CompactionFailed, RotateOutcome, compaction_rotate
 from sessions_app.errors import SessionClosed
+from sessions_app.context_reads import context_left_out
 from sessions_app.models import Message, Session
 from sessions_app.selectors import (
     StoredMessage,
-    context_left_out,
     messages_read,
     next_pending_user_message,
 )

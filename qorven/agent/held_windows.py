@@ -5,7 +5,7 @@ was most of what a long conversation added to a turn. A turn keeps the settled p
 its window (the messages before the oldest one still waiting for an answer), with each
 message's id and revision and what it costs in tokens. The session's next turn checks
 those against the database in one statement that reads no text
-(sessions_app.selectors.context_versions) and reads only the messages after them. Any
+(sessions_app.context_reads.context_versions) and reads only the messages after them. Any
 difference — a message updated (its answer, a transcript, a reply written again), one
 that joined or left what the model may see, a new compaction point — and the window is
 read as before, so what the model is sent is always what reading it afresh gives.

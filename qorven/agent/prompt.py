@@ -19,7 +19,8 @@ from sessions_app.models import Message, Session
 
 from .attachments import IMAGE_TOKENS, attached_count, image_parts
 from .held_windows import Held, held_window, held_window_keep
-from sessions_app.selectors import MessageRow, StoredMessage, context_read, context_versions
+from sessions_app.context_reads import context_read, context_versions
+from sessions_app.selectors import MessageRow, StoredMessage
 from tenancy.tool_registry import Tool
 from tenancy.trust import Trust, trust_allows
 
