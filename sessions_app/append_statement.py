@@ -29,7 +29,9 @@ from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.models import Field
 from django.utils.dateparse import parse_datetime
 
-from .errors import LeaseLost
+from tenancy.models import Membership
+
+from .errors import LeaseLost, SenderLeft
 from .models import Message, Session
 
 _ACTIVE = Session.State.ACTIVE.value
@@ -75,6 +77,8 @@ class AppendPlan:
     # new end, the answered seq, the session's id and state, the owner, the answered
     # state and the answered message's id, then the values.
     reply_sql: str = ""
+    # The same, stored only while the session's person is still a member (member_condition).
+    member_reply_sql: str = ""
 
 
 _plans: dict[str, AppendPlan] = {}  # by vendor
@@ -100,20 +104,24 @@ def append_plan(db: BaseDatabaseWrapper) -> AppendPlan:
     inserted = [f for f in fields if f.attname != "seq"]
     sessions, messages = quote(Session._meta.db_table), quote(Message._meta.db_table)
     returning = f"RETURNING {quote('id')}, {quote('seq')}, {quote('created_at')}"
-    reply_sql = ""
+    reply_sql = member_reply_sql = ""
     if db.vendor == "postgresql":
         insert = f"INSERT INTO {messages} ({columns}) SELECT {values} FROM allocated {returning}"
         sql = (
             f"WITH allocated AS (UPDATE {sessions} SET last_seq = last_seq + 1"
             f" WHERE id = {mark} AND state = {mark} RETURNING last_seq AS seq) {insert}"
         )
-        reply_sql = (
-            f"WITH allocated AS (UPDATE {sessions} SET last_seq = last_seq + 1, turn_lease_until = {mark},"
-            f" replied_through_seq = GREATEST(replied_through_seq, {mark})"
-            f" WHERE id = {mark} AND state = {mark} AND turn_owner = {mark} RETURNING last_seq AS seq),"
-            f" marked AS (UPDATE {messages} SET answer_state = {mark} WHERE id = {mark}"
-            f" AND EXISTS (SELECT 1 FROM allocated)) {insert}"
-        )
+        def reply(held: str) -> str:
+            return (
+                f"WITH allocated AS (UPDATE {sessions} SET last_seq = last_seq + 1, turn_lease_until = {mark},"
+                f" replied_through_seq = GREATEST(replied_through_seq, {mark})"
+                f" WHERE id = {mark} AND state = {mark} AND {held} RETURNING last_seq AS seq),"
+                f" marked AS (UPDATE {messages} SET answer_state = {mark} WHERE id = {mark}"
+                f" AND EXISTS (SELECT 1 FROM allocated)) {insert}"
+            )
+
+        reply_sql = reply(f"turn_owner = {mark}")
+        member_reply_sql = reply(f"turn_owner = {mark} AND {member_condition(db)}")
     else:
         sql = (
             f"INSERT INTO {messages} ({columns}) SELECT {values}"
@@ -132,33 +140,60 @@ def append_plan(db: BaseDatabaseWrapper) -> AppendPlan:
         session_first=db.vendor == "postgresql",
         named=named,
         reply_sql=reply_sql,
+        member_reply_sql=member_reply_sql,
     )
     return plan
 
 
+def member_condition(db: BaseDatabaseWrapper) -> str:
+    """SQL for the WHERE of a statement on the session row: true while the session's person
+    is an active member of its tenant (as tenancy.selectors.membership_active reads it).
+    Folded into the statement that stores a turn's reply, so a person removed while the
+    model thought gets nothing, for two index lookups (the membership's unique (tenant,
+    user) index, the user's primary key) and no round trip of its own."""
+    quote = db.ops.quote_name
+    sessions = quote(Session._meta.db_table)
+    users = quote(Session._meta.get_field("user").related_model._meta.db_table)
+    return (
+        f"EXISTS (SELECT 1 FROM {quote(Membership._meta.db_table)} m JOIN {users} u ON u.id = m.user_id"
+        f" WHERE m.tenant_id = {sessions}.tenant_id AND m.user_id = {sessions}.user_id AND u.is_active)"
+    )
+
+
 def reply_execute(
     db: BaseDatabaseWrapper, *, session_id: int, values: dict[str, Any], owner: str, lease_until: Any,
-    answers_id: int, answers_seq: int,
+    answers_id: int, answers_seq: int, member: bool = False,
 ) -> tuple[int, int, datetime] | None:
     """PostgreSQL: append a turn's reply (as append_execute) in the statement that also
     confirms `owner`'s lease on the session and extends it to `lease_until`, marks message
     `answers_id` answered and moves the session's progress past `answers_seq` — one round
     trip, a transaction of its own outside an atomic block. Raises LeaseLost when the lease
-    is no longer `owner`'s; returns None when the session is not active."""
+    is no longer `owner`'s; with `member`, SenderLeft when the session's person is no longer
+    a member of its tenant (nothing is written); returns None when the session is not active."""
     plan = append_plan(db)
     if not plan.reply_sql:
         raise ValueError(f"{db.vendor} stores a reply in a transaction of the caller's (sessions_app.turn_writes)")
     params = _adapted(plan, values)
     head = [lease_until, answers_seq, session_id, _ACTIVE, owner, Message.Answer.ANSWERED, answers_id]
-    row = _execute(db, plan.reply_sql, head + params)
+    row = _execute(db, plan.member_reply_sql if member else plan.reply_sql, head + params)
     if row is None:
-        with db.cursor() as cursor:
-            cursor.execute(f"SELECT turn_owner FROM {db.ops.quote_name(Session._meta.db_table)} WHERE id = %s",
-                           [session_id])
-            found = cursor.fetchone()
-        if found is None or found[0] != owner:
-            raise LeaseLost(session_id)
+        reply_refusal(db, session_id=session_id, owner=owner, member=member)
     return row
+
+
+def reply_refusal(db: BaseDatabaseWrapper, *, session_id: int, owner: str, member: bool) -> None:
+    """Why a reply's statement stored nothing (read only then, never for a reply stored):
+    LeaseLost when the lease is no longer `owner`'s, SenderLeft when `member` was asked and
+    the session's person is no longer one; else it returns (the session is not active)."""
+    sessions = db.ops.quote_name(Session._meta.db_table)
+    with db.cursor() as cursor:
+        cursor.execute(f"SELECT turn_owner, {member_condition(db) if member else 'NULL'} FROM {sessions}"
+                       f" WHERE id = %s", [session_id])
+        found = cursor.fetchone()
+    if found is None or found[0] != owner:
+        raise LeaseLost(session_id)
+    if member and not found[1]:
+        raise SenderLeft(session_id)
 
 
 def _adapted(plan: AppendPlan, values: dict[str, Any]) -> list[Any]:

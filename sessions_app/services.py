@@ -32,11 +32,13 @@ from .signals import message_appended
 
 @dataclass(frozen=True)
 class Answering:
-    """A reply's turn: the user message it answers, the lease's owner and its new end."""
+    """A reply's turn: the user message it answers, the lease's owner and its new end, and
+    whether the reply is stored only while the session's person is still a member."""
 
     message: Message
     owner: str
     lease_until: Any  # as the database stores it
+    member: bool = False
 
 
 @dataclass(frozen=True)
@@ -163,7 +165,8 @@ def message_append(
 
     `answering` (PostgreSQL only; see sessions_app.turn_writes.reply_store): the message
     is a turn's reply, stored in the statement that confirms the turn's lease (LeaseLost)
-    and marks the message it answers.
+    and, if asked, that the session's person is still a member (SenderLeft), and marks the
+    message it answers.
     """
     if external_id and not external_scope:
         raise ValueError("external_id needs an external_scope (the binding or user it is unique in)")
@@ -194,7 +197,7 @@ def message_append(
         else:
             row = reply_execute(db, session_id=session.pk, values=values, owner=answering.owner,
                                 lease_until=answering.lease_until, answers_id=answering.message.pk,
-                                answers_seq=answering.message.seq)
+                                answers_seq=answering.message.seq, member=answering.member)
     except IntegrityError:
         # The same external id raced in (the unique index decided); it is stored once.
         existing = _find_external(session.tenant_id, external_scope, external_id) if external_id else None

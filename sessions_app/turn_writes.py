@@ -19,6 +19,7 @@ from django.utils import timezone
 
 from qorven.runtime.prepared_read import PreparedRead
 
+from .append_statement import member_condition, reply_refusal
 from .errors import LeaseLost
 from .models import Message, Session
 from .selectors import answerable
@@ -77,18 +78,21 @@ def turn_leases_renew(*, held: dict[str, int], seconds: int) -> list[str]:
     ]
 
 
-def turn_answer_record(*, message: Message, owner: str) -> None:
+def turn_answer_record(*, message: Message, owner: str, member: bool = False) -> None:
     """In the transaction that stores the reply to user message `message`: confirm and
     extend `owner`'s lease (LeaseLost if it is no longer theirs, as turn_lease_confirm),
-    mark the message answered and move the session's progress past it (never back).
-    One statement on PostgreSQL, two on SQLite."""
+    with `member` confirm the session's person is still a member of its tenant (SenderLeft
+    if not), mark the message answered and move the session's progress past it (never
+    back). One statement on PostgreSQL, two on SQLite."""
     until = _moment(timezone.now() + timedelta(seconds=settings.QORVEN_TURN_LEASE))
     seq, session_id = message.seq, message.session_id
+    db = connections[DEFAULT_DB_ALIAS]
+    held = "turn_owner = %s" + (f" AND {member_condition(db)}" if member else "")
     if _postgres():
-        with connections[DEFAULT_DB_ALIAS].cursor() as cursor:
+        with db.cursor() as cursor:
             cursor.execute(
                 "WITH held AS (UPDATE sessions_app_session SET turn_lease_until = %s,"
-                " replied_through_seq = GREATEST(replied_through_seq, %s) WHERE id = %s AND turn_owner = %s"
+                f" replied_through_seq = GREATEST(replied_through_seq, %s) WHERE id = %s AND {held}"
                 " RETURNING id), marked AS (UPDATE sessions_app_message SET answer_state = %s WHERE id = %s"
                 " AND EXISTS (SELECT 1 FROM held)) SELECT count(*) FROM held",
                 [until, seq, session_id, owner, Message.Answer.ANSWERED, message.pk],
@@ -97,31 +101,36 @@ def turn_answer_record(*, message: Message, owner: str) -> None:
     else:
         kept = _write(
             "UPDATE sessions_app_session SET turn_lease_until = %s, replied_through_seq = MAX(replied_through_seq, %s)"
-            " WHERE id = %s AND turn_owner = %s",
+            f" WHERE id = %s AND {held}",
             [until, seq, session_id, owner],
         ) and _write("UPDATE sessions_app_message SET answer_state = %s WHERE id = %s",
                      [Message.Answer.ANSWERED, message.pk])
     if not kept:
+        if member:  # a person who left, told apart from a lost lease (read only on this path)
+            reply_refusal(db, session_id=session_id, owner=owner, member=member)
         raise LeaseLost(session_id)
     message.answer_state = Message.Answer.ANSWERED
 
 
 def reply_store(*, session: Session, answers: Message, owner: str, content: str, channel: str, sender_name: str,
-                metadata: dict[str, Any]) -> Message:
+                metadata: dict[str, Any], member: bool = False) -> Message:
     """Store a turn's reply to user message `answers` with the answered marks, once the
     lease is confirmed still `owner`'s (else LeaseLost, and nothing is written; SessionClosed
-    when the session was archived meanwhile). Committed on return, unless the caller holds a
+    when the session was archived meanwhile) and, with `member`, that the session's person
+    is still an active member of its tenant (else SenderLeft, nothing written: they may have
+    been removed while the model thought). Committed on return, unless the caller holds a
     transaction. PostgreSQL: one statement; SQLite: three in one transaction."""
     if _postgres():
         until = _moment(timezone.now() + timedelta(seconds=settings.QORVEN_TURN_LEASE))
         message = message_append(
             session=session, role=Message.Role.ASSISTANT, content=content, channel=channel, sender_name=sender_name,
-            metadata=metadata, answering=Answering(message=answers, owner=owner, lease_until=until),
+            metadata=metadata, answering=Answering(message=answers, owner=owner, lease_until=until, member=member),
         ).message
         answers.answer_state = Message.Answer.ANSWERED
         return message
     with transaction.atomic():
-        turn_answer_record(message=answers, owner=owner)  # the lease first: LeaseLost writes nothing
+        # The lease (and membership) first: LeaseLost or SenderLeft writes nothing.
+        turn_answer_record(message=answers, owner=owner, member=member)
         return message_append(
             session=session, role=Message.Role.ASSISTANT, content=content, channel=channel, sender_name=sender_name,
             metadata=metadata,

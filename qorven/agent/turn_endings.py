@@ -14,11 +14,18 @@ from sessions_app.errors import SessionClosed
 from sessions_app.models import Message, Session
 from sessions_app.services import message_answer_fail, message_append
 from sessions_app.turn_writes import reply_store, turn_lease_confirm
+from tenancy.trust import Trust
 
 from .notices import notice_for
 from .stop import turn_stop_clear
 
 logger = logging.getLogger("qorven.agent.turns")
+
+
+def answers_a_member(session: Session, pending: Message) -> bool:
+    """Whether answering `pending` needs its sender to be a member of the workspace: a
+    person's message, not a public surface's (a webchat's anonymous visitor has none)."""
+    return session.user is not None and str(pending.metadata.get("trust") or Trust.PAIRED) != Trust.PUBLIC
 
 
 def reply_end(
@@ -27,13 +34,14 @@ def reply_end(
 ) -> Message:
     """Append the final answer (tagged with the inbound channel) and mark the message
     answered, with the confirmation that this turn still holds the session (so a turn
-    that lost its lease never answers twice: sessions_app.turn_writes.reply_store); then
-    tell streaming surfaces the reply is complete."""
+    that lost its lease never answers twice: sessions_app.turn_writes.reply_store) and
+    that its sender is still a member (SenderLeft if they were removed while the model
+    thought: nothing is stored or sent); then tell streaming surfaces the reply is complete."""
     metadata = {"reply_to": pending.seq, **(metadata or {})}
     if notice:
         metadata["notice"] = notice
     message = reply_store(session=session, answers=pending, owner=owner, content=content, channel=pending.channel,
-                          sender_name=session.qor.name, metadata=metadata)
+                          sender_name=session.qor.name, metadata=metadata, member=answers_a_member(session, pending))
     # After the reply's message.new (sent as it was stored), so it follows it through the ordered sender.
     done = {"type": "message.done", "reply_to": pending.seq, "seq": message.seq}
     transaction.on_commit(lambda: turn_stop_clear(session_id=session.pk, reply_to=pending.seq))
@@ -55,8 +63,8 @@ def cut_off_notice(session: Session, pending: Message) -> None:
 
 
 def not_a_member_end(session: Session, pending: Message, owner: str) -> None:
-    """The sender left the workspace while the message waited: it is not answered (no model
-    call, no notice: they no longer read this chat), and marked failed for the admin."""
+    """The sender left the workspace while the message waited or the model thought: it is
+    not answered (no notice: they no longer read this chat), and marked failed for the admin."""
     logger.info("message %s of session %s not answered: its sender is no longer a member", pending.seq, session.pk)
     with transaction.atomic():
         turn_lease_confirm(session_id=session.pk, owner=owner)

@@ -34,7 +34,7 @@ from qorven.runtime.database import DATABASE_DOWN, connections_drop_broken
 from qorven.runtime.log_context import log_context
 from qorven.runtime.publisher import broadcast_soon
 from qorven.runtime.task_scope import task_checkpoint
-from sessions_app.errors import SessionClosed
+from sessions_app.errors import SenderLeft, SessionClosed
 from sessions_app.leases import LeaseLost, lease_kept
 from sessions_app.models import Message, Session
 from sessions_app.selectors import pending_with_session, session_for_task, session_successor
@@ -65,7 +65,7 @@ from .prompt import Prompt, PromptParts, prompt_build
 from .retrieval import memories_for
 from .router import skill_route
 from .stop import StopWatch, TurnStopped
-from .turn_endings import cut_off_notice, fail_end, not_a_member_end, reply_end
+from .turn_endings import answers_a_member, cut_off_notice, fail_end, not_a_member_end, reply_end
 
 logger = logging.getLogger(__name__)
 
@@ -164,7 +164,11 @@ def turn_process(*, tenant_id: int, session_id: int) -> TurnOutcome:
                 started = time.perf_counter()
                 try:
                     with log_context(qor=session.qor_id, session=session.pk, seq=pending.seq):
-                        result = _answer(session, pending, owner, overflowed=overflowed)
+                        try:
+                            result = _answer(session, pending, owner, overflowed=overflowed)
+                        except SenderLeft:  # removed while the model thought: no tool ran, nothing was stored
+                            not_a_member_end(session, pending, owner)
+                            result = _Result(_Step.FAILED)
                 except SessionClosed:
                     continue  # cleared or rotated mid-turn: the reply has no place to go
                 if result.step in (_Step.ANSWERED, _Step.FAILED, _Step.RETRY):
@@ -204,7 +208,7 @@ def _answer(session: Session, pending: Message, owner: str, *, overflowed: bool 
     qor = session.qor
     channel = pending.channel
     trust = stored = str(pending.metadata.get("trust") or Trust.PAIRED)
-    member = session.user is not None and trust != Trust.PUBLIC
+    member = answers_a_member(session, pending)
     if session.user is not None and member:
         # As the person's membership is now, not as it was when the message was stored: it
         # may have waited (behind another turn, for a retry) while they were removed or
@@ -260,12 +264,13 @@ def _answer(session: Session, pending: Message, owner: str, *, overflowed: bool 
     def rights() -> tuple[ToolContext, list[Tool]]:
         """Before tools run on the person's behalf: as their membership is now. The model
         may have thought for minutes while they were removed (no tool runs, no answer) or
-        given a lower role (the tools above it are no longer theirs)."""
+        given a lower role (the tools above it are no longer theirs). An answer without
+        tools is checked as it is stored (reply_end)."""
         if not member:
             return ctx, offered
         now = _trust_now(session, channel, cap=stored)
         if now is None:
-            raise _NoLongerMember()
+            raise SenderLeft(session.pk)
         if now == ctx.trust:
             return ctx, offered
         return replace(ctx, trust=now), [t for t in offered if trust_allows(now, t.min_trust)]
@@ -284,9 +289,6 @@ def _answer(session: Session, pending: Message, owner: str, *, overflowed: bool 
                 offered=offered, ctx=ctx, session=session, channel=channel, metadata={"reply_to": pending.seq},
                 on_token=on_token, after_call=after_call, rights=rights,
             )
-        except _NoLongerMember:
-            not_a_member_end(session, pending, owner)
-            return _Result(_Step.FAILED)
         except TurnStopped:
             # What was written so far is the answer, marked as stopped; nothing is retried.
             text = "".join(written).strip()
@@ -385,10 +387,6 @@ def _prompt(
         session=session, parts=parts, tools=offered, current=pending, num_ctx=route.num_ctx, reserve=reserve,
         trust=trust, vision=route.vision,
     )
-
-
-class _NoLongerMember(Exception):
-    """The person behind the turn left the workspace (or was deactivated) mid-turn."""
 
 
 def _trust_now(session: Session, channel: str, *, cap: str) -> str | None:

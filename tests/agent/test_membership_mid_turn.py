@@ -1,5 +1,6 @@
 """A person's membership changes while their turn runs: the tools the model calls after
-that run as the person is now, not as they were when the turn began."""
+that run as the person is now, not as they were when the turn began, and an answer
+reaches them only while they are still a member."""
 from __future__ import annotations
 
 import threading
@@ -47,9 +48,10 @@ def wipe_calendar():
     registry.tools.pop(tool.name)
 
 
-def ask_while(world, model_server, drain, change) -> Message:
-    """Alice (owner) asks on the page; `change` runs while the model decides to call the tool."""
-    held = HeldModel(tool_call("wipe_calendar", {}), reply("Your calendar is empty now."))
+def ask_while(world, model_server, drain, change, first=None) -> Message:
+    """Alice (owner) asks on the page; `change` runs while the model decides to call the tool
+    (or, given `first`, while it writes that answer)."""
+    held = HeldModel(first or tool_call("wipe_calendar", {}), reply("Your calendar is empty now."))
     model_server.default = held
     chat = session_resolve(tenant=world.tenant_a, qor=world.qor_a, channel="web", user=world.alice)
     question = inbound_accept(session=chat, content="wipe my calendar", channel="web", sender_name="Alice",
@@ -81,3 +83,37 @@ def test_an_owner_made_a_member_while_the_model_thinks_cannot_run_an_owner_only_
     result = Message.objects.get(role="tool", metadata__tool="wipe_calendar")
     assert "unavailable" in result.content
     assert question.answer_state == "answered"
+
+
+def test_a_member_removed_while_the_model_writes_a_plain_answer_gets_no_reply(world, model_server, drain):
+    """The check before a round of tools never ran for an answer with none: the reply was
+    stored, and sent to someone no longer in the workspace."""
+    question = ask_while(world, model_server, drain,
+                         lambda: Membership.objects.filter(tenant=world.tenant_a, user=world.alice).delete(),
+                         first=reply("Your calendar has three events this week."))
+
+    assert question.answer_state == "failed"
+    assert "no longer a member" in question.answer_error
+    assert list(Message.objects.filter(session=question.session).exclude(pk=question.pk)) == []
+
+
+def test_a_member_deactivated_while_the_model_writes_a_plain_answer_gets_no_reply(world, model_server, drain):
+    def deactivate():
+        world.alice.is_active = False
+        world.alice.save(update_fields=["is_active"])
+
+    question = ask_while(world, model_server, drain, deactivate,
+                         first=reply("Your calendar has three events this week."))
+
+    assert question.answer_state == "failed"
+    assert list(Message.objects.filter(session=question.session).exclude(pk=question.pk)) == []
+
+
+def test_an_owner_made_a_member_while_the_model_writes_a_plain_answer_still_gets_it(world, model_server, drain):
+    question = ask_while(world, model_server, drain, lambda: Membership.objects.filter(
+        tenant=world.tenant_a, user=world.alice).update(role=Membership.Role.MEMBER),
+        first=reply("Your calendar has three events this week."))
+
+    assert question.answer_state == "answered"
+    (answer,) = Message.objects.filter(session=question.session, role="assistant")
+    assert answer.content == "Your calendar has three events this week."
