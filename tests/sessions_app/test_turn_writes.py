@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from django.db import transaction
 
-from sessions_app.errors import LeaseLost, SessionClosed
+from sessions_app.errors import LeaseLost, SenderLeft, SessionClosed
 from sessions_app.models import Message, Session
 from sessions_app.services import message_append, session_resolve
 from sessions_app.turn_writes import reply_store, turn_answer_record, turn_lease_acquire, turn_lease_end
@@ -111,9 +111,9 @@ def test_a_turn_that_lost_its_lease_records_nothing(world):
     assert session.replied_through_seq == 0
 
 
-def reply(session, question, owner="turn-1", text="Here you are."):
+def reply(session, question, owner="turn-1", text="Here you are.", member=False):
     return reply_store(session=session, answers=question, owner=owner, content=text, channel="web",
-                       sender_name="Aria", metadata={"reply_to": question.seq})
+                       sender_name="Aria", metadata={"reply_to": question.seq}, member=member)
 
 
 @pytest.mark.django_db(transaction=True)  # committed as a turn commits it
@@ -147,6 +147,29 @@ def test_a_turn_that_lost_its_lease_stores_no_reply(world):
     assert list(Message.objects.filter(session=session).values_list("role", flat=True)) == ["user"]
     assert question.answer_state == Message.Answer.PENDING
     assert (session.replied_through_seq, session.last_seq) == (0, question.seq)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_reply_to_a_person_removed_meanwhile_is_not_stored(world):
+    from tenancy.models import Membership
+
+    session = canonical(world)
+    question = ask(session, "first")
+    assert turn_lease_acquire(session_id=session.pk, owner="turn-1", seconds=LEASE)
+    Membership.objects.filter(tenant=world.tenant_a, user=world.alice).delete()
+
+    with pytest.raises(SenderLeft):
+        reply(session, question, member=True)
+
+    question.refresh_from_db()
+    session.refresh_from_db()
+    assert list(Message.objects.filter(session=session).values_list("role", flat=True)) == ["user"]
+    assert question.answer_state == Message.Answer.PENDING  # the turn marks it failed (qorven.agent.turn_endings)
+    assert (session.replied_through_seq, session.turn_owner) == (0, "turn-1")
+    # A turn that lost its lease as well hears that first: the message is the other turn's to settle.
+    Session.objects.filter(pk=session.pk).update(turn_owner="turn-2")  # taken over after a stall
+    with pytest.raises(LeaseLost):
+        reply(session, question, member=True)
 
 
 @pytest.mark.django_db(transaction=True)
