@@ -338,8 +338,11 @@ QORVEN_MAX_UPLOAD = env.int("QORVEN_MAX_UPLOAD", default=10 * 1024 * 1024, at_le
 # Characters of attached text files read into one prompt (newest first); 0: notes only.
 QORVEN_PROMPT_FILE_CHARS = env.int("QORVEN_PROMPT_FILE_CHARS", default=8000, at_least=0)
 # The longest reply taken from the model, in characters (0: no bound): past it the reply is
-# cut there and said to be cut, as when the model's own length limit ends it.
+# cut there and said to be cut, as when the model's own length limit ends it. A tool call's
+# name and arguments have the same bound, each call its own; and one answer makes at most
+# QORVEN_MAX_TOOL_CALLS calls. Past either, the answer ends cut and none of its tools run.
 QORVEN_MAX_REPLY_CHARS = env.int("QORVEN_MAX_REPLY_CHARS", default=32_000, at_least=0)
+QORVEN_MAX_TOOL_CALLS = env.int("QORVEN_MAX_TOOL_CALLS", default=32, at_least=1)
 QORVEN_MAX_TOOL_ROUNDS = env.int("QORVEN_MAX_TOOL_ROUNDS", default=8, at_least=1)
 QORVEN_MODEL_TIMEOUT = env.float("QORVEN_MODEL_TIMEOUT", default=60.0, above=0)
 QORVEN_MODEL_RETRIES = env.int("QORVEN_MODEL_RETRIES", default=4, at_least=0)

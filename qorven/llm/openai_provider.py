@@ -127,10 +127,13 @@ class OpenAIProvider:
 
     def __init__(
         self, *, base_url: str, api_key: str, model: str, timeout: float, max_retries: int, deadline: float,
-        max_concurrency: int = 0, max_chars: int = 0, guarded: bool = False,
+        max_concurrency: int = 0, max_chars: int = 0, max_tool_calls: int = 0, guarded: bool = False,
     ) -> None:
         self.model = model
-        self._max_chars = max_chars  # the longest reply read (0: no bound), then the stream is let go
+        # The longest reply text, and the longest tool call (name and arguments), read (0: no
+        # bound); past either, or past `max_tool_calls` calls, the stream is let go.
+        self._max_chars = max_chars
+        self._max_tool_calls = max_tool_calls
         self.base_url = base_url
         self._timeout = timeout
         self._deadline = deadline
@@ -210,14 +213,14 @@ class OpenAIProvider:
 
     def _collect(self, stream: Any, on_token: TokenCallback | None, deadline: float) -> Completion:
         parts: list[str] = []
-        calls: dict[int, dict[str, str]] = {}
+        calls = _ToolCalls(max_chars=self._max_chars, max_calls=self._max_tool_calls)
         usage: Usage | None = None
         model = self.model
         finish = ""
         text_of = _Mender()
         heard = time.monotonic()
         room = self._max_chars or -1  # characters still to take; -1: no bound
-        overflow = False  # more text came than there was room for
+        overflow = False  # more text came than there was room for, or a tool call past its bounds
 
         def watch() -> None:
             if time.monotonic() > deadline:
@@ -258,21 +261,18 @@ class OpenAIProvider:
                     heard = time.monotonic()
                     if on_token is not None:
                         on_token(text)
-                for tc in delta.get("tool_calls") or []:
-                    slot = calls.setdefault(tc.get("index", 0), {"id": "", "name": "", "arguments": ""})
-                    if tc.get("id"):
-                        slot["id"] = tc["id"]
-                    function = tc.get("function")
-                    if isinstance(function, dict):
-                        slot["name"] += function.get("name") or ""
-                        slot["arguments"] += function.get("arguments") or ""
+                if not calls.feed(delta.get("tool_calls")):
+                    overflow = True
+                    break
         if not overflow and room == 0 and text_of.end():
             overflow = True  # the held half of a character, past the room
         if overflow:
             # A reply that would run on and on (a model with no length limit of its own
-            # repeating itself): kept to here, said to be cut like one the model's own
-            # limit ended; a tool call begun in it is incomplete and not run.
-            finish, calls = "length", {}
+            # repeating itself, or streaming a tool call's arguments without end): kept to
+            # here, said to be cut like one the model's own limit ended; a tool call begun
+            # in it is incomplete and not run.
+            finish = "length"
+            calls.clear()
         else:
             parts.append(text_of.end())
         content = "".join(parts)
@@ -280,13 +280,10 @@ class OpenAIProvider:
             # The body ended before the server said the answer was complete (no finish
             # reason, no [DONE]): a fragment, not the answer.
             raise ProviderUnavailable("the answer stopped before its end", model=model)
-        if finish == "content_filter" and not content and not calls:
+        tool_calls = calls.made()
+        if finish == "content_filter" and not content and not tool_calls:
             raise ModelRefused("the answer was withheld by the provider's content filter", model=model)
-        tool_calls = [
-            ToolCall(id=c["id"] or f"call_{i}", name=mended(c["name"]), arguments=mended(c["arguments"]))
-            for i, c in sorted(calls.items())
-        ]
-        if not content.strip() and not tool_calls:
+        if not content.strip() and not tool_calls and not overflow:
             # Nothing to show and nothing to do (an HTML page, a server that ignored
             # `stream`, a stop with no text): a failure to answer, not an answer.
             raise ProviderUnavailable("the model server sent an empty answer", model=model)
@@ -294,6 +291,63 @@ class OpenAIProvider:
 
 
 IDLE_LOOK = 0.5  # seconds without a token after which a read of the body lets the caller look at its Stop
+
+
+class _ToolCalls:
+    """The tool calls of a streamed answer, put together from their pieces, within bounds:
+    each call's name and arguments together at most `max_chars` characters, at most
+    `max_calls` calls (0: no bound). A model streaming arguments without end was held in
+    memory whole, then stored with the call and fed back to it."""
+
+    def __init__(self, *, max_chars: int, max_calls: int) -> None:
+        self._max_chars, self._max_calls = max_chars, max_calls
+        self._calls: dict[int, _Call] = {}
+
+    def feed(self, pieces: Any) -> bool:
+        """Add one chunk's `tool_calls` pieces; False once past a bound (stop reading)."""
+        if not isinstance(pieces, list):
+            return True
+        for piece in pieces:
+            if not isinstance(piece, dict):
+                continue
+            index = piece.get("index", 0)
+            if not isinstance(index, int):
+                index = 0
+            call = self._calls.get(index)
+            if call is None:
+                if self._max_calls and len(self._calls) >= self._max_calls:
+                    return False
+                call = self._calls[index] = _Call()
+            if piece.get("id"):
+                call.id = str(piece["id"])
+            function = piece.get("function")
+            if isinstance(function, dict):
+                for text, into in ((function.get("name"), call.name), (function.get("arguments"), call.arguments)):
+                    if isinstance(text, str) and text:
+                        into.append(text)
+                        call.size += len(text)
+                if self._max_chars and call.size > self._max_chars:
+                    return False
+        return True
+
+    def clear(self) -> None:
+        self._calls.clear()
+
+    def made(self) -> list[ToolCall]:
+        return [
+            ToolCall(id=c.id or f"call_{i}", name=mended("".join(c.name)), arguments=mended("".join(c.arguments)))
+            for i, c in sorted(self._calls.items())
+        ]
+
+
+class _Call:
+    __slots__ = ("id", "name", "arguments", "size")
+
+    def __init__(self) -> None:
+        self.id = ""
+        self.name: list[str] = []
+        self.arguments: list[str] = []
+        self.size = 0  # characters of name and arguments so far
 
 
 def _retry_wait(attempt: int, retry_after: float | None) -> float | None:

@@ -182,6 +182,7 @@ def provider_for(route: ModelRoute, *, max_retries: int | None = None) -> Provid
         deadline=settings.QORVEN_MODEL_DEADLINE,
         max_concurrency=route.max_concurrency,
         max_chars=settings.QORVEN_MAX_REPLY_CHARS,
+        max_tool_calls=settings.QORVEN_MAX_TOOL_CALLS,
         guarded=route.from_qor,
     )
 
@@ -190,5 +191,6 @@ def model_probe(*, base_url: str, api_key: str, model: str) -> None:
     """One short completion from a model server that is not configured yet (`qorven
     setup` checks what it is about to write). Raises a ModelError."""
     provider = _openai_provider()(base_url=base_url, api_key=api_key, model=model, timeout=settings.QORVEN_MODEL_TIMEOUT,
-                              max_retries=0, deadline=settings.QORVEN_MODEL_DEADLINE)
+                              max_retries=0, deadline=settings.QORVEN_MODEL_DEADLINE,
+                              max_chars=settings.QORVEN_MAX_REPLY_CHARS, max_tool_calls=settings.QORVEN_MAX_TOOL_CALLS)
     provider.complete(messages=[{"role": "user", "content": "Reply with one word: ok"}])

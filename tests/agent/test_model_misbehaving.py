@@ -10,8 +10,10 @@ import time
 
 import pytest
 
+from qorven.agent.turn_endings import CUT_OFF_NOTICE
 from sessions_app.models import Message, Session
 from tenancy.services import api_token_create
+from tenancy.tool_registry import Tool, registry
 
 from ..fakes.model_server import Step, reply
 
@@ -257,3 +259,64 @@ def test_a_reply_exactly_as_long_as_the_reply_limit_is_whole_and_not_said_to_be_
     rows = [m for m in timeline(world) if m.role != "user"]
     assert [(m.role, m.metadata.get("notice")) for m in rows] == [("assistant", None)]
     assert rows[0].content == "la " * 333 + "l" and not rows[0].metadata.get("cut_off")
+
+
+@pytest.fixture
+def save_note():
+    """A tool that records what it was asked to save."""
+    saved: list[str] = []
+    tool = registry.register(Tool("save_note", "Save a note.", {"type": "object", "properties": {"text": {
+        "type": "string"}}}, lambda ctx, args: saved.append(args.get("text", "")) or "saved"))
+    yield saved
+    registry.tools.pop(tool.name)
+
+
+RUNAWAY = "la " * 100_000  # 300,000 characters of a tool call's arguments
+
+
+@pytest.mark.parametrize("preamble", ["", "Saving it now."], ids=["no-text", "with-text"])
+def test_a_tool_call_whose_arguments_run_away_is_not_run_and_the_reply_is_said_to_be_cut(
+        world, ask, model_server, drain, settings, save_note, preamble):
+    """A model streaming its arguments on and on (300,000 characters for one call) had them
+    all held in memory, stored with the call and the tool run on them. Past
+    QORVEN_MAX_REPLY_CHARS the stream is let go, no tool runs, and the turn ends as a reply
+    cut at that bound does: what the model wrote before the call, and our notice."""
+    settings.QORVEN_MAX_REPLY_CHARS = 1000
+    model_server.add(Step(text=preamble, tool_calls=[("save_note", {"text": RUNAWAY})], args_chunk_size=70))
+    ask("note down the song")
+    drain()
+
+    assert save_note == []
+    assert len(model_server.requests) == 1  # no round of tools, no second try
+    question, *rows = timeline(world)
+    assert question.answer_state == "answered"
+    stored = [(m.role, m.content, m.metadata.get("notice"), m.tool_calls) for m in rows]
+    if preamble:
+        assert stored == [("assistant", preamble, None, None), ("system", CUT_OFF_NOTICE, "cut_off", None)]
+    else:
+        assert stored == [("assistant", CUT_OFF_NOTICE, "cut_off", None)]
+    assert all(m.metadata.get("cut_off") for m in rows if m.role == "assistant")
+
+
+def test_an_answer_calling_more_tools_than_allowed_runs_none_of_them(world, ask, model_server, drain, settings,
+                                                                    save_note):
+    settings.QORVEN_MAX_TOOL_CALLS = 3
+    model_server.add(Step(tool_calls=[("save_note", {"text": f"note {i}"}) for i in range(5)]))
+    ask("note down five things")
+    drain()
+
+    assert save_note == []
+    assert len(model_server.requests) == 1
+    assert [(m.role, m.content) for m in timeline(world)[1:]] == [("assistant", CUT_OFF_NOTICE)]
+
+
+def test_tool_calls_within_the_bounds_run_as_before(world, ask, model_server, drain, settings, save_note):
+    settings.QORVEN_MAX_REPLY_CHARS = 1000
+    settings.QORVEN_MAX_TOOL_CALLS = 3
+    text = "x" * 970  # with its JSON around it and the tool's name, 991 characters
+    model_server.add(Step(tool_calls=[("save_note", {"text": text})] * 3, args_chunk_size=70), reply("Saved."))
+    ask("note these down")
+    drain()
+
+    assert save_note == [text] * 3
+    assert [m.content for m in timeline(world) if m.role == "assistant"][-1] == "Saved."

@@ -36,6 +36,7 @@ class Step:
     keepalive: float = 0.0  # seconds of SSE comment lines (": keep-alive") before the answer
     done: bool = True  # end the stream with `data: [DONE]` (False: the body just ends)
     finish: str = ""  # the finish_reason to give (default: stop, or tool_calls)
+    args_chunk_size: int = 0  # characters of a tool call's arguments per streamed chunk (0: two halves)
 
 
 def reply(text: str, **kw: Any) -> Step:
@@ -252,7 +253,9 @@ def _chunks(body: dict[str, Any], step: Step) -> list[dict[str, Any]]:
         out.append(chunk({"tool_calls": [{"index": i, "id": f"call_{i}", "type": "function",
                                           "function": {"name": name, "arguments": ""}}]}))
         half = len(raw) // 2
-        for part in (raw[:half], raw[half:]):
+        size = step.args_chunk_size
+        parts = [raw[j:j + size] for j in range(0, len(raw), size)] if size else [raw[:half], raw[half:]]
+        for part in parts:
             out.append(chunk({"tool_calls": [{"index": i, "function": {"arguments": part}}]}))
     out.append(chunk({}, step.finish or ("tool_calls" if step.tool_calls else "stop")))
     if step.usage and (body.get("stream_options") or {}).get("include_usage"):
