@@ -97,27 +97,48 @@ class _Stream(openai.Stream[object]):
     # but keep-alives.
     watch: Callable[[], None] | None = None
     finished = False  # the server said the answer is complete ([DONE])
+    # The most bytes read while no event comes (0: no bound), then EventTooLong. The SDK
+    # reads an event whole, however long, before it yields it: one endless line or chunk
+    # would otherwise be held in memory whole before any bound on the answer sees it.
+    event_bytes = 0
 
     def _iter_events(self) -> Iterator[ServerSentEvent]:
         reads = self.response.iter_bytes
+        unheard = 0  # bytes read since the last event
 
         def watched(*args: Any, **kwargs: Any) -> Iterator[bytes]:
+            nonlocal unheard
             for data in reads(*args, **kwargs):
                 if self.watch is not None:
                     self.watch()
+                unheard += len(data)
+                if self.event_bytes and unheard > self.event_bytes:
+                    raise EventTooLong(unheard)
                 yield data
 
         self.response.iter_bytes = watched  # type: ignore[method-assign]
         events = super()._iter_events()
         for sse in events:
+            unheard = 0
             if sse.data.startswith("[DONE]"):
                 self.finished = True
                 try:
                     for _after in events:
                         pass
-                except openai.APIError:
+                except (openai.APIError, EventTooLong):
                     pass
             yield sse
+
+
+class EventTooLong(Exception):
+    """A server-sent event ran past the most an answer within its bounds could need."""
+
+
+# The bytes one event may take for each character of QORVEN_MAX_REPLY_CHARS, and beyond:
+# a piece of text and a tool call's arguments each as long as the bound, every character
+# written as a JSON escape (six bytes), fit with room to spare.
+EVENT_BYTES_PER_CHAR = 16
+EVENT_BYTES_SLACK = 64 * 1024
 
 
 class OpenAIProvider:
@@ -229,11 +250,16 @@ class OpenAIProvider:
                 on_token("")  # nothing to show yet: the caller may look at its Stop
 
         stream.watch = watch
+        if self._max_chars:
+            stream.event_bytes = self._max_chars * EVENT_BYTES_PER_CHAR + EVENT_BYTES_SLACK
         chunks = iter(stream)
         while not overflow:
             try:
                 chunk = next(chunks)
             except StopIteration:
+                break
+            except EventTooLong:
+                overflow = True  # whatever it held, it ran past the bounds: as for a reply too long
                 break
             except ValueError as exc:  # a data line that is not JSON, cut off, or not text
                 raise ProviderUnavailable(f"the model server sent an answer we could not read "

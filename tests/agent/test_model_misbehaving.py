@@ -320,3 +320,22 @@ def test_tool_calls_within_the_bounds_run_as_before(world, ask, model_server, dr
 
     assert save_note == [text] * 3
     assert [m.content for m in timeline(world) if m.role == "assistant"][-1] == "Saved."
+
+
+def test_one_endless_event_is_let_go_at_the_bound_not_read_whole(world, ask, model_server, drain, settings,
+                                                                save_note):
+    """The SDK reads a server-sent event whole, however long, before we see any of it: a
+    server sending one chunk of 48 MB (a tool call's arguments, or a line that never ends)
+    had all of it read into memory. Reading stops once an event has run far past what the
+    bound could need, and the turn ends as a cut reply."""
+    settings.QORVEN_MAX_REPLY_CHARS = 1000
+    huge = json.dumps({"id": "c", "object": "chat.completion.chunk", "model": "m", "choices": [{"index": 0, "delta": {
+        "tool_calls": [{"index": 0, "id": "call_0", "type": "function",
+                        "function": {"name": "save_note", "arguments": "a" * 48_000_000}}]}}]})
+    model_server.add(Step(raw_events=[huge]))
+    ask("note it down")
+    drain()
+
+    assert save_note == []
+    assert model_server.cut_streams == 1  # 48 MB is more than the sockets' buffers hold: we stopped reading
+    assert [(m.role, m.content) for m in timeline(world)[1:]] == [("assistant", CUT_OFF_NOTICE)]

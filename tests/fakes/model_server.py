@@ -66,6 +66,7 @@ class ModelServer:
         self.most_in_flight = 0  # the most answered at once
         self.connections = 0  # TCP connections clients opened to this server
         self.open_connections = 0  # of those, the ones not closed yet
+        self.cut_streams = 0  # streamed answers the client stopped reading before their end
         # Speech to text: what to answer next (a text, or an error Step), and what came in.
         self.transcripts: list[str | Step] = []
         self.transcriptions: list[dict[str, Any]] = []
@@ -207,6 +208,8 @@ class ModelServer:
                     self._part(b"")  # the body's end; the connection stays open for the next request
                 except (BrokenPipeError, ConnectionResetError):  # the client stopped reading (a Stop)
                     self.close_connection = True
+                    with server._lock:
+                        server.cut_streams += 1
 
             def _part(self, data: bytes) -> None:
                 self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
