@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import logging
 import random
-import re
 import threading
 import time
 from collections import OrderedDict
@@ -24,10 +23,10 @@ from openai.types.chat import ChatCompletion
 
 from qorven.runtime.outbound import address_refusal
 from qorven.runtime.route_slots import SlotTimeout, route_slot
-from qorven.runtime.storable_text import storable
 
 from .errors import ContextLengthExceeded, ModelError, ModelRefused, ProviderUnavailable
-from .provider import Completion, TokenCallback, ToolCall, Usage
+from .provider import Completion, TokenCallback, Usage
+from .streamed_answer import TextMender, ToolCallPieces
 
 if TYPE_CHECKING:
     from openai._streaming import ServerSentEvent
@@ -234,11 +233,11 @@ class OpenAIProvider:
 
     def _collect(self, stream: Any, on_token: TokenCallback | None, deadline: float) -> Completion:
         parts: list[str] = []
-        calls = _ToolCalls(max_chars=self._max_chars, max_calls=self._max_tool_calls)
+        calls = ToolCallPieces(max_chars=self._max_chars, max_calls=self._max_tool_calls)
         usage: Usage | None = None
         model = self.model
         finish = ""
-        text_of = _Mender()
+        text_of = TextMender()
         heard = time.monotonic()
         room = self._max_chars or -1  # characters still to take; -1: no bound
         overflow = False  # more text came than there was room for, or a tool call past its bounds
@@ -319,63 +318,6 @@ class OpenAIProvider:
 IDLE_LOOK = 0.5  # seconds without a token after which a read of the body lets the caller look at its Stop
 
 
-class _ToolCalls:
-    """The tool calls of a streamed answer, put together from their pieces, within bounds:
-    each call's name and arguments together at most `max_chars` characters, at most
-    `max_calls` calls (0: no bound). A model streaming arguments without end was held in
-    memory whole, then stored with the call and fed back to it."""
-
-    def __init__(self, *, max_chars: int, max_calls: int) -> None:
-        self._max_chars, self._max_calls = max_chars, max_calls
-        self._calls: dict[int, _Call] = {}
-
-    def feed(self, pieces: Any) -> bool:
-        """Add one chunk's `tool_calls` pieces; False once past a bound (stop reading)."""
-        if not isinstance(pieces, list):
-            return True
-        for piece in pieces:
-            if not isinstance(piece, dict):
-                continue
-            index = piece.get("index", 0)
-            if not isinstance(index, int):
-                index = 0
-            call = self._calls.get(index)
-            if call is None:
-                if self._max_calls and len(self._calls) >= self._max_calls:
-                    return False
-                call = self._calls[index] = _Call()
-            if piece.get("id"):
-                call.id = str(piece["id"])
-            function = piece.get("function")
-            if isinstance(function, dict):
-                for text, into in ((function.get("name"), call.name), (function.get("arguments"), call.arguments)):
-                    if isinstance(text, str) and text:
-                        into.append(text)
-                        call.size += len(text)
-                if self._max_chars and call.size > self._max_chars:
-                    return False
-        return True
-
-    def clear(self) -> None:
-        self._calls.clear()
-
-    def made(self) -> list[ToolCall]:
-        return [
-            ToolCall(id=c.id or f"call_{i}", name=mended("".join(c.name)), arguments=mended("".join(c.arguments)))
-            for i, c in sorted(self._calls.items())
-        ]
-
-
-class _Call:
-    __slots__ = ("id", "name", "arguments", "size")
-
-    def __init__(self) -> None:
-        self.id = ""
-        self.name: list[str] = []
-        self.arguments: list[str] = []
-        self.size = 0  # characters of name and arguments so far
-
-
 def _retry_wait(attempt: int, retry_after: float | None) -> float | None:
     """Seconds before trying again after `attempt` (0 is the first) failed: the server's
     Retry-After up to a minute (None past it: not worth waiting in the call), else 0.5 s
@@ -383,41 +325,6 @@ def _retry_wait(attempt: int, retry_after: float | None) -> float | None:
     if retry_after is not None:
         return retry_after if retry_after <= 60 else None
     return min(0.5 * 2**attempt, 8.0) * (1 - 0.25 * random.random())
-
-
-_SURROGATE = re.compile("[\ud800-\udfff]")
-
-
-def mended(text: str) -> str:
-    """`text` with UTF-16 surrogate halves (which JSON escapes can carry and no store or
-    socket takes) joined into the character they make, or replaced where alone; and
-    without NUL, which PostgreSQL refuses (qorven.runtime.storable_text), so what streams
-    is what is stored."""
-    text = storable(text)
-    if not _SURROGATE.search(text):
-        return text
-    return text.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "replace")
-
-
-class _Mender:
-    """Mends streamed text chunk by chunk: a first half at a chunk's end waits for the
-    next chunk, whose first character may complete it."""
-
-    def __init__(self) -> None:
-        self._held = ""
-
-    def feed(self, text: Any) -> str:
-        if not isinstance(text, str) or not text:
-            return ""
-        text = self._held + text
-        self._held = ""
-        if "\ud800" <= text[-1] <= "\udbff":
-            text, self._held = text[:-1], text[-1]
-        return mended(text)
-
-    def end(self) -> str:
-        held, self._held = self._held, ""
-        return mended(held)
 
 
 _AUDIO_NAMES = {"audio/ogg": "voice.ogg", "audio/mpeg": "voice.mp3", "audio/mp4": "voice.m4a", "audio/wav": "voice.wav",
