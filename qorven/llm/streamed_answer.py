@@ -28,9 +28,11 @@ class ToolCallPieces:
         for piece in pieces:
             if not isinstance(piece, dict):
                 continue
-            index = piece.get("index", 0)
-            if not isinstance(index, int):
+            index = piece.get("index")
+            if index is None:  # none given: the first call, as it always was
                 index = 0
+            elif not isinstance(index, int):
+                continue  # not a piece of a tool call
             call = self._calls.get(index)
             if call is None:
                 if self._max_calls and len(self._calls) >= self._max_calls:
@@ -52,9 +54,11 @@ class ToolCallPieces:
         self._calls.clear()
 
     def made(self) -> list[ToolCall]:
+        """The calls put together, in order; one that never got a name is no call (there is
+        nothing to run, and the model would only be told so)."""
         return [
             ToolCall(id=c.id or f"call_{i}", name=mended("".join(c.name)), arguments=mended("".join(c.arguments)))
-            for i, c in sorted(self._calls.items())
+            for i, c in sorted(self._calls.items()) if c.name
         ]
 
 

@@ -78,6 +78,29 @@ def test_a_stream_the_server_garbles_fails_that_message_in_our_words(world, ask,
     assert len(model_server.requests) == 2 + 1  # two tries of the first message, then the second's
 
 
+def tool_pieces(tool_calls) -> str:
+    """A streamed chunk with some text and `tool_calls` as given (any JSON)."""
+    return json.dumps({"id": "c", "object": "chat.completion.chunk", "model": "m", "choices": [
+        {"index": 0, "delta": {"content": "Hello.", "tool_calls": tool_calls}, "finish_reason": None}]})
+
+
+@pytest.mark.parametrize("tool_calls", [
+    "garbage", 7, ["x"], [{"index": [0], "function": {"name": "save_note"}}],
+    [{"index": 0, "function": {"name": 5, "arguments": {"text": "hi"}}}],
+], ids=["a-string", "a-number", "not-objects", "a-list-for-index", "no-name"])
+def test_tool_call_pieces_of_the_wrong_shape_are_left_out_not_a_crash(world, ask, model_server, drain, tool_calls):
+    """They raised out of the stream's reading (AttributeError, TypeError): the turn's task
+    crashed, the message stayed pending and the sweeper queued it again and again. A piece
+    that is not a tool call is left out, as is a call with no name; the text is the answer."""
+    model_server.add(Step(raw_events=[tool_pieces(tool_calls)]))
+    ask("hi")
+    drain()
+    question, *rows = timeline(world)
+    assert question.answer_state == "answered"
+    assert [(m.role, m.content, m.tool_calls) for m in rows] == [("assistant", "Hello.", None)]
+    assert len(model_server.requests) == 1
+
+
 def test_broken_characters_are_mended_not_a_crash(world, ask, model_server, drain):
     # An emoji sent as its two UTF-16 halves in separate chunks, and a half on its own.
     model_server.add(Step(raw_events=[chunk("Party \\ud83d"), chunk("\\ude00 time"), chunk(" and \\ud800 alone")]))
