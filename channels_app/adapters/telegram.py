@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import base64
 import logging
+import re
 from typing import Any
 
 import httpx
@@ -62,12 +63,6 @@ class TgVoice(BaseModel):
     mime_type: str = ""
 
 
-class TgEntity(BaseModel):
-    type: str
-    offset: int
-    length: int
-
-
 class TgMessage(BaseModel):
     message_id: int
     chat: TgChat
@@ -79,7 +74,6 @@ class TgMessage(BaseModel):
     photo: list[TgPhoto] = []
     voice: TgVoice | None = None
     audio: TgVoice | None = None
-    entities: list[TgEntity] = []
     reply_to_message: TgMessage | None = None
 
     model_config = {"populate_by_name": True}
@@ -87,6 +81,12 @@ class TgMessage(BaseModel):
     @classmethod
     def from_payload(cls, data: dict[str, Any]) -> TgMessage:
         return cls.model_validate(data)
+
+
+def bot_id_of(binding: ChannelBinding) -> int | None:
+    """The bot's own user id: the number its token begins with (123456:ABC-…)."""
+    head = str(binding.credentials.get("token", "")).partition(":")[0]
+    return int(head) if head.isdigit() else None
 
 
 class TelegramAdapter(Adapter):
@@ -162,18 +162,21 @@ class TelegramAdapter(Adapter):
 
     @staticmethod
     def _addressed(message: TgMessage, binding: ChannelBinding) -> bool:
-        username = str(binding.credentials.get("username", "")).lstrip("@").lower()
+        """Mentioned by the bot's @username (a command too: /status@aria_bot), or a reply to
+        one of the bot's own messages. Every bot in a group is sent every message, so a
+        mention of another bot whose name begins like ours (@aria_bot_helper), or a reply to
+        another bot, is not ours to answer."""
+        username = str(binding.credentials.get("username", "")).lstrip("@")
         text = message.text or message.caption
-        for entity in message.entities:
-            if entity.type == "mention" and username:
-                if text[entity.offset : entity.offset + entity.length].lstrip("@").lower() == username:
-                    return True
-        if username and f"@{username}" in text.lower():
+        if username and re.search(rf"@{re.escape(username)}(?![A-Za-z0-9_])", text, flags=re.IGNORECASE):
             return True
         replied = message.reply_to_message
-        if replied is not None and replied.from_ is not None and replied.from_.is_bot:
-            return not username or replied.from_.username.lower() == username
-        return False
+        if replied is None or replied.from_ is None or not replied.from_.is_bot:
+            return False
+        bot_id = bot_id_of(binding)
+        if bot_id is not None:
+            return replied.from_.id == bot_id
+        return bool(username) and replied.from_.username.lower() == username.lower()
 
     @staticmethod
     def _photo(message: TgMessage) -> list[InboundMedia]:

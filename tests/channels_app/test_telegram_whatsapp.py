@@ -252,7 +252,7 @@ def test_a_telegram_group_reply_to_the_bots_message_is_answered_and_a_reply_to_s
     client, world, telegram, platform, model_server, drain
 ):
     model_server.default = reply("Eight it is.")
-    bot = {"id": 999, "is_bot": True, "first_name": "Aria", "username": "aria_bot"}
+    bot = {"id": 111, "is_bot": True, "first_name": "Aria", "username": "aria_bot"}  # 111: its token's number
     friend = {"id": 7, "is_bot": False, "first_name": "Ravi"}
     said = {"message_id": 5, "chat": {"id": -100777, "type": "supergroup"}, "date": 1, "text": "Dinner at 8?"}
     post_telegram(client, telegram_update("ok, book it", chat_id=-100777, chat_type="supergroup", message_id=6,

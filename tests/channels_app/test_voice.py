@@ -276,7 +276,7 @@ def test_a_transcriber_that_stays_down_gets_one_notice_after_the_last_try(client
 
 # --- Groups --------------------------------------------------------------------------------------
 
-BOT = {"id": 999, "is_bot": True, "first_name": "Aria", "username": "aria_bot"}
+BOT = {"id": 111, "is_bot": True, "first_name": "Aria", "username": "aria_bot"}  # 111: its token's number
 
 
 def group_voice(message_id, **extra):
