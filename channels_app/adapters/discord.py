@@ -38,6 +38,7 @@ logger = logging.getLogger(__name__)
 
 PING, APPLICATION_COMMAND = 1, 2
 PONG, DEFERRED_CHANNEL_MESSAGE = 1, 5
+PRIVATE_CHANNEL = 2  # an interaction's context: a group DM, or a DM between people
 FOLLOWUP = "followup:"
 
 
@@ -107,14 +108,17 @@ class DiscordAdapter(Adapter):
         options = {o.get("name"): o.get("value") for o in (body.get("data") or {}).get("options") or []}
         question = str(options.get("question") or options.get("text") or "").strip()
         user = (body.get("member") or {}).get("user") or body.get("user") or {}
-        in_guild = bool(body.get("guild_id"))
+        # An app people install on their own account is asked in any chat they are in: only
+        # a DM with the bot (context 1) is their own; a server's channel (0), a group DM or a
+        # DM with someone else (2) is read by others, so it is a group chat of its own.
+        shared = bool(body.get("guild_id")) or body.get("context") == PRIVATE_CHANNEL
         message = InboundMessage(
-            channel="discord" if in_guild else "discord_dm",
+            channel="discord" if shared else "discord_dm",
             external_id=f"interaction:{body.get('id')}",
             sender_id=str(user.get("id", "")),
             sender_name=str(user.get("global_name") or user.get("username") or ""),
             text=question or "(empty question)",
-            group=in_guild, thread_id=str(body.get("channel_id", "")) if in_guild else "",
+            group=shared, thread_id=str(body.get("channel_id", "")) if shared else "",
             addressed=True,
             reply_target=FOLLOWUP + str(body.get("token", "")),
         )
