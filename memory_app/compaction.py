@@ -221,14 +221,18 @@ def _store(session: Session, condensed: Condensed) -> int:
         else:
             stored += memory_add(type=memory.type, content=memory.content, **common)[1]
     readers = [session.user] if session.user is not None else _members_heard(condensed.excerpt) or [None]
+    note = condensed.note
+    if session.kind == Session.Kind.GROUP and note.strip():
+        # Kept in each member's own memory: it says whose conversation it sums up.
+        note = f"Group chat on {', '.join(sorted(span.channels))}, summed up from its start:\n{note}"
     for reader in readers:
         if condensed.digest.strip():
             stored += memory_add(type=Memory.Type.CONVERSATION_DIGEST, content=condensed.digest,
                                  **{**common, "user": reader})[1]
-        if condensed.note.strip():
+        if note.strip():
             # The running summary as it stood after this run: the whole conversation so
             # far, from its start (the digest covers this run alone).
-            stored += memory_add(type=Memory.Type.SUMMARY, content=condensed.note,
+            stored += memory_add(type=Memory.Type.SUMMARY, content=note,
                                  **{**common, "user": reader, "period_start": session.started_at})[1]
     return stored
 

@@ -58,15 +58,23 @@ def _first_line(content: str) -> str:
     return ""
 
 
+def _sender(message: Any) -> str:
+    name = message.get("sender_name") if isinstance(message, Mapping) else getattr(message, "sender_name", "")
+    return " ".join(str(name or "").split()) or "someone"
+
+
 def _stamp(moment: datetime) -> str:
     return moment.astimezone(UTC).strftime("%Y-%m-%d %H:%M")
 
 
-def digest_plain_extract(messages: Iterable[Any], *, span: DigestSpan | None = None) -> str:
+def digest_plain_extract(messages: Iterable[Any], *, span: DigestSpan | None = None, group: bool = False) -> str:
     """A short plain-text digest: period (UTC), channels, count, first lines from the user.
 
     At most DIGEST_MAX_CHARS characters; empty for no messages. With `span`, the header
     describes it and `messages` only feeds the excerpt (a sample, e.g. the first ones).
+    `group`: the messages are a group chat's, where several people write; it says so, and
+    each line names who wrote it (the digest is kept in each member's own memory, where
+    another's words must not read as theirs).
     """
     count = 0
     channels: set[str] = set()
@@ -87,7 +95,7 @@ def digest_plain_extract(messages: Iterable[Any], *, span: DigestSpan | None = N
         if budget > 0 and _field(message, "role") == "user":
             line = _first_line(_field(message, "content") or "")
             if line:
-                entry = f"- {line}"
+                entry = f"- {_sender(message)}: {line}" if group else f"- {line}"
                 if len(entry) + 1 <= budget:
                     lines.append(entry)
                 budget -= len(entry) + 1
@@ -108,12 +116,13 @@ def digest_plain_extract(messages: Iterable[Any], *, span: DigestSpan | None = N
         period = f" on {start} UTC" if start == end else f" from {start} to {end} UTC"
     where = ", ".join(sorted(channels)) or "no channel"
     noun = "message" if count == 1 else "messages"
-    header = f"Conversation on {where}{period} ({count} {noun})."
+    header = f"{'Group chat' if group else 'Conversation'} on {where}{period} ({count} {noun})."
     if not lines:
         return header
     if cut:
         lines.append("- …")
-    return f"{header}\nThe user wrote:\n" + "\n".join(lines)
+    intro = [] if group else ["The user wrote:"]  # a group's lines name their writers
+    return "\n".join([header, *intro, *lines])
 
 
 def digest_summarize(*, qor: Qor, messages: Iterable[Any], span: DigestSpan | None = None) -> str:

@@ -143,6 +143,12 @@ Reply with one JSON object and nothing else, matching this JSON Schema:
 - "note": the running summary of the whole conversation so far, merging the previous \
 summary with this excerpt, in at most 250 words, the most recent and important first."""
 
+# Added to both instructions for a group chat's excerpt: its digest is kept in the memory
+# of each member who spoke, and must not pass one person's words off as another's.
+GROUP_CHAT = """
+This excerpt is from a group chat: several people write in it, each line naming who. \
+There is no single user: say who said, asked or decided what, by name."""
+
 
 @dataclass(frozen=True)
 class Excerpt:
@@ -225,22 +231,25 @@ def condense(*, session: Session, excerpt: Excerpt, previous_note: str) -> Conde
     """Flush and summarize one excerpt. Raises CompactionFailed."""
     qor = session.qor
     route = route_for(qor, "summarizer")
-    header = digest_plain_extract([], span=excerpt.span)
+    group = session.kind == Session.Kind.GROUP
+    header = digest_plain_extract([], span=excerpt.span, group=group)
     if route.offline:
-        extract = digest_plain_extract(excerpt.messages)
+        extract = digest_plain_extract(excerpt.messages, group=group)
         note = _clip_tail("\n".join(p for p in (previous_note.strip(), extract) if p), NOTE_MAX_CHARS)
         return Condensed(excerpt, note=note, digest=extract, memories=offline_flush(excerpt.messages))
     transcript = "\n".join(_line(m, qor.name) for m in excerpt.messages)
     zone, now = tenant_zone(session.tenant), timezone.now()
     flush = _ask(
         session, FlushResult,
-        FLUSH_INSTRUCTIONS.format(zone=_zone_label(zone, now), schema=json.dumps(FlushResult.model_json_schema())),
+        FLUSH_INSTRUCTIONS.format(zone=_zone_label(zone, now), schema=json.dumps(FlushResult.model_json_schema()))
+        + (GROUP_CHAT if group else ""),
         f"Conversation excerpt (oldest first):\n{transcript}",
         step="memory flush",
     )
     summary = _ask(
         session, SummaryResult,
-        SUMMARY_INSTRUCTIONS.format(qor=qor.name, schema=json.dumps(SummaryResult.model_json_schema())),
+        SUMMARY_INSTRUCTIONS.format(qor=qor.name, schema=json.dumps(SummaryResult.model_json_schema()))
+        + (GROUP_CHAT if group else ""),
         f"Previous summary:\n{previous_note.strip() or '(none)'}\n\n"
         f"Conversation excerpt (oldest first):\n{transcript}",
         step="summary",
