@@ -140,7 +140,10 @@ class SlackAdapter(Adapter):
                 external_id=str(body.get("event_id") or f"{channel_id}:{event.get('ts')}"),
                 sender_id=str(event["user"]), text=slack_plain(text), group=not direct,
                 thread_id="" if direct else channel_id,
-                addressed=direct or event.get("type") == "app_mention",
+                # In a channel: mentioned, or replied to — a reply in the thread of one of
+                # the bot's messages (a reply in Slack is written in the thread it answers).
+                addressed=direct or event.get("type") == "app_mention" or bool(
+                    bot and event.get("thread_ts") and str(event.get("parent_user_id") or "") == bot),
                 # A question asked in a thread is answered in that thread (channel THREAD_SEP ts).
                 reply_target=channel_id + (THREAD_SEP + str(event["thread_ts"]) if event.get("thread_ts") else ""),
                 media=media,

@@ -8,6 +8,7 @@ from sessions_app.models import Message, Session
 
 from ..fakes.model_server import reply
 from .payloads import post_telegram, telegram_update
+from .test_slack_discord_email_sms import post_slack, slack, slack_event  # noqa: F401 (a fixture)
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -77,3 +78,23 @@ def test_without_a_username_a_reply_counts_only_when_it_is_to_this_bot(
     assert len(model_server.requests) == 1
     assert model_server.requests[0]["messages"][-1]["content"] == "[telegram] Carol: ok, book it"
     assert _answered_by(platform, "111:AAA") == ["Eight it is."]
+
+
+def test_a_reply_in_a_slack_thread_under_the_qors_message_is_answered_there(
+    client, world, slack, platform, model_server, drain  # noqa: F811
+):
+    """In a Slack channel the Qor answers when mentioned or replied to; a reply is written in
+    the thread of the message it answers. One under the Qor's own message went unanswered
+    unless it mentioned the Qor again; one under someone else's message is still chatter."""
+    model_server.default = reply("Booked for eight.")
+    ours = slack_event("book it then", channel_type="channel", channel="C0GEN", event_id="EvR1")
+    ours["event"].update(thread_ts="1712345600.000001", parent_user_id="UBOT")
+    theirs = slack_event("me too", channel_type="channel", channel="C0GEN", event_id="EvR2")
+    theirs["event"].update(thread_ts="1712345600.000009", parent_user_id="U0RAVI")
+    post_slack(client, ours)
+    post_slack(client, theirs)
+    drain()
+    (asked,) = model_server.requests
+    assert asked["messages"][-1]["content"].endswith(": book it then")
+    (sent,) = platform.sent("chat.postMessage")
+    assert sent.json == {"channel": "C0GEN", "text": "Booked for eight.", "thread_ts": "1712345600.000001"}
