@@ -17,6 +17,7 @@ from django.contrib.staticfiles.handlers import ASGIStaticFilesHandler  # noqa: 
 from channels_app.consumers import RAW_SEND  # noqa: E402
 from channels_app.routing import websocket_urlpatterns  # noqa: E402
 from channels_app.webhook_ingest import WebhookIngest  # noqa: E402
+from qorven.runtime.client_address import ForwardedClient  # noqa: E402
 from qorven.runtime.steady_threads import SteadyThreads  # noqa: E402
 
 from django.core.exceptions import SuspiciousFileOperation  # noqa: E402
@@ -103,9 +104,10 @@ http_app = steady_threads = SteadyThreads(http_app, django_asgi_app, ("/v1/qors/
 http_app = WebhookIngest(http_app)
 
 sockets = AuthMiddlewareStack(URLRouter(websocket_urlpatterns))
-application = ProtocolTypeRouter(
+# Outermost: everything after it, the server's access log included, sees the client's address.
+application = ForwardedClient(ProtocolTypeRouter(
     {
         "http": http_app,
         "websocket": ProgramSockets(sockets, AllowedHostsOriginValidator(SameOriginSockets(sockets))),
     }
-)
+))

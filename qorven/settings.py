@@ -271,8 +271,11 @@ QORVEN_WEBCHAT_MESSAGE_RATE = env.rate("QORVEN_WEBCHAT_MESSAGE_RATE", "20/m")
 # reads everything they have.
 QORVEN_EXPORT_RATE = env.rate("QORVEN_EXPORT_RATE", "5/h")
 # Behind a reverse proxy, the request header that holds the client address (e.g.
-# HTTP_X_REAL_IP); empty: the connection's own address.
-RATELIMIT_IP_META_KEY = env.str("QORVEN_CLIENT_IP_HEADER", default="") or None
+# HTTP_X_FORWARDED_FOR), believed only from QORVEN_TRUSTED_PROXIES: the connection's
+# address is replaced with it before anything sees it (qorven/runtime/client_address.py),
+# so the limits, the logs and /metrics' address rule all read the client's own.
+QORVEN_CLIENT_IP_HEADER = env.header("QORVEN_CLIENT_IP_HEADER", default="")
+QORVEN_TRUSTED_PROXIES = env.networks("QORVEN_TRUSTED_PROXIES", default=["127.0.0.1", "::1"])
 RATELIMIT_CACHE_PREFIX = "qorven-rl:"
 
 # Every line carries the tenant, Qor, session and message it is about (qorven.runtime.

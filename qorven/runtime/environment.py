@@ -68,6 +68,28 @@ class Env(environ.Env):
                 raise environ.ImproperlyConfigured(f"{var} takes IP addresses, not {entry.strip()!r}") from None
         return found
 
+    def networks(self, var, default: list[str]) -> list[str]:
+        """A list of IP addresses and networks (10.0.0.0/8), each written as a network."""
+        found = []
+        for entry in (e.strip() for e in self.list(var, default=default)):
+            if not entry:
+                continue
+            try:
+                found.append(str(ipaddress.ip_network(entry, strict=False)))
+            except ValueError:
+                raise environ.ImproperlyConfigured(
+                    f"{var} takes IP addresses and networks (10.0.0.0/8), not {entry!r}") from None
+        return found
+
+    def header(self, var: str, default: str) -> str:
+        """An HTTP request header's name, as Django's META names it (HTTP_X_REAL_IP) or as
+        it is sent (X-Real-IP); empty: none."""
+        value = self.str(var, default=default).strip()
+        if value and not re.fullmatch(r"[A-Za-z0-9_-]+", value):
+            raise environ.ImproperlyConfigured(
+                f"{var} must be a header name like HTTP_X_FORWARDED_FOR or X-Real-IP, not {value!r}")
+        return value
+
     def hosts(self, var, default: list[str]) -> list[str]:
         """A list of host names, IP addresses and networks (10.0.0.0/8)."""
         entries = [entry.strip() for entry in self.list(var, default=default) if entry.strip()]

@@ -147,11 +147,14 @@ def test_a_word_a_switch_or_an_address_a_setting_cannot_take_is_one_line_naming_
     address that is none was never matched, a network that is none allowed nothing."""
     for name, value in (("QORVEN_LOG_FORMAT", "xml"), ("DJANGO_DEBUG", "maybe"), ("QORVEN_HTTPS", "sure"),
                         ("QORVEN_METRICS_ALLOW", "127.0.0.1,notanip"),
-                        ("QORVEN_ALLOW_PRIVATE_HOSTS", "ollama.internal,10.0.0.0/33")):
+                        ("QORVEN_ALLOW_PRIVATE_HOSTS", "ollama.internal,10.0.0.0/33"),
+                        ("QORVEN_TRUSTED_PROXIES", "127.0.0.1,proxy.internal"),
+                        ("QORVEN_CLIENT_IP_HEADER", "X-Forwarded-For: 1")):
         line = configuration_error(run("check", DJANGO_SECRET_KEY="cli-test", **{name: value}))
         assert name in line and repr(value.split(",")[-1]) in line, line
     taken = {"QORVEN_LOG_FORMAT": "json", "DJANGO_DEBUG": "off", "QORVEN_HTTPS": "0",
-             "QORVEN_METRICS_ALLOW": "10.1.2.3,::1", "QORVEN_ALLOW_PRIVATE_HOSTS": "ollama.internal,10.0.0.0/8,fd00::1"}
+             "QORVEN_METRICS_ALLOW": "10.1.2.3,::1", "QORVEN_ALLOW_PRIVATE_HOSTS": "ollama.internal,10.0.0.0/8,fd00::1",
+             "QORVEN_TRUSTED_PROXIES": "10.0.0.0/8,fd00::2", "QORVEN_CLIENT_IP_HEADER": "X-Real-IP"}
     done = run("check", DJANGO_SECRET_KEY="cli-test", **taken)
     assert done.returncode == 0, done.stderr[-800:]
 

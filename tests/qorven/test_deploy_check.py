@@ -16,6 +16,7 @@ PRODUCTION = {  # the README's production example
     "QORVEN_PUBLIC_URL": "https://qorven.example.com",
     "DJANGO_ALLOWED_HOSTS": "qorven.example.com",
     "DJANGO_SECURE_PROXY_SSL_HEADER": "HTTP_X_FORWARDED_PROTO",
+    "QORVEN_CLIENT_IP_HEADER": "HTTP_X_FORWARDED_FOR",
     "DJANGO_SECURE_HSTS_PRELOAD": "true",
 }
 

@@ -97,8 +97,9 @@ def _uvicorn_run(host: str, port: int) -> None:
     uvicorn stops on either signal and then raises it again for the handler that was there
     before it: the default one would end the process before its running tasks finish, so a
     handler that only notes it is installed for the time being. No lifespan events (Django
-    has none); our logging (ids, masking, JSON), not uvicorn's own; forwarded headers are
-    ignored as Daphne does (QORVEN_CLIENT_IP_HEADER names the header behind a proxy).
+    has none); our logging (ids, masking, JSON), not uvicorn's own; uvicorn's own reading of
+    forwarded headers is off: the app takes the client's address from a trusted proxy the
+    same way under either server (qorven.runtime.client_address).
     uvicorn runs on uvloop and parses HTTP with httptools (both dependencies; without them
     it falls back to asyncio's loop and h11)."""
     import signal
