@@ -79,7 +79,7 @@ registry.register(DatabaseCollector())
 @require_GET
 def metrics_view(request: HttpRequest) -> HttpResponse:
     refused = scrape_refused(authorization=request.headers.get("Authorization", ""),
-                             address=request.META.get("REMOTE_ADDR", ""))
+                             address=request.META.get("REMOTE_ADDR", ""), meta=request.META)
     if refused is not None:
         return JsonResponse({"error": refused[1]}, status=refused[0])
     return HttpResponse(generate_latest(registry), content_type=CONTENT_TYPE_LATEST)

@@ -26,16 +26,33 @@ live_sockets = Gauge("qorven_live_sockets", "WebSockets open on this process.", 
                      multiprocess_mode="livesum")
 
 
-def scrape_refused(*, authorization: str, address: str) -> tuple[int, str] | None:
+# Headers a proxy adds to what it relays. A proxy on the same machine connects from
+# loopback, so without them every visitor of https://<host>/metrics would be a local client.
+RELAY_HEADERS = ("HTTP_X_FORWARDED_FOR", "HTTP_FORWARDED", "HTTP_X_REAL_IP", "HTTP_X_FORWARDED_PROTO",
+                 "HTTP_X_FORWARDED_HOST")
+
+
+def scrape_refused(*, authorization: str, address: str, meta: dict) -> tuple[int, str] | None:
     """(status, why) when a scrape may not read the metrics, else None: with
     QORVEN_METRICS_TOKEN set, only `Authorization: Bearer <token>`; without it, only the
-    addresses of QORVEN_METRICS_ALLOW. The web server's /metrics and a worker's metrics
-    port alike."""
+    addresses of QORVEN_METRICS_ALLOW, and only asked directly (`meta`, the request's
+    headers as Django's META or a WSGI environ, shows no proxy relayed it). The web
+    server's /metrics and a worker's metrics port alike."""
     token = settings.QORVEN_METRICS_TOKEN
     if token:
         scheme, _, given = authorization.partition(" ")
         if scheme.lower() != "bearer" or not hmac.compare_digest(given.strip().encode(), token.encode()):
             return 401, "metrics need Authorization: Bearer <QORVEN_METRICS_TOKEN>"
-    elif address not in settings.QORVEN_METRICS_ALLOW:
-        return 403, "metrics are served to QORVEN_METRICS_ALLOW only; set QORVEN_METRICS_TOKEN"
+    elif address not in settings.QORVEN_METRICS_ALLOW or _relayed(meta):
+        return 403, "metrics are served to QORVEN_METRICS_ALLOW only, asked directly; set QORVEN_METRICS_TOKEN"
     return None
+
+
+def _relayed(meta: dict) -> bool:
+    keys = list(RELAY_HEADERS)
+    if settings.SECURE_PROXY_SSL_HEADER:
+        keys.append(settings.SECURE_PROXY_SSL_HEADER[0])
+    if settings.QORVEN_CLIENT_IP_HEADER:
+        name = settings.QORVEN_CLIENT_IP_HEADER.upper().replace("-", "_")
+        keys.append(name if name.startswith("HTTP_") else f"HTTP_{name}")
+    return any(key in meta for key in keys)

@@ -59,3 +59,16 @@ def test_without_a_token_only_local_clients_are_served(client, settings, db):
     settings.QORVEN_METRICS_TOKEN = ""
     assert client.get("/metrics").status_code == 200  # the test client is 127.0.0.1
     assert client.get("/metrics", REMOTE_ADDR="203.0.113.9").status_code == 403
+
+
+@pytest.mark.parametrize("relayed", [{"HTTP_X_FORWARDED_PROTO": "https"}, {"HTTP_X_FORWARDED_FOR": "203.0.113.9"},
+                                     {"HTTP_FORWARDED": "for=203.0.113.9;proto=https"}])
+def test_without_a_token_a_request_a_proxy_relayed_is_not_a_local_client(client, settings, db, relayed):
+    """A proxy on the same machine connects from loopback: without this, the README's
+    production settings served /metrics to anyone at https://<host>/metrics."""
+    settings.QORVEN_METRICS_TOKEN = ""
+    settings.SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+    refused = client.get("/metrics", REMOTE_ADDR="127.0.0.1", **relayed)
+    assert refused.status_code == 403 and "QORVEN_METRICS_TOKEN" in refused.json()["error"]
+    settings.QORVEN_METRICS_TOKEN = "metrics-secret"
+    assert client.get("/metrics", HTTP_AUTHORIZATION="Bearer metrics-secret", **relayed).status_code == 200

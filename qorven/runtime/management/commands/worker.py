@@ -204,7 +204,7 @@ def _metrics_serve(host: str, port: int) -> None:
         from qorven.runtime.metrics import scrape_refused
 
         refused = scrape_refused(authorization=environ.get("HTTP_AUTHORIZATION", ""),
-                                 address=environ.get("REMOTE_ADDR", ""))
+                                 address=environ.get("REMOTE_ADDR", ""), meta=environ)
         if refused is not None:
             start_response(f"{refused[0]} {'Unauthorized' if refused[0] == 401 else 'Forbidden'}",
                            [("Content-Type", "text/plain; charset=utf-8")])
