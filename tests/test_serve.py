@@ -7,6 +7,7 @@ import signal
 import subprocess
 import sys
 import time
+import urllib.error
 import urllib.request
 from pathlib import Path
 
@@ -42,6 +43,7 @@ def test_serve_migrates_a_fresh_database_and_serves_the_admin_login(tmp_path, se
                     page = response.read().decode()
                     css = urllib.request.urlopen(f"http://127.0.0.1:{port}/static/admin/css/base.css", timeout=2)
                     assert css.status == 200
+                    static_served(port)
                     break
             except OSError:
                 time.sleep(0.3)
@@ -67,3 +69,19 @@ def test_serve_migrates_a_fresh_database_and_serves_the_admin_login(tmp_path, se
         except subprocess.TimeoutExpired:
             proc.kill()
         log.close()
+
+
+def static_served(port: int) -> None:
+    """The chat page's script as a browser gets it with DEBUG off: never sniffed as
+    another type, and checked again on every page load (304 while unchanged), so a
+    browser does not run the previous version's script against an upgraded server."""
+    url = f"http://127.0.0.1:{port}/static/qorven/chat.js"
+    with urllib.request.urlopen(url, timeout=5) as script:
+        assert script.status == 200 and script.headers["Content-Type"].startswith("text/javascript")
+        assert script.headers["X-Content-Type-Options"] == "nosniff"
+        assert "no-cache" in script.headers["Cache-Control"]
+        modified = script.headers["Last-Modified"]
+    with pytest.raises(urllib.error.HTTPError) as unchanged:
+        urllib.request.urlopen(urllib.request.Request(url, headers={"If-Modified-Since": modified}), timeout=5)
+    assert unchanged.value.code == 304
+
