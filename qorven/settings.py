@@ -45,7 +45,7 @@ CSRF_TRUSTED_ORIGINS = env.list("DJANGO_CSRF_TRUSTED_ORIGINS", default=[])
 # overridable. Behind a proxy that terminates TLS, name the header it sets
 # (DJANGO_SECURE_PROXY_SSL_HEADER=HTTP_X_FORWARDED_PROTO) or every request redirects.
 # The URL platforms and browsers reach this server at (Twilio signs it; WebSocket origins).
-QORVEN_PUBLIC_URL = env.str("QORVEN_PUBLIC_URL", default="http://127.0.0.1:8000")
+QORVEN_PUBLIC_URL = env.public_url("QORVEN_PUBLIC_URL", default="http://127.0.0.1:8000")
 QORVEN_PUBLIC_URL_GIVEN = bool(env.str("QORVEN_PUBLIC_URL", default=""))  # hints say when it is a guess
 HTTPS = env.bool("QORVEN_HTTPS", default=QORVEN_PUBLIC_URL.startswith("https://"))
 SECURE_SSL_REDIRECT = env.bool("DJANGO_SECURE_SSL_REDIRECT", default=HTTPS)

@@ -11,6 +11,7 @@ import tempfile
 import warnings
 import zoneinfo
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import environ
 
@@ -88,6 +89,12 @@ class Env(environ.Env):
         if value and not re.fullmatch(r"[A-Za-z0-9_-]+", value):
             raise environ.ImproperlyConfigured(
                 f"{var} must be a header name like HTTP_X_FORWARDED_FOR or X-Real-IP, not {value!r}")
+        return value
+
+    def public_url(self, var: str, default: str) -> str:
+        """The address a server is reached at (see `public_url_check`)."""
+        value = self.str(var, default=default).strip()
+        public_url_check(var, value)
         return value
 
     def hosts(self, var, default: list[str]) -> list[str]:
@@ -194,6 +201,26 @@ class Env(environ.Env):
         if not re.fullmatch(r"[0-9]+/[0-9]*[smhd]", value):
             raise environ.ImproperlyConfigured(f"{var} must be a rate like 5/15m (count/[number]s|m|h|d), not {value!r}")
         return value
+
+
+def public_url_check(var: str, value: str) -> None:
+    """ImproperlyConfigured unless `value` is http(s), a host and an optional port, with no
+    path. Qorven is served at the root of its host: under a path its redirects, forms,
+    scripts, sockets and the webchat's frame would all leave that path."""
+    try:
+        parts = urlsplit(value)
+        parts.port  # noqa: B018 (raises on a port that is none)
+    except ValueError:
+        parts = None
+    if parts is None or parts.scheme not in ("http", "https") or not parts.hostname \
+            or parts.query or parts.fragment or parts.username or parts.password:
+        raise environ.ImproperlyConfigured(
+            f"{var} must be the scheme and host this server is reached at, like https://qorven.example.com, "
+            f"not {value!r}")
+    if parts.path not in ("", "/"):
+        raise environ.ImproperlyConfigured(
+            f"{var} must be a host's root, not {value!r}: Qorven cannot be served under a path; give it a "
+            f"host name of its own (https://qorven.example.org)")
 
 
 def _either(choices: tuple[str, ...]) -> str:

@@ -102,6 +102,15 @@ def test_running_setup_again_for_the_same_bot_updates_its_binding(tmp_path, mode
     assert second.json["url"] == "https://bot.example.com/v1/webhooks/telegram"
 
 
+def test_a_public_url_under_a_path_is_refused_and_nothing_is_written(tmp_path, model_server):
+    """It was written to .env, and every command after it stopped on it."""
+    model_server.add(reply("ok"))
+    with pytest.raises(CommandError, match="cannot be served under a path"):
+        setup(tmp_path, model_server.base_url, public_url="https://example.org/qorven")
+    assert not (tmp_path / ".env").exists()
+    assert not Membership.objects.filter(user__username="admin").exists()
+
+
 def test_setup_without_a_public_url_leaves_the_default_unpinned(tmp_path, model_server):
     """It wrote QORVEN_PUBLIC_URL=http://127.0.0.1:8000, so `make run PORT=8080` and
     `qorven chat` went on pointing at port 8000."""

@@ -8,10 +8,12 @@ import sys
 from pathlib import Path
 
 from django.conf import settings
+from django.core.exceptions import ImproperlyConfigured
 from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError
 
 from channels_app.selectors import telegram_secret_of
+from qorven.runtime.environment import public_url_check
 from tenancy.selectors import qor_get, tenant_get
 
 
@@ -56,6 +58,12 @@ class Command(BaseCommand):
         telegram = ask("Telegram bot token (empty: skip)", opts["telegram_token"], "--telegram-token", secret=True)
         public_url = ask("This server's public URL (empty: this machine's)", opts["public_url"], "--public-url",
                          required=bool(telegram))
+
+        if public_url:
+            try:
+                public_url_check("the public URL (--public-url)", public_url)
+            except ImproperlyConfigured as exc:
+                raise CommandError(f"{exc}; nothing was written.") from None
 
         env_file = Path(opts["env_file"] or settings.BASE_DIR / ".env")
         values = {"OPENAI_BASE_URL": model_url, "OPENAI_API_KEY": api_key, "QORVEN_MODEL": model}
