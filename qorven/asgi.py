@@ -71,12 +71,23 @@ class SameOriginSockets:
     def _allowed(self, scope) -> set[tuple[str, str, int]]:
         headers = dict(scope.get("headers") or [])
         host = headers.get(b"host", b"").decode("latin-1")
-        schemes = ["https"] if scope.get("scheme") in ("wss", "https") else ["http"]
+        schemes = ["https"] if scope.get("scheme") in ("wss", "https") or self._proxy_says_https(headers) else ["http"]
         if settings.SECURE_PROXY_SSL_HEADER or settings.HTTPS:
             schemes.append("https")
         urls = [f"{scheme}://{host}" for scheme in schemes if host]
         urls += [settings.QORVEN_PUBLIC_URL, *settings.CSRF_TRUSTED_ORIGINS]
         return {n for n in map(self._normal, urls) if n is not None}
+
+    @staticmethod
+    def _proxy_says_https(headers: dict[bytes, bytes]) -> bool:
+        """The TLS proxy's header (DJANGO_SECURE_PROXY_SSL_HEADER) says the socket is https:
+        then so is the page that opens it, as Django's CSRF check holds a form to; a page
+        on http:// of the same host (a network that rewrote it) is another origin."""
+        if not settings.SECURE_PROXY_SSL_HEADER:
+            return False
+        meta, value = settings.SECURE_PROXY_SSL_HEADER
+        key = meta.removeprefix("HTTP_").replace("_", "-").lower().encode("latin-1")
+        return headers.get(key, b"").decode("latin-1").split(",")[0].strip() == value
 
     async def __call__(self, scope, receive, send):
         from channels.security.websocket import WebsocketDenier

@@ -331,6 +331,24 @@ def test_a_socket_opens_only_from_this_servers_own_origin(world, origin, opens):
     assert async_to_sync(attempt)() is opens
 
 
+@pytest.mark.parametrize("origin, opens", [
+    ("https://testserver", True),
+    ("http://testserver", False),  # the proxy said the socket is https: so is its page, as Django's CSRF holds
+    ("https://testserver:8443", False),
+])
+def test_behind_a_tls_proxy_a_socket_opens_only_from_the_https_page(world, settings, origin, opens):
+    settings.SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+    cookie = session_cookie(world.alice)
+
+    async def attempt():
+        comm = communicator(ALICE_CHAT, cookie=cookie, origin=origin, headers=[(b"x-forwarded-proto", b"https")])
+        connected, _ = await comm.connect()
+        await comm.disconnect()
+        return connected
+
+    assert async_to_sync(attempt)() is opens
+
+
 def test_in_legacy_mode_a_terminal_socket_follows_the_terminal_session(world, settings):
     settings.QORVEN_LEGACY_SESSIONS = True
     _, token = api_token_create(tenant=world.tenant_a, user=world.alice)
