@@ -175,13 +175,17 @@ def _send(owner: ChatOwner, link: Any, content: str) -> tuple[int, bool]:
 GAVE_UP = 1  # exit code: the input ended and a reply did not come within --wait
 ACCESS_LOST = 3  # exit code: the person was removed from the workspace (or signed out) meanwhile
 ACCESS_LOST_LINE = {"type": "error", "error": "you no longer have access to this workspace", "code": "access_lost"}
-ACCESS_CHECK = 1.0  # seconds between looks at the membership while waiting for replies
+ACCESS_LOST_NOTICE = "You no longer have access to this workspace."  # the same, to a person at the prompt
+ACCESS_CHECK = 1.0  # seconds between looks at the membership (--json: while waiting for replies)
 
 
-def _access_lost(owner: ChatOwner, follower: Follower) -> bool:
-    """Whether the person may no longer read this chat: the server signed this terminal out,
-    or the membership no longer allows the terminal (the one access rule, read now)."""
-    return follower.signed_out.is_set() or surface_access(tenant=owner.tenant, user=owner.user, surface=owner.surface) is None
+def _access_lost(owner: ChatOwner, follower: Follower, link: Any = None) -> bool:
+    """Whether the person may no longer read this chat: the server signed this terminal out
+    or would refuse its token now (revoked), or the membership no longer allows the
+    terminal (the one access rule, read now)."""
+    if follower.signed_out.is_set() or (link is not None and not link.signed_in()):
+        return True
+    return surface_access(tenant=owner.tenant, user=owner.user, surface=owner.surface) is None
 
 
 def run_json(owner: ChatOwner, stdin: TextIO, stdout: TextIO, *, history: int, wait: float,
@@ -238,7 +242,7 @@ def _json_lines(owner: ChatOwner, stdin: TextIO, stdout: TextIO, write_lock: thr
         # and a server closes their socket): say so, rather than wait out --wait.
         if time.monotonic() - checked >= ACCESS_CHECK:
             checked = time.monotonic()
-            if _access_lost(owner, follower):
+            if _access_lost(owner, follower, link):
                 return _say_access_lost(stdout, write_lock)
         time.sleep(0.05)
     follower.stop()

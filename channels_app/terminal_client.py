@@ -27,6 +27,7 @@ from django.utils import timezone
 
 from tenancy.errors import NotFound
 from tenancy.models import ApiToken
+from tenancy.selectors import api_token_authenticate
 from tenancy.services import api_token_create
 
 from .chat import ChatOwner
@@ -92,6 +93,11 @@ class ServerLink:
             raise ValueError(body.get("error") or f"the server refused the message ({response.status_code})")
         message = body["message"]
         return Sent(seq=message["seq"], expects_reply=message.get("answer_state") == "pending")
+
+    def signed_in(self) -> bool:
+        """Whether the server would still take this terminal's token: not revoked, not
+        lapsed, its user still a member (read from the database, as the server does)."""
+        return api_token_authenticate(raw=self.token) is not None
 
     def stop(self, reply_to: int) -> bool:
         """Ask the server to stop the reply to message `reply_to` (the page's Stop); False

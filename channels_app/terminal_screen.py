@@ -9,8 +9,12 @@ of the reply, or at the terminal's width. Read from a pipe, lines are printed as
 """
 from __future__ import annotations
 
+import codecs
+import io
 import logging
+import os
 import re
+import select
 import shutil
 import sys
 import threading
@@ -24,7 +28,8 @@ from django.db import close_old_connections
 from tenancy.errors import NotFound
 
 from .chat import ChatOwner, chat_stop
-from .terminal import HumanPrinter, _follower, _send
+from .terminal import ACCESS_CHECK, ACCESS_LOST, ACCESS_LOST_NOTICE, HumanPrinter, _access_lost, _follower, _send
+from .terminal_follow import Follower
 
 logger = logging.getLogger(__name__)
 
@@ -101,6 +106,8 @@ class _CurrentStdout:
 
 
 def run_interactive(owner: ChatOwner, *, history: int, link: Any = None) -> int:
+    """The terminal for a person, until they leave (0) or lose access to the workspace
+    meanwhile (ACCESS_LOST, as --json: removed from it, or this terminal signed out)."""
     stdout: Any = _CurrentStdout()
     chat = _Chat(owner, link, stdout, on_screen=sys.stdin.isatty() and stdout.isatty())
     printer = chat.printer
@@ -112,6 +119,10 @@ def run_interactive(owner: ChatOwner, *, history: int, link: Any = None) -> int:
         stdout.write(printer._c("2", f"Connected to the server at {link.base}.") + "\n")
     follower = _follower(owner, chat.emit, link)
     follower.start(history=history)
+    # Also while the person only reads or types: a prompt whose every message would be
+    # refused is no terminal, and a script wrapping this one must see the end (exit 3).
+    watching = threading.Thread(target=chat.watch_access, args=(follower,), name="qorven-chat-access", daemon=True)
+    watching.start()
     try:
         for line in chat.prompt.lines() if chat.prompt is not None else chat.plain_lines():
             text = line.rstrip("\n")
@@ -121,8 +132,8 @@ def run_interactive(owner: ChatOwner, *, history: int, link: Any = None) -> int:
                 continue
             try:
                 seq, expects_reply = _send(owner, link, text)
-            except NotFound as exc:  # removed from the workspace while the terminal was open
-                chat.notice(str(exc))
+            except NotFound:  # removed from the workspace while the terminal was open
+                chat.lose_access()
                 break
             except ValueError as exc:
                 chat.notice(str(exc))
@@ -134,8 +145,10 @@ def run_interactive(owner: ChatOwner, *, history: int, link: Any = None) -> int:
     except (KeyboardInterrupt, EOFError):
         pass
     finally:
+        chat.closed.set()
+        watching.join(5)
         follower.stop()  # and with it the session's token
-    return 0
+    return ACCESS_LOST if chat.lost.is_set() else 0
 
 
 class OnItsWay:
@@ -183,6 +196,11 @@ class _Chat:
         self.replies = OnItsWay()
         self.out_lock = threading.Lock()
         self.interrupted_at = -AGAIN
+        self.lost = threading.Event()  # the person no longer has access to the workspace
+        self.closed = threading.Event()  # the terminal is leaving
+        self._losing = threading.Lock()
+        # Written to wake plain_lines' wait for input when access is lost.
+        self._wake_read, self._wake_write = os.pipe() if self.prompt is None else (-1, -1)
 
     def emit(self, event: dict[str, Any]) -> None:
         self.replies.see(event)
@@ -192,6 +210,34 @@ class _Chat:
     def notice(self, text: str) -> None:
         self.emit({"type": "message.new", "seq": 0, "role": "system", "content": text, "channel": "tui",
                    "sender_name": "", "created_at": datetime.now().astimezone().isoformat()})
+
+    def watch_access(self, follower: Follower) -> None:
+        """Every ACCESS_CHECK seconds, until the terminal leaves: whether the person may still
+        use this chat (terminal._access_lost); when not, lose_access."""
+        while not self.closed.wait(ACCESS_CHECK):
+            try:
+                lost = _access_lost(self.owner, follower, self.link)
+            except Exception:  # the database away a moment: asked again next time
+                logger.debug("could not check the terminal's access", exc_info=True)
+                continue
+            finally:
+                close_old_connections()
+            if lost:
+                self.lose_access()
+                return
+
+    def lose_access(self) -> None:
+        """From any thread: say once that the person no longer has access, and end the wait
+        for what they type (the terminal then leaves with ACCESS_LOST)."""
+        with self._losing:
+            if self.lost.is_set():
+                return
+            self.lost.set()
+        self.notice(ACCESS_LOST_NOTICE)
+        if self.prompt is not None:
+            self.prompt.leave()
+        else:
+            os.write(self._wake_write, b"x")
 
     def interrupt(self, typed: str) -> str:
         """Ctrl-C: "stop" when a reply is being written (asked to stop here), else "clear"
@@ -224,17 +270,31 @@ class _Chat:
             self.replies.forget(reply_to)
 
     def plain_lines(self) -> Iterator[str]:
-        """Lines read from a pipe or a terminal without the prompt (stdout redirected)."""
-        while True:
+        """Lines read from a pipe or a terminal without the prompt (stdout redirected), until
+        the input ends or access is lost. Read from the descriptor, beside the wake-up pipe:
+        a wait in sys.stdin.readline() could not be ended, and a thread left reading there
+        holds stdin's lock, which the interpreter's exit then waits for."""
+        stdin = sys.stdin.fileno()
+        decoder = io.IncrementalNewlineDecoder(
+            codecs.getincrementaldecoder(sys.stdin.encoding or "utf-8")(sys.stdin.errors or "strict"), translate=True)
+        pending = ""
+        while not self.lost.is_set():
             try:
-                line = sys.stdin.readline()
+                ready, _, _ = select.select([stdin, self._wake_read], [], [])
             except KeyboardInterrupt:  # only while waiting for a line: nothing is half done
                 if self.interrupt("") == "stop":
                     continue
                 return
-            if not line:
+            if stdin not in ready:  # woken: access lost
                 return
-            yield line
+            chunk = os.read(stdin, 65536)
+            *lines, pending = (pending + decoder.decode(chunk, final=not chunk)).split("\n")
+            for line in lines:
+                yield line + "\n"
+            if not chunk:
+                if pending:
+                    yield pending
+                return
 
 
 class _Prompt:
@@ -275,8 +335,29 @@ class _Prompt:
         from prompt_toolkit.patch_stdout import patch_stdout
 
         with patch_stdout(raw=True):  # raw: our colours pass; shown() has made the rest harmless
-            while True:
+            while not self.chat.lost.is_set():
                 try:
-                    yield self.session.prompt(self.message)
+                    # pre_run: access lost as this prompt starts (too late for the loop's check,
+                    # too early for leave() to find it running) ends it all the same.
+                    yield self.session.prompt(self.message, pre_run=self._leave_if_lost)
                 except EOFError:
                     return
+
+    def _leave_if_lost(self) -> None:
+        if self.chat.lost.is_set():
+            self.session.app.exit(exception=EOFError())
+
+    def leave(self) -> None:
+        """From any thread: end the prompt shown now, as Ctrl-D does."""
+        loop = self.session.app.loop
+        if loop is None:  # between prompts: the next one does not start
+            return
+        try:
+            loop.call_soon_threadsafe(self._exit_running)
+        except RuntimeError:  # that prompt's loop has just closed: likewise
+            pass
+
+    def _exit_running(self) -> None:
+        app = self.session.app
+        if app.is_running and app.future is not None and not app.future.done():
+            app.exit(exception=EOFError())

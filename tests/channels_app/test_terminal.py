@@ -287,3 +287,31 @@ def test_chat_reading_a_pipe_prints_the_timeline_as_lines(world, model_server):
     assert any(line.endswith(" Alice: /help") for line in lines), done.stdout
     assert any(": Commands:" in line for line in lines), done.stdout
     assert "\x1b" not in done.stdout  # not a terminal: no colours, no prompt
+
+
+def test_a_script_reading_the_terminal_from_a_pipe_sees_a_lost_access_as_exit_3(world, model_server):
+    """The person removed from the workspace while a script holds the terminal's input
+    open: it says so and exits 3 at once, without waiting for a line it could not send."""
+    import queue
+    import threading
+
+    qorven = Path(sys.executable).with_name("qorven")
+    proc = subprocess.Popen([str(qorven), "chat", "--tenant", "acme", "--qor", "aria", "--user", "alice"],
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            cwd=ROOT, env=qorven_env(model_server))
+    lines: queue.Queue[str] = queue.Queue()
+    threading.Thread(target=lambda: [lines.put(line) for line in proc.stdout], daemon=True).start()
+    try:
+        while "Messages from every channel appear here" not in lines.get(timeout=120):
+            pass
+        world.alice.memberships.all().delete()
+        assert proc.wait(60) == 3, proc.stderr.read()
+    finally:
+        proc.kill()
+        proc.wait(10)
+    shown = []
+    while not lines.empty():
+        shown.append(lines.get())
+    assert any(line.rstrip().endswith("! You no longer have access to this workspace.") for line in shown), shown
+    assert "no longer has access" in proc.stderr.read()
+

@@ -118,3 +118,27 @@ def test_ctrl_c_twice_while_a_reply_streams_leaves(world, model_server, server, 
     screen.key("C-c", "C-c")
     assert screen.exit_code() == 0
     assert ApiToken.objects.get(name="qorven chat").revoked_at is not None
+
+
+@pytest.mark.parametrize("through, lost", [("server", "removed"), ("server", "token revoked"),
+                                           ("database", "removed")])
+def test_losing_access_while_the_terminal_is_open_says_so_and_exits_3(world, model_server, request, screens,
+                                                                      through, lost):
+    """As `qorven chat --json` does: a script wrapping the interactive terminal tells a lost
+    access (exit 3) from a person who left (exit 0), and nobody sits at a prompt whose every
+    message would be refused."""
+    from django.utils import timezone
+
+    if through == "server":
+        screen = screens(request.getfixturevalue("server"))
+    else:
+        screen = screens(qorven_env(model_server), "--no-server")
+    if lost == "removed":
+        world.alice.memberships.all().delete()
+    else:
+        token = ApiToken.objects.get(name="qorven chat", revoked_at__isnull=True)
+        token.revoked_at = timezone.now()
+        token.save(update_fields=["revoked_at"])
+    screen.wait_for("You no longer have access to this workspace.")
+    assert screen.exit_code() == 3
+    assert "Traceback" not in screen.text()

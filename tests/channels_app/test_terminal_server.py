@@ -73,6 +73,16 @@ def test_chat_help_names_every_kind_of_line_json_mode_writes():
     assert '`{"type": "session", "session_id"}`' in readme
 
 
+def test_chat_help_and_the_readme_say_a_lost_access_ends_either_mode_with_exit_3():
+    from channels_app.management.commands.chat import Command
+
+    text = " ".join(Command().create_parser("qorven", "chat").format_help().split())
+    assert "ends it at once with exit code 3, in either mode" in text
+    readme = " ".join((ROOT / "README.md").read_text().split())
+    person = readme[readme.index("### The terminal"):readme.index("`qorven chat --json …` is for scripts")]
+    assert '"You no longer have access to this workspace." and exits 3 at once' in person
+
+
 def test_removed_from_the_workspace_before_sending_json_mode_says_so_and_exits_3(world, model_server, server):
     model_server.add(reply("Hello."))
     chat = Chat(server)

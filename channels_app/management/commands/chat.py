@@ -22,11 +22,13 @@ class Command(BaseCommand):
         "written, and Ctrl-D, /quit or Ctrl-C at the empty prompt leaves. When a server answers "
         "at --server (default QORVEN_PUBLIC_URL) it talks to it like a browser page does, so pages open "
         "there see the terminal live; with none running it works on the database alone. "
+        "Losing access to the workspace meanwhile — removed from it, or this terminal signed out (its token "
+        "revoked) — ends it at once with exit code 3, in either mode; leaving ends it with 0. "
         "--json reads one JSON object a line "
         'from stdin ({"content": "…"}) and writes one a line ({"type": "message" | "notice" | "chunk" '
         '| "done" | "session" | "error", …}: "session" when /clear or a compaction starts a new conversation, '
         '"error" for a line it could not read, or with "code": "access_lost" when you lose access to the '
-        "workspace meanwhile — removed from it, or signed out — and it exits 3); at the end of input it waits "
+        "workspace, before it exits 3); at the end of input it waits "
         "for the replies, then exits (1 if it gave up waiting). Ctrl-C or SIGTERM leaves at once (exit 130 or 143)."
     )
 
@@ -82,15 +84,15 @@ class Command(BaseCommand):
         try:
             if opts["json"]:
                 code = run_json(owner, sys.stdin, sys.stdout, history=history, wait=opts["wait"], link=link)
-                if code == ACCESS_LOST:
-                    raise CommandError(f"{opts['user']!r} no longer has access to {opts['tenant']!r}: removed "
-                                       "from the workspace, or this terminal was signed out", returncode=code)
-                if code:
-                    raise CommandError("gave up waiting for a reply", returncode=code)
-                return
-            run_interactive(owner, history=history, link=link)
+            else:
+                code = run_interactive(owner, history=history, link=link)
         except KeyboardInterrupt:
             raise SystemExit(130) from None  # the shell's code for Ctrl-C, and no traceback
+        if code == ACCESS_LOST:
+            raise CommandError(f"{opts['user']!r} no longer has access to {opts['tenant']!r}: removed "
+                               "from the workspace, or this terminal was signed out", returncode=code)
+        if code:
+            raise CommandError("gave up waiting for a reply", returncode=code)
 
 
 def _terminated(signum, frame) -> None:
