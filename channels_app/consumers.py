@@ -161,8 +161,8 @@ class LiveChatConsumer(AsyncJsonWebsocketConsumer):
         if getattr(self, "counted", False):
             metrics.live_sockets.dec()
             self.counted = False
-        for group in getattr(self, "joined", ()):
-            await hub().leave(group, self)
+        # Every group, even when the layer fails to leave one (hub.leave_all).
+        await hub().leave_all(getattr(self, "joined", ()), self)
         self.joined = []
 
     async def dispatch(self, message: dict[str, Any]) -> None:

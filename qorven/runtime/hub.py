@@ -26,6 +26,13 @@ the layer failed under it (Redis away) it joins its groups again as soon as the 
 answers and tells every subscriber to catch up (`hub_event` with `{"type": "hub.resync"}`):
 what was published meanwhile is in the database, not on the layer.
 
+A socket that closes leaves all its groups (`leave_all`): the hub forgets it in each at once,
+and leaves on the layer each group no socket of its process watches any more, every one
+tried. One the layer fails to leave (Redis away) is left again every RETRY_AFTER seconds
+until it answers: its subscription would otherwise bring the group's events to this
+process, for nobody, for the life of the server (channels_redis' pub/sub layer subscribes
+again to it as it reconnects).
+
 On the pub/sub layer a join takes effect later than it returns: channels_redis sends
 SUBSCRIBE and goes on without waiting for Redis to take it, so an event published by
 another process just after the join (the first chunks of a reply to a new chat) can be
@@ -44,6 +51,7 @@ import threading
 import uuid
 import weakref
 from collections import deque
+from collections.abc import Iterable
 from typing import Any, Protocol
 
 from channels.layers import get_channel_layer
@@ -92,6 +100,8 @@ class Hub:
         self._reader: asyncio.Task[None] | None = None
         self._renewer: asyncio.Task[None] | None = None
         self._lock = asyncio.Lock()
+        self._left_behind: set[str] = set()  # groups the hub has left, the layer perhaps not yet
+        self._leaver: asyncio.Task[None] | None = None
 
     async def join(self, group: str, subscriber: Subscriber) -> None:
         async with self._lock:
@@ -121,6 +131,7 @@ class Hub:
                     await _discard_quietly(self.layer, group, self.channel)
                     raise
                 self.members[group] = members
+                self._left_behind.discard(group)  # the hub's again
             members.add(subscriber)
 
     async def _heard(self, group: str) -> None:
@@ -139,14 +150,68 @@ class Hub:
             self._notes.pop(token, None)
 
     async def leave(self, group: str, subscriber: Subscriber) -> None:
+        await self.leave_all([group], subscriber)
+
+    async def leave_all(self, groups: Iterable[str], subscriber: Subscriber) -> None:
+        """`subscriber` leaves `groups` (a socket that closes: all of its own). The hub
+        forgets it in each before it asks anything of the layer, and leaves on the layer
+        every group no one watches any more; a failure there (Redis away) is logged once
+        for all of them, and those groups are left again later (see the module's note)."""
         async with self._lock:
-            members = self.members.get(group)
-            if members is None:
-                return
-            members.discard(subscriber)
-            if not members:
-                del self.members[group]
+            emptied = []
+            for group in groups:
+                members = self.members.get(group)
+                if members is None:
+                    continue
+                members.discard(subscriber)
+                if not members:
+                    del self.members[group]
+                    emptied.append(group)
+            self._left_behind.update(emptied)
+            try:
+                failed, error = await self._discard(emptied)
+            finally:  # also when cancelled midway: what is not left yet is left later
+                if self._left_behind:
+                    self._leave_later()
+        if failed:
+            logger.warning("the live hub could not leave %s on the channel layer (%s); it tries again every %s s",
+                           ", ".join(failed), error, RETRY_AFTER)
+
+    async def _discard(self, groups: Iterable[str], *, again: bool = False) -> tuple[list[str], str]:
+        """Leave each of `groups` on the layer (under the lock); the groups it failed to
+        leave, and the first failure's type and text."""
+        failed, error = [], ""
+        for group in groups:
+            try:
+                if again:
+                    # channels_redis' pub/sub layer forgets a membership before it unsubscribes:
+                    # after a failed leave a second one alone does nothing. Joined again (the
+                    # subscription it kept is not made twice), the group is left for real.
+                    await self.layer.group_add(group, self.channel)
                 await self.layer.group_discard(group, self.channel)
+            except Exception as exc:  # Redis away
+                if _cancelling():  # the layer turned our cancellation into an error of its own
+                    raise asyncio.CancelledError from None
+                failed.append(group)
+                error = error or f"{type(exc).__name__}: {exc}"
+            else:
+                self._left_behind.discard(group)
+        return failed, error
+
+    def _leave_later(self) -> None:
+        if self._leaver is None or self._leaver.done():
+            self._leaver = asyncio.get_running_loop().create_task(
+                self._leave_left_behind(), name="qorven-hub-leave", context=contextvars.Context())
+
+    async def _leave_left_behind(self) -> None:
+        while self._left_behind:
+            await asyncio.sleep(RETRY_AFTER)
+            async with self._lock:
+                groups = sorted(self._left_behind)
+                failed, _ = await self._discard(groups, again=True)
+            left = [group for group in groups if group not in failed]
+            if left:
+                logger.info("the live hub has left %s on the channel layer, which answers again", ", ".join(left))
 
     def hand(self, group: str, event: dict[str, Any]) -> bool:
         """From any thread: deliver `event` (published in this process) to this hub's

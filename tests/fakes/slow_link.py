@@ -1,5 +1,6 @@
 """A TCP proxy that delays what its clients send: a process farther from a server than
-another one (tests of what a slower link lets happen)."""
+another one (tests of what a slower link lets happen), or one that loses the server for a
+while (`cut`, then `mend`)."""
 from __future__ import annotations
 
 import asyncio
@@ -17,9 +18,20 @@ class SlowLink:
         self.server: asyncio.base_events.Server | None = None
         self.pipes: set[asyncio.Task] = set()
 
-    async def start(self) -> int:
-        self.server = await asyncio.start_server(self._client, "127.0.0.1", 0)
-        return self.server.sockets[0].getsockname()[1]
+    async def start(self, port: int = 0) -> int:
+        self.server = await asyncio.start_server(self._client, "127.0.0.1", port)
+        self.port = self.server.sockets[0].getsockname()[1]
+        return self.port
+
+    async def cut(self) -> None:
+        """The server unreachable: the open connections closed, new ones refused."""
+        self.server.close()
+        await self.server.wait_closed()
+        await self._close_pipes()
+
+    async def mend(self) -> None:
+        """The server reachable again, at the same port."""
+        await self.start(self.port)
 
     async def _client(self, reader, writer) -> None:
         up_reader, up_writer = await asyncio.open_connection("127.0.0.1", self.target_port)
@@ -40,10 +52,14 @@ class SlowLink:
         finally:
             writer.close()
 
-    async def stop(self) -> None:
+    async def _close_pipes(self) -> None:
         for task in self.pipes:
             task.cancel()
         await asyncio.gather(*self.pipes, return_exceptions=True)
+        self.pipes.clear()
+
+    async def stop(self) -> None:
+        await self._close_pipes()
         self.server.close()
 
     @classmethod

@@ -434,3 +434,128 @@ def test_a_socket_closing_as_an_event_reaches_it_is_no_warning_and_the_others_st
         assert async_to_sync(run)() == [1]
     assert not [r for r in caplog.records if r.levelname == "WARNING"], caplog.text
     assert "closed as an event reached it" in caplog.text
+
+
+def test_a_socket_closed_while_redis_is_unreachable_leaves_every_group_and_the_hub_leaves_them_on_redis_later(
+        world, caplog):
+    """A page's socket is in three groups (its chat, its sign-in, its session). Closed while
+    Redis could not be reached, it stopped at the first group the layer failed to leave: the
+    others kept the closed socket, and the hub's subscriptions to them, for the life of the
+    server. Each is left now, one warning says so, and once Redis answers again the hub
+    leaves on Redis what it could not (the pub/sub layer subscribes again to every group it
+    still holds as it reconnects)."""
+    import logging
+
+    from django.test import override_settings
+
+    port, redis = redis_of_our_own()
+    session = session_resolve(tenant=world.tenant_a, qor=world.qor_a, channel="web", user=world.alice)
+    message_append(session=session, role="assistant", content="Hello!", channel="web", notify=False)
+    cookie = session_cookie(world.alice)
+
+    async def run() -> tuple[list[str], dict, list[int]]:
+        link = SlowLink(port, delay=0)  # Redis as the server reaches it, cut and mended by the test
+        layers = {"default": {"BACKEND": "channels_redis.pubsub.RedisPubSubChannelLayer",
+                              "CONFIG": {"hosts": [f"redis://127.0.0.1:{await link.start()}/0"]}}}
+        with override_settings(CHANNEL_LAYERS=layers):
+            page = communicator("/ws/chat/acme/aria/", cookie=cookie)
+            assert (await page.connect())[0]
+            await receive_until(page, lambda e: e.get("content") == "Hello!")
+            await page.send_json_to({"type": "ping"})  # answered once the socket has finished connecting
+            await receive_until(page, lambda e: e["type"] == "pong")
+            live = hub()
+            groups = sorted(live.members)
+            await link.cut()
+            await page.disconnect()
+            left_with = {group: len(members) for group, members in live.members.items()}
+            await link.mend()
+            counts = await _counts_once_left(live.layer, groups, caplog)
+            await _stop(live)
+            await link.stop()
+        return groups, left_with, counts
+
+    try:
+        with caplog.at_level(logging.INFO):
+            groups, left_with, counts = async_to_sync(run)()
+    finally:
+        redis.terminate()
+        redis.wait(10)
+    assert len(groups) == 3, groups
+    assert left_with == {}  # nothing of the closed socket's is kept
+    assert counts == [0, 0, 0]  # on Redis too, once it answered again
+    _assert_one_warning(caplog)
+
+
+def test_on_the_lists_layer_too_groups_left_while_redis_is_unreachable_are_left_on_redis_once_it_answers(caplog):
+    """channels_redis' lists layer keeps a group's members in Redis: one the hub failed to
+    leave there stayed until the group's expiry (a day), its events pushed to this process."""
+    import logging
+
+    from channels_redis.core import RedisChannelLayer
+
+    from qorven.runtime.hub import Hub
+
+    port, redis = redis_of_our_own()
+    groups = ["chat.1", "chat.2", "chat.3"]
+
+    class Page:
+        async def hub_event(self, event, encoder) -> None:
+            pass
+
+    async def run() -> tuple[dict, list[int]]:
+        link = SlowLink(port, delay=0)
+        live = Hub(RedisChannelLayer(hosts=[{"address": f"redis://127.0.0.1:{await link.start()}/0"}]))
+        page = Page()
+        for group in groups:
+            await live.join(group, page)
+        await link.cut()
+        await live.leave_all(groups, page)
+        left_with = dict(live.members)
+        await link.mend()
+        counts = await _counts_once_left(live.layer, groups, caplog)
+        await _stop(live)
+        await link.stop()
+        return left_with, counts
+
+    try:
+        with caplog.at_level(logging.INFO):
+            left_with, counts = async_to_sync(run)()
+    finally:
+        redis.terminate()
+        redis.wait(10)
+    assert left_with == {}
+    assert counts == [0, 0, 0]
+    _assert_one_warning(caplog)
+
+
+async def _counts_once_left(layer, groups: list[str], caplog) -> list[int]:
+    """layer_members of each group once the hub says it has left them on the layer, and
+    Redis has taken that (the count of a connection of its own may come first); as they
+    are after 30 s otherwise. On the pub/sub layer the leave goes over the subscribing
+    connection, so it has reconnected by then, subscribed again to all it still held."""
+    import time
+
+    deadline = time.monotonic() + 30
+    while not any("has left" in r.getMessage() for r in caplog.records) and time.monotonic() < deadline:
+        await asyncio.sleep(0.1)
+    while (counts := [await layer_members(layer, group) for group in groups]) != [0] * len(groups):
+        if time.monotonic() > deadline:
+            break
+        await asyncio.sleep(0.1)
+    return counts
+
+
+async def _stop(live) -> None:
+    tasks = [task for task in (live._reader, live._renewer, live._leaver) if task is not None]
+    for task in tasks:
+        task.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)
+    await live.layer.flush()
+
+
+def _assert_one_warning(caplog) -> None:
+    import logging
+
+    ours = [r for r in caplog.records if r.name.startswith(("qorven", "channels_app"))]
+    assert [r.levelname for r in ours if "could not leave" in r.getMessage()] == ["WARNING"], caplog.text
+    assert not [r for r in ours if r.levelno >= logging.ERROR], caplog.text
