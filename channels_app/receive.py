@@ -21,6 +21,7 @@ from django.utils import timezone
 
 from qorven.agent.gateway import inbound_accept
 from qorven.runtime.database import DATABASE_DOWN, connections_drop_broken
+from qorven.runtime.log_context import log_person
 from qorven.runtime.prepared_read import PreparedRead
 from qorven.runtime.publish import publish_or_hold, tasks_publish
 from sessions_app.channel_kinds import CHAT_FAMILY
@@ -211,18 +212,20 @@ CLAIM_STALE_AFTER = 120
 def _process_event(event: InboundEvent) -> str:
     """Process one claimed event. A failure is recorded on the event (the admin shows it)
     and does not hold up the sender's later messages."""
-    try:
-        message = InboundMessage.model_validate(event.payload)
-        result = _process(event.binding, message, event)
-    except DATABASE_DOWN:
-        raise  # the connection was lost, not the message (see inbound_process)
-    except Exception as exc:
-        logger.exception("inbound event %s could not be processed", event.pk)
-        InboundEvent.objects.filter(pk=event.pk).update(
-            state=InboundEvent.State.FAILED, result="error", error=f"{type(exc).__name__}: {exc}"[:2000],
-            updated_at=timezone.now(),
-        )
-        return "error"
+    # What is logged meanwhile (an error, a refused pairing code) may quote the sender's id.
+    with log_person(event.sender_id):
+        try:
+            message = InboundMessage.model_validate(event.payload)
+            result = _process(event.binding, message, event)
+        except DATABASE_DOWN:
+            raise  # the connection was lost, not the message (see inbound_process)
+        except Exception as exc:
+            logger.exception("inbound event %s could not be processed", event.pk)
+            InboundEvent.objects.filter(pk=event.pk).update(
+                state=InboundEvent.State.FAILED, result="error", error=f"{type(exc).__name__}: {exc}"[:2000],
+                updated_at=timezone.now(),
+            )
+            return "error"
     # The message lives in the conversation from here on (or was never to be kept: an
     # unknown sender's): the event keeps only what recognises a platform's retry of it.
     InboundEvent.objects.filter(pk=event.pk).update(state=InboundEvent.State.DONE, result=result, payload={},

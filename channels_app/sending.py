@@ -13,6 +13,7 @@ from django.conf import settings
 from django.db.models import Q
 from django.utils import timezone
 
+from qorven.runtime.log_context import log_person
 from qorven.runtime.prepared_read import PreparedRead
 from sessions_app.models import Message
 from tenancy.switches import channel_enabled
@@ -245,7 +246,13 @@ def _next_waiting(*, tenant_id: int, binding_id: int, after: int) -> int | None:
 
 
 def _send_parts(rows: list[OutboundDelivery]) -> int:
-    """Send a message's parts, all for one binding, in order (see deliver_message)."""
+    """Send a message's parts, all for one binding, in order (see deliver_message). A
+    platform's refusal quotes the recipient, perhaps a WhatsApp number: masked in the log."""
+    with log_person(*{row.target for row in rows}):
+        return _send_parts_in_order(rows)
+
+
+def _send_parts_in_order(rows: list[OutboundDelivery]) -> int:
     first = rows[0]
     adapter = adapter_for(first.binding.kind)
     assert adapter is not None, first.binding.kind  # every kind of binding has one (tests/channels_app)
@@ -312,7 +319,8 @@ def send_direct(*, binding: ChannelBinding, target: str, text: str) -> None:
     adapter = adapter_for(binding.kind)
     if adapter is None or not target:
         return
-    try:
-        adapter.send(binding, target, text)
-    except SendError as exc:
-        logger.warning("could not send a %s notice: %s", binding.kind, exc)
+    with log_person(target):
+        try:
+            adapter.send(binding, target, text)
+        except SendError as exc:
+            logger.warning("could not send a %s notice: %s", binding.kind, exc)

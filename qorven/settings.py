@@ -281,7 +281,8 @@ RATELIMIT_CACHE_PREFIX = "qorven-rl:"
 # Every line carries the tenant, Qor, session and message it is about (qorven.runtime.
 # log_context); QORVEN_LOG_FORMAT=json writes one JSON object a line; keys and tokens
 # quoted in messages, tracebacks and stacks are masked, in either format, and so are email
-# addresses and phone numbers (a platform quoting a recipient in its error).
+# addresses and phone numbers (a platform quoting a recipient in its error), and the
+# platform id of the person whose message or reply is being handled (log_person).
 QORVEN_LOG_FORMAT = env.choice("QORVEN_LOG_FORMAT", "text", ("text", "json"))
 QORVEN_LOG_LEVEL = env.log_level("QORVEN_LOG_LEVEL", default="INFO")
 # Prometheus metrics at /metrics: with a token, only to `Authorization: Bearer <token>`;

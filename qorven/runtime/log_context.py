@@ -5,7 +5,9 @@ Tasks and turns wrap their work in `log_context(tenant=…, session=…)`; `Cont
 logged meanwhile, from any module. `QORVEN_LOG_FORMAT=json` writes one JSON object a line
 (`JsonFormatter`). `SecretFilter` masks what looks like a key or a bot token, an email
 address or a phone number in any message, traceback or stack, so a secret or a person's
-address quoted in an error never reaches the log whole.
+address quoted in an error never reaches the log whole; and, inside `log_person(…)`, the
+platform ids of the person the work is about, which look like nothing in particular (a
+WhatsApp sender's number has no +).
 """
 from __future__ import annotations
 
@@ -20,6 +22,8 @@ from typing import Any
 
 KEYS = ("tenant", "qor", "session", "seq", "message_id", "event")  # seq: a message's, in its session
 _ids: ContextVar[dict[str, Any]] = ContextVar("qorven_log_ids", default={})  # noqa: B039  never mutated
+_people: ContextVar[tuple[str, ...]] = ContextVar("qorven_log_people", default=())
+PERSON_ID_MIN = 6  # characters: a shorter id would take seqs and counts equal to it along
 
 
 @contextmanager
@@ -30,6 +34,19 @@ def log_context(**ids: Any) -> Iterator[None]:
         yield
     finally:
         _ids.reset(token)
+
+
+@contextmanager
+def log_person(*ids: str) -> Iterator[None]:
+    """Mask these platform ids of a person (a sender, the chat a reply goes to) wherever a
+    log record made inside quotes them: a WhatsApp number comes without the + that tells
+    `mask` a phone number from a message id, a seq or a time, and a platform's refusal
+    quotes it. The first two characters stay (a country code), as for a number with +."""
+    token = _people.set((*_people.get(), *(i for i in ids if len(i) >= PERSON_ID_MIN)))
+    try:
+        yield
+    finally:
+        _people.reset(token)
 
 
 class ContextFilter(logging.Filter):
@@ -66,7 +83,10 @@ _PERSONAL = re.compile(r"(?<![\w.+\-])[\w.+\-]+(?P<domain>@[\w\-]+(?:\.[\w\-]+)+
 
 def mask(text: str) -> str:
     text = _SECRET.sub(lambda m: m.group("keep") + "…", text)
-    return _PERSONAL.sub(lambda m: "…" + m["domain"] if m["domain"] else m["country"] + "…", text)
+    text = _PERSONAL.sub(lambda m: "…" + m["domain"] if m["domain"] else m["country"] + "…", text)
+    for person in _people.get():  # whole: not a part of a longer id or number
+        text = re.sub(rf"(?<![\w+]){re.escape(person)}(?!\w)", person[:2] + "…", text)
+    return text
 
 
 _formatter = logging.Formatter()

@@ -398,6 +398,32 @@ def test_no_bot_token_or_secret_reaches_the_logs(client, world, telegram, platfo
     assert "111:AAA" not in logged and "tg-secret-a" not in logged
 
 
+@pytest.mark.parametrize("sender", ["unknown", "paired"])
+def test_a_whatsapp_senders_number_a_refusal_quotes_is_masked_in_the_log_and_the_ids_are_not(
+        client, world, whatsapp, platform, model_server, drain, caplog, sender):
+    """WhatsApp names a sender by their number, without the + the log's masking looked for:
+    a refused pairing code or reply whose error quoted the number wrote it whole. It is
+    masked where the log knows it for the sender's; the message ids stay readable."""
+    import logging
+
+    caplog.set_level(logging.DEBUG)
+    number = "15551234567"
+    if sender == "paired":
+        pair(world, "whatsapp", number, world.alice)
+    model_server.default = reply("Hi")
+    platform.default(r"/whatsapp/v21.0/1055/messages$", Canned(status=400, body={"error": {
+        "message": f"(#131030) Recipient phone number {number} not in allowed list", "code": 131030}}))
+    assert post_whatsapp(client, whatsapp_body("hello", sender=number)).status_code == 200
+    drain()
+    assert platform.sent("/messages")
+    (refused,) = [r.getMessage() for r in caplog.records if "131030" in r.getMessage()]
+    assert number not in caplog.text, refused
+    assert "Recipient phone number 15… not in allowed list" in refused
+    if sender == "paired":
+        answer = Message.objects.get(role="assistant")
+        assert refused.startswith(f"delivery of message {answer.pk} part 0 failed for good")
+
+
 def test_an_unreadable_update_is_logged_without_its_text_or_sender(client, world, telegram, platform, drain, caplog):
     """Pydantic's error quotes the input it could not read: the whole message, its text
     and its sender's id and name, went to the log. The log says where it failed."""

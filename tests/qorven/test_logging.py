@@ -9,7 +9,7 @@ import logging
 import pytest
 
 from qorven.agent.tasks import agent_turn
-from qorven.runtime.log_context import ContextFilter, JsonFormatter, log_context
+from qorven.runtime.log_context import ContextFilter, JsonFormatter, log_context, log_person
 from sessions_app.services import message_append, session_resolve
 
 from ..fakes.model_server import error
@@ -143,3 +143,17 @@ def test_an_address_or_phone_number_a_platform_quotes_in_its_error_is_masked(con
     assert "priya" not in first and "<…@example.com>" in first
     assert "15112345678" not in second and "+49…" in second
     assert third.endswith("message 9 at 2024-05-01 12:30:00+00:00, total +12345 tokens")
+
+
+def test_a_persons_platform_id_is_masked_where_the_log_knows_it_for_theirs_and_other_numbers_are_not(console):
+    """A WhatsApp number comes without its +: masked inside `log_person` only, whole (not
+    inside a longer number or id), and an id too short to tell from a seq is left."""
+    handler, stream = console
+    log = logging.getLogger("channels_app.sending")
+    with log_person("15551234567", "42"):
+        log.warning("message 41 part 0 at 1733420000 to 15551234567 (wamid.15551234567x, 155512345678): seq 42")
+    log.warning("to 15551234567")
+    first, second = stream.getvalue().splitlines()
+    assert first.endswith("message 41 part 0 at 1733420000 to 15… (wamid.15551234567x, 155512345678): seq 42")
+    assert second.endswith("to 15551234567")
+
