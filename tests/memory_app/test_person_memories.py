@@ -187,7 +187,7 @@ def test_the_chat_page_lists_and_forgets_with_its_session_and_csrf_token(kept):
     browser = Client(enforce_csrf_checks=True)
     assert browser.get(base).status_code == 401
     browser.force_login(kept.alice)
-    page = browser.get(f"/chat/aria/?tenant=acme")
+    page = browser.get("/chat/aria/?tenant=acme")
     assert page.status_code == 200 and base.encode() in page.content
     body = browser.get(base).json()
     assert (body["total"], len(body["memories"]), body["more"]) == (25, 20, True)
