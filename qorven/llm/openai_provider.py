@@ -268,7 +268,7 @@ class OpenAIProvider:
             model = chunk.get("model") or model
             counted = chunk.get("usage")
             if isinstance(counted, dict):
-                usage = Usage(counted.get("prompt_tokens") or 0, counted.get("completion_tokens") or 0)
+                usage = _usage(counted)
             for choice in chunk.get("choices") or []:
                 if not isinstance(choice, dict):
                     continue
@@ -313,6 +313,21 @@ class OpenAIProvider:
             # `stream`, a stop with no text): a failure to answer, not an answer.
             raise ProviderUnavailable("the model server sent an empty answer", model=model)
         return Completion(content=content, tool_calls=tool_calls, usage=usage, model=model, cut_off=finish == "length")
+
+
+# More tokens than any model's context holds: a count past it is the server's mistake.
+TOKENS_BELIEVED = 100_000_000
+
+
+def _usage(counted: dict[str, Any]) -> Usage | None:
+    """The server's token count, or None (then it is estimated) when it is not one: a
+    negative, absurd or non-numeric count would fail the usage table's write after the
+    answer came, or skew the tenant's budget."""
+    numbers = [counted.get("prompt_tokens") or 0, counted.get("completion_tokens") or 0]
+    if not all(type(n) is int and 0 <= n <= TOKENS_BELIEVED for n in numbers):
+        logger.info("model server's usage count ignored (not a count of tokens): %.200r", counted)
+        return None
+    return Usage(*numbers)
 
 
 IDLE_LOOK = 0.5  # seconds without a token after which a read of the body lets the caller look at its Stop

@@ -362,3 +362,30 @@ def test_one_endless_event_is_let_go_at_the_bound_not_read_whole(world, ask, mod
     assert save_note == []
     assert model_server.cut_streams == 1  # 48 MB is more than the sockets' buffers hold: we stopped reading
     assert [(m.role, m.content) for m in timeline(world)[1:]] == [("assistant", CUT_OFF_NOTICE)]
+def finished(reason: str = "stop", **fields) -> str:
+    """The stream's last chunk: the finish reason, and any other top-level fields (usage)."""
+    return json.dumps({"id": "c", "object": "chat.completion.chunk", "model": "m",
+                       "choices": [{"index": 0, "delta": {}, "finish_reason": reason}], **fields})
+
+
+@pytest.mark.parametrize("usage", [
+    {"prompt_tokens": -500, "completion_tokens": -9000},
+    {"prompt_tokens": 10**19, "completion_tokens": 10**19},
+    {"prompt_tokens": "12", "completion_tokens": None},
+], ids=["negative", "beyond-any-counter", "not-numbers"])
+def test_a_usage_count_that_makes_no_sense_is_estimated_and_the_reply_kept(world, ask, model_server, drain, usage):
+    """The reply streamed in, then storing the server's count failed (a negative count
+    refused by the table, one past its integers, a string): the turn crashed, the reply
+    was lost, the message waited unanswered and the model was asked again at the next
+    message, as many times as the server kept counting so."""
+    from tenancy.models import Usage
+
+    model_server.add(Step(raw_events=[chunk("The answer."), finished(usage=usage)]))
+    ask("what is it?")
+    drain()
+    question, answer = timeline(world)
+    assert (question.answer_state, answer.content) == ("answered", "The answer.")
+    assert "tokens" not in answer.metadata  # not the server's count: it made none that could be
+    (spent,) = Usage.objects.filter(tenant=world.tenant_a)
+    assert spent.calls == 1 and 0 < spent.prompt_tokens < 10_000 and 0 < spent.completion_tokens < 100
+    assert len(model_server.requests) == 1
