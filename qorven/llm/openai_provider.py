@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import random
+import re
 import threading
 import time
 from collections import OrderedDict
@@ -23,10 +24,11 @@ from openai.types.chat import ChatCompletion
 
 from qorven.runtime.outbound import address_refusal
 from qorven.runtime.route_slots import SlotTimeout, route_slot
+from qorven.runtime.storable_text import storable
 
 from .errors import ContextLengthExceeded, ModelError, ModelRefused, ProviderUnavailable
-from .provider import Completion, TokenCallback, Usage
-from .streamed_answer import TextMender, ToolCallPieces
+from .provider import Completion, TokenCallback, ToolCall, Usage
+from .thinking import ThinkingFilter
 
 if TYPE_CHECKING:
     from openai._streaming import ServerSentEvent
@@ -96,48 +98,27 @@ class _Stream(openai.Stream[object]):
     # but keep-alives.
     watch: Callable[[], None] | None = None
     finished = False  # the server said the answer is complete ([DONE])
-    # The most bytes read while no event comes (0: no bound), then EventTooLong. The SDK
-    # reads an event whole, however long, before it yields it: one endless line or chunk
-    # would otherwise be held in memory whole before any bound on the answer sees it.
-    event_bytes = 0
 
     def _iter_events(self) -> Iterator[ServerSentEvent]:
         reads = self.response.iter_bytes
-        unheard = 0  # bytes read since the last event
 
         def watched(*args: Any, **kwargs: Any) -> Iterator[bytes]:
-            nonlocal unheard
             for data in reads(*args, **kwargs):
                 if self.watch is not None:
                     self.watch()
-                unheard += len(data)
-                if self.event_bytes and unheard > self.event_bytes:
-                    raise EventTooLong(unheard)
                 yield data
 
         self.response.iter_bytes = watched  # type: ignore[method-assign]
         events = super()._iter_events()
         for sse in events:
-            unheard = 0
             if sse.data.startswith("[DONE]"):
                 self.finished = True
                 try:
                     for _after in events:
                         pass
-                except (openai.APIError, EventTooLong):
+                except openai.APIError:
                     pass
             yield sse
-
-
-class EventTooLong(Exception):
-    """A server-sent event ran past the most an answer within its bounds could need."""
-
-
-# The bytes one event may take for each character of QORVEN_MAX_REPLY_CHARS, and beyond:
-# a piece of text and a tool call's arguments each as long as the bound, every character
-# written as a JSON escape (six bytes), fit with room to spare.
-EVENT_BYTES_PER_CHAR = 16
-EVENT_BYTES_SLACK = 64 * 1024
 
 
 class OpenAIProvider:
@@ -147,13 +128,10 @@ class OpenAIProvider:
 
     def __init__(
         self, *, base_url: str, api_key: str, model: str, timeout: float, max_retries: int, deadline: float,
-        max_concurrency: int = 0, max_chars: int = 0, max_tool_calls: int = 0, guarded: bool = False,
+        max_concurrency: int = 0, max_chars: int = 0, guarded: bool = False,
     ) -> None:
         self.model = model
-        # The longest reply text, and the longest tool call (name and arguments), read (0: no
-        # bound); past either, or past `max_tool_calls` calls, the stream is let go.
-        self._max_chars = max_chars
-        self._max_tool_calls = max_tool_calls
+        self._max_chars = max_chars  # the longest reply read (0: no bound), then the stream is let go
         self.base_url = base_url
         self._timeout = timeout
         self._deadline = deadline
@@ -233,14 +211,15 @@ class OpenAIProvider:
 
     def _collect(self, stream: Any, on_token: TokenCallback | None, deadline: float) -> Completion:
         parts: list[str] = []
-        calls = ToolCallPieces(max_chars=self._max_chars, max_calls=self._max_tool_calls)
+        calls: dict[int, dict[str, str]] = {}
         usage: Usage | None = None
         model = self.model
         finish = ""
-        text_of = TextMender()
+        text_of = _Mender()
+        thoughts = ThinkingFilter()
         heard = time.monotonic()
         room = self._max_chars or -1  # characters still to take; -1: no bound
-        overflow = False  # more text came than there was room for, or a tool call past its bounds
+        overflow = False  # more text came than there was room for
 
         def watch() -> None:
             if time.monotonic() > deadline:
@@ -249,16 +228,11 @@ class OpenAIProvider:
                 on_token("")  # nothing to show yet: the caller may look at its Stop
 
         stream.watch = watch
-        if self._max_chars:
-            stream.event_bytes = self._max_chars * EVENT_BYTES_PER_CHAR + EVENT_BYTES_SLACK
         chunks = iter(stream)
         while not overflow:
             try:
                 chunk = next(chunks)
             except StopIteration:
-                break
-            except EventTooLong:
-                overflow = True  # whatever it held, it ran past the bounds: as for a reply too long
                 break
             except ValueError as exc:  # a data line that is not JSON, cut off, or not text
                 raise ProviderUnavailable(f"the model server sent an answer we could not read "
@@ -276,7 +250,7 @@ class OpenAIProvider:
                 delta = choice.get("delta")
                 if not isinstance(delta, dict):
                     continue
-                text = text_of.feed(delta.get("content"))
+                text = thoughts.feed(text_of.feed(delta.get("content")))
                 if text and room >= 0:
                     overflow = len(text) > room
                     text = text[:room]
@@ -286,29 +260,41 @@ class OpenAIProvider:
                     heard = time.monotonic()
                     if on_token is not None:
                         on_token(text)
-                if not calls.feed(delta.get("tool_calls")):
-                    overflow = True
-                    break
-        if not overflow and room == 0 and text_of.end():
-            overflow = True  # the held half of a character, past the room
+                for tc in delta.get("tool_calls") or []:
+                    slot = calls.setdefault(tc.get("index", 0), {"id": "", "name": "", "arguments": ""})
+                    if tc.get("id"):
+                        slot["id"] = tc["id"]
+                    function = tc.get("function")
+                    if isinstance(function, dict):
+                        slot["name"] += function.get("name") or ""
+                        slot["arguments"] += function.get("arguments") or ""
+        if not overflow:
+            # What was held back at the end (half a character, what looked like a tag's start).
+            tail = thoughts.feed(text_of.end()) + thoughts.end()
+            if tail and room >= 0:
+                overflow = len(tail) > room
+                tail = tail[:room]
+            if tail:
+                parts.append(tail)
+                if on_token is not None:
+                    on_token(tail)
         if overflow:
             # A reply that would run on and on (a model with no length limit of its own
-            # repeating itself, or streaming a tool call's arguments without end): kept to
-            # here, said to be cut like one the model's own limit ended; a tool call begun
-            # in it is incomplete and not run.
-            finish = "length"
-            calls.clear()
-        else:
-            parts.append(text_of.end())
+            # repeating itself): kept to here, said to be cut like one the model's own
+            # limit ended; a tool call begun in it is incomplete and not run.
+            finish, calls = "length", {}
         content = "".join(parts)
         if not finish and not stream.finished:
             # The body ended before the server said the answer was complete (no finish
             # reason, no [DONE]): a fragment, not the answer.
             raise ProviderUnavailable("the answer stopped before its end", model=model)
-        tool_calls = calls.made()
-        if finish == "content_filter" and not content and not tool_calls:
+        if finish == "content_filter" and not content and not calls:
             raise ModelRefused("the answer was withheld by the provider's content filter", model=model)
-        if not content.strip() and not tool_calls and not overflow:
+        tool_calls = [
+            ToolCall(id=c["id"] or f"call_{i}", name=mended(c["name"]), arguments=mended(c["arguments"]))
+            for i, c in sorted(calls.items())
+        ]
+        if not content.strip() and not tool_calls:
             # Nothing to show and nothing to do (an HTML page, a server that ignored
             # `stream`, a stop with no text): a failure to answer, not an answer.
             raise ProviderUnavailable("the model server sent an empty answer", model=model)
@@ -323,11 +309,11 @@ def _usage(counted: dict[str, Any]) -> Usage | None:
     """The server's token count, or None (then it is estimated) when it is not one: a
     negative, absurd or non-numeric count would fail the usage table's write after the
     answer came, or skew the tenant's budget."""
-    numbers = [counted.get("prompt_tokens") or 0, counted.get("completion_tokens") or 0]
-    if not all(type(n) is int and 0 <= n <= TOKENS_BELIEVED for n in numbers):
+    prompt, completion = counted.get("prompt_tokens") or 0, counted.get("completion_tokens") or 0
+    if not all(type(n) is int and 0 <= n <= TOKENS_BELIEVED for n in (prompt, completion)):
         logger.info("model server's usage count ignored (not a count of tokens): %.200r", counted)
         return None
-    return Usage(*numbers)
+    return Usage(prompt, completion)
 
 
 IDLE_LOOK = 0.5  # seconds without a token after which a read of the body lets the caller look at its Stop
@@ -340,6 +326,41 @@ def _retry_wait(attempt: int, retry_after: float | None) -> float | None:
     if retry_after is not None:
         return retry_after if retry_after <= 60 else None
     return min(0.5 * 2**attempt, 8.0) * (1 - 0.25 * random.random())
+
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def mended(text: str) -> str:
+    """`text` with UTF-16 surrogate halves (which JSON escapes can carry and no store or
+    socket takes) joined into the character they make, or replaced where alone; and
+    without NUL, which PostgreSQL refuses (qorven.runtime.storable_text), so what streams
+    is what is stored."""
+    text = storable(text)
+    if not _SURROGATE.search(text):
+        return text
+    return text.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "replace")
+
+
+class _Mender:
+    """Mends streamed text chunk by chunk: a first half at a chunk's end waits for the
+    next chunk, whose first character may complete it."""
+
+    def __init__(self) -> None:
+        self._held = ""
+
+    def feed(self, text: Any) -> str:
+        if not isinstance(text, str) or not text:
+            return ""
+        text = self._held + text
+        self._held = ""
+        if "\ud800" <= text[-1] <= "\udbff":
+            text, self._held = text[:-1], text[-1]
+        return mended(text)
+
+    def end(self) -> str:
+        held, self._held = self._held, ""
+        return mended(held)
 
 
 _AUDIO_NAMES = {"audio/ogg": "voice.ogg", "audio/mpeg": "voice.mp3", "audio/mp4": "voice.m4a", "audio/wav": "voice.wav",

@@ -1,0 +1,91 @@
+"""Reasoning models served locally (Qwen3, DeepSeek-R1, QwQ through Ollama, vLLM, LM
+Studio or llama.cpp) write their private reasoning into the answer between <think> tags.
+A person reads the answer, on every surface: not the reasoning, not the tags."""
+from __future__ import annotations
+
+import json
+
+import pytest
+from asgiref.sync import async_to_sync, sync_to_async
+
+from sessions_app.models import Message, Session
+from tenancy.services import api_token_create
+
+from ..fakes.model_server import Step, reply
+from .conftest import pair
+from .live_helpers import communicator, receive_until, session_cookie
+from .payloads import post_telegram, telegram_update
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+REASONING = "The user greets me. I should answer warmly and briefly."
+
+
+def streamed(*pieces: str, finish: str = "stop") -> Step:
+    """A stream whose content comes in exactly these pieces (a tag may be cut between two)."""
+    def chunk(delta: dict, reason: str | None = None) -> str:
+        return json.dumps({"id": "c", "object": "chat.completion.chunk", "model": "qwen3:8b",
+                           "choices": [{"index": 0, "delta": delta, "finish_reason": reason}]})
+
+    return Step(raw_events=[*(chunk({"content": p}) for p in pieces), chunk({}, finish)])
+
+
+THINKING = streamed("<thi", "nk>\n", REASONING[:20], REASONING[20:], "\n</th", "ink>\n\n", "Hello", " Priya!")
+
+
+def test_the_reasoning_of_a_thinking_model_is_not_sent_to_telegram(client, world, telegram, platform,
+                                                                    model_server, drain):
+    pair(world, "telegram", "42", world.alice)
+    model_server.add(THINKING, reply("Fine, thanks."))
+    assert post_telegram(client, telegram_update("hi", message_id=1)).status_code == 200
+    drain()
+    assert post_telegram(client, telegram_update("how are you?", message_id=2)).status_code == 200
+    drain()
+    sent = [r.json["text"] for r in platform.sent(r"/telegram/bot111:AAA/sendMessage")]
+    assert sent == ["Hello Priya!", "Fine, thanks."]
+    assert [m.content for m in Message.objects.filter(role="assistant").order_by("seq")] == sent
+    # Nor is it part of the conversation the model reads next.
+    assert "greets" not in json.dumps(model_server.requests[-1]["messages"])
+
+
+def test_the_reasoning_of_a_thinking_model_does_not_stream_to_the_chat_page(client, world, model_server, drain):
+    token = api_token_create(tenant=world.tenant_a, user=world.alice)[1]
+    model_server.add(THINKING)
+    cookie = session_cookie(world.alice)
+
+    async def scenario() -> list[dict]:
+        page = communicator("/ws/chat/acme/aria/", cookie=cookie)
+        assert (await page.connect())[0]
+        await receive_until(page, lambda e: e["type"] == "session")
+        response = await sync_to_async(client.post)(
+            "/v1/qors/aria/messages", data=json.dumps({"content": "hi"}), content_type="application/json",
+            HTTP_AUTHORIZATION=f"Bearer {token}")
+        assert response.status_code == 201
+        events = await receive_until(page, lambda e: e["type"] == "message.done", timeout=20)
+        await page.disconnect()
+        return events
+
+    events = async_to_sync(scenario)()
+    drain()
+    shown = "".join(e.get("delta", "") + e.get("text", "") for e in events if e["type"].startswith("message.")
+                    and e["type"] != "message.new")
+    assert "greets" not in shown and "think>" not in shown
+    assert shown.strip() == "Hello Priya!"
+    session = Session.objects.get(tenant=world.tenant_a, user=world.alice, kind="canonical")
+    (answer,) = Message.objects.filter(session=session, role="assistant")
+    assert answer.content == "Hello Priya!"
+
+
+@pytest.mark.parametrize("text", [
+    "Write <think> in angle brackets to open the block.",
+    "Sure: `<think>` and `</think>` wrap the reasoning.",
+], ids=["tag-mid-sentence", "tags-quoted"])
+def test_an_answer_that_speaks_of_the_tags_is_kept_whole(client, world, model_server, drain, text):
+    token = api_token_create(tenant=world.tenant_a, user=world.alice)[1]
+    model_server.add(streamed(text[:9], text[9:]))
+    response = client.post("/v1/qors/aria/messages", data=json.dumps({"content": "how?"}),
+                           content_type="application/json", HTTP_AUTHORIZATION=f"Bearer {token}")
+    assert response.status_code == 201
+    drain()
+    (answer,) = Message.objects.filter(role="assistant")
+    assert answer.content == text
