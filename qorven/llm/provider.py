@@ -2,6 +2,7 @@
 calls run in tasks, on worker threads, through one long-lived client per route."""
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -18,7 +19,18 @@ class ToolCall:
     arguments: str  # raw JSON text as the model produced it; parsed by the tool loop
 
     def as_openai(self) -> dict[str, Any]:
-        return {"id": self.id, "type": "function", "function": {"name": self.name, "arguments": self.arguments}}
+        """The call as it is stored and sent back with the history. Arguments that are not
+        a JSON object (broken JSON, an array, a bare string, nothing) go back as `{}`:
+        Ollama refuses a whole request whose history holds one, and the tool's result
+        already tells the model what was wrong with them."""
+        return {"id": self.id, "type": "function", "function": {"name": self.name, "arguments": _object_text(self.arguments)}}
+
+
+def _object_text(arguments: str) -> str:
+    try:
+        return arguments if isinstance(json.loads(arguments), dict) else "{}"
+    except ValueError:
+        return "{}"
 
 
 @dataclass(frozen=True)

@@ -389,3 +389,27 @@ def test_a_usage_count_that_makes_no_sense_is_estimated_and_the_reply_kept(world
     (spent,) = Usage.objects.filter(tenant=world.tenant_a)
     assert spent.calls == 1 and 0 < spent.prompt_tokens < 10_000 and 0 < spent.completion_tokens < 100
     assert len(model_server.requests) == 1
+
+
+@pytest.mark.parametrize("arguments", ["{not json", "[1, 2]", '"now"', ""],
+                         ids=["not-json", "an-array", "a-string", "empty"])
+def test_a_tool_call_whose_arguments_are_not_an_object_does_not_break_the_conversation(
+    world, ask, model_server, drain, arguments
+):
+    """Ollama reads every tool call of the history back as an object and refuses the whole
+    request when one is not: the call was stored and replayed as the model wrote it, so
+    the rest of that turn and every later message got "The model refused to answer this
+    message" until the call left the window."""
+    from ..fakes.model_server import tool_call
+
+    model_server.tool_arguments_checked = True
+    model_server.add(tool_call("current_time", arguments), reply("It is noon."), reply("Still here."))
+    ask("what time is it?")
+    drain()
+    ask("are you there?")
+    drain()
+    assert [m.content for m in timeline(world) if m.role in ("assistant", "system") and not m.tool_calls] == [
+        "It is noon.", "Still here."]
+    assert len(model_server.requests) == 3
+    if arguments:  # the model was told what was wrong with its call
+        assert "error" in json.loads(model_server.requests[1]["messages"][-1]["content"])

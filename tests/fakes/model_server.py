@@ -64,6 +64,9 @@ class ModelServer:
         self.authorizations: list[str] = []  # each request's Authorization header, in order
         self.in_flight = 0  # chat completions being answered now
         self.most_in_flight = 0  # the most answered at once
+        # As Ollama does: a request whose history holds a tool call with arguments that are not
+        # a JSON object is refused (400 "invalid tool call arguments").
+        self.tool_arguments_checked = False
         self.connections = 0  # TCP connections clients opened to this server
         self.open_connections = 0  # of those, the ones not closed yet
         self.cut_streams = 0  # streamed answers the client stopped reading before their end
@@ -141,6 +144,11 @@ class ModelServer:
                     server.in_flight += 1
                     server.most_in_flight = max(server.most_in_flight, server.in_flight)
                 try:
+                    if server.tool_arguments_checked and not _arguments_are_objects(body):
+                        with server._lock:
+                            server.requests.append(body)
+                        return self._json(400, {"error": {"message": "invalid tool call arguments",
+                                                          "type": "invalid_request_error"}})
                     step = server._next(body)
                     if step.drop:
                         self.close_connection = True
@@ -216,6 +224,17 @@ class ModelServer:
                 self.wfile.flush()
 
         return Handler
+
+
+def _arguments_are_objects(body: dict[str, Any]) -> bool:
+    for message in body.get("messages") or []:
+        for call in message.get("tool_calls") or []:
+            try:
+                if not isinstance(json.loads(call["function"]["arguments"]), dict):
+                    return False
+            except ValueError:
+                return False
+    return True
 
 
 def _args(args: dict[str, Any] | str) -> str:
