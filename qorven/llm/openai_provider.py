@@ -27,8 +27,9 @@ from qorven.runtime.route_slots import SlotTimeout, route_slot
 from qorven.runtime.storable_text import storable
 
 from .errors import ContextLengthExceeded, ModelError, ModelRefused, ProviderUnavailable
-from .provider import Completion, TokenCallback, ToolCall, Usage
+from .provider import Completion, TokenCallback, Usage
 from .thinking import ThinkingFilter
+from .tool_call_deltas import ToolCallAssembler
 
 if TYPE_CHECKING:
     from openai._streaming import ServerSentEvent
@@ -211,7 +212,7 @@ class OpenAIProvider:
 
     def _collect(self, stream: Any, on_token: TokenCallback | None, deadline: float) -> Completion:
         parts: list[str] = []
-        calls: dict[int, dict[str, str]] = {}
+        calls = ToolCallAssembler()
         usage: Usage | None = None
         model = self.model
         finish = ""
@@ -260,14 +261,9 @@ class OpenAIProvider:
                     heard = time.monotonic()
                     if on_token is not None:
                         on_token(text)
-                for tc in delta.get("tool_calls") or []:
-                    slot = calls.setdefault(tc.get("index", 0), {"id": "", "name": "", "arguments": ""})
-                    if tc.get("id"):
-                        slot["id"] = tc["id"]
-                    function = tc.get("function")
-                    if isinstance(function, dict):
-                        slot["name"] += function.get("name") or ""
-                        slot["arguments"] += function.get("arguments") or ""
+                fragments = delta.get("tool_calls")
+                for fragment in fragments if isinstance(fragments, list) else []:
+                    calls.feed(fragment)
         if not overflow:
             # What was held back at the end (half a character, what looked like a tag's start).
             tail = thoughts.feed(text_of.end()) + thoughts.end()
@@ -282,7 +278,7 @@ class OpenAIProvider:
             # A reply that would run on and on (a model with no length limit of its own
             # repeating itself): kept to here, said to be cut like one the model's own
             # limit ended; a tool call begun in it is incomplete and not run.
-            finish, calls = "length", {}
+            finish, calls = "length", ToolCallAssembler()
         content = "".join(parts)
         if not finish and not stream.finished:
             # The body ended before the server said the answer was complete (no finish
@@ -290,10 +286,7 @@ class OpenAIProvider:
             raise ProviderUnavailable("the answer stopped before its end", model=model)
         if finish == "content_filter" and not content and not calls:
             raise ModelRefused("the answer was withheld by the provider's content filter", model=model)
-        tool_calls = [
-            ToolCall(id=c["id"] or f"call_{i}", name=mended(c["name"]), arguments=mended(c["arguments"]))
-            for i, c in sorted(calls.items())
-        ]
+        tool_calls = calls.calls(mended)
         if not content.strip() and not tool_calls:
             # Nothing to show and nothing to do (an HTML page, a server that ignored
             # `stream`, a stop with no text): a failure to answer, not an answer.

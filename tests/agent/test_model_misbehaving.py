@@ -413,3 +413,51 @@ def test_a_tool_call_whose_arguments_are_not_an_object_does_not_break_the_conver
     assert len(model_server.requests) == 3
     if arguments:  # the model was told what was wrong with its call
         assert "error" in json.loads(model_server.requests[1]["messages"][-1]["content"])
+
+
+def calling(*calls: dict) -> str:
+    """A chunk of tool-call deltas, written as the server sends them."""
+    return json.dumps({"id": "c", "object": "chat.completion.chunk", "model": "m",
+                       "choices": [{"index": 0, "delta": {"tool_calls": list(calls)}, "finish_reason": None}]})
+
+
+def call(name: str | None, arguments: str, **fields) -> dict:
+    function = {"arguments": arguments} if name is None else {"name": name, "arguments": arguments}
+    return {**fields, "type": "function", "function": function}
+
+
+@pytest.mark.parametrize("events", [
+    # Each call whole in a chunk of its own, with no index (Gemini's OpenAI endpoint, mistral.rs).
+    [calling(call("current_time", "{}", id="a1")), calling(call("memory_search", '{"query": "keys"}', id="b2"))],
+    # Every call at index 0 (Ollama through LiteLLM, some vLLM parsers), each with its id.
+    [calling(call("current_time", "{}", id="a1", index=0)),
+     calling(call("memory_search", '{"query": ', id="b2", index=0)), calling(call(None, '"keys"}', index=0))],
+    # Both in one chunk, neither with an index.
+    [calling(call("current_time", "{}", id="a1"), call("memory_search", '{"query": "keys"}', id="b2"))],
+], ids=["no-index", "all-at-index-0", "one-chunk-no-index"])
+def test_parallel_tool_calls_a_server_does_not_number_are_each_run(world, ask, model_server, drain, events):
+    """They were joined into one call, "current_timememory_search" with arguments
+    '{}{"query": "keys"}', which no tool answers: neither ran, and the model was told it
+    had called a tool that does not exist."""
+    model_server.add(Step(raw_events=[*events, finished("tool_calls")]), reply("It is noon; nothing on keys."))
+    ask("what time is it, and where are my keys?")
+    drain()
+    results = [m for m in timeline(world) if m.role == "tool"]
+    assert [(m.metadata["tool"], m.tool_call_id) for m in results] == [("current_time", "a1"), ("memory_search", "b2")]
+    assert not any("error" in json.loads(m.content) for m in results)
+    assert timeline(world)[-1].content == "It is noon; nothing on keys."
+
+
+def test_tool_calls_given_one_id_are_told_apart(world, ask, model_server, drain):
+    """Two calls with the same id got two results with that id: the model could not tell
+    which result answered which call."""
+    model_server.add(Step(raw_events=[
+        calling(call("current_time", "{}", id="call_1", index=0), call("memory_search", '{"query": "x"}', id="call_1",
+                                                                        index=1)),
+        finished("tool_calls")]), reply("Done."))
+    ask("both please")
+    drain()
+    (calls,) = [m.tool_calls for m in timeline(world) if m.tool_calls]
+    ids = [c["id"] for c in calls]
+    assert len(set(ids)) == 2
+    assert [m.tool_call_id for m in timeline(world) if m.role == "tool"] == ids
