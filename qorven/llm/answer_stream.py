@@ -1,0 +1,205 @@
+"""Reading a streamed chat completion into an answer, as OpenAI-compatible servers really
+send it: keep-alives, a time limit, text with broken characters, a reasoning block, tool
+calls in fragments, counts that are not counts, a body that ends early."""
+from __future__ import annotations
+
+import logging
+import re
+import time
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING, Any
+
+import openai
+
+from qorven.runtime.storable_text import storable
+
+from .errors import ModelRefused, ProviderUnavailable
+from .provider import Completion, TokenCallback, Usage
+from .thinking import ThinkingFilter
+from .tool_call_deltas import ToolCallAssembler
+
+if TYPE_CHECKING:
+    from openai._streaming import ServerSentEvent
+
+logger = logging.getLogger(__name__)
+
+
+class AnswerStream(openai.Stream[object]):
+    """The SDK's stream of a chat completion, read to the end of the response's body.
+
+    The SDK stops reading at the `[DONE]` event and closes the response; a response closed
+    before its body has ended takes its connection with it, so every streamed answer made
+    the next model call open a new connection — to a remote provider, a TCP and a TLS
+    handshake each time. Nothing but the body's end follows `[DONE]`: it is read, and the
+    connection goes back to the client's pool. A server that fails to end the body there
+    costs its connection, not the answer (the error of that read is dropped)."""
+
+    # Called after every read of the body, keep-alive comments included (they make no
+    # event): the time limit and a Stop are looked at even while the server sends nothing
+    # but keep-alives.
+    watch: Callable[[], None] | None = None
+    finished = False  # the server said the answer is complete ([DONE])
+
+    def _iter_events(self) -> Iterator[ServerSentEvent]:
+        reads = self.response.iter_bytes
+
+        def watched(*args: Any, **kwargs: Any) -> Iterator[bytes]:
+            for data in reads(*args, **kwargs):
+                if self.watch is not None:
+                    self.watch()
+                yield data
+
+        self.response.iter_bytes = watched  # type: ignore[method-assign]
+        events = super()._iter_events()
+        for sse in events:
+            if sse.data.startswith("[DONE]"):
+                self.finished = True
+                try:
+                    for _after in events:
+                        pass
+                except openai.APIError:
+                    pass
+            yield sse
+
+
+def answer_read(
+    stream: AnswerStream, *, model: str, deadline: float, seconds: float, max_chars: int,
+    on_token: TokenCallback | None,
+) -> Completion:
+    """The answer read from `stream`, its text streamed to `on_token` as it comes: by
+    `deadline` (time.monotonic()), a limit of `seconds`; at most `max_chars` of text (0: no
+    bound), then the stream is let go. Raises ProviderUnavailable or ModelRefused when
+    what came is not an answer."""
+    parts: list[str] = []
+    calls = ToolCallAssembler()
+    usage: Usage | None = None
+    finish = ""
+    text_of = _Mender()
+    thoughts = ThinkingFilter()
+    heard = time.monotonic()
+    room = max_chars or -1  # characters still to take; -1: no bound
+    overflow = False  # more text came than there was room for
+
+    def watch() -> None:
+        if time.monotonic() > deadline:
+            raise ProviderUnavailable(f"the model did not finish within {seconds:.0f}s", model=model)
+        if on_token is not None and time.monotonic() - heard > IDLE_LOOK:
+            on_token("")  # nothing to show yet: the caller may look at its Stop
+
+    stream.watch = watch
+    chunks = iter(stream)
+    while not overflow:
+        try:
+            chunk = next(chunks)
+        except StopIteration:
+            break
+        except ValueError as exc:  # a data line that is not JSON, cut off, or not text
+            raise ProviderUnavailable(f"the model server sent an answer we could not read "
+                                      f"({type(exc).__name__})", model=model) from exc
+        if not isinstance(chunk, dict):
+            continue
+        model = chunk.get("model") or model
+        counted = chunk.get("usage")
+        if isinstance(counted, dict):
+            usage = _usage(counted)
+        for choice in chunk.get("choices") or []:
+            if not isinstance(choice, dict):
+                continue
+            finish = choice.get("finish_reason") or finish
+            delta = choice.get("delta")
+            if not isinstance(delta, dict):
+                continue
+            text = thoughts.feed(text_of.feed(delta.get("content")))
+            if text and room >= 0:
+                overflow = len(text) > room
+                text = text[:room]
+                room -= len(text)
+            if text:
+                parts.append(text)
+                heard = time.monotonic()
+                if on_token is not None:
+                    on_token(text)
+            fragments = delta.get("tool_calls")
+            for fragment in fragments if isinstance(fragments, list) else []:
+                calls.feed(fragment)
+    if not overflow:
+        # What was held back at the end (half a character, what looked like a tag's start).
+        tail = thoughts.feed(text_of.end()) + thoughts.end()
+        if tail and room >= 0:
+            overflow = len(tail) > room
+            tail = tail[:room]
+        if tail:
+            parts.append(tail)
+            if on_token is not None:
+                on_token(tail)
+    if overflow:
+        # A reply that would run on and on (a model with no length limit of its own
+        # repeating itself): kept to here, said to be cut like one the model's own
+        # limit ended; a tool call begun in it is incomplete and not run.
+        finish, calls = "length", ToolCallAssembler()
+    content = "".join(parts)
+    if not finish and not stream.finished:
+        # The body ended before the server said the answer was complete (no finish
+        # reason, no [DONE]): a fragment, not the answer.
+        raise ProviderUnavailable("the answer stopped before its end", model=model)
+    if finish == "content_filter" and not content and not calls:
+        raise ModelRefused("the answer was withheld by the provider's content filter", model=model)
+    tool_calls = calls.calls(mended)
+    if not content.strip() and not tool_calls:
+        # Nothing to show and nothing to do (an HTML page, a server that ignored
+        # `stream`, a stop with no text): a failure to answer, not an answer.
+        raise ProviderUnavailable("the model server sent an empty answer", model=model)
+    return Completion(content=content, tool_calls=tool_calls, usage=usage, model=model, cut_off=finish == "length")
+
+
+# More tokens than any model's context holds: a count past it is the server's mistake.
+TOKENS_BELIEVED = 100_000_000
+
+
+def _usage(counted: dict[str, Any]) -> Usage | None:
+    """The server's token count, or None (then it is estimated) when it is not one: a
+    negative, absurd or non-numeric count would fail the usage table's write after the
+    answer came, or skew the tenant's budget."""
+    prompt, completion = counted.get("prompt_tokens") or 0, counted.get("completion_tokens") or 0
+    if not all(type(n) is int and 0 <= n <= TOKENS_BELIEVED for n in (prompt, completion)):
+        logger.info("model server's usage count ignored (not a count of tokens): %.200r", counted)
+        return None
+    return Usage(prompt, completion)
+
+
+IDLE_LOOK = 0.5  # seconds without a token after which a read of the body lets the caller look at its Stop
+
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def mended(text: str) -> str:
+    """`text` with UTF-16 surrogate halves (which JSON escapes can carry and no store or
+    socket takes) joined into the character they make, or replaced where alone; and
+    without NUL, which PostgreSQL refuses (qorven.runtime.storable_text), so what streams
+    is what is stored."""
+    text = storable(text)
+    if not _SURROGATE.search(text):
+        return text
+    return text.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "replace")
+
+
+class _Mender:
+    """Mends streamed text chunk by chunk: a first half at a chunk's end waits for the
+    next chunk, whose first character may complete it."""
+
+    def __init__(self) -> None:
+        self._held = ""
+
+    def feed(self, text: Any) -> str:
+        if not isinstance(text, str) or not text:
+            return ""
+        text = self._held + text
+        self._held = ""
+        if "\ud800" <= text[-1] <= "\udbff":
+            text, self._held = text[:-1], text[-1]
+        return mended(text)
+
+    def end(self) -> str:
+        held, self._held = self._held, ""
+        return mended(held)
