@@ -3,6 +3,7 @@ send it: keep-alives, a time limit, text with broken characters, a reasoning blo
 calls in fragments, counts that are not counts, a body that ends early."""
 from __future__ import annotations
 
+import json
 import logging
 import re
 import time
@@ -87,7 +88,7 @@ def answer_read(
             on_token("")  # nothing to show yet: the caller may look at its Stop
 
     stream.watch = watch
-    chunks = iter(stream)
+    chunks = _chunks_of(stream, model)
     while not overflow:
         try:
             chunk = next(chunks)
@@ -150,6 +151,36 @@ def answer_read(
         # `stream`, a stop with no text): a failure to answer, not an answer.
         raise ProviderUnavailable("the model server sent an empty answer", model=model)
     return Completion(content=content, tool_calls=tool_calls, usage=usage, model=model, cut_off=finish == "length")
+
+
+def _chunks_of(stream: AnswerStream, model: str) -> Iterator[Any]:
+    """The answer's chunks: its events, or, from a server that ignored `stream` and
+    answered whole (JSON), that answer as one chunk. A web page is no answer: the base
+    URL reaches a site (a sign-in page in front of the server, a web interface), not the
+    API, and trying again will not change that."""
+    kind = stream.response.headers.get("content-type", "").split(";")[0].strip().lower()
+    if kind == "text/html":
+        raise ModelRefused("the model server answered with a web page (text/html), not a chat completion: "
+                           "does the base URL reach the API (often ending in /v1)?", kind="misconfigured", model=model)
+    if kind != "application/json":
+        return iter(stream)
+    try:
+        whole = json.loads(stream.response.read())
+    except ValueError:
+        return iter(stream)  # events after all, labelled JSON (the body read is read again from memory)
+    stream.finished = True
+    if not isinstance(whole, dict):
+        return iter(())
+    choices = []
+    for choice in whole.get("choices") or []:
+        message = choice.get("message") if isinstance(choice, dict) else None
+        if isinstance(message, dict):
+            calls = message.get("tool_calls")
+            calls = [{**c, "index": i} for i, c in enumerate(calls) if isinstance(c, dict)] if isinstance(
+                calls, list) else []
+            choices.append({"delta": {**message, "tool_calls": calls},
+                            "finish_reason": choice.get("finish_reason") or "stop"})
+    return iter([{"model": whole.get("model"), "usage": whole.get("usage"), "choices": choices}])
 
 
 # More tokens than any model's context holds: a count past it is the server's mistake.

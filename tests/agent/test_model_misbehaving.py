@@ -461,3 +461,57 @@ def test_tool_calls_given_one_id_are_told_apart(world, ask, model_server, drain)
     ids = [c["id"] for c in calls]
     assert len(set(ids)) == 2
     assert [m.tool_call_id for m in timeline(world) if m.role == "tool"] == ids
+
+
+LOGIN_PAGE = b"<!doctype html><html><head><title>Sign in - Gateway</title></head><body>Sign in</body></html>"
+
+
+def test_a_server_answering_with_a_web_page_is_said_to_need_fixing_at_once(world, ask, model_server, drain):
+    """A base URL that reaches a web page (a sign-in page in front of the server, a web
+    interface instead of its API) answers 200 with HTML: that was read as an answer cut
+    short, tried again and again, and the person was told after minutes that the model
+    "isn't answering right now" and to send /retry, which cannot help."""
+    model_server.default = Step(body=LOGIN_PAGE, content_type="text/html; charset=utf-8")
+    ask("hello?")
+    drain()
+    question, notice = timeline(world)
+    assert question.answer_state == "failed" and "web page" in question.answer_error
+    assert notice.metadata["notice"] == "model_misconfigured" and "/retry" not in notice.content
+    assert "Sign in" not in notice.content and "Gateway" not in notice.content
+    assert len(model_server.requests) == 1
+
+
+def whole(message: dict, **fields) -> Step:
+    """A whole chat completion as JSON, whatever was asked (a server that ignores `stream`)."""
+    completion = {"id": "x", "object": "chat.completion", "model": "m", **fields,
+                  "choices": [{"index": 0, "message": {"role": "assistant", **message}, "finish_reason": "stop"}]}
+    return Step(body=json.dumps(completion).encode(), content_type="application/json")
+
+
+def test_a_server_that_ignores_stream_and_answers_whole_is_read(world, ask, model_server, drain):
+    """The answer came whole as JSON instead of streamed: no event in it, so it was taken
+    for an answer cut short, tried again, and the message failed with "isn't answering"."""
+    from tenancy.models import Usage
+
+    model_server.add(
+        whole({"content": None, "tool_calls": [
+            {"id": "t1", "type": "function", "function": {"name": "current_time", "arguments": ""}},
+            {"id": "t2", "type": "function", "function": {"name": "memory_search", "arguments": '{"query": "x"}'}}]}),
+        whole({"content": "It is noon."}, usage={"prompt_tokens": 120, "completion_tokens": 4, "total_tokens": 124}),
+    )
+    ask("what time is it?")
+    drain()
+    rows = timeline(world)
+    assert [m.metadata.get("tool") for m in rows if m.role == "tool"] == ["current_time", "memory_search"]
+    assert rows[-1].content == "It is noon." and rows[0].answer_state == "answered"
+    assert rows[-1].metadata.get("tokens") == 4
+    assert Usage.objects.get(tenant=world.tenant_a).completion_tokens > 4  # both calls counted
+    assert len(model_server.requests) == 2
+
+
+@pytest.mark.parametrize("content_type", ["text/plain", "application/json"])
+def test_a_stream_labelled_with_another_type_is_read(world, ask, model_server, drain, content_type):
+    model_server.add(reply("Streamed all the same.", content_type=content_type))
+    ask("hi")
+    drain()
+    assert [m.content for m in timeline(world) if m.role == "assistant"] == ["Streamed all the same."]

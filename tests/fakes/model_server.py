@@ -10,6 +10,8 @@ can assert what the model was sent, and `connections` counts the connections ope
 from __future__ import annotations
 
 import json
+import socket
+import struct
 import threading
 import time
 from collections.abc import Callable
@@ -37,6 +39,12 @@ class Step:
     done: bool = True  # end the stream with `data: [DONE]` (False: the body just ends)
     finish: str = ""  # the finish_reason to give (default: stop, or tool_calls)
     args_chunk_size: int = 0  # characters of a tool call's arguments per streamed chunk (0: two halves)
+    reset: bool = False  # after the events, reset the connection mid-body (no [DONE], no end of the chunked body)
+    # Answered as given (status 200, this Content-Type) whatever was asked: an HTML page, a
+    # whole JSON completion to a streaming request...
+    body: bytes | None = None
+    content_type: str = "text/event-stream"  # of a streamed answer
+    byte_delay: float = 0.0  # seconds between each byte of a streamed answer (a trickle)
 
 
 def reply(text: str, **kw: Any) -> Step:
@@ -157,6 +165,8 @@ class ModelServer:
                         time.sleep(step.delay)
                     if step.status != 200:
                         return self._json(step.status, {"error": step.error}, step.headers)
+                    if step.body is not None:
+                        return self._raw(step)
                     if body.get("stream"):
                         return self._stream(body, step)
                     return self._json(200, _completion(body, step))
@@ -195,9 +205,17 @@ class ModelServer:
                 self.end_headers()
                 self.wfile.write(data)
 
+            def _raw(self, step: Step) -> None:
+                assert step.body is not None
+                self.send_response(200)
+                self.send_header("Content-Type", step.content_type)
+                self.send_header("Content-Length", str(len(step.body)))
+                self.end_headers()
+                self.wfile.write(step.body)
+
             def _stream(self, body: dict[str, Any], step: Step) -> None:
                 self.send_response(200)
-                self.send_header("Content-Type", "text/event-stream")
+                self.send_header("Content-Type", step.content_type)
                 self.send_header("Transfer-Encoding", "chunked")
                 self.end_headers()
                 try:
@@ -208,9 +226,20 @@ class ModelServer:
                     events = step.raw_events if step.raw_events is not None else [
                         json.dumps(chunk) for chunk in _chunks(body, step)]
                     for event in events:
-                        self._part(b"data: " + event.encode() + b"\n\n")
+                        data = b"data: " + event.encode() + b"\n\n"
+                        for piece in ([data[i:i + 1] for i in range(len(data))] if step.byte_delay else [data]):
+                            self._part(piece)
+                            if step.byte_delay:
+                                time.sleep(step.byte_delay)
                         if step.chunk_delay:
                             time.sleep(step.chunk_delay)
+                    if step.reset:
+                        # Half a chunk, then SO_LINGER 0: the close sends a reset, not the body's end.
+                        self.wfile.write(b"40\r\ndata: {\"id\": \"chatcmpl-scr")
+                        self.wfile.flush()
+                        self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+                        self.close_connection = True
+                        return
                     if step.done:
                         self._part(b"data: [DONE]\n\n")
                     self._part(b"")  # the body's end; the connection stays open for the next request
