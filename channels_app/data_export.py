@@ -64,7 +64,7 @@ BLOCK = 64 * 1024  # characters a write
 # happened to it. Not the binding, the platform's address or sender id, the trust it was
 # given, the model or route that wrote it (the host's), nor a key someone adds later.
 MESSAGE_METADATA = frozenset({
-    "reply_to", "notice", "command", "stopped", "cut_off", "superseded", "heartbeat_name", "voice", "left_out",
+    "reply_to", "notice", "command", "stopped", "cut_off", "withheld", "superseded", "heartbeat_name", "voice", "left_out",
     "carried_from", "call",
 })
 

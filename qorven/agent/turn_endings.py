@@ -8,7 +8,7 @@ from typing import Any
 
 from django.db import transaction
 
-from qorven.llm import ModelError
+from qorven.llm import Completion, ModelError
 from qorven.runtime.publisher import broadcast_soon
 from sessions_app.errors import SessionClosed
 from sessions_app.models import Message, Session
@@ -50,14 +50,26 @@ def reply_end(
 
 
 CUT_OFF_NOTICE = "My reply hit its length limit and was cut off there. Say \"go on\" and I'll continue."
+WITHHELD_NOTICE = "The model provider's content filter stopped my reply there; the rest of it was withheld."
 
 
-def cut_off_notice(session: Session, pending: Message) -> None:
-    """The reply ends where a length limit (the model's, or QORVEN_MAX_REPLY_CHARS) cut it: say so, in our words, on its
-    surface (a notice: not part of later prompts)."""
+def cut_short(completion: Completion) -> str:
+    """Why the reply ends before the model's answer did ("" when it does not): "cut_off"
+    (a length limit, the model's or QORVEN_MAX_REPLY_CHARS), "withheld" (the provider's
+    content filter stopped it partway). The reply's metadata flag and its notice's key."""
+    return "cut_off" if completion.cut_off else "withheld" if completion.withheld else ""
+
+
+def cut_short_notice(session: Session, pending: Message, completion: Completion) -> None:
+    """The reply was cut short: say so, in our words, on its surface (a notice: not part
+    of later prompts)."""
+    key = cut_short(completion)
+    if not key:
+        return
+    text = CUT_OFF_NOTICE if key == "cut_off" else WITHHELD_NOTICE
     try:
-        message_append(session=session, role=Message.Role.SYSTEM, content=CUT_OFF_NOTICE, channel=pending.channel,
-                       metadata={"notice": "cut_off", "reply_to": pending.seq})
+        message_append(session=session, role=Message.Role.SYSTEM, content=text, channel=pending.channel,
+                       metadata={"notice": key, "reply_to": pending.seq})
     except SessionClosed:
         pass  # cleared meanwhile: the person has moved on
 

@@ -66,6 +66,7 @@ from .retrieval import memories_for
 from .router import skill_route
 from .stop import StopWatch, TurnStopped
 from .turn_endings import CUT_OFF_NOTICE, answers_a_member, cut_off_notice, fail_end, not_a_member_end, reply_end
+from .turn_endings import cut_short, cut_short_notice, fail_end, not_a_member_end, reply_end
 
 logger = logging.getLogger(__name__)
 
@@ -350,6 +351,10 @@ def _answer(session: Session, pending: Message, owner: str, *, overflowed: bool 
                 reply_end(session, pending, owner, completion.content, metadata=metadata)
                 if completion.cut_off:
                     cut_off_notice(session, pending)
+            if reason := cut_short(completion):
+                metadata[reason] = True
+            reply_end(session, pending, owner, completion.content, metadata=metadata)
+            cut_short_notice(session, pending, completion)
         if not manual:
             _after_exchange(session, route, prompt, reserve, pending)
         return _Result(_Step.ANSWERED)

@@ -150,7 +150,8 @@ def answer_read(
         # Nothing to show and nothing to do (an HTML page, a server that ignored
         # `stream`, a stop with no text): a failure to answer, not an answer.
         raise ProviderUnavailable("the model server sent an empty answer", model=model)
-    return Completion(content=content, tool_calls=tool_calls, usage=usage, model=model, cut_off=finish == "length")
+    return Completion(content=content, tool_calls=tool_calls, usage=usage, model=model, cut_off=finish == "length",
+                      withheld=finish == "content_filter")
 
 
 def _chunks_of(stream: AnswerStream, model: str) -> Iterator[Any]:

@@ -49,6 +49,7 @@ class Completion:
     offline: bool = False
     route: str = ""  # which of the role's routes answered ("main", "main fallback 1"), when it has several
     cut_off: bool = False  # a length limit ended the answer (the model's: finish_reason "length"; or ours)
+    withheld: bool = False  # the provider's content filter stopped the answer partway (finish_reason "content_filter")
 
 
 class Provider(Protocol):

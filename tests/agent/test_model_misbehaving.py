@@ -515,3 +515,16 @@ def test_a_stream_labelled_with_another_type_is_read(world, ask, model_server, d
     ask("hi")
     drain()
     assert [m.content for m in timeline(world) if m.role == "assistant"] == ["Streamed all the same."]
+
+
+def test_a_reply_the_providers_content_filter_stopped_is_kept_and_said_to_be_stopped(world, ask, model_server, drain):
+    """Azure OpenAI's filter (and others) can stop an answer partway with finish_reason
+    content_filter: the part before was stored and sent as if it were the whole reply."""
+    model_server.add(Step(text="The story begins on a dark night, when", finish="content_filter"))
+    ask("tell me a story")
+    drain()
+    rows = [m for m in timeline(world) if m.role != "user"]
+    assert [(m.role, m.metadata.get("notice")) for m in rows] == [("assistant", None), ("system", "withheld")]
+    assert rows[0].content.endswith("when") and rows[0].metadata.get("withheld") is True
+    assert "content filter" in rows[1].content and "length limit" not in rows[1].content
+    assert rows[1].metadata["reply_to"] == 1
