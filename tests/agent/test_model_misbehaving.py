@@ -528,3 +528,24 @@ def test_a_reply_the_providers_content_filter_stopped_is_kept_and_said_to_be_sto
     assert rows[0].content.endswith("when") and rows[0].metadata.get("withheld") is True
     assert "content filter" in rows[1].content and "length limit" not in rows[1].content
     assert rows[1].metadata["reply_to"] == 1
+
+
+def test_a_connection_reset_in_the_middle_of_a_chunk_is_tried_again(world, ask, model_server, drain, quick):
+    model_server.add(Step(raw_events=[chunk("The first half")], reset=True), reply("The whole answer."))
+    ask("tell me")
+    drain()
+    assert [m.content for m in timeline(world) if m.role == "assistant"] == ["The whole answer."]
+    assert timeline(world)[0].answer_state == "answered" and len(model_server.requests) == 2
+
+
+def test_an_answer_trickling_in_a_byte_at_a_time_ends_at_the_time_limit_with_our_notice(
+    world, ask, model_server, drain, settings
+):
+    settings.QORVEN_MODEL_DEADLINE = 1.0
+    settings.QORVEN_ANSWER_ATTEMPTS = 1
+    model_server.add(Step(text="An answer that takes far too long to arrive.", byte_delay=0.05))
+    ask("slowly")
+    drain()
+    question, notice = timeline(world)
+    assert question.answer_state == "failed" and "did not finish within 1s" in question.answer_error
+    assert notice.metadata["notice"] == "model_unavailable" and "far too long" not in notice.content
