@@ -337,7 +337,8 @@ def _answer(session: Session, pending: Message, owner: str, *, overflowed: bool 
             metadata: dict[str, Any] = {"model": completion.model}
             if completion.route:  # the role has fallbacks: which route answered
                 metadata["route"] = completion.route
-            if completion.usage and not completion.usage.estimated and completion.usage.completion_tokens:
+            if completion.usage and not completion.usage.estimated and completion.usage.completion_tokens and (
+                    not completion.reasoned):  # its count is the reasoning's too, not the stored reply's size
                 metadata["tokens"] = completion.usage.completion_tokens
             if completion.offline:
                 metadata["notice"] = "offline"

@@ -80,6 +80,7 @@ def answer_read(
     heard = time.monotonic()
     room = max_chars or -1  # characters still to take; -1: no bound
     overflow = False  # more text came than there was room for
+    reasoned = False  # reasoning came apart from the answer (`reasoning_content`, OpenRouter's `reasoning`)
 
     def watch() -> None:
         if time.monotonic() > deadline:
@@ -110,6 +111,7 @@ def answer_read(
             delta = choice.get("delta")
             if not isinstance(delta, dict):
                 continue
+            reasoned = reasoned or bool(delta.get("reasoning_content") or delta.get("reasoning"))
             text = thoughts.feed(text_of.feed(delta.get("content")))
             if text and room >= 0:
                 overflow = len(text) > room
@@ -151,7 +153,7 @@ def answer_read(
         # `stream`, a stop with no text): a failure to answer, not an answer.
         raise ProviderUnavailable("the model server sent an empty answer", model=model)
     return Completion(content=content, tool_calls=tool_calls, usage=usage, model=model, cut_off=finish == "length",
-                      withheld=finish == "content_filter")
+                      withheld=finish == "content_filter", reasoned=reasoned or thoughts.dropped)
 
 
 def _chunks_of(stream: AnswerStream, model: str) -> Iterator[Any]:

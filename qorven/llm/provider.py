@@ -50,6 +50,9 @@ class Completion:
     route: str = ""  # which of the role's routes answered ("main", "main fallback 1"), when it has several
     cut_off: bool = False  # a length limit ended the answer (the model's: finish_reason "length"; or ours)
     withheld: bool = False  # the provider's content filter stopped the answer partway (finish_reason "content_filter")
+    # The model reasoned before answering (a <think> block, `reasoning_content`): its
+    # completion tokens count that reasoning, not only the answer's text.
+    reasoned: bool = False
 
 
 class Provider(Protocol):

@@ -31,6 +31,11 @@ class ThinkingFilter:
         self._held = ""
         self._closing = ""
 
+    @property
+    def dropped(self) -> bool:
+        """A reasoning block was found (and left out)."""
+        return bool(self._closing)
+
     def feed(self, text: str) -> str:
         if self._state is _State.ANSWER or not text:
             return text

@@ -89,3 +89,34 @@ def test_an_answer_that_speaks_of_the_tags_is_kept_whole(client, world, model_se
     drain()
     (answer,) = Message.objects.filter(role="assistant")
     assert answer.content == text
+
+
+@pytest.mark.parametrize("apart", [False, True], ids=["in-think-tags", "as-reasoning-content"])
+def test_a_thinking_models_spent_tokens_do_not_push_the_conversation_out_of_its_window(
+    client, world, model_server, drain, settings, apart
+):
+    """The server counts the reasoning among the answer's tokens (1,500 here for a
+    one-line answer): that count was taken for the size of the stored reply, so a
+    2,000-token window held only one such reply and the model forgot the conversation
+    after two exchanges (and auto mode summarised it away)."""
+    settings.QORVEN_CONTEXT_RESERVE = 100
+    qor = world.qor_a
+    qor.main_num_ctx, qor.tool_allowlist = 2000, ["memory_search"]
+    qor.save(update_fields=["main_num_ctx", "tool_allowlist"])
+    token = api_token_create(tenant=world.tenant_a, user=world.alice)[1]
+    spent = {"prompt_tokens": 300, "completion_tokens": 1500, "total_tokens": 1800}
+    for n, answer in enumerate(["Paris.", "Berlin.", "Rome."]):
+        delta = ({"reasoning_content": REASONING * 20, "content": answer} if apart
+                 else {"content": f"<think>{REASONING * 20}</think>{answer}"})
+        model_server.add(Step(raw_events=[
+            json.dumps({"id": "c", "object": "chat.completion.chunk", "model": "qwen3:8b", "choices": [
+                {"index": 0, "delta": delta, "finish_reason": None}]}),
+            json.dumps({"id": "c", "object": "chat.completion.chunk", "model": "qwen3:8b", "choices": [
+                {"index": 0, "delta": {}, "finish_reason": "stop"}], "usage": spent}),
+        ]))
+        response = client.post("/v1/qors/aria/messages", data=json.dumps({"content": f"capital number {n}?"}),
+                               content_type="application/json", HTTP_AUTHORIZATION=f"Bearer {token}")
+        assert response.status_code == 201
+        drain()
+    (last,) = [r for r in model_server.requests if "capital number 2?" in json.dumps(r["messages"][-1])]
+    assert "Paris." in json.dumps(last["messages"])
