@@ -174,6 +174,8 @@ def _chunks_of(stream: AnswerStream, model: str) -> Iterator[Any]:
     stream.finished = True
     if not isinstance(whole, dict):
         return iter(())
+    if whole.get("error") and not whole.get("choices"):
+        raise _error_answered(whole["error"], model)
     choices = []
     for choice in whole.get("choices") or []:
         message = choice.get("message") if isinstance(choice, dict) else None
@@ -184,6 +186,17 @@ def _chunks_of(stream: AnswerStream, model: str) -> Iterator[Any]:
             choices.append({"delta": {**message, "tool_calls": calls},
                             "finish_reason": choice.get("finish_reason") or "stop"})
     return iter([{"model": whole.get("model"), "usage": whole.get("usage"), "choices": choices}])
+
+
+def _error_answered(error: Any, model: str) -> ModelRefused | ProviderUnavailable:
+    """An error answered with status 200. With an overload's code it is one (try again
+    later); otherwise the server does not speak the API at this URL: LM Studio answers
+    a path it does not serve (a base URL without /v1) so, and no try will change that."""
+    code = error.get("code") if isinstance(error, dict) else None
+    detail = f"the model server answered 200 with an error: {str(error)[:500]}"
+    if type(code) is int and (code in (408, 409, 429) or 500 <= code <= 599):
+        return ProviderUnavailable(detail, status=code, model=model)
+    return ModelRefused(detail, kind="misconfigured", model=model)
 
 
 # More tokens than any model's context holds: a count past it is the server's mistake.

@@ -549,3 +549,25 @@ def test_an_answer_trickling_in_a_byte_at_a_time_ends_at_the_time_limit_with_our
     question, notice = timeline(world)
     assert question.answer_state == "failed" and "did not finish within 1s" in question.answer_error
     assert notice.metadata["notice"] == "model_unavailable" and "far too long" not in notice.content
+
+
+def test_lm_studio_reached_without_v1_is_said_to_need_fixing_at_once(world, ask, model_server, drain):
+    """LM Studio answers a path it does not serve (its base URL given without /v1) with
+    200 and {"error": "Unexpected endpoint or method. …"}: that was taken for an empty
+    answer, tried again for minutes, and the person told to send /retry."""
+    model_server.default = Step(body=b'{"error":"Unexpected endpoint or method. (POST /chat/completions)"}',
+                                content_type="application/json; charset=utf-8")
+    ask("hello?")
+    drain()
+    question, notice = timeline(world)
+    assert question.answer_state == "failed" and "Unexpected endpoint or method" in question.answer_error
+    assert notice.metadata["notice"] == "model_misconfigured" and "Unexpected" not in notice.content
+    assert len(model_server.requests) == 1
+
+
+def test_an_error_a_server_reports_with_200_and_a_5xx_code_is_tried_again(world, ask, model_server, drain, quick):
+    model_server.add(Step(body=b'{"error": {"code": 503, "message": "model is loading"}}',
+                          content_type="application/json"), reply("Loaded now."))
+    ask("hello?")
+    drain()
+    assert [m.content for m in timeline(world) if m.role != "user"] == ["Loaded now."]
