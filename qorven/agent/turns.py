@@ -65,8 +65,15 @@ from .prompt import Prompt, PromptParts, prompt_build
 from .retrieval import memories_for
 from .router import skill_route
 from .stop import StopWatch, TurnStopped
-from .turn_endings import CUT_OFF_NOTICE, answers_a_member, cut_off_notice, fail_end, not_a_member_end, reply_end
-from .turn_endings import cut_short, cut_short_notice, fail_end, not_a_member_end, reply_end
+from .turn_endings import (
+    CUT_OFF_NOTICE,
+    answers_a_member,
+    cut_short,
+    cut_short_notice,
+    fail_end,
+    not_a_member_end,
+    reply_end,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -342,20 +349,15 @@ def _answer(session: Session, pending: Message, owner: str, *, overflowed: bool 
                 metadata["tokens"] = completion.usage.completion_tokens
             if completion.offline:
                 metadata["notice"] = "offline"
-            if completion.cut_off:
-                metadata["cut_off"] = True
+            if reason := cut_short(completion):
+                metadata[reason] = True
             if completion.cut_off and not completion.content.strip():
                 # Cut before any text (a tool call's arguments ran past the bound): our notice
                 # is the whole reply, as a Stop before any text is.
                 reply_end(session, pending, owner, CUT_OFF_NOTICE, metadata=metadata, notice="cut_off")
             else:
                 reply_end(session, pending, owner, completion.content, metadata=metadata)
-                if completion.cut_off:
-                    cut_off_notice(session, pending)
-            if reason := cut_short(completion):
-                metadata[reason] = True
-            reply_end(session, pending, owner, completion.content, metadata=metadata)
-            cut_short_notice(session, pending, completion)
+                cut_short_notice(session, pending, completion)
         if not manual:
             _after_exchange(session, route, prompt, reserve, pending)
         return _Result(_Step.ANSWERED)

@@ -40,46 +40,68 @@ class AnswerStream(openai.Stream[object]):
     # but keep-alives.
     watch: Callable[[], None] | None = None
     finished = False  # the server said the answer is complete ([DONE])
+    # The most bytes read while no event comes (0: no bound), then EventTooLong. The SDK
+    # reads an event whole, however long, before it yields it: one endless line or chunk
+    # would otherwise be held in memory whole before any bound on the answer sees it.
+    event_bytes = 0
 
     def _iter_events(self) -> Iterator[ServerSentEvent]:
         reads = self.response.iter_bytes
+        unheard = 0  # bytes read since the last event
 
         def watched(*args: Any, **kwargs: Any) -> Iterator[bytes]:
+            nonlocal unheard
             for data in reads(*args, **kwargs):
                 if self.watch is not None:
                     self.watch()
+                unheard += len(data)
+                if self.event_bytes and unheard > self.event_bytes:
+                    raise EventTooLong(unheard)
                 yield data
 
         self.response.iter_bytes = watched  # type: ignore[method-assign]
         events = super()._iter_events()
         for sse in events:
+            unheard = 0
             if sse.data.startswith("[DONE]"):
                 self.finished = True
                 try:
                     for _after in events:
                         pass
-                except openai.APIError:
+                except (openai.APIError, EventTooLong):
                     pass
             yield sse
 
 
+class EventTooLong(Exception):
+    """A server-sent event ran past the most an answer within its bounds could need."""
+
+
+# The bytes one event may take for each character of QORVEN_MAX_REPLY_CHARS, and beyond:
+# a piece of text and a tool call's arguments each as long as the bound, every character
+# written as a JSON escape (six bytes), fit with room to spare.
+EVENT_BYTES_PER_CHAR = 16
+EVENT_BYTES_SLACK = 64 * 1024
+
+
 def answer_read(
     stream: AnswerStream, *, model: str, deadline: float, seconds: float, max_chars: int,
-    on_token: TokenCallback | None,
+    on_token: TokenCallback | None, max_tool_calls: int = 0,
 ) -> Completion:
     """The answer read from `stream`, its text streamed to `on_token` as it comes: by
-    `deadline` (time.monotonic()), a limit of `seconds`; at most `max_chars` of text (0: no
-    bound), then the stream is let go. Raises ProviderUnavailable or ModelRefused when
-    what came is not an answer."""
+    `deadline` (time.monotonic()), a limit of `seconds`; at most `max_chars` of text, and of
+    each tool call, and at most `max_tool_calls` calls (0: no bound), then the stream is let
+    go and the answer is cut there. Raises ProviderUnavailable or ModelRefused when what
+    came is not an answer."""
     parts: list[str] = []
-    calls = ToolCallAssembler()
+    calls = ToolCallAssembler(max_chars=max_chars, max_calls=max_tool_calls)
     usage: Usage | None = None
     finish = ""
     text_of = _Mender()
     thoughts = ThinkingFilter()
     heard = time.monotonic()
     room = max_chars or -1  # characters still to take; -1: no bound
-    overflow = False  # more text came than there was room for
+    overflow = False  # more text came than there was room for, or a tool call past its bounds
     reasoned = False  # reasoning came apart from the answer (`reasoning_content`, OpenRouter's `reasoning`)
 
     def watch() -> None:
@@ -89,11 +111,16 @@ def answer_read(
             on_token("")  # nothing to show yet: the caller may look at its Stop
 
     stream.watch = watch
+    if max_chars:
+        stream.event_bytes = max_chars * EVENT_BYTES_PER_CHAR + EVENT_BYTES_SLACK
     chunks = _chunks_of(stream, model)
     while not overflow:
         try:
             chunk = next(chunks)
         except StopIteration:
+            break
+        except EventTooLong:
+            overflow = True  # whatever it held, it ran past the bounds: as for a reply too long
             break
         except ValueError as exc:  # a data line that is not JSON, cut off, or not text
             raise ProviderUnavailable(f"the model server sent an answer we could not read "
@@ -124,7 +151,11 @@ def answer_read(
                     on_token(text)
             fragments = delta.get("tool_calls")
             for fragment in fragments if isinstance(fragments, list) else []:
-                calls.feed(fragment)
+                if not calls.feed(fragment):
+                    overflow = True
+                    break
+            if overflow:
+                break
     if not overflow:
         # What was held back at the end (half a character, what looked like a tag's start).
         tail = thoughts.feed(text_of.end()) + thoughts.end()
@@ -137,9 +168,11 @@ def answer_read(
                 on_token(tail)
     if overflow:
         # A reply that would run on and on (a model with no length limit of its own
-        # repeating itself): kept to here, said to be cut like one the model's own
-        # limit ended; a tool call begun in it is incomplete and not run.
-        finish, calls = "length", ToolCallAssembler()
+        # repeating itself, or streaming a tool call's arguments without end): kept to
+        # here, said to be cut like one the model's own limit ended; a tool call begun in
+        # it is incomplete and not run.
+        finish = "length"
+        calls.clear()
     content = "".join(parts)
     if not finish and not stream.finished:
         # The body ended before the server said the answer was complete (no finish
@@ -148,7 +181,7 @@ def answer_read(
     if finish == "content_filter" and not content and not calls:
         raise ModelRefused("the answer was withheld by the provider's content filter", model=model)
     tool_calls = calls.calls(mended)
-    if not content.strip() and not tool_calls:
+    if not content.strip() and not tool_calls and not overflow:
         # Nothing to show and nothing to do (an HTML page, a server that ignored
         # `stream`, a stop with no text): a failure to answer, not an answer.
         raise ProviderUnavailable("the model server sent an empty answer", model=model)

@@ -84,10 +84,13 @@ class OpenAIProvider:
 
     def __init__(
         self, *, base_url: str, api_key: str, model: str, timeout: float, max_retries: int, deadline: float,
-        max_concurrency: int = 0, max_chars: int = 0, guarded: bool = False,
+        max_concurrency: int = 0, max_chars: int = 0, max_tool_calls: int = 0, guarded: bool = False,
     ) -> None:
         self.model = model
-        self._max_chars = max_chars  # the longest reply read (0: no bound), then the stream is let go
+        # The longest reply text, and the longest tool call (name and arguments), read (0: no
+        # bound); past either, or past `max_tool_calls` calls, the stream is let go.
+        self._max_chars = max_chars
+        self._max_tool_calls = max_tool_calls
         self.base_url = base_url
         self._timeout = timeout
         self._deadline = deadline
@@ -145,7 +148,8 @@ class OpenAIProvider:
                                        stream=True, stream_cls=AnswerStream) as stream:
                     answering = True
                     return answer_read(stream, model=self.model, deadline=deadline, seconds=self._deadline,
-                                       max_chars=self._max_chars, on_token=on_token)
+                                       max_chars=self._max_chars, max_tool_calls=self._max_tool_calls,
+                                       on_token=on_token)
             except ModelError as exc:
                 failure = exc
             except openai.APIStatusError as exc:

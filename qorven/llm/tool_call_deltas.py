@@ -18,18 +18,25 @@ class ToolCallAssembler:
     """A fragment starts a new call when it has no earlier call to continue, or when it
     plainly is another call: an id other than the call's own, or a name when the call
     already has its name and arguments. Otherwise it continues the call at its index (the
-    last call begun, when it has none)."""
+    last call begun, when it has none).
 
-    def __init__(self) -> None:
+    Within bounds: each call's name and arguments together at most `max_chars` characters,
+    at most `max_calls` calls (0: no bound), so that a model streaming arguments without
+    end is not held in memory whole, stored with the call and fed back to it."""
+
+    def __init__(self, *, max_chars: int = 0, max_calls: int = 0) -> None:
+        self._max_chars, self._max_calls = max_chars, max_calls
         self._calls: list[dict[str, str]] = []
         self._at: dict[int, int] = {}  # the server's index → the call it continues now
         self._last: int | None = None
 
-    def feed(self, fragment: Any) -> None:
+    def feed(self, fragment: Any) -> bool:
+        """Add one fragment; False once past a bound (stop reading)."""
         if not isinstance(fragment, dict):
-            return
+            return True
         index = fragment.get("index")
-        index = index if type(index) is int else None
+        if index is not None and type(index) is not int:
+            return True  # an index that is no number: not a piece of a tool call
         function = fragment.get("function")
         if not isinstance(function, dict):
             function = {}
@@ -40,6 +47,8 @@ class ToolCallAssembler:
             if (fid and current["id"] and fid != current["id"]) or (name and current["name"] and current["arguments"]):
                 position = None
         if position is None:
+            if self._max_calls and len(self._calls) >= self._max_calls:
+                return False
             self._calls.append({"id": "", "name": "", "arguments": ""})
             position = len(self._calls) - 1
         if index is not None:
@@ -49,13 +58,22 @@ class ToolCallAssembler:
         current["id"] = fid or current["id"]
         current["name"] += name
         current["arguments"] += _text(function.get("arguments"))
+        return not self._max_chars or len(current["name"]) + len(current["arguments"]) <= self._max_chars
+
+    def clear(self) -> None:
+        self._calls.clear()
+        self._at.clear()
+        self._last = None
 
     def calls(self, mend: Callable[[str], str]) -> list[ToolCall]:
         """The calls, in the order they began, each with an id of its own (one given
-        none, or an id an earlier call has, gets call_<n>)."""
+        none, or an id an earlier call has, gets call_<n>). One that never got a name is no
+        call: there is nothing to run, and the model would only be told so."""
         taken: set[str] = set()
         out = []
         for n, call in enumerate(self._calls):
+            if not call["name"]:
+                continue
             cid = call["id"]
             if not cid or cid in taken:
                 cid = f"call_{n}"
