@@ -23,6 +23,8 @@ from hypothesis import strategies as st
 from channels_app.models import Identity, InboundEvent, OutboundDelivery, PairingRequest
 from channels_app.routing import websocket_urlpatterns
 from channels_app.services import binding_create
+from memory_app.models import Memory
+from memory_app.services import memory_add
 from sessions_app.models import Message, Session
 from tenancy.services import api_token_create
 
@@ -57,6 +59,7 @@ FILL = {
     "<int:session_id>": ["1"],
     "<int:seq>": ["1"],
     "<int:index>": ["0"],
+    "<int:memory_id>": ["1"],
 }
 
 
@@ -81,7 +84,7 @@ class Stored:
 
     @classmethod
     def now(cls) -> Stored:
-        models = (Message, Session, InboundEvent, OutboundDelivery, Identity, PairingRequest)
+        models = (Message, Session, InboundEvent, OutboundDelivery, Identity, PairingRequest, Memory)
         return cls({m.__name__: m.objects.count() for m in models})
 
 
@@ -99,6 +102,8 @@ def b_everywhere(world):
     }
     for kind, creds in credentials.items():
         binding_create(tenant=world.tenant_b, qor=world.qor_b, kind=kind, credentials=creds)
+    for tenant, qor, user in ((world.tenant_a, world.qor_a, world.alice), (world.tenant_b, world.qor_b, world.charlie)):
+        memory_add(tenant=tenant, qor=qor, user=user, type=Memory.Type.FACT, content=f"{user.username}'s pin is 1234")
     return world
 
 
