@@ -170,6 +170,12 @@
         searchForm.hidden = true;
       }
     }
+    var memoriesOpen = this.root.querySelector("[data-memories-open]");
+    if (memoriesOpen && global.QorvenMemories && this.config.memories) {
+      this.memories = new global.QorvenMemories(this, memoriesOpen);
+    } else if (memoriesOpen) {
+      memoriesOpen.hidden = true;
+    }
     var bell = this.root.querySelector("[data-notify]");
     if (bell) {
       try { this.notifying = localStorage.getItem("qorven.notify") === "1" && global.Notification && Notification.permission === "granted"; } catch (e) {}
@@ -455,9 +461,28 @@
     }
     if (!words || !text) return;
     this.announced.add(key);
+    this.say(words);
+  };
+
+  Chat.prototype.say = function (words) {
+    if (!this.announcer) return;
     // Added, not replaced: two arriving together are both said, and the same words twice too.
     this.announcer.appendChild(el("div", null, words));
     while (this.announcer.childNodes.length > 5) this.announcer.removeChild(this.announcer.firstChild);
+  };
+
+  // While a modal dialog is open a screen reader reads only the dialog: the announcer
+  // goes into it (what arrives meanwhile, and what the dialog says, is still heard) and
+  // back to its place when the dialog closes.
+  Chat.prototype.lendAnnouncer = function (dialog) {
+    var announcer = this.announcer;
+    if (!announcer || announcer.parentNode === dialog) return;
+    var home = announcer.parentNode, next = announcer.nextSibling;
+    dialog.appendChild(announcer);
+    dialog.addEventListener("close", function back() {
+      dialog.removeEventListener("close", back);
+      home.insertBefore(announcer, next && next.parentNode === home ? next : null);
+    });
   };
 
   // Who wrote a message, as its article is named: "Aria", "You", "Alice on Telegram".
