@@ -135,3 +135,31 @@ def test_after_a_reconnect_that_resets_the_list_the_history_is_not_announced_aga
                 ["Aria: One.", "Priya on Telegram: back from my phone", "Aria: Back on Telegram."])
         finally:
             browser.close()
+
+
+def test_what_arrives_while_earlier_conversations_is_open_is_still_heard(chat_server):
+    """A modal dialog leaves the rest of the page out of what a screen reader reads: the
+    announcer must be inside the open dialog, and back in the page once it closes."""
+    from playwright.sync_api import expect, sync_playwright
+
+    from .test_browser_memories import exposed_to_screen_readers
+
+    base, model, platform = chat_server
+    model.add(reply("Noted from Telegram."))
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        try:
+            page = sign_in(browser, base)
+            page.click("[data-archive-open]")
+            expect(page.locator("[data-archive]")).to_be_visible()
+            assert post_telegram(base, "and from my phone", message_id=963) == 200
+            expect(page.locator(ANNOUNCER + " > *")).to_have_text(
+                ["Priya on Telegram: and from my phone", "Aria: Noted from Telegram."], timeout=SERVER_WORK)
+            assert exposed_to_screen_readers(page, ANNOUNCER)
+
+            page.keyboard.press("Escape")
+            expect(page.locator("[data-archive]")).to_be_hidden()
+            assert exposed_to_screen_readers(page, ANNOUNCER)
+            expect(page.locator(ANNOUNCER)).to_have_count(1)
+        finally:
+            browser.close()

@@ -536,7 +536,7 @@
     dialog.querySelector("[data-archive-title]").textContent = "Earlier conversations";
     dialog.querySelector("[data-archive-back]").hidden = true;
     body.textContent = "Loading…";
-    if (!dialog.open) dialog.showModal();
+    if (!dialog.open) { dialog.showModal(); this.lendAnnouncer(dialog); }
     fetch(this.config.conversations, { headers: this.headers(), credentials: "same-origin" })
       .then(function (r) { if (!r.ok) throw new Error(String(r.status)); return r.json(); })
       .then(function (data) {
@@ -626,7 +626,7 @@
     dialog.querySelector("[data-archive-back]").hidden = true;
     dialog.querySelector("[data-search-input]").value = query;
     body.textContent = "Searching…";
-    if (!dialog.open) dialog.showModal();
+    if (!dialog.open) { dialog.showModal(); this.lendAnnouncer(dialog); }
     fetch(this.config.search + "?q=" + encodeURIComponent(query), { headers: this.headers(), credentials: "same-origin" })
       .then(function (r) { if (!r.ok) throw new Error(String(r.status)); return r.json(); })
       .then(function (data) {
