@@ -181,9 +181,11 @@ def answer_read(
     if finish == "content_filter" and not content and not calls:
         raise ModelRefused("the answer was withheld by the provider's content filter", model=model)
     tool_calls = calls.calls(mended)
-    if not content.strip() and not tool_calls and not overflow:
+    if not content.strip() and not tool_calls and not overflow and finish != "length":
         # Nothing to show and nothing to do (an HTML page, a server that ignored
-        # `stream`, a stop with no text): a failure to answer, not an answer.
+        # `stream`, a stop with no text): a failure to answer, not an answer. Not so when
+        # the model's output limit ran out first (a reasoning model that spent it all
+        # thinking): asking again spends it the same way; the reply is the cut-off notice.
         raise ProviderUnavailable("the model server sent an empty answer", model=model)
     return Completion(content=content, tool_calls=tool_calls, usage=usage, model=model, cut_off=finish == "length",
                       withheld=finish == "content_filter", reasoned=reasoned or thoughts.dropped)

@@ -571,3 +571,24 @@ def test_an_error_a_server_reports_with_200_and_a_5xx_code_is_tried_again(world,
     ask("hello?")
     drain()
     assert [m.content for m in timeline(world) if m.role != "user"] == ["Loaded now."]
+
+
+@pytest.mark.parametrize("events", [
+    [chunk("<think>First, the oven. Then the tray. Then"), finished("length")],
+    [json.dumps({"id": "c", "object": "chat.completion.chunk", "model": "m", "choices": [
+        {"index": 0, "delta": {"reasoning_content": "First, the oven. Then"}, "finish_reason": None}]}),
+     finished("length")],
+], ids=["think-tags", "reasoning-content"])
+def test_a_model_that_spends_its_length_limit_thinking_is_said_to_be_cut_at_once(world, ask, model_server, drain,
+                                                                              events):
+    """A reasoning model whose output limit ran out inside its reasoning sent no answer
+    text: that was taken for an empty answer, tried again (the same again, each time) and
+    ended in "isn't answering… /retry". It is the length limit: said so at once."""
+    model_server.add(Step(raw_events=events))
+    ask("how do I bake it?")
+    drain()
+    question, *rows = timeline(world)
+    assert question.answer_state == "answered" and len(model_server.requests) == 1
+    assert [(m.role, m.content, m.metadata.get("notice")) for m in rows] == [
+        ("assistant", CUT_OFF_NOTICE, "cut_off")]
+    assert "oven" not in json.dumps([m.content for m in rows])
