@@ -6,8 +6,8 @@ migrations 0002, 0003 and 0008 and invisible to the Django model (a generated co
 cannot be declared for SQLite too). SQLite: an FTS5 table keyed by the memory's id,
 holding an owner token and the search text, written by the memory services. Either way
 the owner is part of the index, so a search reads only that owner's postings. The
-vocabulary (terms, stop words, owner token) is shared with history search:
-sessions_app.fulltext.
+vocabulary (terms, stop words, owner token, how unspaced letters are spaced out) is
+shared with history search: sessions_app.fulltext.
 
 Chinese, Japanese and Thai are written without spaces, and both databases take a run of
 such letters for one word ("我喜欢寿司"), so no word inside it could be found. The search
@@ -17,62 +17,22 @@ both databases alike, with no tokenizer the database would have to load.
 """
 from __future__ import annotations
 
-import re
-import unicodedata
-
-from sessions_app.fulltext import MAX_TERMS, PG_CONFIG, STOPWORDS, owner_token, search_terms
+from sessions_app.fulltext import (
+    MAX_TERMS,
+    PG_CONFIG,
+    STOPWORDS,
+    UNSPACED_LETTER,
+    UNSPACED_RUN,
+    letter_groups,
+    owner_token,
+    search_terms,
+    search_text,
+)
 
 __all__ = ["FTS_TABLE", "MAX_TERMS", "PG_CONFIG", "STOPWORDS", "UNSPACED_LETTER", "fts5_query", "memory_terms",
            "owner_token", "pg_owner_tsquery", "search_terms", "search_text"]
 
 FTS_TABLE = "memory_app_memory_fts"
-
-# Letters of scripts written without spaces between words. Only blocks SQLite's unicode61
-# tokenizer knows (its tables are Unicode 6.1): a letter assigned later (CJK extensions
-# E-G, the Lao letters of Unicode 12) would be a separator to SQLite and a letter to
-# PostgreSQL, and the two databases would then disagree. Hangul is written with spaces,
-# and left as it is. Written as regular-expression escapes that Python and PostgreSQL
-# read alike (migration 0008 filters rows with it on either database).
-UNSPACED_LETTER = (
-    r"[\u0e01-\u0e5b"  # Thai
-    r"\u1000-\u109f"  # Myanmar
-    r"\u1780-\u17f9"  # Khmer
-    r"\u3005-\u3007\u3021-\u3029\u3031-\u3035\u303b\u303c"  # 々 〆 〇, Suzhou numerals, kana repeat marks
-    r"\u3041-\u3096\u3099-\u30ff\u31f0-\u31ff"  # hiragana, katakana
-    r"\u3400-\u4db5\u4e00-\u9fcc\uf900-\ufad9"  # CJK ideographs
-    r"\uff66-\uff9f"  # half-width katakana
-    r"\U00020000-\U0002a6d6\U0002a700-\U0002b734\U0002b740-\U0002b81d\U0002f800-\U0002fa1d]"  # extensions B-D
-)
-_RUN = re.compile(UNSPACED_LETTER + "+")
-
-
-def _letter_groups(run: str) -> list[list[str]]:
-    """A run's letters, in groups a mark or a sign of punctuation did not split.
-
-    NFKC first, so half-width katakana, a kana with a separate voicing mark and a
-    compatibility ideograph index as their usual forms. Then only letters and digits are
-    kept: a vowel or tone mark (Thai, Khmer, Myanmar) is a separator to SQLite's tokenizer
-    and part of a word to PostgreSQL's, so it is dropped on both (matching ignores it, as
-    SQLite ignores accents), and the two databases see the same tokens.
-    """
-    groups: list[list[str]] = [[]]
-    for char in unicodedata.normalize("NFKC", run):
-        if unicodedata.category(char)[0] in "LN":
-            groups[-1].append(char)
-        elif unicodedata.category(char)[0] != "M" and groups[-1]:
-            groups.append([])  # punctuation: the letters either side are not one word
-    return [g for g in groups if g]
-
-
-def search_text(content: str) -> str | None:
-    """`content` as the full-text index reads it: every letter of a script written without
-    spaces stands alone between spaces, so each is a token on both databases; None when
-    that is `content` itself (the index then reads the content, and nothing is kept twice).
-    """
-    if _RUN.search(content) is None:
-        return None
-    spaced = _RUN.sub(lambda m: " " + " ".join(" ".join(g) for g in _letter_groups(m.group())) + " ", content)
-    return None if spaced == content else spaced
 
 
 def memory_terms(text: str) -> list[str]:
@@ -88,11 +48,11 @@ def memory_terms(text: str) -> list[str]:
     would match nearly every memory in its language. Pairs of hiragana alone are mostly
     grammar too (です, ます), so a long message keeps them last.
     """
-    words = search_terms(_RUN.sub(" ", text))
+    words = search_terms(UNSPACED_RUN.sub(" ", text))
     pairs: dict[str, None] = {}
     lone: dict[str, None] = {}
-    for run in _RUN.findall(text):
-        for group in _letter_groups(run):
+    for run in UNSPACED_RUN.findall(text):
+        for group in letter_groups(run):
             if len(group) == 1:
                 lone.setdefault(group[0], None)
             for first, second in zip(group, group[1:]):

@@ -1,10 +1,12 @@
 """Full-text search vocabulary shared by history search (sessions_app.search) and memory
 search (memory_app): the text search configuration, stop words, how a person's text
-becomes search terms, and the owner token SQLite's FTS5 tables are keyed by. No SQL that
-touches rows."""
+becomes search terms, how the letters of scripts written without spaces (Chinese,
+Japanese, Thai) are spaced out so the index sees each as a word, and the owner token
+SQLite's FTS5 tables are keyed by. No SQL that touches rows."""
 from __future__ import annotations
 
 import re
+import unicodedata
 
 # Used by the PostgreSQL generated column and every tsquery: they must agree.
 PG_CONFIG = "english"
@@ -45,6 +47,54 @@ def search_terms(text: str) -> list[str]:
         keep = set(sorted(words, key=len, reverse=True)[:MAX_TERMS])
         words = [w for w in words if w in keep][:MAX_TERMS]
     return words
+
+
+# Letters of scripts written without spaces between words. Only blocks SQLite's unicode61
+# tokenizer knows (its tables are Unicode 6.1): a letter assigned later (CJK extensions
+# E-G, the Lao letters of Unicode 12) would be a separator to SQLite and a letter to
+# PostgreSQL, and the two databases would then disagree. Hangul is written with spaces,
+# and left as it is. Written as regular-expression escapes that Python and PostgreSQL
+# read alike (memory_app's migration 0008 filters rows with it on either database).
+UNSPACED_LETTER = (
+    r"[\u0e01-\u0e5b"  # Thai
+    r"\u1000-\u109f"  # Myanmar
+    r"\u1780-\u17f9"  # Khmer
+    r"\u3005-\u3007\u3021-\u3029\u3031-\u3035\u303b\u303c"  # 々 〆 〇, Suzhou numerals, kana repeat marks
+    r"\u3041-\u3096\u3099-\u30ff\u31f0-\u31ff"  # hiragana, katakana
+    r"\u3400-\u4db5\u4e00-\u9fcc\uf900-\ufad9"  # CJK ideographs
+    r"\uff66-\uff9f"  # half-width katakana
+    r"\U00020000-\U0002a6d6\U0002a700-\U0002b734\U0002b740-\U0002b81d\U0002f800-\U0002fa1d]"  # extensions B-D
+)
+UNSPACED_RUN = re.compile(UNSPACED_LETTER + "+")
+
+
+def letter_groups(run: str) -> list[list[str]]:
+    """A run's letters, in groups a mark or a sign of punctuation did not split.
+
+    NFKC first, so half-width katakana, a kana with a separate voicing mark and a
+    compatibility ideograph index as their usual forms. Then only letters and digits are
+    kept: a vowel or tone mark (Thai, Khmer, Myanmar) is a separator to SQLite's tokenizer
+    and part of a word to PostgreSQL's, so it is dropped on both (matching ignores it, as
+    SQLite ignores accents), and the two databases see the same tokens.
+    """
+    groups: list[list[str]] = [[]]
+    for char in unicodedata.normalize("NFKC", run):
+        if unicodedata.category(char)[0] in "LN":
+            groups[-1].append(char)
+        elif unicodedata.category(char)[0] != "M" and groups[-1]:
+            groups.append([])  # punctuation: the letters either side are not one word
+    return [g for g in groups if g]
+
+
+def search_text(content: str) -> str | None:
+    """`content` as the full-text index reads it: every letter of a script written without
+    spaces stands alone between spaces, so each is a token on both databases; None when
+    that is `content` itself (the index then reads the content, and nothing is kept twice).
+    """
+    if UNSPACED_RUN.search(content) is None:
+        return None
+    spaced = UNSPACED_RUN.sub(lambda m: " " + " ".join(" ".join(g) for g in letter_groups(m.group())) + " ", content)
+    return None if spaced == content else spaced
 
 
 def owner_token(*, tenant_id: int, qor_id: int, user_id: int | None) -> str:
