@@ -172,10 +172,10 @@ SNIPPET = 180  # characters of a found message shown around the first word found
 def chat_search(*, owner: ChatOwner, query: str) -> dict[str, Any]:
     """Search the person's whole history with this Qor (this conversation and the earlier
     ones): each hit with where it is and a snippet around the first word found."""
-    from sessions_app.fulltext import search_terms
+    from sessions_app.fulltext import message_terms
     from sessions_app.search import message_search
 
-    terms = search_terms(query)
+    terms = message_terms(query)
     hits = message_search(tenant=owner.tenant, qor=owner.qor, user=owner.user, query=query)
     return {"terms": terms, "results": [{
         "session_id": h.session_id, "seq": h.seq, "role": h.role, "channel": h.channel,

@@ -97,6 +97,30 @@ def search_text(content: str) -> str | None:
     return None if spaced == content else spaced
 
 
+# Hangul syllables and jamo. Korean is written with spaces, but a particle is written onto
+# the word before it ("스시를": sushi, and the object's particle), so history search finds a
+# Korean word typed at the start of the words it has (message_terms).
+HANGUL_WORD = re.compile(r"[\uac00-\ud7a3\u1100-\u11ff\u3130-\u318f]+")
+
+
+def message_terms(text: str) -> list[str]:
+    """What history search looks for in a person's `text`, every one to occur, at most
+    MAX_TERMS.
+
+    Words of space-separated languages as search_terms gives them, and a Korean word of
+    one syllable (책, 집), a word where an English letter alone is not. Each run of
+    letters written without spaces is one term, as typed ("寿司", a lone 猫 too), found
+    inside any sentence that holds it (sessions_app.search). Neither kind crowds out the
+    other when both are many.
+    """
+    rest = UNSPACED_RUN.sub(" ", text)
+    words = search_terms(rest)
+    words += [w for w in dict.fromkeys(_WORD.findall(rest)) if len(w) == 1 and HANGUL_WORD.fullmatch(w)]
+    runs = [run for run in dict.fromkeys(UNSPACED_RUN.findall(text)) if letter_groups(run)]
+    runs = runs[:max(MAX_TERMS - len(words), MAX_TERMS // 2)]
+    return words[:MAX_TERMS - len(runs)] + runs
+
+
 def owner_token(*, tenant_id: int, qor_id: int, user_id: int | None) -> str:
     """One indexed FTS5 token naming a memory's (tenant, qor, user), so a search reads only
     that owner's postings. Letters and digits only: the tokenizer keeps it whole."""

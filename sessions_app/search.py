@@ -1,11 +1,23 @@
 """Full-text search over what a person and their Qor said (the chat page's history search).
 
-PostgreSQL: the GIN expression index of migration 0005 (`to_tsvector('english', content)`
-on user and assistant rows), which the query repeats word for word so the planner uses it
-with the (session, seq) index for the owner's sessions. SQLite: the FTS5 table of the
-same migration, kept by triggers and keyed by the session's owner, so a search reads only
+PostgreSQL: the GIN expression index of migration 0010 (`to_tsvector('english',
+message_search_text(content))` on user and assistant rows), which the query repeats word
+for word so the planner uses it with the (session, seq) index for the owner's sessions.
+SQLite: the FTS5 table of migration 0005, kept by triggers (migration 0010's index
+`message_search_text(content)`) and keyed by the session's owner, so a search reads only
 that owner's postings. Every word typed must occur (stemmed, stop words dropped), newest
 first. The owner is checked on the rows too: an index can never cross people.
+
+Chinese, Japanese and Thai are written without spaces, so both databases took a whole
+run of their letters for one word and no word inside a sentence could be found.
+`message_search_text` spaces those letters out, each its own word to the index, as
+memory search does (sessions_app.fulltext.search_text). A run typed is found where it
+stands as typed: the index gives the messages holding its letters (on SQLite, next to
+each other), and of those, the ones holding the run itself are found: "寿司" finds
+"我昨天吃了寿司". (PostgreSQL's index cannot tell which letters are neighbours: asking
+it for a phrase made it compute every candidate's words again, 75 µs a message, 20
+times the cost of looking for the run in its text.) A Korean word typed is found at the
+start of a word, so "스시" finds "스시를" (the word with its particle).
 """
 from __future__ import annotations
 
@@ -18,13 +30,15 @@ from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.models import BooleanField
 from django.db.models.expressions import RawSQL
 
-from .fulltext import PG_CONFIG, owner_token, search_terms
 from tenancy.models import Qor, Tenant
 
-from .migrations._trigger import SEARCH_TABLE, SEARCH_TRIGGERS
+from .fulltext import HANGUL_WORD, PG_CONFIG, UNSPACED_RUN, message_terms, owner_token, search_text
+from .migrations._trigger import SEARCH_TABLE, SEARCH_TEXT_FUNCTION, SEARCH_TRIGGERS
 from .models import Message, Session
 
 SEARCH_LIMIT = 50
+# What migration 0010's index holds, and what a query must repeat exactly to be served by it.
+PG_VECTOR = f"to_tsvector('{PG_CONFIG}'::regconfig, {SEARCH_TEXT_FUNCTION}({Message._meta.db_table}.content))"
 
 
 @dataclass(frozen=True)
@@ -44,32 +58,79 @@ def message_search(
     """The user's messages with this Qor, and its replies to them, across the canonical
     conversation and the archived ones, that contain every word of `query`; newest first.
     Replies the person had written again (regenerate) are left out."""
-    terms = search_terms(query)
+    terms = message_terms(query)
     if not terms or qor.tenant_id != tenant.pk or limit <= 0:
         return []
     sessions = Session.objects.filter(tenant=tenant, qor=qor, user=user, kind=Session.Kind.CANONICAL)
     rows = Message.objects.filter(session__in=sessions, role__in=[Message.Role.USER, Message.Role.ASSISTANT])
     rows = rows.exclude(content="").exclude(metadata__has_key="superseded").exclude(metadata__has_key="command")
     if connection.vendor == "postgresql":
-        # The expression of the index, word for word; the words are a parameter.
-        rows = rows.filter(RawSQL(
-            f"to_tsvector('{PG_CONFIG}'::regconfig, {Message._meta.db_table}.content)"
-            f" @@ plainto_tsquery('{PG_CONFIG}', %s)", [" ".join(terms)], output_field=BooleanField(),
-        ))
+        # The expression of the index, word for word; the words are parameters.
+        tsquery, params = _pg_tsquery(terms)
+        rows = rows.filter(RawSQL(f"{PG_VECTOR} @@ ({tsquery})", params, output_field=BooleanField()))
     elif connection.vendor == "sqlite":
         owner = owner_token(tenant_id=tenant.pk, qor_id=qor.pk, user_id=user.pk)
-        words = " AND ".join('"' + t.replace('"', '""') + '"' for t in terms)  # quoted: never FTS5 syntax
         rows = rows.filter(id__in=RawSQL(f"SELECT rowid FROM {SEARCH_TABLE} WHERE {SEARCH_TABLE} MATCH %s",
-                                         [f'owner : "{owner}" AND content : ({words})']))
+                                         [f'owner : "{owner}" AND content : ({_fts5_terms(terms)})']))
     else:  # another database: a scan of the owner's rows, for correctness only
         for term in terms:
             rows = rows.filter(content__icontains=term)
+    for term in terms:
+        if UNSPACED_RUN.fullmatch(term):
+            rows = rows.filter(content__contains=term)
     found = rows.select_related("session").order_by("-created_at", "-id")[:limit]
     return [
         SearchHit(session_id=m.session_id, seq=m.seq, role=m.role, channel=m.channel, content=m.content,
                   created_at=m.created_at, active=m.session.state == Session.State.ACTIVE)
         for m in found
     ]
+
+
+def _pg_tsquery(terms: list[str]) -> tuple[str, list[str]]:
+    """The tsquery of every term, and its parameters. Words as before migration 0010, in one
+    plainto_tsquery; a run of unspaced letters as each of its letters, spaced by the index's
+    own function (not as a phrase, which the index would have to check again row by row);
+    a Korean word as a prefix (checked to be Hangul alone, so the tsquery syntax around it
+    is ours)."""
+    words = [t for t in terms if not UNSPACED_RUN.fullmatch(t) and not HANGUL_WORD.fullmatch(t)]
+    parts, params = [], []
+    if words:
+        parts.append(f"plainto_tsquery('{PG_CONFIG}', %s)")
+        params.append(" ".join(words))
+    for term in terms:
+        if UNSPACED_RUN.fullmatch(term):
+            parts.append(f"plainto_tsquery('{PG_CONFIG}', {SEARCH_TEXT_FUNCTION}(%s))")
+            params.append(term)
+        elif HANGUL_WORD.fullmatch(term):
+            parts.append(f"to_tsquery('{PG_CONFIG}', %s)")
+            params.append(f"'{term}':*")
+    return " && ".join(parts), params
+
+
+def _fts5_terms(terms: list[str]) -> str:
+    """The FTS5 expression of every term: each quoted, so nothing typed is FTS5 syntax; a
+    run of unspaced letters spaced as the trigger indexes it (a quoted phrase), a Korean
+    word followed by * (a prefix)."""
+    quoted = []
+    for term in terms:
+        if UNSPACED_RUN.fullmatch(term):
+            term = (search_text(term) or term).strip()
+        text = '"' + term.replace('"', '""') + '"'
+        quoted.append(text + "*" if HANGUL_WORD.fullmatch(term) else text)
+    return " AND ".join(quoted)
+
+
+def sqlite_search_text_function(sender: object, connection: BaseDatabaseWrapper, **kwargs: object) -> None:
+    """`connection_created` receiver: the SQLite function the search triggers index a
+    message's text with (migration 0010), on every connection, as a Python function can
+    only be. A connection without it (the sqlite3 shell) cannot write a user or assistant
+    message."""
+    if connection.vendor == "sqlite":
+        connection.connection.create_function(SEARCH_TEXT_FUNCTION, 1, _indexed_text, deterministic=True)
+
+
+def _indexed_text(content: object) -> object:
+    return (search_text(content) or content) if isinstance(content, str) else content
 
 
 def search_triggers_missing(db: BaseDatabaseWrapper) -> list[str]:

@@ -13,7 +13,10 @@ and the database check sessions_app.E001 says so when they are missing.
 """
 from django.db import migrations
 
-from ._trigger import SEARCH_TRIGGERS, SEARCH_TABLE
+from ._trigger import SEARCH_TABLE, search_triggers
+
+# The message's text as it is (migration 0010 spaces out Chinese, Japanese and Thai).
+SEARCH_TRIGGERS = search_triggers("NEW.content")
 
 PG_FORWARD = [
     "CREATE INDEX CONCURRENTLY IF NOT EXISTS message_search_gin ON sessions_app_message"

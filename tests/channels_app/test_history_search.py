@@ -40,3 +40,16 @@ def test_search_refuses_empty_or_long_queries_and_other_peoples_chats(client, wo
     assert client.get(SEARCH, {"q": "plans"}).json()["results"] == []
     client.force_login(world.charlie)
     assert client.get(SEARCH, {"q": "plans"}).status_code == 404
+
+
+def test_a_chinese_word_inside_a_long_message_is_found_and_shown_in_its_snippet(client, world):
+    session = session_resolve(tenant=world.tenant_a, qor=world.qor_a, channel="web", user=world.alice)
+    say(session, "今天天气很好。" * 30 + "我昨天在银座吃了寿司，我的猫在家睡觉。" + "明天见。" * 60)
+    client.force_login(world.alice)
+
+    body = client.get(SEARCH, {"q": "寿司"}).json()
+    assert body["terms"] == ["寿司"]
+    (hit,) = body["results"]
+    assert hit["snippet"].startswith("…") and "吃了寿司" in hit["snippet"] and len(hit["snippet"]) <= 182
+    body = client.get(SEARCH, {"q": "猫 寿司"}).json()  # a word of one letter is a word
+    assert body["terms"] == ["猫", "寿司"] and len(body["results"]) == 1
