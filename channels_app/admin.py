@@ -43,12 +43,12 @@ TenantAdmin.inlines = [*TenantAdmin.inlines, ChannelBindingInline]  # shown on t
 @admin.register(ChannelBinding)
 class ChannelBindingAdmin(TenantScopedAdminMixin, admin.ModelAdmin):
     form = BindingForm
-    list_display = ["__str__", "tenant", "qor", "kind", "enabled", "unpaired_response", "credential_keys"]
+    list_display = ["__str__", "tenant", "qor", "kind", "enabled", "unpaired_response", "group_answers", "credential_keys"]
     list_filter = ["kind", "enabled", "tenant"]
     readonly_fields = ["credential_keys", "embed", "lookup_key"]
 
     def get_fieldsets(self, request, obj=None):
-        main = (None, {"fields": ["tenant", "qor", "kind", "name", "unpaired_response", "enabled"]})
+        main = (None, {"fields": ["tenant", "qor", "kind", "name", "unpaired_response", "group_answers", "enabled"]})
         if obj is None:  # one section per platform; only the chosen kind's is read
             return [main] + [
                 (f"{kind_label(kind)} credentials", {

@@ -37,7 +37,7 @@ def kind_label(kind: str) -> str:
 class _BindingFormBase(forms.ModelForm):
     class Meta:
         model = ChannelBinding
-        fields = ["tenant", "qor", "kind", "name", "unpaired_response", "enabled"]
+        fields = ["tenant", "qor", "kind", "name", "unpaired_response", "group_answers", "enabled"]
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)

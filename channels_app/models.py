@@ -27,6 +27,10 @@ class ChannelBinding(TimestampedModel):
         SILENT = "silent", "issue a code without replying"
         IGNORE = "ignore", "ignore unknown senders"
 
+    class GroupAnswers(models.TextChoices):
+        PAIRED = "paired", "only people paired with the Qor"
+        ANYONE = "anyone", "anyone in the group (at public trust)"
+
     tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="bindings")
     qor = models.ForeignKey(Qor, on_delete=models.CASCADE, related_name="bindings")
     kind = models.CharField(max_length=16, choices=Kind.choices)
@@ -39,6 +43,14 @@ class ChannelBinding(TimestampedModel):
     webhook_secret = models.CharField(max_length=255, blank=True, default="")
     unpaired_response = models.CharField(
         max_length=8, choices=UnpairedResponse.choices, default=UnpairedResponse.CODE
+    )
+    # Whose mention or reply the Qor answers in a group chat. Anyone can make a group and
+    # add the bot: by default a stranger's message there is kept as the group's context
+    # and never reaches the model (SPEC §3: unknown senders pair first).
+    group_answers = models.CharField(
+        max_length=8, choices=GroupAnswers.choices, default=GroupAnswers.PAIRED,
+        help_text="Whose mention or reply the Qor answers in a group chat. Anyone else's message is kept "
+                  "as the group's context, unanswered.",
     )
     enabled = models.BooleanField(default=True)
 

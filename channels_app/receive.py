@@ -27,6 +27,7 @@ from qorven.runtime.publish import publish_or_hold, tasks_publish
 from sessions_app.channel_kinds import CHAT_FAMILY
 from sessions_app.services import session_resolve
 from tenancy.access import surface_access
+from tenancy.models import Tenant
 from tenancy.switches import channel_enabled, channel_enabled_cached
 from tenancy.trust import Trust
 
@@ -41,6 +42,7 @@ from .pairing import (
     pairing_code_message,
     pairing_request_for,
 )
+from .selectors import paired_sender
 
 logger = logging.getLogger(__name__)
 
@@ -246,21 +248,25 @@ def _process(binding: ChannelBinding, message: InboundMessage, event: InboundEve
     if message.group:
         session = session_resolve(tenant=tenant, qor=qor, channel=message.channel, thread_id=message.thread_id,
                                   group=True)
-        if not message.addressed:
-            meta["no_reply"] = True  # kept for context; the Qor answers only when addressed
-        member = Identity.objects.filter(
-            tenant=tenant, channel=binding.kind, external_id=message.sender_id,
-            approval=Identity.Approval.APPROVED, user__isnull=False,
-        ).values_list("user_id", flat=True).first()
+        member = _group_member(tenant, binding, message.sender_id)
         if member is not None:  # a paired member: the group's digests are written for them too
             meta["user_id"] = member
+        # Anyone can make a group and add the bot: unless the binding answers anyone there,
+        # a stranger's mention is the group's context, like chatter, and never a model call
+        # (nor a pairing code posted for the whole group to read).
+        heeded = member is not None or binding.group_answers == ChannelBinding.GroupAnswers.ANYONE
+        answered = message.addressed and heeded
+        if not answered:
+            meta["no_reply"] = True  # kept for context; the Qor answers only when addressed
         images, meta = _images(binding, message, meta)
         inbound_accept(
             session=session, content=message.text, channel=message.channel, sender_name=message.sender_name,
             trust=Trust.PUBLIC, external_scope=scope, external_id=message.external_id, metadata=meta,
             images=images,
         )
-        return "group" if message.addressed else "group-context"
+        if answered:
+            return "group"
+        return "group-unpaired" if message.addressed else "group-context"
 
     identity = identity_get_or_create(
         tenant=tenant, channel=binding.kind, external_id=message.sender_id, display_name=message.sender_name
@@ -292,6 +298,19 @@ def _process(binding: ChannelBinding, message: InboundMessage, event: InboundEve
     if result.created:
         origin_note(message=result.message, binding=binding, reply_target=message.reply_target)
     return "accepted" if result.created else "duplicate"
+
+
+def _group_member(tenant: Tenant, binding: ChannelBinding, sender_id: str) -> int | None:
+    """The user a group message's sender is paired to, if they are a member of the tenant
+    now; None for a stranger. One whose user has left the workspace is unpaired, as in a
+    direct message (an unknown sender again)."""
+    sender = paired_sender(tenant=tenant, channel=binding.kind, external_id=sender_id)
+    if sender is None:
+        return None
+    if sender.member_role is None:  # type: ignore[attr-defined]
+        identity_unpair(identity=sender)
+        return None
+    return sender.user_id
 
 
 def _unknown_sender(binding: ChannelBinding, identity: Identity, message: InboundMessage) -> str:

@@ -2,8 +2,10 @@
 from __future__ import annotations
 
 from django.contrib.auth.models import User
+from django.db.models import OuterRef, Subquery
 
-from tenancy.models import Qor, Tenant
+from qorven.runtime.prepared_read import PreparedRead
+from tenancy.models import Membership, Qor, Tenant
 
 from .models import ChannelBinding, Identity
 
@@ -21,3 +23,24 @@ def telegram_secret_of(*, tenant: Tenant, qor: Qor, token: str) -> str:
 def identities_of_person(*, tenant: Tenant, user: User, after_id: int = 0, limit: int = 500) -> list[Identity]:
     """The person's accounts on the tenant's channels (paired to them), by id after `after_id`."""
     return list(Identity.objects.filter(tenant=tenant, user=user, pk__gt=after_id).order_by("pk")[:limit])
+
+
+# Read for every group message (compiled once: qorven.runtime.prepared_read): the paired
+# identity with its user's current role, in the one statement the group path reads.
+_paired_sender: PreparedRead[Identity] = PreparedRead(
+    lambda tenant_id, channel, external_id: Identity.objects.filter(
+        tenant_id=tenant_id, channel=channel, external_id=external_id,
+        approval=Identity.Approval.APPROVED, user__isnull=False,
+    ).annotate(member_role=Subquery(Membership.objects.filter(
+        # As tenancy.access reads it: a membership of the tenant, of an account still active.
+        tenant_id=OuterRef("tenant_id"), user_id=OuterRef("user_id"), user__is_active=True,
+    ).order_by().values("role")[:1])).order_by()[:1],
+    tenant_id=int, channel=str, external_id=str,
+)
+
+
+def paired_sender(*, tenant: Tenant, channel: str, external_id: str) -> Identity | None:
+    """The sender's identity on the tenant's channel if it is paired (approved, with a
+    user), None for anyone else. Its `member_role` is the user's role in the tenant now:
+    None once they were removed from it or their account deactivated."""
+    return _paired_sender.first(tenant_id=tenant.pk, channel=channel, external_id=external_id)

@@ -16,9 +16,10 @@ class BindingError(Exception):
 @transaction.atomic
 def binding_create(
     *, tenant: Tenant, qor: Qor, kind: str, credentials: dict[str, str], name: str = "",
-    unpaired_response: str = ChannelBinding.UnpairedResponse.CODE,
+    unpaired_response: str = ChannelBinding.UnpairedResponse.CODE, group_answers: str | None = None,
 ) -> ChannelBinding:
-    """Create or update the Qor's binding for this platform account."""
+    """Create or update the Qor's binding for this platform account. `group_answers`
+    None keeps what the binding has (a new one: paired people only)."""
     if qor.tenant_id != tenant.pk:
         raise BindingError("the Qor belongs to another tenant")
     adapter = adapter_for(kind)
@@ -44,6 +45,8 @@ def binding_create(
     binding.name = name or binding.name or kind
     binding.credentials = {**binding.credentials, **clean}
     binding.unpaired_response = unpaired_response
+    if group_answers is not None:
+        binding.group_answers = group_answers
     binding.enabled = True
     binding.save()
     # What Qorven made up in this call (a webchat's secret): shown once, by `qorven bind`.

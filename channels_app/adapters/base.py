@@ -94,6 +94,8 @@ class Adapter:
     required: tuple[str, ...] = ()
     # The methods its webhook takes: POST, and GET for a platform's verification handshake.
     methods: tuple[str, ...] = ("POST",)
+    # Whether its messages can come from group chats (ChannelBinding.group_answers applies).
+    groups: bool = False
 
     def lookup_key(self, credentials: dict[str, str]) -> str:
         """The value an inbound request names its binding by."""

@@ -47,6 +47,7 @@ STAMP_WINDOW = 300  # seconds a signed interaction stays acceptable, as Slack's
 class DiscordAdapter(Adapter):
     kind = "discord"
     limit = 2000
+    groups = True
     credentials = {
         "application_id": "the application id",
         "public_key": "the application's public key (hex), for interaction signatures",

@@ -49,6 +49,7 @@ THREAD_SEP = "|"  # a reply target in a thread: channel id, then the thread's ts
 class SlackAdapter(Adapter):
     kind = "slack"
     limit = 4000
+    groups = True
     credentials = {
         "app_id": "the Slack app id (api_app_id in events)",
         "bot_token": "the bot user OAuth token (xoxb-…)",

@@ -92,6 +92,7 @@ def bot_id_of(binding: ChannelBinding) -> int | None:
 class TelegramAdapter(Adapter):
     kind = "telegram"
     limit = 4096
+    groups = True
     credentials = {
         "token": "the bot token from @BotFather",
         "secret": "the secret_token you register the webhook with (setWebhook)",

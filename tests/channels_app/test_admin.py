@@ -46,7 +46,7 @@ def test_the_admin_shows_a_webchat_bindings_embed_and_not_its_secret(admin_clien
 def test_admin_can_replace_one_credential_and_keep_the_others(admin_client, world, telegram):
     response = admin_client.post(f"/admin/channels_app/channelbinding/{telegram.pk}/change/", {
         "tenant": world.tenant_a.pk, "qor": world.qor_a.pk, "name": telegram.name,
-        "unpaired_response": "code", "enabled": "on",
+        "unpaired_response": "code", "group_answers": "paired", "enabled": "on",
         "cred_telegram_token": "222:BBB", "cred_telegram_secret": "", "cred_telegram_username": "aria_bot",
     })
     assert response.status_code == 302, response.content.decode()[:2000]
@@ -70,7 +70,8 @@ def test_the_binding_form_has_a_field_with_a_hint_for_each_credential_and_never_
 def test_a_binding_added_in_the_admin_gets_its_lookup_key_from_its_credentials(admin_client, world, platform):
     platform.default(r"/whatsapp/v21.0/10555$", Canned(body={"id": "10555"}))  # Meta: the token can use it
     fields = {"tenant": world.tenant_a.pk, "qor": world.qor_a.pk, "kind": "whatsapp", "name": "",
-              "unpaired_response": "code", "enabled": "on", "cred_whatsapp_phone_number_id": "10555",
+              "unpaired_response": "code", "group_answers": "paired",
+              "enabled": "on", "cred_whatsapp_phone_number_id": "10555",
               "cred_whatsapp_token": "EAAG", "cred_whatsapp_app_secret": "", "cred_whatsapp_verify_token": "vt",
               "cred_telegram_token": "ignored: another kind's section"}
     response = admin_client.post("/admin/channels_app/channelbinding/add/", fields)
@@ -90,7 +91,8 @@ def test_a_binding_added_in_the_admin_gets_its_lookup_key_from_its_credentials(a
 
 def test_a_binding_the_admin_would_misread_is_refused_at_its_field(admin_client, world):
     fields = {"tenant": world.tenant_a.pk, "qor": world.qor_a.pk, "kind": "email", "name": "",
-              "unpaired_response": "code", "enabled": "on", "cred_email_address": "aria@acme.example",
+              "unpaired_response": "code", "group_answers": "paired",
+              "enabled": "on", "cred_email_address": "aria@acme.example",
               "cred_email_secret": "s", "cred_email_sender_check": "off"}
     response = admin_client.post("/admin/channels_app/channelbinding/add/", fields)
     assert response.status_code == 200
@@ -296,7 +298,7 @@ def test_a_tenant_admins_binding_form_offers_only_their_tenant_and_qors(tenant_a
 
     response = tenant_admin.post(url("channelbinding_change", telegram.pk), {
         "tenant": world.tenant_b.pk, "qor": world.qor_b.pk, "name": "moved",
-        "unpaired_response": "code", "enabled": "on",
+        "unpaired_response": "code", "group_answers": "paired", "enabled": "on",
     })
     assert response.status_code == 200
     assert set(response.context["adminform"].form.errors) == {"tenant", "qor"}
@@ -307,7 +309,7 @@ def test_a_tenant_admins_binding_form_offers_only_their_tenant_and_qors(tenant_a
 def test_a_binding_cannot_pair_a_tenant_with_another_tenants_qor(admin_client, world, telegram):
     response = admin_client.post(f"/admin/channels_app/channelbinding/{telegram.pk}/change/", {
         "tenant": world.tenant_a.pk, "qor": world.qor_b.pk, "name": telegram.name,
-        "unpaired_response": "code", "enabled": "on",
+        "unpaired_response": "code", "group_answers": "paired", "enabled": "on",
     })
     assert response.status_code == 200
     assert response.context["adminform"].form.errors["qor"] == ["This Qor belongs to another tenant."]

@@ -28,7 +28,8 @@ def globex_admin(client, world):
 
 def whatsapp_fields(world, *, token: str) -> dict:
     return {"tenant": world.tenant_b.pk, "qor": world.qor_b.pk, "kind": "whatsapp", "name": "",
-            "unpaired_response": "code", "enabled": "on", "cred_whatsapp_phone_number_id": "1055",
+            "unpaired_response": "code", "group_answers": "paired",
+            "enabled": "on", "cred_whatsapp_phone_number_id": "1055",
             "cred_whatsapp_token": token, "cred_whatsapp_app_secret": "mine", "cred_whatsapp_verify_token": "mine"}
 
 
@@ -253,7 +254,7 @@ def test_sms_refusals(world, platform, answer, says):
 
 def test_the_admin_form_asks_slack_discord_and_twilio_too(globex_admin, world, platform):
     base = {"tenant": world.tenant_b.pk, "qor": world.qor_b.pk, "name": "", "unpaired_response": "code",
-            "enabled": "on"}
+            "group_answers": "paired", "enabled": "on"}
     platform.default(r"/slack/api/auth.test", Canned(body={"ok": False, "error": "invalid_auth"}))
     platform.default(r"/discord/", Canned(status=401, body={}))
     platform.default(r"/twilio/", Canned(status=401, body={}))

@@ -1,4 +1,7 @@
-"""Two tenants' Qors in one group chat: each answers only what is addressed to it."""
+"""Two tenants' Qors in one group chat: each answers only what is addressed to it.
+
+What counts as addressed is tested with bindings that answer anyone in groups
+(`group_answers="anyone"`): the senders here are strangers to both Qors."""
 from __future__ import annotations
 
 import pytest
@@ -16,10 +19,19 @@ GROUP = dict(chat_id=-100777, chat_type="supergroup")
 
 
 @pytest.fixture
+def telegram(world):
+    """Acme's @aria_bot, answering anyone's mention in a group."""
+    return binding_create(
+        tenant=world.tenant_a, qor=world.qor_a, kind="telegram", group_answers="anyone",
+        credentials={"token": "111:AAA", "secret": "tg-secret-a", "username": "aria_bot"},
+    )
+
+
+@pytest.fixture
 def other_bot(world):
     """Globex's Qor, a bot of its own in the same Telegram group as acme's @aria_bot."""
     return binding_create(
-        tenant=world.tenant_b, qor=world.qor_b, kind="telegram",
+        tenant=world.tenant_b, qor=world.qor_b, kind="telegram", group_answers="anyone",
         credentials={"token": "222:BBB", "secret": "tg-secret-b", "username": "aria_bot_helper"},
     )
 
@@ -64,7 +76,7 @@ def test_without_a_username_a_reply_counts_only_when_it_is_to_this_bot(
     """A binding saved without the bot's @username (it is optional) took a reply to any bot
     in the group for a reply to itself: a reply to another tenant's bot was answered by
     both. The bot's own id is the number its token begins with."""
-    binding_create(tenant=world.tenant_a, qor=world.qor_a, kind="telegram",
+    binding_create(tenant=world.tenant_a, qor=world.qor_a, kind="telegram", group_answers="anyone",
                    credentials={"token": "111:AAA", "secret": "tg-secret-a"})
     model_server.default = reply("Eight it is.")
     said = {"message_id": 5, "chat": {"id": -100777, "type": "supergroup"}, "date": 1, "text": "Dinner at 8?"}
@@ -86,6 +98,8 @@ def test_a_reply_in_a_slack_thread_under_the_qors_message_is_answered_there(
     """In a Slack channel the Qor answers when mentioned or replied to; a reply is written in
     the thread of the message it answers. One under the Qor's own message went unanswered
     unless it mentioned the Qor again; one under someone else's message is still chatter."""
+    slack.group_answers = "anyone"
+    slack.save(update_fields=["group_answers"])
     model_server.default = reply("Booked for eight.")
     ours = slack_event("book it then", channel_type="channel", channel="C0GEN", event_id="EvR1")
     ours["event"].update(thread_ts="1712345600.000001", parent_user_id="UBOT")

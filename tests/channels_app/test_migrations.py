@@ -90,3 +90,22 @@ def test_the_sent_parts_index_is_built_without_holding_up_replies():
     assert "delivery_sent_idx" not in indexes()
     migrate(MigrationExecutor(connection).loader.graph.leaf_nodes())
     assert indexes()["delivery_sent_idx"]["columns"] == ["sent_at"]
+
+
+def test_existing_bindings_answer_only_paired_people_in_groups():
+    """A binding made before the setting existed answered any stranger's mention in a group;
+    once migrated it answers paired people there, as a new one does."""
+    before = [("channels_app", "0012_delivery_sent_idx")]
+    apps = migrate(before).loader.project_state(before).apps
+    Tenant, Qor = apps.get_model("qorven", "Tenant"), apps.get_model("qorven", "Qor")
+    Binding = apps.get_model("channels_app", "ChannelBinding")
+    tenant = Tenant.objects.create(name="Acme", slug="acme")
+    qor = Qor.objects.create(tenant=tenant, name="Aria", slug="aria")
+    pk = Binding.objects.create(tenant=tenant, qor=qor, kind="telegram", lookup_key="k", unpaired_response="ignore").pk
+
+    migrate(MigrationExecutor(connection).loader.graph.leaf_nodes())
+
+    from channels_app.models import ChannelBinding
+
+    assert ChannelBinding.objects.filter(pk=pk).values_list("group_answers", "unpaired_response").get() == (
+        "paired", "ignore")

@@ -105,3 +105,34 @@ def queries_per_platform_turn() -> int:
     it); the send: the parts, the channel switch, the claim, sent, the next reply waiting
     for the binding."""
     return queries_per_turn() + 20
+
+
+@pytest.mark.parametrize("sender", ["42", "77"], ids=["member", "stranger"])
+def test_a_group_message_not_to_be_answered_reads_its_sender_once(
+    world, telegram, model_server, django_assert_max_num_queries, sender
+):
+    """Who wrote in a group — a member paired with the Qor, or a stranger whose mention is
+    kept unanswered — is one read, the identity with its user's membership
+    (queries_per_group_context)."""
+    from channels_app.tasks import inbound_process_task
+
+    from .conftest import pair
+
+    pair(world, "telegram", "42", world.alice)
+    session_resolve(tenant=world.tenant_a, qor=world.qor_a, channel="telegram", thread_id="-1009", group=True)
+    text = "chatter" if sender == "42" else "@aria_bot hi"
+    message = InboundMessage(channel="telegram", external_id="-1009:1", sender_id=sender, sender_name="Carol",
+                             text=text, reply_target="-1009", group=True, thread_id="-1009", addressed=sender == "77")
+    event = InboundEvent.objects.create(tenant=world.tenant_a, binding=telegram, external_id=message.external_id,
+                                        sender_id=sender, payload=message.model_dump(mode="json"))
+    with django_assert_max_num_queries(queries_per_group_context()):
+        result = inbound_process_task.apply(args=(world.tenant_a.pk, event.pk)).result
+    assert result == ("group-context" if sender == "42" else "group-unpaired")
+    assert model_server.requests == []
+
+
+def queries_per_group_context() -> int:
+    """The event with its sender's oldest waiting event, and its claim; the channel switch;
+    the group's session; the sender's identity with its user's membership; the message;
+    the event done."""
+    return 7

@@ -152,6 +152,7 @@ def test_slack_retries_are_answered_once(client, world, slack, platform, model_s
 
 
 def test_slack_channel_messages_are_a_group_answered_only_on_mention(client, world, slack, platform, model_server, drain):
+    pair(world, "slack", "U0PRIYA", world.alice)  # a member: the Qor answers paired people in groups
     model_server.default = reply("On it.")
     post_slack(client, slack_event("lunch?", channel_type="channel", channel="C0GEN", event_id="Ev1"))
     post_slack(client, slack_event("<@UBOT> book a table", channel_type="channel", channel="C0GEN",
@@ -178,6 +179,7 @@ def test_a_slack_reply_escapes_what_slack_would_read_as_markup(client, world, sl
 
 def test_a_question_asked_in_a_slack_thread_is_answered_in_that_thread(client, world, slack, platform, model_server,
                                                                        drain):
+    pair(world, "slack", "U0PRIYA", world.alice)
     model_server.default = reply("On it.")
     event = slack_event("<@UBOT> help", channel_type="channel", channel="C0GEN", event_id="EvT1", kind="app_mention")
     event["event"]["thread_ts"] = "1712345600.000001"

@@ -217,6 +217,7 @@ def test_a_telegram_photo_that_cannot_be_fetched_leaves_the_text_stored_and_answ
 def test_telegram_group_messages_get_their_own_session_and_are_answered_only_when_mentioned(
     client, world, telegram, platform, model_server, drain
 ):
+    pair(world, "telegram", "42", world.alice)  # a member: the Qor answers paired people in groups
     model_server.default = reply("Hi family!")
     post_telegram(client, telegram_update("dinner at 8?", chat_id=-100777, chat_type="supergroup", message_id=1))
     post_telegram(client, telegram_update("@aria_bot what's for dinner?", chat_id=-100777, chat_type="supergroup",
@@ -236,6 +237,7 @@ def test_in_a_group_a_command_is_answered_only_when_it_names_this_bot(client, wo
     """Commands in a group are for the bot they name (Telegram appends @botname): one for
     another bot, or a bare one nobody addressed to us, is chatter, not ours to answer with
     the group's history or our status."""
+    pair(world, "telegram", "9", world.bob)  # a member: the Qor answers paired people in groups
     group = dict(chat_id=-100777, chat_type="supergroup")
     post_telegram(client, telegram_update("dinner at 8? my number is 555-0199", message_id=1, **group))
     post_telegram(client, telegram_update("/history@quiz_bot 5", user_id=9, message_id=2, **group))
@@ -251,6 +253,7 @@ def test_in_a_group_a_command_is_answered_only_when_it_names_this_bot(client, wo
 def test_a_telegram_group_reply_to_the_bots_message_is_answered_and_a_reply_to_someone_else_is_not(
     client, world, telegram, platform, model_server, drain
 ):
+    pair(world, "telegram", "42", world.alice)  # a member: the Qor answers paired people in groups
     model_server.default = reply("Eight it is.")
     bot = {"id": 111, "is_bot": True, "first_name": "Aria", "username": "aria_bot"}  # 111: its token's number
     friend = {"id": 7, "is_bot": False, "first_name": "Ravi"}

@@ -285,6 +285,7 @@ def group_voice(message_id, **extra):
 
 def test_a_group_voice_note_replying_to_the_bot_is_transcribed_and_answered(client, world, telegram, platform,
                                                                             model_server, drain):
+    pair(world, "telegram", "42", world.alice)  # a member: the Qor answers paired people in groups
     with_transcriber(world)
     script_voice(platform)
     model_server.transcripts.append("Can you move dinner to nine?")
@@ -300,6 +301,7 @@ def test_a_group_voice_note_replying_to_the_bot_is_transcribed_and_answered(clie
 
 def test_an_unaddressed_group_voice_note_is_kept_with_its_transcript_as_context_and_not_answered(
         client, world, telegram, platform, model_server, drain):
+    pair(world, "telegram", "42", world.alice)
     with_transcriber(world)
     script_voice(platform)
     model_server.transcripts.append("I'll bring the dessert.")

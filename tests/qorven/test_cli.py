@@ -40,6 +40,8 @@ def test_usage_lines_use_the_hyphenated_names_and_mark_required_flags():
     assert run("import-legacy", "--help").stdout.startswith("usage: qorven import-legacy ")
     usage = run("bind", "telegram", "--help").stdout
     assert " --token TOKEN" in usage and "[--token TOKEN]" not in usage and "[--username USERNAME]" in usage
+    assert "[--groups {paired,anyone}]" in usage and "group chat" in usage
+    assert "--groups" not in run("bind", "whatsapp", "--help").stdout  # no group chats there
 
 
 def test_a_command_that_calls_no_model_does_not_load_the_model_sdk():

@@ -31,6 +31,14 @@ class Command(BaseCommand):
                 "--unpaired", choices=ChannelBinding.UnpairedResponse.values, default="code",
                 help="what unknown senders get: a pairing code (default), silence with a code, or nothing",
             )
+            if adapter.groups:
+                p.add_argument(
+                    "--groups", choices=ChannelBinding.GroupAnswers.values, default=None,
+                    help="whose mention or reply is answered in a group chat: only people paired with the Qor "
+                         "(paired, the default) or anyone in the group, at public trust (anyone); others' "
+                         "messages are kept as the group's context. Running bind again without it keeps the "
+                         "setting",
+                )
             for field, text in adapter.credentials.items():
                 p.add_argument("--" + field.replace("_", "-"), dest=field, default="", help=text,
                                required=field in adapter.required)
@@ -59,7 +67,7 @@ class Command(BaseCommand):
         try:
             binding = binding_create(
                 tenant=tenant, qor=qor, kind=kind, credentials=credentials, name=opts["name"],
-                unpaired_response=opts["unpaired"],
+                unpaired_response=opts["unpaired"], group_answers=opts.get("groups"),
             )
         except BindingError as exc:
             raise CommandError(str(exc)) from None
