@@ -262,7 +262,7 @@ def _process(binding: ChannelBinding, message: InboundMessage, event: InboundEve
         inbound_accept(
             session=session, content=message.text, channel=message.channel, sender_name=message.sender_name,
             trust=Trust.PUBLIC, external_scope=scope, external_id=message.external_id, metadata=meta,
-            images=images,
+            images=images, transcribe=heeded,  # transcribing is a model call too
         )
         if answered:
             return "group"

@@ -68,10 +68,12 @@ def inbound_accept(
     external_id: str = "",
     metadata: dict[str, Any] | None = None,
     images: Sequence[ImageBytes] = (),
+    transcribe: bool = True,
 ) -> AppendResult:
     """Store the user's message first (nothing is lost if anything after fails), with its
     `images` in the same transaction, then queue the turn that answers it. A re-delivered
-    message is neither stored nor answered twice."""
+    message is neither stored nor answered twice. Not `transcribe`: its voice notes are
+    kept as they are, never sent to the transcriber (a stranger's, in a group)."""
     from tenancy.slash_registry import CommandContext, CommandReply, command_parse
 
     from .voice import has_voice, voice_intake
@@ -79,7 +81,7 @@ def inbound_accept(
     heard: dict[str, Any] = {}
     voice_notice = ""
     if has_voice(images):  # transcribed once stored (qorven.agent.voice), or one notice of ours
-        content, heard, voice_notice = voice_intake(qor=session.qor, text=content)
+        content, heard, voice_notice = voice_intake(qor=session.qor, text=content, transcribe=transcribe)
     # Commands are answered right here; group chatter the Qor was not addressed in is kept
     # for context — a command there too, unless it names this Qor's bot (/status@aria_bot:
     # the adapter counts it as addressed): one for another bot is not ours to answer.

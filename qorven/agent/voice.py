@@ -51,11 +51,14 @@ def has_voice(attachments: Sequence[Attachment]) -> bool:
     return any(a.mime_type.startswith("audio/") for a in attachments)
 
 
-def voice_intake(*, qor: Qor, text: str) -> tuple[str, dict[str, Any], str]:
+def voice_intake(*, qor: Qor, text: str, transcribe: bool = True) -> tuple[str, dict[str, Any], str]:
     """(content, metadata, notice) of a message arriving with voice notes: with a
     transcriber, the text so far and `voice: pending` (a task transcribes it once it is
     stored); without one, `voice: not transcribed` and the notice key
-    (qorven.agent.notices.VOICE_NOTICES) of the one reply of ours."""
+    (qorven.agent.notices.VOICE_NOTICES) of the one reply of ours. Not `transcribe`:
+    `voice: not transcribed`, and nothing to say."""
+    if not transcribe:
+        return text or PLACEHOLDER, {"voice": "not transcribed"}, ""
     if transcriber_route(qor) is None:
         return text or PLACEHOLDER, {"voice": "not transcribed"}, "voice_off"
     return text or PLACEHOLDER, {"voice": "pending"}, ""
