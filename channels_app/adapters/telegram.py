@@ -34,6 +34,7 @@ from .base import (
 
 logger = logging.getLogger(__name__)
 MAX_PHOTO_BYTES = 5 * 1024 * 1024
+TOPIC_SEP = "|"  # a reply target in a forum topic: the chat id, then the topic's thread id
 
 
 class TgUser(BaseModel):
@@ -75,6 +76,9 @@ class TgMessage(BaseModel):
     voice: TgVoice | None = None
     audio: TgVoice | None = None
     reply_to_message: TgMessage | None = None
+    # A forum topic's thread (is_topic_message); any supergroup names one for a reply too.
+    message_thread_id: int | None = None
+    is_topic_message: bool = False
 
     model_config = {"populate_by_name": True}
 
@@ -156,10 +160,19 @@ class TelegramAdapter(Adapter):
             group=group,
             thread_id=str(message.chat.id) if group else "",
             addressed=(not group) or self._addressed(message, binding),
-            reply_target=str(message.chat.id),
+            reply_target=self._reply_target(message),
             media=media,
         )
         return Parsed([inbound])
+
+    @staticmethod
+    def _reply_target(message: TgMessage) -> str:
+        """The chat, and the forum topic the message was written in: the answer goes there,
+        not to the group's General topic. Only a topic's thread: the one Telegram names for a
+        reply in a group without topics is not one sendMessage takes."""
+        if message.is_topic_message and message.message_thread_id:
+            return f"{message.chat.id}{TOPIC_SEP}{message.message_thread_id}"
+        return str(message.chat.id)
 
     @staticmethod
     def _addressed(message: TgMessage, binding: ChannelBinding) -> bool:
@@ -234,9 +247,13 @@ class TelegramAdapter(Adapter):
     def send(self, binding: ChannelBinding, target: str, text: str) -> str:
         token = binding.credentials.get("token", "")
         url = f"{settings.TELEGRAM_API_BASE.rstrip('/')}/bot{token}/sendMessage"
+        chat, _, topic = target.partition(TOPIC_SEP)
+        payload: dict[str, Any] = {"chat_id": chat, "text": text}
+        if topic.isdigit():
+            payload["message_thread_id"] = int(topic)
         try:
             with self.http() as client:
-                response = client.post(url, json={"chat_id": target, "text": text})
+                response = client.post(url, json=payload)
         except Exception as exc:
             raise send_unreachable("Telegram", exc) from None
         retry_after = None
