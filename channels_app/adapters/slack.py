@@ -54,7 +54,7 @@ class SlackAdapter(Adapter):
         "app_id": "the Slack app id (api_app_id in events)",
         "bot_token": "the bot user OAuth token (xoxb-…)",
         "signing_secret": "the app's signing secret",
-        "bot_user_id": "the bot's user id (U…), to notice mentions",
+        "bot_user_id": "the bot's user id (U…), to notice mentions (optional: events name it too)",
     }
     required = ("app_id", "bot_token", "signing_secret")
 
@@ -130,7 +130,7 @@ class SlackAdapter(Adapter):
         direct = event.get("channel_type") == "im"
         if event.get("type") == "app_mention" and direct:
             return Parsed([])
-        bot = str(binding.credentials.get("bot_user_id", ""))
+        bot = str(binding.credentials.get("bot_user_id", "")) or _authorized_bot(body)
         text = str(event.get("text") or "")
         if not direct and event.get("type") == "message" and bot and f"<@{bot}>" in text:
             return Parsed([])  # the app_mention event for the same message is the one we take
@@ -271,6 +271,17 @@ def _slack_refusal(answer: Any, refused: str) -> AccountProblem | None:
     if error in ("ratelimited", "internal_error", "fatal_error", "service_unavailable", "request_timeout"):
         return account_unconfirmed("Slack", "busy")
     return AccountProblem(refused)
+
+
+def _authorized_bot(body: dict[str, Any]) -> str:
+    """The bot user an event was delivered to, as the event itself says (`authorizations`,
+    in every Events API payload since 2021): a binding saved without `bot_user_id` still
+    tells a mention of its bot from another's, and takes a mention once, not twice (as the
+    message event and as the app_mention). "" when it does not say."""
+    for authorization in body.get("authorizations") or []:
+        if isinstance(authorization, dict) and authorization.get("is_bot") and authorization.get("user_id"):
+            return str(authorization["user_id"])
+    return ""
 
 
 def _candidates(kind: str, app_id: str) -> list[ChannelBinding] | None:

@@ -166,6 +166,31 @@ def test_slack_channel_messages_are_a_group_answered_only_on_mention(client, wor
     assert platform.sent("chat.postMessage")[0].json["channel"] == "C0GEN"
 
 
+@pytest.mark.parametrize("first", ["message", "app_mention"])
+def test_without_the_bot_user_id_a_mention_is_stored_and_answered_once(
+    client, world, platform, model_server, drain, first
+):
+    """Slack sends a mention in a channel twice: as a message event and as an app_mention.
+    A binding saved without the bot's user id (it is optional) could not tell the message
+    event named its bot, and kept both: the question twice in the group's context. Every
+    event says which bot it was delivered to (`authorizations`)."""
+    binding_create(tenant=world.tenant_a, qor=world.qor_a, kind="slack", credentials={
+        "app_id": "A0APP", "bot_token": "xoxb-1", "signing_secret": "slack-signing"})
+    pair(world, "slack", "U0PRIYA", world.alice)
+    model_server.default = reply("On it.")
+    events = {kind: slack_event("<@UBOT> book a table", channel_type="channel", channel="C0GEN", kind=kind,
+                                event_id=f"Ev-{kind}") for kind in ("message", "app_mention")}
+    for event in events.values():
+        event["authorizations"] = [{"enterprise_id": None, "team_id": "T0TEAM", "user_id": "UBOT", "is_bot": True,
+                                    "is_enterprise_install": False}]
+    post_slack(client, events[first])
+    post_slack(client, events["app_mention" if first == "message" else "message"])
+    drain()
+    assert [m.content for m in Message.objects.filter(role="user")] == ["<@UBOT> book a table"]
+    assert len(model_server.requests) == 1
+    assert [s.json["text"] for s in platform.sent("chat.postMessage")] == ["On it."]
+
+
 def test_a_slack_reply_escapes_what_slack_would_read_as_markup(client, world, slack, platform, model_server, drain):
     """Slack reads <!channel>, <!here> and <@U…> in a message's text as mentions (a text
     the model was led to write would ping a whole channel), and a bare < as a link."""
