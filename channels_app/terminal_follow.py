@@ -10,7 +10,7 @@ from typing import Any, Callable
 
 from django.db import close_old_connections
 
-from qorven.runtime.hub import joins_heard
+from qorven.runtime.pubsub_layer import joins_heard
 from qorven.runtime.publisher import chat_group, session_group
 from qorven.runtime.streams import stream_snapshot
 

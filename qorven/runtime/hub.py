@@ -38,8 +38,9 @@ SUBSCRIBE and goes on without waiting for Redis to take it, so an event publishe
 another process just after the join (the first chunks of a reply to a new chat) can be
 missed, though the socket already read the database "after joining". So on that layer a
 join returns only once the hub has heard its own note on the group (`hub.joined`, sent
-again every JOIN_NOTE_EVERY seconds until heard, JOIN_HEARD_WITHIN at most): from then on,
-every event published to the group reaches this process.
+again every JOIN_NOTE_EVERY seconds until heard, JOIN_HEARD_WITHIN at most; see
+qorven.runtime.pubsub_layer): from then on, every event published to the group reaches
+this process.
 """
 from __future__ import annotations
 
@@ -56,14 +57,13 @@ from typing import Any, Protocol
 
 from channels.layers import get_channel_layer
 
+from .pubsub_layer import JOIN_HEARD_WITHIN, JOIN_NOTE_EVERY, JOINED, is_pubsub
+
 logger = logging.getLogger(__name__)
 
 RETRY_AFTER = 1.0  # seconds before the hub reads the layer again after a failure
 RENEW_EVERY = 3600.0  # seconds between renewals of the hub's group memberships
 RESYNC = {"type": "hub.resync"}
-JOINED = "hub.joined"
-JOIN_NOTE_EVERY = 0.05  # seconds between notes while a pub/sub join is not yet heard
-JOIN_HEARD_WITHIN = 2.0  # seconds a join waits to hear its note before going on regardless
 LOCAL_TO = "local_to"  # the ids of the hubs an event was handed to in its own process
 
 
@@ -125,7 +125,7 @@ class Hub:
                 members = set()
                 try:
                     await self.layer.group_add(group, self.channel)
-                    if _joins_late(self.layer):
+                    if is_pubsub(self.layer):
                         await self._heard(group)
                 except BaseException:
                     await _discard_quietly(self.layer, group, self.channel)
@@ -310,53 +310,12 @@ class Hub:
                 logger.warning("a live subscriber failed an event", exc_info=True)
 
 
-async def joins_heard(layer: Any, channel: str, groups: list[str],
-                      receiving: asyncio.Task | None = None) -> tuple[asyncio.Task | None, list[dict]]:
-    """For a reader of its own channel (the terminal's follower, not a hub), after joining
-    `groups`: on the pub/sub layer, wait until a note sent to each group comes back on
-    `channel` (see the module's note), JOIN_HEARD_WITHIN at most. `receiving` is the
-    reader's receive already outstanding, if any. Returns the receive still outstanding,
-    to be awaited next (the pub/sub layer drops a channel whose receive is cancelled), and
-    the other events read meanwhile, in order. Other layers: (receiving, [])."""
-    if not groups or not _joins_late(layer):
-        return receiving, []
-    token = uuid.uuid4().hex
-    waiting, early = set(groups), []
-    try:
-        async with asyncio.timeout(JOIN_HEARD_WITHIN):
-            while waiting:
-                for group in waiting:
-                    await layer.group_send(group, {"type": JOINED, "group": group, "token": token})
-                if receiving is None:
-                    receiving = asyncio.ensure_future(layer.receive(channel))
-                done, _ = await asyncio.wait({receiving}, timeout=JOIN_NOTE_EVERY)
-                if done:
-                    event, receiving = receiving.result(), None
-                    if event.get("type") == JOINED and event.get("token") == token:
-                        waiting.discard(event.get("group"))
-                    elif event.get("type") != JOINED:
-                        early.append(event)
-    except TimeoutError:
-        logger.warning("did not hear the joins of %s within %s s", ", ".join(sorted(waiting)), JOIN_HEARD_WITHIN)
-    return receiving, early
-
-
 async def _discard_quietly(layer: Any, group: str, channel: str) -> None:
     """Undo a join that did not complete, if the layer lets us (it may be what failed)."""
     try:
         await layer.group_discard(group, channel)
     except BaseException:  # a second cancellation, the layer away: its group expiry ends it
         logger.info("could not undo the live hub's join of %s", group, exc_info=True)
-
-
-def _joins_late(layer: Any) -> bool:
-    """Whether `layer` is channels_redis' pub/sub layer, whose group_add returns before
-    Redis has taken the subscription."""
-    try:
-        from channels_redis.pubsub import RedisPubSubChannelLayer
-    except ImportError:
-        return False
-    return isinstance(layer, RedisPubSubChannelLayer)
 
 
 def _cancelling() -> bool:
