@@ -31,7 +31,11 @@ and leaves on the layer each group no socket of its process watches any more, ev
 tried. One the layer fails to leave (Redis away) is left again every RETRY_AFTER seconds
 until it answers: its subscription would otherwise bring the group's events to this
 process, for nobody, for the life of the server (channels_redis' pub/sub layer subscribes
-again to it as it reconnects).
+again to it as it reconnects). On that layer a leave that returned may not be done either:
+one whose UNSUBSCRIBE was lost with the connection, or went out while the connection was
+being made again, is taken back by the reconnection (see pubsub_layer.held). So the hub
+looks again RETRY_AFTER seconds after each leave there, until Redis has confirmed it, and
+leaves again each group the layer took back.
 
 On the pub/sub layer a join takes effect later than it returns: channels_redis sends
 SUBSCRIBE and goes on without waiting for Redis to take it, so an event published by
@@ -57,7 +61,7 @@ from typing import Any, Protocol
 
 from channels.layers import get_channel_layer
 
-from .pubsub_layer import JOIN_HEARD_WITHIN, JOIN_NOTE_EVERY, JOINED, is_pubsub
+from .pubsub_layer import JOIN_HEARD_WITHIN, JOIN_NOTE_EVERY, JOINED, held, is_pubsub
 
 logger = logging.getLogger(__name__)
 
@@ -65,6 +69,10 @@ RETRY_AFTER = 1.0  # seconds before the hub reads the layer again after a failur
 RENEW_EVERY = 3600.0  # seconds between renewals of the hub's group memberships
 RESYNC = {"type": "hub.resync"}
 LOCAL_TO = "local_to"  # the ids of the hubs an event was handed to in its own process
+# Where a group the hub has left stands on the layer (Hub._left_behind):
+UNLEFT = "unleft"  # not left there yet: the leave failed (Redis away) or was not tried
+SENT = "sent"  # left; on the pub/sub layer, until Redis confirms it
+SENT_AGAIN = "sent again"  # left after a failure or after the layer took the leave back (logged once done)
 
 
 class Subscriber(Protocol):
@@ -100,7 +108,7 @@ class Hub:
         self._reader: asyncio.Task[None] | None = None
         self._renewer: asyncio.Task[None] | None = None
         self._lock = asyncio.Lock()
-        self._left_behind: set[str] = set()  # groups the hub has left, the layer perhaps not yet
+        self._left_behind: dict[str, str] = {}  # groups the hub has left, the layer perhaps not yet
         self._leaver: asyncio.Task[None] | None = None
 
     async def join(self, group: str, subscriber: Subscriber) -> None:
@@ -131,7 +139,7 @@ class Hub:
                     await _discard_quietly(self.layer, group, self.channel)
                     raise
                 self.members[group] = members
-                self._left_behind.discard(group)  # the hub's again
+                self._left_behind.pop(group, None)  # the hub's again
             members.add(subscriber)
 
     async def _heard(self, group: str) -> None:
@@ -167,7 +175,7 @@ class Hub:
                 if not members:
                     del self.members[group]
                     emptied.append(group)
-            self._left_behind.update(emptied)
+            self._left_behind.update(dict.fromkeys(emptied, UNLEFT))
             try:
                 failed, error = await self._discard(emptied)
             finally:  # also when cancelled midway: what is not left yet is left later
@@ -179,14 +187,16 @@ class Hub:
 
     async def _discard(self, groups: Iterable[str], *, again: bool = False) -> tuple[list[str], str]:
         """Leave each of `groups` on the layer (under the lock); the groups it failed to
-        leave, and the first failure's type and text."""
+        leave, and the first failure's type and text. A group stays left behind until the
+        layer no longer holds it."""
         failed, error = [], ""
         for group in groups:
             try:
                 if again:
                     # channels_redis' pub/sub layer forgets a membership before it unsubscribes:
-                    # after a failed leave a second one alone does nothing. Joined again (the
-                    # subscription it kept is not made twice), the group is left for real.
+                    # after a failed or taken-back leave a second one alone does nothing.
+                    # Joined again (SUBSCRIBE to a name Redis has already is no second
+                    # subscription), the group is left for real.
                     await self.layer.group_add(group, self.channel)
                 await self.layer.group_discard(group, self.channel)
             except Exception as exc:  # Redis away
@@ -195,7 +205,10 @@ class Hub:
                 failed.append(group)
                 error = error or f"{type(exc).__name__}: {exc}"
             else:
-                self._left_behind.discard(group)
+                if held(self.layer, group) is False:
+                    self._left_behind.pop(group, None)
+                else:  # on the pub/sub layer: looked at again later
+                    self._left_behind[group] = SENT_AGAIN if again else SENT
         return failed, error
 
     def _leave_later(self) -> None:
@@ -207,11 +220,24 @@ class Hub:
         while self._left_behind:
             await asyncio.sleep(RETRY_AFTER)
             async with self._lock:
-                groups = sorted(self._left_behind)
-                failed, _ = await self._discard(groups, again=True)
-            left = [group for group in groups if group not in failed]
+                again, taken_back, left = [], [], []
+                for group, state in sorted(self._left_behind.items()):
+                    subscribed = held(self.layer, group)
+                    if state == UNLEFT or subscribed:
+                        again.append(group)
+                        if state == SENT:
+                            taken_back.append(group)
+                    elif subscribed is False:  # done (None: Redis's answer is on its way)
+                        del self._left_behind[group]
+                        if state == SENT_AGAIN:
+                            left.append(group)
+                if taken_back:
+                    logger.info("the channel layer subscribed again to %s as it reconnected, though the live hub "
+                                "had left them; it leaves them again", ", ".join(taken_back))
+                await self._discard(again, again=True)
+            left += [group for group in again if group not in self._left_behind]
             if left:
-                logger.info("the live hub has left %s on the channel layer, which answers again", ", ".join(left))
+                logger.info("the live hub has left %s on the channel layer", ", ".join(sorted(left)))
 
     def hand(self, group: str, event: dict[str, Any]) -> bool:
         """From any thread: deliver `event` (published in this process) to this hub's

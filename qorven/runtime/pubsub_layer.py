@@ -1,6 +1,7 @@
 """What is particular to channels_redis' pub/sub layer (the live layer on Redis by default),
 for the hub and for the terminal's follower: a join takes effect later than it returns (see
-qorven.runtime.hub's note), so a reader waits to hear its own note on each group it joined."""
+qorven.runtime.hub's note), so a reader waits to hear its own note on each group it joined;
+a leave that returned can be taken back as the layer reconnects (`held`)."""
 from __future__ import annotations
 
 import asyncio
@@ -54,3 +55,29 @@ async def joins_heard(layer: Any, channel: str, groups: list[str],
     except TimeoutError:
         logger.warning("did not hear the joins of %s within %s s", ", ".join(sorted(waiting)), JOIN_HEARD_WITHIN)
     return receiving, early
+
+
+def held(layer: Any, group: str) -> bool | None:
+    """Whether this process is still subscribed to `group` on Redis, which none of its
+    channels is in any more: False once Redis has confirmed the end of the subscription
+    (and on layers other than the pub/sub one, where a leave that returned is done), None
+    while that answer is awaited, True when nothing is ending it any more.
+
+    channels_redis takes a subscription for ended once its UNSUBSCRIBE is written; redis-py
+    forgets it only on Redis's answer, and when its connection is made again it drops the
+    answers it awaited and subscribes again to every name it has not forgotten. So an
+    UNSUBSCRIBE lost with the connection, or written while the connection was being made
+    again, leaves the process subscribed, and subscribed again at each reconnection, for
+    the life of the server: True."""
+    if not is_pubsub(layer):
+        return False
+    name = layer._get_group_channel_name(group)
+    if layer.groups.get(name):  # another channel of this process is in it: not ours to end
+        return False
+    pubsub = layer._get_shard(name)._pubsub
+    if pubsub is None:  # never connected, or flushed: subscribed to nothing
+        return False
+    key = pubsub.encoder.decode(pubsub.encoder.encode(name))  # the name as redis-py keeps it
+    if key not in pubsub.channels:
+        return False
+    return None if key in pubsub.pending_unsubscribe_channels else True

@@ -5,13 +5,15 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 
 class SlowLink:
     """A TCP proxy in front of Redis that holds what its clients send for `delay` seconds
-    (what Redis answers passes at once): a server process farther from Redis than a worker."""
+    (what Redis answers passes at once): a server process farther from Redis than a worker.
+    A `delay` changed while it runs holds what is sent from then on, on the connections
+    already open too (what is held when the link is cut never reaches Redis)."""
 
     def __init__(self, target_port: int, delay: float) -> None:
         self.target_port, self.delay = target_port, delay
@@ -35,16 +37,16 @@ class SlowLink:
 
     async def _client(self, reader, writer) -> None:
         up_reader, up_writer = await asyncio.open_connection("127.0.0.1", self.target_port)
-        for pipe in (self._pipe(reader, up_writer, self.delay), self._pipe(up_reader, writer, 0.0)):
+        for pipe in (self._pipe(reader, up_writer, lambda: self.delay), self._pipe(up_reader, writer, lambda: 0.0)):
             task = asyncio.ensure_future(pipe)
             self.pipes.add(task)
 
     @staticmethod
-    async def _pipe(reader, writer, delay: float) -> None:
+    async def _pipe(reader, writer, delay: Callable[[], float]) -> None:
         try:
             while data := await reader.read(65536):
-                if delay:
-                    await asyncio.sleep(delay)
+                if held := delay():
+                    await asyncio.sleep(held)
                 writer.write(data)
                 await writer.drain()
         except (ConnectionError, asyncio.CancelledError):

@@ -528,11 +528,59 @@ def test_on_the_lists_layer_too_groups_left_while_redis_is_unreachable_are_left_
     _assert_one_warning(caplog)
 
 
+def test_on_the_pubsub_layer_groups_left_as_redis_dropped_the_connection_are_left_again_once_it_answers(caplog):
+    """Redis dropped the server's connection just as the hub left three groups: the
+    UNSUBSCRIBEs were written, so each leave returned, but never reached Redis. redis-py
+    forgets a subscription only once Redis confirms its end, and subscribes again to all it
+    has not forgotten as it reconnects: the process stayed subscribed to the three groups,
+    their events coming to it for nobody, for the life of the server. The hub sees the
+    layer kept them and leaves them again."""
+    import logging
+
+    from channels_redis.pubsub import RedisPubSubChannelLayer
+
+    from qorven.runtime.hub import Hub
+
+    port, redis = redis_of_our_own()
+    groups = ["chat.1", "chat.2", "chat.3"]
+
+    class Page:
+        async def hub_event(self, event, encoder) -> None:
+            pass
+
+    async def run() -> list[int]:
+        link = SlowLink(port, delay=0)
+        live = Hub(RedisPubSubChannelLayer(hosts=[{"address": f"redis://127.0.0.1:{await link.start()}/0"}]))
+        page = Page()
+        for group in groups:
+            await live.join(group, page)
+        link.delay = 30.0  # what the server sends from now on is still on its way when Redis drops it
+        await live.leave_all(groups, page)
+        await link.cut()
+        link.delay = 0
+        await link.mend()
+        counts = await _counts_once_left(live.layer, groups, caplog)
+        await _stop(live)
+        await link.stop()
+        return counts
+
+    try:
+        with caplog.at_level(logging.INFO):
+            counts = async_to_sync(run)()
+    finally:
+        redis.terminate()
+        redis.wait(10)
+    assert counts == [0, 0, 0]
+    ours = [r for r in caplog.records if r.name.startswith("qorven")]
+    assert not [r for r in ours if r.levelno >= logging.WARNING], caplog.text
+
+
 async def _counts_once_left(layer, groups: list[str], caplog) -> list[int]:
     """layer_members of each group once the hub says it has left them on the layer, and
     Redis has taken that (the count of a connection of its own may come first); as they
-    are after 30 s otherwise. On the pub/sub layer the leave goes over the subscribing
-    connection, so it has reconnected by then, subscribed again to all it still held."""
+    are after 30 s otherwise. On the pub/sub layer the hub says so once Redis has answered
+    its leave on the subscribing connection, so that has reconnected by then, subscribed
+    again to all it still held."""
     import time
 
     deadline = time.monotonic() + 30
