@@ -14,6 +14,7 @@ from sessions_app.errors import SessionClosed
 from sessions_app.models import Message, Session
 from sessions_app.services import message_answer_fail, message_append
 from sessions_app.turn_writes import reply_store, turn_lease_confirm
+from tenancy.selectors import membership_active
 from tenancy.trust import Trust
 
 from .notices import notice_for
@@ -85,10 +86,16 @@ def not_a_member_end(session: Session, pending: Message, owner: str) -> None:
         transaction.on_commit(lambda: broadcast_soon(session.pk, state))
 
 
-def fail_end(session: Session, pending: Message, owner: str, error: ModelError) -> Message:
+def fail_end(session: Session, pending: Message, owner: str, error: ModelError) -> Message | None:
     """The message will not be answered: mark it failed with the full error (log and
-    admin), and tell its surface why in one notice of ours."""
+    admin), and tell its surface why in one notice of ours — unless its sender left the
+    workspace meanwhile (not_a_member_end: they no longer read this chat)."""
     logger.warning("message %s of session %s not answered (%s): %s", pending.seq, session.pk, error.kind, error.detail)
+    person = session.user
+    if person is not None and answers_a_member(session, pending) and (
+            membership_active(tenant=session.tenant, user=person) is None):
+        not_a_member_end(session, pending, owner)
+        return None
     key, text = notice_for(error.kind, channel=pending.channel, error=error)
     with transaction.atomic():
         turn_lease_confirm(session_id=session.pk, owner=owner)

@@ -117,3 +117,17 @@ def test_an_owner_made_a_member_while_the_model_writes_a_plain_answer_still_gets
     assert question.answer_state == "answered"
     (answer,) = Message.objects.filter(session=question.session, role="assistant")
     assert answer.content == "Your calendar has three events this week."
+
+
+def test_a_member_removed_while_the_model_thinks_gets_no_failure_notice_either(world, model_server, drain):
+    """The model refused the message after its person was removed: the refusal's notice
+    was appended to a chat they no longer read (and sent to their surface)."""
+    from ..fakes.model_server import error
+
+    question = ask_while(world, model_server, drain,
+                         lambda: Membership.objects.filter(tenant=world.tenant_a, user=world.alice).delete(),
+                         first=error(400, "bad request"))
+
+    assert question.answer_state == "failed"
+    assert "no longer a member" in question.answer_error
+    assert list(Message.objects.filter(session=question.session).exclude(pk=question.pk)) == []
