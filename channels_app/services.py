@@ -16,10 +16,11 @@ class BindingError(Exception):
 @transaction.atomic
 def binding_create(
     *, tenant: Tenant, qor: Qor, kind: str, credentials: dict[str, str], name: str = "",
-    unpaired_response: str = ChannelBinding.UnpairedResponse.CODE, group_answers: str | None = None,
+    unpaired_response: str | None = None, group_answers: str | None = None,
 ) -> ChannelBinding:
-    """Create or update the Qor's binding for this platform account. `group_answers`
-    None keeps what the binding has (a new one: paired people only)."""
+    """Create or update the Qor's binding for this platform account. `unpaired_response`
+    and `group_answers` None keep what the binding has (a new one: a pairing code for
+    unknown senders, and paired people only in groups)."""
     if qor.tenant_id != tenant.pk:
         raise BindingError("the Qor belongs to another tenant")
     adapter = adapter_for(kind)
@@ -44,7 +45,8 @@ def binding_create(
     binding.qor = qor
     binding.name = name or binding.name or kind
     binding.credentials = {**binding.credentials, **clean}
-    binding.unpaired_response = unpaired_response
+    if unpaired_response is not None:
+        binding.unpaired_response = unpaired_response
     if group_answers is not None:
         binding.group_answers = group_answers
     binding.enabled = True

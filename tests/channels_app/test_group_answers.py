@@ -184,6 +184,17 @@ def test_bind_sets_who_is_answered_in_groups_and_keeps_it_when_run_again(world):
     assert ChannelBinding.objects.get().group_answers == "anyone"
 
 
+def test_bind_run_again_without_unpaired_keeps_what_unknown_senders_get(world):
+    """It went back to a pairing code: a binding set to ignore unknown senders started
+    answering strangers with codes after a bind run for another reason."""
+    args = ["bind", "telegram", "--tenant", "acme", "--qor", "aria", "--token", "111:AAA", "--secret", "tg-secret-a"]
+    call_command(*args, stdout=io.StringIO())
+    assert ChannelBinding.objects.get().unpaired_response == "code"
+    call_command(*args, "--unpaired", "ignore", stdout=io.StringIO())
+    call_command(*args, "--name", "family bot", stdout=io.StringIO())
+    assert ChannelBinding.objects.get().unpaired_response == "ignore"
+
+
 def test_the_admins_binding_page_sets_who_is_answered_in_groups(client, world, telegram):
     world.alice.is_staff = world.alice.is_superuser = True
     world.alice.save(update_fields=["is_staff", "is_superuser"])

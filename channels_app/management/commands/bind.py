@@ -28,8 +28,9 @@ class Command(BaseCommand):
             p.add_argument("--qor", required=True, help="Qor slug")
             p.add_argument("--name", default="", help="a label for this binding")
             p.add_argument(
-                "--unpaired", choices=ChannelBinding.UnpairedResponse.values, default="code",
-                help="what unknown senders get: a pairing code (default), silence with a code, or nothing",
+                "--unpaired", choices=ChannelBinding.UnpairedResponse.values, default=None,
+                help="what unknown senders get: a pairing code (code, the default), silence with a code "
+                     "(silent), or nothing (ignore). Running bind again without it keeps the setting",
             )
             if adapter.groups:
                 p.add_argument(
