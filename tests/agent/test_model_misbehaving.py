@@ -360,7 +360,12 @@ def test_one_endless_event_is_let_go_at_the_bound_not_read_whole(world, ask, mod
     drain()
 
     assert save_note == []
-    assert model_server.cut_streams == 1  # 48 MB is more than the sockets' buffers hold: we stopped reading
+    # 48 MB is more than the sockets' buffers hold: we stopped reading. The fake's writing
+    # thread learns it when its next write fails, which may come after the turn's end.
+    deadline = time.monotonic() + 30
+    while model_server.cut_streams == 0 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert model_server.cut_streams == 1
     assert [(m.role, m.content) for m in timeline(world)[1:]] == [("assistant", CUT_OFF_NOTICE)]
 def finished(reason: str = "stop", **fields) -> str:
     """The stream's last chunk: the finish reason, and any other top-level fields (usage)."""
