@@ -266,7 +266,10 @@ def _process(binding: ChannelBinding, message: InboundMessage, event: InboundEve
         )
         if answered:
             return "group"
-        return "group-unpaired" if message.addressed else "group-context"
+        if not message.addressed:
+            return "group-context"
+        _stranger_told(binding, message)
+        return "group-unpaired"
 
     identity = identity_get_or_create(
         tenant=tenant, channel=binding.kind, external_id=message.sender_id, display_name=message.sender_name
@@ -328,6 +331,19 @@ def _unknown_sender(binding: ChannelBinding, identity: Identity, message: Inboun
             and _code_due(outcome.request.pk)):
         send_direct(binding=binding, target=message.reply_target, text=pairing_code_message(outcome.request.code))
     return "pairing-code" if outcome.new_code else "pairing-pending"
+
+
+def _stranger_told(binding: ChannelBinding, message: InboundMessage) -> None:
+    """A stranger's ask that the platform shows as waiting until it is answered (Discord's
+    /ask, deferred): told, in our words, that only paired people are answered there. A
+    mention in a group is not: the group reads on, nobody waits."""
+    from .sending import send_direct
+
+    adapter = adapter_for(binding.kind)
+    if adapter is None or not message.reply_target or adapter.target_lasts(message.reply_target):
+        return
+    send_direct(binding=binding, target=message.reply_target,
+                text=f"Only people paired with {binding.qor.name} are answered here.")
 
 
 def _code_due(request_id: int) -> bool:

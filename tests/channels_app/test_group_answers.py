@@ -144,7 +144,11 @@ def test_a_strangers_ask_in_a_discord_server_is_not_answered_and_a_members_is(
     stranger["user"] = {"id": "111", "username": "mallory"}
     assert post_discord(client, stranger, discord_key).json() == {"type": 5}
     drain()
-    assert model_server.requests == [] and platform.sent(r"/webhooks/9001/") == []
+    # Discord shows "thinking…" until the deferred interaction is followed up: the stranger
+    # is told, in our words, rather than left waiting until Discord gives up.
+    assert model_server.requests == []
+    assert [s.json["content"] for s in platform.sent(r"/webhooks/9001/")] == [
+        f"Only people paired with {world.qor_a.name} are answered here."]
     assert _group_messages() == [("user", "what's up?")]
 
     pair(world, "discord", "80351110224678912", world.alice)
