@@ -85,7 +85,20 @@ def voice_transcribe(*, tenant_id: int, message_id: int, last_try: bool) -> str:
         if exc.transient and not last_try:
             raise TranscribeLater(exc.retry_after) from None
         return _settle(message, qor=qor, transcript="")
-    return _settle(message, qor=qor, transcript=" ".join(t for t in heard if t))
+    return _settle(message, qor=qor, transcript=_bounded(" ".join(t for t in heard if t)))
+
+
+# Far past any voice note (two hours of speech): a transcription server answering more (a
+# loop, a wrong endpoint) would have it all stored as the person's message, and sent to the
+# model with every turn after.
+MAX_TRANSCRIPT_CHARS = 100_000
+
+
+def _bounded(transcript: str) -> str:
+    if len(transcript) <= MAX_TRANSCRIPT_CHARS:
+        return transcript
+    logger.warning("a transcript of %d characters was cut to %d", len(transcript), MAX_TRANSCRIPT_CHARS)
+    return transcript[: MAX_TRANSCRIPT_CHARS - 1] + "…"
 
 
 def _settle(message: Message, *, qor: Qor, transcript: str) -> str:

@@ -380,3 +380,23 @@ def test_a_voice_note_whose_transcription_task_was_lost_is_found_by_the_sweeper_
     assert [m.content for m in Message.objects.filter(role="assistant").order_by("seq")] == [
         "Here is the weather.", "I'll remind you."]
     assert len(model_server.transcriptions) == 1 and sweep().voice_notes == 0
+
+
+def test_a_transcript_past_any_voice_note_is_cut_not_stored_whole(client, world, telegram, platform, model_server,
+                                                                 drain):
+    """A transcription server that answered megabytes (a loop, a wrong endpoint) had all
+    of it stored as the person's message and sent to the model with every turn after."""
+    from qorven.agent.voice import MAX_TRANSCRIPT_CHARS
+
+    pair(world, "telegram", "42", world.alice)
+    with_transcriber(world)
+    script_voice(platform)
+    model_server.transcripts.append("water the orchid " * 20_000)
+    model_server.add(reply("Noted."))
+    post_telegram(client, voice_update())
+    drain()
+
+    message = Message.objects.get(role="user")
+    assert len(message.content) == MAX_TRANSCRIPT_CHARS and message.content.endswith("…")
+    assert message.content.startswith("water the orchid water the orchid")
+    assert platform.sent("sendMessage")[-1].json["text"] == "Noted."
