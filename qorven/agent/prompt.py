@@ -14,15 +14,16 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from qorven.llm import object_text
 from qorven.llm.metered import estimate_tokens
-from sessions_app.models import Message, Session
-
-from .attachments import IMAGE_TOKENS, attached_count, image_parts
-from .held_windows import Held, held_window, held_window_keep
 from sessions_app.context_reads import context_read, context_versions
+from sessions_app.models import Message, Session
 from sessions_app.selectors import MessageRow, StoredMessage
 from tenancy.tool_registry import Tool
 from tenancy.trust import Trust, trust_allows
+
+from .attachments import IMAGE_TOKENS, attached_count, image_parts
+from .held_windows import Held, held_window, held_window_keep
 
 TOOL_CONTRACT = """\
 You may call the tools offered with this request. Call a tool only when it helps answer the
@@ -89,9 +90,23 @@ def to_openai(
     if message.role == Message.Role.ASSISTANT:
         out: dict[str, Any] = {"role": "assistant", "content": message.content or None}
         if message.tool_calls:
-            out["tool_calls"] = message.tool_calls
+            out["tool_calls"] = [_sendable(call) for call in message.tool_calls]
         return out
     return {"role": "system", "content": message.content}
+
+
+def _sendable(call: Any) -> Any:
+    """A stored tool call as it can be sent back: arguments that are not a JSON object
+    (stored so before they were kept as objects) go as `{}`, which every server reads."""
+    function = call.get("function") if isinstance(call, dict) else None
+    if not isinstance(function, dict):
+        return call
+    arguments = function.get("arguments")
+    if isinstance(arguments, dict):
+        fixed = json.dumps(arguments)
+    else:
+        fixed = object_text(arguments) if isinstance(arguments, str) else "{}"
+    return call if fixed == arguments else {**call, "function": {**function, "arguments": fixed}}
 
 
 @dataclass

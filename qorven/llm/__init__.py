@@ -2,10 +2,11 @@
 from __future__ import annotations
 
 from .errors import ContextLengthExceeded, ModelError, ModelRefused, ProviderUnavailable
-from .provider import Completion, Provider, ToolCall, Usage
+from .provider import Completion, Provider, ToolCall, Usage, object_text
 from .routes import ModelRoute, provider_for, provider_for_role, route_for, routes_for, sdk_load
 
 __all__ = [
+    "object_text",
     "Completion",
     "ContextLengthExceeded",
     "ModelError",

@@ -23,10 +23,11 @@ class ToolCall:
         a JSON object (broken JSON, an array, a bare string, nothing) go back as `{}`:
         Ollama refuses a whole request whose history holds one, and the tool's result
         already tells the model what was wrong with them."""
-        return {"id": self.id, "type": "function", "function": {"name": self.name, "arguments": _object_text(self.arguments)}}
+        return {"id": self.id, "type": "function", "function": {"name": self.name, "arguments": object_text(self.arguments)}}
 
 
-def _object_text(arguments: str) -> str:
+def object_text(arguments: str) -> str:
+    """`arguments` when they are a JSON object, else `{}` (see ToolCall.to_openai)."""
     try:
         return arguments if isinstance(json.loads(arguments), dict) else "{}"
     except ValueError:

@@ -597,3 +597,26 @@ def test_a_model_that_spends_its_length_limit_thinking_is_said_to_be_cut_at_once
     assert [(m.role, m.content, m.metadata.get("notice")) for m in rows] == [
         ("assistant", CUT_OFF_NOTICE, "cut_off")]
     assert "oven" not in json.dumps([m.content for m in rows])
+
+
+def test_a_tool_call_stored_with_broken_arguments_before_the_fix_does_not_break_the_conversation(
+    world, ask, model_server, drain
+):
+    """Calls stored before arguments were kept as objects went back as written: on Ollama
+    every message of that conversation was refused until the call left the window."""
+    from sessions_app.services import message_append, session_resolve
+
+    session = session_resolve(tenant=world.tenant_a, qor=world.qor_a, channel="web", user=world.alice)
+    message_append(session=session, role="user", content="what time is it?", channel="web")
+    message_append(session=session, role="assistant", content="", channel="web", tool_calls=[
+        {"id": "call_0", "type": "function", "function": {"name": "current_time", "arguments": "{not json"}}])
+    message_append(session=session, role="tool", content='{"error": "arguments are not valid JSON"}',
+                   channel="web", tool_call_id="call_0")
+    message_append(session=session, role="assistant", content="It is noon.", channel="web")
+    model_server.tool_arguments_checked = True
+    model_server.add(reply("Still here."))
+    ask("are you there?")
+    drain()
+    assert timeline(world)[-1].content == "Still here."
+    (sent,) = [m for m in model_server.requests[0]["messages"] if m.get("tool_calls")]
+    assert sent["tool_calls"][0]["function"] == {"name": "current_time", "arguments": "{}"}
