@@ -7,12 +7,15 @@ does not exist.
 """
 from __future__ import annotations
 
+import json
+import re
 from dataclasses import dataclass
 from datetime import tzinfo
 
 from django.contrib.auth.models import User
 from django.db import transaction
 
+from sessions_app.models import Message
 from tenancy.errors import NotFound
 from tenancy.models import Qor, Tenant
 
@@ -53,7 +56,47 @@ def memory_forget(*, tenant: Tenant, qor: Qor, user: User, memory_id: int) -> Me
     if memory is None:
         raise NotFound("no such memory")
     memory_delete(memories=[memory])
+    _traces_redact(tenant=tenant, qor=qor, memory=memory)
     return memory
+
+
+def _traces_redact(*, tenant: Tenant, qor: Qor, memory: Memory) -> None:
+    """Take a forgotten memory's text out of what conversations kept of it: the /memories
+    lists that showed it (read again on the chat page, in /history, in an export) and the
+    memory_search results that gave it to the model, which it would otherwise go on reading
+    while they stay in its window. What was said in the conversation itself stays (/clear
+    is for that). A memory's id is unique, and only its person's lists and searches can
+    hold it, so its id is what finds them (in groups too, where the sender's search ran).
+    Updated rows move their revision on, so a window a worker holds is read afresh."""
+    since = Message.objects.filter(session__tenant=tenant, session__qor=qor, created_at__gte=memory.created_at)
+    listings = since.filter(role=Message.Role.ASSISTANT, metadata__notice="command", metadata__command="memories",
+                            content__contains=f"#{memory.pk} · ")
+    line = re.compile(rf"^(• #{memory.pk}) · .*$", flags=re.MULTILINE)
+    for message in listings.only("pk", "content"):
+        message.content = line.sub(r"\1 · forgotten", message.content)
+        message.save(update_fields=["content"])
+    searches = since.filter(role=Message.Role.TOOL, metadata__tool="memory_search",
+                            content__contains=f'"id": {memory.pk},')
+    for message in searches.only("pk", "content"):
+        redacted = _search_redacted(message.content, memory.pk)
+        if redacted is not None:
+            message.content = redacted
+            message.save(update_fields=["content"])
+
+
+def _search_redacted(content: str, memory_id: int) -> str | None:
+    """A memory_search result without that memory's text (its id stays, marked forgotten),
+    or None when it is not a result that holds it."""
+    try:
+        result = json.loads(content)
+    except json.JSONDecodeError:
+        return None
+    found = result.get("results") if isinstance(result, dict) else None
+    if not isinstance(found, list) or not any(isinstance(r, dict) and r.get("id") == memory_id for r in found):
+        return None
+    result["results"] = [{"id": memory_id, "forgotten": True} if isinstance(r, dict) and r.get("id") == memory_id
+                         else r for r in found]
+    return json.dumps(result, ensure_ascii=False)
 
 
 def memory_json(memory: Memory) -> dict[str, object]:

@@ -209,3 +209,39 @@ def test_the_chat_page_lists_and_forgets_with_its_session_and_csrf_token(kept):
     assert browser.get(base).status_code == 404  # acme's chat is not charlie's
     assert browser.delete(f"{base}/{kept.mine[3].pk}", HTTP_X_CSRFTOKEN=token).status_code in (403, 404)
     assert Memory.objects.filter(pk=kept.mine[3].pk).exists()
+
+
+def test_a_forgotten_memory_leaves_the_lists_that_showed_it_and_only_its_own_line(kept, drain):
+    target, kept_one = kept.mine[24], kept.mine[23]
+    session = say(kept, kept.alice, "/memories")
+    drain()
+    listing = last_answer(session)
+    assert "alice note 24:" in listing.content
+    bobs_session = say(kept, kept.bob, "/memories")
+    drain()
+    bobs_listing = last_answer(bobs_session).content
+
+    say(kept, kept.alice, f"/forget #{target.pk}")
+    drain()
+    listing.refresh_from_db()
+    assert "alice note 24" not in listing.content  # on the chat page, in /history, in an export
+    assert f"• #{target.pk} · forgotten" in listing.content.splitlines()
+    assert "alice note 23: likes sushi number 23" in listing.content and kept_one.pk != target.pk
+    assert last_answer(bobs_session).content == bobs_listing
+
+
+def test_a_forgotten_memory_is_not_read_again_from_an_earlier_search_in_the_conversation(kept, model_server, drain):
+    target = remember(kept.tenant_a, kept.qor_a, kept.alice, "alice is allergic to peanuts")
+    model_server.add(tool_call("memory_search", {"query": "peanuts"}), reply("Noted."))
+    session = say(kept, kept.alice, "what am I allergic to?")
+    drain()
+    say(kept, kept.alice, f"/forget #{target.pk}")
+    drain()
+    model_server.add(reply("I don't know."))
+    say(kept, kept.alice, "so, what am I allergic to?")
+    drain()
+    sent = model_server.requests[-1]["messages"]
+    assert not any("allergic to peanuts" in json.dumps(m) for m in sent)  # the search's query stays
+    results = [json.loads(m["content"]) for m in sent if m["role"] == "tool"]
+    assert results == [{"results": [{"id": target.pk, "forgotten": True}]}]
+    assert last_answer(session).content == "I don't know."
