@@ -173,26 +173,14 @@ def chat_search(*, owner: ChatOwner, query: str) -> dict[str, Any]:
     """Search the person's whole history with this Qor (this conversation and the earlier
     ones): each hit with where it is and a snippet around the first word found."""
     from sessions_app.fulltext import message_terms
-    from sessions_app.search import message_search
+    from sessions_app.search import hit_snippet, message_search
 
     terms = message_terms(query)
     hits = message_search(tenant=owner.tenant, qor=owner.qor, user=owner.user, query=query)
     return {"terms": terms, "results": [{
         "session_id": h.session_id, "seq": h.seq, "role": h.role, "channel": h.channel,
-        "created_at": h.created_at.isoformat(), "archived": not h.active, "snippet": _snippet(h.content, terms),
+        "created_at": h.created_at.isoformat(), "archived": not h.active, "snippet": hit_snippet(h.content, terms, width=SNIPPET),
     } for h in hits]}
-
-
-def _snippet(text: str, terms: list[str]) -> str:
-    folded = text.casefold()
-    # Words are found stemmed ("leases" finds "lease"): look for the stem-ish start of each.
-    places = [i for t in terms if (i := folded.find(t[:max(4, len(t) - 2)])) >= 0]
-    start = max(0, min(places) - SNIPPET // 3) if places else 0
-    if start:
-        space = text.find(" ", start, start + 20)
-        start = space + 1 if space >= 0 else start
-    end = start + SNIPPET
-    return ("…" if start else "") + text[start:end].strip() + ("…" if end < len(text) else "")
 
 
 def chat_archived_get(*, owner: ChatOwner, session_id: int) -> Session | None:

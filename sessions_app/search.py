@@ -27,7 +27,7 @@ from datetime import datetime
 from django.contrib.auth.models import User
 from django.db import connection
 from django.db.backends.base.base import BaseDatabaseWrapper
-from django.db.models import BooleanField
+from django.db.models import BooleanField, QuerySet
 from django.db.models.expressions import RawSQL
 
 from tenancy.models import Qor, Tenant
@@ -47,29 +47,64 @@ class SearchHit:
     seq: int
     role: str
     channel: str
+    sender_name: str
     content: str
     created_at: datetime
     active: bool  # in the conversation going on now, not an archived one
 
 
 def message_search(
-    *, tenant: Tenant, qor: Qor, user: User, query: str, limit: int = SEARCH_LIMIT
+    *, tenant: Tenant, qor: Qor, user: User, query: str, limit: int = SEARCH_LIMIT, offset: int = 0,
+    channel: str = "",
 ) -> list[SearchHit]:
     """The user's messages with this Qor, and its replies to them, across the canonical
-    conversation and the archived ones, that contain every word of `query`; newest first.
-    Replies the person had written again (regenerate) are left out."""
-    terms = message_terms(query)
-    if not terms or qor.tenant_id != tenant.pk or limit <= 0:
+    conversation and the archived ones, that contain every word of `query`; newest first,
+    after the `offset` newest (only those written on `channel`, when given). Replies the
+    person had written again (regenerate) are left out."""
+    if qor.tenant_id != tenant.pk:
         return []
     sessions = Session.objects.filter(tenant=tenant, qor=qor, user=user, kind=Session.Kind.CANONICAL)
+    owner = owner_token(tenant_id=tenant.pk, qor_id=qor.pk, user_id=user.pk)
+    return _search(sessions, owner=owner, query=query, limit=limit, offset=offset, channel=channel)
+
+
+def conversation_search(
+    *, session: Session, query: str, limit: int = SEARCH_LIMIT, offset: int = 0, channel: str = ""
+) -> list[SearchHit]:
+    """What a search from inside `session` may find, as message_search finds it: in a
+    person's canonical chat, their whole conversation with its Qor (every surface, the
+    archived ones too, as the chat page's search); in a legacy thread, that thread's
+    sessions; anywhere else (a group chat, an email thread, a heartbeat's run), that session
+    alone: a group's members read what a search there shows, never a member's own chat."""
+    if session.kind == Session.Kind.CANONICAL and session.user_id is not None:
+        return message_search(tenant=session.tenant, qor=session.qor, user=session.user, query=query, limit=limit,
+                              offset=offset, channel=channel)
+    sessions = Session.objects.filter(pk=session.pk, tenant_id=session.tenant_id, qor_id=session.qor_id)
+    if session.kind == Session.Kind.LEGACY:  # archived by /clear, the same sender's thread all the same
+        sessions = Session.objects.filter(
+            tenant_id=session.tenant_id, qor_id=session.qor_id, kind=session.kind, channel=session.channel,
+            external_thread_id=session.external_thread_id, user_id=session.user_id,
+        )
+    owner = owner_token(tenant_id=session.tenant_id, qor_id=session.qor_id, user_id=session.user_id)
+    return _search(sessions, owner=owner, query=query, limit=limit, offset=offset, channel=channel)
+
+
+def _search(sessions: QuerySet[Session], *, owner: str, query: str, limit: int, offset: int,
+            channel: str) -> list[SearchHit]:
+    """The user and assistant messages of `sessions` holding every word of `query`, newest
+    first; `owner` is the FTS5 owner token of those sessions (they all have one owner)."""
+    terms = message_terms(query)
+    if not terms or limit <= 0 or offset < 0:
+        return []
     rows = Message.objects.filter(session__in=sessions, role__in=[Message.Role.USER, Message.Role.ASSISTANT])
+    if channel:
+        rows = rows.filter(channel=channel)
     rows = rows.exclude(content="").exclude(metadata__has_key="superseded").exclude(metadata__has_key="command")
     if connection.vendor == "postgresql":
         # The expression of the index, word for word; the words are parameters.
         tsquery, params = _pg_tsquery(terms)
         rows = rows.filter(RawSQL(f"{PG_VECTOR} @@ ({tsquery})", params, output_field=BooleanField()))
     elif connection.vendor == "sqlite":
-        owner = owner_token(tenant_id=tenant.pk, qor_id=qor.pk, user_id=user.pk)
         rows = rows.filter(id__in=RawSQL(f"SELECT rowid FROM {SEARCH_TABLE} WHERE {SEARCH_TABLE} MATCH %s",
                                          [f'owner : "{owner}" AND content : ({_fts5_terms(terms)})']))
     else:  # another database: a scan of the owner's rows, for correctness only
@@ -78,12 +113,26 @@ def message_search(
     for term in terms:
         if UNSPACED_RUN.fullmatch(term):
             rows = rows.filter(content__contains=term)
-    found = rows.select_related("session").order_by("-created_at", "-id")[:limit]
+    found = rows.select_related("session").order_by("-created_at", "-id")[offset:offset + limit]
     return [
-        SearchHit(session_id=m.session_id, seq=m.seq, role=m.role, channel=m.channel, content=m.content,
-                  created_at=m.created_at, active=m.session.state == Session.State.ACTIVE)
+        SearchHit(session_id=m.session_id, seq=m.seq, role=m.role, channel=m.channel, sender_name=m.sender_name,
+                  content=m.content, created_at=m.created_at, active=m.session.state == Session.State.ACTIVE)
         for m in found
     ]
+
+
+def hit_snippet(text: str, terms: list[str], *, width: int) -> str:
+    """About `width` characters of a found message's `text` around the first word found,
+    with an ellipsis where it was cut."""
+    folded = text.casefold()
+    # Words are found stemmed ("leases" finds "lease"): look for the stem-ish start of each.
+    places = [i for t in terms if (i := folded.find(t[:max(4, len(t) - 2)])) >= 0]
+    start = max(0, min(places) - width // 3) if places else 0
+    if start:
+        space = text.find(" ", start, start + 20)
+        start = space + 1 if space >= 0 else start
+    end = start + width
+    return ("…" if start else "") + text[start:end].strip() + ("…" if end < len(text) else "")
 
 
 def _pg_tsquery(terms: list[str]) -> tuple[str, list[str]]:

@@ -1,9 +1,10 @@
-"""Slash commands of the conversation store: `/clear` (alias `/reset`)."""
+"""Slash commands of the conversation store: `/clear` (alias `/reset`) and `/search`."""
 from __future__ import annotations
 
 from tenancy.slash_registry import CommandContext, CommandReply, slash_command
 
 from .models import Session
+from .search_lines import search_answer
 from .services import session_rotate
 
 ROTATABLE = (Session.Kind.CANONICAL, Session.Kind.LEGACY)
@@ -19,3 +20,8 @@ def clear_command(ctx: CommandContext) -> str | CommandReply:
         return "Only a direct chat can be cleared; this conversation stays as it is."
     rotated = session_rotate(session=ctx.session)
     return CommandReply(CLEARED.format(messages=rotated.archived.last_seq), session=rotated.session)
+
+
+@slash_command("search", "find words in our conversation, newest first (`/search words #N`: matches older than #N)")
+def search_command(ctx: CommandContext) -> str:
+    return search_answer(session=ctx.session, args=ctx.args, trust=ctx.trust)

@@ -1,0 +1,117 @@
+"""`/search`: the conversation's history search (sessions_app.search) as a few lines of
+plain text, answered without a model call and safe on every surface.
+
+The lines go out as they are to Telegram and WhatsApp (plain text), Slack and Discord
+(their markdown) and the chat page and terminal (our markdown subset, escaped first). What
+was said is quoted on one line, with the characters that open formatting replaced by
+look-alikes, so a found message can neither make the rest of the answer a code block nor
+bold, strike, hide (Discord's spoilers) or link it.
+"""
+from __future__ import annotations
+
+import re
+import unicodedata
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+from tenancy.models import Tenant
+from tenancy.trust import Trust, trust_allows
+
+from .channel_kinds import Channel
+from .fulltext import message_terms
+from .models import Message, Session
+from .search import SearchHit, conversation_search, hit_snippet
+
+PAGE = 5
+# How far back `#N` pages: past that, more words find it sooner.
+DEEPEST = 500
+SNIPPET = 140  # characters of a found message shown around the first word found
+LONGEST = 200  # characters of words to look for, as the chat page's search box takes
+USAGE = "Use `/search words` to find them in our conversation, newest first, or `/search words #N` for older matches."
+
+# Formatting characters of Slack, Discord, WhatsApp and the chat page's markdown, as
+# look-alikes that format nothing.
+_INERT = str.maketrans({"`": "ˋ", "*": "∗", "_": "ˍ", "~": "∼", "|": "ǀ", "<": "‹", ">": "›"})
+_PAGE_MARK = re.compile(r"(?:^|\s)#([0-9]{1,9})$")
+# Bidirectional controls would reorder the rest of the line the text sits in.
+_BIDI = dict.fromkeys([*range(0x202A, 0x202F), *range(0x2066, 0x206A), 0x200E, 0x200F, 0x061C])
+
+
+def search_answer(*, session: Session, args: str, trust: str) -> str:
+    """The answer to `/search <args>` in `session`: the newest PAGE matches (after the
+    `#N` newest, when the words end with `#N`), each with its number, date, surface,
+    writer and the text around the words found."""
+    if session.kind == Session.Kind.CANONICAL and not trust_allows(trust, Trust.PAIRED):
+        # The canonical chat holds every surface's messages: shown only to its paired person.
+        return "Our conversation is searched only once you are paired with me."
+    words, after = _split(args)
+    if after is None:
+        return USAGE
+    if len(words) > LONGEST:
+        return f"Look for at most {LONGEST} characters at a time: a few telling words find it best."
+    if not message_terms(words):
+        return "Say what to look for: " + USAGE[0].lower() + USAGE[1:] if words else USAGE
+    if after > DEEPEST:
+        return f"Only the newest {DEEPEST} matches are shown; add a word to find it sooner."
+    found = conversation_search(session=session, query=words, limit=PAGE + 1, offset=after)
+    quoted = inert(words)
+    if not found:
+        return (f"Nothing in our conversation matches “{quoted}”." if after == 0
+                else f"There are no older matches for “{quoted}”.")
+    head = (f"Found in our conversation, newest first (“{quoted}”):" if after == 0
+            else f"Older matches for “{quoted}” (from #{after + 1}):")
+    terms = message_terms(words)
+    zone = _zone(session.tenant)
+    lines = [head, *(_line(hit, number=after + i + 1, session=session, terms=terms, zone=zone)
+                     for i, hit in enumerate(found[:PAGE]))]
+    if len(found) > PAGE and after + PAGE < DEEPEST:
+        # In a code span nothing formats but a backtick, which separates words as a space does.
+        typed = " ".join(_plain(words).replace("`", " ").split())
+        lines.append(f"Older ones: `/search {typed} #{after + PAGE}`.")
+    return "\n".join(lines)
+
+
+def _split(args: str) -> tuple[str, int | None]:
+    """The words and how many newer matches to skip (`#N` at the end); None for a page
+    that is none (#0)."""
+    text = args.strip()
+    mark = _PAGE_MARK.search(text)
+    if mark is None:
+        return text, 0
+    after = int(mark.group(1))
+    return text[:mark.start()].strip(), after if after > 0 else None
+
+
+def _line(hit: SearchHit, *, number: int, session: Session, terms: list[str], zone: ZoneInfo) -> str:
+    when = hit.created_at.astimezone(zone)
+    surface = Channel(hit.channel).label if hit.channel in Channel.values else hit.channel
+    if hit.role == Message.Role.ASSISTANT:
+        writer = session.qor.name
+    elif session.user_id is not None:  # the person's own chat or thread
+        writer = "you"
+    else:  # a group's: whoever wrote it
+        writer = hit.sender_name or "someone"
+    text = hit_snippet(_one_line(hit.content), terms, width=SNIPPET)
+    return f"#{number} · {when:%d %b %Y %H:%M} · {surface} · {inert(writer)} — {inert(text)}"
+
+
+def _one_line(text: str) -> str:
+    return " ".join(text.split())
+
+
+def inert(text: str) -> str:
+    """`text` on one line with nothing in it a surface reads as formatting: no line breaks
+    (a quote, a heading, a list), no control or bidirectional characters, formatting
+    characters as look-alikes, and no `](` that would make a masked link."""
+    return _plain(text).translate(_INERT).replace("](", "] (")
+
+
+def _plain(text: str) -> str:
+    """`text` on one line, without control or bidirectional characters."""
+    return "".join(c for c in _one_line(text) if unicodedata.category(c) != "Cc").translate(_BIDI)
+
+
+def _zone(tenant: Tenant) -> ZoneInfo:
+    try:
+        return ZoneInfo(tenant.timezone or "UTC")
+    except (ZoneInfoNotFoundError, ValueError):
+        return ZoneInfo("UTC")
