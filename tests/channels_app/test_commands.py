@@ -103,3 +103,41 @@ def test_history_n_counts_conversation_lines_not_the_commands_and_notices_betwee
         post_telegram(client, telegram_update(command, message_id=20 + n))
         drain()
         assert platform.sent("sendMessage")[-1].json["text"] == "Usage: /history [n] — n is a number from 1 to 50."
+
+
+@pytest.mark.django_db(transaction=True)
+def test_search_on_telegram_finds_what_was_said_on_whatsapp_and_a_group_only_its_own(
+    client, world, telegram, whatsapp, platform, model_server, drain
+):
+    pair(world, "telegram", "42", world.alice)
+    pair(world, "whatsapp", "15550100", world.alice)
+    model_server.add(reply("Osteria del Mare has the *best* clams."))
+    post_whatsapp(client, whatsapp_body("which osteria for the anniversary?"))
+    drain()
+    group = dict(chat_id=-100777, chat_type="supergroup")
+    post_telegram(client, telegram_update("the osteria was closed, lol", user_id=7, first_name="Ravi", message_id=1,
+                                          **group))
+    drain()
+
+    post_telegram(client, telegram_update("/search osteria", message_id=2))
+    drain()
+    sent = platform.sent("sendMessage")[-1].json
+    assert sent["chat_id"] == "42"
+    lines = sent["text"].splitlines()
+    assert lines[0] == "Found in our conversation, newest first (“osteria”):"
+    assert lines[1].endswith(" · WhatsApp · Aria — Osteria del Mare has the ∗best∗ clams.")
+    assert lines[2].endswith(" · WhatsApp · you — which osteria for the anniversary?")
+    assert len(lines) == 3 and "closed" not in sent["text"]  # the group's chatter is the group's
+
+    post_telegram(client, telegram_update("/search@aria_bot osteria", message_id=3, **group))
+    drain()
+    sent = platform.sent("sendMessage")[-1].json
+    assert sent["chat_id"] == "-100777"
+    assert sent["text"].splitlines()[1:] == [sent["text"].splitlines()[1].split(" · Telegram")[0]
+                                             + " · Telegram · Ravi — the osteria was closed, lol"]
+    assert "anniversary" not in sent["text"] and "clams" not in sent["text"]  # never alice's own chat
+
+    post_telegram(client, telegram_update("/help", message_id=4))
+    drain()
+    assert "/search — find words in our conversation" in platform.sent("sendMessage")[-1].json["text"]
+    assert len(model_server.requests) == 1  # only the WhatsApp question reached the model
