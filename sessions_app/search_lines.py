@@ -50,7 +50,7 @@ def search_answer(*, session: Session, args: str, trust: str) -> str:
         return f"Look for at most {LONGEST} characters at a time: a few telling words find it best."
     if not message_terms(words):
         return "Say what to look for: " + USAGE[0].lower() + USAGE[1:] if words else USAGE
-    if after > DEEPEST:
+    if after >= DEEPEST:
         return f"Only the newest {DEEPEST} matches are shown; add a word to find it sooner."
     found = conversation_search(session=session, query=words, limit=PAGE + 1, offset=after)
     quoted = inert(words)

@@ -107,6 +107,7 @@ def test_search_pages_with_hash_n_for_older_matches(world):
                                                                          "note 0 about the garden"]
     assert ask(session, world.alice, "/search garden #12", channel="web") == (
         "There are no older matches for “garden”.")
+    assert ask(session, world.alice, "/search garden #500", channel="web").startswith("Only the newest 500 matches")
     # The commands and their answers are never found themselves.
     assert ask(session, world.alice, "/search Older ones", channel="web").startswith("Nothing in our conversation")
 
@@ -184,3 +185,18 @@ def test_the_get_history_tool_searches_the_conversation_for_the_model(history, m
     tool_text = " ".join(m["content"] for m in model_server.requests[-1]["messages"] if m["role"] == "tool")
     for foreign in ("Da Ugo", "scribe", "Zuma", "tonight"):
         assert foreign not in tool_text
+
+
+def test_with_legacy_sessions_a_thread_searches_its_own_messages_and_its_cleared_ones(world, settings):
+    settings.QORVEN_LEGACY_SESSIONS = True
+    telegram = session_resolve(tenant=world.tenant_a, qor=world.qor_a, channel="telegram", sender_id="42",
+                               user=world.alice)
+    said(telegram, "the spare key is with Marta", channel="telegram", at=MARCH)
+    telegram = session_rotate(session=telegram).session  # /clear
+    whatsapp = session_resolve(tenant=world.tenant_a, qor=world.qor_a, channel="whatsapp", sender_id="15550100",
+                               user=world.alice)
+    said(whatsapp, "the key to the bike lock is 0420", channel="whatsapp")
+    said(session_resolve(tenant=world.tenant_a, qor=world.qor_a, channel="telegram", sender_id="9", user=world.bob),
+         "bob's key is under the mat", channel="telegram")
+    answer = ask(telegram, world.alice, "/search key")
+    assert answer.splitlines()[1:] == ["#1 · 12 Mar 2026 19:30 · Telegram · you — the spare key is with Marta"]
