@@ -26,7 +26,7 @@ PAGE = 5
 DEEPEST = 500
 SNIPPET = 140  # characters of a found message shown around the first word found
 LONGEST = 200  # characters of words to look for, as the chat page's search box takes
-USAGE = "Use `/search words` to find them in our conversation, newest first, or `/search words #N` for older matches."
+USAGE = "Usage: `/search words` finds them in our conversation, newest first; `/search words #N` shows older matches."
 
 # Formatting characters of Slack, Discord, WhatsApp and the chat page's markdown, as
 # look-alikes that format nothing.
@@ -49,7 +49,8 @@ def search_answer(*, session: Session, args: str, trust: str) -> str:
     if len(words) > LONGEST:
         return f"Look for at most {LONGEST} characters at a time: a few telling words find it best."
     if not message_terms(words):
-        return "Say what to look for: " + USAGE[0].lower() + USAGE[1:] if words else USAGE
+        # Stop words alone ("the", "what is it"): every message has them, and the index none.
+        return "Those words are too common to look for; add one that says more." if words else USAGE
     if after >= DEEPEST:
         return f"Only the newest {DEEPEST} matches are shown; add a word to find it sooner."
     found = conversation_search(session=session, query=words, limit=PAGE + 1, offset=after)

@@ -115,9 +115,9 @@ def test_search_pages_with_hash_n_for_older_matches(world):
 def test_empty_words_give_the_usage_and_no_match_a_clear_line(history):
     session = chat(history)
     usage = ask(session, history.alice, "/search")
-    assert usage.startswith("Use `/search words`")
+    assert usage.startswith("Usage: `/search words` finds them in our conversation")
     assert ask(session, history.alice, "/search   #3") == usage
-    assert ask(session, history.alice, "/search the").startswith("Say what to look for")
+    assert ask(session, history.alice, "/search the").startswith("Those words are too common")
     assert ask(session, history.alice, "/search submarine") == "Nothing in our conversation matches “submarine”."
     # Bob's and charlie's words are theirs: not a match for alice, and they find only their own.
     assert ask(session, history.alice, "/search Ugo").startswith("Nothing")
