@@ -68,6 +68,23 @@ def test_slack_dm_gets_a_reply_via_chat_post_message(client, world, slack, platf
     assert Message.objects.get(role="user").channel == "slack_dm"
 
 
+def test_slack_dm_search_quotes_a_code_block_and_a_mention_without_slack_reading_them(client, world, slack, platform,
+                                                                                      model_server, drain):
+    pair(world, "slack", "U0PRIYA", world.alice)
+    model_server.add(reply("Run this:\n```\nmake deploy\n```\nthen tell <!channel> it is *done*."))
+    post_slack(client, slack_event("how do I deploy?", event_id="Ev40"))
+    drain()
+    post_slack(client, slack_event("/search deploy", event_id="Ev41"))
+    drain()
+    text = platform.sent(r"/slack/api/chat.postMessage")[-1].json["text"]
+    lines = text.splitlines()
+    assert lines[0] == "Found in our conversation, newest first (“deploy”):"
+    assert lines[1].endswith(" · Slack · Aria — Run this: ˋˋˋ make deploy ˋˋˋ then tell ‹!channel› it is ∗done∗.")
+    assert lines[2].endswith(" · Slack · you — how do I deploy?")
+    assert len(lines) == 3 and not any(c in text for c in "`*<>")
+    assert len(model_server.requests) == 1
+
+
 
 def test_a_slack_senders_name_is_looked_up_once_and_reaches_the_prompt(client, world, slack, platform, model_server,
                                                                         drain):
