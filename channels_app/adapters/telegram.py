@@ -1,4 +1,5 @@
-"""Telegram Bot API: webhook Updates in, getFile for their photos, sendMessage out.
+"""Telegram Bot API: webhook Updates in, getFile for their photos, voice notes and files
+(documents), sendMessage out.
 
 The webhook is registered with a secret token; Telegram echoes it in
 `X-Telegram-Bot-Api-Secret-Token`, which both authenticates the request and names the
@@ -24,6 +25,7 @@ from .base import (
     Parsed,
     SendError,
     WebhookRejected,
+    checked_media,
     download_limited,
     enabled_binding,
     platform_client,
@@ -34,6 +36,8 @@ from .base import (
 
 logger = logging.getLogger(__name__)
 MAX_PHOTO_BYTES = 5 * 1024 * 1024
+# What getFile lets a bot download; a document is kept up to QORVEN_MAX_UPLOAD within it.
+MAX_FILE_BYTES = 20 * 1024 * 1024
 TOPIC_SEP = "|"  # a reply target in a forum topic: the chat id, then the topic's thread id
 
 
@@ -64,6 +68,15 @@ class TgVoice(BaseModel):
     mime_type: str = ""
 
 
+class TgDocument(BaseModel):
+    """A file sent as one: a PDF, a text file, a photo sent "as a file" (uncompressed)."""
+
+    file_id: str
+    file_name: str = ""
+    file_size: int = 0
+    mime_type: str = ""
+
+
 class TgMessage(BaseModel):
     message_id: int
     chat: TgChat
@@ -75,6 +88,12 @@ class TgMessage(BaseModel):
     photo: list[TgPhoto] = []
     voice: TgVoice | None = None
     audio: TgVoice | None = None
+    document: TgDocument | None = None
+    # Never fetched: a video is not kept (an animation, a GIF turned MP4, comes with a
+    # `document` beside it, which is not fetched for it either).
+    video: dict[str, Any] | None = None
+    video_note: dict[str, Any] | None = None
+    animation: dict[str, Any] | None = None
     reply_to_message: TgMessage | None = None
     # A forum topic's thread (is_topic_message); any supergroup names one for a reply too.
     message_thread_id: int | None = None
@@ -146,8 +165,9 @@ class TelegramAdapter(Adapter):
         if sender is None or sender.is_bot:
             return Parsed([])
         text = message.text or message.caption
-        media = self._photo(message) + self._voice(message)
-        if not text.strip() and not media:
+        media = self._photo(message) + self._voice(message) + self._document(message)
+        left_out = int(any(v is not None for v in (message.video, message.video_note, message.animation)))
+        if not text.strip() and not media and not left_out:
             return Parsed([])  # a sticker, a location, a poll: nothing to read or answer (as on every surface)
         group = message.chat.type in ("group", "supergroup")
         name = " ".join(p for p in (sender.first_name, sender.last_name) if p) or sender.username
@@ -162,6 +182,7 @@ class TelegramAdapter(Adapter):
             addressed=(not group) or self._addressed(message, binding),
             reply_target=self._reply_target(message),
             media=media,
+            left_out=left_out,
         )
         return Parsed([inbound])
 
@@ -210,11 +231,22 @@ class TelegramAdapter(Adapter):
         mime = sound.mime_type or "audio/ogg"  # a voice note is OGG/Opus
         return [InboundMedia(kind="voice", file_id=sound.file_id, mime_type=mime, size=sound.file_size or None)]
 
+    @staticmethod
+    def _document(message: TgMessage) -> list[InboundMedia]:
+        """A file, named only: the processing task fetches it and keeps it by its content."""
+        document = message.document
+        if document is None or message.animation is not None:
+            return []
+        return [InboundMedia(kind="file", file_id=document.file_id, mime_type=document.mime_type,
+                             size=document.file_size or None, name=document.file_name)]
+
     def fetch_media(self, binding: ChannelBinding, media: InboundMedia) -> InboundImage | None:
-        """getFile, then the file, up to MAX_PHOTO_BYTES. The URLs hold the bot token, so a
-        failure is logged by its kind only."""
-        what = "photo" if media.kind == "photo" else "voice note"
-        if media.size is not None and media.size > MAX_PHOTO_BYTES:
+        """getFile, then the file: a photo or a voice note up to MAX_PHOTO_BYTES, a document
+        up to QORVEN_MAX_UPLOAD (kept when it is an image, a PDF, a text file or audio, by
+        its content). The URLs hold the bot token, so a failure is logged by its kind only."""
+        what = {"photo": "photo", "voice": "voice note"}.get(media.kind, "document")
+        limit = min(settings.QORVEN_MAX_UPLOAD, MAX_FILE_BYTES) if media.kind == "file" else MAX_PHOTO_BYTES
+        if media.size is not None and media.size > limit:
             logger.warning("a Telegram %s on binding %s is too big to keep (%s bytes)", what, binding.pk, media.size)
             return None
         token = binding.credentials.get("token", "")
@@ -224,7 +256,7 @@ class TelegramAdapter(Adapter):
                 meta = client.get(f"{base}/bot{token}/getFile", params={"file_id": media.file_id})
                 meta.raise_for_status()
                 path = meta.json()["result"]["file_path"]
-                content = download_limited(client, f"{base}/file/bot{token}/{path}", limit=MAX_PHOTO_BYTES)
+                content = download_limited(client, f"{base}/file/bot{token}/{path}", limit=limit)
         except Exception as exc:  # the text still counts; the attachment is left out
             status = f" {exc.response.status_code}" if isinstance(exc, httpx.HTTPStatusError) else ""
             logger.warning("could not fetch a Telegram %s on binding %s: %s%s", what, binding.pk,
@@ -233,6 +265,8 @@ class TelegramAdapter(Adapter):
         if content is None:
             logger.warning("a Telegram %s on binding %s is too big to keep", what, binding.pk)
             return None
+        if media.kind == "file":
+            return checked_media(binding, media, content, "Telegram")
         if media.kind == "voice":
             mime = media.mime_type or "audio/ogg"
         else:
