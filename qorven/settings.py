@@ -341,6 +341,10 @@ QORVEN_PROJECT_FILE_CHARS = env.int("QORVEN_PROJECT_FILE_CHARS", default=16000, 
 QORVEN_MAX_UPLOAD = env.int("QORVEN_MAX_UPLOAD", default=10 * 1024 * 1024, at_least=1)
 # Characters of attached text files read into one prompt (newest first); 0: notes only.
 QORVEN_PROMPT_FILE_CHARS = env.int("QORVEN_PROMPT_FILE_CHARS", default=8000, at_least=0)
+# A PDF's text is read once, in a child process (qorven.agent.pdf_text): at most this many
+# pages, and for at most this many seconds; past either, the PDF keeps its note.
+QORVEN_PDF_PAGES = env.int("QORVEN_PDF_PAGES", default=100, at_least=1)
+QORVEN_PDF_SECONDS = env.float("QORVEN_PDF_SECONDS", default=20.0, above=0)
 # The longest reply taken from the model, in characters (0: no bound): past it the reply is
 # cut there and said to be cut, as when the model's own length limit ends it. A tool call's
 # name and arguments have the same bound, each call its own; and one answer makes at most

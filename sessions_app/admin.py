@@ -117,11 +117,12 @@ class MessageAdmin(ReadOnlyAdmin):
 
 @admin.register(Image)
 class ImageAdmin(ReadOnlyAdmin):
-    list_display = ["id", "tenant", "mime_type", "size", "created_at"]
-    list_filter = ["tenant", "mime_type"]
+    list_display = ["id", "tenant", "mime_type", "size", "reading", "created_at"]
+    list_filter = ["tenant", "mime_type", "reading"]
     exclude = ["data"]
 
     def get_queryset(self, request):
         # The attachment itself (base64, up to QORVEN_MAX_UPLOAD) is never shown here: a
-        # list of 100 would read up to a gigabyte to show their sizes.
-        return super().get_queryset(request).defer("data")
+        # list of 100 would read up to a gigabyte to show their sizes; nor is a PDF's text
+        # (up to 100,000 characters) read for the list.
+        return super().get_queryset(request).defer("data", "text")

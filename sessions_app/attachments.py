@@ -52,8 +52,16 @@ def images_copy(*, pairs: Sequence[tuple[Message, Message]]) -> int:
     rows = Image.objects.filter(message_id__in=copy_of).order_by("message_id", "id")
     copies = [
         Image(tenant_id=image.tenant_id, message=copy_of[image.message_id], mime_type=image.mime_type,
-              name=image.name, data=image.data, size=image.size, created_at=image.created_at)
+              name=image.name, data=image.data, size=image.size, created_at=image.created_at,
+              text=image.text, reading=image.reading)
         for image in rows.iterator(chunk_size=20) if image.message_id is not None
     ]
     Image.objects.bulk_create(copies, batch_size=20)
     return len(copies)
+
+
+def image_reading_save(*, tenant_id: int, image_id: int, reading: str, text: str) -> None:
+    """Keep what reading a document gave (its text, or why it has none), once: a row read
+    meanwhile by another turn keeps its first reading."""
+    Image.objects.filter(tenant_id=tenant_id, pk=image_id, reading__isnull=True).update(
+        reading=reading, text=text)

@@ -154,6 +154,17 @@ class Image(models.Model):
     size = models.PositiveIntegerField(help_text="Decoded size in bytes.")
     created_at = models.DateTimeField(default=timezone.now, db_index=True)
 
+    class Reading(models.TextChoices):
+        TEXT = "text", "text read"
+        NO_TEXT = "no_text", "no text layer"
+        LOCKED = "locked", "password-protected"
+        UNREADABLE = "unreadable", "could not be read"
+
+    # A PDF's text as read once for the model (bounded; qorven.agent.pdf_text), and how that
+    # went: both NULL until it is read (nullable, so adding them rewrites no row).
+    text = models.TextField(null=True, blank=True)
+    reading = models.CharField(max_length=12, choices=Reading.choices, null=True, blank=True)
+
     class Meta:
         ordering = ["-created_at"]
 

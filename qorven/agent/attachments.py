@@ -2,8 +2,10 @@
 images, the newest QORVEN_PROMPT_IMAGES of the window as `image_url` content parts (data
 URLs); every other one as a short note ("[image: image/jpeg, 240 KB]"), so the model knows
 it was sent. Each file gets a note ("[file: report.pdf, application/pdf, 240 KB]"); a text
-file still kept has its text after the note, newest first, the window's files sharing
-QORVEN_PROMPT_FILE_CHARS characters (one cut short says so, those past it keep the note).
+file or a PDF still kept has its text after the note, newest first, the window's files
+sharing QORVEN_PROMPT_FILE_CHARS characters (one cut short says so, those past it keep the
+note). A PDF's text is read once, by the first prompt that shows it (qorven.agent.pdf_text);
+one without readable text says why in its note ("…, 240 KB; password-protected, …]").
 
 Only messages whose metadata lists `attachments` are looked up (one query for the window),
 and only the images that are sent and the text files that are read have their bytes read.
@@ -17,8 +19,11 @@ from typing import Any
 
 from django.conf import settings
 
+from sessions_app.attachments import image_reading_save
 from sessions_app.models import Image, Message
 from sessions_app.selectors import StoredMessage
+
+from .pdf_text import TRUNCATED, pdf_read
 
 # A conservative guess of what one image costs in the model's context window.
 IMAGE_TOKENS = 800
@@ -38,7 +43,13 @@ def size_label(size: int) -> str:
     return f"{max(1, round(size / 1024))} KB"
 
 
-TRUNCATED = "[… truncated]"
+PDF = "application/pdf"
+# What a PDF's note says when it has no text to give (Image.reading).
+UNREAD = {
+    Image.Reading.NO_TEXT: "no readable text: scanned, or only images",
+    Image.Reading.LOCKED: "password-protected, no readable text",
+    Image.Reading.UNREADABLE: "could not be read",
+}
 
 
 def _files(message: StoredMessage) -> list[dict[str, Any]]:
@@ -48,17 +59,23 @@ def _files(message: StoredMessage) -> list[dict[str, Any]]:
             if isinstance(a, dict) and a.get("type") == "file"]
 
 
-def file_notes(message: StoredMessage, texts: dict[int, str] | None = None) -> list[dict[str, Any]]:
+def file_notes(message: StoredMessage, texts: dict[int, str | Image.Reading] | None = None) -> list[dict[str, Any]]:
     """A note for each file (not an image, not a voice note) the message came with, so the
     model knows it was sent: "[file: report.pdf, application/pdf, 240 KB]" — followed by
-    its text where `texts` has it (by the file's index among the message's files)."""
+    its text where `texts` has it (by the file's index among the message's files), or
+    saying why a PDF has none (an Image.Reading there)."""
     metadata = message.metadata if isinstance(message.metadata, dict) else {}
     notes = []
     for i, a in enumerate(_files(message)):
         name = a.get("name") or "file"
-        note = f"[file: {name}, {a.get('mime_type', '')}, {size_label(int(a.get('size') or 0))}]"
-        if texts and i in texts:
-            note = f"{note}\n{texts[i]}\n[end of {name}]"
+        label = f"{name}, {a.get('mime_type', '')}, {size_label(int(a.get('size') or 0))}"
+        got = texts.get(i) if texts else None
+        if isinstance(got, Image.Reading):  # never a file's text, which may say anything
+            note = f"[file: {label}; {UNREAD.get(got, UNREAD[Image.Reading.UNREADABLE])}]"
+        elif got is not None:
+            note = f"[file: {label}]\n{got}\n[end of {name}]"
+        else:
+            note = f"[file: {label}]"
         notes.append({"type": "text", "text": note})
     left_out = metadata.get("left_out")
     if isinstance(left_out, int) and left_out > 0:
@@ -111,32 +128,63 @@ def image_parts(window: Sequence[StoredMessage], *, vision: bool) -> dict[int, l
     return parts
 
 
-def file_texts(window: Sequence[StoredMessage]) -> dict[int, dict[int, str]]:
-    """The text of the UTF-8 text files the window's user messages came with and that are
-    still kept, as {message pk: {file index: text}}: newest first, sharing
+def _readable(mime: Any) -> bool:
+    return str(mime).startswith("text/") or mime == PDF
+
+
+def file_texts(window: Sequence[StoredMessage]) -> dict[int, dict[int, str | Image.Reading]]:
+    """The text of the UTF-8 text files and PDFs the window's user messages came with and
+    that are still kept, as {message pk: {file index: text}}: newest first, sharing
     QORVEN_PROMPT_FILE_CHARS characters; the one the budget runs out in is cut short with
-    TRUNCATED, older ones are left to their note."""
+    TRUNCATED, older ones are left to their note. A PDF with no text to give has its
+    Image.Reading there instead (it takes none of the budget)."""
     budget = settings.QORVEN_PROMPT_FILE_CHARS
     with_text = {m.pk: m.seq for m in window if m.role == Message.Role.USER
-                 and any(str(a.get("mime_type", "")).startswith("text/") for a in _files(m))}
+                 and any(_readable(a.get("mime_type", "")) for a in _files(m))}
     if budget <= 0 or not with_text:
         return {}
     rows = list(Image.objects.filter(message_id__in=with_text).exclude(mime_type__startswith="image/")
-                .exclude(mime_type__startswith="audio/").order_by("id").values_list("id", "message_id", "mime_type"))
+                .exclude(mime_type__startswith="audio/").order_by("id")
+                .values_list("id", "message_id", "mime_type", "reading"))
     index: dict[int, int] = defaultdict(int)  # the files of each message, in the order they were sent
     placed = []
-    for pk, message_id, mime in rows:
-        if mime.startswith("text/"):
-            placed.append((with_text[message_id], pk, message_id, index[message_id]))
+    for pk, message_id, mime, reading in rows:
+        if _readable(mime):
+            placed.append((with_text[message_id], pk, message_id, index[message_id], mime == PDF, reading))
         index[message_id] += 1
-    texts: dict[int, dict[int, str]] = defaultdict(dict)
-    for _, pk, message_id, i in sorted(placed, reverse=True):  # newest first
+    texts: dict[int, dict[int, str | Image.Reading]] = defaultdict(dict)
+    for _, pk, message_id, i, is_pdf, reading in sorted(placed, reverse=True):  # newest first
         if budget <= 0:
             break
-        data = Image.objects.filter(pk=pk).values_list("data", flat=True).first() or ""
-        text = base64.b64decode(data).decode("utf-8", errors="replace")
+        if is_pdf:
+            reading, text = _pdf_text(pk, reading)
+            if reading != Image.Reading.TEXT:
+                texts[message_id][i] = Image.Reading(reading)
+                continue
+        else:
+            data = Image.objects.filter(pk=pk).values_list("data", flat=True).first() or ""
+            text = base64.b64decode(data).decode("utf-8", errors="replace")
         if len(text) > budget:
             text = f"{text[:budget]}\n{TRUNCATED}"
         budget -= len(text)
         texts[message_id][i] = text
     return texts
+
+
+def _pdf_text(pk: int, reading: str | None) -> tuple[str, str]:
+    """A PDF attachment's reading and text: as stored, or read now, once, and stored."""
+    if reading is not None:
+        if reading not in Image.Reading.values:
+            return Image.Reading.UNREADABLE, ""
+        return reading, Image.objects.filter(pk=pk).values_list("text", flat=True).first() or ""
+    row = Image.objects.filter(pk=pk).values_list("tenant_id", "data").first()
+    if row is None:  # cleared meanwhile (the images beat): its note only
+        return Image.Reading.UNREADABLE, ""
+    tenant_id, data = row
+    try:
+        raw = base64.b64decode(data)
+    except ValueError:
+        raw = b""
+    got = pdf_read(raw)
+    image_reading_save(tenant_id=tenant_id, image_id=pk, reading=got.reading, text=got.text)
+    return got.reading, got.text

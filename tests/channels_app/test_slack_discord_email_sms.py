@@ -19,6 +19,7 @@ from channels_app.services import binding_create
 from sessions_app.models import Message, Session
 
 from ..fakes.model_server import reply
+from ..pdf_files import pdf
 from .conftest import pair
 from .payloads import email_body, post_email, post_sms
 
@@ -336,7 +337,8 @@ def test_a_discord_attachment_is_fetched_from_the_cdn_and_a_url_elsewhere_is_not
     drain()
     assert list(Image.objects.values_list("mime_type", "name")) == [("application/pdf", "plan.pdf")]
     assert model_server.requests[0]["messages"][-1]["content"] == (
-        "[discord_dm] Priya: [file: plan.pdf, application/pdf, 1 KB] [an attachment sent with this could not be"
+        "[discord_dm] Priya: [file: plan.pdf, application/pdf, 1 KB; could not be read] "
+        "[an attachment sent with this could not be"
         " kept: too large, unreachable, or not an image, a PDF, a text file or audio]")  # the one at 10.0.0.5
     assert "Authorization" not in platform.sent(r"/attachments/1/plan.pdf")[0].headers  # no token to a CDN
 
@@ -515,11 +517,12 @@ def test_email_attachments_are_kept_images_and_files_and_the_rest_left_out(clien
     model_server.default = reply("Thanks, I have the ticket and the itinerary.")
     png = io.BytesIO()
     PILImage.new("RGB", (4, 4), "navy").save(png, format="PNG")
-    pdf = b"%PDF-1.4\n%%EOF\n"
+    itinerary = pdf("Flight BA117 leaves Heathrow at 09:40")
     body = email_body("Ticket and itinerary attached.", "<m20@example.com>")
     body["attachments"] = [
         {"filename": "ticket.png", "content_type": "image/png", "content": base64.b64encode(png.getvalue()).decode()},
-        {"filename": "itinerary.pdf", "content_type": "application/pdf", "content": base64.b64encode(pdf).decode()},
+        {"filename": "itinerary.pdf", "content_type": "application/pdf",
+         "content": base64.b64encode(itinerary).decode()},
         {"filename": "setup.exe", "content_type": "application/octet-stream",
          "content": base64.b64encode(b"MZ\x90\x00\x03").decode()},
         {"filename": "broken.txt", "content": "%%% not base64"},
@@ -529,7 +532,9 @@ def test_email_attachments_are_kept_images_and_files_and_the_rest_left_out(clien
     kept = list(Image.objects.order_by("id").values_list("mime_type", "name"))
     assert kept == [("image/png", ""), ("application/pdf", "itinerary.pdf")]
     said = model_server.requests[0]["messages"][-1]["content"]
-    assert "[image: image/png, 1 KB]" in said and "[file: itinerary.pdf, application/pdf, 1 KB]" in said
+    assert "[image: image/png, 1 KB]" in said and (  # the PDF's text is read for the model
+        "[file: itinerary.pdf, application/pdf, 1 KB]\nFlight BA117 leaves Heathrow at 09:40\n"
+        "[end of itinerary.pdf]") in said
     assert "setup.exe" not in said
     assert len(mail.outbox) == 1
 

@@ -15,6 +15,7 @@ from sessions_app.models import Image, Message
 
 from ..fakes.model_server import reply
 from ..fakes.platform_server import Canned
+from ..pdf_files import pdf
 from .conftest import pair
 from .payloads import post_telegram, telegram_update
 
@@ -74,18 +75,18 @@ def test_a_text_file_sent_alone_reaches_the_qor_with_its_name_and_text(client, w
 def test_a_pdf_with_a_caption_is_kept_by_its_content_with_its_name(client, world, telegram, platform, model_server,
                                                                    drain):
     pair(world, "telegram", "42", world.alice)
-    pdf = b"%PDF-1.7\n1 0 obj <<>> endobj\ntrailer <<>>\n%%EOF\n"
+    data = pdf("Invoice 77: 40 EUR, due Friday")
     # The name and the type Telegram passes on are the sender's: the content decides.
-    _script_file(platform, pdf)
+    _script_file(platform, data)
     model_server.add(reply("Got the invoice."))
-    post_telegram(client, _document_update("../invoice.pdf", "application/octet-stream", len(pdf),
+    post_telegram(client, _document_update("../invoice.pdf", "application/octet-stream", len(data),
                                            caption="here is the invoice"))
     drain()
     image = Image.objects.get()
     assert (image.mime_type, image.name, image.message.content) == ("application/pdf", "invoice.pdf",
                                                                     "here is the invoice")
-    assert _last_user(model_server).startswith(
-        "[telegram] Priya: here is the invoice [file: invoice.pdf, application/pdf, 1 KB")
+    assert _last_user(model_server) == ("[telegram] Priya: here is the invoice [file: invoice.pdf, application/pdf, "
+                                        "1 KB]\nInvoice 77: 40 EUR, due Friday\n[end of invoice.pdf]")
 
 
 def test_a_photo_sent_as_a_file_is_an_image(client, world, telegram, platform, model_server, drain):

@@ -158,7 +158,8 @@ def test_a_pdf_and_a_text_file_are_kept_by_name_downloaded_and_noted_for_the_mod
     ]
     drain()
     assert last_user_content(model_server.requests[0]) == (
-        "[web] Alice: see attached [file: report.pdf, application/pdf, 1 KB] [file: notes.txt, text/plain, 1 KB]\n"
+        "[web] Alice: see attached [file: report.pdf, application/pdf, 1 KB; could not be read] "
+        "[file: notes.txt, text/plain, 1 KB]\n"
         "Shopping: eggs, flour, café au lait\n\n[end of notes.txt]")
     message = Message.objects.get(role="user")
     got = client.get(f"/chat/api/acme/aria/images/{message.session_id}/{message.seq}/0")
