@@ -8,7 +8,8 @@ note). A PDF's text is read once, by the first prompt that shows it (qorven.agen
 one without readable text says why in its note ("…, 240 KB; password-protected, …]").
 
 Only messages whose metadata lists `attachments` are looked up (one query for the window),
-and only the images that are sent and the text files that are read have their bytes read.
+and only the images that are sent, the text files that are read and the PDFs read for the
+first time have their bytes read.
 """
 from __future__ import annotations
 
