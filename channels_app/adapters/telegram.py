@@ -178,7 +178,9 @@ class TelegramAdapter(Adapter):
             sender_name=name,
             text=text,
             group=group,
-            thread_id=str(message.chat.id) if group else "",
+            # A forum topic is a conversation of its own, keyed like its reply target; the
+            # General topic and a group without topics are the chat, as they always were.
+            thread_id=self._reply_target(message) if group else "",
             addressed=(not group) or self._addressed(message, binding),
             reply_target=self._reply_target(message),
             media=media,

@@ -20,8 +20,8 @@ def test_a_question_asked_in_a_forum_topic_is_answered_in_that_topic_every_part_
     sendMessage named the chat and no topic."""
     pair(world, "telegram", "42", world.alice)
     long = "\n\n".join(f"Step {n}: " + "stir the sauce gently. " * 20 for n in range(20))  # past 4096: split
-    model_server.add(reply(long))
-    model_server.add(reply("Eight."))
+    # Two topics are two conversations, whose turns may run in either order.
+    model_server.default = lambda body: reply(long if "sauce" in _asked(body) else "Eight.")
     post_telegram(client, telegram_update("@aria_bot how do I make the sauce?", first_name="Alice", message_id=10,
                                           message_thread_id=7, is_topic_message=True, **FORUM))
     post_telegram(client, telegram_update("@aria_bot what time is dinner?", first_name="Alice", message_id=11,
@@ -48,3 +48,60 @@ def test_a_reply_thread_in_a_group_without_topics_is_answered_in_the_chat(
     drain()
     (sent,) = platform.sent(r"/bot111:AAA/sendMessage")
     assert sent.json == {"chat_id": "-100888", "text": "Eight it is."}
+
+
+def _asked(request: dict) -> str:
+    return "\n".join(str(m.get("content")) for m in request["messages"])
+
+
+def test_each_forum_topic_is_a_conversation_of_its_own(client, world, telegram, platform, model_server, drain):
+    """Every topic of a forum was one group session: a question in "Travel" went to the
+    model with "Work"'s messages in its context, and /history in a topic showed the others."""
+    pair(world, "telegram", "42", world.alice)
+    model_server.default = lambda body: reply("Book the 9:40 train." if "train" in _asked(body) else
+                                              "Ship it on Friday.")
+    work, travel = dict(is_topic_message=True, message_thread_id=30), dict(is_topic_message=True,
+                                                                            message_thread_id=40)
+    post_telegram(client, telegram_update("the release slips to Friday", user_id=77, first_name="Carol",
+                                          message_id=20, **work, **FORUM))
+    post_telegram(client, telegram_update("I land in Lisbon at noon", user_id=77, first_name="Carol",
+                                          message_id=21, **travel, **FORUM))
+    drain()
+    post_telegram(client, telegram_update("@aria_bot which train should I take?", first_name="Alice",
+                                          message_id=22, **travel, **FORUM))
+    drain()
+    post_telegram(client, telegram_update("@aria_bot when do we ship?", first_name="Alice", message_id=23,
+                                          **work, **FORUM))
+    drain()
+    post_telegram(client, telegram_update("/history@aria_bot", first_name="Alice", message_id=24, **travel, **FORUM))
+    drain()
+    on_travel, on_work = model_server.requests
+    assert "Lisbon" in _asked(on_travel) and "release" not in _asked(on_travel)
+    assert "release" in _asked(on_work) and "Lisbon" not in _asked(on_work) and "train" not in _asked(on_work)
+    sent = [(s.json.get("message_thread_id"), s.json["text"]) for s in platform.sent(r"/bot111:AAA/sendMessage")]
+    assert sent[:2] == [(40, "Book the 9:40 train."), (30, "Ship it on Friday.")]
+    (topic, history), = sent[2:]
+    assert topic == 40 and "Lisbon" in history and "Book the 9:40 train." in history
+    assert "release" not in history and "ship" not in history
+
+
+def test_the_general_topic_and_a_group_without_topics_keep_the_chat_as_their_conversation(
+    client, world, telegram, platform, model_server, drain
+):
+    """Sessions stored before topics had their own are keyed by the chat id: General and a
+    group without topics go on there, with what they already hold."""
+    from sessions_app.models import Session
+    from sessions_app.services import message_append, session_resolve
+
+    before = session_resolve(tenant=world.tenant_a, qor=world.qor_a, channel="telegram", thread_id="-100888",
+                             group=True)
+    message_append(session=before, role="user", content="Carol: the boat leaves at six", channel="telegram",
+                   notify=False)
+    pair(world, "telegram", "42", world.alice)
+    model_server.add(reply("At six."))
+    post_telegram(client, telegram_update("@aria_bot when does the boat leave?", first_name="Alice", message_id=30,
+                                          **FORUM))
+    drain()
+    (asked,) = model_server.requests
+    assert "the boat leaves at six" in _asked(asked)
+    assert list(Session.objects.filter(kind="group").values_list("external_thread_id", flat=True)) == ["-100888"]
