@@ -246,6 +246,8 @@ def _process(binding: ChannelBinding, message: InboundMessage, event: InboundEve
         message = message.model_copy(update={"sender_name": _display_name(binding, message.sender_id)})
     meta = {"binding": binding.pk, "reply_target": message.reply_target, "sender_id": message.sender_id}
     if message.group:
+        adapter = adapter_for(binding.kind)
+        message = adapter.settle(binding, message) if adapter is not None else message
         session = session_resolve(tenant=tenant, qor=qor, channel=message.channel, thread_id=message.thread_id,
                                   group=True)
         member = _group_member(tenant, binding, message.sender_id)

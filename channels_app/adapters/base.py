@@ -150,6 +150,12 @@ class Adapter:
         failure is logged here, never with a credential or a URL holding one."""
         return None
 
+    def settle(self, binding: ChannelBinding, message: InboundMessage) -> InboundMessage:
+        """The message with what its webhook left open decided, in the processing task,
+        where the platform may be asked (whether a Slack mention names the bot, when
+        nothing said which user the bot is). As parsed, by default."""
+        return message
+
     def display_name(self, binding: ChannelBinding, sender_id: str) -> str:
         """The sender's name, for a platform whose events carry only an id (Slack); run by
         the processing task, its answer cached. "" when unknown or unreachable."""

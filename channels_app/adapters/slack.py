@@ -3,8 +3,10 @@
 Requests are signed: `X-Slack-Signature: v0=<HMAC-SHA256(signing_secret, "v0:{ts}:{body}")>`
 with `X-Slack-Request-Timestamp` no older than five minutes. The binding is named by the
 payload's `api_app_id`. DMs (`channel_type: im`) join the canonical chat as `slack_dm`;
-channel messages are a group session answered only when the bot is mentioned. Retries
-(`X-Slack-Retry-Num`) carry the same `event_id` and are deduped like any redelivery.
+channel messages are a group session answered only when the bot is mentioned. A message
+is known by its channel and `ts`: Slack's retries (`X-Slack-Retry-Num`), and the
+app_mention it sends beside the message event of a mention, are deduped like any
+redelivery.
 Credentials: `app_id`, `bot_token`, `signing_secret`, `bot_user_id`.
 """
 from __future__ import annotations
@@ -15,6 +17,8 @@ import time
 from typing import Any
 
 from django.conf import settings
+from django.core.cache import cache
+from django.db import transaction
 from django.http import HttpRequest, JsonResponse
 
 from ..inbound import InboundImage, InboundMedia, InboundMessage
@@ -32,6 +36,7 @@ from .base import (
     download_limited,
     hmac_hex,
     media_url_allowed,
+    platform_client,
     proof_answer,
     same_secret,
     send_unreachable,
@@ -132,24 +137,46 @@ class SlackAdapter(Adapter):
             return Parsed([])
         bot = str(binding.credentials.get("bot_user_id", "")) or _authorized_bot(body)
         text = str(event.get("text") or "")
-        if not direct and event.get("type") == "message" and bot and f"<@{bot}>" in text:
-            return Parsed([])  # the app_mention event for the same message is the one we take
         channel_id = str(event.get("channel", ""))
+        thread = str(event.get("thread_ts") or "")
+        parent = str(event.get("parent_user_id") or "")
+        # In a channel: mentioned, or replied to — a reply in the thread of one of the bot's
+        # messages (a reply in Slack is written in the thread it answers).
+        addressed = direct or event.get("type") == "app_mention" or bool(
+            bot and (f"<@{bot}>" in text or (thread and parent == bot)))
+        extra: dict[str, Any] = {}
+        if not direct and not bot and not addressed:
+            # Which user the bot is needs Slack's auth.test, which a webhook does not wait
+            # for: the people it names are kept, and the task decides (settle).
+            extra = {"mentions": sorted(set(_MENTION.findall(text))), "parent_user_id": parent if thread else ""}
+        ts = str(event.get("ts") or "")
         return Parsed([
             InboundMessage(
                 channel="slack_dm" if direct else "slack",
-                external_id=str(body.get("event_id") or f"{channel_id}:{event.get('ts')}"),
+                # A message is its channel and ts, as Slack names it: a mention comes as a
+                # message event and as an app_mention (two event ids), and is stored once,
+                # whichever comes first and whether or not the bot is known by then.
+                external_id=f"{channel_id}:{ts}" if channel_id and ts else str(body.get("event_id") or ""),
                 sender_id=str(event["user"]), text=slack_plain(text), group=not direct,
                 thread_id="" if direct else channel_id,
-                # In a channel: mentioned, or replied to — a reply in the thread of one of
-                # the bot's messages (a reply in Slack is written in the thread it answers).
-                addressed=direct or event.get("type") == "app_mention" or bool(
-                    bot and event.get("thread_ts") and str(event.get("parent_user_id") or "") == bot),
+                addressed=addressed,
                 # A question asked in a thread is answered in that thread (channel THREAD_SEP ts).
-                reply_target=channel_id + (THREAD_SEP + str(event["thread_ts"]) if event.get("thread_ts") else ""),
-                media=media,
+                reply_target=channel_id + (THREAD_SEP + thread if thread else ""),
+                media=media, extra=extra,
             )
         ])
+
+    def settle(self, binding: ChannelBinding, message: InboundMessage) -> InboundMessage:
+        """A channel message that named people when neither the binding nor the event said
+        which user the bot is: addressed if one of them is the bot (or it answers in a
+        thread of the bot's), now that the bot's id is known (bot_user_id, learned once)."""
+        mentions, parent = message.extra.get("mentions"), message.extra.get("parent_user_id")
+        if message.addressed or not (mentions or parent):
+            return message
+        bot = bot_user_learn(binding)
+        if not bot:
+            return message
+        return message.model_copy(update={"addressed": bot in (mentions or []) or bot == parent})
 
     def fetch_media(self, binding: ChannelBinding, media: InboundMedia) -> InboundImage | None:
         """A shared file, from its private URL with the bot token (files:read scope); only
@@ -222,6 +249,7 @@ class SlackAdapter(Adapter):
         return str(data.get("ts", ""))
 
 
+_MENTION = re.compile(r"<@([A-Z0-9]+)(?:\|[^<>]*)?>")
 _ENTITY = re.compile(r"&(lt|gt|amp);")
 _MARKUP = re.compile(r"<([^<>\n]*)>")
 
@@ -282,6 +310,39 @@ def _authorized_bot(body: dict[str, Any]) -> str:
         if isinstance(authorization, dict) and authorization.get("is_bot") and authorization.get("user_id"):
             return str(authorization["user_id"])
     return ""
+
+
+def bot_user_learn(binding: ChannelBinding) -> str:
+    """The binding's bot user id: as saved, else asked of Slack once (auth.test with the bot
+    token names the token's user) and saved on the binding, so later webhooks know it.
+    "" when Slack cannot say; asked again at most every LEARN_RETRY seconds."""
+    known = str(binding.credentials.get("bot_user_id", ""))
+    if known:
+        return known
+    if not cache.add(f"slack-bot-learn:{binding.pk}", 1, LEARN_RETRY):  # asked lately, by this task or another
+        saved = ChannelBinding.objects.filter(pk=binding.pk).values_list("credentials", flat=True).first()
+        return str((saved or {}).get("bot_user_id", ""))
+    try:
+        answer = platform_client().post(f"{settings.SLACK_API_BASE.rstrip('/')}/auth.test",
+                                        headers={"Authorization": f"Bearer {binding.credentials.get('bot_token', '')}"})
+        data = answer.json() if answer.status_code == 200 else {}
+    except Exception as exc:  # its kind only: the text may quote the request
+        logger.warning("Slack auth.test failed for binding %s: %s", binding.pk, type(exc).__name__)
+        return ""
+    user = str(data.get("user_id") or "") if isinstance(data, dict) and data.get("ok") else ""
+    if not user:
+        logger.warning("Slack did not name the bot user of binding %s; set its bot_user_id", binding.pk)
+        return ""
+    with transaction.atomic():
+        fresh = ChannelBinding.objects.select_for_update().get(pk=binding.pk)
+        if not fresh.credentials.get("bot_user_id"):
+            fresh.credentials = {**fresh.credentials, "bot_user_id": user}
+            fresh.save(update_fields=["credentials", "updated_at"])
+    binding.credentials = {**binding.credentials, "bot_user_id": user}
+    return user
+
+
+LEARN_RETRY = 300
 
 
 def _candidates(kind: str, app_id: str) -> list[ChannelBinding] | None:

@@ -5,6 +5,7 @@ import base64
 import io
 import json
 import time
+import zlib
 
 import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
@@ -42,12 +43,16 @@ def post_slack(client, body, secret="slack-signing", stamp=None, **headers):
                        HTTP_X_SLACK_SIGNATURE=sig, HTTP_X_SLACK_REQUEST_TIMESTAMP=stamp, **headers)
 
 
-def slack_event(text, *, channel_type="im", channel="D0DM", user="U0PRIYA", event_id="Ev01", kind="message"):
+def slack_event(text, *, channel_type="im", channel="D0DM", user="U0PRIYA", event_id="Ev01", kind="message",
+                ts=None):
+    """`ts` names the message in its channel: one per event id unless given (the message
+    event and the app_mention of one mention share theirs)."""
+    ts = ts or f"{1712345678 + zlib.crc32(event_id.encode()) % 100000}.000100"
     return {
         "token": "legacy", "team_id": "T0TEAM", "api_app_id": "A0APP", "type": "event_callback",
         "event_id": event_id, "event_time": int(time.time()),
-        "event": {"type": kind, "channel": channel, "user": user, "text": text, "ts": "1712345678.000100",
-                  "channel_type": channel_type, "event_ts": "1712345678.000100"},
+        "event": {"type": kind, "channel": channel, "user": user, "text": text, "ts": ts,
+                  "channel_type": channel_type, "event_ts": ts},
     }
 
 
@@ -174,8 +179,9 @@ def test_slack_channel_messages_are_a_group_answered_only_on_mention(client, wor
     model_server.default = reply("On it.")
     post_slack(client, slack_event("lunch?", channel_type="channel", channel="C0GEN", event_id="Ev1"))
     post_slack(client, slack_event("<@UBOT> book a table", channel_type="channel", channel="C0GEN",
-                                   event_id="Ev2", kind="app_mention"))
-    post_slack(client, slack_event("<@UBOT> book a table", channel_type="channel", channel="C0GEN", event_id="Ev3"))
+                                   event_id="Ev2", kind="app_mention", ts="1712345602.000100"))
+    post_slack(client, slack_event("<@UBOT> book a table", channel_type="channel", channel="C0GEN", event_id="Ev3",
+                                   ts="1712345602.000100"))
     drain()
     session = Session.objects.get()
     assert (session.kind, session.channel, session.external_thread_id) == ("group", "slack", "C0GEN")
@@ -197,7 +203,7 @@ def test_without_the_bot_user_id_a_mention_is_stored_and_answered_once(
     pair(world, "slack", "U0PRIYA", world.alice)
     model_server.default = reply("On it.")
     events = {kind: slack_event("<@UBOT> book a table", channel_type="channel", channel="C0GEN", kind=kind,
-                                event_id=f"Ev-{kind}") for kind in ("message", "app_mention")}
+                                event_id=f"Ev-{kind}", ts="1712345602.000100") for kind in ("message", "app_mention")}
     for event in events.values():
         event["authorizations"] = [{"enterprise_id": None, "team_id": "T0TEAM", "user_id": "UBOT", "is_bot": True,
                                     "is_enterprise_install": False}]
