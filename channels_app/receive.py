@@ -13,7 +13,6 @@ from collections.abc import Sequence
 from datetime import timedelta
 from typing import Any
 
-from django.conf import settings
 from django.core.cache import cache
 from django.db import transaction
 from django.db.models import OuterRef, QuerySet, Subquery
@@ -36,13 +35,9 @@ from .delivery import origin_note
 from .event_insert import events_insert
 from .inbound import InboundImage, InboundMessage
 from .models import ChannelBinding, Identity, InboundEvent
-from .pairing import (
-    identity_get_or_create,
-    identity_unpair,
-    pairing_code_message,
-    pairing_request_for,
-)
+from .pairing import identity_get_or_create, identity_unpair
 from .selectors import paired_sender
+from .strangers import stranger_told, unknown_sender_answer
 
 logger = logging.getLogger(__name__)
 
@@ -270,14 +265,14 @@ def _process(binding: ChannelBinding, message: InboundMessage, event: InboundEve
             return "group"
         if not message.addressed:
             return "group-context"
-        _stranger_told(binding, message)
+        stranger_told(binding, message)
         return "group-unpaired"
 
     identity = identity_get_or_create(
         tenant=tenant, channel=binding.kind, external_id=message.sender_id, display_name=message.sender_name
     )
     if identity.approval != Identity.Approval.APPROVED or identity.user_id is None:
-        return _unknown_sender(binding, identity, message)
+        return unknown_sender_answer(binding, identity, message)
     adapter = adapter_for(binding.kind)
     lasting = adapter is None or adapter.target_lasts(message.reply_target)
     if identity.reply_target != message.reply_target and message.reply_target and lasting:
@@ -286,7 +281,7 @@ def _process(binding: ChannelBinding, message: InboundMessage, event: InboundEve
     trust = surface_access(tenant=tenant, user=user, surface=binding.kind, proven=message.sender_proven,
                            cap=identity.trust_level)
     if trust is None:  # removed from the workspace: an unknown sender again
-        return _unknown_sender(binding, identity_unpair(identity=identity), message)
+        return unknown_sender_answer(binding, identity_unpair(identity=identity), message)
     if message.channel in CHAT_FAMILY:
         session = session_resolve(tenant=tenant, qor=qor, channel=message.channel, user=user,
                                   sender_id=message.sender_id)
@@ -316,43 +311,6 @@ def _group_member(tenant: Tenant, binding: ChannelBinding, sender_id: str) -> in
         identity_unpair(identity=sender)
         return None
     return sender.user_id
-
-
-def _unknown_sender(binding: ChannelBinding, identity: Identity, message: InboundMessage) -> str:
-    """Never stored in a conversation, never shown to the model: a code, or silence."""
-    from .sending import send_direct
-
-    if identity.approval == Identity.Approval.DENIED:
-        return "denied"
-    if binding.unpaired_response == ChannelBinding.UnpairedResponse.IGNORE:
-        return "ignored"
-    outcome = pairing_request_for(identity=identity, text=message.text)
-    if outcome.locked:
-        return "pairing-locked"
-    if (binding.unpaired_response == ChannelBinding.UnpairedResponse.CODE and outcome.request is not None
-            and _code_due(outcome.request.pk)):
-        send_direct(binding=binding, target=message.reply_target, text=pairing_code_message(outcome.request.code))
-    return "pairing-code" if outcome.new_code else "pairing-pending"
-
-
-def _stranger_told(binding: ChannelBinding, message: InboundMessage) -> None:
-    """A stranger's ask that the platform shows as waiting until it is answered (Discord's
-    /ask, deferred): told, in our words, that only paired people are answered there. A
-    mention in a group is not: the group reads on, nobody waits."""
-    from .sending import send_direct
-
-    adapter = adapter_for(binding.kind)
-    if adapter is None or not message.reply_target or adapter.target_lasts(message.reply_target):
-        return
-    send_direct(binding=binding, target=message.reply_target,
-                text=f"Only people paired with {binding.qor.name} are answered here.")
-
-
-def _code_due(request_id: int) -> bool:
-    """Whether the pending code may be sent now: when it is new, and again at most every
-    QORVEN_PAIRING_RESEND seconds to a sender who keeps writing."""
-    return settings.QORVEN_PAIRING_RESEND <= 0 or cache.add(f"pairing-code-sent:{request_id}", 1,
-                                                            settings.QORVEN_PAIRING_RESEND)
 
 
 NAME_TTL = 24 * 3600  # a sender's looked-up name is asked for again after a day

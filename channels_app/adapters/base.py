@@ -150,6 +150,11 @@ class Adapter:
         failure is logged here, never with a credential or a URL holding one."""
         return None
 
+    def withdraw(self, binding: ChannelBinding, target: str) -> None:
+        """Take back what the platform shows the person while they wait for an answer at a
+        one-off target (see target_lasts) that will get none. Best effort: never raises."""
+        return None
+
     def settle(self, binding: ChannelBinding, message: InboundMessage) -> InboundMessage:
         """The message with what its webhook left open decided, in the processing task,
         where the platform may be asked (whether a Slack mention names the bot, when

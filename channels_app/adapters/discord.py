@@ -175,6 +175,25 @@ class DiscordAdapter(Adapter):
     def target_lasts(self, target: str) -> bool:
         return not target.startswith(FOLLOWUP)  # an interaction's token lapses in 15 minutes
 
+    def withdraw(self, binding: ChannelBinding, target: str) -> None:
+        """The deferred response to an /ask that gets no answer (Discord shows the bot
+        thinking until it is followed up, up to 15 minutes), deleted: the thinking goes,
+        and nothing is said."""
+        if not target.startswith(FOLLOWUP):
+            return
+        url = (f"{settings.DISCORD_API_BASE.rstrip('/')}/webhooks/{binding.lookup_key}/"
+               f"{target[len(FOLLOWUP):]}/messages/@original")
+        try:
+            with self.http() as client:
+                response = client.delete(url)
+        except Exception as exc:  # its kind only: the URL holds the interaction's token
+            logger.warning("could not withdraw a Discord interaction on binding %s: %s", binding.pk,
+                           type(exc).__name__)
+            return
+        if response.status_code >= 300:
+            logger.warning("Discord did not withdraw an interaction on binding %s: HTTP %s", binding.pk,
+                           response.status_code)
+
     def send(self, binding: ChannelBinding, target: str, text: str) -> str:
         base = settings.DISCORD_API_BASE.rstrip("/")
         headers: dict[str, str] = {}

@@ -1,0 +1,65 @@
+"""What a sender the Qor does not answer is told: a pairing code, a notice where the
+platform shows them waiting, or nothing — and then nothing left waiting either."""
+from __future__ import annotations
+
+from django.conf import settings
+from django.core.cache import cache
+
+from .adapters import adapter_for
+from .inbound import InboundMessage
+from .models import ChannelBinding, Identity
+from .pairing import pairing_code_message, pairing_request_for
+
+
+def unknown_sender_answer(binding: ChannelBinding, identity: Identity, message: InboundMessage) -> str:
+    """Never stored in a conversation, never shown to the model: a code, or silence. A
+    silence where the platform shows the person waiting for the answer (Discord's /ask,
+    deferred) takes the waiting away, with nothing said."""
+    result, told = _unknown_sender(binding, identity, message)
+    if not told:
+        _wait_end(binding, message)
+    return result
+
+
+def _unknown_sender(binding: ChannelBinding, identity: Identity, message: InboundMessage) -> tuple[str, bool]:
+    from .sending import send_direct
+
+    if identity.approval == Identity.Approval.DENIED:
+        return "denied", False
+    if binding.unpaired_response == ChannelBinding.UnpairedResponse.IGNORE:
+        return "ignored", False
+    outcome = pairing_request_for(identity=identity, text=message.text)
+    if outcome.locked:
+        return "pairing-locked", False
+    result, request = ("pairing-code" if outcome.new_code else "pairing-pending"), outcome.request
+    if binding.unpaired_response != ChannelBinding.UnpairedResponse.CODE or request is None or not _code_due(request.pk):
+        return result, False
+    send_direct(binding=binding, target=message.reply_target, text=pairing_code_message(request.code))
+    return result, True
+
+def stranger_told(binding: ChannelBinding, message: InboundMessage) -> None:
+    """A stranger's ask that the platform shows as waiting until it is answered (Discord's
+    /ask, deferred): told, in our words, that only paired people are answered there. A
+    mention in a group is not: the group reads on, nobody waits."""
+    from .sending import send_direct
+
+    adapter = adapter_for(binding.kind)
+    if adapter is None or not message.reply_target or adapter.target_lasts(message.reply_target):
+        return
+    send_direct(binding=binding, target=message.reply_target,
+                text=f"Only people paired with {binding.qor.name} are answered here.")
+
+
+def _wait_end(binding: ChannelBinding, message: InboundMessage) -> None:
+    """The platform's waiting for an answer that will not come, taken away (a one-off
+    target: a Discord interaction's deferred response). Lasting targets wait for nothing."""
+    adapter = adapter_for(binding.kind)
+    if adapter is not None and message.reply_target and not adapter.target_lasts(message.reply_target):
+        adapter.withdraw(binding, message.reply_target)
+
+
+def _code_due(request_id: int) -> bool:
+    """Whether the pending code may be sent now: when it is new, and again at most every
+    QORVEN_PAIRING_RESEND seconds to a sender who keeps writing."""
+    return settings.QORVEN_PAIRING_RESEND <= 0 or cache.add(f"pairing-code-sent:{request_id}", 1,
+                                                            settings.QORVEN_PAIRING_RESEND)
