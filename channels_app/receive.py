@@ -24,6 +24,8 @@ from qorven.runtime.log_context import log_person
 from qorven.runtime.prepared_read import PreparedRead
 from qorven.runtime.publish import publish_or_hold, tasks_publish
 from sessions_app.channel_kinds import CHAT_FAMILY
+from sessions_app.models import Session
+from sessions_app.selectors import message_by_external_id
 from sessions_app.services import session_resolve
 from tenancy.access import surface_access
 from tenancy.models import Tenant
@@ -253,6 +255,8 @@ def _process(binding: ChannelBinding, message: InboundMessage, event: InboundEve
         # (nor a pairing code posted for the whole group to read).
         heeded = member is not None or binding.group_answers == ChannelBinding.GroupAnswers.ANYONE
         answered = message.addressed and heeded
+        if message.extra.get("edit_of") and not (answered and _edit_asks(session, scope, message)):
+            return "edit-ignored"
         if not answered:
             meta["no_reply"] = True  # kept for context; the Qor answers only when addressed
         images, meta = _images(binding, message, meta)
@@ -298,6 +302,14 @@ def _process(binding: ChannelBinding, message: InboundMessage, event: InboundEve
     if result.created:
         origin_note(message=result.message, binding=binding, reply_target=message.reply_target)
     return "accepted" if result.created else "duplicate"
+
+
+def _edit_asks(session: Session, scope: str, message: InboundMessage) -> bool:
+    """Whether an edit that now mentions the bot asks a question: the message it edits is
+    in this group and was kept unanswered. One answered (or waiting for its answer) is
+    never answered again; one never stored (a sticker's edit) is not asked about either."""
+    original = message_by_external_id(session=session, scope=scope, external_id=str(message.extra["edit_of"]))
+    return original is not None and bool((original.metadata or {}).get("no_reply"))
 
 
 def _group_member(tenant: Tenant, binding: ChannelBinding, sender_id: str) -> int | None:

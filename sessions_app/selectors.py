@@ -30,6 +30,13 @@ def session_get(*, tenant: Tenant, session_id: int, user: User | None = None) ->
     return session
 
 
+def message_by_external_id(*, session: Session, scope: str, external_id: str) -> Message | None:
+    """The message of `session` stored under a platform's id in its scope (a binding); None
+    when there is none there. Through the (tenant, scope, external id) unique index."""
+    return Message.objects.filter(tenant_id=session.tenant_id, external_scope=scope, external_id=external_id,
+                                  session=session).exclude(external_id="").order_by().first()
+
+
 def session_for_task(*, tenant_id: int, session_id: int) -> Session | None:
     """The session a queued task names, or None when it (or its tenant) is gone: a task
     loaded by id must not fail on a row deleted since it was queued."""

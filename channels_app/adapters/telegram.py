@@ -132,7 +132,7 @@ class TelegramAdapter(Adapter):
         url = webhook_url(self.kind)
         base = f"{settings.TELEGRAM_API_BASE.rstrip('/')}/bot{binding.credentials.get('token', '')}"
         answer = platform_client().post(f"{base}/setWebhook", json={
-            "url": url, "secret_token": binding.credentials.get("secret", ""), "allowed_updates": ["message"]})
+            "url": url, "secret_token": binding.credentials.get("secret", ""), "allowed_updates": ["message", "edited_message"]})
         body = answer.json() if answer.headers.get("content-type", "").startswith("application/json") else {}
         if answer.status_code != 200 or not body.get("ok"):
             raise SendError(f"Telegram refused setWebhook (HTTP {answer.status_code}: {body.get('description', '')})",
@@ -148,9 +148,11 @@ class TelegramAdapter(Adapter):
     def parse(self, request: HttpRequest, binding: ChannelBinding) -> Parsed:
         try:
             update = json_body(request)
-            raw = update.get("message") if isinstance(update, dict) else None
+            update = update if isinstance(update, dict) else {}
+            edit = not isinstance(update.get("message"), dict)
+            raw = update.get("edited_message" if edit else "message")
             if not isinstance(raw, dict):
-                return Parsed([])  # edits, callbacks, member updates: acknowledged, ignored
+                return Parsed([])  # callbacks, member updates, …: acknowledged, ignored
             message = TgMessage.from_payload(raw)
         except ValidationError as exc:
             # Where it failed, not pydantic's text: that quotes the input (the message's
@@ -171,9 +173,17 @@ class TelegramAdapter(Adapter):
             return Parsed([])  # a sticker, a location, a poll: nothing to read or answer (as on every surface)
         group = message.chat.type in ("group", "supergroup")
         name = " ".join(p for p in (sender.first_name, sender.last_name) if p) or sender.username
+        addressed = (not group) or self._addressed(message, binding)
+        external_id, extra = f"{message.chat.id}:{message.message_id}", {}
+        if edit:
+            # An edit asks a question only where it adds a mention of the bot to a group
+            # message that was not answered (the task looks); any other edit changes nothing.
+            if not (group and addressed):
+                return Parsed([])
+            external_id, extra = f"{external_id}:edited", {"edit_of": external_id}
         inbound = InboundMessage(
             channel="telegram",
-            external_id=f"{message.chat.id}:{message.message_id}",
+            external_id=external_id,
             sender_id=str(sender.id),
             sender_name=name,
             text=text,
@@ -181,10 +191,11 @@ class TelegramAdapter(Adapter):
             # A forum topic is a conversation of its own, keyed like its reply target; the
             # General topic and a group without topics are the chat, as they always were.
             thread_id=self._reply_target(message) if group else "",
-            addressed=(not group) or self._addressed(message, binding),
+            addressed=addressed,
             reply_target=self._reply_target(message),
             media=media,
             left_out=left_out,
+            extra=extra,
         )
         return Parsed([inbound])
 
