@@ -39,7 +39,7 @@ from .inbound import InboundImage, InboundMessage
 from .models import ChannelBinding, Identity, InboundEvent
 from .pairing import identity_get_or_create, identity_unpair
 from .selectors import paired_sender
-from .strangers import stranger_told, unknown_sender_answer
+from .strangers import stranger_told, unknown_sender_answer, wait_end
 
 logger = logging.getLogger(__name__)
 
@@ -237,6 +237,7 @@ def _process(binding: ChannelBinding, message: InboundMessage, event: InboundEve
     # Read fresh here: a webhook may have accepted this from a server whose cached binding
     # or switch (qorven.runtime.row_cache) had not yet seen it turned off.
     if not binding.enabled or not channel_enabled(tenant=tenant, channel=binding.kind):
+        wait_end(binding, message)  # nothing is said on it: nor is an /ask left thinking
         return "switched-off"
     scope = f"{binding.kind}:{binding.pk}"
     if not message.sender_name:

@@ -17,7 +17,7 @@ def unknown_sender_answer(binding: ChannelBinding, identity: Identity, message: 
     deferred) takes the waiting away, with nothing said."""
     result, told = _unknown_sender(binding, identity, message)
     if not told:
-        _wait_end(binding, message)
+        wait_end(binding, message)
     return result
 
 
@@ -50,7 +50,7 @@ def stranger_told(binding: ChannelBinding, message: InboundMessage) -> None:
                 text=f"Only people paired with {binding.qor.name} are answered here.")
 
 
-def _wait_end(binding: ChannelBinding, message: InboundMessage) -> None:
+def wait_end(binding: ChannelBinding, message: InboundMessage) -> None:
     """The platform's waiting for an answer that will not come, taken away (a one-off
     target: a Discord interaction's deferred response). Lasting targets wait for nothing."""
     adapter = adapter_for(binding.kind)

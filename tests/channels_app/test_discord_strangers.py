@@ -75,3 +75,28 @@ def test_a_denied_senders_ask_stops_thinking(
     post_discord(client, ask("let me in", context=1, interaction="51"), discord_key)
     drain()
     assert _said(platform) == [] and _withdrawn(platform) == ["/webhooks/9001/token-51/messages/@original"]
+
+
+def test_an_ask_taken_just_before_the_binding_was_switched_off_stops_thinking(
+    client, world, bind_discord, discord_key, platform, model_server, drain  # noqa: F811
+):
+    """Accepted by the webhook, then the binding was disabled before its task ran: nothing
+    is answered on a switched-off binding, and the deferred answer was left thinking."""
+    from django.db import transaction
+
+    from channels_app.inbound import InboundMessage
+    from channels_app.models import ChannelBinding
+    from channels_app.receive import inbound_receive
+
+    from .conftest import pair
+
+    binding = bind_discord("code")
+    pair(world, "discord", ALICE_DISCORD, world.alice)
+    with transaction.atomic():  # its task is queued once this commits: after the switch
+        inbound_receive(binding=binding, message=InboundMessage(
+            channel="discord_dm", external_id="interaction:61", sender_id=ALICE_DISCORD, text="still there?",
+            reply_target="followup:token-61"))
+        ChannelBinding.objects.filter(pk=binding.pk).update(enabled=False)
+    drain()
+    assert _said(platform) == [] and model_server.requests == []
+    assert _withdrawn(platform) == ["/webhooks/9001/token-61/messages/@original"]
