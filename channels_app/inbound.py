@@ -63,7 +63,7 @@ class InboundMessage(_Storable):
     sender_name: str = ""
     text: str = ""
     group: bool = False  # a group chat: its own session, answered only when addressed
-    thread_id: str = ""  # group chat id, email thread, phone number
+    thread_id: str = ""  # group chat id (a Telegram forum topic: chat|topic), email thread, phone number
     addressed: bool = True  # in a group: the bot was mentioned or replied to
     reply_target: str = ""  # where the answer goes (chat id, channel id, interaction token …)
     media: list[InboundMedia] = Field(default_factory=list)  # fetched by the processing task

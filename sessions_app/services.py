@@ -59,8 +59,8 @@ def session_resolve(
 ) -> Session:
     """Return the active session a message on `channel` belongs to, creating it on first use.
 
-    - `group=True` (Telegram groups, Slack channels, Discord servers): one session per
-      (channel, thread_id), for everyone in it.
+    - `group=True` (Telegram groups and their forum topics, Slack channels, Discord
+      servers): one session per (channel, thread_id), for everyone in it.
     - email, sms, voice, cron: one session per (channel, thread_id) and person: another
       member naming the same thread (replying to it, or guessing its id) never lands in
       someone else's session, with their messages, memories and tools.
