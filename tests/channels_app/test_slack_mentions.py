@@ -67,3 +67,16 @@ def test_the_bots_id_is_learned_once_and_a_mention_of_someone_else_stays_context
     assert [s.json["text"] for s in platform.sent("chat.postMessage")] == ["On it."]
     assert ChannelBinding.objects.get(kind="slack").credentials["bot_user_id"] == "UBOT"
     assert len(platform.sent(AUTH_TEST)) == 1  # saved on the binding: not asked for every message
+
+
+def test_a_reply_in_the_bots_thread_is_answered_when_the_bot_is_learned_from_slack(
+    client, world, slack_unnamed, platform, model_server, drain
+):
+    pair(world, "slack", "U0PRIYA", world.alice)
+    model_server.default = reply("Seven works.")
+    event = _channel_event("what about seven?", "message", "Ev4", ts="1712345700.000100")
+    event["event"].update(thread_ts="1712345650.000100", parent_user_id="UBOT")
+    post_slack(client, event)
+    drain()
+    (sent,) = platform.sent("chat.postMessage")
+    assert sent.json == {"channel": "C0GEN", "text": "Seven works.", "thread_ts": "1712345650.000100"}
