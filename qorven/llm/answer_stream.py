@@ -172,6 +172,10 @@ def answer_read(
         # here, said to be cut like one the model's own limit ended; a tool call begun in
         # it is incomplete and not run.
         finish = "length"
+    if finish == "length":
+        # A limit ended the answer: a tool call begun in it may be cut anywhere (after its
+        # name, in its arguments) and is not run, nor any call beside it. Fed back as a
+        # failed call, the model would write it again into the same limit.
         calls.clear()
     content = "".join(parts)
     if not finish and not stream.finished:

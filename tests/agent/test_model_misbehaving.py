@@ -321,6 +321,43 @@ def test_a_tool_call_whose_arguments_run_away_is_not_run_and_the_reply_is_said_t
     assert all(m.metadata.get("cut_off") for m in rows if m.role == "assistant")
 
 
+@pytest.mark.parametrize("arguments", ["", '{"text": "buy mi'], ids=["cut-after-its-name", "cut-in-its-arguments"])
+@pytest.mark.parametrize("preamble", ["", "Saving it now."], ids=["no-text", "with-text"])
+def test_a_tool_call_the_models_length_limit_cut_is_not_run_and_the_reply_is_said_to_be_cut(
+        world, ask, model_server, drain, save_note, arguments, preamble):
+    """The model's output limit (finish_reason "length") ended the answer inside a tool
+    call: the call ran on what had come, `{}` when the limit came right after its name (a
+    note, a beat or a memory saved empty). It is not run; the turn ends as a reply cut by
+    that limit does, since asking again within the same limit would be cut the same way."""
+    model_server.add(Step(text=preamble, tool_calls=[("save_note", arguments)], finish="length"))
+    ask("note down the shopping")
+    drain()
+
+    assert save_note == []
+    assert len(model_server.requests) == 1
+    question, *rows = timeline(world)
+    assert question.answer_state == "answered"
+    stored = [(m.role, m.content, m.metadata.get("notice"), m.tool_calls) for m in rows]
+    if preamble:
+        assert stored == [("assistant", preamble, None, None), ("system", CUT_OFF_NOTICE, "cut_off", None)]
+    else:
+        assert stored == [("assistant", CUT_OFF_NOTICE, "cut_off", None)]
+
+
+def test_a_memory_the_length_limit_cut_is_not_saved(world, ask, model_server, drain):
+    from memory_app.models import Memory
+
+    model_server.add(Step(tool_calls=[("remember", "")], finish="length"),
+                     Step(tool_calls=[("remember", '{"content": "Alice likes')], finish="length"))
+    ask("remember my favourite tea")
+    drain()
+    ask("remember it, please")
+    drain()
+    assert not Memory.objects.filter(tenant=world.tenant_a).exists()
+    assert len(model_server.requests) == 2
+    assert [m.content for m in timeline(world) if m.role == "assistant"] == [CUT_OFF_NOTICE] * 2
+
+
 def test_an_answer_calling_more_tools_than_allowed_runs_none_of_them(world, ask, model_server, drain, settings,
                                                                     save_note):
     settings.QORVEN_MAX_TOOL_CALLS = 3
