@@ -20,7 +20,7 @@ from tenancy.models import Usage
 from tenancy.services import usage_record
 
 from ..factories.heartbeats_app import beat
-from ..fakes.model_server import error, reply
+from ..fakes.model_server import Step, error, reply
 
 pytestmark = pytest.mark.django_db(transaction=True)
 TICK = datetime(2026, 11, 30, 8, 0, tzinfo=timezone.get_fixed_timezone(0))
@@ -152,6 +152,26 @@ def test_heartbeat_ok_is_recorded_and_not_delivered(world, pills, model_server):
     pills.refresh_from_db()
     assert (pills.last_status, pills.last_output) == ("noop", "HEARTBEAT_OK")
     assert canonical_messages(world) == []
+
+
+@pytest.mark.parametrize("step", [
+    Step(text="", finish="length"),
+    Step(text="<think>Alice took her pills at 8, so maybe", finish="length"),
+    Step(tool_calls=[("remember", '{"content": "Alice took')], finish="length"),
+], ids=["nothing-written", "spent-thinking", "in-a-tool-call"])
+def test_a_run_the_length_limit_cut_before_any_answer_is_recorded_failed_and_delivers_nothing(
+        world, pills, model_server, step):
+    """It was recorded as HEARTBEAT_OK would be ("noop", nothing to say): a beat whose
+    model never got to answer looked healthy in the admin, run after run."""
+    model_server.add(step)
+    result = run(pills)
+
+    assert (result.status, result.reason) == ("failed", "cut_off")
+    assert "output limit" in result.error
+    pills.refresh_from_db()
+    assert (pills.last_status, pills.last_error) == ("failed", result.error)
+    assert canonical_messages(world) == [] and len(model_server.requests) == 1
+    assert not pills.last_inputs_hash  # the next tick asks the model again
 
 
 def test_unchanged_inputs_since_the_last_noop_skip_the_model_until_something_changes(world, pills, model_server):

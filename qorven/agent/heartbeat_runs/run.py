@@ -34,6 +34,9 @@ from .subagent import NOOP, converse, run_context
 
 logger = logging.getLogger(__name__)
 
+CUT_BEFORE_ANSWER = ("the model's output limit ran out before it wrote an answer (spent thinking, or in a tool "
+                     "call): raise the heartbeat model's output limit or shorten the beat's task")
+
 
 def run_heartbeat(
     *, tenant_id: int, heartbeat_id: int, tick: datetime | None = None, manual: bool = False,
@@ -157,9 +160,16 @@ def _execute(beat: Heartbeat, run: HeartbeatRun, spent: Tally, *, manual: bool) 
     )
     HeartbeatRun.objects.filter(pk=run.pk).update(session=session)
     try:
-        content = converse(beat, run, session, user, route, context, spent)
+        completion = converse(beat, run, session, user, route, context, spent)
     finally:
         session_archive(session_id=session.pk)
+    content = completion.content if completion is not None else ""
+    if completion is not None and completion.cut_off and not content.strip():
+        # Not "nothing to say": the model never got to say anything. Asking again within
+        # the same limit would be cut the same way, so it is not retried.
+        logger.warning("heartbeat %s: the model's output limit ended the run before any answer", beat.pk)
+        return Outcome(HeartbeatRun.Status.FAILED, reason="cut_off", error=CUT_BEFORE_ANSWER, session=session,
+                       spent=spent)
     if not content.strip() or NOOP.fullmatch(content.strip()):
         return Outcome(HeartbeatRun.Status.NOOP, output=content.strip(), session=session, inputs_hash=inputs_hash,
                        spent=spent)

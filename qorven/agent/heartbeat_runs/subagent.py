@@ -13,7 +13,7 @@ from django.contrib.auth.models import User
 from heartbeats_app.cron import timezone_parse
 from heartbeats_app.models import Heartbeat, HeartbeatRun
 from heartbeats_app.selectors import heartbeat_timezone
-from qorven.llm import ModelRoute, provider_for_role
+from qorven.llm import Completion, ModelRoute, provider_for_role
 from qorven.llm.metered import Tally
 from sessions_app.channel_kinds import Channel
 from sessions_app.models import Message, Session
@@ -97,9 +97,10 @@ def run_context(beat: Heartbeat, user: User | None, now: datetime) -> RunContext
 def converse(
     beat: Heartbeat, run: HeartbeatRun, session: Session, user: User | None, route: ModelRoute,
     context: RunContext, spent: Tally,
-) -> str:
+) -> Completion | None:
     """The heartbeat sub-agent: the beat's prompt on the heartbeat route, with the tools a
-    paired user could use (except managing beats), until a final answer."""
+    paired user could use (except managing beats), until a final answer (None when it
+    still called tools as the rounds ran out: nothing to deliver)."""
     from qorven.llm.metered import Spend
     from tenancy.tool_registry import ToolContext, registry
     from tenancy.trust import Trust
@@ -122,7 +123,8 @@ def converse(
         offered=offered, ctx=ctx, session=session, channel=Channel.CRON, metadata=tag,
     )
     if completion is None:
-        return ""  # still calling tools when the rounds ran out: nothing to deliver
+        return None
     message_append(session=session, role=Message.Role.ASSISTANT, content=completion.content,
-                   channel=Channel.CRON, sender_name=qor.name, metadata={**tag, "model": completion.model})
-    return completion.content
+                   channel=Channel.CRON, sender_name=qor.name,
+                   metadata={**tag, "model": completion.model, **({"cut_off": True} if completion.cut_off else {})})
+    return completion
