@@ -24,6 +24,7 @@ from qorven.llm import (
     ModelError,
     ModelRoute,
     ProviderUnavailable,
+    Restart,
     provider_for_role,
     route_for,
 )
@@ -257,6 +258,8 @@ def _answer(session: Session, pending: Message, owner: str, *, overflowed: bool 
 
     def on_token(delta: str) -> None:
         stop.check()  # before the token: what the person saw is what is kept
+        if isinstance(delta, Restart):  # what streamed was the model's reasoning (qorven.llm.thinking)
+            restart()
         if not delta:  # the server is there, with nothing to show yet (keep-alives)
             return
         written.append(delta)

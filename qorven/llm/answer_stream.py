@@ -15,7 +15,7 @@ import openai
 from qorven.runtime.storable_text import storable
 
 from .errors import ModelRefused, ProviderUnavailable
-from .provider import Completion, TokenCallback, Usage
+from .provider import RESTART, Completion, TokenCallback, Usage
 from .thinking import ThinkingFilter
 from .tool_call_deltas import ToolCallAssembler
 
@@ -104,6 +104,27 @@ def answer_read(
     overflow = False  # more text came than there was room for, or a tool call past its bounds
     reasoned = False  # reasoning came apart from the answer (`reasoning_content`, OpenRouter's `reasoning`)
 
+    def take(text: str) -> bool:
+        """Keep and stream a piece of the answer's text; False when it ran past the bound."""
+        nonlocal room, heard
+        if thoughts.taken_back():
+            # What streamed so far was the model's reasoning, its closing tag just came.
+            parts.clear()
+            room = max_chars or -1
+            if on_token is not None:
+                on_token(RESTART)
+        fits = True
+        if text and room >= 0:
+            fits = len(text) <= room
+            text = text[:room]
+            room -= len(text)
+        if text:
+            parts.append(text)
+            heard = time.monotonic()
+            if on_token is not None:
+                on_token(text)
+        return fits
+
     def watch() -> None:
         if time.monotonic() > deadline:
             raise ProviderUnavailable(f"the model did not finish within {seconds:.0f}s", model=model)
@@ -139,16 +160,7 @@ def answer_read(
             if not isinstance(delta, dict):
                 continue
             reasoned = reasoned or bool(delta.get("reasoning_content") or delta.get("reasoning"))
-            text = thoughts.feed(text_of.feed(delta.get("content")))
-            if text and room >= 0:
-                overflow = len(text) > room
-                text = text[:room]
-                room -= len(text)
-            if text:
-                parts.append(text)
-                heard = time.monotonic()
-                if on_token is not None:
-                    on_token(text)
+            overflow = not take(thoughts.feed(text_of.feed(delta.get("content"))))
             fragments = delta.get("tool_calls")
             for fragment in fragments if isinstance(fragments, list) else []:
                 if not calls.feed(fragment):
@@ -158,14 +170,11 @@ def answer_read(
                 break
     if not overflow:
         # What was held back at the end (half a character, what looked like a tag's start).
-        tail = thoughts.feed(text_of.end()) + thoughts.end()
-        if tail and room >= 0:
-            overflow = len(tail) > room
-            tail = tail[:room]
-        if tail:
-            parts.append(tail)
-            if on_token is not None:
-                on_token(tail)
+        overflow = not take(thoughts.feed(text_of.end())) or not take(thoughts.end())
+        if thoughts.unclosed and not calls and finish != "content_filter":
+            # It ended inside its reasoning: no answer came, and asking again would spend
+            # the same reasoning. As when its length limit ends it there (finish "length").
+            finish = "length"
     if overflow:
         # A reply that would run on and on (a model with no length limit of its own
         # repeating itself, or streaming a tool call's arguments without end): kept to

@@ -12,6 +12,16 @@ from typing import Any, Protocol
 TokenCallback = Callable[[str], None]
 
 
+class Restart(str):
+    """Given to a TokenCallback (as RESTART): the text streamed so far in this answer is
+    not the answer (a thinking model's reasoning, ended by a closing tag with no opening
+    one); the answer streams again from the next piece. Empty, so a callback that does
+    not look for it takes it for "nothing to show yet"."""
+
+
+RESTART = Restart()
+
+
 @dataclass(frozen=True)
 class ToolCall:
     id: str

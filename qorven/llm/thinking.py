@@ -4,8 +4,16 @@ Reasoning models served locally (Qwen3, DeepSeek-R1, QwQ... through Ollama, vLLM
 reasoning parser, LM Studio, llama.cpp) put their reasoning in the answer's text, in a
 block opened by <think> (or <thinking>) before anything else. That block is the model's
 scratch work, not the reply: it is not streamed, stored, sent to a platform, nor read back
-by the model in later turns (their chat templates drop it from the history too). A tag
-anywhere else in the text (an answer that speaks of the tags) is the answer's own.
+by the model in later turns (their chat templates drop it from the history too).
+
+Where the chat template itself opens the block (in the prompt: Qwen3 and DeepSeek-R1 on
+vLLM without a reasoning parser, some llama.cpp setups), the answer has no opening tag: it
+is the reasoning, a closing </think>, then the answer. Nothing tells that reasoning from
+an answer until its closing tag comes, so it streams as it comes; the closing tag takes
+it back, and only what follows is the answer. A closing tag counts so when
+it is the first tag of the answer and stands at a line's start or end, outside code; one
+amid a sentence, quoted, in code or after an opening tag is text the answer speaks of,
+as is a tag anywhere after the answer has begun.
 Reasoning a server sends apart (`reasoning_content`) is never read as the answer either.
 """
 from __future__ import annotations
@@ -13,28 +21,38 @@ from __future__ import annotations
 from enum import Enum
 
 _OPENINGS = ("<think>", "<thinking>")
+_CLOSINGS = ("</think>", "</thinking>")
 
 
 class _State(Enum):
     START = "start"  # only whitespace so far: a block may still open
     THINKING = "thinking"  # inside the block, until its closing tag
+    BARE = "bare"  # text with no opening tag: the reasoning of a block the prompt opened, or the answer
     AFTER = "after"  # the block closed: the whitespace before the answer is dropped
     ANSWER = "answer"  # everything from here on is the answer
 
 
 class ThinkingFilter:
-    """Fed the answer's text piece by piece as it streams, gives back what is the answer.
-    A tag cut between two pieces is held until the next piece tells what it is."""
+    """Fed the answer's text piece by piece as it streams, gives back what is the answer
+    (`taken_back` says when what it gave before was reasoning after all). A tag cut
+    between two pieces is held until the next piece tells what it is."""
 
     def __init__(self) -> None:
         self._state = _State.START
         self._held = ""
         self._closing = ""
+        self._given = ""  # what was given back while BARE: the reasoning, if a closing tag comes
+        self._restart = False  # the next text given back starts the answer again
 
     @property
     def dropped(self) -> bool:
         """A reasoning block was found (and left out)."""
         return bool(self._closing)
+
+    @property
+    def unclosed(self) -> bool:
+        """The answer ended inside a reasoning block: no answer came."""
+        return self._state is _State.THINKING
 
     def feed(self, text: str) -> str:
         if self._state is _State.ANSWER or not text:
@@ -46,11 +64,12 @@ class ThinkingFilter:
             if opening is not None:
                 self._state, self._closing = _State.THINKING, "</" + opening[1:]
                 self._held = lead[len(opening):]
-            elif not lead or any(tag.startswith(lead) for tag in _OPENINGS):
+            elif not lead or any(tag.startswith(lead) for tag in _OPENINGS + _CLOSINGS):
                 return ""  # whitespace, or the start of a tag not yet whole
             else:
-                self._state = _State.ANSWER
-                return self._release()
+                self._state = _State.BARE
+        if self._state is _State.BARE:
+            return self._bare(final=False)
         if self._state is _State.THINKING:
             end = self._held.find(self._closing)
             if end < 0:
@@ -59,19 +78,77 @@ class ThinkingFilter:
                 return ""
             self._state = _State.AFTER
             self._held = self._held[end + len(self._closing):]
-        self._held = self._held.lstrip()
-        if not self._held:
-            return ""
-        self._state = _State.ANSWER
-        return self._release()
+        return self._after()
 
     def end(self) -> str:
         """What is still held once the answer has ended: text that only looked like the
         start of a tag is the answer's; an unclosed block's reasoning is not."""
         if self._state is _State.THINKING:
             self._held = ""
+        if self._state is _State.BARE:
+            return self._bare(final=True)
+        return self._release()
+
+    def _bare(self, *, final: bool) -> str:
+        """Text with no opening tag before it: given back as it comes, up to a closing tag
+        (or what may be one, held); at a closing tag, decide whether it ends reasoning."""
+        held = self._held
+        at, tag = _first_closing(held)
+        if tag is None:
+            cut = len(held) if final else _partial_tag_at(held)
+            return self._give(held[:cut], rest=held[cut:])
+        before, after = self._given + held[:at], held[at + len(tag):]
+        line_before = before[before.rfind("\n") + 1:]
+        starts_line = not line_before.strip()
+        rest_of_line, more_lines = after.split("\n", 1)[0], "\n" in after
+        if not starts_line and not rest_of_line.strip() and not more_lines and not final:
+            return self._give(held[:at], rest=held[at:])  # it may end its line: wait for what follows
+        ends_line = not rest_of_line.strip() and (more_lines or final)
+        if (starts_line or ends_line) and _outside_code(before):
+            self._state, self._given, self._restart, self._closing = _State.AFTER, "", True, tag
+            self._held = after
+            return self._after()
+        self._state = _State.ANSWER  # a tag the answer speaks of: everything is the answer now
+        return self._give(held, rest="")
+
+    def _give(self, text: str, *, rest: str) -> str:
+        self._held = rest
+        if self._state is _State.BARE:
+            self._given += text
+        return text
+
+    def taken_back(self) -> bool:
+        """Whether the text given back so far was reasoning after all (asked after each
+        feed: true once, when the closing tag that says so came)."""
+        restart, self._restart = self._restart, False
+        return restart
+
+    def _after(self) -> str:
+        self._held = self._held.lstrip()
+        if not self._held:
+            return ""
+        self._state = _State.ANSWER
         return self._release()
 
     def _release(self) -> str:
         held, self._held = self._held, ""
         return held
+
+
+def _first_closing(text: str) -> tuple[int, str | None]:
+    """Where the first whole closing tag is in `text`, and which."""
+    found = [(text.find(tag), tag) for tag in _CLOSINGS if tag in text]
+    return min(found) if found else (-1, None)
+
+
+def _partial_tag_at(text: str) -> int:
+    """Where a closing tag not yet whole may begin at the end of `text` (its length if none)."""
+    start = text.rfind("<", max(0, len(text) - len(max(_CLOSINGS, key=len))))
+    if start >= 0 and any(tag.startswith(text[start:]) for tag in _CLOSINGS):
+        return start
+    return len(text)
+
+
+def _outside_code(before: str) -> bool:
+    """No opening tag and no open code block before: a tag after those is spoken of."""
+    return not any(tag in before for tag in _OPENINGS) and before.count("```") % 2 == 0

@@ -31,12 +31,29 @@ def streamed(*pieces: str, finish: str = "stop") -> Step:
 
 
 THINKING = streamed("<thi", "nk>\n", REASONING[:20], REASONING[20:], "\n</th", "ink>\n\n", "Hello", " Priya!")
+# As vLLM without a reasoning parser (and some llama.cpp setups) stream Qwen3 and
+# DeepSeek-R1: their chat template opened the block in the prompt, so the answer has no
+# opening tag, only the reasoning and the closing one.
+BARE = streamed(REASONING[:20], REASONING[20:], "\n</th", "ink>\n\n", "Hello", " Priya!")
 
 
-def test_the_reasoning_of_a_thinking_model_is_not_sent_to_telegram(client, world, telegram, platform,
-                                                                    model_server, drain):
+def shown_at_the_end(events: list[dict]) -> str:
+    """The reply's text as the chat page holds it once these events are applied: a
+    message.stream replaces it, a chunk goes at its offset."""
+    text = ""
+    for event in events:
+        if event["type"] == "message.stream":
+            text = event["text"]
+        elif event["type"] == "message.chunk":
+            text = text[:event.get("offset", len(text))] + event["delta"]
+    return text
+
+
+@pytest.mark.parametrize("first", [THINKING, BARE], ids=["opening-tag", "no-opening-tag"])
+def test_the_reasoning_of_a_thinking_model_is_not_sent_to_telegram_nor_read_back(client, world, telegram, platform,
+                                                                                model_server, drain, first):
     pair(world, "telegram", "42", world.alice)
-    model_server.add(THINKING, reply("Fine, thanks."))
+    model_server.add(first, reply("Fine, thanks."))
     assert post_telegram(client, telegram_update("hi", message_id=1)).status_code == 200
     drain()
     assert post_telegram(client, telegram_update("how are you?", message_id=2)).status_code == 200
@@ -44,8 +61,36 @@ def test_the_reasoning_of_a_thinking_model_is_not_sent_to_telegram(client, world
     sent = [r.json["text"] for r in platform.sent(r"/telegram/bot111:AAA/sendMessage")]
     assert sent == ["Hello Priya!", "Fine, thanks."]
     assert [m.content for m in Message.objects.filter(role="assistant").order_by("seq")] == sent
-    # Nor is it part of the conversation the model reads next.
     assert "greets" not in json.dumps(model_server.requests[-1]["messages"])
+
+
+def test_reasoning_without_an_opening_tag_is_taken_back_from_the_chat_page_when_it_closes(
+        client, world, model_server, drain):
+    """The reasoning streams before anything says it is reasoning; the closing tag takes
+    it back: the page starts the reply afresh and ends holding the answer alone."""
+    token = api_token_create(tenant=world.tenant_a, user=world.alice)[1]
+    model_server.add(BARE)
+    cookie = session_cookie(world.alice)
+
+    async def scenario() -> list[dict]:
+        page = communicator("/ws/chat/acme/aria/", cookie=cookie)
+        assert (await page.connect())[0]
+        await receive_until(page, lambda e: e["type"] == "session")
+        response = await sync_to_async(client.post)(
+            "/v1/qors/aria/messages", data=json.dumps({"content": "hi"}), content_type="application/json",
+            HTTP_AUTHORIZATION=f"Bearer {token}")
+        assert response.status_code == 201
+        events = await receive_until(page, lambda e: e["type"] == "message.done", timeout=20)
+        await page.disconnect()
+        return events
+
+    events = async_to_sync(scenario)()
+    drain()
+    assert shown_at_the_end(events) == "Hello Priya!"
+    (new,) = [e for e in events if e["type"] == "message.new" and e["role"] == "assistant"]
+    assert new["content"] == "Hello Priya!"
+    (answer,) = Message.objects.filter(role="assistant")
+    assert answer.content == "Hello Priya!"
 
 
 def test_the_reasoning_of_a_thinking_model_does_not_stream_to_the_chat_page(client, world, model_server, drain):
@@ -79,7 +124,10 @@ def test_the_reasoning_of_a_thinking_model_does_not_stream_to_the_chat_page(clie
 @pytest.mark.parametrize("text", [
     "Write <think> in angle brackets to open the block.",
     "Sure: `<think>` and `</think>` wrap the reasoning.",
-], ids=["tag-mid-sentence", "tags-quoted"])
+    "The block ends at </think> and the answer follows.",
+    "It ends with `</think>`.\n\nThen comes the answer.",
+    "Close it like this:\n```\n</think>\n```\nand answer after it.",
+], ids=["tag-mid-sentence", "tags-quoted", "closing-tag-mid-sentence", "closing-tag-quoted", "closing-tag-in-code"])
 def test_an_answer_that_speaks_of_the_tags_is_kept_whole(client, world, model_server, drain, text):
     token = api_token_create(tenant=world.tenant_a, user=world.alice)[1]
     model_server.add(streamed(text[:9], text[9:]))
@@ -120,3 +168,20 @@ def test_a_thinking_models_spent_tokens_do_not_push_the_conversation_out_of_its_
         drain()
     (last,) = [r for r in model_server.requests if "capital number 2?" in json.dumps(r["messages"][-1])]
     assert "Paris." in json.dumps(last["messages"])
+
+
+def test_a_reasoning_block_that_never_closes_is_said_to_be_cut_not_tried_again(client, world, model_server, drain):
+    """The server ended the answer inside the reasoning (it said "stop", not "length"):
+    there is no answer to show, and asking again spends the same reasoning. As when the
+    length limit ends it there: the cut-off notice, at once, and no reasoning stored."""
+    from qorven.agent.turn_endings import CUT_OFF_NOTICE
+
+    token = api_token_create(tenant=world.tenant_a, user=world.alice)[1]
+    model_server.add(streamed("<think>\n", REASONING, " And then"))
+    response = client.post("/v1/qors/aria/messages", data=json.dumps({"content": "hi"}),
+                           content_type="application/json", HTTP_AUTHORIZATION=f"Bearer {token}")
+    assert response.status_code == 201
+    drain()
+    assert len(model_server.requests) == 1
+    rows = Message.objects.exclude(role="user").order_by("seq")
+    assert [(m.role, m.content, m.metadata.get("notice")) for m in rows] == [("assistant", CUT_OFF_NOTICE, "cut_off")]
