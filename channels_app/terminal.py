@@ -30,7 +30,7 @@ from .terminal_follow import Emit, Follower
 
 
 def json_line(event: dict[str, Any]) -> dict[str, Any]:
-    """The --json shape of an output: message / notice / chunk / done / session."""
+    """The --json shape of an output: message / notice / chunk / restart / done / session."""
     kind = event["type"]
     if kind == "message.new":
         keys = ("seq", "role", "content", "channel", "sender_name", "created_at", "reply_to")
@@ -74,6 +74,10 @@ class HumanPrinter:
             self._stream(shown(event["delta"]))
             return
         if kind == "done":
+            return
+        if kind == "restart":  # what streamed was not the answer: it streams again on a line of its own
+            if self.streaming == event["reply_to"]:
+                self._end_stream()
             return
         if kind == "session":
             self._end_stream()

@@ -206,10 +206,12 @@ class SocketFollower(Follower):
             if frame.get("session_id") is not None and frame["session_id"] != self.session_id:
                 self._follow(frame["session_id"])  # /clear or a compaction elsewhere: from the database
             return
-        if kind == "message.stream":  # a reply's text so far (after a reconnect): the part not shown
+        if kind == "message.stream" and not frame["text"]:  # the reply starts afresh (qorven.agent.turns)
+            frame = {"type": "message.restart", "reply_to": frame["reply_to"]}
+        elif kind == "message.stream":  # a reply's text so far (after a reconnect): the part not shown
             frame = {"type": "message.chunk", "reply_to": frame["reply_to"], "delta": frame["text"], "offset": 0}
-        if kind in ("message.new", "message.stream", "message.chunk", "message.done", "message.answer",
-                    "message.delivery"):
+        if frame["type"] in ("message.new", "message.restart", "message.chunk", "message.done", "message.answer",
+                             "message.delivery"):
             self.handle({**frame, "session_id": self.session_id})
 
     def _notice(self, text: str) -> None:

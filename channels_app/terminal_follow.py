@@ -191,6 +191,8 @@ class Follower:
                     self._end(reply_to, frame["seq"], quiet=history)
             elif kind == "message.chunk":
                 self.emit({"type": "chunk", "reply_to": frame["reply_to"], "delta": frame["delta"]})
+            elif kind == "message.stream":  # to a cursor of deltas, only a reply starting afresh
+                self.emit({"type": "restart", "reply_to": frame["reply_to"]})
             elif kind == "message.done":
                 self._end(frame["reply_to"], frame["seq"])
 

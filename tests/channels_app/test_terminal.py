@@ -77,6 +77,40 @@ def test_chat_json_round_trip_streams_the_reply_then_stores_it(world, model_serv
     assert len(model_server.requests) == 1
 
 
+def test_reasoning_taken_back_mid_reply_is_said_so_and_the_answer_streams_again(world, model_server):
+    """A thinking model's reasoning with no opening tag streams until its closing tag;
+    then the terminal is told the text so far was not the answer (`restart`), and what
+    streams after is the answer alone, as stored."""
+    from .test_model_thinking import BARE
+
+    model_server.add(BARE)
+    qorven = Path(sys.executable).with_name("qorven")
+    done = subprocess.run(
+        [str(qorven), "chat", "--json", "--tenant", "acme", "--qor", "aria", "--user", "alice", "--wait", "60"],
+        input=json.dumps({"content": "hi"}) + "\n", capture_output=True, text=True, cwd=ROOT,
+        env=qorven_env(model_server), timeout=180,
+    )
+    assert done.returncode == 0, done.stderr
+    lines = [json.loads(line) for line in done.stdout.splitlines()]
+    kinds = [line["type"] for line in lines]
+    assert "greets" in "".join(line["delta"] for line in lines if line["type"] == "chunk")  # it did stream
+    last_restart = len(kinds) - 1 - kinds[::-1].index("restart")
+    assert "".join(line["delta"] for line in lines[last_restart:] if line["type"] == "chunk") == "Hello Priya!"
+    final = next(line for line in lines if line["type"] == "message" and line["role"] == "assistant")
+    assert final["content"] == "Hello Priya!"
+
+
+def test_the_terminal_starts_a_taken_back_reply_on_a_line_of_its_own():
+    out = io.StringIO()
+    printer = HumanPrinter(out, color=False)
+    printer({"type": "chunk", "reply_to": 3, "delta": "The user greets me.\n"})
+    printer({"type": "restart", "reply_to": 3})
+    printer({"type": "chunk", "reply_to": 3, "delta": "Hello Priya!"})
+    printer({"type": "message.new", "seq": 4, "role": "assistant", "content": "Hello Priya!", "channel": "tui",
+             "sender_name": "Aria", "created_at": "2026-12-05T10:00:00+00:00", "reply_to": 3, "streamed": True})
+    assert out.getvalue().splitlines()[-1] == "… Hello Priya!"
+
+
 def test_json_mode_waits_for_the_end_of_each_streamed_reply():
     pending = Pending()
     pending.add(5)

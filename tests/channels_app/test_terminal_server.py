@@ -67,7 +67,7 @@ def test_chat_help_names_every_kind_of_line_json_mode_writes():
     from channels_app.management.commands.chat import Command
 
     text = " ".join(Command().create_parser("qorven", "chat").format_help().split())
-    for kind in ("message", "notice", "chunk", "done", "error", "session"):
+    for kind in ("message", "notice", "chunk", "restart", "done", "error", "session"):
         assert f'"{kind}"' in text, kind
     readme = " ".join((ROOT / "README.md").read_text().split())
     assert '`{"type": "session", "session_id"}`' in readme
@@ -114,3 +114,25 @@ def test_removed_from_the_workspace_while_waiting_for_a_reply_json_mode_says_so_
     assert chat.proc.returncode == 3
     assert error["code"] == "access_lost"
     assert "gave up waiting" not in chat.proc.stderr.read()
+
+
+def test_a_reply_taken_back_mid_stream_streams_again_from_the_answer_through_the_server(world, model_server, server):
+    """Through a server the terminal is sent what the chat page is: the reply starting
+    afresh (an empty text so far). It took that for more of the text, so the answer's
+    first characters, as many as the reasoning had, were lost."""
+    from dataclasses import replace
+
+    from .test_model_thinking import BARE
+
+    model_server.add(replace(BARE, chunk_delay=0.1))
+    chat = Chat(server)
+    chat.send("hi")
+    lines = []
+    while not lines or lines[-1]["type"] != "done":
+        lines.append(chat.lines.get(timeout=60))
+    chat.proc.stdin.close()
+    chat.proc.wait(60)
+    kinds = [line["type"] for line in lines]
+    assert "restart" in kinds
+    after = lines[len(kinds) - 1 - kinds[::-1].index("restart"):]
+    assert "".join(line["delta"] for line in after if line["type"] == "chunk") == "Hello Priya!"

@@ -26,7 +26,9 @@ class Command(BaseCommand):
         "revoked) — ends it at once with exit code 3, in either mode; leaving ends it with 0. "
         "--json reads one JSON object a line "
         'from stdin ({"content": "…"}) and writes one a line ({"type": "message" | "notice" | "chunk" '
-        '| "done" | "session" | "error", …}: "session" when /clear or a compaction starts a new conversation, '
+        '| "restart" | "done" | "session" | "error", …}: "restart" when the text streamed so far was not the '
+        'answer (a thinking model\'s reasoning) and the reply streams again, "session" when /clear or a '
+        'compaction starts a new conversation, '
         '"error" for a line it could not read, or with "code": "access_lost" when you lose access to the '
         "workspace, before it exits 3); at the end of input it waits "
         "for the replies, then exits (1 if it gave up waiting). Ctrl-C or SIGTERM leaves at once (exit 130 or 143)."
