@@ -183,7 +183,7 @@ JOBS_SETTLE = 30.0  # seconds a test's queued jobs get to finish after it
 @pytest.fixture(autouse=True)
 def _no_gates_left():
     """Send gates, turn waiters, looked-up sender names and pairing codes' resend marks
-    (cache keys named by row ids) of an earlier test cannot hold this one's rows, nor its
+    (cache keys named by row ids), models seen reasoning untagged (by a server's port) of an earlier test cannot hold this one's rows, nor its
     sweep of old inbound events keep this one's from running."""
     _gates_clear()
     yield
@@ -203,7 +203,7 @@ def _gates_clear() -> None:
 
     client = redis.from_url(settings.CACHES["default"]["LOCATION"])
     for pattern in ("*:send:*", "*:turn-waiter:*", "*:sender-name:*", "*:pairing-code-sent:*", "*:inbound-pruned",
-                    "*:deliveries-pruned", "*:pairings-pruned"):
+                    "*:deliveries-pruned", "*:pairings-pruned", "*:reasoner:*"):
         keys = list(client.scan_iter(match=pattern, count=1000))
         if keys:
             client.delete(*keys)

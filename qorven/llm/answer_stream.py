@@ -16,7 +16,7 @@ from qorven.runtime.storable_text import storable
 
 from .errors import ModelRefused, ProviderUnavailable
 from .provider import RESTART, Completion, TokenCallback, Usage
-from .thinking import ThinkingFilter
+from .thinking import ThinkingFilter, reasoner_known, reasoner_note
 from .tool_call_deltas import ToolCallAssembler
 
 if TYPE_CHECKING:
@@ -86,12 +86,13 @@ EVENT_BYTES_SLACK = 64 * 1024
 
 def answer_read(
     stream: AnswerStream, *, model: str, deadline: float, seconds: float, max_chars: int,
-    on_token: TokenCallback | None, max_tool_calls: int = 0,
+    on_token: TokenCallback | None, max_tool_calls: int = 0, route: str = "",
 ) -> Completion:
     """The answer read from `stream`, its text streamed to `on_token` as it comes: by
     `deadline` (time.monotonic()), a limit of `seconds`; at most `max_chars` of text, and of
     each tool call, and at most `max_tool_calls` calls (0: no bound), then the stream is let
-    go and the answer is cut there. Raises ProviderUnavailable or ModelRefused when what
+    go and the answer is cut there. `route` names the server and model (what is learned
+    of their reasoning is kept under it: qorven.llm.thinking). Raises ProviderUnavailable or ModelRefused when what
     came is not an answer."""
     parts: list[str] = []
     calls = ToolCallAssembler(max_chars=max_chars, max_calls=max_tool_calls)
@@ -109,6 +110,8 @@ def answer_read(
         nonlocal room, heard
         if thoughts.taken_back():
             # What streamed so far was the model's reasoning, its closing tag just came.
+            if route:
+                reasoner_note(route)
             parts.clear()
             room = max_chars or -1
             if on_token is not None:
@@ -186,6 +189,13 @@ def answer_read(
         # name, in its arguments) and is not run, nor any call beside it. Fed back as a
         # failed call, the model would write it again into the same limit.
         calls.clear()
+    if finish == "length" and thoughts.untagged and parts and route and reasoner_known(route):
+        # A model known to write its reasoning with no opening tag, stopped before its
+        # closing tag: no answer came, only reasoning, taken back as its tag would have.
+        parts.clear()
+        reasoned = True
+        if on_token is not None:
+            on_token(RESTART)
     content = "".join(parts)
     if not finish and not stream.finished:
         # The body ended before the server said the answer was complete (no finish

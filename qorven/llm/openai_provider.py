@@ -149,7 +149,7 @@ class OpenAIProvider:
                     answering = True
                     return answer_read(stream, model=self.model, deadline=deadline, seconds=self._deadline,
                                        max_chars=self._max_chars, max_tool_calls=self._max_tool_calls,
-                                       on_token=on_token)
+                                       on_token=on_token, route=f"{self.base_url} {self.model}")
             except ModelError as exc:
                 failure = exc
             except openai.APIStatusError as exc:

@@ -18,7 +18,15 @@ Reasoning a server sends apart (`reasoning_content`) is never read as the answer
 """
 from __future__ import annotations
 
+import hashlib
+import logging
+import threading
+import time
 from enum import Enum
+
+from django.core.cache import cache
+
+logger = logging.getLogger(__name__)
 
 _OPENINGS = ("<think>", "<thinking>")
 _CLOSINGS = ("</think>", "</thinking>")
@@ -48,6 +56,12 @@ class ThinkingFilter:
     def dropped(self) -> bool:
         """A reasoning block was found (and left out)."""
         return bool(self._closing)
+
+    @property
+    def untagged(self) -> bool:
+        """Text came and no tag yet told what it is (reasoning of a block the prompt
+        opened, or the answer)."""
+        return self._state is _State.BARE
 
     @property
     def unclosed(self) -> bool:
@@ -152,3 +166,38 @@ def _partial_tag_at(text: str) -> int:
 def _outside_code(before: str) -> bool:
     """No opening tag and no open code block before: a tag after those is spoken of."""
     return not any(tag in before for tag in _OPENINGS) and before.count("```") % 2 == 0
+
+
+# Models seen writing their reasoning with no opening tag (a bare closing tag came), by
+# server and model, in the cache every process shares. Such a model that a limit stops
+# before it closes its reasoning sent no answer: what came was reasoning, not an answer
+# cut short. Only a model seen so is judged so: an answer from any other has no tag to go by.
+REASONER_TTL = 30 * 24 * 3600
+_NOTE_EVERY = 3600.0  # seconds between this process's writes for one model
+_noted: dict[str, float] = {}
+_noted_lock = threading.Lock()
+
+
+def _reasoner_key(route: str) -> str:
+    return "qorven:reasoner:" + hashlib.sha256(route.encode()).hexdigest()[:32]
+
+
+def reasoner_note(route: str) -> None:
+    """`route` (its server and model) answered with untagged reasoning and a closing tag."""
+    now = time.monotonic()
+    with _noted_lock:
+        if now - _noted.get(route, -_NOTE_EVERY) < _NOTE_EVERY:
+            return
+        _noted[route] = now
+    try:
+        cache.set(_reasoner_key(route), 1, REASONER_TTL)
+    except Exception:  # the cache down costs only this judgement, never the answer
+        logger.warning("could not note that a model writes untagged reasoning", exc_info=True)
+
+
+def reasoner_known(route: str) -> bool:
+    try:
+        return bool(cache.get(_reasoner_key(route)))
+    except Exception:
+        logger.warning("could not look up whether a model writes untagged reasoning", exc_info=True)
+        return False

@@ -185,3 +185,23 @@ def test_a_reasoning_block_that_never_closes_is_said_to_be_cut_not_tried_again(c
     assert len(model_server.requests) == 1
     rows = Message.objects.exclude(role="user").order_by("seq")
     assert [(m.role, m.content, m.metadata.get("notice")) for m in rows] == [("assistant", CUT_OFF_NOTICE, "cut_off")]
+
+
+def test_a_model_seen_reasoning_untagged_that_a_limit_stops_mid_reasoning_gets_the_notice_not_its_reasoning(
+        client, world, model_server, drain):
+    """With no opening tag, reasoning cut by the length limit looks like an answer cut
+    short. From a model already seen closing such reasoning (the same server and model),
+    it is taken for what it is: no answer came."""
+    from qorven.agent.turn_endings import CUT_OFF_NOTICE
+
+    token = api_token_create(tenant=world.tenant_a, user=world.alice)[1]
+    model_server.add(BARE, streamed("The user asks again. ", "I should weigh the options and", finish="length"))
+    for question in ("hi", "and now?"):
+        response = client.post("/v1/qors/aria/messages", data=json.dumps({"content": question}),
+                               content_type="application/json", HTTP_AUTHORIZATION=f"Bearer {token}")
+        assert response.status_code == 201
+        drain()
+    assert [m.content for m in Message.objects.filter(role="assistant").order_by("seq")] == [
+        "Hello Priya!", CUT_OFF_NOTICE]
+    assert "weigh" not in json.dumps(list(Message.objects.values_list("content", flat=True)))
+    assert len(model_server.requests) == 2
