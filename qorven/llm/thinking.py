@@ -49,7 +49,7 @@ class ThinkingFilter:
         self._state = _State.START
         self._held = ""
         self._closing = ""
-        self._given = ""  # what was given back while BARE: the reasoning, if a closing tag comes
+        self._given: list[str] = []  # what was given back while BARE: the reasoning, if a closing tag comes
         self._restart = False  # the next text given back starts the answer again
 
     @property
@@ -111,7 +111,7 @@ class ThinkingFilter:
         if tag is None:
             cut = len(held) if final else _partial_tag_at(held)
             return self._give(held[:cut], rest=held[cut:])
-        before, after = self._given + held[:at], held[at + len(tag):]
+        before, after = "".join(self._given) + held[:at], held[at + len(tag):]
         line_before = before[before.rfind("\n") + 1:]
         starts_line = not line_before.strip()
         rest_of_line, more_lines = after.split("\n", 1)[0], "\n" in after
@@ -119,16 +119,18 @@ class ThinkingFilter:
             return self._give(held[:at], rest=held[at:])  # it may end its line: wait for what follows
         ends_line = not rest_of_line.strip() and (more_lines or final)
         if (starts_line or ends_line) and _outside_code(before):
-            self._state, self._given, self._restart, self._closing = _State.AFTER, "", True, tag
+            self._state, self._restart, self._closing = _State.AFTER, True, tag
+            self._given.clear()
             self._held = after
             return self._after()
         self._state = _State.ANSWER  # a tag the answer speaks of: everything is the answer now
+        self._given.clear()
         return self._give(held, rest="")
 
     def _give(self, text: str, *, rest: str) -> str:
         self._held = rest
-        if self._state is _State.BARE:
-            self._given += text
+        if self._state is _State.BARE and text:
+            self._given.append(text)
         return text
 
     def taken_back(self) -> bool:
