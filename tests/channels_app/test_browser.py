@@ -208,3 +208,28 @@ def test_chromium_is_the_debian_package():
     if not Path(CHROMIUM).exists():
         pytest.skip("chromium is not installed")
     assert shutil.which("chromium") == CHROMIUM
+
+
+def test_reasoning_streamed_without_an_opening_tag_gives_way_to_the_answer_on_the_chat_page(chat_server):
+    """The page shows the reasoning as it streams (nothing marks it yet), then, at its
+    closing tag, the reply starting again: it ends holding the answer alone."""
+    from dataclasses import replace
+
+    from playwright.sync_api import expect, sync_playwright
+
+    from .test_model_thinking import BARE
+
+    base, model, _platform = chat_server
+    model.add(replace(BARE, chunk_delay=0.3))
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        try:
+            page = sign_in(browser, base)
+            send(page, "hi")
+            expect(page.locator(".msg--streaming .msg__body")).to_contain_text("greets")
+            final = page.locator(".msg--assistant:not(.msg--streaming) .msg__body").last
+            expect(final).to_have_text("Hello Priya!")
+            expect(page.locator(".msg--streaming")).to_have_count(0)
+            expect(page.locator(".msg", has_text="greets")).to_have_count(0)
+        finally:
+            browser.close()
