@@ -3,7 +3,8 @@ from __future__ import annotations
 
 from django.urls import path
 
-from .consumers import ChatConsumer, WebchatConsumer
+from .consumers.member_chat import ChatConsumer
+from .consumers.visitor_chat import WebchatConsumer
 
 websocket_urlpatterns: list = [
     path("ws/chat/<slug:tenant>/<slug:qor>/", ChatConsumer.as_asgi()),

@@ -38,7 +38,7 @@ logger = logging.getLogger(__name__)
 PROBE_TIMEOUT = 1.0  # seconds to decide whether a server answers at --server
 TOKEN_LIFETIME = timedelta(minutes=30)  # the session token works this long past its last renewal
 TOKEN_RENEW_EVERY = 300.0  # seconds between renewals while the terminal runs
-SIGNED_OUT = 4401  # channels_app.consumers.CLOSE_SIGNED_OUT
+SIGNED_OUT = 4401  # channels_app.consumers.sign_in.CLOSE_SIGNED_OUT
 
 
 @dataclass

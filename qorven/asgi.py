@@ -14,7 +14,7 @@ from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E40
 from django.conf import settings  # noqa: E402
 from django.contrib.staticfiles.handlers import ASGIStaticFilesHandler  # noqa: E402
 
-from channels_app.consumers import RAW_SEND  # noqa: E402
+from channels_app.consumers.live_chat import RAW_SEND  # noqa: E402
 from channels_app.routing import websocket_urlpatterns  # noqa: E402
 from channels_app.webhook_ingest import WebhookIngest  # noqa: E402
 from qorven.runtime.client_address import ForwardedClient  # noqa: E402

@@ -11,8 +11,8 @@ from django.conf import settings
 from django.test import Client
 from django.utils import timezone
 
-from channels_app import consumers
-from channels_app.consumers import CLOSE_SIGNED_OUT
+from channels_app.consumers import sign_in
+from channels_app.consumers.sign_in import CLOSE_SIGNED_OUT
 from qorven.runtime.publisher import broadcast_flush
 from tenancy.models import Membership
 from tenancy.services import api_token_create
@@ -26,7 +26,7 @@ ALICE_CHAT = "/ws/chat/acme/aria/"
 
 @pytest.fixture(autouse=True)
 def no_recheck_delay(monkeypatch):
-    monkeypatch.setattr(consumers, "RECHECK_DELAY", 0.0)
+    monkeypatch.setattr(sign_in, "RECHECK_DELAY", 0.0)
 
 
 def signed_in_client(user) -> tuple[Client, str]:
@@ -143,7 +143,7 @@ def test_a_revoked_token_closes_the_socket_it_opened(world):
 
 
 def test_a_session_that_expires_quietly_is_noticed_on_a_ping(world, monkeypatch):
-    monkeypatch.setattr(consumers, "RECHECK_EVERY", 0.0)
+    monkeypatch.setattr(sign_in, "RECHECK_EVERY", 0.0)
     cookie = session_cookie(world.alice)
     store = import_module(settings.SESSION_ENGINE).SessionStore
 

@@ -1,5 +1,5 @@
 /* The live chat timeline, shared by the chat page and the webchat frame.
- * No dependencies, no build step. Protocol: channels_app/consumers.py.
+ * No dependencies, no build step. Protocol: channels_app/consumers/__init__.py.
  *
  * Every message is rendered once, keyed by seq; the socket resumes with the session and
  * the last seq seen, so a reconnect shows exactly what was missed. Message text only

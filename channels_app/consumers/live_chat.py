@@ -1,42 +1,7 @@
-"""WebSockets of the live surfaces. They authenticate, join server-named groups of the one
-chat their user owns, catch the client up from the database, and forward events; the
-reading and writing is in channels_app.chat.
-
-Protocol (server → client, one JSON object per frame):
-
-- `{"type": "session", "session_id": id | null, "reset": bool}` — the session being
-  watched; sent on connect and whenever the chat moves to a new session (/clear,
-  compaction). `reset`: the client should drop what it shows (another session, or too far
-  behind to catch up message by message) and show what follows.
-- `{"type": "message.new", "seq", "role", "content", "channel", "sender_name",
-  "created_at", "notice", "reply_to", "hidden", "answer_state", "delivery"?, "streamed"?}` — each
-  message once, in seq order. First the ones after the client's `last_seq` from the
-  database, then live ones; a gap in the live stream (a dropped event) is filled from the
-  database, so none is lost. `answer_state`: pending, answered or failed for a user
-  message, null otherwise; `delivery`: `{"state": "failed", "platform"}` on a reply that
-  could not be delivered to its platform; `streamed` on a reply: whether this client was
-  shown its text as it streamed.
-- `{"type": "message.answer", "seq", "answer_state"}` — a user message's answer failed,
-  or waits again after /retry; `{"type": "message.delivery", "seq", "delivery"}` — a
-  reply's delivery failed; `{"type": "message.transcribed", "seq", "content", "voice"}` — a
-  voice note was heard (`voice`: transcript) or could not be (failed): `content` is its
-  text now; `{"type": "message.regenerating", "reply_to", "superseded"}` —
-  the answer to `reply_to` is being written again: the replies at the `superseded` seqs
-  are no longer shown (a reload sends them `hidden`).
-- `{"type": "message.stream", "reply_to", "text"}` — the reply streamed so far (after a
-  reconnect, or after a missed chunk); `{"type": "message.chunk", "reply_to", "delta",
-  "offset"}` — the next piece; `{"type": "message.done", "reply_to", "seq"}`.
-- `{"type": "pong"}` answers `{"type": "ping"}`; `{"type": "error", "error"}` answers a
-  frame that is not a JSON document (too deep, a lone surrogate, binary).
-- `{"type": "signed_out"}`, then a close with code 4401: the sign-in behind the socket
-  ended (sign-out in another tab, a password change, a revoked token, removal from the
-  tenant; see channels_app.live_auth). The client should ask the person to sign in again
-  rather than reconnect.
-
-Connect with `?session=<id>&last_seq=<n>` to resume; without them the client gets the
-newest page. Authentication: the Django session cookie, or an API token as
-`Authorization: Bearer <token>` or `?token=<token>` (for clients that cannot set headers).
-"""
+"""What every live socket does, whoever it is for: connect and join the chat's groups,
+catch the client up from the database, and follow the chat's events as this process's hub
+hands them over. Kept whole because its order is the protocol's (channels_app.consumers):
+a group is joined before the database is read, so nothing falls between the two."""
 from __future__ import annotations
 
 import asyncio
@@ -49,49 +14,31 @@ from urllib.parse import parse_qs
 from asgiref.sync import sync_to_async
 from channels.consumer import get_handler_name
 from channels.db import database_sync_to_async
-from channels.generic.websocket import AsyncJsonWebsocketConsumer
 
 from qorven.runtime import metrics
 from qorven.runtime.hub import Encoder, hub
 from qorven.runtime.publisher import chat_group, session_group
 from qorven.runtime.streams import stream_snapshot
-from sessions_app.channel_kinds import Channel
-from tenancy.errors import NotFound
-from tenancy.selectors import api_token_authenticate
 
-from .chat import (
-    CATCH_UP_MAX,
-    PAGE,
-    ChatOwner,
-    chat_events,
-    chat_owner,
-    chat_session,
-    chat_session_get,
-)
-from .chat_cursor import ChatCursor, Step
-from .json_body import QUERY_INT_MAX, BodyRefused, json_parse
-from .live_auth import (
-    RECHECK_DELAY,
-    RECHECK_EVERY,
-    auth_group,
-    session_fingerprint,
-    socket_signed_in,
-    webchat_auth_group,
-)
+from ..chat import CATCH_UP_MAX, PAGE, ChatOwner, chat_events, chat_session, chat_session_get
+from ..chat_cursor import ChatCursor, Step
+from ..json_body import QUERY_INT_MAX, BodyRefused, json_parse
+from ..live_auth import auth_group
+from .sign_in import SignInFollowingConsumer
 
-logger = logging.getLogger(__name__)
+# The name the live sockets have always logged under.
+logger = logging.getLogger("channels_app.consumers")
 
 CLOSE_REFUSED = 4403
 # The ASGI server's send, put in the scope by the outermost middleware (qorven.asgi).
 RAW_SEND = "qorven.raw_send"
-CLOSE_SIGNED_OUT = 4401
 # What the layer carries to a chat's sockets; each goes through the chat cursor.
 LIVE_EVENTS = frozenset({"message.new", "message.chunk", "message.restart", "message.done", "message.answer",
                          "message.delivery",
                          "message.regenerating", "message.transcribed", "session.started"})
 
 
-class LiveChatConsumer(AsyncJsonWebsocketConsumer):
+class LiveChatConsumer(SignInFollowingConsumer):
     """Watches one person's canonical chat with one Qor. Subclasses say who that is."""
 
     owner: ChatOwner | None = None
@@ -193,51 +140,7 @@ class LiveChatConsumer(AsyncJsonWebsocketConsumer):
     async def receive_json(self, content: Any, **kwargs: Any) -> None:
         if isinstance(content, dict) and content.get("type") == "ping":
             await self.send_json({"type": "pong"})
-            if self.follows_sign_in and time.monotonic() - self.checked_at > RECHECK_EVERY:
-                await self.recheck()  # a session can also just expire
-
-    # --- the sign-in behind the socket (channels_app.live_auth) ---
-
-    follows_sign_in = False  # whether the socket closes when the sign-in that opened it ends
-    session_key_at_open: str | None = None
-
-    def signed_in(self) -> bool:
-        """Whether the credentials that opened the socket still hold (sync, reads the database)."""
-        return True
-
-    def more_auth_groups(self, owner: ChatOwner) -> tuple[str, ...]:
-        """Groups besides the user's own whose `auth.changed` makes this socket check again."""
-        return ()
-
-    async def auth_changed(self, event: dict[str, Any]) -> None:
-        if event.get("ended") and event["ended"] == session_fingerprint(self.session_key_at_open):
-            await self.sign_out()
-            return
-        # Checked a moment later, off this socket's event loop turn: live events keep flowing meanwhile.
-        task = asyncio.get_running_loop().create_task(self._recheck_after(RECHECK_DELAY))
-        self.rechecks.add(task)
-        task.add_done_callback(self.rechecks.discard)
-
-    async def _recheck_after(self, delay: float) -> None:
-        await asyncio.sleep(delay)
-        await self.recheck()
-
-    async def recheck(self) -> None:
-        self.checked_at = time.monotonic()
-        try:
-            still = await database_sync_to_async(self.signed_in)()
-        except Exception:
-            logger.exception("could not check a live socket's sign-in")
-            return  # checked again on the next change or ping
-        if not still:
-            await self.sign_out()
-
-    async def sign_out(self) -> None:
-        if self.owner is None:
-            return
-        self.owner = None
-        await self.send_json({"type": "signed_out"})
-        await self.close(code=CLOSE_SIGNED_OUT)
+            await self.recheck_when_due()
 
     def query(self) -> dict[str, str]:
         raw = parse_qs(self.scope.get("query_string", b"").decode("latin-1"))
@@ -369,86 +272,6 @@ class LiveChatConsumer(AsyncJsonWebsocketConsumer):
         if step.snapshot is not None:
             snapshot = await sync_to_async(stream_snapshot)(self.cursor.session_id)
             await self._send(self.cursor.stream(snapshot, reply_to=step.snapshot))
-
-
-class ChatConsumer(LiveChatConsumer):
-    """`/ws/chat/<tenant>/<qor>/`: the chat page (and any API client) of a member."""
-
-    follows_sign_in = True
-
-    async def authorize(self) -> ChatOwner | None:
-        kwargs = self.scope["url_route"]["kwargs"]
-        user = self.scope.get("user")
-        raw = self._bearer() or self.query().get("token", "")
-        self.token_raw = raw
-        session = self.scope.get("session")
-        self.session_key_at_open = None if raw or session is None else session.session_key
-        if raw:
-            token = await database_sync_to_async(api_token_authenticate)(raw=raw)
-            if token is None or token.tenant.slug != kwargs["tenant"]:
-                return None
-            user = token.user
-        if user is None or not user.is_authenticated:
-            return None
-        # The surface the client writes on (the terminal client: tui), whose session it
-        # follows in legacy mode; the page's is web.
-        surface = self.query().get("surface") or Channel.WEB
-        if surface not in (Channel.WEB, Channel.TUI):
-            return None
-        try:
-            return await database_sync_to_async(chat_owner)(
-                user=user, tenant_slug=kwargs["tenant"], qor_slug=kwargs["qor"], surface=surface
-            )
-        except NotFound:
-            return None
-
-    def signed_in(self) -> bool:
-        kwargs = self.scope["url_route"]["kwargs"]
-        owner = self.owner
-        if owner is None:
-            return False
-        return socket_signed_in(user_id=owner.user.pk, tenant_slug=kwargs["tenant"], qor_slug=kwargs["qor"],
-                                session_key=self.session_key_at_open, token=self.token_raw or None)
-
-    def _bearer(self) -> str:
-        for name, value in self.scope.get("headers", []):
-            if name == b"authorization":
-                scheme, _, raw = value.decode("latin-1").partition(" ")
-                if scheme.lower() == "bearer":
-                    return raw.strip()
-        return ""
-
-
-class WebchatConsumer(LiveChatConsumer):
-    """`/ws/webchat/<public key>/?visitor=<token>`: a visitor of the embed on a tenant's site.
-    The socket lives as long as what let the visitor in: the embed's binding (enabled, the
-    workspace's webchat switch on), their membership or their anonymous identity (not
-    denied), their token (not expired)."""
-
-    follows_sign_in = True
-
-    async def authorize(self) -> ChatOwner | None:
-        token = self.query().get("visitor", "")
-        if not token:
-            return None
-        return await database_sync_to_async(self._visitor)(token)
-
-    def _visitor(self, token: str) -> ChatOwner | None:
-        from .webchat import WebchatRefused, webchat_visitor
-
-        try:
-            visitor = webchat_visitor(public_key=self.scope["url_route"]["kwargs"]["key"], token=token, create=False)
-        except WebchatRefused:
-            return None
-        return visitor.owner if visitor is not None else None
-
-    def signed_in(self) -> bool:
-        owner = self.owner
-        now = self._visitor(self.query().get("visitor", "")) if owner is not None else None
-        return now is not None and owner is not None and now.user.pk == owner.user.pk
-
-    def more_auth_groups(self, owner: ChatOwner) -> tuple[str, ...]:
-        return (webchat_auth_group(owner.tenant.pk),)
 
 
 def _int(value: str | None) -> int | None:
