@@ -17,7 +17,7 @@ learned skills, so retrieval does real work. The Qor has a model configured, so 
 offers tools. Timed, p50 and p99 over CALLS calls after WARMUP, in rounds that call every
 size in a random order so drift hits all alike:
 
-- ``turn``: ``qorven.agent.turns._prompt`` — what a turn does to build its request:
+- ``turn``: ``qorven.agent.turn_answer._prompt`` — what a turn does to build its request:
   skills and memory retrieval, then ``prompt_build``;
 - ``build``: ``prompt_build`` alone, with the same parts precomputed;
 - ``naive``: the baseline the builder avoids, loading the whole session
@@ -224,14 +224,14 @@ def prepare(case: Case) -> Row:
     from qorven.agent.prompt import PromptParts, prompt_build
     from qorven.agent.retrieval import memories_for, skills_for_prompt
     from memory_app.selectors import skills_for
-    from qorven.agent.turns import _prompt
+    from qorven.agent.turn_answer import _prompt
     from qorven.llm import route_for
     from sessions_app.models import Message
     from sessions_app.selectors import next_pending_user_message, session_get
     from tenancy.tool_registry import registry
     from tenancy.trust import Trust
 
-    # As turn_process and _answer do: reload, find the pending message, route and tools.
+    # As turn_process and answer_message do: reload, find the pending message, route and tools.
     old = case.session
     session = session_get(tenant=old.tenant, session_id=old.pk)
     qor = session.qor

@@ -134,7 +134,7 @@ def test_keep_alives_do_not_hold_a_turn_past_its_time_limit(world, ask, model_se
 
 def test_stop_is_heard_while_the_server_sends_only_keep_alives(world, ask, model_server, drain):
     from qorven.agent.stop import turn_stop_request
-    from qorven.agent.turns import STOPPED_NOTICE
+    from qorven.agent.turn_answer import STOPPED_NOTICE
 
     model_server.add(Step(keepalive=4.0, text="Never seen."))
     ask("think hard")

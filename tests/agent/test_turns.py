@@ -291,17 +291,17 @@ def test_help_and_retry_with_nothing_failed_are_answered_without_the_model(clien
 
 
 def test_a_context_length_error_is_retried_once_with_a_smaller_window(client, world, alice_token, model_server, drain):
-    from qorven.agent import turns
+    from qorven.agent import turn_answer
 
     seen = []
-    turns.context_overflow_hooks.append(lambda session: seen.append(session.pk))
+    turn_answer.context_overflow_hooks.append(lambda session: seen.append(session.pk))
     try:
         model_server.add(error(400, "This model's maximum context length is 8192 tokens", code="context_length_exceeded"),
                          reply("Fits now."))
         ask(client, alice_token, "a long question")
         drain()
     finally:
-        turns.context_overflow_hooks.pop()
+        turn_answer.context_overflow_hooks.pop()
     assert len(model_server.requests) == 2
     assert len(seen) == 1
     assert [m.content for m in timeline(world) if m.role == "assistant"] == ["Fits now."]
