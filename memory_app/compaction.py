@@ -31,7 +31,9 @@ from sessions_app.services import message_append, session_compaction_advance, se
 from .digest import DigestSpan, digest_plain_extract
 from .models import Memory
 from .services import memory_add, reminder_add
-from .summarizer import CompactionFailed, Condensed, condense, excerpt_read, input_budget
+from .summarizer.condense import Condensed, condense
+from .summarizer.excerpts import excerpt_read, input_budget
+from .summarizer.model_answers import CompactionFailed
 
 logger = logging.getLogger(__name__)
 

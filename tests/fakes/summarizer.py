@@ -13,7 +13,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from memory_app.summarizer import FLUSH_INSTRUCTIONS, SUMMARY_INSTRUCTIONS
+from memory_app.summarizer.model_answers import FLUSH_INSTRUCTIONS, SUMMARY_INSTRUCTIONS
 
 from .model_server import Step, reply
 

@@ -1,0 +1,169 @@
+"""One excerpt condensed: the memory flush and the summary turned into what compaction
+stores (memories, with reminders' due times; the digest; the running note), by the model
+or, with the offline provider, by plain extracts. Apart from the model call so that
+what is kept, and how long it may be, reads in one place.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import re
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, tzinfo
+from typing import NamedTuple
+
+from django.utils import timezone
+
+from qorven.llm import route_for
+from sessions_app.models import Message, Session
+from sessions_app.selectors import MessageRow
+
+from ..digest import digest_plain_extract
+from ..models import Memory
+from ..reminders import DueError, due_parse, tenant_zone
+from .excerpts import Excerpt, clip, transcript_line
+from .model_answers import (
+    FLUSH_INSTRUCTIONS,
+    GROUP_CHAT,
+    SUMMARY_INSTRUCTIONS,
+    DatedItem,
+    FlushResult,
+    SummaryResult,
+    ask,
+)
+
+# The name the summarizer has always logged under.
+logger = logging.getLogger("memory_app.summarizer")
+
+# The running note stays about this long, so the prompt's fixed part stays small.
+NOTE_MAX_CHARS = 2_400
+DIGEST_MAX_CHARS = 1_500
+# Items the offline extract may keep from one run.
+OFFLINE_MAX_ITEMS = 20
+
+
+class FlushedMemory(NamedTuple):
+    """One memory the flush found; `due` is when a reminder comes due (None: undated)."""
+
+    type: str
+    content: str
+    due: datetime | None = None
+
+
+@dataclass
+class Condensed:
+    excerpt: Excerpt
+    note: str
+    digest: str  # the conversation_digest memory's text: header, then the summary
+    memories: list[FlushedMemory] = field(default_factory=list)
+
+
+
+def condense(*, session: Session, excerpt: Excerpt, previous_note: str) -> Condensed:
+    """Flush and summarize one excerpt. Raises CompactionFailed."""
+    qor = session.qor
+    route = route_for(qor, "summarizer")
+    group = session.kind == Session.Kind.GROUP
+    header = digest_plain_extract([], span=excerpt.span, group=group)
+    if route.offline:
+        extract = digest_plain_extract(excerpt.messages, group=group)
+        note = _clip_tail("\n".join(p for p in (previous_note.strip(), extract) if p), NOTE_MAX_CHARS)
+        return Condensed(excerpt, note=note, digest=extract, memories=offline_flush(excerpt.messages))
+    transcript = "\n".join(transcript_line(m, qor.name) for m in excerpt.messages)
+    zone, now = tenant_zone(session.tenant), timezone.now()
+    flush = ask(
+        session, FlushResult,
+        FLUSH_INSTRUCTIONS.format(zone=_zone_label(zone, now), schema=json.dumps(FlushResult.model_json_schema()))
+        + (GROUP_CHAT if group else ""),
+        f"Conversation excerpt (oldest first):\n{transcript}",
+        step="memory flush",
+    )
+    summary = ask(
+        session, SummaryResult,
+        SUMMARY_INSTRUCTIONS.format(qor=qor.name, schema=json.dumps(SummaryResult.model_json_schema()))
+        + (GROUP_CHAT if group else ""),
+        f"Previous summary:\n{previous_note.strip() or '(none)'}\n\n"
+        f"Conversation excerpt (oldest first):\n{transcript}",
+        step="summary",
+    )
+    memories = [FlushedMemory(Memory.Type.FACT, f) for f in flush.facts]
+    memories += [FlushedMemory(Memory.Type.LESSON, lesson) for lesson in flush.lessons]
+    for item in flush.reminders:
+        memories.append(FlushedMemory(Memory.Type.REMINDER, _text(item), _due(item, zone, now)))
+    for item in flush.open_tasks:
+        memories.append(FlushedMemory(Memory.Type.REMINDER, _open_task(_text(item)), _due(item, zone, now)))
+    digest = clip(f"{header}\n{summary.digest}", DIGEST_MAX_CHARS)
+    return Condensed(excerpt, note=clip(summary.note, NOTE_MAX_CHARS), digest=digest, memories=memories)
+
+
+def _open_task(text: str) -> str:
+    return text if text.lower().startswith("open task") else f"Open task: {text}"
+
+
+def _text(item: str | DatedItem) -> str:
+    return item if isinstance(item, str) else item.text
+
+
+def _due(item: str | DatedItem, zone: tzinfo, now: datetime) -> datetime | None:
+    """When a flushed reminder comes due. None (undated) when no time was given, when it
+    cannot be read, or when it has already passed: by the time a conversation is condensed,
+    a time gone by was dealt with in it (or the `remember` tool already scheduled it), and
+    bringing it up again later would only repeat it."""
+    if isinstance(item, str) or item.due is None:
+        return None
+    try:
+        due = due_parse(item.due, zone=zone)
+    except DueError as exc:
+        logger.info("memory flush: keeping a reminder undated: %s", exc)
+        return None
+    return due if due > now else None
+
+
+def _zone_label(zone: tzinfo, now: datetime) -> str:
+    offset = now.astimezone(zone).strftime("%z")
+    return f"{getattr(zone, 'key', zone)}, now UTC{offset[:3]}:{offset[3:]}"
+
+
+def _clip_tail(text: str, limit: int) -> str:
+    """Keep the end (the newest part) of a growing plain-extract note."""
+    text = text.strip()
+    return text if len(text) <= limit else "…" + text[-(limit - 1) :].lstrip()
+
+
+# --- the offline extract ------------------------------------------------------------------
+
+_SENTENCE = re.compile(r"[^.!?\n]+[.!?]?")
+_REMINDER = re.compile(
+    r"\b(remind me|reminder|don'?t forget|do not forget|to-?do|deadline|due (?:on|by)|appointment)\b", re.I
+)
+_FACT = re.compile(
+    r"\b(remember|my \w+(?: \w+)? (?:is|are|was)|i am|i'm|i live|i work|i have|i like|i love|i prefer|i hate"
+    r"|i don'?t like|call me|i was born)\b",
+    re.I,
+)
+
+
+def offline_flush(messages: list[MessageRow]) -> list[FlushedMemory]:
+    """The memory flush without a model: the user's sentences (not questions) that state
+    a fact about themselves or ask to be reminded, kept verbatim with who said them, where
+    and when."""
+    found: list[FlushedMemory] = []
+    for message in messages:
+        if message.role != Message.Role.USER:
+            continue
+        for sentence in _SENTENCE.findall(message.content or ""):
+            sentence = " ".join(sentence.split())
+            if len(sentence) < 8 or sentence.endswith("?"):
+                continue  # a question states nothing to keep
+            kind = (
+                Memory.Type.REMINDER if _REMINDER.search(sentence)
+                else Memory.Type.FACT if _FACT.search(sentence) else None
+            )
+            if kind is None:
+                continue
+            when = message.created_at.astimezone(UTC).strftime("%Y-%m-%d")
+            who = message.sender_name or "The user"
+            found.append(FlushedMemory(kind, clip(f"{who} said on {message.channel} ({when}): {sentence}", 1_000)))
+            if len(found) >= OFFLINE_MAX_ITEMS:
+                return found
+    return found

@@ -1,0 +1,110 @@
+"""Which messages one summarizer run takes and how they read to the model. Apart from the
+model call so that what leaves the prompt's window is decided (and sized) in one place.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import UTC
+
+from django.conf import settings
+
+from qorven.llm import route_for
+from qorven.llm.metered import estimate_tokens
+from sessions_app.models import Message, Session
+from sessions_app.selectors import MessageRow, StoredMessage, messages_read
+from tenancy.models import Qor
+
+from ..digest import DigestSpan
+from .model_answers import SUMMARY_INSTRUCTIONS
+
+# One message's text in the transcript the summarizer reads (tool results: less).
+LINE_MAX_CHARS, TOOL_LINE_MAX_CHARS = 2_000, 400
+_READ_BATCH = 200
+
+
+@dataclass(frozen=True)
+class Excerpt:
+    """A run of a session's messages: (after_seq, through_seq], visible ones only."""
+
+    after_seq: int
+    through_seq: int
+    messages: list[MessageRow]
+    span: DigestSpan
+
+    @property
+    def channels(self) -> list[str]:
+        return sorted(self.span.channels)
+
+
+def is_visible(message: StoredMessage) -> bool:
+    """Whether a message is conversation (not a notice, a command or its answer)."""
+    meta = message.metadata if isinstance(message.metadata, dict) else {}
+    return not (meta.get("notice") or meta.get("command"))
+
+
+def excerpt_read(*, session: Session, after_seq: int, through_seq: int, budget: int) -> Excerpt:
+    """The oldest messages after `after_seq` (up to `through_seq`) whose transcript fits
+    `budget` tokens; at least one message, so a run always moves forward."""
+    picked: list[MessageRow] = []
+    spent = 0
+    last = after_seq
+    cursor = after_seq
+    full = False
+    while not full and cursor < through_seq:
+        batch = messages_read(session=session, after_seq=cursor, limit=_READ_BATCH)
+        if not batch:
+            break
+        for message in batch:
+            if message.seq > through_seq:
+                full = True
+                break
+            if is_visible(message):
+                cost = estimate_tokens(transcript_line(message, session.qor.name))
+                if picked and spent + cost > budget:
+                    full = True
+                    break
+                picked.append(message)
+                spent += cost
+            last = message.seq
+        cursor = batch[-1].seq
+    span = DigestSpan(
+        count=len(picked),
+        channels=frozenset(m.channel for m in picked),
+        first_at=min((m.created_at for m in picked), default=None),
+        last_at=max((m.created_at for m in picked), default=None),
+    )
+    return Excerpt(after_seq=after_seq, through_seq=last, messages=picked, span=span)
+
+
+def input_budget(qor: Qor, previous_note: str) -> int:
+    """Tokens of transcript one summarizer call may take."""
+    route = route_for(qor, "summarizer")
+    overhead = estimate_tokens(SUMMARY_INSTRUCTIONS) + 300 + estimate_tokens(previous_note)
+    return max(route.num_ctx - settings.QORVEN_CONTEXT_RESERVE - overhead, 256)
+
+
+def transcript_line(message: StoredMessage, qor_name: str) -> str:
+    """One message as the summarizer reads it: when, where, who, and its text, clipped."""
+    when = message.created_at.astimezone(UTC).strftime("%Y-%m-%d %H:%M")
+    text = message.content or ""
+    limit = LINE_MAX_CHARS
+    if message.role == Message.Role.USER:
+        who = message.sender_name or "user"
+    elif message.role == Message.Role.ASSISTANT:
+        who = message.sender_name or qor_name
+        if message.tool_calls:
+            names = ", ".join(str((c.get("function") or {}).get("name", "?")) for c in message.tool_calls)
+            text = f"{text} [calls {names}]".strip()
+    elif message.role == Message.Role.TOOL:
+        who = f"tool {message.metadata.get('tool', '')}".strip()
+        limit = TOOL_LINE_MAX_CHARS
+    else:
+        who = "system"
+    return f"[{when} {message.channel}] {who}: {clip(' '.join(text.split()), limit)}"
+
+
+def clip(text: str, limit: int) -> str:
+    """`text` cut to `limit` characters, an ellipsis where it was cut."""
+    text = text.strip()
+    return text if len(text) <= limit else text[: limit - 1].rstrip() + "…"
+

@@ -1,0 +1,178 @@
+"""What the summarizer route is asked and how its answers are checked: a strict JSON schema
+per step, one repair attempt, and CompactionFailed when the model cannot answer. Apart
+from the excerpt and the condensing so the prompts and their schemas read together.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import re
+from typing import Annotated, Any
+
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StringConstraints,
+    ValidationError,
+    field_validator,
+)
+
+from qorven.llm import Completion, ModelError, provider_for_role
+from qorven.llm.metered import Spend, model_call
+from sessions_app.models import Session
+
+# The name the summarizer has always logged under.
+logger = logging.getLogger("memory_app.summarizer")
+
+Item = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_length=1_000)]
+Text = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1)]
+
+
+class CompactionFailed(Exception):
+    """The run could not be condensed (model down, invalid answer, session changed).
+    Nothing was stored; the messages stay in the prompt's reach and are retried later.
+    `reason` is ours and safe to show a person; the exception's text (for the log) may
+    carry the provider's words."""
+
+    def __init__(self, detail: str, *, reason: str = "") -> None:
+        super().__init__(detail)
+        self.reason = reason or detail
+
+
+class DatedItem(BaseModel):
+    """A reminder or open task with the time it comes due."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    text: Item
+    due: str | None = Field(
+        default=None,
+        description="ISO 8601: 2026-03-14T15:30 (the user's local time) or 2026-03-14 (no time of day stated)",
+    )
+
+    @field_validator("due", mode="before")
+    @classmethod
+    def _any_due(cls, value: object) -> object:
+        # A due time the model wrote wrongly must not fail the flush: it is read (or
+        # dropped) after validation, and the item kept either way.
+        return value if isinstance(value, str) else None
+
+
+class FlushResult(BaseModel):
+    """What the memory flush must answer: every key present, nothing else."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    facts: list[Item] = Field(max_length=50, description="durable facts about the user and their world")
+    reminders: list[Item | DatedItem] = Field(
+        max_length=50, description="things to remind the user of, with dates as stated, and when they are due"
+    )
+    open_tasks: list[Item | DatedItem] = Field(
+        max_length=50, description="tasks committed to and not done yet, and when they are due"
+    )
+    # Optional, so an answer of a model that leaves it out still counts.
+    lessons: list[Item] = Field(
+        default_factory=list, max_length=50,
+        description="what the user corrected or taught the assistant: how they want things done",
+    )
+
+
+class SummaryResult(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    digest: Text = Field(description="a summary of just this excerpt")
+    note: Text = Field(description="the updated running summary of the whole conversation so far")
+
+
+FLUSH_INSTRUCTIONS = """\
+You are the memory keeper of a personal assistant. Part of a conversation is about to be \
+condensed; save first what must not be forgotten. From the conversation excerpt, extract:
+- facts: durable facts about the user and their world (preferences, people, places, \
+accounts, plans, decisions);
+- reminders: what the user asked to be reminded of, with dates and times as stated;
+- open_tasks: tasks the user or the assistant committed to that are not done yet;
+- lessons: what the user corrected or taught the assistant (how they want things done, \
+a mistake not to repeat).
+Write each item as one self-contained sentence that names the user. Use [] when there are \
+none. Never invent anything that is not in the excerpt.
+A reminder or open task that has a time (when to remind the user, a deadline) is an object \
+{{"text": "the sentence", "due": "the time"}} with the time in ISO 8601: 2026-03-14T15:30 in \
+the user's local time ({zone}), or just the date, 2026-03-14, when no time of day was \
+stated. Work relative times ("tomorrow", "in two hours") out from the time of the message \
+that states them (message times are UTC). Without a time, give the plain sentence.
+Reply with one JSON object and nothing else, matching this JSON Schema:
+{schema}"""
+
+SUMMARY_INSTRUCTIONS = """\
+You condense part of a conversation between a user and their assistant {qor} so the \
+conversation can go on without those messages. Lines are tagged with their time (UTC) and \
+the surface (channel) they came from.
+Reply with one JSON object and nothing else, matching this JSON Schema:
+{schema}
+- "digest": this excerpt alone in at most 120 words: topics, decisions, answers given.
+- "note": the running summary of the whole conversation so far, merging the previous \
+summary with this excerpt, in at most 250 words, the most recent and important first."""
+
+# Added to both instructions for a group chat's excerpt: its digest is kept in the memory
+# of each member who spoke, and must not pass one person's words off as another's.
+GROUP_CHAT = """
+This excerpt is from a group chat: several people write in it, each line naming who. \
+There is no single user: say who said, asked or decided what, by name."""
+
+
+
+def ask(session: Session, schema: type[BaseModel], instructions: str, content: str, *, step: str) -> Any:
+    """One JSON answer from the summarizer route, validated; one repair attempt."""
+    provider = provider_for_role(session.qor, "summarizer")
+    messages: list[dict[str, Any]] = [
+        {"role": "system", "content": instructions},
+        {"role": "user", "content": content},
+    ]
+    problem = ""
+    for _attempt in range(2):
+        completion = _complete(session, provider, messages)
+        try:
+            return schema.model_validate(_json_object(completion.content))
+        except (ValueError, ValidationError) as exc:
+            problem = _describe(exc)
+            logger.info("summarizer %s for session %s was invalid: %s", step, session.pk, problem)
+            messages += [
+                {"role": "assistant", "content": completion.content},
+                {"role": "user", "content": f"That was not valid ({problem}). Reply with only the JSON object."},
+            ]
+    raise CompactionFailed(f"the {step} did not return valid JSON ({problem})",
+                           reason=f"the model's {step} was not in the form asked for")
+
+
+def _complete(session: Session, provider: Any, messages: list[dict[str, Any]]) -> Completion:
+    try:
+        return model_call(provider=provider, messages=messages, spend=Spend(session.tenant, session.qor, "summarizer"))
+    except ModelError as exc:
+        reason = ("the summarizer model isn't answering" if exc.transient
+                  else "the summarizer model refused the request")
+        raise CompactionFailed(f"the summarizer model could not answer: {exc.kind}: {exc.detail}",
+                               reason=reason) from exc
+
+
+_FENCE = re.compile(r"^```(?:json)?\s*|\s*```$", re.IGNORECASE)
+
+
+def _json_object(text: str) -> Any:
+    """The JSON object in a model's answer, tolerating a code fence or words around it."""
+    text = _FENCE.sub("", text.strip())
+    start, end = text.find("{"), text.rfind("}")
+    if start < 0 or end < start:
+        raise ValueError("no JSON object in the answer")
+    try:
+        return json.loads(text[start : end + 1])
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"invalid JSON: {exc.msg}") from None
+
+
+def _describe(exc: Exception) -> str:
+    if isinstance(exc, ValidationError):
+        first = exc.errors()[0]
+        where = ".".join(str(p) for p in first["loc"]) or "answer"
+        return f"{where}: {first['msg']}"[:200]
+    return str(exc)[:200]
