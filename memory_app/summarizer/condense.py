@@ -18,7 +18,7 @@ from qorven.llm import route_for
 from sessions_app.models import Message, Session
 from sessions_app.selectors import MessageRow
 
-from ..digest import digest_plain_extract
+from ..digest import DIGEST_MAX_CHARS, digest_plain_extract
 from ..models import Memory
 from ..reminders import DueError, due_parse, tenant_zone
 from .excerpts import Excerpt, clip, transcript_line
@@ -37,7 +37,6 @@ logger = logging.getLogger("memory_app.summarizer")
 
 # The running note stays about this long, so the prompt's fixed part stays small.
 NOTE_MAX_CHARS = 2_400
-DIGEST_MAX_CHARS = 1_500
 # Items the offline extract may keep from one run.
 OFFLINE_MAX_ITEMS = 20
 
