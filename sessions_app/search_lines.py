@@ -1,16 +1,10 @@
 """`/search`: the conversation's history search (sessions_app.search) as a few lines of
-plain text, answered without a model call and safe on every surface.
-
-The lines go out as they are to Telegram and WhatsApp (plain text), Slack and Discord
-(their markdown) and the chat page and terminal (our markdown subset, escaped first). What
-was said is quoted on one line, with the characters that open formatting replaced by
-look-alikes, so a found message can neither make the rest of the answer a code block nor
-bold, strike, hide (Discord's spoilers) or link it.
+plain text, answered without a model call and safe on every surface: what was said, and
+the words looked for, are quoted with sessions_app.quoting.inert.
 """
 from __future__ import annotations
 
 import re
-import unicodedata
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from tenancy.models import Tenant
@@ -19,6 +13,7 @@ from tenancy.trust import Trust, trust_allows
 from .channel_kinds import Channel
 from .fulltext import message_terms
 from .models import Message, Session
+from .quoting import inert, one_line, plain
 from .search import SearchHit, conversation_search, hit_snippet
 
 PAGE = 5
@@ -28,12 +23,7 @@ SNIPPET = 140  # characters of a found message shown around the first word found
 LONGEST = 200  # characters of words to look for, as the chat page's search box takes
 USAGE = "Usage: `/search words` finds them in our conversation, newest first; `/search words #N` shows older matches."
 
-# Formatting characters of Slack, Discord, WhatsApp and the chat page's markdown, as
-# look-alikes that format nothing.
-_INERT = str.maketrans({"`": "ˋ", "*": "∗", "_": "ˍ", "~": "∼", "|": "ǀ", "<": "‹", ">": "›"})
 _PAGE_MARK = re.compile(r"(?:^|\s)#([0-9]{1,9})$")
-# Bidirectional controls would reorder the rest of the line the text sits in.
-_BIDI = dict.fromkeys([*range(0x202A, 0x202F), *range(0x2066, 0x206A), 0x200E, 0x200F, 0x061C])
 
 
 def search_answer(*, session: Session, args: str, trust: str) -> str:
@@ -66,7 +56,7 @@ def search_answer(*, session: Session, args: str, trust: str) -> str:
                      for i, hit in enumerate(found[:PAGE]))]
     if len(found) > PAGE and after + PAGE < DEEPEST:
         # In a code span nothing formats but a backtick, which separates words as a space does.
-        typed = " ".join(_plain(words).replace("`", " ").split())
+        typed = " ".join(plain(words).replace("`", " ").split())
         lines.append(f"Older ones: `/search {typed} #{after + PAGE}`.")
     return "\n".join(lines)
 
@@ -91,24 +81,8 @@ def _line(hit: SearchHit, *, number: int, session: Session, terms: list[str], zo
         writer = "you"
     else:  # a group's: whoever wrote it
         writer = hit.sender_name or "someone"
-    text = hit_snippet(_one_line(hit.content), terms, width=SNIPPET)
+    text = hit_snippet(one_line(hit.content), terms, width=SNIPPET)
     return f"#{number} · {when:%d %b %Y %H:%M} · {surface} · {inert(writer)} — {inert(text)}"
-
-
-def _one_line(text: str) -> str:
-    return " ".join(text.split())
-
-
-def inert(text: str) -> str:
-    """`text` on one line with nothing in it a surface reads as formatting: no line breaks
-    (a quote, a heading, a list), no control or bidirectional characters, formatting
-    characters as look-alikes, and no `](` that would make a masked link."""
-    return _plain(text).translate(_INERT).replace("](", "] (")
-
-
-def _plain(text: str) -> str:
-    """`text` on one line, without control or bidirectional characters."""
-    return "".join(c for c in _one_line(text) if unicodedata.category(c) != "Cc").translate(_BIDI)
 
 
 def _zone(tenant: Tenant) -> ZoneInfo:

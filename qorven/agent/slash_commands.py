@@ -100,4 +100,19 @@ def _history(ctx: CommandContext) -> str:
     rows = rows[-count:]
     if not rows:
         return f"No {ctx.channel} messages yet."
-    return "\n".join(f"{m.created_at:%m-%d %H:%M} {m.sender_name or m.role}: {m.content[:300]}" for m in rows)
+    return "\n".join(_history_line(m) for m in rows)
+
+
+HISTORY_WIDTH = 300  # characters of a message shown
+
+
+def _history_line(message) -> str:
+    """One line a message, quoted inert: on Telegram a line break kept from a message would
+    start a line that reads as the next message (or as a fence opening a code block over
+    the rest), and lines that each begin with their time and writer scan best on a phone."""
+    from sessions_app.quoting import inert
+
+    text = inert(message.content)
+    if len(text) > HISTORY_WIDTH:
+        text = text[:HISTORY_WIDTH].rstrip() + "…"
+    return f"{message.created_at:%m-%d %H:%M} {inert(message.sender_name or message.role)}: {text}"

@@ -141,3 +141,41 @@ def test_search_on_telegram_finds_what_was_said_on_whatsapp_and_a_group_only_its
     drain()
     assert "/search — find words in our conversation" in platform.sent("sendMessage")[-1].json["text"]
     assert len(model_server.requests) == 1  # only the WhatsApp question reached the model
+
+
+@pytest.mark.django_db(transaction=True)
+def test_history_on_telegram_quotes_each_message_on_its_own_line_without_its_formatting(
+    client, world, telegram, platform, model_server, drain
+):
+    pair(world, "telegram", "42", world.alice)
+    model_server.add(reply("Here:\n```\nmake deploy\nthen *ping* @channel [the docs](https://evil.example) <b>now</b>"))
+    post_telegram(client, telegram_update("how do I deploy?\n01-01 00:00 Aria: your code is 1234", message_id=1))
+    drain()
+    post_telegram(client, telegram_update("/history", message_id=2))
+    drain()
+    text = platform.sent("sendMessage")[-1].json["text"]
+    lines = text.splitlines()
+    # One line a message: a line a message quotes can never pass for another message.
+    assert len(lines) == 2
+    assert lines[0].endswith(": how do I deploy? 01-01 00:00 Aria: your code is 1234")
+    assert lines[1].endswith(": Here: ˋˋˋ make deploy then ∗ping∗ @channel [the docs] (https://evil.example) ‹b›now‹/b›")
+    assert not any(c in text for c in "`*<>") and "](" not in text
+
+
+@pytest.mark.django_db(transaction=True)
+def test_history_split_over_telegram_messages_opens_no_code_block_an_old_message_left_open(
+    client, world, telegram, platform, model_server, drain
+):
+    pair(world, "telegram", "42", world.alice)
+    model_server.add(reply("Try:\n```python\nprint('never closed')"), *[reply("noted") for _ in range(16)])
+    words = " ".join(["lorem ipsum"] * 23)
+    for n in range(17):
+        post_telegram(client, telegram_update(f"note {n}: {words}", message_id=1 + n))
+        drain()
+    answers = len(platform.sent("sendMessage"))
+    post_telegram(client, telegram_update("/history 34", message_id=40))
+    drain()
+    parts = [sent.json["text"] for sent in platform.sent("sendMessage")[answers:]]
+    assert parts[0].splitlines()[0].endswith(f"note 0: {words}")
+    assert len(parts) == 2 and len("\n".join(parts).splitlines()) == 34  # a line a message, no fence of ours
+    assert not any("`" in part for part in parts)

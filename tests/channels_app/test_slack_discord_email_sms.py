@@ -92,6 +92,25 @@ def test_slack_dm_search_quotes_a_code_block_and_a_mention_without_slack_reading
 
 
 
+def test_slack_dm_history_quotes_a_code_block_a_mention_and_a_link_without_slack_reading_them(
+    client, world, slack, platform, model_server, drain
+):
+    pair(world, "slack", "U0PRIYA", world.alice)
+    model_server.add(reply("Run this:\n```\nmake deploy\n\nthen tell <!channel> it is *done*, ~maybe~ <https://evil.example|here>"))
+    post_slack(client, slack_event("how do I deploy?\n> quoted _twice_", event_id="Ev42"))
+    drain()
+    post_slack(client, slack_event("/history", event_id="Ev43"))
+    drain()
+    text = platform.sent(r"/slack/api/chat.postMessage")[-1].json["text"]
+    lines = text.splitlines()
+    assert len(lines) == 2
+    assert lines[0].endswith(": how do I deploy? › quoted ˍtwiceˍ")
+    assert lines[1].endswith(": Run this: ˋˋˋ make deploy then tell ‹!channel› it is ∗done∗, ∼maybe∼ ‹https://evil.example"
+                             "ǀhere›")
+    assert not any(c in text for c in "`*_~|<>") and "&lt;" not in text
+    assert len(model_server.requests) == 1
+
+
 def test_a_slack_senders_name_is_looked_up_once_and_reaches_the_prompt(client, world, slack, platform, model_server,
                                                                         drain):
     from ..fakes.platform_server import Canned

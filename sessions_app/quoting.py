@@ -1,0 +1,37 @@
+"""What was said, quoted inside an answer of ours (`/search`, `/history`) so it cannot
+take the answer over.
+
+Those answers go out as they are to Telegram and WhatsApp (plain text, but split at the
+platform's limit without breaking code blocks), Slack and Discord (their markdown) and the
+chat page and terminal (our markdown subset, escaped first). A message quoted there as it
+was written could make the rest of the answer a code block, bold, strike, hide
+(Discord's spoilers) or link it, ping a channel, or start a line that passes for another
+line of ours. Quoted with `inert`, it is one line whose characters that open formatting
+are look-alikes that format nothing.
+"""
+from __future__ import annotations
+
+import unicodedata
+
+# Formatting characters of Slack, Discord, WhatsApp and the chat page's markdown, as
+# look-alikes that format nothing (`<` and `>` also open Slack's mentions and links).
+_INERT = str.maketrans({"`": "ˋ", "*": "∗", "_": "ˍ", "~": "∼", "|": "ǀ", "<": "‹", ">": "›"})
+# Bidirectional controls would reorder the rest of the line the text sits in.
+_BIDI = dict.fromkeys([*range(0x202A, 0x202F), *range(0x2066, 0x206A), 0x200E, 0x200F, 0x061C])
+
+
+def inert(text: str) -> str:
+    """`text` on one line with nothing in it a surface reads as formatting: no line breaks
+    (a quote, a heading, a list, a fence), no control or bidirectional characters,
+    formatting characters as look-alikes, and no `](` that would make a masked link."""
+    return plain(text).translate(_INERT).replace("](", "] (")
+
+
+def plain(text: str) -> str:
+    """`text` on one line, without control or bidirectional characters."""
+    return "".join(c for c in one_line(text) if unicodedata.category(c) != "Cc").translate(_BIDI)
+
+
+def one_line(text: str) -> str:
+    """`text` with every run of white space (line breaks among them) as one space."""
+    return " ".join(text.split())
