@@ -65,7 +65,7 @@ BLOCK = 64 * 1024  # characters a write
 # given, the model or route that wrote it (the host's), nor a key someone adds later.
 MESSAGE_METADATA = frozenset({
     "reply_to", "notice", "command", "stopped", "cut_off", "withheld", "superseded", "heartbeat_name", "voice", "left_out",
-    "carried_from", "call",
+    "carried_from", "carried_to", "call",
 })
 
 

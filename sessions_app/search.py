@@ -100,6 +100,8 @@ def _search(sessions: QuerySet[Session], *, owner: str, query: str, limit: int, 
     if channel:
         rows = rows.filter(channel=channel)
     rows = rows.exclude(content="").exclude(metadata__has_key="superseded").exclude(metadata__has_key="command")
+    # A message a rotation carried into the next conversation is found there, as its copy.
+    rows = rows.exclude(metadata__has_key="carried_to")
     if connection.vendor == "postgresql":
         # The expression of the index, word for word; the words are parameters.
         tsquery, params = _pg_tsquery(terms)

@@ -342,10 +342,10 @@ def session_rotate(
 
     `/clear` rotates with nothing carried forward; compaction seeds the new session with
     its summary and carries the user messages still waiting for an answer (copied with
-    their channel, sender, time, metadata and attachments; the originals stay in the
-    archive, which keeps every row). The old row is locked first, so an append racing the
-    rotation either lands before it (and is carried) or fails with SessionClosed and is
-    re-resolved.
+    their channel, sender, time, metadata and attachments, marked `carried_from`; the
+    originals stay in the archive, which keeps every row, marked `carried_to`). The old
+    row is locked first, so an append racing the rotation either lands before it (and is
+    carried) or fails with SessionClosed and is re-resolved.
     Raises SessionClosed when `session` is no longer active.
     """
     if session.kind not in (Session.Kind.CANONICAL, Session.Kind.LEGACY):
@@ -378,6 +378,11 @@ def session_rotate(
             for m in pending
         ]
         images_copy(pairs=list(zip(pending, carried)))
+        for original, copy in zip(pending, carried):
+            # The conversation goes on with the copy (its answer replies to it), so history
+            # search finds the copy alone (sessions_app.search).
+            Message.objects.filter(pk=original.pk).update(
+                metadata={**original.metadata, "carried_to": {"session": new.pk, "seq": copy.seq}})
     return RotateResult(archived=old, session=new, carried=carried)
 
 

@@ -179,3 +179,27 @@ def test_history_split_over_telegram_messages_opens_no_code_block_an_old_message
     assert parts[0].splitlines()[0].endswith(f"note 0: {words}")
     assert len(parts) == 2 and len("\n".join(parts).splitlines()) == 34  # a line a message, no fence of ours
     assert not any("`" in part for part in parts)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_search_on_telegram_finds_a_question_a_compaction_carried_over_once(
+    client, world, telegram, platform, model_server, drain
+):
+    from sessions_app.services import message_append, session_resolve, session_rotate
+
+    pair(world, "telegram", "42", world.alice)
+    old = session_resolve(tenant=world.tenant_a, qor=world.qor_a, channel="telegram", user=world.alice)
+    message_append(session=old, role="user", content="which osteria for Friday?", channel="telegram",
+                   sender_name="Alice", notify=False, awaits_answer=True)
+    # A compaction: the question, still waiting for its answer, goes on in the fresh conversation.
+    now = session_rotate(session=old, seed_summary="Alice plans Friday.", carry_unanswered=True).session
+    message_append(session=now, role="assistant", content="Osteria del Mare.", channel="telegram", notify=False)
+    Message.objects.filter(session=now, role="user").update(answer_state="answered")
+
+    post_telegram(client, telegram_update("/search osteria", message_id=1))
+    drain()
+    lines = platform.sent("sendMessage")[-1].json["text"].splitlines()
+    assert lines[0] == "Found in our conversation, newest first (“osteria”):"
+    assert lines[1].endswith(" · Telegram · Aria — Osteria del Mare.")
+    assert lines[2].endswith(" · Telegram · you — which osteria for Friday?")
+    assert len(lines) == 3

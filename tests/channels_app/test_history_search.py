@@ -53,3 +53,22 @@ def test_a_chinese_word_inside_a_long_message_is_found_and_shown_in_its_snippet(
     assert hit["snippet"].startswith("…") and "吃了寿司" in hit["snippet"] and len(hit["snippet"]) <= 182
     body = client.get(SEARCH, {"q": "猫 寿司"}).json()  # a word of one letter is a word
     assert body["terms"] == ["猫", "寿司"] and len(body["results"]) == 1
+
+
+def test_a_message_carried_into_a_fresh_conversation_is_found_once_where_it_was_answered(client, world):
+    """A compaction carries the question still waiting for its answer into the fresh
+    conversation; the archived original is not found beside its copy."""
+    old = session_resolve(tenant=world.tenant_a, qor=world.qor_a, channel="web", user=world.alice)
+    say(old, "I booked the dentist")
+    message_append(session=old, role="user", content="is the dentist on Friday?", channel="web", notify=False,
+                   awaits_answer=True)
+    now = session_rotate(session=old, seed_summary="Alice booked the dentist.", carry_unanswered=True).session
+    say(now, "Yes, the dentist is on Friday.", role="assistant")
+    client.force_login(world.alice)
+
+    results = client.get(SEARCH, {"q": "dentist"}).json()["results"]
+    assert [(r["session_id"], r["seq"], r["archived"], r["snippet"]) for r in results] == [
+        (now.pk, 2, False, "Yes, the dentist is on Friday."),
+        (now.pk, 1, False, "is the dentist on Friday?"),
+        (old.pk, 1, True, "I booked the dentist"),
+    ]

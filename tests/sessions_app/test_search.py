@@ -7,7 +7,7 @@ from django.core import checks
 from django.db import connection
 
 from sessions_app.models import Message, Session
-from sessions_app.search import message_search
+from sessions_app.search import conversation_search, message_search
 from sessions_app.services import message_append, session_resolve, session_rotate
 from tests.factories.tenancy import QorFactory
 
@@ -71,6 +71,43 @@ def test_tool_rows_notices_commands_and_replaced_answers_are_not_found(world):
     say(session, "/history Lisbon", metadata={"command": "history"})
     say(session, "Sunny in Lisbon today.", role="assistant", metadata={"reply_to": 1})
     assert found(world, "lisbon") == [(6, "Sunny in Lisbon today."), (1, "weather in Lisbon?")]
+
+
+def test_a_message_carried_through_two_rotations_is_found_once_as_its_last_copy(world, settings):
+    """Rotations (/compact, a manual compaction) carry a question still waiting for its
+    answer into the fresh conversation, and again if that one is rotated before it is
+    answered: the copy that goes on is found, never the ones left in the archives."""
+    for legacy in (False, True):
+        settings.QORVEN_LEGACY_SESSIONS = legacy
+        first = chat(world, channel="telegram")
+        say(first, f"what time is the ferry? {legacy}", channel="telegram", awaits_answer=True)
+        second = session_rotate(session=first, carry_unanswered=True).session
+        third = session_rotate(session=second, carry_unanswered=True).session
+        assert Message.objects.filter(content=f"what time is the ferry? {legacy}").count() == 3
+        hits = conversation_search(session=third, query=f"ferry {legacy}")
+        assert [(h.session_id, h.seq, h.active) for h in hits] == [(third.pk, 1, True)]
+    settings.QORVEN_LEGACY_SESSIONS = False
+    assert [seq for seq, _ in found(world, "ferry false")] == [1]
+
+
+def test_messages_carried_before_originals_were_marked_are_found_once_after_the_migration(world):
+    import importlib
+
+    from django.apps import apps
+
+    migration = importlib.import_module("sessions_app.migrations.0012_message_carried_to")
+    old = chat(world)
+    original = say(old, "the spare key is under the blue pot", awaits_answer=True)
+    now = session_rotate(session=old, carry_unanswered=True).session
+    # As a rotation before this version left it: the original unmarked.
+    Message.objects.filter(pk=original.pk).update(metadata={})
+    assert len(found(world, "spare key")) == 2
+    migration.mark_originals(apps, None)
+    migration.mark_originals(apps, None)  # twice changes nothing
+    original.refresh_from_db()
+    assert original.metadata == {"carried_to": {"session": now.pk, "seq": 1}}
+    hits = message_search(tenant=world.tenant_a, qor=world.qor_a, user=world.alice, query="spare key")
+    assert [(h.session_id, h.seq) for h in hits] == [(now.pk, 1)]
 
 
 def test_typed_search_syntax_is_only_words(world):
