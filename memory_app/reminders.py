@@ -8,7 +8,6 @@ kept in memory but never comes due by itself.
 from __future__ import annotations
 
 from datetime import UTC, date, datetime, time, tzinfo
-from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from django.contrib.auth.models import User
 from django.db.models import Q
@@ -25,12 +24,6 @@ class DueError(ValueError):
     """A due time that cannot be read; the message says what to write instead."""
 
 
-def tenant_zone(tenant: Tenant) -> ZoneInfo:
-    """The tenant's timezone (the one naive due times are read in); UTC when unset or unknown."""
-    try:
-        return ZoneInfo(tenant.timezone or "UTC")
-    except (ZoneInfoNotFoundError, ValueError):
-        return ZoneInfo("UTC")
 
 
 def due_parse(text: str, *, zone: tzinfo) -> datetime:

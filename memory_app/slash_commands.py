@@ -12,9 +12,9 @@ from sessions_app.turn_writes import turn_lease_acquire
 from tenancy.errors import NotFound
 from tenancy.slash_registry import CommandContext, slash_command
 from tenancy.trust import Trust, trust_allows
+from tenancy.zones import tenant_zone
 
 from .person_memories import PAGE, memories_listed, memory_forget, memory_kind, memory_line
-from .reminders import tenant_zone
 
 ROTATABLE = (Session.Kind.CANONICAL, Session.Kind.LEGACY)
 

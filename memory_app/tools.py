@@ -8,9 +8,10 @@ from django.utils import timezone
 from tenancy.errors import NotFound
 from tenancy.tool_registry import ToolContext, ToolError, tool
 from tenancy.trust import Trust
+from tenancy.zones import tenant_zone
 
 from .models import Memory
-from .reminders import DueError, due_parse, tenant_zone
+from .reminders import DueError, due_parse
 from .person_memories import memory_forget
 from .selectors import memory_search, skill_get, skills_for
 from .services import memory_add, reminder_add

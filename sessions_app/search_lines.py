@@ -5,10 +5,10 @@ the words looked for, are quoted with sessions_app.quoting.inert.
 from __future__ import annotations
 
 import re
-from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+from zoneinfo import ZoneInfo
 
-from tenancy.models import Tenant
 from tenancy.trust import Trust, trust_allows
+from tenancy.zones import tenant_zone
 
 from .channel_kinds import Channel
 from .fulltext import message_terms
@@ -51,7 +51,7 @@ def search_answer(*, session: Session, args: str, trust: str) -> str:
     head = (f"Found in our conversation, newest first (“{quoted}”):" if after == 0
             else f"Older matches for “{quoted}” (from #{after + 1}):")
     terms = message_terms(words)
-    zone = _zone(session.tenant)
+    zone = tenant_zone(session.tenant)
     lines = [head, *(_line(hit, number=after + i + 1, session=session, terms=terms, zone=zone)
                      for i, hit in enumerate(found[:PAGE]))]
     if len(found) > PAGE and after + PAGE < DEEPEST:
@@ -84,9 +84,3 @@ def _line(hit: SearchHit, *, number: int, session: Session, terms: list[str], zo
     text = hit_snippet(one_line(hit.content), terms, width=SNIPPET)
     return f"#{number} · {when:%d %b %Y %H:%M} · {surface} · {inert(writer)} — {inert(text)}"
 
-
-def _zone(tenant: Tenant) -> ZoneInfo:
-    try:
-        return ZoneInfo(tenant.timezone or "UTC")
-    except (ZoneInfoNotFoundError, ValueError):
-        return ZoneInfo("UTC")

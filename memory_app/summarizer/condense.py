@@ -20,7 +20,9 @@ from sessions_app.selectors import MessageRow
 
 from ..digest import DIGEST_MAX_CHARS, digest_plain_extract
 from ..models import Memory
-from ..reminders import DueError, due_parse, tenant_zone
+from tenancy.zones import tenant_zone
+
+from ..reminders import DueError, due_parse
 from .excerpts import Excerpt, clip, transcript_line
 from .model_answers import (
     FLUSH_INSTRUCTIONS,

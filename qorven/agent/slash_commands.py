@@ -1,9 +1,11 @@
 """The agent's own slash commands: /help, /retry, /status, /history."""
 from __future__ import annotations
 
+from datetime import tzinfo
 from functools import partial
 
 from tenancy.slash_registry import CommandContext, slash_command, slash_registry
+from tenancy.zones import tenant_zone
 
 
 @slash_command("help", "list the commands")
@@ -100,13 +102,14 @@ def _history(ctx: CommandContext) -> str:
     rows = rows[-count:]
     if not rows:
         return f"No {ctx.channel} messages yet."
-    return "\n".join(_history_line(m) for m in rows)
+    zone = tenant_zone(ctx.session.tenant)
+    return "\n".join(_history_line(m, zone=zone) for m in rows)
 
 
 HISTORY_WIDTH = 300  # characters of a message shown
 
 
-def _history_line(message) -> str:
+def _history_line(message, *, zone: tzinfo) -> str:
     """One line a message, quoted inert: on Telegram a line break kept from a message would
     start a line that reads as the next message (or as a fence opening a code block over
     the rest), and lines that each begin with their time and writer scan best on a phone."""
@@ -115,4 +118,4 @@ def _history_line(message) -> str:
     text = inert(message.content)
     if len(text) > HISTORY_WIDTH:
         text = text[:HISTORY_WIDTH].rstrip() + "…"
-    return f"{message.created_at:%m-%d %H:%M} {inert(message.sender_name or message.role)}: {text}"
+    return f"{message.created_at.astimezone(zone):%m-%d %H:%M} {inert(message.sender_name or message.role)}: {text}"

@@ -203,3 +203,26 @@ def test_search_on_telegram_finds_a_question_a_compaction_carried_over_once(
     assert lines[1].endswith(" · Telegram · Aria — Osteria del Mare.")
     assert lines[2].endswith(" · Telegram · you — which osteria for Friday?")
     assert len(lines) == 3
+
+
+@pytest.mark.django_db(transaction=True)
+def test_history_dates_each_message_in_the_workspaces_timezone_as_search_does(
+    client, world, telegram, platform, model_server, drain
+):
+    from datetime import datetime
+    from zoneinfo import ZoneInfo
+
+    from sessions_app.models import Message
+
+    world.tenant_a.timezone = "Asia/Tokyo"  # UTC+9, no summer time
+    world.tenant_a.save(update_fields=["timezone"])
+    pair(world, "telegram", "42", world.alice)
+    model_server.add(reply("noted"))
+    post_telegram(client, telegram_update("late question", message_id=1))
+    drain()
+    asked = Message.objects.get(content="late question")
+    Message.objects.filter(pk=asked.pk).update(created_at=datetime(2026, 3, 1, 22, 30, tzinfo=ZoneInfo("UTC")))
+    post_telegram(client, telegram_update("/history 2", message_id=2))
+    drain()
+    first = platform.sent("sendMessage")[-1].json["text"].splitlines()[0]
+    assert first.startswith("03-02 07:30 ") and first.endswith(": late question")
