@@ -57,8 +57,10 @@ def due_parse(text: str, *, zone: tzinfo) -> datetime:
 def reminders_due_in_tenant(*, tenant: Tenant, now: datetime, limit: int = 500) -> list[Memory]:
     """Every member's reminders in the tenant that have come due and not lapsed, oldest
     first, with their Qor and user loaded (for delivering them). Someone who left the
-    tenant is no longer written to: their reminders stay, undelivered."""
-    return list(_due(tenant, now).filter(user__memberships__tenant=tenant).select_related("qor", "user")[:limit])
+    tenant, or whose account was deactivated, is no longer written to (as
+    tenancy.access reads membership): their reminders stay, undelivered."""
+    return list(_due(tenant, now).filter(user__memberships__tenant=tenant, user__is_active=True)
+                .select_related("qor", "user")[:limit])
 
 
 def reminders_due(

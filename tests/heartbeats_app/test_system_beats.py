@@ -86,3 +86,22 @@ def test_a_reminder_of_someone_who_left_the_workspace_is_not_delivered(world, mo
     assert run(system_beat(world.tenant_a, world.qor_a)).output == "Delivered 0 reminder(s)."
     assert not assistant_messages(world.bob)
     assert Memory.objects.get(pk=bobs.pk).period_end is None
+
+
+def test_a_reminder_of_someone_deactivated_is_not_delivered(world, platform, drain):
+    """A deactivated account keeps its membership row but has left all the same: their
+    reminder must not reach their Telegram (it did: only a deleted membership held it back)."""
+    binding_create(tenant=world.tenant_a, qor=world.qor_a, kind="telegram",
+                   credentials={"token": "111:AAA", "secret": "tg-secret-a", "username": "aria_bot"})
+    Identity.objects.create(tenant=world.tenant_a, channel="telegram", external_id="43", user=world.bob,
+                            approval=Identity.Approval.APPROVED, trust_level=Trust.OWNER, reply_target="43")
+    bobs = reminder(world.tenant_a, world.qor_a, world.bob, "renew the acme contract", timezone.now(), ["telegram"])
+    world.bob.is_active = False
+    world.bob.save()
+
+    assert run(system_beat(world.tenant_a, world.qor_a)).output == "Delivered 0 reminder(s)."
+    drain()
+
+    assert platform.sent(r"/telegram/bot111:AAA/sendMessage") == []
+    assert not assistant_messages(world.bob)
+    assert Memory.objects.get(pk=bobs.pk).period_end is None
