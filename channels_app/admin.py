@@ -15,6 +15,7 @@ from .adapters import ADAPTERS
 from .admin_binding import BindingForm, credential_fields, kind_label
 from .models import ChannelBinding, Identity, InboundEvent, OutboundDelivery, PairingRequest
 from .pairing import DECIDABLE, pairing_approve, pairing_deny, tenant_members
+from .pairing_end import identity_pairing_end, speaks_for
 
 
 class ChannelBindingInline(TenantScopedInlineMixin, admin.TabularInline):
@@ -101,7 +102,21 @@ class IdentityAdmin(TenantScopedAdminMixin, admin.ModelAdmin):
     def save_model(self, request, obj, form, change) -> None:
         if self._for_owner_off_limits(request, obj):
             raise PermissionDenied("only an owner of the workspace links a sender to an owner")
+        before = Identity.objects.filter(pk=obj.pk).first() if change else None
         super().save_model(request, obj, form, change)
+        if before is not None and speaks_for(before, before.user_id) and not speaks_for(obj, before.user_id):
+            identity_pairing_end(identity=before, user_id=before.user_id)
+
+    def delete_model(self, request, obj) -> None:
+        super().delete_model(request, obj)
+        if speaks_for(obj, obj.user_id):
+            identity_pairing_end(identity=obj, user_id=obj.user_id)
+
+    def delete_queryset(self, request, queryset) -> None:
+        ended = [identity for identity in queryset if speaks_for(identity, identity.user_id)]
+        super().delete_queryset(request, queryset)
+        for identity in ended:
+            identity_pairing_end(identity=identity, user_id=identity.user_id)
 
 
 @admin.register(PairingRequest)

@@ -55,21 +55,26 @@ def on_message_appended(sender, message: Message, **kwargs) -> None:
 def _target(message: Message) -> tuple[ChannelBinding, str] | None:
     """Where a message goes: back where the message it answers came from, else to the
     user's last known chat on that platform with this Qor. (Every read names its order:
-    the models' default orders go through related tables, a join each.)"""
+    the models' default orders go through related tables, a join each.) A person's reply
+    goes back to the account that asked only while that account is still paired to them:
+    one whose pairing the owner ended while the model wrote is not answered there."""
     kind = PLATFORM_OF[message.channel]
     reply_to = (message.metadata or {}).get("reply_to")
     known = (_origins.get() or {}).get((message.tenant_id, message.session_id, reply_to)) if reply_to else None
-    if known is not None:
-        return known
-    if reply_to:
+    if known is None and reply_to:
         meta = Message.objects.filter(
             tenant_id=message.tenant_id, session_id=message.session_id, seq=reply_to
         ).order_by().values_list("metadata", flat=True).first() or {}
         binding_id = meta.get("binding")
         binding = binding_id and ChannelBinding.objects.filter(pk=binding_id, tenant_id=message.tenant_id).order_by().first()
         if binding and meta.get("reply_target"):
-            return binding, str(meta["reply_target"])
+            known = binding, str(meta["reply_target"]), str(meta.get("sender_id") or "")
     session = message.session
+    if known is not None:
+        binding, target, sender = known
+        if session.user_id is not None and sender and not _still_paired(binding, sender, session.user_id):
+            return None
+        return binding, target
     if session.user_id is None:
         return None
     identity = Identity.objects.filter(
@@ -81,6 +86,11 @@ def _target(message: Message) -> tuple[ChannelBinding, str] | None:
     if identity is None or binding is None:
         return None
     return binding, identity.reply_target
+
+
+def _still_paired(binding: ChannelBinding, sender: str, user_id: int) -> bool:
+    return Identity.objects.filter(tenant_id=binding.tenant_id, channel=binding.kind, external_id=sender,
+                                   user_id=user_id, approval=Identity.Approval.APPROVED).order_by().exists()
 
 
 def deliveries_plan(*, message: Message) -> int:
@@ -111,7 +121,7 @@ def deliveries_plan(*, message: Message) -> int:
 # Where the messages stored inside `origins_here()` came from — the binding and the chat to
 # answer in — by (tenant id, session id, seq), noted once committed: the reply to one of
 # them is planned without reading that message and its binding back.
-_origins: ContextVar[dict[tuple[int, int, int], tuple[ChannelBinding, str]] | None] = ContextVar(
+_origins: ContextVar[dict[tuple[int, int, int], tuple[ChannelBinding, str, str]] | None] = ContextVar(
     "qorven_origins_here", default=None)
 
 
@@ -126,14 +136,15 @@ def origins_here() -> Iterator[None]:
         _origins.reset(token)
 
 
-def origin_note(*, message: Message, binding: ChannelBinding, reply_target: str) -> None:
-    """`message` (just stored) came from `binding`'s chat `reply_target`: noted inside
-    `origins_here()` once its transaction commits (a seq rolled back may be taken again)."""
+def origin_note(*, message: Message, binding: ChannelBinding, reply_target: str, sender_id: str = "") -> None:
+    """`message` (just stored) came from `binding`'s chat `reply_target`, sent by the
+    platform's `sender_id`: noted inside `origins_here()` once its transaction commits (a
+    seq rolled back may be taken again)."""
     known = _origins.get()
     if known is None or not reply_target:
         return
     key = (message.tenant_id, message.session_id, message.seq)
-    transaction.on_commit(lambda: known.__setitem__(key, (binding, reply_target)))
+    transaction.on_commit(lambda: known.__setitem__(key, (binding, reply_target, sender_id)))
 
 
 # Sends planned inside `deliveries_here()`: (tenant id, message id), in the order committed.

@@ -301,7 +301,8 @@ def _process(binding: ChannelBinding, message: InboundMessage, event: InboundEve
         external_scope=scope, external_id=message.external_id, metadata=meta, images=images,
     )
     if result.created:
-        origin_note(message=result.message, binding=binding, reply_target=message.reply_target)
+        origin_note(message=result.message, binding=binding, reply_target=message.reply_target,
+                    sender_id=message.sender_id)
     return "accepted" if result.created else "duplicate"
 
 

@@ -10,12 +10,13 @@ import time
 from datetime import timedelta
 
 from django.conf import settings
-from django.db.models import Q
+from django.db.models import Exists, F, OuterRef, Q
 from django.utils import timezone
 
 from qorven.runtime.log_context import log_person
 from qorven.runtime.prepared_read import PreparedRead
 from sessions_app.models import Message
+from tenancy.models import Membership
 from tenancy.switches import channel_enabled
 
 from .adapters import SendError, adapter_for
@@ -116,12 +117,19 @@ def _tell_failed(tenant_id: int, message_id: int, platform: str) -> None:
                                            "platform": platform})
 
 
-# Read for every reply sent (compiled once: qorven.runtime.prepared_read).
+# Read for every reply sent (compiled once: qorven.runtime.prepared_read), with whether
+# the person whose chat it is (`person`; None for a group's) is still in the workspace
+# (`person_here`: a member, with an active account, as tenancy.access reads it).
 _waiting_parts: PreparedRead[OutboundDelivery] = PreparedRead(
     lambda tenant_id, message_id: OutboundDelivery.objects.filter(
         tenant_id=tenant_id, message_id=message_id,
         state__in=[OutboundDelivery.State.PENDING, OutboundDelivery.State.SENDING],
-    ).select_related("binding__tenant").order_by("part"),
+    ).select_related("binding__tenant").annotate(
+        person=F("message__session__user_id"),
+        person_here=Exists(Membership.objects.filter(
+            tenant_id=OuterRef("tenant_id"), user_id=OuterRef("message__session__user_id"), user__is_active=True,
+        ).order_by()),
+    ).order_by("part"),
     tenant_id=int, message_id=int,
 )
 
@@ -256,6 +264,14 @@ def _send_parts_in_order(rows: list[OutboundDelivery]) -> int:
     first = rows[0]
     adapter = adapter_for(first.binding.kind)
     assert adapter is not None, first.binding.kind  # every kind of binding has one (tests/channels_app)
+    if getattr(first, "person", None) is not None and not getattr(first, "person_here", True):
+        # Written before its person left the workspace, and held back since (a busy bot, a
+        # platform's retry-after): not sent to someone no longer in it. Nobody to tell.
+        reason = "the person is no longer a member of the workspace"
+        if OutboundDelivery.objects.filter(pk__in=[r.pk for r in rows], state=OutboundDelivery.State.PENDING).update(
+                state=OutboundDelivery.State.FAILED, last_error=reason, updated_at=timezone.now()):
+            logger.info("message %s not delivered: %s", first.message_id, reason)
+        return 0
     if not first.binding.enabled or not channel_enabled(tenant=first.binding.tenant, channel=first.binding.kind):
         # Switched off since the reply was written (or before): a switched-off channel
         # sends nothing, on every path. The parts end failed where the person sees it.
