@@ -123,6 +123,54 @@ def test_removal_from_the_tenant_closes_the_members_socket(world):
     async_to_sync(scenario)()
 
 
+def deactivate_in_the_admin(user) -> None:
+    """The host unticks "Active" on the person's admin page (a save of every field)."""
+    from django.urls import reverse
+
+    from ..admin_forms import served_form
+    from ..factories.tenancy import UserFactory
+
+    host = Client()
+    host.force_login(UserFactory(username="root", is_staff=True, is_superuser=True))
+    page = reverse("admin:auth_user_change", args=[user.pk])
+    joined = timezone.localtime(user.date_joined)  # a date and a time field on the page
+    data = {**served_form(host.get(page)), "is_active": "", "date_joined_0": joined.strftime("%Y-%m-%d"),
+            "date_joined_1": joined.strftime("%H:%M:%S")}
+    response = host.post(page, data)
+    assert response.status_code == 302, (response.context["adminform"].form.errors, [f.errors for f in response.context["inline_admin_formsets"]])
+
+
+@pytest.mark.parametrize("how", ["deactivated in the admin", "deactivated", "deleted"])
+@pytest.mark.parametrize("signed_in_with", ["session", "token"])
+def test_a_person_deactivated_or_deleted_loses_their_open_sockets(world, how, signed_in_with):
+    """Deactivation keeps the membership row: it must close the page's and the terminal's
+    socket as removal from the tenant does — and nobody else's."""
+    if signed_in_with == "token":
+        raw = api_token_create(tenant=world.tenant_a, user=world.alice)[1]
+        alices = dict(headers=[(b"authorization", f"Bearer {raw}".encode())])
+    else:
+        alices = dict(cookie=session_cookie(world.alice))
+    bobs_cookie = session_cookie(world.bob)
+
+    def end():
+        if how == "deleted":
+            world.alice.delete()
+        elif how == "deactivated":
+            world.alice.is_active = False
+            world.alice.save(update_fields=["is_active"])
+        else:
+            deactivate_in_the_admin(world.alice)
+
+    async def scenario():
+        page = await opened(communicator(ALICE_CHAT, **alices))
+        bobs = await opened(communicator(ALICE_CHAT, cookie=bobs_cookie))
+        await sync_to_async(end)()
+        await closed_as_signed_out(page)
+        await still_open(bobs)
+
+    async_to_sync(scenario)()
+
+
 def test_a_revoked_token_closes_the_socket_it_opened(world):
     token, raw = api_token_create(tenant=world.tenant_a, user=world.alice)
     _, other_raw = api_token_create(tenant=world.tenant_a, user=world.alice, name="another client")
