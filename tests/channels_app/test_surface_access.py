@@ -33,6 +33,21 @@ def remove_alice(world) -> None:
 
 def test_a_removed_owner_is_refused_on_every_surface_at_once(client, world, telegram, platform, model_server,
                                                              drain):
+    refused_everywhere(client, world, model_server, drain, remove_alice, page_status=404)
+
+
+def test_a_deactivated_owner_is_refused_on_every_surface_at_once(client, world, telegram, platform, model_server,
+                                                                 drain):
+    """Deactivation keeps the membership row: every surface must read the account too.
+    The page's sign-in ends with the account (401, as for anyone signed out)."""
+    def deactivate(world) -> None:
+        world.alice.is_active = False
+        world.alice.save(update_fields=["is_active"])
+
+    refused_everywhere(client, world, model_server, drain, deactivate, page_status=401)
+
+
+def refused_everywhere(client, world, model_server, drain, end_access, *, page_status: int) -> None:
     token = api_token_create(tenant=world.tenant_a, user=world.alice)[1]
     webchat = binding_create(tenant=world.tenant_a, qor=world.qor_a, kind="webchat",
                              credentials={"key": "wc_k", "secret": "site-secret", "origins": "https://a.example"})
@@ -41,7 +56,7 @@ def test_a_removed_owner_is_refused_on_every_surface_at_once(client, world, tele
     client.force_login(world.alice)
     model_server.default = reply("Hello.")
 
-    remove_alice(world)
+    end_access(world)
 
     api = client.post("/v1/qors/aria/messages", data=json.dumps({"content": "api"}),
                       content_type="application/json", HTTP_AUTHORIZATION=f"Bearer {token}")
@@ -55,7 +70,7 @@ def test_a_removed_owner_is_refused_on_every_surface_at_once(client, world, tele
     post_telegram(client, telegram_update("telegram"))
     drain()
 
-    assert (api.status_code, page.status_code, embed.status_code) == (401, 404, 403), (api.content, page.content,
+    assert (api.status_code, page.status_code, embed.status_code) == (401, page_status, 403), (api.content, page.content,
                                                                                        embed.content)
     assert not Message.objects.filter(role="user").exists() and model_server.requests == []
     assert Identity.objects.get(channel="telegram", external_id="42").user is None  # back to pairing
