@@ -413,3 +413,43 @@ def test_a_beat_of_someone_who_left_the_workspace_does_not_run_and_sends_their_c
     assert model_server.requests == [] and result.tokens == 0
     bobs.refresh_from_db()
     assert bobs.last_status == "skipped" and bobs.last_output == ""
+
+
+@pytest.mark.parametrize("how", ["removed", "deactivated"])
+def test_a_beat_whose_person_leaves_while_the_model_thinks_delivers_nothing(world, pills, model_server, drain, platform,
+                                                                           how):
+    """Alice leaves while her beat's model call runs: its answer must not be appended to
+    her chat (nor sent to her Telegram), and her due reminder stays due. Deactivation,
+    which keeps the membership row, was delivered."""
+    from channels_app.models import Identity
+    from channels_app.services import binding_create
+    from memory_app.models import Memory
+    from memory_app.services import reminder_add
+    from tenancy.models import Membership
+
+    from .test_membership_mid_turn import HeldModel
+
+    binding_create(tenant=world.tenant_a, qor=world.qor_a, kind="telegram",
+                   credentials={"token": "111:AAA", "secret": "tg-secret-a", "username": "aria_bot"})
+    Identity.objects.create(tenant=world.tenant_a, channel="telegram", external_id="42", user=world.alice,
+                            approval=Identity.Approval.APPROVED, reply_target="42")
+    pill = reminder_add(tenant=world.tenant_a, qor=world.qor_a, user=world.alice, content="take the pills",
+                        due=timezone.now() - timedelta(minutes=1))[0]
+    held = HeldModel(reply("Time for your pills, Alice!"), reply("unused"))
+    model_server.default = held
+    heartbeat_run_now(heartbeat=pills)
+    assert held.arrived.wait(30), "the beat never called the model"
+
+    if how == "removed":
+        Membership.objects.filter(tenant=world.tenant_a, user=world.alice).delete()
+    else:
+        world.alice.is_active = False
+        world.alice.save(update_fields=["is_active"])
+    held.release.set()
+    drain()
+
+    run_ = HeartbeatRun.objects.get(heartbeat=pills)
+    assert run_.delivered_message is None and "no longer a member" in run_.error
+    assert canonical_messages(world) == []
+    assert platform.sent(r"sendMessage") == []
+    assert Memory.objects.get(pk=pill.pk).period_end is None

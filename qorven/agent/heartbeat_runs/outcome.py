@@ -18,8 +18,7 @@ from qorven.llm.metered import Tally
 from sessions_app.errors import SessionClosed
 from sessions_app.models import Message, Session
 from sessions_app.services import message_append, session_resolve
-from tenancy.errors import NotFound
-from tenancy.selectors import membership_get
+from tenancy.access import surface_access
 
 logger = logging.getLogger(__name__)
 
@@ -68,9 +67,9 @@ def result_deliver(beat: Heartbeat, run: HeartbeatRun, content: str) -> tuple[Me
     channel; channels_app sends it to the platform. Idempotent per run."""
     if beat.deliver_to is None or not beat.deliver_channel:
         return None, ""
-    try:
-        membership_get(tenant=beat.tenant, user=beat.deliver_to)
-    except NotFound:
+    # Read again after the model call, by the one access rule: they may have been removed
+    # or deactivated (which keeps the membership row) while the model thought.
+    if surface_access(tenant=beat.tenant, user=beat.deliver_to, surface=beat.deliver_channel) is None:
         return None, f"not delivered: {beat.deliver_to} is no longer a member of {beat.tenant.slug}"
 
     def append() -> Message:
