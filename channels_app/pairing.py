@@ -65,18 +65,6 @@ def identity_get_or_create(*, tenant: Tenant, channel: str, external_id: str, di
         return Identity.objects.get(tenant=tenant, channel=channel, external_id=external_id)
 
 
-def identity_unpair(*, identity: Identity) -> Identity:
-    """The sender's user is no longer a member of the tenant: the link goes, and the
-    sender is an unknown one again (a pairing code, or silence, as the binding says)."""
-    identity.user = None
-    identity.approval = Identity.Approval.PENDING
-    identity.save(update_fields=["user", "approval", "updated_at"])
-    # The external id is a phone number or an email address on some channels: the log
-    # names the identity by its row.
-    logger.info("%s identity %s unpaired: their user left the workspace", identity.channel, identity.pk)
-    return identity
-
-
 @transaction.atomic
 def pairing_request_for(*, identity: Identity, text: str) -> PairingOutcome:
     """Issue (or re-use) the sender's pending code. Repeating before approval does not mint

@@ -37,9 +37,9 @@ from .delivery import origin_note
 from .event_insert import events_insert
 from .inbound import InboundImage, InboundMessage
 from .models import ChannelBinding, Identity, InboundEvent
-from .pairing import identity_get_or_create, identity_unpair
+from .pairing import identity_get_or_create
 from .selectors import paired_sender
-from .strangers import stranger_told, unknown_sender_answer, wait_end
+from .strangers import former_member_answer, stranger_told, unknown_sender_answer, wait_end
 
 logger = logging.getLogger(__name__)
 
@@ -285,8 +285,8 @@ def _process(binding: ChannelBinding, message: InboundMessage, event: InboundEve
     user = identity.user
     trust = surface_access(tenant=tenant, user=user, surface=binding.kind, proven=message.sender_proven,
                            cap=identity.trust_level)
-    if trust is None:  # removed from the workspace: an unknown sender again
-        return unknown_sender_answer(binding, identity_unpair(identity=identity), message)
+    if trust is None:  # removed from the workspace, or deactivated
+        return former_member_answer(binding, identity, message)
     if message.channel in CHAT_FAMILY:
         session = session_resolve(tenant=tenant, qor=qor, channel=message.channel, user=user,
                                   sender_id=message.sender_id)
@@ -316,13 +316,10 @@ def _edit_asks(session: Session, scope: str, message: InboundMessage) -> bool:
 
 def _group_member(tenant: Tenant, binding: ChannelBinding, sender_id: str) -> int | None:
     """The user a group message's sender is paired to, if they are a member of the tenant
-    now; None for a stranger. One whose user has left the workspace is unpaired, as in a
-    direct message (an unknown sender again)."""
+    now; None for a stranger, and for one whose person has left the workspace (their
+    pairing stays, for when they are let back)."""
     sender = paired_sender(tenant=tenant, channel=binding.kind, external_id=sender_id)
-    if sender is None:
-        return None
-    if sender.member_role is None:  # type: ignore[attr-defined]
-        identity_unpair(identity=sender)
+    if sender is None or sender.member_role is None:  # type: ignore[attr-defined]
         return None
     return sender.user_id
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 from django.conf import settings
 from django.core.cache import cache
 
+from tenancy.access import ACCESS_LOST_NOTICE
+
 from .adapters import adapter_for
 from .inbound import InboundMessage
 from .models import ChannelBinding, Identity
@@ -37,6 +39,24 @@ def _unknown_sender(binding: ChannelBinding, identity: Identity, message: Inboun
     send_direct(binding=binding, target=message.reply_target, text=pairing_code_message(request.code))
     return result, True
 
+
+def former_member_answer(binding: ChannelBinding, identity: Identity, message: InboundMessage) -> str:
+    """A paired account whose person has left the workspace (removed, or deactivated):
+    nothing is stored or answered, and the sender is told so in our words, as the terminal
+    tells them — not handed a pairing code, whose approval would let them back in as
+    someone new. Told at most every QORVEN_PAIRING_RESEND seconds, and only by a binding
+    that answers strangers at all; otherwise nothing is left waiting either. The pairing
+    stays: let back in, they are answered again."""
+    from .sending import send_direct
+
+    if (binding.unpaired_response == ChannelBinding.UnpairedResponse.CODE and message.reply_target
+            and _told_due(f"access-lost-told:{identity.pk}")):
+        send_direct(binding=binding, target=message.reply_target, text=ACCESS_LOST_NOTICE)
+    else:
+        wait_end(binding, message)
+    return "left"
+
+
 def stranger_told(binding: ChannelBinding, message: InboundMessage) -> None:
     """A stranger's ask that the platform shows as waiting until it is answered (Discord's
     /ask, deferred): told, in our words, that only paired people are answered there. A
@@ -61,5 +81,10 @@ def wait_end(binding: ChannelBinding, message: InboundMessage) -> None:
 def _code_due(request_id: int) -> bool:
     """Whether the pending code may be sent now: when it is new, and again at most every
     QORVEN_PAIRING_RESEND seconds to a sender who keeps writing."""
-    return settings.QORVEN_PAIRING_RESEND <= 0 or cache.add(f"pairing-code-sent:{request_id}", 1,
-                                                            settings.QORVEN_PAIRING_RESEND)
+    return _told_due(f"pairing-code-sent:{request_id}")
+
+
+def _told_due(key: str) -> bool:
+    """Whether a sender who keeps writing may be told again (at most every
+    QORVEN_PAIRING_RESEND seconds); marks them told."""
+    return settings.QORVEN_PAIRING_RESEND <= 0 or cache.add(key, 1, settings.QORVEN_PAIRING_RESEND)

@@ -179,7 +179,6 @@ def _send(owner: ChatOwner, link: Any, content: str) -> tuple[int, bool]:
 GAVE_UP = 1  # exit code: the input ended and a reply did not come within --wait
 ACCESS_LOST = 3  # exit code: the person was removed from the workspace (or signed out) meanwhile
 ACCESS_LOST_LINE = {"type": "error", "error": "you no longer have access to this workspace", "code": "access_lost"}
-ACCESS_LOST_NOTICE = "You no longer have access to this workspace."  # the same, to a person at the prompt
 ACCESS_CHECK = 1.0  # seconds between looks at the membership (--json: while waiting for replies)
 
 

@@ -25,10 +25,11 @@ from typing import Any, TextIO
 
 from django.db import close_old_connections
 
+from tenancy.access import ACCESS_LOST_NOTICE
 from tenancy.errors import NotFound
 
 from .chat import ChatOwner, chat_stop
-from .terminal import ACCESS_CHECK, ACCESS_LOST, ACCESS_LOST_NOTICE, HumanPrinter, _access_lost, _follower, _send
+from .terminal import ACCESS_CHECK, ACCESS_LOST, HumanPrinter, _access_lost, _follower, _send
 from .terminal_follow import Follower
 
 logger = logging.getLogger(__name__)

@@ -23,6 +23,10 @@ from .models import Tenant
 from .selectors import membership_active
 from .trust import Trust, lowest, role_trust
 
+# What someone refused for having left (removed, or their account deactivated) is told, on
+# every surface that can tell them: the terminal, and a paired platform account.
+ACCESS_LOST_NOTICE = "You no longer have access to this workspace."
+
 CAPS: dict[str, Trust] = {"webchat": Trust.TRUSTED, "email": Trust.TRUSTED, "sms": Trust.PAIRED}
 PROOF_NEEDED = frozenset({"email"})  # surfaces whose sender is paired at most unless proven
 UNPROVEN_CAP = Trust.PAIRED

@@ -10,7 +10,6 @@ from django.core.management import call_command
 
 from channels_app.adapters import adapter_for
 from channels_app.models import ChannelBinding, Identity, InboundEvent, PairingRequest
-from channels_app.pairing import identity_unpair
 from channels_app.receive import gateway_frame_receive
 from channels_app.services import binding_create
 from sessions_app.models import Message
@@ -92,7 +91,7 @@ def _deny(world, identity):
 
 
 def _unpair(world, identity):
-    identity_unpair(identity=identity)
+    Identity.objects.filter(pk=identity.pk).update(user=None, approval=Identity.Approval.PENDING)
 
 
 def _remove(world, identity):

@@ -88,20 +88,56 @@ def test_an_sms_from_the_owners_number_is_paired_at_most(client, world, sms, pla
     assert stored_trust("hello") == "paired"
 
 
-def test_a_removed_member_is_no_longer_answered_on_a_paired_platform_and_goes_back_to_pairing(
+def _remove(world) -> None:
+    Membership.objects.filter(tenant=world.tenant_a, user=world.alice).delete()
+
+
+def _deactivate(world) -> None:
+    world.alice.is_active = False
+    world.alice.save(update_fields=["is_active"])
+
+
+@pytest.mark.parametrize("leave", [_remove, _deactivate])
+def test_someone_who_left_is_told_so_on_a_paired_platform_as_in_the_terminal(
+    client, world, telegram, platform, model_server, drain, leave
+):
+    """A former member's paired account is told, in the terminal's words, that they no
+    longer have access — not greeted as a stranger and handed a pairing code (an owner
+    approving it would let them back in as a new person). Nothing is stored or answered;
+    told once however often they write; their account works again if they are let back."""
+    identity = pair(world, "telegram", "42", world.alice)
+    leave(world)
+    model_server.default = reply("Hello.")
+    for n in (1, 2):
+        assert post_telegram(client, telegram_update(f"still here? {n}", message_id=n)).status_code == 200
+    drain()
+
+    assert list(InboundEvent.objects.order_by("pk").values_list("result", flat=True)) == ["left", "left"]
+    assert not Message.objects.exists() and model_server.requests == []
+    assert not PairingRequest.objects.exists()
+    assert [s.json["text"] for s in platform.sent("sendMessage")] == ["You no longer have access to this workspace."]
+
+    Membership.objects.get_or_create(tenant=world.tenant_a, user=world.alice, defaults={"role": "owner"})
+    world.alice.is_active = True
+    world.alice.save(update_fields=["is_active"])
+    assert post_telegram(client, telegram_update("back again", message_id=3)).status_code == 200
+    drain()
+    identity.refresh_from_db()
+    assert (identity.user, identity.approval) == (world.alice, "approved")
+    assert stored_trust("back again") == "owner"
+
+
+def test_someone_who_left_is_not_told_by_a_binding_that_stays_silent_to_strangers(
     client, world, telegram, platform, model_server, drain
 ):
-    identity = pair(world, "telegram", "42", world.alice)
-    Membership.objects.filter(tenant=world.tenant_a, user=world.alice).delete()
-    model_server.default = reply("Hello.")
+    telegram.unpaired_response = "ignore"
+    telegram.save()
+    pair(world, "telegram", "42", world.alice)
+    _remove(world)
     assert post_telegram(client, telegram_update("still here?")).status_code == 200
     drain()
-    assert InboundEvent.objects.get().result == "pairing-code"  # stored, not answered
-    assert not Message.objects.exists() and model_server.requests == []
-    identity.refresh_from_db()
-    assert (identity.user, identity.approval) == (None, "pending")
-    (code_message,) = platform.sent("sendMessage")
-    assert PairingRequest.objects.get(identity=identity, state="pending").code in code_message.json["text"]
+    assert InboundEvent.objects.get().result == "left"
+    assert platform.sent("sendMessage") == [] and not Message.objects.exists()
 
 
 def test_a_role_change_applies_to_the_next_platform_message(client, world, telegram, platform, model_server,

@@ -10,7 +10,7 @@ import pytest
 from asgiref.sync import async_to_sync
 
 from channels_app.chat import chat_owner, chat_send
-from channels_app.models import Identity
+from channels_app.models import InboundEvent
 from channels_app.pairing import identity_get_or_create, pairing_approve, pairing_request_for
 from channels_app.services import binding_create
 from channels_app.webchat import webchat_token_sign
@@ -73,7 +73,7 @@ def refused_everywhere(client, world, model_server, drain, end_access, *, page_s
     assert (api.status_code, page.status_code, embed.status_code) == (401, page_status, 403), (api.content, page.content,
                                                                                        embed.content)
     assert not Message.objects.filter(role="user").exists() and model_server.requests == []
-    assert Identity.objects.get(channel="telegram", external_id="42").user is None  # back to pairing
+    assert InboundEvent.objects.get().result == "left"  # told they no longer have access
     assert webchat.enabled
 
 
