@@ -37,6 +37,11 @@ def end_pairing_in_the_admin(client, identity: Identity, how: str) -> None:
         page = reverse("admin:channels_app_identity_delete", args=[identity.pk])
         assert client.post(page, {"post": "yes"}).status_code == 302
         return
+    if how == "deleted from the list":
+        listing = reverse("admin:channels_app_identity_changelist")
+        assert client.post(listing, {"action": "delete_selected", "_selected_action": [identity.pk],
+                                     "post": "yes"}).status_code == 302
+        return
     page = reverse("admin:channels_app_identity_change", args=[identity.pk])
     data = served_form(client.get(page))
     data.update({"approval": "denied"} if how == "denied" else {"user": ""})
@@ -44,7 +49,7 @@ def end_pairing_in_the_admin(client, identity: Identity, how: str) -> None:
     assert response.status_code == 302, response.content.decode()[:2000]
 
 
-@pytest.mark.parametrize("how", ["denied", "unlinked", "deleted"])
+@pytest.mark.parametrize("how", ["denied", "unlinked", "deleted", "deleted from the list"])
 def test_a_sender_whose_pairing_ends_gets_no_answer_to_what_was_waiting(client, world, telegram, platform,
                                                                         model_server, drain, how):
     """Alice's Telegram account writes while her page's question is with the model; the
