@@ -100,3 +100,27 @@ def test_an_ask_taken_just_before_the_binding_was_switched_off_stops_thinking(
     drain()
     assert _said(platform) == [] and model_server.requests == []
     assert _withdrawn(platform) == ["/webhooks/9001/token-61/messages/@original"]
+
+
+@pytest.mark.parametrize("unpaired", ["ignore", "code"])
+def test_a_former_members_ask_is_told_once_or_stops_thinking(
+    client, world, bind_discord, discord_key, platform, model_server, drain, unpaired  # noqa: F811
+):
+    """Someone paired who has left the workspace: a binding that answers strangers tells
+    them they no longer have access; one that ignores strangers says nothing, and the
+    deferred /ask is taken away rather than left thinking."""
+    from tenancy.models import Membership
+
+    bind_discord(unpaired)
+    Identity.objects.create(tenant=world.tenant_a, channel="discord", external_id=ALICE_DISCORD, user=world.alice,
+                            approval=Identity.Approval.APPROVED)
+    Membership.objects.filter(tenant=world.tenant_a, user=world.alice).delete()
+    model_server.default = reply("answered")
+    post_discord(client, ask("still there?", context=1, interaction="71"), discord_key)
+    drain()
+    told, withdrawn = _said(platform), _withdrawn(platform)
+    if unpaired == "code":
+        assert told == ["You no longer have access to this workspace."] and withdrawn == []
+    else:
+        assert told == [] and withdrawn == ["/webhooks/9001/token-71/messages/@original"]
+    assert model_server.requests == [] and not Message.objects.exists()
