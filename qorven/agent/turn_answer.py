@@ -22,6 +22,7 @@ from qorven.llm import (
     ModelError,
     ModelRoute,
     ProviderUnavailable,
+    Reasoning,
     Restart,
     provider_for_role,
     route_for,
@@ -139,8 +140,12 @@ def answer_message(session: Session, pending: Message, owner: str, *, overflowed
 
     stop = StopWatch(session_id=session.pk, reply_to=pending.seq)
     written: list[str] = []
+    reasoning = False  # what streamed is, as far as can be told, reasoning with no opening tag (qorven.llm.thinking)
 
     def on_token(delta: str) -> None:
+        nonlocal reasoning
+        if delta:  # what the text so far is, with this piece (which may say it was the answer after all)
+            reasoning = isinstance(delta, Reasoning)
         stop.check()  # before the token: what the person saw is what is kept
         if isinstance(delta, Restart):  # what streamed was the model's reasoning (qorven.llm.thinking)
             restart()
@@ -171,6 +176,8 @@ def answer_message(session: Session, pending: Message, owner: str, *, overflowed
         return replace(ctx, trust=now), [t for t in offered if trust_allows(now, t.min_trust)]
 
     def after_call(completion: Completion) -> None:
+        nonlocal reasoning
+        reasoning = False  # the call ended: its text is what the completion says, an answer
         if completion.tool_calls:  # they are stored next; a final answer confirms the lease as it is stored
             turn_lease_confirm(session_id=session.pk, owner=owner)
             restart()
@@ -186,6 +193,10 @@ def answer_message(session: Session, pending: Message, owner: str, *, overflowed
             )
         except TurnStopped:
             # What was written so far is the answer, marked as stopped; nothing is retried.
+            # Not so the reasoning of a model seen writing it untagged, stopped before its
+            # closing tag: no answer was written yet (the live surfaces take it back).
+            if reasoning:
+                restart()
             text = "".join(written).strip()
             reply_end(session, pending, owner, text or STOPPED_NOTICE, metadata={"stopped": True},
                    notice="" if text else "stopped")

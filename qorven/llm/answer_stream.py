@@ -15,7 +15,7 @@ import openai
 from qorven.runtime.storable_text import storable
 
 from .errors import ModelRefused, ProviderUnavailable
-from .provider import RESTART, Completion, TokenCallback, Usage
+from .provider import RESTART, Completion, Reasoning, TokenCallback, Usage
 from .thinking import ThinkingFilter, reasoner_known, reasoner_note
 from .tool_call_deltas import ToolCallAssembler
 
@@ -104,6 +104,17 @@ def answer_read(
     room = max_chars or -1  # characters still to take; -1: no bound
     overflow = False  # more text came than there was room for, or a tool call past its bounds
     reasoned = False  # reasoning came apart from the answer (`reasoning_content`, OpenRouter's `reasoning`)
+    reasoner: bool | None = None  # the route was seen reasoning untagged (looked up once, when it matters)
+
+    def reasoning_so_far() -> bool:
+        """The text so far has no tag to tell what it is, from a model seen writing its
+        reasoning untagged: its reasoning, as far as can be told."""
+        nonlocal reasoner
+        if not thoughts.untagged or not route:
+            return False
+        if reasoner is None:
+            reasoner = reasoner_known(route)
+        return reasoner
 
     def take(text: str) -> bool:
         """Keep and stream a piece of the answer's text; False when it ran past the bound."""
@@ -125,7 +136,7 @@ def answer_read(
             parts.append(text)
             heard = time.monotonic()
             if on_token is not None:
-                on_token(text)
+                on_token(Reasoning(text) if reasoning_so_far() else text)
         return fits
 
     def watch() -> None:
@@ -189,7 +200,7 @@ def answer_read(
         # name, in its arguments) and is not run, nor any call beside it. Fed back as a
         # failed call, the model would write it again into the same limit.
         calls.clear()
-    if finish == "length" and thoughts.untagged and parts and route and reasoner_known(route):
+    if finish == "length" and parts and reasoning_so_far():
         # A model known to write its reasoning with no opening tag, stopped before its
         # closing tag: no answer came, only reasoning, taken back as its tag would have.
         parts.clear()

@@ -205,3 +205,54 @@ def test_a_model_seen_reasoning_untagged_that_a_limit_stops_mid_reasoning_gets_t
         "Hello Priya!", CUT_OFF_NOTICE]
     assert "weigh" not in json.dumps(list(Message.objects.values_list("content", flat=True)))
     assert len(model_server.requests) == 2
+
+
+@pytest.mark.parametrize("seen_reasoning", [True, False], ids=["model-seen-reasoning-untagged", "model-never-seen-so"])
+def test_stop_during_untagged_reasoning_keeps_none_of_it_from_a_model_seen_reasoning_so(
+        client, world, model_server, drain, seen_reasoning):
+    """Stopped while the reasoning streamed, before its closing tag: the reasoning was kept
+    as the stopped reply, sent on and read back by the model as its own answer. From a
+    model seen writing its reasoning untagged, text before a closing tag is its reasoning:
+    nothing was answered. From any other, nothing tells it from an answer: it stays."""
+    from qorven.agent.turn_answer import STOPPED_NOTICE
+
+    token = api_token_create(tenant=world.tenant_a, user=world.alice)[1]
+    thinking = streamed("The user asks again. ", "I should weigh ", "the options, ", "one by one, ",
+                        *(["and then some more, "] * 30), "\n</think>\n\n", "Done.")
+    thinking.chunk_delay = 0.2
+    model_server.add(BARE if seen_reasoning else reply("Hello Priya!"), thinking, reply("Fine."))
+    cookie = session_cookie(world.alice)
+
+    def post(path: str, body: dict):
+        return client.post(path, data=json.dumps(body), content_type="application/json",
+                           HTTP_AUTHORIZATION=f"Bearer {token}")
+
+    async def scenario() -> list[dict]:
+        page = communicator("/ws/chat/acme/aria/", cookie=cookie)
+        assert (await page.connect())[0]
+        await receive_until(page, lambda e: e["type"] == "session")
+        assert (await sync_to_async(post)("/v1/qors/aria/messages", {"content": "hi"})).status_code == 201
+        await receive_until(page, lambda e: e["type"] == "message.done", timeout=20)
+        assert (await sync_to_async(post)("/v1/qors/aria/messages", {"content": "and now?"})).status_code == 201
+        events = await receive_until(page, lambda e: e["type"] == "message.chunk" and "weigh" in e["delta"],
+                                     timeout=20)
+        stopped = await sync_to_async(post)("/v1/qors/aria/stop", {"reply_to": 3})
+        assert stopped.status_code == 202, stopped.content
+        events += await receive_until(page, lambda e: e["type"] == "message.done", timeout=20)
+        await page.disconnect()
+        return events
+
+    events = async_to_sync(scenario)()
+    drain()
+    (new,) = [e for e in events if e["type"] == "message.new" and e["role"] == "assistant"]
+    answer = Message.objects.get(role="assistant", seq=new["seq"])
+    assert answer.metadata.get("stopped") is True and new["content"] == answer.content
+    if seen_reasoning:
+        assert answer.content == STOPPED_NOTICE and answer.metadata.get("notice") == "stopped"
+        # The page took the streamed reasoning back before the stored reply came.
+        assert shown_at_the_end(events[:events.index(new)]) == ""
+    else:
+        assert answer.content.startswith("The user asks again. I should weigh")
+    assert post("/v1/qors/aria/messages", {"content": "so?"}).status_code == 201
+    drain()
+    assert ("weigh" in json.dumps(model_server.requests[-1]["messages"])) is not seen_reasoning
