@@ -20,7 +20,7 @@ from tenancy.models import Usage
 from tenancy.services import usage_record
 
 from ..factories.heartbeats_app import beat
-from ..fakes.model_server import Step, error, reply
+from ..fakes.model_server import Step, error, reply, tool_call
 
 pytestmark = pytest.mark.django_db(transaction=True)
 TICK = datetime(2026, 11, 30, 8, 0, tzinfo=timezone.get_fixed_timezone(0))
@@ -172,6 +172,50 @@ def test_a_run_the_length_limit_cut_before_any_answer_is_recorded_failed_and_del
     assert (pills.last_status, pills.last_error) == ("failed", result.error)
     assert canonical_messages(world) == [] and len(model_server.requests) == 1
     assert not pills.last_inputs_hash  # the next tick asks the model again
+
+
+def test_a_run_whose_tool_rounds_ran_out_is_recorded_failed_and_delivers_nothing(world, pills, model_server, settings):
+    """The model still called tools when the rounds ran out: it never answered. That was
+    recorded as HEARTBEAT_OK would be ("noop"), so the beat looked healthy in the admin."""
+    settings.QORVEN_MAX_TOOL_ROUNDS = 1
+    reminder(world, "Call the plumber", timezone.now() - timedelta(minutes=5))
+    model_server.add(tool_call("current_time", {}), tool_call("current_time", {}))
+    result = run(pills)
+
+    assert (result.status, result.reason) == ("failed", "tool_rounds")
+    assert "still called tools after 1 round" in result.error
+    pills.refresh_from_db()
+    assert (pills.last_status, pills.last_error) == ("failed", result.error)
+    assert canonical_messages(world) == [] and len(model_server.requests) == 2
+    assert not pills.last_inputs_hash  # the next tick asks the model again
+    assert reminder_due(world, "Call the plumber")  # nothing delivered: it stays due
+
+
+def reminder_due(world, content) -> bool:
+    from memory_app.models import Memory
+
+    return Memory.objects.get(tenant=world.tenant_a, type="reminder", content=content).period_end is None
+
+
+def test_an_answer_the_output_limit_cut_is_delivered_saying_so_and_recorded(world, pills, model_server):
+    """Cut after some text: the person got half a briefing with no sign it was cut, and
+    the run was recorded as a whole answer. As a turn's cut reply: kept, marked cut_off,
+    and followed by the notice that says so; the run's record says so too."""
+    from qorven.agent.turn_endings import CUT_OFF_NOTICE
+
+    model_server.add(Step(text="Good morning Alice! Today: your pills at 8, then the dentist at", finish="length"))
+    result = run(pills)
+
+    assert (result.status, result.reason) == ("ok", "cut_off")
+    assert "cut off" in result.error and "output limit" in result.error
+    pills.refresh_from_db()
+    assert (pills.last_status, pills.last_error) == ("ok", result.error)
+    answer, notice = canonical_messages(world)
+    assert (answer.role, answer.channel, answer.content, answer.metadata.get("cut_off")) == (
+        "assistant", "telegram", "Good morning Alice! Today: your pills at 8, then the dentist at", True)
+    assert (notice.role, notice.channel, notice.content, notice.metadata.get("notice")) == (
+        "system", "telegram", CUT_OFF_NOTICE, "cut_off")
+    assert result.delivered_message_id == answer.pk
 
 
 def test_unchanged_inputs_since_the_last_noop_skip_the_model_until_something_changes(world, pills, model_server):

@@ -62,23 +62,37 @@ def model_failed(beat: Heartbeat, exc: ModelError, spent: Tally, reason: str = "
                    detail=f"{exc.kind}: {exc.detail}"[:2000], spent=spent, reason=reason)
 
 
-def result_deliver(beat: Heartbeat, run: HeartbeatRun, content: str) -> tuple[Message | None, str]:
+def result_deliver(beat: Heartbeat, run: HeartbeatRun, content: str, *, cut_off: bool = False,
+                   ) -> tuple[Message | None, str]:
     """Append the result to the target user's canonical chat, tagged with the target
-    channel; channels_app sends it to the platform. Idempotent per run."""
+    channel; channels_app sends it to the platform. Idempotent per run. An answer the
+    model's output limit cut (`cut_off`) is marked so and followed by the notice a turn's
+    cut reply gets, in the same transaction: the person is never handed half a message
+    with no sign that it is half."""
+    from ..turn_endings import CUT_OFF_NOTICE
+
     if beat.deliver_to is None or not beat.deliver_channel:
         return None, ""
     # Read again after the model call, by the one access rule: they may have been removed
     # or deactivated (which keeps the membership row) while the model thought.
     if surface_access(tenant=beat.tenant, user=beat.deliver_to, surface=beat.deliver_channel) is None:
         return None, f"not delivered: {beat.deliver_to} is no longer a member of {beat.tenant.slug}"
+    tag = {"heartbeat": beat.pk, "heartbeat_name": beat.name, "run": run.pk}
 
     def append() -> Message:
         chat = session_resolve(tenant=beat.tenant, qor=beat.qor, channel=beat.deliver_channel, user=beat.deliver_to)
-        return message_append(
-            session=chat, role=Message.Role.ASSISTANT, content=content, channel=beat.deliver_channel,
-            sender_name=beat.qor.name, external_scope=f"heartbeat:{beat.pk}", external_id=f"run:{run.pk}",
-            metadata={"heartbeat": beat.pk, "heartbeat_name": beat.name, "run": run.pk},
-        ).message
+        scope = f"heartbeat:{beat.pk}"
+        with transaction.atomic():
+            message = message_append(
+                session=chat, role=Message.Role.ASSISTANT, content=content, channel=beat.deliver_channel,
+                sender_name=beat.qor.name, external_scope=scope, external_id=f"run:{run.pk}",
+                metadata={**tag, **({"cut_off": True} if cut_off else {})},
+            ).message
+            if cut_off:
+                message_append(session=chat, role=Message.Role.SYSTEM, content=CUT_OFF_NOTICE,
+                               channel=beat.deliver_channel, external_scope=scope, external_id=f"run:{run.pk}:cut_off",
+                               metadata={**tag, "notice": "cut_off"})
+            return message
 
     try:
         return append(), ""

@@ -36,6 +36,11 @@ logger = logging.getLogger(__name__)
 
 CUT_BEFORE_ANSWER = ("the model's output limit ran out before it wrote an answer (spent thinking, or in a tool "
                      "call): raise the heartbeat model's output limit or shorten the beat's task")
+CUT_MID_ANSWER = ("cut off: the model's output limit ran out partway through its answer{delivered}: raise the "
+                  "heartbeat model's output limit or shorten the beat's task")
+DELIVERED_CUT = " (delivered as far as it went, with a notice saying so)"
+ROUNDS_RAN_OUT = ("the model still called tools after {rounds} round(s) of them and never answered: narrow the "
+                  "beat's task (whoever runs this workspace can raise QORVEN_MAX_TOOL_ROUNDS)")
 
 
 def run_heartbeat(
@@ -163,8 +168,14 @@ def _execute(beat: Heartbeat, run: HeartbeatRun, spent: Tally, *, manual: bool) 
         completion = converse(beat, run, session, user, route, context, spent)
     finally:
         session_archive(session_id=session.pk)
-    content = completion.content if completion is not None else ""
-    if completion is not None and completion.cut_off and not content.strip():
+    if completion is None:
+        # Not "nothing to say" either: the model never answered, and asking again would
+        # most likely go round the same tools. Recorded for the admin, nothing delivered.
+        logger.warning("heartbeat %s: the model still called tools when its rounds ran out", beat.pk)
+        return Outcome(HeartbeatRun.Status.FAILED, reason="tool_rounds", session=session, spent=spent,
+                       error=ROUNDS_RAN_OUT.format(rounds=settings.QORVEN_MAX_TOOL_ROUNDS))
+    content = completion.content
+    if completion.cut_off and not content.strip():
         # Not "nothing to say": the model never got to say anything. Asking again within
         # the same limit would be cut the same way, so it is not retried.
         logger.warning("heartbeat %s: the model's output limit ended the run before any answer", beat.pk)
@@ -173,9 +184,15 @@ def _execute(beat: Heartbeat, run: HeartbeatRun, spent: Tally, *, manual: bool) 
     if not content.strip() or NOOP.fullmatch(content.strip()):
         return Outcome(HeartbeatRun.Status.NOOP, output=content.strip(), session=session, inputs_hash=inputs_hash,
                        spent=spent)
-    delivered, error = result_deliver(beat, run, content)
+    delivered, error = result_deliver(beat, run, content, cut_off=completion.cut_off)
+    if completion.cut_off:
+        # Delivered, but not whole: the run says so (reason and error) wherever it is read.
+        logger.warning("heartbeat %s: the model's output limit cut its answer", beat.pk)
+        cut = CUT_MID_ANSWER.format(delivered=DELIVERED_CUT if delivered else "")
+        error = "; ".join(e for e in (cut, error) if e)
     return Outcome(HeartbeatRun.Status.OK, output=content, error=error, session=session, delivered=delivered,
-                   inputs_hash="", spent=spent, reminders_done=context.reminder_ids if delivered else [], at=now)
+                   reason="cut_off" if completion.cut_off else "", inputs_hash="", spent=spent,
+                   reminders_done=context.reminder_ids if delivered else [], at=now)
 
 
 def _former_member(beat: Heartbeat) -> User | None:
