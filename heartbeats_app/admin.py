@@ -141,7 +141,10 @@ class HeartbeatAdmin(TenantScopedAdminMixin, admin.ModelAdmin):
     @admin.display(description="last status", ordering="last_status")
     def status(self, obj: Heartbeat) -> str:
         colour = {"ok": "green", "noop": "grey", "skipped": "grey", "failed": "#ba2121"}.get(obj.last_status, "")
-        return format_html('<span style="color:{}" title="{}">{}</span>', colour, obj.last_error, obj.last_status)
+        label = obj.last_status
+        if obj.last_status == "ok" and obj.last_error:  # went through, not cleanly: cut off, or not delivered
+            colour, label = "#b26b00", "ok ⚠"
+        return format_html('<span style="color:{}" title="{}">{}</span>', colour, obj.last_error, label)
 
     def get_form(self, request, obj=None, change=False, **kwargs):
         form = super().get_form(request, obj, change, **kwargs)

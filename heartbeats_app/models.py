@@ -88,7 +88,12 @@ class HeartbeatRun(models.Model):
     tick = models.DateTimeField(help_text="The scheduled time this run is for (a manual run: when it was asked).")
     manual = models.BooleanField(default=False)
     status = models.CharField(max_length=8, choices=Status.choices, default=Status.RUNNING)
-    reason = models.CharField(max_length=32, blank=True, default="", help_text="Why a run was skipped.")
+    reason = models.CharField(
+        max_length=32, blank=True, default="",
+        help_text="Why a run was skipped (left, budget, offline, unchanged) or failed (unavailable, interrupted, "
+                  "cut_off, tool_rounds; empty: see its error), or why an ok run's answer is not whole (cut_off: "
+                  "delivered as far as it went, with a notice).",
+    )
     attempts = models.PositiveSmallIntegerField(default=1)
     started_at = models.DateTimeField(default=timezone.now)
     finished_at = models.DateTimeField(null=True, blank=True)

@@ -129,6 +129,19 @@ def test_the_beat_list_shows_next_run_last_status_and_tokens(client, world, dana
     assert ">ok</span>" in page and "4,321 tokens" in page and "08:00" in page and "never" in page
 
 
+def test_a_last_run_that_went_through_with_an_error_stands_out_in_the_beat_list(client, world, dana, beats):
+    """An answer delivered cut off (or not delivered) is "ok" with an error: it showed as
+    green as a clean run, its error only in a tooltip."""
+    from datetime import datetime, timezone
+
+    Heartbeat.objects.filter(pk=beats["acme"].pk).update(
+        last_status="ok", last_error="cut off: the model's output limit ran out partway through its answer",
+        last_run_at=datetime(2026, 3, 4, 8, 0, 5, tzinfo=timezone.utc))
+    client.force_login(dana)
+    page = client.get(url("heartbeats_app_heartbeat_changelist")).content.decode()
+    assert 'title="cut off: the model&#x27;s output limit ran out partway through its answer">ok ⚠</span>' in page
+
+
 def test_managed_beats_are_read_only_in_the_admin(client, world, dana, beats):
     client.force_login(dana)
     page = client.get(url("heartbeats_app_heartbeat_change", beats["managed"].pk)).content.decode()
