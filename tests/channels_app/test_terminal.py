@@ -111,6 +111,21 @@ def test_the_terminal_starts_a_taken_back_reply_on_a_line_of_its_own():
     assert out.getvalue().splitlines()[-1] == "… Hello Priya!"
 
 
+def test_a_reply_stopped_during_reasoning_ends_on_the_stored_notice_not_the_reasoning():
+    """Stopped before a closing tag, a model's untagged reasoning is taken back (`restart`)
+    and the stored reply is the stopped notice: the terminal's last line is that."""
+    from qorven.agent.turn_answer import STOPPED_NOTICE
+
+    out = io.StringIO()
+    printer = HumanPrinter(out, color=False)
+    printer({"type": "chunk", "reply_to": 3, "delta": "The user asks again. I should weigh"})
+    printer({"type": "restart", "reply_to": 3})
+    printer({"type": "message.new", "seq": 4, "role": "assistant", "content": STOPPED_NOTICE, "channel": "tui",
+             "sender_name": "Aria", "created_at": "2026-12-05T10:00:00+00:00", "reply_to": 3, "streamed": False,
+             "stopped": True, "notice": "stopped"})
+    assert out.getvalue().splitlines()[-1].endswith(f"Aria: {STOPPED_NOTICE} (stopped)")
+
+
 def test_json_mode_waits_for_the_end_of_each_streamed_reply():
     pending = Pending()
     pending.add(5)
