@@ -13,6 +13,6 @@ class Migration(migrations.Migration):
         migrations.AlterField(
             model_name='heartbeatrun',
             name='reason',
-            field=models.CharField(blank=True, default='', help_text="Why a run was skipped (left, budget, offline, unchanged) or failed (unavailable, interrupted, cut_off, tool_rounds; empty: see its error), or why an ok run's answer is not whole (cut_off: delivered as far as it went, with a notice).", max_length=32),
+            field=models.CharField(blank=True, default='', help_text="Why a run was skipped (left, budget, offline, unchanged) or failed (unavailable, interrupted, cut_off, tool_rounds; empty: see its error), or why an ok run's answer is not whole (cut_off, withheld: delivered as far as it went, with a notice).", max_length=32),
         ),
     ]

@@ -52,6 +52,7 @@ def reply_end(
 
 CUT_OFF_NOTICE = "My reply hit its length limit and was cut off there. Say \"go on\" and I'll continue."
 WITHHELD_NOTICE = "The model provider's content filter stopped my reply there; the rest of it was withheld."
+CUT_SHORT_NOTICES = {"cut_off": CUT_OFF_NOTICE, "withheld": WITHHELD_NOTICE}  # by `cut_short`'s reason
 
 
 def cut_short(completion: Completion) -> str:
@@ -67,7 +68,7 @@ def cut_short_notice(session: Session, pending: Message, completion: Completion)
     key = cut_short(completion)
     if not key:
         return
-    text = CUT_OFF_NOTICE if key == "cut_off" else WITHHELD_NOTICE
+    text = CUT_SHORT_NOTICES[key]
     try:
         message_append(session=session, role=Message.Role.SYSTEM, content=text, channel=pending.channel,
                        metadata={"notice": key, "reply_to": pending.seq})

@@ -197,24 +197,28 @@ def reminder_due(world, content) -> bool:
     return Memory.objects.get(tenant=world.tenant_a, type="reminder", content=content).period_end is None
 
 
-def test_an_answer_the_output_limit_cut_is_delivered_saying_so_and_recorded(world, pills, model_server):
+@pytest.mark.parametrize(("finish", "reason", "said"), [
+    ("length", "cut_off", "output limit"),
+    ("content_filter", "withheld", "content filter"),
+], ids=["output-limit", "content-filter"])
+def test_an_answer_cut_partway_is_delivered_saying_so_and_recorded(world, pills, model_server, finish, reason, said):
     """Cut after some text: the person got half a briefing with no sign it was cut, and
-    the run was recorded as a whole answer. As a turn's cut reply: kept, marked cut_off,
-    and followed by the notice that says so; the run's record says so too."""
-    from qorven.agent.turn_endings import CUT_OFF_NOTICE
+    the run was recorded as a whole answer. As a turn's cut reply: kept, marked so, and
+    followed by the notice that says so; the run's record says so too."""
+    from qorven.agent.turn_endings import CUT_OFF_NOTICE, WITHHELD_NOTICE
 
-    model_server.add(Step(text="Good morning Alice! Today: your pills at 8, then the dentist at", finish="length"))
+    model_server.add(Step(text="Good morning Alice! Today: your pills at 8, then the dentist at", finish=finish))
     result = run(pills)
 
-    assert (result.status, result.reason) == ("ok", "cut_off")
-    assert "cut off" in result.error and "output limit" in result.error
+    assert (result.status, result.reason) == ("ok", reason)
+    assert said in result.error and "delivered as far as it went" in result.error
     pills.refresh_from_db()
     assert (pills.last_status, pills.last_error) == ("ok", result.error)
     answer, notice = canonical_messages(world)
-    assert (answer.role, answer.channel, answer.content, answer.metadata.get("cut_off")) == (
+    assert (answer.role, answer.channel, answer.content, answer.metadata.get(reason)) == (
         "assistant", "telegram", "Good morning Alice! Today: your pills at 8, then the dentist at", True)
-    assert (notice.role, notice.channel, notice.content, notice.metadata.get("notice")) == (
-        "system", "telegram", CUT_OFF_NOTICE, "cut_off")
+    assert (notice.role, notice.channel, notice.metadata.get("notice")) == ("system", "telegram", reason)
+    assert notice.content == {"cut_off": CUT_OFF_NOTICE, "withheld": WITHHELD_NOTICE}[reason]
     assert result.delivered_message_id == answer.pk
 
 

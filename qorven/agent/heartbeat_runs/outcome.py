@@ -62,14 +62,15 @@ def model_failed(beat: Heartbeat, exc: ModelError, spent: Tally, reason: str = "
                    detail=f"{exc.kind}: {exc.detail}"[:2000], spent=spent, reason=reason)
 
 
-def result_deliver(beat: Heartbeat, run: HeartbeatRun, content: str, *, cut_off: bool = False,
+def result_deliver(beat: Heartbeat, run: HeartbeatRun, content: str, *, cut: str = "",
                    ) -> tuple[Message | None, str]:
     """Append the result to the target user's canonical chat, tagged with the target
-    channel; channels_app sends it to the platform. Idempotent per run. An answer the
-    model's output limit cut (`cut_off`) is marked so and followed by the notice a turn's
-    cut reply gets, in the same transaction: the person is never handed half a message
-    with no sign that it is half."""
-    from ..turn_endings import CUT_OFF_NOTICE
+    channel; channels_app sends it to the platform. Idempotent per run. An answer cut
+    partway (`cut`: "cut_off" by a length limit, "withheld" by the provider's content
+    filter, as qorven.agent.turn_endings.cut_short says) is marked so and followed by the
+    notice a turn's cut reply gets, in the same transaction: the person is never handed
+    half a message with no sign that it is half."""
+    from ..turn_endings import CUT_SHORT_NOTICES
 
     if beat.deliver_to is None or not beat.deliver_channel:
         return None, ""
@@ -86,12 +87,12 @@ def result_deliver(beat: Heartbeat, run: HeartbeatRun, content: str, *, cut_off:
             message = message_append(
                 session=chat, role=Message.Role.ASSISTANT, content=content, channel=beat.deliver_channel,
                 sender_name=beat.qor.name, external_scope=scope, external_id=f"run:{run.pk}",
-                metadata={**tag, **({"cut_off": True} if cut_off else {})},
+                metadata={**tag, **({cut: True} if cut else {})},
             ).message
-            if cut_off:
-                message_append(session=chat, role=Message.Role.SYSTEM, content=CUT_OFF_NOTICE,
-                               channel=beat.deliver_channel, external_scope=scope, external_id=f"run:{run.pk}:cut_off",
-                               metadata={**tag, "notice": "cut_off"})
+            if cut:
+                message_append(session=chat, role=Message.Role.SYSTEM, content=CUT_SHORT_NOTICES[cut],
+                               channel=beat.deliver_channel, external_scope=scope, external_id=f"run:{run.pk}:{cut}",
+                               metadata={**tag, "notice": cut})
             return message
 
     try:

@@ -28,6 +28,7 @@ from tenancy.errors import NotFound
 from tenancy.models import Tenant
 from tenancy.selectors import budget_exhausted, membership_get
 
+from ..turn_endings import cut_short
 from .outcome import Outcome, model_failed, result_deliver, run_finish
 from .retries import RunFailed
 from .subagent import NOOP, converse, run_context
@@ -36,8 +37,12 @@ logger = logging.getLogger(__name__)
 
 CUT_BEFORE_ANSWER = ("the model's output limit ran out before it wrote an answer (spent thinking, or in a tool "
                      "call): raise the heartbeat model's output limit or shorten the beat's task")
-CUT_MID_ANSWER = ("cut off: the model's output limit ran out partway through its answer{delivered}: raise the "
-                  "heartbeat model's output limit or shorten the beat's task")
+# Our words for an answer cut partway, by qorven.agent.turn_endings.cut_short's reason.
+CUT_PARTWAY = {
+    "cut_off": ("cut off: the model's output limit ran out partway through its answer{delivered}: raise the "
+                "heartbeat model's output limit or shorten the beat's task"),
+    "withheld": "withheld: the model provider's content filter stopped its answer partway{delivered}",
+}
 DELIVERED_CUT = " (delivered as far as it went, with a notice saying so)"
 ROUNDS_RAN_OUT = ("the model still called tools after {rounds} round(s) of them and never answered: narrow the "
                   "beat's task (whoever runs this workspace can raise QORVEN_MAX_TOOL_ROUNDS)")
@@ -184,15 +189,16 @@ def _execute(beat: Heartbeat, run: HeartbeatRun, spent: Tally, *, manual: bool) 
     if not content.strip() or NOOP.fullmatch(content.strip()):
         return Outcome(HeartbeatRun.Status.NOOP, output=content.strip(), session=session, inputs_hash=inputs_hash,
                        spent=spent)
-    delivered, error = result_deliver(beat, run, content, cut_off=completion.cut_off)
-    if completion.cut_off:
+    cut = cut_short(completion)
+    delivered, error = result_deliver(beat, run, content, cut=cut)
+    if cut:
         # Delivered, but not whole: the run says so (reason and error) wherever it is read.
-        logger.warning("heartbeat %s: the model's output limit cut its answer", beat.pk)
-        cut = CUT_MID_ANSWER.format(delivered=DELIVERED_CUT if delivered else "")
-        error = "; ".join(e for e in (cut, error) if e)
+        logger.warning("heartbeat %s: its answer was cut partway (%s)", beat.pk, cut)
+        error = "; ".join(e for e in (CUT_PARTWAY[cut].format(delivered=DELIVERED_CUT if delivered else ""), error)
+                          if e)
     return Outcome(HeartbeatRun.Status.OK, output=content, error=error, session=session, delivered=delivered,
-                   reason="cut_off" if completion.cut_off else "", inputs_hash="", spent=spent,
-                   reminders_done=context.reminder_ids if delivered else [], at=now)
+                   reason=cut, inputs_hash="", spent=spent, reminders_done=context.reminder_ids if delivered else [],
+                   at=now)
 
 
 def _former_member(beat: Heartbeat) -> User | None:

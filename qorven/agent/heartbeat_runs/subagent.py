@@ -21,6 +21,7 @@ from sessions_app.selectors import MessageRow, canonical_session_find, messages_
 from sessions_app.services import message_append
 
 from ..project import project_context_for
+from ..turn_endings import cut_short
 
 HEARTBEAT_OK = "HEARTBEAT_OK"
 CONTRACT = """\
@@ -126,5 +127,5 @@ def converse(
         return None
     message_append(session=session, role=Message.Role.ASSISTANT, content=completion.content,
                    channel=Channel.CRON, sender_name=qor.name,
-                   metadata={**tag, "model": completion.model, **({"cut_off": True} if completion.cut_off else {})})
+                   metadata={**tag, "model": completion.model, **({cut: True} if (cut := cut_short(completion)) else {})})
     return completion
