@@ -92,7 +92,8 @@ def answer_read(
     `deadline` (time.monotonic()), a limit of `seconds`; at most `max_chars` of text, and of
     each tool call, and at most `max_tool_calls` calls (0: no bound), then the stream is let
     go and the answer is cut there. `route` names the server and model (what is learned
-    of their reasoning is kept under it: qorven.llm.thinking). Raises ProviderUnavailable or ModelRefused when what
+    of their reasoning is kept under it: qorven.llm.thinking; from a model seen reasoning
+    untagged, text before any closing tag streams as `Reasoning`). Raises ProviderUnavailable or ModelRefused when what
     came is not an answer."""
     parts: list[str] = []
     calls = ToolCallAssembler(max_chars=max_chars, max_calls=max_tool_calls)
