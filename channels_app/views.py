@@ -11,6 +11,7 @@ from functools import wraps
 from django.conf import settings
 from django.contrib.auth.decorators import login_required
 from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
+from django.middleware.csrf import get_token
 from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.utils.http import content_disposition_header
@@ -83,6 +84,7 @@ def chat_page(request: HttpRequest, qor_slug: str) -> HttpResponse:
         "maxUpload": settings.QORVEN_MAX_UPLOAD,
         # Messages stored before this are history: shown, never announced (server clock).
         "openedAt": int(time.time() * 1000),
+        "csrfToken": get_token(request),  # the JSON posts' X-CSRFToken
     }
     return render(request, "chat/chat.html", {
         "owner": owner,

@@ -18,6 +18,7 @@ from django.views.decorators.clickjacking import xframe_options_exempt
 from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_GET
 
+from qorven.runtime.security_headers import frame_ancestors_set
 from sessions_app.channel_kinds import Channel
 from tenancy.errors import NotFound
 
@@ -64,7 +65,6 @@ def frame(request: HttpRequest, key: str) -> HttpResponse:
         binding = webchat_binding(public_key=key)
     except WebchatRefused as exc:
         return HttpResponse(str(exc), status=exc.status)
-    origins = " ".join(str(binding.credentials.get("origins", "")).replace(",", " ").split())
     config = {
         "key": key,
         "qorName": binding.qor.name,
@@ -79,7 +79,8 @@ def frame(request: HttpRequest, key: str) -> HttpResponse:
         "openedAt": int(time.time() * 1000),
     }
     response = render(request, "webchat/frame.html", {"config": config, "qor": binding.qor})
-    response["Content-Security-Policy"] = f"frame-ancestors {origins or '*'}"
+    # The binding's sites may frame it (none named: any); the rest of its policy is every page's.
+    frame_ancestors_set(response, str(binding.credentials.get("origins", "")).replace(",", " ").split())
     response["Referrer-Policy"] = "no-referrer"
     return response
 

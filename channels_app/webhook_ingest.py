@@ -42,6 +42,7 @@ from django.http import HttpResponse, JsonResponse
 
 from qorven.runtime.database import DATABASE_DOWN, connections_drop_broken, database_down_response
 from qorven.runtime.publish import publishes_held
+from qorven.runtime.security_headers import plain_headers
 
 from .receive import inbound_store
 from .webhooks import OK, Prepared, undelivered_record, webhook_prepare
@@ -61,6 +62,7 @@ class Answer:
 
     @classmethod
     def of(cls, response: HttpResponse) -> Answer:
+        plain_headers(response.headers)  # Django's middleware never sees it
         body = response.content
         headers = [(name.encode("ascii"), value.encode("latin-1")) for name, value in response.items()
                    if name.lower() != "content-length"]

@@ -18,6 +18,7 @@ from channels_app.consumers.live_chat import RAW_SEND  # noqa: E402
 from channels_app.routing import websocket_urlpatterns  # noqa: E402
 from channels_app.webhook_ingest import WebhookIngest  # noqa: E402
 from qorven.runtime.client_address import ForwardedClient  # noqa: E402
+from qorven.runtime.security_headers import basic_headers  # noqa: E402
 from qorven.runtime.steady_threads import SteadyThreads  # noqa: E402
 
 from django.core.exceptions import SuspiciousFileOperation  # noqa: E402
@@ -28,8 +29,8 @@ class StaticFiles(ASGIStaticFilesHandler):
     """Django's static files handler, answering 404 to a path that tries to leave the
     static folders (`/static/%2e%2e/…`) instead of letting the error escape as a 500.
 
-    It answers before Django's middleware, so it sets what SecurityMiddleware would
-    (nosniff). The files' names do not change between versions, so a browser is told to
+    It answers before Django's middleware, so it sets what that would (nosniff,
+    Referrer-Policy). The files' names do not change between versions, so a browser is told to
     check them again on every page load (a 304 while unchanged): by its own guess from
     Last-Modified it kept a script for days, and ran the previous version's chat page
     against an upgraded server."""
@@ -39,7 +40,7 @@ class StaticFiles(ASGIStaticFilesHandler):
             response = super().serve(request)
         except SuspiciousFileOperation:
             raise Http404("no such file") from None
-        response.headers.setdefault("X-Content-Type-Options", "nosniff")
+        basic_headers(response.headers)  # nosniff, Referrer-Policy
         response.headers.setdefault("Cache-Control", "no-cache")
         return response
 

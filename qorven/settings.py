@@ -79,6 +79,8 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
+    # First, so every answer gets them, the probes' included (qorven/runtime/security_headers.py).
+    "qorven.runtime.security_headers.SecurityHeadersMiddleware",
     "qorven.health.ProbesMiddleware",  # first: probes come by IP, over plain HTTP
     "django.middleware.security.SecurityMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
