@@ -153,6 +153,9 @@ def test_a_stored_origin_cannot_add_sources_to_the_frames_policy(client, webchat
     directives = policy(client.get(f"/webchat/{WEBCHAT_KEY}/frame"))
     assert directives["frame-ancestors"] == ["https://b.example"]
     assert directives["script-src"] == ["'self'"]
+    # Sites named, none of them one: framed nowhere, not anywhere.
+    ChannelBinding.objects.filter(pk=webchat.pk).update(credentials={**credentials, "origins": "'self' data:"})
+    assert policy(client.get(f"/webchat/{WEBCHAT_KEY}/frame"))["frame-ancestors"] == ["'none'"]
 
 
 def test_the_webchat_script_and_the_json_api_are_never_sniffed_nor_framed(client, world, webchat):
