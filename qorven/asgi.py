@@ -18,7 +18,7 @@ from channels_app.consumers.live_chat import RAW_SEND  # noqa: E402
 from channels_app.routing import websocket_urlpatterns  # noqa: E402
 from channels_app.webhook_ingest import WebhookIngest  # noqa: E402
 from qorven.runtime.client_address import ForwardedClient  # noqa: E402
-from qorven.runtime.security_headers import basic_headers  # noqa: E402
+from qorven.runtime.security_headers import plain_headers  # noqa: E402
 from qorven.runtime.steady_threads import SteadyThreads  # noqa: E402
 
 from django.core.exceptions import SuspiciousFileOperation  # noqa: E402
@@ -30,18 +30,23 @@ class StaticFiles(ASGIStaticFilesHandler):
     static folders (`/static/%2e%2e/…`) instead of letting the error escape as a 500.
 
     It answers before Django's middleware, so it sets what that would (nosniff,
-    Referrer-Policy). The files' names do not change between versions, so a browser is told to
-    check them again on every page load (a 304 while unchanged): by its own guess from
-    Last-Modified it kept a script for days, and ran the previous version's chat page
-    against an upgraded server."""
+    Referrer-Policy, the policy of an answer that is no page), on its 404s too. The
+    files' names do not change between versions, so a browser is told to check them
+    again on every page load (a 304 while unchanged): by its own guess from
+    Last-Modified it kept a script for days, and ran the previous version's chat page against
+    an upgraded server."""
 
     def serve(self, request):
         try:
             response = super().serve(request)
         except SuspiciousFileOperation:
             raise Http404("no such file") from None
-        basic_headers(response.headers)  # nosniff, Referrer-Policy
         response.headers.setdefault("Cache-Control", "no-cache")
+        return response
+
+    async def get_response_async(self, request):
+        response = await super().get_response_async(request)
+        plain_headers(response.headers)
         return response
 
 

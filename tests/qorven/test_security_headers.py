@@ -178,9 +178,12 @@ def test_static_files_probes_and_webhooks_carry_the_headers_too(world):
     binding_create(tenant=world.tenant_a, qor=world.qor_a, kind="telegram",
                    credentials={"token": "111:AAA", "secret": "tg-secret-a", "username": "aria_bot"})
     script = asgi_get("/static/qorven/chat.js")
-    assert script.status_code == 200
-    assert script.headers["X-Content-Type-Options"] == "nosniff"
-    assert script.headers["Referrer-Policy"] == "same-origin"
+    missing = asgi_get("/static/qorven/nothing.js")  # Django's 404 page, made by the static handler
+    assert (script.status_code, missing.status_code) == (200, 404)
+    for response in (script, missing):
+        assert response.headers["X-Content-Type-Options"] == "nosniff"
+        assert response.headers["Referrer-Policy"] == "same-origin"
+        assert response.headers["Content-Security-Policy"] == "default-src 'none'; frame-ancestors 'none'"
     probe = asgi_get("/healthz", host="10.0.0.7")  # a probe by address, answered before the host check
     assert probe.status_code == 200
     assert probe.headers["X-Content-Type-Options"] == "nosniff"
