@@ -9,7 +9,7 @@ class ChannelsAppConfig(AppConfig):
 
     def ready(self) -> None:
         from sessions_app.channel_kinds import Channel
-        from sessions_app.signals import message_appended
+        from sessions_app.signals import answers_dropped, message_appended
         from tenancy.switches import channels_register
 
         from .adapters import ADAPTERS
@@ -22,6 +22,10 @@ class ChannelsAppConfig(AppConfig):
 
         message_appended.connect(on_message_appended, dispatch_uid="channels_app.live_events")
         message_appended.connect(deliver_on_append, dispatch_uid="channels_app.delivery")
+
+        from .strangers import on_answers_dropped
+
+        answers_dropped.connect(on_answers_dropped, dispatch_uid="channels_app.strangers")
 
         from qorven.runtime.task_scope import task_scope_register
 

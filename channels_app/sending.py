@@ -283,6 +283,9 @@ def _send_parts_in_order(rows: list[OutboundDelivery]) -> int:
         if failed:
             logger.info("message %s not delivered: %s", first.message_id, reason)
             _tell_failed(first.tenant_id, first.message_id, first.binding.kind)
+            if not adapter.target_lasts(first.target) and nothing_sent_to(first.binding, first.target):
+                # Nothing went out there: an /ask is not left thinking (nothing more is said).
+                adapter.withdraw(first.binding, first.target)
         return 0
     sent = 0
     for row in rows:
@@ -328,6 +331,28 @@ def _send_parts_in_order(rows: list[OutboundDelivery]) -> int:
         )
         sent += 1
     return sent
+
+
+def one_off_target(message: Message) -> tuple[ChannelBinding, str] | None:
+    """The binding and one-off target (a Discord interaction's token) a platform message
+    was asked at, if it was (see Adapter.target_lasts); None for any other message."""
+    meta = message.metadata or {}
+    target, binding_id = str(meta.get("reply_target") or ""), meta.get("binding")
+    if not target or not binding_id:
+        return None
+    binding = ChannelBinding.objects.filter(tenant_id=message.tenant_id, pk=binding_id).order_by().first()
+    adapter = adapter_for(binding.kind) if binding is not None else None
+    if binding is None or adapter is None or adapter.target_lasts(target):
+        return None
+    return binding, target
+
+
+def nothing_sent_to(binding: ChannelBinding, target: str) -> bool:
+    """Whether no part has gone out to this one-off target: a Discord interaction's first
+    follow-up takes the place of its deferred response, which is then the answer, never
+    to be withdrawn."""
+    return not OutboundDelivery.objects.filter(
+        tenant_id=binding.tenant_id, binding=binding, target=target, state=OutboundDelivery.State.SENT).exists()
 
 
 def send_direct(*, binding: ChannelBinding, target: str, text: str) -> None:

@@ -1,5 +1,6 @@
 """What a sender the Qor does not answer is told: a pairing code, a notice where the
-platform shows them waiting, or nothing — and then nothing left waiting either."""
+platform shows them waiting, or nothing — and then nothing left waiting either, whether
+they were never answered (a stranger) or their answer was dropped (answers_dropped)."""
 from __future__ import annotations
 
 from django.conf import settings
@@ -10,6 +11,7 @@ from tenancy.access import ACCESS_LOST_NOTICE
 from .adapters import adapter_for
 from .inbound import InboundMessage
 from .models import ChannelBinding, Identity
+from .sending import one_off_target
 from .pairing import pairing_code_message, pairing_request_for
 
 
@@ -76,6 +78,17 @@ def wait_end(binding: ChannelBinding, message: InboundMessage) -> None:
     adapter = adapter_for(binding.kind)
     if adapter is not None and message.reply_target and not adapter.target_lasts(message.reply_target):
         adapter.withdraw(binding, message.reply_target)
+
+
+def on_answers_dropped(sender, messages: list, **kwargs) -> None:
+    """Signal receiver: messages that will get no reply and no notice. Those asked where
+    the platform shows their sender waiting (a one-off target) have the waiting taken
+    away, by a task: the platform is not called from the request that dropped them."""
+    from .tasks import wait_end_task
+
+    for message in messages:
+        if one_off_target(message) is not None:
+            wait_end_task.delay(message.tenant_id, message.pk)
 
 
 def _code_due(request_id: int) -> bool:

@@ -15,6 +15,7 @@ from qorven.runtime.log_context import log_context
 from qorven.runtime.publish import tasks_publish
 from qorven.runtime.task_scope import task_checkpoint_on
 
+from .adapters import adapter_for
 from .delivery import deliveries_here, origins_here
 from .sending import RetryLater, deliver_message
 from .receive import InboundBusy, inbound_event, inbound_process
@@ -164,6 +165,22 @@ def deliveries_plan_task(self, tenant_id: int, message_id: int) -> int:
         except DATABASE_DOWN as exc:
             connections_drop_broken()
             raise self.retry(exc=exc, countdown=DATABASE_RETRY_DELAY) from None
+
+
+@shared_task(name="channels_app.wait_end", acks_late=True)
+def wait_end_task(tenant_id: int, message_id: int) -> None:
+    """Take away what the platform shows the sender of a message that will get no answer
+    while they wait (a Discord /ask's deferred response). Best effort, once."""
+    from sessions_app.models import Message
+
+    from .sending import nothing_sent_to, one_off_target
+
+    with log_context(tenant=tenant_id, message_id=message_id):
+        message = Message.objects.filter(tenant_id=tenant_id, pk=message_id).first()
+        found = one_off_target(message) if message is not None else None
+        if found is not None and nothing_sent_to(*found):
+            binding, target = found
+            adapter_for(binding.kind).withdraw(binding, target)
 
 
 @shared_task(name="channels_app.sweep", acks_late=True)

@@ -27,7 +27,7 @@ from .attachments import images_copy
 from .channel_kinds import CHAT_FAMILY, OWN_SESSION_CHANNELS
 from .errors import SessionClosed
 from .models import Message, Session
-from .signals import message_appended
+from .signals import answers_dropped, message_appended
 
 
 @dataclass(frozen=True)
@@ -270,12 +270,20 @@ def message_transcribed(*, message: Message, content: str, metadata: dict[str, A
         setattr(message, name, value)
 
 
-def message_answer_fail(*, message: Message, error: str) -> None:
+def message_answer_fail(*, message: Message, error: str, told: bool = True) -> None:
     """The message will not be answered (refused, never fits, out of tries): it stops
-    waiting, so the messages after it are answered, and keeps why for the admin."""
+    waiting, so the messages after it are answered, and keeps why for the admin. Not
+    `told`: no notice says so either (answers_dropped, once committed)."""
     Message.objects.filter(pk=message.pk).update(answer_state=Message.Answer.FAILED, answer_error=error[:4000])
     message.answer_state = Message.Answer.FAILED
     session_mark_replied(session_id=message.session_id, through_seq=message.seq)
+    if not told:
+        _dropped_soon([message])
+
+
+def _dropped_soon(messages: list[Message]) -> None:
+    if messages:
+        transaction.on_commit(lambda: answers_dropped.send(sender=Message, messages=messages))
 
 
 def messages_retry_failed(*, session: Session) -> list[int]:
@@ -354,7 +362,10 @@ def session_rotate(
         old = Session.objects.select_for_update().get(pk=session.pk)
         if old.state != Session.State.ACTIVE:
             raise SessionClosed(f"session {old.pk} is not active")
-        pending = _unanswered(old) if carry_unanswered else []
+        pending = _unanswered(old)
+        if not carry_unanswered:  # /clear: what was still waiting is not answered
+            _dropped_soon(pending)
+            pending = []
         old.state = Session.State.ARCHIVED
         old.ended_at = timezone.now()
         fields = ["state", "ended_at"]

@@ -46,11 +46,12 @@ class SendError(Exception):
     deliver it twice."""
 
     def __init__(self, message: str, *, permanent: bool, retry_after: float | None = None,
-                 ambiguous: bool = False) -> None:
+                 ambiguous: bool = False, status: int | None = None) -> None:
         super().__init__(message)
         self.permanent = permanent
         self.retry_after = retry_after
         self.ambiguous = ambiguous
+        self.status = status  # the platform's HTTP status, when it answered
 
 
 # Raised once the request may have reached the platform: read errors and timeouts come
@@ -197,8 +198,9 @@ class Adapter:
         text = response.text[:300]
         if response.status_code == 429 or response.status_code >= 500:
             after = retry_after if retry_after is not None else retry_after_seconds(response.headers.get("Retry-After"))
-            raise SendError(f"{response.status_code}: {text}", permanent=False, retry_after=after)
-        raise SendError(f"{response.status_code}: {text}", permanent=True)
+            raise SendError(f"{response.status_code}: {text}", permanent=False, retry_after=after,
+                            status=response.status_code)
+        raise SendError(f"{response.status_code}: {text}", permanent=True, status=response.status_code)
 
     @staticmethod
     def accepted_id(response: httpx.Response, *path: str | int) -> str:

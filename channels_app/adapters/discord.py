@@ -25,6 +25,7 @@ from .base import (
     Adapter,
     Parsed,
     ProofFailed,
+    SendError,
     WebhookRejected,
     checked_media,
     download_limited,
@@ -121,7 +122,8 @@ class DiscordAdapter(Adapter):
             text=question or "(empty question)",
             group=shared, thread_id=str(body.get("channel_id", "")) if shared else "",
             addressed=True,
-            reply_target=FOLLOWUP + str(body.get("token", "")),
+            # The chat is named too: an answer later than the token's 15 minutes goes there.
+            reply_target=f"{FOLLOWUP}{body.get('channel_id') or ''}:{body.get('token') or ''}",
         )
         return Parsed([message], JsonResponse({"type": DEFERRED_CHANNEL_MESSAGE}))
 
@@ -182,7 +184,7 @@ class DiscordAdapter(Adapter):
         if not target.startswith(FOLLOWUP):
             return
         url = (f"{settings.DISCORD_API_BASE.rstrip('/')}/webhooks/{binding.lookup_key}/"
-               f"{target[len(FOLLOWUP):]}/messages/@original")
+               f"{interaction_of(target)[1]}/messages/@original")
         try:
             with self.http() as client:
                 response = client.delete(url)
@@ -195,12 +197,26 @@ class DiscordAdapter(Adapter):
                            response.status_code)
 
     def send(self, binding: ChannelBinding, target: str, text: str) -> str:
-        base = settings.DISCORD_API_BASE.rstrip("/")
+        """A follow-up to an /ask (its interaction's token), else a message in a channel.
+        Discord refuses a token after 15 minutes (401, Invalid Webhook Token): an answer
+        that came later (a slow model, a queue) is posted in the chat the /ask was in."""
+        if not target.startswith(FOLLOWUP):
+            return self._post(binding, target, text)
+        channel, token = interaction_of(target)
+        url = f"{settings.DISCORD_API_BASE.rstrip('/')}/webhooks/{binding.lookup_key}/{token}"
+        try:
+            return self._post(binding, channel, text, url=url)
+        except SendError as exc:
+            if exc.status != 401 or not channel:
+                raise
+        logger.info("an /ask's token on binding %s has lapsed; its answer goes to its channel", binding.pk)
+        return self._post(binding, channel, text)
+
+    def _post(self, binding: ChannelBinding, channel: str, text: str, *, url: str = "") -> str:
+        """One message: in `channel` as the bot, or to an interaction's webhook `url`."""
         headers: dict[str, str] = {}
-        if target.startswith(FOLLOWUP):
-            url = f"{base}/webhooks/{binding.lookup_key}/{target[len(FOLLOWUP):]}"
-        else:
-            url = f"{base}/channels/{target}/messages"
+        if not url:
+            url = f"{settings.DISCORD_API_BASE.rstrip('/')}/channels/{channel}/messages"
             headers["Authorization"] = f"Bot {binding.credentials.get('bot_token', '')}"
         try:
             with self.http() as client:
@@ -217,3 +233,11 @@ class DiscordAdapter(Adapter):
                 retry_after = None
         self.raise_for_status(response, retry_after=retry_after)
         return self.accepted_id(response, "id")
+
+
+def interaction_of(target: str) -> tuple[str, str]:
+    """(channel id, interaction token) of a follow-up target, `followup:<channel id>:<token>`;
+    the channel is "" in one stored before it was named (`followup:<token>`)."""
+    rest = target[len(FOLLOWUP):]
+    channel, sep, token = rest.partition(":")
+    return (channel, token) if sep and channel.isdigit() else ("", rest)

@@ -82,7 +82,8 @@ def not_a_member_end(session: Session, pending: Message, owner: str) -> None:
     logger.info("message %s of session %s not answered: its sender is no longer a member", pending.seq, session.pk)
     with transaction.atomic():
         turn_lease_confirm(session_id=session.pk, owner=owner)
-        message_answer_fail(message=pending, error="the sender is no longer a member of the workspace")
+        message_answer_fail(message=pending, error="the sender is no longer a member of the workspace",
+                            told=False)
         state = {"type": "message.answer", "seq": pending.seq, "answer_state": Message.Answer.FAILED}
         transaction.on_commit(lambda: broadcast_soon(session.pk, state))
 
