@@ -39,6 +39,7 @@ from .inbound import InboundImage, InboundMessage
 from .models import ChannelBinding, Identity, InboundEvent
 from .pairing import identity_get_or_create
 from .selectors import paired_sender
+from .services import group_chat_migrate
 from .strangers import former_member_answer, stranger_told, unknown_sender_answer, wait_end
 
 logger = logging.getLogger(__name__)
@@ -239,6 +240,10 @@ def _process(binding: ChannelBinding, message: InboundMessage, event: InboundEve
     if not binding.enabled or not channel_enabled(tenant=tenant, channel=binding.kind):
         wait_end(binding, message)  # nothing is said on it: nor is an /ask left thinking
         return "switched-off"
+    if message.extra.get("migrated_from"):  # the group chat has a new id: its conversation follows
+        group_chat_migrate(binding=binding, channel=message.channel, old_chat=str(message.extra["migrated_from"]),
+                           new_chat=message.thread_id)
+        return "group-migrated"
     scope = f"{binding.kind}:{binding.pk}"
     if not message.sender_name:
         message = message.model_copy(update={"sender_name": _display_name(binding, message.sender_id)})

@@ -52,6 +52,7 @@ class SendError(Exception):
         self.retry_after = retry_after
         self.ambiguous = ambiguous
         self.status = status  # the platform's HTTP status, when it answered
+        self.migrated_to: int | None = None  # Telegram: the chat's new id, when it refused the old one
 
 
 # Raised once the request may have reached the platform: read errors and timeouts come

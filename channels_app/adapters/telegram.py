@@ -98,6 +98,10 @@ class TgMessage(BaseModel):
     # A forum topic's thread (is_topic_message); any supergroup names one for a reply too.
     message_thread_id: int | None = None
     is_topic_message: bool = False
+    # The service messages of a group upgraded to a supergroup, which gets a new chat id:
+    # in the old chat, the new id; in the new chat, the old one.
+    migrate_to_chat_id: int | None = None
+    migrate_from_chat_id: int | None = None
 
     model_config = {"populate_by_name": True}
 
@@ -164,6 +168,8 @@ class TelegramAdapter(Adapter):
             logger.info("ignoring an unreadable Telegram update: %s", exc)
             return Parsed([])
         sender = message.from_
+        if not edit and (message.migrate_to_chat_id or message.migrate_from_chat_id):
+            return Parsed([self._migrated(message)])
         if sender is None or sender.is_bot:
             return Parsed([])
         text = message.text or message.caption
@@ -198,6 +204,21 @@ class TelegramAdapter(Adapter):
             extra=extra,
         )
         return Parsed([inbound])
+
+    @staticmethod
+    def _migrated(message: TgMessage) -> InboundMessage:
+        """A group upgraded to a supergroup, told in the old chat or in the new one: the
+        group's conversation moves to the new chat id (channels_app.receive). Nothing to
+        answer or keep as chatter."""
+        if message.migrate_to_chat_id:
+            old, new = message.chat.id, message.migrate_to_chat_id
+        else:
+            old, new = message.migrate_from_chat_id or 0, message.chat.id
+        return InboundMessage(
+            channel="telegram", external_id=f"{message.chat.id}:{message.message_id}",
+            sender_id=str(message.from_.id) if message.from_ else "", group=True, thread_id=str(new),
+            addressed=False, extra={"migrated_from": str(old)},
+        )
 
     @staticmethod
     def _reply_target(message: TgMessage) -> str:
@@ -292,6 +313,20 @@ class TelegramAdapter(Adapter):
         return len(text.encode("utf-16-le")) // 2
 
     def send(self, binding: ChannelBinding, target: str, text: str) -> str:
+        """sendMessage to the chat (and forum topic) of `target`. A group upgraded to a
+        supergroup meanwhile is refused by its old id with the new one named
+        (`parameters.migrate_to_chat_id`): the part goes there, once."""
+        try:
+            return self._send(binding, target, text)
+        except SendError as exc:
+            moved = exc.migrated_to
+            if moved is None:
+                raise
+        chat, sep, topic = target.partition(TOPIC_SEP)
+        logger.info("a Telegram group on binding %s became a supergroup; its reply goes to the new chat", binding.pk)
+        return self._send(binding, f"{moved}{sep}{topic}", text)
+
+    def _send(self, binding: ChannelBinding, target: str, text: str) -> str:
         token = binding.credentials.get("token", "")
         url = f"{settings.TELEGRAM_API_BASE.rstrip('/')}/bot{token}/sendMessage"
         chat, _, topic = target.partition(TOPIC_SEP)
@@ -309,5 +344,18 @@ class TelegramAdapter(Adapter):
                 retry_after = float(response.json().get("parameters", {}).get("retry_after"))
             except (ValueError, TypeError, AttributeError):
                 retry_after = None
-        self.raise_for_status(response, retry_after=retry_after)
+        try:
+            self.raise_for_status(response, retry_after=retry_after)
+        except SendError as exc:
+            exc.migrated_to = _migrated_to(response) if response.status_code == 400 else None
+            raise
         return self.accepted_id(response, "result", "message_id")
+
+
+def _migrated_to(response: Any) -> int | None:
+    """The new chat id Telegram names when refusing a group that became a supergroup."""
+    try:
+        moved = response.json().get("parameters", {}).get("migrate_to_chat_id")
+    except (ValueError, AttributeError):
+        return None
+    return moved if isinstance(moved, int) and not isinstance(moved, bool) else None
