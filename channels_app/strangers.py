@@ -3,6 +3,8 @@ platform shows them waiting, or nothing — and then nothing left waiting either
 they were never answered (a stranger) or their answer was dropped (answers_dropped)."""
 from __future__ import annotations
 
+import logging
+
 from django.conf import settings
 from django.core.cache import cache
 
@@ -11,8 +13,10 @@ from tenancy.access import ACCESS_LOST_NOTICE
 from .adapters import adapter_for
 from .inbound import InboundMessage
 from .models import ChannelBinding, Identity
-from .sending import one_off_target
 from .pairing import pairing_code_message, pairing_request_for
+from .sending import one_off_target
+
+logger = logging.getLogger(__name__)
 
 
 def unknown_sender_answer(binding: ChannelBinding, identity: Identity, message: InboundMessage) -> str:
@@ -87,8 +91,12 @@ def on_answers_dropped(sender, messages: list, **kwargs) -> None:
     from .tasks import wait_end_task
 
     for message in messages:
-        if one_off_target(message) is not None:
+        if one_off_target(message) is None:
+            continue
+        try:
             wait_end_task.delay(message.tenant_id, message.pk)
+        except Exception as exc:  # a broker away: Discord ends the thinking itself, in 15 minutes
+            logger.warning("could not queue the end of a wait for message %s: %s", message.pk, type(exc).__name__)
 
 
 def _code_due(request_id: int) -> bool:
