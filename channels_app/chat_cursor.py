@@ -142,6 +142,12 @@ class ChatCursor:
         reply_to, delta = event["reply_to"], event["delta"]
         if reply_to in self.finished:
             return Step()
+        frames = []
+        if event.get("restart") and self.streams.get(reply_to):
+            # The first chunk of a new try: what the client holds is a dead try's text
+            # (its worker died mid-reply), not the start of this one. Start afresh.
+            self.streams[reply_to] = 0
+            frames.append({"type": "message.stream", "reply_to": reply_to, "text": ""})
         have = self.streams.get(reply_to, 0)
         offset = event.get("offset")
         if offset is None:
@@ -149,10 +155,10 @@ class ChatCursor:
         if offset + len(delta) <= have:
             return Step()  # the snapshot already held it
         if offset > have:
-            return Step(snapshot=reply_to)  # a chunk went missing: the text so far instead
+            return Step(frames=frames, snapshot=reply_to)  # a chunk went missing: the text so far instead
         delta = delta[have - offset:]
         self.streams[reply_to] = have + len(delta)
-        return Step(frames=[{"type": "message.chunk", "reply_to": reply_to, "delta": delta, "offset": have}])
+        return Step(frames=[*frames, {"type": "message.chunk", "reply_to": reply_to, "delta": delta, "offset": have}])
 
     def _finish(self, reply_to: int) -> None:
         if reply_to not in self.finished:

@@ -77,8 +77,10 @@ def _redis(session_id: int) -> tuple[Any, str, str] | None:
     return shared_redis(), cache.make_key(key), cache.make_key(f"{key}:text")
 
 
-def stream_chunk(session_id: int, reply_to: int, delta: str) -> int:
-    """Record `delta` as the next piece of the reply to `reply_to`; return its offset."""
+def stream_chunk(session_id: int, reply_to: int, delta: str) -> tuple[int, bool]:
+    """Record `delta` as the next piece of the reply to `reply_to`; return its offset, and
+    whether it replaces the text an earlier try of the same reply left streaming (a try
+    whose worker died mid-reply: its text stayed, and clients hold it)."""
     size = len(delta.encode())
     with _lock:
         stream = _open.pop((session_id, reply_to), None) or _Stream()
@@ -95,17 +97,19 @@ def stream_chunk(session_id: int, reply_to: int, delta: str) -> int:
         while len(_latest) > _MAX_OPEN:
             _latest.popitem(last=False)
     redis = _redis(session_id)
+    replaced = False
     if redis is not None:
         try:
-            _append(redis, stream, reply_to, delta, before, before + size)
+            replaced = _append(redis, stream, reply_to, delta, before, before + size)
         except Exception:  # the next chunk finds the stored text short and writes it whole
             logger.warning("could not keep the stream buffer of session %s", session_id, exc_info=True)
-    return offset
+    return offset, replaced
 
 
-def _append(redis: tuple[Any, str, str], stream: _Stream, reply_to: int, delta: str, before: int, after: int) -> None:
+def _append(redis: tuple[Any, str, str], stream: _Stream, reply_to: int, delta: str, before: int, after: int) -> bool:
     """Append `delta` to the stored text, which held `before` bytes of `reply_to`'s;
-    write the text whole when it did not."""
+    write the text whole when it did not. True when a try's first chunk found text of
+    the same reply stored: another try's, which no longer streams."""
     client, reply_key, text_key = redis
     with client.pipeline(transaction=True) as pipe:
         pipe.getset(reply_key, reply_to)
@@ -113,16 +117,20 @@ def _append(redis: tuple[Any, str, str], stream: _Stream, reply_to: int, delta: 
         if before:
             pipe.append(text_key, delta)
         else:
+            pipe.strlen(text_key)
             pipe.set(text_key, delta)
         pipe.expire(text_key, STREAM_TTL)
-        held, _, written, _ = pipe.execute()
-    if before and (held is None or int(held) != reply_to or written != after):
+        held, _, written, *_ = pipe.execute()
+    if not before:
+        return held is not None and int(held) == reply_to and written > 0
+    if held is None or int(held) != reply_to or written != after:
         with _lock:
             text = stream.text()
         with client.pipeline(transaction=True) as pipe:
             pipe.set(reply_key, reply_to, ex=STREAM_TTL)
             pipe.set(text_key, text, ex=STREAM_TTL)
             pipe.execute()
+    return False
 
 
 def stream_restart(session_id: int, reply_to: int) -> None:
@@ -182,7 +190,9 @@ def stream_track(session_id: int, event: dict[str, Any]) -> dict[str, Any]:
     kind = event.get("type")
     try:
         if kind == "message.chunk":
-            return {**event, "offset": stream_chunk(session_id, int(event["reply_to"]), str(event["delta"]))}
+            offset, replaced = stream_chunk(session_id, int(event["reply_to"]), str(event["delta"]))
+            # `restart`: clients drop the dead try's text they hold, as for a message.restart.
+            return {**event, "offset": offset, "restart": True} if replaced else {**event, "offset": offset}
         if kind == "message.done":
             stream_end(session_id, int(event["reply_to"]))
         if kind == "message.restart":

@@ -84,6 +84,22 @@ def test_a_missing_chunk_is_replaced_by_the_text_so_far_as_a_frame_or_as_the_mis
     assert page.stream({"reply_to": 9, "text": "other"}, reply_to=4) == []  # another reply by now
 
 
+@pytest.mark.parametrize("deltas", [False, True])
+def test_a_new_tries_first_chunk_replaces_the_dead_tries_text_the_client_holds(deltas):
+    """The client held 15 characters a dead worker streamed; the next try's chunks at
+    offsets 0.. were dropped or glued after them ("The dead try'sFresh…")."""
+    cursor = cursor_at(3, deltas=deltas)
+    cursor.live(chunk(3, "The dead try's ", 0))
+    step = cursor.live({**chunk(3, "Fresh", 0), "restart": True})
+    assert step.frames == [{"type": "message.stream", "reply_to": 3, "text": ""},
+                           {"type": "message.chunk", "reply_to": 3, "delta": "Fresh", "offset": 0}]
+    assert cursor.live(chunk(3, " text", 5)).frames[0]["offset"] == 5
+    # A client that holds nothing of the reply needs no reset.
+    fresh = cursor_at(3, deltas=deltas)
+    assert fresh.live({**chunk(3, "Fresh", 0), "restart": True}).frames == [
+        {"type": "message.chunk", "reply_to": 3, "delta": "Fresh", "offset": 0}]
+
+
 def test_done_reads_the_reply_first_when_it_was_not_sent_and_ends_the_stream():
     cursor = cursor_at(4)
     cursor.live(chunk(4, "Hi", 0))

@@ -73,6 +73,25 @@ def test_a_restarted_reply_snapshots_only_its_new_text():
     stream_end(SESSION, 8)
 
 
+@pytest.mark.skipif(not settings.REDIS_URL, reason="the text outlives its producer only in Redis")
+def test_a_new_tries_first_chunk_over_a_dead_tries_text_tells_clients_to_start_afresh():
+    """A worker killed mid-reply left its text in Redis; the try that answers again (in
+    another process) streamed over it at offset 0, and pages holding the dead text kept it
+    as the start of the new reply."""
+    from qorven.runtime.streams import streams_forget
+
+    _chunk(12, "The dead try's ")
+    _chunk(12, "words")
+    streams_forget()  # the process that streamed them is gone
+    first = _chunk(12, "Fresh")
+    assert first["offset"] == 0 and first["restart"] is True
+    assert "restart" not in _chunk(12, " text")
+    assert stream_snapshot(SESSION) == {"reply_to": 12, "text": "Fresh text"}
+    stream_end(SESSION, 12)
+    assert "restart" not in _chunk(12, "Regenerated after the end")  # nothing left behind: not a restart
+    stream_end(SESSION, 12)
+
+
 def test_the_next_reply_replaces_the_last_ones_snapshot_and_an_old_end_leaves_it():
     _chunk(9, "first reply")
     _chunk(11, "second")
