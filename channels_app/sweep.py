@@ -9,7 +9,8 @@ schedule, `__qorven_sweep__`) and whenever a worker starts — with no grace per
 `qorven serve` starts on the embedded default, whose previous run took its queue with it:
 
 - sessions with a message still waiting for its answer and nobody holding the session
-  (its lease ran out: QORVEN_TURN_LEASE) get their turn queued;
+  (its lease ran out: QORVEN_TURN_LEASE) get their turn queued — at once when a turn
+  held it and died, otherwise once the message is older than the grace period;
 - inbound events still pending, or claimed by a task that died, are processed;
 - voice notes still waiting for their transcript long after the transcription task's own
   retries would have ended are transcribed again (once per that period);
@@ -162,8 +163,12 @@ def sweep(*, restart: bool = False) -> SweepReport:
     pending = Message.objects.filter(answer_state=Message.Answer.PENDING)  # the partial index's rows
     # Active sessions only, in the query: a batch taken first and narrowed after was filled
     # by archived chats still holding a question, and an active chat's never came up.
+    # A session whose turn let its lease run out without letting go (its worker died) has
+    # nobody answering it: its messages wait no grace, so a dead turn is taken over once
+    # QORVEN_TURN_LEASE has passed, as the lease promises, not 30 s after the message came.
     waiting = (
-        pending.filter(created_at__lte=now - grace, session__state=Session.State.ACTIVE)
+        pending.filter(Q(created_at__lte=now - grace) | Q(session__turn_lease_until__lt=now),
+                       session__state=Session.State.ACTIVE)
         .exclude(metadata__has_key="voice", metadata__voice="pending")
         .values_list("session_id", flat=True).distinct()[:BATCH]
     )

@@ -47,6 +47,20 @@ def test_a_message_whose_turn_died_is_answered_once_its_sessions_lease_runs_out(
     assert sweep().turns == 0  # nothing left
 
 
+def test_a_fresh_message_whose_turn_died_is_taken_over_once_the_lease_runs_out_not_after_the_grace(
+    world, model_server, drain
+):
+    """A worker killed mid-reply a few seconds after the message came: its lease (5 s, as
+    set) ran out, yet the sweeper waited until the message was 30 s old."""
+    model_server.default = reply("Back again.")
+    held = orphaned_message(world, "still there?", lease_until=timezone.now() - timedelta(seconds=1))
+    Message.objects.filter(pk=held.pk).update(created_at=timezone.now() - timedelta(seconds=6))
+    assert sweep().turns == 1
+    drain()
+    held.refresh_from_db()
+    assert held.answer_state == "answered"
+
+
 def test_a_fresh_message_is_left_to_the_turn_queued_for_it(world, model_server, drain):
     session = session_resolve(tenant=world.tenant_a, qor=world.qor_a, channel="web", user=world.alice)
     model_server.default = reply("ok")

@@ -1,0 +1,160 @@
+"""A `qorven worker`'s child process killed outright (SIGKILL to that child alone, as the
+kernel's OOM killer does) in the middle of a turn that streams to an open chat page, on
+PostgreSQL + Redis with `qorven serve` and `qorven beat`.
+
+The parent worker notices its child is gone and starts another; the turn's session is
+held by the dead child's lease until it runs out, and then the message is answered again
+from the start. It is answered once, sent to Telegram once, and the chat page — one open
+before the kill and one opened after it, while the dead turn's text is all there is —
+never shows a reply made of two tries (what the dead try streamed, finished with what
+the new one streams past it), only the new try's text as it streams, then the reply.
+"""
+from __future__ import annotations
+
+import asyncio
+import json
+import subprocess
+import threading
+import time
+from collections import Counter
+
+import httpx
+import pytest
+import websockets
+
+from channels_app.services import binding_create
+from sessions_app.models import Message
+from tenancy.services import api_token_create
+
+from ..channels_app.conftest import pair
+from ..fakes.model_server import reply
+from ..processes import Processes, free_port, needs_postgres_and_redis, wait_for
+from .test_load import SECRET, _answers, _server_env
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.reliability, needs_postgres_and_redis]
+
+DOOMED = "Let me think about that for a little while before I answer you."  # the try that dies
+LEASE = 5  # seconds: QORVEN_TURN_LEASE
+ANSWER = "Here it is: the whole answer, written by the second try."
+
+
+class Page:
+    """A chat page's socket, its streaming reply painted as chat.js paints it."""
+
+    def __init__(self, url: str, *, origin: str, token: str) -> None:
+        self.url, self.origin, self.token = url, origin, token
+        self.streams: dict[int, str] = {}
+        self.shown: list[str] = []  # every text a streaming reply was shown with
+        self.replies: list[str] = []
+        self.stopping = threading.Event()
+
+    def run(self) -> None:
+        try:
+            asyncio.run(self._run())
+        except websockets.ConnectionClosed:
+            pass  # the server stopping at the end
+
+    async def _run(self) -> None:
+        async with websockets.connect(self.url, origin=self.origin, open_timeout=10,
+                                      additional_headers={"Authorization": f"Bearer {self.token}"}) as ws:
+            while not self.stopping.is_set():
+                try:
+                    frame = json.loads(await asyncio.wait_for(ws.recv(), 0.3))
+                except asyncio.TimeoutError:
+                    continue
+                self.see(frame)
+
+    def see(self, frame: dict) -> None:
+        kind = frame["type"]
+        if kind == "message.stream":
+            self._show(frame["reply_to"], frame["text"])
+        elif kind == "message.chunk":
+            text = self.streams.get(frame["reply_to"], "")
+            if frame["offset"] <= len(text):
+                self._show(frame["reply_to"], text[:frame["offset"]] + frame["delta"])
+        elif kind == "message.new" and frame["role"] == "assistant":
+            self.streams.pop(frame["reply_to"], None)
+            self.replies.append(frame["content"])
+
+    def _show(self, reply_to: int, text: str) -> None:
+        self.streams[reply_to] = text
+        self.shown.append(text)
+
+
+def _children(pid: int) -> list[int]:
+    out = subprocess.run(["pgrep", "-P", str(pid)], capture_output=True, text=True).stdout
+    return [int(p) for p in out.split()]
+
+
+def test_a_worker_child_killed_mid_turn_answers_once_and_the_page_never_mixes_two_tries(
+    world, model_server, platform
+):
+    binding_create(tenant=world.tenant_a, qor=world.qor_a, kind="telegram",
+                   credentials={"token": "111:AAA", "secret": SECRET, "username": "aria_bot"})
+    pair(world, "telegram", "42", world.alice)
+    token = api_token_create(tenant=world.tenant_a, user=world.alice)[1]
+    tries: list[float] = []
+
+    def model(body):
+        tries.append(time.monotonic())
+        if len(tries) == 1:
+            return reply(DOOMED, chunk_size=4, chunk_delay=1.0)  # slow: killed partway
+        return reply(ANSWER, chunk_size=4, chunk_delay=0.2)
+
+    model_server.default = model
+    port = free_port()
+    base = f"http://127.0.0.1:{port}"
+    env = {**_server_env(model_server, platform), "QORVEN_SWEEP_INTERVAL": "2", "QORVEN_TURN_LEASE": str(LEASE)}
+    processes = Processes()
+    pages: list[Page] = []
+    try:
+        processes.purge(env)
+        worker = processes.worker(env, concurrency=1)
+        processes.start("beat", "--max-interval", "1", env=env)
+        server = processes.start("serve", "--no-migrate", "--port", str(port), env=env)
+        assert wait_for(lambda: _answers(base + "/healthz"), 90), server.output
+
+        def open_page() -> Page:
+            page = Page(f"ws://127.0.0.1:{port}/ws/chat/acme/aria/", origin=base, token=token)
+            threading.Thread(target=page.run, daemon=True).start()
+            pages.append(page)
+            return page
+
+        before = open_page()
+        time.sleep(1)
+        update = {"update_id": 9001, "message": {
+            "message_id": 1, "from": {"id": 42, "is_bot": False, "first_name": "Alice"},
+            "chat": {"id": 42, "type": "private"}, "date": int(time.time()), "text": "tell me"}}
+        assert httpx.post(f"{base}/v1/webhooks/telegram", json=update,
+                          headers={"x-telegram-bot-api-secret-token": SECRET}, timeout=10).status_code == 200
+        assert wait_for(lambda: any(len(t) >= 12 for t in before.shown), 30, processes=processes), worker.output
+        (child,) = _children(worker.popen.pid)
+        subprocess.run(["kill", "-9", str(child)], check=True)
+        killed_at = time.monotonic()
+        after = open_page()  # shown what the dead try left streaming, until the next try starts
+
+        assert wait_for(lambda: len(platform.sent("sendMessage")) >= 1, 90, processes=processes), (
+            f"not sent\n{worker.output[-3000:]}")
+        recovered_in = time.monotonic() - killed_at
+        assert wait_for(lambda: all(p.replies for p in pages), 10)
+        time.sleep(3)  # a second answer or send would come now
+    finally:
+        for page in pages:
+            page.stopping.set()
+        processes.stop()
+
+    print(f"worker child killed mid-turn: answered and sent {recovered_in:.1f} s after the kill"
+          + (f", its second try {tries[1] - killed_at:.1f} s after it" if len(tries) > 1 else ""))
+    assert len(tries) == 2
+    # Taken over once the dead turn's lease ran out (and a sweep came), not after the
+    # sweeper's grace for new messages (30 s): the lease is what an operator tunes.
+    assert tries[1] - killed_at < LEASE + 10
+    assert [r.json["text"] for r in platform.sent("sendMessage")] == [ANSWER]
+    replies = Counter(Message.objects.filter(role="assistant").values_list("metadata__reply_to", flat=True))
+    assert replies == {1: 1}
+    assert Message.objects.get(role="user").answer_state == "answered"
+    assert after.shown and DOOMED.startswith(after.shown[0])  # the scenario: a dead try's text on show
+    for page in pages:
+        assert page.replies == [ANSWER]
+        mixed = [t for t in page.shown if not (DOOMED.startswith(t) or ANSWER.startswith(t))]
+        assert not mixed, f"the page showed a reply made of two tries: {mixed[-1]!r}"
