@@ -22,12 +22,14 @@ import httpx
 import pytest
 import websockets
 
+from channels_app.models import OutboundDelivery
 from channels_app.services import binding_create
 from sessions_app.models import Message
 from tenancy.services import api_token_create
 
 from ..channels_app.conftest import pair
 from ..fakes.model_server import reply
+from ..fakes.platform_server import Canned
 from ..processes import Processes, free_port, needs_postgres_and_redis, wait_for
 from .test_load import SECRET, _answers, _server_env
 
@@ -158,3 +160,53 @@ def test_a_worker_child_killed_mid_turn_answers_once_and_the_page_never_mixes_tw
         assert page.replies == [ANSWER]
         mixed = [t for t in page.shown if not (DOOMED.startswith(t) or ANSWER.startswith(t))]
         assert not mixed, f"the page showed a reply made of two tries: {mixed[-1]!r}"
+
+
+PARTS = [f"Part {i}: " + " ".join(f"word{i}x{w}" for w in range(380)) for i in (1, 2, 3)]  # ~3,900 characters each
+
+
+def test_a_worker_child_killed_while_sending_a_long_reply_sends_no_part_twice_and_the_rest_after(
+    world, model_server, platform
+):
+    """A reply in three Telegram parts; the platform hangs on the second, and the worker's
+    child sending it is killed. The second may have reached Telegram: it ends failed
+    ("may or may not have been delivered"), never sent again; the first is not sent
+    again, and the third is sent once after it."""
+    binding_create(tenant=world.tenant_a, qor=world.qor_a, kind="telegram",
+                   credentials={"token": "111:AAA", "secret": SECRET, "username": "aria_bot"})
+    pair(world, "telegram", "42", world.alice)
+    model_server.default = reply("\n\n".join(PARTS))
+    platform.script(r"bot111:AAA/sendMessage", Canned(body={"ok": True, "result": {"message_id": 1}}),
+                    Canned(delay=30))
+    port = free_port()
+    base = f"http://127.0.0.1:{port}"
+    env = {**_server_env(model_server, platform), "QORVEN_SWEEP_INTERVAL": "2", "QORVEN_TURN_LEASE": str(LEASE),
+           "QORVEN_PLATFORM_TIMEOUT": "3"}
+    processes = Processes()
+    try:
+        processes.purge(env)
+        worker = processes.worker(env, concurrency=1)
+        processes.start("beat", "--max-interval", "1", env=env)
+        server = processes.start("serve", "--no-migrate", "--port", str(port), env=env)
+        assert wait_for(lambda: _answers(base + "/healthz"), 90), server.output
+        update = {"update_id": 9101, "message": {
+            "message_id": 1, "from": {"id": 42, "is_bot": False, "first_name": "Alice"},
+            "chat": {"id": 42, "type": "private"}, "date": int(time.time()), "text": "the long story"}}
+        assert httpx.post(f"{base}/v1/webhooks/telegram", json=update,
+                          headers={"x-telegram-bot-api-secret-token": SECRET}, timeout=10).status_code == 200
+        assert wait_for(lambda: len(platform.sent("sendMessage")) == 2, 60, processes=processes), worker.output
+        (child,) = _children(worker.popen.pid)
+        subprocess.run(["kill", "-9", str(child)], check=True)
+        killed_at = time.monotonic()
+        assert wait_for(lambda: len(platform.sent("sendMessage")) >= 3, 120, processes=processes), (
+            f"the third part never came\n{worker.output[-3000:]}")
+        recovered_in = time.monotonic() - killed_at
+        time.sleep(4)  # a part sent again would come now
+    finally:
+        processes.stop()
+
+    print(f"worker child killed mid-send: the part after the one in flight was sent {recovered_in:.1f} s after the kill")
+    texts = [r.json["text"] for r in platform.sent("sendMessage")]
+    assert [t.split(":")[0] for t in texts] == ["Part 1", "Part 2", "Part 3"]
+    parts = list(OutboundDelivery.objects.order_by("part").values_list("part", "state"))
+    assert [state for _, state in parts] == ["sent", "failed", "sent"]
