@@ -7,12 +7,17 @@ STOP_CHECK seconds, so a streaming reply costs a cache read a fraction of its to
 """
 from __future__ import annotations
 
+import logging
 import time
 
+import redis
 from django.core.cache import cache
+
+logger = logging.getLogger(__name__)
 
 STOP_TTL = 600  # seconds a request waits to be noticed; a turn that long is finished or dead
 STOP_CHECK = 0.2  # seconds between the turn's looks at the flag
+STOP_UNREACHABLE_CHECK = 2.0  # ... while the cache cannot be reached (each look waits for a connect to fail)
 
 
 class TurnStopped(Exception):
@@ -31,8 +36,13 @@ def turn_stop_request(*, session_id: int, reply_to: int) -> None:
 
 def turn_stop_clear(*, session_id: int, reply_to: int) -> None:
     """The message has its answer (or failed for good): a request that came too late to be
-    noticed must not stop a later answer to it (after /retry)."""
-    cache.delete(_key(session_id, reply_to))
+    noticed must not stop a later answer to it (after /retry). Runs after the reply's
+    commit, before the hooks queued behind it: the cache being down is logged, not raised."""
+    try:
+        cache.delete(_key(session_id, reply_to))
+    except redis.RedisError:
+        logger.warning("could not clear the stop request of session %s message %s: the cache is unreachable",
+                       session_id, reply_to)
 
 
 class StopWatch:
@@ -47,6 +57,14 @@ class StopWatch:
         if now < self._next:
             return
         self._next = now + STOP_CHECK
-        if cache.get(self.key):
-            cache.delete(self.key)
+        try:
+            asked = cache.get(self.key)
+            if asked:
+                cache.delete(self.key)
+        except redis.RedisError:
+            # Redis is away: a reply the model and the database can finish is not given up
+            # for it (a Stop asked for is seen once Redis answers again).
+            self._next = now + STOP_UNREACHABLE_CHECK
+            return
+        if asked:
             raise TurnStopped()

@@ -1,0 +1,122 @@
+"""Redis gone for about ten seconds while a reply streams to an open chat page and more
+Telegram messages arrive: `qorven serve`, `qorven worker` and `qorven beat` on PostgreSQL
+and a Redis server of the test's own, stopped (its data gone) and started again.
+
+A webhook is answered 200 only once it is stored; one that cannot be is refused with an
+error and delivered again, as Telegram does. Every message is answered once and sent once,
+the reply that was streaming included, and the page, reconnecting with its last seq,
+ends up with every message once, in order.
+"""
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import Counter
+
+import httpx
+import pytest
+
+from channels_app.services import binding_create
+from sessions_app.models import Message
+from tenancy.services import api_token_create
+
+from ..channels_app.conftest import pair
+from ..fakes.model_server import reply
+from ..processes import Processes, free_port, needs_postgres_and_redis, redis_start, wait_for
+from .test_load import SECRET, _answers, _server_env
+from .test_redis_restart import Socket, _first_error, _update
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.reliability, needs_postgres_and_redis]
+
+OUTAGE = 10.0  # seconds
+LATER = 3  # messages that arrive while Redis is away
+ANSWER = "A reply that takes its time to stream, word by word, while Redis goes away and comes back."
+
+
+def test_redis_gone_while_a_reply_streams_loses_no_message_and_answers_each_once(world, model_server, platform):
+    model_server.default = reply(ANSWER, chunk_size=6, chunk_delay=0.4)  # ~6 s a reply
+    binding_create(tenant=world.tenant_a, qor=world.qor_a, kind="telegram",
+                   credentials={"token": "111:AAA", "secret": SECRET, "username": "aria_bot"})
+    pair(world, "telegram", "42", world.alice)
+    token = api_token_create(tenant=world.tenant_a, user=world.alice)[1]
+    redis_port, port = free_port(), free_port()
+    env = {**_server_env(model_server, platform), "REDIS_URL": f"redis://127.0.0.1:{redis_port}/0",
+           "QORVEN_SWEEP_INTERVAL": "2"}
+    base = f"http://127.0.0.1:{port}"
+    redis = [redis_start(redis_port)]
+    processes = Processes()
+    unique = 1 + LATER
+    try:
+        worker = processes.worker(env, concurrency=2)
+        processes.start("beat", "--max-interval", "1", env=env)
+        server = processes.start("serve", "--no-migrate", "--port", str(port), env=env)
+        assert wait_for(lambda: _answers(base + "/healthz"), 90), server.output
+
+        async def scenario() -> tuple[Socket, Counter[int], float, float]:
+            socket = Socket(f"ws://127.0.0.1:{port}/ws/chat/acme/aria/", origin=base, token=token)
+            reading = asyncio.create_task(socket.run())
+            statuses: Counter[int] = Counter()
+            headers = {"content-type": "application/json", "x-telegram-bot-api-secret-token": SECRET}
+            async with httpx.AsyncClient(timeout=30) as client:
+                async def post(i: int) -> None:
+                    for _ in range(100):  # not 200: delivered again, as Telegram does
+                        try:
+                            status = (await client.post(f"{base}/v1/webhooks/telegram", content=_update(i),
+                                                        headers=headers)).status_code
+                        except httpx.HTTPError:
+                            status = 0
+                        statuses[status] += 1
+                        if status == 200:
+                            return
+                        await asyncio.sleep(0.5)
+
+                await asyncio.sleep(1)
+                await post(1)
+                while len(model_server.arrivals) < 1:  # its reply starts streaming
+                    await asyncio.sleep(0.1)
+                await asyncio.sleep(1.5)
+                redis[0].terminate()
+                redis[0].wait(10)
+                away_from = time.monotonic()
+                for i in range(2, 2 + LATER):
+                    await post(i)
+                    await asyncio.sleep(1)
+                await asyncio.sleep(max(0.0, OUTAGE - (time.monotonic() - away_from)))
+                redis[0] = redis_start(redis_port)
+                back_at = time.monotonic()
+            while time.monotonic() - back_at < 90 and len(platform.sent("sendMessage")) < unique:
+                await asyncio.sleep(0.3)
+            recovered = time.monotonic() - back_at
+            await asyncio.sleep(2)  # a duplicate would arrive now
+            socket.reconnect_now = True  # the page comes back: it resumes from its last seq
+            deadline = time.monotonic() + 15
+            while time.monotonic() < deadline and len(set(socket.seqs)) < 2 * unique:
+                await asyncio.sleep(0.3)
+            await asyncio.sleep(1)
+            socket.stopping = True
+            await reading
+            return socket, statuses, recovered, back_at
+
+        socket, statuses, recovered, back_at = asyncio.run(scenario())
+        assert len(platform.sent("sendMessage")) >= unique, (
+            f"{len(platform.sent('sendMessage'))}/{unique} sent\n"
+            f"server, first error: {_first_error(server.output)}\nworker, first error: {_first_error(worker.output)}\n"
+            f"worker, last lines: {worker.output[-2500:]}")
+    finally:
+        processes.stop()
+        redis[0].terminate()
+        redis[0].wait(10)
+
+    print(f"redis away {OUTAGE:.0f} s mid-stream: webhook statuses {dict(statuses)}, every reply sent "
+          f"{recovered:.1f} s after Redis came back (each at {[round(r.at - back_at, 1) for r in platform.sent('sendMessage')]}"
+          f" s), socket reconnects {socket.reconnects}")
+    assert set(statuses) <= {200, 500, 503, 0}  # refused (delivered again) or stored, never lost
+    assert Message.objects.filter(role="user").count() == unique
+    replies = Counter(Message.objects.filter(role="assistant").values_list("metadata__reply_to", flat=True))
+    assert len(replies) == unique and set(replies.values()) == {1}
+    assert Counter(r.json["text"] for r in platform.sent("sendMessage")) == {ANSWER: unique}
+    # The reply streaming as Redis went was written to its end, not given up and asked again.
+    assert len(model_server.arrivals) == unique
+    seqs = list(Message.objects.filter(session__user=world.alice).order_by("seq").values_list("seq", flat=True))
+    assert seqs == list(range(1, 2 * unique + 1))
+    assert socket.seqs == seqs  # every message once, in order, across the reconnects
