@@ -18,9 +18,10 @@ well under one. Webhooks are the busiest path there is and need none of that mac
   still cannot be stored is answered 503 and the platform delivers it again;
 - the tasks that process what a batch stored are queued by a second thread once the batch
   is answered: the broker's round trip is not part of the platforms' wait nor of the next
-  batch's, and a broker that stalls holds up no answer. What is stored and not queued
-  (a broker down, a backlog past MAX_PUBLISHES_WAITING, a server stopped) is queued again
-  by the sweeper (channels_app.sweep).
+  batch's, and a broker that stalls holds up no answer. What a broker down refused is
+  tried again every second (queued as soon as it is back); what is stored and still not
+  queued (a long outage, a backlog past MAX_PUBLISHES_WAITING, a server stopped) is queued
+  again by the sweeper (channels_app.sweep).
 """
 from __future__ import annotations
 
@@ -30,6 +31,7 @@ import logging
 import queue
 import re
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -45,6 +47,7 @@ from qorven.runtime.publish import publishes_held
 from qorven.runtime.security_headers import plain_headers
 
 from .receive import inbound_store
+from .sweep import GRACE as SWEEP_GRACE
 from .webhooks import OK, Prepared, undelivered_record, webhook_prepare
 
 logger = logging.getLogger(__name__)
@@ -52,6 +55,7 @@ logger = logging.getLogger(__name__)
 PATH = re.compile(r"^/v1/webhooks/([-a-zA-Z0-9_]+)$")
 MAX_BATCH = 200  # webhooks stored in one statement at most
 MAX_PUBLISHES_WAITING = 1000  # batches whose tasks wait for the publishing thread, at most
+RETRY_EVERY = 1.0  # seconds between tries of the publishes a broker refused
 
 
 @dataclass(frozen=True)
@@ -144,16 +148,26 @@ class GroupCommit:
                 self._publishes.put(held)
 
     def _publish(self) -> None:
-        """Queue the processing of what the batches stored, in the order they were stored."""
+        """Queue the processing of what the batches stored, in the order they were stored.
+        What the broker refused is tried again, oldest first, every RETRY_EVERY seconds
+        while newer batches go on, until it is older than the sweeper's grace (the sweeper
+        queues it then): messages stored while the broker was away are processed as soon
+        as it is back, not half a minute later."""
+        failed: list[tuple[float, Callable[[], None]]] = []  # (when stored, its publish), oldest first
         while True:
-            for publish in self._publishes.get():
-                try:
-                    publish()
-                except Exception:
-                    logger.exception("stored webhooks could not be queued for processing; the sweeper queues them")
-            with self._published:
-                self._publishing -= 1
-                self._published.notify_all()
+            try:
+                batch = self._publishes.get(timeout=RETRY_EVERY if failed else None)
+            except queue.Empty:
+                batch = None
+            if failed:
+                failed = _publish_again(failed)
+            for publish in batch or ():
+                if not _published(publish, retried=False):
+                    failed.append((time.monotonic(), publish))
+            if batch is not None:
+                with self._published:
+                    self._publishing -= 1
+                    self._published.notify_all()
 
     def flush(self, timeout: float = 10.0) -> bool:
         """Wait until what the batches answered so far stored is queued (tests, shutdown)."""
@@ -179,6 +193,32 @@ class GroupCommit:
                     prepared[i] = Answer.error(503, "not recorded; deliver it again")
         return [p if isinstance(p, Answer) else _OK if p.response is None else Answer.of(p.response)
                 for p in prepared]
+
+
+def _published(publish: Callable[[], None], *, retried: bool) -> bool:
+    try:
+        publish()
+        return True
+    except Exception:
+        if not retried:  # once per publish: an outage is not a log line a second
+            logger.exception("stored webhooks could not be queued for processing; tried again in %s s", RETRY_EVERY)
+        return False
+
+
+def _publish_again(failed: list[tuple[float, Callable[[], None]]]) -> list[tuple[float, Callable[[], None]]]:
+    """Try the publishes the broker refused again, oldest first, stopping at the first it
+    still refuses; those older than the sweeper's grace are left to it. The ones left."""
+    now = time.monotonic()
+    left = [(at, publish) for at, publish in failed if now - at < SWEEP_GRACE.total_seconds()]
+    if len(left) < len(failed):
+        logger.warning("%d stored webhooks' processing is left to the sweeper: the broker is still away",
+                       len(failed) - len(left))
+    while left:
+        if not _published(left[0][1], retried=True):
+            return left
+        left.pop(0)
+    logger.info("stored webhooks the broker had refused are queued for processing")
+    return left
 
 
 def _stored(webhooks: list[Prepared]) -> bool:

@@ -6,6 +6,7 @@ import asyncio
 import json
 import socket
 import threading
+import time
 
 import httpx
 import pytest
@@ -204,6 +205,29 @@ def test_a_broker_that_does_not_answer_holds_up_no_webhook_answer(world, telegra
         silent.close()  # the stalled publish fails (logged) and the thread goes on
         posting.join(30)
         assert group_commit.flush(30)
+
+
+def test_what_a_broker_that_was_away_refused_is_queued_once_it_is_back(world, telegram, settings, platform,
+                                                                        model_server, drain):
+    """A webhook stored while the broker refused connections was left to the sweeper's
+    grace: answered half a minute after the broker came back. Its publish is tried again
+    every second instead."""
+    from ..conftest import EMBEDDED_BROKER
+    from ..ports import free_port
+
+    pair(world, "telegram", "42", world.alice)
+    model_server.default = reply("Back.")
+    broker_use(settings, f"redis://127.0.0.1:{free_port()}/0")  # nothing listens there
+    (answer,) = asgi_post(tg(telegram_update("while it was away", message_id=700)))
+    assert answer.status_code == 200
+    assert group_commit.flush(30)  # tried once, and refused
+    assert InboundEvent.objects.get().state == "pending"
+    broker_use(settings, EMBEDDED_BROKER)  # back
+    deadline = time.monotonic() + 10
+    while not platform.sent("sendMessage") and time.monotonic() < deadline:
+        time.sleep(0.1)
+    drain()
+    assert [r.json["text"] for r in platform.sent("sendMessage")] == ["Back."]
 
 
 def test_one_webhook_that_cannot_be_stored_fails_alone(world, telegram, platform, model_server, drain):

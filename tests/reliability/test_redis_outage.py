@@ -109,7 +109,8 @@ def test_redis_gone_while_a_reply_streams_loses_no_message_and_answers_each_once
 
     print(f"redis away {OUTAGE:.0f} s mid-stream: webhook statuses {dict(statuses)}, every reply sent "
           f"{recovered:.1f} s after Redis came back (each at {[round(r.at - back_at, 1) for r in platform.sent('sendMessage')]}"
-          f" s), socket reconnects {socket.reconnects}")
+          f" s), the first stored while it was away asked of the model "
+          f"{model_server.arrivals[1] - back_at:.1f} s after, socket reconnects {socket.reconnects}")
     assert set(statuses) <= {200, 500, 503, 0}  # refused (delivered again) or stored, never lost
     assert Message.objects.filter(role="user").count() == unique
     replies = Counter(Message.objects.filter(role="assistant").values_list("metadata__reply_to", flat=True))
@@ -117,6 +118,9 @@ def test_redis_gone_while_a_reply_streams_loses_no_message_and_answers_each_once
     assert Counter(r.json["text"] for r in platform.sent("sendMessage")) == {ANSWER: unique}
     # The reply streaming as Redis went was written to its end, not given up and asked again.
     assert len(model_server.arrivals) == unique
+    # What was stored while Redis was away is queued as soon as it is back (the server tries
+    # its refused publishes again), not when the sweeper's grace of half a minute ends.
+    assert model_server.arrivals[1] - back_at < 10
     seqs = list(Message.objects.filter(session__user=world.alice).order_by("seq").values_list("seq", flat=True))
     assert seqs == list(range(1, 2 * unique + 1))
     assert socket.seqs == seqs  # every message once, in order, across the reconnects
