@@ -19,6 +19,7 @@ from django.core.cache import caches
 
 from .hub import LOCAL_TO, hubs_hand
 from .layers import InMemoryChannelLayer
+from .repeated_failure import RepeatedFailure
 from .streams import stream_track
 
 logger = logging.getLogger(__name__)
@@ -44,6 +45,9 @@ async def broadcast(session_id: int, event: dict[str, Any]) -> None:
     await _group_send(event["group"], event)
 
 
+_broadcast_failures = RepeatedFailure(logger, "could not broadcast live events")
+
+
 def _session_event(session_id: int, event: dict[str, Any]) -> dict[str, Any]:
     return {"session_id": session_id, **event, "group": session_group(session_id)}
 
@@ -59,7 +63,9 @@ async def _group_send(group: str, event: dict[str, Any], handed: list[str] | Non
     try:
         await layer.group_send(group, {**event, LOCAL_TO: handed} if handed else event)
     except Exception:
-        logger.warning("could not broadcast %s to %s", event.get("type"), group, exc_info=True)
+        _broadcast_failures.failed(f"{event.get('type')} to {group}")
+    else:
+        _broadcast_failures.succeeded()
 
 
 class _Sender:

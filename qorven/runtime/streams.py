@@ -36,6 +36,7 @@ from django.core.cache import caches
 from django.core.cache.backends.redis import RedisCache
 
 from qorven.runtime.redis_client import shared_redis
+from qorven.runtime.repeated_failure import RepeatedFailure
 
 logger = logging.getLogger(__name__)
 
@@ -59,6 +60,9 @@ class _Stream:
 _lock = threading.Lock()
 _open: OrderedDict[tuple[int, int], _Stream] = OrderedDict()  # (session, reply_to) → its text so far
 _latest: OrderedDict[int, int] = OrderedDict()  # session → the reply whose chunk came last
+
+
+_buffer_failures = RepeatedFailure(logger, "could not keep the stream buffer")
 
 
 def _key(session_id: int) -> str:
@@ -102,7 +106,9 @@ def stream_chunk(session_id: int, reply_to: int, delta: str) -> tuple[int, bool]
         try:
             replaced = _append(redis, stream, reply_to, delta, before, before + size)
         except Exception:  # the next chunk finds the stored text short and writes it whole
-            logger.warning("could not keep the stream buffer of session %s", session_id, exc_info=True)
+            _buffer_failures.failed(f"session {session_id}")
+        else:
+            _buffer_failures.succeeded()
     return offset, replaced
 
 
