@@ -21,6 +21,7 @@ from django.db import connections
 from qorven.runtime.mail import EMAIL_URL_EXAMPLE, SMTP_BACKEND, mail_server_probe, mail_server_problem
 
 from .adapters.base import platform_client
+from .adapters.telegram import ALLOWED_UPDATES
 from .models import ChannelBinding
 
 
@@ -163,8 +164,8 @@ def _models() -> Iterator[Check]:
 
 def _channels() -> Iterator[Check]:
     probes = {"telegram": _telegram, "slack": _slack, "whatsapp": _whatsapp, "discord": _discord, "email": _email}
-    for binding in ChannelBinding.objects.filter(enabled=True).select_related("tenant").order_by("tenant__slug",
-                                                                                                 "kind", "pk"):
+    bindings = ChannelBinding.objects.filter(enabled=True).select_related("tenant", "qor")
+    for binding in bindings.order_by("tenant__slug", "kind", "pk"):
         probe = probes.get(binding.kind)
         if probe is None:
             continue  # SMS and webchat have no account to ask
@@ -190,8 +191,18 @@ def _telegram(binding: ChannelBinding, subject: str) -> list[Check]:
     checks = [Check("channel", subject, True, f"bot @{me.json()['result'].get('username', '?')} accepts its token")]
     expected = f"{settings.QORVEN_PUBLIC_URL.rstrip('/')}/v1/webhooks/telegram"
     info = platform_client().get(f"{base}/getWebhookInfo")
-    url = (info.json().get("result") or {}).get("url", "") if info.status_code == 200 else ""
-    if url == expected:
+    result = (info.json().get("result") or {}) if info.status_code == 200 else {}
+    url = result.get("url", "")
+    # Left out (or empty) by Telegram when every usual kind of update is sent.
+    missing = [kind for kind in ALLOWED_UPDATES if result.get("allowed_updates") and
+               kind not in result["allowed_updates"]]
+    if url == expected and missing:
+        # Registered by an earlier version, which asked for new messages only.
+        checks.append(Check("channel", subject, False,
+                            f"webhook registered at {expected}, but Telegram does not send it {', '.join(missing)}",
+                            f"run `{_bind_again(binding)}` (the bot token and the secret this binding was bound "
+                            "with) to register it again, asking for every update Qorven reads"))
+    elif url == expected:
         checks.append(Check("channel", subject, True, f"webhook registered at {expected}"))
     else:
         checks.append(Check("channel", subject, False,
@@ -199,6 +210,13 @@ def _telegram(binding: ChannelBinding, subject: str) -> list[Check]:
                             f"call setWebhook with url={expected} and the binding's secret_token"
                             " (QORVEN_PUBLIC_URL must be this server's public https URL)"))
     return checks
+
+
+def _bind_again(binding: ChannelBinding) -> str:
+    """The `qorven bind` that registers the binding's webhook again (it keeps the binding's
+    name and settings); its secrets as placeholders, never printed."""
+    return (f"qorven bind telegram --tenant {binding.tenant.slug} --qor {binding.qor.slug} "
+            "--token <bot token> --secret <secret> --register-webhook")
 
 
 def _slack(binding: ChannelBinding, subject: str) -> list[Check]:

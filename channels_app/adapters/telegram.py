@@ -39,6 +39,8 @@ MAX_PHOTO_BYTES = 5 * 1024 * 1024
 # What getFile lets a bot download; a document is kept up to QORVEN_MAX_UPLOAD within it.
 MAX_FILE_BYTES = 20 * 1024 * 1024
 TOPIC_SEP = "|"  # a reply target in a forum topic: the chat id, then the topic's thread id
+# The updates setWebhook asks for (`qorven doctor` checks a registered webhook gets them).
+ALLOWED_UPDATES = ("message", "edited_message")
 
 
 class TgUser(BaseModel):
@@ -136,7 +138,7 @@ class TelegramAdapter(Adapter):
         url = webhook_url(self.kind)
         base = f"{settings.TELEGRAM_API_BASE.rstrip('/')}/bot{binding.credentials.get('token', '')}"
         answer = platform_client().post(f"{base}/setWebhook", json={
-            "url": url, "secret_token": binding.credentials.get("secret", ""), "allowed_updates": ["message", "edited_message"]})
+            "url": url, "secret_token": binding.credentials.get("secret", ""), "allowed_updates": list(ALLOWED_UPDATES)})
         body = answer.json() if answer.headers.get("content-type", "").startswith("application/json") else {}
         if answer.status_code != 200 or not body.get("ok"):
             raise SendError(f"Telegram refused setWebhook (HTTP {answer.status_code}: {body.get('description', '')})",

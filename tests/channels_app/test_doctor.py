@@ -173,3 +173,35 @@ def test_an_email_binding_is_checked_against_its_mail_server(world, settings):
     check = email_check()
     assert not check["ok"] and "could not reach" in check["detail"], check
     assert "EMAIL_URL" in check["fix"]
+
+
+def test_a_webhook_registered_before_edits_were_asked_for_fails_and_gives_the_command_that_fixes_it(
+        world, bot, platform):
+    """A webhook registered by an earlier version asked for new messages only: Telegram
+    sends it no edits, so a mention added to a group message by editing it is never seen."""
+    platform.default(r"/getMe$", Canned(body={"ok": True, "result": {"username": "aria_bot"}}))
+    platform.default(r"/getWebhookInfo$", Canned(body={"ok": True, "result": {
+        "url": "https://qorven.example/v1/webhooks/telegram", "allowed_updates": ["message"]}}))
+    report, code = doctor()
+    assert code == 1
+    token, webhook = checks_of(report, "channel")  # still one line for the webhook
+    assert token["ok"] and not webhook["ok"]
+    assert "edited_message" in webhook["detail"]
+    assert webhook["fix"].startswith("run `qorven bind telegram --tenant acme --qor aria --token <bot token> "
+                                     "--secret <secret> --register-webhook`")
+    assert TOKEN not in webhook["fix"] and "tg-secret" not in webhook["fix"]
+    assert [r.path for r in platform.sent(r"/bot")] == [f"/telegram/bot{TOKEN}/getMe",
+                                                         f"/telegram/bot{TOKEN}/getWebhookInfo"]
+
+
+@pytest.mark.parametrize("allowed", [None, [], ["message", "edited_message", "callback_query"]])
+def test_a_webhook_that_receives_edits_passes(world, bot, platform, allowed):
+    """Telegram leaves allowed_updates out (or empty) when every usual kind is sent,
+    edits included."""
+    result = {"url": "https://qorven.example/v1/webhooks/telegram"}
+    if allowed is not None:
+        result["allowed_updates"] = allowed
+    platform.default(r"/getMe$", Canned(body={"ok": True, "result": {"username": "aria_bot"}}))
+    platform.default(r"/getWebhookInfo$", Canned(body={"ok": True, "result": result}))
+    report, _ = doctor()
+    assert [c["ok"] for c in checks_of(report, "channel")] == [True, True]
