@@ -11,6 +11,7 @@ from django.contrib.auth.password_validation import validate_password
 from django.db import transaction
 from django.db.models import Field
 
+from .errors import InactiveUser
 from .models import ApiToken, Membership, Qor, Tenant
 from .selectors import membership_get, token_digest
 
@@ -100,8 +101,11 @@ def api_token_create(*, tenant: Tenant, user: User, name: str = "",
                      expires_at: datetime | None = None) -> tuple[ApiToken, str]:
     """Mint a bearer token for a member of `tenant`, working until `expires_at` (None:
     until revoked). Returns the row and the raw token, which is shown once and stored
-    only as a digest."""
+    only as a digest. Raises NotFound for a user who is not a member, InactiveUser for a
+    deactivated account (its token would be refused at every use)."""
     membership_get(tenant=tenant, user=user)
+    if not user.is_active:
+        raise InactiveUser(user.get_username())
     raw = "qv_" + secrets.token_urlsafe(32)
     token = ApiToken.objects.create(tenant=tenant, user=user, name=name, prefix=raw[:10], digest=token_digest(raw),
                                     expires_at=expires_at)

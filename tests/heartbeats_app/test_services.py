@@ -106,6 +106,23 @@ def test_a_delivery_target_must_be_a_member_and_the_qor_of_the_tenant(world):
         heartbeat_create(tenant=world.tenant_a, qor=world.qor_b, name="x", cron="0 8 * * *", prompt="p")
 
 
+def test_a_deactivated_member_is_refused_as_a_delivery_target_and_nothing_is_made(world):
+    """Delivery to a deactivated account never happens: the beat would run, spend tokens
+    and reach no one."""
+    world.bob.is_active = False
+    world.bob.save(update_fields=["is_active"])
+    with pytest.raises(HeartbeatInvalid, match="bob is deactivated") as refused:
+        beat(world.qor_a, name="for-bob", deliver_to=world.bob, deliver_channel="telegram")
+    assert refused.value.field == "deliver_to"
+    assert not Heartbeat.objects.filter(name="for-bob").exists() and not PeriodicTask.objects.filter(
+        name__contains="for-bob").exists()
+    mine = beat(world.qor_a, name="mine", deliver_to=world.alice, deliver_channel="web")
+    with pytest.raises(HeartbeatInvalid, match="bob is deactivated"):
+        heartbeat_update(heartbeat=mine, deliver_to=world.bob, deliver_channel="telegram")
+    mine.refresh_from_db()
+    assert mine.deliver_to == world.alice
+
+
 def test_names_are_unique_per_qor_but_not_across_tenants(world):
     beat(world.qor_a, name="daily")
     beat(world.qor_b, name="daily")

@@ -10,7 +10,7 @@ from django.contrib.auth import get_user_model
 from django.core.management import call_command
 from django.core.management.base import CommandError
 
-from tenancy.models import Membership, Qor, Tenant
+from tenancy.models import ApiToken, Membership, Qor, Tenant
 from tenancy.selectors import api_token_authenticate
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -137,6 +137,19 @@ def test_token_create_refuses_a_user_outside_the_tenant(world):
         run("token", "create", "--tenant", "globex", "--user", "alice")
     with pytest.raises(CommandError, match="no tenant"):
         run("token", "create", "--tenant", "nope", "--user", "alice")
+    assert not ApiToken.objects.exists()
+
+
+@pytest.mark.django_db
+def test_token_create_refuses_a_deactivated_member_and_makes_no_token(world):
+    """A token for a deactivated account is refused at every use: it was printed as if it
+    worked."""
+    world.bob.is_active = False
+    world.bob.save(update_fields=["is_active"])
+    with pytest.raises(CommandError, match="'bob' is deactivated") as refused:
+        run("token", "create", "--tenant", "acme", "--user", "bob")
+    assert refused.value.returncode == 1
+    assert not ApiToken.objects.exists()
 
 
 def test_qorven_console_command_accepts_hyphenated_names():

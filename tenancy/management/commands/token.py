@@ -6,7 +6,7 @@ from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError
 from django.utils import timezone
 
-from tenancy.errors import NotFound
+from tenancy.errors import InactiveUser, NotFound
 from tenancy.selectors import tenant_get
 from tenancy.services import api_token_create
 
@@ -18,7 +18,8 @@ class Command(BaseCommand):
     help = (
         "Manage API tokens. `token create --tenant T --user U` prints a new bearer token for "
         "user U in tenant T (shown once; only its digest is stored). Use it as "
-        "'Authorization: Bearer <token>' on /v1/ endpoints."
+        "'Authorization: Bearer <token>' on /v1/ endpoints. A deactivated user, or one who is not a "
+        "member of the tenant, is refused and nothing is made."
     )
 
     def add_arguments(self, parser):
@@ -46,4 +47,7 @@ class Command(BaseCommand):
             _, raw = api_token_create(tenant=tenant, user=user, name=opts["name"], expires_at=expires_at)
         except NotFound:
             raise CommandError(f"{opts['user']!r} is not a member of tenant {opts['tenant']!r}") from None
+        except InactiveUser:
+            raise CommandError(f"{opts['user']!r} is deactivated: a token for them would be refused at every use "
+                               "(activate the account in the admin first); no token made") from None
         self.stdout.write(raw)
