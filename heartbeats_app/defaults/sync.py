@@ -191,6 +191,9 @@ def _plan(path: Path, text: str, raw: Any, beats: list[tuple[int, BeatSpec]], pr
             if deliver_user is None:
                 problem("deliver.user", f"no user {spec.deliver.user!r}")
                 continue
+            if not deliver_user.is_active:  # nothing is delivered to a deactivated account
+                problem("deliver.user", f"{deliver_user} is deactivated: choose someone active, or no delivery")
+                continue
         for tenant in tenants:
             qor = _qor_of(tenant, spec.qor)
             if qor is None:

@@ -165,6 +165,21 @@ def test_field_errors_name_the_line_and_field_of_each_problem_and_change_nothing
     assert state() == before
 
 
+def test_a_deactivated_delivery_user_is_a_problem_of_the_plan_and_nothing_changes(world, defaults):
+    """Found by `sync-beats --dry-run` (and doctor) too, not only when the sync writes."""
+    world.bob.is_active = False
+    world.bob.save(update_fields=["is_active"])
+    path = defaults('{"beats": [\n {"tenant": "*", "name": "brief", "cron": "0 8 * * *", "prompt": "p",\n'
+                    '  "deliver": {"user": "bob", "channel": "telegram"}}\n]}\n')
+    with pytest.raises(DefaultsFileError) as raised:
+        beats_plan(path=path)
+    assert [(p.line, p.field) for p in raised.value.problems] == [(3, "beats[0].deliver.user")]
+    assert "bob is deactivated" in str(raised.value)
+    with pytest.raises(DefaultsFileError):
+        beats_sync()
+    assert not Heartbeat.objects.exists()
+
+
 def test_duplicate_keys_and_duplicate_beats_are_errors(world, defaults):
     defaults('{"beats": [\n {"tenant": "acme", "name": "a", "name": "b", "cron": "0 8 * * *", "prompt": "p"}\n]}')
     with pytest.raises(DefaultsFileError, match="duplicate key 'name'"):
