@@ -124,6 +124,36 @@ def pairing_pending(*, tenant: Tenant) -> list[PairingRequest]:
     )
 
 
+def pairing_paired(*, tenant: Tenant) -> list[Identity]:
+    """The platform accounts of `tenant` that speak for a person now (approved, linked),
+    with their person, by channel and sender id."""
+    return list(Identity.objects.select_related("user").filter(
+        tenant=tenant, approval=Identity.Approval.APPROVED, user__isnull=False).order_by("channel", "external_id"))
+
+
+class NotPaired(NotFound):
+    """No paired account of the tenant is that one (missing, not paired, or another
+    tenant's: one error for all)."""
+
+
+def paired_identity_get(*, tenant: Tenant, identity_id: int | None = None, channel: str = "",
+                        external_id: str = "", lock: bool = False) -> Identity:
+    """A paired account of `tenant`, by its id or by (channel, sender id); `lock` holds its
+    row until the transaction ends. Raises NotPaired otherwise."""
+    rows = Identity.objects.select_related("user").filter(
+        tenant=tenant, approval=Identity.Approval.APPROVED, user__isnull=False)
+    if identity_id is not None:
+        rows = rows.filter(pk=identity_id)
+        what = f"#{identity_id}"
+    else:
+        rows = rows.filter(channel=channel, external_id=external_id)
+        what = f"{channel}:{external_id}"
+    identity = (rows.select_for_update(of=("self",)) if lock else rows).order_by().first()
+    if identity is None:
+        raise NotPaired(f"no paired account {what} in {tenant.slug}")
+    return identity
+
+
 def _pending_by_code(tenant: Tenant, code: str) -> PairingRequest:
     request = (
         PairingRequest.objects.select_for_update()

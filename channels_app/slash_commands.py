@@ -1,16 +1,29 @@
-"""`/pair …` from a trusted surface: the owner approves or denies pairing codes in chat."""
+"""`/pair …` from a trusted surface: the owner approves or denies pairing codes in chat,
+lists the paired accounts and revokes one."""
 from __future__ import annotations
 
 from tenancy.errors import NotFound
 from tenancy.slash_registry import CommandContext, slash_command
 from tenancy.trust import Trust, trust_allows
 
-from .pairing import MemberNotFound, member_by_username, pairing_approve, pairing_deny, pairing_pending
+from .pairing import (
+    MemberNotFound,
+    NotPaired,
+    member_by_username,
+    paired_identity_get,
+    pairing_approve,
+    pairing_deny,
+    pairing_paired,
+    pairing_pending,
+)
+from .pairing_end import pairing_revoke
 
-USAGE = "Usage: /pair list | /pair approve CODE [me | USERNAME] | /pair deny CODE"
+USAGE = ("Usage: /pair list | /pair approve CODE [me | USERNAME] | /pair deny CODE | /pair paired | "
+         "/pair revoke CHANNEL SENDER_ID")
 
 
-@slash_command("pair", "owner only: /pair list, /pair approve CODE [me | USERNAME], /pair deny CODE")
+@slash_command("pair", "owner only: /pair list, /pair approve CODE [me | USERNAME], /pair deny CODE, "
+                       "/pair paired, /pair revoke CHANNEL SENDER_ID")
 def _pair(ctx: CommandContext) -> str:
     if not trust_allows(ctx.trust, Trust.OWNER):
         return "Only the owner can manage pairing, from a trusted surface."
@@ -22,6 +35,14 @@ def _pair(ctx: CommandContext) -> str:
         if not pending:
             return "No pending pairing requests."
         return "\n".join(f"{r.code} — {r.channel} {r.identity.display_name or r.external_id}" for r in pending)
+    if action == "paired":
+        paired = pairing_paired(tenant=tenant)
+        if not paired:
+            return "No paired accounts."
+        return "\n".join(f"{i.channel} {i.external_id} — {i.display_name or '-'} ({i.user.get_username()})"
+                         for i in paired)
+    if action == "revoke":
+        return _revoke(ctx, channel=code.strip(), sender=who.strip())
     if action not in ("approve", "deny") or not code.strip():
         return USAGE
     try:
@@ -40,3 +61,16 @@ def _pair(ctx: CommandContext) -> str:
         return f"{who.strip()} is not a member here: approve as me, or without a name for a new user."
     except NotFound:
         return f"No pending request with code {code.strip()}."
+
+
+def _revoke(ctx: CommandContext, *, channel: str, sender: str) -> str:
+    if not channel or not sender:
+        return USAGE
+    try:
+        identity = paired_identity_get(tenant=ctx.session.tenant, channel=channel, external_id=sender)
+        revoked = pairing_revoke(tenant=ctx.session.tenant, identity_id=identity.pk, via=f"chat:{ctx.channel}")
+    except NotPaired:
+        return f"No paired {channel} account {sender}."
+    name = revoked.identity.display_name or revoked.identity.external_id
+    return (f"Revoked {revoked.identity.channel} sender {name} (was paired to {revoked.username}): what it sends "
+            f"is not answered; {revoked.messages} waiting message(s) ended, {revoked.parts} reply part(s) not sent.")

@@ -5,23 +5,35 @@ from django.core.management.base import BaseCommand, CommandError
 from rich.console import Console
 from rich.table import Table
 
-from channels_app.pairing import pairing_approve, pairing_deny, pairing_pending
+from channels_app.pairing import (
+    paired_identity_get,
+    pairing_approve,
+    pairing_deny,
+    pairing_paired,
+    pairing_pending,
+)
+from channels_app.pairing_end import pairing_end_preview, pairing_revoke
 from tenancy.errors import NotFound
 from tenancy.selectors import membership_get, tenant_get
 
 
 class Command(BaseCommand):
     help = (
-        "Pairing of unknown senders. `pair list --tenant T` shows pending requests; "
-        "`pair approve CODE --tenant T [--user U]` admits the sender the code was issued to "
-        "(linked to user U, or to a new user made for them) on that channel only; "
-        "`pair deny CODE --tenant T` refuses them."
+        "Pairing of platform accounts with people. `pair list --tenant T` shows pending requests, "
+        "`--paired` the accounts paired now; `pair approve CODE --tenant T [--user U]` admits the sender "
+        "the code was issued to (linked to user U, or to a new user made for them) on that channel only; "
+        "`pair deny CODE --tenant T` refuses them. `pair revoke CHANNEL SENDER_ID --tenant T` (or "
+        "`--identity ID`) takes a paired account's access away, as the admin does: it is denied from then "
+        "on (with --unlink: unlinked, a stranger who may ask for a new code), its messages still waiting "
+        "for an answer end unanswered and replies not yet sent to it are not sent; --dry-run says what "
+        "would end and changes nothing."
     )
 
     def add_arguments(self, parser):
         sub = parser.add_subparsers(dest="action", required=True)
-        listing = sub.add_parser("list", help="pending pairing requests")
+        listing = sub.add_parser("list", help="pending pairing requests (or, with --paired, paired accounts)")
         listing.add_argument("--tenant", required=True)
+        listing.add_argument("--paired", action="store_true", help="the accounts paired now, and whose they are")
         approve = sub.add_parser("approve", help="approve a code")
         approve.add_argument("code")
         approve.add_argument("--tenant", required=True)
@@ -29,6 +41,14 @@ class Command(BaseCommand):
         deny = sub.add_parser("deny", help="deny a code")
         deny.add_argument("code")
         deny.add_argument("--tenant", required=True)
+        revoke = sub.add_parser("revoke", help="end a paired account's pairing")
+        revoke.add_argument("channel", nargs="?", help="the account's channel (telegram, whatsapp, …)")
+        revoke.add_argument("sender_id", nargs="?", help="its sender id on that channel (see `pair list --paired`)")
+        revoke.add_argument("--identity", type=int, help="the account's identity id instead (see `pair list --paired`)")
+        revoke.add_argument("--tenant", required=True)
+        revoke.add_argument("--unlink", action="store_true",
+                            help="unlink it from its person instead of denying it: it may ask for a new code")
+        revoke.add_argument("--dry-run", action="store_true", help="say what would end; change nothing")
 
     def handle(self, *args, **opts):
         try:
@@ -36,6 +56,12 @@ class Command(BaseCommand):
         except NotFound as exc:
             raise CommandError(str(exc)) from None
         action = opts["action"]
+        if action == "list" and opts["paired"]:
+            self._paired(tenant)
+            return
+        if action == "revoke":
+            self._revoke(tenant, opts)
+            return
         if action == "list":
             table = Table(title=f"Pending pairing requests of {tenant.slug}")
             for col in ("code", "channel", "sender", "name", "expires"):
@@ -66,3 +92,39 @@ class Command(BaseCommand):
                 self.stdout.write(f"denied {identity.channel}:{identity.external_id}")
         except NotFound as exc:
             raise CommandError(str(exc)) from None
+
+    def _paired(self, tenant) -> None:
+        table = Table(title=f"Paired accounts of {tenant.slug}")
+        for col in ("identity", "channel", "sender", "name", "user"):
+            table.add_column(col)
+        rows = pairing_paired(tenant=tenant)
+        for identity in rows:
+            table.add_row(str(identity.pk), identity.channel, identity.external_id, identity.display_name,
+                          identity.user.get_username())
+        Console(file=self.stdout, width=100).print(table if rows else "No paired accounts.")
+
+    def _revoke(self, tenant, opts) -> None:
+        by_id, channel, sender = opts["identity"], opts["channel"], opts["sender_id"]
+        if (by_id is None) == (channel is None) or (channel is not None and sender is None):
+            raise CommandError("name the account by either CHANNEL SENDER_ID or --identity ID")
+        try:
+            identity = paired_identity_get(tenant=tenant, identity_id=by_id, channel=channel or "",
+                                           external_id=sender or "")
+            account = f"{identity.channel}:{identity.external_id}"
+            whose = identity.user.get_username()
+            if opts["dry_run"]:
+                messages, parts = pairing_end_preview(identity=identity)
+                self.stdout.write(f"would {'unlink' if opts['unlink'] else 'revoke'} {account} (paired to {whose}): "
+                                  f"{messages} waiting message(s) would end unanswered, {parts} reply part(s) "
+                                  "would not be sent. Dry run: nothing changed.")
+                return
+            revoked = pairing_revoke(tenant=tenant, identity_id=identity.pk, unlink=opts["unlink"], via="cli")
+        except NotFound as exc:
+            raise CommandError(str(exc)) from None
+        after = ("it is a stranger again and may ask for a new code" if opts["unlink"]
+                 else "what it sends is not answered")
+        self.stdout.write(self.style.SUCCESS(
+            f"{'unlinked' if opts['unlink'] else 'revoked'} {account} (was paired to {revoked.username}): "
+            f"{revoked.messages} waiting message(s) ended unanswered, {revoked.parts} reply part(s) not sent; "
+            f"{after}."
+        ))
