@@ -207,8 +207,9 @@ def _telegram(binding: ChannelBinding, subject: str) -> list[Check]:
     else:
         checks.append(Check("channel", subject, False,
                             f"webhook {'at ' + url if url else 'not registered'}, not at {expected}",
-                            f"call setWebhook with url={expected} and the binding's secret_token"
-                            " (QORVEN_PUBLIC_URL must be this server's public https URL)"))
+                            f"run `{_bind_again(binding)}` (the bot token and the secret this binding was bound "
+                            f"with; QORVEN_PUBLIC_URL must be this server's public https URL, {expected} is "
+                            "where Telegram must send)"))
     return checks
 
 

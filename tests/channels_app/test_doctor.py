@@ -82,7 +82,8 @@ def test_a_webhook_registered_elsewhere_fails_and_names_the_url_to_register(worl
     report, _ = doctor()
     token, webhook = checks_of(report, "channel")
     assert token["ok"] and not webhook["ok"]
-    assert "not registered" in webhook["detail"] and "url=https://qorven.example/v1/webhooks/telegram" in webhook["fix"]
+    assert "not registered" in webhook["detail"] and "https://qorven.example/v1/webhooks/telegram" in webhook["fix"]
+    assert "--register-webhook" in webhook["fix"]
 
 
 def test_no_model_configured_is_a_failure_that_says_what_to_set(world, settings):
