@@ -17,7 +17,8 @@ class Command(BaseCommand):
     help = (
         "Run the long-lived Discord Gateway connection for every enabled Discord binding (or "
         "one with --binding): direct messages join the user's canonical chat, server messages "
-        "their channel's group session (answered when the bot is mentioned). Needs the "
+        "their channel's group session (answered when the bot is mentioned or replied to, by "
+        "people paired with it unless the binding answers anyone: bind --groups). Needs the "
         "MESSAGE CONTENT intent enabled for the bot."
     )
 
