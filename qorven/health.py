@@ -14,7 +14,7 @@ from django.conf import settings
 from django.db import connections
 from django.http import HttpRequest, JsonResponse
 from django.views.decorators.cache import never_cache
-from django.views.decorators.http import require_GET
+from django.views.decorators.http import require_safe
 
 logger = logging.getLogger(__name__)
 TIMEOUT = 2.0  # seconds a dependency has to answer
@@ -22,13 +22,13 @@ _redis: Any = None
 
 
 @never_cache
-@require_GET
+@require_safe
 def healthz(request: HttpRequest) -> JsonResponse:
     return JsonResponse({"status": "ok"})
 
 
 @never_cache
-@require_GET
+@require_safe
 def readyz(request: HttpRequest) -> JsonResponse:
     checks = {"database": _check(_database)}
     if settings.REDIS_URL:

@@ -12,6 +12,16 @@ def test_healthz_answers_without_touching_anything(client):
 
 
 @pytest.mark.django_db
+def test_the_probes_answer_a_head_request_as_load_balancers_send_it(client, settings):
+    """Some load balancers probe with HEAD: a 405 marked the process down."""
+    settings.REDIS_URL = ""
+    for path in ("/healthz", "/readyz"):
+        response = client.head(path)
+        assert (response.status_code, response.content) == (200, b""), path
+    assert client.post("/healthz").status_code == 405
+
+
+@pytest.mark.django_db
 def test_probes_answer_whatever_address_they_come_by_and_over_plain_http(client, settings, caplog):
     """Load balancers and orchestrators probe a process by its IP, over plain HTTP behind
     the TLS they terminate: not a host this server serves pages as (a 400 and an error
