@@ -37,7 +37,7 @@ run: $(STAMP) .demo-password
 	$(PY) manage.py migrate --verbosity 0
 	$(PY) manage.py bootstrap --tenant $(DEMO_TENANT) --qor $(DEMO_QOR) --owner $(DEMO_OWNER) --password="$$(cat .demo-password)" --password-if-new --host-superuser
 	@echo ""
-	@echo "  Log in at http://127.0.0.1:$(PORT)/admin/ as '$(DEMO_OWNER)' with password: $$(cat .demo-password)"
+	@echo "  Chat at http://127.0.0.1:$(PORT)/ (the admin is at /admin/): sign in as '$(DEMO_OWNER)' with password: $$(cat .demo-password)"
 	@echo "  (kept in .demo-password; a password you set since, e.g. with qorven setup, is kept instead)"
 	@echo "  Terminal: .venv/bin/qorven chat --server http://127.0.0.1:$(PORT) --tenant $(DEMO_TENANT) --qor $(DEMO_QOR) --user $(DEMO_OWNER)"
 	@echo ""
