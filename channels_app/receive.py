@@ -265,7 +265,10 @@ def _process(binding: ChannelBinding, message: InboundMessage, event: InboundEve
             return "edit-ignored"
         if not answered:
             meta["no_reply"] = True  # kept for context; the Qor answers only when addressed
-        images, meta = _images(binding, message, meta)
+        if heeded:
+            images, meta = _images(binding, message, meta)
+        else:  # a stranger's files are never fetched nor kept: the model is told one was sent
+            images, meta = [], _strangers_media(message, meta)
         inbound_accept(
             session=session, content=message.text, channel=message.channel, sender_name=message.sender_name,
             trust=Trust.PUBLIC, external_scope=scope, external_id=message.external_id, metadata=meta,
@@ -367,3 +370,12 @@ def _images(binding: ChannelBinding, message: InboundMessage, meta: dict) -> tup
         else:
             images.append(image)
     return images, ({**meta, "left_out": missing} if missing else meta)
+
+
+def _strangers_media(message: InboundMessage, meta: dict) -> dict:
+    """`meta` of a group message from someone the binding does not answer, its
+    attachments counted as `left_out` and none fetched: the host takes no files from people
+    it never agreed to serve, and the model, shown the message as the group's context, is
+    told an attachment was sent and not kept (qorven.agent.attachments)."""
+    sent = message.left_out + len(message.media) + len(message.images)
+    return {**meta, "left_out": sent, "left_out_why": "unpaired"} if sent else meta

@@ -318,24 +318,24 @@ def test_an_unaddressed_group_voice_note_is_kept_with_its_transcript_as_context_
         "[telegram] Priya: I'll bring the dessert.", "[telegram] Priya: @aria_bot who brings what?"]
 
 
-def test_a_strangers_voice_note_in_a_group_is_kept_without_being_transcribed(client, world, telegram, platform,
-                                                                            model_server, drain):
+def test_a_strangers_voice_note_in_a_group_is_neither_fetched_nor_transcribed(client, world, telegram, platform,
+                                                                             model_server, drain):
     """Transcribing is a model call: a stranger's voice note in a group (a reply to the bot
     or chatter) was sent to the transcriber at the host's expense, though it is never
-    answered. It is kept as a voice note, its audio with it."""
+    answered; its audio was then still fetched and kept. Neither now: the message is kept
+    as the group's context, the note counted as an attachment not kept."""
     with_transcriber(world)
-    script_voice(platform)
-    script_voice(platform)  # one fetch for each note
     said = {"message_id": 5, "chat": {"id": -100777, "type": "supergroup"}, "date": 1, "text": "Dinner at 8?",
             "from": BOT}
     post_telegram(client, group_voice(6, reply_to_message=said))
     post_telegram(client, group_voice(7))
     drain()
     assert model_server.transcriptions == [] and model_server.requests == [] and platform.sent("sendMessage") == []
+    assert platform.sent(r"/getFile") == [] and platform.sent(r"/file/") == []
     kept = Message.objects.filter(role="user").order_by("seq")
-    assert [(m.content, m.metadata["voice"], m.answer_state) for m in kept] == [
-        ("[voice note]", "not transcribed", None)] * 2
-    assert Image.objects.filter(message__in=kept).count() == 2
+    assert [(m.content, m.metadata["left_out"], "voice" in m.metadata, m.answer_state) for m in kept] == [
+        ("", 1, False, None)] * 2
+    assert not Image.objects.exists()
 
 
 def test_a_voice_note_whose_transcription_task_was_lost_is_found_by_the_sweeper_and_answered(world, model_server,
