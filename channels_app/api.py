@@ -3,7 +3,6 @@ tui for a terminal client), stopping a reply being written, and what the Qor rem
 about them."""
 from __future__ import annotations
 
-import re
 from datetime import timezone as dt_timezone
 from collections.abc import Callable
 from functools import wraps
@@ -26,7 +25,7 @@ from tenancy.switches import channel_enabled
 
 from .api_auth import bearer_required, json_error, json_methods
 from .chat import ChatOwner, chat_stop, surface_session, with_deliveries
-from .json_body import QUERY_INT_MAX, BodyRefused, json_body
+from .json_body import QUERY_INT_MAX, BodyRefused, ParamRefused, json_body, query_int
 
 MAX_CONTENT = 100_000
 DEFAULT_PAGE = 50  # messages a timeline read gives without a limit (at most QORVEN_API_PAGE_MAX)
@@ -64,22 +63,11 @@ class BadRequest(Exception):
     pass
 
 
-_INTEGER = re.compile(r"[+-]?0*(?P<digits>[0-9]*[0-9])")  # digits without the zeros before them
-
-
 def _int_param(request: HttpRequest, name: str, *, minimum: int, maximum: int | None = None) -> int | None:
-    raw = request.GET.get(name)
-    if raw in (None, ""):
-        return None
-    maximum = QUERY_INT_MAX if maximum is None else maximum
-    written = _INTEGER.fullmatch(raw)
-    if written is None:
-        raise BadRequest(f"{name} must be an integer")
-    # Converted only when short: a long string of digits is out of range without reading it.
-    value = int(raw) if len(written.group("digits")) <= 20 else None
-    if value is None or not minimum <= value <= maximum:
-        raise BadRequest(f"{name} must be between {minimum} and {maximum}")
-    return value
+    try:
+        return query_int(request, name, minimum=minimum, maximum=maximum)
+    except ParamRefused as exc:
+        raise BadRequest(str(exc)) from None
 
 
 def _for_qor(view: Callable[[HttpRequest, Any], HttpResponse]) -> Callable[[HttpRequest, str], HttpResponse]:

@@ -21,6 +21,31 @@ _SURROGATE = re.compile("[\ud800-\udfff]")
 _CACHE = "_qorven_json_body"
 
 
+_INTEGER = re.compile(r"[+-]?0*(?P<digits>[0-9]*[0-9])")  # digits without the zeros before them
+
+
+class ParamRefused(ValueError):
+    """A query parameter that is not what it must be (a 400 saying which and why)."""
+
+
+def query_int(request: HttpRequest, name: str, *, minimum: int, maximum: int | None = None) -> int | None:
+    """Query parameter `name` as an integer from `minimum` to `maximum` (QUERY_INT_MAX when
+    not given), None when absent or empty; else ParamRefused naming it. ASCII digits only:
+    Python's int() would also take "1_000", " 7 " and other scripts' digits."""
+    raw = request.GET.get(name)
+    if raw in (None, ""):
+        return None
+    maximum = QUERY_INT_MAX if maximum is None else maximum
+    written = _INTEGER.fullmatch(raw)
+    if written is None:
+        raise ParamRefused(f"{name} must be an integer")
+    # Converted only when short: a long string of digits is out of range without reading it.
+    value = int(raw) if len(written.group("digits")) <= 20 else None
+    if value is None or not minimum <= value <= maximum:
+        raise ParamRefused(f"{name} must be between {minimum} and {maximum}")
+    return value
+
+
 class BodyRefused(Exception):
     def __init__(self, status: int, message: str) -> None:
         super().__init__(message)

@@ -36,7 +36,7 @@ from .chat import (
     chat_session,
     chat_stop,
 )
-from .json_body import QUERY_INT_MAX, BodyRefused, json_body
+from .json_body import QUERY_INT_MAX, BodyRefused, ParamRefused, json_body, query_int
 from .live_events import message_event
 from .uploads import UploadedImage, UploadRefused, images_read
 
@@ -226,8 +226,9 @@ def _reply_to(request: HttpRequest) -> int | JsonResponse:
 
 @member_json_view("GET", "POST")
 def chat_messages(request: HttpRequest, owner) -> JsonResponse:
-    """GET `?before_seq=`: an older page of the timeline. POST `{"content": "…"}`: send on
-    channel web (the CSRF token goes in the X-CSRFToken header)."""
+    """GET `?before_seq=` / `?after_seq=`: a page of the timeline before or after a
+    message. POST `{"content": "…"}`: send on channel web (the CSRF token goes in the
+    X-CSRFToken header)."""
     if request.method == "GET":
         return history_response(request, owner, archived=True)
     sent = sent_message(request)
@@ -269,28 +270,31 @@ def sent_message(request: HttpRequest) -> tuple[str, str, list[UploadedImage]] |
 
 
 def history_response(request: HttpRequest, owner, *, archived: bool = False) -> JsonResponse:
-    """An older page of a chat: `?session=<id>&before_seq=<n>` (shared with the webchat);
-    with `archived`, `session` may also be one of the owner's earlier conversations."""
+    """A page of a chat (shared with the webchat): `?session=<id>&before_seq=<n>`, the page
+    before that message (the newest without it), or `&after_seq=<n>`, the page after it (a
+    message found by the search, read on from there); `more` says whether the page was full
+    (more may lie that way). With `archived`, `session` may also be one of the owner's
+    earlier conversations."""
     session = chat_session(owner=owner)
     try:
-        before = int(request.GET["before_seq"]) if request.GET.get("before_seq") else None
-        wanted = int(request.GET["session"]) if request.GET.get("session") else None
-    except ValueError:
-        return JsonResponse({"error": "before_seq and session are numbers"}, status=400)
-    if any(n is not None and not 0 <= n <= QUERY_INT_MAX for n in (before, wanted)):
-        return JsonResponse({"error": f"before_seq and session are between 0 and {QUERY_INT_MAX}"}, status=400)
+        before = query_int(request, "before_seq", minimum=0)
+        after = query_int(request, "after_seq", minimum=0)
+        wanted = query_int(request, "session", minimum=0)
+    except ParamRefused as exc:
+        return JsonResponse({"error": str(exc)}, status=400)
+    if before is not None and after is not None:
+        return JsonResponse({"error": "give after_seq or before_seq, not both"}, status=400)
     if archived and wanted is not None and (session is None or wanted != session.pk):
         earlier = chat_archived_get(owner=owner, session_id=wanted)
         if earlier is None:  # another person's, or none: the same answer
             return JsonResponse({"error": "no such conversation"}, status=404)
-        events = chat_events(session=earlier, before_seq=before, limit=PAGE)
+        events = chat_events(session=earlier, after_seq=after, before_seq=before, limit=PAGE)
         return JsonResponse({"session_id": earlier.pk, "archived": True, "messages": events,
                              "more": len(events) == PAGE})
     if session is None or (wanted is not None and wanted != session.pk):
         return JsonResponse({"session_id": session.pk if session else None, "messages": []})
-    events = chat_events(session=session, before_seq=before, limit=PAGE)
+    events = chat_events(session=session, after_seq=after, before_seq=before, limit=PAGE)
     return JsonResponse({"session_id": session.pk, "messages": events, "more": len(events) == PAGE})
-
 
 
 def _several_tenants(qors) -> bool:
