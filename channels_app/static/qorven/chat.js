@@ -530,6 +530,7 @@
 
   Chat.prototype.openArchive = function () {
     var self = this;
+    this.view = (this.view || 0) + 1;
     this.lastSearch = "";
     var dialog = this.root.querySelector("[data-archive]");
     var body = dialog.querySelector("[data-archive-body]");
@@ -568,51 +569,152 @@
     if (target && (!active || active === document.body || !dialog.contains(active))) target.focus({ preventScroll: true });
   }
 
+  // One message of a conversation read in the dialog (no buttons: it is read-only).
+  Chat.prototype.archivedNode = function (m, sessionId) {
+    var node = el("article", "msg msg--" + m.role + (m.role === "system" ? " msg--notice" : ""));
+    node.setAttribute("data-seq", m.seq);
+    node.setAttribute("aria-label", (m.role === "system" ? "Notice" : this.who(m)) + ", " + timeLabel(new Date(m.created_at)));
+    var meta = el("header", "msg__meta");
+    meta.appendChild(el("span", "msg__who", m.sender_name || (m.role === "assistant" ? this.config.qorName : "You")));
+    if (m.channel !== this.config.channel) meta.appendChild(this.badge(m.channel));
+    var when = new Date(m.created_at);
+    var stamp = el("time", "msg__time", timeLabel(when));
+    stamp.title = when.toLocaleString(undefined, { dateStyle: "full", timeStyle: "short" });
+    meta.appendChild(stamp);
+    var text = el("div", "msg__body");
+    text.innerHTML = md.render(m.content);
+    node.appendChild(meta);
+    node.appendChild(text);
+    this.renderImages(node, m.attachments, sessionId, m.seq);
+    return node;
+  };
+
+  // A page of a conversation read in the dialog: `?before_seq=` or `?after_seq=`.
+  Chat.prototype.archivedPage = function (sessionId, which, seq) {
+    var url = this.config.messages + "?session=" + sessionId + (seq ? "&" + which + "=" + seq : "");
+    return fetch(url, { headers: this.headers(), credentials: "same-origin" })
+      .then(function (r) { if (!r.ok) throw new Error(String(r.status)); return r.json(); });
+  };
+
   Chat.prototype.readArchived = function (conversation, beforeSeq, older) {
     var self = this;
     var dialog = this.root.querySelector("[data-archive]");
     var body = dialog.querySelector("[data-archive-body]");
-    dialog.querySelector("[data-archive-title]").textContent =
-      "Conversation of " + new Date(conversation.started_at).toLocaleDateString(undefined, { dateStyle: "medium" });
+    if (!older) {
+      dialog.querySelector("[data-archive-title]").textContent =
+        "Conversation of " + new Date(conversation.started_at).toLocaleDateString(undefined, { dateStyle: "medium" });
+    }
     dialog.querySelector("[data-archive-back]").hidden = false;
-    var url = this.config.messages + "?session=" + conversation.session_id + (beforeSeq ? "&before_seq=" + beforeSeq : "");
-    fetch(url, { headers: this.headers(), credentials: "same-origin" })
-      .then(function (r) { if (!r.ok) throw new Error(String(r.status)); return r.json(); })
+    this.archivedPage(conversation.session_id, "before_seq", beforeSeq)
       .then(function (data) {
         var page = document.createDocumentFragment();
         var messages = (data.messages || []).filter(function (m) { return !m.hidden; });
         if (data.more && data.messages.length) {
           var more = el("button", "linkbutton archive__more", "Show earlier messages");
           more.type = "button";
+          more.setAttribute("data-archive-earlier", "");
           more.addEventListener("click", function () { more.remove(); self.readArchived(conversation, data.messages[0].seq, true); });
           page.appendChild(more);
         }
-        messages.forEach(function (m) {
-          var node = el("article", "msg msg--" + m.role + (m.role === "system" ? " msg--notice" : ""));
-          node.setAttribute("data-seq", m.seq);
-          node.setAttribute("aria-label", (m.role === "system" ? "Notice" : self.who(m)) + ", " + timeLabel(new Date(m.created_at)));
-          var meta = el("header", "msg__meta");
-          meta.appendChild(el("span", "msg__who", m.sender_name || (m.role === "assistant" ? self.config.qorName : "You")));
-          if (m.channel !== self.config.channel) meta.appendChild(self.badge(m.channel));
-          var when = new Date(m.created_at);
-          var stamp = el("time", "msg__time", timeLabel(when));
-          stamp.title = when.toLocaleString(undefined, { dateStyle: "full", timeStyle: "short" });
-          meta.appendChild(stamp);
-          var text = el("div", "msg__body");
-          text.innerHTML = md.render(m.content);
-          node.appendChild(meta);
-          node.appendChild(text);
-          if (m.seq === conversation.found) node.classList.add("msg--found");
-          self.renderImages(node, m.attachments, data.session_id, m.seq);
-          page.appendChild(node);
-        });
+        messages.forEach(function (m) { page.appendChild(self.archivedNode(m, data.session_id)); });
         if (!older) body.textContent = "";
         body.insertBefore(page, body.firstChild);
         keepFocus(dialog, body);
-        var hit = !older && body.querySelector(".msg--found");
-        if (hit) hit.scrollIntoView({ block: "center" });
       })
       .catch(function () { body.textContent = "Can't reach Qorven — try again in a moment."; });
+  };
+
+  // A message the search found, in its place: the page before it (with it) and the page
+  // after it (its answer first), scrolled to it, marked and focused, with a way on to the
+  // end of the conversation and back to the live one.
+  Chat.prototype.readAround = function (hit, title) {
+    var self = this;
+    var dialog = this.root.querySelector("[data-archive]");
+    var body = dialog.querySelector("[data-archive-body]");
+    var conversation = { session_id: hit.session_id, started_at: hit.created_at };
+    dialog.querySelector("[data-archive-title]").textContent = title;
+    dialog.querySelector("[data-archive-back]").hidden = false;
+    var view = this.view = (this.view || 0) + 1; // what the dialog shows now: a later click wins
+    body.textContent = "Loading…";
+    body.focus({ preventScroll: true }); // the result clicked goes: the keyboard stays in the dialog
+    Promise.all([this.archivedPage(hit.session_id, "before_seq", hit.seq + 1),
+                 this.archivedPage(hit.session_id, "after_seq", hit.seq)])
+      .then(function (pages) {
+        if (self.view !== view) return;
+        var before = pages[0], after = pages[1];
+        body.textContent = "";
+        if (before.more && before.messages.length) {
+          var more = el("button", "linkbutton archive__more", "Show earlier messages");
+          more.type = "button";
+          more.setAttribute("data-archive-earlier", "");
+          more.addEventListener("click", function () { more.remove(); self.readArchived(conversation, before.messages[0].seq, true); });
+          body.appendChild(more);
+        }
+        var found = null;
+        before.messages.concat(after.messages).forEach(function (m) {
+          if (m.hidden) return;
+          var node = self.archivedNode(m, before.session_id);
+          if (m.seq === hit.seq) {
+            found = node;
+            node.classList.add("msg--found");
+            node.setAttribute("aria-current", "true");
+            node.setAttribute("aria-label", "Found: " + node.getAttribute("aria-label"));
+            node.tabIndex = -1;
+          }
+          body.appendChild(node);
+        });
+        var end = el("div", "archive__end");
+        self.laterButton(end, hit.session_id, after);
+        var live = el("button", "linkbutton", hit.archived ? "Back to the conversation going on" : "Go to the newest message");
+        live.type = "button";
+        live.setAttribute("data-archive-live", "");
+        live.addEventListener("click", function () { self.backToLive(); });
+        end.appendChild(live);
+        body.appendChild(end);
+        if (found) {
+          found.scrollIntoView({ block: "center" });
+          found.focus({ preventScroll: true });
+        } else {
+          body.insertBefore(el("p", "archive__none", "That message is no longer kept."), body.firstChild);
+          keepFocus(dialog, live);
+        }
+      })
+      .catch(function () { if (self.view === view) body.textContent = "Can't reach Qorven — try again in a moment."; });
+  };
+
+  // "Show later messages" before `end` while the last page read was full.
+  Chat.prototype.laterButton = function (end, sessionId, page) {
+    var self = this;
+    var messages = page.messages || [];
+    if (!page.more || !messages.length) return;
+    var later = el("button", "linkbutton archive__more", "Show later messages");
+    later.type = "button";
+    later.setAttribute("data-archive-later", "");
+    later.addEventListener("click", function () {
+      later.disabled = true;
+      self.archivedPage(sessionId, "after_seq", messages[messages.length - 1].seq)
+        .then(function (next) {
+          var first = null;
+          (next.messages || []).forEach(function (m) {
+            if (m.hidden) return;
+            var node = self.archivedNode(m, sessionId);
+            first = first || node;
+            end.parentNode.insertBefore(node, end);
+          });
+          later.remove();
+          self.laterButton(end, sessionId, next);
+          if (first) { first.tabIndex = -1; first.focus(); } else { end.querySelector("button").focus(); }
+        })
+        .catch(function () { later.disabled = false; self.say("Can't reach Qorven — try again in a moment."); });
+    });
+    end.appendChild(later);
+  };
+
+  // Out of the dialog to the end of the conversation going on, the composer ready.
+  Chat.prototype.backToLive = function () {
+    this.root.querySelector("[data-archive]").close();
+    this.scrollToBottom();
+    if (this.input && !this.input.disabled) this.input.focus();
   };
 
   // --- searching everything the person and the Qor said (every conversation) ---
@@ -622,6 +724,7 @@
     var dialog = this.root.querySelector("[data-archive]");
     var body = dialog.querySelector("[data-archive-body]");
     this.lastSearch = query;
+    this.view = (this.view || 0) + 1;
     dialog.querySelector("[data-archive-title]").textContent = "Search";
     dialog.querySelector("[data-archive-back]").hidden = true;
     dialog.querySelector("[data-search-input]").value = query;
@@ -654,10 +757,9 @@
           if (hit.channel !== self.config.channel) where.insertBefore(self.badge(hit.channel), where.firstChild);
           open.appendChild(where);
           open.addEventListener("click", function () {
-            self.readArchived({ session_id: hit.session_id, started_at: hit.created_at, found: hit.seq }, hit.seq + 1);
-            dialog.querySelector("[data-archive-title]").textContent = hit.archived
+            self.readAround(hit, hit.archived
               ? "Earlier conversation, " + when.toLocaleDateString(undefined, { dateStyle: "medium" })
-              : "This conversation";
+              : "This conversation");
           });
           item.appendChild(open);
           list.appendChild(item);
