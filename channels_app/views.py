@@ -164,11 +164,11 @@ def chat_memories_view(request: HttpRequest, owner) -> JsonResponse:
     page); the chat page's Memories dialog."""
     from memory_app.person_memories import PAGE, memories_listed, memory_page_json
 
-    raw = request.GET.get("before", "")
-    if raw and not (raw.isascii() and raw.isdigit() and 0 < int(raw) <= QUERY_INT_MAX):
-        return JsonResponse({"error": '"before" must be a memory\'s id'}, status=400)
-    page = memories_listed(tenant=owner.tenant, qor=owner.qor, user=owner.user,
-                           before_id=int(raw) if raw else None, limit=PAGE)
+    try:
+        before = query_int(request, "before", minimum=1)
+    except ParamRefused as exc:
+        return JsonResponse({"error": str(exc)}, status=400)
+    page = memories_listed(tenant=owner.tenant, qor=owner.qor, user=owner.user, before_id=before, limit=PAGE)
     return JsonResponse(memory_page_json(page))
 
 
