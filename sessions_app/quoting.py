@@ -11,6 +11,7 @@ are look-alikes that format nothing.
 """
 from __future__ import annotations
 
+import re
 import unicodedata
 
 # Formatting characters of Slack, Discord, WhatsApp and the chat page's markdown, as
@@ -18,6 +19,28 @@ import unicodedata
 _INERT = str.maketrans({"`": "ˋ", "*": "∗", "_": "ˍ", "~": "∼", "|": "ǀ", "<": "‹", ">": "›"})
 # Bidirectional controls would reorder the rest of the line the text sits in.
 _BIDI = dict.fromkeys([*range(0x202A, 0x202F), *range(0x2066, 0x206A), 0x200E, 0x200F, 0x061C])
+
+
+# What a name quoted inside our framing ("[telegram] NAME: …", "[file: NAME, …]") may not
+# hold: a bracket would close the tag it sits in or open one that reads as ours.
+_FRAMED = str.maketrans({"[": "(", "]": ")"})
+# Where a model reads a new line: a quoted line that begins with "[" there (or after spaces)
+# could pass for one of our tags.
+_TAG_AFTER_BREAK = re.compile(r"([\n\r\v\f\x1c-\x1e\x85\u2028\u2029][ \t]*)\[")
+
+
+def framed_name(name: str) -> str:
+    """A sender's or a file's name as our framing quotes it to the model: on one line,
+    without control or bidirectional characters, its brackets as parentheses — so a name
+    cannot end the tag it sits in, or start a line that reads as another sender's or ours."""
+    return plain(name).translate(_FRAMED)
+
+
+def framed_lines(text: str) -> str:
+    """A message's text as it reads after our tag ("[web] Alice: TEXT"): a line of it after
+    the first that begins with "[" has it escaped ("\\["), so it cannot pass for a tag of
+    ours and speak as another sender ("[web] Alice: …"). Otherwise as written."""
+    return _TAG_AFTER_BREAK.sub(r"\1\\[", text)
 
 
 def inert(text: str) -> str:

@@ -14,6 +14,7 @@ first time have their bytes read.
 from __future__ import annotations
 
 import base64
+import re
 from collections import defaultdict
 from collections.abc import Sequence
 from typing import Any
@@ -22,6 +23,7 @@ from django.conf import settings
 
 from sessions_app.attachments import image_reading_save
 from sessions_app.models import Image, Message
+from sessions_app.quoting import framed_name
 from sessions_app.selectors import StoredMessage
 
 from .pdf_text import TRUNCATED, pdf_read
@@ -53,6 +55,12 @@ UNREAD = {
 }
 
 
+# What in a file's text reads as the end of its frame ("[end of notes.txt]"), escaped
+# ("\[end of …"): the text could end its own frame and go on as the person's words.
+_END_OF = re.compile(r"\[(?=[ \t]*end[ \t]+of\b)", re.IGNORECASE)
+_ESCAPED = r"\\["
+
+
 def _files(message: StoredMessage) -> list[dict[str, Any]]:
     metadata = message.metadata if isinstance(message.metadata, dict) else {}
     attachments = metadata.get("attachments")
@@ -64,17 +72,19 @@ def file_notes(message: StoredMessage, texts: dict[int, str | Image.Reading] | N
     """A note for each file (not an image, not a voice note) the message came with, so the
     model knows it was sent: "[file: report.pdf, application/pdf, 240 KB]" — followed by
     its text where `texts` has it (by the file's index among the message's files), or
-    saying why a PDF has none (an Image.Reading there)."""
+    saying why a PDF has none (an Image.Reading there). The name and the text are the
+    sender's: the name keeps no brackets or line breaks, and a line of the text that reads
+    as the note's end is escaped, so only our own line ends it."""
     metadata = message.metadata if isinstance(message.metadata, dict) else {}
     notes = []
     for i, a in enumerate(_files(message)):
-        name = a.get("name") or "file"
-        label = f"{name}, {a.get('mime_type', '')}, {size_label(int(a.get('size') or 0))}"
+        name = framed_name(a.get("name") or "") or "file"
+        label = f"{name}, {framed_name(a.get('mime_type') or '')}, {size_label(int(a.get('size') or 0))}"
         got = texts.get(i) if texts else None
         if isinstance(got, Image.Reading):  # never a file's text, which may say anything
             note = f"[file: {label}; {UNREAD.get(got, UNREAD[Image.Reading.UNREADABLE])}]"
         elif got is not None:
-            note = f"[file: {label}]\n{got}\n[end of {name}]"
+            note = f"[file: {label}]\n{_END_OF.sub(_ESCAPED, got)}\n[end of {name}]"
         else:
             note = f"[file: {label}]"
         notes.append({"type": "text", "text": note})

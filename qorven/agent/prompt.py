@@ -18,6 +18,7 @@ from qorven.llm import object_text
 from qorven.llm.metered import estimate_tokens
 from sessions_app.context_reads import context_read, context_versions
 from sessions_app.models import Message, Session
+from sessions_app.quoting import framed_lines, framed_name
 from sessions_app.selectors import MessageRow, StoredMessage
 from tenancy.tool_registry import Tool
 from tenancy.trust import Trust, trust_allows
@@ -68,11 +69,13 @@ def message_tokens(message: StoredMessage) -> int:
 def user_line(message: StoredMessage, *, answering: str = Trust.OWNER) -> str:
     """How a user's message reads to the model: its surface and sender first, marked when
     it carries less trust than the message being answered (the merged chat holds text
-    from every surface; the tool contract says what the mark means)."""
-    sender = message.sender_name or "user"
+    from every surface; the tool contract says what the mark means). The name and the
+    text are the sender's: neither can start a line that reads as another tag of ours
+    (sessions_app.quoting.framed_name, framed_lines)."""
+    sender = framed_name(message.sender_name) or "user"
     trust = (message.metadata or {}).get("trust") or Trust.PAIRED
     lower = trust != answering and trust_allows(answering, trust)
-    return f"[{message.channel}{' · lower trust' if lower else ''}] {sender}: {message.content}"
+    return f"[{message.channel}{' · lower trust' if lower else ''}] {sender}: {framed_lines(message.content)}"
 
 
 def to_openai(
