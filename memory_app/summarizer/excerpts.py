@@ -11,6 +11,7 @@ from django.conf import settings
 from qorven.llm import route_for
 from qorven.llm.metered import estimate_tokens
 from sessions_app.models import Message, Session
+from sessions_app.quoting import framed_name
 from sessions_app.selectors import MessageRow, StoredMessage, messages_read
 from tenancy.models import Qor
 
@@ -100,7 +101,8 @@ def transcript_line(message: StoredMessage, qor_name: str) -> str:
         limit = TOOL_LINE_MAX_CHARS
     else:
         who = "system"
-    return f"[{when} {message.channel}] {who}: {clip(' '.join(text.split()), limit)}"
+    # A sender's name is theirs: on one line, without brackets, it cannot start another line.
+    return f"[{when} {message.channel}] {framed_name(who)}: {clip(' '.join(text.split()), limit)}"
 
 
 def clip(text: str, limit: int) -> str:
