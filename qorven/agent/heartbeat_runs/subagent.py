@@ -4,7 +4,7 @@ and the conversation with it on the heartbeat route."""
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
 
@@ -18,9 +18,12 @@ from qorven.llm.metered import Tally
 from sessions_app.channel_kinds import Channel
 from sessions_app.models import Message, Session
 from sessions_app.selectors import MessageRow, canonical_session_find, messages_read
+from sessions_app.quoting import one_line
 from sessions_app.services import message_append
+from tenancy.trust import Trust
 
 from ..project import project_context_for
+from ..prompt import user_line
 from ..turn_endings import cut_short
 
 HEARTBEAT_OK = "HEARTBEAT_OK"
@@ -80,9 +83,11 @@ def run_context(beat: Heartbeat, user: User | None, now: datetime) -> RunContext
             + "\n".join(f"- {r.content} (due {(r.period_start or now).astimezone(zone):%a %Y-%m-%d %H:%M})" for r in reminders)
         )
     if recent:
+        # In the system prompt, each on one line: a message's line breaks would start a
+        # section or a line that reads as ours; marked as a turn marks it, at paired trust.
         lines = [
-            f"[{m.channel}] {(m.sender_name or 'user') if m.role == Message.Role.USER else 'you'}: "
-            f"{m.content[:RECENT_MESSAGE_CHARS]}"
+            user_line(replace(m, content=one_line(m.content[:RECENT_MESSAGE_CHARS])), answering=Trust.PAIRED)
+            if m.role == Message.Role.USER else f"[{m.channel}] you: {one_line(m.content[:RECENT_MESSAGE_CHARS])}"
             for m in recent
         ]
         sections.append(f"## Recent conversation with {audience}\n" + "\n".join(lines))
@@ -104,7 +109,6 @@ def converse(
     still called tools as the rounds ran out: nothing to deliver)."""
     from qorven.llm.metered import Spend
     from tenancy.tool_registry import ToolContext, registry
-    from tenancy.trust import Trust
 
     from ..loop import tool_loop
     from ..mcp import mcp_tools_offered
