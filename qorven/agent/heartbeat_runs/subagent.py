@@ -80,7 +80,7 @@ def run_context(beat: Heartbeat, user: User | None, now: datetime) -> RunContext
         sections.append(
             f"## Reminders that are due\n{audience} asked to be reminded of these and their time has come: "
             "remind them in your message.\n"
-            + "\n".join(f"- {r.content} (due {(r.period_start or now).astimezone(zone):%a %Y-%m-%d %H:%M})" for r in reminders)
+            + "\n".join(f"- {one_line(r.content)} (due {(r.period_start or now).astimezone(zone):%a %Y-%m-%d %H:%M})" for r in reminders)
         )
     if recent:
         # In the system prompt, each on one line: a message's line breaks would start a
