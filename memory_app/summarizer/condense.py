@@ -23,10 +23,11 @@ from ..models import Memory
 from tenancy.zones import tenant_zone
 
 from ..reminders import DueError, due_parse
-from .excerpts import Excerpt, clip, transcript_line
+from .excerpts import Excerpt, clip, highest_trust, transcript_line
 from .model_answers import (
     FLUSH_INSTRUCTIONS,
     GROUP_CHAT,
+    LOWER_TRUST,
     SUMMARY_INSTRUCTIONS,
     DatedItem,
     FlushResult,
@@ -70,19 +71,21 @@ def condense(*, session: Session, excerpt: Excerpt, previous_note: str) -> Conde
         extract = digest_plain_extract(excerpt.messages, group=group)
         note = _clip_tail("\n".join(p for p in (previous_note.strip(), extract) if p), NOTE_MAX_CHARS)
         return Condensed(excerpt, note=note, digest=extract, memories=offline_flush(excerpt.messages))
-    transcript = "\n".join(transcript_line(m, qor.name) for m in excerpt.messages)
+    top = highest_trust(excerpt.messages)
+    transcript = "\n".join(transcript_line(m, qor.name, top=top) for m in excerpt.messages)
+    marked = LOWER_TRUST if " · lower trust] " in transcript else ""
     zone, now = tenant_zone(session.tenant), timezone.now()
     flush = ask(
         session, FlushResult,
         FLUSH_INSTRUCTIONS.format(zone=_zone_label(zone, now), schema=json.dumps(FlushResult.model_json_schema()))
-        + (GROUP_CHAT if group else ""),
+        + (GROUP_CHAT if group else "") + marked,
         f"Conversation excerpt (oldest first):\n{transcript}",
         step="memory flush",
     )
     summary = ask(
         session, SummaryResult,
         SUMMARY_INSTRUCTIONS.format(qor=qor.name, schema=json.dumps(SummaryResult.model_json_schema()))
-        + (GROUP_CHAT if group else ""),
+        + (GROUP_CHAT if group else "") + marked,
         f"Previous summary:\n{previous_note.strip() or '(none)'}\n\n"
         f"Conversation excerpt (oldest first):\n{transcript}",
         step="summary",

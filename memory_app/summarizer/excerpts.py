@@ -3,6 +3,7 @@ model call so that what leaves the prompt's window is decided (and sized) in one
 """
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC
 
@@ -14,6 +15,7 @@ from sessions_app.models import Message, Session
 from sessions_app.quoting import framed_name
 from sessions_app.selectors import MessageRow, StoredMessage, messages_read
 from tenancy.models import Qor
+from tenancy.trust import Trust, trust_allows
 
 from ..digest import DigestSpan
 from .model_answers import SUMMARY_INSTRUCTIONS
@@ -84,9 +86,25 @@ def input_budget(qor: Qor, previous_note: str) -> int:
     return max(route.num_ctx - settings.QORVEN_CONTEXT_RESERVE - overhead, 256)
 
 
-def transcript_line(message: StoredMessage, qor_name: str) -> str:
-    """One message as the summarizer reads it: when, where, who, and its text, clipped."""
+def highest_trust(messages: Sequence[StoredMessage]) -> str | None:
+    """The highest trust among the user messages of `messages` (None: none)."""
+    levels = [_trust(m) for m in messages if m.role == Message.Role.USER]
+    return max(levels, key=lambda level: sum(trust_allows(level, other) for other in Trust.values)) if levels else None
+
+
+def _trust(message: StoredMessage) -> str:
+    trust = (message.metadata or {}).get("trust") if isinstance(message.metadata, dict) else None
+    return trust if trust in Trust.values else Trust.PAIRED
+
+
+def transcript_line(message: StoredMessage, qor_name: str, *, top: str | None = None) -> str:
+    """One message as the summarizer reads it: when, where, who, and its text, clipped. A
+    user line of less trust than `top` (the excerpt's highest) is marked, as in a turn's
+    prompt: what it says is never the user's own lesson or task."""
     when = message.created_at.astimezone(UTC).strftime("%Y-%m-%d %H:%M")
+    where = message.channel
+    if message.role == Message.Role.USER and top is not None and _trust(message) != top:
+        where = f"{where} · lower trust"
     text = message.content or ""
     limit = LINE_MAX_CHARS
     if message.role == Message.Role.USER:
@@ -102,7 +120,7 @@ def transcript_line(message: StoredMessage, qor_name: str) -> str:
     else:
         who = "system"
     # A sender's name is theirs: on one line, without brackets, it cannot start another line.
-    return f"[{when} {message.channel}] {framed_name(who)}: {clip(' '.join(text.split()), limit)}"
+    return f"[{when} {where}] {framed_name(who)}: {clip(' '.join(text.split()), limit)}"
 
 
 def clip(text: str, limit: int) -> str:

@@ -4,7 +4,7 @@ calls the way a good model would, and everything else with a plain reply.
 Use as `model_server.default = FakeModel()`. It recognises the summarizer's two calls by
 their instructions and reads the transcript lines (`[2026-01-02 10:00 telegram] Alice:
 text`): a user line starting with "remember" becomes a fact, one starting with "remind me"
-a reminder, one starting with "from now on" a lesson. It counts its calls, so tests can assert what happened.
+a reminder, one starting with "from now on" a lesson (only "remember" from a line marked lower trust). It counts its calls, so tests can assert what happened.
 """
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from memory_app.summarizer.model_answers import FLUSH_INSTRUCTIONS, SUMMARY_INST
 
 from .model_server import Step, reply
 
-_LINE = re.compile(r"^\[(?P<when>\S+ \S+) (?P<channel>\w+)\] (?P<who>[^:]+): (?P<text>.*)$")
+_LINE = re.compile(r"^\[(?P<when>\S+ \S+) (?P<channel>\w+)(?P<lower> · lower trust)?\] (?P<who>[^:]+): (?P<text>.*)$")
 FLUSH_MARK = FLUSH_INSTRUCTIONS.split("\n", 1)[0][:40]
 SUMMARY_MARK = SUMMARY_INSTRUCTIONS.split("\n", 1)[0][:40]
 
@@ -64,6 +64,8 @@ class FakeModel:
             text = line["text"].strip()
             if text.lower().startswith("remember "):
                 facts.append(f"{line['who']} said: {text[len('remember '):]}")
+            elif line["lower"]:
+                continue  # as it is told: from a surface of less trust, never the user's own wish
             elif text.lower().startswith("remind me "):
                 reminders.append(f"{line['who']} asked: {text}")
             elif text.lower().startswith("from now on "):
