@@ -17,6 +17,7 @@ from django.db import transaction
 
 from qorven.runtime.database import DATABASE_DOWN, connections_drop_broken
 from qorven.runtime.insert_new import rows_insert_new
+from qorven.runtime.prepared_read import PreparedRead
 from qorven.runtime.task_scope import collecting
 from sessions_app.models import Message
 
@@ -88,9 +89,20 @@ def _target(message: Message) -> tuple[ChannelBinding, str] | None:
     return binding, identity.reply_target
 
 
+# Asked for every reply to a platform message (compiled once: qorven.runtime.prepared_read;
+# compiling it was most of what planning a reply cost).
+_paired: PreparedRead[Identity] = PreparedRead(
+    lambda tenant_id, channel, external_id, user_id: Identity.objects.filter(
+        tenant_id=tenant_id, channel=channel, external_id=external_id, user_id=user_id,
+        approval=Identity.Approval.APPROVED,
+    ).only("pk").order_by()[:1],  # unique (tenant, channel, external id): no order
+    tenant_id=int, channel=str, external_id=str, user_id=int,
+)
+
+
 def _still_paired(binding: ChannelBinding, sender: str, user_id: int) -> bool:
-    return Identity.objects.filter(tenant_id=binding.tenant_id, channel=binding.kind, external_id=sender,
-                                   user_id=user_id, approval=Identity.Approval.APPROVED).order_by().exists()
+    return _paired.first(tenant_id=binding.tenant_id, channel=binding.kind, external_id=sender,
+                         user_id=user_id) is not None
 
 
 def deliveries_plan(*, message: Message) -> int:
