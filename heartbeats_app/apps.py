@@ -8,14 +8,18 @@ class HeartbeatsAppConfig(AppConfig):
     verbose_name = "Heartbeats"
 
     def ready(self) -> None:
-        from tenancy.signals import tenant_retimed
+        from tenancy.signals import person_retimed, tenant_retimed
 
         from .services import heartbeats_retime
 
         def retime(sender: object, tenant: object, **kwargs: object) -> None:
             heartbeats_retime(tenant=tenant)  # beats without their own timezone follow the tenant's
 
+        def retime_person(sender: object, tenant: object, user: object, **kwargs: object) -> int:
+            return heartbeats_retime(tenant=tenant, owner=user)  # and their owner's, once set
+
         tenant_retimed.connect(retime, dispatch_uid="heartbeats_app.retime", weak=False)
+        person_retimed.connect(retime_person, dispatch_uid="heartbeats_app.retime_person", weak=False)
         from qorven.runtime.startup import Startup, on_startup
 
         from .scheduler import embedded_beat_start

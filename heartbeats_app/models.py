@@ -35,7 +35,10 @@ class Heartbeat(TimestampedModel):
     )
     name = models.CharField(max_length=100)
     cron = models.CharField(max_length=100, help_text="Five fields: minute hour day-of-month month day-of-week.")
-    timezone = models.CharField(max_length=64, blank=True, default="", help_text="Empty: the tenant's timezone.")
+    timezone = models.CharField(
+        max_length=64, blank=True, default="",
+        help_text="Empty: its owner's timezone (the workspace's unless they set their own).",
+    )
     prompt = models.TextField(blank=True, default="")
     deliver_to = models.ForeignKey(
         settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True, related_name="+"

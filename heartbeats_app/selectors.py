@@ -8,6 +8,7 @@ from django.db.models import Q, QuerySet
 from django.utils import timezone
 
 from tenancy.models import Qor, Tenant
+from tenancy.zones import person_zone_name
 
 from .cron import CronError, cron_parse, tick_next, timezone_parse
 from .errors import HeartbeatNotFound
@@ -56,7 +57,8 @@ def heartbeat_name_taken(
 
 
 def heartbeat_timezone(beat: Heartbeat) -> str:
-    return beat.timezone or beat.tenant.timezone or "UTC"
+    """The zone the beat runs in: its own, else its owner's (theirs, else the workspace's)."""
+    return beat.timezone or person_zone_name(tenant=beat.tenant, user_id=beat.owner_id)
 
 
 def heartbeat_next_run(beat: Heartbeat, *, now: datetime | None = None) -> datetime | None:

@@ -12,6 +12,7 @@ from django_celery_beat.models import CrontabSchedule, PeriodicTask
 
 from sessions_app.channel_kinds import CHAT_FAMILY
 from tenancy.models import Membership, Qor, Tenant
+from tenancy.zones import person_zone_name
 
 from .cron import CronError, cron_parse, timezone_parse
 from .errors import HeartbeatInvalid, HeartbeatReadOnly
@@ -65,7 +66,7 @@ def heartbeat_check(
     except CronError as exc:
         raise HeartbeatInvalid("cron", str(exc)) from None
     try:
-        timezone_parse(timezone or tenant.timezone)
+        timezone_parse(timezone or person_zone_name(tenant=tenant, user_id=owner.pk if owner else None))
     except CronError as exc:
         # Without a zone of its own a beat runs in its workspace's, which may predate the
         # check on saving it.
@@ -197,10 +198,13 @@ def heartbeat_delete(*, heartbeat: Heartbeat, allow_managed: bool = False) -> No
 
 
 @transaction.atomic
-def heartbeats_retime(*, tenant: Tenant) -> int:
-    """Re-mirror the tenant's beats that follow its timezone (after the tenant's timezone
-    changed), so their schedules fire at the new local time. Returns how many."""
-    beats = list(Heartbeat.objects.select_related("tenant", "qor", "periodic_task").filter(tenant=tenant, timezone=""))
+def heartbeats_retime(*, tenant: Tenant, owner: User | None = None) -> int:
+    """Re-mirror the beats that follow a timezone that changed — the tenant's, or with
+    `owner` the person's own — so their schedules fire at the new local time. Returns how many."""
+    following = Heartbeat.objects.select_related("tenant", "qor", "periodic_task").filter(tenant=tenant, timezone="")
+    if owner is not None:
+        following = following.filter(owner=owner)
+    beats = list(following)
     for beat in beats:
         _mirror(beat)
     return len(beats)

@@ -91,7 +91,7 @@ def _invalid(exc: HeartbeatInvalid) -> ToolError:
             "name": {"type": "string", "description": "a short unique name, e.g. 'morning-brief'"},
             "cron": {"type": "string", "description": CRON_HELP},
             "prompt": {"type": "string", "description": "what to check or say each time, as an instruction to yourself"},
-            "timezone": {"type": "string", "description": "IANA name; default: the workspace's timezone"},
+            "timezone": {"type": "string", "description": "IANA name; default: the user's own timezone"},
             "deliver_channel": {"type": "string", "enum": _CHANNELS,
                                 "description": "where to send results; default: the current surface"},
         },

@@ -12,7 +12,7 @@ from sessions_app.turn_writes import turn_lease_acquire
 from tenancy.errors import NotFound
 from tenancy.slash_registry import CommandContext, slash_command
 from tenancy.trust import Trust, trust_allows
-from tenancy.zones import tenant_zone
+from tenancy.zones import person_zone
 
 from .person_memories import PAGE, memories_listed, memory_forget, memory_kind, memory_line
 
@@ -76,7 +76,7 @@ def memories_command(ctx: CommandContext) -> str:
                 else "There is nothing older than that.")
     head = (f"What I remember about you ({page.total}):" if before is None
             else f"Older memories (of {page.total}):")
-    zone = tenant_zone(session.tenant)
+    zone = person_zone(tenant=session.tenant, user_id=session.user_id)
     lines = [head, *(f"• {memory_line(m, zone=zone)}" for m in page.memories)]
     if page.more:
         lines.append(f"Older ones: `/memories #{page.memories[-1].pk}`.")
@@ -98,5 +98,5 @@ def forget_command(ctx: CommandContext) -> str:
     except NotFound:
         return f"You have no memory #{number}; `/memories` lists yours."
     # Not its text again: what is forgotten is not copied into the conversation.
-    when = memory.created_at.astimezone(tenant_zone(session.tenant))
+    when = memory.created_at.astimezone(person_zone(tenant=session.tenant, user_id=session.user_id))
     return f"Forgotten: #{memory.pk}, a {memory_kind(memory)} from {when:%d %b %Y}."

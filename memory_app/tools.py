@@ -8,7 +8,7 @@ from django.utils import timezone
 from tenancy.errors import NotFound
 from tenancy.tool_registry import ToolContext, ToolError, tool
 from tenancy.trust import Trust
-from tenancy.zones import tenant_zone
+from tenancy.zones import person_zone
 
 from .models import Memory
 from .reminders import DueError, due_parse
@@ -95,7 +95,7 @@ def remember_tool(ctx: ToolContext, args: dict) -> dict:
     if due_text is None:
         memory, created = memory_add(type=kind, **common)
         return {"saved": created, "already_known": not created, "id": memory.pk}
-    zone = tenant_zone(ctx.tenant)
+    zone = person_zone(tenant=ctx.tenant, user_id=ctx.user.pk)
     try:
         due = due_parse(due_text, zone=zone)
     except DueError as exc:

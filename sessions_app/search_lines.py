@@ -8,7 +8,7 @@ import re
 from zoneinfo import ZoneInfo
 
 from tenancy.trust import Trust, trust_allows
-from tenancy.zones import tenant_zone
+from tenancy.zones import person_zone
 
 from .channel_kinds import Channel
 from .fulltext import message_terms
@@ -51,7 +51,7 @@ def search_answer(*, session: Session, args: str, trust: str) -> str:
     head = (f"Found in our conversation, newest first (“{quoted}”):" if after == 0
             else f"Older matches for “{quoted}” (from #{after + 1}):")
     terms = message_terms(words)
-    zone = tenant_zone(session.tenant)
+    zone = person_zone(tenant=session.tenant, user_id=session.user_id)
     lines = [head, *(_line(hit, number=after + i + 1, session=session, terms=terms, zone=zone)
                      for i, hit in enumerate(found[:PAGE]))]
     if len(found) > PAGE and after + PAGE < DEEPEST:

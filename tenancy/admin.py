@@ -15,12 +15,13 @@ from qorven.runtime.cooldowns import route_state
 from .admin_scoping import TenantScopedAdminMixin, TenantScopedInlineMixin, admin_tenant_ids
 from .models import ApiToken, McpServer, Membership, ModelFallback, PluginSetting, Qor, Tenant, Usage
 from .selectors import tokens_spent_this_month
-from .signals import tenant_retimed
+from .signals import person_retimed, tenant_retimed
 
 
 class MembershipInline(TenantScopedInlineMixin, admin.TabularInline):
     model = Membership
     extra = 0
+    fields = ["user", "role"]  # a person's timezone on their own page, where changing it moves their beats
     autocomplete_fields = ["user"]
 
 
@@ -111,7 +112,7 @@ class NewMemberForm(forms.ModelForm):
 
 @admin.register(Membership)
 class MembershipAdmin(TenantScopedAdminMixin, admin.ModelAdmin):
-    list_display = ["tenant", "user", "role", "created_at"]
+    list_display = ["tenant", "user", "role", "timezone", "created_at"]
     list_filter = ["role", "tenant"]
     search_fields = ["user__username", "tenant__slug"]
     autocomplete_fields = ["user"]
@@ -153,6 +154,8 @@ class MembershipAdmin(TenantScopedAdminMixin, admin.ModelAdmin):
                 obj.save()
             return
         super().save_model(request, obj, form, change)
+        if change and "timezone" in form.changed_data:
+            person_retimed.send(sender=Membership, tenant=obj.tenant, user=obj.user)  # their own beats
 
 
 CLEAR_KEY = "-"  # typed into a key field: remove the stored key

@@ -66,6 +66,11 @@ class Membership(TimestampedModel):
     tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="memberships")
     user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="memberships")
     role = models.CharField(max_length=16, choices=Role.choices, default=Role.MEMBER)
+    timezone = models.CharField(
+        max_length=64, blank=True, default="", validators=[validate_timezone],
+        help_text="This person's timezone: the dates they are shown, the due times they give and their own "
+                  "heartbeats follow it. Empty = the workspace's. They set it themselves with /timezone.",
+    )
 
     class Meta:
         ordering = ["tenant", "user"]

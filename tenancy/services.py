@@ -11,7 +11,7 @@ from django.contrib.auth.password_validation import validate_password
 from django.db import transaction
 from django.db.models import Field
 
-from .errors import InactiveUser
+from .errors import InactiveUser, NotFound
 from .models import ApiToken, Membership, Qor, Tenant
 from .selectors import membership_get, token_digest
 
@@ -133,3 +133,32 @@ def usage_record(
             f"completion_tokens = {table}.completion_tokens + excluded.completion_tokens",
             [tenant.pk, qor.pk, role, route, timezone.localdate(), prompt_tokens, completion_tokens],
         )
+
+
+@dataclass(frozen=True)
+class Retimed:
+    zone: str  # the person's own, "" for the workspace's
+    beats_moved: int  # their heartbeats now scheduled in the new zone
+
+
+@transaction.atomic
+def membership_timezone_set(*, tenant: Tenant, user: User, timezone: str) -> Retimed:
+    """Set the person's own timezone in the workspace ("" = follow the workspace's) and move
+    their heartbeats that follow it. Raises NotFound for a non-member and
+    django.core.exceptions.ValidationError for a name this machine does not know."""
+    from .models import validate_timezone
+    from .signals import person_retimed
+
+    membership = Membership.objects.select_for_update().filter(tenant=tenant, user=user).first()
+    if membership is None:
+        raise NotFound("not a member of this tenant")
+    timezone = timezone.strip()
+    if timezone:
+        validate_timezone(timezone)
+    if membership.timezone == timezone:
+        return Retimed(zone=timezone, beats_moved=0)
+    membership.timezone = timezone
+    membership.save(update_fields=["timezone", "updated_at"])
+    answers: list[tuple[object, object]] = list(person_retimed.send(sender=Membership, tenant=tenant, user=user))
+    moved = [n for _, n in answers if isinstance(n, int)]
+    return Retimed(zone=timezone, beats_moved=sum(moved))

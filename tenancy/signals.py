@@ -8,3 +8,8 @@ from __future__ import annotations
 from django.dispatch import Signal
 
 tenant_retimed = Signal()
+
+# `person_retimed(sender=Membership, tenant=…, user=…)`: a person's own timezone changed;
+# their heartbeats that follow it are rescheduled by their app, whose receiver returns how
+# many it moved.
+person_retimed = Signal()

@@ -7,11 +7,12 @@ from zoneinfo import ZoneInfo
 from tenancy.trust import Trust
 
 from .tool_registry import ToolContext, ToolError, tool
+from .zones import person_zone_name
 
 
 @tool(
     name="current_time",
-    description="The current date and time. Defaults to the tenant's timezone.",
+    description="The current date and time. Defaults to the user's timezone.",
     parameters={
         "type": "object",
         "properties": {"timezone": {"type": "string", "description": "IANA name, e.g. Europe/Paris"}},
@@ -19,7 +20,7 @@ from .tool_registry import ToolContext, ToolError, tool
     min_trust=Trust.PUBLIC,
 )
 def current_time(ctx: ToolContext, args: dict) -> dict:
-    name = args.get("timezone") or ctx.tenant.timezone or "UTC"
+    name = args.get("timezone") or person_zone_name(tenant=ctx.tenant, user_id=ctx.user.pk if ctx.user else None)
     try:
         zone = ZoneInfo(name)
     except Exception:

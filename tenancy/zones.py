@@ -1,15 +1,41 @@
-"""A workspace's timezone, the one every date shown to its people is written in."""
+"""Timezones: the workspace's, and each person's own (the workspace's until they set one).
+Every date shown to a person, every due time they give and their own heartbeats' schedules
+are in theirs; what a group or the workspace as a whole sees is in the workspace's."""
 from __future__ import annotations
 
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from .models import Tenant
+from .models import Membership, Tenant
+
+
+def zone_named(name: str) -> ZoneInfo:
+    """The zone of that IANA name; UTC when empty or unknown (a name saved before it was
+    checked)."""
+    try:
+        return ZoneInfo(name or "UTC")
+    except (ZoneInfoNotFoundError, ValueError):
+        return ZoneInfo("UTC")
 
 
 def tenant_zone(tenant: Tenant) -> ZoneInfo:
     """The tenant's timezone (also the one naive due times are read in); UTC when unset or
     unknown."""
-    try:
-        return ZoneInfo(tenant.timezone or "UTC")
-    except (ZoneInfoNotFoundError, ValueError):
-        return ZoneInfo("UTC")
+    return zone_named(tenant.timezone)
+
+
+def person_zone_own(*, tenant: Tenant, user_id: int | None) -> str:
+    """The name of the timezone the person set for themselves in this workspace, or ""."""
+    if user_id is None:
+        return ""
+    own = Membership.objects.filter(tenant=tenant, user_id=user_id).values_list("timezone", flat=True).first()
+    return own or ""
+
+
+def person_zone_name(*, tenant: Tenant, user_id: int | None) -> str:
+    """The name of the person's timezone in this workspace: their own, else the workspace's."""
+    return person_zone_own(tenant=tenant, user_id=user_id) or tenant.timezone or "UTC"
+
+
+def person_zone(*, tenant: Tenant, user_id: int | None) -> ZoneInfo:
+    """The person's timezone (see person_zone_name); the workspace's for no one in particular."""
+    return zone_named(person_zone_name(tenant=tenant, user_id=user_id))

@@ -20,7 +20,7 @@ from sessions_app.selectors import MessageRow
 
 from ..digest import DIGEST_MAX_CHARS, digest_plain_extract
 from ..models import Memory
-from tenancy.zones import tenant_zone
+from tenancy.zones import person_zone
 
 from ..reminders import DueError, due_parse
 from .excerpts import Excerpt, clip, highest_trust, transcript_line
@@ -74,7 +74,7 @@ def condense(*, session: Session, excerpt: Excerpt, previous_note: str) -> Conde
     top = highest_trust(excerpt.messages)
     transcript = "\n".join(transcript_line(m, qor.name, top=top) for m in excerpt.messages)
     marked = LOWER_TRUST if " · lower trust] " in transcript else ""
-    zone, now = tenant_zone(session.tenant), timezone.now()
+    zone, now = person_zone(tenant=session.tenant, user_id=session.user_id), timezone.now()
     flush = ask(
         session, FlushResult,
         FLUSH_INSTRUCTIONS.format(zone=_zone_label(zone, now), schema=json.dumps(FlushResult.model_json_schema()))

@@ -20,7 +20,7 @@ import regex
 from memory_app.models import LearnedSkill
 from sessions_app.models import Message
 from tenancy.tool_registry import Tool, ToolContext, registry
-from tenancy.zones import tenant_zone
+from tenancy.zones import person_zone
 
 logger = logging.getLogger(__name__)
 _SPACE = re.compile(r"\s+")
@@ -71,7 +71,7 @@ def skill_route(*, skills: list[LearnedSkill], message: Message, ctx: ToolContex
     skill = matched[0]
     values: dict[str, object] = {
         "message": message.content.strip(), "name": message.sender_name,
-        "time": datetime.now(tenant_zone(ctx.tenant)).strftime("%A %Y-%m-%d %H:%M"),
+        "time": datetime.now(person_zone(tenant=ctx.tenant, user_id=ctx.user.pk if ctx.user else None)).strftime("%A %Y-%m-%d %H:%M"),
     }
     if skill.action:
         if skill.action not in {t.name for t in offered}:

@@ -5,7 +5,7 @@ from datetime import tzinfo
 from functools import partial
 
 from tenancy.slash_registry import CommandContext, slash_command, slash_registry
-from tenancy.zones import tenant_zone
+from tenancy.zones import person_zone
 
 
 @slash_command("help", "list the commands")
@@ -102,7 +102,7 @@ def _history(ctx: CommandContext) -> str:
     rows = rows[-count:]
     if not rows:
         return f"No {ctx.channel} messages yet."
-    zone = tenant_zone(ctx.session.tenant)
+    zone = person_zone(tenant=ctx.session.tenant, user_id=ctx.session.user_id)
     return "\n".join(_history_line(m, zone=zone) for m in rows)
 
 

@@ -1,0 +1,134 @@
+"""Each person has their own timezone (the workspace's until they set one with `/timezone`):
+the dates they are shown, the due times they give, the current time the Qor reads and
+their own heartbeats' schedules follow it; someone else's setting never moves theirs."""
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+
+import pytest
+from django_celery_beat.models import PeriodicTask
+
+from memory_app.models import Memory
+from qorven.agent.gateway import inbound_accept
+from sessions_app.models import Message
+from sessions_app.services import message_append, session_resolve
+from tenancy.models import Membership
+from tenancy.trust import Trust
+
+from ..factories.heartbeats_app import beat
+from ..fakes.model_server import reply, tool_call
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def say(world, user, text, *, channel="telegram", trust=Trust.PAIRED, group=False):
+    session = session_resolve(tenant=world.tenant_a, qor=world.qor_a, channel=channel, user=None if group else user,
+                              thread_id="-100777" if group else "", group=group)
+    inbound_accept(session=session, content=text, channel=channel, sender_name=user.first_name, trust=trust,
+                   user=user)
+    return session
+
+
+def last_answer(session) -> str:
+    return Message.objects.filter(session=session, role="assistant").order_by("-seq").first().content
+
+
+def zone_of(world, user) -> str:
+    return Membership.objects.get(tenant=world.tenant_a, user=user).timezone
+
+
+def tool_results(model_server) -> list[dict]:
+    return [json.loads(m["content"]) for m in model_server.requests[-1]["messages"] if m["role"] == "tool"]
+
+
+def test_timezone_shows_the_workspaces_until_the_person_sets_their_own(world, model_server, drain):
+    session = say(world, world.alice, "/timezone")
+    drain()
+    assert "UTC" in last_answer(session) and "workspace" in last_answer(session)
+
+    say(world, world.alice, "/timezone Europe/Paris")
+    drain()
+    assert last_answer(session).startswith("Your timezone is now Europe/Paris")
+    assert zone_of(world, world.alice) == "Europe/Paris"
+    assert zone_of(world, world.bob) == ""  # only hers
+
+    say(world, world.alice, "/timezone Mars/Olympus")
+    drain()
+    assert "Mars/Olympus" in last_answer(session) and "IANA" in last_answer(session)
+    assert zone_of(world, world.alice) == "Europe/Paris"  # a bad name changes nothing
+
+    say(world, world.alice, "/timezone workspace")
+    drain()
+    assert "workspace" in last_answer(session)
+    assert zone_of(world, world.alice) == ""
+    assert model_server.requests == []
+
+
+def test_timezone_is_set_only_by_the_paired_person_in_a_direct_chat(world, model_server, drain):
+    group = say(world, world.alice, "/timezone Asia/Tokyo", group=True)
+    drain()
+    assert "direct chat" in last_answer(group)
+    unpaired = say(world, world.bob, "/timezone Asia/Tokyo", trust=Trust.PUBLIC)
+    drain()
+    assert "paired" in last_answer(unpaired)
+    assert zone_of(world, world.alice) == zone_of(world, world.bob) == ""
+
+
+def test_history_dates_are_in_the_persons_timezone(world, model_server, drain):
+    membership = Membership.objects.get(tenant=world.tenant_a, user=world.alice)
+    membership.timezone = "Asia/Tokyo"
+    membership.save(update_fields=["timezone"])
+    session = session_resolve(tenant=world.tenant_a, qor=world.qor_a, channel="telegram", user=world.alice)
+    stored = message_append(session=session, role="user", content="the boiler is broken", channel="telegram",
+                            sender_name="Alice", notify=False)
+    Message.objects.filter(pk=stored.message.pk).update(created_at=datetime(2031, 3, 14, 23, 30, tzinfo=UTC))
+    say(world, world.alice, "/history 5")
+    drain()
+    assert "03-15 08:30 Alice: the boiler is broken" in last_answer(session)  # Tokyo is UTC+9
+
+
+def test_a_reminders_due_time_and_the_current_time_are_read_in_the_persons_timezone(world, model_server, drain):
+    world.tenant_a.timezone = "Europe/Paris"
+    world.tenant_a.save(update_fields=["timezone"])
+    Membership.objects.filter(tenant=world.tenant_a, user=world.alice).update(timezone="America/New_York")
+    model_server.add(
+        tool_call("remember", {"content": "Call the plumber", "type": "reminder", "due": "2031-03-14T15:30"}),
+        tool_call("current_time", {}),
+        reply("Noted."),
+    )
+    say(world, world.alice, "remind me to call the plumber")
+    drain()
+    due, now = tool_results(model_server)
+    assert due["due"] == "2031-03-14T15:30-04:00"
+    assert Memory.objects.get(user=world.alice).period_start == datetime(2031, 3, 14, 19, 30, tzinfo=UTC)
+    assert now["timezone"] == "America/New_York"
+    assert now["iso"].endswith(("-05:00", "-04:00"))
+
+
+def test_a_persons_own_beats_follow_their_timezone_and_move_with_it(world, model_server, drain):
+    world.tenant_a.timezone = "Europe/Paris"
+    world.tenant_a.save(update_fields=["timezone"])
+    hers = beat(world.qor_a, name="morning", owner=world.alice, deliver_to=world.alice, deliver_channel="telegram")
+    pinned = beat(world.qor_a, name="tokyo", owner=world.alice, timezone="Asia/Tokyo")
+    bobs = beat(world.qor_a, name="bobs", owner=world.bob)
+    workspace = beat(world.qor_a, name="shared")
+
+    def crontab_zone(heartbeat) -> str:
+        return str(PeriodicTask.objects.get(pk=heartbeat.periodic_task_id).crontab.timezone)
+
+    assert crontab_zone(hers) == "Europe/Paris"
+    session = say(world, world.alice, "/timezone America/New_York")
+    drain()
+    assert "1 of your heartbeats" in last_answer(session)
+    assert crontab_zone(hers) == "America/New_York"
+    assert crontab_zone(pinned) == "Asia/Tokyo"  # a beat with its own timezone keeps it
+    assert crontab_zone(bobs) == crontab_zone(workspace) == "Europe/Paris"
+
+    say(world, world.alice, "/beats")
+    drain()
+    assert "America/New_York" in last_answer(session)
+
+    say(world, world.alice, "/timezone workspace")
+    drain()
+    assert crontab_zone(hers) == "Europe/Paris"
