@@ -10,7 +10,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
 from channels_app.data_export import ExportCounts, PersonExport, export_blocks
-from legacy_app.management.rich_output import command_console
+from qorven.runtime.command_console import command_console
 from tenancy.errors import NotFound
 from tenancy.selectors import membership_get, qor_get, tenant_get
 

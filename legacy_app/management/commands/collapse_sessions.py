@@ -14,7 +14,7 @@ from legacy_app.collapse import (
     collapse_owner_count,
     collapse_sessions,
 )
-from legacy_app.management.rich_output import command_console
+from qorven.runtime.command_console import command_console
 from tenancy.errors import NotFound
 from tenancy.models import Qor
 from tenancy.selectors import tenant_get

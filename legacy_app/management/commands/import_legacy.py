@@ -17,7 +17,7 @@ from rich.progress import (
 from rich.table import Table
 
 from legacy_app.legacy_import import ImportProblem, legacy_import
-from legacy_app.management.rich_output import command_console
+from qorven.runtime.command_console import command_console
 
 
 class Command(BaseCommand):

@@ -1,0 +1,60 @@
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from django.conf import settings
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+from rich.progress import BarColumn, DownloadColumn, MofNCompleteColumn, Progress, TextColumn
+
+from qorven.runtime.backup import BackupError, backup_write
+from qorven.runtime.command_console import command_console
+
+
+class Command(BaseCommand):
+    help = (
+        "Copy the whole database (every tenant's conversations, attachments, memories, heartbeats, "
+        "bindings and their secrets) to one file while Qorven keeps serving: a consistent snapshot, "
+        "written owner-only, read back before it takes its name. SQLite (the embedded default): a "
+        "compact SQLite file, restored by putting it in place of the database file with Qorven "
+        "stopped. PostgreSQL: a pg_dump custom-format archive (pg_dump must be installed), restored "
+        "with pg_restore. Keep the copy as private as the database: it holds the bot tokens and "
+        "model keys. README, Backups, has the restore steps."
+    )
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument(
+            "path", nargs="?",
+            help="the file to write (must not exist); default: qorven-backup-<UTC time>.sqlite3 or .dump "
+                 "in the current directory",
+        )
+
+    def handle(self, *args: Any, **opts: Any) -> None:
+        database = settings.DATABASES["default"]
+        sqlite = database["ENGINE"].endswith("sqlite3")
+        stamp = datetime.now(UTC).strftime("%Y%m%d-%H%M%S")
+        path = Path(opts["path"] or f"qorven-backup-{stamp}.{'sqlite3' if sqlite else 'dump'}").resolve()
+        console = command_console(self.stdout)
+        columns = ([TextColumn("Copying the database"), BarColumn(), DownloadColumn()] if sqlite
+                   else [TextColumn("Dumping tables"), BarColumn(), MofNCompleteColumn()])
+        with Progress(*columns, console=console, transient=True, disable=not console.is_terminal) as bar:
+            task = bar.add_task("copy", total=None)
+            try:
+                result = backup_write(database=database, path=path,
+                                      progress=lambda done, total: bar.update(task, completed=done, total=total))
+            except BackupError as exc:
+                raise CommandError(str(exc)) from None
+        held = ", ".join(f"{count:,} {label}" for label, count in result.counts.items())
+        self.stdout.write(f"Backed up to {result.path} ({_size(result.size)}, owner-only): {held}.")
+
+
+def _size(size: int) -> str:
+    if size < 1024:
+        return f"{size:,} bytes"
+    value = float(size)
+    for unit in ("KB", "MB", "GB"):
+        value /= 1024
+        if value < 1024:
+            break
+    return f"{value:,.1f} {unit}"
