@@ -135,3 +135,36 @@ def test_a_backup_taken_while_messages_arrive_is_one_moment_of_the_database(worl
     assert count <= Message.objects.filter(session=session).count()
     assert top == last_seq == count
     assert Session.objects.get(pk=session.pk).last_seq >= last_seq
+
+
+def restore(*args: str) -> str:
+    out = io.StringIO()
+    call_command("restore", *args, stdout=out)
+    return out.getvalue()
+
+
+def test_a_restore_puts_the_backup_back_and_keeps_the_database_it_replaces(world, tmp_path):
+    chat(world, world.alice, n=3)
+    path = tmp_path / "monday.bak"
+    backup(str(path))
+    chat(world, world.bob, n=2)  # written after the backup: kept aside by the restore, not lost
+    said = restore(str(path), "--yes", "--keep-dir", str(tmp_path))
+
+    assert sorted(Message.objects.values_list("content", flat=True)) == [f"note {i} from alice" for i in range(3)]
+    (kept,) = tmp_path.glob("qorven-before-restore-*")
+    assert str(kept) in said and stat.S_IMODE(kept.stat().st_mode) == 0o600
+    with restored(kept) as cursor:
+        cursor.execute("SELECT count(*) FROM sessions_app_message")
+        assert cursor.fetchone()[0] == 5
+    chat(world, world.alice, n=1)  # the restored database takes new messages where it left off
+    assert Message.objects.count() == 4
+
+
+def test_a_file_that_is_not_a_backup_is_refused_and_nothing_changes(world, tmp_path):
+    chat(world, world.alice, n=2)
+    notes = tmp_path / "notes.txt"
+    notes.write_text("not a database" * 100)
+    with pytest.raises(CommandError, match="not a Qorven backup"):
+        restore(str(notes), "--yes", "--keep-dir", str(tmp_path))
+    assert Message.objects.count() == 2
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["notes.txt"]
