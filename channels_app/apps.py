@@ -76,6 +76,10 @@ class ChannelsAppConfig(AppConfig):
 
         # What can end the sign-in behind an open chat socket (channels_app.live_auth).
         user_logged_out.connect(live_auth.on_logged_out, dispatch_uid="channels_app.live_auth.logout")
+        from tenancy.signals import tenant_suspension_changed
+
+        tenant_suspension_changed.connect(live_auth.on_tenant_suspension_changed,
+                                          dispatch_uid="channels_app.live_auth.tenant_suspension")
         user = get_user_model()
         post_save.connect(live_auth.on_user_saved, sender=user, dispatch_uid="channels_app.live_auth.user")
         post_delete.connect(live_auth.on_user_deleted, sender=user, dispatch_uid="channels_app.live_auth.user_gone")

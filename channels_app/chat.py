@@ -107,10 +107,11 @@ def chat_channels(*, owner: ChatOwner) -> set[str]:
 
 
 def chat_qors(*, user: User) -> list[Qor]:
-    """Every Qor the user can chat with, default Qors of each tenant first."""
+    """Every Qor the user can chat with (in workspaces not suspended), default Qors of each
+    tenant first."""
     return list(
         Qor.objects.select_related("tenant")
-        .filter(tenant__memberships__user=user)
+        .filter(tenant__memberships__user=user, tenant__suspended_at__isnull=True)
         .order_by("tenant__slug", "-is_default", "slug")
     )
 

@@ -49,7 +49,7 @@ from sessions_app.selectors import (
 )
 from tenancy.errors import NotFound
 from tenancy.models import Qor, Tenant
-from tenancy.selectors import membership_get, qor_get, tenant_get
+from tenancy.selectors import membership_active, qor_get, tenant_get
 
 from .models import Identity
 from .selectors import identities_of_person
@@ -78,11 +78,13 @@ class ExportScope:
 
 def export_scope(*, tenant_slug: str, user: User, qor_slug: str | None = None) -> ExportScope:
     """Whose data and where, from the slugs asked for. A tenant the user is not a member of
-    (now) is the same NotFound as one that does not exist; a Qor of another tenant the same
-    as a missing one."""
+    (now), or one the host has suspended, is the same NotFound as one that does not exist;
+    a Qor of another tenant the same as a missing one. (The host's `qorven export` reads
+    the membership itself.)"""
     try:
         tenant = tenant_get(slug=tenant_slug)
-        membership_get(tenant=tenant, user=user)
+        if membership_active(tenant=tenant, user=user) is None:
+            raise NotFound("not a member")
     except NotFound:
         raise NotFound(f"no tenant {tenant_slug!r}") from None
     return ExportScope(tenant, user, qor_get(tenant=tenant, slug=qor_slug) if qor_slug else None)

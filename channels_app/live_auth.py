@@ -2,7 +2,8 @@
 
 A socket is authenticated once, when it opens; the Django session or API token behind it
 can end later — sign-out in another tab, a password change (which invalidates every other
-session of the user), deactivation, removal from the tenant, a revoked token. Each of
+session of the user), deactivation, removal from the tenant, a revoked token, the host
+suspending the tenant. Each of
 those tells the user's open sockets (`auth_group`), and each socket checks its own
 credentials again and closes if they no longer hold; sockets also check again now and
 then (on a client's ping), for sessions that simply expire.
@@ -114,6 +115,21 @@ def on_user_deleted(sender: Any, instance: Any, **kwargs: Any) -> None:
 
 def on_membership_changed(sender: Any, instance: Any, **kwargs: Any) -> None:
     auth_changed(user_id=instance.user_id)
+
+
+def on_tenant_suspension_changed(sender: Any, tenant: Any, **kwargs: Any) -> None:
+    # Suspended: every member's socket and every webchat visitor's closes (resumed: none is
+    # open to tell). Sent once the change is stored, so the sockets' check reads it.
+    from django.db import transaction
+
+    from tenancy.models import Membership
+
+    def tell() -> None:
+        for user_id in Membership.objects.filter(tenant=tenant).values_list("user_id", flat=True):
+            auth_changed(user_id=user_id)
+        broadcast_group_soon(webchat_auth_group(tenant.pk), {"type": "auth.changed"})
+
+    transaction.on_commit(tell)
 
 
 def on_token_changed(sender: Any, instance: Any, **kwargs: Any) -> None:

@@ -36,7 +36,7 @@ from django.db import transaction
 from django.http import HttpRequest
 from django_ratelimit.core import get_usage
 
-from tenancy.access import surface_access
+from tenancy.access import surface_access, tenant_serving
 from tenancy.switches import channel_enabled
 from tenancy.trust import Trust
 
@@ -117,7 +117,10 @@ def webchat_binding(*, public_key: str) -> ChannelBinding:
         .filter(kind=ChannelBinding.Kind.WEBCHAT, lookup_key=public_key, enabled=True)
         .first()
     )
-    if binding is None or not channel_enabled(tenant=binding.tenant, channel="webchat"):
+    # A suspended workspace's embed is as one switched off: its anonymous visitors have no
+    # membership for tenancy.access to refuse.
+    if (binding is None or not tenant_serving(binding.tenant)
+            or not channel_enabled(tenant=binding.tenant, channel="webchat")):
         raise WebchatRefused(404, "no such webchat")
     return binding
 

@@ -13,7 +13,7 @@ from django.db import connection
 from django.db.models import Field, JSONField, OuterRef, QuerySet, Subquery
 
 from qorven.runtime.prepared_read import PreparedRead
-from tenancy.models import Membership
+from tenancy.selectors import memberships_holding
 from tenancy.models import Qor, Tenant
 
 from .errors import SessionNotFound
@@ -240,11 +240,12 @@ def answerable(messages: QuerySet[Message]) -> QuerySet[Message]:
 
 # Read by every turn (compiled once: qorven.runtime.prepared_read).
 # With the session's person's role in its tenant now (`member_role`, None when they are
-# no longer a member): the turn's trust is read from the current membership.
+# no longer a member, or the workspace is suspended): the turn's trust is read from the
+# current membership.
 _pending_with_session: PreparedRead[Message] = PreparedRead(
     lambda tenant_id, session_id: answerable(Message.objects.filter(tenant_id=tenant_id, session_id=session_id))
     .select_related("session__tenant", "session__qor", "session__user")
-    .annotate(member_role=Subquery(Membership.objects.filter(
+    .annotate(member_role=Subquery(memberships_holding().filter(
         tenant_id=OuterRef("session__tenant_id"), user_id=OuterRef("session__user_id")).values("role")[:1]))
     .order_by("seq")[:1],
     tenant_id=int, session_id=int,

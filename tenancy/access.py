@@ -14,6 +14,13 @@ what the surface can prove about who sent it, and by the account's own cap:
 - Email's From header can be forged: at most paired, or trusted when the inbound
   provider's verdict proves the sender (DKIM/SPF, see the email adapter). Never owner.
 - SMS sender numbers can be spoofed: at most paired.
+
+A workspace the host has suspended (`Tenant.suspended_at`: an unpaid bill, say) lets
+nobody in: its memberships do not hold (tenancy.selectors.memberships_holding), so every
+surface refuses its people as it refuses someone removed — but quietly, with nothing
+deleted and nothing told, and all of it back as it was on resume. Entry points that serve
+someone with no membership to read (a webchat's anonymous visitor, a platform's stranger,
+a heartbeat) ask `tenant_serving`.
 """
 from __future__ import annotations
 
@@ -32,12 +39,19 @@ PROOF_NEEDED = frozenset({"email"})  # surfaces whose sender is paired at most u
 UNPROVEN_CAP = Trust.PAIRED
 
 
+def tenant_serving(tenant: Tenant) -> bool:
+    """Whether the workspace is served (not suspended by the host), as `tenant` was read:
+    the caller reads it with what it serves (the binding of a webhook, a beat's run)."""
+    return tenant.suspended_at is None
+
+
 def surface_access(
     *, tenant: Tenant, user: User | None, surface: str, proven: bool | None = None,
     cap: str = Trust.OWNER,
 ) -> Trust | None:
     """The trust of `user` speaking on `surface` now, or None when they may not: no user,
-    an inactive account, or no membership of `tenant` (any more). `proven` is the surface's
+    an inactive account, no membership of `tenant` (any more), or the workspace is
+    suspended. `proven` is the surface's
     verdict on the sender where it needs one; `cap` the account's own cap."""
     if user is None or not user.is_active:
         return None

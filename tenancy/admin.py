@@ -37,18 +37,43 @@ class TenantAdmin(TenantScopedAdminMixin, admin.ModelAdmin):
     tenant_field = ""
     tenant_admin_can_add = False
     tenant_admin_can_delete = False
-    list_display = ["slug", "name", "timezone", "monthly_token_budget", "tokens_this_month", "created_at"]
+    list_display = ["slug", "name", "timezone", "monthly_token_budget", "tokens_this_month", "suspended_at",
+                    "created_at"]
+    list_filter = [("suspended_at", admin.EmptyFieldListFilter)]
     search_fields = ["slug", "name"]
     prepopulated_fields = {"slug": ["name"]}
     # Apps above tenancy add their own inlines from their admin modules (channel bindings).
     inlines = [QorInline, MembershipInline]
+    actions = ["suspend", "resume"]
+
+    def get_actions(self, request):
+        actions = super().get_actions(request)
+        if admin_tenant_ids(request.user) is not None:  # the host's switch alone
+            actions.pop("suspend", None)
+            actions.pop("resume", None)
+        return actions
+
+    @admin.action(description="Suspend the selected workspaces (nobody in them is served; nothing is deleted)")
+    def suspend(self, request, queryset) -> None:
+        from .services import tenant_suspend
+
+        done = [tenant.slug for tenant in queryset if tenant_suspend(tenant=tenant)]
+        self.message_user(request, f"Suspended {len(done)} workspace(s){': ' + ', '.join(done) if done else ''}. "
+                                   "What platforms send them is kept, unanswered, until they are resumed.")
+
+    @admin.action(description="Resume the selected workspaces")
+    def resume(self, request, queryset) -> None:
+        from .services import tenant_resume
+
+        done = [tenant.slug for tenant in queryset if tenant_resume(tenant=tenant)]
+        self.message_user(request, f"Resumed {len(done)} workspace(s){': ' + ', '.join(done) if done else ''}.")
 
     @admin.display(description="tokens this month")
     def tokens_this_month(self, obj: Tenant) -> int:
         return tokens_spent_this_month(tenant=obj)
 
     def get_readonly_fields(self, request, obj=None):
-        fields = list(super().get_readonly_fields(request, obj))
+        fields = [*super().get_readonly_fields(request, obj), "suspended_at"]  # changed by the actions
         if admin_tenant_ids(request.user) is not None:
             # The host sets the budget and the slug (config files and URLs refer to it).
             fields += ["slug", "monthly_token_budget"]

@@ -36,7 +36,9 @@ def admin_tenant_ids(user: Any) -> frozenset[int] | None:
     cached = getattr(user, _CACHE, None)
     if cached is None:
         cached = frozenset(
-            Membership.objects.filter(user=user, role__in=ADMIN_ROLES).values_list("tenant_id", flat=True)
+            # A workspace the host suspended is administered by the host alone until resumed.
+            Membership.objects.filter(user=user, role__in=ADMIN_ROLES, tenant__suspended_at__isnull=True)
+            .values_list("tenant_id", flat=True)
         )
         setattr(user, _CACHE, cached)  # per request: the user object lives as long as the request
     return cached

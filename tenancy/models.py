@@ -50,11 +50,24 @@ class Tenant(TimestampedModel):
                   "ended; empty = keep them. What the Qor remembers is kept.",
     )
 
+    # Set by the host (the admin's action, `qorven tenant suspend`): every surface refuses
+    # the tenant's people or goes quiet (tenancy.access), and nothing of it is deleted.
+    suspended_at = models.DateTimeField(
+        null=True, blank=True, editable=False,
+        help_text="When the host suspended this workspace; empty = active. While suspended nobody in it is "
+                  "served: pages, API tokens, sockets, the terminal and the webchat embed refuse them, beats do "
+                  "not run, and what platforms send is kept unanswered.",
+    )
+
     class Meta:
         ordering = ["slug"]
 
     def __str__(self) -> str:
         return self.slug
+
+    @property
+    def suspended(self) -> bool:
+        return self.suspended_at is not None
 
 
 class Membership(TimestampedModel):

@@ -5,6 +5,7 @@ import hashlib
 from datetime import timedelta
 
 from django.contrib.auth.models import User
+from django.db.models import QuerySet
 from django.utils import timezone
 
 from qorven.runtime.prepared_read import PreparedRead
@@ -45,16 +46,24 @@ def membership_get(*, tenant: Tenant, user: User) -> Membership:
     return membership
 
 
+def memberships_holding() -> QuerySet[Membership]:
+    """The memberships that let someone in now: of an active account, in a workspace the
+    host has not suspended. The one rule tenancy.access decides by; a read that folds it
+    into a statement of its own (a turn's, a group message's) filters by this."""
+    return Membership.objects.filter(user__is_active=True, tenant__suspended_at__isnull=True)
+
+
 # Read for every message (compiled once).
 _membership_active: PreparedRead[Membership] = PreparedRead(
-    lambda tenant_id, user_id: Membership.objects.filter(tenant_id=tenant_id, user_id=user_id, user__is_active=True).order_by()[:1],
+    lambda tenant_id, user_id: memberships_holding().filter(tenant_id=tenant_id, user_id=user_id).order_by()[:1],
     tenant_id=int, user_id=int,
 )
 
 
 def membership_active(*, tenant: Tenant, user: User) -> Membership | None:
-    """The user's membership of the tenant, if they still have one and their account is
-    active: read for every message, so removal and role changes apply at once."""
+    """The user's membership of the tenant, if they still have one, their account is
+    active and the workspace is not suspended: read for every message, so removal, role
+    changes and a suspension apply at once."""
     return _membership_active.first(tenant_id=tenant.pk, user_id=user.pk)
 
 
@@ -71,7 +80,7 @@ def _live_token(digest: str):
     from django.db.models import OuterRef, Q, Subquery
     from django.db.models.functions import Now
 
-    role = Membership.objects.filter(tenant=OuterRef("tenant"), user=OuterRef("user")).values("role")[:1]
+    role = memberships_holding().filter(tenant=OuterRef("tenant"), user=OuterRef("user")).values("role")[:1]
     return (
         ApiToken.objects.select_related("tenant", "user")
         .filter(Q(expires_at__isnull=True) | Q(expires_at__gt=Now()), digest=digest, revoked_at__isnull=True,
@@ -85,9 +94,10 @@ _live_token_read: PreparedRead[ApiToken] = PreparedRead(_live_token, digest=str)
 
 
 def api_token_authenticate(*, raw: str) -> ApiToken | None:
-    """The live token for a raw bearer value, or None. The user must still be a member:
-    the token comes with `member_role`, the role of that membership, read in the same
-    query (so what the request may do is decided from the membership as it is now)."""
+    """The live token for a raw bearer value, or None. The user must still be a member,
+    of a workspace not suspended (memberships_holding): the token comes with
+    `member_role`, the role of that membership, read in the same query (so what the
+    request may do is decided from the membership as it is now)."""
     token = _live_token_read.first(digest=token_digest(raw))
     if token is None or token.member_role is None:  # type: ignore[attr-defined]  # annotated by the read
         return None

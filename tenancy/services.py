@@ -1,4 +1,4 @@
-"""Writes of tenancy data: bootstrap a tenant, mint API tokens."""
+"""Writes of tenancy data: bootstrap a tenant, suspend and resume it, mint API tokens."""
 from __future__ import annotations
 
 import secrets
@@ -14,6 +14,7 @@ from django.db.models import Field
 from .errors import InactiveUser, NotFound
 from .models import ApiToken, Membership, Qor, Tenant
 from .selectors import membership_get, token_digest
+from .signals import tenant_suspension_changed
 
 
 @dataclass(frozen=True)
@@ -94,6 +95,32 @@ def tenant_bootstrap(
         owner=owner,
         created={"tenant": tenant_created, "qor": qor_created, "owner": owner_created, "membership": membership_created},
     )
+
+
+def tenant_suspend(*, tenant: Tenant) -> bool:
+    """Suspend the workspace (the host's switch, for an unpaid bill say): from now on
+    nobody in it is served on any surface (tenancy.access) and its beats do not run;
+    nothing of it is deleted or changed, and what platforms send meanwhile is kept
+    unanswered. Open chat sockets are told to check their sign-in (they close). False when
+    it was suspended already (its first suspension time stays)."""
+    from django.utils import timezone
+
+    return _suspended_set(tenant=tenant, at=timezone.now())
+
+
+def tenant_resume(*, tenant: Tenant) -> bool:
+    """Serve the suspended workspace again, everything as it was (messages kept while it
+    was suspended stay unanswered). False when it was not suspended."""
+    return _suspended_set(tenant=tenant, at=None)
+
+
+def _suspended_set(*, tenant: Tenant, at: datetime | None) -> bool:
+    # One conditional UPDATE: two hosts suspending at once change it once.
+    changed = Tenant.objects.filter(pk=tenant.pk, suspended_at__isnull=at is not None).update(suspended_at=at)
+    tenant.refresh_from_db(fields=["suspended_at"])
+    if changed:
+        tenant_suspension_changed.send(sender=Tenant, tenant=tenant)
+    return bool(changed)
 
 
 @transaction.atomic

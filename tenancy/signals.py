@@ -2,6 +2,9 @@
 
 `tenant_retimed(sender=Tenant, tenant=…)`: a tenant's timezone changed; heartbeats that
 follow the tenant's timezone are rescheduled by their app.
+
+`tenant_suspension_changed(sender=Tenant, tenant=…)`: the host suspended or resumed the
+tenant (tenancy.services.tenant_suspend / tenant_resume), after the change is stored.
 """
 from __future__ import annotations
 
@@ -13,3 +16,4 @@ tenant_retimed = Signal()
 # their heartbeats that follow it are rescheduled by their app, whose receiver returns how
 # many it moved.
 person_retimed = Signal()
+tenant_suspension_changed = Signal()

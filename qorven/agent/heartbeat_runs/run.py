@@ -24,6 +24,7 @@ from qorven.llm import ModelError, ProviderUnavailable, route_for
 from qorven.llm.metered import Tally
 from sessions_app.channel_kinds import Channel
 from sessions_app.services import session_archive, session_resolve
+from tenancy.access import tenant_serving
 from tenancy.errors import NotFound
 from tenancy.models import Tenant
 from tenancy.selectors import budget_exhausted, membership_get
@@ -54,10 +55,10 @@ def run_heartbeat(
 ) -> HeartbeatRun | None:
     """Run the beat once for `tick` (its scheduled time; computed from the cron expression
     when not given). Returns the run, or None when there was nothing to do: the beat is
-    gone or paused, or another process already has this tick. Raises RunFailed when the
+    gone or paused, its workspace is suspended, or another process already has this tick. Raises RunFailed when the
     model was unavailable (the failure is recorded first)."""
     tenant = Tenant.objects.filter(pk=tenant_id).first()
-    if tenant is None:
+    if tenant is None or not tenant_serving(tenant):  # suspended by the host: its beats wait, unrun
         return None
     try:
         beat = heartbeat_get(tenant=tenant, heartbeat_id=heartbeat_id)
