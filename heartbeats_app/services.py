@@ -86,6 +86,9 @@ def heartbeat_check(
     for field, user in (("owner", owner), ("deliver_to", deliver_to)):
         if user is not None and not Membership.objects.filter(tenant=tenant, user=user).exists():
             raise HeartbeatInvalid(field, f"{user} is not a member of {tenant.slug}")
+    if owner is not None and not owner.is_active:
+        raise HeartbeatInvalid("owner", f"{owner} is deactivated: a beat runs in its owner's name, and a "
+                               "deactivated account has left; choose someone active as its owner")
     if deliver_to is not None and not deliver_to.is_active:
         raise HeartbeatInvalid("deliver_to", f"{deliver_to} is deactivated: nothing is delivered to a deactivated "
                                "account; choose someone active, or no delivery")

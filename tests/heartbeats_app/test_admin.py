@@ -186,6 +186,19 @@ def test_the_admin_refuses_a_deactivated_delivery_target_saying_why(client, worl
     assert not Heartbeat.objects.exists()
 
 
+def test_the_admin_refuses_a_deactivated_owner_saying_why(client, world, dana):
+    world.bob.is_active = False
+    world.bob.save(update_fields=["is_active"])
+    client.force_login(dana)
+    form = {"tenant": world.tenant_a.pk, "qor": world.qor_a.pk, "name": "bobs", "cron": "0 19 * * *",
+            "timezone": "", "prompt": "Evening wrap-up", "owner": world.bob.pk, "deliver_to": world.alice.pk,
+            "deliver_channel": "web", "enabled": "on",
+            "runs-TOTAL_FORMS": "0", "runs-INITIAL_FORMS": "0", "runs-MIN_NUM_FORMS": "0", "runs-MAX_NUM_FORMS": "0"}
+    response = client.post(url("heartbeats_app_heartbeat_add"), form)
+    assert response.status_code == 200 and "bob is deactivated" in response.content.decode()
+    assert not Heartbeat.objects.exists()
+
+
 @pytest.mark.django_db(transaction=True)
 def test_run_now_runs_the_beat_and_records_it(client, world, dana, beats, model_server, drain):
     model_server.add(reply("Here is your brief."))

@@ -123,6 +123,18 @@ def test_a_deactivated_member_is_refused_as_a_delivery_target_and_nothing_is_mad
     assert mine.deliver_to == world.alice
 
 
+def test_a_deactivated_member_is_refused_as_a_beats_owner_and_nothing_is_made(world):
+    """A beat made for (owned by) a deactivated account would run in the name of someone
+    who has left: refused as delivery to them is."""
+    world.bob.is_active = False
+    world.bob.save(update_fields=["is_active"])
+    with pytest.raises(HeartbeatInvalid, match="bob is deactivated") as refused:
+        beat(world.qor_a, name="bobs", owner=world.bob, deliver_to=world.alice, deliver_channel="web")
+    assert refused.value.field == "owner"
+    assert not Heartbeat.objects.filter(name="bobs").exists() and not PeriodicTask.objects.filter(
+        name__contains="bobs").exists()
+
+
 def test_names_are_unique_per_qor_but_not_across_tenants(world):
     beat(world.qor_a, name="daily")
     beat(world.qor_b, name="daily")
