@@ -221,7 +221,10 @@ def tenant_members(*, tenant: Tenant) -> list[User]:
 
 def _user_for_sender(identity: Identity) -> User:
     User = get_user_model()
-    base = slugify(f"{identity.channel}-{identity.display_name or identity.external_id}")[:120] or identity.channel
+    # Named by the sender's name, else the last digits of their id: a username is shown in
+    # chat (/pair paired), and a whole phone number there would be in the model's window.
+    who = identity.display_name or identity.external_id[-4:]
+    base = slugify(f"{identity.channel}-{who}")[:120] or identity.channel
     name = base
     for n in range(2, 1000):
         if not User.objects.filter(username=name).exists():
@@ -231,6 +234,21 @@ def _user_for_sender(identity: Identity) -> User:
     user.set_unusable_password()
     user.save(update_fields=["password"])
     return user
+
+
+def sender_masked(external_id: str) -> str:
+    """A platform's id for a sender as chat shows it: its last four characters (a WhatsApp
+    or SMS id is a phone number, an email one an address). What is said in chat stays in
+    the conversation and reaches the model's window; the CLI and the admin show it whole."""
+    if "@" in external_id:  # an address: its first letter and its domain
+        local, _, domain = external_id.rpartition("@")
+        return f"{local[:1]}…@{domain}"
+    return f"…{external_id[-4:]}" if len(external_id) > 4 else external_id
+
+
+def sender_shown(*, display_name: str, external_id: str) -> str:
+    """A sender as the owner's chat names them: their name, else their masked id."""
+    return display_name or sender_masked(external_id)
 
 
 def pairing_code_message(code: str) -> str:

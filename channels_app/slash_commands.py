@@ -15,15 +15,19 @@ from .pairing import (
     pairing_deny,
     pairing_paired,
     pairing_pending,
+    sender_masked,
+    sender_shown,
 )
 from .pairing_end import pairing_revoke
 
 USAGE = ("Usage: /pair list | /pair approve CODE [me | USERNAME] | /pair deny CODE | /pair paired | "
-         "/pair revoke CHANNEL SENDER_ID")
+         "/pair revoke #N (from /pair paired) | /pair revoke CHANNEL SENDER_ID")
 
 
+# A sender's platform id is a phone number on WhatsApp and SMS: what is said here stays in
+# the conversation the model reads, so chat names senders masked (channels_app.pairing).
 @slash_command("pair", "owner only: /pair list, /pair approve CODE [me | USERNAME], /pair deny CODE, "
-                       "/pair paired, /pair revoke CHANNEL SENDER_ID")
+                       "/pair paired, /pair revoke #N or CHANNEL SENDER_ID")
 def _pair(ctx: CommandContext) -> str:
     if not trust_allows(ctx.trust, Trust.OWNER):
         return "Only the owner can manage pairing, from a trusted surface."
@@ -34,13 +38,13 @@ def _pair(ctx: CommandContext) -> str:
         pending = pairing_pending(tenant=tenant)
         if not pending:
             return "No pending pairing requests."
-        return "\n".join(f"{r.code} — {r.channel} {r.identity.display_name or r.external_id}" for r in pending)
+        return "\n".join(f"{r.code} — {r.channel} {_shown(r.identity)}" for r in pending)
     if action == "paired":
         paired = pairing_paired(tenant=tenant)
         if not paired:
             return "No paired accounts."
-        return "\n".join(f"{i.channel} {i.external_id} — {i.display_name or '-'} ({i.user.get_username()})"
-                         for i in paired)
+        return "\n".join(f"#{i.pk} {i.channel} {sender_masked(i.external_id)} — {i.display_name or '-'} "
+                         f"({i.user.get_username()})" for i in paired)
     if action == "revoke":
         return _revoke(ctx, channel=code.strip(), sender=who.strip())
     if action not in ("approve", "deny") or not code.strip():
@@ -54,23 +58,30 @@ def _pair(ctx: CommandContext) -> str:
                 user = owner if who.strip() == "me" else member_by_username(tenant=tenant, username=who.strip())
             identity = pairing_approve(tenant=tenant, code=code, user=user, by=owner, via=f"chat:{ctx.channel}")
             linked = f", linked to {identity.user.get_username()}" if user is not None else ""
-            return f"Approved {identity.channel} sender {identity.display_name or identity.external_id}{linked}."
+            return f"Approved {identity.channel} sender {_shown(identity)}{linked}."
         identity = pairing_deny(tenant=tenant, code=code, by=owner, via=f"chat:{ctx.channel}")
-        return f"Denied {identity.channel} sender {identity.display_name or identity.external_id}."
+        return f"Denied {identity.channel} sender {_shown(identity)}."
     except MemberNotFound:
         return f"{who.strip()} is not a member here: approve as me, or without a name for a new user."
     except NotFound:
         return f"No pending request with code {code.strip()}."
 
 
+def _shown(identity) -> str:
+    return sender_shown(display_name=identity.display_name, external_id=identity.external_id)
+
+
 def _revoke(ctx: CommandContext, *, channel: str, sender: str) -> str:
-    if not channel or not sender:
+    number = channel.removeprefix("#")
+    by_number = not sender and number.isdigit()  # `#N`, as /pair paired numbers them
+    if not by_number and (not channel or not sender):
         return USAGE
     try:
-        identity = paired_identity_get(tenant=ctx.session.tenant, channel=channel, external_id=sender)
+        identity = paired_identity_get(tenant=ctx.session.tenant, identity_id=int(number) if by_number else None,
+                                       channel=channel, external_id=sender)
         revoked = pairing_revoke(tenant=ctx.session.tenant, identity_id=identity.pk, via=f"chat:{ctx.channel}")
     except NotPaired:
-        return f"No paired {channel} account {sender}."
-    name = revoked.identity.display_name or revoked.identity.external_id
-    return (f"Revoked {revoked.identity.channel} sender {name} (was paired to {revoked.username}): what it sends "
-            f"is not answered; {revoked.messages} waiting message(s) ended, {revoked.parts} reply part(s) not sent.")
+        return f"No paired account #{number}." if by_number else f"No paired {channel} account {sender}."
+    return (f"Revoked {revoked.identity.channel} sender {_shown(revoked.identity)} (was paired to "
+            f"{revoked.username}): what it sends is not answered; {revoked.messages} waiting message(s) ended, "
+            f"{revoked.parts} reply part(s) not sent.")

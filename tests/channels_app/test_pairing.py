@@ -247,3 +247,39 @@ def test_the_log_names_a_paired_or_unpaired_sender_by_identity_not_by_number(
     lines = [r.getMessage() for r in caplog.records]
     assert not [line for line in lines if number in line or "15112345" in line]
     assert f"pairing approved: whatsapp identity {identity.pk} -> user {world.bob.pk} (via cli)" in lines
+
+
+def test_phone_numbers_stay_out_of_the_owners_chat_and_the_cli_shows_them_whole(client, world, drain):
+    """`/pair list` and `/pair paired` printed a WhatsApp or SMS sender's phone number into
+    the owner's chat, where it stays in the history the model reads. Chat shows its last
+    four digits; the CLI (and the admin) the whole number, and the code is the same."""
+    from channels_app.pairing import identity_get_or_create, pairing_request_for
+
+    waiting = pairing_request_for(identity=identity_get_or_create(
+        tenant=world.tenant_a, channel="whatsapp", external_id="15550100777", display_name=""), text="hi").request
+    sms = pairing_request_for(identity=identity_get_or_create(
+        tenant=world.tenant_a, channel="sms", external_id="+15550102222", display_name="Priya"), text="hi").request
+    paired = Identity.objects.create(tenant=world.tenant_a, channel="whatsapp", external_id="15550109999",
+                                     user=world.bob, approval=Identity.Approval.APPROVED, display_name="")
+    owner = api_token_create(tenant=world.tenant_a, user=world.alice)[1]
+
+    def say(text):
+        client.post("/v1/qors/aria/messages", data=json.dumps({"content": text}),
+                    content_type="application/json", HTTP_AUTHORIZATION=f"Bearer {owner}")
+        drain()
+        return Message.objects.filter(role="assistant").order_by("-id").first().content
+
+    listed = say("/pair list")
+    assert listed.splitlines() == [f"{waiting.code} — whatsapp …0777", f"{sms.code} — sms Priya"]
+    assert say("/pair paired") == f"#{paired.pk} whatsapp …9999 — - (bob)"
+    assert say(f"/pair deny {sms.code}") == "Denied sms sender Priya."
+    assert say(f"/pair approve {waiting.code}") == "Approved whatsapp sender …0777."
+    assert say(f"/pair revoke #{paired.pk}").startswith("Revoked whatsapp sender …9999 (was paired to bob)")
+    assert "…0777" in say("/pair paired")  # approved as a new user, named without the number
+    said = " ".join(Message.objects.values_list("content", flat=True))
+    assert not {"15550100777", "15550102222", "15550109999"} & set(said.replace("+", " ").split())
+    assert "0100777" not in said and "0109999" not in said
+
+    out = io.StringIO()
+    call_command("pair", "list", "--tenant", "acme", "--paired", stdout=out)
+    assert "15550100777" in out.getvalue()
