@@ -65,7 +65,7 @@ BLOCK = 64 * 1024  # characters a write
 # given, the model or route that wrote it (the host's), nor a key someone adds later.
 MESSAGE_METADATA = frozenset({
     "reply_to", "notice", "command", "stopped", "cut_off", "withheld", "superseded", "heartbeat_name", "voice", "left_out",
-    "carried_from", "carried_to", "call",
+    "left_out_why", "carried_from", "carried_to", "call",
 })
 
 
@@ -237,8 +237,8 @@ def _message(row: MessageRow, session: Session, files: list[AttachmentRow]) -> d
             "channel": row.channel, "sender_name": row.sender_name, "created_at": _when(row.created_at),
             "answer_state": row.answer_state,
             "metadata": {key: value for key, value in metadata.items() if key in MESSAGE_METADATA},
-            "attachments": [{"index": i, "mime_type": a.mime_type, "size": a.size, "name": a.name}
-                            for i, a in enumerate(files)]}
+            "attachments": [{"index": i, "mime_type": a.mime_type, "size": a.size, "name": a.name,
+                             "reading": a.reading, "text": a.text} for i, a in enumerate(files)]}
 
 
 def _memory(memory: Memory) -> dict[str, Any]:

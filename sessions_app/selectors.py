@@ -312,15 +312,19 @@ class AttachmentRow:
     mime_type: str
     name: str
     size: int
+    reading: str | None  # a PDF's: how reading its text went (Image.Reading), None until read
+    text: str | None  # and the text read, as the model was shown it
 
 
 def attachments_between(*, session: Session, after_seq: int, through_seq: int) -> list[AttachmentRow]:
     """What came attached to the session's messages after `after_seq` up to `through_seq`,
-    without the data (up to QORVEN_MAX_UPLOAD each): by message, then in the order sent.
+    without the data (up to QORVEN_MAX_UPLOAD each) but with a PDF's text as read (bounded:
+    qorven.agent.pdf_text): by message, then in the order sent.
     A range of the (session, seq) index, so no list of ids is bound into the query."""
     rows = (Image.objects.filter(tenant_id=session.tenant_id, message__session_id=session.pk,
                                  message__seq__gt=after_seq, message__seq__lte=through_seq)
-            .order_by("message__seq", "id").values_list("id", "message__seq", "mime_type", "name", "size"))
+            .order_by("message__seq", "id")
+            .values_list("id", "message__seq", "mime_type", "name", "size", "reading", "text"))
     return [AttachmentRow(*row) for row in rows]
 
 

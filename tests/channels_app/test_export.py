@@ -96,7 +96,8 @@ def test_a_tenant_she_is_not_a_member_of_is_the_same_not_found_as_a_missing_one(
 def test_attachments_are_described_and_their_data_only_given_when_asked(world, photo):
     plain = export_text(world)
     described = [m for m in of(records(plain), "message") if m["seq"] == photo.seq][0]
-    assert described["attachments"] == [{"index": 0, "mime_type": "image/png", "size": 6, "name": ""}]
+    assert described["attachments"] == [{"index": 0, "mime_type": "image/png", "size": 6, "name": "",
+                                         "reading": None, "text": None}]
     assert "RkVSTlM=" not in plain and of(records(plain), "attachment") == []
 
     lines = records(export_text(world, attachments=True))
@@ -104,6 +105,34 @@ def test_attachments_are_described_and_their_data_only_given_when_asked(world, p
     assert (data["session"], data["seq"], data["index"], data["data"]) == (photo.session_id, photo.seq, 0, "RkVSTlM=")
     assert lines.index(data) == lines.index([m for m in lines if m.get("seq") == photo.seq][0]) + 1
     assert lines[0]["attachments"] is True and lines[-1]["attachments"] == 1
+
+
+def test_a_pdfs_text_as_read_and_why_attachments_were_left_out_are_exported(world, lives):
+    """The text read from a PDF (what the Qor was shown of it) and why a message's
+    attachments were not kept were left out: the export said a PDF came, not what it said."""
+    import base64
+
+    from qorven.agent.pdf_text import pdf_read
+    from sessions_app.attachments import image_reading_save
+    from sessions_app.models import Image
+
+    from ..pdf_files import pdf
+
+    raw = pdf("Invoice 2291 due 3 March", "Total: 1,200 EUR")
+    sent = say(lives, "the invoice", "web", sender_name="Alice", metadata={
+        "attachments": [{"type": "file", "mime_type": "application/pdf", "size": len(raw), "name": "invoice.pdf"}]})
+    invoice = Image.objects.create(tenant=world.tenant_a, message=sent, mime_type="application/pdf",
+                                   name="invoice.pdf", data=base64.b64encode(raw).decode(), size=len(raw))
+    read = pdf_read(raw)
+    image_reading_save(tenant_id=world.tenant_a.pk, image_id=invoice.pk, reading=read.reading, text=read.text)
+    lost = say(lives, "two photos", "telegram", sender_name="Alice",
+               metadata={"left_out": 2, "left_out_why": "unpaired"})
+
+    messages = {m["seq"]: m for m in of(records(export_text(world)), "message")}
+    assert messages[sent.seq]["attachments"] == [{
+        "index": 0, "mime_type": "application/pdf", "size": len(raw), "name": "invoice.pdf", "reading": "text",
+        "text": "Invoice 2291 due 3 March\n\nTotal: 1,200 EUR"}]
+    assert messages[lost.seq]["metadata"] == {"left_out": 2, "left_out_why": "unpaired"}
 
 
 def test_a_long_conversation_streams_in_chunks_of_queries_not_rows(world, django_assert_max_num_queries):
