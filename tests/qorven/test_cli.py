@@ -183,3 +183,15 @@ def test_a_public_url_under_a_path_or_without_a_scheme_is_one_line_naming_it():
     for url in ("https://chat.example.org", "https://chat.example.org/", "http://127.0.0.1:8000"):
         done = run("check", DJANGO_SECRET_KEY="cli-test", QORVEN_PUBLIC_URL=url)
         assert done.returncode == 0, (url, done.stderr[-800:])
+
+
+def test_pair_help_and_the_readme_name_every_pairing_action():
+    """The spec's list names `pair list|approve|deny`; `revoke` and `list --paired` are
+    there too, and each place that says what `pair` does names all five."""
+    overview = next(line for line in run().stdout.splitlines() if line.strip().startswith("pair "))
+    usage = run("pair", "--help").stdout
+    readme = (ROOT / "README.md").read_text()
+    commands = readme[readme.index("## Commands"):readme.index("## The admin")]
+    for text in (overview, usage, commands):
+        assert all(action in text for action in ("list", "--paired", "approve", "deny", "revoke")), text
+    assert "[--dry-run]" in run("pair", "revoke", "--help").stdout

@@ -19,7 +19,8 @@ from tenancy.selectors import membership_get, tenant_get
 
 class Command(BaseCommand):
     help = (
-        "Pairing of platform accounts with people. `pair list --tenant T` shows pending requests, "
+        "Pair platform accounts with people (list [--paired], approve, deny, revoke). "
+        "`pair list --tenant T` shows pending requests, "
         "`--paired` the accounts paired now; `pair approve CODE --tenant T [--user U]` admits the sender "
         "the code was issued to (linked to user U, or to a new user made for them) on that channel only; "
         "`pair deny CODE --tenant T` refuses them. `pair revoke CHANNEL SENDER_ID --tenant T` (or "
