@@ -17,7 +17,7 @@ learned skills, so retrieval does real work. The Qor has a model configured, so 
 offers tools. Timed, p50 and p99 over CALLS calls after WARMUP, in rounds that call every
 size in a random order so drift hits all alike:
 
-- ``turn``: ``qorven.agent.turn_answer._prompt`` — what a turn does to build its request:
+- ``turn``: ``qorven.agent.turn_answer.turn_prompt`` — what a turn does to build its request:
   skills and memory retrieval, then ``prompt_build``;
 - ``build``: ``prompt_build`` alone, with the same parts precomputed;
 - ``naive``: the baseline the builder avoids, loading the whole session
@@ -111,7 +111,7 @@ def goal_notes(rows: list[Row], quick: bool) -> list[str]:
         mine = sorted((r for r in rows if r["db"] == db), key=lambda r: r["size"])
         first, second, last = mine[0], mine[1], mine[-1]
         span, tail = (f"{label(last['size'])}/{label(r['size'])}" for r in (first, second))
-        for what, key in (("_prompt (turn)", "turn"), ("prompt_build alone", "build")):
+        for what, key in (("turn_prompt (turn)", "turn"), ("prompt_build alone", "build")):
             ratio = last[f"{key}_ratio"]
             flat = last[f"{key}_p50_ms"] / second[f"{key}_p50_ms"]
             p99 = last[f"{key}_p99_ms"] / first[f"{key}_p99_ms"]
@@ -224,7 +224,7 @@ def prepare(case: Case) -> Row:
     from qorven.agent.prompt import PromptParts, prompt_build
     from qorven.agent.retrieval import memories_for, skills_for_prompt
     from memory_app.selectors import skills_for
-    from qorven.agent.turn_answer import _prompt
+    from qorven.agent.turn_answer import turn_prompt
     from qorven.llm import route_for
     from sessions_app.models import Message
     from sessions_app.selectors import next_pending_user_message, session_get
@@ -245,7 +245,7 @@ def prepare(case: Case) -> Row:
     offered = registry.offered(tenant=session.tenant, qor=qor, trust=trust)
     if route.offline or route.num_ctx != NUM_CTX or not offered:
         raise AssertionError(f"route {route} with {len(offered)} tools: expected a model and tools")
-    parts = PromptParts(  # what _prompt passes, computed once
+    parts = PromptParts(  # what turn_prompt passes, computed once
         system_prompt=qor.system_prompt,
         project_context=qor.project_context,
         skills=skills_for_prompt(tenant=session.tenant, trust=trust),
@@ -266,7 +266,8 @@ def prepare(case: Case) -> Row:
 
     def turn() -> int:
         skills = skills_for(tenant=session.tenant, trust=trust)  # read by the turn, then passed in
-        return len(_prompt(session, qor, pending, offered, route, trust, RESERVE, skills).window)
+        return len(turn_prompt(session=session, qor=qor, pending=pending, offered=offered, route=route,
+                               trust=trust, reserve=RESERVE, skills=skills).window)
 
     def build() -> int:
         prompt = prompt_build(
@@ -281,8 +282,8 @@ def prepare(case: Case) -> Row:
 
     case.calls = {"turn": turn, "build": build}
     facts = {"rows_read": rows_read(build)}
-    prompt = _prompt(session, qor, pending, offered, route, trust, RESERVE,
-                     skills_for(tenant=session.tenant, trust=trust))
+    prompt = turn_prompt(session=session, qor=qor, pending=pending, offered=offered, route=route, trust=trust,
+                         reserve=RESERVE, skills=skills_for(tenant=session.tenant, trust=trust))
     if prompt.window[-1].pk != pending.pk:
         raise AssertionError("the pending message is not the last of the window")
     with CaptureQueriesContext(connection) as turn_queries:

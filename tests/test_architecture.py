@@ -103,3 +103,17 @@ def test_no_two_packages_import_each_other():
     both_ways = sorted({tuple(sorted(pair)) for pair in edges if (pair[1], pair[0]) in edges})
     assert both_ways == [], "two-way imports:\n" + "\n".join(
         f"  {a} ↔ {b}: {edges[(a, b)][:3]} / {edges[(b, a)][:3]}" for a, b in both_ways)
+
+
+def test_the_benchmarks_use_only_public_entry_points():
+    """A benchmark times what the code does through the names it offers: one importing a
+    private function (`_prompt`) breaks, or times the wrong thing, when that is renamed or
+    folded into its caller."""
+    own = {unit.split(".", 1)[0] for unit in LAYERS}
+    private = []
+    for path in sorted((ROOT / "bench").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+            if isinstance(node, ast.ImportFrom) and node.module and node.module.split(".", 1)[0] in own:
+                private += [f"{path.relative_to(ROOT)}:{node.lineno} {node.module}.{alias.name}"
+                            for alias in node.names if alias.name.startswith("_")]
+    assert private == [], "private names imported by benchmarks:\n" + "\n".join(private)

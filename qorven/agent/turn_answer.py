@@ -131,7 +131,8 @@ def answer_message(session: Session, pending: Message, owner: str, *, overflowed
     offered = [] if route.offline else tools
     manual = qor.summarizer_mode == Qor.SummarizerMode.MANUAL
     reserve = settings.QORVEN_CONTEXT_RESERVE
-    prompt = _prompt(session, qor, pending, offered, route, trust, reserve, skills)
+    prompt = turn_prompt(session=session, qor=qor, pending=pending, offered=offered, route=route, trust=trust,
+                         reserve=reserve, skills=skills)
     if manual and not overflowed and compaction_due(
         session=session, prompt=prompt, num_ctx=route.num_ctx, threshold=qor.compact_threshold
     ):
@@ -215,7 +216,8 @@ def answer_message(session: Session, pending: Message, owner: str, *, overflowed
                 hook(session)
             session.refresh_from_db()
             reserve = max(reserve, route.num_ctx // 2)
-            prompt = _prompt(session, qor, pending, offered, route, trust, reserve, skills)
+            prompt = turn_prompt(session=session, qor=qor, pending=pending, offered=offered, route=route,
+                                 trust=trust, reserve=reserve, skills=skills)
             continue
         except ProviderUnavailable as exc:
             tries = message_answer_attempted(message=pending)
@@ -282,10 +284,13 @@ def _after_exchange(session: Session, route: ModelRoute, prompt: Prompt, reserve
         summarizer_queue(session=session, through_seq=point)
 
 
-def _prompt(
-    session: Session, qor: Qor, pending: Message, offered: list[Tool], route: ModelRoute, trust: str, reserve: int,
-    skills: list[LearnedSkill],
+def turn_prompt(
+    *, session: Session, qor: Qor, pending: Message, offered: list[Tool], route: ModelRoute, trust: str,
+    reserve: int, skills: list[LearnedSkill],
 ) -> Prompt:
+    """The request a turn sends to answer `pending`: the Qor's prompt, project context,
+    `skills`, the memories retrieved for the message and the compaction note, around the
+    message window that fits `route`'s context less `reserve` (qorven.agent.prompt)."""
     parts = PromptParts(
         system_prompt=qor.system_prompt,
         project_context=project_context_for(qor),
