@@ -176,3 +176,23 @@ def test_the_tenant_command_says_what_it_did_and_what_it_would_do(world):
     tenant_cli("suspend", "acme")
     assert "already suspended" in tenant_cli("suspend", "acme")
     assert tenant_cli("status", "acme").startswith("acme: suspended since ")
+
+
+def test_a_suspended_workspaces_group_chat_is_kept_unanswered(client, world, telegram, platform, model_server,
+                                                               drain):
+    """A paired member's mention and a stranger's in the group: kept as the group's
+    context, neither answered nor told anything; a command is not run either."""
+    pair(world, "telegram", "42", world.alice)
+    model_server.default = reply("answered")
+    tenant_cli("suspend", "acme")
+    group = {"chat_id": -100123, "chat_type": "supergroup"}
+    for number, (sender, text) in enumerate([(42, "@aria_bot dinner?"), (77, "@aria_bot who are you?"),
+                                             (42, "/status@aria_bot")], start=1):
+        post_telegram(client, telegram_update(text, user_id=sender, message_id=number, **group))
+    drain()
+
+    assert platform.sent(SENT) == [] and model_server.requests == []
+    kept_here = Message.objects.filter(session__tenant=world.tenant_a, session__kind="group")
+    assert sorted((m.role, m.content, m.answer_state) for m in kept_here) == [  # two senders: any order
+        ("user", "/status@aria_bot", None), ("user", "@aria_bot dinner?", None),
+        ("user", "@aria_bot who are you?", None)]
