@@ -6,7 +6,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('qorven', '0010_tenant_timezone_checked'),
+        ('qorven', '0011_membership_timezone'),
     ]
 
     operations = [
