@@ -2,7 +2,7 @@
 
 The owner denies a paired account in the admin, unlinks it from its person, links it to
 someone else or deletes it, or revokes it with `qorven pair revoke` or `/pair revoke`
-(pairing_revoke) — a lost phone, a shared account, a number given to someone new. From then on the account is an unknown sender (channels_app.receive); what it sent
+(pairing_revoke) — a lost phone, a shared account, a number given to someone new. From then on the account is an unknown sender (channels_app.inbound_rules); what it sent
 before and what is on its way to it stops too: its messages still waiting for a turn are
 not answered (no model call is made for them, nothing goes back), and replies to its
 chat not yet sent are not sent. A reply written while the pairing ended is not planned

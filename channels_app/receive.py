@@ -2,9 +2,10 @@
 
 The webhook stores each InboundMessage as an InboundEvent (deduped by the platform's id)
 and answers at once, with no call to the platform: media are stored as references.
-`inbound_process`, run as a task, applies the channel rules — pairing for unknown senders,
-groups answered only when addressed, the surface's trust — fetches the media, and hands
-the message to the agent's gateway.
+`inbound_process`, run as a task, takes a sender's events in order and applies the channel
+rules to each (channels_app.inbound_rules): pairing for unknown senders, groups answered
+only when addressed, the surface's trust; the media fetched, the message is handed to the
+agent's gateway.
 """
 from __future__ import annotations
 
@@ -13,34 +14,21 @@ from collections.abc import Sequence
 from datetime import timedelta
 from typing import Any
 
-from django.core.cache import cache
 from django.db import transaction
 from django.db.models import OuterRef, QuerySet, Subquery
 from django.utils import timezone
 
-from qorven.agent.gateway import inbound_accept
 from qorven.runtime.database import DATABASE_DOWN, connections_drop_broken
 from qorven.runtime.log_context import log_person
 from qorven.runtime.prepared_read import PreparedRead
 from qorven.runtime.publish import publish_or_hold, tasks_publish
-from sessions_app.channel_kinds import CHAT_FAMILY
-from sessions_app.models import Session
-from sessions_app.selectors import message_by_external_id
-from sessions_app.services import session_resolve
-from tenancy.access import surface_access, surface_trust, tenant_serving
-from tenancy.models import Tenant
-from tenancy.switches import channel_enabled, channel_enabled_cached
-from tenancy.trust import Trust
+from tenancy.switches import channel_enabled_cached
 
 from .adapters import adapter_for
-from .delivery import origin_note
 from .event_insert import events_insert
-from .inbound import InboundImage, InboundMessage
-from .models import ChannelBinding, Identity, InboundEvent
-from .pairing import identity_get_or_create
-from .selectors import paired_sender
-from .services import group_chat_migrate
-from .strangers import former_member_answer, stranger_told, unknown_sender_answer, wait_end
+from .inbound import InboundMessage
+from .inbound_rules import inbound_message_handle
+from .models import ChannelBinding, InboundEvent
 
 logger = logging.getLogger(__name__)
 
@@ -216,7 +204,7 @@ def _process_event(event: InboundEvent) -> str:
     with log_person(event.sender_id):
         try:
             message = InboundMessage.model_validate(event.payload)
-            result = _process(event.binding, message, event)
+            result = inbound_message_handle(event.binding, message)
         except DATABASE_DOWN:
             raise  # the connection was lost, not the message (see inbound_process)
         except Exception as exc:
@@ -231,195 +219,3 @@ def _process_event(event: InboundEvent) -> str:
     InboundEvent.objects.filter(pk=event.pk).update(state=InboundEvent.State.DONE, result=result, payload={},
                                                     updated_at=timezone.now())
     return result
-
-
-def _process(binding: ChannelBinding, message: InboundMessage, event: InboundEvent) -> str:
-    tenant, qor = binding.tenant, binding.qor
-    # Read fresh here: a webhook may have accepted this from a server whose cached binding
-    # or switch (qorven.runtime.row_cache) had not yet seen it turned off.
-    if not binding.enabled or not channel_enabled(tenant=tenant, channel=binding.kind):
-        wait_end(binding, message)  # nothing is said on it: nor is an /ask left thinking
-        return "switched-off"
-    if message.extra.get("migrated_from"):  # the group chat has a new id: its conversation follows
-        group_chat_migrate(binding=binding, channel=message.channel, old_chat=str(message.extra["migrated_from"]),
-                           new_chat=message.thread_id)
-        return "group-migrated"
-    scope = f"{binding.kind}:{binding.pk}"
-    if not message.sender_name:
-        message = message.model_copy(update={"sender_name": _display_name(binding, message.sender_id)})
-    meta = {"binding": binding.pk, "reply_target": message.reply_target, "sender_id": message.sender_id}
-    if not tenant_serving(tenant):
-        return _suspended_keep(binding, message, meta, scope)
-    if message.group:
-        adapter = adapter_for(binding.kind)
-        message = adapter.settle(binding, message) if adapter is not None else message
-        session = session_resolve(tenant=tenant, qor=qor, channel=message.channel, thread_id=message.thread_id,
-                                  group=True)
-        member = _group_member(tenant, binding, message.sender_id)
-        if member is not None:  # a paired member: the group's digests are written for them too
-            meta["user_id"] = member
-        # Anyone can make a group and add the bot: unless the binding answers anyone there,
-        # a stranger's mention is the group's context, like chatter, and never a model call
-        # (nor a pairing code posted for the whole group to read).
-        heeded = member is not None or binding.group_answers == ChannelBinding.GroupAnswers.ANYONE
-        answered = message.addressed and heeded
-        if message.extra.get("edit_of") and not (answered and _edit_asks(session, scope, message)):
-            return "edit-ignored"
-        if not answered:
-            meta["no_reply"] = True  # kept for context; the Qor answers only when addressed
-        if heeded:
-            images, meta = _images(binding, message, meta)
-        else:  # a stranger's files are never fetched nor kept: the model is told one was sent
-            images, meta = [], _strangers_media(message, meta)
-        inbound_accept(
-            session=session, content=message.text, channel=message.channel, sender_name=message.sender_name,
-            trust=Trust.PUBLIC, external_scope=scope, external_id=message.external_id, metadata=meta,
-            images=images, transcribe=heeded,  # transcribing is a model call too
-        )
-        if answered:
-            return "group"
-        if not message.addressed:
-            return "group-context"
-        stranger_told(binding, message)
-        return "group-unpaired"
-
-    identity = identity_get_or_create(
-        tenant=tenant, channel=binding.kind, external_id=message.sender_id, display_name=message.sender_name
-    )
-    if identity.approval != Identity.Approval.APPROVED or identity.user_id is None:
-        return unknown_sender_answer(binding, identity, message)
-    adapter = adapter_for(binding.kind)
-    lasting = adapter is None or adapter.target_lasts(message.reply_target)
-    if identity.reply_target != message.reply_target and message.reply_target and lasting:
-        Identity.objects.filter(pk=identity.pk).update(reply_target=message.reply_target)
-    user = identity.user
-    trust = surface_access(tenant=tenant, user=user, surface=binding.kind, proven=message.sender_proven,
-                           cap=identity.trust_level)
-    if trust is None:  # removed from the workspace, or deactivated
-        return former_member_answer(binding, identity, message)
-    if message.channel in CHAT_FAMILY:
-        session = session_resolve(tenant=tenant, qor=qor, channel=message.channel, user=user,
-                                  sender_id=message.sender_id)
-    else:  # email threads, sms numbers
-        session = session_resolve(tenant=tenant, qor=qor, channel=message.channel, user=user,
-                                  thread_id=message.thread_id or message.sender_id)
-    images, meta = _images(binding, message, meta)
-    # Voice notes are transcribed once stored (qorven.agent.voice), as on every surface.
-    result = inbound_accept(
-        session=session, content=message.text, channel=message.channel,
-        sender_name=message.sender_name or identity.display_name, user=user, trust=trust,
-        external_scope=scope, external_id=message.external_id, metadata=meta, images=images,
-    )
-    if result.created:
-        origin_note(message=result.message, binding=binding, reply_target=message.reply_target,
-                    sender_id=message.sender_id)
-    return "accepted" if result.created else "duplicate"
-
-
-def _suspended_keep(binding: ChannelBinding, message: InboundMessage, meta: dict, scope: str) -> str:
-    """A message to a workspace the host has suspended: kept where it would have gone — a
-    group's in its group chat, a paired member's in their conversation, with what it
-    carried — and never answered: no model call (nor a transcription), no command run, no
-    pairing code, nothing said to the sender, so nothing is lost and nothing is spent.
-    Resuming the workspace does not answer it after the fact. A stranger's message is not
-    kept, as it never is; an edit in a group is not either."""
-    tenant, qor = binding.tenant, binding.qor
-    meta = {**meta, "no_reply": True, "suspended": True}
-    user, trust, name = None, Trust.PUBLIC, message.sender_name
-    if message.group:
-        if message.extra.get("edit_of"):
-            return "suspended"
-        session = session_resolve(tenant=tenant, qor=qor, channel=message.channel, thread_id=message.thread_id,
-                                  group=True)
-        member = _group_member(tenant, binding, message.sender_id)
-        if member is not None:
-            meta["user_id"] = member
-        kept = member is not None or binding.group_answers == ChannelBinding.GroupAnswers.ANYONE
-    else:
-        sender = paired_sender(tenant=tenant, channel=binding.kind, external_id=message.sender_id)
-        if sender is None or sender.member_role is None:  # type: ignore[attr-defined]
-            wait_end(binding, message)
-            return "suspended"
-        user, name = sender.user, message.sender_name or sender.display_name
-        # The trust it would have carried: what it says stays marked as whose it is.
-        trust = surface_trust(role=sender.member_role, surface=binding.kind,  # type: ignore[attr-defined]
-                              proven=message.sender_proven, cap=sender.trust_level)
-        session = session_resolve(tenant=tenant, qor=qor, channel=message.channel, user=user,
-                                  **({"sender_id": message.sender_id} if message.channel in CHAT_FAMILY
-                                     else {"thread_id": message.thread_id or message.sender_id}))
-        kept = True
-    images, meta = _images(binding, message, meta) if kept else ([], _strangers_media(message, meta))
-    inbound_accept(
-        session=session, content=message.text, channel=message.channel, sender_name=name,
-        user=user, trust=trust, external_scope=scope, external_id=message.external_id, metadata=meta,
-        images=images, transcribe=False,
-    )
-    wait_end(binding, message)
-    return "suspended"
-
-
-def _edit_asks(session: Session, scope: str, message: InboundMessage) -> bool:
-    """Whether an edit that now mentions the bot asks a question: the message it edits is
-    in this group and was kept unanswered. One answered (or waiting for its answer) is
-    never answered again; one never stored (a sticker's edit) is not asked about either."""
-    original = message_by_external_id(session=session, scope=scope, external_id=str(message.extra["edit_of"]))
-    return original is not None and bool((original.metadata or {}).get("no_reply"))
-
-
-def _group_member(tenant: Tenant, binding: ChannelBinding, sender_id: str) -> int | None:
-    """The user a group message's sender is paired to, if they are a member of the tenant
-    now; None for a stranger, and for one whose person has left the workspace (their
-    pairing stays, for when they are let back)."""
-    sender = paired_sender(tenant=tenant, channel=binding.kind, external_id=sender_id)
-    if sender is None or sender.member_role is None:  # type: ignore[attr-defined]
-        return None
-    return sender.user_id
-
-
-NAME_TTL = 24 * 3600  # a sender's looked-up name is asked for again after a day
-
-
-def _display_name(binding: ChannelBinding, sender_id: str) -> str:
-    """The name of a sender whose platform sent only an id (Slack), from the cache or the
-    platform's API; "" when it cannot be had (the message counts without it)."""
-    adapter = adapter_for(binding.kind)
-    if adapter is None or not sender_id:
-        return ""
-    key = f"sender-name:{binding.pk}:{sender_id}"
-    name = cache.get(key)
-    if name is None:
-        name = adapter.display_name(binding, sender_id)
-        cache.set(key, name, NAME_TTL if name else 300)  # an unknown name is tried again soon
-    return name
-
-
-def _images(binding: ChannelBinding, message: InboundMessage, meta: dict) -> tuple[list[InboundImage], dict]:
-    """The message's attachments: those it came with, and the media it names, fetched now —
-    before the message is stored, outside any transaction, so its turn is queued with them
-    in place — and `meta` with how many were `left_out`: one that cannot be had (too big,
-    unreachable, of a kind not kept; the adapter logs why) is counted there, so the model
-    can tell the person, and the text counts without it."""
-    images = list(message.images)
-    adapter = adapter_for(binding.kind)
-    missing = message.left_out
-    for media in message.media if adapter is not None else []:
-        try:
-            image = adapter.fetch_media(binding, media)
-        except Exception as exc:  # an adapter's own failure must not lose the message either
-            # Its kind only: an exception's text can hold a URL, and a URL a token.
-            logger.warning("a media item on binding %s could not be fetched: %s", binding.pk, type(exc).__name__)
-            image = None
-        if image is None:
-            missing += 1
-        else:
-            images.append(image)
-    return images, ({**meta, "left_out": missing} if missing else meta)
-
-
-def _strangers_media(message: InboundMessage, meta: dict) -> dict:
-    """`meta` of a group message from someone the binding does not answer, its
-    attachments counted as `left_out` and none fetched: the host takes no files from people
-    it never agreed to serve, and the model, shown the message as the group's context, is
-    told an attachment was sent and not kept (qorven.agent.attachments)."""
-    sent = message.left_out + len(message.media) + len(message.images)
-    return {**meta, "left_out": sent, "left_out_why": "unpaired"} if sent else meta

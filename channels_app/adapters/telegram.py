@@ -210,7 +210,7 @@ class TelegramAdapter(Adapter):
     @staticmethod
     def _migrated(message: TgMessage) -> InboundMessage:
         """A group upgraded to a supergroup, told in the old chat or in the new one: the
-        group's conversation moves to the new chat id (channels_app.receive). Nothing to
+        group's conversation moves to the new chat id (channels_app.inbound_rules). Nothing to
         answer or keep as chatter."""
         if message.migrate_to_chat_id:
             old, new = message.chat.id, message.migrate_to_chat_id

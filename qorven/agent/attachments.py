@@ -91,7 +91,7 @@ def file_notes(message: StoredMessage, texts: dict[int, str | Image.Reading] | N
     left_out = metadata.get("left_out")
     if isinstance(left_out, int) and left_out > 0:
         what = "an attachment" if left_out == 1 else f"{left_out} attachments"
-        if metadata.get("left_out_why") == "unpaired":  # a stranger's, in a group (channels_app.receive)
+        if metadata.get("left_out_why") == "unpaired":  # a stranger's, in a group (channels_app.inbound_media)
             were = "was" if left_out == 1 else "were"
             notes.append({"type": "text", "text": f"[{what} sent with this {were} not kept: its sender is not paired "
                                                   "with this Qor]"})

@@ -1,0 +1,76 @@
+"""A message in a group chat (a Telegram group or forum topic, a Slack channel, a Discord
+server channel): kept in the group's one session for everyone in it, and answered only when
+it addresses the Qor and comes from someone the binding answers there."""
+from __future__ import annotations
+
+from qorven.agent.gateway import inbound_accept
+from sessions_app.models import Session
+from sessions_app.selectors import message_by_external_id
+from sessions_app.services import session_resolve
+from tenancy.models import Tenant
+from tenancy.trust import Trust
+
+from .adapters import adapter_for
+from .inbound import InboundMessage
+from .inbound_media import inbound_images, strangers_media
+from .models import ChannelBinding
+from .selectors import paired_sender
+from .strangers import stranger_told
+
+
+def group_message_handle(binding: ChannelBinding, message: InboundMessage) -> str:
+    """Store a group's message in the group's session; queue its answer when it is one to
+    answer. The event's result: "group" (to be answered), "group-context" (chatter),
+    "group-unpaired" (a stranger's mention, kept unanswered), "edit-ignored"."""
+    tenant, qor = binding.tenant, binding.qor
+    scope = f"{binding.kind}:{binding.pk}"  # what its message ids are unique within
+    adapter = adapter_for(binding.kind)
+    message = adapter.settle(binding, message) if adapter is not None else message
+    meta = {"binding": binding.pk, "reply_target": message.reply_target, "sender_id": message.sender_id}
+    session = session_resolve(tenant=tenant, qor=qor, channel=message.channel, thread_id=message.thread_id,
+                              group=True)
+    member = group_member(tenant, binding, message.sender_id)
+    if member is not None:  # a paired member: the group's digests are written for them too
+        meta["user_id"] = member
+    # Anyone can make a group and add the bot: unless the binding answers anyone there,
+    # a stranger's mention is the group's context, like chatter, and never a model call
+    # (nor a pairing code posted for the whole group to read).
+    heeded = member is not None or binding.group_answers == ChannelBinding.GroupAnswers.ANYONE
+    answered = message.addressed and heeded
+    if message.extra.get("edit_of") and not (answered and _edit_asks(session, scope, message)):
+        return "edit-ignored"
+    if not answered:
+        meta["no_reply"] = True  # kept for context; the Qor answers only when addressed
+    if heeded:
+        images, meta = inbound_images(binding, message, meta)
+    else:  # a stranger's files are never fetched nor kept: the model is told one was sent
+        images, meta = [], strangers_media(message, meta)
+    inbound_accept(
+        session=session, content=message.text, channel=message.channel, sender_name=message.sender_name,
+        trust=Trust.PUBLIC, external_scope=scope, external_id=message.external_id, metadata=meta,
+        images=images, transcribe=heeded,  # transcribing is a model call too
+    )
+    if answered:
+        return "group"
+    if not message.addressed:
+        return "group-context"
+    stranger_told(binding, message)
+    return "group-unpaired"
+
+
+def _edit_asks(session: Session, scope: str, message: InboundMessage) -> bool:
+    """Whether an edit that now mentions the bot asks a question: the message it edits is
+    in this group and was kept unanswered. One answered (or waiting for its answer) is
+    never answered again; one never stored (a sticker's edit) is not asked about either."""
+    original = message_by_external_id(session=session, scope=scope, external_id=str(message.extra["edit_of"]))
+    return original is not None and bool((original.metadata or {}).get("no_reply"))
+
+
+def group_member(tenant: Tenant, binding: ChannelBinding, sender_id: str) -> int | None:
+    """The user a group message's sender is paired to, if they are a member of the tenant
+    now; None for a stranger, and for one whose person has left the workspace (their
+    pairing stays, for when they are let back)."""
+    sender = paired_sender(tenant=tenant, channel=binding.kind, external_id=sender_id)
+    if sender is None or sender.member_role is None:  # type: ignore[attr-defined]
+        return None
+    return sender.user_id
