@@ -29,6 +29,11 @@ def group_message_handle(binding: ChannelBinding, message: InboundMessage) -> st
     meta = {"binding": binding.pk, "reply_target": message.reply_target, "sender_id": message.sender_id}
     session = session_resolve(tenant=tenant, qor=qor, channel=message.channel, thread_id=message.thread_id,
                               group=True)
+    if session.external_thread_id != message.thread_id:  # the platform moved the chat: what is said follows it
+        moved = {"thread_id": session.external_thread_id}
+        if message.reply_target == message.thread_id:
+            moved["reply_target"] = meta["reply_target"] = session.external_thread_id
+        message = message.model_copy(update=moved)
     member = group_member(tenant, binding, message.sender_id)
     if member is not None:  # a paired member: the group's digests are written for them too
         meta["user_id"] = member

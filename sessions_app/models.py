@@ -79,6 +79,29 @@ class Session(models.Model):
         return f"{self.kind} session {self.pk} ({self.state})"
 
 
+class MovedThread(models.Model):
+    """A group chat the platform gave a new id (a Telegram group upgraded to a supergroup):
+    its conversation is keyed by `new_thread` since `moved_at`, and a message still naming
+    the old id — sent before the upgrade, taken after it — joins it there
+    (sessions_app.thread_moves)."""
+
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="+", db_index=False)
+    qor = models.ForeignKey(Qor, on_delete=models.CASCADE, related_name="+")
+    channel = models.CharField(max_length=16, choices=Channel.choices)
+    old_thread = models.CharField(max_length=255)
+    new_thread = models.CharField(max_length=255)
+    moved_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["moved_at"]
+        constraints = [
+            models.UniqueConstraint(fields=["tenant", "qor", "channel", "old_thread"], name="moved_thread_once"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.channel} {self.old_thread} → {self.new_thread}"
+
+
 class Message(models.Model):
     class Role(models.TextChoices):
         USER = "user"

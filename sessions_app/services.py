@@ -28,6 +28,7 @@ from .channel_kinds import CHAT_FAMILY, OWN_SESSION_CHANNELS
 from .errors import SessionClosed
 from .models import Message, Session
 from .signals import answers_dropped, message_appended
+from .thread_moves import group_thread_moved
 
 
 @dataclass(frozen=True)
@@ -72,7 +73,7 @@ def session_resolve(
     if group:
         if not thread_id:
             raise ValueError("a group message needs the group's thread_id")
-        return _thread_session(tenant, qor, Session.Kind.GROUP, channel, thread_id, user=None)
+        return _group_session(tenant, qor, channel, thread_id)
     if channel in OWN_SESSION_CHANNELS:
         if not thread_id:
             raise ValueError(f"a {channel} message needs a thread_id")
@@ -104,6 +105,20 @@ _active_canonical: PreparedRead[Session] = PreparedRead(
     ).order_by("pk")[:1],
     tenant_id=int, qor_id=int, user_id=int,
 )
+
+
+def _group_session(tenant: Tenant, qor: Qor, channel: str, thread_id: str) -> Session:
+    lookup: dict[str, Any] = dict(tenant=tenant, qor=qor, kind=Session.Kind.GROUP, channel=channel,
+                                  external_thread_id=thread_id, state=Session.State.ACTIVE)
+    session = Session.objects.filter(**lookup).first()
+    if session is not None:
+        return session
+    # Nothing is keyed by a chat's old id once the platform moved it: a message still naming
+    # it (sent before the move, taken after) goes on in the conversation under the new one.
+    moved = group_thread_moved(tenant=tenant, qor=qor, channel=channel, thread=thread_id)
+    if moved is not None:
+        return _get_or_create_active({**lookup, "external_thread_id": moved}, defaults={"user": None})
+    return _create_active(lookup, defaults={"user": None})
 
 
 def _thread_session(

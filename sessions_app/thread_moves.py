@@ -1,5 +1,7 @@
 """A group chat whose platform gave it a new id (a Telegram group upgraded to a supergroup)
-keeps its conversation: its group sessions are keyed by the new id from then on."""
+keeps its conversation: its group sessions are keyed by the new id from then on, and the
+move is kept (MovedThread), so a message still naming the old id — sent before the upgrade,
+taken after it — joins the conversation where it is now."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -10,7 +12,7 @@ from django.utils import timezone
 
 from tenancy.models import Qor, Tenant
 
-from .models import Message, Session
+from .models import Message, MovedThread, Session
 
 
 @dataclass
@@ -31,6 +33,11 @@ def group_thread_move(
     order they came, and archived."""
     if not old_thread or not new_thread or old_thread == new_thread:
         return ThreadMove()
+    MovedThread.objects.update_or_create(tenant=tenant, qor=qor, channel=channel, old_thread=old_thread,
+                                         defaults={"new_thread": new_thread})
+    # A chat moved before (A → B, now B → C): a message naming A goes to C.
+    MovedThread.objects.filter(tenant=tenant, qor=qor, channel=channel, new_thread=old_thread).update(
+        new_thread=new_thread)
     base = Session.objects.select_for_update().filter(
         tenant=tenant, qor=qor, kind=Session.Kind.GROUP, channel=channel, state=Session.State.ACTIVE)
     moving = list(base.filter(Q(external_thread_id=old_thread) | Q(external_thread_id__startswith=old_thread + sep))
@@ -45,6 +52,15 @@ def group_thread_move(
         session.save(update_fields=["external_thread_id"])
         result.sessions.append(session)
     return result
+
+
+def group_thread_moved(*, tenant: Tenant, qor: Qor, channel: str, thread: str, sep: str = "|") -> str | None:
+    """Where the Qor's conversation of a group `thread` (a chat, or `<chat><sep><topic>`)
+    is keyed now that the platform gave its chat a new id; None when it was never moved."""
+    chat, topic_sep, topic = thread.partition(sep)
+    moved = MovedThread.objects.filter(tenant=tenant, qor=qor, channel=channel, old_thread=chat).values_list(
+        "new_thread", flat=True).first()
+    return None if moved is None else f"{moved}{topic_sep}{topic}"
 
 
 def _fold(*, into: Session, source: Session) -> bool:

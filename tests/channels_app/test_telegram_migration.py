@@ -165,3 +165,49 @@ def test_a_supergroup_message_taken_before_the_upgrade_notice_joins_the_groups_c
     assert "bring sunscreen too" in said
     asked = _asked(model_server.requests[-1])
     assert "pier 3" in asked and "sunscreen" in asked
+
+
+@pytest.mark.parametrize("sender", [(42, "Alice"), (77, "Carol")], ids=["asked", "chatter"])
+def test_a_message_of_the_old_group_taken_after_the_upgrade_joins_the_groups_conversation(
+    client, world, telegram, platform, model_server, drain, sender
+):
+    """Sent in the old group just before the upgrade and taken after both notices: it
+    started a conversation of its own under the old chat's id, without what was said
+    before, and its answer went to the old chat."""
+    _before_the_upgrade(client, world, platform, model_server, drain)
+    post_telegram(client, _migration("to", message_id=4))
+    post_telegram(client, _migration("from", message_id=1))
+    drain()
+    user_id, name = sender
+    text = "@aria_bot when does the boat leave?" if user_id == 42 else "I'll bring the boat snacks"
+    post_telegram(client, telegram_update(text, user_id=user_id, first_name=name, chat_id=OLD, chat_type="group",
+                                          message_id=3))
+    drain()
+
+    (group,) = Session.objects.filter(kind="group")
+    assert group.external_thread_id == str(NEW)
+    said = list(Message.objects.filter(session=group).order_by("seq").values_list("content", flat=True))
+    assert said[0] == "the boat leaves from pier 3 at seven" and text in said
+    if user_id == 42:
+        assert "pier 3 at seven" in _asked(model_server.requests[-1])
+        assert [s.json["chat_id"] for s in platform.sent(SENT)] == [str(OLD), str(NEW)]
+        assert platform.sent(SENT)[-1].json["text"] == "Pier 3, at seven."
+    else:
+        assert [s.json["chat_id"] for s in platform.sent(SENT)] == [str(OLD)]
+
+
+def test_a_late_message_of_an_old_group_finds_its_conversation_in_its_own_tenant_only(
+    client, world, telegram, platform, model_server, drain
+):
+    """Another tenant's bot saw no upgrade: its late message from the same chat stays in its
+    own conversation of that chat."""
+    _before_the_upgrade(client, world, platform, model_server, drain)
+    binding_create(tenant=world.tenant_b, qor=world.qor_b, kind="telegram", group_answers="anyone",
+                   credentials={"token": "222:BBB", "secret": "tg-secret-b", "username": "globex_bot"})
+    post_telegram(client, _migration("to", message_id=4))
+    drain()
+    post_telegram(client, telegram_update("hello globex", user_id=77, first_name="Carol", chat_id=OLD,
+                                          chat_type="group", message_id=3), secret="tg-secret-b")
+    drain()
+    keys = dict(Session.objects.filter(kind="group").values_list("tenant_id", "external_thread_id"))
+    assert keys == {world.tenant_a.pk: str(NEW), world.tenant_b.pk: str(OLD)}
