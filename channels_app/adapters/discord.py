@@ -34,13 +34,17 @@ from .base import (
     proof_answer,
     send_unreachable,
 )
+from .discord_asks import DM, FOLLOWUP, GROUP, PRIVATE, SERVER, Ask, ask_of, ask_target, late_header
 
 logger = logging.getLogger(__name__)
 
 PING, APPLICATION_COMMAND = 1, 2
 PONG, DEFERRED_CHANNEL_MESSAGE = 1, 5
 PRIVATE_CHANNEL = 2  # an interaction's context: a group DM, or a DM between people
-FOLLOWUP = "followup:"
+GROUP_DM = 3  # a channel's type
+# What Discord answers a bot posting where it is not let in: a chat it is no member of (a
+# group DM, a server the app was not added to; 403) or cannot see (404).
+NOT_LET_IN = (403, 404)
 
 
 STAMP_WINDOW = 300  # seconds a signed interaction stays acceptable, as Slack's
@@ -122,8 +126,12 @@ class DiscordAdapter(Adapter):
             text=question or "(empty question)",
             group=shared, thread_id=str(body.get("channel_id", "")) if shared else "",
             addressed=True,
-            # The chat is named too: an answer later than the token's 15 minutes goes there.
-            reply_target=f"{FOLLOWUP}{body.get('channel_id') or ''}:{body.get('token') or ''}",
+            # The chat, the asker and the question are named too: an answer later than the
+            # token's 15 minutes goes to the chat, or to the asker, saying what it answers.
+            reply_target=ask_target(
+                channel=str(body.get("channel_id") or ""), token=str(body.get("token") or ""),
+                asker=str(user.get("id", "")), question=question,
+                place=_place(body, shared)),
         )
         return Parsed([message], JsonResponse({"type": DEFERRED_CHANNEL_MESSAGE}))
 
@@ -199,30 +207,77 @@ class DiscordAdapter(Adapter):
     def send(self, binding: ChannelBinding, target: str, text: str) -> str:
         """A follow-up to an /ask (its interaction's token), else a message in a channel.
         Discord refuses a token after 15 minutes (401, Invalid Webhook Token): an answer
-        that came later (a slow model, a queue) is posted in the chat the /ask was in."""
+        that came later (a slow model, a queue) is posted elsewhere (`_late_answer`)."""
         if not target.startswith(FOLLOWUP):
             return self._post(binding, target, text)
-        channel, token = interaction_of(target)
-        url = f"{settings.DISCORD_API_BASE.rstrip('/')}/webhooks/{binding.lookup_key}/{token}"
+        ask = ask_of(target)
+        url = f"{settings.DISCORD_API_BASE.rstrip('/')}/webhooks/{binding.lookup_key}/{ask.token}"
         try:
-            return self._post(binding, channel, text, url=url)
+            return self._post(binding, ask.channel, text, url=url)
         except SendError as exc:
-            if exc.status != 401 or not channel:
+            if exc.status != 401 or not (ask.channel or ask.asker):
                 raise
-        logger.info("an /ask's token on binding %s has lapsed; its answer goes to its channel", binding.pk)
-        return self._post(binding, channel, text)
+        logger.info("an /ask's token on binding %s has lapsed; its answer is posted instead", binding.pk)
+        return self._late_answer(binding, target, ask, text)
 
-    def _post(self, binding: ChannelBinding, channel: str, text: str, *, url: str = "") -> str:
-        """One message: in `channel` as the bot, or to an interaction's webhook `url`."""
-        headers: dict[str, str] = {}
-        if not url:
-            url = f"{settings.DISCORD_API_BASE.rstrip('/')}/channels/{channel}/messages"
-            headers["Authorization"] = f"Bot {binding.credentials.get('bot_token', '')}"
+    def _late_answer(self, binding: ChannelBinding, target: str, ask: Ask, text: str) -> str:
+        """An /ask's answer (one part of it) after its token lapsed: posted in the chat it
+        was asked in, mentioning the asker — and only them — with the question quoted, for
+        everyone there to place it. Where the bot cannot post (a group DM, which a bot is
+        never a member of; a server the app was not added to), it goes to the asker's DM
+        with the bot, saying which /ask it answers. The first part sent says so; the rest
+        follow it."""
+        from ..sending import nothing_sent_to
+
+        first = nothing_sent_to(binding, target)
+        if ask.channel and ask.bot_chat:
+            header = late_header(ask, in_dm=False) if first else ""
+            try:
+                return self._post(binding, ask.channel, text, header=header, mention=ask.asker if header else "")
+            except SendError as exc:
+                if exc.status not in NOT_LET_IN or not ask.asker:
+                    raise
+            logger.info("a late /ask answer on binding %s cannot be posted in its chat; it goes to the asker",
+                        binding.pk)
+        if not ask.asker:
+            raise SendError("a late /ask answer has no chat to be posted in", permanent=True)
+        dm = self._dm_channel(binding, ask.asker)
+        return self._post(binding, dm, text, header=late_header(ask, in_dm=True) if first else "")
+
+    def _dm_channel(self, binding: ChannelBinding, user_id: str) -> str:
+        """The bot's DM channel with a user (Discord opens it, or gives the one open)."""
+        url = f"{settings.DISCORD_API_BASE.rstrip('/')}/users/@me/channels"
         try:
             with self.http() as client:
-                # Mentions the model wrote (@everyone, a role, a user) notify nobody.
-                response = client.post(url, json={"content": text, "allowed_mentions": {"parse": []}},
-                                       headers=headers)
+                response = client.post(url, json={"recipient_id": user_id}, headers=self._bot_auth(binding))
+        except Exception as exc:
+            raise send_unreachable("Discord", exc) from None
+        self.raise_for_status(response)
+        channel = self.accepted_id(response, "id")
+        if not channel.isdigit():
+            raise SendError("Discord opened no DM channel", permanent=False)
+        return channel
+
+    @staticmethod
+    def _bot_auth(binding: ChannelBinding) -> dict[str, str]:
+        return {"Authorization": f"Bot {binding.credentials.get('bot_token', '')}"}
+
+    def _post(self, binding: ChannelBinding, channel: str, text: str, *, url: str = "", header: str = "",
+              mention: str = "") -> str:
+        """One message: in `channel` as the bot, or to an interaction's webhook `url`.
+        `header`, a line before the text (its own message when both would pass the limit);
+        `mention`, the one user it may notify."""
+        if header and len(header) + 1 + len(text) > self.limit:
+            self._post(binding, channel, header, url=url, mention=mention)
+            header, mention = "", ""
+        headers = {} if url else self._bot_auth(binding)
+        url = url or f"{settings.DISCORD_API_BASE.rstrip('/')}/channels/{channel}/messages"
+        # Mentions the model wrote (@everyone, a role, a user) notify nobody.
+        allowed: dict[str, list[str]] = {"parse": [], **({"users": [mention]} if mention else {})}
+        try:
+            with self.http() as client:
+                response = client.post(url, json={"content": f"{header}\n{text}" if header else text,
+                                                  "allowed_mentions": allowed}, headers=headers)
         except Exception as exc:
             raise send_unreachable("Discord", exc) from None
         retry_after = None
@@ -235,9 +290,17 @@ class DiscordAdapter(Adapter):
         return self.accepted_id(response, "id")
 
 
+def _place(body: dict[str, Any], shared: bool) -> str:
+    """What kind of chat an /ask was asked in (channels_app.adapters.discord_asks)."""
+    if body.get("guild_id"):
+        return SERVER
+    if not shared:
+        return DM
+    return GROUP if (body.get("channel") or {}).get("type") == GROUP_DM else PRIVATE
+
+
 def interaction_of(target: str) -> tuple[str, str]:
-    """(channel id, interaction token) of a follow-up target, `followup:<channel id>:<token>`;
+    """(channel id, interaction token) of a follow-up target (channels_app.adapters.discord_asks);
     the channel is "" in one stored before it was named (`followup:<token>`)."""
-    rest = target[len(FOLLOWUP):]
-    channel, sep, token = rest.partition(":")
-    return (channel, token) if sep and channel.isdigit() else ("", rest)
+    ask = ask_of(target)
+    return ask.channel, ask.token

@@ -133,3 +133,98 @@ def test_an_answer_later_than_the_interaction_token_is_posted_in_the_chat_instea
     assert posted.headers["Authorization"] == "Bot discord-bot-token"
     assert OutboundDelivery.objects.get().state == OutboundDelivery.State.SENT
     assert Message.objects.filter(role="assistant").count() == 1
+
+
+def _late(platform) -> None:
+    """Discord refuses every follow-up: the answer came after the token's 15 minutes."""
+    platform.default(FOLLOWUP, Canned(401, {"message": "Invalid Webhook Token", "code": 50027}))
+
+
+def _server_ask(text: str, *, interaction: str) -> dict:
+    """An /ask in a server's channel: Discord names the server and the asker as a member."""
+    body = {**ask(text, context=0, interaction=interaction), "guild_id": "3333"}
+    body["member"] = {"user": body.pop("user"), "roles": [], "nick": None}
+    body["channel"] = {"id": "555", "type": 0, "guild_id": "3333"}
+    return body
+
+
+def test_a_late_answer_in_a_server_channel_mentions_who_asked_and_only_them(
+    client, world, discord, discord_key, platform, model_server, drain  # noqa: F811
+):
+    """Posted in the channel after the token lapsed, the answer named nobody: the channel
+    read an answer to a question it could not place, and the asker was not told."""
+    _late(platform)
+    pair(world, "discord", ALICE_DISCORD, world.alice)
+    model_server.default = reply("Three meetings, the first at nine.")
+    assert post_discord(client, _server_ask("what is on today? @everyone", interaction="72"),
+                        discord_key).json() == {"type": 5}
+    drain()
+    (posted,) = platform.sent(r"/discord/api/v10/channels/555/messages")
+    assert posted.json["content"].startswith(f"<@{ALICE_DISCORD}> ")
+    assert "“what is on today? @everyone”" in posted.json["content"]
+    assert posted.json["content"].endswith("\nThree meetings, the first at nine.")
+    assert posted.json["allowed_mentions"] == {"parse": [], "users": [ALICE_DISCORD]}
+    assert OutboundDelivery.objects.get().state == OutboundDelivery.State.SENT
+
+
+def test_a_long_late_answer_mentions_who_asked_once(
+    client, world, discord, discord_key, platform, model_server, drain  # noqa: F811
+):
+    _late(platform)
+    pair(world, "discord", ALICE_DISCORD, world.alice)
+    model_server.default = reply(("All the day's meetings. " * 60 + "\n\n") * 2)
+    post_discord(client, _server_ask("what is on today?", interaction="73"), discord_key)
+    drain()
+    posted = [r.json for r in platform.sent(r"/discord/api/v10/channels/555/messages")]
+    assert len(posted) == 2 and all(len(p["content"]) <= 2000 for p in posted)
+    assert [p["content"].startswith(f"<@{ALICE_DISCORD}>") for p in posted] == [True, False]
+    assert [p["allowed_mentions"] for p in posted] == [{"parse": [], "users": [ALICE_DISCORD]}, {"parse": []}]
+
+
+def test_a_late_answer_to_an_ask_in_a_group_dm_comes_in_the_askers_dm_with_the_bot(
+    client, world, discord, discord_key, platform, model_server, drain  # noqa: F811
+):
+    """A user-installed app's bot cannot post in a group DM: the late answer ended "not
+    delivered", and the person who asked never had it."""
+    _late(platform)
+    platform.default(r"/channels/777/messages", Canned(403, {"message": "Missing Access", "code": 50001}))
+    platform.default(r"/users/@me/channels", Canned(200, {"id": "4242", "type": 1}))
+    pair(world, "discord", ALICE_DISCORD, world.alice)
+    model_server.default = reply("Pier 3, at seven.")
+    post_discord(client, ask("when does the boat leave?", context=2, channel_id="777", interaction="74"), discord_key)
+    drain()
+    (opened,) = platform.sent(r"/users/@me/channels")
+    assert opened.json == {"recipient_id": ALICE_DISCORD}
+    assert opened.headers["Authorization"] == "Bot discord-bot-token"
+    (dm,) = platform.sent(r"/discord/api/v10/channels/4242/messages")
+    assert "“when does the boat leave?”" in dm.json["content"] and "group chat" in dm.json["content"]
+    assert dm.json["content"].endswith("\nPier 3, at seven.")
+    assert platform.sent(r"/channels/777/messages") == []  # the bot is no member there: not tried
+    assert OutboundDelivery.objects.get().state == OutboundDelivery.State.SENT
+
+
+def test_a_late_answer_in_a_server_channel_the_bot_cannot_post_in_comes_in_the_askers_dm(
+    client, world, discord, discord_key, platform, model_server, drain  # noqa: F811
+):
+    """The app installed on Alice's account, not in the server: Discord refuses the bot."""
+    _late(platform)
+    platform.default(r"/channels/555/messages", Canned(403, {"message": "Missing Access", "code": 50001}))
+    platform.default(r"/users/@me/channels", Canned(200, {"id": "4242", "type": 1}))
+    pair(world, "discord", ALICE_DISCORD, world.alice)
+    model_server.default = reply("Three meetings.")
+    post_discord(client, _server_ask("what is on today?", interaction="75"), discord_key)
+    drain()
+    (dm,) = platform.sent(r"/discord/api/v10/channels/4242/messages")
+    assert "“what is on today?”" in dm.json["content"] and dm.json["content"].endswith("\nThree meetings.")
+    assert OutboundDelivery.objects.get().state == OutboundDelivery.State.SENT
+
+
+def test_a_late_answer_to_an_ask_stored_before_askers_were_named_is_posted_in_its_chat_as_before(
+    world, discord, platform  # noqa: F811
+):
+    from channels_app.adapters import adapter_for
+
+    _late(platform)
+    adapter_for("discord").send(discord, "followup:555:token-80", "Three meetings.")
+    (posted,) = platform.sent(r"/discord/api/v10/channels/555/messages")
+    assert posted.json == {"content": "Three meetings.", "allowed_mentions": {"parse": []}}
