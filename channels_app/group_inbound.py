@@ -3,11 +3,18 @@ server channel): kept in the group's one session for everyone in it, and answere
 it addresses the Qor and comes from someone the binding answers there."""
 from __future__ import annotations
 
-from qorven.agent.gateway import inbound_accept
-from sessions_app.models import Session
+from functools import partial
+
+from django.db import transaction
+
+from qorven.agent.gateway import inbound_accept, turn_enqueue
+from qorven.runtime.publisher import broadcast_soon
+from sessions_app.edits import message_edit_ask
+from sessions_app.models import Message, Session
 from sessions_app.selectors import message_by_external_id
 from sessions_app.services import session_resolve
 from tenancy.models import Tenant
+from tenancy.slash_registry import command_parse
 from tenancy.trust import Trust
 
 from .adapters import adapter_for
@@ -42,8 +49,17 @@ def group_message_handle(binding: ChannelBinding, message: InboundMessage) -> st
     # (nor a pairing code posted for the whole group to read).
     heeded = member is not None or binding.group_answers == ChannelBinding.GroupAnswers.ANYONE
     answered = message.addressed and heeded
-    if message.extra.get("edit_of") and not (answered and _edit_asks(session, scope, message)):
-        return "edit-ignored"
+    if message.extra.get("edit_of"):
+        # An edit asks where it makes a message kept unanswered address the Qor: that
+        # message, as edited. One answered (or waiting for its answer) is never answered
+        # again; one never stored (a sticker's edit) is not asked about either.
+        original = message_by_external_id(session=session, scope=scope, external_id=str(message.extra["edit_of"])
+                                          ) if answered else None
+        if original is None or not (original.metadata or {}).get("no_reply"):
+            return "edit-ignored"
+        if not command_parse(message.text):
+            return _edit_ask(session, original, message.text, meta)
+        # A command edited in is answered as one, on its own, as it would have been.
     if not answered:
         meta["no_reply"] = True  # kept for context; the Qor answers only when addressed
     if heeded:
@@ -63,12 +79,14 @@ def group_message_handle(binding: ChannelBinding, message: InboundMessage) -> st
     return "group-unpaired"
 
 
-def _edit_asks(session: Session, scope: str, message: InboundMessage) -> bool:
-    """Whether an edit that now mentions the bot asks a question: the message it edits is
-    in this group and was kept unanswered. One answered (or waiting for its answer) is
-    never answered again; one never stored (a sticker's edit) is not asked about either."""
-    original = message_by_external_id(session=session, scope=scope, external_id=str(message.extra["edit_of"]))
-    return original is not None and bool((original.metadata or {}).get("no_reply"))
+def _edit_ask(session: Session, original: Message, text: str, meta: dict) -> str:
+    """`original`, edited to address the Qor, waits for its answer as edited, in its place."""
+    if not message_edit_ask(message=original, content=text, metadata=meta):
+        return "edit-ignored"  # taken by another task, or its session closed meanwhile
+    turn_enqueue(session=session)
+    event = {"type": "message.answer", "seq": original.seq, "answer_state": Message.Answer.PENDING}
+    transaction.on_commit(partial(broadcast_soon, session.pk, event))
+    return "group"
 
 
 def group_member(tenant: Tenant, binding: ChannelBinding, sender_id: str) -> int | None:
