@@ -88,6 +88,15 @@ class MessageRow:
 StoredMessage = Message | MessageRow
 
 
+def sender_first_seq(*, session: Session, sender_id: str) -> int | None:
+    """The seq of the first message the platform account `sender_id` wrote in `session`
+    (a group chat's: where what they were there for begins); None if they wrote none."""
+    if not sender_id:
+        return None
+    return Message.objects.filter(session=session, role=Message.Role.USER, metadata__sender_id=sender_id).order_by(
+        "seq").values_list("seq", flat=True).first()
+
+
 def messages_read(
     *,
     session: Session,

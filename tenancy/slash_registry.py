@@ -36,6 +36,7 @@ class CommandContext:
     channel: str
     args: str
     trust: str
+    sender_id: str = ""  # the platform account that sent it ("" on the web and the terminal)
 
 
 @dataclass(frozen=True)

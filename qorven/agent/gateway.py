@@ -126,7 +126,8 @@ def inbound_accept(
                 turn_enqueue(session=session)
             return result
         entry, args = parsed
-        answer = entry.handler(CommandContext(session=session, channel=channel, args=args, trust=trust))
+        answer = entry.handler(CommandContext(session=session, channel=channel, args=args, trust=trust,
+                                                sender_id=str((metadata or {}).get("sender_id") or "")))
         reply_meta: dict[str, Any] = {"notice": "command", "command": entry.name, "reply_to": result.message.seq}
         target = session
         if isinstance(answer, CommandReply):

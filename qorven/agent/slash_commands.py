@@ -69,6 +69,7 @@ def _status(ctx: CommandContext) -> str:
 
 
 HISTORY_PAGE = 100
+GROUP_HISTORY_EMPTY = "In a group I show only what was said since you first wrote in it, and there is nothing yet."
 HISTORY_PAGES = 5  # a surface buried under more than 500 commands shows what those pages hold
 
 
@@ -80,7 +81,8 @@ def _conversation_line(message) -> bool:
 
 @slash_command("history", "this surface's recent messages: /history [n]")
 def _history(ctx: CommandContext) -> str:
-    from sessions_app.selectors import messages_read
+    from sessions_app.models import Session
+    from sessions_app.selectors import messages_read, sender_first_seq
 
     try:
         count = int(ctx.args or 10)
@@ -88,20 +90,24 @@ def _history(ctx: CommandContext) -> str:
         count = 0
     if not 1 <= count <= 50:
         return "Usage: /history [n] — n is a number from 1 to 50."
+    # A group reads the answer together, newcomers too: it shows only what the person asking
+    # was there for, from their first message in the group on, never what was said before.
+    group = ctx.session.kind == Session.Kind.GROUP
+    since = sender_first_seq(session=ctx.session, sender_id=ctx.sender_id) if group else 0
     # Only this surface's own slice, through the (session, channel) index, read back page
     # by page until `count` lines of conversation are found: commands and their answers,
     # notices and the Qor's working (the command itself, just stored, among them) don't count.
     rows: list = []
     before = None
-    for _ in range(HISTORY_PAGES):
+    for _ in range(HISTORY_PAGES if since is not None else 0):
         page = messages_read(session=ctx.session, channel=ctx.channel, before_seq=before, limit=HISTORY_PAGE)
-        rows = [m for m in page if _conversation_line(m)] + rows
-        if len(rows) >= count or len(page) < HISTORY_PAGE:
+        rows = [m for m in page if m.seq >= since and _conversation_line(m)] + rows
+        if len(rows) >= count or len(page) < HISTORY_PAGE or page[0].seq <= since:
             break
         before = page[0].seq
     rows = rows[-count:]
     if not rows:
-        return f"No {ctx.channel} messages yet."
+        return GROUP_HISTORY_EMPTY if group else f"No {ctx.channel} messages yet."
     zone = person_zone(tenant=ctx.session.tenant, user_id=ctx.session.user_id)
     return "\n".join(_history_line(m, zone=zone) for m in rows)
 
