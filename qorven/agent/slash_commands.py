@@ -94,12 +94,14 @@ def _history(ctx: CommandContext) -> str:
     # was there for, from their first message in the group on, never what was said before.
     group = ctx.session.kind == Session.Kind.GROUP
     since = sender_first_seq(session=ctx.session, sender_id=ctx.sender_id) if group else 0
+    if since is None:  # no account named: nothing shown is the safe answer
+        return GROUP_HISTORY_EMPTY
     # Only this surface's own slice, through the (session, channel) index, read back page
     # by page until `count` lines of conversation are found: commands and their answers,
     # notices and the Qor's working (the command itself, just stored, among them) don't count.
     rows: list = []
     before = None
-    for _ in range(HISTORY_PAGES if since is not None else 0):
+    for _ in range(HISTORY_PAGES):
         page = messages_read(session=ctx.session, channel=ctx.channel, before_seq=before, limit=HISTORY_PAGE)
         rows = [m for m in page if m.seq >= since and _conversation_line(m)] + rows
         if len(rows) >= count or len(page) < HISTORY_PAGE or page[0].seq <= since:
