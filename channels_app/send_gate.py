@@ -2,24 +2,40 @@
 
 A send blocks its worker slot until the platform answers or QORVEN_PLATFORM_TIMEOUT runs
 out. Two gates keep one unreachable platform from taking every slot: a binding has one
-send in flight at a time, and a worker runs at most QORVEN_SEND_SLOTS sends at once, so
-turns, heartbeats and other tenants always have slots left. A reply that finds its
-binding busy does not wait on a worker: it stays pending, and the send holding the
-binding sends it next if the platform answers fast and the worker has a send slot left
-for others, or queues it as it lets go (channels_app.sending.DRAIN_SECONDS).
+send in flight at a time (its replies go out in order), and a worker runs at most
+QORVEN_SEND_SLOTS sends at once, so turns, heartbeats and other tenants always have slots
+left. A reply that finds its binding busy does not wait on a worker: it stays pending,
+and the send holding the binding sends it next if the platform answers fast and the
+worker has a send slot left for others, or queues it as it lets go
+(channels_app.sending.DRAIN_SECONDS).
 
-The gates are keys in Django's cache (Redis on the scale-out layout, this process's
-memory on the embedded default), each with an expiry past the longest a send can take,
-so a worker killed mid-send does not hold a gate for good.
+Where the gates live:
+- On PostgreSQL they are advisory locks, held by the sending process's database
+  connection: no Redis is asked, so a reply finished while Redis is down still goes out
+  at once, and a worker killed mid-send lets go of its gates the moment its connection
+  closes (the sweeper can then tell its cut-off part from a send still under way).
+- Elsewhere (SQLite: one process on the embedded default) they are keys in Django's
+  cache, each with an expiry past the longest a send can take, so a send that never let
+  go holds them no longer than that.
+
+Every claim of a part to send (pending → sending) happens under its binding's gate, so a
+part found `sending` while its binding's gate is free was left by a sender that died
+(`binding_taken`).
 """
 from __future__ import annotations
 
+import logging
+import threading
 import uuid
+import zlib
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 
 from django.conf import settings
 from django.core.cache import cache
+from django.db import DEFAULT_DB_ALIAS, DatabaseError, connections
+
+logger = logging.getLogger(__name__)
 
 WAIT = 1.0  # seconds before a send that found no send slot free tries again
 
@@ -52,36 +68,160 @@ def send_slot_keys(worker: str) -> list[str]:
     return [f"send:worker:{worker}:{_instance}:{slot}" for slot in range(max(settings.QORVEN_SEND_SLOTS, 1))]
 
 
-def binding_free(*, binding_id: int) -> bool:
-    """Whether no send holds the binding now (the sweeper's look for replies nobody woke)."""
-    return cache.get(f"send:binding:{binding_id}") is None
+def binding_key(binding_id: int) -> str:
+    return f"send:binding:{binding_id}"
+
+
+# Advisory lock keys: (class, key) pairs of int4, a class for each kind of gate; a
+# slot's name is folded into 31 bits (two names sharing a key only share a slot).
+_CLASS = {"binding": 0x51_53_42, "worker": 0x51_53_57}
+
+
+def _lock_key(key: str) -> tuple[int, int]:
+    kind, _, rest = key.removeprefix("send:").partition(":")
+    return _CLASS[kind], (int(rest) if kind == "binding" else zlib.crc32(rest.encode())) & 0x7FFFFFFF
+
+
+class _DatabaseGates:
+    """PostgreSQL advisory locks on this thread's connection. A lock is held by the
+    connection, so one this process holds is also noted here: the same connection would
+    be granted it twice."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._held: set[str] = set()
+
+    def take(self, key: str) -> str | None:
+        with self._lock:
+            if key in self._held:
+                return None
+            self._held.add(key)
+        try:
+            with connections[DEFAULT_DB_ALIAS].cursor() as cursor:
+                cursor.execute("SELECT pg_try_advisory_lock(%s, %s)", _lock_key(key))
+                taken = cursor.fetchone()[0]
+        except BaseException:
+            self._forget(key)
+            raise
+        if not taken:
+            self._forget(key)
+            return None
+        return key
+
+    def let_go(self, held: list[tuple[str, str]]) -> None:
+        if not held:
+            return
+        conn = connections[DEFAULT_DB_ALIAS]
+        try:
+            if conn.connection is not None:  # closed since (a lost connection): the locks went with it
+                with conn.cursor() as cursor:
+                    cursor.execute("SELECT " + ", ".join(["pg_advisory_unlock(%s, %s)"] * len(held)),
+                                   [part for key, _ in held for part in _lock_key(key)])
+        except DatabaseError:
+            # A lock that could not be let go would hold its bot for as long as this
+            # connection lives: it goes with the connection instead.
+            logger.warning("could not let go of send gates %s; closing the connection that holds them",
+                           [key for key, _ in held], exc_info=True)
+            conn.close()
+        finally:
+            for key, _ in held:
+                self._forget(key)
+
+    def free_count(self, keys: list[str]) -> int:
+        with connections[DEFAULT_DB_ALIAS].cursor() as cursor:
+            pairs = [_lock_key(key) for key in keys]
+            cursor.execute(
+                "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND granted AND objsubid = 2"
+                " AND database = (SELECT oid FROM pg_database WHERE datname = current_database())"
+                " AND (classid, objid) IN (" + ", ".join(["(%s::oid, %s::oid)"] * len(pairs)) + ")",
+                [part for pair in pairs for part in pair],
+            )
+            return len(keys) - cursor.fetchone()[0]
+
+    def _forget(self, key: str) -> None:
+        with self._lock:
+            self._held.discard(key)
+
+
+class _CacheGates:
+    """Keys in Django's cache, each with an expiry past the longest a send can take."""
+
+    def take(self, key: str) -> str | None:
+        token = uuid.uuid4().hex
+        return token if cache.add(key, token, _hold_seconds()) else None
+
+    def let_go(self, held: list[tuple[str, str]]) -> None:
+        if held:  # two round trips for all keys; one not ours any more (expired, taken since) is left
+            mine = cache.get_many([key for key, _ in held])
+            cache.delete_many([key for key, token in held if mine.get(key) == token])
+
+    def free_count(self, keys: list[str]) -> int:
+        return len(keys) - len(cache.get_many(keys))
+
+
+_database_gates, _cache_gates = _DatabaseGates(), _CacheGates()
+
+
+def _gates() -> _DatabaseGates | _CacheGates:
+    return _database_gates if connections[DEFAULT_DB_ALIAS].vendor == "postgresql" else _cache_gates
 
 
 def send_slot_free(*, worker: str) -> bool:
     """Whether one of the worker's send slots is free now: a send holding its binding for
     the replies waiting (channels_app.sending) goes on only while others can still send."""
-    keys = send_slot_keys(worker)
-    return len(cache.get_many(keys)) < len(keys)
+    return _gates().free_count(send_slot_keys(worker)) > 0
+
+
+def binding_free(*, binding_id: int) -> bool:
+    """Whether no send holds the binding now (the sweeper's look for replies nobody woke)."""
+    return _gates().free_count([binding_key(binding_id)]) > 0
+
+
+@contextmanager
+def gates_held(keys: list[str]) -> Iterator[bool]:
+    """Hold the gates named `keys` (`send_slot_keys`, `binding_key`) for the block if all
+    are free; yields whether they were (holding none when one was not)."""
+    gates = _gates()
+    held: list[tuple[str, str]] = []
+    try:
+        for key in keys:
+            token = gates.take(key)
+            if token is None:
+                break
+            held.append((key, token))
+        if len(held) < len(keys):
+            gates.let_go(held)
+            held = []
+        yield bool(held) or not keys
+    finally:
+        gates.let_go(held)
+
+
+def binding_taken(*, binding_id: int) -> AbstractContextManager[bool]:
+    """Hold the binding's gate for the block if no send holds it (yields whether it was
+    free): while it is held nothing is claimed for sending on that binding, so a part
+    found `sending` then was left by a sender that died."""
+    return gates_held([binding_key(binding_id)])
 
 
 @contextmanager
 def send_gate(*, binding_id: int, worker: str) -> Iterator[None]:
     """Hold the binding's gate and one of the worker's send slots while sending; raise
     BindingBusy or GateShut at once if either is taken."""
-    token = uuid.uuid4().hex
-    held: list[str] = []
+    gates = _gates()
+    held: list[tuple[str, str]] = []
     try:
-        if not cache.add(f"send:binding:{binding_id}", token, _hold_seconds()):
+        token = gates.take(binding_key(binding_id))
+        if token is None:
             raise BindingBusy(f"binding {binding_id} is sending")
-        held.append(f"send:binding:{binding_id}")
+        held.append((binding_key(binding_id), token))
         for key in send_slot_keys(worker):
-            if cache.add(key, token, _hold_seconds()):
-                held.append(key)
+            token = gates.take(key)
+            if token is not None:
+                held.append((key, token))
                 break
         else:
             raise GateShut(f"worker {worker} has no send slot free")
         yield
     finally:
-        if held:  # two round trips for both keys; one not ours any more (expired, taken since) is left
-            mine = cache.get_many(held)
-            cache.delete_many([key for key in held if mine.get(key) == token])
+        gates.let_go(held)

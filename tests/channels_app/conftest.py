@@ -3,8 +3,10 @@ from __future__ import annotations
 import signal
 import subprocess
 import sys
+import threading
 import time
 import urllib.request
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -110,3 +112,34 @@ def sms(world, settings):
     settings.QORVEN_PUBLIC_URL = "https://qorven.example"
     return binding_create(tenant=world.tenant_a, qor=world.qor_a, kind="sms",
                           credentials={"number": "+15550001111", "account_sid": "AC123", "auth_token": "twilio-token"})
+
+
+@contextmanager
+def gates_held_elsewhere(*keys: str):
+    """Send gates (channels_app.send_gate: a bot's, a worker's send slots) held by another
+    send for the block: taken on a thread of its own, with a database connection of its
+    own, as another worker's send holds them."""
+    from django.db import connection
+
+    from channels_app.send_gate import gates_held
+
+    taken, done, held = threading.Event(), threading.Event(), []
+
+    def hold() -> None:
+        try:
+            with gates_held(list(keys)) as free:
+                held.append(free)
+                taken.set()
+                done.wait(60)
+        finally:
+            taken.set()
+            connection.close()
+
+    thread = threading.Thread(target=hold, daemon=True)
+    thread.start()
+    try:
+        assert taken.wait(10) and held == [True], f"{keys} were not free"
+        yield
+    finally:
+        done.set()
+        thread.join(10)

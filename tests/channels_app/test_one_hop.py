@@ -10,11 +10,9 @@ import pytest
 from celery import signals
 from celery.utils.nodenames import gethostname
 
-from django.core.cache import cache
-
 from django.utils import timezone
 
-from channels_app.send_gate import send_slot_keys
+from channels_app.send_gate import binding_key, send_slot_keys
 from channels_app.models import Identity, InboundEvent, OutboundDelivery
 from heartbeats_app.models import DELIVER_REMINDERS
 from heartbeats_app.services import heartbeat_create, heartbeat_run_now
@@ -25,7 +23,7 @@ from sessions_app.turn_writes import turn_lease_acquire, turn_lease_release
 
 from ..fakes.model_server import reply
 from ..fakes.platform_server import Canned
-from .conftest import answered_on_telegram, pair, replies_waiting
+from .conftest import answered_on_telegram, gates_held_elsewhere, pair, replies_waiting
 from .payloads import post_telegram, telegram_update
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -103,11 +101,10 @@ def test_a_reply_finding_no_send_slot_goes_to_the_send_task(
     pair(world, "telegram", "42", world.alice)
     model_server.add(reply("Right away."))
     (slot,) = send_slot_keys(gethostname())  # the one send slot of the embedded worker (its tasks' hostname)
-    assert cache.add(slot, "taken", 60)
-    assert post_telegram(client, telegram_update("book the table")).status_code == 200
-    until(lambda: "channels_app.deliver" in published)
-    assert not platform.sent(r"sendMessage")  # nothing went out while the worker had no slot
-    cache.delete(slot)
+    with gates_held_elsewhere(slot):
+        assert post_telegram(client, telegram_update("book the table")).status_code == 200
+        until(lambda: "channels_app.deliver" in published)
+        assert not platform.sent(r"sendMessage")  # nothing went out while the worker had no slot
     drain()
     (sent,) = platform.sent(r"/telegram/bot111:AAA/sendMessage")
     assert sent.json["text"] == "Right away."
@@ -122,14 +119,13 @@ def test_a_reply_finding_its_bot_busy_waits_for_the_send_holding_it_and_goes_out
     pair(world, "telegram", "42", world.alice)
     pair(world, "telegram", "43", world.bob)
     model_server.add(reply("For Alice."), reply("For Bob."))
-    gate = f"send:binding:{telegram.pk}"
-    assert cache.add(gate, "another send", 60)  # a send to this bot is under way
-    assert post_telegram(client, telegram_update("book the table", user_id=42)).status_code == 200
-    drain()
-    assert not platform.sent("sendMessage")
-    assert OutboundDelivery.objects.get().state == OutboundDelivery.State.PENDING
-    assert "channels_app.deliver" not in published  # no send task waits on a timer for it
-    cache.delete(gate)  # that send ended; Bob's reply goes out next, and Alice's after it
+    with gates_held_elsewhere(binding_key(telegram.pk)):  # a send to this bot is under way
+        assert post_telegram(client, telegram_update("book the table", user_id=42)).status_code == 200
+        drain()
+        assert not platform.sent("sendMessage")
+        assert OutboundDelivery.objects.get().state == OutboundDelivery.State.PENDING
+        assert "channels_app.deliver" not in published  # no send task waits on a timer for it
+    # That send ended; Bob's reply goes out next, and Alice's after it.
     assert post_telegram(client, telegram_update("and a taxi", user_id=43, message_id=2)).status_code == 200
     drain()
     assert [s.json["text"] for s in platform.sent("sendMessage")] == ["For Bob.", "For Alice."]
@@ -182,13 +178,9 @@ def test_a_busy_bot_never_keeps_the_workers_last_free_send_slot(
     so another tenant's reply finds a slot."""
     settings.QORVEN_SEND_SLOTS = slots
     others = send_slot_keys(gethostname())[slots - taken_by_others:]
-    for key in others:
-        assert cache.add(key, "another send", 60)
-    try:
+    with gates_held_elsewhere(*others):
         sent_from_the_first(world, telegram, platform, drain, ["first", "second", "third"])
         assert published.count("channels_app.deliver") == 3  # each queued by the send before it
-    finally:
-        cache.delete_many(others)
 
 
 def test_a_session_another_turn_holds_is_left_to_the_turn_task_and_answered_once_free(

@@ -4,8 +4,13 @@ from __future__ import annotations
 
 import pytest
 from django.core.cache import cache
+from django.db import connection
 
-from channels_app.send_gate import BindingBusy, GateShut, send_gate, send_slot_keys
+from channels_app.send_gate import BindingBusy, GateShut, binding_free, binding_key, send_gate, send_slot_keys
+
+from .conftest import gates_held_elsewhere
+
+pytestmark = pytest.mark.django_db(transaction=True)
 
 
 @pytest.fixture(autouse=True)
@@ -30,6 +35,20 @@ def test_a_binding_sends_one_thing_at_a_time_and_is_free_again_after(settings):
         pass  # both gates and both slots were let go
 
 
+def test_a_bot_another_worker_is_sending_on_is_busy_until_that_send_lets_go():
+    with gates_held_elsewhere(binding_key(7)):
+        assert not binding_free(binding_id=7)
+        with pytest.raises(BindingBusy), send_gate(binding_id=7, worker="w2"):
+            pass
+        with send_gate(binding_id=8, worker="w2"):  # another bot is not held up
+            pass
+    assert binding_free(binding_id=7)
+    with send_gate(binding_id=7, worker="w2"):
+        pass
+
+
+@pytest.mark.skipif(connection.vendor == "postgresql", reason="the cache's gates only: PostgreSQL's advisory "
+                    "locks do not expire, they go with the connection holding them")
 def test_a_gate_taken_over_after_it_expired_is_left_to_its_new_holder(settings):
     settings.QORVEN_SEND_SLOTS = 1
     with send_gate(binding_id=7, worker="w1"):
