@@ -10,13 +10,14 @@ worker has a send slot left for others, or queues it as it lets go
 (channels_app.sending.DRAIN_SECONDS).
 
 Where the gates live:
-- On PostgreSQL they are advisory locks, held by the sending process's database
-  connection: no Redis is asked, so a reply finished while Redis is down still goes out
-  at once, and a worker killed mid-send lets go of its gates the moment its connection
-  closes (the sweeper can then tell its cut-off part from a send still under way).
-- Elsewhere (SQLite: one process on the embedded default) they are keys in Django's
-  cache, each with an expiry past the longest a send can take, so a send that never let
-  go holds them no longer than that.
+- On PostgreSQL (unless QORVEN_SEND_GATES=cache) they are advisory locks, held by the
+  sending process's database connection: no Redis is asked, so a reply finished while
+  Redis is down still goes out at once, and a worker killed mid-send lets go of its
+  gates the moment its connection closes (the sweeper can then tell its cut-off part
+  from a send still under way).
+- Elsewhere (SQLite: one process on the embedded default; PostgreSQL behind a pooler in
+  transaction mode) they are keys in Django's cache, each with an expiry past the
+  longest a send can take, so a send that never let go holds them no longer than that.
 
 Every claim of a part to send (pending → sending) happens under its binding's gate, so a
 part found `sending` while its binding's gate is free was left by a sender that died
@@ -82,6 +83,14 @@ def _lock_key(key: str) -> tuple[int, int]:
     return _CLASS[kind], (int(rest) if kind == "binding" else zlib.crc32(rest.encode())) & 0x7FFFFFFF
 
 
+# Set on the connection with every gate it takes (the same statement): a host that
+# vanishes without closing its connections (power lost, network cut) holds its gates only
+# until PostgreSQL finds the connection dead — probes after 30 s idle, every 10 s, 3
+# missed: about a minute, not the system's default two hours.
+_KEEPALIVE = (", set_config('tcp_keepalives_idle', '30', false), set_config('tcp_keepalives_interval', '10', false),"
+              " set_config('tcp_keepalives_count', '3', false)")
+
+
 class _DatabaseGates:
     """PostgreSQL advisory locks on this thread's connection. A lock is held by the
     connection, so one this process holds is also noted here: the same connection would
@@ -98,7 +107,7 @@ class _DatabaseGates:
             self._held.add(key)
         try:
             with connections[DEFAULT_DB_ALIAS].cursor() as cursor:
-                cursor.execute("SELECT pg_try_advisory_lock(%s, %s)", _lock_key(key))
+                cursor.execute("SELECT pg_try_advisory_lock(%s, %s)" + _KEEPALIVE, _lock_key(key))
                 taken = cursor.fetchone()[0]
         except BaseException:
             self._forget(key)
@@ -163,7 +172,9 @@ _database_gates, _cache_gates = _DatabaseGates(), _CacheGates()
 
 
 def _gates() -> _DatabaseGates | _CacheGates:
-    return _database_gates if connections[DEFAULT_DB_ALIAS].vendor == "postgresql" else _cache_gates
+    if connections[DEFAULT_DB_ALIAS].vendor == "postgresql" and settings.QORVEN_SEND_GATES == "database":
+        return _database_gates
+    return _cache_gates
 
 
 def send_slot_free(*, worker: str) -> bool:

@@ -391,6 +391,11 @@ QORVEN_SEND_BACKOFF = env.float("QORVEN_SEND_BACKOFF", default=1.0, at_least=0)
 # Platform sends one worker runs at once (channels_app/send_gate.py); the rest of its slots
 # stay free for turns and heartbeats while a platform hangs.
 QORVEN_SEND_SLOTS = env.int("QORVEN_SEND_SLOTS", default=max(QORVEN_WORKER_CONCURRENCY // 2, 1), at_least=1)
+# Where a bot's one-send-at-a-time gate and a worker's send slots are kept on PostgreSQL
+# (channels_app/send_gate.py): advisory locks of the sending connection ("database"), or
+# keys in the cache, that is Redis ("cache"), for a pooler that hands a session's
+# statements to different server connections (PgBouncer in transaction mode).
+QORVEN_SEND_GATES = env.choice("QORVEN_SEND_GATES", "database", ("database", "cache"))
 QORVEN_PAIRING_TTL = env.int("QORVEN_PAIRING_TTL", default=3600, at_least=1)
 # A pending code is sent again, to a sender who writes again, at most this often (seconds):
 # a forged sender address cannot make the Qor mail or text someone on every message.

@@ -59,3 +59,12 @@ def test_a_gate_taken_over_after_it_expired_is_left_to_its_new_holder(settings):
     assert cache.get(send_slot_keys("w1")[0]) == "another send"
     with pytest.raises(BindingBusy), send_gate(binding_id=7, worker="w2"):
         pass
+
+
+def test_with_the_gates_in_the_cache_a_bot_held_is_a_key_there_until_let_go(settings):
+    """QORVEN_SEND_GATES=cache, for PostgreSQL behind a pooler in transaction mode."""
+    settings.QORVEN_SEND_GATES = "cache"
+    with send_gate(binding_id=7, worker="w1"):
+        assert cache.get("send:binding:7") is not None
+        assert not binding_free(binding_id=7)
+    assert cache.get("send:binding:7") is None
