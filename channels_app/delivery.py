@@ -54,12 +54,18 @@ def on_message_appended(sender, message: Message, **kwargs) -> None:
 
 
 def _target(message: Message) -> tuple[ChannelBinding, str] | None:
-    """Where a message goes: back where the message it answers came from, else to the
+    """Where a message goes: our notice that a reply was not delivered in full goes where
+    that reply went; any other back where the message it answers came from, else to the
     user's last known chat on that platform with this Qor. (Every read names its order:
     the models' default orders go through related tables, a join each.) A person's reply
     goes back to the account that asked only while that account is still paired to them:
     one whose pairing the owner ended while the model wrote is not answered there."""
     kind = PLATFORM_OF[message.channel]
+    undelivered = (message.metadata or {}).get("undelivered")
+    if undelivered:  # our notice that part of that reply is missing: where that reply went
+        part = (OutboundDelivery.objects.filter(tenant_id=message.tenant_id, message_id=undelivered)
+                .select_related("binding").order_by("part").first())
+        return (part.binding, part.target) if part is not None else None
     reply_to = (message.metadata or {}).get("reply_to")
     known = (_origins.get() or {}).get((message.tenant_id, message.session_id, reply_to)) if reply_to else None
     if known is None and reply_to:

@@ -20,14 +20,11 @@ from tenancy.models import Membership
 from tenancy.switches import channel_enabled
 
 from .adapters import SendError, adapter_for
-from .adapters.base import Undelivered
 from .models import ChannelBinding, OutboundDelivery
+from .send_failures import MAYBE_DELIVERED, delivery_failed_show, part_give_up, reply_undelivered_tell
 from .send_gate import BindingBusy, send_gate, send_slot_free
 
 logger = logging.getLogger(__name__)
-
-# Why a part ended failed when nobody can tell whether the platform got it.
-MAYBE_DELIVERED = "it may or may not have been delivered"
 
 
 class RetryLater(Exception):
@@ -40,81 +37,6 @@ def send_backoff(attempt: int) -> float:
     """Seconds before the next try of a send that failed transiently (attempt 0 is the
     first try): QORVEN_SEND_BACKOFF doubled each time, at most a minute."""
     return min(settings.QORVEN_SEND_BACKOFF * 2**attempt, 60.0)
-
-
-def deliveries_give_up(*, tenant_id: int, message_id: int, attempts: int) -> int:
-    """The retries are spent: the message's parts still pending are failed, with their last
-    error kept for the admin. Returns how many parts were failed."""
-    rows = OutboundDelivery.objects.filter(
-        tenant_id=tenant_id, message_id=message_id, state=OutboundDelivery.State.PENDING
-    ).select_related("binding")
-    failed = 0
-    kind = ""
-    for row in rows:
-        OutboundDelivery.objects.filter(pk=row.pk, state=OutboundDelivery.State.PENDING).update(
-            state=OutboundDelivery.State.FAILED,
-            last_error=f"gave up after {attempts} attempts; last error: {row.last_error}"[:1000],
-            updated_at=timezone.now(),
-        )
-        failed += 1
-        kind = row.binding.kind
-    if failed:
-        logger.warning("gave up delivering message %s after %s attempts", message_id, attempts)
-        _tell_failed(tenant_id, message_id, kind)
-    return failed
-
-
-def deliveries_interrupted_fail(*, rows: list[OutboundDelivery]) -> int:
-    """Parts whose sender died while sending: they may have reached the platform, and a
-    part is never sent twice, so they end failed, shown as such. Returns how many."""
-    failed = 0
-    for row in rows:
-        if OutboundDelivery.objects.filter(pk=row.pk, state=OutboundDelivery.State.SENDING,
-                                           updated_at=row.updated_at).update(
-            state=OutboundDelivery.State.FAILED, updated_at=timezone.now(),
-            last_error=f"the worker stopped while sending this part; {MAYBE_DELIVERED}",
-        ):
-            failed += 1
-            _tell_failed(row.tenant_id, row.message_id, row.binding.kind)
-            # The parts after it are sent by the sweeper's next delivery task.
-            OutboundDelivery.objects.filter(message_id=row.message_id, state=OutboundDelivery.State.PENDING).update(
-                updated_at=timezone.now() - timedelta(days=1)
-            )
-    return failed
-
-
-def deliveries_undelivered(*, binding: ChannelBinding, reports: list[Undelivered]) -> int:
-    """The platform reports parts of `binding`'s it had accepted as undelivered after all:
-    they end failed, with its reason kept for the admin, and live surfaces mark the reply
-    "not delivered". A report already taken, or for a part that is not ours, changes
-    nothing. Returns how many parts were failed."""
-    reasons = {r.platform_message_id: r.reason for r in reports}
-    rows = list(OutboundDelivery.objects.filter(
-        tenant_id=binding.tenant_id, binding=binding, platform_message_id__in=list(reasons),
-        state=OutboundDelivery.State.SENT,
-    ).order_by("pk").values_list("pk", "message_id", "platform_message_id"))
-    failed = 0
-    for pk, message_id, platform_id in rows:
-        if OutboundDelivery.objects.filter(pk=pk, state=OutboundDelivery.State.SENT).update(
-            state=OutboundDelivery.State.FAILED, last_error=reasons[platform_id][:1000], updated_at=timezone.now(),
-        ):
-            failed += 1
-            logger.warning("delivery of message %s was reported undelivered by %s", message_id, binding.kind)
-            _tell_failed(binding.tenant_id, message_id, binding.kind)
-    if len(rows) < len(reasons):
-        logger.info("%s reported %d parts undelivered that are not this binding's sent parts",
-                    binding.kind, len(reasons) - len(rows))
-    return failed
-
-
-def _tell_failed(tenant_id: int, message_id: int, platform: str) -> None:
-    """Live surfaces mark the reply "not delivered to <platform>"."""
-    from qorven.runtime.publisher import broadcast_soon
-
-    row = Message.objects.filter(tenant_id=tenant_id, pk=message_id).values("session_id", "seq").first()
-    if row is not None:
-        broadcast_soon(row["session_id"], {"type": "message.delivery", "seq": row["seq"], "delivery": "failed",
-                                           "platform": platform})
 
 
 # Read for every reply sent (compiled once: qorven.runtime.prepared_read), with whether
@@ -138,8 +60,8 @@ def deliver_message(*, tenant_id: int, message_id: int, worker: str) -> int:
     """Send the message's unsent parts in order. Returns how many were sent now.
 
     Raises RetryLater on a transient failure (the task comes back after the backoff, or
-    the platform's retry-after); after QORVEN_SEND_RETRIES of them the parts left end
-    failed. Raises GateShut when `worker` has no send slot free. When another send holds
+    the platform's retry-after); after QORVEN_SEND_RETRIES of them the part ends failed
+    and the parts behind it are still sent (channels_app.send_failures). Raises GateShut when `worker` has no send slot free. When another send holds
     the binding it returns at once: that send wakes the next waiting reply as it ends
     (channels_app.send_gate), so waiting costs no worker slot.
 
@@ -226,12 +148,18 @@ _waiting_for_binding: PreparedRead[OutboundDelivery] = PreparedRead(
 
 def _wake_next(*, tenant_id: int, binding_id: int, after: int) -> None:
     """The binding's gate is open again: queue the oldest reply waiting for it (not one
-    backing off: its retry is scheduled)."""
+    backing off: its retry is scheduled), other than `after`. Never raises for a broker
+    that refuses (Redis away): the sweeper finds the reply (UNWOKEN_GRACE)."""
     from .tasks import deliver_message_task
 
     message_id = _next_waiting(tenant_id=tenant_id, binding_id=binding_id, after=after)
-    if message_id is not None:
+    if message_id is None:
+        return
+    try:
         deliver_message_task.delay(tenant_id, message_id)
+    except Exception:
+        logger.warning("could not queue the send of message %s, waiting for its bot; the sweeper will",
+                       message_id, exc_info=True)
 
 
 def _next_waiting(*, tenant_id: int, binding_id: int, after: int) -> int | None:
@@ -282,12 +210,13 @@ def _send_parts_in_order(rows: list[OutboundDelivery]) -> int:
         ).update(state=OutboundDelivery.State.FAILED, last_error=reason, updated_at=timezone.now())
         if failed:
             logger.info("message %s not delivered: %s", first.message_id, reason)
-            _tell_failed(first.tenant_id, first.message_id, first.binding.kind)
+            delivery_failed_show(first.tenant_id, first.message_id, first.binding.kind)
             if not adapter.target_lasts(first.target) and nothing_sent_to(first.binding, first.target):
                 # Nothing went out there: an /ask is not left thinking (nothing more is said).
                 adapter.withdraw(first.binding, first.target)
         return 0
     sent = 0
+    failed = False  # a part of this reply ended failed here
     for row in rows:
         if not OutboundDelivery.objects.filter(pk=row.pk, state=OutboundDelivery.State.PENDING).update(
             state=OutboundDelivery.State.SENDING, updated_at=timezone.now()
@@ -297,29 +226,8 @@ def _send_parts_in_order(rows: list[OutboundDelivery]) -> int:
             platform_id = adapter.send(row.binding, row.target, row.text)
         except SendError as exc:
             row.attempts += 1
-            if exc.ambiguous:
-                # The request went out and no answer came back: the platform may have the
-                # part, and a part is never sent twice, so it ends failed, shown as such.
-                row.state, row.not_before = OutboundDelivery.State.FAILED, None
-                row.last_error = f"{exc}: the connection was lost after sending; {MAYBE_DELIVERED}"[:1000]
-                row.save(update_fields=["attempts", "last_error", "state", "not_before", "updated_at"])
-                logger.warning("delivery of message %s part %s is in doubt, not sent again: %s",
-                               row.message_id, row.part, exc)
-                _tell_failed(row.tenant_id, row.message_id, row.binding.kind)
-                continue
-            row.last_error = str(exc)[:1000]
-            row.state = OutboundDelivery.State.FAILED if exc.permanent else OutboundDelivery.State.PENDING
-            after = exc.retry_after if exc.retry_after is not None else send_backoff(row.attempts - 1)
-            row.not_before = None if exc.permanent else timezone.now() + timedelta(seconds=after)
-            row.save(update_fields=["attempts", "last_error", "state", "not_before", "updated_at"])
-            if exc.permanent:
-                logger.warning("delivery of message %s part %s failed for good: %s", row.message_id, row.part, exc)
-                _tell_failed(row.tenant_id, row.message_id, row.binding.kind)
-                continue
-            if row.attempts > settings.QORVEN_SEND_RETRIES:
-                deliveries_give_up(tenant_id=row.tenant_id, message_id=row.message_id, attempts=row.attempts)
-                return sent
-            raise RetryLater(after, str(exc)) from None
+            failed = _send_failed(row, exc) or failed  # RetryLater: the rest waits for this part's retry
+            continue
         except Exception:
             # Not a platform answer (a bug, the database): the part goes back to pending
             # for the task's retry or the sweeper; nothing was sent.
@@ -330,7 +238,36 @@ def _send_parts_in_order(rows: list[OutboundDelivery]) -> int:
             attempts=row.attempts + 1, not_before=None, last_error="", updated_at=timezone.now(),
         )
         sent += 1
+    if failed or first.part > 0:  # a part of it failed, here or in an earlier run: say so once
+        reply_undelivered_tell(tenant_id=first.tenant_id, message_id=first.message_id)
     return sent
+
+
+def _send_failed(row: OutboundDelivery, exc: SendError) -> bool:
+    """Record the platform's refusal of `row` (its `attempts` counted): True when the part
+    ended failed (refused for good, in doubt, out of retries); raises RetryLater when it is
+    to be tried again. A failed part never holds up the parts behind it."""
+    if exc.ambiguous:
+        # The request went out and no answer came back: the platform may have the part,
+        # and a part is never sent twice, so it ends failed, shown as such.
+        row.state, row.not_before = OutboundDelivery.State.FAILED, None
+        row.last_error = f"{exc}: the connection was lost after sending; {MAYBE_DELIVERED}"[:1000]
+        row.save(update_fields=["attempts", "last_error", "state", "not_before", "updated_at"])
+        logger.warning("delivery of message %s part %s is in doubt, not sent again: %s", row.message_id, row.part, exc)
+        delivery_failed_show(row.tenant_id, row.message_id, row.binding.kind)
+        return True
+    row.last_error = str(exc)[:1000]
+    row.state = OutboundDelivery.State.FAILED if exc.permanent else OutboundDelivery.State.PENDING
+    after = exc.retry_after if exc.retry_after is not None else send_backoff(row.attempts - 1)
+    row.not_before = None if exc.permanent else timezone.now() + timedelta(seconds=after)
+    row.save(update_fields=["attempts", "last_error", "state", "not_before", "updated_at"])
+    if exc.permanent:
+        logger.warning("delivery of message %s part %s failed for good: %s", row.message_id, row.part, exc)
+        delivery_failed_show(row.tenant_id, row.message_id, row.binding.kind)
+        return True
+    if row.attempts > settings.QORVEN_SEND_RETRIES:
+        return part_give_up(row=row)
+    raise RetryLater(after, str(exc)) from None
 
 
 def one_off_target(message: Message) -> tuple[ChannelBinding, str] | None:

@@ -16,7 +16,9 @@ schedule, `__qorven_sweep__`) and whenever a worker starts — with no grace per
   retries would have ended are transcribed again (once per that period);
 - deliveries left pending are sent, the oldest of each binding (its send wakes the next);
   a part whose sender died mid-send is failed (it may have reached the platform, and a
-  reply is never sent twice) and shown as such;
+  reply is never sent twice) and shown as such, at the first sweep that finds its bot's
+  send gate free (channels_app.send_gate: on PostgreSQL the gate went with the dead
+  sender's connection), and the rest of its reply is sent;
 - a /compact left pending with nobody holding its session is compacted (or, after a few
   tries, reported failed in the chat: memory_app.compact_requests).
 
@@ -38,7 +40,7 @@ from sessions_app.models import Message, Session
 
 from .models import InboundEvent, OutboundDelivery, PairingRequest
 from .receive import CLAIM_STALE_AFTER
-from .send_gate import binding_free
+from .send_gate import binding_free, binding_taken
 
 logger = logging.getLogger(__name__)
 
@@ -144,6 +146,32 @@ def voice_lost_after() -> timedelta:
     return timedelta(seconds=sum(voice_backoff(i) for i in range(settings.QORVEN_VOICE_RETRIES + 1)) + 60)
 
 
+def _interrupted_sends_recover() -> int:
+    """Fail the parts whose sender died mid-send, and send the rest of their replies.
+
+    A part is claimed (`sending`) only under its binding's gate, and a dead sender's gate
+    is free again at once on PostgreSQL (its connection closed) or once its key expires
+    elsewhere: a binding whose gate the sweeper can take has no send under way, so its
+    `sending` parts are nobody's. They are failed the sweep after their sender died —
+    they waited until they were twice QORVEN_PLATFORM_TIMEOUT and 30 s old before — and
+    the rest of each reply is sent once the gate is let go (and the person told of the
+    part that may be missing: channels_app.send_failures)."""
+    from .send_failures import deliveries_interrupted_fail, reply_undelivered_tell
+    from .tasks import deliver_message_task
+
+    bindings = (OutboundDelivery.objects.filter(state=OutboundDelivery.State.SENDING)
+                .values_list("binding_id", flat=True).distinct().order_by("binding_id")[:BATCH])
+    failed = 0
+    for binding_id in list(bindings):
+        with binding_taken(binding_id=binding_id) as free:
+            replies = deliveries_interrupted_fail(binding_id=binding_id) if free else []
+        for tenant_id, message_id in replies:
+            failed += 1
+            if not reply_undelivered_tell(tenant_id=tenant_id, message_id=message_id):
+                deliver_message_task.delay(tenant_id, message_id)  # its parts left, if any (the notice after them)
+    return failed
+
+
 def sweep(*, restart: bool = False) -> SweepReport:
     """Queue again what was left behind; report what was found. `restart`: the process
     that held the queued work in memory is gone (the embedded default's server starting
@@ -154,7 +182,6 @@ def sweep(*, restart: bool = False) -> SweepReport:
     from memory_app.tasks import session_compact
     from qorven.agent.tasks import agent_turn, heartbeat_run, voice_transcribe_task
 
-    from .sending import deliveries_interrupted_fail
     from .tasks import deliver_message_task, inbound_process_task
 
     now = timezone.now()
@@ -194,11 +221,7 @@ def sweep(*, restart: bool = False) -> SweepReport:
         inbound_process_task.delay(tenant_id, event_id)
         report.inbound += 1
 
-    interrupted = OutboundDelivery.objects.filter(
-        state=OutboundDelivery.State.SENDING,
-        updated_at__lt=now - timedelta(seconds=2 * settings.QORVEN_PLATFORM_TIMEOUT + 30),
-    )
-    report.interrupted_sends = deliveries_interrupted_fail(rows=list(interrupted[:BATCH]))
+    report.interrupted_sends = _interrupted_sends_recover()
     # One reply per binding: its send wakes the next one waiting for that binding
     # (channels_app.send_gate), so a hung platform's queue is not re-sent in full every sweep.
     oldest = (

@@ -23,7 +23,7 @@ from .inbound import InboundMessage
 from .json_body import BodyRefused
 from .models import ChannelBinding
 from .receive import inbound_store
-from .sending import deliveries_undelivered
+from .send_failures import deliveries_undelivered
 
 logger = logging.getLogger(__name__)
 

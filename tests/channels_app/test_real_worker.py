@@ -285,3 +285,39 @@ def test_a_bot_whose_sender_was_killed_mid_send_sends_its_next_reply_soon(
     assert post_telegram(client, telegram_update("and again", user_id=41, first_name="Ann",
                                                  message_id=2)).status_code == 200
     assert wait_for(lambda: len(platform.sent("bot111:AAA/sendMessage")) == 2, 75, processes=processes)
+
+
+def test_the_rest_of_a_reply_whose_worker_was_killed_mid_send_goes_out_soon_with_one_notice(
+    client, world, telegram, processes, platform, model_server
+):
+    """With the default QORVEN_PLATFORM_TIMEOUT (20 s) and sweep interval (15 s): the part
+    whose worker was killed mid-send is failed (it may have reached Telegram: never sent
+    again) as soon as a sweep finds its bot held by nobody, and the rest of the reply and
+    one notice follow. The rest waited until the part was 70 s old."""
+    from .test_undelivered_notice import NOTICE, OK, PARTS
+
+    pair(world, "telegram", "42", world.alice)
+    model_server.default = reply("\n\n".join(PARTS))
+    platform.default(r"sendMessage", OK)
+    platform.script(r"sendMessage", OK, Canned(delay=60))  # the second part's send hangs
+    env = process_env(model_server, **FAST)
+    processes.purge(env)
+    processes.start("beat", "--max-interval", "1", env=env)
+    first = processes.worker(env, concurrency=2)
+    assert post_telegram(client, telegram_update("tell me everything")).status_code == 200
+    assert wait_for(lambda: len(platform.sent("sendMessage")) == 2, 30, processes=processes)
+    first.kill()
+    killed_at = time.monotonic()
+    processes.worker(env, concurrency=2)
+
+    def texts() -> list[str]:
+        return [s.json["text"] for s in platform.sent("sendMessage")]
+
+    assert wait_for(lambda: len(texts()) == 4, 60, processes=processes), texts()
+    print(f"the rest of the reply and the notice sent {platform.sent('sendMessage')[-1].at - killed_at:.1f} s "
+          "after the kill")
+    assert time.monotonic() - killed_at < 25
+    time.sleep(2)  # a second send of anything would show up now
+    assert texts() == [PARTS[0], PARTS[1], PARTS[2], NOTICE]
+    states = OutboundDelivery.objects.filter(message__role="assistant").order_by("part").values_list("state", flat=True)
+    assert list(states) == ["sent", "failed", "sent"]
