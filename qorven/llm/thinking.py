@@ -10,10 +10,11 @@ Where the chat template itself opens the block (in the prompt: Qwen3 and DeepSee
 vLLM without a reasoning parser, some llama.cpp setups), the answer has no opening tag: it
 is the reasoning, a closing </think>, then the answer. Nothing tells that reasoning from
 an answer until its closing tag comes, so it streams as it comes; the closing tag takes
-it back, and only what follows is the answer. A closing tag counts so when
-it is the first tag of the answer and stands at a line's start or end, outside code; one
-amid a sentence, quoted, in code or after an opening tag is text the answer speaks of,
-as is a tag anywhere after the answer has begun.
+it back, and only what follows is the answer. A closing tag counts so when it is the
+first tag of the answer, outside code, and starts its line or is written onto the
+reasoning's last word (`…so I greet them.</think>Hello!`); one after a space (`the
+closing tag is </think>`), quoted, in code or after an opening tag is text the answer
+speaks of, as is a tag anywhere after the answer has begun.
 Reasoning a server sends apart (`reasoning_content`) is never read as the answer either.
 """
 from __future__ import annotations
@@ -30,6 +31,7 @@ logger = logging.getLogger(__name__)
 
 _OPENINGS = ("<think>", "<thinking>")
 _CLOSINGS = ("</think>", "</thinking>")
+_APART = "\"'`([{<«“‘"  # before a tag the answer speaks of: it is quoted or set apart
 
 
 class _State(Enum):
@@ -114,11 +116,10 @@ class ThinkingFilter:
         before, after = "".join(self._given) + held[:at], held[at + len(tag):]
         line_before = before[before.rfind("\n") + 1:]
         starts_line = not line_before.strip()
-        rest_of_line, more_lines = after.split("\n", 1)[0], "\n" in after
-        if not starts_line and not rest_of_line.strip() and not more_lines and not final:
-            return self._give(held[:at], rest=held[at:])  # it may end its line: wait for what follows
-        ends_line = not rest_of_line.strip() and (more_lines or final)
-        if (starts_line or ends_line) and _outside_code(before):
+        # Written onto the reasoning's last word: a tag the answer speaks of stands apart
+        # from the word before it (a space, a quote, a bracket).
+        on_a_word = not starts_line and not line_before[-1].isspace() and line_before[-1] not in _APART
+        if (starts_line or on_a_word) and _outside_code(before):
             self._state, self._restart, self._closing = _State.AFTER, True, tag
             self._given.clear()
             self._held = after

@@ -127,7 +127,10 @@ def test_the_reasoning_of_a_thinking_model_does_not_stream_to_the_chat_page(clie
     "The block ends at </think> and the answer follows.",
     "It ends with `</think>`.\n\nThen comes the answer.",
     "Close it like this:\n```\n</think>\n```\nand answer after it.",
-], ids=["tag-mid-sentence", "tags-quoted", "closing-tag-mid-sentence", "closing-tag-quoted", "closing-tag-in-code"])
+    "Tags wrap the reasoning.\n\nThe closing tag is </think>",
+    "Tags wrap the reasoning.\n\nThe closing tag is </think>\nThe answer comes after it.",
+], ids=["tag-mid-sentence", "tags-quoted", "closing-tag-mid-sentence", "closing-tag-quoted", "closing-tag-in-code",
+        "closing-tag-ends-the-answer", "closing-tag-ends-a-line"])
 def test_an_answer_that_speaks_of_the_tags_is_kept_whole(client, world, model_server, drain, text):
     token = api_token_create(tenant=world.tenant_a, user=world.alice)[1]
     model_server.add(streamed(text[:9], text[9:]))
@@ -137,6 +140,24 @@ def test_an_answer_that_speaks_of_the_tags_is_kept_whole(client, world, model_se
     drain()
     (answer,) = Message.objects.filter(role="assistant")
     assert answer.content == text
+
+
+@pytest.mark.parametrize("pieces", [
+    ("The user greets me.", "</think>", "Hello Priya!"),
+    ("The user greets me.</th", "ink>Hello", " Priya!"),
+    ("The user greets me.\nI answer warmly.</think>\n\nHello Priya!",),
+], ids=["tag-alone", "tag-cut-in-two", "tag-ends-the-reasoning-line"])
+def test_reasoning_closed_right_after_its_last_word_is_left_out(client, world, model_server, drain, pieces):
+    """Reasoning with no opening tag whose closing tag follows its last word, the answer
+    on the same line: the tag ends the reasoning as one on a line of its own does."""
+    token = api_token_create(tenant=world.tenant_a, user=world.alice)[1]
+    model_server.add(streamed(*pieces))
+    response = client.post("/v1/qors/aria/messages", data=json.dumps({"content": "hi"}),
+                           content_type="application/json", HTTP_AUTHORIZATION=f"Bearer {token}")
+    assert response.status_code == 201
+    drain()
+    (answer,) = Message.objects.filter(role="assistant")
+    assert answer.content == "Hello Priya!"
 
 
 @pytest.mark.parametrize("apart", [False, True], ids=["in-think-tags", "as-reasoning-content"])
