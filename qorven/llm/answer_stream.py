@@ -77,6 +77,10 @@ class EventTooLong(Exception):
     """A server-sent event ran past the most an answer within its bounds could need."""
 
 
+class RanOn(Exception):
+    """Text with no tag to say it was reasoning ran past the bound and on to the time limit."""
+
+
 # The bytes one event may take for each character of QORVEN_MAX_REPLY_CHARS, and beyond:
 # a piece of text and a tool call's arguments each as long as the bound, every character
 # written as a JSON escape (six bytes), fit with room to spare.
@@ -91,7 +95,10 @@ def answer_read(
     """The answer read from `stream`, its text streamed to `on_token` as it comes: by
     `deadline` (time.monotonic()), a limit of `seconds`; at most `max_chars` of text, and of
     each tool call, and at most `max_tool_calls` calls (0: no bound), then the stream is let
-    go and the answer is cut there. `route` names the server and model (what is learned
+    go and the answer is cut there. Reasoning does not count: text with no tag yet to say
+    whether it is reasoning is read on past `max_chars` (none of it kept) until a closing
+    tag says it was, or the end or the time limit says it was the answer, cut at
+    `max_chars`. `route` names the server and model (what is learned
     of their reasoning is kept under it: qorven.llm.thinking; from a model seen reasoning
     untagged, text before any closing tag streams as `Reasoning`). Raises ProviderUnavailable or ModelRefused when what
     came is not an answer."""
@@ -104,6 +111,9 @@ def answer_read(
     heard = time.monotonic()
     room = max_chars or -1  # characters still to take; -1: no bound
     overflow = False  # more text came than there was room for, or a tool call past its bounds
+    # Untagged text ran past the bound: the answer cut there, unless a closing tag comes
+    # to say it was reasoning, which the bound does not count (read on to see, keeping none of it).
+    over = False
     reasoned = False  # reasoning came apart from the answer (`reasoning_content`, OpenRouter's `reasoning`)
     reasoner: bool | None = None  # the route was seen reasoning untagged (looked up once, when it matters)
 
@@ -119,13 +129,13 @@ def answer_read(
 
     def take(text: str) -> bool:
         """Keep and stream a piece of the answer's text; False when it ran past the bound."""
-        nonlocal room, heard
+        nonlocal room, heard, over
         if thoughts.taken_back():
             # What streamed so far was the model's reasoning, its closing tag just came.
             if route:
                 reasoner_note(route)
             parts.clear()
-            room = max_chars or -1
+            room, over = max_chars or -1, False
             if on_token is not None:
                 on_token(RESTART)
         fits = True
@@ -138,10 +148,15 @@ def answer_read(
             heard = time.monotonic()
             if on_token is not None:
                 on_token(Reasoning(text) if reasoning_so_far() else text)
+        if not fits and thoughts.untagged:
+            over = True
+            return True
         return fits
 
     def watch() -> None:
         if time.monotonic() > deadline:
+            if over:  # an answer running on past the bound, as far as can be told: cut there
+                raise RanOn()
             raise ProviderUnavailable(f"the model did not finish within {seconds:.0f}s", model=model)
         if on_token is not None and time.monotonic() - heard > IDLE_LOOK:
             on_token("")  # nothing to show yet: the caller may look at its Stop
@@ -155,7 +170,7 @@ def answer_read(
             chunk = next(chunks)
         except StopIteration:
             break
-        except EventTooLong:
+        except (EventTooLong, RanOn):
             overflow = True  # whatever it held, it ran past the bounds: as for a reply too long
             break
         except ValueError as exc:  # a data line that is not JSON, cut off, or not text
@@ -190,6 +205,8 @@ def answer_read(
             # It ended inside its reasoning: no answer came, and asking again would spend
             # the same reasoning. As when its length limit ends it there (finish "length").
             finish = "length"
+    # It ended with untagged text past the bound and no closing tag: the answer, too long.
+    overflow = overflow or over
     if overflow:
         # A reply that would run on and on (a model with no length limit of its own
         # repeating itself, or streaming a tool call's arguments without end): kept to

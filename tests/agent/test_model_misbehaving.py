@@ -273,6 +273,23 @@ def test_a_runaway_reply_is_cut_at_the_reply_limit_and_said_to_be_cut(world, ask
     assert "length limit" in rows[1].content
 
 
+def test_a_runaway_reply_still_running_at_the_time_limit_is_cut_at_the_reply_limit_not_failed(
+    world, ask, model_server, drain, settings
+):
+    """Text with no tag to say what it is goes on being read past the reply limit (a
+    closing tag may yet say it was reasoning); a reply that runs on until the time limit
+    is the answer, cut at the reply limit, not a model that failed to answer."""
+    settings.QORVEN_MAX_REPLY_CHARS = 100
+    settings.QORVEN_MODEL_DEADLINE = 1.0
+    model_server.add(Step(text="la " * 2_000, chunk_size=30, chunk_delay=0.02))
+    ask("sing")
+    drain()
+    question, *rows = timeline(world)
+    assert question.answer_state == "answered" and len(model_server.requests) == 1
+    assert [(m.role, m.metadata.get("notice")) for m in rows] == [("assistant", None), ("system", "cut_off")]
+    assert rows[0].content == ("la " * 2_000)[:100] and rows[0].metadata.get("cut_off") is True
+
+
 def test_a_reply_exactly_as_long_as_the_reply_limit_is_whole_and_not_said_to_be_cut(world, ask, model_server, drain,
                                                                                    settings):
     settings.QORVEN_MAX_REPLY_CHARS = 1000

@@ -160,6 +160,25 @@ def test_reasoning_closed_right_after_its_last_word_is_left_out(client, world, m
     assert answer.content == "Hello Priya!"
 
 
+@pytest.mark.parametrize("seen_reasoning", [False, True], ids=["model-never-seen-so", "model-seen-reasoning-untagged"])
+def test_untagged_reasoning_longer_than_the_reply_limit_does_not_cut_the_answer(client, world, model_server, drain,
+                                                                               settings, seen_reasoning):
+    """QORVEN_MAX_REPLY_CHARS bounds the answer: reasoning with no opening tag is not known
+    to be reasoning until its closing tag, and it ran into the bound first, so the reply
+    was cut before any answer (the reasoning kept as the cut answer, or only the notice)."""
+    settings.QORVEN_MAX_REPLY_CHARS = 300
+    token = api_token_create(tenant=world.tenant_a, user=world.alice)[1]
+    long_reasoning = streamed(*[REASONING + " "] * 20, "\n</think>\n\n", "Fine, ", "thanks.")
+    model_server.add(*([BARE] if seen_reasoning else []), long_reasoning)
+    for question in (["hi"] if seen_reasoning else []) + ["how are you?"]:
+        response = client.post("/v1/qors/aria/messages", data=json.dumps({"content": question}),
+                               content_type="application/json", HTTP_AUTHORIZATION=f"Bearer {token}")
+        assert response.status_code == 201
+        drain()
+    answer = Message.objects.exclude(role="user").order_by("seq").last()
+    assert (answer.role, answer.content, answer.metadata.get("cut_off")) == ("assistant", "Fine, thanks.", None)
+
+
 @pytest.mark.parametrize("apart", [False, True], ids=["in-think-tags", "as-reasoning-content"])
 def test_a_thinking_models_spent_tokens_do_not_push_the_conversation_out_of_its_window(
     client, world, model_server, drain, settings, apart
