@@ -22,7 +22,6 @@ from qorven.llm import (
     ModelError,
     ModelRoute,
     ProviderUnavailable,
-    Reasoning,
     Restart,
     provider_for_role,
     route_for,
@@ -141,12 +140,8 @@ def answer_message(session: Session, pending: Message, owner: str, *, overflowed
 
     stop = StopWatch(session_id=session.pk, reply_to=pending.seq)
     written: list[str] = []
-    reasoning = False  # what streamed is, as far as can be told, reasoning with no opening tag (qorven.llm.thinking)
 
     def on_token(delta: str) -> None:
-        nonlocal reasoning
-        if delta:  # what the text so far is, with this piece (which may say it was the answer after all)
-            reasoning = isinstance(delta, Reasoning)
         stop.check()  # before the token: what the person saw is what is kept
         if isinstance(delta, Restart):  # what streamed was the model's reasoning (qorven.llm.thinking)
             restart()
@@ -177,8 +172,6 @@ def answer_message(session: Session, pending: Message, owner: str, *, overflowed
         return replace(ctx, trust=now), [t for t in offered if trust_allows(now, t.min_trust)]
 
     def after_call(completion: Completion) -> None:
-        nonlocal reasoning
-        reasoning = False  # the call ended: its text is what the completion says, an answer
         if completion.tool_calls:  # they are stored next; a final answer confirms the lease as it is stored
             turn_lease_confirm(session_id=session.pk, owner=owner)
             restart()
@@ -194,10 +187,10 @@ def answer_message(session: Session, pending: Message, owner: str, *, overflowed
             )
         except TurnStopped:
             # What was written so far is the answer, marked as stopped; nothing is retried.
-            # Not so the reasoning of a model seen writing it untagged, stopped before its
-            # closing tag: no answer was written yet (the live surfaces take it back).
-            if reasoning:
-                restart()
+            # It is what the person was shown, also from a model seen writing its reasoning
+            # untagged and stopped before any closing tag: nothing tells that text from an
+            # answer (such a model may answer with no reasoning), and the person stopped
+            # what they were reading.
             text = "".join(written).strip()
             reply_end(session, pending, owner, text or STOPPED_NOTICE, metadata={"stopped": True},
                    notice="" if text else "stopped")

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from .errors import ContextLengthExceeded, ModelError, ModelRefused, ProviderUnavailable
-from .provider import Completion, Provider, Reasoning, Restart, ToolCall, Usage, object_text
+from .provider import Completion, Provider, Restart, ToolCall, Usage, object_text
 from .routes import ModelRoute, provider_for, provider_for_role, route_for, routes_for, sdk_load
 
 __all__ = [
@@ -14,7 +14,6 @@ __all__ = [
     "ModelRoute",
     "Provider",
     "ProviderUnavailable",
-    "Reasoning",
     "Restart",
     "ToolCall",
     "Usage",

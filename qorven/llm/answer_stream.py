@@ -15,7 +15,7 @@ import openai
 from qorven.runtime.storable_text import storable
 
 from .errors import ModelRefused, ProviderUnavailable
-from .provider import RESTART, Completion, Reasoning, TokenCallback, Usage
+from .provider import RESTART, Completion, TokenCallback, Usage
 from .thinking import ThinkingFilter, reasoner_known, reasoner_note
 from .tool_call_deltas import ToolCallAssembler
 
@@ -99,8 +99,7 @@ def answer_read(
     whether it is reasoning is read on past `max_chars` (none of it kept) until a closing
     tag says it was, or the end or the time limit says it was the answer, cut at
     `max_chars`. `route` names the server and model (what is learned
-    of their reasoning is kept under it: qorven.llm.thinking; from a model seen reasoning
-    untagged, text before any closing tag streams as `Reasoning`). Raises ProviderUnavailable or ModelRefused when what
+    of their reasoning is kept under it: qorven.llm.thinking). Raises ProviderUnavailable or ModelRefused when what
     came is not an answer."""
     parts: list[str] = []
     calls = ToolCallAssembler(max_chars=max_chars, max_calls=max_tool_calls)
@@ -115,17 +114,6 @@ def answer_read(
     # to say it was reasoning, which the bound does not count (read on to see, keeping none of it).
     over = False
     reasoned = False  # reasoning came apart from the answer (`reasoning_content`, OpenRouter's `reasoning`)
-    reasoner: bool | None = None  # the route was seen reasoning untagged (looked up once, when it matters)
-
-    def reasoning_so_far() -> bool:
-        """The text so far has no tag to tell what it is, from a model seen writing its
-        reasoning untagged: its reasoning, as far as can be told."""
-        nonlocal reasoner
-        if not thoughts.untagged or not route:
-            return False
-        if reasoner is None:
-            reasoner = reasoner_known(route)
-        return reasoner
 
     def take(text: str) -> bool:
         """Keep and stream a piece of the answer's text; False when it ran past the bound."""
@@ -147,7 +135,7 @@ def answer_read(
             parts.append(text)
             heard = time.monotonic()
             if on_token is not None:
-                on_token(Reasoning(text) if reasoning_so_far() else text)
+                on_token(text)
         if not fits and thoughts.untagged:
             over = True
             return True
@@ -218,7 +206,7 @@ def answer_read(
         # name, in its arguments) and is not run, nor any call beside it. Fed back as a
         # failed call, the model would write it again into the same limit.
         calls.clear()
-    if finish == "length" and parts and reasoning_so_far():
+    if finish == "length" and parts and thoughts.untagged and route and reasoner_known(route):
         # A model known to write its reasoning with no opening tag, stopped before its
         # closing tag: no answer came, only reasoning, taken back as its tag would have.
         parts.clear()

@@ -22,14 +22,6 @@ class Restart(str):
 RESTART = Restart()
 
 
-class Reasoning(str):
-    """A piece of text given to a TokenCallback while it is, as far as can be told, the
-    reasoning of a model seen writing it with no opening tag (qorven.llm.thinking): no
-    closing tag has come yet to tell. Shown as it comes, as any text; a caller that stops
-    the answer here has no answer yet, only reasoning. A piece that is not one (plain
-    `str`) says the text so far is the answer after all."""
-
-
 @dataclass(frozen=True)
 class ToolCall:
     id: str

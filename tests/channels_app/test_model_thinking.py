@@ -248,19 +248,17 @@ def test_a_model_seen_reasoning_untagged_that_a_limit_stops_mid_reasoning_gets_t
 
 
 @pytest.mark.parametrize("seen_reasoning", [True, False], ids=["model-seen-reasoning-untagged", "model-never-seen-so"])
-def test_stop_during_untagged_reasoning_keeps_none_of_it_from_a_model_seen_reasoning_so(
+def test_stop_before_a_closing_tag_keeps_what_was_shown_from_any_model(
         client, world, model_server, drain, seen_reasoning):
-    """Stopped while the reasoning streamed, before its closing tag: the reasoning was kept
-    as the stopped reply, sent on and read back by the model as its own answer. From a
-    model seen writing its reasoning untagged, text before a closing tag is its reasoning:
-    nothing was answered. From any other, nothing tells it from an answer: it stays."""
-    from qorven.agent.turn_answer import STOPPED_NOTICE
-
+    """Stopped while text with no tag streamed: nothing tells it from an answer until a
+    closing tag comes, even from a model seen writing its reasoning untagged (which may
+    answer with none: the next test). The person stopped what they were reading: it is
+    the stopped reply, as for any model."""
     token = api_token_create(tenant=world.tenant_a, user=world.alice)[1]
     thinking = streamed("The user asks again. ", "I should weigh ", "the options, ", "one by one, ",
                         *(["and then some more, "] * 30), "\n</think>\n\n", "Done.")
     thinking.chunk_delay = 0.2
-    model_server.add(BARE if seen_reasoning else reply("Hello Priya!"), thinking, reply("Fine."))
+    model_server.add(BARE if seen_reasoning else reply("Hello Priya!"), thinking)
     cookie = session_cookie(world.alice)
 
     def post(path: str, body: dict):
@@ -287,12 +285,45 @@ def test_stop_during_untagged_reasoning_keeps_none_of_it_from_a_model_seen_reaso
     (new,) = [e for e in events if e["type"] == "message.new" and e["role"] == "assistant"]
     answer = Message.objects.get(role="assistant", seq=new["seq"])
     assert answer.metadata.get("stopped") is True and new["content"] == answer.content
-    if seen_reasoning:
-        assert answer.content == STOPPED_NOTICE and answer.metadata.get("notice") == "stopped"
-        # The page took the streamed reasoning back before the stored reply came.
-        assert shown_at_the_end(events[:events.index(new)]) == ""
-    else:
-        assert answer.content.startswith("The user asks again. I should weigh")
-    assert post("/v1/qors/aria/messages", {"content": "so?"}).status_code == 201
+    assert answer.content.startswith("The user asks again. I should weigh")
+    assert answer.content == shown_at_the_end(events[:events.index(new)]).strip()
+
+
+def test_stop_during_a_plain_answer_from_a_model_seen_reasoning_untagged_keeps_what_was_shown(
+        client, world, model_server, drain):
+    """A model seen writing its reasoning untagged answers, this time, with no reasoning
+    (after a tool round, say). Nothing tells such text from reasoning until a closing tag
+    comes, and none came: the person stopped an answer they were reading, and the reply
+    is what they read, not the notice that nothing was written."""
+    token = api_token_create(tenant=world.tenant_a, user=world.alice)[1]
+    answer = streamed("Here is the plan. ", "First, ", "the oven; ", *(["then the tray, "] * 30), "done.")
+    answer.chunk_delay = 0.2
+    model_server.add(BARE, answer)
+    cookie = session_cookie(world.alice)
+
+    def post(path: str, body: dict):
+        return client.post(path, data=json.dumps(body), content_type="application/json",
+                           HTTP_AUTHORIZATION=f"Bearer {token}")
+
+    async def scenario() -> list[dict]:
+        page = communicator("/ws/chat/acme/aria/", cookie=cookie)
+        assert (await page.connect())[0]
+        await receive_until(page, lambda e: e["type"] == "session")
+        assert (await sync_to_async(post)("/v1/qors/aria/messages", {"content": "hi"})).status_code == 201
+        await receive_until(page, lambda e: e["type"] == "message.done", timeout=20)
+        assert (await sync_to_async(post)("/v1/qors/aria/messages", {"content": "the plan?"})).status_code == 201
+        events = await receive_until(page, lambda e: e["type"] == "message.chunk" and "oven" in e["delta"],
+                                     timeout=20)
+        assert (await sync_to_async(post)("/v1/qors/aria/stop", {"reply_to": 3})).status_code == 202
+        events += await receive_until(page, lambda e: e["type"] == "message.done", timeout=20)
+        await page.disconnect()
+        return events
+
+    events = async_to_sync(scenario)()
     drain()
-    assert ("weigh" in json.dumps(model_server.requests[-1]["messages"])) is not seen_reasoning
+    (new,) = [e for e in events if e["type"] == "message.new" and e["role"] == "assistant"]
+    stored = Message.objects.get(role="assistant", seq=new["seq"])
+    shown = shown_at_the_end(events[:events.index(new)])
+    assert shown.startswith("Here is the plan. First, the oven;")
+    assert (stored.content, stored.metadata.get("stopped"), stored.metadata.get("notice")) == (
+        shown.strip(), True, None)
