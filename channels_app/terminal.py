@@ -29,6 +29,9 @@ from .chat import ChatOwner, chat_send
 from .terminal_follow import Emit, Follower
 
 
+TAKEN_BACK = "── the text above was the model's reasoning, not its answer ──"
+
+
 def json_line(event: dict[str, Any]) -> dict[str, Any]:
     """The --json shape of an output: message / notice / chunk / restart / done / session."""
     kind = event["type"]
@@ -75,9 +78,9 @@ class HumanPrinter:
             return
         if kind == "done":
             return
-        if kind == "restart":  # what streamed was not the answer: it streams again on a line of its own
+        if kind == "restart":  # what streamed was not the answer: the reply starts afresh
             if self.streaming == event["reply_to"]:
-                self._end_stream()
+                self._restart()
             return
         if kind == "session":
             self._end_stream()
@@ -101,6 +104,13 @@ class HumanPrinter:
     def _line(self, text: str) -> None:
         self.out.write(text + "\n")
         self.out.flush()
+
+    def _restart(self) -> None:
+        """The reply streaming was not the answer (a thinking model's reasoning): what is
+        printed stays printed, so it is said to be no part of the answer, which streams
+        again on a line of its own."""
+        self._end_stream()
+        self._line(self._c("2", TAKEN_BACK))
 
     def _end_stream(self, *, stopped: bool = False) -> None:
         if self.streaming is not None:

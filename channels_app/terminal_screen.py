@@ -13,7 +13,6 @@ import codecs
 import io
 import logging
 import os
-import re
 import select
 import shutil
 import sys
@@ -31,21 +30,24 @@ from tenancy.errors import NotFound
 from .chat import ChatOwner, chat_stop
 from .terminal import ACCESS_CHECK, ACCESS_LOST, HumanPrinter, _access_lost, _follower, _send
 from .terminal_follow import Follower
+from .terminal_rows import row_cut, rows_of
 
 logger = logging.getLogger(__name__)
 
 PROMPT = "you › "
-_SGR = re.compile(r"\x1b\[[0-9;]*m")  # our own colours: the only escapes in what is shown (terminal.shown)
 
 
 class ScreenPrinter(HumanPrinter):
     """A HumanPrinter under a live prompt: a reply's unfinished line is `tail`, which the
-    prompt shows (`redraw` asks it to); only whole lines are printed."""
+    prompt shows (`redraw` asks it to); only whole lines are printed. The lines printed
+    since a reply began streaming are remembered, so that a reply taken back (a thinking
+    model's reasoning) is taken off the screen too."""
 
     def __init__(self, out: TextIO, color: bool, *, redraw: Callable[[], None]) -> None:
         super().__init__(out, color)
         self.tail = ""
         self.redraw = redraw
+        self.drawn: list[tuple[str, bool]] = []  # since the reply began: each line printed, and whether it is the reply's
 
     def _stream(self, text: str) -> None:
         *lines, self.tail = (self.tail + text).split("\n")
@@ -53,7 +55,34 @@ class ScreenPrinter(HumanPrinter):
             lines.append(cut[0])
             self.tail = cut[1]
         for line in lines:
-            self._line(line)
+            self._print(line, reply=True)
+        self.redraw()
+
+    def _line(self, text: str) -> None:
+        self._print(text, reply=False)
+
+    def _print(self, text: str, *, reply: bool) -> None:
+        if self.streaming is not None:
+            self.drawn.append((text, reply))
+        super()._line(text)
+
+    def _restart(self) -> None:
+        """Up to the reply's first line and clear from there (the prompt, drawn below what
+        is printed, is drawn again after it), then print again the other messages shown
+        meanwhile; the answer streams in the reply's place. Lines already scrolled off the
+        screen cannot be reached: then they are said to be reasoning, as on a pipe."""
+        size = shutil.get_terminal_size()
+        rows = sum(rows_of(text, size.columns) for text, _ in self.drawn)
+        if rows > size.lines - RESERVED_ROWS:
+            self.drawn.clear()
+            self.tail = ""
+            super()._restart()
+            return
+        others = [text for text, reply in self.drawn if not reply]
+        self.streaming, self.tail = None, ""
+        self.drawn.clear()
+        self.out.write((f"\033[{rows}A" if rows else "") + "\r\033[J" + "".join(text + "\n" for text in others))
+        self.out.flush()
         self.redraw()
 
     def _interrupt(self) -> None:
@@ -63,33 +92,15 @@ class ScreenPrinter(HumanPrinter):
     def _end_stream(self, *, stopped: bool = False) -> None:
         if self.streaming is not None:
             self.streaming = None
+            self.drawn.clear()
             tail, self.tail = self.tail, ""
             self._line(tail + (self._stopped() if stopped else ""))
             self.redraw()
 
 
-def row_cut(text: str, columns: int) -> tuple[str, str] | None:
-    """`text` as (the row it fills, the rest) once it no longer fits a row of `columns`,
-    cut at its last space (or, a word longer than the row, at the edge); None while it fits.
-    The last column stays free: where the cursor goes after a row that fills it differs
-    between terminals."""
-    from prompt_toolkit.utils import get_cwidth
-
-    width, space, i = 0, None, 0
-    columns = max(columns, 20)
-    while i < len(text):
-        colour = _SGR.match(text, i)
-        if colour:
-            i = colour.end()
-            continue
-        char = text[i]
-        if char == " ":
-            space = i
-        width += 8 - width % 8 if char == "\t" else max(get_cwidth(char), 0)
-        if width >= columns:
-            return (text[:space], text[space + 1:]) if space else (text[:i], text[i:])
-        i += 1
-    return None
+# Rows of the screen a reply's lines must leave to be taken off it: the prompt's own (the
+# reply's unfinished line, the line typed) and one to spare.
+RESERVED_ROWS = 3
 
 
 class _CurrentStdout:

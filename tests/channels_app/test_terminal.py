@@ -100,7 +100,11 @@ def test_reasoning_taken_back_mid_reply_is_said_so_and_the_answer_streams_again(
     assert final["content"] == "Hello Priya!"
 
 
-def test_the_terminal_starts_a_taken_back_reply_on_a_line_of_its_own():
+def test_a_pipe_reader_is_told_a_taken_back_reply_was_reasoning_and_the_answer_follows_on_its_own_line():
+    """What is printed to a pipe cannot be taken back (a terminal clears it:
+    test_terminal_screen): a line says it was the model's reasoning."""
+    from channels_app.terminal import TAKEN_BACK
+
     out = io.StringIO()
     printer = HumanPrinter(out, color=False)
     printer({"type": "chunk", "reply_to": 3, "delta": "The user greets me.\n"})
@@ -108,22 +112,23 @@ def test_the_terminal_starts_a_taken_back_reply_on_a_line_of_its_own():
     printer({"type": "chunk", "reply_to": 3, "delta": "Hello Priya!"})
     printer({"type": "message.new", "seq": 4, "role": "assistant", "content": "Hello Priya!", "channel": "tui",
              "sender_name": "Aria", "created_at": "2026-12-05T10:00:00+00:00", "reply_to": 3, "streamed": True})
-    assert out.getvalue().splitlines()[-1] == "… Hello Priya!"
+    assert out.getvalue().splitlines()[-3:] == ["", TAKEN_BACK, "… Hello Priya!"]
 
 
-def test_a_reply_stopped_during_reasoning_ends_on_the_stored_notice_not_the_reasoning():
-    """Stopped before a closing tag, a model's untagged reasoning is taken back (`restart`)
-    and the stored reply is the stopped notice: the terminal's last line is that."""
-    from qorven.agent.turn_answer import STOPPED_NOTICE
+def test_a_reply_taken_back_with_no_answer_after_it_ends_on_the_stored_notice():
+    """A length limit stopped a model seen writing its reasoning untagged before its
+    closing tag: the reasoning is taken back (`restart`) and the stored reply is the
+    cut-off notice, which the terminal's last line is."""
+    from qorven.agent.turn_endings import CUT_OFF_NOTICE
 
     out = io.StringIO()
     printer = HumanPrinter(out, color=False)
     printer({"type": "chunk", "reply_to": 3, "delta": "The user asks again. I should weigh"})
     printer({"type": "restart", "reply_to": 3})
-    printer({"type": "message.new", "seq": 4, "role": "assistant", "content": STOPPED_NOTICE, "channel": "tui",
+    printer({"type": "message.new", "seq": 4, "role": "assistant", "content": CUT_OFF_NOTICE, "channel": "tui",
              "sender_name": "Aria", "created_at": "2026-12-05T10:00:00+00:00", "reply_to": 3, "streamed": False,
-             "stopped": True, "notice": "stopped"})
-    assert out.getvalue().splitlines()[-1].endswith(f"Aria: {STOPPED_NOTICE} (stopped)")
+             "notice": "cut_off"})
+    assert out.getvalue().splitlines()[-1].endswith(f"Aria: {CUT_OFF_NOTICE}")
 
 
 def test_json_mode_waits_for_the_end_of_each_streamed_reply():

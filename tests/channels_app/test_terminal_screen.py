@@ -142,3 +142,54 @@ def test_losing_access_while_the_terminal_is_open_says_so_and_exits_3(world, mod
     screen.wait_for("You no longer have access to this workspace.")
     assert screen.exit_code() == 3
     assert "Traceback" not in screen.text()
+
+
+def test_reasoning_taken_back_leaves_the_screen_and_the_answer_is_drawn_in_its_place(world, model_server, screens):
+    """A model's reasoning with no opening tag streams until its closing tag says it was
+    reasoning; the page then clears it. The terminal clears what it drew of it too (a
+    message from another channel shown meanwhile stays), and the answer is drawn there."""
+    from .test_model_thinking import REASONING, streamed
+
+    thinking = streamed("Thinking it over. ", *[REASONING + " "] * 4, "\nSo: a warm hello.", *[" And more."] * 30,
+                        "\n</think>\n\n", "Hello ", "Priya!")
+    thinking.chunk_delay = 0.2
+    model_server.add(thinking)
+    screen = screens(qorven_env(model_server), "--no-server")
+    screen.type("hi")
+    screen.key("Enter")
+    screen.wait_for("a warm hello")
+    session = session_resolve(tenant=world.tenant_a, qor=world.qor_a, channel="telegram", user=world.alice)
+    message_append(session=session, role="user", content="from my phone", channel="telegram", sender_name="Priya",
+                   notify=False)
+    assert "Hello Priya!" not in screen.wait_for("from my phone")  # shown amid the reasoning
+    screen.wait_for("Hello Priya!")
+    screen.wait_until(lambda text: last_row(screen) == PROMPT, "the prompt")
+    shown = screen.text()
+    assert "Thinking it over" not in shown and "greets" not in shown and "warm hello" not in shown, shown
+    rows = shown.split("\n")
+    assert sum("from my phone" in row for row in rows) == 1, shown
+    assert any(row.rstrip() == "… Hello Priya!" for row in rows), shown
+    assert sum(PROMPT in row for row in rows) == 1, shown
+    screen.key("C-d")
+    assert screen.exit_code() == 0
+
+
+def test_reasoning_taken_back_that_scrolled_off_the_screen_is_said_to_be_reasoning(world, model_server, screens):
+    """What scrolled off the screen cannot be cleared: a line says the text above was the
+    model's reasoning, and the answer follows it."""
+    from channels_app.terminal import TAKEN_BACK
+
+    from .test_model_thinking import streamed
+
+    thinking = streamed(*[f"Step {n} of my long reasoning.\n" for n in range(42)], "</think>\n\n", "Hello Priya!")
+    thinking.chunk_delay = 0.2
+    model_server.add(thinking)
+    screen = screens(qorven_env(model_server), "--no-server")
+    screen.type("hi")
+    screen.key("Enter")
+    screen.wait_for("Hello Priya!")
+    screen.wait_until(lambda text: last_row(screen) == PROMPT, "the prompt")
+    rows = screen.rows()
+    assert TAKEN_BACK in rows and rows.index(TAKEN_BACK) > max(
+        i for i, row in enumerate(rows) if "long reasoning" in row), rows
+    assert "… Hello Priya!" in rows[rows.index(TAKEN_BACK):], rows
