@@ -178,10 +178,23 @@ def chat_search(*, owner: ChatOwner, query: str) -> dict[str, Any]:
 
     terms = message_terms(query)
     hits = message_search(tenant=owner.tenant, qor=owner.qor, user=owner.user, query=query)
+    snippets = [hit_snippet(h.content, terms, width=SNIPPET) for h in hits]
     return {"terms": terms, "results": [{
         "session_id": h.session_id, "seq": h.seq, "role": h.role, "channel": h.channel,
-        "created_at": h.created_at.isoformat(), "archived": not h.active, "snippet": hit_snippet(h.content, terms, width=SNIPPET),
-    } for h in hits]}
+        "created_at": h.created_at.isoformat(), "archived": not h.active, "snippet": snippet,
+        "marks": _marks(snippet, terms),
+    } for h, snippet in zip(hits, snippets)]}
+
+
+def _marks(snippet: str, terms: list[str]) -> list[list[int]]:
+    """Where the words found are in `snippet`, as [start, end] in the UTF-16 units a
+    browser's strings count (an emoji is two), so the page marks exactly those."""
+    from sessions_app.search import hit_spans
+
+    def units(i: int) -> int:
+        return len(snippet[:i].encode("utf-16-le")) // 2
+
+    return [[units(start), units(end)] for start, end in hit_spans(snippet, terms)]
 
 
 def chat_archived_get(*, owner: ChatOwner, session_id: int) -> Session | None:

@@ -23,13 +23,14 @@ from sessions_app.fulltext import (
     STOPWORDS,
     UNSPACED_LETTER,
     UNSPACED_RUN,
+    fold,
     letter_groups,
     owner_token,
     search_terms,
     search_text,
 )
 
-__all__ = ["FTS_TABLE", "MAX_TERMS", "PG_CONFIG", "STOPWORDS", "UNSPACED_LETTER", "fts5_query", "memory_terms",
+__all__ = ["FTS_TABLE", "MAX_TERMS", "PG_CONFIG", "STOPWORDS", "UNSPACED_LETTER", "fold", "fts5_query", "memory_terms",
            "owner_token", "pg_owner_tsquery", "search_terms", "search_text"]
 
 FTS_TABLE = "memory_app_memory_fts"

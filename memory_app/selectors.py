@@ -14,7 +14,7 @@ from qorven.runtime.prepared_read import PreparedRead
 from tenancy.models import Qor, Tenant
 from tenancy.trust import trust_allows
 
-from .fulltext import FTS_TABLE, PG_CONFIG, fts5_query, memory_terms, owner_token, pg_owner_tsquery
+from .fulltext import FTS_TABLE, PG_CONFIG, fold, fts5_query, memory_terms, owner_token, pg_owner_tsquery
 from .models import LearnedSkill, Memory
 
 if TYPE_CHECKING:
@@ -121,7 +121,7 @@ def _search_scan(tenant_id: int, qor_id: int, user_id: int | None, terms: list[s
     terms = [t.replace(" ", "") for t in terms]  # a pair of letters ("寿 司") is written together
     match = reduce(or_, (Q(content__icontains=t) for t in terms))
     candidates = list(_owned(tenant_id, qor_id, user_id).filter(match).order_by("-created_at", "-id")[:500])
-    scored = [(sum(t in m.content.casefold() for t in terms), m) for m in candidates]
+    scored = [(sum(t in fold(m.content) for t in terms), m) for m in candidates]
     scored.sort(key=lambda pair: pair[0], reverse=True)  # stable: newest first among equals
     return [m for _, m in scored[:limit]]
 

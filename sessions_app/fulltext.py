@@ -31,14 +31,21 @@ STOPWORDS = frozenset(
 )
 
 
+def fold(text: str) -> str:
+    """`text` in lower case as both databases' indexes hold it, one letter for one: "ß"
+    stays "ß" and "İ" is "i" (casefold's "ss" and "i̇", a letter and a combining dot, are
+    in neither index, so a word typed with them was never found)."""
+    return text.lower().replace("i\u0307", "i")
+
+
 def search_terms(text: str) -> list[str]:
-    """The distinct, case-folded words of `text` worth searching for, at most MAX_TERMS.
+    """The distinct, lower-cased (fold) words of `text` worth searching for, at most MAX_TERMS.
 
     Stop words and one-letter words are dropped. A long text keeps its longest words,
     which are the rarer, more telling ones, in their original order.
     """
     seen: dict[str, None] = {}
-    for word in _WORD.findall(text.casefold()):
+    for word in _WORD.findall(fold(text)):
         word = word.strip("_")
         if len(word) > 1 and word not in STOPWORDS:
             seen.setdefault(word, None)

@@ -21,6 +21,7 @@ start of a word, so "스시" finds "스시를" (the word with its particle).
 """
 from __future__ import annotations
 
+import unicodedata
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -32,7 +33,7 @@ from django.db.models.expressions import RawSQL
 
 from tenancy.models import Qor, Tenant
 
-from .fulltext import HANGUL_WORD, PG_CONFIG, UNSPACED_RUN, message_terms, owner_token, search_text
+from .fulltext import HANGUL_WORD, PG_CONFIG, UNSPACED_RUN, fold, message_terms, owner_token, search_text
 from .migrations._trigger import SEARCH_TABLE, SEARCH_TEXT_FUNCTION, SEARCH_TRIGGERS
 from .models import Message, Session
 
@@ -126,15 +127,56 @@ def _search(sessions: QuerySet[Session], *, owner: str, query: str, limit: int, 
 def hit_snippet(text: str, terms: list[str], *, width: int) -> str:
     """About `width` characters of a found message's `text` around the first word found,
     with an ellipsis where it was cut."""
-    folded = text.casefold()
-    # Words are found stemmed ("leases" finds "lease"): look for the stem-ish start of each.
-    places = [i for t in terms if (i := folded.find(t[:max(4, len(t) - 2)])) >= 0]
-    start = max(0, min(places) - width // 3) if places else 0
+    spans = hit_spans(text, terms)
+    start = max(0, spans[0][0] - width // 3) if spans else 0
     if start:
         space = text.find(" ", start, start + 20)
         start = space + 1 if space >= 0 else start
     end = start + width
     return ("…" if start else "") + text[start:end].strip() + ("…" if end < len(text) else "")
+
+
+def hit_spans(text: str, terms: list[str]) -> list[tuple[int, int]]:
+    """Where in `text` the words found are, in order: (start, end) of each, as written
+    ("Straße" for the term "straße"). Words are found stemmed ("leases" finds "lease"), so
+    a word is one that starts with the stem-ish start of a term; a run of letters written
+    without spaces, and a Korean word, where it stands as typed."""
+    folded, origin = _folded(text)
+    spans = []
+    for term in terms:
+        unspaced = UNSPACED_RUN.fullmatch(term) is not None
+        stem = term if unspaced else term[:max(4, len(term) - 2)]
+        at = folded.find(stem)
+        while at >= 0:
+            start, end = origin[at], origin[at + len(stem) - 1] + 1
+            if unspaced or start == 0 or not _in_word(text[start - 1]):
+                while not unspaced and end < len(text) and _in_word(text[end]):
+                    end += 1
+                spans.append((start, end))
+            at = folded.find(stem, at + len(stem))
+    merged: list[tuple[int, int]] = []
+    for start, end in sorted(spans):
+        if merged and start < merged[-1][1]:
+            merged[-1] = (merged[-1][0], max(end, merged[-1][1]))
+        else:
+            merged.append((start, end))
+    return merged
+
+
+def _folded(text: str) -> tuple[str, list[int]]:
+    """`text` folded as search terms are (a letter may fold to more than one), and for each
+    folded character, the place in `text` of the letter it came from."""
+    parts: list[str] = []
+    origin: list[int] = []
+    for i, char in enumerate(text):
+        low = fold(char)
+        parts.append(low)
+        origin.extend([i] * len(low))
+    return "".join(parts), origin
+
+
+def _in_word(char: str) -> bool:
+    return char.isalnum() or char == "_" or unicodedata.category(char).startswith("M")
 
 
 def _pg_tsquery(terms: list[str]) -> tuple[str, list[str]]:

@@ -57,6 +57,7 @@ def test_a_found_question_opens_with_its_answer_after_it_focused_and_a_way_back_
             hits = search(page, "spare key")
             expect(hits).to_have_count(2)
             question = page.locator("[data-search-hit]", has_text="You: where did I leave the spare key?")
+            expect(question.locator("mark")).to_have_text(["spare", "key"])  # the words found, as written
             question.focus()
             page.keyboard.press("Enter")  # opened from the keyboard
 

@@ -72,3 +72,22 @@ def test_a_message_carried_into_a_fresh_conversation_is_found_once_where_it_was_
         (now.pk, 1, False, "is the dentist on Friday?"),
         (old.pk, 1, True, "I booked the dentist"),
     ]
+
+
+def _marked(snippet: str, marks: list) -> list[str]:
+    """What `marks` (UTF-16 offsets, as the page's JavaScript slices strings) cover."""
+    units = snippet.encode("utf-16-le")
+    return [units[2 * start:2 * end].decode("utf-16-le") for start, end in marks]
+
+
+def test_the_words_found_are_marked_exactly_where_their_lower_case_is_longer(client, world):
+    """The page marked the words by matching the typed words' folded start in the snippet:
+    "strasse" never matched "Straße", nor "i̇stanbul" "İstanbul", and the snippet itself
+    began off by a letter for each "ß" or "İ" before the word."""
+    session = session_resolve(tenant=world.tenant_a, qor=world.qor_a, channel="web", user=world.alice)
+    say(session, "Grüße " * 40 + "vom Treffpunkt an der Straße in İstanbul 🙂, bis bald! Straßen sind lang. " + "x " * 100)
+    client.force_login(world.alice)
+
+    (hit,) = client.get(SEARCH, {"q": "Straße İstanbul"}).json()["results"]
+    assert hit["snippet"].startswith("…Grüße Grüße") and "Treffpunkt an der Straße in İstanbul" in hit["snippet"]
+    assert _marked(hit["snippet"], hit["marks"]) == ["Straße", "İstanbul", "Straßen"]

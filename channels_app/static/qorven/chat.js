@@ -751,7 +751,7 @@
           var snippet = el("span", "archive__snippet");
           var who = hit.role === "assistant" ? self.config.qorName : "You";
           snippet.appendChild(el("strong", null, who + ": "));
-          highlight(snippet, hit.snippet, data.terms);
+          highlight(snippet, hit.snippet, hit.marks);
           open.appendChild(snippet);
           var where = el("span", "archive__count", hit.archived ? "earlier conversation" : "this conversation");
           if (hit.channel !== self.config.channel) where.insertBefore(self.badge(hit.channel), where.firstChild);
@@ -770,19 +770,16 @@
       .catch(function () { body.textContent = "Can't reach Qorven — try the search again in a moment."; });
   };
 
-  // `text` into `node` with the searched words marked, through text nodes only.
-  function highlight(node, text, terms) {
-    var stems = (terms || []).map(function (t) {
-      return t.slice(0, Math.max(4, t.length - 2)).replace(/[.*+?^${}()|[\]\\]/g, "\\$&");
-    }).filter(Boolean);
-    if (!stems.length) { node.appendChild(document.createTextNode(text)); return; }
-    var pattern = new RegExp("(" + stems.join("|") + ")[\\w]*", "gi");
+  // `text` into `node` with the words found marked, through text nodes only. `marks` are
+  // the server's [start, end] of each word in `text`, so a word is marked as it was
+  // written ("Straße" for "straße", "İstanbul" for "istanbul").
+  function highlight(node, text, marks) {
     var at = 0;
-    text.replace(pattern, function (match, stem, offset) {
-      node.appendChild(document.createTextNode(text.slice(at, offset)));
-      node.appendChild(el("mark", null, match));
-      at = offset + match.length;
-      return match;
+    (marks || []).forEach(function (mark) {
+      if (mark[0] < at || mark[1] > text.length || mark[1] <= mark[0]) return;
+      node.appendChild(document.createTextNode(text.slice(at, mark[0])));
+      node.appendChild(el("mark", null, text.slice(mark[0], mark[1])));
+      at = mark[1];
     });
     node.appendChild(document.createTextNode(text.slice(at)));
   }
