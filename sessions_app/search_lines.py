@@ -17,19 +17,23 @@ from .quoting import inert, one_line, plain
 from .search import SearchHit, conversation_search, hit_snippet
 
 PAGE = 5
-# How far back `#N` pages: past that, more words find it sooner.
+# How far back `from #N` pages: past that, more words find it sooner.
 DEEPEST = 500
 SNIPPET = 140  # characters of a found message shown around the first word found
 LONGEST = 200  # characters of words to look for, as the chat page's search box takes
-USAGE = "Usage: `/search words` finds them in our conversation, newest first; `/search words #N` shows older matches."
+USAGE = ("Usage: `/search words` finds them in our conversation, newest first; `/search words from #N` shows "
+         "older matches, from the Nth.")
 
-_PAGE_MARK = re.compile(r"(?:^|\s)#([0-9]{1,9})$")
+# A page is asked for with `from #N` at the end, as the answer's header and its "Older
+# ones" line write it: a `#N` alone is words (`/search issue #12`). "from" is a stop word,
+# never looked for, so taking it as the page's mark leaves no words unsearched.
+_PAGE_MARK = re.compile(r"(?:^|\s)from\s+#([0-9]{1,9})$", re.IGNORECASE)
 
 
 def search_answer(*, session: Session, args: str, trust: str) -> str:
-    """The answer to `/search <args>` in `session`: the newest PAGE matches (after the
-    `#N` newest, when the words end with `#N`), each with its number, date, surface,
-    writer and the text around the words found."""
+    """The answer to `/search <args>` in `session`: the newest PAGE matches (from the Nth,
+    when the words end with `from #N`), each with its number, date, surface, writer and
+    the text around the words found."""
     if session.kind == Session.Kind.CANONICAL and not trust_allows(trust, Trust.PAIRED):
         # The canonical chat holds every surface's messages: shown only to its paired person.
         return "Our conversation is searched only once you are paired with me."
@@ -57,19 +61,19 @@ def search_answer(*, session: Session, args: str, trust: str) -> str:
     if len(found) > PAGE and after + PAGE < DEEPEST:
         # In a code span nothing formats but a backtick, which separates words as a space does.
         typed = " ".join(plain(words).replace("`", " ").split())
-        lines.append(f"Older ones: `/search {typed} #{after + PAGE}`.")
+        lines.append(f"Older ones: `/search {typed} from #{after + PAGE + 1}`.")
     return "\n".join(lines)
 
 
 def _split(args: str) -> tuple[str, int | None]:
-    """The words and how many newer matches to skip (`#N` at the end); None for a page
-    that is none (#0)."""
+    """The words and how many newer matches to skip (`from #N` at the end: N - 1); None
+    for a page that is none (#0)."""
     text = args.strip()
     mark = _PAGE_MARK.search(text)
     if mark is None:
         return text, 0
-    after = int(mark.group(1))
-    return text[:mark.start()].strip(), after if after > 0 else None
+    first = int(mark.group(1))
+    return text[:mark.start()].strip(), first - 1 if first > 0 else None
 
 
 def _line(hit: SearchHit, *, number: int, session: Session, terms: list[str], zone: ZoneInfo) -> str:

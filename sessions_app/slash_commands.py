@@ -22,6 +22,6 @@ def clear_command(ctx: CommandContext) -> str | CommandReply:
     return CommandReply(CLEARED.format(messages=rotated.archived.last_seq), session=rotated.session)
 
 
-@slash_command("search", "find words in our conversation, newest first (`/search words #N`: matches older than #N)")
+@slash_command("search", "find words in our conversation, newest first (`/search words from #N`: older matches, from the Nth)")
 def search_command(ctx: CommandContext) -> str:
     return search_answer(session=ctx.session, args=ctx.args, trust=ctx.trust)

@@ -90,24 +90,25 @@ def test_search_shows_dates_in_the_tenants_timezone(history):
     assert "#1 · 13 Mar 2026 04:30 · Telegram · you — Any good restaurant near the Duomo?" in answer
 
 
-def test_search_pages_with_hash_n_for_older_matches(world):
+def test_search_pages_with_from_n_for_older_matches(world):
     session = chat(world)
     for i in range(12):
         said(session, f"note {i} about the garden", at=MARCH + timedelta(hours=i))
     first = ask(session, world.alice, "/search garden", channel="web")
     assert [line.split(" — ")[1] for line in first.splitlines()[1:6]] == [
         f"note {i} about the garden" for i in (11, 10, 9, 8, 7)]
-    assert first.splitlines()[-1] == "Older ones: `/search garden #5`."
-    second = ask(session, world.alice, "/search garden #5", channel="web")
+    assert first.splitlines()[-1] == "Older ones: `/search garden from #6`."
+    second = ask(session, world.alice, "/search garden from #6", channel="web")
     assert second.splitlines()[0] == "Older matches for “garden” (from #6):"
     assert second.splitlines()[1].startswith("#6 · ") and second.splitlines()[1].endswith("note 6 about the garden")
-    assert second.splitlines()[-1] == "Older ones: `/search garden #10`."
-    third = ask(session, world.alice, "/search garden #10", channel="web")
+    assert second.splitlines()[-1] == "Older ones: `/search garden from #11`."
+    third = ask(session, world.alice, "/search garden from #11", channel="web")
     assert [line.split(" — ")[1] for line in third.splitlines()[1:]] == ["note 1 about the garden",
                                                                          "note 0 about the garden"]
-    assert ask(session, world.alice, "/search garden #12", channel="web") == (
+    assert ask(session, world.alice, "/search garden from #13", channel="web") == (
         "There are no older matches for “garden”.")
-    assert ask(session, world.alice, "/search garden #500", channel="web").startswith("Only the newest 500 matches")
+    assert ask(session, world.alice, "/search garden FROM #1", channel="web") == first
+    assert ask(session, world.alice, "/search garden from #501", channel="web").startswith("Only the newest 500 matches")
     # The commands and their answers are never found themselves.
     assert ask(session, world.alice, "/search Older ones", channel="web").startswith("Nothing in our conversation")
 
@@ -116,7 +117,8 @@ def test_empty_words_give_the_usage_and_no_match_a_clear_line(history):
     session = chat(history)
     usage = ask(session, history.alice, "/search")
     assert usage.startswith("Usage: `/search words` finds them in our conversation")
-    assert ask(session, history.alice, "/search   #3") == usage
+    assert ask(session, history.alice, "/search   from #3") == usage
+    assert ask(session, history.alice, "/search from #0") == usage
     assert ask(session, history.alice, "/search the").startswith("Those words are too common")
     assert ask(session, history.alice, "/search submarine") == "Nothing in our conversation matches “submarine”."
     # Bob's and charlie's words are theirs: not a match for alice, and they find only their own.
@@ -200,3 +202,44 @@ def test_with_legacy_sessions_a_thread_searches_its_own_messages_and_its_cleared
          "bob's key is under the mat", channel="telegram")
     answer = ask(telegram, world.alice, "/search key")
     assert answer.splitlines()[1:] == ["#1 · 12 Mar 2026 19:30 · Telegram · you — the spare key is with Marta"]
+
+
+GERMAN = ("Grüße aus der Großstadt! Die Straße, die große Brücke, das Gießener Schloß, der Maßkrug, die Füße, "
+          "der Gruß, der Spaß, der Fuß und das Floß: weißt du, wo wir uns am Brunnen treffen wollten?")
+TURKISH = ("Wir fahren über İstanbul, İzmir, İnebolu, İskenderun, İspir, İznik, İdil, İmranlı, İpsala, İvrindi, "
+           "İyidere und İkizce, dann treffen wir uns am Brunnen in der Altstadt.")
+
+
+def test_a_snippet_starts_in_its_place_after_letters_whose_lower_case_is_longer(world):
+    """"ß" folds to "ss" and "İ" to two letters: where the word was found in the folded
+    text was taken for its place in the text, so a snippet began a character later for
+    each of them before the word (and, after enough of them, inside the word)."""
+    session = chat(world)
+    said(session, GERMAN, at=MARCH)
+    said(session, TURKISH, at=MARCH + timedelta(hours=1))
+    answer = ask(session, world.alice, "/search Brunnen", channel="web")
+    assert [line.split(" — ", 1)[1] for line in answer.splitlines()[1:]] == [
+        "…İyidere und İkizce, dann treffen wir uns am Brunnen in der Altstadt.",
+        "…Fuß und das Floß: weißt du, wo wir uns am Brunnen treffen wollten?",
+    ]
+
+
+def test_a_word_typed_with_a_letter_whose_lower_case_is_longer_is_found_and_shown_whole(world):
+    """"Straße" and "İstanbul" typed were looked for as "strasse" and "i̇stanbul", which
+    neither database's index holds: the message that has them was never found."""
+    session = chat(world)
+    said(session, "Grüße " * 30 + "— wir treffen uns an der Straße vor dem Hotel in İstanbul, gleich nach dem Essen.",
+         at=MARCH)
+    for typed in ("Straße", "straße", "İstanbul", "istanbul"):
+        answer = ask(session, world.alice, f"/search {typed}", channel="web")
+        (line,) = answer.splitlines()[1:]
+        assert "an der Straße vor dem Hotel in İstanbul" in line, typed
+
+
+def test_a_number_after_a_hash_is_looked_for_and_pages_are_asked_with_from(world):
+    """`#N` at the end of the words was always a page: "issue #12" could never be found."""
+    session = chat(world)
+    said(session, "the fix for issue #12 landed on Monday", at=MARCH)
+    said(session, "issue #7 is still open", at=MARCH + timedelta(hours=1))
+    answer = ask(session, world.alice, "/search issue #12", channel="web")
+    assert answer.splitlines()[1:] == ["#1 · 12 Mar 2026 19:30 · Web · you — the fix for issue #12 landed on Monday"]
