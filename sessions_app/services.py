@@ -366,7 +366,8 @@ def session_rotate(
     `/clear` rotates with nothing carried forward; compaction seeds the new session with
     its summary and carries the user messages still waiting for an answer (copied with
     their channel, sender, time, metadata and attachments, marked `carried_from`; the
-    originals stay in the archive, which keeps every row, marked `carried_to`). The old
+    originals stay in the archive, which keeps every row, marked `carried_to` and no
+    longer waiting: the copy is what is answered). The old
     row is locked first, so an append racing the rotation either lands before it (and is
     carried) or fails with SessionClosed and is re-resolved.
     Raises SessionClosed when `session` is no longer active.
@@ -405,10 +406,13 @@ def session_rotate(
         ]
         images_copy(pairs=list(zip(pending, carried)))
         for original, copy in zip(pending, carried):
-            # The conversation goes on with the copy (its answer replies to it), so history
-            # search finds the copy alone (sessions_app.search).
+            # The conversation goes on with the copy (its answer replies to it, or its
+            # failure is told there): the original waits for nothing any more, so the
+            # archive shows no question left waiting, and history search finds the copy
+            # alone (sessions_app.search).
             Message.objects.filter(pk=original.pk).update(
-                metadata={**original.metadata, "carried_to": {"session": new.pk, "seq": copy.seq}})
+                metadata={**original.metadata, "carried_to": {"session": new.pk, "seq": copy.seq}},
+                answer_state=None, answer_attempts=None)
     return RotateResult(archived=old, session=new, carried=carried)
 
 
