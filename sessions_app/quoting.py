@@ -14,6 +14,8 @@ from __future__ import annotations
 import re
 import unicodedata
 
+from .channel_kinds import Channel
+
 # Formatting characters of Slack, Discord, WhatsApp and the chat page's markdown, as
 # look-alikes that format nothing (`<` and `>` also open Slack's mentions and links).
 _INERT = str.maketrans({"`": "ˋ", "*": "∗", "_": "ˍ", "~": "∼", "|": "ǀ", "<": "‹", ">": "›"})
@@ -24,9 +26,20 @@ _BIDI = dict.fromkeys([*range(0x202A, 0x202F), *range(0x2066, 0x206A), 0x200E, 0
 # What a name quoted inside our framing ("[telegram] NAME: …", "[file: NAME, …]") may not
 # hold: a bracket would close the tag it sits in or open one that reads as ours.
 _FRAMED = str.maketrans({"[": "(", "]": ")"})
-# Where a model reads a new line: a quoted line that begins with "[" there (or after spaces)
-# could pass for one of our tags.
-_TAG_AFTER_BREAK = re.compile(r"([\n\r\v\f\x1c-\x1e\x85\u2028\u2029][ \t]*)\[")
+# Where a model reads a new line.
+_BREAKS = "\n\r\v\f\x1c-\x1e\x85\u2028\u2029"
+# What our framing begins a line with: a sender's tag ("[telegram] Priya:", "[web · lower
+# trust] Alice:"), a note of what came with a message ("[file: …]", "[end of …]",
+# "[image: …]", "[voice note]", "[2 attachments sent …]"), and anything else shaped like a
+# sender's line ("[Web chat] Alice: …"), which a model reads as one whatever the tag says.
+_CHANNELS = "|".join(re.escape(value) for value in sorted(Channel.values, key=len, reverse=True))
+_OUR_TAG = (
+    rf"[ \t]*(?:(?:{_CHANNELS})[ \t]*(?:\]|·)"
+    r"|(?:file|image)[ \t]*:|end[ \t]+of\b|voice[ \t]+note[ \t]*\]|(?:an|\d+)[ \t]+attachments?[ \t]+sent\b"
+    rf"|[^\]{_BREAKS}]*\][ \t]*[^\s:\]][^:{_BREAKS}]{{0,63}}:)"
+)
+# A line of a quoted text that begins (after spaces) with what reads as our framing.
+_TAG_AFTER_BREAK = re.compile(rf"([{_BREAKS}][ \t]*)\[(?={_OUR_TAG})", re.IGNORECASE)
 
 
 def framed_name(name: str) -> str:
@@ -38,8 +51,10 @@ def framed_name(name: str) -> str:
 
 def framed_lines(text: str) -> str:
     """A message's text as it reads after our tag ("[web] Alice: TEXT"): a line of it after
-    the first that begins with "[" has it escaped ("\\["), so it cannot pass for a tag of
-    ours and speak as another sender ("[web] Alice: …"). Otherwise as written."""
+    the first that begins as our framing does (a sender's tag, a note of ours, or the shape
+    of a sender's line: "[…] Name:") has its "[" escaped ("\\["), so it cannot pass for a
+    tag of ours and speak as another sender. Every other line as written: "[server]" in a
+    pasted config, "[x] done" in a checklist."""
     return _TAG_AFTER_BREAK.sub(r"\1\\[", text)
 
 
