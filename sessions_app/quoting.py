@@ -11,8 +11,12 @@ are look-alikes that format nothing.
 """
 from __future__ import annotations
 
+import hashlib
 import re
 import unicodedata
+from collections import defaultdict
+from collections.abc import Iterable
+from typing import Any
 
 from .channel_kinds import Channel
 
@@ -47,6 +51,45 @@ def framed_name(name: str) -> str:
     without control or bidirectional characters, its brackets as parentheses — so a name
     cannot end the tag it sits in, or start a line that reads as another sender's or ours."""
     return plain(name).translate(_FRAMED)
+
+
+def sender_labels(messages: Iterable[Any]) -> dict[int, str]:
+    """For each user message of `messages` whose sender shares a name (as framed) with
+    another sender among them on the same surface: that name with a short mark of who
+    wrote it, the same for them in every prompt ("Alice [id 3f2a]"), keyed by the
+    message's pk. In brackets, which a framed name cannot hold, so no name passes for it."""
+    senders: dict[int, tuple[str, str, str]] = {}
+    keys: dict[tuple[str, str], set[str]] = defaultdict(set)
+    for message in messages:
+        if message.role != "user":
+            continue
+        name = framed_name(message.sender_name) or "user"
+        key = _sender_key(message.metadata)
+        senders[message.pk] = (message.channel, name, key)
+        keys[(message.channel, name)].add(key)
+    labels = {}
+    for pk, (channel, name, key) in senders.items():
+        sharing = keys[(channel, name)]
+        if len(sharing) > 1:
+            labels[pk] = f"{name} [id {_mark(key, sharing)}]"
+    return labels
+
+
+def _sender_key(metadata: object) -> str:
+    """Who wrote a message: the platform account (binding and sender id), else the person."""
+    meta = metadata if isinstance(metadata, dict) else {}
+    if meta.get("sender_id"):
+        return f"{meta.get('binding')}:{meta['sender_id']}"
+    return f"user:{meta['user_id']}" if meta.get("user_id") else ""
+
+
+def _mark(key: str, sharing: set[str]) -> str:
+    """A few hex digits of `key`'s hash: four, more only when they would not tell the
+    senders of one name apart."""
+    size = 4
+    while len({hashlib.sha256(k.encode()).hexdigest()[:size] for k in sharing}) < len(sharing) and size < 64:
+        size += 2
+    return hashlib.sha256(key.encode()).hexdigest()[:size]
 
 
 def framed_lines(text: str) -> str:

@@ -16,6 +16,7 @@ from django.utils import timezone
 
 from qorven.llm import route_for
 from sessions_app.models import Message, Session
+from sessions_app.quoting import sender_labels
 from sessions_app.selectors import MessageRow
 
 from ..digest import DIGEST_MAX_CHARS, digest_plain_extract
@@ -72,7 +73,8 @@ def condense(*, session: Session, excerpt: Excerpt, previous_note: str) -> Conde
         note = _clip_tail("\n".join(p for p in (previous_note.strip(), extract) if p), NOTE_MAX_CHARS)
         return Condensed(excerpt, note=note, digest=extract, memories=offline_flush(excerpt.messages))
     top = highest_trust(excerpt.messages)
-    transcript = "\n".join(transcript_line(m, qor.name, top=top) for m in excerpt.messages)
+    labels = sender_labels(excerpt.messages)  # two senders of one name, told apart
+    transcript = "\n".join(transcript_line(m, qor.name, top=top, sender=labels.get(m.pk)) for m in excerpt.messages)
     marked = LOWER_TRUST if " · lower trust] " in transcript else ""
     zone, now = person_zone(tenant=session.tenant, user_id=session.user_id), timezone.now()
     flush = ask(

@@ -97,10 +97,11 @@ def _trust(message: StoredMessage) -> str:
     return trust if trust in Trust.values else Trust.PAIRED
 
 
-def transcript_line(message: StoredMessage, qor_name: str, *, top: str | None = None) -> str:
+def transcript_line(message: StoredMessage, qor_name: str, *, top: str | None = None, sender: str | None = None) -> str:
     """One message as the summarizer reads it: when, where, who, and its text, clipped. A
     user line of less trust than `top` (the excerpt's highest) is marked, as in a turn's
-    prompt: what it says is never the user's own lesson or task."""
+    prompt: what it says is never the user's own lesson or task. `sender`: the name told
+    apart from another sender's of the same name (sessions_app.quoting.sender_labels)."""
     when = message.created_at.astimezone(UTC).strftime("%Y-%m-%d %H:%M")
     where = message.channel
     if message.role == Message.Role.USER and top is not None and _trust(message) != top:
@@ -120,7 +121,7 @@ def transcript_line(message: StoredMessage, qor_name: str, *, top: str | None = 
     else:
         who = "system"
     # A sender's name is theirs: on one line, without brackets, it cannot start another line.
-    return f"[{when} {where}] {framed_name(who)}: {clip(' '.join(text.split()), limit)}"
+    return f"[{when} {where}] {sender or framed_name(who)}: {clip(' '.join(text.split()), limit)}"
 
 
 def clip(text: str, limit: int) -> str:

@@ -34,7 +34,7 @@ class Held:
     # The request's dict made of a row (qorven.agent.prompt.to_openai) by its id, revision
     # and the trust of the message answered; filled as a prompt is built, and carried to the
     # session's next held window for the rows both hold.
-    rendered: dict[tuple[int, int | None, str], dict[str, Any]] = field(default_factory=dict, compare=False)
+    rendered: dict[tuple[int, int | None, str, str | None], dict[str, Any]] = field(default_factory=dict, compare=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "versions", [(row.id, row.revision) for row in self.rows])

@@ -19,7 +19,7 @@ from qorven.llm import object_text
 from qorven.llm.metered import estimate_tokens
 from sessions_app.context_reads import context_read, context_versions
 from sessions_app.models import Message, Session
-from sessions_app.quoting import framed_lines, framed_name
+from sessions_app.quoting import framed_lines, framed_name, sender_labels
 from sessions_app.selectors import MessageRow, StoredMessage
 from tenancy.tool_registry import Tool
 from tenancy.trust import Trust, trust_allows
@@ -71,23 +71,25 @@ def message_tokens(message: StoredMessage) -> int:
     return estimate_tokens(message.content) + extra + images + _PER_MESSAGE_OVERHEAD
 
 
-def user_line(message: StoredMessage, *, answering: str = Trust.OWNER) -> str:
+def user_line(message: StoredMessage, *, answering: str = Trust.OWNER, sender: str | None = None) -> str:
     """How a user's message reads to the model: its surface and sender first, marked when
     it carries less trust than the message being answered (the merged chat holds text
     from every surface; the tool contract says what the mark means). The name and the
     text are the sender's: neither can start a line that reads as another tag of ours
-    (sessions_app.quoting.framed_name, framed_lines)."""
-    sender = framed_name(message.sender_name) or "user"
+    (sessions_app.quoting.framed_name, framed_lines). `sender`: the name told apart from
+    another sender's of the same name in the window (sessions_app.quoting.sender_labels)."""
+    sender = sender or framed_name(message.sender_name) or "user"
     trust = (message.metadata or {}).get("trust") or Trust.PAIRED
     lower = trust != answering and trust_allows(answering, trust)
     return f"[{message.channel}{' · lower trust' if lower else ''}] {sender}: {framed_lines(message.content)}"
 
 
 def to_openai(
-    message: StoredMessage, *, answering: str = Trust.OWNER, images: list[dict[str, Any]] | None = None
+    message: StoredMessage, *, answering: str = Trust.OWNER, images: list[dict[str, Any]] | None = None,
+    sender: str | None = None,
 ) -> dict[str, Any]:
     if message.role == Message.Role.USER:
-        line = user_line(message, answering=answering)
+        line = user_line(message, answering=answering, sender=sender)
         if not images:
             return {"role": "user", "content": line}
         if all(part["type"] == "text" for part in images):  # notes only: stays one string
@@ -189,13 +191,16 @@ def prompt_build(
     images = image_parts(window, vision=vision)
     held = held_window(session.pk)  # the window just kept: its rows' dicts are made once
     rendered = held.rendered if held is not None else {}
+    # Two senders of one name (a group's stranger who took a member's) are told apart.
+    labels = sender_labels(window)
     messages: list[dict[str, Any]] = [{"role": "system", "content": system}]
     for m in window:
         attached = images.get(m.pk)
-        key = (m.pk, m.revision, trust) if attached is None and isinstance(m, MessageRow) else None
+        label = labels.get(m.pk)
+        key = (m.pk, m.revision, trust, label) if attached is None and isinstance(m, MessageRow) else None
         made = rendered.get(key) if key is not None else None
         if made is None:
-            made = to_openai(m, answering=trust, images=attached)
+            made = to_openai(m, answering=trust, images=attached, sender=label)
             if key is not None:
                 rendered[key] = made
         messages.append(made)
