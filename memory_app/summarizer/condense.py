@@ -21,10 +21,12 @@ from sessions_app.selectors import MessageRow
 
 from ..digest import DIGEST_MAX_CHARS, digest_plain_extract
 from ..models import Memory
+from tenancy.selectors import membership_active
+from tenancy.trust import Trust, role_trust, trust_allows
 from tenancy.zones import person_zone
 
 from ..reminders import DueError, due_parse
-from .excerpts import Excerpt, clip, highest_trust, transcript_line
+from .excerpts import Excerpt, clip, highest_trust, message_trust, transcript_line
 from .model_answers import (
     FLUSH_INSTRUCTIONS,
     GROUP_CHAT,
@@ -71,7 +73,8 @@ def condense(*, session: Session, excerpt: Excerpt, previous_note: str) -> Conde
     if route.offline:
         extract = digest_plain_extract(excerpt.messages, group=group)
         note = _clip_tail("\n".join(p for p in (previous_note.strip(), extract) if p), NOTE_MAX_CHARS)
-        return Condensed(excerpt, note=note, digest=extract, memories=offline_flush(excerpt.messages))
+        return Condensed(excerpt, note=note, digest=extract,
+                         memories=offline_flush(excerpt.messages, own=_own_trust(session, excerpt)))
     top = highest_trust(excerpt.messages)
     labels = sender_labels(excerpt.messages)  # two senders of one name, told apart
     transcript = "\n".join(transcript_line(m, qor.name, top=top, sender=labels.get(m.pk)) for m in excerpt.messages)
@@ -149,20 +152,35 @@ _FACT = re.compile(
 )
 
 
-def offline_flush(messages: list[MessageRow]) -> list[FlushedMemory]:
+def _own_trust(session: Session, excerpt: Excerpt) -> str:
+    """The trust of the person's own lines: what their role earns in the tenant (the owner's
+    web page: owner), or, when the conversation has no one person or they are a member no
+    more, the highest of the excerpt's lines. Never public: an anonymous line is no one's."""
+    levels = [highest_trust(excerpt.messages) or Trust.PUBLIC]
+    if session.user is not None and (membership := membership_active(tenant=session.tenant,
+                                                                     user=session.user)) is not None:
+        levels.append(role_trust(membership.role))
+    top = max(levels, key=lambda level: sum(trust_allows(level, other) for other in Trust.values))
+    return top if top != Trust.PUBLIC else Trust.PAIRED
+
+
+def offline_flush(messages: list[MessageRow], *, own: str = Trust.PAIRED) -> list[FlushedMemory]:
     """The memory flush without a model: the user's sentences (not questions) that state
     a fact about themselves or ask to be reminded, kept verbatim with who said them, where
-    and when."""
+    and when. A reminder only from a line of the person's `own` trust: one from a surface
+    of less (an embed's visitor, a group's stranger) is what was said there, never the
+    person's own reminder, as the summarizer model is told (LOWER_TRUST)."""
     found: list[FlushedMemory] = []
     for message in messages:
         if message.role != Message.Role.USER:
             continue
+        theirs = trust_allows(message_trust(message), own)
         for sentence in _SENTENCE.findall(message.content or ""):
             sentence = " ".join(sentence.split())
             if len(sentence) < 8 or sentence.endswith("?"):
                 continue  # a question states nothing to keep
             kind = (
-                Memory.Type.REMINDER if _REMINDER.search(sentence)
+                (Memory.Type.REMINDER if theirs else None) if _REMINDER.search(sentence)
                 else Memory.Type.FACT if _FACT.search(sentence) else None
             )
             if kind is None:

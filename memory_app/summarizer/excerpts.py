@@ -88,11 +88,12 @@ def input_budget(qor: Qor, previous_note: str) -> int:
 
 def highest_trust(messages: Sequence[StoredMessage]) -> str | None:
     """The highest trust among the user messages of `messages` (None: none)."""
-    levels = [_trust(m) for m in messages if m.role == Message.Role.USER]
+    levels = [message_trust(m) for m in messages if m.role == Message.Role.USER]
     return max(levels, key=lambda level: sum(trust_allows(level, other) for other in Trust.values)) if levels else None
 
 
-def _trust(message: StoredMessage) -> str:
+def message_trust(message: StoredMessage) -> str:
+    """The trust of the surface a message came from, as it was stored with it."""
     trust = (message.metadata or {}).get("trust") if isinstance(message.metadata, dict) else None
     return trust if trust in Trust.values else Trust.PAIRED
 
@@ -104,7 +105,7 @@ def transcript_line(message: StoredMessage, qor_name: str, *, top: str | None = 
     apart from another sender's of the same name (sessions_app.quoting.sender_labels)."""
     when = message.created_at.astimezone(UTC).strftime("%Y-%m-%d %H:%M")
     where = message.channel
-    if message.role == Message.Role.USER and top is not None and _trust(message) != top:
+    if message.role == Message.Role.USER and top is not None and message_trust(message) != top:
         where = f"{where} · lower trust"
     text = message.content or ""
     limit = LINE_MAX_CHARS
