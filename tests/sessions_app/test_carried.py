@@ -63,7 +63,7 @@ def test_an_original_carried_before_this_version_stops_waiting_with_the_migratio
     Message.objects.filter(session=old, seq=1).update(answer_state=Message.Answer.PENDING, answer_attempts=0)
 
     executor = MigrationExecutor(connection)
-    executor.migrate([("sessions_app", "0012_message_carried_to")])
+    executor.migrate([("sessions_app", "0013_moved_thread")])
     executor = MigrationExecutor(connection)
     executor.migrate(executor.loader.graph.leaf_nodes())
 

@@ -16,7 +16,7 @@ def settle_originals(apps, schema_editor) -> None:
 class Migration(migrations.Migration):
 
     dependencies = [
-        ("sessions_app", "0012_message_carried_to"),
+        ("sessions_app", "0013_moved_thread"),
     ]
 
     operations = [
