@@ -15,7 +15,9 @@ from django.conf import settings
 from django.contrib.auth.models import User
 
 from qorven.agent.gateway import inbound_accept
+from qorven.runtime.streams import stream_snapshot
 from sessions_app.channel_kinds import CHAT_FAMILY
+from sessions_app.leases import lease_held
 from sessions_app.models import Session
 from sessions_app.selectors import MessageRow, canonical_session_find, messages_read
 from sessions_app.attachments import ImageBytes
@@ -132,6 +134,14 @@ def surface_session(*, tenant: Tenant, qor: Qor, user: User, surface: str) -> Se
         tenant=tenant, qor=qor, kind=Session.Kind.LEGACY, channel=surface,
         external_thread_id=f"user:{user.pk}", state=Session.State.ACTIVE,
     ).first()
+
+
+def chat_stream(*, session: Session) -> dict[str, Any] | None:
+    """The reply being written on the chat now (`{"reply_to", "text"}`, its text so far),
+    or None. The text outlives a turn whose worker died mid-reply (the cache keeps it for
+    minutes); it is being written only while a turn still holds the session's lease."""
+    snapshot = stream_snapshot(session.pk)
+    return snapshot if snapshot is not None and lease_held(session=session) else None
 
 
 def chat_session_get(*, owner: ChatOwner, session_id: int) -> Session | None:

@@ -17,11 +17,13 @@ from types import TracebackType
 
 from django.conf import settings
 from django.db import close_old_connections, connection
+from django.utils import timezone
 
 from .errors import LeaseLost
+from .models import Session
 from .turn_writes import turn_leases_renew
 
-__all__ = ["LeaseLost", "lease_kept"]
+__all__ = ["LeaseLost", "lease_held", "lease_kept"]
 
 logger = logging.getLogger(__name__)
 
@@ -106,3 +108,13 @@ class lease_kept:
         self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         _keeper.drop(self.owner)
+
+
+def lease_held(*, session: Session) -> bool:
+    """Whether something (a turn, a compaction) holds the session's lease now, read from
+    the database. What a turn left behind (the text of a reply it was writing) tells of
+    a turn under way only while this holds: a turn's worker that died stops renewing,
+    and its lease runs out within QORVEN_TURN_LEASE seconds."""
+    return Session.objects.filter(
+        pk=session.pk, tenant_id=session.tenant_id, turn_lease_until__gte=timezone.now()
+    ).exclude(turn_owner="").exists()

@@ -20,7 +20,7 @@ from qorven.runtime.hub import Encoder, hub
 from qorven.runtime.publisher import chat_group, session_group
 from qorven.runtime.streams import stream_snapshot
 
-from ..chat import CATCH_UP_MAX, PAGE, ChatOwner, chat_events, chat_session, chat_session_get
+from ..chat import CATCH_UP_MAX, PAGE, ChatOwner, chat_events, chat_session, chat_session_get, chat_stream
 from ..chat_cursor import ChatCursor, Step
 from ..json_body import QUERY_INT_MAX, BodyRefused, json_parse
 from ..live_auth import auth_group
@@ -235,7 +235,7 @@ class LiveChatConsumer(SignInFollowingConsumer):
         else:
             self.cursor.watch(session.pk, sent_seq=after_seq or 0)
         await self.catch_up()
-        await self._send(self.cursor.stream(await sync_to_async(stream_snapshot)(session.pk)))
+        await self._send(self.cursor.stream(await database_sync_to_async(chat_stream)(session=session)))
 
     async def catch_up(self) -> None:
         """Send every stored message after the last one sent."""
@@ -269,7 +269,7 @@ class LiveChatConsumer(SignInFollowingConsumer):
         if step.catch_up:
             await self.catch_up()
         await self._send(step.frames)
-        if step.snapshot is not None:
+        if step.snapshot is not None:  # a chunk of it just came: its turn is under way
             snapshot = await sync_to_async(stream_snapshot)(self.cursor.session_id)
             await self._send(self.cursor.stream(snapshot, reply_to=step.snapshot))
 

@@ -12,6 +12,7 @@ from asgiref.sync import async_to_sync, sync_to_async
 from qorven.runtime.publisher import broadcast, broadcast_flush
 from sessions_app.models import Session
 from sessions_app.services import message_append, session_resolve
+from sessions_app.turn_writes import turn_lease_acquire
 from tenancy.services import api_token_create
 
 from ..fakes.model_server import reply
@@ -215,6 +216,7 @@ def test_tool_calls_and_results_are_hidden_but_counted(world):
 def test_a_reply_still_streaming_on_reconnect_arrives_whole_then_continues(world):
     session = canonical(world)
     append(session, "tell me a story")
+    assert turn_lease_acquire(session_id=session.pk, owner="worker:turn", seconds=30)  # the turn writing it
     cookie = session_cookie(world.alice)
 
     async def chunk(delta):
