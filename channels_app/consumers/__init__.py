@@ -32,6 +32,10 @@ Protocol (server → client, one JSON object per frame):
   ended (sign-out in another tab, a password change, a revoked token, removal from the
   tenant; see channels_app.live_auth). The client should ask the person to sign in again
   rather than reconnect.
+- A close with code 1013 (try again later): the server cannot follow the chat just now
+  (the Redis behind its live layer is away). The client connects again later and
+  catches up by seq; a socket already open when Redis went stays open and is sent what it
+  missed once Redis is back.
 
 Connect with `?session=<id>&last_seq=<n>` to resume; without them the client gets the
 newest page. Authentication: the Django session cookie, or an API token as

@@ -18,6 +18,7 @@ from channels.db import database_sync_to_async
 from qorven.runtime import metrics
 from qorven.runtime.hub import Encoder, hub
 from qorven.runtime.publisher import chat_group, session_group
+from qorven.runtime.repeated_failure import RepeatedFailure
 from qorven.runtime.streams import stream_snapshot
 
 from ..chat import CATCH_UP_MAX, PAGE, ChatOwner, chat_events, chat_session, chat_session_get, chat_stream
@@ -30,6 +31,7 @@ from .sign_in import SignInFollowingConsumer
 logger = logging.getLogger("channels_app.consumers")
 
 CLOSE_REFUSED = 4403
+CLOSE_TRY_AGAIN = 1013  # the layer cannot be joined now (Redis away): the page tries again, and catches up
 # The ASGI server's send, put in the scope by the outermost middleware (qorven.asgi).
 RAW_SEND = "qorven.raw_send"
 # What the layer carries to a chat's sockets; each goes through the chat cursor.
@@ -37,11 +39,26 @@ LIVE_EVENTS = frozenset({"message.new", "message.chunk", "message.restart", "mes
                          "message.delivery",
                          "message.regenerating", "message.transcribed", "session.started"})
 
+# Redis away fails the join of every socket that opens (or follows a new session) meanwhile.
+_join_failures = RepeatedFailure(logger, "a live socket could not join its chat on the channel layer; it is closed "
+                                 "and the page tries again")
+
+
+class LayerAway(Exception):
+    """A group of the socket's chat could not be joined: the socket closes, the client
+    connects again later and catches up by seq."""
+
 
 class LiveChatConsumer(SignInFollowingConsumer):
     """Watches one person's canonical chat with one Qor. Subclasses say who that is."""
 
     owner: ChatOwner | None = None
+    # No channel of the socket's own on the layer: its events come through this process's
+    # hub, and nothing is ever sent to a socket's channel. Channels reads one for every
+    # consumer on a configured layer; on channels_redis' lists layer that read failed with
+    # Redis and ended every open socket with a traceback of its own (the pub/sub layer
+    # subscribed once per socket for it). An alias that names no layer is none.
+    channel_layer_alias = "qorven.none"
 
     async def authorize(self) -> ChatOwner | None:
         raise NotImplementedError
@@ -59,6 +76,8 @@ class LiveChatConsumer(SignInFollowingConsumer):
         self.rechecks: set[asyncio.Task[None]] = set()
         try:
             await self._connect()
+        except LayerAway:
+            await self._close_to_retry()
         finally:
             if self.backlog and self.owner is not None:  # what arrived meanwhile, after what was read
                 self.draining = asyncio.get_running_loop().create_task(self._drain())
@@ -147,8 +166,17 @@ class LiveChatConsumer(SignInFollowingConsumer):
         return {k: v[-1] for k, v in raw.items()}
 
     async def _join(self, group: str) -> None:
-        await hub().join(group, self)
+        try:
+            await hub().join(group, self)
+        except Exception as exc:  # Redis away (a cancellation is no Exception: it goes on up)
+            _join_failures.failed(f"{type(exc).__name__}: {exc}")
+            raise LayerAway(group) from exc
+        _join_failures.succeeded()
         self.joined.append(group)
+
+    async def _close_to_retry(self) -> None:
+        self.owner = None  # nothing more is sent; its groups are left as it closes
+        await self.close(code=CLOSE_TRY_AGAIN)
 
     async def _leave(self, group: str) -> None:
         await hub().leave(group, self)
@@ -201,6 +229,9 @@ class LiveChatConsumer(SignInFollowingConsumer):
                         await self.dispatch(item)
                 except OSError:  # the client went (uvicorn's ClientDisconnected): its clean-up follows
                     logger.debug("a live socket closed as an event reached it")
+                    return
+                except LayerAway:  # following a new session
+                    await self._close_to_retry()
                     return
                 except Exception:
                     logger.exception("a live event could not be handled")
