@@ -10,6 +10,7 @@ import subprocess
 import sys
 import time
 import urllib.request
+import uuid
 from pathlib import Path
 
 import pytest
@@ -51,8 +52,14 @@ def _server_env(database: Path) -> dict[str, str]:
     env.update(DATABASE_URL=f"sqlite:///{database}", DJANGO_SECRET_KEY="browser-test",
                CELERY_BROKER_URL="",  # turns run inside the server, as on the embedded default
                QORVEN_LOG_LEVEL="WARNING")
-    if env.get("REDIS_URL"):  # the Redis layer and stream cache, on a database of their own
-        env["REDIS_URL"] = env["REDIS_URL"].rsplit("/", 1)[0] + "/9"
+    if env.get("REDIS_URL"):
+        # The Redis the tests were given (under pytest-xdist its worker's own database:
+        # tests/isolated_env.py), under key prefixes of this server's own: its database
+        # (a copy) hands out the ids the test process's does, and a database shared by
+        # every run's servers (it was 9) was flushed and swept by the tests of a run on it.
+        server = uuid.uuid4().hex[:8]
+        env["QORVEN_LIVE_PREFIX"] = f"asgi-browser-{server}"
+        env["QORVEN_CACHE_PREFIX"] = f"qorven-browser-{server}"
     return env
 
 
