@@ -157,7 +157,12 @@ def _task_queue(request, settings):
 
     real = request.node.get_closest_marker("celery_worker") is not None
     broker_use(settings, settings.CELERY_BROKER_URL if real else EMBEDDED_BROKER)
-    if not real and not embedded_worker.running:
+    # A test kept from the test database (the browser tests: their server has its own)
+    # queues nothing here; a worker started for it swept a database it may not read.
+    uses_database = request.node.get_closest_marker("django_db") is not None or bool(
+        {"db", "transactional_db", "django_db_reset_sequences", "django_db_serialized_rollback"}
+        & set(request.fixturenames))
+    if not real and uses_database and not embedded_worker.running:
         # A worker that starts sweeps for work left behind (channels_app.sweep): let that
         # happen before the test, not in the middle of it or after it.
         embedded_worker.ensure_started(wait=30)
