@@ -384,6 +384,7 @@ def test_the_dialog_is_readable_fits_a_phone_and_keeps_still(chat_server, scheme
             context = browser.new_context(viewport={"width": 375, "height": 740}, color_scheme=scheme,
                                           reduced_motion="reduce", is_mobile=True, has_touch=True)
             page = sign_in(browser, base, context=context)
+            page.locator("[data-more]").click()  # on a phone the header's actions are a menu
             expect(page.locator("[data-memories-open]")).to_be_in_viewport()
             dialog = open_memories(page)
             item = dialog.locator("[data-memory]").first
