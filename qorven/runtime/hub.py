@@ -62,6 +62,7 @@ from typing import Any, Protocol
 from channels.layers import get_channel_layer
 
 from .pubsub_layer import JOIN_HEARD_WITHIN, JOIN_NOTE_EVERY, JOINED, held, is_pubsub
+from .repeated_failure import RepeatedFailure
 
 logger = logging.getLogger(__name__)
 
@@ -110,6 +111,7 @@ class Hub:
         self._lock = asyncio.Lock()
         self._left_behind: dict[str, str] = {}  # groups the hub has left, the layer perhaps not yet
         self._leaver: asyncio.Task[None] | None = None
+        self._read_failures = RepeatedFailure(logger, "the live hub could not read from the channel layer")
 
     async def join(self, group: str, subscriber: Subscriber) -> None:
         async with self._lock:
@@ -271,21 +273,25 @@ class Hub:
                 raise asyncio.CancelledError
             try:
                 if failed:
-                    await self._rejoin()
                     failed = False
-                    logger.info("the live hub reads the channel layer again; its sockets catch up")
-                    await self._everyone(RESYNC)
+                    # Joining no group proves nothing of the layer (a hub whose sockets
+                    # have all closed): it has answered once a group is joined again, or
+                    # an event read. Else a hub with no socket said so once a second.
+                    if await self._rejoin():
+                        self._read_failures.succeeded()
+                        logger.info("the live hub reads the channel layer again; its sockets catch up")
+                        await self._everyone(RESYNC)
                 event = await self.layer.receive(self.channel)
             except asyncio.CancelledError:
                 raise
-            except Exception:  # the layer's server went away: join again once it answers
+            except Exception as exc:  # the layer's server went away: join again once it answers
                 if _cancelling():  # the layer turned our cancellation into an error of its own
                     raise asyncio.CancelledError from None
-                if not failed:
-                    logger.warning("the live hub could not read from the channel layer", exc_info=True)
+                self._read_failures.failed(f"{type(exc).__name__}: {exc}")
                 failed = True
                 await asyncio.sleep(RETRY_AFTER)
                 continue
+            self._read_failures.succeeded()
             if self.id not in event.get(LOCAL_TO, ()):
                 await self.deliver(event)
 
@@ -300,10 +306,13 @@ class Hub:
             if _cancelling():
                 raise asyncio.CancelledError
 
-    async def _rejoin(self) -> None:
+    async def _rejoin(self) -> int:
+        """Join every group of the hub's again; how many."""
         async with self._lock:
-            for group in list(self.members):
+            groups = list(self.members)
+            for group in groups:
                 await self.layer.group_add(group, self.channel)
+            return len(groups)
 
     async def _everyone(self, event: dict[str, Any]) -> None:
         encoder = Encoder()

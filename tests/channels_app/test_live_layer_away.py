@@ -96,4 +96,23 @@ def test_redis_going_away_ends_no_open_socket_and_they_catch_up_once_it_is_back(
     # Once for the hub (it reads the layer), once for the sockets that could not join: not per socket.
     tracebacks = [r.getMessage() for r in caplog.records if r.exc_info]
     assert len(tracebacks) == 2, tracebacks
-    assert len([r for r in caplog.records if r.levelno >= logging.WARNING]) <= 3
+    # And once each that it works again.
+    assert len([r for r in caplog.records if r.levelno >= logging.WARNING]) <= 4
+
+
+def test_a_server_whose_pages_all_closed_says_once_that_redis_is_away(world, lists_layer, caplog):
+    cookie = session_cookie(world.alice)
+
+    async def scenario():
+        page = communicator(ALICE_CHAT, cookie=cookie)
+        assert (await page.connect())[0]
+        await receive_until(page, lambda e: e["type"] == "session")
+        await page.disconnect()  # the hub reads on, for the pages to come
+        with caplog.at_level(logging.INFO):
+            await asyncio.to_thread(_redis_stop)
+            await asyncio.sleep(4)  # the hub tries the layer again every second
+            await asyncio.to_thread(_redis_start)
+
+    async_to_sync(scenario)()
+    said = [r.getMessage() for r in caplog.records if r.name == "qorven.runtime.hub" and r.levelno >= logging.WARNING]
+    assert len(said) == 1, said
