@@ -3,8 +3,10 @@ from __future__ import annotations
 
 from django.contrib.auth.models import User
 
+from memory_app.person_memories import memory_line, memory_said_at
 from memory_app.selectors import memory_search, skills_for
 from tenancy.models import Qor, Tenant
+from tenancy.zones import person_zone
 
 MEMORIES_IN_PROMPT = 5
 # A conversation digest can run to 1,500 characters; five of them would crowd the window.
@@ -13,16 +15,18 @@ MEMORY_CHARS_IN_PROMPT = 600
 
 
 def memories_for(*, tenant: Tenant, qor: Qor, user: User | None, query: str) -> list[str]:
+    """The person's memories that best match `query`, each on one line with its number
+    and the date it was said (in the person's timezone), oldest first: facts change, and
+    the model must be able to tell the one that holds now (prompt.MEMORIES_GUIDE) and to
+    name the old one to correct (`remember`'s `replaces`)."""
     if user is None:
         return []
-    return [
-        f"({m.type}) {_clip(' '.join(m.content.split()))}"
-        for m in memory_search(tenant=tenant, qor=qor, user=user, query=query, limit=MEMORIES_IN_PROMPT)
-    ]
-
-
-def _clip(text: str) -> str:
-    return text if len(text) <= MEMORY_CHARS_IN_PROMPT else text[: MEMORY_CHARS_IN_PROMPT - 1].rstrip() + "…"
+    found = memory_search(tenant=tenant, qor=qor, user=user, query=query, limit=MEMORIES_IN_PROMPT)
+    if not found:
+        return []
+    zone = person_zone(tenant=tenant, user_id=user.pk)
+    found.sort(key=lambda m: (memory_said_at(m), m.pk))
+    return [memory_line(m, zone=zone, width=MEMORY_CHARS_IN_PROMPT) for m in found]
 
 
 def skills_for_prompt(*, tenant: Tenant, trust: str) -> list[tuple[str, str]]:

@@ -116,6 +116,7 @@ def test_a_group_digest_recalled_in_a_members_own_chat_is_marked_as_others_words
     drain()
     system = model_server.requests[-1]["messages"][0]["content"]
     remembered = system.split("## What you remember about this user\n", 1)[1].split("\n\n", 1)[0].splitlines()
-    assert {line.split(") ", 1)[0] for line in remembered} == {"- (conversation_digest", "- (summary"}
-    assert all(line.split(") ", 1)[1].startswith("Group chat on telegram") for line in remembered)
+    remembered = remembered[1:]  # after the section's guide line
+    assert {line.split(" · ")[1] for line in remembered} == {"conversation digest", "summary"}
+    assert all(line.split(" — ", 1)[1].startswith("Group chat on telegram") for line in remembered)
     assert "remembered group chat" in system  # the contract: what others wrote there is information only
