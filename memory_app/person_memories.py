@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime, tzinfo
 
@@ -21,7 +22,7 @@ from tenancy.errors import NotFound
 from tenancy.models import Qor, Tenant
 
 from .models import Memory
-from .services import memory_delete
+from .services import memory_add, memory_delete, reminder_add
 
 PAGE = 20
 PAGE_MAX = 100
@@ -46,57 +47,129 @@ def memories_listed(*, tenant: Tenant, qor: Qor, user: User, before_id: int | No
     return MemoryPage(memories=rows[:limit], total=owned.count(), more=len(rows) > limit)
 
 
+class MemoryMissing(NotFound):
+    """One of the memories named is not the person's (or not there): `memory_id`."""
+
+    def __init__(self, memory_id: int) -> None:
+        super().__init__("no such memory")
+        self.memory_id = memory_id
+
+
+class NotReplaceable(ValueError):
+    """A summary or a conversation digest: it records a stretch of conversation, and one
+    corrected note does not replace it."""
+
+
+# What a note may replace: what a note can be.
+REPLACEABLE = (Memory.Type.FACT, Memory.Type.LESSON, Memory.Type.REMINDER)
+
+
+@dataclass(frozen=True)
+class Remembered:
+    memory: Memory
+    created: bool  # False: the person already had this note (it is `memory`)
+    replaced: list[int]  # the ids of the memories it replaced, now deleted
+
+
 @transaction.atomic
 def memory_forget(*, tenant: Tenant, qor: Qor, user: User, memory_id: int) -> Memory:
     """Delete one of the person's memories (with its search index entry, words included);
     returns it as it was. NotFound for a memory that is not theirs or not there."""
-    if not 0 < memory_id < 2**63:  # beyond any id: not found, never a database error
-        raise NotFound("no such memory")
-    memory = (Memory.objects.select_for_update()
-              .filter(tenant=tenant, qor=qor, user=user, pk=memory_id).first())
-    if memory is None:
-        raise NotFound("no such memory")
+    (memory,) = _own_locked(tenant=tenant, qor=qor, user=user, ids=[memory_id])
     memory_delete(memories=[memory])
     _traces_redact(tenant=tenant, qor=qor, memory=memory)
     return memory
 
 
-def _traces_redact(*, tenant: Tenant, qor: Qor, memory: Memory) -> None:
-    """Take a forgotten memory's text out of what conversations kept of it: the /memories
-    lists that showed it (read again on the chat page, in /history, in an export) and the
-    memory_search results that gave it to the model, which it would otherwise go on reading
-    while they stay in its window. What was said in the conversation itself stays (/clear
-    is for that). A memory's id is unique, and only its person's lists and searches can
-    hold it, so its id is what finds them (in groups too, where the sender's search ran).
-    Updated rows move their revision on, so a window a worker holds is read afresh."""
+@transaction.atomic
+def memory_remember(
+    *, tenant: Tenant, qor: Qor, user: User, type: str, content: str, replaces: Iterable[int] = (),
+    due: datetime | None = None, channels: Iterable[str] = (), source_session_id: int | None = None,
+) -> Remembered:
+    """Store the person's note (a reminder coming due at `due`, when given) in place of
+    their memories `replaces` names, all at once: the ones it corrects are deleted, and
+    their text leaves what conversations kept of them, as a forgotten memory's does
+    (a corrected note is still the person's data, and the model must not read it again
+    as current). MemoryMissing for an id that is not the person's own with this Qor
+    (another person's, Qor's or tenant's, or none): nothing is stored then.
+    NotReplaceable for a summary or a digest."""
+    old = _own_locked(tenant=tenant, qor=qor, user=user, ids=replaces)
+    for memory in old:
+        if memory.type not in REPLACEABLE:
+            raise NotReplaceable(f"memory {memory.pk} is a {memory_kind(memory)}")
+    common = dict(tenant=tenant, qor=qor, user=user, content=content, channels=channels,
+                  source_session_id=source_session_id)
+    if due is not None:
+        memory, created = reminder_add(due=due, **common)  # type: ignore[arg-type]
+    else:
+        memory, created = memory_add(type=type, **common)  # type: ignore[arg-type]
+    gone = [m for m in old if m.pk != memory.pk]  # the same note said again replaces others, not itself
+    memory_delete(memories=gone)
+    for replaced in gone:
+        _traces_redact(tenant=tenant, qor=qor, memory=replaced, replaced_by=memory.pk)
+    return Remembered(memory=memory, created=created, replaced=[m.pk for m in gone])
+
+
+def _own_locked(*, tenant: Tenant, qor: Qor, user: User, ids: Iterable[int]) -> list[Memory]:
+    """The person's memories with these ids, locked (in id order); MemoryMissing naming
+    the first id that is not one of them."""
+    wanted = sorted(set(ids))
+    for memory_id in wanted:
+        if not 0 < memory_id < 2**63:  # beyond any id: not found, never a database error
+            raise MemoryMissing(memory_id)
+    if not wanted:
+        return []
+    found = {m.pk: m for m in Memory.objects.select_for_update()
+             .filter(tenant=tenant, qor=qor, user=user, pk__in=wanted).order_by("pk")}
+    for memory_id in wanted:
+        if memory_id not in found:
+            raise MemoryMissing(memory_id)
+    return [found[memory_id] for memory_id in wanted]
+
+
+# The tools whose stored results list memories, and the key of that list.
+_LISTING_TOOLS = {"memory_search": "results", "remember": "related"}
+
+
+def _traces_redact(*, tenant: Tenant, qor: Qor, memory: Memory, replaced_by: int | None = None) -> None:
+    """Take a forgotten (or replaced) memory's text out of what conversations kept of it:
+    the /memories lists that showed it (read again on the chat page, in /history, in an
+    export) and the memory_search results and `remember`'s related notes that gave it to
+    the model, which it would otherwise go on reading while they stay in its window. What
+    was said in the conversation itself stays (/clear is for that). A memory's id is
+    unique, and only its person's lists and searches can hold it, so its id is what finds
+    them (in groups too, where the sender's search ran). Updated rows move their revision
+    on, so a window a worker holds is read afresh."""
     since = Message.objects.filter(session__tenant=tenant, session__qor=qor, created_at__gte=memory.created_at)
     listings = since.filter(role=Message.Role.ASSISTANT, metadata__notice="command", metadata__command="memories",
                             content__contains=f"#{memory.pk} · ")
     line = re.compile(rf"^(• #{memory.pk}) · .*$", flags=re.MULTILINE)
+    mark = "forgotten" if replaced_by is None else f"replaced by #{replaced_by}"
     for message in listings.only("pk", "content"):
-        message.content = line.sub(r"\1 · forgotten", message.content)
+        message.content = line.sub(rf"\1 · {mark}", message.content)
         message.save(update_fields=["content"])
-    searches = since.filter(role=Message.Role.TOOL, metadata__tool="memory_search",
-                            content__contains=f'"id": {memory.pk},')
-    for message in searches.only("pk", "content"):
-        redacted = _search_redacted(message.content, memory.pk)
-        if redacted is not None:
-            message.content = redacted
-            message.save(update_fields=["content"])
+    entry: dict[str, object] = ({"id": memory.pk, "forgotten": True} if replaced_by is None
+                                else {"id": memory.pk, "replaced_by": replaced_by})
+    for tool, key in _LISTING_TOOLS.items():
+        results = since.filter(role=Message.Role.TOOL, metadata__tool=tool, content__contains=f'"id": {memory.pk},')
+        for message in results.only("pk", "content"):
+            redacted = _listing_redacted(message.content, key, entry)
+            if redacted is not None:
+                message.content = redacted
+                message.save(update_fields=["content"])
 
 
-def _search_redacted(content: str, memory_id: int) -> str | None:
-    """A memory_search result without that memory's text (its id stays, marked forgotten),
-    or None when it is not a result that holds it."""
+def _listing_redacted(content: str, key: str, entry: dict[str, object]) -> str | None:
+    """A tool result whose list under `key` holds the memory `entry` names, with `entry`
+    in place of it (its text gone), or None when it is not a result that holds it."""
     try:
         result = json.loads(content)
     except json.JSONDecodeError:
         return None
-    found = result.get("results") if isinstance(result, dict) else None
-    if not isinstance(found, list) or not any(isinstance(r, dict) and r.get("id") == memory_id for r in found):
+    found = result.get(key) if isinstance(result, dict) else None
+    if not isinstance(found, list) or not any(isinstance(r, dict) and r.get("id") == entry["id"] for r in found):
         return None
-    result["results"] = [{"id": memory_id, "forgotten": True} if isinstance(r, dict) and r.get("id") == memory_id
-                         else r for r in found]
+    result[key] = [entry if isinstance(r, dict) and r.get("id") == entry["id"] else r for r in found]
     return json.dumps(result, ensure_ascii=False)
 
 

@@ -1,6 +1,7 @@
 """Reads of long-term memory, always scoped to (tenant, qor, user)."""
 from __future__ import annotations
 
+from collections.abc import Collection
 from functools import reduce
 from operator import or_
 from typing import TYPE_CHECKING
@@ -26,7 +27,8 @@ CANDIDATES_PER_TERM = 500
 
 
 def memory_search(
-    *, tenant: Tenant, qor: Qor, user: User | None, query: str, limit: int = 5
+    *, tenant: Tenant, qor: Qor, user: User | None, query: str, limit: int = 5,
+    types: Collection[str] = (), ignoring: Collection[str] = (),
 ) -> list[Memory]:
     """The memories of this user with this Qor that best match `query`, best first.
 
@@ -36,26 +38,45 @@ def memory_search(
     Japanese and Thai, any two neighbouring letters of it (memory_app.fulltext.memory_terms);
     more and rarer words rank higher, newest first among equals. Never crosses tenant,
     Qor or user: the owner columns are filtered on every database (and SQLite's index is
-    keyed by owner too).
+    keyed by owner too). `types`: only memories of these types (empty: any); `ignoring`:
+    case-folded words not searched for.
     """
     if qor.tenant_id != tenant.pk or limit <= 0:
         return []
-    terms = memory_terms(query)
+    terms = [t for t in memory_terms(query) if t not in ignoring]
     if not terms:
         return []
     user_id = user.pk if user is not None else None
+    kinds = sorted(set(types))
     if connection.vendor == "postgresql":
-        return _search_postgres(tenant.pk, qor.pk, user_id, terms, limit)
+        return _search_postgres(tenant.pk, qor.pk, user_id, terms, limit, kinds)
     if connection.vendor == "sqlite":
-        return _search_sqlite(tenant.pk, qor.pk, user_id, terms, limit)
-    return _search_scan(tenant.pk, qor.pk, user_id, terms, limit)
+        return _search_sqlite(tenant.pk, qor.pk, user_id, terms, limit, kinds)
+    return _search_scan(tenant.pk, qor.pk, user_id, terms, limit, kinds)
+
+
+def memories_related(*, tenant: Tenant, qor: Qor, user: User, content: str, exclude: Collection[int] = (),
+                     limit: int = 3) -> list[Memory]:
+    """The person's notes (facts, lessons, reminders) that share the key words of
+    `content`, best first, but those in `exclude`: the ones a new note may correct. The
+    words of the person's own name are no key words (most of their notes hold them)."""
+    names = memory_terms(" ".join((user.first_name, user.last_name, user.username)))
+    found = memory_search(tenant=tenant, qor=qor, user=user, query=content, limit=limit + len(exclude),
+                          types=(Memory.Type.FACT, Memory.Type.LESSON, Memory.Type.REMINDER), ignoring=set(names))
+    return [m for m in found if m.pk not in exclude][:limit]
+
+
+def _type_sql(alias: str, kinds: list[str]) -> str:
+    return f" AND {alias}.type IN ({', '.join(['%s'] * len(kinds))})" if kinds else ""
 
 
 def _owned(tenant_id: int, qor_id: int, user_id: int | None) -> QuerySet[Memory]:
     return Memory.objects.filter(tenant_id=tenant_id, qor_id=qor_id, user_id=user_id)  # type: ignore[misc]  # None: IS NULL
 
 
-def _search_postgres(tenant_id: int, qor_id: int, user_id: int | None, terms: list[str], limit: int) -> list[Memory]:
+def _search_postgres(
+    tenant_id: int, qor_id: int, user_id: int | None, terms: list[str], limit: int, kinds: list[str]
+) -> list[Memory]:
     """One statement: candidates from the GIN index, ranked by `ts_rank` (what Django's
     SearchRank emits) over the stored `search_vector`.
 
@@ -89,13 +110,15 @@ def _search_postgres(tenant_id: int, qor_id: int, user_id: int | None, terms: li
     columns = ", ".join(f"m.{connection.ops.quote_name(c)}" for c in _MEMORY_COLUMNS)
     sql = (
         f"SELECT {columns} FROM {table} m, (SELECT {' || '.join([phrase] * len(terms))}) AS query(q)"
-        f" WHERE m.id IN ({' UNION '.join(candidates)})"
+        f" WHERE m.id IN ({' UNION '.join(candidates)}){_type_sql('m', kinds)}"
         " ORDER BY ts_rank(m.search_vector, query.q) DESC, m.created_at DESC, m.id DESC LIMIT %s"
     )
-    return list(Memory.objects.raw(sql, [*params, limit]))
+    return list(Memory.objects.raw(sql, [*params, *kinds, limit]))
 
 
-def _search_sqlite(tenant_id: int, qor_id: int, user_id: int | None, terms: list[str], limit: int) -> list[Memory]:
+def _search_sqlite(
+    tenant_id: int, qor_id: int, user_id: int | None, terms: list[str], limit: int, kinds: list[str]
+) -> list[Memory]:
     match = fts5_query(owner=owner_token(tenant_id=tenant_id, qor_id=qor_id, user_id=user_id), terms=terms)
     columns = ", ".join(f"m.{connection.ops.quote_name(c)}" for c in _MEMORY_COLUMNS)
     owner, owner_params = _owner_sql("m", tenant_id, qor_id, user_id)
@@ -103,10 +126,10 @@ def _search_sqlite(tenant_id: int, qor_id: int, user_id: int | None, terms: list
     # The owner is checked on the row too, so a stale index entry can never cross owners.
     sql = (
         f"SELECT {columns} FROM {FTS_TABLE} CROSS JOIN {Memory._meta.db_table} m ON m.id = {FTS_TABLE}.rowid"
-        f" WHERE {FTS_TABLE} MATCH %s AND {owner}"
+        f" WHERE {FTS_TABLE} MATCH %s AND {owner}{_type_sql('m', kinds)}"
         f" ORDER BY bm25({FTS_TABLE}, 0.0, 1.0), m.created_at DESC, m.id DESC LIMIT %s"
     )
-    return list(Memory.objects.raw(sql, [match, *owner_params, limit]))
+    return list(Memory.objects.raw(sql, [match, *owner_params, *kinds, limit]))
 
 
 def _owner_sql(alias: str, tenant_id: int, qor_id: int, user_id: int | None) -> tuple[str, list[object]]:
@@ -116,11 +139,16 @@ def _owner_sql(alias: str, tenant_id: int, qor_id: int, user_id: int | None) -> 
     return f"{alias}.tenant_id = %s AND {alias}.qor_id = %s AND {user}", params
 
 
-def _search_scan(tenant_id: int, qor_id: int, user_id: int | None, terms: list[str], limit: int) -> list[Memory]:
+def _search_scan(
+    tenant_id: int, qor_id: int, user_id: int | None, terms: list[str], limit: int, kinds: list[str]
+) -> list[Memory]:
     """Other databases: a scan of the owner's memories, ranked by words matched."""
     terms = [t.replace(" ", "") for t in terms]  # a pair of letters ("寿 司") is written together
     match = reduce(or_, (Q(content__icontains=t) for t in terms))
-    candidates = list(_owned(tenant_id, qor_id, user_id).filter(match).order_by("-created_at", "-id")[:500])
+    owned = _owned(tenant_id, qor_id, user_id).filter(match)
+    if kinds:
+        owned = owned.filter(type__in=kinds)
+    candidates = list(owned.order_by("-created_at", "-id")[:500])
     scored = [(sum(t in fold(m.content) for t in terms), m) for m in candidates]
     scored.sort(key=lambda pair: pair[0], reverse=True)  # stable: newest first among equals
     return [m for _, m in scored[:limit]]

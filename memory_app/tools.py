@@ -1,7 +1,8 @@
 """Memory tools for the agent: search and remember."""
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import datetime, timedelta
+from zoneinfo import ZoneInfo
 
 from django.utils import timezone
 
@@ -12,9 +13,8 @@ from tenancy.zones import person_zone
 
 from .models import Memory
 from .reminders import DueError, due_parse
-from .person_memories import memory_forget
-from .selectors import memory_search, skill_get, skills_for
-from .services import memory_add, reminder_add
+from .person_memories import MemoryMissing, NotReplaceable, memory_forget, memory_remember, memory_said_at
+from .selectors import memories_related, memory_search, skill_get, skills_for
 
 # A due time this far back is still taken (it comes due at once): "today" at 09:00 said
 # in the afternoon. Further back it is refused, as a date worked out wrong.
@@ -51,12 +51,22 @@ def memory_search_tool(ctx: ToolContext, args: dict) -> dict:
     }
 
 
+# At most this many of the person's notes that look related come back with a new one.
+RELATED_SHOWN = 3
+# At most this many memories one note replaces.
+REPLACES_MAX = 10
+
+
 @tool(
     name="remember",
     description=(
         "Save a fact about the user, a lesson learned or a reminder to long-term memory, for future "
         "conversations. For a reminder, give `due`: once that time has come, the reminder is sent to the "
-        "user (within a few minutes, on the channel you are talking on), once."
+        "user (within a few minutes, on the channel you are talking on), once. Facts change: when the note "
+        "corrects or updates memories you keep (they moved, changed their mind, a task is done), give their "
+        "numbers in `replaces` and they are deleted as this one is saved. The answer lists the user's notes "
+        "that look related, with their numbers and dates: if the new note contradicts one of them, call "
+        "remember again with the same content and `replaces`."
     ),
     parameters={
         "type": "object",
@@ -69,6 +79,16 @@ def memory_search_tool(ctx: ToolContext, args: dict) -> dict:
                     "reminders only: when to remind the user, as an ISO 8601 date-time (2026-03-14T15:30, "
                     "local time as current_time gives it, unless it has an offset such as +01:00) or date "
                     "(2026-03-14, meaning 09:00 local time); work relative times ('tomorrow') out first"
+                ),
+            },
+            "replaces": {
+                "type": "array",
+                "items": {"type": "integer"},
+                "maxItems": REPLACES_MAX,
+                "description": (
+                    "the numbers (ids) of this user's memories that this note corrects or makes out of date, "
+                    "from the memories in your prompt, memory_search or remember's related notes; they are "
+                    "deleted. Only when the new note really supersedes them"
                 ),
             },
         },
@@ -88,16 +108,51 @@ def remember_tool(ctx: ToolContext, args: dict) -> dict:
         raise ToolError("type must be one of: fact, lesson, reminder")
     if due_text is not None and kind != Memory.Type.REMINDER:
         raise ToolError(f"due is only for reminders; save this with type reminder, or without due as a {kind}")
+    replaces = _replaces(args.get("replaces"))
     if ctx.user is None:
         raise ToolError("there is no known user to remember this for")
-    common = {"tenant": ctx.tenant, "qor": ctx.qor, "user": ctx.user, "content": content,
-              "channels": [ctx.channel], "source_session_id": ctx.session_id}
-    if due_text is None:
-        memory, created = memory_add(type=kind, **common)
-        return {"saved": created, "already_known": not created, "id": memory.pk}
     zone = person_zone(tenant=ctx.tenant, user_id=ctx.user.pk)
+    due = None if due_text is None else _due(due_text, zone)
     try:
-        due = due_parse(due_text, zone=zone)
+        done = memory_remember(
+            tenant=ctx.tenant, qor=ctx.qor, user=ctx.user, type=kind, content=content, replaces=replaces, due=due,
+            channels=[ctx.channel], source_session_id=ctx.session_id,
+        )
+    except MemoryMissing as exc:
+        raise ToolError(f"this user has no memory {exc.memory_id}; search with memory_search for its id") from None
+    except NotReplaceable as exc:
+        raise ToolError(f"{exc}: it records a conversation, and a note does not replace it; "
+                        "leave it out of replaces") from None
+    memory = done.memory
+    related = memories_related(tenant=ctx.tenant, qor=ctx.qor, user=ctx.user, content=memory.content,
+                               exclude={memory.pk}, limit=RELATED_SHOWN)
+    result: dict[str, object] = {"saved": done.created, "already_known": not done.created, "id": memory.pk}
+    if due is not None:
+        result["due"] = due.astimezone(zone).isoformat(timespec="minutes")
+    result["replaced"] = done.replaced
+    result["related"] = [
+        {"id": m.pk, "type": m.type, "date": memory_said_at(m).astimezone(zone).date().isoformat(),
+         "content": m.content}
+        for m in related
+    ]
+    if related:
+        result["hint"] = ("if the new note contradicts or updates any of these, call remember again with the "
+                          "same content and replaces: [their ids]; otherwise leave them")
+    return result
+
+
+def _replaces(value: object) -> list[int]:
+    if value is None:
+        return []
+    if (not isinstance(value, list) or len(value) > REPLACES_MAX
+            or any(isinstance(v, bool) or not isinstance(v, int) for v in value)):
+        raise ToolError(f"replaces must be a list of memory ids (integers), at most {REPLACES_MAX}")
+    return value
+
+
+def _due(text: str, zone: ZoneInfo) -> datetime:
+    try:
+        due = due_parse(text, zone=zone)
     except DueError as exc:
         raise ToolError(str(exc)) from None
     now = timezone.now()
@@ -107,9 +162,7 @@ def remember_tool(ctx: ToolContext, args: dict) -> dict:
             f"due {due.astimezone(zone).isoformat(timespec='minutes')} is in the past: it is now "
             f"{now.astimezone(zone).isoformat(timespec='minutes')} ({zone.key}); give a time still to come"
         )
-    memory, created = reminder_add(due=due, **common)
-    return {"saved": created, "already_known": not created, "id": memory.pk,
-            "due": due.astimezone(zone).isoformat(timespec="minutes")}
+    return due
 
 
 @tool(
