@@ -1,6 +1,8 @@
 """Long-term memory and learned skills."""
 from __future__ import annotations
 
+from datetime import datetime
+
 from django.conf import settings
 from django.db import models
 from django.db.models import Q
@@ -47,6 +49,16 @@ class Memory(TimestampedModel):
             ),
         ]
         indexes = [models.Index(fields=["tenant", "qor", "user", "type"], name="memory_owner_idx")]
+
+    @property
+    def said_at(self) -> datetime:
+        """When the person last said what this memory holds: a note drawn from a stretch of
+        conversation (the memory flush, a digest), or said again later, by that stretch's
+        end, however late it was stored; otherwise when it was stored. A reminder's period
+        is its due time and its delivery instead, so it is dated when stored."""
+        if self.type != self.Type.REMINDER and self.period_end is not None:
+            return self.period_end
+        return self.created_at
 
     def __str__(self) -> str:
         # No text: the admin's history (django_admin_log) keeps this name after the memory

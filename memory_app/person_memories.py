@@ -195,16 +195,6 @@ def memory_kind(memory: Memory) -> str:
     return memory.type.replace("_", " ")
 
 
-def memory_said_at(memory: Memory) -> datetime:
-    """When the person last said what a memory holds: a note drawn from a stretch of
-    conversation (the memory flush, a digest) was said by that stretch's end, however late
-    it was stored; otherwise when it was stored. A reminder's period is its due time and
-    delivery instead, so it is dated when stored."""
-    if memory.type != Memory.Type.REMINDER and memory.period_end is not None:
-        return memory.period_end
-    return memory.created_at
-
-
 def memory_line(memory: Memory, *, zone: tzinfo, width: int = 160, now: datetime | None = None) -> str:
     """One memory as a line of a list: its number, kind, date (in `zone`), for a reminder
     when it is due and whether it was done (reached the person by `now`), and text (cut
@@ -212,7 +202,7 @@ def memory_line(memory: Memory, *, zone: tzinfo, width: int = 160, now: datetime
     text = " ".join(memory.content.split())
     if len(text) > width:
         text = text[: width - 1].rstrip() + "…"
-    head = f"#{memory.pk} · {memory_kind(memory)} · {memory_said_at(memory).astimezone(zone):%d %b %Y}"
+    head = f"#{memory.pk} · {memory_kind(memory)} · {memory.said_at.astimezone(zone):%d %b %Y}"
     if memory.type == Memory.Type.REMINDER and memory.period_start is not None:
         done = memory.period_end is not None and memory.period_end <= (now or timezone.now())
         head += f" · due {memory.period_start.astimezone(zone):%d %b %Y %H:%M}{', done' if done else ''}"

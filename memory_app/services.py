@@ -55,7 +55,9 @@ def memory_add(
     source_session_id: int | None = None,
 ) -> tuple[Memory, bool]:
     """Store a memory unless the same user already has one of this type with the same
-    normalised content. Returns (memory, created)."""
+    normalised content; that one, said again later (at `period_end`, or now), is dated
+    then (Memory.said_at), so a fact said again after a contrary one reads as the newer.
+    Returns (memory, created)."""
     if qor.tenant_id != tenant.pk:
         raise ValueError("qor does not belong to tenant")
     content = storable(content).strip()
@@ -67,7 +69,7 @@ def memory_add(
     lookup = dict(tenant=tenant, qor=qor, user=user, type=type, content_hash=digest)
     existing = Memory.objects.filter(**lookup).first()
     if existing is not None:
-        return existing, False
+        return _said_again(existing, at=period_end or timezone.now()), False
     try:
         with transaction.atomic():
             memory = Memory.objects.create(
@@ -81,8 +83,19 @@ def memory_add(
             )
             _index_put(memory)
     except IntegrityError:
-        return Memory.objects.get(**lookup), False
+        return _said_again(Memory.objects.get(**lookup), at=period_end or timezone.now()), False
     return memory, True
+
+
+def _said_again(memory: Memory, *, at: datetime) -> Memory:
+    """A note said again at `at`: when that is later than it was last said, its period
+    reaches `at` (a reminder's period is its due time, moved by reminder_add instead)."""
+    if memory.type == Memory.Type.REMINDER or at <= memory.said_at:
+        return memory
+    memory.period_start = memory.period_start or memory.created_at
+    memory.period_end = at
+    memory.save(update_fields=["period_start", "period_end", "updated_at"])
+    return memory
 
 
 @transaction.atomic

@@ -13,7 +13,7 @@ from tenancy.zones import person_zone
 
 from .models import Memory
 from .reminders import DueError, due_parse
-from .person_memories import MemoryMissing, NotReplaceable, memory_forget, memory_remember, memory_said_at
+from .person_memories import MemoryMissing, NotReplaceable, memory_forget, memory_remember
 from .selectors import memories_related, memory_search, skill_get, skills_for
 
 # A due time this far back is still taken (it comes due at once): "today" at 09:00 said
@@ -131,7 +131,7 @@ def remember_tool(ctx: ToolContext, args: dict) -> dict:
         result["due"] = due.astimezone(zone).isoformat(timespec="minutes")
     result["replaced"] = done.replaced
     result["related"] = [
-        {"id": m.pk, "type": m.type, "date": memory_said_at(m).astimezone(zone).date().isoformat(),
+        {"id": m.pk, "type": m.type, "date": m.said_at.astimezone(zone).date().isoformat(),
          "content": m.content}
         for m in related
     ]

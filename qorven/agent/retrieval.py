@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from django.contrib.auth.models import User
 
-from memory_app.person_memories import memory_line, memory_said_at
+from memory_app.person_memories import memory_line
 from memory_app.selectors import memory_search, skills_for
 from tenancy.models import Qor, Tenant
 from tenancy.zones import person_zone
@@ -25,7 +25,7 @@ def memories_for(*, tenant: Tenant, qor: Qor, user: User | None, query: str) -> 
     if not found:
         return []
     zone = person_zone(tenant=tenant, user_id=user.pk)
-    found.sort(key=lambda m: (memory_said_at(m), m.pk))
+    found.sort(key=lambda m: (m.said_at, m.pk))
     return [memory_line(m, zone=zone, width=MEMORY_CHARS_IN_PROMPT) for m in found]
 
 

@@ -127,3 +127,30 @@ def test_the_model_reads_that_a_newer_memory_overrides_an_older_one(client, worl
     section = system.split("## What you remember about this user\n", 1)[1].split("\n\n", 1)[0].splitlines()
     assert "newer" in section[0] and "overrides" in section[0]
     assert [line.rsplit(" — ", 1)[1] for line in section[1:]] == ["Alice lives in Paris", "Alice lives in Lyon"]
+
+
+def test_a_note_said_again_is_dated_when_last_said_and_a_flushed_one_when_it_was_said(world):
+    from datetime import UTC, datetime
+
+    from memory_app.services import memory_add
+
+    paris = _dated(remember(world.tenant_a, world.qor_a, world.alice, "Alice lives in Paris"),
+                   datetime(2026, 3, 14, 8, 0, tzinfo=UTC))
+    lyon = _dated(remember(world.tenant_a, world.qor_a, world.alice, "Alice lives in Lyon"),
+                  datetime(2026, 6, 2, 8, 0, tzinfo=UTC))
+    # Stored only now, by a compaction of a conversation held in January: dated January.
+    flushed, _ = memory_add(tenant=world.tenant_a, qor=world.qor_a, user=world.alice, type="fact",
+                            content="Alice lives in Nantes", period_start=datetime(2026, 1, 5, 8, 0, tzinfo=UTC),
+                            period_end=datetime(2026, 1, 5, 9, 0, tzinfo=UTC))
+    # September: back in Paris, said in the very words of March.
+    again, created = memory_add(tenant=world.tenant_a, qor=world.qor_a, user=world.alice, type="fact",
+                                content="alice lives in  Paris", period_start=datetime(2026, 9, 1, 8, 0, tzinfo=UTC),
+                                period_end=datetime(2026, 9, 1, 9, 0, tzinfo=UTC))
+    assert (again.pk, created) == (paris.pk, False)
+    # A flush of an older conversation saying it too does not date it back.
+    memory_add(tenant=world.tenant_a, qor=world.qor_a, user=world.alice, type="fact", content="Alice lives in Paris",
+               period_start=datetime(2026, 2, 1, 8, 0, tzinfo=UTC), period_end=datetime(2026, 2, 1, 9, 0, tzinfo=UTC))
+    lines = memories_for(tenant=world.tenant_a, qor=world.qor_a, user=world.alice, query="where does Alice live?")
+    assert lines == [f"#{flushed.pk} · fact · 05 Jan 2026 — Alice lives in Nantes",
+                     f"#{lyon.pk} · fact · 02 Jun 2026 — Alice lives in Lyon",
+                     f"#{paris.pk} · fact · 01 Sep 2026 — Alice lives in Paris"]

@@ -75,7 +75,7 @@ def test_a_call_becomes_a_voice_session_and_a_digest_later_turns_find(client, wo
                 content_type="application/json", HTTP_AUTHORIZATION=f"Bearer {token}")
     drain()
     system = model_server.requests[-1]["messages"][0]["content"]
-    assert "dentist" in system.lower() and "conversation_digest" in system
+    assert "dentist" in system.lower() and " · conversation digest · " in system
 
 
 def test_the_same_call_posted_again_stores_nothing(client, world, model_server, drain):
