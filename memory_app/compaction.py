@@ -210,8 +210,10 @@ def compaction_rotate(*, session: Session) -> RotateOutcome | None:
 
 def _store(session: Session, condensed: Condensed) -> int:
     """The flushed memories and the run's conversation digest; returns how many are new.
-    A memory covers the run's date range, except a reminder with a due time: its period
-    starts when it comes due, and stays open until it has reached the user."""
+    A memory covers the run's date range, except a reminder: its period is when it comes
+    due and when it reached the user (memory_app.reminders), so one with a due time starts
+    then and stays open until delivered, and one without has none (undated: never due, and
+    never read as due at the conversation's start and done by its end)."""
     span = condensed.excerpt.span
     owner = dict(tenant=session.tenant, qor=session.qor, user=session.user, channels=span.channels,
                  source_session_id=session.pk)
@@ -220,6 +222,8 @@ def _store(session: Session, condensed: Condensed) -> int:
     for memory in condensed.memories:
         if memory.due is not None:
             stored += reminder_add(content=memory.content, due=memory.due, **owner)[1]
+        elif memory.type == Memory.Type.REMINDER:
+            stored += memory_add(type=memory.type, content=memory.content, **owner)[1]
         else:
             stored += memory_add(type=memory.type, content=memory.content, **common)[1]
     readers = [session.user] if session.user is not None else _members_heard(condensed.excerpt) or [None]

@@ -10,6 +10,7 @@ import pytest
 from django.utils import timezone
 
 from memory_app.models import Memory
+from memory_app.person_memories import memory_line
 from memory_app.reminders import DueError, due_parse, reminders_due
 from memory_app.services import reminder_add, reminders_mark_done
 from qorven.agent.gateway import inbound_accept
@@ -201,9 +202,13 @@ def test_the_memory_flush_stores_reminders_and_open_tasks_with_their_due_times(w
     task = kept["Open task: Alice will send the tax form"]
     assert (task.period_start, task.period_end) == (datetime(2031, 4, 30, 16, 0, tzinfo=UTC), None)
     assert vet.channels == ["web"] and vet.source_session_id is not None
-    # Without a due time, a reminder covers the conversation's range, as before: never due.
+    # Without a due time, a reminder is undated: never due, and never read as due and done
+    # (its period is its due time and its delivery, not the conversation's range).
     flowers = kept["Alice wants to be reminded to buy flowers some day"]
-    assert before <= flowers.period_start <= flowers.period_end <= timezone.now()
+    assert (flowers.period_start, flowers.period_end) == (None, None)
+    assert before <= flowers.created_at <= timezone.now()
+    line = memory_line(flowers, zone=PARIS)
+    assert " · due " not in line and "done" not in line
     due = reminders_due(tenant=world.tenant_a, qor=world.qor_a, user=world.alice, now=FAR_FUTURE)
     assert {m.content for m in due} == {vet.content, task.content, "Alice wants to be reminded to renew her passport"}
     assert Memory.objects.filter(type="fact", content="Alice's vet is Dr Moreau").exists()
@@ -231,7 +236,7 @@ def test_a_due_time_the_flush_cannot_use_leaves_the_reminder_undated_and_the_flu
         "Alice wants to be reminded to pay the gas bill", "Alice wants to be reminded to water the plants",
         "Open task: Alice will fix the fence",
     }
-    assert all(m.period_end is not None and m.period_end <= timezone.now() for m in kept.values())
+    assert all(m.period_start is None for m in kept.values())  # undated
     assert reminders_due(tenant=world.tenant_a, qor=world.qor_a, user=world.alice, now=FAR_FUTURE) == []
 
 
