@@ -23,7 +23,11 @@ DUE_PAST_TOLERANCE = timedelta(days=1)
 
 @tool(
     name="memory_search",
-    description="Search the long-term memory you keep about this user (facts, lessons, reminders, digests).",
+    description=(
+        "Search the long-term memory you keep about this user (facts, lessons, reminders, digests). Each result "
+        "has its id and the date it was last said (a reminder also when it is due and whether it was done): "
+        "where two disagree, the newer holds."
+    ),
     parameters={
         "type": "object",
         "properties": {
@@ -42,13 +46,27 @@ def memory_search_tool(ctx: ToolContext, args: dict) -> dict:
     if not isinstance(limit, int) or not 1 <= limit <= 20:
         raise ToolError("limit must be an integer from 1 to 20")
     found = memory_search(tenant=ctx.tenant, qor=ctx.qor, user=ctx.user, query=query, limit=limit)
+    zone = person_zone(tenant=ctx.tenant, user_id=ctx.user.pk if ctx.user else None)
     return {
         "results": [
-            {"id": m.pk, "type": m.type, "content": m.content, "created_at": m.created_at.isoformat(),
-             "channels": m.channels}
+            {"id": m.pk, "type": m.type, "date": _date(m, zone), "content": m.content,
+             "created_at": m.created_at.isoformat(), "channels": m.channels, **_reminder_state(m, zone)}
             for m in found
         ]
     }
+
+
+def _date(memory: Memory, zone: ZoneInfo) -> str:
+    """The day the person last said what the memory holds, in their timezone, as the
+    prompt's memories are dated (qorven.agent.retrieval)."""
+    return memory.said_at.astimezone(zone).date().isoformat()
+
+
+def _reminder_state(memory: Memory, zone: ZoneInfo) -> dict[str, object]:
+    if memory.type != Memory.Type.REMINDER or memory.period_start is None:
+        return {}
+    done = memory.period_end is not None and memory.period_end <= timezone.now()
+    return {"due": memory.period_start.astimezone(zone).isoformat(timespec="minutes"), "done": done}
 
 
 # At most this many of the person's notes that look related come back with a new one.
@@ -131,8 +149,7 @@ def remember_tool(ctx: ToolContext, args: dict) -> dict:
         result["due"] = due.astimezone(zone).isoformat(timespec="minutes")
     result["replaced"] = done.replaced
     result["related"] = [
-        {"id": m.pk, "type": m.type, "date": m.said_at.astimezone(zone).date().isoformat(),
-         "content": m.content}
+        {"id": m.pk, "type": m.type, "date": _date(m, zone), "content": m.content, **_reminder_state(m, zone)}
         for m in related
     ]
     if related:

@@ -159,3 +159,11 @@ def test_a_forgotten_memory_leaves_the_related_lists_that_showed_it(moved, model
     stored = Message.objects.get(session=session, role="tool", metadata__tool="remember")
     assert "Louvre" not in stored.content
     assert json.loads(stored.content)["related"] == [{"id": moved.paris.pk, "forgotten": True}]
+
+
+def test_memory_search_dates_each_memory_as_the_prompt_does(moved, model_server, drain):
+    model_server.add(tool_call("memory_search", {"query": "Louvre"}), reply("Paris."))
+    say(moved, "where did I live?")
+    drain()
+    (result,) = tool_results(model_server)
+    assert [(r["id"], r["date"]) for r in result["results"]] == [(moved.paris.pk, "2026-03-15")]
