@@ -82,6 +82,8 @@ def test_replaces_stores_the_correction_and_deletes_the_old_memory_at_once(moved
         tool_call("remember", {"content": "Alice lives in Lyon now", "type": "fact", "replaces": [moved.paris.pk]}),
         reply("Updated: Lyon."),
     )
+    listing = say(moved, "/memories")
+    drain()
     session = say(moved, "I moved to Lyon")
     drain()
     search, result = tool_results(model_server)
@@ -93,6 +95,9 @@ def test_replaces_stores_the_correction_and_deletes_the_old_memory_at_once(moved
     stored = Message.objects.get(session=session, role="tool", metadata__tool="memory_search")
     assert "Louvre" not in stored.content
     assert {"id": moved.paris.pk, "replaced_by": lyon.pk} in json.loads(stored.content)["results"]
+    # And the /memories list shown before says what became of it.
+    shown = Message.objects.get(session=listing, role="assistant", metadata__command="memories").content
+    assert f"• #{moved.paris.pk} · replaced by #{lyon.pk}" in shown.splitlines() and "Louvre" not in shown
 
 
 def test_replaces_refuses_a_memory_that_is_not_the_persons_own_and_stores_nothing(moved, model_server, drain):
