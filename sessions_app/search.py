@@ -70,13 +70,15 @@ def message_search(
 
 
 def conversation_search(
-    *, session: Session, query: str, limit: int = SEARCH_LIMIT, offset: int = 0, channel: str = ""
+    *, session: Session, query: str, limit: int = SEARCH_LIMIT, offset: int = 0, channel: str = "",
+    from_seq: int = 0,
 ) -> list[SearchHit]:
     """What a search from inside `session` may find, as message_search finds it: in a
     person's canonical chat, their whole conversation with its Qor (every surface, the
     archived ones too, as the chat page's search); in a legacy thread, that thread's
     sessions; anywhere else (a group chat, an email thread, a heartbeat's run), that session
-    alone: a group's members read what a search there shows, never a member's own chat."""
+    alone: a group's members read what a search there shows, never a member's own chat.
+    `from_seq`: in such a session, only its messages from that seq on."""
     if session.kind == Session.Kind.CANONICAL and session.user_id is not None:
         return message_search(tenant=session.tenant, qor=session.qor, user=session.user, query=query, limit=limit,
                               offset=offset, channel=channel)
@@ -87,11 +89,12 @@ def conversation_search(
             external_thread_id=session.external_thread_id, user_id=session.user_id,
         )
     owner = owner_token(tenant_id=session.tenant_id, qor_id=session.qor_id, user_id=session.user_id)
-    return _search(sessions, owner=owner, query=query, limit=limit, offset=offset, channel=channel)
+    return _search(sessions, owner=owner, query=query, limit=limit, offset=offset, channel=channel,
+                   from_seq=from_seq)
 
 
 def _search(sessions: QuerySet[Session], *, owner: str, query: str, limit: int, offset: int,
-            channel: str) -> list[SearchHit]:
+            channel: str, from_seq: int = 0) -> list[SearchHit]:
     """The user and assistant messages of `sessions` holding every word of `query`, newest
     first; `owner` is the FTS5 owner token of those sessions (they all have one owner)."""
     terms = message_terms(query)
@@ -100,6 +103,8 @@ def _search(sessions: QuerySet[Session], *, owner: str, query: str, limit: int, 
     rows = Message.objects.filter(session__in=sessions, role__in=[Message.Role.USER, Message.Role.ASSISTANT])
     if channel:
         rows = rows.filter(channel=channel)
+    if from_seq:
+        rows = rows.filter(seq__gte=from_seq)
     rows = rows.exclude(content="").exclude(metadata__has_key="superseded").exclude(metadata__has_key="command")
     # A message a rotation carried into the next conversation is found there, as its copy.
     rows = rows.exclude(metadata__has_key="carried_to")

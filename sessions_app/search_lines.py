@@ -15,6 +15,7 @@ from .fulltext import message_terms
 from .models import Message, Session
 from .quoting import inert, one_line, plain
 from .search import SearchHit, conversation_search, hit_snippet
+from .selectors import sender_first_seq
 
 PAGE = 5
 # How far back `from #N` pages: past that, more words find it sooner.
@@ -27,13 +28,16 @@ USAGE = ("Usage: `/search words` finds them in our conversation, newest first; `
 # A page is asked for with `from #N` at the end, as the answer's header and its "Older
 # ones" line write it: a `#N` alone is words (`/search issue #12`). "from" is a stop word,
 # never looked for, so taking it as the page's mark leaves no words unsearched.
+GROUP_SEARCH_EMPTY = "In a group I search only what was said since you first wrote in it, and there is nothing yet."
 _PAGE_MARK = re.compile(r"(?:^|\s)from\s+#([0-9]{1,9})$", re.IGNORECASE)
 
 
-def search_answer(*, session: Session, args: str, trust: str) -> str:
+def search_answer(*, session: Session, args: str, trust: str, sender_id: str = "") -> str:
     """The answer to `/search <args>` in `session`: the newest PAGE matches (from the Nth,
     when the words end with `from #N`), each with its number, date, surface, writer and
-    the text around the words found."""
+    the text around the words found. In a group, whose members all read the answer,
+    newcomers too, only what was said since `sender_id` (the platform account asking)
+    first wrote there, as /history shows."""
     if session.kind == Session.Kind.CANONICAL and not trust_allows(trust, Trust.PAIRED):
         # The canonical chat holds every surface's messages: shown only to its paired person.
         return "Our conversation is searched only once you are paired with me."
@@ -47,9 +51,17 @@ def search_answer(*, session: Session, args: str, trust: str) -> str:
         return "Those words are too common to look for; add one that says more." if words else USAGE
     if after >= DEEPEST:
         return f"Only the newest {DEEPEST} matches are shown; add a word to find it sooner."
-    found = conversation_search(session=session, query=words, limit=PAGE + 1, offset=after)
+    since = 0
+    if session.kind == Session.Kind.GROUP:
+        first = sender_first_seq(session=session, sender_id=sender_id)
+        if first is None:  # no account named: nothing shown is the safe answer
+            return GROUP_SEARCH_EMPTY
+        since = first
+    found = conversation_search(session=session, query=words, limit=PAGE + 1, offset=after, from_seq=since)
     quoted = inert(words)
     if not found:
+        if since and after == 0:
+            return f"Nothing said in this group since you first wrote in it matches “{quoted}”."
         return (f"Nothing in our conversation matches “{quoted}”." if after == 0
                 else f"There are no older matches for “{quoted}”.")
     head = (f"Found in our conversation, newest first (“{quoted}”):" if after == 0

@@ -24,4 +24,4 @@ def clear_command(ctx: CommandContext) -> str | CommandReply:
 
 @slash_command("search", "find words in our conversation, newest first (`/search words from #N`: older matches, from the Nth)")
 def search_command(ctx: CommandContext) -> str:
-    return search_answer(session=ctx.session, args=ctx.args, trust=ctx.trust)
+    return search_answer(session=ctx.session, args=ctx.args, trust=ctx.trust, sender_id=ctx.sender_id)

@@ -115,6 +115,9 @@ def test_search_on_telegram_finds_what_was_said_on_whatsapp_and_a_group_only_its
     post_whatsapp(client, whatsapp_body("which osteria for the anniversary?"))
     drain()
     group = dict(chat_id=-100777, chat_type="supergroup")
+    # A group's search shows what was said since the person asking first wrote there.
+    post_telegram(client, telegram_update("evening all", message_id=9, **group))
+    drain()
     post_telegram(client, telegram_update("the osteria was closed, lol", user_id=7, first_name="Ravi", message_id=1,
                                           **group))
     drain()

@@ -62,3 +62,30 @@ def test_a_members_own_chat_history_is_unchanged(client, world, telegram, platfo
     _say(client, drain, "/history 50", user_id=42, name="Alice", message_id=2, chat_type="private")
     shown = _history_shown(platform)
     assert "remember the dentist" in shown and "Noted." in shown
+
+
+def test_a_groups_search_finds_for_someone_who_came_later_only_what_was_said_since_they_first_wrote(
+    client, world, telegram, platform, model_server, drain
+):
+    """`/search` answers in the group as `/history` does: Bob's first command there found
+    the door code Carol gave the group before he came."""
+    pair(world, "telegram", "42", world.alice)
+    pair(world, "telegram", "43", world.bob)
+    model_server.default = reply("Noted.")
+    _say(client, drain, "the door code is 4471", user_id=77, name="Carol", message_id=1)
+    _say(client, drain, "door code changes on Monday", user_id=42, name="Alice", message_id=2)
+
+    _say(client, drain, "/search@aria_bot door code", user_id=43, name="Bob", message_id=3)
+    shown = _history_shown(platform)
+    assert "4471" not in shown and "Monday" not in shown
+    assert "since you first wrote" in shown
+
+    _say(client, drain, "what is the door code now?", user_id=43, name="Bob", message_id=4)
+    _say(client, drain, "the door code is 9902 from today", user_id=77, name="Carol", message_id=5)
+    _say(client, drain, "/search@aria_bot door code", user_id=43, name="Bob", message_id=6)
+    shown = _history_shown(platform)
+    assert "9902" in shown and "4471" not in shown and "Monday" not in shown
+
+    _say(client, drain, "/search@aria_bot door code", user_id=42, name="Alice", message_id=7)
+    shown = _history_shown(platform)
+    assert "9902" in shown and "Monday" in shown and "4471" not in shown

@@ -36,10 +36,11 @@ def said(session, content, *, role="user", channel="web", sender="Alice", at=Non
                           created_at=at, notify=False).message
 
 
-def ask(session, user, text, *, channel="telegram", trust="paired"):
-    """`text` sent by `user` on `channel` into `session`; the command's stored answer."""
+def ask(session, user, text, *, channel="telegram", trust="paired", sender_id=""):
+    """`text` sent by `user` (from the platform account `sender_id`, in a group) on
+    `channel` into `session`; the command's stored answer."""
     result = inbound_accept(session=session, content=text, channel=channel, sender_name=user.first_name,
-                            trust=trust, user=user)
+                            trust=trust, user=user, metadata={"sender_id": sender_id} if sender_id else None)
     return Message.objects.get(session__tenant=session.tenant, metadata__reply_to=result.message.seq,
                                session=result.message.session, role="assistant").content
 
@@ -61,6 +62,8 @@ def history(world):
     other = QorFactory(tenant=world.tenant_a, slug="scribe", is_default=False)
     said(chat(world, qor=other), "restaurant list for the scribe")
     said(chat(world, user=world.charlie, qor=world.qor_b, tenant=world.tenant_b), "charlie's restaurant: Zuma")
+    message_append(session=group(world), role="user", content="hello family", channel="telegram", sender_name="Alice",
+                   metadata={"sender_id": "42"}, notify=False)  # alice's first words there
     said(group(world), "which restaurant tonight, folks?", channel="telegram", sender="Priya")
     return world
 
@@ -130,7 +133,7 @@ def test_empty_words_give_the_usage_and_no_match_a_clear_line(history):
 
 
 def test_a_groups_search_sees_only_that_group_never_a_members_own_chat(history):
-    answer = ask(group(history), history.alice, "/search restaurant", trust="public")
+    answer = ask(group(history), history.alice, "/search restaurant", trust="public", sender_id="42")
     (line,) = answer.splitlines()[1:]
     assert re.fullmatch(r"#1 · \d\d \w{3} \d{4} \d\d:\d\d · Telegram · Priya — which restaurant tonight, folks\?", line)
     assert "Duomo" not in answer and "Friday" not in answer
