@@ -8,6 +8,9 @@ prove the credentials, not just that they are set. Nothing is changed anywhere.
 from __future__ import annotations
 
 import io
+import re
+import shutil
+import subprocess
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
 from typing import Any
@@ -27,7 +30,7 @@ from .models import ChannelBinding
 
 @dataclass(frozen=True)
 class Check:
-    area: str  # database, redis, workers, beat, model, channel, heartbeats, skills, deploy
+    area: str  # database, redis, workers, beat, model, channel, heartbeats, skills, backup, deploy
     subject: str  # what was checked: a Qor, a binding, a file
     ok: bool
     detail: str  # what was seen
@@ -318,12 +321,33 @@ def _deploy() -> Iterator[Check]:
         yield Check("deploy", "check --deploy", True, "no issues")
 
 
+def _backup() -> Iterator[Check]:
+    """On PostgreSQL `qorven backup` runs pg_dump, which refuses a server newer than itself."""
+    connection = connections["default"]
+    if connection.vendor != "postgresql":
+        return  # SQLite copies itself: nothing to install
+    fix = (f"install PostgreSQL's client programs of version {connection.pg_version // 10000} or newer "
+           "(e.g. apt install postgresql-client), or `qorven backup` cannot run")
+    pg_dump = shutil.which("pg_dump")
+    if pg_dump is None:
+        yield Check("backup", "pg_dump", False, "pg_dump was not found on PATH", fix)
+        return
+    said = subprocess.run([pg_dump, "--version"], capture_output=True, text=True, timeout=10).stdout.strip()
+    found = re.search(r"(\d+)(?:\.(\d+))?", said)
+    client = int(found.group(1)) if found else 0
+    server = connection.pg_version // 10000
+    if client < server:
+        yield Check("backup", "pg_dump", False, f"{said or 'no version'}: older than the server ({server})", fix)
+    else:
+        yield Check("backup", "pg_dump", True, f"{said}: `qorven backup` can run")
+
+
 # What reads the database: not tried once it is unreachable (each would wait out the
 # connection's timeout to say the same).
-_NEEDS_DATABASE = frozenset({"model", "channel", "heartbeats", "skills"})
+_NEEDS_DATABASE = frozenset({"model", "channel", "heartbeats", "skills", "backup"})
 _PROBES: list[tuple[str, Callable[[], Iterator[Check]]]] = [
     ("database", _database), ("redis", _redis), ("workers", _workers), ("beat", _beats), ("model", _models),
-    ("channel", _channels), ("heartbeats", _heartbeats), ("skills", _skills), ("deploy", _deploy),
+    ("channel", _channels), ("heartbeats", _heartbeats), ("skills", _skills), ("backup", _backup), ("deploy", _deploy),
 ]
 
 

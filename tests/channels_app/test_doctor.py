@@ -9,6 +9,7 @@ import json
 import pytest
 from django.core.management import call_command
 from django.core.management.base import CommandError
+from django.db import connection
 
 from channels_app.services import binding_create
 
@@ -206,3 +207,31 @@ def test_a_webhook_that_receives_edits_passes(world, bot, platform, allowed):
     platform.default(r"/getWebhookInfo$", Canned(body={"ok": True, "result": result}))
     report, _ = doctor()
     assert [c["ok"] for c in checks_of(report, "channel")] == [True, True]
+
+
+@pytest.mark.skipif(connection.vendor != "postgresql", reason="SQLite is copied by SQLite itself: nothing to install")
+def test_on_postgresql_doctor_says_whether_qorven_backup_can_run(world, monkeypatch, tmp_path):
+    """`qorven backup` needs pg_dump of the server's major version or newer: doctor says so
+    before the night the first backup fails."""
+    report, _ = doctor()
+    (found,) = checks_of(report, "backup")
+    assert found["ok"] and "pg_dump" in found["detail"], found
+
+    monkeypatch.setenv("PATH", str(tmp_path))  # a machine without PostgreSQL's client programs
+    report, code = doctor()
+    (missing,) = checks_of(report, "backup")
+    assert not missing["ok"] and code == 1
+    assert "pg_dump" in missing["detail"] and "postgresql-client" in missing["fix"]
+
+    old = tmp_path / "pg_dump"  # a client older than the server: pg_dump refuses to dump
+    old.write_text("#!/bin/sh\necho 'pg_dump (PostgreSQL) 9.6.24'\n")
+    old.chmod(0o755)
+    report, _ = doctor()
+    (too_old,) = checks_of(report, "backup")
+    assert not too_old["ok"] and "9.6" in too_old["detail"]
+
+
+@pytest.mark.skipif(connection.vendor != "sqlite", reason="the embedded default's database")
+def test_on_sqlite_doctor_has_nothing_to_say_about_backups(world):
+    report, _ = doctor()
+    assert checks_of(report, "backup") == []
