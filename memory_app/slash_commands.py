@@ -97,6 +97,7 @@ def forget_command(ctx: CommandContext) -> str:
         memory = memory_forget(tenant=session.tenant, qor=session.qor, user=session.user, memory_id=number)
     except NotFound:
         return f"You have no memory #{number}; `/memories` lists yours."
-    # Not its text again: what is forgotten is not copied into the conversation.
-    when = memory.created_at.astimezone(person_zone(tenant=session.tenant, user_id=session.user_id))
+    # Not its text again: what is forgotten is not copied into the conversation. Dated as
+    # /memories dates it: when it was last said.
+    when = memory.said_at.astimezone(person_zone(tenant=session.tenant, user_id=session.user_id))
     return f"Forgotten: #{memory.pk}, a {memory_kind(memory)} from {when:%d %b %Y}."

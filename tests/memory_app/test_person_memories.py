@@ -245,3 +245,21 @@ def test_a_forgotten_memory_is_not_read_again_from_an_earlier_search_in_the_conv
     results = [json.loads(m["content"]) for m in sent if m["role"] == "tool"]
     assert results == [{"results": [{"id": target.pk, "forgotten": True}]}]
     assert last_answer(session).content == "I don't know."
+
+
+def test_forget_says_the_date_memories_shows(kept, drain):
+    """A note the memory flush drew from a conversation in March and stored in June reads
+    "14 Mar" in /memories (when it was said); /forget said "from" the day it was stored."""
+    from datetime import UTC, datetime
+
+    flushed = remember(kept.tenant_a, kept.qor_a, kept.alice, "alice moved her piano to the attic",
+                       period_start=datetime(2026, 3, 14, 9, 0, tzinfo=UTC),
+                       period_end=datetime(2026, 3, 14, 10, 0, tzinfo=UTC))
+    Memory.objects.filter(pk=flushed.pk).update(created_at=datetime(2026, 6, 2, 12, 0, tzinfo=UTC))
+    session = say(kept, kept.alice, "/memories")
+    drain()
+    assert f"• #{flushed.pk} · fact · 14 Mar 2026 — alice moved her piano to the attic" in last_answer(
+        session).content.splitlines()
+    say(kept, kept.alice, f"/forget #{flushed.pk}")
+    drain()
+    assert last_answer(session).content == f"Forgotten: #{flushed.pk}, a fact from 14 Mar 2026."
