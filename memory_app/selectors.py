@@ -2,9 +2,10 @@
 from __future__ import annotations
 
 from collections.abc import Collection
+from datetime import datetime
 from functools import reduce
 from operator import or_
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 from django.contrib.auth.models import User
 from django.db import connection
@@ -28,7 +29,7 @@ CANDIDATES_PER_TERM = 500
 
 def memory_search(
     *, tenant: Tenant, qor: Qor, user: User | None, query: str, limit: int = 5,
-    types: Collection[str] = (), ignoring: Collection[str] = (),
+    types: Collection[str] = (), ignoring: Collection[str] = (), done_before: datetime | None = None,
 ) -> list[Memory]:
     """The memories of this user with this Qor that best match `query`, best first.
 
@@ -39,7 +40,8 @@ def memory_search(
     more and rarer words rank higher, newest first among equals. Never crosses tenant,
     Qor or user: the owner columns are filtered on every database (and SQLite's index is
     keyed by owner too). `types`: only memories of these types (empty: any); `ignoring`:
-    case-folded words not searched for.
+    case-folded words not searched for; `done_before`: reminders that reached the person
+    before then are left out (their ranks go to others).
     """
     if qor.tenant_id != tenant.pk or limit <= 0:
         return []
@@ -47,7 +49,7 @@ def memory_search(
     if not terms:
         return []
     user_id = user.pk if user is not None else None
-    kinds = sorted(set(types))
+    kinds = _Kinds(sorted(set(types)), done_before)
     if connection.vendor == "postgresql":
         return _search_postgres(tenant.pk, qor.pk, user_id, terms, limit, kinds)
     if connection.vendor == "sqlite":
@@ -66,8 +68,31 @@ def memories_related(*, tenant: Tenant, qor: Qor, user: User, content: str, excl
     return [m for m in found if m.pk not in exclude][:limit]
 
 
-def _type_sql(alias: str, kinds: list[str]) -> str:
-    return f" AND {alias}.type IN ({', '.join(['%s'] * len(kinds))})" if kinds else ""
+class _Kinds(NamedTuple):
+    """Which of the owner's memories a search reads: of these types (empty: any), but
+    the reminders done (delivered) before `done_before`."""
+
+    types: list[str]
+    done_before: datetime | None
+
+    def sql(self, alias: str) -> tuple[str, list[object]]:
+        """The clause (after the WHERE's others) and its parameters."""
+        sql = ""
+        params: list[object] = [*self.types]
+        if self.types:
+            sql += f" AND {alias}.type IN ({', '.join(['%s'] * len(self.types))})"
+        if self.done_before is not None:
+            sql += (f" AND NOT ({alias}.type = %s AND {alias}.period_end IS NOT NULL"
+                    f" AND {alias}.period_end <= %s)")
+            params += [Memory.Type.REMINDER, self.done_before]
+        return sql, params
+
+    def filtered(self, memories: QuerySet[Memory]) -> QuerySet[Memory]:
+        if self.types:
+            memories = memories.filter(type__in=self.types)
+        if self.done_before is not None:
+            memories = memories.exclude(type=Memory.Type.REMINDER, period_end__lte=self.done_before)
+        return memories
 
 
 def _owned(tenant_id: int, qor_id: int, user_id: int | None) -> QuerySet[Memory]:
@@ -75,7 +100,7 @@ def _owned(tenant_id: int, qor_id: int, user_id: int | None) -> QuerySet[Memory]
 
 
 def _search_postgres(
-    tenant_id: int, qor_id: int, user_id: int | None, terms: list[str], limit: int, kinds: list[str]
+    tenant_id: int, qor_id: int, user_id: int | None, terms: list[str], limit: int, kinds: _Kinds
 ) -> list[Memory]:
     """One statement: candidates from the GIN index, ranked by `ts_rank` (what Django's
     SearchRank emits) over the stored `search_vector`.
@@ -108,28 +133,30 @@ def _search_postgres(
         candidates.append(per_text.format(table=table, q=every))
         params += [owner, *terms, *terms]
     columns = ", ".join(f"m.{connection.ops.quote_name(c)}" for c in _MEMORY_COLUMNS)
+    kinds_sql, kinds_params = kinds.sql("m")
     sql = (
         f"SELECT {columns} FROM {table} m, (SELECT {' || '.join([phrase] * len(terms))}) AS query(q)"
-        f" WHERE m.id IN ({' UNION '.join(candidates)}){_type_sql('m', kinds)}"
+        f" WHERE m.id IN ({' UNION '.join(candidates)}){kinds_sql}"
         " ORDER BY ts_rank(m.search_vector, query.q) DESC, m.created_at DESC, m.id DESC LIMIT %s"
     )
-    return list(Memory.objects.raw(sql, [*params, *kinds, limit]))
+    return list(Memory.objects.raw(sql, [*params, *kinds_params, limit]))
 
 
 def _search_sqlite(
-    tenant_id: int, qor_id: int, user_id: int | None, terms: list[str], limit: int, kinds: list[str]
+    tenant_id: int, qor_id: int, user_id: int | None, terms: list[str], limit: int, kinds: _Kinds
 ) -> list[Memory]:
     match = fts5_query(owner=owner_token(tenant_id=tenant_id, qor_id=qor_id, user_id=user_id), terms=terms)
     columns = ", ".join(f"m.{connection.ops.quote_name(c)}" for c in _MEMORY_COLUMNS)
     owner, owner_params = _owner_sql("m", tenant_id, qor_id, user_id)
+    kinds_sql, kinds_params = kinds.sql("m")
     # CROSS JOIN keeps FTS5 as the outer loop: the match first, then each hit's row by id.
     # The owner is checked on the row too, so a stale index entry can never cross owners.
     sql = (
         f"SELECT {columns} FROM {FTS_TABLE} CROSS JOIN {Memory._meta.db_table} m ON m.id = {FTS_TABLE}.rowid"
-        f" WHERE {FTS_TABLE} MATCH %s AND {owner}{_type_sql('m', kinds)}"
+        f" WHERE {FTS_TABLE} MATCH %s AND {owner}{kinds_sql}"
         f" ORDER BY bm25({FTS_TABLE}, 0.0, 1.0), m.created_at DESC, m.id DESC LIMIT %s"
     )
-    return list(Memory.objects.raw(sql, [match, *owner_params, *kinds, limit]))
+    return list(Memory.objects.raw(sql, [match, *owner_params, *kinds_params, limit]))
 
 
 def _owner_sql(alias: str, tenant_id: int, qor_id: int, user_id: int | None) -> tuple[str, list[object]]:
@@ -140,14 +167,12 @@ def _owner_sql(alias: str, tenant_id: int, qor_id: int, user_id: int | None) -> 
 
 
 def _search_scan(
-    tenant_id: int, qor_id: int, user_id: int | None, terms: list[str], limit: int, kinds: list[str]
+    tenant_id: int, qor_id: int, user_id: int | None, terms: list[str], limit: int, kinds: _Kinds
 ) -> list[Memory]:
     """Other databases: a scan of the owner's memories, ranked by words matched."""
     terms = [t.replace(" ", "") for t in terms]  # a pair of letters ("寿 司") is written together
     match = reduce(or_, (Q(content__icontains=t) for t in terms))
-    owned = _owned(tenant_id, qor_id, user_id).filter(match)
-    if kinds:
-        owned = owned.filter(type__in=kinds)
+    owned = kinds.filtered(_owned(tenant_id, qor_id, user_id).filter(match))
     candidates = list(owned.order_by("-created_at", "-id")[:500])
     scored = [(sum(t in fold(m.content) for t in terms), m) for m in candidates]
     scored.sort(key=lambda pair: pair[0], reverse=True)  # stable: newest first among equals

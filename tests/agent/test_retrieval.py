@@ -88,20 +88,22 @@ def test_memories_in_the_prompt_carry_their_id_and_date_in_the_persons_zone_olde
 
 
 def test_a_reminder_in_the_prompt_says_when_it_is_due_and_whether_it_was_done(world):
-    from datetime import UTC, datetime
+    from datetime import UTC, datetime, timedelta
+
+    from django.utils import timezone
 
     from memory_app.services import reminder_add, reminders_mark_done
 
-    due = datetime(2026, 3, 20, 14, 30, tzinfo=UTC)
+    due = timezone.now().replace(second=0, microsecond=0) - timedelta(hours=3)  # done this morning: still in view
     done, _ = reminder_add(tenant=world.tenant_a, qor=world.qor_a, user=world.alice, content="Call the plumber",
                            due=due)
-    reminders_mark_done(tenant=world.tenant_a, reminder_ids=[done.pk], at=due)
+    reminders_mark_done(tenant=world.tenant_a, reminder_ids=[done.pk], at=due + timedelta(minutes=5))
     later = datetime(2099, 1, 2, 8, 0, tzinfo=UTC)
     waiting, _ = reminder_add(tenant=world.tenant_a, qor=world.qor_a, user=world.alice, content="Call the plumber back",
                               due=later)
     lines = memories_for(tenant=world.tenant_a, qor=world.qor_a, user=world.alice, query="plumber")
     assert sorted(lines) == sorted([
-        f"#{done.pk} · reminder · {done.created_at:%d %b %Y} · due 20 Mar 2026 14:30, done — Call the plumber",
+        f"#{done.pk} · reminder · {done.created_at:%d %b %Y} · due {due:%d %b %Y %H:%M}, done — Call the plumber",
         f"#{waiting.pk} · reminder · {waiting.created_at:%d %b %Y} · due 02 Jan 2099 08:00 — Call the plumber back",
     ])
 

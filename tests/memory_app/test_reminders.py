@@ -14,9 +14,11 @@ from memory_app.person_memories import memory_line
 from memory_app.reminders import DueError, due_parse, reminders_due
 from memory_app.services import reminder_add, reminders_mark_done
 from qorven.agent.gateway import inbound_accept
+from sessions_app.models import Message
 from sessions_app.services import session_resolve
 from tenancy.trust import Trust
 
+from ..factories.memory_app import remember
 from ..fakes.model_server import reply, tool_call
 from ..fakes.summarizer import FakeModel, kind_of
 
@@ -277,3 +279,35 @@ def test_without_a_model_an_embeds_lines_alone_give_the_owner_no_reminder(world,
     compaction_rotate(session=session)
     assert not Memory.objects.filter(type="reminder").exists()
     assert Memory.objects.filter(user=world.alice, type="conversation_digest").count() == 1
+
+
+# --- done reminders leave the prompt ------------------------------------------------------
+
+
+def test_a_reminder_done_a_day_ago_leaves_the_prompt_and_is_still_found_by_search_and_memories(
+    world, model_server, drain
+):
+    now = timezone.now()
+    loans = []
+    for n in range(5):
+        loan, _ = reminder_add(tenant=world.tenant_a, qor=world.qor_a, user=world.alice, due=now - timedelta(days=3),
+                               content=f"Alice wants to be reminded to call the bank about loan {n}")
+        loans.append(loan)
+    reminders_mark_done(tenant=world.tenant_a, reminder_ids=[m.pk for m in loans], at=now - timedelta(days=2))
+    mortgage, _ = reminder_add(tenant=world.tenant_a, qor=world.qor_a, user=world.alice, due=now - timedelta(hours=2),
+                               content="Alice wants to be reminded to call the bank about the mortgage")
+    reminders_mark_done(tenant=world.tenant_a, reminder_ids=[mortgage.pk], at=now - timedelta(hours=1))
+    remember(world.tenant_a, world.qor_a, world.alice, "Alice's bank is the one about the corner, Monzo")
+    model_server.add(tool_call("memory_search", {"query": "bank loan", "limit": 10}), reply("Done already."))
+    session = say(world, "did I call the bank?")
+    drain()
+
+    system = model_server.requests[0]["messages"][0]["content"]
+    assert "Monzo" in system and "the mortgage" in system  # done an hour ago: still in view
+    assert "about loan" not in system
+    (found,) = tool_results(model_server)
+    assert {r["id"] for r in found["results"]} >= {m.pk for m in loans}
+    say(world, "/memories")
+    drain()
+    shown = Message.objects.get(session=session, role="assistant", metadata__command="memories").content
+    assert all(f"#{m.pk} · reminder" in shown for m in loans)
