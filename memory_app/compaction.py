@@ -10,9 +10,9 @@
   messages still waiting for an answer.
 
 Before anything is condensed, the memory flush stores the run's facts, reminders and open
-tasks. Model calls happen outside any transaction; the results are stored in one, which
-applies only if nobody compacted the session meanwhile, so a failure or a race stores
-nothing and loses nothing.
+tasks, as `remember` would (memory_app.flushed_notes). Model calls happen outside any
+transaction; the results are stored in one, which applies only if nobody compacted the
+session meanwhile, so a failure or a race stores nothing and loses nothing.
 """
 from __future__ import annotations
 
@@ -30,7 +30,8 @@ from sessions_app.services import message_append, session_compaction_advance, se
 
 from .digest import DigestSpan, digest_plain_extract
 from .models import Memory
-from .services import memory_add, reminder_add
+from .flushed_notes import flushed_store
+from .services import memory_add
 from .summarizer.condense import Condensed, condense
 from .summarizer.excerpts import excerpt_read, input_budget
 from .summarizer.model_answers import CompactionFailed
@@ -209,23 +210,13 @@ def compaction_rotate(*, session: Session) -> RotateOutcome | None:
 
 
 def _store(session: Session, condensed: Condensed) -> int:
-    """The flushed memories and the run's conversation digest; returns how many are new.
-    A memory covers the run's date range, except a reminder: its period is when it comes
-    due and when it reached the user (memory_app.reminders), so one with a due time starts
-    then and stays open until delivered, and one without has none (undated: never due, and
-    never read as due at the conversation's start and done by its end)."""
+    """The flushed memories (as `remember` stores a note: memory_app.flushed_notes) and the
+    run's conversation digest and running summary, which cover the run's date range;
+    returns how many are new."""
     span = condensed.excerpt.span
-    owner = dict(tenant=session.tenant, qor=session.qor, user=session.user, channels=span.channels,
-                 source_session_id=session.pk)
-    common = dict(owner, period_start=span.first_at, period_end=span.last_at)
-    stored = 0
-    for memory in condensed.memories:
-        if memory.due is not None:
-            stored += reminder_add(content=memory.content, due=memory.due, **owner)[1]
-        elif memory.type == Memory.Type.REMINDER:
-            stored += memory_add(type=memory.type, content=memory.content, **owner)[1]
-        else:
-            stored += memory_add(type=memory.type, content=memory.content, **common)[1]
+    common = dict(tenant=session.tenant, qor=session.qor, user=session.user, channels=span.channels,
+                  source_session_id=session.pk, period_start=span.first_at, period_end=span.last_at)
+    stored = flushed_store(session=session, condensed=condensed)
     readers = [session.user] if session.user is not None else _members_heard(condensed.excerpt) or [None]
     note = condensed.note
     if session.kind == Session.Kind.GROUP and note.strip():

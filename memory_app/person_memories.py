@@ -22,7 +22,7 @@ from tenancy.errors import NotFound
 from tenancy.models import Qor, Tenant
 
 from .models import Memory
-from .services import memory_add, memory_delete, reminder_add
+from .services import memory_add, memory_delete, memory_said_again, reminder_add
 
 PAGE = 20
 PAGE_MAX = 100
@@ -60,6 +60,11 @@ class NotReplaceable(ValueError):
     corrected note does not replace it."""
 
 
+class Superseded(ValueError):
+    """A note drawn from what was said at some time names a memory said after that: the
+    newer one holds, and the older note corrects nothing."""
+
+
 # What a note may replace: what a note can be.
 REPLACEABLE = (Memory.Type.FACT, Memory.Type.LESSON, Memory.Type.REMINDER)
 
@@ -85,22 +90,30 @@ def memory_forget(*, tenant: Tenant, qor: Qor, user: User, memory_id: int) -> Me
 def memory_remember(
     *, tenant: Tenant, qor: Qor, user: User, type: str, content: str, replaces: Iterable[int] = (),
     due: datetime | None = None, channels: Iterable[str] = (), source_session_id: int | None = None,
+    said_at: datetime | None = None,
 ) -> Remembered:
     """Store the person's note (a reminder coming due at `due`, when given) in place of
     their memories `replaces` names, all at once: the ones it corrects are deleted, and
     their text leaves what conversations kept of them, as a forgotten memory's does
     (a corrected note is still the person's data, and the model must not read it again
-    as current). MemoryMissing for an id that is not the person's own with this Qor
-    (another person's, Qor's or tenant's, or none): nothing is stored then.
-    NotReplaceable for a summary or a digest."""
+    as current). `said_at`: when the person said it, for a note drawn from a conversation
+    later (the memory flush); a fact or lesson is dated then, not when stored. MemoryMissing
+    for an id that is not the person's own with this Qor (another person's, Qor's or
+    tenant's, or none): nothing is stored then. NotReplaceable for a summary or a digest;
+    Superseded for a memory said after `said_at`."""
     old = _own_locked(tenant=tenant, qor=qor, user=user, ids=replaces)
     for memory in old:
         if memory.type not in REPLACEABLE:
             raise NotReplaceable(f"memory {memory.pk} is a {memory_kind(memory)}")
+        if said_at is not None and memory.said_at > said_at:
+            raise Superseded(f"memory {memory.pk} was said after this")
     common = dict(tenant=tenant, qor=qor, user=user, content=content, channels=channels,
                   source_session_id=source_session_id)
     if due is not None:
         memory, created = reminder_add(due=due, **common)  # type: ignore[arg-type]
+    elif said_at is not None and type != Memory.Type.REMINDER:  # a reminder's period is its due time
+        memory, created = memory_add(type=type, period_start=said_at, period_end=said_at,  # type: ignore[arg-type]
+                                     **common)
     else:
         memory, created = memory_add(type=type, **common)  # type: ignore[arg-type]
     gone = [m for m in old if m.pk != memory.pk]  # the same note said again replaces others, not itself
@@ -108,6 +121,15 @@ def memory_remember(
     for replaced in gone:
         _traces_redact(tenant=tenant, qor=qor, memory=replaced, replaced_by=memory.pk)
     return Remembered(memory=memory, created=created, replaced=[m.pk for m in gone])
+
+
+@transaction.atomic
+def memory_known_again(*, tenant: Tenant, qor: Qor, user: User, memory_id: int, at: datetime) -> Memory:
+    """One of the person's notes said again at `at`, in whatever words (the memory flush
+    found it already kept): dated then, when that is later than it was last said.
+    MemoryMissing when it is not theirs or not there (forgotten meanwhile)."""
+    (memory,) = _own_locked(tenant=tenant, qor=qor, user=user, ids=[memory_id])
+    return memory_said_again(memory=memory, at=at)
 
 
 def _own_locked(*, tenant: Tenant, qor: Qor, user: User, ids: Iterable[int]) -> list[Memory]:

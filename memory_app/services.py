@@ -69,7 +69,7 @@ def memory_add(
     lookup = dict(tenant=tenant, qor=qor, user=user, type=type, content_hash=digest)
     existing = Memory.objects.filter(**lookup).first()
     if existing is not None:
-        return _said_again(existing, at=period_end or timezone.now()), False
+        return memory_said_again(memory=existing, at=period_end or timezone.now()), False
     try:
         with transaction.atomic():
             memory = Memory.objects.create(
@@ -83,13 +83,14 @@ def memory_add(
             )
             _index_put(memory)
     except IntegrityError:
-        return _said_again(Memory.objects.get(**lookup), at=period_end or timezone.now()), False
+        return memory_said_again(memory=Memory.objects.get(**lookup), at=period_end or timezone.now()), False
     return memory, True
 
 
-def _said_again(memory: Memory, *, at: datetime) -> Memory:
-    """A note said again at `at`: when that is later than it was last said, its period
-    reaches `at` (a reminder's period is its due time, moved by reminder_add instead)."""
+def memory_said_again(*, memory: Memory, at: datetime) -> Memory:
+    """A note said again at `at` (in the same words, or in others: the memory flush's
+    "known"): when that is later than it was last said, its period reaches `at` (a
+    reminder's period is its due time, moved by reminder_add instead)."""
     if memory.type == Memory.Type.REMINDER or at <= memory.said_at:
         return memory
     memory.period_start = memory.period_start or memory.created_at

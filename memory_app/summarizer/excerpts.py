@@ -79,10 +79,17 @@ def excerpt_read(*, session: Session, after_seq: int, through_seq: int, budget: 
     return Excerpt(after_seq=after_seq, through_seq=last, messages=picked, span=span)
 
 
+# The most the memory flush reads of the person's notes already kept, where the summary
+# reads the previous note (known_notes.KNOWN_MAX_CHARS, which is checked against this).
+KNOWN_NOTES_MAX_CHARS = 2_400
+
+
 def input_budget(qor: Qor, previous_note: str) -> int:
-    """Tokens of transcript one summarizer call may take."""
+    """Tokens of transcript one summarizer call may take: the summary's call also reads
+    the previous note, the flush's the person's notes already kept."""
     route = route_for(qor, "summarizer")
-    overhead = estimate_tokens(SUMMARY_INSTRUCTIONS) + 300 + estimate_tokens(previous_note)
+    overhead = (estimate_tokens(SUMMARY_INSTRUCTIONS) + 300
+                + max(estimate_tokens(previous_note), KNOWN_NOTES_MAX_CHARS // 4 + 1))
     return max(route.num_ctx - settings.QORVEN_CONTEXT_RESERVE - overhead, 256)
 
 

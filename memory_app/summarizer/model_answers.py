@@ -40,12 +40,52 @@ class CompactionFailed(Exception):
         self.reason = reason or detail
 
 
-class DatedItem(BaseModel):
-    """A reminder or open task with the time it comes due."""
+class NoteItem(BaseModel):
+    """A note as an object: its text, the line it comes from, and what it does to the notes
+    already kept (memory_app.summarizer.known_notes). A field the model wrote wrongly must
+    not fail the flush: it is read as absent, and the note kept."""
 
     model_config = ConfigDict(extra="forbid", strict=True)
 
     text: Item
+    said: str | None = Field(
+        default=None, description="the time on the line it comes from (the last, when several say it), as written "
+                                  "there: 2026-03-14 15:30")
+    replaces: list[int] = Field(
+        default_factory=list, description="numbers of the notes already kept that it corrects or makes out of date")
+    known: int | None = Field(default=None, description="the number of a note already kept that says the same")
+
+    @field_validator("said", mode="before")
+    @classmethod
+    def _any_said(cls, value: object) -> object:
+        return value if isinstance(value, str) else None
+
+    @field_validator("replaces", mode="before")
+    @classmethod
+    def _any_replaces(cls, value: object) -> object:
+        numbers = value if isinstance(value, list) else [value]
+        return [n for n in map(_number, numbers) if n is not None][:REPLACES_MAX]
+
+    @field_validator("known", mode="before")
+    @classmethod
+    def _any_known(cls, value: object) -> object:
+        return _number(value)
+
+
+# At most this many notes kept one flushed note replaces (as the `remember` tool allows).
+REPLACES_MAX = 10
+
+
+def _number(value: object) -> int | None:
+    """A note's number as a model may write it: 12, "12" or "#12"; None for anything else."""
+    if isinstance(value, str) and re.fullmatch(r"#?[0-9]{1,18}", value.strip()):
+        return int(value.strip().lstrip("#"))
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+class DatedItem(NoteItem):
+    """A reminder or open task with the time it comes due."""
+
     due: str | None = Field(
         default=None,
         description="ISO 8601: 2026-03-14T15:30 (the user's local time) or 2026-03-14 (no time of day stated)",
@@ -64,7 +104,7 @@ class FlushResult(BaseModel):
 
     model_config = ConfigDict(extra="forbid", strict=True)
 
-    facts: list[Item] = Field(max_length=50, description="durable facts about the user and their world")
+    facts: list[Item | NoteItem] = Field(max_length=50, description="durable facts about the user and their world")
     reminders: list[Item | DatedItem] = Field(
         max_length=50, description="things to remind the user of, with dates as stated, and when they are due"
     )
@@ -72,7 +112,7 @@ class FlushResult(BaseModel):
         max_length=50, description="tasks committed to and not done yet, and when they are due"
     )
     # Optional, so an answer of a model that leaves it out still counts.
-    lessons: list[Item] = Field(
+    lessons: list[Item | NoteItem] = Field(
         default_factory=list, max_length=50,
         description="what the user corrected or taught the assistant: how they want things done",
     )
@@ -100,7 +140,10 @@ A reminder or open task that has a time (when to remind the user, a deadline) is
 {{"text": "the sentence", "due": "the time"}} with the time in ISO 8601: 2026-03-14T15:30 in \
 the user's local time ({zone}), or just the date, 2026-03-14, when no time of day was \
 stated. Work relative times ("tomorrow", "in two hours") out from the time of the message \
-that states them (message times are UTC). Without a time, give the plain sentence.
+that states them (message times are UTC).
+Any item may say which line it comes from: {{"text": "the sentence", "said": "2026-03-14 15:30"}}, \
+"said" being the time written on that line (the last line, when several say it), so the \
+note is dated when it was said.
 Reply with one JSON object and nothing else, matching this JSON Schema:
 {schema}"""
 
@@ -113,6 +156,15 @@ Reply with one JSON object and nothing else, matching this JSON Schema:
 - "digest": this excerpt alone in at most 120 words: topics, decisions, answers given.
 - "note": the running summary of the whole conversation so far, merging the previous \
 summary with this excerpt, in at most 250 words, the most recent and important first."""
+
+# Added to the flush's instructions when the person's notes already kept come before the excerpt.
+KNOWN_NOTES = """
+Before the excerpt come the notes already kept about the user, each with its number and \
+the date it was last said. An item one of them already says, in any words, is \
+{"text": "the sentence", "said": "…", "known": its number}: it is not kept twice. An item \
+that corrects or updates some of them (the user moved, changed their mind, a task is done) \
+gives their numbers in "replaces": they are deleted. Never replace a note dated after the \
+line the item comes from: the newer one holds."""
 
 # Added to both instructions when a line of the excerpt is marked "lower trust".
 LOWER_TRUST = """
