@@ -30,7 +30,8 @@ def validate_timezone(name: str) -> None:
 
     try:
         ZoneInfo(name)
-    except (ZoneInfoNotFoundError, ValueError):
+    # OSError: a folder of the tz database ('Europe') or a name too long for a file name.
+    except (ZoneInfoNotFoundError, ValueError, OSError):
         raise ValidationError(f"unknown timezone {name!r}; use an IANA name such as 'Europe/Paris' or 'UTC'",
                               code="timezone") from None
 

@@ -13,7 +13,7 @@ def zone_named(name: str) -> ZoneInfo:
     checked)."""
     try:
         return ZoneInfo(name or "UTC")
-    except (ZoneInfoNotFoundError, ValueError):
+    except (ZoneInfoNotFoundError, ValueError, OSError):
         return ZoneInfo("UTC")
 
 

@@ -132,3 +132,10 @@ def test_a_persons_own_beats_follow_their_timezone_and_move_with_it(world, model
     say(world, world.alice, "/timezone workspace")
     drain()
     assert crontab_zone(hers) == "Europe/Paris"
+
+
+def test_a_name_too_long_for_any_zone_is_refused_like_an_unknown_one(world, model_server, drain):
+    session = say(world, world.alice, "/timezone Europe/" + "x" * 300)
+    drain()
+    assert last_answer(session).startswith("I don't know the timezone 'Europe/xxx")
+    assert zone_of(world, world.alice) == ""
