@@ -18,6 +18,7 @@ from django.utils.http import content_disposition_header
 
 from sessions_app.channel_kinds import Channel
 from tenancy.errors import NotFound
+from tenancy.zones import person_zone_own
 
 from .api_auth import method_refused
 from .chat import (
@@ -80,6 +81,10 @@ def chat_page(request: HttpRequest, qor_slug: str) -> HttpResponse:
         "regenerate": reverse("chat-regenerate", args=[owner.tenant.slug, owner.qor.slug]),
         "search": reverse("chat-search", args=[owner.tenant.slug, owner.qor.slug]),
         "memories": reverse("chat-memories", args=[owner.tenant.slug, owner.qor.slug]),
+        # The person's own timezone ("" = the workspace's), which the dates the Qor writes follow.
+        "timezone": reverse("chat-timezone", args=[owner.tenant.slug, owner.qor.slug]),
+        "zoneOwn": person_zone_own(tenant=owner.tenant, user_id=owner.user.pk),
+        "zoneWorkspace": owner.tenant.timezone or "UTC",
         "images": f"/chat/api/{owner.tenant.slug}/{owner.qor.slug}/images/",
         "maxUpload": settings.QORVEN_MAX_UPLOAD,
         # Messages stored before this are history: shown, never announced (server clock).

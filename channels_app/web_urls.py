@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from django.urls import path
 
-from . import export_views, views, webchat_views
+from . import export_views, timezone_views, views, webchat_views
 
 urlpatterns = [
     path("chat/", views.chat_index, name="chat-index"),
@@ -19,6 +19,8 @@ urlpatterns = [
          name="chat-memory"),
     path("chat/api/<slug:tenant_slug>/<slug:qor_slug>/conversations", views.chat_conversations,
          name="chat-conversations"),
+    path("chat/api/<slug:tenant_slug>/<slug:qor_slug>/timezone", timezone_views.chat_timezone_view,
+         name="chat-timezone"),
     path("chat/export/<slug:tenant_slug>", export_views.chat_export, name="chat-export"),
     path("chat/<slug:qor_slug>/", views.chat_page, name="chat-page"),
     path("webchat/<str:key>.js", webchat_views.loader, name="webchat-loader"),
