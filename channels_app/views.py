@@ -65,6 +65,7 @@ def chat_page(request: HttpRequest, qor_slug: str) -> HttpResponse:
         raise Http404("no such chat") from None
     several = _several_tenants(qors)
     heard_from = chat_channels(owner=owner)  # a filter chip only for a channel that can speak here
+    zone_own, zone_workspace = person_zone_own(tenant=owner.tenant, user_id=owner.user.pk), owner.tenant.timezone or "UTC"
     config = {
         "tenant": owner.tenant.slug,
         "qor": owner.qor.slug,
@@ -83,8 +84,8 @@ def chat_page(request: HttpRequest, qor_slug: str) -> HttpResponse:
         "memories": reverse("chat-memories", args=[owner.tenant.slug, owner.qor.slug]),
         # The person's own timezone ("" = the workspace's), which the dates the Qor writes follow.
         "timezone": reverse("chat-timezone", args=[owner.tenant.slug, owner.qor.slug]),
-        "zoneOwn": person_zone_own(tenant=owner.tenant, user_id=owner.user.pk),
-        "zoneWorkspace": owner.tenant.timezone or "UTC",
+        "zoneOwn": zone_own,
+        "zoneWorkspace": zone_workspace,
         "images": f"/chat/api/{owner.tenant.slug}/{owner.qor.slug}/images/",
         "maxUpload": settings.QORVEN_MAX_UPLOAD,
         # Messages stored before this are history: shown, never announced (server clock).
@@ -97,7 +98,16 @@ def chat_page(request: HttpRequest, qor_slug: str) -> HttpResponse:
         "channels": [(str(k), v) for k, v in CHANNEL_LABELS.items() if k in heard_from],
         "qors": [(q, _page_url(q, several_tenants=several), q.pk == owner.qor.pk) for q in qors],
         "several_tenants": several,
+        "zone": zone_label(own=zone_own, workspace=zone_workspace),
     })
+
+
+def zone_label(*, own: str, workspace: str) -> dict[str, str]:
+    """The header's "Your timezone" item: the place in a few letters ("Buenos Aires") and
+    in full ("Your timezone: UTC (the workspace's)"), as chat-timezone.js writes it too."""
+    zone = own or workspace
+    return {"short": zone.rsplit("/", 1)[-1].replace("_", " "),
+            "full": f"Your timezone: {zone}" + ("" if own else " (the workspace's)")}
 
 
 def member_json_view(*methods: str) -> Callable[[Callable[..., JsonResponse]], Callable[..., JsonResponse]]:

@@ -25,10 +25,10 @@ INJECTED = ("() => { const i = document.createElement('img'); i.src = 'https://e
             " document.body.appendChild(i); }")
 
 
-def watched(browser, **options):
+def watched(browser, viewport=None, **options):
     """A browser context whose pages report every violation and policy complaint into the
     list it returns with it."""
-    context = browser.new_context(viewport={"width": 1280, "height": 820}, **options)
+    context = browser.new_context(viewport=viewport or {"width": 1280, "height": 820}, **options)
     reports: list[str] = []
     context.expose_function("__qorvenViolation", lambda report: reports.append(report))
     context.add_init_script(LISTEN)

@@ -1,10 +1,13 @@
-/* The chat page's start: the live timeline on the page's config, the assistant switcher,
- * and on a phone the header's "More" menu. A file of its own, not inline, so the page's
- * Content-Security-Policy runs scripts from our files only (qorven/runtime/security_headers.py). */
+/* The chat page's start: the live timeline on the page's config, "Your timezone", the
+ * assistant switcher, and on a phone the header's "More" menu. A file of its own, not
+ * inline, so the page's Content-Security-Policy runs scripts from our files only
+ * (qorven/runtime/security_headers.py). */
 (function () {
   "use strict";
   var config = JSON.parse(document.getElementById("chat-config").textContent);
-  new QorvenChat(document.getElementById("chat"), config).start();
+  var chat = new QorvenChat(document.getElementById("chat"), config);
+  chat.start();
+  if (window.QorvenTimezone && config.timezone) new QorvenTimezone(chat);
   var switcher = document.querySelector("[data-switcher]");
   if (switcher) switcher.addEventListener("change", function () { location.href = switcher.value; });
 
