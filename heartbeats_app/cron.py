@@ -115,7 +115,8 @@ def _field_pattern(name: str) -> re.Pattern[str]:
 def timezone_parse(name: str) -> ZoneInfo:
     try:
         return ZoneInfo(name)
-    except (ZoneInfoNotFoundError, ValueError):
+    # OSError: a folder of the tz database ('Europe') or a name too long for a file name.
+    except (ZoneInfoNotFoundError, ValueError, OSError):
         raise CronError(f"unknown timezone {name!r}; use an IANA name such as 'Europe/Paris' or 'UTC'") from None
 
 

@@ -124,3 +124,15 @@ def test_the_beats_command_lists_the_users_beats_without_a_model_call(world, mod
     say(world, world.bob, "/beats", channel="web")
     drain()
     assert "bob-secret" in Message.objects.filter(role="assistant", session__user=world.bob).get().content
+
+
+def test_a_timezone_that_names_a_folder_of_the_tz_database_gets_an_error_back_to_the_model(world, model_server,
+                                                                                            drain):
+    model_server.add(tool_call("set_beat", {"name": "pills", "cron": "0 8 * * *", "prompt": "pills",
+                                            "timezone": "Europe"}),
+                     reply("Which city in Europe?"))
+    say(world, world.alice, "every morning remind me of my pills")
+    drain()
+    (result,) = tool_results(model_server, 1)
+    assert "unknown timezone 'Europe'" in result["error"]
+    assert not Heartbeat.objects.exists()
