@@ -117,6 +117,35 @@ class _DatabaseGates:
             return None
         return key
 
+    def take_both(self, first: str, then: str) -> tuple[str | None, str | None]:
+        """`first`, and `then` only if `first` was free, in one statement (a send's binding
+        and its first slot: one round trip where two were)."""
+        with self._lock:
+            if first in self._held:
+                return None, None
+            mine_too = then not in self._held
+            self._held.update((first, then) if mine_too else (first,))
+        try:
+            with connections[DEFAULT_DB_ALIAS].cursor() as cursor:
+                # CASE runs the second try only when the first was granted.
+                cursor.execute(
+                    "SELECT got, CASE WHEN got AND %s THEN pg_try_advisory_lock(%s, %s) END FROM"
+                    " (SELECT pg_try_advisory_lock(%s, %s)" + _KEEPALIVE + ") AS taken(got)",
+                    [mine_too, *_lock_key(then), *_lock_key(first)],
+                )
+                got_first, got_then = cursor.fetchone()[:2]
+        except BaseException:
+            self._forget(first)
+            if mine_too:
+                self._forget(then)
+            raise
+        if not got_first:
+            self._forget(first)
+        if not (mine_too and got_then):
+            if mine_too:
+                self._forget(then)
+        return (first if got_first else None), (then if mine_too and got_then else None)
+
     def let_go(self, held: list[tuple[str, str]]) -> None:
         if not held:
             return
@@ -220,19 +249,27 @@ def send_gate(*, binding_id: int, worker: str) -> Iterator[None]:
     """Hold the binding's gate and one of the worker's send slots while sending; raise
     BindingBusy or GateShut at once if either is taken."""
     gates = _gates()
+    binding, slots = binding_key(binding_id), send_slot_keys(worker)
     held: list[tuple[str, str]] = []
     try:
-        token = gates.take(binding_key(binding_id))
+        if isinstance(gates, _DatabaseGates):  # the binding and the first slot in one round trip
+            token, slot = gates.take_both(binding, slots[0])
+            first, slots = slots[0], slots[1:]
+        else:
+            token, slot, first = gates.take(binding), None, ""
         if token is None:
             raise BindingBusy(f"binding {binding_id} is sending")
-        held.append((binding_key(binding_id), token))
-        for key in send_slot_keys(worker):
-            token = gates.take(key)
-            if token is not None:
-                held.append((key, token))
-                break
+        held.append((binding, token))
+        if slot is not None:
+            held.append((first, slot))
         else:
-            raise GateShut(f"worker {worker} has no send slot free")
+            for key in slots:
+                slot = gates.take(key)
+                if slot is not None:
+                    held.append((key, slot))
+                    break
+            else:
+                raise GateShut(f"worker {worker} has no send slot free")
         yield
     finally:
         gates.let_go(held)
