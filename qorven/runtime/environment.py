@@ -189,7 +189,7 @@ class Env(environ.Env):
         value = self.str(var, default=default)
         try:
             zoneinfo.ZoneInfo(value)
-        except (zoneinfo.ZoneInfoNotFoundError, ValueError):
+        except (zoneinfo.ZoneInfoNotFoundError, ValueError, OSError):  # OSError: a folder ("Europe")
             raise environ.ImproperlyConfigured(
                 f"{var} must be a time zone name like UTC or Europe/Berlin, not {value!r}") from None
         return value
