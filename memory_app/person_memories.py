@@ -203,6 +203,7 @@ def memory_json(memory: Memory) -> dict[str, object]:
         "content": memory.content,
         "channels": memory.channels,
         "created_at": memory.created_at.isoformat(),
+        "said_at": memory.said_at.isoformat(),  # when what it holds was last said (Memory.said_at)
         # a reminder's due time; the stretch of conversation a digest covers
         "period_start": memory.period_start.isoformat() if memory.period_start else None,
         "period_end": memory.period_end.isoformat() if memory.period_end else None,

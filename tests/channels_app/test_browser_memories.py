@@ -125,6 +125,37 @@ def test_the_dialog_lists_the_persons_own_memories_newest_first_dated_in_their_l
             browser.close()
 
 
+def test_a_note_drawn_from_an_older_conversation_is_dated_when_it_was_said(chat_server):
+    """The memory flush stores in June what was said in March: the dialog said June, where
+    /memories, /forget and the Qor's prompt say March."""
+    from playwright.sync_api import expect, sync_playwright
+
+    base, model, platform = chat_server
+    on_server(base, """
+from datetime import datetime, timezone
+from django.contrib.auth import get_user_model
+from memory_app.models import Memory
+from memory_app.services import memory_add
+from tenancy.models import Qor
+aria = Qor.objects.get(tenant__slug="acme", slug="aria")
+alice = get_user_model().objects.get(username="alice")
+memory, _ = memory_add(tenant=aria.tenant, qor=aria, user=alice, type="fact", content="Alice moved the piano.",
+                       period_start=datetime(2026, 3, 14, 9, 0, tzinfo=timezone.utc),
+                       period_end=datetime(2026, 3, 14, 10, 0, tzinfo=timezone.utc))
+Memory.objects.filter(pk=memory.pk).update(created_at=datetime(2026, 6, 2, 12, 0, tzinfo=timezone.utc))
+print("ok")
+""")
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        try:
+            context = browser.new_context(viewport={"width": 1280, "height": 820}, locale="en-GB", timezone_id="UTC")
+            page = sign_in(browser, base, context=context)
+            dialog = open_memories(page)
+            expect(dialog.locator(".memory__when")).to_have_text(["14 Mar 2026"])
+        finally:
+            browser.close()
+
+
 def test_show_older_pages_through_the_memories_to_the_last(chat_server):
     from playwright.sync_api import expect, sync_playwright
 

@@ -118,8 +118,9 @@
     var meta = el("p", "memory__meta");
     meta.appendChild(el("span", "memory__kind", KINDS[memory.type] || memory.type));
     meta.appendChild(document.createTextNode(" · "));
-    var when = el("time", "memory__when", day(memory.created_at));
-    when.dateTime = memory.created_at;
+    var said = memory.said_at || memory.created_at;  // when it was said, as /memories dates it
+    var when = el("time", "memory__when", day(said));
+    when.dateTime = said;
     meta.appendChild(when);
     if (memory.type === "reminder" && memory.period_start) {
       meta.appendChild(document.createTextNode(" · due " + new Date(memory.period_start).toLocaleString(
