@@ -29,9 +29,9 @@ from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.models import Field
 from django.utils.dateparse import parse_datetime
 
-from tenancy.models import Membership
+from tenancy.models import Membership, Tenant
 
-from .errors import LeaseLost, SenderLeft
+from .errors import LeaseLost, SenderLeft, WorkspaceSuspended
 from .models import Message, Session
 
 _ACTIVE = Session.State.ACTIVE.value
@@ -73,9 +73,10 @@ class AppendPlan:
     session_first: bool  # the session's id and state come before the values
     named: tuple[str, ...] = ()  # parameter names, where the statement names its parameters
     # PostgreSQL: the append of a turn's reply, which also confirms and extends the turn's
-    # lease and marks the message it answers (reply_execute); its parameters: the lease's
-    # new end, the answered seq, the session's id and state, the owner, the answered
-    # state and the answered message's id, then the values.
+    # lease and marks the message it answers (reply_execute), stored only while the
+    # session's workspace is served (serving_condition); its parameters: the lease's new
+    # end, the answered seq, the session's id and state, the owner, the answered state and
+    # the answered message's id, then the values.
     reply_sql: str = ""
     # The same, stored only while the session's person is still a member (member_condition).
     member_reply_sql: str = ""
@@ -120,7 +121,7 @@ def append_plan(db: BaseDatabaseWrapper) -> AppendPlan:
                 f" AND EXISTS (SELECT 1 FROM allocated)) {insert}"
             )
 
-        reply_sql = reply(f"turn_owner = {mark}")
+        reply_sql = reply(f"turn_owner = {mark} AND {serving_condition(db)}")
         member_reply_sql = reply(f"turn_owner = {mark} AND {member_condition(db)}")
     else:
         sql = (
@@ -147,17 +148,38 @@ def append_plan(db: BaseDatabaseWrapper) -> AppendPlan:
 
 def member_condition(db: BaseDatabaseWrapper) -> str:
     """SQL for the WHERE of a statement on the session row: true while the session's person
-    is an active member of its tenant (as tenancy.selectors.membership_active reads it).
-    Folded into the statement that stores a turn's reply, so a person removed while the
-    model thought gets nothing, for two index lookups (the membership's unique (tenant,
-    user) index, the user's primary key) and no round trip of its own."""
+    is an active member of its tenant and the workspace is served (as
+    tenancy.selectors.memberships_holding reads it). Folded into the statement that stores
+    a turn's reply, so a person removed, or whose workspace the host suspended, while the
+    model thought gets nothing, for three index lookups (the membership's unique (tenant,
+    user) index, the user's and the tenant's primary keys) and no round trip of its own."""
     quote = db.ops.quote_name
     sessions = quote(Session._meta.db_table)
     users = quote(Session._meta.get_field("user").related_model._meta.db_table)
     return (
         f"EXISTS (SELECT 1 FROM {quote(Membership._meta.db_table)} m JOIN {users} u ON u.id = m.user_id"
-        f" WHERE m.tenant_id = {sessions}.tenant_id AND m.user_id = {sessions}.user_id AND u.is_active)"
+        f" JOIN {quote(Tenant._meta.db_table)} t ON t.id = m.tenant_id"
+        f" WHERE m.tenant_id = {sessions}.tenant_id AND m.user_id = {sessions}.user_id AND u.is_active"
+        f" AND t.suspended_at IS NULL)"
     )
+
+
+def serving_condition(db: BaseDatabaseWrapper) -> str:
+    """SQL for the WHERE of a statement on the session row: true while the session's
+    workspace is served (tenancy.access.tenant_serving, as it is now). Folded into the
+    statement that stores any turn's reply (a group's, an anonymous visitor's: replies
+    that answer no member), so nothing the model wrote after the host suspended the
+    workspace is stored or sent."""
+    quote = db.ops.quote_name
+    sessions = quote(Session._meta.db_table)
+    return (f"EXISTS (SELECT 1 FROM {quote(Tenant._meta.db_table)} t"
+            f" WHERE t.id = {sessions}.tenant_id AND t.suspended_at IS NULL)")
+
+
+def reply_condition(db: BaseDatabaseWrapper, *, member: bool) -> str:
+    """What a turn's reply is stored under, besides its lease: the person still a member
+    (`member`), else the workspace served."""
+    return member_condition(db) if member else serving_condition(db)
 
 
 def reply_execute(
@@ -168,8 +190,9 @@ def reply_execute(
     confirms `owner`'s lease on the session and extends it to `lease_until`, marks message
     `answers_id` answered and moves the session's progress past `answers_seq` — one round
     trip, a transaction of its own outside an atomic block. Raises LeaseLost when the lease
-    is no longer `owner`'s; with `member`, SenderLeft when the session's person is no longer
-    a member of its tenant (nothing is written); returns None when the session is not active."""
+    is no longer `owner`'s; WorkspaceSuspended when the host suspended the workspace; with
+    `member`, SenderLeft when the session's person is no longer a member of its tenant
+    (nothing is written); returns None when the session is not active."""
     plan = append_plan(db)
     if not plan.reply_sql:
         raise ValueError(f"{db.vendor} stores a reply in a transaction of the caller's (sessions_app.turn_writes)")
@@ -183,16 +206,19 @@ def reply_execute(
 
 def reply_refusal(db: BaseDatabaseWrapper, *, session_id: int, owner: str, member: bool) -> None:
     """Why a reply's statement stored nothing (read only then, never for a reply stored):
-    LeaseLost when the lease is no longer `owner`'s, SenderLeft when `member` was asked and
-    the session's person is no longer one; else it returns (the session is not active)."""
+    LeaseLost when the lease is no longer `owner`'s, WorkspaceSuspended when the workspace
+    is suspended, SenderLeft when `member` was asked and the session's person is no longer
+    one; else it returns (the session is not active)."""
     sessions = db.ops.quote_name(Session._meta.db_table)
     with db.cursor() as cursor:
-        cursor.execute(f"SELECT turn_owner, {member_condition(db) if member else 'NULL'} FROM {sessions}"
-                       f" WHERE id = %s", [session_id])
+        cursor.execute(f"SELECT turn_owner, {serving_condition(db)}, {member_condition(db) if member else 'NULL'}"
+                       f" FROM {sessions} WHERE id = %s", [session_id])
         found = cursor.fetchone()
     if found is None or found[0] != owner:
         raise LeaseLost(session_id)
-    if member and not found[1]:
+    if not found[1]:
+        raise WorkspaceSuspended(session_id)
+    if member and not found[2]:
         raise SenderLeft(session_id)
 
 

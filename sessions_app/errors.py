@@ -17,3 +17,13 @@ class SenderLeft(Exception):
     """The person a turn answers is no longer an active member of the session's tenant
     (removed, or their account deactivated, while the model thought): nothing is stored
     for them (sessions_app.turn_writes.reply_store)."""
+
+    reason = "the sender is no longer a member of the workspace"  # kept on the message, for the admin
+
+
+class WorkspaceSuspended(SenderLeft):
+    """The host suspended the session's workspace (tenancy.services.tenant_suspend) while
+    the model thought: nothing is stored for anyone in it, a group's chat included, and the
+    turn ends as for a person who left (no tool run, no reply, nothing said)."""
+
+    reason = "the workspace is suspended"

@@ -19,7 +19,7 @@ from django.utils import timezone
 
 from qorven.runtime.prepared_read import PreparedRead
 
-from .append_statement import member_condition, reply_refusal
+from .append_statement import reply_condition, reply_refusal
 from .errors import LeaseLost
 from .models import Message, Session
 from .selectors import answerable
@@ -81,13 +81,14 @@ def turn_leases_renew(*, held: dict[str, int], seconds: int) -> list[str]:
 def turn_answer_record(*, message: Message, owner: str, member: bool = False) -> None:
     """In the transaction that stores the reply to user message `message`: confirm and
     extend `owner`'s lease (LeaseLost if it is no longer theirs, as turn_lease_confirm),
-    with `member` confirm the session's person is still a member of its tenant (SenderLeft
-    if not), mark the message answered and move the session's progress past it (never
-    back). One statement on PostgreSQL, two on SQLite."""
+    confirm the workspace is served (WorkspaceSuspended if the host suspended it), with
+    `member` that the session's person is still a member of its tenant (SenderLeft if not),
+    mark the message answered and move the session's progress past it (never back). One
+    statement on PostgreSQL, two on SQLite."""
     until = _moment(timezone.now() + timedelta(seconds=settings.QORVEN_TURN_LEASE))
     seq, session_id = message.seq, message.session_id
     db = connections[DEFAULT_DB_ALIAS]
-    held = "turn_owner = %s" + (f" AND {member_condition(db)}" if member else "")
+    held = f"turn_owner = %s AND {reply_condition(db, member=member)}"
     if _postgres():
         with db.cursor() as cursor:
             cursor.execute(
@@ -106,8 +107,8 @@ def turn_answer_record(*, message: Message, owner: str, member: bool = False) ->
         ) and _write("UPDATE sessions_app_message SET answer_state = %s WHERE id = %s",
                      [Message.Answer.ANSWERED, message.pk])
     if not kept:
-        if member:  # a person who left, told apart from a lost lease (read only on this path)
-            reply_refusal(db, session_id=session_id, owner=owner, member=member)
+        # A person who left or a suspended workspace, told apart from a lost lease (read only on this path).
+        reply_refusal(db, session_id=session_id, owner=owner, member=member)
         raise LeaseLost(session_id)
     message.answer_state = Message.Answer.ANSWERED
 
@@ -116,9 +117,10 @@ def reply_store(*, session: Session, answers: Message, owner: str, content: str,
                 metadata: dict[str, Any], member: bool = False) -> Message:
     """Store a turn's reply to user message `answers` with the answered marks, once the
     lease is confirmed still `owner`'s (else LeaseLost, and nothing is written; SessionClosed
-    when the session was archived meanwhile) and, with `member`, that the session's person
-    is still an active member of its tenant (else SenderLeft, nothing written: they may have
-    been removed while the model thought). Committed on return, unless the caller holds a
+    when the session was archived meanwhile), that the workspace is still served (else
+    WorkspaceSuspended, nothing written: the host may have suspended it while the model
+    thought) and, with `member`, that the session's person is still an active member of its
+    tenant (else SenderLeft, nothing written: they may have been removed meanwhile). Committed on return, unless the caller holds a
     transaction. PostgreSQL: one statement; SQLite: three in one transaction."""
     if _postgres():
         until = _moment(timezone.now() + timedelta(seconds=settings.QORVEN_TURN_LEASE))

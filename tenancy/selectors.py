@@ -53,6 +53,13 @@ def memberships_holding() -> QuerySet[Membership]:
     return Membership.objects.filter(user__is_active=True, tenant__suspended_at__isnull=True)
 
 
+def tenant_serving_now(*, tenant_id: int) -> bool:
+    """Whether the workspace is served now (not suspended by the host), read afresh: for
+    work that began before a suspension and spends or sends after it (a turn's model
+    failing, a task queued earlier). tenancy.access.tenant_serving reads a row as loaded."""
+    return Tenant.objects.filter(pk=tenant_id, suspended_at__isnull=True).exists()
+
+
 # Read for every message (compiled once).
 _membership_active: PreparedRead[Membership] = PreparedRead(
     lambda tenant_id, user_id: memberships_holding().filter(tenant_id=tenant_id, user_id=user_id).order_by()[:1],

@@ -27,13 +27,13 @@ from qorven.llm import (
     route_for,
 )
 from qorven.runtime.publisher import broadcast_soon
-from sessions_app.errors import SenderLeft
+from sessions_app.errors import SenderLeft, WorkspaceSuspended
 from sessions_app.models import Message, Session
 from sessions_app.services import message_answer_attempted
 from sessions_app.turn_writes import turn_lease_confirm
-from tenancy.access import surface_trust
+from tenancy.access import surface_trust, tenant_serving
 from tenancy.models import Qor
-from tenancy.selectors import budget_exhausted, membership_active
+from tenancy.selectors import budget_exhausted, membership_active, tenant_serving_now
 from tenancy.tool_registry import Tool, ToolContext, registry
 from tenancy.trust import Trust, trust_allows
 
@@ -102,6 +102,9 @@ def answer_message(session: Session, pending: Message, owner: str, *, overflowed
     channel = pending.channel
     trust = stored = str(pending.metadata.get("trust") or Trust.PAIRED)
     member = answers_a_member(session, pending)
+    if not tenant_serving(session.tenant):  # suspended by the host since the message came (read with it)
+        not_a_member_end(session, pending, owner, reason=WorkspaceSuspended.reason)
+        return AnswerResult(AnswerStep.FAILED)
     if session.user is not None and member:
         # As the person's membership is now, not as it was when the message was stored: it
         # may have waited (behind another turn, for a retry) while they were removed or
@@ -160,12 +163,17 @@ def answer_message(session: Session, pending: Message, owner: str, *, overflowed
     def rights() -> tuple[ToolContext, list[Tool]]:
         """Before tools run on the person's behalf: as their membership is now. The model
         may have thought for minutes while they were removed (no tool runs, no answer) or
-        given a lower role (the tools above it are no longer theirs). An answer without
-        tools is checked as it is stored (reply_end)."""
+        given a lower role (the tools above it are no longer theirs), or the host may have
+        suspended the workspace (no tool runs for anyone in it, a group's chat included).
+        An answer without tools is checked as it is stored (reply_end)."""
         if not member:
+            if not tenant_serving_now(tenant_id=session.tenant_id):
+                raise WorkspaceSuspended(session.pk)
             return ctx, offered
         now = _trust_now(session, channel, cap=stored)
         if now is None:
+            if not tenant_serving_now(tenant_id=session.tenant_id):  # why they are refused, for the admin
+                raise WorkspaceSuspended(session.pk)
             raise SenderLeft(session.pk)
         if now == ctx.trust:
             return ctx, offered

@@ -10,11 +10,11 @@ from django.db import transaction
 
 from qorven.llm import Completion, ModelError
 from qorven.runtime.publisher import broadcast_soon
-from sessions_app.errors import SessionClosed
+from sessions_app.errors import SenderLeft, SessionClosed, WorkspaceSuspended
 from sessions_app.models import Message, Session
 from sessions_app.services import message_answer_fail, message_append
 from sessions_app.turn_writes import reply_store, turn_lease_confirm
-from tenancy.selectors import membership_active
+from tenancy.selectors import membership_active, tenant_serving_now
 from tenancy.trust import Trust
 
 from .notices import notice_for
@@ -35,9 +35,11 @@ def reply_end(
 ) -> Message:
     """Append the final answer (tagged with the inbound channel) and mark the message
     answered, with the confirmation that this turn still holds the session (so a turn
-    that lost its lease never answers twice: sessions_app.turn_writes.reply_store) and
-    that its sender is still a member (SenderLeft if they were removed while the model
-    thought: nothing is stored or sent); then tell streaming surfaces the reply is complete."""
+    that lost its lease never answers twice: sessions_app.turn_writes.reply_store), that
+    the workspace is served (WorkspaceSuspended if the host suspended it while the model
+    thought) and that its sender is still a member (SenderLeft if they were removed
+    meanwhile): otherwise nothing is stored or sent. Then tell streaming surfaces the
+    reply is complete."""
     metadata = {"reply_to": pending.seq, **(metadata or {})}
     if notice:
         metadata["notice"] = notice
@@ -76,14 +78,14 @@ def cut_short_notice(session: Session, pending: Message, completion: Completion)
         pass  # cleared meanwhile: the person has moved on
 
 
-def not_a_member_end(session: Session, pending: Message, owner: str) -> None:
-    """The sender left the workspace while the message waited or the model thought: it is
-    not answered (no notice: they no longer read this chat), and marked failed for the admin."""
-    logger.info("message %s of session %s not answered: its sender is no longer a member", pending.seq, session.pk)
+def not_a_member_end(session: Session, pending: Message, owner: str, *, reason: str = SenderLeft.reason) -> None:
+    """The sender left the workspace, or the host suspended it (`reason`: the refusal's,
+    sessions_app.errors), while the message waited or the model thought: it is not
+    answered (no notice: nobody there is served), and marked failed for the admin."""
+    logger.info("message %s of session %s not answered: %s", pending.seq, session.pk, reason)
     with transaction.atomic():
         turn_lease_confirm(session_id=session.pk, owner=owner)
-        message_answer_fail(message=pending, error="the sender is no longer a member of the workspace",
-                            told=False)
+        message_answer_fail(message=pending, error=reason, told=False)
         state = {"type": "message.answer", "seq": pending.seq, "answer_state": Message.Answer.FAILED}
         transaction.on_commit(lambda: broadcast_soon(session.pk, state))
 
@@ -91,8 +93,11 @@ def not_a_member_end(session: Session, pending: Message, owner: str) -> None:
 def fail_end(session: Session, pending: Message, owner: str, error: ModelError) -> Message | None:
     """The message will not be answered: mark it failed with the full error (log and
     admin), and tell its surface why in one notice of ours — unless its sender left the
-    workspace meanwhile (not_a_member_end: they no longer read this chat)."""
+    workspace meanwhile, or the host suspended it (not_a_member_end: nobody is told)."""
     logger.warning("message %s of session %s not answered (%s): %s", pending.seq, session.pk, error.kind, error.detail)
+    if not tenant_serving_now(tenant_id=session.tenant_id):
+        not_a_member_end(session, pending, owner, reason=WorkspaceSuspended.reason)
+        return None
     person = session.user
     if person is not None and answers_a_member(session, pending) and (
             membership_active(tenant=session.tenant, user=person) is None):

@@ -105,8 +105,9 @@ def turn_process(*, tenant_id: int, session_id: int) -> TurnOutcome:
                     with log_context(qor=session.qor_id, session=session.pk, seq=pending.seq):
                         try:
                             result = answer_message(session, pending, owner, overflowed=overflowed)
-                        except SenderLeft:  # removed while the model thought: no tool ran, nothing was stored
-                            not_a_member_end(session, pending, owner)
+                        except SenderLeft as left:  # removed, or suspended, while the model thought:
+                            # no tool ran, nothing was stored
+                            not_a_member_end(session, pending, owner, reason=left.reason)
                             result = AnswerResult(AnswerStep.FAILED)
                 except SessionClosed:
                     continue  # cleared or rotated mid-turn: the reply has no place to go
