@@ -16,6 +16,7 @@ from django.utils import timezone
 from qorven.runtime.log_context import log_person
 from qorven.runtime.prepared_read import PreparedRead
 from sessions_app.models import Message
+from tenancy.access import tenant_serving
 from tenancy.models import Membership
 from tenancy.switches import channel_enabled
 
@@ -39,9 +40,10 @@ def send_backoff(attempt: int) -> float:
     return min(settings.QORVEN_SEND_BACKOFF * 2**attempt, 60.0)
 
 
-# Read for every reply sent (compiled once: qorven.runtime.prepared_read), with whether
-# the person whose chat it is (`person`; None for a group's) is still in the workspace
-# (`person_here`: a member, with an active account, as tenancy.access reads it).
+# Read for every reply sent (compiled once: qorven.runtime.prepared_read), with its
+# binding's tenant (whether the host suspended the workspace: tenancy.access.tenant_serving)
+# and whether the person whose chat it is (`person`; None for a group's) is still in the
+# workspace (`person_here`: a member, with an active account).
 _waiting_parts: PreparedRead[OutboundDelivery] = PreparedRead(
     lambda tenant_id, message_id: OutboundDelivery.objects.filter(
         tenant_id=tenant_id, message_id=message_id,
@@ -192,10 +194,14 @@ def _send_parts_in_order(rows: list[OutboundDelivery]) -> int:
     first = rows[0]
     adapter = adapter_for(first.binding.kind)
     assert adapter is not None, first.binding.kind  # every kind of binding has one (tests/channels_app)
-    if getattr(first, "person", None) is not None and not getattr(first, "person_here", True):
-        # Written before its person left the workspace, and held back since (a busy bot, a
-        # platform's retry-after): not sent to someone no longer in it. Nobody to tell.
-        reason = "the person is no longer a member of the workspace"
+    # Written before the host suspended the workspace, or before its person left it, and
+    # held back since (a busy bot, a platform's retry-after): not sent to a workspace not
+    # served (nor once it is served again: it would come out of the blue), nor to someone
+    # no longer in it. Nobody to tell.
+    reason = ("the workspace is suspended" if not tenant_serving(first.binding.tenant)
+              else "the person is no longer a member of the workspace"
+              if getattr(first, "person", None) is not None and not getattr(first, "person_here", True) else "")
+    if reason:
         if OutboundDelivery.objects.filter(pk__in=[r.pk for r in rows], state=OutboundDelivery.State.PENDING).update(
                 state=OutboundDelivery.State.FAILED, last_error=reason, updated_at=timezone.now()):
             logger.info("message %s not delivered: %s", first.message_id, reason)
