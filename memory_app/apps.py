@@ -18,6 +18,11 @@ class MemoryAppConfig(AppConfig):
         from .skills import skills_sync_on_startup
 
         memory_index_settle_receiver.connect(get_user_model(), Tenant, Qor)
+        from tenancy.signals import tenant_suspension_changed
+
+        from .voice import on_tenant_suspension_changed
+
+        tenant_suspension_changed.connect(on_tenant_suspension_changed, dispatch_uid="memory_app.voice.resume")
 
         @on_startup("serve", "worker")
         def skills_sync(startup: Startup) -> None:

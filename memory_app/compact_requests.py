@@ -5,7 +5,8 @@ it when it has an outcome the person was told (compacted, nothing to compact, fa
 when the session is no longer active (compacted already: the broker delivering the task
 again does nothing). The sweeper queues the task again for a request left behind once
 nothing holds the session (the lease the command took ran out), at most COMPACT_TRIES
-times; after that the request ends failed, said in the chat.
+times; after that the request ends failed, said in the chat. A request of a workspace the
+host suspended waits, untried and uncounted, until it is resumed.
 """
 from __future__ import annotations
 
@@ -46,7 +47,8 @@ def compact_requests_recover(*, restart: bool = False, limit: int = 100) -> list
     """For the sweeper: the /compacts to queue again, as (tenant, session, channel): left
     COMPACT_GRACE (none after `restart`) with nothing holding their session. Those of a
     session no longer active are dropped (it was compacted, or cleared); one queued again
-    COMPACT_TRIES times already ends failed, with the notice."""
+    COMPACT_TRIES times already ends failed, with the notice. Those of a suspended
+    workspace are left for after resume (the task would only put them back)."""
     from .tasks import FAILED_NOTICE
 
     now = timezone.now()
@@ -55,7 +57,7 @@ def compact_requests_recover(*, restart: bool = False, limit: int = 100) -> list
     ended = list(left.exclude(session__state=Session.State.ACTIVE).values_list("pk", flat=True)[:limit])
     if ended:
         CompactRequest.objects.filter(pk__in=ended).delete()
-    free = left.filter(session__state=Session.State.ACTIVE).filter(
+    free = left.filter(session__state=Session.State.ACTIVE, session__tenant__suspended_at__isnull=True).filter(
         Q(session__turn_lease_until__isnull=True) | Q(session__turn_lease_until__lt=now)
     ).select_related("session").order_by("pk")[:limit]
     queue = []

@@ -24,6 +24,7 @@ from sessions_app.selectors import (
 )
 from sessions_app.services import message_append
 from sessions_app.turn_writes import turn_lease_acquire, turn_lease_release
+from tenancy.access import tenant_serving
 from tenancy.selectors import budget_exhausted
 
 from .compact_requests import compact_request_done, compact_request_pending
@@ -55,10 +56,17 @@ def session_summarize(tenant_id: int, session_id: int, through_seq: int, waiting
     It leaves the conversation to the person's turns: while a turn runs, or they wrote in
     the last QORVEN_SUMMARIZER_QUIET seconds, it queues itself for when that will have
     passed (the model and the CPUs answer them first), for at most SUMMARIZER_WAIT_MAX
-    quiet periods since it first waited (`waiting_since`, a Unix time)."""
+    quiet periods since it first waited (`waiting_since`, a Unix time).
+
+    In a workspace the host suspended meanwhile it does nothing (no model call, nothing
+    said): the range stays uncompacted, and the first exchange over the window after
+    resume queues a run that condenses it all."""
     with log_context(tenant=tenant_id, session=session_id):
         session = session_for_task(tenant_id=tenant_id, session_id=session_id)
         if session is None or session.state != Session.State.ACTIVE:
+            return 0
+        if not tenant_serving(session.tenant):
+            cache.delete(_waiting_key(session_id))  # the first exchange after resume queues a run at once
             return 0
         catch_up = CatchUp.from_arg(so_far)
         if budget_exhausted(tenant=session.tenant):
@@ -136,13 +144,20 @@ def session_compact(self, tenant_id: int, session_id: int, channel: str, owner: 
     the summary. `owner` is the session lease the command took for it; a running turn is
     waited for (it holds the lease meanwhile). Runs while its request is recorded
     (memory_app.compact_requests), which it ends with the notice of its outcome: safe to
-    run twice, and the sweeper queues it again when its worker died. True when it rotated."""
+    run twice, and the sweeper queues it again when its worker died. True when it rotated.
+
+    In a workspace the host suspended meanwhile it lets the session go and does nothing
+    (no model call, nothing said): the request stays recorded, and the sweeper queues it
+    once the workspace is resumed (compact_requests_recover passes it over till then)."""
     with log_context(tenant=tenant_id, session=session_id):
         owner = owner or f"compact-{uuid.uuid4().hex}"
         session = session_for_task(tenant_id=tenant_id, session_id=session_id)
         if session is None or session.state != Session.State.ACTIVE:
             turn_lease_release(session_id=session_id, owner=owner)
             compact_request_done(tenant_id=tenant_id, session_id=session_id)
+            return False
+        if not tenant_serving(session.tenant):
+            turn_lease_release(session_id=session_id, owner=owner)
             return False
         if not turn_lease_acquire(session_id=session_id, owner=owner, seconds=settings.QORVEN_TURN_LEASE):
             raise self.retry(countdown=LEASE_RETRY_DELAY)  # a turn is running: come back after it
@@ -219,12 +234,15 @@ def _reason(exc: Exception) -> str:
 def voice_digest(self, tenant_id: int, session_id: int) -> int:
     """Condense a voice call's session into the person's memories (a conversation digest,
     and the facts and reminders the summarizer finds), then close the session. Safe to run
-    twice: a compacted range is not condensed again. Returns the memories stored."""
+    twice: a compacted range is not condensed again. Returns the memories stored.
+
+    In a workspace the host suspended meanwhile it does nothing (no model call): the call
+    stays an active session, digested when the workspace is resumed (voice_digests_resume)."""
     from sessions_app.services import session_archive
 
     with log_context(tenant=tenant_id, session=session_id):
         session = session_for_task(tenant_id=tenant_id, session_id=session_id)
-        if session is None or session.state != Session.State.ACTIVE:
+        if session is None or session.state != Session.State.ACTIVE or not tenant_serving(session.tenant):
             return 0
         try:
             outcome = compaction_rotate(session=session)

@@ -58,3 +58,24 @@ def voice_transcript_store(
     tenant_id, session_id = tenant.pk, session.pk
     transaction.on_commit(lambda: voice_digest.delay(tenant_id, session_id))
     return StoredCall(session, stored)
+
+
+def voice_digests_resume(*, tenant: Tenant) -> int:
+    """Queue the digest of every call of `tenant` still waiting for it (an active voice
+    session): those whose task came while the host had the workspace suspended, called
+    when it is resumed. Returns how many; a call digested meanwhile is skipped by its task."""
+    from .tasks import voice_digest
+
+    waiting = list(Session.objects.filter(tenant=tenant, kind=Session.Kind.VOICE, state=Session.State.ACTIVE)
+                   .values_list("pk", flat=True))
+    tenant_id = tenant.pk
+    for session_id in waiting:
+        transaction.on_commit(lambda session_id=session_id: voice_digest.delay(tenant_id, session_id))
+    return len(waiting)
+
+
+def on_tenant_suspension_changed(sender, tenant: Tenant, **kwargs) -> None:
+    """Signal receiver (tenancy.signals.tenant_suspension_changed): a workspace resumed
+    gets the digests its calls waited for."""
+    if tenant.suspended_at is None:
+        voice_digests_resume(tenant=tenant)

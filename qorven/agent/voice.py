@@ -25,6 +25,7 @@ from qorven.llm.routes import transcribe, transcriber_route
 from sessions_app.models import Image, Message, Session
 from sessions_app.selectors import carried_copy
 from sessions_app.services import message_append, message_transcribed
+from tenancy.access import tenant_serving
 from tenancy.models import Qor
 
 from .notices import VOICE_NOTICES
@@ -68,10 +69,17 @@ def voice_transcribe(*, tenant_id: int, message_id: int, last_try: bool) -> str:
     """Transcribe the voice notes of a stored message still `voice: pending`, and settle it:
     "transcript", "failed", or "skipped" (already settled, or gone). Raises
     TranscribeLater on a transient failure unless this is the `last_try`. Safe to run
-    twice: the message is settled once."""
-    message = Message.objects.select_related("session__qor").filter(tenant_id=tenant_id, pk=message_id).first()
+    twice: the message is settled once.
+
+    "suspended": the host suspended the workspace since the note came. It is not sent to
+    the transcriber and stays waiting; the sweeper transcribes it once the workspace is
+    resumed (it passes over a suspended workspace's notes), and it is answered then."""
+    message = (Message.objects.select_related("session__qor", "tenant")
+               .filter(tenant_id=tenant_id, pk=message_id).first())
     if message is None or (message.metadata or {}).get("voice") != "pending":
         return "skipped"
+    if not tenant_serving(message.tenant):
+        return "suspended"
     qor = message.session.qor
     audio = list(Image.objects.filter(message=message, mime_type__startswith="audio/").order_by("id")
                  .values_list("mime_type", "data"))
