@@ -8,6 +8,7 @@ from django.db.models import QuerySet
 from django.http import HttpRequest
 from django.utils.html import format_html
 
+from tenancy.access import tenant_serving
 from tenancy.admin_scoping import TenantScopedAdminMixin, TenantScopedInlineMixin, admin_tenant_ids
 
 from .cron import timezone_parse
@@ -199,10 +200,17 @@ class HeartbeatAdmin(TenantScopedAdminMixin, admin.ModelAdmin):
 
     @admin.action(description="Run now", permissions=["change"])
     def run_now(self, request: HttpRequest, queryset: QuerySet) -> None:
-        beats = list(queryset)
+        beats, held = [], []
+        for beat in queryset.select_related("tenant"):
+            # A suspended workspace's beats do not run (qorven.agent.heartbeat_runs): not "queued" for nothing.
+            (beats if tenant_serving(beat.tenant) else held).append(beat)
         for beat in beats:
             heartbeat_run_now(heartbeat=beat)
-        self.message_user(request, f"Queued {len(beats)} run(s): {', '.join(b.name for b in beats)}.")
+        if beats:
+            self.message_user(request, f"Queued {len(beats)} run(s): {', '.join(b.name for b in beats)}.")
+        if held:
+            self.message_user(request, f"Not run, their workspace is suspended: {', '.join(b.name for b in held)}.",
+                              messages.WARNING)
 
     @admin.action(description="Enable (resume)", permissions=["change"])
     def enable(self, request: HttpRequest, queryset: QuerySet) -> None:

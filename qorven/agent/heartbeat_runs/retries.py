@@ -8,6 +8,7 @@ from django.conf import settings
 from django.utils import timezone
 
 from heartbeats_app.models import Heartbeat, HeartbeatRun
+from tenancy.models import Tenant
 
 
 class RunFailed(Exception):
@@ -31,6 +32,17 @@ RUN_TRIES = 3
 def retry_delay(attempts: int) -> float:
     """Seconds after a run's `attempts`-th try failed before the next one."""
     return settings.QORVEN_HEARTBEAT_RETRY_DELAY * 4 ** max(attempts - 1, 0)
+
+
+SUSPENDED_ERROR = "the workspace was suspended before it could be tried again"
+
+
+def run_suspended_end(*, tenant: Tenant, run_id: int) -> None:
+    """A failed run's retry came while the host had the workspace suspended: the run ends
+    failed for good (reason "suspended"), neither retried nor recovered by the sweeper
+    after resume, when its tick is long past."""
+    HeartbeatRun.objects.filter(tenant=tenant, pk=run_id, status=HeartbeatRun.Status.FAILED).update(
+        reason="suspended", error=SUSPENDED_ERROR, error_detail="")
 
 
 def heartbeat_runs_recover(*, restart: bool = False, limit: int = 100) -> list[tuple[int, int, str, bool, int]]:

@@ -31,7 +31,7 @@ from tenancy.selectors import budget_exhausted, membership_get
 
 from ..turn_endings import cut_short
 from .outcome import Outcome, model_failed, result_deliver, run_finish
-from .retries import RunFailed
+from .retries import RunFailed, run_suspended_end
 from .subagent import NOOP, converse, run_context
 
 logger = logging.getLogger(__name__)
@@ -56,9 +56,15 @@ def run_heartbeat(
     """Run the beat once for `tick` (its scheduled time; computed from the cron expression
     when not given). Returns the run, or None when there was nothing to do: the beat is
     gone or paused, its workspace is suspended, or another process already has this tick. Raises RunFailed when the
-    model was unavailable (the failure is recorded first)."""
+    model was unavailable (the failure is recorded first).
+
+    A beat of a workspace the host suspended does not run: its ticks meanwhile are not
+    made up after resume, and a retry of a failed run (`run_id`) that comes meanwhile ends
+    that run for good, so its tick is not run hours late once the workspace is resumed."""
     tenant = Tenant.objects.filter(pk=tenant_id).first()
     if tenant is None or not tenant_serving(tenant):  # suspended by the host: its beats wait, unrun
+        if tenant is not None and run_id is not None:
+            run_suspended_end(tenant=tenant, run_id=run_id)
         return None
     try:
         beat = heartbeat_get(tenant=tenant, heartbeat_id=heartbeat_id)
