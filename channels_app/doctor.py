@@ -146,10 +146,14 @@ def _beats() -> Iterator[Check]:
 
 def _models() -> Iterator[Check]:
     from qorven.llm import ModelError, provider_for, route_for
+    from tenancy.access import tenant_serving
     from tenancy.models import Qor
 
     for qor in Qor.objects.select_related("tenant").order_by("tenant__slug", "slug"):
         subject = f"{qor.tenant.slug}/{qor.slug}"
+        if not tenant_serving(qor.tenant):  # not served: no call on its route and key until it is resumed
+            yield Check("model", subject, True, "workspace suspended: not asked")
+            continue
         route = route_for(qor, "main")
         if route.offline:
             yield Check("model", subject, False, "no model configured: the offline provider answers",

@@ -235,3 +235,18 @@ def test_on_postgresql_doctor_says_whether_qorven_backup_can_run(world, monkeypa
 def test_on_sqlite_doctor_has_nothing_to_say_about_backups(world):
     report, _ = doctor()
     assert checks_of(report, "backup") == []
+
+
+def test_a_suspended_workspaces_model_is_not_asked(world, model_server, settings):
+    """`qorven doctor` asked every Qor's model, a suspended workspace's too: a call on its
+    own route and key while the host has stopped serving it."""
+    from tenancy.services import tenant_suspend
+
+    world.qor_b.delete()
+    settings.QORVEN_MODEL = "scripted-model"
+    model_server.default = reply("ok")
+    tenant_suspend(tenant=world.tenant_a)
+    report, _ = doctor()
+    (model,) = checks_of(report, "model")
+    assert (model["subject"], model["ok"]) == ("acme/aria", True) and "suspended" in model["detail"]
+    assert model_server.requests == []
