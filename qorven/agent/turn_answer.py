@@ -209,6 +209,8 @@ def answer_message(session: Session, pending: Message, owner: str, *, overflowed
                     exc.kind = "too_long_uncompacted"  # not tried in a fresh conversation: say so
                 fail_end(session, pending, owner, exc)
                 return AnswerResult(AnswerStep.FAILED)
+            if not tenant_serving_now(tenant_id=session.tenant_id):
+                raise WorkspaceSuspended(session.pk)  # suspended while the model read it: no compaction, no retry
             logger.info("context length exceeded on session %s; compacting or shrinking, retrying once", session.pk)
             if manual and compact_for_turn(session=session, pending=pending, overflow=True) is not None:
                 return AnswerResult(AnswerStep.ROTATED_ON_OVERFLOW)

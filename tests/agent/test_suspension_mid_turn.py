@@ -91,3 +91,29 @@ def test_a_tool_the_model_asked_for_while_the_workspace_was_suspended_is_not_run
     assert post_note == [] and platform.sent(SENT) == []
     assert question.answer_state == "failed"
     assert list(Message.objects.filter(session=question.session).exclude(pk=question.pk)) == []
+
+
+def test_a_prompt_too_long_for_the_model_is_not_tried_again_once_the_workspace_is_suspended(world, model_server,
+                                                                                          drain):
+    """The provider said the prompt was too long after the host suspended the workspace:
+    the turn compacted and asked the model again, on the suspended workspace's tokens."""
+    from qorven.agent.gateway import inbound_accept
+    from sessions_app.services import session_resolve
+    from tenancy.trust import Trust
+
+    from ..fakes.model_server import error
+
+    held = HeldModel(error(400, "This model's maximum context length is 8192 tokens", code="context_length_exceeded"),
+                     reply("Fits now."))
+    model_server.default = held
+    chat = session_resolve(tenant=world.tenant_a, qor=world.qor_a, channel="web", user=world.alice)
+    question = inbound_accept(session=chat, content="a question that does not fit", channel="web",
+                              sender_name="Alice", trust=Trust.OWNER).message
+    assert held.arrived.wait(30), "the turn never called the model"
+    tenant_suspend(tenant=world.tenant_a)
+    held.release.set()
+    drain()
+
+    question.refresh_from_db()
+    assert len(model_server.requests) == 1
+    assert question.answer_state == "failed" and "suspended" in question.answer_error
