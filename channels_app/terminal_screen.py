@@ -5,7 +5,8 @@ On a terminal the prompt stays at the bottom (prompt_toolkit) and everything sho
 above it as whole lines. A prompt redraw rewrites its own rows, so text left on those rows
 is written over: a reply's line still being written is therefore shown as part of the
 prompt (the row above `you ›`), and printed above once it is complete — at a line break
-of the reply, or at the terminal's width. Read from a pipe, lines are printed as they come.
+of the reply, or at the terminal's width (channels_app.terminal_paint writes both, in
+order). Read from a pipe, lines are printed as they come.
 """
 from __future__ import annotations
 
@@ -18,9 +19,9 @@ import shutil
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from datetime import datetime
-from typing import Any, TextIO
+from typing import Any
 
 from django.db import close_old_connections
 
@@ -30,6 +31,7 @@ from tenancy.errors import NotFound
 from .chat import ChatOwner, chat_stop
 from .terminal import ACCESS_CHECK, ACCESS_LOST, HumanPrinter, _access_lost, _follower, _send
 from .terminal_follow import Follower
+from .terminal_paint import Painter
 from .terminal_rows import row_cut, rows_of
 
 logger = logging.getLogger(__name__)
@@ -39,14 +41,15 @@ PROMPT = "you › "
 
 class ScreenPrinter(HumanPrinter):
     """A HumanPrinter under a live prompt: a reply's unfinished line is `tail`, which the
-    prompt shows (`redraw` asks it to); only whole lines are printed. The lines printed
-    since a reply began streaming are remembered, so that a reply taken back (a thinking
-    model's reasoning) is taken off the screen too."""
+    prompt shows; only whole lines are printed. Each event's lines and the tail after them
+    are shown together (Painter.show). The lines printed since a reply began streaming are
+    remembered, so that a reply taken back (a thinking model's reasoning) is taken off the
+    screen too."""
 
-    def __init__(self, out: TextIO, color: bool, *, redraw: Callable[[], None]) -> None:
-        super().__init__(out, color)
+    def __init__(self, painter: Painter, color: bool) -> None:
+        super().__init__(painter, color)  # type: ignore[arg-type]  # a text stream: write, flush
+        self.painter = painter
         self.tail = ""
-        self.redraw = redraw
         self.drawn: list[tuple[str, bool]] = []  # since the reply began: each line printed, and whether it is the reply's
 
     def _stream(self, text: str) -> None:
@@ -56,7 +59,10 @@ class ScreenPrinter(HumanPrinter):
             self.tail = cut[1]
         for line in lines:
             self._print(line, reply=True)
-        self.redraw()
+
+    def __call__(self, event: dict[str, Any]) -> None:
+        super().__call__(event)
+        self.painter.show(self.tail)
 
     def _line(self, text: str) -> None:
         self._print(text, reply=False)
@@ -82,8 +88,6 @@ class ScreenPrinter(HumanPrinter):
         self.streaming, self.tail = None, ""
         self.drawn.clear()
         self.out.write((f"\033[{rows}A" if rows else "") + "\r\033[J" + "".join(text + "\n" for text in others))
-        self.out.flush()
-        self.redraw()
 
     def _interrupt(self) -> None:
         """The reply's unfinished line stays where it is (on the prompt) and goes on; the
@@ -95,7 +99,6 @@ class ScreenPrinter(HumanPrinter):
             self.drawn.clear()
             tail, self.tail = self.tail, ""
             self._line(tail + (self._stopped() if stopped else ""))
-            self.redraw()
 
 
 # Rows of the screen a reply's lines must leave to be taken off it: the prompt's own (the
@@ -203,7 +206,7 @@ class _Chat:
     def __init__(self, owner: ChatOwner, link: Any, stdout: Any, *, on_screen: bool) -> None:
         self.owner, self.link = owner, link
         self.prompt = _Prompt(self) if on_screen else None
-        self.printer: HumanPrinter = (ScreenPrinter(stdout, True, redraw=self.prompt.redraw)
+        self.printer: HumanPrinter = (ScreenPrinter(self.prompt.painter, True)
                                       if self.prompt is not None else HumanPrinter(stdout, stdout.isatty()))
         self.replies = OnItsWay()
         self.out_lock = threading.Lock()
@@ -332,30 +335,33 @@ class _Prompt:
 
         # The line typed is erased when sent: the timeline shows it as sent, once.
         self.session: Any = PromptSession(erase_when_done=True, key_bindings=keys)
+        self.painter = Painter(self.session.app.output)
 
     def message(self) -> Any:
         from prompt_toolkit.formatted_text import ANSI
 
-        printer = self.chat.printer
-        tail = printer.tail if isinstance(printer, ScreenPrinter) else ""
+        tail = self.painter.tail
         return ANSI(tail.expandtabs() + "\n" + PROMPT) if tail else PROMPT
-
-    def redraw(self) -> None:
-        self.session.app.invalidate()  # a no-op between prompts; safe from the follower's thread
 
     def lines(self) -> Iterator[str]:
         from prompt_toolkit.patch_stdout import patch_stdout
 
-        with patch_stdout(raw=True):  # raw: our colours pass; shown() has made the rest harmless
+        # What else reaches stdout or stderr (a log line) goes above the prompt too, its
+        # escapes shown, not obeyed; what the chat shows goes through the painter.
+        with patch_stdout():
             while not self.chat.lost.is_set():
                 try:
                     # pre_run: access lost as this prompt starts (too late for the loop's check,
                     # too early for leave() to find it running) ends it all the same.
-                    yield self.session.prompt(self.message, pre_run=self._leave_if_lost)
+                    typed = self.session.prompt(self.message, pre_run=self._started)
                 except EOFError:
                     return
+                finally:
+                    self.painter.ended()
+                yield typed
 
-    def _leave_if_lost(self) -> None:
+    def _started(self) -> None:
+        self.painter.started(self.session.app)
         if self.chat.lost.is_set():
             self.session.app.exit(exception=EOFError())
 

@@ -176,13 +176,15 @@ def test_reasoning_taken_back_leaves_the_screen_and_the_answer_is_drawn_in_its_p
 
 def test_reasoning_taken_back_that_scrolled_off_the_screen_is_said_to_be_reasoning(world, model_server, screens):
     """What scrolled off the screen cannot be cleared: a line says the text above was the
-    model's reasoning, and the answer follows it."""
+    model's reasoning, and the answer follows it. Lines come faster than the prompt redraws:
+    none is written over, and each is shown in its place."""
     from channels_app.terminal import TAKEN_BACK
 
     from .test_model_thinking import streamed
 
-    thinking = streamed(*[f"Step {n} of my long reasoning.\n" for n in range(42)], "</think>\n\n", "Hello Priya!")
-    thinking.chunk_delay = 0.2
+    steps = [f"Step {n} of my long reasoning." for n in range(60)]
+    thinking = streamed(*[step + "\n" for step in steps], "</think>\n\n", "Hello Priya!")
+    thinking.chunk_delay = 0.03
     model_server.add(thinking)
     screen = screens(qorven_env(model_server), "--no-server")
     screen.type("hi")
@@ -193,3 +195,4 @@ def test_reasoning_taken_back_that_scrolled_off_the_screen_is_said_to_be_reasoni
     assert TAKEN_BACK in rows and rows.index(TAKEN_BACK) > max(
         i for i, row in enumerate(rows) if "long reasoning" in row), rows
     assert "… Hello Priya!" in rows[rows.index(TAKEN_BACK):], rows
+    assert [row.removeprefix("… ") for row in rows if "long reasoning" in row] == steps, rows
