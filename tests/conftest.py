@@ -204,12 +204,17 @@ def _gates_clear() -> None:
         cache.clear()  # this process's own memory
         streams_forget()  # the replies streaming in it, which the embedded default keeps there
         return
+    import re
+
     import redis
 
+    # This run's keys only (its cache prefix, tests/isolated_env.py): another run, or a
+    # browser test's server, may be using the same Redis database meanwhile.
+    ours = re.sub(r"([*?\[\]\\])", r"\\\1", cache.make_key(""))
     client = redis.from_url(settings.CACHES["default"]["LOCATION"])
-    for pattern in ("*:send:*", "*:turn-waiter:*", "*:sender-name:*", "*:pairing-code-sent:*", "*:inbound-pruned",
-                    "*:deliveries-pruned", "*:pairings-pruned", "*:reasoner:*"):
-        keys = list(client.scan_iter(match=pattern, count=1000))
+    for name in ("send:*", "turn-waiter:*", "sender-name:*", "pairing-code-sent:*", "qorven:inbound-pruned",
+                 "qorven:deliveries-pruned", "qorven:pairings-pruned", "qorven:reasoner:*"):
+        keys = list(client.scan_iter(match=ours + name, count=1000))
         if keys:
             client.delete(*keys)
 

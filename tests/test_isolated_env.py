@@ -8,6 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from django.conf import settings
 
 from tests import isolated_env
@@ -62,3 +63,25 @@ def test_each_test_worker_process_has_a_redis_database_of_its_own(monkeypatch):
         monkeypatch.setenv("REDIS_URL", url)
         isolated_env._redis_of_this_worker()
         assert os.environ["REDIS_URL"] == expected, (worker, url)
+
+
+@pytest.mark.skipif(not settings.REDIS_URL, reason="the cache is this process's own memory without REDIS_URL")
+def test_what_a_test_clears_before_it_runs_is_its_own_runs_keys_only():
+    """Another run (or a browser test's server) on the same Redis database keeps its send
+    gates and marks while this run's tests clear theirs."""
+    import redis
+    from django.core.cache import cache
+
+    from tests.conftest import _gates_clear
+
+    client = redis.from_url(settings.REDIS_URL)
+    theirs = ["qorven-browser-0a1b2c3d:1:send:binding:1", "qorven-other:1:qorven:inbound-pruned"]
+    for key in theirs:
+        client.set(key, 1, ex=60)
+    cache.set("send:binding:1", 1, 60)
+    try:
+        _gates_clear()
+        assert cache.get("send:binding:1") is None
+        assert [client.get(key) for key in theirs] == [b"1", b"1"]
+    finally:
+        client.delete(*theirs)

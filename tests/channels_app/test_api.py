@@ -395,8 +395,6 @@ def test_every_error_under_v1_is_json_and_a_pages_stays_html(client, world, toke
 
 
 def test_stop_asks_the_turn_writing_the_reply_to_stop_and_says_when_none_is(client, world, tokens):
-    from django.core.cache import cache
-
     from qorven.agent.stop import StopWatch, TurnStopped
 
     session = session_resolve(tenant=world.tenant_a, qor=world.qor_a, channel="tui", user=world.alice)
@@ -409,9 +407,9 @@ def test_stop_asks_the_turn_writing_the_reply_to_stop_and_says_when_none_is(clie
 
     response = post_stop(tokens["alice"], {"reply_to": asked.seq, "surface": "tui"})
     assert response.status_code == 202 and response.json() == {"stopping": asked.seq}
-    with pytest.raises(TurnStopped):  # the turn answering it notices
+    with pytest.raises(TurnStopped):  # the turn answering it notices, and takes the request
         StopWatch(session_id=session.pk, reply_to=asked.seq).check()
-    cache.clear()
+    StopWatch(session_id=session.pk, reply_to=asked.seq).check()
     # Not Bob's chat, nor Charlie's (his token names his own tenant's aria): nothing asked of Alice's turn.
     for other in ("bob", "charlie"):
         assert post_stop(tokens[other], {"reply_to": asked.seq}).status_code == 409
