@@ -219,6 +219,37 @@ def _gates_clear() -> None:
             client.delete(*keys)
 
 
+class Schema:
+    """The test database's migrations, which a test of a migration takes back and forward
+    (the `schema` fixture). On the calling thread's connection."""
+
+    def to(self, targets):
+        """Migrated (back or forward) to `targets`, [(app, migration name)]; the executor."""
+        from django.db import connection
+        from django.db.migrations.executor import MigrationExecutor
+
+        executor = MigrationExecutor(connection)
+        executor.migrate(targets)
+        return executor
+
+    def latest(self):
+        """Every migration applied."""
+        from django.db import connection
+        from django.db.migrations.executor import MigrationExecutor
+
+        return self.to(MigrationExecutor(connection).loader.graph.leaf_nodes())
+
+
+@pytest.fixture
+def schema(transactional_db):
+    """For a test that takes migrations back: every migration applied again after it,
+    whether it passed or failed midway. A schema left behind fails every later test on
+    this database (under xdist, every later test of that worker) with a missing column."""
+    schema = Schema()
+    yield schema
+    schema.latest()
+
+
 @pytest.fixture
 def model_server(settings):
     """A scripted OpenAI-compatible server; Qorven is configured to use it."""

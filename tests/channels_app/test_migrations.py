@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import pytest
 from django.db import connection
-from django.db.migrations.executor import MigrationExecutor
 
 from channels_app.models import Identity
 
@@ -13,14 +12,8 @@ pytestmark = pytest.mark.django_db(transaction=True)
 BEFORE = [("channels_app", "0005_pluginsetting_to_tenancy"), ("qorven", "0002_pluginsetting_from_channels_app")]
 
 
-def migrate(targets) -> MigrationExecutor:
-    executor = MigrationExecutor(connection)
-    executor.migrate(targets)
-    return executor
-
-
-def test_copied_roles_stop_being_caps_and_lowered_levels_stay():
-    apps = migrate(BEFORE).loader.project_state(BEFORE).apps
+def test_copied_roles_stop_being_caps_and_lowered_levels_stay(schema):
+    apps = schema.to(BEFORE).loader.project_state(BEFORE).apps
     Tenant, Membership = apps.get_model("qorven", "Tenant"), apps.get_model("qorven", "Membership")
     User, Identity_ = apps.get_model("auth", "User"), apps.get_model("channels_app", "Identity")
     tenant = Tenant.objects.create(name="Acme", slug="acme")
@@ -33,15 +26,14 @@ def test_copied_roles_stop_being_caps_and_lowered_levels_stay():
                                               approval="approved", trust_level=level).pk
     stranger = Identity_.objects.create(tenant=tenant, channel="telegram", external_id="x", approval="pending").pk
 
-    executor = MigrationExecutor(connection)
-    migrate(executor.loader.graph.leaf_nodes())
+    schema.latest()
 
     levels = dict(Identity.objects.filter(pk__in=rows.values()).values_list("external_id", "trust_level"))
     assert levels == {"olga": "owner", "adam": "owner", "mia": "owner", "lowered": "paired"}
     assert Identity.objects.get(pk=stranger).trust_level == "paired"  # not linked: untouched
 
 
-def test_the_admins_history_loses_the_senders_numbers_and_the_memories_text():
+def test_the_admins_history_loses_the_senders_numbers_and_the_memories_text(schema):
     """Entries written before identities, pairing requests and memories were named by id
     (the rows may be long deleted) take the new names; other entries are untouched."""
     from django.contrib.admin.models import LogEntry
@@ -49,7 +41,7 @@ def test_the_admins_history_loses_the_senders_numbers_and_the_memories_text():
     from django.contrib.contenttypes.models import ContentType
 
     before = [("channels_app", "0009_inbound_created_idx"), ("memory_app", "0004_skill_router")]
-    migrate(before)
+    schema.to(before)
     admin = get_user_model().objects.create(username="root")
     kinds = {m: ContentType.objects.get_or_create(app_label=app, model=m)[0]
              for app, m in [("channels_app", "identity"), ("channels_app", "pairingrequest"),
@@ -60,12 +52,12 @@ def test_the_admins_history_loses_the_senders_numbers_and_the_memories_text():
                                    ("qor", "1", "acme/aria")]:
         LogEntry.objects.create(content_type=kinds[model], object_id=object_id, object_repr=name, action_flag=2,
                                 user=admin)
-    migrate(MigrationExecutor(connection).loader.graph.leaf_nodes())
+    schema.latest()
     names = sorted(LogEntry.objects.values_list("object_repr", flat=True))
     assert names == ["acme/aria", "fact #12", "sms pairing #3 (approved)", "whatsapp identity #7"]
 
 
-def test_the_sent_parts_index_is_built_without_holding_up_replies():
+def test_the_sent_parts_index_is_built_without_holding_up_replies(schema):
     """PostgreSQL builds the sweeper's index of sent parts concurrently: a plain CREATE
     INDEX blocks every reply part written (and every delivery update) while it reads the
     whole table, which only grew before this release. SQLite builds it as before, and both
@@ -86,24 +78,24 @@ def test_the_sent_parts_index_is_built_without_holding_up_replies():
         with connection.cursor() as cursor:
             return connection.introspection.get_constraints(cursor, "channels_app_outbounddelivery")
 
-    migrate([("channels_app", "0011_long_reply_targets")])
+    schema.to([("channels_app", "0011_long_reply_targets")])
     assert "delivery_sent_idx" not in indexes()
-    migrate(MigrationExecutor(connection).loader.graph.leaf_nodes())
+    schema.latest()
     assert indexes()["delivery_sent_idx"]["columns"] == ["sent_at"]
 
 
-def test_existing_bindings_answer_only_paired_people_in_groups():
+def test_existing_bindings_answer_only_paired_people_in_groups(schema):
     """A binding made before the setting existed answered any stranger's mention in a group;
     once migrated it answers paired people there, as a new one does."""
     before = [("channels_app", "0012_delivery_sent_idx")]
-    apps = migrate(before).loader.project_state(before).apps
+    apps = schema.to(before).loader.project_state(before).apps
     Tenant, Qor = apps.get_model("qorven", "Tenant"), apps.get_model("qorven", "Qor")
     Binding = apps.get_model("channels_app", "ChannelBinding")
     tenant = Tenant.objects.create(name="Acme", slug="acme")
     qor = Qor.objects.create(tenant=tenant, name="Aria", slug="aria")
     pk = Binding.objects.create(tenant=tenant, qor=qor, kind="telegram", lookup_key="k", unpaired_response="ignore").pk
 
-    migrate(MigrationExecutor(connection).loader.graph.leaf_nodes())
+    schema.latest()
 
     from channels_app.models import ChannelBinding
 

@@ -6,7 +6,6 @@ import importlib
 
 import pytest
 from django.db import connection
-from django.db.migrations.executor import MigrationExecutor
 
 from ..factories.memory_app import remember
 
@@ -22,13 +21,13 @@ def _other_connection():
 
 
 @pytest.mark.skipif(connection.vendor != "postgresql", reason="PostgreSQL's table locks")
-def test_memories_can_be_read_and_written_while_0008_fills_in_the_search_text(world, monkeypatch):
+def test_memories_can_be_read_and_written_while_0008_fills_in_the_search_text(world, schema, monkeypatch):
     """A turn reads the memories (retrieval) and may write one while the host migrates:
     neither waits for the whole backfill, which took the table's exclusive lock with its
     new column and held it to the end (10 s at 200,000 memories)."""
     remember(world.tenant_a, world.qor_a, world.alice, "我喜欢寿司")
     remember(world.tenant_a, world.qor_a, world.alice, "東京タワーに行った")
-    MigrationExecutor(connection).migrate([("memory_app", "0007_compact_requests")])
+    schema.to([("memory_app", "0007_compact_requests")])
     migration = importlib.import_module("memory_app.migrations.0008_memory_search_text")
     seen: list[object] = []
     spaced = migration.search_text
@@ -50,6 +49,5 @@ def test_memories_can_be_read_and_written_while_0008_fills_in_the_search_text(wo
         return spaced(content)
 
     monkeypatch.setattr(migration, "search_text", search_text_while_another_turn_runs)
-    executor = MigrationExecutor(connection)
-    executor.migrate(executor.loader.graph.leaf_nodes())
+    schema.latest()
     assert seen == [2, "written"]

@@ -52,20 +52,15 @@ def test_a_carried_originals_archive_shows_it_as_no_longer_waiting_once_its_copy
     assert carried["answer_state"] is None
 
 
-def test_an_original_carried_before_this_version_stops_waiting_with_the_migration(world):
-    from django.db import connection
-    from django.db.migrations.executor import MigrationExecutor
-
+def test_an_original_carried_before_this_version_stops_waiting_with_the_migration(world, schema):
     old = canonical(world)
     message_append(session=old, role="user", content="still there?", channel="web", awaits_answer=True, notify=False)
     new = session_rotate(session=old, carry_unanswered=True).session
     # As a rotation before this version left it.
     Message.objects.filter(session=old, seq=1).update(answer_state=Message.Answer.PENDING, answer_attempts=0)
 
-    executor = MigrationExecutor(connection)
-    executor.migrate([("sessions_app", "0013_moved_thread")])
-    executor = MigrationExecutor(connection)
-    executor.migrate(executor.loader.graph.leaf_nodes())
+    schema.to([("sessions_app", "0013_moved_thread")])
+    schema.latest()
 
     assert Message.objects.get(session=old, seq=1).answer_state is None
     assert Message.objects.get(session=new, seq=1).answer_state == Message.Answer.PENDING

@@ -170,47 +170,27 @@ BEFORE = ("sessions_app", "0009_thread_sessions_per_person")
 MIGRATION = ("sessions_app", "0010_message_search_text")
 
 
-def _migrate(target):
-    from django.db.migrations.executor import MigrationExecutor
-
-    executor = MigrationExecutor(connection)
-    executor.migrate([target])
-
-
-@pytest.fixture
-def latest_schema():
-    """Every migration applied again after the test: it leaves the schema at 0010, and the
-    next test on this database would find the later ones' tables and columns missing."""
-    from django.db.migrations.executor import MigrationExecutor
-
-    yield
-    executor = MigrationExecutor(connection)
-    executor.migrate(executor.loader.graph.leaf_nodes())
-
-
 @pytest.mark.django_db(transaction=True)
-def test_messages_written_before_the_migration_are_found_after_it(world, latest_schema, monkeypatch):
+def test_messages_written_before_the_migration_are_found_after_it(world, schema, monkeypatch):
     import importlib
 
     from django.core import checks
 
-    _migrate(BEFORE)
-    try:
-        session = chat(world)  # written by the version before
-        for text in ["我昨天吃了寿司", "Alice likes tea", "東京タワーに行った", "ฉันชอบกินซูชิ", "寿司很好吃"]:
-            say(session, text)
-        say(chat(world, user=world.bob), "Bob也喜欢寿司")
-        with connection.cursor() as cursor:  # as it was: each sentence one word to the index
-            if connection.vendor == "sqlite":
-                cursor.execute(f"SELECT content FROM {SEARCH_TABLE} WHERE content LIKE %s", ["%寿%"])
-                assert sorted(row[0] for row in cursor.fetchall()) == ["Bob也喜欢寿司", "寿司很好吃", "我昨天吃了寿司"]
-            else:
-                cursor.execute("SELECT indexname FROM pg_indexes WHERE indexname LIKE 'message_search%%'")
-                assert [row[0] for row in cursor.fetchall()] == ["message_search_gin"]
-        migration = importlib.import_module("sessions_app.migrations.0010_message_search_text")
-        monkeypatch.setattr(migration, "BATCH", 2)  # several batches
-    finally:
-        _migrate(MIGRATION)
+    schema.to([BEFORE])
+    session = chat(world)  # written by the version before
+    for text in ["我昨天吃了寿司", "Alice likes tea", "東京タワーに行った", "ฉันชอบกินซูชิ", "寿司很好吃"]:
+        say(session, text)
+    say(chat(world, user=world.bob), "Bob也喜欢寿司")
+    with connection.cursor() as cursor:  # as it was: each sentence one word to the index
+        if connection.vendor == "sqlite":
+            cursor.execute(f"SELECT content FROM {SEARCH_TABLE} WHERE content LIKE %s", ["%寿%"])
+            assert sorted(row[0] for row in cursor.fetchall()) == ["Bob也喜欢寿司", "寿司很好吃", "我昨天吃了寿司"]
+        else:
+            cursor.execute("SELECT indexname FROM pg_indexes WHERE indexname LIKE 'message_search%%'")
+            assert [row[0] for row in cursor.fetchall()] == ["message_search_gin"]
+    migration = importlib.import_module("sessions_app.migrations.0010_message_search_text")
+    monkeypatch.setattr(migration, "BATCH", 2)  # several batches
+    schema.to([MIGRATION])
     assert found(world, "寿司") == [(5, "寿司很好吃"), (1, "我昨天吃了寿司")]
     assert found(world, "タワー") == [(3, "東京タワーに行った")]
     assert found(world, "ซูชิ") == [(4, "ฉันชอบกินซูชิ")]
@@ -233,7 +213,7 @@ def _other_connection():
 
 @pytest.mark.skipif(connection.vendor != "postgresql", reason="PostgreSQL's index build and its locks")
 @pytest.mark.django_db(transaction=True)
-def test_messages_are_written_while_the_migration_builds_its_index(world, latest_schema):
+def test_messages_are_written_while_the_migration_builds_its_index(world, schema):
     """A plain CREATE INDEX would hold every append (and the streaming of every reply)
     until it had read the whole table: the index is built concurrently."""
     import threading
@@ -243,12 +223,12 @@ def test_messages_are_written_while_the_migration_builds_its_index(world, latest
 
     session = chat(world)
     say(session, "我昨天吃了寿司")
-    _migrate(BEFORE)
+    schema.to([BEFORE])
     failures: list[BaseException] = []
 
     def migrate() -> None:
         try:
-            _migrate(MIGRATION)
+            schema.to([MIGRATION])
         except BaseException as error:  # noqa: BLE001  reported by the test's thread
             failures.append(error)
         finally:
@@ -308,16 +288,16 @@ def test_postgresql_spaces_out_the_letters_as_search_text_does(world):
 
 @pytest.mark.skipif(connection.vendor != "postgresql", reason="PostgreSQL's concurrent index build")
 @pytest.mark.django_db(transaction=True)
-def test_an_index_build_interrupted_is_built_again_when_the_migration_runs_again(world, latest_schema):
+def test_an_index_build_interrupted_is_built_again_when_the_migration_runs_again(world, schema):
     """An interrupted CREATE INDEX CONCURRENTLY leaves the index behind, marked invalid:
     IF NOT EXISTS alone would keep it, and no search would ever use it."""
     say(chat(world), "我昨天吃了寿司")
-    _migrate(MIGRATION)
+    schema.to([MIGRATION])
     with connection.cursor() as cursor:
         # What an interrupted build leaves (the catalog's own flag; the test runs as a superuser).
         cursor.execute("UPDATE pg_index SET indisvalid = false WHERE indexrelid = 'message_search_text_gin'::regclass")
         cursor.execute("DELETE FROM django_migrations WHERE app = 'sessions_app' AND name = %s", [MIGRATION[1]])
-    _migrate(MIGRATION)
+    schema.to([MIGRATION])
     with connection.cursor() as cursor:
         cursor.execute("SELECT indisvalid FROM pg_index WHERE indexrelid = 'message_search_text_gin'::regclass")
         assert cursor.fetchone() == (True,)
