@@ -42,13 +42,27 @@ def route_slot(*, base_url: str, cap: int, wait: float, lease: float) -> Iterato
     if cap <= 0:
         yield
         return
-    name = hashlib.sha256(base_url.strip().rstrip("/").encode()).hexdigest()[:24]
+    name = _name(base_url)
     slots = _RedisSlots(name) if settings.REDIS_URL else _local(name)
     token = slots.acquire(cap=cap, wait=wait, lease=lease)
     try:
         yield
     finally:
         slots.release(token)
+
+
+def route_slot_waiting(*, base_url: str) -> int:
+    """How many calls wait for a slot of the model server at `base_url` now."""
+    name = _name(base_url)
+    if settings.REDIS_URL:
+        return int(shared_redis().llen(_RedisSlots(name).queue))
+    slots = _local(name)
+    with slots._cond:
+        return len(slots._queue)
+
+
+def _name(base_url: str) -> str:
+    return hashlib.sha256(base_url.strip().rstrip("/").encode()).hexdigest()[:24]
 
 
 # --- in this process (the embedded default) ---

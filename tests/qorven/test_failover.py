@@ -256,11 +256,14 @@ def test_waiters_for_a_slot_go_in_arrival_order():
 
     with route_slots.route_slot(base_url=base_url, cap=1, wait=10, lease=30):
         waiters = []
-        for name in "abc":
+        for queued, name in enumerate("abc", start=1):
             waiter = threading.Thread(target=wait_then_note, args=(name,))
             waiter.start()
             waiters.append(waiter)
-            time.sleep(0.15)  # queued before the next one comes
+            deadline = time.monotonic() + 10
+            while route_slots.route_slot_waiting(base_url=base_url) < queued:  # queued before the next one comes
+                assert time.monotonic() < deadline, f"{name} never queued"
+                time.sleep(0.01)
         assert order == []  # the one slot is held
     for waiter in waiters:
         waiter.join(10)
