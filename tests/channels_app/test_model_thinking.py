@@ -254,33 +254,11 @@ def test_stop_before_a_closing_tag_keeps_what_was_shown_from_any_model(
     closing tag comes, even from a model seen writing its reasoning untagged (which may
     answer with none: the next test). The person stopped what they were reading: it is
     the stopped reply, as for any model."""
-    token = api_token_create(tenant=world.tenant_a, user=world.alice)[1]
     thinking = streamed("The user asks again. ", "I should weigh ", "the options, ", "one by one, ",
                         *(["and then some more, "] * 30), "\n</think>\n\n", "Done.")
     thinking.chunk_delay = 0.2
     model_server.add(BARE if seen_reasoning else reply("Hello Priya!"), thinking)
-    cookie = session_cookie(world.alice)
-
-    def post(path: str, body: dict):
-        return client.post(path, data=json.dumps(body), content_type="application/json",
-                           HTTP_AUTHORIZATION=f"Bearer {token}")
-
-    async def scenario() -> list[dict]:
-        page = communicator("/ws/chat/acme/aria/", cookie=cookie)
-        assert (await page.connect())[0]
-        await receive_until(page, lambda e: e["type"] == "session")
-        assert (await sync_to_async(post)("/v1/qors/aria/messages", {"content": "hi"})).status_code == 201
-        await receive_until(page, lambda e: e["type"] == "message.done", timeout=20)
-        assert (await sync_to_async(post)("/v1/qors/aria/messages", {"content": "and now?"})).status_code == 201
-        events = await receive_until(page, lambda e: e["type"] == "message.chunk" and "weigh" in e["delta"],
-                                     timeout=20)
-        stopped = await sync_to_async(post)("/v1/qors/aria/stop", {"reply_to": 3})
-        assert stopped.status_code == 202, stopped.content
-        events += await receive_until(page, lambda e: e["type"] == "message.done", timeout=20)
-        await page.disconnect()
-        return events
-
-    events = async_to_sync(scenario)()
+    events = _second_reply_stopped(client, world, question="and now?", once_shown="weigh")
     drain()
     (new,) = [e for e in events if e["type"] == "message.new" and e["role"] == "assistant"]
     answer = Message.objects.get(role="assistant", seq=new["seq"])
@@ -295,10 +273,24 @@ def test_stop_during_a_plain_answer_from_a_model_seen_reasoning_untagged_keeps_w
     (after a tool round, say). Nothing tells such text from reasoning until a closing tag
     comes, and none came: the person stopped an answer they were reading, and the reply
     is what they read, not the notice that nothing was written."""
-    token = api_token_create(tenant=world.tenant_a, user=world.alice)[1]
     answer = streamed("Here is the plan. ", "First, ", "the oven; ", *(["then the tray, "] * 30), "done.")
     answer.chunk_delay = 0.2
     model_server.add(BARE, answer)
+    events = _second_reply_stopped(client, world, question="the plan?", once_shown="oven")
+    drain()
+    (new,) = [e for e in events if e["type"] == "message.new" and e["role"] == "assistant"]
+    stored = Message.objects.get(role="assistant", seq=new["seq"])
+    shown = shown_at_the_end(events[:events.index(new)])
+    assert shown.startswith("Here is the plan. First, the oven;")
+    assert (stored.content, stored.metadata.get("stopped"), stored.metadata.get("notice")) == (
+        shown.strip(), True, None)
+
+
+def _second_reply_stopped(client, world, *, question: str, once_shown: str) -> list[dict]:
+    """Alice says hi (the model's first answer), asks `question`, and stops its reply once
+    a chunk holding `once_shown` has reached her page; the page's events until the reply
+    is done."""
+    token = api_token_create(tenant=world.tenant_a, user=world.alice)[1]
     cookie = session_cookie(world.alice)
 
     def post(path: str, body: dict):
@@ -311,19 +303,13 @@ def test_stop_during_a_plain_answer_from_a_model_seen_reasoning_untagged_keeps_w
         await receive_until(page, lambda e: e["type"] == "session")
         assert (await sync_to_async(post)("/v1/qors/aria/messages", {"content": "hi"})).status_code == 201
         await receive_until(page, lambda e: e["type"] == "message.done", timeout=20)
-        assert (await sync_to_async(post)("/v1/qors/aria/messages", {"content": "the plan?"})).status_code == 201
-        events = await receive_until(page, lambda e: e["type"] == "message.chunk" and "oven" in e["delta"],
+        assert (await sync_to_async(post)("/v1/qors/aria/messages", {"content": question})).status_code == 201
+        events = await receive_until(page, lambda e: e["type"] == "message.chunk" and once_shown in e["delta"],
                                      timeout=20)
-        assert (await sync_to_async(post)("/v1/qors/aria/stop", {"reply_to": 3})).status_code == 202
+        stopped = await sync_to_async(post)("/v1/qors/aria/stop", {"reply_to": 3})
+        assert stopped.status_code == 202, stopped.content
         events += await receive_until(page, lambda e: e["type"] == "message.done", timeout=20)
         await page.disconnect()
         return events
 
-    events = async_to_sync(scenario)()
-    drain()
-    (new,) = [e for e in events if e["type"] == "message.new" and e["role"] == "assistant"]
-    stored = Message.objects.get(role="assistant", seq=new["seq"])
-    shown = shown_at_the_end(events[:events.index(new)])
-    assert shown.startswith("Here is the plan. First, the oven;")
-    assert (stored.content, stored.metadata.get("stopped"), stored.metadata.get("notice")) == (
-        shown.strip(), True, None)
+    return async_to_sync(scenario)()
