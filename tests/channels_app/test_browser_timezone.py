@@ -122,7 +122,7 @@ def test_on_a_360_px_phone_your_timezone_is_in_the_menu_and_changed_in_a_dialog(
             expect(page.get_by_role("dialog", name="Your timezone")).to_be_visible()
             expect(more).to_have_attribute("aria-expanded", "false")
             expect(dialog.locator("[data-zone-now]")).to_contain_text("UTC, the workspace's")
-            assert dialog.locator("datalist option[value='Europe/Lisbon']").count() == 1  # the list to search
+            expect(dialog.locator("datalist option[value='Europe/Lisbon']")).to_have_count(1)  # the list to search
 
             field = dialog.get_by_label("Timezone (an IANA name, such as Europe/Paris)")
             field.fill("Mars/Olympus")
