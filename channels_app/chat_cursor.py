@@ -42,13 +42,16 @@ class ChatCursor:
         self.deltas = deltas
         self.session_id: int | None = None
         self.sent_seq = 0
-        self.streams: dict[int, int] = {}  # reply_to → characters of it the client has
+        # reply_to → the text of it the client has: its length is where the next chunk
+        # goes, and text that no longer matches it is a reply that started afresh (its
+        # restart lost on the way).
+        self.texts: dict[int, str] = {}
         self.finished: deque[int] = deque(maxlen=FINISHED_KEPT)
 
     def watch(self, session_id: int | None, *, sent_seq: int) -> None:
         """Follow `session_id` from scratch; the client has everything up to `sent_seq`."""
         self.session_id, self.sent_seq = session_id, sent_seq
-        self.streams = {}
+        self.texts = {}
         self.finished.clear()
 
     def rows(self, events: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -63,7 +66,7 @@ class ChatCursor:
             frame = {k: v for k, v in event.items() if k not in _ROUTING}
             reply_to = frame.get("reply_to")
             if reply_to and not frame.get("hidden") and frame.get("role") in ("assistant", "system"):
-                frame["streamed"] = self.streams.pop(reply_to, 0) > 0
+                frame["streamed"] = bool(self.texts.pop(reply_to, ""))
                 self._finish(reply_to)
             frames.append(frame)
         return frames
@@ -76,13 +79,16 @@ class ChatCursor:
         if reply_to is not None and snapshot["reply_to"] != reply_to:
             return []
         reply, text = snapshot["reply_to"], snapshot["text"]
-        have = self.streams.get(reply, 0)
-        self.streams[reply] = len(text)
+        held = self.texts.get(reply, "")
+        self.texts[reply] = text
         if not self.deltas:
             return [{"type": "message.stream", "reply_to": reply, "text": text}]
-        if len(text) <= have:
+        if not text.startswith(held):  # the reply started afresh: what the client shows is not it
+            afresh = [{"type": "message.stream", "reply_to": reply, "text": ""}]
+            return afresh + ([{"type": "message.chunk", "reply_to": reply, "delta": text, "offset": 0}] if text else [])
+        if len(text) <= len(held):
             return []
-        return [{"type": "message.chunk", "reply_to": reply, "delta": text[have:], "offset": have}]
+        return [{"type": "message.chunk", "reply_to": reply, "delta": text[len(held):], "offset": len(held)}]
 
     def live(self, event: dict[str, Any]) -> Step:
         """What one event from the layer means for this client."""
@@ -103,12 +109,12 @@ class ChatCursor:
             reply_to = event["reply_to"]
             if reply_to in self.finished:
                 return Step()
-            self.streams[reply_to] = 0
+            self.texts[reply_to] = ""
             return Step(frames=[{"type": "message.stream", "reply_to": reply_to, "text": ""}])
         if kind == "message.done":
             reply_to = event["reply_to"]
             behind = event.get("seq", 0) > self.sent_seq  # the reply itself comes first
-            self.streams.pop(reply_to, None)
+            self.texts.pop(reply_to, None)
             self._finish(reply_to)
             return Step(frames=[{"type": "message.done", "reply_to": reply_to, "seq": event.get("seq")}],
                         catch_up=behind)
@@ -143,21 +149,26 @@ class ChatCursor:
         if reply_to in self.finished:
             return Step()
         frames = []
-        if event.get("restart") and self.streams.get(reply_to):
+        if event.get("restart") and self.texts.get(reply_to):
             # The first chunk of a new try: what the client holds is a dead try's text
             # (its worker died mid-reply), not the start of this one. Start afresh.
-            self.streams[reply_to] = 0
+            self.texts[reply_to] = ""
             frames.append({"type": "message.stream", "reply_to": reply_to, "text": ""})
-        have = self.streams.get(reply_to, 0)
+        held = self.texts.get(reply_to, "")
+        have = len(held)
         offset = event.get("offset")
         if offset is None:
             offset = have  # a producer that does not count: trust the order
-        if offset + len(delta) <= have:
-            return Step()  # the snapshot already held it
         if offset > have:
             return Step(frames=frames, snapshot=reply_to)  # a chunk went missing: the text so far instead
+        if held[offset:offset + len(delta)] != delta[:have - offset]:
+            # Not the text the client holds: the reply started afresh and its restart
+            # was lost on the way. The text so far, instead, shows it from its start.
+            return Step(frames=frames, snapshot=reply_to)
+        if offset + len(delta) <= have:
+            return Step()  # the snapshot already held it
         delta = delta[have - offset:]
-        self.streams[reply_to] = have + len(delta)
+        self.texts[reply_to] = held + delta
         return Step(frames=[*frames, {"type": "message.chunk", "reply_to": reply_to, "delta": delta, "offset": have}])
 
     def _finish(self, reply_to: int) -> None:

@@ -69,7 +69,7 @@ def test_chunks_continue_a_reply_exactly_once(have, delta, offset, sent, snapsho
     got = "".join(f["delta"] for f in step.frames)
     assert (got, step.snapshot) == (sent, snapshot)
     if step.frames:
-        assert step.frames[0]["offset"] == len(have) and cursor.streams[4] == len(have) + len(got)
+        assert step.frames[0]["offset"] == len(have) and cursor.texts[4] == have + got
 
 
 def test_a_missing_chunk_is_replaced_by_the_text_so_far_as_a_frame_or_as_the_missing_piece():
@@ -139,9 +139,33 @@ def test_a_new_session_is_followed_from_scratch():
     assert cursor.live({"type": "session.started", "session_id": S}) == Step()  # the one watched
     assert cursor.live({"type": "session.started", "session_id": 8}).follow == 8
     cursor.watch(8, sent_seq=0)
-    assert (cursor.session_id, cursor.sent_seq, cursor.streams, list(cursor.finished)) == (8, 0, {}, [])
+    assert (cursor.session_id, cursor.sent_seq, cursor.texts, list(cursor.finished)) == (8, 0, {}, [])
     assert seqs(cursor.live(msg(1, session=8))) == [1]
 
 
 def test_events_clients_are_not_shown_do_nothing():
     assert cursor_at(3).live({"type": "something.else", "session_id": S}) == Step()
+
+
+@pytest.mark.parametrize("deltas", [True, False], ids=["terminal", "page"])
+def test_a_reply_that_started_afresh_while_its_restart_was_lost_is_shown_afresh(deltas):
+    """The layer may drop an event under load. A thinking model's reasoning streamed, its
+    restart was lost, and its answer (shorter than the reasoning) came as chunks from
+    offset 0: they read as text the client already had, and the answer was never shown,
+    its reasoning left in its place."""
+    cursor = cursor_at(3, deltas=deltas)
+    assert cursor.live(chunk(3, "The user greets me.\n", 0)).frames == [
+        {"type": "message.chunk", "reply_to": 3, "delta": "The user greets me.\n", "offset": 0}]
+    lost = cursor.live(chunk(3, "Hello", 0))  # the restart before it never came
+    assert lost.frames == [] and lost.snapshot == 3  # the text so far is read instead
+    frames = cursor.stream({"reply_to": 3, "text": "Hello Priya!"})
+    if deltas:
+        assert frames == [{"type": "message.stream", "reply_to": 3, "text": ""},
+                          {"type": "message.chunk", "reply_to": 3, "delta": "Hello Priya!", "offset": 0}]
+    else:
+        assert frames == [{"type": "message.stream", "reply_to": 3, "text": "Hello Priya!"}]
+    assert cursor.live(chunk(3, "Hello Priya!", 0)).frames == []  # held already
+    assert cursor.live(chunk(3, " How", 12)).frames == [
+        {"type": "message.chunk", "reply_to": 3, "delta": " How", "offset": 12}]
+    assert cursor.stream({"reply_to": 3, "text": "Hello Priya! How"}) == (
+        [] if deltas else [{"type": "message.stream", "reply_to": 3, "text": "Hello Priya! How"}])
