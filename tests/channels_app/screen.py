@@ -43,9 +43,6 @@ class Screen:
         """The screen and its scrollback, each row as shown (no joining of wrapped rows)."""
         return self._tmux("capture-pane", "-p", "-S", "-200")
 
-    def rows(self) -> list[str]:
-        return [row.rstrip() for row in self.text().rstrip("\n").split("\n")]
-
     def wait_until(self, ok: Callable[[str], bool], what: str, seconds: float = 90) -> str:
         deadline = time.monotonic() + seconds
         while True:
