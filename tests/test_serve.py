@@ -35,7 +35,7 @@ def test_serve_migrates_a_fresh_database_and_serves_the_admin_login(tmp_path, se
         cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, text=True,
     )
     try:
-        deadline = time.monotonic() + 60
+        deadline = time.monotonic() + 240  # a fresh database is migrated first: minutes on a loaded machine
         page = None
         while time.monotonic() < deadline and proc.poll() is None:
             try:
