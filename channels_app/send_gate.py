@@ -17,7 +17,10 @@ Where the gates live:
   from a send still under way).
 - Elsewhere (SQLite: one process on the embedded default; PostgreSQL behind a pooler in
   transaction mode) they are keys in Django's cache, each with an expiry past the
-  longest a send can take, so a send that never let go holds them no longer than that.
+  longest one platform call can take, so a send that never let go holds them no longer
+  than that. A reply of many parts holds them longer than one call: their expiry is
+  renewed as each part is claimed (`GatesHeld.renew`), so the sweeper never finds the gate
+  of a send still under way free.
 
 Every claim of a part to send (pending → sending) happens under its binding's gate, so a
 part found `sending` while its binding's gate is free was left by a sender that died
@@ -188,6 +191,16 @@ class _CacheGates:
         token = uuid.uuid4().hex
         return token if cache.add(key, token, _hold_seconds()) else None
 
+    def renew(self, held: list[tuple[str, str]]) -> bool:
+        """Each key's expiry from now on, if all are still ours (an expiry already past,
+        and the key taken since, is not)."""
+        if not held:
+            return True
+        mine = cache.get_many([key for key, _ in held])
+        if any(mine.get(key) != token for key, token in held):
+            return False
+        return all(cache.touch(key, _hold_seconds()) for key, _ in held)
+
     def let_go(self, held: list[tuple[str, str]]) -> None:
         if held:  # two round trips for all keys; one not ours any more (expired, taken since) is left
             mine = cache.get_many([key for key, _ in held])
@@ -244,8 +257,22 @@ def binding_taken(*, binding_id: int) -> AbstractContextManager[bool]:
     return gates_held([binding_key(binding_id)])
 
 
+class GatesHeld:
+    """The gates a send holds (send_gate)."""
+
+    def __init__(self, gates: _DatabaseGates | _CacheGates, held: list[tuple[str, str]]) -> None:
+        self._gates, self._held = gates, held
+
+    def renew(self) -> bool:
+        """Before each part is claimed: whether the gates are still this send's, their
+        expiry renewed. A send whose gates were taken over (it stalled past their expiry)
+        claims nothing more; the new holder sends the rest. A database connection holds
+        its locks for as long as it lives: nothing to renew."""
+        return not isinstance(self._gates, _CacheGates) or self._gates.renew(self._held)
+
+
 @contextmanager
-def send_gate(*, binding_id: int, worker: str) -> Iterator[None]:
+def send_gate(*, binding_id: int, worker: str) -> Iterator[GatesHeld]:
     """Hold the binding's gate and one of the worker's send slots while sending; raise
     BindingBusy or GateShut at once if either is taken."""
     gates = _gates()
@@ -270,6 +297,6 @@ def send_gate(*, binding_id: int, worker: str) -> Iterator[None]:
                     break
             else:
                 raise GateShut(f"worker {worker} has no send slot free")
-        yield
+        yield GatesHeld(gates, held)
     finally:
         gates.let_go(held)

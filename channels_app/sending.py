@@ -23,7 +23,7 @@ from tenancy.switches import channel_enabled
 from .adapters import SendError, adapter_for
 from .models import ChannelBinding, OutboundDelivery
 from .send_failures import MAYBE_DELIVERED, delivery_failed_show, part_give_up, reply_undelivered_tell
-from .send_gate import BindingBusy, send_gate, send_slot_free
+from .send_gate import BindingBusy, GatesHeld, send_gate, send_slot_free
 
 logger = logging.getLogger(__name__)
 
@@ -77,11 +77,12 @@ def deliver_message(*, tenant_id: int, message_id: int, worker: str) -> int:
     binding_id = waiting[0].binding_id
     holding = False
     try:
-        with send_gate(binding_id=binding_id, worker=worker):
+        with send_gate(binding_id=binding_id, worker=worker) as gates:
             holding = True
             until = time.monotonic() + DRAIN_SECONDS
-            sent = _send_parts(waiting)
-            _send_waiting(tenant_id=tenant_id, binding_id=binding_id, after=message_id, until=until, worker=worker)
+            sent = _send_parts(waiting, gates)
+            _send_waiting(tenant_id=tenant_id, binding_id=binding_id, after=message_id, until=until, worker=worker,
+                          gates=gates)
             return sent
     except BindingBusy:
         return 0
@@ -112,7 +113,8 @@ DRAIN_SECONDS = 0.5
 DRAIN_MAX = 50
 
 
-def _send_waiting(*, tenant_id: int, binding_id: int, after: int, until: float, worker: str) -> None:
+def _send_waiting(*, tenant_id: int, binding_id: int, after: int, until: float, worker: str,
+                  gates: GatesHeld) -> None:
     """While the binding's gate is held: send the replies waiting for it until `until`
     (time.monotonic(); see DRAIN_SECONDS). A reply that fails for now gets its retry
     scheduled and ends the run; what is left is woken as the gate is let go (_wake_next)."""
@@ -128,7 +130,7 @@ def _send_waiting(*, tenant_id: int, binding_id: int, after: int, until: float, 
         if waiting is None:
             return
         try:
-            _send_parts(waiting)
+            _send_parts(waiting, gates)
         except RetryLater as exc:
             deliver_message_task.apply_async((tenant_id, message_id), countdown=exc.after)
             return
@@ -183,14 +185,15 @@ def _next_waiting(*, tenant_id: int, binding_id: int, after: int) -> int | None:
     return message_id
 
 
-def _send_parts(rows: list[OutboundDelivery]) -> int:
-    """Send a message's parts, all for one binding, in order (see deliver_message). A
-    platform's refusal quotes the recipient, perhaps a WhatsApp number: masked in the log."""
+def _send_parts(rows: list[OutboundDelivery], gates: GatesHeld) -> int:
+    """Send a message's parts, all for one binding, in order (see deliver_message), while
+    `gates` are held. A platform's refusal quotes the recipient, perhaps a WhatsApp number:
+    masked in the log."""
     with log_person(*{row.target for row in rows}):
-        return _send_parts_in_order(rows)
+        return _send_parts_in_order(rows, gates)
 
 
-def _send_parts_in_order(rows: list[OutboundDelivery]) -> int:
+def _send_parts_in_order(rows: list[OutboundDelivery], gates: GatesHeld) -> int:
     first = rows[0]
     adapter = adapter_for(first.binding.kind)
     assert adapter is not None, first.binding.kind  # every kind of binding has one (tests/channels_app)
@@ -224,6 +227,10 @@ def _send_parts_in_order(rows: list[OutboundDelivery]) -> int:
     sent = 0
     failed = False  # a part of this reply ended failed here
     for row in rows:
+        if not gates.renew():
+            logger.warning("message %s: its send stalled past its gates' expiry and another send took them over; "
+                           "the parts left are that send's", row.message_id)
+            return sent
         if not OutboundDelivery.objects.filter(pk=row.pk, state=OutboundDelivery.State.PENDING).update(
             state=OutboundDelivery.State.SENDING, updated_at=timezone.now()
         ):

@@ -61,6 +61,17 @@ def test_a_gate_taken_over_after_it_expired_is_left_to_its_new_holder(settings):
         pass
 
 
+def test_with_the_gates_in_the_cache_a_send_whose_gate_was_taken_over_claims_nothing_more(settings):
+    """It stalled past its gate's expiry and another send holds the bot now: the parts it
+    has not claimed are the other send's to send, in order."""
+    settings.QORVEN_SEND_GATES = "cache"
+    with send_gate(binding_id=7, worker="w1") as gates:
+        assert gates.renew()
+        cache.set("send:binding:7", "another send", 60)
+        assert not gates.renew()
+    assert cache.get("send:binding:7") == "another send"
+
+
 def test_with_the_gates_in_the_cache_a_bot_held_is_a_key_there_until_let_go(settings):
     """QORVEN_SEND_GATES=cache, for PostgreSQL behind a pooler in transaction mode."""
     settings.QORVEN_SEND_GATES = "cache"
@@ -68,3 +79,47 @@ def test_with_the_gates_in_the_cache_a_bot_held_is_a_key_there_until_let_go(sett
         assert cache.get("send:binding:7") is not None
         assert not binding_free(binding_id=7)
     assert cache.get("send:binding:7") is None
+
+
+def test_with_the_gates_in_the_cache_a_reply_sending_longer_than_a_hold_is_not_swept_from_under_it(
+    world, telegram, platform, settings
+):
+    """A key's expiry is past the longest one send can take, and it is renewed as each part
+    is claimed: a reply of many slow parts sends them all, in order, while the sweeper
+    looks on past the first hold, and nothing is failed or told undelivered."""
+    import threading
+    import time
+
+    from channels_app.models import OutboundDelivery
+    from channels_app.send_gate import _hold_seconds
+    from channels_app.sending import deliver_message
+    from channels_app.sweep import sweep
+    from sessions_app.services import message_append, session_resolve
+
+    from ..fakes.platform_server import Canned
+    from .conftest import pair
+
+    settings.QORVEN_SEND_GATES = "cache"
+    settings.QORVEN_PLATFORM_TIMEOUT = 2
+    hold, pace = _hold_seconds(), 0.8
+    platform.default(r"/sendMessage", Canned(body={"ok": True, "result": {"message_id": 1}}, delay=pace))
+    pair(world, "telegram", "42", world.alice)
+    session = session_resolve(tenant=world.tenant_a, qor=world.qor_a, channel="telegram", user=world.alice)
+    texts = [f"part {n}" for n in range(int(hold / pace) + 3)]
+    message = message_append(session=session, role="assistant", content="\n".join(texts), channel="telegram",
+                             notify=False).message
+    for n, text in enumerate(texts):
+        OutboundDelivery.objects.create(tenant=world.tenant_a, message=message, part=n, binding=telegram,
+                                        target="42", text=text)
+    sender = threading.Thread(target=deliver_message,
+                              kwargs={"tenant_id": world.tenant_a.pk, "message_id": message.pk, "worker": "w1"})
+    started = time.monotonic()
+    sender.start()
+    time.sleep(hold + 1)  # the first hold has run out; a part is being sent
+    assert sender.is_alive() and OutboundDelivery.objects.filter(state="sending").count() == 1
+    report = sweep()
+    sender.join(timeout=60)
+    assert report.interrupted_sends == 0
+    assert [s.json["text"] for s in platform.sent("sendMessage")] == texts
+    assert set(OutboundDelivery.objects.values_list("state", flat=True)) == {"sent"}
+    assert time.monotonic() - started > hold
