@@ -6,8 +6,8 @@ copies it, so a restore of the wrong file is itself undone by restoring that cop
 - SQLite: the backup, read back whole first, is copied in under a temporary name and
   takes the database file's name in one rename; the old write-ahead log goes with the old
   file (its pages belong to it, not to the backup).
-- PostgreSQL: `pg_restore --clean --single-transaction`: the tables are replaced all at
-  once or, on any error, not at all.
+- PostgreSQL: psql drops the schema's tables and runs `pg_restore`'s script in one
+  transaction: the tables are replaced all at once or, on any error, not at all.
 
 The caller applies this version's migrations after, so an older backup is brought up to date.
 """
@@ -17,6 +17,7 @@ import os
 import shutil
 import sqlite3
 import subprocess
+import tempfile
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -95,12 +96,58 @@ def _sqlite_replace(target: Path, backup: Path) -> None:
 
 
 def _postgres_replace(database: dict[str, Any], backup: Path) -> None:
+    """One transaction (psql's) drops every table of the schema, then runs pg_restore's script.
+
+    `pg_restore --clean` drops only what the dump holds: a table a later version added stays,
+    its foreign keys keep the dump's tables from being dropped (the whole restore refused), and
+    without them the migrations after would find it already there. The transaction is
+    committed only once pg_restore has written its whole script and exited well; anything less
+    ends psql's session without a COMMIT, which rolls all of it back.
+    """
+    psql = shutil.which("psql")
+    if psql is None:
+        raise BackupError("psql was not found: install PostgreSQL's client programs "
+                          "(e.g. apt install postgresql-client)")
     env = {**os.environ, **_libpq_env(database)}
-    done = subprocess.run(
-        ["pg_restore", "--clean", "--if-exists", "--no-owner", "--single-transaction", "--exit-on-error",
-         "--no-password", "-d", str(database["NAME"]), str(backup)],
-        env=env, capture_output=True, text=True,
-    )
-    if done.returncode != 0:
-        said = [line for line in done.stderr.splitlines() if "error" in line.lower()]
-        raise BackupError("pg_restore failed, the database is as it was: " + " ".join(said[-3:])[-500:])
+    with tempfile.TemporaryFile(mode="w+") as restore_said, tempfile.TemporaryFile(mode="w+") as psql_said:
+        with subprocess.Popen([psql, "--no-psqlrc", "--quiet", "--no-password", "-v", "ON_ERROR_STOP=1",
+                               "-d", str(database["NAME"])],
+                              env=env, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=psql_said) as apply:
+            assert apply.stdin is not None
+            whole = False
+            try:
+                apply.stdin.write(_EMPTY_SCHEMA)
+                with subprocess.Popen(["pg_restore", "--clean", "--if-exists", "--no-owner", "--file=-", str(backup)],
+                                      env=env, stdout=subprocess.PIPE, stderr=restore_said) as script:
+                    assert script.stdout is not None
+                    shutil.copyfileobj(script.stdout, apply.stdin)
+                whole = script.returncode == 0
+                if whole:
+                    apply.stdin.write(b"\nCOMMIT;\n")
+            except BrokenPipeError:  # psql stopped at an error: nothing was committed
+                pass
+            finally:
+                try:
+                    apply.stdin.close()
+                except BrokenPipeError:
+                    pass
+        if not whole or apply.returncode != 0:
+            said = []
+            for output in (restore_said, psql_said):
+                output.seek(0)
+                said += [line.strip() for line in output if "error" in line.lower()]
+            raise BackupError("pg_restore failed, the database is as it was: " + " ".join(said[-3:])[-500:])
+
+
+# The start of the restore's transaction: the schema's tables go (a later version's among
+# them, which the backup does not hold); the dump's own --clean drops its other objects.
+_EMPTY_SCHEMA = b"""SET client_min_messages = warning;
+BEGIN;
+DO $$
+DECLARE name text;
+BEGIN
+    FOR name IN SELECT tablename FROM pg_tables WHERE schemaname = current_schema() LOOP
+        EXECUTE format('DROP TABLE IF EXISTS %I CASCADE', name);
+    END LOOP;
+END $$;
+"""

@@ -20,6 +20,8 @@ from qorven.runtime.backup import _libpq_env
 from sessions_app.models import Message, Session
 from sessions_app.services import message_append, session_resolve
 
+from ..conftest import database_vendor
+
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
@@ -168,3 +170,41 @@ def test_a_file_that_is_not_a_backup_is_refused_and_nothing_changes(world, tmp_p
         restore(str(notes), "--yes", "--keep-dir", str(tmp_path))
     assert Message.objects.count() == 2
     assert sorted(p.name for p in tmp_path.iterdir()) == ["notes.txt"]
+
+
+def test_a_backup_from_before_a_table_was_added_is_restored_and_brought_up_to_date(world, schema, tmp_path):
+    # A backup made by a version without sessions_app 0013's table (whose rows point at
+    # tenants and Qors): the database it replaces has that table, the backup does not.
+    chat(world, world.alice, n=2)
+    schema.to([("sessions_app", "0012_message_carried_to")])
+    path = tmp_path / "last-version.bak"
+    backup(str(path))
+    schema.latest()
+    chat(world, world.bob, n=1)
+
+    restore(str(path), "--yes", "--keep-dir", str(tmp_path))
+
+    assert sorted(Message.objects.values_list("content", flat=True)) == [f"note {i} from alice" for i in range(2)]
+    with connection.cursor() as cursor:  # the newer version's table is there again, migrated
+        cursor.execute("SELECT count(*) FROM sessions_app_movedthread")
+        assert cursor.fetchone()[0] == 0
+
+
+@pytest.mark.skipif(database_vendor() != "postgresql", reason="a SQLite backup is read back whole before it is used")
+def test_a_damaged_backup_is_refused_midway_and_the_database_stays_as_it_was(world, tmp_path):
+    session = chat(world, world.alice, n=0)
+    for _ in range(200):  # rows that do not compress: most of the file
+        message_append(session=session, role="user", content=os.urandom(1000).hex(), channel="web", notify=False)
+    path = tmp_path / "damaged.bak"
+    backup(str(path))
+    chat(world, world.bob, n=2)
+    data = bytearray(path.read_bytes())
+    middle = len(data) // 2
+    data[middle:middle + 512] = bytes(512)  # the file's list of tables reads whole, some rows do not
+    path.write_bytes(bytes(data))
+
+    with pytest.raises(CommandError, match="the database is as it was"):
+        restore(str(path), "--yes", "--keep-dir", str(tmp_path))
+
+    assert Message.objects.count() == 202
+    assert Message.objects.filter(content="note 1 from bob").exists()

@@ -20,8 +20,8 @@ class Command(BaseCommand):
         "and beat first (what they wrote meanwhile would be lost with the replaced database). The "
         "database being replaced is copied first, as qorven backup copies it, to "
         "qorven-before-restore-<UTC time> in --keep-dir, so a restore is undone by restoring that "
-        "copy. SQLite: the file is replaced in one rename; PostgreSQL: pg_restore --clean in a single "
-        "transaction (all or nothing). Then this version's migrations are applied. Asks to confirm "
+        "copy. SQLite: the file is replaced in one rename; PostgreSQL: the schema's tables are dropped and "
+        "pg_restore's script run by psql in a single transaction (all or nothing). Then this version's migrations are applied. Asks to confirm "
         "unless --yes."
     )
 
