@@ -103,3 +103,37 @@ def test_the_host_sees_a_suspended_workspaces_beats_and_cannot_run_them_meanwhil
                       content_type="application/json").status_code == 201
     drain()
     assert "morning-brief" in Message.objects.filter(role="assistant").order_by("seq").last().content
+
+
+def test_a_run_under_way_when_the_workspace_is_suspended_asks_the_model_nothing_more(world, model_server):
+    """The model's first answer of a beat's run asks for a tool; the host suspends the
+    workspace meanwhile. No tool runs, the model is not asked again on the workspace's
+    tokens, and nothing is delivered: the run ends, saying why."""
+    from django.db import connection
+
+    from tenancy.tool_registry import Tool, registry
+    from tenancy.trust import Trust
+
+    from ..fakes.model_server import tool_call
+
+    runs: list[int] = []
+    tool = registry.register(Tool("post_note", "Post a note to the family board.", {"type": "object", "properties": {}},
+                                  lambda ctx, args: runs.append(1) or "posted", Trust.PUBLIC))
+
+    def suspended_as_it_answers(body):
+        if len(model_server.requests) == 1:
+            tenant_suspend(tenant=world.tenant_a)
+            connection.close()  # this server thread's own
+            return tool_call("post_note", {})
+        return reply("Posted your note.")
+
+    model_server.default = suspended_as_it_answers
+    heartbeat = beat(world.qor_a, deliver_to=world.alice, deliver_channel="web")
+    try:
+        run = run_heartbeat(tenant_id=world.tenant_a.pk, heartbeat_id=heartbeat.pk, tick=START)
+    finally:
+        registry.tools.pop(tool.name)
+
+    assert len(model_server.requests) == 1 and runs == []
+    assert (run.status, run.reason) == ("failed", "suspended")
+    assert not Message.objects.filter(tenant=world.tenant_a, role="assistant").exclude(channel="cron").exists()

@@ -35,6 +35,7 @@ def retry_delay(attempts: int) -> float:
 
 
 SUSPENDED_ERROR = "the workspace was suspended before it could be tried again"
+SUSPENDED_MID_RUN = "the workspace was suspended while it ran: the model was not asked again"
 
 
 def run_suspended_end(*, tenant: Tenant, run_id: int) -> None:

@@ -23,6 +23,7 @@ from heartbeats_app.system_beats import system_beat_run
 from qorven.llm import ModelError, ProviderUnavailable, route_for
 from qorven.llm.metered import Tally
 from sessions_app.channel_kinds import Channel
+from sessions_app.errors import WorkspaceSuspended
 from sessions_app.services import session_archive, session_resolve
 from tenancy.access import tenant_serving
 from tenancy.errors import NotFound
@@ -31,7 +32,7 @@ from tenancy.selectors import budget_exhausted, membership_get
 
 from ..turn_endings import cut_short
 from .outcome import Outcome, model_failed, result_deliver, run_finish
-from .retries import RunFailed, run_suspended_end
+from .retries import SUSPENDED_MID_RUN, RunFailed, run_suspended_end
 from .subagent import NOOP, converse, run_context
 
 logger = logging.getLogger(__name__)
@@ -90,6 +91,10 @@ def run_heartbeat(
         raise RunFailed(run.pk, exc.detail, attempts=run.attempts) from exc
     except ModelError as exc:  # refused, misconfigured: retrying cannot help
         run_finish(beat, run, started, model_failed(beat, exc, spent))
+        return _reload(run)
+    except WorkspaceSuspended:  # while the model thought: nothing more is asked, run or delivered
+        run_finish(beat, run, started, Outcome(HeartbeatRun.Status.FAILED, reason="suspended",
+                                                error=SUSPENDED_MID_RUN, spent=spent))
         return _reload(run)
     except Exception as exc:
         logger.exception("heartbeat %s failed", beat.pk)

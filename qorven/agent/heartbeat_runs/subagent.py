@@ -16,10 +16,12 @@ from heartbeats_app.selectors import heartbeat_timezone
 from qorven.llm import Completion, ModelRoute, provider_for_role
 from qorven.llm.metered import Tally
 from sessions_app.channel_kinds import Channel
+from sessions_app.errors import WorkspaceSuspended
 from sessions_app.models import Message, Session
 from sessions_app.selectors import MessageRow, canonical_session_find, messages_read
 from sessions_app.quoting import one_line
 from sessions_app.services import message_append
+from tenancy.selectors import tenant_serving_now
 from tenancy.trust import Trust
 
 from ..project import project_context_for
@@ -106,7 +108,8 @@ def converse(
 ) -> Completion | None:
     """The heartbeat sub-agent: the beat's prompt on the heartbeat route, with the tools a
     paired user could use (except managing beats), until a final answer (None when it
-    still called tools as the rounds ran out: nothing to deliver)."""
+    still called tools as the rounds ran out: nothing to deliver). Raises
+    WorkspaceSuspended when the host suspended the workspace while the model thought."""
     from qorven.llm.metered import Spend
     from tenancy.tool_registry import ToolContext, registry
 
@@ -123,9 +126,16 @@ def converse(
                    sender_name=f"heartbeat {beat.name}", metadata=tag)
     messages: list[dict[str, Any]] = [{"role": "system", "content": context.system},
                                       {"role": "user", "content": beat.prompt}]
+
+    def still_served(completion: Completion) -> None:
+        # The host may suspend the workspace while the model thinks: from then on no tool
+        # runs for the beat, the model is not asked again, and nothing is delivered.
+        if not tenant_serving_now(tenant_id=beat.tenant_id):
+            raise WorkspaceSuspended(session.pk)
+
     completion = tool_loop(
         provider=provider, messages=messages, spend=Spend(beat.tenant, qor, "heartbeat", tally=spent),
-        offered=offered, ctx=ctx, session=session, channel=Channel.CRON, metadata=tag,
+        offered=offered, ctx=ctx, session=session, channel=Channel.CRON, metadata=tag, after_call=still_served,
     )
     if completion is None:
         return None
