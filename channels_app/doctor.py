@@ -160,6 +160,11 @@ def _models() -> Iterator[Check]:
                         "set OPENAI_BASE_URL, OPENAI_API_KEY and QORVEN_MODEL (or the Qor's model in the admin)")
             continue
         where = f"{route.model} at {route.base_url}"
+        if route.from_qor:
+            from qorven.runtime.outbound_transport import proxy_for
+
+            proxy = proxy_for(route.base_url)
+            where += f" through the proxy {proxy}" if proxy else ""
         try:
             provider_for(route).complete(messages=[{"role": "user", "content": "Reply with one word: ok"}])
         except ModelError as exc:

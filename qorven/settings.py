@@ -331,6 +331,10 @@ QORVEN_MODEL_KEY_URLS = env.list("QORVEN_MODEL_KEY_URLS", default=[])
 # the database may still reach, e.g. a model server on the local network
 # (qorven/runtime/outbound.py).
 QORVEN_ALLOW_PRIVATE_HOSTS = env.hosts("QORVEN_ALLOW_PRIVATE_HOSTS", default=[])
+# The proxy those URLs are reached through: empty (direct), `env` (the environment's
+# HTTPS_PROXY / HTTP_PROXY / NO_PROXY, as the host's own clients use them) or a proxy's
+# URL (qorven/runtime/outbound_transport.py).
+QORVEN_OUTBOUND_PROXY = env.outbound_proxy("QORVEN_OUTBOUND_PROXY", default="")
 QORVEN_MODEL = env.str("QORVEN_MODEL", default="")
 QORVEN_NUM_CTX = env.int("QORVEN_NUM_CTX", default=8192, at_least=1)
 QORVEN_CONTEXT_RESERVE = env.int("QORVEN_CONTEXT_RESERVE", default=1024, at_least=0)

@@ -263,6 +263,23 @@ def model_server(settings):
     server.stop()
 
 
+PROXY_VARIABLES = ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "NO_PROXY")
+
+
+@pytest.fixture
+def http_proxy(monkeypatch):
+    """A forward proxy on loopback (tests/fakes/http_proxy.py), recording what it was asked.
+    No proxy variable is set in the environment until the test sets one."""
+    from .fakes.http_proxy import HttpProxy
+
+    for name in PROXY_VARIABLES:
+        monkeypatch.delenv(name, raising=False)
+        monkeypatch.delenv(name.lower(), raising=False)
+    proxy = HttpProxy().start()
+    yield proxy
+    proxy.stop()
+
+
 @pytest.fixture
 def drain():
     """Wait until the embedded worker has run everything queued so far (what those jobs

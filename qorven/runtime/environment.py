@@ -111,6 +111,24 @@ class Env(environ.Env):
                 f"{var} takes host names, IP addresses and networks (10.0.0.0/8), not {entry!r}")
         return entries
 
+    def outbound_proxy(self, var: str, default: str) -> str:
+        """Empty, `env`, or an http(s) proxy's URL: a scheme, `user:password@` if the proxy
+        asks for them, a host and a port. A refused value is named without its credentials."""
+        value = self.str(var, default=default).strip()
+        if value in ("", "env"):
+            return value
+        try:
+            parts = urlsplit(value)
+            parts.port  # noqa: B018 (raises on a port that is none)
+        except ValueError:
+            parts = None
+        if parts is None or parts.scheme not in ("http", "https") or not parts.hostname \
+                or parts.path not in ("", "/") or parts.query or parts.fragment:
+            raise environ.ImproperlyConfigured(
+                f"{var} must be empty, env (the environment's HTTPS_PROXY, HTTP_PROXY and NO_PROXY) or an "
+                f"http(s) proxy's URL like http://proxy.internal:3128, not {url_without_credentials(value)!r}")
+        return value
+
     def duration(self, var, default=environ.Env.NOTSET) -> str:
         """A duration (qorven.runtime.durations: 3600, 30m, 12h, 7d, 2w; 0 is none), checked
         here and kept as written: the code that uses it parses it again."""
@@ -221,6 +239,12 @@ def public_url_check(var: str, value: str) -> None:
         raise environ.ImproperlyConfigured(
             f"{var} must be a host's root, not {value!r}: Qorven cannot be served under a path; give it a "
             f"host name of its own (https://qorven.example.org)")
+
+
+def url_without_credentials(url: str) -> str:
+    """`url` with any `user:password@` before its host shown as `***@`, for a log line, an
+    error or a report (it may not even parse)."""
+    return re.sub(r"(?<=://)[^/?#]*@", "***@", url)
 
 
 def _either(choices: tuple[str, ...]) -> str:

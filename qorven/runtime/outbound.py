@@ -16,8 +16,15 @@ the clients of stored URLs connect through qorven.runtime.outbound_transport: ea
 connection resolves the name once, applies `check_addresses` to what it got, and connects
 only to those addresses (redirects included; TLS is still verified against the name).
 Those clients connect directly, not through an HTTP(S)_PROXY of the environment, whose
-own resolution no check here could see. A refused connection fails as a connection error
-whose cause is an AddressRefused (`address_refusal` finds it).
+own resolution no check here could see, unless the host opts in with
+QORVEN_OUTBOUND_PROXY (`env`: the environment's HTTPS_PROXY, HTTP_PROXY, ALL_PROXY and
+NO_PROXY; or a proxy's URL). Then each request that goes through the proxy is checked
+first with `check_url` (the name resolved here; a name that does not resolve here is left
+to the proxy, whose own rules decide what it reaches) and sent to the proxy, which
+resolves the name again; a host NO_PROXY names is connected to directly, as above. The
+host's own clients (OPENAI_BASE_URL, the platforms' API bases) always follow the
+environment's proxy variables, as any HTTP client does. A refused connection or request
+fails as a connection error whose cause is an AddressRefused (`address_refusal` finds it).
 """
 from __future__ import annotations
 
