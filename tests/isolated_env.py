@@ -1,5 +1,5 @@
 """Loaded first (`-p tests.isolated_env` in pytest's options), before Django's settings:
-the suite reads no `.env` and none of the developer's model, platform or Qorven settings,
+the suite reads no `.env` and none of the developer's model, platform, proxy or Qorven settings,
 so `make test` never calls a real model server or platform with a real key. The database
 and Redis of the run (DATABASE_URL, REDIS_URL, DJANGO_SECRET_KEY, as CI sets them) are
 kept; processes the tests start inherit this environment.
@@ -17,13 +17,16 @@ import uuid
 KEPT = {"DATABASE_URL", "REDIS_URL", "DJANGO_SECRET_KEY"}
 SCRUBBED_PREFIXES = ("OPENAI_", "QORVEN_", "CELERY_", "DJANGO_")
 SCRUBBED_SUFFIXES = ("_API_BASE",)  # TELEGRAM_API_BASE, SLACK_API_BASE, …
+# The suite's servers listen on loopback: a developer's outbound proxy, which the host's
+# own clients follow, would get (and refuse) every request to them.
+SCRUBBED_PROXIES = ("http_proxy", "https_proxy", "all_proxy", "no_proxy")
 
 
 def _scrub() -> None:
     for name in list(os.environ):
         if name in KEPT:
             continue
-        if name.startswith(SCRUBBED_PREFIXES) or name.endswith(SCRUBBED_SUFFIXES):
+        if name.startswith(SCRUBBED_PREFIXES) or name.endswith(SCRUBBED_SUFFIXES) or name.lower() in SCRUBBED_PROXIES:
             del os.environ[name]
     os.environ["QORVEN_ENV_FILE"] = ""  # no .env either (qorven.settings)
     # Live groups of its own in Redis, for this run and the processes it starts: a group

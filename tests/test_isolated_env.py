@@ -32,6 +32,16 @@ def test_the_suite_reads_no_env_file_and_scrubs_the_developers_settings(monkeypa
     assert len(run) == 8 and os.environ["QORVEN_LIVE_PREFIX"] == f"asgi-test-{run}"
 
 
+def test_the_developers_outbound_proxy_is_not_used_to_reach_the_suites_own_servers(monkeypatch):
+    """The fake model and platform servers listen on loopback; the host's own clients follow
+    HTTP(S)_PROXY, so a developer's proxy got every request to them (and refused them)."""
+    names = ("HTTP_PROXY", "https_proxy", "ALL_PROXY", "no_proxy")
+    for name in names:
+        monkeypatch.setenv(name, "http://proxy.corp.example:3128")
+    isolated_env._scrub()
+    assert [n for n in names if n in os.environ] == []
+
+
 def read_setting(name: str, env: dict[str, str]) -> str:
     code = f"import django; django.setup(); from django.conf import settings; print(settings.{name})"
     done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True,
