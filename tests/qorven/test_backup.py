@@ -3,22 +3,17 @@ arriving, owner-only, never over an existing file; restored, it holds what was c
 from __future__ import annotations
 
 import io
-import os
-import sqlite3
 import stat
-import subprocess
 import threading
-import uuid
-from contextlib import contextmanager
 
-import psycopg
 import pytest
 from django.core.management import CommandError, call_command
-from django.db import connection, connections
+from django.db import connections
 
-from qorven.runtime.backup import _libpq_env
 from sessions_app.models import Message, Session
-from sessions_app.services import message_append, session_resolve
+from sessions_app.services import message_append
+
+from .backup_copies import chat, restored
 
 from ..conftest import database_vendor
 
@@ -29,46 +24,6 @@ def backup(*args: str) -> str:
     out = io.StringIO()
     call_command("backup", *args, stdout=out)
     return out.getvalue()
-
-
-@contextmanager
-def restored(path):
-    """A cursor on the database the backup restores to: the SQLite copy itself, or a new
-    PostgreSQL database pg_restore fills from the dump (dropped after)."""
-    if connection.vendor == "sqlite":
-        copy = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
-        try:
-            yield copy.cursor()
-        finally:
-            copy.close()
-        return
-    settings = connection.settings_dict
-    name = f"restore_{uuid.uuid4().hex[:10]}"
-    admin = psycopg.connect(**_connect(settings, "postgres"), autocommit=True)
-    admin.execute(f'CREATE DATABASE "{name}"')
-    try:
-        env = {**os.environ, **_libpq_env({**settings, "NAME": name})}
-        done = subprocess.run(["pg_restore", "--no-owner", "--exit-on-error", "-d", name, str(path)], env=env,
-                              capture_output=True, text=True, timeout=120)
-        assert done.returncode == 0, done.stderr[-2000:]
-        with psycopg.connect(**_connect(settings, name)) as copy:
-            yield copy.cursor()
-    finally:
-        admin.execute(f'DROP DATABASE "{name}" WITH (FORCE)')
-        admin.close()
-
-
-def _connect(settings, name):
-    return {k: v for k, v in {"host": settings["HOST"], "port": settings["PORT"], "user": settings["USER"],
-                              "password": settings["PASSWORD"], "dbname": name}.items() if v}
-
-
-def chat(world, user, tenant=None, qor=None, n=3):
-    session = session_resolve(tenant=tenant or world.tenant_a, qor=qor or world.qor_a, channel="web", user=user)
-    for i in range(n):
-        message_append(session=session, role="user", content=f"note {i} from {user.username}", channel="web",
-                       notify=False)
-    return session
 
 
 def test_a_backup_holds_every_tenants_committed_rows_and_is_the_owners_alone(world, tmp_path):
