@@ -331,7 +331,18 @@ def _deploy() -> Iterator[Check]:
 
 
 def _backup() -> Iterator[Check]:
-    """On PostgreSQL `qorven backup` runs pg_dump, which refuses a server newer than itself."""
+    """On PostgreSQL `qorven backup` runs pg_dump, which refuses a server newer than itself;
+    then the scheduled backups (heartbeats_app.backup_report)."""
+    from django.utils import timezone
+
+    from heartbeats_app.backup_report import backup_schedule_report
+
+    yield from _pg_dump()
+    report = backup_schedule_report(now=timezone.now())
+    yield Check("backup", "schedule", report.ok, report.detail, report.fix)
+
+
+def _pg_dump() -> Iterator[Check]:
     connection = connections["default"]
     if connection.vendor != "postgresql":
         return  # SQLite copies itself: nothing to install

@@ -23,11 +23,16 @@ class HeartbeatsAppConfig(AppConfig):
         from qorven.runtime.startup import Startup, on_startup
 
         from .scheduler import embedded_beat_start
-        from .startup import beats_sync_on_startup
+        from .startup import backup_beat_sync_on_startup, beats_sync_on_startup
 
         @on_startup("serve")
         def beats_sync(startup: Startup) -> None:
             beats_sync_on_startup(startup.stdout, startup.stderr)
+
+        @on_startup("serve")
+        def backup_beat_sync(startup: Startup) -> None:
+            if startup.embedded and not startup.options.get("no_beat"):  # else `qorven beat` syncs it
+                backup_beat_sync_on_startup(startup.stdout)
 
         @on_startup("serve", after_worker=True)
         def embedded_beat(startup: Startup) -> None:

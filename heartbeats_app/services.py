@@ -10,6 +10,7 @@ from django.contrib.auth.models import User
 from django.db import transaction
 from django_celery_beat.models import CrontabSchedule, PeriodicTask
 
+from qorven.runtime.scheduled_backups import BACKUP_TASK
 from sessions_app.channel_kinds import CHAT_FAMILY
 from tenancy.models import Membership, Qor, Tenant
 from tenancy.zones import person_zone_name
@@ -21,6 +22,11 @@ from .selectors import heartbeat_name_taken, heartbeat_timezone
 
 RUN_TASK = "heartbeats_app.run"
 RESERVED_PREFIX = "__qorven_"
+# The host's scheduled backups: one PeriodicTask for the whole install, no tenant's and no
+# Heartbeat's (the orphan sweep below looks at heartbeat runs only).
+BACKUP_BEAT = "__qorven_backup__"
+BACKUP_DESCRIPTION = ("The host's scheduled backups into QORVEN_BACKUP_DIR (managed by Qorven: set "
+                      "QORVEN_BACKUP_SCHEDULE; changes made here are undone when the beat starts)")
 NAME_MAX = 100
 
 
@@ -224,6 +230,41 @@ def periodic_task_orphans_delete() -> int:
         task.delete()
         _drop_unused_crontab(crontab_id)
     return len(orphans)
+
+
+@transaction.atomic
+def backup_beat_sync() -> str:
+    """Make the host-wide backup PeriodicTask say what QORVEN_BACKUP_SCHEDULE says (in
+    QORVEN_TIME_ZONE): created, its schedule changed, or deleted when the setting is empty.
+    Returns what was done: "created", "updated", "removed" or "" (it already did)."""
+    from django.conf import settings
+
+    task = PeriodicTask.objects.select_for_update().filter(name=BACKUP_BEAT).first()
+    if not settings.QORVEN_BACKUP_SCHEDULE:
+        if task is None:
+            return ""
+        crontab_id = task.crontab_id
+        task.delete()
+        _drop_unused_crontab(crontab_id)
+        return "removed"
+    parsed = cron_parse(settings.QORVEN_BACKUP_SCHEDULE)
+    schedule = CrontabSchedule.objects.filter(**parsed.fields(), timezone=settings.TIME_ZONE).first()
+    if schedule is None:
+        schedule = CrontabSchedule.objects.create(**parsed.fields(), timezone=settings.TIME_ZONE)
+    wanted = {"task": BACKUP_TASK, "crontab_id": schedule.pk, "interval_id": None, "args": "[]", "kwargs": "{}",
+              "enabled": True, "one_off": False, "description": BACKUP_DESCRIPTION}
+    if task is None:
+        PeriodicTask.objects.create(name=BACKUP_BEAT, **wanted)
+        return "created"
+    if all(getattr(task, field) == value for field, value in wanted.items()):
+        return ""
+    old_crontab_id = task.crontab_id
+    for field, value in wanted.items():
+        setattr(task, field, value)
+    task.save()
+    if old_crontab_id != schedule.pk:
+        _drop_unused_crontab(old_crontab_id)
+    return "updated"
 
 
 def heartbeat_run_now(*, heartbeat: Heartbeat) -> None:

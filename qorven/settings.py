@@ -257,6 +257,22 @@ QORVEN_HEARTBEAT_RUN_RETENTION = env.duration("QORVEN_HEARTBEAT_RUN_RETENTION", 
 # A run whose model was unavailable is retried after this many seconds, then four times as long.
 QORVEN_HEARTBEAT_RETRY_DELAY = env.float("QORVEN_HEARTBEAT_RETRY_DELAY", default=60.0, at_least=0)
 
+# Scheduled backups (qorven.runtime.scheduled_backups): when, as a cron expression in
+# QORVEN_TIME_ZONE (empty: never); where (a relative path is taken from the project root,
+# like the embedded default's database beside it); how many of the newest are kept (0: all).
+QORVEN_BACKUP_SCHEDULE = env.str("QORVEN_BACKUP_SCHEDULE", default="").strip()
+if QORVEN_BACKUP_SCHEDULE:
+    from heartbeats_app.cron import CronError, cron_parse  # no app machinery: the parser alone
+
+    try:
+        QORVEN_BACKUP_SCHEDULE = cron_parse(QORVEN_BACKUP_SCHEDULE).expression
+    except CronError as exc:
+        raise environ.ImproperlyConfigured(
+            f"QORVEN_BACKUP_SCHEDULE must be a cron expression like '30 3 * * *' (or empty: no scheduled "
+            f"backups): {exc}") from None
+QORVEN_BACKUP_DIR = BASE_DIR / (env.str("QORVEN_BACKUP_DIR", default="").strip() or "backups")
+QORVEN_BACKUP_KEEP = env.int("QORVEN_BACKUP_KEEP", default=7, at_least=0)
+
 # Product switches.
 QORVEN_LEGACY_SESSIONS = env.bool("QORVEN_LEGACY_SESSIONS", default=False)
 QORVEN_API_PAGE_MAX = env.int("QORVEN_API_PAGE_MAX", default=500, at_least=1)

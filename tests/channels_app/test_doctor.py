@@ -214,12 +214,12 @@ def test_on_postgresql_doctor_says_whether_qorven_backup_can_run(world, monkeypa
     """`qorven backup` needs pg_dump of the server's major version or newer: doctor says so
     before the night the first backup fails."""
     report, _ = doctor()
-    (found,) = checks_of(report, "backup")
+    (found,) = pg_dump_checks(report)
     assert found["ok"] and "pg_dump" in found["detail"], found
 
     monkeypatch.setenv("PATH", str(tmp_path))  # a machine without PostgreSQL's client programs
     report, code = doctor()
-    (missing,) = checks_of(report, "backup")
+    (missing,) = pg_dump_checks(report)
     assert not missing["ok"] and code == 1
     assert "pg_dump" in missing["detail"] and "postgresql-client" in missing["fix"]
 
@@ -227,14 +227,21 @@ def test_on_postgresql_doctor_says_whether_qorven_backup_can_run(world, monkeypa
     old.write_text("#!/bin/sh\necho 'pg_dump (PostgreSQL) 9.6.24'\n")
     old.chmod(0o755)
     report, _ = doctor()
-    (too_old,) = checks_of(report, "backup")
+    (too_old,) = pg_dump_checks(report)
     assert not too_old["ok"] and "9.6" in too_old["detail"]
 
 
+def pg_dump_checks(report: dict) -> list[dict]:
+    return [c for c in checks_of(report, "backup") if c["subject"] == "pg_dump"]
+
+
 @pytest.mark.skipif(connection.vendor != "sqlite", reason="the embedded default's database")
-def test_on_sqlite_doctor_has_nothing_to_say_about_backups(world):
+def test_on_sqlite_doctor_says_only_whether_backups_are_scheduled(world):
+    """SQLite copies itself: nothing to install. Backups are off until the host schedules them."""
     report, _ = doctor()
-    assert checks_of(report, "backup") == []
+    (schedule,) = checks_of(report, "backup")
+    assert schedule["subject"] == "schedule" and schedule["ok"] and schedule["detail"].startswith("off")
+    assert "QORVEN_BACKUP_SCHEDULE" in schedule["detail"]
 
 
 def test_a_suspended_workspaces_model_is_not_asked(world, model_server, settings):

@@ -145,6 +145,18 @@ def test_a_retention_that_is_not_a_duration_is_one_line_naming_it_at_startup():
     assert run("check", DJANGO_SECRET_KEY="cli-test", **good).returncode == 0
 
 
+def test_a_backup_schedule_that_is_not_a_cron_expression_is_one_line_naming_it():
+    """Read only by the beat, it would have failed at its start, or never fired at all."""
+    for value, says in (("every night", "has 2 field(s)"), ("30 25 * * *", "hour"), ("61 3 * * *", "minute")):
+        line = configuration_error(run("check", DJANGO_SECRET_KEY="cli-test", QORVEN_BACKUP_SCHEDULE=value))
+        assert "QORVEN_BACKUP_SCHEDULE" in line and repr(value) in line and says in line, line
+    line = configuration_error(run("check", DJANGO_SECRET_KEY="cli-test", QORVEN_BACKUP_KEEP="-1"))
+    assert "QORVEN_BACKUP_KEEP" in line and "at least 0" in line
+    for value in ("30 3 * * *", "@daily", "0 */6 * * mon-fri", ""):
+        done = run("check", DJANGO_SECRET_KEY="cli-test", QORVEN_BACKUP_SCHEDULE=value)
+        assert done.returncode == 0, (value, done.stderr[-800:])
+
+
 def test_a_word_a_switch_or_an_address_a_setting_cannot_take_is_one_line_naming_it():
     """Each was taken without a word: xml logs were text, maybe was false, an allowed
     address that is none was never matched, a network that is none allowed nothing."""

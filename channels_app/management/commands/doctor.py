@@ -12,7 +12,9 @@ class Command(BaseCommand):
         "channel binding's credentials against its platform and Telegram's webhook registration (its URL "
         "and that it is sent message edits), a mail "
         "server (EMAIL_URL) for an email binding, the "
-        "heartbeats defaults file, the skills folder, and `check --deploy` outside the embedded default. "
+        "heartbeats defaults file, the skills folder, pg_dump for `qorven backup` (PostgreSQL), the scheduled "
+        "backups (off, or the newest one's age; late or failed is a ✗), and `check --deploy` outside the "
+        "embedded default. "
         "Changes nothing. Exits 1 when any check fails."
     )
 

@@ -6,9 +6,10 @@ from django.core.management.base import BaseCommand, CommandError
 class Command(BaseCommand):
     help = (
         "Run Celery beat for the scale-out layout (needs REDIS_URL or CELERY_BROKER_URL): syncs the "
-        "heartbeats defaults file, then sends each due heartbeat to the workers, reading the "
-        "schedule from the database (django-celery-beat). Run exactly one. On the embedded default "
-        "there is nothing to run: `qorven serve` fires heartbeats itself."
+        "heartbeats defaults file and the backup schedule (QORVEN_BACKUP_SCHEDULE), then sends each due "
+        "heartbeat and backup to the workers, reading the schedule from the database (django-celery-beat). "
+        "Run exactly one. On the embedded default there is nothing to run: `qorven serve` fires heartbeats "
+        "itself."
     )
 
     def add_arguments(self, parser):
@@ -23,7 +24,7 @@ class Command(BaseCommand):
         from celery import current_app
 
         from heartbeats_app.scheduler import SCHEDULER_PATH
-        from heartbeats_app.startup import beats_sync_on_startup
+        from heartbeats_app.startup import backup_beat_sync_on_startup, beats_sync_on_startup
         from qorven.runtime.worker import broker_is_embedded
 
         app = current_app._get_current_object()  # the project's Celery app (qorven.celery)
@@ -32,6 +33,7 @@ class Command(BaseCommand):
 
         if not opts["no_sync"]:
             beats_sync_on_startup(self.stdout, self.stderr)
+        backup_beat_sync_on_startup(self.stdout)  # from the environment, not the file: always
         app.Beat(
             app=app, scheduler=SCHEDULER_PATH, loglevel=opts["loglevel"], max_interval=opts["max_interval"],
             quiet=False,

@@ -10,6 +10,7 @@ from rich.progress import BarColumn, DownloadColumn, MofNCompleteColumn, Progres
 
 from qorven.runtime.backup import BackupError, backup_write
 from qorven.runtime.command_console import command_console
+from qorven.runtime.scheduled_backups import last_run, scheduled_backups
 
 
 class Command(BaseCommand):
@@ -20,7 +21,8 @@ class Command(BaseCommand):
         "compact SQLite file, restored by putting it in place of the database file with Qorven "
         "stopped. PostgreSQL: a pg_dump custom-format archive (pg_dump must be installed), restored "
         "with pg_restore. Keep the copy as private as the database: it holds the bot tokens and "
-        "model keys. README, Backups, has the restore steps."
+        "model keys. --list shows the scheduled backups (QORVEN_BACKUP_SCHEDULE) instead. README, Backups, "
+        "has the restore steps."
     )
 
     def add_arguments(self, parser: CommandParser) -> None:
@@ -29,8 +31,18 @@ class Command(BaseCommand):
             help="the file to write (must not exist); default: qorven-backup-<UTC time>.sqlite3 or .dump "
                  "in the current directory",
         )
+        parser.add_argument(
+            "--list", action="store_true",
+            help="take none: list the scheduled backups in QORVEN_BACKUP_DIR, newest first, with their sizes and "
+                 "times, and the last scheduled run's failure if it failed",
+        )
 
     def handle(self, *args: Any, **opts: Any) -> None:
+        if opts["list"]:
+            if opts["path"]:
+                raise CommandError("--list takes no file: it lists the scheduled backups in QORVEN_BACKUP_DIR")
+            self._list()
+            return
         database = settings.DATABASES["default"]
         sqlite = database["ENGINE"].endswith("sqlite3")
         stamp = datetime.now(UTC).strftime("%Y%m%d-%H%M%S")
@@ -47,6 +59,29 @@ class Command(BaseCommand):
                 raise CommandError(str(exc)) from None
         held = ", ".join(f"{count:,} {label}" for label, count in result.counts.items())
         self.stdout.write(f"Backed up to {result.path} ({_size(result.size)}, owner-only): {held}.")
+
+    def _list(self) -> None:
+        directory = settings.QORVEN_BACKUP_DIR
+        backups = scheduled_backups(directory)
+        schedule = settings.QORVEN_BACKUP_SCHEDULE
+        keep = settings.QORVEN_BACKUP_KEEP
+        if schedule:
+            self.stdout.write(f"Scheduled backups: '{schedule}' ({settings.TIME_ZONE}), "
+                              + (f"the newest {keep} kept." if keep else "all kept."))
+        else:
+            self.stdout.write("Scheduled backups: off (QORVEN_BACKUP_SCHEDULE is empty).")
+        if not backups:
+            self.stdout.write(f"None in {directory}.")
+        else:
+            self.stdout.write(f"{len(backups)} in {directory}, newest first:")
+            for backup in backups:
+                self.stdout.write(f"  {backup.path.name}  {_size(backup.size):>12}  "
+                                  f"{backup.taken_at:%Y-%m-%d %H:%M:%S} UTC")
+            self.stdout.write(f"Total {_size(sum(backup.size for backup in backups))}.")
+        last = last_run(directory)
+        if last is not None and not last.ok:
+            at = last.at.astimezone(UTC)
+            self.stdout.write(f"The last scheduled run, at {at:%Y-%m-%d %H:%M:%S} UTC, failed: {last.error}")
 
 
 def _size(size: int) -> str:

@@ -1,0 +1,213 @@
+"""Backups taken on the host's schedule (QORVEN_BACKUP_SCHEDULE) into one directory
+(QORVEN_BACKUP_DIR), the newest QORVEN_BACKUP_KEEP of them kept.
+
+Each is a `qorven backup` (qorven.runtime.backup) named `qorven-scheduled-<UTC time>` with
+the database's suffix. Rotation only ever removes files of exactly that name: whatever
+else the directory holds (a backup taken by hand, a copy being made by another tool) is
+not ours to delete. The one just made is never removed, and a run that failed removes
+nothing, so a broken schedule never eats the backups it leaves behind.
+
+A run holds an exclusive lock on a file in the directory for as long as it writes
+(flock: released by the system when its process dies, however it dies), so a second run
+at the same time — a redelivered task, a slow dump outlasting its period — writes nothing.
+The outcome of the last run is kept beside the backups (`.qorven-backup-status.json`) for
+`qorven doctor` and `qorven backup --list` to show, and a failure is logged.
+"""
+from __future__ import annotations
+
+import fcntl
+import json
+import logging
+import os
+import re
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from .backup import BackupError, backup_write
+
+logger = logging.getLogger(__name__)
+
+# Celery beat sends it by this name (qorven.runtime.tasks): the host-wide PeriodicTask synced
+# from QORVEN_BACKUP_SCHEDULE (heartbeats_app.services.backup_beat_sync) carries it.
+BACKUP_TASK = "qorven.runtime.backup"
+PREFIX = "qorven-scheduled-"
+STAMP = "%Y%m%d-%H%M%S"
+NAME = re.compile(r"qorven-scheduled-(\d{8}-\d{6})\.(?:sqlite3|dump)")
+PARTIAL = re.compile(r"\.qorven-scheduled-\d{8}-\d{6}\.(?:sqlite3|dump)\.partial")
+LOCK_FILE = ".qorven-backup.lock"
+STATUS_FILE = ".qorven-backup-status.json"
+ERROR_CHARS = 500
+
+
+class BackupDirError(Exception):
+    """The directory cannot hold backups; the message says why."""
+
+
+@dataclass(frozen=True)
+class ScheduledBackup:
+    path: Path
+    taken_at: datetime  # when it was begun (UTC), from its name
+    size: int  # bytes
+
+
+@dataclass(frozen=True)
+class LastRun:
+    """What the last scheduled run that got to write did."""
+
+    at: datetime
+    ok: bool
+    file: str = ""  # the backup it made
+    error: str = ""  # why it failed
+
+
+@dataclass(frozen=True)
+class Outcome:
+    taken: ScheduledBackup | None = None
+    removed: tuple[str, ...] = ()
+    skipped: str = ""  # why nothing was done (another run holds the directory)
+    error: str = ""
+
+    def summary(self) -> str:
+        if self.taken is not None:
+            gone = f"; removed {len(self.removed)} older" if self.removed else ""
+            return f"backed up to {self.taken.path} ({self.taken.size:,} bytes){gone}"
+        return f"skipped: {self.skipped}" if self.skipped else f"failed: {self.error}"
+
+
+def backup_dir_prepare(directory: Path) -> None:
+    """Make `directory` (owner-only when it is made here) and prove that a file can be
+    written in it; BackupDirError saying why not."""
+    try:
+        directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+    except OSError as exc:
+        raise BackupDirError(f"{directory} cannot be made: {exc.strerror or exc}") from None
+    if not directory.is_dir():
+        raise BackupDirError(f"{directory} is not a directory")
+    probe = directory / f".qorven-write-test-{os.getpid()}"
+    try:
+        os.close(os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600))
+        probe.unlink()
+    except OSError as exc:
+        raise BackupDirError(f"{directory} cannot be written: {exc.strerror or exc}") from None
+
+
+def scheduled_backups(directory: Path) -> list[ScheduledBackup]:
+    """The scheduled backups in `directory`, newest first (none when it does not exist)."""
+    found = []
+    try:
+        entries = list(os.scandir(directory))
+    except (FileNotFoundError, NotADirectoryError):
+        return []
+    for entry in entries:
+        match = NAME.fullmatch(entry.name)
+        if match is None or not entry.is_file(follow_symlinks=False):
+            continue
+        try:
+            taken_at = datetime.strptime(match.group(1), STAMP).replace(tzinfo=UTC)
+            size = entry.stat(follow_symlinks=False).st_size
+        except (ValueError, FileNotFoundError):  # 20261399-…: not a time; gone meanwhile
+            continue
+        found.append(ScheduledBackup(path=Path(entry.path), taken_at=taken_at, size=size))
+    return sorted(found, key=lambda backup: backup.path.name, reverse=True)
+
+
+def last_run(directory: Path) -> LastRun | None:
+    """The outcome of the last scheduled run that wrote in `directory`, if one is recorded."""
+    try:
+        data = json.loads((directory / STATUS_FILE).read_text())
+        return LastRun(at=datetime.fromisoformat(data["at"]), ok=bool(data["ok"]), file=str(data.get("file", "")),
+                       error=str(data.get("error", "")))
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+@contextmanager
+def backup_dir_lock(directory: Path) -> Iterator[bool]:
+    """Hold the directory's lock while the block runs: True when it was free, False (and
+    nothing held) when another run has it."""
+    fd = os.open(directory / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            yield False
+            return
+        yield True
+    finally:
+        os.close(fd)  # lets go of the lock
+
+
+def scheduled_backup_take(*, database: dict[str, Any], directory: Path, keep: int,
+                          now: datetime | None = None) -> Outcome:
+    """Back the database up into `directory`, then remove the oldest scheduled backups
+    beyond the newest `keep` (0: keep them all). Never raises: a failure is logged and
+    recorded for `qorven doctor`, and nothing is removed."""
+    now = now or datetime.now(UTC)
+    try:
+        backup_dir_prepare(directory)
+    except BackupDirError as exc:
+        logger.error("scheduled backup failed: %s", exc)
+        return Outcome(error=str(exc))
+    with backup_dir_lock(directory) as held:
+        if not held:
+            logger.warning("scheduled backup skipped: another is being written in %s", directory)
+            return Outcome(skipped=f"another backup is being written in {directory}")
+        suffix = "sqlite3" if str(database["ENGINE"]).endswith("sqlite3") else "dump"
+        path = directory / f"{PREFIX}{now.astimezone(UTC):{STAMP}}.{suffix}"
+        if path.exists():
+            return Outcome(skipped=f"{path.name} was taken this very second")
+        _partials_remove(directory)
+        try:
+            result = backup_write(database=database, path=path, progress=lambda done, total: None)
+        except Exception as exc:
+            error = (str(exc) if isinstance(exc, BackupError) else f"{type(exc).__name__}: {exc}")[:ERROR_CHARS]
+            logger.error("scheduled backup failed, nothing was removed: %s", error,
+                         exc_info=not isinstance(exc, BackupError))
+            _status_write(directory, LastRun(at=now, ok=False, error=error))
+            return Outcome(error=error)
+        removed = _rotate(directory, keep=keep, made=path)
+        _status_write(directory, LastRun(at=now, ok=True, file=path.name))
+        taken = ScheduledBackup(path=path, taken_at=now, size=result.size)
+        logger.info("scheduled backup: %s (%s bytes); %s older removed", path, f"{result.size:,}", len(removed))
+        return Outcome(taken=taken, removed=tuple(removed))
+
+
+def _rotate(directory: Path, *, keep: int, made: Path) -> list[str]:
+    """Remove the scheduled backups beyond the newest `keep`, the one just `made` counted
+    among them and never removed (a clock set back, a file claiming a later time)."""
+    if keep <= 0:
+        return []
+    others = [backup for backup in scheduled_backups(directory) if backup.path.name != made.name]
+    removed = []
+    for backup in others[keep - 1:]:
+        try:
+            backup.path.unlink()
+            removed.append(backup.path.name)
+        except OSError as exc:
+            logger.warning("scheduled backup: %s could not be removed: %s", backup.path, exc.strerror or exc)
+    return removed
+
+
+def _partials_remove(directory: Path) -> None:
+    """Remove what a run killed mid-copy left (its process died holding the lock we hold
+    now, so nothing is writing them)."""
+    for entry in os.scandir(directory):
+        if PARTIAL.fullmatch(entry.name) and entry.is_file(follow_symlinks=False):
+            Path(entry.path).unlink(missing_ok=True)
+
+
+def _status_write(directory: Path, run: LastRun) -> None:
+    status = directory / STATUS_FILE
+    incoming = status.with_name(f"{STATUS_FILE}.{os.getpid()}")
+    data = {"at": run.at.isoformat(), "ok": run.ok, "file": run.file, "error": run.error}
+    try:
+        fd = os.open(incoming, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as f:
+            json.dump(data, f)
+        os.replace(incoming, status)
+    except OSError as exc:
+        logger.warning("scheduled backup: its outcome could not be recorded in %s: %s", status, exc.strerror or exc)

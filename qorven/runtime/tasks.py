@@ -1,0 +1,22 @@
+"""Celery entry points of the machinery itself."""
+from __future__ import annotations
+
+from celery import shared_task
+from django.conf import settings
+
+from .scheduled_backups import BACKUP_TASK, scheduled_backup_take
+
+# A dump of a large database outlasts QORVEN_TASK_TIME_LIMIT, which is sized for turns.
+BACKUP_TIME_LIMIT = 6 * 3600
+
+
+# Retry policy: none. A failed backup is logged and recorded where `qorven doctor` shows it,
+# and the schedule's next run is the next try; a run redelivered after its worker died
+# finds the directory's lock free again and takes the backup afresh.
+@shared_task(name=BACKUP_TASK, acks_late=True, time_limit=BACKUP_TIME_LIMIT, ignore_result=True)
+def backup_scheduled() -> str:
+    """Take a scheduled backup into QORVEN_BACKUP_DIR and keep the newest QORVEN_BACKUP_KEEP.
+    Safe to run twice at once: the second finds the directory locked and writes nothing."""
+    outcome = scheduled_backup_take(database=settings.DATABASES["default"], directory=settings.QORVEN_BACKUP_DIR,
+                                    keep=settings.QORVEN_BACKUP_KEEP)
+    return outcome.summary()

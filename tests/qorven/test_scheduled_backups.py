@@ -1,0 +1,324 @@
+"""Scheduled backups: the beat's host-wide task follows QORVEN_BACKUP_SCHEDULE; each run
+writes a backup that restores, keeps the newest QORVEN_BACKUP_KEEP of its own files and
+nothing else is touched; one run at a time; a failure removes nothing and is shown by
+`qorven doctor`, which also says how old the newest is."""
+from __future__ import annotations
+
+import io
+import logging
+import os
+import stat
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from celery import current_app
+from django.core.exceptions import ImproperlyConfigured
+from django.core.management import CommandError, call_command
+from django.db import connection
+from django.utils import timezone
+from django_celery_beat.models import CrontabSchedule, PeriodicTask
+
+from channels_app.doctor import doctor_checks
+from heartbeats_app.models import Heartbeat
+from heartbeats_app.scheduler import HeartbeatScheduler
+from heartbeats_app.services import BACKUP_BEAT, backup_beat_sync, periodic_task_orphans_delete
+from qorven.runtime.scheduled_backups import (
+    BACKUP_TASK,
+    backup_dir_lock,
+    last_run,
+    scheduled_backup_take,
+    scheduled_backups,
+)
+from qorven.runtime.startup import Startup, startup_run
+from sessions_app.models import Message
+
+from .backup_copies import chat, restored
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+SUFFIX = "sqlite3" if connection.vendor == "sqlite" else "dump"
+
+
+@pytest.fixture
+def backups(settings, tmp_path):
+    """Backups every night at 03:30, into a directory that does not exist yet, 3 kept."""
+    settings.QORVEN_BACKUP_SCHEDULE = "30 3 * * *"
+    settings.QORVEN_BACKUP_DIR = tmp_path / "backups"
+    settings.QORVEN_BACKUP_KEEP = 3
+    return settings.QORVEN_BACKUP_DIR
+
+
+def ours(directory, when: datetime, text: str = "an older backup") -> str:
+    """A file named as a scheduled backup taken at `when` (UTC)."""
+    directory.mkdir(mode=0o700, exist_ok=True)
+    name = f"qorven-scheduled-{when:%Y%m%d-%H%M%S}.{SUFFIX}"
+    (directory / name).write_text(text)
+    return name
+
+
+def run_as_the_beat_does(drain) -> None:
+    """Send the task the beat's row names, by name, to the worker, and wait for it."""
+    current_app.send_task(PeriodicTask.objects.get(name=BACKUP_BEAT).task)
+    drain()
+
+
+def names(directory) -> list[str]:
+    return sorted(p.name for p in directory.iterdir() if not p.name.startswith("."))
+
+
+def schedule_check() -> dict:
+    checks = [c.as_dict() for c in doctor_checks(areas=frozenset({"backup"})) if c.subject == "schedule"]
+    (check,) = checks
+    return check
+
+
+# --- the beat's task --------------------------------------------------------------------
+
+
+def test_the_backup_beat_is_created_changed_and_removed_with_the_setting_at_startup(world, settings, tmp_path):
+    settings.QORVEN_BACKUP_DIR = tmp_path / "backups"
+    settings.TIME_ZONE = "Europe/Paris"
+    out = io.StringIO()
+
+    def serve_starts(**options) -> None:
+        startup_run(Startup("serve", out, io.StringIO(), True, options), after_worker=False)
+
+    settings.QORVEN_BACKUP_SCHEDULE = "30 3 * * *"
+    serve_starts()
+    task = PeriodicTask.objects.get(name=BACKUP_BEAT)
+    assert (task.task, task.kwargs, task.enabled) == (BACKUP_TASK, "{}", True)
+    crontab = task.crontab
+    assert (crontab.minute, crontab.hour, crontab.day_of_week, str(crontab.timezone)) == ("30", "3", "*", "Europe/Paris")
+    assert "backups: '30 3 * * *' (Europe/Paris)" in out.getvalue()
+    assert (tmp_path / "backups").is_dir() and stat.S_IMODE((tmp_path / "backups").stat().st_mode) == 0o700
+    # Host-wide: no tenant's beat, untouched by the sweep of heartbeat tasks, and on the beat.
+    assert not Heartbeat.objects.filter(periodic_task=task).exists()
+    periodic_task_orphans_delete()
+    schedule = HeartbeatScheduler(app=current_app._get_current_object(), lazy=True).all_as_schedule()
+    assert schedule[BACKUP_BEAT].task == BACKUP_TASK
+
+    settings.QORVEN_BACKUP_SCHEDULE = "0 */6 * * 1-5"
+    serve_starts()
+    changed = PeriodicTask.objects.get(name=BACKUP_BEAT)
+    assert changed.pk == task.pk
+    assert (changed.crontab.minute, changed.crontab.hour, changed.crontab.day_of_week) == ("0", "*/6", "1-5")
+    assert not CrontabSchedule.objects.filter(pk=crontab.pk).exists()  # the old schedule went with it
+
+    serve_starts(no_beat=True)  # a server that runs no beat leaves the beat's schedule alone
+    settings.QORVEN_BACKUP_SCHEDULE = ""
+    serve_starts(no_beat=True)
+    assert PeriodicTask.objects.filter(name=BACKUP_BEAT).exists()
+    serve_starts()
+    assert not PeriodicTask.objects.filter(name=BACKUP_BEAT).exists()
+    assert not CrontabSchedule.objects.filter(pk=changed.crontab_id).exists()
+    assert "no longer scheduled" in out.getvalue()
+    assert backup_beat_sync() == ""  # and stays gone
+
+
+def test_a_directory_backups_cannot_be_written_to_stops_the_start_with_a_clear_error(settings, tmp_path):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a directory")
+    settings.QORVEN_BACKUP_DIR = blocker / "backups"
+    settings.QORVEN_BACKUP_SCHEDULE = "30 3 * * *"
+    for process, embedded in (("worker", False), ("serve", True)):
+        with pytest.raises(ImproperlyConfigured, match="QORVEN_BACKUP_DIR: .*a-file/backups cannot be made"):
+            startup_run(Startup(process, io.StringIO(), io.StringIO(), embedded, {}), after_worker=False)
+
+
+# --- a run ----------------------------------------------------------------------------
+
+
+def test_a_scheduled_run_writes_a_backup_that_restores_every_tenants_rows(world, backups, drain):
+    chat(world, world.alice, n=3)
+    chat(world, world.charlie, tenant=world.tenant_b, qor=world.qor_b, n=2)
+    backup_beat_sync()
+    run_as_the_beat_does(drain)
+
+    (made,) = scheduled_backups(backups)
+    assert made.path.name.startswith("qorven-scheduled-") and made.path.suffix == f".{SUFFIX}"
+    assert timezone.now() - made.taken_at < timedelta(minutes=5)
+    assert stat.S_IMODE(made.path.stat().st_mode) == 0o600
+    assert stat.S_IMODE(backups.stat().st_mode) == 0o700
+    assert names(backups) == [made.path.name]  # no partial, nothing else
+    with restored(made.path) as cursor:
+        cursor.execute("SELECT content FROM sessions_app_message ORDER BY content")
+        assert [row[0] for row in cursor.fetchall()] == sorted(Message.objects.values_list("content", flat=True))
+        cursor.execute("SELECT slug FROM qorven_tenant ORDER BY slug")
+        assert [row[0] for row in cursor.fetchall()] == ["acme", "globex"]
+    assert last_run(backups).ok and last_run(backups).file == made.path.name
+
+
+def test_rotation_keeps_exactly_the_newest_of_its_own_and_leaves_every_other_file(world, backups, drain):
+    chat(world, world.alice, n=1)
+    old = [ours(backups, datetime(2026, 1, day, 3, 30, tzinfo=UTC)) for day in range(1, 6)]
+    others = {
+        "qorven-backup-20250101-000000.sqlite3": "taken by hand",
+        "qorven-before-restore-20250101-000000.dump": "kept by a restore",
+        "notes.txt": "the host's",
+        "qorven-scheduled-20200101-000000.sqlite3.bak": "renamed by the host",
+        "qorven-scheduled-latest.sqlite3": "not a time",
+        f"qorven-scheduled-20261399-000000.{SUFFIX}": "not a date",
+    }
+    for name, text in others.items():
+        (backups / name).write_text(text)
+    (backups / f"qorven-scheduled-20200101-000000.{SUFFIX}.d").mkdir()
+    backup_beat_sync()
+    run_as_the_beat_does(drain)
+
+    kept = [b.path.name for b in scheduled_backups(backups)]
+    assert len(kept) == 3 and kept[1:] == [old[4], old[3]]
+    assert kept[0] not in old  # the one just made
+    for name, text in others.items():
+        assert (backups / name).read_text() == text
+    assert (backups / f"qorven-scheduled-20200101-000000.{SUFFIX}.d").is_dir()
+
+    from django.conf import settings as django_settings
+
+    scheduled_backup_take(database=django_settings.DATABASES["default"], directory=backups, keep=3,
+                          now=timezone.now() + timedelta(days=1))  # the next night: still three, the oldest gone
+    again = [b.path.name for b in scheduled_backups(backups)]
+    assert len(again) == 3 and again[1:] == kept[:2]
+
+
+def test_the_backup_just_made_is_kept_though_another_claims_a_later_time(world, backups, drain, settings):
+    settings.QORVEN_BACKUP_KEEP = 1
+    future = ours(backups, datetime(2099, 1, 1, tzinfo=UTC), "a clock set forward")
+    backup_beat_sync()
+    run_as_the_beat_does(drain)
+    (made,) = scheduled_backups(backups)
+    assert made.path.name != future and made.path.stat().st_size > len("a clock set forward")
+
+
+def test_keep_zero_keeps_them_all(world, backups, drain, settings):
+    settings.QORVEN_BACKUP_KEEP = 0
+    old = [ours(backups, datetime(2026, 1, day, tzinfo=UTC)) for day in range(1, 5)]
+    backup_beat_sync()
+    run_as_the_beat_does(drain)
+    assert len(scheduled_backups(backups)) == 5 and set(old) <= set(names(backups))
+
+
+def test_a_run_while_another_is_writing_writes_nothing(world, backups, drain, caplog):
+    backups.mkdir()
+    backup_beat_sync()
+    with backup_dir_lock(backups) as held, caplog.at_level(logging.WARNING, logger="qorven.runtime"):
+        assert held
+        run_as_the_beat_does(drain)
+        with backup_dir_lock(backups) as second:
+            assert not second  # one holder at a time, within a process too
+    assert scheduled_backups(backups) == [] and last_run(backups) is None
+    assert "another is being written" in caplog.text
+    run_as_the_beat_does(drain)  # let go: the next run writes
+    assert len(scheduled_backups(backups)) == 1
+
+
+def test_a_failed_backup_removes_nothing_and_doctor_shows_why(world, backups, drain, caplog):
+    old = [ours(backups, datetime(2026, 1, day, 3, 30, tzinfo=UTC)) for day in range(1, 6)]
+    missing = backups.parent / "gone.sqlite3"
+    with caplog.at_level(logging.ERROR, logger="qorven.runtime"):
+        outcome = scheduled_backup_take(database={"ENGINE": "django.db.backends.sqlite3", "NAME": str(missing)},
+                                        directory=backups, keep=3)
+    assert outcome.taken is None and "does not exist" in outcome.error
+    assert names(backups) == sorted(old)  # nothing made, nothing removed
+    assert "scheduled backup failed, nothing was removed" in caplog.text and str(missing) in caplog.text
+    failed = last_run(backups)
+    assert not failed.ok and "does not exist" in failed.error
+
+    backup_beat_sync()
+    check = schedule_check()
+    assert not check["ok"] and "failed" in check["detail"] and "does not exist" in check["detail"]
+    out = io.StringIO()
+    call_command("backup", "--list", stdout=out)
+    assert "failed:" in out.getvalue() and "does not exist" in out.getvalue()
+
+    run_as_the_beat_does(drain)  # the next run works: the failure is over
+    assert schedule_check()["ok"]
+
+
+@pytest.mark.skipif(connection.vendor != "postgresql", reason="pg_dump's own failures")
+def test_a_dump_that_fails_is_logged_and_recorded_without_the_password(world, backups, monkeypatch, caplog):
+    from django.conf import settings as django_settings
+
+    database = {**django_settings.DATABASES["default"], "PORT": "1", "PASSWORD": "s3cret-pa55word"}
+    with caplog.at_level(logging.INFO):
+        outcome = scheduled_backup_take(database=database, directory=backups, keep=3)
+    assert outcome.error and "pg_dump failed" in outcome.error
+    assert "s3cret-pa55word" not in caplog.text and "s3cret-pa55word" not in (backups / ".qorven-backup-status.json").read_text()
+    monkeypatch.setenv("PATH", str(backups))  # no pg_dump at all
+    outcome = scheduled_backup_take(database=django_settings.DATABASES["default"], directory=backups, keep=3)
+    assert "pg_dump was not found" in outcome.error and scheduled_backups(backups) == []
+
+
+# --- what the host is told -------------------------------------------------------------------
+
+
+def test_doctor_says_off_none_yet_and_the_newest_ones_age(world, settings, backups, drain):
+    settings.QORVEN_BACKUP_SCHEDULE = ""
+    check = schedule_check()
+    assert check["ok"] and check["detail"].startswith("off")
+
+    settings.QORVEN_BACKUP_SCHEDULE = "30 3 * * *"
+    check = schedule_check()  # set, but no beat started with it yet
+    assert not check["ok"] and "has no backups" in check["detail"] and "qorven beat" in check["fix"]
+
+    backup_beat_sync()
+    check = schedule_check()
+    assert check["ok"] and "none yet" in check["detail"] and "03:30" in check["detail"]
+
+    run_as_the_beat_does(drain)
+    check = schedule_check()
+    assert check["ok"] and "0 minutes old" in check["detail"] and "1 in" in check["detail"]
+
+    settings.QORVEN_BACKUP_SCHEDULE = "0 4 * * *"  # changed, the beat not restarted
+    check = schedule_check()
+    assert not check["ok"] and "'30 3 * * *'" in check["detail"] and "'0 4 * * *'" in check["detail"]
+
+
+def test_doctor_fails_when_the_newest_is_older_than_two_periods(world, backups, settings):
+    backup_beat_sync()
+    now = timezone.now()
+    ours(backups, now - timedelta(hours=20))  # the schedule came round once since, at most: not late
+    assert schedule_check()["ok"]
+    for leftover in backups.iterdir():
+        leftover.unlink()
+    name = ours(backups, now - timedelta(days=3))
+    check = schedule_check()
+    assert not check["ok"] and name in check["detail"] and "3 days old" in check["detail"]
+
+    settings.QORVEN_BACKUP_SCHEDULE = "*/10 * * * *"  # every ten minutes: 3 days is very late too
+    backup_beat_sync()
+    assert not schedule_check()["ok"]
+
+
+def test_doctor_fails_when_the_beat_sent_runs_but_no_backup_appeared(world, backups):
+    backup_beat_sync()
+    PeriodicTask.objects.filter(name=BACKUP_BEAT).update(total_run_count=1,
+                                                         last_run_at=timezone.now() - timedelta(hours=2))
+    check = schedule_check()
+    assert not check["ok"] and "none in" in check["detail"] and "worker" in check["fix"]
+
+
+def test_backup_list_shows_the_scheduled_backups_newest_first_with_sizes_and_times(world, backups, drain):
+    older = ours(backups, datetime(2026, 3, 1, 3, 30, tzinfo=UTC), "x" * 2048)
+    (backups / "notes.txt").write_text("the host's")
+    backup_beat_sync()
+    run_as_the_beat_does(drain)
+    (newest, _) = scheduled_backups(backups)
+    out = io.StringIO()
+    call_command("backup", "--list", stdout=out)
+    said = out.getvalue()
+    assert "'30 3 * * *'" in said and "the newest 3 kept" in said and f"2 in {backups}" in said
+    assert said.index(newest.path.name) < said.index(older)
+    assert "2026-03-01 03:30:00 UTC" in said and "2.0 KB" in said
+    assert "notes.txt" not in said and "failed" not in said
+    with pytest.raises(CommandError, match="--list takes no file"):
+        call_command("backup", "--list", "somewhere.bak")
+
+
+def test_backup_list_with_nothing_scheduled_says_so(settings, tmp_path):
+    settings.QORVEN_BACKUP_SCHEDULE = ""
+    settings.QORVEN_BACKUP_DIR = tmp_path / "never-made"
+    out = io.StringIO()
+    call_command("backup", "--list", stdout=out)
+    assert "off" in out.getvalue() and f"None in {tmp_path / 'never-made'}" in out.getvalue()
+    assert not (tmp_path / "never-made").exists()  # listing makes nothing
+    assert os.listdir(tmp_path) == []
