@@ -3,12 +3,13 @@ arriving, owner-only, never over an existing file; restored, it holds what was c
 from __future__ import annotations
 
 import io
+import os
 import stat
 import threading
 
 import pytest
 from django.core.management import CommandError, call_command
-from django.db import connections
+from django.db import connection, connections
 
 from sessions_app.models import Message, Session
 from sessions_app.services import message_append
