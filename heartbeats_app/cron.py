@@ -22,6 +22,8 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from celery.schedules import crontab
 
+from qorven.runtime.zone_names import zone_choosable
+
 ALIASES = {
     "@hourly": "0 * * * *",
     "@daily": "0 0 * * *",
@@ -112,12 +114,26 @@ def _field_pattern(name: str) -> re.Pattern[str]:
     return re.compile(rf"{item}(?:,{item})*")
 
 
+def _unknown(name: str) -> CronError:
+    return CronError(f"unknown timezone {name!r}; use an IANA name such as 'Europe/Paris' or 'UTC'")
+
+
 def timezone_parse(name: str) -> ZoneInfo:
+    """The zone of a saved name, as zoneinfo reads it: a workspace's or a person's zone
+    saved before names were checked as timezone_choose does still runs their beats."""
     try:
         return ZoneInfo(name)
     # OSError: a folder of the tz database ('Europe') or a name too long for a file name.
     except (ZoneInfoNotFoundError, ValueError, OSError):
-        raise CronError(f"unknown timezone {name!r}; use an IANA name such as 'Europe/Paris' or 'UTC'") from None
+        raise _unknown(name) from None
+
+
+def timezone_choose(name: str) -> ZoneInfo:
+    """The zone of a name given for a beat: only one a person can choose, not a file of
+    the tz database that is no zone ('localtime', 'posix/Europe/Paris')."""
+    if not zone_choosable(name):
+        raise _unknown(name)
+    return timezone_parse(name)
 
 
 def _sunday_as_zero(dow: str) -> str:

@@ -15,7 +15,7 @@ from sessions_app.channel_kinds import CHAT_FAMILY
 from tenancy.models import Membership, Qor, Tenant
 from tenancy.zones import person_zone_name
 
-from .cron import CronError, cron_parse, timezone_parse
+from .cron import CronError, cron_parse, timezone_choose, timezone_parse
 from .errors import HeartbeatInvalid, HeartbeatReadOnly
 from .models import RESERVED_NAMES, Heartbeat
 from .selectors import heartbeat_name_taken, heartbeat_timezone
@@ -72,7 +72,10 @@ def heartbeat_check(
     except CronError as exc:
         raise HeartbeatInvalid("cron", str(exc)) from None
     try:
-        timezone_parse(timezone or person_zone_name(tenant=tenant, user_id=owner.pk if owner else None))
+        if timezone:
+            timezone_choose(timezone)
+        else:
+            timezone_parse(person_zone_name(tenant=tenant, user_id=owner.pk if owner else None))
     except CronError as exc:
         # Without a zone of its own a beat runs in its workspace's, which may predate the
         # check on saving it.

@@ -25,15 +25,14 @@ class TimestampedModel(models.Model):
 
 
 def validate_timezone(name: str) -> None:
-    """An IANA time zone name this machine knows ('Europe/Paris', 'UTC')."""
-    from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+    """An IANA time zone name a person can choose ('Europe/Paris', 'UTC', 'US/Eastern'): not
+    a folder of the tz database ('Europe'), nor one of its files that is no zone
+    ('localtime', 'Factory', 'posix/Europe/Paris')."""
+    from qorven.runtime.zone_names import zone_choosable
 
-    try:
-        ZoneInfo(name)
-    # OSError: a folder of the tz database ('Europe') or a name too long for a file name.
-    except (ZoneInfoNotFoundError, ValueError, OSError):
+    if not zone_choosable(name):
         raise ValidationError(f"unknown timezone {name!r}; use an IANA name such as 'Europe/Paris' or 'UTC'",
-                              code="timezone") from None
+                              code="timezone")
 
 
 class Tenant(TimestampedModel):

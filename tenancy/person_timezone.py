@@ -6,10 +6,11 @@ from dataclasses import dataclass
 from datetime import datetime
 from functools import cache
 from typing import Any
-from zoneinfo import available_timezones
 
 from django.contrib.auth.models import User
 from django.core.exceptions import ValidationError
+
+from qorven.runtime.zone_names import zones_choosable
 
 from .models import Tenant
 from .services import membership_timezone_set
@@ -36,14 +37,14 @@ class ZoneChanged:
 
 @cache
 def _known_zones() -> dict[str, str]:
-    return {name.lower(): name for name in available_timezones()}
+    return {name.lower(): name for name in zones_choosable()}
 
 
 @cache
 def zones_offered() -> tuple[str, ...]:
     """The IANA names a person picks from, sorted: every place's zone, and UTC. Any other
-    name this machine knows is still accepted when typed."""
-    return tuple(sorted({n for n in available_timezones() if n.startswith(AREAS)} | {"UTC"}))
+    name a person can choose is still accepted when typed."""
+    return tuple(sorted({n for n in zones_choosable() if n.startswith(AREAS)} | {"UTC"}))
 
 
 def _spelled(name: str) -> str:

@@ -13,7 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from sessions_app.channel_kinds import CHAT_FAMILY
 
-from ..cron import CronError, cron_parse, timezone_parse
+from ..cron import CronError, cron_parse, timezone_choose
 
 # ---- the file's schema -------------------------------------------------------------------
 
@@ -54,7 +54,7 @@ class BeatSpec(BaseModel):
     def _timezone(cls, value: str) -> str:
         if value:
             try:
-                timezone_parse(value)
+                timezone_choose(value)
             except CronError as exc:
                 raise ValueError(str(exc)) from None
         return value

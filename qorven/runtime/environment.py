@@ -9,13 +9,13 @@ import os
 import re
 import tempfile
 import warnings
-import zoneinfo
 from pathlib import Path
 from urllib.parse import urlsplit
 
 import environ
 
 from qorven.runtime.durations import duration_parse
+from qorven.runtime.zone_names import zone_choosable
 
 _LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 _FALSE_STRINGS = ("false", "off", "no", "n", "0", "")
@@ -203,13 +203,12 @@ class Env(environ.Env):
         return level
 
     def time_zone(self, var: str, default: str) -> str:
-        """An IANA time zone name, as zoneinfo knows it."""
+        """An IANA time zone name a person can choose (qorven.runtime.zone_names): not a
+        folder ("Europe"), nor this server's own clock ("localtime")."""
         value = self.str(var, default=default)
-        try:
-            zoneinfo.ZoneInfo(value)
-        except (zoneinfo.ZoneInfoNotFoundError, ValueError, OSError):  # OSError: a folder ("Europe")
+        if not zone_choosable(value):
             raise environ.ImproperlyConfigured(
-                f"{var} must be a time zone name like UTC or Europe/Berlin, not {value!r}") from None
+                f"{var} must be a time zone name like UTC or Europe/Berlin, not {value!r}")
         return value
 
     def rate(self, var: str, default: str) -> str:

@@ -84,8 +84,14 @@ def test_setting_it_from_the_page_needs_the_csrf_token_and_answers_what_timezone
     assert zone_of(world.tenant_a, world.alice) == ""
 
 
+# The files of the tz database that are no zone a person picks: this machine's own clock
+# ("localtime"), tzdata's "zone not set" ("Factory"), and the rule file and copies of every
+# zone beside the real ones (posixrules, right/…, posix/…).
+NOT_ZONES = ["localtime", "Factory", "posixrules", "right/UTC", "posix/Europe/Paris", "right/Europe/Paris"]
+
+
 @pytest.mark.parametrize("asked", ["Mars/Olympus", "../../etc/passwd", "Europe/Paris\x00", "Europe",
-                                   "Europe/" + "x" * 300])
+                                   "Europe/" + "x" * 300, *NOT_ZONES])
 def test_a_zone_the_server_does_not_know_is_refused_and_nothing_changes(world, asked):
     Membership.objects.filter(tenant=world.tenant_a, user=world.alice).update(timezone="Europe/Paris")
     browser, token = signed_in(world.alice)
@@ -95,6 +101,14 @@ def test_a_zone_the_server_does_not_know_is_refused_and_nothing_changes(world, a
     assert refused.json()["error"] == (f"I don't know the timezone {shown!r}. Use an IANA name such as "
                                        "Europe/Paris, America/New_York or Asia/Tokyo.")
     assert zone_of(world.tenant_a, world.alice) == "Europe/Paris"
+
+
+@pytest.mark.parametrize("asked", ["UTC", "US/Eastern", "Asia/Calcutta", "Etc/GMT+5", "America/Argentina/Buenos_Aires"])
+def test_a_zones_canonical_name_or_a_common_alias_is_taken(world, asked):
+    browser, token = signed_in(world.alice)
+    done = put(browser, PAGE_API.format("acme"), {"timezone": asked}, HTTP_X_CSRFTOKEN=token)
+    assert done.status_code == 200 and done.json()["message"].startswith(f"Your timezone is now {asked} (it is ")
+    assert zone_of(world.tenant_a, world.alice) == asked
 
 
 @pytest.mark.parametrize("body", [{"zone": "Asia/Tokyo"}, {"timezone": 7}, ["Asia/Tokyo"]])

@@ -93,12 +93,14 @@ def test_a_workspace_timezone_is_checked_when_saved(client, world, dana, beats):
     save while acme has beats, then every run): it is refused at its field."""
     client.force_login(dana)
     change = client.get(url("qorven_tenant_change", world.tenant_a.pk))
-    response = client.post(url("qorven_tenant_change", world.tenant_a.pk),
-                           {**served_form(change), "timezone": "Europe/Pari"})
-    assert response.status_code == 200
-    assert "Europe/Pari" in str(response.context["adminform"].form.errors["timezone"])
-    world.tenant_a.refresh_from_db()
-    assert world.tenant_a.timezone == "UTC"
+    for typed in ("Europe/Pari", "localtime", "posix/Europe/Paris"):  # the last two: files, not zones
+        response = client.post(url("qorven_tenant_change", world.tenant_a.pk),
+                               {**served_form(change), "timezone": typed})
+        assert response.status_code == 200
+        assert response.context["adminform"].form.errors["timezone"] == [
+            f"unknown timezone {typed!r}; use an IANA name such as 'Europe/Paris' or 'UTC'"]
+        world.tenant_a.refresh_from_db()
+        assert world.tenant_a.timezone == "UTC"
 
 
 def test_a_plain_member_or_non_staff_user_gets_no_admin(client, world, beats):

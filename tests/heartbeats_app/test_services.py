@@ -83,6 +83,8 @@ def test_a_failure_while_mirroring_leaves_both_the_beat_and_its_task_unchanged(w
     [
         ({"cron": "every day"}, "cron"),
         ({"cron": "0 8 * * *", "timezone": "Mars/Olympus"}, "timezone"),
+        ({"timezone": "localtime"}, "timezone"),  # this server's clock, no zone of the tz database
+        ({"timezone": "right/Europe/Paris"}, "timezone"),
         ({"prompt": "  "}, "prompt"),
         ({"deliver_channel": "email"}, "deliver_channel"),
         ({"name": "__qorven_anything"}, "name"),

@@ -165,6 +165,16 @@ def test_field_errors_name_the_line_and_field_of_each_problem_and_change_nothing
     assert state() == before
 
 
+def test_a_timezone_that_is_a_file_of_the_tz_database_but_no_zone_is_a_problem_of_its_line(world, defaults):
+    path = defaults('{"beats": [\n  {"tenant": "acme", "name": "x", "cron": "0 8 * * *", "prompt": "p",\n'
+                    '   "timezone": "localtime"}\n]}\n')
+    with pytest.raises(DefaultsFileError) as raised:
+        beats_sync()
+    assert f"{path}:3: beats[0].timezone: " in str(raised.value)
+    assert "unknown timezone 'localtime'" in str(raised.value)
+    assert state() == {}
+
+
 def test_a_deactivated_delivery_user_is_a_problem_of_the_plan_and_nothing_changes(world, defaults):
     """Found by `sync-beats --dry-run` (and doctor) too, not only when the sync writes."""
     world.bob.is_active = False

@@ -123,10 +123,12 @@ def test_a_log_level_is_taken_in_any_case_and_an_unknown_one_is_one_line_naming_
 
 
 def test_an_unknown_time_zone_or_a_malformed_database_url_is_one_line_naming_it():
-    for zone in ("Mars/Base", "Europe"):  # a folder of the tz database is no zone either
+    # A folder of the tz database is no zone either, nor its files that are not zones.
+    for zone in ("Mars/Base", "Europe", "localtime", "Factory", "posix/Europe/Berlin"):
         line = configuration_error(run("check", DJANGO_SECRET_KEY="cli-test", QORVEN_TIME_ZONE=zone))
         assert "QORVEN_TIME_ZONE" in line and f"'{zone}'" in line
-    assert run("check", DJANGO_SECRET_KEY="cli-test", QORVEN_TIME_ZONE="Europe/Berlin").returncode == 0
+    for zone in ("Europe/Berlin", "US/Eastern"):
+        assert run("check", DJANGO_SECRET_KEY="cli-test", QORVEN_TIME_ZONE=zone).returncode == 0
     for url in ("bogus", "http://db.internal/qorven"):
         line = configuration_error(run("check", DJANGO_SECRET_KEY="cli-test", DATABASE_URL=url))
         assert "DATABASE_URL" in line and repr(url) in line

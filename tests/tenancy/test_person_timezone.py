@@ -13,7 +13,8 @@ from memory_app.models import Memory
 from qorven.agent.gateway import inbound_accept
 from sessions_app.models import Message
 from sessions_app.services import message_append, session_resolve
-from tenancy.models import Membership
+from heartbeats_app.selectors import heartbeat_next_run
+from tenancy.models import Membership, Tenant
 from tenancy.trust import Trust
 
 from ..factories.heartbeats_app import beat
@@ -139,3 +140,27 @@ def test_a_name_too_long_for_any_zone_is_refused_like_an_unknown_one(world, mode
     drain()
     assert last_answer(session).startswith("I don't know the timezone 'Europe/xxx")
     assert zone_of(world, world.alice) == ""
+
+
+def test_a_zone_saved_before_such_names_were_refused_still_reads_and_only_new_names_are_checked(
+        world, model_server, drain):
+    """'localtime' (this server's own clock) and 'Factory' passed once: a workspace or a
+    person with one of them saved is read as before, and neither can be chosen again."""
+    Tenant.objects.filter(pk=world.tenant_a.pk).update(timezone="localtime")
+    Membership.objects.filter(tenant=world.tenant_a, user=world.alice).update(timezone="Factory")
+    world.tenant_a.refresh_from_db()
+    hers = beat(world.qor_a, name="morning", owner=world.alice)
+    bobs = beat(world.qor_a, name="evening", owner=world.bob)
+    assert heartbeat_next_run(hers) is not None and heartbeat_next_run(bobs) is not None
+
+    alice = say(world, world.alice, "/timezone")
+    bob = say(world, world.bob, "/timezone", channel="web")
+    drain()
+    assert last_answer(alice).startswith("Your timezone is Factory (it is ")
+    assert last_answer(bob).startswith("You follow the workspace's timezone, localtime (it is ")
+
+    say(world, world.alice, "/timezone localtime")
+    drain()
+    assert last_answer(alice).startswith("I don't know the timezone 'localtime'")
+    assert zone_of(world, world.alice) == "Factory"
+    assert model_server.requests == []
