@@ -94,8 +94,9 @@ class HeartbeatRun(models.Model):
     reason = models.CharField(
         max_length=32, blank=True, default="",
         help_text="Why a run was skipped (left, budget, offline, unchanged) or failed (unavailable, interrupted, "
-                  "cut_off, tool_rounds; empty: see its error), or why an ok run's answer is not whole (cut_off, "
-                  "withheld: delivered as far as it went, with a notice).",
+                  "cut_off, tool_rounds, suspended; empty: see its error), or why an ok run's answer is not whole "
+                  "(cut_off, withheld: delivered as far as it went, with a notice). suspended: its retry came while "
+                  "the host had suspended the workspace, so it is not tried again.",
     )
     attempts = models.PositiveSmallIntegerField(default=1)
     started_at = models.DateTimeField(default=timezone.now)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 import json
+import re
 from datetime import datetime, timedelta, timezone as tz
 
 import pytest
@@ -77,6 +78,24 @@ def test_a_retry_due_while_suspended_is_not_run_after_resume(world, model_server
     assert model_server.requests == []
     (run,) = HeartbeatRun.objects.filter(heartbeat=heartbeat)
     assert (run.status, run.reason) == ("failed", "suspended")
+
+
+def test_the_reason_a_run_ended_by_the_suspension_is_explained_where_the_host_reads_it(
+        world, host, model_server, drain):
+    heartbeat = beat(world.qor_a, name="morning-brief")
+    before = START - timedelta(days=1)
+    HeartbeatRun.objects.create(tenant=world.tenant_a, heartbeat=heartbeat, tick=before, status="failed",
+                                reason="unavailable", finished_at=before, error="the model was unavailable")
+    tenant_suspend(tenant=world.tenant_a)
+    sweep(restart=True)
+    drain()
+
+    page = host.get(reverse("admin:heartbeats_app_heartbeat_change", args=[heartbeat.pk]))
+    runs = page.context["inline_admin_formsets"][0]
+    (reason,) = [field for field in runs.fields() if field["name"] == "reason"]
+    failed_for = re.search(r"failed \(([^;)]*)", reason["help_text"]).group(1).split(", ")
+    assert "suspended" in failed_for
+    assert ">suspended<" in page.content.decode().replace("\n", "")
 
 
 def test_the_host_sees_a_suspended_workspaces_beats_and_cannot_run_them_meanwhile(world, host, model_server, drain):
