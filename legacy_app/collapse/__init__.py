@@ -15,7 +15,9 @@ their messages:
 - the extra sessions archived;
 - merged legacy messages count as answered; the canonical chat's own questions still
   waiting keep waiting and get their turn once the user is committed;
-- a user whose chat a turn holds (a reply being written) is left untouched, to run again.
+- a user whose chat a turn holds (a reply being written) is left untouched, to run again;
+- a workspace the host suspended is left untouched (no digest, no turn queued) and said
+  to be, to run again once it is resumed.
 
 Each user is one transaction with their sessions locked (FOR UPDATE on PostgreSQL;
 SQLite's BEGIN IMMEDIATE serialises writers anyway): an interruption leaves every user
@@ -28,7 +30,7 @@ flat however many messages there are.
 
 from __future__ import annotations
 
-from .owners import MERGEABLE, ChatOwner, collapse_owner_count, collapse_owners
+from .owners import MERGEABLE, ChatOwner, collapse_owner_count, collapse_owners, collapse_suspended
 from .service import (
     CollapseConflict,
     CollapseOutcome,
@@ -48,5 +50,6 @@ __all__ = [
     "collapse_owners",
     "collapse_preview",
     "collapse_sessions",
+    "collapse_suspended",
     "collapse_user",
 ]

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -32,9 +33,11 @@ class ChatOwner:
 
 
 def _scoped(
-    tenant: Tenant | None, qor_slug: str, user: User | None
+    tenant: Tenant | None, qor_slug: str, user: User | None, *, suspended: bool = False
 ) -> QuerySet[Session]:
-    qs = Session.objects.filter(MERGEABLE)
+    # A workspace the host suspended is kept as it is until resumed: nothing merged, no
+    # digest written, no turn queued. Its users are counted apart (collapse_suspended).
+    qs = Session.objects.filter(MERGEABLE, tenant__suspended_at__isnull=not suspended)
     if tenant is not None:
         qs = qs.filter(tenant=tenant)
     if qor_slug:
@@ -56,14 +59,26 @@ def _grouped(qs: QuerySet[Session]) -> QuerySet:
 def collapse_owner_count(
     *, tenant: Tenant | None = None, qor_slug: str = "", user: User | None = None
 ) -> int:
-    """How many (tenant, qor, user) have an active legacy chat-family session to collapse."""
+    """How many (tenant, qor, user) have an active legacy chat-family session to collapse
+    (a suspended workspace's are not counted: see collapse_suspended)."""
     return _grouped(_scoped(tenant, qor_slug, user)).count()
+
+
+def collapse_suspended(
+    *, tenant: Tenant | None = None, qor_slug: str = "", user: User | None = None
+) -> dict[str, int]:
+    """Per suspended workspace in scope (by slug, in slug order), how many (qor, user)
+    have a legacy chat-family session that collapsing leaves untouched while it is so."""
+    counts = Counter(r["tenant_id"] for r in _grouped(_scoped(tenant, qor_slug, user, suspended=True)))
+    slugs = dict(Tenant.objects.filter(pk__in=counts).values_list("pk", "slug"))
+    return {slugs[pk]: n for pk, n in sorted(counts.items(), key=lambda item: slugs[item[0]])}
 
 
 def collapse_owners(
     *, tenant: Tenant | None = None, qor_slug: str = "", user: User | None = None
 ) -> Iterator[ChatOwner]:
-    """Every (tenant, qor, user) with an active legacy chat-family session, in key order.
+    """Every (tenant, qor, user) with an active legacy chat-family session, in key order,
+    in the workspaces being served.
 
     Paged by key rather than held on a cursor, so per-user commits can happen in between.
     """

@@ -20,6 +20,7 @@ from memory_app.services import memory_add
 from qorven.agent.gateway import turn_enqueue
 from sessions_app.models import Message, Session
 from tenancy.models import Qor, Tenant
+from tenancy.selectors import tenant_serving_now
 
 from .merge import (
     images_of_duplicates_move,
@@ -71,6 +72,7 @@ class CollapseTotals:
 
     users: int = 0
     failed: int = 0
+    skipped: int = 0  # in a suspended workspace: not collapsed
     sessions: int = 0
     archived: int = 0
     messages: int = 0
@@ -208,13 +210,19 @@ def collapse_user(
     from it (a test's injected failure) rolls the user back whole. A user without a legacy
     chat session (none, or only the canonical chat) is returned untouched (`applied`
     False); a lone legacy session becomes the user's canonical chat. A user one of whose
-    sessions a turn holds is refused (CollapseConflict). Messages of the canonical chat
+    sessions a turn holds is refused (CollapseConflict), as is one of a workspace the host
+    has suspended (kept as it is until resumed). Messages of the canonical chat
     still waiting for an answer keep waiting, and a turn is queued for them after commit.
     """
     qor, user = _load(owner, qor)
     outcome = CollapseOutcome(owner, label=_label(qor, user))
     with transaction.atomic():
         sessions = list(owner_sessions(owner).select_for_update())
+        if not tenant_serving_now(tenant_id=owner.tenant_id):
+            # Suspended after the run listed this user: kept as it is until resumed.
+            raise CollapseConflict(
+                "the workspace is suspended; left untouched, run again once it is resumed"
+            )
         outcome.sessions = len(sessions)
         if not _collapsible(sessions):
             return outcome

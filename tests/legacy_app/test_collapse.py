@@ -543,3 +543,59 @@ def test_a_reply_still_names_its_question_after_the_renumbering(world, settings)
     assert rows["web answer"].metadata["reply_to"] == rows["web question"].seq == 3
     assert rows["telegram answer"].metadata["reply_to"] == rows["telegram question"].seq == 1
     assert reply_supersede(session=canonical, reply_to=rows["web question"].seq) == [rows["web answer"].seq]
+
+
+def test_a_suspended_workspace_is_skipped_and_said_so_and_collapsed_once_resumed(
+    world, alice_three, model_server, drain, settings
+):
+    """Suspended, a workspace is kept as it is: its people's chats are not merged, no
+    digest is written and no turn queued (so no model call) until the host resumes it;
+    the run and its dry run say which workspace was skipped and why."""
+    from tenancy.services import tenant_resume, tenant_suspend
+
+    say(legacy(world, "telegram", user=world.charlie, tenant=world.tenant_b, qor=world.qor_b), 1, "charlie here")
+    settings.QORVEN_LEGACY_SESSIONS = False
+    canonical = session_resolve(tenant=world.tenant_a, qor=world.qor_a, channel="web", user=world.alice)
+    say(canonical, 10, "a question still waiting", channel="web", awaits_answer=True)
+    tenant_suspend(tenant=world.tenant_a)
+    acme_before = snapshot(world.tenant_a)
+    skipped = ("Skipped acme: the workspace is suspended, 1 user's chats left untouched;"
+               " resume it and run again.")
+
+    out = StringIO()
+    call_command("collapse_sessions", "--dry-run", stdout=out)
+    text = out.getvalue()
+    assert skipped in text
+    assert "globex/aria charlie: would merge 1 session" in text and "acme/aria alice" not in text
+
+    out = StringIO()
+    call_command("collapse_sessions", stdout=out, verbosity=2)
+    drain()
+    text = out.getvalue()
+    assert skipped in text and "acme/aria alice" not in text
+    assert "globex/aria charlie: merged 1 session" in text
+    assert snapshot(world.tenant_a) == acme_before
+    assert Session.objects.get(user=world.charlie, state="active").kind == "canonical"
+    assert model_server.requests == []
+
+    out = StringIO()
+    call_command("collapse_sessions", "--tenant", "acme", stdout=out)
+    assert skipped in out.getvalue() and "Nothing else to collapse" in out.getvalue()
+    assert snapshot(world.tenant_a) == acme_before
+
+    tenant_resume(tenant=world.tenant_a)
+    out = StringIO()
+    call_command("collapse_sessions", stdout=out, verbosity=2)
+    assert "acme/aria alice: merged 4 sessions" in out.getvalue() and "Skipped" not in out.getvalue()
+
+
+def test_a_workspace_suspended_while_the_run_goes_leaves_its_user_untouched(world, alice_three):
+    from legacy_app.collapse import CollapseConflict, collapse_owners, collapse_user
+    from tenancy.services import tenant_suspend
+
+    (owner,) = collapse_owners()
+    tenant_suspend(tenant=world.tenant_a)
+    before = snapshot()
+    with pytest.raises(CollapseConflict, match="suspended"):
+        collapse_user(owner=owner)
+    assert snapshot() == before

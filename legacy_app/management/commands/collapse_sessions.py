@@ -13,6 +13,7 @@ from legacy_app.collapse import (
     CollapseTotals,
     collapse_owner_count,
     collapse_sessions,
+    collapse_suspended,
 )
 from qorven.runtime.command_console import command_console
 from tenancy.errors import NotFound
@@ -33,7 +34,9 @@ class Command(BaseCommand):
         "interrupted run leaves every user collapsed or untouched; running it again is a "
         "no-op. Nothing is deleted: duplicate copies stay in their archived session. A user "
         "whose chat is answering a message right then is left untouched and reported; run "
-        "again once the reply is sent. "
+        "again once the reply is sent. A workspace the host suspended is skipped, and said "
+        "to be, until it is resumed: nothing of it changes meanwhile and no model is asked "
+        "anything for it. "
         "Use --dry-run first to see what would change (one line per user); -v 2 prints a "
         "line per user when applying too."
     )
@@ -64,11 +67,17 @@ class Command(BaseCommand):
         scope = self._scope(opts)
         dry_run: bool = opts["dry_run"]
         console = command_console(self.stdout)
+        skipped = collapse_suspended(**scope)
+        for slug, users in skipped.items():
+            chats = "1 user's chats" if users == 1 else f"{users} users' chats"
+            self.stdout.write(f"Skipped {slug}: the workspace is suspended, {chats} left untouched;"
+                              " resume it and run again.")
         total = collapse_owner_count(**scope)
         if total == 0:
-            self.stdout.write("Nothing to collapse: no user has a legacy chat session left.")
+            self.stdout.write("Nothing else to collapse." if skipped else
+                              "Nothing to collapse: no user has a legacy chat session left.")
             return
-        totals = CollapseTotals()
+        totals = CollapseTotals(skipped=sum(skipped.values()))
         failures: list[CollapseOutcome] = []
         progress = Progress(
             TextColumn("{task.description}"),
@@ -158,6 +167,7 @@ class Command(BaseCommand):
             ),
             ("digests " + ("to write" if dry_run else "written"), totals.digests),
             ("users failed (untouched)", totals.failed),
+            ("users skipped (workspace suspended)", totals.skipped),
         ]
         for name, value in rows:
             table.add_row(name, f"{value:,}")
