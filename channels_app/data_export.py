@@ -15,8 +15,9 @@ One JSON object a line, each with its `kind`, in this order:
 
 What is left out on purpose: the Qor's tool calls and their results (its working, hidden
 on every surface too), credentials and webhook secrets, the host's settings (models,
-routes, prompts of config-owned beats), and whatever belongs to others (group chats, their
-memories, their beats, their identities). A message's metadata is passed through an
+routes, prompts of config-owned beats), and whatever belongs to others (group chats, with
+the new ids a platform gave them: a MovedThread is only ever a group chat's; other people's
+memories, beats and identities). A message's metadata is passed through an
 allowlist, so a key added later stays out until someone decides it is the person's.
 
 Everything is read in chunks through the apps' selectors (keyset by id, messages by seq),

@@ -8,7 +8,7 @@ from django.utils.html import format_html, format_html_join
 
 from tenancy.admin_scoping import TenantScopedAdminMixin, admin_tenant_ids
 
-from .models import Image, Message, Session
+from .models import Image, Message, MovedThread, Session
 from .selectors import answer_notice, messages_read
 
 INLINE_MESSAGES = 200
@@ -126,3 +126,16 @@ class ImageAdmin(ReadOnlyAdmin):
         # list of 100 would read up to a gigabyte to show their sizes; nor is a PDF's text
         # (up to 100,000 characters) read for the list.
         return super().get_queryset(request).defer("data", "text")
+
+
+@admin.register(MovedThread)
+class MovedThreadAdmin(ReadOnlyAdmin):
+    """Group chats the platform gave a new id (a Telegram group upgraded to a supergroup):
+    their conversation goes on under the new id, and a late message naming the old one
+    joins it there. Written by the move itself (sessions_app.thread_moves), read here."""
+
+    list_display = ["qor", "channel", "old_thread", "new_thread", "moved_at"]
+    list_filter = ["channel", "tenant"]
+    search_fields = ["old_thread", "new_thread"]
+    list_select_related = ["qor__tenant"]
+    readonly_fields = [f.name for f in MovedThread._meta.fields]

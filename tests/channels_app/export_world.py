@@ -10,6 +10,7 @@ from channels_app.data_export import PersonExport
 from channels_app.models import Identity
 from sessions_app.models import Image, Message, Session
 from sessions_app.services import message_append, session_resolve
+from sessions_app.thread_moves import group_thread_move
 
 from ..factories.heartbeats_app import beat
 from ..factories.memory_app import remember
@@ -48,6 +49,9 @@ def lives(world, telegram):
     group = session_resolve(tenant=world.tenant_a, qor=world.qor_a, channel="telegram", thread_id="-100",
                             group=True)
     say(group, "bob in the group", "telegram", sender_name="Bob")
+    # Upgraded to a supergroup: the move is the group's, everyone's in it, like its messages.
+    group_thread_move(tenant=world.tenant_a, qor=world.qor_a, channel="telegram", old_thread="-100",
+                      new_thread="-1009100")
     bobs = session_resolve(tenant=world.tenant_a, qor=world.qor_a, channel="web", user=bob)
     say(bobs, "bob's secret plan", "web", sender_name="Bob")
     charlies = session_resolve(tenant=world.tenant_b, qor=world.qor_b, channel="web", user=charlie)

@@ -54,7 +54,7 @@ def test_alices_export_holds_her_conversation_memories_and_beats_and_nothing_of_
     [identity] = of(lines, "identity")
     assert (identity["channel"], identity["external_id"], identity["approval"]) == ("telegram", "42", "approved")
     for foreign in ("bob", "Bob", "charlie", "Charlie", "globex", "Aria speaks", "111:AAA", "tg-secret",
-                    "host-model-name"):
+                    "host-model-name", "-1009100"):
         assert foreign not in text, foreign
 
 

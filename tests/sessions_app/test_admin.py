@@ -10,8 +10,9 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 
-from sessions_app.models import Image, Message, Session
+from sessions_app.models import Image, Message, MovedThread, Session
 from sessions_app.services import message_answer_fail, message_append, session_resolve
+from sessions_app.thread_moves import group_thread_move
 
 
 pytestmark = pytest.mark.django_db
@@ -176,3 +177,37 @@ def test_the_images_list_does_not_load_the_attachments_themselves(host, conversa
     with CaptureQueriesContext(connection) as captured:
         assert len(listed(host.get(url("image_changelist")))) == 2
     assert not [q["sql"] for q in captured.captured_queries if '"sessions_app_image"."data"' in q["sql"]]
+
+
+@pytest.fixture
+def moves(world) -> dict[str, MovedThread]:
+    """A Telegram group of each tenant upgraded to a supergroup (a new chat id)."""
+    for tenant, qor, old, new in ((world.tenant_a, world.qor_a, "-1001", "-1009001"),
+                                  (world.tenant_b, world.qor_b, "-2002", "-1009002")):
+        group = session_resolve(tenant=tenant, qor=qor, channel="telegram", thread_id=old, group=True)
+        message_append(session=group, role="user", content="before the upgrade", channel="telegram")
+        group_thread_move(tenant=tenant, qor=qor, channel="telegram", old_thread=old, new_thread=new)
+    return {m.tenant.slug: m for m in MovedThread.objects.select_related("tenant")}
+
+
+def test_a_tenant_admin_reads_only_their_tenants_moved_group_chats_and_changes_none(tenant_admin, moves):
+    listing = tenant_admin.get(url("movedthread_changelist"))
+    assert listed(listing) == [moves["acme"]]
+    page = listing.content.decode()
+    assert "-1001" in page and "-1009001" in page
+    assert "-2002" not in page and "-1009002" not in page and "globex" not in page
+    assert_not_found(tenant_admin, "movedthread_change", moves["globex"].pk)
+
+    own = tenant_admin.get(url("movedthread_change", moves["acme"].pk))
+    assert own.status_code == 200 and 'name="_save"' not in own.content.decode()
+    assert tenant_admin.get(url("movedthread_add")).status_code == 403
+    assert tenant_admin.get(url("movedthread_delete", moves["acme"].pk)).status_code == 403
+    tenant_admin.post(url("movedthread_change", moves["acme"].pk), {"new_thread": "-1"})
+    assert MovedThread.objects.get(pk=moves["acme"].pk).new_thread == "-1009001"
+
+
+def test_the_host_reads_every_tenants_moved_group_chats_still_read_only(host, moves):
+    assert set(listed(host.get(url("movedthread_changelist")))) == set(moves.values())
+    page = host.get(url("movedthread_change", moves["globex"].pk)).content.decode()
+    assert "-1009002" in page and 'name="_save"' not in page
+    assert host.get(url("movedthread_add")).status_code == 403
