@@ -44,7 +44,7 @@ run: $(STAMP) .demo-password
 	$(PY) manage.py serve --port $(PORT) --no-migrate
 
 test: $(TEST_STAMP)
-	$(PY) -m pytest -n $(TEST_WORKERS) --dist worksteal $(PYTEST_ARGS)
+	$(PY) -m pytest -n $(TEST_WORKERS) --dist worksteal --durations=25 $(PYTEST_ARGS)
 
 # tests/reliability at full size (1,000 deliveries); the suite runs them small.
 stress: $(TEST_STAMP)
