@@ -343,23 +343,27 @@ def _backup() -> Iterator[Check]:
 
 
 def _pg_dump() -> Iterator[Check]:
+    """PostgreSQL's client programs `qorven backup` (pg_dump) and `qorven restore`
+    (pg_restore, its script run by psql) need: found, and not older than the server."""
     connection = connections["default"]
     if connection.vendor != "postgresql":
-        return  # SQLite copies itself: nothing to install
-    fix = (f"install PostgreSQL's client programs of version {connection.pg_version // 10000} or newer "
-           "(e.g. apt install postgresql-client), or `qorven backup` cannot run")
-    pg_dump = shutil.which("pg_dump")
-    if pg_dump is None:
-        yield Check("backup", "pg_dump", False, "pg_dump was not found on PATH", fix)
-        return
-    said = subprocess.run([pg_dump, "--version"], capture_output=True, text=True, timeout=10).stdout.strip()
-    found = re.search(r"(\d+)(?:\.(\d+))?", said)
-    client = int(found.group(1)) if found else 0
+        return  # SQLite copies and restores itself: nothing to install
     server = connection.pg_version // 10000
-    if client < server:
-        yield Check("backup", "pg_dump", False, f"{said or 'no version'}: older than the server ({server})", fix)
-    else:
-        yield Check("backup", "pg_dump", True, f"{said}: `qorven backup` can run")
+    for program, command in (("pg_dump", "qorven backup"), ("pg_restore", "qorven restore"),
+                             ("psql", "qorven restore")):
+        fix = (f"install PostgreSQL's client programs of version {server} or newer "
+               f"(e.g. apt install postgresql-client), or `{command}` cannot run")
+        found_at = shutil.which(program)
+        if found_at is None:
+            yield Check("backup", program, False, f"{program} was not found on PATH", fix)
+            continue
+        said = subprocess.run([found_at, "--version"], capture_output=True, text=True, timeout=10).stdout.strip()
+        found = re.search(r"(\d+)(?:\.(\d+))?", said)
+        client = int(found.group(1)) if found else 0
+        if client < server:
+            yield Check("backup", program, False, f"{said or 'no version'}: older than the server ({server})", fix)
+        else:
+            yield Check("backup", program, True, f"{said}: `{command}` can run")
 
 
 # What reads the database: not tried once it is unreachable (each would wait out the

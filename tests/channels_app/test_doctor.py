@@ -231,6 +231,27 @@ def test_on_postgresql_doctor_says_whether_qorven_backup_can_run(world, monkeypa
     assert not too_old["ok"] and "9.6" in too_old["detail"]
 
 
+@pytest.mark.skipif(connection.vendor != "postgresql", reason="SQLite is restored by a rename: nothing to install")
+def test_on_postgresql_doctor_says_whether_qorven_restore_can_run(world, monkeypatch, tmp_path):
+    """`qorven restore` runs pg_restore's script through psql: a machine with pg_dump alone
+    can back up but not restore, and doctor says so before the day it is needed."""
+    report, _ = doctor()
+    assert [(c["subject"], c["ok"]) for c in checks_of(report, "backup") if c["subject"] != "schedule"] == [
+        ("pg_dump", True), ("pg_restore", True), ("psql", True)]
+
+    real = connection.pg_version // 10000
+    dump = tmp_path / "pg_dump"
+    dump.write_text(f"#!/bin/sh\necho 'pg_dump (PostgreSQL) {real}.1'\n")
+    dump.chmod(0o755)
+    monkeypatch.setenv("PATH", str(tmp_path))
+    report, code = doctor()
+    found = {c["subject"]: c for c in checks_of(report, "backup")}
+    assert found["pg_dump"]["ok"] and code == 1
+    for program in ("pg_restore", "psql"):
+        assert not found[program]["ok"] and program in found[program]["detail"], found
+        assert "qorven restore" in found[program]["fix"] and "postgresql-client" in found[program]["fix"]
+
+
 def pg_dump_checks(report: dict) -> list[dict]:
     return [c for c in checks_of(report, "backup") if c["subject"] == "pg_dump"]
 
