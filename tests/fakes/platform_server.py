@@ -1,6 +1,9 @@
 """A fake platform API (Telegram, WhatsApp Graph, Slack Web API, Discord REST, Twilio)
 over real HTTP. It records every request and answers from per-path scripts, so tests see
-exactly what Qorven sent and can inject 429s, 5xx, hangs and reset connections."""
+exactly what Qorven sent and can inject 429s, 5xx, hangs and reset connections. Telegram's
+sendMessage is read as Telegram reads it (tests/fakes/telegram_html.py): text it cannot
+parse, an empty one or one over 4096 characters is refused with Telegram's 400, whatever
+the scripts say."""
 from __future__ import annotations
 
 import json
@@ -13,6 +16,8 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs
+
+from .telegram_html import refusal
 
 
 @dataclass
@@ -78,6 +83,9 @@ class PlatformServer:
     def _answer(self, recorded: Recorded) -> Canned:
         with self._lock:
             self.requests.append(recorded)
+            refused = _telegram_refusal(recorded)
+            if refused is not None:
+                return refused
             for rx, queue in self.scripts:
                 if queue and rx.search(recorded.path):
                     return queue.pop(0)
@@ -122,3 +130,20 @@ class PlatformServer:
             do_GET = do_POST = do_PUT = do_PATCH = do_DELETE = _do
 
         return Handler
+
+
+_TELEGRAM_SEND = re.compile(r"/telegram/bot[^/]+/sendMessage$")
+
+
+def _telegram_refusal(recorded: Recorded) -> Canned | None:
+    """Telegram's 400 for a sendMessage it would not take (its text), else None."""
+    if recorded.method != "POST" or not _TELEGRAM_SEND.search(recorded.path):
+        return None
+    try:
+        body = recorded.json
+    except ValueError:
+        return None
+    described = refusal(body) if isinstance(body, dict) else None
+    if described is None:
+        return None
+    return Canned(400, {"ok": False, "error_code": 400, "description": described})
