@@ -1,9 +1,11 @@
 """Outbound: an assistant message tagged with a platform's channel is sent there.
 
 channels_app observes appends (after commit); the agent and the domain apps never call
-an adapter. Each reply is split to the platform's limit and every part gets an
-OutboundDelivery row (unique per message and part), so a part is sent at most once even
-if the append is observed twice or a send task runs again. Sending the planned parts is
+an adapter. Each reply is split to the platform's limit and written in its formatting
+(channels_app.formatting: the model's Markdown converted, a notice or a command's answer
+of ours formatting nothing), and every part, as it will be sent, gets an OutboundDelivery
+row (unique per message and part), so a part is sent at most once, and the same, even if
+the append is observed twice or a send task runs again. Sending the planned parts is
 channels_app.sending's.
 """
 from __future__ import annotations
@@ -124,9 +126,10 @@ def deliveries_plan(*, message: Message) -> int:
     adapter = adapter_for(binding.kind)
     if adapter is None:
         return 0
-    from .split import split_message
+    from .formatting import reply_parts
 
-    parts = split_message(message.content or "(empty reply)", adapter.limit, size=adapter.length)
+    parts = reply_parts(message.content or "(empty reply)", style=adapter.style, limit=adapter.limit,
+                        size=adapter.length, markdown=written_by_model(message))
     # One statement, no transaction of its own; the unique (message, part) keeps a part
     # planned twice (the append observed twice, the planning task run again) a single row.
     rows_insert_new([OutboundDelivery(tenant_id=message.tenant_id, message=message, part=index, binding=binding,
@@ -134,6 +137,13 @@ def deliveries_plan(*, message: Message) -> int:
     key = (message.tenant_id, message.pk)
     transaction.on_commit(lambda: _send_soon(key, deliver_message_task))
     return len(parts)
+
+
+def written_by_model(message: Message) -> bool:
+    """Whether a message is the model's own writing, in Markdown (a reply, a heartbeat's
+    result, a reminder), not a notice or a command's answer of ours, which may quote what
+    people wrote: that is sent formatting nothing."""
+    return message.role == Message.Role.ASSISTANT and not (message.metadata or {}).get("notice")
 
 
 # Where the messages stored inside `origins_here()` came from — the binding and the chat to

@@ -306,12 +306,13 @@ def nothing_sent_to(binding: ChannelBinding, target: str) -> bool:
 
 
 def send_direct(*, binding: ChannelBinding, target: str, text: str) -> None:
-    """A message outside any conversation (a pairing code). Best effort, one try."""
+    """A message of ours outside any conversation (a pairing code), formatting nothing.
+    Best effort, one try."""
     adapter = adapter_for(binding.kind)
     if adapter is None or not target:
         return
     with log_person(target):
         try:
-            adapter.send(binding, target, text)
+            adapter.send(binding, target, adapter.style.plain(text))
         except SendError as exc:
             logger.warning("could not send a %s notice: %s", binding.kind, exc)

@@ -1,9 +1,10 @@
 """What was said, quoted inside an answer of ours (`/search`, `/history`) so it cannot
 take the answer over.
 
-Those answers go out as they are to Telegram and WhatsApp (plain text, but split at the
-platform's limit without breaking code blocks), Slack and Discord (their markdown) and the
-chat page and terminal (our markdown subset, escaped first). A message quoted there as it
+Those answers go to the platforms as text of ours, not the model's Markdown
+(channels_app.formatting): escaped for Telegram's HTML and Slack's mrkdwn, as they are to
+WhatsApp (whose formatting has no escape) and Discord; and to the chat page and terminal
+(our markdown subset, escaped first). A message quoted there as it
 was written could make the rest of the answer a code block, bold, strike, hide
 (Discord's spoilers) or link it, ping a channel, or start a line that passes for another
 line of ours. Quoted with `inert`, it is one line whose characters that open formatting

@@ -21,6 +21,7 @@ from django.http import HttpRequest, HttpResponse
 
 from qorven.runtime.row_cache import RowCache
 
+from ..formatting import AS_WRITTEN, Style
 from ..inbound import InboundImage, InboundMedia, InboundMessage
 from ..models import ChannelBinding
 
@@ -91,6 +92,10 @@ class Parsed:
 class Adapter:
     kind: str = ""
     limit: int = 4000
+    # How its parts are written (channels_app.formatting): the model's Markdown in the
+    # platform's own formatting, text of ours so that it formats nothing. `send` takes a
+    # part so written.
+    style: Style = AS_WRITTEN
     # Credentials `qorven bind <kind>` asks for: name → help. Secrets are never printed.
     credentials: dict[str, str] = {}
     required: tuple[str, ...] = ()
@@ -180,7 +185,7 @@ class Adapter:
         return len(text)
 
     def send(self, binding: ChannelBinding, target: str, text: str) -> str:
-        """Send one part; return the platform's message id. Raises SendError."""
+        """Send one part, written in `style`; return the platform's message id. Raises SendError."""
         raise NotImplementedError
 
     # --- helpers shared by adapters ---

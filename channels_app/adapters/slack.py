@@ -21,6 +21,7 @@ from django.core.cache import cache
 from django.db import transaction
 from django.http import HttpRequest, JsonResponse
 
+from ..formatting import SLACK_MRKDWN
 from ..inbound import InboundImage, InboundMedia, InboundMessage
 from ..json_body import json_body
 from ..models import ChannelBinding
@@ -54,6 +55,7 @@ THREAD_SEP = "|"  # a reply target in a thread: channel id, then the thread's ts
 class SlackAdapter(Adapter):
     kind = "slack"
     limit = 4000
+    style = SLACK_MRKDWN
     groups = True
     credentials = {
         "app_id": "the Slack app id (api_app_id in events)",
@@ -224,9 +226,9 @@ class SlackAdapter(Adapter):
     def send(self, binding: ChannelBinding, target: str, text: str) -> str:
         url = f"{settings.SLACK_API_BASE.rstrip('/')}/chat.postMessage"
         channel, _, thread = target.partition(THREAD_SEP)
-        # Slack reads <!channel>, <!here>, <@U…> and <url> in `text`: what the model wrote is
-        # text, escaped as Slack's formatting guide says, so it pings and links nobody.
-        payload = {"channel": channel, "text": text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")}
+        # Written in mrkdwn (SLACK_MRKDWN): what the model wrote is escaped there as Slack's
+        # formatting guide says (<!channel>, <@U…> and <url> ping and link nobody).
+        payload = {"channel": channel, "text": text}
         if thread:
             payload["thread_ts"] = thread
         try:

@@ -15,6 +15,7 @@ from urllib.parse import quote
 from django.conf import settings
 from django.http import HttpRequest
 
+from ..formatting import PLAIN
 from ..inbound import InboundImage, InboundMedia, InboundMessage
 from ..models import ChannelBinding
 from .base import (
@@ -48,6 +49,7 @@ def twilio_signature(auth_token: str, url: str, params: dict[str, str]) -> str:
 class SmsAdapter(Adapter):
     kind = "sms"
     limit = 1600
+    style = PLAIN  # a text message shows no formatting: the model's Markdown as plain text
     credentials = {
         "number": "the Twilio phone number, E.164 (+15550000000)",
         "account_sid": "the Twilio account SID",

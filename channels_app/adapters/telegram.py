@@ -17,6 +17,7 @@ from django.conf import settings
 from django.http import HttpRequest
 from pydantic import BaseModel, Field, ValidationError
 
+from ..formatting import TELEGRAM_HTML
 from ..inbound import InboundImage, InboundMedia, InboundMessage
 from ..json_body import json_body
 from ..models import ChannelBinding
@@ -121,6 +122,7 @@ def bot_id_of(binding: ChannelBinding) -> int | None:
 class TelegramAdapter(Adapter):
     kind = "telegram"
     limit = 4096
+    style = TELEGRAM_HTML
     groups = True
     credentials = {
         "token": "the bot token from @BotFather",
@@ -310,14 +312,15 @@ class TelegramAdapter(Adapter):
         return InboundImage(mime_type=mime, data=base64.b64encode(content).decode(), size=len(content))
 
     def length(self, text: str) -> int:
-        """Telegram counts a message's 4096 in UTF-16 code units: an emoji outside the
-        Basic Multilingual Plane (😀, most CJK extensions) is two."""
+        """Telegram counts a message's 4096 in UTF-16 code units (on the text it shows, its
+        tags read: TELEGRAM_HTML.visible): an emoji outside the Basic Multilingual Plane
+        (😀, most CJK extensions) is two."""
         return len(text.encode("utf-16-le")) // 2
 
     def send(self, binding: ChannelBinding, target: str, text: str) -> str:
-        """sendMessage to the chat (and forum topic) of `target`. A group upgraded to a
-        supergroup meanwhile is refused by its old id with the new one named
-        (`parameters.migrate_to_chat_id`): the part goes there, once."""
+        """sendMessage, in HTML parse mode, to the chat (and forum topic) of `target`. A
+        group upgraded to a supergroup meanwhile is refused by its old id with the new one
+        named (`parameters.migrate_to_chat_id`): the part goes there, once."""
         try:
             return self._send(binding, target, text)
         except SendError as exc:
@@ -329,17 +332,22 @@ class TelegramAdapter(Adapter):
         return self._send(binding, f"{moved}{sep}{topic}", text)
 
     def _send(self, binding: ChannelBinding, target: str, text: str) -> str:
+        """The part, in HTML; one Telegram cannot parse (a part planned as plain text before
+        replies were formatted, a tag it no longer takes) is sent once more as the plain
+        text it would have shown: the refused request delivered nothing."""
         token = binding.credentials.get("token", "")
         url = f"{settings.TELEGRAM_API_BASE.rstrip('/')}/bot{token}/sendMessage"
         chat, _, topic = target.partition(TOPIC_SEP)
-        payload: dict[str, Any] = {"chat_id": chat, "text": text}
+        payload: dict[str, Any] = {"chat_id": chat, "text": text, "parse_mode": "HTML"}
         if topic.isdigit():
             payload["message_thread_id"] = int(topic)
-        try:
-            with self.http() as client:
-                response = client.post(url, json=payload)
-        except Exception as exc:
-            raise send_unreachable("Telegram", exc) from None
+        response = self._post(url, payload)
+        if response.status_code == 400 and _unparsed(response):
+            logger.warning("Telegram could not parse a part's HTML on binding %s (%s); it is sent as plain text",
+                           binding.pk, _description(response))
+            del payload["parse_mode"]
+            payload["text"] = TELEGRAM_HTML.unformatted(text, limit=self.limit, size=self.length)
+            response = self._post(url, payload)
         retry_after = None
         if response.status_code == 429:
             try:
@@ -352,6 +360,25 @@ class TelegramAdapter(Adapter):
             exc.migrated_to = _migrated_to(response) if response.status_code == 400 else None
             raise
         return self.accepted_id(response, "result", "message_id")
+
+    def _post(self, url: str, payload: dict[str, Any]) -> Any:
+        try:
+            with self.http() as client:
+                return client.post(url, json=payload)
+        except Exception as exc:
+            raise send_unreachable("Telegram", exc) from None
+
+
+def _description(response: Any) -> str:
+    try:
+        return str(response.json().get("description") or "")[:300]
+    except (ValueError, AttributeError):
+        return ""
+
+
+def _unparsed(response: Any) -> bool:
+    """Whether Telegram refused a message because it could not parse its entities."""
+    return "can't parse entities" in _description(response).lower()
 
 
 def _migrated_to(response: Any) -> int | None:

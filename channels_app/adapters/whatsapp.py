@@ -16,6 +16,7 @@ from django.conf import settings
 from django.http import HttpRequest, HttpResponse
 
 from ..api_auth import json_error
+from ..formatting import WHATSAPP
 from ..inbound import InboundImage, InboundMedia, InboundMessage
 from ..json_body import json_body
 from ..models import ChannelBinding
@@ -54,6 +55,7 @@ class WhatsAppAdapter(Adapter):
     kind = "whatsapp"
     methods = ("GET", "POST")
     limit = 4096
+    style = WHATSAPP
     credentials = {
         "phone_number_id": "the Cloud API phone number id",
         "token": "a system-user access token",

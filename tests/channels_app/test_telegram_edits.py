@@ -73,7 +73,7 @@ def test_an_edit_that_asks_is_the_message_it_edits_stored_once_where_it_was_writ
     (asked,) = model_server.requests
     said = "\n".join(str(m["content"]) for m in asked["messages"][1:])
     assert said.count("weather in Lisbon") == 1 and asked["messages"][-1]["content"].endswith("Lisbon?")
-    assert [s.json for s in platform.sent("sendMessage")] == [{"chat_id": "-1007", "text": "Sunny, 24°C."}]
+    assert [s.json for s in platform.sent("sendMessage")] == [{"chat_id": "-1007", "text": "Sunny, 24°C.", "parse_mode": "HTML"}]
     found = conversation_search(session=question.session, query="Lisbon", limit=10, offset=0)
     assert [hit.seq for hit in found] == [1]
 

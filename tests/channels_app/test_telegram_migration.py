@@ -122,7 +122,7 @@ def test_a_waiting_reply_to_the_old_chat_and_a_question_still_unanswered_go_to_t
     drain()
     OutboundDelivery.objects.filter(message=waiting).update(not_before=None)
     deliver_message(tenant_id=world.tenant_a.pk, message_id=waiting.pk, worker="test")
-    assert platform.sent(SENT)[-1].json == {"chat_id": str(NEW), "text": "Snacks noted."}
+    assert platform.sent(SENT)[-1].json == {"chat_id": str(NEW), "text": "Snacks noted.", "parse_mode": "HTML"}
     unanswered.refresh_from_db()
     assert unanswered.metadata["reply_target"] == str(NEW)
 

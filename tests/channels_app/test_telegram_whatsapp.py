@@ -10,6 +10,7 @@ from sessions_app.models import Image, Message, Session
 
 from ..fakes.model_server import reply
 from ..fakes.platform_server import Canned
+from ..fakes.telegram_html import visible_text
 from .conftest import pair
 from .payloads import post_telegram, post_whatsapp, telegram_update, whatsapp_body
 
@@ -23,7 +24,7 @@ def test_telegram_message_gets_a_reply_sent_to_the_same_chat(client, world, tele
     assert response.status_code == 200
     drain()
     (sent,) = platform.sent(r"/telegram/bot111:AAA/sendMessage")
-    assert sent.json == {"chat_id": "42", "text": "Hello Priya, your meeting is at 3."}
+    assert sent.json == {"chat_id": "42", "text": "Hello Priya, your meeting is at 3.", "parse_mode": "HTML"}
     rows = list(Message.objects.order_by("seq").values_list("role", "channel", "content"))
     assert rows == [("user", "telegram", "when is my meeting?"),
                     ("assistant", "telegram", "Hello Priya, your meeting is at 3.")]
@@ -347,8 +348,9 @@ def test_a_long_reply_with_a_code_block_reaches_telegram_in_three_parts_with_the
     drain()
     parts = [r.json["text"] for r in platform.sent("sendMessage")]
     assert len(parts) == 3
-    assert all(len(p) <= 4096 for p in parts)
-    assert sum(p.count(code) for p in parts) == 1  # the code block arrives whole in one part
+    assert all(len(visible_text(p)) <= 4096 for p in parts)  # Telegram counts the text it shows
+    block = '<pre><code class="language-python">' + "".join(f"print('step {i}')\n" for i in range(100)).rstrip()
+    assert sum(p.count(block + "</code></pre>") for p in parts) == 1  # the code block arrives whole in one part
     assert OutboundDelivery.objects.filter(state="sent").count() == 3
 
 

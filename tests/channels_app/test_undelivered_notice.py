@@ -22,7 +22,7 @@ PARTS = ["A" * 3000, "B" * 3000, "C" * 3000]  # three Telegram messages (4096 ea
 NOTICE = ("Part of my last reply may not have reached you, so something above may be missing. "
           "Ask me to send it again if you need it.")
 OK = Canned(body={"ok": True, "result": {"message_id": 7}})
-REFUSAL = "Bad Request: can't parse entities: secret-internal-detail"
+REFUSAL = "Bad Request: message is too long: secret-internal-detail"
 
 
 def asked(client, world, platform, model_server, drain) -> Message:

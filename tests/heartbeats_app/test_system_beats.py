@@ -73,7 +73,7 @@ def test_a_due_reminder_is_sent_to_the_platform_it_was_made_on(world, platform, 
     drain()
 
     (sent,) = platform.sent(r"/telegram/bot111:AAA/sendMessage")
-    assert sent.json == {"chat_id": "42", "text": "Reminder: take the cake out"}
+    assert sent.json == {"chat_id": "42", "text": "Reminder: take the cake out", "parse_mode": "HTML"}
 
 
 def test_a_reminder_of_someone_who_left_the_workspace_is_not_delivered(world, model_server):

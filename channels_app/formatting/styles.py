@@ -1,0 +1,164 @@
+"""How each platform is written to (channels_app.formatting.render.Style): Telegram's HTML
+parse mode, Slack's mrkdwn, WhatsApp's formatting, plain text (SMS), and Markdown as
+written (Discord renders it; an e-mail reads well in it)."""
+from __future__ import annotations
+
+import html
+import re
+from typing import Any
+
+from .render import Style, wrapped_per_line
+
+PLAIN = Style()
+
+
+class AsWritten(Style):
+    """The model's Markdown goes as written: the platform renders it (Discord) or it reads
+    well as it is (e-mail). Text of ours too."""
+
+    def markdown(self, markdown: str, env: dict[str, Any] | None = None) -> str:
+        return markdown
+
+
+AS_WRITTEN = AsWritten()
+
+# Telegram's HTML: the tags we write, and the entities it decodes (any other `&` it keeps).
+_TELEGRAM_TAG = re.compile(r"</?(?:b|i|s|u|code|pre|a|blockquote)(?:\s[^>]*)?>")
+_TELEGRAM_LINK = re.compile(r'<a href="([^"]*)">(.*?)</a>', re.DOTALL)
+_TELEGRAM_ENTITY = re.compile(r"&(?:(lt|gt|amp|quot)|#(\d+)|#x([0-9a-fA-F]+));")
+_NAMED = {"lt": "<", "gt": ">", "amp": "&", "quot": '"'}
+_LANGUAGE = re.compile(r"[^\w+#.-]")
+
+
+def _entity(match: re.Match[str]) -> str:
+    named, decimal, hexa = match.groups()
+    if named:
+        return _NAMED[named]
+    code = int(decimal) if decimal else int(hexa, 16)
+    return chr(code) if code <= 0x10FFFF else match.group()
+
+
+class TelegramHtml(Style):
+    """Telegram's HTML parse mode (core.telegram.org/bots/api#html-style): b, i, s, code,
+    pre with the language on its code, a href and blockquote; &, < and > escaped
+    everywhere else. Telegram counts its 4096 characters on the text it shows, tags read."""
+
+    def text(self, text: str) -> str:
+        return html.escape(text, quote=False)
+
+    def bold(self, inner: str) -> str:
+        return f"<b>{inner}</b>"
+
+    def italic(self, inner: str) -> str:
+        return f"<i>{inner}</i>"
+
+    def strike(self, inner: str) -> str:
+        return f"<s>{inner}</s>"
+
+    def code(self, code: str) -> str:
+        return f"<code>{self.text(code)}</code>"
+
+    def pre(self, code: str, language: str) -> str:
+        language = _LANGUAGE.sub("", language)
+        if language:
+            return f'<pre><code class="language-{language}">{self.text(code)}</code></pre>'
+        return f"<pre>{self.text(code)}</pre>"
+
+    def link(self, inner: str, href: str, label: str) -> str:
+        if _same_place(label, href):
+            return inner  # Telegram links a URL or an address shown as it is
+        return f'<a href="{html.escape(href, quote=True)}">{inner if inner.strip() else self.text(href)}</a>'
+
+    def quote(self, inner: str, *, nested: bool) -> str:
+        # Telegram's quotes cannot be nested: one inside another reads as quoted lines in it.
+        if nested:
+            return "\n".join(f"&gt; {line}" if line else "&gt;" for line in inner.split("\n"))
+        return f"<blockquote>{inner}</blockquote>"
+
+    def visible(self, written: str) -> str:
+        return _TELEGRAM_ENTITY.sub(_entity, _TELEGRAM_TAG.sub("", written))
+
+    def unformatted(self, written: str, *, limit: int, size: Any) -> str:
+        """`written` as plain text, for Telegram to take without parse mode: what it would
+        have shown, with each link's address after its label — unless that passes `limit`
+        (as `size` counts), when the labels alone are kept."""
+        shown = self.visible(written)
+
+        def spelled(match: re.Match[str]) -> str:
+            href, label = html.unescape(match.group(1)), match.group(2)
+            return f"{label} ({href})" if self.visible(label) != href else label
+
+        linked = self.visible(_TELEGRAM_LINK.sub(spelled, written))
+        return linked if size(linked) <= limit else shown
+
+
+def _same_place(label: str, href: str) -> bool:
+    return label in (href, href.removeprefix("mailto:"))
+
+
+TELEGRAM_HTML = TelegramHtml()
+
+
+def _slack_escaped(text: str) -> str:
+    """Slack's three escapes (api.slack.com/reference/surfaces/formatting#escaping): so what
+    the model wrote pings nobody (<!channel>) and links nothing."""
+    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
+class SlackMrkdwn(Style):
+    """Slack's mrkdwn: *bold*, _italic_, ~strike~, `code`, ``` blocks (no language),
+    <url|label> links, > quotes; &, < and > escaped."""
+
+    def text(self, text: str) -> str:
+        return _slack_escaped(text)
+
+    def bold(self, inner: str) -> str:
+        return wrapped_per_line("*", inner)
+
+    def italic(self, inner: str) -> str:
+        return wrapped_per_line("_", inner)
+
+    def strike(self, inner: str) -> str:
+        return wrapped_per_line("~", inner)
+
+    def code(self, code: str) -> str:
+        return f"`{self.text(code)}`"
+
+    def pre(self, code: str, language: str) -> str:
+        return f"```\n{self.text(code)}\n```"
+
+    def link(self, inner: str, href: str, label: str) -> str:
+        # A `|` or a space would end the address: percent-encoded, as markdown-it leaves others.
+        address = self.text(href.replace("|", "%7C").replace(" ", "%20"))
+        if _same_place(label, href) or not inner.strip():
+            return f"<{address}>"
+        return f"<{address}|{inner}>"
+
+    def quote(self, inner: str, *, nested: bool) -> str:
+        return "\n".join(f"&gt; {line}" if line else "&gt;" for line in inner.split("\n"))
+
+
+SLACK_MRKDWN = SlackMrkdwn()
+
+
+class WhatsApp(Style):
+    """WhatsApp's formatting (faq.whatsapp.com, "how to format your messages"): *bold*,
+    _italic_, ~strike~, `inline code`, ```monospace```, > quotes; links as "label (url)"."""
+
+    def bold(self, inner: str) -> str:
+        return wrapped_per_line("*", inner)
+
+    def italic(self, inner: str) -> str:
+        return wrapped_per_line("_", inner)
+
+    def strike(self, inner: str) -> str:
+        return wrapped_per_line("~", inner)
+
+    def code(self, code: str) -> str:
+        return f"`{code}`"
+
+    def pre(self, code: str, language: str) -> str:
+        return f"```{code}```"
+
+
+WHATSAPP = WhatsApp()
