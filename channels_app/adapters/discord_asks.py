@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from sessions_app.quoting import inert
+
 FOLLOWUP = "followup:"
 SEP = "\x1f"  # between the interaction and what places a late answer, as in an email's target
 QUOTED = 100  # characters of the question a late answer quotes
@@ -54,10 +56,12 @@ def late_header(ask: Ask, *, in_dm: bool) -> str:
     """The line a late answer begins with, saying which /ask it answers: in the chat it was
     asked in, naming the asker (everyone there reads it); in the asker's DM with the bot
     (it could not be posted where it was asked), saying where that was. "" in the asker's
-    own DM with the bot, where the answer needs no introduction."""
+    own DM with the bot, where the answer needs no introduction. The question is quoted
+    inert (sessions_app.quoting): what the asker wrote formats nothing of ours."""
     if not ask.asker or ask.place not in _WHERE:
         return ""
+    question = inert(ask.question)
     if in_dm:
-        return (f"Your /ask “{ask.question}” in {_WHERE[ask.place]} was answered after Discord stopped "
+        return (f"Your /ask “{question}” in {_WHERE[ask.place]} was answered after Discord stopped "
                 "waiting for it, and could not be posted there:")
-    return f"<@{ask.asker}> answering your /ask “{ask.question}”:"
+    return f"<@{ask.asker}> answering your /ask “{question}”:"

@@ -167,6 +167,24 @@ def test_a_late_answer_in_a_server_channel_mentions_who_asked_and_only_them(
     assert OutboundDelivery.objects.get().state == OutboundDelivery.State.SENT
 
 
+def test_a_late_answer_quotes_the_question_without_discord_reading_its_formatting(
+    client, world, discord, discord_key, platform, model_server, drain  # noqa: F811
+):
+    """The question quoted at the head of a late answer is the asker's text in a line of
+    ours: its markers made the rest of the line bold, struck or hidden, or opened a code
+    block over the answer."""
+    _late(platform)
+    pair(world, "discord", ALICE_DISCORD, world.alice)
+    model_server.default = reply("**Three** meetings.")
+    assert post_discord(client, _server_ask("is it **urgent** ~~or not~~ ||really|| ```now", interaction="74"),
+                        discord_key).json() == {"type": 5}
+    drain()
+    (posted,) = platform.sent(r"/discord/api/v10/channels/555/messages")
+    header, answer = posted.json["content"].split("\n")
+    assert header == f"<@{ALICE_DISCORD}> answering your /ask “is it ∗∗urgent∗∗ ∼∼or not∼∼ ǀǀreallyǀǀ ˋˋˋnow”:"
+    assert answer == "**Three** meetings."  # the model's Markdown, which Discord renders
+
+
 def test_a_long_late_answer_mentions_who_asked_once(
     client, world, discord, discord_key, platform, model_server, drain  # noqa: F811
 ):
