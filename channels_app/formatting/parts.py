@@ -34,6 +34,9 @@ def reply_parts(text: str, *, style: Style, limit: int, size: Size, markdown: bo
     if markdown:
         text = text.replace("\r\n", "\n").replace("\r", "\n")
         tokens = parser().parse(text, env)  # env: the reply's link references, for every part
+        whole = style.parsed(text, tokens)
+        if size(style.visible(whole)) <= limit and style.visible(whole).strip():
+            return [whole]  # most replies: one part, parsed once
         write = partial(style.markdown, env=env)
         chunks = _chunks(text, sorted({t.map[0] for t in tokens if t.level == 0 and t.nesting >= 0 and t.map}))
 

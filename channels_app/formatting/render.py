@@ -13,6 +13,7 @@ from functools import cache
 from typing import Any
 
 from markdown_it import MarkdownIt
+from markdown_it.token import Token
 from markdown_it.tree import SyntaxTreeNode
 
 INDENT = "   "  # a nested list's, per level
@@ -80,7 +81,10 @@ class Style:
     def markdown(self, markdown: str, env: dict[str, Any] | None = None) -> str:
         """`markdown` (the model's) written for the platform; `env`, the whole reply's link
         references (`references`) when this is a part of it."""
-        tokens = parser().parse(markdown, dict(env or {}))
+        return self.parsed(markdown, parser().parse(markdown, dict(env or {})))
+
+    def parsed(self, markdown: str, tokens: list[Token]) -> str:
+        """`markdown` written for the platform from its `tokens`, parsed already."""
         return _Walk(self).blocks(SyntaxTreeNode(tokens).children).strip("\n")
 
     def plain(self, text: str) -> str:

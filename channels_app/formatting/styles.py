@@ -7,6 +7,8 @@ import html
 import re
 from typing import Any
 
+from markdown_it.token import Token
+
 from .render import Style, wrapped_per_line
 
 PLAIN = Style()
@@ -17,6 +19,9 @@ class AsWritten(Style):
     well as it is (e-mail). Text of ours too."""
 
     def markdown(self, markdown: str, env: dict[str, Any] | None = None) -> str:
+        return markdown
+
+    def parsed(self, markdown: str, tokens: list[Token]) -> str:
         return markdown
 
 
