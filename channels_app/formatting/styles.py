@@ -135,7 +135,7 @@ class SlackMrkdwn(Style):
     def link(self, inner: str, href: str, label: str) -> str:
         # A `|` or a space would end the address: percent-encoded, as markdown-it leaves others.
         address = self.text(href.replace("|", "%7C").replace(" ", "%20"))
-        if _same_place(label, href) or not inner.strip():
+        if label == href or not inner.strip():  # a bare address; a mail one keeps its label, not "mailto:"
             return f"<{address}>"
         return f"<{address}|{inner}>"
 

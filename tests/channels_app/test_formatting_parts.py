@@ -67,3 +67,10 @@ def test_a_link_split_from_its_reference_still_links():
     text = "See [the docs][d].\n\n" + "filler " * 30 + "\n\nAgain [the docs][d].\n\n[d]: https://docs.example"
     parts = reply_parts(text, style=tg.style, limit=120, size=tg.length, markdown=True)
     assert sum(p.count('<a href="https://docs.example">the docs</a>') for p in parts) == 2
+
+
+def test_a_bare_address_in_a_slack_reply_links_as_it_was_written():
+    slack = adapter_for("slack")
+    (part,) = reply_parts("mail <me@x.example> or see <https://a.example>", style=slack.style, limit=4000,
+                          size=slack.length, markdown=True)
+    assert part == "mail <mailto:me@x.example|me@x.example> or see <https://a.example>"
