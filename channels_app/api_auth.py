@@ -35,8 +35,8 @@ def json_methods(*methods: str) -> Callable[[Callable[..., HttpResponse]], Calla
 def csrf_failure(request: HttpRequest, reason: str = "") -> HttpResponse:
     """CSRF_FAILURE_VIEW: a JSON endpoint's refusal is JSON (the page's own calls read it);
     a form's is Django's page."""
-    if request.path.startswith("/chat/api/") or (request.path.startswith("/webchat/")
-                                                 and request.path.endswith("/messages")):
+    path = request.path_info  # below QORVEN_URL_PREFIX
+    if path.startswith("/chat/api/") or (path.startswith("/webchat/") and path.endswith("/messages")):
         return json_error(403, "the form's security token is missing or out of date: reload the page")
     from django.views.csrf import csrf_failure as page
 
@@ -51,7 +51,7 @@ def api_error_handler(status: int, message: str, page: Callable[..., HttpRespons
     """A handler404/400/403/500: under /v1/ the API's JSON error (a path that names
     nothing, a host not allowed, a failure of ours), elsewhere Django's `page`."""
     def handler(request: HttpRequest, exception: Exception | None = None) -> HttpResponse:
-        if request.path.startswith(API_PREFIX):
+        if request.path_info.startswith(API_PREFIX):
             return json_error(status, message)
         return page(request) if status == 500 else page(request, exception)
     return handler

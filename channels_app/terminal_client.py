@@ -116,7 +116,8 @@ class ServerLink:
         parts = urlsplit(self.base)
         scheme = "wss" if parts.scheme == "https" else "ws"
         # The token goes in a header (socket_headers), never in the URL: servers and proxies log URLs.
-        url = (f"{scheme}://{parts.netloc}/ws/chat/{quote(self.owner.tenant.slug)}/{quote(self.owner.qor.slug)}/"
+        url = (f"{scheme}://{parts.netloc}{parts.path.rstrip('/')}/ws/chat/{quote(self.owner.tenant.slug)}/"
+               f"{quote(self.owner.qor.slug)}/"
                f"?surface=tui")
         if session_id is not None:
             url += f"&session={session_id}&last_seq={last_seq}"

@@ -13,7 +13,7 @@ from django.contrib.auth.decorators import login_required
 from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 from django.middleware.csrf import get_token
 from django.shortcuts import redirect, render
-from django.urls import reverse
+from django.urls import get_script_prefix, reverse
 from django.utils.http import content_disposition_header
 
 from sessions_app.channel_kinds import Channel
@@ -71,7 +71,7 @@ def chat_page(request: HttpRequest, qor_slug: str) -> HttpResponse:
         "qor": owner.qor.slug,
         "qorName": owner.qor.name,
         "userName": owner.sender_name,
-        "socket": f"/ws/chat/{owner.tenant.slug}/{owner.qor.slug}/",
+        "socket": f"{get_script_prefix()}ws/chat/{owner.tenant.slug}/{owner.qor.slug}/",
         "messages": reverse("chat-messages", args=[owner.tenant.slug, owner.qor.slug]),
         "channel": Channel.WEB,
         "labels": {str(k): v for k, v in CHANNEL_LABELS.items()},
@@ -86,7 +86,7 @@ def chat_page(request: HttpRequest, qor_slug: str) -> HttpResponse:
         "timezone": reverse("chat-timezone", args=[owner.tenant.slug, owner.qor.slug]),
         "zoneOwn": zone_own,
         "zoneWorkspace": zone_workspace,
-        "images": f"/chat/api/{owner.tenant.slug}/{owner.qor.slug}/images/",
+        "images": f"{get_script_prefix()}chat/api/{owner.tenant.slug}/{owner.qor.slug}/images/",
         "maxUpload": settings.QORVEN_MAX_UPLOAD,
         # Messages stored before this are history: shown, never announced (server clock).
         "openedAt": int(time.time() * 1000),

@@ -13,7 +13,7 @@ import time
 from django.conf import settings
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import render
-from django.urls import reverse
+from django.urls import get_script_prefix, reverse
 from django.views.decorators.clickjacking import xframe_options_exempt
 from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_GET
@@ -68,12 +68,12 @@ def frame(request: HttpRequest, key: str) -> HttpResponse:
     config = {
         "key": key,
         "qorName": binding.qor.name,
-        "socket": f"/ws/webchat/{key}/",
+        "socket": f"{get_script_prefix()}ws/webchat/{key}/",
         "messages": reverse("webchat-messages", args=[key]),
         "channel": Channel.WEBCHAT,
         "labels": {str(k): v for k, v in CHANNEL_LABELS.items()},
         "visitorHeader": VISITOR_HEADER,
-        "images": f"/webchat/{key}/images/",
+        "images": f"{get_script_prefix()}webchat/{key}/images/",
         "maxUpload": settings.QORVEN_MAX_UPLOAD,
         # Messages stored before this are history: shown, never announced (server clock).
         "openedAt": int(time.time() * 1000),

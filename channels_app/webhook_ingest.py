@@ -45,6 +45,7 @@ from django.http import HttpResponse, JsonResponse
 from qorven.runtime.database import DATABASE_DOWN, connections_drop_broken, database_down_response
 from qorven.runtime.publish import publishes_held
 from qorven.runtime.security_headers import plain_headers
+from qorven.runtime.url_prefix import app_path
 
 from .receive import inbound_store
 from .sweep import GRACE as SWEEP_GRACE
@@ -265,7 +266,7 @@ class WebhookIngest:
         self.app = app
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
-        match = PATH.match(scope.get("path", "")) if scope["type"] == "http" and scope.get("method") == "POST" else None
+        match = PATH.match(app_path(scope)) if scope["type"] == "http" and scope.get("method") == "POST" else None
         if match is None:
             return await self.app(scope, receive, send)
         body = await _read_body(scope, receive, settings.QORVEN_MAX_BODY)

@@ -20,6 +20,7 @@ from channels_app.webhook_ingest import WebhookIngest  # noqa: E402
 from qorven.runtime.client_address import ForwardedClient  # noqa: E402
 from qorven.runtime.security_headers import plain_headers  # noqa: E402
 from qorven.runtime.steady_threads import SteadyThreads  # noqa: E402
+from qorven.runtime.url_prefix import UrlPrefix  # noqa: E402
 
 from django.core.exceptions import SuspiciousFileOperation  # noqa: E402
 from django.http import Http404  # noqa: E402
@@ -130,10 +131,11 @@ http_app = steady_threads = SteadyThreads(http_app, django_asgi_app, ("/v1/qors/
 http_app = WebhookIngest(http_app)
 
 sockets = AuthMiddlewareStack(URLRouter(websocket_urlpatterns))
-# Outermost: everything after it, the server's access log included, sees the client's address.
-application = ForwardedClient(ProtocolTypeRouter(
+# Outermost: everything after it, the server's access log included, sees the client's address;
+# then every request and socket gets QORVEN_URL_PREFIX as its root path (none by default).
+application = ForwardedClient(UrlPrefix(ProtocolTypeRouter(
     {
         "http": http_app,
         "websocket": ProgramSockets(sockets, AllowedHostsOriginValidator(SameOriginSockets(sockets))),
     }
-))
+)))

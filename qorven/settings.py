@@ -8,11 +8,13 @@ from __future__ import annotations
 import socket
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import environ
 from kombu import Queue
 
 from qorven.runtime.environment import Env
+from qorven.runtime.url_prefix import prefix_settings, public_url_under
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
@@ -44,9 +46,15 @@ CSRF_TRUSTED_ORIGINS = env.list("DJANGO_CSRF_TRUSTED_ORIGINS", default=[])
 # HTTPS hardening: on when the public URL is https (a production install), each part
 # overridable. Behind a proxy that terminates TLS, name the header it sets
 # (DJANGO_SECURE_PROXY_SSL_HEADER=HTTP_X_FORWARDED_PROTO) or every request redirects.
-# The URL platforms and browsers reach this server at (Twilio signs it; WebSocket origins).
-QORVEN_PUBLIC_URL = env.public_url("QORVEN_PUBLIC_URL", default="http://127.0.0.1:8000")
+# The URL platforms and browsers reach this server at (Twilio signs it; WebSocket origins),
+# its path included when Qorven is served under one of a shared host: the path is then
+# QORVEN_URL_PREFIX, given here or there (qorven/runtime/url_prefix.py).
+_PUBLIC_URL = env.public_url("QORVEN_PUBLIC_URL", default="http://127.0.0.1:8000")
 QORVEN_PUBLIC_URL_GIVEN = bool(env.str("QORVEN_PUBLIC_URL", default=""))  # hints say when it is a guess
+_URL_PREFIX = env.url_prefix("QORVEN_URL_PREFIX", default=urlsplit(_PUBLIC_URL).path)
+QORVEN_PUBLIC_URL = public_url_under(_PUBLIC_URL, _URL_PREFIX)
+# QORVEN_URL_PREFIX, FORCE_SCRIPT_NAME, STATIC_URL and the cookies' path.
+vars().update(prefix_settings(_URL_PREFIX))
 HTTPS = env.bool("QORVEN_HTTPS", default=QORVEN_PUBLIC_URL.startswith("https://"))
 SECURE_SSL_REDIRECT = env.bool("DJANGO_SECURE_SSL_REDIRECT", default=HTTPS)
 SECURE_HSTS_SECONDS = env.int("DJANGO_SECURE_HSTS_SECONDS", default=31_536_000 if HTTPS else 0, at_least=0)
@@ -125,16 +133,16 @@ AUTH_PASSWORD_VALIDATORS = [
 # refuse for the rest of the window (qorven/login_throttle.py; django-ratelimit rates).
 QORVEN_LOGIN_FAILURES_PER_USER = env.rate("QORVEN_LOGIN_FAILURES_PER_USER", "5/15m")
 QORVEN_LOGIN_FAILURES_PER_ADDRESS = env.rate("QORVEN_LOGIN_FAILURES_PER_ADDRESS", "20/15m")
-LOGIN_URL = "/accounts/login/"
-LOGIN_REDIRECT_URL = "/chat/"
-LOGOUT_REDIRECT_URL = "/accounts/login/"
+# URL names, not paths: under QORVEN_URL_PREFIX they lead there too.
+LOGIN_URL = "login"
+LOGIN_REDIRECT_URL = "chat-index"
+LOGOUT_REDIRECT_URL = "login"
 
 LANGUAGE_CODE = "en-us"
 TIME_ZONE = env.time_zone("QORVEN_TIME_ZONE", default="UTC")
 USE_I18N = True
 USE_TZ = True
 
-STATIC_URL = "static/"
 STATIC_ROOT = BASE_DIR / "staticfiles"
 QORVEN_SERVE_STATIC = env.bool("QORVEN_SERVE_STATIC", default=True)
 # The largest JSON body accepted (webhooks, API, chat, webchat); larger ones answer 413.

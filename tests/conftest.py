@@ -370,3 +370,22 @@ def serve_once(monkeypatch):
         return out.getvalue()
 
     return run
+
+
+@pytest.fixture
+def url_prefix(settings):
+    """Qorven served under /qorven (QORVEN_URL_PREFIX=/qorven, QORVEN_PUBLIC_URL
+    https://qorven.example): the settings qorven/settings.py makes of them, and the script
+    prefix reverse() uses on this thread, as the server's handler sets it for each request
+    (Django's test client does not); the one before is put back after."""
+    from django.urls import get_script_prefix, set_script_prefix
+
+    from qorven.runtime.url_prefix import prefix_settings, public_url_under
+
+    before = get_script_prefix()
+    for name, value in prefix_settings("/qorven").items():
+        setattr(settings, name, value)
+    settings.QORVEN_PUBLIC_URL = public_url_under("https://qorven.example", "/qorven")
+    set_script_prefix("/qorven/")
+    yield "/qorven"
+    set_script_prefix(before)

@@ -358,7 +358,8 @@ def enabled_binding(kind: str, lookup_key: str) -> ChannelBinding:
 
 
 def webhook_url(kind: str) -> str:
-    """Where the platform posts this channel's webhooks: QORVEN_PUBLIC_URL + the path."""
+    """Where the platform posts this channel's webhooks: QORVEN_PUBLIC_URL (with
+    QORVEN_URL_PREFIX, when Qorven is served under a path) + the path."""
     return f"{settings.QORVEN_PUBLIC_URL.rstrip('/')}/v1/webhooks/{kind}"
 
 

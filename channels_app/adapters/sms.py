@@ -81,7 +81,8 @@ class SmsAdapter(Adapter):
         if not signature:
             raise WebhookRejected(401, "missing X-Twilio-Signature")
         binding = enabled_binding(self.kind, request.POST.get("To", "").strip())
-        url = settings.QORVEN_PUBLIC_URL.rstrip("/") + request.get_full_path()
+        # QORVEN_PUBLIC_URL has QORVEN_URL_PREFIX already; the rest is the path below it.
+        url = settings.QORVEN_PUBLIC_URL.rstrip("/") + request.get_full_path_info()
         params = {k: request.POST.get(k, "") for k in request.POST}
         expected = twilio_signature(str(binding.credentials.get("auth_token", "")), url, params)
         if not same_secret(expected, signature):

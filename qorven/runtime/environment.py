@@ -97,6 +97,12 @@ class Env(environ.Env):
         public_url_check(var, value)
         return value
 
+    def url_prefix(self, var: str, default: str) -> str:
+        """The path Qorven is served under (`/qorven`), "" for none (see url_prefix_parse)."""
+        from qorven.runtime.url_prefix import url_prefix_parse
+
+        return url_prefix_parse(var, self.str(var, default=default))
+
     def hosts(self, var, default: list[str]) -> list[str]:
         """A list of host names, IP addresses and networks (10.0.0.0/8)."""
         entries = [entry.strip() for entry in self.list(var, default=default) if entry.strip()]
@@ -221,9 +227,11 @@ class Env(environ.Env):
 
 
 def public_url_check(var: str, value: str) -> None:
-    """ImproperlyConfigured unless `value` is http(s), a host and an optional port, with no
-    path. Qorven is served at the root of its host: under a path its redirects, forms,
-    scripts, sockets and the webchat's frame would all leave that path."""
+    """ImproperlyConfigured unless `value` is http(s), a host, an optional port and an
+    optional path (Qorven under a path of a shared host: QORVEN_URL_PREFIX), with no
+    query, fragment or credentials."""
+    from qorven.runtime.url_prefix import url_prefix_parse
+
     try:
         parts = urlsplit(value)
         parts.port  # noqa: B018 (raises on a port that is none)
@@ -232,12 +240,15 @@ def public_url_check(var: str, value: str) -> None:
     if parts is None or parts.scheme not in ("http", "https") or not parts.hostname \
             or parts.query or parts.fragment or parts.username or parts.password:
         raise environ.ImproperlyConfigured(
-            f"{var} must be the scheme and host this server is reached at, like https://qorven.example.com, "
-            f"not {value!r}")
-    if parts.path not in ("", "/"):
+            f"{var} must be the scheme and host this server is reached at, like https://qorven.example.com "
+            f"(or https://example.org/qorven under a path), not {value!r}")
+    try:
+        url_prefix_parse(var, parts.path)
+    except environ.ImproperlyConfigured:
         raise environ.ImproperlyConfigured(
-            f"{var} must be a host's root, not {value!r}: Qorven cannot be served under a path; give it a "
-            f"host name of its own (https://qorven.example.org)")
+            f"{var} must be the address this server is reached at, like https://qorven.example.com or "
+            f"https://example.org/qorven (a path of letters, digits, '-', '_', '.' and '~', none of Qorven's "
+            f"own such as /chat), not {value!r}") from None
 
 
 def url_without_credentials(url: str) -> str:

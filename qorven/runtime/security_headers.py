@@ -113,8 +113,9 @@ class SecurityHeadersMiddleware:
     def admin_prefix(self) -> str:
         # The admin's list pages style a cell or two inline (a beat's status colour, a
         # managed beat's note, a transcript's line breaks); its scripts are files.
+        # Below QORVEN_URL_PREFIX, as request.path_info is.
         if self._admin_prefix is None:
-            from django.urls import reverse
+            from django.urls import get_script_prefix, reverse
 
-            self._admin_prefix = reverse("admin:index")
+            self._admin_prefix = "/" + reverse("admin:index").removeprefix(get_script_prefix())
         return self._admin_prefix

@@ -24,15 +24,16 @@ from django.core.handlers.asgi import ASGIHandler, ASGIRequest
 from django.core.handlers.base import BaseHandler
 from django.db import connections
 from django.http import HttpResponseBase
-from django.urls import set_urlconf
+from django.urls import set_script_prefix, set_urlconf
 
 from .database import connections_drop_broken
+from .url_prefix import app_path
 
 THREADS = 4  # requests at once on this path (each keeps one database connection)
 
 
 class SteadyThreads:
-    """ASGI middleware: HTTP requests whose path starts with one of `prefixes` run through
+    """ASGI middleware: HTTP requests whose path (below QORVEN_URL_PREFIX) starts with one of `prefixes` run through
     Django's sync handler on THREADS long-lived threads; the rest go to `app`."""
 
     def __init__(self, app: Any, asgi_handler: ASGIHandler, prefixes: tuple[str, ...]) -> None:
@@ -43,7 +44,7 @@ class SteadyThreads:
         self._threads = ThreadPoolExecutor(THREADS, thread_name_prefix="qorven-api")
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
-        if scope["type"] != "http" or not scope.get("path", "").startswith(self.prefixes):
+        if scope["type"] != "http" or not app_path(scope).startswith(self.prefixes):
             return await self.app(scope, receive, send)
         body = tempfile.SpooledTemporaryFile(max_size=settings.FILE_UPLOAD_MAX_MEMORY_SIZE, mode="w+b")
         try:
@@ -84,8 +85,10 @@ class SteadyThreads:
             handler.load_middleware(is_async=False)
             self._handler = handler
         set_urlconf(settings.ROOT_URLCONF)
+        request = ASGIRequest(scope, body)
+        set_script_prefix(request.script_name)  # reverse()'s, as Django's handler sets it (QORVEN_URL_PREFIX)
         try:
-            return handler.get_response(ASGIRequest(scope, body))
+            return handler.get_response(request)
         finally:
             _connections_tidy()
 

@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import io
 import stat
+from contextlib import nullcontext
 
 import pytest
 from django.core.management import call_command
 from django.core.management.base import CommandError
+from django.test import override_settings
 
 from channels_app.models import ChannelBinding
 from channels_app.services import binding_create
@@ -102,12 +104,34 @@ def test_running_setup_again_for_the_same_bot_updates_its_binding(tmp_path, mode
     assert second.json["url"] == "https://bot.example.com/v1/webhooks/telegram"
 
 
-def test_a_public_url_under_a_path_is_refused_and_nothing_is_written(tmp_path, model_server):
+def test_a_public_url_under_a_path_registers_the_webhook_under_it(tmp_path, model_server, platform):
+    """Qorven under a path of a shared host: the path is its QORVEN_URL_PREFIX from then on."""
+    model_server.default = reply("ok")
+    platform.default(r"/setWebhook$", platform_ok())
+    out = setup(tmp_path, model_server.base_url, telegram_token="222:BBB", public_url="https://example.org/qorven/")
+    assert "QORVEN_PUBLIC_URL=https://example.org/qorven/" in (tmp_path / ".env").read_text().splitlines()
+    (registered,) = platform.sent(r"/bot222:BBB/setWebhook$")
+    assert registered.json["url"] == "https://example.org/qorven/v1/webhooks/telegram"
+    assert "webhook registered: https://example.org/qorven/v1/webhooks/telegram" in out
+
+
+def test_a_public_url_without_the_prefix_set_gets_it(tmp_path, model_server, platform, url_prefix):
+    model_server.default = reply("ok")
+    platform.default(r"/setWebhook$", platform_ok())
+    setup(tmp_path, model_server.base_url, telegram_token="222:BBB", public_url="https://bot.example.com")
+    (registered,) = platform.sent(r"/bot222:BBB/setWebhook$")
+    assert registered.json["url"] == "https://bot.example.com/qorven/v1/webhooks/telegram"
+
+
+def test_a_public_url_under_a_path_of_qorvens_own_is_refused_and_nothing_is_written(tmp_path, model_server):
     """It was written to .env, and every command after it stopped on it."""
     model_server.add(reply("ok"))
-    with pytest.raises(CommandError, match="cannot be served under a path"):
-        setup(tmp_path, model_server.base_url, public_url="https://example.org/qorven")
-    assert not (tmp_path / ".env").exists()
+    for url, refusal in (("https://example.org/chat", "none of Qorven's own"),
+                         ("https://example.org/qorven", "two different paths")):
+        with pytest.raises(CommandError, match=refusal):
+            with override_settings(QORVEN_URL_PREFIX="/assistant") if "two" in refusal else nullcontext():
+                setup(tmp_path, model_server.base_url, public_url=url)
+        assert not (tmp_path / ".env").exists()
     assert not Membership.objects.filter(user__username="admin").exists()
 
 

@@ -6,6 +6,7 @@ import os
 import secrets
 import sys
 from pathlib import Path
+from urllib.parse import urlsplit
 
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
@@ -14,6 +15,7 @@ from django.core.management.base import BaseCommand, CommandError
 
 from channels_app.selectors import telegram_secret_of
 from qorven.runtime.environment import public_url_check
+from qorven.runtime.url_prefix import public_url_under
 from tenancy.selectors import qor_get, tenant_get
 
 
@@ -62,6 +64,9 @@ class Command(BaseCommand):
         if public_url:
             try:
                 public_url_check("the public URL (--public-url)", public_url)
+                # Its path is the prefix from now on; under this run's prefix, it gets that one.
+                prefix = settings.QORVEN_URL_PREFIX or urlsplit(public_url).path.rstrip("/")
+                registered = public_url_under(public_url, prefix, var="the public URL (--public-url)")
             except ImproperlyConfigured as exc:
                 raise CommandError(f"{exc}; nothing was written.") from None
 
@@ -73,7 +78,7 @@ class Command(BaseCommand):
         self.stdout.write(self.style.SUCCESS(f"✓ settings written to {env_file} (mode 600)"))
         call_command("bootstrap", tenant=tenant, qor=qor, owner=owner, password=password, stdout=self.stdout)
         if telegram:
-            settings.QORVEN_PUBLIC_URL = public_url  # this run registers the URL just written
+            settings.QORVEN_PUBLIC_URL = registered  # this run registers the URL just written
             # --opt=value: a token or a generated secret may start with "-", which argparse
             # would read as an option.
             # The same bot bound before keeps its secret: `bind` updates that binding.

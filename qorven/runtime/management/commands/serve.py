@@ -53,7 +53,8 @@ class Command(BaseCommand):
             embedded_worker.ensure_started()
             self.stdout.write(f"Tasks run in this process ({settings.QORVEN_WORKER_CONCURRENCY} at a time).")
         startup_run(startup, after_worker=True)  # the embedded beat
-        self.stdout.write(f"Qorven on http://{opts['host']}:{opts['port']}/  (admin: /admin/)")
+        prefix = settings.QORVEN_URL_PREFIX
+        self.stdout.write(f"Qorven on http://{opts['host']}:{opts['port']}{prefix}/  (admin: {prefix}/admin/)")
         self.stdout.flush()
         _reads_warm()
         startup_heap_freeze()  # the app, loaded above, with the rest
