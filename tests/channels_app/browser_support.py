@@ -76,6 +76,8 @@ def browser_database(tmp_path_factory) -> Path:
 
 @pytest.fixture
 def chat_server(tmp_path, request):
+    """The server, its model server and its platform server; settings of the server's own
+    may be given as the fixture's parameter (indirect parametrization)."""
     if not Path(CHROMIUM).exists():
         if os.environ.get("CI"):
             pytest.fail("chromium is missing: .ci/run installs it with apt")
@@ -87,7 +89,7 @@ def chat_server(tmp_path, request):
     port = free_port()
     env = _server_env(database)
     env.update(OPENAI_BASE_URL=model.base_url, OPENAI_API_KEY="k", QORVEN_MODEL="scripted-model",
-               TELEGRAM_API_BASE=platform.url + "/telegram")
+               TELEGRAM_API_BASE=platform.url + "/telegram", **getattr(request, "param", {}))
     qorven = str(Path(sys.executable).with_name("qorven"))
     log = open(tmp_path / "server.log", "w")
     proc = subprocess.Popen([qorven, "serve", "--no-migrate", "--port", str(port)], cwd=ROOT, env=env,
