@@ -294,6 +294,12 @@ def _locked(heartbeat: Heartbeat, *, allow_managed: bool) -> Heartbeat:
 def _mirror(beat: Heartbeat) -> None:
     """Make the beat's PeriodicTask say what the beat says: schedule, timezone, enabled."""
     parsed = cron_parse(beat.cron)
+    if not beat.timezone and beat.owner_id is not None:
+        # The owner's zone is read under their membership's lock, as membership_timezone_set
+        # changes it and moves their beats: a beat written meanwhile waits, then reads the
+        # new zone, rather than writing the one they left over the move.
+        list(Membership.objects.select_for_update().filter(tenant_id=beat.tenant_id, user_id=beat.owner_id)
+             .values_list("pk", flat=True))
     zone = heartbeat_timezone(beat)
     schedule = CrontabSchedule.objects.filter(**parsed.fields(), timezone=zone).first()
     if schedule is None:

@@ -164,3 +164,54 @@ def test_a_zone_saved_before_such_names_were_refused_still_reads_and_only_new_na
     assert last_answer(alice).startswith("I don't know the timezone 'localtime'")
     assert zone_of(world, world.alice) == "Factory"
     assert model_server.requests == []
+
+
+def test_a_beat_changed_while_its_owner_changes_timezone_runs_in_the_new_one(world):
+    """The person's timezone changes (their beats moved with it) while one of their beats is
+    being changed (the model's update_beat): whichever commits last, the beat's schedule is
+    in the zone the person has now, never the one they left."""
+    import threading
+    import time
+
+    from django.db import connection, connections, transaction
+
+    from heartbeats_app.services import heartbeat_update
+    from tenancy.services import membership_timezone_set
+
+    if connection.vendor != "postgresql":
+        pytest.skip("two writers at once: SQLite takes one write at a time")
+    hers = beat(world.qor_a, name="morning", owner=world.alice)
+    changed, commit, errors = threading.Event(), threading.Event(), []
+
+    def retime() -> None:
+        try:
+            with transaction.atomic():
+                membership_timezone_set(tenant=world.tenant_a, user=world.alice, timezone="Asia/Tokyo")
+                changed.set()
+                commit.wait(10)
+        except Exception as exc:  # pragma: no cover - reported below
+            errors.append(exc)
+        finally:
+            connections.close_all()
+
+    def edit() -> None:
+        try:
+            heartbeat_update(heartbeat=hers, cron="30 7 * * *")
+        except Exception as exc:  # pragma: no cover - reported below
+            errors.append(exc)
+        finally:
+            connections.close_all()
+
+    first = threading.Thread(target=retime)
+    first.start()
+    assert changed.wait(10)
+    second = threading.Thread(target=edit)
+    second.start()
+    time.sleep(0.5)  # the edit is under way, waiting for what the timezone change holds
+    commit.set()
+    first.join(10)
+    second.join(10)
+    assert errors == []
+    task = PeriodicTask.objects.select_related("crontab").get(pk=hers.periodic_task_id)
+    assert (task.crontab.minute, task.crontab.hour) == ("30", "7")
+    assert str(task.crontab.timezone) == "Asia/Tokyo"
