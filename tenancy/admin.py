@@ -179,8 +179,10 @@ class MembershipAdmin(TenantScopedAdminMixin, admin.ModelAdmin):
                 obj.save()
             return
         super().save_model(request, obj, form, change)
-        if change and "timezone" in form.changed_data:
-            person_retimed.send(sender=Membership, tenant=obj.tenant, user=obj.user)  # their own beats
+        if not change or "timezone" in form.changed_data:
+            # Their own beats: someone let back in keeps the beats they had, mirrored in the
+            # zone they followed before they left.
+            person_retimed.send(sender=Membership, tenant=obj.tenant, user=obj.user)
 
 
 CLEAR_KEY = "-"  # typed into a key field: remove the stored key

@@ -215,3 +215,25 @@ def test_a_beat_changed_while_its_owner_changes_timezone_runs_in_the_new_one(wor
     task = PeriodicTask.objects.select_related("crontab").get(pk=hers.periodic_task_id)
     assert (task.crontab.minute, task.crontab.hour) == ("30", "7")
     assert str(task.crontab.timezone) == "Asia/Tokyo"
+
+
+def test_a_person_let_back_into_the_workspace_has_their_beats_in_the_zone_they_now_follow(host, world):
+    """Alice set Tokyo for herself, left the workspace (her membership and its timezone went)
+    and is let back in by the host: her beats run in the workspace's zone again, as /beats
+    and each run read it, not at Tokyo's hour."""
+    from django.urls import reverse
+
+    world.tenant_a.timezone = "Europe/Paris"
+    world.tenant_a.save(update_fields=["timezone"])
+    Membership.objects.filter(tenant=world.tenant_a, user=world.alice).update(role="member")
+    hers = beat(world.qor_a, name="morning", owner=world.alice)
+    say(world, world.alice, "/timezone Asia/Tokyo")
+    assert str(PeriodicTask.objects.get(pk=hers.periodic_task_id).crontab.timezone) == "Asia/Tokyo"
+    Membership.objects.filter(tenant=world.tenant_a, user=world.alice).delete()
+
+    added = host.post(reverse("admin:qorven_membership_add"),
+                      {"tenant": world.tenant_a.pk, "user": world.alice.pk, "role": "member", "timezone": ""})
+
+    assert added.status_code == 302
+    assert zone_of(world, world.alice) == ""
+    assert str(PeriodicTask.objects.get(pk=hers.periodic_task_id).crontab.timezone) == "Europe/Paris"
