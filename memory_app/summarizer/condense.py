@@ -15,6 +15,7 @@ from typing import NamedTuple
 from django.utils import timezone
 
 from qorven.llm import route_for
+from qorven.runtime.storable_text import storable
 from sessions_app.models import Message, Session
 from sessions_app.quoting import sender_labels
 from sessions_app.selectors import MessageRow
@@ -116,6 +117,8 @@ def condense(*, session: Session, excerpt: Excerpt, previous_note: str) -> Conde
     for item in flush.open_tasks:
         memories.append(_flushed(Memory.Type.REMINDER, item, session, excerpt, due=_due(item, zone, now),
                                  text=_open_task(_text(item))))
+    # A note that is no text once stored (NUL alone) is nothing to keep, not a failed flush.
+    memories = [m for m in memories if storable(m.content).strip()]
     digest = clip(f"{header}\n{summary.digest}", DIGEST_MAX_CHARS)
     return Condensed(excerpt, note=clip(summary.note, NOTE_MAX_CHARS), digest=digest, memories=memories,
                      shown=shown)

@@ -183,3 +183,13 @@ def test_a_group_chats_flush_is_shown_no_ones_notes(world, fake, model_server, d
     session.refresh_from_db()
     compaction_rotate(session=session)
     assert "Alice lives in Paris" not in flush_request(model_server)["messages"][1]["content"]
+
+
+def test_a_flushed_note_with_nothing_storable_in_it_is_left_out_and_the_rest_kept(world, fake, model_server, drain):
+    """A note of control characters alone (a NUL) is no text once stored: it is left out,
+    and the conversation is still condensed with the flush's other notes."""
+    talk(world, drain, ("I play the cello", NOV_20))
+    fake.flush_override = [flush_answer("\u0000", {"text": "\u0000\u0000"}, "Alice plays the cello")]
+    compact(world, drain)
+    assert set(notes(world.alice)) == {"Alice plays the cello"}
+    assert Memory.objects.filter(user=world.alice, type="conversation_digest").exists()
