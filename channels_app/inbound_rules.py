@@ -37,9 +37,12 @@ def inbound_message_handle(binding: ChannelBinding, message: InboundMessage) -> 
         group_chat_migrate(binding=binding, channel=message.channel, old_chat=str(message.extra["migrated_from"]),
                            new_chat=message.thread_id)
         return "group-migrated"
+    serving = tenant_serving(tenant)
     if not message.sender_name:
-        message = message.model_copy(update={"sender_name": _display_name(binding, message.sender_id)})
-    if not tenant_serving(tenant):
+        # Suspended, only a name already looked up: nothing asks the platform for one on
+        # the workspace's behalf (its bot token) while nobody in it is served.
+        message = message.model_copy(update={"sender_name": _display_name(binding, message.sender_id, ask=serving)})
+    if not serving:
         return suspended_keep(binding, message)
     if message.group:
         return group_message_handle(binding, message)
@@ -81,15 +84,17 @@ def inbound_message_handle(binding: ChannelBinding, message: InboundMessage) -> 
 NAME_TTL = 24 * 3600  # a sender's looked-up name is asked for again after a day
 
 
-def _display_name(binding: ChannelBinding, sender_id: str) -> str:
-    """The name of a sender whose platform sent only an id (Slack), from the cache or the
-    platform's API; "" when it cannot be had (the message counts without it)."""
+def _display_name(binding: ChannelBinding, sender_id: str, *, ask: bool = True) -> str:
+    """The name of a sender whose platform sent only an id (Slack), from the cache or, with
+    `ask`, the platform's API; "" when it cannot be had (the message counts without it)."""
     adapter = adapter_for(binding.kind)
     if adapter is None or not sender_id:
         return ""
     key = f"sender-name:{binding.pk}:{sender_id}"
     name = cache.get(key)
     if name is None:
+        if not ask:
+            return ""
         name = adapter.display_name(binding, sender_id)
         cache.set(key, name, NAME_TTL if name else 300)  # an unknown name is tried again soon
     return name

@@ -18,8 +18,9 @@ from .strangers import wait_end
 def suspended_keep(binding: ChannelBinding, message: InboundMessage) -> str:
     """Keep the message where it would have gone — a group's in its group chat, a paired
     member's in their conversation, with what it carried — and never answer it: no model
-    call (nor a transcription), no command run, no pairing code, nothing said to the sender,
-    so nothing is lost and nothing is spent. Resuming the workspace does not answer it after
+    call (nor a transcription), no command run, no pairing code, nothing said to the sender
+    nor asked of the platform but the paired member's media (not even a sender's name: the
+    caller gives only one looked up before), so nothing is lost and nothing is spent. Resuming the workspace does not answer it after
     the fact. A stranger's message is not kept, as it never is; an edit in a group is not
     either."""
     tenant, qor = binding.tenant, binding.qor

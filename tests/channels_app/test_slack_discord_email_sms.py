@@ -132,6 +132,38 @@ def test_a_slack_senders_name_is_looked_up_once_and_reaches_the_prompt(client, w
     assert "user=U0PRIYA" in looked_up.path and looked_up.headers["Authorization"] == "Bearer xoxb-1"
 
 
+def test_a_suspended_workspace_asks_slack_no_senders_name_and_asks_again_once_resumed(
+        client, world, slack, platform, model_server, drain):
+    """A message to a suspended workspace is kept unanswered with nothing asked of Slack:
+    not even users.info for a name with its bot token. Resumed, the next message's sender
+    is looked up as before; what was kept meanwhile keeps the name it was stored with."""
+    from tenancy.services import tenant_resume, tenant_suspend
+
+    from ..fakes.platform_server import Canned
+
+    pair(world, "slack", "U0PRIYA", world.alice)
+    platform.default(r"/slack/api/users.info", Canned(body={
+        "ok": True, "user": {"id": "U0PRIYA", "name": "priya", "real_name": "Priya Raman",
+                             "profile": {"display_name": "", "real_name": "Priya Raman"}}}))
+    tenant_suspend(tenant=world.tenant_a)
+    post_slack(client, slack_event("kept in the dm", event_id="Ev50"))
+    post_slack(client, slack_event("kept in the channel", channel_type="channel", channel="C0GEN", event_id="Ev51"))
+    drain()
+    assert platform.requests == [] and model_server.requests == []
+    kept = dict(Message.objects.filter(session__tenant=world.tenant_a).values_list("content", "sender_name"))
+    assert kept == {"kept in the dm": "Alice", "kept in the channel": ""}  # the paired person's name; none known
+
+    tenant_resume(tenant=world.tenant_a)
+    model_server.add(reply("Hi Priya"))
+    post_slack(client, slack_event("back again", event_id="Ev52"))
+    drain()
+    (looked_up,) = platform.sent(r"/slack/api/users.info")
+    assert "user=U0PRIYA" in looked_up.path
+    assert Message.objects.get(content="back again").sender_name == "Priya Raman"
+    assert Message.objects.get(content="kept in the dm").sender_name == "Alice"
+    assert model_server.requests[0]["messages"][-1]["content"] == "[slack_dm] Priya Raman: back again"
+
+
 def test_a_slack_message_is_answered_when_its_senders_name_cannot_be_had(client, world, slack, platform,
                                                                           model_server, drain):
     from ..fakes.platform_server import Canned
