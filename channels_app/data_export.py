@@ -22,12 +22,15 @@ allowlist, so a key added later stays out until someone decides it is the person
 
 Everything is read in chunks through the apps' selectors (keyset by id, messages by seq),
 so the whole export is never in memory: a million-message conversation streams in a few
-thousand queries, with memory flat.
+thousand queries, with memory flat. Those queries are one snapshot of the database
+(qorven.runtime.read_snapshot): a message, session or memory written while the export is
+read is in none of its lines, so its listing and its counts are one moment's, and no writer
+waits for it.
 """
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from dataclasses import asdict, dataclass
 from datetime import datetime
 from typing import Any
@@ -39,6 +42,7 @@ from heartbeats_app.models import Heartbeat
 from heartbeats_app.selectors import heartbeat_ids_of_person, heartbeats_of_person
 from memory_app.models import Memory
 from memory_app.selectors import memories_of_person
+from qorven.runtime.read_snapshot import read_snapshot
 from sessions_app.models import Message, Session
 from sessions_app.selectors import (
     AttachmentRow,
@@ -113,15 +117,19 @@ class PersonExport:
         self._progress = progress
         self._own_beats: frozenset[int] | None = None  # read at the first heartbeat prompt met
 
-    def lines(self) -> Iterator[str]:
-        yield _line({"kind": "export", "format": FORMAT, "tenant": self.tenant.slug,
-                     "qor": self.qor.slug if self.qor else None, "user": self.user.get_username(),
-                     "exported_at": timezone.now().isoformat(), "attachments": self.attachments})
-        yield from self._sessions()
-        yield from self._memories()
-        yield from self._heartbeats()
-        yield from self._identities()
-        yield _line({"kind": "end", **asdict(self.counts)})
+    def lines(self) -> Generator[str, None, None]:
+        """Every line, all read in one snapshot taken at the first (qorven.runtime.read_snapshot),
+        so what is written meanwhile is in none of them. Read it to the end or close it, on
+        the thread that began it: that ends the snapshot's transaction."""
+        with read_snapshot():
+            yield _line({"kind": "export", "format": FORMAT, "tenant": self.tenant.slug,
+                         "qor": self.qor.slug if self.qor else None, "user": self.user.get_username(),
+                         "exported_at": timezone.now().isoformat(), "attachments": self.attachments})
+            yield from self._sessions()
+            yield from self._memories()
+            yield from self._heartbeats()
+            yield from self._identities()
+            yield _line({"kind": "end", **asdict(self.counts)})
 
     def _sessions(self) -> Iterator[str]:
         after = 0
@@ -281,17 +289,21 @@ def _line(record: dict[str, Any]) -> str:
     return text + "\n"
 
 
-def export_blocks(lines: Iterator[str]) -> Iterator[str]:
+def export_blocks(lines: Generator[str, None, None]) -> Generator[str, None, None]:
     """The lines joined into blocks of about BLOCK characters: what a response or a file is
-    written in, a few thousand writes for a large export rather than one a message."""
+    written in, a few thousand writes for a large export rather than one a message. Closed,
+    it closes `lines` (the export's snapshot ends)."""
     size = BLOCK
     block: list[str] = []
     held = 0
-    for line in lines:
-        block.append(line)
-        held += len(line)
-        if held >= size:
+    try:
+        for line in lines:
+            block.append(line)
+            held += len(line)
+            if held >= size:
+                yield "".join(block)
+                block, held = [], 0
+        if block:
             yield "".join(block)
-            block, held = [], 0
-    if block:
-        yield "".join(block)
+    finally:
+        lines.close()

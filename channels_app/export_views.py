@@ -5,7 +5,7 @@ QORVEN_EXPORT_RATE: an export reads everything the person has, so a loop of them
 not be able to keep the database busy."""
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Generator
 
 from asgiref.sync import sync_to_async
 from django.conf import settings
@@ -88,7 +88,7 @@ def _export(request: HttpRequest, scope: ExportScope) -> StreamingHttpResponse:
     export = PersonExport(tenant=scope.tenant, user=scope.user, qor=scope.qor, attachments=attachments)
     blocks = export_blocks(export.lines())
     response = StreamingHttpResponse(
-        _async_bytes(blocks) if isinstance(request, ASGIRequest) else (block.encode() for block in blocks),
+        _AsyncBytes(blocks) if isinstance(request, ASGIRequest) else _bytes(blocks),
         content_type="application/x-ndjson; charset=utf-8",
     )
     name = f"qorven-{scope.tenant.slug}-{scope.user.get_username()}-{timezone.localdate().isoformat()}.jsonl"
@@ -98,14 +98,45 @@ def _export(request: HttpRequest, scope: ExportScope) -> StreamingHttpResponse:
     return response
 
 
-async def _async_bytes(blocks: Iterator[str]) -> AsyncIterator[bytes]:
+def _bytes(blocks: Generator[str, None, None]) -> Generator[bytes, None, None]:
+    """The blocks for a WSGI server. The response closes this when it is done or the
+    client has gone, on the request's thread: the export's snapshot ends then, before the
+    request's connection is closed (given back to the pool)."""
+    try:
+        for block in blocks:
+            yield block.encode()
+    finally:
+        blocks.close()
+
+
+class _AsyncBytes:
     """The blocks for an ASGI server, one at a time. Given a plain iterator, Django's ASGI
     handler reads all of it into a list before sending the first byte (the whole export in
-    memory); here each block is read on the request's own thread (its database connection)
-    as the one before has gone out."""
-    pull = sync_to_async(next, thread_sensitive=True)
-    while (block := await pull(blocks, None)) is not None:
-        yield block.encode()
+    memory); here each block is read on the request's own thread (its database connection,
+    in the export's snapshot) as the one before has gone out. `close` is the response's
+    closer, which Django's ASGI handler calls on that same thread once the response is sent
+    or the client has gone: the snapshot ends there, not wherever an abandoned async
+    generator would be finalized."""
+
+    def __init__(self, blocks: Generator[str, None, None]) -> None:
+        self._blocks = blocks
+        self._pull = sync_to_async(_next_block, thread_sensitive=True)
+
+    def __aiter__(self) -> _AsyncBytes:
+        return self
+
+    async def __anext__(self) -> bytes:
+        block = await self._pull(self._blocks)
+        if block is None:
+            raise StopAsyncIteration
+        return block.encode()
+
+    def close(self) -> None:
+        self._blocks.close()
+
+
+def _next_block(blocks: Generator[str, None, None]) -> str | None:
+    return next(blocks, None)
 
 
 def _duration(seconds: int) -> str:
