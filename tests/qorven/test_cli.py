@@ -4,6 +4,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -14,6 +15,13 @@ def run(*args: str, **env: str) -> subprocess.CompletedProcess:
     environment = {k: v for k, v in os.environ.items() if k not in ("DJANGO_SECRET_KEY", "DATABASE_URL")}
     return subprocess.run([str(QORVEN), *args], capture_output=True, text=True, cwd=ROOT, timeout=60,
                           env={**environment, **env})
+
+
+def run_each(*calls: tuple[tuple[str, ...], dict[str, str]]) -> list[subprocess.CompletedProcess]:
+    """`run(*args, **env)` for each (args, env), the processes started together, their
+    results in the order given: each is a fresh Python starting Django, a second or more."""
+    with ThreadPoolExecutor(max_workers=len(calls)) as pool:
+        return list(pool.map(lambda call: run(*call[0], **call[1]), calls))
 
 
 def test_version_is_qorvens_not_djangos():
@@ -37,11 +45,13 @@ def test_qorven_alone_lists_its_own_commands_first_with_hyphens():
 
 
 def test_usage_lines_use_the_hyphenated_names_and_mark_required_flags():
-    assert run("import-legacy", "--help").stdout.startswith("usage: qorven import-legacy ")
-    usage = run("bind", "telegram", "--help").stdout
+    legacy, telegram, whatsapp = run_each((("import-legacy", "--help"), {}), (("bind", "telegram", "--help"), {}),
+                                          (("bind", "whatsapp", "--help"), {}))
+    assert legacy.stdout.startswith("usage: qorven import-legacy ")
+    usage = telegram.stdout
     assert " --token TOKEN" in usage and "[--token TOKEN]" not in usage and "[--username USERNAME]" in usage
     assert "[--groups {paired,anyone}]" in usage and "group chat" in usage
-    assert "--groups" not in run("bind", "whatsapp", "--help").stdout  # no group chats there
+    assert "--groups" not in whatsapp.stdout  # no group chats there
 
 
 def test_a_command_that_calls_no_model_does_not_load_the_model_sdk():
@@ -56,15 +66,16 @@ def test_a_command_that_calls_no_model_does_not_load_the_model_sdk():
 def test_serve_refuses_a_port_that_is_not_one():
     """65536 and up would be taken modulo by the socket layer: the server would say it
     listens where it does not."""
-    for port in ("99999", "0", "http"):
-        done = run("serve", "--port", port, DJANGO_SECRET_KEY="cli-test")
+    ports = ("99999", "0", "http")
+    for port, done in zip(ports, run_each(*((("serve", "--port", port), {"DJANGO_SECRET_KEY": "cli-test"})
+                                            for port in ports))):
         assert done.returncode == 2 and "--port" in done.stderr, (port, done.stderr[-500:])
 
 
 def test_a_malformed_number_or_rate_in_the_environment_is_one_line_naming_it():
-    for name, value in (("QORVEN_TURN_LEASE", "bogus"), ("QORVEN_SWEEP_INTERVAL", "soon"),
-                        ("QORVEN_LOGIN_FAILURES_PER_USER", "bogus"), ("QORVEN_WEBCHAT_MESSAGE_RATE", "20 a minute")):
-        done = run("check", DJANGO_SECRET_KEY="cli-test", **{name: value})
+    cases = (("QORVEN_TURN_LEASE", "bogus"), ("QORVEN_SWEEP_INTERVAL", "soon"),
+             ("QORVEN_LOGIN_FAILURES_PER_USER", "bogus"), ("QORVEN_WEBCHAT_MESSAGE_RATE", "20 a minute"))
+    for (name, value), done in zip(cases, run_each(*checks(*({name: value} for name, value in cases)))):
         assert done.returncode == 2, (name, done.stderr[-800:])
         (line,) = done.stderr.strip().splitlines()
         assert line.startswith("qorven: configuration error: ") and name in line and repr(value) in line
@@ -73,21 +84,24 @@ def test_a_malformed_number_or_rate_in_the_environment_is_one_line_naming_it():
 def test_a_number_out_of_its_range_in_the_environment_is_one_line_naming_it():
     """0 workers ran Celery's own default (one per CPU) without a word; a negative lease
     or a zero timeout broke the first turn instead of the start."""
-    for name, value, says in (("QORVEN_WORKER_CONCURRENCY", "0", "at least 1"), ("QORVEN_TURN_LEASE", "-5", "at least 1"),
-                              ("QORVEN_MODEL_TIMEOUT", "0", "more than 0"), ("QORVEN_SEND_SLOTS", "0", "at least 1"),
-                              ("QORVEN_WORKER_METRICS_PORT", "70000", "at most 65535"),
-                              ("QORVEN_API_PAGE_MAX", "0", "at least 1"), ("QORVEN_SEND_BACKOFF", "-1", "at least 0")):
-        done = run("check", DJANGO_SECRET_KEY="cli-test", **{name: value})
+    cases = (("QORVEN_WORKER_CONCURRENCY", "0", "at least 1"), ("QORVEN_TURN_LEASE", "-5", "at least 1"),
+             ("QORVEN_MODEL_TIMEOUT", "0", "more than 0"), ("QORVEN_SEND_SLOTS", "0", "at least 1"),
+             ("QORVEN_WORKER_METRICS_PORT", "70000", "at most 65535"),
+             ("QORVEN_API_PAGE_MAX", "0", "at least 1"), ("QORVEN_SEND_BACKOFF", "-1", "at least 0"))
+    # The ends of a range are in it: no retries, no backoff.
+    *refused, ends = run_each(*checks(*({name: value} for name, value, _ in cases),
+                                      {"QORVEN_MODEL_RETRIES": "0", "QORVEN_SEND_BACKOFF": "0"}))
+    for (name, value, says), done in zip(cases, refused):
         assert done.returncode == 2, (name, done.stderr[-800:])
         (line,) = done.stderr.strip().splitlines()
         assert line.startswith("qorven: configuration error: ") and name in line and says in line and repr(value) in line
-    # The ends of a range are in it: no retries, no backoff.
-    assert run("check", DJANGO_SECRET_KEY="cli-test", QORVEN_MODEL_RETRIES="0", QORVEN_SEND_BACKOFF="0").returncode == 0
+    assert ends.returncode == 0
 
 
 def test_worker_refuses_a_concurrency_or_metrics_port_out_of_range():
-    for flag, value in (("--concurrency", "0"), ("--concurrency", "-2"), ("--metrics-port", "70000")):
-        done = run("worker", flag, value, DJANGO_SECRET_KEY="cli-test")
+    cases = (("--concurrency", "0"), ("--concurrency", "-2"), ("--metrics-port", "70000"))
+    for (flag, value), done in zip(cases, run_each(*((("worker", flag, value), {"DJANGO_SECRET_KEY": "cli-test"})
+                                                     for flag, value in cases))):
         assert done.returncode == 2 and flag in done.stderr and "Traceback" not in done.stderr, done.stderr[-500:]
 
 
@@ -106,6 +120,11 @@ def test_a_starting_worker_removes_the_metrics_folders_of_workers_that_are_gone(
     assert not dead.exists() and alive.exists() and other.exists()
 
 
+def checks(*environments: dict[str, str]) -> list[tuple[tuple[str, ...], dict[str, str]]]:
+    """`qorven check` with a key and each of these settings, as `run_each` takes them."""
+    return [(("check",), {"DJANGO_SECRET_KEY": "cli-test", **environment}) for environment in environments]
+
+
 def configuration_error(done: subprocess.CompletedProcess) -> str:
     """The one line a refused setting prints (exit code 2), else an assertion naming what it did."""
     assert done.returncode == 2, done.stderr[-800:]
@@ -115,71 +134,84 @@ def configuration_error(done: subprocess.CompletedProcess) -> str:
 
 
 def test_a_log_level_is_taken_in_any_case_and_an_unknown_one_is_one_line_naming_it():
-    for level in ("debug", "Warning", "ERROR"):
-        done = run("check", DJANGO_SECRET_KEY="cli-test", QORVEN_LOG_LEVEL=level)
+    levels = ("debug", "Warning", "ERROR")
+    *taken, loud = run_each(*checks(*({"QORVEN_LOG_LEVEL": level} for level in (*levels, "loud"))))
+    for level, done in zip(levels, taken):
         assert done.returncode == 0 and "Traceback" not in done.stderr, (level, done.stderr[-800:])
-    line = configuration_error(run("check", DJANGO_SECRET_KEY="cli-test", QORVEN_LOG_LEVEL="loud"))
+    line = configuration_error(loud)
     assert "QORVEN_LOG_LEVEL" in line and "'loud'" in line and "DEBUG" in line
 
 
 def test_an_unknown_time_zone_or_a_malformed_database_url_is_one_line_naming_it():
     # A folder of the tz database is no zone either, nor its files that are not zones.
-    for zone in ("Mars/Base", "Europe", "localtime", "Factory", "posix/Europe/Berlin"):
-        line = configuration_error(run("check", DJANGO_SECRET_KEY="cli-test", QORVEN_TIME_ZONE=zone))
-        assert "QORVEN_TIME_ZONE" in line and f"'{zone}'" in line
-    for zone in ("Europe/Berlin", "US/Eastern"):
-        assert run("check", DJANGO_SECRET_KEY="cli-test", QORVEN_TIME_ZONE=zone).returncode == 0
-    for url in ("bogus", "http://db.internal/qorven"):
-        line = configuration_error(run("check", DJANGO_SECRET_KEY="cli-test", DATABASE_URL=url))
-        assert "DATABASE_URL" in line and repr(url) in line
+    bad_zones = ("Mars/Base", "Europe", "localtime", "Factory", "posix/Europe/Berlin")
+    zones = ("Europe/Berlin", "US/Eastern")
+    urls = ("bogus", "http://db.internal/qorven")
     # The URL's own problem first: a key would not make it work.
-    line = configuration_error(run("check", DATABASE_URL="bogus"))
+    done = run_each(*checks(*({"QORVEN_TIME_ZONE": zone} for zone in (*bad_zones, *zones)),
+                            *({"DATABASE_URL": url} for url in urls)), (("check",), {"DATABASE_URL": "bogus"}))
+    for zone, refused in zip(bad_zones, done):
+        line = configuration_error(refused)
+        assert "QORVEN_TIME_ZONE" in line and f"'{zone}'" in line
+    for zone, taken in zip(zones, done[len(bad_zones):]):
+        assert taken.returncode == 0, (zone, taken.stderr[-800:])
+    for url, refused in zip(urls, done[len(bad_zones) + len(zones):]):
+        line = configuration_error(refused)
+        assert "DATABASE_URL" in line and repr(url) in line
+    line = configuration_error(done[-1])
     assert "DATABASE_URL" in line and "'bogus'" in line and "DJANGO_SECRET_KEY" not in line
 
 
 def test_a_retention_that_is_not_a_duration_is_one_line_naming_it_at_startup():
     """They were read only by the nightly beats and the sweeper, which then failed."""
-    for name, value in (("QORVEN_IMAGE_RETENTION", "30days"), ("QORVEN_HEARTBEAT_RUN_RETENTION", "1month"),
-                        ("QORVEN_INBOUND_RETENTION", "-7d")):
-        line = configuration_error(run("check", DJANGO_SECRET_KEY="cli-test", **{name: value}))
-        assert name in line and repr(value) in line and "7d" in line, line
+    cases = (("QORVEN_IMAGE_RETENTION", "30days"), ("QORVEN_HEARTBEAT_RUN_RETENTION", "1month"),
+             ("QORVEN_INBOUND_RETENTION", "-7d"))
     good = {"QORVEN_IMAGE_RETENTION": "12h", "QORVEN_HEARTBEAT_RUN_RETENTION": "0", "QORVEN_INBOUND_RETENTION": "2W"}
-    assert run("check", DJANGO_SECRET_KEY="cli-test", **good).returncode == 0
+    *refused, taken = run_each(*checks(*({name: value} for name, value in cases), good))
+    for (name, value), done in zip(cases, refused):
+        line = configuration_error(done)
+        assert name in line and repr(value) in line and "7d" in line, line
+    assert taken.returncode == 0, taken.stderr[-800:]
 
 
 def test_a_backup_schedule_that_is_not_a_cron_expression_is_one_line_naming_it():
     """Read only by the beat, it would have failed at its start, or never fired at all."""
-    for value, says in (("every night", "has 2 field(s)"), ("30 25 * * *", "hour"), ("61 3 * * *", "minute")):
-        line = configuration_error(run("check", DJANGO_SECRET_KEY="cli-test", QORVEN_BACKUP_SCHEDULE=value))
+    cases = (("every night", "has 2 field(s)"), ("30 25 * * *", "hour"), ("61 3 * * *", "minute"))
+    schedules = ("30 3 * * *", "@daily", "0 */6 * * mon-fri", "")
+    finished = run_each(*checks(*({"QORVEN_BACKUP_SCHEDULE": value} for value, _ in cases), {"QORVEN_BACKUP_KEEP": "-1"},
+                                *({"QORVEN_BACKUP_SCHEDULE": value} for value in schedules)))
+    for (value, says), done in zip(cases, finished):
+        line = configuration_error(done)
         assert "QORVEN_BACKUP_SCHEDULE" in line and repr(value) in line and says in line, line
-    line = configuration_error(run("check", DJANGO_SECRET_KEY="cli-test", QORVEN_BACKUP_KEEP="-1"))
+    line = configuration_error(finished[len(cases)])
     assert "QORVEN_BACKUP_KEEP" in line and "at least 0" in line
-    for value in ("30 3 * * *", "@daily", "0 */6 * * mon-fri", ""):
-        done = run("check", DJANGO_SECRET_KEY="cli-test", QORVEN_BACKUP_SCHEDULE=value)
+    for value, done in zip(schedules, finished[len(cases) + 1:]):
         assert done.returncode == 0, (value, done.stderr[-800:])
 
 
 def test_a_word_a_switch_or_an_address_a_setting_cannot_take_is_one_line_naming_it():
     """Each was taken without a word: xml logs were text, maybe was false, an allowed
     address that is none was never matched, a network that is none allowed nothing."""
-    for name, value in (("QORVEN_LOG_FORMAT", "xml"), ("DJANGO_DEBUG", "maybe"), ("QORVEN_HTTPS", "sure"),
-                        ("QORVEN_METRICS_ALLOW", "127.0.0.1,notanip"),
-                        ("QORVEN_ALLOW_PRIVATE_HOSTS", "ollama.internal,10.0.0.0/33"),
-                        ("QORVEN_TRUSTED_PROXIES", "127.0.0.1,proxy.internal"),
-                        ("QORVEN_CLIENT_IP_HEADER", "X-Forwarded-For: 1")):
-        line = configuration_error(run("check", DJANGO_SECRET_KEY="cli-test", **{name: value}))
-        assert name in line and repr(value.split(",")[-1]) in line, line
+    cases = (("QORVEN_LOG_FORMAT", "xml"), ("DJANGO_DEBUG", "maybe"), ("QORVEN_HTTPS", "sure"),
+             ("QORVEN_METRICS_ALLOW", "127.0.0.1,notanip"),
+             ("QORVEN_ALLOW_PRIVATE_HOSTS", "ollama.internal,10.0.0.0/33"),
+             ("QORVEN_TRUSTED_PROXIES", "127.0.0.1,proxy.internal"),
+             ("QORVEN_CLIENT_IP_HEADER", "X-Forwarded-For: 1"))
     taken = {"QORVEN_LOG_FORMAT": "json", "DJANGO_DEBUG": "off", "QORVEN_HTTPS": "0",
              "QORVEN_METRICS_ALLOW": "10.1.2.3,::1", "QORVEN_ALLOW_PRIVATE_HOSTS": "ollama.internal,10.0.0.0/8,fd00::1",
              "QORVEN_TRUSTED_PROXIES": "10.0.0.0/8,fd00::2", "QORVEN_CLIENT_IP_HEADER": "X-Real-IP"}
-    done = run("check", DJANGO_SECRET_KEY="cli-test", **taken)
+    *refused, done = run_each(*checks(*({name: value} for name, value in cases), taken))
+    for (name, value), refusal in zip(cases, refused):
+        line = configuration_error(refusal)
+        assert name in line and repr(value.split(",")[-1]) in line, line
     assert done.returncode == 0, done.stderr[-800:]
 
 
 def test_chat_refuses_a_history_that_is_not_a_count():
-    for value in ("-5", "many"):
-        done = run("chat", "--json", "--tenant", "acme", "--qor", "aria", "--user", "alice", "--history", value,
-                   DJANGO_SECRET_KEY="cli-test")
+    values = ("-5", "many")
+    chats = run_each(*((("chat", "--json", "--tenant", "acme", "--qor", "aria", "--user", "alice", "--history", value),
+                        {"DJANGO_SECRET_KEY": "cli-test"}) for value in values))
+    for value, done in zip(values, chats):
         assert done.returncode == 2 and "--history" in done.stderr and "usage: qorven chat" in done.stderr, \
             done.stderr[-500:]
         assert "Traceback" not in done.stderr
@@ -188,23 +220,26 @@ def test_chat_refuses_a_history_that_is_not_a_count():
 def test_a_public_url_without_a_scheme_or_under_a_path_of_qorvens_own_is_one_line_naming_it():
     """A URL without its scheme made every webhook address printed wrong. Under a path of
     its own (https://example.org/qorven) Qorven is served there (tests/qorven/test_url_prefix.py)."""
-    for url in ("chat.example.org", "ftp://chat.example.org", "https://chat.example.org/?next=1",
-                "https://example.org/chat", "https://example.org/a b"):
-        line = configuration_error(run("check", DJANGO_SECRET_KEY="cli-test", QORVEN_PUBLIC_URL=url))
+    bad = ("chat.example.org", "ftp://chat.example.org", "https://chat.example.org/?next=1",
+           "https://example.org/chat", "https://example.org/a b")
+    good = ("https://chat.example.org", "https://chat.example.org/", "http://127.0.0.1:8000",
+            "https://example.org/qorven", "https://example.org/qorven/")
+    finished = run_each(*checks(*({"QORVEN_PUBLIC_URL": url} for url in (*bad, *good))))
+    for url, done in zip(bad, finished):
+        line = configuration_error(done)
         assert "QORVEN_PUBLIC_URL" in line and repr(url) in line, line
-    for url in ("https://chat.example.org", "https://chat.example.org/", "http://127.0.0.1:8000",
-                "https://example.org/qorven", "https://example.org/qorven/"):
-        done = run("check", DJANGO_SECRET_KEY="cli-test", QORVEN_PUBLIC_URL=url)
+    for url, done in zip(good, finished[len(bad):]):
         assert done.returncode == 0, (url, done.stderr[-800:])
 
 
 def test_pair_help_and_the_readme_name_every_pairing_action():
     """The spec's list names `pair list|approve|deny`; `revoke` and `list --paired` are
     there too, and each place that says what `pair` does names all five."""
-    overview = next(line for line in run().stdout.splitlines() if line.strip().startswith("pair "))
-    usage = run("pair", "--help").stdout
+    alone, pair, revoke = run_each(((), {}), (("pair", "--help"), {}), (("pair", "revoke", "--help"), {}))
+    overview = next(line for line in alone.stdout.splitlines() if line.strip().startswith("pair "))
+    usage = pair.stdout
     readme = (ROOT / "README.md").read_text()
     commands = readme[readme.index("## Commands"):readme.index("## The admin")]
     for text in (overview, usage, commands):
         assert all(action in text for action in ("list", "--paired", "approve", "deny", "revoke")), text
-    assert "[--dry-run]" in run("pair", "revoke", "--help").stdout
+    assert "[--dry-run]" in revoke.stdout
