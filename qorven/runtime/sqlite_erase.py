@@ -35,18 +35,31 @@ def fulltext_settle(*tables: str) -> None:
     transaction.on_commit(settle)
 
 
+# How long emptying the write-ahead log waits for readers of an older snapshot. While it
+# waits it holds the write lock, so every writer waits too: a download (one read snapshot,
+# qorven.runtime.read_snapshot) can read for minutes, and the connection's own 30 s busy
+# timeout would hold up the whole server for all of it.
+WAL_TRUNCATE_WAIT_MS = 2_000
+
+
 def wal_truncate() -> bool:
     """Copy the write-ahead log into the database file and empty it, so the page versions
-    from before a deletion are gone from the -wal file too. It waits for readers (up to the
-    busy timeout); returns False when one was still in the way, or when called inside a
-    transaction (it cannot run there). SQLite only."""
+    from before a deletion are gone from the -wal file too. It waits for readers up to
+    WAL_TRUNCATE_WAIT_MS; returns False when one was still in the way, or when called
+    inside a transaction (it cannot run there). SQLite only."""
     if connection.vendor != "sqlite":
         return True
     if connection.in_atomic_block:
         return False
     with connection.cursor() as cursor:
-        cursor.execute("PRAGMA wal_checkpoint(TRUNCATE)")
-        busy, _, _ = cursor.fetchone()
+        cursor.execute("PRAGMA busy_timeout")
+        (wait,) = cursor.fetchone()
+        cursor.execute(f"PRAGMA busy_timeout = {min(int(wait), WAL_TRUNCATE_WAIT_MS)}")
+        try:
+            cursor.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+            busy, _, _ = cursor.fetchone()
+        finally:
+            cursor.execute(f"PRAGMA busy_timeout = {int(wait)}")
     return not busy
 
 

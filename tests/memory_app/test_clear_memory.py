@@ -155,3 +155,60 @@ def test_every_sqlite_connection_overwrites_what_it_deletes(db):
     with connection.cursor() as cursor:
         cursor.execute("PRAGMA secure_delete")
         assert cursor.fetchone()[0] == 1
+
+
+@pytest.mark.skipif(connection.vendor != "sqlite", reason="SQLite's write-ahead log")
+@pytest.mark.django_db(transaction=True)
+def test_emptying_the_log_past_a_long_read_gives_up_soon_and_says_so(world):
+    """A download (one read snapshot, qorven.runtime.read_snapshot) can hold an old snapshot
+    for minutes. Emptying the write-ahead log waits for it, and holds up every writer while
+    it waits: it gives up within a few seconds, with the reader still reading, instead of
+    waiting out the connection's 30 s."""
+    import sqlite3
+    import threading
+
+    from qorven.runtime.sqlite_erase import wal_truncate
+
+    remember(world.tenant_a, world.qor_a, world.alice, "first")
+    reader = sqlite3.connect(connection.settings_dict["NAME"], isolation_level=None, check_same_thread=False)
+    reader.execute("BEGIN")
+    reader.execute("SELECT count(*) FROM memory_app_memory").fetchone()  # its snapshot
+    remember(world.tenant_a, world.qor_a, world.alice, "second")  # a page the reader does not see
+    done = threading.Event()
+
+    def read_until_done() -> None:
+        done.wait(20)
+        reader.execute("COMMIT")
+
+    holder = threading.Thread(target=read_until_done)
+    holder.start()
+    try:
+        emptied = wal_truncate()
+        still_reading = not done.is_set() and holder.is_alive()
+    finally:
+        done.set()
+        holder.join()
+        reader.close()
+    assert (emptied, still_reading) == (False, True)
+    with connection.cursor() as cursor:
+        cursor.execute("PRAGMA busy_timeout")
+        assert cursor.fetchone()[0] == 30_000  # the connection's own wait, back as it was
+
+
+@pytest.mark.skipif(connection.vendor != "sqlite", reason="SQLite's write-ahead log")
+@pytest.mark.django_db(transaction=True)
+def test_run_again_with_nothing_left_to_delete_it_empties_the_log_a_busy_run_left(world):
+    """The busy run's advice: the same command again, once quiet, empties the -wal file of
+    the deleted text, with nothing left to delete."""
+    import os
+
+    remember(world.tenant_a, world.qor_a, world.alice, "the spare key is under the mat")
+    run("--tenant", "acme", "--user", "alice", "--yes")
+    with connection.cursor() as cursor:
+        cursor.execute("CREATE TABLE wal_probe (n integer)")  # the log has pages again
+        cursor.execute("DROP TABLE wal_probe")
+    wal = connection.settings_dict["NAME"] + "-wal"
+    assert os.path.getsize(wal) > 0
+    output = run("--tenant", "acme", "--user", "alice", "--yes")
+    assert "Nothing to delete." in output and "busy" not in output
+    assert os.path.getsize(wal) == 0

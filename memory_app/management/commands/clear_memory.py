@@ -42,6 +42,7 @@ class Command(BaseCommand):
             return
         if not memories and not (conversations and any(conversations.values())):
             self.stdout.write("Nothing to delete.")
+            self._empty_log()  # what an earlier run, busy then, left in the write-ahead log
             return
         if not opts["yes"] and not self._confirm():
             raise CommandError("Aborted: nothing deleted.")
@@ -49,9 +50,13 @@ class Command(BaseCommand):
         if opts["all"]:
             deleted.update(conversations_delete(**scope.filters()))
         self.stdout.write("Deleted " + ", ".join(f"{n} {label}" for label, n in deleted.items()) + ".")
+        self._empty_log()
+
+    def _empty_log(self) -> None:
         if not wal_truncate():
-            self.stdout.write("The database was busy: its write-ahead log (the -wal file) keeps the deleted text"
-                              " until SQLite's next full checkpoint.")
+            self.stdout.write("The database was busy (a download or another long read): its write-ahead log (the"
+                              " -wal file) keeps the deleted text until SQLite's next full checkpoint; run the same"
+                              " `qorven clear-memory` again once it is quiet to empty it now.")
 
     def _scope(self, opts) -> MemoryScope:
         tenant = qor = user = None
