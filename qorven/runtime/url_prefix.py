@@ -79,7 +79,7 @@ def app_path(scope: dict[str, Any]) -> str:
 
 class UrlPrefix:
     """ASGI: under QORVEN_URL_PREFIX every HTTP request and socket gets the prefix as its
-    root_path, and a path that starts with it (ASGI's path includes the root path; a
+    root_path (and none without it, whatever the server put there), and a path that starts with it (ASGI's path includes the root path; a
     proxy that passes it on as asked) or one without it (a proxy that strips it, a
     probe) — Django and Channels' router then match the rest. `/qorven` alone is
     `/qorven/`."""
@@ -91,8 +91,13 @@ class UrlPrefix:
         from django.conf import settings
 
         prefix = settings.QORVEN_URL_PREFIX
-        if prefix and scope["type"] in ("http", "websocket"):
-            scope = scope_under(scope, prefix)
+        if scope["type"] in ("http", "websocket"):
+            if prefix:
+                scope = scope_under(scope, prefix)
+            elif scope.get("root_path"):
+                # Daphne takes it from a Daphne-Root-Path header any client may send: with
+                # no prefix, no page names a place under it (nor a cache in front hands one on).
+                scope = {**scope, "root_path": ""}
         return await self.app(scope, receive, send)
 
 

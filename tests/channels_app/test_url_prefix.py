@@ -192,12 +192,13 @@ def test_a_webchat_visitor_writes_and_hears_under_the_prefix(world, url_prefix, 
     drain()
 
 
-def asgi(*requests: tuple[str, str, bytes, dict[str, str]]) -> list[httpx.Response]:
-    """(method, path, body, headers) to the ASGI application, as a proxy passes them on."""
+def asgi(*requests: tuple[str, str, bytes, dict[str, str]], root_path: str = "") -> list[httpx.Response]:
+    """(method, path, body, headers) to the ASGI application, as a proxy passes them on
+    (`root_path`: the one the server put in the scope)."""
     from qorven.asgi import application, steady_threads
 
     async def run() -> list[httpx.Response]:
-        transport = httpx.ASGITransport(app=application)
+        transport = httpx.ASGITransport(app=application, root_path=root_path)
         async with httpx.AsyncClient(transport=transport, base_url="http://testserver") as client:
             return [await client.request(method, path, content=body, headers=headers)
                     for method, path, body, headers in requests]
@@ -241,6 +242,15 @@ def test_the_pages_answer_through_the_server_as_the_proxy_sends_them(world, url_
     assert (root.status_code, root.headers["location"]) == (302, "/qorven/chat/")
     assert stripped.headers["location"] == chat.headers["location"] == "/qorven/accounts/login/?next=/qorven/chat/"
     assert probe.status_code == 200
+
+
+def test_with_no_prefix_a_root_path_the_client_chose_moves_no_address(world):
+    """Daphne takes a request's root path from its Daphne-Root-Path header, which any client
+    may send: pages and redirects must not name places under it (a cache in front would
+    hand them to everyone). With no prefix the root path is none, whatever the server says."""
+    redirect, login = asgi(("GET", "/", b"", {}), ("GET", "/accounts/login/", b"", {}), root_path="/elsewhere")
+    assert redirect.headers["location"] == "/chat/"
+    assert "/elsewhere" not in login.text and 'action="/accounts/login/"' in login.text
 
 
 def test_bind_prints_the_webhook_and_embed_addresses_under_the_prefix(world, url_prefix):
