@@ -9,10 +9,15 @@ Lengths are measured the way the platform counts them (`size`: code points by de
 UTF-16 code units for Telegram), and a cut falls between user-perceived characters
 (extended grapheme clusters, regex's \\X): an emoji with its skin tone, a family joined by
 ZWJs, a flag or a letter with its accents is never shown as two broken halves.
+
+Text with structure of its own (the model's Markdown) says through `Seams` where prose may
+be cut and how each piece is made whole: what closes the piece before a cut, what opens
+the one after it, and how a piece is taken from the text.
 """
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import NamedTuple, Protocol
 
 import regex
 
@@ -20,8 +25,73 @@ Size = Callable[[str], int]
 _GRAPHEME = regex.compile(r"\X")
 
 
+class Seam(NamedTuple):
+    """A cut mended: `closing` ends the piece before it, `opening` begins the next, which
+    goes on from offset `resume` of the text."""
+
+    closing: str
+    opening: str
+    resume: int
+
+
+class Seams(Protocol):
+    def cut(self, start: int, hard: int) -> int:
+        """Where to cut the text's prose between offsets `start` and `hard` (in both
+        excluded and included): the piece before it must end at or before `hard`."""
+        ...
+
+    def mend(self, at: int) -> Seam:
+        """How the pieces on both sides of a cut at offset `at` are made whole."""
+        ...
+
+    def take(self, start: int, end: int, since: int) -> str:
+        """The text from `start` to `end`, in a piece that took the text from `since` on."""
+        ...
+
+
+class Verbatim:
+    """Plain text: cut after a line break, else a space; the pieces as they are."""
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+
+    def cut(self, start: int, hard: int) -> int:
+        for sep in ("\n", " "):
+            cut = self.text.rfind(sep, start + 1, hard)
+            if cut > start:
+                return cut + 1
+        return hard
+
+    def mend(self, at: int) -> Seam:
+        return Seam("", "", at)
+
+    def take(self, start: int, end: int, since: int) -> str:
+        return self.text[start:end]
+
+
+def _run(line: str) -> str:
+    """The fence a code block's first line opens it with: its run of ` or ~."""
+    return line[:len(line) - len(line.lstrip(line[:1]))]
+
+
+def _opens(line: str) -> bool:
+    """Whether `line` (its indent left out) opens a code block: three ` or ~ or more, and
+    after backticks no backtick (else it is inline code, by CommonMark's rule)."""
+    run = _run(line)
+    return len(run) >= 3 and run[0] in "`~" and not (run[0] == "`" and "`" in line[len(run):])
+
+
+def _closes(line: str, fence: str) -> bool:
+    """Whether `line` (its indent left out) closes a code block opened by `fence`: a run of
+    the same character at least as long, then nothing but spaces (CommonMark's rule; a
+    line like "```**" is the block's text)."""
+    run = _run(line)
+    return run[:1] == fence[:1] and len(run) >= len(fence) and not line[len(run):].strip()
+
+
 def _blocks(text: str) -> list[tuple[str, str]]:
-    """[(kind, text)] with kind 'code' (a whole fenced block) or 'prose'."""
+    """[(kind, text)] with kind 'code' (a whole fenced block) or 'prose', in order: together
+    they are `text`."""
     out: list[tuple[str, str]] = []
     lines = text.splitlines(keepends=True)
     buf: list[str] = []
@@ -29,15 +99,15 @@ def _blocks(text: str) -> list[tuple[str, str]]:
     fence = ""
     for line in lines:
         stripped = line.lstrip()
-        if not in_code and stripped.startswith(("```", "~~~")):
+        if not in_code and _opens(stripped):
             if buf:
                 out.append(("prose", "".join(buf)))
                 buf = []
-            in_code, fence = True, stripped[:3]
+            in_code, fence = True, _run(stripped)
             buf.append(line)
             continue
         buf.append(line)
-        if in_code and stripped.startswith(fence) and len(buf) > 1:
+        if in_code and _closes(stripped, fence) and len(buf) > 1:
             out.append(("code", "".join(buf)))
             buf, in_code = [], False
     if buf:
@@ -65,16 +135,6 @@ def _fit(text: str, room: int, size: Size) -> int:
     return max(end, 1)
 
 
-def _cut_point(text: str, room: int, size: Size) -> int:
-    """Where to cut `text` to fit `room`: after a line break, else a space, else hard."""
-    hard = _fit(text, room, size)
-    for sep in ("\n", " "):
-        cut = text.rfind(sep, 0, hard)
-        if cut > 0:
-            return cut + 1
-    return hard
-
-
 def _pieces(text: str, room: int, size: Size) -> list[str]:
     """`text` hard-cut into pieces of at most `room`."""
     out = []
@@ -88,7 +148,7 @@ def _pieces(text: str, room: int, size: Size) -> list[str]:
 def _cut_code(block: str, limit: int, size: Size) -> list[str]:
     lines = block.splitlines(keepends=True)
     opening = lines[0]
-    closing_present = len(lines) > 1 and lines[-1].lstrip().startswith(opening.lstrip()[:3])
+    closing_present = len(lines) > 1 and _closes(lines[-1].lstrip(), _run(opening.lstrip()))
     body = lines[1:-1] if closing_present else lines[1:]
     fence = opening.lstrip()[:3]
     close = fence + "\n"
@@ -119,40 +179,57 @@ def _cut_code(block: str, limit: int, size: Size) -> list[str]:
     return pieces
 
 
-def split_message(text: str, limit: int, *, size: Size = len, min_fill: int = 200) -> list[str]:
+def split_message(text: str, limit: int, *, size: Size = len, min_fill: int = 200,
+                  seams: Seams | None = None) -> list[str]:
     """Parts of at most `limit` (as `size` measures), in order, that together say all of
     `text`. Prose fills each part; code blocks move whole to the next part when they do
-    not fit."""
+    not fit. `seams`: where prose may be cut and how its pieces are mended (plain text's
+    by default)."""
     if size(text) <= limit:
         return [text]
+    seams = seams or Verbatim(text)
     parts: list[str] = []
-    current = ""
+    current = opening = ""  # the part begun; what a cut opened it with
+    since = 0  # where the part begun took the text from
 
     def flush() -> None:
-        nonlocal current
+        nonlocal current, opening
         if current.strip():
             parts.append(current.strip("\n"))
-        current = ""
+        current = opening = ""
 
+    at = 0
     for kind, block in _blocks(text):
+        start, end = at, at + len(block)
+        at = end
         if kind == "code":
             for piece in [block] if size(block) <= limit else _cut_code(block, limit, size):
                 if size(current) + size(piece) > limit:
                     flush()
+                if current == opening:
+                    since = start
                 current += piece
             continue
-        rest = block
-        while rest:
+        while start < end:
+            if current == opening:
+                since = start
             room = limit - size(current)
+            rest = seams.take(start, end, since)
             if size(rest) <= room:
                 current += rest
                 break
-            if room < min_fill and current:
+            if room < min_fill and current and current != opening:
                 flush()
                 continue
-            cut = _cut_point(rest, room, size)
-            current += rest[:cut]
-            rest = rest[cut:]
+            fits = _fit(text[start:end], room, size)
+            cut = max(start + 1, min(seams.cut(start, start + fits), end))
+            seam = seams.mend(cut)
+            head = seams.take(start, cut, since)
+            if seam.closing:  # what it adds may pass the limit: the caller measures what it writes
+                head = head.rstrip() + seam.closing
+            current += head
             flush()
+            current = opening = seam.opening
+            since = start = seam.resume
     flush()
     return parts

@@ -18,6 +18,7 @@ from typing import Any
 
 from ..split import split_message
 from .render import Style, parser
+from .seams import MarkdownSeams
 
 Size = Callable[[str], int]
 BETWEEN_BLOCKS = 2  # the blank line between two blocks written in one part
@@ -50,7 +51,8 @@ def reply_parts(text: str, *, style: Style, limit: int, size: Size, markdown: bo
     def flush() -> None:
         nonlocal packed, used
         if packed:
-            parts.extend(_fitted("".join(packed), limit=limit, size=size, write=write, measure=measure))
+            parts.extend(_fitted("".join(packed), limit=limit, size=size, write=write, measure=measure,
+                                 env=env if markdown else None))
         packed, used = [], 0
 
     for chunk in chunks:
@@ -81,21 +83,26 @@ def _chunks(text: str, starts: list[int]) -> list[str]:
 
 
 def _fitted(source: str, *, limit: int, size: Size, write: Callable[[str], str],
-            measure: Callable[[str], int]) -> list[str]:
+            measure: Callable[[str], int], env: dict[str, Any] | None) -> list[str]:
     """`source` written in parts that each measure at most `limit`: whole when it fits, else
     cut (channels_app.split) at a size scaled by how much writing changes it (Telegram
     shows a link's label, not its address; Slack's escapes are longer), and while a piece
     written still measures more, cut again smaller, every piece alike — so no short piece is
-    left between full ones."""
+    left between full ones. `env`: the reply's link references when `source` is its
+    Markdown, cut where channels_app.formatting.seams says, each piece made whole."""
     whole = write(source)
     cost = measure(whole)
     if cost <= limit:
         return [whole]
     length = size(source)
     room = max(1, min(length - 1, length * limit // max(cost, 1)))
+    seams = MarkdownSeams(source, env) if env is not None else None
     while True:
-        written = [write(piece) for piece in split_message(source, room, size=size)]
+        written = [write(piece) for piece in split_message(source, room, size=size, seams=seams)]
         most = max((measure(w) for w in written), default=0)
-        if most <= limit or room == 1:
+        if most <= limit or room == 1 and seams is None:
             return written
+        if room == 1:  # what cannot be kept whole in a part (an address longer than it) is cut as text
+            seams, room = None, max(1, min(length - 1, length * limit // max(cost, 1)))
+            continue
         room = max(1, min(room - 1, room * limit // most))

@@ -1,6 +1,7 @@
 """A reply's parts as they are planned (channels_app.formatting.reply_parts): whatever the
-model wrote, every part is within its platform's limit as the platform counts it, and on
-Telegram every part parses on its own."""
+model wrote, every part is within its platform's limit as the platform counts it, on
+Telegram every part parses on its own, and a reply cut over parts reads as it would whole:
+the same text in the same formatting, a list numbered on."""
 from __future__ import annotations
 
 import pytest
@@ -8,9 +9,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from channels_app.adapters import adapter_for
-from channels_app.formatting import reply_parts
+from channels_app.formatting import TELEGRAM_HTML, reply_parts
 
-from ..fakes.telegram_html import visible_text
+from ..fakes.telegram_html import formatted_chars, visible_text
 
 # What Markdown and the platforms read as formatting, and letters between.
 _PIECES = ["**", "*", "_", "__", "~~", "`", "```", "```python\n", "\n", "\n\n", "# ", "> ", "- ", "1. ", "| a | b |\n|---|---|\n",
@@ -74,3 +75,119 @@ def test_a_bare_address_in_a_slack_reply_links_as_it_was_written():
     (part,) = reply_parts("mail <me@x.example> or see <https://a.example>", style=slack.style, limit=4000,
                           size=slack.length, markdown=True)
     assert part == "mail <mailto:me@x.example|me@x.example> or see <https://a.example>"
+
+
+def _telegram(text: str, limit: int) -> list[str]:
+    tg = adapter_for("telegram")
+    return reply_parts(text, style=tg.style, limit=limit, size=tg.length, markdown=True)
+
+
+def _read(parts: list[str]) -> list[tuple[str, frozenset[str]]]:
+    """What the parts show, one after another, each character with its formatting; the
+    white space at the cuts left out."""
+    return [(char, form) for part in parts for char, form in formatted_chars(part) if not char.isspace()]
+
+
+def _whole(text: str) -> list[tuple[str, frozenset[str]]]:
+    (whole,) = _telegram(text, 10**6)
+    return _read([whole])
+
+
+_WORDS = " ".join(f"word{n}" for n in range(30))
+CUT_SPANS = (f"Start **{_WORDS}** then *{_WORDS}* and ~~{_WORDS}~~, `{_WORDS}` and "
+             f"[{_WORDS}](https://example.com/a_b?c=1&d=2) or [{_WORDS}][ref] end.\n\n[ref]: https://ref.example/x")
+
+
+def test_emphasis_code_and_a_link_cut_over_telegram_parts_read_formatted_in_each():
+    parts = _telegram(CUT_SPANS, 80)
+    assert len(parts) > 10
+    assert _read(parts) == _whole(CUT_SPANS)
+    for part in parts:
+        assert not any(marker in visible_text(part) for marker in ("**", "~~", "`", "](", "]["))
+
+
+def test_a_discord_part_cut_inside_emphasis_or_a_link_is_markdown_that_reads_as_the_whole_did():
+    discord = adapter_for("discord")
+    parts = reply_parts(CUT_SPANS, style=discord.style, limit=80, size=discord.length, markdown=True)
+    assert all(discord.length(part) <= 80 for part in parts)
+    assert _read([TELEGRAM_HTML.markdown(part, {"references": {"REF": {"href": "https://ref.example/x", "title": ""}}})
+                  for part in parts]) == _whole(CUT_SPANS)
+
+
+def test_a_link_is_never_cut_inside_its_address():
+    slack = adapter_for("slack")
+    address = "https://example.com/" + "/".join(f"segment{n}" for n in range(8))
+    text = " ".join(f"see [the long label number {n}]({address})" for n in range(12))
+    parts = reply_parts(text, style=slack.style, limit=150, size=slack.length, markdown=True)
+    assert all(slack.length(part) <= 150 for part in parts)
+    assert sum(part.count(f"<{address}|") for part in parts) >= 12
+    assert all(part.count("<") == part.count(f"<{address}|") for part in parts)
+
+
+def test_an_ordered_list_numbered_one_on_every_item_continues_its_numbering_in_the_next_part():
+    text = "Steps:\n\n" + "\n".join(f"1. do step {n} of the plan" for n in range(1, 31)) + "\n\nDone."
+    parts = _telegram(text, 120)
+    assert len(parts) > 3
+    numbers = [int(line.split(".")[0]) for part in parts for line in visible_text(part).splitlines()
+               if line[:1].isdigit()]
+    assert numbers == list(range(1, 31))
+    discord = adapter_for("discord")
+    written = reply_parts(text, style=discord.style, limit=120, size=discord.length, markdown=True)
+    shown_numbers = [int(line.split(".")[0]) for part in written
+                     for line in visible_text(TELEGRAM_HTML.markdown(part)).splitlines() if line[:1].isdigit()]
+    assert shown_numbers == list(range(1, 31))
+
+
+def test_a_list_item_cut_inside_its_text_keeps_the_next_items_numbers():
+    text = "\n".join(f"1. step {n}: " + " ".join(["and then some more"] * 4) for n in range(1, 9))
+    parts = _telegram(text, 70)
+    assert _read(parts) == _whole(text)
+
+
+# Prose the model writes: words, formatted spans, links and lists, in paragraphs.
+_word = st.sampled_from(["alpha", "beta", "gamma", "d", "é", "😀", "my_file", r"2\*3", "a&b", "x<y"])
+_words = st.lists(_word, min_size=1, max_size=12).map(" ".join)
+_span = st.one_of(_word, _words.map("**{}**".format), _words.map("*{}*".format), _words.map("_{}_".format),
+                  _words.map("~~{}~~".format), _words.map("`{}`".format),
+                  _words.map("[{}](https://example.com/p_q?a=1&b=2)".format),
+                  st.tuples(_words, _words).map(lambda w: f"**{w[0]} *{w[1]}* {w[0]}**"))
+_line = st.lists(_span, min_size=1, max_size=10).map(" ".join)
+_block = st.one_of(st.lists(_line, min_size=1, max_size=4).map("\n".join),
+                   st.lists(_line, min_size=1, max_size=8).map(lambda items: "\n".join(f"1. {i}" for i in items)),
+                   st.lists(_line, min_size=1, max_size=8).map(lambda items: "\n".join(f"- {i}" for i in items)),
+                   _line.map("# {}".format))
+prose = st.lists(_block, min_size=1, max_size=6).map("\n\n".join)
+
+
+@settings(max_examples=200, deadline=None)
+@given(prose, st.integers(min_value=30, max_value=300))
+def test_a_reply_cut_over_telegram_parts_reads_as_the_whole_did(text, limit):
+    parts = _telegram(text, limit)
+    assert all(_utf16(visible_text(part)) <= limit for part in parts)
+    assert _read(parts) == _whole(text)
+
+
+@settings(max_examples=100, deadline=None)
+@given(prose, st.integers(min_value=60, max_value=300))  # a link as written fits in a part
+def test_a_reply_cut_over_discord_parts_is_markdown_that_reads_as_the_whole_did(text, limit):
+    discord = adapter_for("discord")
+    parts = reply_parts(text, style=discord.style, limit=limit, size=discord.length, markdown=True)
+    assert all(discord.length(part) <= limit for part in parts)
+    assert _read([TELEGRAM_HTML.markdown(part) for part in parts]) == _whole(text)
+
+
+# A table cut over parts is left out: the rows after the cut are no table without its header.
+untabled = st.lists(st.sampled_from([p for p in _PIECES if "|" not in p]), max_size=120).map("".join)
+
+
+@settings(max_examples=150, deadline=None)
+@given(untabled, st.integers(min_value=40, max_value=300))
+def test_whatever_the_model_wrote_its_telegram_parts_show_the_text_it_shows_whole(text, limit):
+    parts = _telegram(text, limit)
+    (whole,) = _telegram(text, 10**6)
+
+    def shown(markup: str) -> str:  # a quote in a quote shows "> " on each of its lines: a cut adds one
+        return "".join(visible_text(markup).replace(">", "").split())
+
+    assert "".join(shown(part) for part in parts) == shown(whole)
+

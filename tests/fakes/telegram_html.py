@@ -87,3 +87,28 @@ def refusal(body: dict) -> str | None:
     if len(text.encode("utf-16-le")) // 2 > LIMIT:
         return "Bad Request: message is too long"
     return None
+
+
+_TAG = re.compile(r"<(/?)([A-Za-z-]*)([^>]*)>")
+
+
+def formatted_chars(markup: str) -> list[tuple[str, frozenset[str]]]:
+    """Each character Telegram shows for `markup` (a valid part: see `visible_text`) with
+    the formatting it shows it in: the tags it is inside, a link's with its address."""
+    visible_text(markup)  # refuse what Telegram refuses
+    out: list[tuple[str, frozenset[str]]] = []
+    stack: list[str] = []
+    at = 0
+    for tag in [*_TAG.finditer(markup), None]:
+        text = markup[at:tag.start() if tag else len(markup)]
+        out.extend((char, frozenset(stack)) for char in visible_text(text))
+        if tag is None:
+            break
+        closing, name, attrs = tag.groups()
+        if closing:
+            stack.pop()
+        else:
+            href = re.search(r'href="([^"]*)"', attrs)
+            stack.append(f"{name.lower()} {href.group(1)}" if href else name.lower())
+        at = tag.end()
+    return out
