@@ -104,6 +104,46 @@ def _same_place(label: str, href: str) -> bool:
 TELEGRAM_HTML = TelegramHtml()
 
 
+# A formatting character of Slack's or WhatsApp's formats only at a word's edge: after the
+# start, a space or punctuation and before something not a space (or the mirror of that to
+# close). Neither has an escape (Slack documents &, < and >; WhatsApp none), so a literal one
+# at such an edge gets a zero-width space on that side, which joins it to what is beside it
+# as a letter would; one inside a word (my_file_name) or between spaces (2 * 3) is left as
+# it is, and so are addresses, which a person may copy or tap.
+_ZERO_WIDTH = "\u200b"
+_MARKERS = frozenset("*_~`")
+_ADDRESS = re.compile(r"\b(?:https?|mailto|ftp):\S+", re.IGNORECASE)
+
+
+def _edge(char: str) -> bool:
+    return not char or not (char.isalnum() or char == _ZERO_WIDTH)
+
+
+def literal_markers(text: str) -> str:
+    """`text` with its formatting characters shown as written on Slack and WhatsApp."""
+    if not _MARKERS.intersection(text):
+        return text
+    out: list[str] = []
+    at = 0
+    for address in [*_ADDRESS.finditer(text), None]:
+        end = address.start() if address else len(text)
+        for i in range(at, end):
+            char = text[i]
+            if char not in _MARKERS:
+                out.append(char)
+                continue
+            before, after = text[i - 1] if i else "", text[i + 1] if i + 1 < len(text) else ""
+            if _edge(before) and after and not after.isspace() and out[-1:] != [_ZERO_WIDTH]:
+                out.append(_ZERO_WIDTH)  # it could open
+            out.append(char)
+            if _edge(after) and before and not before.isspace():
+                out.append(_ZERO_WIDTH)  # it could close
+        if address:
+            out.append(address.group())
+            at = address.end()
+    return "".join(out)
+
+
 def _slack_escaped(text: str) -> str:
     """Slack's three escapes (api.slack.com/reference/surfaces/formatting#escaping): so what
     the model wrote pings nobody (<!channel>) and links nothing."""
@@ -112,10 +152,11 @@ def _slack_escaped(text: str) -> str:
 
 class SlackMrkdwn(Style):
     """Slack's mrkdwn: *bold*, _italic_, ~strike~, `code`, ``` blocks (no language),
-    <url|label> links, > quotes; &, < and > escaped."""
+    <url|label> links, > quotes; &, < and > escaped, and a literal *, _, ~ or ` kept from
+    formatting (`literal_markers`)."""
 
     def text(self, text: str) -> str:
-        return _slack_escaped(text)
+        return _slack_escaped(literal_markers(text))
 
     def bold(self, inner: str) -> str:
         return wrapped_per_line("*", inner)
@@ -127,14 +168,14 @@ class SlackMrkdwn(Style):
         return wrapped_per_line("~", inner)
 
     def code(self, code: str) -> str:
-        return f"`{self.text(code)}`"
+        return f"`{_slack_escaped(code)}`"  # nothing formats in code
 
     def pre(self, code: str, language: str) -> str:
-        return f"```\n{self.text(code)}\n```"
+        return f"```\n{_slack_escaped(code)}\n```"
 
     def link(self, inner: str, href: str, label: str) -> str:
         # A `|` or a space would end the address: percent-encoded, as markdown-it leaves others.
-        address = self.text(href.replace("|", "%7C").replace(" ", "%20"))
+        address = _slack_escaped(href.replace("|", "%7C").replace(" ", "%20"))
         if label == href or not inner.strip():  # a bare address; a mail one keeps its label, not "mailto:"
             return f"<{address}>"
         return f"<{address}|{inner}>"
@@ -148,7 +189,16 @@ SLACK_MRKDWN = SlackMrkdwn()
 
 class WhatsApp(Style):
     """WhatsApp's formatting (faq.whatsapp.com, "how to format your messages"): *bold*,
-    _italic_, ~strike~, `inline code`, ```monospace```, > quotes; links as "label (url)"."""
+    _italic_, ~strike~, `inline code`, ```monospace```, > quotes; links as "label (url)";
+    a literal *, _, ~ or ` kept from formatting (`literal_markers`)."""
+
+    def text(self, text: str) -> str:
+        return literal_markers(text)
+
+    def link(self, inner: str, href: str, label: str) -> str:
+        if _same_place(label, href):
+            return inner
+        return f"{inner} ({href})" if inner.strip() else href
 
     def bold(self, inner: str) -> str:
         return wrapped_per_line("*", inner)

@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 from channels_app.adapters import adapter_for
 from channels_app.formatting import TELEGRAM_HTML, reply_parts
 
+from ..fakes.chat_markers import formatted, shown
 from ..fakes.telegram_html import formatted_chars, visible_text
 
 # What Markdown and the platforms read as formatting, and letters between.
@@ -59,8 +60,9 @@ def test_text_of_ours_is_escaped_not_formatted():
     ours = "**not bold** <b>x</b> & [no](https://link.example)"
     assert reply_parts(ours, style=tg.style, limit=4096, size=tg.length, markdown=False) == [
         "**not bold** &lt;b&gt;x&lt;/b&gt; &amp; [no](https://link.example)"]
-    assert reply_parts(ours, style=slack.style, limit=4000, size=slack.length, markdown=False) == [
-        "**not bold** &lt;b&gt;x&lt;/b&gt; &amp; [no](https://link.example)"]
+    (part,) = reply_parts(ours, style=slack.style, limit=4000, size=slack.length, markdown=False)
+    assert shown(part) == "**not bold** &lt;b&gt;x&lt;/b&gt; &amp; [no](https://link.example)"
+    assert formatted(part) == []
 
 
 def test_a_link_split_from_its_reference_still_links():
@@ -186,8 +188,28 @@ def test_whatever_the_model_wrote_its_telegram_parts_show_the_text_it_shows_whol
     parts = _telegram(text, limit)
     (whole,) = _telegram(text, 10**6)
 
-    def shown(markup: str) -> str:  # a quote in a quote shows "> " on each of its lines: a cut adds one
+    def read(markup: str) -> str:  # a quote in a quote shows "> " on each of its lines: a cut adds one
         return "".join(visible_text(markup).replace(">", "").split())
 
-    assert "".join(shown(part) for part in parts) == shown(whole)
+    assert "".join(read(part) for part in parts) == read(whole)
 
+
+OURS = "Use *stars*, _under_ or ~tilde~ and `ticks` in my_file_name.txt, 2 * 3 and a*b*c, cron */5 * * * *"
+
+
+@pytest.mark.parametrize("kind", ["whatsapp", "slack"])
+def test_text_of_ours_with_formatting_characters_shows_them_literally_on_whatsapp_and_slack(kind):
+    adapter = adapter_for(kind)
+    (part,) = reply_parts(OURS, style=adapter.style, limit=4000, size=adapter.length, markdown=False)
+    assert formatted(part) == []
+    assert shown(part) == OURS
+    assert "my_file_name.txt" in part and "a*b*c" in part  # inside a word: left as it is
+
+
+@pytest.mark.parametrize("kind", ["whatsapp", "slack"])
+def test_the_models_literal_formatting_characters_stay_literal_and_its_formatting_formats(kind):
+    adapter = adapter_for(kind)
+    text = r"A \*literal\* star, \_this\_, \~that\~, \`tick\` and my_file_name.txt, then **bold** and *it*."
+    (part,) = reply_parts(text, style=adapter.style, limit=4000, size=adapter.length, markdown=True)
+    assert formatted(part) == ["*bold*", "_it_"]
+    assert shown(part) == "A *literal* star, _this_, ~that~, `tick` and my_file_name.txt, then *bold* and _it_."

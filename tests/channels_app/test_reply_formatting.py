@@ -9,6 +9,8 @@ import pytest
 from channels_app.models import OutboundDelivery
 from sessions_app.models import Message
 
+from ..factories.heartbeats_app import beat
+from ..fakes.chat_markers import formatted, shown
 from ..fakes.model_server import reply
 from ..fakes.telegram_html import visible_text
 from .conftest import answered_on_telegram, pair, replies_waiting
@@ -182,3 +184,15 @@ def test_an_sms_reply_reads_as_plain_text(client, world, sms, platform, model_se
     drain()
     (sent,) = platform.sent(r"/Messages.json")
     assert sent.form["Body"] == "Booked for Friday: the menu (https://osteria.example/menu)\n\n• wine\n• bread"
+
+
+def test_a_command_answer_on_whatsapp_shows_its_stars_and_underscores_as_written(client, world, whatsapp, platform,
+                                                                               drain):
+    pair(world, "whatsapp", "15550100", world.alice)
+    beat(world.qor_a, name="_nightly_ *backup* of my_file_name", cron="*/30 * * * *", owner=world.alice)
+    assert post_whatsapp(client, whatsapp_body("/beats")).status_code == 200
+    drain()
+    body = platform.sent(r"/whatsapp/v21.0/1055/messages")[-1].json["text"]["body"]
+    assert formatted(body) == []
+    assert "_nightly_ *backup* of my_file_name: `*/30 * * * *`" in shown(body)
+    assert "my_file_name" in body  # inside a word nothing formats: left as it is
