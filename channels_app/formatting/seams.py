@@ -3,13 +3,15 @@ piece is made whole (channels_app.split.Seams), so every part reads as the whole
 
 A cut falls after a line break or a space, preferably outside every formatted span. One
 inside `**…**`, `*…*`, `~~…~~`, `` `…` `` or a link's label closes them at the end of the
-piece and opens them again at the start of the next (`[label](url)` ending the piece
-with its address, the next beginning with `[`); a heading's cut opens the next piece with
-the heading's marker, a quote's the quote's. Nothing is cut inside a link's address, an image or an autolink, or
-where the next piece would begin with what Markdown reads as a block (a `- ` that was a
-dash in a sentence). An ordered list split over pieces goes on with its numbers: the first
-of its items in a piece is written with the number it had (CommonMark numbers a list from
-its first item's), so "1." written on every item still reads 1, 2, 3… over the parts.
+piece and opens them again at the start of the next (`[label](url)` ending the piece with
+its address, the next beginning with `[`); a heading's cut opens the next piece with the
+heading's marker, a quote's with the quote's. Such a cut is taken only once both sides,
+read again, show what the text did. Nothing is cut inside a link's address, an image or an
+autolink, nor where the next piece would begin with what Markdown reads as a block (a `- `
+that was a dash in a sentence). An ordered list split over pieces goes on with its numbers:
+the first of its items in a piece is written with the number it had (CommonMark numbers a
+list from its first item's), so "1." written on every item still reads 1, 2, 3… over the
+parts.
 
 Where a span begins and ends in the text is read from the parser itself: the inline rules
 that make spans are wrapped to note the offsets they consumed.
@@ -34,6 +36,8 @@ _BLOCK_START = re.compile(r"[ \t]{0,3}(?:#{1,6}(?:[ \t]|$)|>|[-+*](?:[ \t]|$)|\d
                           r"|(?:[-*_][ \t]*){3,}$)")
 # A list item's marker at the start of its line, after the markers of what it is inside.
 _MARKER = re.compile(r"[ \t]*(?:>|[-+*](?=[ \t]|$)|(\d{1,9})[.)](?=[ \t]|$))")
+# What the start of a line, cut from the rest of it, reads as where the whole line did not.
+_LINE_ALONE = re.compile(r"[ \t]{0,3}(?:(?:`{3,}|~{3,}).*|(?:[-*_][ \t]*){3,}|=+|-+)")
 _RUNS = "*_~`"
 _ENTITY = re.compile(r"&(?:#[0-9]{1,7}|#[xX][0-9a-fA-F]{1,6}|[A-Za-z][A-Za-z0-9]{1,31});")
 CLEAN_LINE, CLEAN_SPACE, MENDED_LINE, MENDED_SPACE = range(4)
@@ -44,7 +48,6 @@ class _Region(NamedTuple):
     high: int
     closing: str | None  # None: never cut inside
     opening: str
-    span: tuple[int, int] = (0, 0)  # an inline span's, in its block's inline text: from its opening to its end
 
 
 class _Segment(NamedTuple):
@@ -124,18 +127,17 @@ class MarkdownSeams:
                 start = opened.pop()
                 if "at" in start.meta and where is not None:  # strong's is at the second of its two
                     low = start.meta["at"] - len(start.markup) + (1 if start.type == "strong_open" else len(start.markup))
-                    self.regions.append(_Region(at(low), at(where), child.markup, start.markup,
-                                                (low, where + len(child.markup))))
+                    self.regions.append(_Region(at(low), at(where), child.markup, start.markup))
             elif child.type == "code_inline" and "span" in child.meta:
                 low, high = child.meta["span"]
                 ticks = len(child.markup)
-                self.regions.append(_Region(at(low + ticks), at(high - ticks), child.markup, child.markup, (low, high)))
+                self.regions.append(_Region(at(low + ticks), at(high - ticks), child.markup, child.markup))
             elif child.type == "link_open" and "label" in child.meta:
                 low, label, high = child.meta["label"]
                 ending = token.content[label:high]
                 if not re.match(r"\]\(|\]\[[^\]]", ending):  # [label] or [label][]: the label is the reference
                     ending = "][" + " ".join(token.content[low + 1:label].split()) + "]"
-                self.regions.append(_Region(at(low), at(label), ending, "[", (low, high)))
+                self.regions.append(_Region(at(low), at(label), ending, "["))
                 self.regions.append(_Region(at(label) - 1, at(high), None, ""))
             elif child.type in ("image", "link_open") and "span" in child.meta:
                 low, high = child.meta["span"]
@@ -218,6 +220,9 @@ class MarkdownSeams:
             while hard > start + 1 and (_BLOCK_START.match(self.text, hard) or self.text[hard - 1] == "\\"
                                         or self.text[hard - 1] in _RUNS and self.text[hard - 1] == self.text[hard]):
                 hard -= 1
+            for back in range(hard, max(start, hard - 64), -1):  # where both sides read as they did
+                if self._cuts_well(back) or self._inside(back) and self._mends_well(back):
+                    return back
             return hard
         low, high = min(r.low for r in whole), max(r.high for r in whole)
         while around := [r for r in self.regions if r.opening == "[" and r.low < low < r.high]:  # the link, not its label
@@ -245,6 +250,8 @@ class MarkdownSeams:
         line = self.text[at - 1] == "\n"
         if place is None and not line:
             return None  # after a list's marker, a heading's, between a table's cells
+        if not line and _LINE_ALONE.fullmatch(self.text[self.starts[bisect_right(self.starts, at) - 1]:at].rstrip()):
+            return None  # the line's start, alone, would read as a fence or a rule
         if place is not None and not inside and _BLOCK_START.match(place[0].content, place[1]):
             return None
         if inside:
@@ -268,11 +275,21 @@ class MarkdownSeams:
         spans = [r for r in inside if not r.opening.endswith(" ")]
         if not spans:
             return True
-        low, high = spans[0].span  # the outermost: read on its own, as its own markers pair in it
-        before = inline.content[low:offset].rstrip()
+        before = inline.content[:offset].rstrip()
         before += _closed(before, "".join(r.closing or "" for r in reversed(spans)))
-        after = "".join(r.opening for r in spans) + inline.content[offset:high].lstrip()
-        return self._reads(before) + self._reads(after) == self._reads(inline.content[low:high])
+        after = "".join(r.opening for r in spans) + inline.content[offset:].lstrip()
+        return self._reads(before) + self._reads(after) == self._reads(inline.content)
+
+    def _cuts_well(self, at: int) -> bool:
+        """Whether the text on each side of a cut at `at` (in no span) reads as it did
+        whole: a marker the whole left as text (`**` with nothing to close it) may pair in a
+        piece with one the whole paired elsewhere."""
+        place = self._place(at)
+        if place is None or self._inside(at):
+            return place is None and not self._inside(at)
+        inline, offset = place
+        return self._reads(inline.content[:offset]) + self._reads(inline.content[offset:]) == \
+            self._reads(inline.content)
 
     def _reads(self, inline: str) -> list[tuple[str, frozenset[str]]]:
         """What an inline text shows: each character (white space left out) with its formatting."""
