@@ -150,13 +150,9 @@ def _slack_escaped(text: str) -> str:
     return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
 
 
-class SlackMrkdwn(Style):
-    """Slack's mrkdwn: *bold*, _italic_, ~strike~, `code`, ``` blocks (no language),
-    <url|label> links, > quotes; &, < and > escaped, and a literal *, _, ~ or ` kept from
-    formatting (`literal_markers`)."""
-
-    def text(self, text: str) -> str:
-        return _slack_escaped(literal_markers(text))
+class _SingleMarkers(Style):
+    """Slack's and WhatsApp's emphasis: one marker each side, on each line (neither carries
+    it over a line break)."""
 
     def bold(self, inner: str) -> str:
         return wrapped_per_line("*", inner)
@@ -166,6 +162,15 @@ class SlackMrkdwn(Style):
 
     def strike(self, inner: str) -> str:
         return wrapped_per_line("~", inner)
+
+
+class SlackMrkdwn(_SingleMarkers):
+    """Slack's mrkdwn: *bold*, _italic_, ~strike~, `code`, ``` blocks (no language),
+    <url|label> links, > quotes; &, < and > escaped, and a literal *, _, ~ or ` kept from
+    formatting (`literal_markers`)."""
+
+    def text(self, text: str) -> str:
+        return _slack_escaped(literal_markers(text))
 
     def code(self, code: str) -> str:
         return f"`{_slack_escaped(code)}`"  # nothing formats in code
@@ -187,7 +192,7 @@ class SlackMrkdwn(Style):
 SLACK_MRKDWN = SlackMrkdwn()
 
 
-class WhatsApp(Style):
+class WhatsApp(_SingleMarkers):
     """WhatsApp's formatting (faq.whatsapp.com, "how to format your messages"): *bold*,
     _italic_, ~strike~, `inline code`, ```monospace```, > quotes; links as "label (url)";
     a literal *, _, ~ or ` kept from formatting (`literal_markers`)."""
@@ -199,15 +204,6 @@ class WhatsApp(Style):
         if _same_place(label, href):
             return inner
         return f"{inner} ({href})" if inner.strip() else href
-
-    def bold(self, inner: str) -> str:
-        return wrapped_per_line("*", inner)
-
-    def italic(self, inner: str) -> str:
-        return wrapped_per_line("_", inner)
-
-    def strike(self, inner: str) -> str:
-        return wrapped_per_line("~", inner)
 
     def code(self, code: str) -> str:
         return f"`{code}`"

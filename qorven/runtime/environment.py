@@ -10,7 +10,7 @@ import re
 import tempfile
 import warnings
 from pathlib import Path
-from urllib.parse import urlsplit
+from urllib.parse import SplitResult, urlsplit
 
 import environ
 
@@ -123,11 +123,7 @@ class Env(environ.Env):
         value = self.str(var, default=default).strip()
         if value in ("", "env"):
             return value
-        try:
-            parts = urlsplit(value)
-            parts.port  # noqa: B018 (raises on a port that is none)
-        except ValueError:
-            parts = None
+        parts = _http_url(value)
         if parts is None or parts.scheme not in ("http", "https") or not parts.hostname \
                 or parts.path not in ("", "/") or parts.query or parts.fragment:
             raise environ.ImproperlyConfigured(
@@ -232,11 +228,7 @@ def public_url_check(var: str, value: str) -> None:
     query, fragment or credentials."""
     from qorven.runtime.url_prefix import url_prefix_parse
 
-    try:
-        parts = urlsplit(value)
-        parts.port  # noqa: B018 (raises on a port that is none)
-    except ValueError:
-        parts = None
+    parts = _http_url(value)
     if parts is None or parts.scheme not in ("http", "https") or not parts.hostname \
             or parts.query or parts.fragment or parts.username or parts.password:
         raise environ.ImproperlyConfigured(
@@ -249,6 +241,16 @@ def public_url_check(var: str, value: str) -> None:
             f"{var} must be the address this server is reached at, like https://qorven.example.com or "
             f"https://example.org/qorven (a path of letters, digits, '-', '_', '.' and '~', none of Qorven's "
             f"own such as /chat), not {value!r}") from None
+
+
+def _http_url(value: str) -> SplitResult | None:
+    """`value`'s parts, None when it is not a URL with a readable port."""
+    try:
+        parts = urlsplit(value)
+        parts.port  # noqa: B018 (raises on a port that is none)
+    except ValueError:
+        return None
+    return parts
 
 
 def url_without_credentials(url: str) -> str:
