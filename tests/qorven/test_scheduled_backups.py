@@ -9,6 +9,7 @@ import logging
 import os
 import stat
 from datetime import UTC, datetime, timedelta
+from zoneinfo import ZoneInfo
 
 import pytest
 from celery import current_app
@@ -83,13 +84,16 @@ def test_the_backup_beat_is_created_changed_and_removed_with_the_setting_at_star
     def serve_starts(**options) -> None:
         startup_run(Startup("serve", out, io.StringIO(), True, options), after_worker=False)
 
-    settings.QORVEN_BACKUP_SCHEDULE = "30 3 * * *"
+    # This hour in Paris: django-celery-beat reads only the crontab tasks due within two
+    # hours of now (the others at its next full read, every five minutes).
+    hour = str(timezone.now().astimezone(ZoneInfo("Europe/Paris")).hour)
+    settings.QORVEN_BACKUP_SCHEDULE = f"30 {hour} * * *"
     serve_starts()
     task = PeriodicTask.objects.get(name=BACKUP_BEAT)
     assert (task.task, task.kwargs, task.enabled) == (BACKUP_TASK, "{}", True)
     crontab = task.crontab
-    assert (crontab.minute, crontab.hour, crontab.day_of_week, str(crontab.timezone)) == ("30", "3", "*", "Europe/Paris")
-    assert "backups: '30 3 * * *' (Europe/Paris)" in out.getvalue()
+    assert (crontab.minute, crontab.hour, crontab.day_of_week, str(crontab.timezone)) == ("30", hour, "*", "Europe/Paris")
+    assert f"backups: '30 {hour} * * *' (Europe/Paris)" in out.getvalue()
     assert (tmp_path / "backups").is_dir() and stat.S_IMODE((tmp_path / "backups").stat().st_mode) == 0o700
     # Host-wide: no tenant's beat, untouched by the sweep of heartbeat tasks, and on the beat.
     assert not Heartbeat.objects.filter(periodic_task=task).exists()
