@@ -10,7 +10,7 @@ from zoneinfo import ZoneInfo
 from django.conf import settings
 from django_celery_beat.models import PeriodicTask
 
-from qorven.runtime.scheduled_backups import last_run, scheduled_backups
+from qorven.runtime.scheduled_backups import UNREADABLE_FIX, BackupDirError, last_run, scheduled_backups
 
 from .cron import cron_parse, tick_next
 from .services import BACKUP_BEAT
@@ -47,7 +47,10 @@ def backup_schedule_report(*, now: datetime) -> BackupReport:
         return BackupReport(False, f"the beat takes backups at '{written}' ({task.crontab.timezone}), not at "
                                    f"QORVEN_BACKUP_SCHEDULE's '{expression}' ({settings.TIME_ZONE})", restart)
     schedule = cron.schedule()
-    backups = scheduled_backups(directory)
+    try:
+        backups = scheduled_backups(directory)
+    except BackupDirError as exc:
+        return BackupReport(False, f"QORVEN_BACKUP_DIR: {exc}", f"run `qorven doctor` {UNREADABLE_FIX}")
     newest = backups[0] if backups else None
     last = last_run(directory)
     if last is not None and not last.ok and (newest is None or last.at > newest.taken_at):

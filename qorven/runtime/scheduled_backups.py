@@ -41,10 +41,13 @@ PARTIAL = re.compile(r"\.qorven-scheduled-\d{8}-\d{6}\.(?:sqlite3|dump)\.partial
 LOCK_FILE = ".qorven-backup.lock"
 STATUS_FILE = ".qorven-backup-status.json"
 ERROR_CHARS = 500
+# What to do about a directory that cannot be read, said by `qorven backup --list` and doctor.
+UNREADABLE_FIX = ("as the user the worker runs as (who writes the backups), and check that QORVEN_BACKUP_DIR names "
+                  "the directory the worker writes them to")
 
 
 class BackupDirError(Exception):
-    """The directory cannot hold backups; the message says why."""
+    """The directory cannot hold backups, or cannot be read; the message says why."""
 
 
 @dataclass(frozen=True)
@@ -96,12 +99,15 @@ def backup_dir_prepare(directory: Path) -> None:
 
 
 def scheduled_backups(directory: Path) -> list[ScheduledBackup]:
-    """The scheduled backups in `directory`, newest first (none when it does not exist)."""
+    """The scheduled backups in `directory`, newest first (none when it does not exist
+    yet); BackupDirError when it cannot be read."""
     found = []
     try:
         entries = list(os.scandir(directory))
-    except (FileNotFoundError, NotADirectoryError):
+    except FileNotFoundError:
         return []
+    except OSError as exc:  # another user's (runs make it owner-only), a file on its path
+        raise BackupDirError(f"{directory} cannot be read: {exc.strerror or exc}") from None
     for entry in entries:
         match = NAME.fullmatch(entry.name)
         if match is None or not entry.is_file(follow_symlinks=False):
@@ -111,6 +117,8 @@ def scheduled_backups(directory: Path) -> list[ScheduledBackup]:
             size = entry.stat(follow_symlinks=False).st_size
         except (ValueError, FileNotFoundError):  # 20261399-…: not a time; gone meanwhile
             continue
+        except OSError as exc:  # listed, but its files cannot be looked at
+            raise BackupDirError(f"{directory} cannot be read: {exc.strerror or exc}") from None
         found.append(ScheduledBackup(path=Path(entry.path), taken_at=taken_at, size=size))
     return sorted(found, key=lambda backup: backup.path.name, reverse=True)
 
@@ -181,7 +189,12 @@ def _rotate(directory: Path, *, keep: int, made: Path) -> list[str]:
     among them and never removed (a clock set back, a file claiming a later time)."""
     if keep <= 0:
         return []
-    others = [backup for backup in scheduled_backups(directory) if backup.path.name != made.name]
+    try:
+        listed = scheduled_backups(directory)
+    except BackupDirError as exc:
+        logger.warning("scheduled backup: none removed: %s", exc)
+        return []
+    others = [backup for backup in listed if backup.path.name != made.name]
     removed = []
     for backup in others[keep - 1:]:
         try:

@@ -8,6 +8,8 @@ import io
 import logging
 import os
 import stat
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from zoneinfo import ZoneInfo
 
@@ -65,6 +67,25 @@ def run_as_the_beat_does(drain) -> None:
 
 def names(directory) -> list[str]:
     return sorted(p.name for p in directory.iterdir() if not p.name.startswith("."))
+
+
+@contextmanager
+def as_someone_else(directory) -> Iterator[None]:
+    """Run the block as a user who cannot read `directory` (owner-only, as runs make it):
+    as nobody when the tests run as root (root reads everything), else with its mode taken."""
+    if os.geteuid() == 0:
+        os.seteuid(65534)
+        try:
+            yield
+        finally:
+            os.seteuid(0)
+        return
+    mode = stat.S_IMODE(directory.stat().st_mode)
+    directory.chmod(0)
+    try:
+        yield
+    finally:
+        directory.chmod(mode)
 
 
 def schedule_check() -> dict:
@@ -316,6 +337,32 @@ def test_backup_list_shows_the_scheduled_backups_newest_first_with_sizes_and_tim
     assert "notes.txt" not in said and "failed" not in said
     with pytest.raises(CommandError, match="--list takes no file"):
         call_command("backup", "--list", "somewhere.bak")
+
+
+def test_a_directory_that_cannot_be_read_is_named_with_what_to_do_by_list_and_doctor(world, backups, drain):
+    backup_beat_sync()
+    run_as_the_beat_does(drain)
+    assert len(scheduled_backups(backups)) == 1
+    with as_someone_else(backups):
+        with pytest.raises(CommandError) as listed:
+            call_command("backup", "--list", stdout=io.StringIO())
+        check = schedule_check()
+    said = str(listed.value)
+    assert said.startswith(f"QORVEN_BACKUP_DIR: {backups} cannot be read: Permission denied")
+    assert "Run `qorven backup --list` as the user the worker runs as" in said
+    assert not check["ok"] and check["detail"] == f"QORVEN_BACKUP_DIR: {backups} cannot be read: Permission denied"
+    assert check["fix"].startswith("run `qorven doctor` as the user the worker runs as")
+
+
+def test_a_directory_that_can_never_exist_is_named_by_list_and_doctor(world, backups, settings, tmp_path):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a directory")
+    settings.QORVEN_BACKUP_DIR = blocker / "backups"
+    backup_beat_sync()
+    with pytest.raises(CommandError, match=r"QORVEN_BACKUP_DIR: .*a-file/backups cannot be read: Not a directory"):
+        call_command("backup", "--list", stdout=io.StringIO())
+    check = schedule_check()
+    assert not check["ok"] and "a-file/backups cannot be read: Not a directory" in check["detail"]
 
 
 def test_backup_list_with_nothing_scheduled_says_so(settings, tmp_path):

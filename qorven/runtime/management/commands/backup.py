@@ -10,7 +10,7 @@ from rich.progress import BarColumn, DownloadColumn, MofNCompleteColumn, Progres
 
 from qorven.runtime.backup import BackupError, backup_write
 from qorven.runtime.command_console import command_console
-from qorven.runtime.scheduled_backups import last_run, scheduled_backups
+from qorven.runtime.scheduled_backups import UNREADABLE_FIX, BackupDirError, last_run, scheduled_backups
 
 
 class Command(BaseCommand):
@@ -62,7 +62,10 @@ class Command(BaseCommand):
 
     def _list(self) -> None:
         directory = settings.QORVEN_BACKUP_DIR
-        backups = scheduled_backups(directory)
+        try:
+            backups = scheduled_backups(directory)
+        except BackupDirError as exc:
+            raise CommandError(f"QORVEN_BACKUP_DIR: {exc}. Run `qorven backup --list` {UNREADABLE_FIX}.") from None
         schedule = settings.QORVEN_BACKUP_SCHEDULE
         keep = settings.QORVEN_BACKUP_KEEP
         if schedule:
