@@ -238,8 +238,8 @@ def periodic_task_orphans_delete() -> int:
 @transaction.atomic
 def backup_beat_sync() -> str:
     """Make the host-wide backup PeriodicTask say what QORVEN_BACKUP_SCHEDULE says (in
-    QORVEN_TIME_ZONE): created, its schedule changed, or deleted when the setting is empty.
-    Returns what was done: "created", "updated", "removed" or "" (it already did)."""
+    QORVEN_TIME_ZONE): created, its schedule changed (first run at the new schedule's next
+    time), or deleted when the setting is empty. Returns what was done: "created", "updated", "removed" or "" (it already did)."""
     from django.conf import settings
 
     task = PeriodicTask.objects.select_for_update().filter(name=BACKUP_BEAT).first()
@@ -264,6 +264,11 @@ def backup_beat_sync() -> str:
     old_crontab_id = task.crontab_id
     for field, value in wanted.items():
         setattr(task, field, value)
+    if old_crontab_id != schedule.pk:
+        # The beat finds a task due when its schedule has a time between the last run and
+        # now: the old schedule's last run would make a new time passed since then run at
+        # once. With none, it counts from this change (the row's date_changed).
+        task.last_run_at = None
     task.save()
     if old_crontab_id != schedule.pk:
         _drop_unused_crontab(old_crontab_id)

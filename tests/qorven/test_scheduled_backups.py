@@ -140,6 +140,34 @@ def test_the_backup_beat_is_created_changed_and_removed_with_the_setting_at_star
     assert backup_beat_sync() == ""  # and stays gone
 
 
+def backup_entry():
+    """The backup beat's entry as the beat's scheduler reads it from the table."""
+    return HeartbeatScheduler(app=current_app._get_current_object(), lazy=True).all_as_schedule()[BACKUP_BEAT]
+
+
+def test_a_changed_schedule_waits_for_its_next_time_and_a_missed_run_is_still_caught_up(world, backups, settings):
+    # Times within two hours of now: django-celery-beat reads only the crontab tasks due
+    # within two hours (the others at its next full read).
+    now = timezone.now().astimezone(ZoneInfo(settings.TIME_ZONE))
+    ran = now - timedelta(minutes=90)
+    settings.QORVEN_BACKUP_SCHEDULE = f"{ran.minute} {ran.hour} * * *"
+    backup_beat_sync()
+    # The beat was down at today's time, yesterday's ran: a restart with the same schedule
+    # catches the missed one up at once.
+    PeriodicTask.objects.filter(name=BACKUP_BEAT).update(last_run_at=ran - timedelta(days=1), total_run_count=1)
+    assert backup_beat_sync() == ""
+    assert backup_entry().is_due().is_due
+
+    # Today's ran; then the schedule moves to a time that has passed since: nothing is
+    # due until the new time comes round.
+    PeriodicTask.objects.filter(name=BACKUP_BEAT).update(last_run_at=ran)
+    moved = now - timedelta(minutes=30)
+    settings.QORVEN_BACKUP_SCHEDULE = f"{moved.minute} {moved.hour} * * *"
+    assert backup_beat_sync() == "updated"
+    due, wait = backup_entry().is_due()
+    assert not due and timedelta(seconds=wait) > timedelta(hours=23)
+
+
 def test_a_directory_backups_cannot_be_written_to_stops_the_start_with_a_clear_error(settings, tmp_path):
     blocker = tmp_path / "a-file"
     blocker.write_text("not a directory")
