@@ -1,6 +1,8 @@
 """What `qorven doctor` says of the host's scheduled backups: off; or the newest one's age,
 with a failure when the beat does not run the schedule that is set, the last run failed,
-or the schedule has come round twice (and an hour more) since the newest."""
+or the schedule has come round twice (and an hour more) since the newest; and a run
+skipped since the last one began (another was still being written, or no worker took it
+in time), which is no failure of itself."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -10,7 +12,7 @@ from zoneinfo import ZoneInfo
 from django.conf import settings
 from django_celery_beat.models import PeriodicTask
 
-from qorven.runtime.scheduled_backups import UNREADABLE_FIX, BackupDirError, last_run, scheduled_backups
+from qorven.runtime.scheduled_backups import UNREADABLE_FIX, BackupDirError, last_run, last_skip, scheduled_backups
 
 from .cron import cron_parse, tick_next
 from .services import BACKUP_BEAT
@@ -53,6 +55,8 @@ def backup_schedule_report(*, now: datetime) -> BackupReport:
         return BackupReport(False, f"QORVEN_BACKUP_DIR: {exc}", f"run `qorven doctor` {UNREADABLE_FIX}")
     newest = backups[0] if backups else None
     last = last_run(directory)
+    skip = last_skip(directory)
+    skipped = f"; {skip.describe(_when)}" if skip is not None and (last is None or skip.at > last.at) else ""
     if last is not None and not last.ok and (newest is None or last.at > newest.taken_at):
         before = f"; the newest is {newest.path.name}, {_age(now - newest.taken_at)} old" if newest else ""
         return BackupReport(False, f"the last scheduled backup, at {_when(last.at)}, failed: {last.error}{before}",
@@ -65,18 +69,19 @@ def backup_schedule_report(*, now: datetime) -> BackupReport:
                                        "on this machine",
                                 "check that a worker runs (on the embedded default, `qorven serve`) and that "
                                 "QORVEN_BACKUP_DIR names this directory where it runs")
-        return BackupReport(True, f"none yet in {directory}; the first is due at {_when(tick_next(schedule, zone, now))}")
+        return BackupReport(True, f"none yet in {directory}; the first is due at {_when(tick_next(schedule, zone, now))}"
+                                  f"{skipped}")
     first = tick_next(schedule, zone, newest.taken_at)
     second = tick_next(schedule, zone, first) if first is not None else None
     age = _age(now - newest.taken_at)
     if second is not None and now > second + LATE_AFTER:
         return BackupReport(False, f"the newest, {newest.path.name}, is {age} old: the schedule '{expression}' has "
-                                   "come round at least twice since without one",
+                                   f"come round at least twice since without one{skipped}",
                             "check that the beat and a worker run (the checks above) and the log (\"scheduled "
                             "backup\")")
     kept = f"the newest {settings.QORVEN_BACKUP_KEEP} kept" if settings.QORVEN_BACKUP_KEEP else "all kept"
     return BackupReport(True, f"the newest, {newest.path.name}, is {age} old; {len(backups)} in {directory} ({kept}); "
-                              f"the next is due at {_when(tick_next(schedule, zone, now))}")
+                              f"the next is due at {_when(tick_next(schedule, zone, now))}{skipped}")
 
 
 def _when(moment: datetime | None) -> str:

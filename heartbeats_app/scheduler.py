@@ -20,6 +20,8 @@ from celery.schedules import crontab, schedstate
 from celery.utils.time import maybe_make_aware
 from django_celery_beat.schedulers import DatabaseScheduler, ModelEntry
 
+from qorven.runtime.scheduled_backups import BACKUP_TASK
+
 from .cron import every_hour, near_clock_change, tick_next, tick_previous
 from .services import RUN_TASK
 
@@ -40,6 +42,17 @@ def _entry_tick(entry: Any, now: datetime) -> str | None:
     except (AttributeError, TypeError):  # not a crontab: let the run work it out
         return None
     return tick.isoformat() if tick is not None else None
+
+
+def _backup_ticks(entry: Any, now: datetime) -> dict[str, str]:
+    schedule = entry.schedule
+    zone = getattr(schedule, "tz", None) or ZoneInfo(settings.TIME_ZONE)
+    try:
+        tick, following = tick_previous(schedule, zone, now), tick_next(schedule, zone, now)
+    except (AttributeError, TypeError):  # not a crontab (changed by hand in the admin)
+        return {}
+    return {name: moment.isoformat() for name, moment in (("tick", tick), ("next_tick", following))
+            if moment is not None}
 
 
 class HeartbeatEntry(ModelEntry):
@@ -114,6 +127,10 @@ class HeartbeatScheduler(DatabaseScheduler):
             if tick is not None:
                 # A copy: the entry's own kwargs are reloaded from the row on the next tick anyway.
                 entry.kwargs = {**entry.kwargs, "tick": tick}
+        elif entry.task == BACKUP_TASK:
+            # The backup run is skipped when no worker takes it before the next time: a
+            # dump outlasting its period must not leave runs queued to follow it.
+            entry.kwargs = {**entry.kwargs, **_backup_ticks(entry, entry.schedule.now())}
         return super().apply_async(entry, producer=producer, advance=advance, **kwargs)
 
     def install_default_entries(self, data):  # type: ignore[override]

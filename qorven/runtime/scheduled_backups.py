@@ -10,8 +10,11 @@ nothing, so a broken schedule never eats the backups it leaves behind.
 A run holds an exclusive lock on a file in the directory for as long as it writes
 (flock: released by the system when its process dies, however it dies), so a second run
 at the same time — a redelivered task, a slow dump outlasting its period — writes nothing.
-The outcome of the last run is kept beside the backups (`.qorven-backup-status.json`) for
-`qorven doctor` and `qorven backup --list` to show, and a failure is logged.
+Nor does a run that no worker took before the schedule's next time (the beat sends the
+times with it): runs sent while a long one held every worker are dropped, not taken one
+after another. The outcome of the last run is kept beside the backups
+(`.qorven-backup-status.json`), and the last run skipped (`.qorven-backup-skipped.json`),
+for `qorven doctor` and `qorven backup --list` to show; a failure is logged.
 """
 from __future__ import annotations
 
@@ -20,7 +23,8 @@ import json
 import logging
 import os
 import re
-from collections.abc import Iterator
+import threading
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -40,6 +44,9 @@ NAME = re.compile(r"qorven-scheduled-(\d{8}-\d{6})\.(?:sqlite3|dump)")
 PARTIAL = re.compile(r"\.qorven-scheduled-\d{8}-\d{6}\.(?:sqlite3|dump)\.partial")
 LOCK_FILE = ".qorven-backup.lock"
 STATUS_FILE = ".qorven-backup-status.json"
+SKIP_FILE = ".qorven-backup-skipped.json"
+# Why a run was skipped: another run held the directory; no worker took it in its period.
+RUNNING, LATE = "running", "late"
 ERROR_CHARS = 500
 # What to do about a directory that cannot be read, said by `qorven backup --list` and doctor.
 UNREADABLE_FIX = ("as the user the worker runs as (who writes the backups), and check that QORVEN_BACKUP_DIR names "
@@ -65,6 +72,25 @@ class LastRun:
     ok: bool
     file: str = ""  # the backup it made
     error: str = ""  # why it failed
+
+
+@dataclass(frozen=True)
+class Skip:
+    """The last scheduled run that wrote nothing, and why."""
+
+    at: datetime  # when it was skipped
+    due: datetime  # the schedule's time it was for (when it was skipped, if sent without one)
+    why: str  # RUNNING or LATE
+    since: datetime | None = None  # RUNNING: when the other run began; LATE: the next time it let pass
+
+    def describe(self, when: Callable[[datetime], str]) -> str:
+        """What happened, with times as `when` writes them."""
+        if self.why == LATE and self.since is not None:
+            reason = f"no worker took it before {when(self.since)}, the schedule's next time"
+        else:
+            began = f", begun at {when(self.since)}," if self.since is not None else ""
+            reason = f"another backup{began} was still being written"
+        return f"the run due at {when(self.due)} was skipped: {reason}"
 
 
 @dataclass(frozen=True)
@@ -133,10 +159,23 @@ def last_run(directory: Path) -> LastRun | None:
         return None
 
 
+def last_skip(directory: Path) -> Skip | None:
+    """The last scheduled run in `directory` that was skipped, if one is recorded."""
+    try:
+        data = json.loads((directory / SKIP_FILE).read_text())
+        since = datetime.fromisoformat(data["since"]) if data.get("since") else None
+        return Skip(at=datetime.fromisoformat(data["at"]), due=datetime.fromisoformat(data["due"]),
+                    why=str(data["why"]), since=since)
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
 @contextmanager
-def backup_dir_lock(directory: Path) -> Iterator[bool]:
+def backup_dir_lock(directory: Path, *, began: datetime, due: datetime | None = None) -> Iterator[bool]:
     """Hold the directory's lock while the block runs: True when it was free, False (and
-    nothing held) when another run has it."""
+    nothing held) when another run has it. When the holder began and the schedule's time
+    it is for are written in the lock file, for a run that finds it held to say which one
+    it gave way to, or to see that it is a copy of that very run."""
     fd = os.open(directory / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o600)
     try:
         try:
@@ -144,26 +183,53 @@ def backup_dir_lock(directory: Path) -> Iterator[bool]:
         except BlockingIOError:
             yield False
             return
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, json.dumps({"began": began.isoformat(), "due": due.isoformat() if due else None}).encode(), 0)
         yield True
     finally:
         os.close(fd)  # lets go of the lock
 
 
-def scheduled_backup_take(*, database: dict[str, Any], directory: Path, keep: int,
-                          now: datetime | None = None) -> Outcome:
+def _holder(directory: Path) -> tuple[datetime | None, datetime | None]:
+    """When the run holding the lock began, and the time it is for (None: not known)."""
+    try:  # empty while the holder writes it
+        data = json.loads((directory / LOCK_FILE).read_text())
+        return (datetime.fromisoformat(data["began"]),
+                datetime.fromisoformat(data["due"]) if data.get("due") else None)
+    except (OSError, ValueError, KeyError, TypeError):
+        return None, None
+
+
+def scheduled_backup_take(*, database: dict[str, Any], directory: Path, keep: int, now: datetime | None = None,
+                          tick: datetime | None = None, next_tick: datetime | None = None) -> Outcome:
     """Back the database up into `directory`, then remove the oldest scheduled backups
-    beyond the newest `keep` (0: keep them all). Never raises: a failure is logged and
-    recorded for `qorven doctor`, and nothing is removed."""
+    beyond the newest `keep` (0: keep them all). `tick` is the schedule's time the run is
+    for and `next_tick` the one after: a run begun at or after that is skipped (its
+    successor is due), and a copy of a run already begun for `tick` does nothing. Never
+    raises: a failure, or a skip, is logged and recorded for `qorven doctor`, and nothing
+    is removed."""
     now = now or datetime.now(UTC)
     try:
         backup_dir_prepare(directory)
     except BackupDirError as exc:
         logger.error("scheduled backup failed: %s", exc)
         return Outcome(error=str(exc))
-    with backup_dir_lock(directory) as held:
+    with backup_dir_lock(directory, began=now, due=tick) as held:
         if not held:
-            logger.warning("scheduled backup skipped: another is being written in %s", directory)
-            return Outcome(skipped=f"another backup is being written in {directory}")
+            began, due = _holder(directory)
+            if tick is not None and due == tick:
+                # The same run again (redelivered by the broker while it is written, or sent by a
+                # second beat): it is being done, nothing was skipped.
+                logger.info("scheduled backup: the run due at %s is already being written", tick.isoformat())
+                return Outcome(skipped=f"the run due at {tick.isoformat()} is already being written")
+            return _skipped(directory, Skip(at=now, due=tick or now, why=RUNNING, since=began))
+        last = last_run(directory)
+        if tick is not None and last is not None and last.at >= tick:
+            logger.info("scheduled backup: the run due at %s was already begun at %s", tick.isoformat(),
+                        last.at.isoformat())
+            return Outcome(skipped=f"the run due at {tick.isoformat()} was already begun at {last.at.isoformat()}")
+        if next_tick is not None and now >= next_tick:
+            return _skipped(directory, Skip(at=now, due=tick or now, why=LATE, since=next_tick))
         suffix = "sqlite3" if str(database["ENGINE"]).endswith("sqlite3") else "dump"
         path = directory / f"{PREFIX}{now.astimezone(UTC):{STAMP}}.{suffix}"
         if path.exists():
@@ -182,6 +248,14 @@ def scheduled_backup_take(*, database: dict[str, Any], directory: Path, keep: in
         taken = ScheduledBackup(path=path, taken_at=now, size=result.size)
         logger.info("scheduled backup: %s (%s bytes); %s older removed", path, f"{result.size:,}", len(removed))
         return Outcome(taken=taken, removed=tuple(removed))
+
+
+def _skipped(directory: Path, skip: Skip) -> Outcome:
+    said = skip.describe(lambda moment: f"{moment.astimezone(UTC):%Y-%m-%d %H:%M:%S} UTC")
+    logger.warning("scheduled backup skipped in %s: %s", directory, said)
+    _record_write(directory / SKIP_FILE, {"at": skip.at.isoformat(), "due": skip.due.isoformat(), "why": skip.why,
+                                          "since": skip.since.isoformat() if skip.since else None})
+    return Outcome(skipped=said)
 
 
 def _rotate(directory: Path, *, keep: int, made: Path) -> list[str]:
@@ -214,13 +288,18 @@ def _partials_remove(directory: Path) -> None:
 
 
 def _status_write(directory: Path, run: LastRun) -> None:
-    status = directory / STATUS_FILE
-    incoming = status.with_name(f"{STATUS_FILE}.{os.getpid()}")
-    data = {"at": run.at.isoformat(), "ok": run.ok, "file": run.file, "error": run.error}
+    _record_write(directory / STATUS_FILE, {"at": run.at.isoformat(), "ok": run.ok, "file": run.file,
+                                            "error": run.error})
+
+
+def _record_write(path: Path, data: dict[str, Any]) -> None:
+    # Whole or not at all (a reader never sees half), and two writers at once each
+    # through a file of their own.
+    incoming = path.with_name(f"{path.name}.{os.getpid()}.{threading.get_ident()}")
     try:
         fd = os.open(incoming, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         with os.fdopen(fd, "w") as f:
             json.dump(data, f)
-        os.replace(incoming, status)
+        os.replace(incoming, path)
     except OSError as exc:
-        logger.warning("scheduled backup: its outcome could not be recorded in %s: %s", status, exc.strerror or exc)
+        logger.warning("scheduled backup: its outcome could not be recorded in %s: %s", path, exc.strerror or exc)

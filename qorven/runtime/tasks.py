@@ -1,6 +1,8 @@
 """Celery entry points of the machinery itself."""
 from __future__ import annotations
 
+from datetime import datetime
+
 from celery import shared_task
 from django.conf import settings
 
@@ -14,9 +16,13 @@ BACKUP_TIME_LIMIT = 6 * 3600
 # and the schedule's next run is the next try; a run redelivered after its worker died
 # finds the directory's lock free again and takes the backup afresh.
 @shared_task(name=BACKUP_TASK, acks_late=True, time_limit=BACKUP_TIME_LIMIT, ignore_result=True)
-def backup_scheduled() -> str:
+def backup_scheduled(tick: str | None = None, next_tick: str | None = None) -> str:
     """Take a scheduled backup into QORVEN_BACKUP_DIR and keep the newest QORVEN_BACKUP_KEEP.
-    Safe to run twice at once: the second finds the directory locked and writes nothing."""
+    Safe to run twice at once: the second finds the directory locked and writes nothing.
+    The beat sends the schedule's time it is for and the next (ISO 8601): begun at or after
+    the next, it writes nothing, so runs that waited behind a long one do not pile up."""
     outcome = scheduled_backup_take(database=settings.DATABASES["default"], directory=settings.QORVEN_BACKUP_DIR,
-                                    keep=settings.QORVEN_BACKUP_KEEP)
+                                    keep=settings.QORVEN_BACKUP_KEEP,
+                                    tick=datetime.fromisoformat(tick) if tick else None,
+                                    next_tick=datetime.fromisoformat(next_tick) if next_tick else None)
     return outcome.summary()

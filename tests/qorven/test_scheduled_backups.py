@@ -29,6 +29,7 @@ from qorven.runtime.scheduled_backups import (
     BACKUP_TASK,
     backup_dir_lock,
     last_run,
+    last_skip,
     scheduled_backup_take,
     scheduled_backups,
 )
@@ -253,15 +254,92 @@ def test_keep_zero_keeps_them_all(world, backups, drain, settings):
 def test_a_run_while_another_is_writing_writes_nothing(world, backups, drain, caplog):
     backups.mkdir()
     backup_beat_sync()
-    with backup_dir_lock(backups) as held, caplog.at_level(logging.WARNING, logger="qorven.runtime"):
+    with (backup_dir_lock(backups, began=timezone.now()) as held,
+          caplog.at_level(logging.WARNING, logger="qorven.runtime")):
         assert held
         run_as_the_beat_does(drain)
-        with backup_dir_lock(backups) as second:
+        with backup_dir_lock(backups, began=timezone.now()) as second:
             assert not second  # one holder at a time, within a process too
     assert scheduled_backups(backups) == [] and last_run(backups) is None
-    assert "another is being written" in caplog.text
+    assert "scheduled backup skipped" in caplog.text and "was still being written" in caplog.text
     run_as_the_beat_does(drain)  # let go: the next run writes
     assert len(scheduled_backups(backups)) == 1
+
+
+def as_doctor_writes(moment: datetime) -> str:
+    from django.conf import settings as django_settings
+
+    return moment.astimezone(ZoneInfo(django_settings.TIME_ZONE)).strftime("%Y-%m-%d %H:%M %Z")
+
+
+def test_a_run_skipped_while_another_was_writing_is_recorded_and_shown_but_is_no_failure(world, backups, drain):
+    from django.conf import settings as django_settings
+
+    backup_beat_sync()
+    backups.mkdir()
+    began = timezone.now().replace(microsecond=0) - timedelta(minutes=5)  # a long run, begun five minutes ago
+    with backup_dir_lock(backups, began=began):
+        run_as_the_beat_does(drain)  # the beat's next run, meanwhile
+        while_writing = schedule_check()
+        out = io.StringIO()
+        call_command("backup", "--list", stdout=out)
+    assert scheduled_backups(backups) == []
+    skip = last_skip(backups)
+    assert skip is not None and skip.since == began and timezone.now() - skip.at < timedelta(minutes=1)
+    said = f"was skipped: another backup, begun at {as_doctor_writes(began)}, was still being written"
+    assert while_writing["ok"] and "none yet" in while_writing["detail"] and said in while_writing["detail"]
+    assert (f"was skipped: another backup, begun at {began.astimezone(UTC):%Y-%m-%d %H:%M:%S} UTC, was still being "
+            "written.") in out.getvalue()
+
+    # The long run finishes, and it worked: the skip is still the latest news, not a failure.
+    done = scheduled_backup_take(database=django_settings.DATABASES["default"], directory=backups, keep=3, now=began)
+    assert done.taken is not None
+    check = schedule_check()
+    assert check["ok"] and "5 minutes old" in check["detail"] and said in check["detail"]
+    run_as_the_beat_does(drain)  # a run begun since: the skip is old news
+    check = schedule_check()
+    assert check["ok"] and "was skipped" not in check["detail"]
+    out = io.StringIO()
+    call_command("backup", "--list", stdout=out)
+    assert "was skipped" not in out.getvalue()
+
+
+def test_runs_that_waited_behind_a_long_one_are_dropped_not_taken_in_turn(world, backups, settings, drain):
+    settings.QORVEN_BACKUP_SCHEDULE = "* * * * *"  # every minute: a backup of a large database takes longer
+    backup_beat_sync()
+    scheduler = HeartbeatScheduler(app=current_app._get_current_object(), lazy=True)
+    entry = scheduler.all_as_schedule()[BACKUP_BEAT]
+    now = timezone.now()
+    # Sent three and two minutes ago, as the beat does, while a long run held every worker;
+    # they reach a worker only now.
+    for waited in (3, 2):
+        entry.schedule.nowfun = lambda waited=waited: now - timedelta(minutes=waited)
+        scheduler.apply_async(entry, advance=False)
+        drain()
+    assert scheduled_backups(backups) == []
+    skip = last_skip(backups)
+    assert skip is not None and skip.due == (now - timedelta(minutes=2)).replace(second=0, microsecond=0)
+    check = schedule_check()
+    assert check["ok"] and (f"the run due at {as_doctor_writes(skip.due)} was skipped: no worker took it before "
+                            f"{as_doctor_writes(skip.due + timedelta(minutes=1))}, the schedule's next time"
+                            ) in check["detail"]
+
+    sent = timezone.now()
+    entry.schedule.nowfun = lambda: sent  # sent now: taken
+    scheduler.apply_async(entry, advance=False)
+    drain()
+    assert len(scheduled_backups(backups)) == 1 and last_run(backups).ok
+
+    # The same run again, as the broker redelivers a long one or a second beat sends it:
+    # while it is written, and once it is done, it is neither taken twice nor a skip.
+    tick = sent.replace(second=0, microsecond=0)
+    with backup_dir_lock(backups, began=sent, due=tick):
+        scheduler.apply_async(entry, advance=False)
+        drain()
+    scheduler.apply_async(entry, advance=False)
+    drain()
+    assert len(scheduled_backups(backups)) == 1 and last_skip(backups) == skip
+    assert "was skipped" not in schedule_check()["detail"]
 
 
 def test_a_failed_backup_removes_nothing_and_doctor_shows_why(world, backups, drain, caplog):

@@ -10,7 +10,7 @@ from rich.progress import BarColumn, DownloadColumn, MofNCompleteColumn, Progres
 
 from qorven.runtime.backup import BackupError, backup_write
 from qorven.runtime.command_console import command_console
-from qorven.runtime.scheduled_backups import UNREADABLE_FIX, BackupDirError, last_run, scheduled_backups
+from qorven.runtime.scheduled_backups import UNREADABLE_FIX, BackupDirError, last_run, last_skip, scheduled_backups
 
 
 class Command(BaseCommand):
@@ -34,7 +34,7 @@ class Command(BaseCommand):
         parser.add_argument(
             "--list", action="store_true",
             help="take none: list the scheduled backups in QORVEN_BACKUP_DIR, newest first, with their sizes and "
-                 "times, and the last scheduled run's failure if it failed",
+                 "times, the last scheduled run's failure if it failed, and a run skipped since the last began",
         )
 
     def handle(self, *args: Any, **opts: Any) -> None:
@@ -85,6 +85,10 @@ class Command(BaseCommand):
         if last is not None and not last.ok:
             at = last.at.astimezone(UTC)
             self.stdout.write(f"The last scheduled run, at {at:%Y-%m-%d %H:%M:%S} UTC, failed: {last.error}")
+        skip = last_skip(directory)
+        if skip is not None and (last is None or skip.at > last.at):
+            said = skip.describe(lambda moment: f"{moment.astimezone(UTC):%Y-%m-%d %H:%M:%S} UTC")
+            self.stdout.write(said[0].upper() + said[1:] + ".")
 
 
 def _size(size: int) -> str:
