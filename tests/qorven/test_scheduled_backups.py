@@ -37,6 +37,7 @@ from qorven.runtime.scheduled_backups import (
 from qorven.runtime.startup import Startup, startup_run
 from sessions_app.models import Message
 
+from ..processes import wait_for
 from .backup_copies import chat, restored
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -343,6 +344,38 @@ def test_runs_that_waited_behind_a_long_one_are_dropped_not_taken_in_turn(world,
     drain()
     assert len(scheduled_backups(backups)) == 1 and last_skip(backups) == skip
     assert "was skipped" not in schedule_check()["detail"]
+
+
+@pytest.mark.skipif(connection.vendor != "postgresql", reason="a dump held up by another session's table lock")
+def test_the_beats_next_run_while_a_long_dump_is_written_is_skipped_and_the_dump_ends_alone(world, backups, settings,
+                                                                                            drain):
+    import psycopg
+    from django.conf import settings as django_settings
+
+    settings.QORVEN_BACKUP_SCHEDULE = "* * * * *"  # every minute: longer than this dump takes
+    backup_beat_sync()
+    db = django_settings.DATABASES["default"]
+    lock_file = backups / ".qorven-backup.lock"
+    # Another session holds a table the dump must read: the run waits as one of a large
+    # database does, holding the directory.
+    with psycopg.connect(host=db["HOST"] or "127.0.0.1", port=db["PORT"] or 5432, user=db["USER"],
+                         password=db["PASSWORD"] or None, dbname=db["NAME"]) as blocker:
+        blocker.execute("LOCK TABLE sessions_app_message IN ACCESS EXCLUSIVE MODE")
+        run_as_the_beat_does(lambda: None)  # the last period's run, under way
+        assert wait_for(lambda: lock_file.exists() and lock_file.read_text() != "", 30)
+        scheduler = HeartbeatScheduler(app=current_app._get_current_object(), lazy=True)
+        scheduler.apply_async(scheduler.all_as_schedule()[BACKUP_BEAT], advance=False)  # this minute's
+        assert wait_for(lambda: last_skip(backups) is not None, 30)
+        assert scheduled_backups(backups) == [] and last_run(backups) is None
+        check = schedule_check()
+        assert check["ok"] and "was skipped: another backup, begun at" in check["detail"]
+        blocker.rollback()  # the dump goes on
+    drain()
+    (made,) = scheduled_backups(backups)
+    assert last_run(backups).ok and last_run(backups).file == made.path.name
+    assert last_skip(backups).since == last_run(backups).at  # the run it gave way to
+    check = schedule_check()
+    assert check["ok"] and "was skipped: another backup, begun at" in check["detail"]
 
 
 def test_a_failed_backup_removes_nothing_and_doctor_shows_why(world, backups, drain, caplog):
