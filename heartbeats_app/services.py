@@ -239,7 +239,8 @@ def periodic_task_orphans_delete() -> int:
 def backup_beat_sync() -> str:
     """Make the host-wide backup PeriodicTask say what QORVEN_BACKUP_SCHEDULE says (in
     QORVEN_TIME_ZONE): created, its schedule changed (first run at the new schedule's next
-    time), or deleted when the setting is empty. Returns what was done: "created", "updated", "removed" or "" (it already did)."""
+    time), or deleted when the setting is empty. Returns what was done: "created",
+    "updated", "removed" or "" (it already did)."""
     from django.conf import settings
 
     task = PeriodicTask.objects.select_for_update().filter(name=BACKUP_BEAT).first()

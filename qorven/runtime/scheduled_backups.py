@@ -173,9 +173,9 @@ def last_skip(directory: Path) -> Skip | None:
 @contextmanager
 def backup_dir_lock(directory: Path, *, began: datetime, due: datetime | None = None) -> Iterator[bool]:
     """Hold the directory's lock while the block runs: True when it was free, False (and
-    nothing held) when another run has it. When the holder began and the schedule's time
-    it is for are written in the lock file, for a run that finds it held to say which one
-    it gave way to, or to see that it is a copy of that very run."""
+    nothing held) when another run has it. The holder writes in the lock file when it
+    began and the schedule's time it is for: a run that finds it held says which one it
+    gave way to, or sees that it is a copy of that very run."""
     fd = os.open(directory / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o600)
     try:
         try:
