@@ -266,10 +266,7 @@ def backup_beat_sync() -> str:
     for field, value in wanted.items():
         setattr(task, field, value)
     if old_crontab_id != schedule.pk:
-        # The beat finds a task due when its schedule has a time between the last run and
-        # now: the old schedule's last run would make a new time passed since then run at
-        # once. With none, it counts from this change (the row's date_changed).
-        task.last_run_at = None
+        _last_run_forget(task)
     task.save()
     if old_crontab_id != schedule.pk:
         _drop_unused_crontab(old_crontab_id)
@@ -326,9 +323,19 @@ def _mirror(beat: Heartbeat) -> None:
     if any(getattr(task, f) != v for f, v in wanted.items()):
         for f, v in wanted.items():
             setattr(task, f, v)
+        if old_crontab_id != schedule.pk:
+            _last_run_forget(task)
         task.save()
     if old_crontab_id != schedule.pk:
         _drop_unused_crontab(old_crontab_id)
+
+
+def _last_run_forget(task: PeriodicTask) -> None:
+    # The beat finds a task due when its schedule has a time between the last run and now:
+    # a new time (or zone) that passed since the old schedule's last run would run at once,
+    # a second run the same day. With none, the beat counts from this change (the row's
+    # date_changed), so the first run is the new schedule's next time.
+    task.last_run_at = None
 
 
 def _drop_unused_crontab(crontab_id: int | None) -> None:

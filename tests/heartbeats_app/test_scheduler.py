@@ -7,9 +7,12 @@ from zoneinfo import ZoneInfo
 
 import pytest
 from celery import current_app
+from django.utils import timezone
 from django_celery_beat.models import PeriodicTask
 
 from heartbeats_app.scheduler import HeartbeatScheduler, _entry_tick
+from heartbeats_app.services import heartbeat_set_enabled, heartbeat_update
+from tenancy.services import membership_timezone_set
 
 from ..factories.heartbeats_app import beat
 
@@ -77,3 +80,47 @@ def test_a_beat_for_every_hour_keeps_its_pace_when_the_clocks_go_forward(world):
 def test_a_beat_in_the_hour_the_clocks_skip_runs_once_after_it(world):
     fired = beat_night(world, "30 2 * * *", SPRING_START, SPRING_END)
     assert [tick for _, tick in fired] == [datetime(2026, 3, 29, 1, 30, tzinfo=UTC)]  # 03:30 CEST
+
+
+def _entry_now(heartbeat) -> HeartbeatScheduler.Entry:
+    """The beat's entry as the beat's scheduler reads it from the table, on the real clock."""
+    return HeartbeatScheduler.Entry(PeriodicTask.objects.get(pk=heartbeat.periodic_task_id),
+                                    app=current_app._get_current_object())
+
+
+def test_a_beat_moved_to_a_time_already_past_today_first_runs_at_it_tomorrow(world):
+    # It ran at its time 90 minutes ago; the person moves it to 30 minutes ago. Celery beat
+    # counts from the last run, so the new time (after it) would be due at once.
+    now = timezone.now().astimezone(PARIS)
+    ran, moved = now - timedelta(minutes=90), now - timedelta(minutes=30)
+    heartbeat = beat(world.qor_a, cron=f"{ran.minute} {ran.hour} * * *", timezone="Europe/Paris")
+    PeriodicTask.objects.filter(pk=heartbeat.periodic_task_id).update(last_run_at=ran)
+    assert not _entry_now(heartbeat).is_due().is_due
+
+    heartbeat_update(heartbeat=heartbeat, cron=f"{moved.minute} {moved.hour} * * *")
+    due, wait = _entry_now(heartbeat).is_due()
+    assert not due and timedelta(seconds=wait) > timedelta(hours=23)
+
+
+def test_a_beat_whose_owner_moves_zone_is_not_run_twice_in_their_day(world):
+    # Alice's beat at her time ran 90 minutes ago in Paris; she moves to London, where that
+    # time came 30 minutes ago: this morning's run is done, the next is tomorrow's.
+    membership_timezone_set(tenant=world.tenant_a, user=world.alice, timezone="Europe/Paris")
+    ran = timezone.now().astimezone(PARIS) - timedelta(minutes=90)
+    heartbeat = beat(world.qor_a, cron=f"{ran.minute} {ran.hour} * * *", owner=world.alice, timezone="")
+    PeriodicTask.objects.filter(pk=heartbeat.periodic_task_id).update(last_run_at=ran)
+    membership_timezone_set(tenant=world.tenant_a, user=world.alice, timezone="Europe/London")
+    assert str(PeriodicTask.objects.get(pk=heartbeat.periodic_task_id).crontab.timezone) == "Europe/London"
+    due, wait = _entry_now(heartbeat).is_due()
+    assert not due and timedelta(seconds=wait) > timedelta(hours=23)
+
+
+def test_a_paused_beat_resumed_after_its_time_first_runs_at_its_next_time(world):
+    now = timezone.now().astimezone(PARIS)
+    ran = now - timedelta(minutes=30)
+    heartbeat = beat(world.qor_a, cron=f"{ran.minute} {ran.hour} * * *", timezone="Europe/Paris")
+    PeriodicTask.objects.filter(pk=heartbeat.periodic_task_id).update(last_run_at=ran - timedelta(days=3))
+    heartbeat = heartbeat_set_enabled(heartbeat=heartbeat, enabled=False)
+    heartbeat = heartbeat_set_enabled(heartbeat=heartbeat, enabled=True)  # three days' runs missed while paused
+    due, wait = _entry_now(heartbeat).is_due()
+    assert not due and timedelta(seconds=wait) > timedelta(hours=23)
