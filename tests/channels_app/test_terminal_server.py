@@ -133,6 +133,9 @@ def test_a_reply_taken_back_mid_stream_streams_again_from_the_answer_through_the
     chat.proc.stdin.close()
     chat.proc.wait(60)
     kinds = [line["type"] for line in lines]
-    assert "restart" in kinds
-    after = lines[len(kinds) - 1 - kinds[::-1].index("restart"):]
-    assert "".join(line["delta"] for line in after if line["type"] == "chunk") == "Hello Priya!"
+    # What the terminal shows: the text streamed since the reply last started afresh. A
+    # terminal whose socket caught up only after the reasoning was taken back (a loaded
+    # machine) is sent the answer so far and no restart; either way none of it is lost.
+    last_restart = len(kinds) - 1 - kinds[::-1].index("restart") if "restart" in kinds else 0
+    shown = "".join(line["delta"] for line in lines[last_restart:] if line["type"] == "chunk")
+    assert shown == "Hello Priya!"

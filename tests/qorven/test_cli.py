@@ -13,14 +13,15 @@ QORVEN = Path(sys.executable).with_name("qorven")
 
 def run(*args: str, **env: str) -> subprocess.CompletedProcess:
     environment = {k: v for k, v in os.environ.items() if k not in ("DJANGO_SECRET_KEY", "DATABASE_URL")}
-    return subprocess.run([str(QORVEN), *args], capture_output=True, text=True, cwd=ROOT, timeout=60,
+    return subprocess.run([str(QORVEN), *args], capture_output=True, text=True, cwd=ROOT, timeout=180,
                           env={**environment, **env})
 
 
 def run_each(*calls: tuple[tuple[str, ...], dict[str, str]]) -> list[subprocess.CompletedProcess]:
     """`run(*args, **env)` for each (args, env), the processes started together, their
-    results in the order given: each is a fresh Python starting Django, a second or more."""
-    with ThreadPoolExecutor(max_workers=len(calls)) as pool:
+    results in the order given: each is a fresh Python starting Django, a second or more of
+    CPU, so four at a time (more only wait on each other for the machine's CPUs)."""
+    with ThreadPoolExecutor(max_workers=min(len(calls), 4)) as pool:
         return list(pool.map(lambda call: run(*call[0], **call[1]), calls))
 
 
