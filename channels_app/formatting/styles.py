@@ -9,6 +9,7 @@ from typing import Any
 
 from markdown_it.token import Token
 
+from .links import linkable
 from .render import Style, wrapped_per_line
 
 PLAIN = Style()
@@ -72,6 +73,8 @@ class TelegramHtml(Style):
     def link(self, inner: str, href: str, label: str) -> str:
         if _same_place(label, href):
             return inner  # Telegram links a URL or an address shown as it is
+        if not linkable(href, label):
+            return super().link(inner, href, label)  # the address in the open (channels_app.formatting.links)
         return f'<a href="{html.escape(href, quote=True)}">{inner if inner.strip() else self.text(href)}</a>'
 
     def quote(self, inner: str, *, nested: bool) -> str:
@@ -179,6 +182,8 @@ class SlackMrkdwn(_SingleMarkers):
         return f"```\n{_slack_escaped(code)}\n```"
 
     def link(self, inner: str, href: str, label: str) -> str:
+        if not linkable(href, label):
+            return super().link(inner, href, label)  # the address in the open (channels_app.formatting.links)
         # A `|` or a space would end the address: percent-encoded, as markdown-it leaves others.
         address = _slack_escaped(href.replace("|", "%7C").replace(" ", "%20"))
         if label == href or not inner.strip():  # a bare address; a mail one keeps its label, not "mailto:"
