@@ -58,9 +58,30 @@ def _allowed_explicitly(host: str, address: Address | None) -> bool:
     return False
 
 
+# IPv6 ranges whose last 32 bits are an IPv4 address the packet ends up at: NAT64's
+# well-known prefix (RFC 6052, which a DNS64 resolver answers with), the IPv4-translated
+# (RFC 2765) and the deprecated IPv4-compatible forms. The mapped form (::ffff:0:0/96) and
+# 6to4 (2002::/16) have ipaddress's own accessors.
+_CARRYING_IPV4 = tuple(ipaddress.ip_network(n) for n in ("64:ff9b::/96", "::ffff:0:0:0/96", "::/96"))
+
+
+def _carried_ipv4(address: ipaddress.IPv6Address) -> ipaddress.IPv4Address | None:
+    """The IPv4 address an IPv6 one reaches through a gateway, a relay or the host's own
+    stack, if it carries one."""
+    if address.ipv4_mapped is not None:
+        return address.ipv4_mapped
+    if address.sixtofour is not None:
+        return address.sixtofour
+    if any(address in network for network in _CARRYING_IPV4):
+        return ipaddress.IPv4Address(int(address) & 0xFFFFFFFF)
+    return None
+
+
 def _public(address: Address) -> bool:
-    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
-        address = address.ipv4_mapped
+    if isinstance(address, ipaddress.IPv6Address):
+        if address.is_site_local:  # fec0::/10: deprecated, still routed on some networks; ipaddress calls it global
+            return False
+        address = _carried_ipv4(address) or address
     return address.is_global and not address.is_multicast
 
 

@@ -93,12 +93,25 @@ def test_a_stored_model_url_on_a_private_address_is_refused_and_its_answer_never
     "http://127.0.0.1:8000/v1", "http://localhost/v1", "http://10.1.2.3/v1", "http://192.168.0.5/v1",
     "http://169.254.169.254/latest", "http://[::1]/v1", "http://[::ffff:127.0.0.1]/v1", "http://0.0.0.0/v1",
     "file:///etc/passwd", "gopher://example.com/",
+    # IPv6 addresses that carry a private IPv4 one, which a NAT64 gateway, a 6to4 relay or
+    # the host's own stack reaches: NAT64's well-known prefix, 6to4, IPv4-compatible and
+    # IPv4-translated forms, and the site-local range.
+    "http://[64:ff9b::a9fe:a9fe]/latest", "http://[64:ff9b::10.0.0.5]/v1", "http://[2002:a9fe:a9fe::1]/latest",
+    "http://[2002:7f00:1::]/v1", "http://[::127.0.0.1]/v1", "http://[::a9fe:a9fe]/latest",
+    "http://[::ffff:0:7f00:1]/v1", "http://[fec0::1]/v1",
 ])
 def test_saving_a_qor_with_a_private_or_odd_model_url_is_refused(world, url):
     world.qor_a.main_base_url = url
     with pytest.raises(ValidationError) as refused:
         world.qor_a.clean()
     assert "main_base_url" in refused.value.message_dict
+
+
+@pytest.mark.parametrize("url", ["http://[64:ff9b::93.184.215.14]/v1", "http://[2002:5db8:d70e::1]/v1",
+                                 "http://[2606:2800:21f:cb07:6820:80da:af6b:8b2c]/v1"])
+def test_an_ipv6_address_carrying_a_public_ipv4_one_is_taken(world, url):
+    world.qor_a.main_base_url = url
+    world.qor_a.clean()  # no error
 
 
 def test_the_host_can_allow_a_private_model_server(world, settings):
