@@ -5,6 +5,8 @@ QORVEN_EXPORT_RATE: an export reads everything the person has, so a loop of them
 not be able to keep the database busy."""
 from __future__ import annotations
 
+import logging
+import time
 from collections.abc import Generator
 
 from asgiref.sync import sync_to_async
@@ -18,10 +20,13 @@ from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_GET
 from django_ratelimit.core import get_usage
 
+from qorven.runtime.read_snapshot import read_snapshot_idle_limit
 from tenancy.errors import NotFound
 
 from .api_auth import bearer_required, json_error, json_methods
 from .data_export import ExportScope, PersonExport, export_blocks, export_scope
+
+logger = logging.getLogger(__name__)
 
 ATTACHMENTS = {"": False, "0": False, "false": False, "1": True, "true": True}
 
@@ -86,7 +91,7 @@ def _export(request: HttpRequest, scope: ExportScope) -> StreamingHttpResponse:
         wait = max(1, int(usage["time_left"]))
         raise Refused(429, f"Too many exports at once: try again in {_duration(wait)}.", retry_after=wait)
     export = PersonExport(tenant=scope.tenant, user=scope.user, qor=scope.qor, attachments=attachments)
-    blocks = export_blocks(export.lines())
+    blocks = _within(export_blocks(export.lines()), settings.QORVEN_EXPORT_TIMEOUT, user=scope.user.pk)
     response = StreamingHttpResponse(
         _AsyncBytes(blocks) if isinstance(request, ASGIRequest) else _bytes(blocks),
         content_type="application/x-ndjson; charset=utf-8",
@@ -96,6 +101,27 @@ def _export(request: HttpRequest, scope: ExportScope) -> StreamingHttpResponse:
     response["Cache-Control"] = "private, no-store"
     response["X-Content-Type-Options"] = "nosniff"
     return response
+
+
+def _within(blocks: Generator[str, None, None], seconds: int, *, user: int) -> Generator[str, None, None]:
+    """The blocks for at most `seconds`: a download read slower than that (a client taking a
+    block now and then, or none at all) ends there without its `end` line, so the export's
+    snapshot is held no longer — stalled, it is PostgreSQL that ends it
+    (read_snapshot_idle_limit). Each step runs where the blocks are read, in the snapshot."""
+    deadline = time.monotonic() + seconds
+    try:
+        while True:
+            if time.monotonic() >= deadline:  # checked before reading: a stalled snapshot is gone by now
+                logger.info("an export of user %s was read for longer than QORVEN_EXPORT_TIMEOUT (%s s) and is "
+                            "cut short", user, seconds)
+                return
+            block = next(blocks, None)
+            if block is None:
+                return
+            read_snapshot_idle_limit(deadline - time.monotonic())
+            yield block
+    finally:
+        blocks.close()
 
 
 def _bytes(blocks: Generator[str, None, None]) -> Generator[bytes, None, None]:

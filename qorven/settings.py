@@ -296,6 +296,9 @@ QORVEN_WEBCHAT_MESSAGE_RATE = env.rate("QORVEN_WEBCHAT_MESSAGE_RATE", "20/m")
 # Exports of a person's own data (GET /v1/export, the chat page's download) per person: each
 # reads everything they have.
 QORVEN_EXPORT_RATE = env.rate("QORVEN_EXPORT_RATE", "5/h")
+# Seconds a download of one may take: its snapshot holds back VACUUM (and a migration) on
+# PostgreSQL for as long as it lasts, however slowly its client reads.
+QORVEN_EXPORT_TIMEOUT = env.int("QORVEN_EXPORT_TIMEOUT", default=1800, at_least=1)
 # Behind a reverse proxy, the request header that holds the client address (e.g.
 # HTTP_X_FORWARDED_FOR), believed only from QORVEN_TRUSTED_PROXIES: the connection's
 # address is replaced with it before anything sees it (qorven/runtime/client_address.py),

@@ -15,6 +15,10 @@ nothing committed after, and no writer waits for it.
 
 Inside a transaction of the caller's (a test's, say) there is nothing to begin: the reads
 are that transaction's, at its isolation level.
+
+A snapshot read at the pace of someone else (a download, read as its client takes it) is
+bounded with `read_snapshot_idle_limit`: a client that stops reading runs none of the
+reader's code again until it reads on, so only the database can end the snapshot then.
 """
 from __future__ import annotations
 
@@ -58,3 +62,16 @@ def read_snapshot(using: str = DEFAULT_DB_ALIAS) -> Iterator[None]:
             else:
                 cursor.execute("SELECT 1 FROM sqlite_master LIMIT 1")  # the first read of the file takes it
         yield
+
+
+def read_snapshot_idle_limit(seconds: float, using: str = DEFAULT_DB_ALIAS) -> None:
+    """On PostgreSQL, the snapshot's session is ended by the server should it stay idle in
+    its transaction `seconds` from now (idle_in_transaction_session_timeout, for this
+    transaction alone), whether or not the reader comes back; the reader's next query then
+    fails, and leaving read_snapshot drops the connection. Nothing on SQLite, whose reader
+    holds up no writer (a checkpoint waits for it, the WAL file grows meanwhile)."""
+    connection = connections[using]
+    if connection.vendor == "postgresql":
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT set_config('idle_in_transaction_session_timeout', %s, true)",
+                           [str(max(1, int(seconds * 1000)))])

@@ -166,3 +166,69 @@ def test_a_download_left_half_way_ends_its_read_at_once(client, world, long_chat
     assert not connection.in_atomic_block
     Writer(world, long_chat).run()
     assert Message.objects.filter(session=long_chat).count() == CHUNK + 503  # this connection reads now again
+
+
+def test_a_download_read_slower_than_the_export_time_allows_is_cut_there(client, world, long_chat, settings):
+    """A client that takes a block now and then (a trickle, by choice or by link) does not
+    keep the export's snapshot for as long as it likes: past QORVEN_EXPORT_TIMEOUT the
+    download ends without its `end` line, and the read with it."""
+    settings.QORVEN_EXPORT_TIMEOUT = 1
+    token = api_token_create(tenant=world.tenant_a, user=world.alice)[1]
+    response = client.get("/v1/export", HTTP_AUTHORIZATION=f"Bearer {token}")
+    try:
+        blocks = iter(response.streaming_content)
+        first = next(blocks)
+        time.sleep(1.5)
+        rest = b"".join(blocks)
+        assert not connection.in_atomic_block  # the export's read is over
+    finally:
+        response.close()
+    lines = records((first + rest).decode())
+    assert lines[0]["kind"] == "export" and lines[-1]["kind"] != "end"  # a reader knows the file is not whole
+    assert len(of(lines, "message")) < CHUNK + 500
+
+
+@pytest.mark.skipif(connection.vendor != "postgresql", reason="PostgreSQL ends a stalled snapshot itself")
+def test_a_download_whose_client_stops_reading_holds_its_snapshot_no_longer_than_the_export_time(
+    client, world, long_chat, settings
+):
+    """A client that stops reading leaves the response waiting to send: no code of the
+    export runs again until it reads on (or goes). Its snapshot still ends at
+    QORVEN_EXPORT_TIMEOUT: VACUUM and a migration are not held up for as long as the client
+    keeps its connection open."""
+    settings.QORVEN_EXPORT_TIMEOUT = 3  # room for the first look on a loaded machine
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_backend_pid()")
+        pid = cursor.fetchone()[0]
+    token = api_token_create(tenant=world.tenant_a, user=world.alice)[1]
+    response = client.get("/v1/export", HTTP_AUTHORIZATION=f"Bearer {token}")
+    try:
+        next(iter(response.streaming_content))
+        stalled(pid)
+    finally:
+        response.close()  # the client goes at last: the export closes without an error
+    assert not connection.in_atomic_block
+    assert Message.objects.filter(session=long_chat).count() == CHUNK + 500  # this connection reads again
+
+
+def stalled(pid: int) -> None:
+    """The backend `pid` holds a snapshot while nothing is read, and no longer than 4 s more."""
+    def state() -> str | None:
+        found: list = []
+
+        def look() -> None:
+            try:
+                with connections["default"].cursor() as cursor:
+                    cursor.execute("SELECT state FROM pg_stat_activity WHERE pid = %s", [pid])
+                    found.extend(cursor.fetchall())
+            finally:
+                connections.close_all()
+
+        thread = threading.Thread(target=look)
+        thread.start()
+        thread.join()
+        return found[0][0] if found else None
+
+    assert state() == "idle in transaction"  # the snapshot, held while the client reads nothing
+    time.sleep(4)
+    assert state() is None  # the snapshot is gone: PostgreSQL ended it
