@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+from django.conf import settings
 from django.contrib import admin
 from django.contrib.auth import views as auth_views
 from django.templatetags.static import static
@@ -12,6 +13,7 @@ from channels_app.metrics import metrics_view
 
 from .health import healthz, readyz
 from .login_throttle import login_throttled
+from .runtime.url_prefix import redirect_within_prefix
 
 urlpatterns = [
     path("", RedirectView.as_view(pattern_name="chat-index", permanent=False)),
@@ -19,11 +21,14 @@ urlpatterns = [
     path("healthz", healthz, name="healthz"),
     path("readyz", readyz, name="readyz"),
     path("metrics", metrics_view, name="metrics"),
-    path("admin/login/", login_throttled(admin.site.login)),  # before the admin's own
+    # Before the admin's own. Each sign-in and sign-out follows a `next` under the prefix only.
+    path("admin/login/", redirect_within_prefix(login_throttled(admin.site.login), "admin:index")),
+    path("admin/logout/", redirect_within_prefix(admin.site.logout, "admin:index")),
     path("admin/", admin.site.urls),
-    path("accounts/login/", login_throttled(auth_views.LoginView.as_view(redirect_authenticated_user=True)),
-         name="login"),
-    path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
+    path("accounts/login/", redirect_within_prefix(login_throttled(auth_views.LoginView.as_view(
+        redirect_authenticated_user=True)), settings.LOGIN_REDIRECT_URL), name="login"),
+    path("accounts/logout/", redirect_within_prefix(auth_views.LogoutView.as_view(), settings.LOGOUT_REDIRECT_URL),
+         name="logout"),
     path("v1/", include("channels_app.urls")),
     path("", include("channels_app.web_urls")),
 ]

@@ -14,9 +14,12 @@ not start with a path of Qorven's own (`/chat`, `/v1`, …).
 """
 from __future__ import annotations
 
+import posixpath
 import re
+from collections.abc import Callable
+from functools import wraps
 from typing import Any
-from urllib.parse import urlsplit
+from urllib.parse import unquote, urljoin, urlsplit
 
 from django.core.exceptions import ImproperlyConfigured
 
@@ -69,6 +72,36 @@ def prefix_settings(prefix: str) -> dict[str, Any]:
         "SESSION_COOKIE_PATH": f"{prefix}/",
         "CSRF_COOKIE_PATH": f"{prefix}/",
     }
+
+
+def within_prefix(url: str, prefix: str, *, base: str = "/") -> bool:
+    """Whether `url` (a redirect's target, relative to the page at `base`) leads under
+    `prefix` as a browser reads it: its `..` segments taken, `%2e` and `\\` as `.` and `/`
+    (and `%2f` as `/`, as a proxy in front may decode it)."""
+    path = unquote(urlsplit(urljoin(base, url.replace("\\", "/"))).path).replace("\\", "/")
+    normal = posixpath.normpath(path) if path else "/"
+    return normal == prefix or normal.startswith(prefix + "/")
+
+
+def redirect_within_prefix(view: Callable[..., Any], fallback: str) -> Callable[..., Any]:
+    """`view` (a sign-in or sign-out, which redirect to the `next` they are given) whose
+    redirect out of QORVEN_URL_PREFIX goes to `fallback` (a URL name) instead. Django's own
+    check takes any path of the same host, and under a prefix the host's other paths are
+    other sites — a link to our sign-in could send a person on to one of them."""
+
+    @wraps(view)
+    def wrapper(request: Any, *args: Any, **kwargs: Any) -> Any:
+        from django.conf import settings
+        from django.shortcuts import resolve_url
+
+        response = view(request, *args, **kwargs)
+        prefix = settings.QORVEN_URL_PREFIX
+        location = response.get("Location") if prefix and 300 <= response.status_code < 400 else None
+        if location is not None and not within_prefix(location, prefix, base=request.path):
+            response["Location"] = resolve_url(fallback)
+        return response
+
+    return wrapper
 
 
 def app_path(scope: dict[str, Any]) -> str:

@@ -20,6 +20,7 @@ from channels_app.models import InboundEvent
 from channels_app.services import binding_create
 from tenancy.services import api_token_create
 
+from ..factories.tenancy import UserFactory
 from .conftest import pair
 from .live_helpers import communicator, receive_until, session_cookie
 from .payloads import telegram_update
@@ -66,6 +67,39 @@ def test_signing_in_under_the_prefix_redirects_within_it_to_the_chat(world, url_
     assert other.post("/accounts/login/", {"username": "alice", "password": PASSWORD})["Location"] == "/qorven/chat/"
     out = client.post("/accounts/logout/")
     assert out.status_code == 302 and out["Location"] == "/qorven/accounts/login/"
+
+
+# Places on the shared host outside the prefix: other sites, as a browser reads each `next`.
+ELSEWHERE = ["/elsewhere/", "/qorven/../elsewhere/", "/qorven/%2e%2e/elsewhere/", "/qorven/..%2Felsewhere/",
+             "/qorven/.%2e/elsewhere", "/qorven\\..\\elsewhere/", "/qorvenx/", "http://testserver/elsewhere/"]
+
+
+@pytest.mark.parametrize("elsewhere", ELSEWHERE)
+def test_signing_in_or_out_never_redirects_out_of_the_prefix(world, url_prefix, elsewhere):
+    """A link to the sign-in (or a form posting to the sign-out) whose `next` leads to
+    another site of the shared host lands under the prefix: the host's other paths are
+    other sites, which the cookies are kept from, not pages of ours."""
+    UserFactory(username="root", is_staff=True, is_superuser=True)
+    client = prefixed()
+    signed_in = client.post("/accounts/login/", {"username": "alice", "password": PASSWORD, "next": elsewhere})
+    assert signed_in.status_code == 302 and signed_in["Location"] == "/qorven/chat/"
+    again = client.get("/accounts/login/", {"next": elsewhere})  # signed in already: redirected at once
+    assert again.status_code == 302 and again["Location"] == "/qorven/chat/"
+    out = client.post("/accounts/logout/", {"next": elsewhere})
+    assert out.status_code == 302 and out["Location"] == "/qorven/accounts/login/"
+    admin = prefixed()
+    signed_in = admin.post("/admin/login/", {"username": "root", "password": PASSWORD, "next": elsewhere})
+    assert signed_in.status_code == 302 and signed_in["Location"] == "/qorven/admin/"
+    out = admin.post("/admin/logout/", {"next": elsewhere})
+    assert out.status_code in (200, 302) and out.get("Location", "/qorven/admin/") == "/qorven/admin/"
+
+
+def test_a_next_under_the_prefix_is_followed(world, url_prefix):
+    client = prefixed()
+    signed_in = client.post("/accounts/login/", {"username": "alice", "password": PASSWORD,
+                                                 "next": "/qorven/chat/aria/?filter=telegram"})
+    assert signed_in["Location"] == "/qorven/chat/aria/?filter=telegram"
+    assert client.get("/accounts/login/", {"next": "/qorven/admin/"})["Location"] == "/qorven/admin/"
 
 
 def test_the_chat_page_names_only_places_under_the_prefix(world, url_prefix):
