@@ -320,6 +320,8 @@ QORVEN_METRICS_TOKEN = env.str("QORVEN_METRICS_TOKEN", default="")
 QORVEN_METRICS_ALLOW = env.addresses("QORVEN_METRICS_ALLOW", default=["127.0.0.1", "::1"])
 # `qorven worker` serves its own processes' turns and model calls on this port (0: off).
 QORVEN_WORKER_METRICS_PORT = env.int("QORVEN_WORKER_METRICS_PORT", default=0, at_least=0, at_most=65535)
+# Django's error report hides a URL's credentials too, whatever its setting is called.
+DEFAULT_EXCEPTION_REPORTER_FILTER = "qorven.runtime.error_reports.CredentialsHidden"
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
