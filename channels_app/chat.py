@@ -118,6 +118,17 @@ def chat_qors(*, user: User) -> list[Qor]:
     )
 
 
+def chat_page_address(*, qor: Qor, user: User) -> str:
+    """The address of the person's chat page with `qor` (under QORVEN_PUBLIC_URL), naming
+    its workspace when they are in several: the page opens the first one's otherwise."""
+    from django.conf import settings
+
+    address = f"{settings.QORVEN_PUBLIC_URL.rstrip('/')}/chat/{qor.slug}/"
+    if len({q.tenant_id for q in chat_qors(user=user)}) > 1:
+        address += f"?tenant={qor.tenant.slug}"
+    return address
+
+
 def chat_session(*, owner: ChatOwner) -> Session | None:
     """The active canonical session, or None before the first message. In legacy mode
     (QORVEN_LEGACY_SESSIONS) the surface's own session: the one its messages go to."""

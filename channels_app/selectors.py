@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from django.contrib.auth.models import User
-from django.db.models import OuterRef, Subquery
+from django.db.models import OuterRef, Q, Subquery
 
 from qorven.runtime.prepared_read import PreparedRead
 from tenancy.models import Membership, Qor, Tenant
@@ -44,3 +44,12 @@ def paired_sender(*, tenant: Tenant, channel: str, external_id: str) -> Identity
     user), None for anyone else. Its `member_role` is the user's role in the tenant now:
     None once they were removed from it or their account deactivated."""
     return _paired_sender.first(tenant_id=tenant.pk, channel=channel, external_id=external_id)
+
+
+def chat_paired(*, tenant: Tenant, channel: str, chat: str, user: User) -> bool:
+    """Whether the platform chat `chat` (where replies to the person go: their account's id
+    or its reply target) is still that of an account of theirs paired on the channel."""
+    return Identity.objects.filter(
+        Q(external_id=chat) | Q(reply_target=chat), tenant=tenant, channel=channel, user=user,
+        approval=Identity.Approval.APPROVED,
+    ).exists()

@@ -4,33 +4,58 @@ A part fails alone: refused for good, in doubt (the request went out and no answ
 back), out of retries, cut off by a worker that died mid-send, or reported undelivered
 by the platform later. The parts behind it are still sent (channels_app.sending). Live
 surfaces mark the reply "not delivered to <platform>" at once; the admin keeps the
-platform's error. Once nothing of a reply in several parts is left to send and one of
-them failed, the person on the platform gets one notice of ours saying something of it
-may be missing (`reply_undelivered_tell`) — never the platform's words.
+platform's error. Once nothing of a reply is left to send and one of its parts failed —
+its only one, or one of several — the person on the platform gets one notice of ours
+saying it, or something of it, may not have reached them, and where they can read it
+when they have the web page or the terminal (`reply_undelivered_tell`) — never the
+platform's words. That notice failing in turn is the end of it.
 """
 from __future__ import annotations
 
 import logging
+from typing import Any
 
+from django.conf import settings
 from django.utils import timezone
 
 from sessions_app.errors import SessionClosed
-from sessions_app.models import Message
+from sessions_app.models import Message, Session
 from sessions_app.services import message_append
+from tenancy.access import tenant_serving
+from tenancy.selectors import membership_active, surfaces_own
+from tenancy.switches import channel_enabled
 
 from .adapters.base import Undelivered
+from .chat import chat_page_address
 from .models import ChannelBinding, OutboundDelivery
+from .selectors import chat_paired
 
 logger = logging.getLogger(__name__)
 
 # Why a part ended failed when nobody can tell whether the platform got it.
 MAYBE_DELIVERED = "it may or may not have been delivered"
 
-# The notice (its key in message metadata, and its text) the person gets on the platform.
-# "May not": a part cut off mid-send or left without an answer may have got there.
+# The notice the person gets on the platform: its key in message metadata, and its text,
+# from a fixed set — what may be missing (all of the reply, or a part of it), where the
+# whole of it can be read (the web page, else the terminal, for a person who has them),
+# what to do. "May not": a part cut off mid-send or left without an answer may have got there.
 UNDELIVERED = "reply_undelivered"
-UNDELIVERED_NOTICE = ("Part of my last reply may not have reached you, so something above may be missing. "
-                      "Ask me to send it again if you need it.")
+_MISSING = {
+    "whole": "My last reply may not have reached you.",
+    "part": "Part of my last reply may not have reached you, so something above may be missing.",
+}
+_READ_IT = {
+    "web": "You can read it in our chat on the web page{address}.",
+    "tui": "You can read it in our chat in the terminal (qorven chat).",
+}
+_ASK_AGAIN = "Ask me to send it again if you need it."
+
+
+def undelivered_notice(*, several: bool, surfaces: list[str], page: str = "") -> str:
+    """The notice's text: for a reply in `several` parts or one; `surfaces` where the
+    person can read it (surfaces_own); `page` the chat page's address, when known."""
+    read = next((_READ_IT[s].format(address=f" ({page})" if page else "") for s in ("web", "tui") if s in surfaces), "")
+    return " ".join(t for t in (_MISSING["part" if several else "whole"], read, _ASK_AGAIN) if t)
 
 
 def delivery_failed_show(tenant_id: int, message_id: int, platform: str) -> None:
@@ -103,27 +128,64 @@ def deliveries_undelivered(*, binding: ChannelBinding, reports: list[Undelivered
 
 
 def reply_undelivered_tell(*, tenant_id: int, message_id: int) -> bool:
-    """If nothing of the reply is left to send and one of its parts (of two or more) ended
-    failed, tell the person where it went: a notice of ours, appended to the conversation
-    with the reply's channel (so it is delivered to the same chat — channels_app.delivery
-    — and shown on the page; as every notice, never read by the model). Once per reply:
-    the notice's external id is the reply's, so running this again stores and sends
-    nothing. Returns whether the notice was stored now."""
-    states = list(OutboundDelivery.objects.filter(tenant_id=tenant_id, message_id=message_id)
-                  .values_list("state", flat=True))
-    if (len(states) < 2 or OutboundDelivery.State.FAILED not in states
+    """If nothing of the reply is left to send and a part of it ended failed, tell the
+    person where it went: a notice of ours, appended to the conversation with the reply's
+    channel (so it is delivered to the same chat — channels_app.delivery — and shown on the
+    page; as every notice, never read by the model). Once per reply: the notice's external
+    id is the reply's, so running this again stores and sends nothing. Never for this
+    notice itself: its failing would call for another, and so on. (Any other notice or a
+    command's answer of ours that failed is told of like a reply: the person was answered
+    and got nothing, and what tells them is this notice, which ends there.) Nobody is told
+    in a workspace not served, in a chat whose pairing ended or whose person left, or on a
+    channel switched off: nothing is sent there. Returns whether the notice was stored now."""
+    parts = list(OutboundDelivery.objects.filter(tenant_id=tenant_id, message_id=message_id)
+                 .select_related("binding__tenant").order_by("part"))
+    states = {part.state for part in parts}
+    if (OutboundDelivery.State.FAILED not in states
             or OutboundDelivery.State.PENDING in states or OutboundDelivery.State.SENDING in states):
         return False
-    reply = Message.objects.filter(tenant_id=tenant_id, pk=message_id).select_related("session").first()
+    reply = (Message.objects.filter(tenant_id=tenant_id, pk=message_id)
+             .select_related("session__qor__tenant", "session__user").first())
     if reply is None or (reply.metadata or {}).get("notice") == UNDELIVERED:
         return False
+    if not _reachable(reply.session, parts[0]):
+        logger.info("message %s was not delivered; its chat cannot be sent to now, so nobody is told", reply.pk)
+        return False
+    text = undelivered_notice(several=len(parts) > 1, **_where_to_read(reply.session))
     try:
-        stored = message_append(session=reply.session, role=Message.Role.SYSTEM, content=UNDELIVERED_NOTICE,
+        stored = message_append(session=reply.session, role=Message.Role.SYSTEM, content=text,
                                 channel=reply.channel, external_scope=UNDELIVERED, external_id=str(reply.pk),
                                 metadata={"notice": UNDELIVERED, "undelivered": reply.pk})
     except SessionClosed:
-        logger.info("message %s was not delivered in full; its chat was cleared since, so nobody is told", reply.pk)
+        logger.info("message %s was not delivered; its chat was cleared since, so nobody is told", reply.pk)
         return False
     if stored.created:
-        logger.info("message %s was not delivered in full; the person is told", reply.pk)
+        logger.info("message %s was not delivered%s; the person is told", reply.pk, " in full" if len(parts) > 1 else "")
     return stored.created
+
+
+def _reachable(session: Session, part: OutboundDelivery) -> bool:
+    """Whether a notice may go to the chat the reply's `part` went to now: the workspace is
+    served, the channel on, and a person's chat still theirs (a member, the account paired
+    to them)."""
+    binding = part.binding
+    if not tenant_serving(binding.tenant) or not binding.enabled or not channel_enabled(
+            tenant=binding.tenant, channel=binding.kind):
+        return False
+    if session.user is None:  # a group's chat: nobody's pairing to end
+        return True
+    return (membership_active(tenant=binding.tenant, user=session.user) is not None
+            and chat_paired(tenant=binding.tenant, channel=binding.kind, chat=part.target, user=session.user))
+
+
+def _where_to_read(session: Session) -> dict[str, Any]:
+    """Where the person can read the reply: their surfaces (tenancy.selectors.surfaces_own)
+    for their one conversation, which the web page and the terminal show (not an email
+    thread's, an SMS one's or a group's), and the page's address when it is configured."""
+    if session.user is None or session.kind != Session.Kind.CANONICAL:
+        return {"surfaces": []}
+    surfaces = surfaces_own(tenant=session.qor.tenant, user=session.user)
+    page = ""
+    if "web" in surfaces and settings.QORVEN_PUBLIC_URL_GIVEN:  # a guessed address would mislead
+        page = chat_page_address(qor=session.qor, user=session.user)
+    return {"surfaces": surfaces, "page": page}

@@ -74,6 +74,23 @@ def membership_active(*, tenant: Tenant, user: User) -> Membership | None:
     return _membership_active.first(tenant_id=tenant.pk, user_id=user.pk)
 
 
+def surfaces_own(*, tenant: Tenant, user: User) -> list[str]:
+    """Where the person can read their whole chat besides the platforms, now: "web" when
+    their account can sign in on the web page (it has a password), "tui" when it holds a
+    live API token of this workspace (the terminal); none when they are no longer let in
+    (tenancy.access). A person known only from a platform has neither."""
+    from django.db.models import Q
+    from django.db.models.functions import Now
+
+    if not user.is_active or membership_active(tenant=tenant, user=user) is None:
+        return []
+    surfaces = ["web"] if user.has_usable_password() else []
+    if ApiToken.objects.filter(Q(expires_at__isnull=True) | Q(expires_at__gt=Now()), tenant=tenant, user=user,
+                               revoked_at__isnull=True).exists():
+        surfaces.append("tui")
+    return surfaces
+
+
 def token_digest(raw: str) -> str:
     return hashlib.sha256(raw.encode()).hexdigest()
 

@@ -20,6 +20,7 @@ from ..fakes.platform_server import Canned
 from .conftest import answered_on_telegram, pair
 from .live_helpers import communicator, receive_until, session_cookie
 from .payloads import post_telegram, telegram_update
+from .test_undelivered_reply import ON_THE_WEB as UNSEEN  # our notice that a reply did not get there
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -57,8 +58,9 @@ def test_a_delivery_the_platform_keeps_refusing_with_500_ends_failed_on_the_page
     answer = Message.objects.get(role="assistant")
     assert events[-1] == {"type": "message.delivery", "seq": answer.seq,
                           "delivery": {"state": "failed", "platform": "telegram"}}
-    assert len(platform.sent("sendMessage")) == 3  # the first try and two retries
-    delivery = OutboundDelivery.objects.get()
+    # The first try and two retries; then as many of our notice that it did not get there.
+    assert [s.json["text"] for s in platform.sent("sendMessage")] == ["You'll never see this."] * 3 + [UNSEEN] * 3
+    delivery = OutboundDelivery.objects.get(message=answer)
     assert (delivery.state, delivery.attempts) == ("failed", 3)
     assert "gave up after 3 attempts" in delivery.last_error and "500" in delivery.last_error
 
@@ -68,7 +70,9 @@ def test_a_delivery_the_platform_keeps_refusing_with_500_ends_failed_on_the_page
     assert shown["delivery"] == {"state": "failed", "platform": "telegram"}
     token = api_token_create(tenant=world.tenant_a, user=world.alice)[1]
     api = client.get("/v1/qors/aria/messages", HTTP_AUTHORIZATION=f"Bearer {token}").json()
-    assert [m.get("delivery") for m in api["messages"]] == [None, {"state": "failed", "platform": "telegram"}]
+    assert [(m["role"], m.get("delivery")) for m in api["messages"]] == [
+        ("user", None), ("assistant", {"state": "failed", "platform": "telegram"}),
+        ("system", {"state": "failed", "platform": "telegram"})]
 
     client.force_login(UserFactory(username="root", is_staff=True, is_superuser=True))
     failed = client.get("/admin/channels_app/outbounddelivery/?state__exact=failed").content.decode()
@@ -84,8 +88,8 @@ def test_a_401_from_the_platform_fails_the_delivery_after_one_attempt(
     model_server.add(reply("nobody will read this"))
     post_telegram(client, telegram_update("hi"))
     drain()
-    assert len(platform.sent("sendMessage")) == 1
-    delivery = OutboundDelivery.objects.get()
+    assert [s.json["text"] for s in platform.sent("sendMessage")] == ["nobody will read this", UNSEEN]
+    delivery = OutboundDelivery.objects.get(message__role="assistant")
     assert (delivery.state, delivery.attempts) == ("failed", 1)
     assert delivery.last_error.startswith("401")
 
@@ -274,9 +278,9 @@ def test_a_retry_after_given_as_a_date_is_waited_out_and_the_retries_still_run_o
     (reply_,) = replies_waiting(world, telegram, ["Hello."])
     deliver_message_task.delay(world.tenant_a.pk, reply_.pk)
     drain()
-    row = OutboundDelivery.objects.get()
+    row = OutboundDelivery.objects.get(message=reply_)
     assert (row.state, row.attempts) == ("failed", 3)
-    assert len(platform.sent("sendMessage")) == 3
+    assert [s.json["text"] for s in platform.sent("sendMessage")] == ["Hello."] * 3 + [UNSEEN] * 3
 
 
 def test_a_part_sent_after_a_failed_try_shows_no_error_in_the_admin(client, world, telegram, platform, model_server,

@@ -555,9 +555,12 @@ def test_an_email_reply_with_no_mail_server_configured_fails_at_once_saying_so(
     model_server.add(reply("Sure, May works."))
     post_email(client, email_body("Can we go in May?", "<m1@example.com>"))
     drain()
-    (part,) = OutboundDelivery.objects.all()
+    (part,) = OutboundDelivery.objects.filter(message__role="assistant")
     assert (part.state, part.attempts) == ("failed", 1)
     assert "no mail server is configured" in part.last_error and "EMAIL_URL" in part.last_error
+    # Our notice that it did not get there meets the same, once, and that is the end of it.
+    (notice,) = OutboundDelivery.objects.filter(message__role="system")
+    assert (notice.state, notice.attempts) == ("failed", 1)
     assert mail.outbox == []
 
 

@@ -13,6 +13,7 @@ from ..fakes.platform_server import Canned
 from ..fakes.telegram_html import visible_text
 from .conftest import pair
 from .payloads import post_telegram, post_whatsapp, telegram_update, whatsapp_body
+from .test_undelivered_reply import ON_THE_WEB as UNSEEN  # our notice that a reply did not get there
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -377,8 +378,9 @@ def test_a_4xx_send_is_not_retried(client, world, telegram, platform, model_serv
     model_server.add(reply("lost"))
     post_telegram(client, telegram_update("hi"))
     drain()
-    assert len(platform.sent("sendMessage")) == 1
-    assert OutboundDelivery.objects.get().state == "failed"
+    # Once, then our notice that it did not get there (which the platform takes).
+    assert [s.json["text"] for s in platform.sent("sendMessage")] == ["lost", UNSEEN]
+    assert OutboundDelivery.objects.get(message__role="assistant").state == "failed"
 
 
 def test_a_switched_off_channel_answers_404_for_that_tenant(client, world, telegram, platform):
@@ -421,7 +423,9 @@ def test_a_whatsapp_senders_number_a_refusal_quotes_is_masked_in_the_log_and_the
     assert post_whatsapp(client, whatsapp_body("hello", sender=number)).status_code == 200
     drain()
     assert platform.sent("/messages")
-    (refused,) = [r.getMessage() for r in caplog.records if "131030" in r.getMessage()]
+    # A reply's refusal, then our notice's that it did not get there: the same refusal.
+    refused, *notice = [r.getMessage() for r in caplog.records if "131030" in r.getMessage()]
+    assert len(notice) == (1 if sender == "paired" else 0)
     assert number not in caplog.text, refused
     assert "Recipient phone number 15… not in allowed list" in refused
     if sender == "paired":

@@ -20,6 +20,7 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 PARTS = ["A" * 3000, "B" * 3000, "C" * 3000]  # three Telegram messages (4096 each at most)
 NOTICE = ("Part of my last reply may not have reached you, so something above may be missing. "
+          "You can read it in our chat on the web page. "
           "Ask me to send it again if you need it.")
 OK = Canned(body={"ok": True, "result": {"message_id": 7}})
 REFUSAL = "Bad Request: message is too long: secret-internal-detail"

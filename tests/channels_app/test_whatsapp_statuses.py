@@ -65,7 +65,7 @@ def test_a_reply_whatsapp_later_reports_failed_ends_failed_where_the_person_and_
     assert _delivery_shown(world) == {"state": "failed", "platform": "whatsapp"}
     # Meta repeats a notification it thinks was not taken: the same answer, nothing else changes.
     assert post_whatsapp(client, status_body(failed("wamid.OUT1"))).status_code == 200
-    assert OutboundDelivery.objects.get().state == "failed"
+    assert answered.message.deliveries.get().state == "failed"
 
 
 def test_sent_delivered_and_read_statuses_and_unknown_ids_change_nothing(client, world, answered):
