@@ -13,8 +13,8 @@ schedule, `__qorven_sweep__`) and whenever a worker starts — with no grace per
   held it and died, otherwise once the message is older than the grace period;
 - inbound events still pending, or claimed by a task that died, are processed;
 - voice notes still waiting for their transcript long after the transcription task's own
-  retries would have ended are transcribed again (once per that period), but not while
-  their workspace is suspended;
+  retries would have ended are transcribed again (once per that period; while their
+  workspace is suspended, that task ends them unanswered instead);
 - deliveries left pending are sent, the oldest of each binding (its send wakes the next);
   a part whose sender died mid-send is failed (it may have reached the platform, and a
   reply is never sent twice) and shown as such, at the first sweep that finds its bot's
@@ -209,9 +209,9 @@ def sweep(*, restart: bool = False) -> SweepReport:
         report.turns += 1
 
     lost_after = timedelta(0) if restart else voice_lost_after()
-    # Not a suspended workspace's: they wait, untranscribed, for it to be resumed.
-    unheard = pending.filter(metadata__voice="pending", created_at__lte=now - lost_after,
-                             tenant__suspended_at__isnull=True).order_by("pk")
+    # A suspended workspace's too: its task asks the transcriber nothing and ends them
+    # unanswered, as a text message waiting then (qorven.agent.voice.voice_transcribe).
+    unheard = pending.filter(metadata__voice="pending", created_at__lte=now - lost_after).order_by("pk")
     for tenant_id, message_id in unheard.values_list("tenant_id", "pk")[:BATCH]:
         if restart or cache.add(f"qorven:voice-swept:{message_id}", 1, lost_after.total_seconds()):
             voice_transcribe_task.delay(tenant_id, message_id)

@@ -215,6 +215,13 @@ def next_pending_user_message(*, session: Session) -> Message | None:
     return _next_pending.first(session_id=session.pk)
 
 
+def voice_notes_unheard(*, session: Session, seqs: list[int]) -> list[Message]:
+    """Of the session's messages numbered `seqs`, the voice notes still waiting for their
+    transcript."""
+    return list(Message.objects.filter(session=session, seq__in=seqs, role=Message.Role.USER,
+                                       metadata__voice="pending").order_by("seq"))
+
+
 def last_user_message_at(*, session: Session) -> datetime | None:
     """When the person last wrote in `session` (None before their first message)."""
     return (

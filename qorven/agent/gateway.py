@@ -116,7 +116,7 @@ def inbound_accept(
             return result
         images_attach(message=result.message, images=images)
         if heard.get("voice") == "pending":
-            _transcribe_soon(result.message)
+            transcribe_soon(result.message)
         elif voice_notice and addressed:  # answered here, with one notice of ours: no model call
             message_append(session=result.message.session, role=Message.Role.SYSTEM,
                            content=VOICE_NOTICES[voice_notice], channel=channel, sender_name=session.qor.name,
@@ -143,7 +143,8 @@ def inbound_accept(
     return result
 
 
-def _transcribe_soon(message: Message) -> None:
+def transcribe_soon(message: Message) -> None:
+    """Transcribe the voice note once what stored it is committed (qorven.agent.voice)."""
     from .tasks import voice_transcribe_task
 
     tenant_id, message_id = message.tenant_id, message.pk

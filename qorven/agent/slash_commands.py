@@ -28,16 +28,18 @@ def _retry(ctx: CommandContext) -> str:
     from django.db import transaction
 
     from qorven.runtime.publisher import broadcast_soon
-    from sessions_app.selectors import next_pending_user_message
+    from sessions_app.selectors import next_pending_user_message, voice_notes_unheard
     from sessions_app.services import messages_retry_failed
 
-    from .gateway import turn_enqueue
+    from .gateway import transcribe_soon, turn_enqueue
 
     session = ctx.session
     seqs = messages_retry_failed(session=session)
     for seq in seqs:
         event = {"type": "message.answer", "seq": seq, "answer_state": "pending"}
         transaction.on_commit(partial(broadcast_soon, session.pk, event))
+    for note in voice_notes_unheard(session=session, seqs=seqs):  # never heard (a suspension came first): heard now
+        transcribe_soon(note)
     if seqs:
         turn_enqueue(session=session)
         return f"Trying again to answer {len(seqs)} message{'s' if len(seqs) != 1 else ''}…"

@@ -22,9 +22,10 @@ from django.db import transaction
 
 from qorven.llm import ModelError, ModelRefused
 from qorven.llm.routes import transcribe, transcriber_route
+from sessions_app.errors import WorkspaceSuspended
 from sessions_app.models import Image, Message, Session
 from sessions_app.selectors import carried_copy
-from sessions_app.services import message_append, message_transcribed
+from sessions_app.services import message_answer_fail, message_append, message_transcribed
 from tenancy.access import tenant_serving
 from tenancy.models import Qor
 
@@ -72,13 +73,16 @@ def voice_transcribe(*, tenant_id: int, message_id: int, last_try: bool) -> str:
     twice: the message is settled once.
 
     "suspended": the host suspended the workspace since the note came. It is not sent to
-    the transcriber and stays waiting; the sweeper transcribes it once the workspace is
-    resumed (it passes over a suspended workspace's notes), and it is answered then."""
+    the transcriber, and it ends as a text message waiting for its turn then does
+    (qorven.agent.turn_answer): not answered, nothing said, "the workspace is suspended"
+    for the admin, and not answered after the fact once the workspace is resumed. It stays
+    `voice: pending`, so /retry after resume hears it and answers it."""
     message = (Message.objects.select_related("session__qor", "tenant")
                .filter(tenant_id=tenant_id, pk=message_id).first())
     if message is None or (message.metadata or {}).get("voice") != "pending":
         return "skipped"
     if not tenant_serving(message.tenant):
+        _suspended_end(message)
         return "suspended"
     qor = message.session.qor
     audio = list(Image.objects.filter(message=message, mime_type__startswith="audio/").order_by("id")
@@ -94,6 +98,21 @@ def voice_transcribe(*, tenant_id: int, message_id: int, last_try: bool) -> str:
             raise TranscribeLater(exc.retry_after) from None
         return _settle(message, qor=qor, transcript="")
     return _settle(message, qor=qor, transcript=_bounded(" ".join(t for t in heard if t)))
+
+
+def _suspended_end(message: Message) -> None:
+    """The note waited for its transcript as the host suspended the workspace: if it was
+    waiting for an answer, it ends unanswered (told nobody), shown so."""
+    from qorven.runtime.publisher import broadcast_soon
+
+    if message.answer_state != Message.Answer.PENDING:
+        return
+    logger.info("voice note %s of session %s not answered: %s", message.seq, message.session_id,
+                WorkspaceSuspended.reason)
+    with transaction.atomic():
+        message_answer_fail(message=message, error=WorkspaceSuspended.reason, told=False)
+        event = {"type": "message.answer", "seq": message.seq, "answer_state": Message.Answer.FAILED}
+        transaction.on_commit(partial(broadcast_soon, message.session_id, event))
 
 
 # Far past any voice note (two hours of speech): a transcription server answering more (a

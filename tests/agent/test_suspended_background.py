@@ -1,6 +1,7 @@
 """Background work queued before the host suspended a workspace — the summarizer, a
-/compact, a voice note's transcription, a voice call's digest — makes no model call while
-it is suspended, and keeps what it was to do for after resume, losing nothing."""
+/compact, a voice call's digest — makes no model call while it is suspended, and keeps
+what it was to do for after resume, losing nothing. A person's message waiting for its
+answer, a voice note's included, is not answered after the fact."""
 from __future__ import annotations
 
 import base64
@@ -70,32 +71,54 @@ def test_a_compact_asked_before_the_suspension_is_done_after_resume_and_not_repo
     assert Memory.objects.filter(user=world.alice, type="fact").exists()
 
 
-def test_a_voice_note_waiting_for_its_transcript_is_transcribed_after_resume_not_while_suspended(
-        world, model_server, drain):
+def test_a_text_message_and_a_voice_note_waiting_as_the_workspace_is_suspended_end_alike(
+        client, world, model_server, drain):
+    """Both were sent while the workspace was served and both wait at the suspension: the
+    text for its turn, the voice note for its transcript. The text ended unanswered while
+    the voice note was answered after resume, out of the blue (as a reply held back then is
+    not sent: channels_app.sending). Now neither is answered, nothing is said while it is
+    suspended, nor on resume; each shows as not answered, and /retry after resume answers
+    both — the voice note heard then."""
+    from qorven.agent.tasks import agent_turn
+
     world.qor_a.transcriber_model = "whisper-1"
     world.qor_a.save(update_fields=["transcriber_model"])
     session = canonical(world)
+    text = message_append(session=session, role="user", content="What is on tomorrow?", channel="web",
+                          sender_name="Alice", metadata={"trust": "owner"}, awaits_answer=True, notify=False).message
     note = message_append(session=session, role="user", content="[voice note]", channel="web", sender_name="Alice",
                           metadata={"voice": "pending", "trust": "owner"}, awaits_answer=True, notify=False).message
     Image.objects.create(tenant=world.tenant_a, message=note, mime_type="audio/ogg",
                          data=base64.b64encode(OGG).decode(), size=len(OGG))
-    model_server.transcripts.append("Remind me to water the orchid tonight.")
-    model_server.add(reply("I'll remind you at 8 pm."))
     tenant_suspend(tenant=world.tenant_a)
+    agent_turn.delay(world.tenant_a.pk, session.pk)
     voice_transcribe_task.delay(world.tenant_a.pk, note.pk)
     drain()
-    sweep(restart=True)  # a sweep while it is suspended does not transcribe it either
+    sweep(restart=True)  # a sweep while it is suspended does not take them up either
     drain()
-
-    assert model_server.transcriptions == [] and model_server.requests == []
-    note.refresh_from_db()
-    assert (note.content, note.metadata["voice"]) == ("[voice note]", "pending")
-
     tenant_resume(tenant=world.tenant_a)
     sweep(restart=True)
     drain()
+
+    assert model_server.transcriptions == [] and model_server.requests == []
+    for message in (text, note):
+        message.refresh_from_db()
+        assert (message.answer_state, message.answer_error) == ("failed", "the workspace is suspended")
+    assert (note.content, note.metadata["voice"]) == ("[voice note]", "pending")
+    assert not Message.objects.filter(session=session).exclude(role="user").exists()
+
+    model_server.transcripts.append("Remind me to water the orchid tonight.")
+    model_server.add(reply("A dentist appointment at 10."))
+    model_server.add(reply("I'll remind you at 8 pm."))
+    client.force_login(world.alice)
+    assert client.post("/chat/api/acme/aria/messages", data='{"content": "/retry"}',
+                       content_type="application/json").status_code in (200, 201)
+    drain()
     note.refresh_from_db()
     assert (note.content, note.metadata["voice"]) == ("Remind me to water the orchid tonight.", "transcript")
+    replies = Message.objects.filter(session=session, role="assistant").exclude(metadata__has_key="command")
+    assert sorted(m.content for m in replies) == ["A dentist appointment at 10.", "I'll remind you at 8 pm."]
+    assert {m.metadata["reply_to"] for m in replies} == {text.seq, note.seq}
 
 
 def test_a_voice_calls_digest_queued_before_the_suspension_is_made_after_resume(world, model_server, drain):
