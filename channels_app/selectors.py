@@ -46,10 +46,9 @@ def paired_sender(*, tenant: Tenant, channel: str, external_id: str) -> Identity
     return _paired_sender.first(tenant_id=tenant.pk, channel=channel, external_id=external_id)
 
 
-def chat_paired(*, tenant: Tenant, channel: str, chat: str, user: User) -> bool:
-    """Whether the platform chat `chat` (where replies to the person go: their account's id
-    or its reply target) is still that of an account of theirs paired on the channel."""
-    return Identity.objects.filter(
-        Q(external_id=chat) | Q(reply_target=chat), tenant=tenant, channel=channel, user=user,
-        approval=Identity.Approval.APPROVED,
-    ).exists()
+def account_paired(*, tenant: Tenant, channel: str, user: User, sender: str = "", chat: str = "") -> bool:
+    """Whether an account of `user`'s on the channel is still paired to them: the one that
+    wrote (`sender`, its id on the platform) when known, else the one whose chat `chat` is
+    (where replies to the person go: the account's id or its reply target)."""
+    rows = Identity.objects.filter(tenant=tenant, channel=channel, user=user, approval=Identity.Approval.APPROVED)
+    return rows.filter(Q(external_id=sender) if sender else Q(external_id=chat) | Q(reply_target=chat)).exists()

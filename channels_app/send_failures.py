@@ -28,7 +28,7 @@ from tenancy.switches import channel_enabled
 from .adapters.base import Undelivered
 from .chat import chat_page_address
 from .models import ChannelBinding, OutboundDelivery
-from .selectors import chat_paired
+from .selectors import account_paired
 
 logger = logging.getLogger(__name__)
 
@@ -148,7 +148,7 @@ def reply_undelivered_tell(*, tenant_id: int, message_id: int) -> bool:
              .select_related("session__qor__tenant", "session__user").first())
     if reply is None or (reply.metadata or {}).get("notice") == UNDELIVERED:
         return False
-    if not _reachable(reply.session, parts[0]):
+    if not _reachable(reply, parts[0]):
         logger.info("message %s was not delivered; its chat cannot be sent to now, so nobody is told", reply.pk)
         return False
     text = undelivered_notice(several=len(parts) > 1, **_where_to_read(reply.session))
@@ -164,18 +164,23 @@ def reply_undelivered_tell(*, tenant_id: int, message_id: int) -> bool:
     return stored.created
 
 
-def _reachable(session: Session, part: OutboundDelivery) -> bool:
-    """Whether a notice may go to the chat the reply's `part` went to now: the workspace is
-    served, the channel on, and a person's chat still theirs (a member, the account paired
-    to them)."""
-    binding = part.binding
+def _reachable(reply: Message, part: OutboundDelivery) -> bool:
+    """Whether a notice may go where the reply's `part` went, now: the workspace is served,
+    the channel on, and a person's chat still theirs — a member, and the account that asked
+    (or, for a reply to no one message, the one whose chat it is) still paired to them."""
+    binding, session = part.binding, reply.session
     if not tenant_serving(binding.tenant) or not binding.enabled or not channel_enabled(
             tenant=binding.tenant, channel=binding.kind):
         return False
     if session.user is None:  # a group's chat: nobody's pairing to end
         return True
+    reply_to = (reply.metadata or {}).get("reply_to")
+    asked = Message.objects.filter(tenant_id=reply.tenant_id, session_id=session.pk, seq=reply_to).order_by().values_list(
+        "metadata", flat=True).first() if reply_to else None
+    sender = str((asked or {}).get("sender_id") or "")
     return (membership_active(tenant=binding.tenant, user=session.user) is not None
-            and chat_paired(tenant=binding.tenant, channel=binding.kind, chat=part.target, user=session.user))
+            and account_paired(tenant=binding.tenant, channel=binding.kind, user=session.user, sender=sender,
+                               chat=part.target))
 
 
 def _where_to_read(session: Session) -> dict[str, Any]:

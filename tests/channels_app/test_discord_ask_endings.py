@@ -246,3 +246,17 @@ def test_a_late_answer_to_an_ask_stored_before_askers_were_named_is_posted_in_it
     adapter_for("discord").send(discord, "followup:555:token-80", "Three meetings.")
     (posted,) = platform.sent(r"/discord/api/v10/channels/555/messages")
     assert posted.json == {"content": "Three meetings.", "allowed_mentions": {"parse": []}}
+
+
+def test_an_ask_whose_answer_discord_refuses_ends_with_our_notice_that_it_did_not_get_there(
+    client, world, discord, discord_key, platform, model_server, drain  # noqa: F811
+):
+    """The answer goes to the /ask's interaction, not to a chat the pairing names: the
+    notice follows it there, as the person who asked is still paired."""
+    model_server.default = reply("Three meetings.")
+    platform.script(FOLLOWUP, Canned(status=400, body={"message": "Invalid Form Body", "code": 50035}))
+    _ask(client, world, discord_key)
+    drain()
+    answer, notice = _followed_up(platform)
+    assert answer == "Three meetings." and notice.startswith("My last reply may not have reached you.")
+    assert "50035" not in notice and "Invalid" not in notice
