@@ -174,7 +174,8 @@ def test_a_reply_telegram_refuses_is_marked_not_delivered_on_the_web_page_live_a
     from playwright.sync_api import expect, sync_playwright
 
     base, model, platform = chat_server
-    platform.default(r"sendMessage", Canned(status=400, body={
+    platform.default(r"sendMessage", Canned(body={"ok": True, "result": {"message_id": 9}}))
+    platform.script(r"sendMessage", Canned(status=400, body={
         "ok": False, "error_code": 400, "description": "Bad Request: chat not found"}))
     model.add(reply("The dentist is on Tuesday at 3."))
     ARTIFACTS.mkdir(exist_ok=True)
@@ -191,6 +192,9 @@ def test_a_reply_telegram_refuses_is_marked_not_delivered_on_the_web_page_live_a
             expect(answer).to_have_class(re.compile(r"\bmsg--delivery-failed\b"))
             question = page.locator('.msg--user[data-channel="telegram"]', has_text="when is the dentist?")
             expect(question.locator(".msg__mark")).to_have_count(0)  # the question was answered
+            # Our notice that it did not reach Telegram, which Telegram took, shows here too.
+            notice = page.locator('.msg--system[data-channel="telegram"]', has_text="My last reply may not have")
+            expect(notice).to_be_visible(timeout=SERVER_WORK)
             page.screenshot(path=str(ARTIFACTS / "chat-not-delivered.png"))
 
             page.reload()
@@ -200,7 +204,10 @@ def test_a_reply_telegram_refuses_is_marked_not_delivered_on_the_web_page_live_a
             expect(page.locator(".msg__mark")).to_have_count(1)
         finally:
             browser.close()
-    assert len(platform.sent(r"/telegram/bot111:AAA/sendMessage")) == 1  # a 400 is not tried again
+    # A 400 is not tried again: the reply once, then our notice.
+    assert [r.json["text"] for r in platform.sent(r"/telegram/bot111:AAA/sendMessage")][0] == (
+        "The dentist is on Tuesday at 3.")
+    assert len(platform.sent(r"/telegram/bot111:AAA/sendMessage")) == 2
 
 
 def test_chromium_is_the_debian_package():
