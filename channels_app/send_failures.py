@@ -132,7 +132,8 @@ def reply_undelivered_tell(*, tenant_id: int, message_id: int) -> bool:
     person where it went: a notice of ours, appended to the conversation with the reply's
     channel (so it is delivered to the same chat — channels_app.delivery — and shown on the
     page; as every notice, never read by the model). Once per reply: the notice's external
-    id is the reply's, so running this again stores and sends nothing. Never for this
+    id is the reply's, so running this again stores and sends nothing; nor while such a
+    notice to the same chat has not gone out yet (it tells of this one too). Never for this
     notice itself: its failing would call for another, and so on. (Any other notice or a
     command's answer of ours that failed is told of like a reply: the person was answered
     and got nothing, and what tells them is this notice, which ends there.) Nobody is told
@@ -150,6 +151,9 @@ def reply_undelivered_tell(*, tenant_id: int, message_id: int) -> bool:
         return False
     if not _reachable(reply, parts[0]):
         logger.info("message %s was not delivered; its chat cannot be sent to now, so nobody is told", reply.pk)
+        return False
+    if _notice_waiting(parts[0]):
+        logger.info("message %s was not delivered; the notice to its chat not yet sent says so", reply.pk)
         return False
     text = undelivered_notice(several=len(parts) > 1, **_where_to_read(reply.session))
     try:
@@ -181,6 +185,17 @@ def _reachable(reply: Message, part: OutboundDelivery) -> bool:
     return (membership_active(tenant=binding.tenant, user=session.user) is not None
             and account_paired(tenant=binding.tenant, channel=binding.kind, user=session.user, sender=sender,
                                chat=part.target))
+
+
+def _notice_waiting(part: OutboundDelivery) -> bool:
+    """Whether our notice to the chat `part` went to has not gone out yet: it tells of this
+    reply too. A platform refusing one reply after another (or down while they came)
+    would otherwise have the person hear it once for each."""
+    return OutboundDelivery.objects.filter(
+        tenant_id=part.tenant_id, binding_id=part.binding_id, target=part.target,
+        state__in=[OutboundDelivery.State.PENDING, OutboundDelivery.State.SENDING],
+        message__metadata__notice=UNDELIVERED,
+    ).exists()
 
 
 def _where_to_read(session: Session) -> dict[str, Any]:

@@ -220,3 +220,21 @@ def test_a_one_part_reply_whatsapp_reports_undelivered_later_is_followed_by_the_
     drain()
     assert len(platform.sent(sent)) == 2
     assert len(notices()) == 1
+
+
+def test_replies_that_fail_while_our_notice_to_that_chat_still_waits_are_covered_by_it(
+    world, telegram, platform, drain
+):
+    """Two replies waiting for the bot are refused in turn: the person is told once, not
+    once per reply, while that notice has not gone out yet."""
+    from .conftest import replies_waiting
+
+    pair(world, "telegram", "42", world.alice)
+    platform.default(SENT, OK)
+    platform.script(SENT, REFUSED, REFUSED)
+    first, second = replies_waiting(world, telegram, ["Your meeting is at 3.", "Bring the slides."])
+    deliver_message_task.delay(world.tenant_a.pk, first.pk)
+    drain()
+    assert states(first) == states(second) == ["failed"]
+    assert texts_sent(platform) == ["Your meeting is at 3.", "Bring the slides.", ON_THE_WEB]
+    assert len(notices()) == 1
