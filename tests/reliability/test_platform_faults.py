@@ -47,6 +47,7 @@ def test_platform_faults_never_send_a_reply_twice(client, world, processes, mode
     processes.worker(env)
 
     outcome: dict[str, tuple[str, list[float]]] = {}
+    told: dict[str, int] = {}  # our notices that the reply may not have got there
     for n, (fault, canned) in enumerate(FAULTS.items(), start=1):
         platform.script(r"sendMessage", canned)
         before = len(platform.requests)
@@ -57,14 +58,18 @@ def test_platform_faults_never_send_a_reply_twice(client, world, processes, mode
 
         assert wait_for(settled, 30, processes=processes), (fault, processes.procs[0].output[-3000:])
         time.sleep(TIMEOUT + 1)  # a second send (a retry of an ambiguous one) would come now
-        sends = [r.at for r in platform.requests[before:] if r.path.endswith("/sendMessage")]
+        sent = [r for r in platform.requests[before:] if r.path.endswith("/sendMessage")]
+        sends = [r.at for r in sent if r.json["text"] == f"re: fault {fault}"]
+        told[fault] = sum(r.json["text"].startswith("My last reply may not have reached you.") for r in sent)
         outcome[fault] = (OutboundDelivery.objects.get(text=f"re: fault {fault}").state, sends)
 
     rate_state, rate_sends = outcome["rate"]
     assert rate_state == "sent" and len(rate_sends) == 2 and rate_sends[1] - rate_sends[0] >= 2.0
     assert outcome["down"][0] == "sent" and len(outcome["down"][1]) == 2
+    assert told["rate"] == told["down"] == 0
     for fault in ("reset", "hang"):
         state, sends = outcome[fault]
         assert (state, len(sends)) == ("failed", 1), (fault, outcome[fault])
+        assert told[fault] == 1  # once, and the person is told it may not have got there
         row = OutboundDelivery.objects.get(text=f"re: fault {fault}")
         assert "may or may not have been delivered" in row.last_error
