@@ -238,3 +238,19 @@ def test_replies_that_fail_while_our_notice_to_that_chat_still_waits_are_covered
     assert states(first) == states(second) == ["failed"]
     assert texts_sent(platform) == ["Your meeting is at 3.", "Bring the slides.", ON_THE_WEB]
     assert len(notices()) == 1
+
+
+def test_a_commands_answer_the_platform_refuses_is_told_of_like_a_reply_and_that_is_all(
+    client, world, telegram, platform, drain
+):
+    """Only our notice that a reply did not get there is never told of (it would call for
+    another): a command's answer that never arrives leaves the person as unanswered as a
+    reply does, so the notice follows it — once, and nothing follows the notice."""
+    pair(world, "telegram", "42", world.alice)
+    platform.default(SENT, REFUSED)
+    assert post_telegram(client, telegram_update("/status")).status_code == 200
+    drain()
+    sent = texts_sent(platform)
+    assert len(sent) == 2 and sent[0].startswith("Qor:") and sent[1] == ON_THE_WEB
+    (notice,) = notices()
+    assert states(notice) == ["failed"]
