@@ -9,7 +9,7 @@ from django.core.cache import cache
 from qorven.agent.gateway import inbound_accept
 from sessions_app.channel_kinds import CHAT_FAMILY
 from sessions_app.services import session_resolve
-from tenancy.access import surface_access, tenant_serving
+from tenancy.access import surface_access, surface_access_of_role, tenant_serving
 from tenancy.switches import channel_enabled
 
 from .adapters import adapter_for
@@ -57,8 +57,12 @@ def inbound_message_handle(binding: ChannelBinding, message: InboundMessage) -> 
     if identity.reply_target != message.reply_target and message.reply_target and lasting:
         Identity.objects.filter(pk=identity.pk).update(reply_target=message.reply_target)
     user = identity.user
-    trust = surface_access(tenant=tenant, user=user, surface=binding.kind, proven=message.sender_proven,
-                           cap=identity.trust_level)
+    if hasattr(identity, "member_role"):  # read with the identity (channels_app.pairing)
+        trust = surface_access_of_role(user=user, role=getattr(identity, "member_role"), surface=binding.kind,
+                                       proven=message.sender_proven, cap=identity.trust_level)
+    else:
+        trust = surface_access(tenant=tenant, user=user, surface=binding.kind, proven=message.sender_proven,
+                               cap=identity.trust_level)
     if trust is None:  # removed from the workspace, or deactivated
         return former_member_answer(binding, identity, message)
     if message.channel in CHAT_FAMILY:

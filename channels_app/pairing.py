@@ -11,12 +11,14 @@ from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import User
 from django.db import IntegrityError, transaction
+from django.db.models import OuterRef, Subquery
 from django.utils import timezone
 from django.utils.text import slugify
 
 from qorven.runtime.prepared_read import PreparedRead
 from tenancy.errors import NotFound
 from tenancy.models import Membership, Tenant
+from tenancy.selectors import memberships_holding
 from tenancy.trust import Trust
 
 from .models import Identity, PairingRequest
@@ -41,18 +43,23 @@ class PairingOutcome:
 
 
 # Read for every platform message (compiled once: qorven.runtime.prepared_read), with the
-# sender's user.
+# sender's user and that user's role in the tenant now (`member_role`, as
+# tenancy.selectors.memberships_holding reads it: None once they left, their account was
+# deactivated or the workspace suspended), so the access rule needs no read of its own.
 _identity: PreparedRead[Identity] = PreparedRead(
     lambda tenant_id, channel, external_id: Identity.objects.select_related("user").filter(
         tenant_id=tenant_id, channel=channel, external_id=external_id
+    ).annotate(member_role=Subquery(memberships_holding().filter(
+        tenant_id=OuterRef("tenant_id"), user_id=OuterRef("user_id")).order_by().values("role")[:1])
     ).order_by()[:1],  # unique: no order (the model's goes through the tenant's table)
     tenant_id=int, channel=str, external_id=str,
 )
 
 
 def identity_get_or_create(*, tenant: Tenant, channel: str, external_id: str, display_name: str) -> Identity:
-    """The sender's identity on the channel (its user read with it), created unknown the
-    first time they write."""
+    """The sender's identity on the channel (its user read with it, and the user's
+    membership role now as `member_role` when it was read, not created), created unknown
+    the first time they write."""
     identity = _identity.first(tenant_id=tenant.pk, channel=channel, external_id=external_id)
     if identity is not None:
         return identity

@@ -61,6 +61,17 @@ def surface_access(
     return surface_trust(role=membership.role, surface=surface, proven=proven, cap=cap)
 
 
+def surface_access_of_role(
+    *, user: User | None, role: str | None, surface: str, proven: bool | None = None, cap: str = Trust.OWNER,
+) -> Trust | None:
+    """`surface_access`, for a caller that read the user's current role in its own
+    statement as tenancy.selectors.memberships_holding reads it (None: no membership that
+    holds), instead of a read of its own: the same rule, one round trip fewer."""
+    if user is None or not user.is_active or role is None:
+        return None
+    return surface_trust(role=role, surface=surface, proven=proven, cap=cap)
+
+
 def surface_trust(*, role: str, surface: str, proven: bool | None = None, cap: str = Trust.OWNER) -> Trust:
     """The rule itself, for a role already read from the current membership."""
     unproven = surface in PROOF_NEEDED and proven is not True

@@ -97,7 +97,8 @@ def test_a_telegram_message_is_answered_and_sent_within_its_query_budget(
 
 def queries_per_platform_turn() -> int:
     """The event with its sender's oldest waiting event, and its claim; the channel switch, the
-    identity with its user (its reply target noted: the first message), the membership;
+    identity with its user and the user's membership role (its reply target noted: the
+    first message);
     the chat (created: the first message) and the message (no look-up first for its
     platform id: the unique index refuses a repeat); the
     event done; the turn (queries_per_turn); the delivery planned: the parts in one INSERT
@@ -106,7 +107,7 @@ def queries_per_platform_turn() -> int:
     for the binding. On PostgreSQL the send's gates (channels_app.send_gate) are advisory
     locks of the connection, not keys in Redis: the bot's gate and a send slot taken in one
     statement, let go in another."""
-    return queries_per_turn() + (22 if connection.vendor == "postgresql" else 20)
+    return queries_per_turn() + (21 if connection.vendor == "postgresql" else 19)
 
 
 @pytest.mark.parametrize("sender", ["42", "77"], ids=["member", "stranger"])
