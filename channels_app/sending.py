@@ -17,8 +17,7 @@ from qorven.runtime.log_context import log_person
 from qorven.runtime.prepared_read import PreparedRead
 from sessions_app.models import Message
 from tenancy.access import tenant_serving
-from tenancy.models import Membership
-from tenancy.switches import channel_enabled
+from tenancy.models import Membership, PluginSetting
 
 from .adapters import SendError, adapter_for
 from .models import ChannelBinding, OutboundDelivery
@@ -41,9 +40,11 @@ def send_backoff(attempt: int) -> float:
 
 
 # Read for every reply sent (compiled once: qorven.runtime.prepared_read), with its
-# binding's tenant (whether the host suspended the workspace: tenancy.access.tenant_serving)
-# and whether the person whose chat it is (`person`; None for a group's) is still in the
-# workspace (`person_here`: a member, with an active account).
+# binding's tenant (whether the host suspended the workspace: tenancy.access.tenant_serving),
+# whether the person whose chat it is (`person`; None for a group's) is still in the
+# workspace (`person_here`: a member, with an active account) and whether the tenant has
+# the binding's channel switched off (`channel_off`, as tenancy.switches reads it: a row
+# with enabled false), so the send checks the switch as it is now without a read of its own.
 _waiting_parts: PreparedRead[OutboundDelivery] = PreparedRead(
     lambda tenant_id, message_id: OutboundDelivery.objects.filter(
         tenant_id=tenant_id, message_id=message_id,
@@ -52,6 +53,10 @@ _waiting_parts: PreparedRead[OutboundDelivery] = PreparedRead(
         person=F("message__session__user_id"),
         person_here=Exists(Membership.objects.filter(
             tenant_id=OuterRef("tenant_id"), user_id=OuterRef("message__session__user_id"), user__is_active=True,
+        ).order_by()),
+        channel_off=Exists(PluginSetting.objects.filter(
+            tenant_id=OuterRef("tenant_id"), kind=PluginSetting.Kind.CHANNEL, name=OuterRef("binding__kind"),
+            enabled=False,
         ).order_by()),
     ).order_by("part"),
     tenant_id=int, message_id=int,
@@ -209,7 +214,7 @@ def _send_parts_in_order(rows: list[OutboundDelivery], gates: GatesHeld) -> int:
                 state=OutboundDelivery.State.FAILED, last_error=reason, updated_at=timezone.now()):
             logger.info("message %s not delivered: %s", first.message_id, reason)
         return 0
-    if not first.binding.enabled or not channel_enabled(tenant=first.binding.tenant, channel=first.binding.kind):
+    if not first.binding.enabled or getattr(first, "channel_off", False):
         # Switched off since the reply was written (or before): a switched-off channel
         # sends nothing, on every path. The parts end failed where the person sees it.
         reason = (f"the {first.binding.kind} channel is switched off for this workspace" if first.binding.enabled
