@@ -55,19 +55,25 @@ def on_message_appended(sender, message: Message, **kwargs) -> None:
         logger.exception("could not plan delivery of message %s", message.pk)
 
 
-def _target(message: Message) -> tuple[ChannelBinding, str] | None:
+# Where a message goes: the binding, the chat, and the account (platform sender id, user
+# id) that must still be paired for it to go there, if one must.
+_Target = tuple[ChannelBinding, str, tuple[str, int] | None]
+
+
+def _target(message: Message) -> _Target | None:
     """Where a message goes: our notice that a reply was not delivered in full goes where
     that reply went; any other back where the message it answers came from, else to the
     user's last known chat on that platform with this Qor. (Every read names its order:
     the models' default orders go through related tables, a join each.) A person's reply
     goes back to the account that asked only while that account is still paired to them:
-    one whose pairing the owner ended while the model wrote is not answered there."""
+    one whose pairing the owner ended while the model wrote is not answered there (the
+    account is returned with the chat, and checked by the statement that plans the parts)."""
     kind = PLATFORM_OF[message.channel]
     undelivered = (message.metadata or {}).get("undelivered")
     if undelivered:  # our notice that part of that reply is missing: where that reply went
         part = (OutboundDelivery.objects.filter(tenant_id=message.tenant_id, message_id=undelivered)
                 .select_related("binding").order_by("part").first())
-        return (part.binding, part.target) if part is not None else None
+        return (part.binding, part.target, None) if part is not None else None
     reply_to = (message.metadata or {}).get("reply_to")
     known = (_origins.get() or {}).get((message.tenant_id, message.session_id, reply_to)) if reply_to else None
     if known is None and reply_to:
@@ -81,9 +87,7 @@ def _target(message: Message) -> tuple[ChannelBinding, str] | None:
     session = message.session
     if known is not None:
         binding, target, sender = known
-        if session.user_id is not None and sender and not _still_paired(binding, sender, session.user_id):
-            return None
-        return binding, target
+        return binding, target, ((sender, session.user_id) if session.user_id is not None and sender else None)
     if session.user_id is None:
         return None
     identity = Identity.objects.filter(
@@ -94,7 +98,7 @@ def _target(message: Message) -> tuple[ChannelBinding, str] | None:
     ).order_by("pk").first()
     if identity is None or binding is None:
         return None
-    return binding, identity.reply_target
+    return binding, identity.reply_target, None
 
 
 # Asked for every reply to a platform message (compiled once: qorven.runtime.prepared_read;
@@ -122,7 +126,7 @@ def deliveries_plan(*, message: Message) -> int:
     if target is None:
         logger.warning("no %s destination for message %s; not delivered", message.channel, message.pk)
         return 0
-    binding, destination = target
+    binding, destination, paired_to = target
     adapter = adapter_for(binding.kind)
     if adapter is None:
         return 0
@@ -132,8 +136,19 @@ def deliveries_plan(*, message: Message) -> int:
                         size=adapter.length, markdown=written_by_model(message))
     # One statement, no transaction of its own; the unique (message, part) keeps a part
     # planned twice (the append observed twice, the planning task run again) a single row.
-    rows_insert_new([OutboundDelivery(tenant_id=message.tenant_id, message=message, part=index, binding=binding,
-                                      target=destination, text=text) for index, text in enumerate(parts)])
+    # The account still paired is a condition of that statement, not a read before it.
+    only_if = None
+    if paired_to is not None:
+        select, params = _paired.statement(tenant_id=binding.tenant_id, channel=binding.kind,
+                                           external_id=paired_to[0], user_id=paired_to[1])
+        only_if = (f"EXISTS ({select})", params)
+    inserted = rows_insert_new([OutboundDelivery(tenant_id=message.tenant_id, message=message, part=index,
+                                                 binding=binding, target=destination, text=text)
+                                for index, text in enumerate(parts)], only_if=only_if)
+    if not inserted and paired_to is not None and not _still_paired(binding, *paired_to):
+        # Nothing planned, and not because it was planned before: the pairing ended.
+        logger.warning("no %s destination for message %s; not delivered", message.channel, message.pk)
+        return 0
     key = (message.tenant_id, message.pk)
     transaction.on_commit(lambda: _send_soon(key, deliver_message_task))
     return len(parts)

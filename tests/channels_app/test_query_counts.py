@@ -102,12 +102,12 @@ def queries_per_platform_turn() -> int:
     the chat (created: the first message) and the message (no look-up first for its
     platform id: the unique index refuses a repeat); the
     event done; the turn (queries_per_turn); the delivery planned: the parts in one INSERT
-    (in a transaction of its own; where the message came from, the task noted as it stored
-    it); the send: the parts with the channel switch, the claim, sent, the next reply waiting
+    that inserts them only while the account that asked is still paired (in a transaction
+    of its own; where the message came from, the task noted as it stored it); the send: the parts with the channel switch, the claim, sent, the next reply waiting
     for the binding. On PostgreSQL the send's gates (channels_app.send_gate) are advisory
     locks of the connection, not keys in Redis: the bot's gate and a send slot taken in one
     statement, let go in another."""
-    return queries_per_turn() + (20 if connection.vendor == "postgresql" else 18)
+    return queries_per_turn() + (19 if connection.vendor == "postgresql" else 17)
 
 
 @pytest.mark.parametrize("sender", ["42", "77"], ids=["member", "stranger"])
