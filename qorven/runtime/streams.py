@@ -155,14 +155,20 @@ def stream_end(session_id: int, reply_to: int) -> None:
     _forget_stored(session_id, reply_to)
 
 
+# The stored stream deleted if it is still `reply_to`'s (another reply may have taken the
+# keys since): one round trip, where a GET and then a DEL were two on every reply.
+_FORGET = """
+if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1], KEYS[2]) end
+return 0
+"""
+
+
 def _forget_stored(session_id: int, reply_to: int) -> None:
     redis = _redis(session_id)
     if redis is None:
         return
     client, reply_key, text_key = redis
-    held = client.get(reply_key)
-    if held is not None and int(held) == reply_to:
-        client.delete(reply_key, text_key)
+    client.register_script(_FORGET)(keys=[reply_key, text_key], args=[str(reply_to)])
 
 
 def stream_snapshot(session_id: int) -> dict[str, Any] | None:

@@ -123,3 +123,21 @@ def test_sessions_stream_apart():
     assert stream_snapshot(SESSION + 2)["text"] == "to bob"
     stream_end(SESSION + 1, 1)
     stream_end(SESSION + 2, 1)
+
+
+@pytest.mark.skipif("redis" not in settings.CACHES["default"]["BACKEND"].lower(),
+                    reason="the embedded default keeps the text in the producer's memory")
+def test_a_reply_s_end_forgets_its_stored_text_in_one_round_trip(monkeypatch):
+    """Every reply ends its stream: a GET of the reply the keys hold, then their DEL, were
+    two round trips to Redis; the look and the delete are now one command."""
+    _chunk(13, "warm")
+    stream_end(SESSION, 13)  # the script is loaded on the first end (a second round trip, once)
+    _chunk(14, "Hello")
+    commands = []
+    send = redis.connection.AbstractConnection.send_packed_command
+    monkeypatch.setattr(redis.connection.AbstractConnection, "send_packed_command",
+                        lambda self, command, *a, **k: (commands.append(command), send(self, command, *a, **k))[1])
+    stream_end(SESSION, 14)
+    assert len(commands) == 1
+    monkeypatch.undo()
+    assert stream_snapshot(SESSION) is None
