@@ -18,6 +18,13 @@ class MemoryAppConfig(AppConfig):
         from .skills import skills_sync_on_startup
 
         memory_index_settle_receiver.connect(get_user_model(), Tenant, Qor)
+        from django.db.models.signals import post_delete, post_save
+
+        from .models import LearnedSkill
+        from .selectors import enabled_skills
+
+        for signal in (post_save, post_delete):
+            signal.connect(enabled_skills.clear, sender=LearnedSkill, dispatch_uid="memory_app.enabled_skills")
         from tenancy.signals import tenant_suspension_changed
 
         from .voice import on_tenant_suspension_changed

@@ -13,6 +13,7 @@ from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.models import Q
 
 from qorven.runtime.prepared_read import PreparedRead
+from qorven.runtime.row_cache import RowCache
 from tenancy.models import Qor, Tenant
 from tenancy.trust import trust_allows
 
@@ -208,12 +209,20 @@ _enabled_skills: PreparedRead[LearnedSkill] = PreparedRead(
 )
 
 
+# The enabled skills by tenant id, read by every turn and edited a few times a year: kept
+# per process (qorven.runtime.row_cache) as a Qor's MCP servers are, cleared by a save or
+# delete of a skill in this process (memory_app.apps), seen from another process within
+# QORVEN_ROUTE_CACHE_SECONDS.
+enabled_skills: RowCache[tuple[LearnedSkill, ...]] = RowCache("learned skills")
+
+
 def skills_for(*, tenant: Tenant | None, trust: str) -> list[LearnedSkill]:
     """Enabled learned skills a surface of this trust may use: shared ones and the tenant's.
     A tenant's own skill hides a shared one of the same name."""
     by_name: dict[str, LearnedSkill] = {}
     # Without a tenant, the shared skills only (no tenant has id 0).
-    for skill in _enabled_skills.all(tenant_id=tenant.pk if tenant is not None else 0):
+    tenant_id = tenant.pk if tenant is not None else 0
+    for skill in enabled_skills.get(tenant_id, lambda: tuple(_enabled_skills.all(tenant_id=tenant_id))) or ():
         if skill.name not in by_name or skill.tenant_id is not None:
             by_name[skill.name] = skill
     return [s for s in by_name.values() if trust_allows(trust, s.min_trust)]

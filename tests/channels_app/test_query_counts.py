@@ -110,6 +110,52 @@ def queries_per_platform_turn() -> int:
     return queries_per_turn() + (19 if connection.vendor == "postgresql" else 17)
 
 
+def test_the_next_turn_reads_nothing_the_process_keeps(world, model_server, django_assert_max_num_queries):
+    """A turn after the first in a process reads neither the Qor's MCP servers and model
+    fallbacks nor the learned skills (qorven.runtime.row_cache keeps them):
+    queries_per_next_turn."""
+    session = session_resolve(tenant=world.tenant_a, qor=world.qor_a, channel="web", user=world.alice)
+    model_server.add(reply("Not much."), reply("Still not much."))
+    for text, budget in (("what is up?", queries_per_turn()), ("and now?", queries_per_next_turn())):
+        message_append(session=session, role="user", content=text, channel="web", sender_name="Alice",
+                       awaits_answer=True, notify=False, metadata={"trust": "owner"})
+        with django_assert_max_num_queries(budget):
+            assert turn_process(tenant_id=world.tenant_a.pk, session_id=session.pk).answered == 1
+
+
+def queries_per_next_turn() -> int:
+    """queries_per_turn less the MCP servers, the skills and the model fallbacks."""
+    return queries_per_turn() - 3
+
+
+def test_a_telegram_chat_s_next_message_is_answered_and_sent_within_its_query_budget(
+    world, telegram, platform, model_server, django_assert_max_num_queries
+):
+    """A chat's second message, in a process that has answered one: what a webhook's
+    message costs from then on (queries_per_next_platform_turn)."""
+    from channels_app.tasks import inbound_process_task
+
+    from .conftest import pair
+
+    pair(world, "telegram", "42", world.alice)
+    model_server.add(reply("Hello."), reply("Not much."))
+    for n, text in ((1, "what is up?"), (2, "and what is it?")):
+        message = InboundMessage(channel="telegram", external_id=f"42:{n}", sender_id="42", sender_name="Alice",
+                                 text=text, reply_target="42")
+        event = InboundEvent.objects.create(tenant=world.tenant_a, binding=telegram, external_id=message.external_id,
+                                            sender_id="42", payload=message.model_dump(mode="json"))
+        budget = queries_per_platform_turn() if n == 1 else queries_per_next_platform_turn()
+        with django_assert_max_num_queries(budget):
+            assert inbound_process_task.apply(args=(world.tenant_a.pk, event.pk)).result == "accepted"
+    assert [sent.json["text"] for sent in platform.sent(r"/telegram/bot111:AAA/sendMessage")] == ["Hello.", "Not much."]
+
+
+def queries_per_next_platform_turn() -> int:
+    """queries_per_platform_turn for a chat's next message: its turn is queries_per_next_turn,
+    the chat is found (not created) and the reply target is known (not noted)."""
+    return queries_per_next_turn() + (15 if connection.vendor == "postgresql" else 13)
+
+
 @pytest.mark.parametrize("sender", ["42", "77"], ids=["member", "stranger"])
 def test_a_group_message_not_to_be_answered_reads_its_sender_once(
     world, telegram, model_server, django_assert_max_num_queries, sender

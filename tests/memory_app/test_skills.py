@@ -156,6 +156,28 @@ def test_a_low_trust_surface_does_not_see_an_owner_only_skill(skills_dir, world)
     assert read(Trust.PAIRED, "briefing")["instructions"].startswith("1. Call current_time.")
 
 
+def test_a_turn_after_the_first_reads_no_skills_and_a_skill_changed_here_is_seen_at_once(
+    skills_dir, world, django_assert_num_queries
+):
+    """Every turn read the tenant's enabled skills: rows edited a few times a year. They
+    are kept by the process; a save or a delete in it is seen by the next read."""
+    write(skills_dir, "briefing.md", BRIEFING)
+    skills_sync()
+    assert [s.name for s in skills_for(tenant=world.tenant_a, trust=Trust.OWNER)] == ["briefing"]
+    with django_assert_num_queries(0):
+        assert [s.name for s in skills_for(tenant=world.tenant_a, trust=Trust.OWNER)] == ["briefing"]
+
+    own = LearnedSkill.objects.create(tenant=world.tenant_a, name="vault", description="Tenant's own.", body="x",
+                                      min_trust="owner", source=LearnedSkill.Source.ADMIN)
+    assert [s.name for s in skills_for(tenant=world.tenant_a, trust=Trust.OWNER)] == ["briefing", "vault"]
+    assert [s.name for s in skills_for(tenant=world.tenant_b, trust=Trust.OWNER)] == ["briefing"]
+    own.enabled = False
+    own.save(update_fields=["enabled"])
+    assert [s.name for s in skills_for(tenant=world.tenant_a, trust=Trust.OWNER)] == ["briefing"]
+    shared("briefing").delete()
+    assert skills_for(tenant=world.tenant_a, trust=Trust.OWNER) == []
+
+
 @pytest.mark.django_db(transaction=True)
 def test_the_prompt_lists_only_the_skills_the_surface_may_use(skills_dir, world, model_server, drain):
     from qorven.agent.gateway import inbound_accept
