@@ -10,6 +10,7 @@ import time
 from datetime import timedelta
 
 from django.conf import settings
+from django.db import connection
 from django.db.models import Exists, F, OuterRef, Q
 from django.utils import timezone
 
@@ -85,9 +86,9 @@ def deliver_message(*, tenant_id: int, message_id: int, worker: str) -> int:
         with send_gate(binding_id=binding_id, worker=worker) as gates:
             holding = True
             until = time.monotonic() + DRAIN_SECONDS
-            sent = _send_parts(waiting, gates)
+            sent, following = _send_parts(waiting, gates)
             _send_waiting(tenant_id=tenant_id, binding_id=binding_id, after=message_id, until=until, worker=worker,
-                          gates=gates)
+                          gates=gates, following=following)
             return sent
     except BindingBusy:
         return 0
@@ -116,26 +117,33 @@ def _sendable(*, tenant_id: int, message_id: int) -> list[OutboundDelivery] | No
 # free, so other tenants' replies never wait for a busy bot's queue.
 DRAIN_SECONDS = 0.5
 DRAIN_MAX = 50
+# What a send found waiting after it when it did not look (its last part was not sent).
+UNLOOKED = object()
 
 
 def _send_waiting(*, tenant_id: int, binding_id: int, after: int, until: float, worker: str,
-                  gates: GatesHeld) -> None:
+                  gates: GatesHeld, following: int | None | object = UNLOOKED) -> None:
     """While the binding's gate is held: send the replies waiting for it until `until`
     (time.monotonic(); see DRAIN_SECONDS). A reply that fails for now gets its retry
-    scheduled and ends the run; what is left is woken as the gate is let go (_wake_next)."""
+    scheduled and ends the run; what is left is woken as the gate is let go (_wake_next).
+    `following`: the reply waiting next as the last send's statement found it (None: none
+    was), or UNLOOKED (looked for here)."""
     from .tasks import deliver_message_task
 
     for _ in range(DRAIN_MAX):
         if time.monotonic() >= until:
             return
-        message_id = _next_waiting(tenant_id=tenant_id, binding_id=binding_id, after=after)
+        if following is UNLOOKED:
+            message_id = _next_waiting(tenant_id=tenant_id, binding_id=binding_id, after=after)
+        else:
+            message_id = following  # type: ignore[assignment]
         if message_id is None or not send_slot_free(worker=worker):
             return
         waiting = _sendable(tenant_id=tenant_id, message_id=message_id)
         if waiting is None:
             return
         try:
-            _send_parts(waiting, gates)
+            _, following = _send_parts(waiting, gates)
         except RetryLater as exc:
             deliver_message_task.apply_async((tenant_id, message_id), countdown=exc.after)
             return
@@ -190,15 +198,17 @@ def _next_waiting(*, tenant_id: int, binding_id: int, after: int) -> int | None:
     return message_id
 
 
-def _send_parts(rows: list[OutboundDelivery], gates: GatesHeld) -> int:
+def _send_parts(rows: list[OutboundDelivery], gates: GatesHeld) -> tuple[int, int | None | object]:
     """Send a message's parts, all for one binding, in order (see deliver_message), while
-    `gates` are held. A platform's refusal quotes the recipient, perhaps a WhatsApp number:
-    masked in the log."""
+    `gates` are held: how many were sent, and the reply waiting next for the binding as
+    the statement marking the last part sent found it (UNLOOKED when that part was not
+    sent). A platform's refusal quotes the recipient, perhaps a WhatsApp number: masked
+    in the log."""
     with log_person(*{row.target for row in rows}):
         return _send_parts_in_order(rows, gates)
 
 
-def _send_parts_in_order(rows: list[OutboundDelivery], gates: GatesHeld) -> int:
+def _send_parts_in_order(rows: list[OutboundDelivery], gates: GatesHeld) -> tuple[int, int | None | object]:
     first = rows[0]
     adapter = adapter_for(first.binding.kind)
     assert adapter is not None, first.binding.kind  # every kind of binding has one (tests/channels_app)
@@ -213,7 +223,7 @@ def _send_parts_in_order(rows: list[OutboundDelivery], gates: GatesHeld) -> int:
         if OutboundDelivery.objects.filter(pk__in=[r.pk for r in rows], state=OutboundDelivery.State.PENDING).update(
                 state=OutboundDelivery.State.FAILED, last_error=reason, updated_at=timezone.now()):
             logger.info("message %s not delivered: %s", first.message_id, reason)
-        return 0
+        return 0, UNLOOKED
     if not first.binding.enabled or getattr(first, "channel_off", False):
         # Switched off since the reply was written (or before): a switched-off channel
         # sends nothing, on every path. The parts end failed where the person sees it.
@@ -228,18 +238,19 @@ def _send_parts_in_order(rows: list[OutboundDelivery], gates: GatesHeld) -> int:
             if not adapter.target_lasts(first.target) and nothing_sent_to(first.binding, first.target):
                 # Nothing went out there: an /ask is not left thinking (nothing more is said).
                 adapter.withdraw(first.binding, first.target)
-        return 0
+        return 0, UNLOOKED
     sent = 0
+    following: int | None | object = UNLOOKED
     failed = False  # a part of this reply ended failed here
     for row in rows:
         if not gates.renew():
             logger.warning("message %s: its send stalled past its gates' expiry and another send took them over; "
                            "the parts left are that send's", row.message_id)
-            return sent
+            return sent, UNLOOKED
         if not OutboundDelivery.objects.filter(pk=row.pk, state=OutboundDelivery.State.PENDING).update(
             state=OutboundDelivery.State.SENDING, updated_at=timezone.now()
         ):
-            return sent  # another task claimed it meanwhile
+            return sent, UNLOOKED  # another task claimed it meanwhile
         try:
             platform_id = adapter.send(row.binding, row.target, row.text)
         except SendError as exc:
@@ -251,14 +262,43 @@ def _send_parts_in_order(rows: list[OutboundDelivery], gates: GatesHeld) -> int:
             # for the task's retry or the sweeper; nothing was sent.
             OutboundDelivery.objects.filter(pk=row.pk).update(state=OutboundDelivery.State.PENDING)
             raise
-        OutboundDelivery.objects.filter(pk=row.pk).update(
-            state=OutboundDelivery.State.SENT, platform_message_id=platform_id, sent_at=timezone.now(),
-            attempts=row.attempts + 1, not_before=None, last_error="", updated_at=timezone.now(),
-        )
+        if row is rows[-1]:
+            following = _part_sent_and_next(row, platform_id)
+        else:
+            OutboundDelivery.objects.filter(pk=row.pk).update(
+                state=OutboundDelivery.State.SENT, platform_message_id=platform_id, sent_at=timezone.now(),
+                attempts=row.attempts + 1, not_before=None, last_error="", updated_at=timezone.now(),
+            )
         sent += 1
     if failed or first.part > 0:  # a part of it failed, here or in an earlier run: say so once
         reply_undelivered_tell(tenant_id=first.tenant_id, message_id=first.message_id)
-    return sent
+        following = UNLOOKED  # that notice waits for the binding too: looked for afresh
+    return sent, following
+
+
+# The last part of a reply marked sent, and in the same statement the oldest reply due
+# that waits for the binding (other than this one): what the send holding the binding
+# sends next (_send_waiting), without a look of its own. The look after the gate is let
+# go (_wake_next) stays: a reply that found the gate busy after this statement is woken.
+_SENT_AND_NEXT = (
+    "UPDATE {table} SET state = %s, platform_message_id = %s, sent_at = %s, attempts = %s, not_before = NULL,"
+    " last_error = '', updated_at = %s WHERE id = %s RETURNING (SELECT waiting.message_id FROM {table} waiting"
+    " WHERE waiting.tenant_id = %s AND waiting.binding_id = %s AND waiting.state = %s AND waiting.message_id <> %s"
+    " AND (waiting.not_before IS NULL OR waiting.not_before <= %s) ORDER BY waiting.id LIMIT 1)"
+)
+
+
+def _part_sent_and_next(row: OutboundDelivery, platform_id: str) -> int | None:
+    now = connection.ops.adapt_datetimefield_value(timezone.now())
+    with connection.cursor() as cursor:
+        cursor.execute(_SENT_AND_NEXT.format(table=connection.ops.quote_name(OutboundDelivery._meta.db_table)), [
+            OutboundDelivery.State.SENT, platform_id, now, row.attempts + 1, now, row.pk,
+            row.tenant_id, row.binding_id, OutboundDelivery.State.PENDING, row.message_id, now,
+        ])
+        found = cursor.fetchone()
+    return found[0] if found is not None else None
+
+
 
 
 def _send_failed(row: OutboundDelivery, exc: SendError) -> bool:

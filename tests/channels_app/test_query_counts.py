@@ -103,11 +103,11 @@ def queries_per_platform_turn() -> int:
     platform id: the unique index refuses a repeat); the
     event done; the turn (queries_per_turn); the delivery planned: the parts in one INSERT
     that inserts them only while the account that asked is still paired (in a transaction
-    of its own; where the message came from, the task noted as it stored it); the send: the parts with the channel switch, the claim, sent, the next reply waiting
-    for the binding. On PostgreSQL the send's gates (channels_app.send_gate) are advisory
+    of its own; where the message came from, the task noted as it stored it); the send: the parts with the channel switch, the claim, sent with the next reply
+    waiting for the binding (one statement), the next reply waiting once the bot is let go. On PostgreSQL the send's gates (channels_app.send_gate) are advisory
     locks of the connection, not keys in Redis: the bot's gate and a send slot taken in one
     statement, let go in another."""
-    return queries_per_turn() + (19 if connection.vendor == "postgresql" else 17)
+    return queries_per_turn() + (18 if connection.vendor == "postgresql" else 16)
 
 
 def test_the_next_turn_reads_nothing_the_process_keeps(world, model_server, django_assert_max_num_queries):
@@ -153,7 +153,7 @@ def test_a_telegram_chat_s_next_message_is_answered_and_sent_within_its_query_bu
 def queries_per_next_platform_turn() -> int:
     """queries_per_platform_turn for a chat's next message: its turn is queries_per_next_turn,
     the chat is found (not created) and the reply target is known (not noted)."""
-    return queries_per_next_turn() + (15 if connection.vendor == "postgresql" else 13)
+    return queries_per_next_turn() + (14 if connection.vendor == "postgresql" else 12)
 
 
 @pytest.mark.parametrize("sender", ["42", "77"], ids=["member", "stranger"])
