@@ -291,7 +291,7 @@ _SENT_AND_NEXT = (
 def _part_sent_and_next(row: OutboundDelivery, platform_id: str) -> int | None:
     now = connection.ops.adapt_datetimefield_value(timezone.now())
     with connection.cursor() as cursor:
-        cursor.execute(_SENT_AND_NEXT.format(table=connection.ops.quote_name(OutboundDelivery._meta.db_table)), [
+        cursor.execute(_SENT_AND_NEXT.format(table=OutboundDelivery._meta.db_table), [
             OutboundDelivery.State.SENT, platform_id, now, row.attempts + 1, now, row.pk,
             row.tenant_id, row.binding_id, OutboundDelivery.State.PENDING, row.message_id, now,
         ])

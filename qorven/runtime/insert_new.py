@@ -38,7 +38,7 @@ def rows_insert_new(objs: Sequence[models.Model], *, only_if: tuple[str, Sequenc
         # parameter in such a row is typed by the database as text unless cast (only what
         # is not text is: a cast to varchar(n) would cut a long value where the column
         # refuses it).
-        row = "SELECT " + ", ".join(_placeholder(field, db) for field in fields)
+        row = _select_row(model, db)
         condition, condition_params = only_if
         sql = (f"INSERT INTO {quote(model._meta.db_table)} ({columns}) "
                f"SELECT * FROM ({' UNION ALL '.join([row] * len(objs))}) AS new_rows WHERE {condition} "
@@ -47,6 +47,20 @@ def rows_insert_new(objs: Sequence[models.Model], *, only_if: tuple[str, Sequenc
     with db.cursor() as cursor:
         cursor.execute(sql, params)
         return cursor.rowcount
+
+
+_select_rows: dict[tuple[type[models.Model], str], str] = {}
+
+
+def _select_row(model: type[models.Model], db: Any) -> str:
+    """`SELECT %s, %s::bigint, …` for a row of `model`, worked out once per database
+    vendor (a field's type is most of the Python a planning spent)."""
+    key = (model, db.vendor)
+    row = _select_rows.get(key)
+    if row is None:
+        fields = [field for field in model._meta.concrete_fields if not field.primary_key]
+        row = _select_rows[key] = "SELECT " + ", ".join(_placeholder(field, db) for field in fields)
+    return row
 
 
 def _placeholder(field: models.Field, db: Any) -> str:
