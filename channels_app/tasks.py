@@ -14,6 +14,7 @@ from qorven.runtime.database import DATABASE_DOWN, DATABASE_RETRY_DELAY, connect
 from qorven.runtime.log_context import log_context
 from qorven.runtime.publish import tasks_publish
 from qorven.runtime.task_scope import task_checkpoint_on
+from tenancy.switches import switches_passed_on
 
 from .adapters import adapter_for
 from .delivery import deliveries_here, origins_here
@@ -34,7 +35,8 @@ def inbound_process_task(self, tenant_id: int, event_id: int, reclaim: int | Non
     shortly while the same sender's earlier message is still being processed, and a
     second after a lost database connection (taking again the event it had claimed:
     `reclaim`)."""
-    with sends_at_the_end():
+    # The rules' read of the channel switch takes the tools' too, for the turn run here.
+    with sends_at_the_end(), switches_passed_on():
         return _inbound_process(task=self, tenant_id=tenant_id, event_id=event_id, reclaim=reclaim)
 
 

@@ -1,7 +1,9 @@
 """Per-tenant switches for tools and channels (PluginSetting). A missing row means on."""
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 
 from qorven.runtime.prepared_read import PreparedRead
 from qorven.runtime.row_cache import RowCache
@@ -27,9 +29,43 @@ _switched_off: PreparedRead[PluginSetting] = PreparedRead(
 )
 
 
+_switched_off_any: PreparedRead[PluginSetting] = PreparedRead(
+    lambda tenant_id: PluginSetting.objects.filter(tenant_id=tenant_id, enabled=False).order_by(),
+    tenant_id=int,
+)
+
+# Inside `switches_passed_on()`: a tenant's switches of every kind as one read found them,
+# kept for the next read of that tenant's switches, once.
+_passed_on: ContextVar[dict[int, list[PluginSetting]] | None] = ContextVar("qorven_switches_passed_on", default=None)
+
+
+@contextmanager
+def switches_passed_on() -> Iterator[None]:
+    """For a task that reads a tenant's switches twice in a row — a platform message's
+    channel rules read its channel's, then the turn they hand it to reads the tools' a
+    moment later — the first read takes every kind in its one statement and the next read
+    is answered from it; any read after that is a fresh one (which serves the one after
+    it in turn)."""
+    token = _passed_on.set({})
+    try:
+        yield
+    finally:
+        _passed_on.reset(token)
+
+
+def _switched_off_names(tenant: Tenant, kind: str) -> set[str]:
+    passed_on = _passed_on.get()
+    if passed_on is None:
+        return {setting.name for setting in _switched_off.all(tenant_id=tenant.pk, kind=kind)}
+    rows = passed_on.pop(tenant.pk, None)
+    if rows is None:
+        rows = passed_on[tenant.pk] = _switched_off_any.all(tenant_id=tenant.pk)
+    return {setting.name for setting in rows if setting.kind == kind}
+
+
 def enabled_names(tenant: Tenant, kind: str, names: Iterable[str]) -> set[str]:
     """Those of `names` the tenant has not switched off, as the switches are now."""
-    return set(names) - {setting.name for setting in _switched_off.all(tenant_id=tenant.pk, kind=kind)}
+    return set(names) - _switched_off_names(tenant, kind)
 
 
 def tools_enabled(tenant: Tenant, names: Iterable[str]) -> set[str]:

@@ -96,7 +96,8 @@ def test_a_telegram_message_is_answered_and_sent_within_its_query_budget(
 
 
 def queries_per_platform_turn() -> int:
-    """The event with its sender's oldest waiting event, and its claim; the channel switch, the
+    """The event with its sender's oldest waiting event, and its claim; the switches (the
+    channel's, and the tools' its turn reads: tenancy.switches.switches_passed_on), the
     identity with its user and the user's membership role (its reply target noted: the
     first message);
     the chat (created: the first message) and the message (no look-up first for its
@@ -107,7 +108,7 @@ def queries_per_platform_turn() -> int:
     waiting for the binding (one statement), the next reply waiting once the bot is let go. On PostgreSQL the send's gates (channels_app.send_gate) are advisory
     locks of the connection, not keys in Redis: the bot's gate and a send slot taken in one
     statement, let go in another."""
-    return queries_per_turn() + (18 if connection.vendor == "postgresql" else 16)
+    return queries_per_turn() + (17 if connection.vendor == "postgresql" else 15)
 
 
 def test_the_next_turn_reads_nothing_the_process_keeps(world, model_server, django_assert_max_num_queries):
@@ -151,9 +152,10 @@ def test_a_telegram_chat_s_next_message_is_answered_and_sent_within_its_query_bu
 
 
 def queries_per_next_platform_turn() -> int:
-    """queries_per_platform_turn for a chat's next message: its turn is queries_per_next_turn,
-    the chat is found (not created) and the reply target is known (not noted)."""
-    return queries_per_next_turn() + (14 if connection.vendor == "postgresql" else 12)
+    """queries_per_platform_turn for a chat's next message: its turn is queries_per_next_turn
+    (its tool switches read with the channel's, as for the first), the chat is found (not
+    created) and the reply target is known (not noted)."""
+    return queries_per_next_turn() + (13 if connection.vendor == "postgresql" else 11)
 
 
 @pytest.mark.parametrize("sender", ["42", "77"], ids=["member", "stranger"])
