@@ -64,7 +64,7 @@ def webhook_prepare(channel: str, request: HttpRequest) -> Prepared:
             return Prepared(JsonResponse({"error": f"the {channel} channel is switched off"}, status=404))
         parsed = adapter.parse(request, binding)
     except WebhookRejected as exc:
-        logger.info("%s webhook rejected: %s", channel, exc)
+        logger.info("%s webhook rejected: %s", channel, exc.detail or exc)
         return Prepared(JsonResponse({"error": str(exc)}, status=exc.status))
     except BodyRefused as exc:
         logger.info("%s webhook body refused: %s", channel, exc)

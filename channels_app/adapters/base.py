@@ -33,11 +33,13 @@ webhook_bindings: RowCache = RowCache("webhook bindings")
 
 
 class WebhookRejected(Exception):
-    """Bad or missing signature, unknown binding: answered with `status`, nothing stored."""
+    """Bad or missing signature, unknown binding: answered with `status` and `reason`,
+    nothing stored. `detail`, for the log only, says more than the answer may."""
 
-    def __init__(self, status: int, reason: str) -> None:
+    def __init__(self, status: int, reason: str, *, detail: str = "") -> None:
         super().__init__(reason)
         self.status = status
+        self.detail = detail
 
 
 class SendError(Exception):

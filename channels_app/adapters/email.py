@@ -83,10 +83,13 @@ class EmailAdapter(Adapter):
                 break
             except WebhookRejected:
                 continue
+        # One answer for an address nobody bound and a wrong secret, so that a prober
+        # cannot learn which addresses this server takes mail for; the log tells them apart.
+        refused = "no email binding for these addresses with this X-Qorven-Email-Secret"
         if binding is None:
-            raise WebhookRejected(403, "no email binding for this request")
+            raise WebhookRejected(401, refused, detail=f"no email binding for {', '.join(addresses) or 'no address'}")
         if not same_secret(str(binding.credentials.get("secret", "")), secret):
-            raise WebhookRejected(401, "bad X-Qorven-Email-Secret")
+            raise WebhookRejected(401, refused, detail=f"bad X-Qorven-Email-Secret for {binding.lookup_key}")
         return binding
 
     def parse(self, request: HttpRequest, binding: ChannelBinding) -> Parsed:

@@ -449,6 +449,17 @@ def test_email_threads_are_their_own_sessions_and_replies_go_by_smtp(client, wor
     assert post_email(client, email_body("x", "<m9@example.com>"), secret="wrong").status_code == 401
 
 
+def test_an_email_webhook_does_not_say_which_addresses_are_bound(client, world, email):
+    """A wrong secret and an address nobody bound are answered alike, so the answers do
+    not tell a prober which addresses this server takes mail for."""
+    bound = post_email(client, email_body("x", "<p1@example.com>"), secret="guess")
+    unbound = post_email(client, {**email_body("x", "<p2@example.com>"), "to": "nobody@acme.example"},
+                         secret="guess")
+    assert (bound.status_code, bound.json()) == (unbound.status_code, unbound.json())
+    assert bound.status_code == 401
+    assert not InboundEvent.objects.exists()
+
+
 def test_a_member_replying_in_another_members_email_thread_is_answered_in_a_session_of_his_own(
     client, world, email, model_server, drain
 ):
