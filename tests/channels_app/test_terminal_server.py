@@ -100,17 +100,23 @@ def test_removed_from_the_workspace_before_sending_json_mode_says_so_and_exits_3
 
 def test_removed_from_the_workspace_while_waiting_for_a_reply_json_mode_says_so_and_exits_3(world, model_server,
                                                                                           server):
-    model_server.add(reply("Too late.", delay=20))  # long enough to notice first; short enough for the server to stop
+    # The reply hangs until the terminal has noticed, then comes: the server, stopping after
+    # the test, waits for its turn to finish (it waited out a fixed 20 s).
+    noticed = threading.Event()
+    model_server.add(reply("Too late.", hold=noticed))
     chat = Chat(server, "--wait", "600")
-    chat.send("hi")
-    chat.proc.stdin.close()  # the end of input: it waits for the reply
-    deadline = time.monotonic() + 60
-    while not model_server.requests:  # the turn has begun
-        assert time.monotonic() < deadline
-        time.sleep(0.1)
-    world.alice.memberships.all().delete()
-    error = chat.until("error")
-    chat.proc.wait(60)
+    try:
+        chat.send("hi")
+        chat.proc.stdin.close()  # the end of input: it waits for the reply
+        deadline = time.monotonic() + 60
+        while not model_server.requests:  # the turn has begun
+            assert time.monotonic() < deadline
+            time.sleep(0.1)
+        world.alice.memberships.all().delete()
+        error = chat.until("error")
+        chat.proc.wait(60)
+    finally:
+        noticed.set()
     assert chat.proc.returncode == 3
     assert error["code"] == "access_lost"
     assert "gave up waiting" not in chat.proc.stderr.read()

@@ -45,6 +45,12 @@ class Step:
     body: bytes | None = None
     content_type: str = "text/event-stream"  # of a streamed answer
     byte_delay: float = 0.0  # seconds between each byte of a streamed answer (a trickle)
+    # Answer only once this is set (or HOLD_MOST seconds have passed): a model call that
+    # hangs for as long as the test needs it to, and not a fixed time after.
+    hold: threading.Event | None = None
+
+
+HOLD_MOST = 120.0  # seconds a held answer waits for its test at most
 
 
 def reply(text: str, **kw: Any) -> Step:
@@ -163,6 +169,8 @@ class ModelServer:
                         return
                     if step.delay:
                         time.sleep(step.delay)
+                    if step.hold is not None:
+                        step.hold.wait(HOLD_MOST)
                     if step.status != 200:
                         return self._json(step.status, {"error": step.error}, step.headers)
                     if step.body is not None:
