@@ -52,8 +52,11 @@ class BindingBusy(GateShut):
     """Another send holds the binding; it wakes the next waiting reply as it ends."""
 
 
+HOLD_MARGIN = 10  # seconds a cache gate's expiry lasts past two platform calls
+
+
 def _hold_seconds() -> int:
-    return int(2 * settings.QORVEN_PLATFORM_TIMEOUT) + 10
+    return int(2 * settings.QORVEN_PLATFORM_TIMEOUT) + HOLD_MARGIN
 
 
 # This run of the worker: a worker started again on the same host has the same Celery
