@@ -16,6 +16,7 @@ from sessions_app.models import Message
 from tenancy.services import api_token_create
 
 from ..fakes.model_server import reply
+from ..processes import Processes
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -41,8 +42,7 @@ def celery_worker(model_server, settings):
         "DJANGO_SECRET_KEY": django_settings.SECRET_KEY,
     }
     qorven = str(Path(sys.executable).with_name("qorven"))
-    subprocess.run([sys.executable, "-m", "celery", "-A", "qorven", "purge", "-f"], cwd=ROOT, env=env,
-                   capture_output=True, timeout=60)
+    Processes().purge(env)
     proc = subprocess.Popen([qorven, "worker", "--concurrency", "2"], cwd=ROOT, env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     yield proc

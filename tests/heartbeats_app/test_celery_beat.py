@@ -22,7 +22,7 @@ from heartbeats_app.models import Heartbeat, HeartbeatRun
 from sessions_app.models import Message
 
 from ..factories.heartbeats_app import beat
-from ..processes import wait_for
+from ..processes import Processes, wait_for
 from ..fakes.model_server import reply
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -55,8 +55,7 @@ def start_processes(model_server, settings, tmp_path):
         "QORVEN_HEARTBEATS_FILE": str(beats_file),
     }
     qorven = str(Path(sys.executable).with_name("qorven"))
-    subprocess.run([sys.executable, "-m", "celery", "-A", "qorven", "purge", "-f"], cwd=ROOT, env=env,
-                   capture_output=True, timeout=60, check=False)
+    Processes().purge(env)
     procs: list[subprocess.Popen] = []
 
     def start(*, beats: int = 2, worker: bool = True) -> list[subprocess.Popen]:
