@@ -109,11 +109,11 @@ def chat_server(tmp_path, request):
         yield base, model, platform
     finally:
         SERVER_ENV.pop(base, None)
-        proc.terminate()
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+        # Killed outright: no test here is about the server's stop, and a stop lets the
+        # tasks running finish (a reply still streaming kept it 10 s) on a database that is
+        # thrown away; its Redis keys are under prefixes of its own.
+        proc.kill()
+        proc.wait(10)
         log.close()
         model.stop()
         platform.stop()
