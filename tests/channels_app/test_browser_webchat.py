@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
@@ -262,6 +263,12 @@ def signed(seconds: float, user: str = "alice") -> str:
     return webchat_token_sign(secret="wc-secret", user_id=user, expires=int(time.time() + seconds))
 
 
+def past(moment: float) -> float:
+    """Milliseconds from now until a second after `moment` (time.time()): a token signed to
+    expire then has expired (it was signed for the whole second before)."""
+    return max(0.0, moment + 1 - time.time()) * 1000
+
+
 def test_a_signed_visitor_keeps_chatting_past_the_first_token_with_fresh_ones_from_the_shop(chat_server):
     """The page stays open longer than its token lasts: the widget asks the shop's
     token URL for a fresh one before it runs out, and a dropped line reconnects with it."""
@@ -275,13 +282,14 @@ def test_a_signed_visitor_keeps_chatting_past_the_first_token_with_fresh_ones_fr
     with sync_playwright() as pw:
         browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
         try:
+            first_expires = time.time() + 4
             with host_site(base, f'data-token="{signed(4)}" data-token-url="/token"', tokens=tokens) as site:
                 page, frame, errors = open_widget(browser, site, sockets=sockets, init_script=SOCKETS_KEPT)
                 expect(frame.locator("[data-input]")).to_be_focused()
                 say(frame, "Hi")
                 expect(frame.locator(".msg--assistant:not(.msg--streaming)")).to_contain_text(
                     "Hello Alice.", timeout=SERVER_WORK)
-                page.wait_for_timeout(5000)  # the first token has expired by now
+                page.wait_for_timeout(past(first_expires))  # the first token has expired by now
                 assert tokens == []  # asked for (once) before it ran out
                 frame.locator("body").evaluate("() => window.__sockets.forEach(s => s.close())")  # the line drops
                 # The status reads "live" until the page notices the close: wait for its new socket first.
@@ -312,13 +320,14 @@ def test_a_message_refused_for_an_expired_token_goes_again_once_the_shop_signs_a
     with sync_playwright() as pw:
         browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
         try:
+            first_expires = time.time() + 6
             with host_site(base, f'data-token="{signed(6)}" data-token-url="/token"', tokens=tokens) as site:
                 page, frame, errors = open_widget(browser, site)
                 expect(frame.locator("[data-input]")).to_be_focused()
                 say(frame, "Hi")
                 expect(frame.locator(".msg--assistant:not(.msg--streaming)")).to_contain_text(
                     "Hello Alice.", timeout=SERVER_WORK)
-                page.wait_for_timeout(7000)  # expired; the first ask (at half its life) got an error
+                page.wait_for_timeout(past(first_expires))  # expired; the first ask (at half its life) got an error
                 assert len(tokens) == 1  # the error was the answer to the first ask
                 say(frame, "Order 1234, please")
                 expect(frame.locator(".msg--assistant:not(.msg--streaming)", has_text="Got it.")).to_be_visible(
