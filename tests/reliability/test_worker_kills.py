@@ -100,8 +100,8 @@ def test_a_worker_child_killed_mid_turn_answers_once_and_the_page_never_mixes_tw
     def model(body):
         tries.append(time.monotonic())
         if len(tries) == 1:
-            return reply(DOOMED, chunk_size=4, chunk_delay=1.0)  # slow: killed partway
-        return reply(ANSWER, chunk_size=4, chunk_delay=0.2)
+            return reply(DOOMED, chunk_size=4, chunk_delay=0.5)  # slow (8 s): killed 1.5 s in
+        return reply(ANSWER, chunk_size=4, chunk_delay=0.1)
 
     model_server.default = model
     port = free_port()
