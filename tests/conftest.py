@@ -101,6 +101,46 @@ def _flush_deletes_on_postgresql():
         yield
 
 
+KEPT_BY_FLUSH = frozenset({"django_content_type", "auth_permission"})
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _flush_keeps_content_types_and_permissions():
+    """The flush after a test that commits leaves Django's content types and permissions
+    as the migrations made them. Emptied, they were made again after every such test by
+    the post_migrate signal the flush sends (one INSERT per model and permission, 0.1 to
+    0.2 s a test); kept, Django's two receivers of it, which make them, would only read
+    them all back (0.05 s), so the signal goes to its other receivers only. No test writes
+    either table."""
+    from django.contrib.auth.management import create_permissions
+    from django.contrib.contenttypes.management import create_contenttypes
+    from django.core.management.commands import flush
+    from django.db.models.signals import post_migrate
+
+    def sql_flush(style, connection, reset_sequences=True, allow_cascade=False):
+        tables = [table for table in connection.introspection.django_table_names(only_existing=True,
+                                                                                 include_views=False)
+                  if table not in KEPT_BY_FLUSH]
+        return connection.ops.sql_flush(style, tables, reset_sequences=reset_sequences, allow_cascade=allow_cascade)
+
+    emit = flush.emit_post_migrate_signal
+    permissions_uid = "django.contrib.auth.management.create_permissions"
+
+    def emit_post_migrate_signal(verbosity, interactive, db, **kwargs):
+        post_migrate.disconnect(create_permissions, dispatch_uid=permissions_uid)
+        post_migrate.disconnect(create_contenttypes)
+        try:
+            emit(verbosity, interactive, db, **kwargs)
+        finally:
+            post_migrate.connect(create_contenttypes)
+            post_migrate.connect(create_permissions, dispatch_uid=permissions_uid)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(flush, "sql_flush", sql_flush)
+        patch.setattr(flush, "emit_post_migrate_signal", emit_post_migrate_signal)
+        yield
+
+
 @pytest.fixture(autouse=True)
 def _fresh_row_caches():
     """Rows cached by an earlier test's process state are not this test's rows."""
