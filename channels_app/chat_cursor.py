@@ -66,10 +66,32 @@ class ChatCursor:
             frame = {k: v for k, v in event.items() if k not in _ROUTING}
             reply_to = frame.get("reply_to")
             if reply_to and not frame.get("hidden") and frame.get("role") in ("assistant", "system"):
-                frame["streamed"] = bool(self.texts.pop(reply_to, ""))
+                held = self.texts.pop(reply_to, "")
+                frame["streamed"] = bool(held)
+                if held and self.deltas:
+                    frames.extend(self._stream_close(frame, held))
                 self._finish(reply_to)
             frames.append(frame)
         return frames
+
+    def _stream_close(self, frame: dict[str, Any], held: str) -> list[dict[str, Any]]:
+        """For a client that cannot replace what it has shown: what makes its streamed text
+        the stored reply's. The row can come from the database before the last of the live
+        events (a catch-up read while they are on their way), which are then dropped as
+        late: the chunks still missing come first, and text that was not the reply (a
+        thinking model's reasoning, its restart not yet arrived) is taken back, the row
+        then shown whole (`streamed` false). A notice of ours after part of a reply is
+        shown whole after it."""
+        reply_to, content = frame["reply_to"], str(frame.get("content") or "")
+        if content.startswith(held):
+            rest = content[len(held):]
+            return [{"type": "message.chunk", "reply_to": reply_to, "delta": rest, "offset": len(held)}] if rest else []
+        if held.startswith(content.rstrip()):
+            return []  # what was shown is the reply (a stopped reply's stored text ends sooner)
+        frame["streamed"] = False
+        if frame["role"] == "assistant":
+            return [{"type": "message.stream", "reply_to": reply_to, "text": ""}]
+        return []
 
     def stream(self, snapshot: dict[str, Any] | None, *, reply_to: int | None = None) -> list[dict[str, Any]]:
         """The frame for a reply's text so far (`snapshot`: {"reply_to", "text"}), if it is

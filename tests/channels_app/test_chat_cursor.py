@@ -169,3 +169,42 @@ def test_a_reply_that_started_afresh_while_its_restart_was_lost_is_shown_afresh(
         {"type": "message.chunk", "reply_to": 3, "delta": " How", "offset": 12}]
     assert cursor.stream({"reply_to": 3, "text": "Hello Priya! How"}) == (
         [] if deltas else [{"type": "message.stream", "reply_to": 3, "text": "Hello Priya! How"}])
+
+
+def reply_row(seq: int, reply_to: int, content: str, role: str = "assistant") -> dict:
+    return {**msg(seq, role, reply_to=reply_to), "content": content}
+
+
+def test_a_terminal_shown_reasoning_whose_restart_is_still_on_its_way_has_it_taken_back_by_the_stored_reply():
+    """A catch-up read the stored reply before the live restart and answer chunks came
+    (which are then late, and dropped): the terminal had printed only the reasoning."""
+    cursor = cursor_at(4, deltas=True)
+    cursor.live(chunk(4, "The user greets me.", 0))
+    frames = cursor.rows([reply_row(5, 4, "Hello Priya!")])
+    assert [(f["type"], f.get("text"), f.get("streamed")) for f in frames] == [
+        ("message.stream", "", None), ("message.new", None, False)]
+    assert cursor.live({"type": "message.restart", "session_id": S, "reply_to": 4}).frames == []  # late: dropped
+
+
+def test_a_terminal_given_the_stored_reply_before_its_last_chunks_is_sent_them_first():
+    cursor = cursor_at(4, deltas=True)
+    cursor.live(chunk(4, "Hello", 0))
+    frames = cursor.rows([reply_row(5, 4, "Hello Priya!")])
+    assert [(f["type"], f.get("delta"), f.get("offset"), f.get("streamed")) for f in frames] == [
+        ("message.chunk", " Priya!", 5, None), ("message.new", None, None, True)]
+    assert cursor.live(chunk(4, " Priya!", 5)).frames == []
+
+
+def test_a_terminal_shown_a_whole_reply_or_more_of_a_stopped_one_shows_the_row_as_streamed():
+    for shown, stored in (("Hello Priya!", "Hello Priya!"), ("Hello Pri", "Hello")):
+        cursor = cursor_at(4, deltas=True)
+        cursor.live(chunk(4, shown, 0))
+        assert [(f["type"], f.get("streamed")) for f in cursor.rows([reply_row(5, 4, stored)])] == [
+            ("message.new", True)]
+
+
+def test_a_notice_of_ours_after_part_of_a_reply_is_shown_whole_on_a_terminal():
+    cursor = cursor_at(4, deltas=True)
+    cursor.live(chunk(4, "Hello", 0))
+    frames = cursor.rows([reply_row(5, 4, "The model stopped answering.", role="system")])
+    assert [(f["type"], f.get("streamed")) for f in frames] == [("message.new", False)]
