@@ -1,0 +1,104 @@
+"""Planning a long reply's parts: one paragraph of 20,000 characters against the same text
+in short paragraphs.
+
+Usage: ``python bench/reply_parts.py [--quick]`` (normally through ``bench/run.py``).
+
+A paragraph longer than a part is cut inside its text (channels_app.formatting.seams:
+each cut checks that both sides read as the text did); short paragraphs are packed whole
+into parts and seldom cut. Both texts are the same sentences — words, **bold**, *italic*,
+`code` and links — one joined by spaces, the other by a blank line every few sentences,
+so what differs is only where the cuts fall. Timed per platform (Telegram, Slack,
+WhatsApp, Discord, SMS with their limits and the way each counts), p50 over CALLS calls
+after a warm-up, the two texts alternated so drift hits both alike; no database.
+
+Goal (reported, not asserted): the single paragraph plans within 2x of the short
+paragraphs on every platform, so a reply's planning cost grows with its length, not
+with the square of it.
+
+Progress goes to stderr; the last stdout line is the JSON result of bench/run.py's protocol.
+"""
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import os
+import random
+import statistics
+import time
+
+from _common import django_setup, log, met
+
+PLATFORMS = ("telegram", "slack", "whatsapp", "discord", "sms")
+LENGTH = 20_000
+SENTENCES_PER_PARAGRAPH = 3
+GOAL = 2.0
+_WORDS = ("the", "plan", "runs", "nightly", "and", "checks", "every", "backup", "before", "noon", "so", "nothing",
+          "is", "lost", "when", "a", "disk", "fails", "we", "keep", "three", "copies", "of", "it")
+_SPANS = ("**{}**", "*{}*", "`{}`", "[{}](https://docs.example.com/guide/backups?x=1&y=2)", "~~{}~~")
+
+
+def sentences(length: int) -> list[str]:
+    """Sentences of prose with formatted spans, about `length` characters in all."""
+    rng = random.Random(7)
+    out: list[str] = []
+    total = 0
+    while total < length:
+        words = [rng.choice(_WORDS) for _ in range(rng.randint(8, 20))]
+        for _ in range(rng.randint(0, 2)):
+            at = rng.randrange(len(words) - 2)
+            words[at:at + 2] = [rng.choice(_SPANS).format(" ".join(words[at:at + 2]))]
+        sentence = " ".join(words).capitalize() + "."
+        out.append(sentence)
+        total += len(sentence) + 1
+    return out
+
+
+def texts(length: int) -> dict[str, str]:
+    said = sentences(length)
+    paragraphs = [" ".join(said[i:i + SENTENCES_PER_PARAGRAPH]) for i in range(0, len(said), SENTENCES_PER_PARAGRAPH)]
+    return {"one_paragraph": " ".join(said), "short_paragraphs": "\n\n".join(paragraphs)}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="fewer calls, for a smoke run")
+    args = parser.parse_args()
+    os.environ.setdefault("DJANGO_SECRET_KEY", "bench-not-a-secret")
+    os.environ.pop("DATABASE_URL", None)  # no database is used: the settings' default suffices
+    django_setup()
+    from channels_app.adapters import adapter_for
+    from channels_app.formatting import reply_parts
+
+    calls = 3 if args.quick else 9
+    bodies = texts(LENGTH)
+    rows, notes = [], []
+    for kind in PLATFORMS:
+        adapter = adapter_for(kind)
+        ms: dict[str, list[float]] = {name: [] for name in bodies}
+        parts: dict[str, int] = {}
+        for round_ in range(calls + 1):
+            for name in sorted(bodies, reverse=round_ % 2 == 1):
+                gc.collect()
+                started = time.perf_counter()
+                planned = reply_parts(bodies[name], style=adapter.style, limit=adapter.limit, size=adapter.length,
+                                      markdown=True)
+                if round_:  # the first round warms up
+                    ms[name].append((time.perf_counter() - started) * 1000)
+                parts[name] = len(planned)
+        one, short = statistics.median(ms["one_paragraph"]), statistics.median(ms["short_paragraphs"])
+        row = {"platform": kind, "chars": len(bodies["one_paragraph"]), "parts": parts["one_paragraph"],
+               "one_paragraph_ms": round(one, 1), "short_paragraphs_ms": round(short, 1),
+               "ratio": round(one / short, 2), "goal": met(one / short <= GOAL)}
+        log(json.dumps(row))
+        rows.append(row)
+    notes.append(f"goal: one paragraph of {LENGTH:,} characters plans within {GOAL}x of the same text in short "
+                 f"paragraphs (p50 of {calls} calls, alternated)")
+    for note in notes:
+        log(note)
+    print(json.dumps({"bench": "reply_parts", "rows": rows, "notes": notes}))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
