@@ -23,6 +23,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 from celery.schedules import crontab
 
 from qorven.runtime.zone_names import zone_choosable
+from tenancy.zero_width import zero_width_dropped
 
 ALIASES = {
     "@hourly": "0 * * * *",
@@ -68,6 +69,8 @@ class Cron:
 def cron_parse(expression: str) -> Cron:
     """Validate `expression` and return it normalised; raises CronError with a reason a
     person (or a model) can act on."""
+    if isinstance(expression, str):  # copied from our formatting, it may carry zero-width spaces
+        expression = zero_width_dropped(expression)
     if not isinstance(expression, str) or not expression.strip():
         raise CronError("the cron expression is empty; use five fields like '0 8 * * 1-5'")
     text = " ".join(expression.split())

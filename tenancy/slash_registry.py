@@ -14,6 +14,8 @@ from dataclasses import dataclass
 
 from typing import TYPE_CHECKING
 
+from .zero_width import zero_width_dropped
+
 if TYPE_CHECKING:  # the store sits above tenancy: a type, never an import
     from sessions_app.models import Session
 
@@ -63,8 +65,9 @@ class SlashRegistry:
         return sorted({c.name: c for c in self._by_name.values()}.values(), key=lambda c: c.name)
 
     def parse(self, content: str) -> tuple[Command, str] | None:
-        """The command a message invokes, with its argument text, or None for a normal message."""
-        text = content.strip()
+        """The command a message invokes, with its argument text, or None for a normal message.
+        Zero-width spaces copied from our formatting are not read (tenancy.zero_width)."""
+        text = zero_width_dropped(content).strip()
         if not text.startswith("/") or len(text) < 2:
             return None
         head, _, args = text[1:].partition(" ")

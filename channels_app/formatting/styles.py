@@ -9,6 +9,8 @@ from typing import Any
 
 from markdown_it.token import Token
 
+from tenancy.zero_width import ZERO_WIDTH_SPACE
+
 from .links import linkable
 from .render import Style, wrapped_per_line
 
@@ -113,7 +115,7 @@ TELEGRAM_HTML = TelegramHtml()
 # at such an edge gets a zero-width space on that side, which joins it to what is beside it
 # as a letter would; one inside a word (my_file_name) or between spaces (2 * 3) is left as
 # it is, and so are addresses, which a person may copy or tap.
-_ZERO_WIDTH = "\u200b"
+_ZERO_WIDTH = ZERO_WIDTH_SPACE  # which commands and cron expressions we read leave out
 _MARKERS = frozenset("*_~`")
 _ADDRESS = re.compile(r"\b(?:https?|mailto|ftp):\S+", re.IGNORECASE)
 
