@@ -121,18 +121,21 @@ def _fit(text: str, room: int, size: Size) -> int:
     than a part (a letter under thousands of marks) is still cut and sent, not looped on."""
     if size(text) <= room:
         return len(text)
-    end = used = 0
+    # The longest prefix in code points that fits (a size adds up over the text, so it
+    # grows with the prefix), found by halving; then the last grapheme's end within it.
+    fits, over = 0, len(text)
+    while over - fits > 1:
+        middle = (fits + over) // 2
+        if size(text[:middle]) <= room:
+            fits = middle
+        else:
+            over = middle
+    end = 0
     for match in _GRAPHEME.finditer(text):
-        cost = size(match.group())
-        if used + cost > room:
+        if match.end() > fits:
             break
-        used += cost
         end = match.end()
-    if end == 0:  # not even one grapheme fits: cut it between code points
-        while end < len(text) and used + size(text[end]) <= room:
-            used += size(text[end])
-            end += 1
-    return max(end, 1)
+    return max(end or fits, 1)  # not even one grapheme fits: cut it between code points
 
 
 def _pieces(text: str, room: int, size: Size) -> list[str]:

@@ -30,16 +30,22 @@ def reply_parts(text: str, *, style: Style, limit: int, size: Size, markdown: bo
     """`text` in parts of at most `limit` (as `size` counts what `style` shows), written in
     `style`: the model's Markdown (`markdown`) converted, else text of ours kept as it reads."""
     env: dict[str, Any] = {}
-    write: Callable[[str], str] = style.plain
+    convert: Callable[[str], str] = style.plain
     chunks = [text]
+    written: dict[str, str] = {}  # what was written of a text, written again as it is (measured, then cut)
     if markdown:
         text = text.replace("\r\n", "\n").replace("\r", "\n")
         tokens = parser().parse(text, env)  # env: the reply's link references, for every part
-        whole = style.parsed(text, tokens)
+        whole = written[text] = style.parsed(text, tokens)
         if size(style.visible(whole)) <= limit and style.visible(whole).strip():
             return [whole]  # most replies: one part, parsed once
-        write = partial(style.markdown, env=env)
+        convert = partial(style.markdown, env=env)
         chunks = _chunks(text, sorted({t.map[0] for t in tokens if t.level == 0 and t.nesting >= 0 and t.map}))
+
+    def write(source: str) -> str:
+        if source not in written:
+            written[source] = convert(source)
+        return written[source]
 
     def measure(written: str) -> int:
         return size(style.visible(written))

@@ -5,8 +5,9 @@ A cut falls after a line break or a space, preferably outside every formatted sp
 inside `**…**`, `*…*`, `~~…~~`, `` `…` `` or a link's label closes them at the end of the
 piece and opens them again at the start of the next (`[label](url)` ending the piece with
 its address, the next beginning with `[`); a heading's cut opens the next piece with the
-heading's marker, a quote's with the quote's. Such a cut is taken only once both sides,
-read again, show what the text did. Nothing is cut inside a link's address, an image or an
+heading's marker, a quote's with the quote's. Such a cut is taken only once both sides, read again, show what
+the text did (channels_app.formatting.reading: read in segments, so a long paragraph is
+not read again whole at every cut). Nothing is cut inside a link's address, an image or an
 autolink, nor where the next piece would begin with what Markdown reads as a block (a `- `
 that was a dash in a sentence). An ordered list split over pieces goes on with its numbers:
 the first of its items in a piece is written with the number it had (CommonMark numbers a
@@ -19,7 +20,7 @@ that make spans are wrapped to note the offsets they consumed.
 from __future__ import annotations
 
 import re
-from bisect import bisect_right
+from bisect import bisect_left, bisect_right
 from collections.abc import Callable
 from functools import cache
 from typing import Any, NamedTuple
@@ -29,7 +30,9 @@ from markdown_it.rules_inline import StateInline
 from markdown_it.token import Token
 
 from ..split import Seam
-from .render import parser
+from .reading import Reading, Segments, read
+from .regions import Region as _Region
+from .regions import Regions
 
 # What the start of a line reads as a block, were a cut to put it there.
 _BLOCK_START = re.compile(r"[ \t]{0,3}(?:#{1,6}(?:[ \t]|$)|>|[-+*](?:[ \t]|$)|\d{1,9}[.)](?:[ \t]|$)|`{3}|~{3}|=+[ \t]*$"
@@ -41,13 +44,6 @@ _LINE_ALONE = re.compile(r"[ \t]{0,3}(?:(?:`{3,}|~{3,}).*|(?:[-*_][ \t]*){3,}|=+
 _RUNS = "*_~`"
 _ENTITY = re.compile(r"&(?:#[0-9]{1,7}|#[xX][0-9a-fA-F]{1,6}|[A-Za-z][A-Za-z0-9]{1,31});")
 CLEAN_LINE, CLEAN_SPACE, MENDED_LINE, MENDED_SPACE = range(4)
-
-
-class _Region(NamedTuple):
-    low: int  # a cut strictly between low and high is inside
-    high: int
-    closing: str | None  # None: never cut inside
-    opening: str
 
 
 class _Segment(NamedTuple):
@@ -78,8 +74,15 @@ class MarkdownSeams:
         self.code_lines: list[tuple[int, int]] = []  # indented code blocks' lines
         self._cursor: dict[int, int] = {}
         self.env = dict(env or {})
-        self._read: dict[str, list[tuple[str, frozenset[str]]]] = {}
+        self._read: dict[str, tuple[Reading, bool]] = {}
+        self._readings: dict[str, Segments] = {}
         self._blocks(_located().parse(text, dict(self.env)))
+        self.index = Regions(text, self.regions)
+        # The inline texts by where they begin, with where each of their lines ends (an
+        # empty one holds no offset).
+        self._placed = sorted((inline for inline in self.inlines if inline.content), key=lambda i: i.segments[0].source)
+        self._firsts = [inline.segments[0].source for inline in self._placed]
+        self._ends = [[s.source + s.length for s in inline.segments] for inline in self._placed]
 
     # --- reading the parse ---
     def _blocks(self, tokens: list[Token]) -> None:
@@ -212,7 +215,7 @@ class MarkdownSeams:
             return best[1]
         # No space to cut at: a hard cut, never inside what is not to be cut (a link's
         # address): before it, or when the piece begins with it, after it.
-        whole = [r for r in self.regions if r.closing is None and r.low < hard < r.high]
+        whole = [r for _, r in self.index.around(hard) if r.closing is None]
         if not whole:  # nor inside an entity or after a backslash, nor where the next piece begins as a block
             for entity in _ENTITY.finditer(self.text, max(start, hard - 40), min(len(self.text), hard + 40)):
                 if entity.start() < hard < entity.end() and entity.start() > start:
@@ -225,7 +228,7 @@ class MarkdownSeams:
                     return back
             return hard
         low, high = min(r.low for r in whole), max(r.high for r in whole)
-        while around := [r for r in self.regions if r.opening == "[" and r.low < low < r.high]:  # the link, not its label
+        while around := [r for _, r in self.index.around(low) if r.opening == "["]:  # the link, not its label
             low = min(r.low for r in around)
         if low > start and (self.text[low - 1] == "\n" or self._place(low) is not None):
             return low
@@ -234,13 +237,11 @@ class MarkdownSeams:
     def _inside(self, at: int) -> list[_Region] | None:
         """The regions a cut at `at` is inside, outermost first; None where it may not be."""
         inside = []
-        for region in self.regions:
-            if region.low < at < region.high:
-                if region.closing is None or not self.text[region.low:at].strip() or \
-                        not self.text[at:region.high].strip():
-                    return None
-                inside.append(region)
-        return sorted(inside, key=lambda r: (r.low, -r.high))
+        for rank, region in self.index.around(at):
+            if region.closing is None or self.index.blank_side(rank, at):
+                return None
+            inside.append(region)
+        return inside
 
     def _rank(self, at: int) -> int | None:
         inside = self._inside(at)
@@ -250,14 +251,16 @@ class MarkdownSeams:
         line = self.text[at - 1] == "\n"
         if place is None and not line:
             return None  # after a list's marker, a heading's, between a table's cells
-        if not line and _LINE_ALONE.fullmatch(self.text[self.starts[bisect_right(self.starts, at) - 1]:at].rstrip()):
+        if not line and _LINE_ALONE.fullmatch(self.text, self.starts[bisect_right(self.starts, at) - 1],
+                                              self._ink_before(at)):
             return None  # the line's start, alone, would read as a fence or a rule
         if place is not None and not inside and _BLOCK_START.match(place[0].content, place[1]):
             return None
         if inside:
             closes = any(r.closing for r in inside)
             opens = any(r.opening and not r.opening.endswith(" ") for r in inside)
-            if closes and self.text[:at].rstrip()[-1:] in _RUNS or opens and self.text[at] in _RUNS:
+            ink = self._ink_before(at)
+            if closes and self.text[max(0, ink - 1):ink] in _RUNS or opens and self.text[at] in _RUNS:
                 return None  # a marker written beside another would make one run of both, read otherwise
             return MENDED_LINE if line else MENDED_SPACE
         if line and place is None and re.match(r" {4}", self.text[at:at + 4]) and not self._indented_code(at):
@@ -275,10 +278,13 @@ class MarkdownSeams:
         spans = [r for r in inside if not r.opening.endswith(" ")]
         if not spans:
             return True
-        before = inline.content[:offset].rstrip()
-        before += _closed(before, "".join(r.closing or "" for r in reversed(spans)))
-        after = "".join(r.opening for r in spans) + inline.content[offset:].lstrip()
-        return self._reads(before) + self._reads(after) == self._reads(inline.content)
+        closing, opening = "".join(r.closing or "" for r in reversed(spans)), "".join(r.opening for r in spans)
+
+        def closed(before: str) -> str:
+            before = before.rstrip()
+            return before + _closed(before, closing)
+
+        return self._reading(inline).reads_as_whole(offset, closed, lambda after: opening + after.lstrip())
 
     def _cuts_well(self, at: int) -> bool:
         """Whether the text on each side of a cut at `at` (in no span) reads as it did
@@ -288,24 +294,25 @@ class MarkdownSeams:
         if place is None or self._inside(at):
             return place is None and not self._inside(at)
         inline, offset = place
-        return self._reads(inline.content[:offset]) + self._reads(inline.content[offset:]) == \
-            self._reads(inline.content)
+        return self._reading(inline).reads_as_whole(offset, str, str)
 
-    def _reads(self, inline: str) -> list[tuple[str, frozenset[str]]]:
-        """What an inline text shows: each character (white space left out) with its formatting."""
+    def _reading(self, inline: _Inline) -> Segments:
+        """`inline`'s text, read in segments once for every check of a cut in it."""
+        if inline.content not in self._readings:
+            self._readings[inline.content] = Segments(inline.content, self._reads)
+        return self._readings[inline.content]
+
+    def _reads(self, inline: str) -> tuple[Reading, bool]:
+        """What an inline text shows, and whether it is closed (channels_app.formatting.reading)."""
         if inline not in self._read:
-            shown: list[tuple[str, frozenset[str]]] = []
-            stack: list[str] = []
-            for token in parser().parseInline(inline, dict(self.env))[0].children or []:
-                if token.nesting == 1:
-                    stack.append(f"{token.type} {token.attrs.get('href', '')}")
-                elif token.nesting == -1 and stack:
-                    stack.pop()
-                elif token.type in ("text", "code_inline", "image"):
-                    kind = frozenset([*stack, token.type])
-                    shown.extend((char, kind) for char in token.content if not char.isspace())
-            self._read[inline] = shown
+            self._read[inline] = read(inline, self.env)
         return self._read[inline]
+
+    def _ink_before(self, at: int) -> int:
+        """Where the text before `at` ends, its white space left out."""
+        while at > 0 and self.text[at - 1].isspace():
+            at -= 1
+        return at
 
     def _indented_code(self, at: int) -> bool:
         line = bisect_right(self.starts, at) - 1
@@ -313,15 +320,14 @@ class MarkdownSeams:
 
     def _place(self, at: int) -> tuple[_Inline, int] | None:
         """The inline text a cut at `at` is in, and where in it the next piece begins."""
-        for inline in self.inlines:
-            first, last = inline.segments[0], inline.segments[-1]
-            if not first.source < at <= last.source + last.length:
-                continue
-            for previous, segment in zip([None, *inline.segments], inline.segments, strict=False):
-                if at <= segment.source + segment.length and (previous is None or
-                                                             at > previous.source + previous.length):
-                    return inline, segment.inline + max(0, at - segment.source)
-        return None
+        found = bisect_left(self._firsts, at) - 1  # the last inline begun before `at`
+        if found < 0:
+            return None
+        inline, ends = self._placed[found], self._ends[found]
+        if at > ends[-1]:
+            return None
+        segment = inline.segments[bisect_left(ends, at)]  # the first line of it ending at or after `at`
+        return inline, segment.inline + max(0, at - segment.source)
 
     def mend(self, at: int) -> Seam:
         inside = self._inside(at) or []

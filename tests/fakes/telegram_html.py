@@ -49,22 +49,22 @@ def visible_text(markup: str) -> str:
             out.append(char)
             i += 1
             continue
-        at = _offset(markup, i)
         end = markup.find(">", i)
         if markup.startswith("</", i):
             if end < 0 or not stack:
-                raise Refused(f"Unexpected end tag at byte offset {at}")
+                raise Refused(f"Unexpected end tag at byte offset {_offset(markup, i)}")
             name = markup[i + 2:end].strip().lower()
             opened = stack.pop()
             if name and name != opened:
-                raise Refused(f'Unmatched end tag at byte offset {at}, expected "</{opened}>", found "</{name}>"')
+                raise Refused(f'Unmatched end tag at byte offset {_offset(markup, i)}, expected "</{opened}>", '
+                              f'found "</{name}>"')
             i = end + 1
             continue
         name = _NAME.match(markup, i + 1).group().lower()  # type: ignore[union-attr]
         if name not in TAGS:
-            raise Refused(f'Unsupported start tag "{name}" at byte offset {at}')
+            raise Refused(f'Unsupported start tag "{name}" at byte offset {_offset(markup, i)}')
         if end < 0:
-            raise Refused(f"Unclosed start tag at byte offset {at}")
+            raise Refused(f"Unclosed start tag at byte offset {_offset(markup, i)}")
         stack.append(name)
         i = end + 1
     if stack:
@@ -101,7 +101,8 @@ def formatted_chars(markup: str) -> list[tuple[str, frozenset[str]]]:
     at = 0
     for tag in [*_TAG.finditer(markup), None]:
         text = markup[at:tag.start() if tag else len(markup)]
-        out.extend((char, frozenset(stack)) for char in visible_text(text))
+        form = frozenset(stack)
+        out.extend((char, form) for char in visible_text(text))
         if tag is None:
             break
         closing, name, attrs = tag.groups()
