@@ -5,7 +5,9 @@ A cut falls after a line break or a space, preferably outside every formatted sp
 inside `**…**`, `*…*`, `~~…~~`, `` `…` `` or a link's label closes them at the end of the
 piece and opens them again at the start of the next (`[label](url)` ending the piece with
 its address, the next beginning with `[`); a heading's cut opens the next piece with the
-heading's marker, a quote's with the quote's. Such a cut is taken only once both sides, read again, show what
+heading's marker, a quote's with the quote's, a list item's with the item's marker and
+"…" (`3. …`, `- …`: the same item, continued), and a table's rows with the table's header
+and rule written again. Such a cut is taken only once both sides, read again, show what
 the text did (channels_app.formatting.reading: read in segments, so a long paragraph is
 not read again whole at every cut). Nothing is cut inside a link's address, an image or an
 autolink, nor where the next piece would begin with what Markdown reads as a block (a `- `
@@ -58,6 +60,7 @@ class _Inline(NamedTuple):
     content: str
     segments: list[_Segment]
     quotes: int  # the blockquotes it is in
+    item: str  # the marker of the list item it is the text of ("-", "3."), or ""
 
 
 class MarkdownSeams:
@@ -72,6 +75,8 @@ class MarkdownSeams:
         self.numbers: list[tuple[int, int, str, int]] = []  # (marker offset, item's line, written, number)
         self.firsts: dict[int, int] = {}  # marker offset -> offset of the item before it in its list
         self.code_lines: list[tuple[int, int]] = []  # indented code blocks' lines
+        self.tables: list[tuple[int, int, str]] = []  # (where its rows begin, where they end, its header and rule)
+        self._room = len(text)  # how long the piece being cut may be
         self._cursor: dict[int, int] = {}
         self.env = dict(env or {})
         self._read: dict[str, tuple[Reading, bool]] = {}
@@ -88,12 +93,17 @@ class MarkdownSeams:
     def _blocks(self, tokens: list[Token]) -> None:
         lists: list[tuple[Token, list[Token]]] = []
         quotes = 0
+        within: list[str] = []  # the quotes ("") and list items (their markers) we are in, innermost last
         for i, token in enumerate(tokens):
+            if token.type in ("blockquote_open", "list_item_open"):
+                within.append("" if token.type == "blockquote_open" else self._item_marker(token, lists))
+            elif token.type in ("blockquote_close", "list_item_close") and within:
+                within.pop()
             if token.type in ("blockquote_open", "blockquote_close"):
                 quotes += token.nesting
             elif token.type == "inline" and token.map:
                 heading = tokens[i - 1] if i and tokens[i - 1].type == "heading_open" else None
-                self._inline(token, heading, quotes)
+                self._inline(token, heading, quotes, within[-1] if within and heading is None else "")
             elif token.type in ("ordered_list_open", "bullet_list_open"):
                 lists.append((token, []))
             elif token.type in ("ordered_list_close", "bullet_list_close"):
@@ -108,15 +118,28 @@ class MarkdownSeams:
                 self.regions.append(_Region(self.starts[token.map[0]], self._line_end(token.map[1] - 1), None, ""))
             elif token.type == "table_open" and token.map:  # never between a table's header and its rule
                 self.regions.append(_Region(self.starts[token.map[0]], self._line_end(token.map[0] + 1), None, ""))
+                if token.level == 0 and token.map[0] + 2 < len(self.starts):  # a piece of its rows: the header again
+                    body = self.starts[token.map[0] + 2]
+                    self.tables.append((body, self._line_end(token.map[1] - 1), self.text[self.starts[token.map[0]]:body]))
 
     def _line_end(self, line: int) -> int:
         return self.starts[line + 1] - 1 if line + 1 < len(self.starts) else len(self.text)
 
-    def _inline(self, token: Token, heading: Token | None, quotes: int) -> None:
+    @staticmethod
+    def _item_marker(item: Token, lists: list[tuple[Token, list[Token]]]) -> str:
+        """How a list item is marked: its bullet, or its number in its list."""
+        if not lists:
+            return ""
+        opened, items = lists[-1]
+        if opened.type == "bullet_list_open":
+            return item.markup
+        return f"{int(str(opened.attrs.get('start', 1))) + len(items)}{item.markup}"
+
+    def _inline(self, token: Token, heading: Token | None, quotes: int, item: str) -> None:
         segments = self._segments(token)
         if segments is None:  # not found as written (a tab the parser expanded): cut as prose
             return
-        inline = _Inline(token.content, segments, quotes)
+        inline = _Inline(token.content, segments, quotes, item)
         self.inlines.append(inline)
         at = partial_source(segments)
         if heading is not None and heading.markup.startswith("#"):
@@ -197,6 +220,7 @@ class MarkdownSeams:
         # In the piece's second half the best kind of cut, the latest of its kind; else the
         # latest there is (a piece cut short to stay clean is a part sent near empty).
         middle = start + (hard - start) // 2
+        self._room = hard - start
         best = None
         for at in range(min(hard, len(self.text) - 1), start, -1):
             before = self.text[at - 1]
@@ -337,10 +361,17 @@ class MarkdownSeams:
             inline, offset = place
             resume = at if self.text[at - 1] == " " else _source(inline.segments, offset)
             quoted = "> " * inline.quotes
+            if inline.item:  # a list item's text goes on as that item, marked as continued
+                quoted += f"{inline.item} …"
         elif self.text[at - 1] == "\n" and re.match(r" {4}", self.text[at:at + 4]) and not self._indented_code(at):
             resume = at + len(self.text[at:]) - len(self.text[at:].lstrip(" "))
         closing = "".join(r.closing or "" for r in reversed(inside))
-        return Seam(_closed(self.text[:at].rstrip(), closing), quoted + "".join(r.opening for r in inside), resume)
+        # A table's rows go on under its header, written again (when it takes at most half a piece).
+        header = next((header for low, high, header in self.tables if low < at <= high), "")
+        if 2 * len(header) > self._room:
+            header = ""
+        return Seam(_closed(self.text[:at].rstrip(), closing), header + quoted + "".join(r.opening for r in inside),
+                    resume)
 
     def take(self, start: int, end: int, since: int) -> str:
         """The text, the first of an ordered list's items in the piece written with its number."""

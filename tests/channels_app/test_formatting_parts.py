@@ -4,6 +4,8 @@ Telegram every part parses on its own, and a reply cut over parts reads as it wo
 the same text in the same formatting, a list numbered on."""
 from __future__ import annotations
 
+import re
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -84,10 +86,25 @@ def _telegram(text: str, limit: int) -> list[str]:
     return reply_parts(text, style=tg.style, limit=limit, size=tg.length, markdown=True)
 
 
+# What begins a part that goes on with a list item's text: the item's marker, then "…".
+CONTINUED = re.compile(r"(?:[\s>]*)(?:[•*+-]|\d{1,9}[.)])\s*…")
+
+
+def _continued(shown: str) -> int:
+    """How many characters (white space left out) a part showing `shown` begins with that
+    mark it as a list item's text continued."""
+    mark = CONTINUED.match(shown)
+    return len("".join(mark.group().split())) if mark else 0
+
+
 def _read(parts: list[str]) -> list[tuple[str, frozenset[str]]]:
     """What the parts show, one after another, each character with its formatting; the
-    white space at the cuts left out."""
-    return [(char, form) for part in parts for char, form in formatted_chars(part) if not char.isspace()]
+    white space at the cuts, and the marks of a list item continued, left out."""
+    read = []
+    for part in parts:
+        chars = [(char, form) for char, form in formatted_chars(part) if not char.isspace()]
+        read += chars[_continued(visible_text(part)) if read else 0:]
+    return read
 
 
 def _whole(text: str) -> list[tuple[str, frozenset[str]]]:
@@ -178,8 +195,8 @@ def test_a_reply_cut_over_discord_parts_is_markdown_that_reads_as_the_whole_did(
     assert _read([TELEGRAM_HTML.markdown(part) for part in parts]) == _whole(text)
 
 
-# A table cut over parts is left out (the rows after the cut are no table without its
-# header), and so is a word longer than a part: its pieces are cut where no space is.
+# A table cut over parts is left out (each later part shows its header again: see the
+# table tests below), and so is a word longer than a part: its pieces are cut where no space is.
 untabled = st.lists(st.sampled_from([p for p in _PIECES if "|" not in p]), max_size=120).map(" ".join)
 
 
@@ -192,7 +209,8 @@ def test_whatever_the_model_wrote_its_telegram_parts_show_the_text_it_shows_whol
     def read(markup: str) -> str:  # a quote in a quote shows "> " on each of its lines: a cut adds one
         return "".join(visible_text(markup).replace(">", "").split())
 
-    assert "".join(read(part) for part in parts) == read(whole)
+    shown = [read(part)[_continued(visible_text(part).replace(">", "")) if n else 0:] for n, part in enumerate(parts)]
+    assert "".join(shown) == read(whole)
 
 
 OURS = "Use *stars*, _under_ or ~tilde~ and `ticks` in my_file_name.txt, 2 * 3 and a*b*c, cron */5 * * * *"
@@ -214,3 +232,65 @@ def test_the_models_literal_formatting_characters_stay_literal_and_its_formattin
     (part,) = reply_parts(text, style=adapter.style, limit=4000, size=adapter.length, markdown=True)
     assert formatted(part) == ["*bold*", "_it_"]
     assert shown(part) == "A *literal* star, _this_, ~that~, `tick` and my_file_name.txt, then *bold* and _it_."
+
+
+TABLE = "Prices:\n\n| item | price |\n|---|---|\n" + "".join(f"| thing number {n} | {n}.50 € |\n" for n in range(40)) + "\nThat's all."
+
+
+def test_a_table_cut_over_telegram_parts_begins_each_part_with_its_header_again():
+    parts = _telegram(TABLE, 300)
+    shown_parts = [visible_text(part) for part in parts]
+    tabled = [(part, text) for part, text in zip(parts, shown_parts, strict=True) if "thing number" in text]
+    assert len(tabled) >= 3
+    for part, text in tabled:
+        assert text.lstrip().startswith("item | price") or text.startswith("Prices:")
+        assert "<b>item | price</b>" in part  # as the whole table shows its header: bold
+    rows = [line for text in shown_parts for line in text.splitlines() if line.startswith("thing number")]
+    assert rows == [f"thing number {n} | {n}.50 €" for n in range(40)]  # every row once, in order
+
+
+@pytest.mark.parametrize("kind", ["slack", "whatsapp", "sms"])
+def test_a_table_cut_over_parts_shows_its_header_first_in_each_later_part(kind):
+    adapter = adapter_for(kind)
+    parts = reply_parts(TABLE, style=adapter.style, limit=300, size=adapter.length, markdown=True)
+    later = [shown(part) for part in parts[1:] if "thing number" in part]
+    assert len(later) >= 2
+    assert all(part.startswith(("*item | price*", "item | price")) for part in later)
+
+
+def test_a_table_cut_over_discord_parts_is_a_markdown_table_in_each():
+    discord = adapter_for("discord")
+    parts = reply_parts(TABLE, style=discord.style, limit=300, size=discord.length, markdown=True)
+    tabled = [part for part in parts if "thing number" in part]
+    assert len(tabled) >= 3
+    for part in tabled:
+        table = part[part.index("| item"):] if "| item" in part else part
+        assert table.startswith("| item | price |\n|---|---|\n")
+        assert "<table>" in __import__("markdown_it").MarkdownIt("commonmark").enable("table").render(table)
+
+
+LONG_ITEMS = ("Steps:\n\n1. Open the settings.\n2. " + " ".join(f"then check box {n}" for n in range(40))
+              + ".\n3. Save.\n\n- one\n- " + " ".join(f"and bullet word {n}" for n in range(40)) + "\n- two")
+
+
+@pytest.mark.parametrize("kind", ["telegram", "slack", "whatsapp", "sms"])
+def test_a_list_items_text_cut_over_parts_goes_on_as_that_item_marked_as_continued(kind):
+    adapter = adapter_for(kind)
+    parts = reply_parts(LONG_ITEMS, style=adapter.style, limit=200, size=adapter.length, markdown=True)
+    texts = [shown(visible_text(part) if kind == "telegram" else part) for part in parts]
+    numbered = [text for text in texts if "then check box" in text and "Open the settings" not in text]
+    bulleted = [text for text in texts if "and bullet word" in text and "one" not in text]
+    assert len(numbered) >= 2 and len(bulleted) >= 2
+    assert all(text.startswith("2. …") for text in numbered)  # item 2, continued
+    assert all(text.startswith("• …") for text in bulleted)
+    items = [line.split(".")[0] for text in texts for line in text.splitlines() if line[:1].isdigit()]
+    assert items == ["1", "2"] + ["2"] * len(numbered) + ["3"]
+
+
+def test_a_list_items_text_cut_over_discord_parts_is_that_item_again_in_markdown():
+    discord = adapter_for("discord")
+    parts = reply_parts(LONG_ITEMS, style=discord.style, limit=200, size=discord.length, markdown=True)
+    later = [part for part in parts if part.startswith(("2. …", "- …"))]
+    assert len(later) >= 2
+    for part in later:
+        assert "<li>" in __import__("markdown_it").MarkdownIt("commonmark").render(part).split("\n")[1]
