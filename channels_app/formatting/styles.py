@@ -149,6 +149,11 @@ def literal_markers(text: str) -> str:
     return "".join(out)
 
 
+# Neither can escape a backtick inside inline code either, where it would end the code: it
+# is written as a look-alike (the one sessions_app.quoting writes).
+_TICK_IN_CODE = str.maketrans({"`": "ˋ"})
+
+
 def _slack_escaped(text: str) -> str:
     """Slack's three escapes (api.slack.com/reference/surfaces/formatting#escaping): so what
     the model wrote pings nobody (<!channel>) and links nothing."""
@@ -178,7 +183,7 @@ class SlackMrkdwn(_SingleMarkers):
         return _slack_escaped(literal_markers(text))
 
     def code(self, code: str) -> str:
-        return f"`{_slack_escaped(code)}`"  # nothing formats in code
+        return f"`{_slack_escaped(code.translate(_TICK_IN_CODE))}`"  # nothing formats in code
 
     def pre(self, code: str, language: str) -> str:
         return f"```\n{_slack_escaped(code)}\n```"
@@ -213,7 +218,7 @@ class WhatsApp(_SingleMarkers):
         return f"{inner} ({href})" if inner.strip() else href
 
     def code(self, code: str) -> str:
-        return f"`{code}`"
+        return f"`{code.translate(_TICK_IN_CODE)}`"
 
     def pre(self, code: str, language: str) -> str:
         return f"```{code}```"

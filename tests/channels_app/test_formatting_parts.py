@@ -294,3 +294,11 @@ def test_a_list_items_text_cut_over_discord_parts_is_that_item_again_in_markdown
     assert len(later) >= 2
     for part in later:
         assert "<li>" in __import__("markdown_it").MarkdownIt("commonmark").render(part).split("\n")[1]
+
+
+@pytest.mark.parametrize("kind", ["slack", "whatsapp"])
+def test_a_backtick_inside_inline_code_on_slack_and_whatsapp_stays_inside_the_code(kind):
+    adapter = adapter_for(kind)
+    (part,) = reply_parts("Type `` a` b `` then `c`.", style=adapter.style, limit=4000, size=adapter.length,
+                          markdown=True)
+    assert formatted(part) == ["`aˋ b`", "`c`"]  # one code span each, the inner backtick a look-alike
