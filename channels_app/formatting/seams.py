@@ -221,22 +221,26 @@ class MarkdownSeams:
         # latest there is (a piece cut short to stay clean is a part sent near empty).
         middle = start + (hard - start) // 2
         self._room = hard - start
-        best = None
+        ranked: list[tuple[int, int]] = []  # the second half's cuts: (rank, -offset), checked best first
         for at in range(min(hard, len(self.text) - 1), start, -1):
             before = self.text[at - 1]
             if before not in " \n" or before == " " and self.text[at].isspace():
                 continue  # a cut falls after a line break, or after the last of a run of spaces
-            if at <= middle and best is not None:
-                break
+            if at <= middle:
+                if ranked and (found := self._checked(sorted(ranked))) is not None:
+                    return found
+                ranked = []
+                rank = self._rank(at)
+                if rank is not None and (rank not in (MENDED_LINE, MENDED_SPACE) or self._mends_well(at)):
+                    return at
+                continue
             rank = self._rank(at)
-            if rank is not None and (best is None or rank < best[0]):
-                if rank in (MENDED_LINE, MENDED_SPACE) and not self._mends_well(at):
-                    continue
-                best = (rank, at)
-                if rank == CLEAN_LINE or at <= middle:
+            if rank is not None:
+                ranked.append((rank, -at))
+                if rank == CLEAN_LINE:
                     break
-        if best is not None:
-            return best[1]
+        if ranked and (found := self._checked(sorted(ranked))) is not None:
+            return found
         # No space to cut at: a hard cut, never inside what is not to be cut (a link's
         # address): before it, or when the piece begins with it, after it.
         whole = [r for _, r in self.index.around(hard) if r.closing is None]
@@ -257,6 +261,13 @@ class MarkdownSeams:
         if low > start and (self.text[low - 1] == "\n" or self._place(low) is not None):
             return low
         return high
+
+    def _checked(self, ranked: list[tuple[int, int]]) -> int | None:
+        """The first of `ranked` cuts (rank, -offset) that reads as the text did."""
+        for rank, at in ranked:
+            if rank not in (MENDED_LINE, MENDED_SPACE) or self._mends_well(-at):
+                return -at
+        return None
 
     def _inside(self, at: int) -> list[_Region] | None:
         """The regions a cut at `at` is inside, outermost first; None where it may not be."""
