@@ -13,7 +13,7 @@ DEEPEST = 64  # regions inside one another kept per gap; deeper (pathological) n
 
 class Region(NamedTuple):
     low: int  # a cut strictly between low and high is inside
-    high: int
+    high: int  # inline code's reaches over its closing backticks (see Regions.blank_side)
     closing: str | None  # None: never cut inside
     opening: str
 
@@ -26,7 +26,7 @@ class Regions:
         self.ordered = sorted(regions, key=lambda r: (r.low, -r.high))
         self._ink: dict[int, tuple[int, int]] = {}  # rank -> (first non-space, one past the last)
         for rank, region in enumerate(self.ordered):
-            span = text[region.low:region.high]
+            span = text[region.low:region.high].removesuffix(region.closing or "")  # what it holds, not its end
             self._ink[rank] = (region.low + len(span) - len(span.lstrip()), region.low + len(span.rstrip()))
         self.points: list[int] | None = []
         self._on: list[tuple[int, ...]] = []  # ranks inside at each point
@@ -59,6 +59,8 @@ class Regions:
         return [(rank, self.ordered[rank]) for rank in ranks]
 
     def blank_side(self, rank: int, at: int) -> bool:
-        """Whether the region of `rank` has nothing but white space on one side of `at`."""
+        """Whether the region of `rank` has nothing but white space on one side of `at` (its
+        closing marker, when it reaches over it, left out): the piece on that side would hold
+        its markers with nothing between them, which read as another run of them."""
         first, last = self._ink[rank]
         return first >= at or last <= at

@@ -156,8 +156,9 @@ class MarkdownSeams:
                     self.regions.append(_Region(at(low), at(where), child.markup, start.markup))
             elif child.type == "code_inline" and "span" in child.meta:
                 low, high = child.meta["span"]
-                ticks = len(child.markup)
-                self.regions.append(_Region(at(low + ticks), at(high - ticks), child.markup, child.markup))
+                # Over its closing backticks: a cut after a space just before them (`` `a ` ``) is
+                # inside, with nothing of the code after it, and so is not taken.
+                self.regions.append(_Region(at(low + len(child.markup)), at(high), child.markup, child.markup))
             elif child.type == "link_open" and "label" in child.meta:
                 low, label, high = child.meta["label"]
                 ending = token.content[label:high]

@@ -7,7 +7,7 @@ from __future__ import annotations
 import re
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from channels_app.adapters import adapter_for
@@ -20,6 +20,8 @@ from ..fakes.telegram_html import formatted_chars, visible_text
 _PIECES = ["**", "*", "_", "__", "~~", "`", "```", "```python\n", "\n", "\n\n", "# ", "> ", "- ", "1. ", "| a | b |\n|---|---|\n",
            "[", "](https://example.com/?a=1&b=2)", "<", ">", "&", "&amp;", "\\", "😀", "é", "word ", "x"]
 markdownish = st.lists(st.sampled_from(_PIECES), max_size=120).map("".join)
+# Inline code ending in a space, once cut just before its closing backtick: both parts showed backticks.
+CODE_ENDING_IN_A_SPACE = "** ** ** ` ](https://example.com/?a=1&b=2) ` **"
 
 
 def _utf16(text: str) -> int:
@@ -28,6 +30,7 @@ def _utf16(text: str) -> int:
 
 @settings(max_examples=150, deadline=None)
 @given(markdownish, st.integers(min_value=40, max_value=300))
+@example(CODE_ENDING_IN_A_SPACE, 40)
 def test_every_telegram_part_parses_and_shows_at_most_the_limit(text, limit):
     tg = adapter_for("telegram")
     parts = reply_parts(text, style=tg.style, limit=limit, size=tg.length, markdown=True)
@@ -39,6 +42,7 @@ def test_every_telegram_part_parses_and_shows_at_most_the_limit(text, limit):
 @pytest.mark.parametrize("kind", ["slack", "whatsapp", "discord", "sms"])
 @settings(max_examples=60, deadline=None)
 @given(text=markdownish, limit=st.integers(min_value=40, max_value=300))
+@example(text=CODE_ENDING_IN_A_SPACE, limit=40)
 def test_every_part_on_the_other_platforms_is_within_the_limit(kind, text, limit):
     adapter = adapter_for(kind)
     for part in reply_parts(text, style=adapter.style, limit=limit, size=adapter.length, markdown=True):
@@ -180,6 +184,7 @@ prose = st.lists(_block, min_size=1, max_size=6).map("\n\n".join)
 
 @settings(max_examples=200, deadline=None)
 @given(prose, st.integers(min_value=30, max_value=300))
+@example(CODE_ENDING_IN_A_SPACE, 40)
 def test_a_reply_cut_over_telegram_parts_reads_as_the_whole_did(text, limit):
     parts = _telegram(text, limit)
     assert all(_utf16(visible_text(part)) <= limit for part in parts)
@@ -188,6 +193,7 @@ def test_a_reply_cut_over_telegram_parts_reads_as_the_whole_did(text, limit):
 
 @settings(max_examples=100, deadline=None)
 @given(prose, st.integers(min_value=60, max_value=300))  # a link as written fits in a part
+@example(CODE_ENDING_IN_A_SPACE, 40)
 def test_a_reply_cut_over_discord_parts_is_markdown_that_reads_as_the_whole_did(text, limit):
     discord = adapter_for("discord")
     parts = reply_parts(text, style=discord.style, limit=limit, size=discord.length, markdown=True)
@@ -202,6 +208,7 @@ untabled = st.lists(st.sampled_from([p for p in _PIECES if "|" not in p]), max_s
 
 @settings(max_examples=150, deadline=None)
 @given(untabled, st.integers(min_value=40, max_value=300))
+@example(CODE_ENDING_IN_A_SPACE, 40)
 def test_whatever_the_model_wrote_its_telegram_parts_show_the_text_it_shows_whole(text, limit):
     parts = _telegram(text, limit)
     (whole,) = _telegram(text, 10**6)
