@@ -43,6 +43,8 @@ _BLOCK_START = re.compile(r"[ \t]{0,3}(?:#{1,6}(?:[ \t]|$)|>|[-+*](?:[ \t]|$)|\d
 _MARKER = re.compile(r"[ \t]*(?:>|[-+*](?=[ \t]|$)|(\d{1,9})[.)](?=[ \t]|$))")
 # What the start of a line, cut from the rest of it, reads as where the whole line did not.
 _LINE_ALONE = re.compile(r"[ \t]{0,3}(?:(?:`{3,}|~{3,}).*|(?:[-*_][ \t]*){3,}|=+|-+)")
+# A line's start (within quotes and list items) that opens a code block with backticks.
+_FENCE_CUT = re.compile(r"[ \t]*(?:(?:>|[-+*]|\d{1,9}[.)])[ \t]*)*(`{3,})[^`]*\Z")
 _RUNS = "*_~`"
 _ENTITY = re.compile(r"&(?:#[0-9]{1,7}|#[xX][0-9a-fA-F]{1,6}|[A-Za-z][A-Za-z0-9]{1,31});")
 CLEAN_LINE, CLEAN_SPACE, MENDED_LINE, MENDED_SPACE = range(4)
@@ -399,7 +401,24 @@ class MarkdownSeams:
             out.append(self.text[at:marker] + str(number))
             at = marker + len(written)
         out.append(self.text[at:end])
-        return "".join(out)
+        return self._unfenced("".join(out), end)
+
+    def _unfenced(self, piece: str, end: int) -> str:
+        """`piece`, ending at `end`, with the first backtick of its last line escaped where
+        that line, cut there, would open a code block and did not whole: a run of three
+        backticks begins it and the backtick after them, which kept it text, is past the cut
+        (a piece that is an empty code block shows nothing, and was left out)."""
+        if end >= len(self.text) or self.text[end - 1] == "\n":
+            return piece
+        line = piece[piece.rfind("\n") + 1:]
+        opens = _FENCE_CUT.match(line)
+        line_end = self.text.find("\n", end)
+        if opens is None or "`" not in self.text[end:line_end if line_end >= 0 else len(self.text)]:
+            return piece
+        if any("`" in (region.closing or "") for region in self._inside(end) or []):
+            return piece  # the mend closes inline code after it: not a code block
+        at = len(piece) - len(line) + opens.start(1)
+        return piece[:at] + "\\" + piece[at:]
 
 
 def _closed(before: str, closing: str) -> str:

@@ -22,6 +22,9 @@ _PIECES = ["**", "*", "_", "__", "~~", "`", "```", "```python\n", "\n", "\n\n", 
 markdownish = st.lists(st.sampled_from(_PIECES), max_size=120).map("".join)
 # Inline code ending in a space, once cut just before its closing backtick: both parts showed backticks.
 CODE_ENDING_IN_A_SPACE = "** ** ** ` ](https://example.com/?a=1&b=2) ` **"
+# A line of text beginning with ``` (its backtick at the end keeps it from opening a code block),
+# once cut so that its first part opened an empty code block: that part was left out, its words lost.
+TICKS_OPENING_A_LINE = "``` word word word word word word word x `"
 
 
 def _utf16(text: str) -> int:
@@ -31,6 +34,7 @@ def _utf16(text: str) -> int:
 @settings(max_examples=150, deadline=None)
 @given(markdownish, st.integers(min_value=40, max_value=300))
 @example(CODE_ENDING_IN_A_SPACE, 40)
+@example(TICKS_OPENING_A_LINE, 40)
 def test_every_telegram_part_parses_and_shows_at_most_the_limit(text, limit):
     tg = adapter_for("telegram")
     parts = reply_parts(text, style=tg.style, limit=limit, size=tg.length, markdown=True)
@@ -43,6 +47,7 @@ def test_every_telegram_part_parses_and_shows_at_most_the_limit(text, limit):
 @settings(max_examples=60, deadline=None)
 @given(text=markdownish, limit=st.integers(min_value=40, max_value=300))
 @example(text=CODE_ENDING_IN_A_SPACE, limit=40)
+@example(text=TICKS_OPENING_A_LINE, limit=40)
 def test_every_part_on_the_other_platforms_is_within_the_limit(kind, text, limit):
     adapter = adapter_for(kind)
     for part in reply_parts(text, style=adapter.style, limit=limit, size=adapter.length, markdown=True):
@@ -194,6 +199,7 @@ def test_a_reply_cut_over_telegram_parts_reads_as_the_whole_did(text, limit):
 @settings(max_examples=100, deadline=None)
 @given(prose, st.integers(min_value=60, max_value=300))  # a link as written fits in a part
 @example(CODE_ENDING_IN_A_SPACE, 40)
+@example(TICKS_OPENING_A_LINE, 40)
 def test_a_reply_cut_over_discord_parts_is_markdown_that_reads_as_the_whole_did(text, limit):
     discord = adapter_for("discord")
     parts = reply_parts(text, style=discord.style, limit=limit, size=discord.length, markdown=True)
@@ -209,6 +215,7 @@ untabled = st.lists(st.sampled_from([p for p in _PIECES if "|" not in p]), max_s
 @settings(max_examples=150, deadline=None)
 @given(untabled, st.integers(min_value=40, max_value=300))
 @example(CODE_ENDING_IN_A_SPACE, 40)
+@example(TICKS_OPENING_A_LINE, 40)
 def test_whatever_the_model_wrote_its_telegram_parts_show_the_text_it_shows_whole(text, limit):
     parts = _telegram(text, limit)
     (whole,) = _telegram(text, 10**6)
@@ -218,6 +225,14 @@ def test_whatever_the_model_wrote_its_telegram_parts_show_the_text_it_shows_whol
 
     shown = [read(part)[_continued(visible_text(part).replace(">", "")) if n else 0:] for n, part in enumerate(parts)]
     assert "".join(shown) == read(whole)
+
+
+@pytest.mark.parametrize("kind", ["telegram", "slack", "whatsapp", "sms"])  # Discord's: read above
+def test_a_line_begun_with_three_backticks_cut_over_parts_keeps_all_its_text(kind):
+    adapter = adapter_for(kind)
+    parts = reply_parts(TICKS_OPENING_A_LINE, style=adapter.style, limit=40, size=adapter.length, markdown=True)
+    letters = re.findall(r"\w", "".join(visible_text(part) if kind == "telegram" else shown(part) for part in parts))
+    assert letters == re.findall(r"\w", TICKS_OPENING_A_LINE)  # none lost (the cut may fall inside a word)
 
 
 OURS = "Use *stars*, _under_ or ~tilde~ and `ticks` in my_file_name.txt, 2 * 3 and a*b*c, cron */5 * * * *"
