@@ -317,6 +317,9 @@ class MarkdownSeams:
         if not spans:
             return True
         closing, opening = "".join(r.closing or "" for r in reversed(spans)), "".join(r.opening for r in spans)
+        resume = at if self.text[at - 1] == " " else _source(inline.segments, offset)  # as mend() goes on
+        if _FENCE_CUT.match(opening + self.text[resume:].split("\n", 1)[0]):
+            return False  # inline code's backticks reopened at the start of a line would open a code block
 
         def closed(before: str) -> str:
             before = before.rstrip()

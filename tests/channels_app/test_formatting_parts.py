@@ -25,6 +25,8 @@ CODE_ENDING_IN_A_SPACE = "** ** ** ` ](https://example.com/?a=1&b=2) ` **"
 # A line of text beginning with ``` (its backtick at the end keeps it from opening a code block),
 # once cut so that its first part opened an empty code block: that part was left out, its words lost.
 TICKS_OPENING_A_LINE = "``` word word word word word word word x `"
+# Inline code over lines, once cut at a line break inside it: the next part began "``` *", a code block.
+CODE_OVER_LINES = "e.com/?a=1&< #  ```python\n *\nd  word  #  😀 ```"
 
 
 def _utf16(text: str) -> int:
@@ -35,6 +37,7 @@ def _utf16(text: str) -> int:
 @given(markdownish, st.integers(min_value=40, max_value=300))
 @example(CODE_ENDING_IN_A_SPACE, 40)
 @example(TICKS_OPENING_A_LINE, 40)
+@example(CODE_OVER_LINES, 40)
 def test_every_telegram_part_parses_and_shows_at_most_the_limit(text, limit):
     tg = adapter_for("telegram")
     parts = reply_parts(text, style=tg.style, limit=limit, size=tg.length, markdown=True)
@@ -48,6 +51,7 @@ def test_every_telegram_part_parses_and_shows_at_most_the_limit(text, limit):
 @given(text=markdownish, limit=st.integers(min_value=40, max_value=300))
 @example(text=CODE_ENDING_IN_A_SPACE, limit=40)
 @example(text=TICKS_OPENING_A_LINE, limit=40)
+@example(text=CODE_OVER_LINES, limit=40)
 def test_every_part_on_the_other_platforms_is_within_the_limit(kind, text, limit):
     adapter = adapter_for(kind)
     for part in reply_parts(text, style=adapter.style, limit=limit, size=adapter.length, markdown=True):
@@ -190,6 +194,7 @@ prose = st.lists(_block, min_size=1, max_size=6).map("\n\n".join)
 @settings(max_examples=200, deadline=None)
 @given(prose, st.integers(min_value=30, max_value=300))
 @example(CODE_ENDING_IN_A_SPACE, 40)
+@example(CODE_OVER_LINES, 40)
 def test_a_reply_cut_over_telegram_parts_reads_as_the_whole_did(text, limit):
     parts = _telegram(text, limit)
     assert all(_utf16(visible_text(part)) <= limit for part in parts)
@@ -200,6 +205,7 @@ def test_a_reply_cut_over_telegram_parts_reads_as_the_whole_did(text, limit):
 @given(prose, st.integers(min_value=60, max_value=300))  # a link as written fits in a part
 @example(CODE_ENDING_IN_A_SPACE, 40)
 @example(TICKS_OPENING_A_LINE, 40)
+@example(CODE_OVER_LINES, 40)
 def test_a_reply_cut_over_discord_parts_is_markdown_that_reads_as_the_whole_did(text, limit):
     discord = adapter_for("discord")
     parts = reply_parts(text, style=discord.style, limit=limit, size=discord.length, markdown=True)
@@ -216,6 +222,7 @@ untabled = st.lists(st.sampled_from([p for p in _PIECES if "|" not in p]), max_s
 @given(untabled, st.integers(min_value=40, max_value=300))
 @example(CODE_ENDING_IN_A_SPACE, 40)
 @example(TICKS_OPENING_A_LINE, 40)
+@example(CODE_OVER_LINES, 40)
 def test_whatever_the_model_wrote_its_telegram_parts_show_the_text_it_shows_whole(text, limit):
     parts = _telegram(text, limit)
     (whole,) = _telegram(text, 10**6)
