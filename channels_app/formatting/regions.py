@@ -26,7 +26,11 @@ class Regions:
         self.ordered = sorted(regions, key=lambda r: (r.low, -r.high))
         self._ink: dict[int, tuple[int, int]] = {}  # rank -> (first non-space, one past the last)
         for rank, region in enumerate(self.ordered):
-            span = text[region.low:region.high].removesuffix(region.closing or "")  # what it holds, not its end
+            # What it holds between its markers: its opening marker, when it begins with it (a
+            # span's, a link's `[`), and its closing one, when it reaches over it (inline code's).
+            span = text[region.low:region.high].removesuffix(region.closing or "")
+            if region.opening and span.startswith(region.opening):
+                span = " " * len(region.opening) + span[len(region.opening):]
             self._ink[rank] = (region.low + len(span) - len(span.lstrip()), region.low + len(span.rstrip()))
         self.points: list[int] | None = []
         self._on: list[tuple[int, ...]] = []  # ranks inside at each point
@@ -60,7 +64,7 @@ class Regions:
 
     def blank_side(self, rank: int, at: int) -> bool:
         """Whether the region of `rank` has nothing but white space on one side of `at` (its
-        closing marker, when it reaches over it, left out): the piece on that side would hold
-        its markers with nothing between them, which read as another run of them."""
+        markers left out): the piece on that side would hold its markers with nothing between
+        them, which read otherwise (another run of backticks, a link with no label)."""
         first, last = self._ink[rank]
         return first >= at or last <= at

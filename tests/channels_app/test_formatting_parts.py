@@ -27,6 +27,8 @@ CODE_ENDING_IN_A_SPACE = "** ** ** ` ](https://example.com/?a=1&b=2) ` **"
 TICKS_OPENING_A_LINE = "``` word word word word word word word x `"
 # Inline code over lines, once cut at a line break inside it: the next part began "``` *", a code block.
 CODE_OVER_LINES = "e.com/?a=1&< #  ```python\n *\nd  word  #  😀 ```"
+# A link's label begun with a space, once cut after it: the first part had a link with no label.
+LABEL_BEGUN_WITH_A_SPACE = "o é #  ```pyth[ on ](example.com/?a=1&b=2)"
 
 
 def _utf16(text: str) -> int:
@@ -38,6 +40,7 @@ def _utf16(text: str) -> int:
 @example(CODE_ENDING_IN_A_SPACE, 40)
 @example(TICKS_OPENING_A_LINE, 40)
 @example(CODE_OVER_LINES, 40)
+@example(LABEL_BEGUN_WITH_A_SPACE, 40)
 def test_every_telegram_part_parses_and_shows_at_most_the_limit(text, limit):
     tg = adapter_for("telegram")
     parts = reply_parts(text, style=tg.style, limit=limit, size=tg.length, markdown=True)
@@ -52,6 +55,7 @@ def test_every_telegram_part_parses_and_shows_at_most_the_limit(text, limit):
 @example(text=CODE_ENDING_IN_A_SPACE, limit=40)
 @example(text=TICKS_OPENING_A_LINE, limit=40)
 @example(text=CODE_OVER_LINES, limit=40)
+@example(text=LABEL_BEGUN_WITH_A_SPACE, limit=40)
 def test_every_part_on_the_other_platforms_is_within_the_limit(kind, text, limit):
     adapter = adapter_for(kind)
     for part in reply_parts(text, style=adapter.style, limit=limit, size=adapter.length, markdown=True):
@@ -195,6 +199,7 @@ prose = st.lists(_block, min_size=1, max_size=6).map("\n\n".join)
 @given(prose, st.integers(min_value=30, max_value=300))
 @example(CODE_ENDING_IN_A_SPACE, 40)
 @example(CODE_OVER_LINES, 40)
+@example(LABEL_BEGUN_WITH_A_SPACE, 40)
 def test_a_reply_cut_over_telegram_parts_reads_as_the_whole_did(text, limit):
     parts = _telegram(text, limit)
     assert all(_utf16(visible_text(part)) <= limit for part in parts)
@@ -206,6 +211,7 @@ def test_a_reply_cut_over_telegram_parts_reads_as_the_whole_did(text, limit):
 @example(CODE_ENDING_IN_A_SPACE, 40)
 @example(TICKS_OPENING_A_LINE, 40)
 @example(CODE_OVER_LINES, 40)
+@example(LABEL_BEGUN_WITH_A_SPACE, 40)
 def test_a_reply_cut_over_discord_parts_is_markdown_that_reads_as_the_whole_did(text, limit):
     discord = adapter_for("discord")
     parts = reply_parts(text, style=discord.style, limit=limit, size=discord.length, markdown=True)
@@ -223,6 +229,7 @@ untabled = st.lists(st.sampled_from([p for p in _PIECES if "|" not in p]), max_s
 @example(CODE_ENDING_IN_A_SPACE, 40)
 @example(TICKS_OPENING_A_LINE, 40)
 @example(CODE_OVER_LINES, 40)
+@example(LABEL_BEGUN_WITH_A_SPACE, 40)
 def test_whatever_the_model_wrote_its_telegram_parts_show_the_text_it_shows_whole(text, limit):
     parts = _telegram(text, limit)
     (whole,) = _telegram(text, 10**6)
