@@ -255,6 +255,8 @@ class MarkdownSeams:
                                         or self.text[hard - 1] in _RUNS and self.text[hard - 1] == self.text[hard]):
                 hard -= 1
             for back in range(hard, max(start, hard - 64), -1):  # where both sides read as they did
+                if _BLOCK_START.match(self.text, back):
+                    continue  # the next piece would begin a block ("```python" after a space)
                 if self._cuts_well(back) or self._inside(back) and self._mends_well(back):
                     return back
             return hard
