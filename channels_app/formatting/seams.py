@@ -11,7 +11,9 @@ and rule written again. Such a cut is taken only once both sides, read again, sh
 the text did (channels_app.formatting.reading: read in segments, so a long paragraph is
 not read again whole at every cut). Nothing is cut inside a link's address, an image or an
 autolink, nor where the next piece would begin with what Markdown reads as a block (a `- `
-that was a dash in a sentence). An ordered list split over pieces goes on with its numbers:
+that was a dash in a sentence, inline code's backticks reopened at the start of a line); a
+line of text begun with three backticks and cut before the backtick that kept it text has
+its first backtick escaped, so the piece does not open a code block. An ordered list split over pieces goes on with its numbers:
 the first of its items in a piece is written with the number it had (CommonMark numbers a
 list from its first item's), so "1." written on every item still reads 1, 2, 3… over the
 parts.
