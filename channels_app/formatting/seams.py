@@ -47,6 +47,7 @@ _MARKER = re.compile(r"[ \t]*(?:>|[-+*](?=[ \t]|$)|(\d{1,9})[.)](?=[ \t]|$))")
 _LINE_ALONE = re.compile(r"[ \t]{0,3}(?:(?:`{3,}|~{3,}).*|(?:[-*_][ \t]*){3,}|=+|-+)")
 # A line's start (within quotes and list items) that opens a code block with backticks.
 _FENCE_CUT = re.compile(r"[ \t]*(?:(?:>|[-+*]|\d{1,9}[.)])[ \t]*)*(`{3,})[^`]*\Z")
+_HEADING_END = re.compile(r"(?:^|[ \t])#+\Z")
 _RUNS = "*_~`"
 _ENTITY = re.compile(r"&(?:#[0-9]{1,7}|#[xX][0-9a-fA-F]{1,6}|[A-Za-z][A-Za-z0-9]{1,31});")
 CLEAN_LINE, CLEAN_SPACE, MENDED_LINE, MENDED_SPACE = range(4)
@@ -299,6 +300,9 @@ class MarkdownSeams:
         if place is not None and not inside and _BLOCK_START.match(place[0].content, place[1]):
             return None
         if inside:
+            if any(r.opening.startswith("#") for r in inside) and _HEADING_END.search(
+                    self.text, self.starts[bisect_right(self.starts, at) - 1], self._ink_before(at)):
+                return None  # a heading's piece ending in " #" would read it as the heading's closing #s
             closes = any(r.closing for r in inside)
             opens = any(r.opening and not r.opening.endswith(" ") for r in inside)
             ink = self._ink_before(at)

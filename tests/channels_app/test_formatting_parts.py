@@ -30,6 +30,8 @@ CODE_OVER_LINES = "e.com/?a=1&< #  ```python\n *\nd  word  #  😀 ```"
 # A link's label begun with a space, once cut after it: the first part had a link with no label.
 LABEL_BEGUN_WITH_A_SPACE = "o é #  ```pyth[ on ](example.com/?a=1&b=2)"
 # Cut where no space was left to cut at, once just before "```python": the last part began a code block.
+# A heading cut after a word "#": its first part ended " #", which Markdown reads as the heading's closing #s.
+HEADING_CUT_AFTER_A_HASH = "# ](https://example.com/?a=1&b=2) >  # d  *"
 TICKS_AFTER_A_HARD_CUT = ("```&amp; [ 😀 ](https://example.com/?a=1&b=2) -  word  é & 1.  ** [ - &amp; ~~ mp; ~~ "
                           "](https://example.com/?a=1&b=2) &amp; > ``` * s://example.com/?a=1&b=2) ```python\n ` >  *  ```  * ```")
 
@@ -45,6 +47,7 @@ def _utf16(text: str) -> int:
 @example(CODE_OVER_LINES, 40)
 @example(LABEL_BEGUN_WITH_A_SPACE, 40)
 @example(TICKS_AFTER_A_HARD_CUT, 65)
+@example(HEADING_CUT_AFTER_A_HASH, 40)
 def test_every_telegram_part_parses_and_shows_at_most_the_limit(text, limit):
     tg = adapter_for("telegram")
     parts = reply_parts(text, style=tg.style, limit=limit, size=tg.length, markdown=True)
@@ -61,6 +64,7 @@ def test_every_telegram_part_parses_and_shows_at_most_the_limit(text, limit):
 @example(text=CODE_OVER_LINES, limit=40)
 @example(text=LABEL_BEGUN_WITH_A_SPACE, limit=40)
 @example(text=TICKS_AFTER_A_HARD_CUT, limit=65)
+@example(text=HEADING_CUT_AFTER_A_HASH, limit=40)
 def test_every_part_on_the_other_platforms_is_within_the_limit(kind, text, limit):
     adapter = adapter_for(kind)
     for part in reply_parts(text, style=adapter.style, limit=limit, size=adapter.length, markdown=True):
@@ -206,6 +210,7 @@ prose = st.lists(_block, min_size=1, max_size=6).map("\n\n".join)
 @example(CODE_OVER_LINES, 40)
 @example(LABEL_BEGUN_WITH_A_SPACE, 40)
 @example(TICKS_AFTER_A_HARD_CUT, 65)
+@example(HEADING_CUT_AFTER_A_HASH, 40)
 def test_a_reply_cut_over_telegram_parts_reads_as_the_whole_did(text, limit):
     parts = _telegram(text, limit)
     assert all(_utf16(visible_text(part)) <= limit for part in parts)
@@ -219,6 +224,7 @@ def test_a_reply_cut_over_telegram_parts_reads_as_the_whole_did(text, limit):
 @example(CODE_OVER_LINES, 40)
 @example(LABEL_BEGUN_WITH_A_SPACE, 40)
 @example(TICKS_AFTER_A_HARD_CUT, 65)
+@example(HEADING_CUT_AFTER_A_HASH, 40)
 def test_a_reply_cut_over_discord_parts_is_markdown_that_reads_as_the_whole_did(text, limit):
     discord = adapter_for("discord")
     parts = reply_parts(text, style=discord.style, limit=limit, size=discord.length, markdown=True)
@@ -238,6 +244,7 @@ untabled = st.lists(st.sampled_from([p for p in _PIECES if "|" not in p]), max_s
 @example(CODE_OVER_LINES, 40)
 @example(LABEL_BEGUN_WITH_A_SPACE, 40)
 @example(TICKS_AFTER_A_HARD_CUT, 65)
+@example(HEADING_CUT_AFTER_A_HASH, 40)
 def test_whatever_the_model_wrote_its_telegram_parts_show_the_text_it_shows_whole(text, limit):
     parts = _telegram(text, limit)
     (whole,) = _telegram(text, 10**6)
