@@ -429,6 +429,8 @@ class MarkdownSeams:
         if any("`" in (region.closing or "") for region in self._inside(end) or []):
             return piece  # the mend closes inline code after it: not a code block
         at = len(piece) - len(line) + opens.start(1)
+        if any((region.closing or "").startswith("`") for _, region in self.index.around(end - len(piece) + at)):
+            return piece  # they close inline code begun on a line before: escaped, they would show a backslash
         return piece[:at] + "\\" + piece[at:]
 
 

@@ -30,6 +30,9 @@ CODE_OVER_LINES = "e.com/?a=1&< #  ```python\n *\nd  word  #  😀 ```"
 # A link's label begun with a space, once cut after it: the first part had a link with no label.
 LABEL_BEGUN_WITH_A_SPACE = "o é #  ```pyth[ on ](example.com/?a=1&b=2)"
 # Cut where no space was left to cut at, once just before "```python": the last part began a code block.
+# Inline code over lines whose closing backticks begin a line cut before its last backtick: they close
+# the code, and escaping them as a line's opening backticks showed a backslash in it.
+CODE_CLOSED_AT_A_LINES_START = "`` ```on\n ** -  ```://example.com/?a=1&b=2) [ `"
 # A heading cut after a word "#": its first part ended " #", which Markdown reads as the heading's closing #s.
 HEADING_CUT_AFTER_A_HASH = "# ](https://example.com/?a=1&b=2) >  # d  *"
 TICKS_AFTER_A_HARD_CUT = ("```&amp; [ 😀 ](https://example.com/?a=1&b=2) -  word  é & 1.  ** [ - &amp; ~~ mp; ~~ "
@@ -48,6 +51,7 @@ def _utf16(text: str) -> int:
 @example(LABEL_BEGUN_WITH_A_SPACE, 40)
 @example(TICKS_AFTER_A_HARD_CUT, 65)
 @example(HEADING_CUT_AFTER_A_HASH, 40)
+@example(CODE_CLOSED_AT_A_LINES_START, 40)
 def test_every_telegram_part_parses_and_shows_at_most_the_limit(text, limit):
     tg = adapter_for("telegram")
     parts = reply_parts(text, style=tg.style, limit=limit, size=tg.length, markdown=True)
@@ -65,6 +69,7 @@ def test_every_telegram_part_parses_and_shows_at_most_the_limit(text, limit):
 @example(text=LABEL_BEGUN_WITH_A_SPACE, limit=40)
 @example(text=TICKS_AFTER_A_HARD_CUT, limit=65)
 @example(text=HEADING_CUT_AFTER_A_HASH, limit=40)
+@example(text=CODE_CLOSED_AT_A_LINES_START, limit=40)
 def test_every_part_on_the_other_platforms_is_within_the_limit(kind, text, limit):
     adapter = adapter_for(kind)
     for part in reply_parts(text, style=adapter.style, limit=limit, size=adapter.length, markdown=True):
@@ -211,6 +216,7 @@ prose = st.lists(_block, min_size=1, max_size=6).map("\n\n".join)
 @example(LABEL_BEGUN_WITH_A_SPACE, 40)
 @example(TICKS_AFTER_A_HARD_CUT, 65)
 @example(HEADING_CUT_AFTER_A_HASH, 40)
+@example(CODE_CLOSED_AT_A_LINES_START, 40)
 def test_a_reply_cut_over_telegram_parts_reads_as_the_whole_did(text, limit):
     parts = _telegram(text, limit)
     assert all(_utf16(visible_text(part)) <= limit for part in parts)
@@ -225,6 +231,7 @@ def test_a_reply_cut_over_telegram_parts_reads_as_the_whole_did(text, limit):
 @example(LABEL_BEGUN_WITH_A_SPACE, 40)
 @example(TICKS_AFTER_A_HARD_CUT, 65)
 @example(HEADING_CUT_AFTER_A_HASH, 40)
+@example(CODE_CLOSED_AT_A_LINES_START, 40)
 def test_a_reply_cut_over_discord_parts_is_markdown_that_reads_as_the_whole_did(text, limit):
     discord = adapter_for("discord")
     parts = reply_parts(text, style=discord.style, limit=limit, size=discord.length, markdown=True)
@@ -245,6 +252,7 @@ untabled = st.lists(st.sampled_from([p for p in _PIECES if "|" not in p]), max_s
 @example(LABEL_BEGUN_WITH_A_SPACE, 40)
 @example(TICKS_AFTER_A_HARD_CUT, 65)
 @example(HEADING_CUT_AFTER_A_HASH, 40)
+@example(CODE_CLOSED_AT_A_LINES_START, 40)
 def test_whatever_the_model_wrote_its_telegram_parts_show_the_text_it_shows_whole(text, limit):
     parts = _telegram(text, limit)
     (whole,) = _telegram(text, 10**6)
