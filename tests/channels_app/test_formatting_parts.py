@@ -39,19 +39,22 @@ TICKS_AFTER_A_HARD_CUT = ("```&amp; [ 😀 ](https://example.com/?a=1&b=2) -  wo
                           "](https://example.com/?a=1&b=2) &amp; > ``` * s://example.com/?a=1&b=2) ```python\n ` >  *  ```  * ```")
 
 
+def cuts_found_before(test):
+    """The inputs (with their limits) whose cuts once lost text or formatting, always tried."""
+    for text, limit in ((CODE_ENDING_IN_A_SPACE, 40), (TICKS_OPENING_A_LINE, 40), (CODE_OVER_LINES, 40),
+                        (LABEL_BEGUN_WITH_A_SPACE, 40), (TICKS_AFTER_A_HARD_CUT, 65),
+                        (HEADING_CUT_AFTER_A_HASH, 40), (CODE_CLOSED_AT_A_LINES_START, 40)):
+        test = example(text, limit)(test)
+    return test
+
+
 def _utf16(text: str) -> int:
     return len(text.encode("utf-16-le")) // 2
 
 
 @settings(max_examples=150, deadline=None)
 @given(markdownish, st.integers(min_value=40, max_value=300))
-@example(CODE_ENDING_IN_A_SPACE, 40)
-@example(TICKS_OPENING_A_LINE, 40)
-@example(CODE_OVER_LINES, 40)
-@example(LABEL_BEGUN_WITH_A_SPACE, 40)
-@example(TICKS_AFTER_A_HARD_CUT, 65)
-@example(HEADING_CUT_AFTER_A_HASH, 40)
-@example(CODE_CLOSED_AT_A_LINES_START, 40)
+@cuts_found_before
 def test_every_telegram_part_parses_and_shows_at_most_the_limit(text, limit):
     tg = adapter_for("telegram")
     parts = reply_parts(text, style=tg.style, limit=limit, size=tg.length, markdown=True)
@@ -225,13 +228,7 @@ def test_a_reply_cut_over_telegram_parts_reads_as_the_whole_did(text, limit):
 
 @settings(max_examples=100, deadline=None)
 @given(prose, st.integers(min_value=60, max_value=300))  # a link as written fits in a part
-@example(CODE_ENDING_IN_A_SPACE, 40)
-@example(TICKS_OPENING_A_LINE, 40)
-@example(CODE_OVER_LINES, 40)
-@example(LABEL_BEGUN_WITH_A_SPACE, 40)
-@example(TICKS_AFTER_A_HARD_CUT, 65)
-@example(HEADING_CUT_AFTER_A_HASH, 40)
-@example(CODE_CLOSED_AT_A_LINES_START, 40)
+@cuts_found_before
 def test_a_reply_cut_over_discord_parts_is_markdown_that_reads_as_the_whole_did(text, limit):
     discord = adapter_for("discord")
     parts = reply_parts(text, style=discord.style, limit=limit, size=discord.length, markdown=True)
@@ -246,13 +243,7 @@ untabled = st.lists(st.sampled_from([p for p in _PIECES if "|" not in p]), max_s
 
 @settings(max_examples=150, deadline=None)
 @given(untabled, st.integers(min_value=40, max_value=300))
-@example(CODE_ENDING_IN_A_SPACE, 40)
-@example(TICKS_OPENING_A_LINE, 40)
-@example(CODE_OVER_LINES, 40)
-@example(LABEL_BEGUN_WITH_A_SPACE, 40)
-@example(TICKS_AFTER_A_HARD_CUT, 65)
-@example(HEADING_CUT_AFTER_A_HASH, 40)
-@example(CODE_CLOSED_AT_A_LINES_START, 40)
+@cuts_found_before
 def test_whatever_the_model_wrote_its_telegram_parts_show_the_text_it_shows_whole(text, limit):
     parts = _telegram(text, limit)
     (whole,) = _telegram(text, 10**6)
