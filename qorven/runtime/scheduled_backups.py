@@ -9,7 +9,7 @@ nothing, so a broken schedule never eats the backups it leaves behind.
 
 A run holds an exclusive lock on a file in the directory for as long as it writes
 (flock: released by the system when its process dies, however it dies), so a second run
-at the same time — a redelivered task, a slow dump outlasting its period — writes nothing.
+at the same time — a second beat's, a slow dump outlasting its period — writes nothing.
 Nor does a run that no worker took before the schedule's next time (the beat sends the
 times with it): runs sent while a long one held every worker are dropped, not taken one
 after another. The outcome of the last run is kept beside the backups
@@ -218,8 +218,8 @@ def scheduled_backup_take(*, database: dict[str, Any], directory: Path, keep: in
         if not held:
             began, due = _holder(directory)
             if tick is not None and due == tick:
-                # The same run again (redelivered by the broker while it is written, or sent by a
-                # second beat): it is being done, nothing was skipped.
+                # The same run again (sent by a second beat, or delivered again by the broker
+                # while a busy worker held it unstarted): it is being done, nothing was skipped.
                 logger.info("scheduled backup: the run due at %s is already being written", tick.isoformat())
                 return Outcome(skipped=f"the run due at {tick.isoformat()} is already being written")
             return _skipped(directory, Skip(at=now, due=tick or now, why=RUNNING, since=began))

@@ -171,6 +171,19 @@ def test_a_changed_schedule_waits_for_its_next_time_and_a_missed_run_is_still_ca
     assert not due and timedelta(seconds=wait) > timedelta(hours=23)
 
 
+def test_no_task_the_broker_would_hand_out_again_while_it_runs_outlasts_the_visibility_timeout(settings):
+    # Redis gives a task not yet acknowledged to another worker once the visibility timeout
+    # has passed, and again every time it passes: a task acknowledged only when it ends
+    # must end before it. A dump outlasts it, so a backup run is acknowledged as a worker
+    # takes it (a run lost with its worker is the next run's to cover).
+    visibility = current_app.conf.broker_transport_options["visibility_timeout"]
+    assert visibility == 2 * settings.CELERY_TASK_TIME_LIMIT  # as the README's QORVEN_TASK_TIME_LIMIT says
+    assert current_app.tasks[BACKUP_TASK].acks_late is False
+    late = {name: task.time_limit or current_app.conf.task_time_limit for name, task in current_app.tasks.items()
+            if not name.startswith("celery.") and task.acks_late}
+    assert late and all(limit < visibility for limit in late.values()), late
+
+
 def test_a_directory_backups_cannot_be_written_to_stops_the_start_with_a_clear_error(settings, tmp_path):
     blocker = tmp_path / "a-file"
     blocker.write_text("not a directory")
