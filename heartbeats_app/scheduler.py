@@ -128,8 +128,8 @@ class HeartbeatScheduler(DatabaseScheduler):
                 # A copy: the entry's own kwargs are reloaded from the row on the next tick anyway.
                 entry.kwargs = {**entry.kwargs, "tick": tick}
         elif entry.task == BACKUP_TASK:
-            # The backup run is skipped when no worker takes it before the next time: a
-            # dump outlasting its period must not leave runs queued to follow it.
+            # The backup run is skipped when it waited behind a dump that ended past the
+            # next time: a dump outlasting its period must not leave runs queued to follow it.
             entry.kwargs = {**entry.kwargs, **_backup_ticks(entry, entry.schedule.now())}
         return super().apply_async(entry, producer=producer, advance=advance, **kwargs)
 

@@ -10,9 +10,10 @@ nothing, so a broken schedule never eats the backups it leaves behind.
 A run holds an exclusive lock on a file in the directory for as long as it writes
 (flock: released by the system when its process dies, however it dies), so a second run
 at the same time — a second beat's, a slow dump outlasting its period — writes nothing.
-Nor does a run that no worker took before the schedule's next time (the beat sends the
-times with it): runs sent while a long one held every worker are dropped, not taken one
-after another. The outcome of the last run is kept beside the backups
+Nor does a run that waited behind one that ended past the schedule's next time (the beat
+sends the times with it): runs sent while a long one held every worker are dropped, not
+taken one after another. That is judged by the beat's times and how long the long one
+took, never by the worker's clock against the beat's, which may disagree. The outcome of the last run is kept beside the backups
 (`.qorven-backup-status.json`), and the last run skipped (`.qorven-backup-skipped.json`),
 for `qorven doctor` and `qorven backup --list` to show; a failure is logged.
 """
@@ -27,7 +28,7 @@ import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -68,10 +69,18 @@ class ScheduledBackup:
 class LastRun:
     """What the last scheduled run that got to write did."""
 
-    at: datetime
+    at: datetime  # when it began, by its worker's clock
     ok: bool
     file: str = ""  # the backup it made
     error: str = ""  # why it failed
+    due: datetime | None = None  # the schedule's time it was for, by the beat's clock (None: sent without one)
+    took: float = 0.0  # seconds from its beginning to its end, by its worker's clock
+
+    def ended_after(self) -> datetime | None:
+        """A time by the beat's clock that had passed when this run ended: it began at or
+        after its `due`, and took `took`. Comparing the worker's clock with the beat's
+        would skip every run when they disagree by a period; a duration needs no agreement."""
+        return self.due + timedelta(seconds=self.took) if self.due is not None else None
 
 
 @dataclass(frozen=True)
@@ -154,7 +163,9 @@ def last_run(directory: Path) -> LastRun | None:
     try:
         data = json.loads((directory / STATUS_FILE).read_text())
         return LastRun(at=datetime.fromisoformat(data["at"]), ok=bool(data["ok"]), file=str(data.get("file", "")),
-                       error=str(data.get("error", "")))
+                       error=str(data.get("error", "")),
+                       due=datetime.fromisoformat(data["due"]) if data.get("due") else None,
+                       took=float(data.get("took") or 0.0))
     except (OSError, ValueError, KeyError, TypeError):
         return None
 
@@ -204,10 +215,11 @@ def scheduled_backup_take(*, database: dict[str, Any], directory: Path, keep: in
                           tick: datetime | None = None, next_tick: datetime | None = None) -> Outcome:
     """Back the database up into `directory`, then remove the oldest scheduled backups
     beyond the newest `keep` (0: keep them all). `tick` is the schedule's time the run is
-    for and `next_tick` the one after: a run begun at or after that is skipped (its
-    successor is due), and a copy of a run already begun for `tick` does nothing. Never
-    raises: a failure, or a skip, is logged and recorded for `qorven doctor`, and nothing
-    is removed."""
+    for and `next_tick` the one after, both by the beat's clock: a run that waited behind
+    one that ended at or after `next_tick` is skipped (its successor is due), and a copy of
+    a run already begun for `tick` does nothing. Never raises: a failure, or a skip, is
+    logged and recorded for `qorven doctor`, and nothing is removed. `now` (by the worker's
+    clock) names the backup and is never compared with the beat's times."""
     now = now or datetime.now(UTC)
     try:
         backup_dir_prepare(directory)
@@ -224,11 +236,12 @@ def scheduled_backup_take(*, database: dict[str, Any], directory: Path, keep: in
                 return Outcome(skipped=f"the run due at {tick.isoformat()} is already being written")
             return _skipped(directory, Skip(at=now, due=tick or now, why=RUNNING, since=began))
         last = last_run(directory)
-        if tick is not None and last is not None and last.at >= tick:
+        if tick is not None and last is not None and last.due is not None and last.due >= tick:
             logger.info("scheduled backup: the run due at %s was already begun at %s", tick.isoformat(),
                         last.at.isoformat())
             return Outcome(skipped=f"the run due at {tick.isoformat()} was already begun at {last.at.isoformat()}")
-        if next_tick is not None and now >= next_tick:
+        ended = last.ended_after() if last is not None else None
+        if next_tick is not None and ended is not None and ended >= next_tick:
             return _skipped(directory, Skip(at=now, due=tick or now, why=LATE, since=next_tick))
         suffix = "sqlite3" if str(database["ENGINE"]).endswith("sqlite3") else "dump"
         path = directory / f"{PREFIX}{now.astimezone(UTC):{STAMP}}.{suffix}"
@@ -241,10 +254,10 @@ def scheduled_backup_take(*, database: dict[str, Any], directory: Path, keep: in
             error = (str(exc) if isinstance(exc, BackupError) else f"{type(exc).__name__}: {exc}")[:ERROR_CHARS]
             logger.error("scheduled backup failed, nothing was removed: %s", error,
                          exc_info=not isinstance(exc, BackupError))
-            _status_write(directory, LastRun(at=now, ok=False, error=error))
+            _status_write(directory, LastRun(at=now, ok=False, error=error, due=tick, took=_since(now)))
             return Outcome(error=error)
         removed = _rotate(directory, keep=keep, made=path)
-        _status_write(directory, LastRun(at=now, ok=True, file=path.name))
+        _status_write(directory, LastRun(at=now, ok=True, file=path.name, due=tick, took=_since(now)))
         taken = ScheduledBackup(path=path, taken_at=now, size=result.size)
         logger.info("scheduled backup: %s (%s bytes); %s older removed", path, f"{result.size:,}", len(removed))
         return Outcome(taken=taken, removed=tuple(removed))
@@ -256,6 +269,11 @@ def _skipped(directory: Path, skip: Skip) -> Outcome:
     _record_write(directory / SKIP_FILE, {"at": skip.at.isoformat(), "due": skip.due.isoformat(), "why": skip.why,
                                           "since": skip.since.isoformat() if skip.since else None})
     return Outcome(skipped=said)
+
+
+def _since(began: datetime) -> float:
+    """Seconds since `began`, by this worker's clock (which named the backup at `began`)."""
+    return max((datetime.now(UTC) - began).total_seconds(), 0.0)
 
 
 def _rotate(directory: Path, *, keep: int, made: Path) -> list[str]:
@@ -289,7 +307,8 @@ def _partials_remove(directory: Path) -> None:
 
 def _status_write(directory: Path, run: LastRun) -> None:
     _record_write(directory / STATUS_FILE, {"at": run.at.isoformat(), "ok": run.ok, "file": run.file,
-                                            "error": run.error})
+                                            "error": run.error, "due": run.due.isoformat() if run.due else None,
+                                            "took": run.took})
 
 
 def _record_write(path: Path, data: dict[str, Any]) -> None:

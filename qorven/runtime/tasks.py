@@ -26,8 +26,9 @@ BACKUP_TIME_LIMIT = 6 * 3600
 def backup_scheduled(tick: str | None = None, next_tick: str | None = None) -> str:
     """Take a scheduled backup into QORVEN_BACKUP_DIR and keep the newest QORVEN_BACKUP_KEEP.
     Safe to run twice at once: the second finds the directory locked and writes nothing.
-    The beat sends the schedule's time it is for and the next (ISO 8601): begun at or after
-    the next, it writes nothing, so runs that waited behind a long one do not pile up."""
+    The beat sends the schedule's time it is for and the next (ISO 8601): taken after a run
+    that ended past the next, it writes nothing, so runs that waited behind a long one do
+    not pile up."""
     outcome = scheduled_backup_take(database=settings.DATABASES["default"], directory=settings.QORVEN_BACKUP_DIR,
                                     keep=settings.QORVEN_BACKUP_KEEP,
                                     tick=datetime.fromisoformat(tick) if tick else None,

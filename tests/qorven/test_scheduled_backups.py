@@ -320,20 +320,26 @@ def test_a_run_skipped_while_another_was_writing_is_recorded_and_shown_but_is_no
 
 
 def test_runs_that_waited_behind_a_long_one_are_dropped_not_taken_in_turn(world, backups, settings, drain):
+    from django.conf import settings as django_settings
+
     settings.QORVEN_BACKUP_SCHEDULE = "* * * * *"  # every minute: a backup of a large database takes longer
     backup_beat_sync()
     scheduler = HeartbeatScheduler(app=current_app._get_current_object(), lazy=True)
     entry = scheduler.all_as_schedule()[BACKUP_BEAT]
     now = timezone.now()
-    # Sent three and two minutes ago, as the beat does, while a long run held every worker;
-    # they reach a worker only now.
-    for waited in (3, 2):
+    # A run for the minute three minutes ago began then and ends only now...
+    long_one = (now - timedelta(minutes=3)).replace(second=0, microsecond=0)
+    done = scheduled_backup_take(database=django_settings.DATABASES["default"], directory=backups, keep=3,
+                                 now=long_one, tick=long_one, next_tick=long_one + timedelta(minutes=1))
+    assert done.taken is not None
+    # ...while the beat sent the next two, as it does, which reach a worker only now.
+    for waited in (2, 1):
         entry.schedule.nowfun = lambda waited=waited: now - timedelta(minutes=waited)
         scheduler.apply_async(entry, advance=False)
         drain()
-    assert scheduled_backups(backups) == []
+    assert scheduled_backups(backups) == [done.taken]
     skip = last_skip(backups)
-    assert skip is not None and skip.due == (now - timedelta(minutes=2)).replace(second=0, microsecond=0)
+    assert skip is not None and skip.due == (now - timedelta(minutes=1)).replace(second=0, microsecond=0)
     check = schedule_check()
     assert check["ok"] and (f"the run due at {as_doctor_writes(skip.due)} was skipped: no worker took it before "
                             f"{as_doctor_writes(skip.due + timedelta(minutes=1))}, the schedule's next time"
@@ -345,9 +351,9 @@ def test_runs_that_waited_behind_a_long_one_are_dropped_not_taken_in_turn(world,
     entry.schedule.nowfun = lambda: sent  # sent now: taken
     scheduler.apply_async(entry, advance=False)
     drain()
-    assert len(scheduled_backups(backups)) == 1 and last_run(backups).ok
+    assert len(scheduled_backups(backups)) == 2 and last_run(backups).ok
 
-    # The same run again, as the broker redelivers a long one or a second beat sends it:
+    # The same run again, as a second beat sends it:
     # while it is written, and once it is done, it is neither taken twice nor a skip.
     tick = sent.replace(second=0, microsecond=0)
     with backup_dir_lock(backups, began=sent, due=tick):
@@ -355,8 +361,26 @@ def test_runs_that_waited_behind_a_long_one_are_dropped_not_taken_in_turn(world,
         drain()
     scheduler.apply_async(entry, advance=False)
     drain()
-    assert len(scheduled_backups(backups)) == 1 and last_skip(backups) == skip
+    assert len(scheduled_backups(backups)) == 2 and last_skip(backups) == skip
     assert "was skipped" not in schedule_check()["detail"]
+
+
+@pytest.mark.parametrize("beat_behind", [timedelta(minutes=2), -timedelta(minutes=2)])
+def test_a_beat_and_a_worker_whose_clocks_disagree_still_take_every_run(world, backups, settings, drain, beat_behind):
+    settings.QORVEN_BACKUP_SCHEDULE = "* * * * *"
+    backup_beat_sync()
+    scheduler = HeartbeatScheduler(app=current_app._get_current_object(), lazy=True)
+    entry = scheduler.all_as_schedule()[BACKUP_BEAT]
+    now = timezone.now()
+    # The beat's clock is two minutes behind the worker's (then ahead of it): it sends one
+    # run a minute, each taken at once.
+    for minute in range(2):
+        entry.schedule.nowfun = lambda minute=minute: now - beat_behind + timedelta(minutes=minute)
+        scheduler.apply_async(entry, advance=False)
+        drain()
+        time.sleep(1.1)  # a backup is named to the second
+    assert len(scheduled_backups(backups)) == 2 and last_skip(backups) is None
+    assert last_run(backups).ok
 
 
 @pytest.mark.skipif(connection.vendor != "postgresql", reason="a dump held up by another session's table lock")
