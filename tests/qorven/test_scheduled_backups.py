@@ -9,8 +9,6 @@ import logging
 import os
 import stat
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from zoneinfo import ZoneInfo
 
@@ -37,6 +35,7 @@ from qorven.runtime.scheduled_backups import (
 from qorven.runtime.startup import Startup, startup_run
 from sessions_app.models import Message
 
+from ..denied_dirs import denied
 from ..processes import wait_for
 from .backup_copies import chat, restored
 
@@ -70,25 +69,6 @@ def run_as_the_beat_does(drain) -> None:
 
 def names(directory) -> list[str]:
     return sorted(p.name for p in directory.iterdir() if not p.name.startswith("."))
-
-
-@contextmanager
-def as_someone_else(directory) -> Iterator[None]:
-    """Run the block as a user who cannot read `directory` (owner-only, as runs make it):
-    as nobody when the tests run as root (root reads everything), else with its mode taken."""
-    if os.geteuid() == 0:
-        os.seteuid(65534)
-        try:
-            yield
-        finally:
-            os.seteuid(0)
-        return
-    mode = stat.S_IMODE(directory.stat().st_mode)
-    directory.chmod(0)
-    try:
-        yield
-    finally:
-        directory.chmod(mode)
 
 
 def schedule_check() -> dict:
@@ -522,7 +502,7 @@ def test_a_directory_that_cannot_be_read_is_named_with_what_to_do_by_list_and_do
     backup_beat_sync()
     run_as_the_beat_does(drain)
     assert len(scheduled_backups(backups)) == 1
-    with as_someone_else(backups):
+    with denied(backups):
         with pytest.raises(CommandError) as listed:
             call_command("backup", "--list", stdout=io.StringIO())
         check = schedule_check()
