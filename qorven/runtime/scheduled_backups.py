@@ -118,19 +118,27 @@ class Outcome:
 
 def backup_dir_prepare(directory: Path) -> None:
     """Make `directory` (owner-only when it is made here) and prove that a file can be
-    written in it; BackupDirError saying why not."""
+    written in it and that it can be listed (rotation lists it, and so do `qorven backup
+    --list` and doctor, run as the worker's user); BackupDirError saying why not."""
     try:
         directory.mkdir(mode=0o700, parents=True, exist_ok=True)
     except OSError as exc:
         raise BackupDirError(f"{directory} cannot be made: {exc.strerror or exc}") from None
     if not directory.is_dir():
         raise BackupDirError(f"{directory} is not a directory")
+    fix = (f"the user the worker runs as must be able to read and write it: make it theirs, e.g. "
+           f"chown <that user> {directory} && chmod u+rwx {directory}")
     probe = directory / f".qorven-write-test-{os.getpid()}"
     try:
         os.close(os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600))
         probe.unlink()
     except OSError as exc:
-        raise BackupDirError(f"{directory} cannot be written: {exc.strerror or exc}") from None
+        raise BackupDirError(f"{directory} cannot be written: {exc.strerror or exc}; {fix}") from None
+    try:
+        with os.scandir(directory) as entries:
+            next(entries, None)
+    except OSError as exc:
+        raise BackupDirError(f"{directory} cannot be read: {exc.strerror or exc}; {fix}") from None
 
 
 def scheduled_backups(directory: Path) -> list[ScheduledBackup]:

@@ -174,6 +174,21 @@ def test_a_directory_backups_cannot_be_written_to_stops_the_start_with_a_clear_e
             startup_run(Startup(process, io.StringIO(), io.StringIO(), embedded, {}), after_worker=False)
 
 
+def test_a_directory_backups_can_be_written_to_but_not_read_stops_the_start_with_a_clear_error(world, backups):
+    # Rotation lists it, and so do `qorven backup --list` and doctor, as the same user.
+    backups.mkdir(mode=0o700)
+    with denied(backups, mode=0o300):  # -wx: files can be made in it, but it cannot be listed
+        for process, embedded in (("worker", False), ("serve", True)):
+            with pytest.raises(ImproperlyConfigured) as refused:
+                startup_run(Startup(process, io.StringIO(), io.StringIO(), embedded, {}), after_worker=False)
+            said = str(refused.value)
+            assert said.startswith(f"QORVEN_BACKUP_DIR: {backups} cannot be read: Permission denied")
+            assert "the user the worker runs as must be able to read and write it" in said
+            assert f"chmod u+rwx {backups}" in said
+        outcome = scheduled_backup_take(database=connection.settings_dict, directory=backups, keep=3)
+    assert f"{backups} cannot be read" in outcome.error and scheduled_backups(backups) == []
+
+
 # --- a run ----------------------------------------------------------------------------
 
 
