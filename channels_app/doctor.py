@@ -21,6 +21,7 @@ from django.conf import settings
 from django.core.management import call_command
 from django.db import connections
 
+from qorven.runtime.environment import url_without_credentials
 from qorven.runtime.mail import EMAIL_URL_EXAMPLE, SMTP_BACKEND, mail_server_probe, mail_server_problem
 
 from .adapters.base import platform_client
@@ -159,7 +160,9 @@ def _models() -> Iterator[Check]:
             yield Check("model", subject, False, "no model configured: the offline provider answers",
                         "set OPENAI_BASE_URL, OPENAI_API_KEY and QORVEN_MODEL (or the Qor's model in the admin)")
             continue
-        where = f"{route.model} at {route.base_url}"
+        # A stored URL may carry `user:password@` (a proxy in front of the model server):
+        # doctor's output is pasted into issues and chats.
+        where = f"{route.model} at {url_without_credentials(route.base_url)}"
         if route.from_qor:
             from qorven.runtime.outbound_transport import proxy_for
 
@@ -208,19 +211,21 @@ def _telegram(binding: ChannelBinding, subject: str) -> list[Check]:
     # Left out (or empty) by Telegram when every usual kind of update is sent.
     missing = [kind for kind in ALLOWED_UPDATES if result.get("allowed_updates") and
                kind not in result["allowed_updates"]]
+    # Compared as they are, shown without the credentials either may carry.
+    shown, shown_expected = url_without_credentials(url), url_without_credentials(expected)
     if url == expected and missing:
         # Registered by an earlier version, which asked for new messages only.
         checks.append(Check("channel", subject, False,
-                            f"webhook registered at {expected}, but Telegram does not send it {', '.join(missing)}",
+                            f"webhook registered at {shown_expected}, but Telegram does not send it {', '.join(missing)}",
                             f"run `{_bind_again(binding)}` (the bot token and the secret this binding was bound "
                             "with) to register it again, asking for every update Qorven reads"))
     elif url == expected:
-        checks.append(Check("channel", subject, True, f"webhook registered at {expected}"))
+        checks.append(Check("channel", subject, True, f"webhook registered at {shown_expected}"))
     else:
         checks.append(Check("channel", subject, False,
-                            f"webhook {'at ' + url if url else 'not registered'}, not at {expected}",
+                            f"webhook {'at ' + shown if url else 'not registered'}, not at {shown_expected}",
                             f"run `{_bind_again(binding)}` (the bot token and the secret this binding was bound "
-                            f"with; QORVEN_PUBLIC_URL must be this server's public https URL, {expected} is "
+                            f"with; QORVEN_PUBLIC_URL must be this server's public https URL, {shown_expected} is "
                             "where Telegram must send)"))
     return checks
 

@@ -116,7 +116,9 @@ class OpenAIProvider:
             raise ProviderUnavailable(f"every slot of the model server stayed busy: {exc}", kind="rate_limited",
                                       model=self.model) from None
         except ModelError as exc:
-            exc.host = urlsplit(self.base_url).netloc  # for the owners' notice: which server failed
+            # For the owners' notice and doctor: which server failed, never the credentials a
+            # stored URL may carry before its host.
+            exc.host = urlsplit(self.base_url).netloc.rpartition("@")[2]
             raise
 
     def _complete(

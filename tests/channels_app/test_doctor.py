@@ -278,3 +278,38 @@ def test_a_suspended_workspaces_model_is_not_asked(world, model_server, settings
     (model,) = checks_of(report, "model")
     assert (model["subject"], model["ok"]) == ("acme/aria", True) and "suspended" in model["detail"]
     assert model_server.requests == []
+
+
+def test_a_model_url_with_credentials_is_named_without_them(world, model_server, settings):
+    from tenancy.models import Qor
+
+    settings.QORVEN_ALLOW_PRIVATE_HOSTS = ["127.0.0.1"]
+    settings.QORVEN_MODEL_RETRIES = 0
+    model_server.default = reply("ok")
+    answering = model_server.base_url.replace("://", "://aria:pw-answers-1234@")
+    Qor.objects.filter(pk=world.qor_a.pk).update(main_base_url=answering, main_model="scripted-model")
+    Qor.objects.filter(pk=world.qor_b.pk).update(main_base_url="http://bolt:pw-down-5678@127.0.0.1:9/v1",
+                                                 main_model="gone-model")
+    report, _ = doctor()
+    models = {m["subject"]: m for m in checks_of(report, "model")}
+    host = model_server.base_url.split("://")[1]
+    assert models["acme/aria"]["ok"] and f"at http://***@{host} answers" in models["acme/aria"]["detail"]
+    down = models[f"{world.tenant_b.slug}/{world.qor_b.slug}"]
+    assert not down["ok"] and "at http://***@127.0.0.1:9/v1" in down["detail"]
+    assert "pw-answers-1234" not in json.dumps(report) and "pw-down-5678" not in json.dumps(report)
+    out = io.StringIO()
+    with pytest.raises(CommandError):
+        call_command("doctor", stdout=out)
+    assert "pw-" not in out.getvalue() and "***@127.0.0.1:9" in out.getvalue()
+
+
+def test_a_webhook_url_with_credentials_is_named_without_them(world, bot, platform, settings):
+    settings.QORVEN_PUBLIC_URL = "https://ops:pw-public-42@qorven.example"
+    platform.default(r"/getMe$", Canned(body={"ok": True, "result": {"username": "aria_bot"}}))
+    platform.default(r"/getWebhookInfo$", Canned(body={"ok": True, "result": {
+        "url": "https://old:pw-old-43@elsewhere.example/hook"}}))
+    report, _ = doctor()
+    (_, webhook) = checks_of(report, "channel")
+    assert not webhook["ok"] and webhook["detail"] == (
+        "webhook at https://***@elsewhere.example/hook, not at https://***@qorven.example/v1/webhooks/telegram")
+    assert "pw-" not in json.dumps(report)
