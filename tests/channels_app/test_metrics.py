@@ -72,3 +72,17 @@ def test_without_a_token_a_request_a_proxy_relayed_is_not_a_local_client(client,
     assert refused.status_code == 403 and "QORVEN_METRICS_TOKEN" in refused.json()["error"]
     settings.QORVEN_METRICS_TOKEN = "metrics-secret"
     assert client.get("/metrics", HTTP_AUTHORIZATION="Bearer metrics-secret", **relayed).status_code == 200
+
+
+def test_a_workspaces_owner_is_not_served_the_host_wide_figures(client, world, tenant_admin, settings):
+    """The figures count every workspace's messages, deliveries and tokens: they are the
+    host's, read with its token (or on its loopback), never with a workspace's own sign-in
+    or API token."""
+    from tenancy.services import api_token_create
+
+    _, raw = api_token_create(tenant=world.tenant_a, user=world.alice)
+    settings.QORVEN_METRICS_TOKEN = "metrics-secret"
+    assert tenant_admin.get("/metrics", REMOTE_ADDR="203.0.113.9").status_code == 401
+    assert client.get("/metrics", HTTP_AUTHORIZATION=f"Bearer {raw}", REMOTE_ADDR="203.0.113.9").status_code == 401
+    settings.QORVEN_METRICS_TOKEN = ""
+    assert tenant_admin.get("/metrics", REMOTE_ADDR="203.0.113.9").status_code == 403
