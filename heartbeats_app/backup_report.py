@@ -1,8 +1,8 @@
 """What `qorven doctor` says of the host's scheduled backups: off; or the newest one's age,
 with a failure when the beat does not run the schedule that is set, the last run failed,
 or the schedule has come round twice (and an hour more) since the newest; and a run
-skipped since the last one began (another was still being written, or no worker took it
-in time), which is no failure of itself."""
+skipped since the last one began (another was still being written, no worker took it in
+time, or its worker stopped while writing it), which is no failure of itself."""
 from __future__ import annotations
 
 from dataclasses import dataclass

@@ -13,7 +13,9 @@ at the same time — a second beat's, a slow dump outlasting its period — writ
 Nor does a run that waited behind one that ended past the schedule's next time (the beat
 sends the times with it): runs sent while a long one held every worker are dropped, not
 taken one after another. That is judged by the beat's times and how long the long one
-took, never by the worker's clock against the beat's, which may disagree. The outcome of the last run is kept beside the backups
+took, never by the worker's clock against the beat's, which may disagree. A run whose
+worker died leaves the lock file written (a run empties it as it ends): the next run
+records it as skipped. The outcome of the last run is kept beside the backups
 (`.qorven-backup-status.json`), and the last run skipped (`.qorven-backup-skipped.json`),
 for `qorven doctor` and `qorven backup --list` to show; a failure is logged.
 """
@@ -46,8 +48,9 @@ PARTIAL = re.compile(r"\.qorven-scheduled-\d{8}-\d{6}\.(?:sqlite3|dump)\.partial
 LOCK_FILE = ".qorven-backup.lock"
 STATUS_FILE = ".qorven-backup-status.json"
 SKIP_FILE = ".qorven-backup-skipped.json"
-# Why a run was skipped: another run held the directory; no worker took it in its period.
-RUNNING, LATE = "running", "late"
+# Why a run was skipped: another run held the directory; no worker took it in its period;
+# its worker stopped while it wrote (the broker does not hand an acknowledged run out again).
+RUNNING, LATE, LOST = "running", "late", "lost"
 ERROR_CHARS = 500
 # What to do about a directory that cannot be read, said by `qorven backup --list` and doctor.
 UNREADABLE_FIX = ("as the user the worker runs as (who writes the backups), and check that QORVEN_BACKUP_DIR names "
@@ -89,11 +92,15 @@ class Skip:
 
     at: datetime  # when it was skipped
     due: datetime  # the schedule's time it was for (when it was skipped, if sent without one)
-    why: str  # RUNNING or LATE
-    since: datetime | None = None  # RUNNING: when the other run began; LATE: the next time it let pass
+    why: str  # RUNNING, LATE or LOST
+    # RUNNING: when the other run began; LATE: the next time it let pass; LOST: when it began
+    since: datetime | None = None
 
     def describe(self, when: Callable[[datetime], str]) -> str:
         """What happened, with times as `when` writes them."""
+        if self.why == LOST and self.since is not None:
+            return (f"the run due at {when(self.due)}, begun at {when(self.since)}, did not finish: its worker "
+                    "stopped while writing it (killed, or past its time limit)")
         if self.why == LATE and self.since is not None:
             reason = f"no worker took it before {when(self.since)}, the schedule's next time"
         else:
@@ -193,8 +200,9 @@ def last_skip(directory: Path) -> Skip | None:
 def backup_dir_lock(directory: Path, *, began: datetime, due: datetime | None = None) -> Iterator[bool]:
     """Hold the directory's lock while the block runs: True when it was free, False (and
     nothing held) when another run has it. The holder writes in the lock file when it
-    began and the schedule's time it is for: a run that finds it held says which one it
-    gave way to, or sees that it is a copy of that very run."""
+    began and the schedule's time it is for, and empties it as it lets go: a run that finds
+    it held says which one it gave way to, or sees that it is a copy of that very run, and
+    one that finds it free but written follows a run whose worker died, and records that."""
     fd = os.open(directory / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o600)
     try:
         try:
@@ -202,20 +210,40 @@ def backup_dir_lock(directory: Path, *, began: datetime, due: datetime | None = 
         except BlockingIOError:
             yield False
             return
+        lost_began, lost_due = _holder_read(os.pread(fd, 4096, 0))
+        if lost_began is not None and lost_began not in _ended(directory):
+            _skipped(directory, Skip(at=lost_began, due=lost_due or lost_began, why=LOST, since=lost_began))
         os.ftruncate(fd, 0)
         os.pwrite(fd, json.dumps({"began": began.isoformat(), "due": due.isoformat() if due else None}).encode(), 0)
-        yield True
+        try:
+            yield True
+        finally:
+            os.ftruncate(fd, 0)  # ended, however it ended: nothing of it is being written now
     finally:
         os.close(fd)  # lets go of the lock
 
 
+def _ended(directory: Path) -> set[datetime]:
+    """When the runs recorded as ended began: a lock file written by a version that did not
+    empty it names one of them, not a run that died."""
+    last, skip = last_run(directory), last_skip(directory)
+    return {record.at for record in (last, skip) if record is not None}
+
+
 def _holder(directory: Path) -> tuple[datetime | None, datetime | None]:
     """When the run holding the lock began, and the time it is for (None: not known)."""
-    try:  # empty while the holder writes it
-        data = json.loads((directory / LOCK_FILE).read_text())
+    try:
+        return _holder_read((directory / LOCK_FILE).read_bytes())
+    except OSError:
+        return None, None
+
+
+def _holder_read(written: bytes) -> tuple[datetime | None, datetime | None]:
+    try:  # empty while the holder writes it, and once it let go
+        data = json.loads(written)
         return (datetime.fromisoformat(data["began"]),
                 datetime.fromisoformat(data["due"]) if data.get("due") else None)
-    except (OSError, ValueError, KeyError, TypeError):
+    except (ValueError, KeyError, TypeError):
         return None, None
 
 

@@ -20,8 +20,8 @@ BACKUP_TIME_LIMIT = 6 * 3600
 # copy taking a worker's slot for nothing. Stretching that timeout to the longest dump
 # would leave every other task a dead worker held (a heartbeat's run, a send) waiting as
 # long; a backup lost with its worker costs nothing that waiting would save: the next
-# scheduled run takes one (and removes the half-written copy), and doctor fails once the
-# schedule has come round twice without one.
+# scheduled run takes one, removes the half-written copy and records the lost run as
+# skipped, and doctor fails once the schedule has come round twice without one.
 @shared_task(name=BACKUP_TASK, acks_late=False, time_limit=BACKUP_TIME_LIMIT, ignore_result=True)
 def backup_scheduled(tick: str | None = None, next_tick: str | None = None) -> str:
     """Take a scheduled backup into QORVEN_BACKUP_DIR and keep the newest QORVEN_BACKUP_KEEP.

@@ -5,6 +5,7 @@ nothing else is touched; one run at a time; a failure removes nothing and is sho
 from __future__ import annotations
 
 import io
+import json
 import logging
 import os
 import stat
@@ -36,7 +37,7 @@ from qorven.runtime.startup import Startup, startup_run
 from sessions_app.models import Message
 
 from ..denied_dirs import denied
-from ..processes import wait_for
+from ..processes import ROOT, wait_for
 from .backup_copies import chat, restored
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -408,6 +409,60 @@ def test_the_beats_next_run_while_a_long_dump_is_written_is_skipped_and_the_dump
     assert last_skip(backups).since == last_run(backups).at  # the run it gave way to
     check = schedule_check()
     assert check["ok"] and "was skipped: another backup, begun at" in check["detail"]
+
+
+def a_run_killed_while_writing(directory, due: datetime) -> None:
+    """A worker running the backup for `due` killed outright while it writes (SIGKILL:
+    its process runs nothing more), as acknowledged runs are never handed out again."""
+    import subprocess
+    import sys
+
+    script = ("import sys, time\n"
+              "from datetime import UTC, datetime\n"
+              "from pathlib import Path\n"
+              "from qorven.runtime.scheduled_backups import backup_dir_lock\n"
+              "with backup_dir_lock(Path(sys.argv[1]), began=datetime.now(UTC), due=datetime.fromisoformat(sys.argv[2])):\n"
+              "    print('writing', flush=True)\n"
+              "    time.sleep(60)\n")
+    worker = subprocess.Popen([sys.executable, "-c", script, str(directory), due.isoformat()], cwd=ROOT,
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        assert worker.stdout.readline() == "writing\n"
+    finally:
+        worker.kill()
+        worker.wait(10)
+
+
+def test_a_run_lost_with_its_worker_is_recorded_as_skipped_by_the_next(world, backups, drain, caplog):
+    backup_beat_sync()
+    backups.mkdir()
+    first = timezone.now().replace(second=0, microsecond=0) - timedelta(minutes=2)
+    a_run_killed_while_writing(backups, first)
+    a_run_killed_while_writing(backups, first + timedelta(minutes=1))  # the next dies too
+    skip = last_skip(backups)
+    assert skip is not None and skip.due == first and skip.since == skip.at
+    said = f"the run due at {as_doctor_writes(first)}, begun at {as_doctor_writes(skip.since)}, did not finish"
+    check = schedule_check()
+    assert check["ok"] and said in check["detail"] and "its worker stopped while writing it" in check["detail"]
+    out = io.StringIO()
+    call_command("backup", "--list", stdout=out)
+    assert "did not finish: its worker stopped while writing it" in out.getvalue()
+
+    with caplog.at_level(logging.WARNING, logger="qorven.runtime"):
+        run_as_the_beat_does(drain)  # the next run takes one, and says which it follows
+    assert len(scheduled_backups(backups)) == 1 and last_run(backups).ok
+    assert (f"the run due at {(first + timedelta(minutes=1)).astimezone(UTC):%Y-%m-%d %H:%M:%S} UTC"
+            in caplog.text and "did not finish" in caplog.text)
+    assert "did not finish" not in schedule_check()["detail"]
+
+    # The lock file as a version that did not empty it left it, naming the run just done:
+    # that run ended, nothing was lost.
+    skipped = last_skip(backups)
+    done = last_run(backups)
+    (backups / ".qorven-backup.lock").write_text(json.dumps({"began": done.at.isoformat(), "due": None}))
+    time.sleep(1.1)  # a backup is named to the second
+    run_as_the_beat_does(drain)
+    assert len(scheduled_backups(backups)) == 2 and last_skip(backups) == skipped
 
 
 def test_a_failed_backup_removes_nothing_and_doctor_shows_why(world, backups, drain, caplog):
