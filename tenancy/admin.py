@@ -12,17 +12,42 @@ from django.utils import timezone
 
 from qorven.runtime.cooldowns import route_state
 
-from .admin_scoping import TenantScopedAdminMixin, TenantScopedInlineMixin, admin_tenant_ids
+from .admin_scoping import TenantScopedAdminMixin, TenantScopedInlineMixin, admin_tenant_ids, owns_tenant
 from .models import ApiToken, McpServer, Membership, ModelFallback, PluginSetting, Qor, Tenant, Usage
 from .selectors import tokens_spent_this_month
 from .signals import person_retimed, tenant_retimed
 
 
+class MembershipInlineFormSet(forms.BaseInlineFormSet):
+    """The workspace page's members, under the rule of MembershipAdmin: owners are made,
+    changed and removed by owners (and the host) alone."""
+
+    owns = True  # set per request (MembershipInline.get_formset)
+
+    def clean(self) -> None:
+        super().clean()
+        if self.owns:
+            return
+        owner = Membership.Role.OWNER
+        for form in self.forms:
+            was_owner = form.instance.pk is not None and form.initial.get("role") == owner
+            deleted = self.can_delete and self._should_delete_form(form)
+            if (was_owner and (deleted or form.has_changed())) or (
+                    not deleted and not was_owner and (form.cleaned_data or {}).get("role") == owner):
+                raise forms.ValidationError("Only an owner of the workspace makes, changes or removes an owner.")
+
+
 class MembershipInline(TenantScopedInlineMixin, admin.TabularInline):
     model = Membership
+    formset = MembershipInlineFormSet
     extra = 0
     fields = ["user", "role"]  # a person's timezone on their own page, where changing it moves their beats
     autocomplete_fields = ["user"]
+
+    def get_formset(self, request, obj=None, **kwargs):
+        formset = super().get_formset(request, obj, **kwargs)
+        formset.owns = owns_tenant(request.user, obj.pk if obj is not None else None)
+        return formset
 
 
 class QorInline(TenantScopedInlineMixin, admin.StackedInline):
@@ -155,9 +180,7 @@ class MembershipAdmin(TenantScopedAdminMixin, admin.ModelAdmin):
 
     # Owners are made and unmade by owners: a workspace admin manages members and admins.
     def _owns(self, request, tenant_id: int | None) -> bool:
-        if admin_tenant_ids(request.user) is None:
-            return True  # the host
-        return Membership.objects.filter(tenant_id=tenant_id, user=request.user, role=Membership.Role.OWNER).exists()
+        return owns_tenant(request.user, tenant_id)
 
     def has_change_permission(self, request, obj=None) -> bool:
         if obj is not None and obj.role == Membership.Role.OWNER and not self._owns(request, obj.tenant_id):

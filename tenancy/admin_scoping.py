@@ -44,6 +44,14 @@ def admin_tenant_ids(user: Any) -> frozenset[int] | None:
     return cached
 
 
+def owns_tenant(actor: Any, tenant_id: int | None) -> bool:
+    """Whether `actor` may make, change or remove the tenant's owners in the admin: the
+    host, and the tenant's owners (a workspace admin manages members and admins only)."""
+    if admin_tenant_ids(actor) is None:
+        return True
+    return Membership.objects.filter(tenant_id=tenant_id, user=actor, role=Membership.Role.OWNER).exists()
+
+
 def owners_off_limits(actor: Any, tenant_id: int) -> frozenset[int]:
     """The owners of the tenant `actor` may not act for in the admin (link a sender to,
     change the sender of): none for the host and for the tenant's owners; every owner for

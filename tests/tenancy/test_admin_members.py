@@ -87,3 +87,42 @@ def test_a_workspace_admin_cannot_make_or_unmake_an_owner(workspace_admin, world
 
     added = workspace_admin.post(ADD, {"tenant": world.tenant_a.pk, "username": "eve", "role": "member"})
     assert added.status_code == 302  # members (and admins) are theirs to add
+
+
+def members_posted(client, tenant, **roles) -> int:
+    """Post the workspace's own admin page back with the members' roles changed (a role of
+    None deletes that member's row); the status of the answer (200: the page again, with
+    the refusal)."""
+    from ..admin_forms import served_form
+
+    change = reverse("admin:qorven_tenant_change", args=[tenant.pk])
+    data = served_form(client.get(change))
+    usernames = dict(Membership.objects.filter(tenant=tenant).values_list("pk", "user__username"))
+    for key, value in list(data.items()):
+        if key.startswith("memberships-") and key.endswith("-id") and usernames.get(value) in roles:
+            row = key[: -len("-id")]
+            role = roles[usernames[value]]
+            data[f"{row}-role" if role else f"{row}-DELETE"] = role or "on"
+    response = client.post(change, data)
+    if response.status_code == 200:
+        assert "Only an owner of the workspace makes, changes or removes an owner." in response.content.decode()
+    return response.status_code
+
+
+def test_a_workspace_admin_cannot_make_or_unmake_an_owner_on_the_workspaces_page(workspace_admin, world):
+    def roles() -> dict[str, str]:
+        return dict(Membership.objects.filter(tenant=world.tenant_a).values_list("user__username", "role"))
+
+    before = roles()
+    assert members_posted(workspace_admin, world.tenant_a, dana="owner") == 200
+    assert members_posted(workspace_admin, world.tenant_a, alice="member") == 200
+    assert members_posted(workspace_admin, world.tenant_a, alice=None) == 200
+    assert roles() == before
+
+    assert members_posted(workspace_admin, world.tenant_a, bob="admin") == 302  # members are theirs to manage
+    assert roles()["bob"] == "admin"
+
+
+def test_an_owner_makes_another_owner_on_the_workspaces_page(tenant_admin, world):
+    assert members_posted(tenant_admin, world.tenant_a, bob="owner") == 302
+    assert Membership.objects.get(tenant=world.tenant_a, user=world.bob).role == "owner"
