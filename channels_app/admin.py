@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 
+from django import forms
 from django.contrib import admin, messages
 from django.contrib.admin import helpers
 from django.core.exceptions import PermissionDenied
@@ -18,12 +19,42 @@ from .pairing import DECIDABLE, pairing_approve, pairing_deny, tenant_members
 from .pairing_end import identity_pairing_end, speaks_for
 
 
+class BindingRowForm(forms.ModelForm):
+    """A binding as a row of its tenant's page: its Qor is one of that tenant's, as on the
+    binding's own page (BindingForm)."""
+
+    def clean(self):
+        data = super().clean()
+        qor = data.get("qor")
+        if qor is not None and qor.tenant_id != self.instance.tenant_id:  # the page's tenant, set by the formset
+            self.add_error("qor", "This Qor belongs to another tenant.")
+        return data
+
+
+class IdentityForm(forms.ModelForm):
+    class Meta:
+        model = Identity
+        fields = "__all__"
+
+    def clean(self):
+        data = super().clean()
+        tenant, user = data.get("tenant") or getattr(self.instance, "tenant", None), data.get("user")
+        # A sender is linked to a member of its own tenant: anyone else is refused on every
+        # message it sends, and is none of that tenant's to name. One linked before leaving
+        # may stay so while the rest of the row is edited (ending that pairing is the admin's).
+        if (tenant is not None and user is not None and {"tenant", "user"} & set(self.changed_data)
+                and not Membership.objects.filter(tenant=tenant, user=user).exists()):
+            self.add_error("user", "This user is not a member of the tenant.")
+        return data
+
+
 class ChannelBindingInline(TenantScopedInlineMixin, admin.TabularInline):
     """A tenant's channel accounts, at a glance. Credentials and webhook secrets are never
     rendered, only how many are set; they are entered on the binding's own page (a field
     with a hint for each) or with `qorven bind`."""
 
     model = ChannelBinding
+    form = BindingRowForm
     extra = 0
     fields = ["kind", "name", "qor", "enabled", "secrets"]
     readonly_fields = ["kind", "secrets"]
@@ -81,6 +112,7 @@ class ChannelBindingAdmin(TenantScopedAdminMixin, admin.ModelAdmin):
 
 @admin.register(Identity)
 class IdentityAdmin(TenantScopedAdminMixin, admin.ModelAdmin):
+    form = IdentityForm
     list_display = ["__str__", "external_id", "tenant", "display_name", "user", "trust_level", "approval",
                     "updated_at"]
     list_filter = ["channel", "approval", "trust_level", "tenant"]

@@ -317,6 +317,34 @@ def test_a_binding_cannot_pair_a_tenant_with_another_tenants_qor(admin_client, w
     assert telegram.qor == world.qor_a
 
 
+def test_the_tenants_page_cannot_pair_its_binding_with_another_tenants_qor(admin_client, world, telegram):
+    """The bindings listed on a tenant's own page follow the binding form's rule: the
+    tenant's senders are never answered by another tenant's Qor (its prompt, its project
+    context, its MCP servers)."""
+    from ..admin_forms import served_form
+
+    change = reverse("admin:qorven_tenant_change", args=[world.tenant_a.pk])
+    data = served_form(admin_client.get(change))
+    data["bindings-0-qor"] = world.qor_b.pk
+    response = admin_client.post(change, data)
+    assert response.status_code == 200
+    assert "This Qor belongs to another tenant." in response.content.decode()
+    telegram.refresh_from_db()
+    assert telegram.qor == world.qor_a
+
+
+def test_a_sender_is_linked_only_to_a_member_of_its_tenant(admin_client, world):
+    sender = Identity.objects.create(tenant=world.tenant_a, channel="telegram", external_id="55", user=world.bob,
+                                     approval="approved", trust_level="paired", display_name="Bob")
+    from ..admin_forms import served_form
+
+    change = url("identity_change", sender.pk)
+    response = admin_client.post(change, {**served_form(admin_client.get(change)), "user": world.charlie.pk})
+    assert response.status_code == 200
+    assert response.context["adminform"].form.errors["user"] == ["This user is not a member of the tenant."]
+    assert Identity.objects.get(pk=sender.pk).user == world.bob
+
+
 def test_a_superuser_sees_every_tenants_channel_rows(host, world, telegram, globex_telegram, pending):
     assert set(listed(host.get(url("channelbinding_changelist")))) == {telegram, globex_telegram}
     assert {i.external_id for i in listed(host.get(url("identity_changelist")))} == {"4242", "7777"}
