@@ -353,6 +353,10 @@ class QorAdmin(TenantScopedAdminMixin, admin.ModelAdmin):
 
     def get_readonly_fields(self, request, obj=None):
         fields = list(super().get_readonly_fields(request, obj))
+        if obj is not None:
+            # A Qor stays in its tenant: its sessions, memories, bindings and beats name that
+            # tenant, and would be answered with another's prompt, context and MCP servers.
+            fields.append("tenant")
         return fields if request.user.is_superuser else [*fields, *self.HOST_FIELDS]
 
     def get_fieldsets(self, request, obj=None):
