@@ -8,7 +8,6 @@ from django.contrib.auth import get_user_model
 from django.core.exceptions import PermissionDenied
 from django.contrib.auth.password_validation import validate_password
 from django.db import transaction
-from django.utils import timezone
 
 from qorven.runtime.cooldowns import route_state
 
@@ -385,7 +384,9 @@ class ApiTokenAdmin(TenantScopedAdminMixin, admin.ModelAdmin):
 
     @admin.action(description="Revoke the selected tokens", permissions=["change"])
     def revoke(self, request, queryset):
-        revoked = queryset.filter(revoked_at__isnull=True).update(revoked_at=timezone.now())
+        from .services import api_tokens_revoke
+
+        revoked = api_tokens_revoke(tokens=queryset)
         self.message_user(request, f"Revoked {revoked} token(s).")
 
 

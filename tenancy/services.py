@@ -9,7 +9,8 @@ from django.contrib.auth import get_user_model
 from django.contrib.auth.models import User
 from django.contrib.auth.password_validation import validate_password
 from django.db import transaction
-from django.db.models import Field
+from django.db.models import Field, QuerySet
+from django.utils import timezone
 
 from .errors import InactiveUser, NotFound
 from .models import ApiToken, Membership, Qor, Tenant
@@ -103,8 +104,6 @@ def tenant_suspend(*, tenant: Tenant) -> bool:
     nothing of it is deleted or changed, and what platforms send meanwhile is kept
     unanswered. Open chat sockets are told to check their sign-in (they close). False when
     it was suspended already (its first suspension time stays)."""
-    from django.utils import timezone
-
     return _suspended_set(tenant=tenant, at=timezone.now())
 
 
@@ -137,6 +136,19 @@ def api_token_create(*, tenant: Tenant, user: User, name: str = "",
     token = ApiToken.objects.create(tenant=tenant, user=user, name=name, prefix=raw[:10], digest=token_digest(raw),
                                     expires_at=expires_at)
     return token, raw
+
+
+@transaction.atomic
+def api_tokens_revoke(*, tokens: QuerySet[ApiToken]) -> int:
+    """Revoke those of `tokens` still live; returns how many. Each is saved, not updated in
+    bulk: its save tells the sockets it opened to check their sign-in and close
+    (channels_app.live_auth), rather than at their holder's next ping."""
+    now = timezone.now()
+    live = list(tokens.filter(revoked_at__isnull=True))
+    for token in live:
+        token.revoked_at = now
+        token.save(update_fields=["revoked_at"])
+    return len(live)
 
 
 def usage_record(

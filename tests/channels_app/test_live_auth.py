@@ -190,6 +190,30 @@ def test_a_revoked_token_closes_the_socket_it_opened(world):
     async_to_sync(scenario)()
 
 
+def test_a_token_revoked_with_the_admins_action_closes_the_socket_it_opened(world):
+    """The admin's list action is how tokens are revoked: a socket a leaked token opened
+    closes then, not at its holder's next ping (one that never pings would follow the chat
+    for as long as it stayed connected)."""
+    token, raw = api_token_create(tenant=world.tenant_a, user=world.alice)
+    _, other_raw = api_token_create(tenant=world.tenant_a, user=world.alice, name="another client")
+    world.alice.is_staff = True
+    world.alice.save(update_fields=["is_staff"])
+    admin, _ = signed_in_client(world.alice)
+
+    async def scenario():
+        leaked = await opened(communicator(ALICE_CHAT, headers=[(b"authorization", f"Bearer {raw}".encode())]))
+        other = await opened(communicator(ALICE_CHAT, headers=[(b"authorization", f"Bearer {other_raw}".encode())]))
+
+        response = await sync_to_async(admin.post)(
+            "/admin/qorven/apitoken/", {"action": "revoke", "_selected_action": [token.pk]})
+        assert response.status_code == 302
+
+        await closed_as_signed_out(leaked)
+        await still_open(other)
+
+    async_to_sync(scenario)()
+
+
 def test_a_session_that_expires_quietly_is_noticed_on_a_ping(world, monkeypatch):
     monkeypatch.setattr(sign_in, "RECHECK_EVERY", 0.0)
     cookie = session_cookie(world.alice)
