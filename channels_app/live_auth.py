@@ -6,7 +6,8 @@ session of the user), deactivation, removal from the tenant, a revoked token, th
 suspending the tenant. Each of
 those tells the user's open sockets (`auth_group`), and each socket checks its own
 credentials again and closes if they no longer hold; sockets also check again now and
-then (on a client's ping), for sessions that simply expire.
+then (every RECHECK_EVERY while open, and on a client's ping once that is due), for sessions
+and tokens that simply expire.
 """
 from __future__ import annotations
 
@@ -28,7 +29,7 @@ from .chat import chat_owner
 # later (update_session_auth_hash): sockets wait this long before checking, so the session
 # that made the change is not taken for one it invalidated.
 RECHECK_DELAY = 1.0
-RECHECK_EVERY = 60.0  # seconds between the checks a client's pings trigger
+RECHECK_EVERY = 60.0  # seconds between a socket's own checks (and those a client's pings trigger)
 
 
 def auth_group(user_id: int) -> str:

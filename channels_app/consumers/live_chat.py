@@ -98,6 +98,7 @@ class LiveChatConsumer(SignInFollowingConsumer):
         if self.follows_sign_in:
             for group in (auth_group(owner.user.pk), *self.more_auth_groups(owner)):
                 await self._join(group)
+            self.recheck_every_while_open()
         await self.accept()
         metrics.live_sockets.inc()
         self.counted = True

@@ -53,6 +53,21 @@ class SignInFollowingConsumer(AsyncJsonWebsocketConsumer):
         await asyncio.sleep(delay)
         await self.recheck()
 
+    def recheck_every_while_open(self) -> None:
+        """Check again every RECHECK_EVERY for as long as the socket is open: a session or a
+        token can just expire, which no event tells, and a client need not ping (one that
+        never does would otherwise follow the chat for as long as it stayed connected)."""
+        task = asyncio.get_running_loop().create_task(self._recheck_periodically())
+        self.rechecks.add(task)
+        task.add_done_callback(self.rechecks.discard)
+
+    async def _recheck_periodically(self) -> None:
+        while self.owner is not None:
+            # Due from the last check, whatever made it (a change, a ping); a second at least.
+            await asyncio.sleep(max(1.0, self.checked_at + RECHECK_EVERY - time.monotonic()))
+            if self.owner is not None and time.monotonic() - self.checked_at >= RECHECK_EVERY:
+                await self.recheck()
+
     async def recheck_when_due(self) -> None:
         """On a client's ping: a session can also just expire, which no event tells."""
         if self.follows_sign_in and time.monotonic() - self.checked_at > RECHECK_EVERY:

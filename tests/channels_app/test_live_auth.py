@@ -3,6 +3,7 @@ tab, a password change, removal from the tenant or a revoked token closes it (a
 `signed_out` frame, then close code 4401) — and nobody else's socket."""
 from __future__ import annotations
 
+from datetime import timedelta
 from importlib import import_module
 
 import pytest
@@ -226,6 +227,22 @@ def test_a_session_that_expires_quietly_is_noticed_on_a_ping(world, monkeypatch)
         events = await receive_until(page, lambda e: e["type"] == "signed_out")
         assert events[0] == {"type": "pong"}
         assert await page.receive_output(timeout=5) == {"type": "websocket.close", "code": CLOSE_SIGNED_OUT}
+
+    async_to_sync(scenario)()
+
+
+def test_a_token_that_expires_closes_its_socket_though_its_client_never_pings(world, monkeypatch):
+    """Expiry tells no socket, and a client need not ping: the socket checks on its own
+    (every RECHECK_EVERY), so a token past its end follows the chat no longer."""
+    monkeypatch.setattr(sign_in, "RECHECK_EVERY", 0.5)
+    _, raw = api_token_create(tenant=world.tenant_a, user=world.alice,
+                              expires_at=timezone.now() + timedelta(seconds=2))
+
+    async def scenario():
+        socket = await opened(communicator(ALICE_CHAT, headers=[(b"authorization", f"Bearer {raw}".encode())]))
+        events = await receive_until(socket, lambda e: e["type"] == "signed_out", timeout=10)
+        assert events == [{"type": "signed_out"}]
+        assert await socket.receive_output(timeout=5) == {"type": "websocket.close", "code": CLOSE_SIGNED_OUT}
 
     async_to_sync(scenario)()
 
