@@ -162,6 +162,22 @@ def test_a_visitor_socket_hears_their_chat_and_a_forged_one_is_refused(client, w
     async_to_sync(scenario)()
 
 
+def test_a_visitor_socket_closes_once_its_token_expires_though_it_never_pings(world, webchat, monkeypatch):
+    from channels_app.consumers import sign_in
+
+    monkeypatch.setattr(sign_in, "RECHECK_EVERY", 0.5)
+    token = token_for("alice", ttl=2)
+
+    async def scenario():
+        comm = communicator(f"/ws/webchat/{KEY}/?visitor={token}")
+        assert (await comm.connect())[0]
+        await receive_until(comm, lambda e: e["type"] == "session")
+        await receive_until(comm, lambda e: e["type"] == "signed_out")
+        assert (await comm.receive_output(timeout=5))["type"] == "websocket.close"
+
+    async_to_sync(scenario)()
+
+
 def test_bind_webchat_prints_the_embed_and_a_generated_secret_once(world):
     out = io.StringIO()
     call_command("bind", "webchat", "--tenant", "acme", "--qor", "aria", stdout=out)
