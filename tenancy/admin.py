@@ -8,6 +8,7 @@ from django.contrib.auth import get_user_model
 from django.core.exceptions import PermissionDenied
 from django.contrib.auth.password_validation import validate_password
 from django.db import transaction
+from django.utils import timezone
 
 from qorven.runtime.cooldowns import route_state
 
@@ -378,6 +379,13 @@ class ApiTokenAdmin(TenantScopedAdminMixin, admin.ModelAdmin):
     readonly_fields = ["prefix", "digest", "tenant", "user", "created_at", "last_used_at", "revoked_at"]
     exclude: list[str] = []
     actions = ["revoke"]
+
+    def get_readonly_fields(self, request, obj=None):
+        fields = list(super().get_readonly_fields(request, obj))
+        if obj is not None and obj.expires_at is not None and obj.expires_at <= timezone.now():
+            # Run out, it is as dead as a revoked one: a new end would set it (leaked, say) going again.
+            fields.append("expires_at")
+        return fields
 
     def has_add_permission(self, request) -> bool:
         return False  # tokens are minted with `qorven token create`, which shows them once

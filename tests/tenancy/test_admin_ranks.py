@@ -3,6 +3,8 @@ acts as an owner or for one: a token moved onto the owner, a sender linked to th
 an owner's sender linked elsewhere would each let the admin write, or read, as the owner."""
 from __future__ import annotations
 
+from datetime import timedelta
+
 import pytest
 from django.urls import reverse
 from django.utils import timezone
@@ -10,6 +12,7 @@ from django.utils import timezone
 from channels_app.models import Identity
 from channels_app.pairing import identity_get_or_create, pairing_request_for
 from tenancy.models import ApiToken, Membership
+from tenancy.selectors import api_token_authenticate
 from tenancy.services import api_token_create
 
 pytestmark = pytest.mark.django_db
@@ -41,6 +44,23 @@ def test_a_workspace_admin_cannot_move_a_token_onto_the_owner_or_revive_a_revoke
     workspace_admin.post(change, token_form(token))  # the revoked-at field sent empty
     token.refresh_from_db()
     assert token.revoked_at is not None
+
+
+def test_an_expired_token_is_not_revived_in_the_admin(tenant_admin, world):
+    """An expired token is as dead as a revoked one: the admin does not set it going again
+    (a leaked token that had run out would work for whoever holds it)."""
+    token, raw = api_token_create(tenant=world.tenant_a, user=world.bob, name="bob's",
+                                  expires_at=timezone.now() - timedelta(days=1))
+    change = reverse("admin:qorven_apitoken_change", args=[token.pk])
+    tenant_admin.post(change, token_form(token, name="renamed"))  # the expiry sent empty: never
+    token.refresh_from_db()
+    assert token.name == "renamed" and token.expires_at is not None and token.expires_at < timezone.now()
+    assert api_token_authenticate(raw=raw) is None
+
+    live, _ = api_token_create(tenant=world.tenant_a, user=world.bob, expires_at=timezone.now() + timedelta(days=1))
+    tenant_admin.post(reverse("admin:qorven_apitoken_change", args=[live.pk]), token_form(live))
+    live.refresh_from_db()
+    assert live.expires_at is None  # a live token's end is still the admin's to move
 
 
 def sender_of(world, user, external_id: str) -> Identity:
