@@ -16,8 +16,9 @@ from __future__ import annotations
 from typing import Any
 
 from django.contrib import admin
+from django.contrib.admin.widgets import ForeignKeyRawIdWidget
 from django.contrib.auth import get_user_model
-from django.core.exceptions import FieldDoesNotExist, PermissionDenied
+from django.core.exceptions import FieldDoesNotExist, PermissionDenied, ValidationError
 from django.db.models import ForeignKey, Model, QuerySet
 from django.http import HttpRequest
 
@@ -97,7 +98,12 @@ class _Scoping:
                 kwargs["queryset"] = related.objects.filter(memberships__tenant__in=ids).distinct()
             elif related is Qor or any(f.name == "tenant" for f in related._meta.fields):
                 kwargs["queryset"] = related._default_manager.filter(tenant__in=ids)
-        return super().formfield_for_foreignkey(db_field, request, **kwargs)  # type: ignore[misc]
+        field = super().formfield_for_foreignkey(db_field, request, **kwargs)  # type: ignore[misc]
+        if ids is not None and field is not None and type(field.widget) is ForeignKeyRawIdWidget:
+            widget = field.widget
+            field.widget = ScopedRawIdWidget(widget.rel, widget.admin_site, field.queryset, widget.attrs,
+                                             using=widget.db)
+        return field
 
     def lookup_allowed(self, lookup: str, value: str, request: HttpRequest | None = None) -> bool:
         allowed = super().lookup_allowed(lookup, value, request)  # type: ignore[misc]
@@ -116,6 +122,24 @@ class _Scoping:
         if admin_tenant_ids(request.user) is not None:
             return []
         return list(super().get_autocomplete_fields(request))  # type: ignore[misc]
+
+
+class ScopedRawIdWidget(ForeignKeyRawIdWidget):
+    """A raw id field that names the row it holds only when that row is one of the field's
+    choices. Django's looks the id up in the whole table, so an id typed, posted back or
+    put in the page's URL (`add/?user=3`) showed any row's name beside the field: the
+    username of any account on the server, another tenant's session."""
+
+    def __init__(self, rel: Any, admin_site: Any, queryset: QuerySet, attrs: Any = None, using: Any = None) -> None:
+        super().__init__(rel, admin_site, attrs, using)
+        self.queryset = queryset
+
+    def label_and_url_for_value(self, value: Any) -> tuple[str, str]:
+        try:
+            offered = self.queryset.filter(**{self.rel.get_related_field().name: value}).exists()
+        except (TypeError, ValueError, ValidationError):
+            offered = False
+        return super().label_and_url_for_value(value) if offered else ("", "")
 
 
 def _offered_filters(model_admin: Any, request: HttpRequest) -> set[str]:

@@ -63,3 +63,22 @@ def test_the_host_filters_as_django_allows(host, world):
     world.qor_a.main_api_key = "sk-host-secret"
     world.qor_a.save(update_fields=["main_api_key"])
     assert listed(host, QORS, main_api_key__startswith="sk-host") == 1
+
+
+def test_a_tenant_admin_cannot_name_another_tenants_rows_by_id_in_a_raw_id_field(tenant_admin, world):
+    """A field that takes a row's id names the row it holds beside it: only a row the field
+    accepts, never another tenant's person or session by an id typed, posted or put in the URL."""
+    theirs = session_resolve(tenant=world.tenant_b, qor=world.qor_b, channel="web", user=world.charlie)
+    ours = session_resolve(tenant=world.tenant_a, qor=world.qor_a, channel="web", user=world.bob)
+    add = reverse("admin:memory_app_memory_add")
+
+    page = tenant_admin.get(add, {"user": world.charlie.pk, "source_session": theirs.pk}).content.decode()
+    assert "charlie" not in page and f"session {theirs.pk} " not in page
+    refused = tenant_admin.post(add, {"tenant": world.tenant_a.pk, "qor": world.qor_a.pk, "type": "fact",
+                                      "content": "x", "user": world.charlie.pk, "source_session": theirs.pk})
+    assert refused.status_code == 200 and "charlie" not in refused.content.decode()
+    identity = tenant_admin.get(reverse("admin:channels_app_identity_add"), {"user": world.charlie.pk})
+    assert "charlie" not in identity.content.decode()
+
+    own = tenant_admin.get(add, {"user": world.bob.pk, "source_session": ours.pk}).content.decode()
+    assert ">bob</a>" in own and f"session {ours.pk} " in own  # their own rows, named as before
