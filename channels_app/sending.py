@@ -45,7 +45,8 @@ def send_backoff(attempt: int) -> float:
 # whether the person whose chat it is (`person`; None for a group's) is still in the
 # workspace (`person_here`: a member, with an active account) and whether the tenant has
 # the binding's channel switched off (`channel_off`, as tenancy.switches reads it: a row
-# with enabled false), so the send checks the switch as it is now without a read of its own.
+# with enabled false), so the send checks the switch as it is now without a read of its own;
+# and whether an older part waits for the same bot (`behind`: it may be due, and goes first).
 _waiting_parts: PreparedRead[OutboundDelivery] = PreparedRead(
     lambda tenant_id, message_id: OutboundDelivery.objects.filter(
         tenant_id=tenant_id, message_id=message_id,
@@ -58,6 +59,10 @@ _waiting_parts: PreparedRead[OutboundDelivery] = PreparedRead(
         channel_off=Exists(PluginSetting.objects.filter(
             tenant_id=OuterRef("tenant_id"), kind=PluginSetting.Kind.CHANNEL, name=OuterRef("binding__kind"),
             enabled=False,
+        ).order_by()),
+        behind=Exists(OutboundDelivery.objects.filter(
+            tenant_id=OuterRef("tenant_id"), binding_id=OuterRef("binding_id"), state=OutboundDelivery.State.PENDING,
+            id__lt=OuterRef("id"),
         ).order_by()),
     ).order_by("part"),
     tenant_id=int, message_id=int,
@@ -73,6 +78,8 @@ def deliver_message(*, tenant_id: int, message_id: int, worker: str) -> int:
     the binding it returns at once: that send wakes the next waiting reply as it ends
     (channels_app.send_gate), so waiting costs no worker slot.
 
+    Replies due that wait for the same bot ahead of it are sent first (_older_sent).
+
     Each part is claimed (pending → sending) before it is sent, so two tasks for one
     message (a retry and the sweeper's) never send a part twice; a part whose sender died
     mid-send is failed by the sweeper rather than sent again, and so is one whose
@@ -82,10 +89,16 @@ def deliver_message(*, tenant_id: int, message_id: int, worker: str) -> int:
         return 0
     binding_id = waiting[0].binding_id
     holding = False
+    woken_after = message_id  # the reply the wake-up passes over: this one, sent or backing off
     try:
         with send_gate(binding_id=binding_id, worker=worker) as gates:
             holding = True
             until = time.monotonic() + DRAIN_SECONDS
+            if getattr(waiting[0], "behind", False) and not _older_sent(
+                    tenant_id=tenant_id, binding_id=binding_id, before=waiting[0], until=until, worker=worker,
+                    gates=gates):
+                woken_after = 0  # left waiting behind older replies: the wake-up sends the oldest, then this one
+                return 0
             sent, following = _send_parts(waiting, gates)
             _send_waiting(tenant_id=tenant_id, binding_id=binding_id, after=message_id, until=until, worker=worker,
                           gates=gates, following=following)
@@ -94,7 +107,42 @@ def deliver_message(*, tenant_id: int, message_id: int, worker: str) -> int:
         return 0
     finally:
         if holding:  # a look of its own, once the bot is let go: a reply that found it busy after the last one is woken
-            _wake_next(tenant_id=tenant_id, binding_id=binding_id, after=message_id)
+            _wake_next(tenant_id=tenant_id, binding_id=binding_id, after=woken_after)
+
+
+def _older_sent(*, tenant_id: int, binding_id: int, before: OutboundDelivery, until: float, worker: str,
+                gates: GatesHeld) -> bool:
+    """While the binding's gate is held: send the replies due that wait for it ahead of the
+    part `before`, oldest first, as the drain would (_send_waiting). A bot's replies reach
+    the person in the order they were written: a reply whose send comes first (our notice
+    of a part the sweeper failed, a turn's reply sent from its task) does not overtake an
+    older one left waiting while the bot was busy. Returns whether `before` may go now:
+    none of them is left due (one that fails for now backs off with its retry scheduled,
+    and one cut off mid-send, waiting for the sweeper, is passed over), or False when the
+    time or the worker's send slots ran out first."""
+    from .tasks import deliver_message_task
+
+    last = None
+    for turn in range(DRAIN_MAX):
+        if turn and (time.monotonic() >= until or not send_slot_free(worker=worker)):
+            return False
+        message_id = (
+            OutboundDelivery.objects.filter(tenant_id=tenant_id, binding_id=binding_id,
+                                            state=OutboundDelivery.State.PENDING, id__lt=before.pk)
+            .filter(Q(not_before__isnull=True) | Q(not_before__lte=timezone.now()))
+            .order_by("id").values_list("message_id", flat=True).first()
+        )
+        if message_id is not None and message_id == last:
+            return False  # not sent and not failed (its send lost the gate): left to the wake-up
+        waiting = _sendable(tenant_id=tenant_id, message_id=message_id) if message_id is not None else None
+        if waiting is None:
+            return True
+        last = message_id
+        try:
+            _send_parts(waiting, gates)
+        except RetryLater as exc:
+            deliver_message_task.apply_async((tenant_id, message_id), countdown=exc.after)
+    return False
 
 
 def _sendable(*, tenant_id: int, message_id: int) -> list[OutboundDelivery] | None:

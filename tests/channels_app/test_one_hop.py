@@ -125,10 +125,10 @@ def test_a_reply_finding_its_bot_busy_waits_for_the_send_holding_it_and_goes_out
         assert not platform.sent("sendMessage")
         assert OutboundDelivery.objects.get().state == OutboundDelivery.State.PENDING
         assert "channels_app.deliver" not in published  # no send task waits on a timer for it
-    # That send ended; Bob's reply goes out next, and Alice's after it.
+    # That send ended; Bob's reply is sent by its turn, Alice's older one first.
     assert post_telegram(client, telegram_update("and a taxi", user_id=43, message_id=2)).status_code == 200
     drain()
-    assert [s.json["text"] for s in platform.sent("sendMessage")] == ["For Bob.", "For Alice."]
+    assert [s.json["text"] for s in platform.sent("sendMessage")] == ["For Alice.", "For Bob."]
     assert "channels_app.deliver" not in published  # Alice's went with Bob's send, not as a task of its own
     assert set(OutboundDelivery.objects.values_list("state", flat=True)) == {OutboundDelivery.State.SENT}
 

@@ -4,8 +4,11 @@ once, in our words, and where they can read it when they have the web page or th
 terminal. The notice failing in turn is the end of it: nothing more is said or tried."""
 from __future__ import annotations
 
+from datetime import timedelta
+
 import pytest
 from django.contrib.auth import get_user_model
+from django.utils import timezone
 
 from channels_app.models import Identity, OutboundDelivery
 from channels_app.sweep import sweep
@@ -180,6 +183,33 @@ def test_a_one_part_reply_cut_off_mid_send_is_followed_by_the_notice_at_the_next
     drain()
     assert states(answer) == ["failed"]
     assert texts_sent(platform) == [ON_THE_WEB]
+
+
+@pytest.mark.parametrize("waited", [timedelta(0), timedelta(minutes=10)], ids=["just-now", "long-ago"])
+def test_our_notice_of_a_reply_cut_off_mid_send_goes_after_an_older_reply_still_waiting_for_the_bot(
+    world, telegram, platform, drain, waited
+):
+    """An older reply waited for the bot while the reply after it was being sent, and that
+    send's worker died: the sweep fails the part cut off, and the person gets the older
+    reply first, then our notice (which is about the reply after it). The older reply was
+    left just now (the sweep leaves it to the send that held the bot, which is the
+    notice's) or long ago (the sweep queues it too, after the notice)."""
+    pair(world, "telegram", "42", world.alice)
+    platform.default(SENT, OK)
+    session = session_resolve(tenant=world.tenant_a, qor=world.qor_a, channel="telegram", user=world.alice)
+    question = message_append(session=session, role="user", content="when is my meeting?", channel="telegram",
+                              metadata={"binding": telegram.pk, "reply_target": "42", "sender_id": "42"}).message
+    older, answer = (message_append(session=session, role="assistant", content=text, channel="telegram",
+                                    metadata={"reply_to": question.seq}, notify=False).message
+                     for text in ("Bring the slides.", ANSWER))
+    for message, state in ((older, "pending"), (answer, "sending")):
+        OutboundDelivery.objects.create(tenant=world.tenant_a, message=message, part=0, binding=telegram,
+                                        target="42", text=message.content, state=state)
+    OutboundDelivery.objects.update(updated_at=timezone.now() - waited)
+    assert sweep().interrupted_sends == 1
+    drain()
+    assert texts_sent(platform) == ["Bring the slides.", ON_THE_WEB]
+    assert (states(older), states(answer), states(notices()[0])) == (["sent"], ["failed"], ["sent"])
 
 
 def test_a_chat_whose_pairing_ended_is_told_nothing(world, telegram, platform, drain):
