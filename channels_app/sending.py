@@ -352,13 +352,17 @@ def _part_sent_and_next(row: OutboundDelivery, platform_id: str) -> int | None:
 def _send_failed(row: OutboundDelivery, exc: SendError) -> bool:
     """Record the platform's refusal of `row` (its `attempts` counted): True when the part
     ended failed (refused for good, in doubt, out of retries); raises RetryLater when it is
-    to be tried again. A failed part never holds up the parts behind it."""
+    to be tried again. A failed part never holds up the parts behind it. A part the
+    platform took a message of ours ahead of (exc.begun_id) keeps that message's id: its
+    retry does not send it again (nothing_sent_to)."""
+    if exc.begun_id is not None:
+        row.platform_message_id = exc.begun_id or BEGUN_UNREAD
     if exc.ambiguous:
         # The request went out and no answer came back: the platform may have the part,
         # and a part is never sent twice, so it ends failed, shown as such.
         row.state, row.not_before = OutboundDelivery.State.FAILED, None
         row.last_error = f"{exc}: the connection was lost after sending; {MAYBE_DELIVERED}"[:1000]
-        row.save(update_fields=["attempts", "last_error", "state", "not_before", "updated_at"])
+        row.save(update_fields=["attempts", "last_error", "state", "not_before", "platform_message_id", "updated_at"])
         logger.warning("delivery of message %s part %s is in doubt, not sent again: %s", row.message_id, row.part, exc)
         delivery_failed_show(row.tenant_id, row.message_id, row.binding.kind)
         return True
@@ -366,7 +370,7 @@ def _send_failed(row: OutboundDelivery, exc: SendError) -> bool:
     row.state = OutboundDelivery.State.FAILED if exc.permanent else OutboundDelivery.State.PENDING
     after = exc.retry_after if exc.retry_after is not None else send_backoff(row.attempts - 1)
     row.not_before = None if exc.permanent else timezone.now() + timedelta(seconds=after)
-    row.save(update_fields=["attempts", "last_error", "state", "not_before", "updated_at"])
+    row.save(update_fields=["attempts", "last_error", "state", "not_before", "platform_message_id", "updated_at"])
     if exc.permanent:
         logger.warning("delivery of message %s part %s failed for good: %s", row.message_id, row.part, exc)
         delivery_failed_show(row.tenant_id, row.message_id, row.binding.kind)
@@ -390,12 +394,19 @@ def one_off_target(message: Message) -> tuple[ChannelBinding, str] | None:
     return binding, target
 
 
+# A begun part's platform_message_id when the platform's id of what it took was unreadable.
+BEGUN_UNREAD = "?"
+
+
 def nothing_sent_to(binding: ChannelBinding, target: str) -> bool:
-    """Whether no part has gone out to this one-off target: a Discord interaction's first
-    follow-up takes the place of its deferred response, which is then the answer, never
-    to be withdrawn."""
+    """Whether nothing has gone out to this one-off target, no part nor the start of one
+    (a part still to be sent whose platform id is noted: begun, _send_failed): a Discord
+    interaction's first follow-up takes the place of its deferred response, which is then
+    the answer, never to be withdrawn; and a late answer's header goes with its first part
+    only, once."""
     return not OutboundDelivery.objects.filter(
-        tenant_id=binding.tenant_id, binding=binding, target=target, state=OutboundDelivery.State.SENT).exists()
+        Q(state=OutboundDelivery.State.SENT) | ~Q(platform_message_id=""),
+        tenant_id=binding.tenant_id, binding=binding, target=target).exists()
 
 
 def send_direct(*, binding: ChannelBinding, target: str, text: str) -> None:

@@ -265,11 +265,16 @@ class DiscordAdapter(Adapter):
     def _post(self, binding: ChannelBinding, channel: str, text: str, *, url: str = "", header: str = "",
               mention: str = "") -> str:
         """One message: in `channel` as the bot, or to an interaction's webhook `url`.
-        `header`, a line before the text (its own message when both would pass the limit);
-        `mention`, the one user it may notify."""
+        `header`, a line before the text (its own message when both would pass the limit:
+        the text failing then, the SendError says the part is begun, so that its retry
+        sends the text alone, as it was tried); `mention`, the one user it may notify."""
         if header and len(header) + 1 + len(text) > self.limit:
-            self._post(binding, channel, header, url=url, mention=mention)
-            header, mention = "", ""
+            begun = self._post(binding, channel, header, url=url, mention=mention)
+            try:
+                return self._post(binding, channel, text, url=url)
+            except SendError as exc:
+                exc.begun_id = begun
+                raise
         headers = {} if url else self._bot_auth(binding)
         url = url or f"{settings.DISCORD_API_BASE.rstrip('/')}/channels/{channel}/messages"
         # Mentions the model wrote (@everyone, a role, a user) notify nobody.

@@ -260,3 +260,31 @@ def test_an_ask_whose_answer_discord_refuses_ends_with_our_notice_that_it_did_no
     answer, notice = _followed_up(platform)
     assert answer == "Three meetings." and notice.startswith("My last reply may not have reached you.")
     assert "50035" not in notice and "Invalid" not in notice
+
+
+@pytest.mark.parametrize("answer", ["Three meetings.", "All the day's meetings. " * 81],
+                         ids=["header-in-the-message", "header-alone-first"])
+def test_a_late_answer_retried_after_discord_failed_it_once_says_which_ask_it_answers_once(
+    client, world, discord, discord_key, platform, model_server, drain, settings, answer  # noqa: F811
+):
+    """Discord answers the message carrying the answer with a 500 once, then takes it: the
+    person reads the line naming their /ask once, however the first try went out (that
+    line in the answer's own message, or before it on its own when both would pass
+    Discord's 2,000 characters)."""
+    settings.QORVEN_SEND_BACKOFF = 0.05
+    _late(platform)
+    alone = len(answer) > 1800
+    channel = r"/discord/api/v10/channels/555/messages"
+    down = Canned(500, {"message": "500: Internal Server Error", "code": 0})
+    platform.script(channel, *([Canned(200, {"id": "801"})] if alone else []), down)
+    platform.default(channel, Canned(200, {"id": "802"}))
+    pair(world, "discord", ALICE_DISCORD, world.alice)
+    model_server.default = reply(answer)
+    post_discord(client, _server_ask("what is on today?", interaction="76"), discord_key)
+    drain()
+    posted = [r.json["content"] for r in platform.sent(channel)]
+    header = f"<@{ALICE_DISCORD}> answering your /ask “what is on today?”:"
+    # The request Discord failed (which delivered nothing) is sent again as it was, alone.
+    refused = answer if alone else f"{header}\n{answer}"
+    assert posted == [*([header] if alone else []), refused, refused]
+    assert OutboundDelivery.objects.get().state == OutboundDelivery.State.SENT
