@@ -269,11 +269,12 @@ def chat_send(
         raise ValueError(f"the message is longer than {MAX_CONTENT} characters")
     if not channel_enabled(tenant=owner.tenant, channel=channel):
         raise ChannelOff(f"the {channel} channel is switched off for this workspace")
-    trust: str | None = owner.trust
+    trust = owner.trust
     if owner.member:  # a terminal stays open for hours: the membership decides each message
-        trust = surface_access(tenant=owner.tenant, user=owner.user, surface=channel)
-        if trust is None:
+        current = surface_access(tenant=owner.tenant, user=owner.user, surface=channel)
+        if current is None:
             raise NotFound("not a member of this workspace any more")
+        trust = current
     session = session_resolve(tenant=owner.tenant, qor=owner.qor, channel=channel, user=owner.user)
     return inbound_accept(
         session=session, content=content, channel=channel, sender_name=owner.sender_name, user=owner.user,
