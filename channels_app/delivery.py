@@ -142,13 +142,24 @@ def deliveries_plan(*, message: Message) -> int:
         select, params = _paired.statement(tenant_id=binding.tenant_id, channel=binding.kind,
                                            external_id=paired_to[0], user_id=paired_to[1])
         only_if = (f"EXISTS ({select})", params)
+    # Our notice of a reply the platform refused the account for (channels_app.send_failures)
+    # is planned failed, never sent: through that account it could only fail too.
+    not_sent = str((message.metadata or {}).get("not_sent") or "")
+    state = OutboundDelivery.State.FAILED if not_sent else OutboundDelivery.State.PENDING
     inserted = rows_insert_new([OutboundDelivery(tenant_id=message.tenant_id, message=message, part=index,
-                                                 binding=binding, target=destination, text=text)
+                                                 binding=binding, target=destination, text=text, state=state,
+                                                 last_error=not_sent[:1000])
                                 for index, text in enumerate(parts)], only_if=only_if)
     if not inserted and paired_to is not None and not _still_paired(binding, *paired_to):
         # Nothing planned, and not because it was planned before: the pairing ended.
         logger.warning("no %s destination for message %s; not delivered", message.channel, message.pk)
         return 0
+    if not_sent:
+        from .send_failures import delivery_failed_show
+
+        if inserted:
+            transaction.on_commit(lambda: delivery_failed_show(message.tenant_id, message.pk, binding.kind))
+        return len(parts)
     key = (message.tenant_id, message.pk)
     transaction.on_commit(lambda: _send_soon(key, deliver_message_task))
     return len(parts)

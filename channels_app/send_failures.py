@@ -8,7 +8,8 @@ platform's error. Once nothing of a reply is left to send and one of its parts f
 its only one, or one of several — the person on the platform gets one notice of ours
 saying it, or something of it, may not have reached them, and where they can read it
 when they have the web page or the terminal (`reply_undelivered_tell`) — never the
-platform's words. That notice failing in turn is the end of it.
+platform's words. That notice failing in turn is the end of it; when the platform refused
+the account itself (a bad token), the notice is not sent through it at all, only stored.
 """
 from __future__ import annotations
 
@@ -34,6 +35,13 @@ logger = logging.getLogger(__name__)
 
 # Why a part ended failed when nobody can tell whether the platform got it.
 MAYBE_DELIVERED = "it may or may not have been delivered"
+
+
+def account_refused(platform: str) -> str:
+    """How a part's last error begins when the platform refused the account itself
+    (SendError.account), not only that part: the admin reads it, and our notice of the
+    reply is not sent through that account (reply_undelivered_tell)."""
+    return f"{platform} refused the account itself (its token or access), not only this message"
 
 # The notice the person gets on the platform: its key in message metadata, and its text,
 # from a fixed set — what may be missing (all of the reply, or a part of it), where the
@@ -156,14 +164,23 @@ def reply_undelivered_tell(*, tenant_id: int, message_id: int) -> bool:
         logger.info("message %s was not delivered; the notice to its chat not yet sent says so", reply.pk)
         return False
     text = undelivered_notice(several=len(parts) > 1, **_where_to_read(reply.session))
+    metadata: dict[str, Any] = {"notice": UNDELIVERED, "undelivered": reply.pk}
+    refused = account_refused(parts[0].binding.kind)
+    if any(part.last_error.startswith(refused) for part in parts):
+        # Sent through the account the platform refused, it could only fail too: stored
+        # (the page shows it) with its delivery failed unsent (channels_app.delivery).
+        metadata["not_sent"] = f"not sent: the reply it tells of found that {refused}"
     try:
         stored = message_append(session=reply.session, role=Message.Role.SYSTEM, content=text,
                                 channel=reply.channel, external_scope=UNDELIVERED, external_id=str(reply.pk),
-                                metadata={"notice": UNDELIVERED, "undelivered": reply.pk})
+                                metadata=metadata)
     except SessionClosed:
         logger.info("message %s was not delivered; its chat was cleared since, so nobody is told", reply.pk)
         return False
-    if stored.created:
+    if stored.created and "not_sent" in metadata:
+        logger.warning("message %s was not delivered: %s; our notice of it is stored and not sent through it",
+                       reply.pk, refused)
+    elif stored.created:
         logger.info("message %s was not delivered%s; the person is told", reply.pk, " in full" if len(parts) > 1 else "")
     return stored.created
 

@@ -22,7 +22,7 @@ from tenancy.models import Membership, PluginSetting
 
 from .adapters import SendError, adapter_for
 from .models import ChannelBinding, OutboundDelivery
-from .send_failures import MAYBE_DELIVERED, delivery_failed_show, part_give_up, reply_undelivered_tell
+from .send_failures import MAYBE_DELIVERED, account_refused, delivery_failed_show, part_give_up, reply_undelivered_tell
 from .send_gate import BindingBusy, GatesHeld, send_gate, send_slot_free
 
 logger = logging.getLogger(__name__)
@@ -366,7 +366,7 @@ def _send_failed(row: OutboundDelivery, exc: SendError) -> bool:
         logger.warning("delivery of message %s part %s is in doubt, not sent again: %s", row.message_id, row.part, exc)
         delivery_failed_show(row.tenant_id, row.message_id, row.binding.kind)
         return True
-    row.last_error = str(exc)[:1000]
+    row.last_error = (f"{account_refused(row.binding.kind)}: {exc}" if exc.account else str(exc))[:1000]
     row.state = OutboundDelivery.State.FAILED if exc.permanent else OutboundDelivery.State.PENDING
     after = exc.retry_after if exc.retry_after is not None else send_backoff(row.attempts - 1)
     row.not_before = None if exc.permanent else timezone.now() + timedelta(seconds=after)

@@ -7,7 +7,7 @@ import hashlib
 import hmac
 import logging
 import threading
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -46,12 +46,15 @@ class SendError(Exception):
     """A failed send. `permanent` (a 4xx other than 429): retrying cannot help.
     `ambiguous`: the request went out and no answer came back (the connection was reset,
     the answer timed out), so the platform may have the message: sending it again could
-    deliver it twice."""
+    deliver it twice. `account`: the platform refused the account itself (a bad or revoked
+    token, its access taken away), not only this message: nothing goes out through it
+    until its credentials are fixed."""
 
     def __init__(self, message: str, *, permanent: bool, retry_after: float | None = None,
-                 ambiguous: bool = False, status: int | None = None) -> None:
+                 ambiguous: bool = False, status: int | None = None, account: bool = False) -> None:
         super().__init__(message)
-        self.permanent = permanent
+        self.permanent = permanent or account
+        self.account = account
         self.retry_after = retry_after
         self.ambiguous = ambiguous
         self.status = status  # the platform's HTTP status, when it answered
@@ -204,7 +207,10 @@ class Adapter:
         yield platform_client()
 
     @staticmethod
-    def raise_for_status(response: httpx.Response, *, retry_after: float | None = None) -> None:
+    def raise_for_status(response: httpx.Response, *, retry_after: float | None = None,
+                         account: Collection[int] = ()) -> None:
+        """Raise the SendError of a refused send. `account`: the statuses with which the
+        platform refuses the account itself, not only the message (SendError.account)."""
         if response.status_code < 300:
             return
         text = response.text[:300]
@@ -212,7 +218,8 @@ class Adapter:
             after = retry_after if retry_after is not None else retry_after_seconds(response.headers.get("Retry-After"))
             raise SendError(f"{response.status_code}: {text}", permanent=False, retry_after=after,
                             status=response.status_code)
-        raise SendError(f"{response.status_code}: {text}", permanent=True, status=response.status_code)
+        raise SendError(f"{response.status_code}: {text}", permanent=True, status=response.status_code,
+                        account=response.status_code in account)
 
     @staticmethod
     def accepted_id(response: httpx.Response, *path: str | int) -> str:

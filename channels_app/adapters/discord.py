@@ -45,6 +45,8 @@ GROUP_DM = 3  # a channel's type
 # What Discord answers a bot posting where it is not let in: a chat it is no member of (a
 # group DM, a server the app was not added to; 403) or cannot see (404).
 NOT_LET_IN = (403, 404)
+# What Discord answers a bot token it does not take (revoked, reset, mistyped).
+BOT_REFUSED = (401,)
 
 
 STAMP_WINDOW = 300  # seconds a signed interaction stays acceptable, as Slack's
@@ -252,7 +254,7 @@ class DiscordAdapter(Adapter):
                 response = client.post(url, json={"recipient_id": user_id}, headers=self._bot_auth(binding))
         except Exception as exc:
             raise send_unreachable("Discord", exc) from None
-        self.raise_for_status(response)
+        self.raise_for_status(response, account=BOT_REFUSED)
         channel = self.accepted_id(response, "id")
         if not channel.isdigit():
             raise SendError("Discord opened no DM channel", permanent=False)
@@ -275,6 +277,7 @@ class DiscordAdapter(Adapter):
             except SendError as exc:
                 exc.begun_id = begun
                 raise
+        url_given = bool(url)
         headers = {} if url else self._bot_auth(binding)
         url = url or f"{settings.DISCORD_API_BASE.rstrip('/')}/channels/{channel}/messages"
         # Mentions the model wrote (@everyone, a role, a user) notify nobody.
@@ -291,7 +294,8 @@ class DiscordAdapter(Adapter):
                 retry_after = float(response.json().get("retry_after"))
             except (ValueError, TypeError, AttributeError):
                 retry_after = None
-        self.raise_for_status(response, retry_after=retry_after)
+        # A 401 on an interaction's webhook is that /ask's lapsed token (send), not the bot's.
+        self.raise_for_status(response, retry_after=retry_after, account=() if url_given else BOT_REFUSED)
         return self.accepted_id(response, "id")
 
 

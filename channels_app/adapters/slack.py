@@ -247,8 +247,15 @@ class SlackAdapter(Adapter):
             raise SendError("Slack answered with a body we could not read", permanent=True, ambiguous=True) from None
         if not ok:
             error = str(data.get("error", "unknown error"))
-            raise SendError(f"Slack refused: {error}", permanent=error not in ("ratelimited", "internal_error"))
+            raise SendError(f"Slack refused: {error}", permanent=error not in ("ratelimited", "internal_error"),
+                            account=error in TOKEN_REFUSED)
         return str(data.get("ts", ""))
+
+
+# Slack's errors for a bot token that cannot post anywhere (revoked, expired, the app
+# uninstalled, its workspace gone, chat:write not granted): the account's, not the chat's.
+TOKEN_REFUSED = frozenset({"invalid_auth", "not_authed", "account_inactive", "token_revoked", "token_expired",
+                           "missing_scope", "no_permission", "team_access_not_granted", "ekm_access_denied"})
 
 
 _MENTION = re.compile(r"<@([A-Z0-9]+)(?:\|[^<>]*)?>")

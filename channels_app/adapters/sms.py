@@ -134,5 +134,6 @@ class SmsAdapter(Adapter):
                                        auth=(sid, str(binding.credentials.get("auth_token", ""))))
         except Exception as exc:
             raise send_unreachable("Twilio", exc) from None
-        self.raise_for_status(response)
+        # 401: Twilio does not take the account SID and auth token (Authenticate, 20003).
+        self.raise_for_status(response, account=(401,))
         return self.accepted_id(response, "sid")

@@ -355,7 +355,7 @@ class TelegramAdapter(Adapter):
             except (ValueError, TypeError, AttributeError):
                 retry_after = None
         try:
-            self.raise_for_status(response, retry_after=retry_after)
+            self.raise_for_status(response, retry_after=retry_after, account=ACCOUNT_REFUSED)
         except SendError as exc:
             exc.migrated_to = _migrated_to(response) if response.status_code == 400 else None
             raise
@@ -367,6 +367,12 @@ class TelegramAdapter(Adapter):
                 return client.post(url, json=payload)
         except Exception as exc:
             raise send_unreachable("Telegram", exc) from None
+
+
+# What Telegram answers a bot token it does not take: one revoked or mistyped (401
+# Unauthorized), one no bot has (404 Not Found). Its 403 is one chat's (the person
+# blocked the bot, it left the group): the bot still sends elsewhere.
+ACCOUNT_REFUSED = (401, 404)
 
 
 def _description(response: Any) -> str:

@@ -182,7 +182,8 @@ class WhatsAppAdapter(Adapter):
                                        headers={"Authorization": f"Bearer {binding.credentials.get('token', '')}"})
         except Exception as exc:
             raise send_unreachable("WhatsApp", exc) from None
-        self.raise_for_status(response)
+        # 401: Meta does not take the access token (expired, revoked: OAuthException 190).
+        self.raise_for_status(response, account=(401,))
         return self.accepted_id(response, "messages", 0, "id")
 
 

@@ -88,10 +88,14 @@ def test_a_401_from_the_platform_fails_the_delivery_after_one_attempt(
     model_server.add(reply("nobody will read this"))
     post_telegram(client, telegram_update("hi"))
     drain()
-    assert [s.json["text"] for s in platform.sent("sendMessage")] == ["nobody will read this", UNSEEN]
+    # The bot's token is refused: our notice that the reply did not get there is stored,
+    # not sent through the same bot (tests/channels_app/test_account_refused.py).
+    assert [s.json["text"] for s in platform.sent("sendMessage")] == ["nobody will read this"]
     delivery = OutboundDelivery.objects.get(message__role="assistant")
     assert (delivery.state, delivery.attempts) == ("failed", 1)
-    assert delivery.last_error.startswith("401")
+    assert delivery.last_error.startswith("telegram refused the account itself") and ": 401: " in delivery.last_error
+    notice = OutboundDelivery.objects.get(message__content=UNSEEN)
+    assert (notice.state, notice.attempts) == ("failed", 0)
 
 
 def test_a_retry_after_is_waited_out_once_without_holding_up_another_tenants_reply(
