@@ -128,7 +128,9 @@ class EmailAdapter(Adapter):
         except (BadHeaderError, ValueError) as exc:  # a header that cannot be written: never will be
             raise SendError(f"SMTP: {type(exc).__name__}: {exc}", permanent=True) from None
         except smtplib.SMTPResponseException as exc:  # 5xx is permanent (RFC 5321), 4xx for now
-            raise SendError(f"SMTP: {exc.smtp_code} {exc.smtp_error!r}", permanent=exc.smtp_code >= 500) from None
+            # A login turned down for good (535) is the account's: no mail goes out with it.
+            raise SendError(f"SMTP: {exc.smtp_code} {exc.smtp_error!r}", permanent=exc.smtp_code >= 500,
+                            account=isinstance(exc, smtplib.SMTPAuthenticationError) and exc.smtp_code >= 500) from None
         except smtplib.SMTPRecipientsRefused as exc:
             codes = [code for code, _ in exc.recipients.values()]
             raise SendError(f"SMTP: recipients refused {codes}", permanent=all(c >= 500 for c in codes)) from None

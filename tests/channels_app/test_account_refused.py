@@ -46,7 +46,7 @@ def refused_reply(world, binding, target: str) -> Message:
     pair(world, binding.kind, target, world.alice)
     channel = {"slack": "slack_dm", "discord": "discord_dm"}.get(binding.kind, binding.kind)
     session = session_resolve(tenant=world.tenant_a, qor=world.qor_a, channel=channel, user=world.alice,
-                              thread_id=target if channel == "sms" else "")  # an SMS chat is a session of its own
+                              thread_id=target if channel in ("sms", "email") else "")  # a session of its own
     question = message_append(session=session, role="user", content="when is my meeting?", channel=channel,
                               metadata={"binding": binding.pk, "reply_target": target, "sender_id": target}).message
     answer = message_append(session=session, role="assistant", content=ANSWER, channel=channel,
@@ -93,3 +93,24 @@ def test_a_refusal_of_the_one_chat_still_gets_the_notice_tried(world, telegram, 
     deliver_message_task.delay(world.tenant_a.pk, answer.pk)
     drain()
     assert [s.json["text"] for s in platform.sent(path)] == [ANSWER, ON_THE_WEB]
+
+
+def test_an_email_reply_whose_mail_server_refuses_our_login_is_not_followed_by_a_notice_sent_the_same_way(
+    world, email, settings, drain  # noqa: F811
+):
+    """The mail server turns down the binding's login for good (535): the notice would
+    log in the same way."""
+    from ..fakes.smtp_server import smtp_server
+
+    settings.EMAIL_BACKEND = "django.core.mail.backends.smtp.EmailBackend"
+    settings.EMAIL_USE_TLS = settings.EMAIL_USE_SSL = False
+    settings.EMAIL_HOST_USER, settings.EMAIL_HOST_PASSWORD = "aria@acme.example", "a-stale-password"
+    with smtp_server(AUTH=b"535 5.7.8 Authentication credentials invalid\r\n") as port:
+        settings.EMAIL_HOST, settings.EMAIL_PORT = "127.0.0.1", port
+        answer = refused_reply(world, email, "\x1f".join(["priya@example.com", "<m1@example.com>", "Re: Trip plans"]))
+        deliver_message_task.delay(world.tenant_a.pk, answer.pk)
+        drain()
+    answer_part, notice_part = OutboundDelivery.objects.order_by("pk")
+    assert answer_part.state == "failed" and answer_part.last_error.startswith("email refused the account itself")
+    assert (notice_part.state, notice_part.attempts) == ("failed", 0)
+    assert "not sent" in notice_part.last_error
