@@ -108,6 +108,24 @@ def test_bootstrap_rejects_a_slug_with_spaces():
 
 
 @pytest.mark.django_db
+@pytest.mark.parametrize("option", ["--tenant", "--qor"])
+def test_bootstrap_refuses_an_empty_slug(option):
+    args = {"--tenant": "acme", "--qor": "aria", "--owner": "alice", option: ""}
+    with pytest.raises(CommandError, match=f"{option} must be a slug"):
+        run("bootstrap", *[part for pair in args.items() for part in pair])
+    assert not Tenant.objects.exists()
+    assert not get_user_model().objects.exists()
+
+
+@pytest.mark.django_db
+def test_bootstrap_refuses_an_empty_owner_name():
+    with pytest.raises(CommandError, match="--owner"):
+        run("bootstrap", "--tenant", "acme", "--qor", "aria", "--owner", "")
+    assert not Tenant.objects.exists()
+    assert not get_user_model().objects.exists()
+
+
+@pytest.mark.django_db
 def test_token_create_prints_a_working_token_for_a_member(world):
     raw = run("token", "create", "--tenant", "acme", "--user", "bob").strip()
     token = api_token_authenticate(raw=raw)

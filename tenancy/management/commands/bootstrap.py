@@ -32,9 +32,11 @@ class Command(BaseCommand):
         from django.utils.text import slugify
 
         for key in ("tenant", "qor"):
-            if slugify(opts[key]) != opts[key]:
+            if not opts[key] or slugify(opts[key]) != opts[key]:  # slugify("") is "" too
                 raise CommandError(f"--{key} must be a slug (letters, digits, hyphens), got {opts[key]!r}")
         User = get_user_model()
+        if not opts["owner"]:  # the username validators take "" (the field's blank check is the form's)
+            raise CommandError("--owner: a username is needed, e.g. alice")
         try:
             User._meta.get_field(User.USERNAME_FIELD).run_validators(opts["owner"])
         except ValidationError as exc:
