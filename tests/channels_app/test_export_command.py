@@ -53,6 +53,17 @@ def test_the_command_says_clearly_what_it_cannot_find(world, lives, args, says, 
     assert not (tmp_path / "x.jsonl").exists()  # no half-written file is left behind
 
 
+@pytest.mark.parametrize("where, says", [
+    ("missing/alice.jsonl", "no such folder"),
+    (".", "is a folder"),
+])
+def test_an_output_it_cannot_write_is_named_and_nothing_is_written(world, lives, tmp_path, where, says):
+    """An --output in a folder that does not exist, or naming a folder, ended in a traceback."""
+    with pytest.raises(CommandError, match=says):
+        run_export("--tenant", "acme", "--user", "alice", "--output", str(tmp_path / where))
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_a_reader_that_stops_early_ends_the_export_quietly(world, lives):
     """`qorven export … | head` printed a BrokenPipe traceback."""
     import os

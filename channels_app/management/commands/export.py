@@ -45,6 +45,8 @@ class Command(BaseCommand):
                                  "without it, only members are exported")
 
     def handle(self, *args: Any, **opts: Any) -> None:
+        if opts["output"]:
+            _check_writable(Path(opts["output"]))
         export = PersonExport(**self._scope(opts), attachments=opts["with_attachments"],
                               progress=self._progress_reporter())
         target = opts["output"]
@@ -106,14 +108,29 @@ class Command(BaseCommand):
         return report
 
 
+def _check_writable(target: Path) -> None:
+    """Refuse, before any work, an --output that could never take the file: the export would
+    run to its end and fail at the rename (or the first write) with a traceback."""
+    if target.is_dir():
+        raise CommandError(f"--output {target} is a folder: name the file to write, e.g. {target / 'export.jsonl'}")
+    if not target.parent.is_dir():
+        raise CommandError(f"--output {target}: no such folder {target.parent}; nothing was written")
+
+
 def _write_whole(target: Path, export: PersonExport) -> None:
     """Write beside `target` and move it into place at the end: an export that fails half
     way leaves no file that looks whole (nor an older one replaced by half of a new one)."""
-    handle, temporary = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".partial", dir=target.parent or ".")
+    try:
+        handle, temporary = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".partial", dir=target.parent)
+    except OSError as exc:  # a folder we may not write in, say
+        raise CommandError(f"--output {target}: cannot write there ({exc.strerror}); nothing was written") from None
     try:
         with os.fdopen(handle, "w", encoding="utf-8", newline="") as out:
             _write(out, export)
         os.replace(temporary, target)
+    except OSError as exc:  # the disk filled up, or the name was taken by a folder meanwhile
+        Path(temporary).unlink(missing_ok=True)
+        raise CommandError(f"--output {target}: {exc.strerror}; nothing was written") from None
     except BaseException:
         Path(temporary).unlink(missing_ok=True)
         raise
