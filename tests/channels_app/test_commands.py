@@ -10,6 +10,7 @@ from channels_app.adapters.base import secret_digest
 from channels_app.models import ChannelBinding
 from sessions_app.models import Message
 
+from ..command_help import help_text
 from ..fakes.model_server import reply
 from .conftest import pair
 from .payloads import post_telegram, post_whatsapp, telegram_update, whatsapp_body
@@ -229,3 +230,14 @@ def test_history_dates_each_message_in_the_workspaces_timezone_as_search_does(
     drain()
     first = platform.sent("sendMessage")[-1].json["text"].splitlines()[0]
     assert first.startswith("03-02 07:30 ") and first.endswith(": late question")
+
+
+@pytest.mark.parametrize("argv", [
+    ("pair", "list"), ("pair", "approve"), ("pair", "deny"), ("pair", "revoke"),
+    ("bind", "telegram"), ("bind", "webchat"), ("bind", "email"),
+])
+def test_each_subcommand_explains_itself_and_each_of_its_arguments(capsys, argv):
+    """`qorven pair approve --help` showed a bare usage, an unexplained `code` and `--tenant`."""
+    description, arguments = help_text(capsys, *argv)
+    assert not description.startswith(("options:", "positional arguments:")) and len(description) > 40
+    assert arguments and all(arguments.values()), arguments

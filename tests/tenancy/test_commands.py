@@ -13,6 +13,8 @@ from django.core.management.base import CommandError
 from tenancy.models import ApiToken, Membership, Qor, Tenant
 from tenancy.selectors import api_token_authenticate
 
+from ..command_help import help_text
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -181,3 +183,11 @@ def test_qorven_console_command_accepts_hyphenated_names():
     )
     assert help_text.returncode == 0
     assert "default Qor" in help_text.stdout
+
+
+@pytest.mark.parametrize("argv", [("token", "create"), ("tenant", "suspend"), ("tenant", "resume"), ("tenant", "status")])
+def test_each_subcommand_explains_itself_and_each_of_its_arguments(capsys, argv):
+    """`qorven token create --help` showed its options under a bare usage line, no word of what it does."""
+    description, arguments = help_text(capsys, *argv)
+    assert not description.startswith(("options:", "positional arguments:")) and len(description) > 40
+    assert arguments and all(arguments.values()), arguments

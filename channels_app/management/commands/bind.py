@@ -23,7 +23,15 @@ class Command(BaseCommand):
     def add_arguments(self, parser):
         sub = parser.add_subparsers(dest="kind", required=True, metavar="channel")
         for kind, adapter in sorted(ADAPTERS.items()):
-            p = sub.add_parser(kind, help=f"bind {'an' if kind[0] in 'aeiou' else 'a'} {kind} account")
+            p = sub.add_parser(
+                kind, help=f"bind {'an' if kind[0] in 'aeiou' else 'a'} {kind} account",
+                description=(f"Bind a Qor to {'an' if kind[0] in 'aeiou' else 'a'} {kind} account with the "
+                             "credentials below, or update its binding when run again; then prints what to "
+                             f"set up on the {kind} side (the addresses are made from QORVEN_PUBLIC_URL)."
+                             if kind != "webchat" else
+                             "Create a webchat embed of a Qor for a site of yours, or update it when run "
+                             "again; then prints the script tag to put on the site and how the site signs "
+                             "its visitors' tokens (the addresses are made from QORVEN_PUBLIC_URL)."))
             p.add_argument("--tenant", required=True, help="tenant slug")
             p.add_argument("--qor", required=True, help="Qor slug")
             p.add_argument("--name", default="", help="a label for this binding")

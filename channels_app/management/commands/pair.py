@@ -32,21 +32,37 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser):
         sub = parser.add_subparsers(dest="action", required=True)
-        listing = sub.add_parser("list", help="pending pairing requests (or, with --paired, paired accounts)")
-        listing.add_argument("--tenant", required=True)
+        tenant_help = "the tenant's slug"
+        code_help = "the 6-digit code the sender was sent"
+        listing = sub.add_parser(
+            "list", help="pending pairing requests (or, with --paired, paired accounts)",
+            description="List the tenant's pending pairing requests: each unknown sender's channel, sender id, "
+                        "name, code and when it expires. With --paired, the accounts paired now instead, with "
+                        "their identity id (for `pair revoke --identity`) and whose they are.")
+        listing.add_argument("--tenant", required=True, help=tenant_help)
         listing.add_argument("--paired", action="store_true", help="the accounts paired now, and whose they are")
-        approve = sub.add_parser("approve", help="approve a code")
-        approve.add_argument("code")
-        approve.add_argument("--tenant", required=True)
+        approve = sub.add_parser(
+            "approve", help="approve a code",
+            description="Admit the sender a pending code was issued to, on that code's channel only: linked to "
+                        "--user, or to a new user made for them. Their messages from then on reach the Qor.")
+        approve.add_argument("code", help=code_help)
+        approve.add_argument("--tenant", required=True, help=tenant_help)
         approve.add_argument("--user", help="existing username to link the sender to (a member of the tenant)")
-        deny = sub.add_parser("deny", help="deny a code")
-        deny.add_argument("code")
-        deny.add_argument("--tenant", required=True)
-        revoke = sub.add_parser("revoke", help="end a paired account's pairing")
+        deny = sub.add_parser(
+            "deny", help="deny a code",
+            description="Refuse the sender a pending code was issued to: the code ends and they are not paired.")
+        deny.add_argument("code", help=code_help)
+        deny.add_argument("--tenant", required=True, help=tenant_help)
+        revoke = sub.add_parser(
+            "revoke", help="end a paired account's pairing",
+            description="Take a paired account's access away, as ending its pairing in the admin does: it is "
+                        "denied from then on (with --unlink: unlinked from its person, a stranger who may ask for "
+                        "a new code), its messages still waiting for an answer end unanswered and replies not yet "
+                        "sent to it are not sent. Name it by CHANNEL SENDER_ID or by --identity ID.")
         revoke.add_argument("channel", nargs="?", help="the account's channel (telegram, whatsapp, …)")
         revoke.add_argument("sender_id", nargs="?", help="its sender id on that channel (see `pair list --paired`)")
         revoke.add_argument("--identity", type=int, help="the account's identity id instead (see `pair list --paired`)")
-        revoke.add_argument("--tenant", required=True)
+        revoke.add_argument("--tenant", required=True, help=tenant_help)
         revoke.add_argument("--unlink", action="store_true",
                             help="unlink it from its person instead of denying it: it may ask for a new code")
         revoke.add_argument("--dry-run", action="store_true", help="say what would end; change nothing")

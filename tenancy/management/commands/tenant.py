@@ -19,10 +19,18 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser):
         sub = parser.add_subparsers(dest="action", required=True)
+        descriptions = {
+            "suspend": "Stop serving a workspace, deleting nothing: the chat page, API tokens, open sockets, the "
+                       "terminal and the webchat embed refuse its people, its beats do not run, and what "
+                       "platforms send it is kept unanswered.",
+            "resume": "Serve a suspended workspace again, everything as it was; messages kept while it was "
+                      "suspended are not answered after the fact.",
+            "status": "Say whether a workspace is active or suspended, and since when.",
+        }
         for action, what in (("suspend", "stop serving the workspace; nothing is deleted"),
                              ("resume", "serve a suspended workspace again"),
                              ("status", "whether the workspace is suspended, and since when")):
-            command = sub.add_parser(action, help=what)
+            command = sub.add_parser(action, help=what, description=descriptions[action])
             command.add_argument("slug", help="the tenant's slug")
             if action != "status":
                 command.add_argument("--dry-run", action="store_true", help="say what would change; change nothing")
