@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import math
 from typing import Callable
 
 
@@ -16,7 +17,27 @@ def whole_number(low: int, high: int) -> Callable[[str], int]:
         except ValueError:
             raise argparse.ArgumentTypeError(f"{value!r} is not a whole number") from None
         if not low <= number <= high:
-            raise argparse.ArgumentTypeError(f"{number} is not in {low}-{high}")
+            # A bound no one types (the largest id a query takes) is not worth reading out.
+            within = f"{low} or more" if high >= 2**31 else f"in {low}-{high}"
+            raise argparse.ArgumentTypeError(f"{number} is not {within}")
+        return number
+
+    return parse
+
+
+def seconds(*, more_than_zero: bool = False) -> Callable[[str], float]:
+    """An argparse type: a finite number of seconds, 0 or more (more than 0 with
+    `more_than_zero`), else a usage error naming the option (a negative wait was taken as
+    none at all, and a NaN slept no time between Celery beat's checks)."""
+
+    def parse(value: str) -> float:
+        try:
+            number = float(value)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{value!r} is not a number of seconds") from None
+        if not math.isfinite(number) or number < 0 or (more_than_zero and number == 0):
+            bound = "above 0" if more_than_zero else "0 or more"
+            raise argparse.ArgumentTypeError(f"{value!r} is not a number of seconds {bound}")
         return number
 
     return parse

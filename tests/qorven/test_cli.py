@@ -216,6 +216,21 @@ def test_chat_refuses_a_history_that_is_not_a_count():
         assert done.returncode == 2 and "--history" in done.stderr and "usage: qorven chat" in done.stderr, \
             done.stderr[-500:]
         assert "Traceback" not in done.stderr
+    assert "-5 is not 0 or more" in chats[0].stderr  # not "not in 0-9007199254740991"
+
+
+def test_chat_wait_and_beat_max_interval_refuse_a_time_that_is_not_one():
+    """`chat --json --wait -1` gave up at once and exited 0; `beat --max-interval -1` or `nan`
+    went on to Celery, whose sleep between checks was then no sleep at all (or an error)."""
+    cases = ((("chat", "--json", "--tenant", "acme", "--qor", "aria", "--user", "alice", "--no-server"), "--wait", "-1"),
+             (("chat", "--json", "--tenant", "acme", "--qor", "aria", "--user", "alice", "--no-server"), "--wait", "nan"),
+             (("beat",), "--max-interval", "0"), (("beat",), "--max-interval", "-1"))
+    refused = run_each(*(((*command, flag, value), {"DJANGO_SECRET_KEY": "cli-test", "REDIS_URL": ""})
+                         for command, flag, value in cases))
+    for (command, flag, value), done in zip(cases, refused):
+        assert done.returncode == 2 and flag in done.stderr and f"usage: qorven {command[0]}" in done.stderr, \
+            done.stderr[-500:]
+        assert "Traceback" not in done.stderr
 
 
 def test_a_public_url_without_a_scheme_or_under_a_path_of_qorvens_own_is_one_line_naming_it():

@@ -10,7 +10,7 @@ from channels_app.chat import chat_owner
 from channels_app.json_body import QUERY_INT_MAX
 from channels_app.terminal import ACCESS_LOST, run_json
 from channels_app.terminal_screen import run_interactive
-from qorven.runtime.arguments import whole_number
+from qorven.runtime.arguments import seconds, whole_number
 from tenancy.errors import NotFound
 
 
@@ -52,7 +52,7 @@ class Command(BaseCommand):
         parser.add_argument("--no-server", action="store_true",
                             help="work on the database directly even when a server is running")
         parser.add_argument(
-            "--wait", type=float, default=300.0,
+            "--wait", type=seconds(), default=300.0,
             help="--json: seconds to wait for outstanding replies after the input ends (default 300)",
         )
 

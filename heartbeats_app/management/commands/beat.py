@@ -2,6 +2,8 @@ from __future__ import annotations
 
 from django.core.management.base import BaseCommand, CommandError
 
+from qorven.runtime.arguments import seconds
+
 
 class Command(BaseCommand):
     help = (
@@ -15,7 +17,7 @@ class Command(BaseCommand):
     def add_arguments(self, parser):
         parser.add_argument("--loglevel", "-l", default="INFO", help="log level (default INFO)")
         parser.add_argument(
-            "--max-interval", type=float, default=5.0,
+            "--max-interval", type=seconds(more_than_zero=True), default=5.0,
             help="longest sleep between schedule checks, seconds (default 5)",
         )
         parser.add_argument("--no-sync", action="store_true", help="do not sync the defaults file first")
