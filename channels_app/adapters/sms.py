@@ -10,6 +10,7 @@ import base64
 import hashlib
 import hmac
 import logging
+import re
 from urllib.parse import quote
 
 from django.conf import settings
@@ -34,6 +35,7 @@ from .base import (
 )
 
 logger = logging.getLogger(__name__)
+E164 = re.compile(r"\+[1-9][0-9]{6,14}")  # a country code, then at most 15 digits in all
 MMS_KEPT = 4  # attachments of one MMS fetched at most (Twilio allows 10); the rest are counted as left out
 
 
@@ -59,6 +61,14 @@ class SmsAdapter(Adapter):
 
     def lookup_key(self, credentials: dict[str, str]) -> str:
         return credentials["number"].strip()
+
+    def credentials_problem(self, credentials: dict[str, str]) -> tuple[str, str] | None:
+        # Texts are matched to the binding by the To Twilio sends, always E.164: a number
+        # written any other way (no +, spaces) would be bound and never receive a text.
+        number = credentials.get("number", "").strip()
+        if number and not E164.fullmatch(number):
+            return "number", f"must be written in E.164, like +15550000000 (no spaces), not {number!r}"
+        return None
 
     def account_proof(self, credentials: dict[str, str]) -> AccountProblem | None:
         """The Twilio account the SID and auth token open must own the number texts are

@@ -47,6 +47,9 @@ def test_bind_reports_missing_credentials_and_foreign_qors(world):
     ("email", ["--address", "not an address", "--secret", "s"], "address"),
     ("webchat", ["--origins", "not a url, javascript:alert(1)"], "origins"),
     ("webchat", ["--origins", "https://example.com/path"], "origins"),
+    # Twilio names our number in E.164 (To=+15550001111): any other form matches no text.
+    ("sms", ["--number", "15550001111", "--account-sid", "AC9", "--auth-token", "t", "--no-check"], "number"),
+    ("sms", ["--number", "+1 555 000 1111", "--account-sid", "AC9", "--auth-token", "t", "--no-check"], "number"),
 ])
 def test_bind_refuses_a_credential_it_would_misread_and_stores_nothing(world, channel, args, says):
     """A typo must not quietly mean something else: an unknown --sender-check read as
