@@ -8,9 +8,11 @@ from datetime import datetime
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import User
 from django.contrib.auth.password_validation import validate_password
+from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.db.models import Field, QuerySet
 from django.utils import timezone
+from django.utils.text import slugify
 
 from .errors import InactiveUser, NotFound
 from .models import ApiToken, Membership, Qor, Tenant
@@ -24,6 +26,31 @@ class BootstrapResult:
     qor: Qor
     owner: User
     created: dict[str, bool]
+
+
+def tenant_bootstrap_refusal(*, tenant_slug: str, qor_slug: str, owner_username: str,
+                             password: str | None) -> str | None:
+    """What `tenant_bootstrap` would refuse in these arguments, named by the flag that gave
+    it (`--tenant`, `--qor`, `--owner`, `--password`); None when it would take them. Asked
+    before anything is written, so that `qorven setup` stops whole, not half done."""
+    for flag, slug in (("--tenant", tenant_slug), ("--qor", qor_slug)):
+        if not slug or slugify(slug) != slug:  # slugify("") is "" too
+            return f"{flag} must be a slug (letters, digits, hyphens), got {slug!r}"
+    if not owner_username:  # the username validators take "" (the field's blank check is the form's)
+        return "--owner: a username is needed, e.g. alice"
+    User = get_user_model()
+    try:
+        username = User._meta.get_field(User.USERNAME_FIELD)
+        if isinstance(username, Field):
+            username.run_validators(owner_username)
+    except ValidationError as exc:
+        return "--owner: " + " ".join(exc.messages)
+    try:
+        if password:
+            validate_password(password, user=User(username=owner_username))
+    except ValidationError as exc:
+        return "--password: " + " ".join(exc.messages)
+    return None
 
 
 @transaction.atomic

@@ -135,6 +135,22 @@ def test_a_public_url_under_a_path_of_qorvens_own_is_refused_and_nothing_is_writ
     assert not Membership.objects.filter(user__username="admin").exists()
 
 
+@pytest.mark.parametrize("flags, refusal", [
+    ({"tenant": "Acme Inc"}, "--tenant must be a slug"),
+    ({"owner": "bad name!"}, "--owner"),
+    ({"password": "password"}, "--password"),
+])
+def test_a_workspace_bootstrap_would_refuse_is_refused_before_anything_is_written(tmp_path, model_server, flags,
+                                                                                    refusal):
+    """The model's settings were written to .env first, then bootstrap refused the tenant,
+    owner or password: setup stopped half done, with settings written and no workspace."""
+    model_server.add(reply("ok"))
+    with pytest.raises(CommandError, match=refusal):
+        setup(tmp_path, model_server.base_url, **flags)
+    assert not (tmp_path / ".env").exists()
+    assert not Membership.objects.exists()
+
+
 def test_setup_without_a_public_url_leaves_the_default_unpinned(tmp_path, model_server):
     """It wrote QORVEN_PUBLIC_URL=http://127.0.0.1:8000, so `make run PORT=8080` and
     `qorven chat` went on pointing at port 8000."""

@@ -17,6 +17,7 @@ from channels_app.selectors import telegram_secret_of
 from qorven.runtime.environment import public_url_check
 from qorven.runtime.url_prefix import public_url_under
 from tenancy.selectors import qor_get, tenant_get
+from tenancy.services import tenant_bootstrap_refusal
 
 
 class Command(BaseCommand):
@@ -61,6 +62,9 @@ class Command(BaseCommand):
         public_url = ask("This server's public URL (empty: this machine's)", opts["public_url"], "--public-url",
                          required=bool(telegram))
 
+        refusal = tenant_bootstrap_refusal(tenant_slug=tenant, qor_slug=qor, owner_username=owner, password=password)
+        if refusal:  # bootstrap would refuse it after .env was written: setup would stop half done
+            raise CommandError(f"{refusal}; nothing was written.")
         if public_url:
             try:
                 public_url_check("the public URL (--public-url)", public_url)

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 from django.core.management.base import BaseCommand, CommandError
 
-from tenancy.services import tenant_bootstrap
+from tenancy.services import tenant_bootstrap, tenant_bootstrap_refusal
 
 
 class Command(BaseCommand):
@@ -29,21 +29,15 @@ class Command(BaseCommand):
     def handle(self, *args, **opts):
         from django.contrib.auth import get_user_model
         from django.core.exceptions import ValidationError
-        from django.utils.text import slugify
 
-        for key in ("tenant", "qor"):
-            if not opts[key] or slugify(opts[key]) != opts[key]:  # slugify("") is "" too
-                raise CommandError(f"--{key} must be a slug (letters, digits, hyphens), got {opts[key]!r}")
         User = get_user_model()
-        if not opts["owner"]:  # the username validators take "" (the field's blank check is the form's)
-            raise CommandError("--owner: a username is needed, e.g. alice")
-        try:
-            User._meta.get_field(User.USERNAME_FIELD).run_validators(opts["owner"])
-        except ValidationError as exc:
-            raise CommandError("--owner: " + " ".join(exc.messages)) from None
         password = opts["password"]
         if opts["password_if_new"] and User.objects.filter(**{User.USERNAME_FIELD: opts["owner"]}).exists():
             password = None
+        refusal = tenant_bootstrap_refusal(tenant_slug=opts["tenant"], qor_slug=opts["qor"],
+                                           owner_username=opts["owner"], password=password)
+        if refusal:
+            raise CommandError(refusal)
         try:
             result = tenant_bootstrap(
                 tenant_slug=opts["tenant"],
