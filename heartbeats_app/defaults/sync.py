@@ -112,11 +112,16 @@ def beats_plan(*, path: Path | None = None) -> SyncPlan:
     """Read and check the file and work out what a sync would change. Raises
     DefaultsFileError with every problem found (and changes nothing)."""
     path = Path(path or defaults_path())
+    if path.is_dir():
+        raise DefaultsFileError(path, [Problem(0, "", "is a folder: name the JSON file of beats in it")])
     if not path.is_file():
         # Not "no managed beats": a mistyped path would delete them all. A file saying
         # {"beats": []} does that, on purpose.
         raise DefaultsFileError(path, [Problem(0, "", 'no such file (a file of {"beats": []} manages no beats)')])
-    text = path.read_text(encoding="utf-8")
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError:  # a binary file named by mistake: reported like any bad file
+        raise DefaultsFileError(path, [Problem(0, "", "not UTF-8 text (a JSON file is expected)")]) from None
     try:
         raw = _load_located(text)
     except _DuplicateKey as exc:

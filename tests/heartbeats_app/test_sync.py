@@ -2,6 +2,7 @@
 file is reported with its line and field and changes nothing."""
 from __future__ import annotations
 
+import io
 import json
 from pathlib import Path
 
@@ -86,6 +87,21 @@ def test_a_wildcard_beat_goes_to_every_tenant_with_a_default_qor(world, defaults
     plan = beats_sync()
     assert sorted(state()) == [("acme", "aria", CLEAR_IMAGES), ("globex", "aria", CLEAR_IMAGES)]
     assert any("empty" in note for note in plan.notes)
+
+
+@pytest.mark.parametrize("content, says", [(b'{"beats": []}\n\xff\xfe', "not UTF-8 text"), (None, "is a folder")])
+def test_a_file_that_is_not_text_or_a_folder_is_reported_and_changes_nothing(world, defaults, tmp_path, content, says):
+    """`qorven sync-beats --file /bin/ls` ended in a UnicodeDecodeError traceback, and a
+    folder was called "no such file"."""
+    defaults({"beats": [{"tenant": "acme", "name": "keep", "cron": "0 8 * * *", "prompt": "p"}]})
+    beats_sync()
+    before = state()
+    path = tmp_path / "odd"
+    path.write_bytes(content) if content is not None else path.mkdir()
+    with pytest.raises(CommandError, match="nothing was changed"):
+        call_command("sync_beats", "--file", str(path), stdout=io.StringIO(), stderr=(err := io.StringIO()))
+    assert says in err.getvalue()
+    assert state() == before
 
 
 @pytest.mark.parametrize("file", [None, {}, {"comment": "no beats key"}])
