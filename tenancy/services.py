@@ -29,13 +29,22 @@ class BootstrapResult:
 
 
 def tenant_bootstrap_refusal(*, tenant_slug: str, qor_slug: str, owner_username: str,
-                             password: str | None) -> str | None:
+                             password: str | None, tenant_name: str = "", qor_name: str = "") -> str | None:
     """What `tenant_bootstrap` would refuse in these arguments, named by the flag that gave
-    it (`--tenant`, `--qor`, `--owner`, `--password`); None when it would take them. Asked
-    before anything is written, so that `qorven setup` stops whole, not half done."""
+    it (`--tenant`, `--qor`, `--owner`, `--password`, `--tenant-name`, `--qor-name`); None
+    when it would take them. Asked before anything is written, so that `qorven setup` stops
+    whole, not half done."""
     for flag, slug in (("--tenant", tenant_slug), ("--qor", qor_slug)):
         if not slug or slugify(slug) != slug:  # slugify("") is "" too
             return f"{flag} must be a slug (letters, digits, hyphens), got {slug!r}"
+    # SQLite keeps any length in a column; PostgreSQL refuses it with a DataError.
+    for flag, value, model, field in (("--tenant", tenant_slug, Tenant, "slug"), ("--qor", qor_slug, Qor, "slug"),
+                                      ("--tenant-name", tenant_name, Tenant, "name"),
+                                      ("--qor-name", qor_name, Qor, "name")):
+        column = model._meta.get_field(field)
+        longest = column.max_length if isinstance(column, Field) else None
+        if longest is not None and len(value) > longest:
+            return f"{flag} is at most {longest} characters, got {len(value)}"
     if not owner_username:  # the username validators take "" (the field's blank check is the form's)
         return "--owner: a username is needed, e.g. alice"
     User = get_user_model()

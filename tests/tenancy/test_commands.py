@@ -120,6 +120,22 @@ def test_bootstrap_refuses_an_empty_slug(option):
 
 
 @pytest.mark.django_db
+@pytest.mark.parametrize("option, value, says", [
+    ("--tenant", "a" * 65, "--tenant is at most 64 characters"),
+    ("--qor", "q" * 65, "--qor is at most 64 characters"),
+    ("--tenant-name", "N" * 201, "--tenant-name is at most 200 characters"),
+    ("--qor-name", "N" * 201, "--qor-name is at most 200 characters"),
+])
+def test_bootstrap_refuses_a_slug_or_name_longer_than_its_column(option, value, says):
+    """SQLite stored a 200-character slug in a 64-character column (PostgreSQL refused it
+    with a DataError traceback)."""
+    args = {"--tenant": "acme", "--qor": "aria", "--owner": "alice", option: value}
+    with pytest.raises(CommandError, match=says):
+        run("bootstrap", *[part for pair in args.items() for part in pair])
+    assert not Tenant.objects.exists()
+
+
+@pytest.mark.django_db
 def test_bootstrap_refuses_an_empty_owner_name():
     with pytest.raises(CommandError, match="--owner"):
         run("bootstrap", "--tenant", "acme", "--qor", "aria", "--owner", "")

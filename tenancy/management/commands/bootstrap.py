@@ -35,7 +35,8 @@ class Command(BaseCommand):
         if opts["password_if_new"] and User.objects.filter(**{User.USERNAME_FIELD: opts["owner"]}).exists():
             password = None
         refusal = tenant_bootstrap_refusal(tenant_slug=opts["tenant"], qor_slug=opts["qor"],
-                                           owner_username=opts["owner"], password=password)
+                                           owner_username=opts["owner"], password=password,
+                                           tenant_name=opts["tenant_name"], qor_name=opts["qor_name"])
         if refusal:
             raise CommandError(refusal)
         try:
