@@ -22,6 +22,10 @@ env = Env()
 # Settings from a `.env` beside manage.py (or the file QORVEN_ENV_FILE names; empty: none,
 # as the test suite sets it). Variables already in the environment win.
 ENV_FILE = env.str("QORVEN_ENV_FILE", default=str(BASE_DIR / ".env"))
+if ENV_FILE and env.str("QORVEN_ENV_FILE", default="") and not Path(ENV_FILE).is_file():
+    # Named, not there: read as none, every setting in it would quietly take its default.
+    # The default .env is optional (a machine configured by its environment has none).
+    raise environ.ImproperlyConfigured(f"QORVEN_ENV_FILE names {ENV_FILE!r}, which is not a file")
 if ENV_FILE:
     environ.Env.read_env(ENV_FILE, overwrite=False)
 

@@ -82,6 +82,19 @@ def test_a_malformed_number_or_rate_in_the_environment_is_one_line_naming_it():
         assert line.startswith("qorven: configuration error: ") and name in line and repr(value) in line
 
 
+def test_a_settings_file_named_that_is_not_there_is_one_line_naming_it(tmp_path):
+    """QORVEN_ENV_FILE naming a missing file (a typo, a path from another machine) was read
+    as none at all: every setting in it silently fell back to its default."""
+    missing, folder = tmp_path / "qorven.env", tmp_path
+    (env_file := tmp_path / "real.env").write_text("QORVEN_TURN_LEASE=45\n")
+    *refused, read = run_each(*checks({"QORVEN_ENV_FILE": str(missing)}, {"QORVEN_ENV_FILE": str(folder)},
+                                      {"QORVEN_ENV_FILE": str(env_file)}))
+    for path, done in zip((missing, folder), refused):
+        line = configuration_error(done)
+        assert "QORVEN_ENV_FILE" in line and str(path) in line, line
+    assert read.returncode == 0, read.stderr[-800:]
+
+
 def test_a_number_out_of_its_range_in_the_environment_is_one_line_naming_it():
     """0 workers ran Celery's own default (one per CPU) without a word; a negative lease
     or a zero timeout broke the first turn instead of the start."""
