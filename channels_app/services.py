@@ -27,6 +27,9 @@ def binding_create(
     adapter = adapter_for(kind)
     if adapter is None:
         raise BindingError(f"unknown channel kind {kind!r}")
+    longest = ChannelBinding._meta.get_field("name").max_length  # SQLite would keep more, PostgreSQL refuse it
+    if longest is not None and len(name) > longest:
+        raise BindingError(f"--name is at most {longest} characters, got {len(name)}")
     missing = [k for k in adapter.required if not credentials.get(k)]
     if missing:
         raise BindingError(f"{kind} needs: {', '.join('--' + m.replace('_', '-') for m in missing)}")

@@ -59,6 +59,15 @@ def test_bind_refuses_a_credential_it_would_misread_and_stores_nothing(world, ch
     assert not ChannelBinding.objects.exists()
 
 
+def test_bind_refuses_a_label_longer_than_its_column(world):
+    """SQLite stored a 500-character --name in a 200-character column (PostgreSQL refused
+    it with a DataError traceback)."""
+    with pytest.raises(CommandError, match="--name is at most 200 characters"):
+        call_command("bind", "webchat", "--tenant", "acme", "--qor", "aria", "--name", "x" * 201,
+                     stdout=io.StringIO())
+    assert not ChannelBinding.objects.exists()
+
+
 def test_bind_takes_the_documented_values(world):
     call_command("bind", "email", "--tenant", "acme", "--qor", "aria", "--address", "Aria@Acme.example",
                  "--secret", "s", "--sender-check", "dkim_or_spf", stdout=io.StringIO())

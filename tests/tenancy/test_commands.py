@@ -207,3 +207,12 @@ def test_each_subcommand_explains_itself_and_each_of_its_arguments(capsys, argv)
     description, arguments = help_text(capsys, *argv)
     assert not description.startswith(("options:", "positional arguments:")) and len(description) > 40
     assert arguments and all(arguments.values()), arguments
+
+
+@pytest.mark.django_db
+def test_token_create_refuses_a_label_longer_than_its_column(world):
+    """SQLite stored a 500-character --name in a 100-character column (PostgreSQL refused
+    it with a DataError traceback)."""
+    with pytest.raises(CommandError, match="--name is at most 100 characters"):
+        run("token", "create", "--tenant", "acme", "--user", "bob", "--name", "x" * 101)
+    assert not ApiToken.objects.exists()

@@ -7,6 +7,7 @@ from django.core.management.base import BaseCommand, CommandError
 from django.utils import timezone
 
 from tenancy.errors import InactiveUser, NotFound
+from tenancy.models import ApiToken
 from tenancy.selectors import tenant_get
 from tenancy.services import api_token_create
 
@@ -39,6 +40,9 @@ class Command(BaseCommand):
         days = opts["days"]
         if days is not None and not 1 <= days <= MAX_DAYS:
             raise CommandError(f"--days takes a whole number of days from 1 to {MAX_DAYS:,} (100 years)")
+        longest = ApiToken._meta.get_field("name").max_length  # SQLite would keep more, PostgreSQL refuse it
+        if longest is not None and len(opts["name"]) > longest:
+            raise CommandError(f"--name is at most {longest} characters, got {len(opts['name'])}")
         try:
             tenant = tenant_get(slug=opts["tenant"])
         except NotFound as exc:
