@@ -461,6 +461,14 @@ def test_the_command_can_be_scoped_to_one_user(world, alice_three):
         call_command("collapse_sessions", "--tenant", "nope", stdout=StringIO())
 
 
+@pytest.mark.parametrize("option", ["--tenant", "--qor", "--user"])
+def test_an_empty_scope_is_refused_not_read_as_everyone(world, alice_three, option):
+    """`collapse-sessions --tenant "$T"` with T unset collapsed every user of every tenant."""
+    with pytest.raises(CommandError, match=f"{option} needs"):
+        call_command("collapse_sessions", option, "", stdout=StringIO())
+    assert Session.objects.filter(user=world.alice, kind="legacy", state="active").count() == 3
+
+
 @pytest.mark.django_db(transaction=True)
 def test_an_append_racing_the_collapse_waits_and_is_refused_by_the_archived_session(
     world, alice_three

@@ -112,6 +112,11 @@ class Command(BaseCommand):
             )
 
     def _scope(self, opts: dict[str, Any]) -> dict[str, Any]:
+        for option in ("tenant", "qor", "user"):
+            # Given but empty (`--tenant "$T"`, T unset) is a mistake, not "everyone".
+            if opts[option] is not None and not opts[option].strip():
+                raise CommandError(f"--{option} needs a {'username' if option == 'user' else 'slug'}; "
+                                   "leave it out to collapse every one")
         scope: dict[str, Any] = {"tenant": None, "qor_slug": opts["qor"] or "", "user": None}
         if opts["tenant"]:
             try:
