@@ -110,6 +110,10 @@ def test_a_user_across_every_tenant_and_everything(stocked, world):
     (("--tenant", "nope"), "no tenant 'nope'"),
     (("--tenant", "acme", "--qor", "nope"), "no qor 'nope'"),
     (("--user", "nobody"), "No user 'nobody'"),
+    # Given but empty (`--user "$U"`, U unset): it widened the scope to the whole tenant.
+    (("--tenant", "acme", "--user", ""), "--user needs"),
+    (("--tenant", "acme", "--qor", ""), "--qor needs"),
+    (("--tenant", "", "--user", "alice"), "--tenant needs"),
 ])
 def test_a_missing_or_unknown_scope_is_refused(stocked, args, message):
     with pytest.raises(CommandError, match=message):

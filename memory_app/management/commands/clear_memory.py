@@ -60,6 +60,11 @@ class Command(BaseCommand):
 
     def _scope(self, opts) -> MemoryScope:
         tenant = qor = user = None
+        for option in ("tenant", "qor", "user"):
+            # Given but empty (`--user "$U"`, U unset) would widen what is deleted, never narrow it.
+            if opts[option] is not None and not opts[option].strip():
+                raise CommandError(f"--{option} needs a {'username' if option == 'user' else 'slug'}; "
+                                   "nothing was deleted.")
         if opts["everything"] and (opts["tenant"] or opts["qor"] or opts["user"]):
             raise CommandError("--everything takes no --tenant, --qor or --user.")
         if opts["qor"] and not opts["tenant"]:
