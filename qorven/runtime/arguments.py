@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import argparse
 import math
+from pathlib import Path
 from typing import Callable
 
 
@@ -41,3 +42,12 @@ def seconds(*, more_than_zero: bool = False) -> Callable[[str], float]:
         return number
 
     return parse
+
+
+def given_path(value: str) -> Path:
+    """An argparse type: a path that is not empty. `--dir "$DIR"` with DIR unset would
+    otherwise name the current folder, and a sync would take it for the folder meant
+    (every skill not in it disabled)."""
+    if not value.strip():
+        raise argparse.ArgumentTypeError("an empty path (leave the option out for the default)")
+    return Path(value)

@@ -101,6 +101,8 @@ def test_a_file_that_is_not_text_or_a_folder_is_reported_and_changes_nothing(wor
     with pytest.raises(CommandError, match="nothing was changed"):
         call_command("sync_beats", "--file", str(path), stdout=io.StringIO(), stderr=(err := io.StringIO()))
     assert says in err.getvalue()
+    with pytest.raises(CommandError, match="--file: an empty path"):  # `--file "$F"`, F unset: not the folder here
+        call_command("sync_beats", "--file", "", stdout=io.StringIO(), stderr=io.StringIO())
     assert state() == before
 
 

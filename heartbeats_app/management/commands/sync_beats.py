@@ -1,10 +1,10 @@
 from __future__ import annotations
 
-from pathlib import Path
 
 from django.core.management.base import BaseCommand, CommandError
 
 from heartbeats_app.defaults import DefaultsFileError, beats_sync, defaults_path
+from qorven.runtime.arguments import given_path
 
 
 class Command(BaseCommand):
@@ -18,7 +18,7 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser):
         parser.add_argument("--dry-run", action="store_true", help="show what would change and change nothing")
-        parser.add_argument("--file", type=Path, help=f"the defaults file (default: {defaults_path()})")
+        parser.add_argument("--file", type=given_path, help=f"the defaults file (default: {defaults_path()})")
 
     def handle(self, *args, **opts):
         try:

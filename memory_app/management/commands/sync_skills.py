@@ -1,10 +1,10 @@
 from __future__ import annotations
 
-from pathlib import Path
 
 from django.core.management.base import BaseCommand, CommandError
 
 from memory_app.skills import SkillFileError, skills_sync
+from qorven.runtime.arguments import given_path
 
 
 class Command(BaseCommand):
@@ -17,7 +17,7 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser):
         parser.add_argument("--dry-run", action="store_true", help="show what would change, change nothing")
-        parser.add_argument("--dir", type=Path, help="the skills folder (default: QORVEN_SKILLS_DIR)")
+        parser.add_argument("--dir", type=given_path, help="the skills folder (default: QORVEN_SKILLS_DIR)")
 
     def handle(self, *args, **opts):
         try:
