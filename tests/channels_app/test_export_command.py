@@ -46,6 +46,7 @@ def test_the_command_writes_a_file_with_attachments_when_asked(world, photo, tmp
     (["--tenant", "acme", "--user", "nobody"], "no user 'nobody'"),
     (["--tenant", "globex", "--user", "alice"], "alice is not a member of globex"),
     (["--tenant", "acme", "--user", "alice", "--qor", "nope"], "no qor 'nope'"),
+    (["--tenant", "acme", "--user", "alice", "--qor", ""], "--qor needs a slug"),  # not every Qor's data
 ])
 def test_the_command_says_clearly_what_it_cannot_find(world, lives, args, says, tmp_path):
     with pytest.raises(CommandError, match=says):

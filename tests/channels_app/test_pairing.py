@@ -91,6 +91,17 @@ def test_approving_without_a_user_makes_one_for_the_sender(client, world, telegr
     assert trust == "paired"
 
 
+def test_approving_with_an_empty_user_is_refused_not_read_as_a_new_one(client, world, telegram, platform, drain):
+    """`pair approve CODE --user "$U"` with U unset made a new user for the sender, who was
+    meant to be linked to someone already there."""
+    post_telegram(client, telegram_update("hi", user_id=77, first_name="Ravi"))
+    drain()
+    with pytest.raises(CommandError, match="--user needs a username"):
+        call_command("pair", "approve", PairingRequest.objects.get().code, "--tenant", "acme", "--user", "",
+                     stdout=io.StringIO())
+    assert PairingRequest.objects.get().state == "pending" and not Identity.objects.filter(user__isnull=False).exists()
+
+
 def test_a_code_of_one_tenant_cannot_be_approved_in_another(client, world, telegram, platform, drain):
     post_telegram(client, telegram_update("hi"))
     drain()

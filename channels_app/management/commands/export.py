@@ -84,6 +84,8 @@ class Command(BaseCommand):
             if not opts["left"]:
                 raise CommandError(f"{opts['user']} is not a member of {opts['tenant']} (for someone who has "
                                    "left, say --left)") from None
+        if opts["qor"] is not None and not opts["qor"].strip():  # `--qor "$Q"`, Q unset: not every Qor's data
+            raise CommandError("--qor needs a slug; leave it out to export every Qor's")
         try:
             qor = qor_get(tenant=tenant, slug=opts["qor"]) if opts["qor"] else None
         except NotFound as exc:

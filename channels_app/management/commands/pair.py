@@ -92,6 +92,8 @@ class Command(BaseCommand):
         try:
             if action == "approve":
                 user = None
+                if opts.get("user") is not None and not opts["user"].strip():  # `--user "$U"`, U unset
+                    raise CommandError("--user needs a username; leave it out to make a new user for the sender")
                 if opts.get("user"):
                     user = get_user_model().objects.filter(username=opts["user"]).first()
                     if user is None:
