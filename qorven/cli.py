@@ -24,6 +24,11 @@ def main(argv: list[str] | None = None) -> int:
     except ImproperlyConfigured as exc:  # a setting is missing or malformed: say which, no traceback
         print(f"qorven: configuration error: {exc}", file=sys.stderr)
         return 2
+    except BrokenPipeError:
+        # `qorven --help | head`: the reader has what it wanted. Python would otherwise
+        # print the error again flushing stdout as it exits.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 1
 
 
 def _run(argv: list[str]) -> int:
@@ -32,8 +37,10 @@ def _run(argv: list[str]) -> int:
 
     django.setup()  # before get_commands(), which caches what the installed apps offer
     if argv[1:] in ([], ["help"], ["-h"], ["--help"]):
-        print(_overview(get_commands()))
+        print(_overview(get_commands()), flush=True)
         return 0
+    if len(argv) == 3 and argv[1] == "help" and not argv[2].startswith("-"):
+        argv = [argv[0], argv[2], "--help"]  # `qorven help collapse-sessions`, by the name the docs give
     name = argv[1].replace("-", "_") if len(argv) > 1 and not argv[1].startswith("-") else ""
     commands = get_commands()
     if name in commands and commands[name] in _own_app_names():

@@ -45,6 +45,24 @@ def test_qorven_alone_lists_its_own_commands_first_with_hyphens():
     assert "import_legacy" not in out and out.index("startproject") > out.index("Django's commands")
 
 
+def test_help_with_a_hyphenated_command_explains_that_command():
+    """`qorven help collapse-sessions` answered "Unknown command … Did you mean
+    collapse_sessions?", though the hyphenated names are the ones documented."""
+    done = run("help", "collapse-sessions", DJANGO_SECRET_KEY="cli-test")
+    assert done.returncode == 0, done.stderr[-500:]
+    assert done.stdout.startswith("usage: qorven collapse-sessions") and "--dry-run" in done.stdout
+
+
+def test_a_reader_that_closes_the_overview_early_gets_no_traceback():
+    """`qorven --help | head -3` ended in a BrokenPipeError traceback."""
+    environment = {k: v for k, v in os.environ.items() if k not in ("DJANGO_SECRET_KEY", "DATABASE_URL")}
+    child = subprocess.Popen([str(QORVEN), "--help"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=ROOT,
+                             env={**environment, "DJANGO_SECRET_KEY": "cli-test"})
+    child.stdout.close()  # the reader has gone before a word was written
+    error = child.stderr.read().decode()
+    assert child.wait(timeout=180) == 1 and "Traceback" not in error, error[-800:]
+
+
 def test_usage_lines_use_the_hyphenated_names_and_mark_required_flags():
     legacy, telegram, whatsapp = run_each((("import-legacy", "--help"), {}), (("bind", "telegram", "--help"), {}),
                                           (("bind", "whatsapp", "--help"), {}))
