@@ -85,3 +85,29 @@ def static_served(port: int) -> None:
         urllib.request.urlopen(urllib.request.Request(url, headers={"If-Modified-Since": modified}), timeout=5)
     assert unchanged.value.code == 304
 
+
+
+def test_serve_on_a_port_already_taken_says_so_before_starting_anything(tmp_path):
+    """A second `make run` printed "Qorven on http://127.0.0.1:8000/" (the first server's
+    address), migrated, started its own worker and beat on the same database, and only then
+    failed in a log line of uvicorn's ("address already in use"), exit 3."""
+    import socket
+
+    taken = socket.socket()
+    taken.bind(("127.0.0.1", 0))
+    taken.listen()
+    port = taken.getsockname()[1]
+    env = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "REDIS_URL", "CELERY_BROKER_URL")}
+    env["DATABASE_URL"] = f"sqlite:///{tmp_path / 'fresh.sqlite3'}"
+    env["DJANGO_SECRET_KEY"] = "serve-test-key"
+    try:
+        done = subprocess.run([str(Path(sys.executable).with_name("qorven")), "serve", "--port", str(port)],
+                              cwd=ROOT, env=env, capture_output=True, text=True, timeout=180)
+    finally:
+        taken.close()
+    assert done.returncode == 1, done.stdout[-800:] + done.stderr[-800:]
+    assert f"127.0.0.1:{port} is taken" in done.stderr and "Traceback" not in done.stderr
+    assert "Qorven on" not in done.stdout and not (tmp_path / "fresh.sqlite3").exists()  # nothing was started
+    done = subprocess.run([str(Path(sys.executable).with_name("qorven")), "serve", "--host", "no such host."],
+                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=180)
+    assert done.returncode == 1 and "--host no such host.: not an address" in done.stderr, done.stderr[-800:]

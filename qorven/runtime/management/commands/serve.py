@@ -3,7 +3,7 @@ from __future__ import annotations
 from celery import current_app
 from django.conf import settings
 from django.core.management import call_command
-from django.core.management.base import BaseCommand
+from django.core.management.base import BaseCommand, CommandError
 from django.utils.module_loading import import_string
 
 from qorven.runtime.heap import startup_heap_freeze
@@ -39,6 +39,7 @@ class Command(BaseCommand):
     def handle(self, *args, **opts):
         from daphne.cli import CommandLineInterface
 
+        _address_check(opts["host"], opts["port"])
         if not opts["no_migrate"]:
             call_command("migrate", interactive=False, verbosity=0)
         self.check(databases=["default"])  # what needs the migrated database (sessions_app.checks)
@@ -71,6 +72,30 @@ class Command(BaseCommand):
             self.stdout.write("Finishing the tasks running…")
             self.stdout.flush()
             embedded_worker.stop(timeout=SHUTDOWN_WAIT)
+
+
+def _address_check(host: str, port: int) -> None:
+    """Refuse, before anything starts, an address this process could not listen on. The
+    servers find out only once the worker, the beat and the migrations have run, and say so
+    in a log line after "Qorven on …" was printed with the address of the server holding it."""
+    import errno
+    import socket
+
+    try:
+        family, kind, proto, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM,
+                                                             flags=socket.AI_PASSIVE)[0]
+    except socket.gaierror as exc:
+        raise CommandError(f"--host {host}: not an address this machine can listen on ({exc.strerror})") from None
+    with socket.socket(family, kind, proto) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as both servers do: TIME_WAIT is free
+        try:
+            probe.bind(address)
+        except OSError as exc:
+            if exc.errno == errno.EADDRINUSE:
+                raise CommandError(f"{host}:{port} is taken (is Qorven, or `make run`, already running?): stop "
+                                   "what listens there, or serve on another port with --port (make run PORT=…)"
+                                   ) from None
+            raise CommandError(f"cannot listen on {host}:{port}: {exc.strerror}") from None
 
 
 def _reads_warm() -> None:
