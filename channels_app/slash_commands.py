@@ -2,6 +2,7 @@
 lists the paired accounts and revokes one."""
 from __future__ import annotations
 
+from sessions_app.models import Session
 from tenancy.errors import NotFound
 from tenancy.slash_registry import CommandContext, slash_command
 from tenancy.trust import Trust, trust_allows
@@ -20,6 +21,7 @@ from .pairing import (
 )
 from .pairing_end import pairing_revoke
 
+NOT_IN_A_GROUP = "/pair works only in your own chat with me, not in a group."
 USAGE = ("Usage: /pair list | /pair approve CODE [me | USERNAME] | /pair deny CODE | /pair paired | "
          "/pair revoke #N (from /pair paired) | /pair revoke CHANNEL SENDER_ID")
 
@@ -29,6 +31,11 @@ USAGE = ("Usage: /pair list | /pair approve CODE [me | USERNAME] | /pair deny CO
 @slash_command("pair", "owner only: /pair list, /pair approve CODE [me | USERNAME], /pair deny CODE, "
                        "/pair paired, /pair revoke #N or CHANNEL SENDER_ID")
 def _pair(ctx: CommandContext) -> str:
+    # A group's session is everyone's in it and no one's own (SPEC §3: the owner decides
+    # from a trusted surface): it has no person to be `me` or to record as deciding, and
+    # what is answered there is read by the whole group — pending codes included.
+    if ctx.session.kind == Session.Kind.GROUP or ctx.session.user_id is None:
+        return NOT_IN_A_GROUP
     if not trust_allows(ctx.trust, Trust.OWNER):
         return "Only the owner can manage pairing, from a trusted surface."
     action, _, rest = ctx.args.partition(" ")

@@ -294,3 +294,31 @@ def test_phone_numbers_stay_out_of_the_owners_chat_and_the_cli_shows_them_whole(
     out = io.StringIO()
     call_command("pair", "list", "--tenant", "acme", "--paired", stdout=out)
     assert "15550100777" in out.getvalue()
+
+
+@pytest.mark.parametrize("command", ["list", "approve {code} me", "approve {code}", "deny {code}", "paired"])
+def test_slash_pair_in_a_group_is_answered_with_where_it_works_and_decides_nothing(
+    client, world, telegram, platform, drain, command
+):
+    """A group is not the owner's own chat: its session has no person, so `/pair approve
+    CODE me` there approved the sender as a new user (`me` was nobody) with no one recorded
+    as deciding, and the group read the pending codes."""
+    from django.contrib.auth import get_user_model
+
+    from .conftest import pair
+
+    post_telegram(client, telegram_update("hi", user_id=55, first_name="Mallory"))
+    drain()
+    code = PairingRequest.objects.get().code
+    pair(world, "telegram", "42", world.alice)  # the owner, paired, writes in a group the bot is in
+    users_before = get_user_model().objects.count()
+    post_telegram(client, telegram_update(f"/pair@aria_bot {command.format(code=code)}", user_id=42,
+                                          first_name="Alice", chat_id=-1009, chat_type="supergroup", message_id=7))
+    drain()
+    answer = Message.objects.filter(session__kind="group", role="assistant").order_by("-id").first()
+    assert answer is not None
+    assert answer.content == "/pair works only in your own chat with me, not in a group."
+    assert code not in answer.content
+    assert PairingRequest.objects.get().state == "pending"
+    assert Identity.objects.get(external_id="55").approval == "pending"
+    assert get_user_model().objects.count() == users_before
