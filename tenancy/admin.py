@@ -15,6 +15,7 @@ from qorven.runtime.cooldowns import route_state
 from .admin_scoping import TenantScopedAdminMixin, TenantScopedInlineMixin, admin_tenant_ids, owns_tenant
 from .models import ApiToken, McpServer, Membership, ModelFallback, PluginSetting, Qor, Tenant, Usage
 from .selectors import tokens_spent_this_month
+from .services import memberships_remove
 from .signals import person_retimed, tenant_retimed
 
 
@@ -35,6 +36,10 @@ class MembershipInlineFormSet(forms.BaseInlineFormSet):
             if (was_owner and (deleted or form.has_changed())) or (
                     not deleted and not was_owner and (form.cleaned_data or {}).get("role") == owner):
                 raise forms.ValidationError("Only an owner of the workspace makes, changes or removes an owner.")
+
+    def delete_existing(self, obj: Membership, commit: bool = True) -> None:
+        if commit:  # as from the membership pages: their API tokens for it go with them
+            memberships_remove(memberships=Membership.objects.filter(pk=obj.pk))
 
 
 class MembershipInline(TenantScopedInlineMixin, admin.TabularInline):
@@ -191,6 +196,13 @@ class MembershipAdmin(TenantScopedAdminMixin, admin.ModelAdmin):
         if obj is not None and obj.role == Membership.Role.OWNER and not self._owns(request, obj.tenant_id):
             return False
         return super().has_delete_permission(request, obj)
+
+    # Removing someone revokes their API tokens for the workspace (tenancy.services).
+    def delete_model(self, request, obj) -> None:
+        memberships_remove(memberships=Membership.objects.filter(pk=obj.pk))
+
+    def delete_queryset(self, request, queryset) -> None:
+        memberships_remove(memberships=queryset)
 
     def save_model(self, request, obj, form, change) -> None:
         if obj.role == Membership.Role.OWNER and not self._owns(request, obj.tenant_id):

@@ -1,4 +1,5 @@
-"""Writes of tenancy data: bootstrap a tenant, suspend and resume it, mint API tokens."""
+"""Writes of tenancy data: bootstrap a tenant, suspend and resume it, mint API tokens,
+remove members."""
 from __future__ import annotations
 
 import secrets
@@ -185,6 +186,21 @@ def api_tokens_revoke(*, tokens: QuerySet[ApiToken]) -> int:
         token.revoked_at = now
         token.save(update_fields=["revoked_at"])
     return len(live)
+
+
+@transaction.atomic
+def memberships_remove(*, memberships: QuerySet[Membership]) -> int:
+    """Remove people from workspaces; returns how many memberships went. Each one's API
+    tokens for that workspace are revoked with it: a token is checked only against a
+    membership now, so one kept from before would work again the day its holder is let
+    back in (they get a new one then). Each row is deleted on its own, and each token
+    saved: what closes their open sockets is told (channels_app.live_auth)."""
+    removed = 0
+    for membership in memberships.select_for_update().order_by("pk"):
+        api_tokens_revoke(tokens=ApiToken.objects.filter(tenant_id=membership.tenant_id, user_id=membership.user_id))
+        membership.delete()
+        removed += 1
+    return removed
 
 
 def usage_record(
