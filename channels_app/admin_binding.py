@@ -56,7 +56,9 @@ class _BindingFormBase(forms.ModelForm):
 
     def clean(self) -> dict[str, Any]:
         data = super().clean()
-        tenant, qor, kind = data.get("tenant"), data.get("qor"), data.get("kind") or self.instance.kind
+        # On a change page the tenant is read-only: the binding's own.
+        tenant = data.get("tenant") or (self.instance.tenant if self.instance.tenant_id else None)
+        qor, kind = data.get("qor"), data.get("kind") or self.instance.kind
         if tenant is not None and qor is not None and qor.tenant_id != tenant.pk:
             self.add_error("qor", "This Qor belongs to another tenant.")
         adapter = ADAPTERS.get(kind or "")

@@ -18,7 +18,9 @@ class MemoryForm(forms.ModelForm):
 
     def clean(self):
         data = super().clean()
-        tenant, qor = data.get("tenant"), data.get("qor")
+        # On a change page the tenant is read-only: the memory's own.
+        tenant = data.get("tenant") or (self.instance.tenant if self.instance.tenant_id else None)
+        qor = data.get("qor")
         if tenant is not None and qor is not None and qor.tenant_id != tenant.pk:
             self.add_error("qor", "This Qor belongs to another tenant.")
         user = data.get("user")

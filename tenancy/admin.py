@@ -42,8 +42,20 @@ class MembershipInlineFormSet(forms.BaseInlineFormSet):
             memberships_remove(memberships=Membership.objects.filter(pk=obj.pk))
 
 
+class MembershipRowForm(forms.ModelForm):
+    """A member's row on the workspace's page: its person is fixed once made, as on the
+    membership's own page (a row given to someone else removed one person and let another
+    in with the first one's role, past what removing and adding do)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        if self.instance.pk is not None and "user" in self.fields:
+            self.fields["user"].disabled = True
+
+
 class MembershipInline(TenantScopedInlineMixin, admin.TabularInline):
     model = Membership
+    form = MembershipRowForm
     formset = MembershipInlineFormSet
     extra = 0
     fields = ["user", "role"]  # a person's timezone on their own page, where changing it moves their beats
@@ -171,6 +183,7 @@ class MembershipAdmin(TenantScopedAdminMixin, admin.ModelAdmin):
     list_filter = ["role", "tenant"]
     search_fields = ["user__username", "tenant__slug"]
     autocomplete_fields = ["user"]
+    fixed_fields = ("user",)  # another person is another membership: removed, then added
 
     def get_form(self, request, obj=None, change=False, **kwargs):
         if obj is None and admin_tenant_ids(request.user) is not None:
@@ -364,11 +377,10 @@ class QorAdmin(TenantScopedAdminMixin, admin.ModelAdmin):
                    "project_folder", "main_max_concurrency", "summarizer_max_concurrency", "heartbeat_max_concurrency")
 
     def get_readonly_fields(self, request, obj=None):
+        # Its tenant is fixed once made (TenantScopedAdminMixin): a Qor's sessions, memories,
+        # bindings and beats name that tenant, and would be answered with another's prompt,
+        # context and MCP servers.
         fields = list(super().get_readonly_fields(request, obj))
-        if obj is not None:
-            # A Qor stays in its tenant: its sessions, memories, bindings and beats name that
-            # tenant, and would be answered with another's prompt, context and MCP servers.
-            fields.append("tenant")
         return fields if request.user.is_superuser else [*fields, *self.HOST_FIELDS]
 
     def get_fieldsets(self, request, obj=None):

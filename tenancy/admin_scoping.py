@@ -178,6 +178,18 @@ class TenantScopedAdminMixin(_Scoping):
     #: May a tenant admin create / delete rows of this model? (Tenants themselves: no.)
     tenant_admin_can_add = True
     tenant_admin_can_delete = True
+    #: Fields of a row that never change once it is made, besides its tenant (shown, not edited).
+    fixed_fields: tuple[str, ...] = ()
+
+    def get_readonly_fields(self, request: HttpRequest, obj: Model | None = None) -> list[str]:
+        fields = list(super().get_readonly_fields(request, obj))  # type: ignore[misc]
+        if obj is None:
+            return fields
+        # A row stays in the tenant it was made in, for the host too: moved by someone who
+        # administers both, it would take what it carries (a member's tokens, a bot's
+        # senders, a sender's chats) into the other while the rows around it still name the first.
+        fixed = [self.tenant_field] if self.tenant_field and "__" not in self.tenant_field else []
+        return fields + [name for name in (*fixed, *self.fixed_fields) if name not in fields]
 
     def _tenant_admin_allows(self, request: HttpRequest, obj: Model | None) -> bool:
         ids = admin_tenant_ids(request.user)

@@ -292,8 +292,11 @@ def test_a_tenant_admin_sees_no_secret_values_of_a_binding(tenant_admin, world, 
 
 
 def test_a_tenant_admins_binding_form_offers_only_their_tenant_and_qors(tenant_admin, world, telegram):
-    form = tenant_admin.get(url("channelbinding_change", telegram.pk)).context["adminform"].form
+    form = tenant_admin.get(url("channelbinding_add")).context["adminform"].form
     assert list(form.fields["tenant"].queryset) == [world.tenant_a]
+    assert list(form.fields["qor"].queryset) == [world.qor_a]
+    form = tenant_admin.get(url("channelbinding_change", telegram.pk)).context["adminform"].form
+    assert "tenant" not in form.fields  # fixed once made: shown, not offered
     assert list(form.fields["qor"].queryset) == [world.qor_a]
 
     response = tenant_admin.post(url("channelbinding_change", telegram.pk), {
@@ -301,7 +304,7 @@ def test_a_tenant_admins_binding_form_offers_only_their_tenant_and_qors(tenant_a
         "unpaired_response": "code", "group_answers": "paired", "enabled": "on",
     })
     assert response.status_code == 200
-    assert set(response.context["adminform"].form.errors) == {"tenant", "qor"}
+    assert set(response.context["adminform"].form.errors) == {"qor"}
     telegram.refresh_from_db()
     assert (telegram.tenant, telegram.qor, telegram.name) == (world.tenant_a, world.qor_a, "telegram")
 
