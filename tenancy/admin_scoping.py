@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from django import forms
 from django.contrib import admin
 from django.contrib.admin.widgets import ForeignKeyRawIdWidget
 from django.contrib.auth import get_user_model
@@ -101,6 +102,14 @@ class _Scoping:
         field = super().formfield_for_foreignkey(db_field, request, **kwargs)  # type: ignore[misc]
         if ids is not None and field is not None and type(field.widget) is ForeignKeyRawIdWidget:
             widget = field.widget
+            if not _may_browse(request, widget.admin_site, db_field.related_model):
+                # Its lookup button opens the related model's list, which this admin is
+                # refused (the server's accounts): a dead end beside a box that wants a
+                # number they cannot find. They choose from the field's choices instead,
+                # already narrowed to their tenants (a person: their members).
+                field.widget = forms.Select()
+                field.widget.choices = field.choices  # as ModelChoiceField sets its own widget's
+                return field
             field.widget = ScopedRawIdWidget(widget.rel, widget.admin_site, field.queryset, widget.attrs,
                                              using=widget.db)
         return field
@@ -122,6 +131,13 @@ class _Scoping:
         if admin_tenant_ids(request.user) is not None:
             return []
         return list(super().get_autocomplete_fields(request))  # type: ignore[misc]
+
+
+def _may_browse(request: HttpRequest, admin_site: Any, model: type[Model]) -> bool:
+    """Whether the admin's list of `model`, which a raw id field's lookup opens, is open to
+    the request's user."""
+    model_admin = admin_site._registry.get(model)
+    return model_admin is not None and model_admin.has_view_permission(request)
 
 
 class ScopedRawIdWidget(ForeignKeyRawIdWidget):

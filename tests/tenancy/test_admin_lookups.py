@@ -81,4 +81,32 @@ def test_a_tenant_admin_cannot_name_another_tenants_rows_by_id_in_a_raw_id_field
     assert "charlie" not in identity.content.decode()
 
     own = tenant_admin.get(add, {"user": world.bob.pk, "source_session": ours.pk}).content.decode()
-    assert ">bob</a>" in own and f"session {ours.pk} " in own  # their own rows, named as before
+    # their own rows, named as before (a person chosen among the members: see below)
+    assert f'<option value="{world.bob.pk}" selected>bob</option>' in own and f"session {ours.pk} " in own
+
+
+def _lookups(html: str) -> list[str]:
+    """The pages a form's lookup buttons (the magnifier beside a raw id field) open."""
+    import re
+
+    return [href.replace("&amp;", "&") for href in re.findall(r'href="([^"]+)"[^>]*class="related-lookup"', html)]
+
+
+@pytest.mark.parametrize("page", ["admin:memory_app_memory_add", "admin:channels_app_identity_add"])
+def test_a_tenant_admin_picks_a_person_from_the_members_not_from_a_list_they_are_refused(tenant_admin, world,
+                                                                                           page):
+    """The lookup beside a person's field opened the server's list of accounts, which a
+    tenant admin is refused (403): they could only type a number they had no way to find."""
+    response = tenant_admin.get(reverse(page))
+    html = response.content.decode()
+    for lookup in _lookups(html):
+        assert tenant_admin.get(lookup).status_code == 200, lookup
+    assert "/admin/auth/user/" not in html
+    choices = response.context["adminform"].form.fields["user"].queryset
+    assert sorted(u.username for u in choices) == ["alice", "bob"]  # acme's members, never charlie
+    assert f'<option value="{world.bob.pk}">bob</option>' in html
+
+
+def test_the_host_still_looks_a_person_up_in_the_accounts_list(host, world):
+    html = host.get(reverse("admin:memory_app_memory_add")).content.decode()
+    assert any(lookup.startswith("/admin/auth/user/") for lookup in _lookups(html))
