@@ -8,7 +8,12 @@ from django.core.exceptions import PermissionDenied
 from django.template.response import TemplateResponse
 
 from tenancy.admin import TenantAdmin
-from tenancy.admin_scoping import TenantScopedAdminMixin, TenantScopedInlineMixin, owners_off_limits
+from tenancy.admin_scoping import (
+    TenantScopedAdminMixin,
+    TenantScopedInlineMixin,
+    admin_tenant_ids,
+    owners_off_limits,
+)
 from tenancy.errors import NotFound
 from tenancy.models import Membership
 
@@ -127,6 +132,15 @@ class IdentityAdmin(TenantScopedAdminMixin, admin.ModelAdmin):
 
     def has_change_permission(self, request, obj=None) -> bool:
         return not self._for_owner_off_limits(request, obj) and super().has_change_permission(request, obj)
+
+    def formfield_for_foreignkey(self, db_field, request, **kwargs):
+        field = super().formfield_for_foreignkey(db_field, request, **kwargs)
+        tenants = admin_tenant_ids(request.user)
+        if db_field.name == "user" and field is not None and tenants:
+            # Not offered what saving would refuse (an owner for a workspace admin).
+            off_limits = frozenset().union(*(owners_off_limits(request.user, t) for t in tenants))
+            field.queryset = field.queryset.exclude(pk__in=off_limits)
+        return field
 
     def has_delete_permission(self, request, obj=None) -> bool:
         return not self._for_owner_off_limits(request, obj) and super().has_delete_permission(request, obj)

@@ -110,3 +110,22 @@ def test_a_tenant_admin_picks_a_person_from_the_members_not_from_a_list_they_are
 def test_the_host_still_looks_a_person_up_in_the_accounts_list(host, world):
     html = host.get(reverse("admin:memory_app_memory_add")).content.decode()
     assert any(lookup.startswith("/admin/auth/user/") for lookup in _lookups(html))
+
+
+def test_a_workspace_admin_is_not_offered_an_owner_to_link_a_sender_to(client, world):
+    """Only an owner links a sender to an owner: a workspace admin (admin, not owner) who
+    chose one was refused once they saved."""
+    from tenancy.models import Membership
+    from tests.factories.tenancy import UserFactory
+
+    dana = UserFactory(username="dana", is_staff=True)
+    Membership.objects.create(tenant=world.tenant_a, user=dana, role="admin")
+    client.force_login(dana)
+    choices = client.get(reverse("admin:channels_app_identity_add")).context["adminform"].form.fields["user"].queryset
+    assert sorted(u.username for u in choices) == ["bob", "dana"]
+
+    client.force_login(world.alice)  # the owner: everyone of acme
+    world.alice.is_staff = True
+    world.alice.save(update_fields=["is_staff"])
+    choices = client.get(reverse("admin:channels_app_identity_add")).context["adminform"].form.fields["user"].queryset
+    assert sorted(u.username for u in choices) == ["alice", "bob", "dana"]
