@@ -45,3 +45,25 @@ def test_a_member_removed_in_the_admin_and_let_back_in_needs_a_new_token(tenant_
     assert api_token_authenticate(raw=raw) is None
     assert api_token_authenticate(raw=elsewhere) is not None
     assert api_token_authenticate(raw=other_workspace) is not None
+
+
+def test_a_workspace_admin_removes_members_but_not_an_owner_nor_the_owners_tokens(client, world):
+    from tests.factories.tenancy import UserFactory
+
+    dana = UserFactory(username="dana", is_staff=True)
+    Membership.objects.create(tenant=world.tenant_a, user=dana, role="admin")
+    client.force_login(dana)
+    _, owners = api_token_create(tenant=world.tenant_a, user=world.alice)
+    _, bobs = api_token_create(tenant=world.tenant_a, user=world.bob)
+    alice = Membership.objects.get(tenant=world.tenant_a, user=world.alice)
+    bob = Membership.objects.get(tenant=world.tenant_a, user=world.bob)
+
+    refused = client.post(reverse("admin:qorven_membership_changelist"),
+                          {"action": "delete_selected", "_selected_action": [alice.pk, bob.pk], "post": "yes"})
+    assert refused.status_code == 403
+    assert Membership.objects.filter(pk__in=[alice.pk, bob.pk]).count() == 2
+    assert api_token_authenticate(raw=owners) is not None and api_token_authenticate(raw=bobs) is not None
+
+    _removed_from_the_list(client, bob)
+    assert api_token_authenticate(raw=bobs) is None
+    assert api_token_authenticate(raw=owners) is not None
