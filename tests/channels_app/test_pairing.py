@@ -296,7 +296,8 @@ def test_phone_numbers_stay_out_of_the_owners_chat_and_the_cli_shows_them_whole(
     assert "15550100777" in out.getvalue()
 
 
-@pytest.mark.parametrize("command", ["list", "approve {code} me", "approve {code}", "deny {code}", "paired"])
+@pytest.mark.parametrize("command", ["list", "approve {code} me", "approve {code}", "deny {code}", "paired",
+                                     "revoke telegram 42"])
 def test_slash_pair_in_a_group_is_answered_with_where_it_works_and_decides_nothing(
     client, world, telegram, platform, drain, command
 ):
@@ -321,4 +322,5 @@ def test_slash_pair_in_a_group_is_answered_with_where_it_works_and_decides_nothi
     assert code not in answer.content
     assert PairingRequest.objects.get().state == "pending"
     assert Identity.objects.get(external_id="55").approval == "pending"
+    assert Identity.objects.get(external_id="42").approval == "approved"  # the owner's own stays paired
     assert get_user_model().objects.count() == users_before
