@@ -6,7 +6,10 @@ tenants they administer: lists, change pages, foreign-key choices and list filte
 all narrowed to those tenants, and a row of another tenant is "not found", exactly like a
 missing one. For such users, access to scoped models comes from the membership role, not
 from Django model permissions; models that do not adopt the mixin keep Django's
-permission checks (so a tenant admin does not see them unless granted).
+permission checks (so a tenant admin does not see them unless granted). Once a row is
+made, its tenant (and a model's `fixed_fields`) is shown on its change page, not edited, for
+the host too. A field that takes a row's id offers a tenant admin the field's choices instead
+when the list its lookup button opens is refused to them (the server's accounts).
 
 Adopt it by putting `TenantScopedAdminMixin` (or `TenantScopedInlineMixin`) before
 `admin.ModelAdmin` and setting `tenant_field` to the path from the model to its Tenant.
