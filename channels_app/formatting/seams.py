@@ -294,9 +294,8 @@ class MarkdownSeams:
         line = self.text[at - 1] == "\n"
         if place is None and not line:
             return None  # after a list's marker, a heading's, between a table's cells
-        if not line and _LINE_ALONE.fullmatch(self.text, self.starts[bisect_right(self.starts, at) - 1],
-                                              self._ink_before(at)):
-            return None  # the line's start, alone, would read as a fence or a rule
+        if not line and _LINE_ALONE.fullmatch(self.text, self._line_text(at), self._ink_before(at)):
+            return None  # the line's text up to the cut, alone, would read as a fence or a rule
         if place is not None and not inside and _BLOCK_START.match(place[0].content, place[1]):
             return None
         if inside:
@@ -377,6 +376,17 @@ class MarkdownSeams:
             return None
         segment = inline.segments[bisect_left(ends, at)]  # the first line of it ending at or after `at`
         return inline, segment.inline + max(0, at - segment.source)
+
+    def _line_text(self, at: int) -> int:
+        """Where the text of the line `at` is on begins: after the markers of the quotes and
+        list items it is in ("1. __ __" is an item whose text, alone, reads as a rule)."""
+        place = self._place(at)
+        line_start = self.starts[bisect_right(self.starts, at) - 1]
+        if place is None:
+            return line_start
+        inline, offset = place
+        segment = inline.segments[bisect_right([s.inline for s in inline.segments], offset) - 1]
+        return max(line_start, segment.source)
 
     def mend(self, at: int) -> Seam:
         inside = self._inside(at) or []

@@ -35,6 +35,8 @@ LABEL_BEGUN_WITH_A_SPACE = "o é #  ```pyth[ on ](example.com/?a=1&b=2)"
 CODE_CLOSED_AT_A_LINES_START = "`` ```on\n ** -  ```://example.com/?a=1&b=2) [ `"
 # A heading cut after a word "#": its first part ended " #", which Markdown reads as the heading's closing #s.
 HEADING_CUT_AFTER_A_HASH = "# ](https://example.com/?a=1&b=2) >  # d  *"
+# A list item's text "__ __" cut after it: alone in its part, the item read as a rule (Telegram's "———").
+RULE_IN_A_LIST_ITEM = "1. __ __ " + "x" * 40
 TICKS_AFTER_A_HARD_CUT = ("```&amp; [ 😀 ](https://example.com/?a=1&b=2) -  word  é & 1.  ** [ - &amp; ~~ mp; ~~ "
                           "](https://example.com/?a=1&b=2) &amp; > ``` * s://example.com/?a=1&b=2) ```python\n ` >  *  ```  * ```")
 
@@ -43,7 +45,8 @@ def cuts_found_before(test):
     """The inputs (with their limits) whose cuts once lost text or formatting, always tried."""
     for text, limit in ((CODE_ENDING_IN_A_SPACE, 40), (TICKS_OPENING_A_LINE, 40), (CODE_OVER_LINES, 40),
                         (LABEL_BEGUN_WITH_A_SPACE, 40), (TICKS_AFTER_A_HARD_CUT, 65),
-                        (HEADING_CUT_AFTER_A_HASH, 40), (CODE_CLOSED_AT_A_LINES_START, 40)):
+                        (HEADING_CUT_AFTER_A_HASH, 40), (CODE_CLOSED_AT_A_LINES_START, 40),
+                        (RULE_IN_A_LIST_ITEM, 40)):
         test = example(text, limit)(test)
     return test
 
@@ -73,6 +76,7 @@ def test_every_telegram_part_parses_and_shows_at_most_the_limit(text, limit):
 @example(text=TICKS_AFTER_A_HARD_CUT, limit=65)
 @example(text=HEADING_CUT_AFTER_A_HASH, limit=40)
 @example(text=CODE_CLOSED_AT_A_LINES_START, limit=40)
+@example(text=RULE_IN_A_LIST_ITEM, limit=40)
 def test_every_part_on_the_other_platforms_is_within_the_limit(kind, text, limit):
     adapter = adapter_for(kind)
     for part in reply_parts(text, style=adapter.style, limit=limit, size=adapter.length, markdown=True):
@@ -335,6 +339,13 @@ def test_a_list_items_text_cut_over_parts_goes_on_as_that_item_marked_as_continu
     assert all(text.startswith("• …") for text in bulleted)
     items = [line.split(".")[0] for text in texts for line in text.splitlines() if line[:1].isdigit()]
     assert items == ["1", "2"] + ["2"] * len(numbered) + ["3"]
+
+
+@pytest.mark.parametrize("text", [RULE_IN_A_LIST_ITEM, "> " + RULE_IN_A_LIST_ITEM, "- " + RULE_IN_A_LIST_ITEM])
+def test_a_list_items_text_that_alone_would_be_a_rule_is_not_cut_after(text):
+    parts = _telegram(text, 40)
+    assert len(parts) > 1
+    assert _read(parts) == _whole(text)  # "__ __" as text in every part, no rule
 
 
 def test_a_list_items_text_cut_over_discord_parts_is_that_item_again_in_markdown():
