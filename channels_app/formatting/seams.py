@@ -11,9 +11,12 @@ and rule written again. Such a cut is taken only once both sides, read again, sh
 the text did (channels_app.formatting.reading: read in segments, so a long paragraph is
 not read again whole at every cut). Nothing is cut inside a link's address, an image or an
 autolink, nor where the next piece would begin with what Markdown reads as a block (a `- `
-that was a dash in a sentence, inline code's backticks reopened at the start of a line); a
-line of text begun with three backticks and cut before the backtick that kept it text has
-its first backtick escaped, so the piece does not open a code block. An ordered list split over pieces goes on with its numbers:
+that was a dash in a sentence, inline code's backticks reopened at the start of a line),
+nor where a line's text (its quotes' and list items' markers left out) would end a piece
+reading as a rule or a fence (three backticks are no fence when the piece's inline code is
+closed after them), nor where the piece would hold only white space; a line of text begun
+with three backticks and cut before the backtick that kept it text has its first backtick
+escaped, so the piece does not open a code block. An ordered list split over pieces goes on with its numbers:
 the first of its items in a piece is written with the number it had (CommonMark numbers a
 list from its first item's), so "1." written on every item still reads 1, 2, 3… over the
 parts.
@@ -228,7 +231,9 @@ class MarkdownSeams:
         middle = start + (hard - start) // 2
         self._room = hard - start
         ranked: list[tuple[int, int]] = []  # the second half's cuts: (rank, -offset), checked best first
-        for at in range(min(hard, len(self.text) - 1), start, -1):
+        piece = self.text[start:hard]
+        ink = start + len(piece) - len(piece.lstrip())  # a cut before it leaves the piece blank
+        for at in range(min(hard, len(self.text) - 1), ink, -1):
             before = self.text[at - 1]
             if before not in " \n" or before == " " and self.text[at].isspace():
                 continue  # a cut falls after a line break, or after the last of a run of spaces
@@ -294,8 +299,11 @@ class MarkdownSeams:
         line = self.text[at - 1] == "\n"
         if place is None and not line:
             return None  # after a list's marker, a heading's, between a table's cells
-        if not line and _LINE_ALONE.fullmatch(self.text, self._line_text(at), self._ink_before(at)):
-            return None  # the line's text up to the cut, alone, would read as a fence or a rule
+        alone = None if line else _LINE_ALONE.fullmatch(self.text, self._line_text(at), self._ink_before(at))
+        if alone and not (alone.group().lstrip().startswith("`") and any("`" in r.closing for r in inside)):
+            # The line's text up to the cut, alone, would read as a fence or a rule; but not
+            # backticks the piece's inline code is closed after: with a backtick, no fence.
+            return None
         if place is not None and not inside and _BLOCK_START.match(place[0].content, place[1]):
             return None
         if inside:

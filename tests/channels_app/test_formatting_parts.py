@@ -37,6 +37,12 @@ CODE_CLOSED_AT_A_LINES_START = "`` ```on\n ** -  ```://example.com/?a=1&b=2) [ `
 HEADING_CUT_AFTER_A_HASH = "# ](https://example.com/?a=1&b=2) >  # d  *"
 # A list item's text "__ __" cut after it: alone in its part, the item read as a rule (Telegram's "———").
 RULE_IN_A_LIST_ITEM = "1. __ __ " + "x" * 40
+# Inline code over lines, its second line begun with ```: a cut in that line was refused as if the line,
+# cut there, opened a code block (the backtick that closes the piece's code keeps it text), and the piece
+# that could not be cut was cut hard, to nothing: a part showed "``".
+CODE_OVER_A_LINE_OF_TICKS = "`word aaaaaaaaaaaaaaaa word\n```word word`"
+# The same after a hard cut just before a space: the next piece was that space alone, in code ("``").
+BLANK_AFTER_A_HARD_CUT = "`aaaaaaaaaaaaaaaa word _ word\n```word`"
 TICKS_AFTER_A_HARD_CUT = ("```&amp; [ 😀 ](https://example.com/?a=1&b=2) -  word  é & 1.  ** [ - &amp; ~~ mp; ~~ "
                           "](https://example.com/?a=1&b=2) &amp; > ``` * s://example.com/?a=1&b=2) ```python\n ` >  *  ```  * ```")
 
@@ -46,7 +52,8 @@ def cuts_found_before(test):
     for text, limit in ((CODE_ENDING_IN_A_SPACE, 40), (TICKS_OPENING_A_LINE, 40), (CODE_OVER_LINES, 40),
                         (LABEL_BEGUN_WITH_A_SPACE, 40), (TICKS_AFTER_A_HARD_CUT, 65),
                         (HEADING_CUT_AFTER_A_HASH, 40), (CODE_CLOSED_AT_A_LINES_START, 40),
-                        (RULE_IN_A_LIST_ITEM, 40)):
+                        (RULE_IN_A_LIST_ITEM, 40), (CODE_OVER_A_LINE_OF_TICKS, 17),
+                        (BLANK_AFTER_A_HARD_CUT, 17)):
         test = example(text, limit)(test)
     return test
 
@@ -77,6 +84,8 @@ def test_every_telegram_part_parses_and_shows_at_most_the_limit(text, limit):
 @example(text=HEADING_CUT_AFTER_A_HASH, limit=40)
 @example(text=CODE_CLOSED_AT_A_LINES_START, limit=40)
 @example(text=RULE_IN_A_LIST_ITEM, limit=40)
+@example(text=CODE_OVER_A_LINE_OF_TICKS, limit=17)
+@example(text=BLANK_AFTER_A_HARD_CUT, limit=17)
 def test_every_part_on_the_other_platforms_is_within_the_limit(kind, text, limit):
     adapter = adapter_for(kind)
     for part in reply_parts(text, style=adapter.style, limit=limit, size=adapter.length, markdown=True):
@@ -224,6 +233,8 @@ prose = st.lists(_block, min_size=1, max_size=6).map("\n\n".join)
 @example(TICKS_AFTER_A_HARD_CUT, 65)
 @example(HEADING_CUT_AFTER_A_HASH, 40)
 @example(CODE_CLOSED_AT_A_LINES_START, 40)
+@example(CODE_OVER_A_LINE_OF_TICKS, 17)
+@example(BLANK_AFTER_A_HARD_CUT, 17)
 def test_a_reply_cut_over_telegram_parts_reads_as_the_whole_did(text, limit):
     parts = _telegram(text, limit)
     assert all(_utf16(visible_text(part)) <= limit for part in parts)
@@ -355,6 +366,15 @@ def test_a_list_items_text_cut_over_discord_parts_is_that_item_again_in_markdown
     assert len(later) >= 2
     for part in later:
         assert "<li>" in __import__("markdown_it").MarkdownIt("commonmark").render(part).split("\n")[1]
+
+
+@pytest.mark.parametrize("text", [CODE_OVER_A_LINE_OF_TICKS, BLANK_AFTER_A_HARD_CUT])
+@pytest.mark.parametrize("limit", [13, 17, 24])
+def test_inline_code_over_lines_whose_second_begins_with_three_backticks_is_code_in_every_part(text, limit):
+    parts = _telegram(text, limit)
+    assert len(parts) > 1
+    assert _read(parts) == _whole(text)  # every character, as code
+    assert all("`" not in visible_text(part).replace("```word", "") for part in parts)
 
 
 @pytest.mark.parametrize("kind", ["slack", "whatsapp"])
