@@ -3,7 +3,8 @@
 The text is cut into blocks — fenced code blocks whole, prose by paragraph — and packed
 greedily into parts. A code block that fits in a part is never split; one longer than a
 part is cut by lines, each piece closed and re-opened with the same fence so every part
-renders as code.
+renders as code (a longer one where a piece's line would close it), as many lines to a
+piece as fit beside what the platform shows of the fences (`framing`).
 
 Lengths are measured the way the platform counts them (`size`: code points by default,
 UTF-16 code units for Telegram), and a cut falls between user-perceived characters
@@ -148,19 +149,39 @@ def _pieces(text: str, room: int, size: Size) -> list[str]:
     return out
 
 
-def _cut_code(block: str, limit: int, size: Size) -> list[str]:
+def _fenced(opening: str, lines: list[str]) -> tuple[str, str]:
+    """The opening and closing lines a piece of code `lines` is written between: the block's
+    own fence, unless a line of the piece would close it (a hard-cut piece that is only
+    backticks, its text before and after them in other pieces), when a fence one longer
+    than any such line's run (CommonMark closes a block only with one at least as long)."""
+    indent = opening[:len(opening) - len(opening.lstrip())]
+    fence = _run(opening.lstrip())
+    runs = [len(_run(line.lstrip())) for line in lines if _closes(line.lstrip(), fence)]
+    if not runs:
+        return opening, fence + "\n"
+    longer = fence[0] * (max(runs) + 1)
+    return indent + longer + opening.lstrip()[len(fence):], longer + "\n"
+
+
+def _cut_code(block: str, limit: int, size: Size, framing: Size | None = None) -> list[str]:
+    """A code block longer than `limit` in pieces, each closed and opened again with its
+    fence; `framing`: what the platform shows of a piece's fences, its opening line given
+    (as written, when not given)."""
     lines = block.splitlines(keepends=True)
     opening = lines[0]
-    closing_present = len(lines) > 1 and _closes(lines[-1].lstrip(), _run(opening.lstrip()))
+    fence = _run(opening.lstrip())
+    closing_present = len(lines) > 1 and _closes(lines[-1].lstrip(), fence)
     body = lines[1:-1] if closing_present else lines[1:]
-    fence = opening.lstrip()[:3]
     close = fence + "\n"
-    room = limit - size(opening) - size(close) - 1
+    room = limit - (framing(opening) if framing else size(opening) + size(close)) - 1
     if room <= 0:
         return _pieces(block, limit, size)
 
     def closed(current: list[str]) -> str:
-        return opening + "".join(current) + ("" if not current or current[-1].endswith("\n") else "\n") + close
+        if current and not current[-1].endswith("\n"):
+            current = [*current[:-1], current[-1] + "\n"]
+        first, last = _fenced(opening, current)
+        return first + "".join(current) + last
 
     pieces: list[str] = []
     current: list[str] = []
@@ -171,7 +192,7 @@ def _cut_code(block: str, limit: int, size: Size) -> list[str]:
                 pieces.append(closed(current))
                 current, used = [], 0
             *whole, line = _pieces(line, room, size)
-            pieces.extend(opening + piece + "\n" + close for piece in whole)
+            pieces.extend(closed([piece]) for piece in whole)
         if used + size(line) > room and current:
             pieces.append(closed(current))
             current, used = [], 0
@@ -183,11 +204,12 @@ def _cut_code(block: str, limit: int, size: Size) -> list[str]:
 
 
 def split_message(text: str, limit: int, *, size: Size = len, min_fill: int = 200,
-                  seams: Seams | None = None) -> list[str]:
+                  seams: Seams | None = None, framing: Size | None = None) -> list[str]:
     """Parts of at most `limit` (as `size` measures), in order, that together say all of
     `text`. Prose fills each part; code blocks move whole to the next part when they do
     not fit. `seams`: where prose may be cut and how its pieces are mended (plain text's
-    by default)."""
+    by default); `framing`: what a code block's fences take of a part, its opening line
+    given (what `size` measures of them, by default)."""
     if size(text) <= limit:
         return [text]
     seams = seams or Verbatim(text)
@@ -206,7 +228,7 @@ def split_message(text: str, limit: int, *, size: Size = len, min_fill: int = 20
         start, end = at, at + len(block)
         at = end
         if kind == "code":
-            for piece in [block] if size(block) <= limit else _cut_code(block, limit, size):
+            for piece in [block] if size(block) <= limit else _cut_code(block, limit, size, framing):
                 if size(current) + size(piece) > limit:
                     flush()
                 if current == opening:

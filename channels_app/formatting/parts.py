@@ -103,8 +103,15 @@ def _fitted(source: str, *, limit: int, size: Size, write: Callable[[str], str],
     length = size(source)
     room = max(1, min(length - 1, length * limit // max(cost, 1)))
     seams = MarkdownSeams(source, env) if env is not None else None
+
+    def framing(opening: str) -> int:
+        """What the platform shows of a code block's fences (Telegram: nothing, not even
+        the language; Slack and WhatsApp: their own, without it)."""
+        fence = opening.strip()[:1] * (len(opening.strip()) - len(opening.strip().lstrip("`~")))
+        return max(0, measure(write(f"{opening}x\n{fence}\n")) - size("x"))
+
     while True:
-        written = [write(piece) for piece in split_message(source, room, size=size, seams=seams)]
+        written = [write(piece) for piece in split_message(source, room, size=size, seams=seams, framing=framing)]
         most = max((measure(w) for w in written), default=0)
         if most <= limit or room == 1 and seams is None:
             return written

@@ -43,6 +43,8 @@ RULE_IN_A_LIST_ITEM = "1. __ __ " + "x" * 40
 CODE_OVER_A_LINE_OF_TICKS = "`word aaaaaaaaaaaaaaaa word\n```word word`"
 # The same after a hard cut just before a space: the next piece was that space alone, in code ("``").
 BLANK_AFTER_A_HARD_CUT = "`aaaaaaaaaaaaaaaa word _ word\n```word`"
+# A code line cut hard into pieces, one of them only backticks: it closed its piece's code block there.
+TICKS_ALONE_IN_A_CODE_PIECE = "```\nx" + "`" * 100 + "\n```"
 TICKS_AFTER_A_HARD_CUT = ("```&amp; [ 😀 ](https://example.com/?a=1&b=2) -  word  é & 1.  ** [ - &amp; ~~ mp; ~~ "
                           "](https://example.com/?a=1&b=2) &amp; > ``` * s://example.com/?a=1&b=2) ```python\n ` >  *  ```  * ```")
 
@@ -53,7 +55,7 @@ def cuts_found_before(test):
                         (LABEL_BEGUN_WITH_A_SPACE, 40), (TICKS_AFTER_A_HARD_CUT, 65),
                         (HEADING_CUT_AFTER_A_HASH, 40), (CODE_CLOSED_AT_A_LINES_START, 40),
                         (RULE_IN_A_LIST_ITEM, 40), (CODE_OVER_A_LINE_OF_TICKS, 17),
-                        (BLANK_AFTER_A_HARD_CUT, 17)):
+                        (BLANK_AFTER_A_HARD_CUT, 17), (TICKS_ALONE_IN_A_CODE_PIECE, 40)):
         test = example(text, limit)(test)
     return test
 
@@ -86,6 +88,7 @@ def test_every_telegram_part_parses_and_shows_at_most_the_limit(text, limit):
 @example(text=RULE_IN_A_LIST_ITEM, limit=40)
 @example(text=CODE_OVER_A_LINE_OF_TICKS, limit=17)
 @example(text=BLANK_AFTER_A_HARD_CUT, limit=17)
+@example(text=TICKS_ALONE_IN_A_CODE_PIECE, limit=40)
 def test_every_part_on_the_other_platforms_is_within_the_limit(kind, text, limit):
     adapter = adapter_for(kind)
     for part in reply_parts(text, style=adapter.style, limit=limit, size=adapter.length, markdown=True):
@@ -102,6 +105,24 @@ def test_a_code_block_split_over_parts_keeps_every_line_once_in_a_code_block_of_
     assert all(p.startswith('<pre><code class="language-js">') and p.endswith("</code></pre>") for p in blocks)
     lines = [line for p in blocks for line in visible_text(p).splitlines()]
     assert lines == code
+
+
+@pytest.mark.parametrize("kind", ["telegram", "slack", "whatsapp", "discord"])
+@pytest.mark.parametrize("language", ["", "javascript"])
+def test_a_code_block_split_over_parts_fills_each_as_the_platform_counts_it(kind, language):
+    """A part of code takes as many lines as the platform shows within its limit: Telegram
+    shows neither the fences nor the language, Slack and WhatsApp their fences without it."""
+    adapter = adapter_for(kind)
+    code = [f"x{n} = a + b - c  # {n}" for n in range(60)]
+    text = f"```{language}\n" + "\n".join(code) + "\n```"
+    parts = reply_parts(text, style=adapter.style, limit=200, size=adapter.length, markdown=True)
+    shown = [visible_text(part) if kind == "telegram" else part for part in parts]
+    lines = [[line for line in code if line in part] for part in shown]
+    assert [line for found in lines for line in found] == code
+    for part, found, after in zip(shown, lines, lines[1:], strict=False):
+        assert adapter.length(part) <= 200
+        grown = part.replace(found[-1], found[-1] + "\n" + after[0])
+        assert adapter.length(grown) > 200, part  # else the next part's first line would have fitted
 
 
 def test_text_of_ours_is_escaped_not_formatted():

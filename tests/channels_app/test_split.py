@@ -2,6 +2,8 @@ from __future__ import annotations
 
 import pytest
 
+from markdown_it import MarkdownIt
+
 from channels_app.split import split_message
 
 
@@ -52,3 +54,27 @@ def test_every_kind_of_binding_has_an_adapter_with_a_length_limit():
         adapter = adapter_for(kind)
         assert adapter is not None, kind
         assert adapter.limit > 0, kind
+
+
+def _code_blocks(part: str) -> list[str]:
+    """What a part shows as code: the content of each code block Markdown reads in it."""
+    tokens = MarkdownIt("commonmark").parse(part)
+    assert all(t.type in ("fence", "code_block") for t in tokens), part  # nothing but code
+    return [t.content for t in tokens]
+
+
+def test_a_long_line_of_backticks_cut_in_a_code_block_never_closes_it_early():
+    line = "x" + "`" * 250 + " ```` " + "`" * 60
+    parts = split_message(f"```\n{line}\n```", 100)
+    blocks = [_code_blocks(part) for part in parts]
+    assert all(len(found) == 1 for found in blocks)  # one code block each, none closed by its own text
+    assert "".join(found[0].removesuffix("\n") for found in blocks) == line
+
+
+def test_a_code_block_fenced_with_four_backticks_is_closed_with_four_in_every_part():
+    lines = ["Write it as:", "```python", "print(1)", "```"] * 20
+    parts = split_message("````markdown\n" + "\n".join(lines) + "\n````", 200)
+    assert len(parts) > 1
+    assert all(part.startswith("````markdown\n") and part.endswith("\n````") for part in parts)
+    shown = [line for part in parts for found in _code_blocks(part) for line in found.splitlines()]
+    assert shown == lines  # the ``` inside are code, and no ``` of ours is added
