@@ -14,7 +14,8 @@ autolink, nor where the next piece would begin with what Markdown reads as a blo
 that was a dash in a sentence, inline code's backticks reopened at the start of a line),
 nor where a line's text (its quotes' and list items' markers left out) would end a piece
 reading as a rule or a fence (three backticks are no fence when the piece's inline code is
-closed after them), nor where the piece would hold only white space; a line of text begun
+closed after them), nor where the piece would hold only white space; where no space may
+be cut at, the cut falls between graphemes (channels_app.split), never inside an emoji; a line of text begun
 with three backticks and cut before the backtick that kept it text has its first backtick
 escaped, so the piece does not open a code block. An ordered list split over pieces goes on with its numbers:
 the first of its items in a piece is written with the number it had (CommonMark numbers a
@@ -32,6 +33,7 @@ from collections.abc import Callable
 from functools import cache
 from typing import Any, NamedTuple
 
+import regex
 from markdown_it import MarkdownIt
 from markdown_it.rules_inline import StateInline
 from markdown_it.token import Token
@@ -52,6 +54,7 @@ _LINE_ALONE = re.compile(r"[ \t]{0,3}(?:(?:`{3,}|~{3,}).*|(?:[-*_][ \t]*){3,}|=+
 _FENCE_CUT = re.compile(r"[ \t]*(?:(?:>|[-+*]|\d{1,9}[.)])[ \t]*)*(`{3,})[^`]*\Z")
 _HEADING_END = re.compile(r"(?:^|[ \t])#+\Z")
 _RUNS = "*_~`"
+_GRAPHEME = regex.compile(r"\X")
 _ENTITY = re.compile(r"&(?:#[0-9]{1,7}|#[xX][0-9a-fA-F]{1,6}|[A-Za-z][A-Za-z0-9]{1,31});")
 CLEAN_LINE, CLEAN_SPACE, MENDED_LINE, MENDED_SPACE = range(4)
 
@@ -259,10 +262,16 @@ class MarkdownSeams:
             for entity in _ENTITY.finditer(self.text, max(start, hard - 40), min(len(self.text), hard + 40)):
                 if entity.start() < hard < entity.end() and entity.start() > start:
                     hard = entity.start()
-            while hard > start + 1 and (_BLOCK_START.match(self.text, hard) or self.text[hard - 1] == "\\"
-                                        or self.text[hard - 1] in _RUNS and self.text[hard - 1] == self.text[hard]):
-                hard -= 1
-            for back in range(hard, max(start, hard - 64), -1):  # where both sides read as they did
+            # Only between graphemes: not inside an emoji joined by ZWJs, a flag, a letter and its accents.
+            bounds = [at for at in self._graphemes(start, hard) if at > start]
+            hard = bounds[-1] if bounds else hard  # none: one grapheme longer than a part, cut anyway
+            while len(bounds) > 1 and (_BLOCK_START.match(self.text, hard) or self.text[hard - 1] == "\\"
+                                       or self.text[hard - 1] in _RUNS and self.text[hard - 1] == self.text[hard]):
+                bounds.pop()
+                hard = bounds[-1]
+            for back in reversed(bounds):  # where both sides read as they did
+                if back <= hard - 64:
+                    break
                 if _BLOCK_START.match(self.text, back):
                     continue  # the next piece would begin a block ("```python" after a space)
                 if self._cuts_well(back) or self._inside(back) and self._mends_well(back):
@@ -274,6 +283,16 @@ class MarkdownSeams:
         if low > start and (self.text[low - 1] == "\n" or self._place(low) is not None):
             return low
         return high
+
+    def _graphemes(self, start: int, hard: int) -> list[int]:
+        """The offsets from `start` to `hard` that fall between graphemes (regex's \\X), read
+        from `start` (a cut, so between two): `hard` among them only where it is one."""
+        bounds = [start]
+        for grapheme in _GRAPHEME.finditer(self.text, start, min(len(self.text), hard + 64)):
+            if grapheme.end() > hard:
+                break
+            bounds.append(grapheme.end())
+        return bounds
 
     def _checked(self, ranked: list[tuple[int, int]]) -> int | None:
         """The first of `ranked` cuts (rank, -offset) that reads as the text did."""

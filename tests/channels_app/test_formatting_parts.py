@@ -7,6 +7,7 @@ from __future__ import annotations
 import re
 
 import pytest
+import regex
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
@@ -45,6 +46,10 @@ CODE_OVER_A_LINE_OF_TICKS = "`word aaaaaaaaaaaaaaaa word\n```word word`"
 BLANK_AFTER_A_HARD_CUT = "`aaaaaaaaaaaaaaaa word _ word\n```word`"
 # A code line cut hard into pieces, one of them only backticks: it closed its piece's code block there.
 TICKS_ALONE_IN_A_CODE_PIECE = "```\nx" + "`" * 100 + "\n```"
+# Emoji with no space between: the cut, checked back from the piece's end where both sides read as they
+# did, fell inside a family joined by ZWJs, and both parts showed a broken emoji.
+FAMILY = "👨\u200d👩\u200d👧\u200d👦"
+FAMILY_CUT_IN_TWO = f"{FAMILY}{FAMILY}🇯🇵**&amp;[{FAMILY}**{FAMILY}"
 TICKS_AFTER_A_HARD_CUT = ("```&amp; [ 😀 ](https://example.com/?a=1&b=2) -  word  é & 1.  ** [ - &amp; ~~ mp; ~~ "
                           "](https://example.com/?a=1&b=2) &amp; > ``` * s://example.com/?a=1&b=2) ```python\n ` >  *  ```  * ```")
 
@@ -55,7 +60,8 @@ def cuts_found_before(test):
                         (LABEL_BEGUN_WITH_A_SPACE, 40), (TICKS_AFTER_A_HARD_CUT, 65),
                         (HEADING_CUT_AFTER_A_HASH, 40), (CODE_CLOSED_AT_A_LINES_START, 40),
                         (RULE_IN_A_LIST_ITEM, 40), (CODE_OVER_A_LINE_OF_TICKS, 17),
-                        (BLANK_AFTER_A_HARD_CUT, 17), (TICKS_ALONE_IN_A_CODE_PIECE, 40)):
+                        (BLANK_AFTER_A_HARD_CUT, 17), (TICKS_ALONE_IN_A_CODE_PIECE, 40),
+                        (FAMILY_CUT_IN_TWO, 20)):
         test = example(text, limit)(test)
     return test
 
@@ -396,6 +402,18 @@ def test_inline_code_over_lines_whose_second_begins_with_three_backticks_is_code
     assert len(parts) > 1
     assert _read(parts) == _whole(text)  # every character, as code
     assert all("`" not in visible_text(part).replace("```word", "") for part in parts)
+
+
+@pytest.mark.parametrize("kind", ["telegram", "discord", "slack", "whatsapp"])
+@pytest.mark.parametrize("text", [FAMILY_CUT_IN_TWO, f"**{FAMILY * 30}**", "`" + "e\u0301" * 50 + "` **x**"])
+def test_a_cut_where_no_space_is_falls_between_characters_as_people_see_them(kind, text):
+    adapter = adapter_for(kind)
+    parts = reply_parts(text, style=adapter.style, limit=20, size=adapter.length, markdown=True)
+    assert len(parts) > 1
+    whole = set(regex.findall(r"\X", text))
+    for part in parts:
+        shown = visible_text(part) if kind == "telegram" else part
+        assert all(char.isascii() or char in whole for char in regex.findall(r"\X", shown)), part
 
 
 @pytest.mark.parametrize("kind", ["slack", "whatsapp"])
