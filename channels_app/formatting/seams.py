@@ -6,8 +6,9 @@ inside `**…**`, `*…*`, `~~…~~`, `` `…` `` or a link's label closes them 
 piece and opens them again at the start of the next (`[label](url)` ending the piece with
 its address, the next beginning with `[`); a heading's cut opens the next piece with the
 heading's marker, a quote's with the quote's, a list item's with the item's marker and
-"…" (`3. …`, `- …`: the same item, continued), and a table's rows with the table's header
-and rule written again. Such a cut is taken only once both sides, read again, show what
+"…" (`3. …`, `- …`: the same item, continued; a nested item under the items it is in,
+each so marked, at its column, as is a line cut before a nested item), and a table's rows
+with the table's header and rule written again. Such a cut is taken only once both sides, read again, show what
 the text did (channels_app.formatting.reading: read in segments, so a long paragraph is
 not read again whole at every cut). Nothing is cut inside a link's address, an image or an
 autolink, nor where the next piece would begin with what Markdown reads as a block (a `- `
@@ -52,6 +53,7 @@ _MARKER = re.compile(r"[ \t]*(?:>|[-+*](?=[ \t]|$)|(\d{1,9})[.)](?=[ \t]|$))")
 _LINE_ALONE = re.compile(r"[ \t]{0,3}(?:(?:`{3,}|~{3,}).*|(?:[-*_][ \t]*){3,}|=+|-+)")
 # A line's start (within quotes and list items) that opens a code block with backticks.
 _FENCE_CUT = re.compile(r"[ \t]*(?:(?:>|[-+*]|\d{1,9}[.)])[ \t]*)*(`{3,})[^`]*\Z")
+_ITEM_LINE = re.compile(r"(?:[ \t]*>)*[ \t]*(?:[-+*]|\d{1,9}[.)])(?:[ \t]|$)")  # a line that begins a list item
 _HEADING_END = re.compile(r"(?:^|[ \t])#+\Z")
 _RUNS = "*_~`"
 _GRAPHEME = regex.compile(r"\X")
@@ -71,7 +73,8 @@ class _Inline(NamedTuple):
     content: str
     segments: list[_Segment]
     quotes: int  # the blockquotes it is in
-    item: str  # the marker of the list item it is the text of ("-", "3."), or ""
+    items: tuple[str, ...]  # the list item it is the text of and those it is in, outermost first, each
+    # as its marker at its column ("-", "  3."); none when it is not an item's text
 
 
 class MarkdownSeams:
@@ -104,17 +107,21 @@ class MarkdownSeams:
     def _blocks(self, tokens: list[Token]) -> None:
         lists: list[tuple[Token, list[Token]]] = []
         quotes = 0
-        within: list[str] = []  # the quotes ("") and list items (their markers) we are in, innermost last
+        within: list[str] = []  # the quotes ("") and list items (their markers at their columns), innermost last
         for i, token in enumerate(tokens):
             if token.type in ("blockquote_open", "list_item_open"):
-                within.append("" if token.type == "blockquote_open" else self._item_marker(token, lists))
+                within.append("" if token.type == "blockquote_open"
+                              else " " * self._column(token, tokens) + self._item_marker(token, lists))
             elif token.type in ("blockquote_close", "list_item_close") and within:
                 within.pop()
             if token.type in ("blockquote_open", "blockquote_close"):
                 quotes += token.nesting
             elif token.type == "inline" and token.map:
                 heading = tokens[i - 1] if i and tokens[i - 1].type == "heading_open" else None
-                self._inline(token, heading, quotes, within[-1] if within and heading is None else "")
+                # An item's text: the items it is in within its innermost quote, outermost first.
+                items = () if not within or not within[-1] or heading is not None else tuple(
+                    within[len(within) - within[::-1].index(""):] if "" in within else within)
+                self._inline(token, heading, quotes, items)
             elif token.type in ("ordered_list_open", "bullet_list_open"):
                 lists.append((token, []))
             elif token.type in ("ordered_list_close", "bullet_list_close"):
@@ -146,11 +153,11 @@ class MarkdownSeams:
             return item.markup
         return f"{int(str(opened.attrs.get('start', 1))) + len(items)}{item.markup}"
 
-    def _inline(self, token: Token, heading: Token | None, quotes: int, item: str) -> None:
+    def _inline(self, token: Token, heading: Token | None, quotes: int, items: tuple[str, ...]) -> None:
         segments = self._segments(token)
         if segments is None:  # not found as written (a tab the parser expanded): cut as prose
             return
-        inline = _Inline(token.content, segments, quotes, item)
+        inline = _Inline(token.content, segments, quotes, items)
         self.inlines.append(inline)
         at = partial_source(segments)
         if heading is not None and heading.markup.startswith("#"):
@@ -207,6 +214,27 @@ class MarkdownSeams:
                 if previous is not None:
                     self.firsts[marker[0]] = previous
             previous = marker[0] if marker is not None else None
+
+    def _column(self, item: Token, tokens: list[Token]) -> int:
+        """The column a list item's marker is at in its line, after the quotes' markers."""
+        if not item.map:
+            return 0
+        line = item.map[0]
+        here = [t for t in tokens if t.type == "list_item_open" and t.map and t.map[0] == line]
+        rank = sorted(here, key=lambda t: t.level).index(item)
+        start, end = self.starts[line], self._line_end(line)
+        at, quoted = start, start
+        for found in iter(lambda: _MARKER.match(self.text, at, end), None):
+            if found.end() <= at:
+                break
+            if found.group().strip().startswith(">"):
+                quoted = found.end() + (self.text[found.end():found.end() + 1] == " ")
+            elif rank:
+                rank -= 1
+            else:
+                return len(found.group()) - len(found.group().lstrip()) + found.start() - quoted
+            at = found.end()
+        return 0
 
     def _marker(self, item: Token, tokens: list[Token]) -> tuple[int, str] | None:
         """Where an ordered item's number is written in the source, and the number."""
@@ -415,6 +443,17 @@ class MarkdownSeams:
         segment = inline.segments[bisect_right([s.inline for s in inline.segments], offset) - 1]
         return max(line_start, segment.source)
 
+    def _nested(self, at: int) -> list[tuple[int, str]]:
+        """For a line begun at `at` whose text is a list item's nested in another: the items
+        it goes on under, outermost first, each with the quotes it is in (the item itself
+        too, when the line does not begin with its marker)."""
+        found = bisect_left(self._firsts, at)
+        if found == len(self._firsts) or self._firsts[found] >= self._line_end(bisect_right(self.starts, at) - 1):
+            return []
+        inline = self._placed[found]
+        items = inline.items if _ITEM_LINE.match(self.text, at) is None else inline.items[:-1]
+        return [(inline.quotes, item) for item in items]
+
     def mend(self, at: int) -> Seam:
         inside = self._inside(at) or []
         resume, quoted = at, ""
@@ -423,8 +462,12 @@ class MarkdownSeams:
             inline, offset = place
             resume = at if self.text[at - 1] == " " else _source(inline.segments, offset)
             quoted = "> " * inline.quotes
-            if inline.item:  # a list item's text goes on as that item, marked as continued
-                quoted += f"{inline.item} …"
+            if inline.items:  # a list item's text goes on as that item, marked as continued, at its level
+                quoted = "\n".join(f"{quoted}{item} …" for item in inline.items)
+        elif self.text[at - 1] == "\n" and (items := self._nested(at)):
+            # A line of a nested list item (its first, or more of its text) goes on under the
+            # items it is in, marked as continued, so it keeps its level and its indent.
+            quoted = "".join(f"{'> ' * quotes}{item} …\n" for quotes, item in items)
         elif self.text[at - 1] == "\n" and re.match(r" {4}", self.text[at:at + 4]) and not self._indented_code(at):
             resume = at + len(self.text[at:]) - len(self.text[at:].lstrip(" "))
         closing = "".join(r.closing or "" for r in reversed(inside))

@@ -160,8 +160,9 @@ def _telegram(text: str, limit: int) -> list[str]:
     return reply_parts(text, style=tg.style, limit=limit, size=tg.length, markdown=True)
 
 
-# What begins a part that goes on with a list item's text: the item's marker, then "…".
-CONTINUED = re.compile(r"(?:[\s>]*)(?:[•*+-]|\d{1,9}[.)])\s*…")
+# What begins a part that goes on with a list item's text: the item's marker, then "…" (and before it
+# those of the items it is nested in).
+CONTINUED = re.compile(r"(?:[\s>]*(?:[•*+-]|\d{1,9}[.)])\s*…)+")  # the items it is in too, each continued
 
 
 def _continued(shown: str) -> int:
@@ -384,6 +385,26 @@ def test_a_list_items_text_that_alone_would_be_a_rule_is_not_cut_after(text):
     parts = _telegram(text, 40)
     assert len(parts) > 1
     assert _read(parts) == _whole(text)  # "__ __" as text in every part, no rule
+
+
+NESTED_ITEMS = ("- top item\n  - " + " ".join(f"sub{n}" for n in range(30)) + "\n  - next sub\n- last\n\n"
+                "1. one\n   1. " + " ".join(f"deep{n}" for n in range(30)) + "\n   2. two deep\n2. two")
+SHORT_NESTED_ITEMS = "- alpha beta\n  - alpha gamma\n  - alpha delta\n- after"
+
+
+@pytest.mark.parametrize(("text", "limit"), [(NESTED_ITEMS, 80), (SHORT_NESTED_ITEMS, 24), ("> " + SHORT_NESTED_ITEMS.replace("\n", "\n> "), 26)])
+@pytest.mark.parametrize("kind", ["telegram", "discord"])
+def test_a_nested_list_item_cut_over_parts_goes_on_at_its_level(kind, text, limit):
+    adapter = adapter_for(kind)
+    parts = reply_parts(text, style=adapter.style, limit=limit, size=adapter.length, markdown=True)
+    shown = [visible_text(part if kind == "telegram" else TELEGRAM_HTML.markdown(part)) for part in parts]
+    lines = [line for part in shown for line in part.splitlines() if line.strip() not in ("• …", "1. …")]
+    nested = [line for line in lines if re.search(r"sub|deep|gamma|delta", line)]
+    assert len(nested) >= 2 and len(parts) >= 3
+    assert all(line.startswith(("   • ", "   1. ", "   2. ")) for line in nested), lines  # nested, as they were
+    assert not any(line.startswith(" ") for line in lines if re.search(r"last|after|two$", line))
+    assert [line for line in nested if "…" in line] == [line for line in nested if re.match(r"   (?:•|1\.) …", line)]
+    assert _read(parts if kind == "telegram" else [TELEGRAM_HTML.markdown(part) for part in parts]) == _whole(text)
 
 
 def test_a_list_items_text_cut_over_discord_parts_is_that_item_again_in_markdown():
