@@ -50,6 +50,8 @@ TICKS_ALONE_IN_A_CODE_PIECE = "```\nx" + "`" * 100 + "\n```"
 # did, fell inside a family joined by ZWJs, and both parts showed a broken emoji.
 FAMILY = "👨\u200d👩\u200d👧\u200d👦"
 FAMILY_CUT_IN_TWO = f"{FAMILY}{FAMILY}🇯🇵**&amp;[{FAMILY}**{FAMILY}"
+# A cut before a nested item in a quote: its line began the next part indented four spaces, read as code.
+NESTED_IN_A_QUOTE = "> 1. alpha\n>     - alpha\n>     - alpha\n> 1. after"
 TICKS_AFTER_A_HARD_CUT = ("```&amp; [ 😀 ](https://example.com/?a=1&b=2) -  word  é & 1.  ** [ - &amp; ~~ mp; ~~ "
                           "](https://example.com/?a=1&b=2) &amp; > ``` * s://example.com/?a=1&b=2) ```python\n ` >  *  ```  * ```")
 
@@ -61,7 +63,7 @@ def cuts_found_before(test):
                         (HEADING_CUT_AFTER_A_HASH, 40), (CODE_CLOSED_AT_A_LINES_START, 40),
                         (RULE_IN_A_LIST_ITEM, 40), (CODE_OVER_A_LINE_OF_TICKS, 17),
                         (BLANK_AFTER_A_HARD_CUT, 17), (TICKS_ALONE_IN_A_CODE_PIECE, 40),
-                        (FAMILY_CUT_IN_TWO, 20)):
+                        (FAMILY_CUT_IN_TWO, 20), (NESTED_IN_A_QUOTE, 30)):
         test = example(text, limit)(test)
     return test
 
@@ -263,6 +265,7 @@ prose = st.lists(_block, min_size=1, max_size=6).map("\n\n".join)
 @example(CODE_CLOSED_AT_A_LINES_START, 40)
 @example(CODE_OVER_A_LINE_OF_TICKS, 17)
 @example(BLANK_AFTER_A_HARD_CUT, 17)
+@example(NESTED_IN_A_QUOTE, 30)
 def test_a_reply_cut_over_telegram_parts_reads_as_the_whole_did(text, limit):
     parts = _telegram(text, limit)
     assert all(_utf16(visible_text(part)) <= limit for part in parts)
