@@ -463,11 +463,13 @@ class MarkdownSeams:
             resume = at if self.text[at - 1] == " " else _source(inline.segments, offset)
             quoted = "> " * inline.quotes
             if inline.items:  # a list item's text goes on as that item, marked as continued, at its level
-                quoted = "\n".join(f"{quoted}{item} …" for item in inline.items)
+                quoted = _chain([(inline.quotes, item) for item in inline.items])
         elif self.text[at - 1] == "\n" and (items := self._nested(at)):
             # A line of a nested list item (its first, or more of its text) goes on under the
             # items it is in, marked as continued, so it keeps its level and its indent.
-            quoted = "".join(f"{'> ' * quotes}{item} …\n" for quotes, item in items)
+            quoted = _chain(items) + "\n"
+            if re.match(r"(?:[ \t]*>)*[ \t]*\d", self.text[at:at + 64]):  # numbered on, maybe not from 1
+                quoted += "> " * items[-1][0] + "\n"
         elif self.text[at - 1] == "\n" and re.match(r" {4}", self.text[at:at + 4]) and not self._indented_code(at):
             resume = at + len(self.text[at:]) - len(self.text[at:].lstrip(" "))
         closing = "".join(r.closing or "" for r in reversed(inside))
@@ -512,6 +514,19 @@ class MarkdownSeams:
         if any((region.closing or "").startswith("`") for _, region in self.index.around(end - len(piece) + at)):
             return piece  # they close inline code begun on a line before: escaped, they would show a backslash
         return piece[:at] + "\\" + piece[at:]
+
+
+def _chain(items: list[tuple[int, str]]) -> str:
+    """Lines of list items (each with the quotes it is in) one inside the next, each marked
+    as continued; a blank line before an item numbered other than 1, which could not
+    interrupt the "…" before it (CommonMark) and would go on as its text."""
+    lines = []
+    for n, (quotes, item) in enumerate(items):
+        number = re.match(r"[ \t]*(\d{1,9})[.)]", item)
+        if n and number and int(number.group(1)) != 1:
+            lines.append("> " * quotes)
+        lines.append(f"{'> ' * quotes}{item} …")
+    return "\n".join(lines)
 
 
 def _closed(before: str, closing: str) -> str:
