@@ -8,20 +8,20 @@ its address, the next beginning with `[`); a heading's cut opens the next piece 
 heading's marker, a quote's with the quote's, a list item's with the item's marker and
 "…" (`3. …`, `- …`: the same item, continued; a nested item under the items it is in,
 each so marked, at its column, as is a line cut before a nested item), and a table's rows
-with the table's header and rule written again. Such a cut is taken only once both sides, read again, show what
-the text did (channels_app.formatting.reading: read in segments, so a long paragraph is
-not read again whole at every cut). Nothing is cut inside a link's address, an image or an
-autolink, nor where the next piece would begin with what Markdown reads as a block (a `- `
-that was a dash in a sentence, inline code's backticks reopened at the start of a line),
-nor where a line's text (its quotes' and list items' markers left out) would end a piece
-reading as a rule or a fence (three backticks are no fence when the piece's inline code is
-closed after them), nor where the piece would hold only white space; where no space may
-be cut at, the cut falls between graphemes (channels_app.split), never inside an emoji; a line of text begun
-with three backticks and cut before the backtick that kept it text has its first backtick
-escaped, so the piece does not open a code block. An ordered list split over pieces goes on with its numbers:
-the first of its items in a piece is written with the number it had (CommonMark numbers a
-list from its first item's), so "1." written on every item still reads 1, 2, 3… over the
-parts.
+with the table's header and rule written again. Such a cut is taken only once both sides,
+read again, show what the text did (channels_app.formatting.reading: read in segments, so
+a long paragraph is not read again whole at every cut). Nothing is cut inside a link's
+address, an image or an autolink, nor where the next piece would begin with what Markdown
+reads as a block (a `- ` that was a dash in a sentence, inline code's backticks reopened at
+the start of a line), nor where a line's text (its quotes' and list items' markers left
+out) would end a piece reading as a rule or a fence (three backticks are no fence when the
+piece's inline code is closed after them), nor where the piece would hold only white
+space; where no space may be cut at, the cut falls between graphemes, never inside an
+emoji. A line of text begun with three backticks and cut before the backtick that kept it
+text has its first backtick escaped, so the piece does not open a code block. An ordered
+list split over pieces goes on with its numbers: the first of its items in a piece is
+written with the number it had (CommonMark numbers a list from its first item's), so "1."
+written on every item still reads 1, 2, 3… over the parts.
 
 Where a span begins and ends in the text is read from the parser itself: the inline rules
 that make spans are wrapped to note the offsets they consumed.
@@ -224,9 +224,7 @@ class MarkdownSeams:
         rank = sorted(here, key=lambda t: t.level).index(item)
         start, end = self.starts[line], self._line_end(line)
         at, quoted = start, start
-        for found in iter(lambda: _MARKER.match(self.text, at, end), None):
-            if found.end() <= at:
-                break
+        while (found := _MARKER.match(self.text, at, end)) and found.end() > at:
             if found.group().strip().startswith(">"):
                 quoted = found.end() + (self.text[found.end():found.end() + 1] == " ")
             elif rank:
