@@ -74,15 +74,46 @@ def browser_database(tmp_path_factory) -> Path:
     return database
 
 
-@pytest.fixture
-def chat_server(tmp_path, request):
-    """The server, its model server and its platform server; settings of the server's own
-    may be given as the fixture's parameter (indirect parametrization)."""
+def _chromium_required() -> None:
     if not Path(CHROMIUM).exists():
         if os.environ.get("CI"):
             pytest.fail("chromium is missing: .ci/run installs it with apt")
         pytest.skip("chromium is not installed (apt-get install -y chromium)")
     pytest.importorskip("playwright")
+
+
+@pytest.fixture(scope="module")
+def _chromium():
+    """One chromium for the tests of a module that a process runs in a row: launching one
+    (and Playwright's driver) took a second or more a test. Not one for the whole process:
+    while Playwright's sync API is open it marks its event loop as running on the thread,
+    and the tests of other modules run there (asyncio.run, Django's async-unsafe checks)."""
+    _chromium_required()
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        try:
+            yield browser
+        finally:
+            browser.close()
+
+
+@pytest.fixture
+def browser(_chromium):
+    """The module's chromium for one test, which opens what it needs in new contexts
+    (cookies, storage and permissions are a context's own); whatever it opened is closed
+    after it, so the next test starts from none."""
+    yield _chromium
+    for context in _chromium.contexts:
+        context.close()
+
+
+@pytest.fixture
+def chat_server(tmp_path, request):
+    """The server, its model server and its platform server; settings of the server's own
+    may be given as the fixture's parameter (indirect parametrization)."""
+    _chromium_required()
     database = tmp_path / "browser.sqlite3"
     shutil.copyfile(request.getfixturevalue("browser_database"), database)
     model, platform = ModelServer().start(), PlatformServer()

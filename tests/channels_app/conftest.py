@@ -18,7 +18,7 @@ from tenancy.trust import Trust
 
 from ..ports import free_port
 
-from .browser_support import browser_database, chat_server  # noqa: F401 (fixtures of the browser tests)
+from .browser_support import _chromium, browser, browser_database, chat_server  # noqa: F401 (fixtures of the browser tests)
 from .export_world import lives, photo  # noqa: F401 (fixtures of the export tests)
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from ..fakes.model_server import reply
-from .browser_support import CHROMIUM, CHROMIUM_ARGS, SERVER_WORK, post_telegram, send, sign_in
+from .browser_support import SERVER_WORK, post_telegram, send, sign_in
 
 SEVERE = {"serious", "critical"}
 
@@ -20,41 +20,31 @@ def severe_violations(page) -> list[str]:
 
 
 @pytest.mark.parametrize("scheme", ["light", "dark"])
-def test_the_chat_page_has_no_serious_accessibility_violations(chat_server, scheme):
-    from playwright.sync_api import expect, sync_playwright
+def test_the_chat_page_has_no_serious_accessibility_violations(chat_server, scheme, browser):
+    from playwright.sync_api import expect
 
     base, model, platform = chat_server
     model.add(reply("Here:\n\n```\nmake run --port 8001 --and-a-very-long-option-line-that-scrolls-sideways\n```"),
               reply("Noted from Telegram."))
-    with sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        try:
-            context = browser.new_context(viewport={"width": 1280, "height": 820}, color_scheme=scheme)
-            page = sign_in(browser, base, context=context)
-            send(page, "how do I run it on another port?")
-            expect(page.locator(".msg--assistant:not(.msg--streaming) pre")).to_be_visible(timeout=SERVER_WORK)
-            assert post_telegram(base, "and from my phone", message_id=951) == 200
-            expect(page.locator(".msg--assistant", has_text="Noted from Telegram.")).to_be_visible(timeout=SERVER_WORK)
+    context = browser.new_context(viewport={"width": 1280, "height": 820}, color_scheme=scheme)
+    page = sign_in(browser, base, context=context)
+    send(page, "how do I run it on another port?")
+    expect(page.locator(".msg--assistant:not(.msg--streaming) pre")).to_be_visible(timeout=SERVER_WORK)
+    assert post_telegram(base, "and from my phone", message_id=951) == 200
+    expect(page.locator(".msg--assistant", has_text="Noted from Telegram.")).to_be_visible(timeout=SERVER_WORK)
 
-            assert severe_violations(page) == []
-        finally:
-            browser.close()
+    assert severe_violations(page) == []
 
 
-def test_the_webchat_frame_has_no_serious_accessibility_violations(chat_server):
-    from playwright.sync_api import expect, sync_playwright
+def test_the_webchat_frame_has_no_serious_accessibility_violations(chat_server, browser):
+    from playwright.sync_api import expect
 
     base, model, platform = chat_server
     model.add(reply("We open at nine."))
-    with sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        try:
-            page = browser.new_page(viewport={"width": 390, "height": 700})
-            page.goto(base + "/webchat/wc_browser/frame")
-            page.locator("[data-input]").fill("When do you open?")
-            page.locator("[data-input]").press("Enter")
-            expect(page.locator(".msg--assistant:not(.msg--streaming)")).to_contain_text("We open at nine.",
-                                                                                         timeout=SERVER_WORK)
-            assert severe_violations(page) == []
-        finally:
-            browser.close()
+    page = browser.new_page(viewport={"width": 390, "height": 700})
+    page.goto(base + "/webchat/wc_browser/frame")
+    page.locator("[data-input]").fill("When do you open?")
+    page.locator("[data-input]").press("Enter")
+    expect(page.locator(".msg--assistant:not(.msg--streaming)")).to_contain_text("We open at nine.",
+                                                                                 timeout=SERVER_WORK)
+    assert severe_violations(page) == []

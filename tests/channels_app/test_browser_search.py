@@ -6,7 +6,7 @@ conversation going on."""
 from __future__ import annotations
 
 from ..fakes.model_server import reply
-from .browser_support import ARTIFACTS, CHROMIUM, CHROMIUM_ARGS, SERVER_WORK, send, sign_in
+from .browser_support import ARTIFACTS, SERVER_WORK, send, sign_in
 from .test_browser_policy import watched
 
 ANSWERED = ".msg--assistant:not(.msg--streaming)"
@@ -31,68 +31,63 @@ def search(page, words: str):
     return hits
 
 
-def test_a_found_question_opens_with_its_answer_after_it_focused_and_a_way_back_to_the_live_end(chat_server):
-    from playwright.sync_api import expect, sync_playwright
+def test_a_found_question_opens_with_its_answer_after_it_focused_and_a_way_back_to_the_live_end(chat_server, browser):
+    from playwright.sync_api import expect
 
     base, model, platform = chat_server
     fillers = [(f"note {n}: buy item {n}", f"Noted item {n}.") for n in range(1, 9)]
     model.add(*[reply(a) for _, a in fillers[:4]], reply("The spare key is under the blue pot."),
               *[reply(a) for _, a in fillers[4:]], reply("The gym opens at six."), reply("You're welcome."))
-    with sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        try:
-            context, reports = watched(browser)
-            page = sign_in(browser, base, context=context)
-            for question, answer in fillers[:4]:
-                talk(page, question, answer)
-            talk(page, "where did I leave the spare key?", "The spare key is under the blue pot.")
-            for question, answer in fillers[4:]:
-                talk(page, question, answer)
-            page.once("dialog", lambda dialog: dialog.accept())
-            page.click("[data-new-conversation]")
-            expect(page.locator(".divider--session")).to_be_visible(timeout=SERVER_WORK)
-            talk(page, "when does the gym open?", "The gym opens at six.")
-            talk(page, "thanks", "You're welcome.")
+    context, reports = watched(browser)
+    page = sign_in(browser, base, context=context)
+    for question, answer in fillers[:4]:
+        talk(page, question, answer)
+    talk(page, "where did I leave the spare key?", "The spare key is under the blue pot.")
+    for question, answer in fillers[4:]:
+        talk(page, question, answer)
+    page.once("dialog", lambda dialog: dialog.accept())
+    page.click("[data-new-conversation]")
+    expect(page.locator(".divider--session")).to_be_visible(timeout=SERVER_WORK)
+    talk(page, "when does the gym open?", "The gym opens at six.")
+    talk(page, "thanks", "You're welcome.")
 
-            hits = search(page, "spare key")
-            expect(hits).to_have_count(2)
-            question = page.locator("[data-search-hit]", has_text="You: where did I leave the spare key?")
-            expect(question.locator("mark")).to_have_text(["spare", "key"])  # the words found, as written
-            question.focus()
-            page.keyboard.press("Enter")  # opened from the keyboard
+    hits = search(page, "spare key")
+    expect(hits).to_have_count(2)
+    question = page.locator("[data-search-hit]", has_text="You: where did I leave the spare key?")
+    expect(question.locator("mark")).to_have_text(["spare", "key"])  # the words found, as written
+    question.focus()
+    page.keyboard.press("Enter")  # opened from the keyboard
 
-            dialog = page.locator("[data-archive]")
-            found = dialog.locator(".msg--found")
-            expect(found).to_contain_text("where did I leave the spare key?", timeout=SERVER_WORK)
-            shown = dialog.locator("[data-archive-body] .msg").all_inner_texts()
-            at = next(i for i, text in enumerate(shown) if "where did I leave the spare key?" in text)
-            assert "The spare key is under the blue pot." in shown[at + 1]  # its answer, right after it
-            assert any("buy item 4" in text for text in shown[:at])  # what was said before it
-            assert any("Noted item 8." in text for text in shown[at + 1:])  # and on to the end
-            expect(found).to_have_attribute("aria-current", "true")
-            expect(found).to_be_focused()
-            expect(found).to_be_in_viewport()
-            expect(dialog.locator(".msg", has_text="gym")).to_have_count(0)  # another conversation
-            page.screenshot(path=str(ARTIFACTS / "search-found-in-context.png"))
+    dialog = page.locator("[data-archive]")
+    found = dialog.locator(".msg--found")
+    expect(found).to_contain_text("where did I leave the spare key?", timeout=SERVER_WORK)
+    shown = dialog.locator("[data-archive-body] .msg").all_inner_texts()
+    at = next(i for i, text in enumerate(shown) if "where did I leave the spare key?" in text)
+    assert "The spare key is under the blue pot." in shown[at + 1]  # its answer, right after it
+    assert any("buy item 4" in text for text in shown[:at])  # what was said before it
+    assert any("Noted item 8." in text for text in shown[at + 1:])  # and on to the end
+    expect(found).to_have_attribute("aria-current", "true")
+    expect(found).to_be_focused()
+    expect(found).to_be_in_viewport()
+    expect(dialog.locator(".msg", has_text="gym")).to_have_count(0)  # another conversation
+    page.screenshot(path=str(ARTIFACTS / "search-found-in-context.png"))
 
-            back = dialog.locator("[data-archive-live]")
-            expect(back).to_have_text("Back to the conversation going on")
-            back.click()
-            expect(dialog).not_to_be_visible()
-            expect(page.locator("[data-input]")).to_be_focused()
-            expect(page.locator(ANSWERED, has_text="You're welcome.")).to_be_in_viewport()
+    back = dialog.locator("[data-archive-live]")
+    expect(back).to_have_text("Back to the conversation going on")
+    back.click()
+    expect(dialog).not_to_be_visible()
+    expect(page.locator("[data-input]")).to_be_focused()
+    expect(page.locator(ANSWERED, has_text="You're welcome.")).to_be_in_viewport()
 
-            search(page, "gym")
-            page.locator("[data-search-hit]", has_text="You: when does the gym open?").click()
-            found = dialog.locator(".msg--found")
-            expect(found).to_contain_text("when does the gym open?", timeout=SERVER_WORK)
-            expect(found.locator("xpath=following-sibling::article[1]")).to_contain_text("The gym opens at six.")
-            expect(dialog.locator(".msg", has_text="You're welcome.")).to_have_count(1)
-            newest = dialog.locator("[data-archive-live]")
-            expect(newest).to_have_text("Go to the newest message")
-            newest.click()
-            expect(dialog).not_to_be_visible()
-            expect(page.locator("[data-input]")).to_be_focused()
-            assert reports == [], reports
-        finally:
-            browser.close()
+    search(page, "gym")
+    page.locator("[data-search-hit]", has_text="You: when does the gym open?").click()
+    found = dialog.locator(".msg--found")
+    expect(found).to_contain_text("when does the gym open?", timeout=SERVER_WORK)
+    expect(found.locator("xpath=following-sibling::article[1]")).to_contain_text("The gym opens at six.")
+    expect(dialog.locator(".msg", has_text="You're welcome.")).to_have_count(1)
+    newest = dialog.locator("[data-archive-live]")
+    expect(newest).to_have_text("Go to the newest message")
+    newest.click()
+    expect(dialog).not_to_be_visible()
+    expect(page.locator("[data-input]")).to_be_focused()
+    assert reports == [], reports

@@ -9,7 +9,7 @@ from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from ..fakes.model_server import reply
-from .browser_support import ARTIFACTS, CHROMIUM, CHROMIUM_ARGS, SERVER_WORK
+from .browser_support import ARTIFACTS, SERVER_WORK
 
 KEY = "wc_browser"  # bound by browser_support's set-up
 
@@ -111,147 +111,122 @@ def open_widget(browser, site: str, *, init_script: str = "", sockets: list | No
     return page, frame, errors
 
 
-def test_a_visitor_chats_when_the_browser_blocks_storage_in_the_frame(chat_server):
-    from playwright.sync_api import expect, sync_playwright
+def test_a_visitor_chats_when_the_browser_blocks_storage_in_the_frame(chat_server, browser):
+    from playwright.sync_api import expect
 
     base, model, platform = chat_server
     model.add(reply("We open at nine."))
     ARTIFACTS.mkdir(exist_ok=True)
-    with sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        try:
-            with host_site(base) as site:
-                page, frame, errors = open_widget(browser, site, init_script=STORAGE_BLOCKED_IN_FRAMES)
-                # The frame's script has run (it focuses the box): an Enter before it would be a newline.
-                expect(frame.locator("[data-input]")).to_be_focused()
-                say(frame, "When do you open?")
+    with host_site(base) as site:
+        page, frame, errors = open_widget(browser, site, init_script=STORAGE_BLOCKED_IN_FRAMES)
+        # The frame's script has run (it focuses the box): an Enter before it would be a newline.
+        expect(frame.locator("[data-input]")).to_be_focused()
+        say(frame, "When do you open?")
 
-                expect(frame.locator(".msg--user .msg__body")).to_have_text("When do you open?", timeout=SERVER_WORK)
-                expect(frame.locator(".msg--assistant:not(.msg--streaming)")).to_contain_text("We open at nine.",
-                                                                                              timeout=SERVER_WORK)
-                expect(frame.locator(".msg--streaming")).to_have_count(0)  # no thinking bubble left behind
-                expect(frame.locator("[data-status]")).to_have_attribute("data-state", "live")
-                page.screenshot(path=str(ARTIFACTS / "webchat-no-storage.png"))
-                assert errors == []
-        finally:
-            browser.close()
+        expect(frame.locator(".msg--user .msg__body")).to_have_text("When do you open?", timeout=SERVER_WORK)
+        expect(frame.locator(".msg--assistant:not(.msg--streaming)")).to_contain_text("We open at nine.",
+                                                                                      timeout=SERVER_WORK)
+        expect(frame.locator(".msg--streaming")).to_have_count(0)  # no thinking bubble left behind
+        expect(frame.locator("[data-status]")).to_have_attribute("data-state", "live")
+        page.screenshot(path=str(ARTIFACTS / "webchat-no-storage.png"))
+        assert errors == []
 
 
-def test_the_printed_snippet_pasted_with_a_placeholder_token_still_chats_and_opening_logs_no_error(chat_server):
-    from playwright.sync_api import expect, sync_playwright
+def test_the_printed_snippet_pasted_with_a_placeholder_token_still_chats_and_opening_logs_no_error(chat_server, browser):
+    from playwright.sync_api import expect
 
     base, model, platform = chat_server
     model.add(reply("Hello!"))
-    with sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        try:
-            with host_site(base, tag_attributes='data-token="…"') as site:
-                page, frame, errors = open_widget(browser, site)
-                expect(frame.locator("[data-input]")).to_be_focused()  # the open message reached the loaded frame
-                say(frame, "hi")
-                expect(frame.locator(".msg--assistant:not(.msg--streaming)")).to_contain_text("Hello!",
-                                                                                              timeout=SERVER_WORK)
-                assert not [e for e in errors if "ISO-8859-1" in e or "postMessage" in e], errors
-                assert not [e for e in errors if "403" in e], errors
-        finally:
-            browser.close()
+    with host_site(base, tag_attributes='data-token="…"') as site:
+        page, frame, errors = open_widget(browser, site)
+        expect(frame.locator("[data-input]")).to_be_focused()  # the open message reached the loaded frame
+        say(frame, "hi")
+        expect(frame.locator(".msg--assistant:not(.msg--streaming)")).to_contain_text("Hello!",
+                                                                                      timeout=SERVER_WORK)
+        assert not [e for e in errors if "ISO-8859-1" in e or "postMessage" in e], errors
+        assert not [e for e in errors if "403" in e], errors
 
 
-def test_a_visitor_attaches_an_image_in_the_widget_and_sees_it_in_the_chat(chat_server):
+def test_a_visitor_attaches_an_image_in_the_widget_and_sees_it_in_the_chat(chat_server, browser):
     import io
 
     from PIL import Image as PILImage
-    from playwright.sync_api import expect, sync_playwright
+    from playwright.sync_api import expect
 
     base, model, platform = chat_server
     model.add(reply("Thanks for the photo."))
     out = io.BytesIO()
     PILImage.new("RGB", (24, 16), "purple").save(out, format="JPEG")
-    with sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        try:
-            with host_site(base) as site:
-                page, frame, errors = open_widget(browser, site)
-                # The file goes in once the frame's script listens for it: it has run once it
-                # focuses the box (waiting for the frame's load could see its first, blank document).
-                expect(frame.locator("[data-input]")).to_be_focused()
-                frame.locator("[data-attach]").set_input_files(
-                    files=[{"name": "receipt.jpg", "mimeType": "image/jpeg", "buffer": out.getvalue()}])
-                expect(frame.locator("[data-attachment]")).to_have_count(1)
-                say(frame, "Here is my receipt")
-                expect(frame.locator(".msg--assistant", has_text="Thanks for the photo.")).to_be_visible(
-                    timeout=SERVER_WORK)
-                image = frame.locator(".msg--user img[data-image]")
-                expect(image).to_have_count(1)
-                expect(image).to_have_js_property("naturalWidth", 24)  # read with the visitor's token
-                assert not [e for e in errors if "404" in e or "403" in e], errors
-        finally:
-            browser.close()
+    with host_site(base) as site:
+        page, frame, errors = open_widget(browser, site)
+        # The file goes in once the frame's script listens for it: it has run once it
+        # focuses the box (waiting for the frame's load could see its first, blank document).
+        expect(frame.locator("[data-input]")).to_be_focused()
+        frame.locator("[data-attach]").set_input_files(
+            files=[{"name": "receipt.jpg", "mimeType": "image/jpeg", "buffer": out.getvalue()}])
+        expect(frame.locator("[data-attachment]")).to_have_count(1)
+        say(frame, "Here is my receipt")
+        expect(frame.locator(".msg--assistant", has_text="Thanks for the photo.")).to_be_visible(
+            timeout=SERVER_WORK)
+        image = frame.locator(".msg--user img[data-image]")
+        expect(image).to_have_count(1)
+        expect(image).to_have_js_property("naturalWidth", 24)  # read with the visitor's token
+        assert not [e for e in errors if "404" in e or "403" in e], errors
 
 
-def test_a_visitor_whose_signed_token_has_expired_is_told_so_and_the_widget_stops_trying(chat_server):
+def test_a_visitor_whose_signed_token_has_expired_is_told_so_and_the_widget_stops_trying(chat_server, browser):
     """The host page's token will not get better by retrying: one refused socket, then a
     note that says why and what to do."""
     import time
 
-    from playwright.sync_api import expect, sync_playwright
+    from playwright.sync_api import expect
 
     from channels_app.webchat import webchat_token_sign
 
     base, model, platform = chat_server
     expired = webchat_token_sign(secret="wc-secret", user_id="alice", expires=int(time.time()) - 60)
     sockets: list[str] = []
-    with sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        try:
-            with host_site(base, tag_attributes=f'data-token="{expired}"') as site:
-                page, frame, errors = open_widget(browser, site, sockets=sockets)
-                note = frame.locator("[data-refused]")
-                expect(note).to_contain_text("the visitor token has expired", timeout=SERVER_WORK)
-                expect(note).to_contain_text("Reload the page")
-                expect(frame.locator("[data-status]")).to_have_attribute("data-state", "refused")
-                expect(frame.locator("[data-input]")).to_be_disabled()
-                page.wait_for_timeout(5000)  # retries would have come after ~1, ~2 and ~4 s
-                assert len(sockets) == 1, sockets
-        finally:
-            browser.close()
+    with host_site(base, tag_attributes=f'data-token="{expired}"') as site:
+        page, frame, errors = open_widget(browser, site, sockets=sockets)
+        note = frame.locator("[data-refused]")
+        expect(note).to_contain_text("the visitor token has expired", timeout=SERVER_WORK)
+        expect(note).to_contain_text("Reload the page")
+        expect(frame.locator("[data-status]")).to_have_attribute("data-state", "refused")
+        expect(frame.locator("[data-input]")).to_be_disabled()
+        page.wait_for_timeout(5000)  # retries would have come after ~1, ~2 and ~4 s
+        assert len(sockets) == 1, sockets
 
 
-def test_an_anonymous_visitor_the_server_forgot_starts_a_new_chat_on_their_next_message(chat_server):
+def test_an_anonymous_visitor_the_server_forgot_starts_a_new_chat_on_their_next_message(chat_server, browser):
     """The host cleared old anonymous visitors while a page stayed open: its socket is
     refused once, the widget drops the token and waits, and the next message starts anew."""
 
-    from playwright.sync_api import expect, sync_playwright
+    from playwright.sync_api import expect
 
 
     base, model, platform = chat_server
     model.add(reply("Hello there."))
     model.add(reply("Welcome back."))
     sockets: list[str] = []
-    with sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        try:
-            with host_site(base) as site:
-                page, frame, errors = open_widget(browser, site, sockets=sockets, init_script=SOCKETS_KEPT)
-                expect(frame.locator("[data-input]")).to_be_focused()
-                say(frame, "Hello")
-                expect(frame.locator(".msg--assistant:not(.msg--streaming)")).to_contain_text(
-                    "Hello there.", timeout=SERVER_WORK)
-                expect(frame.locator("[data-status]")).to_have_attribute("data-state", "live")
-                on_server(base, "from channels_app.models import Identity; "
-                          "Identity.objects.filter(channel='webchat').delete()")
-                opened = len(sockets)
-                frame.locator("body").evaluate("() => window.__sockets.forEach(s => s.close())")  # the line drops
-                expect(frame.locator("[data-status]")).to_have_attribute("data-state", "idle", timeout=SERVER_WORK)
-                page.wait_for_timeout(4000)
-                assert len(sockets) == opened + 1, sockets  # refused once, then none until someone writes
-                say(frame, "Hello again")
-                expect(frame.locator(".msg--assistant:not(.msg--streaming)", has_text="Welcome back.")).to_be_visible(
-                    timeout=SERVER_WORK)
-                expect(frame.locator("[data-status]")).to_have_attribute("data-state", "live")
-                assert frame.locator("[data-refused]").count() == 0
-        finally:
-            browser.close()
+    with host_site(base) as site:
+        page, frame, errors = open_widget(browser, site, sockets=sockets, init_script=SOCKETS_KEPT)
+        expect(frame.locator("[data-input]")).to_be_focused()
+        say(frame, "Hello")
+        expect(frame.locator(".msg--assistant:not(.msg--streaming)")).to_contain_text(
+            "Hello there.", timeout=SERVER_WORK)
+        expect(frame.locator("[data-status]")).to_have_attribute("data-state", "live")
+        on_server(base, "from channels_app.models import Identity; "
+                  "Identity.objects.filter(channel='webchat').delete()")
+        opened = len(sockets)
+        frame.locator("body").evaluate("() => window.__sockets.forEach(s => s.close())")  # the line drops
+        expect(frame.locator("[data-status]")).to_have_attribute("data-state", "idle", timeout=SERVER_WORK)
+        page.wait_for_timeout(4000)
+        assert len(sockets) == opened + 1, sockets  # refused once, then none until someone writes
+        say(frame, "Hello again")
+        expect(frame.locator(".msg--assistant:not(.msg--streaming)", has_text="Welcome back.")).to_be_visible(
+            timeout=SERVER_WORK)
+        expect(frame.locator("[data-status]")).to_have_attribute("data-state", "live")
+        assert frame.locator("[data-refused]").count() == 0
 
 
 def signed(seconds: float, user: str = "alice") -> str:
@@ -269,128 +244,108 @@ def past(moment: float) -> float:
     return max(0.0, moment + 1 - time.time()) * 1000
 
 
-def test_a_signed_visitor_keeps_chatting_past_the_first_token_with_fresh_ones_from_the_shop(chat_server):
+def test_a_signed_visitor_keeps_chatting_past_the_first_token_with_fresh_ones_from_the_shop(chat_server, browser):
     """The page stays open longer than its token lasts: the widget asks the shop's
     token URL for a fresh one before it runs out, and a dropped line reconnects with it."""
-    from playwright.sync_api import expect, sync_playwright
+    from playwright.sync_api import expect
 
     base, model, platform = chat_server
     model.add(reply("Hello Alice."))
     model.add(reply("Still here."))
     tokens = [signed(3600)]
     sockets: list[str] = []
-    with sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        try:
-            first_expires = time.time() + 4
-            with host_site(base, f'data-token="{signed(4)}" data-token-url="/token"', tokens=tokens) as site:
-                page, frame, errors = open_widget(browser, site, sockets=sockets, init_script=SOCKETS_KEPT)
-                expect(frame.locator("[data-input]")).to_be_focused()
-                say(frame, "Hi")
-                expect(frame.locator(".msg--assistant:not(.msg--streaming)")).to_contain_text(
-                    "Hello Alice.", timeout=SERVER_WORK)
-                page.wait_for_timeout(past(first_expires))  # the first token has expired by now
-                assert tokens == []  # asked for (once) before it ran out
-                frame.locator("body").evaluate("() => window.__sockets.forEach(s => s.close())")  # the line drops
-                # The status reads "live" until the page notices the close: wait for its new socket first.
-                if len(sockets) < 2:
-                    page.wait_for_event("websocket", timeout=SERVER_WORK)
-                expect(frame.locator("[data-status]")).to_have_attribute("data-state", "live", timeout=SERVER_WORK)
-                assert len(sockets) == 2, sockets  # reconnected at once, with the fresh token
-                say(frame, "Are you there?")
-                expect(frame.locator(".msg--assistant:not(.msg--streaming)", has_text="Still here.")).to_be_visible(
-                    timeout=SERVER_WORK)
-                expect(frame.locator(".msg--user")).to_have_count(2)
-                assert frame.locator("[data-refused]").count() == 0
-                assert errors == []
-        finally:
-            browser.close()
+    first_expires = time.time() + 4
+    with host_site(base, f'data-token="{signed(4)}" data-token-url="/token"', tokens=tokens) as site:
+        page, frame, errors = open_widget(browser, site, sockets=sockets, init_script=SOCKETS_KEPT)
+        expect(frame.locator("[data-input]")).to_be_focused()
+        say(frame, "Hi")
+        expect(frame.locator(".msg--assistant:not(.msg--streaming)")).to_contain_text(
+            "Hello Alice.", timeout=SERVER_WORK)
+        page.wait_for_timeout(past(first_expires))  # the first token has expired by now
+        assert tokens == []  # asked for (once) before it ran out
+        frame.locator("body").evaluate("() => window.__sockets.forEach(s => s.close())")  # the line drops
+        # The status reads "live" until the page notices the close: wait for its new socket first.
+        if len(sockets) < 2:
+            page.wait_for_event("websocket", timeout=SERVER_WORK)
+        expect(frame.locator("[data-status]")).to_have_attribute("data-state", "live", timeout=SERVER_WORK)
+        assert len(sockets) == 2, sockets  # reconnected at once, with the fresh token
+        say(frame, "Are you there?")
+        expect(frame.locator(".msg--assistant:not(.msg--streaming)", has_text="Still here.")).to_be_visible(
+            timeout=SERVER_WORK)
+        expect(frame.locator(".msg--user")).to_have_count(2)
+        assert frame.locator("[data-refused]").count() == 0
+        assert errors == []
 
 
-def test_a_message_refused_for_an_expired_token_goes_again_once_the_shop_signs_a_fresh_one(chat_server):
+def test_a_message_refused_for_an_expired_token_goes_again_once_the_shop_signs_a_fresh_one(chat_server, browser):
     """The shop could not sign a token when first asked (its server was busy); the
     visitor's next message is refused for the expired token, the widget asks again, gets
     one and sends the message with it: stored and answered once."""
-    from playwright.sync_api import expect, sync_playwright
+    from playwright.sync_api import expect
 
     base, model, platform = chat_server
     model.add(reply("Hello Alice."))
     model.add(reply("Got it."))
     tokens = [503, signed(3600)]
-    with sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        try:
-            first_expires = time.time() + 6
-            with host_site(base, f'data-token="{signed(6)}" data-token-url="/token"', tokens=tokens) as site:
-                page, frame, errors = open_widget(browser, site)
-                expect(frame.locator("[data-input]")).to_be_focused()
-                say(frame, "Hi")
-                expect(frame.locator(".msg--assistant:not(.msg--streaming)")).to_contain_text(
-                    "Hello Alice.", timeout=SERVER_WORK)
-                page.wait_for_timeout(past(first_expires))  # expired; the first ask (at half its life) got an error
-                assert len(tokens) == 1  # the error was the answer to the first ask
-                say(frame, "Order 1234, please")
-                expect(frame.locator(".msg--assistant:not(.msg--streaming)", has_text="Got it.")).to_be_visible(
-                    timeout=SERVER_WORK)
-                expect(frame.locator(".msg--user", has_text="Order 1234, please")).to_have_count(1)
-                assert tokens == []
-                expect(frame.locator("[data-input]")).to_have_value("")
-                assert frame.locator("[data-refused]").count() == 0
-        finally:
-            browser.close()
+    first_expires = time.time() + 6
+    with host_site(base, f'data-token="{signed(6)}" data-token-url="/token"', tokens=tokens) as site:
+        page, frame, errors = open_widget(browser, site)
+        expect(frame.locator("[data-input]")).to_be_focused()
+        say(frame, "Hi")
+        expect(frame.locator(".msg--assistant:not(.msg--streaming)")).to_contain_text(
+            "Hello Alice.", timeout=SERVER_WORK)
+        page.wait_for_timeout(past(first_expires))  # expired; the first ask (at half its life) got an error
+        assert len(tokens) == 1  # the error was the answer to the first ask
+        say(frame, "Order 1234, please")
+        expect(frame.locator(".msg--assistant:not(.msg--streaming)", has_text="Got it.")).to_be_visible(
+            timeout=SERVER_WORK)
+        expect(frame.locator(".msg--user", has_text="Order 1234, please")).to_have_count(1)
+        assert tokens == []
+        expect(frame.locator("[data-input]")).to_have_value("")
+        assert frame.locator("[data-refused]").count() == 0
         asked = [r for r in model.requests if "Order 1234" in json.dumps(r.get("messages", []))]
         assert len(asked) == 1  # answered once
 
 
-def test_an_expired_token_is_renewed_before_the_widget_connects(chat_server):
+def test_an_expired_token_is_renewed_before_the_widget_connects(chat_server, browser):
     """The shop's page was cached with a token that has expired since: the widget gets a
     fresh one first, and no socket is refused."""
-    from playwright.sync_api import expect, sync_playwright
+    from playwright.sync_api import expect
 
     base, model, platform = chat_server
     model.add(reply("Welcome back."))
     sockets: list[str] = []
-    with sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        try:
-            head = "<script>window.QorvenWebchat = {refreshToken: () => fetch('/token').then(r => r.text())};</script>"
-            with host_site(base, f'data-token="{signed(-60)}"', head=head, tokens=[signed(3600)]) as site:
-                page, frame, errors = open_widget(browser, site, sockets=sockets)
-                expect(frame.locator("[data-status]")).to_have_attribute("data-state", "live", timeout=SERVER_WORK)
-                say(frame, "Hello")
-                expect(frame.locator(".msg--assistant:not(.msg--streaming)")).to_contain_text(
-                    "Welcome back.", timeout=SERVER_WORK)
-                assert len(sockets) == 1, sockets
-                assert frame.locator("[data-refused]").count() == 0
-        finally:
-            browser.close()
+    head = "<script>window.QorvenWebchat = {refreshToken: () => fetch('/token').then(r => r.text())};</script>"
+    with host_site(base, f'data-token="{signed(-60)}"', head=head, tokens=[signed(3600)]) as site:
+        page, frame, errors = open_widget(browser, site, sockets=sockets)
+        expect(frame.locator("[data-status]")).to_have_attribute("data-state", "live", timeout=SERVER_WORK)
+        say(frame, "Hello")
+        expect(frame.locator(".msg--assistant:not(.msg--streaming)")).to_contain_text(
+            "Welcome back.", timeout=SERVER_WORK)
+        assert len(sockets) == 1, sockets
+        assert frame.locator("[data-refused]").count() == 0
 
 
-def test_when_the_shop_signs_no_fresh_token_the_widget_says_to_reload_and_stops(chat_server):
-    from playwright.sync_api import expect, sync_playwright
+def test_when_the_shop_signs_no_fresh_token_the_widget_says_to_reload_and_stops(chat_server, browser):
+    from playwright.sync_api import expect
 
     base, model, platform = chat_server
     sockets: list[str] = []
-    with sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        try:
-            with host_site(base, f'data-token="{signed(-60)}" data-token-url="/token"', tokens=[500, 500]) as site:
-                page, frame, errors = open_widget(browser, site, sockets=sockets)
-                note = frame.locator("[data-refused]")
-                expect(note).to_contain_text("the visitor token has expired", timeout=SERVER_WORK)
-                expect(note).to_contain_text("Reload the page")
-                expect(frame.locator("[data-input]")).to_be_disabled()
-                page.wait_for_timeout(4000)
-                assert len(sockets) == 1, sockets
-        finally:
-            browser.close()
+    with host_site(base, f'data-token="{signed(-60)}" data-token-url="/token"', tokens=[500, 500]) as site:
+        page, frame, errors = open_widget(browser, site, sockets=sockets)
+        note = frame.locator("[data-refused]")
+        expect(note).to_contain_text("the visitor token has expired", timeout=SERVER_WORK)
+        expect(note).to_contain_text("Reload the page")
+        expect(frame.locator("[data-input]")).to_be_disabled()
+        page.wait_for_timeout(4000)
+        assert len(sockets) == 1, sockets
 
 
-def test_a_fresh_token_for_another_visitor_reloads_the_widget_on_their_own_chat(chat_server):
+def test_a_fresh_token_for_another_visitor_reloads_the_widget_on_their_own_chat(chat_server, browser):
     """Someone else signed in on the shop meanwhile: the fresh token is theirs, and the
     widget starts over on their chat instead of showing the first visitor's."""
 
-    from playwright.sync_api import expect, sync_playwright
+    from playwright.sync_api import expect
 
 
     base, model, platform = chat_server
@@ -400,53 +355,43 @@ def test_a_fresh_token_for_another_visitor_reloads_the_widget_on_their_own_chat(
               "Membership.objects.create(tenant=Tenant.objects.get(slug='acme'), user=bob, role='member')")
     model.add(reply("Hello Alice."))
     model.add(reply("Hello Bob."))
-    with sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        try:
-            with host_site(base, f'data-token="{signed(6)}" data-token-url="/token"',
-                           tokens=[signed(3600, user="bob")]) as site:
-                page, frame, errors = open_widget(browser, site)
-                expect(frame.locator("[data-input]")).to_be_focused()
-                say(frame, "I am Alice")
-                expect(frame.locator(".msg--assistant:not(.msg--streaming)")).to_contain_text(
-                    "Hello Alice.", timeout=SERVER_WORK)
-                expect(frame.locator(".msg--user")).to_have_count(0, timeout=SERVER_WORK)  # reloaded for bob
-                expect(frame.locator("[data-status]")).to_have_attribute("data-state", "live", timeout=SERVER_WORK)
-                say(frame, "I am Bob")
-                expect(frame.locator(".msg--assistant:not(.msg--streaming)")).to_contain_text(
-                    "Hello Bob.", timeout=SERVER_WORK)
-                expect(frame.locator(".msg--user .msg__body")).to_have_text(["I am Bob"])
-        finally:
-            browser.close()
+    with host_site(base, f'data-token="{signed(6)}" data-token-url="/token"',
+                   tokens=[signed(3600, user="bob")]) as site:
+        page, frame, errors = open_widget(browser, site)
+        expect(frame.locator("[data-input]")).to_be_focused()
+        say(frame, "I am Alice")
+        expect(frame.locator(".msg--assistant:not(.msg--streaming)")).to_contain_text(
+            "Hello Alice.", timeout=SERVER_WORK)
+        expect(frame.locator(".msg--user")).to_have_count(0, timeout=SERVER_WORK)  # reloaded for bob
+        expect(frame.locator("[data-status]")).to_have_attribute("data-state", "live", timeout=SERVER_WORK)
+        say(frame, "I am Bob")
+        expect(frame.locator(".msg--assistant:not(.msg--streaming)")).to_contain_text(
+            "Hello Bob.", timeout=SERVER_WORK)
+        expect(frame.locator(".msg--user .msg__body")).to_have_text(["I am Bob"])
     shown = on_server(base, "from sessions_app.models import Message; "
                       "print(sorted(Message.objects.filter(role='user').values_list('session__user__username', "
                       "'content')))")
     assert shown == "[('alice', 'I am Alice'), ('bob', 'I am Bob')]"
 
 
-def test_the_widget_says_whether_it_is_open_and_escape_closes_it_back_to_its_button(chat_server):
+def test_the_widget_says_whether_it_is_open_and_escape_closes_it_back_to_its_button(chat_server, browser):
     """For keyboard and screen-reader users: the button says whether the chat is open, and
     Escape (in the chat or on the page) closes it and puts the focus back on the button."""
-    from playwright.sync_api import expect, sync_playwright
+    from playwright.sync_api import expect
 
     base, model, platform = chat_server
-    with sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        try:
-            with host_site(base) as site:
-                page, frame, errors = open_widget(browser, site)
-                bubble = page.locator(".qorven-bubble")
-                expect(bubble).to_have_attribute("aria-expanded", "true")
-                assert bubble.get_attribute("aria-controls") == page.locator(".qorven-frame").get_attribute("id")
-                expect(frame.locator("[data-input]")).to_be_focused()
-                frame.locator("[data-input]").press("Escape")
-                expect(bubble).to_have_attribute("aria-expanded", "false")
-                expect(page.locator(".qorven-frame")).to_be_hidden()
-                expect(bubble).to_be_focused()
-                bubble.press("Enter")
-                expect(bubble).to_have_attribute("aria-expanded", "true")
-                page.keyboard.press("Escape")
-                expect(bubble).to_have_attribute("aria-expanded", "false")
-                assert errors == []
-        finally:
-            browser.close()
+    with host_site(base) as site:
+        page, frame, errors = open_widget(browser, site)
+        bubble = page.locator(".qorven-bubble")
+        expect(bubble).to_have_attribute("aria-expanded", "true")
+        assert bubble.get_attribute("aria-controls") == page.locator(".qorven-frame").get_attribute("id")
+        expect(frame.locator("[data-input]")).to_be_focused()
+        frame.locator("[data-input]").press("Escape")
+        expect(bubble).to_have_attribute("aria-expanded", "false")
+        expect(page.locator(".qorven-frame")).to_be_hidden()
+        expect(bubble).to_be_focused()
+        bubble.press("Enter")
+        expect(bubble).to_have_attribute("aria-expanded", "true")
+        page.keyboard.press("Escape")
+        expect(bubble).to_have_attribute("aria-expanded", "false")
+        assert errors == []
