@@ -378,6 +378,28 @@ def platform(settings):
     server.stop()
 
 
+DATABASE_FIXTURES = frozenset({"db", "transactional_db", "django_db_reset_sequences", "django_db_serialized_rollback"})
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(items):
+    """The longest single tests first: a type check over the libraries' types, and the
+    property tests, which try hundreds of examples (a minute or two each). pytest-django
+    puts every test without the database last, and pytest-xdist hands each process one
+    part of the run in order and then moves the ends of queues to processes gone idle,
+    so these were started last and the others waited on them; first, the rest is spread
+    around them. Only tests without the database move: pytest-django's order of those
+    with it (transactional ones after the others) is kept."""
+    def long_alone(item) -> bool:
+        uses_database = item.get_closest_marker("django_db") is not None or bool(
+            DATABASE_FIXTURES & set(getattr(item, "fixturenames", ())))
+        long = item.get_closest_marker("runs_long") is not None or getattr(
+            getattr(item, "obj", None), "is_hypothesis_test", False)
+        return long and not uses_database
+
+    items[:] = sorted(items, key=lambda item: not long_alone(item))  # stable: the rest keep their order
+
+
 EXIT_GRACE = 120.0  # seconds the process gets to exit once the run has reported
 
 

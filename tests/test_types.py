@@ -8,9 +8,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
+@pytest.mark.runs_long
 def test_the_checked_modules_type_check():
     # mypy's own cache (.mypy_cache, as `make lint` keeps it): what did not change since the
     # last run, mostly the libraries' types (openai alone is 2,000 modules), is not read
