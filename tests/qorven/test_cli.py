@@ -82,6 +82,16 @@ def test_a_command_that_calls_no_model_does_not_load_the_model_sdk():
     assert not {name for name in imported if name.split(".")[0] == "openai"}
 
 
+def test_a_start_does_not_load_daphne():
+    # Daphne installs Twisted's reactor as it is imported, a quarter of a second of every
+    # start: only `qorven serve --server daphne` needs it (tests/test_serve.py serves on it).
+    done = run("check", PYTHONPROFILEIMPORTTIME="1", DJANGO_SECRET_KEY="x")
+    assert done.returncode == 0, done.stderr[-2000:]
+    imported = {line.rpartition("|")[2].strip() for line in done.stderr.splitlines() if line.startswith("import time:")}
+    assert "django" in imported and "qorven.celery" in imported  # the log is what it seems
+    assert not {name for name in imported if name.split(".")[0] in ("daphne", "twisted")}
+
+
 def test_serve_refuses_a_port_that_is_not_one():
     """65536 and up would be taken modulo by the socket layer: the server would say it
     listens where it does not."""
