@@ -65,6 +65,17 @@ def test_an_output_it_cannot_write_is_named_and_nothing_is_written(world, lives,
     assert list(tmp_path.iterdir()) == []
 
 
+def test_an_existing_output_is_refused_and_left_as_it_was(world, lives, tmp_path):
+    """An existing --output was replaced without a word (`qorven backup` refuses one)."""
+    target = tmp_path / "passwd"
+    target.write_text("root:x:0:0\n", encoding="utf-8")
+    with pytest.raises(CommandError) as refused:
+        run_export("--tenant", "acme", "--user", "alice", "--output", str(target))
+    assert str(refused.value) == (f"--output {target} already exists; name another file or remove it first; "
+                                  "nothing was written")
+    assert target.read_text(encoding="utf-8") == "root:x:0:0\n" and list(tmp_path.iterdir()) == [target]
+
+
 def test_a_reader_that_stops_early_ends_the_export_quietly(world, lives):
     """`qorven export … | head` printed a BrokenPipe traceback."""
     import os

@@ -28,7 +28,7 @@ class Command(BaseCommand):
         "identities, and an end line with the counts. Attachments are described (type, size, name); "
         "--with-attachments adds their data, base64, one line each. Left out: group chats, other people's "
         "data, the Qor's tool working, credentials and the host's settings. Written to stdout, or to "
-        "--output FILE (complete or not at all); progress and a summary go to stderr. The person can "
+        "--output FILE (complete or not at all; an existing FILE is refused); progress and a summary go to stderr. The person can "
         "download the same file from the chat page or GET /v1/export."
     )
 
@@ -117,11 +117,19 @@ def _check_writable(target: Path) -> None:
         raise CommandError(f"--output {target} is a folder: name the file to write, e.g. {target / 'export.jsonl'}")
     if not target.parent.is_dir():
         raise CommandError(f"--output {target}: no such folder {target.parent}; nothing was written")
+    if target.exists() or target.is_symlink():
+        raise _exists(target)
+
+
+def _exists(target: Path) -> CommandError:
+    # As `qorven backup` does: a mistyped --output must not cost the host a file.
+    return CommandError(f"--output {target} already exists; name another file or remove it first; "
+                        "nothing was written")
 
 
 def _write_whole(target: Path, export: PersonExport) -> None:
-    """Write beside `target` and move it into place at the end: an export that fails half
-    way leaves no file that looks whole (nor an older one replaced by half of a new one)."""
+    """Write beside `target` and give it that name at the end: an export that fails half
+    way leaves no file that looks whole, and a file that took the name meanwhile is kept."""
     try:
         handle, temporary = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".partial", dir=target.parent)
     except OSError as exc:  # a folder we may not write in, say
@@ -129,13 +137,31 @@ def _write_whole(target: Path, export: PersonExport) -> None:
     try:
         with os.fdopen(handle, "w", encoding="utf-8", newline="") as out:
             _write(out, export)
-        os.replace(temporary, target)
+        _take_name(Path(temporary), target)
+    except FileExistsError:
+        Path(temporary).unlink(missing_ok=True)
+        raise _exists(target) from None
     except OSError as exc:  # the disk filled up, or the name was taken by a folder meanwhile
         Path(temporary).unlink(missing_ok=True)
         raise CommandError(f"--output {target}: {exc.strerror}; nothing was written") from None
     except BaseException:
         Path(temporary).unlink(missing_ok=True)
         raise
+
+
+def _take_name(written: Path, target: Path) -> None:
+    """Give `written` the name `target` only if it is still free: a file made there while
+    the export ran is kept (FileExistsError)."""
+    try:
+        os.link(written, target)
+    except FileExistsError:
+        raise
+    except OSError:  # a file system without hard links: check, then rename
+        if target.exists() or target.is_symlink():
+            raise FileExistsError(target) from None
+        os.replace(written, target)
+        return
+    written.unlink()
 
 
 def _write(out: TextIO, export: PersonExport) -> None:
