@@ -67,6 +67,24 @@ def test_non_interactive_setup_names_the_missing_flag(tmp_path):
         call_command("setup", "--non-interactive", "--env-file", str(tmp_path / ".env"), stdout=io.StringIO())
 
 
+class ClosedTerminal(io.StringIO):
+    """A terminal whose input has ended (Ctrl-D at the prompt)."""
+
+    def isatty(self) -> bool:
+        return True
+
+
+def test_input_ending_at_a_question_stops_setup_and_writes_nothing(tmp_path, model_server, monkeypatch):
+    """Ctrl-D at a question of an interactive setup ended in an EOFError traceback."""
+    model_server.add(reply("ok"))
+    monkeypatch.setattr("sys.stdin", ClosedTerminal(""))
+    with pytest.raises(CommandError) as stopped:
+        call_command("setup", "--model-url", model_server.base_url, "--api-key", "sk-test", "--model",
+                     "scripted-model", "--env-file", str(tmp_path / ".env"), stdout=io.StringIO())
+    assert str(stopped.value) == "No answer to \"Tenant slug\" (end of input): nothing was written."
+    assert not (tmp_path / ".env").exists() and not Membership.objects.exists()
+
+
 def test_bind_registers_the_webhook_of_an_existing_bot_and_prints_its_full_url(world, platform, settings):
     settings.QORVEN_PUBLIC_URL = "https://qorven.example"
     binding_create(tenant=world.tenant_a, qor=world.qor_a, kind="telegram",

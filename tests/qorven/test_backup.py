@@ -128,6 +128,20 @@ def test_a_file_that_is_not_a_backup_is_refused_and_nothing_changes(world, tmp_p
     assert sorted(p.name for p in tmp_path.iterdir()) == ["notes.txt"]
 
 
+def test_a_restore_whose_input_ends_at_the_question_is_a_no(world, tmp_path, monkeypatch):
+    """`qorven restore FILE </dev/null` ended in an EOFError traceback at "Restore? [y/N]"."""
+    chat(world, world.alice, n=1)
+    path = tmp_path / "monday.bak"
+    backup(str(path))
+    chat(world, world.bob, n=2)
+    monkeypatch.setattr("sys.stdin", io.StringIO(""))  # what </dev/null gives input()
+    with pytest.raises(CommandError) as refused:
+        restore(str(path), "--keep-dir", str(tmp_path))
+    assert str(refused.value) == "No answer (end of input): nothing was changed."
+    assert Message.objects.count() == 3
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["monday.bak"]
+
+
 def test_a_backup_from_before_a_table_was_added_is_restored_and_brought_up_to_date(world, schema, tmp_path):
     # A backup made by a version without sessions_app 0013's table (whose rows point at
     # tenants and Qors): the database it replaces has that table, the backup does not.

@@ -103,7 +103,11 @@ class Command(BaseCommand):
                 return given
             if interactive:
                 prompt = f"{question}{f' [{default}]' if default and not secret else ''}: "
-                answer = (getpass.getpass(prompt) if secret else input(prompt)).strip()
+                try:
+                    answer = (getpass.getpass(prompt) if secret else input(prompt)).strip()
+                except EOFError:  # Ctrl-D: the host gave up here; nothing is written before the last question
+                    self.stdout.write("")
+                    raise CommandError(f'No answer to "{question}" (end of input): nothing was written.') from None
                 given = answer or default
             else:
                 given = default

@@ -44,8 +44,14 @@ class Command(BaseCommand):
         self.stdout.write(f"This replaces the database ({database['NAME']}) with {plan.backup}"
                           + (f" ({held})" if held else "") + "."
                           + (f"\nThe database as it is now is kept as {plan.kept_as}." if plan.kept_as else ""))
-        if not opts["yes"] and input("Restore? [y/N] ").strip().lower() not in ("y", "yes"):
-            raise CommandError("Nothing was changed.")
+        if not opts["yes"]:
+            try:
+                answer = input("Restore? [y/N] ")
+            except EOFError:  # `</dev/null`, Ctrl-D: no answer is a no
+                self.stdout.write("")
+                raise CommandError("No answer (end of input): nothing was changed.") from None
+            if answer.strip().lower() not in ("y", "yes"):
+                raise CommandError("Nothing was changed.")
         connections.close_all()
         console = command_console(self.stdout)
         with Progress(TextColumn("Keeping the current database"), BarColumn(), console=console, transient=True,
