@@ -20,9 +20,9 @@ class HeartbeatsAppConfig(AppConfig):
 
         tenant_retimed.connect(retime, dispatch_uid="heartbeats_app.retime", weak=False)
         person_retimed.connect(retime_person, dispatch_uid="heartbeats_app.retime_person", weak=False)
-        from qorven.runtime.startup import Startup, on_startup
+        from qorven.runtime.startup import Startup, on_shutdown, on_startup
 
-        from .scheduler import embedded_beat_start
+        from .scheduler import EmbeddedBeat, embedded_beat_start
         from .startup import backup_beat_sync_on_startup, beats_sync_on_startup
 
         @on_startup("serve")
@@ -37,5 +37,14 @@ class HeartbeatsAppConfig(AppConfig):
         @on_startup("serve", after_worker=True)
         def embedded_beat(startup: Startup) -> None:
             if startup.embedded and not startup.options.get("no_beat"):
-                embedded_beat_start()
+                started.append(embedded_beat_start())
                 startup.stdout.write("Heartbeats fire in this process (embedded beat).")
+
+        started: list[EmbeddedBeat] = []
+
+        @on_shutdown("serve")
+        def embedded_beat_stop(startup: Startup) -> None:
+            # First, while the running tasks finish: a beat coming due now would queue a run
+            # that is only swept up at the next start, or run half-way and be cut off.
+            while started:
+                started.pop().stop()

@@ -1,6 +1,7 @@
 """What an app does when a Qorven process starts: sync a file into the database, start a
-piece of in-process machinery. Apps register in their `AppConfig.ready()`; `qorven serve`
-and `qorven worker` run what is registered for them, so the runtime never imports an app.
+piece of in-process machinery; and what it does when the process stops: stop that
+machinery. Apps register in their `AppConfig.ready()`; `qorven serve` and `qorven worker`
+run what is registered for them, so the runtime never imports an app.
 """
 from __future__ import annotations
 
@@ -23,6 +24,7 @@ class Startup:
 
 Hook = Callable[[Startup], None]
 _hooks: list[tuple[frozenset[str], bool, Hook]] = []
+_shutdown_hooks: list[tuple[frozenset[str], Hook]] = []
 
 
 def on_startup(*processes: str, after_worker: bool = False) -> Callable[[Hook], Hook]:
@@ -41,4 +43,23 @@ def startup_run(startup: Startup, *, after_worker: bool) -> None:
     order of INSTALLED_APPS)."""
     for processes, phase, hook in _hooks:
         if startup.process in processes and phase == after_worker:
+            hook(startup)
+
+
+def on_shutdown(*processes: str) -> Callable[[Hook], Hook]:
+    """Register `hook` to run when these processes stop (SIGTERM, Ctrl-C), before the
+    running tasks are waited for: for what would otherwise go on queueing new ones."""
+
+    def wrap(hook: Hook) -> Hook:
+        _shutdown_hooks.append((frozenset(processes), hook))
+        return hook
+
+    return wrap
+
+
+def shutdown_run(startup: Startup) -> None:
+    """Run the shutdown hooks registered for this process, latest registered first (what
+    started last stops first)."""
+    for processes, hook in reversed(_shutdown_hooks):
+        if startup.process in processes:
             hook(startup)

@@ -62,6 +62,29 @@ def test_the_embedded_beat_fires_a_due_heartbeat_once_even_with_two_schedulers(w
     assert not PeriodicTask.objects.filter(task="celery.backend_cleanup").exists()
 
 
+@pytest.mark.django_db(transaction=True)
+def test_the_embedded_beat_stops_first_when_serve_shuts_down(world, model_server, drain):
+    """After "Finishing the tasks running…" the embedded beat went on sending due beats:
+    nothing stopped it."""
+    import io
+    import threading
+
+    from qorven.runtime.startup import Startup, shutdown_run, startup_run
+
+    started = Startup("serve", io.StringIO(), io.StringIO(), embedded=True, options={})
+    startup_run(started, after_worker=True)
+    (beat_thread,) = [t for t in threading.enumerate() if t.name == "qorven-beat"]
+    shutdown_run(started)
+    assert not beat_thread.is_alive()
+
+    hb = beat(world.qor_a, name="new-year", cron="0 * 1 1 *", prompt="Wish a happy new year")
+    PeriodicTask.objects.filter(pk=hb.periodic_task_id).update(last_run_at=timezone.now() - timedelta(days=400))
+    model_server.default = reply("Happy new year!")
+    time.sleep(1.0)
+    drain()
+    assert not HeartbeatRun.objects.exists() and model_server.requests == []
+
+
 @pytest.mark.django_db
 def test_beat_and_worker_need_a_broker():
     # The tests run on the embedded broker, as a machine with nothing configured does.

@@ -7,7 +7,7 @@ from django.core.management.base import BaseCommand, CommandError
 from django.utils.module_loading import import_string
 
 from qorven.runtime.heap import startup_heap_freeze
-from qorven.runtime.startup import Startup, startup_run
+from qorven.runtime.startup import Startup, shutdown_run, startup_run
 from qorven.runtime.worker import broker_is_embedded, embedded_worker
 
 SHUTDOWN_WAIT = 30.0  # seconds the running tasks get to finish when the server stops
@@ -67,6 +67,7 @@ class Command(BaseCommand):
             CommandLineInterface().run(
                 ["--bind", opts["host"], "--port", str(opts["port"]), "qorven.asgi:application"]
             )
+        shutdown_run(startup)  # the embedded beat: no new run is queued from here on
         if embedded:
             # Stopped (SIGTERM, Ctrl-C): the tasks running finish — a turn half-way, a send
             # half-way — rather than die with the process; what is only queued is in the
