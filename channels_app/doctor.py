@@ -2,7 +2,7 @@
 
 Each check answers ✓ or ✗ with what it saw and, on ✗, the fix. The model and platform
 checks make one real request each (a one-word completion; Telegram's getMe and
-getWebhookInfo, Slack's auth.test, the WhatsApp phone number, Discord's bot user): they
+getWebhookInfo, Slack's auth.test, the WhatsApp phone number, Discord's bot user, Twilio's incoming number): they
 prove the credentials, not just that they are set. Nothing is changed anywhere.
 """
 from __future__ import annotations
@@ -24,6 +24,7 @@ from django.db import connections
 from qorven.runtime.environment import url_without_credentials
 from qorven.runtime.mail import EMAIL_URL_EXAMPLE, SMTP_BACKEND, mail_server_probe, mail_server_problem
 
+from .adapters import adapter_for
 from .adapters.base import platform_client
 from .adapters.telegram import ALLOWED_UPDATES
 from .models import ChannelBinding
@@ -178,12 +179,13 @@ def _models() -> Iterator[Check]:
 
 
 def _channels() -> Iterator[Check]:
-    probes = {"telegram": _telegram, "slack": _slack, "whatsapp": _whatsapp, "discord": _discord, "email": _email}
+    probes = {"telegram": _telegram, "slack": _slack, "whatsapp": _whatsapp, "discord": _discord, "email": _email,
+              "sms": _sms}
     bindings = ChannelBinding.objects.filter(enabled=True).select_related("tenant", "qor")
     for binding in bindings.order_by("tenant__slug", "kind", "pk"):
         probe = probes.get(binding.kind)
         if probe is None:
-            continue  # SMS and webchat have no account to ask
+            continue  # webchat has no account to ask
         subject = f"{binding.tenant.slug}/{binding.kind}" + (f" {binding.name}" if binding.name else "")
         for check in _safely(subject, binding.kind, lambda: probe(binding, subject)):
             yield check
@@ -261,6 +263,23 @@ def _discord(binding: ChannelBinding, subject: str) -> list[Check]:
                     f"Bot {binding.credentials.get('bot_token', '')}", refused="the bot token is refused",
                     fix="reset the bot token in the Discord developer portal and `qorven bind discord …`",
                     seen=lambda body: f"bot {body.get('username', '?')} accepts its token")
+
+
+def _sms(binding: ChannelBinding, subject: str) -> list[Check]:
+    """The proof `qorven bind sms` asks for: the Twilio account owns the bound number."""
+    adapter = adapter_for("sms")
+    assert adapter is not None
+    sid, number = binding.credentials.get("account_sid", ""), binding.lookup_key
+    problem = adapter.account_proof(binding.credentials)
+    if problem is None:
+        return [Check("channel", subject, True, f"the Twilio account {sid} has the number {number}")]
+    if not problem.refused:
+        return [Check("channel", subject, False, f"Twilio could not confirm the account ({problem.why})",
+                      "check this server's network access to the Twilio API, then run `qorven doctor` again")]
+    return [Check("channel", subject, False, problem.text,
+                  "check the number, account SID and auth token in Twilio's console, then `qorven bind sms "
+                  f"--tenant {binding.tenant.slug} --qor {binding.qor.slug} --number {number} --account-sid <SID> "
+                  "--auth-token <token>`")]
 
 
 def _email(binding: ChannelBinding, subject: str) -> list[Check]:

@@ -287,10 +287,12 @@ def platform_client_build() -> None:
 @dataclass(frozen=True)
 class AccountProblem:
     """Why a platform did not confirm a binding's account, in our words. `refused`: it
-    answered no; otherwise it could not be asked, and trying again later may do."""
+    answered no; otherwise it could not be asked (`why`: unreachable, HTTP 503…), and
+    trying again later may do."""
 
     text: str
     refused: bool = True
+    why: str = ""
 
     def __str__(self) -> str:
         return self.text
@@ -305,7 +307,7 @@ class ProofFailed(Exception):
 def account_unconfirmed(platform: str, why: str) -> AccountProblem:
     """The problem of a platform that could not be asked (`why`: ours, never its text)."""
     return AccountProblem(f"{platform} could not confirm the account ({why}); nothing was saved, try again later.",
-                          refused=False)
+                          refused=False, why=why)
 
 
 def proof_answer(platform: str, method: str, url: str, *, refused: str, **kwargs: Any) -> Any:

@@ -114,6 +114,38 @@ def test_whatsapp_and_discord_credentials_are_asked_of_their_platforms(world, pl
     assert asked.headers.get("Authorization", asked.headers.get("authorization")) == "Bot stale-bot-token"
 
 
+TWILIO_NUMBERS = r"/twilio/2010-04-01/Accounts/AC123/IncomingPhoneNumbers.json"
+
+
+def test_an_sms_binding_is_asked_of_twilio(world, sms, platform):
+    """SMS bindings were skipped as having "no account to ask"; Twilio has one."""
+    platform.default(TWILIO_NUMBERS, Canned(body={"incoming_phone_numbers": [{"phone_number": "+15550001111"}]}))
+    report, _ = doctor()
+    (check,) = checks_of(report, "channel")
+    assert check["subject"].startswith("acme/sms") and check["ok"], check
+    assert check["detail"] == "the Twilio account AC123 has the number +15550001111"
+    (asked,) = platform.sent(r"/twilio/")
+    assert asked.path.endswith("IncomingPhoneNumbers.json?PhoneNumber=%2B15550001111")
+
+
+BIND_SMS = "qorven bind sms --tenant acme --qor aria --number +15550001111"
+
+
+@pytest.mark.parametrize("answer, says, fix", [
+    (Canned(status=401, body={"code": 20003}), "Twilio did not accept this account SID and auth token.", BIND_SMS),
+    (Canned(body={"incoming_phone_numbers": []}), "The Twilio account AC123 has no incoming number +15550001111.",
+     BIND_SMS),
+    (Canned(status=503, body={}), "Twilio could not confirm the account (HTTP 503)", "network access to the Twilio"),
+])
+def test_an_sms_binding_twilio_does_not_confirm_fails_with_the_fix(world, sms, platform, answer, says, fix):
+    platform.default(TWILIO_NUMBERS, answer)
+    report, code = doctor()
+    (check,) = checks_of(report, "channel")
+    assert not check["ok"] and check["detail"] == says and fix in check["fix"], check
+    assert "twilio-token" not in json.dumps(report)
+    assert code == 1
+
+
 def test_doctor_reports_an_unreachable_database_and_the_rest_instead_of_a_traceback(tmp_path):
     import os
     import subprocess
