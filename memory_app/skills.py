@@ -187,6 +187,9 @@ def skills_sync(*, directory: Path | None = None, dry_run: bool = False) -> Sync
     if not root.is_dir():
         # Not "every skill removed": a mistyped folder would disable them all. An empty
         # folder does that, on purpose.
+        if root.exists():
+            raise SkillFileError(f"{root}: not a folder but a file; name the skills folder (the one holding "
+                                 "the *.md files)")
         raise SkillFileError(f"{root}: no such folder (an empty folder disables every file skill)")
     report = SyncReport(directory=str(root), dry_run=dry_run)
     files: dict[str, SkillFile] = {}

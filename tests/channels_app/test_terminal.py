@@ -11,6 +11,8 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
+from django.core.management import call_command
+from django.core.management.base import CommandError
 from django.db import connection
 
 from channels_app.chat import chat_owner
@@ -177,6 +179,17 @@ def test_chat_with_a_server_named_that_does_not_answer_says_so(world, model_serv
     )
     assert done.returncode != 0
     assert "no Qorven server answers at http://127.0.0.1:9" in done.stderr
+
+
+@pytest.mark.parametrize("server", ["notaurl", "127.0.0.1:8000", "ftp://qorven.example"])
+def test_chat_with_a_server_that_is_not_a_url_says_so(world, server):
+    """`--server notaurl` said "no Qorven server answers at notaurl", as if one could."""
+    with pytest.raises(CommandError) as refused:
+        call_command("chat", "--json", "--tenant", "acme", "--qor", "aria", "--user", "alice", "--server", server,
+                     stdout=io.StringIO())
+    assert str(refused.value) == (f"--server {server} is not a URL: give the server's address as "
+                                  "http://host:port or https://host (leave out --server to work on the database "
+                                  "directly)")
 
 
 def test_chat_refuses_someone_who_is_not_a_member(world):

@@ -243,6 +243,10 @@ def test_a_skills_folder_that_is_not_there_is_an_error_and_disables_nothing(skil
         skills_sync(directory=tmp_path / "skils")
     with pytest.raises(CommandError, match="no such folder"):
         call_command("sync_skills", "--dir", str(tmp_path / "skils"), stdout=io.StringIO(), stderr=io.StringIO())
+    # A file named for the folder was called "no such folder".
+    a_file = write(tmp_path, "hostname", "box\n")
+    with pytest.raises(CommandError, match=f"{a_file}: not a folder but a file; name the skills folder"):
+        call_command("sync_skills", "--dir", str(a_file), stdout=io.StringIO(), stderr=io.StringIO())
     # `--dir "$DIR"` with DIR unset read the current folder, and disabled every skill not in it.
     with pytest.raises(CommandError, match="--dir: an empty path"):
         call_command("sync_skills", "--dir", "", stdout=io.StringIO(), stderr=io.StringIO())

@@ -75,6 +75,10 @@ class Command(BaseCommand):
             from channels_app.terminal_client import ServerLink
 
             server = opts["server"] or settings.QORVEN_PUBLIC_URL
+            if opts["server"] and not _is_http_url(server):  # else "no server answers at notaurl"
+                raise CommandError(f"--server {server} is not a URL: give the server's address as "
+                                   "http://host:port or https://host (leave out --server to work on the "
+                                   "database directly)")
             if ServerLink.reachable(server):
                 link = ServerLink(owner, server)
             elif opts["server"]:
@@ -99,3 +103,14 @@ class Command(BaseCommand):
 
 def _terminated(signum, frame) -> None:
     raise SystemExit(128 + signum)
+
+
+def _is_http_url(value: str) -> bool:
+    from urllib.parse import urlsplit
+
+    try:
+        parts = urlsplit(value)
+        parts.port  # noqa: B018 (raises on a port that is none)
+    except ValueError:
+        return False
+    return parts.scheme in ("http", "https") and bool(parts.hostname)
