@@ -255,7 +255,10 @@ CELERY_TASK_SEND_SENT_EVENT = False
 
 # Heartbeats: the defaults file synced on startup, and how long images are kept by the
 # reserved __qorven_clear_images__ beat (seconds or 30m / 12h / 7d / 2w; 0 = delete all).
-QORVEN_HEARTBEATS_FILE = Path(env.str("QORVEN_HEARTBEATS_FILE", default=str(BASE_DIR / "heartbeats.default.json")))
+# A relative path, here and in every path setting, is taken from the project root (where
+# .env is): the same file whichever folder serve, the worker or a command starts in.
+QORVEN_HEARTBEATS_FILE = BASE_DIR / (env.str("QORVEN_HEARTBEATS_FILE", default="").strip()
+                                     or "heartbeats.default.json")
 QORVEN_IMAGE_RETENTION = env.duration("QORVEN_IMAGE_RETENTION", default="0")
 # How long a processed (or failed) inbound event is kept, to recognise a platform's late
 # retry of it (WhatsApp retries for up to 7 days); 0 = forever.
@@ -446,4 +449,4 @@ else:
     EMAIL_BACKEND = "qorven.runtime.mail.NoMailServer"
 
 # Learned skills: `*.md` files synced into the database at startup and by `qorven sync-skills`.
-QORVEN_SKILLS_DIR = Path(env.str("QORVEN_SKILLS_DIR", default=str(BASE_DIR / "plugins" / "skills")))
+QORVEN_SKILLS_DIR = BASE_DIR / (env.str("QORVEN_SKILLS_DIR", default="").strip() or "plugins/skills")
