@@ -180,6 +180,7 @@ class EmbeddedBeat(threading.Thread):
     def stop(self, timeout: float = 10.0) -> None:
         self._stop_event.set()
         self.join(timeout)
+        logger.info("heartbeats: embedded beat scheduler stopped")
 
 
 def embedded_beat_start() -> EmbeddedBeat:

@@ -59,6 +59,12 @@ def test_serve_migrates_a_fresh_database_and_serves_the_admin_login(tmp_path, se
         out = log.read()
         assert proc.returncode == 0, out[-5000:]
         assert "Finishing the tasks running" in out  # the embedded worker's running tasks finish first
+        # The beat queues no new run once shutdown begins: before the tasks are waited for
+        # (it went on after that line), and under uvicorn at the signal, before the sockets close.
+        stopped = out.index("embedded beat scheduler stopped")
+        assert stopped < out.index("Finishing the tasks running")
+        if server == "uvicorn":
+            assert stopped < out.index("Shutting down")
         # The model SDK was loaded as it started, though no model was called: no turn waits for it.
         imported = {line.rpartition("|")[2].strip() for line in out.splitlines() if line.startswith("import time:")}
         assert "openai" in imported and "channels_app.consumers" in imported

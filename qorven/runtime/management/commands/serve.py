@@ -1,5 +1,8 @@
 from __future__ import annotations
 
+from collections.abc import Callable
+from types import FrameType
+
 from celery import current_app
 from django.conf import settings
 from django.core.management import call_command
@@ -57,8 +60,9 @@ class Command(BaseCommand):
         self.stdout.flush()
         _reads_warm()
         startup_heap_freeze()  # the app, loaded above, with the rest
+        stopping = _Once(lambda: shutdown_run(startup))  # the embedded beat: no run is queued from then on
         if opts["server"] == "uvicorn":
-            _uvicorn_run(opts["host"], opts["port"])
+            _uvicorn_run(opts["host"], opts["port"], on_signal=stopping)  # at the signal, before sockets close
         else:
             # Imported only here: daphne installs Twisted's reactor as it is imported, a
             # quarter of a second that a start on uvicorn (the default) need not pay.
@@ -67,7 +71,7 @@ class Command(BaseCommand):
             CommandLineInterface().run(
                 ["--bind", opts["host"], "--port", str(opts["port"]), "qorven.asgi:application"]
             )
-        shutdown_run(startup)  # the embedded beat: no new run is queued from here on
+        stopping()
         if embedded:
             # Stopped (SIGTERM, Ctrl-C): the tasks running finish — a turn half-way, a send
             # half-way — rather than die with the process; what is only queued is in the
@@ -120,7 +124,20 @@ def _reads_warm() -> None:
             connection.close()
 
 
-def _uvicorn_run(host: str, port: int) -> None:
+class _Once:
+    """`action`, run on the first call only: shutdown begins at the signal (uvicorn) or
+    once the server has returned (Daphne), whichever comes first."""
+
+    def __init__(self, action: Callable[[], None]) -> None:
+        self._action: Callable[[], None] | None = action
+
+    def __call__(self) -> None:
+        action, self._action = self._action, None
+        if action is not None:
+            action()
+
+
+def _uvicorn_run(host: str, port: int, *, on_signal: Callable[[], None]) -> None:
     """Serve with uvicorn until SIGTERM or Ctrl-C, then return, as Daphne's runner does.
 
     uvicorn stops on either signal and then raises it again for the handler that was there
@@ -130,16 +147,31 @@ def _uvicorn_run(host: str, port: int) -> None:
     forwarded headers is off: the app takes the client's address from a trusted proxy the
     same way under either server (qorven.runtime.client_address).
     uvicorn runs on uvloop and parses HTTP with httptools (both dependencies; without them
-    it falls back to asyncio's loop and h11)."""
+    it falls back to asyncio's loop and h11). `on_signal` runs at the first SIGTERM or
+    Ctrl-C, before uvicorn waits for the open sockets to close (up to SOCKETS_CLOSE_WAIT)."""
     import signal
+    import sys
 
     import uvicorn
 
+    class Server(uvicorn.Server):
+        def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+            on_signal()
+            super().handle_exit(sig, frame)
+
     before = {sig: signal.signal(sig, lambda signum, frame: None) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
-        uvicorn.run("qorven.asgi:application", host=host, port=port, lifespan="off", ws="websockets-sansio",
-                    ws_max_size=settings.QORVEN_MAX_BODY, log_config=None, proxy_headers=False,
-                    server_header=False, timeout_graceful_shutdown=SOCKETS_CLOSE_WAIT)
+        config = uvicorn.Config("qorven.asgi:application", host=host, port=port, lifespan="off",
+                                ws="websockets-sansio", ws_max_size=settings.QORVEN_MAX_BODY, log_config=None,
+                                proxy_headers=False, server_header=False,
+                                timeout_graceful_shutdown=SOCKETS_CLOSE_WAIT)
+        server = Server(config=config)
+        try:
+            server.run()
+        except KeyboardInterrupt:
+            pass
+        if not server.started:  # as uvicorn.run ends when the server could not start
+            sys.exit(3)
     finally:
         for sig, handler in before.items():
             signal.signal(sig, handler)
