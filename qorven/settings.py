@@ -255,8 +255,9 @@ CELERY_TASK_SEND_SENT_EVENT = False
 
 # Heartbeats: the defaults file synced on startup, and how long images are kept by the
 # reserved __qorven_clear_images__ beat (seconds or 30m / 12h / 7d / 2w; 0 = delete all).
-# A relative path, here and in every path setting, is taken from the project root (where
-# .env is): the same file whichever folder serve, the worker or a command starts in.
+# A relative path, here as in QORVEN_SKILLS_DIR and QORVEN_BACKUP_DIR, is taken from the
+# project root (where .env is): the same file whichever folder serve, the worker or a
+# command starts in.
 QORVEN_HEARTBEATS_FILE = BASE_DIR / (env.str("QORVEN_HEARTBEATS_FILE", default="").strip()
                                      or "heartbeats.default.json")
 QORVEN_IMAGE_RETENTION = env.duration("QORVEN_IMAGE_RETENTION", default="0")
