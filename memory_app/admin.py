@@ -98,11 +98,15 @@ class LearnedSkillAdmin(TenantScopedAdminMixin, admin.ModelAdmin):
     search_fields = ["name", "description"]
     fields = ["tenant", "name", "description", "min_trust", "enabled", "body", "triggers", "reply", "action",
               "action_args", "source", "path", "checksum"]
+    readonly_fields = ["source", "path", "checksum"]
 
     def get_readonly_fields(self, request, obj: LearnedSkill | None = None) -> list[str]:
+        # The scoping base adds the tenant on a change page: a skill stays shared, or in
+        # the tenant it was made in, as every scoped row does.
+        fields = super().get_readonly_fields(request, obj)
         if obj is not None and obj.source == LearnedSkill.Source.FILE:
-            return list(self.fields)
-        return ["source", "path", "checksum"]
+            return fields + [name for name in self.fields if name not in fields]
+        return fields
 
     def save_model(self, request, obj: LearnedSkill, form, change: bool) -> None:
         if not change:

@@ -9,7 +9,7 @@ from django.urls import reverse
 
 from channels_app.models import ChannelBinding, Identity
 from channels_app.services import binding_create
-from memory_app.models import Memory
+from memory_app.models import LearnedSkill, Memory
 from tenancy.models import Membership
 
 from ..admin_forms import served_form
@@ -91,3 +91,24 @@ def test_a_memorys_tenant_is_not_changed(editor, world):
     memory.refresh_from_db()
     assert (memory.tenant, memory.qor) == (world.tenant_a, world.qor_a)
     assert memory.content == "likes tea"  # a Qor of another tenant is refused, as on an add page
+
+
+def _admin_skill(tenant) -> LearnedSkill:
+    return LearnedSkill.objects.create(tenant=tenant, name="triage", description="Sorts the inbox", body="b",
+                                       source="admin")
+
+
+def test_a_skills_tenant_is_not_changed(editor, world):
+    skill = _admin_skill(world.tenant_a)
+    url = reverse("admin:memory_app_learnedskill_change", args=[skill.pk])
+    assert _posted(editor, url, tenant=world.tenant_b.pk, description="Sorts the mail") == 302
+    skill.refresh_from_db()
+    assert (skill.tenant, skill.description) == (world.tenant_a, "Sorts the mail")
+
+
+def test_a_shared_skill_is_not_given_a_tenant(host, world):
+    skill = _admin_skill(None)
+    url = reverse("admin:memory_app_learnedskill_change", args=[skill.pk])
+    assert _posted(host, url, tenant=world.tenant_a.pk, description="Sorts the mail") == 302
+    skill.refresh_from_db()
+    assert (skill.tenant, skill.description) == (None, "Sorts the mail")
