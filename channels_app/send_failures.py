@@ -9,7 +9,10 @@ its only one, or one of several — the person on the platform gets one notice o
 saying it, or something of it, may not have reached them, and where they can read it
 when they have the web page or the terminal (`reply_undelivered_tell`) — never the
 platform's words. That notice failing in turn is the end of it; when the platform refused
-the account itself (a bad token), the notice is not sent through it at all, only stored.
+the account itself (a bad token), or the one chat (the person blocked the bot), the notice
+is not sent there at all, only stored; and the parts waiting then for that account (or
+that chat) are failed unsent, not refused one request at a time
+(`deliveries_refused_fail`).
 """
 from __future__ import annotations
 
@@ -42,6 +45,63 @@ def account_refused(platform: str) -> str:
     (SendError.account), not only that part: the admin reads it, and our notice of the
     reply is not sent through that account (reply_undelivered_tell)."""
     return f"{platform} refused the account itself (its token or access), not only this message"
+
+
+def chat_refused(platform: str) -> str:
+    """How a part's last error begins when the platform refused the one chat (SendError.chat:
+    the person blocked the bot, it was removed from the group, the chat is closed to it):
+    our notice of the reply is not sent to that chat (reply_undelivered_tell)."""
+    return f"{platform} refused this chat (blocked, left or closed to us), not only this message"
+
+
+def refusal_of(part: OutboundDelivery) -> str:
+    """Which of those refusals a failed part's error records ("" for none): a part failed
+    unsent after one (deliveries_refused_fail) quotes it."""
+    kind = part.binding.kind
+    return next((said for said in (account_refused(kind), chat_refused(kind)) if said in part.last_error), "")
+
+
+def deliveries_refused_fail(*, row: OutboundDelivery, chat: bool) -> int:
+    """With the binding's gate held (channels_app.sending), just after the platform refused
+    `row`'s send for its account (or, `chat`, for its chat), its error recorded: the parts
+    waiting for that account (for that chat) end failed unsent, quoting that error, and
+    their people are told as for any failed reply (the notice stored, not sent). Each
+    would only be refused the same way, a request apiece.
+
+    Only the parts waiting now are failed; nothing is kept on the binding. A part planned
+    after this (a new reply) is tried: a token fixed in the admin, or access given back on
+    the platform's side with the same credentials (a Slack scope granted, a Twilio account
+    reactivated, a person unblocking the bot), works with the next send. And only while the
+    binding's credentials are still those refused: a token fixed meanwhile sends them.
+    A one-off target (a Discord /ask in time goes through its interaction's own token, not
+    the bot's) is left to be tried. Returns how many parts were failed."""
+    from .adapters import adapter_for
+
+    binding = row.binding
+    stored = ChannelBinding.objects.filter(pk=binding.pk).values_list("credentials", flat=True).first()
+    if stored != binding.credentials:
+        return 0
+    adapter = adapter_for(binding.kind)
+    waiting = OutboundDelivery.objects.filter(tenant_id=row.tenant_id, binding_id=binding.pk,
+                                              state=OutboundDelivery.State.PENDING).exclude(pk=row.pk)
+    if chat:
+        waiting = waiting.filter(target=row.target)
+    parts = [(pk, message_id) for pk, message_id, target in waiting.order_by("pk").values_list(
+        "pk", "message_id", "target") if adapter is None or adapter.target_lasts(target)]
+    if not parts:
+        return 0
+    failed = OutboundDelivery.objects.filter(pk__in=[pk for pk, _ in parts], state=OutboundDelivery.State.PENDING).update(
+        state=OutboundDelivery.State.FAILED, not_before=None, updated_at=timezone.now(),
+        last_error=f"not sent: a send just before it found that {row.last_error}"[:1000],
+    )
+    messages = list(dict.fromkeys(message_id for _, message_id in parts))
+    logger.warning("%s parts of %s replies waiting for binding %s failed unsent: %s", failed, len(messages),
+                   binding.pk, (chat_refused if chat else account_refused)(binding.kind))
+    for message_id in messages:
+        delivery_failed_show(row.tenant_id, message_id, binding.kind)
+        if message_id != row.message_id:  # that reply's send tells of it as it ends
+            reply_undelivered_tell(tenant_id=row.tenant_id, message_id=message_id)
+    return failed
 
 # The notice the person gets on the platform: its key in message metadata, and its text,
 # from a fixed set — what may be missing (all of the reply, or a part of it), where the
@@ -165,10 +225,11 @@ def reply_undelivered_tell(*, tenant_id: int, message_id: int) -> bool:
         return False
     text = undelivered_notice(several=len(parts) > 1, **_where_to_read(reply.session))
     metadata: dict[str, Any] = {"notice": UNDELIVERED, "undelivered": reply.pk}
-    refused = account_refused(parts[0].binding.kind)
-    if any(part.last_error.startswith(refused) for part in parts):
-        # Sent through the account the platform refused, it could only fail too: stored
-        # (the page shows it) with its delivery failed unsent (channels_app.delivery).
+    refused = next((said for said in map(refusal_of, parts) if said), "")
+    if refused:
+        # Sent through the account the platform refused, or to the chat it refused, it
+        # could only fail too: stored (the page shows it) with its delivery failed unsent
+        # (channels_app.delivery).
         metadata["not_sent"] = f"not sent: the reply it tells of found that {refused}"
     try:
         stored = message_append(session=reply.session, role=Message.Role.SYSTEM, content=text,
@@ -178,7 +239,7 @@ def reply_undelivered_tell(*, tenant_id: int, message_id: int) -> bool:
         logger.info("message %s was not delivered; its chat was cleared since, so nobody is told", reply.pk)
         return False
     if stored.created and "not_sent" in metadata:
-        logger.warning("message %s was not delivered: %s; our notice of it is stored and not sent through it",
+        logger.warning("message %s was not delivered: %s; our notice of it is stored and not sent",
                        reply.pk, refused)
     elif stored.created:
         logger.info("message %s was not delivered%s; the person is told", reply.pk, " in full" if len(parts) > 1 else "")

@@ -22,7 +22,15 @@ from tenancy.models import Membership, PluginSetting
 
 from .adapters import SendError, adapter_for
 from .models import ChannelBinding, OutboundDelivery
-from .send_failures import MAYBE_DELIVERED, account_refused, delivery_failed_show, part_give_up, reply_undelivered_tell
+from .send_failures import (
+    MAYBE_DELIVERED,
+    account_refused,
+    chat_refused,
+    deliveries_refused_fail,
+    delivery_failed_show,
+    part_give_up,
+    reply_undelivered_tell,
+)
 from .send_gate import BindingBusy, GatesHeld, send_gate, send_slot_free
 
 logger = logging.getLogger(__name__)
@@ -304,6 +312,11 @@ def _send_parts_in_order(rows: list[OutboundDelivery], gates: GatesHeld) -> tupl
         except SendError as exc:
             row.attempts += 1
             failed = _send_failed(row, exc) or failed  # RetryLater: the rest waits for this part's retry
+            if exc.account or exc.chat:
+                # The rest of this reply, and the replies waiting for that account (or
+                # chat), could only be refused the same way: failed unsent, no request each.
+                deliveries_refused_fail(row=row, chat=exc.chat)
+                break
             continue
         except Exception:
             # Not a platform answer (a bug, the database): the part goes back to pending
@@ -366,7 +379,8 @@ def _send_failed(row: OutboundDelivery, exc: SendError) -> bool:
         logger.warning("delivery of message %s part %s is in doubt, not sent again: %s", row.message_id, row.part, exc)
         delivery_failed_show(row.tenant_id, row.message_id, row.binding.kind)
         return True
-    row.last_error = (f"{account_refused(row.binding.kind)}: {exc}" if exc.account else str(exc))[:1000]
+    refused = account_refused if exc.account else chat_refused if exc.chat else None
+    row.last_error = (f"{refused(row.binding.kind)}: {exc}" if refused else str(exc))[:1000]
     row.state = OutboundDelivery.State.FAILED if exc.permanent else OutboundDelivery.State.PENDING
     after = exc.retry_after if exc.retry_after is not None else send_backoff(row.attempts - 1)
     row.not_before = None if exc.permanent else timezone.now() + timedelta(seconds=after)

@@ -48,13 +48,17 @@ class SendError(Exception):
     the answer timed out), so the platform may have the message: sending it again could
     deliver it twice. `account`: the platform refused the account itself (a bad or revoked
     token, its access taken away), not only this message: nothing goes out through it
-    until its credentials are fixed."""
+    until its credentials are fixed. `chat`: the platform refused the one chat (the person
+    blocked the bot, it was removed from the group, the channel is archived), not only
+    this message: nothing goes out to that chat, though the account still sends elsewhere."""
 
     def __init__(self, message: str, *, permanent: bool, retry_after: float | None = None,
-                 ambiguous: bool = False, status: int | None = None, account: bool = False) -> None:
+                 ambiguous: bool = False, status: int | None = None, account: bool = False,
+                 chat: bool = False) -> None:
         super().__init__(message)
-        self.permanent = permanent or account
+        self.permanent = permanent or account or chat
         self.account = account
+        self.chat = chat and not account
         self.retry_after = retry_after
         self.ambiguous = ambiguous
         self.status = status  # the platform's HTTP status, when it answered
@@ -208,9 +212,10 @@ class Adapter:
 
     @staticmethod
     def raise_for_status(response: httpx.Response, *, retry_after: float | None = None,
-                         account: Collection[int] = ()) -> None:
+                         account: Collection[int] = (), chat: bool = False) -> None:
         """Raise the SendError of a refused send. `account`: the statuses with which the
-        platform refuses the account itself, not only the message (SendError.account)."""
+        platform refuses the account itself, not only the message (SendError.account);
+        `chat`: whether this answer refuses the one chat (SendError.chat)."""
         if response.status_code < 300:
             return
         text = response.text[:300]
@@ -219,7 +224,7 @@ class Adapter:
             raise SendError(f"{response.status_code}: {text}", permanent=False, retry_after=after,
                             status=response.status_code)
         raise SendError(f"{response.status_code}: {text}", permanent=True, status=response.status_code,
-                        account=response.status_code in account)
+                        account=response.status_code in account, chat=chat)
 
     @staticmethod
     def accepted_id(response: httpx.Response, *path: str | int) -> str:

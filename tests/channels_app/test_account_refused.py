@@ -114,3 +114,43 @@ def test_an_email_reply_whose_mail_server_refuses_our_login_is_not_followed_by_a
     assert answer_part.state == "failed" and answer_part.last_error.startswith("email refused the account itself")
     assert (notice_part.state, notice_part.attempts) == ("failed", 0)
     assert "not sent" in notice_part.last_error
+
+
+def test_once_the_account_is_refused_the_rest_of_the_reply_and_the_replies_waiting_are_failed_unsent(
+    world, telegram, platform, drain
+):
+    """The platform refused the bot's token for the first part: the rest of that reply,
+    and the replies waiting for the bot, would be refused the same way, one request each.
+    They are failed at once, with the reason, for the admin and the page. The token fixed
+    in the admin, the next reply goes out at once."""
+    from .conftest import replies_waiting
+
+    path = "/telegram/bot111:AAA/sendMessage"
+    platform.default(path, Canned(401, {"ok": False, "error_code": 401, "description": "Unauthorized"}))
+    pair(world, "telegram", "42", world.alice)
+    first, second = replies_waiting(world, telegram, [ANSWER, "Bring the slides."])
+    for part in (1, 2):
+        OutboundDelivery.objects.create(tenant=world.tenant_a, message=first, part=part, binding=telegram,
+                                        target="42", text=f"part {part}")
+    deliver_message_task.delay(world.tenant_a.pk, first.pk)
+    drain()
+    assert [s.json["text"] for s in platform.sent(path)] == [ANSWER]  # one request, and no other
+    parts = list(OutboundDelivery.objects.filter(message__in=[first, second]).order_by("message_id", "part"))
+    assert [(p.state, p.attempts) for p in parts] == [("failed", 1), ("failed", 0), ("failed", 0), ("failed", 0)]
+    for unsent in parts[1:]:  # why, for the admin
+        assert unsent.last_error.startswith("not sent:") and "telegram refused the account itself" in unsent.last_error
+        assert "401" in unsent.last_error
+    assert not OutboundDelivery.objects.filter(state__in=["pending", "sending"]).exists()
+    notices = OutboundDelivery.objects.filter(message__metadata__notice="reply_undelivered")
+    assert notices.count() == 2  # one for each reply, on the page
+    assert all(n.state == "failed" and n.last_error.startswith("not sent") for n in notices)
+
+    # The token fixed in the admin: nothing of the refusal is held against the binding.
+    telegram.credentials = {**telegram.credentials, "token": "111:BBB"}
+    telegram.save(update_fields=["credentials"])
+    platform.default("/telegram/bot111:BBB/sendMessage", Canned(body={"ok": True, "result": {"message_id": 9}}))
+    (later,) = replies_waiting(world, telegram, ["See you then."])
+    deliver_message_task.delay(world.tenant_a.pk, later.pk)
+    drain()
+    assert [s.json["text"] for s in platform.sent("/telegram/bot111:BBB/sendMessage")] == ["See you then."]
+    assert OutboundDelivery.objects.get(message=later).state == "sent"
