@@ -61,7 +61,7 @@ def refusal_of(part: OutboundDelivery) -> str:
     return next((said for said in (account_refused(kind), chat_refused(kind)) if said in part.last_error), "")
 
 
-def deliveries_refused_fail(*, row: OutboundDelivery, chat: bool) -> int:
+def deliveries_refused_fail(*, row: OutboundDelivery, chat: bool) -> set[int]:
     """With the binding's gate held (channels_app.sending), just after the platform refused
     `row`'s send for its account (or, `chat`, for its chat), its error recorded: the parts
     waiting for that account (for that chat) end failed unsent, quoting that error, and
@@ -73,23 +73,23 @@ def deliveries_refused_fail(*, row: OutboundDelivery, chat: bool) -> int:
     the platform's side with the same credentials (a Slack scope granted, a Twilio account
     reactivated, a person unblocking the bot), works with the next send. And only while the
     binding's credentials are still those refused: a token fixed meanwhile sends them.
-    A one-off target (a Discord /ask in time goes through its interaction's own token, not
-    the bot's) is left to be tried. Returns how many parts were failed."""
+    After a refusal of the account, a one-off target (a Discord /ask in time goes through
+    its interaction's own token, not the bot's) is left to be tried. Returns the ids of the parts failed."""
     from .adapters import adapter_for
 
     binding = row.binding
     stored = ChannelBinding.objects.filter(pk=binding.pk).values_list("credentials", flat=True).first()
     if stored != binding.credentials:
-        return 0
+        return set()
     adapter = adapter_for(binding.kind)
     waiting = OutboundDelivery.objects.filter(tenant_id=row.tenant_id, binding_id=binding.pk,
                                               state=OutboundDelivery.State.PENDING).exclude(pk=row.pk)
     if chat:
         waiting = waiting.filter(target=row.target)
     parts = [(pk, message_id) for pk, message_id, target in waiting.order_by("pk").values_list(
-        "pk", "message_id", "target") if adapter is None or adapter.target_lasts(target)]
+        "pk", "message_id", "target") if chat or adapter is None or adapter.target_lasts(target)]
     if not parts:
-        return 0
+        return set()
     failed = OutboundDelivery.objects.filter(pk__in=[pk for pk, _ in parts], state=OutboundDelivery.State.PENDING).update(
         state=OutboundDelivery.State.FAILED, not_before=None, updated_at=timezone.now(),
         last_error=f"not sent: a send just before it found that {row.last_error}"[:1000],
@@ -101,7 +101,8 @@ def deliveries_refused_fail(*, row: OutboundDelivery, chat: bool) -> int:
         delivery_failed_show(row.tenant_id, message_id, binding.kind)
         if message_id != row.message_id:  # that reply's send tells of it as it ends
             reply_undelivered_tell(tenant_id=row.tenant_id, message_id=message_id)
-    return failed
+    return {pk for pk, _ in parts}
+
 
 # The notice the person gets on the platform: its key in message metadata, and its text,
 # from a fixed set — what may be missing (all of the reply, or a part of it), where the
@@ -175,7 +176,8 @@ def deliveries_undelivered(*, binding: ChannelBinding, reports: list[Undelivered
     they end failed, with its reason kept for the admin, and live surfaces mark the reply
     "not delivered". A report already taken, or for a part that is not ours, changes
     nothing. Returns how many parts were failed."""
-    reasons = {r.platform_message_id: r.reason for r in reports}
+    reasons = {r.platform_message_id: f"{chat_refused(binding.kind)}: {r.reason}" if r.chat else r.reason
+               for r in reports}
     rows = list(OutboundDelivery.objects.filter(
         tenant_id=binding.tenant_id, binding=binding, platform_message_id__in=list(reasons),
         state=OutboundDelivery.State.SENT,

@@ -298,7 +298,10 @@ def _send_parts_in_order(rows: list[OutboundDelivery], gates: GatesHeld) -> tupl
     sent = 0
     following: int | None | object = UNLOOKED
     failed = False  # a part of this reply ended failed here
+    unsent: set[int] = set()  # its parts failed unsent after a refusal of the account or the chat
     for row in rows:
+        if row.pk in unsent:
+            continue
         if not gates.renew():
             logger.warning("message %s: its send stalled past its gates' expiry and another send took them over; "
                            "the parts left are that send's", row.message_id)
@@ -315,8 +318,7 @@ def _send_parts_in_order(rows: list[OutboundDelivery], gates: GatesHeld) -> tupl
             if exc.account or exc.chat:
                 # The rest of this reply, and the replies waiting for that account (or
                 # chat), could only be refused the same way: failed unsent, no request each.
-                deliveries_refused_fail(row=row, chat=exc.chat)
-                break
+                unsent = deliveries_refused_fail(row=row, chat=exc.chat)
             continue
         except Exception:
             # Not a platform answer (a bug, the database): the part goes back to pending

@@ -89,6 +89,9 @@ class Undelivered:
 
     platform_message_id: str
     reason: str
+    # The platform says the chat itself is closed to us (WhatsApp's 24-hour window):
+    # our notice would not get there either (SendError.chat).
+    chat: bool = False
 
 
 @dataclass
@@ -225,6 +228,18 @@ class Adapter:
                             status=response.status_code)
         raise SendError(f"{response.status_code}: {text}", permanent=True, status=response.status_code,
                         account=response.status_code in account, chat=chat)
+
+    @staticmethod
+    def error_code(response: httpx.Response, *path: str) -> Any:
+        """The platform's own error code in a refusal's JSON, read along `path` (Discord's
+        `code`, Meta's `error.code`); None when the answer has none we can read."""
+        try:
+            value: Any = response.json()
+            for step in path:
+                value = value[step]
+        except (ValueError, KeyError, IndexError, TypeError):
+            return None
+        return value
 
     @staticmethod
     def accepted_id(response: httpx.Response, *path: str | int) -> str:

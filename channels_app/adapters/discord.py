@@ -47,6 +47,10 @@ GROUP_DM = 3  # a channel's type
 NOT_LET_IN = (403, 404)
 # What Discord answers a bot token it does not take (revoked, reset, mistyped).
 BOT_REFUSED = (401,)
+# Its codes, with a 403 to the bot, for a chat closed to it: one it cannot see (Missing
+# Access), may not post in (Missing Permissions), or a person's DMs (Cannot send messages
+# to this user: they share no server with the bot, or turned its DMs off).
+CHAT_REFUSED = frozenset({50001, 50013, 50007})
 
 
 STAMP_WINDOW = 300  # seconds a signed interaction stays acceptable, as Slack's
@@ -295,7 +299,8 @@ class DiscordAdapter(Adapter):
             except (ValueError, TypeError, AttributeError):
                 retry_after = None
         # A 401 on an interaction's webhook is that /ask's lapsed token (send), not the bot's.
-        self.raise_for_status(response, retry_after=retry_after, account=() if url_given else BOT_REFUSED)
+        chat = not url_given and response.status_code == 403 and self.error_code(response, "code") in CHAT_REFUSED
+        self.raise_for_status(response, retry_after=retry_after, account=() if url_given else BOT_REFUSED, chat=chat)
         return self.accepted_id(response, "id")
 
 

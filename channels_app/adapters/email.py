@@ -133,7 +133,9 @@ class EmailAdapter(Adapter):
                             account=isinstance(exc, smtplib.SMTPAuthenticationError) and exc.smtp_code >= 500) from None
         except smtplib.SMTPRecipientsRefused as exc:
             codes = [code for code, _ in exc.recipients.values()]
-            raise SendError(f"SMTP: recipients refused {codes}", permanent=all(c >= 500 for c in codes)) from None
+            # Refused for good, the address is: our notice to it would be too.
+            raise SendError(f"SMTP: recipients refused {codes}", permanent=all(c >= 500 for c in codes),
+                            chat=all(c >= 500 for c in codes)) from None
         except Exception as exc:
             raise SendError(f"SMTP: {type(exc).__name__}: {exc}", permanent=False) from None
         return ""

@@ -248,7 +248,7 @@ class SlackAdapter(Adapter):
         if not ok:
             error = str(data.get("error", "unknown error"))
             raise SendError(f"Slack refused: {error}", permanent=error not in ("ratelimited", "internal_error"),
-                            account=error in TOKEN_REFUSED)
+                            account=error in TOKEN_REFUSED, chat=error in CHAT_REFUSED)
         return str(data.get("ts", ""))
 
 
@@ -256,6 +256,9 @@ class SlackAdapter(Adapter):
 # uninstalled, its workspace gone, chat:write not granted): the account's, not the chat's.
 TOKEN_REFUSED = frozenset({"invalid_auth", "not_authed", "account_inactive", "token_revoked", "token_expired",
                            "missing_scope", "no_permission", "team_access_not_granted", "ekm_access_denied"})
+# Its errors for the one conversation (none the bot can see by that id, one it is not in,
+# one archived): nothing reaches it, though the bot still posts elsewhere.
+CHAT_REFUSED = frozenset({"channel_not_found", "not_in_channel", "is_archived"})
 
 
 _MENTION = re.compile(r"<@([A-Z0-9]+)(?:\|[^<>]*)?>")

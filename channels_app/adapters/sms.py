@@ -145,5 +145,10 @@ class SmsAdapter(Adapter):
         except Exception as exc:
             raise send_unreachable("Twilio", exc) from None
         # 401: Twilio does not take the account SID and auth token (Authenticate, 20003).
-        self.raise_for_status(response, account=(401,))
+        # 21610: the number replied STOP; nothing reaches it until it sends START.
+        self.raise_for_status(response, account=(401,), chat=self.error_code(response, "code") == UNSUBSCRIBED)
         return self.accepted_id(response, "sid")
+
+
+# Twilio's code for a number that unsubscribed (replied STOP) from ours.
+UNSUBSCRIBED = 21610

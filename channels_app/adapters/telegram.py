@@ -355,7 +355,8 @@ class TelegramAdapter(Adapter):
             except (ValueError, TypeError, AttributeError):
                 retry_after = None
         try:
-            self.raise_for_status(response, retry_after=retry_after, account=ACCOUNT_REFUSED)
+            self.raise_for_status(response, retry_after=retry_after, account=ACCOUNT_REFUSED,
+                                  chat=response.status_code == CHAT_REFUSED)
         except SendError as exc:
             exc.migrated_to = _migrated_to(response) if response.status_code == 400 else None
             raise
@@ -370,9 +371,11 @@ class TelegramAdapter(Adapter):
 
 
 # What Telegram answers a bot token it does not take: one revoked or mistyped (401
-# Unauthorized), one no bot has (404 Not Found). Its 403 is one chat's (the person
-# blocked the bot, it left the group): the bot still sends elsewhere.
+# Unauthorized), one no bot has (404 Not Found).
 ACCOUNT_REFUSED = (401, 404)
+# Its 403 is one chat's ("Forbidden: bot was blocked by the user", "…kicked from the group
+# chat", "…user is deactivated"): nothing reaches that chat, though the bot still sends elsewhere.
+CHAT_REFUSED = 403
 
 
 def _description(response: Any) -> str:

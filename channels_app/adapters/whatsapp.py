@@ -183,8 +183,15 @@ class WhatsAppAdapter(Adapter):
         except Exception as exc:
             raise send_unreachable("WhatsApp", exc) from None
         # 401: Meta does not take the access token (expired, revoked: OAuthException 190).
-        self.raise_for_status(response, account=(401,))
+        self.raise_for_status(response, account=(401,),
+                              chat=self.error_code(response, "error", "code") in WINDOW_CLOSED)
         return self.accepted_id(response, "messages", 0, "id")
+
+
+# Meta's code for a message outside the person's 24-hour window (Re-engagement message),
+# mostly reported later in a status webhook: nothing but a template reaches that number
+# until they write again, our notice no more than the reply.
+WINDOW_CLOSED = frozenset({131047})
 
 
 def _failed(value: dict[str, Any]) -> list[Undelivered]:
@@ -197,8 +204,14 @@ def _failed(value: dict[str, Any]) -> list[Undelivered]:
             continue
         errors = [e for e in status.get("errors") or [] if isinstance(e, dict)]
         said = "; ".join(f"{e.get('code', '')} {e.get('title', '')}".strip() for e in errors) or "no reason given"
-        found.append(Undelivered(str(status["id"]), f"WhatsApp reported it undelivered: {said}"))
+        closed = any(_code(e) in WINDOW_CLOSED for e in errors)
+        found.append(Undelivered(str(status["id"]), f"WhatsApp reported it undelivered: {said}", chat=closed))
     return found
+
+
+def _code(error: dict) -> int | None:
+    code = error.get("code")
+    return code if isinstance(code, int) and not isinstance(code, bool) else None
 
 
 def _tapped(raw: dict) -> str:

@@ -1,7 +1,9 @@
 """A platform that refuses the account itself (a bad or revoked bot token, access taken
-away), not only the one message: the reply fails, and our notice that it did not get
-there is not sent through that same account, where it could only fail too. It is stored
-and shown on the page, its delivery failed where the admin sees why; the log says it."""
+away), or the one chat (the person blocked the bot), not only the one message: the reply
+fails, and our notice that it did not get there is not sent through that same account,
+or to that chat, where it could only fail too. It is stored and shown on the page, its
+delivery failed where the admin sees why; the log says it. Nor is the rest of what waits
+for that account (or chat) tried, a refused request apiece."""
 from __future__ import annotations
 
 import logging
@@ -16,7 +18,6 @@ from sessions_app.services import message_append, session_resolve
 from ..fakes.platform_server import Canned
 from .conftest import pair
 from .test_slack_discord_email_sms import discord, discord_key, slack  # noqa: F401 (fixtures)
-from .test_undelivered_reply import ON_THE_WEB
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -83,16 +84,54 @@ def test_a_reply_refused_for_the_account_itself_is_not_followed_by_a_notice_sent
     assert any("refused the account" in r.getMessage() and "not sent" in r.getMessage() for r in caplog.records)
 
 
-def test_a_refusal_of_the_one_chat_still_gets_the_notice_tried(world, telegram, platform, drain):
-    """Telegram's 403 is the person's doing (they blocked the bot, it left the group), not
-    the account's: the bot can still send elsewhere, so the notice is tried as before."""
-    path = "/telegram/bot111:AAA/sendMessage"
-    platform.default(path, Canned(403, {"ok": False, "error_code": 403,
-                                        "description": "Forbidden: bot was blocked by the user"}))
-    answer = refused_reply(world, telegram, "42")
+# How each platform refuses the one chat, not the account: the person blocked the bot, it
+# was removed from the group, the chat is closed to it. The bot still sends elsewhere.
+CHAT_REFUSALS = {
+    "telegram-blocked": ("telegram", "/telegram/bot111:AAA/sendMessage", "42", Canned(403, {
+        "ok": False, "error_code": 403, "description": "Forbidden: bot was blocked by the user"})),
+    "telegram-kicked": ("telegram", "/telegram/bot111:AAA/sendMessage", "42", Canned(403, {
+        "ok": False, "error_code": 403, "description": "Forbidden: bot was kicked from the group chat"})),
+    "discord-50007": ("discord", "/discord/api/v10/channels/555/messages", "555",
+                      Canned(403, {"message": "Cannot send messages to this user", "code": 50007})),
+    "slack-channel_not_found": ("slack", "/slack/api/chat.postMessage", "D0DM",
+                                Canned(200, {"ok": False, "error": "channel_not_found"})),
+    "slack-not_in_channel": ("slack", "/slack/api/chat.postMessage", "D0DM",
+                             Canned(200, {"ok": False, "error": "not_in_channel"})),
+    "slack-is_archived": ("slack", "/slack/api/chat.postMessage", "D0DM",
+                          Canned(200, {"ok": False, "error": "is_archived"})),
+    "whatsapp-131047": ("whatsapp", "/whatsapp/v21.0/1055/messages", "15550100", Canned(400, {"error": {
+        "message": "Re-engagement message", "type": "OAuthException", "code": 131047}})),
+    "sms-21610": ("sms", "/twilio/2010-04-01/Accounts/AC123/Messages.json", "+15550002222",
+                  Canned(400, {"code": 21610, "message": "Attempt to send to unsubscribed recipient", "status": 400})),
+}
+
+
+@pytest.fixture
+def chat_binding(request, world, telegram, whatsapp, sms, slack, discord):  # noqa: F811
+    return {"telegram": telegram, "whatsapp": whatsapp, "sms": sms, "slack": slack, "discord": discord}[
+        CHAT_REFUSALS[request.param][0]]
+
+
+@pytest.mark.parametrize("chat_binding, refusal", [(name, name) for name in CHAT_REFUSALS],
+                         indirect=["chat_binding"], ids=list(CHAT_REFUSALS))
+def test_a_reply_refused_for_its_chat_is_not_followed_by_a_notice_sent_to_that_chat(
+    world, chat_binding, platform, drain, refusal
+):
+    """The platform refuses the one chat (the person blocked the bot, it left the group,
+    the channel is archived): our notice sent there could only be refused too. It is
+    stored (the page shows it), its delivery failed unsent with the reason."""
+    _, path, target, answered = CHAT_REFUSALS[refusal]
+    platform.default(path, answered)
+    answer = refused_reply(world, chat_binding, target)
     deliver_message_task.delay(world.tenant_a.pk, answer.pk)
     drain()
-    assert [s.json["text"] for s in platform.sent(path)] == [ANSWER, ON_THE_WEB]
+    assert len(platform.sent(path)) == 1  # the reply's send, and no other
+    (notice,) = Message.objects.filter(role="system", metadata__notice="reply_undelivered")
+    assert notice.content.startswith("My last reply may not have reached you.")
+    answer_part, notice_part = OutboundDelivery.objects.order_by("pk")
+    assert answer_part.last_error.startswith(f"{chat_binding.kind} refused this chat")  # for the admin
+    assert (notice_part.state, notice_part.attempts) == ("failed", 0)
+    assert notice_part.last_error.startswith("not sent") and "refused this chat" in notice_part.last_error
 
 
 def test_an_email_reply_whose_mail_server_refuses_our_login_is_not_followed_by_a_notice_sent_the_same_way(
@@ -153,4 +192,74 @@ def test_once_the_account_is_refused_the_rest_of_the_reply_and_the_replies_waiti
     deliver_message_task.delay(world.tenant_a.pk, later.pk)
     drain()
     assert [s.json["text"] for s in platform.sent("/telegram/bot111:BBB/sendMessage")] == ["See you then."]
+    assert OutboundDelivery.objects.get(message=later).state == "sent"
+
+
+def test_an_email_reply_whose_address_the_mail_server_refuses_is_not_followed_by_a_notice_to_it(
+    world, email, settings, drain  # noqa: F811
+):
+    """The mail server refuses the address for good (550, no such user): our notice would
+    be refused the same way."""
+    from ..fakes.smtp_server import smtp_server
+
+    settings.EMAIL_BACKEND = "django.core.mail.backends.smtp.EmailBackend"
+    settings.EMAIL_USE_TLS = settings.EMAIL_USE_SSL = False
+    with smtp_server(RCPT=b"550 5.1.1 no such user\r\n") as port:
+        settings.EMAIL_HOST, settings.EMAIL_PORT = "127.0.0.1", port
+        answer = refused_reply(world, email, "\x1f".join(["priya@example.com", "<m1@example.com>", "Re: Trip plans"]))
+        deliver_message_task.delay(world.tenant_a.pk, answer.pk)
+        drain()
+    answer_part, notice_part = OutboundDelivery.objects.order_by("pk")
+    assert answer_part.state == "failed" and answer_part.last_error.startswith("email refused this chat")
+    assert (notice_part.state, notice_part.attempts) == ("failed", 0)
+    assert "not sent" in notice_part.last_error
+
+
+def test_once_a_chat_is_refused_the_replies_waiting_for_it_are_failed_unsent_and_other_chats_still_get_theirs(
+    world, telegram, platform, drain
+):
+    """Blocked by one person: the replies waiting for their chat are refused the same
+    way, and are not tried; the bot's replies to someone else still go."""
+    from .conftest import replies_waiting
+
+    path = "/telegram/bot111:AAA/sendMessage"
+    platform.default(path, Canned(body={"ok": True, "result": {"message_id": 9}}))
+    platform.script(path, Canned(403, {"ok": False, "error_code": 403,
+                                       "description": "Forbidden: bot was blocked by the user"}))
+    pair(world, "telegram", "42", world.alice)
+    first, second = replies_waiting(world, telegram, [ANSWER, "Bring the slides."])
+    pair(world, "telegram", "77", world.bob)
+    bobs = message_append(session=session_resolve(tenant=world.tenant_a, qor=world.qor_a, channel="telegram",
+                                                  user=world.bob),
+                          role="assistant", content="Your parcel is here.", channel="telegram", notify=False).message
+    OutboundDelivery.objects.create(tenant=world.tenant_a, message=bobs, part=0, binding=telegram, target="77",
+                                    text="Your parcel is here.")
+    deliver_message_task.delay(world.tenant_a.pk, first.pk)
+    drain()
+    assert [(s.json["chat_id"], s.json["text"]) for s in platform.sent(path)] == [
+        ("42", ANSWER), ("77", "Your parcel is here.")]
+    waiting = OutboundDelivery.objects.get(message=second)
+    assert (waiting.state, waiting.attempts) == ("failed", 0)
+    assert waiting.last_error.startswith("not sent:") and "telegram refused this chat" in waiting.last_error
+    assert OutboundDelivery.objects.get(message=bobs).state == "sent"
+
+
+def test_an_ask_answered_through_its_own_token_is_still_sent_after_the_bots_token_is_refused(
+    world, discord, platform, drain  # noqa: F811
+):
+    """An /ask answered in time goes through its interaction's token, not the bot's: the
+    bot's token refused for a DM reply just before, the answer still goes."""
+    from channels_app.adapters.discord_asks import ask_target
+
+    platform.default("/discord/api/v10/channels/555/messages", PLATFORMS["discord-401"][3])
+    platform.default(r"/webhooks/.*/tok-1$", Canned(body={"id": "900"}))
+    answer = refused_reply(world, discord, "555")
+    asked = ask_target(channel="777", token="tok-1", asker="555", place="server", question="the agenda?")
+    later = message_append(session=answer.session, role="assistant", content="Three items.", channel="discord_dm",
+                           notify=False).message
+    OutboundDelivery.objects.create(tenant=world.tenant_a, message=later, part=0, binding=discord, target=asked,
+                                    text="Three items.")
+    deliver_message_task.delay(world.tenant_a.pk, answer.pk)
+    drain()
+    assert [s.json["content"] for s in platform.sent(r"/webhooks/.*/tok-1$")] == ["Three items."]
     assert OutboundDelivery.objects.get(message=later).state == "sent"

@@ -34,6 +34,8 @@ OK = Canned(body={"ok": True, "result": {"message_id": 7}})
 REFUSAL = "Bad Request: message text is invalid: secret-internal-detail"
 REFUSED = Canned(status=400, body={"ok": False, "error_code": 400, "description": REFUSAL})
 SENT = r"/telegram/bot111:AAA/sendMessage"
+# A WhatsApp failure that leaves the chat open to our notice (not a closed 24-hour window).
+UNDELIVERABLE = {"code": 131026, "title": "Message undeliverable"}
 
 
 def texts_sent(platform) -> list[str]:
@@ -241,15 +243,37 @@ def test_a_one_part_reply_whatsapp_reports_undelivered_later_is_followed_by_the_
     model_server.add(reply(ANSWER))
     assert post_whatsapp(client, whatsapp_body("when is my meeting?")).status_code == 200
     drain()
-    assert post_whatsapp(client, status_body(failed("wamid.OUT1"))).status_code == 200
+    assert post_whatsapp(client, status_body(failed("wamid.OUT1", **UNDELIVERABLE))).status_code == 200
     drain()
     assert [s.json["text"]["body"] for s in platform.sent(sent)] == [ANSWER, ON_THE_WEB]
 
     # The notice reported undelivered in turn, and the report repeated: nothing more.
-    assert post_whatsapp(client, status_body(failed("wamid.OUT2"), failed("wamid.OUT1"))).status_code == 200
+    assert post_whatsapp(client, status_body(failed("wamid.OUT2", **UNDELIVERABLE),
+                                             failed("wamid.OUT1", **UNDELIVERABLE))).status_code == 200
     drain()
     assert len(platform.sent(sent)) == 2
     assert len(notices()) == 1
+
+
+def test_a_reply_whatsapp_reports_outside_the_24_hour_window_is_followed_by_a_notice_stored_not_sent(
+    client, world, whatsapp, platform, model_server, drain
+):
+    """Outside the person's 24-hour window (131047) nothing but a template reaches them,
+    our notice no more than the reply: it is stored, the page shows it, and not sent."""
+    pair(world, "whatsapp", "15550100", world.alice)
+    sent = r"/whatsapp/.*/messages$"
+    platform.default(sent, Canned(body={"messaging_product": "whatsapp", "messages": [{"id": "wamid.OUT1"}]}))
+    model_server.add(reply(ANSWER))
+    assert post_whatsapp(client, whatsapp_body("when is my meeting?")).status_code == 200
+    drain()
+    assert post_whatsapp(client, status_body(failed("wamid.OUT1"))).status_code == 200
+    drain()
+    assert [s.json["text"]["body"] for s in platform.sent(sent)] == [ANSWER]
+    (notice,) = notices()
+    assert notice.content == ON_THE_WEB
+    (part,) = OutboundDelivery.objects.filter(message=notice)
+    assert (part.state, part.attempts) == ("failed", 0)
+    assert part.last_error.startswith("not sent") and "whatsapp refused this chat" in part.last_error
 
 
 def test_replies_that_fail_while_our_notice_to_that_chat_still_waits_are_covered_by_it(
