@@ -203,7 +203,8 @@ def reply_undelivered_tell(*, tenant_id: int, message_id: int) -> bool:
     channel (so it is delivered to the same chat — channels_app.delivery — and shown on the
     page; as every notice, never read by the model). Once per reply: the notice's external
     id is the reply's, so running this again stores and sends nothing; nor while such a
-    notice to the same chat has not gone out yet (it tells of this one too). Never for this
+    notice to the same chat has not gone out yet (it tells of this one too), nor when one
+    stored unsent to that chat comes after the reply (the same). Never for this
     notice itself: its failing would call for another, and so on. (Any other notice or a
     command's answer of ours that failed is told of like a reply: the person was answered
     and got nothing, and what tells them is this notice, which ends there.) Nobody is told
@@ -224,6 +225,9 @@ def reply_undelivered_tell(*, tenant_id: int, message_id: int) -> bool:
         return False
     if _notice_waiting(parts[0]):
         logger.info("message %s was not delivered; the notice to its chat not yet sent says so", reply.pk)
+        return False
+    if _notice_stored_after(reply, parts[0]):
+        logger.info("message %s was not delivered; the notice stored after it, unsent, says so", reply.pk)
         return False
     text = undelivered_notice(several=len(parts) > 1, **_where_to_read(reply.session))
     metadata: dict[str, Any] = {"notice": UNDELIVERED, "undelivered": reply.pk}
@@ -275,6 +279,18 @@ def _notice_waiting(part: OutboundDelivery) -> bool:
         tenant_id=part.tenant_id, binding_id=part.binding_id, target=part.target,
         state__in=[OutboundDelivery.State.PENDING, OutboundDelivery.State.SENDING],
         message__metadata__notice=UNDELIVERED,
+    ).exists()
+
+
+def _notice_stored_after(reply: Message, part: OutboundDelivery) -> bool:
+    """Whether our notice to the chat `part` went to, stored unsent (channels_app.delivery:
+    the account or the chat refused), comes after `reply` in its conversation: it tells of
+    this reply too. Replies failed unsent together, after one refusal, would otherwise
+    each add the same notice to the page."""
+    return OutboundDelivery.objects.filter(
+        tenant_id=part.tenant_id, binding_id=part.binding_id, target=part.target,
+        state=OutboundDelivery.State.FAILED, attempts=0, last_error__startswith="not sent",
+        message__metadata__notice=UNDELIVERED, message__session_id=reply.session_id, message__seq__gt=reply.seq,
     ).exists()
 
 
