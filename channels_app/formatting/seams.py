@@ -125,9 +125,9 @@ class MarkdownSeams:
             elif token.type in ("ordered_list_open", "bullet_list_open"):
                 lists.append((token, []))
             elif token.type in ("ordered_list_close", "bullet_list_close"):
-                opened, items = lists.pop()
+                opened, its_items = lists.pop()
                 if opened.type == "ordered_list_open":
-                    self._ordered(opened, items, tokens)
+                    self._ordered(opened, its_items, tokens)
             elif token.type == "list_item_open" and lists:
                 lists[-1][1].append(token)
             elif token.type == "code_block" and token.map:
@@ -345,7 +345,7 @@ class MarkdownSeams:
         if place is None and not line:
             return None  # after a list's marker, a heading's, between a table's cells
         alone = None if line else _LINE_ALONE.fullmatch(self.text, self._line_text(at), self._ink_before(at))
-        if alone and not (alone.group().lstrip().startswith("`") and any("`" in r.closing for r in inside)):
+        if alone and not (alone.group().lstrip().startswith("`") and any("`" in (r.closing or "") for r in inside)):
             # The line's text up to the cut, alone, would read as a fence or a rule; but not
             # backticks the piece's inline code is closed after: with a backtick, no fence.
             return None
