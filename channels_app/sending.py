@@ -16,12 +16,12 @@ from django.utils import timezone
 
 from qorven.runtime.log_context import log_person
 from qorven.runtime.prepared_read import PreparedRead
-from sessions_app.models import Message
 from tenancy.access import tenant_serving
 from tenancy.models import Membership, PluginSetting
 
 from .adapters import SendError, adapter_for
-from .models import ChannelBinding, OutboundDelivery
+from .models import OutboundDelivery
+from .one_off_targets import BEGUN_UNREAD, nothing_sent_to
 from .send_failures import (
     MAYBE_DELIVERED,
     account_refused,
@@ -394,45 +394,3 @@ def _send_failed(row: OutboundDelivery, exc: SendError) -> bool:
     if row.attempts > settings.QORVEN_SEND_RETRIES:
         return part_give_up(row=row)
     raise RetryLater(after, str(exc)) from None
-
-
-def one_off_target(message: Message) -> tuple[ChannelBinding, str] | None:
-    """The binding and one-off target (a Discord interaction's token) a platform message
-    was asked at, if it was (see Adapter.target_lasts); None for any other message."""
-    meta = message.metadata or {}
-    target, binding_id = str(meta.get("reply_target") or ""), meta.get("binding")
-    if not target or not binding_id:
-        return None
-    binding = ChannelBinding.objects.filter(tenant_id=message.tenant_id, pk=binding_id).order_by().first()
-    adapter = adapter_for(binding.kind) if binding is not None else None
-    if binding is None or adapter is None or adapter.target_lasts(target):
-        return None
-    return binding, target
-
-
-# A begun part's platform_message_id when the platform's id of what it took was unreadable.
-BEGUN_UNREAD = "?"
-
-
-def nothing_sent_to(binding: ChannelBinding, target: str) -> bool:
-    """Whether nothing has gone out to this one-off target, no part nor the start of one
-    (a part still to be sent whose platform id is noted: begun, _send_failed): a Discord
-    interaction's first follow-up takes the place of its deferred response, which is then
-    the answer, never to be withdrawn; and a late answer's header goes with its first part
-    only, once."""
-    return not OutboundDelivery.objects.filter(
-        Q(state=OutboundDelivery.State.SENT) | ~Q(platform_message_id=""),
-        tenant_id=binding.tenant_id, binding=binding, target=target).exists()
-
-
-def send_direct(*, binding: ChannelBinding, target: str, text: str) -> None:
-    """A message of ours outside any conversation (a pairing code), formatting nothing.
-    Best effort, one try."""
-    adapter = adapter_for(binding.kind)
-    if adapter is None or not target:
-        return
-    with log_person(target):
-        try:
-            adapter.send(binding, target, adapter.style.plain(text))
-        except SendError as exc:
-            logger.warning("could not send a %s notice: %s", binding.kind, exc)

@@ -8,13 +8,14 @@ import logging
 from django.conf import settings
 from django.core.cache import cache
 
+from qorven.runtime.log_context import log_person
 from tenancy.access import ACCESS_LOST_NOTICE
 
-from .adapters import adapter_for
+from .adapters import SendError, adapter_for
 from .inbound import InboundMessage
 from .models import ChannelBinding, Identity
+from .one_off_targets import one_off_target
 from .pairing import pairing_code_message, pairing_request_for
-from .sending import one_off_target
 
 logger = logging.getLogger(__name__)
 
@@ -30,8 +31,6 @@ def unknown_sender_answer(binding: ChannelBinding, identity: Identity, message: 
 
 
 def _unknown_sender(binding: ChannelBinding, identity: Identity, message: InboundMessage) -> tuple[str, bool]:
-    from .sending import send_direct
-
     if identity.approval == Identity.Approval.DENIED:
         return "denied", False
     if binding.unpaired_response == ChannelBinding.UnpairedResponse.IGNORE:
@@ -53,8 +52,6 @@ def former_member_answer(binding: ChannelBinding, identity: Identity, message: I
     someone new. Told at most every QORVEN_PAIRING_RESEND seconds, and only by a binding
     that answers strangers at all; otherwise nothing is left waiting either. The pairing
     stays: let back in, they are answered again."""
-    from .sending import send_direct
-
     if (binding.unpaired_response == ChannelBinding.UnpairedResponse.CODE and message.reply_target
             and _told_due(f"access-lost-told:{identity.pk}")):
         send_direct(binding=binding, target=message.reply_target, text=ACCESS_LOST_NOTICE)
@@ -67,8 +64,6 @@ def stranger_told(binding: ChannelBinding, message: InboundMessage) -> None:
     """A stranger's ask that the platform shows as waiting until it is answered (Discord's
     /ask, deferred): told, in our words, that only paired people are answered there. A
     mention in a group is not: the group reads on, nobody waits."""
-    from .sending import send_direct
-
     adapter = adapter_for(binding.kind)
     if adapter is None or not message.reply_target or adapter.target_lasts(message.reply_target):
         return
@@ -109,3 +104,16 @@ def _told_due(key: str) -> bool:
     """Whether a sender who keeps writing may be told again (at most every
     QORVEN_PAIRING_RESEND seconds); marks them told."""
     return settings.QORVEN_PAIRING_RESEND <= 0 or cache.add(key, 1, settings.QORVEN_PAIRING_RESEND)
+
+
+def send_direct(*, binding: ChannelBinding, target: str, text: str) -> None:
+    """A message of ours outside any conversation (a pairing code), formatting nothing.
+    Best effort, one try."""
+    adapter = adapter_for(binding.kind)
+    if adapter is None or not target:
+        return
+    with log_person(target):
+        try:
+            adapter.send(binding, target, adapter.style.plain(text))
+        except SendError as exc:
+            logger.warning("could not send a %s notice: %s", binding.kind, exc)

@@ -175,7 +175,7 @@ def wait_end_task(tenant_id: int, message_id: int) -> None:
     while they wait (a Discord /ask's deferred response). Best effort, once."""
     from sessions_app.models import Message
 
-    from .sending import nothing_sent_to, one_off_target
+    from .one_off_targets import nothing_sent_to, one_off_target
 
     with log_context(tenant=tenant_id, message_id=message_id):
         message = Message.objects.filter(tenant_id=tenant_id, pk=message_id).first()

@@ -65,7 +65,7 @@ class SendError(Exception):
         self.migrated_to: int | None = None  # Telegram: the chat's new id, when it refused the old one
         # The platform's id ("" when unread) of a message of ours it took ahead of the part
         # before the part failed (a Discord late answer's header, sent on its own): the part
-        # is begun, and its retry leaves that message out (channels_app.sending.nothing_sent_to).
+        # is begun, and its retry leaves that message out (channels_app.one_off_targets.nothing_sent_to).
         self.begun_id: str | None = None
 
 

@@ -233,7 +233,7 @@ class DiscordAdapter(Adapter):
         never a member of; a server the app was not added to), it goes to the asker's DM
         with the bot, saying which /ask it answers. The first part sent says so; the rest
         follow it."""
-        from ..sending import nothing_sent_to
+        from ..one_off_targets import nothing_sent_to
 
         first = nothing_sent_to(binding, target)
         if ask.channel and ask.bot_chat:
