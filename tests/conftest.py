@@ -445,11 +445,18 @@ def serve_once(monkeypatch):
 
     from qorven.runtime.worker import embedded_worker
 
+    from .ports import free_port
+
+    def started(server, sockets=None) -> None:  # uvicorn.Server.run, as though it served and was stopped
+        server.started = True
+
     def run() -> str:
         monkeypatch.setattr("daphne.cli.CommandLineInterface.run", lambda self, args: None)
-        monkeypatch.setattr("uvicorn.run", lambda *args, **kwargs: None)
+        monkeypatch.setattr("uvicorn.Server.run", started)
         out = io.StringIO()
-        call_command("serve", "--no-migrate", "--no-beat", stdout=out, stderr=io.StringIO())
+        # A port free now: serve refuses one that is taken before anything starts.
+        call_command("serve", "--no-migrate", "--no-beat", "--port", str(free_port()), stdout=out,
+                     stderr=io.StringIO())
         embedded_worker.reset()
         return out.getvalue()
 
