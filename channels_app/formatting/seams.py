@@ -18,7 +18,11 @@ out) would end a piece reading as a rule or a fence (three backticks are no fenc
 piece's inline code is closed after them), nor where the piece would hold only white
 space; where no space may be cut at, the cut falls between graphemes, never inside an
 emoji. A line of text begun with three backticks and cut before the backtick that kept it
-text has its first backtick escaped, so the piece does not open a code block. An ordered
+text has its first backtick escaped, so the piece does not open a code block; one whose
+backticks close inline code begun on the line before is joined to it (a line break in code
+is a space), and a piece begun inside a line with backticks it reads as text has them
+escaped. Where no cut before the piece's end keeps the text, the first after it is taken:
+the piece is longer than asked, and the caller, measuring it, asks again with less room. An ordered
 list split over pieces goes on with its numbers: the first of its items in a piece is
 written with the number it had (CommonMark numbers a list from its first item's), so "1."
 written on every item still reads 1, 2, 3… over the parts.
@@ -291,17 +295,23 @@ class MarkdownSeams:
             # Only between graphemes: not inside an emoji joined by ZWJs, a flag, a letter and its accents.
             bounds = [at for at in self._graphemes(start, hard) if at > start]
             hard = bounds[-1] if bounds else hard  # none: one grapheme longer than a part, cut anyway
-            while len(bounds) > 1 and (_BLOCK_START.match(self.text, hard) or self.text[hard - 1] == "\\"
+            while len(bounds) > 1 and (self._begins_block(hard) or self.text[hard - 1] == "\\"
                                        or self.text[hard - 1] in _RUNS and self.text[hard - 1] == self.text[hard]):
                 bounds.pop()
                 hard = bounds[-1]
             for back in reversed(bounds):  # where both sides read as they did
                 if back <= hard - 64:
                     break
-                if _BLOCK_START.match(self.text, back):
+                if self._begins_block(back):
                     continue  # the next piece would begin a block ("```python" after a space)
                 if self._cuts_well(back) or self._inside(back) and self._mends_well(back):
                     return back
+            # None: the first such cut after it, the piece longer than asked (the caller
+            # measures what it writes, and asks again with less room), not one that loses text.
+            for after in self._graphemes(hard, min(len(self.text) - 1, hard + 64))[1:]:
+                if not self._begins_block(after) and (
+                        self._cuts_well(after) or self._inside(after) and self._mends_well(after)):
+                    return after
             return hard
         low, high = min(r.low for r in whole), max(r.high for r in whole)
         while around := [r for _, r in self.index.around(low) if r.opening == "["]:  # the link, not its label
@@ -349,7 +359,8 @@ class MarkdownSeams:
             # The line's text up to the cut, alone, would read as a fence or a rule; but not
             # backticks the piece's inline code is closed after: with a backtick, no fence.
             return None
-        if place is not None and not inside and _BLOCK_START.match(place[0].content, place[1]):
+        if place is not None and not inside and _BLOCK_START.match(place[0].content, place[1]) and (
+                self._ticks_as_text(at) is None):
             return None
         if inside:
             if any(r.opening.startswith("#") for r in inside) and _HEADING_END.search(
@@ -408,6 +419,26 @@ class MarkdownSeams:
         if inline not in self._read:
             self._read[inline] = read(inline, self.env)
         return self._read[inline]
+
+    def _begins_block(self, at: int) -> bool:
+        """Whether a piece begun at `at` would begin with what Markdown reads as a block, its
+        text there read otherwise (three backticks the piece writes as text are not)."""
+        return bool(_BLOCK_START.match(self.text, at)) and self._ticks_as_text(at) is None
+
+    def _ticks_as_text(self, at: int) -> tuple[int, int] | None:
+        """(where, how many) of the run of backticks a piece begun at `at`, inside a line,
+        would begin with (three or more, maybe after a few spaces) where its line reads
+        them as text, in no inline code, neither its backticks nor inside it: written at a
+        line's start they could open a code block, and escaped they read as they did."""
+        if at <= 0 or self.text[at - 1] == "\n":
+            return None
+        run = re.compile(r"[ \t]{0,3}(`{3,})").match(self.text, at)
+        if run is None or self.index.around(run.start(1)):
+            return None
+        opens_code = run.end(1)  # inline code opened by this run begins just after it
+        if any(r.low == opens_code and r.opening == run.group(1) for r in self.regions):
+            return None
+        return run.start(1), len(run.group(1))
 
     def _ink_before(self, at: int) -> int:
         """Where the text before `at` ends, its white space left out."""
@@ -492,7 +523,12 @@ class MarkdownSeams:
             out.append(self.text[at:marker] + str(number))
             at = marker + len(written)
         out.append(self.text[at:end])
-        return self._unfenced("".join(out), end)
+        piece = self._unfenced("".join(out), end)
+        ticks = self._ticks_as_text(start)
+        if ticks is not None and ticks[0] + ticks[1] <= end:  # text, not the fence of a code block
+            skip = ticks[0] - start
+            piece = piece[:skip] + "\\`" * ticks[1] + piece[skip + ticks[1]:]
+        return piece
 
     def _unfenced(self, piece: str, end: int) -> str:
         """`piece`, ending at `end`, with the first backtick of its last line escaped where
@@ -510,7 +546,14 @@ class MarkdownSeams:
             return piece  # the mend closes inline code after it: not a code block
         at = len(piece) - len(line) + opens.start(1)
         if any((region.closing or "").startswith("`") for _, region in self.index.around(end - len(piece) + at)):
-            return piece  # they close inline code begun on a line before: escaped, they would show a backslash
+            # They close inline code begun on a line before: escaped, they would show a
+            # backslash. Its line break is a space in the code: the line joined to the one
+            # before, they close it there and open no code block.
+            begins = len(piece) - len(line)
+            if not begins:
+                return piece
+            line_start = end - len(line)  # its quotes' markers and indent left out, not its text
+            return piece[:begins - 1] + " " + piece[begins + self._line_text(end - len(piece) + at) - line_start:]
         return piece[:at] + "\\" + piece[at:]
 
 

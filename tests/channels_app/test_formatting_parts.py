@@ -54,6 +54,9 @@ FAMILY_CUT_IN_TWO = f"{FAMILY}{FAMILY}🇯🇵**&amp;[{FAMILY}**{FAMILY}"
 NESTED_IN_A_QUOTE = "> 1. alpha\n>     - alpha\n>     - alpha\n> 1. after"
 # A nested list numbered on after a cut: "2." cannot interrupt the "…" before it, and went on as its text.
 NESTED_NUMBERED = "- alpha\n  1. gamma\n  1. delta\n  1. gamma\n- after"
+# Inline code over lines, then a word "```python" on the line after it: every cut was refused (the next
+# piece would begin "```python", a code block) and the piece was cut hard inside the code, its "```" lost.
+TICKS_BEGINNING_A_PIECE = "` ```python\n ``` ```python\n"
 TICKS_AFTER_A_HARD_CUT = ("```&amp; [ 😀 ](https://example.com/?a=1&b=2) -  word  é & 1.  ** [ - &amp; ~~ mp; ~~ "
                           "](https://example.com/?a=1&b=2) &amp; > ``` * s://example.com/?a=1&b=2) ```python\n ` >  *  ```  * ```")
 
@@ -294,6 +297,7 @@ untabled = st.lists(st.sampled_from([p for p in _PIECES if "|" not in p]), max_s
 @settings(max_examples=150, deadline=None)
 @given(untabled, st.integers(min_value=40, max_value=300))
 @cuts_found_before
+@example(TICKS_BEGINNING_A_PIECE, 14)  # Discord's parts show the backticks: 14 holds no inline code of 16
 def test_whatever_the_model_wrote_its_telegram_parts_show_the_text_it_shows_whole(text, limit):
     parts = _telegram(text, limit)
     (whole,) = _telegram(text, 10**6)
@@ -311,6 +315,21 @@ def test_a_line_begun_with_three_backticks_cut_over_parts_keeps_all_its_text(kin
     parts = reply_parts(TICKS_OPENING_A_LINE, style=adapter.style, limit=40, size=adapter.length, markdown=True)
     letters = re.findall(r"\w", "".join(visible_text(part) if kind == "telegram" else shown(part) for part in parts))
     assert letters == re.findall(r"\w", TICKS_OPENING_A_LINE)  # none lost (the cut may fall inside a word)
+
+
+# Discord shows the backticks: no part of 15 characters holds the inline code whole.
+@pytest.mark.parametrize("kind", ["telegram", "slack", "whatsapp", "sms"])
+@pytest.mark.parametrize("limit", [14, 15])
+def test_three_backticks_beginning_a_part_in_a_line_of_text_stay_text(kind, limit):
+    adapter = adapter_for(kind)
+    parts = reply_parts(TICKS_BEGINNING_A_PIECE, style=adapter.style, limit=limit, size=adapter.length, markdown=True)
+    assert len(parts) > 1
+    if kind == "telegram":  # "python " as code, then "```python" as text
+        assert _read(parts) == _whole(TICKS_BEGINNING_A_PIECE)
+    else:
+        (whole,) = reply_parts(TICKS_BEGINNING_A_PIECE, style=adapter.style, limit=4000, size=adapter.length,
+                               markdown=True)
+        assert "".join("".join(shown(part).split()) for part in parts) == "".join(shown(whole).split())
 
 
 OURS = "Use *stars*, _under_ or ~tilde~ and `ticks` in my_file_name.txt, 2 * 3 and a*b*c, cron */5 * * * *"
