@@ -22,7 +22,9 @@ text has its first backtick escaped, so the piece does not open a code block; on
 backticks close inline code begun on the line before is joined to it (a line break in code
 is a space), and a piece begun inside a line with backticks it reads as text has them
 escaped. Where no cut before the piece's end keeps the text, the first after it is taken:
-the piece is longer than asked, and the caller, measuring it, asks again with less room. An ordered
+the piece is longer than asked, and the caller, measuring it, asks again with less room.
+Such a cut, where no space is, is held to the same rules: no piece ending in a line that
+alone reads as a rule ("**** ****") or a fence. An ordered
 list split over pieces goes on with its numbers: the first of its items in a piece is
 written with the number it had (CommonMark numbers a list from its first item's), so "1."
 written on every item still reads 1, 2, 3… over the parts.
@@ -302,15 +304,12 @@ class MarkdownSeams:
             for back in reversed(bounds):  # where both sides read as they did
                 if back <= hard - 64:
                     break
-                if self._begins_block(back):
-                    continue  # the next piece would begin a block ("```python" after a space)
-                if self._cuts_well(back) or self._inside(back) and self._mends_well(back):
+                if self._hard_cut_reads(back):
                     return back
             # None: the first such cut after it, the piece longer than asked (the caller
             # measures what it writes, and asks again with less room), not one that loses text.
             for after in self._graphemes(hard, min(len(self.text) - 1, hard + 64))[1:]:
-                if not self._begins_block(after) and (
-                        self._cuts_well(after) or self._inside(after) and self._mends_well(after)):
+                if self._hard_cut_reads(after):
                     return after
             return hard
         low, high = min(r.low for r in whole), max(r.high for r in whole)
@@ -354,10 +353,7 @@ class MarkdownSeams:
         line = self.text[at - 1] == "\n"
         if place is None and not line:
             return None  # after a list's marker, a heading's, between a table's cells
-        alone = None if line else _LINE_ALONE.fullmatch(self.text, self._line_text(at), self._ink_before(at))
-        if alone and not (alone.group().lstrip().startswith("`") and any("`" in (r.closing or "") for r in inside)):
-            # The line's text up to the cut, alone, would read as a fence or a rule; but not
-            # backticks the piece's inline code is closed after: with a backtick, no fence.
+        if not line and self._ends_alone(at, inside):
             return None
         if place is not None and not inside and _BLOCK_START.match(place[0].content, place[1]) and (
                 self._ticks_as_text(at) is None):
@@ -398,6 +394,17 @@ class MarkdownSeams:
 
         return self._reading(inline).reads_as_whole(offset, closed, lambda after: opening + after.lstrip())
 
+    def _hard_cut_reads(self, at: int) -> bool:
+        """Whether a cut at `at`, where no space is, leaves both pieces reading as the text did:
+        the next not begun as a block ("```python" after a space), this one not ending in a
+        line that alone reads as a rule or a fence ("**** ****"), each side read again."""
+        if self._begins_block(at):
+            return False
+        inside = self._inside(at)
+        if self.text[at - 1] != "\n" and self._ends_alone(at, inside or []):
+            return False
+        return self._cuts_well(at) or bool(inside) and self._mends_well(at)
+
     def _cuts_well(self, at: int) -> bool:
         """Whether the text on each side of a cut at `at` (in no span) reads as it did
         whole: a marker the whole left as text (`**` with nothing to close it) may pair in a
@@ -419,6 +426,19 @@ class MarkdownSeams:
         if inline not in self._read:
             self._read[inline] = read(inline, self.env)
         return self._read[inline]
+
+    def _ends_alone(self, at: int, inside: list[_Region]) -> bool:
+        """Whether the line's text up to a cut at `at` inside it, alone, would read as a fence
+        or a rule; but not backticks the piece's inline code is closed after: with a
+        backtick, no fence."""
+        alone = _LINE_ALONE.fullmatch(self.text, self._line_text(at), self._ink_before(at))
+        if not alone or not alone.group().lstrip().startswith("`"):
+            return bool(alone)
+        if any("`" in (r.closing or "") for r in inside):
+            return False
+        # Backticks closing inline code begun on a line before: the piece joins them to it (take).
+        ticks = alone.start() + len(alone.group()) - len(alone.group().lstrip())
+        return not any((r.closing or "").startswith("`") for _, r in self.index.around(ticks))
 
     def _begins_block(self, at: int) -> bool:
         """Whether a piece begun at `at` would begin with what Markdown reads as a block, its

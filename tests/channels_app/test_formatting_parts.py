@@ -54,6 +54,8 @@ FAMILY_CUT_IN_TWO = f"{FAMILY}{FAMILY}🇯🇵**&amp;[{FAMILY}**{FAMILY}"
 NESTED_IN_A_QUOTE = "> 1. alpha\n>     - alpha\n>     - alpha\n> 1. after"
 # A nested list numbered on after a cut: "2." cannot interrupt the "…" before it, and went on as its text.
 NESTED_NUMBERED = "- alpha\n  1. gamma\n  1. delta\n  1. gamma\n- after"
+# Cut where no space was left to cut at, once just after "**** ****": alone, its part read as a rule.
+RULE_BEFORE_A_HARD_CUT = "**** ****   ```python\n"
 # Inline code over lines, then a word "```python" on the line after it: every cut was refused (the next
 # piece would begin "```python", a code block) and the piece was cut hard inside the code, its "```" lost.
 TICKS_BEGINNING_A_PIECE = "` ```python\n ``` ```python\n"
@@ -69,7 +71,7 @@ def cuts_found_before(test):
                         (RULE_IN_A_LIST_ITEM, 40), (CODE_OVER_A_LINE_OF_TICKS, 17),
                         (BLANK_AFTER_A_HARD_CUT, 17), (TICKS_ALONE_IN_A_CODE_PIECE, 40),
                         (FAMILY_CUT_IN_TWO, 20), (NESTED_IN_A_QUOTE, 30),
-                        (NESTED_NUMBERED, 30)):
+                        (NESTED_NUMBERED, 30), (RULE_BEFORE_A_HARD_CUT, 14)):
         test = example(text, limit)(test)
     return test
 
