@@ -6,7 +6,8 @@ construction, and a part a platform refuses to parse is that part alone. The spl
 the reply's top-level blocks — paragraphs, lists, tables, quotes, code blocks — whole,
 packed into as few parts as fit; a block longer than a part is cut by
 channels_app.split (a code block by its lines, closed and re-opened with its fence in
-each part) small enough that what is written of each piece fits. A part's length is
+each part) small enough that what is written of each piece fits; a table's row wider
+than a part is written as its cells first (channels_app.formatting.tables). A part's length is
 measured on what the platform counts: Telegram's on the text it shows, its tags read.
 """
 from __future__ import annotations
@@ -19,6 +20,7 @@ from typing import Any
 from ..split import split_message
 from .render import Style, parser
 from .seams import MarkdownSeams
+from .tables import unfold_wide_rows
 
 Size = Callable[[str], int]
 BETWEEN_BLOCKS = 2  # the blank line between two blocks written in one part
@@ -40,6 +42,9 @@ def reply_parts(text: str, *, style: Style, limit: int, size: Size, markdown: bo
         if size(style.visible(whole)) <= limit and style.visible(whole).strip():
             return [whole]  # most replies: one part, parsed once
         convert = partial(style.markdown, env=env)
+        unfolded = unfold_wide_rows(text, tokens, lambda rows: size(style.visible(convert(rows))) > limit)
+        if unfolded != text:  # a table's row too wide for a part: its cells as lines
+            text, tokens = unfolded, parser().parse(unfolded, env)
         chunks = _chunks(text, sorted({t.map[0] for t in tokens if t.level == 0 and t.nesting >= 0 and t.map}))
 
     def write(source: str) -> str:

@@ -390,6 +390,29 @@ def test_a_table_cut_over_discord_parts_is_a_markdown_table_in_each():
         assert "<table>" in __import__("markdown_it").MarkdownIt("commonmark").enable("table").render(table)
 
 
+WIDE_ROW = "| a | b |\n|---|---|\n| " + "x" * 55 + " | y |"
+WIDE_ROWS = ("| name | note |\n|---|---|\n| short | one |\n| long | " + " ".join(f"word{n}" for n in range(20))
+             + " |\n| last | two |")
+
+
+@pytest.mark.parametrize("kind", ["telegram", "slack", "whatsapp", "discord", "sms"])
+@pytest.mark.parametrize(("text", "limit"), [(WIDE_ROW, 30), (WIDE_ROWS, 60), (TABLE.replace("thing number 7", "thing " * 60), 300)])
+def test_a_table_row_wider_than_a_part_shows_its_cells_as_lines_and_no_stray_pipes(kind, text, limit):
+    """A row cut over parts would show its pieces between literal "|"s: it is shown as its
+    cells, each on a line after its column's header ("b: y"), the rows around it as a table."""
+    adapter = adapter_for(kind)
+    parts = reply_parts(text, style=adapter.style, limit=limit, size=adapter.length, markdown=True)
+    shown_parts = [shown(visible_text(part) if kind == "telegram" else part) for part in parts]
+    assert all(adapter.length(part) <= limit for part in parts)
+    rows = [line.strip() for line in text.splitlines() if line.startswith("|") and "---" not in line]
+    whole_rows = {*rows, *(" | ".join(cell.strip() for cell in row.strip("|").split("|")) for row in rows)}
+    lines = [line.strip(" *") for part in shown_parts for line in part.splitlines()]
+    assert all(line in whole_rows or line == "|---|---|" for line in lines if "|" in line), lines
+    words, at = "".join("".join(part.split()) for part in shown_parts), 0
+    for cell in ("".join(cell.split()) for row in rows[1:] for cell in row.strip("|").split("|")):
+        at = words.index(cell, at) + len(cell)  # every cell, in order
+
+
 LONG_ITEMS = ("Steps:\n\n1. Open the settings.\n2. " + " ".join(f"then check box {n}" for n in range(40))
               + ".\n3. Save.\n\n- one\n- " + " ".join(f"and bullet word {n}" for n in range(40)) + "\n- two")
 
