@@ -298,7 +298,7 @@ class MarkdownSeams:
             bounds = [at for at in self._graphemes(start, hard) if at > start]
             hard = bounds[-1] if bounds else hard  # none: one grapheme longer than a part, cut anyway
             while len(bounds) > 1 and (self._begins_block(hard) or self.text[hard - 1] == "\\"
-                                       or self.text[hard - 1] in _RUNS and self.text[hard - 1] == self.text[hard]):
+                                       or self.text[hard - 1] in _RUNS and self.text[hard - 1] == self.text[hard:hard + 1]):
                 bounds.pop()
                 hard = bounds[-1]
             for back in reversed(bounds):  # where both sides read as they did

@@ -59,6 +59,9 @@ RULE_BEFORE_A_HARD_CUT = "**** ****   ```python\n"
 # Inline code over lines, then a word "```python" on the line after it: every cut was refused (the next
 # piece would begin "```python", a code block) and the piece was cut hard inside the code, its "```" lost.
 TICKS_BEGINNING_A_PIECE = "` ```python\n ``` ```python\n"
+# A part's text, its backticks escaped, no longer fitted where the same text did: it was cut up to the
+# text's end, and looking there for a character after it raised.
+ESCAPED_TO_THE_END = "> ```\n> " + "x" * 30 + "\n> ```\n> ```"
 TICKS_AFTER_A_HARD_CUT = ("```&amp; [ 😀 ](https://example.com/?a=1&b=2) -  word  é & 1.  ** [ - &amp; ~~ mp; ~~ "
                           "](https://example.com/?a=1&b=2) &amp; > ``` * s://example.com/?a=1&b=2) ```python\n ` >  *  ```  * ```")
 
@@ -83,6 +86,7 @@ def _utf16(text: str) -> int:
 @settings(max_examples=150, deadline=None)
 @given(markdownish, st.integers(min_value=40, max_value=300))
 @cuts_found_before
+@example(ESCAPED_TO_THE_END, 14)
 def test_every_telegram_part_parses_and_shows_at_most_the_limit(text, limit):
     tg = adapter_for("telegram")
     parts = reply_parts(text, style=tg.style, limit=limit, size=tg.length, markdown=True)
@@ -105,6 +109,7 @@ def test_every_telegram_part_parses_and_shows_at_most_the_limit(text, limit):
 @example(text=CODE_OVER_A_LINE_OF_TICKS, limit=17)
 @example(text=BLANK_AFTER_A_HARD_CUT, limit=17)
 @example(text=TICKS_ALONE_IN_A_CODE_PIECE, limit=40)
+@example(text=ESCAPED_TO_THE_END, limit=14)
 def test_every_part_on_the_other_platforms_is_within_the_limit(kind, text, limit):
     adapter = adapter_for(kind)
     for part in reply_parts(text, style=adapter.style, limit=limit, size=adapter.length, markdown=True):
