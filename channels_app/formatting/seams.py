@@ -8,7 +8,8 @@ its address, the next beginning with `[`); a heading's cut opens the next piece 
 heading's marker, a quote's with the quote's, a list item's with the item's marker and
 "…" (`3. …`, `- …`: the same item, continued; a nested item under the items it is in,
 each so marked, at its column, as is a line cut before a nested item), and a table's rows
-with the table's header and rule written again. Such a cut is taken only once both sides,
+with the table's header and rule written again (in a quote or a list item too, after the
+item's "- …"). Such a cut is taken only once both sides,
 read again, show what the text did (channels_app.formatting.reading: read in segments, so
 a long paragraph is not read again whole at every cut). Nothing is cut inside a link's
 address, an image or an autolink, nor where the next piece would begin with what Markdown
@@ -142,7 +143,7 @@ class MarkdownSeams:
                 self.regions.append(_Region(self.starts[token.map[0]], self._line_end(token.map[1] - 1), None, ""))
             elif token.type == "table_open" and token.map:  # never between a table's header and its rule
                 self.regions.append(_Region(self.starts[token.map[0]], self._line_end(token.map[0] + 1), None, ""))
-                if token.level == 0 and token.map[0] + 2 < len(self.starts):  # a piece of its rows: the header again
+                if token.map[0] + 2 < len(self.starts):  # a piece of its rows: the header again
                     body = self.starts[token.map[0] + 2]
                     self.tables.append((body, self._line_end(token.map[1] - 1), self.text[self.starts[token.map[0]]:body]))
 
@@ -522,12 +523,13 @@ class MarkdownSeams:
         elif self.text[at - 1] == "\n" and re.match(r" {4}", self.text[at:at + 4]) and not self._indented_code(at):
             resume = at + len(self.text[at:]) - len(self.text[at:].lstrip(" "))
         closing = "".join(r.closing or "" for r in reversed(inside))
-        # A table's rows go on under its header, written again (when it takes at most half a piece).
+        # A table's rows go on under its header, written again (when it takes at most half a piece);
+        # one in a list item under the item's "- …" line, the header at the item's indent.
         header = next((header for low, high, header in self.tables if low < at <= high), "")
         if 2 * len(header) > self._room:
             header = ""
-        return Seam(_closed(self.text[:at].rstrip(), closing), header + quoted + "".join(r.opening for r in inside),
-                    resume)
+        opening = header + quoted if not quoted.endswith("\n") else quoted + header
+        return Seam(_closed(self.text[:at].rstrip(), closing), opening + "".join(r.opening for r in inside), resume)
 
     def take(self, start: int, end: int, since: int) -> str:
         """The text, the first of an ordered list's items in the piece written with its number."""

@@ -395,6 +395,21 @@ def test_a_table_cut_over_discord_parts_is_a_markdown_table_in_each():
         assert "<table>" in __import__("markdown_it").MarkdownIt("commonmark").enable("table").render(table)
 
 
+_ROWS = "".join(f"| thing number {n} | {n}.50 € |\n" for n in range(12))
+QUOTED_TABLE = "> | item | price |\n> |---|---|\n" + _ROWS.replace("| thing", "> | thing")
+LISTED_TABLE = "- list:\n\n  | item | price |\n  |---|---|\n" + _ROWS.replace("| thing", "  | thing")
+
+
+@pytest.mark.parametrize("text", [QUOTED_TABLE, LISTED_TABLE])
+def test_a_table_in_a_quote_or_a_list_item_cut_over_parts_shows_its_header_first_in_each(text):
+    parts = [visible_text(part) for part in _telegram(text, 120)]
+    assert len(parts) >= 3
+    for part in parts[1:]:
+        assert re.sub(r"^(?:• …\n)?", "", part).startswith("item | price"), part  # after "• …" in a list item
+    rows = [line.strip() for part in parts for line in part.splitlines() if "thing number" in line]
+    assert rows == [f"thing number {n} | {n}.50 €" for n in range(12)]  # rows of a table: no stray "|"
+
+
 WIDE_ROW = "| a | b |\n|---|---|\n| " + "x" * 55 + " | y |"
 WIDE_ROWS = ("| name | note |\n|---|---|\n| short | one |\n| long | " + " ".join(f"word{n}" for n in range(20))
              + " |\n| last | two |")
