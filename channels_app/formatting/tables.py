@@ -53,10 +53,12 @@ def _cells(tokens: list[Token], at: int) -> tuple[list[str], list[tuple[int, lis
     header: list[str] = []
     rows: list[tuple[int, list[str]]] = []
     cells = header
+    opened = tokens[at].map
+    table_line = opened[0] if opened else None
     for token in tokens[at + 1:]:
         if token.type == "table_close":
             break
-        if token.type == "tr_open" and token.map and tokens[at].map and token.map[0] > tokens[at].map[0]:
+        if token.type == "tr_open" and token.map and table_line is not None and token.map[0] > table_line:
             cells = []  # a row of the body: the header is the table's first line
             rows.append((token.map[0], cells))
         elif token.type == "inline":
