@@ -356,7 +356,7 @@ class TelegramAdapter(Adapter):
                 retry_after = None
         try:
             self.raise_for_status(response, retry_after=retry_after, account=ACCOUNT_REFUSED,
-                                  chat=response.status_code == CHAT_REFUSED)
+                                  chat=_chat_refused(response))
         except SendError as exc:
             exc.migrated_to = _migrated_to(response) if response.status_code == 400 else None
             raise
@@ -376,6 +376,14 @@ ACCOUNT_REFUSED = (401, 404)
 # Its 403 is one chat's ("Forbidden: bot was blocked by the user", "…kicked from the group
 # chat", "…user is deactivated"): nothing reaches that chat, though the bot still sends elsewhere.
 CHAT_REFUSED = 403
+# Its 400 "chat not found": a chat that is gone, or one the bot never had (a group it was
+# removed from before a supergroup move) — nothing reaches it either.
+CHAT_GONE = "chat not found"
+
+
+def _chat_refused(response: Any) -> bool:
+    return response.status_code == CHAT_REFUSED or (
+        response.status_code == 400 and CHAT_GONE in _description(response).lower())
 
 
 def _description(response: Any) -> str:

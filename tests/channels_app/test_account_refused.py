@@ -91,6 +91,8 @@ CHAT_REFUSALS = {
         "ok": False, "error_code": 403, "description": "Forbidden: bot was blocked by the user"})),
     "telegram-kicked": ("telegram", "/telegram/bot111:AAA/sendMessage", "42", Canned(403, {
         "ok": False, "error_code": 403, "description": "Forbidden: bot was kicked from the group chat"})),
+    "telegram-chat-not-found": ("telegram", "/telegram/bot111:AAA/sendMessage", "42", Canned(400, {
+        "ok": False, "error_code": 400, "description": "Bad Request: chat not found"})),
     "discord-50007": ("discord", "/discord/api/v10/channels/555/messages", "555",
                       Canned(403, {"message": "Cannot send messages to this user", "code": 50007})),
     "slack-channel_not_found": ("slack", "/slack/api/chat.postMessage", "D0DM",
