@@ -60,12 +60,16 @@ def test_without_confirmation_nothing_is_deleted(stocked, monkeypatch):
     with pytest.raises(CommandError, match="Aborted"):
         run("--tenant", "acme", answer="no", monkeypatch=monkeypatch)
 
-    def eof(prompt):
-        raise EOFError
+    assert Memory.objects.count() == 4
 
-    monkeypatch.setattr("builtins.input", eof)
-    with pytest.raises(CommandError, match="Aborted"):
-        call_command("clear_memory", "--tenant", "acme", stdout=io.StringIO())
+
+def test_input_that_ends_at_the_question_is_a_no_said_on_a_line_of_its_own(stocked, monkeypatch, capsys):
+    """`qorven clear-memory … </dev/null`: the refusal went on the question's own line."""
+    monkeypatch.setattr("sys.stdin", io.StringIO(""))  # what </dev/null gives input()
+    with pytest.raises(CommandError) as refused:
+        call_command("clear_memory", "--tenant", "acme")
+    assert str(refused.value) == "No answer (end of input): nothing deleted."
+    assert capsys.readouterr().out.endswith("Type 'yes' to continue: \n")
     assert Memory.objects.count() == 4
 
 

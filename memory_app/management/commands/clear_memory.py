@@ -87,8 +87,9 @@ class Command(BaseCommand):
     def _confirm(self) -> bool:
         try:
             answer = input("Delete these permanently? Type 'yes' to continue: ")
-        except EOFError:
-            return False
+        except EOFError:  # `</dev/null`, Ctrl-D: no answer is a no, said on a line of its own
+            self.stdout.write("")
+            raise CommandError("No answer (end of input): nothing deleted.") from None
         return answer.strip().lower() == "yes"
 
 
