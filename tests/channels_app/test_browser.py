@@ -165,7 +165,7 @@ def test_a_reply_telegram_refuses_is_marked_not_delivered_on_the_web_page_live_a
     base, model, platform = chat_server
     platform.default(r"sendMessage", Canned(body={"ok": True, "result": {"message_id": 9}}))
     platform.script(r"sendMessage", Canned(status=400, body={
-        "ok": False, "error_code": 400, "description": "Bad Request: chat not found"}))
+        "ok": False, "error_code": 400, "description": "Bad Request: message is too long"}))
     model.add(reply("The dentist is on Tuesday at 3."))
     ARTIFACTS.mkdir(exist_ok=True)
 

@@ -374,7 +374,7 @@ def test_telegram_429_with_retry_after_is_honoured_and_delivered_once(
 
 def test_a_4xx_send_is_not_retried(client, world, telegram, platform, model_server, drain):
     pair(world, "telegram", "42", world.alice)
-    platform.script(r"sendMessage", Canned(status=400, body={"ok": False, "description": "chat not found"}))
+    platform.script(r"sendMessage", Canned(status=400, body={"ok": False, "description": "Bad Request: message is too long"}))
     model_server.add(reply("lost"))
     post_telegram(client, telegram_update("hi"))
     drain()
