@@ -141,17 +141,9 @@ def test_an_email_reply_whose_mail_server_refuses_our_login_is_not_followed_by_a
 ):
     """The mail server turns down the binding's login for good (535): the notice would
     log in the same way."""
-    from ..fakes.smtp_server import smtp_server
-
-    settings.EMAIL_BACKEND = "django.core.mail.backends.smtp.EmailBackend"
-    settings.EMAIL_USE_TLS = settings.EMAIL_USE_SSL = False
     settings.EMAIL_HOST_USER, settings.EMAIL_HOST_PASSWORD = "aria@acme.example", "a-stale-password"
-    with smtp_server(AUTH=b"535 5.7.8 Authentication credentials invalid\r\n") as port:
-        settings.EMAIL_HOST, settings.EMAIL_PORT = "127.0.0.1", port
-        answer = refused_reply(world, email, "\x1f".join(["priya@example.com", "<m1@example.com>", "Re: Trip plans"]))
-        deliver_message_task.delay(world.tenant_a.pk, answer.pk)
-        drain()
-    answer_part, notice_part = OutboundDelivery.objects.order_by("pk")
+    answer_part, notice_part = email_reply_sent(
+        world, email, settings, drain, AUTH=b"535 5.7.8 Authentication credentials invalid\r\n")
     assert answer_part.state == "failed" and answer_part.last_error.startswith("email refused the account itself")
     assert (notice_part.state, notice_part.attempts) == ("failed", 0)
     assert "not sent" in notice_part.last_error
@@ -203,16 +195,7 @@ def test_an_email_reply_whose_address_the_mail_server_refuses_is_not_followed_by
 ):
     """The mail server refuses the address for good (550, no such user): our notice would
     be refused the same way."""
-    from ..fakes.smtp_server import smtp_server
-
-    settings.EMAIL_BACKEND = "django.core.mail.backends.smtp.EmailBackend"
-    settings.EMAIL_USE_TLS = settings.EMAIL_USE_SSL = False
-    with smtp_server(RCPT=b"550 5.1.1 no such user\r\n") as port:
-        settings.EMAIL_HOST, settings.EMAIL_PORT = "127.0.0.1", port
-        answer = refused_reply(world, email, "\x1f".join(["priya@example.com", "<m1@example.com>", "Re: Trip plans"]))
-        deliver_message_task.delay(world.tenant_a.pk, answer.pk)
-        drain()
-    answer_part, notice_part = OutboundDelivery.objects.order_by("pk")
+    answer_part, notice_part = email_reply_sent(world, email, settings, drain, RCPT=b"550 5.1.1 no such user\r\n")
     assert answer_part.state == "failed" and answer_part.last_error.startswith("email refused this chat")
     assert (notice_part.state, notice_part.attempts) == ("failed", 0)
     assert "not sent" in notice_part.last_error
@@ -266,3 +249,18 @@ def test_an_ask_answered_through_its_own_token_is_still_sent_after_the_bots_toke
     drain()
     assert [s.json["content"] for s in platform.sent(r"/webhooks/.*/tok-1$")] == ["Three items."]
     assert OutboundDelivery.objects.get(message=later).state == "sent"
+
+
+def email_reply_sent(world, email, settings, drain, **answers):
+    """An email reply sent through a real SMTP server answering as `answers` say: its part
+    and the notice's, in that order."""
+    from ..fakes.smtp_server import smtp_server
+
+    settings.EMAIL_BACKEND = "django.core.mail.backends.smtp.EmailBackend"
+    settings.EMAIL_USE_TLS = settings.EMAIL_USE_SSL = False
+    with smtp_server(**answers) as port:
+        settings.EMAIL_HOST, settings.EMAIL_PORT = "127.0.0.1", port
+        answer = refused_reply(world, email, "\x1f".join(["priya@example.com", "<m1@example.com>", "Re: Trip plans"]))
+        deliver_message_task.delay(world.tenant_a.pk, answer.pk)
+        drain()
+    return OutboundDelivery.objects.order_by("pk")
