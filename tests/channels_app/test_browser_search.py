@@ -91,3 +91,54 @@ def test_a_found_question_opens_with_its_answer_after_it_focused_and_a_way_back_
     expect(dialog).not_to_be_visible()
     expect(page.locator("[data-input]")).to_be_focused()
     assert reports == [], reports
+
+
+def test_a_slow_answer_for_a_view_you_left_does_not_replace_the_search_you_moved_to(chat_server, browser):
+    """The dialog shows one thing at a time: the earlier conversations, one of them, or a
+    search. Asking for one and then, before it came, for a search, the search is what stays,
+    whenever the first answer turns up."""
+    from playwright.sync_api import expect
+
+    base, model, platform = chat_server
+    model.add(reply("Under the blue pot."), reply("Noted."))
+    page = sign_in(browser, base)
+    talk(page, "where is the spare key?", "Under the blue pot.")
+    page.once("dialog", lambda dialog: dialog.accept())
+    page.click("[data-new-conversation]")
+    expect(page.locator(".divider--session")).to_be_visible(timeout=SERVER_WORK)
+    talk(page, "buy milk", "Noted.")
+    held = []
+
+    def hold(route):
+        held.append((route, route.fetch()))  # the server answered; the page is not told yet
+
+    def released(pattern: str) -> None:
+        while not held:
+            page.wait_for_timeout(50)
+        route, response = held.pop()
+        with page.expect_response(pattern):
+            route.fulfill(response=response)
+        page.evaluate("() => new Promise(r => setTimeout(r, 200))")  # its handlers have run
+        page.unroute(pattern)
+
+    dialog = page.locator("[data-archive]")
+    # The list of earlier conversations asked for, then a search before the list came.
+    page.route("**/conversations", hold)
+    page.click("[data-archive-open]")
+    hits = search(page, "spare key")
+    expect(hits).to_have_count(1)
+    released("**/conversations")
+    expect(dialog.locator("[data-archived-session]")).to_have_count(0)
+    expect(page.locator("[data-search-hit]", has_text="You: where is the spare key?")).to_have_count(1)
+
+    # One earlier conversation opened, then a search before its messages came.
+    page.fill("[data-search-input]", "")
+    page.press("[data-search-input]", "Enter")  # an empty search is the list again
+    page.route("**/messages?session=*", hold)
+    dialog.locator("[data-archived-session]").click()
+    hits = search(page, "milk")
+    expect(hits).to_have_count(1)
+    released("**/messages?session=*")
+    expect(dialog.locator(".msg", has_text="Under the blue pot.")).to_have_count(0)
+    expect(dialog.locator("[data-archive-title]")).to_have_text("Search")
+    expect(page.locator("[data-search-hit]", has_text="You: buy milk")).to_have_count(1)

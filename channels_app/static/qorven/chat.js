@@ -530,7 +530,7 @@
 
   Chat.prototype.openArchive = function () {
     var self = this;
-    this.view = (this.view || 0) + 1;
+    var view = this.view = (this.view || 0) + 1; // what the dialog shows now: a later click wins
     this.lastSearch = "";
     var dialog = this.root.querySelector("[data-archive]");
     var body = dialog.querySelector("[data-archive-body]");
@@ -541,6 +541,7 @@
     fetch(this.config.conversations, { headers: this.headers(), credentials: "same-origin" })
       .then(function (r) { if (!r.ok) throw new Error(String(r.status)); return r.json(); })
       .then(function (data) {
+        if (self.view !== view) return;
         body.textContent = "";
         if (!data.conversations.length) { body.appendChild(el("p", "archive__none", "No earlier conversations yet.")); return; }
         var list = el("ul", "archive__list");
@@ -559,7 +560,7 @@
         body.appendChild(list);
         keepFocus(dialog, list.querySelector("button"));
       })
-      .catch(function () { body.textContent = "Can't reach Qorven — try again in a moment."; });
+      .catch(function () { if (self.view === view) body.textContent = "Can't reach Qorven — try again in a moment."; });
   };
 
   // The button the keyboard was on went with the view it opened (a conversation chosen,
@@ -605,8 +606,11 @@
         "Conversation of " + new Date(conversation.started_at).toLocaleDateString(undefined, { dateStyle: "medium" });
     }
     dialog.querySelector("[data-archive-back]").hidden = false;
+    // An earlier page belongs to the view it was asked from; a conversation opened is a new one.
+    var view = this.view = older ? this.view : (this.view || 0) + 1;
     this.archivedPage(conversation.session_id, "before_seq", beforeSeq)
       .then(function (data) {
+        if (self.view !== view) return;
         var page = document.createDocumentFragment();
         var messages = (data.messages || []).filter(function (m) { return !m.hidden; });
         if (data.more && data.messages.length) {
@@ -621,7 +625,7 @@
         body.insertBefore(page, body.firstChild);
         keepFocus(dialog, body);
       })
-      .catch(function () { body.textContent = "Can't reach Qorven — try again in a moment."; });
+      .catch(function () { if (self.view === view) body.textContent = "Can't reach Qorven — try again in a moment."; });
   };
 
   // A message the search found, in its place: the page before it (with it) and the page
@@ -691,9 +695,11 @@
     later.type = "button";
     later.setAttribute("data-archive-later", "");
     later.addEventListener("click", function () {
+      var view = self.view;
       later.disabled = true;
       self.archivedPage(sessionId, "after_seq", messages[messages.length - 1].seq)
         .then(function (next) {
+          if (self.view !== view) return;
           var first = null;
           (next.messages || []).forEach(function (m) {
             if (m.hidden) return;
@@ -705,7 +711,11 @@
           self.laterButton(end, sessionId, next);
           if (first) { first.tabIndex = -1; first.focus(); } else { end.querySelector("button").focus(); }
         })
-        .catch(function () { later.disabled = false; self.say("Can't reach Qorven — try again in a moment."); });
+        .catch(function () {
+          if (self.view !== view) return;
+          later.disabled = false;
+          self.say("Can't reach Qorven — try again in a moment.");
+        });
     });
     end.appendChild(later);
   };
@@ -724,7 +734,7 @@
     var dialog = this.root.querySelector("[data-archive]");
     var body = dialog.querySelector("[data-archive-body]");
     this.lastSearch = query;
-    this.view = (this.view || 0) + 1;
+    var view = this.view = (this.view || 0) + 1;
     dialog.querySelector("[data-archive-title]").textContent = "Search";
     dialog.querySelector("[data-archive-back]").hidden = true;
     dialog.querySelector("[data-search-input]").value = query;
@@ -733,7 +743,7 @@
     fetch(this.config.search + "?q=" + encodeURIComponent(query), { headers: this.headers(), credentials: "same-origin" })
       .then(function (r) { if (!r.ok) throw new Error(String(r.status)); return r.json(); })
       .then(function (data) {
-        if (self.lastSearch !== query) return; // a newer search is on its way
+        if (self.view !== view) return; // a newer search, or another view, was asked for since
         body.textContent = "";
         if (!data.results.length) {
           body.appendChild(el("p", "archive__none", "Nothing found for “" + query + "”."));
@@ -767,7 +777,7 @@
         body.appendChild(list);
         keepFocus(dialog, list.querySelector("button"));
       })
-      .catch(function () { body.textContent = "Can't reach Qorven — try the search again in a moment."; });
+      .catch(function () { if (self.view === view) body.textContent = "Can't reach Qorven — try the search again in a moment."; });
   };
 
   // `text` into `node` with the words found marked, through text nodes only. `marks` are
