@@ -24,7 +24,10 @@ class MemoryForm(forms.ModelForm):
         if tenant is not None and qor is not None and qor.tenant_id != tenant.pk:
             self.add_error("qor", "This Qor belongs to another tenant.")
         user = data.get("user")
-        if tenant is not None and user is not None and not Membership.objects.filter(tenant=tenant, user=user).exists():
+        # A memory is given to a member; one kept from a person who has since left (or an
+        # anonymous webchat visitor's) stays theirs while the rest of it is edited.
+        if (tenant is not None and user is not None and (self.instance.pk is None or "user" in self.changed_data)
+                and not Membership.objects.filter(tenant=tenant, user=user).exists()):
             self.add_error("user", "This user is not a member of the tenant.")
         session = data.get("source_session")
         if tenant is not None and session is not None and session.tenant_id != tenant.pk:

@@ -23,7 +23,7 @@ from django.contrib import admin
 from django.contrib.admin.widgets import ForeignKeyRawIdWidget
 from django.contrib.auth import get_user_model
 from django.core.exceptions import FieldDoesNotExist, PermissionDenied, ValidationError
-from django.db.models import ForeignKey, Model, QuerySet
+from django.db.models import ForeignKey, Model, Q, QuerySet
 from django.http import HttpRequest
 
 from .models import Membership, Qor, Tenant
@@ -161,6 +161,24 @@ class ScopedRawIdWidget(ForeignKeyRawIdWidget):
         return super().label_and_url_for_value(value) if offered else ("", "")
 
 
+def _current_offered(form: Any, obj: Model) -> None:
+    """A row's own value of a narrowed choice field stays among the choices of its change
+    page (`form` a class per request: ModelAdmin.get_form builds one each time): a person
+    who has since left the workspace, an anonymous webchat visitor. Left out, it could not
+    be shown chosen, and the browser posted the first choice ("---------") in its place."""
+    for name, field in form.base_fields.items():
+        if not isinstance(field, forms.ModelChoiceField) or isinstance(field, forms.ModelMultipleChoiceField):
+            continue
+        current = getattr(obj, f"{name}_id", None)
+        if current is None or field.queryset.filter(pk=current).exists():
+            continue
+        # Not `queryset | …`: the narrowed one may be distinct, which Django does not combine.
+        field.queryset = field.queryset.model._default_manager.filter(
+            Q(pk__in=field.queryset.values("pk")) | Q(pk=current))
+        if isinstance(field.widget, ScopedRawIdWidget):
+            field.widget.queryset = field.queryset
+
+
 def _offered_filters(model_admin: Any, request: HttpRequest) -> set[str]:
     """The field paths a list's filters and date drill-down filter by."""
     names = {model_admin.date_hierarchy} if model_admin.date_hierarchy else set()
@@ -209,6 +227,12 @@ class TenantScopedAdminMixin(_Scoping):
         # senders, a sender's chats) into the other while the rows around it still name the first.
         fixed = [self.tenant_field] if self.tenant_field and "__" not in self.tenant_field else []
         return fields + [name for name in (*fixed, *self.fixed_fields) if name not in fields]
+
+    def get_form(self, request: HttpRequest, obj: Model | None = None, change: bool = False, **kwargs: Any) -> Any:
+        form = super().get_form(request, obj, change=change, **kwargs)  # type: ignore[misc]
+        if obj is not None and admin_tenant_ids(request.user) is not None:
+            _current_offered(form, obj)
+        return form
 
     def _tenant_admin_allows(self, request: HttpRequest, obj: Model | None) -> bool:
         ids = admin_tenant_ids(request.user)

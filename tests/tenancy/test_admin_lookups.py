@@ -129,3 +129,39 @@ def test_a_workspace_admin_is_not_offered_an_owner_to_link_a_sender_to(client, w
     world.alice.save(update_fields=["is_staff"])
     choices = client.get(reverse("admin:channels_app_identity_add")).context["adminform"].form.fields["user"].queryset
     assert sorted(u.username for u in choices) == ["alice", "bob", "dana"]
+
+
+@pytest.mark.parametrize("page", ["memory", "identity"])
+def test_a_row_of_someone_who_left_keeps_its_person_when_a_tenant_admin_saves_it(tenant_admin, world, page):
+    """The person's field offers the members; a row whose person has since left the
+    workspace is still theirs: its page shows them chosen, and saving it (its text
+    corrected, the sender denied) keeps them. A choice left out of the list had the browser
+    post the first one, "---------": the memory became the Qor's own (read in its group
+    chats), the sender no one's."""
+    from channels_app.models import Identity
+    from memory_app.models import Memory
+    from memory_app.services import memory_add
+    from tenancy.models import Membership
+    from tests.factories.tenancy import UserFactory
+
+    from ..admin_forms import served_form
+
+    dave = UserFactory(username="dave")
+    membership = Membership.objects.create(tenant=world.tenant_a, user=dave)
+    if page == "memory":
+        row, _ = memory_add(tenant=world.tenant_a, qor=world.qor_a, user=dave, type="fact", content="dave likes tea")
+        changes = {"content": "dave likes green tea"}
+    else:
+        row = Identity.objects.create(tenant=world.tenant_a, channel="telegram", external_id="42", user=dave,
+                                      approval=Identity.Approval.APPROVED)
+        changes = {"approval": Identity.Approval.DENIED}
+    membership.delete()
+    url = reverse(f"admin:{row._meta.app_label}_{row._meta.model_name}_change", args=[row.pk])
+
+    served = tenant_admin.get(url)
+    assert f'<option value="{dave.pk}" selected>dave</option>' in served.content.decode()
+    response = tenant_admin.post(url, {**served_form(served), **changes})
+    assert response.status_code == 302, response.context["adminform"].form.errors
+    row.refresh_from_db()
+    assert row.user_id == dave.pk
+    assert (row.content if isinstance(row, Memory) else row.approval) == next(iter(changes.values()))
