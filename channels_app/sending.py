@@ -131,6 +131,7 @@ def _older_sent(*, tenant_id: int, binding_id: int, before: OutboundDelivery, un
     from .tasks import deliver_message_task
 
     last = None
+    passed: list[int] = []  # older replies that cannot go now (cut off mid-send): the ones after them may
     for turn in range(DRAIN_MAX):
         if turn and (time.monotonic() >= until or not send_slot_free(worker=worker)):
             return False
@@ -138,13 +139,16 @@ def _older_sent(*, tenant_id: int, binding_id: int, before: OutboundDelivery, un
             OutboundDelivery.objects.filter(tenant_id=tenant_id, binding_id=binding_id,
                                             state=OutboundDelivery.State.PENDING, id__lt=before.pk)
             .filter(Q(not_before__isnull=True) | Q(not_before__lte=timezone.now()))
-            .order_by("id").values_list("message_id", flat=True).first()
+            .exclude(message_id__in=passed).order_by("id").values_list("message_id", flat=True).first()
         )
-        if message_id is not None and message_id == last:
-            return False  # not sent and not failed (its send lost the gate): left to the wake-up
-        waiting = _sendable(tenant_id=tenant_id, message_id=message_id) if message_id is not None else None
-        if waiting is None:
+        if message_id is None:
             return True
+        if message_id == last:
+            return False  # not sent and not failed (its send lost the gate): left to the wake-up
+        waiting = _sendable(tenant_id=tenant_id, message_id=message_id)
+        if waiting is None:
+            passed.append(message_id)
+            continue
         last = message_id
         try:
             _send_parts(waiting, gates)
@@ -393,4 +397,10 @@ def _send_failed(row: OutboundDelivery, exc: SendError) -> bool:
         return True
     if row.attempts > settings.QORVEN_SEND_RETRIES:
         return part_give_up(row=row)
+    # The parts after it go with its retry, and say so: a reply backing off is then passed
+    # over whole by the sends that look for the replies due on its bot (_next_waiting,
+    # _older_sent, the sweeper), not found due by a later part and left unsent there,
+    # with the replies behind it held up until that retry.
+    OutboundDelivery.objects.filter(tenant_id=row.tenant_id, message_id=row.message_id, part__gt=row.part,
+                                    state=OutboundDelivery.State.PENDING).update(not_before=row.not_before)
     raise RetryLater(after, str(exc)) from None

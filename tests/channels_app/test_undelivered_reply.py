@@ -214,6 +214,65 @@ def test_our_notice_of_a_reply_cut_off_mid_send_goes_after_an_older_reply_still_
     assert (states(older), states(answer), states(notices()[0])) == (["sent"], ["failed"], ["sent"])
 
 
+def test_a_reply_backing_off_holds_up_neither_the_replies_after_it_nor_their_order(
+    world, telegram, platform, drain, settings
+):
+    """An older reply's first part failed for now and waits for its retry; a reply after it
+    waited for the bot meanwhile. The next reply written goes out after that waiting one,
+    not before it: the one backing off is passed over as a whole (the rest of its parts
+    waits for its retry too), and the waiting one is not left for that retry."""
+    from channels_app.sending import RetryLater, deliver_message
+
+    settings.QORVEN_SEND_BACKOFF = 600  # its retry comes long after this test
+    pair(world, "telegram", "42", world.alice)
+    platform.script(SENT, Canned(status=500, body={"ok": False, "error_code": 500, "description": "down"}))
+    platform.default(SENT, OK)
+    session = session_resolve(tenant=world.tenant_a, qor=world.qor_a, channel="telegram", user=world.alice)
+
+    def written(*parts: str) -> Message:
+        message = message_append(session=session, role="assistant", content=" ".join(parts), channel="telegram",
+                                 notify=False).message
+        for index, text in enumerate(parts):
+            OutboundDelivery.objects.create(tenant=world.tenant_a, message=message, part=index, binding=telegram,
+                                            target="42", text=text)
+        return message
+
+    backing_off = written("Part one.", "Part two.")
+    with pytest.raises(RetryLater):
+        deliver_message(tenant_id=world.tenant_a.pk, message_id=backing_off.pk, worker="w")
+    waiting = written("Bring the slides.")  # found the bot busy: no task of its own
+    newest = written("See you at 3.")
+    deliver_message_task.delay(world.tenant_a.pk, newest.pk)
+    drain()
+    assert texts_sent(platform) == ["Part one.", "Bring the slides.", "See you at 3."]
+    assert (states(backing_off), states(waiting), states(newest)) == (["pending", "pending"], ["sent"], ["sent"])
+
+
+def test_a_reply_cut_off_mid_send_holds_up_neither_the_replies_after_it_nor_their_order(
+    world, telegram, platform, drain
+):
+    """An older reply's first part was cut off mid-send (its worker died; the sweeper fails
+    it later), and a reply after it waited for the bot. The next reply written goes out
+    after the waiting one: the one cut off is passed over, not taken for the last waiting."""
+    pair(world, "telegram", "42", world.alice)
+    platform.default(SENT, OK)
+    session = session_resolve(tenant=world.tenant_a, qor=world.qor_a, channel="telegram", user=world.alice)
+    rows = []
+    for parts in (("Part one.", "Part two."), ("Bring the slides.",), ("See you at 3.",)):
+        message = message_append(session=session, role="assistant", content=" ".join(parts), channel="telegram",
+                                 notify=False).message
+        for index, text in enumerate(parts):
+            OutboundDelivery.objects.create(tenant=world.tenant_a, message=message, part=index, binding=telegram,
+                                            target="42", text=text)
+        rows.append(message)
+    cut_off, waiting, newest = rows
+    OutboundDelivery.objects.filter(message=cut_off, part=0).update(state=OutboundDelivery.State.SENDING)
+    deliver_message_task.delay(world.tenant_a.pk, newest.pk)
+    drain()
+    assert texts_sent(platform) == ["Bring the slides.", "See you at 3."]
+    assert (states(waiting), states(newest)) == (["sent"], ["sent"])
+
+
 def test_a_chat_whose_pairing_ended_is_told_nothing(world, telegram, platform, drain):
     answer = cut_off(world, telegram, platform)
     Identity.objects.filter(tenant=world.tenant_a, channel="telegram", external_id="42").update(
