@@ -82,9 +82,10 @@ def deliver_message(*, tenant_id: int, message_id: int, worker: str) -> int:
 
     Raises RetryLater on a transient failure (the task comes back after the backoff, or
     the platform's retry-after); after QORVEN_SEND_RETRIES of them the part ends failed
-    and the parts behind it are still sent (channels_app.send_failures). Raises GateShut when `worker` has no send slot free. When another send holds
-    the binding it returns at once: that send wakes the next waiting reply as it ends
-    (channels_app.send_gate), so waiting costs no worker slot.
+    and the parts behind it are still sent (channels_app.send_failures). Raises GateShut
+    when `worker` has no send slot free. When another send holds the binding it returns at
+    once: that send wakes the next waiting reply as it ends (channels_app.send_gate), so
+    waiting costs no worker slot.
 
     Replies due that wait for the same bot ahead of it are sent first (_older_sent).
 
@@ -364,8 +365,6 @@ def _part_sent_and_next(row: OutboundDelivery, platform_id: str) -> int | None:
         ])
         found = cursor.fetchone()
     return found[0] if found is not None else None
-
-
 
 
 def _send_failed(row: OutboundDelivery, exc: SendError) -> bool:
