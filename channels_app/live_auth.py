@@ -17,6 +17,7 @@ from typing import Any
 
 from django.conf import settings
 from django.contrib.auth import BACKEND_SESSION_KEY, HASH_SESSION_KEY, SESSION_KEY, get_user_model
+from django.db import transaction
 from django.utils.crypto import constant_time_compare
 
 from qorven.runtime.publisher import broadcast_group_soon
@@ -49,11 +50,13 @@ def session_fingerprint(session_key: str | None) -> str:
 
 def auth_changed(*, user_id: int, ended_session_key: str | None = None) -> None:
     """Tell `user_id`'s open sockets to check their sign-in again; the one on
-    `ended_session_key` (signed out just now) closes without checking."""
+    `ended_session_key` (signed out just now) closes without checking. Told once the
+    change is committed: a socket told inside the transaction (the admin saves in one)
+    read the sign-in as it was, and stayed open."""
     event: dict[str, Any] = {"type": "auth.changed"}
     if ended_session_key:
         event["ended"] = session_fingerprint(ended_session_key)
-    broadcast_group_soon(auth_group(user_id), event)
+    transaction.on_commit(lambda: broadcast_group_soon(auth_group(user_id), event))
 
 
 def socket_signed_in(*, user_id: int, tenant_slug: str, qor_slug: str, session_key: str | None,
@@ -121,8 +124,6 @@ def on_membership_changed(sender: Any, instance: Any, **kwargs: Any) -> None:
 def on_tenant_suspension_changed(sender: Any, tenant: Any, **kwargs: Any) -> None:
     # Suspended: every member's socket and every webchat visitor's closes (resumed: none is
     # open to tell). Sent once the change is stored, so the sockets' check reads it.
-    from django.db import transaction
-
     from tenancy.models import Membership
 
     def tell() -> None:
@@ -146,4 +147,5 @@ def on_identity_changed(sender: Any, instance: Any, **kwargs: Any) -> None:
 def on_webchat_changed(sender: Any, instance: Any, **kwargs: Any) -> None:
     # An embed's binding disabled or deleted, the workspace's webchat switch turned off.
     if getattr(instance, "kind", "") in ("webchat", "channel"):
-        broadcast_group_soon(webchat_auth_group(instance.tenant_id), {"type": "auth.changed"})
+        group = webchat_auth_group(instance.tenant_id)  # once stored, as auth_changed
+        transaction.on_commit(lambda: broadcast_group_soon(group, {"type": "auth.changed"}))

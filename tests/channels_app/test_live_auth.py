@@ -215,6 +215,50 @@ def test_a_token_revoked_with_the_admins_action_closes_the_socket_it_opened(worl
     async_to_sync(scenario)()
 
 
+def test_the_sockets_are_told_of_a_revocation_once_it_is_stored(world):
+    """A socket checks its sign-in when it is told that it changed. The admin saves in a
+    transaction (a page, a removal with its tokens): told before that was committed, the
+    socket read the token still live and stayed open, following the chat."""
+    import asyncio
+    import threading
+
+    from channels.layers import get_channel_layer
+    from django.db import connection, transaction
+
+    from channels_app.live_auth import auth_group
+    from tenancy.models import ApiToken
+    from tenancy.services import api_tokens_revoke
+
+    token, raw = api_token_create(tenant=world.tenant_a, user=world.alice)
+    checked = threading.Event()
+
+    def revoke_in_a_transaction():
+        try:
+            with transaction.atomic():
+                api_tokens_revoke(tokens=ApiToken.objects.filter(pk=token.pk))
+                broadcast_flush()
+                checked.wait(2)  # a socket told already checks meanwhile, as the admin's page goes on
+        finally:
+            connection.close()  # this thread's own
+
+    async def scenario():
+        socket = await opened(communicator(ALICE_CHAT, headers=[(b"authorization", f"Bearer {raw}".encode())]))
+        layer = get_channel_layer()
+        told = await layer.new_channel()
+        await layer.group_add(auth_group(world.alice.pk), told)
+        revoking = asyncio.ensure_future(sync_to_async(revoke_in_a_transaction, thread_sensitive=False)())
+        event = await asyncio.wait_for(layer.receive(told), 10)
+        revoked_when_told = await sync_to_async(
+            lambda: ApiToken.objects.filter(pk=token.pk, revoked_at__isnull=False).exists())()
+        checked.set()
+        await revoking
+        await layer.group_discard(auth_group(world.alice.pk), told)
+        assert event["type"] == "auth.changed" and revoked_when_told
+        await closed_as_signed_out(socket)
+
+    async_to_sync(scenario)()
+
+
 def test_a_session_that_expires_quietly_is_noticed_on_a_ping(world, monkeypatch):
     monkeypatch.setattr(sign_in, "RECHECK_EVERY", 0.0)
     cookie = session_cookie(world.alice)
