@@ -153,8 +153,8 @@ class HeartbeatAdmin(TenantScopedAdminMixin, admin.ModelAdmin):
         return form
 
     def get_readonly_fields(self, request, obj=None):
-        fields = list(super().get_readonly_fields(request, obj))
-        return fields + ["tenant", "qor"] if obj is not None else fields
+        fields = list(super().get_readonly_fields(request, obj))  # the tenant, on a change page (the scoping base)
+        return fields + ["qor"] if obj is not None else fields
 
     def has_change_permission(self, request, obj=None) -> bool:
         if obj is not None and obj.managed:
