@@ -213,12 +213,20 @@ def _send_waiting(*, tenant_id: int, binding_id: int, after: int, until: float, 
             return
 
 
+def _in_flight() -> Exists:
+    """To filter parts by (negated): a part of their reply is being sent. Under the bot's
+    gate one is only when its sender died mid-send (channels_app.send_gate): that reply
+    waits for the sweep, which fails that part; the replies behind it are not held up by it."""
+    return Exists(OutboundDelivery.objects.filter(message_id=OuterRef("message_id"),
+                                                   state=OutboundDelivery.State.SENDING).order_by())
+
+
 # Read after every send (compiled once): the oldest parts waiting for the binding, whether
 # or not they are backing off (a time cannot be a prepared parameter; see _wake_next).
 WAKE_LOOK = 8
 _waiting_for_binding: PreparedRead[OutboundDelivery] = PreparedRead(
     lambda tenant_id, binding_id, after: OutboundDelivery.objects.filter(
-        tenant_id=tenant_id, binding_id=binding_id, state=OutboundDelivery.State.PENDING,
+        ~_in_flight(), tenant_id=tenant_id, binding_id=binding_id, state=OutboundDelivery.State.PENDING,
     ).exclude(message_id=after).only("id", "message_id", "not_before").order_by("id")[:WAKE_LOOK],
     tenant_id=int, binding_id=int, after=int,
 )
@@ -241,7 +249,8 @@ def _wake_next(*, tenant_id: int, binding_id: int, after: int) -> None:
 
 
 def _next_waiting(*, tenant_id: int, binding_id: int, after: int) -> int | None:
-    """The oldest reply waiting for the binding and due (not backing off), other than `after`."""
+    """The oldest reply waiting for the binding and due (not backing off, nor cut off
+    mid-send: _in_flight), other than `after`."""
     now = timezone.now()
     oldest = _waiting_for_binding.all(tenant_id=tenant_id, binding_id=binding_id, after=after)
     due = [p.message_id for p in oldest if p.not_before is None or p.not_before <= now]
@@ -251,7 +260,7 @@ def _next_waiting(*, tenant_id: int, binding_id: int, after: int) -> int | None:
         message_id = None
     else:  # the oldest few are all backing off: look further
         message_id = (
-            OutboundDelivery.objects.filter(tenant_id=tenant_id, binding_id=binding_id,
+            OutboundDelivery.objects.filter(~_in_flight(), tenant_id=tenant_id, binding_id=binding_id,
                                             state=OutboundDelivery.State.PENDING)
             .filter(Q(not_before__isnull=True) | Q(not_before__lte=now))
             .exclude(message_id=after).order_by("id").values_list("message_id", flat=True).first()
@@ -345,14 +354,16 @@ def _send_parts_in_order(rows: list[OutboundDelivery], gates: GatesHeld) -> tupl
 
 
 # The last part of a reply marked sent, and in the same statement the oldest reply due
-# that waits for the binding (other than this one): what the send holding the binding
+# that waits for the binding (other than this one, and none cut off mid-send:
+# _in_flight): what the send holding the binding
 # sends next (_send_waiting), without a look of its own. The look after the gate is let
 # go (_wake_next) stays: a reply that found the gate busy after this statement is woken.
 _SENT_AND_NEXT = (
     "UPDATE {table} SET state = %s, platform_message_id = %s, sent_at = %s, attempts = %s, not_before = NULL,"
     " last_error = '', updated_at = %s WHERE id = %s RETURNING (SELECT waiting.message_id FROM {table} waiting"
     " WHERE waiting.tenant_id = %s AND waiting.binding_id = %s AND waiting.state = %s AND waiting.message_id <> %s"
-    " AND (waiting.not_before IS NULL OR waiting.not_before <= %s) ORDER BY waiting.id LIMIT 1)"
+    " AND (waiting.not_before IS NULL OR waiting.not_before <= %s) AND NOT EXISTS (SELECT 1 FROM {table} flight"
+    " WHERE flight.message_id = waiting.message_id AND flight.state = %s) ORDER BY waiting.id LIMIT 1)"
 )
 
 
@@ -362,6 +373,7 @@ def _part_sent_and_next(row: OutboundDelivery, platform_id: str) -> int | None:
         cursor.execute(_SENT_AND_NEXT.format(table=OutboundDelivery._meta.db_table), [
             OutboundDelivery.State.SENT, platform_id, now, row.attempts + 1, now, row.pk,
             row.tenant_id, row.binding_id, OutboundDelivery.State.PENDING, row.message_id, now,
+            OutboundDelivery.State.SENDING,
         ])
         found = cursor.fetchone()
     return found[0] if found is not None else None

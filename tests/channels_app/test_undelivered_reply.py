@@ -273,6 +273,32 @@ def test_a_reply_cut_off_mid_send_holds_up_neither_the_replies_after_it_nor_thei
     assert (states(waiting), states(newest)) == (["sent"], ["sent"])
 
 
+def test_the_replies_after_one_cut_off_mid_send_go_with_the_send_holding_the_bot(world, telegram, platform, drain):
+    """An older reply was cut off mid-send (its worker died; the sweep fails that part
+    later). The send holding the bot after it goes on with the reply waiting behind it,
+    rather than stopping at the one cut off and leaving the rest for the sweep."""
+    pair(world, "telegram", "42", world.alice)
+    pair(world, "telegram", "43", world.bob)
+    platform.default(SENT, OK)
+    rows = []
+    for user, target, parts in ((world.alice, "42", ("Part one.", "Part two.")), (world.bob, "43", ("For Bob.",)),
+                                (world.alice, "42", ("Bring the slides.",))):
+        session = session_resolve(tenant=world.tenant_a, qor=world.qor_a, channel="telegram", user=user)
+        message = message_append(session=session, role="assistant", content=" ".join(parts), channel="telegram",
+                                 notify=False).message
+        for index, text in enumerate(parts):
+            OutboundDelivery.objects.create(tenant=world.tenant_a, message=message, part=index, binding=telegram,
+                                            target=target, text=text)
+        rows.append(message)
+    cut_off, sending, waiting = rows
+    OutboundDelivery.objects.filter(message=cut_off, part=0).update(state=OutboundDelivery.State.SENDING)
+    deliver_message_task.delay(world.tenant_a.pk, sending.pk)
+    drain()
+    assert texts_sent(platform) == ["For Bob.", "Bring the slides."]
+    assert states(waiting) == ["sent"]
+    assert states(cut_off) == ["sending", "pending"]  # the sweep's: it fails the part cut off, then sends the rest
+
+
 def test_a_chat_whose_pairing_ended_is_told_nothing(world, telegram, platform, drain):
     answer = cut_off(world, telegram, platform)
     Identity.objects.filter(tenant=world.tenant_a, channel="telegram", external_id="42").update(
