@@ -3,7 +3,7 @@ from __future__ import annotations
 from typing import Any
 
 from django import forms
-from django.contrib import admin
+from django.contrib import admin, messages
 from django.contrib.auth import get_user_model
 from django.core.exceptions import PermissionDenied
 from django.contrib.auth.password_validation import validate_password
@@ -12,7 +12,13 @@ from django.utils import timezone
 
 from qorven.runtime.cooldowns import route_state
 
-from .admin_scoping import TenantScopedAdminMixin, TenantScopedInlineMixin, admin_tenant_ids, owns_tenant
+from .admin_scoping import (
+    TenantScopedAdminMixin,
+    TenantScopedInlineMixin,
+    admin_tenant_ids,
+    owners_off_limits,
+    owns_tenant,
+)
 from .models import ApiToken, McpServer, Membership, ModelFallback, PluginSetting, Qor, Tenant, Usage
 from .selectors import tokens_spent_this_month
 from .services import memberships_remove
@@ -414,10 +420,30 @@ class ApiTokenAdmin(TenantScopedAdminMixin, admin.ModelAdmin):
     def has_add_permission(self, request) -> bool:
         return False  # tokens are minted with `qorven token create`, which shows them once
 
+    # An owner's tokens are the owner's (and the host's) to revoke, delete or re-date, as
+    # the owner's membership is: a workspace admin revoking one shuts the owner's scripts
+    # out, and one clearing its end keeps working for good a token the owner meant to run
+    # out. The admin still sees them listed, read-only: which tokens the workspace has out
+    # is theirs to know, and to raise with the owner.
+    def _owners_token(self, request, obj) -> bool:
+        return obj is not None and obj.user_id in owners_off_limits(request.user, obj.tenant_id)
+
+    def has_change_permission(self, request, obj=None) -> bool:
+        return not self._owners_token(request, obj) and super().has_change_permission(request, obj)
+
+    def has_delete_permission(self, request, obj=None) -> bool:
+        return not self._owners_token(request, obj) and super().has_delete_permission(request, obj)
+
     @admin.action(description="Revoke the selected tokens", permissions=["change"])
     def revoke(self, request, queryset):
         from .services import api_tokens_revoke
 
+        live = list(queryset.filter(revoked_at__isnull=True).order_by().values_list("tenant_id", "user_id").distinct())
+        off_limits = {tenant_id: owners_off_limits(request.user, tenant_id) for tenant_id, _ in live}
+        if any(user_id in off_limits[tenant_id] for tenant_id, user_id in live):
+            self.message_user(request, "Only an owner of the workspace revokes an owner's token: none was revoked. "
+                                       "Choose the others again.", messages.ERROR)
+            return
         revoked = api_tokens_revoke(tokens=queryset)
         self.message_user(request, f"Revoked {revoked} token(s).")
 

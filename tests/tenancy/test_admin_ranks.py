@@ -105,3 +105,39 @@ def test_the_owner_links_a_sender_to_herself(tenant_admin, world):
     sender = sender_of(world, world.bob, "55")
     assert relinked(tenant_admin, world, sender, world.alice) == 302
     assert Identity.objects.get(pk=sender.pk).user == world.alice
+
+
+def test_a_workspace_admin_sees_the_owners_tokens_but_cannot_revoke_delete_or_unend_them(workspace_admin, world):
+    """The owner's token is the owner's (and the host's) to revoke or re-date: a workspace
+    admin who revoked it would shut the owner's scripts out, and one who cleared its end
+    would keep a token the owner meant to run out working for good. The list still shows
+    it, as it shows the owner's membership: which tokens the workspace has out is theirs
+    to know, and to ask the owner about."""
+    ends = timezone.now() + timedelta(days=1)
+    owners, _ = api_token_create(tenant=world.tenant_a, user=world.alice, name="alice's", expires_at=ends)
+    bobs, _ = api_token_create(tenant=world.tenant_a, user=world.bob, name="bob's")
+    changelist = reverse("admin:qorven_apitoken_changelist")
+    assert owners.prefix in workspace_admin.get(changelist).content.decode()
+
+    change = reverse("admin:qorven_apitoken_change", args=[owners.pk])
+    assert workspace_admin.post(change, token_form(owners)).status_code == 403  # its end sent empty
+    workspace_admin.post(changelist, {"action": "revoke", "_selected_action": [owners.pk, bobs.pk]})
+    workspace_admin.post(changelist, {"action": "delete_selected", "_selected_action": [owners.pk], "post": "yes"})
+    assert workspace_admin.post(reverse("admin:qorven_apitoken_delete", args=[owners.pk]),
+                                {"post": "yes"}).status_code == 403
+    owners.refresh_from_db()
+    assert (owners.revoked_at, owners.expires_at) == (None, ends)
+    bobs.refresh_from_db()
+    assert bobs.revoked_at is None  # one refused, none revoked: the admin is told to choose again
+
+    workspace_admin.post(changelist, {"action": "revoke", "_selected_action": [bobs.pk]})
+    bobs.refresh_from_db()
+    assert bobs.revoked_at is not None  # a member's, and an admin's, are theirs to revoke
+
+
+def test_the_owner_revokes_her_own_token_in_the_admin(tenant_admin, world):
+    owners, _ = api_token_create(tenant=world.tenant_a, user=world.alice, name="alice's")
+    tenant_admin.post(reverse("admin:qorven_apitoken_changelist"), {"action": "revoke",
+                                                                    "_selected_action": [owners.pk]})
+    owners.refresh_from_db()
+    assert owners.revoked_at is not None
