@@ -4,13 +4,17 @@ from __future__ import annotations
 from django import forms
 from django.contrib import admin, messages
 from django.contrib.admin import helpers
+from django.contrib.auth import get_user_model
 from django.core.exceptions import PermissionDenied
+from django.db.models import Q, QuerySet
 from django.template.response import TemplateResponse
 
 from tenancy.admin import TenantAdmin
 from tenancy.admin_scoping import (
+    ScopedRawIdWidget,
     TenantScopedAdminMixin,
     TenantScopedInlineMixin,
+    _current_offered,
     admin_tenant_ids,
     owners_off_limits,
 )
@@ -115,6 +119,28 @@ class ChannelBindingAdmin(TenantScopedAdminMixin, admin.ModelAdmin):
         return embed_snippet(obj)
 
 
+def linkable_people(actor, tenant_ids) -> QuerySet:
+    """The people `actor` may link a sender of one of `tenant_ids` to, in the admin: its
+    members, but for a workspace admin who is not an owner there, its owners."""
+    allowed = Q(pk__in=[])
+    for tenant_id in tenant_ids:
+        allowed |= Q(memberships__tenant_id=tenant_id) & ~Q(pk__in=owners_off_limits(actor, tenant_id))
+    return get_user_model().objects.filter(allowed).distinct()
+
+
+def _tenant_chosen(request, tenants) -> int | None:
+    """The workspace of the sender an add page makes, when it is known: the one posted or
+    put in the page's address (of those `tenants` the admin administers), else their only one."""
+    raw = (request.POST if request.method == "POST" else request.GET).get("tenant")
+    if not raw:
+        return next(iter(tenants)) if len(tenants) == 1 else None
+    try:
+        tenant_id = int(raw)
+    except (TypeError, ValueError):
+        return None
+    return tenant_id if tenant_id in tenants else None
+
+
 @admin.register(Identity)
 class IdentityAdmin(TenantScopedAdminMixin, admin.ModelAdmin):
     form = IdentityForm
@@ -133,14 +159,24 @@ class IdentityAdmin(TenantScopedAdminMixin, admin.ModelAdmin):
     def has_change_permission(self, request, obj=None) -> bool:
         return not self._for_owner_off_limits(request, obj) and super().has_change_permission(request, obj)
 
-    def formfield_for_foreignkey(self, db_field, request, **kwargs):
-        field = super().formfield_for_foreignkey(db_field, request, **kwargs)
+    def get_form(self, request, obj=None, change=False, **kwargs):
+        form = super().get_form(request, obj, change=change, **kwargs)
+        field = form.base_fields.get("user")
         tenants = admin_tenant_ids(request.user)
-        if db_field.name == "user" and field is not None and tenants:
-            # Not offered what saving would refuse (an owner for a workspace admin).
-            off_limits = frozenset().union(*(owners_off_limits(request.user, t) for t in tenants))
-            field.queryset = field.queryset.exclude(pk__in=off_limits)
-        return field
+        if field is None or tenants is None:
+            return form
+        # The people offered are those the row's own workspace lets this admin link it to
+        # (not an owner, for a workspace admin): its tenant's on its page, the chosen one's
+        # (or the admin's one workspace's) on the add page. Cut by every workspace they
+        # administer, an admin of one who owns another was not offered, on the other's
+        # senders, its members who own the first.
+        tenant_id = obj.tenant_id if obj is not None else _tenant_chosen(request, tenants)
+        field.queryset = linkable_people(request.user, [tenant_id] if tenant_id is not None else tenants)
+        if isinstance(field.widget, ScopedRawIdWidget):
+            field.widget.queryset = field.queryset
+        if obj is not None:
+            _current_offered(form, obj)  # a person who has since left, shown as the row's
+        return form
 
     def has_delete_permission(self, request, obj=None) -> bool:
         return not self._for_owner_off_limits(request, obj) and super().has_delete_permission(request, obj)

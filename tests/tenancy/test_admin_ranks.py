@@ -141,3 +141,42 @@ def test_the_owner_revokes_her_own_token_in_the_admin(tenant_admin, world):
                                                                     "_selected_action": [owners.pk]})
     owners.refresh_from_db()
     assert owners.revoked_at is not None
+
+
+def offered_people(response) -> list[str]:
+    return sorted(u.username for u in response.context["adminform"].form.fields["user"].queryset)
+
+
+def test_a_senders_people_are_those_its_own_workspace_lets_the_admin_link_it_to(workspace_admin, world):
+    """Bob is an admin, not an owner, of acme, and owns globex, where alice (acme's owner)
+    is a member: a globex sender is his to link to her. The choices were cut by every
+    workspace he administers, so acme's owner was not offered on globex's pages either."""
+    from tests.factories.tenancy import UserFactory
+
+    Membership.objects.create(tenant=world.tenant_b, user=world.bob, role=Membership.Role.OWNER)
+    Membership.objects.create(tenant=world.tenant_b, user=world.alice, role=Membership.Role.MEMBER)
+    Membership.objects.create(tenant=world.tenant_a, user=UserFactory(username="erin"))  # acme's alone
+    globex_sender = Identity.objects.create(tenant=world.tenant_b, channel="telegram", external_id="77",
+                                            user=world.charlie, approval="approved", trust_level="paired")
+    change = reverse("admin:channels_app_identity_change", args=[globex_sender.pk])
+    assert offered_people(workspace_admin.get(change)) == ["alice", "bob", "charlie"]
+    acme_sender = sender_of(world, world.bob, "55")
+    acme_change = reverse("admin:channels_app_identity_change", args=[acme_sender.pk])
+    assert offered_people(workspace_admin.get(acme_change)) == ["bob", "erin"]  # acme's owner: not his to link
+
+    linked = workspace_admin.post(change, {"tenant": world.tenant_b.pk, "channel": "telegram", "external_id": "77",
+                                           "user": world.alice.pk, "display_name": "", "trust_level": "paired",
+                                           "approval": "approved", "reply_target": ""})
+    assert linked.status_code == 302
+    assert Identity.objects.get(pk=globex_sender.pk).user == world.alice
+
+    add = reverse("admin:channels_app_identity_add")
+    new = {"channel": "telegram", "display_name": "", "trust_level": "paired", "approval": "approved",
+           "reply_target": "", "user": world.alice.pk}
+    assert offered_people(workspace_admin.get(add, {"tenant": world.tenant_b.pk})) == ["alice", "bob", "charlie"]
+    assert offered_people(workspace_admin.get(add, {"tenant": world.tenant_a.pk})) == ["bob", "erin"]
+    refused = workspace_admin.post(add, {**new, "tenant": world.tenant_a.pk, "external_id": "88"})
+    assert refused.status_code == 200 and "user" in refused.context["adminform"].form.errors
+    assert workspace_admin.post(add, {**new, "tenant": world.tenant_b.pk, "external_id": "99"}).status_code == 302
+    assert not Identity.objects.filter(external_id="88").exists()
+    assert Identity.objects.get(external_id="99").user == world.alice
