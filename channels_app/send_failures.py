@@ -72,14 +72,14 @@ def deliveries_refused_fail(*, row: OutboundDelivery, chat: bool) -> set[int]:
     after this (a new reply) is tried: a token fixed in the admin, or access given back on
     the platform's side with the same credentials (a Slack scope granted, a Twilio account
     reactivated, a person unblocking the bot), works with the next send. And only while the
-    binding's credentials are still those refused: a token fixed meanwhile sends them.
+    binding's credentials are still those refused: a token fixed meanwhile sends them, the
+    binding `row` holds given it for the parts sent after (credentials_replaced).
     After a refusal of the account, a one-off target (a Discord /ask in time goes through
     its interaction's own token, not the bot's) is left to be tried. Returns the ids of the parts failed."""
     from .adapters import adapter_for
 
     binding = row.binding
-    stored = ChannelBinding.objects.filter(pk=binding.pk).values_list("credentials", flat=True).first()
-    if stored != binding.credentials:
+    if credentials_replaced(binding):
         return set()
     adapter = adapter_for(binding.kind)
     waiting = OutboundDelivery.objects.filter(tenant_id=row.tenant_id, binding_id=binding.pk,
@@ -102,6 +102,18 @@ def deliveries_refused_fail(*, row: OutboundDelivery, chat: bool) -> set[int]:
         if message_id != row.message_id:  # that reply's send tells of it as it ends
             reply_undelivered_tell(tenant_id=row.tenant_id, message_id=message_id)
     return {pk for pk, _ in parts}
+
+
+def credentials_replaced(binding: ChannelBinding) -> bool:
+    """Whether the binding's credentials were changed since `binding` was read (a token
+    fixed in the admin while a send through it was out): if so, `binding` is given the
+    ones stored now, so what is sent through it next goes with those, not with the
+    credentials the platform refused."""
+    stored = ChannelBinding.objects.filter(pk=binding.pk).values_list("credentials", flat=True).first()
+    if stored is None or stored == binding.credentials:
+        return False
+    binding.credentials = stored
+    return True
 
 
 # The notice the person gets on the platform: its key in message metadata, and its text,

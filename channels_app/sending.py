@@ -19,13 +19,14 @@ from qorven.runtime.prepared_read import PreparedRead
 from tenancy.access import tenant_serving
 from tenancy.models import Membership, PluginSetting
 
-from .adapters import SendError, adapter_for
+from .adapters import Adapter, SendError, adapter_for
 from .models import OutboundDelivery
 from .one_off_targets import BEGUN_UNREAD, nothing_sent_to
 from .send_failures import (
     MAYBE_DELIVERED,
     account_refused,
     chat_refused,
+    credentials_replaced,
     deliveries_refused_fail,
     delivery_failed_show,
     part_give_up,
@@ -309,6 +310,10 @@ def _send_parts_in_order(rows: list[OutboundDelivery], gates: GatesHeld) -> tupl
                 # Nothing went out there: an /ask is not left thinking (nothing more is said).
                 adapter.withdraw(first.binding, first.target)
         return 0, UNLOOKED
+    for row in rows[1:]:
+        # One binding row for all the parts: credentials found replaced while one was out
+        # (credentials_replaced) are those the parts after it go with.
+        row.binding = first.binding
     sent = 0
     following: int | None | object = UNLOOKED
     failed = False  # a part of this reply ended failed here
@@ -325,7 +330,7 @@ def _send_parts_in_order(rows: list[OutboundDelivery], gates: GatesHeld) -> tupl
         ):
             return sent, UNLOOKED  # another task claimed it meanwhile
         try:
-            platform_id = adapter.send(row.binding, row.target, row.text)
+            platform_id = _part_send(adapter, row)
         except SendError as exc:
             row.attempts += 1
             failed = _send_failed(row, exc) or failed  # RetryLater: the rest waits for this part's retry
@@ -351,6 +356,22 @@ def _send_parts_in_order(rows: list[OutboundDelivery], gates: GatesHeld) -> tupl
         reply_undelivered_tell(tenant_id=first.tenant_id, message_id=first.message_id)
         following = UNLOOKED  # that notice waits for the binding too: looked for afresh
     return sent, following
+
+
+def _part_send(adapter: Adapter, row: OutboundDelivery) -> str:
+    """Send `row` through its binding: the platform's id for it. Refused for the account
+    with credentials the binding no longer has (a token fixed in the admin while the part
+    was out), it goes again, once, with those it has now: the refusal says nothing of
+    them, and the platform took nothing of the part. Raises SendError."""
+    try:
+        return adapter.send(row.binding, row.target, row.text)
+    except SendError as exc:
+        if not exc.account or exc.begun_id is not None or not credentials_replaced(row.binding):
+            raise
+    logger.info("message %s part %s was refused for the binding's former credentials; sent again with its "
+                "current ones", row.message_id, row.part)
+    row.attempts += 1
+    return adapter.send(row.binding, row.target, row.text)
 
 
 # The last part of a reply marked sent, and in the same statement the oldest reply due

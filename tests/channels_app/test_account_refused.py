@@ -264,3 +264,36 @@ def email_reply_sent(world, email, settings, drain, **answers):
         deliver_message_task.delay(world.tenant_a.pk, answer.pk)
         drain()
     return OutboundDelivery.objects.order_by("pk")
+
+
+def test_a_token_fixed_while_the_refused_send_was_out_sends_the_reply_and_those_waiting_with_the_new_one(
+    world, telegram, platform, drain
+):
+    """The host fixes the bot's token in the admin while the send, which read the old one,
+    is being refused for it: the refusal is of a token the bot no longer has. The reply
+    and the replies waiting go out with the new token, none of them lost; before, the rest
+    was sent with the old one still held by the send, each part refused and failed in turn."""
+    from channels_app.models import ChannelBinding
+
+    from .conftest import replies_waiting
+
+    def token_fixed(_request) -> None:
+        ChannelBinding.objects.filter(pk=telegram.pk).update(credentials={**telegram.credentials, "token": "111:BBB"})
+
+    old, new = "/telegram/bot111:AAA/sendMessage", "/telegram/bot111:BBB/sendMessage"
+    platform.script(old, Canned(401, {"ok": False, "error_code": 401, "description": "Unauthorized"},
+                                meanwhile=token_fixed))
+    platform.default(old, Canned(401, {"ok": False, "error_code": 401, "description": "Unauthorized"}))
+    platform.default(new, Canned(body={"ok": True, "result": {"message_id": 9}}))
+    pair(world, "telegram", "42", world.alice)
+    first, second = replies_waiting(world, telegram, [ANSWER, "Bring the slides."])
+    for part in (1, 2):
+        OutboundDelivery.objects.create(tenant=world.tenant_a, message=first, part=part, binding=telegram,
+                                        target="42", text=f"part {part}")
+    deliver_message_task.delay(world.tenant_a.pk, first.pk)
+    drain()
+    assert [s.json["text"] for s in platform.sent(old)] == [ANSWER]  # refused, for the token replaced meanwhile
+    assert [s.json["text"] for s in platform.sent(new)] == [ANSWER, "part 1", "part 2", "Bring the slides."]
+    assert set(OutboundDelivery.objects.values_list("state", flat=True)) == {"sent"}
+    assert OutboundDelivery.objects.get(message=first, part=0).attempts == 2  # the refused try, counted
+    assert not Message.objects.filter(metadata__notice="reply_undelivered").exists()

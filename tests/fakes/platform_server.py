@@ -14,7 +14,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
+from typing import Any, Callable
 from urllib.parse import parse_qs
 
 from .telegram_html import refusal
@@ -46,6 +46,10 @@ class Canned:
     raw: bytes | None = None
     delay: float = 0.0  # seconds before answering: a platform that hangs
     reset: bool = False  # read the request, then reset the connection: no answer at all
+    # Run on the server's thread once the request is in, before the answer: what happens
+    # while a request is out (the host fixing a bot's token in the admin). It is given the
+    # request; a database connection it opens is closed after it.
+    meanwhile: Callable[[Recorded], None] | None = None
 
 
 class PlatformServer:
@@ -109,8 +113,15 @@ class PlatformServer:
             def _do(self) -> None:
                 length = int(self.headers.get("Content-Length") or 0)
                 body = self.rfile.read(length) if length else b""
-                canned = server._answer(Recorded(self.command, self.path, dict(self.headers), body,
-                                                 peer=tuple(self.client_address)))
+                recorded = Recorded(self.command, self.path, dict(self.headers), body, peer=tuple(self.client_address))
+                canned = server._answer(recorded)
+                if canned.meanwhile is not None:
+                    from django.db import connection
+
+                    try:
+                        canned.meanwhile(recorded)
+                    finally:
+                        connection.close()
                 if canned.delay:
                     time.sleep(canned.delay)
                 if canned.reset:
