@@ -31,11 +31,39 @@ STOPWORDS = frozenset(
 )
 
 
+# Letters both indexes would otherwise keep apart from the letter a reader sees in them,
+# each with the one it is searched as: Greek with its accents and breathings, in capitals
+# and with its final sigma, as that letter in lower case (σ for ς) and bare, and letters
+# and digits typed full-width as the ASCII ones. Neither database folds these: PostgreSQL
+# keeps every accent and ς, SQLite's unicode61 keeps Greek accents (and folds ς alone),
+# and "ΛΟΓΟΣ" typed became "λογος" here (Python's lower case of a final Σ) but "λογοσ" in
+# PostgreSQL's index. One letter for one, so a place in the folded text is a place in
+# the text (hit_spans). Applied alike to what is indexed (search_text, and on PostgreSQL
+# the same table in migration 0015's function) and to what is typed (fold).
+GREEK_FROM = (
+    "ΆΈΉΊΌΎΏΐΑΒΓΔΕΖΗΘΙΚΛΜΝΞΟΠΡΣΤΥΦΧΨΩΪΫάέήίΰςϊϋόύώἀἁἂἃἄἅἆἇἈἉἊἋἌἍἎἏἐἑἒἓἔἕἘἙἚἛἜἝἠἡἢἣἤἥἦἧἨἩἪἫἬἭἮἯ"
+    "ἰἱἲἳἴἵἶἷἸἹἺἻἼἽἾἿὀὁὂὃὄὅὈὉὊὋὌὍὐὑὒὓὔὕὖὗὙὛὝὟὠὡὢὣὤὥὦὧὨὩὪὫὬὭὮὯὰάὲέὴήὶίὸόὺύὼώᾀᾁᾂᾃᾄᾅᾆᾇᾈᾉᾊᾋᾌᾍᾎᾏ"
+    "ᾐᾑᾒᾓᾔᾕᾖᾗᾘᾙᾚᾛᾜᾝᾞᾟᾠᾡᾢᾣᾤᾥᾦᾧᾨᾩᾪᾫᾬᾭᾮᾯᾰᾱᾲᾳᾴᾶᾷᾸᾹᾺΆᾼιῂῃῄῆῇῈΈῊΉῌῐῑῒΐῖῗῘῙῚΊῠῡῢΰῤῥῦῧῨῩῪΎῬῲῳῴῶῷῸΌῺΏῼ"
+)
+GREEK_TO = (
+    "αεηιουωιαβγδεζηθικλμνξοπρστυφχψωιυαεηιυσιυουωααααααααααααααααεεεεεεεεεεεεηηηηηηηηηηηηηηηηιιιιιιιιιιιι"
+    "ιιιιοοοοοοοοοοοουυυυυυυυυυυυωωωωωωωωωωωωωωωωααεεηηιιοουυωωααααααααααααααααηηηηηηηηηηηηηηηηωωωωωωωω"
+    "ωωωωωωωωααααααααααααιηηηηηεεηηηιιιιιιιιιιυυυυρρυυυυυυρωωωωωοοωωω"
+)
+FULL_WIDTH_FROM = "".join(map(chr, [*range(0xFF10, 0xFF1A), *range(0xFF21, 0xFF3B), *range(0xFF41, 0xFF5B)]))
+FULL_WIDTH_TO = "".join(chr(ord(c) - 0xFEE0) for c in FULL_WIDTH_FROM)
+NORMALISED = str.maketrans(GREEK_FROM + FULL_WIDTH_FROM, GREEK_TO + FULL_WIDTH_TO)
+# The letters NORMALISED changes, as a regular expression Python and PostgreSQL read alike.
+NORMALISED_LETTER = "[" + GREEK_FROM + FULL_WIDTH_FROM + "]"
+
+
 def fold(text: str) -> str:
     """`text` in lower case as both databases' indexes hold it, one letter for one: "ß"
     stays "ß" and "İ" is "i" (casefold's "ss" and "i̇", a letter and a combining dot, are
-    in neither index, so a word typed with them was never found)."""
-    return text.lower().replace("i\u0307", "i")
+    in neither index, so a word typed with them was never found); Greek and full-width
+    letters as NORMALISED writes them ("ΛΟΓΟΣ" and "λόγος" are "λογοσ", "Ｔｏｋｙｏ" is
+    "tokyo")."""
+    return text.lower().replace("i\u0307", "i").translate(NORMALISED)
 
 
 def search_terms(text: str) -> list[str]:
@@ -94,14 +122,15 @@ def letter_groups(run: str) -> list[list[str]]:
 
 
 def search_text(content: str) -> str | None:
-    """`content` as the full-text index reads it: every letter of a script written without
-    spaces stands alone between spaces, so each is a token on both databases; None when
-    that is `content` itself (the index then reads the content, and nothing is kept twice).
+    """`content` as the full-text index reads it: Greek and full-width letters as NORMALISED
+    writes them, and every letter of a script written without spaces alone between spaces,
+    so each is a token on both databases; None when that is `content` itself (the index
+    then reads the content, and nothing is kept twice).
     """
-    if UNSPACED_RUN.search(content) is None:
-        return None
-    spaced = UNSPACED_RUN.sub(lambda m: " " + " ".join(" ".join(g) for g in letter_groups(m.group())) + " ", content)
-    return None if spaced == content else spaced
+    text = content.translate(NORMALISED)
+    if UNSPACED_RUN.search(text) is not None:
+        text = UNSPACED_RUN.sub(lambda m: " " + " ".join(" ".join(g) for g in letter_groups(m.group())) + " ", text)
+    return None if text == content else text
 
 
 # Hangul syllables and jamo. Korean is written with spaces, but a particle is written onto

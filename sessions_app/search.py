@@ -181,7 +181,10 @@ def _folded(text: str) -> tuple[str, list[int]]:
 
 
 def _in_word(char: str) -> bool:
-    return char.isalnum() or char == "_" or unicodedata.category(char).startswith("M")
+    """Whether `char` continues a word of a space-separated language: a letter of a script
+    written without spaces is a word of its own to the index, so it ends one ("Ｔｏｋｙｏの")."""
+    return ((char.isalnum() or char == "_" or unicodedata.category(char).startswith("M"))
+            and UNSPACED_RUN.fullmatch(char) is None)
 
 
 def _pg_tsquery(terms: list[str]) -> tuple[str, list[str]]:

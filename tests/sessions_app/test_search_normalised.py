@@ -1,0 +1,141 @@
+"""History search reads a word the same whichever of its written forms is typed: Greek
+with or without its accents, in capitals, with its final sigma (ς) or the ordinary one
+(σ), and letters and digits typed full-width (as Japanese and Chinese keyboards write
+them) or not. On both databases alike, and the page marks the word as it is written."""
+from __future__ import annotations
+
+import pytest
+from django.db import connection
+
+from sessions_app.fulltext import message_terms
+from sessions_app.migrations._trigger import SEARCH_TABLE
+from sessions_app.search import hit_spans
+
+from .test_search import chat, found, say
+
+GREEK = "Ο λόγος του ήταν σαφής και σύντομος"
+CAPITALS = "ΛΟΓΟΣ ΚΑΙ ΠΡΑΞΗ"
+
+
+def test_greek_is_found_whatever_its_final_sigma_accents_and_capitals(world):
+    session = chat(world)
+    say(session, GREEK)
+    say(session, CAPITALS, role="assistant")
+    both = [(2, CAPITALS), (1, GREEK)]
+    for query in ["λόγος", "λογοσ", "λογος", "ΛΟΓΟΣ", "Λόγος", "λόγοσ"]:
+        assert found(world, query) == both, query
+    assert found(world, "σαφης") == [(1, GREEK)]
+    assert found(world, "ΣΑΦΗΣ") == [(1, GREEK)]
+    assert found(world, "ηταν συντομος") == [(1, GREEK)]  # every word, accents or not
+    assert found(world, "πράξη") == [(2, CAPITALS)]
+    assert found(world, "πραξεις") == []
+
+
+def test_a_greek_word_in_capitals_finds_itself(world):
+    """Typed in capitals, a word ending in Σ was searched for with ς (Python's lower
+    case of a final capital sigma) while PostgreSQL had indexed it with σ."""
+    say(chat(world), CAPITALS)
+    assert found(world, "ΛΟΓΟΣ") == [(1, CAPITALS)]
+
+
+def test_full_width_letters_and_digits_are_the_letters_and_digits_they_show(world):
+    session = chat(world)
+    say(session, "Ｔｏｋｙｏの会議はＲｏｏｍ　４０２です")
+    say(session, "Meeting in room 402 at Tokyo office", role="assistant")
+    both = [(2, "Meeting in room 402 at Tokyo office"), (1, "Ｔｏｋｙｏの会議はＲｏｏｍ　４０２です")]
+    assert found(world, "tokyo") == both
+    assert found(world, "Ｔｏｋｙｏ") == both
+    assert found(world, "room ４０２") == both
+    assert found(world, "４０２ 会議") == [(1, "Ｔｏｋｙｏの会議はＲｏｏｍ　４０２です")]
+
+
+def test_english_is_found_as_before(world):
+    session = chat(world)
+    say(session, "The lease on the flat ends in March")
+    say(session, "naïve café owners in Zürich")
+    assert found(world, "leases") == [(1, "The lease on the flat ends in March")]
+    assert found(world, "café") == [(2, "naïve café owners in Zürich")]
+    assert found(world, "Zürich owner") == [(2, "naïve café owners in Zürich")]
+    assert message_terms("The LEASES of Zürich") == ["leases", "zürich"]
+
+
+def test_the_words_found_are_marked_as_written_whatever_form_was_typed():
+    assert hit_spans(GREEK, message_terms("ΛΟΓΟΣ ΣΑΦΗΣ")) == [(2, 7), (17, 22)]
+    assert hit_spans(CAPITALS, message_terms("λόγος")) == [(0, 5)]
+    text = "Ｔｏｋｙｏの会議はＲｏｏｍ　４０２です"
+    assert [text[a:b] for a, b in hit_spans(text, message_terms("tokyo 402"))] == ["Ｔｏｋｙｏ", "４０２"]
+    assert hit_spans("Room 402", message_terms("Ｒｏｏｍ")) == [(0, 4)]
+    mixed = "Alice的passport号码是4471"  # a word ends where the letters written without spaces begin
+    assert [mixed[a:b] for a, b in hit_spans(mixed, message_terms("passports 4471"))] == ["passport", "4471"]
+
+
+def test_greek_and_full_width_text_is_never_read_as_search_syntax(world):
+    say(chat(world), "ΛΟΓΟΣ ＡＮＤ ＮＥＡＲ")
+    say(chat(world, user=world.bob), "ΛΟΓΟΣ of Bob")
+    for query in ['ΛΟΓΟΣ" OR owner : *', "ＮＥＡＲ(λογοσ)", "λογοσ＊", "＂λογοσ＂"]:
+        assert [c for _, c in found(world, query)] in ([], ["ΛΟΓΟΣ ＡＮＤ ＮＥＡＲ"]), query
+    assert found(world, "ΛΟΓΟΣ", user=world.bob) == [(1, "ΛΟΓΟΣ of Bob")]
+
+
+BEFORE = ("sessions_app", "0014_carried_originals_settled")
+MIGRATION = ("sessions_app", "0015_message_search_normalised")
+
+
+@pytest.mark.django_db(transaction=True)
+def test_messages_written_before_the_migration_are_found_after_it(world, schema, monkeypatch):
+    import importlib
+
+    from django.core import checks
+
+    schema.to([BEFORE])
+    session = chat(world)
+    for text in [GREEK, CAPITALS, "Ｔｏｋｙｏ　４０２", "Alice likes tea", "我昨天吃了寿司"]:
+        say(session, text)
+    say(chat(world, user=world.bob), "ΛΟΓΟΣ of Bob")
+    with connection.cursor() as cursor:
+        if connection.vendor == "sqlite":  # as the version before indexed them: the text as written
+            cursor.execute(f"UPDATE {SEARCH_TABLE} SET content = (SELECT content FROM sessions_app_message m"
+                           f" WHERE m.id = {SEARCH_TABLE}.rowid) WHERE content NOT LIKE %s", ["%寿%"])
+            cursor.execute(f"SELECT content FROM {SEARCH_TABLE} WHERE content LIKE %s", ["%ΛΟΓΟΣ%"])
+            assert sorted(row[0] for row in cursor.fetchall()) == sorted([CAPITALS, "ΛΟΓΟΣ of Bob"])
+        else:
+            cursor.execute("SELECT message_search_text(%s)", [GREEK])
+            assert cursor.fetchone()[0] == GREEK
+    migration = importlib.import_module(f"sessions_app.migrations.{MIGRATION[1]}")
+    monkeypatch.setattr(migration, "BATCH", 2)  # several batches
+    schema.to([MIGRATION])
+    assert found(world, "λογοσ") == [(2, CAPITALS), (1, GREEK)]
+    assert found(world, "tokyo 402") == [(3, "Ｔｏｋｙｏ　４０２")]
+    assert found(world, "tea") == [(4, "Alice likes tea")]
+    assert found(world, "寿司") == [(5, "我昨天吃了寿司")]
+    assert found(world, "λογος", user=world.bob) == [(1, "ΛΟΓΟΣ of Bob")]
+    assert checks.run_checks(tags=[checks.Tags.database], databases=["default"]) == []
+    schema.to([BEFORE])  # and back: indexed as before
+    with connection.cursor() as cursor:
+        if connection.vendor == "sqlite":
+            cursor.execute(f"SELECT content FROM {SEARCH_TABLE} ORDER BY rowid")
+            assert [row[0] for row in cursor.fetchall()][:4] == [GREEK, CAPITALS, "Ｔｏｋｙｏ　４０２", "Alice likes tea"]
+        else:
+            cursor.execute("SELECT message_search_text(%s)", [GREEK])
+            assert cursor.fetchone()[0] == GREEK
+    assert found(world, "tea") == [(4, "Alice likes tea")]
+    assert found(world, "寿司") == [(5, "我昨天吃了寿司")]
+
+
+@pytest.mark.skipif(connection.vendor != "postgresql", reason="PostgreSQL's function; SQLite's is search_text itself")
+def test_postgresql_normalises_as_search_text_does(world):
+    """Every letter the search text writes in another form, PostgreSQL's index writes in
+    the same one; English text is left as it was, its index entries as before."""
+    from sessions_app.fulltext import NORMALISED, search_text
+
+    letters = "".join(sorted(map(chr, NORMALISED)))
+    with connection.cursor() as cursor:
+        for text in [letters, GREEK, CAPITALS, "Ｔｏｋｙｏの会議はＲｏｏｍ　４０２です", "ΐΰϊϋΆΈ ἀρχῇ ὦ"]:
+            cursor.execute("SELECT to_tsvector('english', message_search_text(%s)) = to_tsvector('english', %s)",
+                           [text, search_text(text)])
+            assert cursor.fetchone()[0], text
+        cursor.execute("SELECT message_search_text(%s)", [letters])
+        assert cursor.fetchone()[0] == letters.translate(NORMALISED)
+        english = "The lease ends in March; naïve café, ﬁle #42 — e-mail: a@b.example"
+        cursor.execute("SELECT message_search_text(%s)", [english])
+        assert cursor.fetchone()[0] == english
