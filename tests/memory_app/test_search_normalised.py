@@ -1,0 +1,79 @@
+"""memory_search reads a word the same whichever of its written forms is typed: Greek with
+or without accents, in capitals, with its final sigma (ς) or the ordinary one (σ); letters
+and digits full-width or not. On both databases alike."""
+from __future__ import annotations
+
+import pytest
+
+from memory_app.models import Memory
+from memory_app.services import memory_update
+
+from ..factories.memory_app import remember
+from .test_search import indexed_texts, search
+
+pytestmark = pytest.mark.django_db
+
+
+def test_greek_is_found_whatever_its_final_sigma_accents_and_capitals(world):
+    word = remember(world.tenant_a, world.qor_a, world.alice, "Ο λόγος του ήταν σαφής")
+    capitals = remember(world.tenant_a, world.qor_a, world.alice, "ΛΟΓΟΣ ΚΑΙ ΠΡΑΞΗ")
+    remember(world.tenant_a, world.qor_a, world.alice, "Η θάλασσα είναι ήσυχη")
+    for query in ["λόγος", "λογοσ", "λογος", "ΛΟΓΟΣ", "Λόγος"]:
+        assert set(search(world, query)) == {word, capitals}, query
+    assert search(world, "ΣΑΦΗΣ") == [word]
+    assert search(world, "πράξη") == [capitals]
+    assert search(world, "θαλασσα ησυχη")[0].content == "Η θάλασσα είναι ήσυχη"
+
+
+def test_full_width_letters_and_digits_are_the_letters_and_digits_they_show(world):
+    office = remember(world.tenant_a, world.qor_a, world.alice, "Ｔｏｋｙｏの会議室はＲｏｏｍ　４０２")
+    plain = remember(world.tenant_a, world.qor_a, world.alice, "Alice's desk is in room 518")
+    assert search(world, "tokyo") == [office]
+    assert search(world, "402") == [office]
+    assert search(world, "ｒｏｏｍ ５１８")[0] == plain
+
+
+def test_english_is_found_and_ranked_as_before(world):
+    lease = remember(world.tenant_a, world.qor_a, world.alice, "The lease on the flat ends in March")
+    cafe = remember(world.tenant_a, world.qor_a, world.alice, "Alice's favourite café is in Zürich")
+    assert search(world, "leases") == [lease]
+    assert search(world, "café Zürich") == [cafe]
+    assert Memory.objects.get(pk=lease.pk).search_text is None  # nothing kept twice
+
+
+def test_an_edit_keeps_the_normalised_index_in_step(world):
+    memory = remember(world.tenant_a, world.qor_a, world.alice, "Alice lives in Tokyo")
+    memory_update(memory=memory, content="Η Αλίκη ζει στην ΑΘΗΝΑ")
+    assert search(world, "tokyo") == []
+    assert search(world, "αθηνα") == [memory]
+    assert search(world, "Αλικη") == [memory]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_memories_stored_before_the_migration_are_found_after_it(world, schema, monkeypatch):
+    import importlib
+
+    from django.core import checks
+    from django.db import connection
+
+    texts = ("Ο λόγος του ήταν σαφής", "Alice likes tea", "Ｔｏｋｙｏ　４０２", "我喜欢寿司", "ΛΟΓΟΣ ΚΑΙ ΠΡΑΞΗ")
+    memories = [remember(world.tenant_a, world.qor_a, world.alice, text) for text in texts]
+    bob = remember(world.tenant_a, world.qor_a, world.bob, "Ο λόγος του Bob")
+    schema.to([("memory_app", "0008_memory_search_text")])
+    # As the version before stored them: the text as written, unless it held Chinese.
+    Memory.objects.exclude(content__contains="寿").update(search_text=None)
+    if connection.vendor == "sqlite":
+        with connection.cursor() as cursor:
+            cursor.execute("UPDATE memory_app_memory_fts SET content = (SELECT content FROM memory_app_memory m"
+                           " WHERE m.id = memory_app_memory_fts.rowid) WHERE content NOT LIKE %s", ["%寿%"])
+    assert any("λόγος" in text for text in indexed_texts())
+    migration = importlib.import_module("memory_app.migrations.0009_memory_search_normalised")
+    monkeypatch.setattr(migration, "BATCH", 2)  # several batches
+    schema.latest()
+    assert set(search(world, "λογοσ")) == {memories[0], memories[4]}
+    assert search(world, "tokyo 402") == [memories[2]]
+    assert search(world, "tea") == [memories[1]]
+    assert search(world, "寿司") == [memories[3]]
+    assert search(world, "ΛΟΓΟΣ", user=world.bob) == [bob]
+    assert Memory.objects.get(pk=memories[1].pk).search_text is None
+    assert checks.run_checks(tags=[checks.Tags.database], databases=["default"]) == []
