@@ -18,6 +18,7 @@ both databases alike, with no tokenizer the database would have to load.
 from __future__ import annotations
 
 from sessions_app.fulltext import (
+    HANGUL_WORD,
     MAX_TERMS,
     PG_CONFIG,
     STOPWORDS,
@@ -30,7 +31,7 @@ from sessions_app.fulltext import (
     search_text,
 )
 
-__all__ = ["FTS_TABLE", "MAX_TERMS", "PG_CONFIG", "STOPWORDS", "UNSPACED_LETTER", "fold", "fts5_query", "memory_terms",
+__all__ = ["FTS_TABLE", "HANGUL_WORD", "MAX_TERMS", "PG_CONFIG", "STOPWORDS", "UNSPACED_LETTER", "fold", "fts5_query", "memory_terms",
            "owner_token", "pg_owner_tsquery", "search_terms", "search_text"]
 
 FTS_TABLE = "memory_app_memory_fts"
@@ -81,9 +82,10 @@ def fts5_query(*, owner: str, terms: list[str]) -> str:
 
     Every term is a quoted string (a quote inside doubled), so nothing the user typed is
     read as FTS5 syntax (AND, NEAR, column filters, `*`); a term of several tokens ("寿 司")
-    is a phrase, its tokens next to each other.
+    is a phrase, its tokens next to each other; a Korean word is followed by * (the start of
+    a word: "서울" finds "서울에서", the word with its particle).
     """
     if not terms:
         raise ValueError("no terms to search for")
-    quoted = " OR ".join('"' + t.replace('"', '""') + '"' for t in terms)
+    quoted = " OR ".join('"' + t.replace('"', '""') + '"' + ("*" if HANGUL_WORD.fullmatch(t) else "") for t in terms)
     return f'owner : "{owner}" AND content : ({quoted})'

@@ -17,7 +17,7 @@ from qorven.runtime.row_cache import RowCache
 from tenancy.models import Qor, Tenant
 from tenancy.trust import trust_allows
 
-from .fulltext import FTS_TABLE, PG_CONFIG, fold, fts5_query, memory_terms, owner_token, pg_owner_tsquery
+from .fulltext import FTS_TABLE, HANGUL_WORD, PG_CONFIG, fold, fts5_query, memory_terms, owner_token, pg_owner_tsquery
 from .models import LearnedSkill, Memory
 
 if TYPE_CHECKING:
@@ -36,8 +36,9 @@ def memory_search(
 
     The database's full-text search: PostgreSQL ranks with `ts_rank` (what Django's
     SearchRank emits) over the stored `search_vector` (GIN-indexed), SQLite with FTS5's bm25. A memory matches when it
-    contains any of the query's words (stemmed, stop words dropped) or, in Chinese,
-    Japanese and Thai, any two neighbouring letters of it (memory_app.fulltext.memory_terms);
+    contains any of the query's words (stemmed, stop words dropped; a Korean word at the
+    start of one, with its particle) or, in Chinese, Japanese and Thai, any two
+    neighbouring letters of it (memory_app.fulltext.memory_terms);
     more and rarer words rank higher, newest first among equals. Never crosses tenant,
     Qor or user: the owner columns are filtered on every database (and SQLite's index is
     keyed by owner too). `types`: only memories of these types (empty: any); `ignoring`:
@@ -117,30 +118,39 @@ def _search_postgres(
     own name) while every memory with a rarer word, or with all of them, is still ranked.
     """
     table = Memory._meta.db_table
-    phrase = f"phraseto_tsquery('{PG_CONFIG}', %s)"
+    queries = [_pg_tsquery(term) for term in terms]
     # numnode > 0: a word PostgreSQL drops (a stop word) gives an empty query, and
     # `owner && empty` would be the owner alone, i.e. every memory of theirs.
     per_text = (
         "(SELECT c.id FROM {table} c WHERE c.search_vector @@ (%s::tsquery && ({q})) AND numnode({q}) > 0"
         f" LIMIT {CANDIDATES_PER_TERM})"
     )
-    candidates = [per_text.format(table=table, q=phrase)] * len(terms)
+    candidates = [per_text.format(table=table, q=sql) for sql, _ in queries]
     owner = pg_owner_tsquery(tenant_id=tenant_id, qor_id=qor_id, user_id=user_id)
-    params: list[object] = [*terms]  # the ranking's query, first in the statement
-    for term in terms:
-        params += [owner, term, term]
+    params: list[object] = [param for _, param in queries]  # the ranking's query, first in the statement
+    for _, param in queries:
+        params += [owner, param, param]
     if len(terms) > 1:  # then those holding every word
-        every = " && ".join([phrase] * len(terms))
+        every = " && ".join(sql for sql, _ in queries)
         candidates.append(per_text.format(table=table, q=every))
-        params += [owner, *terms, *terms]
+        params += [owner, *[param for _, param in queries] * 2]
     columns = ", ".join(f"m.{connection.ops.quote_name(c)}" for c in _MEMORY_COLUMNS)
     kinds_sql, kinds_params = kinds.sql("m")
     sql = (
-        f"SELECT {columns} FROM {table} m, (SELECT {' || '.join([phrase] * len(terms))}) AS query(q)"
+        f"SELECT {columns} FROM {table} m, (SELECT {' || '.join(sql for sql, _ in queries)}) AS query(q)"
         f" WHERE m.id IN ({' UNION '.join(candidates)}){kinds_sql}"
         " ORDER BY ts_rank(m.search_vector, query.q) DESC, m.created_at DESC, m.id DESC LIMIT %s"
     )
     return list(Memory.objects.raw(sql, [*params, *kinds_params, limit]))
+
+
+def _pg_tsquery(term: str) -> tuple[str, str]:
+    """The tsquery of one term and its parameter: a phrase of its words ("寿 司": neighbours,
+    as FTS5 reads it), or a Korean word as the start of a word ("서울" finds "서울에서",
+    the word with its particle), checked to be Hangul alone, so the syntax around it is ours."""
+    if HANGUL_WORD.fullmatch(term):
+        return f"to_tsquery('{PG_CONFIG}', %s)", f"'{term}':*"
+    return f"phraseto_tsquery('{PG_CONFIG}', %s)", term
 
 
 def _search_sqlite(

@@ -1,6 +1,7 @@
 """memory_search reads a word the same whichever of its written forms is typed: Greek with
 or without accents, in capitals, with its final sigma (ς) or the ordinary one (σ); letters
-and digits full-width or not. On both databases alike."""
+and digits full-width or not; a Korean word with the particle written onto it. On both
+databases alike."""
 from __future__ import annotations
 
 import pytest
@@ -31,6 +32,16 @@ def test_full_width_letters_and_digits_are_the_letters_and_digits_they_show(worl
     assert search(world, "tokyo") == [office]
     assert search(world, "402") == [office]
     assert search(world, "ｒｏｏｍ ５１８")[0] == plain
+
+
+def test_a_korean_word_is_found_with_its_particle(world):
+    seoul = remember(world.tenant_a, world.qor_a, world.alice, "앨리스는 서울에서 살아요")
+    sushi = remember(world.tenant_a, world.qor_a, world.alice, "스시를 제일 좋아해요")
+    assert search(world, "서울") == [seoul]
+    assert search(world, "서울에서") == [seoul]
+    assert search(world, "스시") == [sushi]
+    assert search(world, "어디 살아요?") == [seoul]
+    assert search(world, "울에") == []  # the start of a word, not any part of it
 
 
 def test_english_is_found_and_ranked_as_before(world):
