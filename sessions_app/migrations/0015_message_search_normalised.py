@@ -59,7 +59,30 @@ def _function(text: str) -> str:
     )
 
 
-PG_FUNCTION = _function(f"translate(content, '{GREEK_FROM + FULL_WIDTH_FROM}', '{GREEK_TO + FULL_WIDTH_TO}')")
+def _translated(text: str) -> str:
+    """`text` (SQL) with NORMALISED's letters written anew. `translate` looks each letter up
+    in its whole list, 100 µs a message for all of them at once: so in three steps, each
+    only where a regular expression finds letters of its own (full-width; Greek; Greek
+    with breathings, rarely written today), and a message without any costs one test."""
+    steps = [
+        ("[\\uff10-\\uff19\\uff21-\\uff3a\\uff41-\\uff5a]", FULL_WIDTH_FROM, FULL_WIDTH_TO),
+        ("[\\u0386-\\u03ce]", *_greek(below_1f00=True)),
+        ("[\\u1f00-\\u1fff]", *_greek(below_1f00=False)),
+    ]
+    translated = text
+    for letters, source, target in steps:  # the steps' letters are apart: each tests the text as it came
+        translated = (f"(CASE WHEN {text} ~ '{letters}' THEN translate({translated}, '{source}', '{target}')"
+                      f" ELSE {translated} END)")
+    anyone = "[" + "".join(letters[1:-1] for letters, _, _ in steps) + "]"
+    return f"(CASE WHEN {text} ~ '{anyone}' THEN {translated} ELSE {text} END)"
+
+
+def _greek(*, below_1f00: bool) -> tuple[str, str]:
+    pairs = [(a, b) for a, b in zip(GREEK_FROM, GREEK_TO) if (ord(a) < 0x1F00) == below_1f00]
+    return "".join(a for a, _ in pairs), "".join(b for _, b in pairs)
+
+
+PG_FUNCTION = _function(_translated("content"))
 PG_FUNCTION_BEFORE = _function("content")
 
 
