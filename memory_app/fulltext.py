@@ -31,8 +31,8 @@ from sessions_app.fulltext import (
     search_text,
 )
 
-__all__ = ["FTS_TABLE", "HANGUL_WORD", "MAX_TERMS", "PG_CONFIG", "STOPWORDS", "UNSPACED_LETTER", "fold", "fts5_query", "memory_terms",
-           "owner_token", "pg_owner_tsquery", "search_terms", "search_text"]
+__all__ = ["FTS_TABLE", "HANGUL_WORD", "MAX_TERMS", "PG_CONFIG", "STOPWORDS", "UNSPACED_LETTER", "fold", "fts5_query",
+           "memory_terms", "owner_token", "pg_owner_tsquery", "search_terms", "search_text"]
 
 FTS_TABLE = "memory_app_memory_fts"
 

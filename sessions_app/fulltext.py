@@ -121,6 +121,32 @@ def letter_groups(run: str) -> list[list[str]]:
     return [g for g in groups if g]
 
 
+def _half_width_katakana() -> dict[str, str]:
+    """Each katakana (and the long vowel mark) that has a half-width form, with that form:
+    one letter, or a letter and its voicing mark ("ガ": "ｶﾞ")."""
+    forms: dict[str, str] = {}
+    for code in range(0xFF66, 0xFF9E):
+        letter = chr(code)
+        forms.setdefault(unicodedata.normalize("NFKC", letter), letter)
+        for mark in "\uff9e\uff9f":
+            voiced = unicodedata.normalize("NFKC", letter + mark)
+            if len(voiced) == 1:
+                forms.setdefault(voiced, letter + mark)
+    return forms
+
+
+HALF_WIDTH_KATAKANA = _half_width_katakana()
+
+
+def width_forms(run: str) -> list[str]:
+    """The ways a run of letters written without spaces can be written, as typed first:
+    its katakana full-width, and half-width ("デパート", "ﾃﾞﾊﾟｰﾄ"), which a reader takes for
+    the same word. One form when it has no katakana."""
+    full = unicodedata.normalize("NFKC", run)
+    half = "".join(HALF_WIDTH_KATAKANA.get(c, c) for c in full)
+    return list(dict.fromkeys([run, full, half]))
+
+
 def search_text(content: str) -> str | None:
     """`content` as the full-text index reads it: Greek and full-width letters as NORMALISED
     writes them, and every letter of a script written without spaces alone between spaces,

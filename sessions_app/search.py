@@ -13,27 +13,39 @@ run of their letters for one word and no word inside a sentence could be found.
 `message_search_text` spaces those letters out, each its own word to the index, as
 memory search does (sessions_app.fulltext.search_text). A run typed is found where it
 stands as typed: the index gives the messages holding its letters (on SQLite, next to
-each other), and of those, the ones holding the run itself are found: "寿司" finds
-"我昨天吃了寿司". (PostgreSQL's index cannot tell which letters are neighbours: asking
-it for a phrase made it compute every candidate's words again, 75 µs a message, 20
-times the cost of looking for the run in its text.) A Korean word typed is found at the
-start of a word, so "스시" finds "스시를" (the word with its particle).
+each other), and of those, the ones holding the run itself (its katakana in either
+width: "デパート" is "ﾃﾞﾊﾟｰﾄ") are found: "寿司" finds "我昨天吃了寿司". (PostgreSQL's
+index cannot tell which letters are neighbours: asking it for a phrase made it compute
+every candidate's words again, 75 µs a message, 20 times the cost of looking for the run
+in its text.) A Korean word typed is found at the start of a word, so "스시" finds
+"스시를" (the word with its particle).
 """
 from __future__ import annotations
 
 import unicodedata
 from dataclasses import dataclass
 from datetime import datetime
+from functools import reduce
+from operator import or_
 
 from django.contrib.auth.models import User
 from django.db import connection
 from django.db.backends.base.base import BaseDatabaseWrapper
-from django.db.models import BooleanField, QuerySet
+from django.db.models import BooleanField, Q, QuerySet
 from django.db.models.expressions import RawSQL
 
 from tenancy.models import Qor, Tenant
 
-from .fulltext import HANGUL_WORD, PG_CONFIG, UNSPACED_RUN, fold, message_terms, owner_token, search_text
+from .fulltext import (
+    HANGUL_WORD,
+    PG_CONFIG,
+    UNSPACED_RUN,
+    fold,
+    message_terms,
+    owner_token,
+    search_text,
+    width_forms,
+)
 from .migrations._trigger import SEARCH_TABLE, SEARCH_TEXT_FUNCTION, SEARCH_TRIGGERS
 from .models import Message, Session
 
@@ -119,8 +131,8 @@ def _search(sessions: QuerySet[Session], *, owner: str, query: str, limit: int, 
         for term in terms:
             rows = rows.filter(content__icontains=term)
     for term in terms:
-        if UNSPACED_RUN.fullmatch(term):
-            rows = rows.filter(content__contains=term)
+        if UNSPACED_RUN.fullmatch(term):  # as typed, in either width of its katakana
+            rows = rows.filter(reduce(or_, (Q(content__contains=form) for form in width_forms(term))))
     found = rows.select_related("session").order_by("-created_at", "-id")[offset:offset + limit]
     return [
         SearchHit(session_id=m.session_id, seq=m.seq, role=m.role, channel=m.channel, sender_name=m.sender_name,
@@ -150,15 +162,15 @@ def hit_spans(text: str, terms: list[str]) -> list[tuple[int, int]]:
     spans = []
     for term in terms:
         unspaced = UNSPACED_RUN.fullmatch(term) is not None
-        stem = term if unspaced else term[:max(4, len(term) - 2)]
-        at = folded.find(stem)
-        while at >= 0:
-            start, end = origin[at], origin[at + len(stem) - 1] + 1
-            if unspaced or start == 0 or not _in_word(text[start - 1]):
-                while not unspaced and end < len(text) and _in_word(text[end]):
-                    end += 1
-                spans.append((start, end))
-            at = folded.find(stem, at + len(stem))
+        for stem in width_forms(term) if unspaced else [term[:max(4, len(term) - 2)]]:
+            at = folded.find(stem)
+            while at >= 0:
+                start, end = origin[at], origin[at + len(stem) - 1] + 1
+                if unspaced or start == 0 or not _in_word(text[start - 1]):
+                    while not unspaced and end < len(text) and _in_word(text[end]):
+                        end += 1
+                    spans.append((start, end))
+                at = folded.find(stem, at + len(stem))
     merged: list[tuple[int, int]] = []
     for start, end in sorted(spans):
         if merged and start < merged[-1][1]:
@@ -200,8 +212,11 @@ def _pg_tsquery(terms: list[str]) -> tuple[str, list[str]]:
         params.append(" ".join(words))
     for term in terms:
         if UNSPACED_RUN.fullmatch(term):
-            parts.append(f"plainto_tsquery('{PG_CONFIG}', {SEARCH_TEXT_FUNCTION}(%s))")
-            params.append(term)
+            # Its letters in either width: the function, unlike search_text, keeps the width.
+            forms = width_forms(term)
+            parts.append("(" + " || ".join([f"plainto_tsquery('{PG_CONFIG}', {SEARCH_TEXT_FUNCTION}(%s))"] * len(forms))
+                         + ")")
+            params += forms
         elif HANGUL_WORD.fullmatch(term):
             parts.append(f"to_tsquery('{PG_CONFIG}', %s)")
             params.append(f"'{term}':*")

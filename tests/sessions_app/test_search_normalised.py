@@ -139,3 +139,21 @@ def test_postgresql_normalises_as_search_text_does(world):
         english = "The lease ends in March; naïve café, ﬁle #42 — e-mail: a@b.example"
         cursor.execute("SELECT message_search_text(%s)", [english])
         assert cursor.fetchone()[0] == english
+
+
+def test_japanese_is_found_whichever_width_its_katakana_is_written_in(world):
+    """Half-width katakana (old mail, some keyboards and phones) are the katakana they show:
+    a word typed in either width finds it written in the other, as memory search does."""
+    session = chat(world)
+    say(session, "ﾃﾞﾊﾟｰﾄでﾊﾟﾝを買った")
+    say(session, "東京タワーに行った", role="assistant")
+    say(session, "パンダを見た")
+    assert found(world, "デパート") == [(1, "ﾃﾞﾊﾟｰﾄでﾊﾟﾝを買った")]
+    assert found(world, "ﾃﾞﾊﾟｰﾄ") == [(1, "ﾃﾞﾊﾟｰﾄでﾊﾟﾝを買った")]
+    assert found(world, "ﾀﾜｰ") == [(2, "東京タワーに行った")]
+    assert found(world, "パン") == [(3, "パンダを見た"), (1, "ﾃﾞﾊﾟｰﾄでﾊﾟﾝを買った")]
+    assert found(world, "ﾊﾝ") == []  # the voicing marks still tell words apart
+    assert found(world, "タワー 東京") == [(2, "東京タワーに行った")]
+    text = "ﾃﾞﾊﾟｰﾄでﾊﾟﾝを買った"
+    assert [text[a:b] for a, b in hit_spans(text, message_terms("デパート パン"))] == ["ﾃﾞﾊﾟｰﾄ", "ﾊﾟﾝ"]
+    assert hit_spans("東京タワー", message_terms("ﾀﾜｰ")) == [(2, 5)]
