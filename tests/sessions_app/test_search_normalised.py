@@ -31,6 +31,25 @@ def test_greek_is_found_whatever_its_final_sigma_accents_and_capitals(world):
     assert found(world, "πραξεις") == []
 
 
+def test_every_greek_letter_is_searched_as_its_bare_small_letter():
+    """The table the index is written with (sessions_app.fulltext.NORMALISED, and migration
+    0015's copy of it) holds every accented, breathing or capital Greek letter there is."""
+    import importlib
+    import unicodedata
+
+    from sessions_app.fulltext import FULL_WIDTH_FROM, FULL_WIDTH_TO, GREEK_FROM, GREEK_TO, fold, search_text
+
+    for code in [*range(0x0370, 0x0400), *range(0x1F00, 0x2000)]:
+        letter = chr(code)
+        base = unicodedata.normalize("NFD", letter)[0]
+        if unicodedata.category(letter).startswith("L") and "\u0391" <= base <= "\u03c9":
+            bare = base.lower().replace("ς", "σ")
+            assert fold(letter) == bare and (search_text(letter) or letter) == bare, hex(code)
+    migration = importlib.import_module(f"sessions_app.migrations.{MIGRATION[1]}")
+    written = (migration.GREEK_FROM + migration.FULL_WIDTH_FROM, migration.GREEK_TO + migration.FULL_WIDTH_TO)
+    assert written == (GREEK_FROM + FULL_WIDTH_FROM, GREEK_TO + FULL_WIDTH_TO)
+
+
 def test_a_greek_word_in_capitals_finds_itself(world):
     """Typed in capitals, a word ending in Σ was searched for with ς (Python's lower
     case of a final capital sigma) while PostgreSQL had indexed it with σ."""
