@@ -12,7 +12,8 @@ SQLite: the triggers already call the connection's Python function, which is sea
 itself; the entries of the messages holding such letters are written again from it, in
 batches of BATCH ids, each its own transaction.
 
-Not one transaction (REINDEX CONCURRENTLY cannot run in one).
+Not one transaction (REINDEX CONCURRENTLY cannot run in one). Interrupted on PostgreSQL,
+it leaves the index's new copy behind, invalid, which running it again drops.
 """
 from django.db import migrations, transaction
 
@@ -115,7 +116,15 @@ PG_FUNCTION_BEFORE = _function("content")
 
 
 def _postgresql(schema_editor, function: str) -> None:
+    """The function replaced and its index rebuilt. An interrupted REINDEX CONCURRENTLY
+    leaves its new copy behind, invalid (`…_ccnew`, `…_ccnew1`…): never read, but written
+    with every message; those are dropped first."""
     with schema_editor.connection.cursor() as cursor:  # no parameters: nothing in the SQL is read as one
+        cursor.execute("SELECT c.relname FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid"
+                       f" WHERE NOT i.indisvalid AND c.relname LIKE '{INDEX}\\_ccnew%'")
+        left = [name for (name,) in cursor.fetchall()]
+        for name in left:
+            cursor.execute(f'DROP INDEX CONCURRENTLY IF EXISTS "{name}"')
         cursor.execute(function)
         cursor.execute(f"REINDEX INDEX CONCURRENTLY {INDEX}")
 

@@ -176,3 +176,23 @@ def test_japanese_is_found_whichever_width_its_katakana_is_written_in(world):
     text = "ﾃﾞﾊﾟｰﾄでﾊﾟﾝを買った"
     assert [text[a:b] for a, b in hit_spans(text, message_terms("デパート パン"))] == ["ﾃﾞﾊﾟｰﾄ", "ﾊﾟﾝ"]
     assert hit_spans("東京タワー", message_terms("ﾀﾜｰ")) == [(2, 5)]
+
+
+@pytest.mark.skipif(connection.vendor != "postgresql", reason="PostgreSQL's concurrent reindex")
+@pytest.mark.django_db(transaction=True)
+def test_a_reindex_interrupted_leaves_nothing_behind_when_the_migration_runs_again(world, schema):
+    """An interrupted REINDEX CONCURRENTLY leaves the index's new copy behind, marked
+    invalid: never read, yet written with every message from then on."""
+    say(chat(world), CAPITALS)
+    schema.to([BEFORE])
+    with connection.cursor() as cursor:  # what an interruption leaves (the catalog's own flag; a superuser)
+        cursor.execute("CREATE INDEX message_search_text_gin_ccnew ON sessions_app_message"
+                       " USING gin (to_tsvector('english'::regconfig, message_search_text(content)))")
+        cursor.execute("UPDATE pg_index SET indisvalid = false"
+                       " WHERE indexrelid = 'message_search_text_gin_ccnew'::regclass")
+    schema.to([MIGRATION])
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT c.relname, i.indisvalid FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid"
+                       " WHERE c.relname LIKE 'message_search_text%%'")
+        assert cursor.fetchall() == [("message_search_text_gin", True)]
+    assert found(world, "λογοσ") == [(1, CAPITALS)]
