@@ -145,8 +145,9 @@ def _child_connections(**kwargs: object) -> None:
         options.pop("pool", None)
         conn.settings_dict["CONN_MAX_AGE"] = CHILD_CONNECTION_AGE
         conn.settings_dict["CONN_HEALTH_CHECKS"] = True
-        if conn.vendor == "postgresql":
-            options.setdefault("application_name", "qorven worker")  # as pg_stat_activity shows it
+        if conn.vendor == "postgresql" and not os.environ.get("PGAPPNAME"):
+            # As pg_stat_activity shows it; an operator's own name for it (PGAPPNAME) stands.
+            options.setdefault("application_name", "qorven worker")
     # Before a task its first query checks the connection; after one, a connection an
     # error left unusable, or past its age, is closed.
     signals.task_prerun.connect(close_old_connections, weak=False, dispatch_uid="qorven.worker.check_before")
