@@ -20,6 +20,8 @@ import logging
 from typing import Any
 
 from django.conf import settings
+from django.core.cache import cache
+from django.db.models import F
 from django.utils import timezone
 
 from sessions_app.errors import SessionClosed
@@ -171,8 +173,15 @@ def deliveries_interrupted_fail(*, binding_id: int) -> list[tuple[int, int]]:
     rows = list(OutboundDelivery.objects.filter(binding_id=binding_id, state=OutboundDelivery.State.SENDING)
                 .select_related("binding").order_by("pk"))
     failed: list[tuple[int, int]] = []
+    taken = _sent_notes([row.pk for row in rows])
     for row in rows:
-        if OutboundDelivery.objects.filter(pk=row.pk, state=OutboundDelivery.State.SENDING).update(
+        if row.pk in taken:  # the platform took it; the record of that was lost with the database
+            parts_sent_record(tenant_id=row.tenant_id, parts=[(row.pk, taken[row.pk])])
+            logger.info("message %s part %s was sent before its database connection was lost; recorded sent",
+                        row.message_id, row.part)
+            if (row.tenant_id, row.message_id) not in failed:
+                failed.append((row.tenant_id, row.message_id))
+        elif OutboundDelivery.objects.filter(pk=row.pk, state=OutboundDelivery.State.SENDING).update(
             state=OutboundDelivery.State.FAILED, updated_at=timezone.now(),
             last_error=f"the worker stopped while sending this part; {MAYBE_DELIVERED}",
         ):
@@ -181,6 +190,49 @@ def deliveries_interrupted_fail(*, binding_id: int) -> list[tuple[int, int]]:
             if (row.tenant_id, row.message_id) not in failed:
                 failed.append((row.tenant_id, row.message_id))
     return failed
+
+
+# How long a part the platform took is remembered in the cache while its record as sent
+# waits for the database (part_sent_note): past any outage a sweep would still find.
+SENT_NOTE_SECONDS = 24 * 3600
+
+
+def _sent_note_key(part_id: int) -> str:
+    return f"qorven:part-sent:{part_id}"
+
+
+def part_sent_note(*, part_id: int, platform_id: str) -> None:
+    """Remember, outside the database, that the platform took a part whose record as sent
+    the database could not take (its connection was lost, and no other could be had): the
+    sweep that would take the part, still `sending`, for one cut off mid-send records it
+    sent instead (deliveries_interrupted_fail). Best effort: never raises."""
+    try:
+        cache.set(_sent_note_key(part_id), platform_id, SENT_NOTE_SECONDS)
+    except Exception:
+        logger.warning("could not note that part %s was sent", part_id, exc_info=True)
+
+
+def _sent_notes(part_ids: list[int]) -> dict[int, str]:
+    if not part_ids:
+        return {}
+    try:
+        found = cache.get_many([_sent_note_key(pk) for pk in part_ids])
+    except Exception:
+        logger.warning("could not read which interrupted parts were sent", exc_info=True)
+        return {}
+    return {pk: found[_sent_note_key(pk)] for pk in part_ids if _sent_note_key(pk) in found}
+
+
+def parts_sent_record(*, tenant_id: int, parts: list[tuple[int, str]]) -> None:
+    """Record as sent the parts a platform took — (part id, platform message id) — while
+    they are still `sending` (a sweep that failed one as cut off first has told its person,
+    and that stands)."""
+    now = timezone.now()
+    for part_id, platform_id in parts:
+        OutboundDelivery.objects.filter(tenant_id=tenant_id, pk=part_id, state=OutboundDelivery.State.SENDING).update(
+            state=OutboundDelivery.State.SENT, platform_message_id=platform_id, sent_at=now,
+            attempts=F("attempts") + 1, not_before=None, last_error="", updated_at=now,
+        )
 
 
 def deliveries_undelivered(*, binding: ChannelBinding, reports: list[Undelivered]) -> int:

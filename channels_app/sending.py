@@ -14,6 +14,7 @@ from django.db import connection
 from django.db.models import Exists, F, OuterRef, Q
 from django.utils import timezone
 
+from qorven.runtime.database import DATABASE_DOWN, connections_drop_broken
 from qorven.runtime.log_context import log_person
 from qorven.runtime.prepared_read import PreparedRead
 from tenancy.access import tenant_serving
@@ -30,6 +31,8 @@ from .send_failures import (
     deliveries_refused_fail,
     delivery_failed_show,
     part_give_up,
+    part_sent_note,
+    parts_sent_record,
     reply_undelivered_tell,
 )
 from .send_gate import BindingBusy, GatesHeld, send_gate, send_slot_free
@@ -78,8 +81,13 @@ _waiting_parts: PreparedRead[OutboundDelivery] = PreparedRead(
 )
 
 
-def deliver_message(*, tenant_id: int, message_id: int, worker: str) -> int:
+def deliver_message(*, tenant_id: int, message_id: int, worker: str,
+                    sent_before: list[tuple[int, str]] | None = None) -> int:
     """Send the message's unsent parts in order. Returns how many were sent now.
+
+    `sent_before`: (part id, platform message id) of parts a platform took whose record
+    as sent was lost with the database connection (a lost connection raised from here
+    names them: `parts_sent` on the exception); recorded first, as the retry's first step.
 
     Raises RetryLater on a transient failure (the task comes back after the backoff, or
     the platform's retry-after); after QORVEN_SEND_RETRIES of them the part ends failed
@@ -94,6 +102,18 @@ def deliver_message(*, tenant_id: int, message_id: int, worker: str) -> int:
     message (a retry and the sweeper's) never send a part twice; a part whose sender died
     mid-send is failed by the sweeper rather than sent again, and so is one whose
     connection was lost after the request went out (reset, or no answer in time)."""
+    try:
+        if sent_before:
+            parts_sent_record(tenant_id=tenant_id, parts=sent_before)
+        return _deliver(tenant_id=tenant_id, message_id=message_id, worker=worker)
+    except DATABASE_DOWN as exc:
+        # Whichever statement raised last (a send's cleanup runs on the same lost
+        # connection), the parts the platform took and nobody recorded go to the retry.
+        exc.parts_sent = [*(sent_before or []), *_unrecorded_in(exc)]  # type: ignore[union-attr]
+        raise
+
+
+def _deliver(*, tenant_id: int, message_id: int, worker: str) -> int:
     waiting = _sendable(tenant_id=tenant_id, message_id=message_id)
     if waiting is None:
         return 0
@@ -209,6 +229,8 @@ def _send_waiting(*, tenant_id: int, binding_id: int, after: int, until: float, 
         except RetryLater as exc:
             deliver_message_task.apply_async((tenant_id, message_id), countdown=exc.after)
             return
+        except DATABASE_DOWN:
+            raise  # the task's: it comes back on a fresh connection (and records what was sent: deliver_message)
         except Exception:  # not this send's failure: the reply is pending again, for the next send or the sweeper
             logger.exception("message %s, waiting for its bot, could not be sent", message_id)
             return
@@ -344,13 +366,17 @@ def _send_parts_in_order(rows: list[OutboundDelivery], gates: GatesHeld) -> tupl
             # for the task's retry or the sweeper; nothing was sent.
             OutboundDelivery.objects.filter(pk=row.pk).update(state=OutboundDelivery.State.PENDING)
             raise
-        if row is rows[-1]:
-            following = _part_sent_and_next(row, platform_id)
-        else:
-            OutboundDelivery.objects.filter(pk=row.pk).update(
-                state=OutboundDelivery.State.SENT, platform_message_id=platform_id, sent_at=timezone.now(),
-                attempts=row.attempts + 1, not_before=None, last_error="", updated_at=timezone.now(),
-            )
+        try:
+            if row is rows[-1]:
+                following = _part_sent_and_next(row, platform_id)
+            else:
+                OutboundDelivery.objects.filter(pk=row.pk).update(
+                    state=OutboundDelivery.State.SENT, platform_message_id=platform_id, sent_at=timezone.now(),
+                    attempts=row.attempts + 1, not_before=None, last_error="", updated_at=timezone.now(),
+                )
+        except DATABASE_DOWN as exc:
+            _part_sent_after_loss(row, platform_id, exc)
+            raise  # the gates went with the connection: the rest is the task's retry's, under them again
         sent += 1
     if failed or first.part > 0:  # a part of it failed, here or in an earlier run: say so once
         reply_undelivered_tell(tenant_id=first.tenant_id, message_id=first.message_id)
@@ -386,6 +412,35 @@ _SENT_AND_NEXT = (
     " AND (waiting.not_before IS NULL OR waiting.not_before <= %s) AND NOT EXISTS (SELECT 1 FROM {table} flight"
     " WHERE flight.message_id = waiting.message_id AND flight.state = %s) ORDER BY waiting.id LIMIT 1)"
 )
+
+
+def _part_sent_after_loss(row: OutboundDelivery, platform_id: str, exc: Exception) -> None:
+    """The platform took the part, and the connection that was to record it was lost
+    (killed, a failover). Left `sending`, the part would be taken for one cut off mid-send:
+    failed, and its person told it may be missing though it arrived. Recorded sent on a
+    fresh connection; if the database is still away, the part is named on `exc` for the
+    task's retry to record (deliver_message's `sent_before`), and noted in the cache for a
+    sweep that comes first (channels_app.send_failures.part_sent_note)."""
+    connections_drop_broken()
+    try:
+        parts_sent_record(tenant_id=row.tenant_id, parts=[(row.pk, platform_id)])
+    except DATABASE_DOWN:
+        connections_drop_broken()
+        part_sent_note(part_id=row.pk, platform_id=platform_id)
+        exc.parts_sent = [(row.pk, platform_id)]  # type: ignore[attr-defined]
+
+
+def _unrecorded_in(exc: BaseException) -> list[tuple[int, str]]:
+    """The parts sent and not recorded named on `exc` and the exceptions it was raised
+    while handling (_part_sent_after_loss)."""
+    found: list[tuple[int, str]] = []
+    seen: set[int] = set()
+    at: BaseException | None = exc
+    while at is not None and id(at) not in seen:
+        seen.add(id(at))
+        found.extend(getattr(at, "parts_sent", ()))
+        at = at.__context__
+    return found
 
 
 def _part_sent_and_next(row: OutboundDelivery, platform_id: str) -> int | None:

@@ -78,19 +78,23 @@ def inbound_fan_out_task(calls: list[list[int]]) -> int:
 
 
 @shared_task(bind=True, name="channels_app.deliver", acks_late=True, max_retries=None)
-def deliver_message_task(self, tenant_id: int, message_id: int) -> int:
+def deliver_message_task(self, tenant_id: int, message_id: int, sent: list[list] | None = None) -> int:
     """Send a message's parts, each once. A transient failure comes back after a backoff
     (or the platform's retry-after); the retries are counted on the parts, which end
     failed after QORVEN_SEND_RETRIES of them. While this worker's send slots are all
-    busy it comes back shortly without trying (see channels_app.send_gate)."""
+    busy it comes back shortly without trying (see channels_app.send_gate). After a lost
+    database connection it comes back with the parts the platform took and nobody could
+    record (`sent`: [part id, platform message id] pairs), and records them first."""
     with log_context(tenant=tenant_id, message_id=message_id):
         try:
-            return deliver_message(tenant_id=tenant_id, message_id=message_id, worker=self.request.hostname or "local")
+            return deliver_message(tenant_id=tenant_id, message_id=message_id, worker=self.request.hostname or "local",
+                                   sent_before=[(part, platform_id) for part, platform_id in sent or ()])
         except GateShut:
             raise self.retry(countdown=GATE_WAIT) from None
         except DATABASE_DOWN as exc:
             connections_drop_broken()
-            raise self.retry(exc=exc, countdown=DATABASE_RETRY_DELAY) from None
+            raise self.retry(exc=exc, args=(tenant_id, message_id), kwargs={"sent": _parts_sent(exc)},
+                             countdown=DATABASE_RETRY_DELAY) from None
         except RetryLater as exc:
             raise self.retry(countdown=exc.after) from None
 
@@ -128,26 +132,34 @@ def deliveries_send(deliveries: list[tuple[int, int]], *, worker: str) -> None:
     for tenant_id, message_id in deliveries:
         with log_context(tenant=tenant_id, message_id=message_id):
             later: float | None = None
+            sent: list[list] | None = None
             try:
                 deliver_message(tenant_id=tenant_id, message_id=message_id, worker=worker)
             except GateShut:
                 later = GATE_WAIT
             except RetryLater as exc:
                 later = exc.after
-            except DATABASE_DOWN:
+            except DATABASE_DOWN as exc:
                 connections_drop_broken()
-                later = DATABASE_RETRY_DELAY
+                later, sent = DATABASE_RETRY_DELAY, _parts_sent(exc)
             except Exception:
                 logger.exception("message %s could not be sent from its turn; queued", message_id)
                 later = 0.0
             if later is not None:
-                _send_later(tenant_id, message_id, later)
+                _send_later(tenant_id, message_id, later, sent=sent)
 
 
-def _send_later(tenant_id: int, message_id: int, countdown: float) -> None:
+def _parts_sent(exc: BaseException) -> list[list] | None:
+    """The parts a lost connection left sent and unrecorded (channels_app.sending), as a
+    task's argument."""
+    return [[part, platform_id] for part, platform_id in getattr(exc, "parts_sent", ())] or None
+
+
+def _send_later(tenant_id: int, message_id: int, countdown: float, *, sent: list[list] | None = None) -> None:
     """The send task sends it; never raises."""
     try:
-        deliver_message_task.apply_async((tenant_id, message_id), countdown=countdown)
+        deliver_message_task.apply_async((tenant_id, message_id), {"sent": sent} if sent else None,
+                                         countdown=countdown)
     except Exception:  # the broker refused: its parts are pending, and the sweeper queues them
         logger.exception("the send of message %s could not be queued", message_id)
 

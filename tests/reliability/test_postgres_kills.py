@@ -20,14 +20,15 @@ import psycopg
 import pytest
 from django.db import connection
 
-from channels_app.models import InboundEvent
+from channels_app.models import InboundEvent, OutboundDelivery
 from channels_app.services import binding_create
 from sessions_app.models import Message
 
 from ..channels_app.conftest import pair
+from ..channels_app.payloads import post_telegram, telegram_update
 from ..factories.tenancy import MembershipFactory, UserFactory
 from ..fakes.model_server import reply
-from ..processes import Processes, free_port, needs_postgres_and_redis, wait_for
+from ..processes import Processes, free_port, needs_postgres_and_redis, process_env, wait_for
 from .test_load import SECRET, _answers, _server_env, _update
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.reliability, needs_postgres_and_redis]
@@ -148,3 +149,63 @@ def test_connections_killed_during_appends_and_turns_lose_nothing_and_double_not
                     .values_list("seq", "role", "content"))
         assert [seq for seq, _, _ in rows] == list(range(1, len(rows) + 1))
         assert [c for _, role, c in rows if role == "user"] == [f"s{s} m{n}" for n in range(1, per_sender + 1)]
+
+
+PARTS = [f"Part {i}: " + " ".join(f"word{i}x{w}" for w in range(380)) for i in (1, 2)]  # ~3,900 characters each
+
+
+@pytest.mark.celery_worker
+@pytest.mark.parametrize("away", [0.0, 2.5], ids=["killed", "away"])
+def test_a_connection_killed_while_a_part_is_on_its_way_sends_it_once_and_tells_of_no_failure(
+    client, world, processes, model_server, platform, away
+):
+    """A reply in two Telegram parts; the worker's database connections are terminated
+    while Telegram takes the first (the request is out, the answer not yet back) — and,
+    `away`, the database refuses new ones for a few seconds more. Telegram answered that
+    it has the part: it is recorded sent — not taken for one cut off mid-send, not shown
+    as "may not have reached you" — and the second part goes out after it, each once."""
+    binding_create(tenant=world.tenant_a, qor=world.qor_a, kind="telegram",
+                   credentials={"token": "111:AAA", "secret": "tg-secret-a", "username": "aria_bot"})
+    pair(world, "telegram", "42", world.alice)
+    model_server.default = reply("\n\n".join(PARTS))
+    killer = Killer(every=3600)  # its connection only: the kill is made once, from the platform below
+    name = connection.settings_dict["NAME"]
+    admin = {**killer.dsn, "dbname": "postgres"}  # refusing connections to the test database is done from outside it
+    answer = platform._answer
+
+    def connections(allowed: bool) -> None:
+        with psycopg.connect(**admin) as conn:
+            conn.execute(f'ALTER DATABASE "{name}" WITH ALLOW_CONNECTIONS {str(allowed).lower()}')
+
+    def answer_after_a_kill(recorded):
+        if "sendMessage" in recorded.path and not killer.killed:
+            if away:
+                connections(False)
+                threading.Timer(away, connections, [True]).start()
+            with psycopg.connect(**admin) as conn:
+                killer.killed = sum(1 for (ok,) in conn.execute(
+                    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = %s"
+                    " AND application_name = %s", [name, APP_NAME]).fetchall() if ok)
+        return answer(recorded)
+
+    platform._answer = answer_after_a_kill
+    env = process_env(model_server, PGAPPNAME=APP_NAME, QORVEN_SWEEP_INTERVAL="1")
+    try:
+        processes.purge(env)
+        worker = processes.worker(env, concurrency=1)
+        processes.start("beat", "--max-interval", "1", env=env)
+        assert post_telegram(client, telegram_update("the long story")).status_code == 200
+        assert wait_for(lambda: len(platform.sent("sendMessage")) >= 2, 30, processes=processes), (
+            worker.output[-3000:])
+        time.sleep(4)  # a sweep that took the first part for cut off, and its notice, would come now
+    finally:
+        if away:
+            connections(True)
+
+    assert killer.killed > 0  # the scenario: the worker's connection went while Telegram had the part
+    texts = [r.json["text"] for r in platform.sent("sendMessage")]
+    assert [t.split(":")[0] for t in texts] == ["Part 1", "Part 2"], texts
+    assert list(OutboundDelivery.objects.order_by("part").values_list("state", flat=True)) == ["sent", "sent"]
+    assert not Message.objects.filter(metadata__notice="reply_undelivered").exists()
+    assert Message.objects.get(role="user").answer_state == "answered"
+    assert Message.objects.filter(role="assistant").count() == 1
