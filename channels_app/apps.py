@@ -46,6 +46,14 @@ class ChannelsAppConfig(AppConfig):
 
             platform_client_build()
 
+        @on_startup("serve")
+        def previous_run_let_go(startup: Startup) -> None:
+            # Before this run's worker starts: whatever is held now was held by the last run.
+            if startup.embedded:
+                from .sweep import previous_run_let_go
+
+                previous_run_let_go()
+
         @on_startup("serve", after_worker=True)
         def sweep_after_restart(startup: Startup) -> None:
             # On the embedded default the tasks of what the last run accepted were in its

@@ -174,6 +174,23 @@ def _interrupted_sends_recover() -> int:
     return failed
 
 
+def previous_run_let_go() -> tuple[int, int]:
+    """What the previous run of the embedded default held when it stopped — the sessions'
+    turn leases, the inbound events it had claimed — let go, before this run's own worker
+    starts (nothing of this run holds anything yet): a server killed outright mid-turn
+    leaves both, and they would keep the messages they stand for unanswered until they
+    run out (QORVEN_TURN_LEASE, CLAIM_STALE_AFTER) instead of being taken up by the sweep
+    this run starts with. Processing an event again stores nothing twice. (leases, claims)."""
+    from sessions_app.turn_writes import turn_leases_end_all
+
+    leases = turn_leases_end_all()
+    claims = InboundEvent.objects.filter(state=InboundEvent.State.PROCESSING).update(
+        state=InboundEvent.State.PENDING, updated_at=timezone.now())
+    if leases or claims:
+        logger.info("the last run stopped holding %s session(s) and %s inbound event(s); let go", leases, claims)
+    return leases, claims
+
+
 def sweep(*, restart: bool = False) -> SweepReport:
     """Queue again what was left behind; report what was found. `restart`: the process
     that held the queued work in memory is gone (the embedded default's server starting

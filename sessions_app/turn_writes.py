@@ -57,6 +57,14 @@ def turn_lease_release(*, session_id: int, owner: str) -> None:
            " WHERE id = %s AND turn_owner = %s", [session_id, owner])
 
 
+def turn_leases_end_all() -> int:
+    """Let go of every session's lease: for a process starting with nothing of its own
+    running yet, whose previous run held its layout's every turn and is gone (the embedded
+    default's server killed outright). A lease that run left would keep its session's
+    waiting messages unanswered until it ran out (QORVEN_TURN_LEASE). How many there were."""
+    return Session.objects.exclude(turn_lease_until=None).update(turn_owner="", turn_lease_until=None)
+
+
 def turn_lease_confirm(*, session_id: int, owner: str) -> None:
     """Make sure `owner` still holds the session's lease, and extend it. Raises LeaseLost
     otherwise: in a transaction, before writing a reply, it keeps a turn that stalled past

@@ -23,8 +23,10 @@ from channels_app.services import binding_create
 from sessions_app.models import Message
 
 from ..channels_app.conftest import pair
+from ..channels_app.payloads import telegram_update
 from ..factories.tenancy import MembershipFactory, UserFactory
 from ..fakes.model_server import reply
+from ..fakes.platform_server import Canned
 from ..processes import Processes, free_port, wait_for
 from .test_load import SECRET, _answers, _server_env, _update
 
@@ -109,3 +111,90 @@ def test_every_message_accepted_before_a_restart_is_answered_once_after_it(reque
     assert len(replies) == unique and set(replies.values()) == {1}
     sent = Counter(r.json["chat_id"] for r in platform.sent("sendMessage"))
     assert sent == {str(800_000 + s): per_sender for s in range(senders)}
+
+
+def test_a_turn_cut_off_by_a_server_killed_outright_is_answered_once_it_is_back(world, model_server, platform):
+    """The embedded default's `qorven serve` (its tasks inside it) killed outright while the
+    model writes a reply, and started again. The turn that died with it held its session's
+    lease, which would keep the session for QORVEN_TURN_LEASE more (five minutes here) —
+    but nothing of the last run holds anything any more: the message is answered as soon
+    as the server is back, once, and sent once."""
+    binding_create(tenant=world.tenant_a, qor=world.qor_a, kind="telegram",
+                   credentials={"token": "111:AAA", "secret": SECRET, "username": "aria_bot"})
+    pair(world, "telegram", "800000", world.alice)
+    model_server.add(reply("never finished", delay=60))  # the try the kill cuts off
+    model_server.default = reply("Here it is.")
+    env = {**_server_env(model_server, platform), "QORVEN_TURN_LEASE": "300", "QORVEN_SWEEP_INTERVAL": "1"}
+    env.pop("REDIS_URL", None)  # the embedded default, on whichever database
+    port = free_port()
+    base = f"http://127.0.0.1:{port}"
+    processes = Processes()
+    try:
+        server = processes.start("serve", "--no-migrate", "--port", str(port), env=env)
+        assert wait_for(lambda: _answers(base + "/healthz"), 90), server.output
+        headers = {"content-type": "application/json", "x-telegram-bot-api-secret-token": SECRET}
+        assert httpx.post(f"{base}/v1/webhooks/telegram", content=_update(0, 1), headers=headers,
+                          timeout=10).status_code == 200
+        assert wait_for(lambda: len(model_server.arrivals) == 1, 30), server.output
+        os.killpg(server.popen.pid, signal.SIGKILL)
+        server.popen.wait(10)
+
+        again = processes.start("serve", "--no-migrate", "--port", str(port), env=env)
+        assert wait_for(lambda: _answers(base + "/healthz"), 90), again.output
+        assert wait_for(lambda: platform.sent("sendMessage"), 15, processes=processes), (
+            f"not answered after the restart\n{again.output[-3000:]}")
+        time.sleep(2)  # a second answer or send would come now
+    finally:
+        processes.stop()
+
+    assert [r.json["text"] for r in platform.sent("sendMessage")] == ["Here it is."]
+    assert len(model_server.arrivals) == 2
+    replies = Counter(Message.objects.filter(role="assistant").values_list("metadata__reply_to", flat=True))
+    assert list(replies.values()) == [1]
+    assert Message.objects.get(role="user").answer_state == "answered"
+
+
+def test_a_message_cut_off_while_its_file_is_fetched_is_answered_once_the_server_is_back(world, model_server, platform):
+    """The embedded default's `qorven serve` killed outright while it fetches the file a
+    Telegram message came with, and started again. The message's event, claimed by the
+    run that died, would wait for its claim to go stale (two minutes) — but nothing of
+    the last run holds anything any more: it is processed as soon as the server is back,
+    its file fetched again, and answered once."""
+    binding_create(tenant=world.tenant_a, qor=world.qor_a, kind="telegram",
+                   credentials={"token": "111:AAA", "secret": SECRET, "username": "aria_bot"})
+    pair(world, "telegram", "42", world.alice)
+    found = {"ok": True, "result": {"file_id": "doc-1", "file_path": "documents/plan.txt"}}
+    platform.script(r"/getFile", Canned(body=found, delay=60), Canned(body=found))  # the first, the kill cuts off
+    platform.script(r"/file/bot111:AAA/documents/plan.txt", Canned(raw=b"buy milk"))
+    model_server.default = reply("Read it.")
+    env = {**_server_env(model_server, platform), "QORVEN_SWEEP_INTERVAL": "1"}
+    env.pop("REDIS_URL", None)  # the embedded default, on whichever database
+    update = telegram_update("", caption="what does it say?", document={
+        "file_id": "doc-1", "file_unique_id": "doc-1", "file_name": "plan.txt", "mime_type": "text/plain",
+        "file_size": 8})
+    update["message"].pop("text")
+    port = free_port()
+    base = f"http://127.0.0.1:{port}"
+    processes = Processes()
+    try:
+        server = processes.start("serve", "--no-migrate", "--port", str(port), env=env)
+        assert wait_for(lambda: _answers(base + "/healthz"), 90), server.output
+        headers = {"x-telegram-bot-api-secret-token": SECRET}
+        assert httpx.post(f"{base}/v1/webhooks/telegram", json=update, headers=headers, timeout=10).status_code == 200
+        assert wait_for(lambda: platform.sent("/getFile"), 30), server.output
+        os.killpg(server.popen.pid, signal.SIGKILL)
+        server.popen.wait(10)
+
+        again = processes.start("serve", "--no-migrate", "--port", str(port), env=env)
+        assert wait_for(lambda: _answers(base + "/healthz"), 90), again.output
+        assert wait_for(lambda: platform.sent("sendMessage"), 15, processes=processes), (
+            f"not answered after the restart\n{again.output[-3000:]}")
+        time.sleep(2)  # a second answer or send would come now
+    finally:
+        processes.stop()
+
+    assert [r.json["text"] for r in platform.sent("sendMessage")] == ["Read it."]
+    assert len(model_server.arrivals) == 1 and "buy milk" in str(model_server.requests[0])
+    assert Message.objects.filter(role="user").count() == 1
+    assert Message.objects.filter(role="assistant").count() == 1
+    assert set(InboundEvent.objects.values_list("state", flat=True)) == {"done"}
