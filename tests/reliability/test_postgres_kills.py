@@ -209,3 +209,76 @@ def test_a_connection_killed_while_a_part_is_on_its_way_sends_it_once_and_tells_
     assert not Message.objects.filter(metadata__notice="reply_undelivered").exists()
     assert Message.objects.get(role="user").answer_state == "answered"
     assert Message.objects.filter(role="assistant").count() == 1
+
+
+def test_a_webhook_delivered_twice_at_once_while_the_database_is_away_is_stored_and_answered_once(
+    world, model_server, platform
+):
+    """The database refuses connections for a few seconds (the server's are cut, no new
+    one is let in) while Telegram delivers one update twice at once, and again each time
+    it is not answered 200, as Telegram does. The update is stored once, answered once,
+    sent once. (A webhook the server's storing thread takes while the database is away
+    is refused 503, or waits for a pooled connection and is answered 200 once stored.)"""
+    model_server.default = reply("Got it.")
+    binding_create(tenant=world.tenant_a, qor=world.qor_a, kind="telegram",
+                   credentials={"token": "111:AAA", "secret": SECRET, "username": "aria_bot"})
+    pair(world, "telegram", "800000", world.alice)
+    killer = Killer(every=3600)
+    name = connection.settings_dict["NAME"]
+    admin = {**killer.dsn, "dbname": "postgres"}
+
+    def connections(allowed: bool) -> None:
+        with psycopg.connect(**admin) as conn:
+            conn.execute(f'ALTER DATABASE "{name}" WITH ALLOW_CONNECTIONS {str(allowed).lower()}')
+            if not allowed:
+                killer.killed = sum(1 for (ok,) in conn.execute(
+                    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = %s"
+                    " AND application_name = %s", [name, APP_NAME]).fetchall() if ok)
+
+    env = {**_server_env(model_server, platform), "PGAPPNAME": APP_NAME}
+    port = free_port()
+    base = f"http://127.0.0.1:{port}"
+    processes = Processes()
+    try:
+        processes.purge(env)
+        worker = processes.worker(env, concurrency=2)
+        server = processes.start("serve", "--no-migrate", "--port", str(port), env=env)
+        assert wait_for(lambda: _answers(base + "/healthz"), 90), server.output
+        connections(False)
+        threading.Timer(2.0, connections, [True]).start()
+
+        async def deliver_twice() -> Counter[int]:
+            statuses: Counter[int] = Counter()
+            headers = {"content-type": "application/json", "x-telegram-bot-api-secret-token": SECRET}
+            async with httpx.AsyncClient(timeout=30) as client:
+                async def delivery() -> None:
+                    for _ in range(60):
+                        try:
+                            status = (await client.post(f"{base}/v1/webhooks/telegram", content=_update(0, 1),
+                                                        headers=headers)).status_code
+                        except httpx.HTTPError:
+                            status = 0
+                        statuses[status] += 1
+                        if status == 200:
+                            return
+                        await asyncio.sleep(0.2)
+                    raise AssertionError(f"never accepted: {statuses}")
+
+                await asyncio.gather(delivery(), delivery())
+            return statuses
+
+        statuses = asyncio.run(deliver_twice())
+        assert wait_for(lambda: platform.sent("sendMessage"), 30, processes=processes), (
+            f"{statuses}\n{server.output[-3000:]}\n{worker.output[-3000:]}")
+        time.sleep(3)  # a second answer would be sent now
+    finally:
+        connections(True)
+        processes.stop()
+
+    print(f"twice while away: statuses {dict(statuses)}, {killer.killed} connections cut")
+    assert killer.killed > 0  # the scenario: the server's connections were cut as the deliveries came
+    assert statuses[200] == 2 and set(statuses) <= {200, 503, 0}  # refused (delivered again) or stored
+    assert InboundEvent.objects.count() == 1
+    assert Message.objects.filter(role="user").count() == 1
+    assert Message.objects.filter(role="assistant").count() == 1
+    assert [r.json["text"] for r in platform.sent("sendMessage")] == ["Got it."]
