@@ -10,6 +10,7 @@ from typing import Any
 from django.contrib.auth.models import User
 from django.db import transaction
 
+from qorven.runtime.publish import publish_again_later
 from qorven.runtime.task_scope import collecting
 from sessions_app.errors import SessionClosed
 from sessions_app.models import Message, Session
@@ -40,13 +41,16 @@ def turn_enqueue(*, session: Session) -> None:
 
 
 def _queue(task: Any, key: tuple[int, int]) -> None:
-    """Queue the turn; a broker that refuses (down, restarting) leaves the stored message
-    pending for the sweeper (channels_app.sweep): the caller's work — a message taken —
-    stands."""
+    """Queue the turn; one a broker refused (down, restarting) is tried again every second
+    (qorven.runtime.publish.publish_again_later), so the message is answered as soon as the
+    broker is back, and past that the stored message waits for the sweeper
+    (channels_app.sweep): the caller's work — a message taken — stands."""
     try:
         task.delay(*key)
     except Exception as exc:
-        logger.warning("could not queue the turn of session %s (%s); the sweeper will", key[1], type(exc).__name__)
+        logger.warning("could not queue the turn of session %s (%s); tried again as the broker comes back",
+                       key[1], type(exc).__name__)
+        publish_again_later(task, key)
 
 
 def turns_here() -> AbstractContextManager[list[tuple[int, int]]]:

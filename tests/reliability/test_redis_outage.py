@@ -127,3 +127,48 @@ def test_redis_gone_while_a_reply_streams_loses_no_message_and_answers_each_once
     seqs = list(Message.objects.filter(session__user=world.alice).order_by("seq").values_list("seq", flat=True))
     assert seqs == list(range(1, 2 * unique + 1))
     assert socket.seqs == seqs  # every message once, in order, across the reconnects
+
+
+def test_a_message_from_the_page_stored_while_redis_is_away_is_answered_as_soon_as_it_is_back(world, model_server):
+    """A message posted through the API (the page, the terminal) while Redis is away is
+    stored, and its turn, which the broker refused, is queued as soon as Redis is back —
+    as a webhook's is — not when the sweeper's grace of half a minute ends."""
+    model_server.default = reply("Hello again.")
+    token = api_token_create(tenant=world.tenant_a, user=world.alice)[1]
+    redis_port, port = free_port(), free_port()
+    env = {**_server_env(model_server, _NoPlatform()), "REDIS_URL": f"redis://127.0.0.1:{redis_port}/0",
+           "QORVEN_SWEEP_INTERVAL": "2"}
+    base = f"http://127.0.0.1:{port}"
+    redis = [redis_start(redis_port)]
+    processes = Processes()
+    try:
+        worker = processes.worker(env, concurrency=2)
+        processes.start("beat", "--max-interval", "1", env=env)
+        server = processes.start("serve", "--no-migrate", "--port", str(port), env=env)
+        assert wait_for(lambda: _answers(base + "/healthz"), 90), server.output
+        redis[0].terminate()
+        redis[0].wait(10)
+        response = httpx.post(f"{base}/v1/qors/aria/messages", json={"content": "hello"}, timeout=30,
+                              headers={"Authorization": f"Bearer {token}"})
+        assert response.status_code in (200, 201), (response.status_code, response.text, server.output[-3000:])
+        time.sleep(2)
+        redis[0] = redis_start(redis_port)
+        back_at = time.monotonic()
+        assert wait_for(lambda: model_server.arrivals, 60, processes=processes), (
+            f"{server.output[-3000:]}\n{worker.output[-3000:]}")
+        time.sleep(2)  # a second answer would come now
+    finally:
+        processes.stop()
+        redis[0].terminate()
+        redis[0].wait(10)
+
+    print(f"a page's message stored while Redis was away: asked of the model "
+          f"{model_server.arrivals[0] - back_at:.1f} s after Redis came back")
+    assert model_server.arrivals[0] - back_at < 10
+    assert len(model_server.arrivals) == 1
+    assert list(Message.objects.order_by("seq").values_list("role", "content")) == [
+        ("user", "hello"), ("assistant", "Hello again.")]
+
+
+class _NoPlatform:
+    url = "http://127.0.0.1:9"  # nothing is sent to a platform here
