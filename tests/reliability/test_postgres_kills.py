@@ -282,3 +282,38 @@ def test_a_webhook_delivered_twice_at_once_while_the_database_is_away_is_stored_
     assert Message.objects.filter(role="user").count() == 1
     assert Message.objects.filter(role="assistant").count() == 1
     assert [r.json["text"] for r in platform.sent("sendMessage")] == ["Got it."]
+
+
+@pytest.mark.celery_worker
+def test_a_connection_killed_while_the_model_writes_the_reply_answers_once(client, world, processes, model_server,
+                                                                             platform):
+    """The worker's database connections are terminated while the model writes a reply
+    (the turn holds its session, the message is stored). The turn comes back on a fresh
+    connection: the message is kept and answered once, and the reply sent once."""
+    binding_create(tenant=world.tenant_a, qor=world.qor_a, kind="telegram",
+                   credentials={"token": "111:AAA", "secret": "tg-secret-a", "username": "aria_bot"})
+    pair(world, "telegram", "42", world.alice)
+    killer = Killer(every=3600)
+
+    def answer_after_a_kill(body):
+        if not killer.killed:
+            with psycopg.connect(**killer.dsn) as conn:
+                killer.killed = sum(1 for (ok,) in conn.execute(
+                    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = current_database()"
+                    " AND application_name = %s", [APP_NAME]).fetchall() if ok)
+        return reply("Here it is.")
+
+    model_server.default = answer_after_a_kill
+    env = process_env(model_server, PGAPPNAME=APP_NAME, QORVEN_SWEEP_INTERVAL="1")
+    processes.purge(env)
+    worker = processes.worker(env, concurrency=1)
+    processes.start("beat", "--max-interval", "1", env=env)
+    assert post_telegram(client, telegram_update("hello")).status_code == 200
+    assert wait_for(lambda: platform.sent("sendMessage"), 30, processes=processes), worker.output[-3000:]
+    time.sleep(3)  # a second answer or send would come now
+
+    assert killer.killed > 0
+    assert [r.json["text"] for r in platform.sent("sendMessage")] == ["Here it is."]
+    assert list(Message.objects.order_by("seq").values_list("role", "content")) == [
+        ("user", "hello"), ("assistant", "Here it is.")]
+    assert Message.objects.get(role="user").answer_state == "answered"
