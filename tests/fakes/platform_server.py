@@ -14,7 +14,8 @@ import threading
 import time
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 from urllib.parse import parse_qs
 
 from .telegram_html import refusal
@@ -57,6 +58,9 @@ class PlatformServer:
         self.requests: list[Recorded] = []
         self.scripts: list[tuple[re.Pattern[str], list[Canned]]] = []
         self.defaults: list[tuple[re.Pattern[str], Canned]] = []
+        # Called with each request as it arrives, before it is answered: a fault elsewhere
+        # made while the platform holds the request (a database connection cut, say).
+        self.on_request: Callable[[Recorded], None] | None = None
         self._lock = threading.Lock()
         self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
         self._httpd.daemon_threads = True
@@ -85,6 +89,8 @@ class PlatformServer:
         return [r for r in self.requests if rx.search(r.path)]
 
     def _answer(self, recorded: Recorded) -> Canned:
+        if self.on_request is not None:
+            self.on_request(recorded)
         with self._lock:
             self.requests.append(recorded)
             refused = _telegram_refusal(recorded)

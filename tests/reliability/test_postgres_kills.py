@@ -171,13 +171,12 @@ def test_a_connection_killed_while_a_part_is_on_its_way_sends_it_once_and_tells_
     killer = Killer(every=3600)  # its connection only: the kill is made once, from the platform below
     name = connection.settings_dict["NAME"]
     admin = {**killer.dsn, "dbname": "postgres"}  # refusing connections to the test database is done from outside it
-    answer = platform._answer
 
     def connections(allowed: bool) -> None:
         with psycopg.connect(**admin) as conn:
             conn.execute(f'ALTER DATABASE "{name}" WITH ALLOW_CONNECTIONS {str(allowed).lower()}')
 
-    def answer_after_a_kill(recorded):
+    def kill_as_telegram_takes_it(recorded) -> None:
         if "sendMessage" in recorded.path and not killer.killed:
             if away:
                 connections(False)
@@ -186,9 +185,8 @@ def test_a_connection_killed_while_a_part_is_on_its_way_sends_it_once_and_tells_
                 killer.killed = sum(1 for (ok,) in conn.execute(
                     "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = %s"
                     " AND application_name = %s", [name, APP_NAME]).fetchall() if ok)
-        return answer(recorded)
 
-    platform._answer = answer_after_a_kill
+    platform.on_request = kill_as_telegram_takes_it
     env = process_env(model_server, PGAPPNAME=APP_NAME, QORVEN_SWEEP_INTERVAL="1")
     try:
         processes.purge(env)
