@@ -18,7 +18,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, TextIO
+from typing import Any, Callable, TextIO
 
 from django.conf import settings
 
@@ -27,6 +27,7 @@ from tenancy.errors import NotFound
 
 from .chat import ChatOwner, chat_send
 from .terminal_follow import Emit, Follower
+from .terminal_rows import fold, hang, item_indent, width_of
 
 
 TAKEN_BACK = "── the text above was the model's reasoning, not its answer ──"
@@ -58,10 +59,18 @@ def shown(text: str) -> str:
 
 
 class HumanPrinter:
-    """Lines like `12:01 [telegram] Priya: hello`; replies stream in as they arrive."""
+    """Lines like `12:01 [telegram] Priya: hello`; replies stream in as they arrive.
 
-    def __init__(self, out: TextIO, color: bool, own_channel: str = "tui") -> None:
-        self.out, self.color, self.own = out, color, own_channel
+    Given the terminal's width (`columns`, read at each message, so a resized terminal
+    gets rows of its new width), a message is wrapped between words, its further rows under
+    its text, as chat clients do; a terminal left to wrap it cuts words at its edge and
+    runs them on at the first column, under the time. Rows of code blocks and tables are
+    left whole, as the page leaves them (wrapped, they would no longer read as written).
+    Without it (a pipe, a file) lines are written as they are."""
+
+    def __init__(self, out: TextIO, color: bool, own_channel: str = "tui",
+                 columns: Callable[[], int] | None = None) -> None:
+        self.out, self.color, self.own, self.columns = out, color, own_channel, columns
         self.streaming: int | None = None
 
     def _c(self, code: str, text: str) -> str:
@@ -73,7 +82,7 @@ class HumanPrinter:
             if self.streaming != event["reply_to"]:
                 self._end_stream()
                 self.streaming = event["reply_to"]
-                self._stream(self._c("1;36", "…") + " ")
+                self._begin_stream(self._c("1;36", "…") + " ")
             self._stream(shown(event["delta"]))
             return
         if kind == "done":
@@ -84,13 +93,18 @@ class HumanPrinter:
             return
         if kind == "session":
             self._end_stream()
-            self._line(self._c("2", "── a new conversation starts here ──"))
+            self._line(self.rows("", "── a new conversation starts here ──", colour="2"))
             return
         if event.get("streamed") and self.streaming == event.get("reply_to"):
             self._end_stream(stopped=bool(event.get("stopped")))  # the text is on screen already
             return
         self._interrupt()
-        self._line(self.line(event))
+        prefix, content, suffix, colour = self._parts(event)
+        self._line(self.rows(prefix, content, suffix, colour=colour))
+
+    def _begin_stream(self, mark: str) -> None:
+        """A reply starts streaming: `mark` begins it."""
+        self._stream(mark)
 
     def _interrupt(self) -> None:
         """Another message is shown while a reply streams: it goes on the next line."""
@@ -110,7 +124,7 @@ class HumanPrinter:
         printed stays printed, so it is said to be no part of the answer, which streams
         again on a line of its own."""
         self._end_stream()
-        self._line(self._c("2", TAKEN_BACK))
+        self._line(self.rows("", TAKEN_BACK, colour="2"))
 
     def _end_stream(self, *, stopped: bool = False) -> None:
         if self.streaming is not None:
@@ -121,16 +135,41 @@ class HumanPrinter:
         """After a reply the person stopped part-way, as the page marks it."""
         return " " + self._c("33", "(stopped)")
 
-    def line(self, event: dict[str, Any]) -> str:
+    def _parts(self, event: dict[str, Any]) -> tuple[str, str, str, str]:
+        """(who and when, the text, what follows it, the text's colour)."""
         stamp = datetime.fromisoformat(event["created_at"]).astimezone().strftime("%H:%M")
         tag = f"[{event['channel']}] " if event["channel"] != self.own else ""
         content = shown(event["content"])
         if event["role"] == "system":
-            return self._c("33", f"{stamp} {tag}! {content}")
+            return self._c("33", f"{stamp} {tag}! "), content, "", "33"
         who = shown(event["sender_name"] or event["role"])
         colour = "1;36" if event["role"] == "assistant" else "1;32"
         stopped = self._stopped() if event.get("stopped") else ""
-        return f"{self._c('2', stamp)} {self._c('35', tag) if tag else ''}{self._c(colour, who)}: {content}{stopped}"
+        return f"{self._c('2', stamp)} {self._c('35', tag) if tag else ''}{self._c(colour, who)}: ", content, stopped, ""
+
+    def rows(self, prefix: str, content: str, suffix: str = "", *, colour: str = "") -> str:
+        """`prefix`, then `content` (in `colour`) and `suffix`, as printed: wrapped to the
+        terminal's width when there is one (see the class), each line's further rows under
+        its text (a list item's under the item's text)."""
+        paint = (lambda text: self._c(colour, text)) if colour else (lambda text: text)
+        if self.columns is None:
+            return prefix + paint(content) + suffix
+        lines = content.split("\n")
+        columns = self.columns()
+        under = hang(width_of(prefix), columns=columns)
+        rows: list[str] = []
+        fenced = False
+        for n, line in enumerate(lines):
+            head = prefix if n == 0 else " " * under
+            end = suffix if n == len(lines) - 1 else ""
+            fence = line.lstrip().startswith(("```", "~~~"))
+            if fenced or fence or line.lstrip().startswith("|"):
+                rows.append(head + paint(line) + end)
+            else:
+                further = hang(under + item_indent(line), under, columns=columns)
+                rows.extend(fold(head + paint(line) + end, columns, indent=further, keep=len(head) if n else 0))
+            fenced ^= fence
+        return "\n".join(row.rstrip(" ") for row in rows)
 
 
 # --- the two modes ---

@@ -33,6 +33,10 @@ class Painter:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._painting = False
 
+    def columns(self) -> int:
+        """The terminal's width now."""
+        return int(self.output.get_size().columns)
+
     def write(self, text: str) -> int:
         with self._lock:
             self._staged += text

@@ -15,7 +15,6 @@ import io
 import logging
 import os
 import select
-import shutil
 import sys
 import threading
 import time
@@ -32,7 +31,7 @@ from .chat import ChatOwner, chat_stop
 from .terminal import ACCESS_CHECK, ACCESS_LOST, HumanPrinter, _access_lost, _follower, _send
 from .terminal_follow import Follower
 from .terminal_paint import Painter
-from .terminal_rows import row_cut, rows_of
+from .terminal_rows import fold, hang, item_indent, row_cut, rows_of, visible
 
 logger = logging.getLogger(__name__)
 
@@ -40,25 +39,67 @@ PROMPT = "you › "
 
 
 class ScreenPrinter(HumanPrinter):
-    """A HumanPrinter under a live prompt: a reply's unfinished line is `tail`, which the
-    prompt shows; only whole lines are printed. Each event's lines and the tail after them
-    are shown together (Painter.show). The lines printed since a reply began streaming are
-    remembered, so that a reply taken back (a thinking model's reasoning) is taken off the
-    screen too."""
+    """A HumanPrinter under a live prompt: a reply's unfinished row is `tail` (`head`, the
+    mark that begins the reply or the indent of a further row, then `body`), which the
+    prompt shows; only whole rows are printed, wrapped as whole messages are (HumanPrinter).
+    Each event's rows and the tail after them are shown together (Painter.show). The rows
+    printed since a reply began streaming are remembered, so that a reply taken back (a
+    thinking model's reasoning) is taken off the screen too."""
 
     def __init__(self, painter: Painter, color: bool) -> None:
-        super().__init__(painter, color)  # type: ignore[arg-type]  # a text stream: write, flush
+        super().__init__(painter, color, columns=painter.columns)  # type: ignore[arg-type]  # a text stream: write, flush
         self.painter = painter
-        self.tail = ""
-        self.drawn: list[tuple[str, bool]] = []  # since the reply began: each line printed, and whether it is the reply's
+        self.head = self.body = ""
+        self.under: int | None = None  # the indent of the reply's line's further rows, once it has one
+        self.fenced = False  # the reply is in a code block
+        self.drawn: list[tuple[str, bool]] = []  # since the reply began: each row printed, and whether it is the reply's
+
+    @property
+    def tail(self) -> str:
+        """The reply's unfinished row, as the prompt shows it (nothing between its lines)."""
+        return self.head + self.body if self.body or self.under is None and self.head.strip() else ""
+
+    def _begin_stream(self, mark: str) -> None:
+        self.head, self.body, self.under, self.fenced = mark, "", None, False
 
     def _stream(self, text: str) -> None:
-        *lines, self.tail = (self.tail + text).split("\n")
-        while (cut := row_cut(self.tail, shutil.get_terminal_size().columns)) is not None:
-            lines.append(cut[0])
-            self.tail = cut[1]
-        for line in lines:
-            self._print(line, reply=True)
+        *lines, self.body = (self.body + text).split("\n")
+        columns = self.painter.columns()
+        for line in lines:  # complete lines of the reply
+            fence = self.under is None and line.lstrip().startswith(("```", "~~~"))
+            for row in self._rows(line, columns):
+                self._print(row, reply=True)
+            self.fenced ^= fence
+            self.head, self.under = " " * hang(REPLY_INDENT, columns=columns), None
+        if self._whole(self.body):
+            return  # a row of code or a table's: shown whole (the terminal wraps it) once complete
+        while (cut := row_cut(self.head + self.body, columns, keep=len(visible(self.head)))) is not None:
+            self._print(cut[0], reply=True)
+            self._further(columns)
+            self.body = cut[1]
+
+    def _whole(self, line: str) -> bool:
+        """Whether the reply's line (`line`, from its start while it has no further row) is
+        one of a code block or a table, left whole."""
+        return self.fenced or self.under is None and line.lstrip().startswith(("```", "~~~", "|"))
+
+    def _further(self, columns: int) -> None:
+        """The reply's line goes on on a further row: under its text (nearer the edge if the
+        terminal has narrowed since)."""
+        if self.under is None:
+            self.under = hang(REPLY_INDENT + item_indent(self.body), REPLY_INDENT, columns=columns)
+        else:
+            self.under = hang(self.under, REPLY_INDENT, columns=columns)
+        self.head = " " * self.under
+
+    def _rows(self, line: str, columns: int) -> list[str]:
+        """What is left of a line of the reply (`body` was its start), as rows."""
+        text = self.head + line
+        if self._whole(line):
+            return [text]
+        under = self.under if self.under is not None else hang(REPLY_INDENT + item_indent(line), REPLY_INDENT,
+                                                                  columns=columns)
+        return [row.rstrip(" ") for row in fold(text, columns, indent=under, keep=len(visible(self.head)))]
 
     def __call__(self, event: dict[str, Any]) -> None:
         super().__call__(event)
@@ -73,37 +114,41 @@ class ScreenPrinter(HumanPrinter):
         super()._line(text)
 
     def _restart(self) -> None:
-        """Up to the reply's first line and clear from there (the prompt, drawn below what
+        """Up to the reply's first row and clear from there (the prompt, drawn below what
         is printed, is drawn again after it), then print again the other messages shown
-        meanwhile; the answer streams in the reply's place. Lines already scrolled off the
+        meanwhile; the answer streams in the reply's place. Rows already scrolled off the
         screen cannot be reached: then they are said to be reasoning, as on a pipe."""
-        size = shutil.get_terminal_size()
+        size = self.painter.output.get_size()
         rows = sum(rows_of(text, size.columns) for text, _ in self.drawn)
-        if rows > size.lines - RESERVED_ROWS:
+        if rows > size.rows - RESERVED_ROWS:
             self.drawn.clear()
-            self.tail = ""
+            self.body = ""
             super()._restart()
             return
         others = [text for text, reply in self.drawn if not reply]
-        self.streaming, self.tail = None, ""
+        self.streaming, self.head, self.body = None, "", ""
         self.drawn.clear()
         self.out.write((f"\033[{rows}A" if rows else "") + "\r\033[J" + "".join(text + "\n" for text in others))
 
     def _interrupt(self) -> None:
-        """The reply's unfinished line stays where it is (on the prompt) and goes on; the
+        """The reply's unfinished row stays where it is (on the prompt) and goes on; the
         other message is printed above it, and no word of the reply is cut in two."""
 
     def _end_stream(self, *, stopped: bool = False) -> None:
         if self.streaming is not None:
             self.streaming = None
             self.drawn.clear()
-            tail, self.tail = self.tail, ""
-            self._line(tail + (self._stopped() if stopped else ""))
+            line, self.body = self.body + (self._stopped() if stopped else ""), ""
+            if line or self.under is None and self.head.strip():  # not after the reply's last line break
+                for row in self._rows(line, self.painter.columns()):
+                    self._line(row)
+            self.head = ""
 
 
 # Rows of the screen a reply's lines must leave to be taken off it: the prompt's own (the
 # reply's unfinished line, the line typed) and one to spare.
 RESERVED_ROWS = 3
+REPLY_INDENT = 2  # cells: a reply's further rows go under its text, after "… "
 
 
 class _CurrentStdout:
@@ -127,11 +172,11 @@ def run_interactive(owner: ChatOwner, *, history: int, link: Any = None) -> int:
     chat = _Chat(owner, link, stdout, on_screen=sys.stdin.isatty() and stdout.isatty())
     printer = chat.printer
     title = f"{owner.qor.name} · {owner.tenant.slug} · {owner.user.get_username()}"
-    stdout.write(printer._c("1", f"── {title} ──") + "\n")
-    stdout.write(printer._c("2", "Messages from every channel appear here. Ctrl-C stops a reply; "
-                                 "Ctrl-D or /quit leaves.") + "\n")
+    stdout.write(printer.rows("", f"── {title} ──", colour="1") + "\n")
+    stdout.write(printer.rows("", "Messages from every channel appear here. Ctrl-C stops a reply; "
+                                  "Ctrl-D or /quit leaves.", colour="2") + "\n")
     if link is not None:
-        stdout.write(printer._c("2", f"Connected to the server at {link.base}.") + "\n")
+        stdout.write(printer.rows("", f"Connected to the server at {link.base}.", colour="2") + "\n")
     follower = _follower(owner, chat.emit, link)
     follower.start(history=history)
     # Also while the person only reads or types: a prompt whose every message would be

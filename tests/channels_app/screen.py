@@ -15,7 +15,8 @@ WIDTH, HEIGHT = 100, 40
 
 
 class Screen:
-    def __init__(self, argv: list[str], *, env: dict[str, str], cwd: Path, tmp: Path) -> None:
+    def __init__(self, argv: list[str], *, env: dict[str, str], cwd: Path, tmp: Path, width: int = WIDTH,
+                 height: int = HEIGHT) -> None:
         self.socket = f"qorven-test-{uuid.uuid4().hex[:12]}"
         self.exit_file = tmp / f"{self.socket}.exit"
         script = tmp / f"{self.socket}.sh"
@@ -23,7 +24,7 @@ class Screen:
         # The exit code is written where the test reads it; the pane stays for capture-pane.
         script.write_text(f"{exports}cd {shlex.quote(str(cwd))}\n{shlex.join(argv)}\n"
                           f"echo $? > {shlex.quote(str(self.exit_file))}\nsleep 600\n")
-        self._tmux("new-session", "-d", "-x", str(WIDTH), "-y", str(HEIGHT), f"sh {shlex.quote(str(script))}")
+        self._tmux("new-session", "-d", "-x", str(width), "-y", str(height), f"sh {shlex.quote(str(script))}")
 
     def _tmux(self, *args: str) -> str:
         done = subprocess.run(["tmux", "-L", self.socket, "-f", "/dev/null", *args], capture_output=True,
@@ -39,9 +40,15 @@ class Screen:
         """Named keys: Enter, C-c, C-d…"""
         self._tmux("send-keys", *names)
 
-    def text(self) -> str:
-        """The screen and its scrollback, each row as shown (no joining of wrapped rows)."""
-        return self._tmux("capture-pane", "-p", "-S", "-200")
+    def text(self, *, joined: bool = False) -> str:
+        """The screen and its scrollback, each row as shown; `joined`: a line the terminal
+        wrapped at its edge as the one line it is (a line break the program wrote still
+        begins a row)."""
+        return self._tmux("capture-pane", "-p", "-S", "-200", *(["-J"] if joined else []))
+
+    def resize(self, width: int, height: int = HEIGHT) -> None:
+        """As a person dragging the terminal's edge: the program is told (SIGWINCH)."""
+        self._tmux("resize-window", "-x", str(width), "-y", str(height))
 
     def wait_until(self, ok: Callable[[str], bool], what: str, seconds: float = 90) -> str:
         deadline = time.monotonic() + seconds

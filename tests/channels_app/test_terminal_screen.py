@@ -34,8 +34,8 @@ def screens(tmp_path):
         pytest.skip("tmux is not installed (apt-get install -y tmux)")
     opened: list[Screen] = []
 
-    def open_screen(env: dict[str, str], *extra: str) -> Screen:
-        screen = Screen([*CHAT, *extra], env=env, cwd=ROOT, tmp=tmp_path)
+    def open_screen(env: dict[str, str], *extra: str, **size: int) -> Screen:
+        screen = Screen([*CHAT, *extra], env=env, cwd=ROOT, tmp=tmp_path, **size)
         opened.append(screen)
         screen.wait_for(PROMPT)
         return screen
@@ -196,4 +196,88 @@ def test_reasoning_taken_back_that_scrolled_off_the_screen_is_said_to_be_reasoni
     assert TAKEN_BACK in rows and rows.index(TAKEN_BACK) > max(
         i for i, row in enumerate(rows) if "long reasoning" in row), rows
     assert "… Hello Priya!" in rows[rows.index(TAKEN_BACK):], rows
-    assert [row.removeprefix("… ") for row in rows if "long reasoning" in row] == steps, rows
+    # Each a line of the reply: after its "… " or, further on, under its text.
+    assert [row[2:] for row in rows if "long reasoning" in row] == steps, rows
+
+
+LONG = ("This is a rather long message from my phone that certainly does not fit on one row of a narrow "
+        "terminal at all")
+CODE = "def a_very_long_function_name(argument_one, argument_two, argument_three):"
+TABLE = "| col a | col b | col c | col d | col e | col f | col g |"
+
+
+def terminal_wrapped(screen: Screen) -> list[str]:
+    """The lines the terminal itself had to wrap at its edge (the program wrote them wider
+    than the screen), as the lines they are."""
+    rows = {row.rstrip() for row in screen.text().split("\n")}
+    return [line.rstrip() for line in screen.text(joined=True).split("\n") if line.rstrip() not in rows]
+
+
+def says(shown: str, words: str) -> bool:
+    """Whether `words` are on the screen in order, on one row or over several."""
+    return f" {words} " in " " + " ".join(shown.split()) + " "
+
+
+def rows_of(shown: str, first: str, words: list[str]) -> list[str]:
+    """The rows on which `words` are shown, from the row containing `first`."""
+    rows = [row.rstrip() for row in shown.split("\n")]
+    start = next(i for i, row in enumerate(rows) if first in row)
+    found: list[str] = []
+    for row in rows[start:]:
+        found.append(row)
+        if " ".join(found).split()[-len(words):] == words:
+            return found
+    raise AssertionError(f"{words} not shown in order from {first!r}:\n{shown}")
+
+
+def test_long_messages_wrap_at_word_boundaries_under_their_text_and_code_stays_whole(world, model_server, screens):
+    """Wrapped by the terminal, a long line broke mid-word at its edge and ran on at the
+    first column, under the time; each message is now wrapped between words, its rows under
+    its text (a list item's under the item), and code and table rows are left whole."""
+    session = session_resolve(tenant=world.tenant_a, qor=world.qor_a, channel="telegram", user=world.alice)
+    message_append(session=session, role="user", content=LONG, channel="telegram", sender_name="Priya", notify=False)
+    message_append(session=session, role="assistant", channel="tui", sender_name="Aria", notify=False,
+                   content=f"Here:\n```python\n{CODE}\n```\n{TABLE}\nDone, with a closing sentence that is long "
+                           "enough to reach the edge.")
+    bullet = "- a bullet item that is long enough to wrap over the edge"
+    model_server.add(reply("Sure. " + " ".join(WORDS[:30]) + "\n" + bullet, chunk_delay=0.01))
+    screen = screens(qorven_env(model_server), "--no-server", width=50)
+    screen.type("hello")
+    screen.key("Enter")
+    shown = screen.wait_until(lambda text: says(text, bullet) and last_row(text) == PROMPT, "the reply")
+    wrapped = terminal_wrapped(screen)
+    assert [line for line in wrapped if not line.endswith((CODE, TABLE))] == [], shown
+    assert [line.strip() for line in wrapped] == [CODE, TABLE], shown  # left whole: the terminal wraps them
+
+    priya = rows_of(shown, "Priya:", LONG.split())
+    under = priya[0].index("This")
+    assert all(row[:under].isspace() and row[under] != " " for row in priya[1:]), shown
+    assert " ".join(row.strip() for row in priya).endswith(LONG), shown
+    aria = rows_of(shown, "Done, with", "Done, with a closing sentence that is long enough to reach the edge.".split())
+    assert len(aria) > 1 and all(row.startswith(" " * len("00:00 Aria: ")) for row in aria), shown
+
+    streamed = rows_of(shown, "… Sure.", ["Sure.", *WORDS[:30]])
+    assert len(streamed) > 1 and all(row.startswith("  w") for row in streamed[1:]), shown
+    item = rows_of(shown, "- a bullet", bullet.split())
+    assert item[0].startswith("  - a bullet") and len(item) > 1
+    assert all(row.startswith("    ") and row[4] != " " for row in item[1:]), shown
+    screen.key("C-d")
+    assert screen.exit_code() == 0
+
+
+def test_after_the_terminal_is_resized_what_is_printed_wraps_to_its_new_width(world, model_server, screens):
+    model_server.add(reply(" ".join(WORDS[:40]), chunk_delay=0.01))
+    screen = screens(qorven_env(model_server), "--no-server", width=100)
+    screen.resize(36)
+    session = session_resolve(tenant=world.tenant_a, qor=world.qor_a, channel="telegram", user=world.alice)
+    message_append(session=session, role="user", content=LONG, channel="telegram", sender_name="Priya", notify=False)
+    screen.wait_for("Priya:")
+    screen.type("hello")
+    screen.key("Enter")
+    shown = screen.wait_until(lambda text: "w39" in text and last_row(text) == PROMPT, "the reply")
+    # The lines printed before at 100 columns the terminal wraps anew; none printed since.
+    assert [line for line in terminal_wrapped(screen) if "appear here" not in line] == [], shown
+    assert len(rows_of(shown, "… w00", WORDS[:40])) > 3, shown
+    assert " ".join(row.strip() for row in rows_of(shown, "Priya:", LONG.split())).endswith(LONG), shown
+    screen.key("C-d")
+    assert screen.exit_code() == 0
