@@ -50,6 +50,11 @@ class Screen:
         """As a person dragging the terminal's edge: the program is told (SIGWINCH)."""
         self._tmux("resize-window", "-x", str(width), "-y", str(height))
 
+    def close_window(self) -> None:
+        """As a person closing the terminal's window: the program is sent SIGHUP, and what
+        it writes after goes nowhere."""
+        self._tmux("kill-pane")
+
     def wait_until(self, ok: Callable[[str], bool], what: str, seconds: float = 90) -> str:
         deadline = time.monotonic() + seconds
         while True:

@@ -6,6 +6,7 @@ import os
 import re
 import shutil
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -281,3 +282,14 @@ def test_after_the_terminal_is_resized_what_is_printed_wraps_to_its_new_width(wo
     assert " ".join(row.strip() for row in rows_of(shown, "Priya:", LONG.split())).endswith(LONG), shown
     screen.key("C-d")
     assert screen.exit_code() == 0
+
+
+def test_closing_the_terminal_window_signs_the_terminal_out(world, model_server, server, screens):
+    """A terminal window closed (its program sent SIGHUP) leaves as Ctrl-D does: the token
+    the terminal made for the server is revoked, not left working for TOKEN_LIFETIME."""
+    screen = screens(server)
+    screen.close_window()
+    deadline = time.monotonic() + 30
+    while ApiToken.objects.get(name="qorven chat").revoked_at is None:
+        assert time.monotonic() < deadline, "the closed terminal's token still works"
+        time.sleep(0.1)

@@ -48,7 +48,8 @@ class Chat:
                 return line
 
 
-@pytest.mark.parametrize("stop", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
+@pytest.mark.parametrize("stop", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP],
+                         ids=["ctrl-c", "sigterm", "terminal-closed"])
 def test_leaving_while_a_reply_streams_is_quiet_and_revokes_the_terminals_token(server, model_server, stop):
     model_server.add(reply("a long answer " * 40, chunk_delay=0.05))
     chat = Chat(server)

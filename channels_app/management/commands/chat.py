@@ -23,7 +23,8 @@ class Command(BaseCommand):
         "at --server (default QORVEN_PUBLIC_URL) it talks to it like a browser page does, so pages open "
         "there see the terminal live; with none running it works on the database alone. "
         "Losing access to the workspace meanwhile — removed from it, or this terminal signed out (its token "
-        "revoked) — ends it at once with exit code 3, in either mode; leaving ends it with 0. "
+        "revoked) — ends it at once with exit code 3, in either mode; leaving ends it with 0. Long messages "
+        "are wrapped between words at the terminal's width (code blocks and tables are left whole). "
         "--json reads one JSON object a line "
         'from stdin ({"content": "…"}) and writes one a line ({"type": "message" | "notice" | "chunk" '
         '| "restart" | "done" | "session" | "error", …}: "restart" when the text streamed so far was not the '
@@ -31,7 +32,9 @@ class Command(BaseCommand):
         'compaction starts a new conversation, '
         '"error" for a line it could not read, or with "code": "access_lost" when you lose access to the '
         "workspace, before it exits 3); at the end of input it waits "
-        "for the replies, then exits (1 if it gave up waiting). Ctrl-C or SIGTERM leaves at once (exit 130 or 143)."
+        "for the replies, then exits (1 if it gave up waiting); Ctrl-C leaves it at once (exit 130). In either mode "
+        "a SIGTERM or a closed terminal (SIGHUP) leaves at once (exit 143 or 129), signing the terminal out of "
+        "the server as leaving does."
     )
 
     def add_arguments(self, parser):
@@ -84,9 +87,11 @@ class Command(BaseCommand):
             elif opts["server"]:
                 raise CommandError(f"no Qorven server answers at {server} (leave out --server to work on the "
                                    "database directly)")
-        # A SIGTERM (a supervisor, `timeout`, a closed pipeline) leaves like Ctrl-C: through
-        # the clean-up that revokes this session's token.
+        # A SIGTERM (a supervisor, `timeout`, a closed pipeline) or a SIGHUP (the terminal's
+        # window closed, the SSH connection lost) leaves like Ctrl-C: through the clean-up
+        # that revokes this session's token.
         signal.signal(signal.SIGTERM, _terminated)
+        signal.signal(signal.SIGHUP, _terminated)
         try:
             if opts["json"]:
                 code = run_json(owner, sys.stdin, sys.stdout, history=history, wait=opts["wait"], link=link)
