@@ -165,11 +165,12 @@ class _CurrentStdout:
         return sys.stdout.isatty()
 
 
-def run_interactive(owner: ChatOwner, *, history: int, link: Any = None) -> int:
+def run_interactive(owner: ChatOwner, *, history: int, link: Any = None, color: bool | None = None) -> int:
     """The terminal for a person, until they leave (0) or lose access to the workspace
-    meanwhile (ACCESS_LOST, as --json: removed from it, or this terminal signed out)."""
+    meanwhile (ACCESS_LOST, as --json: removed from it, or this terminal signed out).
+    `color`: whether to colour what is shown (None: on a terminal, not on a pipe)."""
     stdout: Any = _CurrentStdout()
-    chat = _Chat(owner, link, stdout, on_screen=sys.stdin.isatty() and stdout.isatty())
+    chat = _Chat(owner, link, stdout, on_screen=sys.stdin.isatty() and stdout.isatty(), color=color)
     printer = chat.printer
     title = f"{owner.qor.name} · {owner.tenant.slug} · {owner.user.get_username()}"
     stdout.write(printer.rows("", f"── {title} ──", colour="1") + "\n")
@@ -248,11 +249,13 @@ AGAIN = 1.5  # seconds: a second Ctrl-C this soon after one leaves, whatever it 
 class _Chat:
     """What the person sees and what Ctrl-C does, on a terminal or reading a pipe."""
 
-    def __init__(self, owner: ChatOwner, link: Any, stdout: Any, *, on_screen: bool) -> None:
+    def __init__(self, owner: ChatOwner, link: Any, stdout: Any, *, on_screen: bool, color: bool | None) -> None:
         self.owner, self.link = owner, link
         self.prompt = _Prompt(self) if on_screen else None
-        self.printer: HumanPrinter = (ScreenPrinter(self.prompt.painter, True)
-                                      if self.prompt is not None else HumanPrinter(stdout, stdout.isatty()))
+        if color is None:
+            color = on_screen or stdout.isatty()
+        self.printer: HumanPrinter = (ScreenPrinter(self.prompt.painter, color)
+                                      if self.prompt is not None else HumanPrinter(stdout, color))
         self.replies = OnItsWay()
         self.out_lock = threading.Lock()
         self.interrupted_at = -AGAIN

@@ -40,11 +40,12 @@ class Screen:
         """Named keys: Enter, C-c, C-d…"""
         self._tmux("send-keys", *names)
 
-    def text(self, *, joined: bool = False) -> str:
+    def text(self, *, joined: bool = False, escapes: bool = False) -> str:
         """The screen and its scrollback, each row as shown; `joined`: a line the terminal
         wrapped at its edge as the one line it is (a line break the program wrote still
-        begins a row)."""
-        return self._tmux("capture-pane", "-p", "-S", "-200", *(["-J"] if joined else []))
+        begins a row); `escapes`: with the colours and attributes the text is shown in."""
+        return self._tmux("capture-pane", "-p", "-S", "-200", *(["-J"] if joined else []),
+                          *(["-e"] if escapes else []))
 
     def resize(self, width: int, height: int = HEIGHT) -> None:
         """As a person dragging the terminal's edge: the program is told (SIGWINCH)."""

@@ -293,3 +293,24 @@ def test_closing_the_terminal_window_signs_the_terminal_out(world, model_server,
     while ApiToken.objects.get(name="qorven chat").revoked_at is None:
         assert time.monotonic() < deadline, "the closed terminal's token still works"
         time.sleep(0.1)
+
+
+@pytest.mark.parametrize("asked", ["--no-color", "NO_COLOR"])
+def test_no_color_asked_for_is_no_color_on_the_screen(world, model_server, screens, asked):
+    """`--no-color` (which --help lists) and the NO_COLOR convention (no-color.org) were
+    ignored: the time, the channel and the names still came in colour."""
+    session = session_resolve(tenant=world.tenant_a, qor=world.qor_a, channel="telegram", user=world.alice)
+    message_append(session=session, role="user", content="hello", channel="telegram", sender_name="Priya", notify=False)
+    model_server.add(reply("Hi there."))
+    env = qorven_env(model_server)
+    if asked == "NO_COLOR":
+        screen = screens({**env, "NO_COLOR": "1"}, "--no-server")
+    else:
+        screen = screens(env, "--no-server", asked)
+    screen.type("hi")
+    screen.key("Enter")
+    screen.wait_for("Hi there.")
+    shown = screen.text(escapes=True)
+    assert "Priya: hello" in shown and "\x1b[" not in shown, repr(shown)
+    screen.key("C-d")
+    assert screen.exit_code() == 0

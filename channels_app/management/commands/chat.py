@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import os
 import signal
 import sys
 
@@ -96,7 +97,7 @@ class Command(BaseCommand):
             if opts["json"]:
                 code = run_json(owner, sys.stdin, sys.stdout, history=history, wait=opts["wait"], link=link)
             else:
-                code = run_interactive(owner, history=history, link=link)
+                code = run_interactive(owner, history=history, link=link, color=_color(opts))
         except KeyboardInterrupt:
             raise SystemExit(130) from None  # the shell's code for Ctrl-C, and no traceback
         if code == ACCESS_LOST:
@@ -104,6 +105,14 @@ class Command(BaseCommand):
                                "from the workspace, or this terminal was signed out", returncode=code)
         if code:
             raise CommandError("gave up waiting for a reply", returncode=code)
+
+
+def _color(opts: dict) -> bool | None:
+    """Colours as asked (--no-color, --force-color, the NO_COLOR convention), else None:
+    on a terminal, not on a pipe."""
+    if opts["no_color"] or os.environ.get("NO_COLOR"):
+        return False
+    return True if opts["force_color"] else None
 
 
 def _terminated(signum, frame) -> None:
