@@ -82,10 +82,16 @@ class ServerLink:
 
     def send(self, content: str) -> Sent:
         """Post one message on channel tui. ValueError: refused as it is (the server's
-        reason); NotFound: this person may not write here any more."""
+        reason), or the server did not answer; NotFound: this person may not write here
+        any more."""
         # The token names the workspace; the channel says this is the terminal.
-        response = self.http.post(f"/v1/qors/{quote(self.owner.qor.slug)}/messages",
-                                  json={"content": content, "channel": "tui"})
+        try:
+            response = self.http.post(f"/v1/qors/{quote(self.owner.qor.slug)}/messages",
+                                      json={"content": content, "channel": "tui"})
+        except (httpx.ConnectError, httpx.ConnectTimeout):  # down, or restarting: it never had it
+            raise ValueError(f"the server at {self.base} did not answer: the message was not sent") from None
+        except httpx.TransportError:  # it had the request, but no answer came: stored or not, the timeline shows
+            raise ValueError(f"the server at {self.base} did not answer: the message may not have been sent") from None
         if response.status_code in (401, 403, 404):
             raise NotFound("not a member of this workspace any more")
         body = response.json() if response.headers.get("content-type", "").startswith("application/json") else {}

@@ -196,8 +196,10 @@ def run_interactive(owner: ChatOwner, *, history: int, link: Any = None, color: 
             except NotFound:  # removed from the workspace while the terminal was open
                 chat.lose_access()
                 break
-            except ValueError as exc:
+            except ValueError as exc:  # refused, or the server did not answer: typed again, it can go
                 chat.notice(str(exc))
+                if chat.prompt is not None:
+                    chat.prompt.again = text
                 continue
             if expects_reply:
                 chat.replies.expect(seq)
@@ -369,6 +371,7 @@ class _Prompt:
         from prompt_toolkit.key_binding import KeyBindings
 
         self.chat = chat
+        self.again = ""  # a message that did not go, on the next prompt to send again
         keys = KeyBindings()
 
         @keys.add("c-c")
@@ -401,7 +404,8 @@ class _Prompt:
                 try:
                     # pre_run: access lost as this prompt starts (too late for the loop's check,
                     # too early for leave() to find it running) ends it all the same.
-                    typed = self.session.prompt(self.message, pre_run=self._started)
+                    again, self.again = self.again, ""
+                    typed = self.session.prompt(self.message, pre_run=self._started, default=again)
                 except EOFError:
                     return
                 finally:

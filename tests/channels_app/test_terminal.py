@@ -382,3 +382,30 @@ def test_a_script_reading_the_terminal_from_a_pipe_sees_a_lost_access_as_exit_3(
     assert any(line.rstrip().endswith("! You no longer have access to this workspace.") for line in shown), shown
     assert "no longer has access" in proc.stderr.read()
 
+
+
+def test_chat_json_says_a_message_the_server_did_not_answer_may_not_be_sent_and_goes_on(world, model_server):
+    """A server that drops the request (going down as it came): the terminal died with a
+    traceback and the lines after it were never read."""
+    import threading
+    from http.server import ThreadingHTTPServer
+
+    from .test_terminal_screen import _Healthy
+
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), _Healthy)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{httpd.server_address[1]}"
+    try:
+        done = subprocess.run(
+            [str(Path(sys.executable).with_name("qorven")), "chat", "--json", "--tenant", "acme", "--qor", "aria",
+             "--user", "alice", "--server", url],
+            input=json.dumps({"content": "one"}) + "\n" + json.dumps({"content": "two"}) + "\n",
+            capture_output=True, text=True, cwd=ROOT, env=qorven_env(model_server), timeout=120,
+        )
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+    assert done.returncode == 0 and "Traceback" not in done.stderr, done.stderr
+    lines = [json.loads(line) for line in done.stdout.splitlines()]
+    assert lines == [{"type": "error", "error": f"the server at {url} did not answer: the message may not have "
+                                                "been sent"}] * 2

@@ -6,7 +6,9 @@ import os
 import re
 import shutil
 import sys
+import threading
 import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
@@ -313,4 +315,58 @@ def test_no_color_asked_for_is_no_color_on_the_screen(world, model_server, scree
     shown = screen.text(escapes=True)
     assert "Priya: hello" in shown and "\x1b[" not in shown, repr(shown)
     screen.key("C-d")
+    assert screen.exit_code() == 0
+
+
+class _Healthy(BaseHTTPRequestHandler):
+    """A server that says it is Qorven (/healthz) and drops every other request unanswered:
+    one going down mid-request."""
+
+    def do_GET(self) -> None:
+        body = b'{"status": "ok"}'
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def do_POST(self) -> None:
+        self.close_connection = True
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+@pytest.fixture
+def going_away():
+    """A server the terminal finds at its start, and its stop()."""
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), _Healthy)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    stopped = []
+
+    def stop() -> None:
+        httpd.shutdown()
+        httpd.server_close()
+        stopped.append(True)
+
+    yield f"http://127.0.0.1:{httpd.server_address[1]}", stop
+    if not stopped:
+        stop()
+
+
+def test_a_message_the_server_did_not_take_is_said_so_and_back_on_the_prompt(world, model_server, screens,
+                                                                           going_away):
+    """The server gone for a moment (restarting) when a message is sent: the terminal
+    ended with a traceback and the message was lost. It now says so, keeps running, and
+    the message is back on the prompt to send again."""
+    url, stop = going_away
+    screen = screens(qorven_env(model_server), "--server", url)
+    stop()
+    screen.type("a message worth keeping")
+    screen.key("Enter")
+    shown = screen.wait_for(f"the server at {url} did not answer")
+    assert "Traceback" not in shown
+    screen.wait_until(lambda text: last_row(text) == f"{PROMPT} a message worth keeping", "the message, back")
+    assert not screen.exit_file.exists()
+    screen.key("C-u", "C-d")
     assert screen.exit_code() == 0
