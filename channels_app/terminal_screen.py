@@ -28,7 +28,7 @@ from tenancy.access import ACCESS_LOST_NOTICE
 from tenancy.errors import NotFound
 
 from .chat import ChatOwner, chat_stop
-from .terminal import ACCESS_CHECK, ACCESS_LOST, HumanPrinter, _access_lost, _follower, _send
+from .terminal import ACCESS_CHECK, ACCESS_LOST, GAVE_UP, HumanPrinter, Pending, _access_lost, _follower, _send
 from .terminal_follow import Follower
 from .terminal_paint import Painter
 from .terminal_rows import fold, hang, item_indent, row_cut, rows_of, visible
@@ -165,10 +165,13 @@ class _CurrentStdout:
         return sys.stdout.isatty()
 
 
-def run_interactive(owner: ChatOwner, *, history: int, link: Any = None, color: bool | None = None) -> int:
+def run_interactive(owner: ChatOwner, *, history: int, link: Any = None, color: bool | None = None,
+                    wait: float = 300.0) -> int:
     """The terminal for a person, until they leave (0) or lose access to the workspace
     meanwhile (ACCESS_LOST, as --json: removed from it, or this terminal signed out).
-    `color`: whether to colour what is shown (None: on a terminal, not on a pipe)."""
+    `color`: whether to colour what is shown (None: on a terminal, not on a pipe). Reading
+    a pipe, at the end of its input it waits up to `wait` seconds for the replies to what
+    it sent, as --json does (GAVE_UP when they did not all come)."""
     stdout: Any = _CurrentStdout()
     chat = _Chat(owner, link, stdout, on_screen=sys.stdin.isatty() and stdout.isatty(), color=color)
     printer = chat.printer
@@ -203,14 +206,19 @@ def run_interactive(owner: ChatOwner, *, history: int, link: Any = None, color: 
                 continue
             if expects_reply:
                 chat.replies.expect(seq)
+                chat.pending.add(seq)
             with follower._lock:
                 follower.catch_up()
+        if chat.input_ended and not chat.replied(wait):
+            return ACCESS_LOST if chat.lost.is_set() else GAVE_UP
     except (KeyboardInterrupt, EOFError):
         pass
     finally:
         chat.closed.set()
         watching.join(5)
         follower.stop()  # and with it the session's token
+        with follower._lock:
+            follower.catch_up()  # what came with the last reply's end (its stored message)
     return ACCESS_LOST if chat.lost.is_set() else 0
 
 
@@ -259,6 +267,8 @@ class _Chat:
         self.printer: HumanPrinter = (ScreenPrinter(self.prompt.painter, color)
                                       if self.prompt is not None else HumanPrinter(stdout, color))
         self.replies = OnItsWay()
+        self.pending = Pending()  # reading a pipe: what it waits for at the end of the input
+        self.input_ended = False  # the pipe read has ended (not left with Ctrl-C or /quit)
         self.out_lock = threading.Lock()
         self.interrupted_at = -AGAIN
         self.lost = threading.Event()  # the person no longer has access to the workspace
@@ -269,12 +279,23 @@ class _Chat:
 
     def emit(self, event: dict[str, Any]) -> None:
         self.replies.see(event)
+        self.pending.settle(event)
         with self.out_lock:
             self.printer(event)
 
     def notice(self, text: str) -> None:
         self.emit({"type": "message.new", "seq": 0, "role": "system", "content": text, "channel": "tui",
                    "sender_name": "", "created_at": datetime.now().astimezone().isoformat()})
+
+    def replied(self, wait: float) -> bool:
+        """Whether the replies to what was sent came, waiting up to `wait` seconds for them
+        (not once access is lost)."""
+        deadline = time.monotonic() + wait
+        while not self.pending.empty():
+            if self.lost.is_set() or time.monotonic() >= deadline:
+                return False
+            time.sleep(0.05)
+        return True
 
     def watch_access(self, follower: Follower) -> None:
         """Every ACCESS_CHECK seconds, until the terminal leaves: whether the person may still
@@ -359,6 +380,7 @@ class _Chat:
             if not chunk:
                 if pending:
                     yield pending
+                self.input_ended = True
                 return
 
 

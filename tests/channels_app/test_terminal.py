@@ -409,3 +409,20 @@ def test_chat_json_says_a_message_the_server_did_not_answer_may_not_be_sent_and_
     lines = [json.loads(line) for line in done.stdout.splitlines()]
     assert lines == [{"type": "error", "error": f"the server at {url} did not answer: the message may not have "
                                                 "been sent"}] * 2
+
+
+def test_a_question_piped_into_chat_prints_its_answer_before_it_ends(world, model_server):
+    """`echo question | qorven chat` printed the question and ended: the answer was
+    written (the turn ran in the chat's own process) but never shown. Reading a pipe, the
+    terminal now waits for the replies at the end of its input, as --json does."""
+    model_server.add(reply("The answer is 42.", chunk_delay=0.05))
+    done = subprocess.run(
+        [str(Path(sys.executable).with_name("qorven")), "chat", "--tenant", "acme", "--qor", "aria", "--user", "alice",
+         "--wait", "60"],
+        input="what is the answer?\n", capture_output=True, text=True, cwd=ROOT, env=qorven_env(model_server),
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert lines[-2:] == [lines[-2], "… The answer is 42."] and lines[-2].endswith(" Alice: what is the answer?"), \
+        done.stdout

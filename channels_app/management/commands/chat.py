@@ -33,8 +33,8 @@ class Command(BaseCommand):
         'compaction starts a new conversation, '
         '"error" for a line it could not read, or with "code": "access_lost" when you lose access to the '
         "workspace, before it exits 3); at the end of input it waits "
-        "for the replies, then exits (1 if it gave up waiting); Ctrl-C leaves it at once (exit 130). In either mode "
-        "a SIGTERM or a closed terminal (SIGHUP) leaves at once (exit 143 or 129), signing the terminal out of "
+        "for the replies (as the terminal reading a pipe does), then exits (1 if it gave up waiting); Ctrl-C "
+        "leaves it at once (exit 130). In either mode a SIGTERM or a closed terminal (SIGHUP) leaves at once (exit 143 or 129), signing the terminal out of "
         "the server as leaving does."
     )
 
@@ -57,7 +57,8 @@ class Command(BaseCommand):
                             help="work on the database directly even when a server is running")
         parser.add_argument(
             "--wait", type=seconds(), default=300.0,
-            help="--json: seconds to wait for outstanding replies after the input ends (default 300)",
+            help="--json, or reading a pipe: seconds to wait for the replies still to come after the input "
+                 "ends (default 300)",
         )
 
     def handle(self, *args, **opts):
@@ -97,7 +98,7 @@ class Command(BaseCommand):
             if opts["json"]:
                 code = run_json(owner, sys.stdin, sys.stdout, history=history, wait=opts["wait"], link=link)
             else:
-                code = run_interactive(owner, history=history, link=link, color=_color(opts))
+                code = run_interactive(owner, history=history, link=link, color=_color(opts), wait=opts["wait"])
         except KeyboardInterrupt:
             raise SystemExit(130) from None  # the shell's code for Ctrl-C, and no traceback
         if code == ACCESS_LOST:
