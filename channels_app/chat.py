@@ -237,10 +237,12 @@ def chat_image(*, owner: ChatOwner, session_id: int, seq: int, index: int):
 
 
 def chat_events(*, session: Session, after_seq: int | None = None, before_seq: int | None = None,
-                limit: int = PAGE) -> list[dict]:
+                limit: int = PAGE, without_working: bool = False) -> list[dict]:
     """Messages as live events, oldest first: after `after_seq` (catch-up), or the newest
-    page (before `before_seq` when scrolling back)."""
-    messages = messages_read(session=session, after_seq=after_seq, before_seq=before_seq, limit=limit)
+    page (before `before_seq` when scrolling back); `without_working`: not the Qor's tool
+    calls and results, so `limit` counts messages a surface shows."""
+    messages = messages_read(session=session, after_seq=after_seq, before_seq=before_seq, limit=limit,
+                             without_working=without_working)
     return with_deliveries(messages, [message_event(m) for m in messages])
 
 

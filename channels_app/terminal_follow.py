@@ -47,7 +47,8 @@ class Follower:
     def start(self, *, history: int) -> None:
         session = chat_session(owner=self.owner)
         if session is not None:
-            events = chat_events(session=session, limit=history) if history else []
+            # `history` messages shown: the Qor's working (never shown) takes no place.
+            events = chat_events(session=session, limit=history, without_working=True) if history else []
             self.cursor.watch(session.pk, sent_seq=events[0]["seq"] - 1 if events else session.last_seq)
             self._show(self.cursor.rows(events), history=True)
             self.catch_up()

@@ -426,3 +426,20 @@ def test_a_question_piped_into_chat_prints_its_answer_before_it_ends(world, mode
     lines = done.stdout.splitlines()
     assert lines[-2:] == [lines[-2], "… The answer is 42."] and lines[-2].endswith(" Alice: what is the answer?"), \
         done.stdout
+
+
+def test_history_counts_the_messages_it_prints_not_the_qors_working(world):
+    """`--history 3` after a turn that used tools printed one message: the tool calls and
+    their results took the other places, and are never shown."""
+    session = session_resolve(tenant=world.tenant_a, qor=world.qor_a, channel="tui", user=world.alice)
+    for role, content in (("user", "q1"), ("assistant", "a1"), ("user", "q2")):
+        message_append(session=session, role=role, content=content, channel="tui", notify=False)
+    call = {"id": "c1", "type": "function", "function": {"name": "memory_search", "arguments": "{}"}}
+    message_append(session=session, role="assistant", content="", channel="tui", tool_calls=[call], notify=False)
+    for n in range(3):
+        message_append(session=session, role="tool", content=f"result {n}", channel="tui", tool_call_id="c1",
+                       notify=False)
+    message_append(session=session, role="assistant", content="a2", channel="tui", notify=False)
+    with following(world, history=3) as (_, seen):
+        pass
+    assert [e["content"] for e in seen if e["type"] == "message.new"] == ["a1", "q2", "a2"]
