@@ -45,6 +45,7 @@ def _run(argv: list[str]) -> int:
     commands = get_commands()
     if name in commands and commands[name] in _own_app_names():
         command = ManagementUtility([argv[0], name]).fetch_command(name)
+        command.get_version = lambda: f"qorven {_version()}"  # its --version: Qorven's, not Django's
         # The usage line shows the name as typed in the docs: `qorven import-legacy`.
         command.run_from_argv(["qorven", name.replace("_", "-"), *argv[2:]])
         return 0

@@ -30,6 +30,13 @@ def test_version_is_qorvens_not_djangos():
     assert done.returncode == 0 and done.stdout.startswith("qorven 0.")
 
 
+def test_a_commands_version_is_qorvens_not_djangos():
+    """`qorven chat --version`, which every command's --help lists, printed Django's
+    version (5.2.x) as the program's."""
+    done = run("chat", "--version", DJANGO_SECRET_KEY="x")
+    assert done.returncode == 0 and done.stdout == run("--version").stdout, done.stdout
+
+
 def test_a_missing_secret_key_is_one_line_not_a_traceback():
     done = run("check", DATABASE_URL="postgres://qorven@127.0.0.1:9/qorven")
     assert done.returncode == 2
