@@ -49,6 +49,12 @@ class Seams(Protocol):
         """The text from `start` to `end`, in a piece that took the text from `since` on."""
         ...
 
+    def blocks(self) -> list[tuple[str, str]]:
+        """The text as [(kind, text)]: 'code', a whole code block that stands on its own (cut
+        by its lines, each piece fenced again), or 'prose', what is between them (where a
+        code block in something else — a quote, a list item — is cut through `cut`)."""
+        ...
+
 
 class Verbatim:
     """Plain text: cut after a line break, else a space; the pieces as they are."""
@@ -68,6 +74,9 @@ class Verbatim:
 
     def take(self, start: int, end: int, since: int) -> str:
         return self.text[start:end]
+
+    def blocks(self) -> list[tuple[str, str]]:
+        return _blocks(self.text)
 
 
 def _run(line: str) -> str:
@@ -224,7 +233,7 @@ def split_message(text: str, limit: int, *, size: Size = len, min_fill: int = 20
         current = opening = ""
 
     at = 0
-    for kind, block in _blocks(text):
+    for kind, block in seams.blocks():
         start, end = at, at + len(block)
         at = end
         if kind == "code":

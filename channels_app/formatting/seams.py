@@ -84,6 +84,21 @@ class _Inline(NamedTuple):
     # as its marker at its column ("-", "  3."); none when it is not an item's text
 
 
+class _Fence(NamedTuple):
+    """A code block in a quote or a list item, which a cut between its lines (or inside one
+    longer than a part) closes and opens again, in what it is in."""
+
+    low: int  # where its first line of code begins: a cut strictly between low and high is in it
+    high: int  # where its closing fence's line begins (where its last line ends, unclosed)
+    opening: str  # what begins the next piece: the items it is in, continued, then its fence line
+    closing: str  # its closing fence, at its column
+    indent: str  # what a line of it begins with (its quotes' markers, its items' indent)
+
+
+# A list item's marker in what a line of a quote or a list item begins with.
+_ITEM_MARK = re.compile(r"[-+*]|\d{1,9}[.)]")
+
+
 class MarkdownSeams:
     """channels_app.split.Seams for the model's Markdown `text`; `env`, the whole reply's
     link references."""
@@ -97,6 +112,8 @@ class MarkdownSeams:
         self.firsts: dict[int, int] = {}  # marker offset -> offset of the item before it in its list
         self.code_lines: list[tuple[int, int]] = []  # indented code blocks' lines
         self.tables: list[tuple[int, int, str]] = []  # (where its rows begin, where they end, its header and rule)
+        self.code: list[tuple[int, int]] = []  # top-level code blocks' lines (first, after the last)
+        self.fences: list[_Fence] = []  # code blocks in a quote or a list item
         self._room = len(text)  # how long the piece being cut may be
         self._cursor: dict[int, int] = {}
         self.env = dict(env or {})
@@ -139,13 +156,61 @@ class MarkdownSeams:
                 lists[-1][1].append(token)
             elif token.type == "code_block" and token.map:
                 self.code_lines.append((token.map[0], token.map[1]))
+            elif token.type == "fence" and token.map and token.level == 0:
+                self.code.append((token.map[0], token.map[1]))
             elif token.type == "fence" and token.map and token.map[1] - token.map[0] > 1:
                 self.regions.append(_Region(self.starts[token.map[0]], self._line_end(token.map[1] - 1), None, ""))
+                items = () if not within or not within[-1] else tuple(
+                    within[len(within) - within[::-1].index(""):] if "" in within else within)
+                self._fence(token, quotes, items)
             elif token.type == "table_open" and token.map:  # never between a table's header and its rule
                 self.regions.append(_Region(self.starts[token.map[0]], self._line_end(token.map[0] + 1), None, ""))
                 if token.map[0] + 2 < len(self.starts):  # a piece of its rows: the header again
                     body = self.starts[token.map[0] + 2]
                     self.tables.append((body, self._line_end(token.map[1] - 1), self.text[self.starts[token.map[0]]:body]))
+
+    def _fence(self, token: Token, quotes: int, items: tuple[str, ...]) -> None:
+        """Note a code block in a quote or a list item: how a piece of it is closed and the
+        next opened, in the quotes and items it is in."""
+        assert token.map is not None
+        first, end = token.map
+        line = self.text[self.starts[first]:self._line_end(first)]
+        column = line.find(token.markup)
+        if column < 0:
+            return
+        # Its lines' markers: the quotes' kept, an item's marker (on the fence's own line) as spaces.
+        indent = _ITEM_MARK.sub(lambda m: " " * len(m.group()), line[:column])
+        last = self.text[self.starts[end - 1]:self._line_end(end - 1)]
+        run = last[len(last) - len(last.lstrip(" \t>")):]
+        closed = run.startswith(token.markup) and not run.strip().strip(token.markup[0])
+        chain = _chain([(quotes, item) for item in items]) + "\n" if items else ""
+        self.fences.append(_Fence(self.starts[first + 1], self.starts[end - 1] if closed else self._line_end(end - 1),
+                                  f"{chain}{indent}{line[column:]}\n", f"\n{indent}{token.markup}", indent))
+
+    def _in_fence(self, at: int) -> _Fence | None:
+        """The code block in a quote or a list item a cut at `at` falls in, with code on both sides."""
+        for fence in self.fences:
+            if fence.low < at < fence.high:
+                if self.text[fence.low:at].strip(" \t\n>") and self.text[at:fence.high].strip(" \t\n>"):
+                    return fence
+                return None
+        return None
+
+    def blocks(self) -> list[tuple[str, str]]:
+        """The top-level code blocks (as markdown-it reads them: not a fence's line in an
+        indented code block) and the prose between them."""
+        out: list[tuple[str, str]] = []
+        at = 0
+        for first, end in self.code:
+            low = self.starts[first]
+            high = self.starts[end] if end < len(self.starts) else len(self.text)
+            if low > at:
+                out.append(("prose", self.text[at:low]))
+            out.append(("code", self.text[low:high]))
+            at = high
+        if at < len(self.text):
+            out.append(("prose", self.text[at:]))
+        return out
 
     def _line_end(self, line: int) -> int:
         return self.starts[line + 1] - 1 if line + 1 < len(self.starts) else len(self.text)
@@ -291,6 +356,10 @@ class MarkdownSeams:
         # No space to cut at: a hard cut, never inside what is not to be cut (a link's
         # address): before it, or when the piece begins with it, after it.
         whole = [r for _, r in self.index.around(hard) if r.closing is None]
+        if self._in_fence(hard) is not None:  # a line of code longer than a part: cut between graphemes
+            bounds = [at for at in self._graphemes(start, hard) if at > start and self._in_fence(at)]
+            if bounds:
+                return bounds[-1]
         if not whole:  # nor inside an entity or after a backslash, nor where the next piece begins as a block
             for entity in _ENTITY.finditer(self.text, max(start, hard - 40), min(len(self.text), hard + 40)):
                 if entity.start() < hard < entity.end() and entity.start() > start:
@@ -347,6 +416,8 @@ class MarkdownSeams:
         return inside
 
     def _rank(self, at: int) -> int | None:
+        if self._in_fence(at) is not None:  # code in a quote or a list item: between its lines
+            return MENDED_LINE if self.text[at - 1] == "\n" else None
         inside = self._inside(at)
         if inside is None:
             return None
@@ -377,6 +448,8 @@ class MarkdownSeams:
         """Whether the text before a cut at `at` with its spans closed, and the text after it
         with them opened, read as the text did: a marker written next to one of the text's
         own (`2*3*`) may pair with it instead."""
+        if self._in_fence(at) is not None:
+            return True  # code: nothing in it pairs
         place, inside = self._place(at), self._inside(at) or []
         if place is None:
             return False
@@ -399,6 +472,8 @@ class MarkdownSeams:
         """Whether a cut at `at`, where no space is, leaves both pieces reading as the text did:
         the next not begun as a block ("```python" after a space), this one not ending in a
         line that alone reads as a rule or a fence ("**** ****"), each side read again."""
+        if self._in_fence(at) is not None:
+            return True  # a line of code longer than a part: code on both sides
         if self._begins_block(at):
             return False
         inside = self._inside(at)
@@ -505,6 +580,9 @@ class MarkdownSeams:
         return [(inline.quotes, item) for item in items]
 
     def mend(self, at: int) -> Seam:
+        fence = self._in_fence(at)
+        if fence is not None:  # closed in its piece, opened again in the next in what it is in
+            return Seam(fence.closing, fence.opening + ("" if self.text[at - 1] == "\n" else fence.indent), at)
         inside = self._inside(at) or []
         resume, quoted = at, ""
         place = self._place(at)
@@ -557,7 +635,7 @@ class MarkdownSeams:
         that line, cut there, would open a code block and did not whole: a run of three
         backticks begins it and the backtick after them, which kept it text, is past the cut
         (a piece that is an empty code block shows nothing, and was left out)."""
-        if end >= len(self.text) or self.text[end - 1] == "\n":
+        if end >= len(self.text) or self.text[end - 1] == "\n" or self._in_fence(end) is not None:
             return piece
         line = piece[piece.rfind("\n") + 1:]
         opens = _FENCE_CUT.match(line)

@@ -515,3 +515,46 @@ def test_a_backtick_inside_inline_code_on_slack_and_whatsapp_stays_inside_the_co
     (part,) = reply_parts("Type `` a` b `` then `c`.", style=adapter.style, limit=4000, size=adapter.length,
                           markdown=True)
     assert formatted(part) == ["`aˋ b`", "`c`"]  # one code span each, the inner backtick a look-alike
+
+
+_CODE = [f"x{n} = a + b  # line {n}" for n in range(12)]
+QUOTED_CODE = "> Look:\n>\n> ```py\n" + "".join(f"> {line}\n" for line in _CODE) + "> ```\n\nAfter."
+LISTED_CODE = "- Look:\n\n  ```py\n" + "".join(f"  {line}\n" for line in _CODE) + "  ```\n- next"
+NUMBERED_CODE = "1. one\n2. Look:\n\n   ```py\n" + "".join(f"   {line}\n" for line in _CODE) + "   ```\n3. next"
+QUOTED_LISTED_CODE = "> - Look:\n>\n>   ```py\n" + "".join(f">   {line}\n" for line in _CODE) + ">   ```\n> - next"
+
+
+@pytest.mark.parametrize("text", [QUOTED_CODE, LISTED_CODE, NUMBERED_CODE, QUOTED_LISTED_CODE])
+@pytest.mark.parametrize("kind", ["telegram", "discord"])
+def test_a_code_block_in_a_quote_or_a_list_item_cut_over_parts_is_code_in_its_quote_or_item_in_each(kind, text):
+    adapter = adapter_for(kind)
+    parts = reply_parts(text, style=adapter.style, limit=150, size=adapter.length, markdown=True)
+    assert len(parts) >= 2  # Telegram shows neither the fences nor the markers: fewer parts
+    assert all(adapter.length(visible_text(part) if kind == "telegram" else part) <= 150 for part in parts)
+    read = _read(parts if kind == "telegram" else [TELEGRAM_HTML.markdown(part) for part in parts])
+    assert read == _whole(text)  # every line once, as code, in its quote
+    if kind == "discord":  # Markdown: each piece of the code a code block where the whole's was, in its item
+        md = __import__("markdown_it").MarkdownIt("commonmark")
+        (level,) = {t.level for t in md.parse(text) if t.type == "fence"}
+        fences = [t for part in parts for t in md.parse(part) if t.type == "fence"]
+        assert all(t.level == level and t.info == "py" for t in fences), parts
+        assert "".join(t.content for t in fences).splitlines() == _CODE
+
+
+@pytest.mark.parametrize("text", [QUOTED_CODE, QUOTED_LISTED_CODE])
+@pytest.mark.parametrize("kind", ["slack", "whatsapp"])
+def test_a_code_block_in_a_quote_cut_over_parts_is_quoted_code_in_each(kind, text):
+    adapter = adapter_for(kind)
+    parts = reply_parts(text, style=adapter.style, limit=150, size=adapter.length, markdown=True)
+    assert len(parts) >= 3 and all(adapter.length(part) <= 150 for part in parts)
+    found = []
+    for part in parts:
+        lines = part.split("\n")
+        code = [n for n, line in enumerate(lines) if "x" in line and "= a + b" in line]
+        if not code:
+            continue
+        found += [lines[n].split("x", 1)[1].removesuffix("```") for n in code]
+        assert all(lines[n].startswith(("&gt; ", "> ")) for n in code), part  # quoted
+        ticks = [n for n, line in enumerate(lines) if "```" in line]
+        assert ticks and ticks[0] <= code[0] and ticks[-1] >= code[-1], part  # between its fences
+    assert found == [line[1:] for line in _CODE]
