@@ -623,12 +623,13 @@ class MarkdownSeams:
             out.append(self.text[at:marker] + str(number))
             at = marker + len(written)
         out.append(self.text[at:end])
-        piece = self._unfenced("".join(out), end)
+        piece = "".join(out)
         ticks = self._ticks_as_text(start)
         if ticks is not None and ticks[0] + ticks[1] <= end:  # text, not the fence of a code block
             skip = ticks[0] - start
             piece = piece[:skip] + "\\`" * ticks[1] + piece[skip + ticks[1]:]
-        return piece
+        # After: a line whose backticks are escaped already opens no code block, and is left as it is.
+        return self._unfenced(piece, end)
 
     def _unfenced(self, piece: str, end: int) -> str:
         """`piece`, ending at `end`, with the first backtick of its last line escaped where

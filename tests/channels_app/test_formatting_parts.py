@@ -62,6 +62,9 @@ TICKS_BEGINNING_A_PIECE = "` ```python\n ``` ```python\n"
 # A part's text, its backticks escaped, no longer fitted where the same text did: it was cut up to the
 # text's end, and looking there for a character after it raised.
 ESCAPED_TO_THE_END = "> ```\n> " + "x" * 30 + "\n> ```\n> ```"
+# Five backticks as text, cut after two: the next part's three were escaped twice over (as a line's
+# opening backticks, then as the piece's first), and it showed four.
+TICKS_ESCAPED_TWICE = "`````" + "a" * 24 + "`"
 TICKS_AFTER_A_HARD_CUT = ("```&amp; [ 😀 ](https://example.com/?a=1&b=2) -  word  é & 1.  ** [ - &amp; ~~ mp; ~~ "
                           "](https://example.com/?a=1&b=2) &amp; > ``` * s://example.com/?a=1&b=2) ```python\n ` >  *  ```  * ```")
 
@@ -305,6 +308,7 @@ untabled = st.lists(st.sampled_from([p for p in _PIECES if "|" not in p]), max_s
 @given(untabled, st.integers(min_value=40, max_value=300))
 @cuts_found_before
 @example(TICKS_BEGINNING_A_PIECE, 14)  # Discord's parts show the backticks: 14 holds no inline code of 16
+@example(TICKS_ESCAPED_TWICE, 16)
 def test_whatever_the_model_wrote_its_telegram_parts_show_the_text_it_shows_whole(text, limit):
     parts = _telegram(text, limit)
     (whole,) = _telegram(text, 10**6)
