@@ -512,8 +512,13 @@ class MarkdownSeams:
             return bool(alone)
         if any("`" in (r.closing or "") for r in inside):
             return False
-        # Backticks closing inline code begun on a line before: the piece joins them to it (take).
         ticks = alone.start() + len(alone.group()) - len(alone.group().lstrip())
+        run = len(alone.group().lstrip()) - len(alone.group().lstrip().lstrip("`"))
+        line_end = self.text.find("\n", at)
+        if "`" in self.text[ticks + run:line_end if line_end >= 0 else len(self.text)]:
+            # A backtick after them in the piece: no fence; after the cut: take() escapes the first.
+            return False
+        # Backticks closing inline code begun on a line before: the piece joins them to it (take).
         return not any((r.closing or "").startswith("`") for _, r in self.index.around(ticks))
 
     def _begins_block(self, at: int) -> bool:

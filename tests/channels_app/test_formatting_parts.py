@@ -65,6 +65,10 @@ ESCAPED_TO_THE_END = "> ```\n> " + "x" * 30 + "\n> ```\n> ```"
 # Five backticks as text, cut after two: the next part's three were escaped twice over (as a line's
 # opening backticks, then as the piece's first), and it showed four.
 TICKS_ESCAPED_TWICE = "`````" + "a" * 24 + "`"
+# A line of text begun with ``` and a word longer than a part: every cut in the word was refused (the
+# piece's line would open a code block, which escaping its first backtick prevents), the text was cut
+# as if it were plain, and its first part, an empty code block, was left out.
+TICKS_BEFORE_A_LONG_WORD = "```" + "a" * 24 + "``\n`"
 TICKS_AFTER_A_HARD_CUT = ("```&amp; [ 😀 ](https://example.com/?a=1&b=2) -  word  é & 1.  ** [ - &amp; ~~ mp; ~~ "
                           "](https://example.com/?a=1&b=2) &amp; > ``` * s://example.com/?a=1&b=2) ```python\n ` >  *  ```  * ```")
 
@@ -309,6 +313,7 @@ untabled = st.lists(st.sampled_from([p for p in _PIECES if "|" not in p]), max_s
 @cuts_found_before
 @example(TICKS_BEGINNING_A_PIECE, 14)  # Discord's parts show the backticks: 14 holds no inline code of 16
 @example(TICKS_ESCAPED_TWICE, 16)
+@example(TICKS_BEFORE_A_LONG_WORD, 16)
 def test_whatever_the_model_wrote_its_telegram_parts_show_the_text_it_shows_whole(text, limit):
     parts = _telegram(text, limit)
     (whole,) = _telegram(text, 10**6)
