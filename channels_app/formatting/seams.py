@@ -458,7 +458,7 @@ class MarkdownSeams:
         if not spans:
             return True
         closing, opening = "".join(r.closing or "" for r in reversed(spans)), "".join(r.opening for r in spans)
-        resume = at if self.text[at - 1] == " " else _source(inline.segments, offset)  # as mend() goes on
+        resume = _resume(inline, offset, at, self.text, inside)  # as mend() goes on
         if _FENCE_CUT.match(opening + self.text[resume:].split("\n", 1)[0]):
             return False  # inline code's backticks reopened at the start of a line would open a code block
 
@@ -593,7 +593,7 @@ class MarkdownSeams:
         place = self._place(at)
         if place is not None:  # in a paragraph: the next piece begins at its text, in its quotes
             inline, offset = place
-            resume = at if self.text[at - 1] == " " else _source(inline.segments, offset)
+            resume = _resume(inline, offset, at, self.text, inside)
             quoted = "> " * inline.quotes
             if inline.items:  # a list item's text goes on as that item, marked as continued, at its level
                 quoted = _chain([(inline.quotes, item) for item in inline.items])
@@ -661,6 +661,18 @@ class MarkdownSeams:
             line_start = end - len(line)  # its quotes' markers and indent left out, not its text
             return piece[:begins - 1] + " " + piece[begins + self._line_text(end - len(piece) + at) - line_start:]
         return piece[:at] + "\\" + piece[at:]
+
+
+def _resume(inline: _Inline, offset: int, at: int, text: str, inside: list[_Region]) -> int:
+    """Where the piece after a cut at `at` (`offset` in `inline`'s text) goes on from, the
+    spans it is `inside` opened again before it: its text's next character, after the
+    white space a cut where no space is may fall before (a span's marker before white
+    space would not open it; in inline code it is code) and the next line's markers."""
+    if inline.content[offset:offset + 1].isspace() and not (inside and inside[-1].opening.startswith("`")):
+        offset += len(inline.content[offset:]) - len(inline.content[offset:].lstrip())
+    elif text[at - 1] == " ":
+        return at
+    return _source(inline.segments, offset)
 
 
 def _chain(items: list[tuple[int, str]]) -> str:

@@ -69,6 +69,9 @@ TICKS_ESCAPED_TWICE = "`````" + "a" * 24 + "`"
 # piece's line would open a code block, which escaping its first backtick prevents), the text was cut
 # as if it were plain, and its first part, an empty code block, was left out.
 TICKS_BEFORE_A_LONG_WORD = "```" + "a" * 24 + "``\n`"
+# Bold over lines cut where no space is, just before its line break: the next part opened it again
+# before the line break, where "**" opens nothing, and showed the markers.
+BOLD_CUT_BEFORE_A_LINE_BREAK = "a" * 24 + "**word `\n``**"
 TICKS_AFTER_A_HARD_CUT = ("```&amp; [ 😀 ](https://example.com/?a=1&b=2) -  word  é & 1.  ** [ - &amp; ~~ mp; ~~ "
                           "](https://example.com/?a=1&b=2) &amp; > ``` * s://example.com/?a=1&b=2) ```python\n ` >  *  ```  * ```")
 
@@ -314,6 +317,7 @@ untabled = st.lists(st.sampled_from([p for p in _PIECES if "|" not in p]), max_s
 @example(TICKS_BEGINNING_A_PIECE, 14)  # Discord's parts show the backticks: 14 holds no inline code of 16
 @example(TICKS_ESCAPED_TWICE, 16)
 @example(TICKS_BEFORE_A_LONG_WORD, 16)
+@example(BOLD_CUT_BEFORE_A_LINE_BREAK, 16)
 def test_whatever_the_model_wrote_its_telegram_parts_show_the_text_it_shows_whole(text, limit):
     parts = _telegram(text, limit)
     (whole,) = _telegram(text, 10**6)
