@@ -53,7 +53,7 @@ from .regions import Regions
 
 # What the start of a line reads as a block, were a cut to put it there.
 _BLOCK_START = re.compile(r"[ \t]{0,3}(?:#{1,6}(?:[ \t]|$)|>|[-+*](?:[ \t]|$)|\d{1,9}[.)](?:[ \t]|$)|`{3}|~{3}|=+[ \t]*$"
-                          r"|(?:[-*_][ \t]*){3,}$)")
+                          r"|(?:[-*_][ \t]*){3,}$)", re.MULTILINE)  # $: the line's end, a line break after it too
 # A list item's marker at the start of its line, after the markers of what it is inside.
 _MARKER = re.compile(r"[ \t]*(?:>|[-+*](?=[ \t]|$)|(\d{1,9})[.)](?=[ \t]|$))")
 # What the start of a line, cut from the rest of it, reads as where the whole line did not.

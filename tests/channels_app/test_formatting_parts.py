@@ -72,6 +72,9 @@ TICKS_BEFORE_A_LONG_WORD = "```" + "a" * 24 + "``\n`"
 # Bold over lines cut where no space is, just before its line break: the next part opened it again
 # before the line break, where "**" opens nothing, and showed the markers.
 BOLD_CUT_BEFORE_A_LINE_BREAK = "a" * 24 + "**word `\n``**"
+# A cut before "****" ending its line: the next part began with it, alone on its line, and showed a rule
+# (a line beginning a piece was checked for a rule only when the piece ended with it).
+RULE_BEGINNING_A_PART = "``" + "a" * 24 + "  ****\n`"
 TICKS_AFTER_A_HARD_CUT = ("```&amp; [ 😀 ](https://example.com/?a=1&b=2) -  word  é & 1.  ** [ - &amp; ~~ mp; ~~ "
                           "](https://example.com/?a=1&b=2) &amp; > ``` * s://example.com/?a=1&b=2) ```python\n ` >  *  ```  * ```")
 
@@ -318,6 +321,7 @@ untabled = st.lists(st.sampled_from([p for p in _PIECES if "|" not in p]), max_s
 @example(TICKS_ESCAPED_TWICE, 16)
 @example(TICKS_BEFORE_A_LONG_WORD, 16)
 @example(BOLD_CUT_BEFORE_A_LINE_BREAK, 16)
+@example(RULE_BEGINNING_A_PART, 16)
 def test_whatever_the_model_wrote_its_telegram_parts_show_the_text_it_shows_whole(text, limit):
     parts = _telegram(text, limit)
     (whole,) = _telegram(text, 10**6)
