@@ -605,6 +605,10 @@ class MarkdownSeams:
                 quoted += "> " * items[-1][0] + "\n"
         elif self.text[at - 1] == "\n" and re.match(r" {4}", self.text[at:at + 4]) and not self._indented_code(at):
             resume = at + len(self.text[at:]) - len(self.text[at:].lstrip(" "))
+        elif self.text[at - 1] != "\n" and self._indented_code(at):
+            # A line of indented code longer than a part: the next piece goes on with it at its indent.
+            line = self.text[self.starts[bisect_right(self.starts, at) - 1]:at]
+            quoted = line[:len(line) - len(line.lstrip(" \t>"))][:4 + 2 * line.count(">")]
         closing = "".join(r.closing or "" for r in reversed(inside))
         # A table's rows go on under its header, written again (when it takes at most half a piece);
         # one in a list item under the item's "- …" line, the header at the item's indent.

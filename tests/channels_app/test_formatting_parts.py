@@ -575,3 +575,12 @@ def test_a_code_block_in_a_quote_cut_over_parts_is_quoted_code_in_each(kind, tex
         ticks = [n for n, line in enumerate(lines) if "```" in line]
         assert ticks and ticks[0] <= code[0] and ticks[-1] >= code[-1], part  # between its fences
     assert found == [line[1:] for line in _CODE]
+
+
+@pytest.mark.parametrize("text", ["    " + "a" * 24 + "\n    " + "b" * 30, "> x\n>\n>     " + "a" * 24])
+@pytest.mark.parametrize("kind", ["telegram", "discord"])
+def test_a_line_of_indented_code_longer_than_a_part_is_code_in_each(kind, text):
+    adapter = adapter_for(kind)
+    parts = reply_parts(text, style=adapter.style, limit=16, size=adapter.length, markdown=True)
+    assert len(parts) >= 3
+    assert _read(parts if kind == "telegram" else [TELEGRAM_HTML.markdown(part) for part in parts]) == _whole(text)
