@@ -584,3 +584,21 @@ def test_a_line_of_indented_code_longer_than_a_part_is_code_in_each(kind, text):
     parts = reply_parts(text, style=adapter.style, limit=16, size=adapter.length, markdown=True)
     assert len(parts) >= 3
     assert _read(parts if kind == "telegram" else [TELEGRAM_HTML.markdown(part) for part in parts]) == _whole(text)
+
+
+_SNIPPETS = [line for n in range(15) for line in ("```python", f"print({n})  # example number {n}", "```")]
+FOUR_TICKS = "Here is markdown:\n\n````markdown\n" + "\n".join(_SNIPPETS) + "\n````\n\nDone."
+QUOTED_FOUR_TICKS = "> ````markdown\n" + "".join(f"> {line}\n" for line in _SNIPPETS) + "> ````\n\nDone."
+
+
+@pytest.mark.parametrize("text", [FOUR_TICKS, QUOTED_FOUR_TICKS])
+def test_a_code_block_fenced_with_four_backticks_holding_three_cut_over_discord_parts_is_one_block_in_each(text):
+    discord = adapter_for("discord")
+    parts = reply_parts(text, style=discord.style, limit=200, size=discord.length, markdown=True)
+    md = __import__("markdown_it").MarkdownIt("commonmark")
+    fences = [[t for t in md.parse(part) if t.type == "fence"] for part in parts]
+    assert sum(1 for found in fences if found) >= 3
+    assert all(len(found) <= 1 for found in fences), parts  # its ``` lines did not close it
+    assert all(t.markup == "````" and t.info == "markdown" for found in fences for t in found)
+    assert "".join(t.content for found in fences for t in found).splitlines() == _SNIPPETS
+    assert all(discord.length(part) <= 200 for part in parts)
