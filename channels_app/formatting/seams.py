@@ -163,8 +163,9 @@ class MarkdownSeams:
                 items = () if not within or not within[-1] else tuple(
                     within[len(within) - within[::-1].index(""):] if "" in within else within)
                 self._fence(token, quotes, items)
-            elif token.type == "table_open" and token.map:  # never between a table's header and its rule
-                self.regions.append(_Region(self.starts[token.map[0]], self._line_end(token.map[0] + 1), None, ""))
+            elif token.type == "table_open" and token.map:  # never between its header, its rule and its first row
+                self.regions.append(_Region(self.starts[token.map[0]],
+                                            self._line_end(min(token.map[0] + 2, token.map[1] - 1)), None, ""))
                 if token.map[0] + 2 < len(self.starts):  # a piece of its rows: the header again
                     body = self.starts[token.map[0] + 2]
                     self.tables.append((body, self._line_end(token.map[1] - 1), self.text[self.starts[token.map[0]]:body]))

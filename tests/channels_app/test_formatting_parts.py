@@ -602,3 +602,27 @@ def test_a_code_block_fenced_with_four_backticks_holding_three_cut_over_discord_
     assert all(t.markup == "````" and t.info == "markdown" for found in fences for t in found)
     assert "".join(t.content for found in fences for t in found).splitlines() == _SNIPPETS
     assert all(discord.length(part) <= 200 for part in parts)
+
+
+QUOTED_WIDE_ROWS = "\n".join(f"> {line}" for line in WIDE_ROWS.split("\n")) + "\n\nAfter."
+LISTED_WIDE_ROWS = "- list:\n\n" + "\n".join(f"  {line}" for line in WIDE_ROWS.split("\n")) + "\n- after"
+ITEM_OF_WIDE_ROWS = "1. " + WIDE_ROWS.replace("\n", "\n   ") + "\n2. after"
+
+
+@pytest.mark.parametrize("kind", ["telegram", "slack", "whatsapp", "discord", "sms"])
+@pytest.mark.parametrize("text", [QUOTED_WIDE_ROWS, LISTED_WIDE_ROWS, ITEM_OF_WIDE_ROWS])
+def test_a_wide_row_of_a_table_in_a_quote_or_a_list_item_shows_its_cells_as_lines_in_it(kind, text):
+    adapter = adapter_for(kind)
+    parts = reply_parts(text, style=adapter.style, limit=60, size=adapter.length, markdown=True)
+    assert all(adapter.length(visible_text(part) if kind == "telegram" else part) <= 60 for part in parts)
+    shown_parts = [shown(visible_text(part) if kind == "telegram" else part) for part in parts]
+    rows = {"name | note", "short | one", "last | two", "| name | note |", "| short | one |", "| last | two |",
+            "|---|---|"}
+    lines = [re.sub(r"^(?:&gt;|[\s>*•…]|\d\.)*", "", line).strip(" *") for part in shown_parts
+             for line in part.splitlines()]
+    assert all(line in rows for line in lines if "|" in line), lines  # whole rows only: no stray "|"
+    words = "".join("".join(part.split()) for part in shown_parts)
+    assert "long" in words and all(f"word{n}" in words for n in range(20))
+    if kind in ("telegram", "discord") and text is QUOTED_WIDE_ROWS:  # the cells stay in the quote
+        quoted = parts if kind == "telegram" else [TELEGRAM_HTML.markdown(part) for part in parts]
+        assert all(char in "After." or "blockquote" in form for char, form in _read(quoted)), parts
