@@ -309,25 +309,29 @@ def test_a_reply_cut_over_discord_parts_is_markdown_that_reads_as_the_whole_did(
     assert _read([TELEGRAM_HTML.markdown(part) for part in parts]) == _whole(text)
 
 
-# A table cut over parts is left out (each later part shows its header again: see the
-# table tests below), and so is a word longer than a part: its pieces are cut where no space is.
-untabled = st.lists(st.sampled_from([p for p in _PIECES if "|" not in p]), max_size=120).map(" ".join)
+# Words apart (a word longer than a part is cut where no space is), tables among them.
+spaced = st.lists(st.sampled_from(_PIECES), max_size=120).map(" ".join)
+# A table cut over parts shows its header ("a | b") again in each later part, and a row wider than a
+# part is shown as its cells, each after its column's name ("a: …"), without the "|" between them.
+_TABLE_WRITTEN = re.compile(r"a\|b|\||[ab]:")
 
 
 @settings(max_examples=150, deadline=None)
-@given(untabled, st.integers(min_value=40, max_value=300))
+@given(spaced, st.integers(min_value=40, max_value=300))
 @cuts_found_before
 @example(TICKS_BEGINNING_A_PIECE, 14)  # Discord's parts show the backticks: 14 holds no inline code of 16
 @example(TICKS_ESCAPED_TWICE, 16)
 @example(TICKS_BEFORE_A_LONG_WORD, 16)
 @example(BOLD_CUT_BEFORE_A_LINE_BREAK, 16)
 @example(RULE_BEGINNING_A_PART, 16)
+@example("| a | b |\n|---|---|\n" + "| word x | é |\n" * 8 + "> | a | b |\n> |---|---|\n" + "> | **x** | word |\n" * 8, 40)
+@example("| a | b |\n|---|---|\n| " + "word " * 12 + "| x |\n| é | x |", 40)  # a row wider than a part
 def test_whatever_the_model_wrote_its_telegram_parts_show_the_text_it_shows_whole(text, limit):
     parts = _telegram(text, limit)
     (whole,) = _telegram(text, 10**6)
 
     def read(markup: str) -> str:  # a quote in a quote shows "> " on each of its lines: a cut adds one
-        return "".join(visible_text(markup).replace(">", "").split())
+        return _TABLE_WRITTEN.sub("", "".join(visible_text(markup).replace(">", "").split()))
 
     shown = [read(part)[_continued(visible_text(part).replace(">", "")) if n else 0:] for n, part in enumerate(parts)]
     assert "".join(shown) == read(whole)
