@@ -114,6 +114,8 @@ class MarkdownSeams:
         self.tables: list[tuple[int, int, str]] = []  # (where its rows begin, where they end, its header and rule)
         self.code: list[tuple[int, int]] = []  # top-level code blocks' lines (first, after the last)
         self.fences: list[_Fence] = []  # code blocks in a quote or a list item
+        self._shorter: dict[_Region, str] = {}  # inline code over lines, fenced by 3+: its pieces' run
+        self._start = 0  # where the piece being cut begins
         self._room = len(text)  # how long the piece being cut may be
         self._cursor: dict[int, int] = {}
         self.env = dict(env or {})
@@ -197,6 +199,20 @@ class MarkdownSeams:
                 return None
         return None
 
+    def _closes_fence(self, at: int) -> bool:
+        """Whether a cut at `at` inside a line of a code block in a quote or a list item leaves
+        either side of that line only its fence's character, as many as close it."""
+        fence = self._in_fence(at)
+        if fence is None:
+            return False
+        mark = fence.closing.strip()
+        line = bisect_right(self.starts, at) - 1
+        for side in (self.text[self.starts[line] + len(fence.indent):at], self.text[at:self._line_end(line)]):
+            run = side.strip()
+            if len(run) >= len(mark) and run == mark[0] * len(run):
+                return True
+        return False
+
     def blocks(self) -> list[tuple[str, str]]:
         """The top-level code blocks (as markdown-it reads them: not a fence's line in an
         indented code block) and the prose between them."""
@@ -249,7 +265,16 @@ class MarkdownSeams:
                 low, high = child.meta["span"]
                 # Over its closing backticks: a cut after a space just before them (`` `a ` ``) is
                 # inside, with nothing of the code after it, and so is not taken.
-                self.regions.append(_Region(at(low + len(child.markup)), at(high), child.markup, child.markup))
+                region = _Region(at(low + len(child.markup)), at(high), child.markup, child.markup)
+                self.regions.append(region)
+                code = token.content[low + len(child.markup):high - len(child.markup)]
+                if len(child.markup) >= 3 and "\n" in code:
+                    # Opened again at a part's start, three backticks or more would open a code
+                    # block: the pieces after the first are written between a run its code has not.
+                    runs = {len(run) for run in re.findall(r"`+", code)}
+                    shorter = next((n for n in (1, 2) if n not in runs), None)
+                    if shorter is not None:
+                        self._shorter[region] = "`" * shorter
             elif child.type == "link_open" and "label" in child.meta:
                 low, label, high = child.meta["label"]
                 ending = token.content[label:high]
@@ -332,6 +357,7 @@ class MarkdownSeams:
         # latest there is (a piece cut short to stay clean is a part sent near empty).
         middle = start + (hard - start) // 2
         self._room = hard - start
+        self._start = start
         ranked: list[tuple[int, int]] = []  # the second half's cuts: (rank, -offset), checked best first
         piece = self.text[start:hard]
         ink = start + len(piece) - len(piece.lstrip())  # a cut before it leaves the piece blank
@@ -358,7 +384,8 @@ class MarkdownSeams:
         # address): before it, or when the piece begins with it, after it.
         whole = [r for _, r in self.index.around(hard) if r.closing is None]
         if self._in_fence(hard) is not None:  # a line of code longer than a part: cut between graphemes
-            bounds = [at for at in self._graphemes(start, hard) if at > start and self._in_fence(at)]
+            bounds = [at for at in self._graphemes(start, hard) if at > start and self._in_fence(at)
+                      and not self._closes_fence(at)]
             if bounds:
                 return bounds[-1]
         if not whole:  # nor inside an entity or after a backslash, nor where the next piece begins as a block
@@ -458,7 +485,9 @@ class MarkdownSeams:
         spans = [r for r in inside if not r.opening.endswith(" ")]
         if not spans:
             return True
-        closing, opening = "".join(r.closing or "" for r in reversed(spans)), "".join(r.opening for r in spans)
+        # Read from where its segment begins, the piece before closes what opened there.
+        closing = "".join(r.closing or "" for r in reversed(spans))
+        opening = "".join(self._shorter.get(r, r.opening) for r in spans)
         resume = _resume(inline, offset, at, self.text, inside)  # as mend() goes on
         if _FENCE_CUT.match(opening + self.text[resume:].split("\n", 1)[0]):
             return False  # inline code's backticks reopened at the start of a line would open a code block
@@ -467,14 +496,20 @@ class MarkdownSeams:
             before = before.rstrip()
             return before + _closed(before, closing)
 
-        return self._reading(inline).reads_as_whole(offset, closed, lambda after: opening + after.lstrip())
+        def opened(after: str) -> str:
+            for region in spans:
+                if region in self._shorter and region.closing:  # closed with the run it was opened with
+                    after = re.sub(f"(?<!`){region.closing}(?!`)", self._shorter[region], after, count=1)
+            return opening + after.lstrip()
+
+        return self._reading(inline).reads_as_whole(offset, closed, opened)
 
     def _hard_cut_reads(self, at: int) -> bool:
         """Whether a cut at `at`, where no space is, leaves both pieces reading as the text did:
         the next not begun as a block ("```python" after a space), this one not ending in a
         line that alone reads as a rule or a fence ("**** ****"), each side read again."""
         if self._in_fence(at) is not None:
-            return True  # a line of code longer than a part: code on both sides
+            return not self._closes_fence(at)  # a line of code longer than a part: code on both sides
         if self._begins_block(at):
             return False
         inside = self._inside(at)
@@ -610,14 +645,31 @@ class MarkdownSeams:
             # A line of indented code longer than a part: the next piece goes on with it at its indent.
             line = self.text[self.starts[bisect_right(self.starts, at) - 1]:at]
             quoted = line[:len(line) - len(line.lstrip(" \t>"))][:4 + 2 * line.count(">")]
-        closing = "".join(r.closing or "" for r in reversed(inside))
+        closing = "".join(self._closing(r) for r in reversed(inside))
         # A table's rows go on under its header, written again (when it takes at most half a piece);
         # one in a list item under the item's "- …" line, the header at the item's indent.
         header = next((header for low, high, header in self.tables if low < at <= high), "")
         if 2 * len(header) > self._room:
             header = ""
         opening = header + quoted if not quoted.endswith("\n") else quoted + header
-        return Seam(_closed(self.text[:at].rstrip(), closing), opening + "".join(r.opening for r in inside), resume)
+        return Seam(_closed(self.text[:at].rstrip(), closing), opening + "".join(self._shorter.get(r, r.opening)
+                                                                                 for r in inside), resume)
+
+    def _closing(self, region: _Region) -> str:
+        """What closes `region` at the end of the piece being cut: a piece of inline code begun
+        in a piece before is closed with the run it was opened again with."""
+        if region in self._shorter and region.low < self._start:
+            return self._shorter[region]
+        return region.closing or ""
+
+    def _shortened(self, piece: str, start: int, end: int) -> str:
+        """`piece`, the text from `start` to `end`, with the closing run of inline code it
+        began inside, opened again with a shorter one, written as that one."""
+        for region, shorter in self._shorter.items():
+            if region.low < start < region.high <= end and region.closing:
+                run = re.compile(f"(?<!`){region.closing}(?!`)")
+                return run.sub(shorter, piece, count=1)
+        return piece
 
     def take(self, start: int, end: int, since: int) -> str:
         """The text, the first of an ordered list's items in the piece written with its number."""
@@ -633,7 +685,7 @@ class MarkdownSeams:
             out.append(self.text[at:marker] + str(number))
             at = marker + len(written)
         out.append(self.text[at:end])
-        piece = "".join(out)
+        piece = self._shortened("".join(out), start, end)
         ticks = self._ticks_as_text(start)
         if ticks is not None and ticks[0] + ticks[1] <= end:  # text, not the fence of a code block
             skip = ticks[0] - start
