@@ -56,8 +56,9 @@ _BLOCK_START = re.compile(r"[ \t]{0,3}(?:#{1,6}(?:[ \t]|$)|>|[-+*](?:[ \t]|$)|\d
                           r"|(?:[-*_][ \t]*){3,}$)", re.MULTILINE)  # $: the line's end, a line break after it too
 # A list item's marker at the start of its line, after the markers of what it is inside.
 _MARKER = re.compile(r"[ \t]*(?:>|[-+*](?=[ \t]|$)|(\d{1,9})[.)](?=[ \t]|$))")
-# What the start of a line, cut from the rest of it, reads as where the whole line did not.
-_LINE_ALONE = re.compile(r"[ \t]{0,3}(?:(?:`{3,}|~{3,}).*|(?:[-*_][ \t]*){3,}|=+|-+)")
+# What the start of a line, cut from the rest of it, reads as where the whole line did not (a
+# fence, a rule, a heading's underline; a list item's marker or a heading's, alone, an empty one).
+_LINE_ALONE = re.compile(r"[ \t]{0,3}(?:(?:`{3,}|~{3,}).*|(?:[-*_][ \t]*){3,}|=+|-+|[-+*]|\d{1,9}[.)]|#{1,6})")
 # A line's start (within quotes and list items) that opens a code block with backticks.
 _FENCE_CUT = re.compile(r"[ \t]*(?:(?:>|[-+*]|\d{1,9}[.)])[ \t]*)*(`{3,})[^`]*\Z")
 _ITEM_LINE = re.compile(r"(?:[ \t]*>)*[ \t]*(?:[-+*]|\d{1,9}[.)])(?:[ \t]|$)")  # a line that begins a list item

@@ -75,6 +75,9 @@ BOLD_CUT_BEFORE_A_LINE_BREAK = "a" * 24 + "**word `\n``**"
 # A cut before "****" ending its line: the next part began with it, alone on its line, and showed a rule
 # (a line beginning a piece was checked for a rule only when the piece ended with it).
 RULE_BEGINNING_A_PART = "``" + "a" * 24 + "  ****\n`"
+# Cut where no space is, just after the first "*" of "***": alone in its part, it read as an empty list
+# item ("•"), the star lost.
+MARKER_ALONE = "*** `````````````"
 TICKS_AFTER_A_HARD_CUT = ("```&amp; [ 😀 ](https://example.com/?a=1&b=2) -  word  é & 1.  ** [ - &amp; ~~ mp; ~~ "
                           "](https://example.com/?a=1&b=2) &amp; > ``` * s://example.com/?a=1&b=2) ```python\n ` >  *  ```  * ```")
 
@@ -324,6 +327,7 @@ _TABLE_WRITTEN = re.compile(r"a\|b|\||[ab]:")
 @example(TICKS_BEFORE_A_LONG_WORD, 16)
 @example(BOLD_CUT_BEFORE_A_LINE_BREAK, 16)
 @example(RULE_BEGINNING_A_PART, 16)
+@example(MARKER_ALONE, 16)
 @example("| a | b |\n|---|---|\n" + "| word x | é |\n" * 8 + "> | a | b |\n> |---|---|\n" + "> | **x** | word |\n" * 8, 40)
 @example("| a | b |\n|---|---|\n| " + "word " * 12 + "| x |\n| é | x |", 40)  # a row wider than a part
 def test_whatever_the_model_wrote_its_telegram_parts_show_the_text_it_shows_whole(text, limit):
