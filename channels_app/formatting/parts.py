@@ -6,8 +6,10 @@ construction, and a part a platform refuses to parse is that part alone. The spl
 the reply's top-level blocks — paragraphs, lists, tables, quotes, code blocks — whole,
 packed into as few parts as fit; a block longer than a part is cut by
 channels_app.split (a code block by its lines, closed and re-opened with its fence in
-each part) small enough that what is written of each piece fits; a table's row wider
-than a part is written as its cells first (channels_app.formatting.tables). A part's length is
+each part; one in a quote or a list item likewise, in it: channels_app.formatting.seams)
+small enough that what is written of each piece fits; a table's row wider than a part, at
+the top level or in a quote or a list item, is written as its cells first
+(channels_app.formatting.tables). A part's length is
 measured on what the platform counts: Telegram's on the text it shows, its tags read.
 """
 from __future__ import annotations

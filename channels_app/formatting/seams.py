@@ -9,7 +9,12 @@ heading's marker, a quote's with the quote's, a list item's with the item's mark
 "…" (`3. …`, `- …`: the same item, continued; a nested item under the items it is in,
 each so marked, at its column, as is a line cut before a nested item), and a table's rows
 with the table's header and rule written again (in a quote or a list item too, after the
-item's "- …"). Such a cut is taken only once both sides,
+item's "- …"), and a code block in a quote or a list item between its lines (or inside a
+line longer than a part) with its fence closed at its column and written again in the
+next piece after the quote's markers or the item marked as continued (a top-level code
+block is cut by channels_app.split). Inline code between three backticks or more that
+runs over lines goes on in each later piece between a shorter run its code does not hold
+(its own, at a part's start, would open a code block). Such a cut is taken only once both sides,
 read again, show what the text did (channels_app.formatting.reading: read in segments, so
 a long paragraph is not read again whole at every cut). Nothing is cut inside a link's
 address, an image or an autolink, nor where the next piece would begin with what Markdown
