@@ -389,8 +389,11 @@ class MarkdownSeams:
         # No space to cut at: a hard cut, never inside what is not to be cut (a link's
         # address): before it, or when the piece begins with it, after it.
         whole = [r for _, r in self.index.around(hard) if r.closing is None]
-        if self._in_fence(hard) is not None:  # a line of code longer than a part: cut between graphemes
-            bounds = [at for at in self._graphemes(start, hard) if at > start and self._in_fence(at)
+        # A line of code longer than a part (or the last, with the closing fence after it, in a piece
+        # begun in the code): cut between graphemes.
+        fence = next((f for f in self.fences if f.low < hard < f.high or f.low <= start < f.high), None)
+        if fence is not None:
+            bounds = [at for at in self._graphemes(start, min(hard, fence.high)) if at > start and self._in_fence(at)
                       and not self._closes_fence(at)]
             if bounds:
                 return bounds[-1]

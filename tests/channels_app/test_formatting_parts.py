@@ -659,3 +659,10 @@ def test_inline_code_between_three_backticks_over_lines_cut_over_parts_is_code_i
 def test_a_line_of_code_in_a_list_item_cut_where_its_rest_is_backticks_keeps_them_in_the_code():
     text = "1. ``` word word word\n   word word word ```"  # the rest alone on a line would close the block
     assert _read(_telegram(text, 20)) == _whole(text)
+
+
+def test_the_last_line_of_a_code_block_in_a_list_item_that_fits_no_part_with_its_fence_is_cut_in_the_code():
+    text = "- intro\n  \n  ```py\n  " + "a" * 30 + "\n  " + "a" * 30 + "\n  ```\n\nafter"
+    parts = _telegram(text, 38)
+    assert all(_utf16(visible_text(part)) <= 38 for part in parts)
+    assert _read(parts) == _whole(text)  # every "a" as code, no backtick shown
