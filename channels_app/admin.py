@@ -4,9 +4,7 @@ from __future__ import annotations
 from django import forms
 from django.contrib import admin, messages
 from django.contrib.admin import helpers
-from django.contrib.auth import get_user_model
 from django.core.exceptions import PermissionDenied
-from django.db.models import Q, QuerySet
 from django.template.response import TemplateResponse
 
 from tenancy.admin import TenantAdmin
@@ -16,7 +14,9 @@ from tenancy.admin_scoping import (
     TenantScopedInlineMixin,
     _current_offered,
     admin_tenant_ids,
+    linkable_people,
     owners_off_limits,
+    tenant_chosen,
 )
 from tenancy.errors import NotFound
 from tenancy.models import Membership
@@ -119,28 +119,6 @@ class ChannelBindingAdmin(TenantScopedAdminMixin, admin.ModelAdmin):
         return embed_snippet(obj)
 
 
-def linkable_people(actor, tenant_ids) -> QuerySet:
-    """The people `actor` may link a sender of one of `tenant_ids` to, in the admin: its
-    members, but for a workspace admin who is not an owner there, its owners."""
-    allowed = Q(pk__in=[])
-    for tenant_id in tenant_ids:
-        allowed |= Q(memberships__tenant_id=tenant_id) & ~Q(pk__in=owners_off_limits(actor, tenant_id))
-    return get_user_model().objects.filter(allowed).distinct()
-
-
-def _tenant_chosen(request, tenants) -> int | None:
-    """The workspace of the sender an add page makes, when it is known: the one posted or
-    put in the page's address (of those `tenants` the admin administers), else their only one."""
-    raw = (request.POST if request.method == "POST" else request.GET).get("tenant")
-    if not raw:
-        return next(iter(tenants)) if len(tenants) == 1 else None
-    try:
-        tenant_id = int(raw)
-    except (TypeError, ValueError):
-        return None
-    return tenant_id if tenant_id in tenants else None
-
-
 @admin.register(Identity)
 class IdentityAdmin(TenantScopedAdminMixin, admin.ModelAdmin):
     form = IdentityForm
@@ -170,7 +148,7 @@ class IdentityAdmin(TenantScopedAdminMixin, admin.ModelAdmin):
         # (or the admin's one workspace's) on the add page. Cut by every workspace they
         # administer, an admin of one who owns another was not offered, on the other's
         # senders, its members who own the first.
-        tenant_id = obj.tenant_id if obj is not None else _tenant_chosen(request, tenants)
+        tenant_id = obj.tenant_id if obj is not None else tenant_chosen(request, tenants)
         field.queryset = linkable_people(request.user, [tenant_id] if tenant_id is not None else tenants)
         if isinstance(field.widget, ScopedRawIdWidget):
             field.widget.queryset = field.queryset

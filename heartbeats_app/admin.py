@@ -9,7 +9,7 @@ from django.http import HttpRequest
 from django.utils.html import format_html
 
 from tenancy.access import tenant_serving
-from tenancy.admin_scoping import TenantScopedAdminMixin, TenantScopedInlineMixin, admin_tenant_ids
+from tenancy.admin_scoping import OwnerRankedAdminMixin, TenantScopedInlineMixin, admin_tenant_ids
 
 from .cron import timezone_parse
 from .errors import HeartbeatInvalid, HeartbeatReadOnly
@@ -87,8 +87,13 @@ class HeartbeatRunInline(TenantScopedInlineMixin, admin.TabularInline):
 
 
 @admin.register(Heartbeat)
-class HeartbeatAdmin(TenantScopedAdminMixin, admin.ModelAdmin):
+class HeartbeatAdmin(OwnerRankedAdminMixin, admin.ModelAdmin):
     form = HeartbeatForm
+    # A beat runs as its recipient, else its owner, with their memories and chats, and
+    # tells them what it found: an owner's is theirs (and the host's) to change, run,
+    # switch or delete. A workspace admin still sees it listed, read-only, with what it
+    # spends: what the workspace runs is theirs to know, and to raise with the owner.
+    person_fields = ("owner", "deliver_to")
     # The Qor column names its tenant too ("acme/aria"); cron and timezone read as one, and
     # so do the last run's status, time and tokens: the list fits beside the admin's menus.
     list_display = ["title", "qor", "schedule", "enabled", "next_run", "last_run"]
@@ -200,8 +205,9 @@ class HeartbeatAdmin(TenantScopedAdminMixin, admin.ModelAdmin):
 
     @admin.action(description="Run now", permissions=["change"])
     def run_now(self, request: HttpRequest, queryset: QuerySet) -> None:
+        allowed, owners = self.owners_rows_apart(request, queryset.select_related("tenant"))
         beats, held = [], []
-        for beat in queryset.select_related("tenant"):
+        for beat in allowed:
             # A suspended workspace's beats do not run (qorven.agent.heartbeat_runs): not "queued" for nothing.
             (beats if tenant_serving(beat.tenant) else held).append(beat)
         for beat in beats:
@@ -211,6 +217,7 @@ class HeartbeatAdmin(TenantScopedAdminMixin, admin.ModelAdmin):
         if held:
             self.message_user(request, f"Not run, their workspace is suspended: {', '.join(b.name for b in held)}.",
                               messages.WARNING)
+        self._owners_left(request, owners)
 
     @admin.action(description="Enable (resume)", permissions=["change"])
     def enable(self, request: HttpRequest, queryset: QuerySet) -> None:
@@ -221,8 +228,9 @@ class HeartbeatAdmin(TenantScopedAdminMixin, admin.ModelAdmin):
         self._set_enabled(request, queryset, False)
 
     def _set_enabled(self, request: HttpRequest, queryset: QuerySet, enabled: bool) -> None:
+        allowed, owners = self.owners_rows_apart(request, queryset)
         changed, managed = 0, []
-        for beat in queryset:
+        for beat in allowed:
             try:
                 heartbeat_set_enabled(heartbeat=beat, enabled=enabled)
                 changed += 1
@@ -233,3 +241,9 @@ class HeartbeatAdmin(TenantScopedAdminMixin, admin.ModelAdmin):
         if managed:
             self.message_user(request, f"Managed beats are read-only, left as they are: {', '.join(managed)}.",
                               messages.WARNING)
+        self._owners_left(request, owners)
+
+    def _owners_left(self, request: HttpRequest, owners: list[Heartbeat]) -> None:
+        if owners:
+            self.message_user(request, "Only an owner of the workspace switches, runs or changes an owner's beats, "
+                                       f"left as they are: {', '.join(b.name for b in owners)}.", messages.ERROR)

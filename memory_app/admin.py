@@ -3,7 +3,7 @@ from __future__ import annotations
 from django import forms
 from django.contrib import admin, messages
 
-from tenancy.admin_scoping import TenantScopedAdminMixin
+from tenancy.admin_scoping import OwnerRankedAdminMixin, TenantScopedAdminMixin
 from tenancy.models import Membership
 
 from .models import CompactRequest, LearnedSkill, Memory
@@ -46,9 +46,17 @@ class MemoryForm(forms.ModelForm):
 
 
 @admin.register(Memory)
-class MemoryAdmin(TenantScopedAdminMixin, admin.ModelAdmin):
+class MemoryAdmin(OwnerRankedAdminMixin, admin.ModelAdmin):
     """Memories are written through the memory services, so duplicates are refused and
-    the full-text index stays in step. Tenant admins see their tenants' memories only."""
+    the full-text index stays in step. Tenant admins see their tenants' memories only.
+
+    What the Qor remembers of an owner is read back to it in every chat with them: a
+    workspace admin who is not an owner neither writes, changes nor deletes an owner's
+    memories (one planted there would steer the owner's Qor). They still see them listed,
+    read-only, as they read the owner's sessions: a memory gone wrong is theirs to notice
+    and raise with the owner."""
+
+    person_fields = ("user",)
 
     form = MemoryForm
     list_display = ["id", "tenant", "qor", "user", "type", "short_content", "period_start", "period_end",

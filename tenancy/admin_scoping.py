@@ -68,6 +68,29 @@ def owners_off_limits(actor: Any, tenant_id: int) -> frozenset[int]:
     return frozenset() if actor.pk in owners else owners
 
 
+
+def linkable_people(actor: Any, tenant_ids: Any) -> QuerySet:
+    """The people `actor` may tie a row of one of `tenant_ids` to in the admin (link a
+    sender to, give a memory or a beat to): its members, but for a workspace admin who is
+    not an owner there, its owners."""
+    allowed = Q(pk__in=[])
+    for tenant_id in tenant_ids:
+        allowed |= Q(memberships__tenant_id=tenant_id) & ~Q(pk__in=owners_off_limits(actor, tenant_id))
+    return get_user_model().objects.filter(allowed).distinct()
+
+
+def tenant_chosen(request: HttpRequest, tenants: frozenset[int]) -> int | None:
+    """The workspace of the row an add page makes, when it is known: the one posted or put
+    in the page's address (of those `tenants` the admin administers), else their only one."""
+    raw = (request.POST if request.method == "POST" else request.GET).get("tenant")
+    if not raw:
+        return next(iter(tenants)) if len(tenants) == 1 else None
+    try:
+        tenant_id = int(raw)
+    except (TypeError, ValueError):
+        return None
+    return tenant_id if tenant_id in tenants else None
+
 def _tenant_id_of(obj: Model, tenant_field: str) -> int | None:
     if not tenant_field:
         return obj.pk
@@ -322,3 +345,70 @@ def _related_only(model: type[Model], entry: Any) -> Any:
             return (entry, admin.RelatedOnlyFieldListFilter)
     return entry
 
+
+
+class OwnerRankedAdminMixin(TenantScopedAdminMixin):
+    """For a scoped ModelAdmin whose rows act for a person (`person_fields`: a sender's
+    user, a memory's, a beat's owner and recipient). A row for one of its tenant's owners
+    is, to a workspace admin who is not an owner there, read-only: listed (what the
+    workspace holds stays theirs to see and raise with the owner), never changed, deleted
+    or given to someone else; and the owners are not among the people its fields offer.
+    Changed by such an admin, it would let them write as the owner, or read what is meant
+    for the owner. The host and the tenant's owners keep every right."""
+
+    person_fields: tuple[str, ...] = ()
+
+    def _people(self, obj: Model) -> set[int]:
+        return {getattr(obj, f"{name}_id") for name in self.person_fields} - {None}
+
+    def for_owner_off_limits(self, request: HttpRequest, obj: Model | None) -> bool:
+        if obj is None:
+            return False
+        people = self._people(obj)
+        return bool(people) and bool(people & owners_off_limits(request.user, _tenant_id_of(obj, self.tenant_field)))
+
+    def owners_rows_apart(self, request: HttpRequest, rows: Any) -> tuple[list[Any], list[Any]]:
+        """`rows` (a list action's) split into those the admin may act on and the owners'."""
+        off_limits: dict[int | None, frozenset[int]] = {}
+        allowed, owners = [], []
+        for row in rows:
+            tenant_id = _tenant_id_of(row, self.tenant_field)
+            if tenant_id not in off_limits:
+                off_limits[tenant_id] = owners_off_limits(request.user, tenant_id)
+            (owners if self._people(row) & off_limits[tenant_id] else allowed).append(row)
+        return allowed, owners
+
+    def has_change_permission(self, request: HttpRequest, obj: Model | None = None) -> bool:
+        return not self.for_owner_off_limits(request, obj) and super().has_change_permission(request, obj)
+
+    def has_delete_permission(self, request: HttpRequest, obj: Model | None = None) -> bool:
+        return not self.for_owner_off_limits(request, obj) and super().has_delete_permission(request, obj)
+
+    def get_form(self, request: HttpRequest, obj: Model | None = None, change: bool = False, **kwargs: Any) -> Any:
+        form = super().get_form(request, obj, change=change, **kwargs)
+        tenants = admin_tenant_ids(request.user)
+        if tenants is None:
+            return form
+        # The people offered are those the row's own workspace lets this admin tie it to:
+        # its tenant's on its page, the chosen one's (or the admin's one workspace's) on the
+        # add page. Cut by every workspace they administer, an admin of one who owns another
+        # was not offered, on the other's rows, its members who own the first.
+        tenant_id = _tenant_id_of(obj, self.tenant_field) if obj is not None else tenant_chosen(request, tenants)
+        people = linkable_people(request.user, [tenant_id] if tenant_id is not None else tenants)
+        for name in self.person_fields:
+            field = form.base_fields.get(name)
+            if field is None:  # read-only here
+                continue
+            field.queryset = people
+            if isinstance(field.widget, ScopedRawIdWidget):
+                field.widget.queryset = people
+        if obj is not None:
+            _current_offered(form, obj)  # a person who has since left, shown as the row's
+        return form
+
+    def check_tenant(self, request: HttpRequest, obj: Model) -> None:
+        """Every save checks here (the admin's own `save_model`s too): a row is written in
+        a tenant the admin administers and, by a workspace admin, never for its owners."""
+        super().check_tenant(request, obj)
+        if self.for_owner_off_limits(request, obj):
+            raise PermissionDenied("only an owner of the workspace acts for an owner")

@@ -29,7 +29,8 @@ def dana(world):
 @pytest.fixture
 def beats(world):
     return {
-        "acme": beat(world.qor_a, name="acme-brief", prompt="Acme's morning brief", owner=world.alice),
+        # A member's: dana, an admin but not an owner of acme, acts on no owner's beat.
+        "acme": beat(world.qor_a, name="acme-brief", prompt="Acme's morning brief", owner=world.bob),
         "globex": beat(world.qor_b, name="globex-brief", prompt="Globex's secret plans", owner=world.charlie),
         "managed": heartbeat_create(tenant=world.tenant_a, qor=world.qor_a, name=CLEAR_IMAGES, cron="30 3 * * *",
                                     managed=True),
@@ -74,7 +75,8 @@ def test_the_add_form_offers_only_the_admins_tenants_qors_and_members(client, wo
     client.force_login(dana)
     page = client.get(url("heartbeats_app_heartbeat_add")).content.decode()
     assert ">acme<" in page and ">globex<" not in page
-    assert ">alice<" in page and ">charlie<" not in page
+    assert ">bob<" in page and ">charlie<" not in page
+    assert ">alice<" not in page  # acme's owner: not dana's to give a beat to
 
 
 def test_tenants_listing_and_editing_are_scoped_and_budget_is_for_the_host(client, world, dana):
@@ -157,7 +159,7 @@ def test_managed_beats_are_read_only_in_the_admin(client, world, dana, beats):
 def test_adding_and_editing_in_the_admin_keeps_the_periodic_task_in_step(client, world, dana):
     client.force_login(dana)
     form = {"tenant": world.tenant_a.pk, "qor": world.qor_a.pk, "name": "evening", "cron": "61 * * * *",
-            "timezone": "", "prompt": "Evening wrap-up", "owner": world.alice.pk, "deliver_to": world.alice.pk,
+            "timezone": "", "prompt": "Evening wrap-up", "owner": world.bob.pk, "deliver_to": world.bob.pk,
             "deliver_channel": "web", "enabled": "on",
             "runs-TOTAL_FORMS": "0", "runs-INITIAL_FORMS": "0", "runs-MIN_NUM_FORMS": "0", "runs-MAX_NUM_FORMS": "0"}
     bad = client.post(url("heartbeats_app_heartbeat_add"), form)
@@ -180,7 +182,7 @@ def test_the_admin_refuses_a_deactivated_delivery_target_saying_why(client, worl
     world.bob.save(update_fields=["is_active"])
     client.force_login(dana)
     form = {"tenant": world.tenant_a.pk, "qor": world.qor_a.pk, "name": "for-bob", "cron": "0 19 * * *",
-            "timezone": "", "prompt": "Evening wrap-up", "owner": world.alice.pk, "deliver_to": world.bob.pk,
+            "timezone": "", "prompt": "Evening wrap-up", "owner": dana.pk, "deliver_to": world.bob.pk,
             "deliver_channel": "telegram", "enabled": "on",
             "runs-TOTAL_FORMS": "0", "runs-INITIAL_FORMS": "0", "runs-MIN_NUM_FORMS": "0", "runs-MAX_NUM_FORMS": "0"}
     response = client.post(url("heartbeats_app_heartbeat_add"), form)
@@ -193,7 +195,7 @@ def test_the_admin_refuses_a_deactivated_owner_saying_why(client, world, dana):
     world.bob.save(update_fields=["is_active"])
     client.force_login(dana)
     form = {"tenant": world.tenant_a.pk, "qor": world.qor_a.pk, "name": "bobs", "cron": "0 19 * * *",
-            "timezone": "", "prompt": "Evening wrap-up", "owner": world.bob.pk, "deliver_to": world.alice.pk,
+            "timezone": "", "prompt": "Evening wrap-up", "owner": world.bob.pk, "deliver_to": dana.pk,
             "deliver_channel": "web", "enabled": "on",
             "runs-TOTAL_FORMS": "0", "runs-INITIAL_FORMS": "0", "runs-MIN_NUM_FORMS": "0", "runs-MAX_NUM_FORMS": "0"}
     response = client.post(url("heartbeats_app_heartbeat_add"), form)
