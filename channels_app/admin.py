@@ -4,19 +4,14 @@ from __future__ import annotations
 from django import forms
 from django.contrib import admin, messages
 from django.contrib.admin import helpers
-from django.core.exceptions import PermissionDenied
 from django.template.response import TemplateResponse
 
 from tenancy.admin import TenantAdmin
 from tenancy.admin_scoping import (
-    ScopedRawIdWidget,
+    OwnerRankedAdminMixin,
     TenantScopedAdminMixin,
     TenantScopedInlineMixin,
-    _current_offered,
-    admin_tenant_ids,
-    linkable_people,
     owners_off_limits,
-    tenant_chosen,
 )
 from tenancy.errors import NotFound
 from tenancy.models import Membership
@@ -120,7 +115,7 @@ class ChannelBindingAdmin(TenantScopedAdminMixin, admin.ModelAdmin):
 
 
 @admin.register(Identity)
-class IdentityAdmin(TenantScopedAdminMixin, admin.ModelAdmin):
+class IdentityAdmin(OwnerRankedAdminMixin, admin.ModelAdmin):
     form = IdentityForm
     list_display = ["__str__", "external_id", "tenant", "display_name", "user", "trust_level", "approval",
                     "updated_at"]
@@ -130,40 +125,11 @@ class IdentityAdmin(TenantScopedAdminMixin, admin.ModelAdmin):
 
     # A workspace admin never links a sender to an owner, nor changes an owner's sender:
     # either would let them write as the owner, or read what the owner writes.
-    def _for_owner_off_limits(self, request, obj) -> bool:
-        return obj is not None and obj.user_id is not None and obj.user_id in owners_off_limits(
-            request.user, obj.tenant_id)
-
-    def has_change_permission(self, request, obj=None) -> bool:
-        return not self._for_owner_off_limits(request, obj) and super().has_change_permission(request, obj)
-
-    def get_form(self, request, obj=None, change=False, **kwargs):
-        form = super().get_form(request, obj, change=change, **kwargs)
-        field = form.base_fields.get("user")
-        tenants = admin_tenant_ids(request.user)
-        if field is None or tenants is None:
-            return form
-        # The people offered are those the row's own workspace lets this admin link it to
-        # (not an owner, for a workspace admin): its tenant's on its page, the chosen one's
-        # (or the admin's one workspace's) on the add page. Cut by every workspace they
-        # administer, an admin of one who owns another was not offered, on the other's
-        # senders, its members who own the first.
-        tenant_id = obj.tenant_id if obj is not None else tenant_chosen(request, tenants)
-        field.queryset = linkable_people(request.user, [tenant_id] if tenant_id is not None else tenants)
-        if isinstance(field.widget, ScopedRawIdWidget):
-            field.widget.queryset = field.queryset
-        if obj is not None:
-            _current_offered(form, obj)  # a person who has since left, shown as the row's
-        return form
-
-    def has_delete_permission(self, request, obj=None) -> bool:
-        return not self._for_owner_off_limits(request, obj) and super().has_delete_permission(request, obj)
+    person_fields = ("user",)
 
     def save_model(self, request, obj, form, change) -> None:
-        if self._for_owner_off_limits(request, obj):
-            raise PermissionDenied("only an owner of the workspace links a sender to an owner")
         before = Identity.objects.filter(pk=obj.pk).first() if change else None
-        super().save_model(request, obj, form, change)
+        super().save_model(request, obj, form, change)  # refused for an owner (see person_fields)
         if before is not None and speaks_for(before, before.user_id) and not speaks_for(obj, before.user_id):
             identity_pairing_end(identity=before, user_id=before.user_id)
 

@@ -13,6 +13,7 @@ from django.utils import timezone
 from qorven.runtime.cooldowns import route_state
 
 from .admin_scoping import (
+    OwnerRankedAdminMixin,
     TenantScopedAdminMixin,
     TenantScopedInlineMixin,
     admin_tenant_ids,
@@ -401,7 +402,7 @@ class QorAdmin(TenantScopedAdminMixin, admin.ModelAdmin):
 
 
 @admin.register(ApiToken)
-class ApiTokenAdmin(TenantScopedAdminMixin, admin.ModelAdmin):
+class ApiTokenAdmin(OwnerRankedAdminMixin, admin.ModelAdmin):
     list_display = ["prefix", "user", "tenant", "name", "created_at", "last_used_at", "expires_at", "revoked_at"]
     list_filter = ["tenant"]
     # Whose a token is, and that it was revoked, never change: a token moved onto another
@@ -425,14 +426,7 @@ class ApiTokenAdmin(TenantScopedAdminMixin, admin.ModelAdmin):
     # out, and one clearing its end keeps working for good a token the owner meant to run
     # out. The admin still sees them listed, read-only: which tokens the workspace has out
     # is theirs to know, and to raise with the owner.
-    def _owners_token(self, request, obj) -> bool:
-        return obj is not None and obj.user_id in owners_off_limits(request.user, obj.tenant_id)
-
-    def has_change_permission(self, request, obj=None) -> bool:
-        return not self._owners_token(request, obj) and super().has_change_permission(request, obj)
-
-    def has_delete_permission(self, request, obj=None) -> bool:
-        return not self._owners_token(request, obj) and super().has_delete_permission(request, obj)
+    person_fields = ("user",)
 
     @admin.action(description="Revoke the selected tokens", permissions=["change"])
     def revoke(self, request, queryset):

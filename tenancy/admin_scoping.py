@@ -348,13 +348,14 @@ def _related_only(model: type[Model], entry: Any) -> Any:
 
 
 class OwnerRankedAdminMixin(TenantScopedAdminMixin):
-    """For a scoped ModelAdmin whose rows act for a person (`person_fields`: a sender's
-    user, a memory's, a beat's owner and recipient). A row for one of its tenant's owners
-    is, to a workspace admin who is not an owner there, read-only: listed (what the
-    workspace holds stays theirs to see and raise with the owner), never changed, deleted
-    or given to someone else; and the owners are not among the people its fields offer.
-    Changed by such an admin, it would let them write as the owner, or read what is meant
-    for the owner. The host and the tenant's owners keep every right."""
+    """For a scoped ModelAdmin whose rows act for a person (`person_fields`: a token's
+    user, a sender's, a memory's; a beat's owner and recipient). A row for one of its
+    tenant's owners is, to a workspace admin who is not an owner there, read-only: listed
+    (what the workspace holds stays theirs to see and raise with the owner), never
+    changed, deleted or given to someone else; and the owners are not among the people
+    its fields offer. Changed by such an admin, it would let them write as the owner, or
+    read what is meant for the owner. The host and the tenant's owners keep every right.
+    A list action of the page leaves the owners' rows alone (`owners_rows_apart`)."""
 
     person_fields: tuple[str, ...] = ()
 
