@@ -288,8 +288,9 @@ def history_response(request: HttpRequest, owner, *, archived: bool = False) -> 
     """A page of a chat (shared with the webchat): `?session=<id>&before_seq=<n>`, the page
     before that message (the newest without it), or `&after_seq=<n>`, the page after it (a
     message found by the search, read on from there); `more` says whether the page was full
-    (more may lie that way). With `archived`, `session` may also be one of the owner's
-    earlier conversations."""
+    (more may lie that way). A page counts the messages a page shows: the Qor's tool calls
+    and results, which it never shows, are left out. With `archived`, `session` may also
+    be one of the owner's earlier conversations."""
     session = chat_session(owner=owner)
     try:
         before = query_int(request, "before_seq", minimum=0)
@@ -303,12 +304,12 @@ def history_response(request: HttpRequest, owner, *, archived: bool = False) -> 
         earlier = chat_archived_get(owner=owner, session_id=wanted)
         if earlier is None:  # another person's, or none: the same answer
             return JsonResponse({"error": "no such conversation"}, status=404)
-        events = chat_events(session=earlier, after_seq=after, before_seq=before, limit=PAGE)
+        events = chat_events(session=earlier, after_seq=after, before_seq=before, limit=PAGE, without_working=True)
         return JsonResponse({"session_id": earlier.pk, "archived": True, "messages": events,
                              "more": len(events) == PAGE})
     if session is None or (wanted is not None and wanted != session.pk):
         return JsonResponse({"session_id": session.pk if session else None, "messages": []})
-    events = chat_events(session=session, after_seq=after, before_seq=before, limit=PAGE)
+    events = chat_events(session=session, after_seq=after, before_seq=before, limit=PAGE, without_working=True)
     return JsonResponse({"session_id": session.pk, "messages": events, "more": len(events) == PAGE})
 
 

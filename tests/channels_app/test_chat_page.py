@@ -105,3 +105,62 @@ def test_earlier_conversations_are_listed_and_readable_by_their_owner_only(clien
     assert client.get(f"{API}?session={bobs.pk}").status_code == 404  # bob's, in the same tenant
     client.force_login(world.charlie)
     assert client.get("/chat/api/acme/aria/conversations").status_code == 404
+
+
+def talk_with_tools(session, turns, *, channel="web"):
+    """`turns` questions each answered after a tool call and three results (never shown):
+    the conversation's visible messages, oldest first, as (seq, content)."""
+    from sessions_app.services import message_append
+
+    shown = []
+    for n in range(turns):
+        shown.append(message_append(session=session, role="user", content=f"q{n}", channel=channel,
+                                    notify=False).message)
+        call = {"id": f"c{n}", "type": "function", "function": {"name": "memory_search", "arguments": "{}"}}
+        message_append(session=session, role="assistant", content="", channel=channel, tool_calls=[call],
+                       notify=False)
+        for r in range(3):
+            message_append(session=session, role="tool", content=f"result {r}", channel=channel,
+                           tool_call_id=f"c{n}", notify=False)
+        shown.append(message_append(session=session, role="assistant", content=f"a{n}", channel=channel,
+                                    notify=False).message)
+    return [(m.seq, m.content) for m in shown]
+
+
+def read_back(client, url):
+    """Every page of `url`'s history, newest page first, as the page reads them: then
+    "Show earlier" from each page's oldest message while `more` says so."""
+    pages = [client.get(url).json()]
+    while pages[-1]["more"]:
+        pages.append(client.get(f"{url}&before_seq={pages[-1]['messages'][0]['seq']}").json())
+    return pages
+
+
+@pytest.mark.parametrize("which", ["current", "archived"])
+def test_a_page_of_history_holds_a_page_of_messages_the_qors_tool_work_takes_no_place(client, world, which):
+    """After turns that used tools, a page of the chat (or of an earlier conversation)
+    showed a handful of messages, "Show earlier" sometimes none: the tool calls and their
+    results, never shown, took the page's places."""
+    from channels_app.chat import PAGE
+    from sessions_app.services import session_resolve, session_rotate
+
+    session = session_resolve(tenant=world.tenant_a, qor=world.qor_a, channel="web", user=world.alice)
+    shown = talk_with_tools(session, 30)  # 60 messages shown among 180
+    if which == "archived":
+        session_rotate(session=session)
+    client.force_login(world.alice)
+
+    pages = read_back(client, f"{API}?session={session.pk}")
+    assert [len(p["messages"]) for p in pages] == [PAGE, 60 - PAGE]
+    assert [p["more"] for p in pages] == [True, False]
+    read = [(m["seq"], m["content"]) for p in reversed(pages) for m in p["messages"]]
+    assert read == shown  # nothing lost, nothing twice, none of the working
+
+    # The search's read-around: the page after a message found, and the one up to it.
+    found = shown[5][0]
+    after = client.get(f"{API}?session={session.pk}&after_seq={found}").json()
+    assert [(m["seq"], m["content"]) for m in after["messages"]] == shown[6:6 + PAGE] and after["more"] is True
+    rest = client.get(f"{API}?session={session.pk}&after_seq={after['messages'][-1]['seq']}").json()
+    assert [(m["seq"], m["content"]) for m in rest["messages"]] == shown[6 + PAGE:] and rest["more"] is False
+    upto = client.get(f"{API}?session={session.pk}&before_seq={found + 1}").json()
+    assert [(m["seq"], m["content"]) for m in upto["messages"]] == shown[:6] and upto["more"] is False

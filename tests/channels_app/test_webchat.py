@@ -246,3 +246,18 @@ def test_an_anonymous_token_expires_unless_used_and_each_use_renews_it(client, w
     assert signing.loads(renewed[len("anon."):], salt=salt) == data  # the same visitor, a fresh stamp
     assert send(client, "and again", renewed).status_code == 201
     drain()
+
+
+def test_a_page_of_the_embeds_history_holds_a_page_of_messages_not_the_qors_tool_work(client, world, webchat):
+    """The embed read the same pages as the chat page: after turns that used tools, a page
+    showed a handful of messages, the tool calls and their results in their places."""
+    from channels_app.chat import PAGE
+
+    from .test_chat_page import read_back, talk_with_tools
+
+    session = session_resolve(tenant=world.tenant_a, qor=world.qor_a, channel="web", user=world.alice)
+    shown = talk_with_tools(session, 30, channel="webchat")
+    client.defaults["HTTP_X_QORVEN_VISITOR"] = token_for("alice")
+    pages = read_back(client, f"{URL}?session={session.pk}")
+    assert [len(p["messages"]) for p in pages] == [PAGE, 60 - PAGE]
+    assert [(m["seq"], m["content"]) for p in reversed(pages) for m in p["messages"]] == shown
