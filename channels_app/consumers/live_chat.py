@@ -260,8 +260,10 @@ class LiveChatConsumer(SignInFollowingConsumer):
         reset = after_seq is None or after_seq > session.last_seq or behind > CATCH_UP_MAX
         await self.send_json({"type": "session", "session_id": session.pk, "reset": reset})
         if reset:
-            # The newest page; the client scrolls back for older ones.
-            events = await database_sync_to_async(chat_events)(session=session, limit=PAGE)
+            # The newest page of what it shows (the Qor's working takes no place: the
+            # catch-up after it brings that of a turn still under way); the client scrolls
+            # back for older ones.
+            events = await database_sync_to_async(chat_events)(session=session, limit=PAGE, without_working=True)
             self.cursor.watch(session.pk, sent_seq=events[0]["seq"] - 1 if events else session.last_seq)
             await self._send(self.cursor.rows(events))
         else:

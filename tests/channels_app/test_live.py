@@ -213,6 +213,33 @@ def test_tool_calls_and_results_are_hidden_but_counted(world):
     async_to_sync(scenario)()
 
 
+def test_a_fresh_client_opens_on_a_page_of_messages_the_qors_tool_work_takes_no_place(world):
+    """After turns that used tools, the page opened on a handful of messages: the tool calls
+    and their results, never shown, took the first page's places. The working of a turn
+    still under way comes after it, so the page knows how far the chat has got."""
+    from channels_app.chat import PAGE
+
+    from .test_chat_page import talk_with_tools
+
+    session = canonical(world)
+    shown = talk_with_tools(session, 30)
+    append(session, "and now?", notify=False)
+    append(session, "", role="assistant", notify=False, tool_calls=[
+        {"id": "c9", "type": "function", "function": {"name": "current_time", "arguments": "{}"}}])
+    last = append(session, "12:00 UTC", role="tool", tool_call_id="c9", notify=False).seq
+    cookie = session_cookie(world.alice)
+
+    async def scenario():
+        comm = communicator(ALICE_CHAT, cookie=cookie)
+        assert (await comm.connect())[0]
+        new = new_messages(await receive_until(comm, lambda e: e.get("seq") == last))
+        assert [(m["seq"], m["content"]) for m in new if not m["hidden"]] == [*shown, (last - 2, "and now?")][-PAGE:]
+        assert [m["seq"] for m in new if m["hidden"]] == [last - 1, last]
+        await comm.disconnect()
+
+    async_to_sync(scenario)()
+
+
 def test_a_reply_still_streaming_on_reconnect_arrives_whole_then_continues(world):
     session = canonical(world)
     append(session, "tell me a story")
