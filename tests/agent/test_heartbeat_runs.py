@@ -83,6 +83,34 @@ def test_recent_messages_and_due_reminders_reach_the_model(world, pills, model_s
     assert "Call mum" in system
 
 
+def test_the_recent_conversation_is_what_was_said_not_the_qors_tool_work(world, pills, model_server):
+    """A turn that used tools leaves its calls and their results among the messages; the
+    run's recent conversation is the newest things said all the same, however many there
+    were, and no empty line stands for a call."""
+    from qorven.agent.heartbeat_runs.subagent import RECENT_MESSAGES
+
+    chat = session_resolve(tenant=world.tenant_a, qor=world.qor_a, channel="telegram", user=world.alice)
+    message_append(session=chat, role="user", content="I took my pills at eight", channel="telegram",
+                   sender_name="Alice")
+    message_append(session=chat, role="assistant", content="Noted, well done.", channel="telegram")
+    message_append(session=chat, role="user", content="what's on today?", channel="telegram", sender_name="Alice")
+    for n in range(RECENT_MESSAGES):
+        call = [{"id": f"c{n}", "type": "function", "function": {"name": "memory_search", "arguments": "{}"}}]
+        message_append(session=chat, role="assistant", content="", channel="telegram", tool_calls=call)
+        message_append(session=chat, role="tool", content=f"result {n}", channel="telegram", tool_call_id=f"c{n}")
+    message_append(session=chat, role="assistant", content="Nothing booked today.", channel="telegram")
+    model_server.add(reply("HEARTBEAT_OK"))
+    run(pills)
+    system = model_server.requests[0]["messages"][0]["content"]
+    recent = system.split("## Recent conversation with", 1)[1].split("\n", 1)[1]
+    assert recent.splitlines() == [
+        "[telegram] Alice: I took my pills at eight",
+        "[telegram] you: Noted, well done.",
+        "[telegram] Alice: what's on today?",
+        "[telegram] you: Nothing booked today.",
+    ]
+
+
 def test_a_recent_message_cannot_start_a_section_or_a_line_of_the_runs_instructions(world, pills, model_server):
     """The recent conversation sits in the run's system prompt: a message's line breaks
     began a section that read as ours ("## Heartbeat"), a name's began another's line, and
