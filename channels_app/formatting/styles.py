@@ -154,6 +154,18 @@ def literal_markers(text: str) -> str:
 _TICK_IN_CODE = str.maketrans({"`": "ˋ"})
 
 
+# A code block on Slack and WhatsApp (and Discord) ends at the next three backticks, wherever
+# they are: no longer fence is read and nothing escapes them. Three in a block's code — a
+# Markdown example's own fence — get a zero-width space after every second backtick of the
+# run, so the code shows whole and as written.
+_THIRD_TICK = re.compile(r"``(?=`)")
+
+
+def fence_proof(code: str) -> str:
+    """`code` with no three backticks together, as it reads."""
+    return _THIRD_TICK.sub("``" + _ZERO_WIDTH, code)
+
+
 def _slack_escaped(text: str) -> str:
     """Slack's three escapes (api.slack.com/reference/surfaces/formatting#escaping): so what
     the model wrote pings nobody (<!channel>) and links nothing."""
@@ -186,7 +198,7 @@ class SlackMrkdwn(_SingleMarkers):
         return f"`{_slack_escaped(code.translate(_TICK_IN_CODE))}`"  # nothing formats in code
 
     def pre(self, code: str, language: str) -> str:
-        return f"```\n{_slack_escaped(code)}\n```"
+        return f"```\n{_slack_escaped(fence_proof(code))}\n```"
 
     def link(self, inner: str, href: str, label: str) -> str:
         if not linkable(href, label):
@@ -221,7 +233,11 @@ class WhatsApp(_SingleMarkers):
         return f"`{code.translate(_TICK_IN_CODE)}`"
 
     def pre(self, code: str, language: str) -> str:
-        return f"```{code}```"
+        # Its fences are on the code's lines: a backtick at either end would run into one.
+        code = fence_proof(code)
+        opening = _ZERO_WIDTH if code.startswith("`") else ""
+        closing = _ZERO_WIDTH if code.endswith("`") else ""
+        return f"```{opening}{code}{closing}```"
 
 
 WHATSAPP = WhatsApp()

@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from channels_app.adapters import adapter_for
 from channels_app.formatting import TELEGRAM_HTML, reply_parts
 
-from ..fakes.chat_markers import formatted, shown
+from ..fakes.chat_markers import code_blocks, formatted, shown
 from ..fakes.telegram_html import formatted_chars, visible_text
 
 # What Markdown and the platforms read as formatting, and letters between.
@@ -142,6 +142,22 @@ def test_a_code_block_split_over_parts_keeps_every_line_once_in_a_code_block_of_
     assert all(p.startswith('<pre><code class="language-js">') and p.endswith("</code></pre>") for p in blocks)
     lines = [line for p in blocks for line in visible_text(p).splitlines()]
     assert lines == code
+
+
+@pytest.mark.parametrize("kind", ["slack", "whatsapp"])
+def test_a_code_block_holding_three_backticks_split_over_parts_shows_whole_in_each(kind):
+    """A Markdown example fenced with four backticks, longer than a part: each part shows one
+    code block (its three backticks ended none) and together they show the example's lines."""
+    adapter = adapter_for(kind)
+    code = [line for n in range(12) for line in ("```python", f"print({n})  # step {n}", "```", "")]
+    text = "````markdown\n" + "\n".join(code) + "\n````"
+    parts = reply_parts(text, style=adapter.style, limit=200, size=adapter.length, markdown=True)
+    assert len(parts) >= 3
+    read = [code_blocks(part) for part in parts]
+    assert all(len(blocks) == 1 and not outside.strip() for blocks, outside in read), parts
+    lines = [line for blocks, _ in read for line in blocks[0].split("\n")]
+    assert [line for line in lines if line] == [line for line in code if line]
+    assert all(adapter.length(part) <= 200 for part in parts)
 
 
 @pytest.mark.parametrize("kind", ["telegram", "slack", "whatsapp", "discord"])

@@ -10,7 +10,7 @@ from channels_app.models import OutboundDelivery
 from sessions_app.models import Message
 
 from ..factories.heartbeats_app import beat
-from ..fakes.chat_markers import formatted, shown
+from ..fakes.chat_markers import code_blocks, formatted, shown
 from ..fakes.model_server import reply
 from ..fakes.telegram_html import visible_text
 from .conftest import answered_on_telegram, pair, replies_waiting
@@ -162,6 +162,43 @@ def test_a_whatsapp_reply_in_markdown_is_sent_in_whatsapps_formatting(client, wo
         "> quoted\n\n"
         "```if a < b and c > d:\n    pass```"
     )
+
+
+# A Markdown example in a reply: its code block holds lines of three backticks, fenced with four.
+FENCED_EXAMPLE = """Fence code like this:
+
+````markdown
+```python
+print("hi")
+```
+````
+
+Done."""
+EXAMPLE_CODE = '```python\nprint("hi")\n```'
+
+
+def test_a_code_block_holding_three_backticks_shows_whole_on_slack(client, world, slack, platform, model_server,  # noqa: F811
+                                                                   drain):
+    pair(world, "slack", "U0PRIYA", world.alice)
+    model_server.add(reply(FENCED_EXAMPLE))
+    post_slack(client, slack_event("fences?"))
+    drain()
+    (sent,) = platform.sent("chat.postMessage")
+    blocks, outside = code_blocks(sent.json["text"])
+    assert blocks == [EXAMPLE_CODE]
+    assert outside == "Fence code like this:\n\n\n\nDone."
+
+
+def test_a_code_block_holding_three_backticks_shows_whole_on_whatsapp(client, world, whatsapp, platform, model_server,
+                                                                      drain):
+    pair(world, "whatsapp", "15550100", world.alice)
+    model_server.add(reply(FENCED_EXAMPLE))
+    assert post_whatsapp(client, whatsapp_body("fences?")).status_code == 200
+    drain()
+    (sent,) = platform.sent(r"/whatsapp/v21.0/1055/messages")
+    blocks, outside = code_blocks(sent.json["text"]["body"])
+    assert blocks == [EXAMPLE_CODE]
+    assert outside == "Fence code like this:\n\n\n\nDone."
 
 
 def test_a_discord_reply_keeps_its_markdown_which_discord_renders(world, platform, model_server, drain, discord):  # noqa: F811

@@ -8,6 +8,8 @@ characters on its two sides as a letter would.
 """
 from __future__ import annotations
 
+import re
+
 MARKERS = "*_~`"
 ZERO_WIDTH = "\u200b"
 
@@ -39,3 +41,31 @@ def formatted(text: str) -> list[str]:
 def shown(text: str) -> str:
     """What a person reads of `text`: zero-width spaces are not seen."""
     return text.replace(ZERO_WIDTH, "")
+
+
+FENCE = "```"
+_LANGUAGE = re.compile(r"^[a-z0-9_+\-.#]+?\n", re.IGNORECASE)
+
+
+def code_blocks(text: str, *, languages: bool = False) -> tuple[list[str], str]:
+    """The code blocks Slack, WhatsApp or Discord shows in `text`, as a person reads them,
+    and what is shown outside them: a block opens at three backticks and ends at the next
+    three, wherever they are: none of them reads a longer fence (Discord's client matches
+    up to the first three backticks after the opening ones), and none has an escape. A
+    zero-width space between two backticks keeps them from being three. `languages`: a first line that names one is the
+    block's language, not its text (Discord's; Slack and WhatsApp show it as code)."""
+    blocks, outside = [], []
+    rest = text
+    while FENCE in rest:
+        before, _, after = rest.partition(FENCE)
+        outside.append(before)
+        if FENCE not in after:
+            outside.append(FENCE + after)  # never closed: shown as written
+            rest = ""
+            break
+        code, _, rest = after.partition(FENCE)
+        if languages:
+            code = _LANGUAGE.sub("", code, count=1)
+        blocks.append(shown(code).strip("\n"))
+    outside.append(rest)
+    return blocks, shown("".join(outside))
