@@ -17,6 +17,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 from django.conf import settings
 from django.http import HttpRequest, JsonResponse
 
+from ..formatting import DISCORD_MARKDOWN
 from ..inbound import InboundImage, InboundMedia, InboundMessage
 from ..json_body import json_body
 from ..models import ChannelBinding
@@ -58,6 +59,7 @@ STAMP_WINDOW = 300  # seconds a signed interaction stays acceptable, as Slack's
 class DiscordAdapter(Adapter):
     kind = "discord"
     limit = 2000
+    style = DISCORD_MARKDOWN
     groups = True
     credentials = {
         "application_id": "the application id",

@@ -6,6 +6,6 @@ from __future__ import annotations
 
 from .parts import reply_parts
 from .render import Style
-from .styles import AS_WRITTEN, PLAIN, SLACK_MRKDWN, TELEGRAM_HTML, WHATSAPP
+from .styles import AS_WRITTEN, DISCORD_MARKDOWN, PLAIN, SLACK_MRKDWN, TELEGRAM_HTML, WHATSAPP
 
-__all__ = ["AS_WRITTEN", "PLAIN", "SLACK_MRKDWN", "Style", "TELEGRAM_HTML", "WHATSAPP", "reply_parts"]
+__all__ = ["AS_WRITTEN", "DISCORD_MARKDOWN", "PLAIN", "SLACK_MRKDWN", "Style", "TELEGRAM_HTML", "WHATSAPP", "reply_parts"]

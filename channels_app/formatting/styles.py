@@ -1,6 +1,6 @@
 """How each platform is written to (channels_app.formatting.render.Style): Telegram's HTML
 parse mode, Slack's mrkdwn, WhatsApp's formatting, plain text (SMS), and Markdown as
-written (Discord renders it; an e-mail reads well in it)."""
+written (an e-mail reads well in it; Discord renders it, its code blocks fenced its way)."""
 from __future__ import annotations
 
 import html
@@ -154,7 +154,7 @@ def literal_markers(text: str) -> str:
 _TICK_IN_CODE = str.maketrans({"`": "ˋ"})
 
 
-# A code block on Slack and WhatsApp (and Discord) ends at the next three backticks, wherever
+# A code block on Slack, WhatsApp and Discord ends at the next three backticks, wherever
 # they are: no longer fence is read and nothing escapes them. Three in a block's code — a
 # Markdown example's own fence — get a zero-width space after every second backtick of the
 # run, so the code shows whole and as written.
@@ -214,6 +214,38 @@ class SlackMrkdwn(_SingleMarkers):
 
 
 SLACK_MRKDWN = SlackMrkdwn()
+
+# A code block's closing fence line: what a quote or a list item puts before it, then the run.
+_CLOSING_FENCE = re.compile(r"[ \t>]*(`{3,}|~{3,})[ \t]*")
+
+
+class DiscordMarkdown(AsWritten):
+    """Discord renders the model's Markdown, but its client reads a code block only between
+    three backticks, ended by the next three wherever they are: no longer fence, no ~~~.
+    A code block fenced otherwise, or holding three backticks, is written with ``` and its
+    code `fence_proof`; the rest goes as written."""
+
+    def markdown(self, markdown: str, env: dict[str, Any] | None = None) -> str:
+        return Style.markdown(self, markdown, env)
+
+    def parsed(self, markdown: str, tokens: list[Token]) -> str:
+        fences = [(t.markup, t.map) for t in tokens if t.type == "fence" and t.map and (t.markup != "```" or "```" in t.content)]
+        if not fences:
+            return markdown
+        lines = markdown.split("\n")
+        for markup, (first, end) in fences:
+            opening = lines[first]
+            at = opening.index(markup)
+            lines[first] = opening[:at] + "```" + opening[at + len(markup):]
+            last = _CLOSING_FENCE.fullmatch(lines[end - 1]) if end - 1 > first else None
+            if last and last.group(1)[0] == markup[0] and len(last.group(1)) >= len(markup):
+                lines[end - 1] = lines[end - 1][:last.start(1)] + "```" + lines[end - 1][last.end(1):]
+                end -= 1
+            lines[first + 1:end] = [fence_proof(line) for line in lines[first + 1:end]]
+        return "\n".join(lines)
+
+
+DISCORD_MARKDOWN = DiscordMarkdown()
 
 
 class WhatsApp(_SingleMarkers):

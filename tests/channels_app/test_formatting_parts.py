@@ -144,7 +144,7 @@ def test_a_code_block_split_over_parts_keeps_every_line_once_in_a_code_block_of_
     assert lines == code
 
 
-@pytest.mark.parametrize("kind", ["slack", "whatsapp"])
+@pytest.mark.parametrize("kind", ["slack", "whatsapp", "discord"])
 def test_a_code_block_holding_three_backticks_split_over_parts_shows_whole_in_each(kind):
     """A Markdown example fenced with four backticks, longer than a part: each part shows one
     code block (its three backticks ended none) and together they show the example's lines."""
@@ -153,7 +153,7 @@ def test_a_code_block_holding_three_backticks_split_over_parts_shows_whole_in_ea
     text = "````markdown\n" + "\n".join(code) + "\n````"
     parts = reply_parts(text, style=adapter.style, limit=200, size=adapter.length, markdown=True)
     assert len(parts) >= 3
-    read = [code_blocks(part) for part in parts]
+    read = [code_blocks(part, languages=kind == "discord") for part in parts]
     assert all(len(blocks) == 1 and not outside.strip() for blocks, outside in read), parts
     lines = [line for blocks, _ in read for line in blocks[0].split("\n")]
     assert [line for line in lines if line] == [line for line in code if line]
@@ -325,7 +325,9 @@ def test_a_reply_cut_over_discord_parts_is_markdown_that_reads_as_the_whole_did(
     discord = adapter_for("discord")
     parts = reply_parts(text, style=discord.style, limit=limit, size=discord.length, markdown=True)
     assert all(discord.length(part) <= limit for part in parts)
-    assert _read([TELEGRAM_HTML.markdown(part) for part in parts]) == _whole(text)
+    # Backticks in code keep a zero-width space between (styles.fence_proof), which nobody sees.
+    read = [(char, form) for char, form in _read([TELEGRAM_HTML.markdown(part) for part in parts]) if char != "\u200b"]
+    assert read == _whole(text)
 
 
 # Words apart (a word longer than a part is cut where no space is), tables among them.
@@ -620,15 +622,23 @@ QUOTED_FOUR_TICKS = "> ````markdown\n" + "".join(f"> {line}\n" for line in _SNIP
 
 @pytest.mark.parametrize("text", [FOUR_TICKS, QUOTED_FOUR_TICKS])
 def test_a_code_block_fenced_with_four_backticks_holding_three_cut_over_discord_parts_is_one_block_in_each(text):
+    """Discord's client reads no longer fence (chat_markers.code_blocks): each part shows one
+    block, which its ``` lines do not end, its quote's markers read first."""
     discord = adapter_for("discord")
     parts = reply_parts(text, style=discord.style, limit=200, size=discord.length, markdown=True)
-    md = __import__("markdown_it").MarkdownIt("commonmark")
-    fences = [[t for t in md.parse(part) if t.type == "fence"] for part in parts]
-    assert sum(1 for found in fences if found) >= 3
-    assert all(len(found) <= 1 for found in fences), parts  # its ``` lines did not close it
-    assert all(t.markup == "````" and t.info == "markdown" for found in fences for t in found)
-    assert "".join(t.content for found in fences for t in found).splitlines() == _SNIPPETS
+    unquoted = ["\n".join(line.removeprefix(">").removeprefix(" ") for line in part.split("\n")) for part in parts]
+    read = [code_blocks(part, languages=True) for part in unquoted]
+    assert sum(1 for blocks, _ in read if blocks) >= 3
+    assert all(len(blocks) <= 1 and "`" not in outside for blocks, outside in read), parts
+    assert [line for blocks, _ in read for block in blocks for line in block.split("\n")] == _SNIPPETS
     assert all(discord.length(part) <= 200 for part in parts)
+
+
+def test_a_code_block_fenced_with_tildes_is_sent_to_discord_with_backticks_which_it_reads():
+    discord = adapter_for("discord")
+    (part,) = reply_parts("Run:\n\n~~~sh\nls ~\n~~~", style=discord.style, limit=2000, size=discord.length,
+                          markdown=True)
+    assert code_blocks(part, languages=True) == (["ls ~"], "Run:\n\n")
 
 
 QUOTED_WIDE_ROWS = "\n".join(f"> {line}" for line in WIDE_ROWS.split("\n")) + "\n\nAfter."

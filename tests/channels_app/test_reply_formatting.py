@@ -213,6 +213,23 @@ def test_a_discord_reply_keeps_its_markdown_which_discord_renders(world, platfor
     assert sent.json["content"] == ANSWER
 
 
+def test_a_code_block_holding_three_backticks_shows_whole_on_discord(world, platform, model_server, drain,
+                                                                     discord):  # noqa: F811
+    """Discord's client reads no longer fence: its code block ends at the next three backticks."""
+    from channels_app.adapters import adapter_for
+    from channels_app.receive import inbound_receive
+
+    pair(world, "discord", "80351110224678912", world.alice)
+    model_server.add(reply(FENCED_EXAMPLE))
+    inbound_receive(binding=discord, message=adapter_for("discord").from_gateway(discord, DM_CREATE, "9001"))
+    drain()
+    (sent,) = platform.sent("/messages")
+    blocks, outside = code_blocks(sent.json["content"], languages=True)
+    assert blocks == [EXAMPLE_CODE]
+    assert outside == "Fence code like this:\n\n\n\nDone."
+    assert Message.objects.get(role="assistant").content == FENCED_EXAMPLE
+
+
 def test_an_sms_reply_reads_as_plain_text(client, world, sms, platform, model_server, drain):
     pair(world, "sms", "+15557654321", world.alice)
     model_server.add(reply("**Booked** for *Friday*: [the menu](https://osteria.example/menu)\n\n- wine\n- `bread`"))
