@@ -240,9 +240,10 @@ def chat_events(*, session: Session, after_seq: int | None = None, before_seq: i
                 limit: int = PAGE, without_working: bool = False) -> list[dict]:
     """Messages as live events, oldest first: after `after_seq` (catch-up), or the newest
     page (before `before_seq` when scrolling back); `without_working`: not the Qor's tool
-    calls and results, so `limit` counts messages a surface shows."""
+    calls and results nor the answers written again (regenerate), so `limit` counts
+    messages a surface shows."""
     messages = messages_read(session=session, after_seq=after_seq, before_seq=before_seq, limit=limit,
-                             without_working=without_working)
+                             without_working=without_working, without_replaced=without_working)
     return with_deliveries(messages, [message_event(m) for m in messages])
 
 

@@ -8,7 +8,7 @@ from typing import Any
 from django.db import connection
 
 from .models import Message, Session
-from .selectors import MessageRow, message_rows_read
+from .selectors import MessageRow, message_rows_read, metadata_has_key
 
 
 def context_read(
@@ -53,7 +53,7 @@ def _context_where(session: Session, floor_seq: int, answering_seq: int) -> tupl
              "(answer_state IS NULL OR answer_state <> 'failed')"]
     params: list[Any] = [session.pk, floor_seq, answering_seq]
     for key in ("notice", "command", "superseded"):
-        sql, param = _metadata_has_key(key)
+        sql, param = metadata_has_key(key)
         where.append(f"NOT {sql}")
         params.append(param)
     return where, params
@@ -67,19 +67,11 @@ def context_left_out(*, session: Session, floor_seq: int, answering_seq: int, li
     (a message after `answering_seq` the read also saw is returned again)."""
     where = ["session_id = %s", "seq > %s"]
     params: list[Any] = [session.pk, floor_seq]
-    superseded, param = _metadata_has_key("superseded")
+    superseded, param = metadata_has_key("superseded")
     where.append(f"(seq > %s OR answer_state = 'failed' OR {superseded})")
     params += [answering_seq, param]
     for key in ("notice", "command"):
-        sql, param = _metadata_has_key(key)
+        sql, param = metadata_has_key(key)
         where.append(f"NOT {sql}")
         params.append(param)
     return message_rows_read(f"WHERE {' AND '.join(where)} ORDER BY seq LIMIT %s", [*params, limit], session.pk)
-
-
-def _metadata_has_key(key: str) -> tuple[str, str]:
-    """SQL (and its parameter) true when the message's metadata has `key`, as the ORM's
-    `metadata__has_key` writes it on this database."""
-    if connection.vendor == "postgresql":
-        return "(metadata ? %s)", key
-    return "(JSON_TYPE(metadata, %s) IS NOT NULL)", f'$."{key}"'

@@ -105,13 +105,16 @@ def messages_read(
     before_seq: int | None = None,
     limit: int = 50,
     without_working: bool = False,
+    without_replaced: bool = False,
 ) -> list[MessageRow]:
     """A surface's slice of a session, oldest first.
 
     With `after_seq`: the first `limit` messages after it (catch-up). Otherwise the newest
     `limit` messages (before `before_seq` when given, for scrolling back). With `channel`,
     only that channel's messages. `without_working`: not the Qor's tool calls and tool
-    results (filtered in the query, so `limit` counts what is returned). Each form is one
+    results; `without_replaced`: not the answers the person had written again
+    (regenerate: kept, marked superseded). Both are filtered in the query, so `limit`
+    counts what is returned. Each form is one
     range scan of a (session[, channel], seq) index, so its cost does not depend on how
     long the session is.
     """
@@ -120,6 +123,10 @@ def messages_read(
     where, params = ["session_id = %s"], [session.pk]  # type: list[str], list[Any]
     if without_working:
         where.append("role <> 'tool' AND tool_calls IS NULL")
+    if without_replaced:
+        sql, key = metadata_has_key("superseded")
+        where.append(f"NOT {sql}")
+        params.append(key)
     if channel:
         where.append("channel = %s")
         params.append(channel)
@@ -134,6 +141,14 @@ def messages_read(
     if after_seq is None:
         rows.reverse()
     return rows
+
+
+def metadata_has_key(key: str) -> tuple[str, str]:
+    """SQL (and its parameter) true when the message's metadata has `key`, as the ORM's
+    `metadata__has_key` writes it on this database."""
+    if connection.vendor == "postgresql":
+        return "(metadata ? %s)", key
+    return "(JSON_TYPE(metadata, %s) IS NOT NULL)", f'$."{key}"'
 
 
 _ROW_FIELDS: list[Field] = [cast(Field, Message._meta.get_field(name)) for name in (

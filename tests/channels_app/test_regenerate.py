@@ -90,3 +90,76 @@ def test_another_persons_chat_cannot_be_regenerated(client, world, model_server,
     client.force_login(world.charlie)  # another tenant's chat: not found
     assert post(client, AGAIN, {"reply_to": 1}).status_code == 404
     assert not Message.objects.filter(metadata__has_key="superseded").exists()
+
+
+def regenerated(session, times, *, channel="web", question="what time is it?"):
+    """A question whose answer was written again `times` times: each replaced answer stays
+    stored, marked superseded, as regenerate leaves it. The stored (seq, content) of the
+    question and of the answer that stands."""
+    from sessions_app.services import message_append
+
+    asked = message_append(session=session, role="user", content=question, channel=channel, notify=False).message
+    for n in range(times):
+        message_append(session=session, role="assistant", content=f"replaced {n}", channel=channel, notify=False,
+                       metadata={"reply_to": asked.seq, "superseded": True})
+    answer = message_append(session=session, role="assistant", content="It is 12:00.", channel=channel,
+                            notify=False, metadata={"reply_to": asked.seq}).message
+    return [(asked.seq, asked.content), (answer.seq, answer.content)]
+
+
+def test_a_page_of_history_holds_a_page_of_messages_replaced_answers_take_no_place(client, world):
+    """After answers written again many times, the chat opened on a few messages and "Show
+    earlier" brought few or none: the replaced answers, never shown, took the page's places."""
+    from channels_app.chat import PAGE
+    from sessions_app.services import session_resolve
+
+    from .test_chat_page import read_back
+
+    session = session_resolve(tenant=world.tenant_a, qor=world.qor_a, channel="web", user=world.alice)
+    shown = []
+    for n in range(30):
+        shown += regenerated(session, 3, question=f"q{n}")  # 60 messages shown among 150
+    client.force_login(world.alice)
+    pages = read_back(client, f"{SEND}?session={session.pk}")
+    assert [len(p["messages"]) for p in pages] == [PAGE, 60 - PAGE]
+    assert [(m["seq"], m["content"]) for p in reversed(pages) for m in p["messages"]] == shown
+
+
+def test_terminal_history_counts_the_messages_it_prints_not_replaced_answers(world):
+    from sessions_app.services import session_resolve
+
+    from .test_terminal import following
+
+    session = session_resolve(tenant=world.tenant_a, qor=world.qor_a, channel="tui", user=world.alice)
+    regenerated(session, 1, channel="tui", question="first")
+    regenerated(session, 5, channel="tui", question="second")
+    with following(world, history=3) as (_, seen):
+        pass
+    assert [e["content"] for e in seen if e["type"] == "message.new"] == ["It is 12:00.", "second", "It is 12:00."]
+
+
+def test_a_fresh_chat_page_opens_on_a_page_of_messages_replaced_answers_take_no_place(world):
+    """The socket's first page counted the replaced answers, never shown: after many
+    regenerations the chat opened on a few messages."""
+    from asgiref.sync import async_to_sync
+
+    from channels_app.chat import PAGE
+    from sessions_app.services import session_resolve
+
+    from .live_helpers import communicator, receive_until, session_cookie
+
+    session = session_resolve(tenant=world.tenant_a, qor=world.qor_a, channel="web", user=world.alice)
+    shown = []
+    for n in range(30):
+        shown += regenerated(session, 3, question=f"q{n}")
+    cookie = session_cookie(world.alice)
+
+    async def scenario():
+        comm = communicator("/ws/chat/acme/aria/", cookie=cookie)
+        assert (await comm.connect())[0]
+        events = await receive_until(comm, lambda e: e.get("seq") == shown[-1][0])
+        new = [e for e in events if e["type"] == "message.new"]
+        assert [(m["seq"], m["content"]) for m in new] == shown[-PAGE:]
+        await comm.disconnect()
+
+    async_to_sync(scenario)()
