@@ -131,9 +131,11 @@ def _timeline(request: HttpRequest, qor) -> JsonResponse:
         raise BadRequest(f"surface takes: {', '.join(sorted(POSTABLE_CHANNELS))}")
     session = surface_session(tenant=request.tenant, qor=qor, user=request.user,  # type: ignore[attr-defined]
                               surface=surface)
+    # Never an answer the person had written again (regenerate): a message here has
+    # nothing to say it was replaced.
     messages = (
         messages_read(session=session, channel=channel, after_seq=after_seq, before_seq=before_seq, limit=limit,
-                      without_working="tools" not in include)
+                      without_working="tools" not in include, without_replaced=True)
         if session is not None
         else []
     )

@@ -138,6 +138,22 @@ def test_terminal_history_counts_the_messages_it_prints_not_replaced_answers(wor
     assert [e["content"] for e in seen if e["type"] == "message.new"] == ["It is 12:00.", "second", "It is 12:00."]
 
 
+def test_the_api_timeline_leaves_out_replaced_answers(client, world):
+    """The API's timeline gave every replaced answer as if the Qor had said it (nothing in
+    a message says it was replaced), and the replaced answers took places of its limit."""
+    from sessions_app.services import session_resolve
+    from tenancy.services import api_token_create
+
+    token = api_token_create(tenant=world.tenant_a, user=world.alice)[1]
+    session = session_resolve(tenant=world.tenant_a, qor=world.qor_a, channel="web", user=world.alice)
+    shown = regenerated(session, 1, question="first") + regenerated(session, 3, question="second")
+    for query in ({}, {"include": "tools"}):
+        got = client.get("/v1/qors/aria/messages", query, HTTP_AUTHORIZATION=f"Bearer {token}").json()["messages"]
+        assert [(m["seq"], m["content"]) for m in got] == shown
+    got = client.get("/v1/qors/aria/messages", {"limit": 2}, HTTP_AUTHORIZATION=f"Bearer {token}").json()["messages"]
+    assert [(m["seq"], m["content"]) for m in got] == shown[-2:]
+
+
 def test_a_fresh_chat_page_opens_on_a_page_of_messages_replaced_answers_take_no_place(world):
     """The socket's first page counted the replaced answers, never shown: after many
     regenerations the chat opened on a few messages."""
