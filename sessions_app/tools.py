@@ -52,13 +52,14 @@ def get_history(ctx: ToolContext, args: dict) -> dict:
         raise ToolError("this conversation no longer exists") from None
     if query:
         return _searched(session, query, channel or "", min(limit, SEARCH_HITS))
-    messages = messages_read(session=session, channel=channel, limit=limit, without_working=True)
+    messages = messages_read(session=session, channel=channel, limit=limit, without_working=True,
+                             without_replaced=True)
     return {
         "messages": [
             {"seq": m.seq, "role": m.role, "sender": m.sender_name, "content": m.content,
              "created_at": m.created_at.isoformat()}
             for m in messages
-            if m.role in ("user", "assistant") and m.content and not (m.metadata or {}).get("superseded")
+            if m.role in ("user", "assistant") and m.content
         ]
     }
 

@@ -154,6 +154,21 @@ def test_the_api_timeline_leaves_out_replaced_answers(client, world):
     assert [(m["seq"], m["content"]) for m in got] == shown[-2:]
 
 
+def test_the_models_history_tool_counts_what_was_said_not_replaced_answers(world):
+    """get_history's limit counted replaced answers before leaving them out, so the model
+    asking for the last messages got fewer, or none."""
+    from sessions_app.services import session_resolve
+    from sessions_app.tools import get_history
+    from tenancy.tool_registry import ToolContext
+
+    session = session_resolve(tenant=world.tenant_a, qor=world.qor_a, channel="web", user=world.alice)
+    shown = regenerated(session, 1, question="first") + regenerated(session, 5, question="second")
+    ctx = ToolContext(tenant=world.tenant_a, qor=world.qor_a, user=world.alice, session_id=session.pk, channel="web",
+                      trust="owner")
+    got = get_history(ctx, {"channel": "web", "limit": 3})
+    assert [(m["seq"], m["content"]) for m in got["messages"]] == shown[-3:]
+
+
 def test_a_fresh_chat_page_opens_on_a_page_of_messages_replaced_answers_take_no_place(world):
     """The socket's first page counted the replaced answers, never shown: after many
     regenerations the chat opened on a few messages."""
