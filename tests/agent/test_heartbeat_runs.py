@@ -111,6 +111,34 @@ def test_the_recent_conversation_is_what_was_said_not_the_qors_tool_work(world, 
     ]
 
 
+def test_the_recent_conversation_leaves_out_answers_written_again(world, pills, model_server):
+    """An answer the person had written again (regenerate) came into the run's recent
+    conversation as something the Qor said, and the replaced answers took the places of
+    what was said before them."""
+    from qorven.agent.heartbeat_runs.subagent import RECENT_MESSAGES
+
+    chat = session_resolve(tenant=world.tenant_a, qor=world.qor_a, channel="telegram", user=world.alice)
+    message_append(session=chat, role="user", content="I took my pills at eight", channel="telegram",
+                   sender_name="Alice")
+    asked = message_append(session=chat, role="user", content="what's on today?", channel="telegram",
+                           sender_name="Alice").message
+    for n in range(RECENT_MESSAGES):
+        message_append(session=chat, role="assistant", content=f"A dentist at {n}.", channel="telegram",
+                       metadata={"reply_to": asked.seq, "superseded": True})
+    message_append(session=chat, role="assistant", content="Nothing booked today.", channel="telegram",
+                   metadata={"reply_to": asked.seq})
+    model_server.add(reply("HEARTBEAT_OK"))
+    run(pills)
+    system = model_server.requests[0]["messages"][0]["content"]
+    recent = system.split("## Recent conversation with", 1)[1].split("\n", 1)[1]
+    assert "dentist" not in system
+    assert recent.splitlines() == [
+        "[telegram] Alice: I took my pills at eight",
+        "[telegram] Alice: what's on today?",
+        "[telegram] you: Nothing booked today.",
+    ]
+
+
 def test_a_recent_message_cannot_start_a_section_or_a_line_of_the_runs_instructions(world, pills, model_server):
     """The recent conversation sits in the run's system prompt: a message's line breaks
     began a section that read as ours ("## Heartbeat"), a name's began another's line, and

@@ -74,7 +74,8 @@ def run_context(beat: Heartbeat, user: User | None, now: datetime) -> RunContext
         chat = canonical_session_find(tenant=beat.tenant, qor=qor, user=user)
         if chat is not None:
             recent = [
-                m for m in messages_read(session=chat, limit=RECENT_MESSAGES, without_working=True)
+                m for m in messages_read(session=chat, limit=RECENT_MESSAGES, without_working=True,
+                                         without_replaced=True)
                 if m.role in (Message.Role.USER, Message.Role.ASSISTANT) and not m.metadata.get("notice")
             ]
         reminders = reminders_due(tenant=beat.tenant, qor=qor, user=user, now=now)
