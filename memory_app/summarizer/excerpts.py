@@ -40,9 +40,10 @@ class Excerpt:
 
 
 def is_visible(message: StoredMessage) -> bool:
-    """Whether a message is conversation (not a notice, a command or its answer)."""
+    """Whether a message is conversation (not a notice, a command or its answer, nor an
+    answer the person had written again: regenerate keeps it, superseded, unsaid)."""
     meta = message.metadata if isinstance(message.metadata, dict) else {}
-    return not (meta.get("notice") or meta.get("command"))
+    return not (meta.get("notice") or meta.get("command") or meta.get("superseded"))
 
 
 def excerpt_read(*, session: Session, after_seq: int, through_seq: int, budget: int) -> Excerpt:

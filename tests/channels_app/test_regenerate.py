@@ -169,6 +169,19 @@ def test_the_models_history_tool_counts_what_was_said_not_replaced_answers(world
     assert [(m["seq"], m["content"]) for m in got["messages"]] == shown[-3:]
 
 
+def test_the_summarizer_reads_what_was_said_not_replaced_answers(world):
+    """Compaction's summary read each replaced answer as something the Qor said, so what
+    the person had thrown away could come back as a note in memory."""
+    from memory_app.summarizer.excerpts import excerpt_read
+    from sessions_app.services import session_resolve
+
+    session = session_resolve(tenant=world.tenant_a, qor=world.qor_a, channel="web", user=world.alice)
+    shown = regenerated(session, 2)
+    excerpt = excerpt_read(session=session, after_seq=0, through_seq=shown[-1][0], budget=10_000)
+    assert [(m.seq, m.content) for m in excerpt.messages] == shown
+    assert (excerpt.through_seq, excerpt.span.count) == (shown[-1][0], 2)
+
+
 def test_a_fresh_chat_page_opens_on_a_page_of_messages_replaced_answers_take_no_place(world):
     """The socket's first page counted the replaced answers, never shown: after many
     regenerations the chat opened on a few messages."""
