@@ -176,3 +176,29 @@ def test_questions_left_in_archived_chats_do_not_crowd_out_an_active_chats(world
     drain()
     waiting.refresh_from_db()
     assert waiting.answer_state == "answered"
+
+
+def test_a_reply_stored_but_never_planned_is_sent_once_and_old_history_never(world, telegram, platform, drain):
+    """The process that stored a reply died before planning its parts (planning is its own
+    statement, after the reply commits): the reply was stored and nothing ever sent it, so
+    the person got neither it nor a notice. The append is made without telling its
+    observers, as that process left it: stored, no delivery rows."""
+    pair(world, "telegram", "42", world.alice)
+    session = session_resolve(tenant=world.tenant_a, qor=world.qor_a, channel="telegram", user=world.alice)
+    question = message_append(session=session, role="user", content="hi", channel="telegram",
+                              metadata={"binding": telegram.pk, "reply_target": "42", "sender_id": "42"}).message
+    stored = {text: message_append(session=session, role="assistant", content=text, channel="telegram",
+                                   metadata={"reply_to": question.seq}, notify=False).message
+              for text in ("written long ago", "stored, never planned", "just stored")}
+    Message.objects.filter(pk=stored["written long ago"].pk).update(created_at=timezone.now() - timedelta(hours=2))
+    Message.objects.filter(pk=stored["stored, never planned"].pk).update(
+        created_at=timezone.now() - timedelta(minutes=1))
+    assert not OutboundDelivery.objects.exists()
+    sweep()
+    drain()
+    assert [s.json["text"] for s in platform.sent("sendMessage")] == ["stored, never planned"]
+    sweep()  # again: planned once, sent once
+    drain()
+    assert [s.json["text"] for s in platform.sent("sendMessage")] == ["stored, never planned"]
+    assert list(OutboundDelivery.objects.values_list("message_id", "state")) == [
+        (stored["stored, never planned"].pk, "sent")]
