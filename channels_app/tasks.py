@@ -12,7 +12,7 @@ from qorven.agent.gateway import turns_here
 from qorven.agent.tasks import turns_queue, turns_run
 from qorven.runtime.database import DATABASE_DOWN, DATABASE_RETRY_DELAY, connections_drop_broken
 from qorven.runtime.log_context import log_context
-from qorven.runtime.publish import tasks_publish
+from qorven.runtime.publish import publish_again_later, tasks_publish
 from qorven.runtime.task_scope import task_checkpoint_on
 from tenancy.switches import switches_passed_on
 
@@ -156,12 +156,17 @@ def _parts_sent(exc: BaseException) -> list[list] | None:
 
 
 def _send_later(tenant_id: int, message_id: int, countdown: float, *, sent: list[list] | None = None) -> None:
-    """The send task sends it; never raises."""
+    """The send task sends it; never raises. One the broker refused (Redis away,
+    restarting) is tried again every second (qorven.runtime.publish.publish_again_later),
+    so it goes as soon as the broker is back; past that its parts, pending, are the
+    sweeper's."""
+    kwargs = {"sent": sent} if sent else None
     try:
-        deliver_message_task.apply_async((tenant_id, message_id), {"sent": sent} if sent else None,
-                                         countdown=countdown)
-    except Exception:  # the broker refused: its parts are pending, and the sweeper queues them
-        logger.exception("the send of message %s could not be queued", message_id)
+        deliver_message_task.apply_async((tenant_id, message_id), kwargs, countdown=countdown)
+    except Exception as exc:
+        logger.warning("the send of message %s could not be queued (%s); tried again as the broker comes back",
+                       message_id, type(exc).__name__)
+        publish_again_later(deliver_message_task, (tenant_id, message_id), kwargs, countdown=countdown)
 
 
 @shared_task(bind=True, name="channels_app.plan_delivery", acks_late=True, max_retries=120)

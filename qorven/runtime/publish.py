@@ -118,15 +118,24 @@ class _PublishAgain:
 _publish_again = _PublishAgain()
 
 
-def publish_again_later(task: Any, args: Sequence[Any]) -> None:
-    """`task.delay(*args)`, which the broker refused, tried again every RETRY_EVERY seconds
-    until it goes through or is RETRY_FOR seconds old (the sweeper queues it then). Given up
-    if the process is pointed at another broker meanwhile. For work that is stored: queuing
-    it twice is harmless (every task is safe to run twice)."""
+def publish_again_later(task: Any, args: Sequence[Any], kwargs: dict[str, Any] | None = None, *,
+                        countdown: float = 0.0) -> None:
+    """`task.delay(*args, **kwargs)` — or, with `countdown`, due that many seconds from
+    now — which the broker refused, tried again every RETRY_EVERY seconds until it goes
+    through (due when it was, or at once if that time has passed) or is RETRY_FOR seconds
+    old (the sweeper queues it then). Given up if the process is pointed at another broker
+    meanwhile. For work that is stored: queuing it twice is harmless (every task is safe to
+    run twice)."""
     refused_by = task.app.connection_for_write().as_uri()
+    due = time.monotonic() + countdown
 
     def publish() -> None:
-        if task.app.connection_for_write().as_uri() == refused_by:
-            task.delay(*args)
+        if task.app.connection_for_write().as_uri() != refused_by:
+            return
+        left = due - time.monotonic()
+        if left > 0:
+            task.apply_async(tuple(args), kwargs, countdown=left)
+        else:
+            task.delay(*args, **(kwargs or {}))
 
     _publish_again.add(publish)

@@ -172,3 +172,46 @@ def test_a_message_from_the_page_stored_while_redis_is_away_is_answered_as_soon_
 
 class _NoPlatform:
     url = "http://127.0.0.1:9"  # nothing is sent to a platform here
+
+
+def test_a_send_put_off_while_redis_is_away_goes_out_once_it_is_back_with_no_sweeper(world, model_server, platform):
+    """A reply whose send is put off (Telegram answers 429, retry after a second) while
+    Redis is away: the send task the broker refused is queued again as soon as Redis is
+    back. It was left to the sweeper's pass over pending parts; with no beat running here,
+    nothing sent it at all."""
+    from ..fakes.platform_server import Canned
+
+    model_server.default = reply(ANSWER, chunk_size=6, chunk_delay=0.3)  # ~5 s of streaming
+    platform.script(r"/sendMessage$", Canned(status=429, body={
+        "ok": False, "error_code": 429, "description": "Too Many Requests", "parameters": {"retry_after": 1}}))
+    binding_create(tenant=world.tenant_a, qor=world.qor_a, kind="telegram",
+                   credentials={"token": "111:AAA", "secret": SECRET, "username": "aria_bot"})
+    pair(world, "telegram", "42", world.alice)
+    redis_port, port = free_port(), free_port()
+    env = {**_server_env(model_server, platform), "REDIS_URL": f"redis://127.0.0.1:{redis_port}/0"}
+    base = f"http://127.0.0.1:{port}"
+    redis = [redis_start(redis_port)]
+    processes = Processes()
+    try:
+        worker = processes.worker(env, concurrency=2)  # no beat: nothing sweeps
+        server = processes.start("serve", "--no-migrate", "--port", str(port), env=env)
+        assert wait_for(lambda: _answers(base + "/healthz"), 90), server.output
+        response = httpx.post(f"{base}/v1/webhooks/telegram", content=_update(1), timeout=30, headers={
+            "content-type": "application/json", "x-telegram-bot-api-secret-token": SECRET})
+        assert response.status_code == 200, response.text
+        assert wait_for(lambda: model_server.arrivals, 60, processes=processes), worker.output[-3000:]
+        redis[0].terminate()  # while the reply streams
+        redis[0].wait(10)
+        assert wait_for(lambda: platform.sent("sendMessage"), 60, processes=processes), worker.output[-3000:]
+        assert wait_for(lambda: "could not be queued" in worker.output, 30, processes=processes), worker.output[-3000:]
+        redis[0] = redis_start(redis_port)
+        assert wait_for(lambda: len(platform.sent("sendMessage")) == 2, 60, processes=processes), (
+            worker.output[-3000:])
+        time.sleep(2)  # a third request would come now
+    finally:
+        processes.stop()
+        redis[0].terminate()
+        redis[0].wait(10)
+
+    assert [s.json["text"] for s in platform.sent("sendMessage")] == [ANSWER, ANSWER]  # refused once, then sent
+    assert list(Message.objects.filter(role="assistant").values_list("content", flat=True)) == [ANSWER]
