@@ -107,6 +107,9 @@ def deliveries_prune(*, now) -> int:
     keep = _retention("QORVEN_DELIVERY_RETENTION", "sent reply parts")
     if keep is None or not cache.add("qorven:deliveries-pruned", 1, PRUNE_EVERY):
         return 0
+    # Never within the sweeper's look-back for replies with no part planned: a reply whose
+    # parts were all deleted would read as never planned there, and be sent again.
+    keep = max(keep, PLAN_CUTOFF)
     return _prune(OutboundDelivery.objects.filter(
         state=OutboundDelivery.State.SENT, sent_at__lt=now - keep
     ).order_by("sent_at"))

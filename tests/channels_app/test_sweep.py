@@ -202,3 +202,30 @@ def test_a_reply_stored_but_never_planned_is_sent_once_and_old_history_never(wor
     assert [s.json["text"] for s in platform.sent("sendMessage")] == ["stored, never planned"]
     assert list(OutboundDelivery.objects.values_list("message_id", "state")) == [
         (stored["stored, never planned"].pk, "sent")]
+
+
+def test_a_reply_sent_minutes_ago_is_not_sent_again_however_short_the_delivery_retention(
+        world, telegram, platform, drain, settings):
+    """A sent part is what tells the sweeper a reply was planned: one deleted by a retention
+    shorter than the sweeper's look-back made a reply sent minutes ago read as never planned,
+    and the next sweep sent it again."""
+    from django.core.cache import cache
+
+    settings.QORVEN_DELIVERY_RETENTION = "1m"
+    pair(world, "telegram", "42", world.alice)
+    session = session_resolve(tenant=world.tenant_a, qor=world.qor_a, channel="telegram", user=world.alice)
+    question = message_append(session=session, role="user", content="hi", channel="telegram",
+                              metadata={"binding": telegram.pk, "reply_target": "42", "sender_id": "42"}).message
+    answer = message_append(session=session, role="assistant", content="sent minutes ago", channel="telegram",
+                            metadata={"reply_to": question.seq}, notify=False).message
+    Message.objects.filter(pk=answer.pk).update(created_at=timezone.now() - timedelta(minutes=5))
+    OutboundDelivery.objects.create(tenant=world.tenant_a, message=answer, part=0, binding=telegram, target="42",
+                                    text="sent minutes ago", state="sent",
+                                    sent_at=timezone.now() - timedelta(minutes=4))
+    cache.delete("qorven:deliveries-pruned")  # the hourly prune is due (a worker's start may have run it)
+    sweep()
+    drain()
+    sweep()
+    drain()
+    assert platform.sent("sendMessage") == []
+    assert list(OutboundDelivery.objects.values_list("message_id", "state")) == [(answer.pk, "sent")]
