@@ -2,7 +2,7 @@
 
 from django.db import migrations, models
 
-from ._indexes import AddIndexWithoutBlockingWrites
+from qorven.runtime.index_ops import AddIndexWithoutBlockingWrites
 
 
 class Migration(migrations.Migration):

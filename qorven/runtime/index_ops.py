@@ -3,7 +3,7 @@
 PostgreSQL builds it CONCURRENTLY: a plain CREATE INDEX holds a lock that blocks every
 insert and update of the table until the whole table is read. The migration using it
 sets `atomic = False` (CONCURRENTLY cannot run in a transaction). SQLite, which has no
-such build, adds the index as AddIndex does.
+such build, adds the index as AddIndex does. Used by the migrations of every app.
 """
 from __future__ import annotations
 
