@@ -15,10 +15,12 @@ import io
 import logging
 import os
 import select
+import signal
 import sys
 import threading
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import datetime
 from typing import Any
 
@@ -194,21 +196,22 @@ def run_interactive(owner: ChatOwner, *, history: int, link: Any = None, color: 
                 break
             if not text.strip():
                 continue
-            try:
-                seq, expects_reply = _send(owner, link, text)
-            except NotFound:  # removed from the workspace while the terminal was open
-                chat.lose_access()
-                break
-            except ValueError as exc:  # refused, or the server did not answer: typed again, it can go
-                chat.notice(str(exc))
-                if chat.prompt is not None:
-                    chat.prompt.again = text
-                continue
-            if expects_reply:
-                chat.replies.expect(seq)
-                chat.pending.add(seq)
-            with follower._lock:
-                follower.catch_up()
+            with chat.sending():
+                try:
+                    seq, expects_reply = _send(owner, link, text)
+                except NotFound:  # removed from the workspace while the terminal was open
+                    chat.lose_access()
+                    break
+                except ValueError as exc:  # refused, or the server did not answer: typed again, it can go
+                    chat.notice(str(exc))
+                    if chat.prompt is not None:
+                        chat.prompt.again = text
+                    continue
+                if expects_reply:
+                    chat.replies.expect(seq)
+                    chat.pending.add(seq)
+                with follower._lock:
+                    follower.catch_up()
         if chat.input_ended and not chat.replied(wait):
             return ACCESS_LOST if chat.lost.is_set() else GAVE_UP
     except (KeyboardInterrupt, EOFError):
@@ -325,9 +328,29 @@ class _Chat:
         else:
             os.write(self._wake_write, b"x")
 
-    def interrupt(self, typed: str) -> str:
+    @contextmanager
+    def sending(self) -> Iterator[None]:
+        """While a message is on its way, between two prompts (where the terminal turns
+        Ctrl-C into SIGINT, not a key): a Ctrl-C is not raised in the middle of sending it,
+        but taken once it is sent, as at the prompt — the reply to it stops; a second one
+        leaves (KeyboardInterrupt)."""
+        if threading.current_thread() is not threading.main_thread():  # signals reach the main thread only
+            yield
+            return
+        pressed: list[int] = []
+        previous = signal.signal(signal.SIGINT, lambda number, frame: pressed.append(number))
+        try:
+            yield
+        finally:
+            signal.signal(signal.SIGINT, previous)
+            if any([self.interrupt("", sent=True) == "leave" for _ in pressed]):
+                raise KeyboardInterrupt
+
+    def interrupt(self, typed: str, *, sent: bool = False) -> str:
         """Ctrl-C: "stop" when a reply is being written (asked to stop here), else "clear"
-        the line typed, or "leave" at the empty prompt or on a second Ctrl-C in a row."""
+        the line typed, or "leave" at the empty prompt or on a second Ctrl-C in a row.
+        `sent`: pressed while a message was on its way, so about its reply: with none being
+        written, nothing is left ("clear")."""
         now = time.monotonic()
         again, self.interrupted_at = now - self.interrupted_at < AGAIN, now
         reply_to = self.replies.newest()
@@ -337,7 +360,7 @@ class _Chat:
             # Off the prompt's thread: asking the server takes a round trip.
             threading.Thread(target=self._stop, args=(reply_to,), name="qorven-chat-stop", daemon=True).start()
             return "stop"
-        return "clear" if typed else "leave"
+        return "clear" if typed or sent else "leave"
 
     def _stop(self, reply_to: int) -> None:
         try:

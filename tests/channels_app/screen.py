@@ -22,7 +22,9 @@ class Screen:
         script = tmp / f"{self.socket}.sh"
         exports = "".join(f"export {k}={shlex.quote(v)}\n" for k, v in env.items())
         # The exit code is written where the test reads it; the pane stays for capture-pane.
-        script.write_text(f"{exports}cd {shlex.quote(str(cwd))}\n{shlex.join(argv)}\n"
+        # A Ctrl-C between prompts reaches the shell too (SIGINT to the terminal's foreground
+        # group): it stays, as a person's shell does (a trap is not inherited by the program).
+        script.write_text(f"trap : INT\n{exports}cd {shlex.quote(str(cwd))}\n{shlex.join(argv)}\n"
                           f"echo $? > {shlex.quote(str(self.exit_file))}\nsleep 600\n")
         self._tmux("new-session", "-d", "-x", str(width), "-y", str(height), f"sh {shlex.quote(str(script))}")
 

@@ -12,8 +12,10 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
+from django.db import transaction
+from django.db.models import F
 
-from sessions_app.models import Message
+from sessions_app.models import Message, Session
 from sessions_app.services import message_append, session_resolve
 from tenancy.models import ApiToken
 
@@ -102,6 +104,24 @@ def test_ctrl_c_while_a_reply_streams_stops_that_reply_and_keeps_the_terminal(wo
     assert screen.exit_code() == 0
     if through == "server":
         assert ApiToken.objects.get(name="qorven chat").revoked_at is not None
+
+
+def test_ctrl_c_while_a_message_is_being_sent_stops_its_reply_and_keeps_the_terminal(world, model_server, screens):
+    """Between the prompts (Enter pressed, the message on its way) Ctrl-C left the terminal."""
+    model_server.add(reply("a long answer " * 60, chunk_delay=0.1))
+    screen = screens(qorven_env(model_server), "--no-server")
+    session = session_resolve(tenant=world.tenant_a, qor=world.qor_a, channel="tui", user=world.alice)
+    with transaction.atomic():  # the session's row held: the message waits on its way
+        Session.objects.filter(pk=session.pk).update(last_seq=F("last_seq"))
+        screen.type("tell me a long story")
+        screen.key("Enter")
+        screen.wait_until(lambda text: PROMPT not in text, "no prompt: the message on its way")
+        screen.key("C-c")
+    screen.wait_until(lambda text: "(stopped)" in text or screen.exit_file.exists(), "the reply stopped")
+    assert not screen.exit_file.exists()
+    screen.wait_until(lambda text: last_row(text) == PROMPT, "the prompt")
+    screen.key("C-d")
+    assert screen.exit_code() == 0
 
 
 @pytest.mark.parametrize("keys", [["C-c"], ["C-d"], ["x", "C-c", "C-c"]],
