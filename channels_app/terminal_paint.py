@@ -15,6 +15,7 @@ though one may be starting.)
 from __future__ import annotations
 
 import asyncio
+import shutil
 import threading
 from typing import Any
 
@@ -107,3 +108,42 @@ class Painter:
                         self._write()
         finally:
             self._painting = False
+
+
+class RowPainter:
+    """A terminal with no prompt below what is shown (`qorven chat < questions.txt`): the
+    lines are written as they come, and the tail on the row after them, written over as it
+    grows (it always fits its row: channels_app.terminal_screen.ScreenPrinter cuts it)."""
+
+    def __init__(self, out: Any) -> None:
+        self.out = out
+        self.output = self  # as Painter's: the terminal's size
+        self.tail = ""
+        self._lock = threading.Lock()
+        self._staged = ""
+
+    def get_size(self) -> Any:
+        from prompt_toolkit.data_structures import Size
+
+        size = shutil.get_terminal_size()
+        return Size(rows=size.lines, columns=size.columns)
+
+    def columns(self) -> int:
+        return int(self.get_size().columns)
+
+    def write(self, text: str) -> int:
+        with self._lock:
+            self._staged += text
+        return len(text)
+
+    def flush(self) -> None:
+        """Nothing: what is written is shown with the tail that follows it (show)."""
+
+    def show(self, tail: str) -> None:
+        """What was written since, over the tail shown until now, then `tail`."""
+        with self._lock:
+            text, self._staged = self._staged, ""
+            if text or tail != self.tail:
+                self.out.write("\r\033[K" + text + tail)
+                self.out.flush()
+            self.tail = tail

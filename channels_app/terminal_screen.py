@@ -6,7 +6,8 @@ above it as whole lines. A prompt redraw rewrites its own rows, so text left on 
 is written over: a reply's line still being written is therefore shown as part of the
 prompt (the row above `you ›`), and printed above once it is complete — at a line break
 of the reply, or at the terminal's width (channels_app.terminal_paint writes both, in
-order). Read from a pipe, lines are printed as they come.
+order). Reading a file or a pipe, a terminal shows the same with no prompt below
+(terminal_paint.RowPainter); written to a file or a pipe, lines are printed as they come.
 """
 from __future__ import annotations
 
@@ -32,7 +33,7 @@ from tenancy.errors import NotFound
 from .chat import ChatOwner, chat_stop
 from .terminal import ACCESS_CHECK, ACCESS_LOST, GAVE_UP, HumanPrinter, Pending, _access_lost, _follower, _send
 from .terminal_follow import Follower
-from .terminal_paint import Painter
+from .terminal_paint import Painter, RowPainter
 from .terminal_rows import fold, hang, item_indent, row_cut, rows_of, visible
 
 logger = logging.getLogger(__name__)
@@ -267,8 +268,13 @@ class _Chat:
         self.prompt = _Prompt(self) if on_screen else None
         if color is None:
             color = on_screen or stdout.isatty()
-        self.printer: HumanPrinter = (ScreenPrinter(self.prompt.painter, color)
-                                      if self.prompt is not None else HumanPrinter(stdout, color))
+        self.printer: HumanPrinter
+        if self.prompt is not None:
+            self.printer = ScreenPrinter(self.prompt.painter, color)
+        elif stdout.isatty():  # reading a file or a pipe: wrapped to the terminal's width all the same
+            self.printer = ScreenPrinter(RowPainter(stdout), color)  # type: ignore[arg-type]  # a Painter's part
+        else:
+            self.printer = HumanPrinter(stdout, color)
         self.replies = OnItsWay()
         self.pending = Pending()  # reading a pipe: what it waits for at the end of the input
         self.input_ended = False  # the pipe read has ended (not left with Ctrl-C or /quit)

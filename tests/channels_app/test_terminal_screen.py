@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import re
+import shlex
 import shutil
 import sys
 import threading
@@ -304,6 +305,23 @@ def test_after_the_terminal_is_resized_what_is_printed_wraps_to_its_new_width(wo
     assert " ".join(row.strip() for row in rows_of(shown, "Priya:", LONG.split())).endswith(LONG), shown
     screen.key("C-d")
     assert screen.exit_code() == 0
+
+
+def test_questions_read_from_a_file_are_wrapped_to_the_terminals_width(world, model_server, tmp_path):
+    """`qorven chat < questions.txt` on a terminal: nothing was wrapped (words cut at its edge)."""
+    questions = tmp_path / "questions.txt"
+    questions.write_text("hello\n")
+    session = session_resolve(tenant=world.tenant_a, qor=world.qor_a, channel="telegram", user=world.alice)
+    message_append(session=session, role="user", content=LONG, channel="telegram", sender_name="Priya", notify=False)
+    model_server.add(reply(" ".join(WORDS[:30]), chunk_delay=0.01))
+    screen = Screen(["sh", "-c", f"{shlex.join([*CHAT, '--no-server'])} < {shlex.quote(str(questions))}"],
+                    env=qorven_env(model_server), cwd=ROOT, tmp=tmp_path, width=50)
+    try:
+        assert screen.exit_code() == 0
+        shown = screen.text()
+        assert terminal_wrapped(screen) == [] and says(shown, LONG) and says(shown, " ".join(WORDS[:30])), shown
+    finally:
+        screen.close()
 
 
 def test_closing_the_terminal_window_signs_the_terminal_out(world, model_server, server, screens):
