@@ -64,8 +64,9 @@ class HumanPrinter:
     Given the terminal's width (`columns`, read at each message, so a resized terminal
     gets rows of its new width), a message is wrapped between words, its further rows under
     its text, as chat clients do; a terminal left to wrap it cuts words at its edge and
-    runs them on at the first column, under the time. Rows of code blocks and tables are
-    left whole, as the page leaves them (wrapped, they would no longer read as written).
+    runs them on at the first column, under the time. A line of a code block or a table
+    is cut at the edge instead, its spaces kept, and goes on after CONTINUED (terminal_rows):
+    wrapped between words, it would read as lines of code it is not.
     Without it (a pipe, a file) lines are written as they are."""
 
     def __init__(self, out: TextIO, color: bool, own_channel: str = "tui",
@@ -164,7 +165,8 @@ class HumanPrinter:
             end = suffix if n == len(lines) - 1 else ""
             fence = line.lstrip().startswith(("```", "~~~"))
             if fenced or fence or line.lstrip().startswith("|"):
-                rows.append(head + paint(line) + end)
+                rows.extend(fold(head + paint(line) + end, columns, indent=under, keep=len(head) if n else 0,
+                                 code=True))
             else:
                 further = hang(under + item_indent(line), under, columns=columns)
                 rows.extend(fold(head + paint(line) + end, columns, indent=further, keep=len(head) if n else 0))

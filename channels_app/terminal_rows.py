@@ -21,6 +21,9 @@ _RESET = ("\x1b[0m", "\x1b[m")
 # A list item's marker (and the indentation before it): its rows go on under its text.
 _ITEM = re.compile(r"[ \t]*(?:[-*+•]|\d{1,3}[.)])[ \t]+(?=\S)|[ \t]+(?=\S)")
 MIN_TEXT = 16  # cells: narrower than this beside a hanging indent, rows start nearer the edge
+# Begins each further row of a code or table line cut at the edge (cut=True): it says the
+# line goes on, where a row of its own would begin a new line of the code.
+CONTINUED = "↪ "
 
 
 def cells(grapheme: str) -> int:
@@ -63,27 +66,31 @@ def item_indent(line: str) -> int:
     return width_of(marker.group()) if marker else 0
 
 
-def row_cut(text: str, columns: int, *, keep: int = 0) -> tuple[str, str] | None:
+def row_cut(text: str, columns: int, *, keep: int = 0, code: bool = False) -> tuple[str, str] | None:
     """`text` (one line) as (the row it fills, the rest) once it no longer fits a row of
     `columns`; None while it fits. Cut at its last break before the edge (not within its
     first `keep` characters, an indent), a word longer than the row at the edge; the spaces
     at the cut are dropped. A colour open at the cut is closed at the row's end and opened
     again on the rest. The last column stays free: where the cursor goes after a row that
-    fills it differs between terminals."""
+    fills it differs between terminals. `code`: a line of code or a table's, cut at the edge
+    (before the spaces there) and its spaces kept, as they are part of it."""
     plain, at = _plain(text)
     # An indent wider than the row (the terminal narrowed under a line going on): the row
     # runs past the edge rather than never taking a word.
     room = max(columns - 1, width_of(plain[:keep]) + MIN_TEXT // 2 if keep else 1)
-    breaks = [b.index for b in iter_line_breaks(plain) if b.index > keep and _between_words(plain, b.index)]
+    breaks = [] if code else [b.index for b in iter_line_breaks(plain)
+                              if b.index > keep and _between_words(plain, b.index)]
     width, i = 0, 0
     for grapheme in iter_graphemes(plain):
         width += 8 - width % 8 if grapheme == "\t" else cells(grapheme)
         if width > room:
             fits = [b for b in breaks if b <= i]
             cut = i if grapheme.isspace() or not fits else fits[-1]
+            while code and cut > keep + 1 and plain[cut - 1] == " ":  # a row's end drops its spaces when shown
+                cut -= 1
             if cut <= keep:  # not even this grapheme fits beside the indent: it has the row to itself
                 cut = i + len(grapheme)
-            return _split(text, at, plain, cut)
+            return _split(text, at, plain, cut, strip=not code)
         i += len(grapheme)
     return None
 
@@ -97,14 +104,15 @@ def _between_words(plain: str, at: int) -> bool:
             or cells(before) > 1 or at < len(plain) and cells(plain[at]) > 1)
 
 
-def fold(text: str, columns: int, *, indent: int, keep: int = 0) -> list[str]:
+def fold(text: str, columns: int, *, indent: int, keep: int = 0, code: bool = False) -> list[str]:
     """`text` (one line) as the rows of a terminal `columns` wide, each after the first
-    beginning with `indent` spaces; not cut within its first `keep` characters (a mark
-    that begins it)."""
+    beginning with `indent` spaces (and CONTINUED, for `code`: see row_cut); not cut within
+    its first `keep` characters (a mark that begins it)."""
     rows = []
-    while (cut := row_cut(text, columns, keep=keep)) is not None:
+    further = " " * indent + (CONTINUED if code else "")
+    while (cut := row_cut(text, columns, keep=keep, code=code)) is not None:
         rows.append(cut[0])
-        text, keep = " " * indent + cut[1], indent
+        text, keep = further + cut[1], len(further)
     rows.append(text)
     return rows
 
@@ -126,14 +134,13 @@ def _plain(text: str) -> tuple[str, list[int]]:
     return "".join(plain), at
 
 
-def _split(text: str, at: list[int], plain: str, cut: int) -> tuple[str, str]:
-    """`text` cut before plain character `cut`, the spaces on either side dropped; colours
-    right before the cut go with the rest."""
-    end = cut
-    while end > 0 and plain[end - 1] == " ":
+def _split(text: str, at: list[int], plain: str, cut: int, *, strip: bool = True) -> tuple[str, str]:
+    """`text` cut before plain character `cut`, the spaces on either side dropped (`strip`);
+    colours right before the cut go with the rest."""
+    end = start = cut
+    while strip and end > 0 and plain[end - 1] == " ":
         end -= 1
-    start = cut
-    while start < len(plain) and plain[start] == " ":
+    while strip and start < len(plain) and plain[start] == " ":
         start += 1
     row_end = at[end - 1] + 1 if end else 0
     row, rest = text[:row_end], text[at[start]:]

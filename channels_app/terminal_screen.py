@@ -34,7 +34,7 @@ from .chat import ChatOwner, chat_stop
 from .terminal import ACCESS_CHECK, ACCESS_LOST, GAVE_UP, HumanPrinter, Pending, _access_lost, _follower, _send
 from .terminal_follow import Follower
 from .terminal_paint import Painter, RowPainter
-from .terminal_rows import fold, hang, item_indent, row_cut, rows_of, visible
+from .terminal_rows import CONTINUED, fold, hang, item_indent, row_cut, rows_of, visible
 
 logger = logging.getLogger(__name__)
 
@@ -55,6 +55,8 @@ class ScreenPrinter(HumanPrinter):
         self.head = self.body = ""
         self.under: int | None = None  # the indent of the reply's line's further rows, once it has one
         self.fenced = False  # the reply is in a code block
+        self.code = False  # the reply's line, cut, is one of code or a table's (CONTINUED begins its further rows)
+        self.opens = False  # the reply's line, cut, began with a fence
         self.drawn: list[tuple[str, bool]] = []  # since the reply began: each row printed, and whether it is the reply's
 
     @property
@@ -63,46 +65,45 @@ class ScreenPrinter(HumanPrinter):
         return self.head + self.body if self.body or self.under is None and self.head.strip() else ""
 
     def _begin_stream(self, mark: str) -> None:
-        self.head, self.body, self.under, self.fenced = mark, "", None, False
+        self.head, self.body, self.under, self.fenced, self.code = mark, "", None, False, False
 
     def _stream(self, text: str) -> None:
         *lines, self.body = (self.body + text).split("\n")
         columns = self.painter.columns()
         for line in lines:  # complete lines of the reply
-            fence = self.under is None and line.lstrip().startswith(("```", "~~~"))
+            fence = self.opens if self.under is not None else line.lstrip().startswith(FENCES)
             for row in self._rows(line, columns):
                 self._print(row, reply=True)
             self.fenced ^= fence
-            self.head, self.under = " " * hang(REPLY_INDENT, columns=columns), None
-        if self._whole(self.body):
-            return  # a row of code or a table's: shown whole (the terminal wraps it) once complete
-        while (cut := row_cut(self.head + self.body, columns, keep=len(visible(self.head)))) is not None:
+            self.head, self.under, self.code = " " * hang(REPLY_INDENT, columns=columns), None, False
+        code = self._whole(self.body)  # a row of code or a table's: cut at the edge, not between words
+        while (cut := row_cut(self.head + self.body, columns, keep=len(visible(self.head)), code=code)) is not None:
             self._print(cut[0], reply=True)
-            self._further(columns)
+            self._further(columns, code=code)
             self.body = cut[1]
 
     def _whole(self, line: str) -> bool:
         """Whether the reply's line (`line`, from its start while it has no further row) is
-        one of a code block or a table, left whole."""
-        return self.fenced or self.under is None and line.lstrip().startswith(("```", "~~~", "|"))
+        one of a code block or a table: cut at the edge, not between words."""
+        return self.fenced or self.code or self.under is None and line.lstrip().startswith((*FENCES, "|"))
 
-    def _further(self, columns: int) -> None:
+    def _further(self, columns: int, *, code: bool = False) -> None:
         """The reply's line goes on on a further row: under its text (nearer the edge if the
-        terminal has narrowed since)."""
+        terminal has narrowed since); a line of `code` after CONTINUED."""
         if self.under is None:
-            self.under = hang(REPLY_INDENT + item_indent(self.body), REPLY_INDENT, columns=columns)
+            self.code, self.opens = code, self.body.lstrip().startswith(FENCES)
+            self.under = hang(REPLY_INDENT + (0 if code else item_indent(self.body)), REPLY_INDENT, columns=columns)
         else:
             self.under = hang(self.under, REPLY_INDENT, columns=columns)
-        self.head = " " * self.under
+        self.head = " " * self.under + (CONTINUED if self.code else "")
 
     def _rows(self, line: str, columns: int) -> list[str]:
         """What is left of a line of the reply (`body` was its start), as rows."""
-        text = self.head + line
-        if self._whole(line):
-            return [text]
-        under = self.under if self.under is not None else hang(REPLY_INDENT + item_indent(line), REPLY_INDENT,
-                                                                  columns=columns)
-        return [row.rstrip(" ") for row in fold(text, columns, indent=under, keep=len(visible(self.head)))]
+        code = self._whole(line)
+        under = self.under if self.under is not None else hang(REPLY_INDENT + (0 if code else item_indent(line)),
+                                                                  REPLY_INDENT, columns=columns)
+        return [row.rstrip(" ") for row in fold(self.head + line, columns, indent=under,
+                                                keep=len(visible(self.head)), code=code)]
 
     def __call__(self, event: dict[str, Any]) -> None:
         super().__call__(event)
@@ -152,6 +153,7 @@ class ScreenPrinter(HumanPrinter):
 # reply's unfinished line, the line typed) and one to spare.
 RESERVED_ROWS = 3
 REPLY_INDENT = 2  # cells: a reply's further rows go under its text, after "… "
+FENCES = ("```", "~~~")  # a line beginning with one opens or closes a code block
 
 
 class _CurrentStdout:

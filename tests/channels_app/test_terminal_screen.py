@@ -16,6 +16,7 @@ import pytest
 from django.db import transaction
 from django.db.models import F
 
+from channels_app.terminal_rows import CONTINUED
 from sessions_app.models import Message, Session
 from sessions_app.services import message_append, session_resolve
 from tenancy.models import ApiToken
@@ -257,7 +258,7 @@ def rows_of(shown: str, first: str, words: list[str]) -> list[str]:
 def test_long_messages_wrap_at_word_boundaries_under_their_text_and_code_stays_whole(world, model_server, screens):
     """Wrapped by the terminal, a long line broke mid-word at its edge and ran on at the
     first column, under the time; each message is now wrapped between words, its rows under
-    its text (a list item's under the item), and code and table rows are left whole."""
+    its text (a list item's under the item); code and table rows are cut at the edge."""
     session = session_resolve(tenant=world.tenant_a, qor=world.qor_a, channel="telegram", user=world.alice)
     message_append(session=session, role="user", content=LONG, channel="telegram", sender_name="Priya", notify=False)
     message_append(session=session, role="assistant", channel="tui", sender_name="Aria", notify=False,
@@ -269,9 +270,7 @@ def test_long_messages_wrap_at_word_boundaries_under_their_text_and_code_stays_w
     screen.type("hello")
     screen.key("Enter")
     shown = screen.wait_until(lambda text: says(text, bullet) and last_row(text) == PROMPT, "the reply")
-    wrapped = terminal_wrapped(screen)
-    assert [line for line in wrapped if not line.endswith((CODE, TABLE))] == [], shown
-    assert [line.strip() for line in wrapped] == [CODE, TABLE], shown  # left whole: the terminal wraps them
+    assert terminal_wrapped(screen) == [], shown  # code and table rows too: they go on after a mark
 
     priya = rows_of(shown, "Priya:", LONG.split())
     under = priya[0].index("This")
@@ -285,6 +284,24 @@ def test_long_messages_wrap_at_word_boundaries_under_their_text_and_code_stays_w
     item = rows_of(shown, "- a bullet", bullet.split())
     assert item[0].startswith("  - a bullet") and len(item) > 1
     assert all(row.startswith("    ") and row[4] != " " for row in item[1:]), shown
+    screen.key("C-d")
+    assert screen.exit_code() == 0
+
+
+def test_a_long_code_line_goes_on_after_a_mark_on_further_rows(world, model_server, screens):
+    """A code line wider than a narrow terminal ran past its edge, which broke it at the
+    first column (and while it streamed, it was shown cut at the edge)."""
+    model_server.add(reply(f"Here:\n```python\n{CODE}\n```\nDone.", chunk_delay=0.01))
+    screen = screens(qorven_env(model_server), "--no-server", width=40)
+    screen.type("code please")
+    screen.key("Enter")
+    shown = screen.wait_until(lambda text: "Done." in text and last_row(text) == PROMPT, "the reply")
+    assert terminal_wrapped(screen) == [], shown
+    rows = [row.rstrip() for row in shown.split("\n")]
+    start = next(i for i, row in enumerate(rows) if "def a_very" in row)
+    code = rows[start:rows.index("  ```", start)]
+    assert len(code) > 1 and all(row.startswith(f"  {CONTINUED}") for row in code[1:]), shown
+    assert code[0][2:] + "".join(row[2 + len(CONTINUED):] for row in code[1:]) == CODE, shown
     screen.key("C-d")
     assert screen.exit_code() == 0
 

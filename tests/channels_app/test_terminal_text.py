@@ -53,7 +53,7 @@ def test_text_in_any_script_is_printed_as_written(text):
     assert out.getvalue().endswith("[telegram] Zoë 🌸: " + text.replace("\r\n", "\n") + "\n")
 
 
-def test_a_terminal_printer_wraps_between_words_under_the_text_and_leaves_code_whole():
+def test_a_terminal_printer_wraps_between_words_under_the_text_and_cuts_code_at_the_edge():
     code = "    return some_function(with_arguments, that_make, the_line_too_long)"
     out = io.StringIO()
     HumanPrinter(out, color=True, columns=lambda: 50)(message(
@@ -66,7 +66,9 @@ def test_a_terminal_printer_wraps_between_words_under_the_text_and_leaves_code_w
         "                      enough to wrap twice over",
         "                      fifty columns.",
         "                      ```",
-        "                      " + code,
+        "                          return some_function(wi",  # code: cut at the edge, its spaces kept
+        "                      ↪ th_arguments, that_make,",
+        "                      ↪  the_line_too_long)",
         "                      ```",
         "                      - an item of a list that",
         "                        wraps under its own text",

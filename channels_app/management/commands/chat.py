@@ -25,7 +25,7 @@ class Command(BaseCommand):
         "there see the terminal live; with none running it works on the database alone. "
         "Losing access to the workspace meanwhile — removed from it, or this terminal signed out (its token "
         "revoked) — ends it at once with exit code 3, in either mode; leaving ends it with 0. Long messages "
-        "are wrapped between words at the terminal's width (code blocks and tables are left whole). "
+        "are wrapped between words at the terminal's width (a line of code or a table's is cut at the edge and goes on after ↪). "
         "--json reads one JSON object a line "
         'from stdin ({"content": "…"}) and writes one a line ({"type": "message" | "notice" | "chunk" '
         '| "restart" | "done" | "session" | "error", …}: "restart" when the text streamed so far was not the '
