@@ -15,6 +15,7 @@ though one may be starting.)
 from __future__ import annotations
 
 import asyncio
+import os
 import shutil
 import threading
 from typing import Any
@@ -115,8 +116,8 @@ class RowPainter:
     lines are written as they come, and the tail on the row after them, written over as it
     grows (it always fits its row: channels_app.terminal_screen.ScreenPrinter cuts it)."""
 
-    def __init__(self, out: Any) -> None:
-        self.out = out
+    def __init__(self, out: Any, fd: int) -> None:
+        self.out, self.fd = out, fd  # fd: the terminal's
         self.output = self  # as Painter's: the terminal's size
         self.tail = ""
         self._lock = threading.Lock()
@@ -125,8 +126,13 @@ class RowPainter:
     def get_size(self) -> Any:
         from prompt_toolkit.data_structures import Size
 
-        size = shutil.get_terminal_size()
-        return Size(rows=size.lines, columns=size.columns)
+        # Asked of the terminal itself, as the prompt does: a COLUMNS in the environment
+        # (shutil's first choice) is the width when it was set, not after a resize.
+        try:
+            size = os.get_terminal_size(self.fd)
+        except OSError:
+            size = shutil.get_terminal_size()
+        return Size(rows=size.lines or 24, columns=size.columns or 80)
 
     def columns(self) -> int:
         return int(self.get_size().columns)

@@ -274,7 +274,7 @@ class _Chat:
         if self.prompt is not None:
             self.printer = ScreenPrinter(self.prompt.painter, color)
         elif stdout.isatty():  # reading a file or a pipe: wrapped to the terminal's width all the same
-            self.printer = ScreenPrinter(RowPainter(stdout), color)  # type: ignore[arg-type]  # a Painter's part
+            self.printer = ScreenPrinter(RowPainter(stdout, sys.stdout.fileno()), color)  # type: ignore[arg-type]  # a Painter's part
         else:
             self.printer = HumanPrinter(stdout, color)
         self.replies = OnItsWay()
