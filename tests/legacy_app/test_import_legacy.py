@@ -178,10 +178,25 @@ def test_a_timestamp_without_offset_is_read_in_the_tenants_timezone(world):
 
 
 def test_imported_history_is_not_broadcast_or_delivered(world, django_capture_on_commit_callbacks):
-    with django_capture_on_commit_callbacks() as callbacks:
-        legacy_import(lines=GOOD)
+    """No append is told to the surfaces or to delivery (what they observe), once the
+    import's transaction commits; the people it adds are told of as any change of access."""
+    from channels_app.models import OutboundDelivery
+    from sessions_app.signals import message_appended
+
+    appended = []
+
+    def observed(sender, message, **kwargs):
+        appended.append(message)
+
+    message_appended.connect(observed)
+    try:
+        with django_capture_on_commit_callbacks(execute=True):
+            legacy_import(lines=GOOD)
+    finally:
+        message_appended.disconnect(observed)
     assert Message.objects.count() == 4
-    assert callbacks == []
+    assert appended == []
+    assert not OutboundDelivery.objects.exists()
 
 
 def test_import_then_collapse_gives_one_chat_per_user(world, tmp_path):
