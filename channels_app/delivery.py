@@ -37,7 +37,9 @@ PLATFORM_OF = {
 
 def on_message_appended(sender, message: Message, **kwargs) -> None:
     """Signal receiver: queue delivery of replies and notices for platform channels."""
-    if not delivered_to_a_platform(message):
+    if message.role not in (Message.Role.ASSISTANT, Message.Role.SYSTEM) or message.tool_calls:
+        return
+    if message.channel not in PLATFORM_OF:
         return
     try:
         deliveries_plan(message=message)
@@ -51,15 +53,6 @@ def on_message_appended(sender, message: Message, **kwargs) -> None:
         deliveries_plan_task.delay(message.tenant_id, message.pk)
     except Exception:  # a delivery problem must never break the append that caused it
         logger.exception("could not plan delivery of message %s", message.pk)
-
-
-# The messages sent to a platform: replies and notices of ours tagged with its channel.
-OUT_ROLES = (Message.Role.ASSISTANT, Message.Role.SYSTEM)
-
-
-def delivered_to_a_platform(message: Message) -> bool:
-    """Whether an appended message is one a platform is sent (not a tool call's step)."""
-    return message.role in OUT_ROLES and not message.tool_calls and message.channel in PLATFORM_OF
 
 
 # Where a message goes: the binding, the chat, and the account (platform sender id, user

@@ -15,9 +15,6 @@ schedule, `__qorven_sweep__`) and whenever a worker starts — with no grace per
 - voice notes still waiting for their transcript long after the transcription task's own
   retries would have ended are transcribed again (once per that period; while their
   workspace is suspended, that task ends them unanswered instead);
-- replies and notices for a platform stored in the last PLAN_CUTOFF with no part planned
-  (their process died between storing and planning) are planned and sent; older ones,
-  imported history among them (stored with the time it was written), never are;
 - deliveries left pending are sent, the oldest of each binding (its send wakes the next);
   a part whose sender died mid-send is failed (it may have reached the platform, and a
   reply is never sent twice) and shown as such, at the first sweep that finds its bot's
@@ -37,7 +34,7 @@ from datetime import timedelta
 
 from django.conf import settings
 from django.core.cache import cache
-from django.db.models import Exists, Min, OuterRef, Q
+from django.db.models import Min, Q
 from django.utils import timezone
 
 from qorven.runtime.durations import duration_setting
@@ -57,10 +54,6 @@ DELIVERY_GRACE = timedelta(minutes=3)
 # that held the bot died (its gate expired), and would have sent it next.
 UNWOKEN_GRACE = timedelta(seconds=10)
 BATCH = 500
-# A platform reply stored with no part planned is planned by the sweeper while it is younger
-# than this; an older one (history imported with its own times, a reply from before an
-# outage this long) is never sent.
-PLAN_CUTOFF = timedelta(minutes=10)
 
 
 @dataclass
@@ -69,7 +62,6 @@ class SweepReport:
     inbound: int = 0
     deliveries: int = 0
     interrupted_sends: int = 0
-    unplanned: int = 0  # replies stored with no delivery planned, planned now
     voice_notes: int = 0
     heartbeat_runs: int = 0
     compactions: int = 0
@@ -79,7 +71,7 @@ class SweepReport:
 
     def __bool__(self) -> bool:
         return bool(self.turns or self.inbound or self.deliveries or self.interrupted_sends or self.voice_notes
-                    or self.heartbeat_runs or self.compactions or self.unplanned)
+                    or self.heartbeat_runs or self.compactions)
 
 
 PRUNE_EVERY = 3600  # seconds: what is past its retention is looked for once an hour (by any process)
@@ -107,9 +99,6 @@ def deliveries_prune(*, now) -> int:
     keep = _retention("QORVEN_DELIVERY_RETENTION", "sent reply parts")
     if keep is None or not cache.add("qorven:deliveries-pruned", 1, PRUNE_EVERY):
         return 0
-    # Never within the sweeper's look-back for replies with no part planned: a reply whose
-    # parts were all deleted would read as never planned there, and be sent again.
-    keep = max(keep, PLAN_CUTOFF)
     return _prune(OutboundDelivery.objects.filter(
         state=OutboundDelivery.State.SENT, sent_at__lt=now - keep
     ).order_by("sent_at"))
@@ -185,23 +174,6 @@ def _interrupted_sends_recover() -> int:
     return failed
 
 
-def unplanned_replies(*, now, grace: timedelta) -> list[tuple[int, int]]:
-    """(tenant id, message id) of the replies and notices for a platform stored between
-    PLAN_CUTOFF and `grace` ago with no part planned: the process that stored one died
-    before planning it (planning is its own statement, after the append commits). Read
-    on the partial index message_platform_out_idx; each is handed out once per
-    PLAN_CUTOFF, so one with nowhere to go is not planned again every sweep."""
-    from .delivery import OUT_ROLES, PLATFORM_OF
-
-    found = (Message.objects.filter(role__in=list(OUT_ROLES), channel__in=list(PLATFORM_OF),
-                                    tool_calls__isnull=True, created_at__gt=now - PLAN_CUTOFF,
-                                    created_at__lte=now - grace)
-             .filter(~Exists(OutboundDelivery.objects.filter(message_id=OuterRef("pk"))))
-             .order_by("created_at").values_list("tenant_id", "pk")[:BATCH])
-    return [(tenant_id, message_id) for tenant_id, message_id in found
-            if cache.add(f"qorven:plan-swept:{message_id}", 1, PLAN_CUTOFF.total_seconds())]
-
-
 def previous_run_let_go() -> tuple[int, int]:
     """What the previous run of the embedded default held when it stopped — the sessions'
     turn leases, the inbound events it had claimed — let go, before this run's own worker
@@ -229,7 +201,7 @@ def sweep(*, restart: bool = False) -> SweepReport:
     from memory_app.tasks import session_compact
     from qorven.agent.tasks import agent_turn, heartbeat_run, voice_transcribe_task
 
-    from .tasks import deliver_message_task, deliveries_plan_task, inbound_process_task
+    from .tasks import deliver_message_task, inbound_process_task
 
     now = timezone.now()
     grace, delivery_grace = (timedelta(0), timedelta(0)) if restart else (GRACE, DELIVERY_GRACE)
@@ -270,9 +242,6 @@ def sweep(*, restart: bool = False) -> SweepReport:
         inbound_process_task.delay(tenant_id, event_id)
         report.inbound += 1
 
-    for tenant_id, message_id in unplanned_replies(now=now, grace=grace):
-        deliveries_plan_task.delay(tenant_id, message_id)
-        report.unplanned += 1
     report.interrupted_sends = _interrupted_sends_recover()
     # One reply per binding: its send wakes the next one waiting for that binding
     # (channels_app.send_gate), so a hung platform's queue is not re-sent in full every sweep.
@@ -306,7 +275,7 @@ def sweep(*, restart: bool = False) -> SweepReport:
         logger.info("sweep: deleted %s pairing code(s) that ran out over a week ago", report.pairings_pruned)
     if report:
         logger.info("sweep: queued %s turn(s), %s inbound event(s), %s delivery(ies), %s voice note(s), %s heartbeat "
-                    "run(s), %s /compact(s), the planning of %s unplanned reply(ies); failed %s interrupted send(s)",
-                    report.turns, report.inbound, report.deliveries, report.voice_notes, report.heartbeat_runs,
-                    report.compactions, report.unplanned, report.interrupted_sends)
+                    "run(s), %s /compact(s); failed %s interrupted send(s)", report.turns, report.inbound,
+                    report.deliveries, report.voice_notes, report.heartbeat_runs, report.compactions,
+                    report.interrupted_sends)
     return report

@@ -172,18 +172,15 @@ def _send_later(tenant_id: int, message_id: int, countdown: float, *, sent: list
 @shared_task(bind=True, name="channels_app.plan_delivery", acks_late=True, max_retries=120)
 def deliveries_plan_task(self, tenant_id: int, message_id: int) -> int:
     """Plan the delivery of a stored reply whose planning failed as it was appended (the
-    database connection was lost), or that the sweeper found with no parts planned (its
-    process died between the two). Safe to run twice: a part is planned once."""
+    database connection was lost). Safe to run twice: a part is planned once."""
     from sessions_app.models import Message
 
-    from .delivery import deliveries_plan, delivered_to_a_platform
+    from .delivery import deliveries_plan
 
     with log_context(tenant=tenant_id, message_id=message_id):
         try:
             message = Message.objects.filter(tenant_id=tenant_id, pk=message_id).first()
-            if message is None or not delivered_to_a_platform(message):
-                return 0
-            return deliveries_plan(message=message)
+            return deliveries_plan(message=message) if message is not None else 0
         except DATABASE_DOWN as exc:
             connections_drop_broken()
             raise self.retry(exc=exc, countdown=DATABASE_RETRY_DELAY) from None

@@ -161,12 +161,6 @@ class Message(models.Model):
             # The few messages waiting for an answer: the next one of a session, and the
             # sessions the sweeper must look at.
             models.Index(fields=["session", "seq"], condition=Q(answer_state="pending"), name="message_pending_idx"),
-            # The recent replies and notices for a platform, for the sweeper to find one whose
-            # delivery was never planned (channels_app.sweep): only those rows, by time.
-            models.Index(fields=["created_at"], name="message_platform_out_idx",
-                         condition=Q(role__in=["assistant", "system"],
-                                     channel__in=["telegram", "whatsapp", "slack_dm", "slack", "discord_dm",
-                                                  "discord", "email", "sms"], tool_calls__isnull=True)),
         ]
 
     def __str__(self) -> str:
