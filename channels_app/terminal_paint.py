@@ -21,19 +21,15 @@ import threading
 from typing import Any
 
 
-class Painter:
-    """The terminal's text above the prompt, and the tail the prompt draws (`tail`)."""
+class _Staged:
+    """What a painter shares: text written by the printer waits (staged) until show()."""
 
-    def __init__(self, output: Any) -> None:
-        self.output = output  # prompt_toolkit's Output: the prompt's own terminal
-        self.tail = ""  # the tail drawn: the prompt reads it at each draw
+    output: Any  # with get_size(): the terminal's size
+
+    def __init__(self) -> None:
+        self.tail = ""
         self._lock = threading.Lock()
-        self._staged = ""  # written by the printer during the event it shows
-        self._text = ""  # shown, not yet on the terminal
-        self._next_tail = ""  # the tail to draw once _text is on the terminal
-        self._app: Any = None  # the prompt, while it runs
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._painting = False
+        self._staged = ""
 
     def columns(self) -> int:
         """The terminal's width now."""
@@ -46,6 +42,19 @@ class Painter:
 
     def flush(self) -> None:
         """Nothing: what is written is shown with the tail that follows it (show)."""
+
+
+class Painter(_Staged):
+    """The terminal's text above the prompt, and the tail the prompt draws (`tail`)."""
+
+    def __init__(self, output: Any) -> None:
+        super().__init__()  # tail: the tail drawn, the prompt reads it at each draw
+        self.output = output  # prompt_toolkit's Output: the prompt's own terminal
+        self._text = ""  # shown, not yet on the terminal
+        self._next_tail = ""  # the tail to draw once _text is on the terminal
+        self._app: Any = None  # the prompt, while it runs
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._painting = False
 
     def show(self, tail: str) -> None:
         """From any thread: what was written since, then `tail` drawn by the prompt."""
@@ -111,17 +120,15 @@ class Painter:
             self._painting = False
 
 
-class RowPainter:
+class RowPainter(_Staged):
     """A terminal with no prompt below what is shown (`qorven chat < questions.txt`): the
     lines are written as they come, and the tail on the row after them, written over as it
     grows (it always fits its row: channels_app.terminal_screen.ScreenPrinter cuts it)."""
 
     def __init__(self, out: Any, fd: int) -> None:
+        super().__init__()
         self.out, self.fd = out, fd  # fd: the terminal's
         self.output = self  # as Painter's: the terminal's size
-        self.tail = ""
-        self._lock = threading.Lock()
-        self._staged = ""
 
     def get_size(self) -> Any:
         from prompt_toolkit.data_structures import Size
@@ -133,17 +140,6 @@ class RowPainter:
         except OSError:
             size = shutil.get_terminal_size()
         return Size(rows=size.lines or 24, columns=size.columns or 80)
-
-    def columns(self) -> int:
-        return int(self.get_size().columns)
-
-    def write(self, text: str) -> int:
-        with self._lock:
-            self._staged += text
-        return len(text)
-
-    def flush(self) -> None:
-        """Nothing: what is written is shown with the tail that follows it (show)."""
 
     def show(self, tail: str) -> None:
         """What was written since, over the tail shown until now, then `tail`."""
