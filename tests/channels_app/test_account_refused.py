@@ -16,7 +16,7 @@ from sessions_app.models import Message
 from sessions_app.services import message_append, session_resolve
 
 from ..fakes.platform_server import Canned
-from .conftest import pair
+from .conftest import pair, replies_waiting
 from .test_slack_discord_email_sms import discord, discord_key, slack  # noqa: F401 (fixtures)
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -149,17 +149,9 @@ def test_an_email_reply_whose_mail_server_refuses_our_login_is_not_followed_by_a
     assert "not sent" in notice_part.last_error
 
 
-def test_once_the_account_is_refused_the_rest_of_the_reply_and_the_replies_waiting_are_failed_unsent(
-    world, telegram, platform, drain
-):
-    """The platform refused the bot's token for the first part: the rest of that reply,
-    and the replies waiting for the bot, would be refused the same way, one request each.
-    They are failed at once, with the reason, for the admin and the page. The token fixed
-    in the admin, the next reply goes out at once."""
-    from .conftest import replies_waiting
-
-    path = "/telegram/bot111:AAA/sendMessage"
-    platform.default(path, Canned(401, {"ok": False, "error_code": 401, "description": "Unauthorized"}))
+def three_parts_and_a_reply_waiting_sent(world, telegram, drain) -> tuple[Message, Message]:
+    """Alice paired on Telegram; a reply of three parts (ANSWER, "part 1", "part 2") and one
+    waiting behind it for the bot; the first one's send run to the end."""
     pair(world, "telegram", "42", world.alice)
     first, second = replies_waiting(world, telegram, [ANSWER, "Bring the slides."])
     for part in (1, 2):
@@ -167,6 +159,19 @@ def test_once_the_account_is_refused_the_rest_of_the_reply_and_the_replies_waiti
                                         target="42", text=f"part {part}")
     deliver_message_task.delay(world.tenant_a.pk, first.pk)
     drain()
+    return first, second
+
+
+def test_once_the_account_is_refused_the_rest_of_the_reply_and_the_replies_waiting_are_failed_unsent(
+    world, telegram, platform, drain
+):
+    """The platform refused the bot's token for the first part: the rest of that reply,
+    and the replies waiting for the bot, would be refused the same way, one request each.
+    They are failed at once, with the reason, for the admin and the page. The token fixed
+    in the admin, the next reply goes out at once."""
+    path = "/telegram/bot111:AAA/sendMessage"
+    platform.default(path, Canned(401, {"ok": False, "error_code": 401, "description": "Unauthorized"}))
+    first, second = three_parts_and_a_reply_waiting_sent(world, telegram, drain)
     assert [s.json["text"] for s in platform.sent(path)] == [ANSWER]  # one request, and no other
     parts = list(OutboundDelivery.objects.filter(message__in=[first, second]).order_by("message_id", "part"))
     assert [(p.state, p.attempts) for p in parts] == [("failed", 1), ("failed", 0), ("failed", 0), ("failed", 0)]
@@ -206,8 +211,6 @@ def test_once_a_chat_is_refused_the_replies_waiting_for_it_are_failed_unsent_and
 ):
     """Blocked by one person: the replies waiting for their chat are refused the same
     way, and are not tried; the bot's replies to someone else still go."""
-    from .conftest import replies_waiting
-
     path = "/telegram/bot111:AAA/sendMessage"
     platform.default(path, Canned(body={"ok": True, "result": {"message_id": 9}}))
     platform.script(path, Canned(403, {"ok": False, "error_code": 403,
@@ -275,8 +278,6 @@ def test_a_token_fixed_while_the_refused_send_was_out_sends_the_reply_and_those_
     was sent with the old one still held by the send, each part refused and failed in turn."""
     from channels_app.models import ChannelBinding
 
-    from .conftest import replies_waiting
-
     def token_fixed(_request) -> None:
         ChannelBinding.objects.filter(pk=telegram.pk).update(credentials={**telegram.credentials, "token": "111:BBB"})
 
@@ -285,13 +286,7 @@ def test_a_token_fixed_while_the_refused_send_was_out_sends_the_reply_and_those_
                                 meanwhile=token_fixed))
     platform.default(old, Canned(401, {"ok": False, "error_code": 401, "description": "Unauthorized"}))
     platform.default(new, Canned(body={"ok": True, "result": {"message_id": 9}}))
-    pair(world, "telegram", "42", world.alice)
-    first, second = replies_waiting(world, telegram, [ANSWER, "Bring the slides."])
-    for part in (1, 2):
-        OutboundDelivery.objects.create(tenant=world.tenant_a, message=first, part=part, binding=telegram,
-                                        target="42", text=f"part {part}")
-    deliver_message_task.delay(world.tenant_a.pk, first.pk)
-    drain()
+    first, second = three_parts_and_a_reply_waiting_sent(world, telegram, drain)
     assert [s.json["text"] for s in platform.sent(old)] == [ANSWER]  # refused, for the token replaced meanwhile
     assert [s.json["text"] for s in platform.sent(new)] == [ANSWER, "part 1", "part 2", "Bring the slides."]
     assert set(OutboundDelivery.objects.values_list("state", flat=True)) == {"sent"}
