@@ -62,15 +62,14 @@ def _context_where(session: Session, floor_seq: int, answering_seq: int) -> tupl
 def context_left_out(*, session: Session, floor_seq: int, answering_seq: int, limit: int = 64) -> list[MessageRow]:
     """Up to `limit` messages after the compaction point `floor_seq` that a context read
     for `answering_seq` left out or that came after it, oldest first: later messages of
-    any role, and failed or superseded ones; never notices or commands. With a context
-    read that reached `floor_seq`, these are the rest of the uncompacted conversation
-    (a message after `answering_seq` the read also saw is returned again)."""
-    where = ["session_id = %s", "seq > %s"]
-    params: list[Any] = [session.pk, floor_seq]
-    superseded, param = metadata_has_key("superseded")
-    where.append(f"(seq > %s OR answer_state = 'failed' OR {superseded})")
-    params += [answering_seq, param]
-    for key in ("notice", "command"):
+    any role, and failed ones (condensed, though never sent again); never notices,
+    commands or answers written again (superseded: neither the model nor the summarizer
+    reads them). With a context read that reached `floor_seq`, these are the rest of the
+    conversation to be condensed (a message after `answering_seq` the read also saw is
+    returned again)."""
+    where = ["session_id = %s", "seq > %s", "(seq > %s OR answer_state = 'failed')"]
+    params: list[Any] = [session.pk, floor_seq, answering_seq]
+    for key in ("notice", "command", "superseded"):
         sql, param = metadata_has_key(key)
         where.append(f"NOT {sql}")
         params.append(param)

@@ -57,12 +57,13 @@ def _counts(message: StoredMessage) -> bool:
 
 
 def _newest_first(session: Session):
-    """The session's uncompacted messages that reach the model, newest first (read in
-    doubling batches, as the prompt's window is)."""
+    """The session's uncompacted messages that reach the model or the summarizer, newest
+    first (read in doubling batches, as the prompt's window is): not the answers the
+    person had written again, which reach neither."""
     before: int | None = None
     size = READ_BATCH
     while True:
-        batch = messages_read(session=session, before_seq=before, limit=size)
+        batch = messages_read(session=session, before_seq=before, limit=size, without_replaced=True)
         for message in reversed(batch):
             if message.seq <= session.compacted_through_seq:
                 return

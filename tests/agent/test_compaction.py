@@ -179,6 +179,32 @@ def test_after_an_exchange_auto_mode_reads_what_the_window_left_out_and_decides_
                                      answered=(roomy, pending.seq)) is None
 
 
+def test_answers_the_person_had_written_again_do_not_make_a_conversation_too_long(world):
+    """A replaced answer (regenerate) is kept but reaches neither the model nor the
+    summarizer: only what the model sees decides whether the conversation must be condensed,
+    in auto mode and in manual mode, read whole or after an exchange."""
+    from qorven.agent.compaction import compaction_due
+
+    session = canonical(world)
+    seed_history(session, 2)
+    for i in range(12):  # the same question answered again and again: each earlier answer replaced
+        message_append(session=session, role="assistant", content=FILLER.format(i=i) * 3, channel="web",
+                       metadata={"superseded": True})
+    pending = message_append(session=session, role="user", content="And the ferries?", channel="web",
+                             awaits_answer=True).message
+    session.refresh_from_db()
+    prompt = prompt_build(session=session, parts=PromptParts(system_prompt="Be brief."), tools=[],
+                          current=pending, num_ctx=1000, reserve=0)
+    assert prompt.history_tokens is not None  # the model's window holds the whole conversation
+    budget = 1000 - fixed_tokens(prompt)
+    replaced = sum(message_tokens(m) for m in Message.objects.filter(session=session, metadata__superseded=True))
+    assert replaced > budget  # counted, they alone would overflow it
+
+    assert auto_compaction_point(session=session, budget=budget) is None
+    assert auto_compaction_point(session=session, budget=budget, answered=(prompt, pending.seq)) is None
+    assert not compaction_due(session=session, prompt=prompt, num_ctx=1000, threshold=0.9)
+
+
 def test_auto_mode_sends_the_note_and_the_recent_window_and_keeps_every_raw_row(
     world, small_window, fake, model_server, drain, chat
 ):
