@@ -50,7 +50,7 @@ class SessionAdmin(ReadOnlyAdmin):
             "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td style='white-space:pre-wrap'>{}</td>"
             "<td>{}</td></tr>",
             ((m.seq, m.created_at.strftime("%Y-%m-%d %H:%M:%S"), m.role, m.channel, m.sender_name, m.content,
-              m.answer_state or "")
+              answer_shown(m.answer_state, m.metadata))
              for m in rows),
         )
         return format_html(
@@ -58,6 +58,18 @@ class SessionAdmin(ReadOnlyAdmin):
             "<th>channel</th><th>sender</th><th>content</th><th>answer</th></tr>{}</table>",
             all_url, obj.last_seq, body,
         )
+
+
+REPLACED = "replaced (written again)"
+
+
+def answer_shown(answer_state: str | None, metadata: dict | None) -> str:
+    """The answer column: a message's answer state, or, for a reply the person had written
+    again (regenerate: kept, read by no surface, the model or the summarizer), that it was
+    replaced — else it reads as something the Qor still stands by."""
+    if isinstance(metadata, dict) and metadata.get("superseded"):
+        return REPLACED
+    return answer_state or ""
 
 
 class CappedCountPaginator(Paginator):
@@ -88,7 +100,7 @@ class MessageAdmin(ReadOnlyAdmin):
     # on it read the whole table, every tenant's messages, to find one tenant's.
     tenant_field = "session__tenant"
     paginator = CappedCountPaginator
-    list_display = ["session", "seq", "role", "channel", "sender_name", "short_content", "answer_state", "created_at"]
+    list_display = ["session", "seq", "role", "channel", "sender_name", "short_content", "answer", "created_at"]
     # "failed" lists the messages the Qor could not answer. Each one's page shows the
     # notice the person was shown; the host also sees the provider's own words
     # (answer_error), which may name its key or its address: never a tenant's to read.
@@ -103,6 +115,10 @@ class MessageAdmin(ReadOnlyAdmin):
     @admin.display(description="content")
     def short_content(self, obj: Message) -> str:
         return obj.content[:120]
+
+    @admin.display(description="answer", ordering="answer_state")
+    def answer(self, obj: Message) -> str:
+        return answer_shown(obj.answer_state, obj.metadata)
 
     @admin.display(description="notice shown instead of an answer")
     def notice_shown(self, obj: Message) -> str:

@@ -211,3 +211,26 @@ def test_the_host_reads_every_tenants_moved_group_chats_still_read_only(host, mo
     page = host.get(url("movedthread_change", moves["globex"].pk)).content.decode()
     assert "-1009002" in page and 'name="_save"' not in page
     assert host.get(url("movedthread_add")).status_code == 403
+
+
+def test_a_reply_the_person_had_written_again_is_marked_replaced_in_the_session_and_the_message_list(
+    tenant_admin, conversations
+):
+    """Regenerate keeps the replaced reply: the admin still lists it (nothing is hidden from
+    whoever reads the record), marked, so it does not read as the Qor's standing answer."""
+    Message.objects.filter(session=conversations.acme, seq=2).update(metadata={"superseded": True})
+    again = message_append(session=conversations.acme, role="assistant", content="A Brompton, noted.",
+                           channel="web").message
+
+    page = tenant_admin.get(url("session_change", conversations.acme.pk)).content.decode()
+    rows = {seq: page.split(f"<tr><td>{seq}</td>", 1)[1].split("</tr>", 1)[0] for seq in (2, again.seq)}
+    assert "Noted: a folding bike." in rows[2] and "replaced (written again)" in rows[2]
+    assert "A Brompton, noted." in rows[again.seq] and "replaced" not in rows[again.seq]
+
+    listing = tenant_admin.get(url("message_changelist") + f"?session__id__exact={conversations.acme.pk}")
+    shown = {m.seq: m for m in listed(listing)}
+    assert set(shown) == {1, 2, again.seq}
+    cells = listing.content.decode().split("Noted: a folding bike.", 1)[1].split("</tr>", 1)[0]
+    assert "replaced (written again)" in cells
+    assert "replaced (written again)" not in listing.content.decode().split("A Brompton, noted.", 1)[1].split(
+        "</tr>", 1)[0]
