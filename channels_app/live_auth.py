@@ -6,7 +6,8 @@ session of the user), deactivation, removal from the tenant, a revoked token, th
 suspending the tenant. Each of
 those tells the user's open sockets (`auth_group`), and each socket checks its own
 credentials again and closes if they no longer hold; sockets also check again now and
-then (every RECHECK_EVERY while open, and on a client's ping once that is due), for sessions
+then (each socket at a period of its own between half of RECHECK_EVERY and all of it while
+open, and on a client's ping once RECHECK_EVERY has passed), for sessions
 and tokens that simply expire.
 """
 from __future__ import annotations

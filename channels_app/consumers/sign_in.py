@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import random
 import time
 from typing import Any
 
@@ -54,7 +55,8 @@ class SignInFollowingConsumer(AsyncJsonWebsocketConsumer):
         await self.recheck()
 
     def recheck_every_while_open(self) -> None:
-        """Check again every RECHECK_EVERY for as long as the socket is open: a session or a
+        """Check again every RECHECK_EVERY or sooner (from half of it: each socket has its
+        own period) for as long as the socket is open: a session or a
         token can just expire, which no event tells, and a client need not ping (one that
         never does would otherwise follow the chat for as long as it stayed connected)."""
         task = asyncio.get_running_loop().create_task(self._recheck_periodically())
@@ -62,10 +64,14 @@ class SignInFollowingConsumer(AsyncJsonWebsocketConsumer):
         task.add_done_callback(self.rechecks.discard)
 
     async def _recheck_periodically(self) -> None:
+        # This socket's own period, in the second half of RECHECK_EVERY: sockets opened
+        # together (every client reconnecting after a restart) would otherwise read the
+        # database together, every period, for as long as they stay open.
+        every = RECHECK_EVERY * random.uniform(0.5, 1.0)
         while self.owner is not None:
             # Due from the last check, whatever made it (a change, a ping); a second at least.
-            await asyncio.sleep(max(1.0, self.checked_at + RECHECK_EVERY - time.monotonic()))
-            if self.owner is not None and time.monotonic() - self.checked_at >= RECHECK_EVERY:
+            await asyncio.sleep(max(1.0, self.checked_at + every - time.monotonic()))
+            if self.owner is not None and time.monotonic() - self.checked_at >= every:
                 await self.recheck()
 
     async def recheck_when_due(self) -> None:

@@ -3,6 +3,7 @@ tab, a password change, removal from the tenant or a revoked token closes it (a
 `signed_out` frame, then close code 4401) — and nobody else's socket."""
 from __future__ import annotations
 
+import asyncio
 from datetime import timedelta
 from importlib import import_module
 
@@ -15,7 +16,7 @@ from django.utils import timezone
 from channels_app.consumers import sign_in
 from channels_app.consumers.sign_in import CLOSE_SIGNED_OUT
 from qorven.runtime.publisher import broadcast_flush
-from tenancy.models import Membership
+from tenancy.models import ApiToken, Membership
 from tenancy.services import api_token_create
 
 from .live_helpers import communicator, receive_until, session_cookie
@@ -287,6 +288,35 @@ def test_a_token_that_expires_closes_its_socket_though_its_client_never_pings(wo
         events = await receive_until(socket, lambda e: e["type"] == "signed_out", timeout=10)
         assert events == [{"type": "signed_out"}]
         assert await socket.receive_output(timeout=5) == {"type": "websocket.close", "code": CLOSE_SIGNED_OUT}
+
+    async_to_sync(scenario)()
+
+
+def test_sockets_opened_together_do_not_check_their_sign_in_together(world, monkeypatch):
+    """Every client reconnects at once after a restart: were each socket to check its
+    sign-in a whole RECHECK_EVERY after it opened, they would all read the database in the
+    same moment, every period, for as long as they stay open. Each socket's own checks are
+    spread over the second half of the period, so a token that ends quietly closes them
+    at different times after each one opened."""
+    monkeypatch.setattr(sign_in, "RECHECK_EVERY", 3.0)
+    _, raw = api_token_create(tenant=world.tenant_a, user=world.alice)
+    bearer = [(b"authorization", f"Bearer {raw}".encode())]
+
+    async def scenario():
+        loop = asyncio.get_running_loop()
+        sockets = []
+        for _ in range(12):
+            sockets.append((await opened(communicator(ALICE_CHAT, origin="", headers=bearer)), loop.time()))
+        # Ended with no signal, as a token's expiry is: each socket finds out at its own check.
+        await sync_to_async(lambda: ApiToken.objects.update(expires_at=timezone.now() - timedelta(seconds=1)))()
+
+        async def open_for(comm, opened_at: float) -> float:
+            await receive_until(comm, lambda e: e["type"] == "signed_out", timeout=10)
+            return loop.time() - opened_at
+
+        lived = await asyncio.gather(*(open_for(comm, at) for comm, at in sockets))
+        assert all(1.0 <= t <= 3.0 + 1.0 for t in lived), lived  # within the period, from their own opening
+        assert max(lived) - min(lived) > 0.5, lived
 
     async_to_sync(scenario)()
 
