@@ -240,8 +240,8 @@ def deliveries_undelivered(*, binding: ChannelBinding, reports: list[Undelivered
     they end failed, with its reason kept for the admin, and live surfaces mark the reply
     "not delivered". A report already taken, or for a part that is not ours, changes
     nothing. Returns how many parts were failed."""
-    reasons = {r.platform_message_id: f"{chat_refused(binding.kind)}: {r.reason}" if r.chat else r.reason
-               for r in reports}
+    reasons = {r.platform_message_id: f"{account_refused(binding.kind)}: {r.reason}" if r.account
+               else f"{chat_refused(binding.kind)}: {r.reason}" if r.chat else r.reason for r in reports}
     rows = list(OutboundDelivery.objects.filter(
         tenant_id=binding.tenant_id, binding=binding, platform_message_id__in=list(reasons),
         state=OutboundDelivery.State.SENT,

@@ -92,6 +92,9 @@ class Undelivered:
     # The platform says the chat itself is closed to us (WhatsApp's 24-hour window):
     # our notice would not get there either (SendError.chat).
     chat: bool = False
+    # The platform says the account itself may not send (WhatsApp: a locked or unpaid
+    # business account): our notice through it would fail too (SendError.account).
+    account: bool = False
 
 
 @dataclass
@@ -215,19 +218,22 @@ class Adapter:
 
     @staticmethod
     def raise_for_status(response: httpx.Response, *, retry_after: float | None = None,
-                         account: Collection[int] = (), chat: bool = False) -> None:
+                         account: Collection[int] | bool = (), chat: bool = False, later: bool = False) -> None:
         """Raise the SendError of a refused send. `account`: the statuses with which the
-        platform refuses the account itself, not only the message (SendError.account);
-        `chat`: whether this answer refuses the one chat (SendError.chat)."""
+        platform refuses the account itself, not only the message (SendError.account), or
+        whether this answer does; `chat`: whether this answer refuses the one chat
+        (SendError.chat); `later`: whether the platform's own code says trying again later
+        may do, whatever the status (Meta answers its rate limits with a 400)."""
         if response.status_code < 300:
             return
         text = response.text[:300]
-        if response.status_code == 429 or response.status_code >= 500:
+        if response.status_code == 429 or response.status_code >= 500 or later:
             after = retry_after if retry_after is not None else retry_after_seconds(response.headers.get("Retry-After"))
             raise SendError(f"{response.status_code}: {text}", permanent=False, retry_after=after,
                             status=response.status_code)
+        refused = account if isinstance(account, bool) else response.status_code in account
         raise SendError(f"{response.status_code}: {text}", permanent=True, status=response.status_code,
-                        account=response.status_code in account, chat=chat)
+                        account=refused, chat=chat)
 
     @staticmethod
     def error_code(response: httpx.Response, *path: str) -> Any:

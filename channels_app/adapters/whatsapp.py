@@ -182,21 +182,56 @@ class WhatsAppAdapter(Adapter):
                                        headers={"Authorization": f"Bearer {binding.credentials.get('token', '')}"})
         except Exception as exc:
             raise send_unreachable("WhatsApp", exc) from None
-        # 401: Meta does not take the access token (expired, revoked: OAuthException 190).
-        self.raise_for_status(response, account=(401,),
-                              chat=self.error_code(response, "error", "code") in WINDOW_CLOSED)
+        # Meta's code decides (its HTTP status is 400 for most, 403 for some refusals of the
+        # account and some of the person); 401: it does not take the access token.
+        code = self.error_code(response, "error", "code")
+        self.raise_for_status(response, account=response.status_code == 401 or code in ACCOUNT_REFUSED,
+                              chat=code in CHAT_REFUSED, later=code in RETRY_LATER)
         return self.accepted_id(response, "messages", 0, "id")
 
 
-# Meta's code for a message outside the person's 24-hour window (Re-engagement message),
-# mostly reported later in a status webhook: nothing but a template reaches that number
-# until they write again, our notice no more than the reply.
-WINDOW_CLOSED = frozenset({131047})
+# How Meta's error codes (`error.code` in a send's answer, `errors[].code` in a failed
+# status webhook) are taken, from the Cloud API's error code reference. A code in none of
+# these fails the one message for good (a 4xx) or is retried (a 429, a 5xx).
+#
+# The one chat, not the account: our notice to that person could not get there either,
+# and nothing more goes to them until they write again or change something on their side.
+CHAT_REFUSED = frozenset({
+    131047,  # Re-engagement message: their 24-hour window closed; only a template reaches them
+    131026,  # Message undeliverable: not a WhatsApp number, terms not accepted, an app too old
+    131021,  # Recipient cannot be sender: the chat is our own number
+    130497,  # Business account restricted from messaging users in this country (a 403 about them)
+})
+# The account itself, as a token Meta does not take (401): nothing goes out through it
+# until the owner fixes it in Meta's Business Manager or gives the binding a new token.
+ACCOUNT_REFUSED = frozenset({
+    0,  # AuthException: the access token could not be authenticated
+    190,  # Access token has expired (OAuthException)
+    3,  # API Method: a capability or permission the app lacks
+    10,  # Permission denied: not granted, or taken away (a 403)
+    *range(200, 300),  # API Permission: not granted, or taken away (a 403)
+    368,  # Temporarily blocked for policies violations
+    131005,  # Access denied: the permission was not granted or was removed (a 403)
+    131031,  # Business Account locked: restricted or disabled for a policy violation
+    131042,  # Business eligibility payment issue: no valid payment method on the account
+    133010,  # Phone number not registered on the WhatsApp Business Platform
+})
+# A limit that passes: tried again with backoff, though Meta answers it with a 400.
+# Reported later in a status webhook instead, the part has ended: the person is told,
+# and our notice goes out through the same retries.
+RETRY_LATER = frozenset({
+    2,  # API Service: Meta down or overloaded for a while
+    4,  # API Too Many Calls: the app's own rate limit
+    80007,  # Rate limit issues: the WhatsApp Business Account's rate limit
+    130429,  # Rate limit hit: the phone number's throughput
+    131048,  # Spam rate limit hit: too many of its recent messages blocked or flagged
+    131056,  # (Business Account, Consumer Account) pair rate limit hit: too many to this one person
+})
 
 
 def _failed(value: dict[str, Any]) -> list[Undelivered]:
     """The replies Meta accepted and now reports failed (a closed 24-hour window, a
-    number that blocked the business...). Sent, delivered and read receipts change
+    number not on WhatsApp, a locked account, a rate limit...). Sent, delivered and read receipts change
     nothing of ours."""
     found = []
     for status in value.get("statuses") or []:
@@ -204,8 +239,9 @@ def _failed(value: dict[str, Any]) -> list[Undelivered]:
             continue
         errors = [e for e in status.get("errors") or [] if isinstance(e, dict)]
         said = "; ".join(f"{e.get('code', '')} {e.get('title', '')}".strip() for e in errors) or "no reason given"
-        closed = any(_code(e) in WINDOW_CLOSED for e in errors)
-        found.append(Undelivered(str(status["id"]), f"WhatsApp reported it undelivered: {said}", chat=closed))
+        codes = {_code(e) for e in errors}
+        found.append(Undelivered(str(status["id"]), f"WhatsApp reported it undelivered: {said}",
+                                 chat=not codes.isdisjoint(CHAT_REFUSED), account=not codes.isdisjoint(ACCOUNT_REFUSED)))
     return found
 
 

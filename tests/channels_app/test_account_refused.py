@@ -31,6 +31,15 @@ PLATFORMS = {
                      Canned(404, {"ok": False, "error_code": 404, "description": "Not Found"})),
     "whatsapp-401": ("whatsapp", "/whatsapp/v21.0/1055/messages", "15550100", Canned(401, {"error": {
         "message": "Error validating access token: Session has expired", "type": "OAuthException", "code": 190}})),
+    # Meta refuses the account with other codes too, and with a 403 (a permission taken
+    # away, a locked or unpaid account): nothing goes out through it until that is fixed.
+    "whatsapp-403-permission": ("whatsapp", "/whatsapp/v21.0/1055/messages", "15550100", Canned(403, {"error": {
+        "message": "(#10) Application does not have permission for this action", "type": "OAuthException",
+        "code": 10}})),
+    "whatsapp-131031": ("whatsapp", "/whatsapp/v21.0/1055/messages", "15550100", Canned(400, {"error": {
+        "message": "(#131031) Business Account locked", "type": "OAuthException", "code": 131031}})),
+    "whatsapp-131042": ("whatsapp", "/whatsapp/v21.0/1055/messages", "15550100", Canned(400, {"error": {
+        "message": "(#131042) Business eligibility payment issue", "type": "OAuthException", "code": 131042}})),
     "slack-invalid_auth": ("slack", "/slack/api/chat.postMessage", "D0DM", Canned(200, {"ok": False,
                                                                                      "error": "invalid_auth"})),
     "slack-token_revoked": ("slack", "/slack/api/chat.postMessage", "D0DM", Canned(200, {"ok": False,
@@ -103,6 +112,13 @@ CHAT_REFUSALS = {
                           Canned(200, {"ok": False, "error": "is_archived"})),
     "whatsapp-131047": ("whatsapp", "/whatsapp/v21.0/1055/messages", "15550100", Canned(400, {"error": {
         "message": "Re-engagement message", "type": "OAuthException", "code": 131047}})),
+    # Not a WhatsApp number, terms not accepted, an app too old: the notice could not get there either.
+    "whatsapp-131026": ("whatsapp", "/whatsapp/v21.0/1055/messages", "15550100", Canned(400, {"error": {
+        "message": "(#131026) Message Undeliverable.", "type": "OAuthException", "code": 131026}})),
+    # A 403 about the person, not the token: the account may not message people in their country.
+    "whatsapp-403-130497": ("whatsapp", "/whatsapp/v21.0/1055/messages", "15550100", Canned(403, {"error": {
+        "message": "(#130497) Business account is restricted from messaging users in this country.",
+        "type": "OAuthException", "code": 130497}})),
     "sms-21610": ("sms", "/twilio/2010-04-01/Accounts/AC123/Messages.json", "+15550002222",
                   Canned(400, {"code": 21610, "message": "Attempt to send to unsubscribed recipient", "status": 400})),
 }

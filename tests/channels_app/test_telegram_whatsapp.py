@@ -372,6 +372,28 @@ def test_telegram_429_with_retry_after_is_honoured_and_delivered_once(
     assert delivery.last_error == ""  # sent: the 429 of the first try is not its error
 
 
+@pytest.mark.parametrize("code, said", [(130429, "Rate limit hit"), (131048, "Spam rate limit hit"),
+                                         (131056, "(Business Account, Consumer Account) pair rate limit hit")])
+def test_a_whatsapp_rate_limit_answered_with_400_is_tried_again_and_the_reply_arrives_once(
+    client, world, whatsapp, platform, model_server, drain, settings, code, said
+):
+    """Meta answers its rate limits (the number's throughput, its spam limit, too many
+    messages to one person) with HTTP 400 and its own code: later, the reply gets there."""
+    settings.QORVEN_SEND_BACKOFF = 0.05
+    pair(world, "whatsapp", "15550100", world.alice)
+    sent = r"/whatsapp/v21.0/1055/messages"
+    platform.script(sent, Canned(400, {"error": {"message": f"(#{code}) {said}", "type": "OAuthException",
+                                                 "code": code}}))
+    platform.default(sent, Canned(body={"messaging_product": "whatsapp", "messages": [{"id": "wamid.OUT1"}]}))
+    model_server.add(reply("Your meeting is at 3."))
+    assert post_whatsapp(client, whatsapp_body("when is my meeting?")).status_code == 200
+    drain()
+    assert [s.json["text"]["body"] for s in platform.sent(sent)] == ["Your meeting is at 3."] * 2
+    delivery = OutboundDelivery.objects.get()
+    assert (delivery.state, delivery.attempts, delivery.last_error) == ("sent", 2, "")
+    assert not Message.objects.filter(role="system").exists()  # no notice: it got there
+
+
 def test_a_4xx_send_is_not_retried(client, world, telegram, platform, model_server, drain):
     pair(world, "telegram", "42", world.alice)
     platform.script(r"sendMessage", Canned(status=400, body={"ok": False, "description": "Bad Request: message is too long"}))

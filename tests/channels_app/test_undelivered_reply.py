@@ -34,8 +34,9 @@ OK = Canned(body={"ok": True, "result": {"message_id": 7}})
 REFUSAL = "Bad Request: message text is invalid: secret-internal-detail"
 REFUSED = Canned(status=400, body={"ok": False, "error_code": 400, "description": REFUSAL})
 SENT = r"/telegram/bot111:AAA/sendMessage"
-# A WhatsApp failure that leaves the chat open to our notice (not a closed 24-hour window).
-UNDELIVERABLE = {"code": 131026, "title": "Message undeliverable"}
+# A WhatsApp failure that leaves the chat open to our notice (a limit that passes, not a
+# closed 24-hour window or a number that cannot receive).
+UNDELIVERABLE = {"code": 131048, "title": "Spam rate limit hit"}
 
 
 def texts_sent(platform) -> list[str]:

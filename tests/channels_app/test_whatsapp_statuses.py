@@ -106,3 +106,40 @@ def test_a_binding_reports_only_its_own_replies(client, world, whatsapp):
     assert post_whatsapp(client, status_body(failed("wamid.OUT1"))).status_code == 200
     theirs.refresh_from_db()
     assert theirs.state == "sent"
+
+
+# How a failure WhatsApp reports later is taken, by Meta's code: the chat refused (our
+# notice could not get there either), the account refused (nothing goes out through it),
+# or a limit that passes (our notice goes out, through the send's own retries).
+REPORTED = {
+    "131026-undeliverable": ((131026, "Message undeliverable"), "whatsapp refused this chat"),
+    "130497-country": ((130497, "Business account is restricted from messaging users in this country"),
+                       "whatsapp refused this chat"),
+    "131042-payment": ((131042, "Business eligibility payment issue"), "whatsapp refused the account"),
+    "131031-locked": ((131031, "Business Account locked"), "whatsapp refused the account"),
+    "131048-spam-limit": ((131048, "Spam rate limit hit"), ""),
+    "131056-pair-limit": ((131056, "(Business Account, Consumer Account) pair rate limit hit"), ""),
+}
+
+
+@pytest.mark.parametrize("report", list(REPORTED))
+def test_a_failure_reported_later_tells_the_person_in_our_words_where_it_can_reach_them(
+    client, world, answered, platform, drain, report
+):
+    from sessions_app.models import Message
+
+    (code, title), refused = REPORTED[report]
+    assert post_whatsapp(client, status_body(failed("wamid.OUT1", code=code, title=title))).status_code == 200
+    drain()
+    answered.refresh_from_db()
+    assert answered.state == "failed" and str(code) in answered.last_error  # Meta's word, for the admin
+    assert answered.last_error.startswith(refused)
+    (notice,) = Message.objects.filter(role="system", metadata__notice="reply_undelivered")
+    assert notice.content.startswith("My last reply may not have reached you.") and title not in notice.content
+    (part,) = OutboundDelivery.objects.filter(message=notice)
+    bodies = [s.json["text"]["body"] for s in platform.sent(r"/whatsapp/.*/messages$")]
+    if refused:  # stored, shown on the page, not sent where it could only fail too
+        assert (part.state, part.attempts) == ("failed", 0) and refused in part.last_error
+        assert bodies == ["Your meeting is at 3."]
+    else:
+        assert part.state == "sent" and bodies == ["Your meeting is at 3.", notice.content]
