@@ -2,7 +2,7 @@
 (base64 HMAC-SHA1 of the full URL followed by the sorted POST parameters, keyed with the
 auth token), replies through the Messages API. Each phone number is its own session; an
 MMS's pictures are fetched from Twilio's media URLs by the processing task.
-Credentials: `number` (ours, E.164), `account_sid`, `auth_token`.
+Credentials: `number` (ours, E.164, or a short code), `account_sid`, `auth_token`.
 """
 from __future__ import annotations
 
@@ -36,6 +36,9 @@ from .base import (
 
 logger = logging.getLogger(__name__)
 E164 = re.compile(r"\+[1-9][0-9]{6,14}")  # a country code, then at most 15 digits in all
+SHORT_CODE = re.compile(r"[1-9][0-9]{4,5}")  # five or six digits, as Twilio names one (894546)
+# What an Alphanumeric Sender ID may be (up to 11 letters, digits and spaces, a letter among them).
+ALPHANUMERIC = re.compile(r"(?=.*[A-Za-z])[A-Za-z0-9 +&_-]{1,11}")
 MMS_KEPT = 4  # attachments of one MMS fetched at most (Twilio allows 10); the rest are counted as left out
 
 
@@ -53,7 +56,7 @@ class SmsAdapter(Adapter):
     limit = 1600
     style = PLAIN  # a text message shows no formatting: the model's Markdown as plain text
     credentials = {
-        "number": "the Twilio phone number, E.164 (+15550000000)",
+        "number": "the Twilio phone number, E.164 (+15550000000), or its short code (894546)",
         "account_sid": "the Twilio account SID",
         "auth_token": "the Twilio auth token (signs webhooks)",
     }
@@ -63,27 +66,38 @@ class SmsAdapter(Adapter):
         return credentials["number"].strip()
 
     def credentials_problem(self, credentials: dict[str, str]) -> tuple[str, str] | None:
-        # Texts are matched to the binding by the To Twilio sends, always E.164: a number
-        # written any other way (no +, spaces) would be bound and never receive a text.
+        # Texts are matched to the binding by the To Twilio sends: a phone number in E.164,
+        # a short code as its digits alone. A number written any other way (no +, spaces)
+        # would be bound and never receive a text.
         number = credentials.get("number", "").strip()
-        if number and not E164.fullmatch(number):
-            return "number", f"must be written in E.164, like +15550000000 (no spaces), not {number!r}"
-        return None
+        if not number or E164.fullmatch(number) or SHORT_CODE.fullmatch(number):
+            return None
+        if ALPHANUMERIC.fullmatch(number):
+            # Twilio's Alphanumeric Sender IDs are for one-way messaging: nobody can text one.
+            return "number", (f"{number!r} is an Alphanumeric Sender ID, which only sends (one-way): no text comes "
+                              "to it, so nothing would be answered; give the phone number or short code people text")
+        return "number", (f"must be the Twilio number in E.164, like +15550000000 (no spaces), or a short code of "
+                          f"5 or 6 digits, like 894546; not {number!r}")
 
     def account_proof(self, credentials: dict[str, str]) -> AccountProblem | None:
         """The Twilio account the SID and auth token open must own the number texts are
-        looked up by (IncomingPhoneNumbers, filtered to it)."""
+        looked up by (IncomingPhoneNumbers, filtered to it; a short code is among its
+        ShortCodes instead)."""
         number, sid = self.lookup_key(credentials), credentials.get("account_sid", "").strip()
-        url = f"{settings.TWILIO_API_BASE.rstrip('/')}/2010-04-01/Accounts/{quote(sid, safe='')}/IncomingPhoneNumbers.json"
+        short = bool(SHORT_CODE.fullmatch(number))
+        listed, field, param, what = (("SMS/ShortCodes", "short_codes", "ShortCode", "short code") if short else
+                                      ("IncomingPhoneNumbers", "incoming_phone_numbers", "PhoneNumber", "incoming number"))
+        url = f"{settings.TWILIO_API_BASE.rstrip('/')}/2010-04-01/Accounts/{quote(sid, safe='')}/{listed}.json"
         try:
-            found = proof_answer("Twilio", "GET", url, params={"PhoneNumber": number},
+            found = proof_answer("Twilio", "GET", url, params={param: number},
                                  refused="Twilio did not accept this account SID and auth token.",
                                  auth=(sid, credentials.get("auth_token", "")))
         except ProofFailed as exc:
             return exc.problem
-        numbers = found.get("incoming_phone_numbers") if isinstance(found, dict) else None
-        if not any(isinstance(n, dict) and n.get("phone_number") == number for n in numbers or []):
-            return AccountProblem(f"The Twilio account {sid} has no incoming number {number}.")
+        numbers = found.get(field) if isinstance(found, dict) else None
+        key = "short_code" if short else "phone_number"
+        if not any(isinstance(n, dict) and n.get(key) == number for n in numbers or []):
+            return AccountProblem(f"The Twilio account {sid} has no {what} {number}.")
         return None
 
     def resolve(self, request: HttpRequest) -> ChannelBinding:

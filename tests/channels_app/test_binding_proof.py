@@ -242,6 +242,25 @@ def test_sms_is_bound_when_the_twilio_account_owns_the_number(world, platform):
     assert asked.headers["Authorization"] == "Basic " + base64.b64encode(b"AC9:globex-token").decode()
 
 
+SHORT_CODE_ARGS = [*SMS_ARGS[:6], "894546", *SMS_ARGS[7:]]
+
+
+def test_sms_on_a_short_code_is_bound_when_the_twilio_account_owns_it(world, platform):
+    """A short code is not among the account's incoming phone numbers but its short codes."""
+    platform.script(r"/twilio/2010-04-01/Accounts/AC9/SMS/ShortCodes.json", Canned(body={
+        "short_codes": [{"sid": "SC1", "short_code": "894546"}]}))
+    bind(*SHORT_CODE_ARGS)
+    assert ChannelBinding.objects.get().lookup_key == "894546"
+    (asked,) = platform.sent(r"/twilio/")
+    assert asked.path.endswith("/SMS/ShortCodes.json?ShortCode=894546")
+    assert asked.headers["Authorization"] == "Basic " + base64.b64encode(b"AC9:globex-token").decode()
+
+
+def test_sms_on_a_short_code_the_twilio_account_does_not_have_is_refused(world, platform):
+    platform.script(r"/twilio/", Canned(body={"short_codes": []}))
+    assert refusal(*SHORT_CODE_ARGS) == "The Twilio account AC9 has no short code 894546."
+
+
 @pytest.mark.parametrize("answer, says", [
     (Canned(status=401, body={"code": 20003, "message": "Authenticate"}),
      "Twilio did not accept this account SID and auth token."),

@@ -50,6 +50,12 @@ def test_bind_reports_missing_credentials_and_foreign_qors(world):
     # Twilio names our number in E.164 (To=+15550001111): any other form matches no text.
     ("sms", ["--number", "15550001111", "--account-sid", "AC9", "--auth-token", "t", "--no-check"], "number"),
     ("sms", ["--number", "+1 555 000 1111", "--account-sid", "AC9", "--auth-token", "t", "--no-check"], "number"),
+    # A short code has five or six digits; four or seven are neither one nor a number in E.164.
+    ("sms", ["--number", "1234", "--account-sid", "AC9", "--auth-token", "t", "--no-check"], "short code"),
+    ("sms", ["--number", "1234567", "--account-sid", "AC9", "--auth-token", "t", "--no-check"], "short code"),
+    ("sms", ["--number", "012345", "--account-sid", "AC9", "--auth-token", "t", "--no-check"], "short code"),
+    # An Alphanumeric Sender ID only sends: no text ever comes to it, nor could a reply.
+    ("sms", ["--number", "AcmeCo", "--account-sid", "AC9", "--auth-token", "t", "--no-check"], "one-way"),
 ])
 def test_bind_refuses_a_credential_it_would_misread_and_stores_nothing(world, channel, args, says):
     """A typo must not quietly mean something else: an unknown --sender-check read as
@@ -57,6 +63,14 @@ def test_bind_refuses_a_credential_it_would_misread_and_stores_nothing(world, ch
     with pytest.raises(CommandError, match=says):
         call_command("bind", channel, "--tenant", "acme", "--qor", "aria", *args, stdout=io.StringIO())
     assert not ChannelBinding.objects.exists()
+
+
+@pytest.mark.parametrize("number", ["+15550001111", "12345", "894546", " 894546 "])
+def test_bind_takes_a_twilio_number_or_short_code_as_twilio_names_it(world, number):
+    """Twilio posts a text to a short code with To=894546, its digits as they are."""
+    call_command("bind", "sms", "--tenant", "acme", "--qor", "aria", "--number", number, "--account-sid", "AC9",
+                 "--auth-token", "t", "--no-check", stdout=io.StringIO())
+    assert ChannelBinding.objects.get().lookup_key == number.strip()
 
 
 def test_bind_refuses_a_label_longer_than_its_column(world):

@@ -652,6 +652,20 @@ def test_sms_is_verified_and_answered_through_the_messages_api(client, world, sm
     assert (session.kind, session.external_thread_id) == ("sms", "+15557654321")
 
 
+def test_a_text_to_our_short_code_is_answered_from_it(client, world, platform, model_server, drain, settings):
+    """Twilio names a short code by its digits alone (To=894546), and the reply goes from it."""
+    settings.QORVEN_PUBLIC_URL = "https://qorven.example"
+    binding_create(tenant=world.tenant_a, qor=world.qor_a, kind="sms",
+                   credentials={"number": "894546", "account_sid": "AC123", "auth_token": "twilio-token"})
+    pair(world, "sms", "+15557654321", world.alice)
+    model_server.add(reply("Text back"))
+    params = {"MessageSid": "SM1", "AccountSid": "AC123", "From": "+15557654321", "To": "894546", "Body": "hi"}
+    assert post_sms(client, params).status_code == 200
+    drain()
+    (sent,) = platform.sent(r"/twilio/2010-04-01/Accounts/AC123/Messages.json")
+    assert sent.form == {"To": "+15557654321", "From": "894546", "Body": "Text back"}
+
+
 # Ten seconds past the window either way: a stamp is whole seconds and the request takes time, so 301 s
 # ahead could be 300 s ahead by the time it is checked.
 @pytest.mark.parametrize("age", [310, -310, 365 * 86400])
