@@ -57,10 +57,14 @@ class Seams(Protocol):
 
 
 class Verbatim:
-    """Plain text: cut after a line break, else a space; the pieces as they are."""
+    """Plain text: cut after a line break, else a space; the pieces as they are. `code`:
+    whether a line of three backticks opens a code block, cut by its lines and fenced again
+    in each piece (Markdown's reading); else they are characters like any other, and no
+    fence is added to a piece."""
 
-    def __init__(self, text: str) -> None:
+    def __init__(self, text: str, *, code: bool = True) -> None:
         self.text = text
+        self.code = code
 
     def cut(self, start: int, hard: int) -> int:
         for sep in ("\n", " "):
@@ -76,7 +80,7 @@ class Verbatim:
         return self.text[start:end]
 
     def blocks(self) -> list[tuple[str, str]]:
-        return _blocks(self.text)
+        return _blocks(self.text) if self.code else [("prose", self.text)]
 
 
 def _run(line: str) -> str:
@@ -182,9 +186,14 @@ def _cut_code(block: str, limit: int, size: Size, framing: Size | None = None) -
     closing_present = len(lines) > 1 and _closes(lines[-1].lstrip(), fence)
     body = lines[1:-1] if closing_present else lines[1:]
     close = fence + "\n"
+    # A line break of its own closes the last line of a piece (`closed`).
     room = limit - (framing(opening) if framing else size(opening) + size(close)) - 1
     if room <= 0:
-        return _pieces(block, limit, size)
+        # Its fences alone fill a part: no piece of it can be code. Each is fenced all the
+        # same, and passes the limit: the caller, which measures what it writes, cuts the
+        # block as text (channels_app.formatting.parts). Cut hard, "```py" would be an empty
+        # code block, the rest of its pieces Markdown, and the fence left open.
+        room = 1
 
     def closed(current: list[str]) -> str:
         if current and not current[-1].endswith("\n"):
@@ -193,21 +202,33 @@ def _cut_code(block: str, limit: int, size: Size, framing: Size | None = None) -
         return first + "".join(current) + last
 
     pieces: list[str] = []
+
+    def keep(current: list[str]) -> None:
+        # A piece of nothing but blank lines or spaces (where a block, or a line cut hard,
+        # is parted) would show an empty code block: it is left out.
+        if any(line.strip() for line in current):
+            pieces.append(closed(current))
+
     current: list[str] = []
     used = 0
     for line in body:
         if size(line) > room:  # a single line longer than a part
             if current:
-                pieces.append(closed(current))
+                keep(current)
                 current, used = [], 0
-            *whole, line = _pieces(line, room, size)
-            pieces.extend(closed([piece]) for piece in whole)
+            # Cut without its line break: a piece of nothing but that would be an empty block.
+            ending = line[len(line.rstrip("\n")):]
+            *whole, line = _pieces(line.removesuffix(ending), room, size)
+            for piece in whole:
+                keep([piece])
+            line += ending
         if used + size(line) > room and current:
-            pieces.append(closed(current))
+            keep(current)
             current, used = [], 0
         current.append(line)
         used += size(line)
-    if current or not pieces:
+    keep(current)
+    if not pieces:
         pieces.append(closed(current))
     return pieces
 
@@ -215,8 +236,9 @@ def _cut_code(block: str, limit: int, size: Size, framing: Size | None = None) -
 def split_message(text: str, limit: int, *, size: Size = len, min_fill: int = 200,
                   seams: Seams | None = None, framing: Size | None = None) -> list[str]:
     """Parts of at most `limit` (as `size` measures), in order, that together say all of
-    `text`. Prose fills each part; code blocks move whole to the next part when they do
-    not fit. `seams`: where prose may be cut and how its pieces are mended (plain text's
+    `text` — but for a code block whose fences alone fill a part, whose pieces pass it
+    (the caller cuts that as text: `_cut_code`). Prose fills each part; code blocks move
+    whole to the next part when they do not fit. `seams`: where prose may be cut and how its pieces are mended (plain text's
     by default); `framing`: what a code block's fences take of a part, its opening line
     given (what `size` measures of them, by default)."""
     if size(text) <= limit:
@@ -261,6 +283,8 @@ def split_message(text: str, limit: int, *, size: Size = len, min_fill: int = 20
             head = seams.take(start, cut, since)
             if seam.closing:  # what it adds may pass the limit: the caller measures what it writes
                 head = head.rstrip() + seam.closing
+            else:  # the space a cut between words falls after ends no part
+                head = head.rstrip(" \t")
             current += head
             flush()
             current = opening = seam.opening

@@ -19,7 +19,7 @@ from collections.abc import Callable
 from functools import partial
 from typing import Any
 
-from ..split import split_message
+from ..split import Verbatim, split_message
 from .render import Style, parser
 from .seams import MarkdownSeams
 from .tables import unfold_wide_rows
@@ -65,7 +65,7 @@ def reply_parts(text: str, *, style: Style, limit: int, size: Size, markdown: bo
         nonlocal packed, used
         if packed:
             parts.extend(_fitted("".join(packed), limit=limit, size=size, write=write, measure=measure,
-                                 env=env if markdown else None))
+                                 env=env if markdown else None, as_text=style.plain))
         packed, used = [], 0
 
     for chunk in chunks:
@@ -84,7 +84,7 @@ def reply_parts(text: str, *, style: Style, limit: int, size: Size, markdown: bo
         return shown
     if markdown and text.strip():  # Markdown that shows nothing (a lone link definition): as written
         return reply_parts(text, style=style, limit=limit, size=size, markdown=False)
-    return [style.plain(EMPTY)]
+    return reply_parts(EMPTY, style=style, limit=limit, size=size, markdown=False)  # cut like any text
 
 
 def _chunks(text: str, starts: list[int]) -> list[str]:
@@ -96,20 +96,25 @@ def _chunks(text: str, starts: list[int]) -> list[str]:
 
 
 def _fitted(source: str, *, limit: int, size: Size, write: Callable[[str], str],
-            measure: Callable[[str], int], env: dict[str, Any] | None) -> list[str]:
+            measure: Callable[[str], int], env: dict[str, Any] | None,
+            as_text: Callable[[str], str]) -> list[str]:
     """`source` written in parts that each measure at most `limit`: whole when it fits, else
     cut (channels_app.split) at a size scaled by how much writing changes it (Telegram
     shows a link's label, not its address; Slack's escapes are longer), and while a piece
     written still measures more, cut again smaller, every piece alike — so no short piece is
     left between full ones. `env`: the reply's link references when `source` is its
-    Markdown, cut where channels_app.formatting.seams says, each piece made whole."""
+    Markdown, cut where channels_app.formatting.seams says, each piece made whole; else
+    `source` is text of ours, cut as text (its ``` are characters: no fence is added).
+    Markdown that cannot be cut so (an address, or a code block's fences, longer than a
+    part) is cut as text and written with `as_text`: a piece of it written as Markdown could
+    show less than it holds ("```py" is an empty code block)."""
     whole = write(source)
     cost = measure(whole)
     if cost <= limit:
         return [whole]
     length = size(source)
     room = max(1, min(length - 1, length * limit // max(cost, 1)))
-    seams = MarkdownSeams(source, env) if env is not None else None
+    seams: MarkdownSeams | Verbatim = MarkdownSeams(source, env) if env is not None else Verbatim(source, code=False)
 
     def framing(opening: str) -> int:
         """What the platform shows of a code block's fences (Telegram: nothing, not even
@@ -120,9 +125,9 @@ def _fitted(source: str, *, limit: int, size: Size, write: Callable[[str], str],
     while True:
         written = [write(piece) for piece in split_message(source, room, size=size, seams=seams, framing=framing)]
         most = max((measure(w) for w in written), default=0)
-        if most <= limit or room == 1 and seams is None:
+        if most <= limit or room == 1 and isinstance(seams, Verbatim):
             return written
         if room == 1:  # what cannot be kept whole in a part (an address longer than it) is cut as text
-            seams, room = None, max(1, min(length - 1, length * limit // max(cost, 1)))
+            seams, write, room = Verbatim(source, code=False), as_text, max(1, min(length - 1, length * limit // max(cost, 1)))
             continue
         room = max(1, min(room - 1, room * limit // most))

@@ -692,3 +692,78 @@ def test_the_last_line_of_a_code_block_in_a_list_item_that_fits_no_part_with_its
     parts = _telegram(text, 38)
     assert all(_utf16(visible_text(part)) <= 38 for part in parts)
     assert _read(parts) == _whole(text)  # every "a" as code, no backtick shown
+
+
+# --- small limits -----------------------------------------------------------------------------
+
+KINDS = ["telegram", "whatsapp", "slack", "discord", "sms", "email"]
+SMALL = {
+    "a code block longer than a part": "```\nprint('hello world')\nx = 1\n```",
+    "a code block with its language": "```python\nprint('hello world')\nx = 1\n```",
+    "a word longer than a part": "supercalifragilisticexpialidocious",
+    "words": "alpha beta gamma delta epsilon zeta eta theta",
+    "code with blank lines": "```\nalpha = 1\n\n\n\nbeta = 2\n```",
+    "prose and code": "Intro para here.\n\n```\nline one of code\nline two of code\n```\n\nOutro words follow.",
+}
+
+
+def _shown(kind: str, parts: list[str]) -> str:
+    """What the parts show, in order, without what cutting may add or take between them:
+    spaces, line breaks, fences and the zero-width spaces that keep backticks apart."""
+    style = adapter_for(kind).style
+    return re.sub(r"[\s`~\u200b]", "", "".join(style.visible(part) for part in parts))
+
+
+# A part that shows an empty code block: what was cut into it is lost (a fence's language).
+_EMPTY_CODE = re.compile(r"\s*(```[\w+#.-]*\n\s*```|```\s*```|<pre><code[^>]*>\s*</code></pre>)\s*")
+
+
+def _in_order(wanted: str, found: str) -> bool:
+    rest = iter(found)
+    return all(char in rest for char in wanted)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("markdown", [True, False], ids=["model", "ours"])
+@pytest.mark.parametrize("name", list(SMALL))
+@pytest.mark.parametrize("limit", [1, 2, 3, 5, 8, 12, 20, 40])
+def test_at_any_limit_every_part_fits_shows_something_and_nothing_of_the_text_is_lost(kind, markdown, name, limit):
+    """Even a part smaller than a code block's fences: the code is then cut as text."""
+    adapter = adapter_for(kind)
+    text = SMALL[name]
+    parts = reply_parts(text, style=adapter.style, limit=limit, size=adapter.length, markdown=markdown)
+    whole = reply_parts(text, style=adapter.style, limit=100_000, size=adapter.length, markdown=markdown)
+    assert all(adapter.length(adapter.style.visible(part)) <= limit for part in parts), parts
+    assert all(adapter.style.visible(part).strip() for part in parts), parts
+    assert not any(_EMPTY_CODE.fullmatch(shown(part)) for part in parts), parts
+    assert _in_order(_shown(kind, whole), _shown(kind, parts)), parts
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("limit", [1, 5, 12, 4096])
+def test_a_reply_of_nothing_but_spaces_is_our_empty_reply_within_the_limit(kind, limit):
+    adapter = adapter_for(kind)
+    parts = reply_parts(" \n\n\t ", style=adapter.style, limit=limit, size=adapter.length, markdown=True)
+    assert all(adapter.length(adapter.style.visible(part)) <= limit for part in parts)
+    assert "".join(adapter.style.visible(part) for part in parts).replace(" ", "") == "(emptyreply)"
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("markdown", [True, False], ids=["model", "ours"])
+def test_a_part_cut_between_words_does_not_end_with_the_space_between_them(kind, markdown):
+    adapter = adapter_for(kind)
+    parts = reply_parts(SMALL["words"], style=adapter.style, limit=12, size=adapter.length, markdown=markdown)
+    assert len(parts) > 1 and all(part == part.rstrip() for part in parts), parts
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_text_of_ours_holding_three_backticks_cut_over_parts_gets_no_fences_of_ours(kind):
+    """A notice or a command's answer quoting what someone wrote formats nothing: its ``` are
+    characters, and cutting it adds none (nor a language name) to any part."""
+    adapter = adapter_for(kind)
+    text = "You wrote:\n```python\nx = 1\ny = 2\nand then more words after it all."
+    parts = reply_parts(text, style=adapter.style, limit=30, size=adapter.length, markdown=False)
+    shown = "".join(adapter.style.visible(part) for part in parts).replace("\u200b", "")
+    assert shown.count("`") == 3 and shown.count("python") == 1, parts
+    assert re.sub(r"\s", "", shown) == re.sub(r"\s", "", text)
+
