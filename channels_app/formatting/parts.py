@@ -40,6 +40,9 @@ def reply_parts(text: str, *, style: Style, limit: int, size: Size, markdown: bo
     if markdown:
         text = text.replace("\r\n", "\n").replace("\r", "\n")
         tokens = parser().parse(text, env)  # env: the reply's link references, for every part
+        read = style.read_as(text, tokens)
+        if read != text:
+            text, tokens = read, parser().parse(read, env)
         whole = written[text] = style.parsed(text, tokens)
         if size(style.visible(whole)) <= limit and style.visible(whole).strip():
             return [whole]  # most replies: one part, parsed once

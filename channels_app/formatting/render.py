@@ -83,6 +83,12 @@ class Style:
         references (`references`) when this is a part of it."""
         return self.parsed(markdown, parser().parse(markdown, dict(env or {})))
 
+    def read_as(self, markdown: str, tokens: list[Token]) -> str:
+        """The model's Markdown as the platform reads what it is sent, where that differs
+        from Markdown's reading in what is cut apart (Discord: ``` that nothing closes opens
+        no code block); the reply is cut over parts as this reads. As written, by default."""
+        return markdown
+
     def parsed(self, markdown: str, tokens: list[Token]) -> str:
         """`markdown` written for the platform from its `tokens`, parsed already."""
         return _Walk(self).blocks(SyntaxTreeNode(tokens).children).strip("\n")

@@ -219,30 +219,55 @@ SLACK_MRKDWN = SlackMrkdwn()
 _CLOSING_FENCE = re.compile(r"[ \t>]*(`{3,}|~{3,})[ \t]*")
 
 
+# The language Discord's client reads after a code block's three backticks: one word of
+# these, then the line's end; anything else there shows as the code's first line.
+_DISCORD_LANGUAGE = re.compile(r"[A-Za-z0-9_+\-.#]+")
+
+
 class DiscordMarkdown(AsWritten):
     """Discord renders the model's Markdown, but its client reads a code block only between
-    three backticks, ended by the next three wherever they are: no longer fence, no ~~~.
-    A code block fenced otherwise, or holding three backticks, is written with ``` and its
-    code `fence_proof`; the rest goes as written."""
+    three backticks, ended by the next three wherever they are: no longer fence, no ~~~,
+    and a language only as one word. A code block fenced otherwise, or holding three
+    backticks, is written with ``` (and its language, when it names one so) and its code
+    `fence_proof`; the rest goes as written. Three backticks that nothing closes open no
+    code block on Discord, which shows them and what follows as it shows text: so the reply
+    is cut over parts as text there too (`read_as`)."""
 
     def markdown(self, markdown: str, env: dict[str, Any] | None = None) -> str:
         return Style.markdown(self, markdown, env)
 
-    def parsed(self, markdown: str, tokens: list[Token]) -> str:
-        fences = [(t.markup, t.map) for t in tokens if t.type == "fence" and t.map and (t.markup != "```" or "```" in t.content)]
-        if not fences:
-            return markdown
+    def read_as(self, markdown: str, tokens: list[Token]) -> str:
         lines = markdown.split("\n")
-        for markup, (first, end) in fences:
+        unclosed = []
+        for t in tokens:
+            if t.type != "fence" or t.level != 0 or not t.map:
+                continue
+            first, end = t.map
+            last = _CLOSING_FENCE.fullmatch(lines[end - 1]) if end - 1 > first else None
+            if not (last and last.group(1)[0] == t.markup[0] and len(last.group(1)) >= len(t.markup)):
+                unclosed.append(first)
+        for first in unclosed:  # a zero-width space in its run: it opens nothing, and reads the same
+            at = lines[first].index("```") if "```" in lines[first] else lines[first].index("~~~")
+            lines[first] = lines[first][:at + 2] + _ZERO_WIDTH + lines[first][at + 2:]
+        return "\n".join(lines) if unclosed else markdown
+
+    def parsed(self, markdown: str, tokens: list[Token]) -> str:
+        fences = [(t.markup, t.map, t.info) for t in tokens
+                  if t.type == "fence" and t.map and (t.markup != "```" or "```" in t.content)]
+        if not fences:
+            return markdown.strip("\n")  # a part ends with its text, not the blank lines after it
+        lines = markdown.split("\n")
+        for markup, (first, end), info in fences:
             opening = lines[first]
             at = opening.index(markup)
-            lines[first] = opening[:at] + "```" + opening[at + len(markup):]
+            language = (info.split() or [""])[0]
+            lines[first] = opening[:at] + "```" + (language if _DISCORD_LANGUAGE.fullmatch(language) else "")
             last = _CLOSING_FENCE.fullmatch(lines[end - 1]) if end - 1 > first else None
             if last and last.group(1)[0] == markup[0] and len(last.group(1)) >= len(markup):
                 lines[end - 1] = lines[end - 1][:last.start(1)] + "```" + lines[end - 1][last.end(1):]
                 end -= 1
             lines[first + 1:end] = [fence_proof(line) for line in lines[first + 1:end]]
-        return "\n".join(lines)
+        return "\n".join(lines).strip("\n")
 
 
 DISCORD_MARKDOWN = DiscordMarkdown()

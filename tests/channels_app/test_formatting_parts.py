@@ -767,3 +767,37 @@ def test_text_of_ours_holding_three_backticks_cut_over_parts_gets_no_fences_of_o
     assert shown.count("`") == 3 and shown.count("python") == 1, parts
     assert re.sub(r"\s", "", shown) == re.sub(r"\s", "", text)
 
+
+
+TILDES_WITH_TICKS = "~~~ a`b` c\ncode line one\ncode line two\n~~~\n\nafter"
+
+
+@pytest.mark.parametrize("limit", [2000, 40])
+def test_a_tilde_fence_whose_info_holds_backticks_is_a_discord_code_block_without_them(limit):
+    """Discord reads a language only as a word right after the three backticks: an info
+    string holding backticks would show as the code's first line."""
+    discord = adapter_for("discord")
+    parts = reply_parts(TILDES_WITH_TICKS, style=discord.style, limit=limit, size=discord.length, markdown=True)
+    code = [line for part in parts for line in part.splitlines() if line.startswith("```")]
+    assert code and all(line == "```" for line in code), parts
+    assert [line for part in parts for line in part.splitlines() if "line" in line] == ["code line one",
+                                                                                          "code line two"]
+    assert parts[-1].endswith("after")
+
+
+UNCLOSED = "Here:\n```python\nx = 1\ny = 2\n\nThe rest of the reply is prose with **bold** words in it."
+
+
+@pytest.mark.parametrize("limit", [2000, 60, 40])
+def test_an_unclosed_code_block_on_discord_reads_in_parts_as_discord_shows_it_whole(limit):
+    """Discord's client shows ``` that nothing closes as it is, and the text after it as
+    text: cut over parts, the rest of the reply is not put in code blocks of ours, and the
+    three backticks are still shown where they were."""
+    discord = adapter_for("discord")
+    parts = reply_parts(UNCLOSED, style=discord.style, limit=limit, size=discord.length, markdown=True)
+    assert all(len(part) <= limit for part in parts)
+    assert not any(code_blocks(part)[0] for part in parts), parts  # the fence opens no block in any part
+    joined = "\n".join(parts)
+    assert "**bold**" in joined and joined.count("python") == 1
+    assert "".join(shown(part) for part in parts).replace(" ", "").replace("\n", "") == (
+        "Here:```pythonx=1y=2Therestofthereplyisprosewith**bold**wordsinit.")
