@@ -90,16 +90,21 @@ class TelegramHtml(Style):
 
     def unformatted(self, written: str, *, limit: int, size: Any) -> str:
         """`written` as plain text, for Telegram to take without parse mode: what it would
-        have shown, with each link's address after its label — unless that passes `limit`
-        (as `size` counts), when the labels alone are kept."""
-        shown = self.visible(written)
+        have shown, with each link's address after its label, in order, as long as that
+        stays within `limit` (as `size` counts, which adds up over the text): a link whose
+        address would pass it keeps its label alone, not every link for that one's sake."""
+        room = limit - size(self.visible(written))
 
         def spelled(match: re.Match[str]) -> str:
+            nonlocal room
             href, label = html.unescape(match.group(1)), match.group(2)
-            return f"{label} ({href})" if self.visible(label) != href else label
+            added = f" ({href})"
+            if self.visible(label) == href or size(added) > room:
+                return label
+            room -= size(added)
+            return label + added
 
-        linked = self.visible(_TELEGRAM_LINK.sub(spelled, written))
-        return linked if size(linked) <= limit else shown
+        return self.visible(_TELEGRAM_LINK.sub(spelled, written))
 
 
 def _same_place(label: str, href: str) -> bool:

@@ -83,6 +83,22 @@ def test_a_part_telegram_cannot_parse_is_sent_once_more_as_plain_text(world, tel
     assert (part.state, part.attempts, part.last_error) == ("sent", 1, "")
 
 
+def test_a_part_sent_again_as_plain_text_keeps_every_link_address_that_fits(world, telegram, platform, drain):
+    """Spelling every address after its label would pass Telegram's 4096: those that fit
+    are kept, in order, not all of them dropped for the one that does not."""
+    from channels_app.tasks import deliver_message_task
+
+    first, second = "https://a.example/" + "x" * 100, "https://b.example/" + "z" * 300
+    part = f'<a href="{first}">first</a> {"y" * 3900} <a href="{second}">second</a> <c & d>'
+    pair(world, "telegram", "42", world.alice)
+    (message,) = replies_waiting(world, telegram, [part])
+    deliver_message_task.delay(world.tenant_a.pk, message.pk)
+    drain()
+    _, plain = platform.sent("sendMessage")
+    assert plain.json["text"] == f"first ({first}) {'y' * 3900} second <c & d>"
+    assert OutboundDelivery.objects.get().state == "sent"
+
+
 def test_a_long_formatted_reply_is_split_with_its_code_block_closed_and_reopened_in_each_part(
     client, world, telegram, platform, model_server, drain
 ):
