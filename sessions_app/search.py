@@ -133,12 +133,17 @@ def _search(sessions: QuerySet[Session], *, owner: str, query: str, limit: int, 
     for term in terms:
         if UNSPACED_RUN.fullmatch(term):  # as typed, in either width of its katakana
             rows = rows.filter(reduce(or_, (Q(content__contains=form) for form in width_forms(term))))
-    found = rows.select_related("session").order_by("-created_at", "-id")[offset:offset + limit]
+    # The columns a hit shows, not the whole row (its tool calls and metadata decoded for nothing).
+    found = (rows.select_related("session").only(*_HIT_COLUMNS)
+             .order_by("-created_at", "-id")[offset:offset + limit])
     return [
         SearchHit(session_id=m.session_id, seq=m.seq, role=m.role, channel=m.channel, sender_name=m.sender_name,
                   content=m.content, created_at=m.created_at, active=m.session.state == Session.State.ACTIVE)
         for m in found
     ]
+
+
+_HIT_COLUMNS = ("session_id", "seq", "role", "channel", "sender_name", "content", "created_at", "session__state")
 
 
 def hit_snippet(text: str, terms: list[str], *, width: int) -> str:

@@ -11,6 +11,7 @@ from sessions_app.fulltext import message_terms
 from sessions_app.migrations._trigger import SEARCH_TABLE
 from sessions_app.search import hit_spans
 
+from .older_versions import said_before, state_at
 from .test_search import chat, found, say
 
 GREEK = "Ο λόγος του ήταν σαφής και σύντομος"
@@ -106,11 +107,11 @@ def test_messages_written_before_the_migration_are_found_after_it(world, schema,
 
     from django.core import checks
 
-    schema.to([BEFORE])
+    before = state_at(schema, BEFORE)
     session = chat(world)
     for text in [GREEK, CAPITALS, "Ｔｏｋｙｏ　４０２", "Alice likes tea", "我昨天吃了寿司"]:
-        say(session, text)
-    say(chat(world, user=world.bob), "ΛΟΓΟΣ of Bob")
+        said_before(before, session, text)
+    said_before(before, chat(world, user=world.bob), "ΛΟΓΟΣ of Bob")
     with connection.cursor() as cursor:
         if connection.vendor == "sqlite":  # as the version before indexed them: the text as written
             cursor.execute(f"UPDATE {SEARCH_TABLE} SET content = (SELECT content FROM sessions_app_message m"

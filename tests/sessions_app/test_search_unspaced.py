@@ -12,6 +12,7 @@ from sessions_app.models import Message, Session
 from sessions_app.search import message_search
 from tests.factories.tenancy import QorFactory
 
+from .older_versions import said_before, state_at
 from .test_search import chat, found, say
 
 HISTORY = 5_000  # messages of the person's before the ones searched for
@@ -176,11 +177,11 @@ def test_messages_written_before_the_migration_are_found_after_it(world, schema,
 
     from django.core import checks
 
-    schema.to([BEFORE])
+    before = state_at(schema, BEFORE)
     session = chat(world)  # written by the version before
     for text in ["我昨天吃了寿司", "Alice likes tea", "東京タワーに行った", "ฉันชอบกินซูชิ", "寿司很好吃"]:
-        say(session, text)
-    say(chat(world, user=world.bob), "Bob也喜欢寿司")
+        said_before(before, session, text)
+    said_before(before, chat(world, user=world.bob), "Bob也喜欢寿司")
     with connection.cursor() as cursor:  # as it was: each sentence one word to the index
         if connection.vendor == "sqlite":
             cursor.execute(f"SELECT content FROM {SEARCH_TABLE} WHERE content LIKE %s", ["%寿%"])
@@ -223,7 +224,7 @@ def test_messages_are_written_while_the_migration_builds_its_index(world, schema
 
     session = chat(world)
     say(session, "我昨天吃了寿司")
-    schema.to([BEFORE])
+    before = state_at(schema, BEFORE)
     failures: list[BaseException] = []
 
     def migrate() -> None:
@@ -251,7 +252,7 @@ def test_messages_are_written_while_the_migration_builds_its_index(world, schema
         with connection.cursor() as cursor:
             cursor.execute("SET lock_timeout = '2s'")  # a blocked append fails instead of waiting
         try:
-            written = say(chat(world, user=world.bob), "我今天也吃了寿司")
+            written = said_before(before, chat(world, user=world.bob), "我今天也吃了寿司")
         finally:
             with connection.cursor() as cursor:
                 cursor.execute("RESET lock_timeout")
