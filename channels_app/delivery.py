@@ -22,13 +22,15 @@ from qorven.runtime.insert_new import rows_insert_new
 from qorven.runtime.prepared_read import PreparedRead
 from qorven.runtime.task_scope import collecting
 from sessions_app.models import Message
+from sessions_app.services import message_delivery_planned
 
 from .adapters import adapter_for
 from .models import ChannelBinding, Identity, OutboundDelivery
 
 logger = logging.getLogger(__name__)
 
-# Message channel tag → the binding kind that delivers it.
+# Message channel tag → the binding kind that delivers it: every one of
+# sessions_app.channel_kinds.PLATFORM_CHANNELS, whose replies the store marks for delivery.
 PLATFORM_OF = {
     "telegram": "telegram", "whatsapp": "whatsapp", "slack_dm": "slack", "slack": "slack",
     "discord_dm": "discord", "discord": "discord", "email": "email", "sms": "sms",
@@ -36,10 +38,9 @@ PLATFORM_OF = {
 
 
 def on_message_appended(sender, message: Message, **kwargs) -> None:
-    """Signal receiver: queue delivery of replies and notices for platform channels."""
-    if message.role not in (Message.Role.ASSISTANT, Message.Role.SYSTEM) or message.tool_calls:
-        return
-    if message.channel not in PLATFORM_OF:
+    """Signal receiver: queue delivery of replies and notices for platform channels: the
+    messages the store marked as awaiting it (sessions_app.services.delivery_awaited)."""
+    if not message.delivery_unplanned:
         return
     try:
         deliveries_plan(message=message)
@@ -119,7 +120,24 @@ def _still_paired(binding: ChannelBinding, sender: str, user_id: int) -> bool:
 
 def deliveries_plan(*, message: Message) -> int:
     """Create the message's delivery parts (once: a part already planned is left as it is)
-    and queue the send; the number of parts."""
+    and queue the send; the number of parts. Whatever comes of it — parts planned, no
+    destination, the pairing ended — the message's mark of a delivery not yet planned goes
+    once it has (one statement, after the parts'), so the sweeper never plans it again; a
+    lost database connection leaves it for the planning task, or the sweep, to try again.
+    A process dying between the parts and the mark leaves them both: the sweep plans it
+    again, and the parts already planned stay as they are (nothing is sent twice)."""
+    try:
+        planned = _parts_plan(message)
+    except DATABASE_DOWN:
+        raise
+    except Exception:
+        message_delivery_planned(message=message)  # planning it again would fail the same way
+        raise
+    message_delivery_planned(message=message)
+    return planned
+
+
+def _parts_plan(message: Message) -> int:
     from .tasks import deliver_message_task
 
     target = _target(message)

@@ -15,6 +15,11 @@ schedule, `__qorven_sweep__`) and whenever a worker starts — with no grace per
 - voice notes still waiting for their transcript long after the transcription task's own
   retries would have ended are transcribed again (once per that period; while their
   workspace is suspended, that task ends them unanswered instead);
+- replies and notices for a platform stored still marked as awaiting the planning of
+  their delivery (Message.delivery_unplanned: the process that stored one died before
+  planning it, which runs once the reply commits) are planned, and so sent, once; what
+  was stored without telling delivery (imported or seeded history) is never marked, nor
+  anything stored before the mark existed;
 - deliveries left pending are sent, the oldest of each binding (its send wakes the next);
   a part whose sender died mid-send is failed (it may have reached the platform, and a
   reply is never sent twice) and shown as such, at the first sweep that finds its bot's
@@ -37,6 +42,7 @@ from django.core.cache import cache
 from django.db.models import Min, Q
 from django.utils import timezone
 
+from qorven.runtime.database import DATABASE_DOWN
 from qorven.runtime.durations import duration_setting
 from sessions_app.models import Message, Session
 
@@ -62,6 +68,7 @@ class SweepReport:
     inbound: int = 0
     deliveries: int = 0
     interrupted_sends: int = 0
+    unplanned: int = 0  # replies stored whose delivery was never planned, planned now
     voice_notes: int = 0
     heartbeat_runs: int = 0
     compactions: int = 0
@@ -71,7 +78,7 @@ class SweepReport:
 
     def __bool__(self) -> bool:
         return bool(self.turns or self.inbound or self.deliveries or self.interrupted_sends or self.voice_notes
-                    or self.heartbeat_runs or self.compactions)
+                    or self.heartbeat_runs or self.compactions or self.unplanned)
 
 
 PRUNE_EVERY = 3600  # seconds: what is past its retention is looked for once an hour (by any process)
@@ -174,6 +181,35 @@ def _interrupted_sends_recover() -> int:
     return failed
 
 
+def unplanned_replies(*, now, grace: timedelta):
+    """The oldest replies and notices for a platform stored more than `grace` ago and still
+    marked as awaiting the planning of their delivery, with their sessions: read on the
+    partial index message_unplanned_idx, whose condition the filter restates as it is
+    (`WHERE "delivery_unplanned"`, no parameter), so neither database scans the messages
+    table (tests/channels_app/test_sweep.py)."""
+    return (Message.objects.filter(delivery_unplanned=True, created_at__lte=now - grace)
+            .select_related("session").order_by("created_at")[:BATCH])
+
+
+def _unplanned_replies_plan(*, now, grace: timedelta) -> int:
+    """Plan the delivery of replies whose process died before planning it (it runs after
+    the reply commits; `grace` leaves a planning under way alone). Planning clears each
+    one's mark whatever comes of it, so each is planned once; a part planned already is
+    kept as it is, so nothing is sent twice."""
+    from .delivery import deliveries_plan
+
+    planned = 0
+    for message in unplanned_replies(now=now, grace=grace):
+        try:
+            deliveries_plan(message=message)
+        except DATABASE_DOWN:
+            raise
+        except Exception:
+            logger.exception("could not plan delivery of message %s", message.pk)
+        planned += 1
+    return planned
+
+
 def previous_run_let_go() -> tuple[int, int]:
     """What the previous run of the embedded default held when it stopped — the sessions'
     turn leases, the inbound events it had claimed — let go, before this run's own worker
@@ -242,6 +278,7 @@ def sweep(*, restart: bool = False) -> SweepReport:
         inbound_process_task.delay(tenant_id, event_id)
         report.inbound += 1
 
+    report.unplanned = _unplanned_replies_plan(now=now, grace=grace)
     report.interrupted_sends = _interrupted_sends_recover()
     # One reply per binding: its send wakes the next one waiting for that binding
     # (channels_app.send_gate), so a hung platform's queue is not re-sent in full every sweep.
@@ -275,7 +312,7 @@ def sweep(*, restart: bool = False) -> SweepReport:
         logger.info("sweep: deleted %s pairing code(s) that ran out over a week ago", report.pairings_pruned)
     if report:
         logger.info("sweep: queued %s turn(s), %s inbound event(s), %s delivery(ies), %s voice note(s), %s heartbeat "
-                    "run(s), %s /compact(s); failed %s interrupted send(s)", report.turns, report.inbound,
-                    report.deliveries, report.voice_notes, report.heartbeat_runs, report.compactions,
-                    report.interrupted_sends)
+                    "run(s), %s /compact(s); planned %s reply(ies) never planned; failed %s interrupted send(s)",
+                    report.turns, report.inbound, report.deliveries, report.voice_notes, report.heartbeat_runs,
+                    report.compactions, report.unplanned, report.interrupted_sends)
     return report

@@ -264,13 +264,14 @@ def trigger_missing(db: BaseDatabaseWrapper) -> bool:
 
 
 def _adapter(field: Field, db: BaseDatabaseWrapper) -> Callable[[Any], Any] | None:
-    """How one column's value is written: as is for text and integers (None), the backend's
+    """How one column's value is written: as is for text, integers and booleans (None), the backend's
     own adapter for JSON and aware datetimes, and the field's full preparation for anything
     else (a naive datetime is made aware, with Django's warning, as `save()` would)."""
     if isinstance(field, models.JSONField):
         encoder = field.encoder
         return lambda value: None if value is None else db.ops.adapt_json_value(value, encoder)
-    if isinstance(field, (models.CharField, models.TextField, models.IntegerField, models.ForeignKey)):
+    if isinstance(field, (models.CharField, models.TextField, models.IntegerField, models.ForeignKey,
+                          models.BooleanField)):
         return None
     prepare: Callable[[Any], Any] = lambda value: field.get_db_prep_save(value, db)  # noqa: E731
     if isinstance(field, models.DateTimeField) and settings.USE_TZ:

@@ -28,3 +28,11 @@ CHAT_FAMILY: frozenset[str] = frozenset(
 )
 # These get their own session per external thread (an email thread, a phone number, …).
 OWN_SESSION_CHANNELS: frozenset[str] = frozenset({Channel.EMAIL, Channel.SMS, Channel.VOICE, Channel.CRON})
+# What is said on these reaches the person on that platform: a reply or a notice of the
+# Qor's appended with one of them (and observers told) is sent there by channels_app, which
+# plans its parts after the append commits (channels_app.delivery.PLATFORM_OF maps each to
+# the platform that sends it). The append marks it until then (Message.delivery_unplanned).
+PLATFORM_CHANNELS: frozenset[str] = frozenset(
+    {Channel.TELEGRAM, Channel.WHATSAPP, Channel.SLACK_DM, Channel.SLACK, Channel.DISCORD_DM, Channel.DISCORD,
+     Channel.EMAIL, Channel.SMS}
+)

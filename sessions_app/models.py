@@ -144,6 +144,12 @@ class Message(models.Model):
     # raw SQL): a reader holding a copy of the row knows it is unchanged while this is the
     # same (the worker's held prompt windows: qorven.agent.held_windows). NULL: never updated.
     revision = models.PositiveIntegerField(null=True, blank=True, editable=False)
+    # True from the append of a reply or notice for a platform (sessions_app.services.
+    # message_append: the same statement) until channels_app has planned its delivery,
+    # whatever came of it; NULL for every other message and once planned. A process that
+    # died between the two left it marked: the sweeper plans it then (channels_app.sweep).
+    # Nullable, so adding it rewrote no row and marked none stored before.
+    delivery_unplanned = models.BooleanField(null=True, blank=True, editable=False)
 
     class Meta:
         ordering = ["session", "seq"]
@@ -161,6 +167,10 @@ class Message(models.Model):
             # The few messages waiting for an answer: the next one of a session, and the
             # sessions the sweeper must look at.
             models.Index(fields=["session", "seq"], condition=Q(answer_state="pending"), name="message_pending_idx"),
+            # The replies for a platform whose delivery is not planned yet, by time: a few rows,
+            # for the sweeper to find one whose process died first. The condition compiles
+            # to a bare `WHERE "delivery_unplanned"`, which a query must restate as is.
+            models.Index(fields=["created_at"], condition=Q(delivery_unplanned=True), name="message_unplanned_idx"),
         ]
 
     def __str__(self) -> str:

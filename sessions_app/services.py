@@ -24,7 +24,7 @@ from tenancy.models import Qor, Tenant
 
 from .append_statement import append_execute, reply_execute
 from .attachments import images_copy
-from .channel_kinds import CHAT_FAMILY, OWN_SESSION_CHANNELS
+from .channel_kinds import CHAT_FAMILY, OWN_SESSION_CHANNELS, PLATFORM_CHANNELS
 from .errors import SessionClosed
 from .models import Message, Session
 from .signals import answers_dropped, message_appended
@@ -174,7 +174,9 @@ def message_append(
     message whose (external_scope, external_id) was stored before is not stored again:
     the first one is returned with `created=False`. Observers (live surfaces,
     delivery to platforms) are told after commit, unless `notify` is False: imported
-    history is stored without being broadcast or sent anywhere again. `awaits_answer`: a
+    history is stored without being broadcast or sent anywhere again. A reply or notice
+    for a platform that observers are told of is stored marked `delivery_unplanned`
+    until delivery has planned it (message_delivery_planned). `awaits_answer`: a
     user message the Qor is to answer; it starts `pending` (see message_answer_*).
     Raises SessionClosed if the session is archived.
 
@@ -204,6 +206,8 @@ def message_append(
         "answer_state": Message.Answer.PENDING if awaits_answer else None,
         "answer_attempts": 0 if awaits_answer else None,
         "answer_error": None,
+        # In the INSERT itself: a process dying right after the commit leaves the mark.
+        "delivery_unplanned": True if notify and delivery_awaited(role, channel, tool_calls) else None,
     }
     db = connections[DEFAULT_DB_ALIAS]
     try:
@@ -233,6 +237,34 @@ def message_append(
 
 
 _SESSION_FIELD = Message._meta.get_field("session")
+_SENT_ROLES = frozenset({Message.Role.ASSISTANT, Message.Role.SYSTEM})
+
+
+def delivery_awaited(role: str, channel: str, tool_calls: list[dict[str, Any]] | None) -> bool:
+    """Whether delivery sends a message appended so (observers told): a reply or a notice
+    of the Qor's, not a step of its tool calls, on a platform's channel."""
+    return role in _SENT_ROLES and not tool_calls and channel in PLATFORM_CHANNELS
+
+
+_planned_sql: dict[str, str] = {}  # by vendor
+
+
+def message_delivery_planned(*, message: Message) -> None:
+    """Delivery has planned `message` (its parts, or found it had nowhere to go): its mark
+    goes, and the sweeper never plans it again. One statement, and none for a message not
+    marked (planned before, or never awaited)."""
+    if not message.delivery_unplanned:
+        return
+    db = connections[DEFAULT_DB_ALIAS]
+    sql = _planned_sql.get(db.vendor)
+    if sql is None:
+        quote = db.ops.quote_name
+        sql = _planned_sql[db.vendor] = (
+            f"UPDATE {quote(Message._meta.db_table)} SET {quote('delivery_unplanned')} = NULL"
+            f" WHERE {quote('id')} = %s AND {quote('tenant_id')} = %s")
+    with db.cursor() as cursor:
+        cursor.execute(sql, [message.pk, message.tenant_id])
+    message.delivery_unplanned = None
 
 
 def _message_built(alias: str, values: dict[str, Any]) -> Message:

@@ -298,3 +298,13 @@ def test_a_part_sent_after_a_failed_try_shows_no_error_in_the_admin(client, worl
     assert len(platform.sent("sendMessage")) == 2
     delivery = OutboundDelivery.objects.get()
     assert (delivery.state, delivery.attempts, delivery.last_error) == ("sent", 2, "")
+
+
+def test_every_platform_channel_the_store_marks_for_delivery_has_a_platform_to_send_it():
+    """The store marks a reply on these as awaiting its delivery (sessions_app.channel_kinds),
+    and delivery plans what is marked: each must be a platform's, and every platform's one
+    of them."""
+    from channels_app.delivery import PLATFORM_OF
+    from sessions_app.channel_kinds import PLATFORM_CHANNELS
+
+    assert set(PLATFORM_OF) == PLATFORM_CHANNELS

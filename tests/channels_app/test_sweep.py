@@ -6,11 +6,12 @@ from __future__ import annotations
 from datetime import timedelta
 
 import pytest
+from django.db import connection, transaction
 from django.utils import timezone
 
 from channels_app.inbound import InboundMessage
 from channels_app.models import InboundEvent, OutboundDelivery
-from channels_app.sweep import sweep
+from channels_app.sweep import sweep, unplanned_replies
 from qorven.agent.gateway import inbound_accept
 from sessions_app.models import Message, Session
 from sessions_app.services import message_append, session_resolve
@@ -176,3 +177,111 @@ def test_questions_left_in_archived_chats_do_not_crowd_out_an_active_chats(world
     drain()
     waiting.refresh_from_db()
     assert waiting.answer_state == "answered"
+
+
+def stored_as_its_process_died(**append) -> Message:
+    """A message appended by a process killed as the append committed: stored, and nothing
+    it was to do after the commit (delivery planning its parts among it) ever ran."""
+    with transaction.atomic():
+        message = message_append(**append).message
+        connection.run_on_commit.clear()  # the process is gone before its commit's callbacks run
+    return message
+
+
+def aged(message: Message, by: timedelta) -> None:
+    Message.objects.filter(pk=message.pk).update(created_at=timezone.now() - by)
+
+
+def telegram_question(world, telegram):
+    pair(world, "telegram", "42", world.alice)
+    session = session_resolve(tenant=world.tenant_a, qor=world.qor_a, channel="telegram", user=world.alice)
+    question = message_append(session=session, role="user", content="hi", channel="telegram",
+                              metadata={"binding": telegram.pk, "reply_target": "42", "sender_id": "42"}).message
+    return session, question
+
+
+def test_a_reply_whose_process_died_before_planning_it_is_sent_once_by_the_next_sweep(
+    world, telegram, platform, drain
+):
+    """A process killed between storing a reply and planning its parts (planning runs after
+    the reply commits) left a reply nothing ever sent: the person got neither it nor a
+    notice. History stored beside it without telling delivery (imported, seeded) is
+    never sent, however recent its times."""
+    session, question = telegram_question(world, telegram)
+    answer = stored_as_its_process_died(session=session, role="assistant", content="stored, never planned",
+                                        channel="telegram", metadata={"reply_to": question.seq})
+    for text in ("imported", "seeded"):
+        message_append(session=session, role="assistant", content=text, channel="telegram", notify=False,
+                       metadata={"reply_to": question.seq}, created_at=timezone.now() - timedelta(minutes=1))
+    assert sweep().unplanned == 0  # stored seconds ago: its planning may still be under way
+    aged(answer, timedelta(minutes=1))
+    assert sweep().unplanned == 1
+    drain()
+    assert [s.json["text"] for s in platform.sent("sendMessage")] == ["stored, never planned"]
+    assert sweep().unplanned == 0 and sweep(restart=True).unplanned == 0  # planned once, sent once
+    drain()
+    assert [s.json["text"] for s in platform.sent("sendMessage")] == ["stored, never planned"]
+    assert list(OutboundDelivery.objects.values_list("message_id", "state")) == [(answer.pk, "sent")]
+
+
+def test_history_stored_without_telling_delivery_is_never_sent_by_a_sweep(world, telegram, platform, drain):
+    session, question = telegram_question(world, telegram)
+    for n in range(3):
+        message_append(session=session, role="assistant", content=f"imported {n}", channel="telegram",
+                       notify=False, metadata={"reply_to": question.seq},
+                       created_at=timezone.now() - timedelta(minutes=n + 1))
+    assert sweep().unplanned == 0 and sweep(restart=True).unplanned == 0
+    drain()
+    assert platform.sent("sendMessage") == []
+    assert not OutboundDelivery.objects.exists()
+
+
+def test_a_reply_sent_and_then_pruned_is_not_sent_again(world, telegram, platform, drain, settings):
+    """Its sent parts, deleted by the retention, are no sign of a reply never planned."""
+    from django.core.cache import cache
+
+    settings.QORVEN_DELIVERY_RETENTION = "1m"
+    session, question = telegram_question(world, telegram)
+    answer = message_append(session=session, role="assistant", content="sent minutes ago", channel="telegram",
+                            metadata={"reply_to": question.seq}).message
+    drain()
+    assert [s.json["text"] for s in platform.sent("sendMessage")] == ["sent minutes ago"]
+    aged(answer, timedelta(minutes=5))
+    OutboundDelivery.objects.update(sent_at=timezone.now() - timedelta(minutes=4))
+    cache.delete("qorven:deliveries-pruned")  # the hourly prune is due (a worker's start may have run it)
+    assert sweep().deliveries_pruned == 1
+    assert sweep(restart=True).unplanned == 0
+    drain()
+    assert [s.json["text"] for s in platform.sent("sendMessage")] == ["sent minutes ago"]
+    assert not OutboundDelivery.objects.exists()
+
+
+@pytest.mark.parametrize("died", [False, True], ids=["planned", "process-died"])
+def test_a_reply_with_nowhere_to_go_is_planned_once_not_at_every_sweep(world, telegram, platform, drain, died):
+    """Alice never wrote from Telegram: a heartbeat's result for it has no chat to go to.
+    Planning that finds so is done with it, whoever planned it."""
+    session = session_resolve(tenant=world.tenant_a, qor=world.qor_a, channel="telegram", user=world.alice)
+    append = dict(session=session, role="assistant", content="Good morning!", channel="telegram",
+                  metadata={"heartbeat": 1, "heartbeat_name": "brief"})
+    answer = stored_as_its_process_died(**append) if died else message_append(**append).message
+    aged(answer, timedelta(minutes=1))
+    assert sweep().unplanned == int(died)
+    assert sweep().unplanned == 0 and sweep(restart=True).unplanned == 0
+    drain()
+    assert platform.sent("sendMessage") == []
+    assert not OutboundDelivery.objects.exists()
+
+
+def test_the_sweeps_look_for_unplanned_replies_searches_their_partial_index():
+    """Every sweep asks for them: on the partial index of the few rows marked, never a scan
+    of the messages table (the index's condition restated as is, not a parameter)."""
+    sql, params = unplanned_replies(now=timezone.now(), grace=timedelta(seconds=30)).query.sql_with_params()
+    with transaction.atomic(), connection.cursor() as cursor:
+        if connection.vendor == "sqlite":
+            cursor.execute("EXPLAIN QUERY PLAN " + sql, params)
+        else:
+            cursor.execute("SET LOCAL enable_seqscan = off")  # a tiny test table: ask whether the index can serve
+            cursor.execute("EXPLAIN " + sql, params)
+        found = "\n".join(str(row) for row in cursor.fetchall())
+    assert "message_unplanned_idx" in found, found
+    assert "SCAN sessions_app_message" not in found and "Seq Scan on sessions_app_message" not in found, found

@@ -271,3 +271,29 @@ def test_the_time_of_a_message_is_taken_when_it_gets_its_seq(world):
     stored = Message.objects.get(pk=second.pk)
     assert stored.created_at >= released_at[0] - timedelta(milliseconds=5)  # not when it started to wait
     assert second.created_at == stored.created_at  # what the caller holds is what was stored
+
+
+def test_only_a_reply_or_notice_for_a_platform_is_stored_waiting_for_its_delivery_to_be_planned(world):
+    """The mark the sweeper finds a reply by when the process that stored it died before
+    delivery planned it (channels_app.sweep), written by the append's own statement: set
+    for what delivery is told of and sends, never for history stored without telling it."""
+    session = canonical(world)
+    marked = {
+        "reply": dict(role="assistant", channel="telegram"),
+        "notice": dict(role="system", channel="whatsapp"),
+        "group reply": dict(role="assistant", channel="slack"),
+        "email": dict(role="assistant", channel="email"),
+    }
+    unmarked = {
+        "on the web": dict(role="assistant", channel="web"),
+        "from the person": dict(role="user", channel="telegram"),
+        "tool call": dict(role="assistant", channel="telegram", tool_calls=[{"id": "c1", "type": "function"}]),
+        "tool result": dict(role="tool", channel="telegram", tool_call_id="c1"),
+        "imported": dict(role="assistant", channel="telegram", notify=False),
+    }
+    appended = {name: message_append(session=session, content=name, **kw).message
+                for name, kw in {**marked, **unmarked}.items()}
+    stored = dict(Message.objects.filter(session=session).values_list("content", "delivery_unplanned"))
+    assert {name for name, flag in stored.items() if flag} == set(marked)
+    assert {name: bool(m.delivery_unplanned) for name, m in appended.items()} == {
+        name: name in marked for name in appended}
