@@ -17,6 +17,7 @@ from sessions_app.models import Message, Session
 from sessions_app.services import message_append, session_resolve
 
 from ..fakes.model_server import reply
+from ..sessions_app.older_versions import said_before, state_at
 from .conftest import pair, replies_waiting
 from .test_undelivered_reply import ON_THE_WEB as UNSEEN  # our notice that a reply did not get there
 
@@ -285,3 +286,16 @@ def test_the_sweeps_look_for_unplanned_replies_searches_their_partial_index():
         found = "\n".join(str(row) for row in cursor.fetchall())
     assert "message_unplanned_idx" in found, found
     assert "SCAN sessions_app_message" not in found and "Seq Scan on sessions_app_message" not in found, found
+
+
+def test_replies_stored_before_the_mark_existed_are_never_sent_by_a_sweep(world, telegram, platform, drain, schema):
+    """The migration that adds the mark marks no row: whether an older reply was ever
+    planned cannot be told, and sending one now could repeat it."""
+    session, question = telegram_question(world, telegram)
+    before = state_at(schema, ("sessions_app", "0015_message_search_normalised"))
+    said_before(before, session, "answered before the upgrade", role="assistant", channel="telegram")
+    schema.latest()
+    assert not Message.objects.filter(delivery_unplanned=True).exists()
+    assert sweep(restart=True).unplanned == 0
+    drain()
+    assert platform.sent("sendMessage") == []
