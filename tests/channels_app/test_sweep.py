@@ -3,6 +3,7 @@ unanswered messages of sessions nobody holds, inbound events never processed, re
 never sent. A send cut off mid-way is failed, never sent twice."""
 from __future__ import annotations
 
+import os
 from datetime import timedelta
 
 import pytest
@@ -223,6 +224,56 @@ def test_a_reply_whose_process_died_before_planning_it_is_sent_once_by_the_next_
     drain()
     assert [s.json["text"] for s in platform.sent("sendMessage")] == ["stored, never planned"]
     assert list(OutboundDelivery.objects.values_list("message_id", "state")) == [(answer.pk, "sent")]
+
+
+# A `qorven shell` that stores a reply and dies as it commits, before anything after the
+# commit runs (delivery's planning among it): what a kill at that moment leaves.
+DIES_AT_COMMIT = """
+import os
+from django.db import transaction
+from sessions_app.models import Session
+from sessions_app.services import message_append
+
+session = Session.objects.get(pk={session})
+with transaction.atomic():
+    transaction.on_commit(lambda: os._exit(9))  # the first thing after the commit
+    message_append(session=session, role="assistant", content={content!r}, channel="telegram",
+                   metadata={{"reply_to": {reply_to}}})
+"""
+
+
+def test_a_reply_whose_process_was_killed_as_it_committed_is_sent_once_by_the_next_sweep(
+    world, telegram, platform, drain
+):
+    """The same, with a process of its own that stores the reply and is gone."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from .test_terminal import ROOT
+
+    session, question = telegram_question(world, telegram)
+    db = connection.settings_dict
+    if connection.vendor == "postgresql":
+        password = f":{db['PASSWORD']}" if db.get("PASSWORD") else ""
+        url = f"postgres://{db['USER']}{password}@{db['HOST'] or '127.0.0.1'}:{db['PORT'] or 5432}/{db['NAME']}"
+    else:
+        url = f"sqlite:///{db['NAME']}"  # the test database's own file
+    env = {k: v for k, v in os.environ.items() if k not in ("REDIS_URL", "CELERY_BROKER_URL")}
+    env.update(DATABASE_URL=url, DJANGO_SECRET_KEY="x", QORVEN_LOG_LEVEL="WARNING")
+    code = DIES_AT_COMMIT.format(session=session.pk, content="stored as its process died", reply_to=question.seq)
+    qorven = str(Path(sys.executable).with_name("qorven"))
+    done = subprocess.run([qorven, "shell", "-c", code], cwd=ROOT, env=env, capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 9, done.stdout + done.stderr
+    (answer,) = Message.objects.filter(session=session, role="assistant")
+    assert answer.content == "stored as its process died" and not OutboundDelivery.objects.exists()
+    aged(answer, timedelta(minutes=1))
+    assert sweep().unplanned == 1
+    drain()
+    assert sweep().unplanned == 0
+    drain()
+    assert [s.json["text"] for s in platform.sent("sendMessage")] == ["stored as its process died"]
 
 
 def test_history_stored_without_telling_delivery_is_never_sent_by_a_sweep(world, telegram, platform, drain):
