@@ -25,14 +25,17 @@ from sessions_app.fulltext import (
     UNSPACED_LETTER,
     UNSPACED_RUN,
     fold,
+    korean_prefixes,
+    korean_syllables,
     letter_groups,
     owner_token,
     search_terms,
     search_text,
 )
 
-__all__ = ["FTS_TABLE", "HANGUL_WORD", "MAX_TERMS", "PG_CONFIG", "STOPWORDS", "UNSPACED_LETTER", "fold", "fts5_query",
-           "memory_terms", "owner_token", "pg_owner_tsquery", "search_terms", "search_text"]
+__all__ = ["FTS_TABLE", "HANGUL_WORD", "korean_prefixes", "MAX_TERMS", "PG_CONFIG", "STOPWORDS", "UNSPACED_LETTER", "fold", "fts5_query",
+           "memory_terms", "owner_token", "pg_owner_tsquery", "search_terms",
+           "search_text"]
 
 FTS_TABLE = "memory_app_memory_fts"
 
@@ -44,13 +47,18 @@ def memory_terms(text: str) -> list[str]:
     A run of Chinese, Japanese or Thai has no spaces to tell its words, and a message is
     often one long run ("我最喜欢的寿司店在哪里"), so it gives every pair of adjacent
     letters as a phrase ("寿 司"), matched as neighbours in the index: a memory sharing a
-    two-letter word with the message matches it, one sharing more ranks higher. A lone
+    two-letter word with the message matches it, one sharing more ranks higher. A Korean
+    word of one syllable is searched when the message has no other word. A lone
     letter is searched by itself only when the message has no pair: one asked for alone
     (猫) is a word, one between English words (Alice的passport) mostly grammar, and it
     would match nearly every memory in its language. Pairs of hiragana alone are mostly
     grammar too (です, ます), so a long message keeps them last.
     """
     words = search_terms(UNSPACED_RUN.sub(" ", text))
+    if not words and not UNSPACED_RUN.search(text):
+        # A Korean word of one syllable (집, 책), searched when asked alone: beside longer
+        # words it is mostly grammar (이, 그, 저) and would match most Korean memories.
+        words = korean_syllables(text)
     pairs: dict[str, None] = {}
     lone: dict[str, None] = {}
     for run in UNSPACED_RUN.findall(text):
@@ -82,10 +90,11 @@ def fts5_query(*, owner: str, terms: list[str]) -> str:
 
     Every term is a quoted string (a quote inside doubled), so nothing the user typed is
     read as FTS5 syntax (AND, NEAR, column filters, `*`); a term of several tokens ("寿 司")
-    is a phrase, its tokens next to each other; a Korean word is followed by * (the start of
-    a word: "서울" finds "서울에서", the word with its particle).
+    is a phrase, its tokens next to each other; a Korean word is the start of a word ("서울"
+    finds "서울에서", the word with its particle) or of an inner part of one (korean_prefixes).
     """
     if not terms:
         raise ValueError("no terms to search for")
-    quoted = " OR ".join('"' + t.replace('"', '""') + '"' + ("*" if HANGUL_WORD.fullmatch(t) else "") for t in terms)
+    quoted = " OR ".join(" OR ".join(f'"{prefix}"*' for prefix in korean_prefixes(t)) if HANGUL_WORD.fullmatch(t)
+                         else '"' + t.replace('"', '""') + '"' for t in terms)
     return f'owner : "{owner}" AND content : ({quoted})'

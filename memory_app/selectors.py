@@ -17,7 +17,17 @@ from qorven.runtime.row_cache import RowCache
 from tenancy.models import Qor, Tenant
 from tenancy.trust import trust_allows
 
-from .fulltext import FTS_TABLE, HANGUL_WORD, PG_CONFIG, fold, fts5_query, memory_terms, owner_token, pg_owner_tsquery
+from .fulltext import (
+    FTS_TABLE,
+    HANGUL_WORD,
+    PG_CONFIG,
+    fold,
+    fts5_query,
+    korean_prefixes,
+    memory_terms,
+    owner_token,
+    pg_owner_tsquery,
+)
 from .models import LearnedSkill, Memory
 
 if TYPE_CHECKING:
@@ -147,9 +157,10 @@ def _search_postgres(
 def _pg_tsquery(term: str) -> tuple[str, str]:
     """The tsquery of one term and its parameter: a phrase of its words ("寿 司": neighbours,
     as FTS5 reads it), or a Korean word as the start of a word ("서울" finds "서울에서",
-    the word with its particle), checked to be Hangul alone, so the syntax around it is ours."""
+    the word with its particle) or of an inner part of one (korean_prefixes), checked to
+    be Hangul alone, so the syntax around it is ours."""
     if HANGUL_WORD.fullmatch(term):
-        return f"to_tsquery('{PG_CONFIG}', %s)", f"'{term}':*"
+        return f"to_tsquery('{PG_CONFIG}', %s)", " | ".join(f"'{prefix}':*" for prefix in korean_prefixes(term))
     return f"phraseto_tsquery('{PG_CONFIG}', %s)", term
 
 

@@ -82,18 +82,72 @@ GREEK_TO = (
 )
 FULL_WIDTH_FROM = "".join(map(chr, [*range(0xFF10, 0xFF1A), *range(0xFF21, 0xFF3B), *range(0xFF41, 0xFF5B)]))
 FULL_WIDTH_TO = "".join(chr(ord(c) - 0xFEE0) for c in FULL_WIDTH_FROM)
-NORMALISED = str.maketrans(GREEK_FROM + FULL_WIDTH_FROM, GREEK_TO + FULL_WIDTH_TO)
+# Latin letters with accents (Latin-1, Extended-A and -B, Extended Additional) as the
+# letter under them: accents are ignored, as a search engine ignores them ("cafe" finds
+# "café", "Muller" "Müller"). SQLite's index dropped them (remove_diacritics 2), and
+# PostgreSQL's `english` configuration kept them, so the two found different messages.
+# Only a letter whose canonical decomposition is an ASCII letter and accents: "ł", "ø",
+# "ß" and "æ" are letters of their own, to both databases alike.
+LATIN_FROM = (
+    "\u00c0\u00c1\u00c2\u00c3\u00c4\u00c5\u00c7\u00c8\u00c9\u00ca\u00cb\u00cc\u00cd\u00ce\u00cf\u00d1"
+    "\u00d2\u00d3\u00d4\u00d5\u00d6\u00d9\u00da\u00db\u00dc\u00dd\u00e0\u00e1\u00e2\u00e3\u00e4\u00e5"
+    "\u00e7\u00e8\u00e9\u00ea\u00eb\u00ec\u00ed\u00ee\u00ef\u00f1\u00f2\u00f3\u00f4\u00f5\u00f6\u00f9"
+    "\u00fa\u00fb\u00fc\u00fd\u00ff\u0100\u0101\u0102\u0103\u0104\u0105\u0106\u0107\u0108\u0109\u010a"
+    "\u010b\u010c\u010d\u010e\u010f\u0112\u0113\u0114\u0115\u0116\u0117\u0118\u0119\u011a\u011b\u011c"
+    "\u011d\u011e\u011f\u0120\u0121\u0122\u0123\u0124\u0125\u0128\u0129\u012a\u012b\u012c\u012d\u012e"
+    "\u012f\u0130\u0134\u0135\u0136\u0137\u0139\u013a\u013b\u013c\u013d\u013e\u0143\u0144\u0145\u0146"
+    "\u0147\u0148\u014c\u014d\u014e\u014f\u0150\u0151\u0154\u0155\u0156\u0157\u0158\u0159\u015a\u015b"
+    "\u015c\u015d\u015e\u015f\u0160\u0161\u0162\u0163\u0164\u0165\u0168\u0169\u016a\u016b\u016c\u016d"
+    "\u016e\u016f\u0170\u0171\u0172\u0173\u0174\u0175\u0176\u0177\u0178\u0179\u017a\u017b\u017c\u017d"
+    "\u017e\u01a0\u01a1\u01af\u01b0\u01cd\u01ce\u01cf\u01d0\u01d1\u01d2\u01d3\u01d4\u01d5\u01d6\u01d7"
+    "\u01d8\u01d9\u01da\u01db\u01dc\u01de\u01df\u01e0\u01e1\u01e6\u01e7\u01e8\u01e9\u01ea\u01eb\u01ec"
+    "\u01ed\u01f0\u01f4\u01f5\u01f8\u01f9\u01fa\u01fb\u0200\u0201\u0202\u0203\u0204\u0205\u0206\u0207"
+    "\u0208\u0209\u020a\u020b\u020c\u020d\u020e\u020f\u0210\u0211\u0212\u0213\u0214\u0215\u0216\u0217"
+    "\u0218\u0219\u021a\u021b\u021e\u021f\u0226\u0227\u0228\u0229\u022a\u022b\u022c\u022d\u022e\u022f"
+    "\u0230\u0231\u0232\u0233\u1e00\u1e01\u1e02\u1e03\u1e04\u1e05\u1e06\u1e07\u1e08\u1e09\u1e0a\u1e0b"
+    "\u1e0c\u1e0d\u1e0e\u1e0f\u1e10\u1e11\u1e12\u1e13\u1e14\u1e15\u1e16\u1e17\u1e18\u1e19\u1e1a\u1e1b"
+    "\u1e1c\u1e1d\u1e1e\u1e1f\u1e20\u1e21\u1e22\u1e23\u1e24\u1e25\u1e26\u1e27\u1e28\u1e29\u1e2a\u1e2b"
+    "\u1e2c\u1e2d\u1e2e\u1e2f\u1e30\u1e31\u1e32\u1e33\u1e34\u1e35\u1e36\u1e37\u1e38\u1e39\u1e3a\u1e3b"
+    "\u1e3c\u1e3d\u1e3e\u1e3f\u1e40\u1e41\u1e42\u1e43\u1e44\u1e45\u1e46\u1e47\u1e48\u1e49\u1e4a\u1e4b"
+    "\u1e4c\u1e4d\u1e4e\u1e4f\u1e50\u1e51\u1e52\u1e53\u1e54\u1e55\u1e56\u1e57\u1e58\u1e59\u1e5a\u1e5b"
+    "\u1e5c\u1e5d\u1e5e\u1e5f\u1e60\u1e61\u1e62\u1e63\u1e64\u1e65\u1e66\u1e67\u1e68\u1e69\u1e6a\u1e6b"
+    "\u1e6c\u1e6d\u1e6e\u1e6f\u1e70\u1e71\u1e72\u1e73\u1e74\u1e75\u1e76\u1e77\u1e78\u1e79\u1e7a\u1e7b"
+    "\u1e7c\u1e7d\u1e7e\u1e7f\u1e80\u1e81\u1e82\u1e83\u1e84\u1e85\u1e86\u1e87\u1e88\u1e89\u1e8a\u1e8b"
+    "\u1e8c\u1e8d\u1e8e\u1e8f\u1e90\u1e91\u1e92\u1e93\u1e94\u1e95\u1e96\u1e97\u1e98\u1e99\u1ea0\u1ea1"
+    "\u1ea2\u1ea3\u1ea4\u1ea5\u1ea6\u1ea7\u1ea8\u1ea9\u1eaa\u1eab\u1eac\u1ead\u1eae\u1eaf\u1eb0\u1eb1"
+    "\u1eb2\u1eb3\u1eb4\u1eb5\u1eb6\u1eb7\u1eb8\u1eb9\u1eba\u1ebb\u1ebc\u1ebd\u1ebe\u1ebf\u1ec0\u1ec1"
+    "\u1ec2\u1ec3\u1ec4\u1ec5\u1ec6\u1ec7\u1ec8\u1ec9\u1eca\u1ecb\u1ecc\u1ecd\u1ece\u1ecf\u1ed0\u1ed1"
+    "\u1ed2\u1ed3\u1ed4\u1ed5\u1ed6\u1ed7\u1ed8\u1ed9\u1eda\u1edb\u1edc\u1edd\u1ede\u1edf\u1ee0\u1ee1"
+    "\u1ee2\u1ee3\u1ee4\u1ee5\u1ee6\u1ee7\u1ee8\u1ee9\u1eea\u1eeb\u1eec\u1eed\u1eee\u1eef\u1ef0\u1ef1"
+    "\u1ef2\u1ef3\u1ef4\u1ef5\u1ef6\u1ef7\u1ef8\u1ef9"
+)
+LATIN_TO = (
+    "AAAAAACEEEEIIIINOOOOOUUUUYaaaaaaceeeeiiiinooooouuuuyyAaAaAaCcCcCcCcDdEeEeEeEeEeGgGgGgGgHhIiIiIiIiIJjKkLlLlLlNnNnNnOoOoOoRrRrRrSsSsSsSsTtTtUuUuUuUuUuUuWwYyYZzZzZzOoUuAaIiOoUuUuUuUuUuAaAaGgKkOoOojGgNnAaAaAaEeEeIiIiOoOoRrRrUuUuSsTtHhAaEeOoOoOoOoYyAaBbBbBbCcDdDdDdDdDdEeEeEeEeEeFfGgHhHhHhHhHhIiIiKkKkKkLlLlLlLlMmMmMmNnNnNnNnOoOoOoOoPpPpRrRrRrRrSsSsSsSsSsTtTtTtTtUuUuUuUuUuVvVvWwWwWwWwWwXxXxYyZzZzZzhtwyAaAaAaAaAaAaAaAaAaAaAaAaEeEeEeEeEeEeEeEeIiIiOoOoOoOoOoOoOoOoOoOoOoOoUuUuUuUuUuUuUuYyYyYyYy"
+)
+# Accents written as marks of their own after the letter (U+0300 to U+036F: a keyboard's
+# dead key, a copy from a PDF). What NFC cannot join to its letter is dropped.
+COMBINING_ACCENTS = "".join(map(chr, range(0x0300, 0x0370)))
+NORMALISED = str.maketrans(GREEK_FROM + FULL_WIDTH_FROM + LATIN_FROM, GREEK_TO + FULL_WIDTH_TO + LATIN_TO,
+                           COMBINING_ACCENTS)
 # The letters NORMALISED changes, as a regular expression Python and PostgreSQL read alike.
-NORMALISED_LETTER = "[" + GREEK_FROM + FULL_WIDTH_FROM + "]"
+NORMALISED_LETTER = "[" + GREEK_FROM + FULL_WIDTH_FROM + LATIN_FROM + COMBINING_ACCENTS + "]"
+
+
+def normalised(text: str) -> str:
+    """`text` as both indexes read it, in its case: composed (NFC: an accent typed after its
+    letter is the accented letter, a Korean syllable typed as its jamo is the syllable),
+    then with the letters NORMALISED changes written as it writes them."""
+    return unicodedata.normalize("NFC", text).translate(NORMALISED)
 
 
 def fold(text: str) -> str:
-    """`text` in lower case as both databases' indexes hold it, one letter for one: "ß"
-    stays "ß" and "İ" is "i" (casefold's "ss" and "i̇", a letter and a combining dot, are
-    in neither index, so a word typed with them was never found); Greek and full-width
-    letters as NORMALISED writes them ("ΛΟΓΟΣ" and "λόγος" are "λογοσ", "Ｔｏｋｙｏ" is
-    "tokyo")."""
-    return text.lower().replace("i\u0307", "i").translate(NORMALISED)
+    """`text` in lower case as both databases' indexes hold it (normalised): "ß" stays "ß"
+    and "İ" is "i" (casefold's "ss" and "i̇", a letter and a combining dot, are in neither
+    index, so a word typed with them was never found); Greek, full-width and accented
+    Latin letters as NORMALISED writes them ("ΛΟΓΟΣ" and "λόγος" are "λογοσ", "Ｔｏｋｙｏ"
+    is "tokyo", "Müller" is "muller"). One letter gives one letter or none (an accent of
+    its own), so a place in the folded text is a place in the text (hit_spans)."""
+    return unicodedata.normalize("NFC", text).lower().translate(NORMALISED)
 
 
 def search_terms(text: str) -> list[str]:
@@ -104,7 +158,7 @@ def search_terms(text: str) -> list[str]:
     """
     seen: dict[str, None] = {}
     for word in _WORD.findall(fold(text)):
-        word = word.strip("_")
+        word = korean_stem(word.strip("_"))
         if len(word) > 1 and word not in STOPWORDS:
             seen.setdefault(word, None)
     words = list(seen)
@@ -178,21 +232,72 @@ def width_forms(run: str) -> list[str]:
 
 
 def search_text(content: str) -> str | None:
-    """`content` as the full-text index reads it: Greek and full-width letters as NORMALISED
-    writes them, and every letter of a script written without spaces alone between spaces,
-    so each is a token on both databases; None when that is `content` itself (the index
-    then reads the content, and nothing is kept twice).
+    """`content` as the full-text index reads it: normalised (accents, Greek, full-width),
+    every letter of a script written without spaces alone between spaces, so each is a
+    token on both databases, and the inner parts of Korean words after it all
+    (hangul_parts); None when that is `content` itself (the index then reads the content,
+    and nothing is kept twice).
     """
-    text = content.translate(NORMALISED)
+    text = normalised(content)
     if UNSPACED_RUN.search(text) is not None:
         text = UNSPACED_RUN.sub(lambda m: " " + " ".join(" ".join(g) for g in letter_groups(m.group())) + " ", text)
+    parts = hangul_parts(text)
+    if parts:
+        text += " " + " ".join(parts)
     return None if text == content else text
 
 
 # Hangul syllables and jamo. Korean is written with spaces, but a particle is written onto
-# the word before it ("스시를": sushi, and the object's particle), so history search finds a
-# Korean word typed at the start of the words it has (message_terms).
+# the word before it ("스시를": sushi, and the object's particle), and a compound is one
+# word ("주간회의": the weekly meeting), so a Korean word typed is found at the start of a
+# word and, of two syllables or more, inside one (hangul_parts, korean_stem).
 HANGUL_WORD = re.compile(r"[\uac00-\ud7a3\u1100-\u11ff\u3130-\u318f]+")
+# Words of three syllables or more: those with an inner part of two or more.
+HANGUL_LONG_WORD = re.compile(r"[\uac00-\ud7a3]{3,}")
+# How many syllables of a Korean word an inner part starts within, and holds at most: a
+# word longer than that (a sentence written without spaces) costs no more than it.
+HANGUL_PART = 10
+# Written before an inner part, so a search for one syllable, which looks for the start of
+# a word, never reaches one: a digit, which both tokenizers keep in the word it begins
+# and no Korean search term holds (korean_prefixes).
+HANGUL_PART_MARK = "0"
+
+
+def hangul_parts(text: str) -> list[str]:
+    """The inner parts of the Korean words of `text` that the index also reads (marked), so
+    that a search for the start of a word (a prefix, as particles follow the word) finds a
+    word inside a compound too: of "주간회의록", "간회의록", "회의록" and "의록". From the
+    second syllable on and two syllables at least: a syllable alone inside a word (집 in
+    수집, 의 in 회의) is most often part of another word, and would flood the results."""
+    return [HANGUL_PART_MARK + word[i:i + HANGUL_PART] for word in HANGUL_LONG_WORD.findall(text)
+            for i in range(1, min(len(word) - 1, HANGUL_PART))]
+
+
+def korean_prefixes(term: str) -> list[str]:
+    """The starts of indexed words a Korean search `term` is found by: of a word, and of
+    an inner part of one when it has two syllables or more."""
+    return [term, HANGUL_PART_MARK + term] if len(term) > 1 else [term]
+
+
+# Particles written onto a noun, longest first. A word typed with one ("회의는") is searched
+# without it, so it finds the noun with any particle ("회의를", "회의에서"); only when two
+# syllables or more are left, so a two-syllable noun that ends as a particle does (회의,
+# 사과, 수도) is searched whole. What is left is the start of the word typed: whatever it
+# found, it still finds.
+KOREAN_PARTICLES = sorted(
+    """에서는 에서도 에게는 으로는 에서 에게 한테 께서 으로 까지 부터 처럼 보다 이나 이랑
+    하고 에는 에도 은 는 이 가 을 를 의 에 와 과 도 로 만""".split(),
+    key=len, reverse=True,
+)
+
+
+def korean_stem(word: str) -> str:
+    """`word`, of Korean syllables, without the particle written onto it; any other word as it is."""
+    if len(word) >= 3 and HANGUL_LONG_WORD.fullmatch(word):
+        for particle in KOREAN_PARTICLES:
+            if word.endswith(particle) and len(word) - len(particle) >= 2:
+                return word[:-len(particle)]
+    return word
 
 
 def message_terms(text: str) -> list[str]:
@@ -206,11 +311,17 @@ def message_terms(text: str) -> list[str]:
     other when both are many.
     """
     rest = UNSPACED_RUN.sub(" ", text)
-    words = search_terms(rest)
-    words += [w for w in dict.fromkeys(_WORD.findall(rest)) if len(w) == 1 and HANGUL_WORD.fullmatch(w)]
+    words = search_terms(rest) + korean_syllables(rest)
     runs = [run for run in dict.fromkeys(UNSPACED_RUN.findall(text)) if letter_groups(run)]
     runs = runs[:max(MAX_TERMS - len(words), MAX_TERMS // 2)]
     return words[:MAX_TERMS - len(runs)] + runs
+
+
+def korean_syllables(text: str) -> list[str]:
+    """The Korean words of one syllable in `text` (책, 집), each once: whole words, where an
+    English letter alone is not."""
+    words = _WORD.findall(unicodedata.normalize("NFC", text))
+    return [w for w in dict.fromkeys(words) if len(w) == 1 and HANGUL_WORD.fullmatch(w)]
 
 
 def owner_token(*, tenant_id: int, qor_id: int, user_id: int | None) -> str:

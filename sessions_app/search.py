@@ -18,7 +18,9 @@ width: "デパート" is "ﾃﾞﾊﾟｰﾄ") are found: "寿司" finds "我昨
 index cannot tell which letters are neighbours: asking it for a phrase made it compute
 every candidate's words again, 75 µs a message, 20 times the cost of looking for the run
 in its text.) A Korean word typed is found at the start of a word, so "스시" finds
-"스시를" (the word with its particle).
+"스시를" (the word with its particle), and of two syllables or more inside one too, so
+"회의" finds "주간회의" (the index also reads the inner parts of Korean words:
+sessions_app.fulltext.hangul_parts); typed with a particle, it is searched without it.
 """
 from __future__ import annotations
 
@@ -41,6 +43,7 @@ from .fulltext import (
     PG_CONFIG,
     UNSPACED_RUN,
     fold,
+    korean_prefixes,
     message_terms,
     owner_token,
     search_text,
@@ -162,17 +165,19 @@ def hit_spans(text: str, terms: list[str]) -> list[tuple[int, int]]:
     """Where in `text` the words found are, in order: (start, end) of each, as written
     ("Straße" for the term "straße"). Words are found stemmed ("leases" finds "lease"), so
     a word is one that starts with the stem-ish start of a term; a run of letters written
-    without spaces, and a Korean word, where it stands as typed."""
+    without spaces where it stands as typed, and a Korean word of two syllables or more
+    too, inside a word or at its start (one syllable, at the start of a word)."""
     folded, origin = _folded(text)
     spans = []
     for term in terms:
         unspaced = UNSPACED_RUN.fullmatch(term) is not None
-        for stem in width_forms(term) if unspaced else [term[:max(4, len(term) - 2)]]:
+        inside = unspaced or (len(term) > 1 and HANGUL_WORD.fullmatch(term) is not None)
+        for stem in width_forms(term) if unspaced else [term] if inside else [term[:max(4, len(term) - 2)]]:
             at = folded.find(stem)
             while at >= 0:
                 start, end = origin[at], origin[at + len(stem) - 1] + 1
-                if unspaced or start == 0 or not _in_word(text[start - 1]):
-                    while not unspaced and end < len(text) and _in_word(text[end]):
+                if inside or start == 0 or not _in_word(text[start - 1]):
+                    while not inside and end < len(text) and _in_word(text[end]):
                         end += 1
                     spans.append((start, end))
                 at = folded.find(stem, at + len(stem))
@@ -224,20 +229,22 @@ def _pg_tsquery(terms: list[str]) -> tuple[str, list[str]]:
             params += forms
         elif HANGUL_WORD.fullmatch(term):
             parts.append(f"to_tsquery('{PG_CONFIG}', %s)")
-            params.append(f"'{term}':*")
+            params.append(" | ".join(f"'{prefix}':*" for prefix in korean_prefixes(term)))
     return " && ".join(parts), params
 
 
 def _fts5_terms(terms: list[str]) -> str:
     """The FTS5 expression of every term: each quoted, so nothing typed is FTS5 syntax; a
     run of unspaced letters spaced as the trigger indexes it (a quoted phrase), a Korean
-    word followed by * (a prefix)."""
+    word as the start of a word or of an inner part of one (korean_prefixes)."""
     quoted = []
     for term in terms:
+        if HANGUL_WORD.fullmatch(term):
+            quoted.append("(" + " OR ".join(f'"{prefix}"*' for prefix in korean_prefixes(term)) + ")")
+            continue
         if UNSPACED_RUN.fullmatch(term):
             term = (search_text(term) or term).strip()
-        text = '"' + term.replace('"', '""') + '"'
-        quoted.append(text + "*" if HANGUL_WORD.fullmatch(term) else text)
+        quoted.append('"' + term.replace('"', '""') + '"')
     return " AND ".join(quoted)
 
 

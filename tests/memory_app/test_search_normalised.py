@@ -4,6 +4,8 @@ and digits full-width or not; a Korean word with the particle written onto it. O
 databases alike."""
 from __future__ import annotations
 
+import unicodedata
+
 import pytest
 
 from memory_app.models import Memory
@@ -26,6 +28,24 @@ def test_greek_is_found_whatever_its_final_sigma_accents_and_capitals(world):
     assert search(world, "θαλασσα ησυχη")[0].content == "Η θάλασσα είναι ήσυχη"
 
 
+def test_greek_typed_with_combining_accents_is_the_greek_typed_with_accented_letters(world):
+    combining = remember(world.tenant_a, world.qor_a, world.alice, unicodedata.normalize("NFD", "Ο κόσμος είναι μικρός"))
+    precomposed = remember(world.tenant_a, world.qor_a, world.alice, "Κόσμος και λόγος")
+    for query in ["κόσμος", unicodedata.normalize("NFD", "κόσμος"), "κοσμοσ", "ΚΟΣΜΟΣ"]:
+        assert set(search(world, query)) == {combining, precomposed}, ascii(query)
+    assert search(world, unicodedata.normalize("NFD", "μικρός")) == [combining]
+
+
+def test_latin_accents_are_ignored_on_both_databases_alike(world):
+    cafe = remember(world.tenant_a, world.qor_a, world.alice, "Alice's favourite café is in Zürich")
+    plain = remember(world.tenant_a, world.qor_a, world.alice, "The cafe near the office opens at seven")
+    muller = remember(world.tenant_a, world.qor_a, world.alice, unicodedata.normalize("NFD", "Dr. Müller is her dentist"))
+    for query in ["café", "cafe", "CAFÉ", unicodedata.normalize("NFD", "café")]:
+        assert set(search(world, query)) == {cafe, plain}, ascii(query)
+    assert search(world, "zurich") == [cafe]
+    assert search(world, "Muller") == search(world, "müller") == [muller]
+
+
 def test_full_width_letters_and_digits_are_the_letters_and_digits_they_show(world):
     office = remember(world.tenant_a, world.qor_a, world.alice, "Ｔｏｋｙｏの会議室はＲｏｏｍ　４０２")
     plain = remember(world.tenant_a, world.qor_a, world.alice, "Alice's desk is in room 518")
@@ -41,7 +61,30 @@ def test_a_korean_word_is_found_with_its_particle(world):
     assert search(world, "서울에서") == [seoul]
     assert search(world, "스시") == [sushi]
     assert search(world, "어디 살아요?") == [seoul]
-    assert search(world, "울에") == []  # the start of a word, not any part of it
+    assert search(world, "서울은") == [seoul]  # typed with another particle
+    assert search(world, "울") == []  # one syllable: the start of a word, not any part of it
+
+
+def test_a_korean_word_is_found_inside_a_compound(world):
+    weekly = remember(world.tenant_a, world.qor_a, world.alice, "주간회의는 월요일 아침이에요")
+    minutes = remember(world.tenant_a, world.qor_a, world.alice, "회의록은 팀 폴더에 있어요")
+    remember(world.tenant_a, world.qor_a, world.alice, "앨리스는 서울에서 살아요")
+    assert set(search(world, "회의")) == {weekly, minutes}
+    assert set(search(world, "회의는 언제예요?")) == {weekly, minutes}
+    assert search(world, "주간회의") == [weekly]
+
+
+def test_a_korean_word_of_one_syllable_is_found(world):
+    """집 (home), 책 (book), 차 (car): one syllable is a whole word in Korean, where an
+    English letter alone is not."""
+    home = remember(world.tenant_a, world.qor_a, world.alice, "앨리스의 집은 부산에 있어요")
+    book = remember(world.tenant_a, world.qor_a, world.alice, "책을 빌려줬어요")
+    remember(world.tenant_a, world.qor_a, world.alice, "우표 수집가예요")
+    assert search(world, "집") == [home]
+    assert search(world, "책") == [book]
+    assert search(world, "집?") == [home]
+    # Beside longer words, a syllable alone is mostly grammar (이, 그, 저) and is left out.
+    assert search(world, "부산 그 집") == [home]
 
 
 def test_english_is_found_and_ranked_as_before(world):
@@ -88,3 +131,41 @@ def test_memories_stored_before_the_migration_are_found_after_it(world, schema, 
     assert search(world, "ΛΟΓΟΣ", user=world.bob) == [bob]
     assert Memory.objects.get(pk=memories[1].pk).search_text is None
     assert checks.run_checks(tags=[checks.Tags.database], databases=["default"]) == []
+
+
+@pytest.mark.django_db(transaction=True)
+def test_memories_stored_before_the_accents_and_korean_migration_are_found_after_it(world, schema, monkeypatch):
+    import importlib
+
+    from django.core import checks
+    from django.db import connection
+
+    texts = ("naïve café owners", "주간회의는 월요일", unicodedata.normalize("NFD", "καλημέρα κόσμε"), "Alice likes tea",
+             "我喜欢寿司", "λόγος και πράξη")
+    memories = [remember(world.tenant_a, world.qor_a, world.alice, text) for text in texts]
+    bob = remember(world.tenant_a, world.qor_a, world.bob, "주간회의 of Bob")
+    schema.to([("memory_app", "0009_memory_search_normalised")])
+    # As the version before stored them: the text as written, unless it held Chinese or Greek.
+    Memory.objects.exclude(content__contains="寿").exclude(content__contains="λ").update(search_text=None)
+    if connection.vendor == "sqlite":
+        with connection.cursor() as cursor:
+            cursor.execute("UPDATE memory_app_memory_fts SET content = (SELECT content FROM memory_app_memory m"
+                           " WHERE m.id = memory_app_memory_fts.rowid) WHERE content NOT LIKE %s AND content NOT LIKE %s",
+                           ["%寿%", "%λογοσ%"])
+    assert search(world, "회의") == []
+    migration = importlib.import_module("memory_app.migrations.0010_memory_search_accents_korean")
+    monkeypatch.setattr(migration, "BATCH", 2)  # several batches
+    schema.latest()
+    assert search(world, "cafe") == search(world, "café") == [memories[0]]
+    assert search(world, "회의") == [memories[1]]
+    assert search(world, "κόσμε") == search(world, "κοσμε") == [memories[2]]
+    assert search(world, "tea") == [memories[3]]
+    assert search(world, "寿司") == [memories[4]]
+    assert search(world, "λογος") == [memories[5]]
+    assert search(world, "회의", user=world.bob) == [bob]
+    assert Memory.objects.get(pk=memories[3].pk).search_text is None
+    assert checks.run_checks(tags=[checks.Tags.database], databases=["default"]) == []
+    schema.to([("memory_app", "0009_memory_search_normalised")])  # and back: as before
+    assert Memory.objects.get(pk=memories[0].pk).search_text is None
+    assert search(world, "회의") == []
+    assert search(world, "寿司") == [memories[4]]

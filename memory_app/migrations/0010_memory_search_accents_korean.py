@@ -1,0 +1,79 @@
+"""Memory search ignores accents on PostgreSQL as on SQLite ("cafe" finds "café"), reads an
+accent typed as a mark of its own after its letter as the accented letter, and finds a
+Korean word inside a compound ("회의" in "주간회의"): a memory's `search_text` is composed
+(NFC), its accented Latin letters written as the letter under them, the accents left as
+marks dropped, and the inner parts of its Korean words added, each marked
+(sessions_app.fulltext.hangul_parts).
+
+Memories stored before and holding such letters are given theirs here, from the search
+text of history search's migration of the same change (sessions_app 0016, whose copy is
+kept as it was written), in batches of BATCH rows (only those holding such letters are
+read); on SQLite their FTS5 entries are written again from it, PostgreSQL's generated
+`search_vector` follows the column. Each batch is its own transaction, so a live install
+keeps answering while this runs.
+"""
+import importlib
+
+from django.db import migrations, transaction
+
+BATCH = 1000
+SEARCH_TABLE = "memory_app_memory_fts"
+
+_history = importlib.import_module("sessions_app.migrations.0016_message_search_accents_korean")
+
+
+def search_text(content: str) -> str | None:
+    """A memory's search text from this migration on: None when it is the content itself."""
+    text = _history.search_text(content)
+    return None if text == content else text
+
+
+def search_text_before(content: str) -> str | None:
+    """A memory's search text as migration 0009 left it."""
+    text = _history.search_text_before(content)
+    return None if text == content else text
+
+
+def _write(apps, schema_editor, text_of) -> None:
+    """Every memory holding such letters gets `text_of(content)` as its search text, in
+    batches; on SQLite its FTS5 entry too."""
+    Memory = apps.get_model("memory_app", "Memory")
+    db = schema_editor.connection.alias
+    last = 0
+    while True:
+        # Ordered by id from the last one seen: each batch starts where the last ended.
+        batch = list(Memory.objects.using(db).filter(pk__gt=last, content__regex=_history.CHANGED)
+                     .order_by("pk").only("pk", "content")[:BATCH])
+        if not batch:
+            break
+        last = batch[-1].pk
+        for memory in batch:
+            memory.search_text = text_of(memory.content)
+        with transaction.atomic(using=db):
+            Memory.objects.using(db).bulk_update(batch, ["search_text"])
+            if schema_editor.connection.vendor == "sqlite":
+                with schema_editor.connection.cursor() as cursor:
+                    cursor.executemany(f"UPDATE {SEARCH_TABLE} SET content = %s WHERE rowid = %s",
+                                       [(m.search_text or m.content, m.pk) for m in batch])
+
+
+def forward(apps, schema_editor) -> None:
+    _write(apps, schema_editor, search_text)
+
+
+def backward(apps, schema_editor) -> None:
+    _write(apps, schema_editor, search_text_before)
+
+
+class Migration(migrations.Migration):
+
+    atomic = False
+
+    dependencies = [
+        ("memory_app", "0009_memory_search_normalised"),
+        ("sessions_app", "0016_message_search_accents_korean"),  # its search text, imported above
+    ]
+
+    operations = [
+        migrations.RunPython(forward, backward),
+    ]
