@@ -19,7 +19,7 @@ from django.db import migrations, transaction
 BATCH = 1000
 SEARCH_TABLE = "memory_app_memory_fts"
 
-_history = importlib.import_module("sessions_app.migrations.0016_message_search_accents_korean")
+_history = importlib.import_module("sessions_app.migrations.0017_message_search_accents_korean")
 
 
 def search_text(content: str) -> str | None:
@@ -71,7 +71,7 @@ class Migration(migrations.Migration):
 
     dependencies = [
         ("memory_app", "0009_memory_search_normalised"),
-        ("sessions_app", "0016_message_search_accents_korean"),  # its search text, imported above
+        ("sessions_app", "0017_message_search_accents_korean"),  # its search text, imported above
     ]
 
     operations = [

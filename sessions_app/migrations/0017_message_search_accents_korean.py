@@ -191,7 +191,7 @@ class Migration(migrations.Migration):
     atomic = False
 
     dependencies = [
-        ("sessions_app", "0015_message_search_normalised"),
+        ("sessions_app", "0016_message_delivery_unplanned"),
     ]
 
     operations = [
