@@ -29,12 +29,13 @@ from sessions_app.fulltext import (
     korean_syllables,
     letter_groups,
     owner_token,
+    scan_finds,
     search_terms,
     search_text,
 )
 
 __all__ = ["FTS_TABLE", "HANGUL_WORD", "korean_prefixes", "MAX_TERMS", "PG_CONFIG", "STOPWORDS", "UNSPACED_LETTER", "fold", "fts5_query",
-           "memory_terms", "owner_token", "pg_owner_tsquery", "search_terms",
+           "memory_terms", "owner_token", "pg_owner_tsquery", "scan_finds", "search_terms",
            "search_text"]
 
 FTS_TABLE = "memory_app_memory_fts"

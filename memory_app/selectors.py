@@ -3,8 +3,6 @@ from __future__ import annotations
 
 from collections.abc import Collection
 from datetime import datetime
-from functools import reduce
-from operator import or_
 from typing import TYPE_CHECKING, NamedTuple
 
 from django.contrib.auth.models import User
@@ -21,12 +19,12 @@ from .fulltext import (
     FTS_TABLE,
     HANGUL_WORD,
     PG_CONFIG,
-    fold,
     fts5_query,
     korean_prefixes,
     memory_terms,
     owner_token,
     pg_owner_tsquery,
+    scan_finds,
 )
 from .models import LearnedSkill, Memory
 
@@ -191,12 +189,13 @@ def _owner_sql(alias: str, tenant_id: int, qor_id: int, user_id: int | None) -> 
 def _search_scan(
     tenant_id: int, qor_id: int, user_id: int | None, terms: list[str], limit: int, kinds: _Kinds
 ) -> list[Memory]:
-    """Other databases: a scan of the owner's memories, ranked by words matched."""
-    terms = [t.replace(" ", "") for t in terms]  # a pair of letters ("寿 司") is written together
-    match = reduce(or_, (Q(content__icontains=t) for t in terms))
-    owned = kinds.filtered(_owned(tenant_id, qor_id, user_id).filter(match))
-    candidates = list(owned.order_by("-created_at", "-id")[:500])
-    scored = [(sum(t in fold(m.content) for t in terms), m) for m in candidates]
+    """Other databases: a scan of the owner's memories, each read as the index would read
+    it (scan_finds), ranked by words matched."""
+    scored = []
+    for memory in kinds.filtered(_owned(tenant_id, qor_id, user_id)).order_by("-created_at", "-id").iterator():
+        score = sum(scan_finds(memory.content, t) for t in terms)
+        if score:
+            scored.append((score, memory))
     scored.sort(key=lambda pair: pair[0], reverse=True)  # stable: newest first among equals
     return [m for _, m in scored[:limit]]
 

@@ -324,6 +324,24 @@ def korean_syllables(text: str) -> list[str]:
     return [w for w in dict.fromkeys(words) if len(w) == 1 and HANGUL_WORD.fullmatch(w)]
 
 
+def scan_finds(content: str, term: str) -> bool:
+    """Whether `content` holds `term` (one of message_terms' or memory_terms'), read as the
+    full-text index reads it: where no index serves a search (another database), the rows
+    are scanned with this, and find what the index finds in the forms a reader takes for
+    one (accents, Greek, full-width, Korean particles and compounds). A run or a pair of
+    letters written without spaces is found as neighbours; a Korean word at the start of a
+    word or of an inner part of one; another word at the start of a word, by the start of
+    its stem (the index's stemmer is not in Python: "leases" finds "lease")."""
+    words = _WORD.findall(fold(search_text(content) or content))
+    if UNSPACED_RUN.search(term) is not None:  # "寿司" typed, or a pair "寿 司"
+        letters = [c for part in term.split() for group in letter_groups(part) for c in group]
+        return any(words[i:i + len(letters)] == letters for i in range(len(words) - len(letters) + 1))
+    if HANGUL_WORD.fullmatch(term):
+        return any(w.startswith(prefix) for prefix in korean_prefixes(term) for w in words)
+    stem = term[:max(4, len(term) - 2)]
+    return any(w.startswith(stem) for w in words)
+
+
 def owner_token(*, tenant_id: int, qor_id: int, user_id: int | None) -> str:
     """One indexed FTS5 token naming a memory's (tenant, qor, user), so a search reads only
     that owner's postings. Letters and digits only: the tokenizer keeps it whole."""

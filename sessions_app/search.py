@@ -46,6 +46,7 @@ from .fulltext import (
     korean_prefixes,
     message_terms,
     owner_token,
+    scan_finds,
     search_text,
     width_forms,
 )
@@ -131,8 +132,7 @@ def _search(sessions: QuerySet[Session], *, owner: str, query: str, limit: int, 
         rows = rows.filter(id__in=RawSQL(f"SELECT rowid FROM {SEARCH_TABLE} WHERE {SEARCH_TABLE} MATCH %s",
                                          [f'owner : "{owner}" AND content : ({_fts5_terms(terms)})']))
     else:  # another database: a scan of the owner's rows, for correctness only
-        for term in terms:
-            rows = rows.filter(content__icontains=term)
+        rows = _scanned(rows, terms)
     for term in terms:
         if UNSPACED_RUN.fullmatch(term):  # as typed, in either width of its katakana
             rows = rows.filter(reduce(or_, (Q(content__contains=form) for form in width_forms(term))))
@@ -147,6 +147,14 @@ def _search(sessions: QuerySet[Session], *, owner: str, query: str, limit: int, 
 
 
 _HIT_COLUMNS = ("session_id", "seq", "role", "channel", "sender_name", "content", "created_at", "session__state")
+
+
+def _scanned(rows: QuerySet[Message], terms: list[str]) -> QuerySet[Message]:
+    """Of `rows`, those holding every term as the index would find it (scan_finds), read
+    one by one: where no full-text index serves a search."""
+    ids = [pk for pk, content in rows.values_list("pk", "content").iterator()
+           if all(scan_finds(content, term) for term in terms)]
+    return rows.filter(pk__in=ids)
 
 
 def hit_snippet(text: str, terms: list[str], *, width: int) -> str:
