@@ -117,15 +117,26 @@ def search_text_before(content: str) -> str:
     return _spaced(content.translate(NORMALISED_BEFORE))
 
 
+# Each its own step: `translate` reads its whole list for every letter of the text, and
+# accented letters of Latin-1 (French, German, Spanish…) are by far the most written.
+LATIN_BLOCKS = [("\\u00c0", "\\u00ff"), ("\\u0100", "\\u024f"), ("\\u1e00", "\\u1eff")]
+
+
+def _latin(low: str, high: str) -> tuple[str, str]:
+    first, last = int(low[2:], 16), int(high[2:], 16)
+    pairs = [(a, b) for a, b in zip(LATIN_FROM, LATIN_TO) if first <= ord(a) <= last]
+    return "".join(a for a, _ in pairs), "".join(b for _, b in pairs)
+
+
 def _steps() -> str:
     """PL/pgSQL: `t` with NORMALISED's letters written anew, in steps, each only where a
     regular expression finds letters of its own (full-width; Greek; Greek with breathings;
-    accented Latin), and the accents left as marks dropped."""
+    accented Latin, by block), and the accents left as marks dropped."""
     steps = [
         ("[\\uff10-\\uff19\\uff21-\\uff3a\\uff41-\\uff5a]", _0015.FULL_WIDTH_FROM, _0015.FULL_WIDTH_TO),
         ("[\\u0386-\\u03ce]", *_0015._greek(below_1f00=True)),
         ("[\\u1f00-\\u1fff]", *_0015._greek(below_1f00=False)),
-        ("[\\u00c0-\\u024f\\u1e00-\\u1eff]", LATIN_FROM, LATIN_TO),
+        *[(f"[{low}-{high}]", *_latin(low, high)) for low, high in LATIN_BLOCKS],
     ]
     sql = "".join(f" IF t ~ '{letters}' THEN t := translate(t, '{source}', '{target}'); END IF;"
                   for letters, source, target in steps)
@@ -135,7 +146,7 @@ def _steps() -> str:
 PG_FUNCTION = (
     f"CREATE OR REPLACE FUNCTION {SEARCH_TEXT_FUNCTION}(content text) RETURNS text"
     " LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE AS $$"
-    " DECLARE t text;"
+    " DECLARE t text; parts text := ''; word text;"
     " BEGIN"
     "  IF content IS NULL OR content ~ '^[\\x01-\\x7f]*$' THEN RETURN content; END IF;"
     "  t := normalize(content, NFC);"
@@ -143,11 +154,13 @@ PG_FUNCTION = (
     f"  t := regexp_replace(regexp_replace(t, '{_0015.UNSPACED_NOT_LETTER}', ' ', 'g'),"
     f" '({_0015.UNSPACED_LETTER})', ' \\1 ', 'g');"
     "  IF t ~ '[\\uac00-\\ud7a3]{3}' THEN"
-    f"   t := t || COALESCE((SELECT ' ' || string_agg('{HANGUL_PART_MARK}' || substr(w.m[1], i, {HANGUL_PART}), ' '"
-    "    ORDER BY w.n, i) FROM regexp_matches(t, '[\\uac00-\\ud7a3]{3,}', 'g') WITH ORDINALITY AS w(m, n),"
-    f"    generate_series(2, least(char_length(w.m[1]) - 1, {HANGUL_PART})) AS i), '');"
+    "   FOR word IN SELECT m[1] FROM regexp_matches(t, '[\\uac00-\\ud7a3]{3,}', 'g') AS m LOOP"
+    f"    FOR i IN 2..least(char_length(word) - 1, {HANGUL_PART}) LOOP"
+    f"     parts := parts || ' {HANGUL_PART_MARK}' || substr(word, i, {HANGUL_PART});"
+    "    END LOOP;"
+    "   END LOOP;"
     "  END IF;"
-    "  RETURN t;"
+    "  RETURN t || parts;"
     " END $$"
 )
 
