@@ -41,7 +41,7 @@ STOPWORDS = frozenset(
 # and "ΛΟΓΟΣ" typed became "λογος" here (Python's lower case of a final Σ) but "λογοσ" in
 # PostgreSQL's index. One letter for one, so a place in the folded text is a place in
 # the text (hit_spans). Applied alike to what is indexed (search_text, and on PostgreSQL
-# the same table in migration 0015's function) and to what is typed (fold).
+# the same table in migration 0016's function) and to what is typed (fold).
 GREEK_FROM = (
     "\u0386\u0388\u0389\u038a\u038c\u038e\u038f\u0390\u0391\u0392\u0393\u0394\u0395\u0396\u0397\u0398"
     "\u0399\u039a\u039b\u039c\u039d\u039e\u039f\u03a0\u03a1\u03a3\u03a4\u03a5\u03a6\u03a7\u03a8\u03a9"
@@ -87,7 +87,8 @@ FULL_WIDTH_TO = "".join(chr(ord(c) - 0xFEE0) for c in FULL_WIDTH_FROM)
 # "café", "Muller" "Müller"). SQLite's index dropped them (remove_diacritics 2), and
 # PostgreSQL's `english` configuration kept them, so the two found different messages.
 # Only a letter whose canonical decomposition is an ASCII letter and accents: "ł", "ø",
-# "ß" and "æ" are letters of their own, to both databases alike.
+# "ß" and "æ" are letters of their own, to both databases alike. Migration 0016 holds a
+# copy, which its index depends on (tests/sessions_app/test_search_normalised.py).
 LATIN_FROM = (
     "\u00c0\u00c1\u00c2\u00c3\u00c4\u00c5\u00c7\u00c8\u00c9\u00ca\u00cb\u00cc\u00cd\u00ce\u00cf\u00d1"
     "\u00d2\u00d3\u00d4\u00d5\u00d6\u00d9\u00da\u00db\u00dc\u00dd\u00e0\u00e1\u00e2\u00e3\u00e4\u00e5"
