@@ -20,18 +20,24 @@ BASE_DIR = Path(__file__).resolve().parent.parent
 
 env = Env()
 # Settings from a `.env` beside manage.py (or the file QORVEN_ENV_FILE names; empty: none,
-# as the test suite sets it). Variables already in the environment win.
-ENV_FILE = env.str("QORVEN_ENV_FILE", default=str(BASE_DIR / ".env"))
-if ENV_FILE and env.str("QORVEN_ENV_FILE", default="") and not Path(ENV_FILE).is_file():
+# as the test suite sets it). Variables already in the environment win. A relative path is
+# taken from the project root, as every path setting is: a process started from another
+# folder (a service manager, cron, `cd /`) reads the same file.
+_ENV_FILE_NAMED = env.str("QORVEN_ENV_FILE") if "QORVEN_ENV_FILE" in env.ENVIRON else None  # "": none
+ENV_FILE = "" if _ENV_FILE_NAMED == "" else str((BASE_DIR / (_ENV_FILE_NAMED or ".env")).resolve())
+if _ENV_FILE_NAMED and not Path(ENV_FILE).is_file():
     # Named, not there: read as none, every setting in it would quietly take its default.
     # The default .env is optional (a machine configured by its environment has none).
-    raise environ.ImproperlyConfigured(f"QORVEN_ENV_FILE names {ENV_FILE!r}, which is not a file")
+    _looked_at = "" if Path(_ENV_FILE_NAMED).is_absolute() else \
+        f" (looked for at {ENV_FILE}: a relative path is taken from the project root)"
+    raise environ.ImproperlyConfigured(f"QORVEN_ENV_FILE names {_ENV_FILE_NAMED!r}, which is not a file{_looked_at}")
 if ENV_FILE:
     environ.Env.read_env(ENV_FILE, overwrite=False)
 
 DEBUG = env.bool("DJANGO_DEBUG", default=False)
 # Read before the secret key it calls for, so a malformed URL is the error a host sees first.
-_DATABASE = env.database("DATABASE_URL", default=f"sqlite:///{BASE_DIR / 'db.sqlite3'}")
+# A relative SQLite path is taken from the project root too.
+_DATABASE = env.database("DATABASE_URL", default=f"sqlite:///{BASE_DIR / 'db.sqlite3'}", root=BASE_DIR)
 SECRET_KEY = env.str("DJANGO_SECRET_KEY", default="")
 if not SECRET_KEY:
     if env.str("DATABASE_URL", default=""):

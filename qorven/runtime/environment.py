@@ -146,11 +146,13 @@ class Env(environ.Env):
             warnings.simplefilter("ignore", UserWarning)
             return super().db_url(var, default=default, engine=engine)
 
-    def database(self, var: str, default: str) -> dict:
+    def database(self, var: str, default: str, *, root: Path) -> dict:
         """Django's DATABASES entry for the URL in `var`: PostgreSQL or SQLite only, each
-        with the options Qorven runs it with."""
+        with the options Qorven runs it with. A relative SQLite file is taken from `root`
+        (the project's), not from the folder the process started in."""
         database = self.db_url(var, default=default)
         if database.get("ENGINE") == "django.db.backends.sqlite3":
+            database["NAME"] = _sqlite_file(var, str(database.get("NAME") or ""), root)
             # BEGIN IMMEDIATE takes SQLite's write lock at the start of every transaction, so
             # concurrent appends queue up instead of failing with "database is locked".
             # secure_delete: what is deleted is overwritten, not left in the file's free space
@@ -220,6 +222,21 @@ class Env(environ.Env):
         if not re.fullmatch(r"[0-9]+/[0-9]*[smhd]", value):
             raise environ.ImproperlyConfigured(f"{var} must be a rate like 5/15m (count/[number]s|m|h|d), not {value!r}")
         return value
+
+
+def _sqlite_file(var: str, name: str, root: Path) -> str:
+    """The SQLite file `name` names, relative to `root`; ImproperlyConfigured when its folder
+    does not exist (SQLite makes the file, not the folder: every command would end in
+    "unable to open database file", naming nothing)."""
+    if name in ("", ":memory:") or name.startswith("file:"):
+        return name
+    path = Path(name) if Path(name).is_absolute() else (root / name).resolve()
+    if not path.parent.is_dir():
+        relative = "" if Path(name).is_absolute() else f" (a relative path is taken from the project root, {root})"
+        raise environ.ImproperlyConfigured(
+            f"{var} names the SQLite file {path}, in a folder that does not exist{relative}: "
+            f"create {path.parent} or name another file")
+    return str(path)
 
 
 def public_url_check(var: str, value: str) -> None:
