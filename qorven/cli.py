@@ -42,6 +42,9 @@ def _run(argv: list[str]) -> int:
     if len(argv) == 3 and argv[1] == "help" and not argv[2].startswith("-"):
         argv = [argv[0], argv[2], "--help"]  # `qorven help collapse-sessions`, by the name the docs give
     name = argv[1].replace("-", "_") if len(argv) > 1 and not argv[1].startswith("-") else ""
+    if name == "runserver":
+        print(_runserver_refused(argv), file=sys.stderr)
+        return 1
     commands = get_commands()
     if name in commands and commands[name] in _own_app_names():
         command = ManagementUtility([argv[0], name]).fetch_command(name)
@@ -53,6 +56,28 @@ def _run(argv: list[str]) -> int:
         argv[1] = name
     execute_from_command_line(argv)
     return 0
+
+
+# Django's commands that would run a half-working Qorven, refused with what to run instead.
+REFUSED = ("runserver",)
+
+
+def _runserver_refused(argv: list[str]) -> str:
+    """Why `runserver` does not start, and the `serve` that serves the same address.
+    Django's runserver is a WSGI server: the pages load but the chat page's WebSocket gets a
+    404, and no heartbeat fires (the embedded beat is `serve`'s)."""
+    from django.core.management.commands.runserver import naiveip_re
+
+    program = "python manage.py" if os.path.basename(argv[0]) == "manage.py" else "qorven"
+    serve = f"{program} serve"
+    given = [arg for arg in argv[2:] if not arg.startswith("-")]
+    address = naiveip_re.match(given[0]) if given else None
+    if address:
+        host = address["addr"] or ""
+        serve += (f" --host {host.strip('[]')}" if host else "") + f" --port {address['port']}"
+    return (f"{program} runserver is Django's development server, which serves no WebSockets (the chat page "
+            "loads but never goes live) and fires no heartbeats. Serve Qorven, pages and live chat, "
+            f"with: {serve}   (`make run` does, on the embedded default)")
 
 
 def _own_app_names() -> set[str]:
@@ -68,6 +93,7 @@ def _overview(commands: dict[str, str]) -> str:
     lines = ["Usage: qorven <command> [options]   (`qorven <command> --help` explains each)", "",
              "Qorven's commands:"]
     lines += [f"  {name.replace('_', '-'):<18} {_summary(name)}" for name in mine]
+    theirs = [name for name in theirs if name not in REFUSED]
     lines += ["", "Django's commands (also available):", "  " + ", ".join(theirs), "",
               "qorven --version prints the version."]
     return "\n".join(lines)

@@ -307,3 +307,20 @@ def test_pair_help_and_the_readme_name_every_pairing_action():
     for text in (overview, usage, commands):
         assert all(action in text for action in ("list", "--paired", "approve", "deny", "revoke")), text
     assert "[--dry-run]" in revoke.stdout
+
+
+def test_runserver_points_to_serve_instead_of_serving_pages_without_their_live_chat():
+    """`qorven runserver` (and `python manage.py runserver`) started Django's WSGI server:
+    the pages loaded, but the chat page's socket got a 404 and never went live, and no
+    heartbeat fired."""
+    environment = {k: v for k, v in os.environ.items() if k != "DATABASE_URL"}
+    for command in ([str(QORVEN)], [sys.executable, "manage.py"]):
+        try:
+            done = subprocess.run([*command, "runserver", "--noreload", "127.0.0.1:8765"], capture_output=True,
+                                  text=True, cwd=ROOT, timeout=30, env={**environment, "DJANGO_SECRET_KEY": "x"})
+        except subprocess.TimeoutExpired:
+            raise AssertionError(f"{command} runserver served instead of refusing") from None
+        assert done.returncode == 1 and done.stdout == "", done.stderr[-800:]
+        assert "WebSocket" in done.stderr and "serve --host 127.0.0.1 --port 8765" in done.stderr, done.stderr
+        assert "Traceback" not in done.stderr
+    assert "runserver" not in run().stdout  # not offered among the commands that work
