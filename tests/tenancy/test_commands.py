@@ -216,3 +216,12 @@ def test_token_create_refuses_a_label_longer_than_its_column(world):
     with pytest.raises(CommandError, match="--name is at most 100 characters"):
         run("token", "create", "--tenant", "acme", "--user", "bob", "--name", "x" * 101)
     assert not ApiToken.objects.exists()
+
+
+def test_token_create_help_sends_its_token_to_the_api_not_to_qorven_chat(capsys):
+    """The help said to use the token "with `qorven chat`", which takes no token (it makes
+    its own for each run): a newcomer looked in vain for where to give it."""
+    description, _ = help_text(capsys, "token", "create")
+    description = " ".join(description.split())
+    assert "/v1/" in description and "and with `qorven chat`" not in description
+    assert "`qorven chat` needs none" in description

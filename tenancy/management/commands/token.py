@@ -28,8 +28,9 @@ class Command(BaseCommand):
         create = sub.add_parser(
             "create", help="mint a token for a member of a tenant",
             description="Print a new API bearer token for --user in --tenant, shown this once (only its digest is "
-                        "stored). Use it as 'Authorization: Bearer <token>' on /v1/ endpoints and with "
-                        "`qorven chat`; it works until revoked in the admin, or for --days days.")
+                        "stored). Use it as 'Authorization: Bearer <token>' on /v1/ endpoints (`qorven chat` needs "
+                        "none: it makes its own each run); it works until revoked in the admin, or for --days "
+                        "days.")
         create.add_argument("--tenant", required=True, help="tenant slug")
         create.add_argument("--user", required=True, help="username (must be a member of the tenant)")
         create.add_argument("--name", default="", help="a label to recognise the token by")
