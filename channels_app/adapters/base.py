@@ -158,7 +158,12 @@ class Adapter:
 
     def setup_hint(self, binding: ChannelBinding, given: dict[str, str]) -> list[str]:
         """What `qorven bind` tells the owner to do next. Never a secret they gave."""
-        return [f"webhook: POST {webhook_url(self.kind)}"]
+        lines = [f"webhook: POST {webhook_url(self.kind)}"]
+        if not settings.QORVEN_PUBLIC_URL_GIVEN:  # the loopback default: no platform reaches it
+            lines.append(f"(the address is QORVEN_PUBLIC_URL, unset here: {self.kind} cannot reach "
+                         f"{settings.QORVEN_PUBLIC_URL}; set it to the https address {self.kind} reaches this "
+                         "server at, then run bind again)")
+        return lines
 
     # --- inbound ---
     def resolve(self, request: HttpRequest) -> ChannelBinding:

@@ -267,3 +267,21 @@ def test_each_subcommand_explains_itself_and_each_of_its_arguments(capsys, argv)
     description, arguments = help_text(capsys, *argv)
     assert not description.startswith(("options:", "positional arguments:")) and len(description) > 40
     assert arguments and all(arguments.values()), arguments
+
+
+def test_bind_says_when_the_webhook_address_is_a_guess_no_platform_can_reach(world, settings):
+    """With QORVEN_PUBLIC_URL unset, bind printed the loopback default as the webhook to
+    register, with no word that no platform reaches it (the webchat's embed said so)."""
+    settings.QORVEN_PUBLIC_URL, settings.QORVEN_PUBLIC_URL_GIVEN = "http://127.0.0.1:8000", False
+    out = io.StringIO()
+    call_command("bind", "telegram", "--tenant", "acme", "--qor", "aria", "--token", "999:T", "--secret", "s",
+                 stdout=out)
+    assert "webhook: POST http://127.0.0.1:8000/v1/webhooks/telegram" in out.getvalue()
+    assert "QORVEN_PUBLIC_URL, unset here" in out.getvalue() and "telegram cannot reach" in out.getvalue()
+
+    settings.QORVEN_PUBLIC_URL, settings.QORVEN_PUBLIC_URL_GIVEN = "https://qorven.example", True
+    out = io.StringIO()
+    call_command("bind", "telegram", "--tenant", "acme", "--qor", "aria", "--token", "999:T", "--secret", "s",
+                 stdout=out)
+    assert "webhook: POST https://qorven.example/v1/webhooks/telegram" in out.getvalue()
+    assert "unset here" not in out.getvalue()
