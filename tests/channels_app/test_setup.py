@@ -205,3 +205,16 @@ def test_binding_email_with_no_mail_server_warns_that_replies_will_fail(world, s
     call_command("bind", "email", "--tenant", "acme", "--qor", "aria", "--address", "aria@acme.example",
                  "--secret", "mail-secret", stdout=out)
     assert "warning" not in out.getvalue()
+
+
+def test_setup_writes_the_settings_file_qorven_env_file_names(tmp_path, model_server, settings):
+    """With QORVEN_ENV_FILE naming the install's settings file, setup wrote the model to a
+    .env beside manage.py, which no command reads then: the Qor stayed offline."""
+    model_server.add(reply("ok"))
+    (root := tmp_path / "root").mkdir()  # where a .env beside manage.py would go, not the checkout's
+    settings.BASE_DIR, settings.ENV_FILE = root, str(tmp_path / "qorven.env")
+    out = io.StringIO()
+    call_command("setup", "--non-interactive", "--model-url", model_server.base_url, "--model", "scripted-model",
+                 "--password", "correct horse battery 9", stdout=out)
+    assert "QORVEN_MODEL=scripted-model" in (tmp_path / "qorven.env").read_text()
+    assert f"settings written to {tmp_path / 'qorven.env'}" in out.getvalue() and list(root.iterdir()) == []

@@ -24,7 +24,7 @@ class Command(BaseCommand):
     help = (
         "Set up Qorven for a real model on a first run: ask for the model server (URL, key, model) and "
         "check it with one short request, "
-        "write them to .env (mode 600, other lines kept), create the tenant, its Qor and the owner, and "
+        "write them to .env, or the file QORVEN_ENV_FILE names (mode 600, other lines kept), create the tenant, its Qor and the owner, and "
         "optionally bind a Telegram bot and register its webhook at this server. Every question has a "
         "flag; with --non-interactive nothing is asked and missing values are errors. Nothing is written "
         "when the model does not answer."
@@ -42,8 +42,8 @@ class Command(BaseCommand):
         parser.add_argument("--public-url", default="", help="this server's public URL, for platform webhooks")
         parser.add_argument("--telegram-token", default="", help="a bot token from @BotFather: bind it and register "
                                                                  "its webhook")
-        parser.add_argument("--env-file", default="", help="where to write the settings (default: .env beside "
-                                                           "manage.py)")
+        parser.add_argument("--env-file", default="", help="where to write the settings (default: the file "
+                                                           "QORVEN_ENV_FILE names, else .env beside manage.py)")
 
     def handle(self, *args, **opts):
         ask = self._asker(opts["non_interactive"])
@@ -74,7 +74,8 @@ class Command(BaseCommand):
             except ImproperlyConfigured as exc:
                 raise CommandError(f"{exc}; nothing was written.") from None
 
-        env_file = Path(opts["env_file"] or settings.BASE_DIR / ".env")
+        # The file the settings are read from: QORVEN_ENV_FILE's when it names one, else .env.
+        env_file = Path(opts["env_file"] or settings.ENV_FILE or settings.BASE_DIR / ".env")
         values = {"OPENAI_BASE_URL": model_url, "OPENAI_API_KEY": api_key, "QORVEN_MODEL": model}
         if public_url:  # else the default follows the port the server is started on
             values["QORVEN_PUBLIC_URL"] = public_url
