@@ -154,10 +154,12 @@ def test_doctor_reports_an_unreachable_database_and_the_rest_instead_of_a_traceb
 
     qorven = Path(sys.executable).with_name("qorven")
     environment = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "REDIS_URL")}
+    # A folder where the file should be: SQLite cannot open it. (A file in a folder that does
+    # not exist is refused before any command runs, naming it: tests/qorven/test_relative_paths.py.)
+    (tmp_path / "db.sqlite3").mkdir()
     done = subprocess.run(
         [str(qorven), "doctor"], capture_output=True, text=True, timeout=120, cwd=Path(__file__).resolve().parents[2],
-        env={**environment, "DJANGO_SECRET_KEY": "doctor-test",
-             "DATABASE_URL": f"sqlite:///{tmp_path}/no/such/folder/db.sqlite3"},
+        env={**environment, "DJANGO_SECRET_KEY": "doctor-test", "DATABASE_URL": f"sqlite:///{tmp_path}/db.sqlite3"},
     )
     assert done.returncode == 1, done.stderr[-1500:]
     assert "Traceback" not in done.stderr + done.stdout
