@@ -82,13 +82,23 @@ def _database() -> Iterator[Check]:
         executor = MigrationExecutor(connection)  # loads the migration graph once
         plan = executor.migration_plan(executor.loader.graph.leaf_nodes())
     except Exception as exc:
-        yield Check("database", connections["default"].vendor, False, f"unreachable ({type(exc).__name__})", fix)
+        yield Check("database", _database_named(), False, f"unreachable ({type(exc).__name__})", fix)
         return
-    vendor = connections["default"].vendor
     if plan:
-        yield Check("database", vendor, False, f"{len(plan)} migration(s) not applied", "run `qorven migrate`")
+        yield Check("database", _database_named(), False, f"{len(plan)} migration(s) not applied",
+                    "run `qorven migrate`")
     else:
-        yield Check("database", vendor, True, "reachable, every migration applied")
+        yield Check("database", _database_named(), True, "reachable, every migration applied")
+
+
+def _database_named() -> str:
+    """Which database this is, so a host sees the one they meant is the one checked: the
+    SQLite file, or PostgreSQL's server and database (never its password)."""
+    connection = connections["default"]
+    named = connection.settings_dict
+    if connection.vendor == "sqlite":
+        return f"sqlite {named['NAME']}"
+    return f"{connection.vendor} {named.get('HOST') or 'localhost'}:{named.get('PORT') or 5432}/{named['NAME']}"
 
 
 def _redis() -> Iterator[Check]:

@@ -347,3 +347,17 @@ def test_a_webhook_url_with_credentials_is_named_without_them(world, bot, platfo
     assert not webhook["ok"] and webhook["detail"] == (
         "webhook at https://***@elsewhere.example/hook, not at https://***@qorven.example/v1/webhooks/telegram")
     assert "pw-" not in json.dumps(report)
+
+
+def test_doctor_names_the_database_it_checked(world, settings):
+    """It said "sqlite: reachable" and nothing of which file (or which server and database):
+    a host whose server opened another, empty database than they meant saw a ✓."""
+    report, _ = doctor()
+    (checked,) = checks_of(report, "database")
+    name = connection.settings_dict["NAME"]
+    if connection.vendor == "sqlite":
+        assert checked["subject"] == f"sqlite {name}"
+    else:
+        host, port = connection.settings_dict["HOST"], connection.settings_dict["PORT"]
+        assert checked["subject"] == f"postgresql {host}:{port}/{name}"
+        assert connection.settings_dict["PASSWORD"] not in checked["subject"] or not connection.settings_dict["PASSWORD"]
