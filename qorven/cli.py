@@ -19,11 +19,23 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "qorven.settings")
     from django.core.exceptions import ImproperlyConfigured
 
+    from django.db import DatabaseError
+
     try:
         return _run(argv)
     except ImproperlyConfigured as exc:  # a setting is missing or malformed: say which, no traceback
         print(f"qorven: configuration error: {exc}", file=sys.stderr)
         return 2
+    except DatabaseError as exc:
+        unmigrated = _unmigrated()
+        if not unmigrated:
+            raise
+        # A table missing because its migration never ran (a new database: `make run` and
+        # `qorven serve` migrate, the other commands do not): say so, not a traceback.
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]  # PostgreSQL's goes on to quote the SQL
+        print(f"qorven: the database {unmigrated} is not migrated ({first}): run `qorven migrate` first "
+              "(`qorven serve` also applies migrations as it starts)", file=sys.stderr)
+        return 1
     except BrokenPipeError:
         # `qorven --help | head`: the reader has what it wanted. Python would otherwise
         # print the error again flushing stdout as it exits.
@@ -78,6 +90,23 @@ def _runserver_refused(argv: list[str]) -> str:
     return (f"{program} runserver is Django's development server, which serves no WebSockets (the chat page "
             "loads but never goes live) and fires no heartbeats. Serve Qorven, pages and live chat, "
             f"with: {serve}   (`make run` does, on the embedded default)")
+
+
+def _unmigrated() -> str:
+    """The database's name when migrations of it are still to apply, else ""."""
+    from django.db import connection
+    from django.db.migrations.executor import MigrationExecutor
+
+    try:
+        executor = MigrationExecutor(connection)
+        if not executor.migration_plan(executor.loader.graph.leaf_nodes()):
+            return ""
+    except Exception:  # the database cannot even be asked: the first error is the one to show
+        return ""
+    named = connection.settings_dict
+    if connection.vendor == "sqlite":
+        return str(named["NAME"])
+    return f"{named['NAME']} on {named.get('HOST') or 'localhost'}:{named.get('PORT') or 5432}"
 
 
 def _own_app_names() -> set[str]:

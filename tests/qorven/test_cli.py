@@ -324,3 +324,17 @@ def test_runserver_points_to_serve_instead_of_serving_pages_without_their_live_c
         assert "WebSocket" in done.stderr and "serve --host 127.0.0.1 --port 8765" in done.stderr, done.stderr
         assert "Traceback" not in done.stderr
     assert "runserver" not in run().stdout  # not offered among the commands that work
+
+
+def test_a_command_on_a_database_never_migrated_says_to_migrate_first(tmp_path):
+    """`qorven bootstrap` (or token, bind, pair…) on a new database ended in a traceback,
+    "no such table: qorven_tenant"."""
+    url = f"sqlite:///{tmp_path / 'new.sqlite3'}"
+    bootstrap, token = run_each(
+        (("bootstrap", "--tenant", "acme", "--qor", "aria", "--owner", "alice"),
+         {"DJANGO_SECRET_KEY": "x", "DATABASE_URL": url}),
+        (("token", "create", "--tenant", "acme", "--user", "alice"), {"DJANGO_SECRET_KEY": "x", "DATABASE_URL": url}))
+    for done in (bootstrap, token):
+        assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr[-800:]
+        (line,) = done.stderr.strip().splitlines()
+        assert "not migrated" in line and "qorven migrate" in line and str(tmp_path / "new.sqlite3") in line, line
