@@ -225,3 +225,15 @@ def test_token_create_help_sends_its_token_to_the_api_not_to_qorven_chat(capsys)
     description = " ".join(description.split())
     assert "/v1/" in description and "and with `qorven chat`" not in description
     assert "`qorven chat` needs none" in description
+
+
+@pytest.mark.django_db
+def test_bootstrap_says_when_the_owner_cannot_sign_in_yet_and_when_their_password_is_set():
+    """Without --password it printed "owner alice (created)" and "bootstrap complete": the
+    owner could not sign in, and only --help said why."""
+    out = run("bootstrap", "--tenant", "acme", "--qor", "aria", "--owner", "alice")
+    assert "alice has no password yet" in out and "qorven changepassword alice" in out and "--password" in out
+    out = run("bootstrap", "--tenant", "acme", "--qor", "aria", "--owner", "alice", "--password", "quiet-harbour-47")
+    assert "no password" not in out and "alice's password is set" in out
+    out = run("bootstrap", "--tenant", "acme", "--qor", "aria", "--owner", "alice")
+    assert "no password" not in out and "password is set" not in out  # kept as it was: nothing to say

@@ -11,7 +11,7 @@ class Command(BaseCommand):
         "tenant in the admin; --host-superuser makes them a superuser who sees every tenant). "
         "Safe to run again: existing rows are updated, never duplicated. "
         "Without --password a new owner cannot log in until you set one "
-        "(python manage.py changepassword USER)."
+        "(qorven changepassword USER, or run it again with --password)."
     )
 
     def add_arguments(self, parser):
@@ -56,5 +56,11 @@ class Command(BaseCommand):
             self.stdout.write(f"{what:7} {obj}  ({verb})")
         if result.owner.is_superuser:
             self.stdout.write(f"owner   {result.owner} is a host superuser: the admin shows them every tenant")
+        if password:
+            self.stdout.write(f"owner   {result.owner}'s password is set")
+        elif not result.owner.has_usable_password():
+            self.stdout.write(self.style.WARNING(
+                f"owner   {result.owner} has no password yet and cannot sign in: set one with "
+                f"`qorven changepassword {result.owner}`, or run bootstrap again with --password"))
         self.stdout.write(self.style.SUCCESS("bootstrap complete"))
 
