@@ -39,6 +39,11 @@ def qor_get(*, tenant: Tenant, slug: str) -> Qor:
     return qor
 
 
+def qor_slugs(*, tenant: Tenant) -> list[str]:
+    """The slugs of the tenant's Qors, in order: what a command names when one is mistyped."""
+    return list(Qor.objects.filter(tenant=tenant).order_by("slug").values_list("slug", flat=True))
+
+
 def membership_get(*, tenant: Tenant, user: User) -> Membership:
     membership = Membership.objects.filter(tenant=tenant, user=user).first()
     if membership is None:

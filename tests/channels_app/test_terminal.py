@@ -443,3 +443,19 @@ def test_history_counts_the_messages_it_prints_not_the_qors_working(world):
     with following(world, history=3) as (_, seen):
         pass
     assert [e["content"] for e in seen if e["type"] == "message.new"] == ["a1", "q2", "a2"]
+
+
+def test_chat_with_a_qor_that_is_not_there_names_the_workspaces_qors(world):
+    """A mistyped --qor said "no qor 'arya' (is 'alice' a member of 'acme'?)": she is, and
+    the question sent her looking at her membership instead of the Qor's name."""
+    from tests.factories.tenancy import QorFactory
+
+    QorFactory(tenant=world.tenant_a, slug="nova", is_default=False)
+    with pytest.raises(CommandError) as refused:
+        call_command("chat", "--json", "--no-server", "--tenant", "acme", "--qor", "arya", "--user", "alice",
+                     stdout=io.StringIO())
+    assert str(refused.value) == "no Qor 'arya' in 'acme': its Qors are aria, nova"
+    with pytest.raises(CommandError) as refused:  # another workspace's Qors are never named
+        call_command("chat", "--json", "--no-server", "--tenant", "globex", "--qor", "aria", "--user", "alice",
+                     stdout=io.StringIO())
+    assert str(refused.value) == "no tenant 'globex' (is 'alice' a member of 'globex'?)"

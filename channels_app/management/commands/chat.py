@@ -13,6 +13,7 @@ from channels_app.terminal import ACCESS_LOST, run_json
 from channels_app.terminal_screen import run_interactive
 from qorven.runtime.arguments import seconds, whole_number
 from tenancy.errors import NotFound
+from tenancy.selectors import membership_get, qor_get, qor_slugs, tenant_get
 
 
 class Command(BaseCommand):
@@ -71,7 +72,7 @@ class Command(BaseCommand):
         try:
             owner = chat_owner(user=user, tenant_slug=opts["tenant"], qor_slug=opts["qor"], surface="tui")
         except NotFound as exc:
-            raise CommandError(f"{exc} (is {opts['user']!r} a member of {opts['tenant']!r}?)") from None
+            raise CommandError(_not_found(exc, user=user, tenant_slug=opts["tenant"], qor_slug=opts["qor"])) from None
         history = opts["history"] if opts["history"] is not None else (0 if opts["json"] else 20)
         link = None
         if not opts["no_server"]:
@@ -106,6 +107,22 @@ class Command(BaseCommand):
                                "from the workspace, or this terminal was signed out", returncode=code)
         if code:
             raise CommandError("gave up waiting for a reply", returncode=code)
+
+
+def _not_found(exc: NotFound, *, user, tenant_slug: str, qor_slug: str) -> str:
+    """What a refused --tenant or --qor is: a workspace they are not a member of (or none),
+    or, for a member, a Qor the workspace does not have, with the ones it has."""
+    not_theirs = f"{exc} (is {user.get_username()!r} a member of {tenant_slug!r}?)"
+    try:
+        tenant = tenant_get(slug=tenant_slug)
+        membership_get(tenant=tenant, user=user)
+    except NotFound:
+        return not_theirs  # another workspace's Qors are never named
+    try:
+        qor_get(tenant=tenant, slug=qor_slug)
+    except NotFound:
+        return f"no Qor {qor_slug!r} in {tenant_slug!r}: its Qors are {', '.join(qor_slugs(tenant=tenant))}"
+    return not_theirs
 
 
 def _color(opts: dict) -> bool | None:
