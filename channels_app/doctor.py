@@ -92,13 +92,10 @@ def _database() -> Iterator[Check]:
 
 
 def _database_named() -> str:
-    """Which database this is, so a host sees the one they meant is the one checked: the
-    SQLite file, or PostgreSQL's server and database (never its password)."""
-    connection = connections["default"]
-    named = connection.settings_dict
-    if connection.vendor == "sqlite":
-        return f"sqlite {named['NAME']}"
-    return f"{connection.vendor} {named.get('HOST') or 'localhost'}:{named.get('PORT') or 5432}/{named['NAME']}"
+    """Which database this is, so a host sees the one they meant is the one checked."""
+    from qorven.runtime.database import database_named
+
+    return database_named()
 
 
 def _redis() -> Iterator[Check]:

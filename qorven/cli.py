@@ -33,7 +33,7 @@ def main(argv: list[str] | None = None) -> int:
         # A table missing because its migration never ran (a new database: `make run` and
         # `qorven serve` migrate, the other commands do not): say so, not a traceback.
         first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]  # PostgreSQL's goes on to quote the SQL
-        print(f"qorven: the database {unmigrated} is not migrated ({first}): run `qorven migrate` first "
+        print(f"qorven: the database, {unmigrated}, is not migrated ({first}): run `qorven migrate` first "
               "(`qorven serve` also applies migrations as it starts)", file=sys.stderr)
         return 1
     except BrokenPipeError:
@@ -103,10 +103,9 @@ def _unmigrated() -> str:
             return ""
     except Exception:  # the database cannot even be asked: the first error is the one to show
         return ""
-    named = connection.settings_dict
-    if connection.vendor == "sqlite":
-        return str(named["NAME"])
-    return f"{named['NAME']} on {named.get('HOST') or 'localhost'}:{named.get('PORT') or 5432}"
+    from qorven.runtime.database import database_named
+
+    return database_named()
 
 
 def _own_app_names() -> set[str]:

@@ -59,6 +59,9 @@ def test_serve_migrates_a_fresh_database_and_serves_the_admin_login(tmp_path, se
         out = log.read()
         assert proc.returncode == 0, out[-5000:]
         assert "Finishing the tasks running" in out  # the embedded worker's running tasks finish first
+        # Which database it serves, said as it starts (a relative DATABASE_URL or a service
+        # manager's folder made it another file than meant, unseen).
+        assert f"Database: SQLite file {tmp_path / 'fresh.sqlite3'}" in out
         # The beat queues no new run once shutdown begins: before the tasks are waited for
         # (it went on after that line), and under uvicorn at the signal, before the sockets close.
         stopped = out.index("embedded beat scheduler stopped")

@@ -16,6 +16,18 @@ DATABASE_DOWN = (OperationalError, InterfaceError)
 DATABASE_RETRY_DELAY = 1.0  # seconds before a task whose connection was lost runs again
 
 
+def database_named() -> str:
+    """Which database this process uses, as a host recognises it: the SQLite file, or
+    PostgreSQL's database and server (never the password). Said where a wrong one would
+    otherwise go unseen: `qorven serve`'s start, `qorven doctor`, a command on a database
+    not migrated."""
+    connection = connections["default"]
+    named = connection.settings_dict
+    if connection.vendor == "sqlite":
+        return f"SQLite file {named['NAME']}"
+    return f"PostgreSQL database {named['NAME']} on {named.get('HOST') or 'localhost'}:{named.get('PORT') or 5432}"
+
+
 def connections_drop_broken() -> None:
     """Close this thread's connections that a database error left unusable, so the next
     query opens (or borrows from the pool) a working one. Healthy ones are kept.

@@ -356,8 +356,8 @@ def test_doctor_names_the_database_it_checked(world, settings):
     (checked,) = checks_of(report, "database")
     name = connection.settings_dict["NAME"]
     if connection.vendor == "sqlite":
-        assert checked["subject"] == f"sqlite {name}"
+        assert checked["subject"] == f"SQLite file {name}"
     else:
         host, port = connection.settings_dict["HOST"], connection.settings_dict["PORT"]
-        assert checked["subject"] == f"postgresql {host}:{port}/{name}"
+        assert checked["subject"] == f"PostgreSQL database {name} on {host}:{port}"
         assert connection.settings_dict["PASSWORD"] not in checked["subject"] or not connection.settings_dict["PASSWORD"]

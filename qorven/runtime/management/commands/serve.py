@@ -9,6 +9,7 @@ from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError
 from django.utils.module_loading import import_string
 
+from qorven.runtime.database import database_named
 from qorven.runtime.heap import startup_heap_freeze
 from qorven.runtime.startup import Startup, shutdown_run, startup_run
 from qorven.runtime.worker import broker_is_embedded, embedded_worker
@@ -56,6 +57,7 @@ class Command(BaseCommand):
             self.stdout.write(f"Tasks run in this process ({settings.QORVEN_WORKER_CONCURRENCY} at a time).")
         startup_run(startup, after_worker=True)  # the embedded beat
         prefix = settings.QORVEN_URL_PREFIX
+        self.stdout.write(f"Database: {database_named()}")
         self.stdout.write(f"Qorven on http://{opts['host']}:{opts['port']}{prefix}/  (admin: {prefix}/admin/)")
         self.stdout.flush()
         _reads_warm()
