@@ -171,12 +171,13 @@ class _CurrentStdout:
 
 
 def run_interactive(owner: ChatOwner, *, history: int, link: Any = None, color: bool | None = None,
-                    wait: float = 300.0) -> int:
+                    wait: float = 300.0, unanswered: str = "") -> int:
     """The terminal for a person, until they leave (0) or lose access to the workspace
     meanwhile (ACCESS_LOST, as --json: removed from it, or this terminal signed out).
     `color`: whether to colour what is shown (None: on a terminal, not on a pipe). Reading
     a pipe, at the end of its input it waits up to `wait` seconds for the replies to what
-    it sent, as --json does (GAVE_UP when they did not all come)."""
+    it sent, as --json does (GAVE_UP when they did not all come). `unanswered`: the server
+    address that did not answer, so this terminal works on the database alone (said once)."""
     stdout: Any = _CurrentStdout()
     chat = _Chat(owner, link, stdout, on_screen=sys.stdin.isatty() and stdout.isatty(), color=color)
     printer = chat.printer
@@ -186,6 +187,10 @@ def run_interactive(owner: ChatOwner, *, history: int, link: Any = None, color: 
                                   "Ctrl-D or /quit leaves.", colour="2") + "\n")
     if link is not None:
         stdout.write(printer.rows("", f"Connected to the server at {link.base}.", colour="2") + "\n")
+    elif unanswered:
+        stdout.write(printer.rows("", f"No Qorven server answers at {unanswered}: working on the database alone "
+                                      "(give the running server's address with --server URL for its pages to "
+                                      "show this chat live)", colour="2") + "\n")
     follower = _follower(owner, chat.emit, link)
     follower.start(history=history)
     # Also while the person only reads or types: a prompt whose every message would be

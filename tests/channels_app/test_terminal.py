@@ -459,3 +459,18 @@ def test_chat_with_a_qor_that_is_not_there_names_the_workspaces_qors(world):
         call_command("chat", "--json", "--no-server", "--tenant", "globex", "--qor", "aria", "--user", "alice",
                      stdout=io.StringIO())
     assert str(refused.value) == "no tenant 'globex' (is 'alice' a member of 'globex'?)"
+
+
+def test_chat_says_when_no_server_answers_and_it_works_on_the_database_alone(world, model_server):
+    """`make run PORT=8080` then `qorven chat` without --server: no server answered at
+    QORVEN_PUBLIC_URL's :8000, and the terminal went on on the database without a word, so
+    the page open on :8080 did not show its messages live and nothing said why."""
+    qorven = Path(sys.executable).with_name("qorven")
+    command = [str(qorven), "chat", "--tenant", "acme", "--qor", "aria", "--user", "alice", "--history", "0"]
+    alone, asked = (subprocess.run(argv, input="", capture_output=True, text=True, cwd=ROOT,
+                                   env=qorven_env(model_server), timeout=180)
+                    for argv in (command, [*command, "--no-server"]))
+    assert alone.returncode == 0, alone.stderr
+    assert ("No Qorven server answers at http://127.0.0.1:9: working on the database alone (give the running "
+            "server's address with --server URL for its pages to show this chat live)") in alone.stdout, alone.stdout
+    assert asked.returncode == 0 and "server" not in asked.stdout.lower(), asked.stdout  # --no-server: as asked

@@ -74,7 +74,7 @@ class Command(BaseCommand):
         except NotFound as exc:
             raise CommandError(_not_found(exc, user=user, tenant_slug=opts["tenant"], qor_slug=opts["qor"])) from None
         history = opts["history"] if opts["history"] is not None else (0 if opts["json"] else 20)
-        link = None
+        link, unanswered = None, ""
         if not opts["no_server"]:
             from django.conf import settings
 
@@ -90,6 +90,8 @@ class Command(BaseCommand):
             elif opts["server"]:
                 raise CommandError(f"no Qorven server answers at {server} (leave out --server to work on the "
                                    "database directly)")
+            else:
+                unanswered = server
         # A SIGTERM (a supervisor, `timeout`, a closed pipeline) or a SIGHUP (the terminal's
         # window closed, the SSH connection lost) leaves like Ctrl-C: through the clean-up
         # that revokes this session's token.
@@ -99,7 +101,8 @@ class Command(BaseCommand):
             if opts["json"]:
                 code = run_json(owner, sys.stdin, sys.stdout, history=history, wait=opts["wait"], link=link)
             else:
-                code = run_interactive(owner, history=history, link=link, color=_color(opts), wait=opts["wait"])
+                code = run_interactive(owner, history=history, link=link, color=_color(opts), wait=opts["wait"],
+                                       unanswered=unanswered)
         except KeyboardInterrupt:
             raise SystemExit(130) from None  # the shell's code for Ctrl-C, and no traceback
         if code == ACCESS_LOST:
