@@ -341,6 +341,7 @@ LOGGING = {
     "filters": {
         "context": {"()": "qorven.runtime.log_context.ContextFilter"},
         "secrets": {"()": "qorven.runtime.log_context.SecretFilter"},
+        "upkeep": {"()": "qorven.runtime.log_context.UpkeepFilter"},
     },
     "formatters": {
         "text": {"format": "%(asctime)s %(levelname)s %(name)s %(context)s%(message)s"},
@@ -351,6 +352,8 @@ LOGGING = {
     "root": {"handlers": ["console"], "level": QORVEN_LOG_LEVEL},
     "loggers": {
         "django.db.backends": {"level": "WARNING"},
+        # The beat's line for each upkeep task sent (the sweep: every 15 s); heartbeats stay.
+        "celery.beat": {"filters": ["upkeep"]},
         # Client libraries log request URLs, and a Telegram URL carries the bot token.
         "httpx": {"level": "WARNING"},
         "httpx2": {"level": "WARNING"},

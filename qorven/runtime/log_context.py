@@ -113,6 +113,20 @@ class SecretFilter(logging.Filter):
         return True
 
 
+class UpkeepFilter(logging.Filter):
+    """Drops Celery beat's INFO line for each of Qorven's own upkeep tasks (`__qorven_…`:
+    the sweep every 15 seconds, the hourly prunes), unless the log level is DEBUG: four
+    lines a minute that buried the heartbeats sent, which are still logged, as are any
+    warnings and errors."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.levelno > logging.INFO or logging.getLogger().isEnabledFor(logging.DEBUG):
+            return True
+        args = record.args if isinstance(record.args, tuple) else ()
+        return not (str(record.msg).startswith("Scheduler: Sending due task")
+                    and args and str(args[0]).startswith("__qorven_"))
+
+
 class JsonFormatter(logging.Formatter):
     """One JSON object a line: time, level, logger, message, the context's ids, and the
     exception's traceback and the stack when there are (masked, by `SecretFilter` on the
