@@ -166,7 +166,8 @@ def _models() -> Iterator[Check]:
         route = route_for(qor, "main")
         if route.offline:
             yield Check("model", subject, False, "no model configured: the offline provider answers",
-                        "set OPENAI_BASE_URL, OPENAI_API_KEY and QORVEN_MODEL (or the Qor's model in the admin)")
+                        "run `qorven setup` (it asks for the model server and checks it), or set OPENAI_BASE_URL, "
+                        "OPENAI_API_KEY and QORVEN_MODEL (or the Qor's model in the admin)")
             continue
         # A stored URL may carry `user:password@` (a proxy in front of the model server):
         # doctor's output is pasted into issues and chats.

@@ -42,7 +42,8 @@ def model_lines() -> list[str]:
         route = route_for(qor, "main")
         where = f"{qor.tenant.slug}/{qor.slug}"
         if route.offline:
-            lines.append(f"{where}: offline — no model configured (set OPENAI_BASE_URL and QORVEN_MODEL)")
+            lines.append(f"{where}: offline — no model configured (run `qorven setup`, or set OPENAI_BASE_URL "
+                         "and QORVEN_MODEL)")
         else:
             lines.append(f"{where}: {route.model} at {urlsplit(route.base_url).netloc or route.base_url}")
     return lines

@@ -361,3 +361,14 @@ def test_doctor_names_the_database_it_checked(world, settings):
         host, port = connection.settings_dict["HOST"], connection.settings_dict["PORT"]
         assert checked["subject"] == f"PostgreSQL database {name} on {host}:{port}"
         assert connection.settings_dict["PASSWORD"] not in checked["subject"] or not connection.settings_dict["PASSWORD"]
+
+
+def test_an_offline_qors_fix_names_qorven_setup(world, settings):
+    """The fix named three variables to set by hand; the quick start's way is `qorven setup`,
+    which asks for them, checks the model and writes them."""
+    settings.OPENAI_BASE_URL, settings.QORVEN_MODEL = "", ""
+    report, code = doctor()
+    assert code == 1
+    fixes = {c["fix"] for c in checks_of(report, "model")}
+    assert fixes == {"run `qorven setup` (it asks for the model server and checks it), or set OPENAI_BASE_URL, "
+                     "OPENAI_API_KEY and QORVEN_MODEL (or the Qor's model in the admin)"}

@@ -94,5 +94,7 @@ def test_serve_names_the_model_of_each_qor_or_says_it_is_offline(world, settings
     world.qor_b.main_base_url, world.qor_b.main_model = "https://models.example/v1", "big-model"
     world.qor_b.save(update_fields=["main_base_url", "main_model"])
     printed = serve_once()
-    assert "acme/aria: offline — no model configured" in printed
+    # What to do, as the README's quick start says it: `qorven setup` asks for the model and checks it.
+    assert "acme/aria: offline — no model configured (run `qorven setup`, or set OPENAI_BASE_URL and " \
+           "QORVEN_MODEL)" in printed
     assert "globex/aria: big-model at models.example" in printed
