@@ -18,7 +18,6 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "qorven.settings")
     from django.core.exceptions import ImproperlyConfigured
-
     from django.db import DatabaseError
 
     try:
@@ -27,7 +26,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"qorven: configuration error: {exc}", file=sys.stderr)
         return 2
     except DatabaseError as exc:
-        unmigrated = _unmigrated()
+        # Not for migrate itself, nor serve (which migrates first): a migration that fails
+        # leaves migrations unapplied, and "run qorven migrate" would send the host round.
+        unmigrated = _unmigrated() if _missing_table(exc) and argv[1:2] not in (["migrate"], ["serve"]) else ""
         if not unmigrated:
             raise
         # A table missing because its migration never ran (a new database: `make run` and
@@ -90,6 +91,12 @@ def _runserver_refused(argv: list[str]) -> str:
     return (f"{program} runserver is Django's development server, which serves no WebSockets (the chat page "
             "loads but never goes live) and fires no heartbeats. Serve Qorven, pages and live chat, "
             f"with: {serve}   (`make run` does, on the embedded default)")
+
+
+def _missing_table(exc: Exception) -> bool:
+    """Whether the error is a table the database does not have (SQLite's words, or
+    PostgreSQL's undefined_table)."""
+    return "no such table" in str(exc) or getattr(exc.__cause__, "sqlstate", None) == "42P01"
 
 
 def _unmigrated() -> str:
