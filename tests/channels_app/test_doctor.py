@@ -93,7 +93,8 @@ def test_no_model_configured_is_a_failure_that_says_what_to_set(world, settings)
     with pytest.raises(CommandError):
         call_command("doctor", stdout=out)
     text = out.getvalue()
-    assert "✗ model · acme/aria: no model configured" in text and "fix: set OPENAI_BASE_URL" in text
+    assert "✗ model · acme/aria: no model configured" in text and "fix: run `qorven setup`" in text
+    assert "or set OPENAI_BASE_URL" in text
     assert "✓ database" in text and "checks passed." in text
 
 
