@@ -178,3 +178,14 @@ def test_a_damaged_backup_is_refused_midway_and_the_database_stays_as_it_was(wor
 
     assert Message.objects.count() == 202
     assert Message.objects.filter(content="note 1 from bob").exists()
+
+
+def test_a_backup_counts_one_of_a_thing_in_the_singular(tmp_path):
+    """A first install's backup said "1 tenants, 1 people, 1 conversations"."""
+    from tests.factories.tenancy import MembershipFactory, QorFactory, TenantFactory, UserFactory
+
+    tenant = TenantFactory(slug="solo")
+    QorFactory(tenant=tenant, slug="aria")
+    MembershipFactory(tenant=tenant, user=UserFactory(username="only"))
+    said = backup(str(tmp_path / "one.bak"))
+    assert "1 tenant, 1 person, 0 conversations, 0 messages, 0 memories" in said, said
