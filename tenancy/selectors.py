@@ -27,6 +27,13 @@ def tenant_get(*, slug: str) -> Tenant:
     return tenant
 
 
+def tenant_only_slug() -> str | None:
+    """The slug of the host's one workspace, or None when it has none or several: what a
+    command run by the host takes when none is named (`qorven setup` after `make run`)."""
+    slugs = list(Tenant.objects.order_by("pk").values_list("slug", flat=True)[:2])
+    return slugs[0] if len(slugs) == 1 else None
+
+
 # Read on every API request and page (compiled once: qorven.runtime.prepared_read).
 _qor_by_slug: PreparedRead[Qor] = PreparedRead(
     lambda tenant_id, slug: Qor.objects.filter(tenant_id=tenant_id, slug=slug)[:1], tenant_id=int, slug=str)

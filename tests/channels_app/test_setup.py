@@ -218,3 +218,27 @@ def test_setup_writes_the_settings_file_qorven_env_file_names(tmp_path, model_se
                  "--password", "correct horse battery 9", stdout=out)
     assert "QORVEN_MODEL=scripted-model" in (tmp_path / "qorven.env").read_text()
     assert f"settings written to {tmp_path / 'qorven.env'}" in out.getvalue() and list(root.iterdir()) == []
+
+
+def test_setup_after_make_run_configures_the_demo_workspace_not_a_second_one(tmp_path, model_server):
+    """`make run` made the workspace `demo`; `qorven setup` with its defaults made another,
+    `home`, with the same Qor and owner names: the model was set up, and the page one
+    signed in to after `make run` went on showing the demo workspace."""
+    from tenancy.models import Tenant
+
+    call_command("bootstrap", "--tenant", "demo", "--qor", "aria", "--owner", "admin",
+                 "--password=first demo password 1", "--password-if-new", stdout=io.StringIO())
+    model_server.add(reply("ok"))
+    setup(tmp_path, model_server.base_url)
+    assert list(Tenant.objects.values_list("slug", flat=True)) == ["demo"]
+    assert Membership.objects.get(user__username="admin", tenant__slug="demo").role == "owner"
+
+
+def test_setup_with_several_workspaces_and_none_named_makes_home(tmp_path, model_server):
+    from tenancy.models import Tenant
+
+    for slug in ("acme", "globex"):
+        call_command("bootstrap", "--tenant", slug, "--qor", "aria", "--owner", f"{slug}-owner", stdout=io.StringIO())
+    model_server.add(reply("ok"))
+    setup(tmp_path, model_server.base_url)
+    assert sorted(Tenant.objects.values_list("slug", flat=True)) == ["acme", "globex", "home"]

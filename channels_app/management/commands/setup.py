@@ -16,7 +16,7 @@ from django.core.management.base import BaseCommand, CommandError
 from channels_app.selectors import telegram_secret_of
 from qorven.runtime.environment import public_url_check
 from qorven.runtime.url_prefix import public_url_under
-from tenancy.selectors import qor_get, tenant_get
+from tenancy.selectors import qor_get, tenant_get, tenant_only_slug
 from tenancy.services import tenant_bootstrap_refusal
 
 
@@ -35,7 +35,8 @@ class Command(BaseCommand):
         parser.add_argument("--model-url", default="", help="the OpenAI-compatible server, e.g. http://127.0.0.1:11434/v1")
         parser.add_argument("--api-key", default="", help="its API key (empty for servers that need none)")
         parser.add_argument("--model", default="", help="the model name, e.g. llama3.1")
-        parser.add_argument("--tenant", default="", help="tenant slug (default: home)")
+        parser.add_argument("--tenant", default="", help="tenant slug (default: the only workspace there is, "
+                                                            "e.g. the demo one make run made; else home)")
         parser.add_argument("--qor", default="", help="the Qor's slug (default: aria)")
         parser.add_argument("--owner", default="", help="the owner's username (default: admin)")
         parser.add_argument("--password", default="", help="the owner's password (asked for when interactive)")
@@ -54,7 +55,8 @@ class Command(BaseCommand):
         self._probe(model_url, api_key, model)
         self.stdout.write(self.style.SUCCESS("✓ the model answers"))
 
-        tenant = ask("Tenant slug", opts["tenant"], "--tenant", default="home")
+        # The workspace `make run` made, when it is the only one: not a second one beside it.
+        tenant = ask("Tenant slug", opts["tenant"], "--tenant", default=tenant_only_slug() or "home")
         qor = ask("Qor slug", opts["qor"], "--qor", default="aria")
         owner = ask("Owner username", opts["owner"], "--owner", default="admin")
         password = ask("Owner password", opts["password"], "--password", secret=True, required=True)
