@@ -222,8 +222,7 @@ def test_setup_writes_the_settings_file_qorven_env_file_names(tmp_path, model_se
 
 def test_setup_after_make_run_configures_the_demo_workspace_not_a_second_one(tmp_path, model_server):
     """`make run` made the workspace `demo`; `qorven setup` with its defaults made another,
-    `home`, with the same Qor and owner names: the model was set up, and the page one
-    signed in to after `make run` went on showing the demo workspace."""
+    `home`, with the same Qor and owner names, the owner a member of both."""
     from tenancy.models import Tenant
 
     call_command("bootstrap", "--tenant", "demo", "--qor", "aria", "--owner", "admin",
