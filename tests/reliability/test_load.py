@@ -13,10 +13,8 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import random
 import time
-import urllib.request
 from collections import Counter
 
 import hashlib
@@ -25,8 +23,6 @@ import hmac
 import httpx
 import pytest
 import websockets
-from django.conf import settings as django_settings
-from django.db import connection
 
 from channels_app.models import InboundEvent
 from channels_app.services import binding_create
@@ -37,11 +33,11 @@ from ..factories.tenancy import MembershipFactory, UserFactory
 from ..fakes.model_server import reply
 from tenancy.services import api_token_create
 
-from ..processes import Processes, free_port, wait_for
+from ..processes import Processes, free_port
+from .layout import SECRET, layout_started, sender_update, serve, server_env, telegram_bound
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.reliability]
 
-SECRET = "tg-load-secret"
 WA_SECRET = "wa-load-secret"
 SLACK_SECRET = "slack-load-secret"
 KINDS = ("telegram", "whatsapp", "slack")  # sender s writes on KINDS[s % 3]
@@ -60,35 +56,11 @@ def _sender_id(s: int) -> str:
 
 
 
-def _server_env(model_server, platform) -> dict[str, str]:
-    db = connection.settings_dict
-    if connection.vendor == "postgresql":
-        password = f":{db['PASSWORD']}" if db.get("PASSWORD") else ""
-        url = f"postgres://{db['USER']}{password}@{db['HOST'] or '127.0.0.1'}:{db['PORT'] or 5432}/{db['NAME']}"
-    else:
-        url = f"sqlite:///{db['NAME']}"  # the test database's own file: the server sees what the test stored
-    env = {**os.environ, "DATABASE_URL": url, "DJANGO_SECRET_KEY": django_settings.SECRET_KEY,
-           "OPENAI_BASE_URL": model_server.base_url, "OPENAI_API_KEY": "k", "QORVEN_MODEL": "scripted-model",
-           "TELEGRAM_API_BASE": platform.url + "/telegram", "WHATSAPP_API_BASE": platform.url + "/whatsapp/v21.0",
-           "SLACK_API_BASE": platform.url + "/slack/api", "QORVEN_LOG_LEVEL": "WARNING"}
-    env.pop("CELERY_BROKER_URL", None)
-    if connection.vendor != "postgresql" or not django_settings.REDIS_URL:
-        env.pop("REDIS_URL", None)  # the embedded default: tasks run inside the server
-    return env
-
-
-def _update(sender: int, n: int) -> bytes:
-    user = 800_000 + sender
-    return json.dumps({"update_id": sender * 1000 + n, "message": {
-        "message_id": n, "from": {"id": user, "is_bot": False, "first_name": f"S{sender}"},
-        "chat": {"id": user, "type": "private"}, "date": int(time.time()), "text": f"s{sender} m{n}"}}).encode()
-
-
 def _delivery(s: int, n: int) -> tuple[str, bytes, dict[str, str]]:
     """Message n of sender s as its platform delivers it: (path, body, headers), signed."""
     kind, text, who = KINDS[s % 3], f"s{s} m{n}", _sender_id(s)
     if kind == "telegram":
-        return "telegram", _update(s, n), {"x-telegram-bot-api-secret-token": SECRET}
+        return "telegram", sender_update(s, n), {"x-telegram-bot-api-secret-token": SECRET}
     if kind == "whatsapp":
         body = json.dumps({"object": "whatsapp_business_account", "entry": [{"id": "WABA", "changes": [{
             "field": "messages", "value": {
@@ -167,8 +139,7 @@ class Page:
 def test_load_every_message_stored_answered_and_sent_exactly_once(request, world, model_server, platform):
     senders, per_sender, sockets = sizes(request.config)
     model_server.default = reply("Got it.")
-    binding_create(tenant=world.tenant_a, qor=world.qor_a, kind="telegram",
-                   credentials={"token": "111:AAA", "secret": SECRET, "username": "aria_bot"})
+    telegram_bound(world)
     binding_create(tenant=world.tenant_a, qor=world.qor_a, kind="whatsapp",
                    credentials={"phone_number_id": "1055", "token": "wa-token", "app_secret": WA_SECRET,
                                 "verify_token": "wa-verify"})
@@ -180,16 +151,15 @@ def test_load_every_message_stored_answered_and_sent_exactly_once(request, world
         MembershipFactory(tenant=world.tenant_a, user=person)
         pair(world, KINDS[s % 3], _sender_id(s), person)
         tokens.append(api_token_create(tenant=world.tenant_a, user=person)[1])
-    env = _server_env(model_server, platform)
+    env = server_env(model_server, platform)
     port = free_port()
     processes = Processes()
     try:
         if "REDIS_URL" in env:
-            processes.purge(env)
-            processes.worker(env, concurrency=4)
-        server = processes.start("serve", "--no-migrate", "--port", str(port), env=env)
+            server, _ = layout_started(processes, env, port, worker_slots=4)
+        else:
+            server = serve(processes, env, port)
         base = f"http://127.0.0.1:{port}"
-        assert wait_for(lambda: _answers(base + "/healthz"), 90), server.output
         unique = senders * per_sender
 
         def settled() -> bool:
@@ -241,10 +211,3 @@ def test_load_every_message_stored_answered_and_sent_exactly_once(request, world
         for page in pages[s]:  # each of the sender's sockets: the chat as stored, each message once
             assert page.seen == rows, f"sender {s}: a socket saw {len(page.seen)} of {len(rows)}"
 
-
-def _answers(url: str) -> bool:
-    try:
-        with urllib.request.urlopen(url, timeout=2):
-            return True
-    except OSError:
-        return False

@@ -26,10 +26,12 @@ from sessions_app.models import Message
 
 from ..channels_app.conftest import pair
 from ..channels_app.payloads import post_telegram, telegram_update
-from ..factories.tenancy import MembershipFactory, UserFactory
 from ..fakes.model_server import reply
 from ..processes import Processes, free_port, needs_postgres_and_redis, process_env, wait_for
-from .test_load import SECRET, _answers, _server_env, _update
+from .layout import (
+    deliver, each_stored_answered_and_sent_once, layout_started, sender_update, senders_paired, server_env,
+    telegram_bound,
+)
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.reliability, needs_postgres_and_redis]
 
@@ -41,26 +43,42 @@ def sizes(config) -> tuple[int, int]:
 
 
 class Killer(threading.Thread):
-    """Terminates the spawned processes' backends on the test database, every `every` s."""
+    """Terminates the spawned processes' backends on the test database: every `every` s
+    once started, or once at each `kill_now()`."""
 
-    def __init__(self, every: float) -> None:
+    def __init__(self, every: float = 3600) -> None:
         super().__init__(daemon=True)
         db = connection.settings_dict
+        self.name_of_db = db["NAME"]
         self.dsn = dict(dbname=db["NAME"], user=db["USER"], password=db.get("PASSWORD") or None,
                         host=db["HOST"] or "127.0.0.1", port=db["PORT"] or 5432, autocommit=True)
+        # Refusing connections to the test database is done from outside it.
+        self.admin_dsn = {**self.dsn, "dbname": "postgres"}
         self.every = every
         self.killed = 0
         self.stopping = threading.Event()
 
+    def _terminate(self, conn: psycopg.Connection) -> None:
+        rows = conn.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+            " WHERE datname = %s AND application_name = %s AND pid <> pg_backend_pid()",
+            [self.name_of_db, APP_NAME],
+        ).fetchall()
+        self.killed += sum(1 for (ok,) in rows if ok)
+
     def run(self) -> None:
         with psycopg.connect(**self.dsn) as conn:
             while not self.stopping.wait(self.every):
-                rows = conn.execute(
-                    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
-                    " WHERE datname = current_database() AND application_name = %s AND pid <> pg_backend_pid()",
-                    [APP_NAME],
-                ).fetchall()
-                self.killed += sum(1 for (ok,) in rows if ok)
+                self._terminate(conn)
+
+    def kill_now(self) -> None:
+        with psycopg.connect(**self.admin_dsn) as conn:
+            self._terminate(conn)
+
+    def connections(self, allowed: bool) -> None:
+        """The test database takes new connections, or refuses them (the superuser's too)."""
+        with psycopg.connect(**self.admin_dsn) as conn:
+            conn.execute(f'ALTER DATABASE "{self.name_of_db}" WITH ALLOW_CONNECTIONS {str(allowed).lower()}')
 
     def stop(self) -> None:
         self.stopping.set()
@@ -71,22 +89,10 @@ async def _post_until_accepted(base: str, senders: int, per_sender: int) -> Coun
     """Each sender's messages in order; one that is not answered 200 is delivered again
     (after a short wait), as Telegram does, before the sender's next message."""
     statuses: Counter[int] = Counter()
-    headers = {"content-type": "application/json", "x-telegram-bot-api-secret-token": SECRET}
 
     async def sender(client: httpx.AsyncClient, s: int) -> None:
         for n in range(1, per_sender + 1):
-            for _ in range(50):
-                try:
-                    status = (await client.post(f"{base}/v1/webhooks/telegram", content=_update(s, n),
-                                                headers=headers)).status_code
-                except httpx.HTTPError:
-                    status = 0
-                statuses[status] += 1
-                if status == 200:
-                    break
-                await asyncio.sleep(0.2)
-            else:
-                raise AssertionError(f"s{s} m{n} was never accepted: {statuses}")
+            await deliver(client, base, sender_update(s, n), statuses)
             await asyncio.sleep(0.05)
 
     async with httpx.AsyncClient(timeout=30) as client:
@@ -100,23 +106,15 @@ def test_connections_killed_during_appends_and_turns_lose_nothing_and_double_not
     senders, per_sender = sizes(request.config)
     unique = senders * per_sender
     model_server.default = reply("Got it.", delay=0.1)
-    binding_create(tenant=world.tenant_a, qor=world.qor_a, kind="telegram",
-                   credentials={"token": "111:AAA", "secret": SECRET, "username": "aria_bot"})
-    for s in range(senders):
-        person = UserFactory(username=f"sender{s}")
-        MembershipFactory(tenant=world.tenant_a, user=person)
-        pair(world, "telegram", str(800_000 + s), person)
-    env = {**_server_env(model_server, platform), "PGAPPNAME": APP_NAME, "QORVEN_SWEEP_INTERVAL": "3"}
+    telegram_bound(world)
+    senders_paired(world, senders)
+    env = {**server_env(model_server, platform), "PGAPPNAME": APP_NAME, "QORVEN_SWEEP_INTERVAL": "3"}
     port = free_port()
     base = f"http://127.0.0.1:{port}"
     processes = Processes()
     killer = Killer(every=0.4)
     try:
-        processes.purge(env)
-        worker = processes.worker(env, concurrency=4)
-        processes.start("beat", "--max-interval", "1", env=env)
-        server = processes.start("serve", "--no-migrate", "--port", str(port), env=env)
-        assert wait_for(lambda: _answers(base + "/healthz"), 90), server.output
+        server, worker = layout_started(processes, env, port, worker_slots=4, beat=True)
         killer.start()
         started = time.monotonic()
         try:
@@ -137,13 +135,7 @@ def test_connections_killed_during_appends_and_turns_lose_nothing_and_double_not
 
     print(f"pg kills: {killer.killed} connections killed, statuses {dict(statuses)}, all sent in {settled_in:.1f} s")
     assert killer.killed > 0
-    events = Counter(InboundEvent.objects.values_list("external_id", flat=True))
-    assert len(events) == unique and set(events.values()) == {1}
-    assert Message.objects.filter(role="user").count() == unique
-    replies = Counter(Message.objects.filter(role="assistant").values_list("session_id", "metadata__reply_to"))
-    assert len(replies) == unique and set(replies.values()) == {1}
-    sent = Counter(r.json["chat_id"] for r in platform.sent("sendMessage"))
-    assert sent == {str(800_000 + s): per_sender for s in range(senders)}
+    each_stored_answered_and_sent_once(platform, senders, per_sender)
     for s in range(senders):
         rows = list(Message.objects.filter(session__user__username=f"sender{s}").order_by("seq")
                     .values_list("seq", "role", "content"))
@@ -168,23 +160,14 @@ def test_a_connection_killed_while_a_part_is_on_its_way_sends_it_once_and_tells_
                    credentials={"token": "111:AAA", "secret": "tg-secret-a", "username": "aria_bot"})
     pair(world, "telegram", "42", world.alice)
     model_server.default = reply("\n\n".join(PARTS))
-    killer = Killer(every=3600)  # its connection only: the kill is made once, from the platform below
-    name = connection.settings_dict["NAME"]
-    admin = {**killer.dsn, "dbname": "postgres"}  # refusing connections to the test database is done from outside it
-
-    def connections(allowed: bool) -> None:
-        with psycopg.connect(**admin) as conn:
-            conn.execute(f'ALTER DATABASE "{name}" WITH ALLOW_CONNECTIONS {str(allowed).lower()}')
+    killer = Killer()  # the kill is made once, from the platform below
 
     def kill_as_telegram_takes_it(recorded) -> None:
         if "sendMessage" in recorded.path and not killer.killed:
             if away:
-                connections(False)
-                threading.Timer(away, connections, [True]).start()
-            with psycopg.connect(**admin) as conn:
-                killer.killed = sum(1 for (ok,) in conn.execute(
-                    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = %s"
-                    " AND application_name = %s", [name, APP_NAME]).fetchall() if ok)
+                killer.connections(False)
+                threading.Timer(away, killer.connections, [True]).start()
+            killer.kill_now()
 
     platform.on_request = kill_as_telegram_takes_it
     env = process_env(model_server, PGAPPNAME=APP_NAME, QORVEN_SWEEP_INTERVAL="1")
@@ -198,7 +181,7 @@ def test_a_connection_killed_while_a_part_is_on_its_way_sends_it_once_and_tells_
         time.sleep(4)  # a sweep that took the first part for cut off, and its notice, would come now
     finally:
         if away:
-            connections(True)
+            killer.connections(True)
 
     assert killer.killed > 0  # the scenario: the worker's connection went while Telegram had the part
     texts = [r.json["text"] for r in platform.sent("sendMessage")]
@@ -218,51 +201,25 @@ def test_a_webhook_delivered_twice_at_once_while_the_database_is_away_is_stored_
     sent once. (A webhook the server's storing thread takes while the database is away
     is refused 503, or waits for a pooled connection and is answered 200 once stored.)"""
     model_server.default = reply("Got it.")
-    binding_create(tenant=world.tenant_a, qor=world.qor_a, kind="telegram",
-                   credentials={"token": "111:AAA", "secret": SECRET, "username": "aria_bot"})
+    telegram_bound(world)
     pair(world, "telegram", "800000", world.alice)
-    killer = Killer(every=3600)
-    name = connection.settings_dict["NAME"]
-    admin = {**killer.dsn, "dbname": "postgres"}
-
-    def connections(allowed: bool) -> None:
-        with psycopg.connect(**admin) as conn:
-            conn.execute(f'ALTER DATABASE "{name}" WITH ALLOW_CONNECTIONS {str(allowed).lower()}')
-            if not allowed:
-                killer.killed = sum(1 for (ok,) in conn.execute(
-                    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = %s"
-                    " AND application_name = %s", [name, APP_NAME]).fetchall() if ok)
-
-    env = {**_server_env(model_server, platform), "PGAPPNAME": APP_NAME}
+    killer = Killer()
+    env = {**server_env(model_server, platform), "PGAPPNAME": APP_NAME}
     port = free_port()
     base = f"http://127.0.0.1:{port}"
     processes = Processes()
     try:
-        processes.purge(env)
-        worker = processes.worker(env, concurrency=2)
-        server = processes.start("serve", "--no-migrate", "--port", str(port), env=env)
-        assert wait_for(lambda: _answers(base + "/healthz"), 90), server.output
-        connections(False)
-        threading.Timer(2.0, connections, [True]).start()
+        server, worker = layout_started(processes, env, port, worker_slots=2)
+        killer.connections(False)
+        killer.kill_now()
+        threading.Timer(2.0, killer.connections, [True]).start()
 
         async def deliver_twice() -> Counter[int]:
             statuses: Counter[int] = Counter()
-            headers = {"content-type": "application/json", "x-telegram-bot-api-secret-token": SECRET}
             async with httpx.AsyncClient(timeout=30) as client:
-                async def delivery() -> None:
-                    for _ in range(60):
-                        try:
-                            status = (await client.post(f"{base}/v1/webhooks/telegram", content=_update(0, 1),
-                                                        headers=headers)).status_code
-                        except httpx.HTTPError:
-                            status = 0
-                        statuses[status] += 1
-                        if status == 200:
-                            return
-                        await asyncio.sleep(0.2)
-                    raise AssertionError(f"never accepted: {statuses}")
-
-                await asyncio.gather(delivery(), delivery())
+                update = sender_update(0, 1)
+                await asyncio.gather(deliver(client, base, update, statuses, tries=60),
+                                     deliver(client, base, update, statuses, tries=60))
             return statuses
 
         statuses = asyncio.run(deliver_twice())
@@ -270,7 +227,7 @@ def test_a_webhook_delivered_twice_at_once_while_the_database_is_away_is_stored_
             f"{statuses}\n{server.output[-3000:]}\n{worker.output[-3000:]}")
         time.sleep(3)  # a second answer would be sent now
     finally:
-        connections(True)
+        killer.connections(True)
         processes.stop()
 
     print(f"twice while away: statuses {dict(statuses)}, {killer.killed} connections cut")
@@ -291,14 +248,11 @@ def test_a_connection_killed_while_the_model_writes_the_reply_answers_once(clien
     binding_create(tenant=world.tenant_a, qor=world.qor_a, kind="telegram",
                    credentials={"token": "111:AAA", "secret": "tg-secret-a", "username": "aria_bot"})
     pair(world, "telegram", "42", world.alice)
-    killer = Killer(every=3600)
+    killer = Killer()
 
     def answer_after_a_kill(body):
         if not killer.killed:
-            with psycopg.connect(**killer.dsn) as conn:
-                killer.killed = sum(1 for (ok,) in conn.execute(
-                    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = current_database()"
-                    " AND application_name = %s", [APP_NAME]).fetchall() if ok)
+            killer.kill_now()
         return reply("Here it is.")
 
     model_server.default = answer_after_a_kill

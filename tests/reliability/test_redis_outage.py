@@ -16,15 +16,16 @@ from collections import Counter
 import httpx
 import pytest
 
-from channels_app.services import binding_create
 from sessions_app.models import Message
 from tenancy.services import api_token_create
 
 from ..channels_app.conftest import pair
 from ..fakes.model_server import reply
-from ..processes import Processes, free_port, needs_postgres_and_redis, redis_start, wait_for
-from .test_load import SECRET, _answers, _server_env
-from .test_redis_restart import Socket, _first_error, _update
+from ..processes import Processes, free_port, needs_postgres_and_redis, wait_for
+from .layout import (
+    TELEGRAM_HEADERS, RedisOfOurOwn, Socket, alice_update, deliver, first_error, layout_started,
+    server_env, telegram_bound,
+)
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.reliability, needs_postgres_and_redis]
 
@@ -38,54 +39,38 @@ def test_redis_gone_while_a_reply_streams_loses_no_message_and_answers_each_once
     # stored while it was away stream once it is back, and need not take their time.
     model_server.add(reply(ANSWER, chunk_size=6, chunk_delay=0.4))
     model_server.default = reply(ANSWER, chunk_size=6, chunk_delay=0.05)
-    binding_create(tenant=world.tenant_a, qor=world.qor_a, kind="telegram",
-                   credentials={"token": "111:AAA", "secret": SECRET, "username": "aria_bot"})
+    telegram_bound(world)
     pair(world, "telegram", "42", world.alice)
     token = api_token_create(tenant=world.tenant_a, user=world.alice)[1]
-    redis_port, port = free_port(), free_port()
-    env = {**_server_env(model_server, platform), "REDIS_URL": f"redis://127.0.0.1:{redis_port}/0",
-           "QORVEN_SWEEP_INTERVAL": "2"}
+    port = free_port()
+    env = {**server_env(model_server, platform), "QORVEN_SWEEP_INTERVAL": "2"}
     base = f"http://127.0.0.1:{port}"
-    redis = [redis_start(redis_port)]
+    redis = RedisOfOurOwn()
     processes = Processes()
     unique = 1 + LATER
     try:
-        worker = processes.worker(env, concurrency=2)
-        processes.start("beat", "--max-interval", "1", env=env)
-        server = processes.start("serve", "--no-migrate", "--port", str(port), env=env)
-        assert wait_for(lambda: _answers(base + "/healthz"), 90), server.output
+        server, worker = layout_started(processes, {**env, "REDIS_URL": redis.url}, port, worker_slots=2, beat=True)
 
         async def scenario() -> tuple[Socket, Counter[int], float, float]:
             socket = Socket(f"ws://127.0.0.1:{port}/ws/chat/acme/aria/", origin=base, token=token)
             reading = asyncio.create_task(socket.run())
             statuses: Counter[int] = Counter()
-            headers = {"content-type": "application/json", "x-telegram-bot-api-secret-token": SECRET}
             async with httpx.AsyncClient(timeout=30) as client:
                 async def post(i: int) -> None:
-                    for _ in range(100):  # not 200: delivered again, as Telegram does
-                        try:
-                            status = (await client.post(f"{base}/v1/webhooks/telegram", content=_update(i),
-                                                        headers=headers)).status_code
-                        except httpx.HTTPError:
-                            status = 0
-                        statuses[status] += 1
-                        if status == 200:
-                            return
-                        await asyncio.sleep(0.5)
+                    await deliver(client, base, alice_update(i), statuses, tries=100, pause=0.5)
 
                 await asyncio.sleep(1)
                 await post(1)
                 while len(model_server.arrivals) < 1:  # its reply starts streaming
                     await asyncio.sleep(0.1)
                 await asyncio.sleep(1.5)
-                redis[0].terminate()
-                redis[0].wait(10)
+                redis.stop()
                 away_from = time.monotonic()
                 for i in range(2, 2 + LATER):
                     await post(i)
                     await asyncio.sleep(1)
                 await asyncio.sleep(max(0.0, OUTAGE - (time.monotonic() - away_from)))
-                redis[0] = redis_start(redis_port)
+                redis.start()
                 back_at = time.monotonic()
             while time.monotonic() - back_at < 90 and len(platform.sent("sendMessage")) < unique:
                 await asyncio.sleep(0.3)
@@ -103,12 +88,11 @@ def test_redis_gone_while_a_reply_streams_loses_no_message_and_answers_each_once
         socket, statuses, recovered, back_at = asyncio.run(scenario())
         assert len(platform.sent("sendMessage")) >= unique, (
             f"{len(platform.sent('sendMessage'))}/{unique} sent\n"
-            f"server, first error: {_first_error(server.output)}\nworker, first error: {_first_error(worker.output)}\n"
+            f"server, first error: {first_error(server.output)}\nworker, first error: {first_error(worker.output)}\n"
             f"worker, last lines: {worker.output[-2500:]}")
     finally:
         processes.stop()
-        redis[0].terminate()
-        redis[0].wait(10)
+        redis.stop()
 
     print(f"redis away {OUTAGE:.0f} s mid-stream: webhook statuses {dict(statuses)}, every reply sent "
           f"{recovered:.1f} s after Redis came back (each at {[round(r.at - back_at, 1) for r in platform.sent('sendMessage')]}"
@@ -135,32 +119,26 @@ def test_a_message_from_the_page_stored_while_redis_is_away_is_answered_as_soon_
     as a webhook's is — not when the sweeper's grace of half a minute ends."""
     model_server.default = reply("Hello again.")
     token = api_token_create(tenant=world.tenant_a, user=world.alice)[1]
-    redis_port, port = free_port(), free_port()
-    env = {**_server_env(model_server, _NoPlatform()), "REDIS_URL": f"redis://127.0.0.1:{redis_port}/0",
-           "QORVEN_SWEEP_INTERVAL": "2"}
+    port = free_port()
+    env = {**server_env(model_server, _NoPlatform()), "QORVEN_SWEEP_INTERVAL": "2"}
     base = f"http://127.0.0.1:{port}"
-    redis = [redis_start(redis_port)]
+    redis = RedisOfOurOwn()
     processes = Processes()
     try:
-        worker = processes.worker(env, concurrency=2)
-        processes.start("beat", "--max-interval", "1", env=env)
-        server = processes.start("serve", "--no-migrate", "--port", str(port), env=env)
-        assert wait_for(lambda: _answers(base + "/healthz"), 90), server.output
-        redis[0].terminate()
-        redis[0].wait(10)
+        server, worker = layout_started(processes, {**env, "REDIS_URL": redis.url}, port, worker_slots=2, beat=True)
+        redis.stop()
         response = httpx.post(f"{base}/v1/qors/aria/messages", json={"content": "hello"}, timeout=30,
                               headers={"Authorization": f"Bearer {token}"})
         assert response.status_code in (200, 201), (response.status_code, response.text, server.output[-3000:])
         time.sleep(2)
-        redis[0] = redis_start(redis_port)
+        redis.start()
         back_at = time.monotonic()
         assert wait_for(lambda: model_server.arrivals, 60, processes=processes), (
             f"{server.output[-3000:]}\n{worker.output[-3000:]}")
         time.sleep(2)  # a second answer would come now
     finally:
         processes.stop()
-        redis[0].terminate()
-        redis[0].wait(10)
+        redis.stop()
 
     print(f"a page's message stored while Redis was away: asked of the model "
           f"{model_server.arrivals[0] - back_at:.1f} s after Redis came back")
@@ -184,34 +162,30 @@ def test_a_send_put_off_while_redis_is_away_goes_out_once_it_is_back_with_no_swe
     model_server.default = reply(ANSWER, chunk_size=6, chunk_delay=0.3)  # ~5 s of streaming
     platform.script(r"/sendMessage$", Canned(status=429, body={
         "ok": False, "error_code": 429, "description": "Too Many Requests", "parameters": {"retry_after": 1}}))
-    binding_create(tenant=world.tenant_a, qor=world.qor_a, kind="telegram",
-                   credentials={"token": "111:AAA", "secret": SECRET, "username": "aria_bot"})
+    telegram_bound(world)
     pair(world, "telegram", "42", world.alice)
-    redis_port, port = free_port(), free_port()
-    env = {**_server_env(model_server, platform), "REDIS_URL": f"redis://127.0.0.1:{redis_port}/0"}
+    port = free_port()
+    env = server_env(model_server, platform)
     base = f"http://127.0.0.1:{port}"
-    redis = [redis_start(redis_port)]
+    redis = RedisOfOurOwn()
     processes = Processes()
     try:
-        worker = processes.worker(env, concurrency=2)  # no beat: nothing sweeps
-        server = processes.start("serve", "--no-migrate", "--port", str(port), env=env)
-        assert wait_for(lambda: _answers(base + "/healthz"), 90), server.output
-        response = httpx.post(f"{base}/v1/webhooks/telegram", content=_update(1), timeout=30, headers={
-            "content-type": "application/json", "x-telegram-bot-api-secret-token": SECRET})
+        # No beat: nothing sweeps.
+        server, worker = layout_started(processes, {**env, "REDIS_URL": redis.url}, port, worker_slots=2)
+        response = httpx.post(f"{base}/v1/webhooks/telegram", content=alice_update(1), timeout=30,
+                              headers=TELEGRAM_HEADERS)
         assert response.status_code == 200, response.text
         assert wait_for(lambda: model_server.arrivals, 60, processes=processes), worker.output[-3000:]
-        redis[0].terminate()  # while the reply streams
-        redis[0].wait(10)
+        redis.stop()  # while the reply streams
         assert wait_for(lambda: platform.sent("sendMessage"), 60, processes=processes), worker.output[-3000:]
         assert wait_for(lambda: "could not be queued" in worker.output, 30, processes=processes), worker.output[-3000:]
-        redis[0] = redis_start(redis_port)
+        redis.start()
         assert wait_for(lambda: len(platform.sent("sendMessage")) == 2, 60, processes=processes), (
             worker.output[-3000:])
         time.sleep(2)  # a third request would come now
     finally:
         processes.stop()
-        redis[0].terminate()
-        redis[0].wait(10)
+        redis.stop()
 
     assert [s.json["text"] for s in platform.sent("sendMessage")] == [ANSWER, ANSWER]  # refused once, then sent
     assert list(Message.objects.filter(role="assistant").values_list("content", flat=True)) == [ANSWER]

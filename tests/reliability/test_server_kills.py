@@ -10,8 +10,6 @@ started again, as Telegram does. Every message is stored once, answered once, se
 from __future__ import annotations
 
 import asyncio
-import os
-import signal
 import time
 from collections import Counter
 
@@ -19,20 +17,18 @@ import httpx
 import pytest
 
 from channels_app.models import InboundEvent
-from channels_app.services import binding_create
-from sessions_app.models import Message
 
-from ..channels_app.conftest import pair
-from ..factories.tenancy import MembershipFactory, UserFactory
 from ..fakes.model_server import reply
 from ..processes import Processes, free_port, needs_postgres_and_redis, wait_for
-from .test_load import SECRET, _answers, _server_env, _update
+from .layout import (
+    TELEGRAM_HEADERS, each_stored_answered_and_sent_once, layout_started, sender_update, senders_paired, serve,
+    server_env, telegram_bound,
+)
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.reliability, needs_postgres_and_redis]
 
 SENDERS = 10
 PER_SENDER = 3
-HEADERS = {"content-type": "application/json", "x-telegram-bot-api-secret-token": SECRET}
 
 
 async def _burst(base: str, kill) -> dict[tuple[int, int], int]:
@@ -43,8 +39,8 @@ async def _burst(base: str, kill) -> dict[tuple[int, int], int]:
     async def sender(client: httpx.AsyncClient, s: int) -> None:
         for n in range(1, PER_SENDER + 1):
             try:
-                status = (await client.post(f"{base}/v1/webhooks/telegram", content=_update(s, n),
-                                            headers=HEADERS)).status_code
+                status = (await client.post(f"{base}/v1/webhooks/telegram", content=sender_update(s, n),
+                                            headers=TELEGRAM_HEADERS)).status_code
             except httpx.HTTPError:
                 status = 0
             statuses[(s, n)] = status
@@ -60,27 +56,18 @@ def test_a_server_killed_right_after_a_200_has_stored_what_it_answered_and_nothi
     world, model_server, platform
 ):
     model_server.default = reply("Got it.")
-    binding_create(tenant=world.tenant_a, qor=world.qor_a, kind="telegram",
-                   credentials={"token": "111:AAA", "secret": SECRET, "username": "aria_bot"})
-    for s in range(SENDERS):
-        person = UserFactory(username=f"sender{s}")
-        MembershipFactory(tenant=world.tenant_a, user=person)
-        pair(world, "telegram", str(800_000 + s), person)
-    env = {**_server_env(model_server, platform), "QORVEN_SWEEP_INTERVAL": "2"}
+    telegram_bound(world)
+    senders_paired(world, SENDERS)
+    env = {**server_env(model_server, platform), "QORVEN_SWEEP_INTERVAL": "2"}
     port = free_port()
     base = f"http://127.0.0.1:{port}"
     processes = Processes()
     try:
-        processes.purge(env)
-        processes.worker(env, concurrency=2)
-        processes.start("beat", "--max-interval", "1", env=env)
-        server = processes.start("serve", "--no-migrate", "--port", str(port), env=env)
-        assert wait_for(lambda: _answers(base + "/healthz"), 90), server.output
+        server, _ = layout_started(processes, env, port, worker_slots=2, beat=True)
 
         def kill() -> None:
             if server.popen.poll() is None:
-                os.killpg(server.popen.pid, signal.SIGKILL)
-                server.popen.wait(10)
+                server.kill()
 
         statuses = asyncio.run(_burst(base, kill))
         stored_at_kill = set(InboundEvent.objects.values_list("external_id", flat=True))
@@ -92,15 +79,14 @@ def test_a_server_killed_right_after_a_200_has_stored_what_it_answered_and_nothi
         left = [k for k, status in statuses.items() if status != 200]
         first_round = len(platform.sent("sendMessage"))
 
-        again = processes.start("serve", "--no-migrate", "--port", str(port), env=env)
-        assert wait_for(lambda: _answers(base + "/healthz"), 90), again.output
+        again = serve(processes, env, port)
 
         async def redeliver() -> Counter[int]:
             codes: Counter[int] = Counter()
             async with httpx.AsyncClient(timeout=10) as client:
                 for s, n in left:
-                    codes[(await client.post(f"{base}/v1/webhooks/telegram", content=_update(s, n),
-                                             headers=HEADERS)).status_code] += 1
+                    codes[(await client.post(f"{base}/v1/webhooks/telegram", content=sender_update(s, n),
+                                             headers=TELEGRAM_HEADERS)).status_code] += 1
             return codes
 
         assert asyncio.run(redeliver()) == ({200: len(left)} if left else Counter())
@@ -115,10 +101,4 @@ def test_a_server_killed_right_after_a_200_has_stored_what_it_answered_and_nothi
     print(f"serve killed after a 200: {len(answered_200)} answered 200 before the kill, "
           f"{len(stored_at_kill)} stored, {len(left)} delivered "
           f"again, {first_round} sent before the restart, all sent {recovered_in:.1f} s after the kill")
-    events = Counter(InboundEvent.objects.values_list("external_id", flat=True))
-    assert len(events) == unique and set(events.values()) == {1}
-    assert Message.objects.filter(role="user").count() == unique
-    replies = Counter(Message.objects.filter(role="assistant").values_list("session_id", "metadata__reply_to"))
-    assert len(replies) == unique and set(replies.values()) == {1}
-    sent = Counter(r.json["chat_id"] for r in platform.sent("sendMessage"))
-    assert sent == {str(800_000 + s): PER_SENDER for s in range(SENDERS)}
+    each_stored_answered_and_sent_once(platform, SENDERS, PER_SENDER)

@@ -23,7 +23,6 @@ import pytest
 import websockets
 
 from channels_app.models import OutboundDelivery
-from channels_app.services import binding_create
 from sessions_app.models import Message
 from tenancy.services import api_token_create
 
@@ -31,7 +30,7 @@ from ..channels_app.conftest import pair
 from ..fakes.model_server import reply
 from ..fakes.platform_server import Canned
 from ..processes import Processes, free_port, needs_postgres_and_redis, wait_for
-from .test_load import SECRET, _answers, _server_env
+from .layout import TELEGRAM_HEADERS, layout_started, server_env, telegram_bound
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.reliability, needs_postgres_and_redis]
 
@@ -88,11 +87,19 @@ def _children(pid: int) -> list[int]:
     return [int(p) for p in out.split()]
 
 
+def _alice_says(base: str, update_id: int, text: str) -> None:
+    """Alice's Telegram message, delivered to the server at `base` and answered 200."""
+    update = {"update_id": update_id, "message": {
+        "message_id": 1, "from": {"id": 42, "is_bot": False, "first_name": "Alice"},
+        "chat": {"id": 42, "type": "private"}, "date": int(time.time()), "text": text}}
+    assert httpx.post(f"{base}/v1/webhooks/telegram", content=json.dumps(update), headers=TELEGRAM_HEADERS,
+                      timeout=10).status_code == 200
+
+
 def test_a_worker_child_killed_mid_turn_answers_once_and_the_page_never_mixes_two_tries(
     world, model_server, platform
 ):
-    binding_create(tenant=world.tenant_a, qor=world.qor_a, kind="telegram",
-                   credentials={"token": "111:AAA", "secret": SECRET, "username": "aria_bot"})
+    telegram_bound(world)
     pair(world, "telegram", "42", world.alice)
     token = api_token_create(tenant=world.tenant_a, user=world.alice)[1]
     tries: list[float] = []
@@ -106,15 +113,11 @@ def test_a_worker_child_killed_mid_turn_answers_once_and_the_page_never_mixes_tw
     model_server.default = model
     port = free_port()
     base = f"http://127.0.0.1:{port}"
-    env = {**_server_env(model_server, platform), "QORVEN_SWEEP_INTERVAL": "2", "QORVEN_TURN_LEASE": str(LEASE)}
+    env = {**server_env(model_server, platform), "QORVEN_SWEEP_INTERVAL": "2", "QORVEN_TURN_LEASE": str(LEASE)}
     processes = Processes()
     pages: list[Page] = []
     try:
-        processes.purge(env)
-        worker = processes.worker(env, concurrency=1)
-        processes.start("beat", "--max-interval", "1", env=env)
-        server = processes.start("serve", "--no-migrate", "--port", str(port), env=env)
-        assert wait_for(lambda: _answers(base + "/healthz"), 90), server.output
+        _, worker = layout_started(processes, env, port, worker_slots=1, beat=True)
 
         def open_page() -> Page:
             page = Page(f"ws://127.0.0.1:{port}/ws/chat/acme/aria/", origin=base, token=token)
@@ -124,11 +127,7 @@ def test_a_worker_child_killed_mid_turn_answers_once_and_the_page_never_mixes_tw
 
         before = open_page()
         time.sleep(1)
-        update = {"update_id": 9001, "message": {
-            "message_id": 1, "from": {"id": 42, "is_bot": False, "first_name": "Alice"},
-            "chat": {"id": 42, "type": "private"}, "date": int(time.time()), "text": "tell me"}}
-        assert httpx.post(f"{base}/v1/webhooks/telegram", json=update,
-                          headers={"x-telegram-bot-api-secret-token": SECRET}, timeout=10).status_code == 200
+        _alice_says(base, 9001, "tell me")
         assert wait_for(lambda: any(len(t) >= 12 for t in before.shown), 30, processes=processes), worker.output
         (child,) = _children(worker.popen.pid)
         subprocess.run(["kill", "-9", str(child)], check=True)
@@ -172,28 +171,19 @@ def test_a_worker_child_killed_while_sending_a_long_reply_sends_no_part_twice_an
     child sending it is killed. The second may have reached Telegram: it ends failed
     ("may or may not have been delivered"), never sent again; the first is not sent
     again, and the third is sent once after it."""
-    binding_create(tenant=world.tenant_a, qor=world.qor_a, kind="telegram",
-                   credentials={"token": "111:AAA", "secret": SECRET, "username": "aria_bot"})
+    telegram_bound(world)
     pair(world, "telegram", "42", world.alice)
     model_server.default = reply("\n\n".join(PARTS))
     platform.script(r"bot111:AAA/sendMessage", Canned(body={"ok": True, "result": {"message_id": 1}}),
                     Canned(delay=30))
     port = free_port()
     base = f"http://127.0.0.1:{port}"
-    env = {**_server_env(model_server, platform), "QORVEN_SWEEP_INTERVAL": "2", "QORVEN_TURN_LEASE": str(LEASE),
+    env = {**server_env(model_server, platform), "QORVEN_SWEEP_INTERVAL": "2", "QORVEN_TURN_LEASE": str(LEASE),
            "QORVEN_PLATFORM_TIMEOUT": "3"}
     processes = Processes()
     try:
-        processes.purge(env)
-        worker = processes.worker(env, concurrency=1)
-        processes.start("beat", "--max-interval", "1", env=env)
-        server = processes.start("serve", "--no-migrate", "--port", str(port), env=env)
-        assert wait_for(lambda: _answers(base + "/healthz"), 90), server.output
-        update = {"update_id": 9101, "message": {
-            "message_id": 1, "from": {"id": 42, "is_bot": False, "first_name": "Alice"},
-            "chat": {"id": 42, "type": "private"}, "date": int(time.time()), "text": "the long story"}}
-        assert httpx.post(f"{base}/v1/webhooks/telegram", json=update,
-                          headers={"x-telegram-bot-api-secret-token": SECRET}, timeout=10).status_code == 200
+        _, worker = layout_started(processes, env, port, worker_slots=1, beat=True)
+        _alice_says(base, 9101, "the long story")
         assert wait_for(lambda: len(platform.sent("sendMessage")) == 2, 60, processes=processes), worker.output
         (child,) = _children(worker.popen.pid)
         subprocess.run(["kill", "-9", str(child)], check=True)
