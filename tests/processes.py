@@ -45,6 +45,9 @@ def process_env(model_server=None, **extra: str) -> dict[str, str]:
     return env
 
 
+WORKER_READY = " ready."  # what `qorven worker` prints once it consumes
+
+
 class Process:
     """A running `qorven …` and the lines it printed so far."""
 
@@ -86,10 +89,12 @@ class Processes:
         self.procs.append(proc)
         return proc
 
-    def worker(self, env: dict[str, str], *, concurrency: int = 2) -> Process:
-        """`qorven worker`, once it consumes."""
+    def worker(self, env: dict[str, str], *, concurrency: int = 2, wait: bool = True) -> Process:
+        """`qorven worker`, once it consumes; not `wait`, at once (what else the test
+        starts starts meanwhile): then `wait_for_line(WORKER_READY)` before relying on it."""
         proc = self.start("worker", "--concurrency", str(concurrency), env=env)
-        proc.wait_for_line(" ready.")
+        if wait:
+            proc.wait_for_line(WORKER_READY)
         return proc
 
     def purge(self, env: dict[str, str]) -> None:

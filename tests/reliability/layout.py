@@ -23,7 +23,7 @@ from sessions_app.models import Message
 
 from ..channels_app.conftest import pair
 from ..factories.tenancy import MembershipFactory, UserFactory
-from ..processes import Process, Processes, free_port, redis_start, wait_for
+from ..processes import WORKER_READY, Process, Processes, free_port, redis_start, wait_for
 
 SECRET = "tg-load-secret"
 TELEGRAM_HEADERS = {"content-type": "application/json", "x-telegram-bot-api-secret-token": SECRET}
@@ -67,14 +67,16 @@ def serve(processes: Processes, env: dict[str, str], port: int) -> Process:
 def layout_started(processes: Processes, env: dict[str, str], port: int, *, worker_slots: int,
                    beat: bool = False) -> tuple[Process, Process]:
     """The scale-out layout on the broker of `env`, its queues emptied first (a task left
-    by an earlier test must not run here): `qorven worker` with `worker_slots`, once it
-    consumes, `qorven beat` if `beat`, and `qorven serve` on `port`. (server, worker),
-    once the server answers."""
+    by an earlier test must not run here): `qorven worker` with `worker_slots`, `qorven
+    beat` if `beat`, and `qorven serve` on `port`, started together (each spends seconds
+    starting). (server, worker), once the server answers and the worker consumes."""
     processes.purge(env)
-    worker = processes.worker(env, concurrency=worker_slots)
+    worker = processes.worker(env, concurrency=worker_slots, wait=False)
     if beat:
         processes.start("beat", "--max-interval", "1", env=env)
-    return serve(processes, env, port), worker
+    server = serve(processes, env, port)
+    worker.wait_for_line(WORKER_READY)
+    return server, worker
 
 
 def telegram_bound(world) -> None:
