@@ -46,11 +46,14 @@ run: $(STAMP) .demo-password
 # The suite starts hundreds of Python processes (servers, workers, `qorven` itself): each
 # would compile the project's sources again where bytecode is not written
 # (PYTHONDONTWRITEBYTECODE), about a tenth of its start. pip compiled the libraries already.
+# pytest keeps the test modules it rewrote (for its assertions) as bytecode too, unless
+# that variable is set: then each test process rewrote all of them again, 6 of its 10 s of
+# CPU collecting the suite; with it unset, a run reuses what the one before it wrote.
 PACKAGES := qorven tenancy sessions_app memory_app heartbeats_app legacy_app channels_app
 
 test: $(TEST_STAMP)
 	$(PY) -m compileall -q $(PACKAGES) tests
-	$(PY) -m pytest -n $(TEST_WORKERS) --dist worksteal --durations=25 $(PYTEST_ARGS)
+	env -u PYTHONDONTWRITEBYTECODE $(PY) -m pytest -n $(TEST_WORKERS) --dist worksteal --durations=25 $(PYTEST_ARGS)
 
 # tests/reliability at full size (1,000 deliveries); the suite runs them small.
 stress: $(TEST_STAMP)
