@@ -134,11 +134,60 @@ NORMALISED = str.maketrans(GREEK_FROM + FULL_WIDTH_FROM + LATIN_FROM, GREEK_TO +
 NORMALISED_LETTER = "[" + GREEK_FROM + FULL_WIDTH_FROM + LATIN_FROM + COMBINING_ACCENTS + "]"
 
 
+# The marks of a combining class other than 0 (Unicode 14, as Python's unicodedata has
+# them), as regular-expression escapes Python and PostgreSQL read alike. Composing text
+# (NFC, NFKC) sorts each run of them by class, one place at a time: thousands in a row, of
+# two classes in turn (as "Zalgo" text is written), cost the square of their number, and a
+# message of 100,000 such characters took seconds to index here and minutes in
+# PostgreSQL. Unicode's stream-safe format (UAX #15) puts a combining grapheme joiner
+# (U+034F, of class 0, which NORMALISED drops with the accents) after each 30 of them, so
+# a run is sorted 30 marks at a time; text with no run that long is composed as before.
+NON_STARTER = (
+    r"[\u0300-\u034e\u0350-\u036f\u0483-\u0487\u0591-\u05bd\u05bf\u05c1-\u05c2\u05c4-\u05c5\u05c7"
+    r"\u0610-\u061a\u064b-\u065f\u0670\u06d6-\u06dc\u06df-\u06e4\u06e7-\u06e8\u06ea-\u06ed\u0711"
+    r"\u0730-\u074a\u07eb-\u07f3\u07fd\u0816-\u0819\u081b-\u0823\u0825-\u0827\u0829-\u082d"
+    r"\u0859-\u085b\u0898-\u089f\u08ca-\u08e1\u08e3-\u08ff\u093c\u094d\u0951-\u0954\u09bc\u09cd\u09fe"
+    r"\u0a3c\u0a4d\u0abc\u0acd\u0b3c\u0b4d\u0bcd\u0c3c\u0c4d\u0c55-\u0c56\u0cbc\u0ccd\u0d3b-\u0d3c"
+    r"\u0d4d\u0dca\u0e38-\u0e3a\u0e48-\u0e4b\u0eb8-\u0eba\u0ec8-\u0ecb\u0f18-\u0f19\u0f35\u0f37\u0f39"
+    r"\u0f71-\u0f72\u0f74\u0f7a-\u0f7d\u0f80\u0f82-\u0f84\u0f86-\u0f87\u0fc6\u1037\u1039-\u103a\u108d"
+    r"\u135d-\u135f\u1714-\u1715\u1734\u17d2\u17dd\u18a9\u1939-\u193b\u1a17-\u1a18\u1a60\u1a75-\u1a7c"
+    r"\u1a7f\u1ab0-\u1abd\u1abf-\u1ace\u1b34\u1b44\u1b6b-\u1b73\u1baa-\u1bab\u1be6\u1bf2-\u1bf3\u1c37"
+    r"\u1cd0-\u1cd2\u1cd4-\u1ce0\u1ce2-\u1ce8\u1ced\u1cf4\u1cf8-\u1cf9\u1dc0-\u1dff\u20d0-\u20dc\u20e1"
+    r"\u20e5-\u20f0\u2cef-\u2cf1\u2d7f\u2de0-\u2dff\u302a-\u302f\u3099-\u309a\ua66f\ua674-\ua67d"
+    r"\ua69e-\ua69f\ua6f0-\ua6f1\ua806\ua82c\ua8c4\ua8e0-\ua8f1\ua92b-\ua92d\ua953\ua9b3\ua9c0\uaab0"
+    r"\uaab2-\uaab4\uaab7-\uaab8\uaabe-\uaabf\uaac1\uaaf6\uabed\ufb1e\ufe20-\ufe2f\U000101fd\U000102e0"
+    r"\U00010376-\U0001037a\U00010a0d\U00010a0f\U00010a38-\U00010a3a\U00010a3f\U00010ae5-\U00010ae6"
+    r"\U00010d24-\U00010d27\U00010eab-\U00010eac\U00010f46-\U00010f50\U00010f82-\U00010f85\U00011046"
+    r"\U00011070\U0001107f\U000110b9-\U000110ba\U00011100-\U00011102\U00011133-\U00011134\U00011173"
+    r"\U000111c0\U000111ca\U00011235-\U00011236\U000112e9-\U000112ea\U0001133b-\U0001133c\U0001134d"
+    r"\U00011366-\U0001136c\U00011370-\U00011374\U00011442\U00011446\U0001145e\U000114c2-\U000114c3"
+    r"\U000115bf-\U000115c0\U0001163f\U000116b6-\U000116b7\U0001172b\U00011839-\U0001183a"
+    r"\U0001193d-\U0001193e\U00011943\U000119e0\U00011a34\U00011a47\U00011a99\U00011c3f\U00011d42"
+    r"\U00011d44-\U00011d45\U00011d97\U00016af0-\U00016af4\U00016b30-\U00016b36\U00016ff0-\U00016ff1"
+    r"\U0001bc9e\U0001d165-\U0001d169\U0001d16d-\U0001d172\U0001d17b-\U0001d182\U0001d185-\U0001d18b"
+    r"\U0001d1aa-\U0001d1ad\U0001d242-\U0001d244\U0001e000-\U0001e006\U0001e008-\U0001e018"
+    r"\U0001e01b-\U0001e021\U0001e023-\U0001e024\U0001e026-\U0001e02a\U0001e130-\U0001e136\U0001e2ae"
+    r"\U0001e2ec-\U0001e2ef\U0001e8d0-\U0001e8d6\U0001e944-\U0001e94a]"
+)
+STREAM_SAFE_RUN = 30
+GRAPHEME_JOINER = "\u034f"
+_OVERLONG_RUN = re.compile(f"{NON_STARTER}{{{STREAM_SAFE_RUN}}}(?={NON_STARTER})")
+
+
+def composed(text: str, form: str = "NFC") -> str:
+    """`text` in Unicode normal `form`, made stream-safe first (NON_STARTER), so composing
+    costs what the text's length does. (A text too short to hold such a run, as a letter
+    folded alone (sessions_app.search.hit_spans), is not searched for one.)"""
+    if len(text) > STREAM_SAFE_RUN:
+        text = _OVERLONG_RUN.sub("\\g<0>" + GRAPHEME_JOINER, text)
+    return unicodedata.normalize(form, text)
+
+
 def normalised(text: str) -> str:
     """`text` as both indexes read it, in its case: composed (NFC: an accent typed after its
     letter is the accented letter, a Korean syllable typed as its jamo is the syllable),
     then with the letters NORMALISED changes written as it writes them."""
-    return unicodedata.normalize("NFC", text).translate(NORMALISED)
+    return composed(text).translate(NORMALISED)
 
 
 def fold(text: str) -> str:
@@ -148,7 +197,7 @@ def fold(text: str) -> str:
     Latin letters as NORMALISED writes them ("ΛΟΓΟΣ" and "λόγος" are "λογοσ", "Ｔｏｋｙｏ"
     is "tokyo", "Müller" is "muller"). One letter gives one letter or none (an accent of
     its own), so a place in the folded text is a place in the text (hit_spans)."""
-    return unicodedata.normalize("NFC", text).lower().translate(NORMALISED)
+    return composed(text).lower().translate(NORMALISED)
 
 
 def search_terms(text: str) -> list[str]:
@@ -198,7 +247,7 @@ def letter_groups(run: str) -> list[list[str]]:
     SQLite ignores accents), and the two databases see the same tokens.
     """
     groups: list[list[str]] = [[]]
-    for char in unicodedata.normalize("NFKC", run):
+    for char in composed(run, "NFKC"):
         if unicodedata.category(char)[0] in "LN":
             groups[-1].append(char)
         elif unicodedata.category(char)[0] != "M" and groups[-1]:
@@ -227,7 +276,7 @@ def width_forms(run: str) -> list[str]:
     """The ways a run of letters written without spaces can be written, as typed first:
     its katakana full-width, and half-width ("デパート", "ﾃﾞﾊﾟｰﾄ"), which a reader takes for
     the same word. One form when it has no katakana."""
-    full = unicodedata.normalize("NFKC", run)
+    full = composed(run, "NFKC")
     half = "".join(HALF_WIDTH_KATAKANA.get(c, c) for c in full)
     return list(dict.fromkeys([run, full, half]))
 
@@ -321,7 +370,7 @@ def message_terms(text: str) -> list[str]:
 def korean_syllables(text: str) -> list[str]:
     """The Korean words of one syllable in `text` (책, 집), each once: whole words, where an
     English letter alone is not."""
-    words = _WORD.findall(unicodedata.normalize("NFC", text))
+    words = _WORD.findall(composed(text))
     return [w for w in dict.fromkeys(words) if len(w) == 1 and HANGUL_WORD.fullmatch(w)]
 
 
