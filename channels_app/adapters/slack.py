@@ -107,9 +107,15 @@ class SlackAdapter(Adapter):
         except ValueError:
             raise WebhookRejected(401, "bad X-Slack-Request-Timestamp") from None
         try:
-            app_id = str(json_body(request).get("api_app_id") or "")
+            body = json_body(request)
+            app_id = str(body.get("api_app_id") or "")
         except (ValueError, AttributeError):
             raise WebhookRejected(400, "body is not Slack JSON") from None
+        if not app_id and (body.get("type") != "url_verification" or len(request.body) > URL_CHECK_MAX_BYTES):
+            # Checked against every binding's secret, a request naming no app would have
+            # the body hashed once per Slack app on the server: only Slack's URL check,
+            # a few dozen bytes, names none.
+            raise WebhookRejected(401, "no api_app_id in a Slack request other than its URL check")
         candidates = webhook_bindings.get((self.kind, "candidates", app_id), lambda: _candidates(self.kind, app_id)) or []
         base = b"v0:" + stamp.encode() + b":" + request.body
         for binding in candidates:  # url_verification carries no app id: the signature decides
@@ -355,6 +361,11 @@ def bot_user_learn(binding: ChannelBinding) -> str:
 
 
 LEARN_RETRY = 300
+
+
+# The largest body of Slack's URL check (url_verification: a token, a challenge and its
+# type) taken without an app id; Slack's own is under 200 bytes.
+URL_CHECK_MAX_BYTES = 1024
 
 
 def _candidates(kind: str, app_id: str) -> list[ChannelBinding] | None:
