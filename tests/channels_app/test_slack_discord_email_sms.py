@@ -524,6 +524,31 @@ def test_an_email_to_several_addresses_reaches_the_binding_among_them(client, wo
     assert Message.objects.filter(role="assistant", content="Sure.").exists()
 
 
+def test_an_email_to_two_workspaces_reaches_each_with_its_own_secret(client, world, email):
+    """One email To acme's address and Cc globex's: each workspace's mail service posts it
+    with its own secret, and each is taken, in its own workspace. The binding was the one
+    of the first address bound, so globex's post, checked against acme's secret, was
+    refused and its copy never arrived."""
+    binding_create(tenant=world.tenant_b, qor=world.qor_b, kind="email",
+                   credentials={"address": "aria@globex.example", "secret": "globex-secret"})
+    body = {**email_body("Both of you?", "<two@example.com>"), "cc": "Aria <aria@globex.example>"}
+    assert post_email(client, body, secret="globex-secret").status_code == 200
+    assert post_email(client, body).status_code == 200
+    assert sorted(InboundEvent.objects.values_list("tenant__slug", flat=True)) == ["acme", "globex"]
+    assert post_email(client, {**body, "message_id": "<three@example.com>"}, secret="guess").status_code == 401
+
+
+def test_an_email_naming_thousands_of_addresses_is_looked_up_in_a_few_queries(
+        client, world, email, django_assert_max_num_queries):
+    """Each address of To and Cc that no binding has was a query of its own, made before
+    the secret was checked: one post of a megabyte of addresses made the server read the
+    database tens of thousands of times."""
+    many = ", ".join(f"p{n}@example.com" for n in range(20_000))
+    with django_assert_max_num_queries(5):
+        refused = post_email(client, {**email_body("x", "<many@example.com>"), "to": many}, secret="guess")
+    assert refused.status_code == 401
+
+
 def test_an_email_reply_carries_the_threads_references_and_a_one_line_subject(client, world, email, model_server,
                                                                              drain):
     pair(world, "email", "priya@example.com", world.alice)
