@@ -7,13 +7,13 @@ its append, and the database, for seconds to minutes."""
 from __future__ import annotations
 
 import json
-import time
+import re
 
 import pytest
 
 from memory_app.selectors import memory_search
 from memory_app.services import memory_add
-from sessions_app.fulltext import fold, search_text
+from sessions_app.fulltext import NON_STARTER, STREAM_SAFE_RUN, composed, fold, search_text
 from sessions_app.models import Message
 from tenancy.services import api_token_create
 
@@ -23,7 +23,10 @@ from .test_search import found
 # inside a run of Thai letters, which the index spaces out letter by letter (NFKC).
 LATIN_MARKS = "\u0301\u0316"
 THAI_MARKS = "\u0e48\u0e38"
-SECONDS = 3.0  # each took several seconds at the very least before (more than 20 on PostgreSQL)
+
+
+def longest_run_of_marks(text: str) -> int:
+    return max((len(run) for run in re.findall(f"{NON_STARTER}+", text)), default=0)
 
 
 def _zalgo(base: str, marks: str, length: int) -> str:
@@ -31,27 +34,24 @@ def _zalgo(base: str, marks: str, length: int) -> str:
 
 
 @pytest.mark.parametrize("base, marks", [("a", LATIN_MARKS), ("ก", THAI_MARKS)])
-def test_a_message_of_marks_in_a_row_is_stored_at_once_and_its_words_still_found(client, world, base, marks):
+def test_a_message_of_marks_in_a_row_is_composed_a_run_at_a_time_and_its_words_still_found(client, world, base, marks):
     token = api_token_create(tenant=world.tenant_a, user=world.alice)[1]
     content = "pineapple " + _zalgo(base, marks, 99_000) + " tomorrow"
-    started = time.monotonic()
+    # What composing is given holds runs it sorts at once (the cost is measured by
+    # bench/search_marks.py, against a message of plain letters of the same length).
+    assert longest_run_of_marks(composed(content)) <= STREAM_SAFE_RUN < longest_run_of_marks(content)
     response = client.post("/v1/qors/aria/messages", data=json.dumps({"content": content}),
                            content_type="application/json", HTTP_AUTHORIZATION=f"Bearer {token}")
-    took = time.monotonic() - started
     assert response.status_code == 201
-    assert took < SECONDS, f"stored in {took:.1f} s"
     assert Message.objects.get(tenant=world.tenant_a).content == content  # stored as written
     assert found(world, "pineapple tomorrow") == [(1, content)]
 
 
-def test_a_memory_and_a_query_of_marks_in_a_row_cost_no_more_than_their_length(world):
+def test_a_memory_and_a_query_of_marks_in_a_row_are_remembered_and_found(world):
     content = "pineapple " + _zalgo("a", LATIN_MARKS, 99_000)
-    started = time.monotonic()
     memory_add(tenant=world.tenant_a, qor=world.qor_a, user=world.alice, type="fact", content=content)
     hits = memory_search(tenant=world.tenant_a, qor=world.qor_a, user=world.alice, query="pineapple " + content)
-    took = time.monotonic() - started
     assert [m.content for m in hits] == [content]
-    assert took < SECONDS, f"took {took:.1f} s"
 
 
 def test_a_short_run_of_marks_is_composed_as_before():

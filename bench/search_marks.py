@@ -1,0 +1,75 @@
+"""What a run of combining marks costs search: a message of 100,000 characters written as
+"Zalgo" text (thousands of marks in a row, of classes in turn) against one of plain
+letters of the same length.
+
+Usage: ``python bench/search_marks.py [--quick]`` (normally through ``bench/run.py``).
+
+Composing text (NFC, NFKC) sorts each run of combining marks by class, one place at a time,
+so a long run of marks of alternating classes cost the square of its length: a message the
+API takes held its append for seconds on SQLite and for half a minute on PostgreSQL. Search
+reads such a run 30 marks at a time (sessions_app.fulltext.composed, Unicode's stream-safe
+format). Timed here: the text SQLite's index and the memories' search text are given
+(`search_text`) and the folding of a query's words (`fold`), each kind of text alternated
+with the plain one, p50 over CALLS calls after a warm-up; no database.
+
+Reported: ``ratio``, the marks' time over the plain letters'. Goal (reported, not
+asserted): within 10 (a mark costs more than a letter, but no run costs its square).
+
+Progress goes to stderr; the last stdout line is the JSON result of bench/run.py's protocol.
+"""
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import os
+import statistics
+import time
+
+from _common import django_setup, log, met
+
+LENGTH = 100_000
+GOAL = 10.0
+TEXTS = {  # marks of classes 230 and 220 in turn; Thai tone and vowel marks (107, 103) in turn
+    "latin_marks": "a" + "\u0301\u0316" * (LENGTH // 2),
+    "thai_marks": "ก" + "\u0e48\u0e38" * (LENGTH // 2),
+}
+PLAIN = ("pineapple " * (LENGTH // 10 + 1))[:LENGTH + 1]
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="fewer calls, for a smoke run")
+    args = parser.parse_args()
+    os.environ.setdefault("DJANGO_SECRET_KEY", "bench-not-a-secret")
+    os.environ.pop("DATABASE_URL", None)  # no database is used: the settings' default suffices
+    django_setup()
+    from sessions_app.fulltext import fold, search_text
+
+    calls = 3 if args.quick else 9
+    rows = []
+    for step, function in (("search_text", search_text), ("fold", fold)):
+        for name, marks in TEXTS.items():
+            ms: dict[str, list[float]] = {"marks": [], "plain": []}
+            for round_ in range(calls + 1):
+                for kind in (("marks", "plain") if round_ % 2 else ("plain", "marks")):
+                    gc.collect()
+                    started = time.perf_counter()
+                    function(marks if kind == "marks" else PLAIN)
+                    if round_:  # the first round warms up
+                        ms[kind].append((time.perf_counter() - started) * 1000)
+            marked, plain = statistics.median(ms["marks"]), statistics.median(ms["plain"])
+            row = {"step": step, "text": name, "chars": len(marks), "marks_ms": round(marked, 2),
+                   "plain_ms": round(plain, 2), "ratio": round(marked / plain, 2), "goal": met(marked / plain <= GOAL)}
+            log(json.dumps(row))
+            rows.append(row)
+    notes = [f"ratio: {LENGTH:,} characters of combining marks in a row over as many plain letters, goal within "
+             f"{GOAL} (p50 of {calls} calls, alternated)"]
+    for note in notes:
+        log(note)
+    print(json.dumps({"bench": "search_marks", "rows": rows, "notes": notes}))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
