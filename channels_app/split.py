@@ -233,6 +233,17 @@ def _cut_code(block: str, limit: int, size: Size, framing: Size | None = None) -
     return pieces
 
 
+def _shown(block: str, size: Size, framing: Size | None) -> int:
+    """What a code block (or a piece of one, fenced) takes of a part: its lines, and what the
+    platform shows of its fences (`framing`; as written, when not given)."""
+    if framing is None:
+        return size(block)
+    lines = block.splitlines(keepends=True)
+    fence = _run(lines[0].lstrip())
+    body = lines[1:-1] if len(lines) > 1 and _closes(lines[-1].lstrip(), fence) else lines[1:]
+    return framing(lines[0]) + size("".join(body).removesuffix("\n"))
+
+
 def split_message(text: str, limit: int, *, size: Size = len, min_fill: int = 200,
                   seams: Seams | None = None, framing: Size | None = None) -> list[str]:
     """Parts of at most `limit` (as `size` measures), in order, that together say all of
@@ -247,29 +258,37 @@ def split_message(text: str, limit: int, *, size: Size = len, min_fill: int = 20
     parts: list[str] = []
     current = opening = ""  # the part begun; what a cut opened it with
     since = 0  # where the part begun took the text from
+    unshown = 0  # what the part begun holds of code blocks' fences that the platform does not show
+
+    def used() -> int:
+        return size(current) - unshown
 
     def flush() -> None:
-        nonlocal current, opening
+        nonlocal current, opening, unshown
         if current.strip():
             parts.append(current.strip("\n"))
         current = opening = ""
+        unshown = 0
 
     at = 0
     for kind, block in seams.blocks():
         start, end = at, at + len(block)
         at = end
         if kind == "code":
-            for piece in [block] if size(block) <= limit else _cut_code(block, limit, size, framing):
-                if size(current) + size(piece) > limit:
+            # Measured as the platform shows it: Telegram shows neither fences nor language.
+            for piece in [block] if _shown(block, size, framing) <= limit else _cut_code(block, limit, size, framing):
+                shown = _shown(piece, size, framing)
+                if used() + shown > limit:
                     flush()
                 if current == opening:
                     since = start
                 current += piece
+                unshown += size(piece) - shown
             continue
         while start < end:
             if current == opening:
                 since = start
-            room = limit - size(current)
+            room = limit - used()
             rest = seams.take(start, end, since)
             if size(rest) <= room:
                 current += rest

@@ -801,3 +801,22 @@ def test_an_unclosed_code_block_on_discord_reads_in_parts_as_discord_shows_it_wh
     assert "**bold**" in joined and joined.count("python") == 1
     assert "".join(shown(part) for part in parts).replace(" ", "").replace("\n", "") == (
         "Here:```pythonx=1y=2Therestofthereplyisprosewith**bold**wordsinit.")
+
+
+@pytest.mark.parametrize("kind", ["telegram", "slack", "whatsapp", "discord"])
+@pytest.mark.parametrize("language", ["", "javascript"])
+def test_a_code_block_that_fits_a_part_as_the_platform_counts_it_is_one_part_beside_a_long_paragraph(kind, language):
+    """Cut with the paragraph after it, a code block is measured as the platform counts it
+    (Telegram shows neither its fences nor its language): one that fits a part is not cut."""
+    adapter = adapter_for(kind)
+    code = [f"line {n:02d} of code" for n in range(10)]
+    text = f"```{language}\n" + "\n".join(code) + "\n```\n\n" + "Outro " + "word " * 600
+    shown_code = visible_text(_telegram(text, 10**6)[0]).split("Outro")[0].strip() if kind == "telegram" else None
+    limit = len(shown_code) + 1 if shown_code else adapter.length(
+        reply_parts(f"```{language}\n" + "\n".join(code) + "\n```", style=adapter.style, limit=10**6,
+                    size=adapter.length, markdown=True)[0]) + 1
+    parts = reply_parts(text, style=adapter.style, limit=limit, size=adapter.length, markdown=True)
+    shown = [visible_text(part) if kind == "telegram" else part for part in parts]
+    assert all(adapter.length(part) <= limit for part in shown)
+    with_code = [part for part in shown if "of code" in part]
+    assert len(with_code) == 1 and all(line in with_code[0] for line in code), shown
