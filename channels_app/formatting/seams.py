@@ -120,7 +120,7 @@ class MarkdownSeams:
         self.tables: list[tuple[int, int, str]] = []  # (where its rows begin, where they end, its header and rule)
         self.code: list[tuple[int, int]] = []  # top-level code blocks' lines (first, after the last)
         self.fences: list[_Fence] = []  # code blocks in a quote or a list item
-        self._shorter: dict[_Region, str] = {}  # inline code over lines, fenced by 3+: its pieces' run
+        self._shorter: dict[_Region, str] = {}  # inline code over lines: what its later pieces open it with
         self._start = 0  # where the piece being cut begins
         self._room = len(text)  # how long the piece being cut may be
         self._cursor: dict[int, int] = {}
@@ -274,13 +274,17 @@ class MarkdownSeams:
                 region = _Region(at(low + len(child.markup)), at(high), child.markup, child.markup)
                 self.regions.append(region)
                 code = token.content[low + len(child.markup):high - len(child.markup)]
-                if len(child.markup) >= 3 and "\n" in code:
-                    # Opened again at a part's start, three backticks or more would open a code
-                    # block: the pieces after the first are written between a run its code has not.
+                # Opened again at a part's start, three backticks or more would open a code
+                # block: the pieces after the first are written between a run its code has not.
+                # A line of it begun with a backtick would run into the run opened before it: a
+                # space between (CommonMark takes one off each end of code between spaces).
+                ticked = re.search(r"\n[ \t]*`", code)
+                if "\n" in code and (len(child.markup) >= 3 or ticked):
                     runs = {len(run) for run in re.findall(r"`+", code)}
-                    shorter = next((n for n in (1, 2) if n not in runs), None)
+                    shorter = next((n for n in (1, 2) if n not in runs), None) if len(child.markup) >= 3 else len(
+                        child.markup)
                     if shorter is not None:
-                        self._shorter[region] = "`" * shorter
+                        self._shorter[region] = "`" * shorter + (" " if ticked else "")
             elif child.type == "link_open" and "label" in child.meta:
                 low, label, high = child.meta["label"]
                 ending = token.content[label:high]
@@ -472,7 +476,7 @@ class MarkdownSeams:
                     self.text, self.starts[bisect_right(self.starts, at) - 1], self._ink_before(at)):
                 return None  # a heading's piece ending in " #" would read it as the heading's closing #s
             closes = any(r.closing for r in inside)
-            opens = any(r.opening and not r.opening.endswith(" ") for r in inside)
+            opens = any((opening := self._shorter.get(r, r.opening)) and not opening.endswith(" ") for r in inside)
             ink = self._ink_before(at)
             if closes and self.text[max(0, ink - 1):ink] in _RUNS or opens and self.text[at] in _RUNS:
                 return None  # a marker written beside another would make one run of both, read otherwise
@@ -508,7 +512,7 @@ class MarkdownSeams:
         def opened(after: str) -> str:
             for region in spans:
                 if region in self._shorter and region.closing:  # closed with the run it was opened with
-                    after = re.sub(f"(?<!`){region.closing}(?!`)", self._shorter[region], after, count=1)
+                    after = re.sub(f"(?<!`){region.closing}(?!`)", self._shorter[region][::-1], after, count=1)
             return opening + after.lstrip()
 
         return self._reading(inline).reads_as_whole(offset, closed, opened)
@@ -668,7 +672,7 @@ class MarkdownSeams:
         """What closes `region` at the end of the piece being cut: a piece of inline code begun
         in a piece before is closed with the run it was opened again with."""
         if region in self._shorter and region.low < self._start:
-            return self._shorter[region]
+            return self._shorter[region][::-1]
         return region.closing or ""
 
     def _shortened(self, piece: str, start: int, end: int) -> str:
@@ -677,7 +681,7 @@ class MarkdownSeams:
         for region, shorter in self._shorter.items():
             if region.low < start < region.high <= end and region.closing:
                 run = re.compile(f"(?<!`){region.closing}(?!`)")
-                return run.sub(shorter, piece, count=1)
+                return run.sub(shorter[::-1], piece, count=1)
         return piece
 
     def take(self, start: int, end: int, since: int) -> str:

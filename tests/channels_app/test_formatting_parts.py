@@ -820,3 +820,16 @@ def test_a_code_block_that_fits_a_part_as_the_platform_counts_it_is_one_part_bes
     assert all(adapter.length(part) <= limit for part in shown)
     with_code = [part for part in shown if "of code" in part]
     assert len(with_code) == 1 and all(line in with_code[0] for line in code), shown
+
+
+@pytest.mark.parametrize("limit", [13, 17])
+def test_inline_code_over_lines_is_cut_before_a_line_begun_with_three_backticks_between_words(limit):
+    """A cut at the line break before "```word" opens the next piece's code with a space
+    between its backtick and the line's (which would have made a run of four): the cut is
+    taken, not one inside a word."""
+    text = BLANK_AFTER_A_HARD_CUT
+    parts = _telegram(text, limit)
+    assert _read(parts) == _whole(text)
+    words = set(visible_text(_telegram(text, 10**6)[0]).split())
+    shown = [word for part in parts for word in visible_text(part).split()]
+    assert all(word in words or set(word) == {"a"} for word in shown), shown  # "aaa…": longer than a part
