@@ -412,6 +412,11 @@ class MarkdownSeams:
                                        or self.text[hard - 1] in _RUNS and self.text[hard - 1] == self.text[hard:hard + 1]):
                 bounds.pop()
                 hard = bounds[-1]
+            # Between words first, where no clean cut was (the latest in the piece's second
+            # half that reads as the text did); only then inside a word, near its end.
+            for back in range(min(hard, len(self.text) - 1), max(ink, middle), -1):
+                if self.text[back - 1] == " " and not self.text[back].isspace() and self._hard_cut_reads(back):
+                    return back
             for back in reversed(bounds):  # where both sides read as they did
                 if back <= hard - 64:
                     break

@@ -822,6 +822,18 @@ def test_a_code_block_that_fits_a_part_as_the_platform_counts_it_is_one_part_bes
     assert len(with_code) == 1 and all(line in with_code[0] for line in code), shown
 
 
+@pytest.mark.parametrize("text", ["**alpha *alpha* alpha**", "# **alpha *alpha* alpha**"])
+@pytest.mark.parametrize("limit", [13, 14, 15, 16])
+def test_a_span_cut_where_no_clean_space_is_falls_between_words_that_read_as_they_did(text, limit):
+    """No cut between words is clean here (the next piece's "**" would meet the "*" closing the
+    italic): the last resort still takes one between words that reads as the text did,
+    not one inside a word."""
+    parts = _telegram(text, limit)
+    assert len(parts) > 1
+    assert _read(parts) == _whole(text)
+    assert all(set(visible_text(part).split()) == {"alpha"} for part in parts), [visible_text(p) for p in parts]
+
+
 @pytest.mark.parametrize("limit", [13, 17])
 def test_inline_code_over_lines_is_cut_before_a_line_begun_with_three_backticks_between_words(limit):
     """A cut at the line break before "```word" opens the next piece's code with a space
