@@ -1,7 +1,8 @@
 """Split a reply to a platform's length limit without breaking code blocks or characters.
 
 The text is cut into blocks — fenced code blocks whole, prose by paragraph — and packed
-greedily into parts. A code block that fits in a part is never split; one longer than a
+greedily into parts. A code block that fits in a part, measured as the platform shows it
+(its lines and what it shows of the fences, `framing`), is never split; one longer than a
 part is cut by lines, each piece closed and re-opened with the same fence so every part
 renders as code (a longer one where a piece's line would close it), as many lines to a
 piece as fit beside what the platform shows of the fences (`framing`).

@@ -14,7 +14,9 @@ line longer than a part) with its fence closed at its column and written again i
 next piece after the quote's markers or the item marked as continued (a top-level code
 block is cut by channels_app.split). Inline code between three backticks or more that
 runs over lines goes on in each later piece between a shorter run its code does not hold
-(its own, at a part's start, would open a code block). Such a cut is taken only once both sides,
+(its own, at a part's start, would open a code block); inline code over lines one of which
+begins with a backtick, with a space after the run it is opened again with (else the two
+runs would make one). Such a cut is taken only once both sides,
 read again, show what the text did (channels_app.formatting.reading: read in segments, so
 a long paragraph is not read again whole at every cut). Nothing is cut inside a link's
 address, an image or an autolink, nor where the next piece would begin with what Markdown
@@ -22,7 +24,8 @@ reads as a block (a `- ` that was a dash in a sentence, inline code's backticks 
 the start of a line), nor where a line's text (its quotes' and list items' markers left
 out) would end a piece reading as a rule or a fence (three backticks are no fence when the
 piece's inline code is closed after them), nor where the piece would hold only white
-space; where no space may be cut at, the cut falls between graphemes, never inside an
+space; where no clean cut is, one between words that reads as the text did comes before one
+inside a word; where no space may be cut at, the cut falls between graphemes, never inside an
 emoji. A line of text begun with three backticks and cut before the backtick that kept it
 text has its first backtick escaped, so the piece does not open a code block; one whose
 backticks close inline code begun on the line before is joined to it (a line break in code
