@@ -327,7 +327,8 @@ class MarkdownSeams:
             previous = marker[0] if marker is not None else None
 
     def _column(self, item: Token, tokens: list[Token]) -> int:
-        """The column a list item's marker is at in its line, after the quotes' markers."""
+        """The column a list item's marker is at in its line, after the quotes' markers (a tab
+        to the next multiple of four, as CommonMark reads it)."""
         if not item.map:
             return 0
         line = item.map[0]
@@ -341,7 +342,8 @@ class MarkdownSeams:
             elif rank:
                 rank -= 1
             else:
-                return len(found.group()) - len(found.group().lstrip()) + found.start() - quoted
+                marker = found.start() + len(found.group()) - len(found.group().lstrip())
+                return len(self.text[start:marker].expandtabs(4)) - len(self.text[start:quoted].expandtabs(4))
             at = found.end()
         return 0
 

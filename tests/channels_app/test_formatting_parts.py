@@ -507,10 +507,12 @@ def test_a_list_items_text_that_alone_would_be_a_rule_is_not_cut_after(text):
 NESTED_ITEMS = ("- top item\n  - " + " ".join(f"sub{n}" for n in range(30)) + "\n  - next sub\n- last\n\n"
                 "1. one\n   1. " + " ".join(f"deep{n}" for n in range(30)) + "\n   2. two deep\n2. two")
 SHORT_NESTED_ITEMS = "- alpha beta\n  - alpha gamma\n  - alpha delta\n- after"
+# Nested by a tab (CommonMark's tab stops are four columns): the next part wrote its marker one column in.
+TAB_NESTED_ITEMS = "- top item\n\t- " + " ".join(f"sub{n}" for n in range(12)) + "\n\t- next sub\n- last"
 
 
 @pytest.mark.parametrize(("text", "limit"), [(NESTED_ITEMS, 80), (SHORT_NESTED_ITEMS, 24), ("> " + SHORT_NESTED_ITEMS.replace("\n", "\n> "), 26),
-                                             (NESTED_NUMBERED, 30)])
+                                             (NESTED_NUMBERED, 30), (TAB_NESTED_ITEMS, 30)])
 @pytest.mark.parametrize("kind", ["telegram", "discord"])
 def test_a_nested_list_item_cut_over_parts_goes_on_at_its_level(kind, text, limit):
     adapter = adapter_for(kind)
