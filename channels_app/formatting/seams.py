@@ -22,7 +22,7 @@ a long paragraph is not read again whole at every cut). Nothing is cut inside a 
 address, an image or an autolink, nor where the next piece would begin with what Markdown
 reads as a block (a `- ` that was a dash in a sentence, inline code's backticks reopened at
 the start of a line), nor where a line's text (its quotes' and list items' markers left
-out) would end a piece reading as a rule or a fence (three backticks are no fence when the
+out, or from where a cut before began the piece) would end a piece reading as a rule or a fence (three backticks are no fence when the
 piece's inline code is closed after them), nor where the piece would hold only white
 space; where no clean cut is, one between words that reads as the text did comes before one
 inside a word; where no space may be cut at, the cut falls between graphemes, never inside an
@@ -564,9 +564,9 @@ class MarkdownSeams:
 
     def _ends_alone(self, at: int, inside: list[_Region]) -> bool:
         """Whether the line's text up to a cut at `at` inside it, alone, would read as a fence
-        or a rule; but not backticks the piece's inline code is closed after: with a
-        backtick, no fence."""
-        alone = _LINE_ALONE.fullmatch(self.text, self._line_text(at), self._ink_before(at))
+        or a rule — from where the piece begins, when a cut before began it inside the line;
+        but not backticks the piece's inline code is closed after: with a backtick, no fence."""
+        alone = _LINE_ALONE.fullmatch(self.text, max(self._line_text(at), self._start), self._ink_before(at))
         if not alone or not alone.group().lstrip().startswith("`"):
             return bool(alone)
         if any("`" in (r.closing or "") for r in inside):

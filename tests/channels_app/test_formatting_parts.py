@@ -78,6 +78,9 @@ RULE_BEGINNING_A_PART = "``" + "a" * 24 + "  ****\n`"
 # Cut where no space is, just after the first "*" of "***": alone in its part, it read as an empty list
 # item ("•"), the star lost.
 MARKER_ALONE = "*** `````````````"
+# A rule's characters cut off from the start of their line by a cut before: the line's text read from its
+# start was no rule, but the piece "__ __" begun after the cut read as one ("———").
+RULE_AFTER_A_CUT = "__ __ alpha é __ __ " + "x" * 26
 TICKS_AFTER_A_HARD_CUT = ("```&amp; [ 😀 ](https://example.com/?a=1&b=2) -  word  é & 1.  ** [ - &amp; ~~ mp; ~~ "
                           "](https://example.com/?a=1&b=2) &amp; > ``` * s://example.com/?a=1&b=2) ```python\n ` >  *  ```  * ```")
 
@@ -312,6 +315,8 @@ prose = st.lists(_block, min_size=1, max_size=6).map("\n\n".join)
 @example(BLANK_AFTER_A_HARD_CUT, 17)
 @example(NESTED_IN_A_QUOTE, 30)
 @example(NESTED_NUMBERED, 30)
+@example(RULE_AFTER_A_CUT, 16)
+@example("__ __ __ __ alpha __ __ " + "x" * 26, 16)
 def test_a_reply_cut_over_telegram_parts_reads_as_the_whole_did(text, limit):
     parts = _telegram(text, limit)
     assert all(_utf16(visible_text(part)) <= limit for part in parts)
