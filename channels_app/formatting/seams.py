@@ -36,7 +36,9 @@ Such a cut, where no space is, is held to the same rules: no piece ending in a l
 alone reads as a rule ("**** ****") or a fence. An ordered
 list split over pieces goes on with its numbers: the first of its items in a piece is
 written with the number it had (CommonMark numbers a list from its first item's), so "1."
-written on every item still reads 1, 2, 3… over the parts.
+written on every item still reads 1, 2, 3… over the parts; what is in an item so written
+wider ("1." as "11.", or continued as "11. …") is written as many columns further in, so
+an item nested in it stays in it.
 
 Where a span begins and ends in the text is read from the parser itself: the inline rules
 that make spans are wrapped to note the offsets they consumed.
@@ -71,6 +73,7 @@ _LINE_ALONE = re.compile(r"[ \t]{0,3}(?:(?:`{3,}|~{3,}).*|(?:[-*_][ \t]*){3,}|=+
 _FENCE_CUT = re.compile(r"[ \t]*(?:(?:>|[-+*]|\d{1,9}[.)])[ \t]*)*(`{3,})[^`]*\Z")
 _ITEM_LINE = re.compile(r"(?:[ \t]*>)*[ \t]*(?:[-+*]|\d{1,9}[.)])(?:[ \t]|$)")  # a line that begins a list item
 _HEADING_END = re.compile(r"(?:^|[ \t])#+\Z")
+_QUOTED = re.compile(r"(?:[ \t]*>[ \t]?)*")  # a line's quotes' markers
 _RUNS = "*_~`"
 _GRAPHEME = regex.compile(r"\X")
 _ENTITY = re.compile(r"&(?:#[0-9]{1,7}|#[xX][0-9a-fA-F]{1,6}|[A-Za-z][A-Za-z0-9]{1,31});")
@@ -119,6 +122,9 @@ class MarkdownSeams:
         self.inlines: list[_Inline] = []
         self.numbers: list[tuple[int, int, str, int]] = []  # (marker offset, item's line, written, number)
         self.firsts: dict[int, int] = {}  # marker offset -> offset of the item before it in its list
+        # Ordered items written wider than in the text where a part goes on with them ("1." as "11."):
+        # (marker offset, first line, line after the last, the columns more their lines need).
+        self.widened: list[tuple[int, int, int, int]] = []
         self.code_lines: list[tuple[int, int]] = []  # indented code blocks' lines
         self.tables: list[tuple[int, int, str]] = []  # (where its rows begin, where they end, its header and rule)
         self.code: list[tuple[int, int]] = []  # top-level code blocks' lines (first, after the last)
@@ -143,12 +149,17 @@ class MarkdownSeams:
         lists: list[tuple[Token, list[Token]]] = []
         quotes = 0
         within: list[str] = []  # the quotes ("") and list items (their markers at their columns), innermost last
+        wider: list[int] = []  # for each of `within`, how many columns wider its marker is written
         for i, token in enumerate(tokens):
             if token.type in ("blockquote_open", "list_item_open"):
-                within.append("" if token.type == "blockquote_open"
-                              else " " * self._column(token, tokens) + self._item_marker(token, lists))
+                marker = "" if token.type == "blockquote_open" else self._item_marker(token, lists)
+                # An item in items written wider is written as many columns further in.
+                outer = sum(wider[len(within) - within[::-1].index(""):] if "" in within else wider)
+                within.append("" if token.type == "blockquote_open" else " " * (self._column(token, tokens) + outer) + marker)
+                wider.append(max(0, len(marker) - len(token.info + token.markup)) if token.info else 0)
             elif token.type in ("blockquote_close", "list_item_close") and within:
                 within.pop()
+                wider.pop()
             if token.type in ("blockquote_open", "blockquote_close"):
                 quotes += token.nesting
             elif token.type == "inline" and token.map:
@@ -322,6 +333,8 @@ class MarkdownSeams:
             marker = self._marker(item, tokens)
             if marker is not None and n:
                 self.numbers.append((marker[0], item.map[0] if item.map else 0, marker[1], first + n))
+                if len(str(first + n)) > len(marker[1]) and item.map:
+                    self.widened.append((marker[0], item.map[0], item.map[1], len(str(first + n)) - len(marker[1])))
                 if previous is not None:
                     self.firsts[marker[0]] = previous
             previous = marker[0] if marker is not None else None
@@ -695,18 +708,32 @@ class MarkdownSeams:
         return piece
 
     def take(self, start: int, end: int, since: int) -> str:
-        """The text, the first of an ordered list's items in the piece written with its number."""
-        out, at = [], start
+        """The text, the first of an ordered list's items in the piece written with its number,
+        and the lines of an item written wider than in the text as many columns further in."""
+        edits: list[tuple[int, int, str]] = []  # (offset, characters replaced, what is written instead)
+        renumbered = set()
         for marker, line, written, number in self.numbers:
             if not start <= marker < end or self.firsts.get(marker, -1) >= since or str(number) == written:
                 continue
             begins = self.starts[line]
-            if at <= begins and begins > since and self.text[self.starts[line - 1]:begins].strip():
+            if start <= begins and begins > since and self.text[self.starts[line - 1]:begins].strip():
                 # a list not begun at 1 cannot interrupt a paragraph: a blank line ends it first
-                out.append(self.text[at:begins] + "\n")
-                at = begins
-            out.append(self.text[at:marker] + str(number))
-            at = marker + len(written)
+                edits.append((begins, 0, "\n"))
+            edits.append((marker, len(written), str(number)))
+            renumbered.add(marker)
+        if self.widened:  # "1." written "11.": what is in it needs a column more to stay in it
+            line = bisect_left(self.starts, start)  # the first line begun in the piece
+            while line < len(self.starts) and self.starts[line] < end:
+                more = sum(wider for marker, first, after, wider in self.widened
+                           if first < line < after and (marker < since or marker in renumbered))
+                quoted = _QUOTED.match(self.text, self.starts[line])  # matches always, maybe nothing
+                if more and quoted:
+                    edits.append((quoted.end(), 0, " " * more))
+                line += 1
+        out, at = [], start
+        for offset, replaced, written in sorted(edits, key=lambda edit: edit[0]):
+            out.append(self.text[at:offset] + written)
+            at = offset + replaced
         out.append(self.text[at:end])
         piece = self._shortened("".join(out), start, end)
         ticks = self._ticks_as_text(start)

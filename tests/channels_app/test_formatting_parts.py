@@ -513,11 +513,16 @@ NESTED_ITEMS = ("- top item\n  - " + " ".join(f"sub{n}" for n in range(30)) + "\
                 "1. one\n   1. " + " ".join(f"deep{n}" for n in range(30)) + "\n   2. two deep\n2. two")
 SHORT_NESTED_ITEMS = "- alpha beta\n  - alpha gamma\n  - alpha delta\n- after"
 # Nested by a tab (CommonMark's tab stops are four columns): the next part wrote its marker one column in.
+# Nested under an item numbered "1." that a later part writes "11.": at its three columns the nested item
+# was no longer in it there (a wider number needs four).
+NESTED_UNDER_ITEM_ELEVEN = ("\n".join(f"1. step {n} of the plan" for n in range(1, 11))
+                            + "\n1. step eleven\n   - sub point one\n   - sub point three\n1. last")
 TAB_NESTED_ITEMS = "- top item\n\t- " + " ".join(f"sub{n}" for n in range(12)) + "\n\t- next sub\n- last"
 
 
 @pytest.mark.parametrize(("text", "limit"), [(NESTED_ITEMS, 80), (SHORT_NESTED_ITEMS, 24), ("> " + SHORT_NESTED_ITEMS.replace("\n", "\n> "), 26),
-                                             (NESTED_NUMBERED, 30), (TAB_NESTED_ITEMS, 30)])
+                                             (NESTED_NUMBERED, 30), (TAB_NESTED_ITEMS, 30),
+                                             (NESTED_UNDER_ITEM_ELEVEN, 40), (NESTED_UNDER_ITEM_ELEVEN, 60)])
 @pytest.mark.parametrize("kind", ["telegram", "discord"])
 def test_a_nested_list_item_cut_over_parts_goes_on_at_its_level(kind, text, limit):
     adapter = adapter_for(kind)
