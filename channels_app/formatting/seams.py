@@ -491,8 +491,8 @@ class MarkdownSeams:
             return None  # after a list's marker, a heading's, between a table's cells
         if not line and self._ends_alone(at, inside):
             return None
-        if place is not None and not inside and _BLOCK_START.match(place[0].content, place[1]) and (
-                self._ticks_as_text(at) is None):
+        if place is not None and not inside and not place[0].items and _BLOCK_START.match(place[0].content, place[1]) and (
+                self._ticks_as_text(at) is None):  # an item's text goes on after its "…": no block begins
             return None
         if inside:
             if any(r.opening.startswith("#") for r in inside) and _HEADING_END.search(
@@ -579,7 +579,13 @@ class MarkdownSeams:
         """Whether the line's text up to a cut at `at` inside it, alone, would read as a fence
         or a rule — from where the piece begins, when a cut before began it inside the line;
         but not backticks the piece's inline code is closed after: with a backtick, no fence."""
-        alone = _LINE_ALONE.fullmatch(self.text, max(self._line_text(at), self._start), self._ink_before(at))
+        begins = self._line_text(at)
+        if self._start > begins:  # the piece begins inside the line, after a cut
+            place = self._place(at)
+            if place and place[0].items:
+                return False  # a list item's piece begins with its "…": no rule, no fence
+            begins = self._start
+        alone = _LINE_ALONE.fullmatch(self.text, begins, self._ink_before(at))
         if not alone or not alone.group().lstrip().startswith("`"):
             return bool(alone)
         if any("`" in (r.closing or "") for r in inside):

@@ -81,6 +81,9 @@ MARKER_ALONE = "*** `````````````"
 # A rule's characters cut off from the start of their line by a cut before: the line's text read from its
 # start was no rule, but the piece "__ __" begun after the cut read as one ("———").
 RULE_AFTER_A_CUT = "__ __ alpha é __ __ " + "x" * 26
+# A list item's text of a rule's characters: every cut was refused as if the next piece began a rule or
+# ended one (it begins with the item's "…"), and the item was cut as text, its marker shown as written.
+RULE_CHARACTERS_IN_AN_ITEM = "  - é __ __ __ __ __ __"
 TICKS_AFTER_A_HARD_CUT = ("```&amp; [ 😀 ](https://example.com/?a=1&b=2) -  word  é & 1.  ** [ - &amp; ~~ mp; ~~ "
                           "](https://example.com/?a=1&b=2) &amp; > ``` * s://example.com/?a=1&b=2) ```python\n ` >  *  ```  * ```")
 
@@ -317,6 +320,8 @@ prose = st.lists(_block, min_size=1, max_size=6).map("\n\n".join)
 @example(NESTED_NUMBERED, 30)
 @example(RULE_AFTER_A_CUT, 16)
 @example("__ __ __ __ alpha __ __ " + "x" * 26, 16)
+@example(RULE_CHARACTERS_IN_AN_ITEM, 15)
+@example("> 1. __ __ __ __ __ __ alpha " + "x" * 26, 19)
 def test_a_reply_cut_over_telegram_parts_reads_as_the_whole_did(text, limit):
     parts = _telegram(text, limit)
     assert all(_utf16(visible_text(part)) <= limit for part in parts)
