@@ -15,14 +15,14 @@ from collections.abc import Iterator
 from contextlib import AbstractContextManager, contextmanager
 from contextvars import ContextVar
 
-from django.db import transaction
+from django.db import connection, transaction
 
 from qorven.runtime.database import DATABASE_DOWN, connections_drop_broken
 from qorven.runtime.insert_new import rows_insert_new
 from qorven.runtime.prepared_read import PreparedRead
 from qorven.runtime.task_scope import collecting
 from sessions_app.models import Message
-from sessions_app.services import message_delivery_planned
+from sessions_app.services import message_delivery_planned, message_delivery_planned_statement
 
 from .adapters import adapter_for
 from .models import ChannelBinding, Identity, OutboundDelivery
@@ -127,7 +127,7 @@ def deliveries_plan(*, message: Message) -> int:
     A process dying between the parts and the mark leaves them both: the sweep plans it
     again, and the parts already planned stay as they are (nothing is sent twice)."""
     try:
-        planned = _parts_plan(message)
+        planned = _parts_plan(message)  # on PostgreSQL the mark goes with the parts' INSERT
     except DATABASE_DOWN:
         raise
     except Exception:
@@ -164,10 +164,16 @@ def _parts_plan(message: Message) -> int:
     # is planned failed, never sent: through that account it could only fail too.
     not_sent = str((message.metadata or {}).get("not_sent") or "")
     state = OutboundDelivery.State.FAILED if not_sent else OutboundDelivery.State.PENDING
+    # On PostgreSQL the message's mark of a delivery not yet planned goes in the same
+    # statement, whatever it inserts (deliveries_plan clears it on SQLite, one statement
+    # more, but none that crosses to another process).
+    along = message_delivery_planned_statement(message=message) if connection.vendor == "postgresql" else None
     inserted = rows_insert_new([OutboundDelivery(tenant_id=message.tenant_id, message=message, part=index,
                                                  binding=binding, target=destination, text=text, state=state,
                                                  last_error=not_sent[:1000])
-                                for index, text in enumerate(parts)], only_if=only_if)
+                                for index, text in enumerate(parts)], only_if=only_if, along=along)
+    if along is not None:
+        message.delivery_unplanned = None
     if not inserted and paired_to is not None and not _still_paired(binding, *paired_to):
         # Nothing planned, and not because it was planned before: the pairing ended.
         logger.warning("no %s destination for message %s; not delivered", message.channel, message.pk)

@@ -252,9 +252,23 @@ _planned_sql: dict[str, str] = {}  # by vendor
 def message_delivery_planned(*, message: Message) -> None:
     """Delivery has planned `message` (its parts, or found it had nowhere to go): its mark
     goes, and the sweeper never plans it again. One statement, and none for a message not
-    marked (planned before, or never awaited)."""
-    if not message.delivery_unplanned:
+    marked (planned before, or never awaited, or its mark cleared by the statement that
+    planned it: message_delivery_planned_statement)."""
+    statement = message_delivery_planned_statement(message=message)
+    if statement is None:
         return
+    with connections[DEFAULT_DB_ALIAS].cursor() as cursor:
+        cursor.execute(*statement)
+    message.delivery_unplanned = None
+
+
+def message_delivery_planned_statement(*, message: Message) -> tuple[str, list[Any]] | None:
+    """message_delivery_planned's UPDATE and its parameters, for delivery to run as part of
+    the statement that plans the parts (on PostgreSQL, a WITH of that INSERT: one round
+    trip where two were); None for a message not marked. Whoever runs it sets the message's
+    `delivery_unplanned` to None."""
+    if not message.delivery_unplanned:
+        return None
     db = connections[DEFAULT_DB_ALIAS]
     sql = _planned_sql.get(db.vendor)
     if sql is None:
@@ -262,9 +276,7 @@ def message_delivery_planned(*, message: Message) -> None:
         sql = _planned_sql[db.vendor] = (
             f"UPDATE {quote(Message._meta.db_table)} SET {quote('delivery_unplanned')} = NULL"
             f" WHERE {quote('id')} = %s AND {quote('tenant_id')} = %s")
-    with db.cursor() as cursor:
-        cursor.execute(sql, [message.pk, message.tenant_id])
-    message.delivery_unplanned = None
+    return sql, [message.pk, message.tenant_id]
 
 
 def _message_built(alias: str, values: dict[str, Any]) -> Message:

@@ -15,12 +15,15 @@ from django.db import connections, models, router
 TEXT_TYPES = ("varchar", "text", "char")
 
 
-def rows_insert_new(objs: Sequence[models.Model], *, only_if: tuple[str, Sequence[Any]] | None = None) -> int:
+def rows_insert_new(objs: Sequence[models.Model], *, only_if: tuple[str, Sequence[Any]] | None = None,
+                    along: tuple[str, Sequence[Any]] | None = None) -> int:
     """Insert `objs` (instances of one model, without primary keys), skipping each that a
     unique constraint finds stored already: one statement, in the caller's transaction if
     there is one. Fields are filled as `save()` would (`auto_now` and `auto_now_add`).
     With `only_if` (an SQL condition and its parameters: `EXISTS (…)`), nothing is
-    inserted unless it holds, checked in the same statement. The number of rows inserted."""
+    inserted unless it holds, checked in the same statement. With `along` (an UPDATE or
+    DELETE and its parameters; PostgreSQL only), that runs in the same statement too, as
+    its WITH, whatever is inserted. The number of rows inserted."""
     if not objs:
         return 0
     model = type(objs[0])
@@ -44,6 +47,11 @@ def rows_insert_new(objs: Sequence[models.Model], *, only_if: tuple[str, Sequenc
                f"SELECT * FROM ({' UNION ALL '.join([row] * len(objs))}) AS new_rows WHERE {condition} "
                "ON CONFLICT DO NOTHING")
         params += list(condition_params)
+    if along is not None:
+        if db.vendor != "postgresql":
+            raise ValueError("a statement along an INSERT is PostgreSQL's (a WITH that writes)")
+        along_sql, along_params = along
+        sql, params = f"WITH along AS ({along_sql}) {sql}", [*along_params, *params]
     with db.cursor() as cursor:
         cursor.execute(sql, params)
         return cursor.rowcount

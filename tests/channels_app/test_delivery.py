@@ -160,7 +160,8 @@ def test_a_channel_switched_off_sends_nothing_not_even_a_heartbeats_message(clie
 
 def test_a_replys_parts_are_planned_once_with_one_statement_and_no_transaction_around_it(world, telegram, drain):
     """A reply to Telegram gets its delivery parts in one round trip to the database (an
-    INSERT that is a transaction of its own); planned again, it keeps one row a part."""
+    INSERT that is a transaction of its own, on PostgreSQL with the reply's mark of a
+    delivery not yet planned cleared in its WITH); planned again, it keeps one row a part."""
     from django.db import connection
 
     from channels_app.delivery import deliveries_plan
@@ -175,13 +176,16 @@ def test_a_replys_parts_are_planned_once_with_one_statement_and_no_transaction_a
     ran = []
 
     def noted(execute, sql, params, many, context):
-        ran.append((sql.split()[0].upper(), connection.get_autocommit(), "outbounddelivery" in sql))
+        ran.append(("INSERT" if "INSERT INTO" in sql.upper() else sql.split()[0].upper(), connection.get_autocommit(),
+                    "outbounddelivery" in sql))
         return execute(sql, params, many, context)
 
     with connection.execute_wrapper(noted):  # the append's commit plans the parts in this thread
         message = message_append(session=session, role="assistant", content="x" * 5000, channel="telegram",
                                  metadata={"heartbeat": 1, "heartbeat_name": "brief"}).message
     assert [r for r in ran if r[2] and r[0] == "INSERT"] == [("INSERT", True, True)]
+    message.refresh_from_db()
+    assert message.delivery_unplanned is None  # planned: no sweep plans it again
     assert deliveries_plan(message=message) == 2  # planned again (a task run twice)
     drain()
     parts = list(OutboundDelivery.objects.filter(message=message).order_by("part").values_list(
