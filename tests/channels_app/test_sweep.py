@@ -18,6 +18,7 @@ from sessions_app.models import Message, Session
 from sessions_app.services import message_append, session_resolve
 
 from ..fakes.model_server import reply
+from ..query_plans import query_plan
 from ..sessions_app.older_versions import said_before, state_at
 from .conftest import pair, replies_waiting
 from .test_undelivered_reply import ON_THE_WEB as UNSEEN  # our notice that a reply did not get there
@@ -327,14 +328,7 @@ def test_a_reply_with_nowhere_to_go_is_planned_once_not_at_every_sweep(world, te
 def test_the_sweeps_look_for_unplanned_replies_searches_their_partial_index():
     """Every sweep asks for them: on the partial index of the few rows marked, never a scan
     of the messages table (the index's condition restated as is, not a parameter)."""
-    sql, params = unplanned_replies(now=timezone.now(), grace=timedelta(seconds=30)).query.sql_with_params()
-    with transaction.atomic(), connection.cursor() as cursor:
-        if connection.vendor == "sqlite":
-            cursor.execute("EXPLAIN QUERY PLAN " + sql, params)
-        else:
-            cursor.execute("SET LOCAL enable_seqscan = off")  # a tiny test table: ask whether the index can serve
-            cursor.execute("EXPLAIN " + sql, params)
-        found = "\n".join(str(row) for row in cursor.fetchall())
+    found = query_plan(*unplanned_replies(now=timezone.now(), grace=timedelta(seconds=30)).query.sql_with_params())
     assert "message_unplanned_idx" in found, found
     assert "SCAN sessions_app_message" not in found and "Seq Scan on sessions_app_message" not in found, found
 
