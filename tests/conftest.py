@@ -80,6 +80,13 @@ def database_vendor() -> str:
 
 
 @pytest.fixture(autouse=True, scope="session")
+def _database_set_up_first(django_db_setup):
+    """Every worker's test database is made as the worker starts, not at its first test
+    that asks for it: under `--dist worksteal` a worker that takes the tests without the
+    database first made it minutes into the run, and that worker's database lost its tables."""
+
+
+@pytest.fixture(autouse=True, scope="session")
 def _flush_deletes_on_postgresql():
     """A test that commits (`transaction=True`) has the tables emptied after it by Django's
     flush, on PostgreSQL one TRUNCATE of every table: 0.6 to 1 s here, as each table gets
