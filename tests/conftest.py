@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import faulthandler
 import gc
+import os
 import uuid
 from dataclasses import dataclass
 
@@ -160,6 +161,35 @@ def _fresh_row_caches():
     held_windows_clear()
     yield
     row_caches_clear()
+
+
+_ENVIRONMENT_BEFORE: dict[str, str] = {}
+_ENVIRONMENT_OWN = frozenset({"PYTEST_CURRENT_TEST"})  # pytest's own, set for each phase
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item):
+    _ENVIRONMENT_BEFORE.clear()
+    _ENVIRONMENT_BEFORE.update(os.environ)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_teardown(item, nextitem):
+    """A test leaves the process's environment as it found it, once its fixtures (a
+    monkeypatch's too) are torn down. The processes later tests of the same worker start
+    inherit it: one test's scrub of DJANGO_* and of the run's Redis prefixes made every
+    later `qorven beat` of its worker report where no test looked."""
+    yield
+    before, after = dict(_ENVIRONMENT_BEFORE), dict(os.environ)
+    changed = sorted(name for name in (before.keys() | after.keys()) - _ENVIRONMENT_OWN
+                     if before.get(name) != after.get(name))
+    if changed:
+        for name in changed:
+            if name in before:
+                os.environ[name] = before[name]
+            else:
+                del os.environ[name]  # not the next test's to fail
+        pytest.fail(f"the test left the environment changed: {', '.join(changed)}", pytrace=False)
 
 
 @pytest.fixture(autouse=True)

@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 import re
 import uuid
+from collections.abc import MutableMapping
 
 KEPT = {"DATABASE_URL", "REDIS_URL", "DJANGO_SECRET_KEY"}
 SCRUBBED_PREFIXES = ("OPENAI_", "QORVEN_", "CELERY_", "DJANGO_")
@@ -22,33 +23,33 @@ SCRUBBED_SUFFIXES = ("_API_BASE",)  # TELEGRAM_API_BASE, SLACK_API_BASE, …
 SCRUBBED_PROXIES = ("http_proxy", "https_proxy", "all_proxy", "no_proxy")
 
 
-def _scrub() -> None:
-    for name in list(os.environ):
+def _scrub(environ: MutableMapping[str, str] = os.environ) -> None:
+    for name in list(environ):
         if name in KEPT:
             continue
         if name.startswith(SCRUBBED_PREFIXES) or name.endswith(SCRUBBED_SUFFIXES) or name.lower() in SCRUBBED_PROXIES:
-            del os.environ[name]
-    os.environ["QORVEN_ENV_FILE"] = ""  # no .env either (qorven.settings)
+            del environ[name]
+    environ["QORVEN_ENV_FILE"] = ""  # no .env either (qorven.settings)
     # Live groups of its own in Redis, for this run and the processes it starts: a group
     # membership an earlier run left (channels_redis keeps them a day) is not this run's,
     # though its database hands out the same session ids again.
     # So is the cache's: the servers a test starts count webchat visitors per address in
     # it, and an earlier run's count (10 an hour) refused this run's visitors.
     run = uuid.uuid4().hex[:8]
-    os.environ["QORVEN_LIVE_PREFIX"] = f"asgi-test-{run}"
-    os.environ["QORVEN_CACHE_PREFIX"] = f"qorven-test-{run}"
+    environ["QORVEN_LIVE_PREFIX"] = f"asgi-test-{run}"
+    environ["QORVEN_CACHE_PREFIX"] = f"qorven-test-{run}"
 
 
-def _redis_of_this_worker() -> None:
-    worker = os.environ.get("PYTEST_XDIST_WORKER", "")  # set by xdist before our options load
-    url = os.environ.get("REDIS_URL", "")
+def _redis_of_this_worker(environ: MutableMapping[str, str] = os.environ) -> None:
+    worker = environ.get("PYTEST_XDIST_WORKER", "")  # set by xdist before our options load
+    url = environ.get("REDIS_URL", "")
     if not worker.startswith("gw") or not url:
         return
     match = re.fullmatch(r"(redis://[^/?#]+)(?:/(\d*))?(.*)", url)
     if match is None:
         raise RuntimeError(f"REDIS_URL {url!r} is not a redis:// address a test worker can number")
     base, db, rest = match.groups()
-    os.environ["REDIS_URL"] = f"{base}/{int(db or 0) + int(worker[2:])}{rest}"
+    environ["REDIS_URL"] = f"{base}/{int(db or 0) + int(worker[2:])}{rest}"
 
 
 _scrub()

@@ -16,30 +16,28 @@ from tests import isolated_env
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def test_the_suite_reads_no_env_file_and_scrubs_the_developers_settings(monkeypatch):
+def test_the_suite_reads_no_env_file_and_scrubs_the_developers_settings():
     assert settings.ENV_FILE == "" and os.environ["QORVEN_ENV_FILE"] == ""
-    for name, value in {"OPENAI_API_KEY": "sk-real", "OPENAI_BASE_URL": "https://api.example/v1",
-                        "QORVEN_MODEL": "paid-model", "TELEGRAM_API_BASE": "https://api.telegram.example",
-                        "DJANGO_DEBUG": "1", "DATABASE_URL": "sqlite:///kept.sqlite3", "HOME": "/root"}.items():
-        monkeypatch.setenv(name, value)
-    isolated_env._scrub()
-    left = {n for n in ("OPENAI_API_KEY", "OPENAI_BASE_URL", "QORVEN_MODEL", "TELEGRAM_API_BASE", "DJANGO_DEBUG")
-            if n in os.environ}
-    assert left == set()
-    assert os.environ["DATABASE_URL"] == "sqlite:///kept.sqlite3" and os.environ["HOME"] == "/root"
+    environ = {"OPENAI_API_KEY": "sk-real", "OPENAI_BASE_URL": "https://api.example/v1",
+               "QORVEN_MODEL": "paid-model", "TELEGRAM_API_BASE": "https://api.telegram.example",
+               "DJANGO_DEBUG": "1", "DATABASE_URL": "sqlite:///kept.sqlite3", "HOME": "/root"}
+    isolated_env._scrub(environ)
+    assert environ.keys() & {"OPENAI_API_KEY", "OPENAI_BASE_URL", "QORVEN_MODEL", "TELEGRAM_API_BASE",
+                             "DJANGO_DEBUG"} == set()
+    assert environ["DATABASE_URL"] == "sqlite:///kept.sqlite3" and environ["HOME"] == "/root"
+    assert environ["QORVEN_ENV_FILE"] == ""
     # Redis keys of this run's own: an earlier run's live groups and cache counters are not read.
     run = os.environ["QORVEN_CACHE_PREFIX"].removeprefix("qorven-test-")
     assert len(run) == 8 and os.environ["QORVEN_LIVE_PREFIX"] == f"asgi-test-{run}"
 
 
-def test_the_developers_outbound_proxy_is_not_used_to_reach_the_suites_own_servers(monkeypatch):
+def test_the_developers_outbound_proxy_is_not_used_to_reach_the_suites_own_servers():
     """The fake model and platform servers listen on loopback; the host's own clients follow
     HTTP(S)_PROXY, so a developer's proxy got every request to them (and refused them)."""
     names = ("HTTP_PROXY", "https_proxy", "ALL_PROXY", "no_proxy")
-    for name in names:
-        monkeypatch.setenv(name, "http://proxy.corp.example:3128")
-    isolated_env._scrub()
-    assert [n for n in names if n in os.environ] == []
+    environ = dict.fromkeys(names, "http://proxy.corp.example:3128")
+    isolated_env._scrub(environ)
+    assert [n for n in names if n in environ] == []
 
 
 def read_setting(name: str, env: dict[str, str]) -> str:
@@ -58,7 +56,7 @@ def test_an_env_file_is_read_only_where_one_is_named(tmp_path):
     assert read_setting("QORVEN_MODEL", env) == ""  # the suite's processes: QORVEN_ENV_FILE is empty
 
 
-def test_each_test_worker_process_has_a_redis_database_of_its_own(monkeypatch):
+def test_each_test_worker_process_has_a_redis_database_of_its_own():
     """Under pytest-xdist, worker gwN adds N to the run's Redis database number, so one
     worker's Celery queues, cache and live groups are never another's."""
     for worker, url, expected in [
@@ -69,10 +67,9 @@ def test_each_test_worker_process_has_a_redis_database_of_its_own(monkeypatch):
         ("gw1", "redis://127.0.0.1:6379/3?health_check_interval=5", "redis://127.0.0.1:6379/4?health_check_interval=5"),
         ("", "redis://127.0.0.1:6379/3", "redis://127.0.0.1:6379/3"),  # not under xdist: as given
     ]:
-        monkeypatch.setenv("PYTEST_XDIST_WORKER", worker)
-        monkeypatch.setenv("REDIS_URL", url)
-        isolated_env._redis_of_this_worker()
-        assert os.environ["REDIS_URL"] == expected, (worker, url)
+        environ = {"PYTEST_XDIST_WORKER": worker, "REDIS_URL": url}
+        isolated_env._redis_of_this_worker(environ)
+        assert environ["REDIS_URL"] == expected, (worker, url)
 
 
 @pytest.mark.skipif(not settings.REDIS_URL, reason="the cache is this process's own memory without REDIS_URL")
