@@ -37,9 +37,10 @@ class Seam(NamedTuple):
 
 
 class Seams(Protocol):
-    def cut(self, start: int, hard: int) -> int:
+    def cut(self, start: int, hard: int, part: int) -> int:
         """Where to cut the text's prose between offsets `start` and `hard` (in both
-        excluded and included): the piece before it must end at or before `hard`."""
+        excluded and included): the piece before it must end at or before `hard`. `part`:
+        how much a part holds (the next, begun by what `mend` opens it with, is that long)."""
         ...
 
     def mend(self, at: int) -> Seam:
@@ -67,7 +68,7 @@ class Verbatim:
         self.text = text
         self.code = code
 
-    def cut(self, start: int, hard: int) -> int:
+    def cut(self, start: int, hard: int, part: int) -> int:
         for sep in ("\n", " "):
             cut = self.text.rfind(sep, start + 1, hard)
             if cut > start:
@@ -298,7 +299,7 @@ def split_message(text: str, limit: int, *, size: Size = len, min_fill: int = 20
                 flush()
                 continue
             fits = _fit(text[start:end], room, size)
-            cut = max(start + 1, min(seams.cut(start, start + fits), end))
+            cut = max(start + 1, min(seams.cut(start, start + fits, limit), end))
             seam = seams.mend(cut)
             head = seams.take(start, cut, since)
             if seam.closing:  # what it adds may pass the limit: the caller measures what it writes

@@ -131,7 +131,7 @@ class MarkdownSeams:
         self.fences: list[_Fence] = []  # code blocks in a quote or a list item
         self._shorter: dict[_Region, str] = {}  # inline code over lines: what its later pieces open it with
         self._start = 0  # where the piece being cut begins
-        self._room = len(text)  # how long the piece being cut may be
+        self._part = len(text)  # how much a part holds
         self._cursor: dict[int, int] = {}
         self.env = dict(env or {})
         self._read: dict[str, tuple[Reading, bool]] = {}
@@ -380,11 +380,11 @@ class MarkdownSeams:
         return markers[rank].start(1), markers[rank].group(1)
 
     # --- channels_app.split.Seams ---
-    def cut(self, start: int, hard: int) -> int:
+    def cut(self, start: int, hard: int, part: int) -> int:
         # In the piece's second half the best kind of cut, the latest of its kind; else the
         # latest there is (a piece cut short to stay clean is a part sent near empty).
         middle = start + (hard - start) // 2
-        self._room = hard - start
+        self._part = part
         self._start = start
         ranked: list[tuple[int, int]] = []  # the second half's cuts: (rank, -offset), checked best first
         piece = self.text[start:hard]
@@ -688,10 +688,10 @@ class MarkdownSeams:
             line = self.text[self.starts[bisect_right(self.starts, at) - 1]:at]
             quoted = line[:len(line) - len(line.lstrip(" \t>"))][:4 + 2 * line.count(">")]
         closing = "".join(self._closing(r) for r in reversed(inside))
-        # A table's rows go on under its header, written again (when it takes at most half a piece);
-        # one in a list item under the item's "- …" line, the header at the item's indent.
+        # A table's rows go on under its header, written again when a part holds it with the row
+        # after the cut; one in a list item under the item's "- …" line, the header at the item's indent.
         header = next((header for low, high, header in self.tables if low < at <= high), "")
-        if 2 * len(header) > self._room:
+        if len(header) + len(quoted) + len(self.text[at:self._line_end(bisect_right(self.starts, at) - 1)]) >= self._part:
             header = ""
         opening = header + quoted if not quoted.endswith("\n") else quoted + header
         return Seam(_closed(self.text[:at].rstrip(), closing), opening + "".join(self._shorter.get(r, r.opening)

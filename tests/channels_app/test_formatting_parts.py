@@ -451,6 +451,26 @@ def test_a_table_cut_over_discord_parts_is_a_markdown_table_in_each():
         assert "<table>" in __import__("markdown_it").MarkdownIt("commonmark").enable("table").render(table)
 
 
+LONG_HEADER = ("| name of the first column | name of the second column |\n|---|---|\n"
+               + "".join(f"| row {n} left | row {n} right |\n" for n in range(12)))
+
+
+@pytest.mark.parametrize("kind", ["telegram", "slack", "whatsapp", "discord"])
+def test_a_table_whose_header_takes_much_of_a_part_shows_it_first_in_every_part(kind):
+    """The header was written again only where it took at most half of what was left of the
+    piece being cut; after a part begun with it, less was left, and the next part's rows
+    were lines of text between "|"s, under no header."""
+    adapter = adapter_for(kind)
+    parts = reply_parts(LONG_HEADER, style=adapter.style, limit=150, size=adapter.length, markdown=True)
+    seen = [visible_text(part) if kind == "telegram" else shown(part) for part in parts]
+    assert len(seen) >= 3
+    for part in seen:
+        assert part.lstrip("*|_ ").startswith("name of the first column"), part
+        assert adapter.length(part if kind != "telegram" else visible_text(part)) <= 150
+    rows = [re.sub(r"[|*_ ]+", " ", line).strip() for part in seen for line in part.splitlines() if "row" in line]
+    assert rows == [f"row {n} left row {n} right" for n in range(12)]  # every row once, in order
+
+
 _ROWS = "".join(f"| thing number {n} | {n}.50 € |\n" for n in range(12))
 QUOTED_TABLE = "> | item | price |\n> |---|---|\n" + _ROWS.replace("| thing", "> | thing")
 LISTED_TABLE = "- list:\n\n  | item | price |\n  |---|---|\n" + _ROWS.replace("| thing", "  | thing")
