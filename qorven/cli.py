@@ -55,8 +55,8 @@ def _run(argv: list[str]) -> int:
     if len(argv) == 3 and argv[1] == "help" and not argv[2].startswith("-"):
         argv = [argv[0], argv[2], "--help"]  # `qorven help collapse-sessions`, by the name the docs give
     name = argv[1].replace("-", "_") if len(argv) > 1 and not argv[1].startswith("-") else ""
-    if name == "runserver":
-        print(_runserver_refused(argv), file=sys.stderr)
+    if name in REFUSED:
+        print(REFUSED[name](argv), file=sys.stderr)
         return 1
     commands = get_commands()
     if name in commands and commands[name] in _own_app_names():
@@ -71,17 +71,13 @@ def _run(argv: list[str]) -> int:
     return 0
 
 
-# Django's commands that would run a half-working Qorven, refused with what to run instead.
-REFUSED = ("runserver",)
-
-
 def _runserver_refused(argv: list[str]) -> str:
     """Why `runserver` does not start, and the `serve` that serves the same address.
     Django's runserver is a WSGI server: the pages load but the chat page's WebSocket gets a
     404, and no heartbeat fires (the embedded beat is `serve`'s)."""
     from django.core.management.commands.runserver import naiveip_re
 
-    program = "python manage.py" if os.path.basename(argv[0]) == "manage.py" else "qorven"
+    program = _program(argv)
     serve = f"{program} serve"
     given = [arg for arg in argv[2:] if not arg.startswith("-")]
     address = naiveip_re.match(given[0]) if given else None
@@ -91,6 +87,27 @@ def _runserver_refused(argv: list[str]) -> str:
     return (f"{program} runserver is Django's development server, which serves no WebSockets (the chat page "
             "loads but never goes live) and fires no heartbeats. Serve Qorven, pages and live chat, "
             f"with: {serve}   (`make run` does, on the embedded default)")
+
+
+def _program(argv: list[str]) -> str:
+    return "python manage.py" if os.path.basename(argv[0]) == "manage.py" else "qorven"
+
+
+def _testserver_refused(argv: list[str]) -> str:
+    return (f"{_program(argv)} testserver is Django's development server on a test database, which serves no "
+            "WebSockets and fires no heartbeats. Serve Qorven with: "
+            f"{_program(argv)} serve   (`make run` does, on the embedded default)")
+
+
+def _runworker_refused(argv: list[str]) -> str:
+    return (f"{_program(argv)} runworker runs Channels' worker for channel-layer consumers, of which Qorven has "
+            f"none: it would answer nothing. The worker that runs turns and sends replies is: {_program(argv)} "
+            "worker   (on the embedded default `serve` runs them itself)")
+
+
+# Django's and Channels' commands that would run a half-working Qorven (or nothing of it),
+# refused with what to run instead.
+REFUSED = {"runserver": _runserver_refused, "testserver": _testserver_refused, "runworker": _runworker_refused}
 
 
 def _missing_table(exc: Exception) -> bool:

@@ -326,6 +326,20 @@ def test_runserver_points_to_serve_instead_of_serving_pages_without_their_live_c
     assert "runserver" not in run().stdout  # not offered among the commands that work
 
 
+def test_runworker_and_testserver_point_to_the_commands_that_do_what_they_sound_like():
+    """`qorven runworker` is Channels' worker for channel-layer consumers, of which Qorven has
+    none: an operator looking for the worker got one that answered nothing. `testserver`
+    is Django's development server again, on a test database."""
+    worker, served, listed = run_each((("runworker", "chat"), {"DJANGO_SECRET_KEY": "x"}),
+                                      (("testserver", "--noinput"), {"DJANGO_SECRET_KEY": "x"}), ((), {}))
+    assert worker.returncode == 1 and "qorven worker" in worker.stderr and "Traceback" not in worker.stderr, \
+        worker.stderr[-800:]
+    assert served.returncode == 1 and "qorven serve" in served.stderr and "Traceback" not in served.stderr, \
+        served.stderr[-800:]
+    theirs = listed.stdout[listed.stdout.index("Django's commands"):]
+    assert "runworker" not in theirs and "testserver" not in theirs
+
+
 def test_a_command_on_a_database_never_migrated_says_to_migrate_first(tmp_path):
     """`qorven bootstrap` (or token, bind, pair…) on a new database ended in a traceback,
     "no such table: qorven_tenant"."""
