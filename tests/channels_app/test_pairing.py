@@ -4,6 +4,7 @@ from __future__ import annotations
 import io
 import json
 from datetime import timedelta
+from zoneinfo import ZoneInfo
 
 import pytest
 from django.core.management import call_command
@@ -234,6 +235,22 @@ def test_pair_list_shows_pending_requests(client, world, telegram, platform, dra
     out = io.StringIO()
     call_command("pair", "list", "--tenant", "acme", stdout=out)
     assert PairingRequest.objects.get().code in out.getvalue() and "Ravi" in out.getvalue()
+
+
+def test_pair_list_shows_when_a_code_expires_in_the_workspaces_timezone_and_names_it(
+    client, world, telegram, platform, drain
+):
+    """The expiry was UTC with nothing saying so: in Tokyo a code shown as expiring at
+    10:15 had expired at 19:15 local time, nine hours before the host read it."""
+    world.tenant_a.timezone = "Asia/Tokyo"
+    world.tenant_a.save(update_fields=["timezone"])
+    post_telegram(client, telegram_update("hi", first_name="Ravi"))
+    drain()
+    out = io.StringIO()
+    call_command("pair", "list", "--tenant", "acme", stdout=out)
+    expires = PairingRequest.objects.get().expires_at.astimezone(ZoneInfo("Asia/Tokyo"))
+    assert expires.strftime("%Y-%m-%d %H:%M") in out.getvalue()
+    assert "Asia/Tokyo" in out.getvalue()
 
 
 def test_the_log_names_a_paired_or_unpaired_sender_by_identity_not_by_number(

@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+from zoneinfo import ZoneInfo
+
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError
 from rich.console import Console
@@ -81,12 +83,13 @@ class Command(BaseCommand):
             return
         if action == "list":
             table = Table(title=f"Pending pairing requests of {tenant.slug}")
-            for col in ("code", "channel", "sender", "name", "expires"):
+            # When a code expires, in the workspace's own time, which the column names.
+            for col in ("code", "channel", "sender", "name", f"expires ({tenant.timezone})"):
                 table.add_column(col)
             rows = pairing_pending(tenant=tenant)
             for r in rows:
                 table.add_row(r.code, r.channel, r.external_id, r.identity.display_name,
-                              r.expires_at.strftime("%Y-%m-%d %H:%M"))
+                              r.expires_at.astimezone(ZoneInfo(tenant.timezone)).strftime("%Y-%m-%d %H:%M"))
             Console(file=self.stdout, width=100).print(table if rows else "No pending requests.")
             return
         try:
