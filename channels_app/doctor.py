@@ -26,6 +26,7 @@ from qorven.runtime.mail import EMAIL_URL_EXAMPLE, SMTP_BACKEND, mail_server_pro
 
 from .adapters import adapter_for
 from .adapters.base import platform_client
+from .adapters.sms import SHORT_CODE
 from .adapters.telegram import ALLOWED_UPDATES
 from .models import ChannelBinding
 
@@ -280,7 +281,8 @@ def _sms(binding: ChannelBinding, subject: str) -> list[Check]:
     sid, number = binding.credentials.get("account_sid", ""), binding.lookup_key
     problem = adapter.account_proof(binding.credentials)
     if problem is None:
-        return [Check("channel", subject, True, f"the Twilio account {sid} has the number {number}")]
+        what = "short code" if SHORT_CODE.fullmatch(number) else "number"
+        return [Check("channel", subject, True, f"the Twilio account {sid} has the {what} {number}")]
     if not problem.refused:
         return [Check("channel", subject, False, f"Twilio could not confirm the account ({problem.why})",
                       "check this server's network access to the Twilio API, then run `qorven doctor` again")]

@@ -129,6 +129,16 @@ def test_an_sms_binding_is_asked_of_twilio(world, sms, platform):
     assert asked.path.endswith("IncomingPhoneNumbers.json?PhoneNumber=%2B15550001111")
 
 
+def test_an_sms_binding_on_a_short_code_is_said_to_be_one(world, platform):
+    binding_create(tenant=world.tenant_a, qor=world.qor_a, kind="sms",
+                   credentials={"number": "894546", "account_sid": "AC123", "auth_token": "twilio-token"})
+    platform.default(r"/twilio/2010-04-01/Accounts/AC123/SMS/ShortCodes.json",
+                     Canned(body={"short_codes": [{"sid": "SC1", "short_code": "894546"}]}))
+    report, _ = doctor()
+    (check,) = checks_of(report, "channel")
+    assert check["ok"] and check["detail"] == "the Twilio account AC123 has the short code 894546", check
+
+
 BIND_SMS = "qorven bind sms --tenant acme --qor aria --number +15550001111"
 
 
