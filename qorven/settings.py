@@ -40,9 +40,11 @@ DEBUG = env.bool("DJANGO_DEBUG", default=False)
 _DATABASE = env.database("DATABASE_URL", default=f"sqlite:///{BASE_DIR / 'db.sqlite3'}", root=BASE_DIR)
 SECRET_KEY = env.str("DJANGO_SECRET_KEY", default="")
 if not SECRET_KEY:
-    if env.str("DATABASE_URL", default=""):
-        raise environ.ImproperlyConfigured("Set DJANGO_SECRET_KEY when DATABASE_URL is set.")
-    # The embedded default makes its own key once and keeps it beside the SQLite file.
+    # Every process of a server database's layout, on however many machines, needs the one
+    # key; a SQLite file's are on this machine and share the key the embedded default keeps.
+    if not _DATABASE["ENGINE"].endswith("sqlite3"):
+        raise environ.ImproperlyConfigured("Set DJANGO_SECRET_KEY when DATABASE_URL names a database server.")
+    # The embedded default makes its own key once and keeps it in the project folder.
     _key_file = BASE_DIR / ".secret-key"
     if not _key_file.exists():
         import secrets
