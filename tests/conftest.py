@@ -83,8 +83,14 @@ def database_vendor() -> str:
 @pytest.fixture(autouse=True, scope="session")
 def _database_set_up_first(django_db_setup):
     """Every worker's test database is made as the worker starts, not at its first test
-    that asks for it: under `--dist worksteal` a worker that takes the tests without the
-    database first made it minutes into the run, and that worker's database lost its tables."""
+    that asks for it. Under `--dist worksteal` a worker that took the tests without the
+    database first made it minutes into the run, after one of those tests had tried a query:
+    Django's PostgreSQL backend makes its connection pool as a cursor is asked for, before
+    pytest-django refuses the connection, so the pool was made for the base database `test`.
+    Making the test database does not close a pool (only cloning and destroying one do), so
+    the migrations and every later query of that worker ran on `test`, while the processes
+    its tests started, given the test database's name, found it empty: "relation
+    qorven_tenant does not exist", 150 to 240 errors a run."""
 
 
 @pytest.fixture(autouse=True, scope="session")
