@@ -58,6 +58,7 @@ class ServerLink:
         self.http = httpx.Client(base_url=self.base, timeout=30.0,
                                  headers={"Authorization": f"Bearer {self.token}"})
         self._closed = threading.Event()
+        self._revoked = False
         self._renewer = threading.Thread(target=self._renew, name="qorven-chat-token", daemon=True)
         self._renewer.start()
 
@@ -132,13 +133,22 @@ class ServerLink:
     def socket_headers(self) -> dict[str, str]:
         return {"Authorization": f"Bearer {self.token}"}
 
+    def revoke(self) -> None:
+        """Sign this terminal out: its token is refused from now on. Once; the first thing
+        done on the way out, before waiting for threads to end: a window closed may be
+        followed by a SIGKILL, and a process killed before this leaves a working token."""
+        if self._revoked:
+            return
+        self._revoked = True
+        ApiToken.objects.filter(pk=self.token_row.pk).update(revoked_at=timezone.now())
+
     def close(self) -> None:
         if self._closed.is_set():  # left already (the follower stops once more on the way out)
             return
         self._closed.set()
+        self.revoke()
         self._renewer.join(timeout=5)
         self.http.close()
-        ApiToken.objects.filter(pk=self.token_row.pk).update(revoked_at=timezone.now())
 
 
 class SocketFollower(Follower):
@@ -174,7 +184,7 @@ class SocketFollower(Follower):
                     attempt = 0
                     await self._read(socket)
             except websockets.ConnectionClosed as exc:
-                if exc.rcvd is not None and exc.rcvd.code == SIGNED_OUT:
+                if exc.rcvd is not None and exc.rcvd.code == SIGNED_OUT and not self._stop.is_set():
                     self._notice("Signed out of the server: this terminal's token is no longer valid.")
                     self.signed_out.set()
                     return
@@ -226,5 +236,7 @@ class SocketFollower(Follower):
                    "sender_name": "", "created_at": timezone.now().isoformat()})
 
     def stop(self) -> None:
+        self._stop.set()
+        self.link.revoke()  # before the socket's thread is waited for (up to 5 s)
         super().stop()
         self.link.close()
