@@ -22,7 +22,7 @@ from heartbeats_app.models import Heartbeat, HeartbeatRun
 from sessions_app.models import Message
 
 from ..factories.heartbeats_app import beat
-from ..processes import Processes, wait_for
+from ..processes import Processes, process_env, wait_for
 from ..fakes.model_server import reply
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -116,3 +116,21 @@ def test_the_doctor_sees_one_beat_running_and_none_once_it_stops(world, start_pr
     assert beats_alive() == []  # withdrawn as it stopped, not left to lapse
     (check,) = doctor_checks(areas=frozenset({"beat"}))
     assert not check.ok and "start exactly one `qorven beat`" in check.fix
+
+
+@pytest.mark.parametrize(("level", "shown", "left_out"), [
+    ("DEBUG", "Sending due task __qorven_sweep__", ""),
+    ("WARNING", "", "beat: Starting"),
+])
+def test_qorven_beat_logs_at_the_level_qorven_log_level_sets(world, processes, level, shown, left_out):
+    """`qorven beat` logged at INFO whatever QORVEN_LOG_LEVEL said (its --loglevel defaulted
+    to INFO): at DEBUG the upkeep tasks sent, which the README says DEBUG shows, never were;
+    at WARNING its INFO lines still were."""
+    env = process_env(QORVEN_LOG_LEVEL=level, QORVEN_SWEEP_INTERVAL="1")
+    beat_process = processes.start("beat", "--max-interval", "1", "--no-sync", env=env)
+    if shown:
+        beat_process.wait_for_line(shown, timeout=60)
+    else:
+        assert wait_for(lambda: beats_alive(), 60, processes=processes), beat_process.output
+        time.sleep(2)  # two sweeps sent meanwhile
+        assert left_out not in beat_process.output and " INFO " not in beat_process.output, beat_process.output

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
 from qorven.runtime.arguments import seconds
@@ -15,7 +16,8 @@ class Command(BaseCommand):
     )
 
     def add_arguments(self, parser):
-        parser.add_argument("--loglevel", "-l", default="INFO", help="log level (default INFO)")
+        parser.add_argument("--loglevel", "-l", default=settings.QORVEN_LOG_LEVEL,
+                            help="log level (default QORVEN_LOG_LEVEL, INFO)")
         parser.add_argument(
             "--max-interval", type=seconds(more_than_zero=True), default=5.0,
             help="longest sleep between schedule checks, seconds (default 5)",

@@ -21,7 +21,8 @@ class Command(BaseCommand):
     def add_arguments(self, parser):
         parser.add_argument("--concurrency", "-c", type=whole_number(1, 10_000), default=settings.QORVEN_WORKER_CONCURRENCY,
                             help="tasks at once (default QORVEN_WORKER_CONCURRENCY, 4)")
-        parser.add_argument("--loglevel", "-l", default="INFO", help="log level (default INFO)")
+        parser.add_argument("--loglevel", "-l", default=settings.QORVEN_LOG_LEVEL,
+                            help="log level (default QORVEN_LOG_LEVEL, INFO)")
         parser.add_argument("--metrics-port", type=whole_number(0, 65535), default=settings.QORVEN_WORKER_METRICS_PORT,
                             help="serve this worker's Prometheus metrics (turns, model calls, of all its "
                                  "processes) on this port (default QORVEN_WORKER_METRICS_PORT; 0: off)")
