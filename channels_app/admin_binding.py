@@ -14,7 +14,7 @@ from typing import Any
 
 from django import forms
 
-from .adapters import ADAPTERS
+from .adapters import ADAPTERS, adapter_for
 from .models import ChannelBinding
 
 
@@ -96,6 +96,8 @@ class _BindingFormBase(forms.ModelForm):
     def save(self, commit: bool = True) -> ChannelBinding:
         binding = super().save(commit=False)
         binding.credentials, binding.lookup_key = self._credentials, self._lookup
+        adapter = adapter_for(binding.kind)
+        binding.verify_key = adapter.verify_key(binding.credentials) if adapter is not None else ""
         if not binding.name:
             binding.name = binding.kind
         if commit:

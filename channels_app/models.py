@@ -41,6 +41,9 @@ class ChannelBinding(TimestampedModel):
     # Tokens, app secrets, signing keys. Never shown in lists or written to logs.
     credentials = models.JSONField(default=dict, blank=True)
     webhook_secret = models.CharField(max_length=255, blank=True, default="")
+    # The SHA-256 of the secret a platform's handshake names the binding by, and nothing
+    # else (WhatsApp's verify token): found by an index, not by reading every binding.
+    verify_key = models.CharField(max_length=64, blank=True, default="", editable=False)
     unpaired_response = models.CharField(
         max_length=8, choices=UnpairedResponse.choices, default=UnpairedResponse.CODE
     )
@@ -57,6 +60,8 @@ class ChannelBinding(TimestampedModel):
     class Meta:
         ordering = ["tenant", "kind", "name"]
         constraints = [models.UniqueConstraint(fields=["kind", "lookup_key"], name="binding_unique_lookup")]
+        indexes = [models.Index(fields=["kind", "verify_key"], name="binding_verify_idx",
+                                condition=~models.Q(verify_key=""))]
 
     def __str__(self) -> str:
         return f"{self.kind}:{self.name or self.pk}"

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from django.contrib.auth.models import User
-from django.db.models import OuterRef, Q, Subquery
+from django.db.models import OuterRef, Q, QuerySet, Subquery
 
 from qorven.runtime.prepared_read import PreparedRead
 from tenancy.models import Membership, Qor, Tenant
@@ -18,6 +18,17 @@ def telegram_secret_of(*, tenant: Tenant, qor: Qor, token: str) -> str:
         if isinstance(credentials, dict) and credentials.get("token") == token and credentials.get("secret"):
             return str(credentials["secret"])
     return ""
+
+
+def bindings_by_verify_token(*, kind: str, token: str) -> QuerySet[ChannelBinding]:
+    """The enabled bindings of `kind` whose handshake secret (WhatsApp's verify token) has
+    the digest of `token`, read through its index: the caller still compares the secret.
+    A handshake names no workspace, so this reads across them."""
+    from .adapters.base import secret_digest
+
+    # The index's own condition restated: SQLite uses a partial index only for a query that says it.
+    return (ChannelBinding.objects.filter(~Q(verify_key=""), kind=kind, verify_key=secret_digest(token), enabled=True)
+            .order_by()[:1])
 
 
 def identities_of_person(*, tenant: Tenant, user: User, after_id: int = 0, limit: int = 500) -> list[Identity]:

@@ -49,6 +49,7 @@ def binding_create(
     binding.qor = qor
     binding.name = name or binding.name or kind
     binding.credentials = {**binding.credentials, **clean}
+    binding.verify_key = adapter.verify_key(binding.credentials)
     if unpaired_response is not None:
         binding.unpaired_response = unpaired_response
     if group_answers is not None:

@@ -131,6 +131,11 @@ class Adapter:
         """Fill in what Qorven makes itself (a webchat's key and secret)."""
         return credentials
 
+    def verify_key(self, credentials: dict[str, str]) -> str:
+        """ChannelBinding.verify_key for these credentials: the digest of the secret a
+        handshake names the binding by alone ("" when the platform's has none)."""
+        return ""
+
     def credentials_problem(self, credentials: dict[str, str]) -> tuple[str, str] | None:
         """(credential, what is wrong with it) for a value that would be misread (a typo
         taken for a setting), which is refused, not stored; None when all is well."""

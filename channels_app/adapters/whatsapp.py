@@ -20,6 +20,7 @@ from ..formatting import WHATSAPP
 from ..inbound import InboundImage, InboundMedia, InboundMessage
 from ..json_body import json_body
 from ..models import ChannelBinding
+from ..selectors import bindings_by_verify_token
 from .base import (
     AccountProblem,
     Adapter,
@@ -34,6 +35,7 @@ from .base import (
     media_url_allowed,
     proof_answer,
     same_secret,
+    secret_digest,
     send_unreachable,
 )
 
@@ -79,11 +81,15 @@ class WhatsAppAdapter(Adapter):
             return exc.problem
         return None if isinstance(node, dict) and str(node.get("id", "")) == number_id else refused
 
+    def verify_key(self, credentials: dict[str, str]) -> str:
+        token = str(credentials.get("verify_token", "") or "")
+        return secret_digest(token) if token else ""
+
     def handle_get(self, request: HttpRequest) -> HttpResponse:
         token = request.GET.get("hub.verify_token", "")
         if request.GET.get("hub.mode") != "subscribe" or not token:
             return json_error(400, "bad verification request")
-        for binding in ChannelBinding.objects.filter(kind=self.kind, enabled=True):
+        for binding in bindings_by_verify_token(kind=self.kind, token=token):
             expected = str(binding.credentials.get("verify_token", ""))
             if expected and same_secret(expected, token):
                 return HttpResponse(request.GET.get("hub.challenge", ""), content_type="text/plain")

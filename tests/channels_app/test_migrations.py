@@ -101,3 +101,25 @@ def test_existing_bindings_answer_only_paired_people_in_groups(schema):
 
     assert ChannelBinding.objects.filter(pk=pk).values_list("group_answers", "unpaired_response").get() == (
         "paired", "ignore")
+
+
+def test_a_whatsapp_binding_made_before_the_verify_key_answers_metas_handshake(schema, client):
+    before = [("channels_app", "0013_binding_group_answers")]
+    apps = schema.to(before).loader.project_state(before).apps
+    Tenant, Qor = apps.get_model("qorven", "Tenant"), apps.get_model("qorven", "Qor")
+    Binding = apps.get_model("channels_app", "ChannelBinding")
+    tenant = Tenant.objects.create(name="Acme", slug="acme")
+    qor = Qor.objects.create(tenant=tenant, name="Aria", slug="aria")
+    Binding.objects.create(tenant=tenant, qor=qor, kind="whatsapp", lookup_key="1055",
+                           credentials={"phone_number_id": "1055", "token": "t", "app_secret": "s",
+                                        "verify_token": "kept-verify"})
+    Binding.objects.create(tenant=tenant, qor=qor, kind="telegram", lookup_key="k", credentials={"token": "x"})
+
+    schema.latest()
+
+    answer = client.get("/v1/webhooks/whatsapp", {"hub.mode": "subscribe", "hub.verify_token": "kept-verify",
+                                                   "hub.challenge": "31"})
+    assert (answer.status_code, answer.content) == (200, b"31")
+    from channels_app.models import ChannelBinding
+
+    assert ChannelBinding.objects.get(kind="telegram").verify_key == ""

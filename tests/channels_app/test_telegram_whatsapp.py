@@ -6,11 +6,14 @@ from django.db import transaction
 
 from channels_app.adapters.telegram import MAX_PHOTO_BYTES
 from channels_app.models import InboundEvent, OutboundDelivery
+from channels_app.selectors import bindings_by_verify_token
+from channels_app.services import binding_create
 from sessions_app.models import Image, Message, Session
 
 from ..fakes.model_server import reply
 from ..fakes.platform_server import Canned
 from ..fakes.telegram_html import visible_text
+from ..query_plans import query_plan
 from .conftest import pair
 from .payloads import post_telegram, post_whatsapp, telegram_update, whatsapp_body
 from .test_undelivered_reply import ON_THE_WEB as UNSEEN  # our notice that a reply did not get there
@@ -278,6 +281,25 @@ def test_whatsapp_verification_handshake(client, world, whatsapp):
     bad = client.get("/v1/webhooks/whatsapp", {"hub.mode": "subscribe", "hub.verify_token": "nope",
                                                 "hub.challenge": "x"})
     assert bad.status_code == 403
+
+
+def test_whatsapp_verification_finds_its_binding_by_an_index_not_by_reading_every_one(client, world, whatsapp):
+    """Meta's handshake names no account, only the verify token: every enabled WhatsApp
+    binding of every workspace was read and compared, for each unsigned GET anyone sent."""
+    for n in range(5):
+        binding_create(tenant=world.tenant_b, qor=world.qor_b, kind="whatsapp",
+                       credentials={"phone_number_id": f"20{n}", "token": "t", "app_secret": "s",
+                                    "verify_token": f"globex-verify-{n}"})
+    ok = client.get("/v1/webhooks/whatsapp", {"hub.mode": "subscribe", "hub.verify_token": "globex-verify-3",
+                                               "hub.challenge": "77"})
+    assert ok.status_code == 200 and ok.content == b"77"
+    found = bindings_by_verify_token(kind="whatsapp", token="globex-verify-3")
+    assert "binding_verify_idx" in query_plan(*found.query.sql_with_params())
+    whatsapp.enabled = False
+    whatsapp.save(update_fields=["enabled"])
+    off = client.get("/v1/webhooks/whatsapp", {"hub.mode": "subscribe", "hub.verify_token": "wa-verify",
+                                                "hub.challenge": "x"})
+    assert off.status_code == 403
 
 
 def test_whatsapp_message_gets_a_reply_through_the_graph_api(client, world, whatsapp, platform, model_server, drain):
