@@ -84,15 +84,20 @@ def test_the_sent_parts_index_is_built_without_holding_up_replies(schema):
     assert indexes()["delivery_sent_idx"]["columns"] == ["sent_at"]
 
 
+def _acme_aria_at(schema, before):
+    """The schema migrated back to `before`, with acme and its Qor aria made in it: the
+    historical ChannelBinding model, the tenant and the Qor."""
+    apps = schema.to(before).loader.project_state(before).apps
+    Tenant, Qor = apps.get_model("qorven", "Tenant"), apps.get_model("qorven", "Qor")
+    tenant = Tenant.objects.create(name="Acme", slug="acme")
+    qor = Qor.objects.create(tenant=tenant, name="Aria", slug="aria")
+    return apps.get_model("channels_app", "ChannelBinding"), tenant, qor
+
+
 def test_existing_bindings_answer_only_paired_people_in_groups(schema):
     """A binding made before the setting existed answered any stranger's mention in a group;
     once migrated it answers paired people there, as a new one does."""
-    before = [("channels_app", "0012_delivery_sent_idx")]
-    apps = schema.to(before).loader.project_state(before).apps
-    Tenant, Qor = apps.get_model("qorven", "Tenant"), apps.get_model("qorven", "Qor")
-    Binding = apps.get_model("channels_app", "ChannelBinding")
-    tenant = Tenant.objects.create(name="Acme", slug="acme")
-    qor = Qor.objects.create(tenant=tenant, name="Aria", slug="aria")
+    Binding, tenant, qor = _acme_aria_at(schema, [("channels_app", "0012_delivery_sent_idx")])
     pk = Binding.objects.create(tenant=tenant, qor=qor, kind="telegram", lookup_key="k", unpaired_response="ignore").pk
 
     schema.latest()
@@ -104,12 +109,7 @@ def test_existing_bindings_answer_only_paired_people_in_groups(schema):
 
 
 def test_a_whatsapp_binding_made_before_the_verify_key_answers_metas_handshake(schema, client):
-    before = [("channels_app", "0013_binding_group_answers")]
-    apps = schema.to(before).loader.project_state(before).apps
-    Tenant, Qor = apps.get_model("qorven", "Tenant"), apps.get_model("qorven", "Qor")
-    Binding = apps.get_model("channels_app", "ChannelBinding")
-    tenant = Tenant.objects.create(name="Acme", slug="acme")
-    qor = Qor.objects.create(tenant=tenant, name="Aria", slug="aria")
+    Binding, tenant, qor = _acme_aria_at(schema, [("channels_app", "0013_binding_group_answers")])
     Binding.objects.create(tenant=tenant, qor=qor, kind="whatsapp", lookup_key="1055",
                            credentials={"phone_number_id": "1055", "token": "t", "app_secret": "s",
                                         "verify_token": "kept-verify"})
