@@ -92,7 +92,9 @@ class Processes:
     def worker(self, env: dict[str, str], *, concurrency: int = 2, wait: bool = True) -> Process:
         """`qorven worker`, once it consumes; not `wait`, at once (what else the test
         starts starts meanwhile): then `wait_for_line(WORKER_READY)` before relying on it."""
-        proc = self.start("worker", "--concurrency", str(concurrency), env=env)
+        # At INFO whatever QORVEN_LOG_LEVEL the test gives its processes: Celery's " ready."
+        # is an INFO line.
+        proc = self.start("worker", "--concurrency", str(concurrency), "--loglevel", "INFO", env=env)
         if wait:
             proc.wait_for_line(WORKER_READY)
         return proc
