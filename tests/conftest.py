@@ -8,6 +8,7 @@ from __future__ import annotations
 import faulthandler
 import gc
 import os
+import sys
 import uuid
 from dataclasses import dataclass
 
@@ -91,6 +92,19 @@ def _database_set_up_first(django_db_setup):
     the migrations and every later query of that worker ran on `test`, while the processes
     its tests started, given the test database's name, found it empty: "relation
     qorven_tenant does not exist", 150 to 240 errors a run."""
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _no_processes_left(_database_set_up_first):
+    """What a test started and left running is killed as the run ends, before its test
+    database is dropped (a process still connected keeps it, and the next run could not
+    make it again: every test of that worker failed)."""
+    yield
+    from .processes import processes_left_kill
+
+    left = processes_left_kill()
+    if left:
+        print(f"\nkilled {len(left)} processes tests left running: {left}", file=sys.stderr)
 
 
 @pytest.fixture(autouse=True, scope="session")

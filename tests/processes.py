@@ -48,6 +48,25 @@ def process_env(model_server=None, **extra: str) -> dict[str, str]:
 WORKER_READY = " ready."  # what `qorven worker` prints once it consumes
 
 
+_STARTED: list[subprocess.Popen] = []  # every Process of this test process, for processes_left_kill
+
+
+def processes_left_kill() -> list[list[str]]:
+    """SIGKILL to the process groups a test started and left running (its clean-up failed
+    before it stopped them); run as the test process ends. Left, a server, a worker and a
+    beat of one run kept connections to its test database, whose name the next run's
+    worker then could not make again. Returns their command lines."""
+    left = [popen for popen in _STARTED if popen.poll() is None]
+    for popen in left:
+        try:
+            os.killpg(popen.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            continue
+        popen.wait(10)
+    _STARTED.clear()
+    return [list(map(str, popen.args)) for popen in left]  # type: ignore[arg-type]
+
+
 class Process:
     """A running `qorven …` and the lines it printed so far."""
 
@@ -55,6 +74,7 @@ class Process:
         self.args = args
         self.popen = subprocess.Popen([QORVEN, *args], cwd=ROOT, env=env, stdout=subprocess.PIPE,
                                       stderr=subprocess.STDOUT, text=True, start_new_session=True)
+        _STARTED.append(self.popen)
         self.lines: list[str] = []
         threading.Thread(target=self._read, daemon=True).start()
 

@@ -81,8 +81,12 @@ class Killer(threading.Thread):
             conn.execute(f'ALTER DATABASE "{self.name_of_db}" WITH ALLOW_CONNECTIONS {str(allowed).lower()}')
 
     def stop(self) -> None:
+        """Stops it, and is a no-op when it never started (the processes it was for failed to
+        start): it raised there, and the processes' own stop in the same `finally` never ran,
+        leaving a server, a worker and a beat on the test database into the next run."""
         self.stopping.set()
-        self.join(10)
+        if self.is_alive():
+            self.join(10)
 
 
 async def _post_until_accepted(base: str, senders: int, per_sender: int) -> Counter[int]:
@@ -130,8 +134,8 @@ def test_connections_killed_during_appends_and_turns_lose_nothing_and_double_not
         settled_in = time.monotonic() - started
         time.sleep(3)  # a second send would come now
     finally:
-        killer.stop()
         processes.stop()
+        killer.stop()
 
     print(f"pg kills: {killer.killed} connections killed, statuses {dict(statuses)}, all sent in {settled_in:.1f} s")
     assert killer.killed > 0
