@@ -59,6 +59,7 @@ class ServerLink:
                                  headers={"Authorization": f"Bearer {self.token}"})
         self._closed = threading.Event()
         self._revoked = False
+        self._revoking = threading.Lock()
         self._renewer = threading.Thread(target=self._renew, name="qorven-chat-token", daemon=True)
         self._renewer.start()
 
@@ -137,10 +138,15 @@ class ServerLink:
         """Sign this terminal out: its token is refused from now on. Once; the first thing
         done on the way out, before waiting for threads to end: a window closed may be
         followed by a SIGKILL, and a process killed before this leaves a working token."""
-        if self._revoked:
-            return
-        self._revoked = True
-        ApiToken.objects.filter(pk=self.token_row.pk).update(revoked_at=timezone.now())
+        with self._revoking:  # from the signal's thread and the clean-up, once
+            if self._revoked:
+                return
+            try:
+                ApiToken.objects.filter(pk=self.token_row.pk).update(revoked_at=timezone.now())
+            finally:
+                if threading.current_thread() is not threading.main_thread():
+                    close_old_connections()
+            self._revoked = True
 
     def close(self) -> None:
         if self._closed.is_set():  # left already (the follower stops once more on the way out)

@@ -3,6 +3,9 @@ from __future__ import annotations
 import os
 import signal
 import sys
+import threading
+from functools import partial
+from typing import TYPE_CHECKING
 
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError
@@ -14,6 +17,9 @@ from channels_app.terminal_screen import run_interactive
 from qorven.runtime.arguments import seconds, whole_number
 from tenancy.errors import NotFound
 from tenancy.selectors import membership_get, qor_get, qor_slugs, tenant_get
+
+if TYPE_CHECKING:
+    from channels_app.terminal_client import ServerLink
 
 
 class Command(BaseCommand):
@@ -95,8 +101,9 @@ class Command(BaseCommand):
         # A SIGTERM (a supervisor, `timeout`, a closed pipeline) or a SIGHUP (the terminal's
         # window closed, the SSH connection lost) leaves like Ctrl-C: through the clean-up
         # that revokes this session's token.
-        signal.signal(signal.SIGTERM, _terminated)
-        signal.signal(signal.SIGHUP, _terminated)
+        terminated = partial(_terminated, link)
+        signal.signal(signal.SIGTERM, terminated)
+        signal.signal(signal.SIGHUP, terminated)
         try:
             if opts["json"]:
                 code = run_json(owner, sys.stdin, sys.stdout, history=history, wait=opts["wait"], link=link)
@@ -136,7 +143,13 @@ def _color(opts: dict) -> bool | None:
     return True if opts["force_color"] else None
 
 
-def _terminated(signum, frame) -> None:
+def _terminated(link: ServerLink | None, signum, frame) -> None:
+    # The token is revoked on a thread of its own, at once, whatever the main thread was
+    # doing when the signal came (the clean-up also revokes it, once): a window closed may
+    # leave that thread stuck writing to a terminal that is gone. Not a daemon: the process
+    # waits for it to finish before it exits.
+    if link is not None:
+        threading.Thread(target=link.revoke, name="qorven-chat-sign-out").start()
     raise SystemExit(128 + signum)
 
 
