@@ -347,10 +347,14 @@ def _send_parts_in_order(rows: list[OutboundDelivery], gates: GatesHeld) -> tupl
             logger.warning("message %s: its send stalled past its gates' expiry and another send took them over; "
                            "the parts left are that send's", row.message_id)
             return sent, UNLOOKED
-        if not OutboundDelivery.objects.filter(pk=row.pk, state=OutboundDelivery.State.PENDING).update(
+        # Claimed only as it was read: a part another send tried since (it failed for now
+        # and backs off, its try counted) is that send's retry's, not sent again from here
+        # uncounted and ahead of the platform's Retry-After.
+        if not OutboundDelivery.objects.filter(pk=row.pk, state=OutboundDelivery.State.PENDING,
+                                               attempts=row.attempts).update(
             state=OutboundDelivery.State.SENDING, updated_at=timezone.now()
         ):
-            return sent, UNLOOKED  # another task claimed it meanwhile
+            return sent, UNLOOKED  # another task claimed it meanwhile, or tried it
         try:
             platform_id = _part_send(adapter, row)
         except SendError as exc:

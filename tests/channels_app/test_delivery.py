@@ -312,3 +312,27 @@ def test_every_platform_channel_the_store_marks_for_delivery_has_a_platform_to_s
     from sessions_app.channel_kinds import PLATFORM_CHANNELS
 
     assert set(PLATFORM_OF) == PLATFORM_CHANNELS
+
+
+def test_a_part_read_before_another_send_tried_it_is_not_sent_again_by_that_read(world, telegram, platform):
+    """A send reads its reply's parts before it takes the bot's gate. When another send of
+    the same reply (its retry, the sweeper's) tries the part and fails for now while the
+    first waits, the first must not send the part again with what it read: that try would
+    not be counted (the retries would not run out when they should), and it would go
+    ahead of the platform's Retry-After."""
+    from channels_app import sending
+    from channels_app.send_gate import send_gate
+
+    from .conftest import replies_waiting
+
+    pair(world, "telegram", "42", world.alice)
+    platform.default(r"sendMessage", Canned(status=503, body={"ok": False}, headers={"Retry-After": "0"}))
+    (reply_,) = replies_waiting(world, telegram, ["Hello."])
+    read_first = sending._sendable(tenant_id=world.tenant_a.pk, message_id=reply_.pk)  # the waiting send's read
+    with pytest.raises(sending.RetryLater):
+        sending.deliver_message(tenant_id=world.tenant_a.pk, message_id=reply_.pk, worker="w1")
+    with send_gate(binding_id=telegram.pk, worker="w2") as gates:
+        assert sending._send_parts(read_first, gates)[0] == 0
+    row = OutboundDelivery.objects.get(message=reply_)
+    assert (row.state, row.attempts) == ("pending", 1)
+    assert len(platform.sent("sendMessage")) == 1
