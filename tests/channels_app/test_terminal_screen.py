@@ -236,9 +236,18 @@ TABLE = "| col a | col b | col c | col d | col e | col f | col g |"
 
 def terminal_wrapped(screen: Screen) -> list[str]:
     """The lines the terminal itself had to wrap at its edge (the program wrote them wider
-    than the screen), as the lines they are."""
-    rows = {row.rstrip() for row in screen.text().split("\n")}
-    return [line.rstrip() for line in screen.text(joined=True).split("\n") if line.rstrip() not in rows]
+    than the screen), as the lines they are. The two captures compared are of one screen:
+    taken again while the program redrew a row between them (the prompt is redrawn after
+    a reply), as that row would be in one capture and not in the other."""
+    deadline = time.monotonic() + 10
+    while True:
+        shown = screen.text()
+        joined = screen.text(joined=True)
+        if screen.text() == shown or time.monotonic() > deadline:
+            break
+        time.sleep(0.05)
+    rows = {row.rstrip() for row in shown.split("\n")}
+    return [line.rstrip() for line in joined.split("\n") if line.rstrip() not in rows]
 
 
 def says(shown: str, words: str) -> bool:
