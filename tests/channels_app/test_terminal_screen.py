@@ -357,11 +357,39 @@ def test_closing_the_terminal_window_signs_the_terminal_out(world, model_server,
     """A terminal window closed (its program sent SIGHUP) leaves as Ctrl-D does: the token
     the terminal made for the server is revoked, not left working for TOKEN_LIFETIME."""
     screen = screens(server)
+    chats = processes_with("QORVEN_PUBLIC_URL", server["QORVEN_PUBLIC_URL"])
     screen.close_window()
     deadline = time.monotonic() + 30
     while ApiToken.objects.get(name="qorven chat").revoked_at is None:
-        assert time.monotonic() < deadline, "the closed terminal's token still works"
+        assert time.monotonic() < deadline, f"the closed terminal's token still works; {processes_state(chats)}"
         time.sleep(0.1)
+
+
+def processes_with(name: str, value: str) -> list[int]:
+    """The processes started with `name`=`value` in their environment."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        try:
+            if entry.name.isdigit() and f"{name}={value}".encode() in (entry / "environ").read_bytes().split(b"\0"):
+                found.append(int(entry.name))
+        except OSError:  # gone, or not ours to read
+            continue
+    return found
+
+
+def processes_state(pids: list[int]) -> str:
+    """What each process is doing, thread by thread (Linux's state and wait channel): what
+    a test that waits on a process for nothing can say of it."""
+    said = []
+    for pid in pids:
+        try:
+            command = (Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace"))[:80]
+            threads = [f"{(task / 'comm').read_text().strip()}: {(task / 'stat').read_text().rsplit(')', 1)[1].split()[0]}"
+                       f" in {(task / 'wchan').read_text() or '-'}" for task in Path(f"/proc/{pid}/task").iterdir()]
+            said.append(f"{pid} ({command}): " + ", ".join(threads))
+        except OSError:
+            said.append(f"{pid}: ended")
+    return "; ".join(said) or "no such process"
 
 
 @pytest.mark.parametrize("asked", ["--no-color", "NO_COLOR"])
