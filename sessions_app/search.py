@@ -25,6 +25,7 @@ sessions_app.fulltext.hangul_parts); typed with a particle, it is searched witho
 from __future__ import annotations
 
 import unicodedata
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from functools import reduce
@@ -160,7 +161,7 @@ def _scanned(rows: QuerySet[Message], terms: list[str]) -> QuerySet[Message]:
 def hit_snippet(text: str, terms: list[str], *, width: int) -> str:
     """About `width` characters of a found message's `text` around the first word found,
     with an ellipsis where it was cut."""
-    spans = hit_spans(text, terms)
+    spans = _spans(text, terms, first=True)
     start = max(0, spans[0][0] - width // 3) if spans else 0
     if start:
         space = text.find(" ", start, start + 20)
@@ -175,6 +176,13 @@ def hit_spans(text: str, terms: list[str]) -> list[tuple[int, int]]:
     a word is one that starts with the stem-ish start of a term; a run of letters written
     without spaces where it stands as typed, and a Korean word of two syllables or more
     too, inside a word or at its start (one syllable, at the start of a word)."""
+    return _spans(text, terms, first=False)
+
+
+def _spans(text: str, terms: list[str], *, first: bool) -> list[tuple[int, int]]:
+    """hit_spans; with `first`, only where each term is first found, each span ending where
+    the term does (a snippet needs only the first word's place: a message of a megabyte
+    holding the word thousands of times, or in a word a megabyte long, was read to its end)."""
     folded, origin = _folded(text)
     spans = []
     for term in terms:
@@ -185,9 +193,11 @@ def hit_spans(text: str, terms: list[str]) -> list[tuple[int, int]]:
             while at >= 0:
                 start, end = origin[at], origin[at + len(stem) - 1] + 1
                 if inside or start == 0 or not _in_word(text[start - 1]):
-                    while not inside and end < len(text) and _in_word(text[end]):
+                    while not inside and not first and end < len(text) and _in_word(text[end]):
                         end += 1
                     spans.append((start, end))
+                    if first:
+                        break
                 at = folded.find(stem, at + len(stem))
     merged: list[tuple[int, int]] = []
     for start, end in sorted(spans):
@@ -198,13 +208,20 @@ def hit_spans(text: str, terms: list[str]) -> list[tuple[int, int]]:
     return merged
 
 
-def _folded(text: str) -> tuple[str, list[int]]:
-    """`text` folded as search terms are (a letter may fold to more than one), and for each
-    folded character, the place in `text` of the letter it came from."""
+def _folded(text: str) -> tuple[str, Sequence[int]]:
+    """`text` folded as search terms are, each letter alone (a letter may fold to none),
+    and for each folded character, the place in `text` of the letter it came from. Each
+    distinct letter is folded once, and where every one folds to one letter the text is
+    translated whole (a message of a megabyte took half a second letter by letter)."""
+    if text.isascii():  # folding is lower() there, one letter for one
+        return text.lower(), range(len(text))
+    table = {ord(char): fold(char) for char in set(text)}
+    if all(len(low) == 1 for low in table.values()):
+        return text.translate(table), range(len(text))
     parts: list[str] = []
     origin: list[int] = []
     for i, char in enumerate(text):
-        low = fold(char)
+        low = table[ord(char)]
         parts.append(low)
         origin.extend([i] * len(low))
     return "".join(parts), origin
