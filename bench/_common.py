@@ -1,11 +1,13 @@
 """What the benchmarks share: logging, the parent's one-subprocess-per-database run, the
-child's Django setup, and the server-side fill of a session with N messages.
+child's Django setup, an in-process benchmark's arguments and alternated timing, and the server-side fill of a session with N messages.
 
 Not a benchmark itself: bench/run.py skips files starting with ``_``. A benchmark imports
 it as ``_common`` (``python bench/x.py`` puts bench/ first on sys.path).
 """
 from __future__ import annotations
 
+import argparse
+import gc
 import json
 import os
 import statistics
@@ -13,6 +15,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -125,6 +128,33 @@ def django_setup() -> None:
     import django
 
     django.setup()
+
+
+def in_process_args(doc: str) -> argparse.Namespace:
+    """The arguments of a benchmark that times functions in its own process, with Django
+    set up on the settings' default database (none is used): its `--quick`."""
+    parser = argparse.ArgumentParser(description=doc.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="fewer calls, for a smoke run")
+    args = parser.parse_args()
+    os.environ.setdefault("DJANGO_SECRET_KEY", "bench-not-a-secret")
+    os.environ.pop("DATABASE_URL", None)
+    django_setup()
+    return args
+
+
+def alternated_p50(cases: dict[str, Callable[[], object]], calls: int) -> dict[str, float]:
+    """The p50 in ms of each case over `calls` calls, the cases taken in turn and in the
+    other order every other round (so a drift of the machine falls on each alike), after
+    a first round that warms up; a full collection before each call."""
+    ms: dict[str, list[float]] = {name: [] for name in cases}
+    for round_ in range(calls + 1):
+        for name in sorted(cases, reverse=round_ % 2 == 1):
+            gc.collect()
+            started = time.perf_counter()
+            cases[name]()
+            if round_:
+                ms[name].append((time.perf_counter() - started) * 1000)
+    return {name: statistics.median(times) for name, times in ms.items()}
 
 
 def settle(pg: bool) -> None:

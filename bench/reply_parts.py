@@ -21,15 +21,11 @@ Progress goes to stderr; the last stdout line is the JSON result of bench/run.py
 """
 from __future__ import annotations
 
-import argparse
-import gc
 import json
-import os
 import random
-import statistics
-import time
+from functools import partial
 
-from _common import django_setup, log, met
+from _common import alternated_p50, in_process_args, log, met
 
 PLATFORMS = ("telegram", "slack", "whatsapp", "discord", "sms")
 LENGTH = 20_000
@@ -66,12 +62,7 @@ def texts(length: int) -> dict[str, str]:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="fewer calls, for a smoke run")
-    args = parser.parse_args()
-    os.environ.setdefault("DJANGO_SECRET_KEY", "bench-not-a-secret")
-    os.environ.pop("DATABASE_URL", None)  # no database is used: the settings' default suffices
-    django_setup()
+    args = in_process_args(__doc__)
     from channels_app.adapters import adapter_for
     from channels_app.formatting import reply_parts
 
@@ -80,18 +71,10 @@ def main() -> int:
     rows, notes = [], []
     for kind in PLATFORMS:
         adapter = adapter_for(kind)
-        ms: dict[str, list[float]] = {name: [] for name in bodies}
-        parts: dict[str, int] = {}
-        for round_ in range(calls + 1):
-            for name in sorted(bodies, reverse=round_ % 2 == 1):
-                gc.collect()
-                started = time.perf_counter()
-                planned = reply_parts(bodies[name], style=adapter.style, limit=adapter.limit, size=adapter.length,
-                                      markdown=True)
-                if round_:  # the first round warms up
-                    ms[name].append((time.perf_counter() - started) * 1000)
-                parts[name] = len(planned)
-        one, short = statistics.median(ms["one_paragraph"]), statistics.median(ms["short_paragraphs"])
+        plan = partial(reply_parts, style=adapter.style, limit=adapter.limit, size=adapter.length, markdown=True)
+        p50 = alternated_p50({name: partial(plan, body) for name, body in bodies.items()}, calls)
+        parts = {name: len(plan(body)) for name, body in bodies.items()}
+        one, short = p50["one_paragraph"], p50["short_paragraphs"]
         row = {"platform": kind, "chars": len(bodies["one_paragraph"]), "parts": parts["one_paragraph"],
                "one_paragraph_ms": round(one, 1), "short_paragraphs_ms": round(short, 1),
                "ratio": round(one / short, 2), "goal": "-" if kind == "discord" else met(one / short <= GOAL)}

@@ -19,14 +19,10 @@ Progress goes to stderr; the last stdout line is the JSON result of bench/run.py
 """
 from __future__ import annotations
 
-import argparse
-import gc
 import json
-import os
-import statistics
-import time
+from functools import partial
 
-from _common import django_setup, log, met
+from _common import alternated_p50, in_process_args, log, met
 
 LENGTH = 100_000
 GOAL = 10.0
@@ -38,27 +34,15 @@ PLAIN = ("pineapple " * (LENGTH // 10 + 1))[:LENGTH + 1]
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="fewer calls, for a smoke run")
-    args = parser.parse_args()
-    os.environ.setdefault("DJANGO_SECRET_KEY", "bench-not-a-secret")
-    os.environ.pop("DATABASE_URL", None)  # no database is used: the settings' default suffices
-    django_setup()
+    args = in_process_args(__doc__)
     from sessions_app.fulltext import fold, search_text
 
     calls = 3 if args.quick else 9
     rows = []
     for step, function in (("search_text", search_text), ("fold", fold)):
         for name, marks in TEXTS.items():
-            ms: dict[str, list[float]] = {"marks": [], "plain": []}
-            for round_ in range(calls + 1):
-                for kind in (("marks", "plain") if round_ % 2 else ("plain", "marks")):
-                    gc.collect()
-                    started = time.perf_counter()
-                    function(marks if kind == "marks" else PLAIN)
-                    if round_:  # the first round warms up
-                        ms[kind].append((time.perf_counter() - started) * 1000)
-            marked, plain = statistics.median(ms["marks"]), statistics.median(ms["plain"])
+            p50 = alternated_p50({"marks": partial(function, marks), "plain": partial(function, PLAIN)}, calls)
+            marked, plain = p50["marks"], p50["plain"]
             row = {"step": step, "text": name, "chars": len(marks), "marks_ms": round(marked, 2),
                    "plain_ms": round(plain, 2), "ratio": round(marked / plain, 2), "goal": met(marked / plain <= GOAL)}
             log(json.dumps(row))

@@ -18,14 +18,10 @@ Progress goes to stderr; the last stdout line is the JSON result of bench/run.py
 """
 from __future__ import annotations
 
-import argparse
-import gc
 import json
-import os
-import statistics
-import time
+from functools import partial
 
-from _common import django_setup, log, met
+from _common import alternated_p50, in_process_args, log, met
 
 LENGTH = 1_000_000
 GOAL = 20.0
@@ -37,31 +33,18 @@ TEXTS = {
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="fewer calls, for a smoke run")
-    args = parser.parse_args()
-    os.environ.setdefault("DJANGO_SECRET_KEY", "bench-not-a-secret")
-    os.environ.pop("DATABASE_URL", None)  # no database is used: the settings' default suffices
-    django_setup()
+    args = in_process_args(__doc__)
     from sessions_app.search import hit_snippet
 
     calls = 3 if args.quick else 9
     rows = []
     for name, body in TEXTS.items():
         text = body + f" the {WORD.title()} is Friday."
-        ms: dict[str, list[float]] = {"snippet": [], "find": []}
-        for round_ in range(calls + 1):
-            for kind in (("snippet", "find") if round_ % 2 else ("find", "snippet")):
-                gc.collect()
-                started = time.perf_counter()
-                if kind == "snippet":
-                    shown = hit_snippet(text, [WORD], width=160)
-                else:
-                    text.lower().find(WORD)
-                if round_:  # the first round warms up
-                    ms[kind].append((time.perf_counter() - started) * 1000)
+        p50 = alternated_p50({"snippet": partial(hit_snippet, text, [WORD], width=160),
+                              "find": lambda text=text: text.lower().find(WORD)}, calls)
+        shown = hit_snippet(text, [WORD], width=160)
         assert WORD.title() in shown, shown
-        snippet, floor = statistics.median(ms["snippet"]), statistics.median(ms["find"])
+        snippet, floor = p50["snippet"], p50["find"]
         row = {"text": name, "chars": len(text), "snippet_ms": round(snippet, 2), "find_ms": round(floor, 2),
                "ratio": round(snippet / floor, 1), "goal": met(snippet / floor <= GOAL)}
         log(json.dumps(row))
