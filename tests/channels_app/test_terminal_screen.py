@@ -6,6 +6,7 @@ import os
 import re
 import shlex
 import shutil
+import signal
 import sys
 import threading
 import time
@@ -363,6 +364,24 @@ def test_closing_the_terminal_window_signs_the_terminal_out(world, model_server,
     while ApiToken.objects.get(name="qorven chat").revoked_at is None:
         assert time.monotonic() < deadline, f"the closed terminal's token still works; {processes_state(chats)}"
         time.sleep(0.1)
+
+
+@pytest.mark.parametrize("stop", [signal.SIGTERM, signal.SIGHUP])
+def test_a_signal_while_a_reply_streams_ends_the_terminal_at_once_signed_out(world, model_server, server, screens,
+                                                                               stop):
+    """A SIGTERM or SIGHUP that came while the reply was being painted was raised inside the
+    prompt's event loop, which could then wait for ever on its way out: the process stayed,
+    its terminal gone. It ends the prompt as Ctrl-D does: exit 128 + the signal, signed out."""
+    model_server.add(reply(" ".join(WORDS), chunk_delay=0.05))
+    screen = screens(server)
+    screen.type("tell me the words")
+    screen.key("Enter")
+    screen.wait_for(WORDS[3])
+    (chat,) = [pid for pid in processes_with("QORVEN_PUBLIC_URL", server["QORVEN_PUBLIC_URL"])
+               if b"chat" in Path(f"/proc/{pid}/cmdline").read_bytes()]
+    os.kill(chat, stop)
+    assert screen.exit_code(seconds=30) == 128 + stop
+    assert ApiToken.objects.get(name="qorven chat").revoked_at is not None
 
 
 def processes_with(name: str, value: str) -> list[int]:
