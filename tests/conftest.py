@@ -105,6 +105,13 @@ def _no_processes_left(_database_set_up_first):
     left = processes_left_kill()
     if left:
         print(f"\nkilled {len(left)} processes tests left running: {left}", file=sys.stderr)
+    # What async tests handed to sync_to_async ran on asgiref's one thread, whose database
+    # connection nothing closes: on PostgreSQL it stayed out of the pool, and the test
+    # database could not be dropped ("being accessed by other users").
+    from asgiref.sync import SyncToAsync
+    from django.db import connections
+
+    SyncToAsync.single_thread_executor.submit(connections.close_all).result(timeout=30)
 
 
 @pytest.fixture(autouse=True, scope="session")
