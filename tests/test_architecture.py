@@ -117,3 +117,29 @@ def test_the_benchmarks_use_only_public_entry_points():
                 private += [f"{path.relative_to(ROOT)}:{node.lineno} {node.module}.{alias.name}"
                             for alias in node.names if alias.name.startswith("_")]
     assert private == [], "private names imported by benchmarks:\n" + "\n".join(private)
+
+
+# What a migration may import of the project: other migrations (frozen as they are), and
+# what Django's autodetector writes into field definitions and operations (validators,
+# an operation class), which must go on existing under their names.
+MIGRATION_IMPORTS = ("qorven.runtime.index_ops", "tenancy.models")
+
+
+def test_a_migration_runs_the_code_it_was_written_with():
+    """A migration that computes data (a search text, a digest) with today's functions
+    writes today's result, not its version's, and breaks on import when one is renamed:
+    an install upgraded across several migrations then differs from one that took them
+    one at a time. Such code is copied into the migration, or another migration's copy used."""
+    own = {unit.split(".", 1)[0] for unit in LAYERS} | {"legacy_app"}
+    live = []
+    for path in sorted(ROOT.glob("*/migrations/*.py")):
+        module = module_name(path)
+        tree = ast.parse(path.read_text(), filename=str(path))
+        targets = runtime_imports(tree, module, False)
+        targets += [(node.args[0].value, node.lineno) for node in ast.walk(tree)
+                    if isinstance(node, ast.Call) and ast.unparse(node.func).endswith("import_module")
+                    and node.args and isinstance(node.args[0], ast.Constant)]
+        live += [f"{path.relative_to(ROOT)}:{line} {target}" for target, line in targets
+                 if target.split(".", 1)[0] in own and ".migrations" not in target
+                 and target not in MIGRATION_IMPORTS]
+    assert live == [], "migrations importing live code:\n" + "\n".join(live)

@@ -1,5 +1,5 @@
 """Chinese, Japanese and Thai memories can be searched: their letters are indexed one by
-one (memory_app.fulltext.search_text).
+one (memory_app.fulltext.search_text, as it was then: `search_text` below).
 
 A memory gets `search_text`, what the index reads instead of its content when the two
 differ (NULL otherwise). Memories stored before are given theirs here, in batches of
@@ -18,13 +18,25 @@ memories; the README's upgrade notes). In one transaction the new column's exclu
 lock was held through the whole backfill too: every turn's memory retrieval waited for it
 (10 s at 200,000 memories, 20,000 of them Chinese).
 """
-from django.db import migrations, models, transaction
+import importlib
 
-from memory_app.fulltext import UNSPACED_LETTER, search_text
+from django.db import migrations, models, transaction
 
 BATCH = 1000
 SEARCH_TABLE = "memory_app_memory_fts"
 OWNER = "'owner ' || tenant_id::text || ' ' || qor_id::text || ' ' || COALESCE(user_id::text, 'x')"
+
+# History search's migration of the same change, whose copies of the letters and their
+# spacing are kept as they were written.
+_history = importlib.import_module("sessions_app.migrations.0015_message_search_normalised")
+UNSPACED_LETTER = _history.UNSPACED_LETTER
+
+
+def search_text(content: str) -> str | None:
+    """A memory's search text as this migration wrote it: its unspaced letters spaced out,
+    nothing else; None when that is the content itself."""
+    spaced = _history.spaced(content)
+    return None if spaced == content else spaced
 
 
 def _vector(text: str) -> list[str]:

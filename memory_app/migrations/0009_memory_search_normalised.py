@@ -7,9 +7,9 @@ BATCH rows (only those holding such letters are read), and on SQLite their FTS5 
 are written again from it; PostgreSQL's generated `search_vector` follows the column.
 Each batch is its own transaction, so a live install keeps answering while this runs.
 """
-from django.db import migrations, transaction
+import importlib
 
-from memory_app.fulltext import UNSPACED_RUN, letter_groups, search_text
+from django.db import migrations, transaction
 
 BATCH = 1000
 SEARCH_TABLE = "memory_app_memory_fts"
@@ -19,9 +19,21 @@ SEARCH_TABLE = "memory_app_memory_fts"
 NORMALISED_BLOCKS = r"[\u0370-\u03ff\u1f00-\u1fff\uff10-\uff19\uff21-\uff3a\uff41-\uff5a]"
 
 
+# History search's migrations, whose copies of the search text are kept as they were written.
+_0015 = importlib.import_module("sessions_app.migrations.0015_message_search_normalised")
+_0017 = importlib.import_module("sessions_app.migrations.0017_message_search_accents_korean")
+
+
+def search_text(content: str) -> str | None:
+    """A memory's search text as this migration wrote it: Greek and full-width letters
+    normalised, unspaced letters spaced out; None when that is the content itself."""
+    text = _0017.search_text_before(content)
+    return None if text == content else text
+
+
 def _spaced_as_before(content: str) -> str | None:
     """Migration 0008's search text of `content`: its unspaced letters spaced out, nothing else."""
-    spaced = UNSPACED_RUN.sub(lambda m: " " + " ".join(" ".join(g) for g in letter_groups(m.group())) + " ", content)
+    spaced = _0015.spaced(content)
     return None if spaced == content else spaced
 
 

@@ -15,6 +15,9 @@ batches of BATCH ids, each its own transaction.
 Not one transaction (REINDEX CONCURRENTLY cannot run in one). Interrupted on PostgreSQL,
 it leaves the index's new copy behind, invalid, which running it again drops.
 """
+import re
+import unicodedata
+
 from django.db import migrations, transaction
 
 from ._trigger import SEARCH_TABLE, SEARCH_TEXT_FUNCTION
@@ -153,11 +156,24 @@ def forward(apps, schema_editor) -> None:
         _index_again(schema_editor, NORMALISED_LETTER)
 
 
-def _spaced_as_before(content: str) -> str:
-    """Migration 0010's search text of `content`: its unspaced letters spaced out, nothing else."""
-    from sessions_app.fulltext import UNSPACED_RUN, letter_groups
+UNSPACED_RUN = re.compile(UNSPACED_LETTER + "+")
 
-    return UNSPACED_RUN.sub(lambda m: " " + " ".join(" ".join(g) for g in letter_groups(m.group())) + " ", content)
+
+def _letter_groups(run: str) -> list[list[str]]:
+    """As sessions_app.fulltext.letter_groups was: a run's letters (NFKC), in groups a mark
+    or a sign of punctuation did not split."""
+    groups: list[list[str]] = [[]]
+    for char in unicodedata.normalize("NFKC", run):
+        if unicodedata.category(char)[0] in "LN":
+            groups[-1].append(char)
+        elif unicodedata.category(char)[0] != "M" and groups[-1]:
+            groups.append([])
+    return [g for g in groups if g]
+
+
+def spaced(content: str) -> str:
+    """Migration 0010's search text of `content`: its unspaced letters spaced out, nothing else."""
+    return UNSPACED_RUN.sub(lambda m: " " + " ".join(" ".join(g) for g in _letter_groups(m.group())) + " ", content)
 
 
 def backward(apps, schema_editor) -> None:
@@ -179,7 +195,7 @@ def backward(apps, schema_editor) -> None:
             last = batch[-1][0]
             with transaction.atomic(using=db), schema_editor.connection.cursor() as cursor:
                 cursor.executemany(f"UPDATE {SEARCH_TABLE} SET content = %s WHERE rowid = %s",
-                                   [(_spaced_as_before(content), pk) for pk, content in batch])
+                                   [(spaced(content), pk) for pk, content in batch])
 
 
 class Migration(migrations.Migration):

@@ -80,7 +80,6 @@ HANGUL_PART_MARK = "0"
 NORMALISED = str.maketrans(_0015.GREEK_FROM + _0015.FULL_WIDTH_FROM + LATIN_FROM,
                            _0015.GREEK_TO + _0015.FULL_WIDTH_TO + LATIN_TO, COMBINING_ACCENTS)
 NORMALISED_BEFORE = str.maketrans(_0015.GREEK_FROM + _0015.FULL_WIDTH_FROM, _0015.GREEK_TO + _0015.FULL_WIDTH_TO)
-UNSPACED_RUN = re.compile(_0015.UNSPACED_LETTER + "+")
 HANGUL_LONG_WORD = re.compile(r"[\uac00-\ud7a3]{3,}")
 # The messages whose search text this migration changes hold one of these: an accented
 # Latin letter, an accent as a mark of its own, Korean (syllables, or jamo that NFC joins
@@ -88,25 +87,9 @@ HANGUL_LONG_WORD = re.compile(r"[\uac00-\ud7a3]{3,}")
 CHANGED = r"[\u00c0-\u024f\u1e00-\u1eff\u0300-\u036f\u1100-\u11ff\uac00-\ud7a3]"
 
 
-def _letter_groups(run: str) -> list[list[str]]:
-    """As sessions_app.fulltext.letter_groups: a run's letters (NFKC), in groups a mark or
-    a sign of punctuation did not split."""
-    groups: list[list[str]] = [[]]
-    for char in unicodedata.normalize("NFKC", run):
-        if unicodedata.category(char)[0] in "LN":
-            groups[-1].append(char)
-        elif unicodedata.category(char)[0] != "M" and groups[-1]:
-            groups.append([])
-    return [g for g in groups if g]
-
-
-def _spaced(text: str) -> str:
-    return UNSPACED_RUN.sub(lambda m: " " + " ".join(" ".join(g) for g in _letter_groups(m.group())) + " ", text)
-
-
 def search_text(content: str) -> str:
     """What the index reads of `content` from this migration on (sessions_app.fulltext.search_text)."""
-    text = _spaced(unicodedata.normalize("NFC", content).translate(NORMALISED))
+    text = _0015.spaced(unicodedata.normalize("NFC", content).translate(NORMALISED))
     parts = [HANGUL_PART_MARK + word[i:i + HANGUL_PART] for word in HANGUL_LONG_WORD.findall(text)
              for i in range(1, min(len(word) - 1, HANGUL_PART))]
     return text + " " + " ".join(parts) if parts else text
@@ -114,7 +97,7 @@ def search_text(content: str) -> str:
 
 def search_text_before(content: str) -> str:
     """What the index read of `content` after migration 0015."""
-    return _spaced(content.translate(NORMALISED_BEFORE))
+    return _0015.spaced(content.translate(NORMALISED_BEFORE))
 
 
 # Each its own step: `translate` reads its whole list for every letter of the text, and

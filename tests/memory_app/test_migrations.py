@@ -51,3 +51,31 @@ def test_memories_can_be_read_and_written_while_0008_fills_in_the_search_text(wo
     monkeypatch.setattr(migration, "search_text", search_text_while_another_turn_runs)
     schema.latest()
     assert seen == [2, "written"]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_each_search_migration_writes_the_search_text_of_its_own_version(world, schema):
+    """Migrations 0008 to 0010 each give a memory the search text of the version they were
+    written with: an install upgraded from before 0008 ends as one that took them one at a
+    time, and going back leaves each step's text. Written from today's code instead, 0008
+    already wrote what 0010 writes, accents dropped and Korean parts added."""
+    from memory_app.models import Memory
+
+    texts = ["Café 寿司", "ΛΟΓΟΣ 寿司", "주간회의 寿司"]
+    memories = [remember(world.tenant_a, world.qor_a, world.alice, text) for text in texts]
+
+    def search_texts():
+        return list(Memory.objects.filter(pk__in=[m.pk for m in memories]).order_by("pk")
+                    .values_list("search_text", flat=True))
+
+    schema.to([("memory_app", "0007_compact_requests")])
+    schema.to([("memory_app", "0008_memory_search_text")])  # Chinese spaced out, nothing else
+    assert search_texts() == ["Café  寿 司 ", "ΛΟΓΟΣ  寿 司 ", "주간회의  寿 司 "]
+    schema.to([("memory_app", "0009_memory_search_normalised")])  # and Greek normalised
+    assert search_texts() == ["Café  寿 司 ", "λογοσ  寿 司 ", "주간회의  寿 司 "]
+    schema.latest()  # and accents dropped, the inner parts of Korean words added
+    assert search_texts() == ["Cafe  寿 司 ", "λογοσ  寿 司 ", "주간회의  寿 司  0간회의 0회의"]
+    schema.to([("memory_app", "0009_memory_search_normalised")])
+    assert search_texts() == ["Café  寿 司 ", "λογοσ  寿 司 ", "주간회의  寿 司 "]
+    schema.to([("memory_app", "0008_memory_search_text")])
+    assert search_texts() == ["Café  寿 司 ", "ΛΟΓΟΣ  寿 司 ", "주간회의  寿 司 "]
