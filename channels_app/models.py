@@ -38,9 +38,8 @@ class ChannelBinding(TimestampedModel):
     # How an inbound request finds this binding: Telegram's secret token, WhatsApp's
     # phone_number_id, Slack's team id, Discord's application id, the webchat public key…
     lookup_key = models.CharField(max_length=255)
-    # Tokens, app secrets, signing keys. Never shown in lists or written to logs.
+    # Tokens, app secrets, signing keys, webhook secrets. Never shown in lists or written to logs.
     credentials = models.JSONField(default=dict, blank=True)
-    webhook_secret = models.CharField(max_length=255, blank=True, default="")
     # The SHA-256 of the secret a platform's handshake names the binding by, and nothing
     # else (WhatsApp's verify token): found by an index, not by reading every binding.
     verify_key = models.CharField(max_length=64, blank=True, default="", editable=False)

@@ -219,11 +219,10 @@ def test_run_now_runs_the_beat_and_records_it(client, world, dana, beats, model_
 
 def test_the_tenant_page_lists_bindings_with_credentials_masked(client, world, dana):
     ChannelBinding.objects.create(tenant=world.tenant_a, qor=world.qor_a, kind="telegram", name="Aria bot",
-                                  lookup_key="tg-lookup", credentials={"bot_token": "123:SUPERSECRET"},
-                                  webhook_secret="HOOKSECRET")
+                                  lookup_key="tg-lookup", credentials={"bot_token": "123:SUPERSECRET", "secret": "HOOKSECRET"})
     client.force_login(dana)
     page = client.get(url("qorven_tenant_change", world.tenant_a.pk)).content.decode()
-    assert "Aria bot" in page and "1 set (hidden)" in page
+    assert "Aria bot" in page and "2 set (hidden)" in page
     assert "SUPERSECRET" not in page and "HOOKSECRET" not in page
     assert ">alice<" in page or "alice" in page  # members inline
 
