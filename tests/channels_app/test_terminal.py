@@ -82,7 +82,10 @@ def test_chat_json_round_trip_streams_the_reply_then_stores_it(world, model_serv
 def test_reasoning_taken_back_mid_reply_is_said_so_and_the_answer_streams_again(world, model_server):
     """A thinking model's reasoning with no opening tag streams until its closing tag;
     then the terminal is told the text so far was not the answer (`restart`), and what
-    streams after is the answer alone, as stored."""
+    streams after is the answer alone, as stored. On a loaded machine the follower's read
+    of the database can find the stored reply before its live events arrive: the restart
+    then comes from that read, and the answer is shown whole, not streamed
+    (test_chat_cursor: the stored reply takes back reasoning whose restart is on its way)."""
     from .test_model_thinking import BARE
 
     model_server.add(BARE)
@@ -97,9 +100,9 @@ def test_reasoning_taken_back_mid_reply_is_said_so_and_the_answer_streams_again(
     kinds = [line["type"] for line in lines]
     assert "greets" in "".join(line["delta"] for line in lines if line["type"] == "chunk")  # it did stream
     last_restart = len(kinds) - 1 - kinds[::-1].index("restart")
-    assert "".join(line["delta"] for line in lines[last_restart:] if line["type"] == "chunk") == "Hello Priya!"
     final = next(line for line in lines if line["type"] == "message" and line["role"] == "assistant")
-    assert final["content"] == "Hello Priya!"
+    assert final["content"] == "Hello Priya!" and lines.index(final) > last_restart
+    assert "".join(line["delta"] for line in lines[last_restart:] if line["type"] == "chunk") in ("Hello Priya!", "")
 
 
 def test_a_pipe_reader_is_told_a_taken_back_reply_was_reasoning_and_the_answer_follows_on_its_own_line():
