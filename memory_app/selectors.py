@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, NamedTuple
 from django.contrib.auth.models import User
 from django.db import connection
 from django.db.backends.base.base import BaseDatabaseWrapper
+from django.db.migrations.recorder import MigrationRecorder
 from django.db.models import Q
 
 from qorven.runtime.prepared_read import PreparedRead
@@ -255,15 +256,18 @@ def skill_get(*, tenant: Tenant, trust: str, name: str) -> LearnedSkill | None:
 
 def delete_trigger_missing(db: BaseDatabaseWrapper) -> bool:
     """On SQLite, whether migration 0005's trigger is gone (a migration rebuilt the
-    memories table): memories deleted since leave their text in the search index."""
-    from .migrations._trigger import DELETE_TRIGGER
+    memories table): memories deleted since leave their text in the search index. A
+    database not migrated that far has none to miss: an install upgraded from before 0005
+    has the search table of 0002 without it until `qorven migrate`, which runs this check
+    first, adds it."""
+    from .migrations._trigger import DELETE_MIGRATION, DELETE_TRIGGER
 
     if db.vendor != "sqlite":
         return False
+    recorder = MigrationRecorder(db)
+    if not recorder.has_table() or not recorder.migration_qs.filter(app="memory_app", name=DELETE_MIGRATION).exists():
+        return False
     with db.cursor() as cursor:
-        cursor.execute("SELECT name FROM sqlite_master WHERE type = 'table' AND name = %s", [FTS_TABLE])
-        if cursor.fetchone() is None:
-            return False  # not migrated that far yet
         cursor.execute("SELECT 1 FROM sqlite_master WHERE type = 'trigger' AND name = %s AND tbl_name = %s",
                        [DELETE_TRIGGER, Memory._meta.db_table])
         return cursor.fetchone() is None

@@ -26,6 +26,7 @@ from typing import Any
 from django.conf import settings
 from django.db import models, transaction
 from django.db.backends.base.base import BaseDatabaseWrapper
+from django.db.migrations.recorder import MigrationRecorder
 from django.db.models import Field
 from django.utils.dateparse import parse_datetime
 
@@ -247,20 +248,24 @@ def _stored_time(db: BaseDatabaseWrapper, value: Any) -> datetime:
     return parsed.replace(tzinfo=dt_timezone.utc) if settings.USE_TZ and parsed.utcoffset() is None else parsed
 
 
-TRIGGER = "message_advances_session_last_seq"  # created by migration 0003
+TRIGGER = "message_advances_session_last_seq"
+TRIGGER_MIGRATION = "0003_message_advances_last_seq"  # the migration that first creates it
 
 
 def trigger_missing(db: BaseDatabaseWrapper) -> bool:
-    """True on SQLite when the messages table exists but the trigger advancing `last_seq`
-    does not (a migration rebuilt the table without creating it again): every second
-    append of a session would then fail on its seq."""
+    """True on SQLite when the trigger advancing `last_seq` is gone (a migration rebuilt
+    the messages table without creating it again): every second append of a session
+    would then fail on its seq. A database not migrated that far has none to miss: an
+    install upgraded from before 0003 has the messages table without it until `qorven
+    migrate`, which runs this check first, adds it."""
     if db.vendor != "sqlite":
         return False
+    recorder = MigrationRecorder(db)
+    if not recorder.has_table() or not recorder.migration_qs.filter(app="sessions_app", name=TRIGGER_MIGRATION).exists():
+        return False
     with db.cursor() as cursor:
-        cursor.execute("SELECT type, name FROM sqlite_master WHERE (type = 'table' AND name = %s)"
-                       " OR (type = 'trigger' AND name = %s)", [Message._meta.db_table, TRIGGER])
-        found = {kind for kind, _ in cursor.fetchall()}
-    return "table" in found and "trigger" not in found
+        cursor.execute("SELECT 1 FROM sqlite_master WHERE type = 'trigger' AND name = %s", [TRIGGER])
+        return cursor.fetchone() is None
 
 
 def _adapter(field: Field, db: BaseDatabaseWrapper) -> Callable[[Any], Any] | None:

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 SEARCH_TABLE = "memory_app_memory_fts"
 DELETE_TRIGGER = "memory_search_delete"
+# The migration that first creates it: a database not migrated that far has none to miss.
+DELETE_MIGRATION = "0005_memory_search_follows_deletes"
 # Every way a row goes (a cascade from a deleted tenant, Qor or user, a queryset, plain
 # SQL) fires it: the index keeps no copy of a deleted memory's text.
 DELETE_SQLITE = f"""

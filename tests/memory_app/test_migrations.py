@@ -79,3 +79,21 @@ def test_each_search_migration_writes_the_search_text_of_its_own_version(world, 
     assert search_texts() == ["Café  寿 司 ", "λογοσ  寿 司 ", "주간회의  寿 司 "]
     schema.to([("memory_app", "0008_memory_search_text")])
     assert search_texts() == ["Café  寿 司 ", "ΛΟΓΟΣ  寿 司 ", "주간회의  寿 司 "]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_an_install_from_before_the_delete_trigger_migrates_with_its_checks(world, schema):
+    """`qorven migrate` runs the database checks before it migrates. An install whose
+    memories are at 0004 has the search table of 0002 and not yet the trigger 0005 adds:
+    the check took that for a trigger a rebuild had lost, and the upgrade stopped there."""
+    from django.core import checks
+    from django.core.management import call_command
+
+    from memory_app.models import Memory
+
+    kept = remember(world.tenant_a, world.qor_a, world.alice, "Alice waters the orchids")
+    schema.to([("memory_app", "0004_skill_router")])
+    assert checks.run_checks(tags=[checks.Tags.database], databases=["default"]) == []
+    call_command("migrate", interactive=False, verbosity=0, skip_checks=False)
+    assert list(Memory.objects.values_list("content", flat=True)) == [kept.content]
+    assert checks.run_checks(tags=[checks.Tags.database], databases=["default"]) == []

@@ -231,6 +231,24 @@ def test_a_missing_sqlite_trigger_fails_the_system_check(world):
 
 
 @pytest.mark.django_db(transaction=True)
+def test_an_install_from_before_the_append_trigger_migrates_with_its_checks(world, schema):
+    """`qorven migrate` runs the database checks before it migrates. An install whose
+    conversation store is at 0002 has the messages table and not yet the trigger 0003
+    adds: the check took that for a trigger a rebuild had lost, and the upgrade stopped
+    there."""
+    from django.core import checks
+    from django.core.management import call_command
+
+    session = session_resolve(tenant=world.tenant_a, qor=world.qor_a, channel="web", user=world.alice)
+    message_append(session=session, role="user", content="kept", channel="web", notify=False)
+    schema.to([("sessions_app", "0002_message_fk_indexes")])
+    assert checks.run_checks(tags=[checks.Tags.database], databases=["default"]) == []
+    call_command("migrate", interactive=False, verbosity=0, skip_checks=False)
+    assert list(Message.objects.values_list("content", flat=True)) == ["kept"]
+    assert checks.run_checks(tags=[checks.Tags.database], databases=["default"]) == []
+
+
+@pytest.mark.django_db(transaction=True)
 def test_the_time_of_a_message_is_taken_when_it_gets_its_seq(world):
     """created_at follows seq: the time is read inside the statement that allocates the
     seq (under the session's lock), not before it waits for that lock."""
