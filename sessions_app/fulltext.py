@@ -10,12 +10,16 @@ from __future__ import annotations
 import re
 import unicodedata
 
+from .unicode_marks import MARK
+
 # Used by the PostgreSQL generated column and every tsquery: they must agree.
 PG_CONFIG = "english"
 # Enough words to find a memory from a long message, few enough to keep the query cheap.
 MAX_TERMS = 16
 
-_WORD = re.compile(r"\w+", re.UNICODE)
+# A word: letters, digits and the marks written in them (vowel signs, viramas, vowel
+# points: "हिन्दी" is one word, as PostgreSQL's parser reads it).
+_WORD = re.compile(r"[\w" + MARK[1:-1] + "]+")
 
 # PostgreSQL's `english` stop words, so FTS5 (which has none) drops the same words from a
 # query and "what is my laptop" searches for "laptop" on both databases.
