@@ -6,6 +6,7 @@ in English. The words were cut at every mark, and the single letters left were d
 from __future__ import annotations
 
 import pytest
+from django.db import connection
 
 from memory_app.selectors import memory_search
 from sessions_app.fulltext import message_terms, search_terms
@@ -79,3 +80,50 @@ def test_indic_memories_are_found(world):
     assert search("हिन्दी फ़िल्में") == [hindi]
     assert search("தமிழ் மொழி") == [tamil]
     assert search("हिन्दी", user=world.bob) == []
+
+
+def test_a_word_is_found_by_its_own_vowel_signs_not_by_a_word_of_the_same_letters(world):
+    """केला (banana) and किला (fort) differ by their vowel signs alone. SQLite's tokenizer
+    took each mark for a space: both were the letters क and ल to it, and either word found
+    both."""
+    session = chat(world)
+    say(session, "मुझे केला पसंद है")
+    say(session, "यह किला बहुत पुराना है")
+    assert found(world, "केला") == [(1, "मुझे केला पसंद है")]
+    assert found(world, "किला") == [(2, "यह किला बहुत पुराना है")]
+    fort = remember(world.tenant_a, world.qor_a, world.alice, "Alice visited the किला in Delhi")
+    assert memory_search(tenant=world.tenant_a, qor=world.qor_a, user=world.alice, query="केला", limit=5) == []
+    assert memory_search(tenant=world.tenant_a, qor=world.qor_a, user=world.alice, query="किला", limit=5) == [fort]
+
+
+@pytest.mark.skipif(connection.vendor != "sqlite", reason="PostgreSQL's index already reads words so")
+@pytest.mark.django_db(transaction=True)
+def test_messages_and_memories_stored_before_the_migrations_are_found_by_their_own_words_after_them(
+        world, schema, monkeypatch):
+    import importlib
+
+    from django.core import checks
+
+    session = chat(world)
+    banana, fort = say(session, "मुझे केला पसंद है"), say(session, "यह किला बहुत पुराना है")
+    say(session, "我昨天吃了寿司")
+    memories = [remember(world.tenant_a, world.qor_a, world.alice, text) for text in ("केला", "किला")]
+    remember(world.tenant_a, world.qor_a, world.bob, "केला of Bob")
+
+    def memories_found(query, user=world.alice):
+        return memory_search(tenant=world.tenant_a, qor=world.qor_a, user=user, query=query, limit=5)
+
+    schema.to([("sessions_app", "0018_message_search_stream_safe"), ("memory_app", "0010_memory_search_accents_korean")])
+    assert found(world, "केला") == [(fort.seq, fort.content), (banana.seq, banana.content)]  # as before: either
+    assert set(memories_found("केला")) == set(memories)
+    for name in ("sessions_app.migrations.0019_message_search_marks_in_words",
+                 "memory_app.migrations.0011_memory_search_marks_in_words"):
+        monkeypatch.setattr(importlib.import_module(name), "BATCH", 2)  # several batches
+    schema.latest()
+    assert found(world, "केला") == [(banana.seq, banana.content)]
+    assert found(world, "寿司") == [(3, "我昨天吃了寿司")]
+    assert memories_found("केला") == [memories[0]]
+    assert [m.content for m in memories_found("केला", user=world.bob)] == ["केला of Bob"]
+    assert checks.run_checks(tags=[checks.Tags.database], databases=["default"]) == []
+    say(session, "केला और किला")  # the triggers index what is written after it
+    assert [seq for seq, _ in found(world, "केला")] == [4, banana.seq]
