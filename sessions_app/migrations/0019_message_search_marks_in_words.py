@@ -25,36 +25,46 @@ TOKENIZE_BEFORE = "porter unicode61 remove_diacritics 2"
 OWNER = "'t' || s.tenant_id || 'q' || s.qor_id || 'u' || COALESCE(s.user_id, 'x')"
 
 
-def _made_again(apps, schema_editor, tokenize: str) -> None:
-    connection = schema_editor.connection
-    if connection.vendor != "sqlite":
-        return
+def fts_made_again(connection, *, table: str, tokenize: str, triggers: dict[str, str], rows: str,
+                   fill: str) -> None:
+    """SQLite: the FTS5 `table` made again with `tokenize`, its `triggers` (name: SQL)
+    dropped with it and made again with it; then filled by `fill`, an INSERT OR REPLACE
+    of the ids between its two parameters, in batches of BATCH up to the last id of
+    `rows`, each its own transaction. (memory_app 0011 makes its own table with it.)"""
     with transaction.atomic(using=connection.alias), connection.cursor() as cursor:
-        for name in SEARCH_TRIGGERS:
+        for name in triggers:
             cursor.execute(f"DROP TRIGGER IF EXISTS {name}")
-        cursor.execute(f"DROP TABLE IF EXISTS {SEARCH_TABLE}")
-        cursor.execute(f"CREATE VIRTUAL TABLE {SEARCH_TABLE} USING fts5(owner, content, tokenize = '{tokenize}')")
-        for sql in SEARCH_TRIGGERS.values():
+        cursor.execute(f"DROP TABLE IF EXISTS {table}")
+        cursor.execute(f"CREATE VIRTUAL TABLE {table} USING fts5(owner, content, tokenize = '{tokenize}')")
+        for sql in triggers.values():
             cursor.execute(sql)
-        cursor.execute("SELECT COALESCE(MAX(id), 0) FROM sessions_app_message")
+        cursor.execute(f"SELECT COALESCE(MAX(id), 0) FROM {rows}")
         last = cursor.fetchone()[0]
     for first in range(0, last, BATCH):
         with transaction.atomic(using=connection.alias), connection.cursor() as cursor:
-            cursor.execute(
-                f"INSERT OR REPLACE INTO {SEARCH_TABLE} (rowid, owner, content)"
-                f" SELECT m.id, {OWNER}, {SEARCH_TEXT_FUNCTION}(m.content)"
-                " FROM sessions_app_message m JOIN sessions_app_session s ON s.id = m.session_id"
-                " WHERE m.id > %s AND m.id <= %s AND m.role IN ('user', 'assistant') AND m.content <> ''",
-                [first, first + BATCH],
-            )
+            cursor.execute(fill, [first, first + BATCH])
+
+
+FILL = (
+    f"INSERT OR REPLACE INTO {SEARCH_TABLE} (rowid, owner, content)"
+    f" SELECT m.id, {OWNER}, {SEARCH_TEXT_FUNCTION}(m.content)"
+    " FROM sessions_app_message m JOIN sessions_app_session s ON s.id = m.session_id"
+    " WHERE m.id > %s AND m.id <= %s AND m.role IN ('user', 'assistant') AND m.content <> ''"
+)
+
+
+def _made_again(schema_editor, tokenize: str) -> None:
+    if schema_editor.connection.vendor == "sqlite":
+        fts_made_again(schema_editor.connection, table=SEARCH_TABLE, tokenize=tokenize, triggers=SEARCH_TRIGGERS,
+                       rows="sessions_app_message", fill=FILL)
 
 
 def forward(apps, schema_editor) -> None:
-    _made_again(apps, schema_editor, TOKENIZE)
+    _made_again(schema_editor, TOKENIZE)
 
 
 def backward(apps, schema_editor) -> None:
-    _made_again(apps, schema_editor, TOKENIZE_BEFORE)
+    _made_again(schema_editor, TOKENIZE_BEFORE)
 
 
 class Migration(migrations.Migration):
