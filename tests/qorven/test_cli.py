@@ -156,6 +156,23 @@ def test_a_number_out_of_its_range_in_the_environment_is_one_line_naming_it():
     assert ends.returncode == 0
 
 
+def test_a_time_in_seconds_written_with_a_unit_or_an_exponent_is_one_line_naming_it():
+    """django-environ reads a float by dropping every character that is not a digit, a
+    point, a comma or a minus: `5m` was 5 seconds, `1e3` was 13, `12abc34` was 1234, all
+    taken without a word."""
+    cases = (("QORVEN_HEARTBEAT_RETRY_DELAY", "5m"), ("QORVEN_SEND_BACKOFF", "1e400"),
+             ("QORVEN_MODEL_DEADLINE", "12abc34"), ("QORVEN_SWEEP_INTERVAL", "1,5"))
+    taken = {"QORVEN_HEARTBEAT_RETRY_DELAY": "300", "QORVEN_MODEL_TIMEOUT": "1e3", "QORVEN_SEND_BACKOFF": " 0.25 "}
+    shown = "from django.conf import settings as s; print(s.QORVEN_HEARTBEAT_RETRY_DELAY, s.QORVEN_MODEL_TIMEOUT, " \
+            "s.QORVEN_SEND_BACKOFF)"
+    *refused, done = run_each(*checks(*({name: value} for name, value in cases)),
+                              (("shell", "-c", shown), {"DJANGO_SECRET_KEY": "cli-test", **taken}))
+    for (name, value), refusal in zip(cases, refused):
+        line = configuration_error(refusal)
+        assert name in line and repr(value) in line and "a number" in line, line
+    assert done.returncode == 0 and done.stdout.splitlines()[-1] == "300.0 1000.0 0.25", done.stderr[-800:]
+
+
 def test_worker_refuses_a_concurrency_or_metrics_port_out_of_range():
     cases = (("--concurrency", "0"), ("--concurrency", "-2"), ("--metrics-port", "70000"))
     for (flag, value), done in zip(cases, run_each(*((("worker", flag, value), {"DJANGO_SECRET_KEY": "cli-test"})
