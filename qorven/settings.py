@@ -455,8 +455,9 @@ QORVEN_PAIRING_RESEND = env.int("QORVEN_PAIRING_RESEND", default=300, at_least=0
 # Outbound mail (email channel replies). e.g. smtp+tls://user:pass@smtp.example.com:587
 # Unset: no mail server, and a reply to an email fails saying so (qorven.runtime.mail);
 # Django's console backend printed every reply, its recipient and text, to the output.
-if env.str("EMAIL_URL", default=""):
-    vars().update(env.email_url("EMAIL_URL"))
+_MAIL_SERVER = env.mail_server("EMAIL_URL")
+if _MAIL_SERVER:
+    vars().update(_MAIL_SERVER)
 else:
     EMAIL_BACKEND = "qorven.runtime.mail.NoMailServer"
 

@@ -152,6 +152,22 @@ class Env(environ.Env):
             raise environ.ImproperlyConfigured(f"{var} {exc}") from None
         return value
 
+    def mail_server(self, var: str) -> dict:
+        """Django's EMAIL_* settings for the mail server URL in `var`, {} when it is empty. A
+        scheme django-environ does not know, a port that is not a number or an SMTP URL
+        without a host is named in one line, without the password the URL may carry."""
+        value = self.str(var, default="").strip()
+        if not value:
+            return {}
+        parts = _http_url(value)
+        if parts is None or parts.scheme not in self.EMAIL_SCHEMES \
+                or (parts.scheme.startswith("smtp") and not parts.hostname):
+            raise environ.ImproperlyConfigured(
+                f"{var} must be a mail server's URL like smtp+tls://user:pass@smtp.example.com:587 (smtp://, "
+                f"smtps://, smtp+tls://, smtp+ssl://, or consolemail:// to print mail), not "
+                f"{url_without_credentials(value)!r}")
+        return self.email_url_config(value)
+
     def db_url(self, var=environ.Env.DEFAULT_DATABASE_ENV, default=environ.Env.NOTSET, engine=None):  # type: ignore[override]
         with warnings.catch_warnings():  # a scheme it does not know: the settings say so, in one line
             warnings.simplefilter("ignore", UserWarning)
@@ -161,7 +177,10 @@ class Env(environ.Env):
         """Django's DATABASES entry for the URL in `var`: PostgreSQL or SQLite only, each
         with the options Qorven runs it with. A relative SQLite file is taken from `root`
         (the project's), not from the folder the process started in."""
-        database = self.db_url(var, default=default)
+        try:
+            database = self.db_url(var, default=default)
+        except ValueError:  # urllib's, for a port that is not a number
+            database = {}
         if database.get("ENGINE") == "django.db.backends.sqlite3":
             database["NAME"] = _sqlite_file(var, str(database.get("NAME") or ""), root)
             # BEGIN IMMEDIATE takes SQLite's write lock at the start of every transaction, so
@@ -179,7 +198,7 @@ class Env(environ.Env):
             return database
         if database.get("ENGINE") != "django.db.backends.postgresql":
             raise environ.ImproperlyConfigured(f"{var} must be a postgres:// or sqlite:// URL (e.g. "
-                                               f"postgres://user:pass@host:5432/qorven), not {self.str(var)!r}")
+                                               f"postgres://user:pass@host:5432/qorven), not {url_without_credentials(self.str(var))!r}")
         if self.bool("QORVEN_DB_PREPARED", default=True):
             # A statement run on a connection five times is prepared there (psycopg), so
             # PostgreSQL stops planning it on each run: the reads every request and turn make

@@ -173,6 +173,23 @@ def test_a_time_in_seconds_written_with_a_unit_or_an_exponent_is_one_line_naming
     assert done.returncode == 0 and done.stdout.splitlines()[-1] == "300.0 1000.0 0.25", done.stderr[-800:]
 
 
+def test_a_malformed_mail_or_database_url_is_one_line_naming_it_without_its_password():
+    """EMAIL_URL's refusal named no variable ("Invalid email schema bogus"), and a port
+    that is not a number, in EMAIL_URL or DATABASE_URL, ended in a ValueError traceback."""
+    cases = (("EMAIL_URL", "bogus://mail.example.com"), ("EMAIL_URL", "smtp+tls://user:s3cret@mail.example.com:tls"),
+             ("EMAIL_URL", "smtp://"), ("DATABASE_URL", "postgres://qorven:s3cret@db.internal:port/qorven"),
+             ("DATABASE_URL", "mysql://qorven:s3cret@db.internal/qorven"))
+    finished = run_each(*checks(*({name: value} for name, value in cases)))
+    for (name, value), done in zip(cases, finished):
+        assert "Traceback" not in done.stderr, done.stderr[-800:]
+        line = configuration_error(done)
+        assert name in line and "s3cret" not in line, line
+    taken = run_each(*checks({"EMAIL_URL": "smtp+tls://user:pass@smtp.example.com:587"},
+                             {"EMAIL_URL": "consolemail://"}))
+    for done in taken:
+        assert done.returncode == 0, done.stderr[-800:]
+
+
 def test_worker_refuses_a_concurrency_or_metrics_port_out_of_range():
     cases = (("--concurrency", "0"), ("--concurrency", "-2"), ("--metrics-port", "70000"))
     for (flag, value), done in zip(cases, run_each(*((("worker", flag, value), {"DJANGO_SECRET_KEY": "cli-test"})
