@@ -37,7 +37,9 @@ def tenant_bootstrap_refusal(*, tenant_slug: str, qor_slug: str, owner_username:
     whole, not half done."""
     for flag, slug in (("--tenant", tenant_slug), ("--qor", qor_slug)):
         if not slug or slugify(slug) != slug:  # slugify("") is "" too
-            return f"{flag} must be a slug (letters, digits, hyphens), got {slug!r}"
+            example = f", e.g. {slugify(slug)!r}" if slugify(slug) else ""
+            return (f"{flag} must be a slug (lower-case letters a-z, digits, hyphens, underscores), "
+                    f"got {slug!r}{example}")
     # SQLite keeps any length in a column; PostgreSQL refuses it with a DataError.
     for flag, value, model, field in (("--tenant", tenant_slug, Tenant, "slug"), ("--qor", qor_slug, Qor, "slug"),
                                       ("--tenant-name", tenant_name, Tenant, "name"),

@@ -110,6 +110,18 @@ def test_bootstrap_rejects_a_slug_with_spaces():
 
 
 @pytest.mark.django_db
+@pytest.mark.parametrize("option, value, suggested", [("--tenant", "Acme", "acme"), ("--qor", "My Qor", "my-qor")])
+def test_a_slug_refused_says_what_a_slug_is_made_of_and_suggests_one(option, value, suggested):
+    """"Acme" was refused as not "letters, digits, hyphens", which it is: a slug's letters
+    are lower case, and the refusal did not say so."""
+    args = {"--tenant": "acme", "--qor": "aria", "--owner": "alice", option: value}
+    with pytest.raises(CommandError) as refused:
+        run("bootstrap", *[part for pair in args.items() for part in pair])
+    assert "lower-case letters" in str(refused.value) and f"e.g. {suggested!r}" in str(refused.value), refused.value
+    assert not Tenant.objects.exists()
+
+
+@pytest.mark.django_db
 @pytest.mark.parametrize("option", ["--tenant", "--qor"])
 def test_bootstrap_refuses_an_empty_slug(option):
     args = {"--tenant": "acme", "--qor": "aria", "--owner": "alice", option: ""}
