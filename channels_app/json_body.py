@@ -83,8 +83,13 @@ def json_parse(raw: bytes | str) -> Any:
         raise BodyRefused(400, "the body is not UTF-8") from None
     except RecursionError:
         raise BodyRefused(400, f"the body is nested deeper than {MAX_DEPTH} levels") from None
-    except ValueError as exc:
-        raise BodyRefused(400, f"the body is not valid JSON ({exc.__class__.__name__})") from None
+    except json.JSONDecodeError as exc:
+        # Where it went wrong, for whoever writes the client; the message is json's own
+        # ("Expecting value"), without its "(char N)".
+        raise BodyRefused(400, f"the body is not valid JSON: {exc.msg} at line {exc.lineno}, "
+                               f"column {exc.colno}") from None
+    except ValueError:  # a number too long to read (Python's digit limit)
+        raise BodyRefused(400, "the body is not valid JSON") from None
     if _needs_walk(text):
         _check(body)
     return body

@@ -48,3 +48,16 @@ def test_nesting_is_refused_past_the_limit_and_read_up_to_it():
     # Brackets inside strings count toward the text's brackets, not the document's depth.
     quoted = json.dumps({"text": "[" * 200})
     assert json_parse(quoted) == {"text": "[" * 200}
+
+
+@pytest.mark.parametrize("text, says", [
+    ('notjson', "Expecting value at line 1, column 1"),
+    ('{"content": "hi",\n "channel": }', "Expecting value at line 2, column 13"),
+])
+def test_a_body_that_is_not_json_says_where_it_stops_being_json(text, says):
+    """The refusal named a Python class ("not valid JSON (JSONDecodeError)") instead of
+    where in the body the JSON went wrong."""
+    with pytest.raises(BodyRefused) as refused:
+        json_parse(text)
+    assert refused.value.status == 400 and says in str(refused.value), refused.value
+    assert "JSONDecodeError" not in str(refused.value)
