@@ -159,7 +159,7 @@ QORVEN_SERVE_STATIC = env.bool("QORVEN_SERVE_STATIC", default=True)
 # The largest JSON body accepted (webhooks, API, chat, webchat); larger ones answer 413.
 QORVEN_MAX_BODY = env.int("QORVEN_MAX_BODY", default=1024 * 1024, at_least=1)
 
-REDIS_URL = env.str("REDIS_URL", default="")
+REDIS_URL = env.redis_url("REDIS_URL", default="")
 
 # Room for a streamed reply's chunks queued for one socket: past it, a socket misses events
 # and catches up from the database (and the stream cache) instead.

@@ -152,6 +152,23 @@ class Env(environ.Env):
             raise environ.ImproperlyConfigured(f"{var} {exc}") from None
         return value
 
+    def redis_url(self, var: str, default: str) -> str:
+        """A Redis server's URL (redis://, rediss:// or unix://), "" for none. Checked here:
+        redis-py refuses a malformed one only when it first connects, which for a server
+        process was its first task, and nothing said why."""
+        value = self.str(var, default=default).strip()
+        if not value:
+            return value
+        parts = _http_url(value)
+        database = (parts.path.strip("/") if parts else "")
+        if parts is None or not (
+                (parts.scheme in ("redis", "rediss") and parts.hostname and (not database or database.isdigit()))
+                or (parts.scheme == "unix" and parts.path)):
+            raise environ.ImproperlyConfigured(
+                f"{var} must be a Redis URL like redis://127.0.0.1:6379/0 (rediss:// over TLS, "
+                f"unix:///path/to/redis.sock for a socket), not {url_without_credentials(value)!r}")
+        return value
+
     def mail_server(self, var: str) -> dict:
         """Django's EMAIL_* settings for the mail server URL in `var`, {} when it is empty. A
         scheme django-environ does not know, a port that is not a number or an SMTP URL

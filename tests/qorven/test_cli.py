@@ -190,6 +190,21 @@ def test_a_malformed_mail_or_database_url_is_one_line_naming_it_without_its_pass
         assert done.returncode == 0, done.stderr[-800:]
 
 
+def test_a_redis_url_that_is_not_one_is_one_line_naming_it_without_its_password():
+    """REDIS_URL written without its scheme (127.0.0.1:6379), the commonest slip, was taken:
+    `qorven serve` started, said nothing, and queued no task, /readyz answering 503."""
+    refused = ("127.0.0.1:6379", "http://redis.internal:6379/0", "redis://:s3cret@redis.internal:port/0",
+               "redis://redis.internal:6379/db8")
+    taken = ("redis://127.0.0.1:6379/8", "rediss://:pass@redis.internal:6380/0", "redis://redis.internal",
+             "unix:///run/redis/redis.sock?db=2")
+    finished = run_each(*checks(*({"REDIS_URL": url} for url in (*refused, *taken))))
+    for url, done in zip(refused, finished):
+        line = configuration_error(done)
+        assert "REDIS_URL" in line and "redis://" in line and "s3cret" not in line, line
+    for url, done in zip(taken, finished[len(refused):]):
+        assert done.returncode == 0, (url, done.stderr[-800:])
+
+
 def test_worker_refuses_a_concurrency_or_metrics_port_out_of_range():
     cases = (("--concurrency", "0"), ("--concurrency", "-2"), ("--metrics-port", "70000"))
     for (flag, value), done in zip(cases, run_each(*((("worker", flag, value), {"DJANGO_SECRET_KEY": "cli-test"})
