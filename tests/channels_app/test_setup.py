@@ -169,6 +169,23 @@ def test_a_workspace_bootstrap_would_refuse_is_refused_before_anything_is_writte
     assert not Membership.objects.exists()
 
 
+@pytest.mark.parametrize("where, refusal", [
+    ("missing/.env", "no such folder"),
+    ("", "is a folder"),
+])
+def test_a_settings_file_that_cannot_be_written_is_refused_before_anything_is_written(tmp_path, model_server, where,
+                                                                                    refusal):
+    """--env-file in a folder that does not exist, or naming a folder, ended in a
+    FileNotFoundError or IsADirectoryError traceback."""
+    model_server.add(reply("ok"))
+    out = io.StringIO()
+    with pytest.raises(CommandError, match=f"--env-file .*{refusal}.*nothing was written"):
+        call_command("setup", "--non-interactive", "--model-url", model_server.base_url, "--model", "scripted-model",
+                     "--password", "correct horse battery 9", "--env-file", str(tmp_path / where), stdout=out)
+    assert not (tmp_path / "missing").exists()
+    assert not Membership.objects.exists()
+
+
 def test_setup_without_a_public_url_leaves_the_default_unpinned(tmp_path, model_server):
     """It wrote QORVEN_PUBLIC_URL=http://127.0.0.1:8000, so `make run PORT=8080` and
     `qorven chat` went on pointing at port 8000."""

@@ -81,7 +81,14 @@ class Command(BaseCommand):
         values = {"OPENAI_BASE_URL": model_url, "OPENAI_API_KEY": api_key, "QORVEN_MODEL": model}
         if public_url:  # else the default follows the port the server is started on
             values["QORVEN_PUBLIC_URL"] = public_url
-        env_write(env_file, values)
+        refusal = env_file_refusal(env_file)
+        if refusal:
+            raise CommandError(f"--env-file {env_file}: {refusal}; nothing was written.")
+        try:
+            env_write(env_file, values)
+        except OSError as exc:  # not ours to write (permissions), a disk full
+            raise CommandError(f"--env-file {env_file}: cannot be written ({exc.strerror}); nothing was "
+                               "written.") from None
         self.stdout.write(self.style.SUCCESS(f"✓ settings written to {env_file} (mode 600)"))
         call_command("bootstrap", tenant=tenant, qor=qor, owner=owner, password=password, stdout=self.stdout)
         if telegram:
@@ -129,6 +136,16 @@ class Command(BaseCommand):
         except ModelError as exc:
             raise CommandError(f"{model} at {model_url} did not answer ({exc.summary()}); nothing was written. "
                                "Check the URL (it usually ends in /v1), the key and the model name.") from None
+
+
+def env_file_refusal(path: Path) -> str | None:
+    """Why the settings cannot be written to `path` (a folder, or in a folder that does
+    not exist), None when they can be tried."""
+    if path.is_dir():
+        return "is a folder: name the settings file in it, e.g. " + str(path / ".env")
+    if not path.parent.is_dir():
+        return f"no such folder {path.parent}"
+    return None
 
 
 def env_write(path: Path, values: dict[str, str]) -> None:
