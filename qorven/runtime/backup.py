@@ -50,6 +50,28 @@ COUNTED = {
 }
 
 
+# What one of each counted thing is called (COUNTED names them plural).
+_ONE = {"tenants": "tenant", "people": "person", "conversations": "conversation", "messages": "message",
+        "memories": "memory", "heartbeats": "heartbeat"}
+
+
+def counts_said(counts: dict[str, int]) -> str:
+    """What a database holds, as a person reads it: `1 tenant, 3 people, 12 messages, …`."""
+    return ", ".join(f"{count:,} {_ONE.get(label, label) if count == 1 else label}" for label, count in counts.items())
+
+
+def database_counts() -> dict[str, int]:
+    """What the database in use holds now, counted as a backup counts it."""
+    from django.db import connections
+
+    with connections["default"].cursor() as cursor:
+        counts = {}
+        for label, table in COUNTED.items():
+            cursor.execute(f'SELECT count(*) FROM "{table}"')  # noqa: S608 (our names)
+            counts[label] = cursor.fetchone()[0]
+    return counts
+
+
 def backup_write(*, database: dict[str, Any], path: Path, progress: Progress) -> BackupResult:
     """Copy the database `database` (a settings.DATABASES entry) to `path`, which must not exist."""
     if path.exists():

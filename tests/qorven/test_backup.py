@@ -118,6 +118,17 @@ def test_a_restore_puts_the_backup_back_and_keeps_the_database_it_replaces(world
     assert Message.objects.count() == 4
 
 
+def test_a_restore_says_what_the_backup_held(world, tmp_path):
+    """On PostgreSQL it named only the dump's file, before and after: a host restoring last
+    night's copy could not tell it held the conversations they meant to bring back."""
+    chat(world, world.alice, n=3)
+    path = tmp_path / "monday.bak"
+    backup(str(path))
+    chat(world, world.bob, n=2)
+    said = restore(str(path), "--yes", "--keep-dir", str(tmp_path))
+    assert "3 messages" in said and "2 tenants" in said, said
+
+
 def test_a_file_that_is_not_a_backup_is_refused_and_nothing_changes(world, tmp_path):
     chat(world, world.alice, n=2)
     notes = tmp_path / "notes.txt"

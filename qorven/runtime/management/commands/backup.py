@@ -8,14 +8,10 @@ from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from rich.progress import BarColumn, DownloadColumn, MofNCompleteColumn, Progress, TextColumn
 
-from qorven.runtime.backup import BackupError, backup_write
+from qorven.runtime.backup import BackupError, backup_write, counts_said
 from qorven.runtime.command_console import command_console
 from qorven.runtime.scheduled_backups import UNREADABLE_FIX, BackupDirError, last_run, last_skip, scheduled_backups
 
-
-# What one of each counted thing is called (qorven.runtime.backup.COUNTED names them plural).
-ONE = {"tenants": "tenant", "people": "person", "conversations": "conversation", "messages": "message",
-       "memories": "memory", "heartbeats": "heartbeat"}
 
 
 class Command(BaseCommand):
@@ -62,8 +58,7 @@ class Command(BaseCommand):
                                       progress=lambda done, total: bar.update(task, completed=done, total=total))
             except BackupError as exc:
                 raise CommandError(str(exc)) from None
-        held = ", ".join(f"{count:,} {ONE.get(label, label) if count == 1 else label}"
-                         for label, count in result.counts.items())
+        held = counts_said(result.counts)
         self.stdout.write(f"Backed up to {result.path} ({_size(result.size)}, owner-only): {held}.")
 
     def _list(self) -> None:

@@ -9,7 +9,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import connections
 from rich.progress import BarColumn, Progress, TextColumn
 
-from qorven.runtime.backup import BackupError
+from qorven.runtime.backup import BackupError, counts_said, database_counts
 from qorven.runtime.command_console import command_console
 from qorven.runtime.restore import restore_apply, restore_plan
 
@@ -40,7 +40,7 @@ class Command(BaseCommand):
             plan = restore_plan(database=database, backup=Path(opts["backup"]).resolve(), keep_dir=keep_dir)
         except BackupError as exc:
             raise CommandError(str(exc)) from None
-        held = ", ".join(f"{count:,} {label}" for label, count in plan.counts.items())
+        held = counts_said(plan.counts)
         self.stdout.write(f"This replaces the database ({database['NAME']}) with {plan.backup}"
                           + (f" ({held})" if held else "") + "."
                           + (f"\nThe database as it is now is kept as {plan.kept_as}." if plan.kept_as else ""))
@@ -64,4 +64,6 @@ class Command(BaseCommand):
                 raise CommandError(str(exc)) from None
         call_command("migrate", verbosity=0, interactive=False)
         kept = f" The replaced database is in {plan.kept_as}." if plan.kept_as else ""
-        self.stdout.write(f"Restored {plan.backup}; migrations applied.{kept}")
+        # A dump is not read before it is restored (SQLite's backup was): say now what it held.
+        held = "" if plan.counts else f" ({counts_said(database_counts())})"
+        self.stdout.write(f"Restored {plan.backup}{held}; migrations applied.{kept}")
