@@ -86,7 +86,7 @@ def json_parse(raw: bytes | str) -> Any:
     except json.JSONDecodeError as exc:
         # Where it went wrong, for whoever writes the client; the message is json's own
         # ("Expecting value"), without its "(char N)".
-        raise BodyRefused(400, f"the body is not valid JSON: {exc.msg} at line {exc.lineno}, "
+        raise BodyRefused(400, f"the body is not valid JSON: {exc.msg.removesuffix(' at')} at line {exc.lineno}, "
                                f"column {exc.colno}") from None
     except ValueError:  # a number too long to read (Python's digit limit)
         raise BodyRefused(400, "the body is not valid JSON") from None

@@ -155,7 +155,7 @@ def _parse(raw: bytes | str, resolver: _Resolver) -> LegacyLine | None:
     try:
         obj = json.loads(text)
     except json.JSONDecodeError as exc:
-        raise BadLine(f"invalid JSON ({exc.msg} at column {exc.colno})") from None
+        raise BadLine(f"invalid JSON ({exc.msg.removesuffix(' at')} at column {exc.colno})") from None
     if not isinstance(obj, dict):
         raise BadLine("not a JSON object")
     fields = {name: _text(obj, name, empty_ok=name == "content") for name in REQUIRED}

@@ -127,7 +127,7 @@ def beats_plan(*, path: Path | None = None) -> SyncPlan:
     except _DuplicateKey as exc:
         raise DefaultsFileError(path, [Problem(_line(text, exc.pos), "", str(exc))]) from None
     except json.JSONDecodeError as exc:
-        raise DefaultsFileError(path, [Problem(exc.lineno, "", f"invalid JSON: {exc.msg}", exc.colno)]) from None
+        raise DefaultsFileError(path, [Problem(exc.lineno, "", f"invalid JSON: {_json_said(exc)}", exc.colno)]) from None
     if isinstance(raw, list):
         raw = {"beats": raw}  # a bare list of beats is accepted too
     try:
@@ -317,3 +317,9 @@ def _apply(plan: SyncPlan) -> None:
             problems.append(Problem(want.line, f"{want.loc}.{exc.field}", exc.message))
     if problems:  # raising out of the atomic block rolls every change back
         raise DefaultsFileError(plan.path, problems)
+
+
+def _json_said(exc: json.JSONDecodeError) -> str:
+    """json's own words for what is wrong, without the dangling "at" some of them end in
+    ("Invalid control character at"): the line and column are said beside it."""
+    return exc.msg.removesuffix(" at")

@@ -53,6 +53,7 @@ def test_nesting_is_refused_past_the_limit_and_read_up_to_it():
 @pytest.mark.parametrize("text, says", [
     ('notjson', "Expecting value at line 1, column 1"),
     ('{"content": "hi",\n "channel": }', "Expecting value at line 2, column 13"),
+    ('{"content": "a\nb"}', "Invalid control character at line 1, column 15"),
 ])
 def test_a_body_that_is_not_json_says_where_it_stops_being_json(text, says):
     """The refusal named a Python class ("not valid JSON (JSONDecodeError)") instead of

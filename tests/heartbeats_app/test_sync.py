@@ -139,6 +139,17 @@ def test_invalid_json_is_reported_with_its_line_and_changes_nothing(world, defau
     assert state() == before
 
 
+def test_a_json_error_that_json_words_with_a_trailing_at_reads_whole(world, defaults):
+    """A raw line break inside a string was reported as "invalid JSON: Invalid control
+    character at", the sentence cut off (json's message leaves its position to the caller)."""
+    defaults('{"beats": [{"tenant": "acme", "name": "x\ny", "cron": "0 8 * * *"}]}')
+    with pytest.raises(DefaultsFileError) as raised:
+        beats_sync()
+    (problem,) = raised.value.problems
+    assert problem.message == "invalid JSON: Invalid control character", problem.message
+    assert problem.line == 1 and problem.column == 41
+
+
 def test_field_errors_name_the_line_and_field_of_each_problem_and_change_nothing(world, defaults):
     defaults({"beats": [{"tenant": "acme", "name": "keep", "cron": "0 8 * * *", "prompt": "p"}]})
     beats_sync()

@@ -117,9 +117,10 @@ def test_bad_lines_are_reported_by_line_number_and_skipped(world, tmp_path):
         GOOD[2],  # 14 ok
         line(content="x", created_at="9999-12-31T23:59:59-14:00"),  # 15: past year 9999 in UTC
         line(content="x", created_at="0001-01-01T00:00:00+14:00"),  # 16: before year 1 in UTC
+        '{"content": "a\tb"}',  # 17: a raw tab inside a string
     ]
     out = StringIO()
-    with pytest.raises(CommandError, match="13 bad line.*; the other 2 message"):
+    with pytest.raises(CommandError, match="14 bad line.*; the other 2 message"):
         call_command("import_legacy", str(write(tmp_path, lines)), stdout=out)
     # Run again: the good lines are there already, and the message says so.
     with pytest.raises(CommandError, match="already imported, so nothing new was stored"):
@@ -139,6 +140,7 @@ def test_bad_lines_are_reported_by_line_number_and_skipped(world, tmp_path):
         (13, "'content' must be a string"),
         (15, "created_at out of range"),
         (16, "created_at out of range"),
+        (17, "invalid JSON (Invalid control character at column 15)"),  # not "character at at column"
     ]:
         assert f"line {number}: {reason}" in text, (number, text)
     assert "line 11" not in text and "line 1:" not in text and "line 14" not in text
