@@ -13,7 +13,7 @@ from urllib.parse import urlsplit
 import environ
 from kombu import Queue
 
-from qorven.runtime.environment import Env
+from qorven.runtime.environment import Env, env_file_check
 from qorven.runtime.url_prefix import prefix_settings, public_url_under
 
 BASE_DIR = Path(__file__).resolve().parent.parent
@@ -31,7 +31,8 @@ if _ENV_FILE_NAMED and not Path(ENV_FILE).is_file():
     _looked_at = "" if Path(_ENV_FILE_NAMED).is_absolute() else \
         f" (looked for at {ENV_FILE}: a relative path is taken from the project root)"
     raise environ.ImproperlyConfigured(f"QORVEN_ENV_FILE names {_ENV_FILE_NAMED!r}, which is not a file{_looked_at}")
-if ENV_FILE:
+if ENV_FILE and Path(ENV_FILE).is_file():
+    env_file_check(ENV_FILE)
     environ.Env.read_env(ENV_FILE, overwrite=False)
 
 DEBUG = env.bool("DJANGO_DEBUG", default=False)

@@ -139,6 +139,27 @@ def test_a_settings_file_named_that_is_not_there_is_one_line_naming_it(tmp_path)
     assert read.returncode == 0, read.stderr[-800:]
 
 
+def test_a_settings_file_line_that_cannot_be_read_is_one_line_naming_it_without_its_value(tmp_path):
+    """A line of .env that was not NAME=value (`QORVEN_TURN_LEASE = 45`, spaces around the
+    =) was skipped with a warning that quoted the whole line, a key included, and the
+    setting took its default; a quoted value followed by a comment kept its quotes and
+    the comment as its value."""
+    spaced, commented = tmp_path / "spaced.env", tmp_path / "commented.env"
+    spaced.write_text("# keys\nOPENAI_API_KEY = sk-s3cret\n")
+    commented.write_text('QORVEN_TURN_LEASE=45\nQORVEN_MODEL="llama s3cret" # the big one\n')
+    (good := tmp_path / "good.env").write_text(
+        "# a comment\n\nexport QORVEN_TURN_LEASE=45\nQORVEN_MODEL='llama 3'\nQORVEN_LOG_LEVEL=\"info\"\n"
+        "OPENAI_API_KEY=abc#def\n")
+    shown = "from django.conf import settings as s; print(s.QORVEN_TURN_LEASE, s.QORVEN_MODEL, s.OPENAI_API_KEY)"
+    *refused, read = run_each(*checks({"QORVEN_ENV_FILE": str(spaced)}, {"QORVEN_ENV_FILE": str(commented)}),
+                              (("shell", "-c", shown), {"DJANGO_SECRET_KEY": "cli-test", "QORVEN_ENV_FILE": str(good)}))
+    for path, line_number, name, done in ((spaced, 2, "OPENAI_API_KEY", refused[0]),
+                                          (commented, 2, "QORVEN_MODEL", refused[1])):
+        line = configuration_error(done)
+        assert str(path) in line and f"line {line_number}" in line and name in line and "s3cret" not in line, line
+    assert read.returncode == 0 and read.stdout.splitlines()[-1] == "45 llama 3 abc#def", read.stderr[-800:]
+
+
 def test_a_number_out_of_its_range_in_the_environment_is_one_line_naming_it():
     """0 workers ran Celery's own default (one per CPU) without a word; a negative lease
     or a zero timeout broke the first turn instead of the start."""
