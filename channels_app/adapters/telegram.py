@@ -119,6 +119,10 @@ def bot_id_of(binding: ChannelBinding) -> int | None:
     return int(head) if head.isdigit() else None
 
 
+# The secret_token setWebhook takes (Bot API): 1 to 256 of these.
+SECRET_TOKEN = re.compile(r"[A-Za-z0-9_-]{1,256}")
+
+
 class TelegramAdapter(Adapter):
     kind = "telegram"
     limit = 4096
@@ -126,13 +130,24 @@ class TelegramAdapter(Adapter):
     groups = True
     credentials = {
         "token": "the bot token from @BotFather",
-        "secret": "the secret_token you register the webhook with (setWebhook)",
+        "secret": "the secret_token you register the webhook with (setWebhook): 1 to 256 letters, digits, _ and -",
         "username": "the bot's @username, to notice mentions in groups",
     }
     required = ("token", "secret")
 
     def lookup_key(self, credentials: dict[str, str]) -> str:
         return secret_digest(credentials["secret"])
+
+    def credentials_problem(self, credentials: dict[str, str]) -> tuple[str, str] | None:
+        # Telegram's setWebhook takes a secret_token of 1 to 256 letters, digits, _ and -: with
+        # any other the webhook cannot be registered, and no update would name the binding.
+        secret = credentials.get("secret", "")
+        if not secret or SECRET_TOKEN.fullmatch(secret):
+            return None
+        if len(secret) > 256:
+            return "secret", f"is at most 256 characters (Telegram's limit), got {len(secret)}"
+        return "secret", ("takes letters, digits, _ and - only (Telegram's rule for the webhook's secret_token), "
+                          "e.g. one `python -c 'import secrets; print(secrets.token_urlsafe(24))'` makes")
 
     def webhook_register(self, binding: ChannelBinding) -> str:
         """Point the bot's webhook at this server (setWebhook with the binding's secret);

@@ -56,6 +56,10 @@ def test_bind_reports_missing_credentials_and_foreign_qors(world):
     ("sms", ["--number", "012345", "--account-sid", "AC9", "--auth-token", "t", "--no-check"], "short code"),
     # An Alphanumeric Sender ID only sends: no text ever comes to it, nor could a reply.
     ("sms", ["--number", "AcmeCo", "--account-sid", "AC9", "--auth-token", "t", "--no-check"], "one-way"),
+    # Telegram's secret_token takes letters, digits, _ and - only (1 to 256): setWebhook refuses
+    # any other, so no webhook would ever name the binding.
+    ("telegram", ["--token", "111:AAA", "--secret", "my secret!"], "secret.*letters, digits"),
+    ("telegram", ["--token", "111:AAA", "--secret", "s" * 257], "secret.*256"),
 ])
 def test_bind_refuses_a_credential_it_would_misread_and_stores_nothing(world, channel, args, says):
     """A typo must not quietly mean something else: an unknown --sender-check read as
