@@ -44,6 +44,18 @@ def seconds(*, more_than_zero: bool = False) -> Callable[[str], float]:
     return parse
 
 
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
+
+
+def log_level(value: str) -> str:
+    """An argparse type: a log level in any case, as QORVEN_LOG_LEVEL takes them, given back
+    in capitals; else a usage error naming the option (Celery's own refusal of one was a
+    traceback)."""
+    if value.strip().upper() not in LOG_LEVELS:
+        raise argparse.ArgumentTypeError(f"{value!r} is not one of {', '.join(LOG_LEVELS)} (any case)")
+    return value.strip().upper()
+
+
 def given_path(value: str) -> Path:
     """An argparse type: a path that is not empty. `--dir "$DIR"` with DIR unset would
     otherwise name the current folder, and a sync would take it for the folder meant

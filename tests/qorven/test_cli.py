@@ -233,6 +233,22 @@ def test_worker_refuses_a_concurrency_or_metrics_port_out_of_range():
         assert done.returncode == 2 and flag in done.stderr and "Traceback" not in done.stderr, done.stderr[-500:]
 
 
+def test_worker_and_beat_refuse_a_log_level_that_is_not_one_and_name_a_metrics_host_they_cannot_use():
+    """`--loglevel verbose` ended in Celery's traceback (click's BadParameter for the worker,
+    a KeyError for beat), and a --metrics-host that is no address was blamed on --metrics-port."""
+    environment = {"DJANGO_SECRET_KEY": "cli-test", "REDIS_URL": "redis://127.0.0.1:9/0"}
+    worker, beat, host, taken = run_each((("worker", "--loglevel", "verbose"), environment),
+                                         (("beat", "-l", "loud"), environment),
+                                         (("worker", "--metrics-port", "9", "--metrics-host", "999.9.9.9"), environment),
+                                         (("beat", "--loglevel", "warning", "--help"), environment))
+    for done, name in ((worker, "worker"), (beat, "beat")):
+        assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr[-800:]
+        assert f"usage: qorven {name}" in done.stderr and "--loglevel" in done.stderr and "DEBUG" in done.stderr
+    assert host.returncode == 1 and "Traceback" not in host.stderr, host.stderr[-800:]
+    assert "--metrics-host 999.9.9.9" in host.stderr and "--metrics-port" not in host.stderr, host.stderr[-800:]
+    assert taken.returncode == 0, taken.stderr[-800:]
+
+
 def test_a_starting_worker_removes_the_metrics_folders_of_workers_that_are_gone(tmp_path):
     from qorven.runtime.management.commands.worker import METRICS_FOLDER, _metrics_folders_stale_remove
 

@@ -3,7 +3,7 @@ from __future__ import annotations
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
-from qorven.runtime.arguments import seconds
+from qorven.runtime.arguments import log_level, seconds
 
 
 class Command(BaseCommand):
@@ -16,7 +16,7 @@ class Command(BaseCommand):
     )
 
     def add_arguments(self, parser):
-        parser.add_argument("--loglevel", "-l", default=settings.QORVEN_LOG_LEVEL,
+        parser.add_argument("--loglevel", "-l", type=log_level, default=settings.QORVEN_LOG_LEVEL,
                             help="log level (default QORVEN_LOG_LEVEL, INFO)")
         parser.add_argument(
             "--max-interval", type=seconds(more_than_zero=True), default=5.0,

@@ -1,12 +1,14 @@
 from __future__ import annotations
 
+import errno
 import os
+import socket
 from pathlib import Path
 
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
-from qorven.runtime.arguments import whole_number
+from qorven.runtime.arguments import log_level, whole_number
 
 
 class Command(BaseCommand):
@@ -21,7 +23,7 @@ class Command(BaseCommand):
     def add_arguments(self, parser):
         parser.add_argument("--concurrency", "-c", type=whole_number(1, 10_000), default=settings.QORVEN_WORKER_CONCURRENCY,
                             help="tasks at once (default QORVEN_WORKER_CONCURRENCY, 4)")
-        parser.add_argument("--loglevel", "-l", default=settings.QORVEN_LOG_LEVEL,
+        parser.add_argument("--loglevel", "-l", type=log_level, default=settings.QORVEN_LOG_LEVEL,
                             help="log level (default QORVEN_LOG_LEVEL, INFO)")
         parser.add_argument("--metrics-port", type=whole_number(0, 65535), default=settings.QORVEN_WORKER_METRICS_PORT,
                             help="serve this worker's Prometheus metrics (turns, model calls, of all its "
@@ -223,7 +225,11 @@ def _metrics_serve(host: str, port: int) -> None:
     try:
         server = make_server(host, port, guarded, server_class=Server, handler_class=Quiet)
     except OSError as exc:
-        raise CommandError(f"--metrics-port {port}: {exc.strerror or exc}") from None
+        # A name that does not resolve, or an address not this machine's, is the host's fault;
+        # a port in use or not ours to take, the port's.
+        blamed = f"--metrics-host {host}" if isinstance(exc, socket.gaierror) or exc.errno == errno.EADDRNOTAVAIL \
+            else f"--metrics-port {port}"
+        raise CommandError(f"{blamed}: {exc.strerror or exc}") from None
     threading.Thread(target=server.serve_forever, name="qorven-worker-metrics", daemon=True).start()
 
     def child_gone(pid: int | None = None, **kwargs: object) -> None:
