@@ -50,6 +50,7 @@ from .reading import (
     BeatSpec,
     DefaultsFile,
     DefaultsFileError,
+    DeliverSpec,
     Problem,
     _DuplicateKey,
     _load_located,
@@ -156,6 +157,12 @@ def _problems(text: str, raw: Any, exc: ValidationError) -> list[Problem]:
 
 
 def _message(err: Any) -> str:
+    if err["type"] == "extra_forbidden":  # a misspelt key: say which keys there are
+        loc = tuple(err["loc"])
+        model, what = ((DefaultsFile, "the file") if len(loc) == 1 else
+                       (DeliverSpec, "a beat's deliver") if len(loc) > 3 and loc[-2] == "deliver" else
+                       (BeatSpec, "a beat"))
+        return f"not a key of {what} (its keys: {', '.join(model.model_fields)})"
     message = str(err["msg"])
     return message.removeprefix("Value error, ")
 

@@ -265,3 +265,16 @@ def test_the_shipped_defaults_file_is_valid(world, settings):
     assert {(d.tenant.slug, d.spec.name) for d in plan.create} == {
         (tenant, name) for tenant in ("acme", "globex")
         for name in (CLEAR_IMAGES, DELIVER_REMINDERS, CONVERSATION_RETENTION)}
+
+
+def test_a_key_the_file_does_not_take_is_named_with_the_keys_it_does(world, defaults):
+    """A misspelt key ("delivery" for "deliver") was reported in pydantic's words, "Extra
+    inputs are not permitted", which do not say what to write instead."""
+    defaults({"beats": [{"tenant": "acme", "name": "x", "cron": "0 8 * * *", "prompt": "p",
+                         "delivery": {"user": "alice", "channel": "telegram"}}]})
+    with pytest.raises(DefaultsFileError) as raised:
+        beats_sync()
+    (problem,) = raised.value.problems
+    assert problem.field == "beats[0].delivery", problem
+    assert problem.message.startswith("not a key of a beat") and "deliver" in problem.message, problem.message
+
