@@ -121,6 +121,8 @@ def bot_id_of(binding: ChannelBinding) -> int | None:
 
 # The secret_token setWebhook takes (Bot API): 1 to 256 of these.
 SECRET_TOKEN = re.compile(r"[A-Za-z0-9_-]{1,256}")
+# A bot token: the bot's id, a colon, its key.
+BOT_TOKEN = re.compile(r"[0-9]+:[A-Za-z0-9_-]+")
 
 
 class TelegramAdapter(Adapter):
@@ -129,7 +131,7 @@ class TelegramAdapter(Adapter):
     style = TELEGRAM_HTML
     groups = True
     credentials = {
-        "token": "the bot token from @BotFather",
+        "token": "the bot token from @BotFather (123456789:AAF…)",
         "secret": "the secret_token you register the webhook with (setWebhook): 1 to 256 letters, digits, _ and -",
         "username": "the bot's @username, to notice mentions in groups",
     }
@@ -139,6 +141,12 @@ class TelegramAdapter(Adapter):
         return secret_digest(credentials["secret"])
 
     def credentials_problem(self, credentials: dict[str, str]) -> tuple[str, str] | None:
+        # A bot token is the bot's id, a colon and its key, and every call's URL is made of
+        # it (/bot<token>/sendMessage): anything else could only fail every send.
+        token = credentials.get("token", "")
+        if token and not BOT_TOKEN.fullmatch(token):
+            return "token", ("must be the bot token @BotFather gives, like 123456789:AAF…: digits, a colon, then "
+                             "letters, digits, _ and - (without a leading 'bot' or spaces)")
         # Telegram's setWebhook takes a secret_token of 1 to 256 letters, digits, _ and -: with
         # any other the webhook cannot be registered, and no update would name the binding.
         secret = credentials.get("secret", "")

@@ -60,6 +60,9 @@ def test_bind_reports_missing_credentials_and_foreign_qors(world):
     # any other, so no webhook would ever name the binding.
     ("telegram", ["--token", "111:AAA", "--secret", "my secret!"], "secret.*letters, digits"),
     ("telegram", ["--token", "111:AAA", "--secret", "s" * 257], "secret.*256"),
+    # A bot token is the bot's id, a colon and its key: the one a send's URL is made of.
+    ("telegram", ["--token", "bot111:AAA", "--secret", "s"], "token.*@BotFather"),
+    ("telegram", ["--token", "111 AAA", "--secret", "s"], "token.*@BotFather"),
 ])
 def test_bind_refuses_a_credential_it_would_misread_and_stores_nothing(world, channel, args, says):
     """A typo must not quietly mean something else: an unknown --sender-check read as

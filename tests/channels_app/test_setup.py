@@ -186,6 +186,16 @@ def test_a_settings_file_that_cannot_be_written_is_refused_before_anything_is_wr
     assert not Membership.objects.exists()
 
 
+def test_a_bot_token_that_is_not_one_is_refused_before_anything_is_written(tmp_path, model_server):
+    """Setup wrote .env and made the workspace before bind refused the token, and the
+    refusal named bind's --token, not the --telegram-token given to setup."""
+    model_server.add(reply("ok"))
+    with pytest.raises(CommandError, match="--telegram-token.*@BotFather.*nothing was written"):
+        setup(tmp_path, model_server.base_url, telegram_token="my bot token", public_url="https://qorven.example")
+    assert not (tmp_path / ".env").exists()
+    assert not Membership.objects.exists()
+
+
 def test_setup_without_a_public_url_leaves_the_default_unpinned(tmp_path, model_server):
     """It wrote QORVEN_PUBLIC_URL=http://127.0.0.1:8000, so `make run PORT=8080` and
     `qorven chat` went on pointing at port 8000."""
