@@ -13,7 +13,7 @@ from urllib.parse import urlsplit
 import environ
 from kombu import Queue
 
-from qorven.runtime.environment import Env, env_file_check
+from qorven.runtime.environment import Env, env_file_check, meta_header_name
 from qorven.runtime.url_prefix import prefix_settings, public_url_under
 
 BASE_DIR = Path(__file__).resolve().parent.parent
@@ -75,8 +75,10 @@ SECURE_HSTS_INCLUDE_SUBDOMAINS = env.bool("DJANGO_SECURE_HSTS_INCLUDE_SUBDOMAINS
 SECURE_HSTS_PRELOAD = env.bool("DJANGO_SECURE_HSTS_PRELOAD", default=False)
 SESSION_COOKIE_SECURE = env.bool("DJANGO_SESSION_COOKIE_SECURE", default=HTTPS)
 CSRF_COOKIE_SECURE = env.bool("DJANGO_CSRF_COOKIE_SECURE", default=HTTPS)
-_PROXY_SSL_HEADER = env.str("DJANGO_SECURE_PROXY_SSL_HEADER", default="")
-SECURE_PROXY_SSL_HEADER = (_PROXY_SSL_HEADER, "https") if _PROXY_SSL_HEADER else None
+# Named as Django's META names it (HTTP_X_FORWARDED_PROTO) or as the proxy sends it
+# (X-Forwarded-Proto): Django compares the META name, which the second never matched.
+_PROXY_SSL_HEADER = env.header("DJANGO_SECURE_PROXY_SSL_HEADER", default="")
+SECURE_PROXY_SSL_HEADER = (meta_header_name(_PROXY_SSL_HEADER), "https") if _PROXY_SSL_HEADER else None
 
 INSTALLED_APPS = [
     "django.contrib.admin",

@@ -271,6 +271,13 @@ class Env(environ.Env):
         return value
 
 
+def meta_header_name(name: str) -> str:
+    """A request header's name as Django's META names it: HTTP_X_FORWARDED_PROTO for
+    X-Forwarded-Proto (or for itself)."""
+    meta = name.strip().upper().replace("-", "_")
+    return meta if meta.startswith("HTTP_") else f"HTTP_{meta}"
+
+
 # What django-environ reads from a settings file: NAME=value, `export ` before it if wanted.
 _ENV_LINE = re.compile(r"\A(?:export )?([A-Za-z_0-9]+)=(.*)\Z")
 

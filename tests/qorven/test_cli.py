@@ -226,6 +226,21 @@ def test_a_redis_url_that_is_not_one_is_one_line_naming_it_without_its_password(
         assert done.returncode == 0, (url, done.stderr[-800:])
 
 
+def test_the_proxys_https_header_is_taken_as_sent_or_as_django_names_it():
+    """DJANGO_SECURE_PROXY_SSL_HEADER=X-Forwarded-Proto, the header as the proxy sends it
+    (and as QORVEN_CLIENT_IP_HEADER takes one), never matched: every request behind the
+    proxy was redirected to https again, for ever."""
+    shown = "from django.conf import settings as s; print(s.SECURE_PROXY_SSL_HEADER)"
+    sent, named, bad = run_each(*((("shell", "-c", shown), {"DJANGO_SECRET_KEY": "cli-test",
+                                                              "DJANGO_SECURE_PROXY_SSL_HEADER": header})
+                                  for header in ("X-Forwarded-Proto", "HTTP_X_FORWARDED_PROTO", "X-Forwarded-Proto: https")))
+    for done in (sent, named):
+        assert done.returncode == 0 and done.stdout.splitlines()[-1] == "('HTTP_X_FORWARDED_PROTO', 'https')", \
+            done.stdout[-300:] + done.stderr[-800:]
+    line = configuration_error(bad)
+    assert "DJANGO_SECURE_PROXY_SSL_HEADER" in line, line
+
+
 def test_worker_refuses_a_concurrency_or_metrics_port_out_of_range():
     cases = (("--concurrency", "0"), ("--concurrency", "-2"), ("--metrics-port", "70000"))
     for (flag, value), done in zip(cases, run_each(*((("worker", flag, value), {"DJANGO_SECRET_KEY": "cli-test"})
