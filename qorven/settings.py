@@ -53,7 +53,7 @@ if not SECRET_KEY:
         _key_file.write_text(secrets.token_urlsafe(50))
         _key_file.chmod(0o600)
     SECRET_KEY = _key_file.read_text().strip()
-ALLOWED_HOSTS = env.list("DJANGO_ALLOWED_HOSTS", default=["127.0.0.1", "localhost", "testserver"])
+ALLOWED_HOSTS = env.allowed_hosts("DJANGO_ALLOWED_HOSTS", default=["127.0.0.1", "localhost", "testserver"])
 CSRF_TRUSTED_ORIGINS = env.list("DJANGO_CSRF_TRUSTED_ORIGINS", default=[])
 
 # HTTPS hardening: on when the public URL is https (a production install), each part

@@ -93,6 +93,24 @@ class Env(environ.Env):
                     f"{var} takes IP addresses and networks (10.0.0.0/8), not {entry!r}") from None
         return found
 
+    def allowed_hosts(self, var: str, default: list[str]) -> list[str]:
+        """Django's ALLOWED_HOSTS: host names (`.example.com` for it and its subdomains, `*`
+        for any) and addresses (`[::1]`), as a request's Host is matched to them. One written
+        as a URL or with a port matches no request: every page would answer 400."""
+        hosts = [entry.strip() for entry in self.list(var, default=default) if entry.strip()]
+        for host in hosts:
+            bare = host[1:-1] if host.startswith("[") and host.endswith("]") else host
+            try:
+                ipaddress.ip_address(bare)
+                continue
+            except ValueError:
+                if host == "*" or _HOST_NAME.fullmatch(host.removeprefix(".")):
+                    continue
+            raise environ.ImproperlyConfigured(
+                f"{var} takes host names (qorven.example.com; .example.com for it and its subdomains; * for any) "
+                f"and addresses, without a scheme, port or path, not {host!r}")
+        return hosts
+
     def header(self, var: str, default: str) -> str:
         """An HTTP request header's name, as Django's META names it (HTTP_X_REAL_IP) or as
         it is sent (X-Real-IP); empty: none."""

@@ -241,6 +241,19 @@ def test_the_proxys_https_header_is_taken_as_sent_or_as_django_names_it():
     assert "DJANGO_SECURE_PROXY_SSL_HEADER" in line, line
 
 
+def test_an_allowed_host_written_as_a_url_or_with_a_port_is_one_line_naming_it():
+    """DJANGO_ALLOWED_HOSTS=https://qorven.example.com (or qorven.example.com:8000) matched
+    no request: every page answered 400, and nothing said why."""
+    refused = ("https://qorven.example.com", "qorven.example.com:8000", "qorven.example.com/chat")
+    taken = ("qorven.example.com,.example.org,127.0.0.1,[::1]", "*")
+    finished = run_each(*checks(*({"DJANGO_ALLOWED_HOSTS": hosts} for hosts in (*refused, *taken))))
+    for hosts, done in zip(refused, finished):
+        line = configuration_error(done)
+        assert "DJANGO_ALLOWED_HOSTS" in line and repr(hosts) in line, line
+    for hosts, done in zip(taken, finished[len(refused):]):
+        assert done.returncode == 0, (hosts, done.stderr[-800:])
+
+
 def test_worker_refuses_a_concurrency_or_metrics_port_out_of_range():
     cases = (("--concurrency", "0"), ("--concurrency", "-2"), ("--metrics-port", "70000"))
     for (flag, value), done in zip(cases, run_each(*((("worker", flag, value), {"DJANGO_SECRET_KEY": "cli-test"})
