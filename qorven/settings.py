@@ -372,11 +372,11 @@ LOGGING = {
 
 # Models. Any OpenAI-compatible server (OpenAI, Ollama, vLLM, LM Studio, OpenRouter).
 # With no model configured (here or on the Qor), a built-in offline provider answers.
-OPENAI_BASE_URL = env.str("OPENAI_BASE_URL", default="")
+OPENAI_BASE_URL = env.http_url("OPENAI_BASE_URL", default="")
 OPENAI_API_KEY = env.str("OPENAI_API_KEY", default="")
 # Other model servers (base URLs) the host trusts with OPENAI_API_KEY; a Qor routed
 # anywhere else gets no key (qorven/llm/routes.py).
-QORVEN_MODEL_KEY_URLS = env.list("QORVEN_MODEL_KEY_URLS", default=[])
+QORVEN_MODEL_KEY_URLS = env.http_urls("QORVEN_MODEL_KEY_URLS", default=[])
 # Private, loopback or link-local hosts (names, addresses or networks) that URLs stored in
 # the database may still reach, e.g. a model server on the local network
 # (qorven/runtime/outbound.py).
@@ -434,11 +434,11 @@ QORVEN_VOICE_RETRIES = env.int("QORVEN_VOICE_RETRIES", default=4, at_least=0)
 QORVEN_VOICE_RETRY_DELAY = env.float("QORVEN_VOICE_RETRY_DELAY", default=5.0, at_least=0)
 
 # Platforms. Every API base URL can point elsewhere (tests, self-hosted proxies).
-TELEGRAM_API_BASE = env.str("TELEGRAM_API_BASE", default="https://api.telegram.org")
-WHATSAPP_API_BASE = env.str("WHATSAPP_API_BASE", default="https://graph.facebook.com/v21.0")
-SLACK_API_BASE = env.str("SLACK_API_BASE", default="https://slack.com/api")
-DISCORD_API_BASE = env.str("DISCORD_API_BASE", default="https://discord.com/api/v10")
-TWILIO_API_BASE = env.str("TWILIO_API_BASE", default="https://api.twilio.com")
+TELEGRAM_API_BASE = env.http_url("TELEGRAM_API_BASE", default="https://api.telegram.org")
+WHATSAPP_API_BASE = env.http_url("WHATSAPP_API_BASE", default="https://graph.facebook.com/v21.0")
+SLACK_API_BASE = env.http_url("SLACK_API_BASE", default="https://slack.com/api")
+DISCORD_API_BASE = env.http_url("DISCORD_API_BASE", default="https://discord.com/api/v10")
+TWILIO_API_BASE = env.http_url("TWILIO_API_BASE", default="https://api.twilio.com")
 QORVEN_PLATFORM_TIMEOUT = env.float("QORVEN_PLATFORM_TIMEOUT", default=20.0, above=0)
 QORVEN_SEND_RETRIES = env.int("QORVEN_SEND_RETRIES", default=6, at_least=0)
 QORVEN_SEND_BACKOFF = env.float("QORVEN_SEND_BACKOFF", default=1.0, at_least=0)

@@ -93,6 +93,22 @@ class Env(environ.Env):
                     f"{var} takes IP addresses and networks (10.0.0.0/8), not {entry!r}") from None
         return found
 
+    def http_url(self, var: str, default: str) -> str:
+        """A server's http(s) URL (a model server, a platform's API base), "" for none. One
+        without its scheme (127.0.0.1:11434/v1) was taken, and the server was then
+        "unreachable" on every call."""
+        value = self.str(var, default=default).strip()
+        if value:
+            http_url_check(var, value)
+        return value
+
+    def http_urls(self, var: str, default: list[str]) -> list[str]:
+        """A comma-separated list of http(s) URLs, each checked as `http_url` checks one."""
+        urls = [entry.strip() for entry in self.list(var, default=default) if entry.strip()]
+        for url in urls:
+            http_url_check(var, url)
+        return urls
+
     def allowed_hosts(self, var: str, default: list[str]) -> list[str]:
         """Django's ALLOWED_HOSTS: host names (`.example.com` for it and its subdomains, `*`
         for any) and addresses (`[::1]`), as a request's Host is matched to them. One written
@@ -358,6 +374,16 @@ def public_url_check(var: str, value: str) -> None:
             f"{var} must be the address this server is reached at, like https://qorven.example.com or "
             f"https://example.org/qorven (a path of letters, digits, '-', '_', '.' and '~', none of Qorven's "
             f"own such as /chat), not {value!r}") from None
+
+
+def http_url_check(var: str, value: str) -> None:
+    """ImproperlyConfigured, naming `var`, unless `value` is an http(s) URL with a host (and
+    a port that is a number); the value is shown without the credentials it may carry."""
+    parts = _http_url(value)
+    if parts is None or parts.scheme not in ("http", "https") or not parts.hostname:
+        raise environ.ImproperlyConfigured(
+            f"{var} must be an http:// or https:// URL like http://127.0.0.1:11434/v1, not "
+            f"{url_without_credentials(value)!r}")
 
 
 def _http_url(value: str) -> SplitResult | None:

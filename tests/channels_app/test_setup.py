@@ -62,6 +62,14 @@ def test_a_model_that_does_not_answer_writes_nothing(tmp_path, world):
     assert not Membership.objects.filter(user__username="admin").exists()
 
 
+def test_a_model_url_that_is_not_an_http_url_is_said_so_not_unreachable(tmp_path, world):
+    """--model-url 127.0.0.1:11434/v1 (no scheme) was asked for a word and reported
+    "unreachable", which sent the host to check a server that was up."""
+    with pytest.raises(CommandError, match="--model-url must be an http:// or https:// URL.*nothing was written"):
+        setup(tmp_path, "127.0.0.1:11434/v1")
+    assert not (tmp_path / ".env").exists()
+
+
 def test_non_interactive_setup_names_the_missing_flag(tmp_path):
     with pytest.raises(CommandError, match="pass --model-url"):
         call_command("setup", "--non-interactive", "--env-file", str(tmp_path / ".env"), stdout=io.StringIO())

@@ -254,6 +254,21 @@ def test_an_allowed_host_written_as_a_url_or_with_a_port_is_one_line_naming_it()
         assert done.returncode == 0, (hosts, done.stderr[-800:])
 
 
+def test_a_model_or_platform_address_that_is_not_an_http_url_is_one_line_naming_it():
+    """OPENAI_BASE_URL=127.0.0.1:11434/v1 (no scheme) was taken, and the model was then
+    "unreachable" on every turn and in doctor, which named nothing wrong with the address."""
+    cases = (("OPENAI_BASE_URL", "127.0.0.1:11434/v1"), ("OPENAI_BASE_URL", "ollama:11434"),
+             ("QORVEN_MODEL_KEY_URLS", "https://api.example.com/v1,api.other.example/v1"),
+             ("TELEGRAM_API_BASE", "api.telegram.org"), ("SLACK_API_BASE", "https://user:s3cret@:99x"))
+    taken = {"OPENAI_BASE_URL": "http://127.0.0.1:11434/v1", "QORVEN_MODEL_KEY_URLS": "https://api.example.com/v1",
+             "TELEGRAM_API_BASE": "https://tg-proxy.internal:8443"}
+    *refused, done = run_each(*checks(*({name: value} for name, value in cases), taken))
+    for (name, value), refusal in zip(cases, refused):
+        line = configuration_error(refusal)
+        assert name in line and "http" in line and "s3cret" not in line, line
+    assert done.returncode == 0, done.stderr[-800:]
+
+
 def test_worker_refuses_a_concurrency_or_metrics_port_out_of_range():
     cases = (("--concurrency", "0"), ("--concurrency", "-2"), ("--metrics-port", "70000"))
     for (flag, value), done in zip(cases, run_each(*((("worker", flag, value), {"DJANGO_SECRET_KEY": "cli-test"})

@@ -15,7 +15,7 @@ from django.core.management.base import BaseCommand, CommandError
 
 from channels_app.adapters import ADAPTERS
 from channels_app.selectors import telegram_secret_of
-from qorven.runtime.environment import public_url_check
+from qorven.runtime.environment import http_url_check, public_url_check
 from qorven.runtime.url_prefix import public_url_under
 from tenancy.selectors import qor_get, tenant_get, tenant_only_slug
 from tenancy.services import tenant_bootstrap_refusal
@@ -52,6 +52,10 @@ class Command(BaseCommand):
         model_url = ask("Model server URL", opts["model_url"], "--model-url", required=True)
         api_key = ask("API key (empty if none)", opts["api_key"], "--api-key", secret=True)
         model = ask("Model name", opts["model"], "--model", required=True)
+        try:
+            http_url_check("--model-url", model_url)
+        except ImproperlyConfigured as exc:
+            raise CommandError(f"{exc}; nothing was written.") from None
         self.stdout.write(f"Asking {model} at {model_url} for one word…")
         self._probe(model_url, api_key, model)
         self.stdout.write(self.style.SUCCESS("✓ the model answers"))
