@@ -20,6 +20,14 @@ MAX_TERMS = 16
 # A word: letters, digits and the marks written in them (vowel signs, viramas, vowel
 # points: "हिन्दी" is one word, as PostgreSQL's parser reads it).
 _WORD = re.compile(r"[\w" + MARK[1:-1] + "]+")
+_ASCII_WORD = re.compile(r"\w+")
+
+
+def words_of(text: str) -> list[str]:
+    """The words of `text` (_WORD). Text in ASCII holds no mark: its words are found by the
+    plain word class alone, in a third of the time the marks' class takes (every turn's
+    memory retrieval reads the person's message)."""
+    return (_ASCII_WORD if text.isascii() else _WORD).findall(text)
 
 # PostgreSQL's `english` stop words, so FTS5 (which has none) drops the same words from a
 # query and "what is my laptop" searches for "laptop" on both databases.
@@ -211,7 +219,7 @@ def search_terms(text: str) -> list[str]:
     which are the rarer, more telling ones, in their original order.
     """
     seen: dict[str, None] = {}
-    for word in _WORD.findall(fold(text)):
+    for word in words_of(fold(text)):
         word = korean_stem(word.strip("_"))
         if len(word) > 1 and word not in STOPWORDS:
             seen.setdefault(word, None)
@@ -374,7 +382,7 @@ def message_terms(text: str) -> list[str]:
 def korean_syllables(text: str) -> list[str]:
     """The Korean words of one syllable in `text` (책, 집), each once: whole words, where an
     English letter alone is not."""
-    words = _WORD.findall(composed(text))
+    words = words_of(composed(text))
     return [w for w in dict.fromkeys(words) if len(w) == 1 and HANGUL_WORD.fullmatch(w)]
 
 
@@ -386,7 +394,7 @@ def scan_finds(content: str, term: str) -> bool:
     letters written without spaces is found as neighbours; a Korean word at the start of a
     word or of an inner part of one; another word at the start of a word, by the start of
     its stem (the index's stemmer is not in Python: "leases" finds "lease")."""
-    words = _WORD.findall(fold(search_text(content) or content))
+    words = words_of(fold(search_text(content) or content))
     if UNSPACED_RUN.search(term) is not None:  # "寿司" typed, or a pair "寿 司"
         letters = [c for part in term.split() for group in letter_groups(part) for c in group]
         return any(words[i:i + len(letters)] == letters for i in range(len(words) - len(letters) + 1))
