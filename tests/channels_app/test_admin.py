@@ -61,7 +61,7 @@ def test_the_binding_form_has_a_field_with_a_hint_for_each_credential_and_never_
     form = page.context["adminform"].form
     html = page.content.decode()
     assert {"cred_telegram_token", "cred_telegram_secret", "cred_telegram_username"} <= set(form.fields)
-    assert "The bot token from @BotFather." in html and "Set (hidden). Leave empty to keep it." in html
+    assert "The bot token from @BotFather (123456789:AAF…)." in html and "Set (hidden). Leave empty to keep it." in html
     assert 'type="password" name="cred_telegram_token"' in html and "111:AAA" not in html
     assert 'name="cred_telegram_username" value="aria_bot"' in html  # not a secret: shown to edit
     assert "Telegram credentials" in html and "new_credentials" not in html and "JSON" not in html
