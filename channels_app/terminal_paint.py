@@ -120,6 +120,30 @@ class Painter(_Staged):
             self._painting = False
 
 
+def prompt_input(stdin: Any) -> Any:
+    """The prompt's input from the terminal `stdin`, which stays in raw mode, and read,
+    while text is written above the prompt.
+
+    prompt_toolkit writes there between an erase of the prompt and its redraw (in_terminal:
+    every paint of a Painter, and patch_stdout's writes), and meanwhile puts the terminal
+    back in cooked mode with the input let go, as a program run in the terminal needs. A key
+    typed in that moment was then the terminal's own: Ctrl-D ended a line of nothing (the
+    chat stayed open), Ctrl-Z stopped the chat and Ctrl-\\ killed it, and letters were
+    echoed where the cursor was. Nothing runs in this terminal but the prompt."""
+    from contextlib import nullcontext
+
+    from prompt_toolkit.input.vt100 import Vt100Input
+
+    class KeysKept(Vt100Input):
+        def detach(self) -> Any:
+            return nullcontext()
+
+        def cooked_mode(self) -> Any:
+            return nullcontext()
+
+    return KeysKept(stdin)
+
+
 class RowPainter(_Staged):
     """A terminal with no prompt below what is shown (`qorven chat < questions.txt`): the
     lines are written as they come, and the tail on the row after them, written over as it

@@ -33,7 +33,7 @@ from tenancy.errors import NotFound
 from .chat import ChatOwner, chat_stop
 from .terminal import ACCESS_CHECK, ACCESS_LOST, GAVE_UP, HumanPrinter, Pending, _access_lost, _follower, _send
 from .terminal_follow import Follower
-from .terminal_paint import Painter, RowPainter
+from .terminal_paint import Painter, RowPainter, prompt_input
 from .terminal_rows import CONTINUED, fold, hang, item_indent, row_cut, rows_of, visible
 
 logger = logging.getLogger(__name__)
@@ -444,7 +444,7 @@ class _Prompt:
             # "stop": what was typed stays; the reply ends marked (stopped)
 
         # The line typed is erased when sent: the timeline shows it as sent, once.
-        self.session: Any = PromptSession(erase_when_done=True, key_bindings=keys)
+        self.session: Any = PromptSession(erase_when_done=True, key_bindings=keys, input=prompt_input(sys.stdin))
         self.painter = Painter(self.session.app.output)
 
     def message(self) -> Any:

@@ -148,6 +148,36 @@ def test_ctrl_c_twice_while_a_reply_streams_leaves(world, model_server, server, 
     assert ApiToken.objects.get(name="qorven chat").revoked_at is not None
 
 
+def test_keys_typed_while_a_reply_streams_line_by_line_reach_the_prompt(world, model_server, screens):
+    """Each line of a reply is written above the prompt. prompt_toolkit's way of writing
+    there (in_terminal) put the terminal back in its cooked mode meanwhile, for a program
+    run in it: a key typed then was the terminal's own, which echoed letters where the
+    cursor was and took Ctrl-D for the end of a line (the chat stayed open). Typed while
+    many short lines stream, every letter reaches the line typed, and Ctrl-D leaves."""
+    lines = "".join(f"line {n}\n" for n in range(600))
+    model_server.add(reply(lines, chunk_size=7, chunk_delay=0.004))
+    model_server.add(reply(lines, chunk_size=7, chunk_delay=0.004))
+    screen = screens(qorven_env(model_server), "--no-server")
+    screen.type("go")
+    screen.key("Enter")
+    screen.wait_for("line 20")
+    typed = "the quick brown fox jumps over the lazy dog"
+    for letter in typed:
+        screen.type(letter)
+        time.sleep(0.01)
+    shown = screen.wait_until(lambda text: "line 599" in text and last_row(text) == f"{PROMPT} {typed}", "the line typed")
+    assert typed not in shown.replace(f"{PROMPT} {typed}", ""), shown  # nowhere but on the prompt
+    screen.key("C-u", "Enter")  # nothing sent
+    session = session_resolve(tenant=world.tenant_a, qor=world.qor_a, channel="tui", user=world.alice)
+    model_server.requests.clear()
+    screen.type("again")
+    screen.key("Enter")
+    screen.wait_for("line 30")
+    screen.key("C-d")
+    assert screen.exit_code(seconds=30) == 0
+    assert Message.objects.filter(session=session, role="user").count() == 2
+
+
 @pytest.mark.parametrize("through, lost", [("server", "removed"), ("server", "token revoked"),
                                            ("database", "removed")])
 def test_losing_access_while_the_terminal_is_open_says_so_and_exits_3(world, model_server, request, screens,
