@@ -53,7 +53,11 @@ class Command(BaseCommand):
         startup = Startup("serve", self.stdout, self.stderr, embedded, opts)
         startup_run(startup, after_worker=False)  # the heartbeats file, the skills folder
         if embedded:
-            embedded_worker.ensure_started()
+            # Ready before this thread goes on: the worker's thread imports Celery's event
+            # modules as it starts, and the startup sweep queued below imported them too;
+            # the two imports, each holding one module's lock, met in a deadlock
+            # (_DeadlockError on celery.events.receiver: the server did not start, once in CI).
+            embedded_worker.ensure_started(wait=30)
             self.stdout.write(f"Tasks run in this process ({settings.QORVEN_WORKER_CONCURRENCY} at a time).")
         startup_run(startup, after_worker=True)  # the embedded beat
         prefix = settings.QORVEN_URL_PREFIX
