@@ -15,6 +15,8 @@ from django.conf import settings
 from django.core.exceptions import RequestDataTooBig
 from django.http import HttpRequest
 
+from qorven.runtime.json_errors import json_problem
+
 MAX_DEPTH = 64
 QUERY_INT_MAX = 2**53 - 1  # the largest integer a query parameter may hold (seqs, ids)
 _SURROGATE = re.compile("[\ud800-\udfff]")
@@ -84,9 +86,8 @@ def json_parse(raw: bytes | str) -> Any:
     except RecursionError:
         raise BodyRefused(400, f"the body is nested deeper than {MAX_DEPTH} levels") from None
     except json.JSONDecodeError as exc:
-        # Where it went wrong, for whoever writes the client; the message is json's own
-        # ("Expecting value"), without its "(char N)".
-        raise BodyRefused(400, f"the body is not valid JSON: {exc.msg.removesuffix(' at')} at line {exc.lineno}, "
+        # Where it went wrong, for whoever writes the client, in json's words ("Expecting value").
+        raise BodyRefused(400, f"the body is not valid JSON: {json_problem(exc)} at line {exc.lineno}, "
                                f"column {exc.colno}") from None
     except ValueError:  # a number too long to read (Python's digit limit)
         raise BodyRefused(400, "the body is not valid JSON") from None

@@ -40,6 +40,7 @@ from django.core.exceptions import ValidationError
 from django.db import IntegrityError, connection, transaction
 from django.utils import timezone
 
+from qorven.runtime.json_errors import json_problem
 from sessions_app.channel_kinds import Channel
 from sessions_app.errors import SessionClosed
 from sessions_app.models import Message, Session
@@ -155,7 +156,7 @@ def _parse(raw: bytes | str, resolver: _Resolver) -> LegacyLine | None:
     try:
         obj = json.loads(text)
     except json.JSONDecodeError as exc:
-        raise BadLine(f"invalid JSON ({exc.msg.removesuffix(' at')} at column {exc.colno})") from None
+        raise BadLine(f"invalid JSON ({json_problem(exc)} at column {exc.colno})") from None
     if not isinstance(obj, dict):
         raise BadLine("not a JSON object")
     fields = {name: _text(obj, name, empty_ok=name == "content") for name in REQUIRED}

@@ -8,9 +8,9 @@ from typing import TYPE_CHECKING, NamedTuple
 from django.contrib.auth.models import User
 from django.db import connection
 from django.db.backends.base.base import BaseDatabaseWrapper
-from django.db.migrations.recorder import MigrationRecorder
 from django.db.models import Q
 
+from qorven.runtime.database import migration_recorded
 from qorven.runtime.prepared_read import PreparedRead
 from qorven.runtime.row_cache import RowCache
 from tenancy.models import Qor, Tenant
@@ -264,8 +264,7 @@ def delete_trigger_missing(db: BaseDatabaseWrapper) -> bool:
 
     if db.vendor != "sqlite":
         return False
-    recorder = MigrationRecorder(db)
-    if not recorder.has_table() or not recorder.migration_qs.filter(app="memory_app", name=DELETE_MIGRATION).exists():
+    if not migration_recorded(db, app="memory_app", name=DELETE_MIGRATION):
         return False
     with db.cursor() as cursor:
         cursor.execute("SELECT 1 FROM sqlite_master WHERE type = 'trigger' AND name = %s AND tbl_name = %s",

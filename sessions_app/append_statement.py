@@ -26,10 +26,10 @@ from typing import Any
 from django.conf import settings
 from django.db import models, transaction
 from django.db.backends.base.base import BaseDatabaseWrapper
-from django.db.migrations.recorder import MigrationRecorder
 from django.db.models import Field
 from django.utils.dateparse import parse_datetime
 
+from qorven.runtime.database import migration_recorded
 from tenancy.models import Membership, Tenant
 
 from .errors import LeaseLost, SenderLeft, WorkspaceSuspended
@@ -260,8 +260,7 @@ def trigger_missing(db: BaseDatabaseWrapper) -> bool:
     migrate`, which runs this check first, adds it."""
     if db.vendor != "sqlite":
         return False
-    recorder = MigrationRecorder(db)
-    if not recorder.has_table() or not recorder.migration_qs.filter(app="sessions_app", name=TRIGGER_MIGRATION).exists():
+    if not migration_recorded(db, app="sessions_app", name=TRIGGER_MIGRATION):
         return False
     with db.cursor() as cursor:
         cursor.execute("SELECT 1 FROM sqlite_master WHERE type = 'trigger' AND name = %s", [TRIGGER])

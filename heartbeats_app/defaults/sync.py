@@ -36,6 +36,7 @@ from django.contrib.auth import get_user_model
 from django.db import IntegrityError, transaction
 from pydantic import ValidationError
 
+from qorven.runtime.json_errors import json_problem
 from tenancy.models import Membership, Qor, Tenant
 
 from ..errors import HeartbeatInvalid
@@ -128,7 +129,7 @@ def beats_plan(*, path: Path | None = None) -> SyncPlan:
     except _DuplicateKey as exc:
         raise DefaultsFileError(path, [Problem(_line(text, exc.pos), "", str(exc))]) from None
     except json.JSONDecodeError as exc:
-        raise DefaultsFileError(path, [Problem(exc.lineno, "", f"invalid JSON: {_json_said(exc)}", exc.colno)]) from None
+        raise DefaultsFileError(path, [Problem(exc.lineno, "", f"invalid JSON: {json_problem(exc)}", exc.colno)]) from None
     if isinstance(raw, list):
         raw = {"beats": raw}  # a bare list of beats is accepted too
     try:
@@ -325,8 +326,3 @@ def _apply(plan: SyncPlan) -> None:
     if problems:  # raising out of the atomic block rolls every change back
         raise DefaultsFileError(plan.path, problems)
 
-
-def _json_said(exc: json.JSONDecodeError) -> str:
-    """json's own words for what is wrong, without the dangling "at" some of them end in
-    ("Invalid control character at"): the line and column are said beside it."""
-    return exc.msg.removesuffix(" at")

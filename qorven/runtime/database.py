@@ -4,6 +4,7 @@ connection and comes back shortly on a fresh one, instead of failing its work fo
 from __future__ import annotations
 
 import logging
+from typing import Any
 
 from django.db import InterfaceError, OperationalError, connections
 from django.http import HttpRequest, HttpResponse, JsonResponse
@@ -26,6 +27,16 @@ def database_named() -> str:
     if connection.vendor == "sqlite":
         return f"SQLite file {named['NAME']}"
     return f"PostgreSQL database {named['NAME']} on {named.get('HOST') or 'localhost'}:{named.get('PORT') or 5432}"
+
+
+def migration_recorded(db: Any, *, app: str, name: str) -> bool:
+    """Whether migration `name` of `app` is recorded as applied on the connection `db`: a
+    database check of what a migration creates finds nothing missing before it ran (an
+    install upgraded from before it is checked by `qorven migrate` first)."""
+    from django.db.migrations.recorder import MigrationRecorder
+
+    recorder = MigrationRecorder(db)
+    return recorder.has_table() and recorder.migration_qs.filter(app=app, name=name).exists()
 
 
 def connections_drop_broken() -> None:
