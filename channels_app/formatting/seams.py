@@ -40,38 +40,30 @@ written on every item still reads 1, 2, 3… over the parts; what is in an item 
 wider ("1." as "11.", or continued as "11. …") is written as many columns further in, so
 an item nested in it stays in it.
 
-Where a span begins and ends in the text is read from the parser itself: the inline rules
-that make spans are wrapped to note the offsets they consumed.
+What the text is made of, and where each piece of it is, is read once before any cut
+(channels_app.formatting.layout); this module decides the cuts and what mends them.
 """
 from __future__ import annotations
 
 import re
 from bisect import bisect_left, bisect_right
-from collections.abc import Callable
-from functools import cache
-from typing import Any, NamedTuple
+from typing import Any
 
 import regex
-from markdown_it import MarkdownIt
-from markdown_it.rules_inline import StateInline
-from markdown_it.token import Token
 
 from ..split import Seam
+from .layout import Inline, MarkdownLayout, chain, source_offset
 from .reading import Reading, Segments, read
-from .regions import Region as _Region
-from .regions import Regions
+from .regions import Region
 
 # What the start of a line reads as a block, were a cut to put it there.
 _BLOCK_START = re.compile(r"[ \t]{0,3}(?:#{1,6}(?:[ \t]|$)|>|[-+*](?:[ \t]|$)|\d{1,9}[.)](?:[ \t]|$)|`{3}|~{3}|=+[ \t]*$"
                           r"|(?:[-*_][ \t]*){3,}$)", re.MULTILINE)  # $: the line's end, a line break after it too
-# A list item's marker at the start of its line, after the markers of what it is inside.
-_MARKER = re.compile(r"[ \t]*(?:>|[-+*](?=[ \t]|$)|(\d{1,9})[.)](?=[ \t]|$))")
 # What the start of a line, cut from the rest of it, reads as where the whole line did not (a
 # fence, a rule, a heading's underline; a list item's marker or a heading's, alone, an empty one).
 _LINE_ALONE = re.compile(r"[ \t]{0,3}(?:(?:`{3,}|~{3,}).*|(?:[-*_][ \t]*){3,}|=+|-+|[-+*]|\d{1,9}[.)]|#{1,6})")
 # A line's start (within quotes and list items) that opens a code block with backticks.
 _FENCE_CUT = re.compile(r"[ \t]*(?:(?:>|[-+*]|\d{1,9}[.)])[ \t]*)*(`{3,})[^`]*\Z")
-_ITEM_LINE = re.compile(r"(?:[ \t]*>)*[ \t]*(?:[-+*]|\d{1,9}[.)])(?:[ \t]|$)")  # a line that begins a list item
 _HEADING_END = re.compile(r"(?:^|[ \t])#+\Z")
 _QUOTED = re.compile(r"(?:[ \t]*>[ \t]?)*")  # a line's quotes' markers
 _RUNS = "*_~`"
@@ -80,306 +72,17 @@ _ENTITY = re.compile(r"&(?:#[0-9]{1,7}|#[xX][0-9a-fA-F]{1,6}|[A-Za-z][A-Za-z0-9]
 CLEAN_LINE, CLEAN_SPACE, MENDED_LINE, MENDED_SPACE = range(4)
 
 
-class _Segment(NamedTuple):
-    """One line of a block's inline text: where it is in the inline text and in the source."""
-
-    inline: int
-    source: int
-    length: int
-
-
-class _Inline(NamedTuple):
-    content: str
-    segments: list[_Segment]
-    quotes: int  # the blockquotes it is in
-    items: tuple[str, ...]  # the list item it is the text of and those it is in, outermost first, each
-    # as its marker at its column ("-", "  3."); none when it is not an item's text
-
-
-class _Fence(NamedTuple):
-    """A code block in a quote or a list item, which a cut between its lines (or inside one
-    longer than a part) closes and opens again, in what it is in."""
-
-    low: int  # where its first line of code begins: a cut strictly between low and high is in it
-    high: int  # where its closing fence's line begins (where its last line ends, unclosed)
-    opening: str  # what begins the next piece: the items it is in, continued, then its fence line
-    closing: str  # its closing fence, at its column
-    indent: str  # what a line of it begins with (its quotes' markers, its items' indent)
-
-
-# A list item's marker in what a line of a quote or a list item begins with.
-_ITEM_MARK = re.compile(r"[-+*]|\d{1,9}[.)]")
-
-
-class MarkdownSeams:
-    """channels_app.split.Seams for the model's Markdown `text`; `env`, the whole reply's
-    link references."""
+class MarkdownSeams(MarkdownLayout):
+    """channels_app.split.Seams for the model's Markdown `text` (read by MarkdownLayout);
+    `env`, the whole reply's link references."""
 
     def __init__(self, text: str, env: dict[str, Any] | None = None) -> None:
-        self.text = text
-        self.starts = [0, *(m.end() for m in re.finditer("\n", text))]
-        self.regions: list[_Region] = []
-        self.inlines: list[_Inline] = []
-        self.numbers: list[tuple[int, int, str, int]] = []  # (marker offset, item's line, written, number)
-        self.firsts: dict[int, int] = {}  # marker offset -> offset of the item before it in its list
-        # Ordered items written wider than in the text where a part goes on with them ("1." as "11."):
-        # (marker offset, first line, line after the last, the columns more their lines need).
-        self.widened: list[tuple[int, int, int, int]] = []
-        self.code_lines: list[tuple[int, int]] = []  # indented code blocks' lines
-        self.tables: list[tuple[int, int, str]] = []  # (where its rows begin, where they end, its header and rule)
-        self.code: list[tuple[int, int]] = []  # top-level code blocks' lines (first, after the last)
-        self.fences: list[_Fence] = []  # code blocks in a quote or a list item
-        self._shorter: dict[_Region, str] = {}  # inline code over lines: what its later pieces open it with
+        super().__init__(text, env)
         self._start = 0  # where the piece being cut begins
         self._part = len(text)  # how much a part holds
-        self._cursor: dict[int, int] = {}
-        self.env = dict(env or {})
         self._read: dict[str, tuple[Reading, bool]] = {}
         self._readings: dict[str, Segments] = {}
-        self._blocks(_located().parse(text, dict(self.env)))
-        self.index = Regions(text, self.regions)
-        # The inline texts by where they begin, with where each of their lines ends (an
-        # empty one holds no offset).
-        self._placed = sorted((inline for inline in self.inlines if inline.content), key=lambda i: i.segments[0].source)
-        self._firsts = [inline.segments[0].source for inline in self._placed]
-        self._ends = [[s.source + s.length for s in inline.segments] for inline in self._placed]
 
-    # --- reading the parse ---
-    def _blocks(self, tokens: list[Token]) -> None:
-        lists: list[tuple[Token, list[Token]]] = []
-        quotes = 0
-        within: list[str] = []  # the quotes ("") and list items (their markers at their columns), innermost last
-        wider: list[int] = []  # for each of `within`, how many columns wider its marker is written
-        for i, token in enumerate(tokens):
-            if token.type in ("blockquote_open", "list_item_open"):
-                marker = "" if token.type == "blockquote_open" else self._item_marker(token, lists)
-                # An item in items written wider is written as many columns further in.
-                outer = sum(wider[len(within) - within[::-1].index(""):] if "" in within else wider)
-                within.append("" if token.type == "blockquote_open" else " " * (self._column(token, tokens) + outer) + marker)
-                wider.append(max(0, len(marker) - len(token.info + token.markup)) if token.info else 0)
-            elif token.type in ("blockquote_close", "list_item_close") and within:
-                within.pop()
-                wider.pop()
-            if token.type in ("blockquote_open", "blockquote_close"):
-                quotes += token.nesting
-            elif token.type == "inline" and token.map:
-                heading = tokens[i - 1] if i and tokens[i - 1].type == "heading_open" else None
-                # An item's text: the items it is in within its innermost quote, outermost first.
-                items = () if not within or not within[-1] or heading is not None else tuple(
-                    within[len(within) - within[::-1].index(""):] if "" in within else within)
-                self._inline(token, heading, quotes, items)
-            elif token.type in ("ordered_list_open", "bullet_list_open"):
-                lists.append((token, []))
-            elif token.type in ("ordered_list_close", "bullet_list_close"):
-                opened, its_items = lists.pop()
-                if opened.type == "ordered_list_open":
-                    self._ordered(opened, its_items, tokens)
-            elif token.type == "list_item_open" and lists:
-                lists[-1][1].append(token)
-            elif token.type == "code_block" and token.map:
-                self.code_lines.append((token.map[0], token.map[1]))
-            elif token.type == "fence" and token.map and token.level == 0:
-                self.code.append((token.map[0], token.map[1]))
-            elif token.type == "fence" and token.map and token.map[1] - token.map[0] > 1:
-                self.regions.append(_Region(self.starts[token.map[0]], self._line_end(token.map[1] - 1), None, ""))
-                items = () if not within or not within[-1] else tuple(
-                    within[len(within) - within[::-1].index(""):] if "" in within else within)
-                self._fence(token, quotes, items)
-            elif token.type == "table_open" and token.map:  # never between its header, its rule and its first row
-                self.regions.append(_Region(self.starts[token.map[0]],
-                                            self._line_end(min(token.map[0] + 2, token.map[1] - 1)), None, ""))
-                if token.map[0] + 2 < len(self.starts):  # a piece of its rows: the header again
-                    body = self.starts[token.map[0] + 2]
-                    self.tables.append((body, self._line_end(token.map[1] - 1), self.text[self.starts[token.map[0]]:body]))
-
-    def _fence(self, token: Token, quotes: int, items: tuple[str, ...]) -> None:
-        """Note a code block in a quote or a list item: how a piece of it is closed and the
-        next opened, in the quotes and items it is in."""
-        assert token.map is not None
-        first, end = token.map
-        line = self.text[self.starts[first]:self._line_end(first)]
-        column = line.find(token.markup)
-        if column < 0:
-            return
-        # Its lines' markers: the quotes' kept, an item's marker (on the fence's own line) as spaces.
-        indent = _ITEM_MARK.sub(lambda m: " " * len(m.group()), line[:column])
-        last = self.text[self.starts[end - 1]:self._line_end(end - 1)]
-        run = last[len(last) - len(last.lstrip(" \t>")):]
-        closed = run.startswith(token.markup) and not run.strip().strip(token.markup[0])
-        chain = _chain([(quotes, item) for item in items]) + "\n" if items else ""
-        self.fences.append(_Fence(self.starts[first + 1], self.starts[end - 1] if closed else self._line_end(end - 1),
-                                  f"{chain}{indent}{line[column:]}\n", f"\n{indent}{token.markup}", indent))
-
-    def _in_fence(self, at: int) -> _Fence | None:
-        """The code block in a quote or a list item a cut at `at` falls in, with code on both sides."""
-        for fence in self.fences:
-            if fence.low < at < fence.high:
-                if self.text[fence.low:at].strip(" \t\n>") and self.text[at:fence.high].strip(" \t\n>"):
-                    return fence
-                return None
-        return None
-
-    def _closes_fence(self, at: int) -> bool:
-        """Whether a cut at `at` inside a line of a code block in a quote or a list item leaves
-        either side of that line only its fence's character, as many as close it."""
-        fence = self._in_fence(at)
-        if fence is None:
-            return False
-        mark = fence.closing.strip()
-        line = bisect_right(self.starts, at) - 1
-        for side in (self.text[self.starts[line] + len(fence.indent):at], self.text[at:self._line_end(line)]):
-            run = side.strip()
-            if len(run) >= len(mark) and run == mark[0] * len(run):
-                return True
-        return False
-
-    def blocks(self) -> list[tuple[str, str]]:
-        """The top-level code blocks (as markdown-it reads them: not a fence's line in an
-        indented code block) and the prose between them."""
-        out: list[tuple[str, str]] = []
-        at = 0
-        for first, end in self.code:
-            low = self.starts[first]
-            high = self.starts[end] if end < len(self.starts) else len(self.text)
-            if low > at:
-                out.append(("prose", self.text[at:low]))
-            out.append(("code", self.text[low:high]))
-            at = high
-        if at < len(self.text):
-            out.append(("prose", self.text[at:]))
-        return out
-
-    def _line_end(self, line: int) -> int:
-        return self.starts[line + 1] - 1 if line + 1 < len(self.starts) else len(self.text)
-
-    @staticmethod
-    def _item_marker(item: Token, lists: list[tuple[Token, list[Token]]]) -> str:
-        """How a list item is marked: its bullet, or its number in its list."""
-        if not lists:
-            return ""
-        opened, items = lists[-1]
-        if opened.type == "bullet_list_open":
-            return item.markup
-        return f"{int(str(opened.attrs.get('start', 1))) + len(items)}{item.markup}"
-
-    def _inline(self, token: Token, heading: Token | None, quotes: int, items: tuple[str, ...]) -> None:
-        segments = self._segments(token)
-        if segments is None:  # not found as written (a tab the parser expanded): cut as prose
-            return
-        inline = _Inline(token.content, segments, quotes, items)
-        self.inlines.append(inline)
-        at = partial_source(segments)
-        if heading is not None and heading.markup.startswith("#"):
-            self.regions.append(_Region(at(0), at(len(token.content)), "", heading.markup + " "))
-        opened: list[Token] = []
-        for child in token.children or []:
-            where = child.meta.get("at")
-            if child.type in ("strong_open", "em_open", "s_open"):
-                opened.append(child)
-            elif child.type in ("strong_close", "em_close", "s_close") and opened:
-                start = opened.pop()
-                if "at" in start.meta and where is not None:  # strong's is at the second of its two
-                    low = start.meta["at"] - len(start.markup) + (1 if start.type == "strong_open" else len(start.markup))
-                    self.regions.append(_Region(at(low), at(where), child.markup, start.markup))
-            elif child.type == "code_inline" and "span" in child.meta:
-                low, high = child.meta["span"]
-                # Over its closing backticks: a cut after a space just before them (`` `a ` ``) is
-                # inside, with nothing of the code after it, and so is not taken.
-                region = _Region(at(low + len(child.markup)), at(high), child.markup, child.markup)
-                self.regions.append(region)
-                code = token.content[low + len(child.markup):high - len(child.markup)]
-                # Opened again at a part's start, three backticks or more would open a code
-                # block: the pieces after the first are written between a run its code has not.
-                # A line of it begun with a backtick would run into the run opened before it: a
-                # space between (CommonMark takes one off each end of code between spaces).
-                ticked = re.search(r"\n[ \t]*`", code)
-                if "\n" in code and (len(child.markup) >= 3 or ticked):
-                    runs = {len(run) for run in re.findall(r"`+", code)}
-                    shorter = next((n for n in (1, 2) if n not in runs), None) if len(child.markup) >= 3 else len(
-                        child.markup)
-                    if shorter is not None:
-                        self._shorter[region] = "`" * shorter + (" " if ticked else "")
-            elif child.type == "link_open" and "label" in child.meta:
-                low, label, high = child.meta["label"]
-                ending = token.content[label:high]
-                if not re.match(r"\]\(|\]\[[^\]]", ending):  # [label] or [label][]: the label is the reference
-                    ending = "][" + " ".join(token.content[low + 1:label].split()) + "]"
-                self.regions.append(_Region(at(low), at(label), ending, "["))
-                self.regions.append(_Region(at(label) - 1, at(high), None, ""))
-            elif child.type in ("image", "link_open") and "span" in child.meta:
-                low, high = child.meta["span"]
-                self.regions.append(_Region(at(low), at(high), None, ""))
-
-    def _segments(self, token: Token) -> list[_Segment] | None:
-        assert token.map is not None
-        segments, inline = [], 0
-        for n, line in enumerate(token.content.split("\n")):
-            number = token.map[0] + n
-            if number >= len(self.starts):
-                return None
-            source = self.text[self.starts[number]:self._line_end(number)]
-            found = source.find(line, self._cursor.get(number, 0))
-            if found < 0:
-                return None
-            self._cursor[number] = found + len(line)
-            segments.append(_Segment(inline, self.starts[number] + found, len(line)))
-            inline += len(line) + 1
-        return segments
-
-    def _ordered(self, opened: Token, items: list[Token], tokens: list[Token]) -> None:
-        first = int(str(opened.attrs.get("start", 1)))
-        previous = None
-        for n, item in enumerate(items):
-            marker = self._marker(item, tokens)
-            if marker is not None and n:
-                self.numbers.append((marker[0], item.map[0] if item.map else 0, marker[1], first + n))
-                if len(str(first + n)) > len(marker[1]) and item.map:
-                    self.widened.append((marker[0], item.map[0], item.map[1], len(str(first + n)) - len(marker[1])))
-                if previous is not None:
-                    self.firsts[marker[0]] = previous
-            previous = marker[0] if marker is not None else None
-
-    def _column(self, item: Token, tokens: list[Token]) -> int:
-        """The column a list item's marker is at in its line, after the quotes' markers (a tab
-        to the next multiple of four, as CommonMark reads it)."""
-        if not item.map:
-            return 0
-        line = item.map[0]
-        here = [t for t in tokens if t.type == "list_item_open" and t.map and t.map[0] == line]
-        rank = sorted(here, key=lambda t: t.level).index(item)
-        start, end = self.starts[line], self._line_end(line)
-        at, quoted = start, start
-        while (found := _MARKER.match(self.text, at, end)) and found.end() > at:
-            if found.group().strip().startswith(">"):
-                quoted = found.end() + (self.text[found.end():found.end() + 1] == " ")
-            elif rank:
-                rank -= 1
-            else:
-                marker = found.start() + len(found.group()) - len(found.group().lstrip())
-                return len(self.text[start:marker].expandtabs(4)) - len(self.text[start:quoted].expandtabs(4))
-            at = found.end()
-        return 0
-
-    def _marker(self, item: Token, tokens: list[Token]) -> tuple[int, str] | None:
-        """Where an ordered item's number is written in the source, and the number."""
-        if not item.map:
-            return None
-        line = item.map[0]
-        # The items begun on this line, outermost first: one marker each, in that order.
-        here = [t for t in tokens if t.type == "list_item_open" and t.map and t.map[0] == line]
-        rank = sorted(here, key=lambda t: t.level).index(item)
-        start, end = self.starts[line], self._line_end(line)
-        markers = []
-        at = start
-        while (found := _MARKER.match(self.text, at, end)) and found.end() > at:
-            if not found.group().strip().startswith(">"):
-                markers.append(found)
-            at = found.end()
-        if rank >= len(markers) or markers[rank].group(1) is None:
-            return None
-        return markers[rank].start(1), markers[rank].group(1)
-
-    # --- channels_app.split.Seams ---
     def cut(self, start: int, hard: int, part: int) -> int:
         # In the piece's second half the best kind of cut, the latest of its kind; else the
         # latest there is (a piece cut short to stay clean is a part sent near empty).
@@ -470,7 +173,7 @@ class MarkdownSeams:
                 return -at
         return None
 
-    def _inside(self, at: int) -> list[_Region] | None:
+    def _inside(self, at: int) -> list[Region] | None:
         """The regions a cut at `at` is inside, outermost first; None where it may not be."""
         inside = []
         for rank, region in self.index.around(at):
@@ -563,7 +266,7 @@ class MarkdownSeams:
         inline, offset = place
         return self._reading(inline).reads_as_whole(offset, str, str)
 
-    def _reading(self, inline: _Inline) -> Segments:
+    def _reading(self, inline: Inline) -> Segments:
         """`inline`'s text, read in segments once for every check of a cut in it."""
         if inline.content not in self._readings:
             self._readings[inline.content] = Segments(inline.content, self._reads)
@@ -575,7 +278,7 @@ class MarkdownSeams:
             self._read[inline] = read(inline, self.env)
         return self._read[inline]
 
-    def _ends_alone(self, at: int, inside: list[_Region]) -> bool:
+    def _ends_alone(self, at: int, inside: list[Region]) -> bool:
         """Whether the line's text up to a cut at `at` inside it, alone, would read as a fence
         or a rule — from where the piece begins, when a cut before began it inside the line;
         but not backticks the piece's inline code is closed after: with a backtick, no fence."""
@@ -619,49 +322,6 @@ class MarkdownSeams:
             return None
         return run.start(1), len(run.group(1))
 
-    def _ink_before(self, at: int) -> int:
-        """Where the text before `at` ends, its white space left out."""
-        while at > 0 and self.text[at - 1].isspace():
-            at -= 1
-        return at
-
-    def _indented_code(self, at: int) -> bool:
-        line = bisect_right(self.starts, at) - 1
-        return any(low <= line < high for low, high in self.code_lines)
-
-    def _place(self, at: int) -> tuple[_Inline, int] | None:
-        """The inline text a cut at `at` is in, and where in it the next piece begins."""
-        found = bisect_left(self._firsts, at) - 1  # the last inline begun before `at`
-        if found < 0:
-            return None
-        inline, ends = self._placed[found], self._ends[found]
-        if at > ends[-1]:
-            return None
-        segment = inline.segments[bisect_left(ends, at)]  # the first line of it ending at or after `at`
-        return inline, segment.inline + max(0, at - segment.source)
-
-    def _line_text(self, at: int) -> int:
-        """Where the text of the line `at` is on begins: after the markers of the quotes and
-        list items it is in ("1. __ __" is an item whose text, alone, reads as a rule)."""
-        place = self._place(at)
-        line_start = self.starts[bisect_right(self.starts, at) - 1]
-        if place is None:
-            return line_start
-        inline, offset = place
-        segment = inline.segments[bisect_right([s.inline for s in inline.segments], offset) - 1]
-        return max(line_start, segment.source)
-
-    def _nested(self, at: int) -> list[tuple[int, str]]:
-        """For a line begun at `at` whose text is a list item's nested in another: the items
-        it goes on under, outermost first, each with the quotes it is in (the item itself
-        too, when the line does not begin with its marker)."""
-        found = bisect_left(self._firsts, at)
-        if found == len(self._firsts) or self._firsts[found] >= self._line_end(bisect_right(self.starts, at) - 1):
-            return []
-        inline = self._placed[found]
-        items = inline.items if _ITEM_LINE.match(self.text, at) is None else inline.items[:-1]
-        return [(inline.quotes, item) for item in items]
-
     def mend(self, at: int) -> Seam:
         fence = self._in_fence(at)
         if fence is not None:  # closed in its piece, opened again in the next in what it is in
@@ -674,11 +334,11 @@ class MarkdownSeams:
             resume = _resume(inline, offset, at, self.text, inside)
             quoted = "> " * inline.quotes
             if inline.items:  # a list item's text goes on as that item, marked as continued, at its level
-                quoted = _chain([(inline.quotes, item) for item in inline.items])
+                quoted = chain([(inline.quotes, item) for item in inline.items])
         elif self.text[at - 1] == "\n" and (items := self._nested(at)):
             # A line of a nested list item (its first, or more of its text) goes on under the
             # items it is in, marked as continued, so it keeps its level and its indent.
-            quoted = _chain(items) + "\n"
+            quoted = chain(items) + "\n"
             if re.match(r"(?:[ \t]*>)*[ \t]*\d", self.text[at:at + 64]):  # numbered on, maybe not from 1
                 quoted += "> " * items[-1][0] + "\n"
         elif self.text[at - 1] == "\n" and re.match(r" {4}", self.text[at:at + 4]) and not self._indented_code(at):
@@ -697,7 +357,7 @@ class MarkdownSeams:
         return Seam(_closed(self.text[:at].rstrip(), closing), opening + "".join(self._shorter.get(r, r.opening)
                                                                                  for r in inside), resume)
 
-    def _closing(self, region: _Region) -> str:
+    def _closing(self, region: Region) -> str:
         """What closes `region` at the end of the piece being cut: a piece of inline code begun
         in a piece before is closed with the run it was opened again with."""
         if region in self._shorter and region.low < self._start:
@@ -776,7 +436,7 @@ class MarkdownSeams:
         return piece[:at] + "\\" + piece[at:]
 
 
-def _resume(inline: _Inline, offset: int, at: int, text: str, inside: list[_Region]) -> int:
+def _resume(inline: Inline, offset: int, at: int, text: str, inside: list[Region]) -> int:
     """Where the piece after a cut at `at` (`offset` in `inline`'s text) goes on from, the
     spans it is `inside` opened again before it: its text's next character, after the
     white space a cut where no space is may fall before (a span's marker before white
@@ -785,20 +445,7 @@ def _resume(inline: _Inline, offset: int, at: int, text: str, inside: list[_Regi
         offset += len(inline.content[offset:]) - len(inline.content[offset:].lstrip())
     elif text[at - 1] == " ":
         return at
-    return _source(inline.segments, offset)
-
-
-def _chain(items: list[tuple[int, str]]) -> str:
-    """Lines of list items (each with the quotes it is in) one inside the next, each marked
-    as continued; a blank line before an item numbered other than 1, which could not
-    interrupt the "…" before it (CommonMark) and would go on as its text."""
-    lines = []
-    for n, (quotes, item) in enumerate(items):
-        number = re.match(r"[ \t]*(\d{1,9})[.)]", item)
-        if n and number and int(number.group(1)) != 1:
-            lines.append("> " * quotes)
-        lines.append(f"{'> ' * quotes}{item} …")
-    return "\n".join(lines)
+    return source_offset(inline.segments, offset)
 
 
 def _closed(before: str, closing: str) -> str:
@@ -807,57 +454,3 @@ def _closed(before: str, closing: str) -> str:
     if closing and (len(before) - len(before.rstrip("\\"))) % 2:
         return "\\" + closing
     return closing
-
-
-def partial_source(segments: list[_Segment]) -> Callable[[int], int]:
-    """Offsets in a block's inline text to offsets in the source."""
-    return lambda offset: _source(segments, offset)
-
-
-def _source(segments: list[_Segment], offset: int) -> int:
-    """The source offset of an offset in a block's inline text."""
-    for segment in reversed(segments):
-        if offset >= segment.inline:
-            return segment.source + min(offset - segment.inline, segment.length)
-    return segments[0].source
-
-
-# --- the parser that notes where its spans are ---
-Rule = Callable[[StateInline, bool], bool]
-
-
-def _noting(rule: Rule, kind: str) -> Rule:
-    def noted(state: StateInline, silent: bool) -> bool:
-        if silent:
-            return rule(state, silent)
-        if state.pending:
-            state.pushPending()
-        start, count = state.pos, len(state.tokens)
-        if not rule(state, silent):
-            return False
-        new = state.tokens[count:]
-        if kind == "delimiters":  # one token a marker (or a pair of tildes), in order
-            offset = start
-            for token in new:
-                token.meta["at"] = offset
-                offset += len(token.content)
-        elif new:
-            new[0].meta["span"] = (start, state.pos)
-            if kind == "link" and new[0].type == "link_open":
-                end, state.pos = state.pos, start
-                label = state.md.helpers.parseLinkLabel(state, start, True)
-                state.pos = end
-                new[0].meta["label"] = (start, label, end)
-        return True
-
-    return noted
-
-
-@cache
-def _located() -> MarkdownIt:
-    md = MarkdownIt("commonmark", {"html": False}).enable(["table", "strikethrough"])
-    rules = {rule.name: rule.fn for rule in md.inline.ruler.__rules__}
-    for name, kind in (("emphasis", "delimiters"), ("strikethrough", "delimiters"), ("link", "link"),
-                       ("image", "span"), ("backticks", "span"), ("autolink", "span")):
-        md.inline.ruler.at(name, _noting(rules[name], kind))
-    return md
