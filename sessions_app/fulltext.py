@@ -1,8 +1,8 @@
 """Full-text search vocabulary shared by history search (sessions_app.search) and memory
 search (memory_app): the text search configuration, stop words, how a person's text
 becomes search terms, how the forms of a letter a reader takes for one (Greek accents,
-capitals and final sigma; full-width letters) are written alike in what is indexed and
-what is typed, how the letters of scripts written without spaces (Chinese, Japanese,
+capitals and final sigma; full-width letters; Latin accents; Arabic and Hebrew vowel
+points) are written alike in what is indexed and what is typed, how the letters of scripts written without spaces (Chinese, Japanese,
 Thai) are spaced out so the index sees each as a word, and the owner token SQLite's FTS5
 tables are keyed by. No SQL that touches rows."""
 from __future__ import annotations
@@ -140,10 +140,37 @@ LATIN_TO = (
 # Accents written as marks of their own after the letter (U+0300 to U+036F: a keyboard's
 # dead key, a copy from a PDF). What NFC cannot join to its letter is dropped.
 COMBINING_ACCENTS = "".join(map(chr, range(0x0300, 0x0370)))
+# Arabic and Hebrew are written without their vowels, and a word is read the same with them
+# written over and under its letters (the Quran, the Bible, poetry, a children's book, a
+# dictionary, a name pointed to be read right): "مرحبا" is "مَرْحَبًا", "שלום" is "שָׁלוֹם".
+# Dropped, as the accents are: the signs that only say how a word is read, never a letter
+# of it. Hebrew: the points (vowels, dagesh, the shin and sin dots, rafe, meteg, qamats
+# qatan) and the cantillation of the Bible and the masora's dots (U+0591-U+05BD, U+05BF,
+# U+05C1-U+05C2, U+05C4-U+05C5, U+05C7), not the maqaf, paseq, sof pasuq or nun hafukha
+# between them (U+05BE, U+05C0, U+05C3, U+05C6: punctuation, a word's end). Arabic: the
+# harakat (tanwin, fatha, damma, kasra, shadda, sukun), maddah and hamza left as marks of
+# their own (NFC first joins those it can to their letter: "أ", "آ" stay letters), and the
+# other vowel signs (U+064B-U+065F); the superscript ("dagger") alef (U+0670); the
+# honorifics and small vowels written over a word (U+0610-U+061A); the Quran's recitation
+# marks written over and under its letters, small waw and yeh (which say a vowel is long,
+# as the dagger alef does) included (U+06D6-U+06DC, U+06DF-U+06E8, U+06EA-U+06ED), not
+# the end of a verse, the start of a hizb or the place of prostration between words
+# (U+06DD, U+06DE, U+06E9). And the tatweel (U+0640), which draws a word out to justify a
+# line and splits nothing: "مـــرحبا" is "مرحبا". The vowel signs of the Indic scripts,
+# of Syriac, Thaana or N'Ko, and Arabic Extended-A's (African orthographies, which write
+# their vowels) are left in their words: there they tell words apart ("केला", banana, is
+# not "किला", fort). Dropped in what is indexed (search_text, and on PostgreSQL migration
+# 0020's function) and in what is typed (fold): one letter gives none, so a place in the
+# folded text is still a place in the text, and the word is marked whole (hit_spans).
+POINTS = "".join(map(chr, [
+    *range(0x0591, 0x05BE), 0x05BF, 0x05C1, 0x05C2, 0x05C4, 0x05C5, 0x05C7,  # Hebrew
+    *range(0x0610, 0x061B), 0x0640, *range(0x064B, 0x0660), 0x0670,  # Arabic
+    *range(0x06D6, 0x06DD), *range(0x06DF, 0x06E9), *range(0x06EA, 0x06EE),  # the Quran's marks
+]))
 NORMALISED = str.maketrans(GREEK_FROM + FULL_WIDTH_FROM + LATIN_FROM, GREEK_TO + FULL_WIDTH_TO + LATIN_TO,
-                           COMBINING_ACCENTS)
+                           COMBINING_ACCENTS + POINTS)
 # The letters NORMALISED changes, as a regular expression Python and PostgreSQL read alike.
-NORMALISED_LETTER = "[" + GREEK_FROM + FULL_WIDTH_FROM + LATIN_FROM + COMBINING_ACCENTS + "]"
+NORMALISED_LETTER = "[" + GREEK_FROM + FULL_WIDTH_FROM + LATIN_FROM + COMBINING_ACCENTS + POINTS + "]"
 
 
 # The marks of a combining class other than 0 (Unicode 14, as Python's unicodedata has
@@ -207,8 +234,9 @@ def fold(text: str) -> str:
     and "İ" is "i" (casefold's "ss" and "i̇", a letter and a combining dot, are in neither
     index, so a word typed with them was never found); Greek, full-width and accented
     Latin letters as NORMALISED writes them ("ΛΟΓΟΣ" and "λόγος" are "λογοσ", "Ｔｏｋｙｏ"
-    is "tokyo", "Müller" is "muller"). One letter gives one letter or none (an accent of
-    its own), so a place in the folded text is a place in the text (hit_spans)."""
+    is "tokyo", "Müller" is "muller", "מַיִם" is "מים"). One letter gives one letter or none
+    (an accent of its own, a vowel point, a tatweel), so a place in the folded text is a
+    place in the text (hit_spans)."""
     return composed(text).lower().translate(NORMALISED)
 
 
@@ -294,11 +322,11 @@ def width_forms(run: str) -> list[str]:
 
 
 def search_text(content: str) -> str | None:
-    """`content` as the full-text index reads it: normalised (accents, Greek, full-width),
-    every letter of a script written without spaces alone between spaces, so each is a
-    token on both databases, and the inner parts of Korean words after it all
-    (hangul_parts); None when that is `content` itself (the index then reads the content,
-    and nothing is kept twice).
+    """`content` as the full-text index reads it: normalised (accents, Greek, full-width,
+    Arabic and Hebrew points), every letter of a script written without spaces alone
+    between spaces, so each is a token on both databases, and the inner parts of Korean
+    words after it all (hangul_parts); None when that is `content` itself (the index then
+    reads the content, and nothing is kept twice).
     """
     text = normalised(content)
     if UNSPACED_RUN.search(text) is not None:

@@ -1,0 +1,128 @@
+"""History search reads Arabic and Hebrew words with or without their vowel points and the
+other signs written over and under their letters ("مرحبا" finds "مَرْحَبًا", "שלום" finds
+"שָׁלוֹם", and back), and an Arabic word drawn out with tatweel as the word ("مـرحبا" is
+"مرحبا"): `message_search_text` drops them (POINTS below; why these and no others:
+sessions_app.fulltext.POINTS), after composing the text, as it drops the accents left as
+marks. Both indexes kept them, so a word was found only as it had been written.
+
+PostgreSQL: the function is replaced (one more step, only where the text holds such a
+sign) and its GIN index rebuilt CONCURRENTLY, messages being written meanwhile. Until the
+rebuild ends, a message written before it is found as before the migration.
+
+SQLite: the triggers call the connection's Python function (sessions_app.search). The
+entries of the messages holding such signs (or a Hebrew letter written with its point as
+one character, which composing writes as the two) are written again here, from this
+migration's own copy of the search text (search_text below), in batches of BATCH ids,
+each its own transaction, so the serving process keeps writing between them.
+
+Not one transaction (REINDEX CONCURRENTLY cannot run in one). Interrupted on PostgreSQL,
+it leaves the index's new copy behind, invalid, which running it again drops.
+"""
+import importlib
+import re
+import unicodedata
+
+from django.db import migrations, transaction
+
+from ._trigger import SEARCH_TABLE
+
+BATCH = 10_000
+
+_0015 = importlib.import_module("sessions_app.migrations.0015_message_search_normalised")
+_0017 = importlib.import_module("sessions_app.migrations.0017_message_search_accents_korean")
+_0018 = importlib.import_module("sessions_app.migrations.0018_message_search_stream_safe")
+
+# As sessions_app.fulltext.POINTS was when this migration was written: the index depends
+# on it staying so. Hebrew points and cantillation; Arabic signs, tatweel, Quranic marks.
+POINTS = "".join(map(chr, [
+    *range(0x0591, 0x05BE), 0x05BF, 0x05C1, 0x05C2, 0x05C4, 0x05C5, 0x05C7,
+    *range(0x0610, 0x061B), 0x0640, *range(0x064B, 0x0660), 0x0670,
+    *range(0x06D6, 0x06DD), *range(0x06DF, 0x06E9), *range(0x06EA, 0x06EE),
+]))
+# POINTS, as escapes Python and PostgreSQL read alike.
+POINT = (r"[\u0591-\u05bd\u05bf\u05c1-\u05c2\u05c4-\u05c5\u05c7\u0610-\u061a\u0640\u064b-\u065f\u0670"
+         r"\u06d6-\u06dc\u06df-\u06e8\u06ea-\u06ed]")
+# The messages whose search text this migration changes hold a point, or one of the Hebrew
+# letters written with theirs as one character (U+FB1D-U+FB4E), which NFC writes as the
+# letter and the point. As escapes Python and SQLite's REGEXP read alike.
+CHANGED = POINT[:-1] + r"\ufb1d-\ufb4e]"
+
+NORMALISED = str.maketrans(_0015.GREEK_FROM + _0015.FULL_WIDTH_FROM + _0017.LATIN_FROM,
+                           _0015.GREEK_TO + _0015.FULL_WIDTH_TO + _0017.LATIN_TO, _0017.COMBINING_ACCENTS + POINTS)
+STREAM_SAFE_RUN = 30
+_OVERLONG_RUN = re.compile(f"{_0018.NON_STARTER}{{{STREAM_SAFE_RUN}}}(?={_0018.NON_STARTER})")
+
+
+def _search_text(content: str, table: dict) -> str:
+    """sessions_app.fulltext.search_text as it was written, its letters written anew by `table`:
+    stream-safe and composed, normalised, unspaced letters spaced out, Korean inner parts added."""
+    if len(content) > STREAM_SAFE_RUN:
+        content = _OVERLONG_RUN.sub("\\g<0>\u034f", content)
+    text = _0015.spaced(unicodedata.normalize("NFC", content).translate(table))
+    parts = [_0017.HANGUL_PART_MARK + word[i:i + _0017.HANGUL_PART] for word in _0017.HANGUL_LONG_WORD.findall(text)
+             for i in range(1, min(len(word) - 1, _0017.HANGUL_PART))]
+    return text + " " + " ".join(parts) if parts else text
+
+
+def search_text(content: str) -> str:
+    """What the index reads of `content` from this migration on (sessions_app.fulltext.search_text)."""
+    return _search_text(content, NORMALISED)
+
+
+def search_text_before(content: str) -> str:
+    """What the index read of `content` after migrations 0017 to 0019."""
+    return _search_text(content, _0017.NORMALISED)
+
+
+# Migration 0018's function, with the points dropped after the accents left as marks.
+ACCENTS_DROPPED = " IF t ~ '[\\u0300-\\u036f]' THEN t := regexp_replace(t, '[\\u0300-\\u036f]', '', 'g'); END IF;"
+assert _0018.PG_FUNCTION.count(ACCENTS_DROPPED) == 1
+PG_FUNCTION = _0018.PG_FUNCTION.replace(
+    ACCENTS_DROPPED, ACCENTS_DROPPED + f" IF t ~ '{POINT}' THEN t := regexp_replace(t, '{POINT}', '', 'g'); END IF;")
+
+
+def _write(apps, schema_editor, text_of) -> None:
+    """SQLite: the search entries of the messages people read holding CHANGED letters are
+    `text_of(content)` now, in batches of BATCH ids, each its own transaction."""
+    Message = apps.get_model("sessions_app", "Message")
+    db = schema_editor.connection.alias
+    last = 0
+    while True:
+        batch = list(Message.objects.using(db).filter(pk__gt=last, content__regex=CHANGED,
+                                                      role__in=["user", "assistant"])
+                     .order_by("pk").values_list("pk", "content")[:BATCH])
+        if not batch:
+            break
+        last = batch[-1][0]
+        with transaction.atomic(using=db), schema_editor.connection.cursor() as cursor:
+            cursor.executemany(f"UPDATE {SEARCH_TABLE} SET content = %s WHERE rowid = %s",
+                               [(text_of(content), pk) for pk, content in batch])
+
+
+def forward(apps, schema_editor) -> None:
+    vendor = schema_editor.connection.vendor
+    if vendor == "postgresql":
+        _0015._postgresql(schema_editor, PG_FUNCTION)
+    elif vendor == "sqlite":
+        _write(apps, schema_editor, search_text)
+
+
+def backward(apps, schema_editor) -> None:
+    vendor = schema_editor.connection.vendor
+    if vendor == "postgresql":
+        _0015._postgresql(schema_editor, _0018.PG_FUNCTION)
+    elif vendor == "sqlite":
+        _write(apps, schema_editor, search_text_before)
+
+
+class Migration(migrations.Migration):
+
+    atomic = False
+
+    dependencies = [
+        ("sessions_app", "0019_message_search_marks_in_words"),
+    ]
+
+    operations = [
+        migrations.RunPython(forward, backward),
+    ]
