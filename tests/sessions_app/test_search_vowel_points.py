@@ -105,6 +105,19 @@ def test_the_chat_pages_search_marks_the_pointed_word_whole(client, world):
     assert _marked(hit["snippet"], hit["marks"]) == ["שָׁלוֹם"]
 
 
+def test_the_search_command_finds_a_pointed_word_typed_unpointed(world):
+    from sessions_app.search_lines import search_answer
+
+    session = chat(world)
+    say(session, POINTED)
+    say(session, "Alice likes tea")
+    answer = search_answer(session=session, args="مرحبا", trust="paired")
+    assert "مَرْحَبًا" in answer and "tea" not in answer
+    assert "שָׁלוֹם" not in search_answer(session=session, args="שלום", trust="paired")
+    say(session, HEBREW)
+    assert "שָׁלוֹם" in search_answer(session=session, args="שלום", trust="paired")
+
+
 def test_memories_are_found_with_or_without_their_points(world):
     pointed = remember(world.tenant_a, world.qor_a, world.alice, "صديقي " + POINTED)
     plain = remember(world.tenant_a, world.qor_a, world.alice, "Alice's greeting: " + PLAIN)
