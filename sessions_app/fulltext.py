@@ -140,28 +140,30 @@ LATIN_TO = (
 # Accents written as marks of their own after the letter (U+0300 to U+036F: a keyboard's
 # dead key, a copy from a PDF). What NFC cannot join to its letter is dropped.
 COMBINING_ACCENTS = "".join(map(chr, range(0x0300, 0x0370)))
-# Arabic and Hebrew are written without their vowels, and a word is read the same with them
-# written over and under its letters (the Quran, the Bible, poetry, a children's book, a
-# dictionary, a name pointed to be read right): "مرحبا" is "مَرْحَبًا", "שלום" is "שָׁלוֹם".
-# Dropped, as the accents are: the signs that only say how a word is read, never a letter
-# of it. Hebrew: the points (vowels, dagesh, the shin and sin dots, rafe, meteg, qamats
-# qatan) and the cantillation of the Bible and the masora's dots (U+0591-U+05BD, U+05BF,
-# U+05C1-U+05C2, U+05C4-U+05C5, U+05C7), not the maqaf, paseq, sof pasuq or nun hafukha
-# between them (U+05BE, U+05C0, U+05C3, U+05C6: punctuation, a word's end). Arabic: the
-# harakat (tanwin, fatha, damma, kasra, shadda, sukun), maddah and hamza left as marks of
-# their own (NFC first joins those it can to their letter: "أ", "آ" stay letters), and the
-# other vowel signs (U+064B-U+065F); the superscript ("dagger") alef (U+0670); the
-# honorifics and small vowels written over a word (U+0610-U+061A); the Quran's recitation
-# marks written over and under its letters, small waw and yeh (which say a vowel is long,
-# as the dagger alef does) included (U+06D6-U+06DC, U+06DF-U+06E8, U+06EA-U+06ED), not
-# the end of a verse, the start of a hizb or the place of prostration between words
-# (U+06DD, U+06DE, U+06E9). And the tatweel (U+0640), which draws a word out to justify a
-# line and splits nothing: "مـــرحبا" is "مرحبا". The vowel signs of the Indic scripts,
-# of Syriac, Thaana or N'Ko, and Arabic Extended-A's (African orthographies, which write
-# their vowels) are left in their words: there they tell words apart ("केला", banana, is
-# not "किला", fort). Dropped in what is indexed (search_text, and on PostgreSQL migration
-# 0020's function) and in what is typed (fold): one letter gives none, so a place in the
-# folded text is still a place in the text, and the word is marked whole (hit_spans).
+# Arabic and Hebrew are written without their vowels, and a word is read the same with
+# them written over and under its letters (the Quran, the Bible, poetry, a children's
+# book, a name pointed to be read right): "مرحبا" is "مَرْحَبًا", "שלום" is "שָׁלוֹם". So
+# these are dropped, as the accents are: the signs that say how a word is read, not a
+# letter of it (where a point does make a letter of its own, Yiddish's פּ and פֿ,
+# Kashmiri's vowels, both forms are found, as "ano" finds "año"). Hebrew: the points
+# (vowels, dagesh, shin and sin dots, rafe, meteg, qamats qatan), the Bible's
+# cantillation and the masora's dots (U+0591-U+05BD, U+05BF, U+05C1-U+05C2,
+# U+05C4-U+05C5, U+05C7); not the maqaf, paseq, sof pasuq or nun hafukha (U+05BE, U+05C0,
+# U+05C3, U+05C6: punctuation between words). Arabic: the harakat (tanwin, fatha, damma,
+# kasra, shadda, sukun), the maddah and hamza NFC could not join to their letter ("أ" and
+# "آ" stay letters) and the other vowel signs (U+064B-U+065F); the superscript ("dagger")
+# alef (U+0670); the honorifics and small vowels written over a word (U+0610-U+061A); the
+# Quran's recitation marks written over and under its letters, with the small waw and yeh
+# that say a vowel is long as the dagger alef does (U+06D6-U+06DC, U+06DF-U+06E8,
+# U+06EA-U+06ED); not the end of a verse, the start of a hizb or the place of prostration
+# (U+06DD, U+06DE, U+06E9: signs between words). And the tatweel (U+0640), which draws a
+# word out to fill a line and splits nothing: "مـــرحبا" is "مرحبا". The vowel signs of
+# the Indic scripts are kept in their words, where they tell words apart ("केला", banana,
+# is not "किला", fort), and so are those of other scripts (Syriac, Thaana, N'Ko, Arabic
+# Extended-A's for African languages, which write their vowels). Dropped in what is
+# indexed (search_text, and on PostgreSQL migration 0020's function) and in what is typed
+# (fold): one letter gives none, so a place in the folded text is still a place in the
+# text, and the word is marked whole (hit_spans).
 POINTS = "".join(map(chr, [
     *range(0x0591, 0x05BE), 0x05BF, 0x05C1, 0x05C2, 0x05C4, 0x05C5, 0x05C7,  # Hebrew
     *range(0x0610, 0x061B), 0x0640, *range(0x064B, 0x0660), 0x0670,  # Arabic
