@@ -192,6 +192,10 @@ def _spans(text: str, terms: list[str], *, first: bool) -> list[tuple[int, int]]
             at = folded.find(stem)
             while at >= 0:
                 start, end = origin[at], origin[at + len(stem) - 1] + 1
+                if not inside:
+                    # From where the letters kept before it end: what lies between (a
+                    # tatweel or a point, folded to nothing: "ـمرحبا") is the word's.
+                    start = origin[at - 1] + 1 if at else 0
                 if inside or start == 0 or not _in_word(text[start - 1]):
                     while not inside and not first and end < len(text) and _in_word(text[end]):
                         end += 1

@@ -89,6 +89,11 @@ def test_the_word_found_is_marked_whole_with_its_points_and_tatweel():
     assert marked(HEBREW, "שלום") == ["שָׁלוֹם"]
     assert marked(CANTILLATED, "בראשית") == ["בְּרֵאשִׁ֖ית"]
     assert marked(PRESENTATION, "שלום") == ["\ufb2aלום"]
+    # A tatweel before the word's first letter (as a suffix is written alone: "ـها") is
+    # the word's, not a letter before it that would make the match the inside of a word.
+    assert marked("قال ـمرحبا يا", "مرحبا") == ["ـمرحبا"]
+    assert marked("ـمرحبا", "مرحبا") == ["ـمرحبا"]
+    assert marked("بمرحبا مرحبا", "مرحبا") == ["مرحبا"]  # inside a word, as before: not marked
 
 
 def test_the_chat_pages_search_marks_the_pointed_word_whole(client, world):
@@ -189,7 +194,8 @@ MEMORIES = ("memory_app", "0012_memory_search_points")
 MEMORIES_BEFORE = ("memory_app", "0011_memory_search_marks_in_words")
 SAMPLES = [POINTED, PLAIN, STRETCHED, HEBREW, CANTILLATED, PRESENTATION, "Alice likes tea", "naïve café",
            "주간회의 준비", "我昨天吃了寿司", "λόγος", "मुझे केला पसंद है", "ﾃﾞﾊﾟｰﾄ x\u0301", "ก\u0640ข",
-           unicodedata.normalize("NFD", "שָׁלוֹם καλημέρα"), "a" + "\u0301\u0316" * 40 + " \u05b0\u05b8" * 40]
+           unicodedata.normalize("NFD", "שָׁלוֹם καλημέρα"), "a" + "\u0301\u0316" * 40 + " \u05b0\u05b8" * 40,
+           "ש" + "\u05b0\u05b8\u0591" * 40 + "לום"]
 
 
 def test_the_migration_indexes_as_the_search_text_does():
@@ -213,7 +219,7 @@ def test_postgresql_drops_the_points_as_search_text_does():
 
     with connection.cursor() as cursor:
         for text in [POINTED, STRETCHED, HEBREW, CANTILLATED, PRESENTATION, "ب" + POINTS + "ت",
-                     " ".join("ب" + c for c in POINTS), unicodedata.normalize("NFD", "שָׁלוֹם καλημέρα")]:
+                     " ".join("ب" + c for c in POINTS), unicodedata.normalize("NFD", "שָׁלוֹם καλημέρα"), SAMPLES[-1]]:
             cursor.execute("SELECT message_search_text(%s)", [text])
             assert cursor.fetchone()[0] == search_text(text), text
         # The same words (Chinese and Korean are spaced otherwise; half-width katakana, which
