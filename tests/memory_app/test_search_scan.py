@@ -20,10 +20,12 @@ pytestmark = pytest.mark.django_db
 TEXTS = ["naïve café owners in Zürich", "the cafe on the corner", "Müller sent his résumé",
          unicodedata.normalize("NFD", "Καλημέρα κόσμε, ήταν σαφής"), "Ο λόγος του ήταν σαφής", "ΛΟΓΟΣ ΚΑΙ ΠΡΑΞΗ",
          "회의록을 보냈어요", "내일 회의는 10시예요", "주간회의 준비", "집에 가요", "편집했어요",
-         "Ｔｏｋｙｏの会議はＲｏｏｍ　４０２です", "我昨天吃了寿司", "The lease on the flat ends in March"]
+         "Ｔｏｋｙｏの会議はＲｏｏｍ　４０２です", "我昨天吃了寿司", "The lease on the flat ends in March",
+         "مَرْحَبًا بِكُمْ", "مرحبا يا صديقي", "مـــرحبا", "שָׁלוֹם עֲלֵיכֶם", "\ufb2aלום לכולם", "שלום"]
 QUERIES = ["cafe", "café", unicodedata.normalize("NFD", "café"), "muller", "resume", "zurich",
            unicodedata.normalize("NFD", "σαφής"), "σαφης", "κοσμε", "ΛΟΓΟΣ", "회의", "회의를", "회의록", "집", "편집",
-           "tokyo", "４０２", "寿司", "会議", "leases", "lease march", "회의 준비"]
+           "tokyo", "４０２", "寿司", "会議", "leases", "lease march", "회의 준비", "مرحبا", "مَرْحَبًا", "مـرحبا",
+           "שלום", "שָׁלוֹם", "עליכם"]
 
 
 def test_a_memory_scan_finds_what_the_index_finds(world):
