@@ -75,3 +75,51 @@ def mail_server_probe() -> tuple[bool, str]:
         pass
     signed = f", signed in as {settings.EMAIL_HOST_USER!r}" if settings.EMAIL_HOST_USER else ""
     return True, f"replies go by smtp to {where} (it answered{signed})"
+
+
+def mail_send_problem(exc: Exception) -> str:
+    """What an error sending through the configured mail server means, in our words, with
+    what to change in EMAIL_URL: never the password, and the server's reply only by its
+    code (its text may quote what was sent)."""
+    import smtplib
+    import ssl
+
+    where = f"{settings.EMAIL_HOST}:{settings.EMAIL_PORT}"
+    if isinstance(exc, NoMailServerError):
+        return f"no mail server is configured: set EMAIL_URL, e.g. {EMAIL_URL_EXAMPLE}"
+    if isinstance(exc, smtplib.SMTPAuthenticationError):
+        return (f"the mail server at {where} refused the sign-in as {settings.EMAIL_HOST_USER!r} ({exc.smtp_code}): "
+                "check the user name and password in EMAIL_URL")
+    if isinstance(exc, smtplib.SMTPSenderRefused):
+        return f"the mail server at {where} refused to send from {exc.sender!r} ({exc.smtp_code})"
+    if isinstance(exc, smtplib.SMTPRecipientsRefused):
+        refused = ", ".join(f"{address} ({code})" for address, (code, _) in exc.recipients.items())
+        return f"the mail server at {where} refused every recipient: {refused}"
+    if isinstance(exc, smtplib.SMTPNotSupportedError):
+        if "STARTTLS" in str(exc).upper():
+            return (f"the mail server at {where} does not offer STARTTLS, which EMAIL_URL asks for (smtp+tls:// or "
+                    "smtps://): use smtp+ssl:// for a server that speaks TLS from the start (port 465), smtp:// for "
+                    "one without TLS")
+        return (f"the mail server at {where} offers no sign-in here, and EMAIL_URL names a user: use smtp+tls:// "
+                "(most servers offer it only after STARTTLS), or leave the user and password out")
+    if isinstance(exc, smtplib.SMTPResponseException):
+        return f"the mail server at {where} refused the mail ({exc.smtp_code})"
+    if isinstance(exc, smtplib.SMTPServerDisconnected):
+        return (f"the mail server at {where} hung up before the mail was sent: check EMAIL_URL's port and scheme "
+                "(smtp+ssl:// for port 465, smtp+tls:// for 587)")
+    if isinstance(exc, smtplib.SMTPException):  # smtplib's own words, not the server's
+        return f"the mail server at {where} could not be used: {exc}"
+    if isinstance(exc, ssl.SSLCertVerificationError):
+        return (f"the mail server at {where} showed a certificate this machine does not trust "
+                f"({str(exc.verify_message or exc.reason).rstrip('.')}): EMAIL_URL must name the host its certificate is for")
+    if isinstance(exc, ssl.SSLError):
+        return (f"TLS with the mail server at {where} failed ({exc.reason or type(exc).__name__}): check EMAIL_URL's "
+                "scheme: smtp+tls:// asks for STARTTLS (port 587), smtp+ssl:// speaks TLS from the start (port 465)")
+    if isinstance(exc, TimeoutError):
+        return (f"the mail server at {where}, which EMAIL_URL names, did not answer in time: check its host and port, "
+                "and the scheme (smtp+ssl:// for port 465, where TLS comes first)")
+    if isinstance(exc, OSError):
+        reason = exc.strerror or str(exc) or type(exc).__name__  # "Connection refused", "Name or service not known"
+        return (f"could not connect to the mail server at {where}, which EMAIL_URL names ({reason}): check its host "
+                "and port, and that the server is up")
+    return f"sending through the mail server at {where} failed ({type(exc).__name__})"
