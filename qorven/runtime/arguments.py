@@ -4,7 +4,9 @@ from __future__ import annotations
 import argparse
 import math
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable
+
+from django.core.management.base import CommandError, CommandParser
 
 
 def whole_number(low: int, high: int) -> Callable[[str], int]:
@@ -63,3 +65,46 @@ def given_path(value: str) -> Path:
     if not value.strip():
         raise argparse.ArgumentTypeError("an empty path (leave the option out for the default)")
     return Path(value)
+
+
+def actions(parser: CommandParser, *, dest: str = "action", metavar: str | None = None) -> Any:
+    """The actions of a command whose first word is one (`qorven pair approve …`), to each
+    `add_parser(name, help=…)`: the help is its line in the list a command given no action
+    prints, one line each, as git lists its commands (argparse said only "the following
+    arguments are required: action"). `metavar` names them otherwise (bind's "channel")."""
+    chooser = parser.add_subparsers(dest=dest, metavar=metavar, required=False)  # ActionParser says it is missing
+    # Django makes a command's parser itself (BaseCommand.create_parser), its class not ours
+    # to choose: this one is a CommandParser that checks the action once parsing is done.
+    parser.__class__ = ActionParser
+    assert isinstance(parser, ActionParser)
+    parser.chooser = chooser
+    return chooser
+
+
+class ActionParser(CommandParser):
+    """A command's parser made by `actions`: given no action, it lists them and exits 2
+    (a CommandError when called from code, as CommandParser's errors are)."""
+
+    chooser: Any = None
+
+    def parse_known_args(self, args: Any = None, namespace: Any = None) -> Any:
+        namespace, extras = super().parse_known_args(args, namespace)
+        if self.chooser is not None and getattr(namespace, self.chooser.dest, None) is None:
+            names = list(self.chooser.choices)
+            if not self.called_from_command_line:
+                raise CommandError(f"Error: {self.prog} takes one of these {self._noun()}s: {', '.join(names)}")
+            self.exit(2, self.actions_listed())
+        return namespace, extras
+
+    def _noun(self) -> str:
+        return self.chooser.metavar or self.chooser.dest
+
+    def actions_listed(self) -> str:
+        """The usage line, then each action with its one line of help."""
+        helps = {choice.dest: choice.help or "" for choice in self.chooser._get_subactions()}
+        width = max(len(name) for name in helps)
+        noun = self._noun()
+        lines = [f"usage: {self.prog} <{noun}> [options]", "", f"{self.prog} takes one of these {noun}s:",
+                 *(f"  {name:<{width}}  {what}".rstrip() for name, what in helps.items()), "",
+                 f"`{self.prog} <{noun}> --help` explains each."]
+        return "\n".join(lines) + "\n"

@@ -7,6 +7,8 @@ import sys
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
 QORVEN = Path(sys.executable).with_name("qorven")
 
@@ -490,3 +492,48 @@ def test_a_command_on_a_database_never_migrated_says_to_migrate_first(tmp_path):
         assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr[-800:]
         (line,) = done.stderr.strip().splitlines()
         assert "not migrated" in line and "qorven migrate" in line and str(tmp_path / "new.sqlite3") in line, line
+
+
+def test_a_command_given_no_action_lists_its_actions_one_line_each():
+    """`qorven token`, `tenant`, `pair` and `bind` alone (or with their options but no
+    action) said only "the following arguments are required: action" (or channel)."""
+    expected = {"token": ("action", ["create"]), "tenant": ("action", ["suspend", "resume", "status"]),
+                "pair": ("action", ["list", "approve", "deny", "revoke"]),
+                "bind": ("channel", ["discord", "email", "slack", "sms", "telegram", "webchat", "whatsapp"])}
+    environment = {"DJANGO_SECRET_KEY": "cli-test"}
+    *alone, options_only = run_each(*(((name,), environment) for name in expected),
+                                    (("pair", "--traceback"), environment))
+    for (name, (noun, actions)), done in zip(expected.items(), alone):
+        assert done.returncode == 2 and done.stdout == "" and "Traceback" not in done.stderr, done.stderr[-800:]
+        lines = done.stderr.splitlines()
+        assert lines[0] == f"usage: qorven {name} <{noun}> [options]", lines
+        listed = [line.split()[0] for line in lines if line.startswith("  ")]
+        assert listed == actions, lines
+        assert all(len(line.split()) > 1 for line in lines if line.startswith("  ")), lines  # each says what it does
+        assert f"`qorven {name} <{noun}> --help`" in done.stderr, lines
+    assert "  approve  approve a code" in alone[2].stderr.splitlines()
+    assert options_only.returncode == 2 and options_only.stderr == alone[2].stderr, options_only.stderr[-800:]
+
+
+def test_every_command_with_actions_lists_them_when_given_none_through_the_shared_parser():
+    """Each command that takes an action names them when called without one, so a new one
+    with actions must use `qorven.runtime.arguments.actions` too."""
+    from django.core.management import ManagementUtility, call_command, get_commands
+    from django.core.management.base import CommandError
+
+    from qorven.cli import _own_app_names
+    from qorven.runtime.arguments import ActionParser
+
+    own = _own_app_names()
+    with_actions = []
+    for name, app in get_commands().items():
+        if app not in own:
+            continue
+        parser = ManagementUtility(["qorven", name]).fetch_command(name).create_parser("qorven", name)
+        if any(action.__class__.__name__ == "_SubParsersAction" for action in parser._actions):
+            assert isinstance(parser, ActionParser), name
+            with_actions.append(name)
+            with pytest.raises(CommandError) as refused:
+                call_command(name)
+            assert "one of" in str(refused.value), str(refused.value)
+    assert sorted(with_actions) == ["bind", "pair", "tenant", "token"]

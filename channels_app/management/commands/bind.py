@@ -6,8 +6,13 @@ from channels_app.adapters import ADAPTERS, Adapter
 from channels_app.adapters.base import AccountProblem, SendError, proves_account
 from channels_app.models import ChannelBinding
 from channels_app.services import BindingError, binding_create
+from qorven.runtime.arguments import actions
 from tenancy.errors import NotFound
 from tenancy.selectors import qor_get, tenant_get
+
+# Each channel's line in `qorven bind --help` and in the list `qorven bind` alone prints.
+ACCOUNT_HELP = {"email": "bind an email address", "sms": "bind an SMS number (Twilio)",
+                "webchat": "embed a Qor's chat on a site of yours"}
 
 
 class Command(BaseCommand):
@@ -21,10 +26,10 @@ class Command(BaseCommand):
     )
 
     def add_arguments(self, parser):
-        sub = parser.add_subparsers(dest="kind", required=True, metavar="channel")
+        sub = actions(parser, dest="kind", metavar="channel")
         for kind, adapter in sorted(ADAPTERS.items()):
             p = sub.add_parser(
-                kind, help=f"bind {'an' if kind[0] in 'aeiou' else 'a'} {kind} account",
+                kind, help=ACCOUNT_HELP.get(kind, f"bind {'an' if kind[0] in 'aeiou' else 'a'} {kind} account"),
                 description=(f"Bind a Qor to {'an' if kind[0] in 'aeiou' else 'a'} {kind} account with the "
                              "credentials below, or update its binding when run again; then prints what to "
                              f"set up on the {kind} side (the addresses are made from QORVEN_PUBLIC_URL)."

@@ -15,6 +15,7 @@ from channels_app.pairing import (
     pairing_pending,
 )
 from channels_app.pairing_end import pairing_end_preview, pairing_revoke
+from qorven.runtime.arguments import actions
 from tenancy.errors import NotFound
 from tenancy.selectors import membership_get, tenant_get
 
@@ -33,7 +34,7 @@ class Command(BaseCommand):
     )
 
     def add_arguments(self, parser):
-        sub = parser.add_subparsers(dest="action", required=True)
+        sub = actions(parser)
         tenant_help = "the tenant's slug"
         code_help = "the 6-digit code the sender was sent"
         listing = sub.add_parser(

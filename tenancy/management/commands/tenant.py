@@ -2,6 +2,7 @@ from __future__ import annotations
 
 from django.core.management.base import BaseCommand, CommandError
 
+from qorven.runtime.arguments import actions
 from tenancy.errors import NotFound
 from tenancy.selectors import tenant_get
 from tenancy.services import tenant_resume, tenant_suspend
@@ -18,7 +19,7 @@ class Command(BaseCommand):
     )
 
     def add_arguments(self, parser):
-        sub = parser.add_subparsers(dest="action", required=True)
+        sub = actions(parser)
         descriptions = {
             "suspend": "Stop serving a workspace, deleting nothing: the chat page, API tokens, open sockets, the "
                        "terminal and the webchat embed refuse its people, its beats do not run, and what "

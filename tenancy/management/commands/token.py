@@ -6,6 +6,7 @@ from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError
 from django.utils import timezone
 
+from qorven.runtime.arguments import actions
 from tenancy.errors import InactiveUser, NotFound
 from tenancy.models import ApiToken
 from tenancy.selectors import tenant_get
@@ -24,7 +25,7 @@ class Command(BaseCommand):
     )
 
     def add_arguments(self, parser):
-        sub = parser.add_subparsers(dest="action", required=True)
+        sub = actions(parser)
         create = sub.add_parser(
             "create", help="mint a token for a member of a tenant",
             description="Print a new API bearer token for --user in --tenant, shown this once (only its digest is "
