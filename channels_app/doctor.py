@@ -192,12 +192,41 @@ def _channels() -> Iterator[Check]:
               "sms": _sms}
     bindings = ChannelBinding.objects.filter(enabled=True).select_related("tenant", "qor")
     for binding in bindings.order_by("tenant__slug", "kind", "pk"):
+        subject = f"{binding.tenant.slug}/{binding.kind}" + (f" {binding.name}" if binding.name else "")
+        malformed = _malformed(binding, subject)
+        if malformed is not None:
+            yield malformed  # and its platform is not sent what could only be refused
+            continue
         probe = probes.get(binding.kind)
         if probe is None:
             continue  # webchat has no account to ask
-        subject = f"{binding.tenant.slug}/{binding.kind}" + (f" {binding.name}" if binding.name else "")
         for check in _safely(subject, binding.kind, lambda: probe(binding, subject)):
             yield check
+
+
+def _malformed(binding: ChannelBinding, subject: str) -> Check | None:
+    """A ✗ for a binding whose stored credentials `qorven bind` and the admin would refuse
+    now (a bot token that is not one, an SMS number not in E.164): saved before they were
+    checked, it keeps them until it is next changed. None when they are well formed."""
+    adapter = adapter_for(binding.kind)
+    credentials = {k: str(v) for k, v in binding.credentials.items()}
+    problem = adapter.credentials_problem(credentials) if adapter is not None else None
+    if adapter is None or problem is None:
+        return None
+    field, what = problem
+    option = "--" + field.replace("_", "-")
+    command = " ".join([f"qorven bind {binding.kind} --tenant {binding.tenant.slug} --qor {binding.qor.slug}",
+                        *(f"--{name.replace('_', '-')} <{name.replace('_', ' ')}>" for name in adapter.required)])
+    try:  # whether the binding is found by this credential: bound again with another, it is a new binding
+        names_it = adapter.lookup_key({**credentials, field: credentials[field] + "x"}) != adapter.lookup_key(credentials)
+    except KeyError:
+        names_it = False
+    after = (f", then delete binding {binding.pk} in the admin: its {option} is what finds it, so that makes a new one"
+             if names_it else ", which updates this binding")
+    return Check("channel", subject, False,
+                 f"binding {binding.pk} (Qor {binding.qor.slug}) was saved before its {option} was checked, and it is "
+                 f"malformed: {option} {what}",
+                 f"run `{command}` with a well-formed {option}{after}")
 
 
 def _safely(subject: str, kind: str, probe: Callable[[], list[Check]]) -> list[Check]:

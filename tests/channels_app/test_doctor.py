@@ -383,3 +383,34 @@ def test_an_offline_qors_fix_names_qorven_setup(world, settings):
     fixes = {c["fix"] for c in checks_of(report, "model")}
     assert fixes == {"run `qorven setup` (it asks for the model server and checks it), or set OPENAI_BASE_URL, "
                      "OPENAI_API_KEY and QORVEN_MODEL (or the Qor's model in the admin)"}
+
+
+def test_a_binding_saved_before_its_credentials_were_checked_is_named_and_its_platform_not_asked(
+        world, bot, platform):
+    """`qorven bind` and the admin refuse a bot token that is not one (bot111:…, a space in
+    it), but a binding saved before they did keeps it until it is next changed: every send
+    with it fails, and doctor sent it to Telegram and said only "the bot token is refused
+    (HTTP 404)", naming neither what is wrong nor which binding."""
+    from channels_app.models import ChannelBinding
+
+    malformed = "bot111:AAA s3cret"
+    ChannelBinding.objects.filter(pk=bot.pk).update(credentials={**bot.credentials, "token": malformed})
+    sms = ChannelBinding.objects.create(tenant=world.tenant_b, qor=world.qor_b, kind="sms", lookup_key="555 0100",
+                                        credentials={"number": "555 0100", "account_sid": "AC1", "auth_token": "t"})
+    report, code = doctor()
+    assert code == 1
+    assert "s3cret" not in json.dumps(report)
+    found = {c["subject"].split(" ")[0]: c for c in checks_of(report, "channel")}
+    token, number = found["acme/telegram"], found["globex/sms"]
+    assert not token["ok"] and f"binding {bot.pk} (Qor aria)" in token["detail"], token
+    assert "--token must be the bot token @BotFather gives" in token["detail"], token
+    assert token["fix"].startswith("run `qorven bind telegram --tenant acme --qor aria --token <token> --secret <secret>`")
+    assert "updates this binding" in token["fix"], token
+    # What names the binding (an SMS number): bound again, it is a new binding, and this one is to go.
+    assert not number["ok"] and f"binding {sms.pk} (Qor aria)" in number["detail"] and "E.164" in number["detail"]
+    assert f"delete binding {sms.pk}" in number["fix"], number
+    assert platform.sent(r"/bot") == [] and platform.sent(r"/twilio") == []  # neither is sent anywhere
+    out = io.StringIO()
+    with pytest.raises(CommandError):
+        call_command("doctor", stdout=out)
+    assert "s3cret" not in out.getvalue() and f"binding {bot.pk} (Qor aria)" in out.getvalue()

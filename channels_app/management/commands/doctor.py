@@ -9,7 +9,8 @@ class Command(BaseCommand):
     help = (
         "Check that this install can work and say how to fix what cannot: the database (reachable, "
         "migrated), Redis and the workers (scale-out), each Qor's model (one short request to it), each "
-        "channel binding's credentials against its platform and Telegram's webhook registration (its URL "
+        "channel binding's credentials against its platform (those bind would refuse now, saved before it checked them "
+        "— a bot token that is not one — are named with the bind that replaces them) and Telegram's webhook registration (its URL "
         "and that it is sent message edits), a mail "
         "server (EMAIL_URL) for an email binding, the "
         "heartbeats defaults file, the skills folder, pg_dump for `qorven backup` (PostgreSQL), the scheduled "
