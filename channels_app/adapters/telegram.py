@@ -162,8 +162,12 @@ class TelegramAdapter(Adapter):
         return the URL registered. Raises SendError with Telegram's verdict."""
         url = webhook_url(self.kind)
         base = f"{settings.TELEGRAM_API_BASE.rstrip('/')}/bot{binding.credentials.get('token', '')}"
-        answer = platform_client().post(f"{base}/setWebhook", json={
-            "url": url, "secret_token": binding.credentials.get("secret", ""), "allowed_updates": list(ALLOWED_UPDATES)})
+        try:
+            answer = platform_client().post(f"{base}/setWebhook", json={
+                "url": url, "secret_token": binding.credentials.get("secret", ""),
+                "allowed_updates": list(ALLOWED_UPDATES)})
+        except httpx.HTTPError as exc:  # no answer: said as a SendError, like every send's
+            raise send_unreachable("Telegram", exc) from None
         body = answer.json() if answer.headers.get("content-type", "").startswith("application/json") else {}
         if answer.status_code != 200 or not body.get("ok"):
             raise SendError(f"Telegram refused setWebhook (HTTP {answer.status_code}: {body.get('description', '')})",

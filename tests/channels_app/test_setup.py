@@ -112,6 +112,22 @@ def test_bind_registers_the_webhook_of_an_existing_bot_and_prints_its_full_url(w
                      "--secret", "tg-secret-a", "--register-webhook", stdout=io.StringIO())
 
 
+def test_bind_with_telegram_unreachable_saves_the_binding_and_says_the_webhook_is_not_registered(world, settings):
+    """A Telegram this server cannot reach (no network, a wrong TELEGRAM_API_BASE) ended
+    `bind … --register-webhook`, and `setup` with it, in an httpx.ConnectError traceback."""
+    from tests.ports import free_port
+
+    settings.QORVEN_PUBLIC_URL = "https://qorven.example"
+    settings.TELEGRAM_API_BASE = f"http://127.0.0.1:{free_port()}"  # nothing listens there
+    with pytest.raises(CommandError) as refused:
+        call_command("bind", "telegram", "--tenant", "acme", "--qor", "aria", "--token", "111:AAA",
+                     "--secret", "tg-secret-a", "--register-webhook", stdout=io.StringIO())
+    said = str(refused.value)
+    assert said.startswith("the binding is saved, but the webhook is not registered: Telegram unreachable"), said
+    assert "TELEGRAM_API_BASE" in said and "run this bind again" in said and "111:AAA" not in said, said
+    assert ChannelBinding.objects.get().credentials["token"] == "111:AAA"
+
+
 def platform_ok():
     from ..fakes.platform_server import Canned
 

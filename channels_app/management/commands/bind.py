@@ -92,7 +92,9 @@ class Command(BaseCommand):
             try:
                 url = ADAPTERS[kind].webhook_register(binding)
             except SendError as exc:
-                raise CommandError(f"the binding is saved, but the webhook is not registered: {exc}") from None
+                again = "" if exc.permanent else (
+                    f" (run this bind again once {kind}'s API, {kind.upper()}_API_BASE, answers this server)")
+                raise CommandError(f"the binding is saved, but the webhook is not registered: {exc}{again}") from None
             self.stdout.write(self.style.SUCCESS(f"webhook registered: {url}"))
 
 
