@@ -229,12 +229,28 @@ def _malformed(binding: ChannelBinding, subject: str) -> Check | None:
                  f"run `{command}` with a well-formed {option}{after}")
 
 
+# The setting naming each platform's API, for a binding whose platform is asked over HTTP.
+API_BASES = {"telegram": "TELEGRAM_API_BASE", "slack": "SLACK_API_BASE", "whatsapp": "WHATSAPP_API_BASE",
+             "discord": "DISCORD_API_BASE", "sms": "TWILIO_API_BASE"}
+
+
 def _safely(subject: str, kind: str, probe: Callable[[], list[Check]]) -> list[Check]:
     try:
         return probe()
     except httpx.HTTPError as exc:
         return [Check("channel", subject, False, f"{kind} API unreachable ({type(exc).__name__})",
                       f"check this server's network access to the {kind} API")]
+    except (ValueError, KeyError, TypeError, AttributeError) as exc:  # not JSON, or not the platform's
+        if kind not in API_BASES:
+            raise
+        # Another web server at that address (a proxy's page), or an answer of another shape:
+        # this binding's ✗, not the end of every channel's check.
+        setting = API_BASES[kind]
+        where = url_without_credentials(str(getattr(settings, setting, "")))
+        return [Check("channel", subject, False,
+                      f"what answered at {where} is not the {kind} API's answer ({type(exc).__name__})",
+                      f"check that {setting} is the {kind} API's address (or its proxy's), then run `qorven doctor` "
+                      "again")]
 
 
 def _telegram(binding: ChannelBinding, subject: str) -> list[Check]:

@@ -414,3 +414,24 @@ def test_a_binding_saved_before_its_credentials_were_checked_is_named_and_its_pl
     with pytest.raises(CommandError):
         call_command("doctor", stdout=out)
     assert "s3cret" not in out.getvalue() and f"binding {bot.pk} (Qor aria)" in out.getvalue()
+
+
+def test_a_platform_address_that_answers_something_else_is_a_cross_for_that_binding_naming_the_setting(
+        world, bot, platform):
+    """TELEGRAM_API_BASE naming another web server (a proxy's page, say), or a Telegram
+    answer without its result, ended every channel check at once in "could not be checked
+    (JSONDecodeError)" or "(KeyError)", naming neither the binding nor the setting."""
+    platform.default(r"/getMe$", Canned(raw=b"<html>It works!</html>", headers={"Content-Type": "text/html"}))
+    binding_create(tenant=world.tenant_b, qor=world.qor_b, kind="discord",
+                   credentials={"application_id": "77", "bot_token": "discord-token", "public_key": "ab" * 32})
+    platform.default(r"/users/@me$", Canned(body={"username": "aria"}))
+    report, code = doctor()
+    assert code == 1
+    found = {c["subject"].split(" ")[0]: c for c in checks_of(report, "channel")}
+    telegram = found["acme/telegram"]
+    assert not telegram["ok"] and "not the telegram API's" in telegram["detail"], telegram
+    assert "TELEGRAM_API_BASE" in telegram["fix"], telegram
+    assert found["globex/discord"]["ok"], found  # the other bindings are still checked
+    platform.default(r"/getMe$", Canned(body={"ok": True}))  # no result
+    (telegram,) = [c for c in checks_of(doctor()[0], "channel") if c["subject"].startswith("acme/telegram")]
+    assert not telegram["ok"] and "TELEGRAM_API_BASE" in telegram["fix"], telegram
