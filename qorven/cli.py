@@ -26,6 +26,13 @@ def main(argv: list[str] | None = None) -> int:
         print(f"qorven: configuration error: {exc}", file=sys.stderr)
         return 2
     except DatabaseError as exc:
+        refused = _connection_refused(exc)
+        if refused:  # a wrong host, port, name or password in DATABASE_URL, or the server down
+            from qorven.runtime.database import database_named
+
+            print(f"qorven: cannot connect to the database, {database_named()} ({refused}): check DATABASE_URL and "
+                  "that the database server is up", file=sys.stderr)
+            return 1
         # Not for migrate itself, nor serve (which migrates first): a migration that fails
         # leaves migrations unapplied, and "run qorven migrate" would send the host round.
         unmigrated = _unmigrated() if _missing_table(exc) and argv[1:2] not in (["migrate"], ["serve"]) else ""
@@ -114,6 +121,29 @@ def _missing_table(exc: Exception) -> bool:
     """Whether the error is a table the database does not have (SQLite's words, or
     PostgreSQL's undefined_table)."""
     return "no such table" in str(exc) or getattr(exc.__cause__, "sqlstate", None) == "42P01"
+
+
+def _connection_refused(exc: Exception) -> str:
+    """Why PostgreSQL refuses a connection, when that is what ended the command, else "".
+    Asked again on a connection of its own, outside the pool (whose error says only that
+    it had none after 10 s); libpq's words, which never quote the password."""
+    import re
+
+    from django.db import OperationalError, connection
+
+    if not isinstance(exc, OperationalError) or connection.vendor != "postgresql":
+        return ""
+    import psycopg
+
+    try:
+        psycopg.connect(**{**connection.get_connection_params(), "connect_timeout": 5}).close()
+    except psycopg.OperationalError as refused:
+        first = (str(refused).strip().splitlines() or [type(refused).__name__])[0]
+        # 'connection failed: connection to server at "127.0.0.1", port 9 failed: Connection refused'
+        return re.sub(r'^(connection failed: )?connection to server at .*?, port \d+ failed: ', "", first).strip()
+    except Exception:  # it cannot even be asked: the first error is the one to show
+        return ""
+    return ""  # it connects now: the command failed on something else
 
 
 def _unmigrated() -> str:

@@ -537,3 +537,22 @@ def test_every_command_with_actions_lists_them_when_given_none_through_the_share
                 call_command(name)
             assert "one of" in str(refused.value), str(refused.value)
     assert sorted(with_actions) == ["bind", "pair", "tenant", "token"]
+
+
+def test_a_database_server_that_cannot_be_reached_is_a_line_naming_it_not_a_traceback():
+    """A wrong host or port in DATABASE_URL (or PostgreSQL down) ended `qorven pair list`,
+    `token create` and the rest in an OperationalError traceback, "couldn't get a
+    connection after 10.00 sec", naming neither the server nor the setting."""
+    from ..ports import free_port
+
+    port = free_port()  # nothing listens there
+    url = f"postgres://qorven:s3cret@127.0.0.1:{port}/qorven"
+    pooled, unpooled = run_each((("pair", "list", "--tenant", "acme"), {"DJANGO_SECRET_KEY": "x", "DATABASE_URL": url}),
+                                (("token", "create", "--tenant", "acme", "--user", "alice"),
+                                 {"DJANGO_SECRET_KEY": "x", "DATABASE_URL": url, "QORVEN_DB_POOL": "0"}))
+    for done in (pooled, unpooled):
+        assert done.returncode == 1 and "Traceback" not in done.stderr and "s3cret" not in done.stderr, \
+            done.stderr[-800:]
+        line = done.stderr.strip().splitlines()[-1]  # after the pool's own log of its attempts, if pooled
+        assert line.startswith(f"qorven: cannot connect to the database, PostgreSQL database qorven on 127.0.0.1:{port}"), line
+        assert "Connection refused" in line and "DATABASE_URL" in line, line
