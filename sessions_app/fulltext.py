@@ -2,8 +2,9 @@
 search (memory_app): the text search configuration, stop words, how a person's text
 becomes search terms, how the forms of a letter a reader takes for one (Greek accents,
 capitals and final sigma; full-width letters; Latin accents; Arabic and Hebrew vowel
-points) are written alike in what is indexed and what is typed, how the letters of scripts written without spaces (Chinese, Japanese,
-Thai) are spaced out so the index sees each as a word, and the owner token SQLite's FTS5
+points; the spellings of an Arabic letter) are written alike in what is indexed and what
+is typed, how the letters of scripts written without spaces (Chinese, Japanese, Thai) are
+spaced out so the index sees each as a word, and the owner token SQLite's FTS5
 tables are keyed by. No SQL that touches rows."""
 from __future__ import annotations
 
@@ -151,7 +152,7 @@ COMBINING_ACCENTS = "".join(map(chr, range(0x0300, 0x0370)))
 # U+05C4-U+05C5, U+05C7); not the maqaf, paseq, sof pasuq or nun hafukha (U+05BE, U+05C0,
 # U+05C3, U+05C6: punctuation between words). Arabic: the harakat (tanwin, fatha, damma,
 # kasra, shadda, sukun), the maddah and hamza NFC could not join to their letter ("أ" and
-# "آ" stay letters) and the other vowel signs (U+064B-U+065F); the superscript ("dagger")
+# "آ" are letters, searched as "ا": ARABIC_FROM) and the other vowel signs (U+064B-U+065F); the superscript ("dagger")
 # alef (U+0670); the honorifics and small vowels written over a word (U+0610-U+061A); the
 # Quran's recitation marks written over and under its letters, with the small waw and yeh
 # that say a vowel is long as the dagger alef does (U+06D6-U+06DC, U+06DF-U+06E8,
@@ -169,10 +170,29 @@ POINTS = "".join(map(chr, [
     *range(0x0610, 0x061B), 0x0640, *range(0x064B, 0x0660), 0x0670,  # Arabic
     *range(0x06D6, 0x06DD), *range(0x06DF, 0x06E9), *range(0x06EA, 0x06EE),  # the Quran's marks
 ]))
-NORMALISED = str.maketrans(GREEK_FROM + FULL_WIDTH_FROM + LATIN_FROM, GREEK_TO + FULL_WIDTH_TO + LATIN_TO,
-                           COMBINING_ACCENTS + POINTS)
+# Arabic letters written in more than one way that a reader takes for one letter, each
+# with the one it is searched as, as Arabic search engines read them (Lucene's
+# ArabicNormalizer, and the PersianNormalizer its Persian analyzer adds): an alef with its
+# hamza over or under it or its madda (أ إ آ) as the bare alef ا, which is how most write
+# it ("ايمان" finds "إيمان"); teh marbuta ة as heh ه, the letter it is written as when
+# its dots are left off ("مدرسه" finds "مدرسة"); alef maksura ى as yeh ي, which it is
+# written for ("الى" finds "إلى"); and the letters Persian and Urdu keyboards type for
+# Arabic ones: Farsi yeh ی as yeh, keheh ک as kaf ك ("کتاب" finds "كتاب"), and heh with
+# the ezafe's yeh ۀ and Urdu's heh goal ہ (with its hamza, ۂ) as heh. And, beyond Lucene,
+# alef wasla ٱ, the Quran's alef where the hamza is not said ("ٱللَّه" is "الله"). Text is
+# composed first (NFC), so an alef with a hamza typed after it is "أ" and then "ا", as
+# the hamza alone, a point, is dropped. Not Lucene's yeh barree ے as yeh: in Urdu it is a
+# letter of its own ("کے" and "کی", of, are two words); nor the hamza on waw and yeh (ؤ,
+# ئ), which Lucene keeps, a letter of the word ("سؤال" is not "سوال"). One letter for one,
+# so a place in the folded text is a place in the text (hit_spans). Applied alike to what
+# is indexed (search_text, and on PostgreSQL migration 0020's function) and to what is
+# typed (fold).
+ARABIC_FROM = "\u0622\u0623\u0625\u0671\u0629\u0649\u06cc\u06a9\u06c0\u06c1\u06c2"
+ARABIC_TO = "\u0627\u0627\u0627\u0627\u0647\u064a\u064a\u0643\u0647\u0647\u0647"
+NORMALISED = str.maketrans(GREEK_FROM + FULL_WIDTH_FROM + LATIN_FROM + ARABIC_FROM,
+                           GREEK_TO + FULL_WIDTH_TO + LATIN_TO + ARABIC_TO, COMBINING_ACCENTS + POINTS)
 # The letters NORMALISED changes, as a regular expression Python and PostgreSQL read alike.
-NORMALISED_LETTER = "[" + GREEK_FROM + FULL_WIDTH_FROM + LATIN_FROM + COMBINING_ACCENTS + POINTS + "]"
+NORMALISED_LETTER = "[" + GREEK_FROM + FULL_WIDTH_FROM + LATIN_FROM + ARABIC_FROM + COMBINING_ACCENTS + POINTS + "]"
 
 
 # The marks of a combining class other than 0 (Unicode 14, as Python's unicodedata has
@@ -236,7 +256,7 @@ def fold(text: str) -> str:
     and "İ" is "i" (casefold's "ss" and "i̇", a letter and a combining dot, are in neither
     index, so a word typed with them was never found); Greek, full-width and accented
     Latin letters as NORMALISED writes them ("ΛΟΓΟΣ" and "λόγος" are "λογοσ", "Ｔｏｋｙｏ"
-    is "tokyo", "Müller" is "muller", "מַיִם" is "מים"). One letter gives one letter or none
+    is "tokyo", "Müller" is "muller", "מַיִם" is "מים", "إلى" is "الي"). One letter gives one letter or none
     (an accent of its own, a vowel point, a tatweel), so a place in the folded text is a
     place in the text (hit_spans)."""
     return composed(text).lower().translate(NORMALISED)
@@ -325,7 +345,7 @@ def width_forms(run: str) -> list[str]:
 
 def search_text(content: str) -> str | None:
     """`content` as the full-text index reads it: normalised (accents, Greek, full-width,
-    Arabic and Hebrew points), every letter of a script written without spaces alone
+    Arabic and Hebrew points, Arabic letters' spellings), every letter of a script written without spaces alone
     between spaces, so each is a token on both databases, and the inner parts of Korean
     words after it all (hangul_parts); None when that is `content` itself (the index then
     reads the content, and nothing is kept twice).

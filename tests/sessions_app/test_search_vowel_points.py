@@ -138,7 +138,7 @@ def test_memories_are_found_with_or_without_their_points(world):
     assert search("שלום") == search("\ufb2aלום") == [hebrew]
     hebrew_plain = remember(world.tenant_a, world.qor_a, world.alice, HEBREW_PLAIN)
     assert set(search("שָׁלוֹם")) == {hebrew, hebrew_plain}
-    assert Memory.objects.get(pk=plain.pk).search_text is None  # nothing kept twice
+    assert Memory.objects.get(pk=hebrew_plain.pk).search_text is None  # nothing kept twice
     assert [m.content for m in search("مرحبا", user=world.bob)] == [PLAIN]
     # A turn's retrieval reads the person's message the same way.
     lines = memories_for(tenant=world.tenant_a, qor=world.qor_a, user=world.alice, query="مرحبا!")
@@ -152,31 +152,34 @@ ARABIC_SIGNS = [*range(0x0610, 0x061B), 0x0640, *range(0x064B, 0x0660), 0x0670, 
 
 
 def test_the_points_dropped_are_arabic_and_hebrew_alone():
-    from sessions_app.fulltext import POINTS
+    from sessions_app.fulltext import ARABIC_FROM, ARABIC_TO, POINTS
     from sessions_app.unicode_marks import MARK
 
     assert sorted(map(ord, POINTS)) == sorted(HEBREW_POINTS + ARABIC_SIGNS)
     for code in HEBREW_POINTS + ARABIC_SIGNS:
         assert fold("ب" + chr(code) + "ت") == "بت", hex(code)
     # Every other mark is kept in its word as before (Indic vowel signs, viramas, nuktas...),
-    # and so are Hebrew and Arabic punctuation and symbols.
+    # and so are Hebrew and Arabic punctuation and symbols, and the letters (but the
+    # spellings of one letter: test_search_arabic_letters).
     marks = re.compile(MARK)
+    spelled = dict(zip(ARABIC_FROM, ARABIC_TO))
     for code in range(0x0590, 0x0700):
         if code not in HEBREW_POINTS + ARABIC_SIGNS and unicodedata.category(chr(code))[0] in "LNPS":
-            assert fold(chr(code)) == chr(code).lower(), hex(code)
+            assert fold(chr(code)) == spelled.get(chr(code), chr(code).lower()), hex(code)
     for code in range(0x0700, sys.maxunicode + 1):
         char = chr(code)
         if marks.fullmatch(char):
             assert fold("a" + char) == unicodedata.normalize("NFC", "a" + char), hex(code)
 
 
-def test_a_text_whose_composed_form_holds_a_point_is_one_the_migrations_rewrite():
+def test_a_text_composed_to_hold_a_point_or_an_arabic_letter_searched_as_another_is_rewritten():
     """The migrations rewrite the entries of the messages and memories whose text holds a
     character CHANGED names: every one whose composed form (NFC, as the index reads it)
-    holds a point, the Hebrew letters written with theirs as one character included."""
+    holds a point or an Arabic letter searched as another (sessions_app.fulltext.ARABIC_FROM),
+    the Hebrew letters written with theirs as one character included."""
     import importlib
 
-    from sessions_app.fulltext import POINTS
+    from sessions_app.fulltext import ARABIC_FROM, POINTS
 
     migration = importlib.import_module(f"sessions_app.migrations.{MIGRATION[1]}")
     changed = re.compile(migration.CHANGED)
@@ -184,15 +187,20 @@ def test_a_text_whose_composed_form_holds_a_point_is_one_the_migrations_rewrite(
         char = chr(code)
         if 0xD800 <= code <= 0xDFFF:
             continue
-        if any(c in POINTS for c in unicodedata.normalize("NFC", char)):
+        if any(c in POINTS + ARABIC_FROM for c in unicodedata.normalize("NFC", char)):
             assert changed.fullmatch(char), hex(code)
+    # And a letter with a mark NFC writes as one of them ("ا" and a hamza typed after it).
+    assert changed.search("\u0627\u0654") and changed.search("\u06d5\u0654")
 
 
-MIGRATION = ("sessions_app", "0020_message_search_points")
+MIGRATION = ("sessions_app", "0020_message_search_arabic_hebrew")
 BEFORE = ("sessions_app", "0019_message_search_marks_in_words")
-MEMORIES = ("memory_app", "0012_memory_search_points")
+MEMORIES = ("memory_app", "0012_memory_search_arabic_hebrew")
 MEMORIES_BEFORE = ("memory_app", "0011_memory_search_marks_in_words")
-SAMPLES = [POINTED, PLAIN, STRETCHED, HEBREW, CANTILLATED, PRESENTATION, "Alice likes tea", "naïve café",
+# Arabic written in the spellings of its letters a reader takes for one (test_search_arabic_letters).
+SPELLED = "ذهبت إلى مدرسة جديدة مع أحمد، قرأت القرآن و کتاب ٱللَّه ا\u0654حمد خانۀ ہ ۂ ے"
+SCHOOL = "ذهبت إلى مدرسة جديدة"  # no point in it, only letters searched as others
+SAMPLES = [POINTED, PLAIN, STRETCHED, HEBREW, CANTILLATED, PRESENTATION, SPELLED, "Alice likes tea", "naïve café",
            "주간회의 준비", "我昨天吃了寿司", "λόγος", "मुझे केला पसंद है", "ﾃﾞﾊﾟｰﾄ x\u0301", "ก\u0640ข",
            unicodedata.normalize("NFD", "שָׁלוֹם καλημέρα"), "a" + "\u0301\u0316" * 40 + " \u05b0\u05b8" * 40,
            "ש" + "\u05b0\u05b8\u0591" * 40 + "לום"]
@@ -207,18 +215,22 @@ def test_the_migration_indexes_as_the_search_text_does():
 
     migration = importlib.import_module(f"sessions_app.migrations.{MIGRATION[1]}")
     assert migration.POINTS == fulltext.POINTS
+    assert (migration.ARABIC_FROM, migration.ARABIC_TO) == (fulltext.ARABIC_FROM, fulltext.ARABIC_TO)
     point = re.compile(migration.POINT)  # the escapes PostgreSQL's function drops
     assert "".join(c for c in map(chr, range(0x10000)) if point.fullmatch(c)) == fulltext.POINTS
+    letter = re.compile(migration.ARABIC_LETTER)  # the escapes PostgreSQL's function looks for
+    assert "".join(c for c in map(chr, range(0x10000)) if letter.fullmatch(c)) == "".join(sorted(fulltext.ARABIC_FROM))
     for text in SAMPLES:
         assert migration.search_text(text) == (search_text(text) or text), text
 
 
 @pytest.mark.skipif(connection.vendor != "postgresql", reason="PostgreSQL's function; SQLite's is search_text itself")
-def test_postgresql_drops_the_points_as_search_text_does():
-    from sessions_app.fulltext import POINTS
+def test_postgresql_drops_the_points_and_spells_arabic_letters_as_search_text_does():
+    from sessions_app.fulltext import ARABIC_FROM, POINTS
 
     with connection.cursor() as cursor:
-        for text in [POINTED, STRETCHED, HEBREW, CANTILLATED, PRESENTATION, "ب" + POINTS + "ت",
+        for text in [POINTED, STRETCHED, HEBREW, CANTILLATED, PRESENTATION, SPELLED, "ب" + POINTS + "ت",
+                     "ب" + ARABIC_FROM + "ت", " ".join("ب" + c for c in ARABIC_FROM), "\u0627\u0653\u0654\u0655",
                      " ".join("ب" + c for c in POINTS), unicodedata.normalize("NFD", "שָׁלוֹם καλημέρα"), SAMPLES[-1]]:
             cursor.execute("SELECT message_search_text(%s)", [text])
             assert cursor.fetchone()[0] == search_text(text), text
@@ -255,7 +267,7 @@ def test_messages_written_before_the_migration_are_found_by_their_unpointed_word
 
     schema.to([BEFORE])
     session = chat(world)
-    for text in [POINTED, STRETCHED, HEBREW, PRESENTATION, "Alice likes tea", "我昨天吃了寿司", "naïve café"]:
+    for text in [POINTED, STRETCHED, HEBREW, PRESENTATION, "Alice likes tea", "我昨天吃了寿司", "naïve café", SCHOOL]:
         say(session, text)
     say(chat(world, user=world.bob), HEBREW)
     with connection.cursor() as cursor:
@@ -266,13 +278,15 @@ def test_messages_written_before_the_migration_are_found_by_their_unpointed_word
         else:
             cursor.execute("SELECT message_search_text(%s)", [HEBREW])
             assert cursor.fetchone()[0] == HEBREW
-    assert found(world, "مرحبا") == found(world, "שלום") == []
+    assert found(world, "مرحبا") == found(world, "שלום") == found(world, "مدرسه") == []
     migration = importlib.import_module(f"sessions_app.migrations.{MIGRATION[1]}")
     monkeypatch.setattr(migration, "BATCH", 2)  # several batches
     schema.to([MIGRATION])
     assert found(world, "مرحبا") == [(2, STRETCHED), (1, POINTED)]
     if connection.vendor == "postgresql":
         assert _through_the_index("مرحبا") == 2  # its entries were written again, not only the function
+        assert _through_the_index("مدرسه") == 1
+    assert found(world, "مدرسه") == found(world, "الى") == [(8, SCHOOL)]
     assert found(world, "שלום") == [(4, PRESENTATION), (3, HEBREW)]
     assert found(world, "tea") == [(5, "Alice likes tea")]
     assert found(world, "寿司") == [(6, "我昨天吃了寿司")]
@@ -280,7 +294,7 @@ def test_messages_written_before_the_migration_are_found_by_their_unpointed_word
     assert found(world, "שלום", user=world.bob) == [(1, HEBREW)]
     assert checks.run_checks(tags=[checks.Tags.database], databases=["default"]) == []
     say(session, "שָׁלוֹם again")  # written after it: indexed the same way
-    assert [seq for seq, _ in found(world, "שלום")] == [8, 4, 3]
+    assert [seq for seq, _ in found(world, "שלום")] == [9, 4, 3]
     schema.to([BEFORE])  # and back: indexed as before
     with connection.cursor() as cursor:
         if connection.vendor == "sqlite":
@@ -289,7 +303,7 @@ def test_messages_written_before_the_migration_are_found_by_their_unpointed_word
         else:
             cursor.execute("SELECT message_search_text(%s)", [HEBREW])
             assert cursor.fetchone()[0] == HEBREW
-    assert found(world, "مرحبا") == found(world, "שלום") == []
+    assert found(world, "مرحبا") == found(world, "שלום") == found(world, "مدرسه") == []
     assert found(world, "tea") == [(5, "Alice likes tea")]
     assert found(world, "cafe") == [(7, "naïve café")]
 
@@ -303,12 +317,12 @@ def test_memories_stored_before_the_migration_are_found_by_their_unpointed_words
 
     from tests.memory_app.test_search import indexed_texts
 
-    texts = (POINTED, HEBREW, "Alice likes tea", "我喜欢寿司", "naïve café", STRETCHED)
+    texts = (POINTED, HEBREW, "Alice likes tea", "我喜欢寿司", "naïve café", STRETCHED, SCHOOL)
     memories = [remember(world.tenant_a, world.qor_a, world.alice, text) for text in texts]
     bob = remember(world.tenant_a, world.qor_a, world.bob, HEBREW)
     schema.to([MEMORIES_BEFORE])
     # As the version before stored them: the points kept (no search text unless another letter needed one).
-    Memory.objects.filter(content__in=[POINTED, HEBREW, STRETCHED]).update(search_text=None)
+    Memory.objects.filter(content__in=[POINTED, HEBREW, STRETCHED, SCHOOL]).update(search_text=None)
     if connection.vendor == "sqlite":
         with connection.cursor() as cursor:
             cursor.execute("UPDATE memory_app_memory_fts SET content = (SELECT content FROM memory_app_memory m"
@@ -319,12 +333,13 @@ def test_memories_stored_before_the_migration_are_found_by_their_unpointed_words
     def search(query, user=world.alice):
         return memory_search(tenant=world.tenant_a, qor=world.qor_a, user=user, query=query, limit=5)
 
-    assert search("مرحبا") == search("שלום") == []
+    assert search("مرحبا") == search("שלום") == search("مدرسه") == []
     migration = importlib.import_module(f"memory_app.migrations.{MEMORIES[1]}")
     monkeypatch.setattr(migration, "BATCH", 2)  # several batches
     schema.latest()
     assert set(search("مرحبا")) == {memories[0], memories[5]}
     assert search("שלום") == [memories[1]]
+    assert search("مدرسه") == search("الى") == [memories[6]]
     assert search("tea") == [memories[2]]
     assert search("寿司") == [memories[3]]
     assert search("cafe") == [memories[4]]
@@ -333,5 +348,5 @@ def test_memories_stored_before_the_migration_are_found_by_their_unpointed_words
     assert checks.run_checks(tags=[checks.Tags.database], databases=["default"]) == []
     schema.to([MEMORIES_BEFORE])  # and back: as before
     assert Memory.objects.get(pk=memories[1].pk).search_text is None
-    assert search("שלום") == search("مرحبا") == []
+    assert search("שלום") == search("مرحبا") == search("مدرسه") == []
     assert search("寿司") == [memories[3]]

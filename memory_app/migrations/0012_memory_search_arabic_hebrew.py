@@ -1,12 +1,14 @@
 """Memory search reads Arabic and Hebrew words with or without their vowel points and the
 other signs written over and under their letters ("مرحبا" finds "مَرْحَبًا", "שלום" finds
-"שָׁלוֹם"), and an Arabic word drawn out with tatweel as the word: a memory's
-`search_text` drops them, as history search's index does (sessions_app 0020).
+"שָׁלוֹם"), an Arabic word drawn out with tatweel as the word, and the spellings of an
+Arabic letter a reader takes for one as that letter ("إلى" is "الى", "مدرسة" is "مدرسه",
+Persian "کتاب" is "كتاب"): a memory's `search_text` reads them so, as history search's
+index does (sessions_app 0020).
 
-Memories stored before and holding such signs are given theirs here, from the search text
-of history search's migration of the same change (sessions_app 0020, whose copy is kept
-as it was written), in batches of BATCH rows (only those holding such signs are read); on
-SQLite their FTS5 entries are written again from it, PostgreSQL's generated
+Memories stored before and holding such signs or letters are given theirs here, from the
+search text of history search's migration of the same change (sessions_app 0020, whose
+copy is kept as it was written), in batches of BATCH rows (only those holding such signs
+or letters are read); on SQLite their FTS5 entries are written again from it, PostgreSQL's generated
 `search_vector` follows the column. Each batch is its own transaction, so a live install
 keeps answering while this runs.
 """
@@ -17,7 +19,7 @@ from django.db import migrations, transaction
 BATCH = 1000
 SEARCH_TABLE = "memory_app_memory_fts"
 
-_history = importlib.import_module("sessions_app.migrations.0020_message_search_points")
+_history = importlib.import_module("sessions_app.migrations.0020_message_search_arabic_hebrew")
 
 
 def search_text(content: str) -> str | None:
@@ -33,7 +35,7 @@ def search_text_before(content: str) -> str | None:
 
 
 def _write(apps, schema_editor, text_of) -> None:
-    """Every memory holding such signs gets `text_of(content)` as its search text, in
+    """Every memory holding such signs or letters gets `text_of(content)` as its search text, in
     batches; on SQLite its FTS5 entry too."""
     Memory = apps.get_model("memory_app", "Memory")
     db = schema_editor.connection.alias
@@ -69,7 +71,7 @@ class Migration(migrations.Migration):
 
     dependencies = [
         ("memory_app", "0011_memory_search_marks_in_words"),
-        ("sessions_app", "0020_message_search_points"),  # its search text, imported above
+        ("sessions_app", "0020_message_search_arabic_hebrew"),  # its search text, imported above
     ]
 
     operations = [

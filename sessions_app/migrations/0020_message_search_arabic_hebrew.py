@@ -3,17 +3,21 @@ other signs written over and under their letters ("مرحبا" finds "مَرْح
 "שָׁלוֹם", and back), and an Arabic word drawn out with tatweel as the word ("مـرحبا" is
 "مرحبا"): `message_search_text` drops them (POINTS below; why these and no others:
 sessions_app.fulltext.POINTS), after composing the text, as it drops the accents left as
-marks. Both indexes kept them, so a word was found only as it had been written.
+marks. And it reads the spellings of an Arabic letter a reader takes for one as that
+letter (ARABIC_FROM below; which and why: sessions_app.fulltext.ARABIC_FROM): "إلى" is
+"الى", "مدرسة" is "مدرسه", Persian "کتاب" is "كتاب". Both indexes kept them, so a word
+was found only as it had been written.
 
-PostgreSQL: the function is replaced (one more step, only where the text holds such a
-sign) and its GIN index rebuilt CONCURRENTLY, messages being written meanwhile. Until the
-rebuild ends, a message written before it is found as before the migration.
+PostgreSQL: the function is replaced (two more steps, each only where the text holds such
+a sign or letter) and its GIN index rebuilt CONCURRENTLY, messages being written
+meanwhile. Until the rebuild ends, a message written before it is found as before the
+migration.
 
 SQLite: the triggers call the connection's Python function (sessions_app.search). The
-entries of the messages holding such signs (or a Hebrew letter written with its point as
-one character, which composing writes as the two) are written again here, from this
-migration's own copy of the search text (search_text below), in batches of BATCH ids,
-each its own transaction, so the serving process keeps writing between them.
+entries of the messages holding such signs or letters (or a Hebrew letter written with its
+point as one character, which composing writes as the two) are written again here, from
+this migration's own copy of the search text (search_text below), in batches of BATCH
+ids, each its own transaction, so the serving process keeps writing between them.
 
 Not one transaction (REINDEX CONCURRENTLY cannot run in one). Interrupted on PostgreSQL,
 it leaves the index's new copy behind, invalid, which running it again drops.
@@ -42,13 +46,23 @@ POINTS = "".join(map(chr, [
 # POINTS, as escapes Python and PostgreSQL read alike.
 POINT = (r"[\u0591-\u05bd\u05bf\u05c1-\u05c2\u05c4-\u05c5\u05c7\u0610-\u061a\u0640\u064b-\u065f\u0670"
          r"\u06d6-\u06dc\u06df-\u06e8\u06ea-\u06ed]")
-# The messages whose search text this migration changes hold a point, or one of the Hebrew
-# letters written with theirs as one character (U+FB1D-U+FB4E), which NFC writes as the
-# letter and the point. As escapes Python and SQLite's REGEXP read alike.
-CHANGED = POINT[:-1] + r"\ufb1d-\ufb4e]"
+# As sessions_app.fulltext.ARABIC_FROM and ARABIC_TO were when this migration was written:
+# alef with hamza or madda, and alef wasla, as alef; teh marbuta as heh; alef maksura and
+# Farsi yeh as yeh; keheh as kaf; heh with yeh above, heh goal (and with hamza) as heh.
+ARABIC_FROM = "\u0622\u0623\u0625\u0671\u0629\u0649\u06cc\u06a9\u06c0\u06c1\u06c2"
+ARABIC_TO = "\u0627\u0627\u0627\u0627\u0647\u064a\u064a\u0643\u0647\u0647\u0647"
+# ARABIC_FROM, as escapes Python and PostgreSQL read alike.
+ARABIC_LETTER = r"[\u0622\u0623\u0625\u0629\u0649\u0671\u06a9\u06c0-\u06c2\u06cc]"
+# The messages whose search text this migration changes hold a point or such a letter, or
+# one of the Hebrew letters written with their point as one character (U+FB1D-U+FB4E),
+# which NFC writes as the letter and the point. (An Arabic letter typed with its hamza or
+# madda after it, which NFC writes as one of ARABIC_FROM, holds a point.) As escapes
+# Python and SQLite's REGEXP read alike.
+CHANGED = POINT[:-1] + ARABIC_LETTER[1:-1] + r"\ufb1d-\ufb4e]"
 
-NORMALISED = str.maketrans(_0015.GREEK_FROM + _0015.FULL_WIDTH_FROM + _0017.LATIN_FROM,
-                           _0015.GREEK_TO + _0015.FULL_WIDTH_TO + _0017.LATIN_TO, _0017.COMBINING_ACCENTS + POINTS)
+NORMALISED = str.maketrans(_0015.GREEK_FROM + _0015.FULL_WIDTH_FROM + _0017.LATIN_FROM + ARABIC_FROM,
+                           _0015.GREEK_TO + _0015.FULL_WIDTH_TO + _0017.LATIN_TO + ARABIC_TO,
+                           _0017.COMBINING_ACCENTS + POINTS)
 STREAM_SAFE_RUN = 30
 _OVERLONG_RUN = re.compile(f"{_0018.NON_STARTER}{{{STREAM_SAFE_RUN}}}(?={_0018.NON_STARTER})")
 
@@ -74,11 +88,13 @@ def search_text_before(content: str) -> str:
     return _search_text(content, _0017.NORMALISED)
 
 
-# Migration 0018's function, with the points dropped after the accents left as marks.
+# Migration 0018's function, with the points dropped after the accents left as marks, and
+# the Arabic letters written anew (after composing: "ا" and a hamza typed after it are "أ").
 ACCENTS_DROPPED = " IF t ~ '[\\u0300-\\u036f]' THEN t := regexp_replace(t, '[\\u0300-\\u036f]', '', 'g'); END IF;"
 assert _0018.PG_FUNCTION.count(ACCENTS_DROPPED) == 1
 PG_FUNCTION = _0018.PG_FUNCTION.replace(
-    ACCENTS_DROPPED, ACCENTS_DROPPED + f" IF t ~ '{POINT}' THEN t := regexp_replace(t, '{POINT}', '', 'g'); END IF;")
+    ACCENTS_DROPPED, ACCENTS_DROPPED + f" IF t ~ '{POINT}' THEN t := regexp_replace(t, '{POINT}', '', 'g'); END IF;"
+    f" IF t ~ '{ARABIC_LETTER}' THEN t := translate(t, '{ARABIC_FROM}', '{ARABIC_TO}'); END IF;")
 
 
 def _write(apps, schema_editor, text_of) -> None:
