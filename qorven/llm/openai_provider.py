@@ -79,8 +79,10 @@ def _refused_route(exc: openai.APIError, model: str) -> ModelRefused | None:
 
 class OpenAIProvider:
     """Streams a chat completion. Transient failures (429, 5xx, timeouts, connection
-    errors) are retried by the SDK with backoff, honouring Retry-After; streaming stops at
-    `deadline` seconds. Every failure comes out as one of qorven.llm.errors."""
+    errors) before any of the answer came are retried here with a short backoff, honouring
+    a Retry-After up to BACKOFF_MOST (a longer one is the turn's to wait, on the worker's
+    timer); streaming stops at `deadline` seconds. Every failure comes out as one of
+    qorven.llm.errors."""
 
     def __init__(
         self, *, base_url: str, api_key: str, model: str, timeout: float, max_retries: int, deadline: float,
@@ -172,13 +174,19 @@ class OpenAIProvider:
             time.sleep(wait)
         raise AssertionError("unreachable")  # the last attempt returns or raises
 
+# The longest wait slept in the call, on the worker's thread, before trying again.
+BACKOFF_MOST = 8.0
+
+
 def _retry_wait(attempt: int, retry_after: float | None) -> float | None:
     """Seconds before trying again after `attempt` (0 is the first) failed: the server's
-    Retry-After up to a minute (None past it: not worth waiting in the call), else 0.5 s
-    doubling to 8 s, with some jitter."""
+    Retry-After up to BACKOFF_MOST, else 0.5 s doubling to BACKOFF_MOST, with some jitter.
+    None for a longer Retry-After: the call ends, and the turn comes back after it on the
+    worker's timer (qorven.agent.turn_answer) — slept here, a rate-limited model held a
+    worker slot for minutes, and every other tenant's turn waited behind it."""
     if retry_after is not None:
-        return retry_after if retry_after <= 60 else None
-    return min(0.5 * 2**attempt, 8.0) * (1 - 0.25 * random.random())
+        return retry_after if retry_after <= BACKOFF_MOST else None
+    return min(0.5 * 2**attempt, BACKOFF_MOST) * (1 - 0.25 * random.random())
 
 
 _AUDIO_NAMES = {"audio/ogg": "voice.ogg", "audio/mpeg": "voice.mp3", "audio/mp4": "voice.m4a", "audio/wav": "voice.wav",

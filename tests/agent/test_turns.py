@@ -2,13 +2,16 @@
 from __future__ import annotations
 
 import json
+import time
 
 import pytest
 
 from memory_app.models import Memory
+from tenancy.models import Qor
 from sessions_app.models import Message, Session
 from tenancy.services import api_token_create
 
+from ..factories.tenancy import MembershipFactory, UserFactory
 from ..fakes.model_server import error, reply, tool_call
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -147,6 +150,46 @@ def test_a_model_that_fails_three_times_then_recovers_gives_one_reply(client, wo
     assert len(model_server.requests) == 4
     assistant = [m for m in timeline(world) if m.role == "assistant"]
     assert [m.content for m in assistant] == ["Back!"]
+
+
+def test_a_models_retry_after_is_waited_out_on_the_workers_timer_not_holding_up_another_tenant(
+    client, world, model_server, drain, settings
+):
+    """Tenant A's model answers 429 with Retry-After: 20, to as many of A's people at once
+    as the worker has slots. Each of those calls slept out the wait on its worker thread,
+    four times over (QORVEN_MODEL_RETRIES): every slot was held for over a minute, and
+    tenant B's message, for another model, waited all that time unanswered."""
+    settings.QORVEN_ANSWER_ATTEMPTS = 1  # the first wait ends A's messages with our notice: the test ends
+    Qor.objects.filter(pk=world.qor_a.pk).update(main_model="limited-model")
+
+    def model(body):
+        if body["model"] == "limited-model":
+            return error(429, "Rate limit reached for limited-model", headers={"Retry-After": "20"})
+        return reply("Here you are.")
+
+    model_server.default = model
+    for n in range(settings.QORVEN_WORKER_CONCURRENCY):
+        person = UserFactory(username=f"busy{n}")
+        MembershipFactory(tenant=world.tenant_a, user=person)
+        ask(client, api_token_create(tenant=world.tenant_a, user=person)[1], "a question")
+    deadline = time.monotonic() + 10
+    while len(model_server.requests) < settings.QORVEN_WORKER_CONCURRENCY and time.monotonic() < deadline:
+        time.sleep(0.05)
+
+    asked_at = time.monotonic()
+    ask(client, api_token_create(tenant=world.tenant_b, user=world.charlie)[1], "quick one")
+    while not Message.objects.filter(tenant=world.tenant_b, role="assistant").exists() and time.monotonic() < asked_at + 10:
+        time.sleep(0.05)
+    waited = time.monotonic() - asked_at
+    assert waited < 5, f"tenant B's message waited over {waited:.0f} s for A's rate limit"
+    drain()
+    assert Message.objects.get(tenant=world.tenant_b, role="assistant").content == "Here you are."
+    # A's messages: each asked once, and told in our words (the wait is the worker's, not a thread's).
+    limited = [r for r in model_server.requests if r["model"] == "limited-model"]
+    assert len(limited) == settings.QORVEN_WORKER_CONCURRENCY
+    notices = Message.objects.filter(tenant=world.tenant_a, role="system", metadata__notice="rate_limited")
+    assert notices.count() == settings.QORVEN_WORKER_CONCURRENCY
+    assert not any("Rate limit reached" in n.content for n in notices)
 
 
 def test_a_model_down_for_good_is_tried_a_bounded_number_of_times_then_the_message_fails_with_one_notice(
