@@ -4,7 +4,8 @@ connection and comes back shortly on a fresh one, instead of failing its work fo
 from __future__ import annotations
 
 import logging
-from typing import Any
+import time
+from typing import Any, TextIO
 
 from django.db import InterfaceError, OperationalError, connections
 from django.http import HttpRequest, HttpResponse, JsonResponse
@@ -15,6 +16,7 @@ logger = logging.getLogger(__name__)
 # "the connection is closed" arrive as these).
 DATABASE_DOWN = (OperationalError, InterfaceError)
 DATABASE_RETRY_DELAY = 1.0  # seconds before a task whose connection was lost runs again
+STARTUP_WAIT = 60.0  # seconds a starting server or beat waits for its database to take a connection
 
 
 def database_named() -> str:
@@ -27,6 +29,36 @@ def database_named() -> str:
     if connection.vendor == "sqlite":
         return f"SQLite file {named['NAME']}"
     return f"PostgreSQL database {named['NAME']} on {named.get('HOST') or 'localhost'}:{named.get('PORT') or 5432}"
+
+
+def database_wait(stderr: TextIO, *, seconds: float = STARTUP_WAIT) -> None:
+    """Return once the database takes a connection, saying once on `stderr` that it is
+    waited for; after `seconds`, CommandError in one line. For `qorven serve` and `qorven
+    beat` as they start: started with the database still coming up (a host rebooting, the
+    three restarted together), they ended at their first query with a traceback and stayed
+    down, while everything after their start rides out a database away."""
+    from django.core.management.base import CommandError
+
+    if connections["default"].vendor == "sqlite":
+        return  # a file, not a server still coming up: waiting would not change what it says
+    deadline = time.monotonic() + seconds
+    said = False
+    while True:
+        connection = connections["default"]
+        try:
+            connection.ensure_connection()
+            return
+        except DATABASE_DOWN as exc:
+            first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+            connection.close()
+            if time.monotonic() >= deadline:
+                raise CommandError(f"the database ({database_named()}) did not take a connection "
+                                   f"in {seconds:.0f} s: {first}") from None
+            if not said:
+                stderr.write(f"waiting for the database ({database_named()}): {first}\n")
+                stderr.flush()
+                said = True
+            time.sleep(DATABASE_RETRY_DELAY)
 
 
 def migration_recorded(db: Any, *, app: str, name: str) -> bool:

@@ -29,7 +29,7 @@ from ..channels_app.payloads import post_telegram, telegram_update
 from ..fakes.model_server import reply
 from ..processes import Processes, free_port, needs_postgres_and_redis, process_env, wait_for
 from .layout import (
-    deliver, each_stored_answered_and_sent_once, layout_started, sender_update, senders_paired, server_env,
+    answers, deliver, each_stored_answered_and_sent_once, layout_started, sender_update, senders_paired, server_env,
     telegram_bound,
 )
 
@@ -273,3 +273,36 @@ def test_a_connection_killed_while_the_model_writes_the_reply_answers_once(clien
     assert list(Message.objects.order_by("seq").values_list("role", "content")) == [
         ("user", "hello"), ("assistant", "Here it is.")]
     assert Message.objects.get(role="user").answer_state == "answered"
+
+
+def test_a_server_and_a_beat_started_while_the_database_is_away_wait_for_it_and_run(world, model_server, platform):
+    """`qorven serve` and `qorven beat` started while the database refuses connections (a
+    host rebooting, PostgreSQL slower to come up than they are, a restart of all three):
+    they wait for it, then serve and fire. Both ended at their first query with a
+    traceback — the beat before its scheduler, which waits for the database, was ever
+    reached — and stayed down; the worker, started the same way, went on."""
+    killer = Killer()
+    # Away longer than a pooled connection is waited for (QORVEN_DB_POOL_TIMEOUT), as a
+    # database taking a while to come up is.
+    env = {**server_env(model_server, platform), "PGAPPNAME": APP_NAME, "QORVEN_DB_POOL_TIMEOUT": "1"}
+    port = free_port()
+    processes = Processes()
+    try:
+        processes.purge(env)
+        killer.connections(False)
+        beat = processes.start("beat", "--max-interval", "1", env=env)
+        server = processes.start("serve", "--port", str(port), env=env)
+        time.sleep(4)  # both start, and meet the database away
+        killer.connections(True)
+        assert wait_for(lambda: answers(f"http://127.0.0.1:{port}/readyz"), 60), server.output[-3000:]
+        beat.wait_for_line("celery beat v", 30)  # its scheduler started
+        time.sleep(2)
+        assert beat.popen.poll() is None, beat.output[-3000:]
+        assert server.popen.poll() is None, server.output[-3000:]
+    finally:
+        killer.connections(True)
+        processes.stop()
+
+    for output in (server.output, beat.output):
+        assert "Traceback" not in output
+        assert "waiting for the database (PostgreSQL database" in output

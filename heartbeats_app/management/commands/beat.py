@@ -29,12 +29,14 @@ class Command(BaseCommand):
 
         from heartbeats_app.scheduler import SCHEDULER_PATH
         from heartbeats_app.startup import backup_beat_sync_on_startup, beats_sync_on_startup
+        from qorven.runtime.database import database_wait
         from qorven.runtime.worker import broker_is_embedded
 
         app = current_app._get_current_object()  # the project's Celery app (qorven.celery)
         if broker_is_embedded(app):
             raise CommandError("No broker configured: set REDIS_URL (or CELERY_BROKER_URL) to run beat.")
 
+        database_wait(self.stderr)  # the scheduler waits for it too, but the syncs come first
         if not opts["no_sync"]:
             beats_sync_on_startup(self.stdout, self.stderr)
         backup_beat_sync_on_startup(self.stdout)  # from the environment, not the file: always

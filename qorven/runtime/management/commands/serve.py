@@ -9,7 +9,7 @@ from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError
 from django.utils.module_loading import import_string
 
-from qorven.runtime.database import database_named
+from qorven.runtime.database import database_named, database_wait
 from qorven.runtime.heap import startup_heap_freeze
 from qorven.runtime.startup import Startup, shutdown_run, startup_run
 from qorven.runtime.worker import broker_is_embedded, embedded_worker
@@ -42,6 +42,7 @@ class Command(BaseCommand):
 
     def handle(self, *args, **opts):
         _address_check(opts["host"], opts["port"])
+        database_wait(self.stderr)
         if not opts["no_migrate"]:
             call_command("migrate", interactive=False, verbosity=0)
         self.check(databases=["default"])  # what needs the migrated database (sessions_app.checks)
