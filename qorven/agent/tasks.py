@@ -118,7 +118,7 @@ def voice_backoff(tries: int) -> float:
 @shared_task(bind=True, name="qorven.agent.voice_transcribe", acks_late=True, max_retries=None)
 def voice_transcribe_task(self, tenant_id: int, message_id: int) -> str:
     """Transcribe a stored message's voice notes (qorven.agent.voice). Safe to run twice.
-    A transcriber that is down (5xx, timeouts, rate limits past the SDK's own retries) is
+    A transcriber that is down (5xx, timeouts, rate limits past the call's own retries) is
     tried again after a backoff, QORVEN_VOICE_RETRIES times; a refusal, or the last try
     failing, settles the message with one notice at once."""
 

@@ -198,16 +198,26 @@ def transcription_create(
     guarded: bool = False,
 ) -> str:
     """One transcription (OpenAI's /audio/transcriptions, which OpenAI-compatible speech
-    servers mirror) on the route's shared client. Failures come out as qorven.llm.errors."""
-    client = client_for(base_url=base_url, api_key=api_key, timeout=timeout, max_retries=max_retries,
-                        guarded=guarded)
+    servers mirror) on the route's shared client, tried up to `max_retries` more times on
+    a transient failure, as a chat completion is (a Retry-After past BACKOFF_MOST is the
+    voice task's to wait, on the worker's timer). Failures come out as qorven.llm.errors."""
+    # Retried here, not by the SDK: its retries slept out a Retry-After of up to a minute
+    # on the worker's thread, each time.
+    client = client_for(base_url=base_url, api_key=api_key, timeout=timeout, max_retries=0, guarded=guarded)
     name = _AUDIO_NAMES.get(mime_type.split(";")[0].strip(), "voice.ogg")
-    try:
-        result = client.audio.transcriptions.create(model=model, file=(name, audio, mime_type))
-    except openai.APIStatusError as exc:
-        raise _classify(exc, model) from None
-    except (openai.APITimeoutError, openai.APIConnectionError) as exc:
-        raise _refused_route(exc, model) or ProviderUnavailable(f"{type(exc).__name__}: {exc}", model=model) from None
+    for attempt in range(max_retries + 1):
+        try:
+            result = client.audio.transcriptions.create(model=model, file=(name, audio, mime_type))
+            break
+        except openai.APIStatusError as exc:
+            failure = _classify(exc, model)
+        except (openai.APITimeoutError, openai.APIConnectionError) as exc:
+            failure = _refused_route(exc, model) or ProviderUnavailable(f"{type(exc).__name__}: {exc}", model=model)
+        wait = _retry_wait(attempt, failure.retry_after)
+        if not failure.transient or attempt == max_retries or wait is None:
+            raise failure from None
+        logger.info("transcription by %s failed (%s); trying again in %.1fs", model, failure.summary(), wait)
+        time.sleep(wait)
     text = getattr(result, "text", None)
     return text.strip() if isinstance(text, str) else str(result).strip()
 

@@ -4,11 +4,15 @@ transcriber, or a note that cannot be made out, one notice of ours and no model 
 from __future__ import annotations
 
 import base64
+import json
+import time
 
 import pytest
 
 from sessions_app.models import Image, Message
+from tenancy.services import api_token_create
 
+from ..factories.tenancy import MembershipFactory, UserFactory
 from ..fakes.model_server import error, reply
 from ..fakes.platform_server import Canned
 from .conftest import pair
@@ -241,7 +245,7 @@ def test_a_webchat_voice_note_without_a_transcriber_gets_the_same_notice_as_othe
 
 def test_a_transcriber_503_is_tried_again_later_and_the_note_is_then_answered(client, world, telegram, platform,
                                                                               model_server, drain, settings):
-    settings.QORVEN_MODEL_RETRIES = 0  # the SDK's own retries are spent: the task's come next
+    settings.QORVEN_MODEL_RETRIES = 0  # the call's own retries are spent: the task's come next
     settings.QORVEN_VOICE_RETRY_DELAY = 0.05
     pair(world, "telegram", "42", world.alice)
     with_transcriber(world)
@@ -272,6 +276,45 @@ def test_a_transcriber_that_stays_down_gets_one_notice_after_the_last_try(client
     (sent,) = platform.sent("sendMessage")
     assert sent.json["text"].startswith("I couldn't make out that voice note.")
     assert Message.objects.get(role="user").metadata["voice"] == "failed"
+
+
+def test_a_transcribers_retry_after_is_waited_out_on_the_workers_timer_not_holding_up_another_tenant(
+    client, world, telegram, platform, model_server, drain, settings
+):
+    """The transcriber answers 429 with Retry-After: 20 to as many voice notes at once as
+    the worker has slots. The SDK's own retries slept each wait out on the worker's thread,
+    four times over: every slot was held, and tenant B's message waited unanswered."""
+    slots = settings.QORVEN_WORKER_CONCURRENCY
+    with_transcriber(world)
+    platform.default(r"/getFile", Canned(body={"ok": True, "result": {"file_id": "vn-1", "file_path": "voice/f.oga"}}))
+    platform.default(r"/file/bot111:AAA/voice/f.oga", Canned(raw=OGG))
+    model_server.transcripts.extend([error(429, "Rate limit reached", headers={"Retry-After": "20"})] * slots)
+    model_server.transcripts.extend(["Call mum at six."] * slots)
+    model_server.default = reply("Noted.")
+    for n in range(slots):
+        person = UserFactory(username=f"speaker{n}")
+        MembershipFactory(tenant=world.tenant_a, user=person)
+        pair(world, "telegram", str(900 + n), person)
+        post_telegram(client, voice_update(message_id=n + 1, user_id=900 + n))
+    deadline = time.monotonic() + 10
+    while len(model_server.transcriptions) < slots and time.monotonic() < deadline:
+        time.sleep(0.05)
+
+    asked_at = time.monotonic()
+    response = client.post("/v1/qors/aria/messages", data=json.dumps({"content": "quick one"}),
+                           content_type="application/json",
+                           HTTP_AUTHORIZATION=f"Bearer {api_token_create(tenant=world.tenant_b, user=world.charlie)[1]}")
+    assert response.status_code == 201
+    while not Message.objects.filter(tenant=world.tenant_b, role="assistant").exists() and time.monotonic() < asked_at + 10:
+        time.sleep(0.05)
+    waited = time.monotonic() - asked_at
+    assert waited < 5, f"tenant B's message waited over {waited:.0f} s for the transcriber's rate limit"
+    drain()
+    # Each note heard once it was asked again after the wait, and answered.
+    assert len(model_server.transcriptions) == 2 * slots
+    assert sorted(Message.objects.filter(tenant=world.tenant_a, role="user").values_list("content", flat=True)) == [
+        "Call mum at six."] * slots
+    assert len(platform.sent("sendMessage")) == slots
 
 
 # --- Groups --------------------------------------------------------------------------------------

@@ -200,7 +200,7 @@ class ModelServer:
                     })
                     answer = server.transcripts.pop(0) if server.transcripts else "(no transcript scripted)"
                 if isinstance(answer, Step):
-                    return self._json(answer.status, {"error": answer.error})
+                    return self._json(answer.status, {"error": answer.error}, answer.headers)
                 return self._json(200, {"text": answer})
 
             def _json(self, status: int, payload: dict[str, Any], headers: dict[str, str] | None = None) -> None:
