@@ -13,7 +13,9 @@ Chinese, Japanese and Thai are written without spaces, and both databases take a
 such letters for one word ("我喜欢寿司"), so no word inside it could be found. The search
 text spaces those letters out, one token each (`search_text`), and a query asks for
 each pair of adjacent letters as a phrase (`memory_terms`): "寿司" finds "我喜欢寿司" on
-both databases alike, with no tokenizer the database would have to load.
+both databases alike, with no tokenizer the database would have to load. An Arabic word
+is found with the article or a one-letter conjunction or preposition written onto it
+("مدرسة" finds "المدرسة"), as history search finds it (sessions_app.fulltext.arabic_stems).
 """
 from __future__ import annotations
 
@@ -24,6 +26,7 @@ from sessions_app.fulltext import (
     STOPWORDS,
     UNSPACED_LETTER,
     UNSPACED_RUN,
+    arabic_forms,
     fold,
     korean_prefixes,
     korean_syllables,
@@ -34,7 +37,7 @@ from sessions_app.fulltext import (
     search_text,
 )
 
-__all__ = ["FTS_TABLE", "HANGUL_WORD", "korean_prefixes", "MAX_TERMS", "PG_CONFIG", "STOPWORDS", "UNSPACED_LETTER", "fold", "fts5_query",
+__all__ = ["FTS_TABLE", "HANGUL_WORD", "arabic_forms", "korean_prefixes", "MAX_TERMS", "PG_CONFIG", "STOPWORDS", "UNSPACED_LETTER", "fold", "fts5_query",
            "memory_terms", "owner_token", "pg_owner_tsquery", "scan_finds", "search_terms",
            "search_text"]
 
@@ -92,10 +95,11 @@ def fts5_query(*, owner: str, terms: list[str]) -> str:
     Every term is a quoted string (a quote inside doubled), so nothing the user typed is
     read as FTS5 syntax (AND, NEAR, column filters, `*`); a term of several tokens ("寿 司")
     is a phrase, its tokens next to each other; a Korean word is the start of a word ("서울"
-    finds "서울에서", the word with its particle) or of an inner part of one (korean_prefixes).
+    finds "서울에서", the word with its particle) or of an inner part of one (korean_prefixes);
+    an Arabic word with a prefix is itself or the word without it (arabic_forms).
     """
     if not terms:
         raise ValueError("no terms to search for")
     quoted = " OR ".join(" OR ".join(f'"{prefix}"*' for prefix in korean_prefixes(t)) if HANGUL_WORD.fullmatch(t)
-                         else '"' + t.replace('"', '""') + '"' for t in terms)
+                         else " OR ".join('"' + f.replace('"', '""') + '"' for f in arabic_forms(t)) for t in terms)
     return f'owner : "{owner}" AND content : ({quoted})'

@@ -20,6 +20,7 @@ from .fulltext import (
     FTS_TABLE,
     HANGUL_WORD,
     PG_CONFIG,
+    arabic_forms,
     fts5_query,
     korean_prefixes,
     memory_terms,
@@ -46,7 +47,7 @@ def memory_search(
     The database's full-text search: PostgreSQL ranks with `ts_rank` (what Django's
     SearchRank emits) over the stored `search_vector` (GIN-indexed), SQLite with FTS5's bm25. A memory matches when it
     contains any of the query's words (stemmed, stop words dropped; a Korean word at the
-    start of one, with its particle) or, in Chinese, Japanese and Thai, any two
+    start of one, with its particle; an Arabic word with or without its prefix) or, in Chinese, Japanese and Thai, any two
     neighbouring letters of it (memory_app.fulltext.memory_terms);
     more and rarer words rank higher, newest first among equals. Never crosses tenant,
     Qor or user: the owner columns are filtered on every database (and SQLite's index is
@@ -157,9 +158,12 @@ def _pg_tsquery(term: str) -> tuple[str, str]:
     """The tsquery of one term and its parameter: a phrase of its words ("寿 司": neighbours,
     as FTS5 reads it), or a Korean word as the start of a word ("서울" finds "서울에서",
     the word with its particle) or of an inner part of one (korean_prefixes), checked to
-    be Hangul alone, so the syntax around it is ours."""
+    be Hangul alone, or an Arabic word with a prefix as itself or the word without it
+    (arabic_forms), checked to be Arabic letters alone, so the syntax around it is ours."""
     if HANGUL_WORD.fullmatch(term):
         return f"to_tsquery('{PG_CONFIG}', %s)", " | ".join(f"'{prefix}':*" for prefix in korean_prefixes(term))
+    if len(forms := arabic_forms(term)) > 1:
+        return f"to_tsquery('{PG_CONFIG}', %s)", " | ".join(f"'{form}'" for form in forms)
     return f"phraseto_tsquery('{PG_CONFIG}', %s)", term
 
 

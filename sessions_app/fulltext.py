@@ -346,18 +346,70 @@ def width_forms(run: str) -> list[str]:
 def search_text(content: str) -> str | None:
     """`content` as the full-text index reads it: normalised (accents, Greek, full-width,
     Arabic and Hebrew points, Arabic letters' spellings), every letter of a script written without spaces alone
-    between spaces, so each is a token on both databases, and the inner parts of Korean
-    words after it all (hangul_parts); None when that is `content` itself (the index then
-    reads the content, and nothing is kept twice).
+    between spaces, so each is a token on both databases, and after it all the inner parts
+    of Korean words (hangul_parts), then the Arabic words with a prefix without it
+    (arabic_stems); None when that is `content` itself (the index then reads the content,
+    and nothing is kept twice).
     """
     text = normalised(content)
     if UNSPACED_RUN.search(text) is not None:
         text = UNSPACED_RUN.sub(lambda m: " " + " ".join(" ".join(g) for g in letter_groups(m.group())) + " ", text)
-    parts = hangul_parts(text)
+    parts = hangul_parts(text) + arabic_stems(text)
     if parts:
         text += " " + " ".join(parts)
     return None if text == content else text
 
+
+
+# The letters of an Arabic word (after NORMALISED: the Arabic block's letters but the
+# tatweel, the Persian, Urdu and other languages' letters of Arabic Supplement and
+# Extended-A), as regular-expression escapes Python and PostgreSQL read alike.
+ARABIC_WORD_LETTER = (r"[\u0620-\u063f\u0641-\u064a\u066e-\u066f\u0671-\u06d3\u06d5\u06ee-\u06ef"
+                      r"\u06fa-\u06fc\u06ff\u0750-\u077f\u08a0-\u08c8]")
+ARABIC_WORD = re.compile(ARABIC_WORD_LETTER + "+")
+# Arabic writes the article and some one-letter conjunctions and prepositions onto the
+# word: "المدرسة" (the school), "والمدرسة" (and the school), "بالمدرسة" (at the school),
+# "للمدرسة" (for the school). Both indexes took the whole for one word, so "مدرسة" did
+# not find "the school". Read off as Arabic search engines read them (Lucene's
+# ArabicStemmer.stemPrefix): the first of these the word starts with, when as many
+# letters as given are left after it, so a short word keeps its letters ("ولد", boy, is
+# no "and"; "لله"). One prefix at most ("وللبيت" is "للبيت"), and no suffix: the plural
+# and the possessive endings would take too much off for a search that shows what it
+# found. The index also reads each such word without its prefix (arabic_stems, after
+# the text, unmarked: it is the word), and a word typed is searched with and without
+# its own (arabic_forms), so "المدرسة" and "مدرسة" each find both, as does "وزير"
+# (minister, no "and" in it) "الوزير". Lucene's rule, all of it: "الله" is also read as
+# "له" (to him), as Lucene reads it.
+ARABIC_PREFIXES = (("ال", 2), ("وال", 2), ("بال", 2), ("كال", 2), ("فال", 2), ("لل", 2), ("و", 3))
+# The shortest word a prefix is read off: an Arabic word of fewer letters adds nothing.
+ARABIC_PREFIXED_WORD = re.compile(ARABIC_WORD_LETTER + "{4,}")
+
+
+def arabic_prefix(word: str) -> int:
+    """How many letters of the Arabic `word` (normalised) are a prefix ARABIC_PREFIXES reads
+    off: 0 when none is."""
+    for prefix, left in ARABIC_PREFIXES:
+        if word.startswith(prefix) and len(word) >= len(prefix) + left:
+            return len(prefix)
+    return 0
+
+
+def arabic_stem(word: str) -> str:
+    """The Arabic `word` (normalised) without its prefix (ARABIC_PREFIXES); any other as it is."""
+    return word[arabic_prefix(word):]
+
+
+def arabic_stems(text: str) -> list[str]:
+    """Of each Arabic word with a prefix in the normalised `text`, in order, the word
+    without it: what the index also reads (search_text)."""
+    return [word[cut:] for word in ARABIC_PREFIXED_WORD.findall(text) if (cut := arabic_prefix(word))]
+
+
+def arabic_forms(term: str) -> list[str]:
+    """The words a search `term` (folded) finds: itself, and an Arabic word with a prefix
+    without it too."""
+    cut = arabic_prefix(term) if ARABIC_WORD.fullmatch(term) else 0
+    return [term, term[cut:]] if cut else [term]
 
 # Hangul syllables and jamo. Korean is written with spaces, but a particle is written onto
 # the word before it ("스시를": sushi, and the object's particle), and a compound is one
@@ -443,15 +495,16 @@ def scan_finds(content: str, term: str) -> bool:
     one (accents, Greek, full-width, Korean particles and compounds). A run or a pair of
     letters written without spaces is found as neighbours; a Korean word at the start of a
     word or of an inner part of one; another word at the start of a word, by the start of
-    its stem (the index's stemmer is not in Python: "leases" finds "lease")."""
-    words = words_of(fold(search_text(content) or content))
+    its stem (the index's stemmer is not in Python: "leases" finds "lease"), an Arabic word
+with or without its prefix (arabic_forms)."""
+    words = words_of(fold(search_text(content) or content))  # Arabic words without their prefix too
     if UNSPACED_RUN.search(term) is not None:  # "寿司" typed, or a pair "寿 司"
         letters = [c for part in term.split() for group in letter_groups(part) for c in group]
         return any(words[i:i + len(letters)] == letters for i in range(len(words) - len(letters) + 1))
     if HANGUL_WORD.fullmatch(term):
         return any(w.startswith(prefix) for prefix in korean_prefixes(term) for w in words)
-    stem = term[:max(4, len(term) - 2)]
-    return any(w.startswith(stem) for w in words)
+    stems = [form[:max(4, len(form) - 2)] for form in arabic_forms(term)]
+    return any(w.startswith(stem) for stem in stems for w in words)
 
 
 def owner_token(*, tenant_id: int, qor_id: int, user_id: int | None) -> str:

@@ -21,6 +21,10 @@ in its text.) A Korean word typed is found at the start of a word, so "스시" f
 "스시를" (the word with its particle), and of two syllables or more inside one too, so
 "회의" finds "주간회의" (the index also reads the inner parts of Korean words:
 sessions_app.fulltext.hangul_parts); typed with a particle, it is searched without it.
+An Arabic word is found with the article or a one-letter conjunction or preposition
+written onto it ("مدرسة" finds "المدرسة" and "والمدرسة"; the index also reads such a word
+without it: sessions_app.fulltext.arabic_stems), and one typed with it, with or without
+it, marked whole.
 """
 from __future__ import annotations
 
@@ -40,9 +44,12 @@ from django.db.models.expressions import RawSQL
 from tenancy.models import Qor, Tenant
 
 from .fulltext import (
+    ARABIC_WORD,
     HANGUL_WORD,
     PG_CONFIG,
     UNSPACED_RUN,
+    arabic_forms,
+    arabic_prefix,
     fold,
     korean_prefixes,
     message_terms,
@@ -173,9 +180,10 @@ def hit_snippet(text: str, terms: list[str], *, width: int) -> str:
 def hit_spans(text: str, terms: list[str]) -> list[tuple[int, int]]:
     """Where in `text` the words found are, in order: (start, end) of each, as written
     ("Straße" for the term "straße"). Words are found stemmed ("leases" finds "lease"), so
-    a word is one that starts with the stem-ish start of a term; a run of letters written
-    without spaces where it stands as typed, and a Korean word of two syllables or more
-    too, inside a word or at its start (one syllable, at the start of a word)."""
+    a word is one that starts with the stem-ish start of a term, or an Arabic word whose
+    prefix is followed by it ("المدرسة" for "مدرسة", its prefix with it); a run of letters
+    written without spaces where it stands as typed, and a Korean word of two syllables or
+    more too, inside a word or at its start (one syllable, at the start of a word)."""
     return _spans(text, terms, first=False)
 
 
@@ -188,14 +196,18 @@ def _spans(text: str, terms: list[str], *, first: bool) -> list[tuple[int, int]]
     for term in terms:
         unspaced = UNSPACED_RUN.fullmatch(term) is not None
         inside = unspaced or (len(term) > 1 and HANGUL_WORD.fullmatch(term) is not None)
-        for stem in width_forms(term) if unspaced else [term] if inside else [term[:max(4, len(term) - 2)]]:
+        stems = (width_forms(term) if unspaced else [term] if inside
+                 else [form[:max(4, len(form) - 2)] for form in arabic_forms(term)])
+        for stem in stems:
             at = folded.find(stem)
             while at >= 0:
                 start, end = origin[at], origin[at + len(stem) - 1] + 1
                 if not inside:
                     # From where the letters kept before it end: what lies between (a
-                    # tatweel or a point, folded to nothing: "ـمرحبا") is the word's.
-                    start = origin[at - 1] + 1 if at else 0
+                    # tatweel or a point, folded to nothing: "ـمرحبا") is the word's; from
+                    # its prefix, when an Arabic word's is before it ("المدرسة").
+                    at_word = at - _arabic_prefix_before(folded, at)
+                    start = origin[at_word - 1] + 1 if at_word else 0
                 if inside or start == 0 or not _in_word(text[start - 1]):
                     while not inside and not first and end < len(text) and _in_word(text[end]):
                         end += 1
@@ -231,6 +243,20 @@ def _folded(text: str) -> tuple[str, Sequence[int]]:
     return "".join(parts), origin
 
 
+def _arabic_prefix_before(folded: str, at: int) -> int:
+    """How many letters before `at` in `folded` are the prefix (sessions_app.fulltext.
+    ARABIC_PREFIXES) of the Arabic word they begin: 0 when none is. Only the word's first
+    five letters are read, all a prefix's rule needs, however long the word."""
+    for length in (1, 2, 3):
+        begins = at - length
+        if begins < 0 or (begins and ARABIC_WORD.match(folded[begins - 1])):
+            continue
+        head = ARABIC_WORD.match(folded[begins:begins + 5])
+        if head is not None and len(head.group()) > length and arabic_prefix(head.group()) == length:
+            return length
+    return 0
+
+
 def _in_word(char: str) -> bool:
     """Whether `char` continues a word of a space-separated language: a letter of a script
     written without spaces is a word of its own to the index, so it ends one ("Ｔｏｋｙｏの")."""
@@ -240,11 +266,13 @@ def _in_word(char: str) -> bool:
 
 def _pg_tsquery(terms: list[str]) -> tuple[str, list[str]]:
     """The tsquery of every term, and its parameters. Words as before migration 0010, in one
-    plainto_tsquery; a run of unspaced letters as each of its letters, spaced by the index's
+    plainto_tsquery; an Arabic word with a prefix as itself or the word without it
+    (checked to be Arabic letters alone, so the tsquery syntax around it is ours); a run of unspaced letters as each of its letters, spaced by the index's
     own function (not as a phrase, which the index would have to check again row by row);
     a Korean word as a prefix (checked to be Hangul alone, so the tsquery syntax around it
     is ours)."""
-    words = [t for t in terms if not UNSPACED_RUN.fullmatch(t) and not HANGUL_WORD.fullmatch(t)]
+    words = [t for t in terms
+             if not UNSPACED_RUN.fullmatch(t) and not HANGUL_WORD.fullmatch(t) and len(arabic_forms(t)) == 1]
     parts, params = [], []
     if words:
         parts.append(f"plainto_tsquery('{PG_CONFIG}', %s)")
@@ -259,17 +287,24 @@ def _pg_tsquery(terms: list[str]) -> tuple[str, list[str]]:
         elif HANGUL_WORD.fullmatch(term):
             parts.append(f"to_tsquery('{PG_CONFIG}', %s)")
             params.append(" | ".join(f"'{prefix}':*" for prefix in korean_prefixes(term)))
+        elif len(forms := arabic_forms(term)) > 1:
+            parts.append(f"to_tsquery('{PG_CONFIG}', %s)")
+            params.append(" | ".join(f"'{form}'" for form in forms))
     return " && ".join(parts), params
 
 
 def _fts5_terms(terms: list[str]) -> str:
     """The FTS5 expression of every term: each quoted, so nothing typed is FTS5 syntax; a
     run of unspaced letters spaced as the trigger indexes it (a quoted phrase), a Korean
-    word as the start of a word or of an inner part of one (korean_prefixes)."""
+    word as the start of a word or of an inner part of one (korean_prefixes), an Arabic
+    word with a prefix as itself or the word without it (arabic_forms)."""
     quoted = []
     for term in terms:
         if HANGUL_WORD.fullmatch(term):
             quoted.append("(" + " OR ".join(f'"{prefix}"*' for prefix in korean_prefixes(term)) + ")")
+            continue
+        if len(forms := arabic_forms(term)) > 1:
+            quoted.append("(" + " OR ".join(f'"{form}"' for form in forms) + ")")
             continue
         if UNSPACED_RUN.fullmatch(term):
             term = (search_text(term) or term).strip()

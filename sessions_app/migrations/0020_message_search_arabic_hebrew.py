@@ -6,16 +6,20 @@ sessions_app.fulltext.POINTS), after composing the text, as it drops the accents
 marks. And it reads the spellings of an Arabic letter a reader takes for one as that
 letter (ARABIC_FROM below; which and why: sessions_app.fulltext.ARABIC_FROM): "إلى" is
 "الى", "مدرسة" is "مدرسه", Persian "کتاب" is "كتاب". Both indexes kept them, so a word
-was found only as it had been written.
+was found only as it had been written. And it also reads each Arabic word with the
+article or a one-letter conjunction or preposition written onto it without it, after
+the text (ARABIC_PREFIXES below; which and why: sessions_app.fulltext.ARABIC_PREFIXES):
+"المدرسة" (the school) is also "مدرسة", so a search for "school" finds "the school".
 
-PostgreSQL: the function is replaced (two more steps, each only where the text holds such
-a sign or letter) and its GIN index rebuilt CONCURRENTLY, messages being written
+PostgreSQL: the function is replaced (three more steps, each only where the text holds such
+a sign or letter, or an Arabic word of four letters or more) and its GIN index rebuilt CONCURRENTLY, messages being written
 meanwhile. Until the rebuild ends, a message written before it is found as before the
 migration.
 
 SQLite: the triggers call the connection's Python function (sessions_app.search). The
 entries of the messages holding such signs or letters (or a Hebrew letter written with its
-point as one character, which composing writes as the two) are written again here, from
+point as one character, which composing writes as the two), or an Arabic word that may
+begin with a prefix, are written again here, from
 this migration's own copy of the search text (search_text below), in batches of BATCH
 ids, each its own transaction, so the serving process keeps writing between them.
 
@@ -53,12 +57,24 @@ ARABIC_FROM = "\u0622\u0623\u0625\u0671\u0629\u0649\u06cc\u06a9\u06c0\u06c1\u06c
 ARABIC_TO = "\u0627\u0627\u0627\u0627\u0647\u064a\u064a\u0643\u0647\u0647\u0647"
 # ARABIC_FROM, as escapes Python and PostgreSQL read alike.
 ARABIC_LETTER = r"[\u0622\u0623\u0625\u0629\u0649\u0671\u06a9\u06c0-\u06c2\u06cc]"
+# As sessions_app.fulltext.ARABIC_WORD_LETTER and ARABIC_PREFIXES were when this migration
+# was written: the letters of an Arabic word, and the prefixes read off one, in the order
+# they are tried, each with the letters that must be left after it.
+ARABIC_WORD_LETTER = (r"[\u0620-\u063f\u0641-\u064a\u066e-\u066f\u0671-\u06d3\u06d5\u06ee-\u06ef"
+                      r"\u06fa-\u06fc\u06ff\u0750-\u077f\u08a0-\u08c8]")
+ARABIC_PREFIXES = (("ال", 2), ("وال", 2), ("بال", 2), ("كال", 2), ("فال", 2), ("لل", 2), ("و", 3))
+ARABIC_PREFIXED_WORD = re.compile(ARABIC_WORD_LETTER + "{4,}")
 # The messages whose search text this migration changes hold a point or such a letter, or
 # one of the Hebrew letters written with their point as one character (U+FB1D-U+FB4E),
-# which NFC writes as the letter and the point. (An Arabic letter typed with its hamza or
-# madda after it, which NFC writes as one of ARABIC_FROM, holds a point.) As escapes
-# Python and SQLite's REGEXP read alike.
-CHANGED = POINT[:-1] + ARABIC_LETTER[1:-1] + r"\ufb1d-\ufb4e]"
+# which NFC writes as the letter and the point (an Arabic letter typed with its hamza or
+# madda after it, which NFC writes as one of ARABIC_FROM, holds a point), or an accent
+# as a mark of its own, which dropped joins the letters either side into a word; or else
+# an Arabic word as written that may have a prefix read off: "ال" or "لل" and two more
+# letters, or "و" and three (every prefix of ARABIC_PREFIXES holds one of them, with
+# the letters its rule leaves after it). As escapes Python and PostgreSQL read alike
+# (memory_app 0012 filters with it on either database).
+CHANGED = (POINT[:-1] + ARABIC_LETTER[1:-1] + r"\ufb1d-\ufb4e\u0300-\u036f]"
+           f"|(?:ال|لل){ARABIC_WORD_LETTER}{{2}}|و{ARABIC_WORD_LETTER}{{3}}")
 
 NORMALISED = str.maketrans(_0015.GREEK_FROM + _0015.FULL_WIDTH_FROM + _0017.LATIN_FROM + ARABIC_FROM,
                            _0015.GREEK_TO + _0015.FULL_WIDTH_TO + _0017.LATIN_TO + ARABIC_TO,
@@ -67,34 +83,59 @@ STREAM_SAFE_RUN = 30
 _OVERLONG_RUN = re.compile(f"{_0018.NON_STARTER}{{{STREAM_SAFE_RUN}}}(?={_0018.NON_STARTER})")
 
 
-def _search_text(content: str, table: dict) -> str:
+def _arabic_stem(word: str) -> str | None:
+    """The Arabic `word` without its prefix (ARABIC_PREFIXES), None when it has none."""
+    for prefix, left in ARABIC_PREFIXES:
+        if word.startswith(prefix) and len(word) >= len(prefix) + left:
+            return word[len(prefix):]
+    return None
+
+
+def _search_text(content: str, table: dict, *, prefixes: bool) -> str:
     """sessions_app.fulltext.search_text as it was written, its letters written anew by `table`:
-    stream-safe and composed, normalised, unspaced letters spaced out, Korean inner parts added."""
+    stream-safe and composed, normalised, unspaced letters spaced out, Korean inner parts
+    added, then (`prefixes`) the Arabic words with a prefix without it."""
     if len(content) > STREAM_SAFE_RUN:
         content = _OVERLONG_RUN.sub("\\g<0>\u034f", content)
     text = _0015.spaced(unicodedata.normalize("NFC", content).translate(table))
     parts = [_0017.HANGUL_PART_MARK + word[i:i + _0017.HANGUL_PART] for word in _0017.HANGUL_LONG_WORD.findall(text)
              for i in range(1, min(len(word) - 1, _0017.HANGUL_PART))]
+    if prefixes:
+        parts += [stem for word in ARABIC_PREFIXED_WORD.findall(text) if (stem := _arabic_stem(word)) is not None]
     return text + " " + " ".join(parts) if parts else text
 
 
 def search_text(content: str) -> str:
     """What the index reads of `content` from this migration on (sessions_app.fulltext.search_text)."""
-    return _search_text(content, NORMALISED)
+    return _search_text(content, NORMALISED, prefixes=True)
 
 
 def search_text_before(content: str) -> str:
     """What the index read of `content` after migrations 0017 to 0019."""
-    return _search_text(content, _0017.NORMALISED)
+    return _search_text(content, _0017.NORMALISED, prefixes=False)
 
 
-# Migration 0018's function, with the points dropped after the accents left as marks, and
-# the Arabic letters written anew (after composing: "ا" and a hamza typed after it are "أ").
+# Migration 0018's function, with the points dropped after the accents left as marks, the
+# Arabic letters written anew (after composing: "ا" and a hamza typed after it are "أ"),
+# and after the Korean inner parts, the Arabic words of four letters or more with a
+# prefix without it, in order (a word is a match's w[1]; the first prefix that fits).
 ACCENTS_DROPPED = " IF t ~ '[\\u0300-\\u036f]' THEN t := regexp_replace(t, '[\\u0300-\\u036f]', '', 'g'); END IF;"
 assert _0018.PG_FUNCTION.count(ACCENTS_DROPPED) == 1
 PG_FUNCTION = _0018.PG_FUNCTION.replace(
     ACCENTS_DROPPED, ACCENTS_DROPPED + f" IF t ~ '{POINT}' THEN t := regexp_replace(t, '{POINT}', '', 'g'); END IF;"
     f" IF t ~ '{ARABIC_LETTER}' THEN t := translate(t, '{ARABIC_FROM}', '{ARABIC_TO}'); END IF;")
+DECLARED = " DECLARE t text; parts text := ''; word text;"
+RETURNED = "  RETURN t || parts;"
+assert PG_FUNCTION.count(DECLARED) == 1 and PG_FUNCTION.count(RETURNED) == 1
+STEMS = " ".join(f"WHEN left(w[1], {len(prefix)}) = '{prefix}' AND char_length(w[1]) >= {len(prefix) + left}"
+                 f" THEN substr(w[1], {len(prefix) + 1})" for prefix, left in ARABIC_PREFIXES)
+PG_FUNCTION = PG_FUNCTION.replace(DECLARED, DECLARED + " stems text;").replace(RETURNED, (
+    f"  IF t ~ '{ARABIC_WORD_LETTER}{{4}}' THEN"
+    f"   SELECT string_agg(CASE {STEMS} END, ' ' ORDER BY n) INTO stems"
+    f"    FROM regexp_matches(t, '{ARABIC_WORD_LETTER}{{4,}}', 'g') WITH ORDINALITY AS m(w, n);"
+    "   IF stems IS NOT NULL THEN parts := parts || ' ' || stems; END IF;"
+    "  END IF;"
+) + RETURNED)
 
 
 def _write(apps, schema_editor, text_of) -> None:
