@@ -4,8 +4,10 @@ becomes search terms, how the forms of a letter a reader takes for one (Greek ac
 capitals and final sigma; full-width letters; Latin accents; Arabic and Hebrew vowel
 points; the spellings of an Arabic letter) are written alike in what is indexed and what
 is typed, how the letters of scripts written without spaces (Chinese, Japanese, Thai) are
-spaced out so the index sees each as a word, and the owner token SQLite's FTS5
-tables are keyed by. No SQL that touches rows."""
+spaced out so the index sees each as a word, how an Arabic word is also read without
+the article or one-letter conjunction or preposition written onto it (arabic_stems,
+arabic_forms), and the owner token SQLite's FTS5 tables are keyed by. No SQL that
+touches rows."""
 from __future__ import annotations
 
 import re

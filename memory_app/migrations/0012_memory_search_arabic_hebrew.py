@@ -2,13 +2,14 @@
 other signs written over and under their letters ("مرحبا" finds "مَرْحَبًا", "שלום" finds
 "שָׁלוֹם"), an Arabic word drawn out with tatweel as the word, and the spellings of an
 Arabic letter a reader takes for one as that letter ("إلى" is "الى", "مدرسة" is "مدرسه",
-Persian "کتاب" is "كتاب"): a memory's `search_text` reads them so, as history search's
-index does (sessions_app 0020).
+Persian "کتاب" is "كتاب"), and an Arabic word with the article or a one-letter
+conjunction or preposition written onto it also without it ("المدرسة" is also "مدرسة"):
+a memory's `search_text` reads them so, as history search's index does (sessions_app 0020).
 
-Memories stored before and holding such signs or letters are given theirs here, from the
-search text of history search's migration of the same change (sessions_app 0020, whose
-copy is kept as it was written), in batches of BATCH rows (only those holding such signs
-or letters are read); on SQLite their FTS5 entries are written again from it, PostgreSQL's generated
+Memories stored before and holding such signs or letters, or an Arabic word that may
+have such a prefix, are given theirs here, from the search text of history search's
+migration of the same change (sessions_app 0020, whose copy is kept as it was written),
+in batches of BATCH rows (only those its CHANGED finds are read); on SQLite their FTS5 entries are written again from it, PostgreSQL's generated
 `search_vector` follows the column. Each batch is its own transaction, so a live install
 keeps answering while this runs.
 """
