@@ -380,9 +380,13 @@ ARABIC_WORD = re.compile(ARABIC_WORD_LETTER + "+")
 # found. The index also reads each such word without its prefix (arabic_stems, after
 # the text, unmarked: it is the word), and a word typed is searched with and without
 # its own (arabic_forms), so "المدرسة" and "مدرسة" each find both, as does "وزير"
-# (minister, no "and" in it) "الوزير". Lucene's rule, all of it: "الله" is also read as
-# "له" (to him), as Lucene reads it.
+# (minister, no "and" in it) "الوزير". Lucene's rule, but for one word: "الله" (God),
+# whose "ال" belongs to the name, keeps it. Read off, it left "له" (to him), among the
+# commonest words, and every search for either found the other; "والله" (by God) is
+# "الله" with its "و" read off.
 ARABIC_PREFIXES = (("ال", 2), ("وال", 2), ("بال", 2), ("كال", 2), ("فال", 2), ("لل", 2), ("و", 3))
+# What is left after a prefix that is no word without it (the next prefix is tried).
+ARABIC_NOT_A_STEM = frozenset({"له"})
 # The shortest word a prefix is read off: an Arabic word of fewer letters adds nothing.
 ARABIC_PREFIXED_WORD = re.compile(ARABIC_WORD_LETTER + "{4,}")
 
@@ -391,7 +395,7 @@ def arabic_prefix(word: str) -> int:
     """How many letters of the Arabic `word` (normalised) are a prefix ARABIC_PREFIXES reads
     off: 0 when none is."""
     for prefix, left in ARABIC_PREFIXES:
-        if word.startswith(prefix) and len(word) >= len(prefix) + left:
+        if word.startswith(prefix) and len(word) >= len(prefix) + left and word[len(prefix):] not in ARABIC_NOT_A_STEM:
             return len(prefix)
     return 0
 

@@ -63,6 +63,7 @@ ARABIC_LETTER = r"[\u0622\u0623\u0625\u0629\u0649\u0671\u06a9\u06c0-\u06c2\u06cc
 ARABIC_WORD_LETTER = (r"[\u0620-\u063f\u0641-\u064a\u066e-\u066f\u0671-\u06d3\u06d5\u06ee-\u06ef"
                       r"\u06fa-\u06fc\u06ff\u0750-\u077f\u08a0-\u08c8]")
 ARABIC_PREFIXES = (("ال", 2), ("وال", 2), ("بال", 2), ("كال", 2), ("فال", 2), ("لل", 2), ("و", 3))
+ARABIC_NOT_A_STEM = ("له",)  # "الله" keeps its "ال"
 ARABIC_PREFIXED_WORD = re.compile(ARABIC_WORD_LETTER + "{4,}")
 # The messages whose search text this migration changes hold a point or such a letter, or
 # one of the Hebrew letters written with their point as one character (U+FB1D-U+FB4E),
@@ -86,7 +87,7 @@ _OVERLONG_RUN = re.compile(f"{_0018.NON_STARTER}{{{STREAM_SAFE_RUN}}}(?={_0018.N
 def _arabic_stem(word: str) -> str | None:
     """The Arabic `word` without its prefix (ARABIC_PREFIXES), None when it has none."""
     for prefix, left in ARABIC_PREFIXES:
-        if word.startswith(prefix) and len(word) >= len(prefix) + left:
+        if word.startswith(prefix) and len(word) >= len(prefix) + left and word[len(prefix):] not in ARABIC_NOT_A_STEM:
             return word[len(prefix):]
     return None
 
@@ -127,8 +128,10 @@ PG_FUNCTION = _0018.PG_FUNCTION.replace(
 DECLARED = " DECLARE t text; parts text := ''; word text;"
 RETURNED = "  RETURN t || parts;"
 assert PG_FUNCTION.count(DECLARED) == 1 and PG_FUNCTION.count(RETURNED) == 1
+NOT_A_STEM = " ".join(f"AND substr(w[1], {{at}}) <> '{word}'" for word in ARABIC_NOT_A_STEM)
 STEMS = " ".join(f"WHEN left(w[1], {len(prefix)}) = '{prefix}' AND char_length(w[1]) >= {len(prefix) + left}"
-                 f" THEN substr(w[1], {len(prefix) + 1})" for prefix, left in ARABIC_PREFIXES)
+                 f" {NOT_A_STEM.format(at=len(prefix) + 1)} THEN substr(w[1], {len(prefix) + 1})"
+                 for prefix, left in ARABIC_PREFIXES)
 PG_FUNCTION = PG_FUNCTION.replace(DECLARED, DECLARED + " stems text;").replace(RETURNED, (
     f"  IF t ~ '{ARABIC_WORD_LETTER}{{4}}' THEN"
     f"   SELECT string_agg(CASE {STEMS} END, ' ' ORDER BY n) INTO stems"

@@ -237,3 +237,21 @@ def test_a_memory_stored_before_the_migration_is_found_without_its_prefix_after_
     schema.to([MEMORIES_BEFORE])  # and back: as before
     assert Memory.objects.get(pk=school.pk).search_text is None
     assert search("مدرسه") == [bare]
+
+
+def test_god_keeps_the_article_of_his_name_and_to_him_finds_neither(world):
+    """"الله" (God) is a name whose "ال" belongs to it: read off, it would leave "له" (to
+    him), among the commonest Arabic words, and every search for either found the other."""
+    assert arabic_stem("الله") == "الله" and arabic_stem("بالله") == "بالله"
+    assert arabic_stem("والله") == "الله"  # "and God": the "و" is read off, the name kept
+    assert search_text("الحمد لله") == "الحمد لله حمد" and search_text("الله اكبر") is None
+    session = chat(world)
+    say(session, "الله أكبر")  # "God is greatest"
+    say(session, "قلت له شكرا")  # "I said thank you to him"
+    say(session, "والله لا أعرف")  # "by God, I do not know"
+    assert found(world, "الله") == [(3, "والله لا أعرف"), (1, "الله أكبر")]
+    assert found(world, "له") == [(2, "قلت له شكرا")]
+    if connection.vendor == "postgresql":
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT message_search_text(%s)", ["الله بالله والله له"])
+            assert cursor.fetchone()[0] == search_text("الله بالله والله له")
