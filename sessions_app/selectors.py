@@ -218,7 +218,9 @@ def _json_column(value: Any, expression: Any, connection: Any) -> Any:
 def message_image(*, session: Session, seq: int, index: int) -> Image | None:
     """The `index`-th image (0-based, in the order sent) of message `seq` of the session,
     or None (never sent, or emptied by the images beat since)."""
-    if index < 0:
+    # The index is the URL's, any size: past a signed 64-bit OFFSET the database refuses
+    # the query itself (SQLite's "datatype mismatch"), and no message holds 2**31 files.
+    if not 0 <= index < 2**31:
         return None
     return Image.objects.filter(message__session=session, message__seq=seq).order_by("id")[index:index + 1].first()
 

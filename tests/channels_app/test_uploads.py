@@ -70,6 +70,23 @@ def test_an_attached_image_is_stored_with_its_message_and_shown_only_in_its_own_
     assert client.get(url).status_code == 401
 
 
+def test_an_attachment_number_past_what_the_database_counts_is_a_404(client, world, model_server, drain):
+    binding_create(tenant=world.tenant_a, qor=world.qor_a, kind="webchat",
+                   credentials={"key": "wc_big", "secret": "s3cret", "origins": "https://acme.example"})
+    model_server.add(reply("An orange square."))
+    client.force_login(world.alice)
+    assert send(client, "what is this?", upload("photo.png", picture())).status_code == 201
+    message = Message.objects.get(role="user")
+    drain()
+    token = webchat_token_sign(secret="s3cret", user_id="alice", expires=int(time.time()) + 600)
+    for index in (2**53, 2**63, 2**64, 10**30):
+        page = client.get(f"/chat/api/acme/aria/images/{message.session_id}/{message.seq}/{index}")
+        embed = client.get(f"/webchat/wc_big/images/{message.session_id}/{message.seq}/{index}",
+                           HTTP_X_QORVEN_VISITOR=token)
+        assert (page.status_code, page.json()) == (404, {"error": "no such image (it may no longer be kept)"})
+        assert embed.status_code == 404
+
+
 def test_a_model_that_sees_images_gets_the_newest_ones_and_notes_for_the_rest(client, world, model_server, drain,
                                                                                 settings):
     settings.QORVEN_PROMPT_IMAGES = 1
