@@ -14,6 +14,7 @@ from django.utils.dateparse import parse_datetime
 from django.views.decorators.csrf import csrf_exempt
 
 from qorven.agent.gateway import inbound_accept
+from qorven.runtime.storable_text import storable
 from sessions_app.channel_kinds import Channel
 from sessions_app.models import Session
 from sessions_app.selectors import StoredMessage, messages_read
@@ -146,7 +147,9 @@ def _timeline(request: HttpRequest, qor) -> JsonResponse:
 def _post(request: HttpRequest, qor) -> JsonResponse:
     body = _json_object(request, '{"content": "hello"}')
     content = body.get("content")
-    if not isinstance(content, str) or not content.strip():
+    # Read as it would be stored (without NUL): "\u0000" alone is an empty message.
+    content = storable(content) if isinstance(content, str) else None
+    if content is None or not content.strip():
         raise BadRequest('"content" must be a non-empty string')
     if len(content) > MAX_CONTENT:
         raise BadRequest(f'"content" is longer than {MAX_CONTENT} characters')
@@ -265,6 +268,7 @@ def _spoken(i: int, turn: Any, limit: int, kind: Any) -> Any:
     if not isinstance(turn, dict):
         raise BadRequest(f"turn {i} must be an object with speaker and text")
     speaker, text, at, role = turn.get("speaker", ""), turn.get("text"), turn.get("at"), turn.get("role", "user")
+    text = storable(text) if isinstance(text, str) else text
     if not isinstance(text, str) or not text.strip() or len(text) > limit:
         raise BadRequest(f'turn {i}: "text" must be a non-empty string of at most {limit} characters')
     if not isinstance(speaker, str) or len(speaker) > 200:

@@ -15,6 +15,7 @@ from django.conf import settings
 from django.contrib.auth.models import User
 
 from qorven.agent.gateway import inbound_accept
+from qorven.runtime.storable_text import storable
 from qorven.runtime.streams import stream_snapshot
 from sessions_app.channel_kinds import CHAT_FAMILY
 from sessions_app.leases import lease_held
@@ -265,7 +266,7 @@ def chat_send(
     """The person wrote `content` on `channel` (web, tui, webchat), perhaps with `images`:
     store it in their canonical chat (the images in the same transaction) and queue the
     answer."""
-    content = content.strip("\n")
+    content = storable(content).strip("\n")  # as stored: NULs alone are an empty message
     if not content.strip() and not images:
         raise ValueError("the message is empty")
     if len(content) > MAX_CONTENT:

@@ -19,6 +19,7 @@ from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_GET
 
 from qorven.runtime.security_headers import frame_ancestors_set
+from qorven.runtime.storable_text import storable
 from sessions_app.channel_kinds import Channel
 from tenancy.errors import NotFound
 
@@ -99,7 +100,7 @@ def messages(request: HttpRequest, key: str) -> JsonResponse:
         if isinstance(sent, JsonResponse):
             return sent
         content, client_id, images = sent
-        if not content.strip() and not images:
+        if not storable(content).strip() and not images:  # as chat_send reads it
             return JsonResponse({"error": "the message is empty"}, status=400)
         if not token:
             webchat_binding(public_key=key)  # an unknown webchat is a 404, not a count
