@@ -81,7 +81,8 @@ def webchat_token_verify(*, secret: str, token: str, now: float | None = None) -
     now = time.time() if now is None else now
     if expires < now:
         raise WebchatRefused(403, "the visitor token has expired")
-    if expires - now > settings.QORVEN_WEBCHAT_MAX_TTL:
+    # Compared, not subtracted: an expiry of hundreds of digits is no float (OverflowError).
+    if expires > now + settings.QORVEN_WEBCHAT_MAX_TTL:
         raise WebchatRefused(403, "the visitor token expires too far in the future")
     if not user_id:
         raise WebchatRefused(403, "the visitor token names no user")
