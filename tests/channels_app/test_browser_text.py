@@ -73,6 +73,14 @@ def test_links_on_every_line_and_formatted_labels_still_work(render):
     assert render("[https://a.example](https://b.example)")["hrefs"] == ["https://b.example"]  # no link in a link
 
 
+def test_a_link_whose_label_holds_code_shows_the_code(render):
+    shown = render("run [`qorven bind`](https://docs.example/bind) or `make run` [see `a*b*`](https://e.example)")
+    assert shown["text"] == "run qorven bind or make run see a*b*"
+    assert shown["hrefs"] == ["https://docs.example/bind", "https://e.example"]
+    assert '<a href="https://docs.example/bind" target="_blank" rel="noopener noreferrer nofollow">' \
+           "<code>qorven bind</code></a>" in shown["html"]
+
+
 def test_each_paragraph_takes_the_direction_of_its_own_script(render):
     """Arabic or Hebrew laid out right to left (its question mark at its end, on the left),
     English beside it left to right, code always left to right."""

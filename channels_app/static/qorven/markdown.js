@@ -29,8 +29,10 @@
   // Inline formatting of one already-escaped line. Code spans and links are cut out
   // first (held, put back last) so nothing inside them is formatted: a URL's _x_, *x*,
   // __x__ or ~~x~~ stays part of the address, not <em> in a broken href.
-  function inline(escaped, inLink) {
-    var held = [];
+  // A link's label is formatted by a call of its own that shares `held`: the code spans
+  // in it were cut out by the call around it, and are put back from there.
+  function inline(escaped, inLink, outer) {
+    var held = outer || [];
     function hold(html) {
       held.push(html);
       return "\u0000" + (held.length - 1) + "\u0000";
@@ -45,7 +47,7 @@
       text = text.replace(/\[([^\]\n]+)\]\(([^)\s]+)\)/g, function (whole, label, url) {
         var raw = url.replace(/&amp;/g, "&");
         if (!SAFE_URL.test(raw)) return whole;
-        return anchor(url, inline(label, true));
+        return anchor(url, inline(label, true, held));
       });
       text = text.replace(/(^|[\s(])(https?:\/\/[^\s<\u0000]+[^\s<\u0000.,;:!?)'"])/g, function (_, lead, url) {
         return lead + anchor(url, url);
