@@ -108,6 +108,10 @@ def test_a_turn_needs_only_its_text_a_person_speaking_now_by_default(client, wor
     ({"call_id": "c", "turns": [{"text": "hi", "at": "2026-12-02T09:30:00"}]}, "offset"),
     ({"call_id": "c", "turns": [{"text": "hi", "at": "9999-12-31T23:59:59-14:00"}]}, "out of range"),
     ({"call_id": "c", "turns": [{"text": "hi", "at": "0001-01-01T00:00:00+14:00"}]}, "out of range"),
+    # Storable in UTC, but no date in a timezone east (west) of it: /memories, the export
+    # and the digest date what was said in the person's own.
+    ({"call_id": "c", "turns": [{"text": "hi", "at": "9999-12-31T23:59:59Z"}]}, "out of range"),
+    ({"call_id": "c", "turns": [{"text": "hi", "at": "0001-01-01T00:00:00Z"}]}, "out of range"),
 ])
 def test_a_bad_transcript_is_refused_with_what_is_wrong_and_nothing_stored(client, world, body, says):
     token = api_token_create(tenant=world.tenant_a, user=world.alice)[1]
