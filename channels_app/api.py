@@ -4,8 +4,6 @@ about them."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from datetime import datetime, timedelta
-from datetime import timezone as dt_timezone
 from functools import wraps
 from typing import Any
 
@@ -15,6 +13,7 @@ from django.utils.dateparse import parse_datetime
 from django.views.decorators.csrf import csrf_exempt
 
 from qorven.agent.gateway import inbound_accept
+from qorven.runtime.dated_everywhere import dated_everywhere
 from qorven.runtime.storable_text import storable
 from sessions_app.channel_kinds import Channel
 from sessions_app.models import Session
@@ -32,9 +31,6 @@ from .json_body import QUERY_INT_MAX, BodyRefused, ParamRefused, json_body, quer
 MAX_CONTENT = 100_000
 DEFAULT_PAGE = 50  # messages a timeline read gives without a limit (at most QORVEN_API_PAGE_MAX)
 MAX_IDEMPOTENCY_KEY = 255
-# The times a transcript's turn may name: dated in any timezone (±14 hours), still a date.
-SHOWN_FROM = datetime.min.replace(tzinfo=dt_timezone.utc) + timedelta(days=1)
-SHOWN_UNTIL = datetime.max.replace(tzinfo=dt_timezone.utc) - timedelta(days=1)
 # The surfaces an API client may be: a program of its own (web), or the terminal client.
 POSTABLE_CHANNELS = frozenset({Channel.WEB, Channel.TUI})
 
@@ -284,12 +280,6 @@ def _spoken(i: int, turn: Any, limit: int, kind: Any) -> Any:
         when = parse_datetime(at) if isinstance(at, str) else None
         if when is None or when.utcoffset() is None:
             raise BadRequest(f'turn {i}: "at" must be an ISO 8601 time with its offset, e.g. 2026-12-02T09:30:00Z')
-        try:
-            # Stored in UTC, and dated in the person's own timezone (/memories, the export,
-            # the digest): it must have a year 1-9999 in every one, up to a day either way.
-            in_range = SHOWN_FROM <= when.astimezone(dt_timezone.utc) <= SHOWN_UNTIL
-        except OverflowError:
-            in_range = False
-        if not in_range:
-            raise BadRequest(f'turn {i}: "at" is out of range') from None
+        if not dated_everywhere(when):  # stored in UTC, shown in the person's own timezone
+            raise BadRequest(f'turn {i}: "at" is out of range')
     return kind(speaker=speaker.strip(), text=text.strip(), at=when, qor=role == "assistant")

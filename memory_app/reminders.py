@@ -7,11 +7,12 @@ kept in memory but never comes due by itself.
 """
 from __future__ import annotations
 
-from datetime import UTC, date, datetime, time, tzinfo
+from datetime import date, datetime, time, tzinfo
 
 from django.contrib.auth.models import User
 from django.db.models import Q
 
+from qorven.runtime.dated_everywhere import dated_everywhere
 from tenancy.models import Qor, Tenant
 
 from .models import Memory
@@ -47,10 +48,8 @@ def due_parse(text: str, *, zone: tzinfo) -> datetime:
             "2026-03-14T15:30 (local time) or 2026-03-14T15:30+01:00, working relative dates out first"
         ) from None
     moment = moment if moment.tzinfo is not None else moment.replace(tzinfo=zone)
-    try:
-        moment.astimezone(UTC)  # stored in UTC: it must have a year 1-9999 there
-    except OverflowError:
-        raise DueError(f"due {text!r} is out of range; give a date between years 1 and 9999") from None
+    if not dated_everywhere(moment):  # stored in UTC, shown in the person's own timezone
+        raise DueError(f"due {text!r} is out of range; give a date between years 1 and 9999")
     return moment
 
 

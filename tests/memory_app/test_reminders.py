@@ -76,6 +76,14 @@ def test_a_due_time_that_is_not_iso_8601_is_refused_with_an_example(text):
         due_parse(text, zone=PARIS)
 
 
+@pytest.mark.parametrize("text", ["9999-12-31T23:59:59Z", "9999-12-31T20:00-05:00", "9999-12-31T23:00"])
+def test_a_due_time_some_timezone_has_no_date_for_is_refused_as_out_of_range(text):
+    # Stored in UTC, it would be shown in the person's own timezone (/memories, the admin):
+    # east of UTC it is past the year 9999.
+    with pytest.raises(DueError, match="out of range"):
+        due_parse(text, zone=PARIS)
+
+
 # --- the remember tool ------------------------------------------------------------------
 
 
