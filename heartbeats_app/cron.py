@@ -37,6 +37,11 @@ ALIASES = {
 FIELDS = ("minute", "hour", "day_of_month", "month_of_year", "day_of_week")
 _LABELS = {"minute": "minute", "hour": "hour", "day_of_month": "day-of-month",
            "month_of_year": "month", "day_of_week": "day-of-week"}
+# What the columns an expression is stored in take: a beat's `cron`, and each field's in
+# django-celery-beat's CrontabSchedule (not imported: the settings parse a cron before the
+# apps are loaded; tests/heartbeats_app/test_services.py holds these to the models).
+EXPRESSION_MAX = 100
+FIELD_MAX = {"minute": 240, "hour": 96, "day_of_month": 124, "month_of_year": 64, "day_of_week": 64}
 # Long enough to find Feb 29 falling on a given weekday (a 28-year cycle).
 _LOOKAHEAD_DAYS = 366 * 29
 # Longer than any clock change there is (Troll's is two hours).
@@ -81,6 +86,9 @@ def cron_parse(expression: str) -> Cron:
             f"{text!r} has {len(parts)} field(s); a cron expression has five: "
             "minute hour day-of-month month day-of-week (e.g. '0 8 * * 1-5' for 08:00 on weekdays)"
         )
+    if len(text) > EXPRESSION_MAX:
+        raise CronError(f"{text[:40]!r}… is longer than {EXPRESSION_MAX} characters; "
+                        "write lists as ranges and steps (1-5, */15)")
     minute, hour, dom, month, dow = parts
     for name, value in zip(FIELDS, parts):
         if not _field_pattern(name).fullmatch(value.lower()):
@@ -90,6 +98,9 @@ def cron_parse(expression: str) -> Cron:
     values = {"minute": minute, "hour": hour, "day_of_month": dom, "month_of_year": month,
               "day_of_week": _sunday_as_zero(dow)}
     for name, value in values.items():
+        if len(value) > FIELD_MAX[name]:
+            raise CronError(f"{text!r}: the {_LABELS[name]} field is longer than {FIELD_MAX[name]} characters; "
+                            "write it as ranges and steps (1-5, */15)")
         try:
             crontab(**{name: value})
         except (ValueError, TypeError) as exc:

@@ -82,6 +82,9 @@ def test_a_failure_while_mirroring_leaves_both_the_beat_and_its_task_unchanged(w
     "changes, field",
     [
         ({"cron": "every day"}, "cron"),
+        # Longer than the beat's column (100), or a field than django-celery-beat's (64 a weekday's)
+        ({"cron": "0 8 1" + ",1" * 60 + " * *"}, "cron"),
+        ({"cron": "0 8 * * " + ",".join(["1-5"] * 20)}, "cron"),
         ({"cron": "0 8 * * *", "timezone": "Mars/Olympus"}, "timezone"),
         ({"timezone": "localtime"}, "timezone"),  # this server's clock, no zone of the tz database
         ({"timezone": "right/Europe/Paris"}, "timezone"),
@@ -99,6 +102,13 @@ def test_invalid_beats_are_refused_naming_the_field(world, changes, field):
         heartbeat_create(tenant=world.tenant_a, qor=world.qor_a, **args)
     assert raised.value.field == field
     assert not Heartbeat.objects.exists() and not PeriodicTask.objects.exists()
+
+
+def test_the_lengths_a_cron_is_held_to_are_those_its_columns_take():
+    from heartbeats_app.cron import EXPRESSION_MAX, FIELD_MAX, FIELDS
+
+    assert EXPRESSION_MAX == Heartbeat._meta.get_field("cron").max_length
+    assert FIELD_MAX == {name: CrontabSchedule._meta.get_field(name).max_length for name in FIELDS}
 
 
 def test_a_delivery_target_must_be_a_member_and_the_qor_of_the_tenant(world):
