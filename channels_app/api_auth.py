@@ -32,11 +32,16 @@ def json_methods(*methods: str) -> Callable[[Callable[..., HttpResponse]], Calla
     return wrap
 
 
+def page_json_route(path: str) -> bool:
+    """Whether `path` (below QORVEN_URL_PREFIX) is one of the pages' JSON endpoints: the
+    chat page's and the webchat's, whose refusals their scripts read as JSON."""
+    return path.startswith("/chat/api/") or (path.startswith("/webchat/") and path.endswith("/messages"))
+
+
 def csrf_failure(request: HttpRequest, reason: str = "") -> HttpResponse:
     """CSRF_FAILURE_VIEW: a JSON endpoint's refusal is JSON (the page's own calls read it);
     a form's is Django's page."""
-    path = request.path_info  # below QORVEN_URL_PREFIX
-    if path.startswith("/chat/api/") or (path.startswith("/webchat/") and path.endswith("/messages")):
+    if page_json_route(request.path_info):  # below QORVEN_URL_PREFIX
         return json_error(403, "the form's security token is missing or out of date: reload the page")
     from django.views.csrf import csrf_failure as page
 

@@ -104,6 +104,7 @@ MIDDLEWARE = [
     # First, so every answer gets them, the probes' included (qorven/runtime/security_headers.py).
     "qorven.runtime.security_headers.SecurityHeadersMiddleware",
     "qorven.health.ProbesMiddleware",  # first: probes come by IP, over plain HTTP
+    "channels_app.url_nul.NulInAddressMiddleware",  # before anything reads the address into a query
     "django.middleware.security.SecurityMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",

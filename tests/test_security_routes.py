@@ -215,6 +215,33 @@ def test_out_of_range_numbers_in_queries_are_a_4xx(as_alice, value):
         assert response.status_code == 400 or response.json()["messages"] == []
 
 
+def test_a_nul_in_an_address_is_a_400_on_every_route_and_logs_no_error(as_alice, caplog):
+    """PostgreSQL refuses NUL in text: a Qor, tenant or webchat key holding %00 failed the
+    lookup with a DataError (a 500) on the export, the chat page and the webchat's public
+    routes."""
+    client, token = as_alice
+    client.raise_request_exception = False
+    before = Stored.now()
+    paths = [*every_path(), "/webchat/wc%00x.js", "/webchat/wc%00x/frame", "/webchat/wc%00x/messages", "/chat/aria/",
+             "/admin/sessions_app/message/"]
+    with caplog.at_level(logging.ERROR):
+        for path in paths:
+            for query in ("", "?qor=%00", "?tenant=a%00b", "?q=a%00b&channel=web"):
+                if not query and "%00" not in path:
+                    continue
+                response = client.get(path + query, HTTP_AUTHORIZATION=f"Bearer {token}")
+                if path.lstrip("/") in ("healthz", "readyz", "metrics", "favicon.ico", ""):
+                    assert response.status_code < 500, (path + query, response.status_code)
+                    continue
+                assert_refused(response, path + query)
+                assert response.status_code == 400, (path + query, response.status_code)
+        assert client.post("/webchat/wc%00x/messages", data=json.dumps({"content": "hi"}),
+                           content_type="application/json").json() == {
+            "error": "the address holds a NUL character (%00), which nothing here takes"}
+    assert Stored.now() == before
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR], [r.getMessage() for r in caplog.records]
+
+
 def test_other_tenants_chat_and_webchat_are_not_found(as_alice):
     client, token = as_alice
     assert client.get("/chat/api/globex/aria/messages").status_code == 404
