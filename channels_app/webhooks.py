@@ -9,6 +9,7 @@ the messages of concurrent webhooks in one statement.
 from __future__ import annotations
 
 import logging
+import traceback
 from dataclasses import dataclass, field
 
 from django.http import HttpRequest, HttpResponse, JsonResponse
@@ -28,6 +29,9 @@ from .send_failures import deliveries_undelivered
 logger = logging.getLogger(__name__)
 
 OK = {"ok": True}  # the body of a webhook taken
+# What an adapter's reading of a well-signed payload raises where a field is not the shape
+# it expects (a dict's .get on a string, int() of a word).
+UNREADABLE = (AttributeError, KeyError, IndexError, TypeError, ValueError, OverflowError)
 
 
 @dataclass
@@ -62,14 +66,30 @@ def webhook_prepare(channel: str, request: HttpRequest) -> Prepared:
         binding = adapter.resolve(request)
         if not channel_enabled_cached(tenant=binding.tenant, channel=adapter.kind):
             return Prepared(JsonResponse({"error": f"the {channel} channel is switched off"}, status=404))
+    except (WebhookRejected, BodyRefused) as exc:
+        return _refused(channel, exc)
+    try:
         parsed = adapter.parse(request, binding)
-    except WebhookRejected as exc:
-        logger.info("%s webhook rejected: %s", channel, exc.detail or exc)
-        return Prepared(JsonResponse({"error": str(exc)}, status=exc.status))
-    except BodyRefused as exc:
-        logger.info("%s webhook body refused: %s", channel, exc)
-        return Prepared(JsonResponse({"error": str(exc)}, status=exc.status))
+    except (WebhookRejected, BodyRefused) as exc:
+        return _refused(channel, exc)
+    except UNREADABLE as exc:
+        # Well signed, but a field of another shape than the platform's documents give it
+        # (an event that is a string, a list of numbers): answered 200 as an unknown event
+        # is, so the platform stops sending it again; named by where it failed, never by
+        # what it holds (a person's message).
+        frame = traceback.extract_tb(exc.__traceback__)[-1]
+        logger.warning("%s webhook for binding %s ignored: a payload of a shape we do not read (%s at %s:%s)",
+                       channel, binding.pk, type(exc).__name__, frame.filename.rsplit("/", 1)[-1], frame.lineno)
+        return Prepared(None, binding)
     return Prepared(parsed.response, binding, list(parsed.messages), list(parsed.undelivered))
+
+
+def _refused(channel: str, exc: WebhookRejected | BodyRefused) -> Prepared:
+    if isinstance(exc, WebhookRejected):
+        logger.info("%s webhook rejected: %s", channel, exc.detail or exc)
+    else:
+        logger.info("%s webhook body refused: %s", channel, exc)
+    return Prepared(JsonResponse({"error": str(exc)}, status=exc.status))
 
 
 @csrf_exempt

@@ -4,6 +4,7 @@ from __future__ import annotations
 import base64
 import io
 import json
+import logging
 import time
 import zlib
 
@@ -61,6 +62,17 @@ def test_slack_url_verification_is_answered_after_the_signature_check(client, wo
     ok = post_slack(client, body)
     assert ok.status_code == 200 and ok.json() == {"challenge": body["challenge"]}
     assert post_slack(client, body, secret="wrong").status_code == 401
+
+
+@pytest.mark.parametrize("event", ["a message", 5, ["message"],
+                                   {"type": "message", "channel_type": "im", "user": "U0PRIYA", "text": "hi",
+                                    "ts": "1.1", "files": [{"id": "F1", "size": "large"}]}])
+def test_a_well_signed_slack_event_of_an_unknown_shape_is_ignored_with_200(client, world, slack, caplog, event):
+    body = {**slack_event("hi"), "event": event}
+    with caplog.at_level(logging.ERROR):
+        assert post_slack(client, body).json() == {"ok": True}  # Slack stops sending it again
+    assert not InboundEvent.objects.exists() and not Message.objects.exists()
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR]
 
 
 def test_a_slack_request_naming_no_app_is_refused_before_any_secret_is_tried_but_slacks_url_check(

@@ -1,6 +1,8 @@
 """Telegram and WhatsApp end to end: real payloads, verified, answered through the fake APIs."""
 from __future__ import annotations
 
+import logging
+
 import pytest
 from django.db import transaction
 
@@ -328,6 +330,21 @@ def test_whatsapp_status_callbacks_are_ignored_with_200(client, world, whatsapp,
     assert post_whatsapp(client, body).status_code == 200
     drain()
     assert not InboundEvent.objects.exists() and not platform.requests
+
+
+@pytest.mark.parametrize("value", [
+    {"messages": "x"}, {"messages": [5]}, {"messages": [{"from": "15550100", "id": "wamid.1", "type": "text",
+                                                         "text": "hi"}]},
+    {"contacts": "x"}, {"contacts": [5]}, {"contacts": [{"wa_id": "15550100", "profile": "Priya"}]},
+])
+def test_a_well_signed_whatsapp_notification_of_an_unknown_shape_is_ignored_with_200(client, world, whatsapp, caplog,
+                                                                                      value):
+    body = whatsapp_body("hello")
+    body["entry"][0]["changes"][0]["value"].update(value)
+    with caplog.at_level(logging.ERROR):
+        assert post_whatsapp(client, body).json() == {"ok": True}  # Meta stops sending it again
+    assert not InboundEvent.objects.exists() and not Message.objects.exists()
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR]
 
 
 def test_a_replayed_whatsapp_message_is_answered_once(client, world, whatsapp, platform, model_server, drain):
