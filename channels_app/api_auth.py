@@ -50,14 +50,20 @@ def csrf_failure(request: HttpRequest, reason: str = "") -> HttpResponse:
 
 API_PREFIX = "/v1/"
 SERVER_ERROR = "something went wrong on our side; try again later"
+# A page's script shows these as they are: a 400 there is a body Django could not read.
+PAGE_ERRORS = {400: "the request could not be read: reload the page and try again"}
 
 
 def api_error_handler(status: int, message: str, page: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]:
     """A handler404/400/403/500: under /v1/ the API's JSON error (a path that names
-    nothing, a host not allowed, a failure of ours), elsewhere Django's `page`."""
+    nothing, a host not allowed, a failure of ours), and the pages' JSON endpoints' (a
+    body Django could not read, a failure of ours), whose scripts read JSON; elsewhere
+    Django's `page`."""
     def handler(request: HttpRequest, exception: Exception | None = None) -> HttpResponse:
         if request.path_info.startswith(API_PREFIX):
             return json_error(status, message)
+        if page_json_route(request.path_info):
+            return json_error(status, PAGE_ERRORS.get(status, message))
         return page(request) if status == 500 else page(request, exception)
     return handler
 

@@ -242,6 +242,18 @@ def test_a_nul_in_an_address_is_a_400_on_every_route_and_logs_no_error(as_alice,
     assert not [r for r in caplog.records if r.levelno >= logging.ERROR], [r.getMessage() for r in caplog.records]
 
 
+def test_a_multipart_body_that_cannot_be_read_is_a_json_400_on_the_pages_json_endpoints(as_alice, world):
+    client, _ = as_alice
+    binding_create(tenant=world.tenant_a, qor=world.qor_a, kind="webchat",
+                   credentials={"key": "wc_acme", "secret": "s", "origins": "https://acme.example"})
+    for path in ("/chat/api/acme/aria/messages", "/webchat/wc_acme/messages"):
+        for content_type in ("multipart/form-data", "multipart/form-data; boundary="):
+            response = client.generic("POST", path, b"garbage", content_type=content_type)
+            assert response.status_code == 400, (path, response.status_code)
+            assert_refused(response, path)
+    assert not Message.objects.exists()
+
+
 def test_other_tenants_chat_and_webchat_are_not_found(as_alice):
     client, token = as_alice
     assert client.get("/chat/api/globex/aria/messages").status_code == 404
