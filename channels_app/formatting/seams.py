@@ -64,6 +64,9 @@ _BLOCK_START = re.compile(r"[ \t]{0,3}(?:#{1,6}(?:[ \t]|$)|>|[-+*](?:[ \t]|$)|\d
 _LINE_ALONE = re.compile(r"[ \t]{0,3}(?:(?:`{3,}|~{3,}).*|(?:[-*_][ \t]*){3,}|=+|-+|[-+*]|\d{1,9}[.)]|#{1,6})")
 # A line's start (within quotes and list items) that opens a code block with backticks.
 _FENCE_CUT = re.compile(r"[ \t]*(?:(?:>|[-+*]|\d{1,9}[.)])[ \t]*)*(`{3,})[^`]*\Z")
+# A line that is a rule, whatever its indent (a cut that might make one is left for another).
+_RULE = re.compile(r"[ \t]*(?:[-*_][ \t]*){3,}")
+_LEADING_MARKER = re.compile(r"[ \t]*(?:>|[-+*]|\d{1,9}[.)])[ \t]*")  # one of a line's quote or item markers
 _HEADING_END = re.compile(r"(?:^|[ \t])#+\Z")
 _QUOTED = re.compile(r"(?:[ \t]*>[ \t]?)*")  # a line's quotes' markers
 _RUNS = "*_~`"
@@ -281,13 +284,25 @@ class MarkdownSeams(MarkdownLayout):
     def _ends_alone(self, at: int, inside: list[Region]) -> bool:
         """Whether the line's text up to a cut at `at` inside it, alone, would read as a fence
         or a rule — from where the piece begins, when a cut before began it inside the line;
-        but not backticks the piece's inline code is closed after: with a backtick, no fence."""
+        but not backticks the piece's inline code is closed after: with a backtick, no fence.
+        A list item's line is read from each of its markers too: "* **" is a rule, its text
+        "**" none, and so is "1.  * **" in the ordered item's."""
         begins = self._line_text(at)
         if self._start > begins:  # the piece begins inside the line, after a cut
             place = self._place(at)
             if place and place[0].items:
                 return False  # a list item's piece begins with its "…": no rule, no fence
             begins = self._start
+        line = self.starts[bisect_right(self.starts, at) - 1]
+        if self._start <= line < begins:
+            marker, ink = _QUOTED.match(self.text, line).end(), self._ink_before(at)
+            while marker < begins:
+                if _RULE.fullmatch(self.text, marker, ink):
+                    return True
+                found = _LEADING_MARKER.match(self.text, marker, begins)
+                if found is None or found.end() == marker:
+                    break
+                marker = found.end()
         alone = _LINE_ALONE.fullmatch(self.text, begins, self._ink_before(at))
         if not alone or not alone.group().lstrip().startswith("`"):
             return bool(alone)

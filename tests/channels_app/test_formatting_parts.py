@@ -78,6 +78,10 @@ RULE_BEGINNING_A_PART = "``" + "a" * 24 + "  ****\n`"
 # Cut where no space is, just after the first "*" of "***": alone in its part, it read as an empty list
 # item ("•"), the star lost.
 MARKER_ALONE = "*** `````````````"
+# A list item cut after its first "**": its text alone ("**") is no rule, but the piece's line, its "*"
+# marker with it ("* **"), is one, and the part read "———".
+ITEM_READ_AS_A_RULE = "* ** ** ** ](https://example.com/?a=1&b=2)"
+NESTED_ITEM_READ_AS_A_RULE = "1.  * ** ** ](https://example.com/?a=1&b=2)"  # "* **" in the ordered item's
 # A rule's characters cut off from the start of their line by a cut before: the line's text read from its
 # start was no rule, but the piece "__ __" begun after the cut read as one ("———").
 RULE_AFTER_A_CUT = "__ __ alpha é __ __ " + "x" * 26
@@ -356,6 +360,8 @@ _TABLE_WRITTEN = re.compile(r"a\|b|\||[ab]:")
 @example(BOLD_CUT_BEFORE_A_LINE_BREAK, 16)
 @example(RULE_BEGINNING_A_PART, 16)
 @example(MARKER_ALONE, 16)
+@example(ITEM_READ_AS_A_RULE, 40)
+@example(NESTED_ITEM_READ_AS_A_RULE, 40)
 @example("| a | b |\n|---|---|\n" + "| word x | é |\n" * 8 + "> | a | b |\n> |---|---|\n" + "> | **x** | word |\n" * 8, 40)
 @example("| a | b |\n|---|---|\n| " + "word " * 12 + "| x |\n| é | x |", 40)  # a row wider than a part
 def test_whatever_the_model_wrote_its_telegram_parts_show_the_text_it_shows_whole(text, limit):
