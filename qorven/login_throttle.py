@@ -5,61 +5,111 @@ client address (QORVEN_CLIENT_IP_HEADER behind a proxy, as for the webchat limit
 QORVEN_LOGIN_FAILURES_PER_USER or QORVEN_LOGIN_FAILURES_PER_ADDRESS, the form answers
 429 "Too many failed sign-ins. Try again in N minutes." without checking the password,
 until the window ends — the right password included, so guessing gains nothing.
+
+A lock per username alone would let anyone lock a known person out, again and again, by
+failing as them. So, as OWASP's "device cookies" have it, a browser that signs in gets a
+signed, long-lived cookie naming who signed in (`DEVICE_COOKIE`). An attempt carrying a
+valid one for the username tried is not held by that username's count: its failures are
+counted, and limited at the same rate, per device cookie instead — a stolen cookie still
+cannot guess without limit, and its failures do not lock its owner out elsewhere. The
+per-address limit holds for every attempt.
 """
 from __future__ import annotations
 
 import math
+import secrets
 from collections.abc import Callable
 from functools import wraps
 
 from django.conf import settings
+from django.core import signing
 from django.http import HttpRequest, HttpResponse
 from django.template.response import TemplateResponse
 from django_ratelimit.core import get_usage
 
+DEVICE_COOKIE = "qorven_device"
+# Long enough that a person who signs in now and then keeps it; each sign-in renews it.
+DEVICE_COOKIE_AGE = 365 * 24 * 3600
+_DEVICE_SALT = "qorven.login_throttle.device"
+
+
+def _tried(request: HttpRequest) -> str:
+    return request.POST.get("username", "").strip().lower()
+
 
 def _username(group: str, request: HttpRequest) -> str:
-    return "user:" + request.POST.get("username", "").strip().lower()
+    return "user:" + _tried(request)
 
 
-def _limits() -> list[tuple[str, object, str]]:
-    return [
-        ("login.user", _username, settings.QORVEN_LOGIN_FAILURES_PER_USER),
-        ("login.address", "ip", settings.QORVEN_LOGIN_FAILURES_PER_ADDRESS),
-    ]
+def _device(request: HttpRequest) -> str | None:
+    """The id of this browser's device cookie when it names the username tried, else None
+    (none, forged, expired, or another person's)."""
+    value = request.COOKIES.get(DEVICE_COOKIE)
+    if not value:
+        return None
+    try:
+        device = signing.loads(value, salt=_DEVICE_SALT, max_age=DEVICE_COOKIE_AGE)
+    except signing.BadSignature:
+        return None
+    if not isinstance(device, dict) or device.get("user") != _tried(request) or not _tried(request):
+        return None
+    return str(device.get("device"))
 
 
-def _wait(request: HttpRequest) -> float | None:
+def _limits(request: HttpRequest) -> list[tuple[str, object, str]]:
+    device = _device(request)
+    if device is None:
+        first: tuple[str, object, str] = ("login.user", _username, settings.QORVEN_LOGIN_FAILURES_PER_USER)
+    else:
+        first = ("login.device", lambda group, request: "device:" + device, settings.QORVEN_LOGIN_FAILURES_PER_USER)
+    return [first, ("login.address", "ip", settings.QORVEN_LOGIN_FAILURES_PER_ADDRESS)]
+
+
+def _wait(request: HttpRequest, limits: list[tuple[str, object, str]]) -> float | None:
     """Seconds until sign-in is open again for this request, or None when it is."""
     waits = []
-    for group, key, rate in _limits():
+    for group, key, rate in limits:
         usage = get_usage(request, group=group, key=key, rate=rate, method="POST", increment=False)
         if usage is not None and usage["count"] >= usage["limit"]:
             waits.append(usage["time_left"])
     return max(waits) if waits else None
 
 
-def _count_failure(request: HttpRequest) -> None:
-    for group, key, rate in _limits():
+def _count_failure(request: HttpRequest, limits: list[tuple[str, object, str]]) -> None:
+    for group, key, rate in limits:
         get_usage(request, group=group, key=key, rate=rate, method="POST", increment=True)
 
 
+def _remember_device(request: HttpRequest, response: HttpResponse) -> None:
+    """Give the browser that just signed in a device cookie naming who it signed in as."""
+    value = signing.dumps({"user": request.user.get_username().strip().lower(), "device": secrets.token_urlsafe(16)},
+                          salt=_DEVICE_SALT)
+    response.set_cookie(DEVICE_COOKIE, value, max_age=DEVICE_COOKIE_AGE, path=settings.SESSION_COOKIE_PATH,
+                        domain=settings.SESSION_COOKIE_DOMAIN, httponly=True, samesite="Lax",
+                        secure=settings.SESSION_COOKIE_SECURE or request.is_secure())
+
+
 def login_throttled(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]:
-    """Wrap a Django login view: refuse while throttled, count each failed POST."""
+    """Wrap a Django login view: refuse while throttled, count each failed POST, give a
+    browser that signs in its device cookie."""
 
     @wraps(view)
     def wrapper(request: HttpRequest, *args, **kwargs) -> HttpResponse:
         if request.method != "POST":
             return view(request, *args, **kwargs)
-        wait = _wait(request)
+        limits = _limits(request)
+        wait = _wait(request, limits)
         if wait is not None:
             minutes = max(1, math.ceil(wait / 60))
             response = TemplateResponse(request, "registration/throttled.html", {"minutes": minutes}, status=429)
             response["Retry-After"] = str(max(1, int(wait)))
             return response
+        signed_in_before = request.user.is_authenticated
         response = view(request, *args, **kwargs)
         if response.status_code == 200:  # the form came back: the sign-in failed
-            _count_failure(request)
+            _count_failure(request, limits)
+        elif not signed_in_before and request.user.is_authenticated:  # signed in just now
+            _remember_device(request, response)
         return response
 
     return wrapper

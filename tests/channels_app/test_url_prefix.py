@@ -61,6 +61,7 @@ def test_signing_in_under_the_prefix_redirects_within_it_to_the_chat(world, url_
                                                  "next": "/qorven/chat/"})
     assert signed_in.status_code == 302 and signed_in["Location"] == "/qorven/chat/"
     assert signed_in.cookies["sessionid"]["path"] == "/qorven/"  # not sent to the host's other sites
+    assert signed_in.cookies["qorven_device"]["path"] == "/qorven/"
     assert client.get("/chat/")["Location"] == "/qorven/chat/aria/"
     # Without a `next`, the sign-in lands on the chat under the prefix too.
     other = prefixed()

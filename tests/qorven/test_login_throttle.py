@@ -7,6 +7,8 @@ from __future__ import annotations
 import uuid
 
 import pytest
+from django.core import signing
+from django.test import Client
 
 from ..factories.tenancy import UserFactory
 
@@ -69,3 +71,78 @@ def test_successful_sign_ins_are_not_counted(client, settings, address):
     for _ in range(4):
         assert sign_in(client, "/accounts/login/", regular.username, PASSWORD, address).status_code == 302
         client.post("/accounts/logout/")
+
+
+# A browser that has signed in as someone carries a signed device cookie naming them
+# (OWASP's "device cookies"): failures others cause on that username do not lock it out,
+# and its own failures are limited on their own count.
+
+def signed_in_browser(user, address):
+    """A browser that has signed in as `user` once (and signed out): it keeps its device cookie."""
+    browser = Client()
+    assert sign_in(browser, "/accounts/login/", user.username, PASSWORD, address).status_code == 302
+    browser.post("/accounts/logout/")
+    assert "_auth_user_id" not in browser.session
+    return browser
+
+
+def lock_out(username, url="/accounts/login/", failures=5):
+    attacker = Client()
+    for n in range(failures):
+        assert sign_in(attacker, url, username, "wrong-guess", f"203.0.113.{n + 1}").status_code == 200
+    return attacker
+
+
+@pytest.mark.parametrize("url", ["/accounts/login/", "/admin/login/"])
+def test_a_user_locked_out_by_others_still_signs_in_from_a_browser_that_signed_in_before(
+    settings, url, address
+):
+    settings.QORVEN_LOGIN_FAILURES_PER_USER = "5/15m"
+    bob = person(is_staff=True)
+    browser = signed_in_browser(bob, address)
+    attacker = lock_out(bob.username, url)
+    assert sign_in(attacker, url, bob.username, PASSWORD, "203.0.113.50").status_code == 429
+    assert sign_in(Client(), url, bob.username, PASSWORD, address).status_code == 429  # a new browser waits
+    assert sign_in(browser, url, bob.username, PASSWORD, address).status_code == 302
+    assert int(browser.session["_auth_user_id"]) == bob.pk
+
+
+def test_the_device_cookie_is_signed_http_only_same_site_and_secure_over_https(client, settings, address):
+    bob = person()
+    response = client.post("/accounts/login/", {"username": bob.username, "password": PASSWORD},
+                           REMOTE_ADDR=address, secure=True)
+    assert response.status_code == 302
+    cookie = response.cookies["qorven_device"]
+    assert cookie["httponly"] and cookie["secure"] and cookie["samesite"] == "Lax"
+    assert int(cookie["max-age"]) >= 30 * 24 * 3600
+    assert signing.loads(cookie.value, salt="qorven.login_throttle.device")["user"] == bob.username.lower()
+    client.post("/accounts/logout/")
+    wrong = client.post("/accounts/login/", {"username": bob.username, "password": "nope"}, REMOTE_ADDR=address)
+    assert "qorven_device" not in wrong.cookies  # a failure issues none
+
+
+def test_a_forged_device_cookie_or_another_users_gives_no_exemption(settings, address):
+    settings.QORVEN_LOGIN_FAILURES_PER_USER = "5/15m"
+    bob, alice = person(), person()
+    alices_browser = signed_in_browser(alice, address)
+    lock_out(bob.username)
+    assert sign_in(alices_browser, "/accounts/login/", bob.username, PASSWORD, address).status_code == 429
+    forged = Client()
+    genuine = alices_browser.cookies["qorven_device"].value
+    unsigned = signing.dumps({"user": bob.username.lower(), "device": "mine"}, key="not-the-secret",
+                             salt="qorven.login_throttle.device")
+    for value in (unsigned, bob.username, genuine + "x", genuine[:-1], ""):
+        forged.cookies["qorven_device"] = value
+        assert sign_in(forged, "/accounts/login/", bob.username, PASSWORD, address).status_code == 429
+
+
+def test_failures_with_a_device_cookie_are_limited_on_their_own(settings, address):
+    settings.QORVEN_LOGIN_FAILURES_PER_USER = "3/15m"
+    bob = person()
+    browser = signed_in_browser(bob, address)
+    for _ in range(3):
+        assert sign_in(browser, "/accounts/login/", bob.username, "wrong", address).status_code == 200
+    refused = sign_in(browser, "/accounts/login/", bob.username, PASSWORD, address)
+    assert refused.status_code == 429 and "Too many failed sign-ins" in refused.content.decode()
+    # Counted for that cookie, not for the username: a browser without one may still try.
+    assert sign_in(Client(), "/accounts/login/", bob.username, PASSWORD, "192.0.2.8").status_code == 302
