@@ -8,6 +8,11 @@ well under one. Webhooks are the busiest path there is and need none of that mac
 `POST /v1/webhooks/<channel>` itself and hands every other request to Django:
 
 - the body is read on the event loop, bounded by QORVEN_MAX_BODY (413 past it);
+- what waits to be stored is bounded (MAX_WAITING webhooks, MAX_WAITING_BYTES of bodies):
+  past it — a database slow or away, a flood faster than it — a webhook is answered 503
+  with Retry-After at once, its body not read if its Content-Length does not fit, instead
+  of piling up in the server's memory; nothing of it is stored and the platform delivers
+  it again. One warning says when a burst of them starts, one line when it ends;
 - one long-lived thread (`GroupCommit`) takes the webhooks waiting, prepares each exactly
   as Django's view does (channels_app.webhooks.webhook_prepare: signature, binding,
   channel switch, parse; the Host header checked against ALLOWED_HOSTS), stores the
@@ -57,6 +62,16 @@ PATH = re.compile(r"^/v1/webhooks/([-a-zA-Z0-9_]+)$")
 MAX_BATCH = 200  # webhooks stored in one statement at most
 MAX_PUBLISHES_WAITING = 1000  # batches whose tasks wait for the publishing thread, at most
 RETRY_EVERY = 1.0  # seconds between tries of the publishes a broker refused
+# Webhooks (and bytes of their bodies) taken and not yet answered, at most, per server
+# process. One process stores ~2,500 webhooks a second at its peak (docs/performance.md):
+# 5,000 is two seconds of that, more than a healthy database ever leaves waiting, and a
+# webhook waiting longer nears the platforms' own timeouts (Slack's is three seconds),
+# after which they deliver it again anyway. Webhooks are small (a few KB); the bytes bound
+# is for large bodies (up to QORVEN_MAX_BODY each): 64 of 1 MB. Either way the memory a
+# backlog holds stays in the tens of MB.
+MAX_WAITING = 5000
+MAX_WAITING_BYTES = 64 * 1024 * 1024
+BUSY_RETRY_AFTER = 5  # seconds: about what such a backlog takes to be stored
 
 
 @dataclass(frozen=True)
@@ -81,6 +96,15 @@ class Answer:
 _OK = Answer.of(JsonResponse(OK))  # the answer of (almost) every webhook, encoded once
 
 
+def _busy() -> Answer:
+    response = JsonResponse({"error": "too many webhooks waiting to be stored; deliver it again"}, status=503)
+    response["Retry-After"] = str(BUSY_RETRY_AFTER)
+    return Answer.of(response)
+
+
+_BUSY = _busy()
+
+
 @dataclass
 class _Job:
     channel: str
@@ -101,13 +125,61 @@ class GroupCommit:
         self._lock = threading.Lock()
         self._publishing = 0  # batches handed to the publishing thread and not yet published
         self._published = threading.Condition()
+        self._counting = threading.Lock()
+        self._waiting = 0  # webhooks taken and not yet answered
+        self._waiting_bytes = 0  # the sizes of their bodies
+        self._refused = 0  # webhooks refused in the current burst (0: none is going on)
 
-    def submit(self, channel: str, scope: dict[str, Any], body: bytes) -> asyncio.Future[Answer]:
+    def waiting(self) -> tuple[int, int]:
+        """(webhooks, bytes of their bodies) taken and not yet answered."""
+        return self._waiting, self._waiting_bytes
+
+    def admits(self, size: int) -> bool:
+        """Whether a webhook of `size` bytes would be taken now (a glance: `submit` decides)."""
+        return self._fits(size)
+
+    def _fits(self, size: int) -> bool:
+        # An empty queue takes any body QORVEN_MAX_BODY lets through, however it is set.
+        return self._waiting == 0 or (self._waiting < MAX_WAITING and self._waiting_bytes + size <= MAX_WAITING_BYTES)
+
+    def submit(self, channel: str, scope: dict[str, Any], body: bytes) -> asyncio.Future[Answer] | None:
+        """Take a webhook to be stored: the future of its answer, or None (counted as
+        refused) when too many are waiting already."""
+        with self._counting:
+            taken = self._fits(len(body))
+            if taken:
+                self._waiting += 1
+                self._waiting_bytes += len(body)
+        if not taken:
+            self.refuse()
+            return None
         loop = asyncio.get_running_loop()
         future: asyncio.Future[Answer] = loop.create_future()
         self._start()
         self._jobs.put(_Job(channel, scope, body, loop, future))
         return future
+
+    def refuse(self) -> None:
+        """Count a webhook refused: one warning when a burst of them starts, not one each."""
+        with self._counting:
+            self._refused += 1
+            starts = self._refused == 1
+        if starts:
+            logger.warning("webhooks are answered 503 (the platforms deliver them again): %d (%d bytes) are"
+                           " waiting to be stored already — the database is slow or away, or more arrive"
+                           " than it takes", self._waiting, self._waiting_bytes)
+
+    def _answered(self, jobs: list[_Job]) -> None:
+        with self._counting:
+            self._waiting -= len(jobs)
+            self._waiting_bytes -= sum(len(job.body) for job in jobs)
+            # The burst ends once the backlog is down to half: not a pair of lines per webhook at the edge.
+            ended = self._refused if self._refused and self._waiting <= MAX_WAITING // 2 and \
+                self._waiting_bytes <= MAX_WAITING_BYTES // 2 else 0
+            if ended:
+                self._refused = 0
+        if ended:
+            logger.warning("webhooks are taken again: %d were answered 503 meanwhile", ended)
 
     def _start(self) -> None:
         if self._thread is not None and self._thread.is_alive():
@@ -143,6 +215,7 @@ class GroupCommit:
             if held:
                 with self._published:  # counted before the answers: a flush after them waits for these
                     self._publishing += 1
+            self._answered(jobs)
             for job, answer in zip(jobs, answers):
                 job.loop.call_soon_threadsafe(_resolve, job.future, answer)
             if held:
@@ -269,24 +342,36 @@ class WebhookIngest:
         match = PATH.match(app_path(scope)) if scope["type"] == "http" and scope.get("method") == "POST" else None
         if match is None:
             return await self.app(scope, receive, send)
-        body = await _read_body(scope, receive, settings.QORVEN_MAX_BODY)
-        if body is None:
+        length = _content_length(scope)
+        if not group_commit.admits(length):  # refused before its body is read
+            group_commit.refuse()
+            answer = _BUSY
+        elif (body := await _read_body(receive, settings.QORVEN_MAX_BODY, length)) is None:
             answer = Answer.error(413, f"the body is larger than {settings.QORVEN_MAX_BODY} bytes")
+        elif (future := group_commit.submit(match.group(1), scope, body)) is None:
+            answer = _BUSY
         else:
-            answer = await group_commit.submit(match.group(1), scope, body)
+            answer = await future
         await send({"type": "http.response.start", "status": answer.status, "headers": answer.headers})
         await send({"type": "http.response.body", "body": answer.body})
 
 
-async def _read_body(scope: dict[str, Any], receive: Any, limit: int) -> bytes | None:
-    """The request's body, or None once it is larger than `limit` (read no further)."""
+def _content_length(scope: dict[str, Any]) -> int:
+    """The body's size its Content-Length gives, 0 without one (or a wrong one)."""
     for name, value in scope.get("headers", ()):
         if name == b"content-length":
             try:
-                if int(value) > limit:
-                    return None
+                return max(0, int(value))
             except ValueError:
-                pass
+                return 0
+    return 0
+
+
+async def _read_body(receive: Any, limit: int, length: int) -> bytes | None:
+    """The request's body, or None once it is larger than `limit` (read no further);
+    `length` is what its Content-Length says."""
+    if length > limit:
+        return None
     chunks, size = [], 0
     while True:
         message = await receive()

@@ -318,3 +318,111 @@ def test_a_challenge_and_a_form_encoded_webhook_are_answered_as_through_django(w
     assert InboundEvent.objects.get().external_id == "SM1"
     drain()  # (a processed event keeps no text: the conversation has it)
     assert list(Message.objects.filter(role="user").values_list("content", flat=True)) == ["hi by sms"]
+
+
+def posting(*requests: tuple[str, bytes, dict[str, str]]) -> tuple[threading.Thread, list[httpx.Response]]:
+    """asgi_post on a thread of its own, started: (the thread, the answers once it ends)."""
+    answers: list[httpx.Response] = []
+    thread = threading.Thread(target=lambda: answers.extend(asgi_post(*requests)))
+    thread.start()
+    return thread, answers
+
+
+@pytest.fixture
+def storing_held(monkeypatch):
+    """The storing thread held at its INSERT (a database that does not answer) until set."""
+    from channels_app import webhook_ingest
+
+    release, store = threading.Event(), webhook_ingest.inbound_store
+
+    def held(**kwargs):
+        release.wait(30)
+        return store(**kwargs)
+
+    monkeypatch.setattr(webhook_ingest, "inbound_store", held)
+    yield release
+    release.set()
+
+
+def waiting_reaches(count: int) -> None:
+    deadline = time.monotonic() + 10
+    while group_commit.waiting()[0] < count:
+        assert time.monotonic() < deadline, f"{group_commit.waiting()} waiting, not {count}"
+        time.sleep(0.01)
+
+
+def test_past_the_webhooks_waiting_to_be_stored_more_are_answered_503_at_once_and_nothing_is_lost(
+    world, telegram, platform, model_server, drain, storing_held, monkeypatch
+):
+    """A database that is slow or away (or a flood faster than it) no longer piles the
+    waiting bodies up in the server's memory without bound: past MAX_WAITING webhooks
+    waiting to be stored, more are refused with a 503 and Retry-After at once (the
+    platforms deliver them again), with one warning for the burst; every one taken is
+    stored once the database answers."""
+    import logging
+
+    from channels_app import webhook_ingest
+    from qorven.asgi import application  # noqa: F401 (Django set up as the server has it, its logging too)
+
+    class Kept(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            logged.append(record)
+
+    logged: list[logging.LogRecord] = []
+    kept = Kept(logging.WARNING)
+    logging.getLogger("channels_app.webhook_ingest").addHandler(kept)
+    pair(world, "telegram", "42", world.alice)
+    model_server.default = reply("ok")
+    monkeypatch.setattr(webhook_ingest, "MAX_WAITING", 5)
+    taken, taken_answers = posting(*(tg(telegram_update(f"taken {i}", message_id=800 + i)) for i in range(5)))
+    try:
+        waiting_reaches(5)
+        refused, refused_answers = posting(*(tg(telegram_update(f"refused {i}", message_id=900 + i))
+                                             for i in range(4)))
+        refused.join(10)
+        assert not refused.is_alive(), "the webhooks past the limit waited with the others"
+        assert [r.status_code for r in refused_answers] == [503] * 4
+        assert all(1 <= int(r.headers["retry-after"]) <= 60 and "error" in r.json() for r in refused_answers)
+        assert [r.getMessage().split(":")[0] for r in logged] == [
+            "webhooks are answered 503 (the platforms deliver them again)"]  # once for the burst
+    finally:
+        storing_held.set()
+        taken.join(30)
+        logging.getLogger("channels_app.webhook_ingest").removeHandler(kept)
+    assert [r.status_code for r in taken_answers] == [200] * 5
+    stored = sorted(InboundEvent.objects.values_list("external_id", flat=True))
+    assert [x.rpartition(":")[2] for x in stored] == [str(800 + i) for i in range(5)]
+    waiting_reaches(0)
+    assert group_commit.waiting() == (0, 0)
+    (again,) = asgi_post(tg(telegram_update("after the burst", message_id=999)))
+    assert again.status_code == 200
+    assert [r.getMessage() for r in logged][1:] == ["webhooks are taken again: 4 were answered 503 meanwhile"]
+    drain()
+    assert InboundEvent.objects.count() == 6
+
+
+def test_past_the_bytes_waiting_to_be_stored_a_webhook_that_does_not_fit_is_answered_503_one_that_fits_is_taken(
+    world, telegram, platform, model_server, drain, storing_held, monkeypatch
+):
+    from channels_app import webhook_ingest
+
+    pair(world, "telegram", "42", world.alice)
+    model_server.default = reply("ok")
+    first = tg(telegram_update("a long one " + "x" * 4000, message_id=1001))
+    monkeypatch.setattr(webhook_ingest, "MAX_WAITING_BYTES", len(first[1]) + 1000)
+    taken, taken_answers = posting(first)
+    try:
+        waiting_reaches(1)
+        refused, refused_answers = posting(tg(telegram_update("y" * 2000, message_id=1002)))
+        refused.join(10)
+        assert not refused.is_alive(), "the webhook past the limit waited with the others"
+        small, small_answers = posting(tg(telegram_update("short", message_id=1003)))  # fits beside it
+        assert [r.status_code for r in refused_answers] == [503]
+    finally:
+        storing_held.set()
+        taken.join(30)
+        small.join(30)
+    assert [r.status_code for r in taken_answers + small_answers] == [200, 200]
+    drain()
+    assert sorted(x.rpartition(":")[2] for x in InboundEvent.objects.values_list("external_id", flat=True)) == [
+        "1001", "1003"]
