@@ -23,10 +23,12 @@ from qorven.llm import (
     ModelRoute,
     ProviderUnavailable,
     Restart,
+    WaitingForSlot,
     provider_for_role,
     route_for,
 )
 from qorven.runtime.publisher import broadcast_soon
+from qorven.runtime.route_slots import slot_ticket
 from sessions_app.errors import SenderLeft, WorkspaceSuspended
 from sessions_app.models import Message, Session
 from sessions_app.services import message_answer_attempted
@@ -78,6 +80,7 @@ class AnswerStep(Enum):
     ANSWERED = "answered"  # the message got its reply
     FAILED = "failed"  # it will not be answered: one notice says why, and the turn goes on
     RETRY = "retry"  # a transient failure: it stays pending and the task comes back later
+    WAITING = "waiting"  # for a slot of its capped route: the same, with no try used up
     ROTATED = "rotated"  # manual compaction moved the conversation to a fresh session
     ROTATED_ON_OVERFLOW = "rotated_on_overflow"  # the same, after a context-length error
 
@@ -188,11 +191,14 @@ def answer_message(session: Session, pending: Message, owner: str, *, overflowed
     uncompacted = False  # manual mode could not compact to make room
     for attempt in range(1 if overflowed else 0, 2):
         try:
-            completion = tool_loop(
-                provider=provider, messages=prompt.messages, spend=Spend(session.tenant, qor, "main"),
-                offered=offered, ctx=ctx, session=session, channel=channel, metadata={"reply_to": pending.seq},
-                on_token=on_token, after_call=after_call, rights=rights,
-            )
+            # A capped route's slot is waited for on the worker's timer, as this message:
+            # its every try looks for the same place in the queue.
+            with slot_ticket(f"message:{pending.pk}"):
+                completion = tool_loop(
+                    provider=provider, messages=prompt.messages, spend=Spend(session.tenant, qor, "main"),
+                    offered=offered, ctx=ctx, session=session, channel=channel, metadata={"reply_to": pending.seq},
+                    on_token=on_token, after_call=after_call, rights=rights,
+                )
         except TurnStopped:
             # What was written so far is the answer, marked as stopped; nothing is retried.
             # It is what the person was shown, also from a model seen writing its reasoning
@@ -222,6 +228,12 @@ def answer_message(session: Session, pending: Message, owner: str, *, overflowed
             prompt = turn_prompt(session=session, qor=qor, pending=pending, offered=offered, route=route,
                                  trust=trust, reserve=reserve, skills=skills)
             continue
+        except WaitingForSlot as exc:
+            # Not a failure: no try is used up. The message keeps its place in the route's
+            # queue and the task comes back for it; past QORVEN_MODEL_DEADLINE of waiting,
+            # the call fails as the model being unavailable (below).
+            restart()
+            return AnswerResult(AnswerStep.WAITING, retry_after=exc.retry_after)
         except ProviderUnavailable as exc:
             tries = message_answer_attempted(message=pending)
             if exc.retry_after is not None and exc.retry_after > LONGEST_ANSWER_WAIT:

@@ -115,7 +115,7 @@ def turn_process(*, tenant_id: int, session_id: int) -> TurnOutcome:
                     metrics.turns.labels(result.step.value).inc()
                     metrics.turn_seconds.observe(time.perf_counter() - started)
                 overflowed = result.step is AnswerStep.ROTATED_ON_OVERFLOW
-                if result.step is AnswerStep.RETRY:
+                if result.step in (AnswerStep.RETRY, AnswerStep.WAITING):
                     outcome.retry_after = result.retry_after
                     break
                 if result.step is AnswerStep.FAILED:

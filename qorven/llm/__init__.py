@@ -1,7 +1,7 @@
 """Model providers behind one small interface; the only package that imports `openai`."""
 from __future__ import annotations
 
-from .errors import ContextLengthExceeded, ModelError, ModelRefused, ProviderUnavailable
+from .errors import ContextLengthExceeded, ModelError, ModelRefused, ProviderUnavailable, WaitingForSlot
 from .provider import Completion, Provider, Restart, ToolCall, Usage, object_text
 from .routes import ModelRoute, provider_for, provider_for_role, route_for, routes_for, sdk_load
 
@@ -17,6 +17,7 @@ __all__ = [
     "Restart",
     "ToolCall",
     "Usage",
+    "WaitingForSlot",
     "provider_for",
     "provider_for_role",
     "route_for",

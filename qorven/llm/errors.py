@@ -7,6 +7,8 @@
   an invalid request), the key or model is wrong, the provider's quota is spent. The same
   request will fail the same way.
 - `ContextLengthExceeded` (permanent unless the prompt shrinks): the prompt did not fit.
+- `WaitingForSlot` (not a failure): a call made for a worker's task found every slot of
+  its capped server taken; it keeps its place in the queue, and its task comes back.
 
 Each carries `kind`, which picks the notice a person reads (qorven.agent.notices), and
 `detail`: the provider's own words, for the log and the admin only — never for a surface.
@@ -64,3 +66,13 @@ class ContextLengthExceeded(ModelError):
     """The prompt did not fit the model's context window."""
 
     kind = "too_long"
+
+
+class WaitingForSlot(ModelError):
+    """Every slot of the route's capped server is taken, and the call was made for a
+    worker's task (qorven.runtime.route_slots.slot_ticket): it ends without asking, its
+    place in the queue kept, and the task comes back after `retry_after` seconds. Not a
+    failure: no try is counted for it, and a route is not failed over or cooled down."""
+
+    kind = "waiting"
+    transient = True

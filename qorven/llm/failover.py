@@ -15,6 +15,9 @@ with REDIS_URL), so every process skips a route any of them found down. A route 
 failed after part of its answer was streamed is not replaced: the person reads that answer
 already.
 
+A route whose capped server has no slot free for a worker's task (WaitingForSlot) is not
+a failure: it is neither cooled down nor passed over, and the task comes back for it.
+
 When every route is cooling, the call fails as ProviderUnavailable with the wait until the
 first one is tried again: the turn is retried then, as for any transient failure.
 """

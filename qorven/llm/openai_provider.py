@@ -21,10 +21,10 @@ import openai
 from openai.types.chat import ChatCompletion
 
 from qorven.runtime.outbound import address_refusal
-from qorven.runtime.route_slots import SlotTimeout, route_slot
+from qorven.runtime.route_slots import SlotTimeout, SlotWait, route_slot
 
 from .answer_stream import AnswerStream, answer_read
-from .errors import ContextLengthExceeded, ModelError, ModelRefused, ProviderUnavailable
+from .errors import ContextLengthExceeded, ModelError, ModelRefused, ProviderUnavailable, WaitingForSlot
 from .provider import Completion, TokenCallback
 
 logger = logging.getLogger(__name__)
@@ -110,10 +110,14 @@ class OpenAIProvider:
         on_token: TokenCallback | None = None,
     ) -> Completion:
         try:
-            # A call past the server's cap waits its turn, at most as long as a call may run.
+            # A call past the server's cap waits its turn, at most as long as a call may run
+            # (from its first look): a worker's task on the worker's timer (WaitingForSlot).
             with route_slot(base_url=self.base_url, cap=self._cap, wait=self._deadline,
                             lease=self._deadline + self._timeout):
                 return self._complete(messages=messages, tools=tools, on_token=on_token)
+        except SlotWait as waiting:
+            raise WaitingForSlot("every slot of the model server is taken", model=self.model,
+                                 retry_after=waiting.after) from None
         except SlotTimeout as exc:
             raise ProviderUnavailable(f"every slot of the model server stayed busy: {exc}", kind="rate_limited",
                                       model=self.model) from None

@@ -3,6 +3,7 @@ worker found rate-limited is skipped by another worker while it cools down."""
 from __future__ import annotations
 
 import json
+import time
 
 import pytest
 
@@ -56,3 +57,53 @@ def test_a_route_one_worker_found_rate_limited_is_skipped_by_another(client, wor
     # Another process, which knows of the cooldown only through Redis.
     assert _answered_on_a_worker_of_its_own(client, world, world.bob, "second") == "From the fallback."
     assert (len(primary.requests), len(fallback.requests)) == (1, 2)
+
+
+def test_calls_waiting_for_a_capped_routes_slot_hold_no_slot_of_a_worker_process(client, world, processes):
+    """On a `qorven worker` of two slots: tenant A's route takes one call at once and its
+    first answer is slow. The second of A's messages waited for the slot on the worker's
+    other thread, and tenant B's message waited for A's slow call to end."""
+    from qorven.runtime.route_slots import route_slot_waiting
+
+    from ..factories.tenancy import MembershipFactory, UserFactory
+
+    server = ModelServer().start()
+    try:
+        Qor.objects.filter(pk=world.qor_a.pk).update(main_model="slow-model", main_max_concurrency=1)
+        slow = []
+
+        def model(body):
+            if body["model"] == "slow-model":
+                slow.append(body)
+                return reply("Slowly.", delay=6 if len(slow) == 1 else 0)
+            return reply("Here you are.")
+
+        server.default = model
+        env = process_env(server)
+        processes.purge(env)
+        processes.worker(env, concurrency=2)
+
+        def ask(tenant, user, text):
+            token = api_token_create(tenant=tenant, user=user)[1]
+            response = client.post("/v1/qors/aria/messages", data=json.dumps({"content": text}),
+                                   content_type="application/json", HTTP_AUTHORIZATION=f"Bearer {token}")
+            assert response.status_code == 201
+
+        for n in range(2):
+            person = UserFactory(username=f"busy{n}")
+            MembershipFactory(tenant=world.tenant_a, user=person)
+            ask(world.tenant_a, person, "a question")
+        assert wait_for(lambda: len(slow) == 1 and route_slot_waiting(base_url=server.base_url) == 1, 60,
+                        processes=processes), "A's calls did not reach the route"
+        asked_at = time.monotonic()
+        ask(world.tenant_b, world.charlie, "quick one")
+        answered_b = Message.objects.filter(tenant=world.tenant_b, role="assistant")
+        assert wait_for(answered_b.exists, 30, processes=processes, step=0.05)
+        waited = time.monotonic() - asked_at
+        assert waited < 3, f"tenant B's message waited {waited:.1f} s for A's capped route"
+        answered_a = Message.objects.filter(tenant=world.tenant_a, role="assistant", content="Slowly.")
+        assert wait_for(lambda: answered_a.count() == 2, 60, processes=processes)
+        assert not Message.objects.filter(tenant=world.tenant_a, role="system").exists()
+        assert len(slow) == 2
+    finally:
+        server.stop()

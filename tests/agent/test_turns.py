@@ -192,6 +192,129 @@ def test_a_models_retry_after_is_waited_out_on_the_workers_timer_not_holding_up_
     assert not any("Rate limit reached" in n.content for n in notices)
 
 
+def _asked_on_tenant_a(client, world, name, content):
+    person = UserFactory(username=name)
+    MembershipFactory(tenant=world.tenant_a, user=person)
+    ask(client, api_token_create(tenant=world.tenant_a, user=person)[1], content)
+
+
+def _until(condition, seconds=10.0):
+    deadline = time.monotonic() + seconds
+    while not condition():
+        assert time.monotonic() < deadline, "not reached in time"
+        time.sleep(0.02)
+
+
+def test_calls_waiting_for_a_capped_routes_slot_hold_no_worker_slot_from_another_tenant(
+    client, world, model_server, drain, settings
+):
+    """Tenant A's route takes one call at once and its first answer is slow; the rest of
+    A's people wait for the slot. Each waited on a worker thread: with as many of them as
+    the worker has slots, tenant B's message, for another model, waited for A's slow call
+    to end. Waiting for a slot is not a failure: no try of A's messages is used up."""
+    from qorven.runtime.route_slots import route_slot_waiting
+
+    settings.QORVEN_ANSWER_ATTEMPTS = 1
+    Qor.objects.filter(pk=world.qor_a.pk).update(main_model="slow-model", main_max_concurrency=1)
+    slow = []
+
+    def model(body):
+        if body["model"] == "slow-model":
+            slow.append(body)
+            return reply("Slowly.", delay=6 if len(slow) == 1 else 0)
+        return reply("Here you are.")
+
+    model_server.default = model
+    for n in range(settings.QORVEN_WORKER_CONCURRENCY):
+        _asked_on_tenant_a(client, world, f"busy{n}", "a question")
+    _until(lambda: len(slow) == 1 and route_slot_waiting(base_url=model_server.base_url)
+           == settings.QORVEN_WORKER_CONCURRENCY - 1)
+
+    asked_at = time.monotonic()
+    ask(client, api_token_create(tenant=world.tenant_b, user=world.charlie)[1], "quick one")
+    while not Message.objects.filter(tenant=world.tenant_b, role="assistant").exists() and time.monotonic() < asked_at + 10:
+        time.sleep(0.05)
+    waited = time.monotonic() - asked_at
+    assert waited < 2.5, f"tenant B's message waited {waited:.1f} s for A's capped route"
+    drain()
+    assert Message.objects.get(tenant=world.tenant_b, role="assistant").content == "Here you are."
+    answers = Message.objects.filter(tenant=world.tenant_a, role="assistant")
+    assert [m.content for m in answers] == ["Slowly."] * settings.QORVEN_WORKER_CONCURRENCY
+    assert not Message.objects.filter(tenant=world.tenant_a, role="system").exists()
+    assert len(slow) == settings.QORVEN_WORKER_CONCURRENCY  # each asked once
+
+
+def test_messages_waiting_for_a_capped_routes_slot_are_answered_in_arrival_order(
+    client, world, model_server, drain, settings
+):
+    from qorven.runtime.route_slots import route_slot_waiting
+
+    Qor.objects.filter(pk=world.qor_a.pk).update(main_model="slow-model", main_max_concurrency=1)
+    asked = []
+
+    def model(body):
+        asked.append(body["messages"][-1]["content"])
+        return reply("In turn.", delay=2 if len(asked) == 1 else 0)
+
+    model_server.default = model
+    _asked_on_tenant_a(client, world, "first", "first")
+    _until(lambda: len(asked) == 1)
+    _asked_on_tenant_a(client, world, "second", "second")
+    _until(lambda: route_slot_waiting(base_url=model_server.base_url) == 1)
+    _asked_on_tenant_a(client, world, "third", "third")
+    _until(lambda: route_slot_waiting(base_url=model_server.base_url) == 2)
+    drain()
+    assert [content.rsplit(": ", 1)[-1] for content in asked] == ["first", "second", "third"]
+    assert Message.objects.filter(tenant=world.tenant_a, role="assistant", content="In turn.").count() == 3
+
+
+def test_a_message_that_waited_for_a_slot_still_has_all_its_tries_for_real_failures(
+    client, world, alice_token, model_server, drain, settings
+):
+    """Coming back again and again for a slot is not trying to answer: the message then
+    meets a failing model with every one of its QORVEN_ANSWER_ATTEMPTS tries."""
+    from qorven.runtime.route_slots import route_slot, route_slot_waiting
+
+    settings.QORVEN_ANSWER_ATTEMPTS = 2
+    settings.QORVEN_ANSWER_RETRY_DELAY = 0.1
+    settings.QORVEN_MODEL_RETRIES = 0
+    Qor.objects.filter(pk=world.qor_a.pk).update(main_max_concurrency=1)
+    model_server.add(error(503))
+    model_server.default = reply("Got there.")
+    with route_slot(base_url=model_server.base_url, cap=1, wait=5, lease=30):  # held elsewhere a while
+        ask(client, alice_token, "hello?")
+        _until(lambda: route_slot_waiting(base_url=model_server.base_url) == 1)
+        time.sleep(2)  # come back for the slot several times
+        assert model_server.requests == []
+    drain()
+    question, answer = timeline(world)
+    assert (question.answer_state, question.answer_attempts) == ("answered", 1)  # the 503's one try
+    assert answer.content == "Got there."
+    assert len(model_server.requests) == 2
+
+
+def test_a_message_waiting_for_a_slot_past_the_model_deadline_fails_with_the_unavailable_notice(
+    client, world, alice_token, model_server, drain, settings
+):
+    """The wait for a slot, however many times the turn comes back for it, is bounded by
+    QORVEN_MODEL_DEADLINE from its first try; then the model counts as unavailable."""
+    from qorven.runtime.route_slots import route_slot
+
+    settings.QORVEN_MODEL_DEADLINE = 2
+    settings.QORVEN_ANSWER_ATTEMPTS = 1
+    Qor.objects.filter(pk=world.qor_a.pk).update(main_max_concurrency=1)
+    model_server.default = reply("Too late.")
+    started = time.monotonic()
+    with route_slot(base_url=model_server.base_url, cap=1, wait=5, lease=30):  # held elsewhere all along
+        ask(client, alice_token, "hello?")
+        drain()
+    assert time.monotonic() - started >= 2
+    question, notice = timeline(world)
+    assert question.answer_state == "failed" and question.answer_attempts == 1
+    assert notice.metadata["notice"] == "rate_limited" and "slot" not in notice.content
+    assert model_server.requests == []
+
+
 def test_a_model_down_for_good_is_tried_a_bounded_number_of_times_then_the_message_fails_with_one_notice(
     client, world, alice_token, model_server, drain, settings
 ):

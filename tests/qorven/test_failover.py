@@ -270,6 +270,67 @@ def test_waiters_for_a_slot_go_in_arrival_order():
     assert order == ["a", "b", "c"]
 
 
+def _ticketed(base_url: str, ticket: str, *, wait: float = 10) -> bool:
+    """One look for a slot as `ticket`, as a worker's task takes it: True if it got in."""
+    from qorven.runtime import route_slots
+
+    try:
+        with route_slots.slot_ticket(ticket), route_slots.route_slot(base_url=base_url, cap=1, wait=wait, lease=30):
+            return True
+    except route_slots.SlotWait as waiting:
+        assert 0 < waiting.after <= route_slots.COME_BACK_MOST
+        return False
+
+
+def test_a_waiter_that_comes_back_for_a_slot_keeps_its_place_in_the_queue():
+    """A call that finds no free slot ends (its task comes back on the worker's timer);
+    its ticket stays in the queue, so one that came after it does not go first."""
+    from qorven.runtime import route_slots
+
+    base_url = f"http://slots.example/{time.monotonic_ns()}"
+    with route_slots.route_slot(base_url=base_url, cap=1, wait=10, lease=30):
+        assert not _ticketed(base_url, "first")
+        assert not _ticketed(base_url, "second")
+        assert route_slots.route_slot_waiting(base_url=base_url) == 2
+    assert not _ticketed(base_url, "second")  # the slot is free, but it is first's
+    assert _ticketed(base_url, "first")
+    assert _ticketed(base_url, "second")
+    assert route_slots.route_slot_waiting(base_url=base_url) == 0
+
+
+def test_a_waiter_that_never_comes_back_frees_the_queue_once_its_presence_runs_out(monkeypatch):
+    from qorven.runtime import route_slots
+
+    monkeypatch.setattr(route_slots, "TICKET_PRESENCE", 1)
+    base_url = f"http://slots.example/{time.monotonic_ns()}"
+    with route_slots.route_slot(base_url=base_url, cap=1, wait=10, lease=30):
+        assert not _ticketed(base_url, "lost")  # its task is lost: it never looks again
+    started = time.monotonic()
+    while not _ticketed(base_url, "next"):
+        assert time.monotonic() - started < 5, "the lost waiter kept the queue"
+        time.sleep(0.05)
+    assert 0.5 < time.monotonic() - started < 3
+    with route_slots.route_slot(base_url=base_url, cap=1, wait=10, lease=30):
+        assert not _ticketed(base_url, "lost too")
+    started = time.monotonic()
+    with route_slots.route_slot(base_url=base_url, cap=1, wait=10, lease=30):  # a call waiting on its thread
+        assert 0.5 < time.monotonic() - started < 3
+
+
+def test_a_waiter_coming_back_past_its_wait_since_its_first_look_gives_up():
+    from qorven.runtime import route_slots
+
+    base_url = f"http://slots.example/{time.monotonic_ns()}"
+    with route_slots.route_slot(base_url=base_url, cap=1, wait=10, lease=30):
+        assert not _ticketed(base_url, "late", wait=0.5)
+        time.sleep(0.3)
+        assert not _ticketed(base_url, "late", wait=0.5)
+        time.sleep(0.3)
+        with pytest.raises(route_slots.SlotTimeout):
+            _ticketed(base_url, "late", wait=0.5)
+        assert route_slots.route_slot_waiting(base_url=base_url) == 0
+
+
 def test_a_slot_whose_holder_died_frees_when_its_lease_runs_out(settings):
     from qorven.runtime import route_slots
 
