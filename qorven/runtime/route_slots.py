@@ -13,7 +13,10 @@ it looks once, and when no slot is free for it, it ends with SlotWait and its ta
 back on the worker's timer. Its ticket stays in the queue meanwhile, so it keeps its place
 in first-come order, and the task's next call looks for that ticket. A ticket whose task
 never comes back (lost with its process) lapses after TICKET_PRESENCE, and the queue goes
-on. Other calls (a check run from the command line, a summarizer's) wait on their thread.
+on. Other calls wait on their thread, at most THREAD_WAIT: a heartbeat's run or a
+summarizer's is several dependent model calls with what it did in between (tools run,
+messages stored, a conversation's lease held by /compact), so it is not ended at each call,
+and neither may it hold a worker slot from every other tenant for long.
 
 A call that waits longer than its wait, counted from its first look, gives up as the model
 being unavailable: the turn comes back later, as for any transient failure.
@@ -41,6 +44,7 @@ PRESENCE = 5  # seconds a Redis waiter's presence key lives without a refresh
 # Seconds a ticket keeps its place without its task coming back: past the longest time
 # asked to come back (COME_BACK_MOST), with room for a worker busy when it is due.
 TICKET_PRESENCE = 30
+THREAD_WAIT = 8.0  # seconds a call outside slot_ticket waits for a slot on its thread, at most
 COME_BACK = 0.5  # seconds to come back after, for each waiter ahead in the queue and this one
 COME_BACK_MOST = 3.0
 
@@ -75,7 +79,8 @@ def slot_ticket(ticket: str) -> Iterator[None]:
 @contextmanager
 def route_slot(*, base_url: str, cap: int, wait: float, lease: float) -> Iterator[None]:
     """Hold one of the `cap` slots of the model server at `base_url` (0: no cap). Inside
-    `slot_ticket`, raises SlotWait when none is free for the ticket now."""
+    `slot_ticket`, raises SlotWait when none is free for the ticket now; outside, waits
+    for one on this thread, up to `wait` or THREAD_WAIT (SlotTimeout)."""
     if cap <= 0:
         yield
         return
@@ -83,7 +88,7 @@ def route_slot(*, base_url: str, cap: int, wait: float, lease: float) -> Iterato
     slots = _RedisSlots(name) if settings.REDIS_URL else _local(name)
     ticket = _ticket.get()
     if ticket is None:
-        token = slots.acquire(cap=cap, wait=wait, lease=lease)
+        token = slots.acquire(cap=cap, wait=min(wait, THREAD_WAIT), lease=lease)
     else:
         token = slots.enter(ticket=ticket, cap=cap, wait=wait, lease=lease)
     try:

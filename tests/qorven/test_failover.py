@@ -331,6 +331,19 @@ def test_a_waiter_coming_back_past_its_wait_since_its_first_look_gives_up():
         assert route_slots.route_slot_waiting(base_url=base_url) == 0
 
 
+def test_a_call_outside_a_ticket_waits_on_its_thread_no_longer_than_thread_wait(monkeypatch):
+    from qorven.runtime import route_slots
+
+    monkeypatch.setattr(route_slots, "THREAD_WAIT", 0.5)
+    base_url = f"http://slots.example/{time.monotonic_ns()}"
+    with route_slots.route_slot(base_url=base_url, cap=1, wait=10, lease=30):
+        started = time.monotonic()
+        with pytest.raises(route_slots.SlotTimeout):
+            with route_slots.route_slot(base_url=base_url, cap=1, wait=180, lease=30):
+                pass
+        assert time.monotonic() - started < 2
+
+
 def test_a_slot_whose_holder_died_frees_when_its_lease_runs_out(settings):
     from qorven.runtime import route_slots
 
