@@ -295,7 +295,8 @@ class MarkdownSeams(MarkdownLayout):
             begins = self._start
         line = self.starts[bisect_right(self.starts, at) - 1]
         if self._start <= line < begins:
-            marker, ink = _QUOTED.match(self.text, line).end(), self._ink_before(at)
+            quoted = _QUOTED.match(self.text, line)  # matches always, maybe nothing
+            marker, ink = quoted.end() if quoted else line, self._ink_before(at)
             while marker < begins:
                 if _RULE.fullmatch(self.text, marker, ink):
                     return True
