@@ -220,11 +220,13 @@ def run_interactive(owner: ChatOwner, *, history: int, link: Any = None, color: 
                     chat.pending.add(seq)
                 with follower._lock:
                     follower.catch_up()
+        chat.release_ctrl_c()  # the prompt's last (/quit, an empty line, Ctrl-D): Ctrl-C leaves the wait
         if chat.input_ended and not chat.replied(wait):
             return ACCESS_LOST if chat.lost.is_set() else GAVE_UP
     except (KeyboardInterrupt, EOFError):
         pass
     finally:
+        chat.release_ctrl_c()
         chat.closed.set()
         watching.join(5)
         follower.stop()  # and with it the session's token
@@ -292,6 +294,8 @@ class _Chat:
         self._losing = threading.Lock()
         # Written to wake plain_lines' wait for input when access is lost.
         self._wake_read, self._wake_write = os.pipe() if self.prompt is None else (-1, -1)
+        self._pressed: list[int] = []  # Ctrl-Cs between two prompts, taken once the message is sent
+        self._sigint_before: Any = None  # SIGINT's handler while they are noted (note_ctrl_c)
 
     def emit(self, event: dict[str, Any]) -> None:
         self.replies.see(event)
@@ -347,17 +351,33 @@ class _Chat:
         Ctrl-C into SIGINT, not a key): a Ctrl-C is not raised in the middle of sending it,
         but taken once it is sent, as at the prompt — the reply to it stops; a second one
         leaves (KeyboardInterrupt)."""
-        if threading.current_thread() is not threading.main_thread():  # signals reach the main thread only
-            yield
-            return
-        pressed: list[int] = []
-        previous = signal.signal(signal.SIGINT, lambda number, frame: pressed.append(number))
+        self.note_ctrl_c()
         try:
             yield
         finally:
-            signal.signal(signal.SIGINT, previous)
+            pressed, self._pressed = self._pressed, []
+            self.release_ctrl_c()
             if any([self.interrupt("", sent=True) == "leave" for _ in pressed]):
                 raise KeyboardInterrupt
+
+    def note_ctrl_c(self, *, afresh: bool = False) -> None:
+        """From now until release_ctrl_c, a SIGINT (a Ctrl-C where the terminal is not in
+        the prompt's raw mode) is noted, not raised. Called as each prompt starts too, so a
+        Ctrl-C pressed just after Enter — the prompt ended, the terminal in cooked mode
+        again, the message not yet on its way — is one pressed while it is sent: it was
+        raised where it landed, and the terminal left. (The prompt puts its own handler in
+        place while it runs, and this one back after.) `afresh`: those noted before (after an
+        empty line) are about nothing sent, and forgotten."""
+        if afresh:
+            self._pressed.clear()
+        if threading.current_thread() is threading.main_thread() and self._sigint_before is None:
+            self._sigint_before = signal.signal(signal.SIGINT, lambda number, frame: self._pressed.append(number))
+
+    def release_ctrl_c(self) -> None:
+        """SIGINT's handler as it was before note_ctrl_c (Ctrl-C leaves a pipe's reading)."""
+        if self._sigint_before is not None:
+            signal.signal(signal.SIGINT, self._sigint_before)
+            self._sigint_before = None
 
     def interrupt(self, typed: str, *, sent: bool = False) -> str:
         """Ctrl-C: "stop" when a reply is being written (asked to stop here), else "clear"
@@ -464,6 +484,7 @@ class _Prompt:
                     # pre_run: access lost as this prompt starts (too late for the loop's check,
                     # too early for leave() to find it running) ends it all the same.
                     again, self.again = self.again, ""
+                    self.chat.note_ctrl_c(afresh=True)  # a Ctrl-C right after Enter is about the message sent
                     typed = self.session.prompt(self.message, pre_run=self._started, default=again)
                 except EOFError:
                     self._raise_signalled()
