@@ -229,7 +229,10 @@ def test_the_concurrency_cap_holds_with_five_simultaneous_turns(client, world, s
     primary, _ = servers
     Qor.objects.filter(pk=world.qor_a.pk).update(main_base_url=primary.base_url, main_model="primary-model",
                                                  main_max_concurrency=2)
-    primary.default = reply("Answered.", delay=0.4)
+    from qorven.runtime import route_slots
+
+    answer = threading.Event()  # the model answers once the test has seen the cap hold
+    primary.default = reply("Answered.", hold=answer)
     people = [world.alice, world.bob, *(UserFactory() for _ in range(3))]
     for person in people[2:]:
         MembershipFactory(tenant=world.tenant_a, user=person)
@@ -238,6 +241,13 @@ def test_the_concurrency_cap_holds_with_five_simultaneous_turns(client, world, s
         response = client.post("/v1/qors/aria/messages", data=json.dumps({"content": "hello"}),
                                content_type="application/json", HTTP_AUTHORIZATION=f"Bearer {token}")
         assert response.status_code == 201
+    # Two calls are answering (held) and the three others have looked and wait their turn.
+    deadline = time.monotonic() + 30
+    while primary.in_flight < 2 or route_slots.route_slot_waiting(base_url=primary.base_url) < 3:
+        assert time.monotonic() < deadline, (primary.in_flight, route_slots.route_slot_waiting(
+            base_url=primary.base_url))
+        time.sleep(0.02)
+    answer.set()
     drain()
     assert len(primary.requests) == 5
     assert primary.most_in_flight == 2  # side by side, never more than the cap
