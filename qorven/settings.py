@@ -348,12 +348,14 @@ LOGGING = {
         "context": {"()": "qorven.runtime.log_context.ContextFilter"},
         "secrets": {"()": "qorven.runtime.log_context.SecretFilter"},
         "upkeep": {"()": "qorven.runtime.log_context.UpkeepFilter"},
+        "client_errors": {"()": "qorven.runtime.log_context.ClientErrorFilter"},
     },
     "formatters": {
         "text": {"format": "%(asctime)s %(levelname)s %(name)s %(context)s%(message)s"},
         "json": {"()": "qorven.runtime.log_context.JsonFormatter"},
     },
-    "handlers": {"console": {"class": "logging.StreamHandler", "filters": ["secrets", "context"],
+    # client_errors first: a 4xx's traceback is dropped before the secrets filter renders it.
+    "handlers": {"console": {"class": "logging.StreamHandler", "filters": ["client_errors", "secrets", "context"],
                              "formatter": "json" if QORVEN_LOG_FORMAT == "json" else "text"}},
     "root": {"handlers": ["console"], "level": QORVEN_LOG_LEVEL},
     "loggers": {

@@ -7,7 +7,8 @@ logged meanwhile, from any module. `QORVEN_LOG_FORMAT=json` writes one JSON obje
 address or a phone number in any message, traceback or stack, so a secret or a person's
 address quoted in an error never reaches the log whole; and, inside `log_person(…)`, the
 platform ids of the person the work is about, which look like nothing in particular (a
-WhatsApp sender's number has no +).
+WhatsApp sender's number has no +). `ClientErrorFilter` makes Django's record of a request
+refused for the client's own doing (4xx) a one-line warning.
 """
 from __future__ import annotations
 
@@ -110,6 +111,25 @@ class SecretFilter(logging.Filter):
             record.exc_text = mask(record.exc_text)
         if record.stack_info:
             record.stack_info = mask(record.stack_info)
+        return True
+
+
+class ClientErrorFilter(logging.Filter):
+    """Makes Django's record of a request refused 4xx one WARNING line, without the
+    traceback: too many form fields (django.security.TooManyFieldsSent, logged as an ERROR),
+    a body too large, an admin page that is not the user's (django.request's "Forbidden").
+    Anyone can send those, as often as they like; with Django's traceback each looked like
+    a fault of ours and buried the ones that are. A 5xx keeps its level and traceback."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        status = getattr(record, "status_code", None)
+        if not (record.name.startswith("django.") and isinstance(status, int) and 400 <= status < 500):
+            return True
+        record.exc_info, record.exc_text = None, None
+        if record.levelno > logging.WARNING:
+            record.levelno, record.levelname = logging.WARNING, logging.getLevelName(logging.WARNING)
+            # Made an ERROR, it passed a level the warning it is now might not have.
+            return logging.getLogger(record.name).isEnabledFor(logging.WARNING)
         return True
 
 

@@ -11,7 +11,9 @@ import pytest
 from qorven.agent.tasks import agent_turn
 from qorven.runtime.log_context import ContextFilter, JsonFormatter, log_context, log_person
 from sessions_app.services import message_append, session_resolve
+from tenancy.models import Membership
 
+from ..factories.tenancy import UserFactory
 from ..fakes.model_server import error
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -174,3 +176,36 @@ def test_the_beat_logs_the_heartbeats_it_sends_not_qorvens_own_upkeep_every_15_s
     lines = stream.getvalue().splitlines()
     assert len(lines) == 2, lines
     assert "heartbeat 2: acme/aria morning" in lines[0] and "failed" in lines[1]
+
+
+# A client's error is a one-line warning: anyone can send a request with too many form
+# fields, or open an admin page that is not theirs, and each logged an ERROR (or a
+# WARNING) with Django's whole traceback, as noisy as a fault of ours.
+
+def test_a_request_with_too_many_form_fields_is_answered_400_and_logged_as_one_warning_line(client, db, console,
+                                                                                            caplog):
+    _, stream = console
+    fields = {f"field{n}": "x" for n in range(1001)}  # DATA_UPLOAD_MAX_NUMBER_FIELDS is 1000
+    with caplog.at_level(logging.INFO):
+        response = client.post("/accounts/login/", fields, REMOTE_ADDR="198.51.100.7")
+    assert response.status_code == 400
+    (record,) = [r for r in caplog.records if r.name.startswith("django.security")]
+    assert record.name == "django.security.TooManyFieldsSent" and record.levelname == "WARNING"
+    assert not any(r.levelno >= logging.ERROR for r in caplog.records)
+    (line,) = stream.getvalue().splitlines()
+    assert " WARNING django.security.TooManyFieldsSent " in line and "DATA_UPLOAD_MAX_NUMBER_FIELDS" in line
+    assert "Traceback" not in stream.getvalue()
+
+
+def test_an_admin_action_refused_403_is_one_warning_line_without_the_traceback(client, world, console):
+    """A workspace's admin (not an owner) trying to make someone an owner."""
+    _, stream = console
+    dana = UserFactory(username="dana", is_staff=True)
+    Membership.objects.create(tenant=world.tenant_a, user=dana, role="admin")
+    client.force_login(dana)
+    response = client.post("/admin/qorven/membership/add/",
+                           {"tenant": world.tenant_a.pk, "username": "eve", "role": "owner"})
+    assert response.status_code == 403
+    (line,) = stream.getvalue().splitlines()
+    assert " WARNING django.request Forbidden (Permission denied): /admin/qorven/membership/add/" in line
+    assert "Traceback" not in stream.getvalue()
