@@ -29,7 +29,10 @@ USAGE = ("Usage: `/search words` finds them in our conversation, newest first; `
 # ones" line write it: a `#N` alone is words (`/search issue #12`). "from" is a stop word,
 # never looked for, so taking it as the page's mark leaves no words unsearched.
 GROUP_SEARCH_EMPTY = "In a group I search only what was said since you first wrote in it, and there is nothing yet."
-_PAGE_MARK = re.compile(r"(?:^|\s)from\s+#([0-9]{1,9})$", re.IGNORECASE)
+# A signed number or a zero is a page mistyped, answered as one; a word after the hash
+# (`from #travel`, a channel's or a tag's name) is words.
+_PAGE_MARK = re.compile(r"(?:^|\s)from\s+#([+-]?)([0-9]+)$", re.IGNORECASE)
+_FAR = 10 ** 9  # a page number past any page: of a number longer than that only its sign counts
 
 
 def search_answer(*, session: Session, args: str, trust: str, sender_id: str = "") -> str:
@@ -41,14 +44,17 @@ def search_answer(*, session: Session, args: str, trust: str, sender_id: str = "
     if session.kind == Session.Kind.CANONICAL and not trust_allows(trust, Trust.PAIRED):
         # The canonical chat holds every surface's messages: shown only to its paired person.
         return "Our conversation is searched only once you are paired with me."
-    words, after = _split(args)
-    if after is None:
+    words, first = _split(args)
+    if not words:
         return USAGE
     if len(words) > LONGEST:
         return f"Look for at most {LONGEST} characters at a time: a few telling words find it best."
     if not message_terms(words):
         # Stop words alone ("the", "what is it"): every message has them, and the index none.
-        return "Those words are too common to look for; add one that says more." if words else USAGE
+        return "Those words are too common to look for; add one that says more."
+    if first < 1:
+        return f"Matches are numbered from #1, the newest: `/search {_typed(words)}` shows the first ones."
+    after = first - 1
     if after >= DEEPEST:
         return f"Only the newest {DEEPEST} matches are shown; add a word to find it sooner."
     since = 0
@@ -71,21 +77,27 @@ def search_answer(*, session: Session, args: str, trust: str, sender_id: str = "
     lines = [head, *(_line(hit, number=after + i + 1, session=session, terms=terms, zone=zone)
                      for i, hit in enumerate(found[:PAGE]))]
     if len(found) > PAGE and after + PAGE < DEEPEST:
-        # In a code span nothing formats but a backtick, which separates words as a space does.
-        typed = " ".join(plain(words).replace("`", " ").split())
-        lines.append(f"Older ones: `/search {typed} from #{after + PAGE + 1}`.")
+        lines.append(f"Older ones: `/search {_typed(words)} from #{after + PAGE + 1}`.")
     return "\n".join(lines)
 
 
-def _split(args: str) -> tuple[str, int | None]:
-    """The words and how many newer matches to skip (`from #N` at the end: N - 1); None
-    for a page that is none (#0)."""
+def _split(args: str) -> tuple[str, int]:
+    """The words and the number of the first match asked for (`from #N` at the end; 1
+    without): zero or less for a page that is none (`#0`, `#-1`)."""
     text = args.strip()
     mark = _PAGE_MARK.search(text)
     if mark is None:
-        return text, 0
-    first = int(mark.group(1))
-    return text[:mark.start()].strip(), first - 1 if first > 0 else None
+        return text, 1
+    digits = mark.group(2).lstrip("0")
+    # int() refuses a string of more than 4,300 digits; any number of ten is past the deepest page.
+    number = int(digits or "0") if len(digits) < 10 else _FAR
+    return text[:mark.start()].strip(), -number if mark.group(1) == "-" else number
+
+
+def _typed(words: str) -> str:
+    """`words` to quote in a code span, where nothing formats but a backtick, which
+    separates words as a space does."""
+    return " ".join(plain(words).replace("`", " ").split())
 
 
 def _line(hit: SearchHit, *, number: int, session: Session, terms: list[str], zone: ZoneInfo) -> str:

@@ -246,3 +246,26 @@ def test_a_number_after_a_hash_is_looked_for_and_pages_are_asked_with_from(world
     said(session, "issue #7 is still open", at=MARCH + timedelta(hours=1))
     answer = ask(session, world.alice, "/search issue #12", channel="web")
     assert answer.splitlines()[1:] == ["#1 · 12 Mar 2026 19:30 · Web · you — the fix for issue #12 landed on Monday"]
+
+
+def test_a_page_that_is_no_page_says_how_pages_are_numbered_instead_of_searching_it_as_words(world):
+    """`from #0`, `from #-1`: the words were looked for with the mark in them ("hi from
+    #-1"), and a page number of ten digits or more the same; only `#0` had an answer, the
+    usage."""
+    session = chat(world)
+    for i in range(7):
+        said(session, f"note {i} about the garden", at=MARCH + timedelta(hours=i))
+    numbered = "Matches are numbered from #1, the newest: `/search garden` shows the first ones."
+    for mark in ("#0", "#-1", "#-12", "#00"):
+        assert ask(session, world.alice, f"/search garden from {mark}", channel="web") == numbered
+    too_deep = "Only the newest 500 matches are shown; add a word to find it sooner."
+    for mark in ("#501", "#1234567890", "#" + "9" * 5000):
+        assert ask(session, world.alice, f"/search garden from {mark}", channel="web") == too_deep
+    assert ask(session, world.alice, "/search garden from #+6", channel="web").splitlines()[0] == (
+        "Older matches for “garden” (from #6):")
+    assert ask(session, world.alice, "/search garden from #0006", channel="web").splitlines()[0] == (
+        "Older matches for “garden” (from #6):")
+    # A word after the hash is words, a channel's or a tag's name: looked for.
+    said(session, "the photos from #travel are up", at=MARCH + timedelta(days=1))
+    found = ask(session, world.alice, "/search photos from #travel", channel="web")
+    assert found.splitlines()[1].endswith("the photos from #travel are up")
