@@ -6,13 +6,14 @@ QORVEN_LOGIN_FAILURES_PER_USER or QORVEN_LOGIN_FAILURES_PER_ADDRESS, the form an
 429 "Too many failed sign-ins. Try again in N minutes." without checking the password,
 until the window ends — the right password included, so guessing gains nothing.
 
-A lock per username alone would let anyone lock a known person out, again and again, by
-failing as them. So, as OWASP's "device cookies" have it, a browser that signs in gets a
-signed, long-lived cookie naming who signed in (`DEVICE_COOKIE`). An attempt carrying a
-valid one for the username tried is not held by that username's count: its failures are
-counted, and limited at the same rate, per device cookie instead — a stolen cookie still
-cannot guess without limit, and its failures do not lock its owner out elsewhere. The
-per-address limit holds for every attempt.
+A lock per username or per address alone would let anyone lock a known person out, again
+and again, by failing as them — or from their address, an office's behind one NAT. So, as
+OWASP's "device cookies" have it, a browser that signs in gets a signed, long-lived cookie
+naming who signed in (`DEVICE_COOKIE`). An attempt carrying a valid one for the username
+tried is held by neither that username's count nor its address's: its failures are
+counted, and limited at the per-username rate, per device cookie instead — a stolen
+cookie still cannot guess without limit, and its failures lock out neither its owner
+elsewhere nor the others at its address. Every other attempt is held by both.
 """
 from __future__ import annotations
 
@@ -58,11 +59,10 @@ def _device(request: HttpRequest) -> str | None:
 
 def _limits(request: HttpRequest) -> list[tuple[str, object, str]]:
     device = _device(request)
-    if device is None:
-        first: tuple[str, object, str] = ("login.user", _username, settings.QORVEN_LOGIN_FAILURES_PER_USER)
-    else:
-        first = ("login.device", lambda group, request: "device:" + device, settings.QORVEN_LOGIN_FAILURES_PER_USER)
-    return [first, ("login.address", "ip", settings.QORVEN_LOGIN_FAILURES_PER_ADDRESS)]
+    if device is not None:
+        return [("login.device", lambda group, request: "device:" + device, settings.QORVEN_LOGIN_FAILURES_PER_USER)]
+    return [("login.user", _username, settings.QORVEN_LOGIN_FAILURES_PER_USER),
+            ("login.address", "ip", settings.QORVEN_LOGIN_FAILURES_PER_ADDRESS)]
 
 
 def _wait(request: HttpRequest, limits: list[tuple[str, object, str]]) -> float | None:

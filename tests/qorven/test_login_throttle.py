@@ -146,3 +146,29 @@ def test_failures_with_a_device_cookie_are_limited_on_their_own(settings, addres
     assert refused.status_code == 429 and "Too many failed sign-ins" in refused.content.decode()
     # Counted for that cookie, not for the username: a browser without one may still try.
     assert sign_in(Client(), "/accounts/login/", bob.username, PASSWORD, "192.0.2.8").status_code == 302
+
+
+@pytest.mark.parametrize("url", ["/accounts/login/", "/admin/login/"])
+def test_a_browser_that_signed_in_before_still_signs_in_from_an_address_others_have_locked(settings, url, address):
+    """An office behind one address (NAT): a colleague's, or a stranger's, wrong passwords
+    used up the address's count, and the per-address limit held even for a browser with
+    its device cookie; as OWASP's scheme has it, that browser is limited by its cookie."""
+    settings.QORVEN_LOGIN_FAILURES_PER_ADDRESS = "4/15m"
+    bob = person(is_staff=True)
+    browser = signed_in_browser(bob, address)
+    for _ in range(4):
+        assert sign_in(Client(), url, f"nobody-{uuid.uuid4().hex[:6]}", "wrong", address).status_code == 200
+    assert sign_in(Client(), url, bob.username, PASSWORD, address).status_code == 429  # a new browser waits
+    assert sign_in(browser, url, bob.username, PASSWORD, address).status_code == 302
+    assert int(browser.session["_auth_user_id"]) == bob.pk
+
+
+def test_a_device_cookies_failures_lock_that_browser_not_its_address(settings, address):
+    settings.QORVEN_LOGIN_FAILURES_PER_USER = "3/15m"
+    settings.QORVEN_LOGIN_FAILURES_PER_ADDRESS = "3/15m"
+    bob, colleague = person(), person()
+    browser = signed_in_browser(bob, address)
+    for _ in range(3):
+        assert sign_in(browser, "/accounts/login/", bob.username, "wrong", address).status_code == 200
+    assert sign_in(browser, "/accounts/login/", bob.username, PASSWORD, address).status_code == 429
+    assert sign_in(Client(), "/accounts/login/", colleague.username, PASSWORD, address).status_code == 302
