@@ -18,6 +18,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 from datetime import datetime
+from collections.abc import Iterable
 from typing import Any, Callable, TextIO
 
 from django.conf import settings
@@ -27,6 +28,7 @@ from tenancy.errors import NotFound
 
 from .chat import ChatOwner, chat_send
 from .terminal_follow import Emit, Follower
+from .terminal_input import InputLines
 from .terminal_rows import fold, hang, item_indent, width_of
 
 
@@ -259,16 +261,17 @@ def run_json(owner: ChatOwner, stdin: TextIO, stdout: TextIO, *, history: int, w
     follower = _follower(owner, emit, link)
     follower.start(history=history)
     try:
-        return _json_lines(owner, stdin, stdout, write_lock, pending, follower, link=link, wait=wait)
+        with InputLines(stdin) as lines:  # a signal ends the wait for a line, on whichever thread it landed
+            return _json_lines(owner, lines, stdout, write_lock, pending, follower, link=link, wait=wait)
     finally:
         # Also on Ctrl-C or a SIGTERM (qorven chat turns it into SystemExit): the follower
         # ends, and with it the session's token, which would otherwise work for half an hour.
         follower.stop()
 
 
-def _json_lines(owner: ChatOwner, stdin: TextIO, stdout: TextIO, write_lock: threading.Lock, pending: Pending,
-                follower: Follower, *, link: Any, wait: float) -> int:
-    for raw in stdin:
+def _json_lines(owner: ChatOwner, lines: Iterable[str], stdout: TextIO, write_lock: threading.Lock,
+                pending: Pending, follower: Follower, *, link: Any, wait: float) -> int:
+    for raw in lines:
         raw = raw.strip()
         if not raw:
             continue

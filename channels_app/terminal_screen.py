@@ -11,11 +11,8 @@ order). Reading a file or a pipe, a terminal shows the same with no prompt below
 """
 from __future__ import annotations
 
-import codecs
-import io
 import logging
 import os
-import select
 import signal
 import sys
 import threading
@@ -33,6 +30,7 @@ from tenancy.errors import NotFound
 from .chat import ChatOwner, chat_stop
 from .terminal import ACCESS_CHECK, ACCESS_LOST, GAVE_UP, HumanPrinter, Pending, _access_lost, _follower, _send
 from .terminal_follow import Follower
+from .terminal_input import InputLines
 from .terminal_paint import Painter, RowPainter, prompt_input
 from .terminal_rows import CONTINUED, fold, hang, item_indent, row_cut, rows_of, visible
 
@@ -413,31 +411,23 @@ class _Chat:
 
     def plain_lines(self) -> Iterator[str]:
         """Lines read from a pipe or a terminal without the prompt (stdout redirected), until
-        the input ends or access is lost. Read from the descriptor, beside the wake-up pipe:
-        a wait in sys.stdin.readline() could not be ended, and a thread left reading there
-        holds stdin's lock, which the interpreter's exit then waits for."""
-        stdin = sys.stdin.fileno()
-        decoder = io.IncrementalNewlineDecoder(
-            codecs.getincrementaldecoder(sys.stdin.encoding or "utf-8")(sys.stdin.errors or "strict"), translate=True)
-        pending = ""
-        while not self.lost.is_set():
-            try:
-                ready, _, _ = select.select([stdin, self._wake_read], [], [])
-            except KeyboardInterrupt:  # only while waiting for a line: nothing is half done
-                if self.interrupt("") == "stop":
-                    continue
-                return
-            if stdin not in ready:  # woken: access lost
-                return
-            chunk = os.read(stdin, 65536)
-            *lines, pending = (pending + decoder.decode(chunk, final=not chunk)).split("\n")
-            for line in lines:
-                yield line + "\n"
-            if not chunk:
-                if pending:
-                    yield pending
-                self.input_ended = True
-                return
+        the input ends or access is lost. Read from the descriptor, beside the wake-up pipe
+        and the signals' (terminal_input): a wait in sys.stdin.readline() could not be
+        ended, a thread left reading there holds stdin's lock, which the interpreter's exit
+        then waits for, and a signal another thread took went unheeded."""
+        with InputLines(sys.stdin) as stdin:
+            while not self.lost.is_set():
+                try:
+                    came = stdin.wait(self._wake_read)
+                except KeyboardInterrupt:  # only while waiting for a line: nothing is half done
+                    if self.interrupt("") == "stop":
+                        continue
+                    return
+                if came:
+                    yield from stdin.take()
+                    if stdin.ended:
+                        self.input_ended = True
+                        return
 
 
 class _Prompt:

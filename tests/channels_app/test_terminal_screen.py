@@ -25,6 +25,7 @@ from tenancy.models import ApiToken
 from ..fakes.model_server import reply
 from .screen import Screen
 from .test_terminal import ROOT, qorven_env
+from .test_terminal_server import signal_another_thread
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -396,12 +397,15 @@ def test_closing_the_terminal_window_signs_the_terminal_out(world, model_server,
         time.sleep(0.1)
 
 
+@pytest.mark.parametrize("to", ["process", "another-thread"])
 @pytest.mark.parametrize("stop", [signal.SIGTERM, signal.SIGHUP])
 def test_a_signal_while_a_reply_streams_ends_the_terminal_at_once_signed_out(world, model_server, server, screens,
-                                                                               stop):
+                                                                               stop, to):
     """A SIGTERM or SIGHUP that came while the reply was being painted was raised inside the
     prompt's event loop, which could then wait for ever on its way out: the process stayed,
-    its terminal gone. It ends the prompt as Ctrl-D does: exit 128 + the signal, signed out."""
+    its terminal gone. It ends the prompt as Ctrl-D does: exit 128 + the signal, signed out.
+    Also when the kernel hands it to a thread other than the main one (the prompt's loop is
+    woken by Python's wake-up descriptor; terminal_input has why it matters)."""
     model_server.add(reply(" ".join(WORDS), chunk_delay=0.05))
     screen = screens(server)
     screen.type("tell me the words")
@@ -409,7 +413,10 @@ def test_a_signal_while_a_reply_streams_ends_the_terminal_at_once_signed_out(wor
     screen.wait_for(WORDS[3])
     (chat,) = [pid for pid in processes_with("QORVEN_PUBLIC_URL", server["QORVEN_PUBLIC_URL"])
                if b"chat" in Path(f"/proc/{pid}/cmdline").read_bytes()]
-    os.kill(chat, stop)
+    if to == "process":
+        os.kill(chat, stop)
+    else:
+        signal_another_thread(chat, stop)
     assert screen.exit_code(seconds=30) == 128 + stop
     assert ApiToken.objects.get(name="qorven chat").revoked_at is not None
 

@@ -2,7 +2,9 @@
 or it loses the server, at any moment."""
 from __future__ import annotations
 
+import ctypes
 import json
+import os
 import queue
 import signal
 import subprocess
@@ -62,6 +64,65 @@ def test_leaving_while_a_reply_streams_is_quiet_and_revokes_the_terminals_token(
     assert "Traceback" not in stderr
     token = ApiToken.objects.get(name="qorven chat")
     assert token.revoked_at is not None  # not left working for half an hour
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="tgkill and /proc are Linux's")
+@pytest.mark.parametrize("stop", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP],
+                         ids=["ctrl-c", "sigterm", "terminal-closed"])
+def test_leaving_while_a_reply_streams_when_the_signal_lands_on_another_thread(server, model_server, stop):
+    """The kernel hands a signal sent to the process to any of its threads; Python runs the
+    handler on the main thread, which, waiting for a line of input, was not woken: the
+    terminal stayed until its input ended (once in CI, on a loaded machine)."""
+    model_server.add(reply("a long answer " * 40, chunk_delay=0.05))
+    chat = Chat(server)
+    chat.send("tell me a long story")
+    chat.until("chunk")
+    signal_another_thread(chat.proc.pid, stop)
+    try:
+        chat.proc.wait(30)
+    finally:
+        chat.proc.kill()  # not left waiting for its input
+    assert chat.proc.returncode == 128 + stop
+    assert "Traceback" not in chat.proc.stderr.read()
+    assert ApiToken.objects.get(name="qorven chat").revoked_at is not None
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="tgkill and /proc are Linux's")
+@pytest.mark.parametrize("stop", [signal.SIGTERM, signal.SIGHUP], ids=["sigterm", "terminal-closed"])
+def test_a_terminal_reading_a_pipe_leaves_when_the_signal_lands_on_another_thread(server, model_server, stop):
+    """The terminal for a person, reading a pipe, waited for its next line as --json did."""
+    proc = subprocess.Popen([QORVEN, *[arg for arg in CHAT if arg != "--json"]], cwd=ROOT, env=server,
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    model_server.add(reply("a long answer " * 40, chunk_delay=0.05))
+    streaming = threading.Event()
+
+    def read() -> None:
+        shown = b""
+        while chunk := proc.stdout.read1(4096):
+            shown += chunk
+            if b"a long answer" in shown:
+                streaming.set()
+
+    threading.Thread(target=read, daemon=True).start()
+    try:
+        proc.stdin.write(b"tell me a long story\n")
+        proc.stdin.flush()
+        assert streaming.wait(60)
+        signal_another_thread(proc.pid, stop)
+        proc.wait(30)
+    finally:
+        proc.kill()
+    assert proc.returncode == 128 + stop
+    assert b"Traceback" not in proc.stderr.read()
+    assert ApiToken.objects.get(name="qorven chat").revoked_at is not None
+
+
+def signal_another_thread(pid: int, signum: int) -> None:
+    """`signum` to one of process `pid`'s threads other than its main one, as the kernel
+    may deliver a signal sent to the process (to any thread that does not block it)."""
+    tid = min(int(task) for task in os.listdir(f"/proc/{pid}/task") if int(task) != pid)
+    libc = ctypes.CDLL(None, use_errno=True)
+    assert libc.tgkill(pid, tid, signum) == 0, os.strerror(ctypes.get_errno())
 
 
 def test_chat_help_names_every_kind_of_line_json_mode_writes():
