@@ -42,7 +42,7 @@ class Command(BaseCommand):
         "workspace, before it exits 3); at the end of input it waits "
         "for the replies (as the terminal reading a pipe does), then exits (1 if it gave up waiting); Ctrl-C "
         "leaves it at once (exit 130). In either mode a SIGTERM or a closed terminal (SIGHUP) leaves at once (exit 143 or 129), signing the terminal out of "
-        "the server as leaving does."
+        "the server as leaving does; with no server, a reply being written is stored first, so it is not lost."
     )
 
     def add_arguments(self, parser):
