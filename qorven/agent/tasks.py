@@ -14,6 +14,7 @@ from qorven.runtime.log_context import log_context
 from qorven.runtime.task_scope import task_scope
 
 from .heartbeat_runs import RUN_TRIES, RunFailed, retry_delay, run_heartbeat
+from .turn_answer import TURN_TASK
 from .turns import TurnBusy, turn_process
 
 logger = logging.getLogger(__name__)
@@ -53,7 +54,7 @@ def _stop_waiting(session_id: int, task_id: str) -> None:
         cache.delete(key)
 
 
-@shared_task(bind=True, name="qorven.agent.turn", acks_late=True, max_retries=None)
+@shared_task(bind=True, name=TURN_TASK, acks_late=True, max_retries=None)
 def agent_turn(self, tenant_id: int, session_id: int, busy: int = 0) -> int:
     """Answer the session's pending user messages. Safe to run twice: answered messages
     are skipped, and turns on one session never overlap. Comes back later when the

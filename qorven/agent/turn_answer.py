@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, replace
 from enum import Enum
 from typing import Any
@@ -68,6 +69,9 @@ logger = logging.getLogger("qorven.agent.turns")
 
 STOPPED_NOTICE = "Stopped before any answer was written."
 ROUNDS_NOTICE = "I stopped after {rounds} rounds of tool calls without reaching an answer. Please rephrase or narrow the request."
+
+
+TURN_TASK = "qorven.agent.turn"  # qorven.agent.tasks.agent_turn, sent by name: the tasks import this module
 
 
 class BudgetReached(ModelError):
@@ -191,9 +195,7 @@ def answer_message(session: Session, pending: Message, owner: str, *, overflowed
     uncompacted = False  # manual mode could not compact to make room
     for attempt in range(1 if overflowed else 0, 2):
         try:
-            # A capped route's slot is waited for on the worker's timer, as this message:
-            # its every try looks for the same place in the queue.
-            with slot_ticket(f"message:{pending.pk}"):
+            with _slot_ticket(session, pending):
                 completion = tool_loop(
                     provider=provider, messages=prompt.messages, spend=Spend(session.tenant, qor, "main"),
                     offered=offered, ctx=ctx, session=session, channel=channel, metadata={"reply_to": pending.seq},
@@ -277,6 +279,13 @@ def answer_message(session: Session, pending: Message, owner: str, *, overflowed
             _after_exchange(session, route, prompt, reserve, pending)
         return AnswerResult(AnswerStep.ANSWERED)
     return AnswerResult(AnswerStep.FAILED)
+
+
+def _slot_ticket(session: Session, pending: Message) -> AbstractContextManager[None]:
+    """A capped route's slot is waited for on the worker's timer, as this message: its
+    every try looks for the same place in the queue. A slot freed for it sends the
+    session's turn at once (safe twice: an answered message is never answered again)."""
+    return slot_ticket(f"message:{pending.pk}", wake=(TURN_TASK, [session.tenant_id, session.pk]))
 
 
 LONGEST_ANSWER_WAIT = 120.0  # seconds a message waits for a server's Retry-After before it fails with a notice

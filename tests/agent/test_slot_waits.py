@@ -1,0 +1,105 @@
+"""Turns waiting for a slot of a capped route (a Qor's `max_concurrency`): a freed slot
+goes to the next waiting message at once. (The queue itself: tests/qorven/test_failover.py.)"""
+from __future__ import annotations
+
+import json
+import threading
+import time
+
+import pytest
+
+from qorven.runtime import route_slots
+from sessions_app.models import Message
+from tenancy.models import Qor
+from tenancy.services import api_token_create
+
+from ..factories.tenancy import MembershipFactory, UserFactory
+from ..fakes.model_server import reply
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def _ask(client, tenant, user, content):
+    token = api_token_create(tenant=tenant, user=user)[1]
+    response = client.post("/v1/qors/aria/messages", data=json.dumps({"content": content}),
+                           content_type="application/json", HTTP_AUTHORIZATION=f"Bearer {token}")
+    assert response.status_code == 201, response.content
+
+
+def _until(condition, seconds=10.0):
+    deadline = time.monotonic() + seconds
+    while not condition():
+        assert time.monotonic() < deadline, "not reached in time"
+        time.sleep(0.02)
+
+
+def _far_come_back(monkeypatch, seconds):
+    """A waiting turn's task comes back on the worker's timer `seconds` after its look."""
+    monkeypatch.setattr(route_slots, "COME_BACK", seconds)
+    monkeypatch.setattr(route_slots, "COME_BACK_MOST", seconds)
+
+
+def test_a_freed_slot_goes_to_the_message_waiting_for_it_at_once_not_when_its_task_comes_back(
+    client, world, model_server, drain, monkeypatch
+):
+    """Tenant A's route takes one call at once. Bob's message waits for the slot Alice's
+    call holds; as Alice's answer ends, Bob's call starts, without waiting for his task to
+    come back on the worker's timer (set here past what the test waits for it: before,
+    the slot stayed free until then, 0.5 to 3 s with the default timer). Each message is
+    asked of the model once and answered once, however many times its task comes."""
+    _far_come_back(monkeypatch, 12.0)
+    Qor.objects.filter(pk=world.qor_a.pk).update(main_max_concurrency=1)
+    alices = threading.Event()
+    model_server.add(reply("For Alice.", hold=alices), reply("For Bob."))
+    _ask(client, world.tenant_a, world.alice, "first")
+    _until(lambda: model_server.in_flight == 1)
+    _ask(client, world.tenant_a, world.bob, "second")
+    _until(lambda: route_slots.route_slot_waiting(base_url=model_server.base_url) == 1)
+    assert len(model_server.requests) == 1
+
+    alices.set()
+    bobs = Message.objects.filter(tenant=world.tenant_a, role="assistant", content="For Bob.")
+    _until(bobs.exists, seconds=8)  # his task's timer is 12 s away: the slot's release sent it
+    drain()  # his task's own come-back too, which finds him answered
+    answers = Message.objects.filter(tenant=world.tenant_a, role="assistant").order_by("created_at")
+    assert [m.content for m in answers] == ["For Alice.", "For Bob."]
+    assert len(model_server.requests) == 2
+    assert Message.objects.filter(tenant=world.tenant_a, role="user", answer_state="answered").count() == 2
+    assert route_slots.route_slot_waiting(base_url=model_server.base_url) == 0
+
+
+def test_a_message_whose_turn_comes_twice_for_its_slot_is_answered_once_and_its_reply_sent_once(
+    client, world, model_server, platform, drain
+):
+    """A waiting message's turn comes twice: sent as a slot frees for it, and back on its
+    own timer (here at about the same time). A turn answers only what is still unanswered,
+    one turn at a time per conversation: each message is asked of the model once, and
+    each reply reaches its Telegram chat once. Three people, each in a conversation of
+    their own."""
+    from channels_app.models import Identity
+    from channels_app.services import binding_create
+
+    from ..channels_app.payloads import post_telegram, telegram_update
+
+    binding_create(tenant=world.tenant_a, qor=world.qor_a, kind="telegram",
+                   credentials={"token": "111:AAA", "secret": "tg-secret-a", "username": "aria_bot"})
+    Qor.objects.filter(pk=world.qor_a.pk).update(main_max_concurrency=1)
+    first = threading.Event()
+    model_server.add(reply("Answer one.", hold=first), reply("Answer two."), reply("Answer three."))
+    dora = UserFactory(username="dora", first_name="Dora")
+    MembershipFactory(tenant=world.tenant_a, user=dora)
+    for n, (sender, person) in enumerate(zip([41, 42, 43], [world.alice, world.bob, dora], strict=True)):
+        Identity.objects.create(tenant=world.tenant_a, channel="telegram", external_id=str(sender), user=person,
+                                approval="approved", trust_level="owner", display_name=person.first_name)
+        post_telegram(client, telegram_update(f"question {n}", user_id=sender, message_id=sender))
+        if n == 0:
+            _until(lambda: model_server.in_flight == 1)
+    _until(lambda: route_slots.route_slot_waiting(base_url=model_server.base_url) == 2)
+    first.set()
+    drain()
+    assert len(model_server.requests) == 3
+    answers = Message.objects.filter(tenant=world.tenant_a, role="assistant")
+    assert sorted(m.content for m in answers) == ["Answer one.", "Answer three.", "Answer two."]
+    sent = platform.sent(r"bot111:AAA/sendMessage")
+    assert sorted((r.json["chat_id"], r.json["text"]) for r in sent) == [
+        ("41", "Answer one."), ("42", "Answer two."), ("43", "Answer three.")]
