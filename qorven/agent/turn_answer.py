@@ -138,6 +138,14 @@ def answer_message(session: Session, pending: Message, owner: str, *, overflowed
     route = route_for(qor, "main")
     provider = provider_for_role(qor, "main")
     offered = [] if route.offline else tools
+    try:
+        with _slot_ticket(session, pending):
+            # A turn waiting for a capped route's slot comes back for it again and again,
+            # and most of those times it is still taken: the turn looks before it builds
+            # the prompt (the person's memories searched, the conversation's window read).
+            provider.slot_look()
+    except WaitingForSlot as exc:
+        return AnswerResult(AnswerStep.WAITING, retry_after=exc.retry_after)
     manual = qor.summarizer_mode == Qor.SummarizerMode.MANUAL
     reserve = settings.QORVEN_CONTEXT_RESERVE
     prompt = turn_prompt(session=session, qor=qor, pending=pending, offered=offered, route=route, trust=trust,

@@ -111,6 +111,16 @@ class FailoverProvider:
         assert failure is not None
         raise failure
 
+    def slot_look(self) -> None:
+        """As the route a call made now would try first: the first one not cooling down."""
+        if not any(route.max_concurrency for route in self.routes):
+            return  # no slot to wait for: no cooldown to read
+        for route in self.routes:
+            cooldown = _cooldown(route)
+            if cooldown is None or cooldown.remaining <= 0:
+                provider_for(route).slot_look()
+                return
+
 
 def _cooldown(route: ModelRoute) -> Cooldown | None:
     return cooldown_longest(base_url=route.base_url, model=route.model, key=route.key)

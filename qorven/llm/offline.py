@@ -25,3 +25,6 @@ class OfflineProvider:
         if on_token is not None:
             on_token(OFFLINE_NOTICE)
         return Completion(content=OFFLINE_NOTICE, usage=Usage(0, 0), model=self.model, offline=True)
+
+    def slot_look(self) -> None:
+        """No server, no slot to wait for."""

@@ -21,7 +21,7 @@ import openai
 from openai.types.chat import ChatCompletion
 
 from qorven.runtime.outbound import address_refusal
-from qorven.runtime.route_slots import SlotTimeout, SlotWait, route_slot
+from qorven.runtime.route_slots import SlotTimeout, SlotWait, route_slot, route_slot_look
 
 from .answer_stream import AnswerStream, answer_read
 from .errors import ContextLengthExceeded, ModelError, ModelRefused, ProviderUnavailable, WaitingForSlot
@@ -126,6 +126,15 @@ class OpenAIProvider:
             # stored URL may carry before its host.
             exc.host = urlsplit(self.base_url).netloc.rpartition("@")[2]
             raise
+
+    def slot_look(self) -> None:
+        """Inside a slot ticket: WaitingForSlot when a call made now would find no slot
+        of this server free for it, its place in the queue kept as by the call."""
+        try:
+            route_slot_look(base_url=self.base_url, cap=self._cap, wait=self._deadline)
+        except SlotWait as waiting:
+            raise WaitingForSlot("every slot of the model server is taken", model=self.model,
+                                 retry_after=waiting.after) from None
 
     def _complete(
         self,

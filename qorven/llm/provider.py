@@ -79,3 +79,9 @@ class Provider(Protocol):
         """Run one chat completion. Streams content tokens to `on_token` when given.
         Raises a ModelError: ProviderUnavailable, ModelRefused or ContextLengthExceeded."""
         ...
+
+    def slot_look(self) -> None:
+        """Inside a slot ticket (qorven.runtime.route_slots.slot_ticket): raises
+        WaitingForSlot when a call made now would wait for a slot of its capped server,
+        before anything is prepared for the call. Otherwise nothing."""
+        ...

@@ -142,6 +142,9 @@ class RefusedRoute:
     ) -> Completion:
         raise ModelRefused(f"model route refused: {self.reason}", kind="misconfigured", model=self.model)
 
+    def slot_look(self) -> None:
+        """Never called, never waited for."""
+
 
 def _openai_provider() -> type[OpenAIProvider]:
     """The SDK's provider class, imported on first use: importing `openai` takes about a

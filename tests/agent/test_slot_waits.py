@@ -1,5 +1,6 @@
 """Turns waiting for a slot of a capped route (a Qor's `max_concurrency`): a freed slot
-goes to the next waiting message at once. (The queue itself: tests/qorven/test_failover.py.)"""
+goes to the next waiting message at once, and a message coming back for a slot still
+taken reads nothing for its prompt. (The queue itself: tests/qorven/test_failover.py.)"""
 from __future__ import annotations
 
 import json
@@ -7,9 +8,14 @@ import threading
 import time
 
 import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
 
+from memory_app.models import Memory
+from qorven.agent.turns import turn_process
 from qorven.runtime import route_slots
 from sessions_app.models import Message
+from sessions_app.services import message_append, session_resolve
 from tenancy.models import Qor
 from tenancy.services import api_token_create
 
@@ -66,6 +72,30 @@ def test_a_freed_slot_goes_to_the_message_waiting_for_it_at_once_not_when_its_ta
     assert len(model_server.requests) == 2
     assert Message.objects.filter(tenant=world.tenant_a, role="user", answer_state="answered").count() == 2
     assert route_slots.route_slot_waiting(base_url=model_server.base_url) == 0
+
+
+def test_a_message_coming_back_for_a_slot_still_taken_reads_nothing_for_its_prompt(world, model_server, drain):
+    """Each come-back of a waiting turn built the whole prompt first (the person's
+    memories searched, the conversation's window read) only to find the slot still
+    taken; now it looks at the slot first."""
+    Qor.objects.filter(pk=world.qor_a.pk).update(main_max_concurrency=1)
+    Memory.objects.create(tenant=world.tenant_a, qor=world.qor_a, user=world.alice, content="Likes tea.")
+    session = session_resolve(tenant=world.tenant_a, qor=world.qor_a, channel="web", user=world.alice)
+    message_append(session=session, role="user", content="tea?", channel="web", sender_name="Alice",
+                   awaits_answer=True, notify=False, metadata={"trust": "owner"})
+    model_server.default = reply("Tea it is.")
+    with route_slots.route_slot(base_url=model_server.base_url, cap=1, wait=5, lease=30):  # held elsewhere
+        assert turn_process(tenant_id=world.tenant_a.pk, session_id=session.pk).retry_after is not None
+        with CaptureQueriesContext(connection) as come_back:
+            outcome = turn_process(tenant_id=world.tenant_a.pk, session_id=session.pk)
+        assert outcome.retry_after is not None and outcome.answered == 0
+    queries = [q["sql"] for q in come_back.captured_queries]
+    assert not [q for q in queries if "memory_app_memory" in q]  # no memory search
+    # The message to answer is read; its conversation's window is not.
+    assert len([q for q in queries if q.startswith("SELECT") and "sessions_app_message" in q]) == 1, queries
+    assert len(queries) == 4, queries  # the session's lease taken, the message, the tools' switches, the lease let go
+    drain()
+    assert Message.objects.get(session=session, role="assistant").content == "Tea it is."
 
 
 def test_a_message_whose_turn_comes_twice_for_its_slot_is_answered_once_and_its_reply_sent_once(
