@@ -1,9 +1,10 @@
 """One tenant's trouble stays with that tenant: while A's platform hangs, A's session is
-held by a turn that died, or A's model takes ten seconds, tenant B is answered as usual
+held by a turn that died, or A's model is still thinking, tenant B is answered as usual
 (before A's trouble is over)."""
 from __future__ import annotations
 
 import json
+import threading
 import time
 from datetime import timedelta
 
@@ -16,7 +17,7 @@ from sessions_app.models import Message, Session
 from sessions_app.services import session_resolve
 from tenancy.services import api_token_create
 
-from ..fakes.model_server import Step, reply
+from ..fakes.model_server import reply
 from ..fakes.platform_server import Canned
 from .conftest import pair
 from .payloads import post_telegram, telegram_update
@@ -118,16 +119,21 @@ def test_b_is_answered_while_a_dead_turn_still_holds_as_session(client, world, m
     assert [(m.content, m.metadata["reply_to"]) for m in replies] == [("Hello.", mine["seq"])]
 
 
-def test_b_is_answered_while_as_model_takes_ten_seconds(client, world, model_server, drain):
+def test_b_is_answered_while_as_model_is_still_thinking(client, world, model_server, drain):
+    """A's model answers only once the test lets it, after B is answered: had B's turn
+    waited behind A's, B would never be answered while A's call is held."""
+    alices = threading.Event()
+
     def slow_for_alice(body):
-        return Step(text="Slowly.", delay=10) if "Alice" in json.dumps(body) else reply("Quickly.")
+        return reply("Slowly.", hold=alices) if "Alice" in json.dumps(body) else reply("Quickly.")
 
     model_server.default = slow_for_alice
     ask(client, world, world.tenant_a, world.alice, "think hard")
-    assert wait_for(lambda: len(model_server.requests) == 1)  # A's model is busy now
+    assert wait_for(lambda: model_server.in_flight == 1)  # A's model is busy now
     ask(client, world, world.tenant_b, world.charlie, "quick one")
-    assert wait_for(lambda: answered(world.tenant_b))
-    assert not answered(world.tenant_a)  # still thinking
+    assert wait_for(lambda: answered(world.tenant_b), 30)
+    assert model_server.in_flight == 1 and not answered(world.tenant_a)  # still thinking
+    alices.set()
     drain()
     assert [m.content for m in Message.objects.filter(role="assistant").order_by("created_at")] == [
         "Quickly.", "Slowly."
