@@ -1,7 +1,14 @@
 """Model providers behind one small interface; the only package that imports `openai`."""
 from __future__ import annotations
 
-from .errors import ContextLengthExceeded, ModelError, ModelRefused, ProviderUnavailable, WaitingForSlot
+from .errors import (
+    ContextLengthExceeded,
+    ModelError,
+    ModelRefused,
+    ProviderUnavailable,
+    SlotsBusy,
+    WaitingForSlot,
+)
 from .provider import Completion, Provider, Restart, ToolCall, Usage, object_text
 from .routes import ModelRoute, provider_for, provider_for_role, route_for, routes_for, sdk_load
 
@@ -15,6 +22,7 @@ __all__ = [
     "Provider",
     "ProviderUnavailable",
     "Restart",
+    "SlotsBusy",
     "ToolCall",
     "Usage",
     "WaitingForSlot",

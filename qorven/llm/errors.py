@@ -7,6 +7,8 @@
   an invalid request), the key or model is wrong, the provider's quota is spent. The same
   request will fail the same way.
 - `ContextLengthExceeded` (permanent unless the prompt shrinks): the prompt did not fit.
+- `SlotsBusy` (transient, a ProviderUnavailable): every slot of a capped server stayed
+  taken for as long as the call could wait.
 - `WaitingForSlot` (not a failure): a call made for a worker's task found every slot of
   its capped server taken; it keeps its place in the queue, and its task comes back.
 
@@ -53,6 +55,14 @@ class ProviderUnavailable(ModelError):
     user's message stays stored; it can be answered later."""
 
     transient = True
+
+
+class SlotsBusy(ProviderUnavailable):
+    """Every slot of the route's capped server (`max_concurrency`) stayed taken for as
+    long as the call could wait: the server is busy with other calls of ours, not
+    failing. Told apart where a wait must not count as a failed try (a heartbeat run)."""
+
+    kind = "rate_limited"
 
 
 class ModelRefused(ModelError):

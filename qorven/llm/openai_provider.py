@@ -24,7 +24,7 @@ from qorven.runtime.outbound import address_refusal
 from qorven.runtime.route_slots import SlotTimeout, SlotWait, route_slot, route_slot_look
 
 from .answer_stream import AnswerStream, answer_read
-from .errors import ContextLengthExceeded, ModelError, ModelRefused, ProviderUnavailable, WaitingForSlot
+from .errors import ContextLengthExceeded, ModelError, ModelRefused, ProviderUnavailable, SlotsBusy, WaitingForSlot
 from .provider import Completion, TokenCallback
 
 logger = logging.getLogger(__name__)
@@ -119,8 +119,7 @@ class OpenAIProvider:
             raise WaitingForSlot("every slot of the model server is taken", model=self.model,
                                  retry_after=waiting.after) from None
         except SlotTimeout as exc:
-            raise ProviderUnavailable(f"every slot of the model server stayed busy: {exc}", kind="rate_limited",
-                                      model=self.model) from None
+            raise SlotsBusy(f"every slot of the model server stayed busy: {exc}", model=self.model) from None
         except ModelError as exc:
             # For the owners' notice and doctor: which server failed, never the credentials a
             # stored URL may carry before its host.

@@ -610,3 +610,40 @@ def test_a_run_on_a_capped_route_with_no_free_slot_waits_briefly_then_is_retried
     failed = HeartbeatRun.objects.get()
     assert (failed.status, failed.reason) == ("failed", "unavailable")
     assert model_server.requests == []
+
+
+def test_a_run_that_finds_every_slot_taken_is_retried_without_using_up_its_tries(
+    world, pills, model_server, settings, monkeypatch
+):
+    """A capped route whose every slot stayed taken for the run's brief wait is busy
+    with other calls of ours, not failing: the run is retried as one whose model was
+    unavailable, but no try is used up, as a turn's wait for a slot uses none. Before,
+    three such waits (a route busy for the five minutes its retries span) failed the
+    run's tick for good, the model never asked. Within QORVEN_MODEL_DEADLINE of the run's
+    tick, as long as a turn waits for a slot; past it, each wait is a try again."""
+    from qorven.agent.heartbeat_runs import RUN_TRIES
+    from qorven.runtime import route_slots
+
+    monkeypatch.setattr(route_slots, "THREAD_WAIT", 0.2)
+    settings.QORVEN_MODEL_DEADLINE = 600
+    world.qor_a.heartbeat_max_concurrency = 1
+    world.qor_a.save(update_fields=["heartbeat_max_concurrency"])
+    model_server.default = reply("Pills!")
+    tick = timezone.now().replace(microsecond=0)
+    run_id = None
+    with route_slots.route_slot(base_url=model_server.base_url, cap=1, wait=5, lease=60):  # held elsewhere
+        for _ in range(RUN_TRIES):  # as the task tries it again each time
+            with pytest.raises(RunFailed) as failed:
+                run(pills, tick=tick, run_id=run_id)
+            run_id = failed.value.run_id
+            assert failed.value.attempts == 0  # none used up: the task tries it again
+    waited = HeartbeatRun.objects.get(pk=run_id)
+    assert (waited.status, waited.reason, waited.attempts) == ("failed", "unavailable", 0)
+    done = run(pills, tick=tick, run_id=run_id)  # the slot is free now
+    assert (done.status, done.attempts, done.output) == ("ok", 1, "Pills!")
+
+    # A run long past its tick: the wait is a try, as before.
+    with route_slots.route_slot(base_url=model_server.base_url, cap=1, wait=5, lease=60):
+        with pytest.raises(RunFailed) as failed:
+            run(pills, tick=tick - timedelta(seconds=601))
+    assert failed.value.attempts == 1

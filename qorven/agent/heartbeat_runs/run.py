@@ -20,7 +20,7 @@ from heartbeats_app.models import RESERVED_NAMES, Heartbeat, HeartbeatRun
 from heartbeats_app.retention import runs_prune
 from heartbeats_app.selectors import heartbeat_get, heartbeat_timezone
 from heartbeats_app.system_beats import system_beat_run
-from qorven.llm import ModelError, ProviderUnavailable, route_for
+from qorven.llm import ModelError, ProviderUnavailable, SlotsBusy, route_for
 from qorven.llm.metered import Tally
 from sessions_app.channel_kinds import Channel
 from sessions_app.errors import WorkspaceSuspended
@@ -88,7 +88,15 @@ def run_heartbeat(
         outcome = _execute(beat, run, spent, manual=manual)
     except ProviderUnavailable as exc:  # transient: the task retries the run
         run_finish(beat, run, started, model_failed(beat, exc, spent, reason="unavailable"))
-        raise RunFailed(run.pk, exc.detail, attempts=run.attempts) from exc
+        attempts = run.attempts
+        if isinstance(exc, SlotsBusy) and timezone.now() - run.tick <= timedelta(
+                seconds=settings.QORVEN_MODEL_DEADLINE):
+            # A capped route busy with other calls of ours is not the model failing: no
+            # try is used up, as a turn's wait for a slot uses none, for as long as a turn
+            # would wait. The run still waited on its thread at most THREAD_WAIT each time.
+            HeartbeatRun.objects.filter(pk=run.pk, attempts__gt=0).update(attempts=F("attempts") - 1)
+            attempts -= 1
+        raise RunFailed(run.pk, exc.detail, attempts=attempts) from exc
     except ModelError as exc:  # refused, misconfigured: retrying cannot help
         run_finish(beat, run, started, model_failed(beat, exc, spent))
         return _reload(run)
