@@ -122,9 +122,9 @@ def test_a_message_whose_turn_comes_twice_for_its_slot_is_answered_once_and_its_
         Identity.objects.create(tenant=world.tenant_a, channel="telegram", external_id=str(sender), user=person,
                                 approval="approved", trust_level="owner", display_name=person.first_name)
         post_telegram(client, telegram_update(f"question {n}", user_id=sender, message_id=sender))
-        if n == 0:
-            _until(lambda: model_server.in_flight == 1)
-    _until(lambda: route_slots.route_slot_waiting(base_url=model_server.base_url) == 2)
+        # Each in the queue before the next comes: they are answered in that order.
+        _until(lambda: model_server.in_flight == 1
+               and route_slots.route_slot_waiting(base_url=model_server.base_url) == n)
     first.set()
     drain()
     assert len(model_server.requests) == 3
