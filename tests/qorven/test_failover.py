@@ -308,6 +308,29 @@ def test_a_waiter_that_comes_back_for_a_slot_keeps_its_place_in_the_queue():
     assert route_slots.route_slot_waiting(base_url=base_url) == 0
 
 
+def test_a_freed_slot_names_the_task_of_each_ticket_first_in_line_once():
+    """What a holder's release sends at once: the task of each waiting ticket a slot is
+    free for, in the queue's order, each once until it looks again; a ticket on its way
+    to a slot counts as first in line, and one a slot was already sent for is not sent
+    again when it enters."""
+    from qorven.runtime import route_slots
+
+    base_url = f"http://slots.example/{time.monotonic_ns()}"
+    slots = route_slots._slots(base_url)
+    held = [slots.acquire(cap=2, wait=1, lease=30) for _ in range(2)]  # both slots, by calls on their thread
+    for name in ("first", "second", "third"):
+        with pytest.raises(route_slots.SlotWait):
+            with route_slots.slot_ticket(name, wake=("a.task", [name])):
+                with route_slots.route_slot(base_url=base_url, cap=2, wait=10, lease=30):
+                    pass
+    assert [tuple(w) for w in slots.release(held[0], cap=2)] == [("a.task", ["first"])]
+    assert [tuple(w) for w in slots.release(held[1], cap=2)] == [("a.task", ["second"])]  # first: sent already
+    token, due = slots.enter(ticket="first", wake=("a.task", ["first"]), cap=2, wait=10, lease=30)
+    assert due == []  # second's is sent already
+    assert route_slots.route_slot_waiting(base_url=base_url) == 2
+    assert [tuple(w) for w in slots.release(token, cap=2)] == [("a.task", ["third"])]
+
+
 def test_a_waiter_that_never_comes_back_frees_the_queue_once_its_presence_runs_out(monkeypatch):
     from qorven.runtime import route_slots
 
