@@ -331,6 +331,20 @@ def test_a_freed_slot_names_the_task_of_each_ticket_first_in_line_once():
     assert [tuple(w) for w in slots.release(token, cap=2)] == [("a.task", ["third"])]
 
 
+def test_a_look_before_a_first_call_queues_nothing():
+    """A turn looks at its slot before it builds its prompt, and may then make no call at
+    all (it rotates its conversation for a manual compaction, and its message is carried
+    into the next one). A ticket that was not waiting is not queued by that look: at the
+    head of the queue, it held every other call back until its place lapsed (30 s)."""
+    from qorven.runtime import route_slots
+
+    base_url = f"http://slots.example/{time.monotonic_ns()}"
+    with route_slots.slot_ticket("rotated", wake=("a.task", ["rotated"])):
+        route_slots.route_slot_look(base_url=base_url, cap=1, wait=10)
+    assert route_slots.route_slot_waiting(base_url=base_url) == 0
+    assert _ticketed(base_url, "next")
+
+
 def test_a_waiter_that_never_comes_back_frees_the_queue_once_its_presence_runs_out(monkeypatch):
     from qorven.runtime import route_slots
 

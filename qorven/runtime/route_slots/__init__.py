@@ -107,11 +107,13 @@ def route_slot(*, base_url: str, cap: int, wait: float, lease: float) -> Iterato
 
 
 def route_slot_look(*, base_url: str, cap: int, wait: float) -> None:
-    """Inside `slot_ticket`: raises SlotWait when a call made now would find no slot free
-    for the ticket, keeping its place as that call would; returns when one is free for it
-    (the call takes it) or when it has waited past `wait` (the call gives up). A task that
-    comes back for its slot looks before it prepares its call: most come-backs find the
-    slot still taken. Outside a ticket, or with no cap, it returns at once."""
+    """Inside `slot_ticket`, for a ticket waiting in the queue: raises SlotWait when a
+    call made now would find no slot free for it, keeping its place as that call would;
+    returns when one is free for it (the call takes it) or when it has waited past `wait`
+    (the call gives up). A task that comes back for its slot looks before it prepares its
+    call: most come-backs find the slot still taken. A ticket not waiting is not queued
+    by a look (its call may never come: a turn that rotates its conversation first), nor
+    is anything done outside a ticket or with no cap."""
     ticketed = _ticket.get()
     if cap <= 0 or ticketed is None:
         return

@@ -46,6 +46,8 @@ class _LocalSlots:
 
     def look(self, *, ticket: str, wake: Wake | None, cap: int, wait: float) -> None:
         with self._cond:
+            if self._tickets.get(ticket, (0.0, 0.0))[1] < time.monotonic():
+                return  # not waiting: its call takes the first look
             self._look(ticket=ticket, wake=wake, cap=cap, wait=wait)
 
     def _look(self, *, ticket: str, wake: Wake | None, cap: int, wait: float) -> bool:

@@ -39,8 +39,9 @@ return 0
 
 # A ticket's look, before _ENTER: its presence (holding when it first looked) and its
 # place, set together, so no other waiter takes it for one that went away. 0: it has
-# waited past its wait (and gives up its place when ARGV[5] is "1"). KEYS: queue, its
-# presence key. ARGV: ticket, now, wait, presence, give up.
+# waited past its wait (and gives up its place when ARGV[5] is "1", a call's look); 2:
+# only looking, at a ticket not waiting. KEYS: queue, its presence key. ARGV: ticket,
+# now, wait, presence, a call's look.
 _LOOK = """
 local since = redis.call('GET', KEYS[2])
 if since and tonumber(ARGV[2]) - tonumber(since) > tonumber(ARGV[3]) then
@@ -51,6 +52,7 @@ if since and tonumber(ARGV[2]) - tonumber(since) > tonumber(ARGV[3]) then
   return 0
 end
 if not since then  -- a first look, or a ticket that lapsed: to the back of the queue
+  if ARGV[5] ~= '1' then return 2 end  -- unless only looking: its call takes the first look
   since = ARGV[2]
   redis.call('LREM', KEYS[1], 0, ARGV[1])
   redis.call('RPUSH', KEYS[1], ARGV[1])
@@ -146,9 +148,10 @@ class _RedisSlots:
         client = shared_redis()
         now = time.time()
         look = client.register_script(_LOOK)
-        if not look(keys=[self.queue, self.presence + ticket],
-                    args=[ticket, now, wait, slots.TICKET_PRESENCE, int(take)]):
-            return False
+        looked = look(keys=[self.queue, self.presence + ticket],
+                      args=[ticket, now, wait, slots.TICKET_PRESENCE, int(take)])
+        if looked != 1:
+            return looked == 2  # 2: not waiting, so not queued by a look (its call queues it)
         enter = client.register_script(_ENTER)
         if enter(keys=[self.queue, self.holders, self.presence, self.wakes + ticket],
                  args=[ticket, cap, now, now + lease, int(take), json.dumps(wake) if wake else "",
