@@ -9,6 +9,7 @@ from collections import deque
 from qorven.runtime import route_slots as slots
 from qorven.runtime.route_slots import SlotTimeout, SlotWait, Wake
 
+
 class _LocalSlots:
     def __init__(self) -> None:
         self._cond = threading.Condition()
@@ -113,5 +114,3 @@ _locals_lock = threading.Lock()
 def _local(name: str) -> _LocalSlots:
     with _locals_lock:
         return _locals.setdefault(name, _LocalSlots())
-
-
