@@ -153,6 +153,10 @@ def answer_message(session: Session, pending: Message, owner: str, *, overflowed
     if manual and not overflowed and compaction_due(
         session=session, prompt=prompt, num_ctx=route.num_ctx, threshold=qor.compact_threshold
     ):
+        with _slot_ticket(session, pending):
+            # The compaction's calls (on their thread) may go to this route's server: they
+            # would wait behind the message's place in its queue, kept for the call after them.
+            provider.slot_leave()
         if compact_for_turn(session=session, pending=pending, overflow=False) is not None:
             return AnswerResult(AnswerStep.ROTATED)
 

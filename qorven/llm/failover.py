@@ -121,6 +121,12 @@ class FailoverProvider:
                 provider_for(route).slot_look()
                 return
 
+    def slot_leave(self) -> None:
+        """On every capped route: the ticket may wait in any of their queues."""
+        for route in self.routes:
+            if route.max_concurrency:
+                provider_for(route).slot_leave()
+
 
 def _cooldown(route: ModelRoute) -> Cooldown | None:
     return cooldown_longest(base_url=route.base_url, model=route.model, key=route.key)

@@ -28,3 +28,6 @@ class OfflineProvider:
 
     def slot_look(self) -> None:
         """No server, no slot to wait for."""
+
+    def slot_leave(self) -> None:
+        """No server, no place in its queue."""

@@ -21,7 +21,7 @@ import openai
 from openai.types.chat import ChatCompletion
 
 from qorven.runtime.outbound import address_refusal
-from qorven.runtime.route_slots import SlotTimeout, SlotWait, route_slot, route_slot_look
+from qorven.runtime.route_slots import SlotTimeout, SlotWait, route_slot, route_slot_leave, route_slot_look
 
 from .answer_stream import AnswerStream, answer_read
 from .errors import ContextLengthExceeded, ModelError, ModelRefused, ProviderUnavailable, SlotsBusy, WaitingForSlot
@@ -134,6 +134,10 @@ class OpenAIProvider:
         except SlotWait as waiting:
             raise WaitingForSlot("every slot of the model server is taken", model=self.model,
                                  retry_after=waiting.after) from None
+
+    def slot_leave(self) -> None:
+        """Inside a slot ticket: give up its place in this server's queue, if it has one."""
+        route_slot_leave(base_url=self.base_url, cap=self._cap)
 
     def _complete(
         self,

@@ -85,3 +85,8 @@ class Provider(Protocol):
         WaitingForSlot when a call made now would wait for a slot of its capped server,
         before anything is prepared for the call. Otherwise nothing."""
         ...
+
+    def slot_leave(self) -> None:
+        """Inside a slot ticket: give up its place in the queue of its capped server, if
+        it has one (other calls of this task come first)."""
+        ...

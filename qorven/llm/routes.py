@@ -145,6 +145,9 @@ class RefusedRoute:
     def slot_look(self) -> None:
         """Never called, never waited for."""
 
+    def slot_leave(self) -> None:
+        """Never waited for."""
+
 
 def _openai_provider() -> type[OpenAIProvider]:
     """The SDK's provider class, imported on first use: importing `openai` takes about a

@@ -894,3 +894,34 @@ def test_the_summarizer_reads_a_line_of_less_trust_marked_and_is_told_it_is_neve
     assert [line.split("] ", 1)[0].split(" ", 2)[-1] for line in transcript[1:] if "Alice:" in line] == [
         "webchat · lower trust", "web"]
     assert 'marked "lower trust"' in flush["messages"][0]["content"]
+
+
+def test_manual_compaction_of_a_message_back_for_its_capped_routes_slot_is_not_held_behind_that_message(
+    world, manual, fake, model_server, drain, monkeypatch
+):
+    """A message waited for the slot of its capped route (`max_concurrency` 1) and comes
+    back to find it free, at the head of the queue, with its conversation due for a
+    compaction. The compaction's model calls go to the same server and wait on their
+    thread: they waited behind the message's own place in the queue, kept for a call
+    that only comes after them, until their wait ran out (THREAD_WAIT); the compaction
+    failed with its notice and the message was answered in the full conversation."""
+    from qorven.agent.turns import turn_process
+    from qorven.runtime import route_slots
+
+    monkeypatch.setattr(route_slots, "THREAD_WAIT", 1.0)
+    Qor.objects.filter(pk=manual.pk).update(main_max_concurrency=1, compact_threshold=100.0)  # not due yet
+    old = canonical(world)
+    seed_history(old, 12)
+    question = message_append(session=old, role="user", content="what was subject 3?", channel="web",
+                              sender_name="Alice", awaits_answer=True, notify=False,
+                              metadata={"trust": "owner"}).message
+    with route_slots.route_slot(base_url=model_server.base_url, cap=1, wait=5, lease=60):  # held elsewhere
+        assert turn_process(tenant_id=world.tenant_a.pk, session_id=old.pk).retry_after is not None  # it waits
+        Qor.objects.filter(pk=manual.pk).update(compact_threshold=0.9)  # due once it comes back
+    drain()  # the slot's release sent its turn back
+    assert not Message.objects.filter(tenant=world.tenant_a, metadata__notice="compact_failed").exists()
+    new = canonical(world)
+    assert new.pk != old.pk
+    answer = Message.objects.get(session=new, role="assistant")
+    assert answer.metadata["reply_to"] == Message.objects.get(session=new, metadata__carried_from__seq=question.seq).seq
+    assert kinds(model_server) == ["flush", "summary", "main"]

@@ -120,6 +120,17 @@ def route_slot_look(*, base_url: str, cap: int, wait: float) -> None:
     _slots(base_url).look(ticket=ticketed[0], wake=ticketed[1], cap=cap, wait=wait)
 
 
+def route_slot_leave(*, base_url: str, cap: int) -> None:
+    """Inside `slot_ticket`: the ticket gives up its place in the queue, if it has one, and
+    the task of the next in line is sent if a slot is free for it. For a task that does
+    other work before its call: calls of its own on their thread (a compaction's) would
+    wait behind its place, kept for a call that comes only after them."""
+    ticketed = _ticket.get()
+    if cap <= 0 or ticketed is None:
+        return
+    _wake_send(_slots(base_url).leave(ticket=ticketed[0], cap=cap))
+
+
 def route_slot_waiting(*, base_url: str) -> int:
     """How many calls wait for a slot of the model server at `base_url` now."""
     name = _name(base_url)

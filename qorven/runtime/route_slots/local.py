@@ -51,6 +51,12 @@ class _LocalSlots:
                 return  # not waiting: its call takes the first look
             self._look(ticket=ticket, wake=wake, cap=cap, wait=wait)
 
+    def leave(self, *, ticket: str, cap: int) -> list[Wake]:
+        with self._cond:
+            if ticket in self._queue:
+                self._leave(ticket)
+            return self._due(cap)
+
     def _look(self, *, ticket: str, wake: Wake | None, cap: int, wait: float) -> bool:
         """The ticket's look, under the lock: False past its wait, True when a slot is free
         for it; else it keeps its place (its task woken by the next slot freed for it)."""

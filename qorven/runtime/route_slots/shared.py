@@ -162,6 +162,20 @@ class _RedisSlots:
         ahead = client.lrange(self.queue, 0, int(slots.COME_BACK_MOST / slots.COME_BACK))
         raise SlotWait(slots._come_back(ahead.index(ticket.encode()) if ticket.encode() in ahead else len(ahead)))
 
+    def leave(self, *, ticket: str, cap: int) -> list[Wake]:
+        import redis
+
+        try:
+            client = shared_redis()
+            with client.pipeline() as pipe:
+                pipe.lrem(self.queue, 0, ticket)
+                pipe.delete(self.presence + ticket, self.wakes + ticket)
+                pipe.execute()
+            return self._due("", cap=cap)
+        except redis.RedisError:  # its place lapses instead
+            logger.warning("could not leave a model server's queue; the place lapses", exc_info=True)
+            return []
+
     def release(self, token: str, *, cap: int) -> list[Wake]:
         import redis
 
