@@ -40,7 +40,8 @@ class Seams(Protocol):
     def cut(self, start: int, hard: int, part: int) -> int:
         """Where to cut the text's prose between offsets `start` and `hard` (in both
         excluded and included): the piece before it must end at or before `hard`. `part`:
-        how much a part holds (the next, begun by what `mend` opens it with, is that long)."""
+        how much a part holds (the next, begun by what `mend` opens it with, is that long).
+        A cut at the end of the prose is none: the rest of it goes in the piece."""
         ...
 
     def mend(self, at: int) -> Seam:
@@ -300,6 +301,9 @@ def split_message(text: str, limit: int, *, size: Size = len, min_fill: int = 20
                 continue
             fits = _fit(text[start:end], room, size)
             cut = max(start + 1, min(seams.cut(start, start + fits, limit), end))
+            if cut == end:  # no cut reads as the text did before its end: the rest, longer than asked
+                current += rest
+                break
             seam = seams.mend(cut)
             head = seams.take(start, cut, since)
             if seam.closing:  # what it adds may pass the limit: the caller measures what it writes

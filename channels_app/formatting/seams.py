@@ -30,8 +30,12 @@ emoji. A line of text begun with three backticks and cut before the backtick tha
 text has its first backtick escaped, so the piece does not open a code block; one whose
 backticks close inline code begun on the line before is joined to it (a line break in code
 is a space), and a piece begun inside a line with backticks it reads as text has them
-escaped. Where no cut before the piece's end keeps the text, the first after it is taken:
-the piece is longer than asked, and the caller, measuring it, asks again with less room.
+escaped. Where no cut before the piece's end keeps the text, the first after it is taken (or,
+none being before the text's end, no cut: the rest goes in the piece): the piece is longer
+than asked, and the caller, measuring it, asks again with less room. So when what opens a
+piece (items nested deep, each marked as continued) leaves a part less room than inline code
+takes, the code is not split: the part holds it whole if the platform counts it within the
+limit, else the text is cut as text (channels_app.formatting.parts).
 Such a cut, where no space is, is held to the same rules: no piece ending in a line that
 alone reads as a rule ("**** ****") or a fence. An ordered
 list split over pieces goes on with its numbers: the first of its items in a piece is
@@ -147,9 +151,11 @@ class MarkdownSeams(MarkdownLayout):
                 if self._hard_cut_reads(back):
                     return back
             # None: the first such cut after it, the piece longer than asked (the caller
-            # measures what it writes, and asks again with less room), not one that loses text.
-            for after in self._graphemes(hard, min(len(self.text) - 1, hard + 64))[1:]:
-                if self._hard_cut_reads(after):
+            # measures what it writes, and asks again with less room), not one that loses text;
+            # or none, the rest of the text in the piece (what a continuation's markers leave
+            # of a part may hold less than the code ending the text: split, it showed backticks).
+            for after in self._graphemes(hard, min(len(self.text), hard + 64))[1:]:
+                if after == len(self.text) or self._hard_cut_reads(after):
                     return after
             return hard
         low, high = min(r.low for r in whole), max(r.high for r in whole)

@@ -88,6 +88,9 @@ RULE_AFTER_A_CUT = "__ __ alpha é __ __ " + "x" * 26
 # A list item's text of a rule's characters: every cut was refused as if the next piece began a rule or
 # ended one (it begins with the item's "…"), and the item was cut as text, its marker shown as written.
 RULE_CHARACTERS_IN_AN_ITEM = "  - é __ __ __ __ __ __"
+# Inline code of a space after items nested four deep: their continued markers took 35 of a part's 40,
+# no cut left room for the code whole, and the one taken split it, each part showing a lone backtick.
+CODE_AFTER_DEEP_NESTING = "1.  1.  * * ](https://example.com/?a=1&b=2) ` `"
 TICKS_AFTER_A_HARD_CUT = ("```&amp; [ 😀 ](https://example.com/?a=1&b=2) -  word  é & 1.  ** [ - &amp; ~~ mp; ~~ "
                           "](https://example.com/?a=1&b=2) &amp; > ``` * s://example.com/?a=1&b=2) ```python\n ` >  *  ```  * ```")
 
@@ -362,6 +365,7 @@ _TABLE_WRITTEN = re.compile(r"a\|b|\||[ab]:")
 @example(MARKER_ALONE, 16)
 @example(ITEM_READ_AS_A_RULE, 40)
 @example(NESTED_ITEM_READ_AS_A_RULE, 40)
+@example(CODE_AFTER_DEEP_NESTING, 40)
 @example("| a | b |\n|---|---|\n" + "| word x | é |\n" * 8 + "> | a | b |\n> |---|---|\n" + "> | **x** | word |\n" * 8, 40)
 @example("| a | b |\n|---|---|\n| " + "word " * 12 + "| x |\n| é | x |", 40)  # a row wider than a part
 def test_whatever_the_model_wrote_its_telegram_parts_show_the_text_it_shows_whole(text, limit):
@@ -575,6 +579,23 @@ def test_a_list_items_text_cut_over_discord_parts_is_that_item_again_in_markdown
     assert len(later) >= 2
     for part in later:
         assert "<li>" in __import__("markdown_it").MarkdownIt("commonmark").render(part).split("\n")[1]
+
+
+@pytest.mark.parametrize("kind", ["telegram", "slack", "whatsapp", "discord"])
+def test_inline_code_after_items_nested_so_deep_their_continuation_nearly_fills_a_part_is_never_split(kind):
+    """Items nested four deep go on in a later part under four "…" lines, which leave a 40
+    character part room for less than the code: it is not split into lone backticks, and
+    every part stays within the limit."""
+    adapter = adapter_for(kind)
+    parts = reply_parts(CODE_AFTER_DEEP_NESTING, style=adapter.style, limit=40, size=adapter.length, markdown=True)
+    assert all(adapter.length(adapter.style.visible(part)) <= 40 for part in parts), parts
+    read = parts if kind == "telegram" else [TELEGRAM_HTML.markdown(part) for part in parts] if kind == "discord" else None
+    if read is not None:
+        assert _read(read) == _whole(CODE_AFTER_DEEP_NESTING), parts
+    else:  # the code, a space, shown once between its backticks, never a backtick alone in a part
+        shown_parts = [shown(part) for part in parts]
+        assert sum(part.count("` `") for part in shown_parts) == 1, parts
+        assert "`" not in "".join(shown_parts).replace("` `", ""), parts
 
 
 @pytest.mark.parametrize("text", [CODE_OVER_A_LINE_OF_TICKS, BLANK_AFTER_A_HARD_CUT])
