@@ -21,7 +21,6 @@ from .regions import Region, Regions
 
 # A list item's marker at the start of its line, after the markers of what it is inside.
 _MARKER = re.compile(r"[ \t]*(?:>|[-+*](?=[ \t]|$)|(\d{1,9})[.)](?=[ \t]|$))")
-_ITEM_LINE = re.compile(r"(?:[ \t]*>)*[ \t]*(?:[-+*]|\d{1,9}[.)])(?:[ \t]|$)")  # a line that begins a list item
 # A list item's marker in what a line of a quote or a list item begins with.
 _ITEM_MARK = re.compile(r"[-+*]|\d{1,9}[.)]")
 
@@ -340,14 +339,18 @@ class MarkdownLayout:
 
     def _nested(self, at: int) -> list[tuple[int, str]]:
         """For a line begun at `at` whose text is a list item's nested in another: the items
-        it goes on under, outermost first, each with the quotes it is in (the item itself
-        too, when the line does not begin with its marker)."""
+        it goes on under, outermost first, each with the quotes it is in: not those the line
+        begins with their markers ("1. - alpha" begins the item and the one nested in it)."""
         found = bisect_left(self._firsts, at)
         if found == len(self._firsts) or self._firsts[found] >= self._line_end(bisect_right(self.starts, at) - 1):
             return []
         inline = self._placed[found]
-        items = inline.items if _ITEM_LINE.match(self.text, at) is None else inline.items[:-1]
-        return [(inline.quotes, item) for item in items]
+        # Not under the items the line itself begins ("1. - alpha" begins two): each marker one.
+        begun, end = 0, self._line_end(bisect_right(self.starts, at) - 1)
+        while (marker := _MARKER.match(self.text, at, end)) and marker.end() > at:
+            begun += not marker.group().strip().startswith(">")
+            at = marker.end()
+        return [(inline.quotes, item) for item in inline.items[:len(inline.items) - begun]]
 
     def _indented_code(self, at: int) -> bool:
         line = bisect_right(self.starts, at) - 1

@@ -91,6 +91,9 @@ RULE_CHARACTERS_IN_AN_ITEM = "  - é __ __ __ __ __ __"
 # Inline code of a space after items nested four deep: their continued markers took 35 of a part's 40,
 # no cut left room for the code whole, and the one taken split it, each part showing a lone backtick.
 CODE_AFTER_DEEP_NESTING = "1.  1.  * * ](https://example.com/?a=1&b=2) ` `"
+# A list item whose text begins with a nested list ("1. - alpha"), cut before its line: the next part went
+# on under the item as if the line were inside it ("1. …"), and the item itself was then numbered 2.
+ITEM_BEGUN_WITH_A_NESTED_LIST = "Intro words here and more words.\n1. - alpha beta gamma delta\n   - epsilon\n2. two"
 TICKS_AFTER_A_HARD_CUT = ("```&amp; [ 😀 ](https://example.com/?a=1&b=2) -  word  é & 1.  ** [ - &amp; ~~ mp; ~~ "
                           "](https://example.com/?a=1&b=2) &amp; > ``` * s://example.com/?a=1&b=2) ```python\n ` >  *  ```  * ```")
 
@@ -329,6 +332,7 @@ prose = st.lists(_block, min_size=1, max_size=6).map("\n\n".join)
 @example("__ __ __ __ alpha __ __ " + "x" * 26, 16)
 @example(RULE_CHARACTERS_IN_AN_ITEM, 15)
 @example("> 1. __ __ __ __ __ __ alpha " + "x" * 26, 19)
+@example(ITEM_BEGUN_WITH_A_NESTED_LIST, 40)
 def test_a_reply_cut_over_telegram_parts_reads_as_the_whole_did(text, limit):
     parts = _telegram(text, limit)
     assert all(_utf16(visible_text(part)) <= limit for part in parts)
@@ -570,6 +574,23 @@ def test_a_nested_list_item_cut_over_parts_goes_on_at_its_level(kind, text, limi
     assert not any(line.startswith(" ") for line in lines if re.search(r"last|after|two$", line))
     assert [line for line in nested if "…" in line] == [line for line in nested if re.match(r"   (?:•|1\.) …", line)]
     assert _read(parts if kind == "telegram" else [TELEGRAM_HTML.markdown(part) for part in parts]) == _whole(text)
+
+
+@pytest.mark.parametrize("text", [ITEM_BEGUN_WITH_A_NESTED_LIST, "> " + ITEM_BEGUN_WITH_A_NESTED_LIST.replace("\n", "\n> ")])
+@pytest.mark.parametrize("kind", ["telegram", "discord", "slack", "whatsapp"])
+def test_a_list_item_begun_with_a_nested_list_cut_before_its_line_keeps_its_number(kind, text):
+    """A cut before "1. - alpha" begins the next part with the item itself, numbered as it
+    was, not with the item marked as continued ("1. …") above it numbered on as the next."""
+    adapter = adapter_for(kind)
+    parts = reply_parts(text, style=adapter.style, limit=40, size=adapter.length, markdown=True)
+    shown_parts = [visible_text(part) if kind == "telegram" else part for part in parts]
+    assert len(parts) > 1 and all(adapter.length(part) <= 40 for part in shown_parts), parts
+    shown_parts = [part.replace("&gt;", ">") for part in shown_parts]  # Slack's quotes
+    numbers = [line.lstrip("> ")[:2] for part in shown_parts for line in part.splitlines()
+               if re.match(r"[> ]*\d\.", line) and "…" not in line]
+    assert numbers == ["1.", "2."], parts
+    if kind in ("telegram", "discord"):
+        assert _read(parts if kind == "telegram" else [TELEGRAM_HTML.markdown(part) for part in parts]) == _whole(text)
 
 
 def test_a_list_items_text_cut_over_discord_parts_is_that_item_again_in_markdown():
