@@ -20,8 +20,8 @@ runs would make one). Such a cut is taken only once both sides,
 read again, show what the text did (channels_app.formatting.reading: read in segments, so
 a long paragraph is not read again whole at every cut). Nothing is cut inside a link's
 address, an image or an autolink, nor where the next piece would begin with what Markdown
-reads as a block (a `- ` that was a dash in a sentence, inline code's backticks reopened at
-the start of a line), nor where a line's text (its quotes' and list items' markers left
+reads as a block (a `- ` that was a dash in a sentence, or began a paragraph's line indented,
+the indent left out of the piece; inline code's backticks reopened at the start of a line), nor where a line's text (its quotes' and list items' markers left
 out, or from where a cut before began the piece) would end a piece reading as a rule or a fence (three backticks are no fence when the
 piece's inline code is closed after them), nor where the piece would hold only white
 space; where no clean cut is, one between words that reads as the text did comes before one
@@ -203,9 +203,9 @@ class MarkdownSeams(MarkdownLayout):
             return None  # after a list's marker, a heading's, between a table's cells
         if not line and self._ends_alone(at, inside):
             return None
-        if place is not None and not inside and not place[0].items and _BLOCK_START.match(place[0].content, place[1]) and (
-                self._ticks_as_text(at) is None):  # an item's text goes on after its "…": no block begins
-            return None
+        if place is not None and not inside and not place[0].items and _BLOCK_START.match(
+                place[0].content, _text_after(place[0].content, place[1])) and self._ticks_as_text(at) is None:
+            return None  # an item's text goes on after its "…": no block begins
         if inside:
             if any(r.opening.startswith("#") for r in inside) and _HEADING_END.search(
                     self.text, self.starts[bisect_right(self.starts, at) - 1], self._ink_before(at)):
@@ -326,8 +326,14 @@ class MarkdownSeams(MarkdownLayout):
 
     def _begins_block(self, at: int) -> bool:
         """Whether a piece begun at `at` would begin with what Markdown reads as a block, its
-        text there read otherwise (three backticks the piece writes as text are not)."""
-        return bool(_BLOCK_START.match(self.text, at)) and self._ticks_as_text(at) is None
+        text there read otherwise (three backticks the piece writes as text are not): from
+        where it goes on, too, in a paragraph, after the white space it leaves out ("    - a",
+        a dash in the paragraph's line, would be a list item)."""
+        begins = at
+        if (place := self._place(at)) is not None:
+            begins = _resume(place[0], place[1], at, self.text, self._inside(at) or [])
+        return bool(_BLOCK_START.match(self.text, at) or _BLOCK_START.match(self.text, begins)) and (
+            self._ticks_as_text(at) is None)
 
     def _ticks_as_text(self, at: int) -> tuple[int, int] | None:
         """(where, how many) of the run of backticks a piece begun at `at`, inside a line,
@@ -468,6 +474,13 @@ def _resume(inline: Inline, offset: int, at: int, text: str, inside: list[Region
     elif text[at - 1] == " ":
         return at
     return source_offset(inline.segments, offset)
+
+
+def _text_after(content: str, offset: int) -> int:
+    """Where the text after `offset` in an inline text goes on, as a piece begun there goes
+    on from it (`_resume`: not in inline code): after white space ("    - a" in a
+    paragraph's line is a dash in it; at a piece's start, a list item)."""
+    return offset + len(content[offset:]) - len(content[offset:].lstrip())
 
 
 def _closed(before: str, closing: str) -> str:

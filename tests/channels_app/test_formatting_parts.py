@@ -94,6 +94,9 @@ CODE_AFTER_DEEP_NESTING = "1.  1.  * * ](https://example.com/?a=1&b=2) ` `"
 # A list item whose text begins with a nested list ("1. - alpha"), cut before its line: the next part went
 # on under the item as if the line were inside it ("1. …"), and the item itself was then numbered 2.
 ITEM_BEGUN_WITH_A_NESTED_LIST = "Intro words here and more words.\n1. - alpha beta gamma delta\n   - epsilon\n2. two"
+# A paragraph's line indented four spaces (no code: code cannot interrupt a paragraph) begun with a dash:
+# cut before it, the next part began at its dash, a list item ("•") where the whole showed a dash.
+DASH_ON_AN_INDENTED_LINE = "The options we have, in short, are these:\n    - the first is quick, the second slow"
 TICKS_AFTER_A_HARD_CUT = ("```&amp; [ 😀 ](https://example.com/?a=1&b=2) -  word  é & 1.  ** [ - &amp; ~~ mp; ~~ "
                           "](https://example.com/?a=1&b=2) &amp; > ``` * s://example.com/?a=1&b=2) ```python\n ` >  *  ```  * ```")
 
@@ -333,6 +336,8 @@ prose = st.lists(_block, min_size=1, max_size=6).map("\n\n".join)
 @example(RULE_CHARACTERS_IN_AN_ITEM, 15)
 @example("> 1. __ __ __ __ __ __ alpha " + "x" * 26, 19)
 @example(ITEM_BEGUN_WITH_A_NESTED_LIST, 40)
+@example(DASH_ON_AN_INDENTED_LINE, 45)
+@example("alpha alpha alpha alpha\n    - alpha", 14)
 def test_a_reply_cut_over_telegram_parts_reads_as_the_whole_did(text, limit):
     parts = _telegram(text, limit)
     assert all(_utf16(visible_text(part)) <= limit for part in parts)
@@ -595,6 +600,19 @@ def test_a_list_item_begun_with_a_nested_list_cut_before_its_line_keeps_its_numb
     assert numbers == ["1.", "2."], parts
     if kind in ("telegram", "discord"):
         assert _read(parts if kind == "telegram" else [TELEGRAM_HTML.markdown(part) for part in parts]) == _whole(text)
+
+
+@pytest.mark.parametrize("kind", ["telegram", "discord", "slack", "whatsapp"])
+@pytest.mark.parametrize("limit", [30, 45])
+def test_a_dash_beginning_an_indented_line_of_a_paragraph_stays_a_dash_in_the_parts(kind, limit):
+    adapter = adapter_for(kind)
+    parts = reply_parts(DASH_ON_AN_INDENTED_LINE, style=adapter.style, limit=limit, size=adapter.length, markdown=True)
+    shown_parts = [visible_text(part) if kind == "telegram" else TELEGRAM_HTML.markdown(part) if kind == "discord"
+                   else part for part in parts]
+    assert len(parts) > 1 and all(adapter.length(adapter.style.visible(part)) <= limit for part in parts), parts
+    assert not any("•" in part or "<li>" in part for part in shown_parts), shown_parts
+    assert "".join("".join(part.split()) for part in shown_parts).replace("<p>", "").replace("</p>", "") == "".join(
+        DASH_ON_AN_INDENTED_LINE.split())
 
 
 def test_a_list_items_text_cut_over_discord_parts_is_that_item_again_in_markdown():
