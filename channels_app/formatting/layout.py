@@ -39,6 +39,9 @@ class Inline(NamedTuple):
     quotes: int  # the blockquotes it is in
     items: tuple[str, ...]  # the list item it is the text of and those it is in, outermost first, each
     # as its marker at its column ("-", "  3."); none when it is not an item's text
+    # (within its innermost quote: the items that quote is in are in `lead`)
+    lead: str = ""  # the lines of the list items its innermost quote is in, each continued ("1. …\n")
+    quoted: str = ""  # what begins a line of it in its quotes ("> > "; "   > " in an item's "1. …")
 
 
 class Fence(NamedTuple):
@@ -103,7 +106,7 @@ class MarkdownLayout:
                 # An item's text: the items it is in within its innermost quote, outermost first.
                 items = () if not within or not within[-1] or heading is not None else tuple(
                     within[len(within) - within[::-1].index(""):] if "" in within else within)
-                self._inline(token, heading, quotes, items)
+                self._inline(token, heading, quotes, items, *_continued(within))
             elif token.type in ("ordered_list_open", "bullet_list_open"):
                 lists.append((token, []))
             elif token.type in ("ordered_list_close", "bullet_list_close"):
@@ -142,7 +145,7 @@ class MarkdownLayout:
         last = self.text[self.starts[end - 1]:self._line_end(end - 1)]
         run = last[len(last) - len(last.lstrip(" \t>")):]
         closed = run.startswith(token.markup) and not run.strip().strip(token.markup[0])
-        within = chain([(quotes, item) for item in items]) + "\n" if items else ""
+        within = chain([("> " * quotes, item) for item in items]) + "\n" if items else ""
         self.fences.append(Fence(self.starts[first + 1], self.starts[end - 1] if closed else self._line_end(end - 1),
                                   f"{within}{indent}{line[column:]}\n", f"\n{indent}{token.markup}", indent))
 
@@ -175,11 +178,12 @@ class MarkdownLayout:
             return item.markup
         return f"{int(str(opened.attrs.get('start', 1))) + len(items)}{item.markup}"
 
-    def _inline(self, token: Token, heading: Token | None, quotes: int, items: tuple[str, ...]) -> None:
+    def _inline(self, token: Token, heading: Token | None, quotes: int, items: tuple[str, ...], lead: str,
+                quoted: str) -> None:
         segments = self._segments(token)
         if segments is None:  # not found as written (a tab the parser expanded): cut as prose
             return
-        inline = Inline(token.content, segments, quotes, items)
+        inline = Inline(token.content, segments, quotes, items, lead, quoted)
         self.inlines.append(inline)
         at = partial_source(segments)
         if heading is not None and heading.markup.startswith("#"):
@@ -337,20 +341,21 @@ class MarkdownLayout:
         segment = inline.segments[bisect_right([s.inline for s in inline.segments], offset) - 1]
         return max(line_start, segment.source)
 
-    def _nested(self, at: int) -> list[tuple[int, str]]:
+    def _nested(self, at: int) -> tuple[str, list[tuple[str, str]]]:
         """For a line begun at `at` whose text is a list item's nested in another: the items
-        it goes on under, outermost first, each with the quotes it is in: not those the line
-        begins with their markers ("1. - alpha" begins the item and the one nested in it)."""
+        it goes on under, outermost first, each with what begins a line in its quotes: not those
+        the line begins with their markers ("1. - alpha" begins the item and the one nested in
+        it); and before them, the lines of the items its innermost quote is in (Inline.lead)."""
         found = bisect_left(self._firsts, at)
         if found == len(self._firsts) or self._firsts[found] >= self._line_end(bisect_right(self.starts, at) - 1):
-            return []
+            return "", []
         inline = self._placed[found]
         # Not under the items the line itself begins ("1. - alpha" begins two): each marker one.
         begun, end = 0, self._line_end(bisect_right(self.starts, at) - 1)
         while (marker := _MARKER.match(self.text, at, end)) and marker.end() > at:
             begun += not marker.group().strip().startswith(">")
             at = marker.end()
-        return [(inline.quotes, item) for item in inline.items[:len(inline.items) - begun]]
+        return inline.lead, [(inline.quoted, item) for item in inline.items[:len(inline.items) - begun]]
 
     def _indented_code(self, at: int) -> bool:
         line = bisect_right(self.starts, at) - 1
@@ -363,17 +368,37 @@ class MarkdownLayout:
         return at
 
 
-def chain(items: list[tuple[int, str]]) -> str:
-    """Lines of list items (each with the quotes it is in) one inside the next, each marked
-    as continued; a blank line before an item numbered other than 1, which could not
-    interrupt the "…" before it (CommonMark) and would go on as its text."""
+def chain(items: list[tuple[str, str]]) -> str:
+    """Lines of list items (each after what begins a line in the quotes it is in) one inside
+    the next, each marked as continued; a blank line before an item numbered other than 1,
+    which could not interrupt the "…" before it (CommonMark) and would go on as its text."""
     lines = []
-    for n, (quotes, item) in enumerate(items):
+    for n, (quoted, item) in enumerate(items):
         number = re.match(r"[ \t]*(\d{1,9})[.)]", item)
         if n and number and int(number.group(1)) != 1:
-            lines.append("> " * quotes)
-        lines.append(f"{'> ' * quotes}{item} …")
+            lines.append(quoted)
+        lines.append(f"{quoted}{item} …")
     return "\n".join(lines)
+
+
+def _continued(within: list[str]) -> tuple[str, str]:
+    """For a block `within` quotes ("") and list items (their markers at their columns),
+    outermost first: the lines of the items its innermost quote is in, each continued, and
+    what begins a line in its quotes — each quote's marker at the column of the text of the
+    item it is in ("1. …" then "   > "), as a part that goes on with the block writes them."""
+    innermost = len(within) - within[::-1].index("") if "" in within else 0
+    lines: list[str] = []
+    quoted, column = "", 0
+    run: list[tuple[str, str]] = []  # the items since the last quote, chained alike
+    for mark in within[:innermost]:
+        if not mark:
+            if run:
+                lines.append(chain(run))
+            quoted, column, run = quoted + " " * column + "> ", 0, []
+            continue
+        run.append((quoted, mark))
+        column = len(mark) + 1
+    return "".join(f"{line}\n" for line in lines), quoted
 
 
 def partial_source(segments: list[Segment]) -> Callable[[int], int]:

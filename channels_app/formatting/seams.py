@@ -5,7 +5,8 @@ A cut falls after a line break or a space, preferably outside every formatted sp
 inside `**…**`, `*…*`, `~~…~~`, `` `…` `` or a link's label closes them at the end of the
 piece and opens them again at the start of the next (`[label](url)` ending the piece with
 its address, the next beginning with `[`); a heading's cut opens the next piece with the
-heading's marker, a quote's with the quote's, a list item's with the item's marker and
+heading's marker, a quote's with the quote's (a quote in a list item's after the item,
+marked as continued, its marker at the column of the item's text), a list item's with the item's marker and
 "…" (`3. …`, `- …`: the same item, continued; a nested item under the items it is in,
 each so marked, at its column, as is a line cut before a nested item), and a table's rows
 with the table's header and rule written again (in a quote or a list item too, after the
@@ -360,15 +361,18 @@ class MarkdownSeams(MarkdownLayout):
         if place is not None:  # in a paragraph: the next piece begins at its text, in its quotes
             inline, offset = place
             resume = _resume(inline, offset, at, self.text, inside)
-            quoted = "> " * inline.quotes
+            # In its quotes, after the items they are in, continued (a quote in a list item goes on in it).
+            quoted = inline.lead + inline.quoted
             if inline.items:  # a list item's text goes on as that item, marked as continued, at its level
-                quoted = chain([(inline.quotes, item) for item in inline.items])
-        elif self.text[at - 1] == "\n" and (items := self._nested(at)):
-            # A line of a nested list item (its first, or more of its text) goes on under the
-            # items it is in, marked as continued, so it keeps its level and its indent.
-            quoted = chain(items) + "\n"
-            if re.match(r"(?:[ \t]*>)*[ \t]*\d", self.text[at:at + 64]):  # numbered on, maybe not from 1
-                quoted += "> " * items[-1][0] + "\n"
+                quoted = inline.lead + chain([(inline.quoted, item) for item in inline.items])
+        elif self.text[at - 1] == "\n" and any(nested := self._nested(at)):
+            # A line of a nested list item (its first, or more of its text), or of a quote in
+            # one, goes on under the items it is in, marked as continued, so it keeps its
+            # level and its indent.
+            lead, items = nested
+            quoted = lead + (chain(items) + "\n" if items else "")
+            if items and re.match(r"(?:[ \t]*>)*[ \t]*\d", self.text[at:at + 64]):  # numbered on, maybe not from 1
+                quoted += items[-1][0] + "\n"
         elif self.text[at - 1] == "\n" and re.match(r" {4}", self.text[at:at + 4]) and not self._indented_code(at):
             resume = at + len(self.text[at:]) - len(self.text[at:].lstrip(" "))
         elif self.text[at - 1] != "\n" and self._indented_code(at):

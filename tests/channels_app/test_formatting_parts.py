@@ -97,6 +97,10 @@ ITEM_BEGUN_WITH_A_NESTED_LIST = "Intro words here and more words.\n1. - alpha be
 # A paragraph's line indented four spaces (no code: code cannot interrupt a paragraph) begun with a dash:
 # cut before it, the next part began at its dash, a list item ("•") where the whole showed a dash.
 DASH_ON_AN_INDENTED_LINE = "The options we have, in short, are these:\n    - the first is quick, the second slow"
+# A quote in a list item cut over parts: the later parts went on with the quote alone, out of the item, and
+# the point nested in the item after it was shown at the top level ("• a sub point", not "   • a sub point").
+QUOTE_IN_AN_ITEM = ("1. Step one, read this note:\n   > The note quoted here is long enough that a part cannot "
+                    "hold it whole, so it is cut.\n   - a sub point under the step\n2. Step two")
 TICKS_AFTER_A_HARD_CUT = ("```&amp; [ 😀 ](https://example.com/?a=1&b=2) -  word  é & 1.  ** [ - &amp; ~~ mp; ~~ "
                           "](https://example.com/?a=1&b=2) &amp; > ``` * s://example.com/?a=1&b=2) ```python\n ` >  *  ```  * ```")
 
@@ -337,6 +341,7 @@ prose = st.lists(_block, min_size=1, max_size=6).map("\n\n".join)
 @example("> 1. __ __ __ __ __ __ alpha " + "x" * 26, 19)
 @example(ITEM_BEGUN_WITH_A_NESTED_LIST, 40)
 @example(DASH_ON_AN_INDENTED_LINE, 45)
+@example(QUOTE_IN_AN_ITEM, 60)
 @example("alpha alpha alpha alpha\n    - alpha", 14)
 def test_a_reply_cut_over_telegram_parts_reads_as_the_whole_did(text, limit):
     parts = _telegram(text, limit)
@@ -613,6 +618,29 @@ def test_a_dash_beginning_an_indented_line_of_a_paragraph_stays_a_dash_in_the_pa
     assert not any("•" in part or "<li>" in part for part in shown_parts), shown_parts
     assert "".join("".join(part.split()) for part in shown_parts).replace("<p>", "").replace("</p>", "") == "".join(
         DASH_ON_AN_INDENTED_LINE.split())
+
+
+@pytest.mark.parametrize("text", [QUOTE_IN_AN_ITEM, "> " + QUOTE_IN_AN_ITEM.replace("\n", "\n> ")])
+@pytest.mark.parametrize("kind", ["telegram", "discord", "slack", "whatsapp"])
+def test_a_quote_in_a_list_item_cut_over_parts_goes_on_in_the_item(kind, text):
+    """Each later part goes on with the item marked as continued, the quote in it, so what
+    is nested in the item after the quote is still nested there."""
+    adapter = adapter_for(kind)
+    parts = reply_parts(text, style=adapter.style, limit=60, size=adapter.length, markdown=True)
+    shown_parts = [visible_text(part) if kind == "telegram" else visible_text(TELEGRAM_HTML.markdown(part))
+                   if kind == "discord" else part.replace("&gt;", ">") for part in parts]
+    assert len(parts) > 2 and all(adapter.length(adapter.style.visible(part)) <= 60 for part in parts), parts
+    noted = [part for part in shown_parts[1:] if re.search(r"long enough|cut\.|sub point", part)]
+    assert len(noted) >= 2 and all(re.match(r"[> ]*1\. …", part) for part in noted), shown_parts
+    (sub,) = [line for part in shown_parts for line in part.splitlines() if "sub point" in line]
+    assert re.match(r"[> ]*   • a sub point", sub), shown_parts
+    if kind in ("telegram", "discord"):
+        read = _read(parts if kind == "telegram" else [TELEGRAM_HTML.markdown(part) for part in parts])
+
+        def unquoted(read):  # a quote in a quote shows "> " on each of its lines: a cut adds one
+            return [(char, form) for char, form in read if not (char == ">" and "blockquote" in form)]
+
+        assert unquoted(read) == unquoted(_whole(text))
 
 
 def test_a_list_items_text_cut_over_discord_parts_is_that_item_again_in_markdown():
