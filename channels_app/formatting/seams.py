@@ -38,7 +38,8 @@ piece (items nested deep, each marked as continued) leaves a part less room than
 takes, the code is not split: the part holds it whole if the platform counts it within the
 limit, else the text is cut as text (channels_app.formatting.parts).
 Such a cut, where no space is, is held to the same rules: no piece ending in a line that
-alone reads as a rule ("**** ****") or a fence. An ordered
+alone reads as a rule ("**** ****") or a fence, none after a list item's marker (its text
+out of it) or inside a line's indent (the rest of it code). An ordered
 list split over pieces goes on with its numbers: the first of its items in a piece is
 written with the number it had (CommonMark numbers a list from its first item's), so "1."
 written on every item still reads 1, 2, 3… over the parts; what is in an item so written
@@ -261,6 +262,8 @@ class MarkdownSeams(MarkdownLayout):
             return not self._closes_fence(at)  # a line of code longer than a part: code on both sides
         if self._begins_block(at):
             return False
+        if self.text[at - 1] != "\n" and self._place(at) is None and not self._indented_code(at):
+            return False  # after a list's marker, or inside a line's indent (the rest of it would read as code)
         inside = self._inside(at)
         if self.text[at - 1] != "\n" and self._ends_alone(at, inside or []):
             return False

@@ -101,6 +101,9 @@ DASH_ON_AN_INDENTED_LINE = "The options we have, in short, are these:\n    - the
 # the point nested in the item after it was shown at the top level ("• a sub point", not "   • a sub point").
 QUOTE_IN_AN_ITEM = ("1. Step one, read this note:\n   > The note quoted here is long enough that a part cannot "
                     "hold it whole, so it is cut.\n   - a sub point under the step\n2. Step two")
+# A nested item indented six columns, where no space was left to cut at but those of its indent: the cut
+# fell inside the indent, and the next part began with the item four columns in, read as code.
+CUT_IN_AN_INDENT = "alpha\n  - alpha\n      1. alpha"
 TICKS_AFTER_A_HARD_CUT = ("```&amp; [ 😀 ](https://example.com/?a=1&b=2) -  word  é & 1.  ** [ - &amp; ~~ mp; ~~ "
                           "](https://example.com/?a=1&b=2) &amp; > ``` * s://example.com/?a=1&b=2) ```python\n ` >  *  ```  * ```")
 
@@ -342,6 +345,7 @@ prose = st.lists(_block, min_size=1, max_size=6).map("\n\n".join)
 @example(ITEM_BEGUN_WITH_A_NESTED_LIST, 40)
 @example(DASH_ON_AN_INDENTED_LINE, 45)
 @example(QUOTE_IN_AN_ITEM, 60)
+@example(CUT_IN_AN_INDENT, 14)
 @example("alpha alpha alpha alpha\n    - alpha", 14)
 def test_a_reply_cut_over_telegram_parts_reads_as_the_whole_did(text, limit):
     parts = _telegram(text, limit)
@@ -641,6 +645,22 @@ def test_a_quote_in_a_list_item_cut_over_parts_goes_on_in_the_item(kind, text):
             return [(char, form) for char, form in read if not (char == ">" and "blockquote" in form)]
 
         assert unquoted(read) == unquoted(_whole(text))
+
+
+@pytest.mark.parametrize(("kind", "limit"), [(kind, limit) for kind in ("telegram", "slack", "whatsapp") for limit in (12, 14, 16)]
+                         + [("discord", limit) for limit in (18, 20, 22)])  # shown as written: "  - …" takes more
+def test_a_cut_never_falls_inside_the_indent_of_a_nested_items_line_nor_after_its_marker(kind, limit):
+    """Where no space is left to cut at but those of a nested item's indent or the one after
+    its marker, the cut falls in its text: the next part does not begin four columns in
+    (code), nor is the item left empty, its text out of it."""
+    adapter = adapter_for(kind)
+    parts = reply_parts(CUT_IN_AN_INDENT, style=adapter.style, limit=limit, size=adapter.length, markdown=True)
+    markup = parts if kind == "telegram" else [TELEGRAM_HTML.markdown(part) for part in parts] if kind == "discord" else []
+    assert all(adapter.length(adapter.style.visible(part)) <= limit for part in parts), parts
+    assert not any("```" in part or "<pre>" in part for part in [*parts, *markup]), parts  # no code
+    assert not any(re.search(r"\d\.\Z", part) for part in parts), parts  # no empty item
+    if markup:
+        assert _read(markup) == _whole(CUT_IN_AN_INDENT)
 
 
 def test_a_list_items_text_cut_over_discord_parts_is_that_item_again_in_markdown():
