@@ -123,7 +123,7 @@ class MarkdownLayout:
                 self.regions.append(Region(self.starts[token.map[0]], self._line_end(token.map[1] - 1), None, ""))
                 items = () if not within or not within[-1] else tuple(
                     within[len(within) - within[::-1].index(""):] if "" in within else within)
-                self._fence(token, quotes, items)
+                self._fence(token, items, *_continued(within))
             elif token.type == "table_open" and token.map:  # never between its header, its rule and its first row
                 self.regions.append(Region(self.starts[token.map[0]],
                                             self._line_end(min(token.map[0] + 2, token.map[1] - 1)), None, ""))
@@ -131,9 +131,10 @@ class MarkdownLayout:
                     body = self.starts[token.map[0] + 2]
                     self.tables.append((body, self._line_end(token.map[1] - 1), self.text[self.starts[token.map[0]]:body]))
 
-    def _fence(self, token: Token, quotes: int, items: tuple[str, ...]) -> None:
+    def _fence(self, token: Token, items: tuple[str, ...], lead: str, quoted: str) -> None:
         """Note a code block in a quote or a list item: how a piece of it is closed and the
-        next opened, in the quotes and items it is in."""
+        next opened, in the quotes and items it is in (`items`, within its innermost quote;
+        `lead` and `quoted` as Inline's)."""
         assert token.map is not None
         first, end = token.map
         line = self.text[self.starts[first]:self._line_end(first)]
@@ -145,7 +146,7 @@ class MarkdownLayout:
         last = self.text[self.starts[end - 1]:self._line_end(end - 1)]
         run = last[len(last) - len(last.lstrip(" \t>")):]
         closed = run.startswith(token.markup) and not run.strip().strip(token.markup[0])
-        within = chain([("> " * quotes, item) for item in items]) + "\n" if items else ""
+        within = lead + (chain([(quoted, item) for item in items]) + "\n" if items else "")
         self.fences.append(Fence(self.starts[first + 1], self.starts[end - 1] if closed else self._line_end(end - 1),
                                   f"{within}{indent}{line[column:]}\n", f"\n{indent}{token.markup}", indent))
 

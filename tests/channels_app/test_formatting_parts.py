@@ -104,6 +104,10 @@ QUOTE_IN_AN_ITEM = ("1. Step one, read this note:\n   > The note quoted here is 
 # A nested item indented six columns, where no space was left to cut at but those of its indent: the cut
 # fell inside the indent, and the next part began with the item four columns in, read as code.
 CUT_IN_AN_INDENT = "alpha\n  - alpha\n      1. alpha"
+# A code block in a quote in a list item, cut by its lines: the later parts went on with the quoted code
+# out of the item, and the point nested in the item after it was shown at the top level.
+QUOTED_CODE_IN_AN_ITEM = ("1. Step one:\n   > ```\n   > code line one here\n   > code line two here\n"
+                          "   > code line three\n   > ```\n   - a sub point\n2. Step two")
 TICKS_AFTER_A_HARD_CUT = ("```&amp; [ 😀 ](https://example.com/?a=1&b=2) -  word  é & 1.  ** [ - &amp; ~~ mp; ~~ "
                           "](https://example.com/?a=1&b=2) &amp; > ``` * s://example.com/?a=1&b=2) ```python\n ` >  *  ```  * ```")
 
@@ -624,17 +628,18 @@ def test_a_dash_beginning_an_indented_line_of_a_paragraph_stays_a_dash_in_the_pa
         DASH_ON_AN_INDENTED_LINE.split())
 
 
-@pytest.mark.parametrize("text", [QUOTE_IN_AN_ITEM, "> " + QUOTE_IN_AN_ITEM.replace("\n", "\n> ")])
+@pytest.mark.parametrize(("text", "limit"), [(QUOTE_IN_AN_ITEM, 60), ("> " + QUOTE_IN_AN_ITEM.replace("\n", "\n> "), 60),
+                                             (QUOTED_CODE_IN_AN_ITEM, 45)])
 @pytest.mark.parametrize("kind", ["telegram", "discord", "slack", "whatsapp"])
-def test_a_quote_in_a_list_item_cut_over_parts_goes_on_in_the_item(kind, text):
-    """Each later part goes on with the item marked as continued, the quote in it, so what
-    is nested in the item after the quote is still nested there."""
+def test_a_quote_in_a_list_item_cut_over_parts_goes_on_in_the_item(kind, text, limit):
+    """Each later part goes on with the item marked as continued, the quote in it (its text,
+    or its code), so what is nested in the item after the quote is still nested there."""
     adapter = adapter_for(kind)
-    parts = reply_parts(text, style=adapter.style, limit=60, size=adapter.length, markdown=True)
+    parts = reply_parts(text, style=adapter.style, limit=limit, size=adapter.length, markdown=True)
     shown_parts = [visible_text(part) if kind == "telegram" else visible_text(TELEGRAM_HTML.markdown(part))
                    if kind == "discord" else part.replace("&gt;", ">") for part in parts]
-    assert len(parts) > 2 and all(adapter.length(adapter.style.visible(part)) <= 60 for part in parts), parts
-    noted = [part for part in shown_parts[1:] if re.search(r"long enough|cut\.|sub point", part)]
+    assert len(parts) > 2 and all(adapter.length(adapter.style.visible(part)) <= limit for part in parts), parts
+    noted = [part for part in shown_parts[1:] if re.search(r"long enough|cut\.|sub point|line t", part)]
     assert len(noted) >= 2 and all(re.match(r"[> ]*1\. …", part) for part in noted), shown_parts
     (sub,) = [line for part in shown_parts for line in part.splitlines() if "sub point" in line]
     assert re.match(r"[> ]*   • a sub point", sub), shown_parts
