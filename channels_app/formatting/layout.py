@@ -69,7 +69,7 @@ class MarkdownLayout:
         # Ordered items written wider than in the text where a part goes on with them ("1." as "11."):
         # (marker offset, first line, line after the last, the columns more their lines need).
         self.widened: list[tuple[int, int, int, int]] = []
-        self.code_lines: list[tuple[int, int]] = []  # indented code blocks' lines
+        self.code_lines: list[tuple[int, int, int]] = []  # indented code blocks' lines, and the quotes they are in
         self.tables: list[tuple[int, int, str]] = []  # (where its rows begin, where they end, its header and rule)
         self.code: list[tuple[int, int]] = []  # top-level code blocks' lines (first, after the last)
         self.fences: list[Fence] = []  # code blocks in a quote or a list item
@@ -116,7 +116,7 @@ class MarkdownLayout:
             elif token.type == "list_item_open" and lists:
                 lists[-1][1].append(token)
             elif token.type == "code_block" and token.map:
-                self.code_lines.append((token.map[0], token.map[1]))
+                self.code_lines.append((token.map[0], token.map[1], quotes))
             elif token.type == "fence" and token.map and token.level == 0:
                 self.code.append((token.map[0], token.map[1]))
             elif token.type == "fence" and token.map and token.map[1] - token.map[0] > 1:
@@ -360,7 +360,18 @@ class MarkdownLayout:
 
     def _indented_code(self, at: int) -> bool:
         line = bisect_right(self.starts, at) - 1
-        return any(low <= line < high for low, high in self.code_lines)
+        return any(low <= line < high for low, high, _ in self.code_lines)
+
+    def code_indent(self, at: int) -> str:
+        """What the line of indented code `at` is in begins with before its code: its quotes'
+        markers and four columns (a ">" after them is code)."""
+        line = bisect_right(self.starts, at) - 1
+        quotes = next((q for low, high, q in self.code_lines if low <= line < high), 0)
+        text = self.text[self.starts[line]:at]
+        markers = re.match(r"(?:[ \t]*>[ \t]?){%d}" % quotes, text)
+        begins = markers.end() if markers else 0
+        rest = text[begins:]
+        return text[:begins] + rest[:len(rest) - len(rest.lstrip(" \t"))][:4]
 
     def _ink_before(self, at: int) -> int:
         """Where the text before `at` ends, its white space left out."""

@@ -380,8 +380,7 @@ class MarkdownSeams(MarkdownLayout):
             resume = at + len(self.text[at:]) - len(self.text[at:].lstrip(" "))
         elif self.text[at - 1] != "\n" and self._indented_code(at):
             # A line of indented code longer than a part: the next piece goes on with it at its indent.
-            line = self.text[self.starts[bisect_right(self.starts, at) - 1]:at]
-            quoted = line[:len(line) - len(line.lstrip(" \t>"))][:4 + 2 * line.count(">")]
+            quoted = self.code_indent(at)
         closing = "".join(self._closing(r) for r in reversed(inside))
         # A table's rows go on under its header, written again when a part holds it with the row
         # after the cut; one in a list item under the item's "- …" line, the header at the item's indent.

@@ -766,7 +766,12 @@ def test_a_code_block_in_a_quote_cut_over_parts_is_quoted_code_in_each(kind, tex
     assert found == [line[1:] for line in _CODE]
 
 
-@pytest.mark.parametrize("text", ["    " + "a" * 24 + "\n    " + "b" * 30, "> x\n>\n>     " + "a" * 24])
+# Its first character ">" was read as a quote's marker, and written again before each later piece's code.
+CODE_BEGUN_WITH_A_GREATER_THAN = "     > " + "c" * 30
+
+
+@pytest.mark.parametrize("text", ["    " + "a" * 24 + "\n    " + "b" * 30, "> x\n>\n>     " + "a" * 24,
+                                  CODE_BEGUN_WITH_A_GREATER_THAN, "> x\n>\n" + "> " + CODE_BEGUN_WITH_A_GREATER_THAN])
 @pytest.mark.parametrize("kind", ["telegram", "discord"])
 def test_a_line_of_indented_code_longer_than_a_part_is_code_in_each(kind, text):
     adapter = adapter_for(kind)
