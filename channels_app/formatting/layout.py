@@ -42,6 +42,7 @@ class Inline(NamedTuple):
     # (within its innermost quote: the items that quote is in are in `lead`)
     lead: str = ""  # the lines of the list items its innermost quote is in, each continued ("1. …\n")
     quoted: str = ""  # what begins a line of it in its quotes ("> > "; "   > " in an item's "1. …")
+    within: tuple[str, ...] = ()  # the quotes ("") and list items (as `items`) it is in, outermost first
 
 
 class Fence(NamedTuple):
@@ -106,7 +107,7 @@ class MarkdownLayout:
                 # An item's text: the items it is in within its innermost quote, outermost first.
                 items = () if not within or not within[-1] or heading is not None else tuple(
                     within[len(within) - within[::-1].index(""):] if "" in within else within)
-                self._inline(token, heading, quotes, items, *_continued(within))
+                self._inline(token, heading, quotes, items, within)
             elif token.type in ("ordered_list_open", "bullet_list_open"):
                 lists.append((token, []))
             elif token.type in ("ordered_list_close", "bullet_list_close"):
@@ -123,7 +124,7 @@ class MarkdownLayout:
                 self.regions.append(Region(self.starts[token.map[0]], self._line_end(token.map[1] - 1), None, ""))
                 items = () if not within or not within[-1] else tuple(
                     within[len(within) - within[::-1].index(""):] if "" in within else within)
-                self._fence(token, items, *_continued(within))
+                self._fence(token, items, *_continued(within[:_innermost_quote(within)]))
             elif token.type == "table_open" and token.map:  # never between its header, its rule and its first row
                 self.regions.append(Region(self.starts[token.map[0]],
                                             self._line_end(min(token.map[0] + 2, token.map[1] - 1)), None, ""))
@@ -179,12 +180,13 @@ class MarkdownLayout:
             return item.markup
         return f"{int(str(opened.attrs.get('start', 1))) + len(items)}{item.markup}"
 
-    def _inline(self, token: Token, heading: Token | None, quotes: int, items: tuple[str, ...], lead: str,
-                quoted: str) -> None:
+    def _inline(self, token: Token, heading: Token | None, quotes: int, items: tuple[str, ...],
+                within: list[str]) -> None:
         segments = self._segments(token)
         if segments is None:  # not found as written (a tab the parser expanded): cut as prose
             return
-        inline = Inline(token.content, segments, quotes, items, lead, quoted)
+        inline = Inline(token.content, segments, quotes, items,
+                        *_continued(within[:_innermost_quote(within)]), tuple(within))
         self.inlines.append(inline)
         at = partial_source(segments)
         if heading is not None and heading.markup.startswith("#"):
@@ -342,21 +344,25 @@ class MarkdownLayout:
         segment = inline.segments[bisect_right([s.inline for s in inline.segments], offset) - 1]
         return max(line_start, segment.source)
 
-    def _nested(self, at: int) -> tuple[str, list[tuple[str, str]]]:
-        """For a line begun at `at` whose text is a list item's nested in another: the items
-        it goes on under, outermost first, each with what begins a line in its quotes: not those
-        the line begins with their markers ("1. - alpha" begins the item and the one nested in
-        it); and before them, the lines of the items its innermost quote is in (Inline.lead)."""
+    def _nested(self, at: int) -> tuple[str, str | None]:
+        """For a line begun at `at` whose text is in list items (or in a quote in one): the
+        lines of the items it goes on under, outermost first, each marked as continued — not
+        those the line begins with their markers ("1. - alpha" begins the item and the one
+        nested in it; "1. > note", the item the quote is in) — and what begins a blank line
+        after them when the last is an item (else None)."""
         found = bisect_left(self._firsts, at)
         if found == len(self._firsts) or self._firsts[found] >= self._line_end(bisect_right(self.starts, at) - 1):
-            return "", []
-        inline = self._placed[found]
-        # Not under the items the line itself begins ("1. - alpha" begins two): each marker one.
+            return "", None
+        within = self._placed[found].within
+        # The items the line itself begins, one marker each, are the innermost of those it is in.
         begun, end = 0, self._line_end(bisect_right(self.starts, at) - 1)
         while (marker := _MARKER.match(self.text, at, end)) and marker.end() > at:
             begun += not marker.group().strip().startswith(">")
             at = marker.end()
-        return inline.lead, [(inline.quoted, item) for item in inline.items[:len(inline.items) - begun]]
+        items = [n for n, mark in enumerate(within) if mark]
+        kept = within[:items[-begun]] if 0 < begun <= len(items) else within if not begun else ()
+        lines, quoted = _continued(list(kept), last=True)
+        return lines, quoted if kept and kept[-1] else None
 
     def _indented_code(self, at: int) -> bool:
         line = bisect_right(self.starts, at) - 1
@@ -393,16 +399,21 @@ def chain(items: list[tuple[str, str]]) -> str:
     return "\n".join(lines)
 
 
-def _continued(within: list[str]) -> tuple[str, str]:
-    """For a block `within` quotes ("") and list items (their markers at their columns),
-    outermost first: the lines of the items its innermost quote is in, each continued, and
-    what begins a line in its quotes — each quote's marker at the column of the text of the
-    item it is in ("1. …" then "   > "), as a part that goes on with the block writes them."""
-    innermost = len(within) - within[::-1].index("") if "" in within else 0
+def _innermost_quote(within: list[str]) -> int:
+    """Where what is in the innermost of `within`'s quotes begins (0: in none)."""
+    return len(within) - within[::-1].index("") if "" in within else 0
+
+
+def _continued(within: list[str], *, last: bool = False) -> tuple[str, str]:
+    """For quotes ("") and list items (their markers at their columns) `within` one another,
+    outermost first: the lines of the items before the last quote (or, `last`, of them
+    all), each continued, and what begins a line in their quotes — each quote's marker at
+    the column of the text of the item it is in ("1. …" then "   > "), as a part that goes
+    on in them writes them."""
     lines: list[str] = []
     quoted, column = "", 0
     run: list[tuple[str, str]] = []  # the items since the last quote, chained alike
-    for mark in within[:innermost]:
+    for mark in within:
         if not mark:
             if run:
                 lines.append(chain(run))
@@ -410,6 +421,8 @@ def _continued(within: list[str]) -> tuple[str, str]:
             continue
         run.append((quoted, mark))
         column = len(mark) + 1
+    if run and last:
+        lines.append(chain(run))
     return "".join(f"{line}\n" for line in lines), quoted
 
 

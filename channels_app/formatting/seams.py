@@ -368,14 +368,13 @@ class MarkdownSeams(MarkdownLayout):
             quoted = inline.lead + inline.quoted
             if inline.items:  # a list item's text goes on as that item, marked as continued, at its level
                 quoted = inline.lead + chain([(inline.quoted, item) for item in inline.items])
-        elif self.text[at - 1] == "\n" and any(nested := self._nested(at)):
+        elif self.text[at - 1] == "\n" and (nested := self._nested(at))[0]:
             # A line of a nested list item (its first, or more of its text), or of a quote in
             # one, goes on under the items it is in, marked as continued, so it keeps its
             # level and its indent.
-            lead, items = nested
-            quoted = lead + (chain(items) + "\n" if items else "")
-            if items and re.match(r"(?:[ \t]*>)*[ \t]*\d", self.text[at:at + 64]):  # numbered on, maybe not from 1
-                quoted += items[-1][0] + "\n"
+            quoted, blank = nested
+            if blank is not None and re.match(r"(?:[ \t]*>)*[ \t]*\d", self.text[at:at + 64]):  # numbered on
+                quoted += blank + "\n"
         elif self.text[at - 1] == "\n" and re.match(r" {4}", self.text[at:at + 4]) and not self._indented_code(at):
             resume = at + len(self.text[at:]) - len(self.text[at:].lstrip(" "))
         elif self.text[at - 1] != "\n" and self._indented_code(at):

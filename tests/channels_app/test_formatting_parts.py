@@ -94,6 +94,7 @@ CODE_AFTER_DEEP_NESTING = "1.  1.  * * ](https://example.com/?a=1&b=2) ` `"
 # A list item whose text begins with a nested list ("1. - alpha"), cut before its line: the next part went
 # on under the item as if the line were inside it ("1. …"), and the item itself was then numbered 2.
 ITEM_BEGUN_WITH_A_NESTED_LIST = "Intro words here and more words.\n1. - alpha beta gamma delta\n   - epsilon\n2. two"
+ITEM_BEGUN_WITH_A_QUOTE = "Intro words here and more words.\n1. alpha beta gamma delta\n1. > epsilon"  # the same
 # A paragraph's line indented four spaces (no code: code cannot interrupt a paragraph) begun with a dash:
 # cut before it, the next part began at its dash, a list item ("•") where the whole showed a dash.
 DASH_ON_AN_INDENTED_LINE = "The options we have, in short, are these:\n    - the first is quick, the second slow"
@@ -350,6 +351,7 @@ prose = st.lists(_block, min_size=1, max_size=6).map("\n\n".join)
 @example(DASH_ON_AN_INDENTED_LINE, 45)
 @example(QUOTE_IN_AN_ITEM, 60)
 @example(CUT_IN_AN_INDENT, 14)
+@example("alpha\n1. alpha alpha alpha alpha\n1. > alpha alpha", 40)
 @example("alpha alpha alpha alpha\n    - alpha", 14)
 def test_a_reply_cut_over_telegram_parts_reads_as_the_whole_did(text, limit):
     parts = _telegram(text, limit)
@@ -598,15 +600,17 @@ def test_a_nested_list_item_cut_over_parts_goes_on_at_its_level(kind, text, limi
     assert _read(parts if kind == "telegram" else [TELEGRAM_HTML.markdown(part) for part in parts]) == _whole(text)
 
 
-@pytest.mark.parametrize("text", [ITEM_BEGUN_WITH_A_NESTED_LIST, "> " + ITEM_BEGUN_WITH_A_NESTED_LIST.replace("\n", "\n> ")])
+@pytest.mark.parametrize("text", [ITEM_BEGUN_WITH_A_NESTED_LIST, "> " + ITEM_BEGUN_WITH_A_NESTED_LIST.replace("\n", "\n> "),
+                                  ITEM_BEGUN_WITH_A_QUOTE])
 @pytest.mark.parametrize("kind", ["telegram", "discord", "slack", "whatsapp"])
 def test_a_list_item_begun_with_a_nested_list_cut_before_its_line_keeps_its_number(kind, text):
-    """A cut before "1. - alpha" begins the next part with the item itself, numbered as it
+    """A cut before "1. - alpha" (or "1. > epsilon") begins the next part with the item itself, numbered as it
     was, not with the item marked as continued ("1. …") above it numbered on as the next."""
     adapter = adapter_for(kind)
     parts = reply_parts(text, style=adapter.style, limit=40, size=adapter.length, markdown=True)
-    shown_parts = [visible_text(part) if kind == "telegram" else part for part in parts]
-    assert len(parts) > 1 and all(adapter.length(part) <= 40 for part in shown_parts), parts
+    assert len(parts) > 1 and all(adapter.length(adapter.style.visible(part)) <= 40 for part in parts), parts
+    shown_parts = [visible_text(part) if kind == "telegram" else visible_text(TELEGRAM_HTML.markdown(part))
+                   if kind == "discord" else part for part in parts]  # Discord's numbers, as Markdown reads them
     shown_parts = [part.replace("&gt;", ">") for part in shown_parts]  # Slack's quotes
     numbers = [line.lstrip("> ")[:2] for part in shown_parts for line in part.splitlines()
                if re.match(r"[> ]*\d\.", line) and "…" not in line]
