@@ -17,6 +17,14 @@ already.
 
 A route whose capped server has no slot free for a worker's task (WaitingForSlot) is not
 a failure: it is neither cooled down nor passed over, and the task comes back for it.
+Neither is a route whose slots stayed taken for as long as the call could wait (SlotsBusy:
+a heartbeat's or the summarizer's brief wait on its thread, a turn's QORVEN_MODEL_DEADLINE):
+the server is busy with calls of ours, not failing, so it does not cool down and every
+other call still goes to it. This one call moves on to the next route that has a slot
+free now (it has waited long enough: a later capped route with none is passed over, its
+place given up), and fails as SlotsBusy, transient, when none answers.
+A ticket waiting in the queue of a route that is cooling down (it started while the ticket
+waited) gives up that place as the call moves on: it would hold every other waiter back.
 
 When every route is cooling, the call fails as ProviderUnavailable with the wait until the
 first one is tried again: the turn is retried then, as for any transient failure.
@@ -29,7 +37,7 @@ from typing import Any
 
 from qorven.runtime.cooldowns import Cooldown, cooldown_clear, cooldown_longest, cooldown_start
 
-from .errors import ModelError, ModelRefused, ProviderUnavailable
+from .errors import ModelError, ModelRefused, ProviderUnavailable, SlotsBusy, WaitingForSlot
 from .provider import Completion, TokenCallback
 from .routes import ModelRoute, provider_for
 
@@ -64,6 +72,7 @@ class FailoverProvider:
             wait = min(c.remaining for c in cooldowns if c is not None)
             raise ProviderUnavailable("every model route is cooling down after failures", kind="rate_limited",
                                       model=self.model, retry_after=max(wait, 1.0))
+        self._leave_cooling(ready)
         streamed = False
 
         def relay(token: str) -> None:
@@ -73,6 +82,7 @@ class FailoverProvider:
                 on_token(token)
 
         failure: ModelError | None = None
+        busy = False  # a route before this one stayed busy past the call's wait
         for n, (route, cooldown) in enumerate(ready):
             last = n == len(ready) - 1
             # The SDK's own retries only on the last route: before it, moving on is faster.
@@ -87,6 +97,17 @@ class FailoverProvider:
                     if last or streamed or not exc.dropped:
                         raise
                     completion = provider.complete(messages=messages, tools=tools, on_token=relay)
+            except WaitingForSlot:
+                if not busy:
+                    raise
+                # The call has waited its time already: it takes a slot free now or none.
+                provider.slot_leave()
+                continue
+            except SlotsBusy as exc:
+                logger.info("model route %s (%s) stayed busy: %s", route.label, route.model, exc.summary())
+                busy = True
+                failure = failure or exc
+                continue
             except (ProviderUnavailable, ModelRefused) as exc:
                 if isinstance(exc, ModelRefused) and exc.kind not in ROUTE_BROKEN:
                     raise
@@ -120,6 +141,14 @@ class FailoverProvider:
             if cooldown is None or cooldown.remaining <= 0:
                 provider_for(route).slot_look()
                 return
+            if route.max_concurrency:  # the call skips it: its place there holds others back
+                provider_for(route).slot_leave()
+
+    def _leave_cooling(self, ready: list[tuple[ModelRoute, Cooldown | None]]) -> None:
+        """The ticket's places in the queues of capped routes this call skips as cooling."""
+        skipped = [r for r in self.routes if r.max_concurrency and all(r is not x for x, _ in ready)]
+        for route in skipped:
+            provider_for(route).slot_leave()
 
     def slot_leave(self) -> None:
         """On every capped route: the ticket may wait in any of their queues."""
