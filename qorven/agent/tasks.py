@@ -48,6 +48,23 @@ def _wait_as_the_one(session_id: int, task_id: str) -> bool:
     return False
 
 
+# Which task's come-back on the worker's timer is the session's: the task that last asked
+# to come back (a task's retries keep its id), or the turn a freed slot sent for a waiting
+# message (route_slots' wake), which takes the come-back over. Another come-back is stale:
+# it ends at once. A missing marker (expired, the cache flushed) lets a come-back run:
+# a wake that was never sent or never ran loses nothing.
+COME_BACK_TTL = 3600  # seconds past a come-back's countdown its marker is kept
+
+
+def _come_back_key(session_id: int) -> str:
+    return f"turn-come-back:{session_id}"
+
+
+def _come_back_stale(session_id: int, task_id: str) -> bool:
+    marker = cache.get(_come_back_key(session_id))
+    return marker is not None and marker != task_id
+
+
 def _stop_waiting(session_id: int, task_id: str) -> None:
     key = _waiter_key(session_id)
     if cache.get(key) == task_id:
@@ -55,12 +72,19 @@ def _stop_waiting(session_id: int, task_id: str) -> None:
 
 
 @shared_task(bind=True, name=TURN_TASK, acks_late=True, max_retries=None)
-def agent_turn(self, tenant_id: int, session_id: int, busy: int = 0) -> int:
+def agent_turn(self, tenant_id: int, session_id: int, busy: int = 0, woken: bool = False,
+               back: bool = False) -> int:
     """Answer the session's pending user messages. Safe to run twice: answered messages
     are skipped, and turns on one session never overlap. Comes back later when the
-    session is busy (`busy` counts those tries) or a message failed transiently (its own
-    tries are counted on the message, up to QORVEN_ANSWER_ATTEMPTS)."""
+    session is busy (`busy` counts those tries) or a message failed transiently or waits
+    for a capped route's slot (`back`; its own tries are counted on the message, up to
+    QORVEN_ANSWER_ATTEMPTS). `woken`: sent by a freed slot for the waiting message; it
+    takes the session's come-back over."""
     with log_context(tenant=tenant_id, session=session_id), task_scope():
+        if woken:
+            cache.set(_come_back_key(session_id), self.request.id, COME_BACK_TTL)
+        elif back and _come_back_stale(session_id, self.request.id):
+            return 0  # a turn woken for the message's slot took over (and runs, or ran, it)
         try:
             outcome = turn_process(tenant_id=tenant_id, session_id=session_id)
         except DATABASE_DOWN as exc:
@@ -70,6 +94,10 @@ def agent_turn(self, tenant_id: int, session_id: int, busy: int = 0) -> int:
             raise self.retry(exc=exc, args=(tenant_id, session_id), kwargs={"busy": busy},
                              countdown=DATABASE_RETRY_DELAY) from None
         except TurnBusy:
+            if woken:
+                # The turn holding the session answers the waiting message (or comes back
+                # for it itself): a woken turn does not wait for the session too.
+                return 0
             if not _wait_as_the_one(session_id, self.request.id):
                 return 0  # another task already waits for this session; its turn answers this message too
             if busy >= BUSY_RETRIES:
@@ -79,7 +107,9 @@ def agent_turn(self, tenant_id: int, session_id: int, busy: int = 0) -> int:
             raise self.retry(args=(tenant_id, session_id), kwargs={"busy": busy + 1}, countdown=busy_delay(busy)) from None
         _stop_waiting(session_id, self.request.id)
         if outcome.retry_after is not None:
-            raise self.retry(args=(tenant_id, session_id), kwargs={"busy": 0}, countdown=outcome.retry_after)
+            cache.set(_come_back_key(session_id), self.request.id, int(outcome.retry_after) + COME_BACK_TTL)
+            raise self.retry(args=(tenant_id, session_id), kwargs={"busy": 0, "back": True},
+                             countdown=outcome.retry_after)
         return outcome.answered
 
 

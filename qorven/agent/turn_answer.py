@@ -296,8 +296,9 @@ def answer_message(session: Session, pending: Message, owner: str, *, overflowed
 def _slot_ticket(session: Session, pending: Message) -> AbstractContextManager[None]:
     """A capped route's slot is waited for on the worker's timer, as this message: its
     every try looks for the same place in the queue. A slot freed for it sends the
-    session's turn at once (safe twice: an answered message is never answered again)."""
-    return slot_ticket(f"message:{pending.pk}", wake=(TURN_TASK, [session.tenant_id, session.pk]))
+    session's turn at once, woken (safe twice: an answered message is never answered
+    again), which ends the come-back the turn had asked for (qorven.agent.tasks)."""
+    return slot_ticket(f"message:{pending.pk}", wake=(TURN_TASK, [session.tenant_id, session.pk, 0, True]))
 
 
 LONGEST_ANSWER_WAIT = 120.0  # seconds a message waits for a server's Retry-After before it fails with a notice

@@ -543,3 +543,65 @@ def test_a_public_message_of_someone_with_no_membership_is_answered(world, model
     model_server.default = reply("At nine.")
     turn_process(tenant_id=world.tenant_a.pk, session_id=session.pk)
     assert Message.objects.get(session=session, role="assistant").content == "At nine."
+
+
+@pytest.fixture
+def turn_runs():
+    """The end state of each run of a turn task, in order (Celery's own signal)."""
+    from celery import signals
+
+    runs: list[str] = []
+
+    def note(task=None, state=None, **kwargs):
+        if getattr(task, "name", "") == "qorven.agent.turn":
+            runs.append(state)
+
+    signals.task_postrun.connect(note, weak=False)
+    yield runs
+    signals.task_postrun.disconnect(note)
+
+
+def test_a_turn_woken_for_its_slot_ends_the_waiting_turns_own_come_back_at_once(
+    client, world, alice_token, model_server, drain, settings, turn_runs
+):
+    """A freed slot sends the waiting message's turn at once; the turn's own come-back on
+    the worker's timer still comes. It ends there: before, finding the woken turn still
+    holding the session, it became the session's waiter, up to 12 tries over 100 s."""
+    from qorven.runtime.route_slots import route_slot, route_slot_waiting
+
+    Qor.objects.filter(pk=world.qor_a.pk).update(main_max_concurrency=1)
+    answer = threading.Event()  # the woken turn's answer: held until the come-back has run
+    model_server.default = reply("Woken.", hold=answer)
+    try:
+        with route_slot(base_url=model_server.base_url, cap=1, wait=5, lease=30):  # held elsewhere
+            ask(client, alice_token, "hello?")
+            _until(lambda: turn_runs == ["RETRY"] and route_slot_waiting(base_url=model_server.base_url) == 1)
+        _until(lambda: model_server.in_flight == 1 and len(turn_runs) == 2)  # the slot taken; the other turn ran
+        assert turn_runs == ["RETRY", "SUCCESS"]  # it ended, not waiting for the session
+    finally:
+        answer.set()
+    drain()
+    _until(lambda: len(turn_runs) == 3)  # noted after the worker counts it done
+    assert turn_runs == ["RETRY", "SUCCESS", "SUCCESS"]
+    question, answered = timeline(world)
+    assert question.answer_state == "answered" and answered.content == "Woken."
+    assert len(model_server.requests) == 1
+
+
+def test_a_message_whose_wake_is_lost_is_still_answered_once_by_its_turns_come_back(
+    client, world, alice_token, model_server, drain, settings, turn_runs
+):
+    from qorven.runtime import route_slots
+
+    Qor.objects.filter(pk=world.qor_a.pk).update(main_max_concurrency=1)
+    model_server.default = reply("On the timer.")
+    slots = route_slots._slots(model_server.base_url)
+    held = slots.acquire(cap=1, wait=5, lease=30)
+    ask(client, alice_token, "hello?")
+    _until(lambda: turn_runs == ["RETRY"] and route_slots.route_slot_waiting(base_url=model_server.base_url) == 1)
+    assert len(slots.release(held, cap=1)) == 1  # the wake is due, and never sent
+    drain()
+    _until(lambda: len(turn_runs) == 2)  # noted after the worker counts it done
+    question, answered = timeline(world)
+    assert question.answer_state == "answered" and answered.content == "On the timer."
+    assert len(model_server.requests) == 1 and turn_runs == ["RETRY", "SUCCESS"]
