@@ -93,12 +93,17 @@ class HeartbeatRun(models.Model):
     status = models.CharField(max_length=8, choices=Status.choices, default=Status.RUNNING)
     reason = models.CharField(
         max_length=32, blank=True, default="",
-        help_text="Why a run was skipped (left, budget, offline, unchanged) or failed (unavailable, interrupted, "
+        help_text="Why a run was skipped (left, budget, offline, unchanged) or failed (unavailable, busy: its "
+                  "capped route's every slot stayed taken, no model asked and no try used near its tick, interrupted, "
                   "cut_off, tool_rounds, suspended; empty: see its error), or why an ok run's answer is not whole "
                   "(cut_off, withheld: delivered as far as it went, with a notice). suspended: its retry came while "
                   "the host had suspended the workspace, so it is not tried again.",
     )
-    attempts = models.PositiveSmallIntegerField(default=1)
+    attempts = models.PositiveSmallIntegerField(
+        "tries used", default=1,
+        help_text="Tries counted against the run's three. A wait for a busy capped route's slot near the tick is "
+                  "not one (reason busy, the model not asked), so a run that only waited shows 0.",
+    )
     started_at = models.DateTimeField(default=timezone.now)
     finished_at = models.DateTimeField(null=True, blank=True)
     duration_ms = models.PositiveIntegerField(null=True, blank=True)

@@ -608,7 +608,7 @@ def test_a_run_on_a_capped_route_with_no_free_slot_waits_briefly_then_is_retried
             run(pills)
     assert time.monotonic() - started < 5
     failed = HeartbeatRun.objects.get()
-    assert (failed.status, failed.reason) == ("failed", "unavailable")
+    assert (failed.status, failed.reason) == ("failed", "busy")
     assert model_server.requests == []
 
 
@@ -638,7 +638,7 @@ def test_a_run_that_finds_every_slot_taken_is_retried_without_using_up_its_tries
             run_id = failed.value.run_id
             assert failed.value.attempts == 0  # none used up: the task tries it again
     waited = HeartbeatRun.objects.get(pk=run_id)
-    assert (waited.status, waited.reason, waited.attempts) == ("failed", "unavailable", 0)
+    assert (waited.status, waited.reason, waited.attempts) == ("failed", "busy", 0)
     done = run(pills, tick=tick, run_id=run_id)  # the slot is free now
     assert (done.status, done.attempts, done.output) == ("ok", 1, "Pills!")
 
@@ -647,3 +647,29 @@ def test_a_run_that_finds_every_slot_taken_is_retried_without_using_up_its_tries
         with pytest.raises(RunFailed) as failed:
             run(pills, tick=tick - timedelta(seconds=601))
     assert failed.value.attempts == 1
+
+
+def test_a_run_that_found_its_route_busy_reads_as_waiting_for_a_free_slot_not_as_a_failed_try(
+    world, pills, model_server, settings, monkeypatch
+):
+    """A run whose only wait was for a capped route's busy slots asked no model: its
+    record and its beat say the model server was busy (reason "busy", no try used), not
+    that the model was rate limited with 0 attempts; the sweeper still queues it again."""
+    from qorven.agent.heartbeat_runs.retries import TRANSIENT
+    from qorven.runtime import route_slots
+
+    monkeypatch.setattr(route_slots, "THREAD_WAIT", 0.2)
+    settings.QORVEN_MODEL_DEADLINE = 600
+    world.qor_a.heartbeat_max_concurrency = 1
+    world.qor_a.save(update_fields=["heartbeat_max_concurrency"])
+    tick = timezone.now().replace(microsecond=0)
+    with route_slots.route_slot(base_url=model_server.base_url, cap=1, wait=5, lease=60):  # held elsewhere
+        with pytest.raises(RunFailed):
+            run(pills, tick=tick)
+    waited = HeartbeatRun.objects.get()
+    assert (waited.status, waited.reason, waited.attempts) == ("failed", "busy", 0)
+    assert "busy" in waited.error and "rate limited" not in waited.error
+    pills.refresh_from_db()
+    assert pills.last_error == waited.error
+    assert "busy" in TRANSIENT
+    assert model_server.requests == []

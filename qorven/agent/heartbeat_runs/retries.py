@@ -21,12 +21,12 @@ class RunFailed(Exception):
         self.attempts = attempts
 
 
-# A failed run worth trying again (reason on the run): its model was unavailable, or its
-# worker stopped while it ran. Tried at most RUN_TRIES times, the retries RETRY_DELAY and
+# A failed run worth trying again (reason on the run): its model was unavailable, its
+# capped route stayed busy ("busy"), or its worker stopped while it ran. Tried at most RUN_TRIES times, the retries RETRY_DELAY and
 # four times that after the try before (qorven.agent.tasks.heartbeat_run); a retry lost
 # with its process is queued again by the sweeper (heartbeat_runs_recover). A try that
 # found every slot of a capped route taken is not counted near its tick (run.py).
-TRANSIENT = ("unavailable", "interrupted")
+TRANSIENT = ("unavailable", "busy", "interrupted")
 RUN_TRIES = 3
 
 
