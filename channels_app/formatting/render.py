@@ -117,6 +117,10 @@ class _Walk:
         self.style = style
         self.quotes = 0  # blockquotes we are in
         self.lists = 0  # lists we are in
+        # The emphasis the text is in already ("strong" in a heading, a table's header): one
+        # span of it inside is written as its text. Slack's and WhatsApp's markers do not nest —
+        # "*" opened inside "*" closes it, and the stars show — and elsewhere it changes nothing.
+        self.emphasis: set[str] = set()
 
     def blocks(self, nodes: list[SyntaxTreeNode], sep: str = "\n\n") -> str:
         return sep.join(part for part in (self.block(node) for node in nodes) if part)
@@ -126,7 +130,7 @@ class _Walk:
         if kind == "paragraph":
             return self.inline(node)
         if kind == "heading":
-            return style.heading(self.inline(node))
+            return style.heading(self.within("strong", node))
         if kind in ("fence", "code_block"):
             language = node.info.split()[0] if kind == "fence" and node.info.strip() else ""
             return style.pre(node.content.removesuffix("\n"), language)
@@ -160,8 +164,11 @@ class _Walk:
         rows = []
         for section in node.children:  # thead, tbody
             for row in section.children:
-                line = " | ".join(self.inline(cell) for cell in row.children)
-                rows.append(self.style.bold(line) if section.type == "thead" and line.strip() else line)
+                if section.type == "thead":
+                    line = " | ".join(self.within("strong", cell) for cell in row.children)
+                    rows.append(self.style.bold(line) if line.strip() else line)
+                else:
+                    rows.append(" | ".join(self.inline(cell) for cell in row.children))
         return "\n".join(rows)
 
     def inline(self, node: SyntaxTreeNode) -> str:
@@ -170,12 +177,24 @@ class _Walk:
             node = node.children[0]
         return "".join(self.span(child) for child in node.children)
 
+    def within(self, emphasis: str, node: SyntaxTreeNode) -> str:
+        """`node`'s spans written in `emphasis` (which the caller writes around them)."""
+        added = emphasis not in self.emphasis
+        self.emphasis.add(emphasis)
+        try:
+            return self.inline(node)
+        finally:
+            if added:
+                self.emphasis.discard(emphasis)
+
     def span(self, node: SyntaxTreeNode) -> str:
         style, kind = self.style, node.type
         if kind in ("softbreak", "hardbreak"):
             return "\n"
         if kind in ("strong", "em", "s"):
-            inner = self.inline(node)
+            if kind in self.emphasis:
+                return self.inline(node)
+            inner = self.within(kind, node)
             if not inner.strip():
                 return inner
             return {"strong": style.bold, "em": style.italic, "s": style.strike}[kind](inner)

@@ -266,3 +266,44 @@ def test_a_command_answer_on_whatsapp_shows_its_stars_and_underscores_as_written
     assert formatted(body) == []
     assert "_nightly_ *backup* of my_file_name: `*/30 * * * *`" in shown(body)
     assert "my_file_name" in body  # inside a word nothing formats: left as it is
+
+
+# A heading the platform shows in bold, holding bold of its own and more; a table's header the same.
+NESTED_IN_BOLD = ("# **Plan** for *today*, `ls` and [**the docs**](https://example.com)\n\n"
+                  "**All of *it* and **more****\n\n| **item** | *price* |\n|---|---|\n| a | 1 |")
+
+
+def test_bold_inside_a_heading_on_slack_is_bold_once_with_no_stars_shown(client, world, slack, platform,  # noqa: F811
+                                                                          model_server, drain):
+    pair(world, "slack", "U0PRIYA", world.alice)
+    model_server.add(reply(NESTED_IN_BOLD))
+    post_slack(client, slack_event("plan?"))
+    drain()
+    (sent,) = platform.sent("chat.postMessage")
+    assert sent.json["text"] == (
+        "*Plan for _today_, `ls` and <https://example.com|the docs>*\n\n"
+        "*All of _it_ and more*\n\n*item | _price_*\na | 1"
+    )
+
+
+def test_bold_inside_a_heading_on_whatsapp_is_bold_once_with_no_stars_shown(client, world, whatsapp, platform,
+                                                                             model_server, drain):
+    pair(world, "whatsapp", "15550100", world.alice)
+    model_server.add(reply(NESTED_IN_BOLD))
+    assert post_whatsapp(client, whatsapp_body("plan?")).status_code == 200
+    drain()
+    (sent,) = platform.sent(r"/whatsapp/v21.0/1055/messages")
+    assert sent.json["text"]["body"] == (
+        "*Plan for _today_, `ls` and the docs (https://example.com)*\n\n"
+        "*All of _it_ and more*\n\n*item | _price_*\na | 1"
+    )
+    assert formatted(sent.json["text"]["body"]) == [
+        "*Plan for _today_, `ls` and the docs (https://example.com)*", "*All of _it_ and more*", "*item | _price_*"]
+
+
+def test_bold_inside_a_heading_on_telegram_is_one_bold_tag(client, world, telegram, platform, model_server, drain):
+    sent = answered_on_telegram(client, world, platform, model_server, drain, asked="plan?", answer=NESTED_IN_BOLD)
+    assert sent.json["text"] == (
+        '<b>Plan for <i>today</i>, <code>ls</code> and <a href="https://example.com">the docs</a></b>\n\n'
+        "<b>All of <i>it</i> and more</b>\n\n<b>item | <i>price</i></b>\na | 1"
+    )
