@@ -95,7 +95,11 @@ class MarkdownLayout:
                 marker = "" if token.type == "blockquote_open" else self._item_marker(token, lists)
                 # An item in items written wider is written as many columns further in.
                 outer = sum(wider[len(within) - within[::-1].index(""):] if "" in within else wider)
-                within.append("" if token.type == "blockquote_open" else " " * (self._column(token, tokens) + outer) + marker)
+                if token.type == "blockquote_open":
+                    within.append("")
+                else:  # at its column, with the spaces before its text: a part writes it so continued
+                    column, gap = self._column(token, tokens)
+                    within.append(" " * (column + outer) + marker + " " * (gap - 1))
                 wider.append(max(0, len(marker) - len(token.info + token.markup)) if token.info else 0)
             elif token.type in ("blockquote_close", "list_item_close") and within:
                 within.pop()
@@ -259,11 +263,13 @@ class MarkdownLayout:
                     self.firsts[marker[0]] = previous
             previous = marker[0] if marker is not None else None
 
-    def _column(self, item: Token, tokens: list[Token]) -> int:
+    def _column(self, item: Token, tokens: list[Token]) -> tuple[int, int]:
         """The column a list item's marker is at in its line, after the quotes' markers (a tab
-        to the next multiple of four, as CommonMark reads it)."""
+        to the next multiple of four, as CommonMark reads it), and how many columns after
+        the marker its text begins: the spaces written there, one where they are more than
+        four (its text is indented code), a tab or none (a first line blank)."""
         if not item.map:
-            return 0
+            return 0, 1
         line = item.map[0]
         here = [t for t in tokens if t.type == "list_item_open" and t.map and t.map[0] == line]
         rank = sorted(here, key=lambda t: t.level).index(item)
@@ -276,9 +282,13 @@ class MarkdownLayout:
                 rank -= 1
             else:
                 marker = found.start() + len(found.group()) - len(found.group().lstrip())
-                return len(self.text[start:marker].expandtabs(4)) - len(self.text[start:quoted].expandtabs(4))
+                after = self.text[found.end():end]
+                rest = after.lstrip(" ")
+                gap = len(after) - len(rest)
+                gap = gap if 1 <= gap <= 4 and rest.strip() and not rest.startswith("\t") else 1
+                return len(self.text[start:marker].expandtabs(4)) - len(self.text[start:quoted].expandtabs(4)), gap
             at = found.end()
-        return 0
+        return 0, 1
 
     def _marker(self, item: Token, tokens: list[Token]) -> tuple[int, str] | None:
         """Where an ordered item's number is written in the source, and the number."""

@@ -95,6 +95,10 @@ CODE_AFTER_DEEP_NESTING = "1.  1.  * * ](https://example.com/?a=1&b=2) ` `"
 # on under the item as if the line were inside it ("1. …"), and the item itself was then numbered 2.
 ITEM_BEGUN_WITH_A_NESTED_LIST = "Intro words here and more words.\n1. - alpha beta gamma delta\n   - epsilon\n2. two"
 ITEM_BEGUN_WITH_A_QUOTE = "Intro words here and more words.\n1. alpha beta gamma delta\n1. > epsilon"  # the same
+# Items whose text is two columns after their markers ("1.  "), then a line at column 3: in the whole it is
+# out of the second item (its text at column 4), the list's third item; a part that wrote the second item
+# continued as "2. …" (its text at column 3) put the line inside it, a nested list numbered "2.".
+WIDE_ITEM_GAP = "1. alpha alpha\n1.  1.  alpha alpha alpha alpha\n   1. alpha"
 # A paragraph's line indented four spaces (no code: code cannot interrupt a paragraph) begun with a dash:
 # cut before it, the next part began at its dash, a list item ("•") where the whole showed a dash.
 DASH_ON_AN_INDENTED_LINE = "The options we have, in short, are these:\n    - the first is quick, the second slow"
@@ -353,6 +357,7 @@ prose = st.lists(_block, min_size=1, max_size=6).map("\n\n".join)
 @example(CUT_IN_AN_INDENT, 14)
 @example("alpha\n1. alpha alpha alpha alpha\n1. > alpha alpha", 40)
 @example("alpha alpha alpha alpha\n    - alpha", 14)
+@example(WIDE_ITEM_GAP, 40)
 def test_a_reply_cut_over_telegram_parts_reads_as_the_whole_did(text, limit):
     parts = _telegram(text, limit)
     assert all(_utf16(visible_text(part)) <= limit for part in parts)
@@ -617,6 +622,20 @@ def test_a_list_item_begun_with_a_nested_list_cut_before_its_line_keeps_its_numb
     assert numbers == ["1.", "2."], parts
     if kind in ("telegram", "discord"):
         assert _read(parts if kind == "telegram" else [TELEGRAM_HTML.markdown(part) for part in parts]) == _whole(text)
+
+
+@pytest.mark.parametrize("kind", ["telegram", "discord", "slack", "whatsapp"])
+def test_a_list_item_continued_in_a_later_part_keeps_the_column_its_text_was_at(kind):
+    adapter = adapter_for(kind)
+    parts = reply_parts(WIDE_ITEM_GAP, style=adapter.style, limit=40, size=adapter.length, markdown=True)
+    assert len(parts) > 1 and all(adapter.length(adapter.style.visible(part)) <= 40 for part in parts), parts
+    shown_parts = [visible_text(part) if kind == "telegram" else visible_text(TELEGRAM_HTML.markdown(part))
+                   if kind == "discord" else part for part in parts]
+    (last,) = [line for part in shown_parts for line in part.splitlines() if line.endswith(". alpha")]
+    assert last == "3. alpha", shown_parts  # the list's third item, at the top level
+    if kind in ("telegram", "discord"):
+        assert _read(parts if kind == "telegram" else [TELEGRAM_HTML.markdown(part) for part in parts]) == _whole(
+            WIDE_ITEM_GAP)
 
 
 @pytest.mark.parametrize("kind", ["telegram", "discord", "slack", "whatsapp"])
