@@ -74,6 +74,8 @@ class MarkdownLayout:
         self.tables: list[tuple[int, int, str]] = []  # (where its rows begin, where they end, its header and rule)
         self.code: list[tuple[int, int]] = []  # top-level code blocks' lines (first, after the last)
         self.fences: list[Fence] = []  # code blocks in a quote or a list item
+        # Where the opening fence line of one of them begins -> the quotes and items it is in (as Inline's `within`).
+        self._fenced: dict[int, tuple[str, ...]] = {}
         self._shorter: dict[Region, str] = {}  # inline code over lines: what its later pieces open it with
         self._cursor: dict[int, int] = {}
         self.env = dict(env or {})
@@ -129,6 +131,7 @@ class MarkdownLayout:
                 items = () if not within or not within[-1] else tuple(
                     within[len(within) - within[::-1].index(""):] if "" in within else within)
                 self._fence(token, items, *_continued(within[:_innermost_quote(within)]))
+                self._fenced[self.starts[token.map[0]]] = tuple(within)
             elif token.type == "table_open" and token.map:  # never between its header, its rule and its first row
                 self.regions.append(Region(self.starts[token.map[0]],
                                             self._line_end(min(token.map[0] + 2, token.map[1] - 1)), None, ""))
@@ -355,15 +358,17 @@ class MarkdownLayout:
         return max(line_start, segment.source)
 
     def _nested(self, at: int) -> tuple[str, str | None]:
-        """For a line begun at `at` whose text is in list items (or in a quote in one): the
+        """For a line begun at `at` whose text (or code block) is in list items (or in a quote in one): the
         lines of the items it goes on under, outermost first, each marked as continued — not
         those the line begins with their markers ("1. - alpha" begins the item and the one
         nested in it; "1. > note", the item the quote is in) — and what begins a blank line
         after them when the last is an item (else None)."""
-        found = bisect_left(self._firsts, at)
-        if found == len(self._firsts) or self._firsts[found] >= self._line_end(bisect_right(self.starts, at) - 1):
-            return "", None
-        within = self._placed[found].within
+        within = self._fenced.get(at)  # a code block's opening fence line: what it is in
+        if within is None:
+            found = bisect_left(self._firsts, at)
+            if found == len(self._firsts) or self._firsts[found] >= self._line_end(bisect_right(self.starts, at) - 1):
+                return "", None
+            within = self._placed[found].within
         # The items the line itself begins, one marker each, are the innermost of those it is in.
         begun, end = 0, self._line_end(bisect_right(self.starts, at) - 1)
         while (marker := _MARKER.match(self.text, at, end)) and marker.end() > at:

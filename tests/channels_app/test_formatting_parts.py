@@ -675,6 +675,20 @@ def test_a_quote_in_a_list_item_cut_over_parts_goes_on_in_the_item(kind, text, l
         assert unquoted(read) == unquoted(_whole(text))
 
 
+@pytest.mark.parametrize("limit", [35, 40, 45, 50, 60])
+@pytest.mark.parametrize("kind", ["telegram", "discord", "slack", "whatsapp"])
+def test_a_part_begun_at_the_fence_of_a_code_block_in_a_quote_in_a_list_item_goes_on_in_the_item(kind, limit):
+    """Cut before the code block's opening fence, the next part begins with the item marked as
+    continued, the quoted code in it, as a part cut inside the code does."""
+    adapter = adapter_for(kind)
+    parts = reply_parts(QUOTED_CODE_IN_AN_ITEM, style=adapter.style, limit=limit, size=adapter.length, markdown=True)
+    shown_parts = [visible_text(part) if kind == "telegram" else visible_text(TELEGRAM_HTML.markdown(part))
+                   if kind == "discord" else part.replace("&gt;", ">") for part in parts]
+    assert all(adapter.length(adapter.style.visible(part)) <= limit for part in parts), parts
+    coded = [part for part in shown_parts if "code" in part and not part.startswith("1. Step")]
+    assert coded and all(re.match(r"[> ]*1\. …", part) for part in coded), shown_parts
+
+
 @pytest.mark.parametrize(("kind", "limit"), [(kind, limit) for kind in ("telegram", "slack", "whatsapp") for limit in (12, 14, 16)]
                          + [("discord", limit) for limit in (18, 20, 22)])  # shown as written: "  - …" takes more
 def test_a_cut_never_falls_inside_the_indent_of_a_nested_items_line_nor_after_its_marker(kind, limit):
