@@ -5,8 +5,9 @@ regions a cut may fall inside only if it mends them, or never (spans, links, a h
 code blocks in quotes and list items, a table's header and first row); each block's
 inline text, with where each of its lines is in the source and the quotes and list items
 it is in; the ordered lists' numbers, and the items written wider where a part goes on
-with them; top-level code blocks, indented code and tables. Then, for an offset, which of
-them it falls in."""
+with them (their markers and columns read by channels_app.formatting.list_items);
+top-level code blocks, indented code and tables. Then, for an offset, which of them it
+falls in."""
 from __future__ import annotations
 
 import re
@@ -16,11 +17,18 @@ from typing import Any, NamedTuple
 
 from markdown_it.token import Token
 
+from .list_items import (
+    LINE_MARKER,
+    chain,
+    continued,
+    innermost_quote,
+    item_column,
+    item_marker,
+    ordered_marker,
+)
 from .located import located
 from .regions import Region, Regions
 
-# A list item's marker at the start of its line, after the markers of what it is inside.
-_MARKER = re.compile(r"[ \t]*(?:>|[-+*](?=[ \t]|$)|(\d{1,9})[.)](?=[ \t]|$))")
 # A list item's marker in what a line of a quote or a list item begins with.
 _ITEM_MARK = re.compile(r"[-+*]|\d{1,9}[.)]")
 
@@ -94,13 +102,13 @@ class MarkdownLayout:
         wider: list[int] = []  # for each of `within`, how many columns wider its marker is written
         for i, token in enumerate(tokens):
             if token.type in ("blockquote_open", "list_item_open"):
-                marker = "" if token.type == "blockquote_open" else self._item_marker(token, lists)
+                marker = "" if token.type == "blockquote_open" else item_marker(token, lists)
                 # An item in items written wider is written as many columns further in.
                 outer = sum(wider[len(within) - within[::-1].index(""):] if "" in within else wider)
                 if token.type == "blockquote_open":
                     within.append("")
                 else:  # at its column, with the spaces before its text: a part writes it so continued
-                    column, gap = self._column(token, tokens)
+                    column, gap = item_column(self.text, self.starts, token, tokens)
                     within.append(" " * (column + outer) + marker + " " * (gap - 1))
                 wider.append(max(0, len(marker) - len(token.info + token.markup)) if token.info else 0)
             elif token.type in ("blockquote_close", "list_item_close") and within:
@@ -130,7 +138,7 @@ class MarkdownLayout:
                 self.regions.append(Region(self.starts[token.map[0]], self._line_end(token.map[1] - 1), None, ""))
                 items = () if not within or not within[-1] else tuple(
                     within[len(within) - within[::-1].index(""):] if "" in within else within)
-                self._fence(token, items, *_continued(within[:_innermost_quote(within)]))
+                self._fence(token, items, *continued(within[:innermost_quote(within)]))
                 self._fenced[self.starts[token.map[0]]] = tuple(within)
             elif token.type == "table_open" and token.map:  # never between its header, its rule and its first row
                 self.regions.append(Region(self.starts[token.map[0]],
@@ -177,23 +185,13 @@ class MarkdownLayout:
     def _line_end(self, line: int) -> int:
         return self.starts[line + 1] - 1 if line + 1 < len(self.starts) else len(self.text)
 
-    @staticmethod
-    def _item_marker(item: Token, lists: list[tuple[Token, list[Token]]]) -> str:
-        """How a list item is marked: its bullet, or its number in its list."""
-        if not lists:
-            return ""
-        opened, items = lists[-1]
-        if opened.type == "bullet_list_open":
-            return item.markup
-        return f"{int(str(opened.attrs.get('start', 1))) + len(items)}{item.markup}"
-
     def _inline(self, token: Token, heading: Token | None, quotes: int, items: tuple[str, ...],
                 within: list[str]) -> None:
         segments = self._segments(token)
         if segments is None:  # not found as written (a tab the parser expanded): cut as prose
             return
         inline = Inline(token.content, segments, quotes, items,
-                        *_continued(within[:_innermost_quote(within)]), tuple(within))
+                        *continued(within[:innermost_quote(within)]), tuple(within))
         self.inlines.append(inline)
         at = partial_source(segments)
         if heading is not None and heading.markup.startswith("#"):
@@ -257,7 +255,7 @@ class MarkdownLayout:
         first = int(str(opened.attrs.get("start", 1)))
         previous = None
         for n, item in enumerate(items):
-            marker = self._marker(item, tokens)
+            marker = ordered_marker(self.text, self.starts, item, tokens)
             if marker is not None and n:
                 self.numbers.append((marker[0], item.map[0] if item.map else 0, marker[1], first + n))
                 if len(str(first + n)) > len(marker[1]) and item.map:
@@ -265,52 +263,6 @@ class MarkdownLayout:
                 if previous is not None:
                     self.firsts[marker[0]] = previous
             previous = marker[0] if marker is not None else None
-
-    def _column(self, item: Token, tokens: list[Token]) -> tuple[int, int]:
-        """The column a list item's marker is at in its line, after the quotes' markers (a tab
-        to the next multiple of four, as CommonMark reads it), and how many columns after
-        the marker its text begins: the spaces written there, one where they are more than
-        four (its text is indented code), a tab or none (a first line blank)."""
-        if not item.map:
-            return 0, 1
-        line = item.map[0]
-        here = [t for t in tokens if t.type == "list_item_open" and t.map and t.map[0] == line]
-        rank = sorted(here, key=lambda t: t.level).index(item)
-        start, end = self.starts[line], self._line_end(line)
-        at, quoted = start, start
-        while (found := _MARKER.match(self.text, at, end)) and found.end() > at:
-            if found.group().strip().startswith(">"):
-                quoted = found.end() + (self.text[found.end():found.end() + 1] == " ")
-            elif rank:
-                rank -= 1
-            else:
-                marker = found.start() + len(found.group()) - len(found.group().lstrip())
-                after = self.text[found.end():end]
-                rest = after.lstrip(" ")
-                gap = len(after) - len(rest)
-                gap = gap if 1 <= gap <= 4 and rest.strip() and not rest.startswith("\t") else 1
-                return len(self.text[start:marker].expandtabs(4)) - len(self.text[start:quoted].expandtabs(4)), gap
-            at = found.end()
-        return 0, 1
-
-    def _marker(self, item: Token, tokens: list[Token]) -> tuple[int, str] | None:
-        """Where an ordered item's number is written in the source, and the number."""
-        if not item.map:
-            return None
-        line = item.map[0]
-        # The items begun on this line, outermost first: one marker each, in that order.
-        here = [t for t in tokens if t.type == "list_item_open" and t.map and t.map[0] == line]
-        rank = sorted(here, key=lambda t: t.level).index(item)
-        start, end = self.starts[line], self._line_end(line)
-        markers = []
-        at = start
-        while (found := _MARKER.match(self.text, at, end)) and found.end() > at:
-            if not found.group().strip().startswith(">"):
-                markers.append(found)
-            at = found.end()
-        if rank >= len(markers) or markers[rank].group(1) is None:
-            return None
-        return markers[rank].start(1), markers[rank].group(1)
 
     def _in_fence(self, at: int) -> Fence | None:
         """The code block in a quote or a list item a cut at `at` falls in, with code on both sides."""
@@ -371,12 +323,12 @@ class MarkdownLayout:
             within = self._placed[found].within
         # The items the line itself begins, one marker each, are the innermost of those it is in.
         begun, end = 0, self._line_end(bisect_right(self.starts, at) - 1)
-        while (marker := _MARKER.match(self.text, at, end)) and marker.end() > at:
+        while (marker := LINE_MARKER.match(self.text, at, end)) and marker.end() > at:
             begun += not marker.group().strip().startswith(">")
             at = marker.end()
         items = [n for n, mark in enumerate(within) if mark]
         kept = within[:items[-begun]] if 0 < begun <= len(items) else within if not begun else ()
-        lines, quoted = _continued(list(kept), last=True)
+        lines, quoted = continued(list(kept), last=True)
         return lines, quoted if kept and kept[-1] else None
 
     def _indented_code(self, at: int) -> bool:
@@ -399,46 +351,6 @@ class MarkdownLayout:
         while at > 0 and self.text[at - 1].isspace():
             at -= 1
         return at
-
-
-def chain(items: list[tuple[str, str]]) -> str:
-    """Lines of list items (each after what begins a line in the quotes it is in) one inside
-    the next, each marked as continued; a blank line before an item numbered other than 1,
-    which could not interrupt the "…" before it (CommonMark) and would go on as its text."""
-    lines = []
-    for n, (quoted, item) in enumerate(items):
-        number = re.match(r"[ \t]*(\d{1,9})[.)]", item)
-        if n and number and int(number.group(1)) != 1:
-            lines.append(quoted)
-        lines.append(f"{quoted}{item} …")
-    return "\n".join(lines)
-
-
-def _innermost_quote(within: list[str]) -> int:
-    """Where what is in the innermost of `within`'s quotes begins (0: in none)."""
-    return len(within) - within[::-1].index("") if "" in within else 0
-
-
-def _continued(within: list[str], *, last: bool = False) -> tuple[str, str]:
-    """For quotes ("") and list items (their markers at their columns) `within` one another,
-    outermost first: the lines of the items before the last quote (or, `last`, of them
-    all), each continued, and what begins a line in their quotes — each quote's marker at
-    the column of the text of the item it is in ("1. …" then "   > "), as a part that goes
-    on in them writes them."""
-    lines: list[str] = []
-    quoted, column = "", 0
-    run: list[tuple[str, str]] = []  # the items since the last quote, chained alike
-    for mark in within:
-        if not mark:
-            if run:
-                lines.append(chain(run))
-            quoted, column, run = quoted + " " * column + "> ", 0, []
-            continue
-        run.append((quoted, mark))
-        column = len(mark) + 1
-    if run and last:
-        lines.append(chain(run))
-    return "".join(f"{line}\n" for line in lines), quoted
 
 
 def partial_source(segments: list[Segment]) -> Callable[[int], int]:

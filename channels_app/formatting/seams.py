@@ -47,50 +47,30 @@ wider ("1." as "11.", or continued as "11. …") is written as many columns furt
 an item nested in it stays in it.
 
 What the text is made of, and where each piece of it is, is read once before any cut
-(channels_app.formatting.layout); this module decides the cuts and what mends them.
+(channels_app.formatting.layout); whether a cut reads as the text did is checked by
+channels_app.formatting.cut_checks; this module decides the cuts and what mends them.
 """
 from __future__ import annotations
 
 import re
 from bisect import bisect_left, bisect_right
-from typing import Any
 
 import regex
 
 from ..split import Seam
-from .layout import Inline, MarkdownLayout, chain, source_offset
-from .reading import Reading, Segments, read
+from .cut_checks import BLOCK_START, FENCE_CUT, QUOTED, RUNS, CutChecks, closed_by, resumed_at, text_after
+from .list_items import chain
 from .regions import Region
 
-# What the start of a line reads as a block, were a cut to put it there.
-_BLOCK_START = re.compile(r"[ \t]{0,3}(?:#{1,6}(?:[ \t]|$)|>|[-+*](?:[ \t]|$)|\d{1,9}[.)](?:[ \t]|$)|`{3}|~{3}|=+[ \t]*$"
-                          r"|(?:[-*_][ \t]*){3,}$)", re.MULTILINE)  # $: the line's end, a line break after it too
-# What the start of a line, cut from the rest of it, reads as where the whole line did not (a
-# fence, a rule, a heading's underline; a list item's marker or a heading's, alone, an empty one).
-_LINE_ALONE = re.compile(r"[ \t]{0,3}(?:(?:`{3,}|~{3,}).*|(?:[-*_][ \t]*){3,}|=+|-+|[-+*]|\d{1,9}[.)]|#{1,6})")
-# A line's start (within quotes and list items) that opens a code block with backticks.
-_FENCE_CUT = re.compile(r"[ \t]*(?:(?:>|[-+*]|\d{1,9}[.)])[ \t]*)*(`{3,})[^`]*\Z")
-# A line that is a rule, whatever its indent (a cut that might make one is left for another).
-_RULE = re.compile(r"[ \t]*(?:[-*_][ \t]*){3,}")
-_LEADING_MARKER = re.compile(r"[ \t]*(?:>|[-+*]|\d{1,9}[.)])[ \t]*")  # one of a line's quote or item markers
 _HEADING_END = re.compile(r"(?:^|[ \t])#+\Z")
-_QUOTED = re.compile(r"(?:[ \t]*>[ \t]?)*")  # a line's quotes' markers
-_RUNS = "*_~`"
 _GRAPHEME = regex.compile(r"\X")
 _ENTITY = re.compile(r"&(?:#[0-9]{1,7}|#[xX][0-9a-fA-F]{1,6}|[A-Za-z][A-Za-z0-9]{1,31});")
 CLEAN_LINE, CLEAN_SPACE, MENDED_LINE, MENDED_SPACE = range(4)
 
 
-class MarkdownSeams(MarkdownLayout):
-    """channels_app.split.Seams for the model's Markdown `text` (read by MarkdownLayout);
-    `env`, the whole reply's link references."""
-
-    def __init__(self, text: str, env: dict[str, Any] | None = None) -> None:
-        super().__init__(text, env)
-        self._start = 0  # where the piece being cut begins
-        self._part = len(text)  # how much a part holds
-        self._read: dict[str, tuple[Reading, bool]] = {}
-        self._readings: dict[str, Segments] = {}
+class MarkdownSeams(CutChecks):
+    """channels_app.split.Seams for the model's Markdown `text` (read by MarkdownLayout, each
+    cut checked by CutChecks); `env`, the whole reply's link references."""
 
     def cut(self, start: int, hard: int, part: int) -> int:
         # In the piece's second half the best kind of cut, the latest of its kind; else the
@@ -139,7 +119,7 @@ class MarkdownSeams(MarkdownLayout):
             bounds = [at for at in self._graphemes(start, hard) if at > start]
             hard = bounds[-1] if bounds else hard  # none: one grapheme longer than a part, cut anyway
             while len(bounds) > 1 and (self._begins_block(hard) or self.text[hard - 1] == "\\"
-                                       or self.text[hard - 1] in _RUNS and self.text[hard - 1] == self.text[hard:hard + 1]):
+                                       or self.text[hard - 1] in RUNS and self.text[hard - 1] == self.text[hard:hard + 1]):
                 bounds.pop()
                 hard = bounds[-1]
             # Between words first, where no clean cut was (the latest in the piece's second
@@ -184,15 +164,6 @@ class MarkdownSeams(MarkdownLayout):
                 return -at
         return None
 
-    def _inside(self, at: int) -> list[Region] | None:
-        """The regions a cut at `at` is inside, outermost first; None where it may not be."""
-        inside = []
-        for rank, region in self.index.around(at):
-            if region.closing is None or self.index.blank_side(rank, at):
-                return None
-            inside.append(region)
-        return inside
-
     def _rank(self, at: int) -> int | None:
         if self._in_fence(at) is not None:  # code in a quote or a list item: between its lines
             return MENDED_LINE if self.text[at - 1] == "\n" else None
@@ -205,8 +176,8 @@ class MarkdownSeams(MarkdownLayout):
             return None  # after a list's marker, a heading's, between a table's cells
         if not line and self._ends_alone(at, inside):
             return None
-        if place is not None and not inside and not place[0].items and _BLOCK_START.match(
-                place[0].content, _text_after(place[0].content, place[1])) and self._ticks_as_text(at) is None:
+        if place is not None and not inside and not place[0].items and BLOCK_START.match(
+                place[0].content, text_after(place[0].content, place[1])) and self._ticks_as_text(at) is None:
             return None  # an item's text goes on after its "…": no block begins
         if inside:
             if any(r.opening.startswith("#") for r in inside) and _HEADING_END.search(
@@ -215,144 +186,12 @@ class MarkdownSeams(MarkdownLayout):
             closes = any(r.closing for r in inside)
             opens = any((opening := self._shorter.get(r, r.opening)) and not opening.endswith(" ") for r in inside)
             ink = self._ink_before(at)
-            if closes and self.text[max(0, ink - 1):ink] in _RUNS or opens and self.text[at] in _RUNS:
+            if closes and self.text[max(0, ink - 1):ink] in RUNS or opens and self.text[at] in RUNS:
                 return None  # a marker written beside another would make one run of both, read otherwise
             return MENDED_LINE if line else MENDED_SPACE
         if line and place is None and re.match(r" {4}", self.text[at:at + 4]) and not self._indented_code(at):
             return MENDED_LINE  # an indented line would read as code: it loses its indent
         return CLEAN_LINE if line else CLEAN_SPACE
-
-    def _mends_well(self, at: int) -> bool:
-        """Whether the text before a cut at `at` with its spans closed, and the text after it
-        with them opened, read as the text did: a marker written next to one of the text's
-        own (`2*3*`) may pair with it instead."""
-        if self._in_fence(at) is not None:
-            return True  # code: nothing in it pairs
-        place, inside = self._place(at), self._inside(at) or []
-        if place is None:
-            return False
-        inline, offset = place
-        spans = [r for r in inside if not r.opening.endswith(" ")]
-        if not spans:
-            return True
-        # Read from where its segment begins, the piece before closes what opened there.
-        closing = "".join(r.closing or "" for r in reversed(spans))
-        opening = "".join(self._shorter.get(r, r.opening) for r in spans)
-        resume = _resume(inline, offset, at, self.text, inside)  # as mend() goes on
-        if _FENCE_CUT.match(opening + self.text[resume:].split("\n", 1)[0]):
-            return False  # inline code's backticks reopened at the start of a line would open a code block
-
-        def closed(before: str) -> str:
-            before = before.rstrip()
-            return before + _closed(before, closing)
-
-        def opened(after: str) -> str:
-            for region in spans:
-                if region in self._shorter and region.closing:  # closed with the run it was opened with
-                    after = re.sub(f"(?<!`){region.closing}(?!`)", self._shorter[region][::-1], after, count=1)
-            return opening + after.lstrip()
-
-        return self._reading(inline).reads_as_whole(offset, closed, opened)
-
-    def _hard_cut_reads(self, at: int) -> bool:
-        """Whether a cut at `at`, where no space is, leaves both pieces reading as the text did:
-        the next not begun as a block ("```python" after a space), this one not ending in a
-        line that alone reads as a rule or a fence ("**** ****"), each side read again."""
-        if self._in_fence(at) is not None:
-            return not self._closes_fence(at)  # a line of code longer than a part: code on both sides
-        if self._begins_block(at):
-            return False
-        if self.text[at - 1] != "\n" and self._place(at) is None and not self._indented_code(at):
-            return False  # after a list's marker, or inside a line's indent (the rest of it would read as code)
-        inside = self._inside(at)
-        if self.text[at - 1] != "\n" and self._ends_alone(at, inside or []):
-            return False
-        return self._cuts_well(at) or bool(inside) and self._mends_well(at)
-
-    def _cuts_well(self, at: int) -> bool:
-        """Whether the text on each side of a cut at `at` (in no span) reads as it did
-        whole: a marker the whole left as text (`**` with nothing to close it) may pair in a
-        piece with one the whole paired elsewhere."""
-        place = self._place(at)
-        if place is None or self._inside(at):
-            return place is None and not self._inside(at)
-        inline, offset = place
-        return self._reading(inline).reads_as_whole(offset, str, str)
-
-    def _reading(self, inline: Inline) -> Segments:
-        """`inline`'s text, read in segments once for every check of a cut in it."""
-        if inline.content not in self._readings:
-            self._readings[inline.content] = Segments(inline.content, self._reads)
-        return self._readings[inline.content]
-
-    def _reads(self, inline: str) -> tuple[Reading, bool]:
-        """What an inline text shows, and whether it is closed (channels_app.formatting.reading)."""
-        if inline not in self._read:
-            self._read[inline] = read(inline, self.env)
-        return self._read[inline]
-
-    def _ends_alone(self, at: int, inside: list[Region]) -> bool:
-        """Whether the line's text up to a cut at `at` inside it, alone, would read as a fence
-        or a rule — from where the piece begins, when a cut before began it inside the line;
-        but not backticks the piece's inline code is closed after: with a backtick, no fence.
-        A list item's line is read from each of its markers too: "* **" is a rule, its text
-        "**" none, and so is "1.  * **" in the ordered item's."""
-        begins = self._line_text(at)
-        if self._start > begins:  # the piece begins inside the line, after a cut
-            place = self._place(at)
-            if place and place[0].items:
-                return False  # a list item's piece begins with its "…": no rule, no fence
-            begins = self._start
-        line = self.starts[bisect_right(self.starts, at) - 1]
-        if self._start <= line < begins:
-            quoted = _QUOTED.match(self.text, line)  # matches always, maybe nothing
-            marker, ink = quoted.end() if quoted else line, self._ink_before(at)
-            while marker < begins:
-                if _RULE.fullmatch(self.text, marker, ink):
-                    return True
-                found = _LEADING_MARKER.match(self.text, marker, begins)
-                if found is None or found.end() == marker:
-                    break
-                marker = found.end()
-        alone = _LINE_ALONE.fullmatch(self.text, begins, self._ink_before(at))
-        if not alone or not alone.group().lstrip().startswith("`"):
-            return bool(alone)
-        if any("`" in (r.closing or "") for r in inside):
-            return False
-        ticks = alone.start() + len(alone.group()) - len(alone.group().lstrip())
-        run = len(alone.group().lstrip()) - len(alone.group().lstrip().lstrip("`"))
-        line_end = self.text.find("\n", at)
-        if "`" in self.text[ticks + run:line_end if line_end >= 0 else len(self.text)]:
-            # A backtick after them in the piece: no fence; after the cut: take() escapes the first.
-            return False
-        # Backticks closing inline code begun on a line before: the piece joins them to it (take).
-        return not any((r.closing or "").startswith("`") for _, r in self.index.around(ticks))
-
-    def _begins_block(self, at: int) -> bool:
-        """Whether a piece begun at `at` would begin with what Markdown reads as a block, its
-        text there read otherwise (three backticks the piece writes as text are not): from
-        where it goes on, too, in a paragraph, after the white space it leaves out ("    - a",
-        a dash in the paragraph's line, would be a list item)."""
-        begins = at
-        if (place := self._place(at)) is not None:
-            begins = _resume(place[0], place[1], at, self.text, self._inside(at) or [])
-        return bool(_BLOCK_START.match(self.text, at) or _BLOCK_START.match(self.text, begins)) and (
-            self._ticks_as_text(at) is None)
-
-    def _ticks_as_text(self, at: int) -> tuple[int, int] | None:
-        """(where, how many) of the run of backticks a piece begun at `at`, inside a line,
-        would begin with (three or more, maybe after a few spaces) where its line reads
-        them as text, in no inline code, neither its backticks nor inside it: written at a
-        line's start they could open a code block, and escaped they read as they did."""
-        if at <= 0 or self.text[at - 1] == "\n":
-            return None
-        run = re.compile(r"[ \t]{0,3}(`{3,})").match(self.text, at)
-        if run is None or self.index.around(run.start(1)):
-            return None
-        opens_code = run.end(1)  # inline code opened by this run begins just after it
-        if any(r.low == opens_code and r.opening == run.group(1) for r in self.regions):
-            return None
-        return run.start(1), len(run.group(1))
 
     def mend(self, at: int) -> Seam:
         fence = self._in_fence(at)
@@ -363,7 +202,7 @@ class MarkdownSeams(MarkdownLayout):
         place = self._place(at)
         if place is not None:  # in a paragraph: the next piece begins at its text, in its quotes
             inline, offset = place
-            resume = _resume(inline, offset, at, self.text, inside)
+            resume = resumed_at(inline, offset, at, self.text, inside)
             # In its quotes, after the items they are in, continued (a quote in a list item goes on in it).
             quoted = inline.lead + inline.quoted
             if inline.items:  # a list item's text goes on as that item, marked as continued, at its level
@@ -387,7 +226,7 @@ class MarkdownSeams(MarkdownLayout):
         if len(header) + len(quoted) + len(self.text[at:self._line_end(bisect_right(self.starts, at) - 1)]) >= self._part:
             header = ""
         opening = header + quoted if not quoted.endswith("\n") else quoted + header
-        return Seam(_closed(self.text[:at].rstrip(), closing), opening + "".join(self._shorter.get(r, r.opening)
+        return Seam(closed_by(self.text[:at].rstrip(), closing), opening + "".join(self._shorter.get(r, r.opening)
                                                                                  for r in inside), resume)
 
     def _closing(self, region: Region) -> str:
@@ -425,7 +264,7 @@ class MarkdownSeams(MarkdownLayout):
             while line < len(self.starts) and self.starts[line] < end:
                 more = sum(wider for marker, first, after, wider in self.widened
                            if first < line < after and (marker < since or marker in renumbered))
-                quoted = _QUOTED.match(self.text, self.starts[line])  # matches always, maybe nothing
+                quoted = QUOTED.match(self.text, self.starts[line])  # matches always, maybe nothing
                 if more and quoted:
                     edits.append((quoted.end(), 0, " " * more))
                 line += 1
@@ -450,7 +289,7 @@ class MarkdownSeams(MarkdownLayout):
         if end >= len(self.text) or self.text[end - 1] == "\n" or self._in_fence(end) is not None:
             return piece
         line = piece[piece.rfind("\n") + 1:]
-        opens = _FENCE_CUT.match(line)
+        opens = FENCE_CUT.match(line)
         line_end = self.text.find("\n", end)
         if opens is None or "`" not in self.text[end:line_end if line_end >= 0 else len(self.text)]:
             return piece
@@ -467,30 +306,3 @@ class MarkdownSeams(MarkdownLayout):
             line_start = end - len(line)  # its quotes' markers and indent left out, not its text
             return piece[:begins - 1] + " " + piece[begins + self._line_text(end - len(piece) + at) - line_start:]
         return piece[:at] + "\\" + piece[at:]
-
-
-def _resume(inline: Inline, offset: int, at: int, text: str, inside: list[Region]) -> int:
-    """Where the piece after a cut at `at` (`offset` in `inline`'s text) goes on from, the
-    spans it is `inside` opened again before it: its text's next character, after the
-    white space a cut where no space is may fall before (a span's marker before white
-    space would not open it; in inline code it is code) and the next line's markers."""
-    if inline.content[offset:offset + 1].isspace() and not (inside and inside[-1].opening.startswith("`")):
-        offset += len(inline.content[offset:]) - len(inline.content[offset:].lstrip())
-    elif text[at - 1] == " ":
-        return at
-    return source_offset(inline.segments, offset)
-
-
-def _text_after(content: str, offset: int) -> int:
-    """Where the text after `offset` in an inline text goes on, as a piece begun there goes
-    on from it (`_resume`: not in inline code): after white space ("    - a" in a
-    paragraph's line is a dash in it; at a piece's start, a list item)."""
-    return offset + len(content[offset:]) - len(content[offset:].lstrip())
-
-
-def _closed(before: str, closing: str) -> str:
-    """What closes a piece ending with `before`: `closing`, after one more backslash when
-    `before` ends with one that would escape it."""
-    if closing and (len(before) - len(before.rstrip("\\"))) % 2:
-        return "\\" + closing
-    return closing

@@ -1,0 +1,209 @@
+"""Whether a cut at an offset of the model's Markdown leaves both pieces reading as the text
+did (channels_app.formatting.seams decides the cuts and mends them): what spans a cut is
+inside and whether they may be closed and opened again there, whether the next piece
+would begin with what Markdown reads as a block, or this one end with a line that alone
+reads as a rule or a fence, and each side of a cut read again
+(channels_app.formatting.reading), a paragraph's text read once in segments."""
+from __future__ import annotations
+
+import re
+from bisect import bisect_right
+from typing import Any
+
+from .layout import Inline, MarkdownLayout, source_offset
+from .reading import Reading, Segments, read
+from .regions import Region
+
+# What the start of a line reads as a block, were a cut to put it there.
+BLOCK_START = re.compile(r"[ \t]{0,3}(?:#{1,6}(?:[ \t]|$)|>|[-+*](?:[ \t]|$)|\d{1,9}[.)](?:[ \t]|$)|`{3}|~{3}|=+[ \t]*$"
+                          r"|(?:[-*_][ \t]*){3,}$)", re.MULTILINE)  # $: the line's end, a line break after it too
+# What the start of a line, cut from the rest of it, reads as where the whole line did not (a
+# fence, a rule, a heading's underline; a list item's marker or a heading's, alone, an empty one).
+_LINE_ALONE = re.compile(r"[ \t]{0,3}(?:(?:`{3,}|~{3,}).*|(?:[-*_][ \t]*){3,}|=+|-+|[-+*]|\d{1,9}[.)]|#{1,6})")
+# A line's start (within quotes and list items) that opens a code block with backticks.
+FENCE_CUT = re.compile(r"[ \t]*(?:(?:>|[-+*]|\d{1,9}[.)])[ \t]*)*(`{3,})[^`]*\Z")
+# A line that is a rule, whatever its indent (a cut that might make one is left for another).
+_RULE = re.compile(r"[ \t]*(?:[-*_][ \t]*){3,}")
+_LEADING_MARKER = re.compile(r"[ \t]*(?:>|[-+*]|\d{1,9}[.)])[ \t]*")  # one of a line's quote or item markers
+QUOTED = re.compile(r"(?:[ \t]*>[ \t]?)*")  # a line's quotes' markers
+RUNS = "*_~`"
+
+
+class CutChecks(MarkdownLayout):
+    """The checks of a cut in the Markdown `text` (read by MarkdownLayout); `env`, the whole
+    reply's link references. The piece being cut begins at `_start`, a part holds `_part`."""
+
+    def __init__(self, text: str, env: dict[str, Any] | None = None) -> None:
+        super().__init__(text, env)
+        self._start = 0  # where the piece being cut begins
+        self._part = len(text)  # how much a part holds
+        self._read: dict[str, tuple[Reading, bool]] = {}
+        self._readings: dict[str, Segments] = {}
+
+    def _inside(self, at: int) -> list[Region] | None:
+        """The regions a cut at `at` is inside, outermost first; None where it may not be."""
+        inside = []
+        for rank, region in self.index.around(at):
+            if region.closing is None or self.index.blank_side(rank, at):
+                return None
+            inside.append(region)
+        return inside
+
+    def _mends_well(self, at: int) -> bool:
+        """Whether the text before a cut at `at` with its spans closed, and the text after it
+        with them opened, read as the text did: a marker written next to one of the text's
+        own (`2*3*`) may pair with it instead."""
+        if self._in_fence(at) is not None:
+            return True  # code: nothing in it pairs
+        place, inside = self._place(at), self._inside(at) or []
+        if place is None:
+            return False
+        inline, offset = place
+        spans = [r for r in inside if not r.opening.endswith(" ")]
+        if not spans:
+            return True
+        # Read from where its segment begins, the piece before closes what opened there.
+        closing = "".join(r.closing or "" for r in reversed(spans))
+        opening = "".join(self._shorter.get(r, r.opening) for r in spans)
+        resume = resumed_at(inline, offset, at, self.text, inside)  # as mend() goes on
+        if FENCE_CUT.match(opening + self.text[resume:].split("\n", 1)[0]):
+            return False  # inline code's backticks reopened at the start of a line would open a code block
+
+        def closed(before: str) -> str:
+            before = before.rstrip()
+            return before + closed_by(before, closing)
+
+        def opened(after: str) -> str:
+            for region in spans:
+                if region in self._shorter and region.closing:  # closed with the run it was opened with
+                    after = re.sub(f"(?<!`){region.closing}(?!`)", self._shorter[region][::-1], after, count=1)
+            return opening + after.lstrip()
+
+        return self._reading(inline).reads_as_whole(offset, closed, opened)
+
+    def _hard_cut_reads(self, at: int) -> bool:
+        """Whether a cut at `at`, where no space is, leaves both pieces reading as the text did:
+        the next not begun as a block ("```python" after a space), this one not ending in a
+        line that alone reads as a rule or a fence ("**** ****"), each side read again."""
+        if self._in_fence(at) is not None:
+            return not self._closes_fence(at)  # a line of code longer than a part: code on both sides
+        if self._begins_block(at):
+            return False
+        if self.text[at - 1] != "\n" and self._place(at) is None and not self._indented_code(at):
+            return False  # after a list's marker, or inside a line's indent (the rest of it would read as code)
+        inside = self._inside(at)
+        if self.text[at - 1] != "\n" and self._ends_alone(at, inside or []):
+            return False
+        return self._cuts_well(at) or bool(inside) and self._mends_well(at)
+
+    def _cuts_well(self, at: int) -> bool:
+        """Whether the text on each side of a cut at `at` (in no span) reads as it did
+        whole: a marker the whole left as text (`**` with nothing to close it) may pair in a
+        piece with one the whole paired elsewhere."""
+        place = self._place(at)
+        if place is None or self._inside(at):
+            return place is None and not self._inside(at)
+        inline, offset = place
+        return self._reading(inline).reads_as_whole(offset, str, str)
+
+    def _reading(self, inline: Inline) -> Segments:
+        """`inline`'s text, read in segments once for every check of a cut in it."""
+        if inline.content not in self._readings:
+            self._readings[inline.content] = Segments(inline.content, self._reads)
+        return self._readings[inline.content]
+
+    def _reads(self, inline: str) -> tuple[Reading, bool]:
+        """What an inline text shows, and whether it is closed (channels_app.formatting.reading)."""
+        if inline not in self._read:
+            self._read[inline] = read(inline, self.env)
+        return self._read[inline]
+
+    def _ends_alone(self, at: int, inside: list[Region]) -> bool:
+        """Whether the line's text up to a cut at `at` inside it, alone, would read as a fence
+        or a rule — from where the piece begins, when a cut before began it inside the line;
+        but not backticks the piece's inline code is closed after: with a backtick, no fence.
+        A list item's line is read from each of its markers too: "* **" is a rule, its text
+        "**" none, and so is "1.  * **" in the ordered item's."""
+        begins = self._line_text(at)
+        if self._start > begins:  # the piece begins inside the line, after a cut
+            place = self._place(at)
+            if place and place[0].items:
+                return False  # a list item's piece begins with its "…": no rule, no fence
+            begins = self._start
+        line = self.starts[bisect_right(self.starts, at) - 1]
+        if self._start <= line < begins:
+            quoted = QUOTED.match(self.text, line)  # matches always, maybe nothing
+            marker, ink = quoted.end() if quoted else line, self._ink_before(at)
+            while marker < begins:
+                if _RULE.fullmatch(self.text, marker, ink):
+                    return True
+                found = _LEADING_MARKER.match(self.text, marker, begins)
+                if found is None or found.end() == marker:
+                    break
+                marker = found.end()
+        alone = _LINE_ALONE.fullmatch(self.text, begins, self._ink_before(at))
+        if not alone or not alone.group().lstrip().startswith("`"):
+            return bool(alone)
+        if any("`" in (r.closing or "") for r in inside):
+            return False
+        ticks = alone.start() + len(alone.group()) - len(alone.group().lstrip())
+        run = len(alone.group().lstrip()) - len(alone.group().lstrip().lstrip("`"))
+        line_end = self.text.find("\n", at)
+        if "`" in self.text[ticks + run:line_end if line_end >= 0 else len(self.text)]:
+            # A backtick after them in the piece: no fence; after the cut: take() escapes the first.
+            return False
+        # Backticks closing inline code begun on a line before: the piece joins them to it (take).
+        return not any((r.closing or "").startswith("`") for _, r in self.index.around(ticks))
+
+    def _begins_block(self, at: int) -> bool:
+        """Whether a piece begun at `at` would begin with what Markdown reads as a block, its
+        text there read otherwise (three backticks the piece writes as text are not): from
+        where it goes on, too, in a paragraph, after the white space it leaves out ("    - a",
+        a dash in the paragraph's line, would be a list item)."""
+        begins = at
+        if (place := self._place(at)) is not None:
+            begins = resumed_at(place[0], place[1], at, self.text, self._inside(at) or [])
+        return bool(BLOCK_START.match(self.text, at) or BLOCK_START.match(self.text, begins)) and (
+            self._ticks_as_text(at) is None)
+
+    def _ticks_as_text(self, at: int) -> tuple[int, int] | None:
+        """(where, how many) of the run of backticks a piece begun at `at`, inside a line,
+        would begin with (three or more, maybe after a few spaces) where its line reads
+        them as text, in no inline code, neither its backticks nor inside it: written at a
+        line's start they could open a code block, and escaped they read as they did."""
+        if at <= 0 or self.text[at - 1] == "\n":
+            return None
+        run = re.compile(r"[ \t]{0,3}(`{3,})").match(self.text, at)
+        if run is None or self.index.around(run.start(1)):
+            return None
+        opens_code = run.end(1)  # inline code opened by this run begins just after it
+        if any(r.low == opens_code and r.opening == run.group(1) for r in self.regions):
+            return None
+        return run.start(1), len(run.group(1))
+
+
+def resumed_at(inline: Inline, offset: int, at: int, text: str, inside: list[Region]) -> int:
+    """Where the piece after a cut at `at` (`offset` in `inline`'s text) goes on from, the
+    spans it is `inside` opened again before it: its text's next character, after the
+    white space a cut where no space is may fall before (a span's marker before white
+    space would not open it; in inline code it is code) and the next line's markers."""
+    if inline.content[offset:offset + 1].isspace() and not (inside and inside[-1].opening.startswith("`")):
+        offset += len(inline.content[offset:]) - len(inline.content[offset:].lstrip())
+    elif text[at - 1] == " ":
+        return at
+    return source_offset(inline.segments, offset)
+
+
+def text_after(content: str, offset: int) -> int:
+    """Where the text after `offset` in an inline text goes on, as a piece begun there goes
+    on from it (`resumed_at`: not in inline code): after white space ("    - a" in a
+    paragraph's line is a dash in it; at a piece's start, a list item)."""
+    return offset + len(content[offset:]) - len(content[offset:].lstrip())
+
+
+def closed_by(before: str, closing: str) -> str:
+    """What closes a piece ending with `before`: `closing`, after one more backslash when
+    `before` ends with one that would escape it."""
+    if closing and (len(before) - len(before.rstrip("\\"))) % 2:
+        return "\\" + closing
+    return closing
