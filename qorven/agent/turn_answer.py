@@ -104,7 +104,33 @@ context_overflow_hooks: list[ContextOverflowHook] = []
 
 def answer_message(session: Session, pending: Message, owner: str, *, overflowed: bool = False) -> AnswerResult:
     """Answer one user message. `overflowed`: the message comes fresh from a compaction
-    forced by a context-length error, so its one retry is spent."""
+    forced by a context-length error, so its one retry is spent.
+
+    A message that waited for a capped route's slot has a place in the route's queue:
+    unless it goes on waiting, it gives that place up whichever way it ends (answered,
+    failed before any call, moved to a fresh session, an error). Kept, the place held
+    every later call to that server, any tenant's, until it lapsed (TICKET_PRESENCE)."""
+    result: AnswerResult | None = None
+    try:
+        result = _answer(session, pending, owner, overflowed=overflowed)
+    finally:
+        if result is None or result.step is not AnswerStep.WAITING:
+            _place_give_up(session, pending)
+    return result
+
+
+def _place_give_up(session: Session, pending: Message) -> None:
+    """The message's place in its route's queue, if it has one, given up. A failure to
+    reach the slots loses nothing the message needs: the place lapses by itself."""
+    try:
+        with _slot_ticket(session, pending):
+            provider_for_role(session.qor, "main").slot_leave()
+    except Exception:
+        logger.warning("could not give up the place of message %s in its model server's queue; it lapses",
+                       pending.seq, exc_info=True)
+
+
+def _answer(session: Session, pending: Message, owner: str, *, overflowed: bool) -> AnswerResult:
     qor = session.qor
     channel = pending.channel
     trust = stored = str(pending.metadata.get("trust") or Trust.PAIRED)

@@ -605,3 +605,38 @@ def test_a_message_whose_wake_is_lost_is_still_answered_once_by_its_turns_come_b
     question, answered = timeline(world)
     assert question.answer_state == "answered" and answered.content == "On the timer."
     assert len(model_server.requests) == 1 and turn_runs == ["RETRY", "SUCCESS"]
+
+
+@pytest.mark.parametrize("ending", ["budget spent", "sender removed"])
+def test_a_waiting_message_that_ends_without_a_model_call_gives_up_its_place_in_the_routes_queue(
+    client, world, alice_token, model_server, drain, turn_runs, ending
+):
+    """A message waiting for a capped route's slot comes back and is failed before any
+    call (the tenant's monthly budget spent, its sender removed from the workspace). Its
+    place at the head of the route's queue kept every later call to that server, any
+    tenant's, waiting until it lapsed (TICKET_PRESENCE, 30 s)."""
+    from qorven.runtime import route_slots
+    from tenancy.models import Membership
+    from tenancy.services import memberships_remove
+
+    Qor.objects.filter(pk=world.qor_a.pk).update(main_max_concurrency=1)
+    model_server.default = reply("Never asked.")
+    slots = route_slots._slots(model_server.base_url)
+    held = slots.acquire(cap=1, wait=5, lease=30)  # held elsewhere
+    try:
+        ask(client, alice_token, "hello?")
+        _until(lambda: turn_runs == ["RETRY"]
+               and route_slots.route_slot_waiting(base_url=model_server.base_url) == 1)
+        if ending == "budget spent":
+            world.tenant_a.monthly_token_budget = 0
+            world.tenant_a.save(update_fields=["monthly_token_budget"])
+        else:
+            memberships_remove(memberships=Membership.objects.filter(tenant=world.tenant_a, user=world.alice))
+        _until(lambda: len(turn_runs) == 2)  # it came back, and ended
+        question = timeline(world)[0]
+        assert question.answer_state == "failed"
+        assert route_slots.route_slot_waiting(base_url=model_server.base_url) == 0
+    finally:
+        slots.release(held, cap=1)
+    drain()
+    assert model_server.requests == []
