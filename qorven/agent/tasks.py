@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import logging
-
+import uuid
 from datetime import datetime
 
 from celery import shared_task
@@ -49,9 +49,10 @@ def _wait_as_the_one(session_id: int, task_id: str) -> bool:
 
 
 # Which task's come-back on the worker's timer is the session's: the task that last asked
-# to come back (a task's retries keep its id), or the turn a freed slot sent for a waiting
-# message (route_slots' wake), which takes the come-back over. Another come-back is stale:
-# it ends at once. A missing marker (expired, the cache flushed) lets a come-back run:
+# to come back (a task's retries keep its id; a turn run where its message was stored,
+# turns_run, sends its come-back as a turn task whose id it chose), or the turn a freed
+# slot sent for a waiting message (route_slots' wake), which takes the come-back over.
+# Another come-back is stale: it ends at once. A missing marker (expired, the cache flushed) lets a come-back run:
 # a wake that was never sent or never ran loses nothing.
 COME_BACK_TTL = 3600  # seconds past a come-back's countdown its marker is kept
 
@@ -63,6 +64,13 @@ def _come_back_key(session_id: int) -> str:
 def _come_back_stale(session_id: int, task_id: str) -> bool:
     marker = cache.get(_come_back_key(session_id))
     return marker is not None and marker != task_id
+
+
+def _come_back_mark(session_id: int, task_id: str, after: float) -> dict[str, object]:
+    """Make task `task_id`, coming back after `after` seconds, the session's come-back;
+    the keyword arguments it comes back with."""
+    cache.set(_come_back_key(session_id), task_id, int(after) + COME_BACK_TTL)
+    return {"busy": 0, "back": True}
 
 
 def _stop_waiting(session_id: int, task_id: str) -> None:
@@ -107,8 +115,8 @@ def agent_turn(self, tenant_id: int, session_id: int, busy: int = 0, woken: bool
             raise self.retry(args=(tenant_id, session_id), kwargs={"busy": busy + 1}, countdown=busy_delay(busy)) from None
         _stop_waiting(session_id, self.request.id)
         if outcome.retry_after is not None:
-            cache.set(_come_back_key(session_id), self.request.id, int(outcome.retry_after) + COME_BACK_TTL)
-            raise self.retry(args=(tenant_id, session_id), kwargs={"busy": 0, "back": True},
+            raise self.retry(args=(tenant_id, session_id),
+                             kwargs=_come_back_mark(session_id, self.request.id, outcome.retry_after),
                              countdown=outcome.retry_after)
         return outcome.answered
 
@@ -130,7 +138,13 @@ def turns_run(turns: list[tuple[int, int]]) -> None:
                 agent_turn.delay(tenant_id, session_id)  # it waits for the session (see above)
                 continue
             if outcome.retry_after is not None:
-                agent_turn.apply_async((tenant_id, session_id), countdown=outcome.retry_after)
+                # The session's come-back, as the turn task's own: a turn woken for the
+                # message's slot ends it (a come-back unmarked found the woken turn holding
+                # the session and waited for it, up to BUSY_RETRIES times).
+                task_id = str(uuid.uuid4())
+                agent_turn.apply_async((tenant_id, session_id),
+                                       _come_back_mark(session_id, task_id, outcome.retry_after),
+                                       countdown=outcome.retry_after, task_id=task_id)
 
 
 def turns_queue(turns: list[tuple[int, int]]) -> None:

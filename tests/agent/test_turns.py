@@ -640,3 +640,45 @@ def test_a_waiting_message_that_ends_without_a_model_call_gives_up_its_place_in_
         slots.release(held, cap=1)
     drain()
     assert model_server.requests == []
+
+
+def test_a_turn_woken_for_its_slot_ends_the_come_back_of_a_turn_run_where_its_message_was_stored(
+    client, world, model_server, platform, drain, turn_runs, monkeypatch
+):
+    """A Telegram message's turn runs in the task that stored it, and waits for the slot;
+    its come-back is a turn task on the worker's timer. A slot freed before it comes sends
+    the message's turn at once, and the come-back ends as it runs: before, it set no
+    come-back marker, found the woken turn holding the session and became the session's
+    waiter (up to 12 tries over 100 s)."""
+    from channels_app.models import Identity
+    from channels_app.services import binding_create
+    from qorven.runtime import route_slots
+
+    from ..channels_app.payloads import post_telegram, telegram_update
+
+    # The come-back is due after the slot is freed and the woken turn took it.
+    monkeypatch.setattr(route_slots, "COME_BACK", 2.0)
+    monkeypatch.setattr(route_slots, "COME_BACK_MOST", 2.0)
+    binding_create(tenant=world.tenant_a, qor=world.qor_a, kind="telegram",
+                   credentials={"token": "111:AAA", "secret": "tg-secret-a", "username": "aria_bot"})
+    Identity.objects.create(tenant=world.tenant_a, channel="telegram", external_id="41", user=world.alice,
+                            approval="approved", trust_level="owner", display_name="Alice")
+    Qor.objects.filter(pk=world.qor_a.pk).update(main_max_concurrency=1)
+    answer = threading.Event()  # the woken turn's answer: held until the come-back has run
+    model_server.default = reply("Woken.", hold=answer)
+    try:
+        with route_slots.route_slot(base_url=model_server.base_url, cap=1, wait=5, lease=30):  # held elsewhere
+            post_telegram(client, telegram_update("hello?", user_id=41, message_id=41))
+            _until(lambda: route_slots.route_slot_waiting(base_url=model_server.base_url) == 1)
+            assert turn_runs == []  # it waits in the task that stored it
+        _until(lambda: model_server.in_flight == 1 and len(turn_runs) == 1)  # the slot taken; the come-back ran
+        assert turn_runs == ["SUCCESS"]  # it ended, not waiting for the session
+    finally:
+        answer.set()
+    drain()
+    _until(lambda: len(turn_runs) == 2)  # noted after the worker counts it done
+    assert turn_runs == ["SUCCESS", "SUCCESS"]
+    answered = Message.objects.get(tenant=world.tenant_a, role="assistant")
+    assert answered.content == "Woken."
+    assert len(model_server.requests) == 1
+    assert [r.json["text"] for r in platform.sent(r"bot111:AAA/sendMessage")] == ["Woken."]
