@@ -115,13 +115,14 @@ def answer_message(session: Session, pending: Message, owner: str, *, overflowed
         result = _answer(session, pending, owner, overflowed=overflowed)
     finally:
         if result is None or result.step is not AnswerStep.WAITING:
-            _place_give_up(session, pending)
+            slot_place_give_up(session, pending)
     return result
 
 
-def _place_give_up(session: Session, pending: Message) -> None:
-    """The message's place in its route's queue, if it has one, given up. A failure to
-    reach the slots loses nothing the message needs: the place lapses by itself."""
+def slot_place_give_up(session: Session, pending: Message) -> None:
+    """The message's place in its route's queue, if it has one, given up: it ends, or is
+    no longer to be answered. A failure to reach the slots loses nothing the message
+    needs: the place lapses by itself."""
     try:
         with _slot_ticket(session, pending):
             provider_for_role(session.qor, "main").slot_leave()

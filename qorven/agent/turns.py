@@ -32,7 +32,7 @@ from sessions_app.turn_writes import (
     turn_lease_release,
 )
 
-from .turn_answer import AnswerResult, AnswerStep, answer_message
+from .turn_answer import AnswerResult, AnswerStep, answer_message, slot_place_give_up
 from .turn_endings import not_a_member_end
 
 logger = logging.getLogger(__name__)
@@ -88,6 +88,10 @@ def turn_process(*, tenant_id: int, session_id: int) -> TurnOutcome:
                         break  # gone, or nothing to answer
                     session = found
                 if session.state != Session.State.ACTIVE:
+                    if pending is not None:
+                        # /clear ended its conversation while it waited for a capped route's
+                        # slot: it is not answered, and its place would hold the calls behind it.
+                        slot_place_give_up(session, pending)
                     # Rotated (/clear, /compact, manual compaction): what was still waiting for an
                     # answer was carried to the successor, so the turn follows it there.
                     successor = session_successor(session=session)

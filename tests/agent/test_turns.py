@@ -682,3 +682,30 @@ def test_a_turn_woken_for_its_slot_ends_the_come_back_of_a_turn_run_where_its_me
     assert answered.content == "Woken."
     assert len(model_server.requests) == 1
     assert [r.json["text"] for r in platform.sent(r"bot111:AAA/sendMessage")] == ["Woken."]
+
+
+def test_a_waiting_message_whose_conversation_is_cleared_gives_up_its_place_in_the_routes_queue(
+    client, world, alice_token, model_server, drain, turn_runs
+):
+    """/clear while a message waits for a capped route's slot: the message is not answered,
+    and its turn, coming back, follows the conversation to its fresh one. Its place at the
+    head of the route's queue stayed until it lapsed (30 s), every later call to that
+    server waiting behind it."""
+    from qorven.runtime import route_slots
+
+    Qor.objects.filter(pk=world.qor_a.pk).update(main_max_concurrency=1)
+    model_server.default = reply("Never asked.")
+    slots = route_slots._slots(model_server.base_url)
+    held = slots.acquire(cap=1, wait=5, lease=30)  # held elsewhere
+    try:
+        ask(client, alice_token, "hello?")
+        _until(lambda: turn_runs == ["RETRY"]
+               and route_slots.route_slot_waiting(base_url=model_server.base_url) == 1)
+        ask(client, alice_token, "/clear")
+        _until(lambda: len(turn_runs) == 2)  # it came back, and ended
+        assert route_slots.route_slot_waiting(base_url=model_server.base_url) == 0
+    finally:
+        slots.release(held, cap=1)
+    drain()
+    assert model_server.requests == []
+    assert not Message.objects.filter(tenant=world.tenant_a, role="assistant", content="Never asked.").exists()
