@@ -4,6 +4,8 @@ from __future__ import annotations
 import json
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import pytest
 
@@ -607,6 +609,25 @@ def test_a_message_whose_wake_is_lost_is_still_answered_once_by_its_turns_come_b
     assert len(model_server.requests) == 1 and turn_runs == ["RETRY", "SUCCESS"]
 
 
+@contextmanager
+def _waiting_for_a_slot_held_elsewhere(client, world, alice_token, model_server, turn_runs) -> Iterator[None]:
+    """Alice's "hello?" waits for the one slot of Aria's capped route, held elsewhere
+    until the block ends: its turn has come back once, and it holds its place in the queue."""
+    from qorven.runtime import route_slots
+
+    Qor.objects.filter(pk=world.qor_a.pk).update(main_max_concurrency=1)
+    model_server.default = reply("Never asked.")
+    slots = route_slots._slots(model_server.base_url)
+    held = slots.acquire(cap=1, wait=5, lease=30)
+    try:
+        ask(client, alice_token, "hello?")
+        _until(lambda: turn_runs == ["RETRY"]
+               and route_slots.route_slot_waiting(base_url=model_server.base_url) == 1)
+        yield
+    finally:
+        slots.release(held, cap=1)
+
+
 @pytest.mark.parametrize("ending", ["budget spent", "sender removed"])
 def test_a_waiting_message_that_ends_without_a_model_call_gives_up_its_place_in_the_routes_queue(
     client, world, alice_token, model_server, drain, turn_runs, ending
@@ -619,14 +640,7 @@ def test_a_waiting_message_that_ends_without_a_model_call_gives_up_its_place_in_
     from tenancy.models import Membership
     from tenancy.services import memberships_remove
 
-    Qor.objects.filter(pk=world.qor_a.pk).update(main_max_concurrency=1)
-    model_server.default = reply("Never asked.")
-    slots = route_slots._slots(model_server.base_url)
-    held = slots.acquire(cap=1, wait=5, lease=30)  # held elsewhere
-    try:
-        ask(client, alice_token, "hello?")
-        _until(lambda: turn_runs == ["RETRY"]
-               and route_slots.route_slot_waiting(base_url=model_server.base_url) == 1)
+    with _waiting_for_a_slot_held_elsewhere(client, world, alice_token, model_server, turn_runs):
         if ending == "budget spent":
             world.tenant_a.monthly_token_budget = 0
             world.tenant_a.save(update_fields=["monthly_token_budget"])
@@ -636,8 +650,6 @@ def test_a_waiting_message_that_ends_without_a_model_call_gives_up_its_place_in_
         question = timeline(world)[0]
         assert question.answer_state == "failed"
         assert route_slots.route_slot_waiting(base_url=model_server.base_url) == 0
-    finally:
-        slots.release(held, cap=1)
     drain()
     assert model_server.requests == []
 
@@ -693,19 +705,10 @@ def test_a_waiting_message_whose_conversation_is_cleared_gives_up_its_place_in_t
     server waiting behind it."""
     from qorven.runtime import route_slots
 
-    Qor.objects.filter(pk=world.qor_a.pk).update(main_max_concurrency=1)
-    model_server.default = reply("Never asked.")
-    slots = route_slots._slots(model_server.base_url)
-    held = slots.acquire(cap=1, wait=5, lease=30)  # held elsewhere
-    try:
-        ask(client, alice_token, "hello?")
-        _until(lambda: turn_runs == ["RETRY"]
-               and route_slots.route_slot_waiting(base_url=model_server.base_url) == 1)
+    with _waiting_for_a_slot_held_elsewhere(client, world, alice_token, model_server, turn_runs):
         ask(client, alice_token, "/clear")
         _until(lambda: len(turn_runs) == 2)  # it came back, and ended
         assert route_slots.route_slot_waiting(base_url=model_server.base_url) == 0
-    finally:
-        slots.release(held, cap=1)
     drain()
     assert model_server.requests == []
     assert not Message.objects.filter(tenant=world.tenant_a, role="assistant", content="Never asked.").exists()
