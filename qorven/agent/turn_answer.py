@@ -324,8 +324,10 @@ def _slot_ticket(session: Session, pending: Message) -> AbstractContextManager[N
     """A capped route's slot is waited for on the worker's timer, as this message: its
     every try looks for the same place in the queue. A slot freed for it sends the
     session's turn at once, woken (safe twice: an answered message is never answered
-    again), which ends the come-back the turn had asked for (qorven.agent.tasks)."""
-    return slot_ticket(f"message:{pending.pk}", wake=(TURN_TASK, [session.tenant_id, session.pk, 0, True]))
+    again), which ends the come-back the turn had asked for (qorven.agent.tasks). It waits
+    in its tenant's turn: the route's queue goes round the tenants waiting."""
+    return slot_ticket(f"message:{pending.pk}", tenant=session.tenant_id,
+                       wake=(TURN_TASK, [session.tenant_id, session.pk, 0, True]))
 
 
 LONGEST_ANSWER_WAIT = 120.0  # seconds a message waits for a server's Retry-After before it fails with a notice

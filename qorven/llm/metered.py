@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from qorven.runtime import metrics
+from qorven.runtime.route_slots import slot_tenant
 from tenancy.models import Qor, Tenant
 from tenancy.services import usage_record
 
@@ -53,7 +54,10 @@ def model_call(
     Raises a qorven.llm ModelError."""
     started = time.perf_counter()
     try:
-        completion = provider.complete(messages=messages, tools=tools or None, on_token=on_token)
+        # A capped route's slot is waited for in the tenant's turn (a turn's ticket names
+        # its tenant too): the route is shared by every tenant.
+        with slot_tenant(spend.tenant.pk):
+            completion = provider.complete(messages=messages, tools=tools or None, on_token=on_token)
     except ModelError as exc:
         metrics.model_calls.labels(spend.role, exc.kind).inc()
         raise

@@ -10,6 +10,7 @@ import time
 import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
+from django.utils import timezone
 
 from memory_app.models import Memory
 from qorven.agent.turns import turn_process
@@ -133,3 +134,81 @@ def test_a_message_whose_turn_comes_twice_for_its_slot_is_answered_once_and_its_
     sent = platform.sent(r"bot111:AAA/sendMessage")
     assert sorted((r.json["chat_id"], r.json["text"]) for r in sent) == [
         ("41", "Answer one."), ("42", "Answer two."), ("43", "Answer three.")]
+
+
+def _asked_in_order(model_server) -> list[str]:
+    """What each call to the model server asked, in the order the calls came: the last
+    message of each (its sender's name and time before the ": ")."""
+    asked: list[str] = []
+
+    def model(body):
+        asked.append(body["messages"][-1]["content"].rsplit(": ", 1)[-1])
+        return reply("In turn.")
+
+    model_server.default = model
+    return asked
+
+
+def test_a_freed_slot_goes_to_each_workspace_in_turn_not_to_the_one_that_queued_most(
+    client, world, model_server, drain
+):
+    """The route is the host's, shared by both workspaces, and takes one call at once,
+    held elsewhere. Three people of workspace A ask, then Charlie of workspace B: as the
+    slot frees, Charlie's message is asked second, between A's first and A's second.
+    Before, one first-come queue for every workspace asked it after all of A's: with 30 of
+    A's messages on a server answering in ~10 s, it waited past QORVEN_MODEL_DEADLINE and
+    failed as "model unavailable" while A's burst was served."""
+    for qor in (world.qor_a, world.qor_b):
+        Qor.objects.filter(pk=qor.pk).update(main_max_concurrency=1)
+    asked = _asked_in_order(model_server)
+    dora = UserFactory(username="dora", first_name="Dora")
+    MembershipFactory(tenant=world.tenant_a, user=dora)
+    people = [(world.tenant_a, world.alice), (world.tenant_a, world.bob), (world.tenant_a, dora),
+              (world.tenant_b, world.charlie)]
+    with route_slots.route_slot(base_url=model_server.base_url, cap=1, wait=5, lease=30):  # held elsewhere
+        for n, (tenant, person) in enumerate(people, start=1):
+            _ask(client, tenant, person, f"question {n}")
+            _until(lambda: route_slots.route_slot_waiting(base_url=model_server.base_url) == n)  # noqa: B023
+    drain()
+    assert asked == ["question 1", "question 4", "question 2", "question 3"]
+    assert Message.objects.filter(role="assistant", content="In turn.").count() == 4
+    assert Message.objects.get(tenant=world.tenant_b, role="assistant").content == "In turn."
+
+
+def test_a_heartbeat_waiting_for_the_slot_on_its_thread_takes_its_workspaces_turn(
+    client, world, model_server, drain
+):
+    """Workspace B's heartbeat run waits for the shared route's one slot on its thread,
+    behind three messages of workspace A: it is asked second, after A's first, not after
+    all of A's (before: last, or failed as busy once its 8 s were up)."""
+    from qorven.agent.heartbeat_runs import run_heartbeat
+
+    from ..factories.heartbeats_app import beat
+
+    Qor.objects.filter(pk=world.qor_a.pk).update(main_max_concurrency=1)
+    Qor.objects.filter(pk=world.qor_b.pk).update(heartbeat_max_concurrency=1)
+    world.qor_b.refresh_from_db()
+    hb = beat(world.qor_b, name="standup", prompt="the standup reminder", owner=world.charlie,
+              deliver_to=world.charlie, deliver_channel="web")
+    asked = _asked_in_order(model_server)
+    dora = UserFactory(username="dora", first_name="Dora")
+    MembershipFactory(tenant=world.tenant_a, user=dora)
+    runs: list[str] = []
+    with route_slots.route_slot(base_url=model_server.base_url, cap=1, wait=5, lease=30):  # held elsewhere
+        for n, person in enumerate([world.alice, world.bob, dora], start=1):
+            _ask(client, world.tenant_a, person, f"question {n}")
+            _until(lambda: route_slots.route_slot_waiting(base_url=model_server.base_url) == n)  # noqa: B023
+
+        def heartbeat_run() -> None:
+            try:
+                runs.append(run_heartbeat(tenant_id=hb.tenant_id, heartbeat_id=hb.pk, tick=timezone.now()).status)
+            finally:
+                connection.close()
+
+        running = threading.Thread(target=heartbeat_run)
+        running.start()
+        _until(lambda: route_slots.route_slot_waiting(base_url=model_server.base_url) == 4)
+    running.join(20)
+    drain()
+    assert runs == ["ok"]
+    assert asked == ["question 1", "the standup reminder", "question 2", "question 3"]

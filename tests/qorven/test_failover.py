@@ -280,6 +280,106 @@ def test_waiters_for_a_slot_go_in_arrival_order():
     assert order == ["a", "b", "c"]
 
 
+def _ticketed_as(base_url: str, ticket: str, tenant: int) -> bool | float:
+    """One look for a slot as `ticket` of `tenant`'s message: True if it got in (and let
+    go at once), else the seconds its task is asked to come back after."""
+    from qorven.runtime import route_slots
+
+    try:
+        with route_slots.slot_ticket(ticket, tenant=tenant):
+            with route_slots.route_slot(base_url=base_url, cap=1, wait=10, lease=30):
+                return True
+    except route_slots.SlotWait as waiting:
+        return waiting.after
+
+
+def _served_in_turn(base_url: str, tickets: list[tuple[str, int]]) -> list[str]:
+    """The tickets waiting, each coming back in arrival order until one gets in, again
+    and again: the order in which the one slot went to them."""
+    served: list[str] = []
+    left = list(tickets)
+    while left:
+        name, tenant = next((n, t) for n, t in left if _ticketed_as(base_url, n, t) is True)
+        served.append(name)
+        left.remove((name, tenant))
+    return served
+
+
+def test_a_freed_slot_goes_to_the_tenants_waiting_in_turn_not_in_one_arrival_order():
+    """The route is the host's, shared by every tenant. Tenant 1 queues three messages,
+    then tenant 2 one: 2's is let in second, between 1's first and second, and is asked
+    to come back as second in line. Before, one first-come queue for every tenant served
+    it after all of 1's (with 30 of them on a server answering in 10 s, past the model's
+    deadline: 2's message failed while 1's burst was served)."""
+    from qorven.runtime import route_slots
+
+    base_url = f"http://slots.example/{time.monotonic_ns()}"
+    burst = [("a1", 1), ("a2", 1), ("a3", 1)]
+    with route_slots.route_slot(base_url=base_url, cap=1, wait=10, lease=30):  # held elsewhere
+        for name, tenant in burst:
+            assert _ticketed_as(base_url, name, tenant) is not True
+        assert _ticketed_as(base_url, "b1", 2) == route_slots._come_back(1)
+        assert route_slots.route_slot_waiting(base_url=base_url) == 4
+    assert _served_in_turn(base_url, [*burst, ("b1", 2)]) == ["a1", "b1", "a2", "a3"]
+    assert route_slots.route_slot_waiting(base_url=base_url) == 0
+
+
+def test_tenants_waiting_for_a_slot_take_turns_and_each_keeps_its_own_arrival_order():
+    """Three tenants: the slot goes round them, each tenant's messages in the order they
+    came; a tenant alone on the route (the last rounds) keeps its arrival order."""
+    from qorven.runtime import route_slots
+
+    base_url = f"http://slots.example/{time.monotonic_ns()}"
+    tickets = [("a1", 1), ("a2", 1), ("b1", 2), ("a3", 1), ("c1", 3), ("b2", 2), ("a4", 1), ("a5", 1)]
+    with route_slots.route_slot(base_url=base_url, cap=1, wait=10, lease=30):
+        for name, tenant in tickets:
+            assert _ticketed_as(base_url, name, tenant) is not True
+    assert _served_in_turn(base_url, tickets) == ["a1", "b1", "c1", "a2", "b2", "a3", "a4", "a5"]
+
+
+def test_a_freed_slot_sends_the_task_of_the_ticket_first_in_the_tenants_turn():
+    from qorven.runtime import route_slots
+
+    base_url = f"http://slots.example/{time.monotonic_ns()}"
+    slots = route_slots._slots(base_url)
+    held = slots.acquire(cap=1, wait=1, lease=30)
+    for name, tenant in [("a1", 1), ("a2", 1), ("b1", 2)]:
+        with pytest.raises(route_slots.SlotWait):
+            with route_slots.slot_ticket(name, tenant=tenant, wake=("a.task", [name])):
+                with route_slots.route_slot(base_url=base_url, cap=1, wait=10, lease=30):
+                    pass
+    assert [tuple(w) for w in slots.release(held, cap=1)] == [("a.task", ["a1"])]
+    token, _ = slots.enter(ticket="a1", lane="1", wake=("a.task", ["a1"]), cap=1, wait=10, lease=30)
+    assert [tuple(w) for w in slots.release(token, cap=1)] == [("a.task", ["b1"])]  # not a2's
+
+
+def test_calls_waiting_on_their_thread_take_turns_with_their_tenant():
+    """A heartbeat's or a summarizer's call waits for the slot on its thread, in its
+    tenant's turn like a message."""
+    from qorven.runtime import route_slots
+
+    base_url = f"http://slots.example/{time.monotonic_ns()}"
+    order: list[str] = []
+
+    def wait_then_note(name: str, tenant: int) -> None:
+        with route_slots.slot_tenant(tenant), route_slots.route_slot(base_url=base_url, cap=1, wait=10, lease=30):
+            order.append(name)
+
+    with route_slots.route_slot(base_url=base_url, cap=1, wait=10, lease=30):
+        waiters = []
+        for queued, (name, tenant) in enumerate([("a1", 1), ("a2", 1), ("a3", 1), ("b1", 2)], start=1):
+            waiter = threading.Thread(target=wait_then_note, args=(name, tenant))
+            waiter.start()
+            waiters.append(waiter)
+            deadline = time.monotonic() + 10
+            while route_slots.route_slot_waiting(base_url=base_url) < queued:  # queued before the next one comes
+                assert time.monotonic() < deadline, f"{name} never queued"
+                time.sleep(0.01)
+    for waiter in waiters:
+        waiter.join(10)
+    assert order == ["a1", "b1", "a2", "a3"]
+
+
 def _ticketed(base_url: str, ticket: str, *, wait: float = 10) -> bool:
     """One look for a slot as `ticket`, as a worker's task takes it: True if it got in."""
     from qorven.runtime import route_slots

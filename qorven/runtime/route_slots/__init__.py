@@ -1,17 +1,28 @@
 """At most N model calls at once to one model server, across every process; calls beyond
-the cap wait their turn in arrival order.
+the cap wait their turn, the tenants' in turn.
 
-With REDIS_URL the slots live in Redis, shared by servers and workers: a queue of waiters
-(a list, first come first served) and the holders (a sorted set scored by when each
-holder's lease runs out). One Lua script lets the waiter at the head of the queue in when
-fewer than N leases are live. A holder that died frees its slot when its lease runs out; a
-waiter that died (it stops refreshing its presence key) is dropped from the queue. On the
-embedded default there is one process, and the slots are a condition in its memory.
+A model server's route is the host's, shared by every tenant, so its queue is one lane
+per tenant (first come first served within it) and a rotation of the lanes with calls
+waiting: the next slot goes to the first waiter of the first lane, whose lane then goes
+to the back of the rotation; a lane new to the queue joins it at the back. The queue's
+order is thus round robin by tenant: one tenant's burst (many people, group chats,
+heartbeats at once) holds back another tenant's single call by one of its calls at most,
+not by all of them, and a tenant alone on the route is served in arrival order. A ticket
+names its tenant (`slot_ticket`), a call on its thread takes it from `slot_tenant` (every
+tenant's call goes through qorven.llm.metered, which sets it); a call made for no tenant
+(a doctor's check) waits in a lane of its own.
+
+With REDIS_URL the slots live in Redis, shared by servers and workers: the lanes and the
+rotation (lists) and the holders (a sorted set scored by when each holder's lease runs
+out). One Lua script lets the waiter at the head of the queue in when fewer than N leases
+are live. A holder that died frees its slot when its lease runs out; a waiter that died (it
+stops refreshing its presence key) is dropped from the queue. On the embedded default there
+is one process, and the slots are a condition in its memory.
 
 A call made for a worker's task (inside `slot_ticket`) never waits on the worker's thread:
 it looks once, and when no slot is free for it, it ends with SlotWait and its task comes
 back on the worker's timer. Its ticket stays in the queue meanwhile, so it keeps its place
-in first-come order, and the task's next call looks for that ticket. A ticket may name
+in its tenant's lane, and the task's next call looks for that ticket. A ticket may name
 its task (`wake`): a holder that frees its slot, or a ticket that enters with slots still
 free, sends the task of each ticket now first in line for a free slot again at once, so
 the slot is not left idle until the timer (the timer stays, for a holder whose process
@@ -38,7 +49,6 @@ from typing import Any
 
 from django.conf import settings
 
-from qorven.runtime.redis_client import shared_redis
 
 logger = logging.getLogger(__name__)
 
@@ -68,20 +78,37 @@ class SlotWait(Exception):
 # A Celery task, by name, and its positional arguments: what comes back for a ticket.
 Wake = tuple[str, list[Any]]
 
-_ticket: ContextVar[tuple[str, Wake | None] | None] = ContextVar("route_slot_ticket", default=None)
+# A ticket, its wake, and its tenant's lane.
+_ticket: ContextVar[tuple[str, Wake | None, str] | None] = ContextVar("route_slot_ticket", default=None)
+_lane: ContextVar[str] = ContextVar("route_slot_lane", default="")  # of a call waiting on its thread
 
 
 @contextmanager
-def slot_ticket(ticket: str, *, wake: Wake | None = None) -> Iterator[None]:
+def slot_ticket(ticket: str, *, tenant: int | None = None, wake: Wake | None = None) -> Iterator[None]:
     """Calls made inside wait for a slot as `ticket`, the same on every try of the task
-    (a turn's: its message): one look each, SlotWait when no slot is free for it. `wake`:
-    the task sent again as soon as a slot is free for the ticket, before its timer; it
-    must be safe to run twice (the task's own come-back still comes)."""
-    token = _ticket.set((ticket, wake))
+    (a turn's: its message), in `tenant`'s lane: one look each, SlotWait when no slot is
+    free for it. `wake`: the task sent again as soon as a slot is free for the ticket,
+    before its timer; it must be safe to run twice (the task's own come-back still comes)."""
+    token = _ticket.set((ticket, wake, _lane_of(tenant)))
     try:
         yield
     finally:
         _ticket.reset(token)
+
+
+@contextmanager
+def slot_tenant(tenant: int | None) -> Iterator[None]:
+    """Calls made inside outside a ticket (a heartbeat's, a summarizer's: they wait on
+    their thread) wait for a slot in `tenant`'s lane."""
+    token = _lane.set(_lane_of(tenant))
+    try:
+        yield
+    finally:
+        _lane.reset(token)
+
+
+def _lane_of(tenant: int | None) -> str:
+    return "" if tenant is None else str(tenant)
 
 
 @contextmanager
@@ -96,9 +123,10 @@ def route_slot(*, base_url: str, cap: int, wait: float, lease: float) -> Iterato
     ticketed = _ticket.get()
     token: Any  # which holder frees the slot: a Redis waiter's id, a ticket, or a local waiter
     if ticketed is None:
-        token = slots.acquire(cap=cap, wait=min(wait, THREAD_WAIT), lease=lease)
+        token = slots.acquire(lane=_lane.get(), cap=cap, wait=min(wait, THREAD_WAIT), lease=lease)
     else:
-        token, due = slots.enter(ticket=ticketed[0], wake=ticketed[1], cap=cap, wait=wait, lease=lease)
+        ticket, wake, lane = ticketed
+        token, due = slots.enter(ticket=ticket, lane=lane, wake=wake, cap=cap, wait=wait, lease=lease)
         _wake_send(due)  # slots still free: the next in line need not wait for their timer
     try:
         yield
@@ -117,7 +145,8 @@ def route_slot_look(*, base_url: str, cap: int, wait: float) -> None:
     ticketed = _ticket.get()
     if cap <= 0 or ticketed is None:
         return
-    _slots(base_url).look(ticket=ticketed[0], wake=ticketed[1], cap=cap, wait=wait)
+    ticket, wake, lane = ticketed
+    _slots(base_url).look(ticket=ticket, lane=lane, wake=wake, cap=cap, wait=wait)
 
 
 def route_slot_leave(*, base_url: str, cap: int) -> None:
@@ -128,17 +157,12 @@ def route_slot_leave(*, base_url: str, cap: int) -> None:
     ticketed = _ticket.get()
     if cap <= 0 or ticketed is None:
         return
-    _wake_send(_slots(base_url).leave(ticket=ticketed[0], cap=cap))
+    _wake_send(_slots(base_url).leave(ticket=ticketed[0], lane=ticketed[2], cap=cap))
 
 
 def route_slot_waiting(*, base_url: str) -> int:
-    """How many calls wait for a slot of the model server at `base_url` now."""
-    name = _name(base_url)
-    if settings.REDIS_URL:
-        return int(shared_redis().llen(_RedisSlots(name).queue))
-    slots = _local(name)
-    with slots._cond:
-        return len(slots._queue)
+    """How many calls wait for a slot of the model server at `base_url` now, of every tenant."""
+    return _slots(base_url).waiting()
 
 
 def _name(base_url: str) -> str:
@@ -166,7 +190,8 @@ def _wake_send(wakes: list[Wake]) -> None:
 
 
 def _come_back(place: int) -> float:
-    """Seconds before a ticket at `place` in the queue (0: its head) looks again."""
+    """Seconds before a ticket at `place` in the queue's order, round robin by tenant (0:
+    its head), looks again."""
     return min(COME_BACK * (place + 1), COME_BACK_MOST)
 
 
