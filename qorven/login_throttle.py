@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import math
 import secrets
+import unicodedata
 from collections.abc import Callable
 from functools import wraps
 
@@ -35,7 +36,9 @@ _DEVICE_SALT = "qorven.login_throttle.device"
 
 
 def _tried(request: HttpRequest) -> str:
-    return request.POST.get("username", "").strip().lower()
+    """The username tried, as the sign-in form reads it (Unicode's NFKC: "ｇuess" signs in
+    as "guess"), so every spelling of one name is counted as that name."""
+    return unicodedata.normalize("NFKC", request.POST.get("username", "")).strip().lower()
 
 
 def _username(group: str, request: HttpRequest) -> str:

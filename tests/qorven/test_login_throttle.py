@@ -172,3 +172,21 @@ def test_a_device_cookies_failures_lock_that_browser_not_its_address(settings, a
         assert sign_in(browser, "/accounts/login/", bob.username, "wrong", address).status_code == 200
     assert sign_in(browser, "/accounts/login/", bob.username, PASSWORD, address).status_code == 429
     assert sign_in(Client(), "/accounts/login/", colleague.username, PASSWORD, address).status_code == 302
+
+
+def test_the_username_limit_holds_for_every_spelling_the_form_signs_in_as(client, settings):
+    """The sign-in form reads a username as Unicode's NFKC does ("ｇuess" is "guess"), so a
+    count per spelling typed would give a guesser five more tries with each new spelling."""
+    settings.QORVEN_LOGIN_FAILURES_PER_USER = "5/15m"
+    victim = person()
+    name = victim.username
+
+    def spelled(i: int) -> str:  # the i-th character written full-width: the same name to the form
+        return name[:i] + chr(ord(name[i]) + 0xFEE0) + name[i + 1:]
+
+    for i in range(5):
+        failed = sign_in(client, "/accounts/login/", spelled(i), "wrong-guess", f"203.0.113.{i + 1}")
+        assert failed.status_code == 200
+    refused = sign_in(client, "/accounts/login/", spelled(5), PASSWORD, "203.0.113.60")
+    assert refused.status_code == 429
+    assert "_auth_user_id" not in client.session
