@@ -118,9 +118,21 @@ class MarkdownSeams(CutChecks):
             # Only between graphemes: not inside an emoji joined by ZWJs, a flag, a letter and its accents.
             bounds = [at for at in self._graphemes(start, hard) if at > start]
             hard = bounds[-1] if bounds else hard  # none: one grapheme longer than a part, cut anyway
-            while len(bounds) > 1 and (self._begins_block(hard) or self.text[hard - 1] == "\\"
-                                       or self.text[hard - 1] in RUNS and self.text[hard - 1] == self.text[hard:hard + 1]):
-                bounds.pop()
+            full = bounds[:]
+            while len(bounds) > 1:
+                if self.text[hard - 1] in RUNS and self.text[hard - 1] == self.text[hard:hard + 1]:
+                    run = hard - 1  # not inside a run of markers: before it, in one step
+                    while run > start and self.text[run - 1] == self.text[hard]:
+                        run -= 1
+                    while len(bounds) > 1 and bounds[-1] > run:
+                        bounds.pop()
+                elif self._begins_block(hard) or self.text[hard - 1] == "\\":
+                    bounds.pop()
+                else:
+                    break
+                hard = bounds[-1]
+            if len(bounds) == 1:  # the piece is all such a run (or blocks): cut where the part is full
+                bounds = full
                 hard = bounds[-1]
             # Between words first, where no clean cut was (the latest in the piece's second
             # half that reads as the text did); only then inside a word, near its end.

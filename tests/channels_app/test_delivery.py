@@ -194,6 +194,27 @@ def test_a_replys_parts_are_planned_once_with_one_statement_and_no_transaction_a
     assert all(d.created_at and d.updated_at for d in OutboundDelivery.objects.all())
 
 
+def test_a_reply_with_a_line_of_underscores_longer_than_a_part_is_planned_in_parts_that_fill_it(world, telegram, drain):
+    """A blank to fill in ("Name: ____…") longer than Telegram's 4096, where no cut inside
+    the run reads as the whole did: it is cut where the part is full. Each part was a single
+    character peeled off the run's start, one part for each past the limit, every cut reading
+    the whole run again at each of its characters."""
+    from sessions_app.services import message_append, session_resolve
+    from tenancy.models import PluginSetting
+
+    identity = pair(world, "telegram", "42", world.alice)
+    identity.reply_target = "42"
+    identity.save(update_fields=["reply_target"])
+    PluginSetting.objects.create(tenant=world.tenant_a, kind="channel", name="telegram", enabled=False)  # no send
+    session = session_resolve(tenant=world.tenant_a, qor=world.qor_a, channel="telegram", user=world.alice)
+    message = message_append(session=session, role="assistant", content="Name: " + "_" * 4110, channel="telegram",
+                             metadata={"heartbeat": 1, "heartbeat_name": "form"}).message
+    drain()
+    parts = list(OutboundDelivery.objects.filter(message=message).order_by("part").values_list("text", flat=True))
+    assert len(parts) <= 3  # the line's rest may read as a rule ("———"), as no cut in it can avoid
+    assert "".join(parts).startswith("Name: " + "_" * 4000)
+
+
 @pytest.fixture
 def no_platform_clients():
     """This process's platform clients, as a process starting has none."""
