@@ -16,7 +16,8 @@ from .regions import Region
 
 # What the start of a line reads as a block, were a cut to put it there.
 BLOCK_START = re.compile(r"[ \t]{0,3}(?:#{1,6}(?:[ \t]|$)|>|[-+*](?:[ \t]|$)|\d{1,9}[.)](?:[ \t]|$)|`{3}|~{3}|=+[ \t]*$"
-                          r"|(?:[-*_][ \t]*){3,}$)", re.MULTILINE)  # $: the line's end, a line break after it too
+                          r"|(?:-[ \t]*){3,}$|(?:\*[ \t]*){3,}$|(?:_[ \t]*){3,}$)",  # a rule: three of one marker
+                          re.MULTILINE)  # $: the line's end, a line break after it too
 # What the start of a line, cut from the rest of it, reads as where the whole line did not (a
 # fence, a rule, a heading's underline; a list item's marker or a heading's, alone, an empty one).
 _LINE_ALONE = re.compile(r"[ \t]{0,3}(?:(?:`{3,}|~{3,}).*|(?:[-*_][ \t]*){3,}|=+|-+|[-+*]|\d{1,9}[.)]|#{1,6})")

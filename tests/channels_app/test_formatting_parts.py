@@ -290,6 +290,18 @@ def test_a_discord_part_cut_inside_emphasis_or_a_link_is_markdown_that_reads_as_
                   for part in parts]) == _whole(CUT_SPANS)
 
 
+def test_a_line_of_mixed_stars_and_underscores_is_no_rule_and_is_cut_where_its_parts_are_full():
+    """"_*_*_…" mixes its markers: Markdown reads no rule in it, so a part may begin with it.
+    Taken for a rule, every cut was refused back to the piece's start, each refusal reading
+    the line to its end: 4,001 characters on Discord were 5 parts, two of them 2 and 62
+    characters long."""
+    discord = adapter_for("discord")
+    text = "*_" * 1000 + "x" + "_*" * 1000
+    parts = reply_parts(text, style=discord.style, limit=2000, size=discord.length, markdown=True)
+    assert len(parts) == 3
+    assert all(discord.length(part) <= 2000 for part in parts)
+
+
 def test_a_link_is_never_cut_inside_its_address():
     slack = adapter_for("slack")
     address = "https://example.com/" + "/".join(f"segment{n}" for n in range(8))
