@@ -28,7 +28,14 @@ from tenancy.access import tenant_serving
 from tenancy.selectors import budget_exhausted
 
 from .compact_requests import compact_request_done, compact_request_pending
-from .compaction import CatchUp, CompactionFailed, catch_up_announce, compaction_advance, compaction_rotate
+from .compaction import (
+    CatchUp,
+    CompactionFailed,
+    catch_up_announce,
+    compact_start_hooks,
+    compaction_advance,
+    compaction_rotate,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -176,6 +183,8 @@ def _compact_held(session: Session, channel: str, owner: str) -> bool:
     if session.state != Session.State.ACTIVE or not compact_request_pending(tenant_id=tenant_id, session_id=session_id):
         compact_request_done(tenant_id=tenant_id, session_id=session_id)
         return False  # compacted or cleared already, or its outcome was told
+    for hook in compact_start_hooks:
+        hook(session)
     try:
         with lease_kept(session_id=session_id, owner=owner):  # the model calls may take a while
             outcome = compaction_rotate(session=session)

@@ -13,7 +13,12 @@ class AgentConfig(AppConfig):
     verbose_name = "Agent"
 
     def ready(self) -> None:
+        from memory_app.compaction import compact_start_hooks
         from qorven.runtime.startup import Startup, on_startup
+
+        from .slot_places import slot_places_before_compact
+
+        compact_start_hooks.append(slot_places_before_compact)
 
         @on_startup("serve")
         def models_banner(startup: Startup) -> None:

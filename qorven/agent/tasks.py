@@ -14,7 +14,7 @@ from qorven.runtime.log_context import log_context
 from qorven.runtime.task_scope import task_scope
 
 from .heartbeat_runs import RUN_TRIES, RunFailed, retry_delay, run_heartbeat
-from .turn_answer import TURN_TASK
+from .slot_places import TURN_TASK
 from .turns import TurnBusy, turn_process
 
 logger = logging.getLogger(__name__)

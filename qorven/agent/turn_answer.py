@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from contextlib import AbstractContextManager
 from dataclasses import dataclass, replace
 from enum import Enum
 from typing import Any
@@ -29,7 +28,6 @@ from qorven.llm import (
     route_for,
 )
 from qorven.runtime.publisher import broadcast_soon
-from qorven.runtime.route_slots import slot_ticket
 from sessions_app.errors import SenderLeft, WorkspaceSuspended
 from sessions_app.models import Message, Session
 from sessions_app.services import message_answer_attempted
@@ -53,6 +51,7 @@ from .project import project_context_for
 from .prompt import Prompt, PromptParts, prompt_build
 from .retrieval import memories_for
 from .router import skill_route
+from .slot_places import message_slot_ticket, slot_place_give_up, slot_place_moved, slot_place_note
 from .stop import StopWatch, TurnStopped
 from .turn_endings import (
     CUT_OFF_NOTICE,
@@ -69,9 +68,6 @@ logger = logging.getLogger("qorven.agent.turns")
 
 STOPPED_NOTICE = "Stopped before any answer was written."
 ROUNDS_NOTICE = "I stopped after {rounds} rounds of tool calls without reaching an answer. Please rephrase or narrow the request."
-
-
-TURN_TASK = "qorven.agent.turn"  # qorven.agent.tasks.agent_turn, sent by name: the tasks import this module
 
 
 class BudgetReached(ModelError):
@@ -119,18 +115,6 @@ def answer_message(session: Session, pending: Message, owner: str, *, overflowed
     return result
 
 
-def slot_place_give_up(session: Session, pending: Message) -> None:
-    """The message's place in its route's queue, if it has one, given up: it ends, or is
-    no longer to be answered. A failure to reach the slots loses nothing the message
-    needs: the place lapses by itself."""
-    try:
-        with _slot_ticket(session, pending):
-            provider_for_role(session.qor, "main").slot_leave()
-    except Exception:
-        logger.warning("could not give up the place of message %s in its model server's queue; it lapses",
-                       pending.seq, exc_info=True)
-
-
 def _answer(session: Session, pending: Message, owner: str, *, overflowed: bool) -> AnswerResult:
     qor = session.qor
     channel = pending.channel
@@ -165,13 +149,15 @@ def _answer(session: Session, pending: Message, owner: str, *, overflowed: bool)
     route = route_for(qor, "main")
     provider = provider_for_role(qor, "main")
     offered = [] if route.offline else tools
+    slot_place_moved(session, pending)  # the route changed while it waited: its old place goes
     try:
-        with _slot_ticket(session, pending):
+        with message_slot_ticket(session, pending):
             # A turn waiting for a capped route's slot comes back for it again and again,
             # and most of those times it is still taken: the turn looks before it builds
             # the prompt (the person's memories searched, the conversation's window read).
             provider.slot_look()
     except WaitingForSlot as exc:
+        slot_place_note(pending, exc)
         return AnswerResult(AnswerStep.WAITING, retry_after=exc.retry_after)
     manual = qor.summarizer_mode == Qor.SummarizerMode.MANUAL
     reserve = settings.QORVEN_CONTEXT_RESERVE
@@ -180,7 +166,7 @@ def _answer(session: Session, pending: Message, owner: str, *, overflowed: bool)
     if manual and not overflowed and compaction_due(
         session=session, prompt=prompt, num_ctx=route.num_ctx, threshold=qor.compact_threshold
     ):
-        with _slot_ticket(session, pending):
+        with message_slot_ticket(session, pending):
             # The compaction's calls (on their thread) may go to this route's server: they
             # would wait behind the message's place in its queue, kept for the call after them.
             provider.slot_leave()
@@ -234,7 +220,7 @@ def _answer(session: Session, pending: Message, owner: str, *, overflowed: bool)
     uncompacted = False  # manual mode could not compact to make room
     for attempt in range(1 if overflowed else 0, 2):
         try:
-            with _slot_ticket(session, pending):
+            with message_slot_ticket(session, pending):
                 completion = tool_loop(
                     provider=provider, messages=prompt.messages, spend=Spend(session.tenant, qor, "main"),
                     offered=offered, ctx=ctx, session=session, channel=channel, metadata={"reply_to": pending.seq},
@@ -274,6 +260,7 @@ def _answer(session: Session, pending: Message, owner: str, *, overflowed: bool)
             # queue and the task comes back for it; past QORVEN_MODEL_DEADLINE of waiting,
             # the call fails as the model being unavailable (below).
             restart()
+            slot_place_note(pending, exc)
             return AnswerResult(AnswerStep.WAITING, retry_after=exc.retry_after)
         except ProviderUnavailable as exc:
             tries = message_answer_attempted(message=pending)
@@ -318,16 +305,6 @@ def _answer(session: Session, pending: Message, owner: str, *, overflowed: bool)
             _after_exchange(session, route, prompt, reserve, pending)
         return AnswerResult(AnswerStep.ANSWERED)
     return AnswerResult(AnswerStep.FAILED)
-
-
-def _slot_ticket(session: Session, pending: Message) -> AbstractContextManager[None]:
-    """A capped route's slot is waited for on the worker's timer, as this message: its
-    every try looks for the same place in the queue. A slot freed for it sends the
-    session's turn at once, woken (safe twice: an answered message is never answered
-    again), which ends the come-back the turn had asked for (qorven.agent.tasks). It waits
-    in its tenant's turn: the route's queue goes round the tenants waiting."""
-    return slot_ticket(f"message:{pending.pk}", tenant=session.tenant_id,
-                       wake=(TURN_TASK, [session.tenant_id, session.pk, 0, True]))
 
 
 LONGEST_ANSWER_WAIT = 120.0  # seconds a message waits for a server's Retry-After before it fails with a notice

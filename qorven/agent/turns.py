@@ -32,7 +32,8 @@ from sessions_app.turn_writes import (
     turn_lease_release,
 )
 
-from .turn_answer import AnswerResult, AnswerStep, answer_message, slot_place_give_up
+from .slot_places import slot_place_give_up
+from .turn_answer import AnswerResult, AnswerStep, answer_message
 from .turn_endings import not_a_member_end
 
 logger = logging.getLogger(__name__)

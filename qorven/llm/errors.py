@@ -86,3 +86,7 @@ class WaitingForSlot(ModelError):
 
     kind = "waiting"
     transient = True
+    # Whose queue the place is in: its server and cap, set by the provider that waited
+    # (the task gives the place up there even once its route has changed).
+    base_url = ""
+    cap = 0

@@ -116,8 +116,7 @@ class OpenAIProvider:
                             lease=self._deadline + self._timeout):
                 return self._complete(messages=messages, tools=tools, on_token=on_token)
         except SlotWait as waiting:
-            raise WaitingForSlot("every slot of the model server is taken", model=self.model,
-                                 retry_after=waiting.after) from None
+            raise self._waiting(waiting) from None
         except SlotTimeout as exc:
             raise SlotsBusy(f"every slot of the model server stayed busy: {exc}", model=self.model) from None
         except ModelError as exc:
@@ -132,8 +131,13 @@ class OpenAIProvider:
         try:
             route_slot_look(base_url=self.base_url, cap=self._cap, wait=self._deadline)
         except SlotWait as waiting:
-            raise WaitingForSlot("every slot of the model server is taken", model=self.model,
-                                 retry_after=waiting.after) from None
+            raise self._waiting(waiting) from None
+
+    def _waiting(self, waiting: SlotWait) -> WaitingForSlot:
+        exc = WaitingForSlot("every slot of the model server is taken", model=self.model,
+                             retry_after=waiting.after)
+        exc.base_url, exc.cap = self.base_url, self._cap
+        return exc
 
     def slot_leave(self) -> None:
         """Inside a slot ticket: give up its place in this server's queue, if it has one."""
