@@ -313,17 +313,15 @@ def session_successor(*, session: Session) -> Session | None:
 
 
 def carried_copy(*, message: Message) -> int | None:
-    """The id of the copy a rotation carried `message` into (sessions_app.services.session_rotate
-    marks it `carried_from`), or None when it was not carried (answered, or /clear). The
-    copy is in the session the rotation started: the owner's next one."""
-    session = message.session
-    following = Session.objects.filter(
-        tenant_id=session.tenant_id, qor_id=session.qor_id, user_id=session.user_id, kind=session.kind,  # type: ignore[misc]
-        channel=session.channel, external_thread_id=session.external_thread_id, pk__gt=session.pk,
-    ).order_by("pk").values_list("pk", flat=True)[:1]
-    return (Message.objects.filter(tenant_id=session.tenant_id, session_id__in=following,
-                                   metadata__carried_from__session=session.pk, metadata__carried_from__seq=message.seq)
-            .order_by("pk").values_list("pk", flat=True).first())
+    """The id of the copy a rotation carried `message` into: the row its `carried_to` names
+    (sessions_app.services.session_rotate marks the original so, and a collapse that
+    renumbers the copy into the canonical chat re-points it), or None when it was not
+    carried (answered, or /clear)."""
+    place = (message.metadata or {}).get("carried_to")
+    if not isinstance(place, dict) or not isinstance(place.get("session"), int) or not isinstance(place.get("seq"), int):
+        return None
+    return (Message.objects.filter(tenant_id=message.tenant_id, session_id=place["session"], seq=place["seq"])
+            .values_list("pk", flat=True).first())
 
 
 def sessions_of_person(

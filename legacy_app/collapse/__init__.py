@@ -11,6 +11,8 @@ their messages:
   no row is ever deleted (images of a dropped copy move to the kept one);
 - every row keeps its channel tag, sender, metadata and external ids: kept rows are moved
   (UPDATE session_id, seq), not copied, so external-id dedupe keeps working;
+- what names a row by its seq (a reply, a carried copy and its archived original, a
+  compaction notice's range) names the same row afterwards (references.py);
 - one `conversation_digest` memory per archived (non-empty) session;
 - the extra sessions archived;
 - merged legacy messages count as answered; the canonical chat's own questions still

@@ -1,4 +1,5 @@
-"""The set-based SQL of a collapse: rank copies, count, hand over images, move and renumber.
+"""The set-based SQL of a collapse: rank copies, count, hand over images, move and renumber
+(what names a row by its seq follows it: references.py).
 
 Everything runs inside the database over one user's sessions, so Python never holds
 their messages. Table names come from the models; values are always parameters.
@@ -6,7 +7,6 @@ their messages. Table names come from the models; values are always parameters.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
@@ -97,59 +97,6 @@ def kept_rows_move(canonical_id: int, session_ids: list[int], *, shift: int) -> 
             )
         cursor.execute(move, [canonical_id, canonical_id, *session_ids, canonical_id])
         return int(cursor.rowcount)
-
-
-@dataclass(frozen=True)
-class Replies:
-    """The rows of the sessions being merged that answer another (`metadata.reply_to`, a
-    seq of their own session), and the rows they answer, by id: seqs change as the rows
-    move, ids do not."""
-
-    answering: dict[int, int]  # reply's id → the id of the message it answers
-    metadata: dict[int, dict]  # reply's id → its metadata
-
-
-def replies_to_follow(session_ids: list[int]) -> Replies:
-    """Before kept_rows_move: which row each reply of these sessions answers."""
-    rows = list(Message.objects.filter(session_id__in=session_ids, metadata__has_key="reply_to")
-                .values_list("id", "session_id", "metadata"))
-    wanted: dict[int, set[int]] = {}
-    for _, session_id, metadata in rows:
-        if isinstance(metadata.get("reply_to"), int):
-            wanted.setdefault(session_id, set()).add(metadata["reply_to"])
-    by_seq = {
-        (session_id, seq): pk
-        for session_id, seqs in wanted.items()
-        for pk, seq in Message.objects.filter(session_id=session_id, seq__in=seqs).values_list("id", "seq")
-    }
-    answering = {pk: by_seq[(sid, md["reply_to"])] for pk, sid, md in rows
-                 if isinstance(md.get("reply_to"), int) and (sid, md["reply_to"]) in by_seq}
-    return Replies(answering, {pk: md for pk, _, md in rows if pk in answering})
-
-
-def replies_renumber(canonical_id: int, replies: Replies) -> int:
-    """After kept_rows_move: each moved reply's `reply_to` is its question's new seq (the
-    kept copy's, when the question was a duplicate left behind), so the surfaces pair them
-    and regenerating replaces the answer. Returns how many replies changed."""
-    if not replies.answering:
-        return 0
-    seq_of = dict(Message.objects.filter(session_id=canonical_id, id__in=set(replies.answering.values()))
-                  .values_list("id", "seq"))
-    moved = set(Message.objects.filter(session_id=canonical_id, id__in=list(replies.answering))
-                .values_list("id", flat=True))
-    for question in set(replies.answering.values()) - set(seq_of):  # a duplicate: its kept copy
-        left = Message.objects.filter(pk=question).values("role", "created_at", "content").first()
-        kept = left and Message.objects.filter(session_id=canonical_id, **left).values_list("seq", flat=True).first()
-        if kept:
-            seq_of[question] = kept
-    changed = []
-    for pk in moved:
-        seq = seq_of.get(replies.answering[pk])
-        metadata = replies.metadata[pk]
-        if seq is not None and metadata.get("reply_to") != seq:
-            changed.append(Message(pk=pk, metadata={**metadata, "reply_to": seq}))
-    Message.objects.bulk_update(changed, ["metadata"], batch_size=500)
-    return len(changed)
 
 
 def session_openings(

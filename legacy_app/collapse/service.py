@@ -25,12 +25,11 @@ from tenancy.selectors import tenant_serving_now
 from .merge import (
     images_of_duplicates_move,
     kept_rows_move,
-    replies_renumber,
-    replies_to_follow,
     rows_count,
     session_openings,
 )
 from .owners import ChatOwner, collapse_owners, owner_sessions
+from .references import links_renumber, links_to_follow
 from .threads import run_in_threads
 
 log = logging.getLogger(__name__)
@@ -271,9 +270,9 @@ def collapse_user(
         Message.objects.filter(
             session_id__in=[s.pk for s in extras], answer_state=Message.Answer.PENDING
         ).update(answer_state=Message.Answer.ANSWERED)
-        replies = replies_to_follow(ids)
+        links = links_to_follow(tenant_id=owner.tenant_id, session_ids=ids)
         kept = kept_rows_move(canonical.pk, ids, shift=shift)
-        replies_renumber(canonical.pk, replies)
+        links_renumber(canonical_id=canonical.pk, links=links)
         outcome.duplicates = outcome.messages - kept
         canonical.last_seq = kept
         # The chat's own questions still waiting keep waiting, and its progress stops just
