@@ -119,18 +119,38 @@ class ClientErrorFilter(logging.Filter):
     traceback: too many form fields (django.security.TooManyFieldsSent, logged as an ERROR),
     a body too large, an admin page that is not the user's (django.request's "Forbidden").
     Anyone can send those, as often as they like; with Django's traceback each looked like
-    a fault of ours and buried the ones that are. A 5xx keeps its level and traceback."""
+    a fault of ours and buried the ones that are. A 5xx keeps its level and traceback.
+
+    The line begins as the access log's line for the request does — the client's address
+    (the one a trusted proxy forwards: qorven.runtime.client_address), the method and the
+    path, the status — so the two are found together: `198.51.100.7 - "POST /accounts/login/"
+    400 The number of GET/POST parameters exceeded …`. Never the query (it may carry a
+    token) nor the body; the path is escaped as Django escapes it, so it stays one line."""
 
     def filter(self, record: logging.LogRecord) -> bool:
         status = getattr(record, "status_code", None)
         if not (record.name.startswith("django.") and isinstance(status, int) and 400 <= status < 500):
             return True
         record.exc_info, record.exc_text = None, None
+        request = getattr(record, "request", None)
+        meta = getattr(request, "META", None)
+        if isinstance(meta, dict) and not getattr(record, "request_named", False):  # once, on any handler
+            record.msg, record.args = f"{_request_line(request, meta, status)} {record.getMessage()}", None
+            record.request_named = True
         if record.levelno > logging.WARNING:
             record.levelno, record.levelname = logging.WARNING, logging.getLevelName(logging.WARNING)
             # Made an ERROR, it passed a level the warning it is now might not have.
             return logging.getLogger(record.name).isEnabledFor(logging.WARNING)
         return True
+
+
+def _escaped(text: str) -> str:
+    return text.encode("unicode_escape").decode("ascii")
+
+
+def _request_line(request: Any, meta: dict[str, Any], status: int) -> str:
+    client = meta.get("REMOTE_ADDR") or "-"
+    return f'{_escaped(str(client))} - "{_escaped(str(request.method))} {_escaped(str(request.path))}" {status}'
 
 
 class UpkeepFilter(logging.Filter):

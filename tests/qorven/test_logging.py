@@ -197,6 +197,40 @@ def test_a_request_with_too_many_form_fields_is_answered_400_and_logged_as_one_w
     assert "Traceback" not in stream.getvalue()
 
 
+def test_a_refused_requests_line_names_its_method_path_and_client_as_the_access_log_does(client, db, console,
+                                                                                        settings):
+    """Which request it was and who sent it, as the access log's line for it reads: never
+    its body (a password) nor its query (a token)."""
+    _, stream = console
+    fields = {f"field{n}": "x" for n in range(1001)}
+    client.post("/accounts/login/?token=qv_FvlOtSECRETSECRET", fields, REMOTE_ADDR="198.51.100.7")
+    settings.DATA_UPLOAD_MAX_MEMORY_SIZE = 1000
+    response = client.post("/accounts/login/", {"username": "alice", "password": "hunter2-" * 200},
+                           REMOTE_ADDR="2001:db8::7")
+    assert response.status_code == 400
+    many, big = stream.getvalue().splitlines()
+    assert many.split(" WARNING django.security.TooManyFieldsSent ")[1] == (
+        '198.51.100.7 - "POST /accounts/login/" 400 '
+        "The number of GET/POST parameters exceeded settings.DATA_UPLOAD_MAX_NUMBER_FIELDS.")
+    assert big.split(" WARNING django.security.RequestDataTooBig ")[1] == (
+        '2001:db8::7 - "POST /accounts/login/" 400 '
+        "Request body exceeded settings.DATA_UPLOAD_MAX_MEMORY_SIZE.")
+    assert "SECRET" not in stream.getvalue() and "hunter2" not in stream.getvalue()
+
+
+def test_a_refused_path_is_written_escaped_on_its_one_line(client, world, console):
+    """A path can hold any character, a carriage return included: it must not start a
+    line of its own that reads as another record."""
+    _, stream = console
+    client.force_login(UserFactory(username="dana", is_staff=True, is_superuser=True))
+    fields = {f"field{n}": "x" for n in range(1001)}
+    client.post("/admin/qorven/membership/1%0D2026-01-01 ERROR qorven forged/change/", fields)
+    (line,) = stream.getvalue().splitlines()
+    assert line.endswith(' WARNING django.security.TooManyFieldsSent 127.0.0.1 - '
+                         '"POST /admin/qorven/membership/1\\r2026-01-01 ERROR qorven forged/change/" 400 '
+                         "The number of GET/POST parameters exceeded settings.DATA_UPLOAD_MAX_NUMBER_FIELDS.")
+
+
 def test_an_admin_action_refused_403_is_one_warning_line_without_the_traceback(client, world, console):
     """A workspace's admin (not an owner) trying to make someone an owner."""
     _, stream = console
@@ -207,5 +241,6 @@ def test_an_admin_action_refused_403_is_one_warning_line_without_the_traceback(c
                            {"tenant": world.tenant_a.pk, "username": "eve", "role": "owner"})
     assert response.status_code == 403
     (line,) = stream.getvalue().splitlines()
-    assert " WARNING django.request Forbidden (Permission denied): /admin/qorven/membership/add/" in line
+    assert line.endswith(' WARNING django.request 127.0.0.1 - "POST /admin/qorven/membership/add/" 403 '
+                         "Forbidden (Permission denied): /admin/qorven/membership/add/")
     assert "Traceback" not in stream.getvalue()
