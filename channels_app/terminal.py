@@ -29,6 +29,7 @@ from tenancy.errors import NotFound
 from .chat import ChatOwner, chat_send
 from .terminal_follow import Emit, Follower
 from .terminal_input import InputLines
+from .terminal_leave import leaving
 from .terminal_rows import fold, hang, item_indent, width_of
 
 
@@ -302,6 +303,7 @@ def _json_lines(owner: ChatOwner, lines: Iterable[str], stdout: TextIO, write_lo
             if _access_lost(owner, follower, link):
                 return _say_access_lost(stdout, write_lock)
         time.sleep(0.05)
+        leaving.leave_if_signalled()
     follower.stop()
     with follower._lock:
         follower.catch_up()

@@ -22,6 +22,8 @@ from collections.abc import Iterator
 from types import TracebackType
 from typing import TextIO
 
+from .terminal_leave import leaving
+
 
 class InputLines:
     """The lines of `stdin` as they come (`with` it, on the main thread: a signal ends
@@ -52,10 +54,13 @@ class InputLines:
     def wait(self, *wake: int) -> bool:
         """Waits until input came (True: `take` it), a signal came (its handler has run
         here, on the way back from the wait, and raised nothing) or one of `wake` is
-        readable."""
+        readable. A SIGTERM or SIGHUP noted, before the wait or during it, leaves from
+        here (terminal_leave): SystemExit."""
+        leaving.leave_if_signalled()  # one that came before the wake-up descriptor was ours
         ready, _, _ = select.select([self.fd, self._signalled, *wake], [], [])
         if self._signalled in ready:
             self._drain()  # a call, where Python runs the handler if it has not yet: before any input is read
+            leaving.leave_if_signalled()
             return False
         return self.fd in ready
 

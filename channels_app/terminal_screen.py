@@ -31,6 +31,7 @@ from .chat import ChatOwner, chat_stop
 from .terminal import ACCESS_CHECK, ACCESS_LOST, GAVE_UP, HumanPrinter, Pending, _access_lost, _follower, _send
 from .terminal_follow import Follower
 from .terminal_input import InputLines
+from .terminal_leave import leaving
 from .terminal_paint import Painter, RowPainter, prompt_input
 from .terminal_rows import CONTINUED, fold, hang, item_indent, row_cut, rows_of, visible
 
@@ -313,6 +314,7 @@ class _Chat:
             if self.lost.is_set() or time.monotonic() >= deadline:
                 return False
             time.sleep(0.05)
+            leaving.leave_if_signalled()
         return True
 
     def watch_access(self, follower: Follower) -> None:
@@ -440,7 +442,6 @@ class _Prompt:
 
         self.chat = chat
         self.again = ""  # a message that did not go, on the next prompt to send again
-        self.signalled: BaseException | None = None  # what a SIGTERM's or SIGHUP's handler raised
         keys = KeyBindings()
 
         @keys.add("c-c")
@@ -468,65 +469,36 @@ class _Prompt:
 
         # What else reaches stdout or stderr (a log line) goes above the prompt too, its
         # escapes shown, not obeyed; what the chat shows goes through the painter.
-        with patch_stdout(), self._signals_end_the_prompt():
+        # A SIGTERM or SIGHUP ends the prompt from its own loop, as Ctrl-D does, and the
+        # terminal leaves once it has ended (terminal_leave). Left from the handler, in
+        # whatever the loop was doing when the signal came (prompt_toolkit's in_terminal
+        # between its steps, a paint), the loop could wait for ever on its way out: a closed
+        # window's `qorven chat` stayed running, its terminal gone.
+        with patch_stdout(), leaving.waking(self.leave):
             while not self.chat.lost.is_set():
+                leaving.leave_if_signalled()  # one that came while a message was sent
                 try:
-                    # pre_run: access lost as this prompt starts (too late for the loop's check,
-                    # too early for leave() to find it running) ends it all the same.
+                    # pre_run: access lost (or a signal) as this prompt starts (too late for the
+                    # loop's check, too early for leave() to find it running) ends it all the same.
                     again, self.again = self.again, ""
                     self.chat.note_ctrl_c(afresh=True)  # a Ctrl-C right after Enter is about the message sent
                     typed = self.session.prompt(self.message, pre_run=self._started, default=again)
                 except EOFError:
-                    self._raise_signalled()
+                    leaving.leave_if_signalled()
                     return
                 finally:
                     self.painter.ended()
-                self._raise_signalled()
+                leaving.leave_if_signalled()
                 yield typed
 
     def _started(self) -> None:
         self.painter.started(self.session.app)
-        if self.chat.lost.is_set() or self.signalled is not None:
+        if self.chat.lost.is_set() or leaving.signum is not None:
             self.session.app.exit(exception=EOFError())
 
-    @contextmanager
-    def _signals_end_the_prompt(self) -> Iterator[None]:
-        """While the prompt runs, what the handlers given for SIGTERM and SIGHUP raise (the
-        command's: they sign the terminal out and raise SystemExit) ends the prompt from its
-        own loop, as Ctrl-D does, and is raised once it has ended. Raised by the handler
-        itself, in whatever the loop was doing when the signal came (prompt_toolkit's
-        in_terminal between its steps, a paint), it could leave the loop waiting for ever
-        on its way out: a closed window's `qorven chat` stayed running, its terminal gone."""
-        given = {signum: signal.getsignal(signum) for signum in (signal.SIGTERM, signal.SIGHUP)}
-        for signum, handler in given.items():
-            if callable(handler):
-                signal.signal(signum, lambda number, frame, handler=handler: self._signalled(handler, number, frame))
-        try:
-            yield
-        finally:
-            for signum, handler in given.items():
-                if callable(handler):
-                    signal.signal(signum, handler)
-
-    def _signalled(self, handler: Any, signum: int, frame: Any) -> None:
-        try:
-            handler(signum, frame)
-        except BaseException as raised:
-            loop = self.session.app.loop
-            if loop is None:  # between prompts, not in a loop: raised as it is
-                raise
-            self.signalled = raised  # raised as the prompt ends, however it ends
-            try:
-                loop.call_soon_threadsafe(self._exit_running)
-            except RuntimeError:  # that prompt's loop has just closed
-                raise raised from None
-
-    def _raise_signalled(self) -> None:
-        if self.signalled is not None:
-            raise self.signalled
-
     def leave(self) -> None:
-        """From any thread: end the prompt shown now, as Ctrl-D does."""
+        """From any thread, or a signal's handler (it takes no lock): end the prompt shown
+        now, as Ctrl-D does."""
         loop = self.session.app.loop
         if loop is None:  # between prompts: the next one does not start
             return

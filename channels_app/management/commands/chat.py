@@ -1,11 +1,7 @@
 from __future__ import annotations
 
 import os
-import signal
 import sys
-import threading
-from functools import partial
-from typing import TYPE_CHECKING
 
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError
@@ -13,13 +9,11 @@ from django.core.management.base import BaseCommand, CommandError
 from channels_app.chat import chat_owner
 from channels_app.json_body import QUERY_INT_MAX
 from channels_app.terminal import ACCESS_LOST, run_json
+from channels_app.terminal_leave import leaving
 from channels_app.terminal_screen import run_interactive
 from qorven.runtime.arguments import seconds, whole_number
 from tenancy.errors import NotFound
 from tenancy.selectors import membership_get, qor_get, qor_slugs, tenant_get
-
-if TYPE_CHECKING:
-    from channels_app.terminal_client import ServerLink
 
 
 class Command(BaseCommand):
@@ -42,7 +36,8 @@ class Command(BaseCommand):
         "workspace, before it exits 3); at the end of input it waits "
         "for the replies (as the terminal reading a pipe does), then exits (1 if it gave up waiting); Ctrl-C "
         "leaves it at once (exit 130). In either mode a SIGTERM or a closed terminal (SIGHUP) leaves at once (exit 143 or 129), signing the terminal out of "
-        "the server as leaving does; with no server, a reply being written is stored first, so it is not lost."
+        "the server as leaving does; with no server, a reply being written is stored first, so it is not lost. "
+        "More signals while it leaves change nothing of that."
     )
 
     def add_arguments(self, parser):
@@ -98,12 +93,9 @@ class Command(BaseCommand):
                                    "database directly)")
             else:
                 unanswered = server
-        # A SIGTERM (a supervisor, `timeout`, a closed pipeline) or a SIGHUP (the terminal's
-        # window closed, the SSH connection lost) leaves like Ctrl-C: through the clean-up
-        # that revokes this session's token.
-        terminated = partial(_terminated, link)
-        signal.signal(signal.SIGTERM, terminated)
-        signal.signal(signal.SIGHUP, terminated)
+        # A SIGTERM or a SIGHUP leaves like Ctrl-C: through the clean-up that revokes this
+        # session's token (terminal_leave has why the handler itself does no more than note it).
+        leaving.install(on_leave=link.revoke if link is not None else None)
         try:
             if opts["json"]:
                 code = run_json(owner, sys.stdin, sys.stdout, history=history, wait=opts["wait"], link=link)
@@ -111,7 +103,9 @@ class Command(BaseCommand):
                 code = run_interactive(owner, history=history, link=link, color=_color(opts), wait=opts["wait"],
                                        unanswered=unanswered)
         except KeyboardInterrupt:
+            leaving.leave_if_signalled()  # a SIGTERM came first: its code
             raise SystemExit(130) from None  # the shell's code for Ctrl-C, and no traceback
+        leaving.leave_if_signalled()  # one that came as the terminal was leaving anyway
         if code == ACCESS_LOST:
             raise CommandError(f"{opts['user']!r} no longer has access to {opts['tenant']!r}: removed "
                                "from the workspace, or this terminal was signed out", returncode=code)
@@ -141,16 +135,6 @@ def _color(opts: dict) -> bool | None:
     if opts["no_color"] or os.environ.get("NO_COLOR"):
         return False
     return True if opts["force_color"] else None
-
-
-def _terminated(link: ServerLink | None, signum, frame) -> None:
-    # The token is revoked on a thread of its own, at once, whatever the main thread was
-    # doing when the signal came (the clean-up also revokes it, once): a window closed may
-    # leave that thread stuck writing to a terminal that is gone. Not a daemon: the process
-    # waits for it to finish before it exits.
-    if link is not None:
-        threading.Thread(target=link.revoke, name="qorven-chat-sign-out").start()
-    raise SystemExit(128 + signum)
 
 
 def _is_http_url(value: str) -> bool:
