@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import logging
 import uuid
+from collections.abc import Callable
 from datetime import datetime
 
 from celery import shared_task
@@ -48,12 +49,17 @@ def _wait_as_the_one(session_id: int, task_id: str) -> bool:
     return False
 
 
-# Which task's come-back on the worker's timer is the session's: the task that last asked
-# to come back (a task's retries keep its id; a turn run where its message was stored,
-# turns_run, sends its come-back as a turn task whose id it chose), or the turn a freed
-# slot sent for a waiting message (route_slots' wake), which takes the come-back over.
-# Another come-back is stale: it ends at once. A missing marker (expired, the cache flushed) lets a come-back run:
-# a wake that was never sent or never ran loses nothing.
+# Which task's come-back on the worker's timer is the session's: the task that last took
+# the session's lease (a task's retries keep its id; a turn run where its message was
+# stored, turns_run, sends its come-back as a turn task whose id it chose first), as the
+# turn holding the lease answers every message waiting, or comes back for them. A turn a
+# freed slot sent for a waiting message (route_slots' wake) that takes the lease so takes
+# the come-back over; one that finds the lease held leaves it to the holder's. Another
+# come-back is stale: it ends at once. Marked as the lease is taken, not as the come-back
+# is sent: a slot freed meanwhile could send a turn that took the lease first, and marked
+# after it the come-back would find that turn holding the session and wait for it. A
+# missing marker (expired, the cache flushed) lets a come-back run: a wake that was never
+# sent or never ran loses nothing.
 COME_BACK_TTL = 3600  # seconds past a come-back's countdown its marker is kept
 
 
@@ -66,11 +72,12 @@ def _come_back_stale(session_id: int, task_id: str) -> bool:
     return marker is not None and marker != task_id
 
 
-def _come_back_mark(session_id: int, task_id: str, after: float) -> dict[str, object]:
-    """Make task `task_id`, coming back after `after` seconds, the session's come-back;
-    the keyword arguments it comes back with."""
-    cache.set(_come_back_key(session_id), task_id, int(after) + COME_BACK_TTL)
-    return {"busy": 0, "back": True}
+def _come_back_mark(session_id: int, task_id: str) -> Callable[[], None]:
+    """What makes task `task_id` the session's come-back, run as its turn takes the lease."""
+    return lambda: cache.set(_come_back_key(session_id), task_id, COME_BACK_TTL)
+
+
+COMING_BACK = {"busy": 0, "back": True}  # the keyword arguments a turn's come-back is sent with
 
 
 def _stop_waiting(session_id: int, task_id: str) -> None:
@@ -89,12 +96,11 @@ def agent_turn(self, tenant_id: int, session_id: int, busy: int = 0, woken: bool
     QORVEN_ANSWER_ATTEMPTS). `woken`: sent by a freed slot for the waiting message; it
     takes the session's come-back over."""
     with log_context(tenant=tenant_id, session=session_id), task_scope():
-        if woken:
-            cache.set(_come_back_key(session_id), self.request.id, COME_BACK_TTL)
-        elif back and _come_back_stale(session_id, self.request.id):
+        if back and _come_back_stale(session_id, self.request.id):
             return 0  # a turn woken for the message's slot took over (and runs, or ran, it)
         try:
-            outcome = turn_process(tenant_id=tenant_id, session_id=session_id)
+            outcome = turn_process(tenant_id=tenant_id, session_id=session_id,
+                                   on_lease=_come_back_mark(session_id, self.request.id))
         except DATABASE_DOWN as exc:
             # The turn let its session go (turns.turn_process) and runs again on a fresh
             # connection; a reply is only ever stored with its message marked answered.
@@ -115,9 +121,7 @@ def agent_turn(self, tenant_id: int, session_id: int, busy: int = 0, woken: bool
             raise self.retry(args=(tenant_id, session_id), kwargs={"busy": busy + 1}, countdown=busy_delay(busy)) from None
         _stop_waiting(session_id, self.request.id)
         if outcome.retry_after is not None:
-            raise self.retry(args=(tenant_id, session_id),
-                             kwargs=_come_back_mark(session_id, self.request.id, outcome.retry_after),
-                             countdown=outcome.retry_after)
+            raise self.retry(args=(tenant_id, session_id), kwargs=COMING_BACK, countdown=outcome.retry_after)
         return outcome.answered
 
 
@@ -128,8 +132,10 @@ def turns_run(turns: list[tuple[int, int]]) -> None:
     the turn task as usual."""
     for tenant_id, session_id in turns:
         with log_context(tenant=tenant_id, session=session_id):
+            task_id = str(uuid.uuid4())  # its come-back's, if it has one
             try:
-                outcome = turn_process(tenant_id=tenant_id, session_id=session_id)
+                outcome = turn_process(tenant_id=tenant_id, session_id=session_id,
+                                       on_lease=_come_back_mark(session_id, task_id))
             except DATABASE_DOWN:
                 connections_drop_broken()
                 agent_turn.apply_async((tenant_id, session_id), countdown=DATABASE_RETRY_DELAY)
@@ -141,10 +147,8 @@ def turns_run(turns: list[tuple[int, int]]) -> None:
                 # The session's come-back, as the turn task's own: a turn woken for the
                 # message's slot ends it (a come-back unmarked found the woken turn holding
                 # the session and waited for it, up to BUSY_RETRIES times).
-                task_id = str(uuid.uuid4())
-                agent_turn.apply_async((tenant_id, session_id),
-                                       _come_back_mark(session_id, task_id, outcome.retry_after),
-                                       countdown=outcome.retry_after, task_id=task_id)
+                agent_turn.apply_async((tenant_id, session_id), COMING_BACK, countdown=outcome.retry_after,
+                                       task_id=task_id)
 
 
 def turns_queue(turns: list[tuple[int, int]]) -> None:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import logging
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from django.conf import settings
@@ -51,9 +52,10 @@ class TurnOutcome:
     retry_after: float | None = None  # a message failed transiently: come back after this long
 
 
-def turn_process(*, tenant_id: int, session_id: int) -> TurnOutcome:
+def turn_process(*, tenant_id: int, session_id: int, on_lease: Callable[[], None] | None = None) -> TurnOutcome:
     """Answer every pending user message of the session, oldest first. Raises TurnBusy at
-    once when another turn holds the session (the task comes back later).
+    once when another turn holds the session (the task comes back later). `on_lease` runs
+    once the session is held, before anything is answered.
 
     The session's lease is short (QORVEN_TURN_LEASE) and renewed while the turn runs, so a
     turn whose worker died frees its session within seconds. A message that fails for
@@ -63,6 +65,8 @@ def turn_process(*, tenant_id: int, session_id: int) -> TurnOutcome:
     owner = uuid.uuid4().hex
     if not turn_lease_acquire(session_id=session_id, owner=owner, seconds=settings.QORVEN_TURN_LEASE):
         raise TurnBusy(session_id)
+    if on_lease is not None:
+        on_lease()
     outcome = TurnOutcome()
     overflowed = False
     released = False
