@@ -28,6 +28,8 @@ _RULE = re.compile(r"[ \t]*(?:[-*_][ \t]*){3,}")
 _LEADING_MARKER = re.compile(r"[ \t]*(?:>|[-+*]|\d{1,9}[.)])[ \t]*")  # one of a line's quote or item markers
 QUOTED = re.compile(r"(?:[ \t]*>[ \t]?)*")  # a line's quotes' markers
 RUNS = "*_~`"
+_FENCE_RUN = re.compile(r"[ \t]{0,3}(```|~~~)")  # what would open a code block at a line's start
+_FENCE_RUNS = re.compile(r"`{3,}|~{3,}")
 
 
 class CutChecks(MarkdownLayout):
@@ -40,6 +42,9 @@ class CutChecks(MarkdownLayout):
         self._part = len(text)  # how much a part holds
         self._read: dict[str, tuple[Reading, bool]] = {}
         self._readings: dict[str, Segments] = {}
+        # The text's runs of three backticks or tildes or more: (where each begins, where it ends).
+        runs = [(run.start(), run.end()) for run in _FENCE_RUNS.finditer(text)]
+        self._run_starts, self._run_ends = [low for low, _ in runs], [high for _, high in runs]
 
     def _inside(self, at: int) -> list[Region] | None:
         """The regions a cut at `at` is inside, outermost first; None where it may not be."""
@@ -130,6 +135,8 @@ class CutChecks(MarkdownLayout):
             place = self._place(at)
             if place and place[0].items:
                 return False  # a list item's piece begins with its "…": no rule, no fence
+            if self._fence_as_text(self._start) is not None:
+                return False  # it begins with backticks or tildes take() escapes: no fence
             begins = self._start
         line = self.starts[bisect_right(self.starts, at) - 1]
         if self._start <= line < begins:
@@ -165,22 +172,25 @@ class CutChecks(MarkdownLayout):
         if (place := self._place(at)) is not None:
             begins = resumed_at(place[0], place[1], at, self.text, self._inside(at) or [])
         return bool(BLOCK_START.match(self.text, at) or BLOCK_START.match(self.text, begins)) and (
-            self._ticks_as_text(at) is None)
+            self._fence_as_text(begins) is None)
 
-    def _ticks_as_text(self, at: int) -> tuple[int, int] | None:
-        """(where, how many) of the run of backticks a piece begun at `at`, inside a line,
-        would begin with (three or more, maybe after a few spaces) where its line reads
-        them as text, in no inline code, neither its backticks nor inside it: written at a
-        line's start they could open a code block, and escaped they read as they did."""
+    def _fence_as_text(self, at: int) -> tuple[int, int] | None:
+        """(where, how many) of the run of backticks or tildes a piece begun at `at`, inside a
+        line, would begin with (three or more, maybe after a few spaces) where its line
+        reads them as text, in no span (not inline code, neither its backticks nor inside
+        it): written at a line's start they could open a code block ("x ~~~~…" longer than
+        a part: an empty one, left out), and escaped they read as they did."""
         if at <= 0 or self.text[at - 1] == "\n":
             return None
-        run = re.compile(r"[ \t]{0,3}(`{3,})").match(self.text, at)
+        run = _FENCE_RUN.match(self.text, at)
         if run is None or self.index.around(run.start(1)):
             return None
-        opens_code = run.end(1)  # inline code opened by this run begins just after it
-        if any(r.low == opens_code and r.opening == run.group(1) for r in self.regions):
+        # Where the run ends (a long one is not read again at each cut in it): inline code opened
+        # by it begins there.
+        opens_code = self._run_ends[bisect_right(self._run_starts, run.start(1)) - 1]
+        if any(r.low == opens_code and r.opening == self.text[run.start(1):opens_code] for r in self.regions):
             return None
-        return run.start(1), len(run.group(1))
+        return run.start(1), opens_code - run.start(1)
 
 
 def resumed_at(inline: Inline, offset: int, at: int, text: str, inside: list[Region]) -> int:

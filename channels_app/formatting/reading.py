@@ -3,7 +3,8 @@ that the two sides, each made whole (channels_app.formatting.seams), show what i
 
 Reading each side whole at every candidate cut cost the paragraph's length each time, so
 a long paragraph was read as many times over as it had cuts. Instead the text is read once
-in segments, each ending after a space or a line break, and a side is read as the
+in segments, each ending after a space or a line break (or inside a run of one marker
+longer than a segment, "~~~~…", which has no space to end at), and a side is read as the
 segments before it, read already, then the piece of its own. That is exact when a segment
 is closed: read alone, it leaves no marker unmatched that could still open a span (`*`,
 `_`, `~~`), no `[` that did not make a link (its label or address could end later) and no
@@ -28,6 +29,7 @@ from markdown_it.rules_inline import StateInline
 SEGMENT = 256  # characters a segment is read in, at least
 _OPEN = "qorven_open"  # set in the env by the parse: a marker that could open was left unmatched
 _GAP = re.compile(r"[ \n](?=\S)")
+_RUN = re.compile(r"([*_~])\1{63}")  # a run of one marker this long: a segment may end inside it too
 
 
 class Reading(NamedTuple):
@@ -103,9 +105,20 @@ class Segments:
 
     def _gap(self, at: int) -> int:
         """The first offset from `at` on after a space or a line break, before what is not
-        white space; or the text's end."""
-        found = _GAP.search(self.content, max(at, 1) - 1)
-        return found.end() if found else len(self.content)
+        white space, or inside a long run of one marker (read alone, each side of it shows
+        what it did, where the text has nothing to pair it with: a segment ends there too,
+        so each cut in "~~~~…" longer than a part does not read the run from its start);
+        or the text's end."""
+        start = max(at, 1) - 1
+        run = _RUN.search(self.content, start)
+        inside = max(at, run.start() + SEGMENT // 8) if run else len(self.content)
+        found = _GAP.search(self.content, start, inside)
+        return found.end() if found else inside
+
+    def _in_run(self, bound: int) -> bool:
+        """Whether a segment ends at `bound` inside a run of one marker (`_gap`)."""
+        return self.content[bound - 1:bound] == self.content[bound:bound + 1] and self.content[bound:bound + 1] in (
+            "*", "_", "~")
 
     def reads_as_whole(self, at: int, before: Callable[[str], str], after: Callable[[str], str]) -> bool:
         """Whether the text before offset `at`, its end made whole by `before`, and the text
@@ -117,7 +130,7 @@ class Segments:
         while True:
             written = after(content[at:bounds[last]])
             rest, closed = self.reads(written)
-            if last == len(bounds) - 1 or closed and written.endswith((" ", "\n")):
+            if last == len(bounds) - 1 or closed and (written.endswith((" ", "\n")) or self._in_run(bounds[last])):
                 break
             last = min(len(bounds) - 1, bisect_left(bounds, at + 2 * (bounds[last] - at)))
         return shown.then(rest) == self.whole.part(self.counts[first], self.counts[last])

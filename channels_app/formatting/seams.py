@@ -30,8 +30,10 @@ inside a word; where no space may be cut at, the cut falls between graphemes, ne
 emoji. A line of text begun with three backticks and cut before the backtick that kept it
 text has its first backtick escaped, so the piece does not open a code block; one whose
 backticks close inline code begun on the line before is joined to it (a line break in code
-is a space), and a piece begun inside a line with backticks it reads as text has them
-escaped. Where no cut before the piece's end keeps the text, the first after it is taken (or,
+is a space), and a piece begun inside a line with three backticks or tildes or more it
+reads as text has them escaped (its first, where the rest could pair with nothing), so it
+opens no code block: "x " and a run of tildes longer than a part is cut where each part is
+full, every piece after the first beginning "\\~~~". Where no cut before the piece's end keeps the text, the first after it is taken (or,
 none being before the text's end, no cut: the rest goes in the piece): the piece is longer
 than asked, and the caller, measuring it, asks again with less room. So when what opens a
 piece (items nested deep, each marked as continued) leaves a part less room than inline code
@@ -189,7 +191,7 @@ class MarkdownSeams(CutChecks):
         if not line and self._ends_alone(at, inside):
             return None
         if place is not None and not inside and not place[0].items and BLOCK_START.match(
-                place[0].content, text_after(place[0].content, place[1])) and self._ticks_as_text(at) is None:
+                place[0].content, text_after(place[0].content, place[1])) and self._fence_as_text(at) is None:
             return None  # an item's text goes on after its "…": no block begins
         if inside:
             if any(r.opening.startswith("#") for r in inside) and _HEADING_END.search(
@@ -286,10 +288,13 @@ class MarkdownSeams(CutChecks):
             at = offset + replaced
         out.append(self.text[at:end])
         piece = self._shortened("".join(out), start, end)
-        ticks = self._ticks_as_text(start)
-        if ticks is not None and ticks[0] + ticks[1] <= end:  # text, not the fence of a code block
-            skip = ticks[0] - start
-            piece = piece[:skip] + "\\`" * ticks[1] + piece[skip + ticks[1]:]
+        run = self._fence_as_text(start)
+        if run is not None:  # text, not the fence of a code block
+            skip, char, after = run[0] - start, self.text[run[0]], run[0] + run[1]
+            # Its first; every one where the rest of it could pair with a run after it in the piece
+            # (inline code, struck).
+            escaped = run[1] if after <= end and char in self.text[after:end] else 1
+            piece = piece[:skip] + ("\\" + char) * escaped + piece[skip + escaped:]
         # After: a line whose backticks are escaped already opens no code block, and is left as it is.
         return self._unfenced(piece, end)
 

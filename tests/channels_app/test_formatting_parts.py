@@ -413,6 +413,8 @@ _TABLE_WRITTEN = re.compile(r"\||[ab]:")
 @example("| a | b |\n|---|---|\n" + "| word x | é |\n" * 8 + "> | a | b |\n> |---|---|\n" + "> | **x** | word |\n" * 8, 40)
 @example("| a | b |\n|---|---|\n| " + "word " * 12 + "| x |\n| é | x |", 40)  # a row wider than a part
 @example("** ** ** | a | b |\n|---|---|\n", 14)  # no table: its "a" and "b" cut apart, text in both parts
+@example("x " + "~" * 100, 40)  # each part after the first began "~~~", an empty code block, left out
+@example("> x " + "~" * 100, 40)
 def test_whatever_the_model_wrote_its_telegram_parts_show_the_text_it_shows_whole(text, limit):
     parts = _telegram(text, limit)
     (whole,) = _telegram(text, 10**6)
