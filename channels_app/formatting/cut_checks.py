@@ -14,10 +14,12 @@ from .layout import Inline, MarkdownLayout, source_offset
 from .reading import Reading, Segments, read
 from .regions import Region
 
-# What the start of a line reads as a block, were a cut to put it there.
-BLOCK_START = re.compile(r"[ \t]{0,3}(?:#{1,6}(?:[ \t]|$)|>|[-+*](?:[ \t]|$)|\d{1,9}[.)](?:[ \t]|$)|`{3}|~{3}|=+[ \t]*$"
-                          r"|(?:-[ \t]*){3,}$|(?:\*[ \t]*){3,}$|(?:_[ \t]*){3,}$)",  # a rule: three of one marker
+# What the start of a line reads as a block, were a cut to put it there (but a rule or a
+# heading's underline, the whole rest of the line: LineEnds).
+_OPENS_BLOCK = re.compile(r"[ \t]{0,3}(?:#{1,6}(?:[ \t]|$)|>|[-+*](?:[ \t]|$)|\d{1,9}[.)](?:[ \t]|$)|`{3}|~{3})",
                           re.MULTILINE)  # $: the line's end, a line break after it too
+_INDENT = re.compile(r"[ \t]*")
+_SPACE = re.compile(r"\s*")  # white space as str.lstrip() reads it
 # What the start of a line, cut from the rest of it, reads as where the whole line did not (a
 # fence, a rule, a heading's underline; a list item's marker or a heading's, alone, an empty one).
 _LINE_ALONE = re.compile(r"[ \t]{0,3}(?:(?:`{3,}|~{3,}).*|(?:[-*_][ \t]*){3,}|=+|-+|[-+*]|\d{1,9}[.)]|#{1,6})")
@@ -32,6 +34,51 @@ _FENCE_RUN = re.compile(r"[ \t]{0,3}(```|~~~)")  # what would open a code block 
 _FENCE_RUNS = re.compile(r"`{3,}|~{3,}")
 
 
+class LineEnds:
+    """Where each line of `text` ends in a rule (three of one of "-", "*", "_" or more, and
+    spaces) or a heading's underline ("=" and spaces), read once a line, from its end, when
+    first asked: whether the rest of a line from an offset is one costs no reading to the
+    line's end, which at each cut tried in a long line ("x " and 64,000 underscores) made
+    planning grow with the square of its length."""
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+        self.starts = [0, *(m.end() for m in re.finditer("\n", text))]
+        self._lines: dict[int, dict[str, tuple[int, int]]] = {}
+
+    def rule_at(self, at: int) -> bool:
+        """Whether the line's rest from `at` (after three spaces at most) is a rule or an underline."""
+        marker = _INDENT.match(self.text, at, min(len(self.text), at + 4)).end()  # type: ignore[union-attr]
+        if marker - at > 3 or self.text[marker:marker + 1] not in ("-", "*", "_", "="):
+            return False
+        low, high = self._ends(bisect_right(self.starts, marker) - 1)[self.text[marker]]
+        return low <= marker <= high
+
+    def _ends(self, line: int) -> dict[str, tuple[int, int]]:
+        """For each marker, the offsets of the line from which its rest is a rule (or an
+        underline) made of that marker: (first, last), last before first where there are none."""
+        if line not in self._lines:
+            text, start = self.text, self.starts[line]
+            end = self.starts[line + 1] - 1 if line + 1 < len(self.starts) else len(text)
+            ends = {}
+            for marker in "-*_":  # the line's end of the marker and spaces alone, to its third marker from the end
+                first = start + len(text[start:end].rstrip(marker + " \t"))
+                third = end
+                for _ in range(3):
+                    third = text.rfind(marker, first, third) if third >= 0 else -1
+                ends[marker] = (first, third)  # -1 where fewer than three
+            blank = start + len(text[start:end].rstrip(" \t"))
+            ends["="] = (start + len(text[start:blank].rstrip("=")), blank - 1)
+            self._lines[line] = ends
+        return self._lines[line]
+
+
+def begins_block(text: str, at: int, ends: LineEnds) -> bool:
+    """Whether `text` read from `at` would begin with what Markdown reads as a block, at a
+    line's start (`ends`: `text`'s lines' ends)."""
+    return bool(_OPENS_BLOCK.match(text, at)) or ends.rule_at(at)
+
+
 class CutChecks(MarkdownLayout):
     """The checks of a cut in the Markdown `text` (read by MarkdownLayout); `env`, the whole
     reply's link references. The piece being cut begins at `_start`, a part holds `_part`."""
@@ -42,6 +89,7 @@ class CutChecks(MarkdownLayout):
         self._part = len(text)  # how much a part holds
         self._read: dict[str, tuple[Reading, bool]] = {}
         self._readings: dict[str, Segments] = {}
+        self._line_ends: dict[str, LineEnds] = {}
         # The text's runs of three backticks or tildes or more: (where each begins, where it ends).
         runs = [(run.start(), run.end()) for run in _FENCE_RUNS.finditer(text)]
         self._run_starts, self._run_ends = [low for low, _ in runs], [high for _, high in runs]
@@ -171,8 +219,14 @@ class CutChecks(MarkdownLayout):
         begins = at
         if (place := self._place(at)) is not None:
             begins = resumed_at(place[0], place[1], at, self.text, self._inside(at) or [])
-        return bool(BLOCK_START.match(self.text, at) or BLOCK_START.match(self.text, begins)) and (
+        return (self._begins_block_in(self.text, at) or self._begins_block_in(self.text, begins)) and (
             self._fence_as_text(begins) is None)
+
+    def _begins_block_in(self, text: str, at: int) -> bool:
+        """`begins_block` in the reply's text or a paragraph's inline text, each's lines read once."""
+        if text not in self._line_ends:
+            self._line_ends[text] = LineEnds(text)
+        return begins_block(text, at, self._line_ends[text])
 
     def _fence_as_text(self, at: int) -> tuple[int, int] | None:
         """(where, how many) of the run of backticks or tildes a piece begun at `at`, inside a
@@ -199,7 +253,7 @@ def resumed_at(inline: Inline, offset: int, at: int, text: str, inside: list[Reg
     white space a cut where no space is may fall before (a span's marker before white
     space would not open it; in inline code it is code) and the next line's markers."""
     if inline.content[offset:offset + 1].isspace() and not (inside and inside[-1].opening.startswith("`")):
-        offset += len(inline.content[offset:]) - len(inline.content[offset:].lstrip())
+        offset = text_after(inline.content, offset)
     elif text[at - 1] == " ":
         return at
     return source_offset(inline.segments, offset)
@@ -209,7 +263,7 @@ def text_after(content: str, offset: int) -> int:
     """Where the text after `offset` in an inline text goes on, as a piece begun there goes
     on from it (`resumed_at`: not in inline code): after white space ("    - a" in a
     paragraph's line is a dash in it; at a piece's start, a list item)."""
-    return offset + len(content[offset:]) - len(content[offset:].lstrip())
+    return _SPACE.match(content, offset).end()  # type: ignore[union-attr]
 
 
 def closed_by(before: str, closing: str) -> str:

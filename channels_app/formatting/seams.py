@@ -60,7 +60,7 @@ from bisect import bisect_left, bisect_right
 import regex
 
 from ..split import Seam
-from .cut_checks import BLOCK_START, FENCE_CUT, QUOTED, RUNS, CutChecks, closed_by, resumed_at, text_after
+from .cut_checks import FENCE_CUT, QUOTED, RUNS, CutChecks, closed_by, resumed_at, text_after
 from .list_items import chain
 from .regions import Region
 
@@ -190,7 +190,7 @@ class MarkdownSeams(CutChecks):
             return None  # after a list's marker, a heading's, between a table's cells
         if not line and self._ends_alone(at, inside):
             return None
-        if place is not None and not inside and not place[0].items and BLOCK_START.match(
+        if place is not None and not inside and not place[0].items and self._begins_block_in(
                 place[0].content, text_after(place[0].content, place[1])) and self._fence_as_text(at) is None:
             return None  # an item's text goes on after its "…": no block begins
         if inside:

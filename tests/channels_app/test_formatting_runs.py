@@ -64,3 +64,12 @@ def test_a_run_of_tildes_longer_than_a_telegram_or_discord_part_fills_each(kind)
     parts = _parts(kind, text, limit)
     assert _characters("".join(_read_back(kind, part) for part in parts)) == _characters(text)
     assert len(parts) <= 16000 // (limit - 20) + 2  # the run fills each (the word before it may go alone)
+
+
+@pytest.mark.parametrize("marker", ["_", "*", "-"])
+def test_a_line_of_one_rule_marker_longer_than_a_discord_part_is_sent_whole_in_as_few_parts_as_hold_it(marker):
+    """Each cut tried in the line is checked for the rule the rest of the line would read as
+    (Discord's parts go as written: it shows no rule)."""
+    text = "x " + marker * 6000
+    parts = _parts("discord", text, 2000)
+    assert "".join(parts) == text and len(parts) == 4
