@@ -30,8 +30,9 @@ _RULE = re.compile(r"[ \t]*(?:[-*_][ \t]*){3,}")
 _LEADING_MARKER = re.compile(r"[ \t]*(?:>|[-+*]|\d{1,9}[.)])[ \t]*")  # one of a line's quote or item markers
 QUOTED = re.compile(r"(?:[ \t]*>[ \t]?)*")  # a line's quotes' markers
 RUNS = "*_~`"
-_FENCE_RUN = re.compile(r"[ \t]{0,3}(```|~~~)")  # what would open a code block at a line's start
-_FENCE_RUNS = re.compile(r"`{3,}|~{3,}")
+# What would open a code block at a line's start, or begin a rule (with only its marker and spaces after).
+_FENCE_RUN = re.compile(r"[ \t]{0,3}(```|~~~|---|\*\*\*|___)")
+_FENCE_RUNS = re.compile(r"([`~*_-])\1{2,}")
 
 
 class LineEnds:
@@ -183,8 +184,8 @@ class CutChecks(MarkdownLayout):
             place = self._place(at)
             if place and place[0].items:
                 return False  # a list item's piece begins with its "…": no rule, no fence
-            if self._fence_as_text(self._start) is not None:
-                return False  # it begins with backticks or tildes take() escapes: no fence
+            if self._run_as_text(self._start) is not None:
+                return False  # it begins with a run take() escapes: no fence, no rule
             begins = self._start
         line = self.starts[bisect_right(self.starts, at) - 1]
         if self._start <= line < begins:
@@ -220,24 +221,29 @@ class CutChecks(MarkdownLayout):
         if (place := self._place(at)) is not None:
             begins = resumed_at(place[0], place[1], at, self.text, self._inside(at) or [])
         return (self._begins_block_in(self.text, at) or self._begins_block_in(self.text, begins)) and (
-            self._fence_as_text(begins) is None)
+            self._run_as_text(begins) is None)
 
     def _begins_block_in(self, text: str, at: int) -> bool:
         """`begins_block` in the reply's text or a paragraph's inline text, each's lines read once."""
+        return begins_block(text, at, self._line_ends_of(text))
+
+    def _line_ends_of(self, text: str) -> LineEnds:
         if text not in self._line_ends:
             self._line_ends[text] = LineEnds(text)
-        return begins_block(text, at, self._line_ends[text])
+        return self._line_ends[text]
 
-    def _fence_as_text(self, at: int) -> tuple[int, int] | None:
+    def _run_as_text(self, at: int) -> tuple[int, int] | None:
         """(where, how many) of the run of backticks or tildes a piece begun at `at`, inside a
         line, would begin with (three or more, maybe after a few spaces) where its line
         reads them as text, in no span (not inline code, neither its backticks nor inside
         it): written at a line's start they could open a code block ("x ~~~~…" longer than
-        a part: an empty one, left out), and escaped they read as they did."""
+        a part: an empty one, left out), and escaped they read as they did. So too three
+        underscores, stars or dashes or more the rest of the line would read as a rule."""
         if at <= 0 or self.text[at - 1] == "\n":
             return None
         run = _FENCE_RUN.match(self.text, at)
-        if run is None or self.index.around(run.start(1)):
+        if run is None or self.index.around(run.start(1)) or run.group(1)[0] in "-*_" and not (
+                self._line_ends_of(self.text).rule_at(run.start(1))):
             return None
         # Where the run ends (a long one is not read again at each cut in it): inline code opened
         # by it begins there.

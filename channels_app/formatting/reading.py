@@ -29,7 +29,7 @@ from markdown_it.rules_inline import StateInline
 SEGMENT = 256  # characters a segment is read in, at least
 _OPEN = "qorven_open"  # set in the env by the parse: a marker that could open was left unmatched
 _GAP = re.compile(r"[ \n](?=\S)")
-_RUN = re.compile(r"([*_~])\1{63}")  # a run of one marker this long: a segment may end inside it too
+_RUN = re.compile(r"([*_~-])\1{63}")  # a run of one marker this long: a segment may end inside it too
 
 
 class Reading(NamedTuple):
@@ -118,7 +118,7 @@ class Segments:
     def _in_run(self, bound: int) -> bool:
         """Whether a segment ends at `bound` inside a run of one marker (`_gap`)."""
         return self.content[bound - 1:bound] == self.content[bound:bound + 1] and self.content[bound:bound + 1] in (
-            "*", "_", "~")
+            "*", "_", "~", "-")
 
     def reads_as_whole(self, at: int, before: Callable[[str], str], after: Callable[[str], str]) -> bool:
         """Whether the text before offset `at`, its end made whole by `before`, and the text

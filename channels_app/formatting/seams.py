@@ -31,9 +31,10 @@ emoji. A line of text begun with three backticks and cut before the backtick tha
 text has its first backtick escaped, so the piece does not open a code block; one whose
 backticks close inline code begun on the line before is joined to it (a line break in code
 is a space), and a piece begun inside a line with three backticks or tildes or more it
-reads as text has them escaped (its first, where the rest could pair with nothing), so it
-opens no code block: "x " and a run of tildes longer than a part is cut where each part is
-full, every piece after the first beginning "\\~~~". Where no cut before the piece's end keeps the text, the first after it is taken (or,
+reads as text, or three underscores, stars or dashes that the rest of its line would read
+as a rule, has them escaped (its first, where the rest could pair with nothing), so it
+opens no code block and shows no rule: "x " and a run of tildes longer than a part is cut
+where each part is full, every piece after the first beginning "\\~~~". Where no cut before the piece's end keeps the text, the first after it is taken (or,
 none being before the text's end, no cut: the rest goes in the piece): the piece is longer
 than asked, and the caller, measuring it, asks again with less room. So when what opens a
 piece (items nested deep, each marked as continued) leaves a part less room than inline code
@@ -191,7 +192,7 @@ class MarkdownSeams(CutChecks):
         if not line and self._ends_alone(at, inside):
             return None
         if place is not None and not inside and not place[0].items and self._begins_block_in(
-                place[0].content, text_after(place[0].content, place[1])) and self._fence_as_text(at) is None:
+                place[0].content, text_after(place[0].content, place[1])) and self._run_as_text(at) is None:
             return None  # an item's text goes on after its "…": no block begins
         if inside:
             if any(r.opening.startswith("#") for r in inside) and _HEADING_END.search(
@@ -288,7 +289,7 @@ class MarkdownSeams(CutChecks):
             at = offset + replaced
         out.append(self.text[at:end])
         piece = self._shortened("".join(out), start, end)
-        run = self._fence_as_text(start)
+        run = self._run_as_text(start)
         if run is not None:  # text, not the fence of a code block
             skip, char, after = run[0] - start, self.text[run[0]], run[0] + run[1]
             # Its first; every one where the rest of it could pair with a run after it in the piece

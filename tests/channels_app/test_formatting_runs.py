@@ -1,7 +1,8 @@
-"""A run of one formatting character longer than a part ("~~~~…", "````…"), which the whole
-reply shows as text: cut over parts (channels_app.formatting.reply_parts), every character
-of it reaches the person, in parts that each fit, on every platform. A part begun inside
-the run does not open a code block the whole did not have (an empty one, left out)."""
+"""A run of one formatting character longer than a part ("~~~~…", "````…", "____…"), which
+the whole reply shows as text: cut over parts (channels_app.formatting.reply_parts), every
+character of it reaches the person, in parts that each fit, on every platform. A part begun
+inside the run does not open a code block (an empty one, left out) or show a rule the whole
+did not have."""
 from __future__ import annotations
 
 import html
@@ -47,12 +48,14 @@ def _parts(kind: str, text: str, limit: int) -> list[str]:
 
 @pytest.mark.parametrize("kind", KINDS)
 @pytest.mark.parametrize("text", ["x " + "~" * 130, "x " + "`" * 130, "> x " + "~" * 130, "> x " + "`" * 130,
-                                  "alpha beta " + "~" * 90 + " gamma", "alpha\n    " + "~" * 90 + " gamma"],
+                                  "alpha beta " + "~" * 90 + " gamma", "alpha\n    " + "~" * 90 + " gamma",
+                                  "x " + "_" * 130, "x " + "*" * 130, "x " + "-" * 130, "> x " + "_" * 130],
                          ids=["tildes", "backticks", "quoted tildes", "quoted backticks", "tildes in a line",
-                              "tildes on an indented line"])
-def test_a_run_of_tildes_or_backticks_longer_than_a_part_reaches_the_person_whole(kind, text):
+                              "tildes on an indented line", "underscores", "stars", "dashes", "quoted underscores"])
+def test_a_run_of_one_marker_longer_than_a_part_reaches_the_person_whole(kind, text):
     """"x " then 16,000 tildes on Telegram was one part of 4,094 tildes: each part after it
-    began with "~~~", a code block's fence, and was an empty code block, left out."""
+    began with "~~~", a code block's fence, and was an empty code block, left out; a part
+    begun inside underscores, stars or dashes showed a rule ("———") instead."""
     parts = _parts(kind, text, 40)
     assert _characters("".join(_read_back(kind, part) for part in parts)) == _characters(text), parts
 
@@ -66,10 +69,12 @@ def test_a_run_of_tildes_longer_than_a_telegram_or_discord_part_fills_each(kind)
     assert len(parts) <= 16000 // (limit - 20) + 2  # the run fills each (the word before it may go alone)
 
 
+@pytest.mark.parametrize("kind", ["telegram", "discord"])
 @pytest.mark.parametrize("marker", ["_", "*", "-"])
-def test_a_line_of_one_rule_marker_longer_than_a_discord_part_is_sent_whole_in_as_few_parts_as_hold_it(marker):
-    """Each cut tried in the line is checked for the rule the rest of the line would read as
-    (Discord's parts go as written: it shows no rule)."""
+def test_a_line_of_one_rule_marker_longer_than_a_part_reaches_the_person_whole_in_parts_that_fill_it(kind, marker):
+    """Each cut tried in the line is checked for the rule the rest of the line would read as."""
+    limit = 4096 if kind == "telegram" else 2000
     text = "x " + marker * 6000
-    parts = _parts("discord", text, 2000)
-    assert "".join(parts) == text and len(parts) == 4
+    parts = _parts(kind, text, limit)
+    assert _characters("".join(_read_back(kind, part) for part in parts)) == _characters(text)
+    assert len(parts) <= 6000 // (limit - 20) + 2  # the run fills each (the word before it may go alone)
