@@ -415,6 +415,7 @@ _TABLE_WRITTEN = re.compile(r"\||[ab]:")
 @example("** ** ** | a | b |\n|---|---|\n", 14)  # no table: its "a" and "b" cut apart, text in both parts
 @example("x " + "~" * 100, 40)  # each part after the first began "~~~", an empty code block, left out
 @example("> x " + "~" * 100, 40)
+@example("x " + "_" * 100, 40)  # each part after the first showed a rule ("———")
 def test_whatever_the_model_wrote_its_telegram_parts_show_the_text_it_shows_whole(text, limit):
     parts = _telegram(text, limit)
     (whole,) = _telegram(text, 10**6)
