@@ -31,8 +31,8 @@ _LEADING_MARKER = re.compile(r"[ \t]*(?:>|[-+*]|\d{1,9}[.)])[ \t]*")  # one of a
 QUOTED = re.compile(r"(?:[ \t]*>[ \t]?)*")  # a line's quotes' markers
 RUNS = "*_~`"
 # What would open a code block at a line's start, or begin a rule (with only its marker and spaces after).
-_FENCE_RUN = re.compile(r"[ \t]{0,3}(```|~~~|---|\*\*\*|___)")
-_FENCE_RUNS = re.compile(r"([`~*_-])\1{2,}")
+_FENCE_RUN = re.compile(r"[ \t]{0,3}(```|~~~|[-*_])")
+_FENCE_RUNS = re.compile(r"`{3,}|~{3,}")
 
 
 class LineEnds:
@@ -237,14 +237,16 @@ class CutChecks(MarkdownLayout):
         line, would begin with (three or more, maybe after a few spaces) where its line
         reads them as text, in no span (not inline code, neither its backticks nor inside
         it): written at a line's start they could open a code block ("x ~~~~…" longer than
-        a part: an empty one, left out), and escaped they read as they did. So too three
-        underscores, stars or dashes or more the rest of the line would read as a rule."""
+        a part: an empty one, left out), and escaped they read as they did. So too the first
+        of the underscores, stars or dashes the rest of the line would read as a rule ("____…",
+        "_ _ _ …")."""
         if at <= 0 or self.text[at - 1] == "\n":
             return None
         run = _FENCE_RUN.match(self.text, at)
-        if run is None or self.index.around(run.start(1)) or run.group(1)[0] in "-*_" and not (
-                self._line_ends_of(self.text).rule_at(run.start(1))):
+        if run is None or self.index.around(run.start(1)):
             return None
+        if run.group(1) in ("-", "*", "_"):  # a rule's first marker escaped: no rule, and nothing after it pairs
+            return (run.start(1), 1) if self._line_ends_of(self.text).rule_at(run.start(1)) else None
         # Where the run ends (a long one is not read again at each cut in it): inline code opened
         # by it begins there.
         opens_code = self._run_ends[bisect_right(self._run_starts, run.start(1)) - 1]

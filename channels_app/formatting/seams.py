@@ -31,8 +31,8 @@ emoji. A line of text begun with three backticks and cut before the backtick tha
 text has its first backtick escaped, so the piece does not open a code block; one whose
 backticks close inline code begun on the line before is joined to it (a line break in code
 is a space), and a piece begun inside a line with three backticks or tildes or more it
-reads as text, or three underscores, stars or dashes that the rest of its line would read
-as a rule, has them escaped (its first, where the rest could pair with nothing), so it
+reads as text, or underscores, stars or dashes that the rest of its line would read as a
+rule ("_ _ _ …" too), has them escaped (its first, where the rest could pair with nothing), so it
 opens no code block and shows no rule: "x " and a run of tildes longer than a part is cut
 where each part is full, every piece after the first beginning "\\~~~". Where no cut before the piece's end keeps the text, the first after it is taken (or,
 none being before the text's end, no cut: the rest goes in the piece): the piece is longer

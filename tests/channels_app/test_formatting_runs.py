@@ -49,9 +49,11 @@ def _parts(kind: str, text: str, limit: int) -> list[str]:
 @pytest.mark.parametrize("kind", KINDS)
 @pytest.mark.parametrize("text", ["x " + "~" * 130, "x " + "`" * 130, "> x " + "~" * 130, "> x " + "`" * 130,
                                   "alpha beta " + "~" * 90 + " gamma", "alpha\n    " + "~" * 90 + " gamma",
-                                  "x " + "_" * 130, "x " + "*" * 130, "x " + "-" * 130, "> x " + "_" * 130],
+                                  "x " + "_" * 130, "x " + "*" * 130, "x " + "-" * 130, "> x " + "_" * 130,
+                                  "x " + "_ " * 70, "x " + "- " * 70],
                          ids=["tildes", "backticks", "quoted tildes", "quoted backticks", "tildes in a line",
-                              "tildes on an indented line", "underscores", "stars", "dashes", "quoted underscores"])
+                              "tildes on an indented line", "underscores", "stars", "dashes", "quoted underscores",
+                              "spaced underscores", "spaced dashes"])
 def test_a_run_of_one_marker_longer_than_a_part_reaches_the_person_whole(kind, text):
     """"x " then 16,000 tildes on Telegram was one part of 4,094 tildes: each part after it
     began with "~~~", a code block's fence, and was an empty code block, left out; a part
