@@ -17,7 +17,6 @@ session meanwhile, so a failure or a race stores nothing and loses nothing.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
 from dataclasses import dataclass, replace
 from datetime import datetime
 
@@ -35,6 +34,7 @@ from .flushed_notes import flushed_store
 from .services import memory_add
 from .summarizer.condense import Condensed, condense
 from .summarizer.excerpts import excerpt_read, input_budget
+from .compact_hooks import compact_start_hooks
 from .summarizer.model_answers import CompactionFailed
 
 logger = logging.getLogger(__name__)
@@ -42,11 +42,6 @@ logger = logging.getLogger(__name__)
 __all__ = ["AdvanceOutcome", "CatchUp", "CompactionFailed", "RotateOutcome", "catch_up_announce",
            "compact_start_hooks", "compaction_advance", "compaction_rotate", "settled_through"]
 
-
-# Called with the session as a /compact, holding it, is about to call the summarizer:
-# the agent gives up the place a message waiting for the same capped server holds in its
-# queue (qorven.agent.slot_places), which the compaction's calls would wait behind.
-compact_start_hooks: list[Callable[[Session], None]] = []
 
 
 @dataclass(frozen=True)

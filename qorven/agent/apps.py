@@ -13,7 +13,7 @@ class AgentConfig(AppConfig):
     verbose_name = "Agent"
 
     def ready(self) -> None:
-        from memory_app.compaction import compact_start_hooks
+        from memory_app.compact_hooks import compact_start_hooks
         from qorven.runtime.startup import Startup, on_startup
 
         from .slot_places import slot_places_before_compact
