@@ -22,6 +22,7 @@ from sessions_app.models import Message, Session
 from tenancy.models import Qor, Tenant
 from tenancy.selectors import tenant_serving_now
 
+from .condensed import condensed_through, merged_note, uncondensed_since
 from .merge import (
     images_of_duplicates_move,
     kept_rows_move,
@@ -262,6 +263,7 @@ def collapse_user(
                 session=canonical, seq__lte=canonical.compacted_through_seq
             )
             marker = below.order_by("-seq").values_list("id", flat=True).first()
+        since = uncondensed_since(sessions)
         outcome.messages = sum(stats[pk].span.count for pk in ids)
         own = stats[canonical.pk]
         shift = max(own.top_seq, outcome.messages) if own.span.count else 0
@@ -281,13 +283,23 @@ def collapse_user(
         first_waiting = waiting.order_by("seq").values_list("seq", flat=True).first()
         canonical.replied_through_seq = kept if first_waiting is None else first_waiting - 1
         canonical.started_at = min(s.started_at for s in [*sessions, canonical])
+        own_floor = 0
         if canonical.compacted_through_seq:
             moved = (
                 Message.objects.filter(pk=marker) if marker is not None else Message.objects.none()
             )
-            canonical.compacted_through_seq = moved.values_list("seq", flat=True).first() or 0
+            own_floor = moved.values_list("seq", flat=True).first() or 0
+        # What each merged chat's summarizer condensed stays condensed (condensed.py).
+        canonical.compacted_through_seq = max(own_floor, condensed_through(canonical, since=since))
+        canonical.compaction_note = merged_note(canonical, extras)
         canonical.save(
-            update_fields=["last_seq", "replied_through_seq", "started_at", "compacted_through_seq"]
+            update_fields=[
+                "last_seq",
+                "replied_through_seq",
+                "started_at",
+                "compacted_through_seq",
+                "compaction_note",
+            ]
         )
         if before_archive is not None:
             before_archive(outcome)
