@@ -100,3 +100,21 @@ def test_both_chats_summaries_reach_the_next_turn_and_nothing_left_uncondensed_i
     assert DENTIST in system and GARDEN in system
     assert [line.rsplit(": ", 1)[-1] for line in history] == [
         "shed colour?", "Blue.", "anything else?", "All set.", "what did we plan?"]
+
+
+def test_the_summary_a_legacy_chat_was_started_with_reaches_the_next_turn(world, settings, model_server, drain):
+    """A legacy chat rotated by /compact starts from its predecessor's summary (its seed):
+    that chat stays archived and is not merged, so the seed was the only place the model
+    could read it from, and the collapse dropped it."""
+    telegram = legacy_telegram(world, settings)
+    Session.objects.filter(pk=telegram.pk).update(seed_summary=GARDEN)
+    say(telegram, 0, "and the shed?")
+    say(telegram, 1, "Blue, you said.", role="assistant")
+    chat = session_resolve(tenant=world.tenant_a, qor=world.qor_a, channel="web", user=world.alice)
+    say(chat, 20, "hello from the page")
+
+    system, history = first_turn_after_collapse(world, model_server, drain)
+
+    assert GARDEN in system
+    assert [line.rsplit(": ", 1)[-1] for line in history] == [
+        "and the shed?", "Blue, you said.", "hello from the page", "what did we plan?"]
