@@ -28,7 +28,7 @@ from tenancy.errors import NotFound
 
 from .chat import ChatOwner, chat_send
 from .terminal_follow import Emit, Follower
-from .terminal_input import InputLines
+from .terminal_input import InputLines, signal_ends_wait
 from .terminal_leave import leaving
 from .terminal_rows import fold, hang, item_indent, width_of
 
@@ -224,7 +224,8 @@ def _follower(owner: ChatOwner, emit: Emit, link: Any) -> Follower:
 def _send(owner: ChatOwner, link: Any, content: str) -> tuple[int, bool]:
     """Send what the person typed on channel tui; (its seq, whether a reply will follow)."""
     if link is not None:
-        sent = link.send(content)
+        # A signal ends the wait for a server that took the message and does not answer.
+        sent = signal_ends_wait(lambda: link.send(content))
         return sent.seq, sent.expects_reply
     result = chat_send(owner=owner, content=content, channel="tui")
     return result.message.seq, "command" not in (result.message.metadata or {})

@@ -7,6 +7,7 @@ import threading
 import time
 import urllib.request
 from contextlib import contextmanager
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
@@ -143,3 +144,40 @@ def gates_held_elsewhere(*keys: str):
     finally:
         done.set()
         thread.join(10)
+
+
+class Silent(BaseHTTPRequestHandler):
+    """A server that says it is Qorven (/healthz) and takes a message without ever
+    answering it: one stuck mid-request."""
+
+    came = threading.Event()  # a message is being sent
+    released = threading.Event()  # the test is over: the request may end
+
+    def do_GET(self) -> None:
+        body = b'{"status": "ok"}'
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def do_POST(self) -> None:
+        type(self).came.set()
+        type(self).released.wait(120)
+        self.close_connection = True
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+@pytest.fixture
+def silent_server():
+    """A `Silent` server's URL."""
+    Silent.came.clear()
+    Silent.released.clear()
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), Silent)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{httpd.server_address[1]}"
+    Silent.released.set()
+    httpd.shutdown()
+    httpd.server_close()

@@ -23,6 +23,7 @@ from sessions_app.services import message_append, session_resolve
 from tenancy.models import ApiToken
 
 from ..fakes.model_server import reply
+from .conftest import Silent
 from .screen import Screen
 from .test_terminal import ROOT, qorven_env
 from .test_terminal_server import signal_another_thread
@@ -521,3 +522,20 @@ def test_a_message_the_server_did_not_take_is_said_so_and_back_on_the_prompt(wor
     assert not screen.exit_file.exists()
     screen.key("C-u", "C-d")
     assert screen.exit_code() == 0
+
+
+def test_a_signal_while_a_message_waits_for_a_server_that_does_not_answer_ends_the_terminal_at_once(
+        world, model_server, silent_server, screens):
+    """Sent between two prompts, the message waited for the server on the main thread: a
+    closed window's SIGHUP was acted on once the send's 30 s had run out, the message said
+    not to have been sent the while."""
+    screen = screens({**qorven_env(model_server), "QORVEN_PUBLIC_URL": silent_server}, "--server", silent_server)
+    screen.type("hello")
+    screen.key("Enter")
+    assert Silent.came.wait(60), screen.text()
+    (chat,) = [pid for pid in processes_with("QORVEN_PUBLIC_URL", silent_server)
+               if b"chat" in Path(f"/proc/{pid}/cmdline").read_bytes()]
+    os.kill(chat, signal.SIGHUP)
+    assert screen.exit_code(seconds=90) == 128 + signal.SIGHUP
+    assert "did not answer" not in screen.text()
+    assert ApiToken.objects.get(name="qorven chat").revoked_at is not None

@@ -19,7 +19,9 @@ from sessions_app.models import Message
 from tenancy.models import ApiToken
 
 from ..fakes.model_server import reply
+from .conftest import Silent
 from .test_terminal import ROOT, qorven_env
+from .test_terminal_server import signal_another_thread
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -84,4 +86,35 @@ def test_two_signals_while_a_server_writes_the_reply_end_the_terminal_once_signe
     code, stderr = signalled(proc, second)
     assert code in (128 + signal.SIGTERM, 128 + second), stderr
     assert "Traceback" not in stderr and "Exception ignored" not in stderr, stderr
+    assert ApiToken.objects.get(name="qorven chat").revoked_at is not None
+
+
+@pytest.mark.parametrize("to", ["process", "another-thread"])
+@pytest.mark.parametrize("mode", [["--json"], []], ids=["json", "pipe"])
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP], ids=["sigterm", "sighup"])
+def test_a_signal_while_a_message_waits_for_a_server_that_does_not_answer_leaves_at_once(world, model_server,
+                                                                                      silent_server, mode, signum,
+                                                                                      to):
+    """The handler only notes the signal, and the terminal left at its next safe point,
+    past the send: once the server's answer had not come within the send's 30 s, the
+    message said not to have been sent the while. Also when the kernel hands the signal
+    to a thread other than the main one."""
+    command = [QORVEN, "chat", *mode, "--tenant", "acme", "--qor", "aria", "--user", "alice",
+               "--server", silent_server]
+    proc = subprocess.Popen(command, cwd=ROOT, env=qorven_env(model_server), stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        proc.stdin.write((json.dumps({"content": "hello"}) if mode else "hello") + "\n")
+        proc.stdin.flush()
+        assert Silent.came.wait(60), proc.stderr.read() if proc.poll() is not None else "no message sent"
+        if to == "process":
+            proc.send_signal(signum)
+        else:
+            signal_another_thread(proc.pid, signum)
+        proc.wait(120)
+    finally:
+        proc.kill()
+    shown, stderr = proc.stdout.read(), proc.stderr.read()
+    assert proc.returncode == -signum or proc.returncode == 128 + signum, stderr
+    assert "did not answer" not in shown and "Traceback" not in stderr, (shown, stderr)
     assert ApiToken.objects.get(name="qorven chat").revoked_at is not None
