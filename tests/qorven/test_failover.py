@@ -505,6 +505,26 @@ def test_a_slot_whose_holder_died_frees_when_its_lease_runs_out(settings):
     assert 0.3 < waited < 3
 
 
+def test_a_slot_held_by_a_message_whose_call_died_is_freed_when_that_message_comes_back(settings):
+    """A message's call holds the one slot when its worker dies; a message of another
+    tenant waits. The first message's turn, taken over, comes back for its slot: the slot
+    its dead try held is freed, and goes first to the message that waited. Before, it
+    stayed taken until its lease ran out (a call's deadline and timeout, 240 s by default),
+    from the message itself too, which then failed as the model being unavailable."""
+    from qorven.runtime import route_slots
+
+    if not settings.REDIS_URL:
+        pytest.skip("across processes only: in one process a holder cannot die and leave its slot")
+    base_url = f"http://slots.example/{time.monotonic_ns()}"
+    slots = route_slots._slots(base_url)
+    slots.enter(ticket="a1", lane="1", wake=None, cap=1, wait=10, lease=300)  # never released: its worker died
+    assert _ticketed_as(base_url, "b1", 2) is not True
+    assert _ticketed_as(base_url, "a1", 1) is not True  # back: its dead try's slot is b1's, who waited
+    assert _ticketed_as(base_url, "b1", 2) is True
+    assert _ticketed_as(base_url, "a1", 1) is True
+    assert route_slots.route_slot_waiting(base_url=base_url) == 0
+
+
 def test_a_connection_dropped_before_any_answer_is_tried_again_on_the_same_route(client, world, servers, drain):
     """A connection that closes without an answer (one the server had just let go of, a
     restart) is tried once more at once before the turn fails over: one such blip does not

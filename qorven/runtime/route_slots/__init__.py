@@ -15,8 +15,9 @@ tenant's call goes through qorven.llm.metered, which sets it); a call made for n
 With REDIS_URL the slots live in Redis, shared by servers and workers: the lanes and the
 rotation (lists) and the holders (a sorted set scored by when each holder's lease runs
 out). One Lua script lets the waiter at the head of the queue in when fewer than N leases
-are live. A holder that died frees its slot when its lease runs out; a waiter that died (it
-stops refreshing its presence key) is dropped from the queue. On the embedded default there
+are live. A holder that died frees its slot when its lease runs out, or as soon as its ticket
+looks again (a ticket makes one call at a time: its turn, taken over, comes back); a waiter
+that died (it stops refreshing its presence key) is dropped from the queue. On the embedded default there
 is one process, and the slots are a condition in its memory.
 
 A call made for a worker's task (inside `slot_ticket`) never waits on the worker's thread:

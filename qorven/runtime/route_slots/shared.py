@@ -85,27 +85,32 @@ return #ahead
 """
 
 # A ticket's look, before _ENTER: its presence (holding when it first looked) and its
-# place, set together, so no other waiter takes it for one that went away. 0: it has
-# waited past its wait (and gives up its place when ARGV[5] is "1", a call's look); 2:
-# only looking, at a ticket not waiting. KEYS: rotation, lanes prefix, its presence key.
-# ARGV: ticket, now, wait, presence, a call's look, its lane.
+# place, set together, so no other waiter takes it for one that went away. First, a slot
+# the ticket still holds is freed: a ticket makes one call at a time, so that is a try of
+# its that died with its process (its task comes back, or is taken over, only once that
+# try's turn is over), whose lease would otherwise keep the slot taken, from the ticket
+# itself too, for as long as a call may run. {0, …}: it has waited past its wait (and
+# gives up its place when ARGV[5] is "1", a call's look); {2, …}: only looking, at a
+# ticket not waiting; then 1 if it freed a slot. KEYS: rotation, lanes prefix, its
+# presence key, holders. ARGV: ticket, now, wait, presence, a call's look, its lane.
 _LOOK = _QUEUE + """
+local freed = redis.call('ZREM', KEYS[4], ARGV[1])
 local since = redis.call('GET', KEYS[3])
 if since and tonumber(ARGV[2]) - tonumber(since) > tonumber(ARGV[3]) then
   if ARGV[5] == '1' then
     quit(KEYS[1], KEYS[2], ARGV[6], ARGV[1])
     redis.call('DEL', KEYS[3])
   end
-  return 0
+  return {0, freed}
 end
 if not since then  -- a first look, or a ticket that lapsed: to the back of its lane
-  if ARGV[5] ~= '1' then return 2 end  -- unless only looking: its call takes the first look
+  if ARGV[5] ~= '1' then return {2, freed} end  -- unless only looking: its call takes the first look
   since = ARGV[2]
   quit(KEYS[1], KEYS[2], ARGV[6], ARGV[1])
   join(KEYS[1], KEYS[2], ARGV[6], ARGV[1])
 end
 redis.call('SET', KEYS[3], since, 'EX', ARGV[4])
-return 1
+return {1, freed}
 """
 
 # A waiter on its thread joins its lane. KEYS: rotation, lanes prefix. ARGV: me, its lane.
@@ -216,8 +221,10 @@ class _RedisSlots:
         client = shared_redis()
         now = time.time()
         look = client.register_script(_LOOK)
-        looked = look(keys=[self.rotation, self.lanes, self.presence + ticket],
-                      args=[ticket, now, wait, slots.TICKET_PRESENCE, int(take), lane])
+        looked, freed = look(keys=[self.rotation, self.lanes, self.presence + ticket, self.holders],
+                             args=[ticket, now, wait, slots.TICKET_PRESENCE, int(take), lane])
+        if freed:  # a dead try's slot: the first in line for it need not wait for their timer
+            slots._wake_send(self._due("", cap=cap))
         if looked != 1:
             return looked == 2  # 2: not waiting, so not queued by a look (its call queues it)
         enter = client.register_script(_ENTER)
