@@ -248,18 +248,24 @@ def sweep(*, restart: bool = False) -> SweepReport:
     # A session whose turn let its lease run out without letting go (its worker died) has
     # nobody answering it: its messages wait no grace, so a dead turn is taken over once
     # QORVEN_TURN_LEASE has passed, as the lease promises, not 30 s after the message came.
+    # Their turns queued as their first waiting messages came: a capped model route's queue
+    # that Redis lost is joined again in that order (each workspace's messages in the order
+    # they came), not in the sessions' (newest first).
     waiting = (
         pending.filter(Q(created_at__lte=now - grace) | Q(session__turn_lease_until__lt=now),
                        session__state=Session.State.ACTIVE)
         .exclude(metadata__has_key="voice", metadata__voice="pending")
-        .values_list("session_id", flat=True).distinct()[:BATCH]
+        .values("session_id").annotate(first=Min("pk")).order_by("first")
+        .values_list("session_id", "first")[:BATCH]
     )
-    free = Session.objects.filter(pk__in=list(waiting), state=Session.State.ACTIVE).filter(
+    in_order = [session_id for session_id, _ in waiting]
+    free = dict(Session.objects.filter(pk__in=in_order, state=Session.State.ACTIVE).filter(
         Q(turn_lease_until__isnull=True) | Q(turn_lease_until__lt=now)
-    )
-    for tenant_id, session_id in free.values_list("tenant_id", "pk"):
-        agent_turn.delay(tenant_id, session_id)
-        report.turns += 1
+    ).values_list("pk", "tenant_id"))
+    for session_id in in_order:
+        if session_id in free:
+            agent_turn.delay(free[session_id], session_id)
+            report.turns += 1
 
     lost_after = timedelta(0) if restart else voice_lost_after()
     # A suspended workspace's too: its task asks the transcriber nothing and ends them
