@@ -95,7 +95,8 @@ def test_redis_losing_a_capped_routes_queue_leaves_every_waiting_message_answere
     asked_all = [b["messages"][-1]["content"] for b in model_server.requests]
     print(f"redis away {away} s: {states}; the model was asked {asked_all}; "
           f"worker tracebacks after: {after.count('Traceback')}, warnings {after.count('WARNING')}, "
-          f"errors {after.count('ERROR')}; server tracebacks {server.output.count('Traceback')}")
+          f"errors {after.count('ERROR')}; server tracebacks {server.output.count('Traceback')}; "
+          f"the worker's first after: {first_error(after)}")
     assert states == {"a1": "answered", "b1": "answered", "a2": "answered", "b2": "answered"}, (
         f"worker, first error: {first_error(worker.output)}")
     answers = Message.objects.filter(role="assistant", tool_calls__isnull=True)  # not a tool round's
