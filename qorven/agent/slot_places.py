@@ -56,7 +56,10 @@ def slot_place_note(pending: Message, waiting: WaitingForSlot) -> None:
         message_slot_ticket_note(message=pending, ticket=ticket)
     place = [waiting.base_url, waiting.cap]
     if waiting.base_url and getattr(pending, "slot_place", None) != place:
-        cache.set(_place_key(ticket), place, PLACE_KEPT)
+        try:
+            cache.set(_place_key(ticket), place, PLACE_KEPT)
+        except Exception:  # Redis away (the slots with it): a place it has lapses by itself
+            logger.warning("could not note where message %s waits for a model server slot", pending.seq)
 
 
 def slot_place_moved(session: Session, pending: Message) -> None:

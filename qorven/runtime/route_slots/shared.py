@@ -197,8 +197,13 @@ class _RedisSlots:
 
         try:
             entered = self._look(ticket=ticket, lane=lane, wake=wake, cap=cap, wait=wait, lease=lease, take=True)
-        except redis.RedisError as exc:  # as for a waiter on its thread
-            raise SlotTimeout(f"the model server's slots could not be read: {type(exc).__name__}") from None
+        except redis.RedisError as exc:
+            # Redis away: the ticket comes back for its slot later, as for a slot taken. The
+            # model server is not at fault, and its message keeps its tries (as a slot
+            # busy past its wait, it used one, and failed with the last).
+            logger.warning("the model server's slots could not be read (%s); the call comes back for them",
+                           type(exc).__name__)
+            raise SlotWait(slots.COME_BACK_MOST) from None
         if not entered:
             raise SlotTimeout(f"no slot of {cap} freed within {wait:.0f} s")
         try:
