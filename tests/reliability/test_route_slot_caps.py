@@ -52,12 +52,12 @@ def test_a_routes_cap_raised_then_lowered_while_messages_wait_lets_in_as_many_ca
     processes = Processes()
     try:
         _, worker = layout_started(processes, env, port, worker_slots=6, beat=True)
-        for _, _, text in senders:
+        for queued, (_, _, text) in enumerate(senders):  # each in the queue before the next is sent
             response = httpx.post(f"{base}/v1/qors/aria/messages", json={"content": text}, timeout=30,
                                   headers={"Authorization": f"Bearer {tokens[text]}"})
             assert response.status_code in (200, 201), response.text
-        assert wait_for(lambda: route_slots.route_slot_waiting(base_url=model_server.base_url) == 3, 30,
-                        processes=processes), worker.output[-3000:]
+            assert wait_for(lambda: model_server.in_flight == 1 and route_slots.route_slot_waiting(
+                base_url=model_server.base_url) == queued, 30, processes=processes), worker.output[-3000:]
         assert model_server.in_flight == 1
         _cap(world, 3)  # raised: two of the three waiting go in, a1 still answering
         assert wait_for(lambda: model_server.in_flight == 3, 30, processes=processes), worker.output[-3000:]
