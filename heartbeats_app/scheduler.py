@@ -32,6 +32,8 @@ EMBEDDED_MAX_INTERVAL = 5.0
 # A beat whose database drops a connection waits this long and reads the table again.
 DATABASE_RETRY_WAIT = 1.0
 SETUP_ATTEMPTS = 30
+# The foreign keys of a PeriodicTask to its schedule (one of them is set).
+SCHEDULE_FIELDS = ("interval", "crontab", "solar", "clocked")
 
 
 def _entry_tick(entry: Any, now: datetime) -> str | None:
@@ -103,6 +105,14 @@ class HeartbeatScheduler(DatabaseScheduler):
                 # failed first read left no schedule at all, so the next try reads it afresh.
                 self._initial_read, self._schedule = True, None
                 time.sleep(DATABASE_RETRY_WAIT)
+
+    def enabled_models_qs(self) -> Any:
+        # The tasks and their schedules in one query, so in one snapshot of the table. Read
+        # with a second query (django-celery-beat prefetches them), a task whose schedule
+        # another process replaced or deleted in between, and then deleted the old schedule
+        # (heartbeats_app.services._drop_unused_crontab), came without one: the beat
+        # starting, or reading a changed table, ended on AttributeError.
+        return super().enabled_models_qs().prefetch_related(None).select_related(*SCHEDULE_FIELDS)
 
     def tick(self, *args: Any, **kwargs: Any) -> float:  # type: ignore[override]
         self.alive.report()
