@@ -179,11 +179,9 @@ class HeartbeatAdmin(OwnerRankedAdminMixin, admin.ModelAdmin):
         if change:
             heartbeat_update(
                 heartbeat=obj, name=data["name"], cron=data["cron"], prompt=data["prompt"],
-                timezone=data["timezone"], deliver_to=data["deliver_to"], deliver_channel=data["deliver_channel"],
-                enabled=data["enabled"], system=request.user.is_superuser,
+                timezone=data["timezone"], owner=data["owner"], deliver_to=data["deliver_to"],
+                deliver_channel=data["deliver_channel"], enabled=data["enabled"], system=request.user.is_superuser,
             )
-            if obj.owner_id != (data["owner"].pk if data["owner"] else None):
-                Heartbeat.objects.filter(pk=obj.pk).update(owner=data["owner"])
         else:
             created = heartbeat_create(**data, system=request.user.is_superuser)
             obj.pk = created.pk

@@ -145,13 +145,15 @@ def heartbeat_update(
     cron: str = UNSET,
     prompt: str = UNSET,
     timezone: str = UNSET,
+    owner: User | None = UNSET,
     deliver_to: User | None = UNSET,
     deliver_channel: str = UNSET,
     enabled: bool = UNSET,
     allow_managed: bool = False,
     system: bool = False,
 ) -> Heartbeat:
-    """Change the given fields of a beat and its PeriodicTask together. Managed beats are
+    """Change the given fields of a beat and its PeriodicTask together (a beat given to
+    another owner with no zone of its own moves to theirs). Managed beats are
     read-only unless `allow_managed` (the defaults-file sync). Raises HeartbeatInvalid or
     HeartbeatReadOnly."""
     beat = _locked(heartbeat, allow_managed=allow_managed)
@@ -161,23 +163,24 @@ def heartbeat_update(
     new_name: str = pick(name, beat.name)
     new_prompt: str = pick(prompt, beat.prompt) or ""
     new_timezone: str = pick(timezone, beat.timezone) or ""
+    new_owner: User | None = pick(owner, beat.owner)
     new_deliver_to: User | None = pick(deliver_to, beat.deliver_to)
     new_channel: str = pick(deliver_channel, beat.deliver_channel) or ""
     new_cron = heartbeat_check(
         tenant=beat.tenant, qor=beat.qor, name=new_name, cron=pick(cron, beat.cron), prompt=new_prompt,
-        timezone=new_timezone, owner=beat.owner, deliver_to=new_deliver_to, deliver_channel=new_channel,
+        timezone=new_timezone, owner=new_owner, deliver_to=new_deliver_to, deliver_channel=new_channel,
         system=system or beat.managed or beat.name == new_name, exclude_id=beat.pk,
     )
     merged: dict[str, Any] = {
         "name": new_name.strip(), "cron": new_cron, "prompt": new_prompt.strip(), "timezone": new_timezone,
-        "deliver_to": new_deliver_to, "deliver_channel": new_channel,
+        "owner": new_owner, "deliver_to": new_deliver_to, "deliver_channel": new_channel,
     }
     if enabled is not UNSET:
         merged["enabled"] = bool(enabled)
     fields = [f for f, v in merged.items() if getattr(beat, f) != v]
     for f in fields:
         setattr(beat, f, merged[f])
-    if ("prompt" in fields) or ("deliver_to" in fields):
+    if {"prompt", "owner", "deliver_to"} & set(fields):
         beat.last_inputs_hash = ""  # new inputs: the next run calls the model
         fields.append("last_inputs_hash")
     if fields:
