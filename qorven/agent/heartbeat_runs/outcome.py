@@ -80,35 +80,46 @@ def result_deliver(beat: Heartbeat, run: HeartbeatRun, content: str, *, cut: str
     half a message with no sign that it is half."""
     from ..turn_endings import CUT_SHORT_NOTICES
 
-    if beat.deliver_to is None or not beat.deliver_channel:
-        return None, ""
-    # Read again after the model call, by the one access rule: they may have been removed
-    # or deactivated (which keeps the membership row) while the model thought.
-    if surface_access(tenant=beat.tenant, user=beat.deliver_to, surface=beat.deliver_channel) is None:
-        return None, f"not delivered: {beat.deliver_to} is no longer a member of {beat.tenant.slug}"
-    tag = {"heartbeat": beat.pk, "heartbeat_name": beat.name, "run": run.pk}
-
-    def append() -> Message:
-        chat = session_resolve(tenant=beat.tenant, qor=beat.qor, channel=beat.deliver_channel, user=beat.deliver_to)
-        scope = f"heartbeat:{beat.pk}"
+    def append() -> tuple[Message | None, str]:
         with transaction.atomic():
+            # Read again after the model call, and held until the answer is in: the person
+            # may have deleted the beat, or changed where it delivers, while the model thought.
+            current = _target_locked(beat)
+            if current is None:
+                return None, "not delivered: the beat was deleted while it ran"
+            if current.deliver_to is None or not current.deliver_channel:
+                return None, ""
+            # By the one access rule: they may have been removed or deactivated (which keeps
+            # the membership row) meanwhile too.
+            if surface_access(tenant=beat.tenant, user=current.deliver_to, surface=current.deliver_channel) is None:
+                return None, f"not delivered: {current.deliver_to} is no longer a member of {beat.tenant.slug}"
+            tag = {"heartbeat": beat.pk, "heartbeat_name": current.name, "run": run.pk}
+            channel = current.deliver_channel
+            chat = session_resolve(tenant=beat.tenant, qor=beat.qor, channel=channel, user=current.deliver_to)
+            scope = f"heartbeat:{beat.pk}"
             message = message_append(
-                session=chat, role=Message.Role.ASSISTANT, content=content, channel=beat.deliver_channel,
+                session=chat, role=Message.Role.ASSISTANT, content=content, channel=channel,
                 sender_name=beat.qor.name, external_scope=scope, external_id=f"run:{run.pk}",
                 metadata={**tag, **({cut: True} if cut else {})},
             ).message
             if cut:
                 message_append(session=chat, role=Message.Role.SYSTEM, content=CUT_SHORT_NOTICES[cut],
-                               channel=beat.deliver_channel, external_scope=scope, external_id=f"run:{run.pk}:{cut}",
+                               channel=channel, external_scope=scope, external_id=f"run:{run.pk}:{cut}",
                                metadata={**tag, "notice": cut})
-            return message
+            return message, ""
 
     try:
-        return append(), ""
+        return append()
     except SessionClosed:
         # /clear or /compact archived the chat between reading it and appending to it: the
         # answer goes to the chat that took over, as a person's message does.
-        return append(), ""
+        return append()
+
+
+def _target_locked(beat: Heartbeat) -> Heartbeat | None:
+    """The beat as it is now, locked for the delivery's transaction (None: deleted)."""
+    return (Heartbeat.objects.select_for_update(of=("self",)).select_related("deliver_to")
+            .only("pk", "name", "deliver_to", "deliver_channel").filter(pk=beat.pk).first())
 
 
 def run_finish(beat: Heartbeat, run: HeartbeatRun, started: float, outcome: Outcome) -> None:

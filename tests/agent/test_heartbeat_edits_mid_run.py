@@ -1,0 +1,69 @@
+"""A beat changed or deleted while its run's model call is under way: what the person
+decided meanwhile is what its answer follows."""
+from __future__ import annotations
+
+import pytest
+
+from heartbeats_app.models import Heartbeat, HeartbeatRun
+from heartbeats_app.services import heartbeat_delete, heartbeat_run_now, heartbeat_update
+from sessions_app.models import Message
+
+from ..factories.heartbeats_app import beat
+from ..fakes.model_server import reply
+from .test_membership_mid_turn import HeldModel
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+@pytest.fixture
+def pills(world):
+    world.qor_a.heartbeat_model = "beat-model"
+    world.qor_a.save()
+    return beat(world.qor_a, name="pills", prompt="Remind Alice about her pills.", owner=world.alice,
+                deliver_to=world.alice, deliver_channel="telegram")
+
+
+def held_run(model_server, pills):
+    held = HeldModel(reply("Time for your pills, Alice!"), reply("unused"))
+    model_server.default = held
+    heartbeat_run_now(heartbeat=pills)
+    assert held.arrived.wait(30), "the beat never called the model"
+    return held
+
+
+def answers():
+    """What reached the person: the assistant's messages outside the runs' own sessions."""
+    return list(Message.objects.filter(role="assistant").exclude(channel="cron").values_list("channel", "content"))
+
+
+def test_a_beat_deleted_while_its_model_thinks_delivers_nothing(world, pills, model_server, drain):
+    """Alice deleted "pills" (delete_beat) while its run waited on the model: the answer
+    still reached her chat and Telegram, from a beat she no longer has."""
+    held = held_run(model_server, pills)
+    heartbeat_delete(heartbeat=pills)
+    held.release.set()
+    drain()
+
+    assert answers() == []
+    assert not Heartbeat.objects.exists() and not HeartbeatRun.objects.exists()
+
+
+def test_a_beat_moved_to_another_channel_while_its_model_thinks_delivers_there(world, pills, model_server, drain):
+    held = held_run(model_server, pills)
+    heartbeat_update(heartbeat=pills, deliver_channel="web")
+    held.release.set()
+    drain()
+
+    assert answers() == [("web", "Time for your pills, Alice!")]
+    assert HeartbeatRun.objects.get().delivered_message.channel == "web"
+
+
+def test_a_beat_whose_delivery_was_turned_off_while_its_model_thinks_only_records(world, pills, model_server, drain):
+    held = held_run(model_server, pills)
+    heartbeat_update(heartbeat=pills, deliver_to=None, deliver_channel="")
+    held.release.set()
+    drain()
+
+    assert answers() == []
+    run = HeartbeatRun.objects.get()
+    assert (run.status, run.output, run.delivered_message) == ("ok", "Time for your pills, Alice!", None)
