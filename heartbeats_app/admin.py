@@ -2,10 +2,13 @@
 resume. Managed (config-owned) beats are read-only. Tenant admins see their tenants only."""
 from __future__ import annotations
 
+from datetime import datetime
+
 from django import forms
 from django.contrib import admin, messages
 from django.db.models import QuerySet
 from django.http import HttpRequest
+from django.utils import timezone
 from django.utils.html import format_html
 
 from tenancy.access import tenant_serving
@@ -59,6 +62,14 @@ def _for_the_host(request: HttpRequest, fields, detail: str) -> list[str]:
     """`fields` without `detail` (a failure's own text, which may name a key or the host's
     address) unless the host reads them; a tenant admin reads the error in our words."""
     return [f for f in fields if f != detail or admin_tenant_ids(request.user) is None]
+
+
+def _month_day(moment: datetime) -> str:
+    """"02-29 09:00", with the year when it is not this one (in the beat's zone): a rare
+    schedule's next run may be years away ('0 9 29 2 1': 2044)."""
+    if moment.year == timezone.now().astimezone(moment.tzinfo).year:
+        return moment.strftime("%m-%d %H:%M")
+    return moment.strftime("%Y-%m-%d %H:%M")
 
 
 class HeartbeatRunInline(TenantScopedInlineMixin, admin.TabularInline):
@@ -132,7 +143,7 @@ class HeartbeatAdmin(OwnerRankedAdminMixin, admin.ModelAdmin):
         if obj.pk is None:
             return "-"
         when = heartbeat_next_run(obj)
-        return when.strftime("%m-%d %H:%M") if when else ("paused" if not obj.enabled else "-")
+        return _month_day(when) if when else ("paused" if not obj.enabled else "-")
 
     @admin.display(description="last run", ordering="last_run_at")
     def last_run(self, obj: Heartbeat) -> str:
@@ -142,7 +153,7 @@ class HeartbeatAdmin(OwnerRankedAdminMixin, admin.ModelAdmin):
         # Status, time and tokens each on a line of their own, as narrow as "next run": one
         # line of all three pushed the list past a laptop's width once a beat had run.
         tokens = format_html("<br>{} tokens", f"{obj.tokens_spent:,}") if obj.tokens_spent else ""
-        return format_html("{}<br>{}{}", self.status(obj), when.strftime("%m-%d %H:%M"), tokens)
+        return format_html("{}<br>{}{}", self.status(obj), _month_day(when), tokens)
 
     @admin.display(description="last status", ordering="last_status")
     def status(self, obj: Heartbeat) -> str:

@@ -1,6 +1,10 @@
 """The /beats slash command: the user's heartbeats, answered without a model call."""
 from __future__ import annotations
 
+from datetime import datetime
+
+from django.utils import timezone
+
 from tenancy.slash_registry import CommandContext, slash_command
 
 from .selectors import heartbeat_next_run, heartbeat_timezone, heartbeats_visible
@@ -19,7 +23,7 @@ def beats_command(ctx: CommandContext) -> str:
         zone = heartbeat_timezone(beat)
         if beat.enabled:
             next_run = heartbeat_next_run(beat)
-            when = f"next {next_run:%a %d %b %H:%M}" if next_run else "no next run"
+            when = f"next {_day_and_time(next_run)}" if next_run else "no next run"
         else:
             when = "paused"
         where = f" → {beat.deliver_channel}" if beat.deliver_channel else ""
@@ -27,3 +31,11 @@ def beats_command(ctx: CommandContext) -> str:
         last = f", last {beat.last_status}" if beat.last_status != "never" else ""
         lines.append(f"• {beat.name}: `{beat.cron}` {zone}, {when}{last}{where}{flags}")
     return "\n".join(lines)
+
+
+def _day_and_time(moment: datetime) -> str:
+    """"Mon 29 Feb 09:00", with the year when it is not this one (in the beat's zone): a
+    schedule that comes round rarely ('0 9 29 2 1', Feb 29 on a Monday) next runs in 2044."""
+    if moment.year == timezone.now().astimezone(moment.tzinfo).year:
+        return f"{moment:%a %d %b %H:%M}"
+    return f"{moment:%a %d %b %Y %H:%M}"
