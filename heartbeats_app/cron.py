@@ -152,11 +152,15 @@ def timezone_choose(name: str) -> ZoneInfo:
 
 def _sunday_as_zero(dow: str) -> str:
     # Classic cron accepts 7 for Sunday; Celery's parser stops at 6.
+    # A range up to 7 with a step, or from 7, is spelled out day by day ("5-7/2": 5,0).
     out = []
     for part in dow.split(","):
+        m = re.fullmatch(r"([0-7])-7(?:/([1-9]\d*))?", part)
         if part == "7":
             out.append("0")
-        elif m := re.fullmatch(r"(\d)-7", part):
+        elif m and (m.group(2) or m.group(1) == "7"):
+            out.append(",".join(sorted({str(day % 7) for day in range(int(m.group(1)), 8, int(m.group(2) or 1))})))
+        elif m:
             out.append(f"{m.group(1)}-6,0" if m.group(1) != "0" else "*")
         else:
             out.append(part)

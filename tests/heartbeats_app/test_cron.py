@@ -48,6 +48,12 @@ def test_aliases_names_and_sunday_as_seven_are_accepted():
     assert cron_parse("0 9 * * sat,sun").schedule().day_of_week == {6, 0}
 
 
+@pytest.mark.parametrize("dow, days", [("7-7", {0}), ("5-7/2", {5, 0}), ("1-7/3", {1, 4, 0}), ("0-7/2", {0, 2, 4, 6})])
+def test_a_range_ending_on_sunday_as_seven_is_read_with_its_step(dow, days):
+    """Classic cron reads these; they were refused naming a field nobody typed ('7-6,0')."""
+    assert cron_parse(f"0 8 * * {dow}").schedule().day_of_week == days
+
+
 def test_the_previous_tick_is_the_latest_scheduled_minute_at_or_before_now():
     weekdays_8 = cron_parse("0 8 * * 1-5").schedule()
     monday_9 = datetime(2026, 11, 30, 9, 15, 42, tzinfo=UTC)  # a Monday
