@@ -45,12 +45,19 @@ def heartbeat_for_user(*, tenant: Tenant, qor: Qor, user: User, name: str) -> He
 
 
 def heartbeat_name_taken(
-    *, tenant: Tenant, qor: Qor, name: str, owner: User | None = None, exclude_id: int | None = None
+    *, tenant: Tenant, qor: Qor, name: str, owner: User | None = None, deliver_to: User | None = None,
+    exclude_id: int | None = None,
 ) -> bool:
     """Whether `name` is taken where a beat of `owner` would live: among the beats they
-    see (never another user's), or, for a config-owned beat, anywhere on the Qor."""
-    qs = (heartbeats_visible(tenant=tenant, qor=qor, user=owner) if owner is not None
-          else Heartbeat.objects.filter(tenant=tenant, qor=qor)).filter(name=name)
+    see (never another user's), or, for a config-owned beat, among the Qor's config-owned
+    beats and the beats of whoever would see it (its recipient; with none, everyone)."""
+    if owner is not None:
+        qs = heartbeats_visible(tenant=tenant, qor=qor, user=owner)
+    else:
+        qs = Heartbeat.objects.filter(tenant=tenant, qor=qor)
+        if deliver_to is not None:
+            qs = qs.filter(Q(owner__isnull=True) | Q(owner=deliver_to))
+    qs = qs.filter(name=name)
     if exclude_id is not None:
         qs = qs.exclude(pk=exclude_id)
     return qs.exists()

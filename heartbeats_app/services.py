@@ -101,7 +101,8 @@ def heartbeat_check(
     if deliver_to is not None and not deliver_to.is_active:
         raise HeartbeatInvalid("deliver_to", f"{deliver_to} is deactivated: nothing is delivered to a deactivated "
                                "account; choose someone active, or no delivery")
-    if heartbeat_name_taken(tenant=tenant, qor=qor, name=name, owner=owner, exclude_id=exclude_id):
+    if heartbeat_name_taken(tenant=tenant, qor=qor, name=name, owner=owner, deliver_to=deliver_to,
+                            exclude_id=exclude_id):
         raise HeartbeatInvalid("name", f"you already have a beat named {name!r}; pick another name")
     return parsed.expression
 

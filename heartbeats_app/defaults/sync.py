@@ -41,6 +41,7 @@ from tenancy.models import Membership, Qor, Tenant
 
 from ..errors import HeartbeatInvalid
 from ..models import RESERVED_NAMES, Heartbeat
+from ..selectors import heartbeat_name_taken
 from ..services import (
     heartbeat_create,
     heartbeat_delete,
@@ -229,15 +230,24 @@ def _plan(path: Path, text: str, raw: Any, beats: list[tuple[int, BeatSpec]], pr
                 break
             desired[key] = Desired(spec=spec, tenant=tenant, qor=qor, deliver_to=deliver_user, line=line,
                                    loc=_loc_text(loc))
+    # The file's beats are named in the config space (no owner); each user's in their own,
+    # so a user's beat is never one of the file's, whatever its name.
+    tenant_ids = {d.tenant.pk for d in desired.values()}
     existing = {
         (b.tenant_id, b.qor_id, b.name): b
         for b in Heartbeat.objects.select_related("tenant", "qor", "deliver_to").filter(
-            tenant_id__in={d.tenant.pk for d in desired.values()},
+            tenant_id__in=tenant_ids, owner__isnull=True,
         )
     }
     for key, want in desired.items():
         beat = existing.get(key)
-        if beat is None:
+        if beat is None and heartbeat_name_taken(tenant=want.tenant, qor=want.qor, name=want.spec.name,
+                                                 deliver_to=want.deliver_to):
+            problems.append(Problem(want.line, f"{want.loc}.name",
+                                    f"{_label(want.tenant, want.qor, want.spec.name)} already exists as a beat made "
+                                    "by a user who would see this one; user beats are never touched, so rename the "
+                                    "one in the file"))
+        elif beat is None:
             plan.create.append(want)
         elif not beat.managed:
             problems.append(Problem(want.line, f"{want.loc}.name",

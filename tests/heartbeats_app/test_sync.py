@@ -278,3 +278,26 @@ def test_a_key_the_file_does_not_take_is_named_with_the_keys_it_does(world, defa
     assert problem.field == "beats[0].delivery", problem
     assert problem.message.startswith("not a key of a beat") and "deliver" in problem.message, problem.message
 
+
+
+def test_a_users_beat_named_like_a_file_beat_they_do_not_see_does_not_stop_the_file_syncing(world, defaults):
+    """The file's "digest" goes to Bob, so Alice, who does not see it, may name a beat of
+    her own "digest" (a user's beats are named in their own space). The next sync read her
+    beat as the file's, refused the whole file, and changed nothing of any tenant's."""
+    def digest(cron):
+        return {"beats": [{"tenant": "acme", "name": "digest", "cron": cron, "prompt": "Bob's digest",
+                           "deliver": {"user": "bob", "channel": "telegram"}},
+                          {"tenant": "globex", "name": "standup", "cron": cron, "prompt": "Globex standup"}]}
+
+    defaults(digest("0 5 * * *"))
+    beats_sync()
+    hers = beat(world.qor_a, name="digest", cron="0 8 * * *", prompt="my own digest", owner=world.alice)
+
+    defaults(digest("0 6 * * *"))
+    beats_sync()
+
+    managed = Heartbeat.objects.get(name="digest", managed=True)
+    assert (managed.cron, managed.deliver_to) == ("0 6 * * *", world.bob)
+    assert Heartbeat.objects.get(name="standup").cron == "0 6 * * *"
+    hers.refresh_from_db()
+    assert (hers.cron, hers.prompt, hers.managed) == ("0 8 * * *", "my own digest", False)
