@@ -67,3 +67,32 @@ def test_a_beat_whose_delivery_was_turned_off_while_its_model_thinks_only_record
     assert answers() == []
     run = HeartbeatRun.objects.get()
     assert (run.status, run.output, run.delivered_message) == ("ok", "Time for your pills, Alice!", None)
+
+
+def test_a_beat_paused_while_its_scheduled_run_thinks_delivers_nothing(world, pills, model_server, drain):
+    """Alice said "stop the pill reminders" (update_beat enabled=false) while this tick's
+    run waited on the model: the reminder still came, seconds after she paused it."""
+    from celery import current_app
+
+    from heartbeats_app.services import RUN_TASK
+
+    held = HeldModel(reply("Time for your pills, Alice!"), reply("unused"))
+    model_server.default = held
+    current_app.send_task(RUN_TASK, kwargs={"tenant_id": pills.tenant_id, "heartbeat_id": pills.pk})  # as beat does
+    assert held.arrived.wait(30), "the beat never called the model"
+    heartbeat_update(heartbeat=pills, enabled=False)
+    held.release.set()
+    drain()
+
+    assert answers() == []
+    run = HeartbeatRun.objects.get()
+    assert (run.status, run.delivered_message) == ("ok", None) and "paused" in run.error
+
+
+def test_a_paused_beat_run_now_still_delivers(world, pills, model_server, drain):
+    heartbeat_update(heartbeat=pills, enabled=False)
+    model_server.add(reply("Time for your pills, Alice!"))
+    heartbeat_run_now(heartbeat=pills)
+    drain()
+
+    assert answers() == [("telegram", "Time for your pills, Alice!")]

@@ -87,6 +87,8 @@ def result_deliver(beat: Heartbeat, run: HeartbeatRun, content: str, *, cut: str
             current = _target_locked(beat)
             if current is None:
                 return None, "not delivered: the beat was deleted while it ran"
+            if not current.enabled and not run.manual:  # a run asked for by hand is still wanted
+                return None, "not delivered: the beat was paused while it ran"
             if current.deliver_to is None or not current.deliver_channel:
                 return None, ""
             # By the one access rule: they may have been removed or deactivated (which keeps
@@ -119,7 +121,7 @@ def result_deliver(beat: Heartbeat, run: HeartbeatRun, content: str, *, cut: str
 def _target_locked(beat: Heartbeat) -> Heartbeat | None:
     """The beat as it is now, locked for the delivery's transaction (None: deleted)."""
     return (Heartbeat.objects.select_for_update(of=("self",)).select_related("deliver_to")
-            .only("pk", "name", "deliver_to", "deliver_channel").filter(pk=beat.pk).first())
+            .only("pk", "name", "enabled", "deliver_to", "deliver_channel").filter(pk=beat.pk).first())
 
 
 def run_finish(beat: Heartbeat, run: HeartbeatRun, started: float, outcome: Outcome) -> None:
