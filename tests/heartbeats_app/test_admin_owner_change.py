@@ -48,3 +48,23 @@ def test_a_beat_given_to_another_owner_under_a_name_only_its_old_owner_uses_is_s
     hb.refresh_from_db()
     assert (hb.owner, hb.name) == (world.bob, "brief")
     assert Heartbeat.objects.filter(owner=world.alice, name="brief").count() == 1
+
+
+def test_a_workspace_admin_cannot_give_a_members_beat_to_the_workspace_owner(client, world):
+    """Now that a new owner is saved: dana, an admin of acme but not its owner, may not
+    hand Bob's beat to Alice, who owns acme (an owner's beats are not dana's to make)."""
+    from tenancy.models import Membership
+
+    from ..factories.tenancy import MembershipFactory, UserFactory
+
+    dana = UserFactory(username="dana", is_staff=True)
+    MembershipFactory(tenant=world.tenant_a, user=dana, role=Membership.Role.ADMIN)
+    hb = beat(world.qor_a, name="standup", owner=world.bob)
+    client.force_login(dana)
+
+    page = client.get(change_url(hb.pk))
+    response = client.post(change_url(hb.pk), {**served_form(page), "owner": world.alice.pk})
+
+    assert response.status_code == 200 and "owner" in response.context["adminform"].form.errors
+    hb.refresh_from_db()
+    assert hb.owner == world.bob
