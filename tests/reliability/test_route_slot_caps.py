@@ -9,17 +9,15 @@ import threading
 import time
 from collections import Counter
 
-import httpx
 import pytest
 
 from qorven.runtime import route_slots
 from sessions_app.models import Message
 from tenancy.models import Qor
-from tenancy.services import api_token_create
 
-from ..factories.tenancy import MembershipFactory, UserFactory
 from ..fakes.model_server import reply
 from ..processes import Processes, free_port, needs_postgres_and_redis, wait_for
+from .capped_route import TEXTS, say, senders_capped
 from .layout import layout_started, server_env
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.reliability, needs_postgres_and_redis]
@@ -34,13 +32,8 @@ def _cap(world, cap: int) -> None:
 def test_a_routes_cap_raised_then_lowered_while_messages_wait_lets_in_as_many_calls_as_it_says(
     world, model_server, platform
 ):
-    _cap(world, 1)
-    dave = UserFactory(username="dave")
-    MembershipFactory(tenant=world.tenant_b, user=dave)
-    senders = [(world.tenant_a, world.alice, "a1"), (world.tenant_b, world.charlie, "b1"),
-               (world.tenant_a, world.bob, "a2"), (world.tenant_b, dave, "b2")]
-    tokens = {text: api_token_create(tenant=tenant, user=user)[1] for tenant, user, text in senders}
-    gates = {text: threading.Event() for _, _, text in senders}
+    tokens = senders_capped(world)
+    gates = {text: threading.Event() for text in TEXTS}
 
     def model(body):
         return reply(f"For {body['messages'][-1]['content'][-2:]}.", hold=gates[body["messages"][-1]["content"][-2:]])
@@ -52,10 +45,8 @@ def test_a_routes_cap_raised_then_lowered_while_messages_wait_lets_in_as_many_ca
     processes = Processes()
     try:
         _, worker = layout_started(processes, env, port, worker_slots=6, beat=True)
-        for queued, (_, _, text) in enumerate(senders):  # each in the queue before the next is sent
-            response = httpx.post(f"{base}/v1/qors/aria/messages", json={"content": text}, timeout=30,
-                                  headers={"Authorization": f"Bearer {tokens[text]}"})
-            assert response.status_code in (200, 201), response.text
+        for queued, text in enumerate(TEXTS):  # each in the queue before the next is sent
+            say(base, tokens[text], text)
             assert wait_for(lambda: model_server.in_flight == 1 and route_slots.route_slot_waiting(
                 base_url=model_server.base_url) == queued, 30, processes=processes), worker.output[-3000:]
         assert model_server.in_flight == 1

@@ -14,17 +14,14 @@ from __future__ import annotations
 import threading
 from collections import Counter
 
-import httpx
 import pytest
 
 from qorven.runtime import route_slots
 from sessions_app.models import Message
-from tenancy.models import Qor
-from tenancy.services import api_token_create
 
-from ..factories.tenancy import MembershipFactory, UserFactory
 from ..fakes.model_server import reply
 from ..processes import Processes, free_port, needs_postgres_and_redis, wait_for
+from .capped_route import senders_capped, three_waiting_behind_a1
 from .layout import first_error, layout_started, server_env
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.reliability, needs_postgres_and_redis]
@@ -44,12 +41,7 @@ def _asked(model_server) -> list[str]:
 def test_a_worker_killed_holding_a_capped_routes_slot_leaves_every_waiting_message_answered_once(
     world, model_server, platform
 ):
-    Qor.objects.filter(pk__in=[world.qor_a.pk, world.qor_b.pk]).update(main_max_concurrency=1)
-    dave = UserFactory(username="dave")
-    MembershipFactory(tenant=world.tenant_b, user=dave)
-    senders = [(world.tenant_a, world.alice, "a1"), (world.tenant_b, world.charlie, "b1"),
-               (world.tenant_a, world.bob, "a2"), (world.tenant_b, dave, "b2")]
-    tokens = {text: api_token_create(tenant=tenant, user=user)[1] for tenant, user, text in senders}
+    tokens = senders_capped(world)
     held = threading.Event()
     first = [True]
 
@@ -66,18 +58,7 @@ def test_a_worker_killed_holding_a_capped_routes_slot_leaves_every_waiting_messa
     processes = Processes()
     try:
         _, worker = layout_started(processes, env, port, worker_slots=4, beat=True)
-
-        def say(text: str) -> None:
-            response = httpx.post(f"{base}/v1/qors/aria/messages", json={"content": text}, timeout=30,
-                                  headers={"Authorization": f"Bearer {tokens[text]}"})
-            assert response.status_code in (200, 201), response.text
-
-        say("a1")
-        assert wait_for(lambda: model_server.in_flight == 1, 30, processes=processes), worker.output[-3000:]
-        for _, _, text in senders[1:]:
-            say(text)
-        assert wait_for(lambda: route_slots.route_slot_waiting(base_url=model_server.base_url) == 3, 30,
-                        processes=processes), worker.output[-3000:]
+        three_waiting_behind_a1(base, tokens, model_server, processes, worker)
         worker.kill()
         held.set()  # its answer goes to no one
         worker = processes.worker(env, concurrency=4)

@@ -16,17 +16,14 @@ import threading
 import time
 from collections import Counter
 
-import httpx
 import pytest
 
 from qorven.runtime import route_slots
 from sessions_app.models import Message
-from tenancy.models import Qor
-from tenancy.services import api_token_create
 
-from ..factories.tenancy import MembershipFactory, UserFactory
 from ..fakes.model_server import Step, reply
 from ..processes import Processes, free_port, needs_postgres_and_redis, wait_for
+from .capped_route import senders_capped, three_waiting_behind_a1
 from .layout import RedisOfOurOwn, first_error, layout_started, server_env
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.reliability, needs_postgres_and_redis]
@@ -40,12 +37,7 @@ ENV = {"QORVEN_SWEEP_INTERVAL": "2", "QORVEN_TURN_LEASE": "5", "QORVEN_MODEL_DEA
 def test_redis_losing_a_capped_routes_queue_leaves_every_waiting_message_answered_once(
     away, world, model_server, platform, settings
 ):
-    Qor.objects.filter(pk__in=[world.qor_a.pk, world.qor_b.pk]).update(main_max_concurrency=1)
-    dave = UserFactory(username="dave")
-    MembershipFactory(tenant=world.tenant_b, user=dave)
-    senders = [(world.tenant_a, world.alice, "a1"), (world.tenant_b, world.charlie, "b1"),
-               (world.tenant_a, world.bob, "a2"), (world.tenant_b, dave, "b2")]
-    tokens = {text: api_token_create(tenant=tenant, user=user)[1] for tenant, user, text in senders}
+    tokens = senders_capped(world)
     held = threading.Event()
     first = [True]
 
@@ -64,18 +56,7 @@ def test_redis_losing_a_capped_routes_queue_leaves_every_waiting_message_answere
     processes = Processes()
     try:
         server, worker = layout_started(processes, env, port, worker_slots=2, beat=True)
-
-        def say(text: str) -> None:
-            response = httpx.post(f"{base}/v1/qors/aria/messages", json={"content": text}, timeout=30,
-                                  headers={"Authorization": f"Bearer {tokens[text]}"})
-            assert response.status_code in (200, 201), response.text
-
-        say("a1")
-        assert wait_for(lambda: model_server.in_flight == 1, 30, processes=processes), worker.output[-3000:]
-        for _, _, text in senders[1:]:
-            say(text)
-        assert wait_for(lambda: route_slots.route_slot_waiting(base_url=model_server.base_url) == 3, 30,
-                        processes=processes), worker.output[-3000:]
+        three_waiting_behind_a1(base, tokens, model_server, processes, worker)
         redis.stop()
         if away > 1:
             time.sleep(1)
