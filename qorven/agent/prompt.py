@@ -185,7 +185,10 @@ def prompt_build(
     The window is the newest messages that fit `num_ctx - reserve`, never older than the
     session's compaction point. User messages still waiting for an answer (up to and
     including `current`) go last, so the model answers them after seeing earlier replies;
-    anything that arrived after `current` waits for its own turn. With `vision` (the
+    anything that arrived after `current` waits for its own turn. The tool rounds an
+    earlier run of the turn stored for `current` (it stopped before the model's next call:
+    a transient failure, a capped route's slot taken) follow it, so the model goes on from
+    them and no tool runs twice. With `vision` (the
     route accepts images) the newest images of the window go as image parts
     (qorven.agent.attachments); otherwise each is a note.
     """
@@ -221,6 +224,7 @@ def _window(
     """The window, what its messages cost in all, `history_tokens` (see Prompt), and what
     each of them costs."""
     picked: list[tuple[StoredMessage, int]] = []
+    rounds: list[tuple[StoredMessage, int]] = []  # its own tool rounds, stored by an earlier run of its turn
     spent = own = message_tokens(current)  # the message being answered always goes in
     complete = True
     examined = 0
@@ -228,6 +232,13 @@ def _window(
     for message, cost in _newest_first(session, current, held):
         examined += 1
         if message.pk == current.pk:
+            continue
+        if message.seq > current.seq and message.metadata.get("reply_to") == current.seq:
+            # A turn that stopped between two calls for it (a transient failure, a capped
+            # route's slot taken) goes on from there: its tool calls ran, and the model
+            # reads them and their results after the message, as the loop sends them.
+            rounds.append((message, cost))
+            spent += cost
             continue
         if spent + cost > budget:
             complete = False  # full
@@ -238,6 +249,7 @@ def _window(
         _read_hints.clear()
     _read_hints[session.pk] = min(max(examined + _HINT_SLACK, READ_BATCH), READ_BATCH_MAX)
     picked.reverse()  # oldest first: they came newest first
+    rounds.reverse()
     kept = spent
     # The model must never see a tool result without the call that asked for it.
     while picked and picked[0][0].role == Message.Role.TOOL and picked[0][0].seq < current.seq:
@@ -247,9 +259,9 @@ def _window(
     window.sort(key=lambda m: m.seq)
     pending = [m for m in window if m.answer_state == Message.Answer.PENDING]
     settled = [m for m in window if m.answer_state != Message.Answer.PENDING]
-    costs = {m.seq: cost for m, cost in picked}
+    costs = {m.seq: cost for m, cost in picked + rounds}
     costs[current.seq] = own
-    return settled + pending, kept, spent if complete else None, costs
+    return settled + pending + [m for m, _ in rounds], kept, spent if complete else None, costs
 
 
 def _newest_first(session: Session, current: Message, held: Held | None) -> Iterator[tuple[StoredMessage, int]]:

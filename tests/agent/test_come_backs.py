@@ -1,0 +1,91 @@
+"""A turn that stops between two model calls of a message (after a tool round) and comes
+back on the worker's timer goes on from the rounds it stored: the model reads its own
+tool call and the tool's result, and no tool runs twice."""
+from __future__ import annotations
+
+import json
+import threading
+from dataclasses import replace
+
+import pytest
+
+from memory_app.models import Memory
+from sessions_app.models import Message
+from tenancy.models import Qor
+
+from ..fakes.model_server import error, reply, tool_call
+from .test_turns import _until, alice_token, ask, timeline, turn_runs  # noqa: F401
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+REMEMBER = {"content": "Alice's laptop is a ThinkPad X1", "type": "fact"}
+
+
+def _resumed(request) -> list[dict]:
+    """The conversation part of a request: what follows the system prompt."""
+    return request["messages"][1:]
+
+
+def _assert_resumed_from_its_round(world, model_server, *, resumed_request) -> None:
+    question, call, result, answer = timeline(world)
+    assert [m.role for m in (question, call, result, answer)] == ["user", "assistant", "tool", "assistant"]
+    assert question.answer_state == "answered" and answer.content == "Saved."
+    assert Memory.objects.filter(tenant=world.tenant_a).count() == 1  # the tool ran once
+    sent = _resumed(resumed_request)
+    assert [m["role"] for m in sent] == ["user", "assistant", "tool"]
+    assert sent[0]["content"] == "[web] Alice: Remember that my laptop is a ThinkPad X1"
+    assert sent[1]["tool_calls"][0]["function"]["name"] == "remember"
+    assert sent[2]["tool_call_id"] == sent[1]["tool_calls"][0]["id"]
+    assert json.loads(sent[2]["content"])["saved"] is True
+
+
+def test_a_message_whose_second_call_fails_transiently_is_asked_again_with_its_tool_round(
+    client, world, alice_token, model_server, drain, settings  # noqa: F811
+):
+    """The model asks for `remember`, the call after the tool's result gets a 503, and the
+    turn comes back later. Before, the message came first in the window, after its own
+    tool round (the round's rows are settled, the message still pending): the model read
+    a tool call and result with no question before them, then the question."""
+    settings.QORVEN_MODEL_RETRIES = 0  # the 503 ends this run of the turn
+    settings.QORVEN_ANSWER_RETRY_DELAY = 0.1
+    model_server.add(tool_call("remember", REMEMBER), error(503), reply("Saved."))
+    ask(client, alice_token, "Remember that my laptop is a ThinkPad X1")
+    drain()
+    assert len(model_server.requests) == 3
+    assert timeline(world)[0].answer_attempts == 1  # it came back once
+    assert _resumed(model_server.requests[2]) == _resumed(model_server.requests[1])  # as the 503's call was
+    _assert_resumed_from_its_round(world, model_server, resumed_request=model_server.requests[2])
+
+
+def test_a_message_whose_second_call_waits_for_the_capped_routes_slot_goes_on_from_its_tool_round(
+    client, world, alice_token, model_server, drain, turn_runs  # noqa: F811
+):
+    """Aria's route takes one call at once. While Alice's first call (it asks for
+    `remember`) holds it, another call joins the route's queue and takes the slot the
+    moment it is freed, so Alice's call after the tool round waits for it and her turn
+    comes back once it is let go."""
+    from qorven.runtime import route_slots
+
+    Qor.objects.filter(pk=world.qor_a.pk).update(main_max_concurrency=1)
+    first = threading.Event()
+    model_server.add(replace(tool_call("remember", REMEMBER), hold=first))
+    ask(client, alice_token, "Remember that my laptop is a ThinkPad X1")
+    _until(lambda: model_server.in_flight == 1)
+    slots = route_slots._slots(model_server.base_url)
+    # Taken elsewhere right after Alice's first call lets the slot go.
+    taker = threading.Thread(target=lambda: holder.append(slots.acquire(cap=1, wait=10, lease=30)))
+    holder: list = []
+    taker.start()
+    _until(lambda: route_slots.route_slot_waiting(base_url=model_server.base_url) == 1)
+    first.set()
+    taker.join(10)
+    assert holder and holder[0] is not None
+    _until(lambda: "RETRY" in turn_runs)  # its call after the tool round waits
+    assert Memory.objects.filter(tenant=world.tenant_a).count() == 1
+    model_server.add(reply("Saved."))
+    slots.release(holder[0], cap=1)
+    drain()
+    assert len(model_server.requests) == 2
+    _assert_resumed_from_its_round(world, model_server, resumed_request=model_server.requests[1])
+    assert Message.objects.filter(tenant=world.tenant_a, role="tool").count() == 1
+
