@@ -30,6 +30,7 @@ def tool_loop(
     on_token: Callable[[str], None] | None = None,
     after_call: Callable[[Completion], None] | None = None,
     rights: Callable[[], tuple[ToolContext, list[Tool]]] | None = None,
+    rounds_done: int = 0,
 ) -> Completion | None:
     """Call the model until it answers without calling tools; return that answer.
 
@@ -40,10 +41,12 @@ def tool_loop(
     on, and that it still holds its session before tool calls are stored). `rights`, when
     given, is asked before each round of tools runs: the context and tools the person
     behind the turn has now (their membership may have changed while the model thought).
+    `rounds_done`: the rounds an earlier run stored for the same answer (in `messages`),
+    counted against the bound.
     """
     messages = list(messages)
     max_rounds = settings.QORVEN_MAX_TOOL_ROUNDS
-    for round_no in range(max_rounds + 1):
+    for round_no in range(min(rounds_done, max_rounds), max_rounds + 1):
         tools = [t.schema() for t in offered] if round_no < max_rounds else []
         completion = model_call(provider=provider, messages=messages, spend=spend, tools=tools, on_token=on_token)
         if after_call is not None:

@@ -225,6 +225,7 @@ def _answer(session: Session, pending: Message, owner: str, *, overflowed: bool)
                     provider=provider, messages=prompt.messages, spend=Spend(session.tenant, qor, "main"),
                     offered=offered, ctx=ctx, session=session, channel=channel, metadata={"reply_to": pending.seq},
                     on_token=on_token, after_call=after_call, rights=rights,
+                    rounds_done=_rounds_stored(prompt, pending),
                 )
         except TurnStopped:
             # What was written so far is the answer, marked as stopped; nothing is retried.
@@ -346,6 +347,13 @@ def turn_prompt(
         session=session, parts=parts, tools=offered, current=pending, num_ctx=route.num_ctx, reserve=reserve,
         trust=trust, vision=route.vision,
     )
+
+
+def _rounds_stored(prompt: Prompt, pending: Message) -> int:
+    """The tool rounds an earlier run of the turn stored for `pending`, which its prompt
+    goes on from (qorven.agent.prompt)."""
+    return sum(1 for m in prompt.window if m.seq > pending.seq and m.role == Message.Role.ASSISTANT
+               and m.tool_calls and m.metadata.get("reply_to") == pending.seq)
 
 
 def _trust_now(session: Session, channel: str, *, cap: str) -> str | None:

@@ -89,3 +89,22 @@ def test_a_message_whose_second_call_waits_for_the_capped_routes_slot_goes_on_fr
     _assert_resumed_from_its_round(world, model_server, resumed_request=model_server.requests[1])
     assert Message.objects.filter(tenant=world.tenant_a, role="tool").count() == 1
 
+
+def test_the_tool_rounds_of_a_message_are_bounded_across_its_turns_come_backs(
+    client, world, alice_token, model_server, drain, settings  # noqa: F811
+):
+    """QORVEN_MAX_TOOL_ROUNDS bounds a message's rounds, not each run of its turn: the
+    come-back counts the rounds it stored. Before, each come-back had the whole bound again
+    (with 2, a 503 after the first round gave 3 rounds of tools and 5 calls)."""
+    settings.QORVEN_MAX_TOOL_ROUNDS = 2
+    settings.QORVEN_MODEL_RETRIES = 0
+    settings.QORVEN_ANSWER_RETRY_DELAY = 0.1
+    model_server.add(tool_call("current_time", {}), error(503))
+    model_server.default = tool_call("current_time", {})
+    ask(client, alice_token, "loop forever")
+    drain()
+    assert len(model_server.requests) == 4  # 2 rounds with tools, then one final call without
+    assert "tools" not in model_server.requests[-1]
+    assert Message.objects.filter(tenant=world.tenant_a, role="tool").count() == 2
+    final = timeline(world)[-1]
+    assert final.role == "assistant" and "stopped after 2 rounds" in final.content
