@@ -49,17 +49,17 @@ def _wait_as_the_one(session_id: int, task_id: str) -> bool:
     return False
 
 
-# Which task's come-back on the worker's timer is the session's: the task that last took
-# the session's lease (a task's retries keep its id; a turn run where its message was
-# stored, turns_run, sends its come-back as a turn task whose id it chose first), as the
-# turn holding the lease answers every message waiting, or comes back for them. A turn a
-# freed slot sent for a waiting message (route_slots' wake) that takes the lease so takes
-# the come-back over; one that finds the lease held leaves it to the holder's. Another
-# come-back is stale: it ends at once. Marked as the lease is taken, not as the come-back
-# is sent: a slot freed meanwhile could send a turn that took the lease first, and marked
-# after it the come-back would find that turn holding the session and wait for it. A
-# missing marker (expired, the cache flushed) lets a come-back run: a wake that was never
-# sent or never ran loses nothing.
+# Which task's come-back on the worker's timer is the session's: the task that last asked
+# to come back (a task's retries keep its id; a turn run where its message was stored,
+# turns_run, sends its come-back as a turn task whose id it chose first), or the turn a
+# freed slot sent for a waiting message (route_slots' wake) that took the session's lease
+# after it, which takes the come-back over; one that finds the lease held leaves it to
+# the holder's. Another come-back is stale: it ends at once. A turn marks its come-back
+# while it still holds the session, not once it has let it go: a slot freed meanwhile
+# could send a turn that took the session in between, and marked after it the come-back
+# would find that turn holding the session and wait for it. A missing marker (expired,
+# the cache flushed) lets a come-back run: a wake that was never sent or never ran loses
+# nothing.
 COME_BACK_TTL = 3600  # seconds past a come-back's countdown its marker is kept
 
 
@@ -73,7 +73,7 @@ def _come_back_stale(session_id: int, task_id: str) -> bool:
 
 
 def _come_back_mark(session_id: int, task_id: str) -> Callable[[], None]:
-    """What makes task `task_id` the session's come-back, run as its turn takes the lease."""
+    """What makes task `task_id` the session's come-back (turns.turn_process runs it)."""
     return lambda: cache.set(_come_back_key(session_id), task_id, COME_BACK_TTL)
 
 
@@ -100,7 +100,7 @@ def agent_turn(self, tenant_id: int, session_id: int, busy: int = 0, woken: bool
             return 0  # a turn woken for the message's slot took over (and runs, or ran, it)
         try:
             outcome = turn_process(tenant_id=tenant_id, session_id=session_id,
-                                   on_lease=_come_back_mark(session_id, self.request.id))
+                                   come_back_mark=_come_back_mark(session_id, self.request.id), woken=woken)
         except DATABASE_DOWN as exc:
             # The turn let its session go (turns.turn_process) and runs again on a fresh
             # connection; a reply is only ever stored with its message marked answered.
@@ -135,7 +135,7 @@ def turns_run(turns: list[tuple[int, int]]) -> None:
             task_id = str(uuid.uuid4())  # its come-back's, if it has one
             try:
                 outcome = turn_process(tenant_id=tenant_id, session_id=session_id,
-                                       on_lease=_come_back_mark(session_id, task_id))
+                                       come_back_mark=_come_back_mark(session_id, task_id))
             except DATABASE_DOWN:
                 connections_drop_broken()
                 agent_turn.apply_async((tenant_id, session_id), countdown=DATABASE_RETRY_DELAY)

@@ -52,10 +52,13 @@ class TurnOutcome:
     retry_after: float | None = None  # a message failed transiently: come back after this long
 
 
-def turn_process(*, tenant_id: int, session_id: int, on_lease: Callable[[], None] | None = None) -> TurnOutcome:
+def turn_process(*, tenant_id: int, session_id: int, come_back_mark: Callable[[], None] | None = None,
+                 woken: bool = False) -> TurnOutcome:
     """Answer every pending user message of the session, oldest first. Raises TurnBusy at
-    once when another turn holds the session (the task comes back later). `on_lease` runs
-    once the session is held, before anything is answered.
+    once when another turn holds the session (the task comes back later).
+    `come_back_mark` makes the calling task the session's come-back: run while the session
+    is still held, when the outcome asks to come back, and (`woken`: a turn a freed slot
+    sent) as soon as the session is held, as such a turn takes the come-back over.
 
     The session's lease is short (QORVEN_TURN_LEASE) and renewed while the turn runs, so a
     turn whose worker died frees its session within seconds. A message that fails for
@@ -65,8 +68,8 @@ def turn_process(*, tenant_id: int, session_id: int, on_lease: Callable[[], None
     owner = uuid.uuid4().hex
     if not turn_lease_acquire(session_id=session_id, owner=owner, seconds=settings.QORVEN_TURN_LEASE):
         raise TurnBusy(session_id)
-    if on_lease is not None:
-        on_lease()
+    if woken and come_back_mark is not None:
+        come_back_mark()
     outcome = TurnOutcome()
     overflowed = False
     released = False
@@ -126,6 +129,8 @@ def turn_process(*, tenant_id: int, session_id: int, on_lease: Callable[[], None
                 overflowed = result.step is AnswerStep.ROTATED_ON_OVERFLOW
                 if result.step in (AnswerStep.RETRY, AnswerStep.WAITING):
                     outcome.retry_after = result.retry_after
+                    if come_back_mark is not None:
+                        come_back_mark()  # the session still held: no turn woken for its slot has it yet
                     break
                 if result.step is AnswerStep.FAILED:
                     outcome.failed += 1
