@@ -121,7 +121,8 @@ def result_deliver(beat: Heartbeat, run: HeartbeatRun, content: str, *, cut: str
 def _target_locked(beat: Heartbeat) -> Heartbeat | None:
     """The beat as it is now, locked for the delivery's transaction (None: deleted)."""
     return (Heartbeat.objects.select_for_update(of=("self",)).select_related("deliver_to")
-            .only("pk", "name", "enabled", "deliver_to", "deliver_channel").filter(pk=beat.pk).first())
+            .only("pk", "name", "enabled", "deliver_to", "deliver_channel")
+            .filter(tenant_id=beat.tenant_id, pk=beat.pk).first())
 
 
 def run_finish(beat: Heartbeat, run: HeartbeatRun, started: float, outcome: Outcome) -> None:
