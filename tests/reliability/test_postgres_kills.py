@@ -292,7 +292,12 @@ def test_a_server_and_a_beat_started_while_the_database_is_away_wait_for_it_and_
         killer.connections(False)
         beat = processes.start("beat", "--max-interval", "1", env=env)
         server = processes.start("serve", "--port", str(port), env=env)
-        time.sleep(4)  # both start, and meet the database away
+        # Both start and meet the database away. Let in only once each says so: a fixed 4 s
+        # here let it in before a start slowed by a loaded host had asked (the beat's pool
+        # warned, then had its connection within QORVEN_DB_POOL_TIMEOUT, and nothing waited).
+        for process in (beat, server):
+            process.wait_for_line("waiting for the database (PostgreSQL database", 60)
+        time.sleep(1.5)  # away longer than a pooled connection is waited for
         killer.connections(True)
         assert wait_for(lambda: answers(f"http://127.0.0.1:{port}/readyz"), 60), server.output[-3000:]
         beat.wait_for_line("celery beat v", 30)  # its scheduler started
