@@ -221,11 +221,14 @@ def _follower(owner: ChatOwner, emit: Emit, link: Any) -> Follower:
     return SocketFollower(owner, emit, link=link)
 
 
-def _send(owner: ChatOwner, link: Any, content: str) -> tuple[int, bool]:
-    """Send what the person typed on channel tui; (its seq, whether a reply will follow)."""
+def _send(owner: ChatOwner, link: Any, content: str, *, leave_if: Callable[[], bool] = lambda: False,
+          ) -> tuple[int, bool]:
+    """Send what the person typed on channel tui; (its seq, whether a reply will follow).
+    `leave_if`: asked after each signal while a server is waited for; true, the wait ends
+    with KeyboardInterrupt."""
     if link is not None:
         # A signal ends the wait for a server that took the message and does not answer.
-        sent = signal_ends_wait(lambda: link.send(content))
+        sent = signal_ends_wait(lambda: link.send(content), leave_if=leave_if)
         return sent.seq, sent.expects_reply
     result = chat_send(owner=owner, content=content, channel="tui")
     return result.message.seq, "command" not in (result.message.metadata or {})

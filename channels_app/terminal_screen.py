@@ -205,7 +205,7 @@ def run_interactive(owner: ChatOwner, *, history: int, link: Any = None, color: 
                 continue
             with chat.sending():
                 try:
-                    seq, expects_reply = _send(owner, link, text)
+                    seq, expects_reply = _send(owner, link, text, leave_if=chat.leaving_while_sending)
                 except NotFound:  # removed from the workspace while the terminal was open
                     chat.lose_access()
                     break
@@ -359,6 +359,11 @@ class _Chat:
             self.release_ctrl_c()
             if any([self.interrupt("", sent=True) == "leave" for _ in pressed]):
                 raise KeyboardInterrupt
+
+    def leaving_while_sending(self) -> bool:
+        """Whether Ctrl-C was pressed twice while the message is on its way: the person
+        leaves then, not once the server has answered (or its 30 s have run out)."""
+        return len(self._pressed) >= 2
 
     def note_ctrl_c(self, *, afresh: bool = False) -> None:
         """From now until release_ctrl_c, a SIGINT (a Ctrl-C where the terminal is not in

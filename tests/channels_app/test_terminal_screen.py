@@ -524,6 +524,25 @@ def test_a_message_the_server_did_not_take_is_said_so_and_back_on_the_prompt(wor
     assert screen.exit_code() == 0
 
 
+def test_ctrl_c_twice_while_a_message_waits_for_a_server_that_does_not_answer_leaves_at_once(
+        world, model_server, silent_server, screens):
+    """Two Ctrl-C while the message waited for a server that took it and never answered
+    were noted and acted on only once the send's 30 s had run out: the terminal said the
+    message had not gone, then left. The second Ctrl-C now leaves at once, as it does
+    anywhere else, signed out."""
+    screen = screens({**qorven_env(model_server), "QORVEN_PUBLIC_URL": silent_server}, "--server", silent_server)
+    screen.type("hello")
+    screen.key("Enter")
+    assert Silent.came.wait(60), screen.text()
+    screen.key("C-c")
+    time.sleep(0.3)  # a person's two presses: two signals (sent together, the kernel may merge them)
+    screen.key("C-c")
+    assert screen.exit_code(seconds=90) == 0
+    assert "did not answer" not in screen.text()
+    assert "Traceback" not in screen.text()
+    assert ApiToken.objects.get(name="qorven chat").revoked_at is not None
+
+
 def test_a_signal_while_a_message_waits_for_a_server_that_does_not_answer_ends_the_terminal_at_once(
         world, model_server, silent_server, screens):
     """Sent between two prompts, the message waited for the server on the main thread: a
