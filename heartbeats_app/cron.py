@@ -5,7 +5,9 @@ day-of-week) or one of the aliases @hourly, @daily, @weekly, @monthly, @yearly. 
 parsed with Celery's own crontab parser, because Celery beat is what runs it; that means
 Celery's semantics too: a day must match *both* day-of-month and day-of-week when both are
 restricted (classic cron matches either). Day-of-week 0 and 7 are Sunday; names work
-(mon-fri, jan).
+(mon-fri, jan). A range runs upwards, as classic cron has it: '23-2' is refused naming
+its field (Celery's parser would wrap it past midnight), and the wrap is written as two
+ranges, '23,0-2'.
 
 When the clocks change, a beat that names its hours keeps to the wall clock: it runs
 once at its first 02:30 of a night that falls back, and at the first moment after the
@@ -71,9 +73,11 @@ class Cron:
         return crontab(**self.fields())
 
 
-def cron_parse(expression: str) -> Cron:
+def cron_parse(expression: str, *, stored: bool = False) -> Cron:
     """Validate `expression` and return it normalised; raises CronError with a reason a
-    person (or a model) can act on."""
+    person (or a model) can act on. `stored`: the expression of a beat already saved, which
+    may have a range running backwards from before those were refused; it keeps running
+    as it did until it is changed."""
     if isinstance(expression, str):  # copied from our formatting, it may carry zero-width spaces
         expression = zero_width_dropped(expression)
     if not isinstance(expression, str) or not expression.strip():
@@ -95,6 +99,8 @@ def cron_parse(expression: str) -> Cron:
             names = {"month_of_year": ", or names jan-dec", "day_of_week": ", or names sun-sat"}.get(name, "")
             raise CronError(f"{text!r}: bad {_LABELS[name]} field {value!r} (use * or numbers, lists like 1,15, "
                             f"ranges like 1-5 and steps like */15{names})")
+        if not stored:
+            _backwards_refused(text, name, value.lower())
     values = {"minute": minute, "hour": hour, "day_of_month": dom, "month_of_year": month,
               "day_of_week": _sunday_as_zero(dow)}
     for name, value in values.items():
@@ -126,6 +132,41 @@ def _field_pattern(name: str) -> re.Pattern[str]:
     value = r"\d+" + (f"|{_NAMES[name]}" if name in _NAMES else "")
     item = rf"(\*|(?:{value})(?:-(?:{value}))?)(?:/\d+)?"
     return re.compile(rf"{item}(?:,{item})*")
+
+
+# Each field's first and last value, and the names that stand for numbers.
+_BOUNDS = {"minute": (0, 59), "hour": (0, 23), "day_of_month": (1, 31), "month_of_year": (1, 12),
+           "day_of_week": (0, 6)}
+_NUMBER_OF = {
+    "month_of_year": {name: number for number, name in enumerate(_NAMES["month_of_year"].split("|"), start=1)},
+    "day_of_week": {name: number for number, name in enumerate(_NAMES["day_of_week"].split("|"))},
+}
+
+
+def _backwards_refused(text: str, name: str, value: str) -> None:
+    """Refuse a range whose end comes before its start ('23-2'): classic cron refuses it,
+    while Celery's parser wraps it past the end of the field (23, 0, 1, 2), which nobody
+    reading the line would guess. The message spells the wrap out as two ranges."""
+    numbers = _NUMBER_OF.get(name, {})
+    for item in value.split(","):
+        m = re.fullmatch(r"(\w+)-(\w+)(/\d+)?", item)
+        if m is None:
+            continue
+        start, end, step = m.groups()
+        first, last = (numbers.get(v, int(v) if v.isdigit() else -1) for v in (start, end))
+        if last >= first:
+            continue
+        hint = "; to wrap past the end, write it as two ranges"
+        if not step:
+            low, high = _BOUNDS[name]
+            if start in numbers:  # in names, as written
+                high_text, low_text = _NAMES[name].split("|")[-1], _NAMES[name].split("|")[0]
+            else:
+                high_text, low_text = str(high), str(low)
+            head = start if first == high or (name == "day_of_week" and first == 7) else f"{start}-{high_text}"
+            tail = end if last == low else f"{low_text}-{end}"
+            hint = f"; for the wrap past the end write '{head},{tail}'"
+        raise CronError(f"{text!r}: the {_LABELS[name]} range {item} runs backwards (classic cron refuses it){hint}")
 
 
 def _unknown(name: str) -> CronError:

@@ -73,7 +73,7 @@ def heartbeat_next_run(beat: Heartbeat, *, now: datetime | None = None) -> datet
     if not beat.enabled:
         return None
     try:
-        schedule = cron_parse(beat.cron).schedule()
+        schedule = cron_parse(beat.cron, stored=True).schedule()
         zone = timezone_parse(heartbeat_timezone(beat))
     except CronError:
         return None

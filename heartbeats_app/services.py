@@ -51,10 +51,12 @@ def heartbeat_check(
     deliver_channel: str,
     system: bool,
     exclude_id: int | None = None,
+    stored_cron: bool = False,
 ) -> str:
     """Check a beat's fields as create/update will; returns the normalised cron
     expression. Raises HeartbeatInvalid naming the field at fault. `system` allows the
-    reserved system-beat names (the defaults file, a superuser)."""
+    reserved system-beat names (the defaults file, a superuser). `stored_cron`: the cron is
+    the beat's own, unchanged (see cron_parse's `stored`)."""
     if qor.tenant_id != tenant.pk:
         raise HeartbeatInvalid("qor", "that Qor belongs to another tenant")
     name = name.strip() if isinstance(name, str) else ""
@@ -68,7 +70,7 @@ def heartbeat_check(
         if not system:
             raise HeartbeatInvalid("name", f"{name!r} is a reserved system beat; only the host can create it")
     try:
-        parsed = cron_parse(cron)
+        parsed = cron_parse(cron, stored=stored_cron)
     except CronError as exc:
         raise HeartbeatInvalid("cron", str(exc)) from None
     try:
@@ -171,6 +173,7 @@ def heartbeat_update(
         tenant=beat.tenant, qor=beat.qor, name=new_name, cron=pick(cron, beat.cron), prompt=new_prompt,
         timezone=new_timezone, owner=new_owner, deliver_to=new_deliver_to, deliver_channel=new_channel,
         system=system or beat.managed or beat.name == new_name, exclude_id=beat.pk,
+        stored_cron=cron is UNSET or cron == beat.cron,
     )
     merged: dict[str, Any] = {
         "name": new_name.strip(), "cron": new_cron, "prompt": new_prompt.strip(), "timezone": new_timezone,
@@ -300,7 +303,7 @@ def _locked(heartbeat: Heartbeat, *, allow_managed: bool) -> Heartbeat:
 
 def _mirror(beat: Heartbeat) -> None:
     """Make the beat's PeriodicTask say what the beat says: schedule, timezone, enabled."""
-    parsed = cron_parse(beat.cron)
+    parsed = cron_parse(beat.cron, stored=True)
     if not beat.timezone and beat.owner_id is not None:
         # The owner's zone is read under their membership's lock, as membership_timezone_set
         # changes it and moves their beats: a beat written meanwhile waits, then reads the

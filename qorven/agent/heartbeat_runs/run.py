@@ -135,7 +135,7 @@ def _reload(run: HeartbeatRun) -> HeartbeatRun:
 
 def _scheduled_tick(beat: Heartbeat, now: datetime) -> datetime:
     try:
-        tick = tick_previous(cron_parse(beat.cron).schedule(), timezone_parse(heartbeat_timezone(beat)), now)
+        tick = tick_previous(cron_parse(beat.cron, stored=True).schedule(), timezone_parse(heartbeat_timezone(beat)), now)
     except CronError:
         tick = None
     return tick or now.replace(second=0, microsecond=0)
