@@ -32,6 +32,7 @@ EDITABLE = ["tenant", "qor", "name", "cron", "timezone", "prompt", "owner", "del
 
 class HeartbeatForm(forms.ModelForm):
     system = False  # set per request: superusers may create the reserved system beats
+    reader = None  # set per request: the admin, who reads a refusal
 
     class Meta:
         model = Heartbeat
@@ -50,7 +51,7 @@ class HeartbeatForm(forms.ModelForm):
                 prompt=data.get("prompt") or "", timezone=data.get("timezone") or "", owner=data.get("owner"),
                 deliver_to=data.get("deliver_to"), deliver_channel=data.get("deliver_channel") or "",
                 system=self.system or (self.instance.pk is not None and self.instance.name == data.get("name")),
-                exclude_id=self.instance.pk,
+                exclude_id=self.instance.pk, reader=self.reader,
             )
         except HeartbeatInvalid as exc:
             field = exc.field if exc.field in self.fields else None
@@ -166,6 +167,7 @@ class HeartbeatAdmin(OwnerRankedAdminMixin, admin.ModelAdmin):
     def get_form(self, request, obj=None, change=False, **kwargs):
         form = super().get_form(request, obj, change, **kwargs)
         form.system = request.user.is_superuser
+        form.reader = request.user
         return form
 
     def get_readonly_fields(self, request, obj=None):
@@ -192,9 +194,10 @@ class HeartbeatAdmin(OwnerRankedAdminMixin, admin.ModelAdmin):
                 heartbeat=obj, name=data["name"], cron=data["cron"], prompt=data["prompt"],
                 timezone=data["timezone"], owner=data["owner"], deliver_to=data["deliver_to"],
                 deliver_channel=data["deliver_channel"], enabled=data["enabled"], system=request.user.is_superuser,
+                reader=request.user,
             )
         else:
-            created = heartbeat_create(**data, system=request.user.is_superuser)
+            created = heartbeat_create(**data, system=request.user.is_superuser, reader=request.user)
             obj.pk = created.pk
         obj.refresh_from_db()
 

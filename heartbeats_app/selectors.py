@@ -51,6 +51,16 @@ def heartbeat_name_taken(
     """Whether `name` is taken where a beat of `owner` would live: among the beats they
     see (never another user's), or, for a config-owned beat, among the Qor's config-owned
     beats and the beats of whoever would see it (its recipient; with none, everyone)."""
+    return heartbeat_name_clash(tenant=tenant, qor=qor, name=name, owner=owner, deliver_to=deliver_to,
+                                exclude_id=exclude_id) is not None
+
+
+def heartbeat_name_clash(
+    *, tenant: Tenant, qor: Qor, name: str, owner: User | None = None, deliver_to: User | None = None,
+    exclude_id: int | None = None,
+) -> Heartbeat | None:
+    """The beat that already has `name` where a beat of `owner` would live (see
+    heartbeat_name_taken), with its owner; None when the name is free."""
     if owner is not None:
         qs = heartbeats_visible(tenant=tenant, qor=qor, user=owner)
     else:
@@ -60,7 +70,7 @@ def heartbeat_name_taken(
     qs = qs.filter(name=name)
     if exclude_id is not None:
         qs = qs.exclude(pk=exclude_id)
-    return qs.exists()
+    return qs.select_related("owner").order_by("pk").first()
 
 
 def heartbeat_timezone(beat: Heartbeat) -> str:

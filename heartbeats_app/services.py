@@ -18,7 +18,7 @@ from tenancy.zones import person_zone_name
 from .cron import CronError, cron_parse, timezone_choose, timezone_parse
 from .errors import HeartbeatInvalid, HeartbeatReadOnly
 from .models import RESERVED_NAMES, Heartbeat
-from .selectors import heartbeat_name_taken, heartbeat_timezone
+from .selectors import heartbeat_name_clash, heartbeat_timezone
 
 RUN_TASK = "heartbeats_app.run"
 RESERVED_PREFIX = "__qorven_"
@@ -52,11 +52,13 @@ def heartbeat_check(
     system: bool,
     exclude_id: int | None = None,
     stored_cron: bool = False,
+    reader: User | None = UNSET,
 ) -> str:
     """Check a beat's fields as create/update will; returns the normalised cron
     expression. Raises HeartbeatInvalid naming the field at fault. `system` allows the
     reserved system-beat names (the defaults file, a superuser). `stored_cron`: the cron is
-    the beat's own, unchanged (see cron_parse's `stored`)."""
+    the beat's own, unchanged (see cron_parse's `stored`). `reader`: who reads the refusal
+    (by default the owner; an admin, or None for the defaults file's operator)."""
     if qor.tenant_id != tenant.pk:
         raise HeartbeatInvalid("qor", "that Qor belongs to another tenant")
     name = name.strip() if isinstance(name, str) else ""
@@ -103,10 +105,23 @@ def heartbeat_check(
     if deliver_to is not None and not deliver_to.is_active:
         raise HeartbeatInvalid("deliver_to", f"{deliver_to} is deactivated: nothing is delivered to a deactivated "
                                "account; choose someone active, or no delivery")
-    if heartbeat_name_taken(tenant=tenant, qor=qor, name=name, owner=owner, deliver_to=deliver_to,
-                            exclude_id=exclude_id):
-        raise HeartbeatInvalid("name", f"you already have a beat named {name!r}; pick another name")
+    clash = heartbeat_name_clash(tenant=tenant, qor=qor, name=name, owner=owner, deliver_to=deliver_to,
+                                 exclude_id=exclude_id)
+    if clash is not None:
+        raise HeartbeatInvalid("name", _name_taken(name, clash, owner=owner, reader=owner if reader is UNSET else reader))
     return parsed.expression
+
+
+def _name_taken(name: str, clash: Heartbeat, *, owner: User | None, reader: User | None) -> str:
+    """Why `name` is taken, told to whoever reads it: the person the beat is for (the beat
+    tools: "you"), an admin, or the operator syncing the defaults file (no one: None)."""
+    if clash.owner is None:
+        whose = "a beat of the heartbeats defaults file" if clash.managed else "a workspace beat (one with no owner)"
+        return f"{name!r} is already the name of {whose}; pick another name"
+    if reader is not None and clash.owner_id == reader.pk:
+        return f"you already have a beat named {name!r}; pick another name"
+    also = "" if owner is not None and clash.owner_id == owner.pk else " and would see this one too"
+    return f"{clash.owner} already has a beat named {name!r}{also}; pick another name"
 
 
 @transaction.atomic
@@ -124,13 +139,14 @@ def heartbeat_create(
     enabled: bool = True,
     managed: bool = False,
     system: bool = False,
+    reader: User | None = UNSET,
 ) -> Heartbeat:
     """Create a beat and its PeriodicTask. `managed` marks a config-owned beat (the defaults
     file); `system` lets the host (defaults file, superuser) use reserved names.
     Raises HeartbeatInvalid."""
     cron = heartbeat_check(
         tenant=tenant, qor=qor, name=name, cron=cron, prompt=prompt, timezone=timezone, owner=owner,
-        deliver_to=deliver_to, deliver_channel=deliver_channel, system=system or managed,
+        deliver_to=deliver_to, deliver_channel=deliver_channel, system=system or managed, reader=reader,
     )
     beat = Heartbeat.objects.create(
         tenant=tenant, qor=qor, name=name.strip(), cron=cron, prompt=prompt.strip(), timezone=timezone,
@@ -154,6 +170,7 @@ def heartbeat_update(
     enabled: bool = UNSET,
     allow_managed: bool = False,
     system: bool = False,
+    reader: User | None = UNSET,
 ) -> Heartbeat:
     """Change the given fields of a beat and its PeriodicTask together (a beat given to
     another owner with no zone of its own moves to theirs). Managed beats are
@@ -173,7 +190,7 @@ def heartbeat_update(
         tenant=beat.tenant, qor=beat.qor, name=new_name, cron=pick(cron, beat.cron), prompt=new_prompt,
         timezone=new_timezone, owner=new_owner, deliver_to=new_deliver_to, deliver_channel=new_channel,
         system=system or beat.managed or beat.name == new_name, exclude_id=beat.pk,
-        stored_cron=cron is UNSET or cron == beat.cron,
+        stored_cron=cron is UNSET or cron == beat.cron, reader=reader,
     )
     merged: dict[str, Any] = {
         "name": new_name.strip(), "cron": new_cron, "prompt": new_prompt.strip(), "timezone": new_timezone,

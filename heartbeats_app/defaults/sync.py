@@ -241,24 +241,27 @@ def _plan(path: Path, text: str, raw: Any, beats: list[tuple[int, BeatSpec]], pr
     }
     for key, want in desired.items():
         beat = existing.get(key)
-        if beat is None and heartbeat_name_taken(tenant=want.tenant, qor=want.qor, name=want.spec.name,
-                                                 deliver_to=want.deliver_to):
+        if beat is not None and not beat.managed:
+            problems.append(Problem(want.line, f"{want.loc}.name",
+                                    f"{_label(want.tenant, want.qor, want.spec.name)} already exists as a beat made "
+                                    "by a user; user beats are never touched, so rename the one in the file"))
+            continue
+        diff = _diff(beat, want) if beat is not None else {}
+        # A new beat, or one given to someone else, is seen by them: a beat of their own may
+        # have its name already.
+        if (beat is None or "deliver_to" in diff) and heartbeat_name_taken(
+                tenant=want.tenant, qor=want.qor, name=want.spec.name, deliver_to=want.deliver_to,
+                exclude_id=beat.pk if beat is not None else None):
             problems.append(Problem(want.line, f"{want.loc}.name",
                                     f"{_label(want.tenant, want.qor, want.spec.name)} already exists as a beat made "
                                     "by a user who would see this one; user beats are never touched, so rename the "
                                     "one in the file"))
         elif beat is None:
             plan.create.append(want)
-        elif not beat.managed:
-            problems.append(Problem(want.line, f"{want.loc}.name",
-                                    f"{_label(want.tenant, want.qor, want.spec.name)} already exists as a beat made "
-                                    "by a user; user beats are never touched, so rename the one in the file"))
+        elif diff:
+            plan.update.append((beat, want, diff))
         else:
-            diff = _diff(beat, want)
-            if diff:
-                plan.update.append((beat, want, diff))
-            else:
-                plan.unchanged.append(beat)
+            plan.unchanged.append(beat)
     if problems:
         raise DefaultsFileError(path, sorted(problems, key=lambda p: (p.line, p.field)))
     _plan_deletions(plan, keep={b.pk for b in plan.unchanged} | {b.pk for b, _, _ in plan.update})

@@ -250,3 +250,22 @@ def test_a_failed_runs_provider_words_are_the_hosts_and_the_tenant_admin_reads_o
     client.force_login(UserFactory(username="root", is_staff=True, is_superuser=True))
     assert "sk-proj-Ab12**wxyz" in client.get(change).content.decode()  # the host's to read
 
+
+
+def test_a_name_taken_in_the_admin_names_whose_beat_has_it(client, world):
+    """A superuser renaming Bob's beat to a name Bob already uses, or giving a workspace
+    beat (no owner) to Bob, was told "you already have a beat named …": they have none."""
+    root = UserFactory(username="root", is_staff=True, is_superuser=True)
+    ours = beat(world.qor_a, name="news", owner=None, timezone="UTC")
+    beat(world.qor_a, name="news", owner=world.bob)
+    his = beat(world.qor_a, name="brief", owner=world.bob)
+    client.force_login(root)
+    for mine, change, says in (
+        (his, {"name": "news"}, "bob already has a beat named 'news'; pick another name"),
+        (ours, {"deliver_to": world.bob.pk, "deliver_channel": "web"},
+         "bob already has a beat named 'news' and would see this one too; pick another name"),
+    ):
+        page = client.get(url("heartbeats_app_heartbeat_change", mine.pk))
+        response = client.post(url("heartbeats_app_heartbeat_change", mine.pk), {**served_form(page), **change})
+        assert response.status_code == 200
+        assert response.context["adminform"].form.errors["name"] == [says]

@@ -150,7 +150,7 @@ def test_a_deactivated_member_is_refused_as_a_beats_owner_and_nothing_is_made(wo
 def test_names_are_unique_per_qor_but_not_across_tenants(world):
     beat(world.qor_a, name="daily")
     beat(world.qor_b, name="daily")
-    with pytest.raises(HeartbeatInvalid, match="already have a beat"):
+    with pytest.raises(HeartbeatInvalid, match="'daily' is already the name of a workspace beat"):
         beat(world.qor_a, name="daily")
 
 

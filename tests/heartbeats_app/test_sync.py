@@ -301,3 +301,27 @@ def test_a_users_beat_named_like_a_file_beat_they_do_not_see_does_not_stop_the_f
     assert Heartbeat.objects.get(name="standup").cron == "0 6 * * *"
     hers.refresh_from_db()
     assert (hers.cron, hers.prompt, hers.managed) == ("0 8 * * *", "my own digest", False)
+
+
+def test_a_file_beat_given_to_someone_with_a_beat_of_that_name_is_reported_as_theirs(world, defaults):
+    """The file's "digest" went to Bob, so Alice named a beat of her own "digest"; the file
+    then gave it to her. The sync told its operator "you already have a beat named
+    'digest'" (the operator has none), and only when it wrote: a dry run planned the update."""
+    def digest(user):
+        return {"beats": [{"tenant": "acme", "name": "digest", "cron": "0 5 * * *", "prompt": "The digest",
+                           "deliver": {"user": user, "channel": "telegram"}}]}
+
+    defaults(digest("bob"))
+    beats_sync()
+    beat(world.qor_a, name="digest", cron="0 8 * * *", prompt="my own digest", owner=world.alice)
+
+    defaults(digest("alice"))
+    for run in (beats_plan, beats_sync):
+        with pytest.raises(DefaultsFileError) as raised:
+            run()
+        (problem,) = raised.value.problems
+        assert problem.field == "beats[0].name", problem
+        assert "you already" not in problem.message, problem.message
+        assert problem.message == ("acme/aria digest already exists as a beat made by a user who would see this "
+                                   "one; user beats are never touched, so rename the one in the file")
+    assert Heartbeat.objects.get(name="digest", managed=True).deliver_to == world.bob
