@@ -7,7 +7,7 @@ from datetime import datetime
 from django import forms
 from django.contrib import admin, messages
 from django.db.models import QuerySet
-from django.http import HttpRequest
+from django.http import HttpRequest, HttpResponseRedirect
 from django.utils import timezone
 from django.utils.html import format_html
 
@@ -57,6 +57,11 @@ class HeartbeatForm(forms.ModelForm):
             field = exc.field if exc.field in self.fields else None
             self.add_error(field, exc.message)
         return data
+
+
+class _RefusedOnSave(Exception):
+    """The service refused what the form had passed: something changed in between (a name
+    taken, an owner gone). Raised out of the admin's transaction, which rolls back."""
 
 
 def _for_the_host(request: HttpRequest, fields, detail: str) -> list[str]:
@@ -184,21 +189,37 @@ class HeartbeatAdmin(OwnerRankedAdminMixin, admin.ModelAdmin):
             return False
         return super().has_delete_permission(request, obj)
 
+    def changeform_view(self, request, object_id=None, form_url="", extra_context=None):
+        try:
+            return super().changeform_view(request, object_id, form_url, extra_context)
+        except _RefusedOnSave:
+            pass
+        # Once more on what is stored now: the form's own check finds what changed and the
+        # page shows it on its field, with what was typed, as for any refusal.
+        try:
+            return super().changeform_view(request, object_id, form_url, extra_context)
+        except _RefusedOnSave as refused:  # it changed again in between: say so, save nothing
+            self.message_user(request, f"Not saved, the beat changed meanwhile: {refused}", messages.ERROR)
+            return HttpResponseRedirect(request.get_full_path())
+
     def save_model(self, request: HttpRequest, obj: Heartbeat, form, change: bool) -> None:
         self.check_tenant(request, obj)
         data = {f: form.cleaned_data.get(f) for f in EDITABLE}
         data["timezone"] = data["timezone"] or ""
         data["deliver_channel"] = data["deliver_channel"] or ""
-        if change:
-            heartbeat_update(
-                heartbeat=obj, name=data["name"], cron=data["cron"], prompt=data["prompt"],
-                timezone=data["timezone"], owner=data["owner"], deliver_to=data["deliver_to"],
-                deliver_channel=data["deliver_channel"], enabled=data["enabled"], system=request.user.is_superuser,
-                reader=request.user,
-            )
-        else:
-            created = heartbeat_create(**data, system=request.user.is_superuser, reader=request.user)
-            obj.pk = created.pk
+        try:
+            if change:
+                heartbeat_update(
+                    heartbeat=obj, name=data["name"], cron=data["cron"], prompt=data["prompt"],
+                    timezone=data["timezone"], owner=data["owner"], deliver_to=data["deliver_to"],
+                    deliver_channel=data["deliver_channel"], enabled=data["enabled"],
+                    system=request.user.is_superuser, reader=request.user,
+                )
+            else:
+                created = heartbeat_create(**data, system=request.user.is_superuser, reader=request.user)
+                obj.pk = created.pk
+        except (HeartbeatInvalid, HeartbeatReadOnly) as exc:
+            raise _RefusedOnSave(str(exc)) from exc
         obj.refresh_from_db()
 
     def delete_model(self, request: HttpRequest, obj: Heartbeat) -> None:

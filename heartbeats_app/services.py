@@ -96,13 +96,17 @@ def heartbeat_check(
             "deliver_channel",
             f"cannot deliver on {deliver_channel!r}; use one of: {', '.join(sorted(CHAT_FAMILY))}",
         )
+    # Whether each is an active member, as stored now: the User given may have been read
+    # before they were deactivated (an admin form checked, then saved).
+    active = dict(Membership.objects.filter(tenant=tenant, user__in=[u for u in (owner, deliver_to) if u])
+                  .values_list("user_id", "user__is_active"))
     for field, user in (("owner", owner), ("deliver_to", deliver_to)):
-        if user is not None and not Membership.objects.filter(tenant=tenant, user=user).exists():
+        if user is not None and user.pk not in active:
             raise HeartbeatInvalid(field, f"{user} is not a member of {tenant.slug}")
-    if owner is not None and not owner.is_active:
+    if owner is not None and not active[owner.pk]:
         raise HeartbeatInvalid("owner", f"{owner} is deactivated: a beat runs in its owner's name, and a "
                                "deactivated account has left; choose someone active as its owner")
-    if deliver_to is not None and not deliver_to.is_active:
+    if deliver_to is not None and not active[deliver_to.pk]:
         raise HeartbeatInvalid("deliver_to", f"{deliver_to} is deactivated: nothing is delivered to a deactivated "
                                "account; choose someone active, or no delivery")
     clash = heartbeat_name_clash(tenant=tenant, qor=qor, name=name, owner=owner, deliver_to=deliver_to,
