@@ -115,7 +115,8 @@ class HeartbeatAdmin(OwnerRankedAdminMixin, admin.ModelAdmin):
     # so do the last run's status, time and tokens: the list fits beside the admin's menus.
     list_display = ["title", "qor", "schedule", "enabled", "next_run", "last_run"]
     list_filter = ["tenant", "enabled", "managed", "last_status"]
-    list_select_related = ["tenant", "qor__tenant"]  # the Qor's name reads its tenant's slug
+    # The Qor's name reads its tenant's slug; the next run, the task's last run.
+    list_select_related = ["tenant", "qor__tenant", "periodic_task"]
     search_fields = ["name", "prompt"]
     actions = ["run_now", "enable", "disable"]
     inlines = [HeartbeatRunInline]

@@ -82,6 +82,19 @@ class HeartbeatEntry(ModelEntry):
                           max((following - now).total_seconds(), 1.0) if following is not None else wait)
 
 
+    def save(self) -> None:
+        # django-celery-beat writes the run it holds in memory over the row's last run as it
+        # syncs; a beat whose schedule changed since may count from a later one there
+        # (heartbeats_app.services._last_run_carried): the later stands.
+        from django_celery_beat.models import PeriodicTask
+
+        stored = PeriodicTask.objects.filter(pk=self.model.pk).values_list("last_run_at", flat=True).first()
+        held = self.model.last_run_at
+        if stored is not None and (held is None or maybe_make_aware(stored) > maybe_make_aware(held)):
+            self.model.last_run_at = self.last_run_at = stored
+        super().save()
+
+
 class HeartbeatScheduler(DatabaseScheduler):
     """DatabaseScheduler that adds `tick` to heartbeat runs, and reports the beat running
     (heartbeats_app.liveness) for `qorven doctor`."""

@@ -79,7 +79,9 @@ def heartbeat_timezone(beat: Heartbeat) -> str:
 
 
 def heartbeat_next_run(beat: Heartbeat, *, now: datetime | None = None) -> datetime | None:
-    """When the beat fires next (None when paused or its schedule is unusable)."""
+    """When the beat fires next (None when paused or its schedule is unusable): after now,
+    or after the last run the beat counts from when that is later (a move west keeps the
+    day's time already run, heartbeats_app.services._last_run_carried)."""
     if not beat.enabled:
         return None
     try:
@@ -87,7 +89,9 @@ def heartbeat_next_run(beat: Heartbeat, *, now: datetime | None = None) -> datet
         zone = timezone_parse(heartbeat_timezone(beat))
     except CronError:
         return None
-    return tick_next(schedule, zone, now or timezone.now())
+    after = now or timezone.now()
+    counted_from = beat.periodic_task.last_run_at if beat.periodic_task is not None else None
+    return tick_next(schedule, zone, max(after, counted_from) if counted_from is not None else after)
 
 
 def heartbeat_runs(*, tenant: Tenant, heartbeat: Heartbeat, limit: int = 20) -> list[HeartbeatRun]:

@@ -4,10 +4,13 @@ Celery beat's DatabaseScheduler runs exactly what the Heartbeat table says."""
 from __future__ import annotations
 
 import json
+from datetime import datetime
 from typing import Any
+from zoneinfo import ZoneInfo
 
 from django.contrib.auth.models import User
 from django.db import transaction
+from django.utils import timezone as django_timezone
 from django_celery_beat.models import CrontabSchedule, PeriodicTask
 
 from qorven.runtime.scheduled_backups import BACKUP_TASK
@@ -17,7 +20,7 @@ from tenancy.zones import person_zone_name
 
 from .cron import CronError, cron_parse, timezone_choose, timezone_parse
 from .errors import HeartbeatInvalid, HeartbeatReadOnly
-from .models import RESERVED_NAMES, Heartbeat
+from .models import RESERVED_NAMES, Heartbeat, HeartbeatRun
 from .selectors import heartbeat_name_clash, heartbeat_timezone
 
 RUN_TASK = "heartbeats_app.run"
@@ -294,7 +297,7 @@ def backup_beat_sync() -> str:
     for field, value in wanted.items():
         setattr(task, field, value)
     if old_crontab_id != schedule.pk:
-        _last_run_forget(task)
+        task.last_run_at = None  # the backup counts from this change (the row's date_changed)
     task.save()
     if old_crontab_id != schedule.pk:
         _drop_unused_crontab(old_crontab_id)
@@ -347,23 +350,35 @@ def _mirror(beat: Heartbeat) -> None:
         beat.save(update_fields=["periodic_task", "updated_at"])
         return
     old_crontab_id = task.crontab_id
+    # The zone it runs in as stored now: a retime may have replaced (and dropped) the schedule
+    # this task was read with while this write waited for the owner's membership.
+    old_zone = PeriodicTask.objects.filter(pk=task.pk).values_list("crontab__timezone", flat=True).first()
     wanted = {"name": name, "task": RUN_TASK, "crontab_id": schedule.pk, "kwargs": kwargs, "enabled": beat.enabled}
     if any(getattr(task, f) != v for f, v in wanted.items()):
         for f, v in wanted.items():
             setattr(task, f, v)
         if old_crontab_id != schedule.pk:
-            _last_run_forget(task)
+            task.last_run_at = _last_run_carried(task, beat=beat, old_zone=str(old_zone) if old_zone else None,
+                                                 new_zone=zone)
         task.save()
     if old_crontab_id != schedule.pk:
         _drop_unused_crontab(old_crontab_id)
 
 
-def _last_run_forget(task: PeriodicTask) -> None:
-    # The beat finds a task due when its schedule has a time between the last run and now:
-    # a new time (or zone) that passed since the old schedule's last run would run at once,
-    # a second run the same day. With none, the beat counts from this change (the row's
-    # date_changed), so the first run is the new schedule's next time.
-    task.last_run_at = None
+def _last_run_carried(task: PeriodicTask, *, beat: Heartbeat, old_zone: str | None, new_zone: str) -> datetime:
+    """The last run a beat whose schedule changed counts from: one run per local date and
+    time. The beat finds a task due when its schedule has a time between the last run and
+    now, so from the old schedule's last run a new time (or zone) that passed since would
+    run at once. It counts from now, then, or, when the zone moved west, from the last
+    run's date and time read on the new zone's clock: a daily 09:00 that ran in Berlin
+    has had that day's 09:00, which New York reaches six hours later the same date."""
+    now = django_timezone.now()
+    ran = [t for t in (task.last_run_at, HeartbeatRun.objects.filter(heartbeat=beat, manual=False)
+                       .order_by("-tick").values_list("tick", flat=True).first()) if t is not None]
+    if not ran or old_zone is None or old_zone == new_zone:
+        return now
+    wall = max(ran).astimezone(ZoneInfo(old_zone)).replace(tzinfo=None)
+    return max(now, wall.replace(tzinfo=ZoneInfo(new_zone)))
 
 
 def _drop_unused_crontab(crontab_id: int | None) -> None:

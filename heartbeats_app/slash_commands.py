@@ -15,7 +15,7 @@ def beats_command(ctx: CommandContext) -> str:
     session = ctx.session
     if session.user is None:
         return "Heartbeats belong to a known user; this conversation has none."
-    beats = list(heartbeats_visible(tenant=session.tenant, qor=session.qor, user=session.user).select_related("tenant"))
+    beats = list(heartbeats_visible(tenant=session.tenant, qor=session.qor, user=session.user).select_related("tenant", "periodic_task"))
     if not beats:
         return "You have no heartbeats. Ask me to set one up, e.g. \"every weekday at 8, tell me what's on today\"."
     lines = ["Your heartbeats:"]

@@ -123,7 +123,7 @@ def set_beat(ctx: ToolContext, args: dict) -> dict:
     min_trust=Trust.PAIRED,
 )
 def list_beats(ctx: ToolContext, args: dict) -> dict:
-    beats = heartbeats_visible(tenant=ctx.tenant, qor=ctx.qor, user=_user(ctx)).select_related("tenant")
+    beats = heartbeats_visible(tenant=ctx.tenant, qor=ctx.qor, user=_user(ctx)).select_related("tenant", "periodic_task")
     return {"beats": [beat_json(b) for b in beats]}
 
 

@@ -11,6 +11,7 @@ from django.utils import timezone
 from django_celery_beat.models import PeriodicTask
 
 from heartbeats_app.scheduler import HeartbeatScheduler, _entry_tick
+from heartbeats_app.selectors import heartbeat_next_run
 from heartbeats_app.services import heartbeat_set_enabled, heartbeat_update
 from tenancy.services import membership_timezone_set
 
@@ -124,3 +125,49 @@ def test_a_paused_beat_resumed_after_its_time_first_runs_at_its_next_time(world)
     heartbeat = heartbeat_set_enabled(heartbeat=heartbeat, enabled=True)  # three days' runs missed while paused
     due, wait = _entry_now(heartbeat).is_due()
     assert not due and timedelta(seconds=wait) > timedelta(hours=23)
+
+
+BERLIN, NEW_YORK = ZoneInfo("Europe/Berlin"), ZoneInfo("America/New_York")
+
+
+def _wall(moment: datetime, zone: ZoneInfo) -> datetime:
+    """The same wall-clock date and time in `zone` (what a daily beat means by its time)."""
+    return moment.astimezone(BERLIN).replace(tzinfo=None).replace(tzinfo=zone)
+
+
+def test_a_beat_whose_owner_moves_west_after_todays_run_is_not_run_again_that_day(world):
+    # Alice's beat at her time (and three hours later) ran 90 minutes ago in Berlin; she
+    # moves to New York, where that time and date come again in hours: that slot is done,
+    # the later one is not.
+    membership_timezone_set(tenant=world.tenant_a, user=world.alice, timezone="Europe/Berlin")
+    now = timezone.now()
+    ran = now.astimezone(BERLIN).replace(second=0, microsecond=0) - timedelta(minutes=90)
+    later = ran + timedelta(hours=3)
+    heartbeat = beat(world.qor_a, cron=f"{ran.minute} {ran.hour},{later.hour} * * *", owner=world.alice, timezone="")
+    PeriodicTask.objects.filter(pk=heartbeat.periodic_task_id).update(last_run_at=ran)
+    ran_entry = _entry_now(heartbeat)  # the beat's scheduler holds this run in memory, not yet saved
+
+    membership_timezone_set(tenant=world.tenant_a, user=world.alice, timezone="America/New_York")
+    assert str(PeriodicTask.objects.get(pk=heartbeat.periodic_task_id).crontab.timezone) == "America/New_York"
+    for saved_by_the_beat in (False, True):
+        if saved_by_the_beat:
+            ran_entry.save()  # django-celery-beat writes its last run back as it syncs
+        due, wait = _entry_now(heartbeat).is_due()
+        expected = _wall(later, NEW_YORK) - timezone.now()
+        assert not due and abs(timedelta(seconds=wait) - expected) < timedelta(minutes=1), (
+            timedelta(seconds=wait), expected)
+    heartbeat.refresh_from_db()
+    assert heartbeat_next_run(heartbeat) == _wall(later, NEW_YORK)  # as the admin and list_beats show it
+
+
+def test_a_beat_whose_owner_moves_west_before_todays_run_runs_at_the_new_zones_time(world):
+    membership_timezone_set(tenant=world.tenant_a, user=world.alice, timezone="Europe/Berlin")
+    due_at = timezone.now().astimezone(BERLIN).replace(second=0, microsecond=0) + timedelta(minutes=30)
+    heartbeat = beat(world.qor_a, cron=f"{due_at.minute} {due_at.hour} * * *", owner=world.alice, timezone="")
+    PeriodicTask.objects.filter(pk=heartbeat.periodic_task_id).update(last_run_at=due_at - timedelta(days=1))
+
+    membership_timezone_set(tenant=world.tenant_a, user=world.alice, timezone="America/New_York")
+    due, wait = _entry_now(heartbeat).is_due()
+    expected = _wall(due_at, NEW_YORK) - timezone.now()  # today's time, in New York: not run yet
+    assert not due and abs(timedelta(seconds=wait) - expected) < timedelta(minutes=1), (
+        timedelta(seconds=wait), expected)
