@@ -119,3 +119,21 @@ def test_a_beat_saved_with_one_before_keeps_running_and_moving_until_its_cron_is
     assert (old.periodic_task.crontab.hour, str(old.periodic_task.crontab.timezone)) == ("23-2", "Europe/Paris")
     with pytest.raises(HeartbeatInvalid, match="the hour range 22-1 runs backwards"):
         heartbeat_update(heartbeat=old, cron="0 22-1 * * *")
+
+
+@pytest.mark.django_db
+def test_the_admin_saves_other_changes_of_such_a_beat_and_refuses_a_new_backward_range(client, world):
+    from ..admin_forms import served_form
+
+    root = UserFactory(username="root", is_staff=True, is_superuser=True)
+    old = beat(world.qor_a, name="night", cron="0 22 * * *", owner=world.alice)
+    Heartbeat.objects.filter(pk=old.pk).update(cron="0 23-2 * * *")  # as saved before the check
+    client.force_login(root)
+    url = reverse("admin:heartbeats_app_heartbeat_change", args=[old.pk])
+    form = served_form(client.get(url))
+    assert client.post(url, {**form, "prompt": "Still up?"}).status_code == 302
+    refused = client.post(url, {**form, "cron": "0 22-1 * * *"})
+    assert refused.status_code == 200
+    assert "the hour range 22-1 runs backwards" in refused.context["adminform"].form.errors["cron"][0]
+    old.refresh_from_db()
+    assert (old.cron, old.prompt) == ("0 23-2 * * *", "Still up?")
