@@ -119,7 +119,8 @@ def agent_turn(self, tenant_id: int, session_id: int, busy: int = 0, woken: bool
                 logger.info("session %s stayed busy; leaving its messages to the turn holding it", session_id)
                 return 0
             raise self.retry(args=(tenant_id, session_id), kwargs={"busy": busy + 1}, countdown=busy_delay(busy)) from None
-        _stop_waiting(session_id, self.request.id)
+        if busy:  # only a task that found the session busy can be its waiter (its retries count up)
+            _stop_waiting(session_id, self.request.id)
         if outcome.retry_after is not None:
             raise self.retry(args=(tenant_id, session_id), kwargs=COMING_BACK, countdown=outcome.retry_after)
         return outcome.answered

@@ -712,3 +712,55 @@ def test_a_waiting_message_whose_conversation_is_cleared_gives_up_its_place_in_t
     drain()
     assert model_server.requests == []
     assert not Message.objects.filter(tenant=world.tenant_a, role="assistant", content="Never asked.").exists()
+
+
+def _cache_reads_of(world, model_server, *, busy: int, task_id: str) -> list[str]:
+    """The turn task run for a waiting message (`busy`: the tries it has made on a busy
+    session), with the session's waiter marker naming `task_id`; the cache keys it read."""
+    from django.core.cache import cache
+
+    from qorven.agent.tasks import agent_turn
+    from sessions_app.services import message_append, session_resolve
+
+    session = session_resolve(tenant=world.tenant_a, qor=world.qor_a, channel="web", user=world.alice)
+    model_server.add(reply("Answered."))
+    message_append(session=session, role="user", content="hi", channel="web", sender_name="Alice",
+                   awaits_answer=True, notify=False, metadata={"trust": "owner"})
+    cache.set(f"turn-waiter:{session.pk}", "the-waiter", 30)
+    with _cache_keys_read() as read:
+        assert agent_turn.apply(args=(world.tenant_a.pk, session.pk), kwargs={"busy": busy}, task_id=task_id).result == 1
+    read.append(f"left:{cache.get(f'turn-waiter:{session.pk}')}")
+    return read
+
+
+@contextmanager
+def _cache_keys_read() -> Iterator[list[str]]:
+    """The keys read from the shared cache (django.core.cache.cache.get) meanwhile."""
+    from django.core.cache import cache
+
+    read: list[str] = []
+    original = cache.get
+
+    def get(key, *args, **kwargs):
+        read.append(key.split(":")[0])
+        return original(key, *args, **kwargs)
+
+    cache.get = get
+    try:
+        yield read
+    finally:
+        del cache.get
+
+
+def test_a_turn_task_that_waited_for_its_busy_session_stops_being_its_waiter_once_it_runs(world, model_server):
+    """The task that waited for a held session (its retries count the tries) lets the next
+    one that finds the session busy wait in its place."""
+    assert _cache_reads_of(world, model_server, busy=2, task_id="the-waiter")[-1] == "left:None"
+
+
+def test_a_turn_task_that_never_found_its_session_busy_asks_the_cache_nothing_about_waiting(world, model_server):
+    """Only a task that found the session busy can be its waiter: one that never did reads
+    no waiter marker (a cache round trip on every turn before) and leaves another's alone."""
+    read = _cache_reads_of(world, model_server, busy=0, task_id="a-fresh-task")
+    assert "turn-waiter" not in read
+    assert read[-1] == "left:the-waiter"

@@ -2,7 +2,13 @@
 platform webhook (verified, stored, answered 200) and one turn answering one message."""
 from __future__ import annotations
 
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+
 import pytest
+from django.conf import settings as django_settings
 from django.db import connection
 
 from channels_app.inbound import InboundMessage
@@ -117,10 +123,12 @@ def queries_per_platform_turn() -> int:
 def test_the_next_turn_reads_nothing_the_process_keeps(world, model_server, django_assert_max_num_queries):
     """A turn after the first in a process reads neither the Qor's MCP servers and model
     fallbacks nor the learned skills (qorven.runtime.row_cache keeps them):
-    queries_per_next_turn."""
+    queries_per_next_turn; the one after it starts from the window it holds:
+    queries_per_held_turn."""
     session = session_resolve(tenant=world.tenant_a, qor=world.qor_a, channel="web", user=world.alice)
-    model_server.add(reply("Not much."), reply("Still not much."))
-    for text, budget in (("what is up?", queries_per_turn()), ("and now?", queries_per_next_turn())):
+    model_server.add(reply("Not much."), reply("Still not much."), reply("Nothing."))
+    for text, budget in (("what is up?", queries_per_turn()), ("and now?", queries_per_next_turn()),
+                         ("and then?", queries_per_held_turn())):
         message_append(session=session, role="user", content=text, channel="web", sender_name="Alice",
                        awaits_answer=True, notify=False, metadata={"trust": "owner"})
         with django_assert_max_num_queries(budget):
@@ -130,6 +138,14 @@ def test_the_next_turn_reads_nothing_the_process_keeps(world, model_server, djan
 def queries_per_next_turn() -> int:
     """queries_per_turn less the MCP servers, the skills and the model fallbacks."""
     return queries_per_turn() - 3
+
+
+def queries_per_held_turn() -> int:
+    """queries_per_next_turn for a conversation whose earlier messages the process holds
+    as the last turn's window (qorven.agent.held_windows): what came after them, and their
+    check, a read that takes no text. A window that took the whole conversation reads
+    nothing older (one read more before)."""
+    return queries_per_next_turn() + 1
 
 
 def test_a_telegram_chat_s_next_message_is_answered_and_sent_within_its_query_budget(
@@ -191,3 +207,72 @@ def queries_per_group_context() -> int:
     the group's session; the sender's identity with its user's membership; the message;
     the event done."""
     return 7
+
+
+@contextmanager
+def _redis_round_trips() -> Iterator[list[str]]:
+    """The round trips this process's app makes to its Redis db meanwhile, as MONITOR shows
+    them: a command each, a MULTI … EXEC block as one ("MULTI"), a script's own commands
+    not at all. Only this run's keys and channels (its cache and layer prefixes)."""
+    import redis
+    from django.core.cache import cache
+
+    client = redis.Redis.from_url(django_settings.REDIS_URL)
+    db = client.connection_pool.connection_kwargs.get("db", 0)
+    ours = (cache.make_key(""), django_settings.QORVEN_LIVE_PREFIX, django_settings.QORVEN_LIVE_PREFIX)
+    end = "qorven-test-end"
+    seen: list[str] = []
+    ready = threading.Event()
+
+    def read() -> None:
+        in_multi = False
+        with client.monitor() as monitor:
+            ready.set()
+            for command in monitor.listen():
+                if command["db"] != db or command.get("client_type") == "lua":
+                    continue
+                text = command["command"]
+                if end in text:
+                    return
+                name = text.split(" ", 1)[0].upper()
+                if name == "MULTI":
+                    in_multi = True
+                    seen.append("MULTI")
+                elif name in ("EXEC", "DISCARD"):
+                    in_multi = False
+                elif not in_multi and any(prefix in text for prefix in ours):
+                    seen.append(name)
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    ready.wait(5)
+    try:
+        yield seen
+    finally:
+        time.sleep(0.2)  # what was sent last reaches MONITOR before the end mark
+        client.echo(end)
+        reader.join(10)
+
+
+@pytest.mark.skipif(not django_settings.REDIS_URL, reason="counts what reaches Redis (REDIS_URL)")
+def test_a_web_turn_stays_within_its_redis_round_trips(world, model_server):
+    """What a turn answering a web message asks of Redis (redis_round_trips_per_turn), the
+    turn task's own included: no look at the session's waiter when it never waited."""
+    from qorven.agent.tasks import agent_turn
+
+    session = session_resolve(tenant=world.tenant_a, qor=world.qor_a, channel="web", user=world.alice)
+    message_append(session=session, role="user", content="what is up?", channel="web", sender_name="Alice",
+                   awaits_answer=True, notify=False, metadata={"trust": "owner"})
+    model_server.add(reply("Not much."))
+    with _redis_round_trips() as trips:
+        assert agent_turn.apply(args=(world.tenant_a.pk, session.pk)).result == 1
+    assert len(trips) <= redis_round_trips_per_turn(), " ".join(trips)
+
+
+def redis_round_trips_per_turn() -> int:
+    """The stop flag looked at once (GET); each of the reply's two streamed chunks kept for
+    a page that opens meanwhile (a MULTI) and published (PUBLISH); the stop flag cleared
+    (DEL); the reply's message.new and message.done (a PUBLISH each); the stream's text
+    forgotten (one script call, EVALSHA). Was 10, with a GET of the session's waiter marker
+    after every turn (qorven.agent.tasks.agent_turn)."""
+    return 9
