@@ -5,7 +5,9 @@ was most of what a long conversation added to a turn. A turn keeps the settled p
 its window (the messages before the oldest one still waiting for an answer), with each
 message's id and revision and what it costs in tokens. The session's next turn checks
 those against the database in one statement that reads no text
-(sessions_app.context_reads.context_versions) and reads only the messages after them. Any
+(sessions_app.context_reads.context_versions) and reads only the messages after them (and,
+if the budget has room for more, older ones — none, for a window that reached the
+compaction point: its check covers the range from there). Any
 difference — a message updated (its answer, a transcript, a reply written again), one
 that joined or left what the model may see, a new compaction point — and the window is
 read as before, so what the model is sent is always what reading it afresh gives.
@@ -30,6 +32,10 @@ class Held:
     floor: int  # the session's compaction point when the rows were read
     rows: tuple[MessageRow, ...]  # oldest first
     costs: tuple[int, ...]  # each row's tokens (qorven.agent.prompt.message_tokens)
+    # The rows are all a context read returned down to the compaction point: nothing older
+    # was left out. Checked as a range from the compaction point, such a window needs no
+    # read of older messages when the budget takes it all (a short conversation's turn).
+    from_floor: bool = False
     versions: list[tuple[int, int | None]] = field(init=False)  # each row's (id, revision)
     # The request's dict made of a row (qorven.agent.prompt.to_openai) by its id, revision
     # and the trust of the message answered; filled as a prompt is built, and carried to the

@@ -251,10 +251,12 @@ def _window(
     picked.reverse()  # oldest first: they came newest first
     rounds.reverse()
     kept = spent
+    from_floor = complete  # every message down to the compaction point was taken
     # The model must never see a tool result without the call that asked for it.
     while picked and picked[0][0].role == Message.Role.TOOL and picked[0][0].seq < current.seq:
         kept -= picked.pop(0)[1]
-    _hold(session, current, picked, held)
+        from_floor = False
+    _hold(session, current, picked, held, from_floor=from_floor)
     window = [m for m, _ in picked] + [current]
     window.sort(key=lambda m: m.seq)
     pending = [m for m in window if m.answer_state == Message.Answer.PENDING]
@@ -275,12 +277,16 @@ def _newest_first(session: Session, current: Message, held: Held | None) -> Iter
     if held is not None and held.floor == floor and held.rows[-1].seq < current.seq:
         low, high = held.rows[0].seq, held.rows[-1].seq
         newer = context_read(session=session, floor_seq=high, answering_seq=current.seq, limit=READ_BATCH_MAX)
+        # A window that reached the compaction point is checked from there: the same ids
+        # mean nothing older has joined it since, so nothing older is read.
         if len(newer) < READ_BATCH_MAX and context_versions(
-            session=session, floor_seq=floor, low_seq=low, high_seq=high
+            session=session, floor_seq=floor, low_seq=floor + 1 if held.from_floor else low, high_seq=high
         ) == held.versions:
             for message in reversed(newer):
                 yield message, message_tokens(message)
             yield from zip(reversed(held.rows), reversed(held.costs))
+            if held.from_floor:
+                return
             before, size = low, READ_BATCH  # the budget grew past what was held: rarely more than a little
     while True:
         batch = context_read(session=session, floor_seq=floor, answering_seq=current.seq, before_seq=before,
@@ -293,17 +299,19 @@ def _newest_first(session: Session, current: Message, held: Held | None) -> Iter
         size = min(size * 2, READ_BATCH_MAX)
 
 
-def _hold(session: Session, current: Message, picked: list[tuple[StoredMessage, int]], previous: Held | None) -> None:
+def _hold(session: Session, current: Message, picked: list[tuple[StoredMessage, int]], previous: Held | None,
+          *, from_floor: bool) -> None:
     """Hold the settled part of the window for the session's next turn: the messages before
     the oldest one still waiting for an answer (those change when they are answered).
-    `previous`: the window held before, whose request dicts carry over for the rows both hold."""
+    `previous`: the window held before, whose request dicts carry over for the rows both hold;
+    `from_floor`: `picked` is every message a context read returns down to the compaction point."""
     cut = min([m.seq for m, _ in picked if m.answer_state == Message.Answer.PENDING] + [current.seq])
     settled = [(m, cost) for m, cost in picked if m.seq < cut]  # rows of context reads, never `current`
     if not settled:
         held_window_keep(session.pk, None)
         return
     held = Held(floor=session.compacted_through_seq, rows=tuple(m for m, _ in settled),  # type: ignore[misc]
-                costs=tuple(cost for _, cost in settled))
+                costs=tuple(cost for _, cost in settled), from_floor=from_floor)
     if previous is not None and previous.rendered:
         kept = set(held.versions)
         held.rendered.update((key, made) for key, made in previous.rendered.items() if key[:2] in kept)

@@ -90,6 +90,28 @@ def test_a_session_s_next_window_reads_only_what_came_after_the_window_it_holds(
     assert prompt.window[-1].seq == pending.seq and prompt.window[-2].content == "Hourly."
 
 
+
+def test_a_short_conversation_s_next_window_reads_nothing_older_than_the_window_it_holds(
+    long_chat, django_assert_num_queries
+):
+    """A conversation the budget takes whole: its held window reaches the compaction point,
+    so the next turn reads what came after it and checks the held ones from that point,
+    and reads nothing older (a third read for older messages there are none of, before)."""
+    session, budget = long_chat(5, 10)
+    budget *= 4  # room for all of it, and more
+    pending = ask(session, "And the ferries?")
+    first = build(session, pending, budget)
+    assert first.history_tokens is not None and len(first.window) == 11  # whole
+    answer(session, pending)
+    pending = ask(session, "And the lighthouse?")
+    with django_assert_num_queries(2) as captured:  # the messages after it, and the held ones' revisions
+        prompt = build(session, pending, budget)
+    assert "content" not in captured.captured_queries[1]["sql"]
+    fresh = afresh(session, pending, budget)
+    assert [m.seq for m in prompt.window] == [m.seq for m in fresh.window] == list(range(1, 14))
+    assert prompt.messages == fresh.messages
+    assert (prompt.window_tokens, prompt.history_tokens) == (fresh.window_tokens, fresh.history_tokens)
+
 def _update(session: Session, seq: int, **fields) -> None:
     Message.objects.filter(session=session, seq=seq).update(**fields)
 
@@ -138,6 +160,29 @@ def test_a_held_window_whose_messages_changed_is_read_again_and_the_prompt_is_wh
     assert (prompt.window_tokens, prompt.history_tokens) == (fresh.window_tokens, fresh.history_tokens)
     assert [m.seq for m in prompt.window] != [m.seq for m in held.window[:-1]]  # it did move on
 
+
+
+@pytest.mark.parametrize("change", list(CHANGES))
+def test_a_whole_held_window_whose_oldest_messages_changed_is_read_again_as_a_fresh_read_gives(long_chat, change):
+    """The held window of a conversation the budget took whole, checked from the compaction
+    point: a change at its oldest end — a failed first message answered since (it joins
+    what the model sees, older than any message held) among them — is read again."""
+    session, budget = long_chat(5, 10)
+    budget *= 4
+    target = 1
+    if change == "joined":
+        _update(session, target, answer_state=Message.Answer.FAILED)
+    pending = ask(session, "And the ferries?")
+    held = build(session, pending, budget)
+    assert held.history_tokens is not None  # whole
+    answer(session, pending)
+    CHANGES[change](session, target)
+    pending = ask(session, "And the lighthouse?")
+    prompt = build(session, pending, budget)
+    fresh = afresh(session, pending, budget)
+    assert [m.seq for m in prompt.window] == [m.seq for m in fresh.window]
+    assert prompt.messages == fresh.messages
+    assert (prompt.window_tokens, prompt.history_tokens) == (fresh.window_tokens, fresh.history_tokens)
 
 def test_a_held_window_answering_a_message_of_another_trust_marks_its_lines_as_a_fresh_read_does(long_chat):
     """The same held messages read differently when the message answered carries more
