@@ -14,6 +14,7 @@ from django.db.models import Field, JSONField, OuterRef, QuerySet, Subquery
 
 from qorven.runtime.prepared_read import PreparedRead
 from tenancy.selectors import memberships_holding
+from tenancy.switches import switched_off_of
 from tenancy.models import Qor, Tenant
 
 from .errors import SessionNotFound
@@ -260,8 +261,9 @@ def answer_notice(*, message: Message) -> str | None:
 def pending_with_session(*, tenant_id: int, session_id: int) -> Message | None:
     """What a turn reads first: the oldest user message of the session a turn could answer
     now (as next_pending_user_message) with its session, and the session's tenant, Qor and
-    user, attached, and that user's role in the tenant now (`member_role`) — one read. None when nothing waits, or the session is gone or another
-    tenant's."""
+    user, attached, and that user's role in the tenant now (`member_role`) and the tenant's
+    switched-off switches (`switched_off`: tenancy.switches.switches_seen) — one read. None
+    when nothing waits, or the session is gone or another tenant's."""
     return _pending_with_session.first(tenant_id=tenant_id, session_id=session_id)
 
 
@@ -279,7 +281,8 @@ _pending_with_session: PreparedRead[Message] = PreparedRead(
     lambda tenant_id, session_id: answerable(Message.objects.filter(tenant_id=tenant_id, session_id=session_id))
     .select_related("session__tenant", "session__qor", "session__user")
     .annotate(member_role=Subquery(memberships_holding().filter(
-        tenant_id=OuterRef("session__tenant_id"), user_id=OuterRef("session__user_id")).values("role")[:1]))
+        tenant_id=OuterRef("session__tenant_id"), user_id=OuterRef("session__user_id")).values("role")[:1]),
+              switched_off=switched_off_of("session__tenant_id"))
     .order_by("seq")[:1],
     tenant_id=int, session_id=int,
 )

@@ -32,6 +32,7 @@ from sessions_app.turn_writes import (
     turn_lease_end,
     turn_lease_release,
 )
+from tenancy.switches import switches_seen, switches_seen_here
 
 from .slot_places import slot_place_give_up
 from .turn_answer import AnswerResult, AnswerStep, answer_message
@@ -75,7 +76,8 @@ def turn_process(*, tenant_id: int, session_id: int, come_back_mark: Callable[[]
     released = False
     kept = lease_kept(session_id=session_id, owner=owner)
     try:
-        with kept:
+        # The tool switches the answer reads come with its message (switches_seen).
+        with kept, switches_seen_here():
             while True:
                 if outcome.answered + outcome.failed:
                     kept.letting_go()
@@ -88,6 +90,8 @@ def turn_process(*, tenant_id: int, session_id: int, come_back_mark: Callable[[]
                     task_checkpoint()
                 # Usually one read: the message to answer, with its session.
                 pending = pending_with_session(tenant_id=tenant_id, session_id=session_id)
+                if pending is not None:
+                    switches_seen(tenant_id=tenant_id, switched_off=pending.switched_off)  # type: ignore[attr-defined]
                 if pending is not None and pending.session.state == Session.State.ACTIVE:
                     session = pending.session
                 else:

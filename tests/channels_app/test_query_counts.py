@@ -71,13 +71,14 @@ def test_a_turn_in_a_long_conversation_reads_it_once(world, model_server, django
 
 
 def queries_per_turn() -> int:
-    """The lease; the pending message with its session and the session's tenant, Qor and
-    user (one read); the tool switches, the MCP servers, the skills, the model fallbacks and the window; usage;
+    """The lease; the pending message with its session, the session's tenant, Qor and
+    user, and the tenant's switches, the tools' among them (one read; the switches were a
+    read of their own, one statement more); the MCP servers, the skills, the model fallbacks and the window; usage;
     the reply with the lease's confirmation and the answered marks; what came after the
     window, for compaction; the lease let go in the statement that finds nothing left to
     answer. The reply is one statement on PostgreSQL; on SQLite three, with the BEGIN and
     COMMIT it counts."""
-    return 11 if connection.vendor == "postgresql" else 15
+    return 10 if connection.vendor == "postgresql" else 14
 
 
 def test_a_telegram_message_is_answered_and_sent_within_its_query_budget(
@@ -108,7 +109,8 @@ def queries_per_platform_turn() -> int:
     first message);
     the chat (created: the first message) and the message (no look-up first for its
     platform id: the unique index refuses a repeat); the
-    event done; the turn (queries_per_turn); the delivery planned: the parts in one INSERT
+    event done; the turn (queries_per_turn, whose tool switches come with its message's
+    read: the channel rules' read of them counts here); the delivery planned: the parts in one INSERT
     that inserts them only while the account that asked is still paired (in a transaction
     of its own; where the message came from, the task noted as it stored it), with the
     reply's mark of a delivery not yet planned cleared (a reply whose process died before
@@ -117,7 +119,7 @@ def queries_per_platform_turn() -> int:
     waiting for the binding (one statement), the next reply waiting once the bot is let go. On PostgreSQL the send's gates (channels_app.send_gate) are advisory
     locks of the connection, not keys in Redis: the bot's gate and a send slot taken in one
     statement, let go in another."""
-    return queries_per_turn() + (17 if connection.vendor == "postgresql" else 16)
+    return queries_per_turn() + (18 if connection.vendor == "postgresql" else 17)
 
 
 def test_the_next_turn_reads_nothing_the_process_keeps(world, model_server, django_assert_max_num_queries):
@@ -175,7 +177,7 @@ def queries_per_next_platform_turn() -> int:
     (its tool switches read with the channel's, as for the first), the chat is found (not
     created) and the reply target is known (not noted). Its reply's mark is cleared as
     for the first."""
-    return queries_per_next_turn() + (13 if connection.vendor == "postgresql" else 12)
+    return queries_per_next_turn() + (14 if connection.vendor == "postgresql" else 13)
 
 
 @pytest.mark.parametrize("sender", ["42", "77"], ids=["member", "stranger"])
