@@ -10,6 +10,11 @@ from django.db import connection
 from .models import Message, Session
 from .selectors import MessageRow, message_rows_read, metadata_has_key
 
+# The metadata key of the tool rounds stored for a message that failed (marked by
+# sessions_app.services.message_answer_fail): out of every later prompt, as the message is,
+# until /retry makes it wait for its answer again.
+FAILED_ROUND = "failed_round"
+
 
 def context_read(
     *, session: Session, floor_seq: int, answering_seq: int, before_seq: int | None = None, limit: int = 64
@@ -52,7 +57,8 @@ def _context_where(session: Session, floor_seq: int, answering_seq: int) -> tupl
     where = ["session_id = %s", "seq > %s", "NOT (role = 'user' AND seq > %s)",
              "(answer_state IS NULL OR answer_state <> 'failed')"]
     params: list[Any] = [session.pk, floor_seq, answering_seq]
-    for key in ("notice", "command", "superseded"):
+    # A failed message's tool rounds go with it (FAILED_ROUND).
+    for key in ("notice", "command", "superseded", FAILED_ROUND):
         sql, param = metadata_has_key(key)
         where.append(f"NOT {sql}")
         params.append(param)
@@ -62,13 +68,15 @@ def _context_where(session: Session, floor_seq: int, answering_seq: int) -> tupl
 def context_left_out(*, session: Session, floor_seq: int, answering_seq: int, limit: int = 64) -> list[MessageRow]:
     """Up to `limit` messages after the compaction point `floor_seq` that a context read
     for `answering_seq` left out or that came after it, oldest first: later messages of
-    any role, and failed ones (condensed, though never sent again); never notices,
+    any role, and failed ones and the tool rounds stored for them (condensed, though
+    never sent again); never notices,
     commands or answers written again (superseded: neither the model nor the summarizer
     reads them). With a context read that reached `floor_seq`, these are the rest of the
     conversation to be condensed (a message after `answering_seq` the read also saw is
     returned again)."""
-    where = ["session_id = %s", "seq > %s", "(seq > %s OR answer_state = 'failed')"]
-    params: list[Any] = [session.pk, floor_seq, answering_seq]
+    failed_round, param = metadata_has_key(FAILED_ROUND)
+    where = ["session_id = %s", "seq > %s", f"(seq > %s OR answer_state = 'failed' OR {failed_round})"]
+    params: list[Any] = [session.pk, floor_seq, answering_seq, param]
     for key in ("notice", "command", "superseded"):
         sql, param = metadata_has_key(key)
         where.append(f"NOT {sql}")

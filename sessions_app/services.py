@@ -25,6 +25,7 @@ from tenancy.models import Qor, Tenant
 from .append_statement import append_execute, reply_execute
 from .attachments import images_copy
 from .channel_kinds import CHAT_FAMILY, OWN_SESSION_CHANNELS, PLATFORM_CHANNELS
+from .context_reads import FAILED_ROUND
 from .errors import SessionClosed
 from .models import Message, Session
 from .signals import answers_dropped, message_appended
@@ -335,6 +336,7 @@ def message_answer_fail(*, message: Message, error: str, told: bool = True) -> N
     `told`: no notice says so either (answers_dropped, once committed)."""
     Message.objects.filter(pk=message.pk).update(answer_state=Message.Answer.FAILED, answer_error=error[:4000])
     message.answer_state = Message.Answer.FAILED
+    _rounds_mark(session_id=message.session_id, seqs=[message.seq], failed=True)
     session_mark_replied(session_id=message.session_id, through_seq=message.seq)
     if not told:
         _dropped_soon([message])
@@ -351,7 +353,31 @@ def messages_retry_failed(*, session: Session) -> list[int]:
     failed = Message.objects.filter(session=session, answer_state=Message.Answer.FAILED)
     seqs = list(failed.order_by("seq").values_list("seq", flat=True))
     failed.update(answer_state=Message.Answer.PENDING, answer_attempts=0)
+    _rounds_mark(session_id=session.pk, seqs=seqs, failed=False)
     return seqs
+
+
+def _rounds_mark(*, session_id: int, seqs: list[int], failed: bool) -> None:
+    """Mark (or, not `failed`, unmark) the tool calls and results a turn stored for the
+    messages `seqs` of the session: its earlier runs' rounds, which a come-back goes on
+    from. A failed message's rounds would otherwise reach later prompts without it (a
+    call and its result with no question before them). A few rows after the messages."""
+    if not seqs:
+        return
+    rounds = Message.objects.filter(
+        session_id=session_id, seq__gt=min(seqs), metadata__reply_to__in=seqs,
+        role__in=[Message.Role.ASSISTANT, Message.Role.TOOL],
+    ).exclude(metadata__has_key="notice")
+    rounds = rounds.exclude(metadata__has_key=FAILED_ROUND) if failed else rounds.filter(
+        metadata__has_key=FAILED_ROUND)
+    for row in rounds.order_by("seq"):
+        metadata = dict(row.metadata)
+        if failed:
+            metadata[FAILED_ROUND] = True
+        else:
+            metadata.pop(FAILED_ROUND, None)
+        row.metadata = metadata
+        row.save(update_fields=["metadata"])
 
 
 @transaction.atomic

@@ -108,3 +108,55 @@ def test_the_tool_rounds_of_a_message_are_bounded_across_its_turns_come_backs(
     assert Message.objects.filter(tenant=world.tenant_a, role="tool").count() == 2
     final = timeline(world)[-1]
     assert final.role == "assistant" and "stopped after 2 rounds" in final.content
+
+
+def _conversation_rows(world) -> list[Message]:
+    """The timeline without notices and commands (what a prompt may read)."""
+    return [m for m in timeline(world) if not (m.metadata.get("notice") or m.metadata.get("command"))]
+
+
+def test_a_message_that_failed_after_a_tool_round_is_left_out_of_later_prompts_with_its_round(
+    client, world, alice_token, model_server, drain, settings  # noqa: F811
+):
+    """Out of tries after its tool round, the message fails: the next message's request
+    holds neither it nor its round. Before, the failed question was left out but its
+    tool call and result were sent, with no question before them (3 history messages
+    where 1 belongs)."""
+    settings.QORVEN_MODEL_RETRIES = 0
+    settings.QORVEN_ANSWER_ATTEMPTS = 1
+    model_server.add(tool_call("current_time", {}), error(503), reply("Hello Alice."))
+    ask(client, alice_token, "what time is it?")
+    drain()
+    assert timeline(world)[0].answer_state == "failed"
+    ask(client, alice_token, "hello")
+    drain()
+    assert len(model_server.requests) == 3
+    assert _resumed(model_server.requests[2]) == [{"role": "user", "content": "[web] Alice: hello"}]
+    assert timeline(world)[-1].content == "Hello Alice."
+
+
+def test_retry_of_a_message_that_failed_after_a_tool_round_goes_on_from_its_round_once(
+    client, world, alice_token, model_server, drain, settings  # noqa: F811
+):
+    """/retry gives the failed message its answer from the round it stored: the model
+    reads the question, its call and the result, and the tool does not run again."""
+    settings.QORVEN_MODEL_RETRIES = 0
+    settings.QORVEN_ANSWER_ATTEMPTS = 1
+    model_server.add(tool_call("remember", REMEMBER), error(503), reply("Saved."))
+    ask(client, alice_token, "Remember that my laptop is a ThinkPad X1")
+    drain()
+    assert timeline(world)[0].answer_state == "failed"
+    ask(client, alice_token, "/retry")
+    drain()
+    assert len(model_server.requests) == 3
+    assert _resumed(model_server.requests[2]) == _resumed(model_server.requests[1])  # as the 503's call was
+    rows = _conversation_rows(world)
+    question, call, result, answer = [m for m in rows if m.content != "/retry"]
+    assert [m.role for m in (question, call, result, answer)] == ["user", "assistant", "tool", "assistant"]
+    assert question.answer_state == "answered" and (answer.content, answer.metadata["reply_to"]) == ("Saved.", 1)
+    assert Memory.objects.filter(tenant=world.tenant_a).count() == 1  # the tool ran once
+    sent = _resumed(model_server.requests[2])
+    assert [m["role"] for m in sent] == ["user", "assistant", "tool"]
+    assert sent[1]["tool_calls"][0]["function"]["name"] == "remember"
+    assert json.loads(sent[2]["content"])["saved"] is True
+
