@@ -21,7 +21,8 @@ def context_read(
 ) -> list[MessageRow]:
     """The newest `limit` messages a model may see when answering message `answering_seq`,
     oldest first: after the compaction point `floor_seq`, before `before_seq`, without
-    user messages that arrived later (they get their own turns), notices, commands,
+    user messages that arrived later and are not answered yet (they get their own turns),
+    notices, commands,
     answers written again (superseded) and messages the model refused or that never fit
     (sending those again with every later message would only fail those too). The
     filtering happens in the database, so a long backlog of skipped rows never reaches
@@ -54,7 +55,10 @@ def context_versions(*, session: Session, floor_seq: int, low_seq: int, high_seq
 
 
 def _context_where(session: Session, floor_seq: int, answering_seq: int) -> tuple[list[str], list[Any]]:
-    where = ["session_id = %s", "seq > %s", "NOT (role = 'user' AND seq > %s)",
+    # A later user message answered already (before a /retry or an edit of this one) is
+    # conversation like its answer, which would otherwise be read without its question.
+    where = ["session_id = %s", "seq > %s",
+             "NOT (role = 'user' AND seq > %s AND (answer_state IS NULL OR answer_state <> 'answered'))",
              "(answer_state IS NULL OR answer_state <> 'failed')"]
     params: list[Any] = [session.pk, floor_seq, answering_seq]
     # A failed message's tool rounds go with it (FAILED_ROUND).

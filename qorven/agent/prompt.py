@@ -185,12 +185,13 @@ def prompt_build(
     The window is the newest messages that fit `num_ctx - reserve`, never older than the
     session's compaction point. User messages still waiting for an answer (up to and
     including `current`) go last, so the model answers them after seeing earlier replies;
-    anything that arrived after `current` waits for its own turn. The tool rounds an
-    earlier run of the turn stored for `current` (it stopped before the model's next call:
-    a transient failure, a capped route's slot taken) follow it, so the model goes on from
-    them and no tool runs twice. With `vision` (the
-    route accepts images) the newest images of the window go as image parts
-    (qorven.agent.attachments); otherwise each is a note.
+    anything that arrived after `current` and is not answered yet waits for its own turn
+    (an exchange answered before `current` was retried or edited is read before it). The
+    tool rounds an earlier run of the turn stored for `current` (it stopped before the
+    model's next call: a transient failure, a capped route's slot taken) follow it, so the
+    model goes on from them and no tool runs twice. With `vision` (the route accepts
+    images) the newest images of the window go as image parts (qorven.agent.attachments);
+    otherwise each is a note.
     """
     system = system_text(parts, with_tools=bool(tools))
     schemas = [t.schema() for t in tools]

@@ -160,3 +160,33 @@ def test_retry_of_a_message_that_failed_after_a_tool_round_goes_on_from_its_roun
     assert sent[1]["tool_calls"][0]["function"]["name"] == "remember"
     assert json.loads(sent[2]["content"])["saved"] is True
 
+
+
+def test_retry_of_a_message_that_failed_after_a_tool_round_reads_the_exchange_answered_meanwhile(
+    client, world, alice_token, model_server, drain, settings  # noqa: F811
+):
+    """The message after the failed one was answered before /retry: the retried message's
+    request reads that exchange whole, before the question and its round. Before, it read
+    the later answer without the question it answered ("Hello Alice." after nothing)."""
+    settings.QORVEN_MODEL_RETRIES = 0
+    settings.QORVEN_ANSWER_ATTEMPTS = 1
+    model_server.add(tool_call("remember", REMEMBER), error(503), reply("Hello Alice."), reply("Saved."))
+    ask(client, alice_token, "Remember that my laptop is a ThinkPad X1")
+    drain()
+    ask(client, alice_token, "hello")
+    drain()
+    ask(client, alice_token, "/retry")
+    drain()
+    assert len(model_server.requests) == 4
+    assert Memory.objects.filter(tenant=world.tenant_a).count() == 1  # the tool ran once
+    assert Message.objects.filter(tenant=world.tenant_a, role="tool").count() == 1
+    sent = _resumed(model_server.requests[3])
+    assert [m["role"] for m in sent] == ["user", "assistant", "user", "assistant", "tool"]
+    assert [sent[0]["content"], sent[1]["content"]] == ["[web] Alice: hello", "Hello Alice."]
+    assert sent[2]["content"] == "[web] Alice: Remember that my laptop is a ThinkPad X1"
+    assert sent[3]["tool_calls"][0]["function"]["name"] == "remember"
+    assert sent[4]["tool_call_id"] == sent[3]["tool_calls"][0]["id"]
+    assert timeline(world)[0].answer_state == "answered"
+    answers = [m for m in _conversation_rows(world) if m.role == "assistant" and not m.tool_calls]
+    hello = next(m for m in timeline(world) if m.content == "hello")
+    assert [(m.content, m.metadata["reply_to"]) for m in answers] == [("Hello Alice.", hello.seq), ("Saved.", 1)]
