@@ -13,7 +13,7 @@ from typing import Any
 from django.conf import settings
 from django.contrib.auth.models import User
 from django.db import DEFAULT_DB_ALIAS, IntegrityError, connections, transaction
-from django.db.models import F
+from django.db.models import F, QuerySet
 from django.db.models.base import ModelState
 from django.db.models.functions import Coalesce
 from django.utils import timezone
@@ -364,10 +364,7 @@ def _rounds_mark(*, session_id: int, seqs: list[int], failed: bool) -> None:
     call and its result with no question before them). A few rows after the messages."""
     if not seqs:
         return
-    rounds = Message.objects.filter(
-        session_id=session_id, seq__gt=min(seqs), metadata__reply_to__in=seqs,
-        role__in=[Message.Role.ASSISTANT, Message.Role.TOOL],
-    ).exclude(metadata__has_key="notice")
+    rounds = _rounds_of(session_id, seqs)
     rounds = rounds.exclude(metadata__has_key=FAILED_ROUND) if failed else rounds.filter(
         metadata__has_key=FAILED_ROUND)
     for row in rounds.order_by("seq"):
@@ -378,6 +375,15 @@ def _rounds_mark(*, session_id: int, seqs: list[int], failed: bool) -> None:
             metadata.pop(FAILED_ROUND, None)
         row.metadata = metadata
         row.save(update_fields=["metadata"])
+
+
+def _rounds_of(session_id: int, seqs: list[int]) -> QuerySet[Message]:
+    """The tool calls and results a turn stored for the messages `seqs` of the session
+    (rows after them that reply to them: neither a notice nor an answer written again)."""
+    return Message.objects.filter(
+        session_id=session_id, seq__gt=min(seqs), metadata__reply_to__in=seqs,
+        role__in=[Message.Role.ASSISTANT, Message.Role.TOOL],
+    ).exclude(metadata__has_key="notice").exclude(metadata__has_key="superseded")
 
 
 @transaction.atomic
@@ -437,7 +443,8 @@ def session_rotate(
     its summary and carries the user messages still waiting for an answer (copied with
     their channel, sender, time, metadata and attachments, marked `carried_from`; the
     originals stay in the archive, which keeps every row, marked `carried_to` and no
-    longer waiting: the copy is what is answered). The old
+    longer waiting: the copy is what is answered), each with the tool rounds its turn
+    stored before it came back (copied after it, replying to the copy). The old
     row is locked first, so an append racing the rotation either lands before it (and is
     carried) or fails with SessionClosed and is re-resolved.
     Raises SessionClosed when `session` is no longer active.
@@ -466,20 +473,27 @@ def session_rotate(
             tenant_id=old.tenant_id, qor_id=old.qor_id, user_id=old.user_id, kind=old.kind,
             channel=old.channel, external_thread_id=old.external_thread_id, seed_summary=seed_summary,
         )
-        carried = [
-            message_append(
+        # A message's tool rounds go with it: its turn came back (after a transient failure)
+        # and compacted first, and goes on from them in the new session, no tool running twice.
+        rounds = list(_rounds_of(old.pk, [m.seq for m in pending]).order_by("seq")) if pending else []
+        copies: dict[int, Message] = {}  # by the original's seq
+        for m in sorted([*pending, *rounds], key=lambda m: m.seq):
+            metadata = {**m.metadata, "carried_from": {"session": old.pk, "seq": m.seq}}
+            if m.answer_state is None:  # a round: it replies to its message's copy (carried before it)
+                metadata["reply_to"] = copies[m.metadata["reply_to"]].seq
+            copies[m.seq] = message_append(
                 session=new, role=m.role, content=m.content, channel=m.channel, sender_name=m.sender_name,
-                created_at=m.created_at, metadata={**m.metadata, "carried_from": {"session": old.pk, "seq": m.seq}},
-                awaits_answer=True,
+                created_at=m.created_at, tool_calls=m.tool_calls, tool_call_id=m.tool_call_id, metadata=metadata,
+                awaits_answer=m.answer_state is not None,
             ).message
-            for m in pending
-        ]
+        carried = [copies[m.seq] for m in pending]
         images_copy(pairs=list(zip(pending, carried)))
-        for original, copy in zip(pending, carried):
+        for original in [*pending, *rounds]:
             # The conversation goes on with the copy (its answer replies to it, or its
             # failure is told there): the original waits for nothing any more, so the
             # archive shows no question left waiting, and history search finds the copy
             # alone (sessions_app.search).
+            copy = copies[original.seq]
             Message.objects.filter(pk=original.pk).update(
                 metadata={**original.metadata, "carried_to": {"session": new.pk, "seq": copy.seq}},
                 answer_state=None, answer_attempts=None)

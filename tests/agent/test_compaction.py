@@ -20,8 +20,9 @@ from tenancy.models import Qor, Usage
 from tenancy.trust import Trust
 
 from ..factories.memory_app import remember
-from ..fakes.model_server import error, reply
+from ..fakes.model_server import error, reply, tool_call
 from ..fakes.summarizer import FakeModel, kind_of
+from .test_turns import _until, turn_runs  # noqa: F401
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -615,6 +616,92 @@ def test_manual_mode_that_could_not_compact_does_not_claim_a_fresh_conversation_
     assert [m.metadata.get("notice") for m in rows] == ["compact_failed", "context_length"]
     assert "fresh conversation" not in rows[1].content and "/clear" in rows[1].content
 
+
+
+REMEMBER = {"content": "Alice's laptop is a ThinkPad X1", "type": "fact"}
+
+
+def test_manual_mode_compacting_at_a_come_back_after_a_tool_round_carries_the_round_and_runs_the_tool_once(
+    world, manual, model_server, drain, turn_runs, settings  # noqa: F811
+):
+    """The model asks for `remember`, the call after the tool's result gets a 503, and
+    before the turn comes back a long message makes the conversation reach the threshold:
+    the come-back compacts and answers in the fresh session, going on from the round it
+    stored there (carried with the question). Before, the question was carried without
+    its round, the model planned again, and `remember` ran twice (2 tool rows, one in
+    each session)."""
+    settings.QORVEN_MODEL_RETRIES = 0
+    settings.QORVEN_ANSWER_RETRY_DELAY = 1.0
+    Qor.objects.filter(pk=world.qor_a.pk).update(tool_allowlist=["remember"])
+    fake = FakeModel()
+
+    def model(body):
+        """A model that, asked to remember, calls `remember` until it reads the tool's
+        result (its second call, after the first round, fails once)."""
+        if kind_of(body) != "main":
+            return fake(body)
+        fake.calls["main"] += 1
+        if fake.calls["main"] == 2:
+            return error(503)
+        last = body["messages"][-1]
+        if last["role"] == "user" and "Remember" in last["content"]:
+            return tool_call("remember", REMEMBER)
+        return reply("Saved." if last["role"] == "tool" else "Noted.")
+
+    model_server.default = model
+    old = canonical(world)
+    seed_history(old, 3)
+    question = inbound_accept(session=old, content="Remember that my laptop is a ThinkPad X1", channel="web",
+                              sender_name="Alice", trust=Trust.OWNER).message
+    _until(lambda: "RETRY" in turn_runs)
+    assert kinds(model_server) == ["main", "main"]  # not due yet: no compaction
+    inbound_accept(session=old, content=" ".join(FILLER.format(i=i) for i in range(12)), channel="web",
+                   sender_name="Alice", trust=Trust.OWNER)
+    drain()
+
+    # The fresh session the come-back answered in (the long message, carried there too,
+    # is long enough to compact it again before its own answer).
+    new = Session.objects.filter(tenant=world.tenant_a, user=world.alice).exclude(pk=old.pk).order_by("pk").first()
+    assert new is not None and kinds(model_server)[2:5] == ["flush", "summary", "main"]
+    assert Memory.objects.filter(content=REMEMBER["content"]).count() == 1
+    ran = Message.objects.filter(tenant=world.tenant_a, role="tool").exclude(metadata__has_key="carried_from")
+    assert ran.count() == 1  # the tool ran once
+    rows = [m for m in Message.objects.filter(session=new).order_by("seq") if not m.metadata.get("notice")]
+    copy = rows[0]
+    assert copy.metadata["carried_from"] == {"session": old.pk, "seq": question.seq}
+    call, result = rows[1], rows[2]
+    assert call.tool_calls[0]["function"]["name"] == "remember" and result.role == "tool"
+    assert call.metadata["reply_to"] == result.metadata["reply_to"] == copy.seq
+    answers = [m for m in rows if m.role == "assistant" and not m.tool_calls]
+    assert answers[0].content == "Saved." and answers[0].metadata["reply_to"] == copy.seq
+    resumed = main_requests(model_server)[2]["messages"][1:]
+    assert [m["role"] for m in resumed] == ["user", "assistant", "tool"]
+    assert resumed[0]["content"] == "[web] Alice: Remember that my laptop is a ThinkPad X1"
+    assert resumed[2]["tool_call_id"] == resumed[1]["tool_calls"][0]["id"]
+
+
+def test_manual_mode_on_a_context_length_error_after_a_tool_round_carries_the_round_and_runs_the_tool_once(
+    world, manual, fake, model_server, drain, chat
+):
+    """The provider says the call after a tool round does not fit: the session is
+    compacted and rotated, and the retry in the fresh session goes on from the round,
+    carried there with the question."""
+    world.qor_a.main_num_ctx, world.qor_a.tool_allowlist = 8192, ["remember"]
+    world.qor_a.save(update_fields=["main_num_ctx", "tool_allowlist"])
+    old = canonical(world)
+    seed_history(old, 4)
+    fake.main = [tool_call("remember", REMEMBER), error(400, **TOO_LONG), reply("Saved.")]
+    chat("Remember that my laptop is a ThinkPad X1")
+
+    assert kinds(model_server) == ["main", "main", "flush", "summary", "main"]
+    resumed = main_requests(model_server)[2]["messages"][1:]
+    assert [m["role"] for m in resumed] == ["user", "assistant", "tool"]
+    assert resumed[1]["tool_calls"][0]["function"]["name"] == "remember"
+    rows = [m for m in Message.objects.filter(session=canonical(world)).order_by("seq")
+            if not m.metadata.get("notice")]
+    assert [m.role for m in rows] == ["user", "assistant", "tool", "assistant"]
+    assert rows[-1].content == "Saved." and rows[-1].metadata["reply_to"] == rows[0].seq
+    assert Memory.objects.filter(content=REMEMBER["content"]).count() == 1
 
 # --- /compact and /clear ----------------------------------------------------------------
 
