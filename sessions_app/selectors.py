@@ -306,9 +306,10 @@ def session_successor(*, session: Session) -> Session | None:
             tenant_id=session.tenant_id, qor_id=session.qor_id, user_id=session.user_id, kind=session.kind  # type: ignore[misc]
         )
     elif session.kind == Session.Kind.LEGACY:
+        # The same person's: a sender paired again to someone else has a chat of its own.
         qs = Session.objects.filter(
             tenant_id=session.tenant_id, qor_id=session.qor_id, kind=session.kind, channel=session.channel,
-            external_thread_id=session.external_thread_id,
+            external_thread_id=session.external_thread_id, user_id=session.user_id,  # type: ignore[misc]
         )
     else:
         return None

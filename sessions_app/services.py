@@ -128,8 +128,18 @@ def _thread_session(
     lookup: dict[str, Any] = dict(
         tenant=tenant, qor=qor, kind=kind, channel=channel, external_thread_id=thread_id, state=Session.State.ACTIVE
     )
-    if kind in (Session.Kind.GROUP, Session.Kind.LEGACY):  # shared, or keyed by its one sender already
+    if kind == Session.Kind.GROUP:  # shared
         return _get_or_create_active(lookup, defaults={"user": user})
+    if kind == Session.Kind.LEGACY:  # keyed by its one sender already
+        session = _get_or_create_active(lookup, defaults={"user": user})
+        if user is None or session.user_id in (None, user.pk):
+            return session
+        # The sender's account speaks for someone else now (unlinked and paired again: a
+        # number given to someone new). Its chat is the first person's — their words, and
+        # turns run with their memories and tools — so it is closed, kept whole, and the
+        # new person's starts empty.
+        session_archive(session_id=session.pk)
+        return _create_active(lookup, defaults={"user": user})
     return _get_or_create_active({**lookup, "user": user})
 
 

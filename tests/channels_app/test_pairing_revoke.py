@@ -11,7 +11,7 @@ import pytest
 from django.core.management import call_command
 from django.core.management.base import CommandError
 
-from channels_app.models import Identity, OutboundDelivery
+from channels_app.models import Identity, OutboundDelivery, PairingRequest
 from channels_app.webhook_ingest import group_commit
 from qorven.agent.gateway import inbound_accept
 from sessions_app.models import Message
@@ -159,3 +159,29 @@ def test_the_owner_revokes_with_slash_pair_and_a_member_cannot(client, world, te
     assert Identity.objects.get(tenant=world.tenant_a, external_id="42").approval == "denied"
     theirs.refresh_from_db()
     assert theirs.approval == "approved"
+
+
+def test_a_number_given_to_someone_new_starts_their_own_chat_in_legacy_mode(client, world, telegram, platform,
+                                                                          model_server, drain, settings):
+    """One chat per (channel, sender) with QORVEN_LEGACY_SESSIONS=1: Alice's Telegram
+    account, unlinked and paired again to Bob, must not carry Bob into Alice's chat (her
+    words in his model's window, her memories, her beats)."""
+    settings.QORVEN_LEGACY_SESSIONS = True
+    pair(world, "telegram", "42", world.alice)
+    model_server.add(reply("Noted."), reply("I have nothing from you before this."))
+    post_telegram(client, telegram_update("my bank PIN is 4711"))
+    drain()
+    assert "unlinked telegram:42" in pair_command("revoke", "telegram", "42", "--tenant", "acme", "--unlink")
+
+    post_telegram(client, telegram_update("hi, new phone", message_id=2))
+    drain()
+    code = PairingRequest.objects.get(identity__external_id="42", state="pending").code
+    pair_command("approve", code, "--tenant", "acme", "--user", "bob")
+    post_telegram(client, telegram_update("what did I tell you before?", message_id=3))
+    drain()
+
+    asked = Message.objects.get(content="what did I tell you before?")
+    assert asked.session.user == world.bob
+    assert asked.answer_state == "answered"
+    window = json.dumps(model_server.requests[-1]["messages"])
+    assert "4711" not in window and "what did I tell you before?" in window
