@@ -96,3 +96,26 @@ def test_a_paused_beat_run_now_still_delivers(world, pills, model_server, drain)
     drain()
 
     assert answers() == [("telegram", "Time for your pills, Alice!")]
+
+
+def test_a_beat_given_to_another_recipient_while_its_model_thinks_delivers_to_no_one(host, world, pills,
+                                                                                     model_server, drain):
+    """The run read Alice's chat and ran her tools (it runs as its recipient); the admin
+    gave the beat to Bob meanwhile. What was written for Alice, from her data, must not
+    reach Bob: the next run is his."""
+    from django.urls import reverse
+
+    from ..admin_forms import served_form
+
+    held = held_run(model_server, pills)
+    url = reverse("admin:heartbeats_app_heartbeat_change", args=(pills.pk,))
+    page = host.get(url)
+    saved = host.post(url, {**served_form(page), "owner": world.bob.pk, "deliver_to": world.bob.pk})
+    assert saved.status_code == 302
+    held.release.set()
+    drain()
+
+    assert answers() == []
+    run = HeartbeatRun.objects.get()
+    assert (run.status, run.output, run.delivered_message) == ("ok", "Time for your pills, Alice!", None)
+    assert "not delivered" in run.error and "bob" in run.error

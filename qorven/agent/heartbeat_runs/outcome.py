@@ -91,6 +91,11 @@ def result_deliver(beat: Heartbeat, run: HeartbeatRun, content: str, *, cut: str
                 return None, "not delivered: the beat was paused while it ran"
             if current.deliver_to is None or not current.deliver_channel:
                 return None, ""
+            # The run read its chat and ran its tools as its recipient (else its owner),
+            # as the beat was when it started: what it wrote from that person's data is
+            # theirs alone. Given to someone else meanwhile, it is theirs from the next run.
+            if current.deliver_to_id != (beat.deliver_to_id or beat.owner_id):
+                return None, f"not delivered: the beat was given to {current.deliver_to} while it ran"
             # By the one access rule: they may have been removed or deactivated (which keeps
             # the membership row) meanwhile too.
             if surface_access(tenant=beat.tenant, user=current.deliver_to, surface=current.deliver_channel) is None:
