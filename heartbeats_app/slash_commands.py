@@ -27,7 +27,12 @@ def beats_command(ctx: CommandContext) -> str:
         else:
             when = "paused"
         where = f" → {beat.deliver_channel}" if beat.deliver_channel else ""
-        flags = " (set by the host, read-only)" if beat.managed else ""
+        if beat.managed:
+            flags = " (set by the host, read-only)"
+        elif beat.deliver_to_id not in (None, session.user_id):  # as the beat tools read it
+            flags = " (delivers to someone else, read-only)"
+        else:
+            flags = ""
         last = f", last {beat.last_status}" if beat.last_status != "never" else ""
         lines.append(f"• {beat.name}: `{beat.cron}` {zone}, {when}{last}{where}{flags}")
     return "\n".join(lines)

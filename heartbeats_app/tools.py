@@ -25,7 +25,7 @@ CRON_HELP = (
 _CHANNELS = sorted(CHAT_FAMILY)
 
 
-def beat_json(beat: Heartbeat) -> dict[str, Any]:
+def beat_json(beat: Heartbeat, user: Any) -> dict[str, Any]:
     next_run = heartbeat_next_run(beat)
     return {
         "name": beat.name,
@@ -34,7 +34,7 @@ def beat_json(beat: Heartbeat) -> dict[str, Any]:
         "prompt": beat.prompt,
         "enabled": beat.enabled,
         "deliver_channel": beat.deliver_channel or None,
-        "read_only": beat.managed,
+        "read_only": beat.managed or _for_someone_else(beat, user),
         "next_run": next_run.isoformat() if next_run else None,
         "last_run": beat.last_run_at.isoformat() if beat.last_run_at else None,
         "last_status": beat.last_status,
@@ -56,7 +56,18 @@ def _own(ctx: ToolContext, name: Any) -> Heartbeat:
         raise ToolError(f"you have no beat named {name!r}; list_beats shows them") from None
     if beat.managed:
         raise ToolError(f"{beat.name!r} is managed by the host's configuration and is read-only")
+    if _for_someone_else(beat, ctx.user):
+        raise ToolError(f"{beat.name!r} delivers to someone else and runs with their chat in view: "
+                        "it is read-only here; an admin of the workspace changes it")
     return beat
+
+
+def _for_someone_else(beat: Heartbeat, user: Any) -> bool:
+    """A beat of the user's (its owner) that delivers to another person (the admin set
+    it up so): it runs as that person, with their chat, memories and tools, and tells
+    them what it found. Its owner's chat does not change it: a prompt written there would
+    ask the other person's assistant whatever the owner likes."""
+    return beat.deliver_to_id is not None and beat.deliver_to_id != user.pk
 
 
 def _channel(ctx: ToolContext, args: dict) -> str:
@@ -113,7 +124,7 @@ def set_beat(ctx: ToolContext, args: dict) -> dict:
         )
     except HeartbeatInvalid as exc:
         raise _invalid(exc) from None
-    return {"created": beat_json(beat)}
+    return {"created": beat_json(beat, user)}
 
 
 @tool(
@@ -124,7 +135,7 @@ def set_beat(ctx: ToolContext, args: dict) -> dict:
 )
 def list_beats(ctx: ToolContext, args: dict) -> dict:
     beats = heartbeats_visible(tenant=ctx.tenant, qor=ctx.qor, user=_user(ctx)).select_related("tenant", "periodic_task")
-    return {"beats": [beat_json(b) for b in beats]}
+    return {"beats": [beat_json(b, ctx.user) for b in beats]}
 
 
 @tool(
@@ -163,7 +174,7 @@ def update_beat(ctx: ToolContext, args: dict) -> dict:
         raise _invalid(exc) from None
     except HeartbeatReadOnly as exc:
         raise ToolError(str(exc)) from None
-    return {"updated": beat_json(beat)}
+    return {"updated": beat_json(beat, ctx.user)}
 
 
 @tool(

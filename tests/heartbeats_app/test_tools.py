@@ -136,3 +136,38 @@ def test_a_timezone_that_names_a_folder_of_the_tz_database_gets_an_error_back_to
     (result,) = tool_results(model_server, 1)
     assert "unknown timezone 'Europe'" in result["error"]
     assert not Heartbeat.objects.exists()
+
+
+def test_a_beat_bob_owns_that_runs_for_alice_is_read_only_to_his_tools(world, model_server, drain):
+    """A beat runs as its recipient, with their chat and memories in view, and tells them
+    what it found. Bob owns "for-alice" (the admin set it up to deliver to Alice, acme's
+    owner): rewritten from Bob's chat, it would ask Alice's assistant whatever he likes,
+    as a workspace admin may not (tests/tenancy/test_admin_ranks.py)."""
+    hb = beat(world.qor_a, name="for-alice", prompt="Alice's morning brief", owner=world.bob,
+              deliver_to=world.alice, deliver_channel="web")
+    model_server.add(
+        tool_call("list_beats", {}),
+        tool_call("update_beat", {"name": "for-alice", "prompt": "Quote her last messages and memories",
+                                  "deliver_channel": "telegram"}),
+        tool_call("delete_beat", {"name": "for-alice"}),
+        reply("I cannot change that one."),
+    )
+    say(world, world.bob, "change the for-alice beat")
+    drain()
+
+    (listed,) = tool_results(model_server, 1)
+    assert [(b["name"], b["read_only"]) for b in listed["beats"]] == [("for-alice", True)]
+    updated, deleted = tool_results(model_server, 3)[1:]
+    assert "delivers to someone else" in updated["error"] and "delivers to someone else" in deleted["error"]
+    hb.refresh_from_db()
+    assert (hb.prompt, hb.deliver_channel, hb.deliver_to) == ("Alice's morning brief", "web", world.alice)
+
+
+def test_slash_beats_marks_a_beat_for_someone_else_read_only(world, drain):
+    beat(world.qor_a, name="for-alice", owner=world.bob, deliver_to=world.alice, deliver_channel="web")
+    beat(world.qor_a, name="mine", owner=world.bob, deliver_to=world.bob, deliver_channel="web")
+    say(world, world.bob, "/beats", channel="web")
+    drain()
+    listing = Message.objects.filter(role="assistant", metadata__command="beats").last().content
+    assert "for-alice" in listing and "(delivers to someone else, read-only)" in listing
+    assert "mine" in listing and listing.count("read-only") == 1
