@@ -607,3 +607,26 @@ def test_a_workspace_suspended_while_the_run_goes_leaves_its_user_untouched(worl
     with pytest.raises(CollapseConflict, match="suspended"):
         collapse_user(owner=owner)
     assert snapshot() == before
+
+
+@pytest.mark.django_db
+def test_a_telegram_account_paired_again_to_someone_else_is_collapsed_into_each_persons_own_chat(world, settings):
+    """One Telegram account, Alice's, then (unlinked and approved for him) Bob's: each one's
+    words go into their own canonical chat, never Bob's into Alice's."""
+    settings.QORVEN_LEGACY_SESSIONS = True
+    hers = session_resolve(tenant=world.tenant_a, qor=world.qor_a, channel="telegram", user=world.alice,
+                           sender_id="42")
+    say(hers, 0, "my bank PIN is 4711")
+    his = session_resolve(tenant=world.tenant_a, qor=world.qor_a, channel="telegram", user=world.bob,
+                          sender_id="42")
+    say(his, 5, "hello, new phone")
+    settings.QORVEN_LEGACY_SESSIONS = False
+
+    list(collapse_sessions())
+
+    def chat(user):
+        return list(Message.objects.filter(session__user=user, session__kind="canonical",
+                                           session__state="active").values_list("content", flat=True))
+
+    assert chat(world.bob) == ["hello, new phone"]
+    assert "hello, new phone" not in chat(world.alice)
