@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.views.decorators.csrf import csrf_exempt
 
+from qorven.runtime.log_context import one_line
 from tenancy.switches import channel_enabled_cached
 
 from .adapters import WebhookRejected, adapter_for
@@ -85,10 +86,12 @@ def webhook_prepare(channel: str, request: HttpRequest) -> Prepared:
 
 
 def _refused(channel: str, exc: WebhookRejected | BodyRefused) -> Prepared:
+    # Anyone may post here: what the refusal quotes of the request (the addresses an
+    # email's To names) is written on the one line.
     if isinstance(exc, WebhookRejected):
-        logger.info("%s webhook rejected: %s", channel, exc.detail or exc)
+        logger.info("%s webhook rejected: %s", channel, one_line(str(exc.detail or exc)))
     else:
-        logger.info("%s webhook body refused: %s", channel, exc)
+        logger.info("%s webhook body refused: %s", channel, one_line(str(exc)))
     return Prepared(JsonResponse({"error": str(exc)}, status=exc.status))
 
 

@@ -144,13 +144,17 @@ class ClientErrorFilter(logging.Filter):
         return True
 
 
-def _escaped(text: str) -> str:
+def one_line(text: str) -> str:
+    """`text` as one line of plain ASCII, as Django writes a path into its log: a line
+    break, a terminal escape or any character beyond ASCII written as its escape. For
+    what a client chose (a path, an address in a payload) quoted in a log line, which
+    could otherwise forge lines of its own or drive the terminal reading the log."""
     return text.encode("unicode_escape").decode("ascii")
 
 
 def _request_line(request: Any, meta: dict[str, Any], status: int) -> str:
     client = meta.get("REMOTE_ADDR") or "-"
-    return f'{_escaped(str(client))} - "{_escaped(str(request.method))} {_escaped(str(request.path))}" {status}'
+    return f'{one_line(str(client))} - "{one_line(str(request.method))} {one_line(str(request.path))}" {status}'
 
 
 class UpkeepFilter(logging.Filter):

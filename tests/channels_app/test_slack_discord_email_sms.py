@@ -489,6 +489,21 @@ def test_an_email_webhook_does_not_say_which_addresses_are_bound(client, world, 
     assert not InboundEvent.objects.exists()
 
 
+def test_an_email_webhook_refused_logs_the_addresses_it_named_on_one_line(client, world, email, caplog):
+    """Anyone may post to the email webhook, with any secret: the addresses its To names
+    are logged with the refusal. A line break or a terminal escape in one (an address
+    literal, "a@[…]", takes them) wrote a line of its own into the log, a forged one."""
+    forged = "a@[1.2.3.4\n2026-12-07 09:00:00,000 ERROR qorven forged line]"
+    with caplog.at_level(logging.INFO, logger="channels_app.webhooks"):
+        for to in (forged, "b@c\x1b[2Jd.example"):
+            response = post_email(client, {**email_body("x", "<p3@example.com>"), "to": to}, secret="guess")
+            assert response.status_code == 401
+    lines = [r.getMessage() for r in caplog.records if r.name == "channels_app.webhooks"]
+    assert len(lines) == 2
+    assert all("\n" not in line and "\x1b" not in line for line in lines)
+    assert "1.2.3.4\\n2026-12-07" in lines[0] and "\\x1b[2j" in lines[1]  # addresses are read lower case
+
+
 def test_a_member_replying_in_another_members_email_thread_is_answered_in_a_session_of_his_own(
     client, world, email, model_server, drain
 ):
