@@ -269,3 +269,28 @@ def test_a_name_taken_in_the_admin_names_whose_beat_has_it(client, world):
         response = client.post(url("heartbeats_app_heartbeat_change", mine.pk), {**served_form(page), **change})
         assert response.status_code == 200
         assert response.context["adminform"].form.errors["name"] == [says]
+
+
+@pytest.mark.parametrize("field", ["owner", "deliver_to"])
+def test_another_tenants_person_posted_by_id_is_refused_as_owner_or_recipient(client, host, world, dana, beats,
+                                                                              field):
+    """Charlie is globex's alone: neither acme's admin nor the host can make him the
+    owner or recipient of an acme beat by posting his id, on its page or the add page."""
+    mine = beats["acme"]
+    extra = {"deliver_channel": "web"} if field == "deliver_to" else {}
+    for admin_client, who in ((host, "host"), (None, "dana")):
+        if admin_client is None:
+            client.force_login(dana)
+            admin_client = client
+        page = admin_client.get(url("heartbeats_app_heartbeat_change", mine.pk))
+        response = admin_client.post(url("heartbeats_app_heartbeat_change", mine.pk),
+                                     {**served_form(page), field: world.charlie.pk, **extra})
+        assert response.status_code == 200, who
+        assert field in response.context["adminform"].form.errors, who
+        added = admin_client.post(url("heartbeats_app_heartbeat_add"), {
+            "tenant": world.tenant_a.pk, "qor": world.qor_a.pk, "name": "spy", "cron": "0 9 * * *",
+            "prompt": "x", "enabled": "on", field: world.charlie.pk, **extra})
+        assert added.status_code == 200 and field in added.context["adminform"].form.errors, who
+    mine.refresh_from_db()
+    assert getattr(mine, f"{field}_id") != world.charlie.pk
+    assert not Heartbeat.objects.filter(name="spy").exists()
