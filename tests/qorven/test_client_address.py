@@ -1,10 +1,11 @@
 """Behind a reverse proxy, a client is counted (sign-in and webchat limits) and logged by
-the address the proxy forwards, never by one it chose itself: `qorven serve` on a fresh
-SQLite file, asked over real HTTP the way a proxy on the same machine asks it."""
+the address the proxy forwards, never by one it chose itself: `qorven serve` on an SQLite
+file of its own, asked over real HTTP the way a proxy on the same machine asks it."""
 from __future__ import annotations
 
 import os
 import re
+import shutil
 import subprocess
 import sys
 import time
@@ -19,16 +20,24 @@ from ..processes import free_port
 ROOT = Path(__file__).resolve().parents[2]
 
 
+def _clean_env() -> dict[str, str]:
+    return {k: v for k, v in os.environ.items()
+            if not k.startswith(("DJANGO_", "QORVEN_", "DATABASE_URL", "REDIS_URL", "CELERY_"))}
+
+
 class Server:
-    def __init__(self, tmp: Path, **env: str) -> None:
+    """`qorven serve` (migrating first, as it does by default) on a copy of `template`, the
+    `migrated_sqlite` file."""
+
+    def __init__(self, tmp: Path, template: Path, **env: str) -> None:
         self.port = free_port()
-        clean = {k: v for k, v in os.environ.items()
-                 if not k.startswith(("DJANGO_", "QORVEN_", "DATABASE_URL", "REDIS_URL", "CELERY_"))}
+        database = tmp / "db.sqlite3"
+        shutil.copyfile(template, database)
         self.log = open(tmp / "serve.log", "w+")  # not a pipe: nobody reads it while the server runs
         self.proc = subprocess.Popen(
             [str(Path(sys.executable).with_name("qorven")), "serve", "--port", str(self.port), "--no-beat"],
             cwd=ROOT, stdout=self.log, stderr=subprocess.STDOUT, text=True,
-            env={**clean, "QORVEN_ENV_FILE": "", "DATABASE_URL": f"sqlite:///{tmp / 'db.sqlite3'}",
+            env={**_clean_env(), "QORVEN_ENV_FILE": "", "DATABASE_URL": f"sqlite:///{database}",
                  "DJANGO_SECRET_KEY": "client-address-test", **env},
         )
         deadline = time.monotonic() + 90
@@ -69,9 +78,9 @@ class Server:
 
 
 @pytest.fixture(scope="module")
-def behind_a_proxy(tmp_path_factory):
+def behind_a_proxy(tmp_path_factory, migrated_sqlite):
     """The proxy is on the same machine (loopback, trusted by default) and appends to X-Forwarded-For."""
-    server = Server(tmp_path_factory.mktemp("proxied"), QORVEN_CLIENT_IP_HEADER="HTTP_X_FORWARDED_FOR",
+    server = Server(tmp_path_factory.mktemp("proxied"), migrated_sqlite, QORVEN_CLIENT_IP_HEADER="HTTP_X_FORWARDED_FOR",
                     QORVEN_LOGIN_FAILURES_PER_ADDRESS="3/15m", QORVEN_LOGIN_FAILURES_PER_USER="100/15m")
     yield server
     server.stop()
@@ -96,9 +105,9 @@ def test_a_request_without_the_header_is_counted_by_its_connection(behind_a_prox
     assert behind_a_proxy.sign_in("nobody-odd", **{"X-Forwarded-For": "not an address"}) == 200
 
 
-def test_a_client_that_is_not_a_trusted_proxy_cannot_choose_its_address(tmp_path):
+def test_a_client_that_is_not_a_trusted_proxy_cannot_choose_its_address(tmp_path, migrated_sqlite):
     # The server is reached directly (its port exposed): the connection is not from the proxy.
-    server = Server(tmp_path, QORVEN_CLIENT_IP_HEADER="HTTP_X_REAL_IP", QORVEN_TRUSTED_PROXIES="192.0.2.1",
+    server = Server(tmp_path, migrated_sqlite, QORVEN_CLIENT_IP_HEADER="HTTP_X_REAL_IP", QORVEN_TRUSTED_PROXIES="192.0.2.1",
                     QORVEN_LOGIN_FAILURES_PER_ADDRESS="3/15m", QORVEN_LOGIN_FAILURES_PER_USER="100/15m")
     try:
         for n in range(3):

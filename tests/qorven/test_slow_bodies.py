@@ -1,7 +1,7 @@
 """A client sending its request's body slowly, or never finishing it (a slow-loris), holds a
 socket and nothing more: under either server the body is read on the event loop, never on
 one of the threads that run views (Django's, the API's four, the webhooks' writer), so
-other requests are answered meanwhile. `qorven serve` on a fresh SQLite file, over real
+other requests are answered meanwhile. `qorven serve` on an SQLite file of its own, over real
 HTTP. Neither server bounds how long a body may take: the proxy in front does (README)."""
 from __future__ import annotations
 
@@ -27,8 +27,8 @@ def _slow_request(port: int, method: str, path: str) -> socket.socket:
 
 
 @pytest.mark.parametrize("server_name", ["uvicorn", "daphne"])
-def test_requests_whose_bodies_never_end_hold_no_thread_other_requests_need(tmp_path, server_name):
-    server = Server(tmp_path, QORVEN_ASGI_SERVER=server_name)
+def test_requests_whose_bodies_never_end_hold_no_thread_other_requests_need(tmp_path, migrated_sqlite, server_name):
+    server = Server(tmp_path, migrated_sqlite, QORVEN_ASGI_SERVER=server_name)
     paths = [("POST", "/accounts/login/"), ("POST", "/v1/qors/aria/messages"),
              ("POST", "/v1/webhooks/telegram")]
     slow = [_slow_request(server.port, *paths[n % len(paths)]) for n in range(SLOW)]
