@@ -26,11 +26,18 @@ QORVEN = str(Path(sys.executable).with_name("qorven"))
 CHAT = ["chat", "--json", "--tenant", "acme", "--qor", "aria", "--user", "alice"]
 
 
+# `qorven chat` as a terminal's shell starts it, in the foreground: Ctrl-C's signal is not
+# ignored. A test run started in the background (`make test &`) ignores it, and a program
+# keeps an ignored signal ignored across exec: the Ctrl-C cases then waited out their 30 s.
+CTRL_C_HEEDED = [sys.executable, "-c",
+                 "import os, signal, sys; signal.signal(signal.SIGINT, signal.SIG_DFL); os.execv(sys.argv[1], sys.argv[1:])"]
+
+
 class Chat:
     """A running `qorven chat --json`, its output lines as they come."""
 
     def __init__(self, env: dict[str, str], *options: str) -> None:
-        self.proc = subprocess.Popen([QORVEN, *CHAT, *options], cwd=ROOT, env=env, stdin=subprocess.PIPE,
+        self.proc = subprocess.Popen([*CTRL_C_HEEDED, QORVEN, *CHAT, *options], cwd=ROOT, env=env, stdin=subprocess.PIPE,
                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         self.lines: queue.Queue[dict] = queue.Queue()
         threading.Thread(target=self._read, daemon=True).start()
