@@ -94,7 +94,7 @@ def test_a_message_coming_back_for_a_slot_still_taken_reads_nothing_for_its_prom
     assert not [q for q in queries if "memory_app_memory" in q]  # no memory search
     # The message to answer is read; its conversation's window is not.
     assert len([q for q in queries if q.startswith("SELECT") and "sessions_app_message" in q]) == 1, queries
-    assert len(queries) == 4, queries  # the session's lease taken, the message, the tools' switches, the lease let go
+    assert len(queries) == 3, queries  # the session's lease taken, the message (with its tool switches), the lease let go
     drain()
     assert Message.objects.get(session=session, role="assistant").content == "Tea it is."
 
