@@ -53,7 +53,7 @@ SUMMARIZER_WAIT_MAX = 12
 
 @shared_task(name="memory_app.summarize", acks_late=True)
 def session_summarize(tenant_id: int, session_id: int, through_seq: int, waiting_since: float | None = None,
-                      so_far: dict | None = None) -> int:
+                      so_far: dict | None = None, slot_since: float | None = None) -> int:
     """Auto mode: condense the session's messages up to `through_seq` into its running
     note, a digest memory and the flushed memories. Runs again while a run is left,
     passing on what the catch-up condensed so far (`so_far`, for its one notice at the
@@ -64,6 +64,11 @@ def session_summarize(tenant_id: int, session_id: int, through_seq: int, waiting
     the last QORVEN_SUMMARIZER_QUIET seconds, it queues itself for when that will have
     passed (the model and the CPUs answer them first), for at most SUMMARIZER_WAIT_MAX
     quiet periods since it first waited (`waiting_since`, a Unix time).
+
+    A run that found no slot of its capped route (every one taken for its wait, or the
+    slots unreadable while Redis was away) comes back for one a few seconds later, up to
+    QORVEN_MODEL_DEADLINE since it first found none (`slot_since`), as a turn waits for
+    a slot: the range is not left uncompacted until the person's next exchange.
 
     In a workspace the host suspended meanwhile it does nothing (no model call, nothing
     said): the range stays uncompacted, and the first exchange over the window after
@@ -103,12 +108,31 @@ def session_summarize(tenant_id: int, session_id: int, through_seq: int, waiting
             except CompactionFailed as exc:
                 # Nothing was stored; the next exchange over budget queues this again.
                 logger.warning("could not compact session %s: %s", session_id, exc)
+                if exc.slot_wait is not None and _slot_come_back(
+                        tenant_id, session_id, through_seq, so_far, slot_since, exc.slot_wait):
+                    return 0
                 _catch_up_end(session, catch_up)
                 return 0
         if outcome.more:
             so_far = outcome.so_far.as_arg() if outcome.so_far is not None else None
             session_summarize.delay(tenant_id, session_id, through_seq, None, so_far)
         return outcome.messages
+
+
+def _slot_come_back(tenant_id: int, session_id: int, through_seq: int, so_far: dict | None,
+                    slot_since: float | None, after: float) -> bool:
+    """Queue the run again for a slot of its capped route, within QORVEN_MODEL_DEADLINE
+    of its first finding none. False when past it, or when the broker refused (Redis
+    away with the slots): the next exchange over the window queues it then."""
+    since = slot_since if slot_since is not None else time.time()
+    if time.time() - since > settings.QORVEN_MODEL_DEADLINE:
+        return False
+    try:
+        session_summarize.apply_async((tenant_id, session_id, through_seq, None, so_far, since), countdown=after)
+    except Exception as exc:
+        logger.warning("could not queue the summarizer of session %s again (%s)", session_id, type(exc).__name__)
+        return False
+    return True
 
 
 def _catch_up_end(session: Session, catch_up: CatchUp | None) -> None:

@@ -18,7 +18,8 @@ from pydantic import (
     field_validator,
 )
 
-from qorven.llm import Completion, ModelError, provider_for_role
+from qorven.llm import Completion, ModelError, SlotsBusy, WaitingForSlot, provider_for_role
+from qorven.runtime.route_slots import COME_BACK_MOST
 from qorven.llm.metered import Spend, model_call
 from sessions_app.models import Session
 
@@ -33,11 +34,14 @@ class CompactionFailed(Exception):
     """The run could not be condensed (model down, invalid answer, session changed).
     Nothing was stored; the messages stay in the prompt's reach and are retried later.
     `reason` is ours and safe to show a person; the exception's text (for the log) may
-    carry the provider's words."""
+    carry the provider's words. `slot_wait`: seconds to come back after, when the model
+    was not asked for want of a slot of its capped route (every one stayed taken, or the
+    slots could not be read): the run may try again soon."""
 
-    def __init__(self, detail: str, *, reason: str = "") -> None:
+    def __init__(self, detail: str, *, reason: str = "", slot_wait: float | None = None) -> None:
         super().__init__(detail)
         self.reason = reason or detail
+        self.slot_wait = slot_wait
 
 
 class NoteItem(BaseModel):
@@ -209,8 +213,13 @@ def _complete(session: Session, provider: Any, messages: list[dict[str, Any]]) -
     except ModelError as exc:
         reason = ("the summarizer model isn't answering" if exc.transient
                   else "the summarizer model refused the request")
+        slot_wait = None
+        if isinstance(exc, WaitingForSlot):  # the slots could not be read
+            slot_wait = exc.retry_after or COME_BACK_MOST
+        elif isinstance(exc, SlotsBusy):  # it waited on its thread already
+            slot_wait = COME_BACK_MOST
         raise CompactionFailed(f"the summarizer model could not answer: {exc.kind}: {exc.detail}",
-                               reason=reason) from exc
+                               reason=reason, slot_wait=slot_wait) from exc
 
 
 _FENCE = re.compile(r"^```(?:json)?\s*|\s*```$", re.IGNORECASE)

@@ -192,8 +192,9 @@ def voice_transcribe_task(self, tenant_id: int, message_id: int) -> str:
 # Retry policy: a run whose model was unavailable is retried twice, after
 # QORVEN_HEARTBEAT_RETRY_DELAY and four times that (1 and 4 minutes by default; the provider
 # already retried with backoff within the call), counted on the run (a retry the sweeper
-# queued again counts the same). Other failures are bugs or bad configuration: recorded
-# with their error, not retried.
+# queued again counts the same). A run whose capped route's slots could not be read (Redis
+# away) comes back for them after a few seconds, as a turn does, with no try used (near its
+# tick). Other failures are bugs or bad configuration: recorded with their error, not retried.
 @shared_task(bind=True, name="heartbeats_app.run", acks_late=True, max_retries=None)
 def heartbeat_run(
     self, tenant_id: int, heartbeat_id: int, tick: str | None = None, manual: bool = False, run_id: int | None = None
@@ -210,5 +211,6 @@ def heartbeat_run(
             return "failed"
         kwargs = {"tenant_id": tenant_id, "heartbeat_id": heartbeat_id, "tick": tick, "manual": manual,
                   "run_id": exc.run_id}
-        raise self.retry(exc=exc, kwargs=kwargs, countdown=retry_delay(exc.attempts)) from None
+        countdown = exc.after if exc.after is not None else retry_delay(exc.attempts)
+        raise self.retry(exc=exc, kwargs=kwargs, countdown=countdown) from None
     return run.status if run is not None else "nothing to do"

@@ -13,7 +13,7 @@ from django.db.models import F
 from django.utils import timezone
 
 from heartbeats_app.models import Heartbeat, HeartbeatRun
-from qorven.llm import ModelError, SlotsBusy
+from qorven.llm import ModelError, SlotsBusy, WaitingForSlot
 from qorven.llm.metered import Tally
 from sessions_app.errors import SessionClosed
 from sessions_app.models import Message, Session
@@ -57,14 +57,17 @@ _MODEL_FAILED = {
 # A capped route's slots all taken by other calls of ours for as long as the run waited:
 # the model was not asked, so it neither failed nor was rate limited.
 SLOTS_BUSY_ERROR = "the model server was busy with other requests of this install; the run waits for a free slot"
+# Its slots could not be read (Redis away): the model was not asked either.
+SLOTS_AWAY_ERROR = "the model server's slots could not be read (Redis did not answer); the run comes back for them"
 
 
 def model_failed(beat: Heartbeat, exc: ModelError, spent: Tally, reason: str = "") -> Outcome:
     """A run the model failed: our words for it, and the provider's for the host (the
     admin's detail, and the log)."""
     logger.warning("heartbeat %s: the model failed (%s): %s", beat.pk, exc.kind, exc.detail)
-    if isinstance(exc, SlotsBusy):
-        return Outcome(HeartbeatRun.Status.FAILED, error=SLOTS_BUSY_ERROR, detail=f"busy: {exc.detail}"[:2000],
+    if isinstance(exc, (SlotsBusy, WaitingForSlot)):
+        error = SLOTS_BUSY_ERROR if isinstance(exc, SlotsBusy) else SLOTS_AWAY_ERROR
+        return Outcome(HeartbeatRun.Status.FAILED, error=error, detail=f"busy: {exc.detail}"[:2000],
                        spent=spent, reason="busy")
     return Outcome(HeartbeatRun.Status.FAILED, error=_MODEL_FAILED.get(exc.kind, _MODEL_FAILED["unreachable"]),
                    detail=f"{exc.kind}: {exc.detail}"[:2000], spent=spent, reason=reason)

@@ -13,12 +13,14 @@ from tenancy.models import Tenant
 
 class RunFailed(Exception):
     """A run failed in a way worth retrying (the model was unavailable); it is recorded,
-    with how many times it was tried (`attempts`)."""
+    with how many times it was tried (`attempts`). `after`: seconds to come back after,
+    when not a failed try's delay (its capped route's slots could not be read)."""
 
-    def __init__(self, run_id: int, message: str, attempts: int = 1) -> None:
+    def __init__(self, run_id: int, message: str, attempts: int = 1, after: float | None = None) -> None:
         super().__init__(message)
         self.run_id = run_id
         self.attempts = attempts
+        self.after = after
 
 
 # A failed run worth trying again (reason on the run): its model was unavailable, its

@@ -20,7 +20,7 @@ from heartbeats_app.models import RESERVED_NAMES, Heartbeat, HeartbeatRun
 from heartbeats_app.retention import runs_prune
 from heartbeats_app.selectors import heartbeat_get, heartbeat_timezone
 from heartbeats_app.system_beats import system_beat_run
-from qorven.llm import ModelError, ProviderUnavailable, SlotsBusy, route_for
+from qorven.llm import ModelError, ProviderUnavailable, SlotsBusy, WaitingForSlot, route_for
 from qorven.llm.metered import Tally
 from sessions_app.channel_kinds import Channel
 from sessions_app.errors import WorkspaceSuspended
@@ -86,17 +86,21 @@ def run_heartbeat(
     spent = Tally()
     try:
         outcome = _execute(beat, run, spent, manual=manual)
-    except ProviderUnavailable as exc:  # transient: the task retries the run
+    except (ProviderUnavailable, WaitingForSlot) as exc:  # transient: the task retries the run
         run_finish(beat, run, started, model_failed(beat, exc, spent, reason="unavailable"))
-        attempts = run.attempts
-        if isinstance(exc, SlotsBusy) and timezone.now() - run.tick <= timedelta(
+        attempts, after = run.attempts, None
+        if isinstance(exc, (SlotsBusy, WaitingForSlot)) and timezone.now() - run.tick <= timedelta(
                 seconds=settings.QORVEN_MODEL_DEADLINE):
             # A capped route busy with other calls of ours is not the model failing: no
             # try is used up, as a turn's wait for a slot uses none, for as long as a turn
             # would wait. The run still waited on its thread at most THREAD_WAIT each time.
+            # Slots that could not be read (Redis away) were not waited for at all: the
+            # run comes back for them as soon as a turn would, not after a failed try's delay.
             HeartbeatRun.objects.filter(pk=run.pk, attempts__gt=0).update(attempts=F("attempts") - 1)
             attempts -= 1
-        raise RunFailed(run.pk, exc.detail, attempts=attempts) from exc
+            if isinstance(exc, WaitingForSlot):
+                after = exc.retry_after
+        raise RunFailed(run.pk, exc.detail, attempts=attempts, after=after) from exc
     except ModelError as exc:  # refused, misconfigured: retrying cannot help
         run_finish(beat, run, started, model_failed(beat, exc, spent))
         return _reload(run)

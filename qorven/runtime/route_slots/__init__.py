@@ -34,7 +34,10 @@ coming back looks first (`route_slot_look`), before it prepares its call.
 Other calls wait on their thread, at most THREAD_WAIT: a heartbeat's run or a
 summarizer's is several dependent model calls with what it did in between (tools run,
 messages stored, a conversation's lease held by /compact), so it is not ended at each call,
-and neither may it hold a worker slot from every other tenant for long.
+and neither may it hold a worker slot from every other tenant for long. When the slots
+cannot be read at all (Redis away), such a call does not wait on its thread either: it
+ends with SlotWait, as a ticket's does, and its run comes back on the worker's timer (a
+heartbeat's run, the summarizer), none of its tries used.
 
 A call that waits longer than its wait, counted from its first look, gives up as the model
 being unavailable: the turn comes back later, as for any transient failure.
@@ -116,7 +119,8 @@ def _lane_of(tenant: int | None) -> str:
 def route_slot(*, base_url: str, cap: int, wait: float, lease: float) -> Iterator[None]:
     """Hold one of the `cap` slots of the model server at `base_url` (0: no cap). Inside
     `slot_ticket`, raises SlotWait when none is free for the ticket now; outside, waits
-    for one on this thread, up to `wait` or THREAD_WAIT (SlotTimeout)."""
+    for one on this thread, up to `wait` or THREAD_WAIT (SlotTimeout). Either way,
+    SlotWait when the slots cannot be read (Redis away): the caller comes back for them."""
     if cap <= 0:
         yield
         return

@@ -167,8 +167,13 @@ class _RedisSlots:
 
         try:
             return self._acquire(lane=lane, cap=cap, wait=wait, lease=lease)
-        except redis.RedisError as exc:  # the slots cannot be read: the call waits for Redis like the rest
-            raise SlotTimeout(f"the model server's slots could not be read: {type(exc).__name__}") from None
+        except redis.RedisError as exc:
+            # Redis away: the call comes back for the slots later, as a ticket does. Not
+            # waited for on this thread (it may be away for long), nor the slots counted
+            # as busy: the run (a heartbeat's, the summarizer's) comes back on its timer.
+            logger.warning("the model server's slots could not be read (%s); the call comes back for them",
+                           type(exc).__name__)
+            raise SlotWait(slots.COME_BACK_MOST) from None
 
     def _acquire(self, *, lane: str, cap: int, wait: float, lease: float) -> str:
         client = shared_redis()
