@@ -22,6 +22,23 @@ class RuntimeConfig(AppConfig):
         from .startup import Startup, on_startup
 
         @on_startup("serve", "worker")
+        def route_slots_upgrade(startup: Startup) -> None:
+            """The model servers' single slot queues of before the per-tenant lanes, left in
+            Redis with no expiry, go: once per install. A Redis that cannot be read now is
+            not a reason to refuse the start: the next start does it."""
+            from django.conf import settings
+
+            if not settings.REDIS_URL:
+                return
+            from .route_slots.shared import legacy_queues_remove
+
+            try:
+                legacy_queues_remove()
+            except Exception as exc:
+                startup.stderr.write(f"model server slots: the old queues were not removed ({type(exc).__name__});"
+                                     " the next start removes them\n")
+
+        @on_startup("serve", "worker")
         def backup_dir_check(startup: Startup) -> None:
             """Where scheduled backups are written (a worker, or the embedded default's
             server), a directory they cannot go to stops the start, not the first night."""

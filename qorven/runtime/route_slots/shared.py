@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import time
 import uuid
 
@@ -152,6 +153,47 @@ for _, waiter in ipairs(order(KEYS[2], KEYS[3], free + 16)) do
 end
 return due
 """
+
+# A queue of the single first-come queue before the lanes (`route-slots:<name>:queue`, a
+# list that never expired) is deleted unless a waiter of a process still running the old
+# code is in it (its presence key, `waiting:`, lives). KEYS: the queue, its presence prefix.
+# 1 when deleted (or gone already).
+_LEGACY_REMOVE = """
+for _, waiter in ipairs(redis.call('LRANGE', KEYS[1], 0, -1)) do
+  if redis.call('EXISTS', KEYS[2] .. waiter) == 1 then return 0 end
+end
+redis.call('DEL', KEYS[1])
+return 1
+"""
+LEGACY_DONE = "route-slots:single-queues-removed"
+
+
+def legacy_queues_remove() -> int:
+    """Delete the single queues the model servers' slots kept before the lanes, which
+    nothing reads since; once per install (a key marks it done), at a process's start.
+    Returns the queues deleted. A queue with a waiter still present (a process of the
+    old code not yet stopped) is kept, and the next start looks again."""
+    client = shared_redis()
+    done = install_key(LEGACY_DONE)
+    if client.exists(done):
+        return 0
+    remove = client.register_script(_LEGACY_REMOVE)
+    removed, kept = 0, 0
+    # Keys ending in ":queue" exactly: a lane's is "…:queue:<tenant>".
+    pattern = re.sub(r"([*?\[\]\\])", r"\\\1", install_key("route-slots:")) + "*:queue"
+    for key in client.scan_iter(match=pattern, count=1000, _type="list"):
+        queue = key.decode() if isinstance(key, bytes) else str(key)
+        if remove(keys=[queue, queue.removesuffix(":queue") + ":waiting:"]):
+            removed += 1
+        else:
+            kept += 1
+    if not kept:
+        client.set(done, 1)
+    if removed or kept:
+        logger.info("model server slots: %s single queue(s) of before the lanes removed, %s kept while in use",
+                    removed, kept)
+    return removed
+
 
 class _RedisSlots:
     def __init__(self, name: str) -> None:
