@@ -9,6 +9,7 @@ query counting sees them.
 """
 from __future__ import annotations
 
+import json
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -175,15 +176,18 @@ def turn_lease_end(*, tenant_id: int, session_id: int, owner: str) -> bool:
     ) == 1
 
 
-def message_slot_ticket_note(*, message: Message, ticket: str) -> None:
+def message_slot_ticket_note(*, message: Message, ticket: str, queue: list[Any] | None) -> None:
     """Note on `message`, waiting for a slot of its capped model route, the ticket it
-    waits as (qorven.agent.slot_places). A compaction carries the note with the message's
-    copy, which so keeps its place in the route's queue; a message without one never
-    waited, and has no place to give up. One statement, setting that key alone: it is
-    written as the turn ends to come back, when a slot freed may already send it again."""
+    waits as and the queue its place is in (`queue`: the server's queue name and cap;
+    qorven.agent.slot_places). A compaction carries the note with the message's copy,
+    which so keeps its place in the route's queue; a message without one never waited,
+    and has no place to give up. One statement, setting those keys alone: it is written
+    as the turn ends to come back, when a slot freed may already send it again."""
     if _postgres():
-        sql = "UPDATE sessions_app_message SET metadata = metadata || jsonb_build_object('slot_ticket', %s::text) WHERE id = %s"
+        sql = ("UPDATE sessions_app_message SET metadata = metadata"
+               " || jsonb_build_object('slot_ticket', %s::text, 'slot_queue', %s::jsonb) WHERE id = %s")
     else:
-        sql = "UPDATE sessions_app_message SET metadata = json_set(metadata, '$.slot_ticket', %s) WHERE id = %s"
-    _write(sql, [ticket, message.pk])
-    message.metadata = {**message.metadata, "slot_ticket": ticket}
+        sql = ("UPDATE sessions_app_message SET metadata = json_set(metadata, '$.slot_ticket', %s,"
+               " '$.slot_queue', json(%s)) WHERE id = %s")
+    _write(sql, [ticket, json.dumps(queue), message.pk])
+    message.metadata = {**message.metadata, "slot_ticket": ticket, "slot_queue": queue}

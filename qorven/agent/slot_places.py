@@ -8,9 +8,13 @@ that will not come holds every later call to that server, any tenant's, until it
   waits. A compaction carries the note with the message's copy: the copy waits as its
   original did, in its place, instead of queueing anew at the back while that place lapses.
   A message without the note never waited: its end costs the slots nothing.
-- Whose queue the place is in (its server) is kept in the cache while the place can
-  last: a message that comes back to find its Qor's route changed gives the old place up
-  at once, and one that ends gives it up wherever it is.
+- Whose queue the place is in (its server's queue and cap, `slot_queue`) is noted beside
+  the ticket, written only when it changes (its first wait, a route changed): a message
+  that comes back to find its Qor's route changed gives the old place up at once, and one
+  that ends gives it up wherever it is. Kept with the message, not in the cache: a note
+  the cache lost while the place stayed (evicted, or a write Redis refused as it blinked)
+  left the place behind to lapse, and reading it was one more round trip on every
+  come-back.
 - A /compact holds the conversation while it calls the summarizer's route: when that
   route is the waiting message's server, the message gives its place up first (its call
   can only come after the compaction's, which would wait behind it).
@@ -20,10 +24,8 @@ from __future__ import annotations
 import logging
 from contextlib import AbstractContextManager
 
-from django.core.cache import cache
-
 from qorven.llm import WaitingForSlot, routes_for
-from qorven.runtime.route_slots import route_slot_leave, slot_ticket
+from qorven.runtime.route_slots import route_queue, route_slot_leave_queue, slot_ticket
 from sessions_app.models import Message, Session
 from sessions_app.selectors import next_pending_user_message
 from sessions_app.turn_writes import message_slot_ticket_note
@@ -33,9 +35,7 @@ logger = logging.getLogger("qorven.agent.turns")
 
 TURN_TASK = "qorven.agent.turn"  # qorven.agent.tasks.agent_turn, sent by name: the tasks import this module
 NOTE = "slot_ticket"
-# Seconds the cache keeps where a place is, from the message's first wait there: a place
-# lasts as long as its message comes back to wait (QORVEN_MODEL_DEADLINE at most).
-PLACE_KEPT = 3600
+QUEUE = "slot_queue"  # [the server's queue (route_queue), its cap]
 
 
 def message_slot_ticket(session: Session, pending: Message) -> AbstractContextManager[None]:
@@ -51,15 +51,9 @@ def message_slot_ticket(session: Session, pending: Message) -> AbstractContextMa
 
 def slot_place_note(pending: Message, waiting: WaitingForSlot) -> None:
     """`pending` waits for a slot, its place kept in the queue `waiting` names."""
-    ticket = _ticket(pending)
-    if NOTE not in pending.metadata:
-        message_slot_ticket_note(message=pending, ticket=ticket)
-    place = [waiting.base_url, waiting.cap]
-    if waiting.base_url and getattr(pending, "slot_place", None) != place:
-        try:
-            cache.set(_place_key(ticket), place, PLACE_KEPT)
-        except Exception:  # Redis away (the slots with it): a place it has lapses by itself
-            logger.warning("could not note where message %s waits for a model server slot", pending.seq)
+    queue = [route_queue(waiting.base_url), waiting.cap] if waiting.base_url else pending.metadata.get(QUEUE)
+    if NOTE not in pending.metadata or pending.metadata.get(QUEUE) != queue:
+        message_slot_ticket_note(message=pending, ticket=_ticket(pending), queue=queue)
 
 
 def slot_place_moved(session: Session, pending: Message) -> None:
@@ -98,19 +92,17 @@ def slot_places_before_compact(session: Session) -> None:
 
 
 def _give_up(pending: Message, *, on: set[str] | None = None, unless_on: set[str] | None = None) -> None:
-    """Give up the message's place where the cache says it is: if that server is in `on`,
-    or not in `unless_on`."""
-    ticket = _ticket(pending)
+    """Give up the message's place where its note says it is: if that server's queue is in
+    `on`, or not in `unless_on`."""
+    place = pending.metadata.get(QUEUE)
+    if not place:
+        return
+    queue = str(place[0])
+    if (on is not None and queue not in on) or (unless_on is not None and queue in unless_on):
+        return
     try:
-        place = cache.get(_place_key(ticket))
-        pending.slot_place = place  # type: ignore[attr-defined]  # read: a wait in the same place writes nothing
-        if not place:
-            return
-        server = _server(str(place[0]))
-        if (on is not None and server not in on) or (unless_on is not None and server in unless_on):
-            return
-        with slot_ticket(ticket, tenant=pending.tenant_id):
-            route_slot_leave(base_url=str(place[0]), cap=int(place[1]))
+        with slot_ticket(_ticket(pending), tenant=pending.tenant_id):
+            route_slot_leave_queue(queue=queue, cap=int(place[1]))
     except Exception:
         logger.warning("could not give up the place of message %s in its model server's queue; it lapses",
                        pending.seq, exc_info=True)
@@ -120,13 +112,6 @@ def _ticket(pending: Message) -> str:
     return str(pending.metadata.get(NOTE) or f"message:{pending.pk}")
 
 
-def _place_key(ticket: str) -> str:
-    return f"slot-place:{ticket}"
-
-
-def _server(base_url: str) -> str:
-    return base_url.strip().rstrip("/")  # as the slots name a server's queue
-
-
 def _capped_servers(session: Session, role: str) -> set[str]:
-    return {_server(r.base_url) for r in routes_for(session.qor, role) if r.max_concurrency}  # type: ignore[arg-type]
+    """The queues of the role's capped routes."""
+    return {route_queue(r.base_url) for r in routes_for(session.qor, role) if r.max_concurrency}  # type: ignore[arg-type]

@@ -167,3 +167,39 @@ def test_an_answered_message_on_a_capped_route_sends_the_slots_no_more_than_its_
         drain()
     assert Message.objects.get(tenant=world.tenant_a, role="assistant").content == "Hi."
     assert alone and turn == alone
+
+
+def test_a_waiting_message_whose_route_is_edited_after_the_cache_lost_its_note_still_gives_up_its_old_place(
+    client, world, alice_token, model_server, other_server, drain, turn_runs, settings  # noqa: F811
+):
+    """Where a waiting message's place is (its server's queue) was noted in the cache only.
+    A note the cache lost while the place stayed (evicted under maxmemory, or its write
+    refused by a Redis that blinked as the message queued) left the place behind when the
+    admin moved the route: every later call to the old server waited behind it until it
+    lapsed (30 s). A cache flushed with the queue, or Redis restarted without its data,
+    loses the place too, and the message queues anew, noting it again."""
+    settings.QORVEN_ALLOW_PRIVATE_HOSTS = ["127.0.0.1"]  # a Qor's own route to the fake, on loopback
+    other_server.default = reply("From the new server.")
+    with _waiting_for_a_slot_held_elsewhere(client, world, alice_token, model_server, turn_runs):
+        _cache_lost_but_the_slots()
+        Qor.objects.filter(pk=world.qor_a.pk).update(main_base_url=other_server.base_url)
+        _until(lambda: len(turn_runs) == 2)  # it came back, and was answered
+        assert route_slots.route_slot_waiting(base_url=model_server.base_url) == 0
+    drain()
+    assert Message.objects.get(tenant=world.tenant_a, role="assistant").content == "From the new server."
+
+
+def _cache_lost_but_the_slots() -> None:
+    """The cache's own keys gone (this run's), the route's queue kept: as keys evicted
+    under maxmemory (the slots' lists have no expiry), or a note never written."""
+    from django.core.cache import cache
+
+    if not django_settings.REDIS_URL:
+        cache.clear()  # the process's memory: the slots are not in it
+        return
+    import redis
+
+    client = redis.Redis.from_url(django_settings.REDIS_URL)
+    keys = list(client.scan_iter(match=cache.make_key("*"), count=1000))
+    if keys:
+        client.delete(*keys)

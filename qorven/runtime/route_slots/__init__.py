@@ -165,6 +165,21 @@ def route_slot_leave(*, base_url: str, cap: int) -> None:
     _wake_send(_slots(base_url).leave(ticket=ticketed[0], lane=ticketed[2], cap=cap))
 
 
+def route_slot_leave_queue(*, queue: str, cap: int) -> None:
+    """As route_slot_leave, in the queue named `queue` (route_queue): for a ticket whose
+    route may have changed since it queued."""
+    ticketed = _ticket.get()
+    if cap <= 0 or ticketed is None:
+        return
+    _wake_send(_slots_named(queue).leave(ticket=ticketed[0], lane=ticketed[2], cap=cap))
+
+
+def route_queue(base_url: str) -> str:
+    """The name of the queue of the model server at `base_url`: one per server, every
+    route to it (any Qor's, any tenant's) waits there."""
+    return _name(base_url)
+
+
 def route_slot_waiting(*, base_url: str) -> int:
     """How many calls wait for a slot of the model server at `base_url` now, of every tenant."""
     return _slots(base_url).waiting()
@@ -175,7 +190,10 @@ def _name(base_url: str) -> str:
 
 
 def _slots(base_url: str) -> _LocalSlots | _RedisSlots:
-    name = _name(base_url)
+    return _slots_named(_name(base_url))
+
+
+def _slots_named(name: str) -> _LocalSlots | _RedisSlots:
     return _RedisSlots(name) if settings.REDIS_URL else _local(name)
 
 
