@@ -11,6 +11,7 @@ from django.core.cache import cache
 from django.db import transaction
 from django.utils import timezone
 
+from qorven.llm import WaitingForSlot
 from qorven.runtime.cache_leases import cache_lease
 from qorven.runtime.log_context import log_context
 from sessions_app.errors import SessionClosed
@@ -193,15 +194,29 @@ def session_compact(self, tenant_id: int, session_id: int, channel: str, owner: 
         if not turn_lease_acquire(session_id=session_id, owner=owner, seconds=settings.QORVEN_TURN_LEASE):
             raise self.retry(countdown=LEASE_RETRY_DELAY)  # a turn is running: come back after it
         try:
-            rotated = _compact_held(session, channel, owner)
+            rotated = _compact_held(session, channel, owner, can_wait=self.request.retries < self.max_retries)
+        except SlotsAway as away:
+            # The summarizer's capped route's slots could not be read (Redis away): come
+            # back for them, as a turn does, the chat let go meanwhile and the request kept.
+            raise self.retry(countdown=away.after) from None
         finally:
             turn_lease_release(session_id=session_id, owner=owner)
         _turn_for_waiting(session=session)
         return rotated
 
 
-def _compact_held(session: Session, channel: str, owner: str) -> bool:
-    """The /compact itself, with the session's lease held by `owner`."""
+class SlotsAway(Exception):
+    """A /compact's summarizer call found its capped route's slots unreadable (Redis
+    away): it comes back after `after` seconds instead of failing."""
+
+    def __init__(self, after: float) -> None:
+        super().__init__(f"the summarizer route's slots could not be read; back in {after:.1f} s")
+        self.after = after
+
+
+def _compact_held(session: Session, channel: str, owner: str, *, can_wait: bool = False) -> bool:
+    """The /compact itself, with the session's lease held by `owner`. `can_wait`: the
+    task may come back (SlotsAway) when the summarizer's slots cannot be read."""
     session.refresh_from_db()
     tenant_id, session_id = session.tenant_id, session.pk
     if session.state != Session.State.ACTIVE or not compact_request_pending(tenant_id=tenant_id, session_id=session_id):
@@ -213,6 +228,8 @@ def _compact_held(session: Session, channel: str, owner: str) -> bool:
         with lease_kept(session_id=session_id, owner=owner):  # the model calls may take a while
             outcome = compaction_rotate(session=session)
     except (CompactionFailed, SessionClosed) as exc:
+        if can_wait and isinstance(exc, CompactionFailed) and isinstance(exc.__cause__, WaitingForSlot):
+            raise SlotsAway(exc.slot_wait or 1.0) from None
         _notice(session, channel, FAILED_NOTICE.format(reason=_reason(exc)), "compact_failed")
         return False
     if outcome is None:

@@ -103,3 +103,30 @@ def test_the_summarizer_whose_capped_routes_slots_are_away_comes_back_for_them_a
     assert session.compacted_through_seq == 8
     assert len(compaction_notes(session)) == 1
     assert model.calls["flush"] == 1 and model.calls["summary"] == 1
+
+
+def test_compact_whose_capped_routes_slots_are_away_comes_back_for_them_and_compacts(
+    client, world, model_server, drain, settings, slots_redis
+):
+    """/compact on a capped summarizer route while Redis is away for a second: it comes
+    back for the slots on the worker's timer and compacts once Redis is back. Before, the
+    person read "I could not compact this conversation" for Redis's blink."""
+    from sessions_app.models import Message, Session
+    from tenancy.services import api_token_create
+
+    from .test_slot_places import _answered_exchange
+    from .test_turns import ask
+
+    world.qor_a.main_max_concurrency = 1
+    world.qor_a.save(update_fields=["main_max_concurrency"])
+    model_server.default = FakeModel()
+    old = _answered_exchange(world)
+    slots_redis.stop()
+    ask(client, api_token_create(tenant=world.tenant_a, user=world.alice)[1], "/compact")
+    time.sleep(1.5)
+    slots_redis.start()
+    drain()
+    notices = list(Message.objects.filter(tenant=world.tenant_a, metadata__has_key="notice")
+                   .values_list("metadata__notice", flat=True))
+    assert "compact_failed" not in notices and "compacted" in notices
+    assert Session.objects.get(pk=old.pk).state == "archived"
