@@ -19,6 +19,7 @@ from pydantic import (
 )
 
 from qorven.llm import Completion, ModelError, SlotsBusy, WaitingForSlot, provider_for_role
+from qorven.runtime import route_slots
 from qorven.runtime.route_slots import COME_BACK_MOST
 from qorven.llm.metered import Spend, model_call
 from sessions_app.models import Session
@@ -216,8 +217,8 @@ def _complete(session: Session, provider: Any, messages: list[dict[str, Any]]) -
         slot_wait = None
         if isinstance(exc, WaitingForSlot):  # the slots could not be read
             slot_wait = exc.retry_after or COME_BACK_MOST
-        elif isinstance(exc, SlotsBusy):  # it waited on its thread already
-            slot_wait = COME_BACK_MOST
+        elif isinstance(exc, SlotsBusy):  # it waited on its thread already: as long again off it
+            slot_wait = route_slots.THREAD_WAIT
         raise CompactionFailed(f"the summarizer model could not answer: {exc.kind}: {exc.detail}",
                                reason=reason, slot_wait=slot_wait) from exc
 

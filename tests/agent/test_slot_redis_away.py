@@ -130,3 +130,33 @@ def test_compact_whose_capped_routes_slots_are_away_comes_back_for_them_and_comp
                    .values_list("metadata__notice", flat=True))
     assert "compact_failed" not in notices and "compacted" in notices
     assert Session.objects.get(pk=old.pk).state == "archived"
+
+
+def test_the_summarizer_that_finds_every_slot_taken_comes_back_for_one_and_compacts(
+    world, model_server, drain, settings, monkeypatch
+):
+    """Auto mode's summarizer on a capped route whose one slot stays taken for its wait
+    on its thread: it comes back for a slot later and condenses the conversation once one
+    is free. Before, it ended having stored nothing, the range left uncompacted until the
+    person's next exchange over the window."""
+    from memory_app.tasks import session_summarize
+    from qorven.runtime import route_slots
+
+    from .test_compaction import canonical, compaction_notes, seed_history
+
+    monkeypatch.setattr(route_slots, "THREAD_WAIT", 0.5)
+    settings.QORVEN_SUMMARIZER_QUIET = 0
+    qor = world.qor_a
+    qor.main_num_ctx, qor.summarizer_num_ctx, qor.main_max_concurrency = 1000, 32000, 1
+    qor.save(update_fields=["main_num_ctx", "summarizer_num_ctx", "main_max_concurrency"])
+    model = FakeModel()
+    model_server.default = model
+    session = canonical(world)
+    seed_history(session, 6)
+    with route_slots.route_slot(base_url=model_server.base_url, cap=1, wait=5, lease=60):  # held elsewhere
+        session_summarize.delay(world.tenant_a.pk, session.pk, 8)
+        time.sleep(3)  # its first wait is over (the worker takes it within a second or so)
+    drain()
+    session.refresh_from_db()
+    assert session.compacted_through_seq == 8
+    assert len(compaction_notes(session)) == 1
