@@ -55,21 +55,19 @@ def switches_passed_on() -> Iterator[None]:
     moment later — the first read takes every kind in its one statement and the next read
     is answered from it; any read after that is a fresh one (which serves the one after
     it in turn)."""
-    token, reads = _passed_on.set({}), _reads_passed_on.set(True)
-    try:
+    with _passing(reads=True):
         yield
-    finally:
-        _reads_passed_on.reset(reads)
-        _passed_on.reset(token)
 
 
 @contextmanager
-def _seen_only() -> Iterator[None]:
-    token, reads = _passed_on.set({}), _reads_passed_on.set(False)
+def _passing(*, reads: bool) -> Iterator[None]:
+    """Switches passed on inside: brought by reads of the switches themselves too (`reads`),
+    or only by reads of another table (switches_seen)."""
+    token, reading = _passed_on.set({}), _reads_passed_on.set(reads)
     try:
         yield
     finally:
-        _reads_passed_on.reset(reads)
+        _reads_passed_on.reset(reading)
         _passed_on.reset(token)
 
 
@@ -77,7 +75,7 @@ def switches_seen_here() -> AbstractContextManager[Any]:
     """Where the switches a read of another table brought (switches_seen) answer the next
     read of them, once; every other read is its own, as outside. Inside
     switches_passed_on(), that block's rule goes on."""
-    return nullcontext() if _passed_on.get() is not None else _seen_only()
+    return nullcontext() if _passed_on.get() is not None else _passing(reads=False)
 
 
 class _KindNames(Aggregate):
