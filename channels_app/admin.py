@@ -1,6 +1,5 @@
 from __future__ import annotations
 
-
 from django import forms
 from django.contrib import admin, messages
 from django.contrib.admin import helpers
@@ -16,16 +15,16 @@ from tenancy.admin_scoping import (
 from tenancy.errors import NotFound
 from tenancy.models import Membership
 
-from .adapters import ADAPTERS
-from .admin_binding import BindingForm, credential_fields, kind_label
+from .admin_binding import BindingFormOnRead, credential_fields, kind_label
 from .models import ChannelBinding, Identity, InboundEvent, OutboundDelivery, PairingRequest
 from .pairing import DECIDABLE, pairing_approve, pairing_deny, tenant_members
 from .pairing_end import identity_pairing_end, speaks_for
+from .platforms import PLATFORMS
 
 
 class BindingRowForm(forms.ModelForm):
     """A binding as a row of its tenant's page: its Qor is one of that tenant's, as on the
-    binding's own page (BindingForm)."""
+    binding's own page (admin_binding.binding_form)."""
 
     def clean(self):
         data = super().clean()
@@ -78,7 +77,7 @@ TenantAdmin.inlines = [*TenantAdmin.inlines, ChannelBindingInline]  # shown on t
 
 @admin.register(ChannelBinding)
 class ChannelBindingAdmin(TenantScopedAdminMixin, admin.ModelAdmin):
-    form = BindingForm
+    form = BindingFormOnRead()
     list_display = ["__str__", "tenant", "qor", "kind", "enabled", "unpaired_response", "group_answers", "credential_keys"]
     list_filter = ["kind", "enabled", "tenant"]
     readonly_fields = ["credential_keys", "embed", "lookup_key"]
@@ -90,7 +89,7 @@ class ChannelBindingAdmin(TenantScopedAdminMixin, admin.ModelAdmin):
                 (f"{kind_label(kind)} credentials", {
                     "fields": credential_fields(kind), "classes": ["collapse"],
                     "description": f"Only read when the kind above is {kind_label(kind)}.",
-                }) for kind in ADAPTERS
+                }) for kind in PLATFORMS
             ]
         sections = [main, (f"{kind_label(obj.kind)} credentials", {
             "fields": credential_fields(obj.kind) + ["credential_keys", "lookup_key"],

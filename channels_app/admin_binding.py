@@ -10,11 +10,11 @@ round it.
 """
 from __future__ import annotations
 
+from functools import cache
 from typing import Any
 
 from django import forms
 
-from .adapters import ADAPTERS, adapter_for
 from .models import ChannelBinding
 
 
@@ -27,6 +27,8 @@ def field_name(kind: str, name: str) -> str:
 
 
 def credential_fields(kind: str) -> list[str]:
+    from .adapters import ADAPTERS
+
     return [field_name(kind, name) for name in ADAPTERS[kind].credentials]
 
 
@@ -40,6 +42,8 @@ class _BindingFormBase(forms.ModelForm):
         fields = ["tenant", "qor", "kind", "name", "unpaired_response", "group_answers", "enabled"]
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
+        from .adapters import ADAPTERS
+
         super().__init__(*args, **kwargs)
         stored = dict(self.instance.credentials or {}) if self.instance.pk else {}
         for kind, adapter in ADAPTERS.items():
@@ -55,6 +59,8 @@ class _BindingFormBase(forms.ModelForm):
             self.fields["kind"].disabled = True  # another platform is another binding
 
     def clean(self) -> dict[str, Any]:
+        from .adapters import ADAPTERS
+
         data = super().clean()
         # On a change page the tenant is read-only: the binding's own.
         tenant = data.get("tenant") or (self.instance.tenant if self.instance.tenant_id else None)
@@ -94,6 +100,8 @@ class _BindingFormBase(forms.ModelForm):
         return data
 
     def save(self, commit: bool = True) -> ChannelBinding:
+        from .adapters import adapter_for
+
         binding = super().save(commit=False)
         binding.credentials, binding.lookup_key = self._credentials, self._lookup
         adapter = adapter_for(binding.kind)
@@ -106,6 +114,8 @@ class _BindingFormBase(forms.ModelForm):
 
 
 def _credential_form_fields() -> dict[str, forms.Field]:
+    from .adapters import ADAPTERS
+
     fields: dict[str, forms.Field] = {}
     for kind, adapter in ADAPTERS.items():
         for name, hint in adapter.credentials.items():
@@ -119,5 +129,17 @@ def _credential_form_fields() -> dict[str, forms.Field]:
     return fields
 
 
-BindingForm = type("BindingForm", (_BindingFormBase,), _credential_form_fields())
-BindingForm.__doc__ = __doc__
+@cache
+def binding_form() -> type[forms.ModelForm]:
+    """The form, built the first time the admin reads it: its fields come from the adapters,
+    which are not imported as the admin is registered (every command does that, at start)."""
+    form = type("BindingForm", (_BindingFormBase,), _credential_form_fields())
+    form.__doc__ = __doc__
+    return form
+
+
+class BindingFormOnRead:
+    """`ModelAdmin.form` that is `binding_form()` when read."""
+
+    def __get__(self, admin: object, owner: type | None = None) -> type[forms.ModelForm]:
+        return binding_form()

@@ -12,10 +12,10 @@ class ChannelsAppConfig(AppConfig):
         from sessions_app.signals import answers_dropped, message_appended
         from tenancy.switches import channels_register
 
-        from .adapters import ADAPTERS
+        from .platforms import PLATFORMS
 
         # What a tenant can switch off: each platform, and the surfaces written on directly.
-        channels_register([*ADAPTERS, Channel.WEB, Channel.TUI])
+        channels_register([*PLATFORMS, Channel.WEB, Channel.TUI])
 
         from .delivery import on_message_appended as deliver_on_append
         from .live_events import on_message_appended
@@ -23,9 +23,7 @@ class ChannelsAppConfig(AppConfig):
         message_appended.connect(on_message_appended, dispatch_uid="channels_app.live_events")
         message_appended.connect(deliver_on_append, dispatch_uid="channels_app.delivery")
 
-        from .strangers import on_answers_dropped
-
-        answers_dropped.connect(on_answers_dropped, dispatch_uid="channels_app.strangers")
+        answers_dropped.connect(_on_answers_dropped, dispatch_uid="channels_app.strangers")
 
         from qorven.runtime.task_scope import task_scope_register
 
@@ -67,8 +65,8 @@ class ChannelsAppConfig(AppConfig):
 
         from tenancy.models import Qor, Tenant
 
-        from .adapters.base import webhook_bindings
         from .models import ChannelBinding
+        from .platforms import webhook_bindings
 
         # A cached binding carries its tenant and Qor: a save of any of them clears it.
         for model in (ChannelBinding, Tenant, Qor):
@@ -101,6 +99,14 @@ class ChannelsAppConfig(AppConfig):
                                (PluginSetting, live_auth.on_webchat_changed)):
             for name, signal in (("saved", post_save), ("deleted", post_delete)):
                 signal.connect(handler, sender=model, dispatch_uid=f"channels_app.live_auth.{model.__name__}.{name}")
+
+
+def _on_answers_dropped(sender, **kwargs) -> None:
+    # Imported when answers are first dropped, not at start-up: telling a stranger goes
+    # through the adapters, which bring httpx and pydantic.
+    from .strangers import on_answers_dropped
+
+    on_answers_dropped(sender, **kwargs)
 
 
 def _sends_at_the_end():

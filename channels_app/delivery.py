@@ -24,7 +24,6 @@ from qorven.runtime.task_scope import collecting
 from sessions_app.models import Message
 from sessions_app.services import message_delivery_planned, message_delivery_planned_statement
 
-from .adapters import adapter_for
 from .models import ChannelBinding, Identity, OutboundDelivery
 
 logger = logging.getLogger(__name__)
@@ -145,6 +144,8 @@ def _parts_plan(message: Message) -> int:
         logger.warning("no %s destination for message %s; not delivered", message.channel, message.pk)
         return 0
     binding, destination, paired_to = target
+    from .adapters import adapter_for  # not at start-up: the adapters bring httpx and pydantic
+
     adapter = adapter_for(binding.kind)
     if adapter is None:
         return 0

@@ -1,6 +1,11 @@
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from django.apps import AppConfig
+
+if TYPE_CHECKING:
+    from .scheduler import EmbeddedBeat
 
 
 class HeartbeatsAppConfig(AppConfig):
@@ -22,21 +27,27 @@ class HeartbeatsAppConfig(AppConfig):
         person_retimed.connect(retime_person, dispatch_uid="heartbeats_app.retime_person", weak=False)
         from qorven.runtime.startup import Startup, on_shutdown, on_startup
 
-        from .scheduler import EmbeddedBeat, embedded_beat_start
-        from .startup import backup_beat_sync_on_startup, beats_sync_on_startup
+        # What the hooks below import (pydantic, django-celery-beat's scheduler), only
+        # the commands they run for import.
 
         @on_startup("serve")
         def beats_sync(startup: Startup) -> None:
+            from .startup import beats_sync_on_startup
+
             beats_sync_on_startup(startup.stdout, startup.stderr)
 
         @on_startup("serve")
         def backup_beat_sync(startup: Startup) -> None:
             if startup.embedded and not startup.options.get("no_beat"):  # else `qorven beat` syncs it
+                from .startup import backup_beat_sync_on_startup
+
                 backup_beat_sync_on_startup(startup.stdout)
 
         @on_startup("serve", after_worker=True)
         def embedded_beat(startup: Startup) -> None:
             if startup.embedded and not startup.options.get("no_beat"):
+                from .scheduler import embedded_beat_start
+
                 started.append(embedded_beat_start())
                 startup.stdout.write("Heartbeats fire in this process (embedded beat).")
 

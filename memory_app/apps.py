@@ -15,7 +15,6 @@ class MemoryAppConfig(AppConfig):
 
         from . import checks  # noqa: F401  registers memory's system checks
         from .services import memory_index_settle_receiver
-        from .skills import skills_sync_on_startup
 
         memory_index_settle_receiver.connect(get_user_model(), Tenant, Qor)
         from django.db.models.signals import post_delete, post_save
@@ -33,4 +32,6 @@ class MemoryAppConfig(AppConfig):
 
         @on_startup("serve", "worker")
         def skills_sync(startup: Startup) -> None:
+            from .skills import skills_sync_on_startup  # only serve and worker need it (regex)
+
             skills_sync_on_startup(startup.stdout, startup.stderr)

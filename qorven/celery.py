@@ -10,8 +10,8 @@ import os
 
 from celery import Celery
 
-from .runtime import transport as _transport  # noqa: F401  registers the embedded:// broker
-from .runtime import redis_transport as _redis_transport  # noqa: F401  registers redis:// (a restart survived)
+# Registers the embedded:// broker and redis:// (a restart survived), imported when used.
+from .runtime import broker_transports as _broker_transports  # noqa: F401
 from .runtime import worker as _worker  # noqa: F401  starts and counts the embedded worker
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "qorven.settings")

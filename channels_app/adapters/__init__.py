@@ -1,4 +1,6 @@
-"""The adapter registry: channel kind → adapter. Adding a platform means adding one class."""
+"""The adapter registry: channel kind → adapter. Adding a platform means adding one class
+here, and its kind to channels_app.platforms.PLATFORMS, which start-up reads without
+importing the adapters (tests/channels_app/test_platforms.py holds the two together)."""
 from __future__ import annotations
 
 from .base import Adapter, Parsed, SendError, WebhookRejected

@@ -19,17 +19,14 @@ import httpx
 from django.conf import settings
 from django.http import HttpRequest, HttpResponse
 
-from qorven.runtime.row_cache import RowCache
 
 from ..formatting import AS_WRITTEN, Style
 from ..inbound import InboundImage, InboundMedia, InboundMessage
 from ..models import ChannelBinding
+from ..platforms import webhook_bindings
 
 logger = logging.getLogger(__name__)
 
-# The enabled bindings webhooks resolve on every request, by (kind, lookup key): cleared
-# when a binding, its tenant or its Qor is saved or deleted (channels_app.apps).
-webhook_bindings: RowCache = RowCache("webhook bindings")
 
 
 class WebhookRejected(Exception):

@@ -22,10 +22,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from kombu.transport import TRANSPORT_ALIASES, redis
+from kombu.transport import redis
 from redis.exceptions import ConnectionError as RedisConnectionError
 
-TRANSPORT_ALIASES["redis"] = f"{__name__}:Transport"  # what a redis:// broker URL names
+# What a redis:// broker URL names (registered in qorven.runtime.broker_transports).
 
 
 class Channel(redis.Channel):

@@ -18,10 +18,9 @@ from collections import defaultdict
 from queue import Empty
 from time import monotonic
 
-from kombu.transport import TRANSPORT_ALIASES, memory, virtual
+from kombu.transport import memory, virtual
 
-ALIAS = "embedded"
-TRANSPORT_ALIASES.setdefault(ALIAS, f"{__name__}:Transport")
+from .broker_transports import EMBEDDED as ALIAS
 
 _MAX_WAIT = 1.0  # seconds: a safety net; every state change wakes the consumer anyway
 

@@ -23,14 +23,14 @@ from typing import Any
 
 from celery import signals
 
-from . import transport
+from .broker_transports import EMBEDDED
 
 logger = logging.getLogger(__name__)
 
 
 def broker_is_embedded(app: Any) -> bool:
     """Whether `app` publishes to this process's embedded broker."""
-    return str(app.conf.broker_url or "").startswith(f"{transport.ALIAS}://")
+    return str(app.conf.broker_url or "").startswith(f"{EMBEDDED}://")
 
 
 class _Outstanding:
@@ -145,6 +145,8 @@ class EmbeddedWorker:
     def reset(self) -> None:
         """Forget everything queued or scheduled: stop the worker, empty its queues. It
         starts again with the next task published. (For tests that left work behind.)"""
+        from . import transport
+
         self.stop()
         transport.purge()
         self.outstanding.clear()

@@ -96,8 +96,39 @@ def test_a_command_that_calls_no_model_does_not_load_the_model_sdk():
     done = run("chat", "--help", PYTHONPROFILEIMPORTTIME="1", DJANGO_SECRET_KEY="x")
     assert done.returncode == 0, done.stderr[-2000:]
     imported = {line.rpartition("|")[2].strip() for line in done.stderr.splitlines() if line.startswith("import time:")}
-    assert "django" in imported and "channels_app.terminal" in imported  # the log is what it seems
+    assert "django" in imported and "channels_app.chat" in imported  # the log is what it seems
     assert not {name for name in imported if name.split(".")[0] == "openai"}
+
+
+# What a command's start imported whether the command used it or not (median CPU of
+# `qorven chat --help` 1.31 s before, docs/performance.md): the platform adapters with httpx
+# (and the rich its own command line brings), pydantic, markdown-it and regex; kombu's Redis
+# transport with the Redis client; the terminal client with wcwidth and prompt_toolkit; the
+# SDK and the metrics client. Each is imported where it is used now.
+NOT_AT_START = ("channels_app.adapters", "channels_app.inbound", "channels_app.formatting", "channels_app.terminal",
+                "httpx", "pydantic", "markdown_it", "regex", "redis", "kombu.transport.redis",
+                "kombu.transport.memory", "wcwidth", "prompt_toolkit", "openai", "prometheus_client")
+
+
+def imported_at_start(done: subprocess.CompletedProcess) -> set[str]:
+    assert done.returncode == 0, done.stderr[-2000:]
+    imported = {line.rpartition("|")[2].strip() for line in done.stderr.splitlines() if line.startswith("import time:")}
+    assert "django" in imported and "qorven.celery" in imported  # the log is what it seems
+    return imported
+
+
+def test_a_start_imports_only_what_every_command_needs():
+    """`qorven --help` reads every command's help (so imports each command's module),
+    `qorven doctor --help` and `qorven chat --help` one; none of them sends to a platform,
+    parses a payload or a reply, reaches the broker, chats or calls a model."""
+    calls = [(args, {"PYTHONPROFILEIMPORTTIME": "1", "DJANGO_SECRET_KEY": "x"})
+             for args in (("--help",), ("doctor", "--help"), ("chat", "--help"))]
+    for (args, _), done in zip(calls, run_each(*calls), strict=True):
+        imported = imported_at_start(done)
+        if args != ("doctor", "--help"):  # what `qorven chat` imports as its module is read
+            assert {"channels_app.chat", "channels_app.json_body"} <= imported
+        assert not {name for name in imported if any(name == heavy or name.startswith(f"{heavy}.")
+                                                     for heavy in NOT_AT_START)}, args
 
 
 def test_a_start_does_not_load_daphne():

@@ -1,14 +1,20 @@
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from django.core.management.base import BaseCommand, CommandError
 
-from channels_app.adapters import ADAPTERS, Adapter
-from channels_app.adapters.base import AccountProblem, SendError, proves_account
 from channels_app.models import ChannelBinding
-from channels_app.services import BindingError, binding_create
 from qorven.runtime.arguments import actions
 from tenancy.errors import NotFound
 from tenancy.selectors import qor_get, tenant_get
+
+if TYPE_CHECKING:
+    from channels_app.adapters import Adapter
+    from channels_app.adapters.base import AccountProblem
+
+# The adapters (httpx, pydantic, …) are imported by the methods that use them, not as
+# `qorven --help` reads this command's help.
 
 # Each channel's line in `qorven bind --help` and in the list `qorven bind` alone prints.
 ACCOUNT_HELP = {"email": "bind an email address", "sms": "bind an SMS number (Twilio)",
@@ -26,6 +32,9 @@ class Command(BaseCommand):
     )
 
     def add_arguments(self, parser):
+        from channels_app.adapters import ADAPTERS
+        from channels_app.adapters.base import proves_account
+
         sub = actions(parser, dest="kind", metavar="channel")
         for kind, adapter in sorted(ADAPTERS.items()):
             p = sub.add_parser(
@@ -65,6 +74,10 @@ class Command(BaseCommand):
                                help=f"also point the {kind} webhook at this server (QORVEN_PUBLIC_URL)")
 
     def handle(self, *args, **opts):
+        from channels_app.adapters import ADAPTERS
+        from channels_app.adapters.base import SendError
+        from channels_app.services import BindingError, binding_create
+
         kind = opts["kind"]
         try:
             tenant = tenant_get(slug=opts["tenant"])
@@ -101,6 +114,8 @@ class Command(BaseCommand):
 def _unproven(adapter: Adapter, credentials: dict[str, str]) -> AccountProblem | None:
     """What the platform says against these credentials controlling the account; None when
     they are incomplete or misread, which binding_create refuses in its own words first."""
+    from channels_app.adapters.base import proves_account
+
     if not proves_account(adapter):
         return None
     given = adapter.prepare_credentials({k: v for k, v in credentials.items() if v})

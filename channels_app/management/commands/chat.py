@@ -8,9 +8,6 @@ from django.core.management.base import BaseCommand, CommandError
 
 from channels_app.chat import chat_owner
 from channels_app.json_body import QUERY_INT_MAX
-from channels_app.terminal import ACCESS_LOST, run_json
-from channels_app.terminal_leave import leaving
-from channels_app.terminal_screen import run_interactive
 from qorven.runtime.arguments import seconds, whole_number
 from tenancy.errors import NotFound
 from tenancy.selectors import membership_get, qor_get, qor_slugs, tenant_get
@@ -64,6 +61,12 @@ class Command(BaseCommand):
         )
 
     def handle(self, *args, **opts):
+        # The terminal client (wcwidth, prompt_toolkit) is imported by the chat itself, not
+        # by `qorven --help` or `qorven chat --help`.
+        from channels_app.terminal import ACCESS_LOST, run_json
+        from channels_app.terminal_leave import leaving
+        from channels_app.terminal_screen import run_interactive
+
         import logging
 
         logging.getLogger("celery").setLevel(logging.WARNING)  # task lines would interleave with the chat

@@ -8,7 +8,6 @@ from asgiref.sync import sync_to_async
 from django.core.management.base import BaseCommand, CommandError
 
 from channels_app.models import ChannelBinding
-from channels_app.receive import gateway_frame_receive
 
 logger = logging.getLogger(__name__)
 
@@ -44,6 +43,8 @@ class Command(BaseCommand):
         intents = discord.Intents.default()
         intents.message_content = True
         client = discord.Client(intents=intents, enable_debug_events=True)
+        from channels_app.receive import gateway_frame_receive  # the adapters: not for `qorven --help`
+
         receive = sync_to_async(gateway_frame_receive)
 
         @client.event

@@ -13,7 +13,6 @@ from django.core.exceptions import ImproperlyConfigured
 from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError
 
-from channels_app.adapters import ADAPTERS
 from channels_app.selectors import telegram_secret_of
 from qorven.runtime.environment import http_url_check, public_url_check
 from qorven.runtime.url_prefix import public_url_under
@@ -72,6 +71,8 @@ class Command(BaseCommand):
         refusal = tenant_bootstrap_refusal(tenant_slug=tenant, qor_slug=qor, owner_username=owner, password=password)
         if refusal:  # bootstrap would refuse it after .env was written: setup would stop half done
             raise CommandError(f"{refusal}; nothing was written.")
+        from channels_app.adapters import ADAPTERS  # here, not as `qorven --help` reads this command
+
         token_problem = ADAPTERS["telegram"].credentials_problem({"token": telegram}) if telegram else None
         if token_problem:  # as bind would refuse it, after .env and the workspace were written
             raise CommandError(f"--telegram-token {token_problem[1]}; nothing was written.")

@@ -3,7 +3,6 @@ from __future__ import annotations
 
 from django.core.management.base import BaseCommand, CommandError
 
-from heartbeats_app.defaults import DefaultsFileError, beats_sync, defaults_path
 from qorven.runtime.arguments import given_path
 
 
@@ -16,11 +15,17 @@ class Command(BaseCommand):
         "nothing. `qorven serve` and `qorven beat` run this on startup."
     )
 
+    # heartbeats_app.defaults (pydantic) is imported by the methods, not as `qorven --help`
+    # reads this command's help.
     def add_arguments(self, parser):
+        from heartbeats_app.defaults import defaults_path
+
         parser.add_argument("--dry-run", action="store_true", help="show what would change and change nothing")
         parser.add_argument("--file", type=given_path, help=f"the defaults file (default: {defaults_path()})")
 
     def handle(self, *args, **opts):
+        from heartbeats_app.defaults import DefaultsFileError, beats_sync
+
         try:
             plan = beats_sync(path=opts["file"], dry_run=opts["dry_run"])
         except DefaultsFileError as exc:

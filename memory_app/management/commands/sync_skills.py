@@ -3,7 +3,6 @@ from __future__ import annotations
 
 from django.core.management.base import BaseCommand, CommandError
 
-from memory_app.skills import SkillFileError, skills_sync
 from qorven.runtime.arguments import given_path
 
 
@@ -20,6 +19,8 @@ class Command(BaseCommand):
         parser.add_argument("--dir", type=given_path, help="the skills folder (default: QORVEN_SKILLS_DIR)")
 
     def handle(self, *args, **opts):
+        from memory_app.skills import SkillFileError, skills_sync  # regex: not for `qorven --help`
+
         try:
             report = skills_sync(directory=opts["dir"], dry_run=opts["dry_run"])
         except SkillFileError as exc:
