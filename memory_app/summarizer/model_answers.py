@@ -210,7 +210,8 @@ def ask(session: Session, schema: type[BaseModel], instructions: str, content: s
 
 def _complete(session: Session, provider: Any, messages: list[dict[str, Any]]) -> Completion:
     try:
-        return model_call(provider=provider, messages=messages, spend=Spend(session.tenant, session.qor, "summarizer"))
+        spend = Spend(session.tenant, session.qor, "summarizer", user_id=session.user_id, session_id=session.pk)
+        return model_call(provider=provider, messages=messages, spend=spend)
     except ModelError as exc:
         reason = ("the summarizer model isn't answering" if exc.transient
                   else "the summarizer model refused the request")

@@ -222,7 +222,8 @@ def _answer(session: Session, pending: Message, owner: str, *, overflowed: bool)
         try:
             with message_slot_ticket(session, pending):
                 completion = tool_loop(
-                    provider=provider, messages=prompt.messages, spend=Spend(session.tenant, qor, "main"),
+                    provider=provider, messages=prompt.messages,
+                    spend=Spend(session.tenant, qor, "main", user_id=session.user_id, session_id=session.pk),
                     offered=offered, ctx=ctx, session=session, channel=channel, metadata={"reply_to": pending.seq},
                     on_token=on_token, after_call=after_call, rights=rights,
                     rounds_done=_rounds_stored(prompt, pending),

@@ -99,7 +99,8 @@ def answer_read(
     whether it is reasoning is read on past `max_chars` (none of it kept) until a closing
     tag says it was, or the end or the time limit says it was the answer, cut at
     `max_chars`. `route` names the server and model (what is learned
-    of their reasoning is kept under it: qorven.llm.thinking). Raises ProviderUnavailable or ModelRefused when what
+    of their reasoning is kept under it, for the chat the call is made for:
+    qorven.llm.thinking.reasoner_scope). Raises ProviderUnavailable or ModelRefused when what
     came is not an answer."""
     parts: list[str] = []
     calls = ToolCallAssembler(max_chars=max_chars, max_calls=max_tool_calls)

@@ -15,6 +15,7 @@ from tenancy.services import usage_record
 
 from .errors import ModelError
 from .provider import Completion, Provider, Usage
+from .thinking import reasoner_scope
 
 
 def estimate_tokens(text: str) -> int:
@@ -34,12 +35,16 @@ class Tally:
 @dataclass(frozen=True)
 class Spend:
     """Whose usage a call counts towards: a tenant's Qor, in a role (main, summarizer,
-    heartbeat); and a tally to add it to, if any."""
+    heartbeat); and a tally to add it to, if any. The chat the call is made for (its
+    person, else its session) keeps what is learned of the model's reasoning to that chat
+    (qorven.llm.thinking)."""
 
     tenant: Tenant
     qor: Qor
     role: str
     tally: Tally | None = None
+    user_id: int | None = None
+    session_id: int | None = None
 
 
 def model_call(
@@ -56,7 +61,8 @@ def model_call(
     try:
         # A capped route's slot is waited for in the tenant's turn (a turn's ticket names
         # its tenant too): the route is shared by every tenant.
-        with slot_tenant(spend.tenant.pk):
+        with slot_tenant(spend.tenant.pk), reasoner_scope(tenant_id=spend.tenant.pk, user_id=spend.user_id,
+                                                           session_id=spend.session_id):
             completion = provider.complete(messages=messages, tools=tools or None, on_token=on_token)
     except ModelError as exc:
         metrics.model_calls.labels(spend.role, exc.kind).inc()

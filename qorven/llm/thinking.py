@@ -23,6 +23,9 @@ import hashlib
 import logging
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from enum import Enum
 
 from django.core.cache import cache
@@ -175,32 +178,70 @@ def _outside_code(before: str) -> bool:
 # server and model, in the cache every process shares. Such a model that a limit stops
 # before it closes its reasoning sent no answer: what came was reasoning, not an answer
 # cut short. Only a model seen so is judged so: an answer from any other has no tag to go by.
+#
+# What is seen is kept to the chat it was seen in (`reasoner_scope`: a workspace's person,
+# or a chat with no one person, such as a group's): a bare closing tag is text any person
+# can have the model write ("start your reply with </think>"), and noted for the server and
+# model alone it had every other workspace's cut answers on them thrown away as reasoning.
+# Nothing else tells the model this note is for: its chat template opened the block in the
+# prompt, so no opening tag comes, and a server that sends reasoning apart
+# (`reasoning_content`) sends no closing tag either. A real reasoner closes its reasoning
+# in every answer, so each chat learns it from its first.
+# Calls made for no chat (the doctor's probe, `qorven setup`'s) note and judge nothing.
 REASONER_TTL = 30 * 24 * 3600
-_NOTE_EVERY = 3600.0  # seconds between this process's writes for one model
+_NOTE_EVERY = 3600.0  # seconds between this process's writes for one model in one chat
+NOTED_KEPT = 10_000  # chats × models this process remembers writing for; past it, it forgets them all
 _noted: dict[str, float] = {}
 _noted_lock = threading.Lock()
+_scope: ContextVar[str] = ContextVar("reasoner_scope", default="")
+
+
+@contextmanager
+def reasoner_scope(*, tenant_id: int, user_id: int | None, session_id: int | None) -> Iterator[None]:
+    """Model calls inside note and judge untagged reasoning for this chat alone: the
+    person's (`user_id`) in the workspace, or the session's when it has no one person."""
+    chat = f"user {user_id}" if user_id is not None else f"session {session_id}" if session_id is not None else ""
+    token = _scope.set(f"tenant {tenant_id} {chat}" if chat else "")
+    try:
+        yield
+    finally:
+        _scope.reset(token)
 
 
 def _reasoner_key(route: str) -> str:
-    return "qorven:reasoner:" + hashlib.sha256(route.encode()).hexdigest()[:32]
+    """The cache key for `route` in the current chat; "" outside any chat."""
+    scope = _scope.get()
+    if not scope:
+        return ""
+    return "qorven:reasoner:" + hashlib.sha256(f"{scope}\n{route}".encode()).hexdigest()[:32]
 
 
 def reasoner_note(route: str) -> None:
-    """`route` (its server and model) answered with untagged reasoning and a closing tag."""
+    """`route` (its server and model) answered the current chat with untagged reasoning
+    and a closing tag."""
+    key = _reasoner_key(route)
+    if not key:
+        return
     now = time.monotonic()
     with _noted_lock:
-        if now - _noted.get(route, -_NOTE_EVERY) < _NOTE_EVERY:
+        if now - _noted.get(key, -_NOTE_EVERY) < _NOTE_EVERY:
             return
-        _noted[route] = now
+        if len(_noted) >= NOTED_KEPT:
+            _noted.clear()  # the cost of forgetting: one more cache write per chat and model
+        _noted[key] = now
     try:
-        cache.set(_reasoner_key(route), 1, REASONER_TTL)
+        cache.set(key, 1, REASONER_TTL)
     except Exception:  # the cache down costs only this judgement, never the answer
         logger.warning("could not note that a model writes untagged reasoning", exc_info=True)
 
 
 def reasoner_known(route: str) -> bool:
+    """Whether `route` was seen writing untagged reasoning in the current chat."""
+    key = _reasoner_key(route)
+    if not key:
+        return False
     try:
-        return bool(cache.get(_reasoner_key(route)))
+        return bool(cache.get(key))
     except Exception:
         logger.warning("could not look up whether a model writes untagged reasoning", exc_info=True)
         return False

@@ -135,7 +135,8 @@ def converse(
             raise WorkspaceSuspended(session.pk)
 
     completion = tool_loop(
-        provider=provider, messages=messages, spend=Spend(beat.tenant, qor, "heartbeat", tally=spent),
+        provider=provider, messages=messages, spend=Spend(
+            beat.tenant, qor, "heartbeat", tally=spent, user_id=user.pk if user else None, session_id=session.pk),
         offered=offered, ctx=ctx, session=session, channel=Channel.CRON, metadata=tag, after_call=still_served,
     )
     if completion is None:
