@@ -13,6 +13,7 @@ could revoke it (SIGKILL, a machine gone) leaves no token that works for long.
 from __future__ import annotations
 
 import asyncio
+import ipaddress
 import json
 import logging
 import threading
@@ -39,6 +40,25 @@ PROBE_TIMEOUT = 1.0  # seconds to decide whether a server answers at --server
 TOKEN_LIFETIME = timedelta(minutes=30)  # the session token works this long past its last renewal
 TOKEN_RENEW_EVERY = 300.0  # seconds between renewals while the terminal runs
 SIGNED_OUT = 4401  # channels_app.consumers.sign_in.CLOSE_SIGNED_OUT
+
+
+def plain_http_to_another_machine(url: str) -> bool:
+    """Whether `url` is http:// (unencrypted) to a host that is not this machine: one not
+    in 127.0.0.0/8, not ::1 and not `localhost`. Every request of the terminal carries its
+    sign-in token; to such a host it would cross the network in clear, for anyone on the
+    way to read and use as the person."""
+    parts = urlsplit(url)
+    if parts.scheme.lower() != "http":
+        return False
+    host = (parts.hostname or "").rstrip(".").lower()
+    if host == "localhost":
+        return False
+    try:
+        address = ipaddress.ip_address(host)
+    except ValueError:
+        return True  # a name: wherever it leads, it is not known to be this machine
+    mapped = getattr(address, "ipv4_mapped", None)
+    return not (address.is_loopback or (mapped is not None and mapped.is_loopback))
 
 
 @dataclass

@@ -195,6 +195,119 @@ def test_chat_with_a_server_that_is_not_a_url_says_so(world, server):
                                   "directly)")
 
 
+class _Listening:
+    """A server that says it is Qorven (/healthz) and takes messages, recording the
+    Authorization header of each request it gets."""
+
+    def __init__(self) -> None:
+        import threading
+        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+        seen = self.seen = []  # (method, path, Authorization)
+
+        class Handler(BaseHTTPRequestHandler):
+            def answer(self, status: int, body: bytes) -> None:
+                seen.append((self.command, self.path, self.headers.get("Authorization", "")))
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def do_GET(self) -> None:
+                self.answer(200, b'{"status": "ok"}')
+
+            def do_POST(self) -> None:
+                self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                self.answer(201, b'{"message": {"seq": 1, "answer_state": "answered"}}')
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+        self.port = self.httpd.server_address[1]
+
+    def stop(self) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+OTHER_MACHINE = "qorven.lan.test"  # a name only the proxy resolves: to the listening server
+
+
+@pytest.fixture
+def on_another_machine(http_proxy):
+    """A Qorven-looking server reached at http://qorven.lan.test:<port>, a host that is
+    not this machine as far as the terminal can tell (through an outbound proxy that
+    records what it forwards), and the environment that sends the terminal there."""
+    listening = _Listening()
+    http_proxy.hosts[OTHER_MACHINE] = "127.0.0.1"
+    yield listening, f"http://{OTHER_MACHINE}:{listening.port}"
+    listening.stop()
+
+
+def _chat_through(model_server, http_proxy, *args: str, public_url: str = "http://127.0.0.1:9"):
+    env = {k: v for k, v in qorven_env(model_server).items() if k.lower() not in ("no_proxy", "all_proxy")}
+    env.update(HTTP_PROXY=http_proxy.url, http_proxy=http_proxy.url, QORVEN_PUBLIC_URL=public_url)
+    return subprocess.run(
+        [str(Path(sys.executable).with_name("qorven")), "chat", "--json", "--tenant", "acme", "--qor", "aria",
+         "--user", "alice", "--wait", "1", *args],
+        input=json.dumps({"content": "my bank's PIN is 4321"}) + "\n", capture_output=True, text=True, cwd=ROOT,
+        env=env, timeout=120,
+    )
+
+
+def test_chat_does_not_send_its_token_over_plain_http_to_another_machine(world, model_server, http_proxy,
+                                                                        on_another_machine):
+    """`--server http://…` sent the person's sign-in token (and their messages) to any
+    host that answered /healthz with JSON, unencrypted across the network."""
+    listening, url = on_another_machine
+    done = _chat_through(model_server, http_proxy, "--server", url)
+    assert listening.seen == [] and http_proxy.requests == []
+    assert done.returncode == 1, done.stderr
+    assert done.stderr.strip().splitlines() == [
+        f"CommandError: --server {url} is plain http to another machine: the terminal's sign-in token and "
+        "your messages would cross the network unencrypted. Give its https:// address, or --insecure-http "
+        "to send them anyway"]
+    assert not Message.objects.exists()
+
+
+def test_chat_does_not_follow_a_plain_http_public_url_to_another_machine(world, model_server, http_proxy,
+                                                                        on_another_machine):
+    """Without --server the terminal looks for the server at QORVEN_PUBLIC_URL: the same
+    rule, and the error names that setting and the ways out."""
+    listening, url = on_another_machine
+    done = _chat_through(model_server, http_proxy, public_url=url)
+    assert listening.seen == [] and http_proxy.requests == []
+    assert done.returncode == 1, done.stderr
+    assert done.stderr.strip().splitlines() == [
+        f"CommandError: QORVEN_PUBLIC_URL {url} is plain http to another machine: the terminal's sign-in token "
+        "and your messages would cross the network unencrypted. Give --server with its https:// address, "
+        "--no-server to work on the database directly, or --insecure-http to send them anyway"]
+
+
+@pytest.mark.parametrize("named", ["--server", "QORVEN_PUBLIC_URL"])
+def test_chat_talks_plain_http_to_another_machine_when_told_to(world, model_server, http_proxy,
+                                                              on_another_machine, named):
+    listening, url = on_another_machine
+    args = ("--server", url) if named == "--server" else ()
+    done = _chat_through(model_server, http_proxy, *args, "--insecure-http", public_url=url)
+    assert "CommandError" not in done.stderr, done.stderr
+    (post,) = [(path, auth) for method, path, auth in listening.seen if method == "POST"]
+    assert post[0] == "/v1/qors/aria/messages" and post[1].startswith("Bearer ")
+
+
+@pytest.mark.parametrize("server", ["http://localhost:9", "http://127.8.9.10:9", "http://[::1]:9",
+                                    "https://qorven.lan.test:9"])
+def test_chat_talks_plain_http_to_this_machine_and_https_anywhere(world, server):
+    """Loopback (127.0.0.0/8, ::1, localhost) never leaves the machine; https is encrypted."""
+    with pytest.raises(CommandError) as refused:
+        call_command("chat", "--json", "--tenant", "acme", "--qor", "aria", "--user", "alice", "--server", server,
+                     stdout=io.StringIO())
+    assert str(refused.value).startswith(f"no Qorven server answers at {server} ")
+
+
 def test_chat_refuses_someone_who_is_not_a_member(world):
     qorven = Path(sys.executable).with_name("qorven")
     env = {**os.environ, "DATABASE_URL": database_url(),

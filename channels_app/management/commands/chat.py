@@ -20,7 +20,9 @@ class Command(BaseCommand):
         "replies, and shows messages arriving from other channels while you type; Ctrl-C stops a reply being "
         "written, and Ctrl-D, /quit or Ctrl-C at the empty prompt leaves. When a server answers "
         "at --server (default QORVEN_PUBLIC_URL) it talks to it like a browser page does, so pages open "
-        "there see the terminal live; with none running it works on the database alone. "
+        "there see the terminal live; with none running it works on the database alone. A plain http:// "
+        "address of another machine is refused unless --insecure-http is given: the terminal's sign-in token "
+        "would cross the network unencrypted. "
         "Losing access to the workspace meanwhile — removed from it, or this terminal signed out (its token "
         "revoked) — ends it at once with exit code 3, in either mode; leaving ends it with 0. Long messages "
         "are wrapped between words at the terminal's width (a line of code or a table's is cut at the edge and goes on after ↪). "
@@ -55,6 +57,13 @@ class Command(BaseCommand):
         parser.add_argument("--no-server", action="store_true",
                             help="work on the database directly even when a server is running")
         parser.add_argument(
+            "--insecure-http", action="store_true",
+            help="talk to a server at a plain http:// address on another machine all the same: the terminal's "
+                 "sign-in token and your messages cross the network unencrypted. Without it such an address "
+                 "(as --server, or QORVEN_PUBLIC_URL) is refused; http:// to this machine (127.0.0.0/8, ::1, "
+                 "localhost) and https:// anywhere need nothing",
+        )
+        parser.add_argument(
             "--wait", type=seconds(), default=300.0,
             help="--json, or reading a pipe: seconds to wait for the replies still to come after the input "
                  "ends (default 300)",
@@ -82,13 +91,22 @@ class Command(BaseCommand):
         if not opts["no_server"]:
             from django.conf import settings
 
-            from channels_app.terminal_client import ServerLink
+            from channels_app.terminal_client import ServerLink, plain_http_to_another_machine
 
             server = opts["server"] or settings.QORVEN_PUBLIC_URL
             if opts["server"] and not _is_http_url(server):  # else "no server answers at notaurl"
                 raise CommandError(f"--server {server} is not a URL: give the server's address as "
                                    "http://host:port or https://host (leave out --server to work on the "
                                    "database directly)")
+            if not opts["insecure_http"] and plain_http_to_another_machine(server):
+                # Refused before even the probe: the token goes with every request after it.
+                named, ways_out = ((f"--server {server}", "Give its https:// address, or --insecure-http")
+                                   if opts["server"] else
+                                   (f"QORVEN_PUBLIC_URL {server}", "Give --server with its https:// address, "
+                                    "--no-server to work on the database directly, or --insecure-http"))
+                raise CommandError(f"{named} is plain http to another machine: the terminal's sign-in token and "
+                                   f"your messages would cross the network unencrypted. {ways_out} to send them "
+                                   "anyway")
             if ServerLink.reachable(server):
                 link = ServerLink(owner, server)
             elif opts["server"]:
