@@ -84,16 +84,9 @@ def test_the_summarizer_whose_capped_routes_slots_are_away_comes_back_for_them_a
     window queued it again (none came: never)."""
     from memory_app.tasks import session_summarize
 
-    from .test_compaction import canonical, compaction_notes, seed_history
+    from .test_compaction import compaction_notes
 
-    settings.QORVEN_SUMMARIZER_QUIET = 0
-    qor = world.qor_a
-    qor.main_num_ctx, qor.summarizer_num_ctx, qor.main_max_concurrency = 1000, 32000, 1
-    qor.save(update_fields=["main_num_ctx", "summarizer_num_ctx", "main_max_concurrency"])
-    model = FakeModel()
-    model_server.default = model
-    session = canonical(world)
-    seed_history(session, 6)
+    model, session = _summarizing_on_a_capped_route(world, model_server, settings)
     slots_redis.stop()
     session_summarize.delay(world.tenant_a.pk, session.pk, 8)
     time.sleep(1.5)
@@ -142,9 +135,24 @@ def test_the_summarizer_that_finds_every_slot_taken_comes_back_for_one_and_compa
     from memory_app.tasks import session_summarize
     from qorven.runtime import route_slots
 
-    from .test_compaction import canonical, compaction_notes, seed_history
+    from .test_compaction import compaction_notes
 
     monkeypatch.setattr(route_slots, "THREAD_WAIT", 0.5)
+    model, session = _summarizing_on_a_capped_route(world, model_server, settings)
+    with route_slots.route_slot(base_url=model_server.base_url, cap=1, wait=5, lease=60):  # held elsewhere
+        session_summarize.delay(world.tenant_a.pk, session.pk, 8)
+        time.sleep(3)  # its first wait is over (the worker takes it within a second or so)
+    drain()
+    session.refresh_from_db()
+    assert session.compacted_through_seq == 8
+    assert len(compaction_notes(session)) == 1
+
+
+def _summarizing_on_a_capped_route(world, model_server, settings):
+    """Auto mode's summarizer due on a conversation of 6 exchanges, its route capped at 1
+    (the main route's server, as the summarizer's): the fake model, and the chat."""
+    from .test_compaction import canonical, seed_history
+
     settings.QORVEN_SUMMARIZER_QUIET = 0
     qor = world.qor_a
     qor.main_num_ctx, qor.summarizer_num_ctx, qor.main_max_concurrency = 1000, 32000, 1
@@ -153,10 +161,4 @@ def test_the_summarizer_that_finds_every_slot_taken_comes_back_for_one_and_compa
     model_server.default = model
     session = canonical(world)
     seed_history(session, 6)
-    with route_slots.route_slot(base_url=model_server.base_url, cap=1, wait=5, lease=60):  # held elsewhere
-        session_summarize.delay(world.tenant_a.pk, session.pk, 8)
-        time.sleep(3)  # its first wait is over (the worker takes it within a second or so)
-    drain()
-    session.refresh_from_db()
-    assert session.compacted_through_seq == 8
-    assert len(compaction_notes(session)) == 1
+    return model, session
