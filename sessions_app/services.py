@@ -346,7 +346,7 @@ def message_answer_fail(*, message: Message, error: str, told: bool = True) -> N
     `told`: no notice says so either (answers_dropped, once committed)."""
     Message.objects.filter(pk=message.pk).update(answer_state=Message.Answer.FAILED, answer_error=error[:4000])
     message.answer_state = Message.Answer.FAILED
-    _rounds_mark(session_id=message.session_id, seqs=[message.seq], failed=True)
+    _rounds_mark(tenant_id=message.tenant_id, session_id=message.session_id, seqs=[message.seq], failed=True)
     session_mark_replied(session_id=message.session_id, through_seq=message.seq)
     if not told:
         _dropped_soon([message])
@@ -363,18 +363,18 @@ def messages_retry_failed(*, session: Session) -> list[int]:
     failed = Message.objects.filter(session=session, answer_state=Message.Answer.FAILED)
     seqs = list(failed.order_by("seq").values_list("seq", flat=True))
     failed.update(answer_state=Message.Answer.PENDING, answer_attempts=0)
-    _rounds_mark(session_id=session.pk, seqs=seqs, failed=False)
+    _rounds_mark(tenant_id=session.tenant_id, session_id=session.pk, seqs=seqs, failed=False)
     return seqs
 
 
-def _rounds_mark(*, session_id: int, seqs: list[int], failed: bool) -> None:
+def _rounds_mark(*, tenant_id: int, session_id: int, seqs: list[int], failed: bool) -> None:
     """Mark (or, not `failed`, unmark) the tool calls and results a turn stored for the
     messages `seqs` of the session: its earlier runs' rounds, which a come-back goes on
     from. A failed message's rounds would otherwise reach later prompts without it (a
     call and its result with no question before them). A few rows after the messages."""
     if not seqs:
         return
-    rounds = _rounds_of(session_id, seqs)
+    rounds = _rounds_of(tenant_id=tenant_id, session_id=session_id, seqs=seqs)
     rounds = rounds.exclude(metadata__has_key=FAILED_ROUND) if failed else rounds.filter(
         metadata__has_key=FAILED_ROUND)
     for row in rounds.order_by("seq"):
@@ -387,11 +387,11 @@ def _rounds_mark(*, session_id: int, seqs: list[int], failed: bool) -> None:
         row.save(update_fields=["metadata"])
 
 
-def _rounds_of(session_id: int, seqs: list[int]) -> QuerySet[Message]:
+def _rounds_of(*, tenant_id: int, session_id: int, seqs: list[int]) -> QuerySet[Message]:
     """The tool calls and results a turn stored for the messages `seqs` of the session
     (rows after them that reply to them: neither a notice nor an answer written again)."""
     return Message.objects.filter(
-        session_id=session_id, seq__gt=min(seqs), metadata__reply_to__in=seqs,
+        tenant_id=tenant_id, session_id=session_id, seq__gt=min(seqs), metadata__reply_to__in=seqs,
         role__in=[Message.Role.ASSISTANT, Message.Role.TOOL],
     ).exclude(metadata__has_key="notice").exclude(metadata__has_key="superseded")
 
@@ -485,7 +485,7 @@ def session_rotate(
         )
         # A message's tool rounds go with it: its turn came back (after a transient failure)
         # and compacted first, and goes on from them in the new session, no tool running twice.
-        rounds = list(_rounds_of(old.pk, [m.seq for m in pending]).order_by("seq")) if pending else []
+        rounds = list(_rounds_of(tenant_id=old.tenant_id, session_id=old.pk, seqs=[m.seq for m in pending]).order_by("seq")) if pending else []
         copies: dict[int, Message] = {}  # by the original's seq
         for m in sorted([*pending, *rounds], key=lambda m: m.seq):
             metadata = {**m.metadata, "carried_from": {"session": old.pk, "seq": m.seq}}
