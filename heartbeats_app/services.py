@@ -373,7 +373,7 @@ def _last_run_carried(task: PeriodicTask, *, beat: Heartbeat, old_zone: str | No
     run's date and time read on the new zone's clock: a daily 09:00 that ran in Berlin
     has had that day's 09:00, which New York reaches six hours later the same date."""
     now = django_timezone.now()
-    ran = [t for t in (task.last_run_at, HeartbeatRun.objects.filter(heartbeat=beat, manual=False)
+    ran = [t for t in (task.last_run_at, HeartbeatRun.objects.filter(tenant_id=beat.tenant_id, heartbeat=beat, manual=False)
                        .order_by("-tick").values_list("tick", flat=True).first()) if t is not None]
     if not ran or old_zone is None or old_zone == new_zone:
         return now
