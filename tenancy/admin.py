@@ -20,6 +20,7 @@ from .admin_scoping import (
     owners_off_limits,
     owns_tenant,
 )
+from .model_keys import role_api_key, route_key
 from .models import ApiToken, McpServer, Membership, ModelFallback, PluginSetting, Qor, Tenant, Usage
 from .selectors import tokens_spent_this_month
 from .services import memberships_remove
@@ -294,7 +295,10 @@ class ModelFallbackInline(admin.TabularInline):
 
     @admin.display(description="state")
     def cooldown(self, obj: ModelFallback) -> str:
-        return route_state(base_url=obj.base_url, model=obj.model, key=obj.api_key) if obj.pk else "—"
+        if not obj.pk:
+            return "—"
+        return route_state(base_url=obj.base_url, model=obj.model,
+                           key=route_key(api_key=obj.api_key, base_url=obj.base_url))
 
 
 class McpServerForm(KeysWriteOnly):
@@ -374,8 +378,9 @@ class QorAdmin(TenantScopedAdminMixin, admin.ModelAdmin):
         lines = []
         for role in ("main", "summarizer", "heartbeat"):
             base_url, model, _ = obj.route_target(role)
-            if model:
-                lines.append(f"{role}: {model} — {route_state(base_url=base_url, model=model)}")
+            if model:  # the key its calls send: a rate limit or a refusal cools that key
+                key = route_key(api_key=role_api_key(obj, role), base_url=base_url)
+                lines.append(f"{role}: {model} — {route_state(base_url=base_url, model=model, key=key)}")
         return "; ".join(lines) or "offline (no model configured)"
     # Model servers belong to the host: only superusers point a Qor at one (see
     # qorven.llm.routes; the host's key never follows a URL a tenant admin chose). So does

@@ -10,8 +10,12 @@ A connection that closed before any answer is tried once more on the same route 
 (a kept connection the server had just let go of: the SDK's retries, off on every route
 but the last so that failing over is quick, would otherwise not cover it).
 A route that failed cools down (qorven.runtime.cooldowns: a minute, doubling to an hour)
-and is skipped while it cools; an answer clears it. Cooldowns live in the cache (Redis
-with REDIS_URL), so every process skips a route any of them found down. A route that
+and is skipped while it cools; an answer clears it. A server that failed (5xx, a timeout,
+a connection error) cools for every route to that server and model; a failure of the key
+the route sent (429: its rate limit; a refused key; its spent quota) cools only that key
+there, so another tenant's route with a key of its own goes on (a route with no key: the
+server). Cooldowns live in the cache (Redis with REDIS_URL), so every process skips a
+route any of them found down. A route that
 failed after part of its answer was streamed is not replaced: the person reads that answer
 already.
 
@@ -45,6 +49,10 @@ logger = logging.getLogger(__name__)
 
 # Refusals that say the route cannot answer anyone, not that this request is refused.
 ROUTE_BROKEN = ("misconfigured", "quota")
+# Failures of the key the route sent, not of the server: they cool that key on the route
+# (a route with no key: the route). A 429 is the key's limit (OpenAI's, OpenRouter's are
+# per key or organisation); a 5xx, a timeout or a lost connection is the server's.
+KEY_SCOPED = (*ROUTE_BROKEN, "rate_limited")
 
 
 class FailoverProvider:
@@ -111,10 +119,11 @@ class FailoverProvider:
             except (ProviderUnavailable, ModelRefused) as exc:
                 if isinstance(exc, ModelRefused) and exc.kind not in ROUTE_BROKEN:
                     raise
-                # A refused key or its quota is that key's, not the server's: another
-                # tenant's route to the same server and model with a key of its own goes on.
+                # A refused key, its quota or its rate limit is that key's, not the server's:
+                # another tenant's route to the same server and model with a key of its own
+                # goes on (one on the same key shares it, the same key was limited).
                 started = cooldown_start(base_url=route.base_url, model=route.model, retry_after=exc.retry_after,
-                                         kind=exc.kind, key=route.key if exc.kind in ROUTE_BROKEN else "")
+                                         kind=exc.kind, key=route.key if exc.kind in KEY_SCOPED else "")
                 logger.warning("model route %s (%s) failed (%s): cooling down for %.0f s", route.label, route.model,
                                exc.summary(), started.remaining)
                 if streamed:

@@ -2,7 +2,8 @@
 
 Model servers and their key belong to the host. OPENAI_API_KEY goes only to the host's
 own model server (OPENAI_BASE_URL, or OpenAI's when that is empty) and to the base URLs
-listed in QORVEN_MODEL_KEY_URLS; a Qor routed anywhere else is called without it. A base
+listed in QORVEN_MODEL_KEY_URLS; a Qor routed anywhere else is called without it
+(tenancy.model_keys decides, for the calls and for the admin alike). A base
 URL stored on a Qor (only superusers edit those) must also pass the address policy
 (qorven.runtime.outbound) before each use, and its client connects only to addresses the
 policy allows, whatever the name resolves to by then.
@@ -15,6 +16,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from django.conf import settings
 
 from qorven.runtime.outbound import AddressRefused, check_url
+from tenancy.model_keys import role_api_key, route_key
 from tenancy.models import Qor
 from tenancy.selectors import model_fallbacks_read
 
@@ -28,9 +30,6 @@ if TYPE_CHECKING:
 Role = Literal["main", "summarizer", "heartbeat"]
 
 
-OPENAI_DEFAULT_URL = "https://api.openai.com/v1"  # the SDK's, when OPENAI_BASE_URL is empty
-
-
 @dataclass(frozen=True)
 class ModelRoute:
     base_url: str
@@ -38,14 +37,14 @@ class ModelRoute:
     num_ctx: int
     from_qor: bool = False  # the base URL was stored on the Qor, not set by the host
     vision: bool = False  # the model accepts images (sent as image_url content parts)
-    api_key: str = field(default="", repr=False)  # the route's own key; empty: host_key_for
+    api_key: str = field(default="", repr=False)  # the route's own key; empty: the host's (tenancy.model_keys)
     label: str = "main"  # what /status and the admin call it: "main", "main fallback 1"
     max_concurrency: int = 0  # calls at once to this server across every process; 0: no cap
 
     @property
     def key(self) -> str:
         """The key sent to this route's server: its own, else the host's where trusted."""
-        return self.api_key or host_key_for(self.base_url)
+        return route_key(api_key=self.api_key, base_url=self.base_url)
 
     @property
     def offline(self) -> bool:
@@ -58,8 +57,7 @@ def route_for(qor: Qor, role: Role = "main") -> ModelRoute:
     own_url = getattr(qor, f"{role}_base_url")
     base_url, model, from_qor = qor.route_target(role)
     num_ctx = getattr(qor, f"{role}_num_ctx") or qor.main_num_ctx or settings.QORVEN_NUM_CTX
-    # A role on the main route's server uses the main key unless it has its own.
-    api_key = getattr(qor, f"{role}_api_key") or ("" if own_url else qor.main_api_key)
+    api_key = role_api_key(qor, role)
     cap = getattr(qor, f"{role}_max_concurrency") or (None if own_url else qor.main_max_concurrency)
     return ModelRoute(base_url=base_url, model=model, num_ctx=num_ctx, from_qor=from_qor,
                       vision=role == "main" and bool(getattr(qor, "main_vision", False)), api_key=api_key, label=role,
@@ -114,16 +112,6 @@ def transcribe(route: ModelRoute, *, audio: bytes, mime_type: str) -> str:
         mime_type=mime_type, timeout=settings.QORVEN_MODEL_TIMEOUT, max_retries=settings.QORVEN_MODEL_RETRIES,
         guarded=route.from_qor,
     )
-
-
-def _normal(url: str) -> str:
-    return (url or OPENAI_DEFAULT_URL).strip().rstrip("/").lower()
-
-
-def host_key_for(base_url: str) -> str:
-    """OPENAI_API_KEY if `base_url` is a model server the host trusts with it, else ""."""
-    trusted = {_normal(settings.OPENAI_BASE_URL), *(_normal(u) for u in settings.QORVEN_MODEL_KEY_URLS)}
-    return settings.OPENAI_API_KEY if _normal(base_url) in trusted else ""
 
 
 class RefusedRoute:

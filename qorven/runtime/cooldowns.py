@@ -4,6 +4,10 @@ cache (Redis with REDIS_URL; the process's own memory on the embedded default).
 A route that failed cools down for FIRST seconds, doubling with each failure in a row up to
 LONGEST (or longer when the server asked for it with Retry-After). The record outlives the
 wait, so a failure soon after it doubles the next one; an answer clears it.
+
+A cooldown is the server's (the server and model, for everyone calling them: it is down)
+or one API key's on it (`key`: that key was rate-limited, refused or is out of quota;
+routes of other keys go on). Which one is qorven.llm.failover's choice.
 """
 from __future__ import annotations
 
@@ -42,7 +46,8 @@ def _key(base_url: str, model: str, key: str = "") -> str:
 def cooldown_get(*, base_url: str, model: str, key: str = "") -> Cooldown | None:
     """The route's cooldown, if it failed the last time it was called (also once the wait
     has passed). With `key`: the cooldown of that API key on the route only (a refusal
-    of the key, such as a revoked one or its spent quota, says nothing of other keys)."""
+    of the key, such as a revoked one, its spent quota or its rate limit, says nothing of
+    other keys)."""
     found = cache.get(_key(base_url, model, key))
     return Cooldown(*found) if isinstance(found, (list, tuple)) and len(found) in (2, 3) else None
 
@@ -64,7 +69,7 @@ def cooldown_clear(*, base_url: str, model: str, key: str = "") -> None:
 
 
 def cooldown_longest(*, base_url: str, model: str, key: str = "") -> Cooldown | None:
-    """The route's cooldown: the server's (down, rate-limited), or its key's (refused, out
+    """The route's cooldown: the server's (down), or its key's (rate-limited, refused, out
     of quota), whichever lasts longer."""
     found = [c for c in (cooldown_get(base_url=base_url, model=model),
                          cooldown_get(base_url=base_url, model=model, key=key) if key else None) if c is not None]

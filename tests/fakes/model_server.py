@@ -76,6 +76,9 @@ class ModelServer:
         self.requests: list[dict[str, Any]] = []
         self.arrivals: list[float] = []  # time.monotonic() of each request, in order
         self.authorizations: list[str] = []  # each request's Authorization header, in order
+        # What a request sent with one key gets, whatever the script says (as a server that
+        # rate-limits each key on its own): the key → its answer.
+        self.keyed: dict[str, Step] = {}
         self.in_flight = 0  # chat completions being answered now
         self.most_in_flight = 0  # the most answered at once
         # As Ollama does: a request whose history holds a tool call with arguments that are not
@@ -109,10 +112,13 @@ class ModelServer:
         with self._lock:
             self.script.extend(steps)
 
-    def _next(self, body: dict[str, Any]) -> Step:
+    def _next(self, body: dict[str, Any], authorization: str = "") -> Step:
         with self._lock:
             self.requests.append(body)
             self.arrivals.append(time.monotonic())
+            keyed = self.keyed.get(authorization.removeprefix("Bearer "))
+            if keyed is not None:
+                return keyed
             if self.script:
                 return self.script.pop(0)
         default = self.default
@@ -163,7 +169,7 @@ class ModelServer:
                             server.requests.append(body)
                         return self._json(400, {"error": {"message": "invalid tool call arguments",
                                                           "type": "invalid_request_error"}})
-                    step = server._next(body)
+                    step = server._next(body, self.headers.get("Authorization", ""))
                     if step.drop:
                         self.close_connection = True
                         return

@@ -29,7 +29,8 @@ def servers(settings):
     yield started
     for server in started:
         for model in ("primary-model", "fallback-model"):
-            cooldown_clear(base_url=server.base_url, model=model)
+            for key in ("", "key-primary", "key-fallback"):
+                cooldown_clear(base_url=server.base_url, model=model, key=key)
         server.stop()
 
 
@@ -58,7 +59,8 @@ def test_a_rate_limited_route_fails_over_in_the_same_turn_then_is_skipped_while_
     [(content, metadata)] = _answers()
     assert content == "From the fallback." and metadata["route"] == "main fallback 1"
     assert fallback.requests[0]["model"] == "fallback-model"
-    cooling = cooldown_get(base_url=primary.base_url, model="primary-model")
+    # The key's rate limit: the route cools for that key (tests/qorven/test_cooldown_scope.py).
+    cooling = cooldown_get(base_url=primary.base_url, model="primary-model", key="key-primary")
     # A minute from when it failed (however long the turn took to finish on a loaded machine).
     assert cooling is not None and asked_at + 60 <= cooling.until <= time.time() + 60 and cooling.failures == 1
 
