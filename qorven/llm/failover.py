@@ -15,7 +15,8 @@ a connection error) cools for every route to that server and model; a failure of
 the route sent (429: its rate limit; a refused key; its spent quota) cools only that key
 there, so another tenant's route with a key of its own goes on (a route with no key: the
 server). Cooldowns live in the cache (Redis with REDIS_URL), so every process skips a
-route any of them found down. A route that
+route any of them found down; with the cache away, no route is skipped as cooling and a
+failure still fails over as it would (qorven.runtime.cooldowns). A route that
 failed after part of its answer was streamed is not replaced: the person reads that answer
 already.
 

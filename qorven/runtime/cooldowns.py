@@ -8,17 +8,31 @@ wait, so a failure soon after it doubles the next one; an answer clears it.
 A cooldown is the server's (the server and model, for everyone calling them: it is down)
 or one API key's on it (`key`: that key was rate-limited, refused or is out of quota;
 routes of other keys go on). Which one is qorven.llm.failover's choice.
+
+A cooldown spares a route known to be failing; it is not needed to call one. With the
+cache away (Redis down), a route's cooldown reads as none (the route is tried) and one
+that cannot be written or cleared is not kept: the model call goes on as if there were
+no cooldowns, and the log says so once while it lasts (no key, no route in it).
 """
 from __future__ import annotations
 
 import hashlib
+import logging
 import time
 from dataclasses import dataclass
+from typing import Any
 
 from django.core.cache import cache
 
+from .repeated_failure import RepeatedFailure
+
+logger = logging.getLogger(__name__)
+
 FIRST = 60.0  # seconds
 LONGEST = 3600.0
+
+_cache_failures = RepeatedFailure(logger, "model route cooldowns cannot be read or kept in the cache; "
+                                          "routes are tried as not cooling down")
 
 
 @dataclass(frozen=True)
@@ -48,7 +62,7 @@ def cooldown_get(*, base_url: str, model: str, key: str = "") -> Cooldown | None
     has passed). With `key`: the cooldown of that API key on the route only (a refusal
     of the key, such as a revoked one, its spent quota or its rate limit, says nothing of
     other keys)."""
-    found = cache.get(_key(base_url, model, key))
+    found = _cached(cache.get, _key(base_url, model, key))
     return Cooldown(*found) if isinstance(found, (list, tuple)) and len(found) in (2, 3) else None
 
 
@@ -60,12 +74,23 @@ def cooldown_start(*, base_url: str, model: str, retry_after: float | None = Non
     if retry_after:
         seconds = max(seconds, min(retry_after, LONGEST))
     cooldown = Cooldown(until=time.time() + seconds, failures=failures, kind=kind)
-    cache.set(_key(base_url, model, key), (cooldown.until, failures, kind), timeout=int(seconds + LONGEST))
+    _cached(cache.set, _key(base_url, model, key), (cooldown.until, failures, kind), timeout=int(seconds + LONGEST))
     return cooldown
 
 
 def cooldown_clear(*, base_url: str, model: str, key: str = "") -> None:
-    cache.delete(_key(base_url, model, key))
+    _cached(cache.delete, _key(base_url, model, key))
+
+
+def _cached(operation: Any, *args: Any, **kwargs: Any) -> Any:
+    """The cache's answer, or None when the cache cannot be reached (logged once)."""
+    try:
+        found = operation(*args, **kwargs)
+    except Exception as exc:  # whichever backend: Redis' errors are not imported here (its client is heavy)
+        _cache_failures.failed(type(exc).__name__)
+        return None
+    _cache_failures.succeeded()
+    return found
 
 
 def cooldown_longest(*, base_url: str, model: str, key: str = "") -> Cooldown | None:

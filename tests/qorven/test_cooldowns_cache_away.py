@@ -1,0 +1,123 @@
+"""Model route cooldowns while the cache they live in (Redis) is away: a cooldown only
+spares a route known to be failing, so a route whose cooldown cannot be read is tried as
+not cooling, and a cooldown that cannot be written leaves the failure it was for to fail
+over as it would. The cache is a Redis server of the test's own, really stopped; the rest
+of the layout as it is."""
+from __future__ import annotations
+
+import json
+import logging
+
+import pytest
+
+from qorven.runtime.cooldowns import cooldown_get
+from sessions_app.models import Message
+from tenancy.models import ModelFallback, Qor
+from tenancy.services import api_token_create
+
+from ..fakes.model_server import ModelServer, error, reply
+from ..ports import free_port
+from ..processes import redis_start
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+COOLDOWNS_AWAY = "model route cooldowns"  # how the log line about the cache away begins
+
+
+@pytest.fixture
+def cache_redis(settings):
+    """The cache (and REDIS_URL) on a Redis of the test's own, keeping nothing on disk."""
+    port = free_port()
+    url = f"redis://127.0.0.1:{port}/0"
+    proc = redis_start(port)
+    settings.REDIS_URL = url
+    settings.CACHES = {"default": {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": url,
+                                   "KEY_PREFIX": "cooldowns-away"}}
+    box = {"proc": proc}
+
+    def stop() -> None:
+        box["proc"].terminate()
+        box["proc"].wait(10)
+
+    def start() -> None:
+        box["proc"] = redis_start(port)
+
+    yield stop, start
+    stop()
+
+
+@pytest.fixture
+def servers(settings, world):
+    settings.QORVEN_ALLOW_PRIVATE_HOSTS = ["127.0.0.1"]  # the fakes listen on loopback
+    settings.QORVEN_MODEL_RETRIES = 0
+    primary, fallback = ModelServer().start(), ModelServer().start()
+    primary.default = reply("From the primary.")
+    fallback.default = reply("From the fallback.")
+    Qor.objects.filter(pk=world.qor_a.pk).update(main_base_url=primary.base_url, main_model="primary-model",
+                                                 main_api_key="key-primary-secret")
+    ModelFallback.objects.create(qor=world.qor_a, role="main", position=1, base_url=fallback.base_url,
+                                 model="fallback-model", api_key="key-fallback-secret")
+    yield primary, fallback
+    primary.stop()
+    fallback.stop()
+
+
+def _ask(client, world, content: str) -> None:
+    token = api_token_create(tenant=world.tenant_a, user=world.alice)[1]
+    response = client.post("/v1/qors/aria/messages", data=json.dumps({"content": content}),
+                           content_type="application/json", HTTP_AUTHORIZATION=f"Bearer {token}")
+    assert response.status_code == 201
+
+
+def _said() -> list[tuple[str, str]]:
+    """What the person read, in order: (role, content or the notice's key)."""
+    return [(m.role, m.metadata.get("notice") or m.content)
+            for m in Message.objects.filter(role__in=("assistant", "system")).order_by("seq")]
+
+
+def test_with_the_cache_away_each_route_is_tried_as_not_cooling(client, world, servers, drain, cache_redis,
+                                                               caplog):
+    """Redis away as two turns read their routes' cooldowns: each is answered by the
+    primary, and the log says once that cooldowns cannot be read. Before, the read raised
+    Redis' ConnectionError out of the model call and the turn's task: neither answer nor
+    notice once the worker was done, the model server never asked."""
+    primary, _ = servers
+    stop, _ = cache_redis
+    caplog.set_level(logging.WARNING, logger="qorven.runtime.cooldowns")
+    stop()
+    _ask(client, world, "first")
+    drain()
+    _ask(client, world, "second")
+    drain()
+    assert _said() == [("assistant", "From the primary."), ("assistant", "From the primary.")]
+    assert len(primary.requests) == 2
+    away = [r for r in caplog.records if r.name == "qorven.runtime.cooldowns"]
+    assert len(away) == 1 and away[0].getMessage().startswith(COOLDOWNS_AWAY)
+    assert "secret" not in caplog.text
+
+
+def test_with_the_cache_away_a_failing_route_fails_over_and_cools_once_the_cache_is_back(
+    client, world, servers, drain, cache_redis
+):
+    """The primary answers 503 while Redis is away: the turn goes on to the fallback as it
+    would (its cooldown is not kept). Once Redis is back, the next 503 cools the route as
+    before and the turn after it skips the primary. Before, the turn's task failed on
+    the cooldown's read (and would have on its write, replacing the 503): no answer."""
+    primary, fallback = servers
+    stop, start = cache_redis
+    primary.add(error(503, "down"))
+    stop()
+    _ask(client, world, "while the cache is away")
+    drain()
+    assert _said() == [("assistant", "From the fallback.")]
+    assert len(primary.requests) == 1
+
+    start()
+    primary.add(error(503, "down again"))
+    _ask(client, world, "once it is back")
+    drain()
+    assert cooldown_get(base_url=primary.base_url, model="primary-model") is not None
+    _ask(client, world, "while the primary cools")
+    drain()
+    assert len(primary.requests) == 2 and len(fallback.requests) == 3
+    assert [content for _, content in _said()] == ["From the fallback."] * 3
