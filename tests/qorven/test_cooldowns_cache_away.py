@@ -9,6 +9,7 @@ import json
 import logging
 
 import pytest
+from django.utils import timezone
 
 from qorven.runtime.cooldowns import cooldown_get
 from sessions_app.models import Message
@@ -121,3 +122,23 @@ def test_with_the_cache_away_a_failing_route_fails_over_and_cools_once_the_cache
     drain()
     assert len(primary.requests) == 2 and len(fallback.requests) == 3
     assert [content for _, content in _said()] == ["From the fallback."] * 3
+
+
+def test_with_the_cache_away_a_heartbeat_run_is_answered_by_its_route(world, servers, cache_redis):
+    """A heartbeat's role with a fallback route, run while Redis is away: the run is
+    answered by its first route. Before, the cooldown's read raised out of the run."""
+    from qorven.agent.heartbeat_runs import run_heartbeat
+
+    from ..factories.heartbeats_app import beat
+
+    primary, fallback = servers
+    qor = Qor.objects.get(pk=world.qor_a.pk)
+    ModelFallback.objects.create(qor=qor, role="heartbeat", position=1, base_url=fallback.base_url,
+                                 model="fallback-model", api_key="key-fallback-secret")
+    check_in = beat(qor, name="check-in", prompt="Anything to tell Alice?", owner=world.alice)
+    stop, _ = cache_redis
+    stop()
+    result = run_heartbeat(tenant_id=qor.tenant_id, heartbeat_id=check_in.pk,
+                           tick=timezone.now().replace(microsecond=0))
+    assert (result.status, result.output) == ("ok", "From the primary.")
+    assert len(primary.requests) == 1 and fallback.requests == []
