@@ -125,8 +125,8 @@ class FailoverProvider:
                 # goes on (one on the same key shares it, the same key was limited).
                 started = cooldown_start(base_url=route.base_url, model=route.model, retry_after=exc.retry_after,
                                          kind=exc.kind, key=route.key if exc.kind in KEY_SCOPED else "")
-                logger.warning("model route %s (%s) failed (%s): cooling down for %.0f s", route.label, route.model,
-                               exc.summary(), started.remaining)
+                logger.warning("model route %s (%s) failed (%s): %s", route.label, route.model, exc.summary(),
+                               f"cooling down for {started.remaining:.0f} s" if started else "not cooled down")
                 if streamed:
                     raise
                 # What is said when no route answers: a transient failure (trying later may

@@ -62,35 +62,39 @@ def cooldown_get(*, base_url: str, model: str, key: str = "") -> Cooldown | None
     has passed). With `key`: the cooldown of that API key on the route only (a refusal
     of the key, such as a revoked one, its spent quota or its rate limit, says nothing of
     other keys)."""
-    found = _cached(cache.get, _key(base_url, model, key))
+    _, found = _cached(cache.get, _key(base_url, model, key))
     return Cooldown(*found) if isinstance(found, (list, tuple)) and len(found) in (2, 3) else None
 
 
 def cooldown_start(*, base_url: str, model: str, retry_after: float | None = None,
-                   kind: str = "unreachable", key: str = "") -> Cooldown:
+                   kind: str = "unreachable", key: str = "") -> Cooldown | None:
+    """The route's new cooldown (with `key`: that key's on it), or None when the cache
+    could not keep it (away): the route is not cooled down."""
     before = cooldown_get(base_url=base_url, model=model, key=key)
     failures = (before.failures if before else 0) + 1
     seconds = min(FIRST * 2 ** (failures - 1), LONGEST)
     if retry_after:
         seconds = max(seconds, min(retry_after, LONGEST))
     cooldown = Cooldown(until=time.time() + seconds, failures=failures, kind=kind)
-    _cached(cache.set, _key(base_url, model, key), (cooldown.until, failures, kind), timeout=int(seconds + LONGEST))
-    return cooldown
+    kept, _ = _cached(cache.set, _key(base_url, model, key), (cooldown.until, failures, kind),
+                      timeout=int(seconds + LONGEST))
+    return cooldown if kept else None
 
 
 def cooldown_clear(*, base_url: str, model: str, key: str = "") -> None:
     _cached(cache.delete, _key(base_url, model, key))
 
 
-def _cached(operation: Any, *args: Any, **kwargs: Any) -> Any:
-    """The cache's answer, or None when the cache cannot be reached (logged once)."""
+def _cached(operation: Any, *args: Any, **kwargs: Any) -> tuple[bool, Any]:
+    """(True, the cache's answer), or (False, None) when the cache cannot be reached
+    (logged once while it lasts)."""
     try:
         found = operation(*args, **kwargs)
     except Exception as exc:  # whichever backend: Redis' errors are not imported here (its client is heavy)
         _cache_failures.failed(type(exc).__name__)
-        return None
+        return False, None
     _cache_failures.succeeded()
-    return found
+    return True, found
 
 
 def cooldown_longest(*, base_url: str, model: str, key: str = "") -> Cooldown | None:

@@ -98,7 +98,7 @@ def test_with_the_cache_away_each_route_is_tried_as_not_cooling(client, world, s
 
 
 def test_with_the_cache_away_a_failing_route_fails_over_and_cools_once_the_cache_is_back(
-    client, world, servers, drain, cache_redis
+    client, world, servers, drain, cache_redis, caplog
 ):
     """The primary answers 503 while Redis is away: the turn goes on to the fallback as it
     would (its cooldown is not kept). Once Redis is back, the next 503 cools the route as
@@ -112,6 +112,8 @@ def test_with_the_cache_away_a_failing_route_fails_over_and_cools_once_the_cache
     drain()
     assert _said() == [("assistant", "From the fallback.")]
     assert len(primary.requests) == 1
+    assert "model route main (primary-model) failed (HTTP 503, model primary-model at 127.0.0.1:" in caplog.text
+    assert "not cooled down" in caplog.text  # the log does not claim a cooldown it could not keep
 
     start()
     primary.add(error(503, "down again"))
