@@ -7,13 +7,12 @@ STOP_CHECK seconds, so a streaming reply costs a cache read a fraction of its to
 """
 from __future__ import annotations
 
-import logging
 import time
 
 import redis
 from django.core.cache import cache
 
-logger = logging.getLogger(__name__)
+from qorven.runtime.streams import stop_key
 
 STOP_TTL = 600  # seconds a request waits to be noticed; a turn that long is finished or dead
 STOP_CHECK = 0.2  # seconds between the turn's looks at the flag
@@ -26,23 +25,13 @@ class TurnStopped(Exception):
 
 
 def _key(session_id: int, reply_to: int) -> str:
-    return f"turn-stop:{session_id}:{reply_to}"
+    # Cleared with the reply's stream as its message.done is sent (qorven.runtime.streams.stream_end).
+    return stop_key(session_id, reply_to)
 
 
 def turn_stop_request(*, session_id: int, reply_to: int) -> None:
     """Ask the turn answering message `reply_to` of the session to stop where it is."""
     cache.set(_key(session_id, reply_to), 1, STOP_TTL)
-
-
-def turn_stop_clear(*, session_id: int, reply_to: int) -> None:
-    """The message has its answer (or failed for good): a request that came too late to be
-    noticed must not stop a later answer to it (after /retry). Runs after the reply's
-    commit, before the hooks queued behind it: the cache being down is logged, not raised."""
-    try:
-        cache.delete(_key(session_id, reply_to))
-    except redis.RedisError:
-        logger.warning("could not clear the stop request of session %s message %s: the cache is unreachable",
-                       session_id, reply_to)
 
 
 class StopWatch:

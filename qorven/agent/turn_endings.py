@@ -18,7 +18,6 @@ from tenancy.selectors import membership_active, tenant_serving_now
 from tenancy.trust import Trust
 
 from .notices import notice_for
-from .stop import turn_stop_clear
 
 logger = logging.getLogger("qorven.agent.turns")
 
@@ -45,9 +44,9 @@ def reply_end(
         metadata["notice"] = notice
     message = reply_store(session=session, answers=pending, owner=owner, content=content, channel=pending.channel,
                           sender_name=session.qor.name, metadata=metadata, member=answers_a_member(session, pending))
-    # After the reply's message.new (sent as it was stored), so it follows it through the ordered sender.
+    # After the reply's message.new (sent as it was stored), so it follows it through the ordered
+    # sender; as it is sent, the reply's stop flag is cleared (qorven.runtime.streams.stream_end).
     done = {"type": "message.done", "reply_to": pending.seq, "seq": message.seq}
-    transaction.on_commit(lambda: turn_stop_clear(session_id=session.pk, reply_to=pending.seq))
     transaction.on_commit(lambda: broadcast_soon(session.pk, done))
     return message
 
@@ -114,6 +113,5 @@ def fail_end(session: Session, pending: Message, owner: str, error: ModelError) 
         state = {"type": "message.answer", "seq": pending.seq, "answer_state": Message.Answer.FAILED}
         done = {"type": "message.done", "reply_to": pending.seq, "seq": notice.seq}
         transaction.on_commit(lambda: broadcast_soon(session.pk, state))
-        transaction.on_commit(lambda: broadcast_soon(session.pk, done))
-        transaction.on_commit(lambda: turn_stop_clear(session_id=session.pk, reply_to=pending.seq))
+        transaction.on_commit(lambda: broadcast_soon(session.pk, done))  # the stop flag cleared with it
     return notice

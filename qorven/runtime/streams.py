@@ -146,29 +146,45 @@ def stream_restart(session_id: int, reply_to: int) -> None:
     _forget_stored(session_id, reply_to)
 
 
+def stop_key(session_id: int, reply_to: int) -> str:
+    """The cache key of the flag asking the reply to `reply_to` to stop (qorven.agent.stop),
+    named here because the reply's end clears it with the stream (stream_end)."""
+    return f"turn-stop:{session_id}:{reply_to}"
+
+
 def stream_end(session_id: int, reply_to: int) -> None:
-    """The reply is stored: forget its stream."""
+    """The reply is stored (or its message failed for good): forget its stream, and clear
+    its stop flag, so a Stop that came too late to be noticed cannot stop a later answer
+    to the same message (after /retry). Run as its message.done is sent, which follows the
+    reply's commit."""
     with _lock:
         _open.pop((session_id, reply_to), None)
         if _latest.get(session_id) == reply_to:
             del _latest[session_id]
-    _forget_stored(session_id, reply_to)
+    if _redis(session_id) is None:
+        caches["default"].delete(stop_key(session_id, reply_to))
+    _forget_stored(session_id, reply_to, stop=True)
 
 
 # The stored stream deleted if it is still `reply_to`'s (another reply may have taken the
-# keys since): one round trip, where a GET and then a DEL were two on every reply.
+# keys since): one round trip, where a GET and then a DEL were two on every reply. At the
+# reply's end its stop flag (KEYS[3]) goes in the same round trip: its DEL was one more.
 _FORGET = """
+if KEYS[3] then redis.call('DEL', KEYS[3]) end
 if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1], KEYS[2]) end
 return 0
 """
 
 
-def _forget_stored(session_id: int, reply_to: int) -> None:
+def _forget_stored(session_id: int, reply_to: int, *, stop: bool = False) -> None:
     redis = _redis(session_id)
     if redis is None:
         return
     client, reply_key, text_key = redis
-    client.register_script(_FORGET)(keys=[reply_key, text_key], args=[str(reply_to)])
+    keys = [reply_key, text_key]
+    if stop:
+        keys.append(caches["default"].make_key(stop_key(session_id, reply_to)))
+    client.register_script(_FORGET)(keys=keys, args=[str(reply_to)])
 
 
 def stream_snapshot(session_id: int) -> dict[str, Any] | None:

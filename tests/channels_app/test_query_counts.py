@@ -273,8 +273,37 @@ def test_a_web_turn_stays_within_its_redis_round_trips(world, model_server):
 
 def redis_round_trips_per_turn() -> int:
     """The stop flag looked at once (GET); each of the reply's two streamed chunks kept for
-    a page that opens meanwhile (a MULTI) and published (PUBLISH); the stop flag cleared
-    (DEL); the reply's message.new and message.done (a PUBLISH each); the stream's text
-    forgotten (one script call, EVALSHA). Was 10, with a GET of the session's waiter marker
-    after every turn (qorven.agent.tasks.agent_turn)."""
-    return 9
+    a page that opens meanwhile (a MULTI) and published (PUBLISH); the reply's message.new
+    and message.done (a PUBLISH each); the stream's text forgotten and the stop flag
+    cleared (one script call, EVALSHA: the flag's DEL was a round trip of its own, 9 in
+    all). Was 10 before that, with a GET of the session's waiter marker after every turn
+    (qorven.agent.tasks.agent_turn)."""
+    return 8
+
+
+@pytest.mark.skipif(not django_settings.REDIS_URL, reason="counts what reaches Redis (REDIS_URL)")
+def test_a_telegram_chat_s_next_message_stays_within_its_redis_round_trips(world, telegram, platform, model_server):
+    """What the task answering a Telegram chat's next message asks of Redis, its turn and
+    the reply's send included (redis_round_trips_per_platform_turn)."""
+    from channels_app.tasks import inbound_process_task
+
+    from .conftest import pair
+
+    pair(world, "telegram", "42", world.alice)
+    model_server.add(reply("Hello."), reply("Not much."))
+    for n, text in ((1, "what is up?"), (2, "and what is it?")):
+        message = InboundMessage(channel="telegram", external_id=f"42:{n}", sender_id="42", sender_name="Alice",
+                                 text=text, reply_target="42")
+        event = InboundEvent.objects.create(tenant=world.tenant_a, binding=telegram, external_id=message.external_id,
+                                            sender_id="42", payload=message.model_dump(mode="json"))
+        with _redis_round_trips() as trips:
+            assert inbound_process_task.apply(args=(world.tenant_a.pk, event.pk)).result == "accepted"
+    assert len(trips) <= redis_round_trips_per_platform_turn(), " ".join(trips)
+    assert [sent.json["text"] for sent in platform.sent(r"/telegram/bot111:AAA/sendMessage")] == ["Hello.", "Not much."]
+
+
+def redis_round_trips_per_platform_turn() -> int:
+    """The message's message.new (PUBLISH), then its turn as a web turn's
+    (redis_round_trips_per_turn); the reply's send asks nothing of Redis (its gates are
+    PostgreSQL's advisory locks: channels_app.send_gate)."""
+    return 1 + redis_round_trips_per_turn()

@@ -129,7 +129,10 @@ def test_sessions_stream_apart():
                     reason="the embedded default keeps the text in the producer's memory")
 def test_a_reply_s_end_forgets_its_stored_text_in_one_round_trip(monkeypatch):
     """Every reply ends its stream: a GET of the reply the keys hold, then their DEL, were
-    two round trips to Redis; the look and the delete are now one command."""
+    two round trips to Redis, and the reply's stop flag's DEL a third; the look and the
+    deletes are now one command."""
+    from qorven.agent.stop import StopWatch, turn_stop_request
+
     _chunk(13, "warm")
     stream_end(SESSION, 13)  # the script is loaded on the first end (a second round trip, once)
     _chunk(14, "Hello")
@@ -137,7 +140,29 @@ def test_a_reply_s_end_forgets_its_stored_text_in_one_round_trip(monkeypatch):
     send = redis.connection.AbstractConnection.send_packed_command
     monkeypatch.setattr(redis.connection.AbstractConnection, "send_packed_command",
                         lambda self, command, *a, **k: (commands.append(command), send(self, command, *a, **k))[1])
+    turn_stop_request(session_id=SESSION, reply_to=14)  # a Stop that came too late
+    commands.clear()
     stream_end(SESSION, 14)
-    assert len(commands) == 1
+    assert len(commands) == 1  # the stream forgotten and the stop flag cleared: its DEL was one more
     monkeypatch.undo()
+    assert stream_snapshot(SESSION) is None
+    StopWatch(session_id=SESSION, reply_to=14).check()  # cleared: no TurnStopped
+
+
+def test_a_reply_s_end_clears_a_stop_that_came_too_late_and_a_restart_keeps_it():
+    """A Stop asked for after the turn's last look at it is cleared as the reply ends (its
+    message.done sent), so it cannot stop a later answer to the same message (after
+    /retry); a try that starts again keeps it, to be noticed. Cleared in the script that
+    forgets the stream on Redis (qorven.runtime.streams._FORGET), not in a DEL of its own."""
+    from qorven.agent.stop import StopWatch, TurnStopped, turn_stop_request
+
+    _chunk(15, "Hel")
+    turn_stop_request(session_id=SESSION, reply_to=15)
+    stream_track(SESSION, {"type": "message.restart", "reply_to": 15})
+    with pytest.raises(TurnStopped):
+        StopWatch(session_id=SESSION, reply_to=15).check()
+    _chunk(16, "Hello")
+    turn_stop_request(session_id=SESSION, reply_to=16)
+    stream_track(SESSION, {"type": "message.done", "reply_to": 16, "seq": 17})
+    StopWatch(session_id=SESSION, reply_to=16).check()  # nothing to stop: no TurnStopped
     assert stream_snapshot(SESSION) is None
