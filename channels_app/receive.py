@@ -22,7 +22,7 @@ from qorven.runtime.database import DATABASE_DOWN, connections_drop_broken
 from qorven.runtime.log_context import log_person
 from qorven.runtime.prepared_read import PreparedRead
 from qorven.runtime.publish import publish_or_hold, tasks_publish
-from tenancy.switches import channel_enabled_cached
+from tenancy.switches import channel_enabled_cached, switched_off_of, switches_seen
 
 from .adapters import adapter_for
 from .event_insert import events_insert
@@ -104,13 +104,14 @@ def _waiting(**filters: Any) -> QuerySet[InboundEvent]:
 
 
 # Read for every platform message (compiled once: qorven.runtime.prepared_read). The
-# event comes with its sender's oldest event still waiting (`head_id`; itself, usually).
+# event comes with its sender's oldest event still waiting (`head_id`; itself, usually)
+# and its tenant's switched-off switches, read fresh, for the channel rules.
 _event_for_task: PreparedRead[InboundEvent] = PreparedRead(
     lambda tenant_id, event_id: InboundEvent.objects.select_related("binding__tenant", "binding__qor").filter(
         tenant_id=tenant_id, pk=event_id
     ).annotate(head_id=Subquery(_waiting(
         tenant_id=OuterRef("tenant_id"), binding_id=OuterRef("binding_id"), sender_id=OuterRef("sender_id"),
-        pk__lte=OuterRef("pk")).values("pk")[:1])).order_by()[:1],
+        pk__lte=OuterRef("pk")).values("pk")[:1]), switched_off=switched_off_of("tenant_id")).order_by()[:1],
     tenant_id=int, event_id=int,
 )
 _oldest_waiting: PreparedRead[InboundEvent] = PreparedRead(
@@ -121,8 +122,14 @@ _oldest_waiting: PreparedRead[InboundEvent] = PreparedRead(
 
 
 def inbound_event(*, tenant_id: int, event_id: int) -> InboundEvent | None:
-    """A stored event of the tenant with its binding, the binding's tenant and Qor."""
-    return _event_for_task.first(tenant_id=tenant_id, event_id=event_id)
+    """A stored event of the tenant with its binding, the binding's tenant and Qor. Inside
+    tenancy.switches.switches_passed_on() (the inbound task), the tenant's switches read
+    with it answer the channel rules' look at the channel's switch: one statement, where
+    the switches were a read of their own on every platform message."""
+    event = _event_for_task.first(tenant_id=tenant_id, event_id=event_id)
+    if event is not None:
+        switches_seen(tenant_id=tenant_id, switched_off=event.switched_off)  # type: ignore[attr-defined]
+    return event
 
 
 _UNREAD = object()

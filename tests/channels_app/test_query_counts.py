@@ -103,14 +103,15 @@ def test_a_telegram_message_is_answered_and_sent_within_its_query_budget(
 
 
 def queries_per_platform_turn() -> int:
-    """The event with its sender's oldest waiting event, and its claim; the switches (the
-    channel's, and the tools' its turn reads: tenancy.switches.switches_passed_on), the
+    """The event with its sender's oldest waiting event and its tenant's switches (the
+    channel's the rules read: tenancy.switches.switched_off_of; were a read of their own,
+    one statement more), and its claim; the
     identity with its user and the user's membership role (its reply target noted: the
     first message);
     the chat (created: the first message) and the message (no look-up first for its
     platform id: the unique index refuses a repeat); the
     event done; the turn (queries_per_turn, whose tool switches come with its message's
-    read: the channel rules' read of them counts here); the delivery planned: the parts in one INSERT
+    read); the delivery planned: the parts in one INSERT
     that inserts them only while the account that asked is still paired (in a transaction
     of its own; where the message came from, the task noted as it stored it), with the
     reply's mark of a delivery not yet planned cleared (a reply whose process died before
@@ -119,7 +120,7 @@ def queries_per_platform_turn() -> int:
     waiting for the binding (one statement), the next reply waiting once the bot is let go. On PostgreSQL the send's gates (channels_app.send_gate) are advisory
     locks of the connection, not keys in Redis: the bot's gate and a send slot taken in one
     statement, let go in another."""
-    return queries_per_turn() + (18 if connection.vendor == "postgresql" else 17)
+    return queries_per_turn() + (17 if connection.vendor == "postgresql" else 16)
 
 
 def test_the_next_turn_reads_nothing_the_process_keeps(world, model_server, django_assert_max_num_queries):
@@ -177,7 +178,7 @@ def queries_per_next_platform_turn() -> int:
     (its tool switches read with the channel's, as for the first), the chat is found (not
     created) and the reply target is known (not noted). Its reply's mark is cleared as
     for the first."""
-    return queries_per_next_turn() + (14 if connection.vendor == "postgresql" else 13)
+    return queries_per_next_turn() + (13 if connection.vendor == "postgresql" else 12)
 
 
 @pytest.mark.parametrize("sender", ["42", "77"], ids=["member", "stranger"])
@@ -205,10 +206,11 @@ def test_a_group_message_not_to_be_answered_reads_its_sender_once(
 
 
 def queries_per_group_context() -> int:
-    """The event with its sender's oldest waiting event, and its claim; the channel switch;
-    the group's session; the sender's identity with its user's membership; the message;
-    the event done."""
-    return 7
+    """The event with its sender's oldest waiting event and the channel switch (one read:
+    the switch was a read of its own, one statement more), and its claim; the group's
+    session; the sender's identity with its user's membership; the message; the event
+    done."""
+    return 6
 
 
 @contextmanager

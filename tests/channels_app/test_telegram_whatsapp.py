@@ -592,3 +592,31 @@ def test_the_task_whose_claim_a_lost_database_kept_takes_it_again_at_once(two_wa
     drain()
     users = list(Message.objects.filter(role="user").order_by("seq").values_list("content", flat=True))
     assert users == ["first", "second"]
+
+
+def test_a_message_stored_before_its_channel_was_switched_off_is_not_answered_and_one_after_it_is_back_is(
+    world, telegram, platform, model_server
+):
+    """The task reads the channel's switch afresh for every message — with the event it
+    takes (channels_app.receive.inbound_event), no longer in a statement of its own — so a
+    message a webhook stored just before Telegram was switched off gets no answer, and the
+    next one, once it is switched on again, does."""
+    from channels_app.inbound import InboundMessage
+    from channels_app.tasks import inbound_process_task
+    from tenancy.models import PluginSetting
+
+    pair(world, "telegram", "42", world.alice)
+    model_server.add(reply("Back again."))
+    results = []
+    for n, enabled in ((1, False), (2, True)):
+        message = InboundMessage(channel="telegram", external_id=f"42:{n}", sender_id="42", sender_name="Alice",
+                                 text=f"message {n}", reply_target="42")
+        event = InboundEvent.objects.create(tenant=world.tenant_a, binding=telegram, external_id=message.external_id,
+                                            sender_id="42", payload=message.model_dump(mode="json"))
+        PluginSetting.objects.update_or_create(tenant=world.tenant_a, kind="channel", name="telegram",
+                                               defaults={"enabled": enabled})
+        results.append(inbound_process_task.apply(args=(world.tenant_a.pk, event.pk)).result)
+    assert results == ["switched-off", "accepted"]
+    assert list(Message.objects.filter(role="user").values_list("content", flat=True)) == ["message 2"]
+    assert [sent.json["text"] for sent in platform.sent(r"/telegram/bot111:AAA/sendMessage")] == ["Back again."]
+    assert len(model_server.requests) == 1
