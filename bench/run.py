@@ -2,7 +2,8 @@
 
 Usage: ``python bench/run.py [--quick] [NAME ...]``
 
-Every ``bench/*.py`` except this file and files starting with ``_`` is a benchmark. Each
+Every ``bench/*.py`` except this file and files starting with ``_`` is a benchmark
+(``migrations`` runs only when named). Each
 runs as its own subprocess (the project's venv python, cwd = project root) and speaks a
 small protocol: human progress goes to stderr (passed straight through), and the last
 line it prints to stdout is one JSON object::
@@ -47,6 +48,10 @@ class Outcome:
     @property
     def failed(self) -> bool:
         return self.status != "ok"
+
+
+# Run only when named (minutes at full size, and not a figure of the running product).
+ON_ITS_OWN = {"migrations"}
 
 
 def discover() -> list[str]:
@@ -132,7 +137,7 @@ def main(argv: list[str] | None = None) -> int:
     unknown = [n for n in args.names if n not in available]
     if unknown:
         parser.error(f"unknown benchmark(s) {', '.join(unknown)}; have {', '.join(available)}")
-    outcomes = [run_one(name, args.quick) for name in args.names or available]
+    outcomes = [run_one(name, args.quick) for name in args.names or [n for n in available if n not in ON_ITS_OWN]]
     console = Console()
     render(outcomes, console if console.is_terminal else Console(width=200))
     return 1 if any(o.failed for o in outcomes) else 0

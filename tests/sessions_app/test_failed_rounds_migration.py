@@ -35,3 +35,48 @@ def test_the_rounds_of_a_message_failed_before_the_upgrade_leave_later_prompts(w
     assert [m.content for m in read] == ["hello"]
     marked = Message.objects.filter(session=session, metadata__has_key="failed_round")
     assert sorted(marked.values_list("role", flat=True)) == ["assistant", "tool"]
+
+
+# (seq, role, metadata, answer_state) of one conversation, as versions before 0021 stored it.
+CRAFTED = [
+    (1, "user", {}, "failed"),
+    (2, "assistant", {"reply_to": 1}, None),  # its tool call: marked
+    (3, "tool", {"reply_to": 1, "tool": "current_time"}, None),  # its result: marked, keys kept
+    (4, "system", {"notice": "unreachable", "reply_to": 1}, None),
+    (5, "assistant", {"notice": "busy", "reply_to": 1}, None),
+    (6, "tool", {"reply_to": 1, "superseded": True}, None),
+    (7, "assistant", {"reply_to": 1, "failed_round": "already"}, None),
+    (8, "user", {}, "answered"),
+    (9, "assistant", {"reply_to": 8}, None),
+    (10, "tool", {"reply_to": 11}, None),  # names a failed message said after it
+    (11, "user", {"reply_to": 1}, "failed"),  # a person's message is never a round
+    (12, "assistant", {"reply_to": 11}, None),  # marked
+    (13, "tool", {"reply_to": 1}, None),  # the first failure's, later: marked
+    (14, "assistant", {"reply_to": "11"}, None),  # not the number 11
+    (15, "user", {"reply_to": 11}, None),
+    (16, "tool", {"reply_to": 8}, None),
+]
+MARKED = {2, 3, 12, 13}
+
+
+def test_the_migration_marks_exactly_the_rounds_of_failed_messages_and_touches_no_other_row(world, schema):
+    schema.to(BEFORE)
+    acme = session_resolve(tenant=world.tenant_a, qor=world.qor_a, channel="web", user=world.alice)
+    globex = session_resolve(tenant=world.tenant_b, qor=world.qor_b, channel="web", user=world.charlie)
+    # Another conversation: its rows name seqs that failed in acme's, not in its own.
+    other = [(1, "user", {}, "answered"), (2, "assistant", {"reply_to": 1}, None),
+             (3, "tool", {"reply_to": 11}, None), (12, "assistant", {"reply_to": 11}, None)]
+    for session, rows in ((acme, CRAFTED), (globex, other)):
+        Message.objects.bulk_create(
+            Message(tenant_id=session.tenant_id, session=session, seq=seq, role=role, content=f"row {seq}",
+                    channel="web", metadata=metadata, answer_state=state)
+            for seq, role, metadata, state in rows)
+    before = {(m.session_id, m.seq): (m.metadata, m.revision) for m in Message.objects.all()}
+    schema.latest()
+
+    after = {(m.session_id, m.seq): (m.metadata, m.revision) for m in Message.objects.all()}
+    expected = dict(before)
+    for seq in MARKED:
+        metadata, revision = before[(acme.pk, seq)]
+        expected[(acme.pk, seq)] = ({**metadata, "failed_round": True}, (revision or 0) + 1)
+    assert after == expected
