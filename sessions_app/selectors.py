@@ -31,6 +31,16 @@ def session_get(*, tenant: Tenant, session_id: int, user: User | None = None) ->
     return session
 
 
+def rounds_of(*, tenant_id: int, session_id: int, seqs: list[int]) -> QuerySet[Message]:
+    """The tool calls and results a turn (or a heartbeat run) stored for the messages
+    `seqs` of the session (rows after them that reply to them: neither a notice nor an
+    answer written again), which a come-back goes on from."""
+    return Message.objects.filter(
+        tenant_id=tenant_id, session_id=session_id, seq__gt=min(seqs), metadata__reply_to__in=seqs,
+        role__in=[Message.Role.ASSISTANT, Message.Role.TOOL],
+    ).exclude(metadata__has_key="notice").exclude(metadata__has_key="superseded")
+
+
 def message_by_external_id(*, session: Session, scope: str, external_id: str) -> Message | None:
     """The message of `session` stored under a platform's id in its scope (a binding); None
     when there is none there. Through the (tenant, scope, external id) unique index."""

@@ -13,7 +13,7 @@ from typing import Any
 from django.conf import settings
 from django.contrib.auth.models import User
 from django.db import DEFAULT_DB_ALIAS, IntegrityError, connections, transaction
-from django.db.models import F, QuerySet
+from django.db.models import F
 from django.db.models.base import ModelState
 from django.db.models.functions import Coalesce
 from django.utils import timezone
@@ -28,6 +28,7 @@ from .channel_kinds import CHAT_FAMILY, OWN_SESSION_CHANNELS, PLATFORM_CHANNELS
 from .context_reads import FAILED_ROUND
 from .errors import SessionClosed
 from .models import Message, Session
+from .selectors import rounds_of
 from .signals import answers_dropped, message_appended
 from .thread_moves import group_thread_moved
 
@@ -374,7 +375,7 @@ def _rounds_mark(*, tenant_id: int, session_id: int, seqs: list[int], failed: bo
     call and its result with no question before them). A few rows after the messages."""
     if not seqs:
         return
-    rounds = _rounds_of(tenant_id=tenant_id, session_id=session_id, seqs=seqs)
+    rounds = rounds_of(tenant_id=tenant_id, session_id=session_id, seqs=seqs)
     rounds = rounds.exclude(metadata__has_key=FAILED_ROUND) if failed else rounds.filter(
         metadata__has_key=FAILED_ROUND)
     for row in rounds.order_by("seq"):
@@ -385,15 +386,6 @@ def _rounds_mark(*, tenant_id: int, session_id: int, seqs: list[int], failed: bo
             metadata.pop(FAILED_ROUND, None)
         row.metadata = metadata
         row.save(update_fields=["metadata"])
-
-
-def _rounds_of(*, tenant_id: int, session_id: int, seqs: list[int]) -> QuerySet[Message]:
-    """The tool calls and results a turn stored for the messages `seqs` of the session
-    (rows after them that reply to them: neither a notice nor an answer written again)."""
-    return Message.objects.filter(
-        tenant_id=tenant_id, session_id=session_id, seq__gt=min(seqs), metadata__reply_to__in=seqs,
-        role__in=[Message.Role.ASSISTANT, Message.Role.TOOL],
-    ).exclude(metadata__has_key="notice").exclude(metadata__has_key="superseded")
 
 
 @transaction.atomic
@@ -429,6 +421,14 @@ def session_archive(*, session_id: int) -> bool:
         .exclude(kind=Session.Kind.CANONICAL)
         .update(state=Session.State.ARCHIVED, ended_at=timezone.now())
     )
+
+
+def session_reopen(*, tenant: Tenant, session_id: int) -> bool:
+    """Open again a cron session that a try of its run closed, for the run's next try to
+    go on in (qorven.agent.heartbeat_runs). True if it is open now."""
+    Session.objects.filter(tenant=tenant, pk=session_id, kind=Session.Kind.CRON,
+                           state=Session.State.ARCHIVED).update(state=Session.State.ACTIVE, ended_at=None)
+    return Session.objects.filter(tenant=tenant, pk=session_id, state=Session.State.ACTIVE).exists()
 
 
 @dataclass(frozen=True)
@@ -485,7 +485,7 @@ def session_rotate(
         )
         # A message's tool rounds go with it: its turn came back (after a transient failure)
         # and compacted first, and goes on from them in the new session, no tool running twice.
-        rounds = list(_rounds_of(tenant_id=old.tenant_id, session_id=old.pk, seqs=[m.seq for m in pending]).order_by("seq")) if pending else []
+        rounds = list(rounds_of(tenant_id=old.tenant_id, session_id=old.pk, seqs=[m.seq for m in pending]).order_by("seq")) if pending else []
         copies: dict[int, Message] = {}  # by the original's seq
         for m in sorted([*pending, *rounds], key=lambda m: m.seq):
             metadata = {**m.metadata, "carried_from": {"session": old.pk, "seq": m.seq}}

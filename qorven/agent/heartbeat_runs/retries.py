@@ -27,7 +27,8 @@ class RunFailed(Exception):
 # capped route stayed busy ("busy"), or its worker stopped while it ran. Tried at most RUN_TRIES times, the retries RETRY_DELAY and
 # four times that after the try before (qorven.agent.tasks.heartbeat_run); a retry lost
 # with its process is queued again by the sweeper (heartbeat_runs_recover). A try that
-# found every slot of a capped route taken is not counted near its tick (run.py).
+# found every slot of a capped route taken is not counted near its tick (run.py). Each try
+# goes on from the tool rounds the one before stored in the run's cron session (resume.py).
 TRANSIENT = ("unavailable", "busy", "interrupted")
 RUN_TRIES = 3
 

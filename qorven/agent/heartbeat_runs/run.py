@@ -32,6 +32,7 @@ from tenancy.selectors import budget_exhausted, membership_get
 
 from ..turn_endings import cut_short
 from .outcome import Outcome, model_failed, result_deliver, run_finish
+from .resume import earlier_try, go_on
 from .retries import SUSPENDED_MID_RUN, RunFailed, run_suspended_end
 from .subagent import NOOP, converse, run_context
 
@@ -57,7 +58,8 @@ def run_heartbeat(
     """Run the beat once for `tick` (its scheduled time; computed from the cron expression
     when not given). Returns the run, or None when there was nothing to do: the beat is
     gone or paused, its workspace is suspended, or another process already has this tick. Raises RunFailed when the
-    model was unavailable (the failure is recorded first).
+    model was unavailable (the failure is recorded first). A retry of a failed run (`run_id`)
+    goes on from the tool rounds its earlier try stored (resume.py): no tool runs twice.
 
     A beat of a workspace the host suspended does not run: its ticks meanwhile are not
     made up after resume, and a retry of a failed run (`run_id`) that comes meanwhile ends
@@ -180,7 +182,10 @@ def _execute(beat: Heartbeat, run: HeartbeatRun, spent: Tally, *, manual: bool) 
         return Outcome(HeartbeatRun.Status.SKIPPED, reason="offline", error="no model is configured for heartbeats")
     user = beat.deliver_to or beat.owner
     now = timezone.now()
+    earlier = earlier_try(beat, run, user)  # None on a first try
     context = run_context(beat, user, now)
+    if earlier is not None:  # the prompt the run was asked, not one edited since (resume.py)
+        context.fingerprint["prompt"] = earlier.prompt
     inputs_hash = hashlib.sha256(json.dumps(context.fingerprint, sort_keys=True, default=str).encode()).hexdigest()
     if not manual and beat.last_inputs_hash and beat.last_inputs_hash == inputs_hash:
         return Outcome(
@@ -188,13 +193,18 @@ def _execute(beat: Heartbeat, run: HeartbeatRun, spent: Tally, *, manual: bool) 
             error="nothing changed since the last HEARTBEAT_OK, so the model was not asked",
         )
 
-    session = session_resolve(
-        tenant=beat.tenant, qor=beat.qor, channel=Channel.CRON, thread_id=f"heartbeat:{beat.pk}:run:{run.pk}",
-        user=user,
-    )
-    HeartbeatRun.objects.filter(pk=run.pk).update(session=session)
+    if earlier is not None and not go_on(beat, earlier):
+        earlier = None
+    if earlier is not None:
+        session = earlier.session
+    else:
+        session = session_resolve(
+            tenant=beat.tenant, qor=beat.qor, channel=Channel.CRON, thread_id=f"heartbeat:{beat.pk}:run:{run.pk}",
+            user=user,
+        )
+        HeartbeatRun.objects.filter(pk=run.pk).update(session=session)
     try:
-        completion = converse(beat, run, session, user, route, context, spent)
+        completion = converse(beat, run, session, user, route, context, spent, earlier)
     finally:
         session_archive(session_id=session.pk)
     if completion is None:

@@ -27,6 +27,7 @@ from tenancy.trust import Trust
 from ..project import project_context_for
 from ..prompt import user_line
 from ..turn_endings import cut_short
+from .resume import EarlierTry
 
 HEARTBEAT_OK = "HEARTBEAT_OK"
 CONTRACT = """\
@@ -105,12 +106,15 @@ def run_context(beat: Heartbeat, user: User | None, now: datetime) -> RunContext
 
 def converse(
     beat: Heartbeat, run: HeartbeatRun, session: Session, user: User | None, route: ModelRoute,
-    context: RunContext, spent: Tally,
+    context: RunContext, spent: Tally, earlier: EarlierTry | None = None,
 ) -> Completion | None:
     """The heartbeat sub-agent: the beat's prompt on the heartbeat route, with the tools a
     paired user could use (except managing beats), until a final answer (None when it
-    still called tools as the rounds ran out: nothing to deliver). Raises
-    WorkspaceSuspended when the host suspended the workspace while the model thought."""
+    still called tools as the rounds ran out: nothing to deliver). Its tool calls and
+    results are stored in `session` replying to the prompt stored there; a try that goes
+    on from an `earlier` one (resume.earlier_try: `session` is its session) asks with that
+    try's prompt and rounds, counted against the bound, and runs none of them again.
+    Raises WorkspaceSuspended when the host suspended the workspace while the model thought."""
     from qorven.llm.metered import Spend
     from tenancy.tool_registry import ToolContext, registry
 
@@ -123,10 +127,12 @@ def converse(
     offered += mcp_tools_offered(tenant=beat.tenant, qor=qor, trust=Trust.PAIRED)  # servers open to paired surfaces
     ctx = ToolContext(tenant=beat.tenant, qor=qor, user=user, session_id=session.pk, channel=Channel.CRON,
                       trust=Trust.PAIRED)
-    message_append(session=session, role=Message.Role.USER, content=beat.prompt, channel=Channel.CRON,
-                   sender_name=f"heartbeat {beat.name}", metadata=tag)
+    if earlier is None:
+        stored = message_append(session=session, role=Message.Role.USER, content=beat.prompt, channel=Channel.CRON,
+                                sender_name=f"heartbeat {beat.name}", metadata=tag).message
+        earlier = EarlierTry(session=session, prompt=beat.prompt, prompt_seq=stored.seq)
     messages: list[dict[str, Any]] = [{"role": "system", "content": context.system},
-                                      {"role": "user", "content": beat.prompt}]
+                                      {"role": "user", "content": earlier.prompt}, *earlier.rounds]
 
     def still_served(completion: Completion) -> None:
         # The host may suspend the workspace while the model thinks: from then on no tool
@@ -137,7 +143,8 @@ def converse(
     completion = tool_loop(
         provider=provider, messages=messages, spend=Spend(
             beat.tenant, qor, "heartbeat", tally=spent, user_id=user.pk if user else None, session_id=session.pk),
-        offered=offered, ctx=ctx, session=session, channel=Channel.CRON, metadata=tag, after_call=still_served,
+        offered=offered, ctx=ctx, session=session, channel=Channel.CRON, metadata={**tag, "reply_to": earlier.prompt_seq},
+        after_call=still_served, rounds_done=earlier.rounds_done,
     )
     if completion is None:
         return None

@@ -1,0 +1,90 @@
+"""A run tried again goes on from where its earlier try stopped, as a turn does: the tool
+calls that try made and their results are stored in the run's cron session (replying to
+the beat's prompt stored there, `reply_to`), and the next try asks the model with them,
+so no tool that ran (a memory saved, a message sent) runs again.
+
+A retry after the beat's prompt was edited finishes the run as it was asked: the tools
+ran for the prompt stored in the run's session, so that prompt goes on being asked (and
+fingerprinted, so a HEARTBEAT_OK does not mark the edited one as seen); the edited prompt
+is asked from the next run on."""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+from django.contrib.auth.models import User
+
+from heartbeats_app.models import Heartbeat, HeartbeatRun
+from sessions_app.channel_kinds import Channel
+from sessions_app.errors import SessionNotFound
+from sessions_app.models import Message, Session
+from sessions_app.selectors import messages_read, rounds_of, session_get
+from sessions_app.services import message_append, session_reopen
+
+from ..prompt import to_openai
+
+# The result the model reads for a call whose try stopped before its result was stored
+# (the worker died while it ran): it is not run again, since it may have taken effect.
+LOST_RESULT = json.dumps({"error": "no result: the run stopped while this call ran, so it may or may not "
+                                   "have taken effect; it was not run again"})
+
+
+@dataclass
+class EarlierTry:
+    """What an earlier try of the run stored: its cron session, the prompt it was asked,
+    and (once `go_on` opened the session again) its tool rounds as the model reads them."""
+
+    session: Session
+    prompt: str
+    prompt_seq: int
+    rounds: list[dict[str, Any]] = field(default_factory=list)
+    rounds_done: int = 0
+
+
+def earlier_try(beat: Heartbeat, run: HeartbeatRun, user: User | None) -> EarlierTry | None:
+    """The cron session an earlier try of `run` asked the model in (a retry after the model
+    was unavailable, a come-back for a capped route's slot, a run taken over after its
+    worker died) and the prompt it stored there; None when no try got as far as storing
+    the prompt, or it ran for someone else than `user` (the beat's delivery target changed
+    meanwhile: their chat and tools are not carried over). Reads only."""
+    if run.session_id is None:
+        return None
+    try:
+        session = session_get(tenant=beat.tenant, session_id=run.session_id)
+    except SessionNotFound:
+        return None
+    if session.kind != Session.Kind.CRON or session.user_id != (user.pk if user is not None else None):
+        return None
+    first = messages_read(session=session, after_seq=0, limit=1)
+    if not first or first[0].role != Message.Role.USER:
+        return None
+    return EarlierTry(session=session, prompt=first[0].content, prompt_seq=first[0].seq)
+
+
+def go_on(beat: Heartbeat, earlier: EarlierTry) -> bool:
+    """Open the earlier try's session again for this try and read its rounds into
+    `earlier`: each call the model made with its stored result (a call whose result was
+    never stored gets LOST_RESULT, stored too). False when the session could not be opened
+    (it was pruned meanwhile): the run starts afresh."""
+    session = earlier.session
+    if not session_reopen(tenant=beat.tenant, session_id=session.pk):
+        return False
+    stored = list(rounds_of(tenant_id=beat.tenant_id, session_id=session.pk, seqs=[earlier.prompt_seq])
+                  .order_by("seq"))
+    results = {m.tool_call_id: m for m in stored if m.role == Message.Role.TOOL}
+    for message in stored:
+        if message.role != Message.Role.ASSISTANT or not message.tool_calls:
+            continue  # an answer an earlier try stored but did not get to record: asked again
+        earlier.rounds.append(to_openai(message))
+        earlier.rounds_done += 1
+        for call in message.tool_calls:
+            result = results.get(call.get("id", ""))
+            if result is None:
+                result = message_append(
+                    session=session, role=Message.Role.TOOL, content=LOST_RESULT, channel=Channel.CRON,
+                    tool_call_id=call.get("id", ""),
+                    metadata={**message.metadata, "tool": call.get("function", {}).get("name", "")},
+                ).message
+            earlier.rounds.append(to_openai(result))
+    return True
