@@ -5,6 +5,7 @@ import logging
 import uuid
 from collections.abc import Callable
 from datetime import datetime
+from typing import Any
 
 from celery import shared_task
 from django.conf import settings
@@ -12,6 +13,7 @@ from django.core.cache import cache
 
 from qorven.runtime.database import DATABASE_DOWN, DATABASE_RETRY_DELAY, connections_drop_broken
 from qorven.runtime.log_context import log_context
+from qorven.runtime.repeated_failure import RepeatedFailure
 from qorven.runtime.task_scope import task_scope
 
 from .heartbeat_runs import RUN_TRIES, RunFailed, retry_delay, run_heartbeat
@@ -19,6 +21,25 @@ from .slot_places import TURN_TASK
 from .turns import TurnBusy, turn_process
 
 logger = logging.getLogger(__name__)
+
+# The marks below (the session's waiter, its come-back) spare work: one turn at a time on a
+# session is the database's lease (sessions_app.turn_writes), and a turn skips what is
+# answered. So with the cache away (Redis down) a turn carries on as if no mark were set:
+# a turn finding its session busy waits for it on the worker's timer as its waiter, and a
+# come-back runs. Logged once while it lasts.
+_marks_away = RepeatedFailure(logger, "turn marks cannot be read or kept in the cache; "
+                                      "turns wait and come back without them")
+
+
+def _cached(operation: Callable[..., Any], *args: Any, away: Any = None) -> Any:
+    """The cache's answer, or `away` when the cache cannot be reached."""
+    try:
+        found = operation(*args)
+    except Exception as exc:  # whichever backend: Redis' errors are not imported here
+        _marks_away.failed(type(exc).__name__)
+        return away
+    _marks_away.succeeded()
+    return found
 
 # A turn that finds its session busy comes back after 0.5, 1, 2, 4, 8, then every 10
 # seconds — one such task per session (a marker in the cache), however many messages
@@ -43,8 +64,8 @@ def _wait_as_the_one(session_id: int, task_id: str) -> bool:
     """One task waits for a busy session, however many messages queued a turn: the turn
     that finally runs answers all of them. True if `task_id` is (or now becomes) it."""
     key = _waiter_key(session_id)
-    if cache.add(key, task_id, WAITER_TTL) or cache.get(key) == task_id:
-        cache.touch(key, WAITER_TTL)
+    if _cached(cache.add, key, task_id, WAITER_TTL, away=True) or _cached(cache.get, key) == task_id:
+        _cached(cache.touch, key, WAITER_TTL)
         return True
     return False
 
@@ -68,13 +89,13 @@ def _come_back_key(session_id: int) -> str:
 
 
 def _come_back_stale(session_id: int, task_id: str) -> bool:
-    marker = cache.get(_come_back_key(session_id))
+    marker = _cached(cache.get, _come_back_key(session_id))
     return marker is not None and marker != task_id
 
 
 def _come_back_mark(session_id: int, task_id: str) -> Callable[[], None]:
     """What makes task `task_id` the session's come-back (turns.turn_process runs it)."""
-    return lambda: cache.set(_come_back_key(session_id), task_id, COME_BACK_TTL)
+    return lambda: _cached(cache.set, _come_back_key(session_id), task_id, COME_BACK_TTL)
 
 
 COMING_BACK = {"busy": 0, "back": True}  # the keyword arguments a turn's come-back is sent with
@@ -82,8 +103,8 @@ COMING_BACK = {"busy": 0, "back": True}  # the keyword arguments a turn's come-b
 
 def _stop_waiting(session_id: int, task_id: str) -> None:
     key = _waiter_key(session_id)
-    if cache.get(key) == task_id:
-        cache.delete(key)
+    if _cached(cache.get, key) == task_id:
+        _cached(cache.delete, key)
 
 
 @shared_task(bind=True, name=TURN_TASK, acks_late=True, max_retries=None)

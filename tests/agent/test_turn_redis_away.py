@@ -1,0 +1,130 @@
+"""A message's turn while the cache (Redis) is away: where the cache only spares work,
+the turn carries on without it; where it keeps one turn at a time on a session, the
+turn's task comes back on the worker's timer and the message is answered once Redis is
+back — never lost, never twice. The cache is a Redis server of the test's own, really
+stopped; the rest of the layout as it is."""
+from __future__ import annotations
+
+import threading
+
+import pytest
+from django.conf import settings as django_settings
+
+from ..fakes.model_server import reply
+from ..ports import free_port
+from ..processes import redis_start
+from .test_turns import _task_runs, _until, alice_token, ask, timeline  # noqa: F401
+
+pytestmark = [
+    pytest.mark.django_db(transaction=True),
+    # On the embedded default the cache is in the process: it cannot be away.
+    pytest.mark.skipif(not django_settings.REDIS_URL, reason="the cache is Redis on the scale-out layout only"),
+]
+
+
+@pytest.fixture
+def cache_redis(settings):
+    """The cache (and REDIS_URL) on a Redis of the test's own, keeping nothing on disk."""
+    port = free_port()
+    url = f"redis://127.0.0.1:{port}/0"
+    proc = redis_start(port)
+    settings.REDIS_URL = url
+    settings.CACHES = {"default": {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": url,
+                                   "KEY_PREFIX": "turn-away"}}
+    box = {"proc": proc}
+
+    def stop() -> None:
+        box["proc"].terminate()
+        box["proc"].wait(10)
+
+    def start() -> None:
+        box["proc"] = redis_start(port)
+
+    yield stop, start
+    stop()
+
+
+@pytest.fixture
+def turn_runs():
+    with _task_runs("qorven.agent.turn") as runs:
+        yield runs
+
+
+def _said(world) -> list[tuple[str, str]]:
+    return [(m.role, m.metadata.get("notice") or m.content) for m in timeline(world)]
+
+
+def test_a_message_finding_its_session_busy_while_the_cache_is_away_is_answered_once_by_the_turn_holding_it(
+    client, world, alice_token, model_server, drain, cache_redis, turn_runs  # noqa: F811
+):
+    """Redis goes away while the first question is answered; the second question's turn
+    finds the session busy and comes back on the worker's timer; the turn holding the
+    session answers it; each is answered once. Before, the waiting turn's task failed on
+    the waiter marker's write (Redis' ConnectionError, logged as unexpected)."""
+    stop, _ = cache_redis
+    first = threading.Event()
+    model_server.add(reply("First answer.", hold=first))
+    model_server.default = reply("Second answer.")
+    try:
+        ask(client, alice_token, "first?")
+        _until(lambda: model_server.in_flight == 1)
+        stop()
+        ask(client, alice_token, "second?")
+        _until(lambda: len(turn_runs) >= 1)  # the second question's turn found the session busy
+    finally:
+        first.set()
+    drain()
+    assert _said(world) == [("user", "first?"), ("user", "second?"),
+                            ("assistant", "First answer."), ("assistant", "Second answer.")]
+    assert [m.answer_state for m in timeline(world) if m.role == "user"] == ["answered", "answered"]
+    assert len(model_server.requests) == 2
+    assert "FAILURE" not in turn_runs
+
+
+def test_a_message_whose_session_a_dead_worker_left_held_while_the_cache_is_away_is_answered_once_its_lease_ends(
+    client, world, alice_token, model_server, drain, cache_redis, turn_runs  # noqa: F811
+):
+    """A lease left by a worker that died (it runs out in two seconds) and Redis away:
+    the question's turn waits for the session on the worker's timer and answers it once
+    the lease has run out. Before, its task failed on the waiter marker's write, and the
+    question stayed unanswered until the sweeper's pass after QORVEN_TURN_LEASE."""
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from sessions_app.models import Session
+
+    stop, _ = cache_redis
+    model_server.default = reply("Answered.")
+    ask(client, alice_token, "hello?")
+    drain()
+    Session.objects.filter(tenant=world.tenant_a, user=world.alice).update(
+        turn_owner="a-dead-worker", turn_lease_until=timezone.now() + timedelta(seconds=2))
+    stop()
+    ask(client, alice_token, "still there?")
+    drain()
+    assert _said(world) == [("user", "hello?"), ("assistant", "Answered."),
+                            ("user", "still there?"), ("assistant", "Answered.")]
+    assert len(model_server.requests) == 2
+    assert "FAILURE" not in turn_runs and "RETRY" in turn_runs
+
+
+def test_a_message_failing_transiently_while_the_cache_is_away_is_answered_on_its_come_back(
+    client, world, alice_token, model_server, drain, cache_redis, turn_runs, settings  # noqa: F811
+):
+    """Redis away and the model's first answer a 503: the turn comes back for the
+    question on the worker's timer and it is answered once. Before, marking the turn's
+    come-back raised Redis' ConnectionError out of the turn."""
+    from ..fakes.model_server import error
+
+    settings.QORVEN_MODEL_RETRIES = 0
+    stop, _ = cache_redis
+    model_server.add(error(503, "down"))
+    model_server.default = reply("Back again.")
+    stop()
+    ask(client, alice_token, "hello?")
+    drain()
+    assert [(role, said) for role, said in _said(world) if role != "system"] == [
+        ("user", "hello?"), ("assistant", "Back again.")]
+    assert len(model_server.requests) == 2
+    assert "FAILURE" not in turn_runs
