@@ -4,9 +4,12 @@ an unknown or former sender (pairing: channels_app.strangers), the surface's tru
 message's media are fetched and it is handed to the agent's gateway."""
 from __future__ import annotations
 
+import logging
+
 from django.core.cache import cache
 
 from qorven.agent.gateway import inbound_accept
+from qorven.runtime.repeated_failure import RepeatedFailure
 from sessions_app.channel_kinds import CHAT_FAMILY
 from sessions_app.services import session_resolve
 from tenancy.access import surface_access, surface_access_of_role, tenant_serving
@@ -22,6 +25,8 @@ from .pairing import identity_get_or_create
 from .services import group_chat_migrate
 from .strangers import former_member_answer, unknown_sender_answer, wait_end
 from .suspended_inbound import suspended_keep
+
+logger = logging.getLogger(__name__)
 
 
 def inbound_message_handle(binding: ChannelBinding, message: InboundMessage) -> str:
@@ -87,6 +92,11 @@ def inbound_message_handle(binding: ChannelBinding, message: InboundMessage) -> 
 
 NAME_TTL = 24 * 3600  # a sender's looked-up name is asked for again after a day
 
+# The names only spare the platform's API a call: with the cache away (Redis down) each
+# message asks again, and is handled as ever.
+_names_away = RepeatedFailure(logger, "senders' names cannot be read or kept in the cache; "
+                                      "each is asked of its platform")
+
 
 def _display_name(binding: ChannelBinding, sender_id: str, *, ask: bool = True) -> str:
     """The name of a sender whose platform sent only an id (Slack), from the cache or, with
@@ -95,11 +105,22 @@ def _display_name(binding: ChannelBinding, sender_id: str, *, ask: bool = True) 
     if adapter is None or not sender_id:
         return ""
     key = f"sender-name:{binding.pk}:{sender_id}"
-    name = cache.get(key)
+    try:
+        name = cache.get(key)
+    except Exception as exc:  # whichever backend: Redis' errors are not imported here
+        _names_away.failed(type(exc).__name__)
+        name, cached = None, False
+    else:
+        cached = True
+        _names_away.succeeded()
     if name is None:
         if not ask:
             return ""
         name = adapter.display_name(binding, sender_id)
-        cache.set(key, name, NAME_TTL if name else 300)  # an unknown name is tried again soon
+        if cached:
+            try:
+                cache.set(key, name, NAME_TTL if name else 300)  # an unknown name is tried again soon
+            except Exception as exc:
+                _names_away.failed(type(exc).__name__)
     return name
 

@@ -1,0 +1,74 @@
+"""A platform message's whole path while the cache (Redis) is away: the webhook, the
+inbound task, the turn, the reply stored and sent. The cache is a Redis server of the
+test's own, really stopped; on PostgreSQL the send gates are the database's."""
+from __future__ import annotations
+
+import pytest
+
+from sessions_app.models import Message
+
+from ..agent.test_turn_redis_away import cache_redis  # noqa: F401
+from ..fakes.model_server import reply
+from ..processes import needs_postgres_and_redis
+from .conftest import pair
+from .payloads import post_telegram, telegram_update
+
+pytestmark = [pytest.mark.django_db(transaction=True), needs_postgres_and_redis]
+
+
+def test_a_telegram_message_while_the_cache_is_away_is_answered_once(
+    client, world, telegram, platform, model_server, drain, cache_redis  # noqa: F811
+):
+    stop, _ = cache_redis
+    pair(world, "telegram", "42", world.alice)
+    model_server.default = reply("Here I am.")
+    stop()
+    assert post_telegram(client, telegram_update("hello?", message_id=1)).status_code == 200
+    drain()
+    assert post_telegram(client, telegram_update("again?", message_id=2)).status_code == 200
+    drain()
+    assert [s.json["text"] for s in platform.sent("sendMessage")] == ["Here I am.", "Here I am."]
+    assert list(Message.objects.filter(session__tenant=world.tenant_a).order_by("seq").values_list(
+        "role", "content")) == [("user", "hello?"), ("assistant", "Here I am."),
+                                ("user", "again?"), ("assistant", "Here I am.")]
+
+
+def test_a_telegram_group_message_naming_the_bot_while_the_cache_is_away_is_answered(
+    client, world, telegram, platform, model_server, drain, cache_redis  # noqa: F811
+):
+    stop, _ = cache_redis
+    pair(world, "telegram", "42", world.alice)
+    model_server.default = reply("In the group.")
+    stop()
+    update = telegram_update("@aria_bot hello?", chat_id=-100, chat_type="group")
+    assert post_telegram(client, update).status_code == 200
+    drain()
+    assert [s.json["text"] for s in platform.sent("sendMessage")] == ["In the group."]
+
+
+def test_a_slack_message_while_the_cache_is_away_is_answered_with_its_senders_name(
+    client, world, platform, model_server, drain, cache_redis  # noqa: F811
+):
+    """The sender's looked-up name is kept in the cache: with the cache away it is asked
+    of Slack again, and the message is answered. Before, the name's read raised out of
+    the inbound task: the message was never stored, never answered."""
+    from ..fakes.platform_server import Canned
+    from channels_app.services import binding_create
+
+    from .test_slack_discord_email_sms import post_slack, slack_event
+
+    binding_create(tenant=world.tenant_a, qor=world.qor_a, kind="slack", credentials={
+        "app_id": "A0APP", "bot_token": "xoxb-1", "signing_secret": "slack-signing", "bot_user_id": "UBOT"})
+    identity = pair(world, "slack", "U0PRIYA", world.alice)
+    identity.display_name = ""
+    identity.save(update_fields=["display_name"])
+    platform.default(r"/slack/api/users.info", Canned(body={
+        "ok": True, "user": {"id": "U0PRIYA", "name": "priya", "real_name": "Priya Raman",
+                             "profile": {"display_name": "", "real_name": "Priya Raman"}}}))
+    model_server.default = reply("Hi Priya")
+    stop, _ = cache_redis
+    stop()
+    post_slack(client, slack_event("hello", event_id="Ev10"))
+    drain()
+    assert model_server.requests[0]["messages"][-1]["content"] == "[slack_dm] Priya Raman: hello"
+    assert [s.json["text"] for s in platform.sent(r"/slack/api/chat.postMessage")] == ["Hi Priya"]
