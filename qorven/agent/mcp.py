@@ -26,6 +26,7 @@ from django.conf import settings
 from django.core.cache import cache
 from django.utils import timezone
 
+from qorven.runtime.repeated_failure import RepeatedFailure
 from tenancy.models import McpServer, Qor, Tenant
 from tenancy.selectors import mcp_servers_read
 from tenancy.switches import tools_enabled
@@ -74,6 +75,20 @@ def mcp_tools_offered(*, tenant: Tenant, qor: Qor, trust: str) -> list[Tool]:
 # it included. Kept in the cache, so every process of the install lets it be.
 LIST_BACKOFF = 60.0
 LIST_BACKOFF_MAX = 900.0
+# With the cache away (Redis down) no server is let be: each turn lists what it must.
+_backoff_away = RepeatedFailure(logger, "MCP servers' listing failures cannot be read or kept in the cache; "
+                                        "servers are listed as if none had failed")
+
+
+def _backoff(operation: Any, *args: Any) -> Any:
+    """The cache's answer, or None when the cache cannot be reached."""
+    try:
+        found = operation(*args)
+    except Exception as exc:  # whichever backend: Redis' errors are not imported here
+        _backoff_away.failed(type(exc).__name__)
+        return None
+    _backoff_away.succeeded()
+    return found
 
 
 def _listed(server: McpServer) -> list[dict[str, Any]]:
@@ -82,7 +97,7 @@ def _listed(server: McpServer) -> list[dict[str, Any]]:
     if server.tools_listed_at is not None and server.tools_listed_at > fresh_after:
         return server.tools
     key = f"mcp-list-failed:{server.pk}:{server.updated_at.timestamp()}"  # saving the server tries again
-    failures = cache.get(key)
+    failures = _backoff(cache.get, key)
     if failures is not None and failures.get("until", 0) > timezone.now().timestamp():
         return server.tools
     try:
@@ -90,12 +105,12 @@ def _listed(server: McpServer) -> list[dict[str, Any]]:
     except Exception as exc:  # a server that is down offers what it offered last, or nothing
         count = (failures or {}).get("count", 0) + 1
         wait = min(LIST_BACKOFF * 2 ** (count - 1), LIST_BACKOFF_MAX)
-        cache.set(key, {"count": count, "until": timezone.now().timestamp() + wait}, LIST_BACKOFF_MAX * 2)
+        _backoff(cache.set, key, {"count": count, "until": timezone.now().timestamp() + wait}, LIST_BACKOFF_MAX * 2)
         logger.warning("could not list the tools of MCP server %s of %s (%s); not tried again for %.0f s",
                        server.name, server.qor_id, type(exc).__name__, wait)
         return server.tools
     if failures is not None:
-        cache.delete(key)
+        _backoff(cache.delete, key)
     McpServer.objects.filter(pk=server.pk).update(tools=tools, tools_listed_at=timezone.now())
     server.tools, server.tools_listed_at = tools, timezone.now()
     return tools

@@ -128,3 +128,25 @@ def test_a_message_failing_transiently_while_the_cache_is_away_is_answered_on_it
         ("user", "hello?"), ("assistant", "Back again.")]
     assert len(model_server.requests) == 2
     assert "FAILURE" not in turn_runs
+
+
+def test_a_question_to_a_qor_with_an_mcp_server_while_the_cache_is_away_is_answered_with_its_tools(
+    client, world, alice_token, model_server, drain, cache_redis  # noqa: F811
+):
+    """The tools of a Qor's MCP server are listed on its first turn; a list that failed
+    is not asked again for a while, as the cache remembers. With the cache away the list
+    is asked for and the question answered with the server's tool. Before, the read of
+    the list's failures raised out of the turn: the question was never answered."""
+    from tenancy.models import McpServer
+
+    from ..fakes.model_server import tool_call
+    from .test_mcp import STDIO, tool_results
+
+    McpServer.objects.create(qor=world.qor_a, name="calc", kind="stdio", command=STDIO)
+    model_server.add(tool_call("mcp_calc_add", {"a": 2, "b": 3}), reply("Two and three make 5."))
+    stop, _ = cache_redis
+    stop()
+    ask(client, alice_token, "what is 2 + 3?")
+    drain()
+    assert tool_results(model_server.requests[1]) == ["5"]
+    assert _said(world)[-1] == ("assistant", "Two and three make 5.")
