@@ -18,6 +18,7 @@ from django.db import transaction
 from django.db.models import OuterRef, QuerySet, Subquery
 from django.utils import timezone
 
+from qorven.runtime.cache_away import cache_unreachable
 from qorven.runtime.database import DATABASE_DOWN, connections_drop_broken
 from qorven.runtime.log_context import log_person
 from qorven.runtime.prepared_read import PreparedRead
@@ -179,6 +180,10 @@ def inbound_process(*, event: InboundEvent, reclaim: int | None = None) -> str:
             if not _claim_give_back(head):
                 exc.claimed_event = head.pk  # type: ignore[union-attr]
             raise
+        except Exception as exc:
+            if cache_unreachable(exc):
+                _claim_give_back(head)  # taken again by the task's retry, as after a lost connection
+            raise
         if head.pk == event.pk:
             return result
 
@@ -215,6 +220,8 @@ def _process_event(event: InboundEvent) -> str:
         except DATABASE_DOWN:
             raise  # the connection was lost, not the message (see inbound_process)
         except Exception as exc:
+            if cache_unreachable(exc):
+                raise  # the cache is away, not the message: the task comes back for it
             logger.exception("inbound event %s could not be processed", event.pk)
             InboundEvent.objects.filter(pk=event.pk).update(
                 state=InboundEvent.State.FAILED, result="error", error=f"{type(exc).__name__}: {exc}"[:2000],

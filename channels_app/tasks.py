@@ -10,6 +10,7 @@ from celery import current_task, shared_task, signals
 
 from qorven.agent.gateway import turns_here
 from qorven.agent.tasks import turns_queue, turns_run
+from qorven.runtime.cache_away import CACHE_RETRY_DELAY, cache_unreachable
 from qorven.runtime.database import DATABASE_DOWN, DATABASE_RETRY_DELAY, connections_drop_broken
 from qorven.runtime.log_context import log_context
 from qorven.runtime.publish import publish_again_later, tasks_publish
@@ -60,8 +61,10 @@ def _inbound_process(*, task, tenant_id: int, event_id: int, reclaim: int | None
             if task.request.retries >= INBOUND_BUSY_RETRIES:
                 return "busy"  # left pending: the sweeper queues it again
             raise task.retry(countdown=0.2) from None
-        except BaseException:
+        except BaseException as exc:
             turns_queue(turns)
+            if cache_unreachable(exc):  # transient: the event is pending again, taken on the retry
+                raise task.retry(exc=exc, countdown=CACHE_RETRY_DELAY) from None
             raise
         turns_run(turns)  # answered here: one hop less than a turn task of its own
         return result

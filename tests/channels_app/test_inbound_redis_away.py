@@ -72,3 +72,27 @@ def test_a_slack_message_while_the_cache_is_away_is_answered_with_its_senders_na
     drain()
     assert model_server.requests[0]["messages"][-1]["content"] == "[slack_dm] Priya Raman: hello"
     assert [s.json["text"] for s in platform.sent(r"/slack/api/chat.postMessage")] == ["Hi Priya"]
+
+
+def test_an_unknown_senders_message_while_the_cache_is_away_gets_its_code_once_the_cache_is_back(
+    client, world, telegram, platform, drain, cache_redis  # noqa: F811
+):
+    """Whether a pairing code may be sent again is kept in the cache (a forged sender must
+    not make the bot write on every message): with the cache away the message's task
+    comes back on the worker's timer, and once Redis is back the code is sent, once.
+    Before, the event was marked failed on Redis' ConnectionError: no code, ever."""
+    from channels_app.models import InboundEvent, PairingRequest
+
+    from ..agent.test_turns import _task_runs, _until
+
+    stop, start = cache_redis
+    stop()
+    with _task_runs("channels_app.inbound") as runs:
+        assert post_telegram(client, telegram_update("hi, who are you?", message_id=1)).status_code == 200
+        _until(lambda: "RETRY" in runs)  # it found the cache away
+        start()
+        drain()
+    code = PairingRequest.objects.get().code
+    assert [s.json["text"] for s in platform.sent("sendMessage") if code in s.json["text"]] != []
+    assert len(platform.sent("sendMessage")) == 1
+    assert list(InboundEvent.objects.values_list("state", flat=True)) == ["done"]
