@@ -226,5 +226,5 @@ def stream_track(session_id: int, event: dict[str, Any]) -> dict[str, Any]:
         if kind == "message.restart":
             stream_restart(session_id, int(event["reply_to"]))
     except Exception:
-        logger.warning("could not keep the stream buffer of session %s", session_id, exc_info=True)
+        _buffer_failures.failed(f"session {session_id}")
     return event

@@ -5,6 +5,7 @@ back — never lost, never twice. The cache is a Redis server of the test's own,
 stopped; the rest of the layout as it is."""
 from __future__ import annotations
 
+import logging
 import threading
 
 import pytest
@@ -150,3 +151,25 @@ def test_a_question_to_a_qor_with_an_mcp_server_while_the_cache_is_away_is_answe
     drain()
     assert tool_results(model_server.requests[1]) == ["5"]
     assert _said(world)[-1] == ("assistant", "Two and three make 5.")
+
+
+def test_replies_streamed_while_the_cache_is_away_say_so_once_in_the_log(
+    client, world, alice_token, model_server, drain, cache_redis, caplog  # noqa: F811
+):
+    """The stream buffer (what a page refreshed mid-reply is sent) cannot be kept with the
+    cache away: the log says so once, not with a traceback at each reply's end as well
+    (three lines for two replies before)."""
+    from qorven.runtime import streams
+
+    stop, _ = cache_redis
+    model_server.default = reply("Answered.")
+    caplog.set_level(logging.WARNING, logger="qorven.runtime.streams")
+    stop()
+    streams._buffer_failures.succeeded()  # a run of failures an earlier test left open is over
+    caplog.clear()
+    ask(client, alice_token, "one?")
+    drain()
+    ask(client, alice_token, "two?")
+    drain()
+    assert [m for _, m in _said(world) if m == "Answered."] == ["Answered.", "Answered."]
+    assert len([r for r in caplog.records if r.name == "qorven.runtime.streams"]) == 1
