@@ -14,6 +14,7 @@ from django.utils import timezone
 from qorven.llm import WaitingForSlot
 from qorven.runtime.cache_leases import cache_lease
 from qorven.runtime.log_context import log_context
+from qorven.runtime.repeated_failure import RepeatedFailure
 from sessions_app.errors import SessionClosed
 from sessions_app.leases import lease_kept
 from sessions_app.models import Message, Session
@@ -39,6 +40,8 @@ from .compaction import (
 )
 
 logger = logging.getLogger(__name__)
+_summarizer_away = RepeatedFailure(logger, "the summarizer cannot be queued with the cache away; "
+                                           "the next exchange over budget queues it")
 
 COMPACTED_NOTICE = (
     "Compacted this conversation: {messages} messages summarized, {memories} notes saved to memory. "
@@ -149,10 +152,18 @@ def summarize_soon(*, tenant_id: int, session_id: int, through_seq: int) -> None
     condenses through the newest point asked for (kept in the cache with it)."""
     key, quiet = _waiting_key(session_id), settings.QORVEN_SUMMARIZER_QUIET
     kept_for = int(quiet * (SUMMARIZER_WAIT_MAX + 2)) + 1  # past the waiting run's longest wait
-    if quiet > 0 and not cache.add(key, through_seq, timeout=kept_for):
-        if through_seq > (cache.get(key) or 0):
-            cache.set(key, through_seq, timeout=kept_for)
+    try:
+        if quiet > 0 and not cache.add(key, through_seq, timeout=kept_for):
+            if through_seq > (cache.get(key) or 0):
+                cache.set(key, through_seq, timeout=kept_for)
+            return
+    except Exception as exc:  # whichever backend: Redis' errors are not imported here
+        # Run after the reply's commit: the cache away (Redis down) must not fail the turn
+        # that stored it. The run (whose lease is in the cache too) is left to the next
+        # exchange over budget, as a range a run skips is.
+        _summarizer_away.failed(type(exc).__name__)
         return
+    _summarizer_away.succeeded()
     session_summarize.apply_async((tenant_id, session_id, through_seq), countdown=quiet)
 
 

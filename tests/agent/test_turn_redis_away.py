@@ -14,6 +14,7 @@ from django.conf import settings as django_settings
 from ..fakes.model_server import reply
 from ..ports import free_port
 from ..processes import redis_start
+from .test_compaction import fake, small_window  # noqa: F401
 from .test_turns import _task_runs, _until, alice_token, ask, timeline  # noqa: F401
 
 pytestmark = [
@@ -173,3 +174,27 @@ def test_replies_streamed_while_the_cache_is_away_say_so_once_in_the_log(
     drain()
     assert [m for _, m in _said(world) if m == "Answered."] == ["Answered.", "Answered."]
     assert len([r for r in caplog.records if r.name == "qorven.runtime.streams"]) == 1
+
+
+def test_a_question_that_outgrows_the_window_while_the_cache_is_away_is_answered_once(
+    client, world, alice_token, drain, cache_redis, turn_runs, settings, small_window, fake, caplog  # noqa: F811
+):
+    """Auto mode: the exchange outgrew the window, so the summarizer is queued after the
+    reply's commit, once per quiet spell (a mark in the cache). With the cache away the
+    question is answered, its turn ends well and the summarizer is left to the next
+    exchange over budget. Before, queueing it raised Redis' ConnectionError out of the
+    reply's commit: the turn's task failed after the reply was stored."""
+    from sessions_app.services import session_resolve
+
+    from .test_compaction import FILLER, seed_history
+
+    settings.QORVEN_SUMMARIZER_QUIET = 1.0
+    session = session_resolve(tenant=world.tenant_a, qor=world.qor_a, channel="web", user=world.alice)
+    seed_history(session, 30)
+    stop, _ = cache_redis
+    stop()
+    ask(client, alice_token, FILLER.format(i=99))
+    drain()
+    assert [m.answer_state for m in timeline(world)][-2] == "answered"
+    assert _said(world)[-1] == ("assistant", "ok 1")
+    assert turn_runs == ["SUCCESS"]
