@@ -18,11 +18,12 @@ from tenancy.slash_registry import command_parse
 from tenancy.trust import Trust
 
 from .adapters import adapter_for
+from .event_done import event_result_if_stored
 from .inbound import InboundMessage
 from .inbound_media import inbound_images, strangers_media
 from .models import ChannelBinding
 from .selectors import paired_sender
-from .strangers import stranger_told
+from .strangers import stranger_told, stranger_waits
 
 
 def group_message_handle(binding: ChannelBinding, message: InboundMessage) -> str:
@@ -66,17 +67,18 @@ def group_message_handle(binding: ChannelBinding, message: InboundMessage) -> st
         images, meta = inbound_images(binding, message, meta)
     else:  # a stranger's files are never fetched nor kept: the model is told one was sent
         images, meta = [], strangers_media(message, meta)
+    result = "group" if answered else "group-context" if not message.addressed else "group-unpaired"
+    told = result == "group-unpaired" and stranger_waits(binding, message)
+    if not told:  # a stranger who waits is told after: the event is done once they are
+        event_result_if_stored(result, external_scope=scope, external_id=message.external_id)
     inbound_accept(
         session=session, content=message.text, channel=message.channel, sender_name=message.sender_name,
         trust=Trust.PUBLIC, external_scope=scope, external_id=message.external_id, metadata=meta,
         images=images, transcribe=heeded,  # transcribing is a model call too
     )
-    if answered:
-        return "group"
-    if not message.addressed:
-        return "group-context"
-    stranger_told(binding, message)
-    return "group-unpaired"
+    if told:
+        stranger_told(binding, message)
+    return result
 
 
 def _edit_ask(session: Session, original: Message, text: str, meta: dict) -> str:

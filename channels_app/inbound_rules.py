@@ -17,6 +17,7 @@ from tenancy.switches import channel_enabled
 
 from .adapters import adapter_for
 from .delivery import origin_note
+from .event_done import event_result_if_stored
 from .group_inbound import group_message_handle
 from .inbound import InboundMessage
 from .inbound_media import inbound_images
@@ -78,11 +79,13 @@ def inbound_message_handle(binding: ChannelBinding, message: InboundMessage) -> 
                                   thread_id=message.thread_id or message.sender_id)
     meta = {"binding": binding.pk, "reply_target": message.reply_target, "sender_id": message.sender_id}
     images, meta = inbound_images(binding, message, meta)
+    scope = f"{binding.kind}:{binding.pk}"
+    event_result_if_stored("accepted", external_scope=scope, external_id=message.external_id)
     # Voice notes are transcribed once stored (qorven.agent.voice), as on every surface.
     result = inbound_accept(
         session=session, content=message.text, channel=message.channel,
         sender_name=message.sender_name or identity.display_name, user=user, trust=trust,
-        external_scope=f"{binding.kind}:{binding.pk}", external_id=message.external_id, metadata=meta, images=images,
+        external_scope=scope, external_id=message.external_id, metadata=meta, images=images,
     )
     if result.created:
         origin_note(message=result.message, binding=binding, reply_target=message.reply_target,

@@ -26,6 +26,7 @@ from qorven.runtime.publish import publish_or_hold, tasks_publish
 from tenancy.switches import channel_enabled_cached, switched_off_of, switches_seen
 
 from .adapters import adapter_for
+from .event_done import event_done_result, event_done_riding
 from .event_insert import events_insert
 from .inbound import InboundMessage
 from .inbound_rules import inbound_message_handle
@@ -216,7 +217,8 @@ def _process_event(event: InboundEvent) -> str:
     with log_person(event.sender_id):
         try:
             message = InboundMessage.model_validate(event.payload)
-            result = inbound_message_handle(event.binding, message)
+            with event_done_riding(event) as done:
+                result = inbound_message_handle(event.binding, message)
         except DATABASE_DOWN:
             raise  # the connection was lost, not the message (see inbound_process)
         except Exception as exc:
@@ -230,6 +232,10 @@ def _process_event(event: InboundEvent) -> str:
             return "error"
     # The message lives in the conversation from here on (or was never to be kept: an
     # unknown sender's): the event keeps only what recognises a platform's retry of it.
+    # Marked so by the statement that stored the message, if it could be
+    # (channels_app.event_done): nothing more to write.
+    if event_done_result(done) == result:
+        return result
     InboundEvent.objects.filter(pk=event.pk).update(state=InboundEvent.State.DONE, result=result, payload={},
                                                     updated_at=timezone.now())
     return result

@@ -64,11 +64,16 @@ def stranger_told(binding: ChannelBinding, message: InboundMessage) -> None:
     """A stranger's ask that the platform shows as waiting until it is answered (Discord's
     /ask, deferred): told, in our words, that only paired people are answered there. A
     mention in a group is not: the group reads on, nobody waits."""
-    adapter = adapter_for(binding.kind)
-    if adapter is None or not message.reply_target or adapter.target_lasts(message.reply_target):
+    if not stranger_waits(binding, message):
         return
     send_direct(binding=binding, target=message.reply_target,
                 text=f"Only people paired with {binding.qor.name} are answered here.")
+
+
+def stranger_waits(binding: ChannelBinding, message: InboundMessage) -> bool:
+    """Whether the platform shows the sender waiting for an answer (a one-off target)."""
+    adapter = adapter_for(binding.kind)
+    return adapter is not None and bool(message.reply_target) and not adapter.target_lasts(message.reply_target)
 
 
 def wait_end(binding: ChannelBinding, message: InboundMessage) -> None:

@@ -17,8 +17,10 @@ checked at startup (`trigger_missing`, a database system check of this app).
 """
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
+from dataclasses import dataclass, field
 from datetime import datetime
 from datetime import timezone as dt_timezone
 from typing import Any
@@ -55,12 +57,55 @@ def append_execute(
     params = _adapted(plan, values)
     where = [session_id, _ACTIVE]
     params = where + params if plan.session_first else params + where
+    sql = plan.sql
+    rider = _rider.get()
+    ridden = (rider is not None and rider.armed and not rider.fired and plan.ridden_head != ""
+              and values["external_id"] == rider.external_id and values["external_scope"] == rider.external_scope)
+    if ridden:
+        sql = plan.ridden_head + rider.sql + _RIDDEN_TAIL  # type: ignore[union-attr]
+        params += rider.params  # type: ignore[union-attr]
     if plan.named:  # SQLite: Django maps %(pN)s to :pN with one format, not a regex over the statement
         params = dict(zip(plan.named, params))
     if db.in_atomic_block and values["external_id"]:
         with transaction.atomic(using=db.alias):
-            return _execute(db, plan.sql, params)
-    return _execute(db, plan.sql, params)
+            row = _execute(db, sql, params)
+    else:
+        row = _execute(db, sql, params)
+    if ridden and row is not None:
+        rider.fired = True  # type: ignore[union-attr]
+    return row
+
+
+@dataclass
+class AppendRider:
+    """A write that rides the append of one message, on PostgreSQL: `sql`, an `UPDATE …
+    WHERE …` (with `%s` parameters, `params`), runs in the statement that appends the
+    message with this platform id (external_scope, external_id) — one round trip, one
+    transaction — and only when that statement inserts it: not when the session is not
+    active (rotated meanwhile: the caller appends again, to its successor) nor when the
+    id was stored before (the unique index refuses the whole statement). `fired` says it
+    ran. Not `armed`, or on SQLite (whose INSERT cannot carry an UPDATE), it never rides:
+    its owner writes it in a statement of its own. channels_app.event_done is its user."""
+
+    sql: str
+    external_scope: str = ""
+    external_id: str = ""
+    params: list[Any] = field(default_factory=list)
+    armed: bool = False
+    fired: bool = False
+
+
+_rider: ContextVar[AppendRider | None] = ContextVar("qorven_append_rider", default=None)
+
+
+@contextmanager
+def append_riding(rider: AppendRider) -> Iterator[AppendRider]:
+    """In the block, `rider` rides the append of its message (AppendRider)."""
+    token = _rider.set(rider)
+    try:
+        yield rider
+    finally:
+        _rider.reset(token)
 
 
 @dataclass(frozen=True)
@@ -81,6 +126,9 @@ class AppendPlan:
     reply_sql: str = ""
     # The same, stored only while the session's person is still a member (member_condition).
     member_reply_sql: str = ""
+    # PostgreSQL: the append with the INSERT as a WITH of its own, followed by a rider's
+    # UPDATE (AppendRider) and _RIDDEN_TAIL; its parameters come after the append's.
+    ridden_head: str = ""
 
 
 _plans: dict[str, AppendPlan] = {}  # by vendor
@@ -106,13 +154,14 @@ def append_plan(db: BaseDatabaseWrapper) -> AppendPlan:
     inserted = [f for f in fields if f.attname != "seq"]
     sessions, messages = quote(Session._meta.db_table), quote(Message._meta.db_table)
     returning = f"RETURNING {quote('id')}, {quote('seq')}, {quote('created_at')}"
-    reply_sql = member_reply_sql = ""
+    reply_sql = member_reply_sql = ridden_head = ""
     if db.vendor == "postgresql":
         insert = f"INSERT INTO {messages} ({columns}) SELECT {values} FROM allocated {returning}"
-        sql = (
-            f"WITH allocated AS (UPDATE {sessions} SET last_seq = last_seq + 1"
-            f" WHERE id = {mark} AND state = {mark} RETURNING last_seq AS seq) {insert}"
-        )
+        allocate = (f"WITH allocated AS (UPDATE {sessions} SET last_seq = last_seq + 1"
+                    f" WHERE id = {mark} AND state = {mark} RETURNING last_seq AS seq)")
+        sql = f"{allocate} {insert}"
+        # The rider's UPDATE sees the INSERT's returned row only when there is one.
+        ridden_head = f"{allocate}, inserted AS ({insert}), ridden AS ("
         def reply(held: str) -> str:
             return (
                 f"WITH allocated AS (UPDATE {sessions} SET last_seq = last_seq + 1, turn_lease_until = {mark},"
@@ -143,8 +192,12 @@ def append_plan(db: BaseDatabaseWrapper) -> AppendPlan:
         named=named,
         reply_sql=reply_sql,
         member_reply_sql=member_reply_sql,
+        ridden_head=ridden_head,
     )
     return plan
+
+
+_RIDDEN_TAIL = ' AND EXISTS (SELECT 1 FROM inserted)) SELECT "id", "seq", "created_at" FROM inserted'
 
 
 def member_condition(db: BaseDatabaseWrapper) -> str:
