@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, NamedTuple
 from django.contrib.auth.models import User
 from django.db import connection
 from django.db.backends.base.base import BaseDatabaseWrapper
-from django.db.models import Q
+from django.db.models import Exists, OuterRef, Q
 
 from qorven.runtime.database import migration_recorded
 from qorven.runtime.prepared_read import PreparedRead
@@ -67,6 +67,15 @@ def memory_search(
     if connection.vendor == "sqlite":
         return _search_sqlite(tenant.pk, qor.pk, user_id, terms, limit, kinds)
     return _search_scan(tenant.pk, qor.pk, user_id, terms, limit, kinds)
+
+
+def memories_held(*, tenant: str, qor: str, user: str) -> Exists:
+    """To annotate a read with (the outer query's field paths to the tenant, Qor and user
+    ids): whether this person has any memory with this Qor — one look in the owner index
+    (memory_owner_idx), read fresh with a row the caller reads anyway. A turn whose person
+    has none makes no search (qorven.agent.retrieval.memories_for)."""
+    return Exists(Memory.objects.filter(tenant_id=OuterRef(tenant), qor_id=OuterRef(qor), user_id=OuterRef(user))
+                  .order_by())
 
 
 def memories_related(*, tenant: Tenant, qor: Qor, user: User, content: str, exclude: Collection[int] = (),

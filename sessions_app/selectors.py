@@ -283,17 +283,23 @@ def answerable(messages: QuerySet[Message]) -> QuerySet[Message]:
                                                                         metadata__voice="pending")
 
 
+def pending_with_session_query(tenant_id: int, session_id: int) -> QuerySet[Message]:
+    """pending_with_session's queryset, oldest first (to be cut to one), for a read that
+    annotates more (qorven.agent.turns)."""
+    return (answerable(Message.objects.filter(tenant_id=tenant_id, session_id=session_id))
+            .select_related("session__tenant", "session__qor", "session__user")
+            .annotate(member_role=Subquery(memberships_holding().filter(
+                tenant_id=OuterRef("session__tenant_id"), user_id=OuterRef("session__user_id")).values("role")[:1]),
+                switched_off=switched_off_of("session__tenant_id"))
+            .order_by("seq"))
+
+
 # Read by every turn (compiled once: qorven.runtime.prepared_read).
 # With the session's person's role in its tenant now (`member_role`, None when they are
 # no longer a member, or the workspace is suspended): the turn's trust is read from the
 # current membership.
 _pending_with_session: PreparedRead[Message] = PreparedRead(
-    lambda tenant_id, session_id: answerable(Message.objects.filter(tenant_id=tenant_id, session_id=session_id))
-    .select_related("session__tenant", "session__qor", "session__user")
-    .annotate(member_role=Subquery(memberships_holding().filter(
-        tenant_id=OuterRef("session__tenant_id"), user_id=OuterRef("session__user_id")).values("role")[:1]),
-              switched_off=switched_off_of("session__tenant_id"))
-    .order_by("seq")[:1],
+    lambda tenant_id, session_id: pending_with_session_query(tenant_id, session_id)[:1],
     tenant_id=int, session_id=int,
 )
 _next_pending: PreparedRead[Message] = PreparedRead(

@@ -20,13 +20,15 @@ MEMORY_CHARS_IN_PROMPT = 600
 DONE_REMINDERS_IN_PROMPT = timedelta(days=1)
 
 
-def memories_for(*, tenant: Tenant, qor: Qor, user: User | None, query: str) -> list[str]:
+def memories_for(*, tenant: Tenant, qor: Qor, user: User | None, query: str, held: bool = True) -> list[str]:
     """The person's memories that best match `query`, each on one line with its number
     and the date it was said (in the person's timezone), oldest first: facts change, and
     the model must be able to tell the one that holds now (prompt.MEMORIES_GUIDE) and to
     name the old one to correct (`remember`'s `replaces`). A reminder delivered more than
-    DONE_REMINDERS_IN_PROMPT ago is left out."""
-    if user is None:
+    DONE_REMINDERS_IN_PROMPT ago is left out. Not `held`: the person has no memory with
+    the Qor (read with the turn's message: memory_app.selectors.memories_held), and no
+    search is made."""
+    if user is None or not held:
         return []
     found = memory_search(tenant=tenant, qor=qor, user=user, query=query, limit=MEMORIES_IN_PROMPT,
                           done_before=timezone.now() - DONE_REMINDERS_IN_PROMPT)

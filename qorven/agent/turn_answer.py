@@ -253,6 +253,7 @@ def _answer(session: Session, pending: Message, owner: str, *, overflowed: bool)
             for hook in context_overflow_hooks:
                 hook(session)
             session.refresh_from_db()
+            pending.memories_held = True  # type: ignore[attr-defined]  # a hook may have written one (a digest)
             reserve = max(reserve, route.num_ctx // 2)
             prompt = turn_prompt(session=session, qor=qor, pending=pending, offered=offered, route=route,
                                  trust=trust, reserve=reserve, skills=skills)
@@ -340,7 +341,8 @@ def turn_prompt(
         system_prompt=qor.system_prompt,
         project_context=project_context_for(qor),
         skills=[(s.name, s.description) for s in skills],
-        memories=memories_for(tenant=session.tenant, qor=qor, user=session.user, query=pending.content),
+        memories=memories_for(tenant=session.tenant, qor=qor, user=session.user, query=pending.content,
+                              held=getattr(pending, "memories_held", True)),
         compaction_note="\n\n".join(p for p in (session.seed_summary, session.compaction_note) if p.strip()),
         surface_note=f"The current message came from the {pending.channel} surface; answer for that surface.",
     )

@@ -19,14 +19,16 @@ from dataclasses import dataclass
 
 from django.conf import settings
 
+from memory_app.selectors import memories_held
 from qorven.runtime import metrics
 from qorven.runtime.database import DATABASE_DOWN, connections_drop_broken
 from qorven.runtime.log_context import log_context
+from qorven.runtime.prepared_read import PreparedRead
 from qorven.runtime.task_scope import task_checkpoint
 from sessions_app.errors import SenderLeft, SessionClosed
 from sessions_app.leases import LeaseLost, lease_kept
-from sessions_app.models import Session
-from sessions_app.selectors import pending_with_session, session_for_task, session_successor
+from sessions_app.models import Message, Session
+from sessions_app.selectors import pending_with_session_query, session_for_task, session_successor
 from sessions_app.turn_writes import (
     turn_lease_acquire,
     turn_lease_end,
@@ -39,6 +41,15 @@ from .turn_answer import AnswerResult, AnswerStep, answer_message
 from .turn_endings import not_a_member_end
 
 logger = logging.getLogger(__name__)
+
+# A turn's first read (sessions_app.selectors.pending_with_session: the message with its
+# session, tenant, Qor, user, role and switches) with whether the person has any memory
+# with the Qor (`memories_held`): a person with none costs no memory search.
+_pending_for_turn: PreparedRead[Message] = PreparedRead(
+    lambda tenant_id, session_id: pending_with_session_query(tenant_id, session_id).annotate(
+        memories_held=memories_held(tenant="session__tenant_id", qor="session__qor_id", user="session__user_id"))[:1],
+    tenant_id=int, session_id=int,
+)
 
 
 class TurnBusy(Exception):
@@ -89,7 +100,7 @@ def turn_process(*, tenant_id: int, session_id: int, come_back_mark: Callable[[]
                     # sent), not once the messages after it are answered too.
                     task_checkpoint()
                 # Usually one read: the message to answer, with its session.
-                pending = pending_with_session(tenant_id=tenant_id, session_id=session_id)
+                pending = _pending_for_turn.first(tenant_id=tenant_id, session_id=session_id)
                 if pending is not None:
                     switches_seen(tenant_id=tenant_id, switched_off=pending.switched_off)  # type: ignore[attr-defined]
                 if pending is not None and pending.session.state == Session.State.ACTIVE:

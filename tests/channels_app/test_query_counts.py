@@ -70,10 +70,37 @@ def test_a_turn_in_a_long_conversation_reads_it_once(world, model_server, django
         assert turn_process(tenant_id=world.tenant_a.pk, session_id=session.pk).answered == 1
 
 
+def test_a_turn_for_a_person_with_no_memories_makes_no_memory_search(
+    world, model_server, django_assert_max_num_queries
+):
+    """A message whose words could find memories, from a person who has none with this Qor
+    (a memory of someone else's, and one with another Qor, do not count): no search, the
+    turn's read said so (queries_per_turn; the search was a statement more). Once the
+    person has one, it is searched for and reaches the prompt."""
+    from ..factories.memory_app import remember
+
+    remember(world.tenant_a, world.qor_a, world.bob, "Bob's garden party is on Sunday")
+    remember(world.tenant_b, world.qor_b, world.alice, "Alice's garden party is on Saturday")
+    session = session_resolve(tenant=world.tenant_a, qor=world.qor_a, channel="web", user=world.alice)
+    model_server.add(reply("No idea."), reply("Saturday."))
+    message_append(session=session, role="user", content="when is my garden party?", channel="web",
+                   sender_name="Alice", awaits_answer=True, notify=False, metadata={"trust": "owner"})
+    with django_assert_max_num_queries(queries_per_turn()):
+        assert turn_process(tenant_id=world.tenant_a.pk, session_id=session.pk).answered == 1
+    remember(world.tenant_a, world.qor_a, world.alice, "Alice's garden party is on Saturday")
+    message_append(session=session, role="user", content="and the garden party?", channel="web",
+                   sender_name="Alice", awaits_answer=True, notify=False, metadata={"trust": "owner"})
+    assert turn_process(tenant_id=world.tenant_a.pk, session_id=session.pk).answered == 1
+    first, second = ("\n".join(str(m["content"]) for m in request["messages"]) for request in model_server.requests)
+    assert "garden party is on" not in first
+    assert "Alice's garden party is on Saturday" in second and "Sunday" not in second
+
+
 def queries_per_turn() -> int:
     """The lease; the pending message with its session, the session's tenant, Qor and
     user, and the tenant's switches, the tools' among them (one read; the switches were a
-    read of their own, one statement more); the MCP servers, the skills, the model fallbacks and the window; usage;
+    read of their own, one statement more), and whether the person has any memory with
+    the Qor (no memory search for one who has none: a statement more before); the MCP servers, the skills, the model fallbacks and the window; usage;
     the reply with the lease's confirmation and the answered marks; what came after the
     window, for compaction; the lease let go in the statement that finds nothing left to
     answer. The reply is one statement on PostgreSQL; on SQLite three, with the BEGIN and
