@@ -8,11 +8,21 @@ well under one. Webhooks are the busiest path there is and need none of that mac
 `POST /v1/webhooks/<channel>` itself and hands every other request to Django:
 
 - the body is read on the event loop, bounded by QORVEN_MAX_BODY (413 past it);
-- what waits to be stored is bounded (MAX_WAITING webhooks, MAX_WAITING_BYTES of bodies):
+- it is screened there (channels_app.webhooks.webhook_screen), from the process's binding
+  cache alone: a bad or missing signature is answered 401/403 at once, as the thread would,
+  without taking a place among the webhooks waiting; a well-signed one is counted as its
+  binding's, one the cache cannot tell as unverified (a binding not read lately, or junk);
+- what waits to be stored is bounded (channels_app.webhook_bound: MAX_WAITING webhooks,
+  MAX_WAITING_BYTES of bodies):
   past it — a database slow or away, a flood faster than it — a webhook is answered 503
   with Retry-After at once, its body not read if its Content-Length does not fit, instead
   of piling up in the server's memory; nothing of it is stored and the platform delivers
   it again. One warning says when a burst of them starts, one line when it ends;
+- the bound is shared (channels_app.webhook_bound): each binding with webhooks waiting,
+  and the unverified as one more, holds at most its share, and one holding nothing is
+  taken while the whole bound has room. A flood of junk posted by anyone, or one
+  workspace's platform flooding, is answered 503 past its share while another
+  workspace's webhooks are still taken;
 - one long-lived thread (`GroupCommit`) takes the webhooks waiting, prepares each exactly
   as Django's view does (channels_app.webhooks.webhook_prepare: signature, binding,
   channel switch, parse; the Host header checked against ALLOWED_HOSTS), stores the
@@ -37,7 +47,7 @@ import queue
 import re
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 from typing import Any
 
@@ -54,7 +64,8 @@ from qorven.runtime.url_prefix import app_path
 
 from .receive import inbound_store
 from .sweep import GRACE as SWEEP_GRACE
-from .webhooks import OK, Prepared, undelivered_record, webhook_prepare
+from .webhook_bound import UNVERIFIED, WaitingBound
+from .webhooks import OK, Prepared, undelivered_record, webhook_prepare, webhook_screen
 
 logger = logging.getLogger(__name__)
 
@@ -62,15 +73,6 @@ PATH = re.compile(r"^/v1/webhooks/([-a-zA-Z0-9_]+)$")
 MAX_BATCH = 200  # webhooks stored in one statement at most
 MAX_PUBLISHES_WAITING = 1000  # batches whose tasks wait for the publishing thread, at most
 RETRY_EVERY = 1.0  # seconds between tries of the publishes a broker refused
-# Webhooks (and bytes of their bodies) taken and not yet answered, at most, per server
-# process. One process stores ~2,500 webhooks a second at its peak (docs/performance.md):
-# 5,000 is two seconds of that, more than a healthy database ever leaves waiting, and a
-# webhook waiting longer nears the platforms' own timeouts (Slack's is three seconds),
-# after which they deliver it again anyway. Webhooks are small (a few KB); the bytes bound
-# is for large bodies (up to QORVEN_MAX_BODY each): 64 of 1 MB. Either way the memory a
-# backlog holds stays in the tens of MB.
-MAX_WAITING = 5000
-MAX_WAITING_BYTES = 64 * 1024 * 1024
 BUSY_RETRY_AFTER = 5  # seconds: about what such a backlog takes to be stored
 
 
@@ -112,6 +114,8 @@ class _Job:
     body: bytes
     loop: asyncio.AbstractEventLoop
     future: asyncio.Future[Answer]
+    party: Hashable = UNVERIFIED  # whose share of the bound it takes: its binding's id, or UNVERIFIED
+    request: ASGIRequest | None = None  # as the screening made it (its body parsed once)
 
 
 class GroupCommit:
@@ -125,61 +129,33 @@ class GroupCommit:
         self._lock = threading.Lock()
         self._publishing = 0  # batches handed to the publishing thread and not yet published
         self._published = threading.Condition()
-        self._counting = threading.Lock()
-        self._waiting = 0  # webhooks taken and not yet answered
-        self._waiting_bytes = 0  # the sizes of their bodies
-        self._refused = 0  # webhooks refused in the current burst (0: none is going on)
+        self._bound = WaitingBound()
 
     def waiting(self) -> tuple[int, int]:
         """(webhooks, bytes of their bodies) taken and not yet answered."""
-        return self._waiting, self._waiting_bytes
+        return self._bound.waiting()
 
     def admits(self, size: int) -> bool:
-        """Whether a webhook of `size` bytes would be taken now (a glance: `submit` decides)."""
-        return self._fits(size)
+        """Whether a webhook of `size` bytes would be taken now (a glance before its body
+        is read: `submit` decides, with its party's share)."""
+        return self._bound.fits(size)
 
-    def _fits(self, size: int) -> bool:
-        # An empty queue takes any body QORVEN_MAX_BODY lets through, however it is set.
-        return self._waiting == 0 or (self._waiting < MAX_WAITING and self._waiting_bytes + size <= MAX_WAITING_BYTES)
+    def refuse(self) -> None:
+        """Count a webhook refused before its body was read."""
+        self._bound.refuse()
 
-    def submit(self, channel: str, scope: dict[str, Any], body: bytes) -> asyncio.Future[Answer] | None:
+    def submit(self, channel: str, scope: dict[str, Any], body: bytes, *, party: Hashable = UNVERIFIED,
+               request: ASGIRequest | None = None) -> asyncio.Future[Answer] | None:
         """Take a webhook to be stored: the future of its answer, or None (counted as
-        refused) when too many are waiting already."""
-        with self._counting:
-            taken = self._fits(len(body))
-            if taken:
-                self._waiting += 1
-                self._waiting_bytes += len(body)
-        if not taken:
-            self.refuse()
+        refused) when too many are waiting already, or its party holds its share."""
+        if not self._bound.take(party, len(body)):
+            self._bound.refuse(party)
             return None
         loop = asyncio.get_running_loop()
         future: asyncio.Future[Answer] = loop.create_future()
         self._start()
-        self._jobs.put(_Job(channel, scope, body, loop, future))
+        self._jobs.put(_Job(channel, scope, body, loop, future, party, request))
         return future
-
-    def refuse(self) -> None:
-        """Count a webhook refused: one warning when a burst of them starts, not one each."""
-        with self._counting:
-            self._refused += 1
-            starts = self._refused == 1
-        if starts:
-            logger.warning("webhooks are answered 503 (the platforms deliver them again): %d (%d bytes) are"
-                           " waiting to be stored already — the database is slow or away, or more arrive"
-                           " than it takes", self._waiting, self._waiting_bytes)
-
-    def _answered(self, jobs: list[_Job]) -> None:
-        with self._counting:
-            self._waiting -= len(jobs)
-            self._waiting_bytes -= sum(len(job.body) for job in jobs)
-            # The burst ends once the backlog is down to half: not a pair of lines per webhook at the edge.
-            ended = self._refused if self._refused and self._waiting <= MAX_WAITING // 2 and \
-                self._waiting_bytes <= MAX_WAITING_BYTES // 2 else 0
-            if ended:
-                self._refused = 0
-        if ended:
-            logger.warning("webhooks are taken again: %d were answered 503 meanwhile", ended)
 
     def _start(self) -> None:
         if self._thread is not None and self._thread.is_alive():
@@ -215,7 +191,7 @@ class GroupCommit:
             if held:
                 with self._published:  # counted before the answers: a flush after them waits for these
                     self._publishing += 1
-            self._answered(jobs)
+            self._bound.release((job.party, len(job.body)) for job in jobs)
             for job, answer in zip(jobs, answers):
                 job.loop.call_soon_threadsafe(_resolve, job.future, answer)
             if held:
@@ -310,7 +286,7 @@ def _stored(webhooks: list[Prepared]) -> bool:
 
 def _prepare(job: _Job) -> Prepared | Answer:
     try:
-        request = ASGIRequest(job.scope, io.BytesIO(job.body))
+        request = job.request or ASGIRequest(job.scope, io.BytesIO(job.body))
         request.get_host()  # ALLOWED_HOSTS, as Django's CommonMiddleware checks it on every request
         return webhook_prepare(job.channel, request)
     except DisallowedHost:
@@ -348,12 +324,27 @@ class WebhookIngest:
             answer = _BUSY
         elif (body := await _read_body(receive, settings.QORVEN_MAX_BODY, length)) is None:
             answer = Answer.error(413, f"the body is larger than {settings.QORVEN_MAX_BODY} bytes")
-        elif (future := group_commit.submit(match.group(1), scope, body)) is None:
+        elif isinstance(screened := _screen(match.group(1), scope, body), Answer):
+            answer = screened
+        elif (future := group_commit.submit(match.group(1), scope, body, party=screened[1] or UNVERIFIED,
+                                            request=screened[0])) is None:
             answer = _BUSY
         else:
             answer = await future
         await send({"type": "http.response.start", "status": answer.status, "headers": answer.headers})
         await send({"type": "http.response.body", "body": answer.body})
+
+
+def _screen(channel: str, scope: dict[str, Any], body: bytes) -> Answer | tuple[ASGIRequest, int | None]:
+    """A refusal to answer at once, or (the request, the id of the binding the cache
+    verified it for: None when it cannot tell). See channels_app.webhooks.webhook_screen."""
+    request = ASGIRequest(scope, io.BytesIO(body))
+    try:
+        request.get_host()
+    except DisallowedHost:
+        return Answer.error(400, "bad Host header")
+    screened = webhook_screen(channel, request)
+    return (request, screened.binding_id) if screened.refusal is None else Answer.of(screened.refusal)
 
 
 def _content_length(scope: dict[str, Any]) -> int:

@@ -4,7 +4,9 @@
 resolves its binding, checks the channel switch and parses the messages — and is shared
 by the two ways a webhook arrives: Django's view below (WSGI, the test client) and the
 lean ASGI path `qorven serve` answers them on (channels_app.webhook_ingest), which stores
-the messages of concurrent webhooks in one statement.
+the messages of concurrent webhooks in one statement. That path first screens each
+webhook on its event loop (`webhook_screen`), from the process's binding cache alone, to
+refuse a bad signature before it waits and to count each well-signed one as its binding's.
 """
 from __future__ import annotations
 
@@ -16,6 +18,7 @@ from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.views.decorators.csrf import csrf_exempt
 
 from qorven.runtime.log_context import one_line
+from qorven.runtime.row_cache import NotCached, cached_only
 from tenancy.switches import channel_enabled_cached
 
 from .adapters import WebhookRejected, adapter_for
@@ -83,6 +86,44 @@ def webhook_prepare(channel: str, request: HttpRequest) -> Prepared:
                        channel, binding.pk, type(exc).__name__, frame.filename.rsplit("/", 1)[-1], frame.lineno)
         return Prepared(None, binding)
     return Prepared(parsed.response, binding, list(parsed.messages), list(parsed.undelivered))
+
+
+@dataclass(frozen=True)
+class Screened:
+    """What a webhook's screening found: the refusal to answer at once, or the id of the
+    binding it is signed for (neither: not known here, the storing thread decides)."""
+
+    refusal: HttpResponse | None = None
+    binding_id: int | None = None
+
+
+def webhook_screen(channel: str, request: HttpRequest) -> Screened:
+    """Verify a webhook as webhook_prepare does, from this process's binding cache alone
+    (no database: run on the event loop, before the webhook takes a place among those
+    waiting to be stored). A request refused with what the cache keeps fresh (no signature,
+    a bad one, a body not the platform's) gets the refusal the thread would give it; one
+    signed for a binding the cache keeps, even past its time, is that binding's (the thread
+    still verifies it against the binding as it is now); the rest is not known here: a
+    binding not read lately, or nobody's."""
+    adapter = adapter_for(channel)
+    if adapter is None:
+        return Screened(JsonResponse({"error": f"no channel {channel!r}"}, status=404))
+    if not adapter.resolves_from_cache:
+        return Screened()
+    try:
+        with cached_only():
+            return Screened(binding_id=adapter.resolve(request).pk)
+    except (WebhookRejected, BodyRefused) as exc:
+        return Screened(_refused(channel, exc).response)
+    except NotCached:
+        pass
+    except Exception:  # not the screen's to answer: the thread prepares it and says what failed
+        return Screened()
+    try:  # a binding whose entry is past its time: its signature still tells whose the webhook is
+        with cached_only(stale=True):
+            return Screened(binding_id=adapter.resolve(request).pk)
+    except Exception:  # not known here (a secret changed since): the thread decides
+        return Screened()
 
 
 def _refused(channel: str, exc: WebhookRejected | BodyRefused) -> Prepared:

@@ -68,6 +68,8 @@ class EmailAdapter(Adapter):
             return "sender_check", f"is one of {', '.join(SENDER_CHECKS)}, not {check!r}"
         return None
 
+    resolves_from_cache = False  # resolve reads the bindings its To and Cc name itself
+
     def resolve(self, request: HttpRequest) -> ChannelBinding:
         secret = request.headers.get("X-Qorven-Email-Secret", "")
         if not secret:

@@ -361,7 +361,7 @@ def test_past_the_webhooks_waiting_to_be_stored_more_are_answered_503_at_once_an
     stored once the database answers."""
     import logging
 
-    from channels_app import webhook_ingest
+    from channels_app import webhook_bound
     from qorven.asgi import application  # noqa: F401 (Django set up as the server has it, its logging too)
 
     class Kept(logging.Handler):
@@ -373,7 +373,7 @@ def test_past_the_webhooks_waiting_to_be_stored_more_are_answered_503_at_once_an
     logging.getLogger("channels_app.webhook_ingest").addHandler(kept)
     pair(world, "telegram", "42", world.alice)
     model_server.default = reply("ok")
-    monkeypatch.setattr(webhook_ingest, "MAX_WAITING", 5)
+    monkeypatch.setattr(webhook_bound, "MAX_WAITING", 5)
     taken, taken_answers = posting(*(tg(telegram_update(f"taken {i}", message_id=800 + i)) for i in range(5)))
     try:
         waiting_reaches(5)
@@ -404,12 +404,12 @@ def test_past_the_webhooks_waiting_to_be_stored_more_are_answered_503_at_once_an
 def test_past_the_bytes_waiting_to_be_stored_a_webhook_that_does_not_fit_is_answered_503_one_that_fits_is_taken(
     world, telegram, platform, model_server, drain, storing_held, monkeypatch
 ):
-    from channels_app import webhook_ingest
+    from channels_app import webhook_bound
 
     pair(world, "telegram", "42", world.alice)
     model_server.default = reply("ok")
     first = tg(telegram_update("a long one " + "x" * 4000, message_id=1001))
-    monkeypatch.setattr(webhook_ingest, "MAX_WAITING_BYTES", len(first[1]) + 1000)
+    monkeypatch.setattr(webhook_bound, "MAX_WAITING_BYTES", len(first[1]) + 1000)
     taken, taken_answers = posting(first)
     try:
         waiting_reaches(1)

@@ -1,0 +1,184 @@
+"""The bound on webhooks waiting to be stored is shared: a flood of junk posted by anyone,
+or one workspace's own flood, is answered 503 past its share while another workspace's
+well-signed webhooks are still taken (channels_app.webhook_ingest)."""
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import httpx
+import pytest
+from django.db import connection, connections
+
+from channels_app import webhook_bound
+from channels_app.models import InboundEvent
+from channels_app.services import binding_create
+from channels_app.webhook_ingest import group_commit
+
+from .payloads import telegram_update
+from .test_webhook_ingest import asgi_post, posting, tg, waiting_reaches
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+@contextmanager
+def inserts_held() -> Iterator[None]:
+    """Another connection holds the lock an INSERT of a webhook's message waits for (a
+    database slow to answer): the storing thread waits at its INSERT until it is let go."""
+    other = connections.create_connection("default")
+    try:
+        with other.cursor() as cursor:
+            if connection.vendor == "postgresql":
+                other.set_autocommit(False)
+                cursor.execute("LOCK TABLE channels_app_inboundevent IN EXCLUSIVE MODE")
+            else:
+                cursor.execute("BEGIN IMMEDIATE")  # SQLite's write lock
+            try:
+                yield
+            finally:
+                if connection.vendor == "postgresql":
+                    other.rollback()
+                else:
+                    cursor.execute("ROLLBACK")
+    finally:
+        other.close()
+
+
+def flooding(*requests: tuple[str, bytes, dict[str, str]]) -> tuple[threading.Thread, list[httpx.Response]]:
+    """POST the requests all at once on a thread of their own: (the thread, each answer as
+    it comes)."""
+    from qorven.asgi import application
+
+    answers: list[httpx.Response] = []
+
+    async def run() -> None:
+        transport = httpx.ASGITransport(app=application)
+        async with httpx.AsyncClient(transport=transport, base_url="http://testserver") as client:
+            async def one(path: str, body: bytes, headers: dict[str, str]) -> None:
+                answers.append(await client.post(path, content=body, headers=headers))
+
+            await asyncio.gather(*(one(*request) for request in requests))
+
+    thread = threading.Thread(target=lambda: asyncio.run(run()))
+    thread.start()
+    return thread, answers
+
+
+def settled(flood: list[httpx.Response], sent: int, held_before: int) -> None:
+    """Wait until each of the `sent` webhooks of a flood is either answered or waiting."""
+    deadline = time.monotonic() + 10
+    while len(flood) + group_commit.waiting()[0] - held_before < sent:
+        assert time.monotonic() < deadline, f"{len(flood)} answered, {group_commit.waiting()} waiting"
+        time.sleep(0.01)
+
+
+def answered_or_waiting(answers: list[httpx.Response], count: int) -> None:
+    deadline = time.monotonic() + 10
+    while not answers and group_commit.waiting()[0] < count:
+        assert time.monotonic() < deadline, f"{group_commit.waiting()} waiting, not {count}"
+        time.sleep(0.01)
+
+
+def globex_bot(world) -> None:
+    """Tenant B's Telegram bot beside tenant A's, both read by this server (each has had a
+    webhook stored), as a server taking their messages has them."""
+    binding_create(tenant=world.tenant_b, qor=world.qor_b, kind="telegram",
+                           credentials={"token": "222:BBB", "secret": "tg-secret-b", "username": "b_bot"})
+    warm = asgi_post(tg(telegram_update("acme, earlier", message_id=1)),
+                     tg(telegram_update("globex, earlier", user_id=77, message_id=2), secret="tg-secret-b"))
+    assert [r.status_code for r in warm] == [200, 200]
+
+
+def stored_ids() -> list[str]:
+    return sorted(x.rpartition(":")[2] for x in InboundEvent.objects.values_list("external_id", flat=True))
+
+
+@pytest.mark.parametrize("cache_seconds", [5.0, 0.001], ids=["bindings-cached", "cached-bindings-past-their-time"])
+def test_a_flood_of_unsigned_webhooks_leaves_room_for_another_workspaces_signed_one(world, telegram, monkeypatch,
+                                                                                   settings, platform, cache_seconds):
+    """Anyone may post to the webhook URL: junk with forged secrets takes at most the
+    share of the unverified, and a request with no secret at all no place. A binding read
+    longer ago than QORVEN_ROUTE_CACHE_SECONDS is still told by its signature (the storing
+    thread, held up, has not read it again)."""
+    settings.QORVEN_ROUTE_CACHE_SECONDS = cache_seconds
+    globex_bot(world)
+    monkeypatch.setattr(webhook_bound, "MAX_WAITING", 10)
+    junk = [tg(telegram_update("junk", message_id=100 + i), secret=f"forged-{i}") for i in range(20)]
+    unsigned = [(path, body, {k: v for k, v in headers.items() if k != "x-telegram-bot-api-secret-token"})
+                for path, body, headers in (tg(telegram_update("unsigned", message_id=200 + i)) for i in range(10))]
+    with inserts_held():
+        acme, acme_answers = posting(tg(telegram_update("acme, while it is slow", message_id=3)))
+        waiting_reaches(1)  # the storing thread waits at its INSERT
+        flood, flood_answers = flooding(*junk, *unsigned)
+        settled(flood_answers, len(junk) + len(unsigned), 1)
+        waiting = group_commit.waiting()[0]
+        globex, globex_answers = posting(tg(telegram_update("globex, while it is slow", user_id=77, message_id=4),
+                                            secret="tg-secret-b"))
+        answered_or_waiting(globex_answers, waiting + 1)
+        assert [r.status_code for r in globex_answers] == []  # taken, not answered before it is stored
+        # Those with no secret at all are refused at once, taking no place; the forged ones
+        # past the unverified share are answered 503, with Retry-After.
+        assert sorted({r.status_code for r in flood_answers}) == [401, 503]
+        assert [r.status_code for r in flood_answers].count(401) == len(unsigned)
+        assert all(r.headers["retry-after"] for r in flood_answers if r.status_code == 503)
+    for thread in (acme, flood, globex):
+        thread.join(30)
+    assert [r.status_code for r in acme_answers + globex_answers] == [200, 200]
+    assert {r.status_code for r in flood_answers} <= {401, 403, 503}
+    assert stored_ids() == ["1", "2", "3", "4"]  # nothing of the flood
+
+
+def test_one_workspaces_flood_leaves_room_for_another_workspaces_webhooks(world, telegram, platform, monkeypatch):
+    """A big group's burst on one workspace's bot is answered 503 past its share (the
+    platform delivers those again), and everything it had taken is stored."""
+    globex_bot(world)
+    monkeypatch.setattr(webhook_bound, "MAX_WAITING", 10)
+    with inserts_held():
+        acme, acme_answers = flooding(*(tg(telegram_update(f"acme {i}", message_id=100 + i)) for i in range(20)))
+        settled(acme_answers, 20, 0)
+        refused = len(acme_answers)
+        assert refused and {r.status_code for r in acme_answers} == {503}
+        waiting = group_commit.waiting()[0]
+        globex, globex_answers = posting(tg(telegram_update("globex, in acme's flood", user_id=77, message_id=5),
+                                            secret="tg-secret-b"))
+        answered_or_waiting(globex_answers, waiting + 1)
+        assert [r.status_code for r in globex_answers] == []
+    for thread in (acme, globex):
+        thread.join(30)
+    assert [r.status_code for r in globex_answers] == [200]
+    assert sorted(r.status_code for r in acme_answers) == [200] * (20 - refused) + [503] * refused
+    assert len(stored_ids()) == 2 + 20 - refused + 1
+
+
+def test_a_forged_signature_for_a_binding_the_server_has_is_refused_at_once(world, telegram, platform):
+    """Refused on the event loop with what the binding cache keeps, as the storing thread
+    would refuse it, without waiting behind the webhooks there; nothing of it stored."""
+    from channels_app.adapters.base import hmac_hex
+
+    binding_create(tenant=world.tenant_b, qor=world.qor_b, kind="slack", credentials={
+        "app_id": "A0APP", "bot_token": "xoxb-1", "signing_secret": "slack-signing", "bot_user_id": "UBOT"})
+
+    def slack(signing_secret: str) -> tuple[str, bytes, dict[str, str]]:
+        body = json.dumps({"type": "event_callback", "api_app_id": "A0APP", "event_id": "Ev1",
+                           "event": {"type": "reaction_added"}}).encode()
+        stamp = str(int(time.time()))
+        return ("/v1/webhooks/slack", body, {
+            "content-type": "application/json", "x-slack-request-timestamp": stamp,
+            "x-slack-signature": "v0=" + hmac_hex(signing_secret, b"v0:" + stamp.encode() + b":" + body)})
+
+    assert [r.status_code for r in asgi_post(slack("slack-signing"))] == [200]  # the binding read once
+    with inserts_held():
+        acme, acme_answers = posting(tg(telegram_update("acme, while it is slow", message_id=3)))
+        waiting_reaches(1)
+        forged, forged_answers = posting(slack("guessed"))
+        forged.join(10)
+        assert not forged.is_alive(), "the forged webhook waited behind the one being stored"
+        assert [r.status_code for r in forged_answers] == [401]
+        assert group_commit.waiting()[0] == 1
+    acme.join(30)
+    assert [r.status_code for r in acme_answers] == [200]
+    assert stored_ids() == ["3"]
