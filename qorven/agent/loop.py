@@ -1,11 +1,15 @@
 """The one agent loop: ask the model, run the tools it calls, feed the results back, until
 it answers. Turns and heartbeats run their tool rounds here; every model call (the
 summarizer's too) goes through qorven.llm.metered, so usage is recorded, tokens stream and
-failures surface (qorven.llm.errors) the same way for all.
+failures surface (qorven.llm.errors) the same way for all. A run that goes on from the
+rounds an earlier one stored (a retry, a takeover after its worker died) reads them through
+`rounds_completed`, so a call whose result was never stored is neither run again nor sent
+without one.
 """
 from __future__ import annotations
 
-from collections.abc import Callable
+import json
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from django.conf import settings
@@ -13,6 +17,7 @@ from django.conf import settings
 from qorven.llm import Completion, Provider
 from qorven.llm.metered import Spend, model_call
 from sessions_app.models import Message, Session
+from sessions_app.selectors import StoredMessage
 from sessions_app.services import message_append
 from tenancy.tool_registry import Tool, ToolContext, registry
 
@@ -67,3 +72,39 @@ def tool_loop(
                            tool_call_id=call.id, metadata={**metadata, "tool": call.name})
             messages.append({"role": "tool", "tool_call_id": call.id, "content": result})
     return None
+
+
+# The result the model reads for a call whose run stopped before its result was stored (the
+# worker died while the tool ran): not run again, since it may have taken effect.
+LOST_RESULT = json.dumps({"error": "no result: the work stopped while this call ran, so it may or may not "
+                                   "have taken effect; it was not run again"})
+
+
+def rounds_completed(*, session: Session, rounds: Sequence[StoredMessage], channel: str) -> list[StoredMessage]:
+    """The tool rounds an earlier run stored for one message (`rounds`, oldest first: its
+    messages with tool calls and their results) as the model must read them: each call's
+    message, then the result of each of its calls in order. A call whose result was never
+    stored (the run's worker died while the tool ran) gets LOST_RESULT, stored now in
+    `session` tagged `channel`, with its call's message's metadata: it is not run again,
+    the model is told it may or may not have taken effect, and no request holds a call
+    without its result (OpenAI-compatible servers refuse that with a 400, every time).
+    Anything else in `rounds` (an answer) is left out. Writes only for a call left so."""
+    out: list[StoredMessage] = []
+    calling = [m for m in rounds if m.role == Message.Role.ASSISTANT and m.tool_calls]
+    for i, message in enumerate(calling):
+        # Its results are those stored after it and before the next round's calls: servers
+        # that number calls (call_0, call_1…) give the next round the same ids.
+        until = calling[i + 1].seq if i + 1 < len(calling) else None
+        results = {m.tool_call_id: m for m in rounds if m.role == Message.Role.TOOL and m.seq > message.seq
+                   and (until is None or m.seq < until)}
+        out.append(message)
+        for call in message.tool_calls or []:
+            result = results.get(call.get("id", ""))
+            if result is None:
+                result = message_append(
+                    session=session, role=Message.Role.TOOL, content=LOST_RESULT, channel=channel,
+                    tool_call_id=call.get("id", ""),
+                    metadata={**message.metadata, "tool": call.get("function", {}).get("name", "")},
+                ).message
+            out.append(result)
+    return out

@@ -45,7 +45,7 @@ from .compaction import (
     fixed_tokens,
     summarizer_queue,
 )
-from .loop import Spend, tool_loop
+from .loop import Spend, rounds_completed, tool_loop
 from .mcp import mcp_tools_offered
 from .project import project_context_for
 from .prompt import Prompt, PromptParts, prompt_build
@@ -336,7 +336,11 @@ def turn_prompt(
 ) -> Prompt:
     """The request a turn sends to answer `pending`: the Qor's prompt, project context,
     `skills`, the memories retrieved for the message and the compaction note, around the
-    message window that fits `route`'s context less `reserve` (qorven.agent.prompt)."""
+    message window that fits `route`'s context less `reserve` (qorven.agent.prompt). The
+    tool rounds an earlier run of the turn stored for `pending` go with it; a call of theirs
+    whose result was never stored (that run's worker died while the tool ran) gets one
+    saying it may or may not have taken effect (qorven.agent.loop.rounds_completed), and
+    the request is built again with it: it is not run again, nor sent without a result."""
     parts = PromptParts(
         system_prompt=qor.system_prompt,
         project_context=project_context_for(qor),
@@ -346,10 +350,16 @@ def turn_prompt(
         compaction_note="\n\n".join(p for p in (session.seed_summary, session.compaction_note) if p.strip()),
         surface_note=f"The current message came from the {pending.channel} surface; answer for that surface.",
     )
-    return prompt_build(
-        session=session, parts=parts, tools=offered, current=pending, num_ctx=route.num_ctx, reserve=reserve,
-        trust=trust, vision=route.vision,
-    )
+    def build() -> Prompt:
+        return prompt_build(session=session, parts=parts, tools=offered, current=pending, num_ctx=route.num_ctx,
+                            reserve=reserve, trust=trust, vision=route.vision)
+
+    prompt = build()
+    rounds = [m for m in prompt.window if m.seq > pending.seq and m.metadata.get("reply_to") == pending.seq]
+    if rounds and any(m not in rounds for m in rounds_completed(session=session, rounds=rounds,
+                                                                channel=pending.channel)):
+        prompt = build()
+    return prompt
 
 
 def _rounds_stored(prompt: Prompt, pending: Message) -> int:

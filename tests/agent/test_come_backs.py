@@ -190,3 +190,49 @@ def test_retry_of_a_message_that_failed_after_a_tool_round_reads_the_exchange_an
     answers = [m for m in _conversation_rows(world) if m.role == "assistant" and not m.tool_calls]
     hello = next(m for m in timeline(world) if m.content == "hello")
     assert [(m.content, m.metadata["reply_to"]) for m in answers] == [("Hello Alice.", hello.seq), ("Saved.", 1)]
+
+
+def test_a_turn_whose_worker_died_mid_round_goes_on_and_runs_none_of_that_rounds_calls_again(
+    world, model_server, drain  # noqa: F811
+):
+    """The worker stopped after one call of a round ran and before the other's result was
+    stored, holding the session's lease. The turn the sweeper starts once the lease ran
+    out asks with both calls answered: the stored result and, for the other, that it may
+    or may not have taken effect (stored too); neither runs again. Before, the request
+    held a call with no result after it, which OpenAI-compatible servers refuse (400):
+    the message failed for good with a notice."""
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from channels_app.sweep import sweep
+    from sessions_app.models import Session
+    from sessions_app.services import message_append, session_resolve
+
+    chat = session_resolve(tenant=world.tenant_a, qor=world.qor_a, channel="web", user=world.alice)
+    question = message_append(session=chat, role="user", content="Remember my laptop and my bike", channel="web",
+                              sender_name="Alice", awaits_answer=True).message
+    calls = [{"id": "call_1", "type": "function",
+              "function": {"name": "remember", "arguments": json.dumps(REMEMBER)}},
+             {"id": "call_2", "type": "function",
+              "function": {"name": "remember", "arguments": '{"content": "Alice rides a Brompton", "type": "fact"}'}}]
+    message_append(session=chat, role="assistant", content="", channel="web", tool_calls=calls,
+                   metadata={"reply_to": question.seq})
+    message_append(session=chat, role="tool", content='{"saved": true}', channel="web", tool_call_id="call_1",
+                   metadata={"reply_to": question.seq, "tool": "remember"})
+    Session.objects.filter(pk=chat.pk).update(turn_owner="dead-worker",
+                                              turn_lease_until=timezone.now() - timedelta(seconds=1))
+    model_server.add(reply("Saved."))
+
+    assert sweep(restart=True).turns == 1
+    drain()
+    (request,) = model_server.requests
+    sent = _resumed(request)
+    assert [m["role"] for m in sent] == ["user", "assistant", "tool", "tool"]
+    assert (sent[2]["tool_call_id"], sent[2]["content"]) == ("call_1", '{"saved": true}')
+    assert sent[3]["tool_call_id"] == "call_2" and "may or may not have taken effect" in sent[3]["content"]
+    assert not Memory.objects.filter(tenant=world.tenant_a).exists()  # neither call ran (again)
+    rows = timeline(world)
+    assert [(m.role, m.tool_call_id) for m in rows] == [
+        ("user", ""), ("assistant", ""), ("tool", "call_1"), ("tool", "call_2"), ("assistant", "")]
+    assert rows[0].answer_state == "answered" and rows[-1].content == "Saved."

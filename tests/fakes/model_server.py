@@ -3,7 +3,9 @@
 Each POST to /v1/chat/completions takes the next scripted step: a text reply, tool calls,
 or an error status. Streaming requests get Server-Sent Events exactly as OpenAI sends
 them (content split into several chunks, a final usage chunk, `[DONE]`; a chunked body on
-a connection kept open for the next request). Every request body is recorded so tests
+a connection kept open for the next request). A request whose history holds a tool call
+not answered by a tool message right after it is refused with a 400, as OpenAI refuses it
+("tool_call_ids did not have response messages"). Every request body is recorded so tests
 can assert what the model was sent, and `connections` counts the connections opened
 (`open_connections` those still open).
 """
@@ -164,6 +166,15 @@ class ModelServer:
                     server.in_flight += 1
                     server.most_in_flight = max(server.most_in_flight, server.in_flight)
                 try:
+                    unanswered = _unanswered_calls(body)
+                    if unanswered:  # as OpenAI, vLLM and llama.cpp's server refuse it
+                        with server._lock:
+                            server.requests.append(body)
+                        return self._json(400, {"error": {
+                            "message": "An assistant message with 'tool_calls' must be followed by tool messages "
+                                       "responding to each 'tool_call_id'. The following tool_call_ids did not "
+                                       f"have response messages: {', '.join(unanswered)}",
+                            "type": "invalid_request_error", "param": "messages"}})
                     if server.tool_arguments_checked and not _arguments_are_objects(body):
                         with server._lock:
                             server.requests.append(body)
@@ -267,6 +278,22 @@ class ModelServer:
                 self.wfile.flush()
 
         return Handler
+
+
+def _unanswered_calls(body: dict[str, Any]) -> list[str]:
+    """The ids of tool calls the request's history makes without the tool messages right
+    after the call's message answering each of them."""
+    messages = body.get("messages") or []
+    missing: list[str] = []
+    for i, message in enumerate(messages):
+        calls = [call.get("id", "") for call in message.get("tool_calls") or []]
+        answered = set()
+        for after in messages[i + 1:]:
+            if after.get("role") != "tool":
+                break
+            answered.add(after.get("tool_call_id"))
+        missing += [c for c in calls if c not in answered]
+    return missing
 
 
 def _arguments_are_objects(body: dict[str, Any]) -> bool:

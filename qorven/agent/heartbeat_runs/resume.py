@@ -1,7 +1,10 @@
 """A run tried again goes on from where its earlier try stopped, as a turn does: the tool
 calls that try made and their results are stored in the run's cron session (replying to
 the beat's prompt stored there, `reply_to`), and the next try asks the model with them,
-so no tool that ran (a memory saved, a message sent) runs again.
+so no tool that ran (a memory saved, a message sent) runs again. A call whose result
+was never stored (the worker died while it ran) is not run again either: the model reads
+that it may or may not have taken effect (qorven.agent.loop.rounds_completed, shared with
+turns).
 
 A retry after the beat's prompt was edited finishes the run as it was asked: the tools
 ran for the prompt stored in the run's session, so that prompt goes on being asked (and
@@ -9,7 +12,6 @@ fingerprinted, so a HEARTBEAT_OK does not mark the edited one as seen); the edit
 is asked from the next run on."""
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -20,14 +22,10 @@ from sessions_app.channel_kinds import Channel
 from sessions_app.errors import SessionNotFound
 from sessions_app.models import Message, Session
 from sessions_app.selectors import messages_read, rounds_of, session_get
-from sessions_app.services import message_append, session_reopen
+from sessions_app.services import session_reopen
 
+from ..loop import rounds_completed
 from ..prompt import to_openai
-
-# The result the model reads for a call whose try stopped before its result was stored
-# (the worker died while it ran): it is not run again, since it may have taken effect.
-LOST_RESULT = json.dumps({"error": "no result: the run stopped while this call ran, so it may or may not "
-                                   "have taken effect; it was not run again"})
 
 
 @dataclass
@@ -65,26 +63,14 @@ def earlier_try(beat: Heartbeat, run: HeartbeatRun, user: User | None) -> Earlie
 def go_on(beat: Heartbeat, earlier: EarlierTry) -> bool:
     """Open the earlier try's session again for this try and read its rounds into
     `earlier`: each call the model made with its stored result (a call whose result was
-    never stored gets LOST_RESULT, stored too). False when the session could not be opened
-    (it was pruned meanwhile): the run starts afresh."""
+    never stored with the one qorven.agent.loop.rounds_completed stores). False when the
+    session could not be opened (it was pruned meanwhile): the run starts afresh."""
     session = earlier.session
     if not session_reopen(tenant=beat.tenant, session_id=session.pk):
         return False
     stored = list(rounds_of(tenant_id=beat.tenant_id, session_id=session.pk, seqs=[earlier.prompt_seq])
                   .order_by("seq"))
-    results = {m.tool_call_id: m for m in stored if m.role == Message.Role.TOOL}
-    for message in stored:
-        if message.role != Message.Role.ASSISTANT or not message.tool_calls:
-            continue  # an answer an earlier try stored but did not get to record: asked again
-        earlier.rounds.append(to_openai(message))
-        earlier.rounds_done += 1
-        for call in message.tool_calls:
-            result = results.get(call.get("id", ""))
-            if result is None:
-                result = message_append(
-                    session=session, role=Message.Role.TOOL, content=LOST_RESULT, channel=Channel.CRON,
-                    tool_call_id=call.get("id", ""),
-                    metadata={**message.metadata, "tool": call.get("function", {}).get("name", "")},
-                ).message
-            earlier.rounds.append(to_openai(result))
+    rounds = rounds_completed(session=session, rounds=stored, channel=Channel.CRON)
+    earlier.rounds = [to_openai(m) for m in rounds]
+    earlier.rounds_done = sum(1 for m in rounds if m.role == Message.Role.ASSISTANT)
     return True
