@@ -48,6 +48,14 @@ def message_by_external_id(*, session: Session, scope: str, external_id: str) ->
                                   session=session).exclude(external_id="").order_by().first()
 
 
+def message_by_external_key(*, tenant_id: int, scope: str, external_id: str) -> Message | None:
+    """The message of the tenant stored under `external_id` in `scope`, in whichever of its
+    sessions (a heartbeat run's answer delivered to a chat cleared since); None when there
+    is none. Through the (tenant, scope, external id) unique index, as the append's dedupe."""
+    return (Message.objects.filter(tenant_id=tenant_id, external_scope=scope, external_id=external_id)
+            .exclude(external_id="").order_by().first())
+
+
 def session_for_task(*, tenant_id: int, session_id: int) -> Session | None:
     """The session a queued task names, or None when it (or its tenant) is gone: a task
     loaded by id must not fail on a row deleted since it was queued."""

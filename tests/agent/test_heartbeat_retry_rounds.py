@@ -159,3 +159,62 @@ def test_a_run_whose_worker_died_mid_round_runs_none_of_that_rounds_calls_again(
     assert (first["tool_call_id"], first["content"]) == ("call_1", '{"saved": true}')
     assert second["tool_call_id"] == "call_2" and "may or may not have taken effect" in second["content"]
     assert delivered(world) == ["Pills at 8, Alice."]
+
+
+def _died_after_answering(world, pills, *, delivering: bool = True):
+    """A run as its worker left it when it died after the model answered and before the
+    run was recorded: 'running' for hours, its answer stored in its cron session and (when
+    `delivering`) appended to Alice's chat for Telegram, as outcome.result_deliver does."""
+    from sessions_app.services import message_append, session_resolve
+
+    stuck = HeartbeatRun.objects.create(tenant=world.tenant_a, heartbeat=pills, tick=TICK,
+                                        started_at=timezone.now() - timedelta(hours=3))
+    cron = session_resolve(tenant=world.tenant_a, qor=world.qor_a, channel="cron", user=world.alice,
+                           thread_id=f"heartbeat:{pills.pk}:run:{stuck.pk}")
+    HeartbeatRun.objects.filter(pk=stuck.pk).update(session=cron)
+    tag = {"heartbeat": pills.pk, "run": stuck.pk}
+    asked = message_append(session=cron, role="user", content=pills.prompt, channel="cron", metadata=tag).message
+    message_append(session=cron, role="assistant", content="Pills at 8, Alice.", channel="cron",
+                   metadata={**tag, "reply_to": asked.seq, "model": "beat-model"})
+    if not delivering:
+        return stuck, None
+    chat = session_resolve(tenant=world.tenant_a, qor=world.qor_a, channel="telegram", user=world.alice)
+    sent = message_append(session=chat, role="assistant", content="Pills at 8, Alice.", channel="telegram",
+                          sender_name=world.qor_a.name, external_scope=f"heartbeat:{pills.pk}",
+                          external_id=f"run:{stuck.pk}", metadata={**tag, "heartbeat_name": pills.name}).message
+    return stuck, sent
+
+
+def test_a_run_whose_worker_died_after_delivering_is_finished_from_what_it_stored(world, pills, model_server, drain):
+    """The run taken over records the answer it delivered: the model is not asked again
+    and Alice's chat holds the answer once. Before, the takeover asked the model again
+    and recorded that second answer (worded anew) as delivered in place of the one sent."""
+    from channels_app.sweep import sweep
+
+    stuck, sent = _died_after_answering(world, pills)
+    model_server.default = reply("Pills at 8 o'clock, Alice!")
+
+    assert sweep(restart=True).heartbeat_runs == 1
+    drain()
+    stuck.refresh_from_db()
+    assert (stuck.status, stuck.attempts, stuck.output) == ("ok", 2, "Pills at 8, Alice.")
+    assert stuck.delivered_message_id == sent.pk
+    assert model_server.requests == []
+    assert delivered(world) == ["Pills at 8, Alice."]
+
+
+def test_a_run_whose_worker_died_before_delivering_its_answer_delivers_the_stored_one(
+    world, pills, model_server, drain
+):
+    from channels_app.sweep import sweep
+
+    stuck, _ = _died_after_answering(world, pills, delivering=False)
+    model_server.default = reply("Pills at 8 o'clock, Alice!")
+
+    assert sweep(restart=True).heartbeat_runs == 1
+    drain()
+    stuck.refresh_from_db()
+    assert (stuck.status, stuck.output) == ("ok", "Pills at 8, Alice.")
+    assert model_server.requests == []
+    assert delivered(world) == ["Pills at 8, Alice."]
+    assert stuck.delivered_message.content == "Pills at 8, Alice."

@@ -14,7 +14,8 @@ delivery target) leaves them due for the next one.
 - `subagent`: what the beat's model is told, and the conversation with it;
 - `outcome`: the run's record, its delivery, and the words for a model's failure;
 - `retries`: which failed runs are tried again, when, and the sweeper's recovery;
-- `resume`: a try that goes on from the tool rounds the try before stored (no tool twice).
+- `resume`: a try that goes on from the tool rounds the try before stored (no tool twice),
+  or finishes from the answer it stored (no second model call, no second delivery).
 """
 from __future__ import annotations
 

@@ -17,6 +17,7 @@ from qorven.llm import ModelError, SlotsBusy, WaitingForSlot
 from qorven.llm.metered import Tally
 from sessions_app.errors import SessionClosed
 from sessions_app.models import Message, Session
+from sessions_app.selectors import message_by_external_key
 from sessions_app.services import message_append, session_resolve
 from tenancy.access import surface_access
 
@@ -73,15 +74,25 @@ def model_failed(beat: Heartbeat, exc: ModelError, spent: Tally, reason: str = "
                    detail=f"{exc.kind}: {exc.detail}"[:2000], spent=spent, reason=reason)
 
 
-def result_deliver(beat: Heartbeat, run: HeartbeatRun, content: str, *, cut: str = "",
+def result_deliver(beat: Heartbeat, run: HeartbeatRun, content: str, *, cut: str = "", again: bool = False,
                    ) -> tuple[Message | None, str]:
     """Append the result to the target user's canonical chat, tagged with the target
     channel; channels_app sends it to the platform. Idempotent per run. An answer cut
     partway (`cut`: "cut_off" by a length limit, "withheld" by the provider's content
     filter, as qorven.agent.turn_endings.cut_short says) is marked so and followed by the
     notice a turn's cut reply gets, in the same transaction: the person is never handed
-    half a message with no sign that it is half."""
+    half a message with no sign that it is half.
+
+    `again`: the run finishes from the answer an earlier try of it stored, and that try may
+    have delivered it before its worker died: if so, that message is the delivery (looked
+    up first: the beat may have been paused, or given to someone else, since)."""
     from ..turn_endings import CUT_SHORT_NOTICES
+
+    scope, key = f"heartbeat:{beat.pk}", f"run:{run.pk}"
+    if again:
+        sent = message_by_external_key(tenant_id=beat.tenant_id, scope=scope, external_id=key)
+        if sent is not None:
+            return sent, ""
 
     def append() -> tuple[Message | None, str]:
         with transaction.atomic():
@@ -106,15 +117,14 @@ def result_deliver(beat: Heartbeat, run: HeartbeatRun, content: str, *, cut: str
             tag = {"heartbeat": beat.pk, "heartbeat_name": current.name, "run": run.pk}
             channel = current.deliver_channel
             chat = session_resolve(tenant=beat.tenant, qor=beat.qor, channel=channel, user=current.deliver_to)
-            scope = f"heartbeat:{beat.pk}"
             message = message_append(
                 session=chat, role=Message.Role.ASSISTANT, content=content, channel=channel,
-                sender_name=beat.qor.name, external_scope=scope, external_id=f"run:{run.pk}",
+                sender_name=beat.qor.name, external_scope=scope, external_id=key,
                 metadata={**tag, **({cut: True} if cut else {})},
             ).message
             if cut:
                 message_append(session=chat, role=Message.Role.SYSTEM, content=CUT_SHORT_NOTICES[cut],
-                               channel=channel, external_scope=scope, external_id=f"run:{run.pk}:{cut}",
+                               channel=channel, external_scope=scope, external_id=f"{key}:{cut}",
                                metadata={**tag, "notice": cut})
             return message, ""
 

@@ -4,7 +4,9 @@ the beat's prompt stored there, `reply_to`), and the next try asks the model wit
 so no tool that ran (a memory saved, a message sent) runs again. A call whose result
 was never stored (the worker died while it ran) is not run again either: the model reads
 that it may or may not have taken effect (qorven.agent.loop.rounds_completed, shared with
-turns).
+turns). A try that stored the model's answer (replying to the prompt too) before it died
+is finished from that answer: the model is not asked again, and an answer it delivered is
+recorded as delivered, not delivered again (run.py).
 
 A retry after the beat's prompt was edited finishes the run as it was asked: the tools
 ran for the prompt stored in the run's session, so that prompt goes on being asked (and
@@ -31,13 +33,15 @@ from ..prompt import to_openai
 @dataclass
 class EarlierTry:
     """What an earlier try of the run stored: its cron session, the prompt it was asked,
-    and (once `go_on` opened the session again) its tool rounds as the model reads them."""
+    and (once `go_on` opened the session again) its tool rounds as the model reads them
+    and the answer it stored, if it got that far."""
 
     session: Session
     prompt: str
     prompt_seq: int
     rounds: list[dict[str, Any]] = field(default_factory=list)
     rounds_done: int = 0
+    answer: Message | None = None
 
 
 def earlier_try(beat: Heartbeat, run: HeartbeatRun, user: User | None) -> EarlierTry | None:
@@ -61,15 +65,19 @@ def earlier_try(beat: Heartbeat, run: HeartbeatRun, user: User | None) -> Earlie
 
 
 def go_on(beat: Heartbeat, earlier: EarlierTry) -> bool:
-    """Open the earlier try's session again for this try and read its rounds into
-    `earlier`: each call the model made with its stored result (a call whose result was
-    never stored with the one qorven.agent.loop.rounds_completed stores). False when the
-    session could not be opened (it was pruned meanwhile): the run starts afresh."""
+    """Open the earlier try's session again for this try and read what it stored into
+    `earlier`: its rounds (each call the model made with its stored result, a call whose
+    result was never stored with the one qorven.agent.loop.rounds_completed stores), and
+    its answer, when it got as far as storing one (its worker died before the run was
+    recorded, maybe after delivering it: the run is finished from it, without asking the
+    model again). False when the session could not be opened (it was pruned meanwhile):
+    the run starts afresh."""
     session = earlier.session
     if not session_reopen(tenant=beat.tenant, session_id=session.pk):
         return False
     stored = list(rounds_of(tenant_id=beat.tenant_id, session_id=session.pk, seqs=[earlier.prompt_seq])
                   .order_by("seq"))
+    earlier.answer = next((m for m in stored if m.role == Message.Role.ASSISTANT and not m.tool_calls), None)
     rounds = rounds_completed(session=session, rounds=stored, channel=Channel.CRON)
     earlier.rounds = [to_openai(m) for m in rounds]
     earlier.rounds_done = sum(1 for m in rounds if m.role == Message.Role.ASSISTANT)

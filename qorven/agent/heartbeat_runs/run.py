@@ -59,7 +59,9 @@ def run_heartbeat(
     when not given). Returns the run, or None when there was nothing to do: the beat is
     gone or paused, its workspace is suspended, or another process already has this tick. Raises RunFailed when the
     model was unavailable (the failure is recorded first). A retry of a failed run (`run_id`)
-    goes on from the tool rounds its earlier try stored (resume.py): no tool runs twice.
+    goes on from the tool rounds its earlier try stored (resume.py): no tool runs twice. A
+    run whose worker died after the model answered (after delivering that answer, or before)
+    is finished from the answer stored: no second model call, no second delivery.
 
     A beat of a workspace the host suspended does not run: its ticks meanwhile are not
     made up after resume, and a retry of a failed run (`run_id`) that comes meanwhile ends
@@ -224,7 +226,9 @@ def _execute(beat: Heartbeat, run: HeartbeatRun, spent: Tally, *, manual: bool) 
         return Outcome(HeartbeatRun.Status.NOOP, output=content.strip(), session=session, inputs_hash=inputs_hash,
                        spent=spent)
     cut = cut_short(completion)
-    delivered, error = result_deliver(beat, run, content, cut=cut)
+    # A try finishing from the answer its earlier try stored may find it delivered already.
+    delivered, error = result_deliver(beat, run, content, cut=cut,
+                                      again=earlier is not None and earlier.answer is not None)
     if cut:
         # Delivered, but not whole: the run says so (reason and error) wherever it is read.
         logger.warning("heartbeat %s: its answer was cut partway (%s)", beat.pk, cut)

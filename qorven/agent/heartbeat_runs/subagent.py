@@ -113,7 +113,10 @@ def converse(
     still called tools as the rounds ran out: nothing to deliver). Its tool calls and
     results are stored in `session` replying to the prompt stored there; a try that goes
     on from an `earlier` one (resume.earlier_try: `session` is its session) asks with that
-    try's prompt and rounds, counted against the bound, and runs none of them again.
+    try's prompt and rounds, counted against the bound, and runs none of them again; one
+    whose earlier try stored the answer (and died before the run was recorded) is given
+    that answer, and the model is not asked. The answer is stored replying to the prompt,
+    with the due reminders it had in view (`context` is given them back on such a try).
     Raises WorkspaceSuspended when the host suspended the workspace while the model thought."""
     from qorven.llm.metered import Spend
     from tenancy.tool_registry import ToolContext, registry
@@ -131,6 +134,11 @@ def converse(
         stored = message_append(session=session, role=Message.Role.USER, content=beat.prompt, channel=Channel.CRON,
                                 sender_name=f"heartbeat {beat.name}", metadata=tag).message
         earlier = EarlierTry(session=session, prompt=beat.prompt, prompt_seq=stored.seq)
+    if earlier.answer is not None:
+        stored = earlier.answer.metadata
+        context.reminder_ids = [int(pk) for pk in stored.get("reminders") or []]
+        return Completion(content=earlier.answer.content, model=str(stored.get("model") or ""),
+                          cut_off=bool(stored.get("cut_off")), withheld=bool(stored.get("withheld")))
     messages: list[dict[str, Any]] = [{"role": "system", "content": context.system},
                                       {"role": "user", "content": earlier.prompt}, *earlier.rounds]
 
@@ -150,5 +158,7 @@ def converse(
         return None
     message_append(session=session, role=Message.Role.ASSISTANT, content=completion.content,
                    channel=Channel.CRON, sender_name=qor.name,
-                   metadata={**tag, "model": completion.model, **({cut: True} if (cut := cut_short(completion)) else {})})
+                   metadata={**tag, "reply_to": earlier.prompt_seq, "model": completion.model,
+                             **({cut: True} if (cut := cut_short(completion)) else {}),
+                             **({"reminders": context.reminder_ids} if context.reminder_ids else {})})
     return completion
