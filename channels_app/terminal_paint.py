@@ -147,7 +147,7 @@ def prompt_input(stdin: Any) -> Any:
 class RowPainter(_Staged):
     """A terminal with no prompt below what is shown (`qorven chat < questions.txt`): the
     lines are written as they come, and the tail on the row after them, written over as it
-    grows (it always fits its row: channels_app.terminal_screen.ScreenPrinter cuts it)."""
+    grows (it always fits its row: channels_app.terminal_streaming.ScreenPrinter cuts it)."""
 
     def __init__(self, out: Any, fd: int) -> None:
         super().__init__()
