@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from django.core.management.base import OutputWrapper
-from rich.console import Console
+
+if TYPE_CHECKING:  # imported by the commands that print with it, when they run
+    from rich.console import Console
 
 
 class _Passthrough:
@@ -25,5 +29,7 @@ class _Passthrough:
 
 def command_console(stdout: OutputWrapper) -> Console:
     """A rich Console on `stdout`: live and coloured on a terminal, plain (120 wide) otherwise."""
+    from rich.console import Console
+
     terminal = stdout.isatty()
     return Console(file=_Passthrough(stdout), width=None if terminal else 120)  # type: ignore[arg-type]

@@ -117,16 +117,23 @@ def imported_at_start(done: subprocess.CompletedProcess) -> set[str]:
     return imported
 
 
+# The commands that print tables or progress with rich: their --help prints neither.
+RICH_COMMANDS = ("backup", "restore", "export", "pair", "usage", "import-legacy", "collapse-sessions")
+
+
 def test_a_start_imports_only_what_every_command_needs():
     """`qorven --help` reads every command's help (so imports each command's module),
-    `qorven doctor --help` and `qorven chat --help` one; none of them sends to a platform,
-    parses a payload or a reply, reaches the broker, chats or calls a model."""
+    `qorven doctor --help`, `qorven chat --help` and those of the commands that print with
+    rich one each; none of them sends to a platform, parses a payload or a reply, reaches the
+    broker, chats, calls a model, or prints a table or a progress bar."""
     calls = [(args, {"PYTHONPROFILEIMPORTTIME": "1", "DJANGO_SECRET_KEY": "x"})
-             for args in (("--help",), ("doctor", "--help"), ("chat", "--help"))]
+             for args in (("--help",), ("doctor", "--help"), ("chat", "--help"),
+                          *((name, "--help") for name in RICH_COMMANDS))]
     for (args, _), done in zip(calls, run_each(*calls), strict=True):
         imported = imported_at_start(done)
-        if args != ("doctor", "--help"):  # what `qorven chat` imports as its module is read
+        if args in (("--help",), ("chat", "--help")):  # what `qorven chat` imports as its module is read
             assert {"channels_app.chat", "channels_app.json_body"} <= imported
+        assert not {name for name in imported if name.split(".")[0] == "rich"}, args
         assert not {name for name in imported if any(name == heavy or name.startswith(f"{heavy}.")
                                                      for heavy in NOT_AT_START)}, args
 

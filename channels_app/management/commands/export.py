@@ -7,7 +7,6 @@ from typing import Any, TextIO
 
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError, CommandParser
-from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
 from channels_app.data_export import ExportCounts, PersonExport, export_blocks
 from qorven.runtime.command_console import command_console
@@ -93,6 +92,8 @@ class Command(BaseCommand):
         return {"tenant": tenant, "user": user, "qor": qor}
 
     def _progress_reporter(self) -> Any:
+        from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
         console = command_console(self.stderr)
         self._progress = Progress(SpinnerColumn(), TextColumn("exporting: {task.fields[counts]}"),
                                   TimeElapsedColumn(), console=console, transient=True,

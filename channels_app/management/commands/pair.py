@@ -4,8 +4,6 @@ from zoneinfo import ZoneInfo
 
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError
-from rich.console import Console
-from rich.table import Table
 
 from channels_app.pairing import (
     paired_identity_get,
@@ -83,15 +81,7 @@ class Command(BaseCommand):
             self._revoke(tenant, opts)
             return
         if action == "list":
-            table = Table(title=f"Pending pairing requests of {tenant.slug}")
-            # When a code expires, in the workspace's own time, which the column names.
-            for col in ("code", "channel", "sender", "name", f"expires ({tenant.timezone})"):
-                table.add_column(col)
-            rows = pairing_pending(tenant=tenant)
-            for r in rows:
-                table.add_row(r.code, r.channel, r.external_id, r.identity.display_name,
-                              r.expires_at.astimezone(ZoneInfo(tenant.timezone)).strftime("%Y-%m-%d %H:%M"))
-            Console(file=self.stdout, width=100).print(table if rows else "No pending requests.")
+            self._pending(tenant)
             return
         try:
             if action == "approve":
@@ -116,7 +106,24 @@ class Command(BaseCommand):
         except NotFound as exc:
             raise CommandError(str(exc)) from None
 
+    def _pending(self, tenant) -> None:
+        from rich.console import Console
+        from rich.table import Table
+
+        table = Table(title=f"Pending pairing requests of {tenant.slug}")
+        # When a code expires, in the workspace's own time, which the column names.
+        for col in ("code", "channel", "sender", "name", f"expires ({tenant.timezone})"):
+            table.add_column(col)
+        rows = pairing_pending(tenant=tenant)
+        for r in rows:
+            table.add_row(r.code, r.channel, r.external_id, r.identity.display_name,
+                          r.expires_at.astimezone(ZoneInfo(tenant.timezone)).strftime("%Y-%m-%d %H:%M"))
+        Console(file=self.stdout, width=100).print(table if rows else "No pending requests.")
+
     def _paired(self, tenant) -> None:
+        from rich.console import Console
+        from rich.table import Table
+
         table = Table(title=f"Paired accounts of {tenant.slug}")
         for col in ("identity", "channel", "sender", "name", "user"):
             table.add_column(col)

@@ -1,12 +1,9 @@
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError, CommandParser
-from rich.markup import escape
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
-from rich.table import Table
 
 from legacy_app.collapse import (
     CollapseOutcome,
@@ -19,6 +16,9 @@ from qorven.runtime.command_console import command_console
 from tenancy.errors import NotFound
 from tenancy.models import Qor
 from tenancy.selectors import tenant_get
+
+if TYPE_CHECKING:
+    from rich.table import Table
 
 
 class Command(BaseCommand):
@@ -61,6 +61,9 @@ class Command(BaseCommand):
         parser.add_argument("--user", metavar="USERNAME", help="only this user")
 
     def handle(self, *args: Any, **opts: Any) -> None:
+        from rich.markup import escape
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
         jobs: int = opts["jobs"]
         if jobs < 1:
             raise CommandError("--jobs must be at least 1")
@@ -156,6 +159,8 @@ class Command(BaseCommand):
 
     @staticmethod
     def _summary(totals: CollapseTotals, dry_run: bool) -> Table:
+        from rich.table import Table
+
         title = "collapse-sessions --dry-run (nothing changed)" if dry_run else "collapse-sessions"
         table = Table(title=title, show_header=True, header_style="bold")
         table.add_column("")

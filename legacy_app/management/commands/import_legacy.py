@@ -6,15 +6,6 @@ from collections.abc import Iterator
 from typing import IO, Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
-from rich.progress import (
-    BarColumn,
-    DownloadColumn,
-    Progress,
-    TaskID,
-    TextColumn,
-    TimeRemainingColumn,
-)
-from rich.table import Table
 
 from legacy_app.legacy_import import ImportProblem, legacy_import
 from qorven.runtime.command_console import command_console
@@ -39,6 +30,9 @@ class Command(BaseCommand):
         parser.add_argument("file", metavar="FILE", help="the JSON-lines export (- for stdin)")
 
     def handle(self, *args: Any, **opts: Any) -> None:
+        from rich.progress import BarColumn, DownloadColumn, Progress, TaskID, TextColumn, TimeRemainingColumn
+        from rich.table import Table
+
         path: str = opts["file"]
         console = command_console(self.stdout)
         try:

@@ -1,8 +1,6 @@
 from __future__ import annotations
 
 from django.core.management.base import BaseCommand, CommandError
-from rich.console import Console
-from rich.table import Table
 
 from tenancy.errors import NotFound
 from tenancy.selectors import tenant_get, usage_month
@@ -18,6 +16,9 @@ class Command(BaseCommand):
         parser.add_argument("--tenant", required=True, help="tenant slug")
 
     def handle(self, *args, **opts):
+        from rich.console import Console
+        from rich.table import Table
+
         try:
             tenant = tenant_get(slug=opts["tenant"])
         except NotFound as exc:

@@ -6,7 +6,6 @@ from typing import Any
 
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
-from rich.progress import BarColumn, DownloadColumn, MofNCompleteColumn, Progress, TextColumn
 
 from qorven.runtime.backup import BackupError, backup_write, counts_said
 from qorven.runtime.command_console import command_console
@@ -48,6 +47,8 @@ class Command(BaseCommand):
         sqlite = database["ENGINE"].endswith("sqlite3")
         stamp = datetime.now(UTC).strftime("%Y%m%d-%H%M%S")
         path = Path(opts["path"] or f"qorven-backup-{stamp}.{'sqlite3' if sqlite else 'dump'}").resolve()
+        from rich.progress import BarColumn, DownloadColumn, MofNCompleteColumn, Progress, TextColumn
+
         console = command_console(self.stdout)
         columns = ([TextColumn("Copying the database"), BarColumn(), DownloadColumn()] if sqlite
                    else [TextColumn("Dumping tables"), BarColumn(), MofNCompleteColumn()])

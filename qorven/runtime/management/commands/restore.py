@@ -7,7 +7,6 @@ from django.conf import settings
 from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import connections
-from rich.progress import BarColumn, Progress, TextColumn
 
 from qorven.runtime.backup import BackupError, counts_said, database_counts
 from qorven.runtime.command_console import command_console
@@ -52,6 +51,8 @@ class Command(BaseCommand):
                 raise CommandError("No answer (end of input): nothing was changed.") from None
             if answer.strip().lower() not in ("y", "yes"):
                 raise CommandError("Nothing was changed.")
+        from rich.progress import BarColumn, Progress, TextColumn
+
         connections.close_all()
         console = command_console(self.stdout)
         with Progress(TextColumn("Keeping the current database"), BarColumn(), console=console, transient=True,
