@@ -1,0 +1,98 @@
+"""`qorven doctor`'s checks of files and settings: the heartbeats defaults file, the skill
+files, Django's deploy checks, and what backups need."""
+from __future__ import annotations
+
+import io
+import re
+import shutil
+import subprocess
+from collections.abc import Iterator
+
+from django.conf import settings
+from django.core.management import call_command
+from django.db import connections
+
+from .check import Check
+
+
+def heartbeats_checks() -> Iterator[Check]:
+    from heartbeats_app.defaults.reading import DefaultsFileError
+    from heartbeats_app.defaults.sync import beats_plan, defaults_path
+
+    path = defaults_path()
+    try:
+        beats_plan(path=path)
+    except DefaultsFileError as exc:
+        first = exc.problems[0].render(str(path)) if exc.problems else str(exc)
+        yield Check("heartbeats", path.name, False, f"{len(exc.problems)} problem(s); first: {first}",
+                    "fix the file (`qorven sync-beats --dry-run` lists every problem)")
+        return
+    yield Check("heartbeats", path.name, True, "valid")
+
+
+def skills_checks() -> Iterator[Check]:
+    from memory_app.skills import SkillFileError, skills_dir, skills_sync
+
+    try:
+        report = skills_sync(dry_run=True)
+    except SkillFileError as exc:
+        yield Check("skills", str(skills_dir()), False, str(exc), "set QORVEN_SKILLS_DIR to the skills folder")
+        return
+    if report.errors:
+        yield Check("skills", str(skills_dir()), False, f"{len(report.errors)} file(s) unreadable: {report.errors[0]}",
+                    "fix them (`qorven sync-skills --dry-run` lists each)")
+    else:
+        yield Check("skills", str(skills_dir()), True, "every skill file reads")
+
+
+def deploy_checks() -> Iterator[Check]:
+    if connections["default"].vendor == "sqlite" and not settings.REDIS_URL:
+        return  # the embedded default is for one machine, not a deployment
+    out = io.StringIO()
+    try:
+        call_command("check", "--deploy", stdout=out, stderr=out)
+    except Exception as exc:  # SystemCheckError: errors among them
+        out.write(str(exc))
+    text = out.getvalue()
+    issues = [line for line in text.splitlines() if line.startswith("?:") or ": (" in line]
+    if issues:
+        yield Check("deploy", "check --deploy", False, f"{len(issues)} issue(s); first: {issues[0].strip()[:160]}",
+                    "see `qorven check --deploy` and the README's production environment")
+    else:
+        yield Check("deploy", "check --deploy", True, "no issues")
+
+
+def backup_checks() -> Iterator[Check]:
+    """On PostgreSQL `qorven backup` runs pg_dump, which refuses a server newer than itself;
+    then the scheduled backups (heartbeats_app.backup_report)."""
+    from django.utils import timezone
+
+    from heartbeats_app.backup_report import backup_schedule_report
+
+    yield from _pg_dump()
+    report = backup_schedule_report(now=timezone.now())
+    yield Check("backup", "schedule", report.ok, report.detail, report.fix)
+
+
+def _pg_dump() -> Iterator[Check]:
+    """PostgreSQL's client programs `qorven backup` (pg_dump) and `qorven restore`
+    (pg_restore, its script run by psql) need: found, and not older than the server."""
+    connection = connections["default"]
+    if connection.vendor != "postgresql":
+        return  # SQLite copies and restores itself: nothing to install
+    server = connection.pg_version // 10000
+    for program, command in (("pg_dump", "qorven backup"), ("pg_restore", "qorven restore"),
+                             ("psql", "qorven restore")):
+        fix = (f"install PostgreSQL's client programs of version {server} or newer "
+               f"(e.g. apt install postgresql-client), or `{command}` cannot run")
+        found_at = shutil.which(program)
+        if found_at is None:
+            yield Check("backup", program, False, f"{program} was not found on PATH", fix)
+            continue
+        said = subprocess.run([found_at, "--version"], capture_output=True, text=True, timeout=10).stdout.strip()
+        found = re.search(r"(\d+)(?:\.(\d+))?", said)
+        client = int(found.group(1)) if found else 0
+        if client < server:
+            yield Check("backup", program, False, f"{said or 'no version'}: older than the server ({server})", fix)
+        else:
+            yield Check("backup", program, True, f"{said}: `{command}` can run")
