@@ -8,22 +8,19 @@ import ipaddress
 import math
 import os
 import re
-import tempfile
 import warnings
 from pathlib import Path
-from urllib.parse import SplitResult, urlsplit
 
 import environ
 
 from qorven.runtime.durations import duration_parse
 from qorven.runtime.zone_names import zone_choosable
 
+from .addresses import HOST_NAME, http_url_check, public_url_check, url_parts, url_without_credentials
+from .database import database_settings
+
 _LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 _FALSE_STRINGS = ("false", "off", "no", "n", "0", "")
-# A host name: dot-separated labels of letters, digits and hyphens, the last not a number
-# (10.0.0.300 is a mistyped address, not a name).
-_LABEL = r"[a-z0-9_](?:[a-z0-9_-]{0,61}[a-z0-9_])?"
-_HOST_NAME = re.compile(rf"(?:{_LABEL}\.)*(?![0-9]+\.?$){_LABEL}\.?", re.IGNORECASE)
 
 
 class Env(environ.Env):
@@ -120,7 +117,7 @@ class Env(environ.Env):
                 ipaddress.ip_address(bare)
                 continue
             except ValueError:
-                if host == "*" or _HOST_NAME.fullmatch(host.removeprefix(".")):
+                if host == "*" or HOST_NAME.fullmatch(host.removeprefix(".")):
                     continue
             raise environ.ImproperlyConfigured(
                 f"{var} takes host names (qorven.example.com; .example.com for it and its subdomains; * for any) "
@@ -156,7 +153,7 @@ class Env(environ.Env):
                 ipaddress.ip_network(entry, strict=False)
                 continue
             except ValueError:
-                if "/" not in entry and _HOST_NAME.fullmatch(entry):
+                if "/" not in entry and HOST_NAME.fullmatch(entry):
                     continue
             raise environ.ImproperlyConfigured(
                 f"{var} takes host names, IP addresses and networks (10.0.0.0/8), not {entry!r}")
@@ -168,7 +165,7 @@ class Env(environ.Env):
         value = self.str(var, default=default).strip()
         if value in ("", "env"):
             return value
-        parts = _http_url(value)
+        parts = url_parts(value)
         if parts is None or parts.scheme not in ("http", "https") or not parts.hostname \
                 or parts.path not in ("", "/") or parts.query or parts.fragment:
             raise environ.ImproperlyConfigured(
@@ -193,7 +190,7 @@ class Env(environ.Env):
         value = self.str(var, default=default).strip()
         if not value:
             return value
-        parts = _http_url(value)
+        parts = url_parts(value)
         database = (parts.path.strip("/") if parts else "")
         if parts is None or not (
                 (parts.scheme in ("redis", "rediss") and parts.hostname and (not database or database.isdigit()))
@@ -210,7 +207,7 @@ class Env(environ.Env):
         value = self.str(var, default="").strip()
         if not value:
             return {}
-        parts = _http_url(value)
+        parts = url_parts(value)
         if parts is None or parts.scheme not in self.EMAIL_SCHEMES \
                 or (parts.scheme.startswith("smtp") and not parts.hostname):
             raise environ.ImproperlyConfigured(
@@ -228,49 +225,7 @@ class Env(environ.Env):
         """Django's DATABASES entry for the URL in `var`: PostgreSQL or SQLite only, each
         with the options Qorven runs it with. A relative SQLite file is taken from `root`
         (the project's), not from the folder the process started in."""
-        try:
-            database = self.db_url(var, default=default)
-        except ValueError:  # urllib's, for a port that is not a number
-            database = {}
-        if database.get("ENGINE") == "django.db.backends.sqlite3":
-            database["NAME"] = _sqlite_file(var, str(database.get("NAME") or ""), root)
-            # BEGIN IMMEDIATE takes SQLite's write lock at the start of every transaction, so
-            # concurrent appends queue up instead of failing with "database is locked".
-            # secure_delete: what is deleted is overwritten, not left in the file's free space
-            # (qorven.runtime.sqlite_erase).
-            database.setdefault("OPTIONS", {}).update({
-                "transaction_mode": "IMMEDIATE",
-                "timeout": 30,
-                "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL; PRAGMA secure_delete=ON;",
-            })
-            # A file, not shared-cache memory, so threads in tests see the same locking as
-            # production; one per test process, so concurrent runs never share it.
-            database["TEST"] = {"NAME": str(Path(tempfile.gettempdir()) / f"qorven-test-{os.getpid()}.sqlite3")}
-            return database
-        if database.get("ENGINE") != "django.db.backends.postgresql":
-            raise environ.ImproperlyConfigured(f"{var} must be a postgres:// or sqlite:// URL (e.g. "
-                                               f"postgres://user:pass@host:5432/qorven), not {url_without_credentials(self.str(var))!r}")
-        if self.bool("QORVEN_DB_PREPARED", default=True):
-            # A statement run on a connection five times is prepared there (psycopg), so
-            # PostgreSQL stops planning it on each run: the reads every request and turn make
-            # (qorven.runtime.prepared_read) took longer to plan than to run. Prepared statements
-            # need the parameters bound by the server. Off for a pooler that does not keep them
-            # (PgBouncer before 1.21 in transaction mode).
-            database.setdefault("OPTIONS", {}).update({"server_side_binding": True, "prepare_threshold": 5})
-        if self.bool("QORVEN_DB_POOL", default=True):
-            # psycopg's pool: under an ASGI server every request runs on a thread of its own, so a
-            # connection per request (CONN_MAX_AGE=0) or per thread (CONN_MAX_AGE>0, which
-            # exhausts the server) is replaced by a bounded set that requests borrow and return.
-            # `qorven worker` closes it before forking its children (each opens its own).
-            pool = {"min_size": self.int("QORVEN_DB_POOL_MIN", default=2, at_least=0),
-                    "max_size": self.int("QORVEN_DB_POOL_MAX", default=20, at_least=1),
-                    "timeout": self.float("QORVEN_DB_POOL_TIMEOUT", default=10.0, above=0)}
-            if pool["min_size"] > pool["max_size"]:
-                raise environ.ImproperlyConfigured(f"QORVEN_DB_POOL_MIN ({pool['min_size']}) must be at most "
-                                                   f"QORVEN_DB_POOL_MAX ({pool['max_size']})")
-            database["CONN_MAX_AGE"] = 0
-            database.setdefault("OPTIONS", {})["pool"] = pool
-        return database
+        return database_settings(self, var, default, root=root)
 
     def choice(self, var: str, default: str, choices: tuple[str, ...]) -> str:
         """One of a few words, written exactly so."""
@@ -310,96 +265,6 @@ def meta_header_name(name: str) -> str:
     X-Forwarded-Proto (or for itself)."""
     meta = name.strip().upper().replace("-", "_")
     return meta if meta.startswith("HTTP_") else f"HTTP_{meta}"
-
-
-# What django-environ reads from a settings file: NAME=value, `export ` before it if wanted.
-_ENV_LINE = re.compile(r"\A(?:export )?([A-Za-z_0-9]+)=(.*)\Z")
-
-
-def env_file_check(path: str) -> None:
-    """ImproperlyConfigured, naming the file, the line and the variable but never the value
-    (a key, a password), for a line of the settings file django-environ would not read as
-    meant: one that is not NAME=value (it skipped it, warning with the whole line, and the
-    setting took its default), or a quoted value followed by more text (`"a b" # note`:
-    the quotes and the note were the value)."""
-    text = Path(path).read_text(encoding="utf-8", errors="replace")
-    for number, line in enumerate(text.splitlines(), start=1):
-        if not line.strip() or line.lstrip().startswith("#"):
-            continue
-        read = _ENV_LINE.match(line)
-        if read is None:
-            name = line.split("=", 1)[0].strip().removeprefix("export ").strip()
-            named = f"{name}: " if "=" in line and re.fullmatch(r"[A-Za-z_0-9]+", name) else ""
-            raise environ.ImproperlyConfigured(
-                f"{path}, line {number}: {named}not a NAME=value line (no spaces around the =; a comment "
-                "starts with #)")
-        value = read[2]
-        if value[:1] in ("'", '"') and (len(value) < 2 or value[-1] != value[0]):
-            raise environ.ImproperlyConfigured(
-                f"{path}, line {number}: {read[1]}'s value opens a quote it does not end with: a comment goes on "
-                "a line of its own")
-
-
-def _sqlite_file(var: str, name: str, root: Path) -> str:
-    """The SQLite file `name` names, relative to `root`; ImproperlyConfigured when its folder
-    does not exist (SQLite makes the file, not the folder: every command would end in
-    "unable to open database file", naming nothing)."""
-    if name in ("", ":memory:") or name.startswith("file:"):
-        return name
-    path = Path(name) if Path(name).is_absolute() else (root / name).resolve()
-    if not path.parent.is_dir():
-        relative = "" if Path(name).is_absolute() else f" (a relative path is taken from the project root, {root})"
-        raise environ.ImproperlyConfigured(
-            f"{var} names the SQLite file {path}, in a folder that does not exist{relative}: "
-            f"create {path.parent} or name another file")
-    return str(path)
-
-
-def public_url_check(var: str, value: str) -> None:
-    """ImproperlyConfigured unless `value` is http(s), a host, an optional port and an
-    optional path (Qorven under a path of a shared host: QORVEN_URL_PREFIX), with no
-    query, fragment or credentials."""
-    from qorven.runtime.url_prefix import url_prefix_parse
-
-    parts = _http_url(value)
-    if parts is None or parts.scheme not in ("http", "https") or not parts.hostname \
-            or parts.query or parts.fragment or parts.username or parts.password:
-        raise environ.ImproperlyConfigured(
-            f"{var} must be the scheme and host this server is reached at, like https://qorven.example.com "
-            f"(or https://example.org/qorven under a path), not {value!r}")
-    try:
-        url_prefix_parse(var, parts.path)
-    except environ.ImproperlyConfigured:
-        raise environ.ImproperlyConfigured(
-            f"{var} must be the address this server is reached at, like https://qorven.example.com or "
-            f"https://example.org/qorven (a path of letters, digits, '-', '_', '.' and '~', none of Qorven's "
-            f"own such as /chat), not {value!r}") from None
-
-
-def http_url_check(var: str, value: str) -> None:
-    """ImproperlyConfigured, naming `var`, unless `value` is an http(s) URL with a host (and
-    a port that is a number); the value is shown without the credentials it may carry."""
-    parts = _http_url(value)
-    if parts is None or parts.scheme not in ("http", "https") or not parts.hostname:
-        raise environ.ImproperlyConfigured(
-            f"{var} must be an http:// or https:// URL like http://127.0.0.1:11434/v1, not "
-            f"{url_without_credentials(value)!r}")
-
-
-def _http_url(value: str) -> SplitResult | None:
-    """`value`'s parts, None when it is not a URL with a readable port."""
-    try:
-        parts = urlsplit(value)
-        parts.port  # noqa: B018 (raises on a port that is none)
-    except ValueError:
-        return None
-    return parts
-
-
-def url_without_credentials(url: str) -> str:
-    """`url` with any `user:password@` before its host shown as `***@`, for a log line, an
-    error or a report (it may not even parse)."""
-    return re.sub(r"(?<=://)[^/?#]*@", "***@", url)
 
 
 def _either(choices: tuple[str, ...]) -> str:
