@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
+from django.db.models import OuterRef, Subquery
+
 from .models import Membership, Tenant
 
 
@@ -29,6 +31,19 @@ def person_zone_own(*, tenant: Tenant, user_id: int | None) -> str:
         return ""
     own = Membership.objects.filter(tenant=tenant, user_id=user_id).values_list("timezone", flat=True).first()
     return own or ""
+
+
+def person_zone_own_of(*, tenant: str, user: str) -> Subquery:
+    """To annotate a read with (the outer query's field paths to the tenant and user ids):
+    the name of the timezone the person set in the workspace, "" or None when none
+    (person_zone_own, read with a row the caller reads anyway)."""
+    return Subquery(Membership.objects.filter(tenant_id=OuterRef(tenant), user_id=OuterRef(user))
+                    .order_by().values("timezone")[:1])
+
+
+def person_zone_of(*, tenant: Tenant, own: str | None) -> ZoneInfo:
+    """The person's timezone from the name of their own as read (person_zone_own_of)."""
+    return zone_named(own or tenant.timezone or "UTC")
 
 
 def person_zone_name(*, tenant: Tenant, user_id: int | None) -> str:

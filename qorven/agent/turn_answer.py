@@ -346,7 +346,7 @@ def turn_prompt(
         project_context=project_context_for(qor),
         skills=[(s.name, s.description) for s in skills],
         memories=memories_for(tenant=session.tenant, qor=qor, user=session.user, query=pending.content,
-                              held=getattr(pending, "memories_held", True)),
+                              held=getattr(pending, "memories_held", True), own_zone=getattr(pending, "own_zone", None)),
         compaction_note="\n\n".join(p for p in (session.seed_summary, session.compaction_note) if p.strip()),
         surface_note=f"The current message came from the {pending.channel} surface; answer for that surface.",
     )

@@ -35,6 +35,7 @@ from sessions_app.turn_writes import (
     turn_lease_release,
 )
 from tenancy.switches import switches_seen, switches_seen_here
+from tenancy.zones import person_zone_own_of
 
 from .slot_places import slot_place_give_up
 from .turn_answer import AnswerResult, AnswerStep, answer_message
@@ -44,10 +45,13 @@ logger = logging.getLogger(__name__)
 
 # A turn's first read (sessions_app.selectors.pending_with_session: the message with its
 # session, tenant, Qor, user, role and switches) with whether the person has any memory
-# with the Qor (`memories_held`): a person with none costs no memory search.
+# with the Qor (`memories_held`): a person with none costs no memory search; and the
+# person's own timezone (`own_zone`), the dates of the memories found are shown in (a
+# read of its own whenever memories were found, before).
 _pending_for_turn: PreparedRead[Message] = PreparedRead(
     lambda tenant_id, session_id: pending_with_session_query(tenant_id, session_id).annotate(
-        memories_held=memories_held(tenant="session__tenant_id", qor="session__qor_id", user="session__user_id"))[:1],
+        memories_held=memories_held(tenant="session__tenant_id", qor="session__qor_id", user="session__user_id"),
+        own_zone=person_zone_own_of(tenant="session__tenant_id", user="session__user_id"))[:1],
     tenant_id=int, session_id=int,
 )
 

@@ -17,7 +17,7 @@ from qorven.agent.turns import turn_process
 from sessions_app.models import Message, Session
 from sessions_app.services import message_append, session_resolve
 
-from ..fakes.model_server import reply
+from ..fakes.model_server import reply, tool_call
 from .payloads import post_telegram, telegram_update
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -338,3 +338,25 @@ def redis_round_trips_per_platform_turn() -> int:
     (redis_round_trips_per_turn); the reply's send asks nothing of Redis (its gates are
     PostgreSQL's advisory locks: channels_app.send_gate)."""
     return 1 + redis_round_trips_per_turn()
+
+
+def test_a_turn_that_saves_a_memory_leaves_what_the_process_keeps(world, model_server, django_assert_max_num_queries):
+    """A turn in which the model saves a memory (remember) drops none of what the process
+    keeps: the next turn reads no MCP server, skill or model fallback (queries_per_next_turn)
+    and finds the memory with the one statement more it costs, the search; the person's
+    timezone its date is shown in comes with the turn's first read (was a statement more
+    whenever memories were found)."""
+    session = session_resolve(tenant=world.tenant_a, qor=world.qor_a, channel="web", user=world.alice)
+    model_server.add(tool_call("remember", {"content": "Alice's bike is a green Brompton", "type": "fact"}),
+                     reply("Noted."), reply("A green Brompton."))
+    message_append(session=session, role="user", content="my bike is a green Brompton", channel="web",
+                   sender_name="Alice", awaits_answer=True, notify=False, metadata={"trust": "owner"})
+    assert turn_process(tenant_id=world.tenant_a.pk, session_id=session.pk).answered == 1
+    message_append(session=session, role="user", content="what colour is my bike?", channel="web",
+                   sender_name="Alice", awaits_answer=True, notify=False, metadata={"trust": "owner"})
+    with django_assert_max_num_queries(queries_per_next_turn() + 1) as captured:  # the memory search
+        assert turn_process(tenant_id=world.tenant_a.pk, session_id=session.pk).answered == 1
+    assert "green Brompton" in "\n".join(str(m["content"]) for m in model_server.requests[-1]["messages"])
+    read = "\n".join(q["sql"] for q in captured.captured_queries)
+    for kept in ("tenancy_mcpserver", "memory_app_learnedskill", "tenancy_modelfallback"):
+        assert kept not in read

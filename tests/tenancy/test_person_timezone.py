@@ -89,6 +89,25 @@ def test_history_dates_are_in_the_persons_timezone(world, model_server, drain):
     assert "03-15 08:30 Alice: the boiler is broken" in last_answer(session)  # Tokyo is UTC+9
 
 
+def test_the_memories_in_a_prompt_are_dated_in_the_persons_timezone(world, model_server, drain):
+    """Read with the turn's message (qorven.agent.turns): hers for Alice, who set one; the
+    workspace's for Bob, who did not."""
+    from ..factories.memory_app import remember
+
+    Membership.objects.filter(tenant=world.tenant_a, user=world.alice).update(timezone="Asia/Tokyo")
+    Tenant.objects.filter(pk=world.tenant_a.pk).update(timezone="America/New_York")
+    late = datetime(2031, 3, 14, 23, 30, tzinfo=UTC)  # the 15th in Tokyo, the 14th in New York
+    for user in (world.alice, world.bob):
+        remember(world.tenant_a, world.qor_a, user, "the boiler is a Vaillant", period_start=late, period_end=late)
+    model_server.add(reply("A Vaillant."), reply("A Vaillant."))
+    for user in (world.alice, world.bob):
+        say(world, user, "what boiler do I have?")
+        drain()
+    alice, bob = ("\n".join(str(m["content"]) for m in request["messages"]) for request in model_server.requests)
+    assert "15 Mar 2031 — the boiler is a Vaillant" in alice
+    assert "14 Mar 2031 — the boiler is a Vaillant" in bob
+
+
 def test_a_reminders_due_time_and_the_current_time_are_read_in_the_persons_timezone(world, model_server, drain):
     world.tenant_a.timezone = "Europe/Paris"
     world.tenant_a.save(update_fields=["timezone"])
