@@ -91,7 +91,8 @@ def test_a_message_coming_back_for_a_slot_still_taken_reads_nothing_for_its_prom
             outcome = turn_process(tenant_id=world.tenant_a.pk, session_id=session.pk)
         assert outcome.retry_after is not None and outcome.answered == 0
     queries = [q["sql"] for q in come_back.captured_queries]
-    assert not [q for q in queries if "memory_app_memory" in q]  # no memory search
+    # No memory search (the message's read looks whether the person has any memory: memories_held).
+    assert not [q for q in queries if "memory_app_memory" in q and "sessions_app_message" not in q]
     # The message to answer is read; its conversation's window is not.
     assert len([q for q in queries if q.startswith("SELECT") and "sessions_app_message" in q]) == 1, queries
     assert len(queries) == 3, queries  # the session's lease taken, the message (with its tool switches), the lease let go
