@@ -21,6 +21,8 @@ from sessions_app.selectors import StoredMessage
 from sessions_app.services import message_append
 from tenancy.tool_registry import Tool, ToolContext, registry
 
+from .round_pairs import Unanswered, rounds_paired
+
 
 def tool_loop(
     *,
@@ -88,23 +90,16 @@ def rounds_completed(*, session: Session, rounds: Sequence[StoredMessage], chann
     `session` tagged `channel`, with its call's message's metadata: it is not run again,
     the model is told it may or may not have taken effect, and no request holds a call
     without its result (OpenAI-compatible servers refuse that with a 400, every time).
-    Anything else in `rounds` (an answer) is left out. Writes only for a call left so."""
+    Anything else in `rounds` (an answer) is left out. Writes only for a call left so; the
+    pairing is qorven.agent.round_pairs.rounds_paired's, as a prompt's older rounds get it."""
     out: list[StoredMessage] = []
-    calling = [m for m in rounds if m.role == Message.Role.ASSISTANT and m.tool_calls]
-    for i, message in enumerate(calling):
-        # Its results are those stored after it and before the next round's calls: servers
-        # that number calls (call_0, call_1…) give the next round the same ids.
-        until = calling[i + 1].seq if i + 1 < len(calling) else None
-        results = {m.tool_call_id: m for m in rounds if m.role == Message.Role.TOOL and m.seq > message.seq
-                   and (until is None or m.seq < until)}
-        out.append(message)
-        for call in message.tool_calls or []:
-            result = results.get(call.get("id", ""))
-            if result is None:
-                result = message_append(
-                    session=session, role=Message.Role.TOOL, content=LOST_RESULT, channel=channel,
-                    tool_call_id=call.get("id", ""),
-                    metadata={**message.metadata, "tool": call.get("function", {}).get("name", "")},
-                ).message
-            out.append(result)
+    calls_and_results = [m for m in rounds if m.role == Message.Role.TOOL
+                         or (m.role == Message.Role.ASSISTANT and m.tool_calls)]
+    for item in rounds_paired(calls_and_results):
+        if isinstance(item, Unanswered):
+            item = message_append(
+                session=session, role=Message.Role.TOOL, content=LOST_RESULT, channel=channel,
+                tool_call_id=item.call_id, metadata={**item.message.metadata, "tool": item.tool},
+            ).message
+        out.append(item)
     return out

@@ -26,6 +26,7 @@ from tenancy.trust import Trust, trust_allows
 
 from .attachments import IMAGE_TOKENS, attached_count, image_parts
 from .held_windows import Held, held_window, held_window_keep
+from .round_pairs import UNKEPT_RESULT, Unanswered, rounds_paired
 
 TOOL_CONTRACT = """\
 You may call the tools offered with this request. Call a tool only when it helps answer the
@@ -189,7 +190,10 @@ def prompt_build(
     (an exchange answered before `current` was retried or edited is read before it). The
     tool rounds an earlier run of the turn stored for `current` (it stopped before the
     model's next call: a transient failure, a capped route's slot taken) follow it, so the
-    model goes on from them and no tool runs twice. With `vision` (the route accepts
+    model goes on from them and no tool runs twice. Each call goes with its result and no
+    result without its call (qorven.agent.round_pairs): an older call whose result was
+    never kept gets one saying so, a result whose call is not in the window is left out.
+    With `vision` (the route accepts
     images) the newest images of the window go as image parts (qorven.agent.attachments);
     otherwise each is a note.
     """
@@ -205,7 +209,12 @@ def prompt_build(
     # Two senders of one name (a group's stranger who took a member's) are told apart.
     labels = sender_labels(window)
     messages: list[dict[str, Any]] = [{"role": "system", "content": system}]
-    for m in window:
+    # Every call with its result right after it, no result without its call: an older
+    # round stored incomplete, or cut by the window, is refused (400) by strict servers.
+    for m in rounds_paired(window):
+        if isinstance(m, Unanswered):  # for this request only: nothing ran, nothing to keep
+            messages.append({"role": "tool", "tool_call_id": m.call_id, "content": UNKEPT_RESULT})
+            continue
         attached = images.get(m.pk)
         label = labels.get(m.pk)
         key = (m.pk, m.revision, trust, label) if attached is None and isinstance(m, MessageRow) else None

@@ -5,7 +5,10 @@ or an error status. Streaming requests get Server-Sent Events exactly as OpenAI 
 them (content split into several chunks, a final usage chunk, `[DONE]`; a chunked body on
 a connection kept open for the next request). A request whose history holds a tool call
 not answered by a tool message right after it is refused with a 400, as OpenAI refuses it
-("tool_call_ids did not have response messages"). Every request body is recorded so tests
+("tool_call_ids did not have response messages"), and so is one whose history holds a tool
+message that answers no call of the assistant message right before its run of tool
+messages ("messages with role 'tool' must be a response to a preceding message with
+'tool_calls'"). Every request body is recorded so tests
 can assert what the model was sent, and `connections` counts the connections opened
 (`open_connections` those still open).
 """
@@ -175,6 +178,13 @@ class ModelServer:
                                        "responding to each 'tool_call_id'. The following tool_call_ids did not "
                                        f"have response messages: {', '.join(unanswered)}",
                             "type": "invalid_request_error", "param": "messages"}})
+                    if _unasked_results(body):  # as OpenAI refuses it
+                        with server._lock:
+                            server.requests.append(body)
+                        return self._json(400, {"error": {
+                            "message": "Invalid parameter: messages with role 'tool' must be a response to a "
+                                       "preceeding message with 'tool_calls'.",
+                            "type": "invalid_request_error", "param": "messages"}})
                     if server.tool_arguments_checked and not _arguments_are_objects(body):
                         with server._lock:
                             server.requests.append(body)
@@ -294,6 +304,20 @@ def _unanswered_calls(body: dict[str, Any]) -> list[str]:
             answered.add(after.get("tool_call_id"))
         missing += [c for c in calls if c not in answered]
     return missing
+
+
+def _unasked_results(body: dict[str, Any]) -> list[str]:
+    """The ids of tool messages that answer no call of the assistant message right before
+    their run of tool messages (a result whose call is not there)."""
+    asked: set[str] = set()
+    unasked: list[str] = []
+    for message in body.get("messages") or []:
+        if message.get("role") == "tool":
+            if message.get("tool_call_id") not in asked:
+                unasked.append(str(message.get("tool_call_id")))
+            continue
+        asked = {call.get("id", "") for call in message.get("tool_calls") or []}
+    return unasked
 
 
 def _arguments_are_objects(body: dict[str, Any]) -> bool:
