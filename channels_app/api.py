@@ -24,7 +24,7 @@ from tenancy.errors import NotFound
 from tenancy.selectors import qor_get
 from tenancy.switches import channel_enabled
 
-from .api_auth import bearer_required, json_error, json_methods
+from .api_auth import bearer_required, json_error, json_methods, stop_unavailable
 from .chat import ChatOwner, chat_stop, surface_session, with_deliveries
 from .json_body import QUERY_INT_MAX, BodyRefused, ParamRefused, json_body, query_int
 
@@ -190,7 +190,9 @@ def qor_stop(request: HttpRequest, qor) -> HttpResponse:
     """POST `{"reply_to": seq}`: stop the reply to that message of the caller's chat where it
     is, as the chat page's Stop button does (`"surface": "tui"` for a terminal, which in
     legacy mode has a session of its own). 202 when its turn was asked to stop, 409 when no
-    answer to it is being written."""
+    answer to it is being written, 503 when the request could not be passed on just now."""
+    from qorven.agent.stop import StopUnavailable
+
     body = _json_object(request, '{"reply_to": 7}')
     reply_to = body.get("reply_to")
     if not isinstance(reply_to, int) or isinstance(reply_to, bool) or not 0 < reply_to <= QUERY_INT_MAX:
@@ -200,7 +202,11 @@ def qor_stop(request: HttpRequest, qor) -> HttpResponse:
         raise BadRequest(f'"surface" must be one of: {", ".join(sorted(POSTABLE_CHANNELS))}')
     owner = ChatOwner(request.tenant, qor, request.user,  # type: ignore[attr-defined]
                       surface_trust(role=request.member_role, surface=surface), surface=surface)  # type: ignore[attr-defined]
-    if not chat_stop(owner=owner, reply_to=reply_to):
+    try:
+        asked = chat_stop(owner=owner, reply_to=reply_to)
+    except StopUnavailable:
+        return stop_unavailable()
+    if not asked:
         return json_error(409, "no answer to that message is being written")
     return JsonResponse({"stopping": reply_to}, status=202)
 

@@ -13,6 +13,17 @@ def json_error(status: int, message: str) -> JsonResponse:
     return JsonResponse({"error": message}, status=status)
 
 
+def stop_unavailable() -> JsonResponse:
+    """A Stop that could not be passed on to its turn (the cache away): our notice, and when
+    to try again."""
+    from qorven.agent.stop import STOP_UNAVAILABLE
+    from qorven.runtime.cache_away import CACHE_RETRY_DELAY
+
+    response = json_error(503, STOP_UNAVAILABLE)
+    response["Retry-After"] = str(int(CACHE_RETRY_DELAY))
+    return response
+
+
 def method_refused(request: HttpRequest, methods: tuple[str, ...]) -> JsonResponse | None:
     """A JSON 405 naming the methods (with Allow) when `request` uses another; else None."""
     if request.method in methods:

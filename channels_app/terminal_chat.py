@@ -198,11 +198,16 @@ class TerminalChat:
         return "clear" if typed or sent else "leave"
 
     def _stop(self, reply_to: int) -> None:
+        from qorven.agent.stop import STOP_UNAVAILABLE, StopUnavailable
+
         try:
             asked = self.link.stop(reply_to) if self.link is not None else chat_stop(owner=self.owner,
                                                                                      reply_to=reply_to)
         except NotFound as exc:
             self.notice(str(exc))
+            return
+        except StopUnavailable:  # the server's cache away: it could not pass the request on
+            self.notice(STOP_UNAVAILABLE)
             return
         except Exception:  # the server away: the reply goes on, and saying so is all we can do
             logger.debug("could not ask for the reply to %s to stop", reply_to, exc_info=True)

@@ -130,13 +130,18 @@ class ServerLink:
     def stop(self, reply_to: int) -> bool:
         """Ask the server to stop the reply to message `reply_to` (the page's Stop); False
         when no answer to it is being written any more. NotFound: this person may not
-        write here any more; httpx.HTTPError: the server could not be asked."""
+        write here any more; StopUnavailable: the server could not pass it on just now;
+        httpx.HTTPError: the server could not be asked."""
+        from qorven.agent.stop import StopUnavailable
+
         response = self.http.post(f"/v1/qors/{quote(self.owner.qor.slug)}/stop",
                                   json={"reply_to": reply_to, "surface": "tui"})
         if response.status_code in (401, 403, 404):
             raise NotFound("not a member of this workspace any more")
         if response.status_code == 409:
             return False
+        if response.status_code == 503:
+            raise StopUnavailable()
         response.raise_for_status()
         return True
 

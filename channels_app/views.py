@@ -20,7 +20,7 @@ from sessions_app.channel_kinds import Channel
 from tenancy.errors import NotFound
 from tenancy.zones import person_zone_own
 
-from .api_auth import method_refused
+from .api_auth import method_refused, stop_unavailable
 from .chat import (
     PAGE,
     ChannelOff,
@@ -205,11 +205,18 @@ def chat_memory_forget_view(request: HttpRequest, tenant_slug: str, qor_slug: st
 @member_json_view("POST")
 def chat_stop_view(request: HttpRequest, owner) -> JsonResponse:
     """POST `{"reply_to": seq}`: stop the reply to that message where it is (the Stop
-    button). 202 when a turn was asked to stop, 409 when no answer to it is on its way."""
+    button). 202 when a turn was asked to stop, 409 when no answer to it is on its way, 503
+    when the request could not be passed on just now (the cache away)."""
+    from qorven.agent.stop import StopUnavailable
+
     reply_to = _reply_to(request)
     if isinstance(reply_to, JsonResponse):
         return reply_to
-    if not chat_stop(owner=owner, reply_to=reply_to):
+    try:
+        asked = chat_stop(owner=owner, reply_to=reply_to)
+    except StopUnavailable:
+        return stop_unavailable()
+    if not asked:
         return JsonResponse({"error": "no answer to that message is being written"}, status=409)
     return JsonResponse({"stopping": reply_to}, status=202)
 

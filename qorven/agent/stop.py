@@ -12,11 +12,18 @@ import time
 import redis
 from django.core.cache import cache
 
+from qorven.runtime.cache_away import cache_unreachable
 from qorven.runtime.streams import stop_key
 
 STOP_TTL = 600  # seconds a request waits to be noticed; a turn that long is finished or dead
 STOP_CHECK = 0.2  # seconds between the turn's looks at the flag
 STOP_UNREACHABLE_CHECK = 2.0  # ... while the cache cannot be reached (each look waits for a connect to fail)
+STOP_UNAVAILABLE = "The reply could not be stopped just now: try again in a moment."
+
+
+class StopUnavailable(Exception):
+    """The request could not be passed on: the cache is away (Redis down). The reply goes
+    on; the person is told so (STOP_UNAVAILABLE) and may press Stop again."""
 
 
 class TurnStopped(Exception):
@@ -30,8 +37,14 @@ def _key(session_id: int, reply_to: int) -> str:
 
 
 def turn_stop_request(*, session_id: int, reply_to: int) -> None:
-    """Ask the turn answering message `reply_to` of the session to stop where it is."""
-    cache.set(_key(session_id, reply_to), 1, STOP_TTL)
+    """Ask the turn answering message `reply_to` of the session to stop where it is.
+    StopUnavailable when the cache cannot be reached."""
+    try:
+        cache.set(_key(session_id, reply_to), 1, STOP_TTL)
+    except Exception as exc:
+        if cache_unreachable(exc):
+            raise StopUnavailable() from exc
+        raise
 
 
 class StopWatch:

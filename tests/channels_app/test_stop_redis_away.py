@@ -1,0 +1,81 @@
+"""Stop pressed while the cache (Redis) is away: the stop flag is a cache key, so the
+turn cannot be told. The person is told so, in our words, on the page, the API and the
+terminal; the reply goes on and is answered in full. The cache is a Redis server of the
+test's own, really stopped."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from channels_app.chat import chat_owner
+from qorven.agent.stop import STOP_UNAVAILABLE
+from sessions_app.models import Message
+
+from ..agent.test_turn_redis_away import cache_redis  # noqa: F401
+from ..agent.test_turns import alice_token, ask  # noqa: F401
+from ..fakes.model_server import reply
+from ..processes import needs_postgres_and_redis
+
+pytestmark = [pytest.mark.django_db(transaction=True), needs_postgres_and_redis]
+
+STOP = "/chat/api/acme/aria/stop"
+
+
+def _answers(world) -> list[str]:
+    return list(Message.objects.filter(session__user=world.alice, role="assistant").values_list("content", flat=True))
+
+
+def test_stop_on_the_chat_page_while_the_cache_is_away_says_it_could_not_be_passed_on(
+    client, world, alice_token, model_server, drain, cache_redis  # noqa: F811
+):
+    """Before, the stop flag's write raised Redis' ConnectionError out of the view: a 500."""
+    stop, _ = cache_redis
+    model_server.default = reply("The whole answer.")
+    client.force_login(world.alice)
+    ask(client, alice_token, "count slowly")  # its turn not run yet: an answer is on its way
+    stop()
+    client.raise_request_exception = False
+    response = client.post(STOP, data=json.dumps({"reply_to": 1}), content_type="application/json")
+    assert (response.status_code, response.json()) == (503, {"error": STOP_UNAVAILABLE})
+    assert response["Retry-After"] == "2"
+    drain()
+    assert _answers(world) == ["The whole answer."]
+
+
+def test_stop_through_the_api_while_the_cache_is_away_says_it_could_not_be_passed_on(
+    client, world, alice_token, model_server, drain, cache_redis  # noqa: F811
+):
+    stop, _ = cache_redis
+    model_server.default = reply("The whole answer.")
+    ask(client, alice_token, "count slowly")
+    stop()
+    client.raise_request_exception = False
+    response = client.post("/v1/qors/aria/stop", data=json.dumps({"reply_to": 1}),
+                           content_type="application/json", HTTP_AUTHORIZATION=f"Bearer {alice_token}")
+    assert (response.status_code, response.json()["error"]) == (503, STOP_UNAVAILABLE)
+    drain()
+    assert _answers(world) == ["The whole answer."]
+
+
+def test_ctrl_c_in_the_terminal_while_the_cache_is_away_says_it_could_not_be_passed_on(
+    world, alice_token, client, model_server, drain, cache_redis  # noqa: F811
+):
+    """The terminal on the server's own machine asks `chat_stop` itself. Before, it said
+    the server did not answer, though it had."""
+    import io
+
+    from channels_app.terminal_screen import _Chat
+
+    stop, _ = cache_redis
+    model_server.default = reply("The whole answer.")
+    ask(client, alice_token, "count slowly")
+    out = io.StringIO()
+    chat = _Chat(chat_owner(user=world.alice, tenant_slug="acme", qor_slug="aria", surface="web"), None, out,
+                 on_screen=False, color=False)
+    stop()
+    chat._stop(1)
+    assert STOP_UNAVAILABLE in out.getvalue()
+    assert "did not answer" not in out.getvalue()
+    drain()
+    assert _answers(world) == ["The whole answer."]
