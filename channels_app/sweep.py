@@ -44,6 +44,7 @@ from django.utils import timezone
 
 from qorven.runtime.database import DATABASE_DOWN
 from qorven.runtime.durations import duration_setting
+from qorven.runtime.repeated_failure import RepeatedFailure
 from sessions_app.models import Message, Session
 
 from .models import InboundEvent, OutboundDelivery, PairingRequest
@@ -81,6 +82,24 @@ class SweepReport:
                     or self.heartbeat_runs or self.compactions or self.unplanned)
 
 
+# The sweep's marks (a voice note swept once per period, the prunes looked for once an
+# hour) only spare it work: with the cache away (Redis down) the work is done as if no
+# mark were set, and the log says so once while it lasts.
+_marks_away = RepeatedFailure(logger, "the sweep's marks cannot be kept in the cache; "
+                                      "it does the work they spare")
+
+
+def _due(key: str, seconds: float) -> bool:
+    """Whether the work `key` marks is due: the mark set now for `seconds`, or the cache away."""
+    try:
+        added = cache.add(key, 1, seconds)
+    except Exception as exc:  # whichever backend: Redis' errors are not imported here
+        _marks_away.failed(type(exc).__name__)
+        return True
+    _marks_away.succeeded()
+    return added
+
+
 PRUNE_EVERY = 3600  # seconds: what is past its retention is looked for once an hour (by any process)
 PRUNE_BATCH = 1000
 PRUNE_BATCHES = 20  # per sweep at most: a long backlog is worked off hour by hour
@@ -91,7 +110,7 @@ def inbound_events_prune(*, now) -> int:
     at most once an hour: past it no platform delivers a message again, so nothing needs
     recognising. Returns how many went."""
     keep = _retention("QORVEN_INBOUND_RETENTION", "inbound events")
-    if keep is None or not cache.add("qorven:inbound-pruned", 1, PRUNE_EVERY):
+    if keep is None or not _due("qorven:inbound-pruned", PRUNE_EVERY):
         return 0
     return _prune(InboundEvent.objects.filter(
         created_at__lt=now - keep, state__in=[InboundEvent.State.DONE, InboundEvent.State.FAILED]
@@ -104,7 +123,7 @@ def deliveries_prune(*, now) -> int:
     past the retention no retry, sweep or platform report of it can come. Failed parts
     stay (the chat shows their replies as not delivered). Returns how many went."""
     keep = _retention("QORVEN_DELIVERY_RETENTION", "sent reply parts")
-    if keep is None or not cache.add("qorven:deliveries-pruned", 1, PRUNE_EVERY):
+    if keep is None or not _due("qorven:deliveries-pruned", PRUNE_EVERY):
         return 0
     return _prune(OutboundDelivery.objects.filter(
         state=OutboundDelivery.State.SENT, sent_at__lt=now - keep
@@ -120,7 +139,7 @@ def pairings_prune(*, now) -> int:
     """Delete pairing codes that ran out more than PAIRING_KEPT ago, at most once an hour:
     an unknown sender who kept writing left one a code for good. Approved and denied ones
     stay, the record of who decided. Returns how many went."""
-    if not cache.add("qorven:pairings-pruned", 1, PRUNE_EVERY):
+    if not _due("qorven:pairings-pruned", PRUNE_EVERY):
         return 0
     return _prune(PairingRequest.objects.filter(
         expires_at__lt=now - PAIRING_KEPT,
@@ -272,7 +291,7 @@ def sweep(*, restart: bool = False) -> SweepReport:
     # unanswered, as a text message waiting then (qorven.agent.voice.voice_transcribe).
     unheard = pending.filter(metadata__voice="pending", created_at__lte=now - lost_after).order_by("pk")
     for tenant_id, message_id in unheard.values_list("tenant_id", "pk")[:BATCH]:
-        if restart or cache.add(f"qorven:voice-swept:{message_id}", 1, lost_after.total_seconds()):
+        if restart or _due(f"qorven:voice-swept:{message_id}", lost_after.total_seconds()):
             voice_transcribe_task.delay(tenant_id, message_id)
             report.voice_notes += 1
 

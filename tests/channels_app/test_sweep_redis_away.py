@@ -1,0 +1,80 @@
+"""A sweep while the cache (Redis) is away does all it can: what is stuck is queued
+again, what is past its retention is pruned. The marks that only spare it work (a voice
+note swept once per period, the prunes looked for once an hour) are skipped with one
+log line. The cache is a Redis server of the test's own, really stopped."""
+from __future__ import annotations
+
+import base64
+import logging
+from datetime import timedelta
+
+import pytest
+from django.utils import timezone
+
+from channels_app.inbound import InboundMessage
+from channels_app.models import InboundEvent
+from channels_app.sweep import sweep
+from sessions_app.attachments import images_attach
+from sessions_app.models import Message
+from sessions_app.services import message_append, session_resolve
+from tenancy.trust import Trust
+
+from ..agent.test_turn_redis_away import cache_redis  # noqa: F401
+from ..fakes.model_server import reply
+from ..processes import needs_postgres_and_redis
+from .conftest import pair
+from .test_voice import OGG, with_transcriber
+
+pytestmark = [pytest.mark.django_db(transaction=True), needs_postgres_and_redis]
+LONG_AGO = timedelta(hours=1)
+
+
+def _voice_note_left_behind(world) -> Message:
+    """A voice note whose transcription task was lost, an hour ago."""
+    chat = session_resolve(tenant=world.tenant_a, qor=world.qor_a, channel="web", user=world.alice)
+    audio = type("Audio", (), {"mime_type": "audio/ogg", "data": base64.b64encode(OGG).decode(), "size": len(OGG)})()
+    note = message_append(session=chat, role="user", content="[voice note]", channel="web", sender_name="Alice",
+                          awaits_answer=True, metadata={"trust": Trust.OWNER, "voice": "pending",
+                                                        "attachments": [{"type": "audio", "mime_type": "audio/ogg",
+                                                                         "size": len(OGG)}]}).message
+    images_attach(message=note, images=[audio])
+    Message.objects.filter(pk=note.pk).update(created_at=timezone.now() - LONG_AGO)
+    return note
+
+
+def _event(world, telegram, external_id: str, text: str, *, age: timedelta, **fields) -> InboundEvent:
+    event = InboundEvent.objects.create(
+        tenant=world.tenant_a, binding=telegram, external_id=external_id, sender_id="42",
+        payload=InboundMessage(channel="telegram", external_id=external_id, sender_id="42", sender_name="Priya",
+                               text=text, reply_target="42").model_dump(mode="json"), **fields)
+    InboundEvent.objects.filter(pk=event.pk).update(created_at=timezone.now() - age)
+    return event
+
+
+def test_a_sweep_while_the_cache_is_away_queues_what_is_stuck_and_prunes(
+    world, telegram, platform, model_server, drain, cache_redis, settings, caplog  # noqa: F811
+):
+    """Before, the voice note's mark raised Redis' ConnectionError part-way through the
+    sweep: the inbound event behind it was never queued, nothing was pruned."""
+    settings.QORVEN_INBOUND_RETENTION = "7d"
+    pair(world, "telegram", "42", world.alice)
+    with_transcriber(world)
+    note = _voice_note_left_behind(world)
+    stuck = _event(world, telegram, "42:9", "lost in a crash", age=LONG_AGO)
+    old = _event(world, telegram, "42:1", "answered long ago", age=timedelta(days=30),
+                 state=InboundEvent.State.DONE)
+    model_server.transcripts.append("Call the plumber tomorrow.")
+    model_server.default = reply("Noted.")
+    stop, _ = cache_redis
+    stop()
+    caplog.set_level(logging.WARNING, logger="channels_app.sweep")
+    report = sweep()
+    assert (report.voice_notes, report.inbound, report.events_pruned) == (1, 1, 1)
+    assert not InboundEvent.objects.filter(pk=old.pk).exists()
+    drain()
+    note.refresh_from_db()
+    stuck.refresh_from_db()
+    assert (note.content, note.answer_state) == ("Call the plumber tomorrow.", "answered")
+    assert stuck.state == "done"
+    assert Message.objects.filter(role="user", content="lost in a crash").count() == 1
+    assert len([r for r in caplog.records if r.name == "channels_app.sweep"]) == 1
