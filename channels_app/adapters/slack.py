@@ -21,6 +21,8 @@ from django.core.cache import cache
 from django.db import transaction
 from django.http import HttpRequest, JsonResponse
 
+from qorven.runtime.repeated_failure import RepeatedFailure
+
 from ..formatting import SLACK_MRKDWN
 from ..inbound import InboundImage, InboundMedia, InboundMessage
 from ..json_body import json_body
@@ -337,7 +339,7 @@ def bot_user_learn(binding: ChannelBinding) -> str:
     known = str(binding.credentials.get("bot_user_id", ""))
     if known:
         return known
-    if not cache.add(f"slack-bot-learn:{binding.pk}", 1, LEARN_RETRY):  # asked lately, by this task or another
+    if not _ask_due(binding):  # asked lately, by this task or another
         saved = ChannelBinding.objects.filter(pk=binding.pk).values_list("credentials", flat=True).first()
         return str((saved or {}).get("bot_user_id", ""))
     try:
@@ -361,6 +363,22 @@ def bot_user_learn(binding: ChannelBinding) -> str:
 
 
 LEARN_RETRY = 300
+
+# The mark only spares Slack's API a call: with the cache away (Redis down) the bot is
+# asked of Slack for each message that needs it until it is learned, and the message is
+# handled as ever.
+_learn_away = RepeatedFailure(logger, "Slack bot ids being learned cannot be marked in the cache; "
+                                      "each is asked of Slack")
+
+
+def _ask_due(binding: ChannelBinding) -> bool:
+    try:
+        added = cache.add(f"slack-bot-learn:{binding.pk}", 1, LEARN_RETRY)
+    except Exception as exc:  # whichever backend: Redis' errors are not imported here
+        _learn_away.failed(type(exc).__name__)
+        return True
+    _learn_away.succeeded()
+    return added
 
 
 # The largest body of Slack's URL check (url_verification: a token, a challenge and its

@@ -96,3 +96,32 @@ def test_an_unknown_senders_message_while_the_cache_is_away_gets_its_code_once_t
     assert [s.json["text"] for s in platform.sent("sendMessage") if code in s.json["text"]] != []
     assert len(platform.sent("sendMessage")) == 1
     assert list(InboundEvent.objects.values_list("state", flat=True)) == ["done"]
+
+
+def test_a_slack_mention_while_the_cache_is_away_is_answered_and_the_bot_learned(
+    client, world, platform, model_server, drain, cache_redis  # noqa: F811
+):
+    """A binding saved without its bot's user id, an event not naming it: the bot is asked
+    of Slack (at most every few minutes, a mark in the cache). With the cache away it is
+    asked, saved on the binding, and the mention answered. Before, the mark's write raised
+    out of the inbound task: the mention was never stored, never answered."""
+    from channels_app.models import ChannelBinding
+    from channels_app.services import binding_create
+
+    from ..fakes.platform_server import Canned
+    from .test_slack_discord_email_sms import post_slack
+    from .test_slack_mentions import AUTH_TEST, _channel_event
+
+    platform.default(AUTH_TEST, Canned(body={"ok": True, "team_id": "T0TEAM", "user_id": "UBOT"}))
+    binding_create(tenant=world.tenant_a, qor=world.qor_a, kind="slack", credentials={
+        "app_id": "A0APP", "bot_token": "xoxb-1", "signing_secret": "slack-signing"})
+    pair(world, "slack", "U0PRIYA", world.alice)
+    model_server.default = reply("On it.")
+    stop, _ = cache_redis
+    stop()
+    post_slack(client, _channel_event("<@UBOT> book a table", "message", "Ev1"))
+    drain()
+    assert [m.content for m in Message.objects.filter(role="user")] == ["<@UBOT> book a table"]
+    assert [s.json["text"] for s in platform.sent("chat.postMessage")] == ["On it."]
+    assert ChannelBinding.objects.get(kind="slack").credentials["bot_user_id"] == "UBOT"
+    assert len(platform.sent(AUTH_TEST)) == 1
