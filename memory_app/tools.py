@@ -252,13 +252,17 @@ def new_topic_tool(ctx: ToolContext, args: dict) -> dict:
     from sessions_app.models import Session
 
     from .slash_commands import ROTATABLE
-    from .compact_requests import compact_request_record
+    from .compact_requests import compact_request_pending, compact_request_record
     from .tasks import session_compact
 
     session = Session.objects.filter(tenant=ctx.tenant, pk=ctx.session_id).only("kind", "state").first()
     if session is None or session.kind not in ROTATABLE or session.state != Session.State.ACTIVE:
         raise ToolError("only a direct chat can start a new topic; this conversation stays as it is")
-    if not cache.add(f"qorven:new-topic:{session.pk}", 1, timeout=60):
+    try:
+        first = cache.add(f"qorven:new-topic:{session.pk}", 1, timeout=60)
+    except Exception:  # whichever backend: with the cache away (Redis down), the /compact recorded says it
+        first = not compact_request_pending(tenant_id=ctx.tenant.pk, session_id=session.pk)
+    if not first:
         return {"status": "already starting fresh after this answer"}
     tenant_id, session_id, channel = ctx.tenant.pk, session.pk, ctx.channel
     # The compaction waits for this turn to let go of the session (session_compact retries

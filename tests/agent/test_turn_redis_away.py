@@ -14,7 +14,7 @@ from django.conf import settings as django_settings
 from ..fakes.model_server import reply
 from ..ports import free_port
 from ..processes import redis_start
-from .test_compaction import fake, small_window  # noqa: F401
+from .test_compaction import chat, fake, small_window  # noqa: F401
 from .test_turns import _task_runs, _until, alice_token, ask, timeline  # noqa: F401
 
 pytestmark = [
@@ -198,3 +198,31 @@ def test_a_question_that_outgrows_the_window_while_the_cache_is_away_is_answered
     assert [m.answer_state for m in timeline(world)][-2] == "answered"
     assert _said(world)[-1] == ("assistant", "ok 1")
     assert turn_runs == ["SUCCESS"]
+
+
+def test_the_model_starting_a_new_topic_while_the_cache_is_away_answers_and_starts_fresh(
+    world, fake, model_server, drain, chat, cache_redis  # noqa: F811
+):
+    """new_topic keeps a mark in the cache so that calling it twice in a turn queues one
+    /compact; with the cache away the recorded /compact (in the database) says so. Before,
+    the mark's write raised out of the tool: the model was told the tool failed."""
+    from sessions_app.models import Message
+
+    from ..fakes.model_server import tool_call
+    from .test_compaction import canonical, main_requests
+
+    chat("remember my bike is a blue Brompton")
+    old = canonical(world)
+    stop, _ = cache_redis
+    stop()
+    fake.main += [tool_call("new_topic", {"reason": "holiday plans"}), tool_call("new_topic", {"reason": "again"}),
+                  reply("Happy to plan your holiday!")]
+    chat("Enough about bikes. Let's plan my holiday in Portugal.")
+    results = [m["content"] for m in main_requests(model_server)[-1]["messages"]
+               if m["role"] == "tool"]
+    assert "fresh conversation" in results[0] and results[1] == '{"status": "already starting fresh after this answer"}'
+    old.refresh_from_db()
+    assert old.state == "archived" and canonical(world).pk != old.pk
+    answer = Message.objects.filter(session=old, role="assistant").order_by("seq").last()
+    assert answer.content == "Happy to plan your holiday!"
+    assert Message.objects.filter(session=canonical(world), metadata__notice="compacted").count() == 1
