@@ -12,7 +12,9 @@ routes of other keys go on). Which one is qorven.llm.failover's choice.
 A cooldown spares a route known to be failing; it is not needed to call one. With the
 cache away (Redis down), a route's cooldown reads as none (the route is tried) and one
 that cannot be written or cleared is not kept: the model call goes on as if there were
-no cooldowns, and the log says so once while it lasts (no key, no route in it).
+no cooldowns, and the log says so once while it lasts (no key, no route in it). A
+route's state as the admin and /status show it is then unknown (STATE_UNKNOWN), not
+"ready".
 """
 from __future__ import annotations
 
@@ -28,6 +30,7 @@ from .repeated_failure import RepeatedFailure
 
 logger = logging.getLogger(__name__)
 
+STATE_UNKNOWN = "unknown: the cache is away"  # a route's state when its cooldown cannot be read
 FIRST = 60.0  # seconds
 LONGEST = 3600.0
 
@@ -62,8 +65,13 @@ def cooldown_get(*, base_url: str, model: str, key: str = "") -> Cooldown | None
     has passed). With `key`: the cooldown of that API key on the route only (a refusal
     of the key, such as a revoked one, its spent quota or its rate limit, says nothing of
     other keys)."""
-    _, found = _cached(cache.get, _key(base_url, model, key))
-    return Cooldown(*found) if isinstance(found, (list, tuple)) and len(found) in (2, 3) else None
+    return _cooldown_read(base_url, model, key)[1]
+
+
+def _cooldown_read(base_url: str, model: str, key: str = "") -> tuple[bool, Cooldown | None]:
+    """(whether the cache could be read, the route's cooldown)."""
+    read, found = _cached(cache.get, _key(base_url, model, key))
+    return read, Cooldown(*found) if isinstance(found, (list, tuple)) and len(found) in (2, 3) else None
 
 
 def cooldown_start(*, base_url: str, model: str, retry_after: float | None = None,
@@ -106,6 +114,10 @@ def cooldown_longest(*, base_url: str, model: str, key: str = "") -> Cooldown | 
 
 
 def route_state(*, base_url: str, model: str, key: str = "") -> str:
-    """'ready', or how long the route (with `key`: and that key on it) still cools down."""
-    found = cooldown_longest(base_url=base_url, model=model, key=key)
-    return found.describe() if found is not None else "ready"
+    """'ready', or how long the route (with `key`: and that key on it) still cools down;
+    STATE_UNKNOWN when the cache cannot be read (a route may be cooling down unseen)."""
+    reads = [_cooldown_read(base_url, model)] + ([_cooldown_read(base_url, model, key)] if key else [])
+    if not all(read for read, _ in reads):
+        return STATE_UNKNOWN
+    found = [c for _, c in reads if c is not None]
+    return max(found, key=lambda c: c.until).describe() if found else "ready"

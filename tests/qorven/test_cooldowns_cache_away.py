@@ -144,3 +144,24 @@ def test_with_the_cache_away_a_heartbeat_run_is_answered_by_its_route(world, ser
                            tick=timezone.now().replace(microsecond=0))
     assert (result.status, result.output) == ("ok", "From the primary.")
     assert len(primary.requests) == 1 and fallback.requests == []
+
+
+def test_with_the_cache_away_the_admin_and_status_say_the_routes_state_is_unknown(
+    host, client, world, servers, drain, cache_redis
+):
+    """A route's state is its cooldown, kept in the cache: with the cache away it cannot be
+    read, and the admin and /status say so. Before, both said "ready" — of a route that
+    may well be cooling down."""
+    from qorven.runtime.cooldowns import STATE_UNKNOWN
+
+    stop, _ = cache_redis
+    stop()
+    page = host.get(f"/admin/qorven/qor/{world.qor_a.pk}/change/").content.decode()
+    assert f"main: primary-model — {STATE_UNKNOWN}" in page  # the Qor's own route
+    assert f">{STATE_UNKNOWN}<" in page  # the fallback's row
+    assert ">ready<" not in page and "— ready" not in page
+    _ask(client, world, "/status")
+    drain()
+    status = Message.objects.filter(role="assistant").order_by("seq").last().content
+    assert f"main: primary-model — {STATE_UNKNOWN}" in status
+    assert f"main fallback 1: fallback-model — {STATE_UNKNOWN}" in status
