@@ -5,6 +5,8 @@ test's own, really stopped."""
 from __future__ import annotations
 
 import json
+import threading
+from contextlib import contextmanager
 
 import pytest
 
@@ -13,13 +15,26 @@ from qorven.agent.stop import STOP_UNAVAILABLE
 from sessions_app.models import Message
 
 from ..agent.test_turn_redis_away import cache_redis  # noqa: F401
-from ..agent.test_turns import alice_token, ask  # noqa: F401
+from ..agent.test_turns import _until, alice_token, ask  # noqa: F401
 from ..fakes.model_server import reply
 from ..processes import needs_postgres_and_redis
 
 pytestmark = [pytest.mark.django_db(transaction=True), needs_postgres_and_redis]
 
 STOP = "/chat/api/acme/aria/stop"
+
+
+@contextmanager
+def _writing(client, token, model_server):
+    """A question whose reply the model is writing (held until the block ends)."""
+    held = threading.Event()
+    model_server.add(reply("The whole answer.", hold=held))
+    try:
+        ask(client, token, "count slowly")
+        _until(lambda: model_server.in_flight == 1)
+        yield
+    finally:
+        held.set()
 
 
 def _answers(world) -> list[str]:
@@ -31,12 +46,11 @@ def test_stop_on_the_chat_page_while_the_cache_is_away_says_it_could_not_be_pass
 ):
     """Before, the stop flag's write raised Redis' ConnectionError out of the view: a 500."""
     stop, _ = cache_redis
-    model_server.default = reply("The whole answer.")
     client.force_login(world.alice)
-    ask(client, alice_token, "count slowly")  # its turn not run yet: an answer is on its way
-    stop()
     client.raise_request_exception = False
-    response = client.post(STOP, data=json.dumps({"reply_to": 1}), content_type="application/json")
+    with _writing(client, alice_token, model_server):
+        stop()
+        response = client.post(STOP, data=json.dumps({"reply_to": 1}), content_type="application/json")
     assert (response.status_code, response.json()) == (503, {"error": STOP_UNAVAILABLE})
     assert response["Retry-After"] == "2"
     drain()
@@ -47,12 +61,11 @@ def test_stop_through_the_api_while_the_cache_is_away_says_it_could_not_be_passe
     client, world, alice_token, model_server, drain, cache_redis  # noqa: F811
 ):
     stop, _ = cache_redis
-    model_server.default = reply("The whole answer.")
-    ask(client, alice_token, "count slowly")
-    stop()
     client.raise_request_exception = False
-    response = client.post("/v1/qors/aria/stop", data=json.dumps({"reply_to": 1}),
-                           content_type="application/json", HTTP_AUTHORIZATION=f"Bearer {alice_token}")
+    with _writing(client, alice_token, model_server):
+        stop()
+        response = client.post("/v1/qors/aria/stop", data=json.dumps({"reply_to": 1}),
+                               content_type="application/json", HTTP_AUTHORIZATION=f"Bearer {alice_token}")
     assert (response.status_code, response.json()["error"]) == (503, STOP_UNAVAILABLE)
     drain()
     assert _answers(world) == ["The whole answer."]
@@ -68,13 +81,12 @@ def test_ctrl_c_in_the_terminal_while_the_cache_is_away_says_it_could_not_be_pas
     from channels_app.terminal_screen import _Chat
 
     stop, _ = cache_redis
-    model_server.default = reply("The whole answer.")
-    ask(client, alice_token, "count slowly")
     out = io.StringIO()
     chat = _Chat(chat_owner(user=world.alice, tenant_slug="acme", qor_slug="aria", surface="web"), None, out,
                  on_screen=False, color=False)
-    stop()
-    chat._stop(1)
+    with _writing(client, alice_token, model_server):
+        stop()
+        chat._stop(1)
     assert STOP_UNAVAILABLE in out.getvalue()
     assert "did not answer" not in out.getvalue()
     drain()
