@@ -13,6 +13,7 @@ from typing import Any
 from .layout import Inline, MarkdownLayout, source_offset
 from .reading import Reading, Segments, read
 from .regions import Region
+from .table_cuts import TableCuts
 
 # What the start of a line reads as a block, were a cut to put it there (but a rule or a
 # heading's underline, the whole rest of the line: LineEnds).
@@ -91,6 +92,7 @@ class CutChecks(MarkdownLayout):
         self._read: dict[str, tuple[Reading, bool]] = {}
         self._readings: dict[str, Segments] = {}
         self._line_ends: dict[str, LineEnds] = {}
+        self._tables: dict[str, TableCuts] = {}
         # The text's runs of three backticks or tildes or more: (where each begins, where it ends).
         runs = [(run.start(), run.end()) for run in _FENCE_RUNS.finditer(text)]
         self._run_starts, self._run_ends = [low for low, _ in runs], [high for _, high in runs]
@@ -142,7 +144,7 @@ class CutChecks(MarkdownLayout):
         line that alone reads as a rule or a fence ("**** ****"), each side read again."""
         if self._in_fence(at) is not None:
             return not self._closes_fence(at)  # a line of code longer than a part: code on both sides
-        if self._begins_block(at):
+        if self._begins_block(at) or self._makes_table(at):
             return False
         if self.text[at - 1] != "\n" and self._place(at) is None and not self._indented_code(at):
             return False  # after a list's marker, or inside a line's indent (the rest of it would read as code)
@@ -160,6 +162,24 @@ class CutChecks(MarkdownLayout):
             return place is None and not self._inside(at)
         inline, offset = place
         return self._reading(inline).reads_as_whole(offset, str, str)
+
+    def _makes_table(self, at: int) -> bool:
+        """Whether a cut at `at` in a paragraph leaves the next piece beginning, or this one
+        ending, with a table where the whole reads text (channels_app.formatting.table_cuts):
+        "x | a | b |" over "|---|---|" cut after "x", the next piece's "a" and "b" a header."""
+        place = self._place(at)
+        if place is None:
+            return False
+        inline, offset = place
+        if inline.content not in self._tables:
+            self._tables[inline.content] = TableCuts(inline.content)
+        tables = self._tables[inline.content]
+        # What the next piece begins with before its text: an item's "…", spans opened again.
+        if tables.opens_table(offset, after=bool(inline.items or self._inside(at))):
+            return True
+        begun = self._place(self._start)
+        start = begun[1] if begun is not None and begun[0] is inline else 0
+        return tables.ends_table(start, offset, after=bool(start))
 
     def _reading(self, inline: Inline) -> Segments:
         """`inline`'s text, read in segments once for every check of a cut in it."""

@@ -22,7 +22,9 @@ read again, show what the text did (channels_app.formatting.reading: read in seg
 a long paragraph is not read again whole at every cut). Nothing is cut inside a link's
 address, an image or an autolink, nor where the next piece would begin with what Markdown
 reads as a block (a `- ` that was a dash in a sentence, or began a paragraph's line indented,
-the indent left out of the piece; inline code's backticks reopened at the start of a line), nor where a line's text (its quotes' and list items' markers left
+the indent left out of the piece; inline code's backticks reopened at the start of a line), nor where
+either piece would read as a table lines the whole reads as text (the rest of "x | a | b |"
+over "|---|---|": channels_app.formatting.table_cuts), nor where a line's text (its quotes' and list items' markers left
 out, or from where a cut before began the piece) would end a piece reading as a rule or a fence (three backticks are no fence when the
 piece's inline code is closed after them), nor where the piece would hold only white
 space; where no clean cut is, one between words that reads as the text did comes before one
@@ -189,7 +191,7 @@ class MarkdownSeams(CutChecks):
         line = self.text[at - 1] == "\n"
         if place is None and not line:
             return None  # after a list's marker, a heading's, between a table's cells
-        if not line and self._ends_alone(at, inside):
+        if not line and self._ends_alone(at, inside) or self._makes_table(at):
             return None
         if place is not None and not inside and not place[0].items and self._begins_block_in(
                 place[0].content, text_after(place[0].content, place[1])) and self._run_as_text(at) is None:

@@ -416,6 +416,10 @@ _TABLE_WRITTEN = re.compile(r"\||[ab]:")
 @example("x " + "~" * 100, 40)  # each part after the first began "~~~", an empty code block, left out
 @example("> x " + "~" * 100, 40)
 @example("x " + "_" * 100, 40)  # each part after the first showed a rule ("———")
+# No table (three columns over two): cut before "a", the next part was one ("a | b" bold, "|---|---|" not shown).
+@example("** ** ** ```python\n ** ** ** ** ** ** | a | b |\n|---|---|\n", 40)
+# No table (two columns over five): cut inside the row, the first part ended in one ("|---|---|" not shown).
+@example("| a | b |\n|---|---| ---|---|---|---|---|", 24)
 def test_whatever_the_model_wrote_its_telegram_parts_show_the_text_it_shows_whole(text, limit):
     parts = _telegram(text, limit)
     (whole,) = _telegram(text, 10**6)
