@@ -42,6 +42,7 @@ from django.core.cache import cache
 from django.db.models import Min, Q
 from django.utils import timezone
 
+from qorven.runtime.cache_away import cache_unreachable
 from qorven.runtime.database import DATABASE_DOWN
 from qorven.runtime.durations import duration_setting
 from qorven.runtime.repeated_failure import RepeatedFailure
@@ -84,9 +85,11 @@ class SweepReport:
 
 # The sweep's marks (a voice note swept once per period, the prunes looked for once an
 # hour) only spare it work: with the cache away (Redis down) the work is done as if no
-# mark were set, and the log says so once while it lasts.
-_marks_away = RepeatedFailure(logger, "the sweep's marks cannot be kept in the cache; "
-                                      "it does the work they spare")
+# mark were set. A bot's send gate kept in the cache (QORVEN_SEND_GATES=cache) that
+# cannot be read counts as held: its send would wait for Redis anyway, and a later pass
+# looks again. The log says so once while it lasts.
+_cache_away = RepeatedFailure(logger, "the sweep cannot use the cache; it does the work its marks spare "
+                                      "and leaves replies whose bot's send gate it cannot read to a later pass")
 
 
 def _due(key: str, seconds: float) -> bool:
@@ -94,10 +97,22 @@ def _due(key: str, seconds: float) -> bool:
     try:
         added = cache.add(key, 1, seconds)
     except Exception as exc:  # whichever backend: Redis' errors are not imported here
-        _marks_away.failed(type(exc).__name__)
+        _cache_away.failed(type(exc).__name__)
         return True
-    _marks_away.succeeded()
+    _cache_away.succeeded()
     return added
+
+
+def _bot_sending(binding_id: int) -> bool:
+    """Whether a send holds the binding's bot; a gate in the cache that cannot be read
+    (Redis away) counts as held, so the pass goes on to what is after the deliveries."""
+    try:
+        return not binding_free(binding_id=binding_id)
+    except Exception as exc:
+        if not cache_unreachable(exc):
+            raise
+        _cache_away.failed(type(exc).__name__)
+        return True
 
 
 PRUNE_EVERY = 3600  # seconds: what is past its retention is looked for once an hour (by any process)
@@ -316,8 +331,8 @@ def sweep(*, restart: bool = False) -> SweepReport:
     left = OutboundDelivery.objects.filter(pk__in=list(oldest)).values_list(
         "tenant_id", "message_id", "binding_id", "updated_at")
     for tenant_id, message_id, binding_id, updated_at in left:
-        if updated_at > now - delivery_grace and not binding_free(binding_id=binding_id):
-            continue  # its bot is sending: that send wakes it
+        if updated_at > now - delivery_grace and _bot_sending(binding_id):
+            continue  # its bot is sending: that send wakes it (or its gate cannot be read: the next pass looks)
         deliver_message_task.delay(tenant_id, message_id)
         report.deliveries += 1
     for tenant_id, heartbeat_id, tick, manual, run_id in heartbeat_runs_recover(restart=restart, limit=BATCH):

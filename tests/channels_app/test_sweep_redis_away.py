@@ -1,7 +1,9 @@
 """A sweep while the cache (Redis) is away does all it can: what is stuck is queued
 again, what is past its retention is pruned. The marks that only spare it work (a voice
 note swept once per period, the prunes looked for once an hour) are skipped with one
-log line. The cache is a Redis server of the test's own, really stopped."""
+log line. With the send gates in the cache (QORVEN_SEND_GATES=cache) a bot's gate that
+cannot be read counts as held: its reply waits for the next pass. The cache is a Redis
+server of the test's own, really stopped."""
 from __future__ import annotations
 
 import base64
@@ -12,7 +14,7 @@ import pytest
 from django.utils import timezone
 
 from channels_app.inbound import InboundMessage
-from channels_app.models import InboundEvent
+from channels_app.models import InboundEvent, OutboundDelivery
 from channels_app.sweep import sweep
 from sessions_app.attachments import images_attach
 from sessions_app.models import Message
@@ -22,7 +24,7 @@ from tenancy.trust import Trust
 from ..agent.test_turn_redis_away import cache_redis  # noqa: F401
 from ..fakes.model_server import reply
 from ..processes import needs_postgres_and_redis
-from .conftest import pair
+from .conftest import pair, replies_waiting
 from .test_voice import OGG, with_transcriber
 
 pytestmark = [pytest.mark.django_db(transaction=True), needs_postgres_and_redis]
@@ -78,3 +80,37 @@ def test_a_sweep_while_the_cache_is_away_queues_what_is_stuck_and_prunes(
     assert stuck.state == "done"
     assert Message.objects.filter(role="user", content="lost in a crash").count() == 1
     assert len([r for r in caplog.records if r.name == "channels_app.sweep"]) == 1
+
+
+def test_with_the_send_gates_in_the_cache_a_sweep_while_it_is_away_leaves_the_reply_and_goes_on(
+    world, telegram, platform, drain, cache_redis, settings, caplog  # noqa: F811
+):
+    """A reply waiting a minute for its bot, whose gate cannot be read with Redis away,
+    counts as held: the pass goes on past it (an old event pruned) with one log line, and
+    the pass after Redis is back sends it, once. Before, the gate's read raised Redis'
+    ConnectionError out of the pass: nothing after the deliveries ran, nothing was pruned."""
+    settings.QORVEN_SEND_GATES = "cache"
+    settings.QORVEN_INBOUND_RETENTION = "7d"
+    sweep()  # with Redis there: an outage an earlier pass logged is over
+    pair(world, "telegram", "42", world.alice)
+    replies_waiting(world, telegram, ["sent once Redis is back"])
+    OutboundDelivery.objects.update(updated_at=timezone.now() - timedelta(minutes=1))  # past UNWOKEN_GRACE
+    old = _event(world, telegram, "42:1", "answered long ago", age=timedelta(days=30),
+                 state=InboundEvent.State.DONE)
+    stop, start = cache_redis
+    stop()
+    caplog.set_level(logging.WARNING, logger="channels_app.sweep")
+    caplog.clear()
+    report = sweep()
+    assert (report.deliveries, report.events_pruned) == (0, 1)
+    assert not InboundEvent.objects.filter(pk=old.pk).exists()
+    drain()
+    assert platform.sent("sendMessage") == []
+    assert len([r for r in caplog.records if r.name == "channels_app.sweep"]) == 1
+    start()
+    assert sweep().deliveries == 1
+    drain()
+    assert sweep().deliveries == 0
+    drain()
+    assert [s.json["text"] for s in platform.sent("sendMessage")] == ["sent once Redis is back"]
+    assert list(OutboundDelivery.objects.values_list("state", flat=True)) == ["sent"]
