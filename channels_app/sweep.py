@@ -206,8 +206,15 @@ def _interrupted_sends_recover() -> int:
                 .values_list("binding_id", flat=True).distinct().order_by("binding_id")[:BATCH])
     failed = 0
     for binding_id in list(bindings):
-        with binding_taken(binding_id=binding_id) as free:
-            replies = deliveries_interrupted_fail(binding_id=binding_id) if free else []
+        replies: list[tuple[int, int]] = []
+        try:
+            with binding_taken(binding_id=binding_id) as free:
+                if free:
+                    replies = deliveries_interrupted_fail(binding_id=binding_id)
+        except Exception as exc:  # a gate in the cache, Redis away: left to a later pass, as a held gate is
+            if not cache_unreachable(exc):
+                raise
+            _cache_away.failed(type(exc).__name__)
         for tenant_id, message_id in replies:
             failed += 1
             if not reply_undelivered_tell(tenant_id=tenant_id, message_id=message_id):

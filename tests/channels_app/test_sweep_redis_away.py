@@ -25,6 +25,7 @@ from ..agent.test_turn_redis_away import cache_redis  # noqa: F401
 from ..fakes.model_server import reply
 from ..processes import needs_postgres_and_redis
 from .conftest import pair, replies_waiting
+from .test_undelivered_reply import ON_THE_WEB as UNSEEN  # our notice that a reply did not get there
 from .test_voice import OGG, with_transcriber
 
 pytestmark = [pytest.mark.django_db(transaction=True), needs_postgres_and_redis]
@@ -114,3 +115,36 @@ def test_with_the_send_gates_in_the_cache_a_sweep_while_it_is_away_leaves_the_re
     drain()
     assert [s.json["text"] for s in platform.sent("sendMessage")] == ["sent once Redis is back"]
     assert list(OutboundDelivery.objects.values_list("state", flat=True)) == ["sent"]
+
+
+def test_with_the_send_gates_in_the_cache_a_sweep_while_it_is_away_leaves_a_cut_off_send_and_goes_on(
+    world, telegram, platform, drain, cache_redis, settings, caplog  # noqa: F811
+):
+    """A part left `sending` by a sender that died: with its bot's gate unreadable nobody
+    can tell it from a send under way, so it is left for the pass after Redis is back,
+    which fails it and tells the person, once. Before, taking the gate raised Redis'
+    ConnectionError out of the pass: nothing after it ran, nothing was pruned."""
+    settings.QORVEN_SEND_GATES = "cache"
+    settings.QORVEN_INBOUND_RETENTION = "7d"
+    sweep()  # with Redis there: an outage an earlier pass logged is over
+    pair(world, "telegram", "42", world.alice)
+    replies_waiting(world, telegram, ["cut off"])
+    OutboundDelivery.objects.update(state="sending", updated_at=timezone.now() - LONG_AGO)
+    old = _event(world, telegram, "42:1", "answered long ago", age=timedelta(days=30),
+                 state=InboundEvent.State.DONE)
+    stop, start = cache_redis
+    stop()
+    caplog.set_level(logging.WARNING, logger="channels_app.sweep")
+    caplog.clear()
+    report = sweep()
+    assert (report.interrupted_sends, report.events_pruned) == (0, 1)
+    assert not InboundEvent.objects.filter(pk=old.pk).exists()
+    assert list(OutboundDelivery.objects.values_list("state", flat=True)) == ["sending"]
+    assert len([r for r in caplog.records if r.name == "channels_app.sweep"]) == 1
+    start()
+    assert sweep().interrupted_sends == 1
+    drain()
+    assert sweep().interrupted_sends == 0
+    drain()
+    assert [s.json["text"] for s in platform.sent("sendMessage")] == [UNSEEN]
+    assert dict(OutboundDelivery.objects.values_list("text", "state")) == {"cut off": "failed", UNSEEN: "sent"}
