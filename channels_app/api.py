@@ -17,6 +17,7 @@ from qorven.runtime.dated_everywhere import dated_everywhere
 from qorven.runtime.storable_text import storable
 from sessions_app.channel_kinds import Channel
 from sessions_app.models import Session
+from sessions_app.qor_chat import qor_chat_get
 from sessions_app.selectors import StoredMessage, messages_read
 from sessions_app.services import session_resolve
 from tenancy.access import surface_trust
@@ -80,15 +81,47 @@ def _for_qor(view: Callable[[HttpRequest, Any], HttpResponse]) -> Callable[[Http
         try:
             qor = qor_get(tenant=request.tenant, slug=qor_slug)  # type: ignore[attr-defined]
         except NotFound:
-            return json_error(404, f"no Qor named {qor_slug!r}")
-        try:
-            return view(request, qor)
-        except BadRequest as exc:
-            return json_error(400, str(exc))
-        except BodyRefused as exc:
-            return json_error(exc.status, str(exc))
+            return _no_qor(qor_slug)
+        return _answered(view, request, qor)
 
     return resolved
+
+
+def _for_qor_chat(
+    view: Callable[[HttpRequest, Any, Session | None], HttpResponse],
+) -> Callable[[HttpRequest, str], HttpResponse]:
+    """As _for_qor, for a view also given the caller's active canonical session with the
+    Qor when it was read with it: a message posted in canonical mode reads both in one
+    statement (sessions_app.qor_chat). None before the first message, and when not read
+    (a GET; legacy mode, where the session is the surface's own)."""
+
+    @wraps(view)
+    def resolved(request: HttpRequest, qor_slug: str) -> HttpResponse:
+        tenant = request.tenant  # type: ignore[attr-defined]
+        chat = None
+        try:
+            if request.method == "POST" and not settings.QORVEN_LEGACY_SESSIONS:
+                qor, chat = qor_chat_get(tenant=tenant, slug=qor_slug, user=request.user)  # type: ignore[arg-type]
+            else:
+                qor = qor_get(tenant=tenant, slug=qor_slug)
+        except NotFound:
+            return _no_qor(qor_slug)
+        return _answered(view, request, qor, chat)
+
+    return resolved
+
+
+def _no_qor(qor_slug: str) -> JsonResponse:
+    return json_error(404, f"no Qor named {qor_slug!r}")
+
+
+def _answered(view: Callable[..., HttpResponse], request: HttpRequest, *args: Any) -> HttpResponse:
+    try:
+        return view(request, *args)
+    except BadRequest as exc:
+        return json_error(400, str(exc))
+    except BodyRefused as exc:
+        return json_error(exc.status, str(exc))
 
 
 def _json_object(request: HttpRequest, example: str) -> dict[str, Any]:
@@ -104,11 +137,11 @@ def _json_object(request: HttpRequest, example: str) -> dict[str, Any]:
 @csrf_exempt
 @json_methods("GET", "POST")
 @bearer_required
-@_for_qor
-def qor_messages(request: HttpRequest, qor) -> HttpResponse:
+@_for_qor_chat
+def qor_messages(request: HttpRequest, qor, chat: Session | None) -> HttpResponse:
     if request.method == "GET":
         return _timeline(request, qor)
-    return _post(request, qor)
+    return _post(request, qor, chat)
 
 
 def _timeline(request: HttpRequest, qor) -> JsonResponse:
@@ -144,7 +177,7 @@ def _timeline(request: HttpRequest, qor) -> JsonResponse:
                          "messages": with_deliveries(messages, [message_json(m) for m in messages])})
 
 
-def _post(request: HttpRequest, qor) -> JsonResponse:
+def _post(request: HttpRequest, qor, chat: Session | None) -> JsonResponse:
     body = _json_object(request, '{"content": "hello"}')
     content = body.get("content")
     # Read as it would be stored (without NUL): "\u0000" alone is an empty message.
@@ -163,7 +196,10 @@ def _post(request: HttpRequest, qor) -> JsonResponse:
     user = request.user
     if not channel_enabled(tenant=request.tenant, channel=channel):  # type: ignore[attr-defined]
         return json_error(403, f"the {channel} channel is switched off for this workspace")
-    session = session_resolve(tenant=request.tenant, qor=qor, channel=channel, user=user)  # type: ignore[attr-defined]
+    # The canonical session read with the Qor (web and tui both write to it), else resolved
+    # as any message's is: created for a first message, a surface's own in legacy mode.
+    session = chat if chat is not None else session_resolve(
+        tenant=request.tenant, qor=qor, channel=channel, user=user)  # type: ignore[attr-defined]
     trust = surface_trust(role=request.member_role, surface=channel)  # type: ignore[attr-defined]
     result = inbound_accept(
         session=session,

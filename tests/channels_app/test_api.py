@@ -5,7 +5,7 @@ import re
 
 import pytest
 
-from sessions_app.models import Message
+from sessions_app.models import Message, Session
 from sessions_app.services import message_append, session_resolve
 from tenancy.services import api_token_create
 
@@ -267,12 +267,13 @@ def test_a_tokens_last_use_is_written_once_a_minute_not_on_every_request(client,
 
 
 @pytest.mark.django_db(transaction=True)  # the request's own transaction, as served
-def test_a_post_is_four_reads_and_one_write_of_the_message_not_the_token(client, world, tokens, django_assert_max_num_queries):
+def test_a_post_is_three_reads_and_one_write_of_the_message_not_the_token(client, world, tokens, django_assert_max_num_queries):
     assert post(client, tokens["alice"], "warm up").status_code == 201
-    # Four reads — the token with its membership, the Qor, the switches, the session — and
-    # the append: one statement, a transaction of its own (no BEGIN or COMMIT around it),
-    # with no savepoint: a message without a platform id has no duplicate to catch.
-    with django_assert_max_num_queries(5) as captured:
+    # Three reads — the token with its membership, the Qor with the caller's chat
+    # (sessions_app.qor_chat: were two), the switches — and the append: one statement, a
+    # transaction of its own (no BEGIN or COMMIT around it), with no savepoint: a message
+    # without a platform id has no duplicate to catch.
+    with django_assert_max_num_queries(4) as captured:
         assert post(client, tokens["alice"], "hello").status_code == 201
     assert not [q["sql"] for q in captured.captured_queries
                 if q["sql"].upper().startswith(("SAVEPOINT", "BEGIN", "COMMIT"))]
@@ -303,6 +304,40 @@ def test_in_legacy_mode_the_timeline_reads_the_session_the_client_writes_to(clie
     web = client.get(URL.format("aria"), **auth(tokens["alice"])).json()  # the web surface has its own, still empty
     assert (web["session"], web["messages"]) == (None, [])
     assert client.get(URL.format("aria") + "?surface=telegram", **auth(tokens["alice"])).status_code == 400
+
+
+def test_a_post_after_the_chat_was_cleared_goes_to_its_successor_not_the_archive(client, world, tokens):
+    from sessions_app.services import session_rotate
+
+    first = post(client, tokens["alice"], "before /clear").json()["session"]["id"]
+    session_rotate(session=Session.objects.get(pk=first))
+    response = post(client, tokens["alice"], "after /clear")
+    assert response.status_code == 201
+    now = response.json()["session"]
+    assert now["id"] != first and (now["kind"], now["state"]) == ("canonical", "active")
+    assert [m.content for m in Message.objects.filter(session_id=first)] == ["before /clear"]
+    assert [m.content for m in Message.objects.filter(session_id=now["id"])] == ["after /clear"]
+
+
+def test_in_legacy_mode_a_post_goes_to_its_surface_s_session_not_the_canonical_chat(client, world, tokens, settings):
+    canonical = post(client, tokens["alice"], "in the canonical chat").json()["session"]["id"]
+    settings.QORVEN_LEGACY_SESSIONS = True
+    response = post(client, tokens["alice"], "in the web's own session")
+    assert response.status_code == 201
+    legacy = Session.objects.get(pk=response.json()["session"]["id"])
+    assert legacy.pk != canonical and legacy.kind == "legacy" and legacy.channel == "web"
+    assert [m.content for m in Message.objects.filter(session_id=canonical)] == ["in the canonical chat"]
+
+
+def test_a_switched_off_web_channel_refuses_a_post_to_a_chat_that_exists(client, world, tokens):
+    from tenancy.models import PluginSetting
+
+    assert post(client, tokens["alice"], "while on").status_code == 201
+    PluginSetting.objects.create(tenant=world.tenant_a, kind="channel", name="web", enabled=False)
+    response = post(client, tokens["alice"], "while off")
+    assert response.status_code == 403 and "switched off" in response.json()["error"]
+    assert post(client, tokens["alice"], "while off", qor="nope").status_code == 404  # 404 before 403, as ever
+    assert not Message.objects.filter(content="while off").exists()
 
 
 def test_a_token_past_its_expiry_is_refused_like_a_revoked_one(client, world):
