@@ -78,12 +78,12 @@ def test_ctrl_c_in_the_terminal_while_the_cache_is_away_says_it_could_not_be_pas
     the server did not answer, though it had."""
     import io
 
-    from channels_app.terminal_screen import _Chat
+    from channels_app.terminal_chat import TerminalChat
 
     stop, _ = cache_redis
     out = io.StringIO()
-    chat = _Chat(chat_owner(user=world.alice, tenant_slug="acme", qor_slug="aria", surface="web"), None, out,
-                 on_screen=False, color=False)
+    chat = TerminalChat(chat_owner(user=world.alice, tenant_slug="acme", qor_slug="aria", surface="web"), None, out,
+                        on_screen=False, color=False)
     with _writing(client, alice_token, model_server):
         stop()
         chat._stop(1)
