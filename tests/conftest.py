@@ -17,7 +17,7 @@ import pytest
 from tenancy.models import Membership, Qor, Tenant
 
 from .factories.tenancy import MembershipFactory, QorFactory, TenantFactory, UserFactory
-from .processes import processes  # noqa: F401  (a fixture: real qorven processes)
+from .processes import cache_redis, processes  # noqa: F401  (fixtures: a Redis of its own as the cache; real qorven processes)
 
 
 @dataclass

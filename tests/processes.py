@@ -180,3 +180,25 @@ def redis_start(port: int) -> subprocess.Popen:
     assert wait_for(lambda: subprocess.run(["redis-cli", "-p", str(port), "ping"], capture_output=True,
                                            text=True).stdout.strip() == "PONG", 10)
     return proc
+
+
+@pytest.fixture
+def cache_redis(settings):
+    """The cache (and REDIS_URL) on a Redis of the test's own, keeping nothing on disk:
+    (stop, start), to take it away and bring it back empty, as a Redis that lost its data."""
+    port = free_port()
+    url = f"redis://127.0.0.1:{port}/0"
+    box = {"proc": redis_start(port)}
+    settings.REDIS_URL = url
+    settings.CACHES = {"default": {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": url,
+                                   "KEY_PREFIX": "cache-away"}}
+
+    def stop() -> None:
+        box["proc"].terminate()
+        box["proc"].wait(10)
+
+    def start() -> None:
+        box["proc"] = redis_start(port)
+
+    yield stop, start
+    stop()

@@ -12,8 +12,6 @@ import pytest
 from django.conf import settings as django_settings
 
 from ..fakes.model_server import reply
-from ..ports import free_port
-from ..processes import redis_start
 from .test_compaction import chat, fake, small_window  # noqa: F401
 from .test_turns import _task_runs, _until, alice_token, ask, timeline  # noqa: F401
 
@@ -23,27 +21,6 @@ pytestmark = [
     pytest.mark.skipif(not django_settings.REDIS_URL, reason="the cache is Redis on the scale-out layout only"),
 ]
 
-
-@pytest.fixture
-def cache_redis(settings):
-    """The cache (and REDIS_URL) on a Redis of the test's own, keeping nothing on disk."""
-    port = free_port()
-    url = f"redis://127.0.0.1:{port}/0"
-    proc = redis_start(port)
-    settings.REDIS_URL = url
-    settings.CACHES = {"default": {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": url,
-                                   "KEY_PREFIX": "turn-away"}}
-    box = {"proc": proc}
-
-    def stop() -> None:
-        box["proc"].terminate()
-        box["proc"].wait(10)
-
-    def start() -> None:
-        box["proc"] = redis_start(port)
-
-    yield stop, start
-    stop()
 
 
 @pytest.fixture

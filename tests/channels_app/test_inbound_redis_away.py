@@ -7,7 +7,6 @@ import pytest
 
 from sessions_app.models import Message
 
-from ..agent.test_turn_redis_away import cache_redis  # noqa: F401
 from ..fakes.model_server import reply
 from ..processes import needs_postgres_and_redis
 from .conftest import pair
@@ -17,7 +16,7 @@ pytestmark = [pytest.mark.django_db(transaction=True), needs_postgres_and_redis]
 
 
 def test_a_telegram_message_while_the_cache_is_away_is_answered_once(
-    client, world, telegram, platform, model_server, drain, cache_redis  # noqa: F811
+    client, world, telegram, platform, model_server, drain, cache_redis
 ):
     stop, _ = cache_redis
     pair(world, "telegram", "42", world.alice)
@@ -34,7 +33,7 @@ def test_a_telegram_message_while_the_cache_is_away_is_answered_once(
 
 
 def test_a_telegram_group_message_naming_the_bot_while_the_cache_is_away_is_answered(
-    client, world, telegram, platform, model_server, drain, cache_redis  # noqa: F811
+    client, world, telegram, platform, model_server, drain, cache_redis
 ):
     stop, _ = cache_redis
     pair(world, "telegram", "42", world.alice)
@@ -47,7 +46,7 @@ def test_a_telegram_group_message_naming_the_bot_while_the_cache_is_away_is_answ
 
 
 def test_a_slack_message_while_the_cache_is_away_is_answered_with_its_senders_name(
-    client, world, platform, model_server, drain, cache_redis  # noqa: F811
+    client, world, platform, model_server, drain, cache_redis
 ):
     """The sender's looked-up name is kept in the cache: with the cache away it is asked
     of Slack again, and the message is answered. Before, the name's read raised out of
@@ -75,7 +74,7 @@ def test_a_slack_message_while_the_cache_is_away_is_answered_with_its_senders_na
 
 
 def test_an_unknown_senders_message_while_the_cache_is_away_gets_its_code_once_the_cache_is_back(
-    client, world, telegram, platform, drain, cache_redis  # noqa: F811
+    client, world, telegram, platform, drain, cache_redis
 ):
     """Whether a pairing code may be sent again is kept in the cache (a forged sender must
     not make the bot write on every message): with the cache away the message's task
@@ -99,7 +98,7 @@ def test_an_unknown_senders_message_while_the_cache_is_away_gets_its_code_once_t
 
 
 def test_a_slack_mention_while_the_cache_is_away_is_answered_and_the_bot_learned(
-    client, world, platform, model_server, drain, cache_redis  # noqa: F811
+    client, world, platform, model_server, drain, cache_redis
 ):
     """A binding saved without its bot's user id, an event not naming it: the bot is asked
     of Slack (at most every few minutes, a mark in the cache). With the cache away it is

@@ -14,7 +14,6 @@ from channels_app.chat import chat_owner
 from qorven.agent.stop import STOP_UNAVAILABLE
 from sessions_app.models import Message
 
-from ..agent.test_turn_redis_away import cache_redis  # noqa: F401
 from ..agent.test_turns import _until, alice_token, ask  # noqa: F401
 from ..fakes.model_server import reply
 from ..processes import needs_postgres_and_redis

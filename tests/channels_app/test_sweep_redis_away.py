@@ -21,7 +21,6 @@ from sessions_app.models import Message
 from sessions_app.services import message_append, session_resolve
 from tenancy.trust import Trust
 
-from ..agent.test_turn_redis_away import cache_redis  # noqa: F401
 from ..fakes.model_server import reply
 from ..processes import needs_postgres_and_redis
 from .conftest import pair, replies_waiting
@@ -55,7 +54,7 @@ def _event(world, telegram, external_id: str, text: str, *, age: timedelta, **fi
 
 
 def test_a_sweep_while_the_cache_is_away_queues_what_is_stuck_and_prunes(
-    world, telegram, platform, model_server, drain, cache_redis, settings, caplog  # noqa: F811
+    world, telegram, platform, model_server, drain, cache_redis, settings, caplog
 ):
     """Before, the voice note's mark raised Redis' ConnectionError part-way through the
     sweep: the inbound event behind it was never queued, nothing was pruned."""
@@ -84,7 +83,7 @@ def test_a_sweep_while_the_cache_is_away_queues_what_is_stuck_and_prunes(
 
 
 def test_with_the_send_gates_in_the_cache_a_sweep_while_it_is_away_leaves_the_reply_and_goes_on(
-    world, telegram, platform, drain, cache_redis, settings, caplog  # noqa: F811
+    world, telegram, platform, drain, cache_redis, settings, caplog
 ):
     """A reply waiting a minute for its bot, whose gate cannot be read with Redis away,
     counts as held: the pass goes on past it (an old event pruned) with one log line, and
@@ -118,7 +117,7 @@ def test_with_the_send_gates_in_the_cache_a_sweep_while_it_is_away_leaves_the_re
 
 
 def test_with_the_send_gates_in_the_cache_a_sweep_while_it_is_away_leaves_a_cut_off_send_and_goes_on(
-    world, telegram, platform, drain, cache_redis, settings, caplog  # noqa: F811
+    world, telegram, platform, drain, cache_redis, settings, caplog
 ):
     """A part left `sending` by a sender that died: with its bot's gate unreadable nobody
     can tell it from a send under way, so it is left for the pass after Redis is back,

@@ -17,34 +17,11 @@ from tenancy.models import ModelFallback, Qor
 from tenancy.services import api_token_create
 
 from ..fakes.model_server import ModelServer, error, reply
-from ..ports import free_port
-from ..processes import redis_start
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 COOLDOWNS_AWAY = "model route cooldowns"  # how the log line about the cache away begins
 
-
-@pytest.fixture
-def cache_redis(settings):
-    """The cache (and REDIS_URL) on a Redis of the test's own, keeping nothing on disk."""
-    port = free_port()
-    url = f"redis://127.0.0.1:{port}/0"
-    proc = redis_start(port)
-    settings.REDIS_URL = url
-    settings.CACHES = {"default": {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": url,
-                                   "KEY_PREFIX": "cooldowns-away"}}
-    box = {"proc": proc}
-
-    def stop() -> None:
-        box["proc"].terminate()
-        box["proc"].wait(10)
-
-    def start() -> None:
-        box["proc"] = redis_start(port)
-
-    yield stop, start
-    stop()
 
 
 @pytest.fixture
