@@ -219,3 +219,76 @@ def test_reasoning_streamed_without_an_opening_tag_gives_way_to_the_answer_on_th
     expect(final).to_have_text("Hello Priya!")
     expect(page.locator(".msg--streaming")).to_have_count(0)
     expect(page.locator(".msg", has_text="greets")).to_have_count(0)
+
+
+def hold_the_first_post(page) -> list:
+    """The page's first POST to its messages, held (not sent on) until the test answers it."""
+    held = []
+
+    def hold(route):
+        if route.request.method == "POST" and not held:
+            held.append(route)
+        else:
+            route.fallback()
+
+    page.route(re.compile(r"/messages"), hold)
+    return held
+
+
+def send_while_held(page, held, first: str, second: str) -> None:
+    send(page, first)
+    for _ in range(250):  # the route's handler runs while the page is waited on
+        if held:
+            break
+        page.wait_for_timeout(20)
+    assert len(held) == 1
+    send(page, second)
+
+
+def test_a_message_sent_while_the_one_before_it_is_still_on_its_way_follows_it(chat_server, browser):
+    """Enter pressed again before the server has taken the message before: the second
+    leaves the box at once, shown as sending, and goes once the first is taken, in order.
+    Before, the second Enter did nothing: the text stayed in the box, unsent."""
+    from playwright.sync_api import expect
+
+    base, model, platform = chat_server
+    model.add(reply("Milk is on the list."), reply("Eggs are on the list."))
+    page = sign_in(browser, base)
+    held = hold_the_first_post(page)
+    send_while_held(page, held, "add milk", "add eggs")
+    expect(page.locator("[data-input]")).to_have_value("")
+    expect(page.locator(".msg--pending")).to_have_count(2)
+    held[0].continue_()
+
+    answers = page.locator(".msg--assistant:not(.msg--streaming)")
+    expect(answers.filter(has_text="Eggs are on the list.")).to_be_visible(timeout=SERVER_WORK)
+    expect(answers.filter(has_text="Milk is on the list.")).to_be_visible()
+    expect(page.locator(".msg--pending")).to_have_count(0)
+    questions = page.locator(".msg--user")
+    expect(questions).to_have_text([re.compile("add milk"), re.compile("add eggs")])
+    page.reload()
+    expect(page.locator("[data-status]")).to_have_attribute("data-state", "live")
+    expect(questions).to_have_text([re.compile("add milk"), re.compile("add eggs")])
+
+
+def test_messages_waiting_behind_one_that_could_not_go_come_back_to_the_box_in_order(chat_server, browser):
+    """The first of two messages cannot reach the server: neither is sent (the second would
+    arrive out of its order); both are back in the box as written, before what was typed
+    since, and nothing was stored."""
+    from playwright.sync_api import expect
+
+    base, model, platform = chat_server
+    page = sign_in(browser, base)
+    held = hold_the_first_post(page)
+    send_while_held(page, held, "add milk", "add eggs")
+    page.locator("[data-input]").fill("and bread")
+    held[0].abort()
+
+    expect(page.locator("[data-input]")).to_have_value("add milk\n\nadd eggs\n\nand bread")
+    expect(page.get_by_text("Can't reach Qorven")).to_be_visible()
+    expect(page.locator(".msg--pending")).to_have_count(0)
+    expect(page.locator(".msg--user")).to_have_count(0)
+    page.reload()
+    expect(page.locator("[data-status]")).to_have_attribute("data-state", "live")
+    expect(page.locator(".msg--user")).to_have_count(0)
+    assert model.requests == []

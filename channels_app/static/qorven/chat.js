@@ -77,6 +77,7 @@
     this.form = root.querySelector("[data-composer]");
     this.input = root.querySelector("[data-input]");
     this.sendButton = root.querySelector("[data-send]");
+    this.outbox = []; // messages sent from the box, waiting for the one on its way
     this.jump = root.querySelector("[data-jump]");
     this.stopButton = root.querySelector("[data-stop]");
     this.older = root.querySelector("[data-older]");
@@ -1275,16 +1276,15 @@
     return this.config.authHeaders ? Object.assign(headers, this.config.authHeaders()) : headers;
   };
 
+  // What Enter (or Send) takes from the box leaves it at once, shown as sending. One
+  // message is on its way at a time and the next goes once the server has taken it, so
+  // messages typed quickly arrive in the order they were written, each once.
   Chat.prototype.submit = function () {
-    var self = this;
     var content = this.input.value;
     var images = (this.attached || []).slice();
-    if ((!content.trim() && !images.length) || this.sending) return;
+    if ((!content.trim() && !images.length) || this.isSignedOut) return;
     // What you send (and its answer) must not vanish behind another channel's filter.
     if (this.filter && this.filter !== this.config.channel) this.setFilter("");
-    this.sending = true;
-    this.sendButton.disabled = true;
-    var clientId = Date.now().toString(36) + Math.random().toString(36).slice(2, 10);
     var pending = el("article", "msg msg--user msg--pending");
     pending.setAttribute("data-channel", this.config.channel);
     var body = el("div", "msg__body");
@@ -1301,11 +1301,22 @@
       pending.appendChild(strip);
     }
     this.timeline.appendChild(pending);
-    this.pendingSend = { node: pending, content: content, channel: this.config.channel };
     this.input.value = "";
     this.setAttached([]);
     this.autosize();
     this.scrollToBottom();
+    this.outbox.push({ node: pending, content: content, images: images, channel: this.config.channel });
+    if (!this.sending) this.sendNext();
+  };
+
+  Chat.prototype.sendNext = function () {
+    var self = this;
+    var item = this.outbox.shift();
+    if (!item) return;
+    this.sending = true;
+    this.pendingSend = item;
+    var content = item.content, images = item.images, pending = item.node;
+    var clientId = Date.now().toString(36) + Math.random().toString(36).slice(2, 10);
     var extra = { "X-CSRFToken": this.config.csrfToken || "" };
     var payload;
     if (images.length) {
@@ -1347,25 +1358,41 @@
         }
         if (!res.data.message.content.trim().startsWith("/")) self.expectReply(res.data.message.seq);
         images.forEach(function (a) { URL.revokeObjectURL(a.url); });
+        return true;
       })
       .catch(function (err) {
         pending.remove();
         self.pendingSend = null;
-        if (!self.input.value) self.input.value = content;
-        if (images.length && !(self.attached || []).length) self.setAttached(images); // back in the tray too
-        self.autosize();
+        self.giveBack([item].concat(self.outbox.splice(0)));
         // fetch's own TypeError ("Failed to fetch") means the server could not be reached.
         var unreachable = err instanceof TypeError;
         self.flash(unreachable || !err.message
           ? "Can't reach Qorven — check the connection; your message is back in the box to send again."
           : err.message);
+        return false;
       })
-      .then(function () {
+      .then(function (sent) {
         self.sending = false;
         if (self.isSignedOut) return;
-        self.sendButton.disabled = false;
         self.input.focus();
+        if (sent) self.sendNext();
       });
+  };
+
+  // Messages that did not go (the one refused and those waiting behind it) go back to the
+  // box, in the order written and before anything typed since, with their attachments
+  // back in the tray: nothing typed is lost, and none goes out of its order.
+  Chat.prototype.giveBack = function (items) {
+    var texts = [], images = [];
+    items.forEach(function (item) {
+      item.node.remove();
+      if (item.content.trim()) texts.push(item.content);
+      images = images.concat(item.images);
+    });
+    if (this.input.value.trim()) texts.push(this.input.value);
+    this.input.value = texts.join("\n\n");
+    if (images.length) this.setAttached(images.concat(this.attached || []));
+    this.autosize();
   };
 
   // --- attaching images ---
