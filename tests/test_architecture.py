@@ -27,6 +27,23 @@ LAYERS = [
 SUBPACKAGES = ("qorven.runtime", "qorven.llm", "qorven.agent")
 
 
+def parse(path: Path) -> ast.Module:
+    """The file's syntax tree. CPython 3.11.7 keeps one AST recursion counter for the whole
+    interpreter, so a parse in another thread of this test process (a server or worker an
+    earlier test left running) can make this one raise a spurious SystemError ("AST
+    constructor recursion depth mismatch", CPython gh-106905, fixed in 3.11.8): parsed
+    again then, never passed over."""
+    source = path.read_text()
+    for _ in range(3):
+        try:
+            return ast.parse(source, filename=str(path))
+        except SystemError as exc:
+            if "recursion depth mismatch" not in str(exc):
+                raise
+            error = exc
+    raise error
+
+
 def unit_of(module: str) -> str | None:
     for sub in SUBPACKAGES:
         if module == sub or module.startswith(sub + "."):
@@ -75,7 +92,7 @@ def import_edges() -> dict[tuple[str, str], list[str]]:
                 continue  # history: it refers to apps by label, and never to code above it
             module = module_name(path)
             source = unit_of(module)
-            tree = ast.parse(path.read_text(), filename=str(path))
+            tree = parse(path)
             for target, line in runtime_imports(tree, module, path.name == "__init__.py"):
                 imported = unit_of(target)
                 if source and imported and imported != source:
@@ -112,7 +129,7 @@ def test_the_benchmarks_use_only_public_entry_points():
     own = {unit.split(".", 1)[0] for unit in LAYERS}
     private = []
     for path in sorted((ROOT / "bench").rglob("*.py")):
-        for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+        for node in ast.walk(parse(path)):
             if isinstance(node, ast.ImportFrom) and node.module and node.module.split(".", 1)[0] in own:
                 private += [f"{path.relative_to(ROOT)}:{node.lineno} {node.module}.{alias.name}"
                             for alias in node.names if alias.name.startswith("_")]
@@ -134,7 +151,7 @@ def test_a_migration_runs_the_code_it_was_written_with():
     live = []
     for path in sorted(ROOT.glob("*/migrations/*.py")):
         module = module_name(path)
-        tree = ast.parse(path.read_text(), filename=str(path))
+        tree = parse(path)
         targets = runtime_imports(tree, module, False)
         targets += [(node.args[0].value, node.lineno) for node in ast.walk(tree)
                     if isinstance(node, ast.Call) and ast.unparse(node.func).endswith("import_module")
