@@ -28,18 +28,19 @@ _sql: dict[str, str] = {}  # by vendor
 
 
 @contextmanager
-def event_done_riding(event: InboundEvent) -> Iterator[AppendRider]:
-    """In the block (the channel rules applied to `event`), the event is marked done by the
-    statement storing its message, once the rules said with what result. The rider comes
-    back: `fired` when it ran, with the result it wrote as its first parameter."""
+def event_done_riding(*, tenant_id: int, event_id: int) -> Iterator[AppendRider]:
+    """In the block (the channel rules applied to the tenant's event `event_id`), the event
+    is marked done by the statement storing its message, once the rules said with what
+    result. The rider comes back: `fired` when it ran, with the result it wrote as its
+    first parameter."""
     sql = _sql.get(connection.vendor)
     if sql is None:
         quote = connection.ops.quote_name
         sql = _sql[connection.vendor] = (
             f"UPDATE {quote(InboundEvent._meta.db_table)} SET state = %s, result = %s, payload = '{{}}',"
-            f" updated_at = %s WHERE id = %s")
+            f" updated_at = %s WHERE id = %s AND tenant_id = %s")
     rider = AppendRider(sql=sql)
-    rider.params = [InboundEvent.State.DONE.value, "", None, event.pk]
+    rider.params = [InboundEvent.State.DONE.value, "", None, event_id, tenant_id]
     token = _riders.set(rider)
     try:
         with append_riding(rider):

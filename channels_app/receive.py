@@ -28,6 +28,7 @@ from tenancy.switches import channel_enabled_cached, switched_off_of, switches_s
 from .adapters import adapter_for
 from .event_done import event_done_result, event_done_riding
 from .event_insert import events_insert
+from .event_states import event_claim, event_claim_give_back, event_fail, event_finish, event_result
 from .inbound import InboundMessage
 from .inbound_rules import inbound_message_handle
 from .models import ChannelBinding, InboundEvent
@@ -99,10 +100,11 @@ class InboundBusy(Exception):
     one comes back shortly, so the sender's messages keep their order."""
 
 
-def _waiting(**filters: Any) -> QuerySet[InboundEvent]:
-    """Events still to be processed (or in a task's hands), oldest first."""
+def _waiting(*, tenant_id: Any, **filters: Any) -> QuerySet[InboundEvent]:
+    """The tenant's events still to be processed (or in a task's hands), oldest first."""
     return InboundEvent.objects.filter(
-        state__in=[InboundEvent.State.PENDING, InboundEvent.State.PROCESSING], **filters).order_by("pk")
+        tenant_id=tenant_id, state__in=[InboundEvent.State.PENDING, InboundEvent.State.PROCESSING], **filters
+    ).order_by("pk")
 
 
 # Read for every platform message (compiled once: qorven.runtime.prepared_read). The
@@ -165,14 +167,10 @@ def inbound_process(*, event: InboundEvent, reclaim: int | None = None) -> str:
                                          sender_id=event.sender_id, event_id=event.pk)
         read_head = _UNREAD  # read afresh from here on
         if head is None:  # this event is done (or failed), by this task or another
-            event.refresh_from_db(fields=["state", "result"])
-            return event.result
+            return event_result(tenant_id=event.tenant_id, event_id=event.pk)
         if head.state == InboundEvent.State.PROCESSING and head.updated_at > stale and head.pk != reclaim:
             raise InboundBusy(head.pk)
-        claimed = InboundEvent.objects.filter(pk=head.pk, state=head.state, updated_at=head.updated_at).update(
-            state=InboundEvent.State.PROCESSING, updated_at=timezone.now()
-        )
-        if not claimed:
+        if not event_claim(tenant_id=head.tenant_id, event_id=head.pk, state=head.state, updated_at=head.updated_at):
             continue  # another task took it a moment ago: look again
         head.binding = event.binding
         try:
@@ -198,8 +196,7 @@ def _claim_give_back(event: InboundEvent) -> bool:
     goes stale (CLAIM_STALE_AFTER)."""
     connections_drop_broken()
     try:
-        InboundEvent.objects.filter(pk=event.pk, state=InboundEvent.State.PROCESSING).update(
-            state=InboundEvent.State.PENDING, updated_at=timezone.now())
+        event_claim_give_back(tenant_id=event.tenant_id, event_id=event.pk)
         return True
     except DATABASE_DOWN:
         connections_drop_broken()
@@ -217,7 +214,7 @@ def _process_event(event: InboundEvent) -> str:
     with log_person(event.sender_id):
         try:
             message = InboundMessage.model_validate(event.payload)
-            with event_done_riding(event) as done:
+            with event_done_riding(tenant_id=event.tenant_id, event_id=event.pk) as done:
                 result = inbound_message_handle(event.binding, message)
         except DATABASE_DOWN:
             raise  # the connection was lost, not the message (see inbound_process)
@@ -225,10 +222,7 @@ def _process_event(event: InboundEvent) -> str:
             if cache_unreachable(exc):
                 raise  # the cache is away, not the message: the task comes back for it
             logger.exception("inbound event %s could not be processed", event.pk)
-            InboundEvent.objects.filter(pk=event.pk).update(
-                state=InboundEvent.State.FAILED, result="error", error=f"{type(exc).__name__}: {exc}"[:2000],
-                updated_at=timezone.now(),
-            )
+            event_fail(tenant_id=event.tenant_id, event_id=event.pk, error=f"{type(exc).__name__}: {exc}")
             return "error"
     # The message lives in the conversation from here on (or was never to be kept: an
     # unknown sender's): the event keeps only what recognises a platform's retry of it.
@@ -236,6 +230,5 @@ def _process_event(event: InboundEvent) -> str:
     # (channels_app.event_done): nothing more to write.
     if event_done_result(done) == result:
         return result
-    InboundEvent.objects.filter(pk=event.pk).update(state=InboundEvent.State.DONE, result=result, payload={},
-                                                    updated_at=timezone.now())
+    event_finish(tenant_id=event.tenant_id, event_id=event.pk, result=result)
     return result

@@ -39,7 +39,7 @@ def test_an_event_whose_chat_was_rotated_under_its_append_is_taken_again_after_a
     session_rotate(session=chat)  # the chat resolved by the rules is archived before the append
     event = _claimed_event(world, telegram, 1, "what is up?")
     scope = f"telegram:{telegram.pk}"
-    with event_done_riding(event), pytest.raises(SessionClosed):
+    with event_done_riding(tenant_id=world.tenant_a.pk, event_id=event.pk), pytest.raises(SessionClosed):
         event_result_if_stored("accepted", external_scope=scope, external_id="42:1")
         message_append(session=chat, role=Message.Role.USER, content="what is up?", channel="telegram",
                        sender_name="Alice", external_scope=scope, external_id="42:1", awaits_answer=True)
