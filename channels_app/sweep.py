@@ -127,6 +127,7 @@ def inbound_events_prune(*, now) -> int:
     keep = _retention("QORVEN_INBOUND_RETENTION", "inbound events")
     if keep is None or not _due("qorven:inbound-pruned", PRUNE_EVERY):
         return 0
+    # Every tenant's: the retention is the host's, and a finished event is nobody's work.
     return _prune(InboundEvent.objects.filter(
         created_at__lt=now - keep, state__in=[InboundEvent.State.DONE, InboundEvent.State.FAILED]
     ).order_by("created_at"))
@@ -261,6 +262,9 @@ def previous_run_let_go() -> tuple[int, int]:
     from sessions_app.turn_writes import turn_leases_end_all
 
     leases = turn_leases_end_all()
+    # Every tenant's claims, by no tenant: the run that held them worked for every tenant of
+    # the host, and nothing of this run holds an event yet. Each is read again by its
+    # tenant and id when its task takes it (channels_app.receive.inbound_event).
     claims = InboundEvent.objects.filter(state=InboundEvent.State.PROCESSING).update(
         state=InboundEvent.State.PENDING, updated_at=timezone.now())
     if leases or claims:
@@ -317,6 +321,7 @@ def sweep(*, restart: bool = False) -> SweepReport:
             voice_transcribe_task.delay(tenant_id, message_id)
             report.voice_notes += 1
 
+    # Every tenant's: each goes to its task with its tenant's id, and is read by both there.
     stuck = InboundEvent.objects.filter(
         Q(state=InboundEvent.State.PENDING, created_at__lte=now - grace)
         | Q(state=InboundEvent.State.PROCESSING, updated_at__lt=now - timedelta(seconds=CLAIM_STALE_AFTER))
