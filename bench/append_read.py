@@ -153,7 +153,7 @@ def measure_appends(sessions: dict[int, Session], pg: bool, quick: bool) -> dict
     drift over time hit all sizes and both methods alike; rounds go on until every size's
     ours made at least N appends in at least S seconds (APPENDS).
     """
-    from sessions_app.services import message_append
+    from sessions_app.services.append import message_append
 
     def ours(session: Session) -> Callable[[int], None]:
         def append(i: int) -> None:
@@ -226,7 +226,7 @@ def child(quick: bool) -> int:
     from django.db import connection
 
     from sessions_app.models import Message
-    from sessions_app.services import session_resolve
+    from sessions_app.services.resolve import session_resolve
     from tenancy.services import tenant_bootstrap
 
     pg = connection.vendor == "postgresql"

@@ -167,7 +167,7 @@ def child(quick: bool) -> int:
     from django.db import connection
 
     from sessions_app.models import Message, Session
-    from sessions_app.services import session_resolve
+    from sessions_app.services.resolve import session_resolve
     from tenancy.services import tenant_bootstrap
 
     pg = connection.vendor == "postgresql"

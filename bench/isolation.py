@@ -145,7 +145,8 @@ def helper_main() -> int:
     from channels_app.models import Identity, OutboundDelivery
     from channels_app.services import binding_create
     from sessions_app.models import Message, Session
-    from sessions_app.services import session_resolve, session_rotate
+    from sessions_app.services.lifecycle import session_rotate
+    from sessions_app.services.resolve import session_resolve
     from tenancy.models import Qor, Tenant
     from tenancy.services import api_token_create
 

@@ -181,7 +181,7 @@ def setup(quick: bool, pg: bool, name: str) -> list[Case]:
     from memory_app.models import LearnedSkill, Memory
     from memory_app.services import memory_add
     from sessions_app.models import Message, Session
-    from sessions_app.services import session_resolve
+    from sessions_app.services.resolve import session_resolve
     from tenancy.services import tenant_bootstrap
 
     call_command("migrate", verbosity=0)

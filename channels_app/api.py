@@ -19,7 +19,7 @@ from sessions_app.channel_kinds import Channel
 from sessions_app.models import Session
 from sessions_app.qor_chat import qor_chat_get
 from sessions_app.selectors import StoredMessage, messages_read
-from sessions_app.services import session_resolve
+from sessions_app.services.resolve import session_resolve
 from tenancy.access import surface_trust
 from tenancy.errors import NotFound
 from tenancy.selectors import qor_get

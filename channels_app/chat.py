@@ -22,7 +22,8 @@ from sessions_app.leases import lease_held
 from sessions_app.models import Session
 from sessions_app.selectors import MessageRow, canonical_session_find, messages_read
 from sessions_app.attachments import ImageBytes
-from sessions_app.services import AppendResult, session_resolve
+from sessions_app.services.append import AppendResult
+from sessions_app.services.resolve import session_resolve
 from tenancy.errors import NotFound
 from tenancy.access import surface_access
 from tenancy.switches import channel_enabled
@@ -141,7 +142,7 @@ def surface_session(*, tenant: Tenant, qor: Qor, user: User, surface: str) -> Se
     canonical chat, or in legacy mode that surface's own session; None before the first."""
     if not settings.QORVEN_LEGACY_SESSIONS:
         return canonical_session_find(tenant=tenant, qor=qor, user=user)
-    # As sessions_app.services.session_resolve keys a member's legacy session.
+    # As sessions_app.services.resolve.session_resolve keys a member's legacy session.
     return Session.objects.filter(
         tenant=tenant, qor=qor, kind=Session.Kind.LEGACY, channel=surface,
         external_thread_id=f"user:{user.pk}", state=Session.State.ACTIVE,

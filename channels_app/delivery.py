@@ -22,7 +22,7 @@ from qorven.runtime.insert_new import rows_insert_new
 from qorven.runtime.prepared_read import PreparedRead
 from qorven.runtime.task_scope import collecting
 from sessions_app.models import Message
-from sessions_app.services import message_delivery_planned, message_delivery_planned_statement
+from sessions_app.services.append import message_delivery_planned, message_delivery_planned_statement
 
 from .models import ChannelBinding, Identity, OutboundDelivery
 
@@ -38,7 +38,7 @@ PLATFORM_OF = {
 
 def on_message_appended(sender, message: Message, **kwargs) -> None:
     """Signal receiver: queue delivery of replies and notices for platform channels: the
-    messages the store marked as awaiting it (sessions_app.services.delivery_awaited)."""
+    messages the store marked as awaiting it (sessions_app.services.append.delivery_awaited)."""
     if not message.delivery_unplanned:
         return
     try:

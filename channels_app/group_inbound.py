@@ -12,7 +12,7 @@ from qorven.runtime.publisher import broadcast_soon
 from sessions_app.edits import message_edit_ask
 from sessions_app.models import Message, Session
 from sessions_app.selectors import message_by_external_id
-from sessions_app.services import session_resolve
+from sessions_app.services.resolve import session_resolve
 from tenancy.models import Tenant
 from tenancy.slash_registry import command_parse
 from tenancy.trust import Trust

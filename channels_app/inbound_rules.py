@@ -11,7 +11,7 @@ from django.core.cache import cache
 from qorven.agent.gateway import inbound_accept
 from qorven.runtime.repeated_failure import RepeatedFailure
 from sessions_app.channel_kinds import CHAT_FAMILY
-from sessions_app.services import session_resolve
+from sessions_app.services.resolve import session_resolve
 from tenancy.access import surface_access, surface_access_of_role, tenant_serving
 from tenancy.switches import channel_enabled
 

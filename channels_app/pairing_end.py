@@ -19,7 +19,7 @@ from django.utils import timezone
 
 from qorven.runtime.publisher import broadcast_soon
 from sessions_app.models import Message
-from sessions_app.services import message_answer_fail
+from sessions_app.services.answers import message_answer_fail
 from tenancy.models import Tenant
 
 from .models import ChannelBinding, Identity, OutboundDelivery

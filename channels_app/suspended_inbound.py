@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from qorven.agent.gateway import inbound_accept
 from sessions_app.channel_kinds import CHAT_FAMILY
-from sessions_app.services import session_resolve
+from sessions_app.services.resolve import session_resolve
 from tenancy.access import surface_trust
 from tenancy.trust import Trust
 

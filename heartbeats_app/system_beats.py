@@ -24,7 +24,8 @@ from sessions_app.channel_kinds import CHAT_FAMILY, Channel
 from sessions_app.errors import SessionClosed
 from sessions_app.models import Message
 from sessions_app.retention import image_prune, sessions_prune
-from sessions_app.services import message_append, session_resolve
+from sessions_app.services.append import message_append
+from sessions_app.services.resolve import session_resolve
 from tenancy.models import Tenant
 
 from .models import CLEAR_IMAGES, CONVERSATION_RETENTION, DELIVER_REMINDERS, Heartbeat

@@ -44,7 +44,7 @@ from qorven.runtime.json_errors import json_problem
 from sessions_app.channel_kinds import Channel
 from sessions_app.errors import SessionClosed
 from sessions_app.models import Message, Session
-from sessions_app.services import session_mark_replied
+from sessions_app.services.answers import session_mark_replied
 from tenancy.models import Membership, Qor, Tenant
 
 IMPORT_SCOPE = "legacy-import"

@@ -18,7 +18,7 @@ from django.utils import timezone
 
 from sessions_app.errors import SessionClosed
 from sessions_app.models import Message, Session
-from sessions_app.services import message_append
+from sessions_app.services.append import message_append
 
 from .models import CompactRequest
 

@@ -26,7 +26,8 @@ from sessions_app.channel_kinds import Channel
 from sessions_app.errors import SessionClosed
 from sessions_app.models import Message, Session
 from sessions_app.selectors import next_pending_user_message
-from sessions_app.services import message_append, session_compaction_advance, session_rotate
+from sessions_app.services.append import message_append
+from sessions_app.services.lifecycle import session_compaction_advance, session_rotate
 
 from .digest import DigestSpan, digest_plain_extract
 from .models import Memory

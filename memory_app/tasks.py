@@ -24,7 +24,7 @@ from sessions_app.selectors import (
     session_for_task,
     session_successor,
 )
-from sessions_app.services import message_append
+from sessions_app.services.append import message_append
 from sessions_app.turn_writes import turn_lease_acquire, turn_lease_release
 from tenancy.access import tenant_serving
 from tenancy.selectors import budget_exhausted
@@ -299,7 +299,7 @@ def voice_digest(self, tenant_id: int, session_id: int) -> int:
 
     In a workspace the host suspended meanwhile it does nothing (no model call): the call
     stays an active session, digested when the workspace is resumed (voice_digests_resume)."""
-    from sessions_app.services import session_archive
+    from sessions_app.services.lifecycle import session_archive
 
     with log_context(tenant=tenant_id, session=session_id):
         session = session_for_task(tenant_id=tenant_id, session_id=session_id)

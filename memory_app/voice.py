@@ -12,7 +12,8 @@ from django.db import transaction
 
 from sessions_app.channel_kinds import Channel
 from sessions_app.models import Message, Session
-from sessions_app.services import message_append, session_resolve
+from sessions_app.services.append import message_append
+from sessions_app.services.resolve import session_resolve
 from tenancy.models import Qor, Tenant
 
 MAX_TURNS = 2_000

@@ -43,7 +43,7 @@ def images_attach(*, message: Message, images: Sequence[ImageBytes]) -> int:
 
 def images_copy(*, pairs: Sequence[tuple[Message, Message]]) -> int:
     """Give each copied message (`pairs`: original, copy) the attachments of its original,
-    in order: a question carried into a fresh session (sessions_app.services.session_rotate)
+    in order: a question carried into a fresh session (sessions_app.services.lifecycle.session_rotate)
     is answered with its photo, file or voice note, not with a note that it is no longer
     kept. Returns how many were copied."""
     copy_of = {original.pk: copy for original, copy in pairs}

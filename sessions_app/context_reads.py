@@ -11,7 +11,7 @@ from .models import Message, Session
 from .selectors import MessageRow, message_rows_read, metadata_has_key
 
 # The metadata key of the tool rounds stored for a message that failed (marked by
-# sessions_app.services.message_answer_fail): out of every later prompt, as the message is,
+# sessions_app.services.answers.message_answer_fail): out of every later prompt, as the message is,
 # until /retry makes it wait for its answer again.
 FAILED_ROUND = "failed_round"
 

@@ -144,7 +144,7 @@ class Message(models.Model):
     # raw SQL): a reader holding a copy of the row knows it is unchanged while this is the
     # same (the worker's held prompt windows: qorven.agent.held_windows). NULL: never updated.
     revision = models.PositiveIntegerField(null=True, blank=True, editable=False)
-    # True from the append of a reply or notice for a platform (sessions_app.services.
+    # True from the append of a reply or notice for a platform (sessions_app.services.append.
     # message_append: the same statement) until channels_app has planned its delivery,
     # whatever came of it; NULL for every other message and once planned. A process that
     # died between the two left it marked: the sweeper plans it then (channels_app.sweep).

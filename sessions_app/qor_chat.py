@@ -29,7 +29,7 @@ def qor_chat_get(*, tenant: Tenant, slug: str, user: User) -> tuple[Qor, Session
     """The tenant's Qor `slug` (NotFound for a missing or foreign one, alike, as
     tenancy.selectors.qor_get) and the user's active canonical session with it, or None
     before their first message (an archived one is never it). Canonical mode only: a
-    legacy session is keyed by its surface (sessions_app.services.session_resolve)."""
+    legacy session is keyed by its surface (sessions_app.services.resolve.session_resolve)."""
     qor = _qor_with_chat.first(tenant_id=tenant.pk, slug=slug, user_id=user.pk)
     if qor is None:
         raise NotFound(f"no qor {slug!r}")

@@ -342,7 +342,7 @@ def session_successor(*, session: Session) -> Session | None:
 
 def carried_copy(*, message: Message) -> int | None:
     """The id of the copy a rotation carried `message` into: the row its `carried_to` names
-    (sessions_app.services.session_rotate marks the original so, and a collapse that
+    (sessions_app.services.lifecycle.session_rotate marks the original so, and a collapse that
     renumbers the copy into the canonical chat re-points it), or None when it was not
     carried (answered, or /clear)."""
     place = (message.metadata or {}).get("carried_to")

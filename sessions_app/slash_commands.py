@@ -5,7 +5,7 @@ from tenancy.slash_registry import CommandContext, CommandReply, slash_command
 
 from .models import Session
 from .search_lines import search_answer
-from .services import session_rotate
+from .services.lifecycle import session_rotate
 
 ROTATABLE = (Session.Kind.CANONICAL, Session.Kind.LEGACY)
 CLEARED = (

@@ -24,7 +24,7 @@ from .append_statement import reply_condition, reply_refusal
 from .errors import LeaseLost
 from .models import Message, Session
 from .selectors import answerable
-from .services import Answering, message_append
+from .services.append import Answering, message_append
 
 
 def _write(sql: str, params: list[Any]) -> int:

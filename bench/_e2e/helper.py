@@ -42,7 +42,8 @@ def helper_main() -> int:
     from channels_app.models import Identity, InboundEvent, OutboundDelivery
     from channels_app.services import binding_create
     from sessions_app.models import Message, Session
-    from sessions_app.services import message_append, session_resolve
+    from sessions_app.services.append import message_append
+    from sessions_app.services.resolve import session_resolve
     from tenancy.models import ApiToken, Membership, Qor, Tenant
     from tenancy.selectors import token_digest
     from tenancy.services import api_token_create

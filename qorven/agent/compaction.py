@@ -25,7 +25,7 @@ from sessions_app.selectors import (
     messages_read,
     next_pending_user_message,
 )
-from sessions_app.services import message_append
+from sessions_app.services.append import message_append
 
 from .prompt import READ_BATCH, READ_BATCH_MAX, Prompt, message_tokens
 

@@ -16,7 +16,7 @@ from sessions_app.errors import SessionClosed
 from sessions_app.models import Message, Session
 from sessions_app.selectors import session_successor
 from sessions_app.attachments import ImageBytes, attachments_meta, images_attach
-from sessions_app.services import AppendResult, message_append
+from sessions_app.services.append import AppendResult, message_append
 
 from .notices import VOICE_NOTICES
 
@@ -159,7 +159,7 @@ def reply_regenerate(*, session: Session, reply_to: int) -> bool:
     """Answer message `reply_to` again (the newest answered one): its old reply leaves the
     live surfaces at once and a new turn writes another. False when it cannot be."""
     from qorven.runtime.publisher import broadcast_soon
-    from sessions_app.services import reply_supersede
+    from sessions_app.services.answers import reply_supersede
 
     with transaction.atomic():
         superseded = reply_supersede(session=session, reply_to=reply_to)

@@ -18,7 +18,7 @@ from qorven.llm import Completion, Provider
 from qorven.llm.metered import Spend, model_call
 from sessions_app.models import Message, Session
 from sessions_app.selectors import StoredMessage
-from sessions_app.services import message_append
+from sessions_app.services.append import message_append
 from tenancy.tool_registry import Tool, ToolContext, registry
 
 from .round_pairs import Unanswered, rounds_paired

@@ -29,7 +29,7 @@ def _retry(ctx: CommandContext) -> str:
 
     from qorven.runtime.publisher import broadcast_soon
     from sessions_app.selectors import next_pending_user_message, voice_notes_unheard
-    from sessions_app.services import messages_retry_failed
+    from sessions_app.services.answers import messages_retry_failed
 
     from .gateway import transcribe_soon, turn_enqueue
 

@@ -30,7 +30,7 @@ from qorven.llm import (
 from qorven.runtime.publisher import broadcast_soon
 from sessions_app.errors import SenderLeft, WorkspaceSuspended
 from sessions_app.models import Message, Session
-from sessions_app.services import message_answer_attempted
+from sessions_app.services.answers import message_answer_attempted
 from sessions_app.turn_writes import turn_lease_confirm
 from tenancy.access import surface_trust, tenant_serving
 from tenancy.models import Qor

@@ -12,7 +12,8 @@ from qorven.llm import Completion, ModelError
 from qorven.runtime.publisher import broadcast_soon
 from sessions_app.errors import SenderLeft, SessionClosed, WorkspaceSuspended
 from sessions_app.models import Message, Session
-from sessions_app.services import message_answer_fail, message_append
+from sessions_app.services.answers import message_answer_fail
+from sessions_app.services.append import message_append
 from sessions_app.turn_writes import reply_store, turn_lease_confirm
 from tenancy.selectors import membership_active, tenant_serving_now
 from tenancy.trust import Trust

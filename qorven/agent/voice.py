@@ -25,7 +25,8 @@ from qorven.llm.routes import transcribe, transcriber_route
 from sessions_app.errors import WorkspaceSuspended
 from sessions_app.models import Image, Message, Session
 from sessions_app.selectors import carried_copy
-from sessions_app.services import message_answer_fail, message_append, message_transcribed
+from sessions_app.services.answers import message_answer_fail, message_transcribed
+from sessions_app.services.append import message_append
 from tenancy.access import tenant_serving
 from tenancy.models import Qor
 

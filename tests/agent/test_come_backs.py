@@ -207,7 +207,8 @@ def test_a_turn_whose_worker_died_mid_round_goes_on_and_runs_none_of_that_rounds
 
     from channels_app.sweep import sweep
     from sessions_app.models import Session
-    from sessions_app.services import message_append, session_resolve
+    from sessions_app.services.append import message_append
+    from sessions_app.services.resolve import session_resolve
 
     chat = session_resolve(tenant=world.tenant_a, qor=world.qor_a, channel="web", user=world.alice)
     question = message_append(session=chat, role="user", content="Remember my laptop and my bike", channel="web",

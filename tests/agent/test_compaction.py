@@ -15,7 +15,9 @@ from qorven.agent.gateway import inbound_accept
 from qorven.agent.prompt import PromptParts, message_tokens, prompt_build
 from sessions_app.models import Message, Session
 from sessions_app.selectors import messages_read
-from sessions_app.services import message_append, session_resolve, session_rotate
+from sessions_app.services.append import message_append
+from sessions_app.services.lifecycle import session_rotate
+from sessions_app.services.resolve import session_resolve
 from tenancy.models import Qor, Usage
 from tenancy.trust import Trust
 

@@ -132,7 +132,8 @@ def test_a_run_whose_worker_died_mid_round_runs_none_of_that_rounds_calls_again(
     stored: the run taken over asks with both, the stored result and, for the other, that
     it may or may not have taken effect; neither runs again."""
     from channels_app.sweep import sweep
-    from sessions_app.services import message_append, session_resolve
+    from sessions_app.services.append import message_append
+    from sessions_app.services.resolve import session_resolve
 
     stuck = HeartbeatRun.objects.create(tenant=world.tenant_a, heartbeat=pills, tick=TICK,
                                         started_at=timezone.now() - timedelta(hours=3))
@@ -165,7 +166,8 @@ def _died_after_answering(world, pills, *, delivering: bool = True):
     """A run as its worker left it when it died after the model answered and before the
     run was recorded: 'running' for hours, its answer stored in its cron session and (when
     `delivering`) appended to Alice's chat for Telegram, as outcome.result_deliver does."""
-    from sessions_app.services import message_append, session_resolve
+    from sessions_app.services.append import message_append
+    from sessions_app.services.resolve import session_resolve
 
     stuck = HeartbeatRun.objects.create(tenant=world.tenant_a, heartbeat=pills, tick=TICK,
                                         started_at=timezone.now() - timedelta(hours=3))

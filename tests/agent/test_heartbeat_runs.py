@@ -16,7 +16,8 @@ from qorven.agent.heartbeat_runs import RunFailed, run_heartbeat
 from heartbeats_app.services import heartbeat_create, heartbeat_run_now
 from qorven.agent.tasks import heartbeat_run
 from sessions_app.models import Image, Message, Session
-from sessions_app.services import message_append, session_resolve
+from sessions_app.services.append import message_append
+from sessions_app.services.resolve import session_resolve
 from tenancy.models import Usage
 from tenancy.services import usage_record
 

@@ -658,7 +658,8 @@ def test_a_tool_call_stored_with_broken_arguments_before_the_fix_does_not_break_
 ):
     """Calls stored before arguments were kept as objects went back as written: on Ollama
     every message of that conversation was refused until the call left the window."""
-    from sessions_app.services import message_append, session_resolve
+    from sessions_app.services.append import message_append
+    from sessions_app.services.resolve import session_resolve
 
     session = session_resolve(tenant=world.tenant_a, qor=world.qor_a, channel="web", user=world.alice)
     message_append(session=session, role="user", content="what time is it?", channel="web")

@@ -160,7 +160,9 @@ def test_a_pdf_carried_into_a_fresh_session_keeps_what_was_read(world):
     PDF read already is not read again there."""
     from channels_app.uploads import attachment_check
     from sessions_app.attachments import images_attach
-    from sessions_app.services import message_append, session_resolve, session_rotate
+    from sessions_app.services.append import message_append
+    from sessions_app.services.lifecycle import session_rotate
+    from sessions_app.services.resolve import session_resolve
 
     session = session_resolve(tenant=world.tenant_a, qor=world.qor_a, channel="web", user=world.alice)
     question = message_append(session=session, role="user", content="summarise", channel="web", sender_name="Alice",

@@ -7,7 +7,7 @@ import os
 import pytest
 
 from qorven.agent.gateway import inbound_accept
-from sessions_app.services import session_resolve
+from sessions_app.services.resolve import session_resolve
 from tenancy.models import Qor
 from tenancy.trust import Trust
 

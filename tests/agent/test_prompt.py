@@ -8,7 +8,8 @@ from qorven.agent.held_windows import held_windows_clear
 from qorven.agent.prompt import PromptParts, message_tokens, prompt_build, window_hints_clear
 from sessions_app.models import Message, Session
 from sessions_app.selectors import messages_read
-from sessions_app.services import message_append, session_resolve
+from sessions_app.services.append import message_append
+from sessions_app.services.resolve import session_resolve
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

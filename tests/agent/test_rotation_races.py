@@ -11,7 +11,8 @@ import pytest
 from qorven.agent.gateway import inbound_accept
 from sessions_app.attachments import images_attach
 from sessions_app.models import Image, Message, Session
-from sessions_app.services import message_append, session_resolve
+from sessions_app.services.append import message_append
+from sessions_app.services.resolve import session_resolve
 from tenancy.models import Qor
 from tenancy.trust import Trust
 
@@ -171,7 +172,7 @@ class HeldRotation:
     def _run(self, session: Session) -> None:
         from django.db import connection, transaction
 
-        from sessions_app.services import session_rotate
+        from sessions_app.services.lifecycle import session_rotate
 
         try:
             with transaction.atomic():

@@ -9,7 +9,7 @@ import pytest
 from memory_app.skills import SkillFileError, skill_file_parse, skills_sync
 from qorven.agent.gateway import inbound_accept
 from sessions_app.models import Message
-from sessions_app.services import session_resolve
+from sessions_app.services.resolve import session_resolve
 from tenancy.trust import Trust
 
 from ..fakes.model_server import reply

@@ -13,7 +13,8 @@ from django.conf import settings as django_settings
 
 from qorven.runtime import route_slots
 from sessions_app.models import Message, Session
-from sessions_app.services import message_append, session_resolve
+from sessions_app.services.append import message_append
+from sessions_app.services.resolve import session_resolve
 from tenancy.models import Qor
 
 from ..fakes.model_server import ModelServer, reply

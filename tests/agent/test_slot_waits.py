@@ -16,7 +16,8 @@ from memory_app.models import Memory
 from qorven.agent.turns import turn_process
 from qorven.runtime import route_slots
 from sessions_app.models import Message
-from sessions_app.services import message_append, session_resolve
+from sessions_app.services.append import message_append
+from sessions_app.services.resolve import session_resolve
 from tenancy.models import Qor
 from tenancy.services import api_token_create
 

@@ -15,7 +15,7 @@ from memory_app.tasks import session_compact, session_summarize
 from memory_app.voice import SpokenTurn, voice_transcript_store
 from qorven.agent.tasks import voice_transcribe_task
 from sessions_app.models import Image, Message, Session
-from sessions_app.services import message_append
+from sessions_app.services.append import message_append
 from tenancy.services import tenant_resume, tenant_suspend
 
 from ..fakes.model_server import reply

@@ -98,7 +98,7 @@ def test_a_prompt_too_long_for_the_model_is_not_tried_again_once_the_workspace_i
     """The provider said the prompt was too long after the host suspended the workspace:
     the turn compacted and asked the model again, on the suspended workspace's tokens."""
     from qorven.agent.gateway import inbound_accept
-    from sessions_app.services import session_resolve
+    from sessions_app.services.resolve import session_resolve
     from tenancy.trust import Trust
 
     from ..fakes.model_server import error

@@ -161,7 +161,7 @@ def test_a_question_that_outgrows_the_window_while_the_cache_is_away_is_answered
     question is answered, its turn ends well and the summarizer is left to the next
     exchange over budget. Before, queueing it raised Redis' ConnectionError out of the
     reply's commit: the turn's task failed after the reply was stored."""
-    from sessions_app.services import session_resolve
+    from sessions_app.services.resolve import session_resolve
 
     from .test_compaction import FILLER, seed_history
 

@@ -14,7 +14,8 @@ from tenancy.models import PluginSetting
 from qorven.agent.gateway import inbound_accept
 from qorven.runtime.publisher import session_group
 from sessions_app.models import Message
-from sessions_app.services import message_append, session_resolve
+from sessions_app.services.append import message_append
+from sessions_app.services.resolve import session_resolve
 from tenancy.models import Usage
 from tenancy.tool_registry import Tool, registry
 from tenancy.trust import Trust

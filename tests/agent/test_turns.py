@@ -66,7 +66,7 @@ def test_a_question_over_the_api_gets_the_models_reply_on_channel_web(client, wo
 
 def test_history_from_other_surfaces_is_prefixed_with_channel_and_sender(client, world, alice_token, model_server, drain):
     from qorven.agent.gateway import inbound_accept
-    from sessions_app.services import session_resolve
+    from sessions_app.services.resolve import session_resolve
 
     session = session_resolve(tenant=world.tenant_a, qor=world.qor_a, channel="telegram", user=world.alice)
     model_server.add(reply("Hi Priya"), reply("Yes, you said hello on Telegram."))
@@ -420,7 +420,7 @@ def test_running_the_turn_task_three_times_at_once_gives_one_reply(world, model_
     while the model is slow: one answers, the others find the session held."""
     from qorven.agent.gateway import inbound_accept
     from qorven.agent.tasks import agent_turn
-    from sessions_app.services import session_resolve
+    from sessions_app.services.resolve import session_resolve
 
     session = session_resolve(tenant=world.tenant_a, qor=world.qor_a, channel="web", user=world.alice)
     model_server.add(reply("Only once.", delay=1.0))
@@ -504,7 +504,8 @@ def test_a_message_waiting_for_its_turn_is_answered_with_the_senders_trust_as_it
     owner, still waiting (behind another turn, or a retry) when they are removed or made a
     member, gets no answer, or one with a member's tools only."""
     from qorven.agent.turns import turn_process
-    from sessions_app.services import message_append, session_resolve
+    from sessions_app.services.append import message_append
+    from sessions_app.services.resolve import session_resolve
     from tenancy.models import Membership
 
     Membership.objects.filter(tenant=world.tenant_a, user=world.bob).update(role="owner")
@@ -534,7 +535,8 @@ def test_a_public_message_of_someone_with_no_membership_is_answered(world, model
     """Public trust needs no membership: a webchat's anonymous visitor (an account of its
     own, no membership, public trust) is answered, with public tools only."""
     from qorven.agent.turns import turn_process
-    from sessions_app.services import message_append, session_resolve
+    from sessions_app.services.append import message_append
+    from sessions_app.services.resolve import session_resolve
 
     from ..factories.tenancy import UserFactory
 
@@ -734,7 +736,8 @@ def _cache_reads_of(world, model_server, *, busy: int, task_id: str) -> list[str
     from django.core.cache import cache
 
     from qorven.agent.tasks import agent_turn
-    from sessions_app.services import message_append, session_resolve
+    from sessions_app.services.append import message_append
+    from sessions_app.services.resolve import session_resolve
 
     session = session_resolve(tenant=world.tenant_a, qor=world.qor_a, channel="web", user=world.alice)
     model_server.add(reply("Answered."))

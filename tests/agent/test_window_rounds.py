@@ -9,7 +9,8 @@ import json
 import pytest
 
 from sessions_app.models import Message, Session
-from sessions_app.services import message_append, session_resolve
+from sessions_app.services.append import message_append
+from sessions_app.services.resolve import session_resolve
 
 from ..fakes.model_server import reply
 from .test_turns import alice_token, ask, timeline  # noqa: F401

@@ -7,7 +7,7 @@ import pytest
 from django.db import connection
 
 from sessions_app.models import Message
-from sessions_app.services import session_resolve
+from sessions_app.services.resolve import session_resolve
 
 from qorven.agent.gateway import inbound_accept
 

@@ -15,7 +15,8 @@ import pytest
 
 from channels_app.models import Identity, OutboundDelivery
 from channels_app.services import binding_create
-from sessions_app.services import message_append, session_resolve
+from sessions_app.services.append import message_append
+from sessions_app.services.resolve import session_resolve
 from tenancy.trust import Trust
 
 from ..ports import free_port

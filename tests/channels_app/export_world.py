@@ -9,7 +9,8 @@ import pytest
 from channels_app.data_export import PersonExport
 from channels_app.models import Identity
 from sessions_app.models import Image, Message, Session
-from sessions_app.services import message_append, session_resolve
+from sessions_app.services.append import message_append
+from sessions_app.services.resolve import session_resolve
 from sessions_app.thread_moves import group_thread_move
 
 from ..factories.heartbeats_app import beat

@@ -12,7 +12,7 @@ from channels_app.tasks import deliver_message_task
 from channels_app.webhook_ingest import group_commit
 from qorven.agent.gateway import inbound_accept
 from sessions_app.models import Message
-from sessions_app.services import session_resolve
+from sessions_app.services.resolve import session_resolve
 from tenancy.models import Membership
 from tenancy.trust import Trust
 

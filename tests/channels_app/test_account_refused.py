@@ -13,7 +13,8 @@ import pytest
 from channels_app.models import OutboundDelivery
 from channels_app.tasks import deliver_message_task
 from sessions_app.models import Message
-from sessions_app.services import message_append, session_resolve
+from sessions_app.services.append import message_append
+from sessions_app.services.resolve import session_resolve
 
 from ..fakes.platform_server import Canned
 from .conftest import pair, replies_waiting

@@ -13,7 +13,8 @@ from channels_app.models import (
 )
 from channels_app.pairing import identity_get_or_create, pairing_request_for
 from channels_app.services import binding_create
-from sessions_app.services import message_append, session_resolve
+from sessions_app.services.append import message_append
+from sessions_app.services.resolve import session_resolve
 from tenancy.models import Membership, PluginSetting
 
 from ..fakes.platform_server import Canned

@@ -6,7 +6,8 @@ import re
 import pytest
 
 from sessions_app.models import Message, Session
-from sessions_app.services import message_append, session_resolve
+from sessions_app.services.append import message_append
+from sessions_app.services.resolve import session_resolve
 from tenancy.services import api_token_create
 
 URL = "/v1/qors/{}/messages"
@@ -307,7 +308,7 @@ def test_in_legacy_mode_the_timeline_reads_the_session_the_client_writes_to(clie
 
 
 def test_a_post_after_the_chat_was_cleared_goes_to_its_successor_not_the_archive(client, world, tokens):
-    from sessions_app.services import session_rotate
+    from sessions_app.services.lifecycle import session_rotate
 
     first = post(client, tokens["alice"], "before /clear").json()["session"]["id"]
     session_rotate(session=Session.objects.get(pk=first))

@@ -80,7 +80,9 @@ def test_the_browsers_favicon_request_finds_the_icon(client, db):
 
 
 def test_earlier_conversations_are_listed_and_readable_by_their_owner_only(client, world):
-    from sessions_app.services import message_append, session_resolve, session_rotate
+    from sessions_app.services.append import message_append
+    from sessions_app.services.lifecycle import session_rotate
+    from sessions_app.services.resolve import session_resolve
 
     def talk(user, text):
         session = session_resolve(tenant=world.tenant_a, qor=world.qor_a, channel="web", user=user)
@@ -110,7 +112,7 @@ def test_earlier_conversations_are_listed_and_readable_by_their_owner_only(clien
 def talk_with_tools(session, turns, *, channel="web"):
     """`turns` questions each answered after a tool call and three results (never shown):
     the conversation's visible messages, oldest first, as (seq, content)."""
-    from sessions_app.services import message_append
+    from sessions_app.services.append import message_append
 
     shown = []
     for n in range(turns):
@@ -142,7 +144,8 @@ def test_a_page_of_history_holds_a_page_of_messages_the_qors_tool_work_takes_no_
     showed a handful of messages, "Show earlier" sometimes none: the tool calls and their
     results, never shown, took the page's places."""
     from channels_app.chat import PAGE
-    from sessions_app.services import session_resolve, session_rotate
+    from sessions_app.services.lifecycle import session_rotate
+    from sessions_app.services.resolve import session_resolve
 
     session = session_resolve(tenant=world.tenant_a, qor=world.qor_a, channel="web", user=world.alice)
     shown = talk_with_tools(session, 30)  # 60 messages shown among 180

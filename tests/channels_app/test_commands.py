@@ -222,7 +222,9 @@ def test_history_split_over_telegram_messages_opens_no_code_block_an_old_message
 def test_search_on_telegram_finds_a_question_a_compaction_carried_over_once(
     client, world, telegram, platform, model_server, drain
 ):
-    from sessions_app.services import message_append, session_resolve, session_rotate
+    from sessions_app.services.append import message_append
+    from sessions_app.services.lifecycle import session_rotate
+    from sessions_app.services.resolve import session_resolve
 
     pair(world, "telegram", "42", world.alice)
     old = session_resolve(tenant=world.tenant_a, qor=world.qor_a, channel="telegram", user=world.alice)

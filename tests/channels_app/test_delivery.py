@@ -140,7 +140,8 @@ def test_replies_reuse_one_platform_connection(client, world, telegram, platform
 
 def test_a_channel_switched_off_sends_nothing_not_even_a_heartbeats_message(client, world, telegram, platform,
                                                                             drain):
-    from sessions_app.services import message_append, session_resolve
+    from sessions_app.services.append import message_append
+    from sessions_app.services.resolve import session_resolve
     from tenancy.models import PluginSetting
 
     identity = pair(world, "telegram", "42", world.alice)
@@ -165,7 +166,8 @@ def test_a_replys_parts_are_planned_once_with_one_statement_and_no_transaction_a
     from django.db import connection
 
     from channels_app.delivery import deliveries_plan
-    from sessions_app.services import message_append, session_resolve
+    from sessions_app.services.append import message_append
+    from sessions_app.services.resolve import session_resolve
     from tenancy.models import PluginSetting
 
     identity = pair(world, "telegram", "42", world.alice)
@@ -199,7 +201,8 @@ def test_a_reply_with_a_line_of_underscores_longer_than_a_part_is_planned_in_par
     the run reads as the whole did: it is cut where the part is full. Each part was a single
     character peeled off the run's start, one part for each past the limit, every cut reading
     the whole run again at each of its characters; a part begun inside it showed a rule."""
-    from sessions_app.services import message_append, session_resolve
+    from sessions_app.services.append import message_append
+    from sessions_app.services.resolve import session_resolve
     from tenancy.models import PluginSetting
 
     identity = pair(world, "telegram", "42", world.alice)
@@ -246,7 +249,8 @@ def test_a_reply_goes_where_its_message_came_from_even_when_an_earlier_message_t
     from django.db import transaction
 
     from channels_app.delivery import origin_note, origins_here
-    from sessions_app.services import message_append, session_resolve
+    from sessions_app.services.append import message_append
+    from sessions_app.services.resolve import session_resolve
 
     session = session_resolve(tenant=world.tenant_a, qor=world.qor_a, channel="telegram", user=world.alice)
     with origins_here():

@@ -9,7 +9,7 @@ import pytest
 from channels_app.models import ChannelBinding, OutboundDelivery
 from qorven.agent.gateway import inbound_accept
 from sessions_app.models import Message
-from sessions_app.services import session_resolve
+from sessions_app.services.resolve import session_resolve
 from tenancy.models import Membership
 from tenancy.trust import Trust
 

@@ -9,7 +9,9 @@ from channels_app.inbound import InboundMessage
 from channels_app.models import InboundEvent
 from sessions_app.errors import SessionClosed
 from sessions_app.models import Message, Session
-from sessions_app.services import message_append, session_resolve, session_rotate
+from sessions_app.services.append import message_append
+from sessions_app.services.lifecycle import session_rotate
+from sessions_app.services.resolve import session_resolve
 
 from ..fakes.model_server import reply
 from .conftest import pair

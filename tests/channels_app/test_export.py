@@ -13,7 +13,7 @@ from channels_app.data_export import PersonExport, export_scope
 from heartbeats_app.models import Heartbeat
 from memory_app.models import Memory
 from sessions_app.models import Message, Session
-from sessions_app.services import session_resolve
+from sessions_app.services.resolve import session_resolve
 from tenancy.errors import NotFound
 
 from ..factories.memory_app import remember

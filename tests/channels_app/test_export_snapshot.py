@@ -16,7 +16,8 @@ from django.utils import timezone
 from channels_app.data_export import CHUNK
 from memory_app.models import Memory
 from sessions_app.models import Message, Session
-from sessions_app.services import message_append, session_resolve
+from sessions_app.services.append import message_append
+from sessions_app.services.resolve import session_resolve
 from tenancy.services import api_token_create
 
 from ..factories.memory_app import remember

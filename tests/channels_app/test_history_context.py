@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from sessions_app.services import message_append, session_resolve, session_rotate
+from sessions_app.services.append import message_append
+from sessions_app.services.lifecycle import session_rotate
+from sessions_app.services.resolve import session_resolve
 
 API = "/chat/api/acme/aria/messages"
 

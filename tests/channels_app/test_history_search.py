@@ -2,7 +2,9 @@
 Qor, with where each hit is and a snippet; nobody else's."""
 from __future__ import annotations
 
-from sessions_app.services import message_append, session_resolve, session_rotate
+from sessions_app.services.append import message_append
+from sessions_app.services.lifecycle import session_rotate
+from sessions_app.services.resolve import session_resolve
 
 SEARCH = "/chat/api/acme/aria/search"
 

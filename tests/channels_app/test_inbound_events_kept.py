@@ -12,7 +12,8 @@ from django.utils import timezone
 from channels_app.models import InboundEvent, OutboundDelivery
 from channels_app.sweep import sweep
 from sessions_app.models import Message
-from sessions_app.services import message_append, session_resolve
+from sessions_app.services.append import message_append
+from sessions_app.services.resolve import session_resolve
 
 from ..fakes.model_server import reply
 from .conftest import pair

@@ -14,7 +14,7 @@ from django.utils import timezone
 from channels_app.models import Identity, OutboundDelivery
 from channels_app.services import binding_create
 from sessions_app.models import Message, Session
-from sessions_app.services import session_resolve
+from sessions_app.services.resolve import session_resolve
 from tenancy.services import api_token_create
 
 from ..fakes.model_server import reply

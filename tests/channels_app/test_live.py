@@ -11,7 +11,8 @@ from asgiref.sync import async_to_sync, sync_to_async
 
 from qorven.runtime.publisher import broadcast, broadcast_flush
 from sessions_app.models import Session
-from sessions_app.services import message_append, session_resolve
+from sessions_app.services.append import message_append
+from sessions_app.services.resolve import session_resolve
 from sessions_app.turn_writes import turn_lease_acquire
 from tenancy.services import api_token_create
 

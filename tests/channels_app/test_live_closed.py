@@ -15,7 +15,8 @@ from qorven.asgi import application
 from qorven.runtime import hub as hub_module
 from qorven.runtime import metrics
 from qorven.runtime.publisher import chat_group
-from sessions_app.services import message_append, session_resolve
+from sessions_app.services.append import message_append
+from sessions_app.services.resolve import session_resolve
 from tenancy.services import api_token_create
 
 from ..ports import free_port

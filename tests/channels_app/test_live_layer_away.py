@@ -13,7 +13,8 @@ import time
 import pytest
 from asgiref.sync import async_to_sync, sync_to_async
 
-from sessions_app.services import message_append, session_resolve
+from sessions_app.services.append import message_append
+from sessions_app.services.resolve import session_resolve
 
 from channels_app.consumers.live_chat import CLOSE_TRY_AGAIN
 

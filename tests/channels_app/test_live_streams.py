@@ -8,7 +8,8 @@ import pytest
 from asgiref.sync import async_to_sync, sync_to_async
 
 from qorven.runtime.publisher import broadcast
-from sessions_app.services import message_append, session_resolve
+from sessions_app.services.append import message_append
+from sessions_app.services.resolve import session_resolve
 from sessions_app.turn_writes import turn_lease_acquire
 
 from .live_helpers import communicator, receive_until, session_cookie

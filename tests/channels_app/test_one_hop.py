@@ -18,7 +18,7 @@ from heartbeats_app.models import DELIVER_REMINDERS
 from heartbeats_app.services import heartbeat_create, heartbeat_run_now
 from memory_app.services import reminder_add
 from sessions_app.models import Message
-from sessions_app.services import session_resolve
+from sessions_app.services.resolve import session_resolve
 from sessions_app.turn_writes import turn_lease_acquire, turn_lease_release
 
 from ..fakes.model_server import reply

@@ -15,7 +15,7 @@ from channels_app.models import Identity, OutboundDelivery, PairingRequest
 from channels_app.webhook_ingest import group_commit
 from qorven.agent.gateway import inbound_accept
 from sessions_app.models import Message
-from sessions_app.services import session_resolve
+from sessions_app.services.resolve import session_resolve
 from tenancy.services import api_token_create
 from tenancy.trust import Trust
 

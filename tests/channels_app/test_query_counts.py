@@ -15,7 +15,8 @@ from channels_app.inbound import InboundMessage
 from channels_app.models import InboundEvent
 from qorven.agent.turns import turn_process
 from sessions_app.models import Message, Session
-from sessions_app.services import message_append, session_resolve
+from sessions_app.services.append import message_append
+from sessions_app.services.resolve import session_resolve
 
 from ..fakes.model_server import reply, tool_call
 from .payloads import post_telegram, telegram_update

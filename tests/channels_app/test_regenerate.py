@@ -96,7 +96,7 @@ def regenerated(session, times, *, channel="web", question="what time is it?"):
     """A question whose answer was written again `times` times: each replaced answer stays
     stored, marked superseded, as regenerate leaves it. The stored (seq, content) of the
     question and of the answer that stands."""
-    from sessions_app.services import message_append
+    from sessions_app.services.append import message_append
 
     asked = message_append(session=session, role="user", content=question, channel=channel, notify=False).message
     for n in range(times):
@@ -111,7 +111,7 @@ def test_a_page_of_history_holds_a_page_of_messages_replaced_answers_take_no_pla
     """After answers written again many times, the chat opened on a few messages and "Show
     earlier" brought few or none: the replaced answers, never shown, took the page's places."""
     from channels_app.chat import PAGE
-    from sessions_app.services import session_resolve
+    from sessions_app.services.resolve import session_resolve
 
     from .test_chat_page import read_back
 
@@ -126,7 +126,7 @@ def test_a_page_of_history_holds_a_page_of_messages_replaced_answers_take_no_pla
 
 
 def test_terminal_history_counts_the_messages_it_prints_not_replaced_answers(world):
-    from sessions_app.services import session_resolve
+    from sessions_app.services.resolve import session_resolve
 
     from .test_terminal import following
 
@@ -141,7 +141,7 @@ def test_terminal_history_counts_the_messages_it_prints_not_replaced_answers(wor
 def test_the_api_timeline_leaves_out_replaced_answers(client, world):
     """The API's timeline gave every replaced answer as if the Qor had said it (nothing in
     a message says it was replaced), and the replaced answers took places of its limit."""
-    from sessions_app.services import session_resolve
+    from sessions_app.services.resolve import session_resolve
     from tenancy.services import api_token_create
 
     token = api_token_create(tenant=world.tenant_a, user=world.alice)[1]
@@ -157,7 +157,7 @@ def test_the_api_timeline_leaves_out_replaced_answers(client, world):
 def test_the_models_history_tool_counts_what_was_said_not_replaced_answers(world):
     """get_history's limit counted replaced answers before leaving them out, so the model
     asking for the last messages got fewer, or none."""
-    from sessions_app.services import session_resolve
+    from sessions_app.services.resolve import session_resolve
     from sessions_app.tools import get_history
     from tenancy.tool_registry import ToolContext
 
@@ -173,7 +173,7 @@ def test_the_summarizer_reads_what_was_said_not_replaced_answers(world):
     """Compaction's summary read each replaced answer as something the Qor said, so what
     the person had thrown away could come back as a note in memory."""
     from memory_app.summarizer.excerpts import excerpt_read
-    from sessions_app.services import session_resolve
+    from sessions_app.services.resolve import session_resolve
 
     session = session_resolve(tenant=world.tenant_a, qor=world.qor_a, channel="web", user=world.alice)
     shown = regenerated(session, 2)
@@ -188,7 +188,7 @@ def test_a_fresh_chat_page_opens_on_a_page_of_messages_replaced_answers_take_no_
     from asgiref.sync import async_to_sync
 
     from channels_app.chat import PAGE
-    from sessions_app.services import session_resolve
+    from sessions_app.services.resolve import session_resolve
 
     from .live_helpers import communicator, receive_until, session_cookie
 

@@ -96,7 +96,8 @@ def test_with_the_gates_in_the_cache_a_reply_sending_longer_than_a_hold_is_not_s
     from channels_app.send_gate import _hold_seconds
     from channels_app.sending import deliver_message
     from channels_app.sweep import sweep
-    from sessions_app.services import message_append, session_resolve
+    from sessions_app.services.append import message_append
+    from sessions_app.services.resolve import session_resolve
 
     from ..fakes.platform_server import Canned
     from .conftest import pair

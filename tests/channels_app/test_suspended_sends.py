@@ -9,7 +9,8 @@ from channels_app.models import OutboundDelivery
 from channels_app.sweep import sweep
 from channels_app.tasks import deliver_message_task
 from sessions_app.models import Session
-from sessions_app.services import message_append, session_resolve
+from sessions_app.services.append import message_append
+from sessions_app.services.resolve import session_resolve
 from tenancy.services import tenant_resume, tenant_suspend
 
 from .conftest import pair, replies_waiting

@@ -15,7 +15,8 @@ from channels_app.models import InboundEvent, OutboundDelivery
 from channels_app.sweep import sweep, unplanned_replies
 from qorven.agent.gateway import inbound_accept
 from sessions_app.models import Message, Session
-from sessions_app.services import message_append, session_resolve
+from sessions_app.services.append import message_append
+from sessions_app.services.resolve import session_resolve
 
 from ..fakes.model_server import reply
 from ..query_plans import query_plan
@@ -233,7 +234,7 @@ DIES_AT_COMMIT = """
 import os
 from django.db import transaction
 from sessions_app.models import Session
-from sessions_app.services import message_append
+from sessions_app.services.append import message_append
 
 session = Session.objects.get(pk={session})
 with transaction.atomic():

@@ -18,7 +18,8 @@ from channels_app.models import InboundEvent, OutboundDelivery
 from channels_app.sweep import sweep
 from sessions_app.attachments import images_attach
 from sessions_app.models import Message
-from sessions_app.services import message_append, session_resolve
+from sessions_app.services.append import message_append
+from sessions_app.services.resolve import session_resolve
 from tenancy.trust import Trust
 
 from ..fakes.model_server import reply

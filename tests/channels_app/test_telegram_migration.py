@@ -104,7 +104,7 @@ def test_a_waiting_reply_to_the_old_chat_and_a_question_still_unanswered_go_to_t
     from django.utils import timezone
 
     from channels_app.sending import deliver_message
-    from sessions_app.services import message_append
+    from sessions_app.services.append import message_append
 
     _before_the_upgrade(client, world, platform, model_server, drain)
     (group,) = Session.objects.filter(kind="group")

@@ -92,7 +92,8 @@ def test_the_general_topic_and_a_group_without_topics_keep_the_chat_as_their_con
     """Sessions stored before topics had their own are keyed by the chat id: General and a
     group without topics go on there, with what they already hold."""
     from sessions_app.models import Session
-    from sessions_app.services import message_append, session_resolve
+    from sessions_app.services.append import message_append
+    from sessions_app.services.resolve import session_resolve
 
     before = session_resolve(tenant=world.tenant_a, qor=world.qor_a, channel="telegram", thread_id="-100888",
                              group=True)

@@ -19,7 +19,8 @@ from channels_app.chat import chat_owner
 from channels_app.terminal import HumanPrinter, Pending
 from channels_app.terminal_follow import Follower
 from sessions_app.models import Message
-from sessions_app.services import message_append, session_resolve
+from sessions_app.services.append import message_append
+from sessions_app.services.resolve import session_resolve
 
 from ..fakes.model_server import reply
 

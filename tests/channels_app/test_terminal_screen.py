@@ -19,7 +19,8 @@ from django.db.models import F
 
 from channels_app.terminal_rows import CONTINUED
 from sessions_app.models import Message, Session
-from sessions_app.services import message_append, session_resolve
+from sessions_app.services.append import message_append
+from sessions_app.services.resolve import session_resolve
 from tenancy.models import ApiToken
 
 from ..fakes.model_server import reply

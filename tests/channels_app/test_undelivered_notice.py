@@ -88,7 +88,8 @@ def test_a_part_that_runs_out_of_retries_does_not_hold_back_the_parts_behind_it(
 def cut_off_mid_send(world, telegram, platform) -> Message:
     """A three-part reply whose first part went out and whose second was being sent when
     its worker was killed (the row says `sending`, its bot is held by nobody), a moment ago."""
-    from sessions_app.services import message_append, session_resolve
+    from sessions_app.services.append import message_append
+    from sessions_app.services.resolve import session_resolve
 
     pair(world, "telegram", "42", world.alice)
     platform.default(r"sendMessage", OK)

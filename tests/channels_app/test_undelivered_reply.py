@@ -14,7 +14,8 @@ from channels_app.models import Identity, OutboundDelivery
 from channels_app.sweep import sweep
 from channels_app.tasks import deliver_message_task
 from sessions_app.models import Message
-from sessions_app.services import message_append, session_resolve
+from sessions_app.services.append import message_append
+from sessions_app.services.resolve import session_resolve
 from tenancy.models import Membership
 from tenancy.services import api_token_create, tenant_suspend
 

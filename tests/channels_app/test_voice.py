@@ -392,7 +392,8 @@ def test_a_voice_note_whose_transcription_task_was_lost_is_found_by_the_sweeper_
     from channels_app.sweep import sweep
     from qorven.agent.gateway import inbound_accept
     from sessions_app.attachments import images_attach
-    from sessions_app.services import message_append, session_resolve
+    from sessions_app.services.append import message_append
+    from sessions_app.services.resolve import session_resolve
     from tenancy.trust import Trust
 
     with_transcriber(world)

@@ -15,7 +15,7 @@ from channels_app.models import ChannelBinding
 from channels_app.services import binding_create
 from channels_app.webchat import webchat_token_sign
 from sessions_app.models import Message, Session
-from sessions_app.services import session_resolve
+from sessions_app.services.resolve import session_resolve
 from tenancy.models import Membership
 
 from .live_helpers import communicator, receive_until

@@ -9,7 +9,8 @@ from channels_app.chat import chat_events
 from channels_app.models import OutboundDelivery
 from channels_app.services import binding_create
 from sessions_app.models import Session
-from sessions_app.services import message_append, session_resolve
+from sessions_app.services.append import message_append
+from sessions_app.services.resolve import session_resolve
 
 from ..fakes.model_server import reply
 from ..fakes.platform_server import Canned

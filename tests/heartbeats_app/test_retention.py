@@ -14,7 +14,9 @@ from heartbeats_app.services import heartbeat_create
 from memory_app.models import Memory
 from sessions_app.models import Image, Message, Session
 from sessions_app.retention import sessions_prune
-from sessions_app.services import message_append, session_resolve, session_rotate
+from sessions_app.services.append import message_append
+from sessions_app.services.lifecycle import session_rotate
+from sessions_app.services.resolve import session_resolve
 
 from ..sqlite_file import sqlite_file_bytes
 

@@ -12,7 +12,7 @@ from heartbeats_app.cron import CronError, cron_parse
 from heartbeats_app.defaults import DefaultsFileError, beats_sync
 from heartbeats_app.models import Heartbeat
 from qorven.agent.gateway import inbound_accept
-from sessions_app.services import session_resolve
+from sessions_app.services.resolve import session_resolve
 
 from ..factories.heartbeats_app import beat
 from ..factories.tenancy import MembershipFactory, UserFactory

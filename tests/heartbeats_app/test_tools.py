@@ -10,7 +10,7 @@ from heartbeats_app.models import CLEAR_IMAGES, Heartbeat
 from heartbeats_app.services import heartbeat_create
 from qorven.agent.gateway import inbound_accept
 from sessions_app.models import Message
-from sessions_app.services import session_resolve
+from sessions_app.services.resolve import session_resolve
 
 from ..factories.heartbeats_app import beat
 from ..fakes.model_server import reply, tool_call

@@ -13,7 +13,8 @@ from legacy_app.collapse import collapse_sessions
 from memory_app.models import Memory
 from sessions_app.errors import SessionClosed
 from sessions_app.models import Image, Message, Session
-from sessions_app.services import message_append, session_resolve
+from sessions_app.services.append import message_append
+from sessions_app.services.resolve import session_resolve
 
 from ..factories.tenancy import UserFactory
 
@@ -536,7 +537,7 @@ def test_a_message_still_waiting_when_collapsed_is_history_not_a_question_to_ans
 def test_a_reply_still_names_its_question_after_the_renumbering(world, settings):
     """Every kept row gets a new seq; a reply's `reply_to` follows its question's, so the
     page pairs them and "regenerate" replaces the answer instead of adding a second."""
-    from sessions_app.services import reply_supersede
+    from sessions_app.services.answers import reply_supersede
 
     canonical = session_resolve(tenant=world.tenant_a, qor=world.qor_a, channel="web", user=world.alice)
     question = say(canonical, 10, "web question", awaits_answer=True)

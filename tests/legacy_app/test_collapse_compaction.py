@@ -11,7 +11,8 @@ import pytest
 from legacy_app.collapse import collapse_sessions
 from qorven.agent.gateway import inbound_accept
 from sessions_app.models import Message, Session
-from sessions_app.services import message_append, session_resolve
+from sessions_app.services.append import message_append
+from sessions_app.services.resolve import session_resolve
 from tenancy.trust import Trust
 
 from ..fakes.model_server import reply

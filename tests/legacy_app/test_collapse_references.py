@@ -12,7 +12,8 @@ from channels_app.data_export import PersonExport
 from legacy_app.collapse import collapse_sessions
 from sessions_app.attachments import images_attach
 from sessions_app.models import Message, Session
-from sessions_app.services import session_resolve, session_rotate
+from sessions_app.services.lifecycle import session_rotate
+from sessions_app.services.resolve import session_resolve
 from tenancy.trust import Trust
 
 from ..fakes.model_server import reply

@@ -114,7 +114,7 @@ def test_pending_compacts_are_listed_read_only_and_a_tenant_admin_sees_only_thei
     """A /compact still waiting for its summary shows in the admin, where the host can see
     one the sweeper keeps queuing again; nobody edits it there."""
     from memory_app.compact_requests import compact_request_record
-    from sessions_app.services import session_resolve
+    from sessions_app.services.resolve import session_resolve
 
     mine = session_resolve(tenant=world.tenant_a, qor=world.qor_a, channel="web", user=world.alice)
     theirs = session_resolve(tenant=world.tenant_b, qor=world.qor_b, channel="web", user=world.charlie)

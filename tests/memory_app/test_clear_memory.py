@@ -10,7 +10,8 @@ from django.db import connection
 from memory_app.models import Memory
 from memory_app.selectors import memory_search
 from sessions_app.models import Image, Message, Session
-from sessions_app.services import message_append, session_resolve
+from sessions_app.services.append import message_append
+from sessions_app.services.resolve import session_resolve
 
 from ..factories.memory_app import remember
 from ..factories.tenancy import QorFactory

@@ -14,7 +14,7 @@ from memory_app.models import Memory
 from qorven.agent.gateway import inbound_accept
 from qorven.agent.retrieval import memories_for
 from sessions_app.models import Message, Session
-from sessions_app.services import session_resolve
+from sessions_app.services.resolve import session_resolve
 from tenancy.trust import Trust
 
 from ..factories.memory_app import remember

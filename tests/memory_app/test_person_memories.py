@@ -11,7 +11,7 @@ from memory_app.models import Memory
 from memory_app.selectors import memory_search
 from qorven.agent.gateway import inbound_accept
 from sessions_app.models import Message
-from sessions_app.services import session_resolve
+from sessions_app.services.resolve import session_resolve
 from tenancy.services import api_token_create
 
 from ..factories.memory_app import remember

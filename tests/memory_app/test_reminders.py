@@ -15,7 +15,7 @@ from memory_app.reminders import DueError, due_parse, reminders_due
 from memory_app.services import reminder_add, reminders_mark_done
 from qorven.agent.gateway import inbound_accept
 from sessions_app.models import Message
-from sessions_app.services import session_resolve
+from sessions_app.services.resolve import session_resolve
 from tenancy.trust import Trust
 
 from ..factories.memory_app import remember

@@ -181,7 +181,7 @@ def test_a_turn_after_the_first_reads_no_skills_and_a_skill_changed_here_is_seen
 @pytest.mark.django_db(transaction=True)
 def test_the_prompt_lists_only_the_skills_the_surface_may_use(skills_dir, world, model_server, drain):
     from qorven.agent.gateway import inbound_accept
-    from sessions_app.services import session_resolve
+    from sessions_app.services.resolve import session_resolve
 
     from ..fakes.model_server import reply
 

@@ -12,7 +12,8 @@ import psycopg
 from django.db import connection
 
 from qorven.runtime.backup import _libpq_env
-from sessions_app.services import message_append, session_resolve
+from sessions_app.services.append import message_append
+from sessions_app.services.resolve import session_resolve
 
 
 @contextmanager

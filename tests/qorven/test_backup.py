@@ -12,7 +12,7 @@ from django.core.management import CommandError, call_command
 from django.db import connection, connections
 
 from sessions_app.models import Message, Session
-from sessions_app.services import message_append
+from sessions_app.services.append import message_append
 
 from .backup_copies import chat, restored
 

@@ -11,7 +11,8 @@ from channels.layers import get_channel_layer
 
 from qorven.runtime.hub import Encoder, hub
 from qorven.runtime.publisher import broadcast, broadcast_flush, session_group
-from sessions_app.services import message_append, session_resolve
+from sessions_app.services.append import message_append
+from sessions_app.services.resolve import session_resolve
 
 from ..channels_app.live_helpers import communicator, receive_until, session_cookie
 from ..fakes.slow_link import SlowLink

@@ -10,7 +10,8 @@ import pytest
 
 from qorven.agent.tasks import agent_turn
 from qorven.runtime.log_context import ContextFilter, JsonFormatter, log_context, log_person
-from sessions_app.services import message_append, session_resolve
+from sessions_app.services.append import message_append
+from sessions_app.services.resolve import session_resolve
 from tenancy.models import Membership
 
 from ..factories.tenancy import UserFactory

@@ -11,7 +11,8 @@ import pytest
 from qorven.agent.turns import turn_process
 from qorven.llm import openai_provider, sdk_load
 from sessions_app.models import Message
-from sessions_app.services import message_append, session_resolve
+from sessions_app.services.append import message_append
+from sessions_app.services.resolve import session_resolve
 
 from ..conftest import emptied
 from ..fakes.model_server import reply

@@ -8,7 +8,7 @@ import pytest
 from qorven.runtime.prepared_read import PreparedRead
 from sessions_app.models import Session
 from sessions_app.selectors import session_for_task
-from sessions_app.services import session_resolve
+from sessions_app.services.resolve import session_resolve
 from tenancy.models import Qor
 from tenancy.selectors import api_token_authenticate
 from tenancy.services import api_token_create

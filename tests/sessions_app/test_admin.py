@@ -11,7 +11,9 @@ from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 
 from sessions_app.models import Image, Message, MovedThread, Session
-from sessions_app.services import message_answer_fail, message_append, session_resolve
+from sessions_app.services.answers import message_answer_fail
+from sessions_app.services.append import message_append
+from sessions_app.services.resolve import session_resolve
 from sessions_app.thread_moves import group_thread_move
 
 

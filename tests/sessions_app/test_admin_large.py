@@ -9,7 +9,8 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 
-from sessions_app.services import message_append, session_resolve
+from sessions_app.services.append import message_append
+from sessions_app.services.resolve import session_resolve
 
 # Committed and emptied after (TRUNCATE): 100k rows written in a transaction that rolls
 # back would leave PostgreSQL's indexes and statistics swollen for the tests after.

@@ -8,7 +8,8 @@ from django.db import IntegrityError, connection, transaction
 
 from sessions_app.errors import SessionClosed
 from sessions_app.models import Message, Session
-from sessions_app.services import message_append, session_resolve
+from sessions_app.services.append import message_append
+from sessions_app.services.resolve import session_resolve
 from sessions_app.signals import message_appended
 
 

@@ -6,7 +6,9 @@ import pytest
 
 from qorven.agent.gateway import inbound_accept
 from sessions_app.models import Message
-from sessions_app.services import message_append, session_resolve, session_rotate
+from sessions_app.services.append import message_append
+from sessions_app.services.lifecycle import session_rotate
+from sessions_app.services.resolve import session_resolve
 from tenancy.trust import Trust
 
 from ..fakes.summarizer import FakeModel

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from sessions_app.services import external_message_query
+from sessions_app.services.append import external_message_query
 
 from ..query_plans import query_plan
 

@@ -6,7 +6,8 @@ import pytest
 
 from sessions_app.context_reads import context_read
 from sessions_app.models import Message, Session
-from sessions_app.services import message_append, session_resolve
+from sessions_app.services.append import message_append
+from sessions_app.services.resolve import session_resolve
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from sessions_app.qor_chat import qor_chat_get
-from sessions_app.services import session_resolve, session_rotate
+from sessions_app.services.lifecycle import session_rotate
+from sessions_app.services.resolve import session_resolve
 from tenancy.errors import NotFound
 
 pytestmark = pytest.mark.django_db

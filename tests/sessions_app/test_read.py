@@ -4,7 +4,8 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
 from sessions_app.selectors import messages_read
-from sessions_app.services import message_append, session_resolve
+from sessions_app.services.append import message_append
+from sessions_app.services.resolve import session_resolve
 
 
 def fill(world, count=30):

@@ -4,7 +4,8 @@ import pytest
 from django.db import IntegrityError, transaction
 
 from sessions_app.models import Message, Session
-from sessions_app.services import message_append, session_resolve
+from sessions_app.services.append import message_append
+from sessions_app.services.resolve import session_resolve
 
 
 def say(session, channel, text, sender="Alice"):

@@ -5,7 +5,8 @@ import pytest
 from django.db import connection
 
 from sessions_app.models import Message
-from sessions_app.services import message_append, session_resolve
+from sessions_app.services.append import message_append
+from sessions_app.services.resolve import session_resolve
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

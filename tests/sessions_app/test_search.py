@@ -8,7 +8,9 @@ from django.db import connection
 
 from sessions_app.models import Message, Session
 from sessions_app.search import conversation_search, message_search
-from sessions_app.services import message_append, session_resolve, session_rotate
+from sessions_app.services.append import message_append
+from sessions_app.services.lifecycle import session_rotate
+from sessions_app.services.resolve import session_resolve
 from tests.factories.tenancy import QorFactory
 
 

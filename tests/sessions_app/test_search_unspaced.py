@@ -120,7 +120,7 @@ def test_english_beside_chinese_is_found_as_before(world):
 def test_a_chinese_japanese_thai_or_korean_search_never_crosses_people_qors_or_tenants(world):
     words = ["备用钥匙在蓝色花盆下面", "鍵は植木鉢の下にあります", "กุญแจอยู่ใต้กระถาง", "열쇠를 화분 밑에 두었어요"]
     other_qor = QorFactory(tenant=world.tenant_a, slug="scribe", is_default=False)
-    from sessions_app.services import session_resolve
+    from sessions_app.services.resolve import session_resolve
 
     for text in words:
         say(chat(world, user=world.bob), text)

@@ -7,7 +7,8 @@ from django.db import transaction
 
 from sessions_app.errors import LeaseLost, SenderLeft, SessionClosed
 from sessions_app.models import Message, Session
-from sessions_app.services import message_append, session_resolve
+from sessions_app.services.append import message_append
+from sessions_app.services.resolve import session_resolve
 from sessions_app.turn_writes import reply_store, turn_answer_record, turn_lease_acquire, turn_lease_end
 
 LEASE = 300

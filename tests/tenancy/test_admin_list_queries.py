@@ -10,7 +10,8 @@ from django.urls import reverse
 from heartbeats_app.services import heartbeat_create
 from memory_app.services import memory_add
 from sessions_app.models import Image
-from sessions_app.services import message_append, session_resolve
+from sessions_app.services.append import message_append
+from sessions_app.services.resolve import session_resolve
 
 from ..factories.tenancy import MembershipFactory, QorFactory, UserFactory
 

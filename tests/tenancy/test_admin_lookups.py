@@ -8,7 +8,8 @@ from django.urls import reverse
 
 from channels_app.services import binding_create
 from sessions_app.models import Message
-from sessions_app.services import message_append, session_resolve
+from sessions_app.services.append import message_append
+from sessions_app.services.resolve import session_resolve
 
 pytestmark = pytest.mark.django_db
 

@@ -62,7 +62,7 @@ def test_bootstrap_again_with_the_same_password_keeps_the_owner_signed_in(client
 
 @pytest.mark.django_db
 def test_a_second_tenants_owner_sees_only_their_tenant_in_the_admin(client):
-    from sessions_app.services import session_resolve
+    from sessions_app.services.resolve import session_resolve
 
     run("bootstrap", "--tenant", "acme", "--qor", "aria", "--owner", "alice", "--password", "quiet-harbour-47")
     out = run("bootstrap", "--tenant", "globex", "--qor", "aria", "--owner", "gina", "--password", "amber-lantern-93")

@@ -12,7 +12,8 @@ from django_celery_beat.models import PeriodicTask
 from memory_app.models import Memory
 from qorven.agent.gateway import inbound_accept
 from sessions_app.models import Message
-from sessions_app.services import message_append, session_resolve
+from sessions_app.services.append import message_append
+from sessions_app.services.resolve import session_resolve
 from heartbeats_app.selectors import heartbeat_next_run
 from tenancy.models import Membership, Tenant
 from tenancy.trust import Trust

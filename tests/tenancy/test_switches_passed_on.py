@@ -39,7 +39,8 @@ def test_a_turns_message_is_read_with_its_tenants_switches_which_answer_the_turn
     tenant's switches of every kind, and its tools are answered from them: one statement
     where the switches were one more. Another tenant's switches are not among them."""
     from sessions_app.selectors import pending_with_session
-    from sessions_app.services import message_append, session_resolve
+    from sessions_app.services.append import message_append
+    from sessions_app.services.resolve import session_resolve
     from tenancy.switches import switches_seen, switches_seen_here
 
     if switched:

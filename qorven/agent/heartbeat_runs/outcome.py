@@ -18,7 +18,8 @@ from qorven.llm.metered import Tally
 from sessions_app.errors import SessionClosed
 from sessions_app.models import Message, Session
 from sessions_app.selectors import message_by_external_key
-from sessions_app.services import message_append, session_resolve
+from sessions_app.services.append import message_append
+from sessions_app.services.resolve import session_resolve
 from tenancy.access import surface_access
 
 logger = logging.getLogger(__name__)

@@ -24,7 +24,7 @@ from sessions_app.channel_kinds import Channel
 from sessions_app.errors import SessionNotFound
 from sessions_app.models import Message, Session
 from sessions_app.selectors import messages_read, rounds_of, session_get
-from sessions_app.services import session_reopen
+from sessions_app.services.lifecycle import session_reopen
 
 from ..loop import rounds_completed
 from ..prompt import to_openai

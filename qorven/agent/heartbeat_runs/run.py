@@ -24,7 +24,8 @@ from qorven.llm import ModelError, ProviderUnavailable, SlotsBusy, WaitingForSlo
 from qorven.llm.metered import Tally
 from sessions_app.channel_kinds import Channel
 from sessions_app.errors import WorkspaceSuspended
-from sessions_app.services import session_archive, session_resolve
+from sessions_app.services.lifecycle import session_archive
+from sessions_app.services.resolve import session_resolve
 from tenancy.access import tenant_serving
 from tenancy.errors import NotFound
 from tenancy.models import Tenant

@@ -20,7 +20,7 @@ from sessions_app.errors import WorkspaceSuspended
 from sessions_app.models import Message, Session
 from sessions_app.selectors import MessageRow, canonical_session_find, messages_read
 from sessions_app.quoting import one_line
-from sessions_app.services import message_append
+from sessions_app.services.append import message_append
 from tenancy.selectors import tenant_serving_now
 from tenancy.trust import Trust
 
