@@ -1,6 +1,6 @@
 """Turns waiting for a slot of a capped route (a Qor's `max_concurrency`): a freed slot
 goes to the next waiting message at once, and a message coming back for a slot still
-taken reads nothing for its prompt. (The queue itself: tests/qorven/test_failover.py.)"""
+taken reads nothing for its prompt. (The queue itself: tests/qorven/test_route_slot_queue.py.)"""
 from __future__ import annotations
 
 import json

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from .failover_support import route_servers  # noqa: F401 (a fixture of the failover tests)
 from .test_client_address import ROOT, _clean_env
 
 
