@@ -133,15 +133,8 @@ def test_a_run_whose_worker_died_mid_round_runs_none_of_that_rounds_calls_again(
     it may or may not have taken effect; neither runs again."""
     from channels_app.sweep import sweep
     from sessions_app.services.append import message_append
-    from sessions_app.services.resolve import session_resolve
 
-    stuck = HeartbeatRun.objects.create(tenant=world.tenant_a, heartbeat=pills, tick=TICK,
-                                        started_at=timezone.now() - timedelta(hours=3))
-    session = session_resolve(tenant=world.tenant_a, qor=world.qor_a, channel="cron", user=world.alice,
-                              thread_id=f"heartbeat:{pills.pk}:run:{stuck.pk}")
-    HeartbeatRun.objects.filter(pk=stuck.pk).update(session=session)
-    tag = {"heartbeat": pills.pk, "run": stuck.pk}
-    asked = message_append(session=session, role="user", content=pills.prompt, channel="cron", metadata=tag).message
+    stuck, session, tag, asked = _died_after_asking(world, pills)
     calls = [{"id": "call_1", "type": "function", "function": {"name": "remember", "arguments": '{"content": "x"}'}},
              {"id": "call_2", "type": "function", "function": {"name": "remember", "arguments": '{"content": "y"}'}}]
     rounds = {**tag, "reply_to": asked.seq}
@@ -162,10 +155,10 @@ def test_a_run_whose_worker_died_mid_round_runs_none_of_that_rounds_calls_again(
     assert delivered(world) == ["Pills at 8, Alice."]
 
 
-def _died_after_answering(world, pills, *, delivering: bool = True):
-    """A run as its worker left it when it died after the model answered and before the
-    run was recorded: 'running' for hours, its answer stored in its cron session and (when
-    `delivering`) appended to Alice's chat for Telegram, as outcome.result_deliver does."""
+def _died_after_asking(world, pills):
+    """A run as its worker left it when it died after its prompt was stored: 'running' for
+    hours, its cron session holding the prompt. Returns the run, the session, the tag of
+    the run's messages and the prompt's message."""
     from sessions_app.services.append import message_append
     from sessions_app.services.resolve import session_resolve
 
@@ -176,6 +169,17 @@ def _died_after_answering(world, pills, *, delivering: bool = True):
     HeartbeatRun.objects.filter(pk=stuck.pk).update(session=cron)
     tag = {"heartbeat": pills.pk, "run": stuck.pk}
     asked = message_append(session=cron, role="user", content=pills.prompt, channel="cron", metadata=tag).message
+    return stuck, cron, tag, asked
+
+
+def _died_after_answering(world, pills, *, delivering: bool = True):
+    """A run as its worker left it when it died after the model answered and before the
+    run was recorded: 'running' for hours, its answer stored in its cron session and (when
+    `delivering`) appended to Alice's chat for Telegram, as outcome.result_deliver does."""
+    from sessions_app.services.append import message_append
+    from sessions_app.services.resolve import session_resolve
+
+    stuck, cron, tag, asked = _died_after_asking(world, pills)
     message_append(session=cron, role="assistant", content="Pills at 8, Alice.", channel="cron",
                    metadata={**tag, "reply_to": asked.seq, "model": "beat-model"})
     if not delivering:

@@ -326,15 +326,7 @@ def test_a_tool_call_whose_arguments_run_away_is_not_run_and_the_reply_is_said_t
     ask("note down the song")
     drain()
 
-    assert save_note == []
-    assert len(model_server.requests) == 1  # no round of tools, no second try
-    question, *rows = timeline(world)
-    assert question.answer_state == "answered"
-    stored = [(m.role, m.content, m.metadata.get("notice"), m.tool_calls) for m in rows]
-    if preamble:
-        assert stored == [("assistant", preamble, None, None), ("system", CUT_OFF_NOTICE, "cut_off", None)]
-    else:
-        assert stored == [("assistant", CUT_OFF_NOTICE, "cut_off", None)]
+    rows = _assert_cut_with_no_tool_run(world, model_server, save_note, preamble)
     assert all(m.metadata.get("cut_off") for m in rows if m.role == "assistant")
 
 
@@ -350,6 +342,13 @@ def test_a_tool_call_the_models_length_limit_cut_is_not_run_and_the_reply_is_sai
     ask("note down the shopping")
     drain()
 
+    _assert_cut_with_no_tool_run(world, model_server, save_note, preamble)
+
+
+def _assert_cut_with_no_tool_run(world, model_server, save_note, preamble: str) -> list:
+    """The turn ended as a reply cut off does: the tool not run, the model asked
+    once (no round of tools, no second try), the question answered with what the model
+    wrote before the call (`preamble`) and our notice. Returns the rows after the question."""
     assert save_note == []
     assert len(model_server.requests) == 1
     question, *rows = timeline(world)
@@ -359,6 +358,7 @@ def test_a_tool_call_the_models_length_limit_cut_is_not_run_and_the_reply_is_sai
         assert stored == [("assistant", preamble, None, None), ("system", CUT_OFF_NOTICE, "cut_off", None)]
     else:
         assert stored == [("assistant", CUT_OFF_NOTICE, "cut_off", None)]
+    return rows
 
 
 def test_a_memory_the_length_limit_cut_is_not_saved(world, ask, model_server, drain):

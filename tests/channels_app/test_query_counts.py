@@ -120,14 +120,19 @@ def test_a_telegram_message_is_answered_and_sent_within_its_query_budget(
 
     pair(world, "telegram", "42", world.alice)
     model_server.add(reply("Not much."))
-    message = InboundMessage(channel="telegram", external_id="42:1", sender_id="42", sender_name="Alice",
-                             text="what is up?", reply_target="42")
-    event = InboundEvent.objects.create(tenant=world.tenant_a, binding=telegram, external_id=message.external_id,
-                                        sender_id="42", payload=message.model_dump(mode="json"))  # as a webhook stores it
+    event = _alices_telegram_message(world, telegram, 1, "what is up?")
     with django_assert_max_num_queries(queries_per_platform_turn()):
         assert inbound_process_task.apply(args=(world.tenant_a.pk, event.pk)).result == "accepted"
     (sent,) = platform.sent(r"/telegram/bot111:AAA/sendMessage")
     assert sent.json["text"] == "Not much."
+
+
+def _alices_telegram_message(world, telegram, n: int, text: str) -> InboundEvent:
+    """Alice's `n`th message in her Telegram chat with the Qor, as a webhook stores it."""
+    message = InboundMessage(channel="telegram", external_id=f"42:{n}", sender_id="42", sender_name="Alice",
+                             text=text, reply_target="42")
+    return InboundEvent.objects.create(tenant=world.tenant_a, binding=telegram, external_id=message.external_id,
+                                       sender_id="42", payload=message.model_dump(mode="json"))
 
 
 def queries_per_platform_turn() -> int:
@@ -192,10 +197,7 @@ def test_a_telegram_chat_s_next_message_is_answered_and_sent_within_its_query_bu
     pair(world, "telegram", "42", world.alice)
     model_server.add(reply("Hello."), reply("Not much."))
     for n, text in ((1, "what is up?"), (2, "and what is it?")):
-        message = InboundMessage(channel="telegram", external_id=f"42:{n}", sender_id="42", sender_name="Alice",
-                                 text=text, reply_target="42")
-        event = InboundEvent.objects.create(tenant=world.tenant_a, binding=telegram, external_id=message.external_id,
-                                            sender_id="42", payload=message.model_dump(mode="json"))
+        event = _alices_telegram_message(world, telegram, n, text)
         budget = queries_per_platform_turn() if n == 1 else queries_per_next_platform_turn()
         with django_assert_max_num_queries(budget):
             assert inbound_process_task.apply(args=(world.tenant_a.pk, event.pk)).result == "accepted"
@@ -324,10 +326,7 @@ def test_a_telegram_chat_s_next_message_stays_within_its_redis_round_trips(world
     pair(world, "telegram", "42", world.alice)
     model_server.add(reply("Hello."), reply("Not much."))
     for n, text in ((1, "what is up?"), (2, "and what is it?")):
-        message = InboundMessage(channel="telegram", external_id=f"42:{n}", sender_id="42", sender_name="Alice",
-                                 text=text, reply_target="42")
-        event = InboundEvent.objects.create(tenant=world.tenant_a, binding=telegram, external_id=message.external_id,
-                                            sender_id="42", payload=message.model_dump(mode="json"))
+        event = _alices_telegram_message(world, telegram, n, text)
         with _redis_round_trips() as trips:
             assert inbound_process_task.apply(args=(world.tenant_a.pk, event.pk)).result == "accepted"
     assert len(trips) <= redis_round_trips_per_platform_turn(), " ".join(trips)

@@ -83,6 +83,25 @@ def test_a_sweep_while_the_cache_is_away_queues_what_is_stuck_and_prunes(
     assert len([r for r in caplog.records if r.name == "channels_app.sweep"]) == 1
 
 
+def _a_reply_waiting_with_the_cache_away(world, telegram, cache_redis, settings, caplog, text: str, **delivery):
+    """The send gates in the cache, a reply to Alice on Telegram waiting for its bot (its
+    delivery as `delivery` says) and an event answered a month ago; then Redis stops, with
+    the sweep's log caught from there. Returns that event and what starts Redis again."""
+    settings.QORVEN_SEND_GATES = "cache"
+    settings.QORVEN_INBOUND_RETENTION = "7d"
+    sweep()  # with Redis there: an outage an earlier pass logged is over
+    pair(world, "telegram", "42", world.alice)
+    replies_waiting(world, telegram, [text])
+    OutboundDelivery.objects.update(**delivery)
+    old = _event(world, telegram, "42:1", "answered long ago", age=timedelta(days=30),
+                 state=InboundEvent.State.DONE)
+    stop, start = cache_redis
+    stop()
+    caplog.set_level(logging.WARNING, logger="channels_app.sweep")
+    caplog.clear()
+    return old, start
+
+
 def test_with_the_send_gates_in_the_cache_a_sweep_while_it_is_away_leaves_the_reply_and_goes_on(
     world, telegram, platform, drain, cache_redis, settings, caplog
 ):
@@ -90,18 +109,9 @@ def test_with_the_send_gates_in_the_cache_a_sweep_while_it_is_away_leaves_the_re
     counts as held: the pass goes on past it (an old event pruned) with one log line, and
     the pass after Redis is back sends it, once. Before, the gate's read raised Redis'
     ConnectionError out of the pass: nothing after the deliveries ran, nothing was pruned."""
-    settings.QORVEN_SEND_GATES = "cache"
-    settings.QORVEN_INBOUND_RETENTION = "7d"
-    sweep()  # with Redis there: an outage an earlier pass logged is over
-    pair(world, "telegram", "42", world.alice)
-    replies_waiting(world, telegram, ["sent once Redis is back"])
-    OutboundDelivery.objects.update(updated_at=timezone.now() - timedelta(minutes=1))  # past UNWOKEN_GRACE
-    old = _event(world, telegram, "42:1", "answered long ago", age=timedelta(days=30),
-                 state=InboundEvent.State.DONE)
-    stop, start = cache_redis
-    stop()
-    caplog.set_level(logging.WARNING, logger="channels_app.sweep")
-    caplog.clear()
+    old, start = _a_reply_waiting_with_the_cache_away(
+        world, telegram, cache_redis, settings, caplog, "sent once Redis is back",
+        updated_at=timezone.now() - timedelta(minutes=1))  # past UNWOKEN_GRACE
     report = sweep()
     assert (report.deliveries, report.events_pruned) == (0, 1)
     assert not InboundEvent.objects.filter(pk=old.pk).exists()
@@ -124,18 +134,9 @@ def test_with_the_send_gates_in_the_cache_a_sweep_while_it_is_away_leaves_a_cut_
     can tell it from a send under way, so it is left for the pass after Redis is back,
     which fails it and tells the person, once. Before, taking the gate raised Redis'
     ConnectionError out of the pass: nothing after it ran, nothing was pruned."""
-    settings.QORVEN_SEND_GATES = "cache"
-    settings.QORVEN_INBOUND_RETENTION = "7d"
-    sweep()  # with Redis there: an outage an earlier pass logged is over
-    pair(world, "telegram", "42", world.alice)
-    replies_waiting(world, telegram, ["cut off"])
-    OutboundDelivery.objects.update(state="sending", updated_at=timezone.now() - LONG_AGO)
-    old = _event(world, telegram, "42:1", "answered long ago", age=timedelta(days=30),
-                 state=InboundEvent.State.DONE)
-    stop, start = cache_redis
-    stop()
-    caplog.set_level(logging.WARNING, logger="channels_app.sweep")
-    caplog.clear()
+    old, start = _a_reply_waiting_with_the_cache_away(
+        world, telegram, cache_redis, settings, caplog, "cut off",
+        state="sending", updated_at=timezone.now() - LONG_AGO)
     report = sweep()
     assert (report.interrupted_sends, report.events_pruned) == (0, 1)
     assert not InboundEvent.objects.filter(pk=old.pk).exists()

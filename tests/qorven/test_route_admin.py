@@ -15,16 +15,22 @@ from .test_model_endpoints import ask, change_form
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
-def test_status_and_the_admin_show_the_routes_and_their_cooldowns(host, client, world, route_servers, drain):
+def _status_once_the_primary_failed(client, world, route_servers, drain, failure) -> str:
+    """/status's answer after a first message the primary failed with `failure` and the
+    fallback answered."""
     primary, fallback = route_servers
     primary_and_fallback(world, primary, fallback)
-    primary.default = error(429, "slow down")
+    primary.default = failure
     fallback.default = reply("ok")
     ask(client, world, "first")
     drain()
     ask(client, world, "/status")
     drain()
-    status = Message.objects.filter(role="assistant").order_by("seq").last().content
+    return Message.objects.filter(role="assistant").order_by("seq").last().content
+
+
+def test_status_and_the_admin_show_the_routes_and_their_cooldowns(host, client, world, route_servers, drain):
+    status = _status_once_the_primary_failed(client, world, route_servers, drain, error(429, "slow down"))
     assert "main: primary-model — cooling down for" in status
     assert "main fallback 1: fallback-model — ready" in status
     page = host.get(f"/admin/qorven/qor/{world.qor_a.pk}/change/").content.decode()
@@ -35,15 +41,7 @@ def test_status_and_the_admin_show_the_routes_and_their_cooldowns(host, client, 
 def test_status_shows_a_route_whose_key_was_refused_as_cooling(client, world, route_servers, drain):
     """A refused key cools down that key only; /status read the server's cooldown alone and
     said the route was ready while every turn skipped it."""
-    primary, fallback = route_servers
-    primary_and_fallback(world, primary, fallback)
-    primary.default = error(401, "bad key")
-    fallback.default = reply("ok")
-    ask(client, world, "first")
-    drain()
-    ask(client, world, "/status")
-    drain()
-    status = Message.objects.filter(role="assistant").order_by("seq").last().content
+    status = _status_once_the_primary_failed(client, world, route_servers, drain, error(401, "bad key"))
     assert "main: primary-model — cooling down for" in status, status
 
 

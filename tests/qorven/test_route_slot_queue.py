@@ -22,19 +22,25 @@ def test_waiters_for_a_slot_go_in_arrival_order():
             order.append(name)
 
     with route_slots.route_slot(base_url=base_url, cap=1, wait=10, lease=30):
-        waiters = []
-        for queued, name in enumerate("abc", start=1):
-            waiter = threading.Thread(target=wait_then_note, args=(name,))
-            waiter.start()
-            waiters.append(waiter)
-            deadline = time.monotonic() + 10
-            while route_slots.route_slot_waiting(base_url=base_url) < queued:  # queued before the next one comes
-                assert time.monotonic() < deadline, f"{name} never queued"
-                time.sleep(0.01)
+        waiters = [threading.Thread(target=wait_then_note, args=(name,), name=name) for name in "abc"]
+        _queued_one_by_one(base_url, waiters)
         assert order == []  # the one slot is held
     for waiter in waiters:
         waiter.join(10)
     assert order == ["a", "b", "c"]
+
+
+def _queued_one_by_one(base_url: str, waiters: list[threading.Thread]) -> None:
+    """Start the waiters for the route's slot one by one, each queued before the next one
+    comes (a waiter's thread is named for it)."""
+    from qorven.runtime import route_slots
+
+    for queued, waiter in enumerate(waiters, start=1):
+        waiter.start()
+        deadline = time.monotonic() + 10
+        while route_slots.route_slot_waiting(base_url=base_url) < queued:
+            assert time.monotonic() < deadline, f"{waiter.name} never queued"
+            time.sleep(0.01)
 
 
 def _ticketed_as(base_url: str, ticket: str, tenant: int) -> bool | float:
@@ -123,15 +129,9 @@ def test_calls_waiting_on_their_thread_take_turns_with_their_tenant():
             order.append(name)
 
     with route_slots.route_slot(base_url=base_url, cap=1, wait=10, lease=30):
-        waiters = []
-        for queued, (name, tenant) in enumerate([("a1", 1), ("a2", 1), ("a3", 1), ("b1", 2)], start=1):
-            waiter = threading.Thread(target=wait_then_note, args=(name, tenant))
-            waiter.start()
-            waiters.append(waiter)
-            deadline = time.monotonic() + 10
-            while route_slots.route_slot_waiting(base_url=base_url) < queued:  # queued before the next one comes
-                assert time.monotonic() < deadline, f"{name} never queued"
-                time.sleep(0.01)
+        waiters = [threading.Thread(target=wait_then_note, args=(name, tenant), name=name)
+                   for name, tenant in [("a1", 1), ("a2", 1), ("a3", 1), ("b1", 2)]]
+        _queued_one_by_one(base_url, waiters)
     for waiter in waiters:
         waiter.join(10)
     assert order == ["a1", "b1", "a2", "a3"]
