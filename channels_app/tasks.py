@@ -14,6 +14,7 @@ from qorven.runtime.cache_away import CACHE_RETRY_DELAY, cache_unreachable
 from qorven.runtime.database import DATABASE_DOWN, DATABASE_RETRY_DELAY, connections_drop_broken
 from qorven.runtime.log_context import log_context
 from qorven.runtime.publish import publish_again_later, tasks_publish
+from qorven.runtime.repeated_failure import RepeatedFailure
 from qorven.runtime.task_scope import task_checkpoint_on
 from tenancy.switches import switches_passed_on
 
@@ -80,18 +81,34 @@ def inbound_fan_out_task(calls: list[list[int]]) -> int:
     return len(calls)
 
 
+# A send whose bot's gate is a key in the cache (QORVEN_SEND_GATES=cache) cannot send while
+# Redis is away: it claims nothing, and comes back every CACHE_RETRY_DELAY seconds for
+# about a minute, then leaves the reply, pending, to the sweeper (which queues a reply
+# waiting that long each pass): a long outage does not pile up a task per pass, each
+# coming back for ever.
+CACHE_AWAY_TRIES = 30
+_cache_away = RepeatedFailure(logger, "a send cannot use the cache for its bot's send gate; it comes back "
+                                      f"every {CACHE_RETRY_DELAY:.0f} s and sends nothing meanwhile")
+
+
 @shared_task(bind=True, name="channels_app.deliver", acks_late=True, max_retries=None)
-def deliver_message_task(self, tenant_id: int, message_id: int, sent: list[list] | None = None) -> int:
+def deliver_message_task(self, tenant_id: int, message_id: int, sent: list[list] | None = None,
+                         away: int = 0) -> int:
     """Send a message's parts, each once. A transient failure comes back after a backoff
     (or the platform's retry-after); the retries are counted on the parts, which end
     failed after QORVEN_SEND_RETRIES of them. While this worker's send slots are all
     busy it comes back shortly without trying (see channels_app.send_gate). After a lost
     database connection it comes back with the parts the platform took and nobody could
-    record (`sent`: [part id, platform message id] pairs), and records them first."""
+    record (`sent`: [part id, platform message id] pairs), and records them first. With
+    the send gates in the cache and Redis away it comes back shortly (`away`: how many
+    tries in a row met it so; CACHE_AWAY_TRIES)."""
     with log_context(tenant=tenant_id, message_id=message_id):
         try:
-            return deliver_message(tenant_id=tenant_id, message_id=message_id, worker=self.request.hostname or "local",
+            done = deliver_message(tenant_id=tenant_id, message_id=message_id,
+                                   worker=self.request.hostname or "local",
                                    sent_before=[(part, platform_id) for part, platform_id in sent or ()])
+            _cache_away.succeeded()
+            return done
         except GateShut:
             raise self.retry(countdown=GATE_WAIT) from None
         except DATABASE_DOWN as exc:
@@ -100,6 +117,18 @@ def deliver_message_task(self, tenant_id: int, message_id: int, sent: list[list]
                              countdown=DATABASE_RETRY_DELAY) from None
         except RetryLater as exc:
             raise self.retry(countdown=exc.after) from None
+        except Exception as exc:
+            if not cache_unreachable(exc):
+                raise
+            # Transient: nothing was claimed under a gate it could not take or renew (the
+            # parts sent before are recorded; the rest are pending), so trying again
+            # sends each part once.
+            _cache_away.failed(type(exc).__name__)
+            if away + 1 >= CACHE_AWAY_TRIES:
+                logger.warning("message %s: the cache is still away; its send is left to the sweeper", message_id)
+                return 0
+            raise self.retry(exc=exc, args=(tenant_id, message_id), kwargs={"sent": sent, "away": away + 1},
+                             countdown=CACHE_RETRY_DELAY) from None
 
 
 @contextmanager
@@ -145,9 +174,13 @@ def deliveries_send(deliveries: list[tuple[int, int]], *, worker: str) -> None:
             except DATABASE_DOWN as exc:
                 connections_drop_broken()
                 later, sent = DATABASE_RETRY_DELAY, _parts_sent(exc)
-            except Exception:
-                logger.exception("message %s could not be sent from its turn; queued", message_id)
-                later = 0.0
+            except Exception as exc:
+                if cache_unreachable(exc):  # its bot's gate in the cache, Redis away: the send task comes back
+                    _cache_away.failed(type(exc).__name__)
+                    later = CACHE_RETRY_DELAY
+                else:
+                    logger.exception("message %s could not be sent from its turn; queued", message_id)
+                    later = 0.0
             if later is not None:
                 _send_later(tenant_id, message_id, later, sent=sent)
 

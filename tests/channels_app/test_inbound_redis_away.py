@@ -3,12 +3,15 @@ inbound task, the turn, the reply stored and sent. The cache is a Redis server o
 test's own, really stopped; on PostgreSQL the send gates are the database's."""
 from __future__ import annotations
 
+import time
+
 import pytest
 
+from channels_app.models import OutboundDelivery
 from sessions_app.models import Message
 
 from ..fakes.model_server import reply
-from ..processes import needs_postgres_and_redis
+from ..processes import needs_postgres_and_redis, wait_for
 from .conftest import pair
 from .payloads import post_telegram, telegram_update
 
@@ -30,6 +33,29 @@ def test_a_telegram_message_while_the_cache_is_away_is_answered_once(
     assert list(Message.objects.filter(session__tenant=world.tenant_a).order_by("seq").values_list(
         "role", "content")) == [("user", "hello?"), ("assistant", "Here I am."),
                                 ("user", "again?"), ("assistant", "Here I am.")]
+
+
+def test_with_the_send_gates_in_the_cache_a_reply_written_while_it_is_away_goes_once_it_is_back(
+    client, world, telegram, platform, model_server, drain, cache_redis, settings
+):
+    """The turn answers with Redis away; its bot's gate is a key in the cache, so the
+    reply cannot go yet: its send comes back on the worker's timer and the reply goes
+    once Redis is back, once, with no pass of the sweeper. Before, the send task the turn
+    handed it to failed on the gate's take (Redis' ConnectionError): the reply waited for
+    the sweeper's pass."""
+    settings.QORVEN_SEND_GATES = "cache"
+    stop, start = cache_redis
+    pair(world, "telegram", "42", world.alice)
+    model_server.default = reply("Here I am.")
+    stop()
+    assert post_telegram(client, telegram_update("hello?", message_id=1)).status_code == 200
+    assert wait_for(lambda: Message.objects.filter(role="assistant", content="Here I am.").exists(), 20)
+    time.sleep(0.5)  # its send meets the cache away
+    assert platform.sent("sendMessage") == []
+    start()
+    drain()
+    assert [s.json["text"] for s in platform.sent("sendMessage")] == ["Here I am."]
+    assert list(OutboundDelivery.objects.values_list("state", flat=True)) == ["sent"]
 
 
 def test_a_telegram_group_message_naming_the_bot_while_the_cache_is_away_is_answered(
