@@ -29,30 +29,42 @@ from .export_world import lives, photo  # noqa: F401 (fixtures of the export tes
 def server(world, model_server, tmp_path):
     """`qorven serve` on the test database; turns run inside it (no broker). Gives the
     environment for a `qorven chat` that talks to it."""
-    from .test_terminal import ROOT, qorven_env
+    from .test_terminal import qorven_env
+
+    with served(qorven_env(model_server), tmp_path) as env:
+        yield env
+
+
+@contextmanager
+def served(env: dict[str, str], tmp_path: Path):
+    """`qorven serve` with `env` (qorven_env's, and what a test changes) on a free port,
+    once it answers; gives `env` with QORVEN_PUBLIC_URL set to it."""
+    from .test_terminal import ROOT
 
     port = free_port()
     base = f"http://127.0.0.1:{port}"
-    env = {**qorven_env(model_server), "QORVEN_PUBLIC_URL": base}
+    env = {**env, "QORVEN_PUBLIC_URL": base}
     log = open(tmp_path / "server.log", "w")
     qorven = str(Path(sys.executable).with_name("qorven"))
     proc = subprocess.Popen([qorven, "serve", "--no-migrate", "--no-beat", "--port", str(port)], cwd=ROOT, env=env,
                             stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-    deadline = time.monotonic() + 90
-    while True:
-        try:
-            urllib.request.urlopen(base + "/healthz", timeout=2).read()
-            break
-        except OSError:
-            assert proc.poll() is None and time.monotonic() < deadline, (tmp_path / "server.log").read_text()
-            time.sleep(0.2)
-    yield env
-    # Killed outright, as the browser tests' server is: no test of this fixture is about the
-    # server's stop, and a stop lets the turns still running finish first (a reply the
-    # terminal left streaming kept the server 2 to 16 s after the test).
-    os.killpg(proc.pid, signal.SIGKILL)  # its process group (start_new_session)
-    proc.wait(30)
-    log.close()
+    try:
+        deadline = time.monotonic() + 90
+        while True:
+            try:
+                urllib.request.urlopen(base + "/healthz", timeout=2).read()
+                break
+            except OSError:
+                assert proc.poll() is None and time.monotonic() < deadline, (tmp_path / "server.log").read_text()
+                time.sleep(0.2)
+        yield env
+    finally:
+        # Killed outright, as the browser tests' server is: no test of this fixture is about the
+        # server's stop, and a stop lets the turns still running finish first (a reply the
+        # terminal left streaming kept the server 2 to 16 s after the test).
+        os.killpg(proc.pid, signal.SIGKILL)  # its process group (start_new_session)
+        proc.wait(30)
+        log.close()
 
 
 @pytest.fixture

@@ -90,3 +90,50 @@ def test_ctrl_c_in_the_terminal_while_the_cache_is_away_says_it_could_not_be_pas
     assert "did not answer" not in out.getvalue()
     drain()
     assert _answers(world) == ["The whole answer."]
+
+
+def test_ctrl_c_in_a_terminal_talking_to_a_server_whose_cache_is_away_says_it_could_not_be_passed_on(
+    world, model_server, cache_redis, tmp_path
+):
+    """`qorven chat` talking to a `qorven serve` over HTTP, the server's cache (its
+    REDIS_URL) a Redis of the test's own, stopped while the model writes: Ctrl-C's Stop is
+    answered 503 with Retry-After, and the person reads our notice, not that the server
+    did not answer; the reply goes on and is kept in full."""
+    import signal
+    import subprocess
+    import time
+
+    from django.conf import settings as django_settings
+
+    from ..processes import wait_for
+    from .conftest import served
+    from .test_terminal import ROOT, qorven_env
+    from .test_terminal_server import CTRL_C_HEEDED, QORVEN
+
+    stop, _ = cache_redis
+    held = threading.Event()
+    model_server.add(reply("The whole answer.", hold=held))
+    with served({**qorven_env(model_server), "REDIS_URL": django_settings.REDIS_URL}, tmp_path) as env:
+        chat = subprocess.Popen([*CTRL_C_HEEDED, QORVEN, "chat", "--tenant", "acme", "--qor", "aria", "--user",
+                                 "alice", "--history", "0", "--wait", "10"], cwd=ROOT, env=env,
+                                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        lines: list[str] = []
+        threading.Thread(target=lambda: lines.extend(iter(chat.stdout.readline, "")), daemon=True).start()
+        try:
+            assert wait_for(lambda: any("Connected to the server" in line for line in lines), 60), lines
+            chat.stdin.write("count slowly\n")
+            chat.stdin.flush()
+            assert wait_for(lambda: model_server.in_flight == 1, 30), lines
+            stop()
+            time.sleep(0.3)  # the terminal is back waiting for what the person types
+            chat.send_signal(signal.SIGINT)
+            assert wait_for(lambda: any(STOP_UNAVAILABLE in line for line in lines), 30), lines
+        finally:
+            held.set()
+        assert wait_for(lambda: _answers(world) == ["The whole answer."], 30)
+        chat.stdin.close()
+        chat.wait(30)
+    out = "".join(lines)
+    assert "did not answer" not in out
+    assert "Traceback" not in out
+    assert not Message.objects.get(session__user=world.alice, role="assistant").metadata.get("stopped")
