@@ -12,7 +12,7 @@ import pytest
 from django.conf import settings as django_settings
 
 from ..fakes.model_server import reply
-from .test_compaction import chat, fake, small_window  # noqa: F401
+from .test_compaction import chat, fake, manual, small_window  # noqa: F401
 from .test_turns import _task_runs, _until, alice_token, ask, timeline  # noqa: F401
 
 pytestmark = [
@@ -203,3 +203,57 @@ def test_the_model_starting_a_new_topic_while_the_cache_is_away_answers_and_star
     answer = Message.objects.filter(session=old, role="assistant").order_by("seq").last()
     assert answer.content == "Happy to plan your holiday!"
     assert Message.objects.filter(session=canonical(world), metadata__notice="compacted").count() == 1
+
+
+def test_a_turn_whose_cache_goes_away_in_the_middle_of_a_tool_round_is_answered_once(
+    client, world, alice_token, model_server, drain, cache_redis, turn_runs  # noqa: F811
+):
+    """Redis stops while the model holds its answer with a tool call: the tool runs, the
+    model is asked again and the question answered, with the connections the turn had
+    open to Redis broken under it; the turn's task ends well, nothing done twice."""
+    from memory_app.models import Memory
+
+    from ..fakes.model_server import tool_call
+
+    stop, _ = cache_redis
+    held = threading.Event()
+    call = tool_call("remember", {"content": "Alice's bike is a blue Brompton", "type": "fact"})
+    call.hold = held
+    model_server.add(call, reply("Noted: a blue Brompton."))
+    try:
+        ask(client, alice_token, "remember that my bike is a blue Brompton")
+        _until(lambda: model_server.in_flight == 1)
+        stop()
+    finally:
+        held.set()
+    drain()
+    assert _said(world)[-1] == ("assistant", "Noted: a blue Brompton.")
+    assert [m.answer_state for m in timeline(world) if m.role == "user"] == ["answered"]
+    assert list(Memory.objects.filter(tenant=world.tenant_a).values_list("content", flat=True)) == [
+        "Alice's bike is a blue Brompton"]
+    assert len(model_server.requests) == 2
+    assert turn_runs == ["SUCCESS"]
+
+
+def test_a_manual_mode_compaction_due_before_a_turn_while_the_cache_is_away_is_done_and_the_question_answered(
+    world, manual, fake, model_server, drain, chat, cache_redis, turn_runs  # noqa: F811
+):
+    """Manual mode, the conversation at its threshold: the turn compacts and rotates
+    before it answers (the summarizer's calls read the routes' cooldowns, a thinking
+    model's mark), with Redis away; the question, carried to the fresh chat, is answered
+    once and the turn's task ends well."""
+    from tenancy.trust import Trust
+
+    from .test_compaction import canonical, kinds, seed_history
+
+    old = canonical(world)
+    seed_history(old, 12, channel="telegram")
+    stop, _ = cache_redis
+    stop()
+    chat("remember my locker code is 2211", channel="telegram", trust=Trust.PAIRED)
+    old.refresh_from_db()
+    assert old.state == "archived"
+    assert [(role, said) for role, said in _said(world) if role != "system"] == [
+        ("user", "remember my locker code is 2211"), ("assistant", "ok 1")]
+    assert kinds(model_server) == ["flush", "summary", "main"]
+    assert turn_runs == ["SUCCESS"]
