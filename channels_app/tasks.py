@@ -24,6 +24,7 @@ from .sending import RetryLater, deliver_message
 from .receive import InboundBusy, inbound_event, inbound_process
 from .send_gate import WAIT as GATE_WAIT
 from .send_gate import GateShut
+from .sweep import DELIVERY_GRACE
 
 logger = logging.getLogger(__name__)
 
@@ -82,11 +83,11 @@ def inbound_fan_out_task(calls: list[list[int]]) -> int:
 
 
 # A send whose bot's gate is a key in the cache (QORVEN_SEND_GATES=cache) cannot send while
-# Redis is away: it claims nothing, and comes back every CACHE_RETRY_DELAY seconds for
-# about a minute, then leaves the reply, pending, to the sweeper (which queues a reply
-# waiting that long each pass): a long outage does not pile up a task per pass, each
-# coming back for ever.
-CACHE_AWAY_TRIES = 30
+# Redis is away: it claims nothing, and comes back every CACHE_RETRY_DELAY seconds until
+# the sweeper's grace for a waiting reply has passed, then leaves the reply, pending, to
+# the sweeper, which queues it at each pass from then on: a long outage does not pile up
+# a task per pass, each coming back for ever.
+CACHE_AWAY_TRIES = int(DELIVERY_GRACE.total_seconds() / CACHE_RETRY_DELAY)
 _cache_away = RepeatedFailure(logger, "a send cannot use the cache for its bot's send gate; it comes back "
                                       f"every {CACHE_RETRY_DELAY:.0f} s and sends nothing meanwhile")
 
