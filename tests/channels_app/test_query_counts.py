@@ -24,6 +24,15 @@ from .payloads import post_telegram, telegram_update
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
+@pytest.fixture(autouse=True)
+def kept_rows_stay_kept(settings):
+    """What the process keeps (MCP servers, skills, model fallbacks) stays kept through each
+    test: the budgets count a turn's statements, not QORVEN_ROUTE_CACHE_SECONDS running out
+    (5 s, which a loaded machine's first turn can take; tests/tenancy/test_kept_rows.py
+    covers the expiry)."""
+    settings.QORVEN_ROUTE_CACHE_SECONDS = 3600.0
+
+
 def test_a_webhook_is_three_queries(client, world, telegram, django_assert_max_num_queries):
     with django_assert_max_num_queries(3) as captured:  # the binding, its channel switch, the event
         assert post_telegram(client, telegram_update("hello")).status_code == 200
