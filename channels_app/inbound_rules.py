@@ -9,6 +9,7 @@ import logging
 from django.core.cache import cache
 
 from qorven.agent.gateway import inbound_accept
+from qorven.runtime.cache_away import cache_or
 from qorven.runtime.repeated_failure import RepeatedFailure
 from sessions_app.channel_kinds import CHAT_FAMILY
 from sessions_app.services.resolve import session_resolve
@@ -108,22 +109,12 @@ def _display_name(binding: ChannelBinding, sender_id: str, *, ask: bool = True) 
     if adapter is None or not sender_id:
         return ""
     key = f"sender-name:{binding.pk}:{sender_id}"
-    try:
-        name = cache.get(key)
-    except Exception as exc:  # whichever backend: Redis' errors are not imported here
-        _names_away.failed(type(exc).__name__)
-        name, cached = None, False
-    else:
-        cached = True
-        _names_away.succeeded()
+    cached, name = cache_or((False, None), lambda: (True, cache.get(key)), away=_names_away)
     if name is None:
         if not ask:
             return ""
         name = adapter.display_name(binding, sender_id)
-        if cached:
-            try:
-                cache.set(key, name, NAME_TTL if name else 300)  # an unknown name is tried again soon
-            except Exception as exc:
-                _names_away.failed(type(exc).__name__)
+        if cached:  # an unknown name is tried again soon
+            cache_or(None, lambda: cache.set(key, name, NAME_TTL if name else 300), away=_names_away)
     return name
 

@@ -42,7 +42,7 @@ from django.core.cache import cache
 from django.db.models import Min, Q
 from django.utils import timezone
 
-from qorven.runtime.cache_away import cache_unreachable
+from qorven.runtime.cache_away import cache_or, cache_unreachable
 from qorven.runtime.database import DATABASE_DOWN
 from qorven.runtime.durations import duration_setting
 from qorven.runtime.repeated_failure import RepeatedFailure
@@ -94,18 +94,14 @@ _cache_away = RepeatedFailure(logger, "the sweep cannot use the cache; it does t
 
 def _due(key: str, seconds: float) -> bool:
     """Whether the work `key` marks is due: the mark set now for `seconds`, or the cache away."""
-    try:
-        added = cache.add(key, 1, seconds)
-    except Exception as exc:  # whichever backend: Redis' errors are not imported here
-        _cache_away.failed(type(exc).__name__)
-        return True
-    _cache_away.succeeded()
-    return added
+    return cache_or(True, lambda: cache.add(key, 1, seconds), away=_cache_away)
 
 
 def _bot_sending(binding_id: int) -> bool:
     """Whether a send holds the binding's bot; a gate in the cache that cannot be read
-    (Redis away) counts as held, so the pass goes on to what is after the deliveries."""
+    (Redis away) counts as held, so the pass goes on to what is after the deliveries.
+    Not `cache_or`: the gate may be the database's (QORVEN_SEND_GATES=database), whose
+    errors are not the cache away and whose answer says nothing of the cache being back."""
     try:
         return not binding_free(binding_id=binding_id)
     except Exception as exc:

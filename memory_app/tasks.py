@@ -12,6 +12,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from qorven.llm import WaitingForSlot
+from qorven.runtime.cache_away import cache_or
 from qorven.runtime.cache_leases import cache_lease
 from qorven.runtime.log_context import log_context
 from qorven.runtime.repeated_failure import RepeatedFailure
@@ -152,19 +153,23 @@ def summarize_soon(*, tenant_id: int, session_id: int, through_seq: int) -> None
     condenses through the newest point asked for (kept in the cache with it)."""
     key, quiet = _waiting_key(session_id), settings.QORVEN_SUMMARIZER_QUIET
     kept_for = int(quiet * (SUMMARIZER_WAIT_MAX + 2)) + 1  # past the waiting run's longest wait
-    try:
-        if quiet > 0 and not cache.add(key, through_seq, timeout=kept_for):
-            if through_seq > (cache.get(key) or 0):
-                cache.set(key, through_seq, timeout=kept_for)
-            return
-    except Exception as exc:  # whichever backend: Redis' errors are not imported here
-        # Run after the reply's commit: the cache away (Redis down) must not fail the turn
-        # that stored it. The run (whose lease is in the cache too) is left to the next
-        # exchange over budget, as a range a run skips is.
-        _summarizer_away.failed(type(exc).__name__)
+    # Run after the reply's commit: the cache away (Redis down) must not fail the turn that
+    # stored it. The run (whose lease is in the cache too) is left to the next exchange over
+    # budget, as a range a run skips is.
+    if quiet > 0 and not cache_or(False, lambda: _first_waiting(key, through_seq, kept_for=kept_for),
+                                  away=_summarizer_away):
         return
-    _summarizer_away.succeeded()
     session_summarize.apply_async((tenant_id, session_id, through_seq), countdown=quiet)
+
+
+def _first_waiting(key: str, through_seq: int, *, kept_for: int) -> bool:
+    """Whether no run waits for the session yet: this one is to be queued. Else the one
+    waiting condenses through `through_seq` too."""
+    if cache.add(key, through_seq, timeout=kept_for):
+        return True
+    if through_seq > (cache.get(key) or 0):
+        cache.set(key, through_seq, timeout=kept_for)
+    return False
 
 
 def _waiting_key(session_id: int) -> str:

@@ -21,6 +21,7 @@ from django.core.cache import cache
 from django.db import transaction
 from django.http import HttpRequest, JsonResponse
 
+from qorven.runtime.cache_away import cache_or
 from qorven.runtime.repeated_failure import RepeatedFailure
 
 from ..formatting import SLACK_MRKDWN
@@ -372,13 +373,7 @@ _learn_away = RepeatedFailure(logger, "Slack bot ids being learned cannot be mar
 
 
 def _ask_due(binding: ChannelBinding) -> bool:
-    try:
-        added = cache.add(f"slack-bot-learn:{binding.pk}", 1, LEARN_RETRY)
-    except Exception as exc:  # whichever backend: Redis' errors are not imported here
-        _learn_away.failed(type(exc).__name__)
-        return True
-    _learn_away.succeeded()
-    return added
+    return cache_or(True, lambda: cache.add(f"slack-bot-learn:{binding.pk}", 1, LEARN_RETRY), away=_learn_away)
 
 
 # The largest body of Slack's URL check (url_verification: a token, a challenge and its

@@ -26,6 +26,7 @@ from django.conf import settings
 from django.core.cache import cache
 from django.utils import timezone
 
+from qorven.runtime.cache_away import cache_or
 from qorven.runtime.repeated_failure import RepeatedFailure
 from tenancy.models import McpServer, Qor, Tenant
 from tenancy.selectors import mcp_servers_read
@@ -80,24 +81,13 @@ _backoff_away = RepeatedFailure(logger, "MCP servers' listing failures cannot be
                                         "servers are listed as if none had failed")
 
 
-def _backoff(operation: Any, *args: Any) -> Any:
-    """The cache's answer, or None when the cache cannot be reached."""
-    try:
-        found = operation(*args)
-    except Exception as exc:  # whichever backend: Redis' errors are not imported here
-        _backoff_away.failed(type(exc).__name__)
-        return None
-    _backoff_away.succeeded()
-    return found
-
-
 def _listed(server: McpServer) -> list[dict[str, Any]]:
     """The server's tools, listed again when the list is older than QORVEN_MCP_TOOLS_TTL."""
     fresh_after = timezone.now() - timedelta(seconds=settings.QORVEN_MCP_TOOLS_TTL)
     if server.tools_listed_at is not None and server.tools_listed_at > fresh_after:
         return server.tools
     key = f"mcp-list-failed:{server.pk}:{server.updated_at.timestamp()}"  # saving the server tries again
-    failures = _backoff(cache.get, key)
+    failures = cache_or(None, lambda: cache.get(key), away=_backoff_away)
     if failures is not None and failures.get("until", 0) > timezone.now().timestamp():
         return server.tools
     try:
@@ -105,12 +95,13 @@ def _listed(server: McpServer) -> list[dict[str, Any]]:
     except Exception as exc:  # a server that is down offers what it offered last, or nothing
         count = (failures or {}).get("count", 0) + 1
         wait = min(LIST_BACKOFF * 2 ** (count - 1), LIST_BACKOFF_MAX)
-        _backoff(cache.set, key, {"count": count, "until": timezone.now().timestamp() + wait}, LIST_BACKOFF_MAX * 2)
+        failed = {"count": count, "until": timezone.now().timestamp() + wait}
+        cache_or(None, lambda: cache.set(key, failed, LIST_BACKOFF_MAX * 2), away=_backoff_away)
         logger.warning("could not list the tools of MCP server %s of %s (%s); not tried again for %.0f s",
                        server.name, server.qor_id, type(exc).__name__, wait)
         return server.tools
     if failures is not None:
-        _backoff(cache.delete, key)
+        cache_or(None, lambda: cache.delete(key), away=_backoff_away)
     McpServer.objects.filter(pk=server.pk).update(tools=tools, tools_listed_at=timezone.now())
     server.tools, server.tools_listed_at = tools, timezone.now()
     return tools

@@ -5,12 +5,12 @@ import logging
 import uuid
 from collections.abc import Callable
 from datetime import datetime
-from typing import Any
 
 from celery import shared_task
 from django.conf import settings
 from django.core.cache import cache
 
+from qorven.runtime.cache_away import cache_or
 from qorven.runtime.database import DATABASE_DOWN, DATABASE_RETRY_DELAY, connections_drop_broken
 from qorven.runtime.log_context import log_context
 from qorven.runtime.repeated_failure import RepeatedFailure
@@ -30,16 +30,6 @@ logger = logging.getLogger(__name__)
 _marks_away = RepeatedFailure(logger, "turn marks cannot be read or kept in the cache; "
                                       "turns wait and come back without them")
 
-
-def _cached(operation: Callable[..., Any], *args: Any, away: Any = None) -> Any:
-    """The cache's answer, or `away` when the cache cannot be reached."""
-    try:
-        found = operation(*args)
-    except Exception as exc:  # whichever backend: Redis' errors are not imported here
-        _marks_away.failed(type(exc).__name__)
-        return away
-    _marks_away.succeeded()
-    return found
 
 # A turn that finds its session busy comes back after 0.5, 1, 2, 4, 8, then every 10
 # seconds — one such task per session (a marker in the cache), however many messages
@@ -64,8 +54,9 @@ def _wait_as_the_one(session_id: int, task_id: str) -> bool:
     """One task waits for a busy session, however many messages queued a turn: the turn
     that finally runs answers all of them. True if `task_id` is (or now becomes) it."""
     key = _waiter_key(session_id)
-    if _cached(cache.add, key, task_id, WAITER_TTL, away=True) or _cached(cache.get, key) == task_id:
-        _cached(cache.touch, key, WAITER_TTL)
+    if (cache_or(True, lambda: cache.add(key, task_id, WAITER_TTL), away=_marks_away)
+            or cache_or(None, lambda: cache.get(key), away=_marks_away) == task_id):
+        cache_or(None, lambda: cache.touch(key, WAITER_TTL), away=_marks_away)
         return True
     return False
 
@@ -89,13 +80,18 @@ def _come_back_key(session_id: int) -> str:
 
 
 def _come_back_stale(session_id: int, task_id: str) -> bool:
-    marker = _cached(cache.get, _come_back_key(session_id))
+    marker = cache_or(None, lambda: cache.get(_come_back_key(session_id)), away=_marks_away)
     return marker is not None and marker != task_id
 
 
 def _come_back_mark(session_id: int, task_id: str) -> Callable[[], None]:
     """What makes task `task_id` the session's come-back (turns.turn_process runs it)."""
-    return lambda: _cached(cache.set, _come_back_key(session_id), task_id, COME_BACK_TTL)
+    key = _come_back_key(session_id)
+
+    def mark() -> None:
+        cache_or(None, lambda: cache.set(key, task_id, COME_BACK_TTL), away=_marks_away)
+
+    return mark
 
 
 COMING_BACK = {"busy": 0, "back": True}  # the keyword arguments a turn's come-back is sent with
@@ -103,8 +99,8 @@ COMING_BACK = {"busy": 0, "back": True}  # the keyword arguments a turn's come-b
 
 def _stop_waiting(session_id: int, task_id: str) -> None:
     key = _waiter_key(session_id)
-    if _cached(cache.get, key) == task_id:
-        _cached(cache.delete, key)
+    if cache_or(None, lambda: cache.get(key), away=_marks_away) == task_id:
+        cache_or(None, lambda: cache.delete(key), away=_marks_away)
 
 
 @shared_task(bind=True, name=TURN_TASK, acks_late=True, max_retries=None)

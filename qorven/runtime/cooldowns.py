@@ -26,6 +26,7 @@ from typing import Any
 
 from django.core.cache import cache
 
+from .cache_away import cache_or
 from .repeated_failure import RepeatedFailure
 
 logger = logging.getLogger(__name__)
@@ -70,7 +71,8 @@ def cooldown_get(*, base_url: str, model: str, key: str = "") -> Cooldown | None
 
 def _cooldown_read(base_url: str, model: str, key: str = "") -> tuple[bool, Cooldown | None]:
     """(whether the cache could be read, the route's cooldown)."""
-    read, found = _cached(cache.get, _key(base_url, model, key))
+    read, found = cache_or((False, None), lambda: (True, cache.get(_key(base_url, model, key))),
+                           away=_cache_failures)
     return read, Cooldown(*found) if isinstance(found, (list, tuple)) and len(found) in (2, 3) else None
 
 
@@ -84,25 +86,19 @@ def cooldown_start(*, base_url: str, model: str, retry_after: float | None = Non
     if retry_after:
         seconds = max(seconds, min(retry_after, LONGEST))
     cooldown = Cooldown(until=time.time() + seconds, failures=failures, kind=kind)
-    kept, _ = _cached(cache.set, _key(base_url, model, key), (cooldown.until, failures, kind),
-                      timeout=int(seconds + LONGEST))
+    kept = cache_or(False, lambda: _kept(_key(base_url, model, key), (cooldown.until, failures, kind),
+                                         timeout=int(seconds + LONGEST)), away=_cache_failures)
     return cooldown if kept else None
 
 
 def cooldown_clear(*, base_url: str, model: str, key: str = "") -> None:
-    _cached(cache.delete, _key(base_url, model, key))
+    cache_or(None, lambda: cache.delete(_key(base_url, model, key)), away=_cache_failures)
 
 
-def _cached(operation: Any, *args: Any, **kwargs: Any) -> tuple[bool, Any]:
-    """(True, the cache's answer), or (False, None) when the cache cannot be reached
-    (logged once while it lasts)."""
-    try:
-        found = operation(*args, **kwargs)
-    except Exception as exc:  # whichever backend: Redis' errors are not imported here (its client is heavy)
-        _cache_failures.failed(type(exc).__name__)
-        return False, None
-    _cache_failures.succeeded()
-    return True, found
+def _kept(key: str, value: Any, *, timeout: int) -> bool:
+    """cache.set, saying it kept the value (cache.set answers None)."""
+    cache.set(key, value, timeout=timeout)
+    return True
 
 
 def cooldown_longest(*, base_url: str, model: str, key: str = "") -> Cooldown | None:
