@@ -80,7 +80,7 @@ def _pg_dump() -> Iterator[Check]:
     connection = connections["default"]
     if connection.vendor != "postgresql":
         return  # SQLite copies and restores itself: nothing to install
-    server = connection.pg_version // 10000
+    server = connection.get_database_version()[0]  # (major, minor)
     for program, command in (("pg_dump", "qorven backup"), ("pg_restore", "qorven restore"),
                              ("psql", "qorven restore")):
         fix = (f"install PostgreSQL's client programs of version {server} or newer "

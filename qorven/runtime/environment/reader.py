@@ -4,6 +4,7 @@ error) instead of a traceback, or a default taken in silence, or a failure at th
 request that uses it."""
 from __future__ import annotations
 
+import builtins
 import ipaddress
 import math
 import os
@@ -34,7 +35,7 @@ class Env(environ.Env):
     def float(self, var, default=environ.Env.NOTSET, **bounds):  # type: ignore[override]
         return self._number(self._float_read, var, default, "a number", **bounds)
 
-    def _float_read(self, var, default=environ.Env.NOTSET) -> float:
+    def _float_read(self, var, default=environ.Env.NOTSET) -> builtins.float:  # the class's `float` is a method
         """A number as Python writes one. django-environ's own drops every character that is
         not a digit, a point, a comma or a minus first: `5m` was 5, `1e3` was 13."""
         if var not in self.ENVIRON:
