@@ -40,8 +40,9 @@ class NewMemberForm(forms.ModelForm):
                                         "add the existing account.")
         return username
 
-    def clean(self) -> dict:
-        data = super().clean()
+    def clean(self) -> dict[str, Any]:
+        super().clean()
+        data = self.cleaned_data
         if data.get("password"):
             user = get_user_model()(username=data.get("username", ""), first_name=data.get("first_name", ""),
                                     email=data.get("email", ""))

@@ -35,7 +35,8 @@ class KeysWriteOnly(forms.ModelForm):
                                f"{field.help_text}")
 
     def clean(self) -> dict[str, Any]:
-        cleaned = super().clean()
+        super().clean()
+        cleaned = self.cleaned_data
         for name in self.KEYS:
             if name not in self.fields:
                 continue

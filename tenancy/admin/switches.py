@@ -1,6 +1,8 @@
 """The admin's on/off switches of a workspace's tools and channels."""
 from __future__ import annotations
 
+from typing import cast
+
 from django import forms
 from django.contrib import admin
 
@@ -23,9 +25,9 @@ class PluginSettingForm(forms.ModelForm):
         from ..tool_registry import registry
 
         self.tools, self.channels = sorted(registry.tools), sorted(switchable_channels)
-        self.fields["name"].choices = [("Tools", [(n, n) for n in self.tools]),
-                                       ("Channels", [(n, n) for n in self.channels])]
-        self.fields["name"].help_text = "A tool for kind “tool”, a channel for kind “channel”."
+        name = cast(forms.ChoiceField, self.fields["name"])  # the field declared above
+        name.choices = [("Tools", [(n, n) for n in self.tools]), ("Channels", [(n, n) for n in self.channels])]
+        name.help_text = "A tool for kind “tool”, a channel for kind “channel”."
 
     def clean(self):
         data = super().clean()

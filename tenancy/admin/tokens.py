@@ -2,6 +2,8 @@
 owner's (and the host's) to act on."""
 from __future__ import annotations
 
+from typing import ClassVar
+
 from django.contrib import admin, messages
 from django.utils import timezone
 
@@ -16,7 +18,7 @@ class ApiTokenAdmin(OwnerRankedAdminMixin, admin.ModelAdmin):
     # Whose a token is, and that it was revoked, never change: a token moved onto another
     # member (an owner) would let whoever holds it act as them.
     readonly_fields = ["prefix", "digest", "tenant", "user", "created_at", "last_used_at", "revoked_at"]
-    exclude: list[str] = []
+    exclude: ClassVar[list[str]] = []
     actions = ["revoke"]
 
     def get_readonly_fields(self, request, obj=None):

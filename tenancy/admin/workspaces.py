@@ -6,6 +6,7 @@ from typing import Any
 
 from django import forms
 from django.contrib import admin
+from django.forms.formsets import DELETION_FIELD_NAME
 
 from ..admin_scoping import TenantScopedAdminMixin, TenantScopedInlineMixin, admin_tenant_ids, owns_tenant
 from ..models import Membership, Qor, Tenant
@@ -27,7 +28,7 @@ class MembershipInlineFormSet(forms.BaseInlineFormSet):
         owner = Membership.Role.OWNER
         for form in self.forms:
             was_owner = form.instance.pk is not None and form.initial.get("role") == owner
-            deleted = self.can_delete and self._should_delete_form(form)
+            deleted = self.can_delete and form.cleaned_data.get(DELETION_FIELD_NAME, False)  # Django's _should_delete_form
             if (was_owner and (deleted or form.has_changed())) or (
                     not deleted and not was_owner and (form.cleaned_data or {}).get("role") == owner):
                 raise forms.ValidationError("Only an owner of the workspace makes, changes or removes an owner.")

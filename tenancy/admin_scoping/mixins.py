@@ -2,7 +2,7 @@
 administers (see the package's docstring)."""
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 from django import forms
 from django.contrib.admin.widgets import ForeignKeyRawIdWidget
@@ -31,8 +31,9 @@ class _Scoping:
 
     def formfield_for_foreignkey(self, db_field: ForeignKey, request: HttpRequest, **kwargs: Any):
         ids = admin_tenant_ids(request.user)
+        # django-stubs allow "self" here, which the app registry has made the model by now.
+        related = cast("type[Model]", db_field.related_model)
         if ids is not None and "queryset" not in kwargs:
-            related = db_field.related_model
             if related is Tenant:
                 kwargs["queryset"] = Tenant.objects.filter(pk__in=ids)
             elif related is get_user_model():
@@ -42,7 +43,7 @@ class _Scoping:
         field = super().formfield_for_foreignkey(db_field, request, **kwargs)  # type: ignore[misc]
         if ids is not None and field is not None and type(field.widget) is ForeignKeyRawIdWidget:
             widget = field.widget
-            if not may_browse(request, widget.admin_site, db_field.related_model):
+            if not may_browse(request, widget.admin_site, related):
                 # Its lookup button opens the related model's list, which this admin is
                 # refused (the server's accounts): a dead end beside a box that wants a
                 # number they cannot find. They choose from the field's choices instead,
@@ -201,7 +202,8 @@ class OwnerRankedAdminMixin(TenantScopedAdminMixin):
     def owners_rows_apart(self, request: HttpRequest, rows: Any) -> tuple[list[Any], list[Any]]:
         """`rows` (a list action's) split into those the admin may act on and the owners'."""
         off_limits: dict[int | None, frozenset[int]] = {}
-        allowed, owners = [], []
+        allowed: list[Any] = []
+        owners: list[Any] = []
         for row in rows:
             tenant_id = tenant_id_of(row, self.tenant_field)
             if tenant_id not in off_limits:

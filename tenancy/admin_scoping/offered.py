@@ -45,12 +45,11 @@ def current_offered(form: Any, obj: Model) -> None:
     for name, field in form.base_fields.items():
         if not isinstance(field, forms.ModelChoiceField) or isinstance(field, forms.ModelMultipleChoiceField):
             continue
-        current = getattr(obj, f"{name}_id", None)
-        if current is None or field.queryset.filter(pk=current).exists():
+        current, narrowed = getattr(obj, f"{name}_id", None), field.queryset
+        if current is None or narrowed is None or narrowed.filter(pk=current).exists():
             continue
         # Not `queryset | …`: the narrowed one may be distinct, which Django does not combine.
-        field.queryset = field.queryset.model._default_manager.filter(
-            Q(pk__in=field.queryset.values("pk")) | Q(pk=current))
+        field.queryset = narrowed.model._default_manager.filter(Q(pk__in=narrowed.values("pk")) | Q(pk=current))
         if isinstance(field.widget, ScopedRawIdWidget):
             field.widget.queryset = field.queryset
 
@@ -71,9 +70,8 @@ def offered_filters(model_admin: Any, request: HttpRequest) -> set[str]:
 def offered_lookups(model_admin: Any, request: HttpRequest) -> set[str]:
     """Lookups of a row, or of a related row, by id (the links between admin pages), and
     the simple filters' own parameters."""
-    lookups = {name for item in model_admin.get_list_filter(request)
-               if isinstance(item, type) and issubclass(item, admin.SimpleListFilter)
-               for name in (item.parameter_name,)}
+    lookups = {item.parameter_name for item in model_admin.get_list_filter(request)
+               if isinstance(item, type) and issubclass(item, admin.SimpleListFilter) and item.parameter_name}
     for field in model_admin.model._meta.concrete_fields:
         if field.primary_key:
             names = [field.name, "pk"]

@@ -35,14 +35,17 @@ def owns_tenant(actor: Any, tenant_id: int | None) -> bool:
     host, and the tenant's owners (a workspace admin manages members and admins only)."""
     if admin_tenant_ids(actor) is None:
         return True
+    if tenant_id is None:  # a workspace not made yet has no owners
+        return False
     return Membership.objects.filter(tenant_id=tenant_id, user=actor, role=Membership.Role.OWNER).exists()
 
 
-def owners_off_limits(actor: Any, tenant_id: int) -> frozenset[int]:
+def owners_off_limits(actor: Any, tenant_id: int | None) -> frozenset[int]:
     """The owners of the tenant `actor` may not act for in the admin (link a sender to,
     change the sender of): none for the host and for the tenant's owners; every owner for
-    a workspace admin, who manages members and admins but is not an owner."""
-    if admin_tenant_ids(actor) is None:
+    a workspace admin, who manages members and admins but is not an owner. None for a row
+    of no tenant (`tenant_id_of` found none): it has no owners."""
+    if admin_tenant_ids(actor) is None or tenant_id is None:
         return frozenset()
     owners = frozenset(Membership.objects.filter(tenant_id=tenant_id, role=Membership.Role.OWNER)
                        .values_list("user_id", flat=True))
@@ -76,8 +79,9 @@ def tenant_id_of(obj: Model, tenant_field: str) -> int | None:
     if not tenant_field:
         return obj.pk
     *path, last = tenant_field.split("__")
+    row: Model | None = obj
     for step in path:
-        obj = getattr(obj, step, None)
-        if obj is None:
+        row = getattr(row, step, None)
+        if row is None:
             return None
-    return getattr(obj, f"{last}_id", None)
+    return getattr(row, f"{last}_id", None)
