@@ -25,7 +25,8 @@ well under one. Webhooks are the busiest path there is and need none of that mac
   workspace's webhooks are still taken;
 - one long-lived thread (`GroupCommit`) takes the webhooks waiting, prepares each exactly
   as Django's view does (channels_app.webhooks.webhook_prepare: signature, binding,
-  channel switch, parse; the Host header checked against ALLOWED_HOSTS), stores the
+  channel switch, parse; the Host header checked against ALLOWED_HOSTS) — the signature
+  not checked again when the screening verified it against a fresh cache entry — stores the
   messages of all of them with one INSERT, a transaction of its own (`inbound_store`), and
   then answers each: concurrent webhooks share a commit instead of queuing for one each;
 - nothing is answered 200 before its messages are committed. If the batch cannot be
@@ -62,10 +63,11 @@ from qorven.runtime.publish import publishes_held
 from qorven.runtime.security_headers import plain_headers
 from qorven.runtime.url_prefix import app_path
 
+from .models import ChannelBinding
 from .receive import inbound_store
 from .sweep import GRACE as SWEEP_GRACE
 from .webhook_bound import UNVERIFIED, WaitingBound
-from .webhooks import OK, Prepared, undelivered_record, webhook_prepare, webhook_screen
+from .webhooks import OK, Prepared, Screened, undelivered_record, webhook_prepare, webhook_screen
 
 logger = logging.getLogger(__name__)
 
@@ -116,6 +118,7 @@ class _Job:
     future: asyncio.Future[Answer]
     party: Hashable = UNVERIFIED  # whose share of the bound it takes: its binding's id, or UNVERIFIED
     request: ASGIRequest | None = None  # as the screening made it (its body parsed once)
+    verified: ChannelBinding | None = None  # the binding the screening verified it for (signature checked once)
 
 
 class GroupCommit:
@@ -145,7 +148,8 @@ class GroupCommit:
         self._bound.refuse()
 
     def submit(self, channel: str, scope: dict[str, Any], body: bytes, *, party: Hashable = UNVERIFIED,
-               request: ASGIRequest | None = None) -> asyncio.Future[Answer] | None:
+               request: ASGIRequest | None = None, verified: ChannelBinding | None = None,
+               ) -> asyncio.Future[Answer] | None:
         """Take a webhook to be stored: the future of its answer, or None (counted as
         refused) when too many are waiting already, or its party holds its share."""
         if not self._bound.take(party, len(body)):
@@ -154,7 +158,7 @@ class GroupCommit:
         loop = asyncio.get_running_loop()
         future: asyncio.Future[Answer] = loop.create_future()
         self._start()
-        self._jobs.put(_Job(channel, scope, body, loop, future, party, request))
+        self._jobs.put(_Job(channel, scope, body, loop, future, party, request, verified))
         return future
 
     def _start(self) -> None:
@@ -288,7 +292,7 @@ def _prepare(job: _Job) -> Prepared | Answer:
     try:
         request = job.request or ASGIRequest(job.scope, io.BytesIO(job.body))
         request.get_host()  # ALLOWED_HOSTS, as Django's CommonMiddleware checks it on every request
-        return webhook_prepare(job.channel, request)
+        return webhook_prepare(job.channel, request, verified=job.verified)
     except DisallowedHost:
         return Answer.error(400, "bad Host header")
     except DATABASE_DOWN:  # the binding could not be read: the platform delivers it again
@@ -326,8 +330,8 @@ class WebhookIngest:
             answer = Answer.error(413, f"the body is larger than {settings.QORVEN_MAX_BODY} bytes")
         elif isinstance(screened := _screen(match.group(1), scope, body), Answer):
             answer = screened
-        elif (future := group_commit.submit(match.group(1), scope, body, party=screened[1] or UNVERIFIED,
-                                            request=screened[0])) is None:
+        elif (future := group_commit.submit(match.group(1), scope, body, party=screened[1].binding_id or UNVERIFIED,
+                                            request=screened[0], verified=screened[1].verified)) is None:
             answer = _BUSY
         else:
             answer = await future
@@ -335,16 +339,16 @@ class WebhookIngest:
         await send({"type": "http.response.body", "body": answer.body})
 
 
-def _screen(channel: str, scope: dict[str, Any], body: bytes) -> Answer | tuple[ASGIRequest, int | None]:
-    """A refusal to answer at once, or (the request, the id of the binding the cache
-    verified it for: None when it cannot tell). See channels_app.webhooks.webhook_screen."""
+def _screen(channel: str, scope: dict[str, Any], body: bytes) -> Answer | tuple[ASGIRequest, Screened]:
+    """A refusal to answer at once, or (the request, what the screening found: whose it
+    is, and whether verified). See channels_app.webhooks.webhook_screen."""
     request = ASGIRequest(scope, io.BytesIO(body))
     try:
         request.get_host()
     except DisallowedHost:
         return Answer.error(400, "bad Host header")
     screened = webhook_screen(channel, request)
-    return (request, screened.binding_id) if screened.refusal is None else Answer.of(screened.refusal)
+    return (request, screened) if screened.refusal is None else Answer.of(screened.refusal)
 
 
 def _content_length(scope: dict[str, Any]) -> int:

@@ -56,8 +56,10 @@ def undelivered_record(prepared: Prepared) -> None:
         deliveries_undelivered(binding=prepared.binding, reports=prepared.undelivered)
 
 
-def webhook_prepare(channel: str, request: HttpRequest) -> Prepared:
-    """Verify and parse one webhook request; no platform I/O, no writes."""
+def webhook_prepare(channel: str, request: HttpRequest, *, verified: ChannelBinding | None = None) -> Prepared:
+    """Verify and parse one webhook request; no platform I/O, no writes. `verified`: the
+    binding its screening verified it for (`Screened.verified`), taken as its verdict
+    instead of checking the signature again."""
     adapter = adapter_for(channel)
     if adapter is None:
         return Prepared(JsonResponse({"error": f"no channel {channel!r}"}, status=404))
@@ -67,7 +69,7 @@ def webhook_prepare(channel: str, request: HttpRequest) -> Prepared:
     if request.method == "GET":
         return Prepared(adapter.handle_get(request))
     try:
-        binding = adapter.resolve(request)
+        binding = verified or adapter.resolve(request)
         if not channel_enabled_cached(tenant=binding.tenant, channel=adapter.kind):
             return Prepared(JsonResponse({"error": f"the {channel} channel is switched off"}, status=404))
     except (WebhookRejected, BodyRefused) as exc:
@@ -91,10 +93,13 @@ def webhook_prepare(channel: str, request: HttpRequest) -> Prepared:
 @dataclass(frozen=True)
 class Screened:
     """What a webhook's screening found: the refusal to answer at once, or the id of the
-    binding it is signed for (neither: not known here, the storing thread decides)."""
+    binding it is signed for (neither: not known here, the storing thread decides), and
+    that binding when it was verified against the cache's fresh entry: the verdict the
+    storing thread takes instead of checking the signature again."""
 
     refusal: HttpResponse | None = None
     binding_id: int | None = None
+    verified: ChannelBinding | None = None
 
 
 def webhook_screen(channel: str, request: HttpRequest) -> Screened:
@@ -102,9 +107,10 @@ def webhook_screen(channel: str, request: HttpRequest) -> Screened:
     (no database: run on the event loop, before the webhook takes a place among those
     waiting to be stored). A request refused with what the cache keeps fresh (no signature,
     a bad one, a body not the platform's) gets the refusal the thread would give it; one
-    signed for a binding the cache keeps, even past its time, is that binding's (the thread
-    still verifies it against the binding as it is now); the rest is not known here: a
-    binding not read lately, or nobody's."""
+    signed for a binding the cache keeps is that binding's: verified, when its entry is
+    fresh (the thread reads the same entry: it takes the verdict and does not compute the
+    signature again); past its time, only whose it is (the thread verifies it against the
+    binding as it is now). The rest is not known here: a binding not read lately, or nobody's."""
     adapter = adapter_for(channel)
     if adapter is None:
         return Screened(JsonResponse({"error": f"no channel {channel!r}"}, status=404))
@@ -112,7 +118,8 @@ def webhook_screen(channel: str, request: HttpRequest) -> Screened:
         return Screened()
     try:
         with cached_only():
-            return Screened(binding_id=adapter.resolve(request).pk)
+            binding = adapter.resolve(request)
+        return Screened(binding_id=binding.pk, verified=binding)
     except (WebhookRejected, BodyRefused) as exc:
         return Screened(_refused(channel, exc).response)
     except NotCached:
