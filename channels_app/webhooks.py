@@ -114,8 +114,6 @@ def webhook_screen(channel: str, request: HttpRequest) -> Screened:
     adapter = adapter_for(channel)
     if adapter is None:
         return Screened(JsonResponse({"error": f"no channel {channel!r}"}, status=404))
-    if not adapter.resolves_from_cache:
-        return Screened()
     try:
         with cached_only():
             binding = adapter.resolve(request)

@@ -119,10 +119,6 @@ class Adapter:
     methods: tuple[str, ...] = ("POST",)
     # Whether its messages can come from group chats (ChannelBinding.group_answers applies).
     groups: bool = False
-    # Whether `resolve` reads bindings only through this process's cache (enabled_binding,
-    # webhook_bindings), so that a webhook can be screened with it on the event loop before
-    # it waits to be stored (channels_app.webhooks.webhook_screen).
-    resolves_from_cache: bool = True
 
     def lookup_key(self, credentials: dict[str, str]) -> str:
         """The value an inbound request names its binding by."""
@@ -173,7 +169,10 @@ class Adapter:
 
     # --- inbound ---
     def resolve(self, request: HttpRequest) -> ChannelBinding:
-        """The binding this request is for, verified. Raises WebhookRejected."""
+        """The binding this request is for, verified. Raises WebhookRejected. Bindings are
+        read through this process's cache only (enabled_binding, webhook_bindings), so that
+        a webhook can be screened with it on the event loop before it waits to be stored
+        (channels_app.webhooks.webhook_screen)."""
         raise NotImplementedError
 
     def parse(self, request: HttpRequest, binding: ChannelBinding) -> Parsed:

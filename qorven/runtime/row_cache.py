@@ -20,10 +20,10 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Hashable, Iterator
+from collections.abc import Callable, Hashable, Iterable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 from django.conf import settings
 
@@ -36,7 +36,12 @@ _cached_only: ContextVar[bool | None] = ContextVar("row_cache_cached_only", defa
 
 
 class NotCached(LookupError):
-    """What a RowCache does not keep (or keeps past its time) was asked within cached_only()."""
+    """What a RowCache does not keep (or keeps past its time) was asked within cached_only().
+    `kept`: of the keys asked together (RowCache.get_many), the values it does keep."""
+
+    def __init__(self, name: str, kept: dict[Hashable, Any] | None = None) -> None:
+        super().__init__(name)
+        self.kept = kept or {}
 
 
 @contextmanager
@@ -48,6 +53,11 @@ def cached_only(*, stale: bool = False) -> Iterator[None]:
         yield
     finally:
         _cached_only.reset(token)
+
+
+def cached_only_reading() -> bool:
+    """Whether this runs within cached_only(): nothing is loaded."""
+    return _cached_only.get() is not None
 
 
 class RowCache(Generic[V]):
@@ -79,6 +89,39 @@ class RowCache(Generic[V]):
                         self._entries.clear()
                     self._entries[key] = (now + ttl, value)
         return value
+
+    def get_many(self, keys: Iterable[Hashable],
+                 load: Callable[[list[Hashable]], dict[Hashable, V]]) -> dict[Hashable, V]:
+        """The values of those of `keys` that have one, by key: what is kept, and the rest
+        loaded with one call of `load` (given the keys not kept, it returns the values it
+        found, by key). Within cached_only() nothing is loaded: a key not kept raises
+        NotCached, whose `kept` holds the values of the others."""
+        ttl = float(settings.QORVEN_ROUTE_CACHE_SECONDS)
+        stale = _cached_only.get()
+        if ttl <= 0 and stale is None:
+            return load(list(keys))
+        now = time.monotonic()
+        kept: dict[Hashable, V] = {}
+        missing: list[Hashable] = []
+        for key in keys:
+            hit = self._entries.get(key)
+            if hit is not None and (hit[0] > now or stale):
+                kept[key] = hit[1]
+            else:
+                missing.append(key)
+        if not missing:
+            return kept
+        if stale is not None:
+            raise NotCached(self.name, dict(kept))
+        generation = self._generation
+        loaded = load(missing)
+        if loaded:
+            with self._lock:
+                if generation == self._generation:
+                    if len(self._entries) + len(loaded) > _MAX_ENTRIES:
+                        self._entries.clear()
+                    self._entries.update((key, (now + ttl, value)) for key, value in loaded.items())
+        return {**kept, **loaded}
 
     def clear(self, *args: object, **kwargs: object) -> None:
         """Have every entry loaded again on its next read (also usable as a signal

@@ -19,7 +19,7 @@ from channels_app.models import InboundEvent
 from channels_app.services import binding_create
 from channels_app.webhook_ingest import group_commit
 
-from .payloads import telegram_update
+from .payloads import email_body, telegram_update
 from .test_webhook_ingest import asgi_post, posting, tg, waiting_reaches
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -182,3 +182,57 @@ def test_a_forged_signature_for_a_binding_the_server_has_is_refused_at_once(worl
     acme.join(30)
     assert [r.status_code for r in acme_answers] == [200]
     assert stored_ids() == ["3"]
+
+
+def mail(message_id: str, *, to: str = "aria@acme.example", secret: str = "mail-secret") -> tuple[str, bytes, dict[str, str]]:
+    body = {**email_body("Trip plans", f"<{message_id}@example.com>"), "to": to}
+    return ("/v1/webhooks/email", json.dumps(body).encode(),
+            {"content-type": "application/json", "x-qorven-email-secret": secret})
+
+
+def test_a_flood_of_forged_email_leaves_room_for_a_bound_addresses_mail(world, telegram, email, platform, monkeypatch):
+    """An email webhook names its binding by the addresses it was sent to: one this process
+    has read is screened from its cache as the other platforms are, so junk posted to the
+    email URL takes the unverified share only, and the bound address's mail is still taken
+    (it was unverified too, and answered 503 with the junk)."""
+    assert [r.status_code for r in asgi_post(mail("earlier"))] == [200]  # this process has read the binding
+    monkeypatch.setattr(webhook_bound, "MAX_WAITING", 10)
+    junk = [mail(f"junk-{i}", to=f"someone-{i}@acme.example", secret=f"guess-{i}") for i in range(20)]
+    unsigned = [(path, body, {k: v for k, v in headers.items() if k != "x-qorven-email-secret"})
+                for path, body, headers in (mail(f"unsigned-{i}") for i in range(5))]
+    with inserts_held():
+        acme, acme_answers = posting(tg(telegram_update("acme, while it is slow", message_id=3)))
+        waiting_reaches(1)
+        flood, flood_answers = flooding(*junk, *unsigned)
+        settled(flood_answers, len(junk) + len(unsigned), 1)
+        assert 503 in {r.status_code for r in flood_answers}
+        waiting = group_commit.waiting()[0]
+        bound, bound_answers = posting(mail("while it is slow"))
+        answered_or_waiting(bound_answers, waiting + 1)
+        assert [r.status_code for r in bound_answers] == []  # taken, not answered before it is stored
+        # Without a secret, refused at once, taking no place.
+        assert [r.status_code for r in flood_answers].count(401) == len(unsigned)
+    for thread in (acme, flood, bound):
+        thread.join(30)
+    assert [r.status_code for r in acme_answers + bound_answers] == [200, 200]
+    assert {r.status_code for r in flood_answers} <= {401, 503}
+    assert sorted(InboundEvent.objects.filter(binding=email).values_list("external_id", flat=True)) == [
+        "<earlier@example.com>", "<while it is slow@example.com>"]
+
+
+def test_a_forged_email_for_a_bound_address_is_answered_as_one_for_an_unbound_address(world, telegram, email, platform):
+    """The email webhook gives one answer for an address nobody bound and a wrong secret, so
+    that a prober cannot learn which addresses this server takes mail for: the screening,
+    which keeps the bound one, does not refuse it at once (nor sooner than the other)."""
+    assert [r.status_code for r in asgi_post(mail("earlier"))] == [200]  # this process has read the binding
+    with inserts_held():
+        acme, acme_answers = posting(tg(telegram_update("acme, while it is slow", message_id=3)))
+        waiting_reaches(1)
+        bound, bound_answers = posting(mail("forged", secret="guess"))
+        unbound, unbound_answers = posting(mail("forged too", to="nobody@acme.example", secret="guess"))
+        waiting_reaches(3)  # both wait behind the one being stored
+        assert bound_answers == unbound_answers == []
+    for thread in (acme, bound, unbound):
+        thread.join(30)
+    assert [(r.status_code, r.json()) for r in bound_answers] == [(r.status_code, r.json()) for r in unbound_answers]
+    assert [r.status_code for r in bound_answers] == [401]
