@@ -45,6 +45,22 @@ class ChannelsAppConfig(AppConfig):
             platform_client_build()
 
         @on_startup("serve")
+        def webhook_bindings_warm(startup: Startup) -> None:
+            # Webhooks are screened from the binding cache: a binding's first ones after a
+            # start are told from junk without waiting for one of them to be stored.
+            import logging
+
+            from django.db import DatabaseError
+
+            from .webhooks import webhook_bindings_warm
+
+            try:
+                webhook_bindings_warm()
+            except DatabaseError:  # not what stops a start: they are read as their webhooks come
+                logging.getLogger("channels_app.webhooks").warning(
+                    "the channel bindings could not be read as the server started", exc_info=True)
+
+        @on_startup("serve")
         def previous_run_let_go(startup: Startup) -> None:
             # Before this run's worker starts: whatever is held now was held by the last run.
             if startup.embedded:

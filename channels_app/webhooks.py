@@ -27,6 +27,7 @@ from .api_auth import method_refused
 from .inbound import InboundMessage
 from .json_body import BodyRefused
 from .models import ChannelBinding
+from .platforms import webhook_bindings
 from .receive import inbound_store
 from .send_failures import deliveries_undelivered
 
@@ -129,6 +130,27 @@ def webhook_screen(channel: str, request: HttpRequest) -> Screened:
             return Screened(binding_id=adapter.resolve(request).pk)
     except Exception:  # not known here (a secret changed since): the thread decides
         return Screened()
+
+
+# Bindings read as a server process starts, at most: half what the cache keeps, so that
+# the bindings read later do not fill it (a full cache forgets everything).
+WARM_AT_MOST = 2048
+
+
+def webhook_bindings_warm() -> int:
+    """Read the enabled bindings webhooks name into this process's cache (the most recently
+    changed, at most WARM_AT_MOST), in one statement, as a server starts: their first
+    webhooks are screened as theirs, not counted with junk until one of them is stored.
+    How many were read."""
+    bindings = list(ChannelBinding.objects.select_related("tenant", "qor").filter(enabled=True)
+                    .order_by("-updated_at")[:WARM_AT_MOST])
+    entries: dict = {}
+    for kind in {binding.kind for binding in bindings}:
+        adapter = adapter_for(kind)
+        if adapter is not None:
+            entries.update(adapter.cache_entries([b for b in bindings if b.kind == kind]))
+    webhook_bindings.fill(entries)
+    return len(bindings)
 
 
 def _refused(channel: str, exc: WebhookRejected | BodyRefused) -> Prepared:

@@ -175,6 +175,11 @@ class Adapter:
         (channels_app.webhooks.webhook_screen)."""
         raise NotImplementedError
 
+    def cache_entries(self, bindings: list[ChannelBinding]) -> dict[Any, Any]:
+        """The entries of webhook_bindings `resolve` reads for these enabled bindings of its
+        kind (with their tenant and Qor), by key: what a process starting keeps of them."""
+        return {(self.kind, binding.lookup_key): binding for binding in bindings}
+
     def parse(self, request: HttpRequest, binding: ChannelBinding) -> Parsed:
         """The request's messages. No platform I/O: media are named (`InboundMessage.media`),
         not fetched, so the webhook answers at once."""

@@ -127,6 +127,12 @@ class SlackAdapter(Adapter):
                 return binding
         raise WebhookRejected(401, "bad Slack signature")
 
+    def cache_entries(self, bindings: list[ChannelBinding]) -> dict[Any, Any]:
+        entries: dict[Any, Any] = {(self.kind, "candidates", ""): list(bindings)} if bindings else {}
+        for binding in bindings:  # as _candidates reads them
+            entries.setdefault((self.kind, "candidates", binding.lookup_key), []).append(binding)
+        return entries
+
     def parse(self, request: HttpRequest, binding: ChannelBinding) -> Parsed:
         body = json_body(request)
         if body.get("type") == "url_verification":

@@ -73,6 +73,9 @@ class WebchatAdapter(Adapter):
     def resolve(self, request: HttpRequest) -> ChannelBinding:
         raise WebhookRejected(404, "webchat has no webhook; embed /webchat/<key>.js")
 
+    def cache_entries(self, bindings: list[ChannelBinding]) -> dict[Any, Any]:
+        return {}  # no webhook
+
     def parse(self, request: HttpRequest, binding: ChannelBinding) -> Parsed:
         return Parsed([])
 

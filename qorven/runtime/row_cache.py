@@ -3,7 +3,8 @@
 A webhook resolves its channel binding and checks the tenant's channel switch before it
 stores anything; both are rows an owner edits rarely, read hundreds of times a second under
 load. A `RowCache` keeps what a loader returned for a key for `QORVEN_ROUTE_CACHE_SECONDS`
-(0: no caching). A save or delete in this process clears it at once (the owning app
+(0: no caching; what was loaded is then kept past its time at once, read only within
+`cached_only(stale=True)`). A save or delete in this process clears it at once (the owning app
 connects `clear` to its models' signals); a change made by another process — another
 server, `qorven bind`, the admin on another host — is seen within those seconds. What runs
 after the webhook (the processing task) reads the rows fresh, so a binding switched off
@@ -70,24 +71,19 @@ class RowCache(Generic[V]):
         _all.append(self)
 
     def get(self, key: Hashable, load: Callable[[], V | None]) -> V | None:
-        ttl = float(settings.QORVEN_ROUTE_CACHE_SECONDS)
+        ttl = max(float(settings.QORVEN_ROUTE_CACHE_SECONDS), 0.0)
         stale = _cached_only.get()
-        if ttl <= 0 and stale is None:
-            return load()
         now = time.monotonic()
-        hit = self._entries.get(key)
-        if hit is not None and (hit[0] > now or stale):
-            return hit[1]
-        if stale is not None:
-            raise NotCached(self.name)
+        if ttl or stale is not None:  # with no caching, nothing is read from it but within cached_only()
+            hit = self._entries.get(key)
+            if hit is not None and (hit[0] > now or stale):
+                return hit[1]
+            if stale is not None:
+                raise NotCached(self.name)
         generation = self._generation
         value = load()
         if value is not None:
-            with self._lock:
-                if generation == self._generation:
-                    if len(self._entries) >= _MAX_ENTRIES:
-                        self._entries.clear()
-                    self._entries[key] = (now + ttl, value)
+            self._keep({key: value}, now + ttl, generation)
         return value
 
     def get_many(self, keys: Iterable[Hashable],
@@ -96,15 +92,13 @@ class RowCache(Generic[V]):
         loaded with one call of `load` (given the keys not kept, it returns the values it
         found, by key). Within cached_only() nothing is loaded: a key not kept raises
         NotCached, whose `kept` holds the values of the others."""
-        ttl = float(settings.QORVEN_ROUTE_CACHE_SECONDS)
+        ttl = max(float(settings.QORVEN_ROUTE_CACHE_SECONDS), 0.0)
         stale = _cached_only.get()
-        if ttl <= 0 and stale is None:
-            return load(list(keys))
         now = time.monotonic()
         kept: dict[Hashable, V] = {}
         missing: list[Hashable] = []
         for key in keys:
-            hit = self._entries.get(key)
+            hit = self._entries.get(key) if ttl or stale is not None else None
             if hit is not None and (hit[0] > now or stale):
                 kept[key] = hit[1]
             else:
@@ -115,13 +109,23 @@ class RowCache(Generic[V]):
             raise NotCached(self.name, dict(kept))
         generation = self._generation
         loaded = load(missing)
-        if loaded:
-            with self._lock:
-                if generation == self._generation:
-                    if len(self._entries) + len(loaded) > _MAX_ENTRIES:
-                        self._entries.clear()
-                    self._entries.update((key, (now + ttl, value)) for key, value in loaded.items())
+        self._keep(loaded, now + ttl, generation)
         return {**kept, **loaded}
+
+    def fill(self, values: dict[Hashable, V]) -> None:
+        """Keep these values as if each had just been loaded (a process warming its cache)."""
+        self._keep(values, time.monotonic() + max(float(settings.QORVEN_ROUTE_CACHE_SECONDS), 0.0), self._generation)
+
+    def _keep(self, values: dict[Hashable, V], until: float, generation: int) -> None:
+        # With no caching (QORVEN_ROUTE_CACHE_SECONDS=0) `until` is now: the value is past
+        # its time at once, read only within cached_only(stale=True).
+        if not values:
+            return
+        with self._lock:
+            if generation == self._generation:  # not a load that started before a clear
+                if len(self._entries) + len(values) > _MAX_ENTRIES:
+                    self._entries.clear()
+                self._entries.update((key, (until, value)) for key, value in values.items())
 
     def clear(self, *args: object, **kwargs: object) -> None:
         """Have every entry loaded again on its next read (also usable as a signal

@@ -236,3 +236,73 @@ def test_a_forged_email_for_a_bound_address_is_answered_as_one_for_an_unbound_ad
         thread.join(30)
     assert [(r.status_code, r.json()) for r in bound_answers] == [(r.status_code, r.json()) for r in unbound_answers]
     assert [r.status_code for r in bound_answers] == [401]
+
+
+@pytest.mark.parametrize("cache_seconds", [5.0, 0.0], ids=["bindings-cached", "no-caching"])
+def test_a_server_just_started_tells_a_bindings_first_webhooks_from_junk(world, telegram, platform, monkeypatch,
+                                                                         settings, cache_seconds):
+    """A server process reads the enabled bindings into its cache as it starts: the first
+    webhooks of a binding, before any of them is stored, take that binding's share, not
+    the unverified one's with a flood of junk (they were answered 503 until the junk
+    stopped). With QORVEN_ROUTE_CACHE_SECONDS=0 what was read is kept only to tell whose
+    a webhook is: the storing thread verifies it against the binding read afresh."""
+    import io
+
+    from qorven.runtime.row_cache import row_caches_clear
+    from qorven.runtime.startup import Startup, startup_run
+
+    settings.QORVEN_ROUTE_CACHE_SECONDS = cache_seconds
+    binding_create(tenant=world.tenant_b, qor=world.qor_b, kind="telegram",
+                   credentials={"token": "222:BBB", "secret": "tg-secret-b", "username": "b_bot"})
+    row_caches_clear()  # a process just started has read nothing
+    startup_run(Startup("serve", io.StringIO(), io.StringIO(), embedded=False), after_worker=False)
+    monkeypatch.setattr(webhook_bound, "MAX_WAITING", 10)
+    junk = [tg(telegram_update("junk", message_id=100 + i), secret=f"forged-{i}") for i in range(20)]
+    with inserts_held():
+        acme, acme_answers = posting(tg(telegram_update("acme, while it is slow", message_id=3)))
+        waiting_reaches(1)
+        flood, flood_answers = flooding(*junk)
+        settled(flood_answers, len(junk), 1)
+        assert {r.status_code for r in flood_answers} == {503}
+        waiting = group_commit.waiting()[0]
+        globex, globex_answers = posting(tg(telegram_update("globex, first since the start", user_id=77,
+                                                            message_id=4), secret="tg-secret-b"))
+        forged, forged_answers = posting(tg(telegram_update("globex?", user_id=77, message_id=5), secret="tg-secret-c"))
+        answered_or_waiting(globex_answers, waiting + 1)
+        assert [r.status_code for r in globex_answers] == []  # taken, not answered before it is stored
+        forged.join(30)
+        assert [r.status_code for r in forged_answers] == [503]  # unverified: its share is full
+    for thread in (acme, flood, globex):
+        thread.join(30)
+    assert [r.status_code for r in acme_answers + globex_answers] == [200, 200]
+    assert stored_ids() == ["3", "4"]
+
+
+def test_a_server_just_started_refuses_a_forged_slack_webhook_at_once(world, telegram, platform):
+    """Slack's bindings are read as the server starts too, under the keys its webhooks
+    look them up by (the app's id): a forged signature is refused on the event loop."""
+    import io
+
+    from channels_app.adapters.base import hmac_hex
+    from qorven.runtime.row_cache import row_caches_clear
+    from qorven.runtime.startup import Startup, startup_run
+
+    binding_create(tenant=world.tenant_b, qor=world.qor_b, kind="slack", credentials={
+        "app_id": "A0APP", "bot_token": "xoxb-1", "signing_secret": "slack-signing", "bot_user_id": "UBOT"})
+    row_caches_clear()
+    startup_run(Startup("serve", io.StringIO(), io.StringIO(), embedded=False), after_worker=False)
+    body = json.dumps({"type": "event_callback", "api_app_id": "A0APP", "event_id": "Ev1",
+                       "event": {"type": "reaction_added"}}).encode()
+    stamp = str(int(time.time()))
+    forged_request = ("/v1/webhooks/slack", body, {
+        "content-type": "application/json", "x-slack-request-timestamp": stamp,
+        "x-slack-signature": "v0=" + hmac_hex("guessed", b"v0:" + stamp.encode() + b":" + body)})
+    with inserts_held():
+        acme, acme_answers = posting(tg(telegram_update("acme, while it is slow", message_id=3)))
+        waiting_reaches(1)
+        forged, forged_answers = posting(forged_request)
+        forged.join(10)
+        assert not forged.is_alive(), "the forged webhook waited behind the one being stored"
+        assert [r.status_code for r in forged_answers] == [401]
+    acme.join(30)
+    assert [r.status_code for r in acme_answers] == [200]
