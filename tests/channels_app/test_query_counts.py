@@ -19,7 +19,7 @@ from sessions_app.services.append import message_append
 from sessions_app.services.resolve import session_resolve
 
 from ..fakes.model_server import reply, tool_call
-from .payloads import post_telegram, telegram_update
+from .payloads import email_body, post_email, post_telegram, telegram_update
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -37,6 +37,16 @@ def test_a_webhook_is_three_queries(client, world, telegram, django_assert_max_n
     with django_assert_max_num_queries(3) as captured:  # the binding, its channel switch, the event
         assert post_telegram(client, telegram_update("hello")).status_code == 200
     assert InboundEvent.objects.count() == 1
+    assert "INSERT" in captured.captured_queries[-1]["sql"].upper()
+
+
+def test_an_email_to_an_address_read_lately_is_one_query(client, world, email, django_assert_max_num_queries):
+    """Its binding comes from the process's cache, as the other platforms' do (it was read
+    on every email: two queries)."""
+    assert post_email(client, email_body("first", "<q1@example.com>")).status_code == 200
+    with django_assert_max_num_queries(1) as captured:  # the event
+        assert post_email(client, email_body("second", "<q2@example.com>")).status_code == 200
+    assert InboundEvent.objects.count() == 2
     assert "INSERT" in captured.captured_queries[-1]["sql"].upper()
 
 
