@@ -214,3 +214,41 @@ def test_with_the_send_gates_in_the_cache_a_reply_whose_send_meets_it_going_away
     drain()
     assert [s.json["text"] for s in platform.sent("sendMessage")] == ["first part", "second part"]
     assert list(OutboundDelivery.objects.order_by("part").values_list("state", flat=True)) == ["sent", "sent"]
+
+
+def test_with_the_send_gates_in_the_cache_a_send_that_finds_it_away_for_the_sweepers_grace_leaves_the_reply_pending(
+    world, telegram, platform, drain, cache_redis, settings, caplog
+):
+    """The send task's tries while Redis is away are bounded by the sweeper's grace
+    (CACHE_AWAY_TRIES of CACHE_RETRY_DELAY): its last try sends nothing, ends well and
+    leaves the reply pending — not failed, not dropped — and the sweeper's first pass
+    after Redis is back sends it, once. Started at its last-but-one try (`away`, the
+    task's own count), so the test waits one come-back rather than three minutes."""
+    from channels_app.sweep import DELIVERY_GRACE
+    from channels_app.tasks import CACHE_AWAY_TRIES, deliver_message_task
+    from qorven.runtime.cache_away import CACHE_RETRY_DELAY
+
+    from ..agent.test_turns import _task_runs
+
+    assert CACHE_AWAY_TRIES * CACHE_RETRY_DELAY == DELIVERY_GRACE.total_seconds()  # 90 tries, three minutes
+    settings.QORVEN_SEND_GATES = "cache"
+    pair(world, "telegram", "42", world.alice)
+    (message,) = replies_waiting(world, telegram, ["sent by the sweeper"])
+    stop, start = cache_redis
+    stop()
+    caplog.set_level(logging.WARNING, logger="channels_app.tasks")
+    with _task_runs("channels_app.deliver") as runs:
+        deliver_message_task.delay(world.tenant_a.pk, message.pk, away=CACHE_AWAY_TRIES - 2)
+        drain()
+    assert runs == ["RETRY", "SUCCESS"]  # one come-back, then no more
+    assert any("left to the sweeper" in r.getMessage() for r in caplog.records)
+    assert platform.sent("sendMessage") == []
+    assert list(OutboundDelivery.objects.values_list("state", flat=True)) == ["pending"]
+    start()
+    OutboundDelivery.objects.update(updated_at=timezone.now() - timedelta(minutes=4))  # past DELIVERY_GRACE
+    assert sweep().deliveries == 1
+    drain()
+    assert sweep().deliveries == 0
+    drain()
+    assert [s.json["text"] for s in platform.sent("sendMessage")] == ["sent by the sweeper"]
+    assert list(OutboundDelivery.objects.values_list("state", flat=True)) == ["sent"]
