@@ -15,7 +15,12 @@ from contextlib import contextmanager
 
 from django.core.cache import cache
 
+from .cache_away import cache_or
+from .repeated_failure import RepeatedFailure
+
 logger = logging.getLogger(__name__)
+_release_away = RepeatedFailure(logger, "a cache lease cannot be given back with the cache away; "
+                                        "it runs out by itself")
 
 
 class _Keeper:
@@ -64,7 +69,8 @@ _keeper = _Keeper()
 @contextmanager
 def cache_lease(key: str, *, seconds: int) -> Iterator[bool]:
     """Hold `key` for `seconds`, renewed while the block runs; yields False (and holds
-    nothing) when another holds it. The key is deleted when the block ends."""
+    nothing) when another holds it. The key is deleted when the block ends — or, the
+    cache gone away meanwhile, runs out within `seconds`: the work the block did stands."""
     if not cache.add(key, 1, timeout=seconds):
         yield False
         return
@@ -73,4 +79,4 @@ def cache_lease(key: str, *, seconds: int) -> Iterator[bool]:
         yield True
     finally:
         _keeper.drop(key)
-        cache.delete(key)
+        cache_or(None, lambda: cache.delete(key), away=_release_away)

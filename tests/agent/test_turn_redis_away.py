@@ -257,3 +257,38 @@ def test_a_manual_mode_compaction_due_before_a_turn_while_the_cache_is_away_is_d
         ("user", "remember my locker code is 2211"), ("assistant", "ok 1")]
     assert kinds(model_server) == ["flush", "summary", "main"]
     assert turn_runs == ["SUCCESS"]
+
+
+def test_the_summarizer_whose_cache_goes_away_mid_run_keeps_what_it_condensed_and_ends_well(
+    world, drain, cache_redis, settings, small_window, model_server  # noqa: F811
+):
+    """Redis goes away while the summarizer's model writes the summary: the summary and
+    its notes are stored once and the task ends well; its lease, which it cannot give
+    back, runs out by itself. Before, giving the lease back raised Redis'
+    ConnectionError out of the task after the summary was stored: the task failed, and
+    a catch-up's next run was never queued."""
+    from memory_app.tasks import session_summarize
+
+    from ..fakes.summarizer import FakeModel, kind_of
+    from .test_compaction import canonical, compaction_notes, seed_history
+
+    settings.QORVEN_SUMMARIZER_QUIET = 0
+    session = canonical(world)
+    seed_history(session, 6)
+    stop, _ = cache_redis
+    model = FakeModel()
+
+    def answer(body):
+        if kind_of(body) == "summary":
+            stop()
+        return model(body)
+
+    model_server.default = answer
+    with _task_runs("memory_app.summarize") as runs:
+        session_summarize.delay(world.tenant_a.pk, session.pk, 8)
+        drain()
+    session.refresh_from_db()
+    assert session.compacted_through_seq == 8
+    assert len(compaction_notes(session)) == 1
+    assert model.calls["flush"] == 1 and model.calls["summary"] == 1
+    assert runs == ["SUCCESS"]
