@@ -4,6 +4,7 @@ from __future__ import annotations
 import logging
 import time
 import uuid
+from contextlib import ExitStack
 
 from celery import current_app, shared_task
 from django.conf import settings
@@ -12,7 +13,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from qorven.llm import WaitingForSlot
-from qorven.runtime.cache_away import cache_or
+from qorven.runtime.cache_away import CACHE_RETRY_DELAY, cache_or, cache_unreachable
 from qorven.runtime.cache_leases import cache_lease
 from qorven.runtime.log_context import log_context
 from qorven.runtime.repeated_failure import RepeatedFailure
@@ -43,6 +44,8 @@ from .compaction import (
 logger = logging.getLogger(__name__)
 _summarizer_away = RepeatedFailure(logger, "the summarizer cannot be queued with the cache away; "
                                            "the next exchange over budget queues it")
+_cache_away = RepeatedFailure(logger, "the summarizer cannot read its session's lease or waiting mark with the "
+                                      f"cache away; a run comes back every {CACHE_RETRY_DELAY:.0f} s")
 
 COMPACTED_NOTICE = (
     "Compacted this conversation: {messages} messages summarized, {memories} notes saved to memory. "
@@ -75,6 +78,11 @@ def session_summarize(tenant_id: int, session_id: int, through_seq: int, waiting
     QORVEN_MODEL_DEADLINE since it first found none (`slot_since`), as a turn waits for
     a slot: the range is not left uncompacted until the person's next exchange.
 
+    A run that finds the cache (Redis) away before it starts — where its lease, one run
+    per session, and the newest point asked for are kept — comes back after
+    CACHE_RETRY_DELAY, within the same deadline (`slot_since`), having called no model:
+    run without its lease, a second run of the session could make the same model calls.
+
     In a workspace the host suspended meanwhile it does nothing (no model call, nothing
     said): the range stays uncompacted, and the first exchange over the window after
     resume queues a run that condenses it all."""
@@ -83,7 +91,9 @@ def session_summarize(tenant_id: int, session_id: int, through_seq: int, waiting
         if session is None or session.state != Session.State.ACTIVE:
             return 0
         if not tenant_serving(session.tenant):
-            cache.delete(_waiting_key(session_id))  # the first exchange after resume queues a run at once
+            # The first exchange after resume queues a run at once (with the cache away,
+            # once the mark has run out).
+            cache_or(None, lambda: cache.delete(_waiting_key(session_id)), away=_cache_away)
             return 0
         catch_up = CatchUp.from_arg(so_far)
         if budget_exhausted(tenant=session.tenant):
@@ -95,15 +105,28 @@ def session_summarize(tenant_id: int, session_id: int, through_seq: int, waiting
         if wait > 0 and time.time() - since < SUMMARIZER_WAIT_MAX * quiet:
             session_summarize.apply_async((tenant_id, session_id, through_seq, since, so_far), countdown=wait)
             return 0
-        # From here on, an exchange over the window queues a run of its own.
-        through_seq = max(through_seq, cache.get(_waiting_key(session_id)) or 0)
-        cache.delete(_waiting_key(session_id))
-        # One summarizer per session at a time, across workers (the cache is Redis when scaled
-        # out): a second run would only repeat the model calls, since the compare-and-set
-        # stores one result. A range it skips is queued again by the next exchange over budget.
-        # A lease, renewed while the run runs: a worker killed mid-run keeps the next run
-        # away for QORVEN_TURN_LEASE seconds, not for the task time limit.
-        with cache_lease(f"qorven:summarize:{session_id}", seconds=settings.QORVEN_TURN_LEASE) as taken:
+        with ExitStack() as held:
+            try:
+                # From here on, an exchange over the window queues a run of its own.
+                through_seq = max(through_seq, cache.get(_waiting_key(session_id)) or 0)
+                cache.delete(_waiting_key(session_id))
+                # One summarizer per session at a time, across workers (the cache is Redis when
+                # scaled out): a second run would only repeat the model calls, since the
+                # compare-and-set stores one result. A range it skips is queued again by the next
+                # exchange over budget. A lease, renewed while the run runs: a worker killed
+                # mid-run keeps the next run away for QORVEN_TURN_LEASE seconds, not for the task
+                # time limit.
+                taken = held.enter_context(
+                    cache_lease(f"qorven:summarize:{session_id}", seconds=settings.QORVEN_TURN_LEASE))
+            except Exception as exc:
+                if not cache_unreachable(exc):
+                    raise
+                # Transient, and nothing done yet: come back with the newest point read.
+                _cache_away.failed(type(exc).__name__)
+                if not _come_back(tenant_id, session_id, through_seq, so_far, slot_since, CACHE_RETRY_DELAY):
+                    _catch_up_end(session, catch_up)
+                return 0
+            _cache_away.succeeded()
             if not taken:
                 logger.info("summarizer for session %s is already running; skipped", session_id)
                 _catch_up_end(session, catch_up)
@@ -113,7 +136,7 @@ def session_summarize(tenant_id: int, session_id: int, through_seq: int, waiting
             except CompactionFailed as exc:
                 # Nothing was stored; the next exchange over budget queues this again.
                 logger.warning("could not compact session %s: %s", session_id, exc)
-                if exc.slot_wait is not None and _slot_come_back(
+                if exc.slot_wait is not None and _come_back(
                         tenant_id, session_id, through_seq, so_far, slot_since, exc.slot_wait):
                     return 0
                 _catch_up_end(session, catch_up)
@@ -124,13 +147,16 @@ def session_summarize(tenant_id: int, session_id: int, through_seq: int, waiting
         return outcome.messages
 
 
-def _slot_come_back(tenant_id: int, session_id: int, through_seq: int, so_far: dict | None,
-                    slot_since: float | None, after: float) -> bool:
-    """Queue the run again for a slot of its capped route, within QORVEN_MODEL_DEADLINE
-    of its first finding none. False when past it, or when the broker refused (Redis
-    away with the slots): the next exchange over the window queues it then."""
+def _come_back(tenant_id: int, session_id: int, through_seq: int, so_far: dict | None,
+               slot_since: float | None, after: float) -> bool:
+    """Queue the run again for a slot of its capped route, or for the cache to be back,
+    within QORVEN_MODEL_DEADLINE of its first finding either away. False when past it, or
+    when the broker refused (Redis away with the slots): the next exchange over the window
+    queues it then."""
     since = slot_since if slot_since is not None else time.time()
     if time.time() - since > settings.QORVEN_MODEL_DEADLINE:
+        logger.warning("the summarizer of session %s waited %.0f s; left to the next exchange over the window",
+                       session_id, time.time() - since)
         return False
     try:
         session_summarize.apply_async((tenant_id, session_id, through_seq, None, so_far, since), countdown=after)

@@ -259,6 +259,40 @@ def test_a_manual_mode_compaction_due_before_a_turn_while_the_cache_is_away_is_d
     assert turn_runs == ["SUCCESS"]
 
 
+def test_the_summarizer_finding_the_cache_away_comes_back_and_condenses_once_it_is_back(
+    world, drain, cache_redis, settings, small_window, fake  # noqa: F811
+):
+    """Auto mode's summarizer due on a conversation of 6 exchanges, run while Redis is away
+    (its one-run-per-session lease and the waiting mark are there): it comes back on the
+    worker's timer, makes no model call meanwhile, and condenses the conversation once
+    Redis is back, once. Before, its first read of the cache raised Redis' ConnectionError:
+    the task failed, nothing was condensed, and the range waited for the person's next
+    exchange over the window."""
+    import time
+
+    from memory_app.tasks import session_summarize
+
+    from .test_compaction import canonical, compaction_notes, seed_history
+
+    settings.QORVEN_SUMMARIZER_QUIET = 0
+    session = canonical(world)
+    seed_history(session, 6)
+    stop, start = cache_redis
+    stop()
+    with _task_runs("memory_app.summarize") as runs:
+        session_summarize.delay(world.tenant_a.pk, session.pk, 8)
+        _until(lambda: len(runs) >= 1)  # it found the cache away
+        assert fake.calls["flush"] == 0 and fake.calls["summary"] == 0
+        time.sleep(0.5)
+        start()
+        drain()
+    session.refresh_from_db()
+    assert session.compacted_through_seq == 8
+    assert len(compaction_notes(session)) == 1
+    assert fake.calls["flush"] == 1 and fake.calls["summary"] == 1
+    assert "FAILURE" not in runs
+
+
 def test_the_summarizer_whose_cache_goes_away_mid_run_keeps_what_it_condensed_and_ends_well(
     world, drain, cache_redis, settings, small_window, model_server  # noqa: F811
 ):
