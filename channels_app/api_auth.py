@@ -14,12 +14,13 @@ def json_error(status: int, message: str) -> JsonResponse:
 
 
 def stop_unavailable() -> JsonResponse:
-    """A Stop that could not be passed on to its turn (the cache away): our notice, and when
-    to try again."""
-    from qorven.agent.stop import STOP_UNAVAILABLE
+    """A Stop that could not be passed on to its turn (the cache away): our notice, its code
+    (a client tells it apart from another 503 by it: the database away, a proxy's), and
+    when to try again."""
+    from qorven.agent.stop import STOP_UNAVAILABLE, STOP_UNAVAILABLE_CODE
     from qorven.runtime.cache_away import CACHE_RETRY_DELAY
 
-    response = json_error(503, STOP_UNAVAILABLE)
+    response = JsonResponse({"error": STOP_UNAVAILABLE, "code": STOP_UNAVAILABLE_CODE}, status=503)
     response["Retry-After"] = str(int(CACHE_RETRY_DELAY))
     return response
 

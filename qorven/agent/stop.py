@@ -12,18 +12,24 @@ import time
 import redis
 from django.core.cache import cache
 
-from qorven.runtime.cache_away import cache_unreachable
+from qorven.runtime.cache_away import CACHE_RETRY_DELAY, cache_unreachable
 from qorven.runtime.streams import stop_key
 
 STOP_TTL = 600  # seconds a request waits to be noticed; a turn that long is finished or dead
 STOP_CHECK = 0.2  # seconds between the turn's looks at the flag
 STOP_UNREACHABLE_CHECK = 2.0  # ... while the cache cannot be reached (each look waits for a connect to fail)
 STOP_UNAVAILABLE = "The reply could not be stopped just now: try again in a moment."
+STOP_UNAVAILABLE_CODE = "stop_unavailable"  # its 503's "code": the cache away, told apart from another outage's 503
 
 
 class StopUnavailable(Exception):
     """The request could not be passed on: the cache is away (Redis down). The reply goes
-    on; the person is told so (STOP_UNAVAILABLE) and may press Stop again."""
+    on; the person is told so (STOP_UNAVAILABLE) and may press Stop again, in
+    `retry_after` seconds (None: not said)."""
+
+    def __init__(self, retry_after: float | None = CACHE_RETRY_DELAY) -> None:
+        super().__init__()
+        self.retry_after = retry_after
 
 
 class TurnStopped(Exception):

@@ -11,7 +11,7 @@ from contextlib import contextmanager
 import pytest
 
 from channels_app.chat import chat_owner
-from qorven.agent.stop import STOP_UNAVAILABLE
+from qorven.agent.stop import STOP_UNAVAILABLE, STOP_UNAVAILABLE_CODE
 from sessions_app.models import Message
 
 from ..agent.test_turns import _until, alice_token, ask  # noqa: F401
@@ -50,7 +50,7 @@ def test_stop_on_the_chat_page_while_the_cache_is_away_says_it_could_not_be_pass
     with _writing(client, alice_token, model_server):
         stop()
         response = client.post(STOP, data=json.dumps({"reply_to": 1}), content_type="application/json")
-    assert (response.status_code, response.json()) == (503, {"error": STOP_UNAVAILABLE})
+    assert (response.status_code, response.json()) == (503, {"error": STOP_UNAVAILABLE, "code": STOP_UNAVAILABLE_CODE})
     assert response["Retry-After"] == "2"
     drain()
     assert _answers(world) == ["The whole answer."]
@@ -65,7 +65,8 @@ def test_stop_through_the_api_while_the_cache_is_away_says_it_could_not_be_passe
         stop()
         response = client.post("/v1/qors/aria/stop", data=json.dumps({"reply_to": 1}),
                                content_type="application/json", HTTP_AUTHORIZATION=f"Bearer {alice_token}")
-    assert (response.status_code, response.json()["error"]) == (503, STOP_UNAVAILABLE)
+    assert (response.status_code, response.json()) == (503, {"error": STOP_UNAVAILABLE, "code": STOP_UNAVAILABLE_CODE})
+    assert response["Retry-After"] == "2"
     drain()
     assert _answers(world) == ["The whole answer."]
 
