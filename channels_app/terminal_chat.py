@@ -4,6 +4,7 @@ meanwhile, the lines read."""
 from __future__ import annotations
 
 import logging
+import math
 import os
 import signal
 import sys
@@ -62,7 +63,7 @@ class OnItsWay:
             return max(self.seqs, default=None)
 
 
-AGAIN = 1.5  # seconds: a second Ctrl-C this soon after one leaves, whatever it found
+AGAIN = 1.5  # seconds: a second Ctrl-C this soon after one leaves, unless told to press it again (_stop_refused)
 
 
 class TerminalChat:
@@ -183,7 +184,8 @@ class TerminalChat:
 
     def interrupt(self, typed: str, *, sent: bool = False) -> str:
         """Ctrl-C: "stop" when a reply is being written (asked to stop here), else "clear"
-        the line typed, or "leave" at the empty prompt or on a second Ctrl-C in a row.
+        the line typed, or "leave" at the empty prompt or on a second Ctrl-C in a row (not
+        the one a refused Stop asked for: _stop_refused).
         `sent`: pressed while a message was on its way, so about its reply: with none being
         written, nothing is left ("clear")."""
         now = time.monotonic()
@@ -198,7 +200,9 @@ class TerminalChat:
         return "clear" if typed or sent else "leave"
 
     def _stop(self, reply_to: int) -> None:
-        from qorven.agent.stop import STOP_UNAVAILABLE, StopUnavailable
+        from qorven.agent.stop import StopUnavailable
+
+        from .terminal_client import ServerUnavailable
 
         try:
             asked = self.link.stop(reply_to) if self.link is not None else chat_stop(owner=self.owner,
@@ -206,17 +210,29 @@ class TerminalChat:
         except NotFound as exc:
             self.notice(str(exc))
             return
-        except StopUnavailable:  # the server's cache away: it could not pass the request on
-            self.notice(STOP_UNAVAILABLE)
+        except StopUnavailable as exc:  # the server's cache away: it could not pass the request on
+            self._stop_refused("The reply could not be stopped just now", exc.retry_after)
+            return
+        except ServerUnavailable as exc:  # another 503: its database away, a proxy's
+            self._stop_refused(f"The reply could not be stopped: the server is unavailable ({exc.reason})",
+                               exc.retry_after)
             return
         except Exception:  # the server away: the reply goes on, and saying so is all we can do
             logger.debug("could not ask for the reply to %s to stop", reply_to, exc_info=True)
-            self.notice("The reply could not be stopped: the server did not answer. Try Ctrl-C again.")
+            self._stop_refused("The reply could not be stopped: the server did not answer", None)
             return
         finally:
             close_old_connections()
         if not asked:
             self.replies.forget(reply_to)
+
+    def _stop_refused(self, why: str, retry_after: float | None) -> None:
+        """Say why the Stop did not go, when to press Ctrl-C again and how to leave. The
+        next Ctrl-C is that try, not the second press of a leave: pressed as told, within
+        AGAIN of the first, it left the chat. (One pressed before this is said still leaves.)"""
+        self.interrupted_at = -AGAIN
+        when = f" in {math.ceil(retry_after)} s" if retry_after else ""
+        self.notice(f"{why}. Press Ctrl-C to try again{when}; Ctrl-D or /quit leaves.")
 
     def plain_lines(self) -> Iterator[str]:
         """Lines read from a pipe or a terminal without the prompt (stdout redirected), until

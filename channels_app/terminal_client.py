@@ -31,6 +31,7 @@ from tenancy.models import ApiToken
 from tenancy.selectors import api_token_authenticate
 from tenancy.services import api_token_create
 
+from .adapters.base import retry_after_seconds
 from .chat import ChatOwner
 from .terminal import Emit, Follower
 
@@ -59,6 +60,26 @@ def plain_http_to_another_machine(url: str) -> bool:
         return True  # a name: wherever it leads, it is not known to be this machine
     mapped = getattr(address, "ipv4_mapped", None)
     return not (address.is_loopback or (mapped is not None and mapped.is_loopback))
+
+
+def _json_body(response: httpx.Response) -> dict[str, Any]:
+    """The server's JSON object, or {} (a proxy's page, a body that is no object)."""
+    if not response.headers.get("content-type", "").startswith("application/json"):
+        return {}
+    try:
+        body = response.json()
+    except ValueError:
+        return {}
+    return body if isinstance(body, dict) else {}
+
+
+class ServerUnavailable(Exception):
+    """A 503 other than the cache's (its database away, a proxy in front of it): `reason`,
+    the server's own words or "HTTP 503"; `retry_after`, seconds (None: not said)."""
+
+    def __init__(self, reason: str, retry_after: float | None) -> None:
+        super().__init__(reason)
+        self.reason, self.retry_after = reason, retry_after
 
 
 @dataclass
@@ -116,7 +137,7 @@ class ServerLink:
             raise ValueError(f"the server at {self.base} did not answer: the message may not have been sent") from None
         if response.status_code in (401, 403, 404):
             raise NotFound("not a member of this workspace any more")
-        body = response.json() if response.headers.get("content-type", "").startswith("application/json") else {}
+        body = _json_body(response)
         if response.status_code >= 400:
             raise ValueError(body.get("error") or f"the server refused the message ({response.status_code})")
         message = body["message"]
@@ -130,9 +151,10 @@ class ServerLink:
     def stop(self, reply_to: int) -> bool:
         """Ask the server to stop the reply to message `reply_to` (the page's Stop); False
         when no answer to it is being written any more. NotFound: this person may not
-        write here any more; StopUnavailable: the server could not pass it on just now;
+        write here any more; StopUnavailable: the server could not pass it on just now (its
+        cache away); ServerUnavailable: another 503 (its database away, a proxy's);
         httpx.HTTPError: the server could not be asked."""
-        from qorven.agent.stop import StopUnavailable
+        from qorven.agent.stop import STOP_UNAVAILABLE_CODE, StopUnavailable
 
         response = self.http.post(f"/v1/qors/{quote(self.owner.qor.slug)}/stop",
                                   json={"reply_to": reply_to, "surface": "tui"})
@@ -141,7 +163,11 @@ class ServerLink:
         if response.status_code == 409:
             return False
         if response.status_code == 503:
-            raise StopUnavailable()
+            body = _json_body(response)
+            retry_after = retry_after_seconds(response.headers.get("Retry-After"))
+            if body.get("code") == STOP_UNAVAILABLE_CODE:
+                raise StopUnavailable(retry_after)
+            raise ServerUnavailable(str(body.get("error") or "HTTP 503"), retry_after)
         response.raise_for_status()
         return True
 

@@ -21,6 +21,8 @@ from ..processes import needs_postgres_and_redis
 pytestmark = [pytest.mark.django_db(transaction=True), needs_postgres_and_redis]
 
 STOP = "/chat/api/acme/aria/stop"
+# What the terminal says when its Stop was refused for the cache away, the server's Retry-After in it.
+TERMINAL_REFUSED = "The reply could not be stopped just now. Press Ctrl-C to try again in 2 s; Ctrl-D or /quit leaves."
 
 
 @contextmanager
@@ -75,10 +77,13 @@ def test_ctrl_c_in_the_terminal_while_the_cache_is_away_says_it_could_not_be_pas
     world, alice_token, client, model_server, drain, cache_redis  # noqa: F811
 ):
     """The terminal on the server's own machine asks `chat_stop` itself. Before, it said
-    the server did not answer, though it had."""
+    the server did not answer, though it had; then it said to try again in a moment, and
+    the Ctrl-C pressed for that within 1.5 s of the first left the chat."""
     import io
 
     from channels_app.terminal_chat import TerminalChat
+
+    from ..processes import wait_for
 
     stop, _ = cache_redis
     out = io.StringIO()
@@ -86,11 +91,38 @@ def test_ctrl_c_in_the_terminal_while_the_cache_is_away_says_it_could_not_be_pas
                         on_screen=False, color=False)
     with _writing(client, alice_token, model_server):
         stop()
-        chat._stop(1)
-    assert STOP_UNAVAILABLE in out.getvalue()
+        chat.replies.expect(1)
+        assert chat.interrupt("") == "stop"
+        assert wait_for(lambda: TERMINAL_REFUSED in out.getvalue(), 10), out.getvalue()
+        assert chat.interrupt("") == "stop"  # pressed again as told: Stop again, not leave
+        assert wait_for(lambda: out.getvalue().count(TERMINAL_REFUSED) == 2, 10), out.getvalue()
     assert "did not answer" not in out.getvalue()
     drain()
     assert _answers(world) == ["The whole answer."]
+    assert not Message.objects.get(session__user=world.alice, role="assistant").metadata.get("stopped")
+
+
+def test_two_quick_ctrl_c_in_the_terminal_leave_when_the_stop_went_through(
+    world, alice_token, client, model_server, drain  # noqa: F811
+):
+    """Only a refused Stop makes the next Ctrl-C a Stop again: one that went through
+    leaves the second press its meaning (leave), and the reply ends stopped."""
+    import io
+
+    from channels_app.terminal_chat import TerminalChat
+
+    from ..processes import wait_for
+
+    out = io.StringIO()
+    chat = TerminalChat(chat_owner(user=world.alice, tenant_slug="acme", qor_slug="aria", surface="web"), None, out,
+                        on_screen=False, color=False)
+    with _writing(client, alice_token, model_server):
+        chat.replies.expect(1)
+        assert chat.interrupt("") == "stop"
+        assert wait_for(lambda: not any(t.name == "qorven-chat-stop" for t in threading.enumerate()), 10)
+        assert chat.interrupt("") == "leave"
+    assert "could not be stopped" not in out.getvalue()
+    drain()
 
 
 def test_ctrl_c_in_a_terminal_talking_to_a_server_whose_cache_is_away_says_it_could_not_be_passed_on(
@@ -99,7 +131,9 @@ def test_ctrl_c_in_a_terminal_talking_to_a_server_whose_cache_is_away_says_it_co
     """`qorven chat` talking to a `qorven serve` over HTTP, the server's cache (its
     REDIS_URL) a Redis of the test's own, stopped while the model writes: Ctrl-C's Stop is
     answered 503 with Retry-After, and the person reads our notice, not that the server
-    did not answer; the reply goes on and is kept in full."""
+    did not answer, with Retry-After's wait; pressed again at once, as it says, Ctrl-C
+    stops again (before, the second press within 1.5 s left the chat); the reply goes on
+    and is kept in full, and Ctrl-D leaves."""
     import signal
     import subprocess
     import time
@@ -128,12 +162,15 @@ def test_ctrl_c_in_a_terminal_talking_to_a_server_whose_cache_is_away_says_it_co
             stop()
             time.sleep(0.3)  # the terminal is back waiting for what the person types
             chat.send_signal(signal.SIGINT)
-            assert wait_for(lambda: any(STOP_UNAVAILABLE in line for line in lines), 30), lines
+            assert wait_for(lambda: any(TERMINAL_REFUSED in line for line in lines), 30), lines
+            chat.send_signal(signal.SIGINT)  # at once, as the notice says: Stop again, not leave
+            assert wait_for(lambda: sum(TERMINAL_REFUSED in line for line in lines) == 2, 30), lines
+            assert chat.poll() is None, lines
         finally:
             held.set()
         assert wait_for(lambda: _answers(world) == ["The whole answer."], 30)
-        chat.stdin.close()
-        chat.wait(30)
+        chat.stdin.close()  # Ctrl-D, as the notice says: leaves
+        assert chat.wait(30) == 0
     out = "".join(lines)
     assert "did not answer" not in out
     assert "Traceback" not in out
