@@ -426,7 +426,10 @@ def drain():
             raise AssertionError(
                 f"tasks did not finish in time: {embedded_worker.pending()} (thread stacks above, on stderr)"
             )
-        assert broadcast_flush(10), "live events were not sent in time"
+        if not broadcast_flush(10):
+            # Where the live sender's thread waits (a Redis call that never returns?).
+            faulthandler.dump_traceback(all_threads=True)
+            raise AssertionError("live events were not sent in time (thread stacks above, on stderr)")
 
     return wait
 
