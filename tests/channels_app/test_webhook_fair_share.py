@@ -7,45 +7,20 @@ import asyncio
 import json
 import threading
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 
 import httpx
 import pytest
-from django.db import connection, connections
 
 from channels_app import webhook_bound
 from channels_app.models import InboundEvent
 from channels_app.services import binding_create
 from channels_app.webhook_ingest import group_commit
 
+from .held_inserts import inserts_held
 from .payloads import email_body, telegram_update
 from .test_webhook_ingest import asgi_post, posting, tg, waiting_reaches
 
 pytestmark = pytest.mark.django_db(transaction=True)
-
-
-@contextmanager
-def inserts_held() -> Iterator[None]:
-    """Another connection holds the lock an INSERT of a webhook's message waits for (a
-    database slow to answer): the storing thread waits at its INSERT until it is let go."""
-    other = connections.create_connection("default")
-    try:
-        with other.cursor() as cursor:
-            if connection.vendor == "postgresql":
-                other.set_autocommit(False)
-                cursor.execute("LOCK TABLE channels_app_inboundevent IN EXCLUSIVE MODE")
-            else:
-                cursor.execute("BEGIN IMMEDIATE")  # SQLite's write lock
-            try:
-                yield
-            finally:
-                if connection.vendor == "postgresql":
-                    other.rollback()
-                else:
-                    cursor.execute("ROLLBACK")
-    finally:
-        other.close()
 
 
 def flooding(*requests: tuple[str, bytes, dict[str, str]]) -> tuple[threading.Thread, list[httpx.Response]]:

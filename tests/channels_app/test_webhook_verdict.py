@@ -14,12 +14,13 @@ from dataclasses import dataclass
 import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
-from django.db import connection, connections
+from django.db import connection
 
 from channels_app.adapters.base import hmac_hex
 from channels_app.models import ChannelBinding, InboundEvent
 from channels_app.services import binding_create
 
+from .held_inserts import inserts_held
 from .payloads import telegram_update, whatsapp_body
 from .test_webhook_ingest import asgi_post, posting, tg, waiting_reaches
 
@@ -89,33 +90,17 @@ PLATFORMS = [
 
 @contextmanager
 def held_while_changed_elsewhere(binding: ChannelBinding) -> Iterator[Callable[[dict[str, str]], None]]:
-    """Another connection holds the lock an INSERT of a webhook's message waits for, so the
-    storing thread waits at its INSERT; what it is given writes a binding's credentials as
-    another process would (this process's cache hears nothing of it), committed with the
-    lock's release."""
-    other = connections.create_connection("default")
-    try:
-        with other.cursor() as cursor:
-            if connection.vendor == "postgresql":
-                other.set_autocommit(False)
-                cursor.execute("LOCK TABLE channels_app_inboundevent IN EXCLUSIVE MODE")
-            else:
-                cursor.execute("BEGIN IMMEDIATE")  # SQLite's write lock
+    """The storing thread waits at its INSERT (held_inserts); what it is given writes a
+    binding's credentials as another process would (this process's cache hears nothing of
+    it), committed with the lock's release."""
+    with inserts_held(commit=True) as cursor:
 
-            def change(credentials: dict[str, str]) -> None:
-                cast = "CAST(%s AS jsonb)" if connection.vendor == "postgresql" else "%s"
-                cursor.execute(f"UPDATE channels_app_channelbinding SET credentials = {cast} WHERE id = %s",
-                               [json.dumps(credentials), binding.pk])
+        def change(credentials: dict[str, str]) -> None:
+            cast = "CAST(%s AS jsonb)" if connection.vendor == "postgresql" else "%s"
+            cursor.execute(f"UPDATE channels_app_channelbinding SET credentials = {cast} WHERE id = %s",
+                           [json.dumps(credentials), binding.pk])
 
-            try:
-                yield change
-            finally:
-                if connection.vendor == "postgresql":
-                    other.commit()
-                else:
-                    cursor.execute("COMMIT")
-    finally:
-        other.close()
+        yield change
 
 
 def _stored(kind: str) -> int:
