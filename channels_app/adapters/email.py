@@ -24,7 +24,7 @@ from django.core.mail import BadHeaderError, EmailMessage
 from django.http import HttpRequest
 
 from qorven.runtime.mail import EMAIL_URL_EXAMPLE, NoMailServerError, mail_server_problem
-from qorven.runtime.row_cache import NotCached, cached_only_reading
+from qorven.runtime.row_cache import NotCached, cached_only_reading, cached_only_stale
 
 from ..json_body import json_body
 from ..inbound import InboundImage, InboundMessage
@@ -91,6 +91,12 @@ class EmailAdapter(Adapter):
             # refused there. An address it does not keep may be bound with this secret all
             # the same, and a refusal at once for the addresses it keeps only would tell a
             # prober which are bound; the storing thread answers both alike.
+            raise NotCached(webhook_bindings.name)
+        if binding is not None and cached_only_reading() and not cached_only_stale() and any(
+                a not in bound for a in wanted[:next(i for i, a in enumerate(wanted) if bound.get(a) is binding)]):
+            # An address named before it, not kept here, may be bound with this secret too:
+            # the storing thread, reading them in order, decides which binding it is. Whose
+            # it is for the backlog's fair share is told still (cached_only(stale=True)).
             raise NotCached(webhook_bindings.name)
         # One answer for an address nobody bound and a wrong secret, so that a prober
         # cannot learn which addresses this server takes mail for; the log tells them apart.

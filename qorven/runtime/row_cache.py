@@ -61,6 +61,12 @@ def cached_only_reading() -> bool:
     return _cached_only.get() is not None
 
 
+def cached_only_stale() -> bool:
+    """Whether this runs within cached_only(stale=True): what is read only tells whose a
+    request is, never vouches for it."""
+    return bool(_cached_only.get())
+
+
 class RowCache(Generic[V]):
     def __init__(self, name: str) -> None:
         self.name = name

@@ -195,6 +195,21 @@ def test_a_flood_of_forged_email_leaves_room_for_a_bound_addresses_mail(world, t
         "<earlier@example.com>", "<while it is slow@example.com>"]
 
 
+def test_an_email_to_two_addresses_bound_with_one_secret_is_stored_under_the_first_it_names(world, telegram, email,
+                                                                                              platform):
+    """Two workspaces' addresses bound with one secret (one mail service posting for both),
+    one of them read lately here: the email naming both is stored under the first it names,
+    as the storing thread reads them, not under the one the screening's cache happened to
+    keep (it was, when the first was not kept)."""
+    globex = binding_create(tenant=world.tenant_b, qor=world.qor_b, kind="email",
+                            credentials={"address": "aria@globex.example", "secret": "mail-secret"})
+    assert [r.status_code for r in asgi_post(mail("earlier"))] == [200]  # this process keeps acme's, not globex's
+    both = mail("to both", to="Aria <aria@globex.example>, aria@acme.example")
+    assert [r.status_code for r in asgi_post(both)] == [200]
+    event = InboundEvent.objects.get(external_id="<to both@example.com>")
+    assert (event.binding_id, event.tenant_id) == (globex.pk, world.tenant_b.pk)
+
+
 def test_a_forged_email_for_a_bound_address_is_answered_as_one_for_an_unbound_address(world, telegram, email, platform):
     """The email webhook gives one answer for an address nobody bound and a wrong secret, so
     that a prober cannot learn which addresses this server takes mail for: the screening,
