@@ -94,12 +94,14 @@ def connections_drop_broken() -> None:
 
 
 DATABASE_DOWN_NOTICE = "the database is unavailable; try again in a moment"
+DATABASE_DOWN_CODE = "database_unavailable"  # its 503's "code": told apart from a proxy's 503 or the cache away's
 
 
 def database_down_response() -> JsonResponse:
     """503 with Retry-After: what a client (a platform, the page, the terminal) is told
-    when its request met a lost connection; it sends it again, and nothing was stored."""
-    response = JsonResponse({"error": DATABASE_DOWN_NOTICE}, status=503)
+    when its request met a lost connection; it sends it again, and nothing was stored. Its
+    "code" tells it from another 503 (a proxy's, the cache away's) without the notice's words."""
+    response = JsonResponse({"error": DATABASE_DOWN_NOTICE, "code": DATABASE_DOWN_CODE}, status=503)
     response["Retry-After"] = "1"
     return response
 

@@ -83,7 +83,10 @@ def test_an_api_post_on_a_lost_connection_is_answered_503_and_the_next_is_stored
     refused = post("lost with the connection")
     assert refused.status_code == 503
     assert refused["Retry-After"] == "1"
-    assert refused.json() == {"error": "the database is unavailable; try again in a moment"}
+    # Its code tells it from another 503 (the cache away for a Stop, a proxy's) without
+    # reading the notice's words.
+    assert refused.json() == {"error": "the database is unavailable; try again in a moment",
+                              "code": "database_unavailable"}
 
     assert post("sent again").status_code == 201
     assert list(Message.objects.filter(role="user").values_list("content", flat=True)) == ["sent again"]
