@@ -1309,6 +1309,29 @@
     if (!this.sending) this.sendNext();
   };
 
+  // A 503 (the server busy, its database away) or a 429 (too many at once) that says when
+  // to come back (Retry-After; a 503 that does not, in SEND_WAIT_DEFAULT) is waited out and
+  // the message sent again by itself, SEND_TRIES times in all: the same client_id each time,
+  // so one the server did store before the 503 (a proxy's, after a timeout) is stored once.
+  var SEND_TRIES = 4;
+  var SEND_WAIT_DEFAULT = 2; // seconds
+  var SEND_WAIT_MAX = 60; // seconds: told to wait longer, the messages go back to the box
+
+  // Seconds to wait before sending `res`'s message again, or null: not to send it again.
+  function sendWait(res) {
+    if (res.status !== 503 && res.status !== 429) return null;
+    var header = (res.retryAfter || "").trim(), seconds = null;
+    if (/^\d+$/.test(header)) {
+      seconds = parseInt(header, 10);
+    } else if (header && !isNaN(Date.parse(header))) {
+      seconds = Math.ceil((Date.parse(header) - Date.now()) / 1000);
+    } else if (res.status === 503) {
+      seconds = SEND_WAIT_DEFAULT;
+    }
+    if (seconds === null || seconds > SEND_WAIT_MAX) return null;
+    return Math.max(1, seconds);
+  }
+
   Chat.prototype.sendNext = function () {
     var self = this;
     var item = this.outbox.shift();
@@ -1316,7 +1339,9 @@
     this.sending = true;
     this.pendingSend = item;
     var content = item.content, images = item.images, pending = item.node;
-    var clientId = Date.now().toString(36) + Math.random().toString(36).slice(2, 10);
+    item.clientId = item.clientId || Date.now().toString(36) + Math.random().toString(36).slice(2, 10);
+    item.tries = (item.tries || 0) + 1;
+    var clientId = item.clientId;
     var extra = { "X-CSRFToken": this.config.csrfToken || "" };
     var payload;
     if (images.length) {
@@ -1332,7 +1357,11 @@
     // token, the message goes again, once, with the fresh one.
     var post = function (again) {
       return fetch(self.config.messages, { method: "POST", credentials: "same-origin", headers: self.headers(extra), body: payload })
-        .then(function (r) { return bodyOf(r).then(function (body) { return { ok: r.ok && body.json, status: r.status, data: body.data }; }); })
+        .then(function (r) {
+          return bodyOf(r).then(function (body) {
+            return { ok: r.ok && body.json, status: r.status, data: body.data, retryAfter: r.headers.get("Retry-After") };
+          });
+        })
         .then(function (res) {
           if (res.ok || again || !self.config.onRefused) return res;
           return Promise.resolve(self.config.onRefused(res.data, "send")).then(function (next) {
@@ -1342,6 +1371,11 @@
     };
     post(false)
       .then(function (res) {
+        var wait = !res.ok && item.tries < SEND_TRIES ? sendWait(res) : null;
+        if (wait !== null) {
+          self.waitToSend(item, wait);
+          return "waiting";
+        }
         pending.remove();
         self.pendingSend = null;
         if (res.status === 401 && self.config.signIn) {
@@ -1372,11 +1406,43 @@
         return false;
       })
       .then(function (sent) {
+        if (sent === "waiting") return; // still sending: what is typed meanwhile waits behind it
         self.sending = false;
         if (self.isSignedOut) return;
         self.input.focus();
         if (sent) self.sendNext();
       });
+  };
+
+  // The server said when to come back: `item` goes first again once `seconds` are up, and
+  // it and the messages behind it say so meanwhile. It stays pendingSend: the socket may
+  // show it stored (a 503 that came after storing it), and the send again is answered with
+  // that same message.
+  Chat.prototype.waitToSend = function (item, seconds) {
+    var self = this;
+    var left = seconds;
+    this.outbox.unshift(item);
+    var mark = function () {
+      var words = "Waiting — sending again in " + left + " s";
+      self.outbox.forEach(function (waiting) {
+        waiting.node.classList.add("msg--waiting");
+        waiting.node.setAttribute("aria-label", "You, waiting to send");
+        waiting.node.querySelector(".msg__who").textContent = words;
+      });
+    };
+    mark();
+    this.flash("The server is busy; sending again in " + seconds + " s.");
+    var tick = setInterval(function () {
+      left -= 1;
+      if (left > 0) { mark(); return; }
+      clearInterval(tick);
+      self.outbox.forEach(function (waiting) {
+        waiting.node.classList.remove("msg--waiting");
+        waiting.node.setAttribute("aria-label", "You, sending");
+        waiting.node.querySelector(".msg__who").textContent = "Sending…";
+      });
+      self.sendNext();
+    }, 1000);
   };
 
   // Messages that did not go (the one refused and those waiting behind it) go back to the
