@@ -222,13 +222,14 @@ def _follower(owner: ChatOwner, emit: Emit, link: Any) -> Follower:
 
 
 def _send(owner: ChatOwner, link: Any, content: str, *, leave_if: Callable[[], bool] = lambda: False,
-          ) -> tuple[int, bool]:
+          waiting: Callable[[str], None] = lambda said: None) -> tuple[int, bool]:
     """Send what the person typed on channel tui; (its seq, whether a reply will follow).
     `leave_if`: asked after each signal while a server is waited for; true, the wait ends
-    with KeyboardInterrupt."""
+    with KeyboardInterrupt. `waiting`: told, in words of ours, when a server that asked to
+    be given time (a 503 or 429) is sent the message again."""
     if link is not None:
         # A signal ends the wait for a server that took the message and does not answer.
-        sent = signal_ends_wait(lambda: link.send(content), leave_if=leave_if)
+        sent = signal_ends_wait(lambda: link.send(content, waiting=waiting), leave_if=leave_if)
         return sent.seq, sent.expects_reply
     result = chat_send(owner=owner, content=content, channel="tui")
     return result.message.seq, "command" not in (result.message.metadata or {})
@@ -285,7 +286,8 @@ def _json_lines(owner: ChatOwner, lines: Iterable[str], stdout: TextIO, write_lo
             content = body.get("content") if isinstance(body, dict) else None
             if not isinstance(content, str):
                 raise ValueError('each line must be an object like {"content": "…"}')
-            seq, expects_reply = _send(owner, link, content)
+            seq, expects_reply = _send(owner, link, content,
+                                       waiting=lambda said: _say_notice(stdout, write_lock, said))
         except NotFound:  # removed from the workspace while the terminal was open
             return _say_access_lost(stdout, write_lock)
         except (ValueError, KeyError) as exc:
@@ -312,6 +314,16 @@ def _json_lines(owner: ChatOwner, lines: Iterable[str], stdout: TextIO, write_lo
     with follower._lock:
         follower.catch_up()
     return 0 if pending.empty() else GAVE_UP
+
+
+def _say_notice(stdout: TextIO, write_lock: threading.Lock, text: str) -> None:
+    """A notice of ours (a server asked for time: when the message goes again), as the
+    timeline's notices are written."""
+    event = {"type": "message.new", "seq": 0, "role": "system", "content": text, "channel": "tui",
+             "sender_name": "", "created_at": datetime.now().astimezone().isoformat()}
+    with write_lock:
+        stdout.write(json.dumps(json_line(event), ensure_ascii=False) + "\n")
+        stdout.flush()
 
 
 def _say_access_lost(stdout: TextIO, write_lock: threading.Lock) -> int:

@@ -16,10 +16,12 @@ import asyncio
 import ipaddress
 import json
 import logging
+import math
 import threading
+import uuid
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any
+from typing import Any, Callable
 from urllib.parse import quote, urlsplit
 
 import httpx
@@ -82,6 +84,25 @@ class ServerUnavailable(Exception):
         self.reason, self.retry_after = reason, retry_after
 
 
+# A message's POST told to come back later (503, 429) is sent again by itself: the page's
+# chat.js waits the same way.
+SEND_TRIES = 4  # the first and three more
+SEND_WAIT_DEFAULT = 2.0  # seconds, for a 503 that does not say (a proxy's)
+SEND_WAIT_MAX = 60.0  # seconds: told to wait longer, the line goes back to the prompt at once
+
+
+def send_wait(response: httpx.Response) -> float | None:
+    """Seconds to wait before sending `response`'s message again, or None: not again."""
+    if response.status_code not in (429, 503):
+        return None
+    wait = retry_after_seconds(response.headers.get("Retry-After"))
+    if wait is None and response.status_code == 503:
+        wait = SEND_WAIT_DEFAULT
+    if wait is None or wait > SEND_WAIT_MAX:
+        return None
+    return max(wait, 1.0)
+
+
 @dataclass
 class Sent:
     seq: int
@@ -123,18 +144,22 @@ class ServerLink:
             return False
         return response.status_code == 200 and response.headers.get("content-type", "").startswith("application/json")
 
-    def send(self, content: str) -> Sent:
-        """Post one message on channel tui. ValueError: refused as it is (the server's
-        reason), or the server did not answer; NotFound: this person may not write here
-        any more."""
-        # The token names the workspace; the channel says this is the terminal.
-        try:
-            response = self.http.post(f"/v1/qors/{quote(self.owner.qor.slug)}/messages",
-                                      json={"content": content, "channel": "tui"})
-        except (httpx.ConnectError, httpx.ConnectTimeout):  # down, or restarting: it never had it
-            raise ValueError(f"the server at {self.base} did not answer: the message was not sent") from None
-        except httpx.TransportError:  # it had the request, but no answer came: stored or not, the timeline shows
-            raise ValueError(f"the server at {self.base} did not answer: the message may not have been sent") from None
+    def send(self, content: str, *, waiting: Callable[[str], None] = lambda said: None) -> Sent:
+        """Post one message on channel tui. Told to come back later (a 503 or 429 with
+        Retry-After; a 503 without, in SEND_WAIT_DEFAULT), it says so through `waiting` and
+        sends it again, SEND_TRIES times in all, under one Idempotency-Key: a message the
+        server stored before a 503 (a proxy's, after a timeout) is stored once. ValueError:
+        refused as it is (the server's reason), or the server did not answer; NotFound: this
+        person may not write here any more."""
+        key = uuid.uuid4().hex
+        for tries in range(1, SEND_TRIES + 1):
+            response = self._post_message(content, key)
+            wait = send_wait(response) if tries < SEND_TRIES else None
+            if wait is None:
+                break
+            waiting(f"The server is busy; sending again in {math.ceil(wait)} s.")
+            if self._closed.wait(wait):  # the terminal left meanwhile
+                raise ValueError("the terminal closed before the message could be sent again")
         if response.status_code in (401, 403, 404):
             raise NotFound("not a member of this workspace any more")
         body = _json_body(response)
@@ -142,6 +167,16 @@ class ServerLink:
             raise ValueError(body.get("error") or f"the server refused the message ({response.status_code})")
         message = body["message"]
         return Sent(seq=message["seq"], expects_reply=message.get("answer_state") == "pending")
+
+    def _post_message(self, content: str, key: str) -> httpx.Response:
+        # The token names the workspace; the channel says this is the terminal.
+        try:
+            return self.http.post(f"/v1/qors/{quote(self.owner.qor.slug)}/messages",
+                                  json={"content": content, "channel": "tui"}, headers={"Idempotency-Key": key})
+        except (httpx.ConnectError, httpx.ConnectTimeout):  # down, or restarting: it never had it
+            raise ValueError(f"the server at {self.base} did not answer: the message was not sent") from None
+        except httpx.TransportError:  # it had the request, but no answer came: stored or not, the timeline shows
+            raise ValueError(f"the server at {self.base} did not answer: the message may not have been sent") from None
 
     def signed_in(self) -> bool:
         """Whether the server would still take this terminal's token: not revoked, not
