@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+from typing import Any
+
 from django.apps import AppConfig
 
 
@@ -88,6 +90,11 @@ class ChannelsAppConfig(AppConfig):
         for model in (ChannelBinding, Tenant, Qor):
             for signal in (post_save, post_delete):
                 signal.connect(webhook_bindings.clear, sender=model, dispatch_uid=f"channels_app.bindings.{model.__name__}")
+        # ... and what was read of a binding saved or deleted no longer tells whose a webhook
+        # is, even past its time: its secret may be what changed (a leaked one replaced),
+        # and a webhook signed with the old one is junk, not the binding's share.
+        for signal in (post_save, post_delete):
+            signal.connect(_binding_forgotten, sender=ChannelBinding, dispatch_uid="channels_app.bindings.forgotten")
 
         from django.contrib.auth import get_user_model
         from django.contrib.auth.signals import user_logged_out
@@ -131,3 +138,11 @@ def _sends_at_the_end():
     from .tasks import sends_at_the_end
 
     return sends_at_the_end()
+
+
+def _binding_forgotten(sender: type, instance: Any, **kwargs: Any) -> None:
+    from .platforms import webhook_bindings
+
+    # An entry is a binding, or a list of them (Slack's candidates for an app).
+    webhook_bindings.forget_where(
+        lambda kept: any(b.pk == instance.pk for b in (kept if isinstance(kept, list) else [kept])))

@@ -10,7 +10,10 @@ server, `qorven bind`, the admin on another host — is seen within those second
 after the webhook (the processing task) reads the rows fresh, so a binding switched off
 elsewhere is never answered even while a server still accepts its webhooks.
 
-A loader's None is not kept, so a row created elsewhere is found on its first request.
+A loader's None is not kept, so a row created elsewhere is found on its first request;
+and what was kept for its key is forgotten, stale too: the row it was is gone or changed
+elsewhere (a binding's secret replaced, its lookup key with it), and what it was no longer
+tells whose a request is.
 
 Within `cached_only()` nothing is loaded: what is not kept raises NotCached. Code on an
 event loop (which must not wait for the database) reads the cache so, as a webhook's
@@ -90,6 +93,8 @@ class RowCache(Generic[V]):
         value = load()
         if value is not None:
             self._keep({key: value}, now + ttl, generation)
+        else:
+            self._drop([key])
         return value
 
     def get_many(self, keys: Iterable[Hashable],
@@ -116,6 +121,7 @@ class RowCache(Generic[V]):
         generation = self._generation
         loaded = load(missing)
         self._keep(loaded, now + ttl, generation)
+        self._drop([key for key in missing if key not in loaded])
         return {**kept, **loaded}
 
     def fill(self, values: dict[Hashable, V]) -> None:
@@ -132,6 +138,18 @@ class RowCache(Generic[V]):
                 if len(self._entries) + len(values) > _MAX_ENTRIES:
                     self._entries.clear()
                 self._entries.update((key, (until, value)) for key, value in values.items())
+
+    def _drop(self, keys: list[Hashable]) -> None:
+        if any(key in self._entries for key in keys):
+            with self._lock:
+                for key in keys:
+                    self._entries.pop(key, None)
+
+    def forget_where(self, gone: Callable[[V], bool]) -> None:
+        """Forget the entries whose value is `gone` (stale ones too); the rest are kept."""
+        with self._lock:
+            self._generation += 1  # a load under way may hold what is forgotten
+            self._entries = {key: entry for key, entry in self._entries.items() if not gone(entry[1])}
 
     def clear(self, *args: object, **kwargs: object) -> None:
         """Have every entry loaded again on its next read (also usable as a signal
