@@ -14,6 +14,7 @@ import logging
 import traceback
 from dataclasses import dataclass, field
 
+from django.core.exceptions import RequestDataTooBig, SuspiciousOperation
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.views.decorators.csrf import csrf_exempt
 
@@ -73,11 +74,11 @@ def webhook_prepare(channel: str, request: HttpRequest, *, verified: ChannelBind
         binding = verified or adapter.resolve(request)
         if not channel_enabled_cached(tenant=binding.tenant, channel=adapter.kind):
             return Prepared(JsonResponse({"error": f"the {channel} channel is switched off"}, status=404))
-    except (WebhookRejected, BodyRefused) as exc:
+    except (WebhookRejected, BodyRefused, SuspiciousOperation) as exc:
         return _refused(channel, exc)
     try:
         parsed = adapter.parse(request, binding)
-    except (WebhookRejected, BodyRefused) as exc:
+    except (WebhookRejected, BodyRefused, SuspiciousOperation) as exc:
         return _refused(channel, exc)
     except UNREADABLE as exc:
         # Well signed, but a field of another shape than the platform's documents give it
@@ -119,7 +120,7 @@ def webhook_screen(channel: str, request: HttpRequest) -> Screened:
         with cached_only():
             binding = adapter.resolve(request)
         return Screened(binding_id=binding.pk, verified=binding)
-    except (WebhookRejected, BodyRefused) as exc:
+    except (WebhookRejected, BodyRefused, SuspiciousOperation) as exc:
         return Screened(_refused(channel, exc).response)
     except NotCached:
         pass
@@ -153,9 +154,16 @@ def webhook_bindings_warm() -> int:
     return len(bindings)
 
 
-def _refused(channel: str, exc: WebhookRejected | BodyRefused) -> Prepared:
+def _refused(channel: str, exc: WebhookRejected | BodyRefused | SuspiciousOperation) -> Prepared:
     # Anyone may post here: what the refusal quotes of the request (the addresses an
     # email's To names) is written on the one line.
+    if isinstance(exc, SuspiciousOperation):
+        # A form Django will not read (more fields than DATA_UPLOAD_MAX_NUMBER_FIELDS, a
+        # body past DATA_UPLOAD_MAX_MEMORY_SIZE): a bad request, as Django's handler
+        # answers it, not a failure of ours with its traceback.
+        logger.info("%s webhook body refused: %s", channel, type(exc).__name__)
+        return Prepared(JsonResponse({"error": "the body is not a form we read"},
+                                     status=413 if isinstance(exc, RequestDataTooBig) else 400))
     if isinstance(exc, WebhookRejected):
         logger.info("%s webhook rejected: %s", channel, one_line(str(exc.detail or exc)))
     else:
