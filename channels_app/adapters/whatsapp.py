@@ -102,7 +102,7 @@ class WhatsAppAdapter(Adapter):
         try:
             body = json_body(request)
             phone_ids = {str((v.get("metadata") or {}).get("phone_number_id", "")) for v in _changes(body)}
-        except (ValueError, AttributeError):
+        except (ValueError, AttributeError, TypeError):  # TypeError: a number where a list is sent
             raise WebhookRejected(400, "body is not WhatsApp JSON") from None
         phone_ids.discard("")
         if len(phone_ids) != 1:

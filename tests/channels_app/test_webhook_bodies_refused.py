@@ -1,0 +1,42 @@
+"""A webhook body of a shape we do not read, looked at before any signature is checked
+(anyone may post one), is refused as a bad request under `qorven serve`, as Django's own
+handler refuses a form it will not read: never a 500 with a traceback."""
+from __future__ import annotations
+
+import json
+import logging
+
+import pytest
+
+from channels_app.models import InboundEvent
+
+from .test_webhook_ingest import asgi_post
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def test_an_sms_webhook_of_more_fields_than_django_reads_is_a_400_with_no_traceback(world, sms, caplog):
+    """2,000 fields (Django reads at most DATA_UPLOAD_MAX_NUMBER_FIELDS, 1,000) raised
+    TooManyFieldsSent out of the storing thread's reading: a 500 and a traceback logged as
+    an error for each post, by anyone, with any signature."""
+    body = "&".join(f"f{i}=x" for i in range(2000)).encode()
+    with caplog.at_level(logging.INFO):
+        (response,) = asgi_post(("/v1/webhooks/sms", body, {"content-type": "application/x-www-form-urlencoded",
+                                                            "x-twilio-signature": "guessed"}))
+    assert response.status_code == 400
+    assert response.json() == {"error": "the body is not a form we read"}
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR]
+    assert not InboundEvent.objects.exists()
+
+
+@pytest.mark.parametrize("body", [{"entry": 5}, {"entry": [{"changes": 5}]}], ids=["entry", "changes"])
+def test_a_whatsapp_webhook_whose_entries_are_not_lists_is_a_400_with_no_traceback(world, caplog, body):
+    """Read for its phone number before any signature is checked: a number where Meta
+    sends a list raised TypeError out of the storing thread, a 500 and a traceback logged
+    as an error for each post, by anyone."""
+    with caplog.at_level(logging.INFO):
+        (response,) = asgi_post(("/v1/webhooks/whatsapp", json.dumps(body).encode(),
+                                 {"content-type": "application/json", "x-hub-signature-256": "sha256=00"}))
+    assert response.status_code == 400
+    assert response.json() == {"error": "body is not WhatsApp JSON"}
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR]
