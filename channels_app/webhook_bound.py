@@ -1,9 +1,10 @@
 """How many webhooks may wait to be stored by channels_app.webhook_ingest, and whose.
 
 The bound is per server process: MAX_WAITING webhooks, MAX_WAITING_BYTES of bodies. It is
-shared by *parties*: each binding a waiting webhook was screened as signed for (its id),
-and the webhooks the screening could not tie to one (UNVERIFIED: a binding this process
-has not read lately, or junk posted by anyone) as one more. With k parties waiting, each
+shared by *parties*: each workspace whose binding a waiting webhook was screened as signed
+for (its tenant's id: one share however many bots and addresses it binds), and the
+webhooks the screening could not tie to one (UNVERIFIED: a binding this process has not
+read lately, or junk posted by anyone) as one more. With k parties waiting, each
 may hold 1/k of what RESERVE leaves of both bounds, and a party holding nothing is taken
 while the whole bound fits. A flood of junk, or one workspace's platform flooding (a big
 group), is so answered 503 past its share while another workspace's webhooks are taken.
@@ -78,7 +79,7 @@ class WaitingBound:
             starts = self._refused == 1
             held = self._parties.get(party, [0, 0])[0] if party is not None else 0
         if starts:
-            whose = "" if party is None else f", {held} of them {'unverified' if party == UNVERIFIED else f'for binding {party}'}"
+            whose = "" if party is None else f", {held} of them {'unverified' if party == UNVERIFIED else f'for workspace {party}'}"
             logger.warning("webhooks are answered 503 (the platforms deliver them again): %d (%d bytes) are"
                            " waiting to be stored already%s — the database is slow or away, or more arrive"
                            " than it takes", self._waiting, self._waiting_bytes, whose)

@@ -11,14 +11,15 @@ well under one. Webhooks are the busiest path there is and need none of that mac
 - it is screened there (channels_app.webhooks.webhook_screen), from the process's binding
   cache alone: a bad or missing signature is answered 401/403 at once, as the thread would,
   without taking a place among the webhooks waiting; a well-signed one is counted as its
-  binding's, one the cache cannot tell as unverified (a binding not read lately, or junk);
+  binding's workspace's, one the cache cannot tell as unverified (a binding not read
+  lately, or junk);
 - what waits to be stored is bounded (channels_app.webhook_bound: MAX_WAITING webhooks,
   MAX_WAITING_BYTES of bodies):
   past it — a database slow or away, a flood faster than it — a webhook is answered 503
   with Retry-After at once, its body not read if its Content-Length does not fit, instead
   of piling up in the server's memory; nothing of it is stored and the platform delivers
   it again. One warning says when a burst of them starts, one line when it ends;
-- the bound is shared (channels_app.webhook_bound): each binding with webhooks waiting,
+- the bound is shared (channels_app.webhook_bound): each workspace with webhooks waiting,
   and the unverified as one more, holds at most its share, and one holding nothing is
   taken while the whole bound has room. A flood of junk posted by anyone, or one
   workspace's platform flooding, is answered 503 past its share while another
@@ -116,7 +117,7 @@ class _Job:
     body: bytes
     loop: asyncio.AbstractEventLoop
     future: asyncio.Future[Answer]
-    party: Hashable = UNVERIFIED  # whose share of the bound it takes: its binding's id, or UNVERIFIED
+    party: Hashable = UNVERIFIED  # whose share of the bound it takes: its binding's tenant's id, or UNVERIFIED
     request: ASGIRequest | None = None  # as the screening made it (its body parsed once)
     verified: ChannelBinding | None = None  # the binding the screening verified it for (signature checked once)
 
@@ -330,7 +331,7 @@ class WebhookIngest:
             answer = Answer.error(413, f"the body is larger than {settings.QORVEN_MAX_BODY} bytes")
         elif isinstance(screened := _screen(match.group(1), scope, body), Answer):
             answer = screened
-        elif (future := group_commit.submit(match.group(1), scope, body, party=screened[1].binding_id or UNVERIFIED,
+        elif (future := group_commit.submit(match.group(1), scope, body, party=screened[1].tenant_id or UNVERIFIED,
                                             request=screened[0], verified=screened[1].verified)) is None:
             answer = _BUSY
         else:

@@ -6,7 +6,8 @@ by the two ways a webhook arrives: Django's view below (WSGI, the test client) a
 lean ASGI path `qorven serve` answers them on (channels_app.webhook_ingest), which stores
 the messages of concurrent webhooks in one statement. That path first screens each
 webhook on its event loop (`webhook_screen`), from the process's binding cache alone, to
-refuse a bad signature before it waits and to count each well-signed one as its binding's.
+refuse a bad signature before it waits and to count each well-signed one as its binding's
+workspace's.
 """
 from __future__ import annotations
 
@@ -102,6 +103,7 @@ class Screened:
     refusal: HttpResponse | None = None
     binding_id: int | None = None
     verified: ChannelBinding | None = None
+    tenant_id: int | None = None  # the binding's workspace: whose share of the backlog it takes
 
 
 def webhook_screen(channel: str, request: HttpRequest) -> Screened:
@@ -119,7 +121,7 @@ def webhook_screen(channel: str, request: HttpRequest) -> Screened:
     try:
         with cached_only():
             binding = adapter.resolve(request)
-        return Screened(binding_id=binding.pk, verified=binding)
+        return Screened(binding_id=binding.pk, verified=binding, tenant_id=binding.tenant_id)
     except (WebhookRejected, BodyRefused, SuspiciousOperation) as exc:
         return Screened(_refused(channel, exc).response)
     except NotCached:
@@ -128,7 +130,8 @@ def webhook_screen(channel: str, request: HttpRequest) -> Screened:
         return Screened()
     try:  # a binding whose entry is past its time: its signature still tells whose the webhook is
         with cached_only(stale=True):
-            return Screened(binding_id=adapter.resolve(request).pk)
+            binding = adapter.resolve(request)
+            return Screened(binding_id=binding.pk, tenant_id=binding.tenant_id)
     except Exception:  # not known here (a secret changed since): the thread decides
         return Screened()
 

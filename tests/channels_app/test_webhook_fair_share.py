@@ -296,3 +296,31 @@ def test_a_server_just_started_refuses_a_forged_slack_webhook_at_once(world, tel
         assert [r.status_code for r in forged_answers] == [401]
     acme.join(30)
     assert [r.status_code for r in acme_answers] == [200]
+
+
+def test_a_workspace_flooding_through_several_bots_holds_one_share_not_one_a_bot(world, telegram, platform,
+                                                                                  monkeypatch):
+    """The share is a workspace's: acme's flood through three bots of its own took three
+    shares, one a bot, and with the whole bound full between them globex's webhook was
+    answered 503. A workspace can bind as many bots and addresses as it likes."""
+    globex_bot(world)
+    for n in (2, 3):
+        binding_create(tenant=world.tenant_a, qor=world.qor_a, kind="telegram",
+                       credentials={"token": f"11{n}:AAA", "secret": f"tg-secret-a{n}", "username": f"aria{n}_bot"})
+    assert [r.status_code for r in asgi_post(*(tg(telegram_update(f"bot {n}", message_id=10 + n), secret=f"tg-secret-a{n}")
+                                               for n in (2, 3)))] == [200, 200]  # this process has read them
+    monkeypatch.setattr(webhook_bound, "MAX_WAITING", 10)
+    bots = ["tg-secret-a", "tg-secret-a2", "tg-secret-a3"]
+    with inserts_held():
+        acme, acme_answers = flooding(*(tg(telegram_update(f"acme {i}", message_id=100 + i), secret=bots[i // 10])
+                                        for i in range(30)))
+        settled(acme_answers, 30, 0)
+        assert 503 in {r.status_code for r in acme_answers}
+        waiting = group_commit.waiting()[0]
+        globex, globex_answers = posting(tg(telegram_update("globex, in acme's flood", user_id=77, message_id=5),
+                                            secret="tg-secret-b"))
+        answered_or_waiting(globex_answers, waiting + 1)
+        assert [r.status_code for r in globex_answers] == []  # taken, not answered before it is stored
+    for thread in (acme, globex):
+        thread.join(30)
+    assert [r.status_code for r in globex_answers] == [200]
