@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from channels_app.json_body import MAX_DEPTH, BodyRefused, json_parse
+from channels_app.json_body import MAX_CONTAINERS, MAX_DEPTH, BodyRefused, json_parse
 
 
 def nested(levels: int) -> str:
@@ -62,3 +62,11 @@ def test_a_body_that_is_not_json_says_where_it_stops_being_json(text, says):
         json_parse(text)
     assert refused.value.status == 400 and says in str(refused.value), refused.value
     assert "JSONDecodeError" not in str(refused.value)
+
+
+def test_a_body_of_more_objects_and_arrays_than_the_limit_is_refused_and_brackets_in_strings_are_not_counted():
+    assert json_parse(json.dumps([[] for _ in range(MAX_CONTAINERS - 1)])) is not None
+    with pytest.raises(BodyRefused, match="more than 10,000 objects and arrays"):
+        json_parse(json.dumps([{} for _ in range(MAX_CONTAINERS)]))
+    text = json.dumps({"content": '[{"x": "\\"}' * 20_000})  # a paste of code: brackets and escapes in a string
+    assert json_parse(text) == json.loads(text)
