@@ -26,7 +26,6 @@ MAX_CONTAINERS = 10_000
 # A JSON string (its escapes included), to leave out of the count of brackets.
 _STRING = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"')
 QUERY_INT_MAX = 2**53 - 1  # the largest integer a query parameter may hold (seqs, ids)
-_SURROGATE = re.compile("[\ud800-\udfff]")
 _CACHE = "_qorven_json_body"
 
 
@@ -102,7 +101,7 @@ def json_parse(raw: bytes | str) -> Any:
     except ValueError:  # a number too long to read (Python's digit limit)
         raise BodyRefused(400, "the body is not valid JSON") from None
     if _needs_walk(text):
-        _check(body)
+        _check(body, text)
     return body
 
 
@@ -122,25 +121,28 @@ def _containers(text: str) -> int:
 
 
 def _needs_walk(text: str) -> bool:
-    """Whether the parsed document must be walked: it can only nest as deep as it has
+    """Whether the parsed document must be checked: it can only nest as deep as it has
     opening brackets, and only hold a lone surrogate where its text names one. Most
-    bodies have neither, and a scan of the text costs a fraction of a walk."""
+    bodies have neither, and a scan of the text costs a fraction of a check."""
     return text.count("{") + text.count("[") > MAX_DEPTH or _SURROGATE_IN_TEXT.search(text) is not None
 
 
-def _check(body: Any) -> None:
-    """Depth and strings, without recursion."""
-    stack: list[tuple[Any, int]] = [(body, 1)]
-    while stack:
-        value, depth = stack.pop()
-        if isinstance(value, str):
-            if _SURROGATE.search(value):
-                raise BodyRefused(400, "the body holds a lone surrogate (not a character)")
-        elif isinstance(value, dict | list):
-            if depth > MAX_DEPTH:
-                raise BodyRefused(400, f"the body is nested deeper than {MAX_DEPTH} levels")
-            items = value.items() if isinstance(value, dict) else enumerate(value)
-            for key, item in items:
-                if isinstance(key, str):
-                    stack.append((key, depth))
-                stack.append((item, depth + 1))
+_BRACKET = re.compile(r"[\[\]{}]")
+
+
+def _check(body: Any, text: str) -> None:
+    """Depth and strings, from the text (valid JSON: its brackets outside strings are
+    balanced, at most 2 × MAX_CONTAINERS of them) and by encoding the strings, both at
+    C speed: a walk of every value in Python took 0.5 s for 450,000 numbers."""
+    if text.count("{") + text.count("[") > MAX_DEPTH:
+        depth = deepest = 0
+        for bracket in _BRACKET.findall(_STRING.sub("", text)):
+            depth += 1 if bracket in "[{" else -1
+            deepest = max(deepest, depth)
+        if deepest > MAX_DEPTH:
+            raise BodyRefused(400, f"the body is nested deeper than {MAX_DEPTH} levels")
+    if _SURROGATE_IN_TEXT.search(text) is not None:
+        try:  # a lone surrogate, in a key or a value, is what UTF-8 cannot encode
+            json.dumps(body, ensure_ascii=False).encode("utf-8")
+        except UnicodeEncodeError:
+            raise BodyRefused(400, "the body holds a lone surrogate (not a character)") from None
