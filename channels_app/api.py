@@ -91,16 +91,16 @@ def _for_qor_chat(
     view: Callable[[HttpRequest, Any, Session | None], HttpResponse],
 ) -> Callable[[HttpRequest, str], HttpResponse]:
     """As _for_qor, for a view also given the caller's active canonical session with the
-    Qor when it was read with it: a message posted in canonical mode reads both in one
-    statement (sessions_app.qor_chat). None before the first message, and when not read
-    (a GET; legacy mode, where the session is the surface's own)."""
+    Qor when it was read with it: in canonical mode the timeline's read and a message
+    posted read both in one statement (sessions_app.qor_chat). None before the first
+    message, and when not read (legacy mode, where the session is the surface's own)."""
 
     @wraps(view)
     def resolved(request: HttpRequest, qor_slug: str) -> HttpResponse:
         tenant = request.tenant  # type: ignore[attr-defined]
         chat = None
         try:
-            if request.method == "POST" and not settings.QORVEN_LEGACY_SESSIONS:
+            if not settings.QORVEN_LEGACY_SESSIONS:
                 qor, chat = qor_chat_get(tenant=tenant, slug=qor_slug, user=request.user)  # type: ignore[arg-type]
             else:
                 qor = qor_get(tenant=tenant, slug=qor_slug)
@@ -140,11 +140,11 @@ def _json_object(request: HttpRequest, example: str) -> dict[str, Any]:
 @_for_qor_chat
 def qor_messages(request: HttpRequest, qor, chat: Session | None) -> HttpResponse:
     if request.method == "GET":
-        return _timeline(request, qor)
+        return _timeline(request, qor, chat)
     return _post(request, qor, chat)
 
 
-def _timeline(request: HttpRequest, qor) -> JsonResponse:
+def _timeline(request: HttpRequest, qor, chat: Session | None) -> JsonResponse:
     channel = request.GET.get("channel") or None
     if channel is not None and channel not in Channel.values:
         raise BadRequest(f"unknown channel {channel!r}; one of: {', '.join(Channel.values)}")
@@ -163,8 +163,9 @@ def _timeline(request: HttpRequest, qor) -> JsonResponse:
     surface = request.GET.get("surface") or (channel if channel in POSTABLE_CHANNELS else Channel.WEB)
     if surface not in POSTABLE_CHANNELS:
         raise BadRequest(f"surface takes: {', '.join(sorted(POSTABLE_CHANNELS))}")
-    session = surface_session(tenant=request.tenant, qor=qor, user=request.user,  # type: ignore[attr-defined]
-                              surface=surface)
+    # In canonical mode the chat came with the Qor (every surface reads it).
+    session = chat if not settings.QORVEN_LEGACY_SESSIONS else surface_session(
+        tenant=request.tenant, qor=qor, user=request.user, surface=surface)  # type: ignore[attr-defined]
     # Never an answer the person had written again (regenerate): a message here has
     # nothing to say it was replaced.
     messages = (

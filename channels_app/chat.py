@@ -59,19 +59,49 @@ class ChatOwner:
         return self.user.get_full_name() or self.user.get_username()
 
 
+@dataclass(frozen=True)
+class ChatRead:
+    """The owner's active canonical chat as read with its Qor (sessions_app.qor_chat):
+    `session` is None before their first message, never an archived chat."""
+    session: Session | None
+
+
 def chat_owner(*, user: User, tenant_slug: str, qor_slug: str, surface: str = "web") -> ChatOwner:
     """The user's chat with that Qor on `surface` (web, tui), if they are a member of its
     tenant; a tenant they are not a member of is not found, like a missing one."""
+    tenant, trust = _member_tenant(user=user, tenant_slug=tenant_slug, surface=surface)
+    qor = Qor.objects.filter(tenant=tenant, slug=qor_slug).first()
+    if qor is None:
+        raise NotFound(f"no qor {qor_slug!r}")
+    return ChatOwner(tenant, qor, user, trust, surface=surface)
+
+
+def chat_owner_read(
+    *, user: User, tenant_slug: str, qor_slug: str, surface: str = "web"
+) -> tuple[ChatOwner, ChatRead | None]:
+    """chat_owner for one request, with the person's chat read in the Qor's statement (in
+    canonical mode: one statement for both, which were two). None in legacy mode, where
+    the session is the surface's own and is read as before (chat_session, session_resolve).
+    Not for an owner kept open (a socket, a terminal): the chat it read would go stale."""
+    if settings.QORVEN_LEGACY_SESSIONS:
+        return chat_owner(user=user, tenant_slug=tenant_slug, qor_slug=qor_slug, surface=surface), None
+    from sessions_app.qor_chat import qor_chat_get
+
+    tenant, trust = _member_tenant(user=user, tenant_slug=tenant_slug, surface=surface)
+    qor, session = qor_chat_get(tenant=tenant, slug=qor_slug, user=user)  # NotFound as chat_owner's
+    return ChatOwner(tenant, qor, user, trust, surface=surface), ChatRead(session)
+
+
+def _member_tenant(*, user: User, tenant_slug: str, surface: str) -> tuple[Tenant, str]:
+    """The tenant and the user's trust on `surface` in it; NotFound alike for a missing
+    tenant and one they are not a member of."""
     if not user.is_authenticated:
         raise NotFound("not signed in")
     tenant = Tenant.objects.filter(slug=tenant_slug).first()  # membership: surface_access decides
     trust = surface_access(tenant=tenant, user=user, surface=surface) if tenant is not None else None
     if tenant is None or trust is None:
         raise NotFound(f"no tenant {tenant_slug!r}")
-    qor = Qor.objects.filter(tenant=tenant, slug=qor_slug).first()
-    if qor is None:
-        raise NotFound(f"no qor {qor_slug!r}")
-    return ChatOwner(tenant, qor, user, trust, surface=surface)
+    return tenant, trust
 
 
 def chat_stop(*, owner: ChatOwner, reply_to: int) -> bool:
@@ -131,9 +161,12 @@ def chat_page_address(*, qor: Qor, user: User) -> str:
     return address
 
 
-def chat_session(*, owner: ChatOwner) -> Session | None:
-    """The active canonical session, or None before the first message. In legacy mode
+def chat_session(*, owner: ChatOwner, read: ChatRead | None = None) -> Session | None:
+    """The active canonical session, or None before the first message; `read`: as it was
+    read with the Qor (chat_owner_read), not read again. In legacy mode
     (QORVEN_LEGACY_SESSIONS) the surface's own session: the one its messages go to."""
+    if read is not None:
+        return read.session
     return surface_session(tenant=owner.tenant, qor=owner.qor, user=owner.user, surface=owner.surface)
 
 
@@ -262,11 +295,14 @@ def with_deliveries(messages: list[MessageRow], events: list[dict[str, Any]]) ->
 
 
 def chat_send(
-    *, owner: ChatOwner, content: str, channel: str, idempotency_key: str = "", images: Sequence[ImageBytes] = ()
+    *, owner: ChatOwner, content: str, channel: str, idempotency_key: str = "", images: Sequence[ImageBytes] = (),
+    read: ChatRead | None = None,
 ) -> AppendResult:
     """The person wrote `content` on `channel` (web, tui, webchat), perhaps with `images`:
     store it in their canonical chat (the images in the same transaction) and queue the
-    answer."""
+    answer. `read`: the chat as read with the Qor (chat_owner_read); one rotated since
+    (/clear in another tab) is followed to its successor as the message is stored
+    (qorven.agent.gateway.inbound_accept), as one resolved here would be."""
     content = storable(content).strip("\n")  # as stored: NULs alone are an empty message
     if not content.strip() and not images:
         raise ValueError("the message is empty")
@@ -280,7 +316,9 @@ def chat_send(
         if current is None:
             raise NotFound("not a member of this workspace any more")
         trust = current
-    session = session_resolve(tenant=owner.tenant, qor=owner.qor, channel=channel, user=owner.user)
+    # The chat read with the Qor, else resolved: created for a first message.
+    session = read.session if read is not None and read.session is not None else session_resolve(
+        tenant=owner.tenant, qor=owner.qor, channel=channel, user=owner.user)
     return inbound_accept(
         session=session, content=content, channel=channel, sender_name=owner.sender_name, user=owner.user,
         trust=trust, external_scope=f"{channel}:user:{owner.user.pk}" if idempotency_key else "",

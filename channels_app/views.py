@@ -24,12 +24,14 @@ from .api_auth import method_refused, stop_unavailable
 from .chat import (
     PAGE,
     ChannelOff,
+    ChatRead,
     chat_archive,
     chat_archived_get,
     chat_channels,
     chat_events,
     chat_image,
     chat_owner,
+    chat_owner_read,
     chat_qors,
     chat_regenerate,
     chat_search,
@@ -110,10 +112,13 @@ def zone_label(*, own: str, workspace: str) -> dict[str, str]:
             "full": f"Your timezone: {zone}" + ("" if own else " (the workspace's)")}
 
 
-def member_json_view(*methods: str) -> Callable[[Callable[..., JsonResponse]], Callable[..., JsonResponse]]:
+def member_json_view(
+    *methods: str, with_chat: bool = False
+) -> Callable[[Callable[..., JsonResponse]], Callable[..., JsonResponse]]:
     """A JSON endpoint of a member's chat: `view(request, owner)`, after the method (when
     `methods` are given), the sign-in and the chat (ChatOwner) are checked — each refusal
-    in JSON, a chat of another tenant answered like a missing one."""
+    in JSON, a chat of another tenant answered like a missing one. `with_chat`:
+    `view(request, owner, read)`, the person's chat read with the Qor (chat_owner_read)."""
     def wrap(view: Callable[..., JsonResponse]) -> Callable[..., JsonResponse]:
         @wraps(view)
         def endpoint(request: HttpRequest, tenant_slug: str, qor_slug: str) -> JsonResponse:
@@ -123,10 +128,13 @@ def member_json_view(*methods: str) -> Callable[[Callable[..., JsonResponse]], C
             if not request.user.is_authenticated:
                 return JsonResponse({"error": "sign in first"}, status=401)
             try:
-                owner = chat_owner(user=request.user, tenant_slug=tenant_slug, qor_slug=qor_slug)
+                if with_chat:
+                    owner, read = chat_owner_read(user=request.user, tenant_slug=tenant_slug, qor_slug=qor_slug)
+                else:
+                    owner, read = chat_owner(user=request.user, tenant_slug=tenant_slug, qor_slug=qor_slug), None
             except NotFound:
                 return JsonResponse({"error": "no such chat"}, status=404)
-            return view(request, owner)
+            return view(request, owner, read) if with_chat else view(request, owner)
         return endpoint
     return wrap
 
@@ -246,20 +254,20 @@ def _reply_to(request: HttpRequest) -> int | JsonResponse:
     return reply_to
 
 
-@member_json_view("GET", "POST")
-def chat_messages(request: HttpRequest, owner) -> JsonResponse:
+@member_json_view("GET", "POST", with_chat=True)
+def chat_messages(request: HttpRequest, owner, read: ChatRead | None) -> JsonResponse:
     """GET `?before_seq=` / `?after_seq=`: a page of the timeline before or after a
     message. POST `{"content": "…"}`: send on channel web (the CSRF token goes in the
     X-CSRFToken header)."""
     if request.method == "GET":
-        return history_response(request, owner, archived=True)
+        return history_response(request, owner, archived=True, read=read)
     sent = sent_message(request)
     if isinstance(sent, JsonResponse):
         return sent
     content, client_id, images = sent
     try:
         result = chat_send(owner=owner, content=content, channel=Channel.WEB, idempotency_key=client_id,
-                           images=images)
+                           images=images, read=read)
     except NotFound:
         return JsonResponse({"error": "not found"}, status=404)
     except ChannelOff as exc:
@@ -291,14 +299,17 @@ def sent_message(request: HttpRequest) -> tuple[str, str, list[UploadedImage]] |
     return content, client_id[:64], images
 
 
-def history_response(request: HttpRequest, owner, *, archived: bool = False) -> JsonResponse:
+def history_response(
+    request: HttpRequest, owner, *, archived: bool = False, read: ChatRead | None = None
+) -> JsonResponse:
     """A page of a chat (shared with the webchat): `?session=<id>&before_seq=<n>`, the page
     before that message (the newest without it), or `&after_seq=<n>`, the page after it (a
     message found by the search, read on from there); `more` says whether the page was full
     (more may lie that way). A page counts the messages a page shows: the Qor's tool calls
     and results, which it never shows, are left out. With `archived`, `session` may also
-    be one of the owner's earlier conversations."""
-    session = chat_session(owner=owner)
+    be one of the owner's earlier conversations. `read`: the chat as read with the Qor
+    (chat_owner_read), not read again."""
+    session = chat_session(owner=owner, read=read)
     try:
         before = query_int(request, "before_seq", minimum=0)
         after = query_int(request, "after_seq", minimum=0)

@@ -10,6 +10,8 @@ from sessions_app.services.append import message_append
 from sessions_app.services.resolve import session_resolve
 from tenancy.services import api_token_create
 
+from ..factories.tenancy import QorFactory
+
 URL = "/v1/qors/{}/messages"
 
 
@@ -285,6 +287,36 @@ def test_a_post_is_three_reads_and_one_write_of_the_message_not_the_token(client
 
 
 @pytest.mark.django_db(transaction=True)
+def test_a_timeline_read_is_the_token_the_qor_with_the_chat_and_its_messages(client, world, tokens,
+                                                                             django_assert_max_num_queries):
+    assert post(client, tokens["alice"], "warm up").status_code == 201
+    # The token with its membership, the Qor with the caller's chat (sessions_app.qor_chat:
+    # were two, as the POST's were), the page of messages.
+    with django_assert_max_num_queries(3) as captured:
+        timeline = client.get(URL.format("aria"), **auth(tokens["alice"]))
+    assert timeline.status_code == 200
+    assert [m["content"] for m in timeline.json()["messages"]] == ["warm up"]
+    assert sum("sessions_app_session" in q["sql"] for q in captured.captured_queries) == 1
+
+
+def test_a_timeline_read_before_the_first_message_or_after_clear_is_the_empty_successor(client, world, tokens):
+    from sessions_app.services.lifecycle import session_rotate
+
+    empty = client.get(URL.format("aria"), **auth(tokens["alice"])).json()
+    assert (empty["session"], empty["messages"]) == (None, [])
+    first = post(client, tokens["alice"], "before /clear").json()["session"]["id"]
+    session_rotate(session=Session.objects.get(pk=first))
+    cleared = client.get(URL.format("aria"), **auth(tokens["alice"])).json()
+    successor = Session.objects.get(user=world.alice, kind="canonical", state="active")
+    assert cleared["session"]["id"] == successor.pk != first and cleared["messages"] == []
+    # A Qor of another tenant is the same 404 as a missing one, before any 400.
+    QorFactory(tenant=world.tenant_b, slug="orion", is_default=False)
+    for slug in ("nope", "orion"):
+        missing = client.get(URL.format(slug) + "?limit=0", **auth(tokens["alice"]))
+        assert missing.status_code == 404
+
+
+@pytest.mark.django_db(transaction=True)
 def test_in_legacy_mode_the_timeline_reads_the_session_the_client_writes_to(client, world, tokens, settings,
                                                                             model_server, drain):
     from ..fakes.model_server import reply
@@ -422,7 +454,7 @@ def test_every_error_under_v1_is_json_and_a_pages_stays_html(client, world, toke
     def broken(**kwargs):
         raise RuntimeError("a bug of ours")
 
-    monkeypatch.setattr(channels_app.api, "qor_get", broken)
+    monkeypatch.setattr(channels_app.api, "qor_chat_get", broken)  # the timeline reads the Qor with the chat
     failed = Client(raise_request_exception=False).get(URL.format("aria"), **auth(tokens["alice"]))
     assert refused(failed, 500).json() == {"error": "something went wrong on our side; try again later"}
 

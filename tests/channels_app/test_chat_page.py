@@ -167,3 +167,34 @@ def test_a_page_of_history_holds_a_page_of_messages_the_qors_tool_work_takes_no_
     assert [(m["seq"], m["content"]) for m in rest["messages"]] == shown[6 + PAGE:] and rest["more"] is False
     upto = client.get(f"{API}?session={session.pk}&before_seq={found + 1}").json()
     assert [(m["seq"], m["content"]) for m in upto["messages"]] == shown[:6] and upto["more"] is False
+
+
+def test_the_page_reads_and_writes_the_active_chat_and_in_legacy_mode_the_web_s_own(client, world, settings):
+    """The chat is read with the Qor (channels_app.chat.chat_owner_read): none before the
+    first message, which makes it; after /clear its successor, never the archive; a
+    missing Qor is a 404 before the body is read; legacy mode keeps the web's own session."""
+    from sessions_app.models import Session
+    from sessions_app.services.lifecycle import session_rotate
+
+    client.force_login(world.alice)
+
+    def send(text, url=API):
+        return client.post(url, data=json.dumps({"content": text}), content_type="application/json")
+
+    assert client.get(API).json() == {"session_id": None, "messages": []}
+    assert send("", "/chat/api/acme/nope/messages").status_code == 404
+    assert client.get("/chat/api/acme/nope/messages").status_code == 404
+    first = send("before /clear").json()["session_id"]
+    session_rotate(session=Session.objects.get(pk=first))
+    assert client.get(API).json()["messages"] == []
+    after = send("after /clear").json()["session_id"]
+    assert after != first and Session.objects.get(pk=after).state == "active"
+    assert [m["content"] for m in client.get(API).json()["messages"] if m["role"] == "user"] == ["after /clear"]
+    assert [m.content for m in Message.objects.filter(session_id=first, role="user")] == ["before /clear"]
+
+    settings.QORVEN_LEGACY_SESSIONS = True
+    legacy = send("in the web's own session").json()["session_id"]
+    assert Session.objects.get(pk=legacy).kind == "legacy"
+    assert [m["content"] for m in client.get(API).json()["messages"] if m["role"] == "user"] == [
+        "in the web's own session"]
+    assert [m.content for m in Message.objects.filter(session_id=after, role="user")] == ["after /clear"]

@@ -2,6 +2,7 @@
 platform webhook (verified, stored, answered 200) and one turn answering one message."""
 from __future__ import annotations
 
+import json
 import threading
 import time
 from collections.abc import Iterator
@@ -48,6 +49,26 @@ def test_an_email_to_an_address_read_lately_is_one_query(client, world, email, d
         assert post_email(client, email_body("second", "<q2@example.com>")).status_code == 200
     assert InboundEvent.objects.count() == 2
     assert "INSERT" in captured.captured_queries[-1]["sql"].upper()
+
+
+def test_the_chat_page_s_post_and_history_read_the_qor_with_the_chat(client, world, django_assert_max_num_queries):
+    """The chat page's next message and its history page: the sign-in (the browser's
+    session, its user), the workspace, the membership, the Qor with the person's chat
+    (sessions_app.qor_chat: were two, the Qor and then the chat), then the POST's channel
+    switch, membership again (the trust for this message) and the message; the GET's page."""
+    client.force_login(world.alice)
+    url = "/chat/api/acme/aria/messages"
+    assert client.post(url, data=json.dumps({"content": "warm up"}), content_type="application/json").status_code == 201
+    with django_assert_max_num_queries(8) as posted:
+        sent = client.post(url, data=json.dumps({"content": "hello"}), content_type="application/json")
+    assert sent.status_code == 201
+    with django_assert_max_num_queries(6) as read:
+        page = client.get(url)
+    assert [m["content"] for m in page.json()["messages"] if m["role"] == "user"] == ["warm up", "hello"]
+    assert page.json()["session_id"] == sent.json()["session_id"]
+    for captured in (posted, read):  # the chat is read with the Qor, not on its own
+        assert not [q for q in captured.captured_queries
+                    if q["sql"].startswith("SELECT") and 'FROM "sessions_app_session"' in q["sql"]]
 
 
 def test_a_turn_stays_within_its_query_budget(world, model_server, django_assert_max_num_queries):
