@@ -208,6 +208,51 @@ def test_answers_the_person_had_written_again_do_not_make_a_conversation_too_lon
     assert not compaction_due(session=session, prompt=prompt, num_ctx=1000, threshold=0.9)
 
 
+def test_a_failed_message_the_window_leaves_out_still_makes_the_conversation_too_long(
+    world, small_window, fake, model_server, drain, chat
+):
+    """The window held every message the model sees, with room for the reply, and no tool
+    round was stored: the conversation is still over the budget, by a message the model
+    refused (never sent again, still condensed). The check after the exchange reads it and
+    queues the summarizer: skipping the check for such a window would leave it out for as
+    long as the window fits (docs/performance.md, "A Telegram turn, round trip by round trip")."""
+    session = canonical(world)
+    seed_history(session, 2)
+    refused = message_append(session=session, role="user", content=FILLER.format(i=99) * 12, channel="web").message
+    Message.objects.filter(pk=refused.pk).update(answer_state=Message.Answer.FAILED)
+
+    chat("And the ferries?")
+
+    sent = history_text(main_requests(model_server)[0])
+    assert FILLER.format(i=0) in sent and FILLER.format(i=99) not in sent  # the whole window, not the refused one
+    assert fake.calls["summary"] >= 1 and Session.objects.get(pk=session.pk).compacted_through_seq >= refused.seq
+
+
+def test_a_message_stored_while_the_reply_was_written_that_outgrows_the_window_queues_the_summarizer(
+    world, small_window, fake, model_server, drain, chat
+):
+    """A heartbeat's result (no exchange of its own) stored while the model wrote the reply
+    takes a conversation that fitted over the budget: the check after the exchange counts it."""
+    from django.db import connection
+
+    session = canonical(world)
+    seed_history(session, 2)
+    arrived: list[Message] = []
+
+    def arriving_meanwhile(body):
+        if kind_of(body) == "main" and not arrived:
+            arrived.append(message_append(session=canonical(world), role="assistant", content=FILLER.format(i=98) * 12,
+                                          channel="web", metadata={"heartbeat": True}).message)
+            connection.close()  # this server thread's own
+        return fake(body)
+
+    model_server.default = arriving_meanwhile
+    chat("And the ferries?")
+
+    assert FILLER.format(i=98) not in history_text(main_requests(model_server)[0])  # stored after the window's read
+    assert fake.calls["summary"] >= 1 and Session.objects.get(pk=session.pk).compacted_through_seq >= arrived[0].seq
+
+
 def test_auto_mode_sends_the_note_and_the_recent_window_and_keeps_every_raw_row(
     world, small_window, fake, model_server, drain, chat
 ):
