@@ -296,13 +296,15 @@ def with_deliveries(messages: list[MessageRow], events: list[dict[str, Any]]) ->
 
 def chat_send(
     *, owner: ChatOwner, content: str, channel: str, idempotency_key: str = "", images: Sequence[ImageBytes] = (),
-    read: ChatRead | None = None,
+    read: ChatRead | None = None, opened_now: bool = False,
 ) -> AppendResult:
     """The person wrote `content` on `channel` (web, tui, webchat), perhaps with `images`:
     store it in their canonical chat (the images in the same transaction) and queue the
     answer. `read`: the chat as read with the Qor (chat_owner_read); one rotated since
     (/clear in another tab) is followed to its successor as the message is stored
-    (qorven.agent.gateway.inbound_accept), as one resolved here would be."""
+    (qorven.agent.gateway.inbound_accept), as one resolved here would be. `opened_now`:
+    the owner was made for this request (a page's POST), its trust on its surface read
+    from the membership just now: not read again for a message on that surface."""
     content = storable(content).strip("\n")  # as stored: NULs alone are an empty message
     if not content.strip() and not images:
         raise ValueError("the message is empty")
@@ -311,7 +313,8 @@ def chat_send(
     if not channel_enabled(tenant=owner.tenant, channel=channel):
         raise ChannelOff(f"the {channel} channel is switched off for this workspace")
     trust = owner.trust
-    if owner.member:  # a terminal stays open for hours: the membership decides each message
+    if owner.member and not (opened_now and channel == owner.surface):
+        # A terminal stays open for hours: the membership decides each message.
         current = surface_access(tenant=owner.tenant, user=owner.user, surface=channel)
         if current is None:
             raise NotFound("not a member of this workspace any more")

@@ -267,7 +267,7 @@ def chat_messages(request: HttpRequest, owner, read: ChatRead | None) -> JsonRes
     content, client_id, images = sent
     try:
         result = chat_send(owner=owner, content=content, channel=Channel.WEB, idempotency_key=client_id,
-                           images=images, read=read)
+                           images=images, read=read, opened_now=True)
     except NotFound:
         return JsonResponse({"error": "not found"}, status=404)
     except ChannelOff as exc:
