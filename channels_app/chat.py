@@ -93,12 +93,16 @@ def chat_owner_read(
 
 
 def _member_tenant(*, user: User, tenant_slug: str, surface: str) -> tuple[Tenant, str]:
-    """The tenant and the user's trust on `surface` in it; NotFound alike for a missing
-    tenant and one they are not a member of."""
+    """The tenant and the user's trust on `surface` in it, read with their membership (one
+    statement: they were two); NotFound alike for a missing tenant and one they are not a
+    member of."""
+    from tenancy.access import surface_access_of_role
+    from tenancy.selectors import tenant_role_get
+
     if not user.is_authenticated:
         raise NotFound("not signed in")
-    tenant = Tenant.objects.filter(slug=tenant_slug).first()  # membership: surface_access decides
-    trust = surface_access(tenant=tenant, user=user, surface=surface) if tenant is not None else None
+    tenant, role = tenant_role_get(slug=tenant_slug, user=user)
+    trust = surface_access_of_role(user=user, role=role, surface=surface) if tenant is not None else None
     if tenant is None or trust is None:
         raise NotFound(f"no tenant {tenant_slug!r}")
     return tenant, trust

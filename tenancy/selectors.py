@@ -27,6 +27,26 @@ def tenant_get(*, slug: str) -> Tenant:
     return tenant
 
 
+def _tenant_with_role(slug: str, user_id: int) -> QuerySet[Tenant]:
+    from django.db.models import OuterRef, Subquery
+
+    role = memberships_holding().filter(tenant_id=OuterRef("pk"), user_id=user_id).values("role")[:1]
+    return Tenant.objects.filter(slug=slug).annotate(member_role=Subquery(role)).order_by()[:1]  # slugs are unique
+
+
+# Read as every request of the chat page opens it, and a chat socket: compiled once.
+_tenant_with_role_read: PreparedRead[Tenant] = PreparedRead(_tenant_with_role, slug=str, user_id=int)
+
+
+def tenant_role_get(*, slug: str, user: User) -> tuple[Tenant | None, str | None]:
+    """The workspace `slug` (None when there is none) and the user's role in it by a
+    membership that lets them in now (memberships_holding: None for none), in one
+    statement: for tenancy.access.surface_access_of_role, which decides as surface_access
+    does from a membership read on its own."""
+    tenant = _tenant_with_role_read.first(slug=slug, user_id=user.pk)
+    return (tenant, tenant.member_role) if tenant is not None else (None, None)  # type: ignore[attr-defined]
+
+
 def tenant_only_slug() -> str | None:
     """The slug of the host's one workspace, or None when it has none or several: what a
     command run by the host takes when none is named (`qorven setup` after `make run`)."""

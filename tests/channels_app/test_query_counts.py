@@ -53,17 +53,18 @@ def test_an_email_to_an_address_read_lately_is_one_query(client, world, email, d
 
 def test_the_chat_page_s_post_and_history_read_the_qor_with_the_chat(client, world, django_assert_max_num_queries):
     """The chat page's next message and its history page: the sign-in (the browser's
-    session, its user), the workspace, the membership, the Qor with the person's chat
-    (sessions_app.qor_chat: were two, the Qor and then the chat), then the POST's channel
-    switch and the message (its trust from the membership just read: it was read again,
-    one statement more); the GET's page."""
+    session, its user), the workspace with the person's membership (tenancy.selectors.
+    tenant_role_get: were two), the Qor with the person's chat (sessions_app.qor_chat: were
+    two, the Qor and then the chat), then the POST's channel switch and the message (its
+    trust from the membership just read: it was read again, one statement more); the GET's
+    page."""
     client.force_login(world.alice)
     url = "/chat/api/acme/aria/messages"
     assert client.post(url, data=json.dumps({"content": "warm up"}), content_type="application/json").status_code == 201
-    with django_assert_max_num_queries(7) as posted:
+    with django_assert_max_num_queries(6) as posted:
         sent = client.post(url, data=json.dumps({"content": "hello"}), content_type="application/json")
     assert sent.status_code == 201
-    with django_assert_max_num_queries(6) as read:
+    with django_assert_max_num_queries(5) as read:
         page = client.get(url)
     assert [m["content"] for m in page.json()["messages"] if m["role"] == "user"] == ["warm up", "hello"]
     assert page.json()["session_id"] == sent.json()["session_id"]

@@ -47,3 +47,20 @@ def test_a_role_change_is_read_at_once_in_both_directions(world):
     assert surface_access(tenant=world.tenant_a, user=world.bob, surface="web") == Trust.OWNER
     Membership.objects.filter(tenant=world.tenant_a, user=world.bob).update(role="member")
     assert surface_access(tenant=world.tenant_a, user=world.bob, surface="web") == Trust.PAIRED
+
+
+def test_the_workspace_read_with_a_role_gives_it_only_for_a_membership_that_lets_in_now(world):
+    """tenancy.selectors.tenant_role_get, which the chat page and its socket open with: the
+    role surface_access would decide from, read with the workspace."""
+    from tenancy.selectors import tenant_role_get
+    from tenancy.services import tenant_suspend
+
+    assert tenant_role_get(slug="acme", user=world.alice) == (world.tenant_a, "owner")
+    assert tenant_role_get(slug="acme", user=world.charlie) == (world.tenant_a, None)  # another tenant's owner
+    assert tenant_role_get(slug="nope", user=world.alice) == (None, None)
+    world.bob.is_active = False
+    world.bob.save(update_fields=["is_active"])
+    assert tenant_role_get(slug="acme", user=world.bob) == (world.tenant_a, None)
+    tenant_suspend(tenant=world.tenant_a)
+    assert tenant_role_get(slug="acme", user=world.alice) == (world.tenant_a, None)
+    assert tenant_role_get(slug="globex", user=world.charlie) == (world.tenant_b, "owner")
