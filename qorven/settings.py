@@ -164,6 +164,14 @@ QORVEN_SERVE_STATIC = env.bool("QORVEN_SERVE_STATIC", default=True)
 QORVEN_MAX_BODY = env.int("QORVEN_MAX_BODY", default=1024 * 1024, at_least=1)
 
 REDIS_URL = env.redis_url("REDIS_URL", default="")
+# How long a command to Redis (and connecting to it) may take for the cache and Qorven's
+# own client (route slots, the stream buffer): past it, a Redis that takes connections and
+# never answers (a paused machine, packets dropped on the way) is the cache away, as one
+# refusing them is, instead of holding every turn, webhook and send that reads it. A
+# healthy Redis answers in a millisecond or two: neither sends a blocking command, and the
+# slots' longest script walks a few short lists. redis-py 8 gives up after 5 s by default;
+# the older ones this install allows never did.
+QORVEN_REDIS_TIMEOUT = env.float("QORVEN_REDIS_TIMEOUT", default=5.0, above=0)
 
 # Room for a streamed reply's chunks queued for one socket: past it, a socket misses events
 # and catches up from the database (and the stream cache) instead.
@@ -214,7 +222,9 @@ if REDIS_URL:
     # Shared by every process: the text of replies still streaming (qorven/streams.py),
     # rate-limit counters.
     CACHES = {"default": {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": REDIS_URL,
-                          "KEY_PREFIX": QORVEN_CACHE_PREFIX}}
+                          "KEY_PREFIX": QORVEN_CACHE_PREFIX,
+                          "OPTIONS": {"socket_timeout": QORVEN_REDIS_TIMEOUT,
+                                      "socket_connect_timeout": QORVEN_REDIS_TIMEOUT}}}
 else:
     CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}
 

@@ -17,7 +17,7 @@ import pytest
 from tenancy.models import Membership, Qor, Tenant
 
 from .factories.tenancy import MembershipFactory, QorFactory, TenantFactory, UserFactory
-from .processes import cache_redis, processes  # noqa: F401  (fixtures: a Redis of its own as the cache; real qorven processes)
+from .processes import black_hole, cache_redis, hung_redis, processes  # noqa: F401  (fixtures: a Redis of its own as the cache, one that hangs, a port that never takes a connection; real qorven processes)
 
 
 @dataclass

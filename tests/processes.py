@@ -202,3 +202,63 @@ def cache_redis(settings):
 
     yield stop, start
     stop()
+
+
+class HungRedis:
+    """A Redis server of the test's own that can be made to hang as a paused machine does:
+    stopped (SIGSTOP), its connections are still taken and what is sent to it acknowledged
+    by the system, and nothing is answered until it goes on (SIGCONT)."""
+
+    TIMEOUT = 0.5  # QORVEN_REDIS_TIMEOUT while it is used
+
+    def __init__(self) -> None:
+        self.port, self.proc = redis_of_our_own()
+        self.url = f"redis://127.0.0.1:{self.port}/0"
+
+    def hang(self) -> None:
+        self.proc.send_signal(signal.SIGSTOP)
+
+    def answer(self) -> None:
+        self.proc.send_signal(signal.SIGCONT)
+
+    def stop(self) -> None:
+        self.answer()
+        self.proc.terminate()
+        self.proc.wait(10)
+
+
+@pytest.fixture
+def hung_redis(settings):
+    """The cache and REDIS_URL on a Redis of the test's own (`HungRedis`), with the client
+    timeouts the settings give it (QORVEN_REDIS_TIMEOUT) kept small."""
+    server = HungRedis()
+    settings.REDIS_URL = server.url
+    settings.QORVEN_REDIS_TIMEOUT = server.TIMEOUT
+    settings.CACHES = {"default": {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": server.url,
+                                   "KEY_PREFIX": "redis-hung",
+                                   "OPTIONS": {"socket_timeout": server.TIMEOUT,
+                                               "socket_connect_timeout": server.TIMEOUT}}}
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def black_hole():
+    """The port of a listener that never takes a connection: its backlog is full, so
+    connecting to it waits, as to a host whose packets are dropped."""
+    import socket
+
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(0)
+    port = listener.getsockname()[1]
+    filling = []
+    for _ in range(3):
+        sock = socket.socket()
+        sock.setblocking(False)
+        sock.connect_ex(("127.0.0.1", port))
+        filling.append(sock)
+    yield port
+    for sock in filling:
+        sock.close()
+    listener.close()

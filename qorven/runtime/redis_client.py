@@ -12,20 +12,24 @@ from typing import Any
 from django.conf import settings
 
 _client: Any = None
-_made_for = ""
+_made_for: tuple[str, float] = ("", 0.0)
 _lock = threading.Lock()
 
 
 def shared_redis() -> Any:
-    """The client for REDIS_URL (made again if the setting changed, as tests change it)."""
+    """The client for REDIS_URL, each command and connecting bounded by QORVEN_REDIS_TIMEOUT
+    (a Redis that hangs then raises redis' TimeoutError, which counts as the cache away:
+    qorven.runtime.cache_away). Made again if either setting changed, as tests change them."""
     global _client, _made_for
-    url = settings.REDIS_URL
-    if _client is None or _made_for != url:
+    made_for = (settings.REDIS_URL, settings.QORVEN_REDIS_TIMEOUT)
+    if _client is None or _made_for != made_for:
         with _lock:
-            if _client is None or _made_for != url:
+            if _client is None or _made_for != made_for:
                 import redis
 
-                _client, _made_for = redis.Redis.from_url(url), url
+                url, timeout = made_for
+                _client = redis.Redis.from_url(url, socket_timeout=timeout, socket_connect_timeout=timeout)
+                _made_for = made_for
     return _client
 
 
