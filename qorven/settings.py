@@ -164,13 +164,13 @@ QORVEN_SERVE_STATIC = env.bool("QORVEN_SERVE_STATIC", default=True)
 QORVEN_MAX_BODY = env.int("QORVEN_MAX_BODY", default=1024 * 1024, at_least=1)
 
 REDIS_URL = env.redis_url("REDIS_URL", default="")
-# How long a command to Redis (and connecting to it) may take for the cache and Qorven's
-# own client (route slots, the stream buffer): past it, a Redis that takes connections and
-# never answers (a paused machine, packets dropped on the way) is the cache away, as one
-# refusing them is, instead of holding every turn, webhook and send that reads it. A
-# healthy Redis answers in a millisecond or two: neither sends a blocking command, and the
-# slots' longest script walks a few short lists. redis-py 8 gives up after 5 s by default;
-# the older ones this install allows never did.
+# How long a command to Redis (and connecting to it) may take for the cache, Qorven's own
+# client (route slots, the stream buffer) and the broker: past it, a Redis that takes
+# connections and never answers (a paused machine, packets dropped on the way) is the cache
+# away, as one refusing them is, instead of holding every turn, webhook and send that reads
+# it. A healthy Redis answers in a millisecond or two: none sends a blocking command but the
+# worker's fetch (below), and the slots' longest script walks a few short lists. redis-py 8
+# gives up after 5 s by default; the older ones this install allows never did.
 QORVEN_REDIS_TIMEOUT = env.float("QORVEN_REDIS_TIMEOUT", default=5.0, above=0)
 
 # Room for a streamed reply's chunks queued for one socket: past it, a socket misses events
@@ -253,7 +253,14 @@ CELERY_ACCEPT_CONTENT = ["json"]
 CELERY_TIMEZONE = TIME_ZONE
 CELERY_TASK_TIME_LIMIT = env.int("QORVEN_TASK_TIME_LIMIT", default=900, at_least=1)
 # Redis re-delivers an unacknowledged task after this; it must outlast the longest task.
-CELERY_BROKER_TRANSPORT_OPTIONS: dict[str, Any] = {"visibility_timeout": CELERY_TASK_TIME_LIMIT * 2}
+# Its commands and connecting bounded by QORVEN_REDIS_TIMEOUT too: kombu's Redis transport
+# sets no timeout (not even redis-py 8's 5 s), so a publish to a Redis that hung waited for
+# ever. The worker's fetch (BRPOP, answered by Redis within 1 s) is not cut by it: its reply
+# is waited for on the worker's event loop, not in a read (kombu drops one overdue past its
+# health_check_interval).
+CELERY_BROKER_TRANSPORT_OPTIONS: dict[str, Any] = {"visibility_timeout": CELERY_TASK_TIME_LIMIT * 2,
+                                                   "socket_timeout": QORVEN_REDIS_TIMEOUT,
+                                                   "socket_connect_timeout": QORVEN_REDIS_TIMEOUT}
 # Before every key of the broker's (its queues, the tasks taken and not yet done): installs
 # sharing one Redis database, each with a prefix of its own, never run each other's tasks.
 QORVEN_BROKER_PREFIX = env.str("QORVEN_BROKER_PREFIX", default="")

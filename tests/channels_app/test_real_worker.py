@@ -331,3 +331,26 @@ def test_the_rest_of_a_reply_whose_worker_was_killed_mid_send_goes_out_soon_with
     assert texts() == [PARTS[0], PARTS[1], PARTS[2], NOTICE]
     states = OutboundDelivery.objects.filter(message__role="assistant").order_by("part").values_list("state", flat=True)
     assert list(states) == ["sent", "failed", "sent"]
+
+
+def test_a_worker_whose_redis_commands_are_bounded_below_its_fetchs_wait_still_takes_tasks_after_idling(
+    client, world, processes, model_server, platform
+):
+    """QORVEN_REDIS_TIMEOUT bounds the broker's commands, but not the worker's blocking fetch
+    (BRPOP, answered by Redis after 1 s when nothing is queued): a worker bounded well below
+    that, idle for several fetches, takes each question at once and its log says nothing of
+    a lost or stale broker connection."""
+    env = process_env(model_server, **FAST, QORVEN_REDIS_TIMEOUT="0.3")
+    processes.purge(env)
+    worker = processes.worker(env)
+    model_server.add(reply("First."), reply("Second."))
+    for content in ("one", "two"):
+        time.sleep(3)  # idle: three fetches come back empty
+        asked = time.monotonic()
+        ask(client, world, content)
+        assert wait_for(lambda: len(assistant_replies()) == ("one", "two").index(content) + 1, 30,
+                        processes=processes)
+        assert time.monotonic() - asked < 10
+    assert [m.content for m in assistant_replies()] == ["First.", "Second."]
+    for sign in ("Connection to broker lost", "stale connection", "Timeout reading", "TimeoutError"):
+        assert sign not in worker.output

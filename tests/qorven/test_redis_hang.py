@@ -1,7 +1,8 @@
 """A Redis that takes connections and never answers (a paused machine: the server of the
 test's own, stopped) or that never takes them (a listener whose backlog is full, as a host
 whose packets are dropped) is away after QORVEN_REDIS_TIMEOUT, as one refusing connections
-is: no call through the cache or the process's own client waits on it for longer.
+is: no call through the cache, the process's own client or the broker waits on it for
+longer.
 
 Before, neither client had a timeout of ours: redis-py 8 gives up after its own 5 s on
 every command, and the older ones this install allows (redis>=5) never did, so every turn,
@@ -94,3 +95,37 @@ def test_the_cache_the_settings_make_on_a_redis_that_hangs_is_away_after_the_tim
     assert (stored, answer) == ("stored", "away")
     assert float(took) < WITHIN - 1  # the timeout (0.5 s), not redis-py's 5 s or for ever
 
+
+_PUBLISH_PROBE = """
+import os, signal, time
+import django
+django.setup()
+from qorven.celery import app
+app.send_task("qorven.hang_probe", queue="qorven-hang-probe")  # its connection made while Redis answered
+os.kill(int(os.environ["HANG_PID"]), signal.SIGSTOP)
+started = time.monotonic()
+try:
+    app.send_task("qorven.hang_probe", queue="qorven-hang-probe")
+except Exception as exc:
+    print(type(exc).__name__)
+print(round(time.monotonic() - started, 1))
+"""
+
+
+def test_a_task_published_to_a_broker_that_hangs_is_refused_after_the_timeout(hung_redis):
+    """As when Redis refuses it: the caller's publish raises (and is tried again later:
+    qorven.runtime.publish), after Celery's own tries of it (four), each bounded by
+    QORVEN_REDIS_TIMEOUT. Before, kombu's Redis transport sets no timeout of its own (not even
+    redis-py 8's 5 s): the publish, and the request or task making it, waited for ever."""
+    env = {**os.environ, "DJANGO_SETTINGS_MODULE": "qorven.settings", "REDIS_URL": hung_redis.url,
+           "QORVEN_REDIS_TIMEOUT": str(HungRedis.TIMEOUT), "HANG_PID": str(hung_redis.proc.pid)}
+    env.pop("CELERY_BROKER_URL", None)
+    try:
+        done = subprocess.run([sys.executable, "-c", _PUBLISH_PROBE], cwd=ROOT, env=env, capture_output=True,
+                              text=True, timeout=30)
+    except subprocess.TimeoutExpired:
+        raise AssertionError("the publish still waited on the broker after 30 s") from None
+    assert done.returncode == 0, done.stderr[-2000:]
+    refused, took = done.stdout.split()
+    assert refused == "OperationalError"  # kombu's, as for a Redis refusing the connection
+    assert float(took) < 10
