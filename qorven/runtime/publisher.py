@@ -15,6 +15,7 @@ import time
 from typing import Any
 
 from channels.layers import get_channel_layer
+from django.conf import settings
 from django.core.cache import caches
 
 from .hub import LOCAL_TO, hubs_hand
@@ -68,6 +69,24 @@ async def _group_send(group: str, event: dict[str, Any], handed: list[str] | Non
         _broadcast_failures.succeeded()
 
 
+_layer_held = RepeatedFailure(logger, "the live layer held an event past QORVEN_REDIS_TIMEOUT: events go to this "
+                                      "process's sockets only, their copies for the layer dropped")
+
+_Item = tuple[str, dict[str, Any], list[str] | None]
+
+
+class _Batch:
+    """Events the sender's loop sends, and how far it got: past the bound, the thread hands
+    the rest to this process's hubs itself and the loop leaves them (`let_go`)."""
+
+    __slots__ = ("items", "at", "let_go")
+
+    def __init__(self, items: list[_Item]) -> None:
+        self.items = items
+        self.at = 0  # the event being sent: handed to the hubs already, its layer copy on its way
+        self.let_go = False
+
+
 class _Sender:
     """One daemon thread that sends queued events in order, on an event loop of its own.
 
@@ -77,10 +96,18 @@ class _Sender:
     millisecond or two while the request that stored it goes on to queue its turn. The
     thread sends the layer's copy. A chunk always waits its turn here: it is written to
     the stream buffer first (qorven.runtime.streams).
+
+    The layer's Redis connections have no socket timeout (settings.LIVE_REDIS_HOST says
+    why), so a Redis that holds a PUBLISH would hold every event behind it, for every chat
+    of the process. The thread waits for a batch QORVEN_REDIS_TIMEOUT at most, without
+    cancelling it: past that, the rest of it, and every batch until the held send is done,
+    goes to this process's hubs only, each in order, and their copies for the layer are
+    dropped (the layer is a notification: other processes' pages catch up from the
+    database by seq). The held send goes on whenever the loop runs next.
     """
 
     def __init__(self) -> None:
-        self._queue: queue.SimpleQueue[tuple[str, dict[str, Any], list[str] | None]] = queue.SimpleQueue()
+        self._queue: queue.SimpleQueue[_Item] = queue.SimpleQueue()
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
         self._pending = 0
@@ -115,23 +142,60 @@ class _Sender:
         caches["default"]
         loop = asyncio.new_event_loop()
         asyncio.set_event_loop(loop)
+        held: asyncio.Task | None = None  # a batch whose send the layer holds past the bound
         while True:
-            batch = [self._queue.get()]
+            items = [self._queue.get()]
             while not self._queue.empty():  # under load, one wake-up sends many events
-                batch.append(self._queue.get_nowait())
+                items.append(self._queue.get_nowait())
             try:
-                loop.run_until_complete(self._send(batch))
+                if held is not None:  # its loop runs only here: it goes on if Redis answers now
+                    loop.run_until_complete(asyncio.wait({held}, timeout=0.01))
+                    if held.done():
+                        held = None
+                        _layer_held.succeeded()
+                if held is None:
+                    held = self._send_within(loop, _Batch(items))
+                else:
+                    self._hand_here(items)
             finally:
                 with self._idle:
-                    self._pending -= len(batch)
+                    self._pending -= len(items)
                     self._idle.notify_all()
 
+    def _send_within(self, loop: asyncio.AbstractEventLoop, batch: _Batch) -> asyncio.Task | None:
+        """Send `batch`, waiting QORVEN_REDIS_TIMEOUT at most; its task if the layer holds it.
+        asyncio.wait, not wait_for: the send is left to go on, never cancelled (a cancelled
+        read of redis-py's reads on for ever: settings.LIVE_REDIS_HOST)."""
+        sending = loop.create_task(self._send(batch))
+        loop.run_until_complete(asyncio.wait({sending}, timeout=settings.QORVEN_REDIS_TIMEOUT))
+        if sending.done():
+            return None
+        batch.let_go = True
+        try:
+            raise TimeoutError(f"a live event held for {settings.QORVEN_REDIS_TIMEOUT} s")
+        except TimeoutError:
+            _layer_held.failed(f"{batch.items[batch.at][1].get('type')} to {batch.items[batch.at][0]}")
+        self._hand_here(batch.items[batch.at + 1:])
+        return sending
+
     @staticmethod
-    async def _send(batch: list[tuple[str, dict[str, Any], list[str] | None]]) -> None:
-        for group, event, handed in batch:
+    async def _send(batch: _Batch) -> None:
+        for at, (group, event, handed) in enumerate(batch.items):
+            if batch.let_go:  # the thread handed the rest to the hubs
+                return
+            batch.at = at
             if event.get("type") in _STREAM_EVENTS:
                 event = stream_track(event["session_id"], event)
             await _group_send(group, event, handed)
+
+    @staticmethod
+    def _hand_here(items: list[_Item]) -> None:
+        """`items` to this process's hubs only (those not handed to them already)."""
+        for group, event, handed in items:
+            if event.get("type") in _STREAM_EVENTS:
+                event = stream_track(event["session_id"], event)
+            if handed is None:
+                hubs_hand(group, event)
 
 
 _sender = _Sender()
