@@ -73,6 +73,28 @@ def test_stop_through_the_api_while_the_cache_is_away_says_it_could_not_be_passe
     assert _answers(world) == ["The whole answer."]
 
 
+def test_stop_through_the_api_while_the_cache_hangs_says_it_could_not_be_passed_on_within_the_timeout(
+    client, world, alice_token, model_server, drain, hung_redis  # noqa: F811
+):
+    """A Redis that takes the flag's write and never answers (stopped with SIGSTOP) is the
+    cache away after QORVEN_REDIS_TIMEOUT (0.5 s here): the same 503, not a request held
+    for as long as Redis hangs; the reply goes on and is kept in full once it answers."""
+    import time
+
+    client.raise_request_exception = False
+    with _writing(client, alice_token, model_server):
+        hung_redis.hang()
+        started = time.monotonic()
+        response = client.post("/v1/qors/aria/stop", data=json.dumps({"reply_to": 1}),
+                               content_type="application/json", HTTP_AUTHORIZATION=f"Bearer {alice_token}")
+        took = time.monotonic() - started
+        hung_redis.answer()
+    assert (response.status_code, response.json()) == (503, {"error": STOP_UNAVAILABLE, "code": STOP_UNAVAILABLE_CODE})
+    assert took < 2
+    drain()
+    assert _answers(world) == ["The whole answer."]
+
+
 def test_ctrl_c_in_the_terminal_while_the_cache_is_away_says_it_could_not_be_passed_on(
     world, alice_token, client, model_server, drain, cache_redis  # noqa: F811
 ):
