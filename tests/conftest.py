@@ -328,11 +328,13 @@ def _gates_clear() -> None:
     from django.conf import settings
     from django.core.cache import cache
 
-    if "locmem" in settings.CACHES["default"]["BACKEND"].lower():
-        from qorven.runtime.streams import streams_forget
+    from qorven.runtime.streams import streams_forget
 
+    # The replies streaming in this process, which the embedded default keeps there, and on
+    # Redis the rest of the stream buffer's writes an earlier test's Redis away began.
+    streams_forget()
+    if "locmem" in settings.CACHES["default"]["BACKEND"].lower():
         cache.clear()  # this process's own memory
-        streams_forget()  # the replies streaming in it, which the embedded default keeps there
         return
     import re
 

@@ -21,6 +21,13 @@ def cache_unreachable(exc: BaseException) -> bool:
     return errors is not None and isinstance(exc, (errors.ConnectionError, errors.TimeoutError))
 
 
+def cache_timed_out(exc: BaseException) -> bool:
+    """Whether `exc` is a Redis that took no answer within QORVEN_REDIS_TIMEOUT (one that
+    hangs), rather than one that failed at once: each try of it costs that long."""
+    errors = sys.modules.get("redis.exceptions")
+    return errors is not None and isinstance(exc, errors.TimeoutError)
+
+
 def cache_or(default: T, call: Callable[[], T], *, away: RepeatedFailure) -> T:
     """What `call` (a cache read or write) answers, or `default` when it fails: the cache
     is away. Any error counts, whichever the backend (the caller imports none of Redis').

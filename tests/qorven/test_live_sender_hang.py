@@ -82,3 +82,47 @@ def test_live_events_reach_this_processs_sockets_in_order_while_the_layer_hangs_
         redis.terminate()
         redis.wait(10)
     assert contents == ["held", "behind it", "and another", "after", "from elsewhere"]
+
+
+def test_a_reply_streaming_while_the_cache_hangs_leaves_at_its_pace_and_the_buffer_catches_up_after(
+    hung_redis, settings
+):
+    """Each chunk is written to the stream buffer (the cache's Redis) before the sender
+    lets it leave. With that Redis stopped (SIGSTOP), a failed write rests the buffer's
+    writes for BUFFER_REST: ten chunks leave within the timeout and a bit, not ten times
+    it; once Redis answers, the next chunk written stores the whole text so far. Before,
+    every chunk waited out the timeout (with the default 5 s, a 200-chunk reply took over
+    16 minutes to reach any page of the process)."""
+    import time
+
+    from qorven.runtime.publisher import broadcast_soon
+    from qorven.runtime.streams import stream_snapshot
+
+    from ..processes import wait_for
+
+    session = 987_655  # a session id no other test streams on
+    sent: list[str] = []
+
+    def chunk(delta: str) -> None:
+        sent.append(delta)
+        broadcast_soon(session, {"type": "message.chunk", "reply_to": 1, "delta": delta})
+
+    chunk("before ")
+    assert broadcast_flush(5)
+    hung_redis.hang()
+    started = time.monotonic()
+    for n in range(10):
+        chunk(f"w{n} ")
+        assert broadcast_flush(BOUND * 4), f"chunk {n} still waits on the cache"
+    assert time.monotonic() - started < BOUND * 4
+    hung_redis.answer()
+
+    def caught_up() -> bool:
+        chunk(".")
+        assert broadcast_flush(5)
+        held = stream_snapshot(session)
+        return held is not None and held["text"] == "".join(sent)
+
+    assert wait_for(caught_up, 10, step=0.3)
+    broadcast_soon(session, {"type": "message.done", "reply_to": 1, "seq": 2})
+    assert broadcast_flush(5)
