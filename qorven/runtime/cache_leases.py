@@ -21,6 +21,8 @@ from .repeated_failure import RepeatedFailure
 logger = logging.getLogger(__name__)
 _release_away = RepeatedFailure(logger, "a cache lease cannot be given back with the cache away; "
                                         "it runs out by itself")
+# The keeper tries every third of a lease while the cache is away: one line, not one a try.
+_renew_failures = RepeatedFailure(logger, "could not renew cache leases")
 
 
 class _Keeper:
@@ -31,6 +33,7 @@ class _Keeper:
         self._held: dict[str, int] = {}  # key → seconds
         self._thread: threading.Thread | None = None
         self._wake = threading.Event()
+        self._every = 0.0  # seconds the thread waits now between renewals
 
     def hold(self, key: str, seconds: int) -> None:
         with self._lock:
@@ -38,6 +41,8 @@ class _Keeper:
             if self._thread is None or not self._thread.is_alive():
                 self._thread = threading.Thread(target=self._run, name="qorven-cache-leases", daemon=True)
                 self._thread.start()
+            elif seconds / 3 < self._every:
+                self._wake.set()  # a shorter lease than the wait under way: it would run out first
 
     def drop(self, key: str) -> None:
         with self._lock:
@@ -55,12 +60,18 @@ class _Keeper:
     def _run(self) -> None:
         while True:
             with self._lock:
-                every = min(self._held.values(), default=3) / 3
-            self._wake.wait(max(every, 0.1))
+                self._every = max(min(self._held.values(), default=3) / 3, 0.1)
+            self._wake.wait(self._every)
+            self._wake.clear()
+            with self._lock:
+                if not self._held:
+                    continue  # nothing tried: no news of the cache either way
             try:
                 self.renew()
-            except Exception:
-                logger.warning("could not renew cache leases", exc_info=True)
+            except Exception as exc:
+                _renew_failures.failed(type(exc).__name__)
+            else:
+                _renew_failures.succeeded()
 
 
 _keeper = _Keeper()
