@@ -19,6 +19,8 @@ from django.conf import settings
 from django.db import close_old_connections, connection
 from django.utils import timezone
 
+from qorven.runtime.repeated_failure import RepeatedFailure
+
 from .errors import LeaseLost
 from .models import Session
 from .turn_writes import turn_leases_renew
@@ -26,6 +28,8 @@ from .turn_writes import turn_leases_renew
 __all__ = ["LeaseLost", "lease_held", "lease_kept"]
 
 logger = logging.getLogger(__name__)
+# The keeper tries every third of a lease while the database is away: one line, not one a try.
+_renew_failures = RepeatedFailure(logger, "could not renew turn leases")
 
 
 class _Keeper:
@@ -70,8 +74,10 @@ class _Keeper:
                 continue
             try:
                 self.renew(held)
-            except Exception:
-                logger.exception("could not renew turn leases")
+            except Exception as exc:
+                _renew_failures.failed(type(exc).__name__)
+            else:
+                _renew_failures.succeeded()
             finally:
                 close_old_connections()
                 connection.close()  # renewals are seconds apart: hold no connection between them
