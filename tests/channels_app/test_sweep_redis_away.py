@@ -6,7 +6,6 @@ cannot be read counts as held: its reply waits for the next pass. The cache is a
 server of the test's own, really stopped."""
 from __future__ import annotations
 
-import base64
 import logging
 import time
 from datetime import timedelta
@@ -17,34 +16,17 @@ from django.utils import timezone
 from channels_app.inbound import InboundMessage
 from channels_app.models import InboundEvent, OutboundDelivery
 from channels_app.sweep import sweep
-from sessions_app.attachments import images_attach
 from sessions_app.models import Message
-from sessions_app.services.append import message_append
-from sessions_app.services.resolve import session_resolve
-from tenancy.trust import Trust
 
 from ..fakes.model_server import reply
 from ..fakes.platform_server import Canned
 from ..processes import needs_postgres_and_redis, wait_for
 from .conftest import pair, replies_waiting
 from .test_undelivered_reply import ON_THE_WEB as UNSEEN  # our notice that a reply did not get there
-from .test_voice import OGG, with_transcriber
+from .test_voice import voice_note_task_lost, with_transcriber
 
 pytestmark = [pytest.mark.django_db(transaction=True), needs_postgres_and_redis]
 LONG_AGO = timedelta(hours=1)
-
-
-def _voice_note_left_behind(world) -> Message:
-    """A voice note whose transcription task was lost, an hour ago."""
-    chat = session_resolve(tenant=world.tenant_a, qor=world.qor_a, channel="web", user=world.alice)
-    audio = type("Audio", (), {"mime_type": "audio/ogg", "data": base64.b64encode(OGG).decode(), "size": len(OGG)})()
-    note = message_append(session=chat, role="user", content="[voice note]", channel="web", sender_name="Alice",
-                          awaits_answer=True, metadata={"trust": Trust.OWNER, "voice": "pending",
-                                                        "attachments": [{"type": "audio", "mime_type": "audio/ogg",
-                                                                         "size": len(OGG)}]}).message
-    images_attach(message=note, images=[audio])
-    Message.objects.filter(pk=note.pk).update(created_at=timezone.now() - LONG_AGO)
-    return note
 
 
 def _event(world, telegram, external_id: str, text: str, *, age: timedelta, **fields) -> InboundEvent:
@@ -64,7 +46,7 @@ def test_a_sweep_while_the_cache_is_away_queues_what_is_stuck_and_prunes(
     settings.QORVEN_INBOUND_RETENTION = "7d"
     pair(world, "telegram", "42", world.alice)
     with_transcriber(world)
-    note = _voice_note_left_behind(world)
+    note = voice_note_task_lost(world, age=LONG_AGO)
     stuck = _event(world, telegram, "42:9", "lost in a crash", age=LONG_AGO)
     old = _event(world, telegram, "42:1", "answered long ago", age=timedelta(days=30),
                  state=InboundEvent.State.DONE)

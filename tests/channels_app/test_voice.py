@@ -6,11 +6,17 @@ from __future__ import annotations
 import base64
 import json
 import time
+from datetime import timedelta
 
 import pytest
+from django.utils import timezone
 
+from sessions_app.attachments import images_attach
 from sessions_app.models import Image, Message
+from sessions_app.services.append import message_append
+from sessions_app.services.resolve import session_resolve
 from tenancy.services import api_token_create
+from tenancy.trust import Trust
 
 from ..factories.tenancy import MembershipFactory, UserFactory
 from ..fakes.model_server import error, reply
@@ -39,6 +45,22 @@ def script_voice(platform):
 def with_transcriber(world, model="whisper-1"):
     world.qor_a.transcriber_model = model
     world.qor_a.save(update_fields=["transcriber_model"])
+
+
+def voice_note_task_lost(world, *, age: timedelta | None = None) -> Message:
+    """Alice's voice note on the web chat, stored as inbound_accept stores one and its
+    transcription task never run (it lived in the memory of a server that stopped);
+    stored `age` ago."""
+    chat = session_resolve(tenant=world.tenant_a, qor=world.qor_a, channel="web", user=world.alice)
+    audio = type("Audio", (), {"mime_type": "audio/ogg", "data": base64.b64encode(OGG).decode(), "size": len(OGG)})()
+    note = message_append(session=chat, role="user", content="[voice note]", channel="web", sender_name="Alice",
+                          awaits_answer=True, metadata={"trust": Trust.OWNER, "voice": "pending",
+                                                        "attachments": [{"type": "audio", "mime_type": "audio/ogg",
+                                                                         "size": len(OGG)}]}).message
+    images_attach(message=note, images=[audio])
+    if age is not None:
+        Message.objects.filter(pk=note.pk).update(created_at=timezone.now() - age)
+    return note
 
 
 def test_a_telegram_voice_note_is_transcribed_and_answered_like_text(client, world, telegram, platform, model_server,
@@ -385,26 +407,12 @@ def test_a_voice_note_whose_transcription_task_was_lost_is_found_by_the_sweeper_
                                                                                             drain):
     """The transcription task lived in the memory of a server that stopped: the note waits
     (other messages are answered meanwhile), then the sweeper transcribes it, once."""
-    from datetime import timedelta
-
-    from django.utils import timezone
-
     from channels_app.sweep import sweep
     from qorven.agent.gateway import inbound_accept
-    from sessions_app.attachments import images_attach
-    from sessions_app.services.append import message_append
-    from sessions_app.services.resolve import session_resolve
-    from tenancy.trust import Trust
 
     with_transcriber(world)
-    chat = session_resolve(tenant=world.tenant_a, qor=world.qor_a, channel="web", user=world.alice)
-    audio = type("Audio", (), {"mime_type": "audio/ogg", "data": base64.b64encode(OGG).decode(), "size": len(OGG)})()
-    # Stored as inbound_accept stores a voice note, its task never run.
-    note = message_append(session=chat, role="user", content="[voice note]", channel="web", sender_name="Alice",
-                          awaits_answer=True, metadata={"trust": Trust.OWNER, "voice": "pending",
-                                                        "attachments": [{"type": "audio", "mime_type": "audio/ogg",
-                                                                         "size": len(OGG)}]}).message
-    images_attach(message=note, images=[audio])
+    note = voice_note_task_lost(world)
+    chat = note.session
     model_server.add(reply("Here is the weather."))
     inbound_accept(session=chat, content="and the weather?", channel="web", sender_name="Alice", trust=Trust.OWNER)
     drain()
