@@ -8,19 +8,10 @@ from heartbeats_app.models import Heartbeat, HeartbeatRun
 from heartbeats_app.services import heartbeat_delete, heartbeat_run_now, heartbeat_update
 from sessions_app.models import Message
 
-from ..factories.heartbeats_app import beat
 from ..fakes.model_server import reply
 from .test_membership_mid_turn import HeldModel
 
 pytestmark = pytest.mark.django_db(transaction=True)
-
-
-@pytest.fixture
-def pills(world):
-    world.qor_a.heartbeat_model = "beat-model"
-    world.qor_a.save()
-    return beat(world.qor_a, name="pills", prompt="Remind Alice about her pills.", owner=world.alice,
-                deliver_to=world.alice, deliver_channel="telegram")
 
 
 def held_run(model_server, pills):

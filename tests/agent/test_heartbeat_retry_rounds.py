@@ -14,20 +14,11 @@ from qorven.agent.heartbeat_runs import RunFailed, run_heartbeat
 from qorven.agent.tasks import heartbeat_run
 from sessions_app.models import Message, Session
 
-from ..factories.heartbeats_app import beat
 from ..fakes.model_server import Step, error, reply, tool_call
 
 pytestmark = pytest.mark.django_db(transaction=True)
 TICK = datetime(2026, 11, 30, 8, 0, tzinfo=timezone.get_fixed_timezone(0))
 NOTE = "Alice takes her pills at 8"
-
-
-@pytest.fixture
-def pills(world):
-    world.qor_a.heartbeat_model = "beat-model"
-    world.qor_a.save()
-    return beat(world.qor_a, name="pills", prompt="Remind Alice about her pills if she has not said she took them.",
-                owner=world.alice, deliver_to=world.alice, deliver_channel="telegram")
 
 
 def model(*, failures: int, answer: str = "Pills at 8, Alice."):

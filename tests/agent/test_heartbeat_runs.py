@@ -37,14 +37,6 @@ def canonical_messages(world, user=None):
     return list(Message.objects.filter(session=session).order_by("seq")) if session else []
 
 
-@pytest.fixture
-def pills(world):
-    world.qor_a.heartbeat_model = "beat-model"
-    world.qor_a.save()
-    return beat(world.qor_a, name="pills", prompt="Remind Alice about her pills if she has not said she took them.",
-                owner=world.alice, deliver_to=world.alice, deliver_channel="telegram")
-
-
 def test_a_run_records_its_output_and_delivers_it_to_the_users_chat_with_the_target_channel(world, pills, model_server):
     model_server.add(reply("Time for your pills!"))
     result = run(pills)

@@ -17,7 +17,6 @@ from ..fakes.model_server import reply
 from ..fakes.summarizer import FakeModel
 from ..processes import redis_start
 from ..ports import free_port
-from .test_heartbeat_runs import pills  # noqa: F401
 from .test_turns import _until
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -49,7 +48,7 @@ def slots_redis(settings):
 
 
 def test_a_heartbeat_run_whose_capped_routes_slots_are_away_comes_back_for_them_using_no_try(
-    world, pills, model_server, drain, settings, slots_redis  # noqa: F811
+    world, pills, model_server, drain, settings, slots_redis
 ):
     """Redis away for a second as a beat's run calls its capped route: the run comes back
     for the slots on the worker's timer (a few seconds, as a turn does) and is answered
