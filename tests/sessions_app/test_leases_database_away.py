@@ -1,18 +1,14 @@
-"""A turn's lease held while the database refuses connections (a restart, a failover):
-the keeper thread (sessions_app.leases) tries to renew it every third of
-QORVEN_TURN_LEASE and says so once with the traceback, not once per try; once the
-database takes connections again it says so and the lease is renewed. PostgreSQL only:
-a SQLite file does not go away."""
+"""A turn's lease held while the database is away (a restart, a failover): the keeper
+thread (sessions_app.leases) tries to renew it every third of QORVEN_TURN_LEASE and
+says so once with the traceback, not once per try; once the database takes connections
+again it says so and the lease is renewed. PostgreSQL only: a SQLite file does not go
+away."""
 from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 
-import psycopg
 import pytest
-from django.db import connection
 from django.utils import timezone
 
 from sessions_app.leases import lease_kept
@@ -21,6 +17,7 @@ from sessions_app.services.resolve import session_resolve
 from sessions_app.turn_writes import turn_lease_acquire
 
 from ..conftest import database_vendor
+from ..database_away import database_away
 from ..processes import wait_for
 
 pytestmark = [
@@ -29,32 +26,6 @@ pytestmark = [
 ]
 
 LOGGER = "sessions_app.leases"
-
-
-@contextmanager
-def database_away() -> Iterator[None]:
-    """What a restart does to every process but the test's own thread: the test database
-    ends its connections (the pool's idle ones with the rest) and refuses new ones (the
-    superuser's too) while the block runs."""
-    db = connection.settings_dict
-    admin = dict(dbname="postgres", user=db["USER"], password=db.get("PASSWORD") or None,
-                 host=db["HOST"] or "127.0.0.1", port=db["PORT"] or 5432, autocommit=True)
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT pg_backend_pid()")
-        ours = cursor.fetchone()[0]
-
-    def allow(allowed: bool) -> None:
-        with psycopg.connect(**admin) as conn:
-            conn.execute(f'ALTER DATABASE "{db["NAME"]}" WITH ALLOW_CONNECTIONS {str(allowed).lower()}')
-            if not allowed:
-                conn.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = %s"
-                             " AND pid <> %s", [db["NAME"], ours])
-
-    allow(False)
-    try:
-        yield
-    finally:
-        allow(True)
 
 
 def test_a_lease_held_with_the_database_away_logs_one_traceback_and_one_line_when_it_is_back(
