@@ -15,11 +15,12 @@ from typing import Any
 from zoneinfo import ZoneInfo
 
 from django.conf import settings
-from django.db import DatabaseError, InterfaceError, close_old_connections, connection
+from django.db import DatabaseError, InterfaceError, close_old_connections, connection, transaction
 from celery.schedules import crontab, schedstate
 from celery.utils.time import maybe_make_aware
 from django_celery_beat.schedulers import DatabaseScheduler, ModelEntry
 
+from qorven.runtime.repeated_failure import RepeatedFailure
 from qorven.runtime.scheduled_backups import BACKUP_TASK
 
 from .cron import every_hour, near_clock_change, tick_next, tick_previous
@@ -32,6 +33,9 @@ EMBEDDED_MAX_INTERVAL = 5.0
 # A beat whose database drops a connection waits this long and reads the table again.
 DATABASE_RETRY_WAIT = 1.0
 SETUP_ATTEMPTS = 30
+# Every tick reads the schedule's changes: the database away is one line, not one a tick.
+_database_away = RepeatedFailure(logger, "beat: the database failed; the beat goes on with the schedule it read "
+                                         "last and reads it again once the database answers")
 # The foreign keys of a PeriodicTask to its schedule (one of them is set).
 SCHEDULE_FIELDS = ("interval", "crontab", "solar", "clocked")
 
@@ -127,6 +131,23 @@ class HeartbeatScheduler(DatabaseScheduler):
         # starting, or reading a changed table, ended on AttributeError.
         return super().enabled_models_qs().prefetch_related(None).select_related(*SCHEDULE_FIELDS)
 
+    def schedule_changed(self) -> bool:
+        # django-celery-beat's, but for its log: it logged a database error with its
+        # traceback at ERROR on every tick while the database was away.
+        try:
+            close_old_connections()
+            try:
+                transaction.commit()  # a transaction left open would not see others' changes
+            except transaction.TransactionManagementError:
+                pass  # none open
+            last, ts = self._last_timestamp, self.Changes.last_change()
+        except (DatabaseError, InterfaceError) as exc:
+            _database_away.failed(type(exc).__name__)
+            return False
+        _database_away.succeeded()
+        self._last_timestamp = ts
+        return bool(ts and ts > (last or ts))
+
     def tick(self, *args: Any, **kwargs: Any) -> float:  # type: ignore[override]
         self.alive.report()
         try:
@@ -134,7 +155,7 @@ class HeartbeatScheduler(DatabaseScheduler):
         except (DatabaseError, InterfaceError) as exc:
             # A dropped connection (a restart, a failover, a killed backend) must not end
             # the beat: nothing was sent for this tick, and the next one reads the table again.
-            logger.warning("beat: the database failed during a tick (%s); trying again shortly", exc)
+            _database_away.failed(type(exc).__name__)
             close_old_connections()
             return DATABASE_RETRY_WAIT
 
