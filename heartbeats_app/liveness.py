@@ -12,7 +12,12 @@ import time
 
 from django.conf import settings
 
+from qorven.runtime.repeated_failure import RepeatedFailure
+
 logger = logging.getLogger(__name__)
+# Reported on every tick past REPORT_EVERY: Redis away is one line, not one every report.
+_report_away = RepeatedFailure(logger, "beat could not report itself alive; the doctor reports it missing "
+                                       "meanwhile")
 
 REPORT_EVERY = 10.0
 ALIVE_FOR = 30  # seconds: three reports missed and a beat counts as gone
@@ -43,7 +48,9 @@ class BeatReport:
         try:
             _client().set(_key() + self.name, str(int(time.time())), ex=ALIVE_FOR)
         except Exception as exc:  # never stops the beat: the doctor reports it missing instead
-            logger.warning("beat could not report itself alive: %s", type(exc).__name__)
+            _report_away.failed(type(exc).__name__)
+        else:
+            _report_away.succeeded()
 
     def withdraw(self) -> None:
         if not settings.REDIS_URL or not self._last:
