@@ -61,6 +61,7 @@ from django.http import HttpResponse, JsonResponse
 
 from qorven.runtime.database import DATABASE_DOWN, connections_drop_broken, database_down_response
 from qorven.runtime.publish import publishes_held
+from qorven.runtime.repeated_failure import RepeatedFailure
 from qorven.runtime.security_headers import plain_headers
 from qorven.runtime.url_prefix import app_path
 
@@ -250,14 +251,20 @@ class GroupCommit:
                 for p in prepared]
 
 
+# Every batch stored while the broker is away fails its publish: one line, not one a batch.
+_queue_failures = RepeatedFailure(logger, f"stored webhooks could not be queued for processing; each is tried "
+                                          f"again every {RETRY_EVERY:.0f} s")
+
+
 def _published(publish: Callable[[], None], *, retried: bool) -> bool:
     try:
         publish()
-        return True
-    except Exception:
-        if not retried:  # once per publish: an outage is not a log line a second
-            logger.exception("stored webhooks could not be queued for processing; tried again in %s s", RETRY_EVERY)
+    except Exception as exc:
+        if not retried:  # once per publish: its tries again every second are not counted
+            _queue_failures.failed(type(exc).__name__)
         return False
+    _queue_failures.succeeded()
+    return True
 
 
 def _publish_again(failed: list[tuple[float, Callable[[], None]]]) -> list[tuple[float, Callable[[], None]]]:
