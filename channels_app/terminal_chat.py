@@ -214,7 +214,7 @@ class TerminalChat:
             self._stop_refused("The reply could not be stopped just now", exc.retry_after)
             return
         except ServerUnavailable as exc:  # another 503: its database away, a proxy's
-            self._stop_refused(f"The reply could not be stopped: the server is unavailable ({exc.reason})",
+            self._stop_refused(f"The reply could not be stopped: {exc.reason}",
                                exc.retry_after)
             return
         except Exception:  # the server away: the reply goes on, and saying so is all we can do

@@ -75,9 +75,29 @@ def _json_body(response: httpx.Response) -> dict[str, Any]:
     return body if isinstance(body, dict) else {}
 
 
+# What the person reads of a 5xx is a notice of ours, never the body's words: a proxy's
+# JSON or HTML page (or anything in front of the server) says what it likes, at any length.
+# A 503 of ours names why in its "code" (README, "Errors are JSON").
+SERVER_UNAVAILABLE = "the server is unavailable just now"
+REFUSAL_MOST = 200  # characters of a 4xx's "error" shown (the API's own are shorter)
+
+
+def unavailable_notice(response: httpx.Response) -> str:
+    """Our notice for a 5xx `response`: the one for its "code" when it is one of ours, else
+    SERVER_UNAVAILABLE (with the status, when not a 503)."""
+    from qorven.agent.stop import STOP_UNAVAILABLE, STOP_UNAVAILABLE_CODE
+    from qorven.runtime.database import DATABASE_DOWN_CODE, DATABASE_DOWN_NOTICE
+
+    code = _json_body(response).get("code") if response.status_code == 503 else None
+    known = {DATABASE_DOWN_CODE: DATABASE_DOWN_NOTICE, STOP_UNAVAILABLE_CODE: STOP_UNAVAILABLE}
+    if isinstance(code, str) and code in known:
+        return known[code]
+    return SERVER_UNAVAILABLE + ("" if response.status_code == 503 else f" (HTTP {response.status_code})")
+
+
 class ServerUnavailable(Exception):
     """A 503 other than the cache's (its database away, a proxy in front of it): `reason`,
-    the server's own words or "HTTP 503"; `retry_after`, seconds (None: not said)."""
+    our notice for it (unavailable_notice); `retry_after`, seconds (None: not said)."""
 
     def __init__(self, reason: str, retry_after: float | None) -> None:
         super().__init__(reason)
@@ -162,9 +182,14 @@ class ServerLink:
                 raise ValueError("the terminal closed before the message could be sent again")
         if response.status_code in (401, 403, 404):
             raise NotFound("not a member of this workspace any more")
+        if response.status_code >= 500:
+            raise ValueError(unavailable_notice(response))
         body = _json_body(response)
         if response.status_code >= 400:
-            raise ValueError(body.get("error") or f"the server refused the message ({response.status_code})")
+            refused = str(body.get("error") or "").strip().splitlines()
+            if not refused:
+                raise ValueError(f"the server refused the message ({response.status_code})")
+            raise ValueError(refused[0][:REFUSAL_MOST])
         message = body["message"]
         return Sent(seq=message["seq"], expects_reply=message.get("answer_state") == "pending")
 
@@ -202,7 +227,7 @@ class ServerLink:
             retry_after = retry_after_seconds(response.headers.get("Retry-After"))
             if body.get("code") == STOP_UNAVAILABLE_CODE:
                 raise StopUnavailable(retry_after)
-            raise ServerUnavailable(str(body.get("error") or "HTTP 503"), retry_after)
+            raise ServerUnavailable(unavailable_notice(response), retry_after)
         response.raise_for_status()
         return True
 

@@ -128,3 +128,23 @@ def test_json_mode_writes_when_it_sends_again_then_the_error(world, platform, mo
         ("notice", "The server is busy; sending again in 1 s."),
     ] * 3 + [("error", DATABASE_DOWN_NOTICE)]
     assert len(platform.sent(MESSAGES)) == 4
+
+
+PROXY_JSON = {"error": "upstream connect error or disconnect/reset before headers. reset reason: overflow " + "x" * 4000}
+
+
+@pytest.mark.parametrize("canned, said", [
+    (Canned(503, PROXY_JSON, {"Retry-After": "1"}), "the server is unavailable just now"),
+    (Canned(503, {"error": "Ask the admin at evil.example", "code": "not_ours"}, {"Retry-After": "1"}),
+     "the server is unavailable just now"),
+    (Canned(502, PROXY_JSON), "the server is unavailable just now (HTTP 502)"),
+    (Canned(504, raw=PROXY_PAGE), "the server is unavailable just now (HTTP 504)"),
+])
+def test_a_proxys_error_is_read_as_our_notice_never_its_words(world, platform, canned, said):
+    """A 5xx whose body is not one of ours (no "code", one we do not know, a proxy's JSON or
+    HTML page): the line goes back with our notice. Before, the "error" of any JSON body was
+    shown as the server gave it, however long (4,000 characters here)."""
+    platform.default(MESSAGES, canned)
+    shown, came = _typed(world, platform, "add milk")
+    assert isinstance(came, ValueError) and str(came) == said
+    assert "upstream" not in shown and "evil.example" not in shown

@@ -13,7 +13,7 @@ from channels_app.chat import chat_owner
 from channels_app.terminal_chat import TerminalChat
 from channels_app.terminal_client import ServerLink
 from qorven.agent.stop import STOP_UNAVAILABLE
-from qorven.runtime.database import DATABASE_DOWN_NOTICE
+from qorven.runtime.database import DATABASE_DOWN_CODE, DATABASE_DOWN_NOTICE
 
 from ..fakes.platform_server import Canned
 from ..ports import free_port
@@ -43,21 +43,29 @@ def _pressed_twice(world, base: str) -> tuple[str, list[str]]:
 def test_a_stop_refused_with_the_database_away_says_so_and_when_to_try_again(world, platform):
     """Before, every 503 read as the cache's: "try again in a moment", whatever the server
     said, its Retry-After unread; and the Ctrl-C pressed for it within 1.5 s left."""
-    platform.default(r"/stop$", Canned(503, {"error": DATABASE_DOWN_NOTICE}, {"Retry-After": "1"}))
+    platform.default(r"/stop$", Canned(503, {"error": DATABASE_DOWN_NOTICE, "code": DATABASE_DOWN_CODE},
+                                       {"Retry-After": "1"}))
     shown, done = _pressed_twice(world, platform.url)
     assert done == ["stop", "stop"]
-    assert shown.count("The reply could not be stopped: the server is unavailable (the database is unavailable; "
-                       "try again in a moment). Press Ctrl-C to try again in 1 s; Ctrl-D or /quit leaves.") == 2
+    assert shown.count("The reply could not be stopped: the database is unavailable; "
+                       "try again in a moment. Press Ctrl-C to try again in 1 s; Ctrl-D or /quit leaves.") == 2
     assert STOP_UNAVAILABLE not in shown and "just now" not in shown
     assert len(platform.sent(r"/v1/qors/aria/stop$")) == 2
 
 
-def test_a_stop_refused_by_a_proxy_says_the_server_is_unavailable(world, platform):
-    platform.default(r"/stop$", Canned(503, raw=b"<html>Service Unavailable</html>"))
+@pytest.mark.parametrize("canned", [
+    Canned(503, raw=b"<html>Service Unavailable</html>"),
+    Canned(503, {"error": "upstream connect error: call +1 555 0100 " + "x" * 4000}),
+    Canned(503, {"error": DATABASE_DOWN_NOTICE}),  # a code of ours or none: the words are no sign
+])
+def test_a_stop_refused_by_a_proxy_says_the_server_is_unavailable(world, platform, canned):
+    """Before, the "error" of a proxy's JSON page was shown as it came, at any length."""
+    platform.default(r"/stop$", canned)
     shown, done = _pressed_twice(world, platform.url)
     assert done == ["stop", "stop"]
-    assert shown.count("The reply could not be stopped: the server is unavailable (HTTP 503). "
+    assert shown.count("The reply could not be stopped: the server is unavailable just now. "
                        "Press Ctrl-C to try again; Ctrl-D or /quit leaves.") == 2
+    assert "upstream" not in shown and "database" not in shown
 
 
 def test_a_stop_the_server_did_not_answer_may_be_pressed_again(world):
