@@ -123,6 +123,11 @@ def send_wait(response: httpx.Response) -> float | None:
     return max(wait, 1.0)
 
 
+class AnswerLost(Exception):
+    """A message's POST reached the server and no answer came back (the connection dropped,
+    or timed out): stored or not, it may be sent again under its Idempotency-Key."""
+
+
 @dataclass
 class Sent:
     seq: int
@@ -166,18 +171,27 @@ class ServerLink:
 
     def send(self, content: str, *, waiting: Callable[[str], None] = lambda said: None) -> Sent:
         """Post one message on channel tui. Told to come back later (a 503 or 429 with
-        Retry-After; a 503 without, in SEND_WAIT_DEFAULT), it says so through `waiting` and
+        Retry-After; a 503 without, in SEND_WAIT_DEFAULT), or the connection lost once the
+        server had the request (in SEND_WAIT_DEFAULT), it says so through `waiting` and
         sends it again, SEND_TRIES times in all, under one Idempotency-Key: a message the
-        server stored before a 503 (a proxy's, after a timeout) is stored once. ValueError:
-        refused as it is (the server's reason), or the server did not answer; NotFound: this
-        person may not write here any more."""
+        server stored before a 503 (a proxy's, after a timeout) or before the connection
+        dropped is stored once. ValueError: refused as it is (the server's reason), or the
+        server did not answer; NotFound: this person may not write here any more."""
         key = uuid.uuid4().hex
         for tries in range(1, SEND_TRIES + 1):
-            response = self._post_message(content, key)
-            wait = send_wait(response) if tries < SEND_TRIES else None
-            if wait is None:
-                break
-            waiting(f"The server is busy; sending again in {math.ceil(wait)} s.")
+            try:
+                response = self._post_message(content, key)
+            except AnswerLost:
+                if tries == SEND_TRIES:
+                    raise ValueError(f"the server at {self.base} did not answer: "
+                                     "the message may not have been sent") from None
+                wait, why = SEND_WAIT_DEFAULT, "The connection was lost before the server answered"
+            else:
+                wait = send_wait(response) if tries < SEND_TRIES else None
+                if wait is None:
+                    break
+                why = "The server is busy"
+            waiting(f"{why}; sending again in {math.ceil(wait)} s.")
             if self._closed.wait(wait):  # the terminal left meanwhile
                 raise ValueError("the terminal closed before the message could be sent again")
         if response.status_code in (401, 403, 404):
@@ -194,14 +208,15 @@ class ServerLink:
         return Sent(seq=message["seq"], expects_reply=message.get("answer_state") == "pending")
 
     def _post_message(self, content: str, key: str) -> httpx.Response:
+        """AnswerLost: the server had the request and no answer came (stored or not)."""
         # The token names the workspace; the channel says this is the terminal.
         try:
             return self.http.post(f"/v1/qors/{quote(self.owner.qor.slug)}/messages",
                                   json={"content": content, "channel": "tui"}, headers={"Idempotency-Key": key})
         except (httpx.ConnectError, httpx.ConnectTimeout):  # down, or restarting: it never had it
             raise ValueError(f"the server at {self.base} did not answer: the message was not sent") from None
-        except httpx.TransportError:  # it had the request, but no answer came: stored or not, the timeline shows
-            raise ValueError(f"the server at {self.base} did not answer: the message may not have been sent") from None
+        except httpx.TransportError:  # it had the request, but no answer came: sent again under its key
+            raise AnswerLost() from None
 
     def signed_in(self) -> bool:
         """Whether the server would still take this terminal's token: not revoked, not

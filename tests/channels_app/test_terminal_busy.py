@@ -42,6 +42,7 @@ def passed_on(*, then: Canned | None = None) -> Canned:
             answer.status, answer.body = response.status_code, response.json()
         else:
             answer.status, answer.body, answer.raw, answer.headers = then.status, then.body, then.raw, then.headers
+            answer.reset = then.reset
 
     answer.meanwhile = forward
     return answer
@@ -148,3 +149,29 @@ def test_a_proxys_error_is_read_as_our_notice_never_its_words(world, platform, c
     shown, came = _typed(world, platform, "add milk")
     assert isinstance(came, ValueError) and str(came) == said
     assert "upstream" not in shown and "evil.example" not in shown
+
+
+def test_a_message_whose_answer_was_lost_is_sent_again_and_stored_once(world, platform, model_server, drain):
+    """The connection drops once the server stored the message, before its answer: the
+    terminal says so, sends it again under the same Idempotency-Key, and the server answers
+    with the message it stored. Before, the line went back to the prompt ("may not have been
+    sent"), to be sent again by hand: stored twice."""
+    model_server.default = reply("Milk is on the list.")
+    platform.script(MESSAGES, passed_on(then=Canned(reset=True)), passed_on())
+    shown, came = _typed(world, platform, "add milk")
+
+    assert "The connection was lost before the server answered; sending again in 2 s." in shown, shown
+    assert not isinstance(came, Exception), came
+    assert list(Message.objects.filter(role="user").values_list("content", "seq")) == [("add milk", came[0])]
+    posts = platform.sent(MESSAGES)
+    assert len(posts) == 2 and len({p.headers.get("Idempotency-Key") for p in posts}) == 1
+    drain()
+    assert len(model_server.requests) == 1
+
+
+def test_a_connection_lost_every_time_puts_the_line_back_after_the_tries(world, platform):
+    platform.default(MESSAGES, Canned(reset=True))
+    shown, came = _typed(world, platform, "add milk")
+    assert isinstance(came, ValueError) and "may not have been sent" in str(came)
+    assert shown.count("sending again in 2 s") == 3
+    assert len(platform.sent(MESSAGES)) == 4
