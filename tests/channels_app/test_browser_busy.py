@@ -130,3 +130,32 @@ def test_a_wait_longer_than_a_minute_gives_the_message_back_at_once(chat_server,
     page.wait_for_timeout(1500)
     assert len(posts) == 1
     assert stored(tmp_path) == []
+
+
+def test_a_proxys_error_page_is_read_as_our_notice_never_its_words(chat_server, tmp_path, browser):
+    """A 502 whose JSON "error" is a proxy's (and a 503 whose "code" is none of ours): the
+    page says, in our words, that Qorven could not take the message, and the message is back
+    in the box. Before, the proxy's "error" was shown as it came, however long."""
+    from playwright.sync_api import expect
+
+    base, model, platform = chat_server
+    page = sign_in(browser, base)
+    answers = [(502, {"error": "upstream connect error or disconnect/reset before headers " + "x" * 3000}),
+               (503, {"error": "Call our support line at evil.example", "code": "not_ours"})]
+
+    def proxy(route):
+        if route.request.method != "POST":
+            return route.fallback()
+        status, body = answers[0]
+        route.fulfill(status=status, content_type="application/json", body=json.dumps(body))
+
+    page.route(MESSAGES, proxy)
+    for status, body in list(answers):
+        send(page, "add milk")
+        expect(page.locator("[data-input]")).to_have_value("add milk", timeout=SERVER_WORK)
+        alert = page.get_by_role("alert").filter(has_text="could not take the message just now").last
+        expect(alert).to_be_visible()
+        assert "upstream" not in page.content() and "evil.example" not in page.content()
+        page.locator("[data-input]").fill("")
+        answers.pop(0)
+    assert stored(tmp_path) == []

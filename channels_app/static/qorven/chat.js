@@ -36,13 +36,27 @@
   // error page: a 502 while the server restarts, a 413 over its body limit; a body cut
   // short) becomes { json: false, data: { error } } with our words for its status, never
   // a JSON parser's complaint.
+  // A 5xx's words are ours too, JSON or not: a proxy's JSON error page says what it likes,
+  // at any length. A 503 of ours names why in its "code" (README, "Errors are JSON").
   function bodyOf(r) {
     var fallback = { json: false, data: { error: statusWords(r.status) } };
     if ((r.headers.get("Content-Type") || "").toLowerCase().indexOf("application/json") === -1) {
       return Promise.resolve(fallback);
     }
-    return r.json().then(function (data) { return { json: true, data: data }; }, function () { return fallback; });
+    return r.json().then(function (data) {
+      if (r.status >= 500 && data && typeof data === "object") {
+        var known = r.status === 503 && Object.prototype.hasOwnProperty.call(UNAVAILABLE, data.code);
+        data = { error: known ? UNAVAILABLE[data.code] : statusWords(r.status), code: known ? data.code : undefined };
+      }
+      return { json: true, data: data };
+    }, function () { return fallback; });
   }
+
+  // Our notices for the 503s of ours, by their "code".
+  var UNAVAILABLE = {
+    database_unavailable: "Qorven's database is unavailable just now; your message is back in the box to send again.",
+    stop_unavailable: "The reply could not be stopped just now: try again in a moment.",
+  };
 
   function statusWords(status) {
     if (status === 413) return "That is too large to send: attach a smaller file, or send less at once.";
