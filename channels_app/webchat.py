@@ -25,15 +25,20 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import re
 import time
 import uuid
 from dataclasses import dataclass
+from datetime import timedelta
+from typing import Callable
 
 from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.core import signing
-from django.db import transaction
+from django.db import IntegrityError, transaction
 from django.http import HttpRequest
+from django.utils import timezone
+from django.utils.crypto import salted_hmac
 from django_ratelimit.core import get_usage
 
 from tenancy.access import surface_access, tenant_serving
@@ -46,6 +51,14 @@ from .models import ChannelBinding, Identity
 
 ANON_PREFIX = "anon."
 _ANON_SALT = "qorven.webchat.anonymous-visitor"
+# A new visitor's frame names the visitor it starts with a secret of its own (sent until it
+# holds our token): a first message sent again after a 503 that came once it was stored
+# lands with the same visitor. The secret finds only a visitor it started, on the same
+# webchat, this soon after (the frame's tries take two or three minutes at most); it is
+# kept as a keyed hash, never as it came.
+_NEW_SALT = "qorven.webchat.new-visitor"
+NEW_VISITOR_REUSE = 600  # seconds
+NEW_VISITOR_SECRET = re.compile(r"[A-Za-z0-9_-]{32,128}")  # 128 bits at least, as the frame makes it
 
 
 class WebchatRefused(Exception):
@@ -126,10 +139,13 @@ def webchat_binding(*, public_key: str) -> ChannelBinding:
     return binding
 
 
-def webchat_visitor(*, public_key: str, token: str, create: bool) -> Visitor | None:
+def webchat_visitor(*, public_key: str, token: str, create: bool, new_visitor: str = "",
+                    before_new: Callable[[], None] = lambda: None) -> Visitor | None:
     """Who is writing through the embed. A signed site token names a member; an `anon.`
     token names an anonymous visitor made earlier; no token makes a new anonymous visitor
-    when `create` (their first message), else None. Raises WebchatRefused."""
+    when `create` (their first message), else None: the one `new_visitor` (the frame's
+    secret for it) started within NEW_VISITOR_REUSE, if any, else a new one, `before_new`
+    called first (it may refuse). Raises WebchatRefused."""
     binding = webchat_binding(public_key=public_key)
     if token.startswith(ANON_PREFIX):
         return _anonymous(binding, token)
@@ -137,7 +153,40 @@ def webchat_visitor(*, public_key: str, token: str, create: bool) -> Visitor | N
         return _signed(binding, token)
     if not create:
         return None
-    return _new_anonymous(binding)
+    visitor_id = _chosen_id(binding, new_visitor)
+    if visitor_id is not None:
+        started = _started(binding, visitor_id)
+        if started is not None:
+            return started
+    before_new()
+    try:
+        return _new_anonymous(binding, visitor_id or f"anon:{uuid.uuid4().hex}")
+    except IntegrityError:
+        # The same first message sent again while the first was under way: its visitor. Or
+        # a secret whose visitor is past NEW_VISITOR_REUSE: a visitor of its own, as without.
+        started = _started(binding, visitor_id) if visitor_id is not None else None
+        return started or _new_anonymous(binding, f"anon:{uuid.uuid4().hex}")
+
+
+def _chosen_id(binding: ChannelBinding, secret: str) -> str | None:
+    """The visitor id a frame's secret stands for on this webchat (None: no usable secret)."""
+    if not NEW_VISITOR_SECRET.fullmatch(secret):
+        return None
+    return "anon:" + salted_hmac(_NEW_SALT, f"{binding.pk}:{secret}", algorithm="sha256").hexdigest()[:32]
+
+
+def _started(binding: ChannelBinding, visitor_id: str) -> Visitor | None:
+    """The anonymous visitor `visitor_id` names, made within NEW_VISITOR_REUSE, or None."""
+    identity = (
+        Identity.objects.select_related("user")
+        .filter(tenant=binding.tenant, channel="webchat", external_id=visitor_id, user__isnull=False,
+                created_at__gte=timezone.now() - timedelta(seconds=NEW_VISITOR_REUSE))
+        .exclude(approval=Identity.Approval.DENIED)
+        .first()
+    )
+    if identity is None:
+        return None
+    return _anonymous_visitor(binding, identity)
 
 
 def _signed(binding: ChannelBinding, token: str) -> Visitor:
@@ -165,21 +214,23 @@ def _anonymous(binding: ChannelBinding, token: str) -> Visitor:
     )
     if identity is None or identity.approval == Identity.Approval.DENIED:
         raise WebchatRefused(403, "unknown visitor")
-    renewed = ANON_PREFIX + signing.dumps({"b": binding.pk, "v": data.get("v", "")}, salt=_ANON_SALT)
+    return _anonymous_visitor(binding, identity)
+
+
+def _anonymous_visitor(binding: ChannelBinding, identity: Identity) -> Visitor:
+    """The anonymous visitor of `identity`, with a fresh token of ours for it."""
+    token = ANON_PREFIX + signing.dumps({"b": binding.pk, "v": identity.external_id}, salt=_ANON_SALT)
     return Visitor(ChatOwner(binding.tenant, binding.qor, identity.user, Trust.PUBLIC, member=False, surface="webchat"),
-                   renewed,
-                   anonymous=True)
+                   token, anonymous=True)
 
 
 @transaction.atomic
-def _new_anonymous(binding: ChannelBinding) -> Visitor:
-    visitor_id = f"anon:{uuid.uuid4().hex}"
-    user = get_user_model()(username=f"webchat-{visitor_id[5:21]}", first_name="Visitor")
+def _new_anonymous(binding: ChannelBinding, visitor_id: str) -> Visitor:
+    user = get_user_model()(username=f"webchat-{uuid.uuid4().hex[:16]}", first_name="Visitor")
     user.set_unusable_password()
     user.save()
-    Identity.objects.create(
+    identity = Identity.objects.create(
         tenant=binding.tenant, channel="webchat", external_id=visitor_id, user=user, display_name="Visitor",
         trust_level=Trust.PUBLIC, approval=Identity.Approval.APPROVED,
     )
-    token = ANON_PREFIX + signing.dumps({"b": binding.pk, "v": visitor_id}, salt=_ANON_SALT)
-    return Visitor(ChatOwner(binding.tenant, binding.qor, user, Trust.PUBLIC, member=False), token, anonymous=True)
+    return _anonymous_visitor(binding, identity)

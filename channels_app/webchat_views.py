@@ -36,6 +36,7 @@ from .webchat import (
 )
 
 VISITOR_HEADER = "X-Qorven-Visitor"
+NEW_VISITOR_HEADER = "X-Qorven-New-Visitor"  # the frame's secret for the visitor it starts (webchat.py)
 
 
 def _refused(exc: WebchatRefused) -> JsonResponse:
@@ -74,6 +75,7 @@ def frame(request: HttpRequest, key: str) -> HttpResponse:
         "channel": Channel.WEBCHAT,
         "labels": {str(k): v for k, v in CHANNEL_LABELS.items()},
         "visitorHeader": VISITOR_HEADER,
+        "newVisitorHeader": NEW_VISITOR_HEADER,
         "images": f"{get_script_prefix()}webchat/{key}/images/",
         "maxUpload": settings.QORVEN_MAX_UPLOAD,
         # Messages stored before this are history: shown, never announced (server clock).
@@ -102,10 +104,10 @@ def messages(request: HttpRequest, key: str) -> JsonResponse:
         content, client_id, images = sent
         if not storable(content).strip() and not images:  # as chat_send reads it
             return JsonResponse({"error": "the message is empty"}, status=400)
-        if not token:
-            webchat_binding(public_key=key)  # an unknown webchat is a 404, not a count
-            webchat_limit_new_visitor(request, public_key=key)
-        visitor = webchat_visitor(public_key=key, token=token, create=True)
+        # Counted only when a visitor is made: a first message sent again finds its own.
+        visitor = webchat_visitor(public_key=key, token=token, create=True,
+                                  new_visitor=request.headers.get(NEW_VISITOR_HEADER, "").strip(),
+                                  before_new=lambda: webchat_limit_new_visitor(request, public_key=key))
         webchat_limit_message(request, public_key=key, visitor=visitor)
     except WebchatRefused as exc:
         return _refused(exc)

@@ -395,3 +395,39 @@ def test_the_widget_says_whether_it_is_open_and_escape_closes_it_back_to_its_but
         page.keyboard.press("Escape")
         expect(bubble).to_have_attribute("aria-expanded", "false")
         assert errors == []
+
+
+def test_a_new_visitors_first_message_met_by_a_503_after_it_was_stored_is_kept_once(chat_server, browser):
+    """The first send of a new anonymous visitor is stored, but a proxy answers 503 in its
+    place; the widget sends it again and the visitor sees it and its answer, stored once,
+    with one visitor. Before, the send again carried no visitor token: the server made a
+    second anonymous visitor, and the first kept an orphaned copy of the message."""
+    from playwright.sync_api import expect
+
+    base, model, platform = chat_server
+    model.add(reply("We open at nine."))
+    posts: list[dict] = []
+
+    def proxy(route):
+        if route.request.method != "POST":
+            return route.fallback()
+        posts.append(route.request.headers)
+        if len(posts) == 1:
+            route.fetch()  # stored on the server; its answer lost behind the proxy
+            route.fulfill(status=503, headers={"Retry-After": "1"}, content_type="text/html", body="<html>503</html>")
+        else:
+            route.continue_()
+
+    with host_site(base) as site:
+        page, frame, errors = open_widget(browser, site)
+        page.context.route(f"**/webchat/{KEY}/messages", proxy)  # the frame is of another site: the context routes it
+        expect(frame.locator("[data-input]")).to_be_focused()
+        say(frame, "When do you open?")
+        expect(frame.locator(".msg--assistant:not(.msg--streaming)")).to_contain_text("We open at nine.",
+                                                                                      timeout=SERVER_WORK)
+        expect(frame.locator(".msg--user .msg__body")).to_have_text(["When do you open?"])
+        assert len(posts) == 2 and "x-qorven-visitor" not in posts[1]
+        counted = on_server(base, "from channels_app.models import Identity; from sessions_app.models import Message; "
+                                  "print(Identity.objects.filter(channel='webchat').count(), "
+                                  "Message.objects.filter(role='user', content='When do you open?').count())")
+        assert counted == "1 1"

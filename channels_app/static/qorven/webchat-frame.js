@@ -83,6 +83,16 @@
     renewTimer = setTimeout(renewToken, Math.min(wait, 2147483647));
   }
 
+  // The secret naming the visitor this frame starts on its first message (sent until it
+  // holds our token): that message, sent again after a 503 that came once it was stored,
+  // lands with the same visitor. A fresh one for each visitor started.
+  function newVisitor() {
+    var bytes = new Uint8Array(24);
+    global.crypto.getRandomValues(bytes);
+    return Array.prototype.map.call(bytes, function (b) { return ("0" + b.toString(16)).slice(-2); }).join("");
+  }
+  var starting = newVisitor();
+
   function anonymous() {
     try { return localStorage.getItem(storeKey) || remembered; } catch (e) { return remembered; }
   }
@@ -92,6 +102,7 @@
     var t = token();
     var headers = {};
     if (t) headers[config.visitorHeader] = t;
+    else headers[config.newVisitorHeader] = starting;
     return headers;
   };
   config.socketParams = function () {
@@ -101,6 +112,7 @@
   config.onSent = function (data) {
     if (data.visitor) {
       remembered = data.visitor;
+      starting = newVisitor(); // this one is started: a token forgotten later starts another
       try { localStorage.setItem(storeKey, data.visitor); } catch (e) {}
     }
   };
@@ -111,6 +123,7 @@
       if (where === "socket" || /expired/.test(data.error || "")) {
         remembered = "";
         try { localStorage.removeItem(storeKey); } catch (e) {}
+        starting = newVisitor();
         return "forgotten";
       }
       return undefined;
