@@ -19,6 +19,7 @@ route's state as the admin and /status show it is then unknown (STATE_UNKNOWN), 
 from __future__ import annotations
 
 import hashlib
+import json
 import logging
 import time
 from dataclasses import dataclass
@@ -56,9 +57,11 @@ class Cooldown:
 
 
 def _key(base_url: str, model: str, key: str = "") -> str:
-    route = f"{base_url.strip().rstrip('/')}|{model}" + (f"|{key}" if key else "")
-    digest = hashlib.sha256(route.encode()).hexdigest()[:24]
-    return f"model-route-cooldown:{digest}"
+    # A JSON array, not the parts joined with a separator: a base URL or a model (a
+    # workspace admin's to set) holding it would name another route's cooldown.
+    route = json.dumps([base_url.strip().rstrip("/"), model, key])
+    digest = hashlib.sha256(route.encode()).hexdigest()[:32]
+    return f"model-route-cooldown:v2:{digest}"
 
 
 def cooldown_get(*, base_url: str, model: str, key: str = "") -> Cooldown | None:

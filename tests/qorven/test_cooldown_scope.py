@@ -9,7 +9,7 @@ import json
 
 import pytest
 
-from qorven.runtime.cooldowns import cooldown_clear
+from qorven.runtime.cooldowns import cooldown_clear, cooldown_get, cooldown_start
 from sessions_app.models import Message
 from tenancy.models import ModelFallback, Qor
 from tenancy.services import api_token_create
@@ -132,3 +132,21 @@ def test_workspaces_on_the_hosts_key_share_its_rate_limit(client, world, servers
     drain()
     assert _last_answer(world.qor_b) == ("From the fallback.", "main fallback 1")
     assert primary.authorizations == ["Bearer key-host"]
+
+
+@pytest.mark.parametrize("cooled, other", [
+    (("http://llm.test/v1|m", "x", ""), ("http://llm.test/v1", "m|x", "")),
+    (("http://llm.test/v1", "m|k", ""), ("http://llm.test/v1", "m", "k")),
+])
+def test_a_routes_cooldown_is_never_another_routes_whatever_its_names_hold(cooled, other):
+    """A base URL, a model or a key holding the separator named another route's cooldown:
+    a workspace admin who sets a Qor's base URL and model could cool down another
+    workspace's route (its server, its model, its key) by failing on their own."""
+    (base, model, key), (other_base, other_model, other_key) = cooled, other
+    try:
+        cooldown_start(base_url=base, model=model, key=key)
+        assert cooldown_get(base_url=base, model=model, key=key) is not None
+        assert cooldown_get(base_url=other_base, model=other_model, key=other_key) is None
+    finally:
+        cooldown_clear(base_url=base, model=model, key=key)
+        cooldown_clear(base_url=other_base, model=other_model, key=other_key)
