@@ -15,7 +15,9 @@ with this binding's secret or names someone who is not a member is refused.
 A visitor without a token gets an anonymous chat of their own on their first message: a
 user with no password and no membership (so no other way in), linked through a webchat
 Identity, and an `anon.…` token signed by Qorven that the embed keeps in the browser.
-Anonymous visitors have public trust.
+Anonymous visitors have public trust. Until the embed holds that token it names the visitor
+it starts with a secret of its own, so a first message sent again finds the same visitor
+(NEW_VISITOR_REUSE).
 
 An embed is open to the whole web, so new anonymous visitors are limited per client
 address and messages per visitor (QORVEN_WEBCHAT_NEW_VISITOR_RATE / _MESSAGE_RATE),
