@@ -170,7 +170,9 @@ REDIS_URL = env.redis_url("REDIS_URL", default="")
 # away, as one refusing them is, instead of holding every turn, webhook and send that reads
 # it. A healthy Redis answers in a millisecond or two: none sends a blocking command but the
 # worker's fetch (below), and the slots' longest script walks a few short lists. redis-py 8
-# gives up after 5 s by default; the older ones this install allows never did.
+# gives up after 5 s by default; the older ones this install allows never did. Once a call
+# of the cache or of our client waited it out, both leave that Redis alone for a short rest
+# (qorven.runtime.redis_rest), so that a turn pays the timeout once, not at each cache call.
 QORVEN_REDIS_TIMEOUT = env.float("QORVEN_REDIS_TIMEOUT", default=5.0, above=0)
 
 # Room for a streamed reply's chunks queued for one socket: past it, a socket misses events
@@ -224,7 +226,8 @@ if REDIS_URL:
     CACHES = {"default": {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": REDIS_URL,
                           "KEY_PREFIX": QORVEN_CACHE_PREFIX,
                           "OPTIONS": {"socket_timeout": QORVEN_REDIS_TIMEOUT,
-                                      "socket_connect_timeout": QORVEN_REDIS_TIMEOUT}}}
+                                      "socket_connect_timeout": QORVEN_REDIS_TIMEOUT,
+                                      "pool_class": "qorven.runtime.redis_rest.RestingPool"}}}
 else:
     CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}
 

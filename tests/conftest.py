@@ -328,11 +328,13 @@ def _gates_clear() -> None:
     from django.conf import settings
     from django.core.cache import cache
 
+    from qorven.runtime.redis_rest import rests_forget
     from qorven.runtime.streams import streams_forget
 
-    # The replies streaming in this process, which the embedded default keeps there, and on
-    # Redis the rest of the stream buffer's writes an earlier test's Redis away began.
+    # The replies streaming in this process, which the embedded default keeps there, and
+    # the rest of the calls to a Redis that an earlier test's hang began.
     streams_forget()
+    rests_forget()
     if "locmem" in settings.CACHES["default"]["BACKEND"].lower():
         cache.clear()  # this process's own memory
         return

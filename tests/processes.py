@@ -182,6 +182,10 @@ def redis_start(port: int) -> subprocess.Popen:
     return proc
 
 
+# The cache's connection pool, as the settings' CACHES name it on the scale-out layout.
+CACHE_POOL = "qorven.runtime.redis_rest.RestingPool"
+
+
 @pytest.fixture
 def cache_redis(settings):
     """The cache (and REDIS_URL) on a Redis of the test's own, keeping nothing on disk:
@@ -191,7 +195,7 @@ def cache_redis(settings):
     box = {"proc": redis_start(port)}
     settings.REDIS_URL = url
     settings.CACHES = {"default": {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": url,
-                                   "KEY_PREFIX": "cache-away"}}
+                                   "KEY_PREFIX": "cache-away", "OPTIONS": {"pool_class": CACHE_POOL}}}
 
     def stop() -> None:
         box["proc"].terminate()
@@ -237,7 +241,8 @@ def hung_redis(settings):
     settings.CACHES = {"default": {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": server.url,
                                    "KEY_PREFIX": "redis-hung",
                                    "OPTIONS": {"socket_timeout": server.TIMEOUT,
-                                               "socket_connect_timeout": server.TIMEOUT}}}
+                                               "socket_connect_timeout": server.TIMEOUT,
+                                               "pool_class": CACHE_POOL}}}
     yield server
     server.stop()
 

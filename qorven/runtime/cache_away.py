@@ -1,7 +1,8 @@
 """The cache (Redis, on the scale-out layout) away: whether an error is it being
 unreachable — a transient failure, which a task waits out on the worker's timer, never
 one that marks its item failed — and `cache_or`, for what the cache only spares work or
-a call, done without it while it is away."""
+a call, done without it while it is away. A Redis that hangs is away at once for a short
+rest after a call to it timed out (qorven.runtime.redis_rest), as one refusing is."""
 from __future__ import annotations
 
 import sys
@@ -19,13 +20,6 @@ def cache_unreachable(exc: BaseException) -> bool:
     # Redis' client is heavy to import: an error can only be one of its own once it is loaded.
     errors = sys.modules.get("redis.exceptions")
     return errors is not None and isinstance(exc, (errors.ConnectionError, errors.TimeoutError))
-
-
-def cache_timed_out(exc: BaseException) -> bool:
-    """Whether `exc` is a Redis that took no answer within QORVEN_REDIS_TIMEOUT (one that
-    hangs), rather than one that failed at once: each try of it costs that long."""
-    errors = sys.modules.get("redis.exceptions")
-    return errors is not None and isinstance(exc, errors.TimeoutError)
 
 
 def cache_or(default: T, call: Callable[[], T], *, away: RepeatedFailure) -> T:

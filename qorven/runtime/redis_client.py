@@ -19,7 +19,9 @@ _lock = threading.Lock()
 def shared_redis() -> Any:
     """The client for REDIS_URL, each command and connecting bounded by QORVEN_REDIS_TIMEOUT
     (a Redis that hangs then raises redis' TimeoutError, which counts as the cache away:
-    qorven.runtime.cache_away). Made again if either setting changed, as tests change them."""
+    qorven.runtime.cache_away), its calls refused at once for a while after one timed out
+    (qorven.runtime.redis_rest, as the cache's). Made again if either setting changed, as
+    tests change them."""
     global _client, _made_for
     made_for = (settings.REDIS_URL, settings.QORVEN_REDIS_TIMEOUT)
     if _client is None or _made_for != made_for:
@@ -27,8 +29,11 @@ def shared_redis() -> Any:
             if _client is None or _made_for != made_for:
                 import redis
 
+                from .redis_rest import RestingPool
+
                 url, timeout = made_for
-                _client = redis.Redis.from_url(url, socket_timeout=timeout, socket_connect_timeout=timeout)
+                pool = RestingPool.from_url(url, socket_timeout=timeout, socket_connect_timeout=timeout)
+                _client = redis.Redis(connection_pool=pool)
                 _made_for = made_for
     return _client
 

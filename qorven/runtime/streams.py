@@ -35,7 +35,6 @@ from typing import Any
 from django.core.cache import caches
 from django.core.cache.backends.redis import RedisCache
 
-from qorven.runtime.cache_away import cache_timed_out
 from qorven.runtime.redis_client import shared_redis
 from qorven.runtime.repeated_failure import RepeatedFailure
 
@@ -63,14 +62,12 @@ _open: OrderedDict[tuple[int, int], _Stream] = OrderedDict()  # (session, reply_
 _latest: OrderedDict[int, int] = OrderedDict()  # session → the reply whose chunk came last
 
 
+# A chunk whose write failed is not written again: the next chunk written finds the stored
+# text short and writes it whole. A Redis that hangs costs QORVEN_REDIS_TIMEOUT a try, and
+# the live sender writes a chunk before it leaves; after one write timed out, the writes of
+# the next CACHE_REST seconds are refused at once (qorven.runtime.redis_rest), so chunks
+# still leave at the model's pace.
 _buffer_failures = RepeatedFailure(logger, "could not keep the stream buffer")
-# After a chunk's write timed out, the chunks of the next this many seconds are not
-# written: a Redis that hangs costs QORVEN_REDIS_TIMEOUT a try, and the live sender writes a
-# chunk before it leaves, so every chunk (of every chat of the process) would wait that long.
-# The first chunk written after it finds the stored text short and writes it whole, as the
-# next one does after a write that failed at once (a Redis refusing connections).
-BUFFER_REST = 2.0
-_rest_until = 0.0
 
 
 def _key(session_id: int) -> str:
@@ -108,15 +105,12 @@ def stream_chunk(session_id: int, reply_to: int, delta: str) -> tuple[int, bool]
             _open.popitem(last=False)
         while len(_latest) > _MAX_OPEN:
             _latest.popitem(last=False)
-    global _rest_until
     redis = _redis(session_id)
     replaced = False
-    if redis is not None and time.monotonic() >= _rest_until:
+    if redis is not None:
         try:
             replaced = _append(redis, stream, reply_to, delta, before, before + size)
-        except Exception as exc:  # the next chunk written finds the stored text short and writes it whole
-            if cache_timed_out(exc):
-                _rest_until = time.monotonic() + BUFFER_REST
+        except Exception:  # the next chunk written finds the stored text short and writes it whole
             _buffer_failures.failed(f"session {session_id}")
         else:
             _buffer_failures.succeeded()
@@ -216,13 +210,10 @@ def stream_snapshot(session_id: int) -> dict[str, Any] | None:
 
 
 def streams_forget() -> None:
-    """Forget every stream this process keeps, and a rest of its writes (a process starting
-    has neither; for tests)."""
-    global _rest_until
+    """Forget every stream this process keeps (a process starting has none; for tests)."""
     with _lock:
         _open.clear()
         _latest.clear()
-        _rest_until = 0.0
 
 
 def stream_track(session_id: int, event: dict[str, Any]) -> dict[str, Any]:

@@ -20,6 +20,7 @@ from typing import Any
 
 from qorven.runtime.cache_away import cache_unreachable
 from qorven.runtime.redis_client import install_key, shared_redis
+from qorven.runtime.redis_rest import rests_forget
 
 from ..processes import HungRedis
 
@@ -55,6 +56,7 @@ def test_a_call_of_the_processes_client_to_a_redis_that_hangs_is_away_after_the_
     ended = _ended_within(WITHIN, lambda: shared_redis().get(key))
     assert cache_unreachable(ended["error"])  # what the callers already treat as the cache away
     hung_redis.answer()
+    rests_forget()  # the rest its timeout began (the last test here)
     assert shared_redis().get(key) == b"1"  # and back as soon as it answers again
 
 
@@ -129,3 +131,35 @@ def test_a_task_published_to_a_broker_that_hangs_is_refused_after_the_timeout(hu
     refused, took = done.stdout.split()
     assert refused == "OperationalError"  # kombu's, as for a Redis refusing the connection
     assert float(took) < 10
+
+
+def test_after_a_call_to_a_redis_that_hangs_timed_out_the_calls_to_it_fail_at_once_until_its_rest_is_over(
+    hung_redis,
+):
+    """One timeout rests that Redis for both the process's client and the cache: their
+    calls meanwhile are not sent (CacheResting, which the callers take as the cache away,
+    as a refused connection), and the first after the rest is. Before, each call waited
+    out the timeout again."""
+    from django.core.cache import cache
+
+    from qorven.runtime.redis_rest import CACHE_REST, CacheResting
+
+    from ..processes import wait_for
+
+    key = install_key("hang-probe")
+    shared_redis().set(key, "1")
+    cache.set("hang-probe", "stored")
+    hung_redis.hang()
+    assert cache_unreachable(_ended_within(WITHIN, lambda: shared_redis().get(key))["error"])
+    for call in (lambda: shared_redis().get(key), lambda: cache.get("hang-probe")):
+        error = _ended_within(WITHIN, call)["error"]
+        assert isinstance(error, CacheResting) and cache_unreachable(error)
+    hung_redis.answer()
+
+    def answered() -> bool:
+        try:
+            return shared_redis().get(key) == b"1" and cache.get("hang-probe") == "stored"
+        except CacheResting:
+            return False
+
+    assert wait_for(answered, CACHE_REST + 5, step=0.1)
