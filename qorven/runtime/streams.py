@@ -35,6 +35,7 @@ from typing import Any
 from django.core.cache import caches
 from django.core.cache.backends.redis import RedisCache
 
+from qorven.runtime.cache_away import cache_or
 from qorven.runtime.redis_client import shared_redis
 from qorven.runtime.repeated_failure import RepeatedFailure
 
@@ -68,6 +69,7 @@ _latest: OrderedDict[int, int] = OrderedDict()  # session → the reply whose ch
 # the next CACHE_REST seconds are refused at once (qorven.runtime.redis_rest), so chunks
 # still leave at the model's pace.
 _buffer_failures = RepeatedFailure(logger, "could not keep the stream buffer")
+_snapshot_failures = RepeatedFailure(logger, "could not read the stream buffer: a reply being written is shown as it is stored")
 
 
 def _key(session_id: int) -> str:
@@ -197,7 +199,9 @@ def stream_snapshot(session_id: int) -> dict[str, Any] | None:
     redis = _redis(session_id)
     if redis is not None:
         client, reply_key, text_key = redis
-        held, text = client.mget(reply_key, text_key)
+        # The cache away: no text to show, only that is lost (the page, a socket opening,
+        # the terminal go on without it; the stored reply comes as it is written).
+        held, text = cache_or((None, None), lambda: client.mget(reply_key, text_key), away=_snapshot_failures)
         if held is None or not text:
             return None
         return {"reply_to": int(held), "text": text.decode()}
