@@ -38,3 +38,14 @@ async def receive_until(comm: WebsocketCommunicator, predicate, timeout: float =
         seen.append(event)
         if predicate(event):
             return seen
+
+
+async def chat_opened(path: str, *, cookie: str, first: str) -> WebsocketCommunicator:
+    """A page's socket on `path`, open once it has shown the message `first` and answered
+    a ping (a socket answers only once it has finished connecting: joined its groups)."""
+    page = communicator(path, cookie=cookie)
+    assert (await page.connect())[0]
+    await receive_until(page, lambda e: e.get("content") == first)
+    await page.send_json_to({"type": "ping"})
+    await receive_until(page, lambda e: e["type"] == "pong")
+    return page

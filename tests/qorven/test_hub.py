@@ -14,7 +14,7 @@ from qorven.runtime.publisher import broadcast, broadcast_flush, session_group
 from sessions_app.services.append import message_append
 from sessions_app.services.resolve import session_resolve
 
-from ..channels_app.live_helpers import communicator, receive_until, session_cookie
+from ..channels_app.live_helpers import chat_opened, communicator, receive_until, session_cookie
 from ..fakes.slow_link import SlowLink
 from ..processes import redis_of_our_own
 
@@ -268,11 +268,7 @@ def test_a_message_stored_in_this_process_reaches_its_sockets_without_waiting_fo
         subprocess.run(["redis-cli", "-p", str(port), *args], check=True, capture_output=True)
 
     async def run() -> list[str]:
-        page = communicator("/ws/chat/acme/aria/", cookie=cookie)
-        assert (await page.connect())[0]
-        await receive_until(page, lambda e: e.get("content") == "Hello!")
-        await page.send_json_to({"type": "ping"})  # answered once the socket has finished connecting
-        await receive_until(page, lambda e: e["type"] == "pong")
+        page = await chat_opened("/ws/chat/acme/aria/", cookie=cookie, first="Hello!")
         await asyncio.to_thread(redis_cli, "CLIENT", "PAUSE", "10000", "WRITE")
         try:
             row = await sync_to_async(message_append)(session=session, role="user", content="while paused",
@@ -348,11 +344,7 @@ def test_what_a_request_publishes_is_delivered_outside_that_requests_context(wor
                        user=world.alice)
 
     async def run() -> list[dict]:
-        page = communicator("/ws/chat/acme/aria/", cookie=cookie)
-        assert (await page.connect())[0]
-        await receive_until(page, lambda e: e.get("content") == "Hello!")
-        await page.send_json_to({"type": "ping"})
-        await receive_until(page, lambda e: e["type"] == "pong")
+        page = await chat_opened("/ws/chat/acme/aria/", cookie=cookie, first="Hello!")
         for _ in range(6):  # a few requests in a row, as a page's clicks
             # A server thread that runs the view through asgiref, as Django's handlers do:
             # the view runs on that thread, under an executor that quits when it returns.
@@ -459,11 +451,7 @@ def test_a_socket_closed_while_redis_is_unreachable_leaves_every_group_and_the_h
         layers = {"default": {"BACKEND": "channels_redis.pubsub.RedisPubSubChannelLayer",
                               "CONFIG": {"hosts": [f"redis://127.0.0.1:{await link.start()}/0"]}}}
         with override_settings(CHANNEL_LAYERS=layers):
-            page = communicator("/ws/chat/acme/aria/", cookie=cookie)
-            assert (await page.connect())[0]
-            await receive_until(page, lambda e: e.get("content") == "Hello!")
-            await page.send_json_to({"type": "ping"})  # answered once the socket has finished connecting
-            await receive_until(page, lambda e: e["type"] == "pong")
+            page = await chat_opened("/ws/chat/acme/aria/", cookie=cookie, first="Hello!")
             live = hub()
             groups = sorted(live.members)
             await link.cut()

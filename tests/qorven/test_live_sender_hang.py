@@ -16,7 +16,7 @@ from qorven.runtime.publisher import broadcast_flush, session_group
 from sessions_app.services.append import message_append
 from sessions_app.services.resolve import session_resolve
 
-from ..channels_app.live_helpers import communicator, receive_until, session_cookie
+from ..channels_app.live_helpers import chat_opened, receive_until, session_cookie
 from ..processes import redis_of_our_own
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -48,11 +48,7 @@ def test_live_events_reach_this_processs_sockets_in_order_while_the_layer_hangs_
         return message_append(session=session, role="user", content=content, channel="web", sender_name="Alice")
 
     async def run() -> list[str]:
-        page = communicator("/ws/chat/acme/aria/", cookie=cookie)
-        assert (await page.connect())[0]
-        await receive_until(page, lambda e: e.get("content") == "Hello!")
-        await page.send_json_to({"type": "ping"})  # answered once the socket has finished connecting
-        await receive_until(page, lambda e: e["type"] == "pong")
+        page = await chat_opened("/ws/chat/acme/aria/", cookie=cookie, first="Hello!")
         await asyncio.to_thread(redis_cli, "CLIENT", "PAUSE", "60000", "WRITE")
         try:
             await sync_to_async(append)("held")
