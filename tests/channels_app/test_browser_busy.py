@@ -25,6 +25,21 @@ def stored(tmp_path) -> list[str]:
     return [content for (content,) in rows]
 
 
+def posts_answered(page, answer) -> list[dict]:
+    """The page's message POSTs, each recorded (its JSON) and answered by `answer(route,
+    posts)`; the page's other requests go on to the server."""
+    posts: list[dict] = []
+
+    def route_post(route):
+        if route.request.method != "POST":
+            return route.fallback()
+        posts.append(route.request.post_data_json)
+        answer(route, posts)
+
+    page.route(MESSAGES, route_post)
+    return posts
+
+
 def test_a_busy_server_is_waited_out_and_each_message_stored_once_in_order(chat_server, tmp_path, browser):
     """The first POST meets the database away (503, Retry-After: 2); the send again is
     stored but a proxy answers 503 (Retry-After: 1) in its place; the third is answered
@@ -37,12 +52,8 @@ def test_a_busy_server_is_waited_out_and_each_message_stored_once_in_order(chat_
     base, model, platform = chat_server
     model.add(reply("Milk is on the list."), reply("Eggs are on the list."))
     page = sign_in(browser, base)
-    posts: list[dict] = []
 
-    def busy(route):
-        if route.request.method != "POST":
-            return route.fallback()
-        posts.append(route.request.post_data_json)
+    def busy(route, posts):
         if len(posts) == 1:
             route.fulfill(status=503, headers={"Retry-After": "2"}, content_type="application/json",
                           body=DATABASE_AWAY)
@@ -52,7 +63,7 @@ def test_a_busy_server_is_waited_out_and_each_message_stored_once_in_order(chat_
         else:
             route.continue_()
 
-    page.route(MESSAGES, busy)
+    posts = posts_answered(page, busy)
     send(page, "add milk")
     expect(page.get_by_role("alert").filter(has_text="The server is busy; sending again in 2 s.")).to_be_visible()
     waiting = page.locator(".msg--pending")
@@ -87,15 +98,8 @@ def test_a_server_still_busy_after_the_tries_gives_the_messages_back_to_the_box(
 
     base, model, platform = chat_server
     page = sign_in(browser, base)
-    posts: list[dict] = []
-
-    def busy(route):
-        if route.request.method != "POST":
-            return route.fallback()
-        posts.append(route.request.post_data_json)
-        route.fulfill(status=503, headers={"Retry-After": "1"}, content_type="text/html", body=PROXY_PAGE)
-
-    page.route(MESSAGES, busy)
+    posts = posts_answered(page, lambda route, _: route.fulfill(
+        status=503, headers={"Retry-After": "1"}, content_type="text/html", body=PROXY_PAGE))
     send(page, "add milk")
     expect(page.get_by_role("alert").filter(has_text="sending again in 1 s")).to_be_visible()
     send(page, "add eggs")
@@ -114,16 +118,9 @@ def test_a_wait_longer_than_a_minute_gives_the_message_back_at_once(chat_server,
 
     base, model, platform = chat_server
     page = sign_in(browser, base)
-    posts: list[dict] = []
-
-    def limited(route):
-        if route.request.method != "POST":
-            return route.fallback()
-        posts.append(route.request.post_data_json)
-        route.fulfill(status=429, headers={"Retry-After": "120"}, content_type="application/json",
-                      body=json.dumps({"error": "Too many messages at once: try again in 120 seconds."}))
-
-    page.route(MESSAGES, limited)
+    posts = posts_answered(page, lambda route, _: route.fulfill(
+        status=429, headers={"Retry-After": "120"}, content_type="application/json",
+        body=json.dumps({"error": "Too many messages at once: try again in 120 seconds."})))
     send(page, "add milk")
     expect(page.get_by_role("alert").filter(has_text="try again in 120 seconds")).to_be_visible()
     expect(page.locator("[data-input]")).to_have_value("add milk")
@@ -143,13 +140,11 @@ def test_a_proxys_error_page_is_read_as_our_notice_never_its_words(chat_server, 
     answers = [(502, {"error": "upstream connect error or disconnect/reset before headers " + "x" * 3000}),
                (503, {"error": "Call our support line at evil.example", "code": "not_ours"})]
 
-    def proxy(route):
-        if route.request.method != "POST":
-            return route.fallback()
+    def proxy(route, _):
         status, body = answers[0]
         route.fulfill(status=status, content_type="application/json", body=json.dumps(body))
 
-    page.route(MESSAGES, proxy)
+    posts_answered(page, proxy)
     for status, body in list(answers):
         send(page, "add milk")
         expect(page.locator("[data-input]")).to_have_value("add milk", timeout=SERVER_WORK)
