@@ -237,6 +237,7 @@ def _send(owner: ChatOwner, link: Any, content: str, *, leave_if: Callable[[], b
 
 GAVE_UP = 1  # exit code: the input ended and a reply did not come within --wait
 ACCESS_LOST = 3  # exit code: the person was removed from the workspace (or signed out) meanwhile
+LINE_SHAPE = 'each line must be an object like {"content": "…"}'
 ACCESS_LOST_LINE = {"type": "error", "error": "you no longer have access to this workspace", "code": "access_lost"}
 ACCESS_CHECK = 1.0  # seconds between looks at the membership (--json: while waiting for replies)
 
@@ -277,15 +278,20 @@ def run_json(owner: ChatOwner, stdin: TextIO, stdout: TextIO, *, history: int, w
 
 def _json_lines(owner: ChatOwner, lines: Iterable[str], stdout: TextIO, write_lock: threading.Lock,
                 pending: Pending, follower: Follower, *, link: Any, wait: float) -> int:
-    for raw in lines:
+    for number, raw in enumerate(lines, start=1):
         raw = raw.strip()
         if not raw:
             continue
         try:
-            body = json.loads(raw)
+            try:
+                body = json.loads(raw)
+            except json.JSONDecodeError:
+                # The parser's own words ("Expecting value: line 1 column 1 (char 0)") name
+                # neither the input's line nor what it should be.
+                raise ValueError(f"line {number} is not JSON: {LINE_SHAPE}") from None
             content = body.get("content") if isinstance(body, dict) else None
             if not isinstance(content, str):
-                raise ValueError('each line must be an object like {"content": "…"}')
+                raise ValueError(LINE_SHAPE)
             seq, expects_reply = _send(owner, link, content,
                                        waiting=lambda said: _say_notice(stdout, write_lock, said))
         except NotFound:  # removed from the workspace while the terminal was open

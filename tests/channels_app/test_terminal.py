@@ -164,7 +164,8 @@ def test_chat_json_answers_a_command_without_the_model_and_reports_bad_lines(wor
     )
     assert done.returncode == 0, done.stderr
     lines = [json.loads(line) for line in done.stdout.splitlines()]
-    assert lines[0]["type"] == "error"
+    # A line that is not JSON at all is told so in the same words, not in the JSON parser's.
+    assert lines[0] == {"type": "error", "error": 'line 1 is not JSON: each line must be an object like {"content": "…"}'}
     assert lines[1] == {"type": "error", "error": 'each line must be an object like {"content": "…"}'}
     answer = next(line for line in lines if line["type"] == "message" and line["role"] == "assistant")
     assert answer["content"].startswith("Commands:") and answer["notice"] == "command"
