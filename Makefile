@@ -19,11 +19,14 @@ $(PY):
 	$(PY) -m pip install --quiet --upgrade pip
 
 # `make run` installs what the product needs; `make test` adds the test tooling.
+# pip runs --quiet (its full log is hundreds of lines): say what the silent minute is.
 $(STAMP): pyproject.toml | $(PY)
+	@echo "Installing Qorven and its dependencies into $(VENV) (a minute or two the first time)…"
 	$(PY) -m pip install --quiet -e .
 	touch $(STAMP)
 
 $(TEST_STAMP): pyproject.toml $(STAMP)
+	@echo "Installing the test tools into $(VENV) (pytest, Playwright, ruff, mypy, …)…"
 	$(PY) -m pip install --quiet -e '.[test]'
 	touch $(TEST_STAMP)
 
