@@ -7,8 +7,9 @@ from typing import Any
 from .provider import Completion, TokenCallback, Usage
 
 OFFLINE_NOTICE = (
-    "No model is configured, so I can't answer yet. Set QORVEN_MODEL (and OPENAI_BASE_URL / "
-    "OPENAI_API_KEY for your OpenAI-compatible server), or a model on this Qor in the admin."
+    "No model is configured, so I can't answer yet. Run `qorven setup` on the server (it asks for "
+    "the model server and checks it), or set QORVEN_MODEL (and OPENAI_BASE_URL / OPENAI_API_KEY "
+    "for your OpenAI-compatible server), or a model on this Qor in the admin."
 )
 
 

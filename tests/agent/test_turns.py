@@ -412,6 +412,8 @@ def test_with_no_model_configured_the_offline_provider_answers_with_a_notice(cli
     final = timeline(world)[-1]
     assert final.role == "assistant"
     assert "No model is configured" in final.content and "QORVEN_MODEL" in final.content
+    # The way the README's quick start, `qorven serve`'s line and `qorven doctor` give first.
+    assert "`qorven setup`" in final.content
     assert final.metadata["notice"] == "offline"
 
 
