@@ -267,4 +267,9 @@ def _rotation_note(span: DigestSpan, stored: int, note: str) -> str:
 
 
 def _saved(stored: int) -> str:
-    return f"{stored} note{'s' if stored != 1 else ''} saved to memory."
+    return f"{counted(stored, 'note')} saved to memory."
+
+
+def counted(number: int, noun: str) -> str:
+    """`1 message`, `4 messages`: the counts a compaction's notices give."""
+    return f"{number} {noun}{'s' if number != 1 else ''}"

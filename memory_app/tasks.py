@@ -39,6 +39,7 @@ from .compaction import (
     compact_start_hooks,
     compaction_advance,
     compaction_rotate,
+    counted,
 )
 
 logger = logging.getLogger(__name__)
@@ -48,7 +49,7 @@ _cache_away = RepeatedFailure(logger, "the summarizer cannot read its session's 
                                       f"cache away; a run comes back every {CACHE_RETRY_DELAY:.0f} s")
 
 COMPACTED_NOTICE = (
-    "Compacted this conversation: {messages} messages summarized, {memories} notes saved to memory. "
+    "Compacted this conversation: {messages} summarized, {memories} saved to memory. "
     "This is a fresh conversation that starts from the summary; the old one is archived."
 )
 NOTHING_NOTICE = "There is nothing to compact yet."
@@ -278,7 +279,8 @@ def _compact_held(session: Session, channel: str, owner: str, *, can_wait: bool 
         _notice(session, channel, NOTHING_NOTICE, "compact_empty")
         return False
     _notice(outcome.session, channel,
-            COMPACTED_NOTICE.format(messages=outcome.messages, memories=outcome.memories), "compacted",
+            COMPACTED_NOTICE.format(messages=counted(outcome.messages, "message"),
+                                    memories=counted(outcome.memories, "note")), "compacted",
             request_of=session_id)
     return True
 

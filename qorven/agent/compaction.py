@@ -16,7 +16,7 @@ import logging
 
 from django.db import transaction
 
-from memory_app.compaction import CompactionFailed, RotateOutcome, compaction_rotate
+from memory_app.compaction import CompactionFailed, RotateOutcome, compaction_rotate, counted
 from sessions_app.errors import SessionClosed
 from sessions_app.context_reads import context_left_out
 from sessions_app.models import Message, Session
@@ -38,15 +38,15 @@ _BATCH = 64
 
 ROTATED_NOTICE = (
     "This conversation was getting long for the model, so I saved its key points to memory and continued "
-    "in a fresh session ({messages} messages summarized, {memories} notes saved)."
+    "in a fresh session ({messages} summarized, {memories} saved)."
 )
 OVERFLOW_NOTICE = (
     "This conversation no longer fit the model's context, so I saved its key points to memory, continued "
-    "in a fresh session and tried again ({messages} messages summarized, {memories} notes saved)."
+    "in a fresh session and tried again ({messages} summarized, {memories} saved)."
 )
 IN_PLACE_NOTICE = (
     "This conversation was getting long for the model, so I saved its key points to memory and condensed "
-    "the earlier messages ({messages} messages summarized, {memories} notes saved)."
+    "the earlier messages ({messages} summarized, {memories} saved)."
 )
 FAILED_NOTICE = "I could not compact this conversation ({reason}); nothing was lost."
 
@@ -211,7 +211,7 @@ def compact_for_turn(*, session: Session, pending: Message, overflow: bool) -> R
         template = OVERFLOW_NOTICE if overflow else ROTATED_NOTICE
     else:
         carried, template = pending, IN_PLACE_NOTICE
-    text = template.format(messages=outcome.messages, memories=outcome.memories)
+    text = template.format(messages=counted(outcome.messages, "message"), memories=counted(outcome.memories, "note"))
     metadata: dict[str, object] = {"notice": "compacted"}
     if carried is not None:
         metadata["reply_to"] = carried.seq

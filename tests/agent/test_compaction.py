@@ -753,6 +753,18 @@ def test_manual_mode_on_a_context_length_error_after_a_tool_round_carries_the_ro
 # --- /compact and /clear ----------------------------------------------------------------
 
 
+def test_compact_of_one_message_counts_it_in_the_singular(world, fake, model_server, drain, chat):
+    """A chat of one message (a reply that was a notice does not count) said "1 messages summarized"."""
+    old = canonical(world)
+    message_append(session=old, role="user", content="my bike is a blue Brompton", channel="web",
+                   sender_name="Alice")
+    Session.objects.filter(pk=old.pk).update(replied_through_seq=1)
+    chat("/compact", channel="web")
+    notice = Message.objects.get(session=canonical(world), metadata__notice="compacted")
+    assert notice.content.startswith("Compacted this conversation: 1 message summarized, "), notice.content
+    assert "1 notes" not in notice.content
+
+
 def test_compact_summarises_into_memory_and_rotates_to_a_seeded_session(world, fake, model_server, drain, chat):
     old = canonical(world)
     chat("remember my bike is a blue Brompton", channel="telegram", trust=Trust.PAIRED)
