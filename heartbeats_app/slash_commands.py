@@ -8,6 +8,7 @@ from django.utils import timezone
 from tenancy.slash_registry import CommandContext, slash_command
 
 from .selectors import heartbeat_next_run, heartbeat_timezone, heartbeats_visible
+from .services import RESERVED_PREFIX
 
 
 @slash_command("beats", "your scheduled heartbeats and when they run next")
@@ -15,7 +16,12 @@ def beats_command(ctx: CommandContext) -> str:
     session = ctx.session
     if session.user is None:
         return "Heartbeats belong to a known user; this conversation has none."
-    beats = list(heartbeats_visible(tenant=session.tenant, qor=session.qor, user=session.user).select_related("tenant", "periodic_task"))
+    # The reserved system beats (images, reminders, retention, backups) are the host's upkeep
+    # of the workspace, not beats of the person's: listed, a fresh install's /beats showed
+    # three `__qorven_…` names to someone who had set none. The admin and the model's
+    # list_beats still show them.
+    beats = list(heartbeats_visible(tenant=session.tenant, qor=session.qor, user=session.user)
+                 .exclude(name__startswith=RESERVED_PREFIX).select_related("tenant", "periodic_task"))
     if not beats:
         return "You have no heartbeats. Ask me to set one up, e.g. \"every weekday at 8, tell me what's on today\"."
     lines = ["Your heartbeats:"]

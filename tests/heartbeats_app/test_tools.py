@@ -6,7 +6,7 @@ import json
 import pytest
 from django_celery_beat.models import PeriodicTask
 
-from heartbeats_app.models import CLEAR_IMAGES, Heartbeat
+from heartbeats_app.models import CLEAR_IMAGES, CONVERSATION_RETENTION, DELIVER_REMINDERS, Heartbeat
 from heartbeats_app.services import heartbeat_create
 from qorven.agent.gateway import inbound_accept
 from sessions_app.models import Message
@@ -124,6 +124,27 @@ def test_the_beats_command_lists_the_users_beats_without_a_model_call(world, mod
     say(world, world.bob, "/beats", channel="web")
     drain()
     assert "bob-secret" in Message.objects.filter(role="assistant", session__user=world.bob).get().content
+
+
+def test_the_beats_command_leaves_out_the_hosts_system_beats(world, model_server, drain):
+    """On a fresh install (the shipped defaults synced), /beats listed the three reserved
+    upkeep beats (__qorven_clear_images__, …) as "Your heartbeats", to a person who had set none."""
+    for name, cron in ((CLEAR_IMAGES, "30 3 * * *"), (DELIVER_REMINDERS, "*/5 * * * *"),
+                       (CONVERSATION_RETENTION, "45 3 * * *")):
+        heartbeat_create(tenant=world.tenant_a, qor=world.qor_a, name=name, cron=cron, managed=True)
+    session = say(world, world.alice, "/beats")
+    drain()
+    answer = Message.objects.filter(session=session, role="assistant").get().content
+    assert answer.startswith("You have no heartbeats."), answer
+
+    heartbeat_create(tenant=world.tenant_a, qor=world.qor_a, name="morning-news", cron="0 8 * * *",
+                     prompt="the news", managed=True)
+    beat(world.qor_a, name="alice-walk", cron="0 18 * * *", owner=world.alice)
+    say(world, world.alice, "/beats")
+    drain()
+    answer = Message.objects.filter(session=session, role="assistant").order_by("seq").last().content
+    assert "alice-walk" in answer and "morning-news" in answer and "(set by the host, read-only)" in answer
+    assert "__qorven_" not in answer
 
 
 def test_a_timezone_that_names_a_folder_of_the_tz_database_gets_an_error_back_to_the_model(world, model_server,
