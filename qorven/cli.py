@@ -124,26 +124,12 @@ def _missing_table(exc: Exception) -> bool:
 
 
 def _connection_refused(exc: Exception) -> str:
-    """Why PostgreSQL refuses a connection, when that is what ended the command, else "".
-    Asked again on a connection of its own, outside the pool (whose error says only that
-    it had none after 10 s); libpq's words, which never quote the password."""
-    import re
+    """Why PostgreSQL refuses a connection, when that is what ended the command, else ""."""
+    from django.db import OperationalError
 
-    from django.db import OperationalError, connection
+    from qorven.runtime.database import connection_refusal
 
-    if not isinstance(exc, OperationalError) or connection.vendor != "postgresql":
-        return ""
-    import psycopg
-
-    try:
-        psycopg.connect(**{**connection.get_connection_params(), "connect_timeout": 5}).close()
-    except psycopg.OperationalError as refused:
-        first = (str(refused).strip().splitlines() or [type(refused).__name__])[0]
-        # 'connection failed: connection to server at "127.0.0.1", port 9 failed: Connection refused'
-        return re.sub(r'^(connection failed: )?connection to server at .*?, port \d+ failed: ', "", first).strip()
-    except Exception:  # it cannot even be asked: the first error is the one to show
-        return ""
-    return ""  # it connects now: the command failed on something else
+    return connection_refusal() if isinstance(exc, OperationalError) else ""
 
 
 def _unmigrated() -> str:

@@ -14,7 +14,15 @@ from .check import Check, guarded
 def database_checks() -> Iterator[Check]:
     from django.db.migrations.executor import MigrationExecutor
 
+    from qorven.runtime.database import connection_refusal
+
     fix = "check DATABASE_URL and that the database server is up"
+    # Asked first outside the pool: its error would not say why, after 10 s of tries that
+    # each log a warning above the report.
+    refused = connection_refusal()
+    if refused:
+        yield Check("database", _database_named(), False, f"unreachable: {refused}", fix)
+        return
     try:
         connection = connections["default"]
         with connection.cursor() as cursor:

@@ -31,6 +31,30 @@ def database_named() -> str:
     return f"PostgreSQL database {named['NAME']} on {named.get('HOST') or 'localhost'}:{named.get('PORT') or 5432}"
 
 
+def connection_refusal() -> str:
+    """Why PostgreSQL refuses this process a connection ("Connection refused", "password
+    authentication failed for user …", "database … does not exist"), "" when it takes one
+    or the database is SQLite. Asked on a connection of its own, outside the pool: the
+    pool's error says only that it had none after 10 s, and its tries meanwhile each log
+    a warning. libpq's words, which never quote the password."""
+    import re
+
+    connection = connections["default"]
+    if connection.vendor != "postgresql":
+        return ""
+    import psycopg
+
+    try:
+        psycopg.connect(**{**connection.get_connection_params(), "connect_timeout": 5}).close()
+    except psycopg.OperationalError as refused:
+        first = (str(refused).strip().splitlines() or [type(refused).__name__])[0]
+        # 'connection failed: connection to server at "127.0.0.1", port 9 failed: Connection refused'
+        return re.sub(r'^(connection failed: )?connection to server at .*?, port \d+ failed: ', "", first).strip()
+    except Exception:  # it cannot even be asked: the caller's own error is the one to show
+        return ""
+    return ""
+
+
 def database_wait(stderr: TextIO, *, seconds: float = STARTUP_WAIT) -> None:
     """Return once the database takes a connection, saying once on `stderr` that it is
     waited for; after `seconds`, CommandError in one line. For `qorven serve` and `qorven

@@ -435,3 +435,35 @@ def test_a_platform_address_that_answers_something_else_is_a_cross_for_that_bind
     platform.default(r"/getMe$", Canned(body={"ok": True}))  # no result
     (telegram,) = [c for c in checks_of(doctor()[0], "channel") if c["subject"].startswith("acme/telegram")]
     assert not telegram["ok"] and "TELEGRAM_API_BASE" in telegram["fix"], telegram
+
+
+def test_doctor_says_why_postgresql_refused_it_in_one_line_without_the_pool_retrying(tmp_path):
+    """With PostgreSQL's port closed, doctor said "unreachable (OperationalError)" — not why
+    (refused, a wrong password, no such database) — after 10 s of the connection pool's own
+    tries, each a WARNING of two lines above the report (12 of them here)."""
+    import os
+    import socket
+    import subprocess
+    import sys
+    import time
+    from pathlib import Path
+
+    with socket.socket() as probe:  # a port nothing listens on
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    qorven = Path(sys.executable).with_name("qorven")
+    environment = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "REDIS_URL")}
+    began = time.monotonic()
+    done = subprocess.run(
+        [str(qorven), "doctor", "--json"], capture_output=True, text=True, timeout=120,
+        cwd=Path(__file__).resolve().parents[2],
+        env={**environment, "DJANGO_SECRET_KEY": "doctor-test",
+             "DATABASE_URL": f"postgres://qorven:pg-s3cret@127.0.0.1:{port}/qorven"},
+    )
+    took = time.monotonic() - began
+    assert done.returncode == 1, done.stderr[-1500:]
+    database = next(c for c in json.loads(done.stdout)["checks"] if c["area"] == "database")
+    assert not database["ok"] and "Connection refused" in database["detail"], database
+    assert "psycopg.pool" not in done.stderr and "Traceback" not in done.stderr, done.stderr[-1500:]
+    assert "pg-s3cret" not in done.stdout + done.stderr
+    assert took < 8, took
