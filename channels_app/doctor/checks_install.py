@@ -73,7 +73,10 @@ def worker_checks() -> Iterator[Check]:
             return Check("workers", "celery", False, "no worker answered", "start one or more `qorven worker`")
         return Check("workers", "celery", True, f"{len(replies)} worker(s) answered: {', '.join(sorted(replies))}")
 
-    yield guarded("workers", "celery", "start one or more `qorven worker`", probe)
+    # Raised: the broker could not be asked at all, and a worker started now would only
+    # wait for it too.
+    yield guarded("workers", "celery", "check CELERY_BROKER_URL (else REDIS_URL) and that Redis is up: "
+                  "the workers are asked through it", probe)
 
 
 def beat_checks() -> Iterator[Check]:
@@ -95,7 +98,8 @@ def beat_checks() -> Iterator[Check]:
                          "stop all but one `qorven beat` (each sends every due heartbeat)")
         return Check("beat", "celery beat", True, f"one beat running: {running[0]}")
 
-    yield guarded("beat", "celery beat", "start exactly one `qorven beat`", probe)
+    yield guarded("beat", "celery beat", "check REDIS_URL and that Redis is up: each beat reports itself there",
+                  probe)
 
 
 def _host(url: str) -> str:

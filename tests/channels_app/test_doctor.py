@@ -467,3 +467,32 @@ def test_doctor_says_why_postgresql_refused_it_in_one_line_without_the_pool_retr
     assert "psycopg.pool" not in done.stderr and "Traceback" not in done.stderr, done.stderr[-1500:]
     assert "pg-s3cret" not in done.stdout + done.stderr
     assert took < 8, took
+
+
+def test_doctor_with_redis_away_says_to_fix_redis_not_to_start_workers_and_a_beat(tmp_path):
+    """With Redis's port closed, the workers' and the beat's checks said to start a
+    `qorven worker` and a `qorven beat`: they could not have been asked, and a worker
+    started then only waits for the same Redis."""
+    import os
+    import socket
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    with socket.socket() as probe:  # a port nothing listens on
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    qorven = Path(sys.executable).with_name("qorven")
+    environment = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "REDIS_URL", "CELERY_BROKER_URL")}
+    done = subprocess.run(
+        [str(qorven), "doctor", "--json"], capture_output=True, text=True, timeout=120,
+        cwd=Path(__file__).resolve().parents[2],
+        env={**environment, "DJANGO_SECRET_KEY": "doctor-test", "DATABASE_URL": f"sqlite:///{tmp_path}/db.sqlite3",
+             "REDIS_URL": f"redis://:redis-s3cret@127.0.0.1:{port}/0"},
+    )
+    assert done.returncode == 1, done.stderr[-1500:]
+    checks = {c["area"]: c for c in json.loads(done.stdout)["checks"]}
+    for area in ("redis", "workers", "beat"):
+        assert not checks[area]["ok"] and "Connection refused" in checks[area]["detail"], checks[area]
+        assert "REDIS_URL" in checks[area]["fix"] and "start" not in checks[area]["fix"], checks[area]
+    assert "redis-s3cret" not in done.stdout + done.stderr
