@@ -69,12 +69,17 @@ def database_wait(stderr: TextIO, *, seconds: float = STARTUP_WAIT) -> None:
     said = False
     while True:
         connection = connections["default"]
+        # Asked outside the pool first: the pool's error says only that it had none after
+        # its timeout, and each of its tries meanwhile logs a warning.
+        first = connection_refusal()
         try:
-            connection.ensure_connection()
-            return
+            if not first:
+                connection.ensure_connection()
+                return
         except DATABASE_DOWN as exc:
             first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
             connection.close()
+        if first:
             if time.monotonic() >= deadline:
                 raise CommandError(f"the database ({database_named()}) did not take a connection "
                                    f"in {seconds:.0f} s: {first}") from None
