@@ -13,7 +13,7 @@ from urllib.parse import urlsplit
 import environ
 from kombu import Queue
 
-from qorven.runtime.environment import Env, env_file_check, meta_header_name
+from qorven.runtime.environment import Env, env_file_check, meta_header_name, secret_key_kept
 from qorven.runtime.url_prefix import prefix_settings, public_url_under
 
 BASE_DIR = Path(__file__).resolve().parent.parent
@@ -46,13 +46,7 @@ if not SECRET_KEY:
     if not _DATABASE["ENGINE"].endswith("sqlite3"):
         raise environ.ImproperlyConfigured("Set DJANGO_SECRET_KEY when DATABASE_URL names a database server.")
     # The embedded default makes its own key once and keeps it in the project folder.
-    _key_file = BASE_DIR / ".secret-key"
-    if not _key_file.exists():
-        import secrets
-
-        _key_file.write_text(secrets.token_urlsafe(50))
-        _key_file.chmod(0o600)
-    SECRET_KEY = _key_file.read_text().strip()
+    SECRET_KEY = secret_key_kept(BASE_DIR / ".secret-key")
 ALLOWED_HOSTS = env.allowed_hosts("DJANGO_ALLOWED_HOSTS", default=["127.0.0.1", "localhost", "testserver"])
 CSRF_TRUSTED_ORIGINS = env.list("DJANGO_CSRF_TRUSTED_ORIGINS", default=[])
 
