@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterator
 
 from .check import Check
 from .checks_files import backup_checks, deploy_checks, heartbeats_checks, skills_checks
-from .checks_install import beat_checks, database_checks, redis_checks, worker_checks
+from .checks_install import NOT_MIGRATED, beat_checks, database_checks, redis_checks, worker_checks
 from .checks_models import model_checks
 from .checks_platforms import API_BASES, channel_checks
 
@@ -25,19 +25,24 @@ __all__ = ["API_BASES", "Check", "doctor_checks"]
 def doctor_checks(*, areas: frozenset[str] | None = None) -> list[Check]:
     """Every check (or those of `areas`), in the order a newcomer would fix them."""
     found: list[Check] = []
-    database_down = False
+    database_down: Check | None = None  # the database's ✗, once seen
     for area, probe in _PROBES:
         if areas is not None and area not in areas:
             continue
         if database_down and area in _NEEDS_DATABASE:
-            found.append(Check(area, "-", False, "not checked: the database is unreachable", "fix the database first"))
+            if database_down.detail.endswith(NOT_MIGRATED):  # it answers: only its tables are missing
+                found.append(Check(area, "-", False, "not checked: the database is not migrated",
+                                   "run `qorven migrate` first"))
+            else:
+                found.append(Check(area, "-", False, "not checked: the database is unreachable",
+                                   "fix the database first"))
             continue
         try:
             found.extend(probe())
         except Exception as exc:  # a check that fails to run is a ✗ of its own, never a crash
             found.append(Check(area, "-", False, f"could not be checked ({type(exc).__name__})",
                                "fix what the checks above report, then run `qorven doctor` again"))
-        database_down = database_down or any(c.area == "database" and not c.ok for c in found)
+        database_down = database_down or next((c for c in found if c.area == "database" and not c.ok), None)
     return found
 
 

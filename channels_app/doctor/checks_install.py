@@ -11,6 +11,9 @@ from django.db import connections
 from .check import Check, guarded
 
 
+NOT_MIGRATED = "migration(s) not applied"  # the database answers; its tables are to be made
+
+
 def database_checks() -> Iterator[Check]:
     from django.db.migrations.executor import MigrationExecutor
 
@@ -33,7 +36,7 @@ def database_checks() -> Iterator[Check]:
         yield Check("database", _database_named(), False, f"unreachable ({type(exc).__name__})", fix)
         return
     if plan:
-        yield Check("database", _database_named(), False, f"{len(plan)} migration(s) not applied",
+        yield Check("database", _database_named(), False, f"{len(plan)} {NOT_MIGRATED}",
                     "run `qorven migrate`")
     else:
         yield Check("database", _database_named(), True, "reachable, every migration applied")

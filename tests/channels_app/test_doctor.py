@@ -496,3 +496,27 @@ def test_doctor_with_redis_away_says_to_fix_redis_not_to_start_workers_and_a_bea
         assert not checks[area]["ok"] and "Connection refused" in checks[area]["detail"], checks[area]
         assert "REDIS_URL" in checks[area]["fix"] and "start" not in checks[area]["fix"], checks[area]
     assert "redis-s3cret" not in done.stdout + done.stderr
+
+
+def test_doctor_on_a_database_not_migrated_says_so_for_what_it_did_not_check(tmp_path):
+    """On a new database not migrated yet, the checks that read it said each "not
+    checked: the database is unreachable", beside the database's own ✗ saying it answers
+    and only its migrations are missing."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    qorven = Path(sys.executable).with_name("qorven")
+    environment = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "REDIS_URL", "CELERY_BROKER_URL")}
+    done = subprocess.run(
+        [str(qorven), "doctor", "--json"], capture_output=True, text=True, timeout=120,
+        cwd=Path(__file__).resolve().parents[2],
+        env={**environment, "DJANGO_SECRET_KEY": "doctor-test", "DATABASE_URL": f"sqlite:///{tmp_path}/new.sqlite3"},
+    )
+    assert done.returncode == 1, done.stderr[-1500:]
+    checks = json.loads(done.stdout)["checks"]
+    assert "migration(s) not applied" in checks[0]["detail"], checks[0]
+    skipped = [c for c in checks if c["subject"] == "-"]
+    assert skipped and all(c["detail"] == "not checked: the database is not migrated"
+                           and c["fix"] == "run `qorven migrate` first" for c in skipped), skipped
