@@ -16,6 +16,8 @@ from django.http import HttpRequest, JsonResponse
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_safe
 
+from qorven.runtime.repeated_failure import RepeatedFailure
+
 logger = logging.getLogger(__name__)
 TIMEOUT = 2.0  # seconds a dependency has to answer
 _redis: Any = None
@@ -64,12 +66,20 @@ class ProbesMiddleware:
 
 
 def _check(probe: Any) -> str:
+    name = probe.__name__.strip("_")
+    # A load balancer probes every few seconds: a part away for long is one traceback, then
+    # a line a minute, not a traceback a probe.
+    failures = _failures.setdefault(name, RepeatedFailure(logger, f"readiness check {name} failed"))
     try:
         probe()
-    except Exception:
-        logger.warning("readiness check %s failed", probe.__name__.strip("_"), exc_info=True)
+    except Exception as exc:
+        failures.failed(type(exc).__name__)
         return "unavailable"
+    failures.succeeded()
     return "ok"
+
+
+_failures: dict[str, RepeatedFailure] = {}
 
 
 def _database() -> None:

@@ -98,3 +98,25 @@ def test_serve_names_the_model_of_each_qor_or_says_it_is_offline(world, settings
     assert "acme/aria: offline — no model configured (run `qorven setup`, or set OPENAI_BASE_URL and " \
            "QORVEN_MODEL)" in printed
     assert "globex/aria: big-model at models.example" in printed
+
+
+def test_readyz_probed_again_and_again_with_redis_away_logs_one_traceback_not_one_a_probe(client, settings, db,
+                                                                                          caplog):
+    """A load balancer probes every few seconds: with Redis away each probe logged the
+    warning with Redis's traceback (about 40 lines), five probes five tracebacks."""
+    import logging
+
+    import qorven.health
+
+    settings.REDIS_URL = "redis://127.0.0.1:9/0"  # nothing listens there
+    qorven.health._redis = None
+    qorven.health._failures.clear()  # a failure an earlier test left running would be counted, not logged
+    try:
+        with caplog.at_level(logging.WARNING, logger="qorven.health"):
+            answers = [client.get("/readyz").status_code for _ in range(5)]
+    finally:
+        qorven.health._redis = None
+    assert answers == [503] * 5
+    said = [r for r in caplog.records if r.name == "qorven.health"]
+    assert [r.exc_info is not None for r in said] == [True], [r.getMessage() for r in said]
+    assert said[0].getMessage().startswith("readiness check redis_ping failed")
