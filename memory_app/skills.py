@@ -243,6 +243,14 @@ def skills_sync(*, directory: Path | None = None, dry_run: bool = False) -> Sync
 def skills_sync_on_startup(stdout: TextIO, stderr: TextIO) -> SyncReport | None:
     """Sync at process start (`qorven serve`, `qorven worker`): report, never crash the
     start over a bad skill file."""
+    from qorven.runtime.database import connection_refusal, database_named
+
+    # PostgreSQL refusing: said in one line, asked outside the pool (whose error says only
+    # that it had none after 10 s, each of its tries a warning, then a traceback here).
+    refused = connection_refusal()
+    if refused:
+        stderr.write(f"Skills were not synced: the database ({database_named()}): {refused}\n")
+        return None
     try:
         report = skills_sync()
     except Exception as exc:  # a broken skills folder must not keep the server down
