@@ -7,7 +7,7 @@ from datetime import datetime
 from django import forms
 from django.contrib import admin, messages
 from django.db.models import QuerySet
-from django.http import HttpRequest, HttpResponseRedirect
+from django.http import HttpRequest
 from django.utils import timezone
 from django.utils.html import format_html
 
@@ -33,6 +33,7 @@ EDITABLE = ["tenant", "qor", "name", "cron", "timezone", "prompt", "owner", "del
 class HeartbeatForm(forms.ModelForm):
     system = False  # set per request: superusers may create the reserved system beats
     reader = None  # set per request: the admin, who reads a refusal
+    refused = ""  # set per request: why the save was refused twice (HeartbeatAdmin.changeform_view)
 
     class Meta:
         model = Heartbeat
@@ -40,11 +41,17 @@ class HeartbeatForm(forms.ModelForm):
 
     def clean(self):
         data = super().clean()
+        self._service_check(data)
+        if self.refused:  # after the check: a field it finds at fault is shown on that field too
+            self.add_error(None, self.refused)
+        return data
+
+    def _service_check(self, data: dict) -> None:
         # On a change page tenant and qor are read-only: they come from the instance.
         tenant = data.get("tenant") or (self.instance.tenant if self.instance.tenant_id else None)
         qor = data.get("qor") or (self.instance.qor if self.instance.qor_id else None)
         if tenant is None or qor is None or self.errors:
-            return data
+            return
         try:
             data["cron"] = heartbeat_check(
                 tenant=tenant, qor=qor, name=data.get("name") or "", cron=data.get("cron") or "",
@@ -57,7 +64,6 @@ class HeartbeatForm(forms.ModelForm):
         except HeartbeatInvalid as exc:
             field = exc.field if exc.field in self.fields else None
             self.add_error(field, exc.message)
-        return data
 
 
 class _RefusedOnSave(Exception):
@@ -175,6 +181,7 @@ class HeartbeatAdmin(OwnerRankedAdminMixin, admin.ModelAdmin):
         form = super().get_form(request, obj, change, **kwargs)
         form.system = request.user.is_superuser
         form.reader = request.user
+        form.refused = getattr(request, "heartbeat_refused", "")
         return form
 
     def get_readonly_fields(self, request, obj=None):
@@ -200,9 +207,11 @@ class HeartbeatAdmin(OwnerRankedAdminMixin, admin.ModelAdmin):
         # page shows it on its field, with what was typed, as for any refusal.
         try:
             return super().changeform_view(request, object_id, form_url, extra_context)
-        except _RefusedOnSave as refused:  # it changed again in between: say so, save nothing
-            self.message_user(request, f"Not saved, the beat changed meanwhile: {refused}", messages.ERROR)
-            return HttpResponseRedirect(request.get_full_path())
+        except _RefusedOnSave as refused:  # it changed again in between: save nothing
+            # The form once more, refusing with the reason: the page keeps what was typed
+            # (a redirect with a message lost it all).
+            request.heartbeat_refused = f"Not saved, the beat changed meanwhile: {refused}"  # type: ignore[attr-defined]
+        return super().changeform_view(request, object_id, form_url, extra_context)
 
     def save_model(self, request: HttpRequest, obj: Heartbeat, form, change: bool) -> None:
         self.check_tenant(request, obj)
