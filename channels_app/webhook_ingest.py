@@ -233,20 +233,29 @@ class GroupCommit:
     def handle(self, jobs: list[_Job]) -> list[Answer]:
         prepared: list[Prepared | Answer] = [_prepare(job) for job in jobs]
         storing = [i for i, p in enumerate(prepared) if isinstance(p, Prepared) and p.messages]
-        if storing and not _stored([prepared[i] for i in storing]):
-            logger.warning("%d webhooks could not be stored together; storing each alone", len(storing))
+        if storing and (error := _stored([prepared[i] for i in storing])) is not None:
+            # Each alone even with the database away: a restart broke the connection the
+            # batch had, and the next one may well be a working one.
+            if not isinstance(error, DATABASE_DOWN):
+                logger.warning("%d webhooks could not be stored together; storing each alone", len(storing))
             for i in storing:
-                if not _stored([prepared[i]]):
-                    logger.warning("a %s webhook could not be stored", jobs[i].channel)
+                if (error := _stored([prepared[i]])) is not None:
+                    if not isinstance(error, DATABASE_DOWN):
+                        logger.warning("a %s webhook could not be stored", jobs[i].channel)
                     prepared[i] = Answer.error(503, "not stored; deliver it again")
         for i, p in enumerate(prepared):
             if isinstance(p, Prepared) and p.undelivered:
                 try:
                     undelivered_record(p)
-                except Exception:
-                    logger.exception("a %s webhook's delivery failures could not be recorded", jobs[i].channel)
+                except Exception as exc:
+                    if isinstance(exc, DATABASE_DOWN):
+                        _database_failures.failed(type(exc).__name__)
+                    else:
+                        logger.exception("a %s webhook's delivery failures could not be recorded", jobs[i].channel)
                     close_old_connections()
                     prepared[i] = Answer.error(503, "not recorded; deliver it again")
+                else:
+                    _database_failures.succeeded()
         return [p if isinstance(p, Answer) else _OK if p.response is None else Answer.of(p.response)
                 for p in prepared]
 
@@ -283,17 +292,28 @@ def _publish_again(failed: list[tuple[float, Callable[[], None]]]) -> list[tuple
     return left
 
 
-def _stored(webhooks: list[Prepared]) -> bool:
+# While the database is away (a restart, a failover) every webhook fails the same way, and
+# is answered 503 and delivered again, again: one line, not a traceback (or two) each.
+_database_failures = RepeatedFailure(logger, "webhooks met the database away; each is answered 503 and "
+                                             "delivered again")
+
+
+def _stored(webhooks: list[Prepared]) -> Exception | None:
     """Store the messages of `webhooks` with one statement, a transaction of its own (no
-    BEGIN and COMMIT to wait for: a batch's one round trip to the database); False
-    (logged) if it failed, and then nothing of it is stored."""
+    BEGIN and COMMIT to wait for: a batch's one round trip to the database): None, or
+    what failed (logged), and then nothing of it is stored."""
     try:
         inbound_store(items=[(w.binding, m) for w in webhooks if w.binding for m in w.messages])
-        return True
-    except Exception:
-        logger.exception("storing %d webhooks failed", len(webhooks))
+    except DATABASE_DOWN as exc:
+        _database_failures.failed(type(exc).__name__)
         close_old_connections()  # a broken connection is not reused for the next try
-        return False
+        return exc
+    except Exception as exc:
+        logger.exception("storing %d webhooks failed", len(webhooks))
+        close_old_connections()
+        return exc
+    _database_failures.succeeded()
+    return None
 
 
 def _prepare(job: _Job) -> Prepared | Answer:
@@ -303,8 +323,8 @@ def _prepare(job: _Job) -> Prepared | Answer:
         return webhook_prepare(job.channel, request, verified=job.verified)
     except DisallowedHost:
         return Answer.error(400, "bad Host header")
-    except DATABASE_DOWN:  # the binding could not be read: the platform delivers it again
-        logger.warning("a %s webhook met a lost database connection; answered 503", job.channel, exc_info=True)
+    except DATABASE_DOWN as exc:  # the binding could not be read: the platform delivers it again
+        _database_failures.failed(f"{job.channel}: {type(exc).__name__}")
         connections_drop_broken()
         return Answer.of(database_down_response())
     except Exception:
