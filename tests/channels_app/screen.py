@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import shlex
+import signal
 import subprocess
 import time
 import uuid
@@ -78,4 +79,52 @@ class Screen:
         return int(self.exit_file.read_text())
 
     def close(self) -> None:
+        """The terminal killed (the program is sent SIGHUP), then waited for until it has
+        ended: a program still finishing a turn as the test's database is emptied deadlocked
+        the emptying (PostgreSQL), and the next test met its rows."""
+        pane = subprocess.run(["tmux", "-L", self.socket, "list-panes", "-a", "-F", "#{pane_pid}"],
+                              capture_output=True, text=True, timeout=30).stdout.split()
+        running = _descendants({int(pid) for pid in pane if pid.isdigit()})
         subprocess.run(["tmux", "-L", self.socket, "kill-server"], capture_output=True, timeout=30)
+        deadline = time.monotonic() + 30
+        while running and time.monotonic() < deadline:
+            running = {pid for pid in running if _alive(pid)}
+            time.sleep(0.05)
+        for pid in running:  # still there after 30 s: as a person's kill -9
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+
+
+def _children_of() -> dict[int, set[int]]:
+    children: dict[int, set[int]] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as stat:
+                    ppid = int(stat.read().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+            children.setdefault(ppid, set()).add(int(entry))
+    return children
+
+
+def _descendants(roots: set[int]) -> set[int]:
+    """`roots` and every process below them."""
+    children, found, todo = _children_of(), set(), list(roots)
+    while todo:
+        pid = todo.pop()
+        if pid not in found:
+            found.add(pid)
+            todo.extend(children.get(pid, ()))
+    return found
+
+
+def _alive(pid: int) -> bool:
+    """Whether `pid` still runs (a zombie, ended and not yet reaped, does not)."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return False

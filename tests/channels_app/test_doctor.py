@@ -479,17 +479,20 @@ def test_doctor_with_redis_away_says_to_fix_redis_not_to_start_workers_and_a_bea
     import sys
     from pathlib import Path
 
-    with socket.socket() as probe:  # a port nothing listens on
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
     qorven = Path(sys.executable).with_name("qorven")
     environment = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "REDIS_URL", "CELERY_BROKER_URL")}
-    done = subprocess.run(
-        [str(qorven), "doctor", "--json"], capture_output=True, text=True, timeout=120,
-        cwd=Path(__file__).resolve().parents[2],
-        env={**environment, "DJANGO_SECRET_KEY": "doctor-test", "DATABASE_URL": f"sqlite:///{tmp_path}/db.sqlite3",
-             "REDIS_URL": f"redis://:redis-s3cret@127.0.0.1:{port}/0"},
-    )
+    # A port bound and not listening, held for the whole run: connecting is refused, and no
+    # server of a test running beside this one can be given the port meanwhile (a port let go
+    # before the run was, once: "Connection closed by server").
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", 0))
+        port = held.getsockname()[1]
+        done = subprocess.run(
+            [str(qorven), "doctor", "--json"], capture_output=True, text=True, timeout=120,
+            cwd=Path(__file__).resolve().parents[2],
+            env={**environment, "DJANGO_SECRET_KEY": "doctor-test", "DATABASE_URL": f"sqlite:///{tmp_path}/db.sqlite3",
+                 "REDIS_URL": f"redis://:redis-s3cret@127.0.0.1:{port}/0"},
+        )
     assert done.returncode == 1, done.stderr[-1500:]
     checks = {c["area"]: c for c in json.loads(done.stdout)["checks"]}
     for area in ("redis", "workers", "beat"):
