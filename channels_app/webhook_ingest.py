@@ -247,15 +247,15 @@ class GroupCommit:
             if isinstance(p, Prepared) and p.undelivered:
                 try:
                     undelivered_record(p)
-                except Exception as exc:
-                    if isinstance(exc, DATABASE_DOWN):
-                        _database_failures.failed(type(exc).__name__)
-                    else:
-                        logger.exception("a %s webhook's delivery failures could not be recorded", jobs[i].channel)
-                    close_old_connections()
-                    prepared[i] = Answer.error(503, "not recorded; deliver it again")
+                except DATABASE_DOWN as exc:
+                    _database_failures.failed(type(exc).__name__)
+                except Exception:
+                    logger.exception("a %s webhook's delivery failures could not be recorded", jobs[i].channel)
                 else:
                     _database_failures.succeeded()
+                    continue
+                close_old_connections()
+                prepared[i] = Answer.error(503, "not recorded; deliver it again")
         return [p if isinstance(p, Answer) else _OK if p.response is None else Answer.of(p.response)
                 for p in prepared]
 
