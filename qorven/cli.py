@@ -17,6 +17,12 @@ def main(argv: list[str] | None = None) -> int:
         print(f"qorven {_version()}")
         return 0
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "qorven.settings")
+    if _command_name(argv) not in SERVERS:
+        # A one-off command runs its queries on one thread: psycopg's pool would open
+        # connections it never lends and, with the database down, log a warning per try
+        # for its 10 s wait before the command could say why in a line. An operator's
+        # own QORVEN_DB_POOL stands.
+        os.environ.setdefault("QORVEN_DB_POOL", "false")
     from django.core.exceptions import ImproperlyConfigured
     from django.db import DatabaseError
 
@@ -61,7 +67,7 @@ def _run(argv: list[str]) -> int:
         return 0
     if len(argv) == 3 and argv[1] == "help" and not argv[2].startswith("-"):
         argv = [argv[0], argv[2], "--help"]  # `qorven help collapse-sessions`, by the name the docs give
-    name = argv[1].replace("-", "_") if len(argv) > 1 and not argv[1].startswith("-") else ""
+    name = _command_name(argv)
     if name in REFUSED:
         print(REFUSED[name](argv), file=sys.stderr)
         return 1
@@ -76,6 +82,16 @@ def _run(argv: list[str]) -> int:
         argv[1] = name
     execute_from_command_line(argv)
     return 0
+
+
+# The commands that serve many requests or tasks at once, each on a thread of its own,
+# from one process: they share psycopg's pool (QORVEN_DB_POOL).
+SERVERS = frozenset({"serve", "worker", "beat", "discord_gateway"})
+
+
+def _command_name(argv: list[str]) -> str:
+    """The command `argv` runs, as Django names it ("collapse_sessions"), "" for none."""
+    return argv[1].replace("-", "_") if len(argv) > 1 and not argv[1].startswith("-") else ""
 
 
 def _runserver_refused(argv: list[str]) -> str:
