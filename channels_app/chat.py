@@ -300,7 +300,7 @@ def with_deliveries(messages: list[MessageRow], events: list[dict[str, Any]]) ->
 
 def chat_send(
     *, owner: ChatOwner, content: str, channel: str, idempotency_key: str = "", images: Sequence[ImageBytes] = (),
-    read: ChatRead | None = None, opened_now: bool = False,
+    read: ChatRead | None = None, opened_now: bool = False, switch_read: bool = False,
 ) -> AppendResult:
     """The person wrote `content` on `channel` (web, tui, webchat), perhaps with `images`:
     store it in their canonical chat (the images in the same transaction) and queue the
@@ -308,13 +308,16 @@ def chat_send(
     (/clear in another tab) is followed to its successor as the message is stored
     (qorven.agent.gateway.inbound_accept), as one resolved here would be. `opened_now`:
     the owner was made for this request (a page's POST), its trust on its surface read
-    from the membership just now: not read again for a message on that surface."""
+    from the membership just now: not read again for a message on that surface.
+    `switch_read`: so was the surface's channel switch (the webchat's, as its binding was
+    found: channels_app.webchat.webchat_binding)."""
     content = storable(content).strip("\n")  # as stored: NULs alone are an empty message
     if not content.strip() and not images:
         raise ValueError("the message is empty")
     if len(content) > MAX_CONTENT:
         raise ValueError(f"the message is longer than {MAX_CONTENT} characters")
-    if not channel_enabled(tenant=owner.tenant, channel=channel):
+    if not (switch_read and opened_now and channel == owner.surface) and not channel_enabled(
+            tenant=owner.tenant, channel=channel):
         raise ChannelOff(f"the {channel} channel is switched off for this workspace")
     trust = owner.trust
     if owner.member and not (opened_now and channel == owner.surface):

@@ -43,7 +43,8 @@ from django.utils import timezone
 from django.utils.crypto import salted_hmac
 from django_ratelimit.core import get_usage
 
-from tenancy.access import surface_access, tenant_serving
+from tenancy.access import surface_access_of_role, tenant_serving
+from tenancy.selectors import user_role_get
 from tenancy.switches import channel_enabled
 from tenancy.trust import Trust
 
@@ -193,8 +194,8 @@ def _started(binding: ChannelBinding, visitor_id: str) -> Visitor | None:
 
 def _signed(binding: ChannelBinding, token: str) -> Visitor:
     username = webchat_token_verify(secret=str(binding.credentials.get("secret", "")), token=token)
-    user = get_user_model().objects.filter(username=username).first()
-    trust = surface_access(tenant=binding.tenant, user=user, surface="webchat")  # an embed: at most trusted
+    user, role = user_role_get(tenant=binding.tenant, username=username)  # with the membership: one statement
+    trust = surface_access_of_role(user=user, role=role, surface="webchat")  # an embed: at most trusted
     if user is None or trust is None:
         raise WebchatRefused(403, "the visitor token names no member of this workspace")
     return Visitor(ChatOwner(binding.tenant, binding.qor, user, trust, surface="webchat"), token, anonymous=False)

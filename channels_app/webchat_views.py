@@ -112,8 +112,9 @@ def messages(request: HttpRequest, key: str) -> JsonResponse:
     except WebchatRefused as exc:
         return _refused(exc)
     try:
+        # The visitor, their membership and the webchat's switch were read just now.
         result = chat_send(owner=visitor.owner, content=content, channel=Channel.WEBCHAT,
-                           idempotency_key=client_id, images=images)
+                           idempotency_key=client_id, images=images, opened_now=True, switch_read=True)
     except NotFound:  # the signed visitor left the workspace since their token was checked
         return JsonResponse({"error": "the visitor token names no member of this workspace"}, status=403)
     except ChannelOff as exc:

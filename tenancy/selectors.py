@@ -47,6 +47,26 @@ def tenant_role_get(*, slug: str, user: User) -> tuple[Tenant | None, str | None
     return (tenant, tenant.member_role) if tenant is not None else (None, None)  # type: ignore[attr-defined]
 
 
+def _user_with_role(tenant_id: int, username: str) -> QuerySet[User]:
+    from django.contrib.auth import get_user_model
+    from django.db.models import OuterRef, Subquery
+
+    role = memberships_holding().filter(tenant_id=tenant_id, user_id=OuterRef("pk")).values("role")[:1]
+    return get_user_model().objects.filter(username=username).annotate(member_role=Subquery(role)).order_by()[:1]
+
+
+# Read for every message and page of a signed webchat visitor: compiled once.
+_user_with_role_read: PreparedRead[User] = PreparedRead(_user_with_role, tenant_id=int, username=str)
+
+
+def user_role_get(*, tenant: Tenant, username: str) -> tuple[User | None, str | None]:
+    """The account `username` (None when there is none) and its role in `tenant` by a
+    membership that lets it in now (memberships_holding: None for none), in one statement:
+    for tenancy.access.surface_access_of_role, as tenant_role_get is for a workspace."""
+    user = _user_with_role_read.first(tenant_id=tenant.pk, username=username)
+    return (user, user.member_role) if user is not None else (None, None)  # type: ignore[attr-defined]
+
+
 def tenant_only_slug() -> str | None:
     """The slug of the host's one workspace, or None when it has none or several: what a
     command run by the host takes when none is named (`qorven setup` after `make run`)."""

@@ -73,6 +73,34 @@ def test_the_chat_page_s_post_and_history_read_the_qor_with_the_chat(client, wor
                     if q["sql"].startswith("SELECT") and 'FROM "sessions_app_session"' in q["sql"]]
 
 
+def test_the_webchat_s_post_and_history_read_the_visitor_with_the_membership(
+    client, world, django_assert_max_num_queries
+):
+    """A signed visitor's next message through the embed and their history page: the
+    webchat's binding with its workspace and Qor, the channel switch, the visitor's
+    account with their membership (one statement: were two), then the POST's chat and
+    message; the GET's chat and page. The POST read the channel switch and the membership
+    again as it stored the message (both read just before, in the same request): 8
+    statements, now 5; the GET 6, now 5."""
+    from channels_app.services import binding_create
+
+    from .test_webchat import KEY, SECRET, URL, send, token_for
+
+    binding_create(tenant=world.tenant_a, qor=world.qor_a, kind="webchat",
+                   credentials={"key": KEY, "secret": SECRET, "origins": "https://acme.example"})
+    assert send(client, "warm up", token_for("alice")).status_code == 201
+    with django_assert_max_num_queries(5) as posted:
+        sent = send(client, "hello", token_for("alice"))
+    assert sent.status_code == 201
+    with django_assert_max_num_queries(5):
+        page = client.get(URL, HTTP_X_QORVEN_VISITOR=token_for("alice"))
+    assert [m["content"] for m in page.json()["messages"] if m["role"] == "user"] == ["warm up", "hello"]
+    assert page.json()["session_id"] == sent.json()["session_id"]
+    read = [q["sql"] for q in posted.captured_queries]
+    assert sum('FROM "qorven_membership"' in sql for sql in read) == 1, read
+    assert sum('FROM "channels_app_pluginsetting"' in sql for sql in read) == 1, read
+
+
 def test_a_turn_stays_within_its_query_budget(world, model_server, django_assert_max_num_queries):
     session = session_resolve(tenant=world.tenant_a, qor=world.qor_a, channel="web", user=world.alice)
     message_append(session=session, role="user", content="what is up?", channel="web", sender_name="Alice",
