@@ -59,7 +59,7 @@ class HeartbeatForm(forms.ModelForm):
                 deliver_to=data.get("deliver_to"), deliver_channel=data.get("deliver_channel") or "",
                 system=self.system or (self.instance.pk is not None and self.instance.name == data.get("name")),
                 exclude_id=self.instance.pk, reader=self.reader,
-                stored_cron=self.instance.pk is not None and data.get("cron") == self.instance.cron,
+                stored_cron=self.instance.cron if self.instance.pk is not None else None,
             )
         except HeartbeatInvalid as exc:
             field = exc.field if exc.field in self.fields else None

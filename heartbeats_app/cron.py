@@ -73,16 +73,26 @@ class Cron:
         return crontab(**self.fields())
 
 
+def cron_normalised(expression: str) -> str:
+    """`expression` as it is saved: its fields one space apart, without the zero-width
+    spaces a copy of our formatting may carry. Two texts of the same expression (an old
+    beat's, saved with other spacing) are equal once normalised."""
+    return " ".join(zero_width_dropped(expression).split())
+
+
+def cron_same(expression: object, stored: str) -> bool:
+    """Whether `expression` is a beat's `stored` cron, unchanged (however it is spaced)."""
+    return isinstance(expression, str) and cron_normalised(expression) == cron_normalised(stored)
+
+
 def cron_parse(expression: str, *, stored: bool = False) -> Cron:
     """Validate `expression` and return it normalised; raises CronError with a reason a
     person (or a model) can act on. `stored`: the expression of a beat already saved, which
     may have a range running backwards from before those were refused; it keeps running
-    as it did until it is changed."""
-    if isinstance(expression, str):  # copied from our formatting, it may carry zero-width spaces
-        expression = zero_width_dropped(expression)
-    if not isinstance(expression, str) or not expression.strip():
+    as it did until it is changed (see cron_same)."""
+    text = cron_normalised(expression) if isinstance(expression, str) else ""
+    if not text:
         raise CronError("the cron expression is empty; use five fields like '0 8 * * 1-5'")
-    text = " ".join(expression.split())
     expanded = ALIASES.get(text.lower(), text)
     parts = expanded.split(" ")
     if len(parts) != 5:

@@ -18,7 +18,7 @@ from sessions_app.channel_kinds import CHAT_FAMILY
 from tenancy.models import Membership, Qor, Tenant
 from tenancy.zones import person_zone_name
 
-from .cron import CronError, cron_parse, timezone_choose, timezone_parse
+from .cron import CronError, cron_parse, cron_same, timezone_choose, timezone_parse
 from .errors import HeartbeatInvalid, HeartbeatReadOnly
 from .models import RESERVED_NAMES, Heartbeat, HeartbeatRun
 from .selectors import heartbeat_name_clash, heartbeat_timezone
@@ -54,14 +54,15 @@ def heartbeat_check(
     deliver_channel: str,
     system: bool,
     exclude_id: int | None = None,
-    stored_cron: bool = False,
+    stored_cron: str | None = None,
     reader: User | None = UNSET,
 ) -> str:
     """Check a beat's fields as create/update will; returns the normalised cron
     expression. Raises HeartbeatInvalid naming the field at fault. `system` allows the
-    reserved system-beat names (the defaults file, a superuser). `stored_cron`: the cron is
-    the beat's own, unchanged (see cron_parse's `stored`). `reader`: who reads the refusal
-    (by default the owner; an admin, or None for the defaults file's operator)."""
+    reserved system-beat names (the defaults file, a superuser). `stored_cron`: the beat's
+    cron as saved; `cron` the same expression, however spaced, is the beat's own, unchanged
+    (see cron_parse's `stored`). `reader`: who reads the refusal (by default the owner; an
+    admin, or None for the defaults file's operator)."""
     if qor.tenant_id != tenant.pk:
         raise HeartbeatInvalid("qor", "that Qor belongs to another tenant")
     name = name.strip() if isinstance(name, str) else ""
@@ -75,7 +76,7 @@ def heartbeat_check(
         if not system:
             raise HeartbeatInvalid("name", f"{name!r} is a reserved system beat; only the host can create it")
     try:
-        parsed = cron_parse(cron, stored=stored_cron)
+        parsed = cron_parse(cron, stored=stored_cron is not None and cron_same(cron, stored_cron))
     except CronError as exc:
         raise HeartbeatInvalid("cron", str(exc)) from None
     try:
@@ -197,7 +198,7 @@ def heartbeat_update(
         tenant=beat.tenant, qor=beat.qor, name=new_name, cron=pick(cron, beat.cron), prompt=new_prompt,
         timezone=new_timezone, owner=new_owner, deliver_to=new_deliver_to, deliver_channel=new_channel,
         system=system or beat.managed or beat.name == new_name, exclude_id=beat.pk,
-        stored_cron=cron is UNSET or cron == beat.cron, reader=reader,
+        stored_cron=beat.cron, reader=reader,
     )
     merged: dict[str, Any] = {
         "name": new_name.strip(), "cron": new_cron, "prompt": new_prompt.strip(), "timezone": new_timezone,

@@ -137,3 +137,50 @@ def test_the_admin_saves_other_changes_of_such_a_beat_and_refuses_a_new_backward
     assert "the hour range 22-1 runs backwards" in refused.context["adminform"].form.errors["cron"][0]
     old.refresh_from_db()
     assert (old.cron, old.prompt) == ("0 23-2 * * *", "Still up?")
+
+
+@pytest.mark.django_db
+def test_the_admin_saves_a_prompt_change_of_such_a_beat_stored_with_its_fields_spaced_apart(host, world):
+    """Before, its own cron, spaced out as it was stored, came back from the form with one
+    space between fields; the save took that for a new cron and refused its backwards
+    range, on both tries: the beat could not be saved in the admin at all."""
+    from ..admin_forms import served_form
+    from heartbeats_app.selectors import heartbeat_next_run
+
+    old = beat(world.qor_a, name="night", cron="0 22 * * *", owner=world.alice)
+    Heartbeat.objects.filter(pk=old.pk).update(cron="0  22-2 * * *")  # as saved before the check
+    zone = old.periodic_task.crontab.timezone
+    old.refresh_from_db()
+    runs_next = heartbeat_next_run(old)
+    url = reverse("admin:heartbeats_app_heartbeat_change", args=[old.pk])
+    form = served_form(host.get(url))
+    assert form["cron"] == "0  22-2 * * *"
+
+    response = host.post(url, {**form, "prompt": "Still up?"})
+
+    assert response.status_code == 302, response.context["adminform"].form.errors
+    old.refresh_from_db()
+    assert (old.prompt, old.cron) == ("Still up?", "0 22-2 * * *")  # the same expression, spaced as now
+    crontab = old.periodic_task.crontab
+    assert (crontab.minute, crontab.hour, crontab.timezone) == ("0", "22-2", zone)
+    assert heartbeat_next_run(old) == runs_next
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("stored, given", [
+    ("0  22-2 * * *", "0 22-2 * * *"),
+    ("0 22-2 * * *", " 0 22-2\t*  * * "),
+])
+def test_the_service_takes_the_stored_cron_spaced_otherwise_for_the_same(world, stored, given):
+    from heartbeats_app.errors import HeartbeatInvalid
+    from heartbeats_app.services import heartbeat_update
+
+    old = beat(world.qor_a, name="night", cron="0 22 * * *", owner=world.alice)
+    Heartbeat.objects.filter(pk=old.pk).update(cron=stored)  # as saved before the check
+    old.refresh_from_db()
+
+    old = heartbeat_update(heartbeat=old, cron=given, prompt="Still up?")
+
+    assert (old.prompt, old.cron, old.periodic_task.crontab.hour) == ("Still up?", "0 22-2 * * *", "22-2")
+    with pytest.raises(HeartbeatInvalid, match="the hour range 21-2 runs backwards"):
+        heartbeat_update(heartbeat=old, cron="0  21-2 * * *")  # really changed: checked as any new cron
