@@ -10,6 +10,7 @@ import time
 from datetime import timedelta
 
 import pytest
+from django.db import connection
 from django.utils import timezone
 
 from sessions_app.leases import lease_kept
@@ -49,9 +50,16 @@ def test_a_lease_held_with_the_database_away_logs_one_traceback_and_one_line_whe
         assert wait_for(lambda: Session.objects.filter(
             pk=session.pk, turn_lease_until__lt=timezone.now() + timedelta(minutes=1)).exists(), 60)
         caplog.clear()
-        with database_away():
-            assert wait_for(lambda: tracebacks() >= 1, 30)  # the keeper tried (its wait under way ended)
-            time.sleep(1)  # three renewals more fall due
+        # A renewal waits for a connection as long as the pool waits for one (10 s): here
+        # a third of a second, so that several fall due and fail while the database is away.
+        pool = connection.pool
+        waited, pool.timeout = pool.timeout, 0.3
+        try:
+            with database_away():
+                assert wait_for(lambda: tracebacks() >= 1, 30)  # the keeper tried (its wait under way ended)
+                time.sleep(1.5)  # renewals more fall due, each waiting its 0.3 s
+        finally:
+            pool.timeout = waited
         went_back = timezone.now()
         assert wait_for(lambda: any(r.getMessage().startswith(BACK) for r in caplog.records), 60), (
             [r.getMessage() for r in caplog.records])

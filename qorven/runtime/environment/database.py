@@ -39,6 +39,9 @@ def database_settings(env: Env, var: str, default: str, *, root: Path) -> dict:
     if database.get("ENGINE") != "django.db.backends.postgresql":
         raise environ.ImproperlyConfigured(f"{var} must be a postgres:// or sqlite:// URL (e.g. "
                                            f"postgres://user:pass@host:5432/qorven), not {url_without_credentials(env.str(var))!r}")
+    # Django's backend, with a look at each pooled connection before it is used
+    # (qorven.runtime.postgresql.base).
+    database["ENGINE"] = "qorven.runtime.postgresql"
     if env.bool("QORVEN_DB_PREPARED", default=True):
         # A statement run on a connection five times is prepared there (psycopg), so
         # PostgreSQL stops planning it on each run: the reads every request and turn make
