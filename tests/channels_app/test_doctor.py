@@ -523,3 +523,32 @@ def test_doctor_on_a_database_not_migrated_says_so_for_what_it_did_not_check(tmp
     skipped = [c for c in checks if c["subject"] == "-"]
     assert skipped and all(c["detail"] == "not checked: the database is not migrated"
                            and c["fix"] == "run `qorven migrate` first" for c in skipped), skipped
+
+
+def test_every_deploy_issue_is_a_line_of_its_own_and_counted(world, settings):
+    """The deploy check said "5 issue(s); first: ?: (security.W004) …" on one line: a short
+    DJANGO_SECRET_KEY (W009), fourth of them, was never named, and the summary counted the
+    five as one failed check."""
+    from django.core.checks import run_checks
+
+    settings.REDIS_URL = settings.REDIS_URL or "redis://127.0.0.1:9/0"  # not the embedded default: deploy is checked
+    settings.SECRET_KEY = "short"
+    settings.SECURE_HSTS_SECONDS, settings.SECURE_SSL_REDIRECT = 0, False
+    settings.SESSION_COOKIE_SECURE, settings.CSRF_COOKIE_SECURE = False, False
+    expected = {issue.id for issue in run_checks(include_deployment_checks=True) if not issue.is_silenced()}
+    assert {"security.W004", "security.W008", "security.W009", "security.W012", "security.W016"} <= expected
+    report, code = doctor()
+    deploy = checks_of(report, "deploy")
+    assert code == 1 and sorted(c["subject"] for c in deploy) == sorted(expected), deploy
+    (secret,) = [c for c in deploy if c["subject"] == "security.W009"]
+    assert not secret["ok"] and "SECRET_KEY" in secret["detail"] and "DJANGO_SECRET_KEY" in secret["fix"], secret
+    assert len(secret["detail"]) <= 160 and "\n" not in secret["detail"], secret
+
+    out = io.StringIO()
+    with pytest.raises(CommandError):
+        call_command("doctor", stdout=out)
+    lines = out.getvalue().splitlines()
+    assert len([line for line in lines if line.startswith("✗ deploy · security.")]) == len(expected), lines
+    shown = [line for line in lines if line.startswith(("✓", "✗"))]
+    failed = [line for line in shown if line.startswith("✗")]
+    assert lines[-1] == f"{len(shown) - len(failed)} of {len(shown)} checks passed.", lines
