@@ -75,6 +75,9 @@ def _run(argv: list[str]) -> int:
     if name in commands and commands[name] in _own_app_names():
         command = ManagementUtility([argv[0], name]).fetch_command(name)
         command.get_version = lambda: f"qorven {_version()}"  # its --version: Qorven's, not Django's
+        from qorven.runtime.command_refusal import plain_refusals
+
+        plain_refusals(command)
         # The usage line shows the name as typed in the docs: `qorven import-legacy`.
         command.run_from_argv(["qorven", name.replace("_", "-"), *argv[2:]])
         return 0

@@ -269,7 +269,7 @@ def test_chat_does_not_send_its_token_over_plain_http_to_another_machine(world, 
     assert listening.seen == [] and http_proxy.requests == []
     assert done.returncode == 1, done.stderr
     assert done.stderr.strip().splitlines() == [
-        f"CommandError: --server {url} is plain http to another machine: the terminal's sign-in token and "
+        f"--server {url} is plain http to another machine: the terminal's sign-in token and "
         "your messages would cross the network unencrypted. Give its https:// address, or --insecure-http "
         "to send them anyway"]
     assert not Message.objects.exists()
@@ -284,7 +284,7 @@ def test_chat_does_not_follow_a_plain_http_public_url_to_another_machine(world, 
     assert listening.seen == [] and http_proxy.requests == []
     assert done.returncode == 1, done.stderr
     assert done.stderr.strip().splitlines() == [
-        f"CommandError: QORVEN_PUBLIC_URL {url} is plain http to another machine: the terminal's sign-in token "
+        f"QORVEN_PUBLIC_URL {url} is plain http to another machine: the terminal's sign-in token "
         "and your messages would cross the network unencrypted. Give --server with its https:// address, "
         "--no-server to work on the database directly, or --insecure-http to send them anyway"]
 

@@ -596,3 +596,26 @@ def test_a_database_server_that_cannot_be_reached_is_a_line_naming_it_not_a_trac
         (line,) = done.stderr.strip().splitlines()
         assert line.startswith(f"qorven: cannot connect to the database, PostgreSQL database qorven on 127.0.0.1:{port}"), line
         assert "Connection refused" in line and "DATABASE_URL" in line, line
+
+
+def test_a_refusal_is_one_line_of_ours_without_djangos_prefix(tmp_path):
+    """Every refusal of a Qorven command was printed as "CommandError: …", Django's class
+    name in front of the sentence, whether run as `qorven …` or `python manage.py …`."""
+    sentence = "--list takes no file: it lists the scheduled backups in QORVEN_BACKUP_DIR"
+    database = {"DATABASE_URL": f"sqlite:///{tmp_path / 'db.sqlite3'}", "DJANGO_SECRET_KEY": "cli-test"}
+    environment = {k: v for k, v in os.environ.items() if k not in ("DJANGO_SECRET_KEY", "DATABASE_URL")}
+    through_manage = subprocess.run([sys.executable, "manage.py", "backup", "--list", "copy.bak"], cwd=ROOT,
+                                    capture_output=True, text=True, timeout=180, env={**environment, **database})
+    for done in (run("backup", "--list", "copy.bak", **database), through_manage):
+        assert done.returncode == 1, done.stderr[-800:]
+        assert done.stderr.splitlines() == [sentence], done.stderr[-800:]
+
+
+def test_doctor_that_finds_a_failure_says_its_summary_once_and_exits_1(tmp_path):
+    """doctor wrote "6 of 8 checks passed." and then "CommandError: 2 check(s) failed" on
+    stderr: the same summary twice, the second in Django's words."""
+    done = run("doctor", DATABASE_URL=f"sqlite:///{tmp_path / 'new.sqlite3'}", DJANGO_SECRET_KEY="cli-test")
+    assert done.returncode == 1, done.stderr[-800:]
+    assert done.stderr == "", done.stderr[-800:]
+    summaries = [line for line in done.stdout.splitlines() if "checks passed" in line or "failed" in line]
+    assert len(summaries) == 1 and summaries[0].endswith("checks passed."), done.stdout

@@ -2,7 +2,9 @@ from __future__ import annotations
 
 import json
 
-from django.core.management.base import BaseCommand, CommandError
+from django.core.management.base import BaseCommand
+
+from qorven.runtime.command_refusal import AlreadySaid
 
 
 class Command(BaseCommand):
@@ -36,5 +38,5 @@ class Command(BaseCommand):
                 if check.fix:
                     self.stdout.write(f"    fix: {check.fix}")
             self.stdout.write(f"\n{len(checks) - len(failed)} of {len(checks)} checks passed.")
-        if failed:
-            raise CommandError(f"{len(failed)} check(s) failed", returncode=1)
+        if failed:  # the summary above says how many: exit 1 without saying it again
+            raise AlreadySaid(returncode=1)
