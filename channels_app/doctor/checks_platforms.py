@@ -26,7 +26,7 @@ def channel_checks() -> Iterator[Check]:
               "sms": _sms}
     bindings = ChannelBinding.objects.filter(enabled=True).select_related("tenant", "qor")
     for binding in bindings.order_by("tenant__slug", "kind", "pk"):
-        subject = f"{binding.tenant.slug}/{binding.kind}" + (f" {binding.name}" if binding.name else "")
+        subject = binding_named(binding)
         malformed = _malformed(binding, subject)
         if malformed is not None:
             yield malformed  # and its platform is not sent what could only be refused
@@ -36,6 +36,13 @@ def channel_checks() -> Iterator[Check]:
             continue  # webchat has no account to ask
         for check in _safely(subject, binding.kind, lambda: probe(binding, subject)):
             yield check
+
+
+def binding_named(binding: ChannelBinding) -> str:
+    """A binding as its line names it: tenant/Qor, kind, its name when one was given (a
+    binding is named after its kind by default) and its id, as the admin lists it."""
+    name = f' "{binding.name}"' if binding.name and binding.name != binding.kind else ""
+    return f"{binding.tenant.slug}/{binding.qor.slug} {binding.kind}{name} (binding {binding.pk})"
 
 
 def _malformed(binding: ChannelBinding, subject: str) -> Check | None:
@@ -58,8 +65,7 @@ def _malformed(binding: ChannelBinding, subject: str) -> Check | None:
     after = (f", then delete binding {binding.pk} in the admin: its {option} is what finds it, so that makes a new one"
              if names_it else ", which updates this binding")
     return Check("channel", subject, False,
-                 f"binding {binding.pk} (Qor {binding.qor.slug}) was saved before its {option} was checked, and it is "
-                 f"malformed: {option} {what}",
+                 f"saved before its {option} was checked, and it is malformed: {option} {what}",
                  f"run `{command}` with a well-formed {option}{after}")
 
 

@@ -106,9 +106,9 @@ def test_whatsapp_and_discord_credentials_are_asked_of_their_platforms(world, pl
     platform.default(r"/whatsapp/v21.0/1055$", Canned(body={"id": "1055", "display_phone_number": "+1 555"}))
     platform.default(r"/users/@me$", Canned(status=401, body={"message": "401: Unauthorized"}))
     report, code = doctor()
-    by_subject = {c["subject"].split(" ")[0]: c for c in checks_of(report, "channel")}
-    assert by_subject["acme/whatsapp"]["ok"] and "1055 answers" in by_subject["acme/whatsapp"]["detail"]
-    discord = by_subject["acme/discord"]
+    by_kind = {c["subject"].split(" ")[1]: c for c in checks_of(report, "channel")}
+    assert by_kind["whatsapp"]["ok"] and "1055 answers" in by_kind["whatsapp"]["detail"]
+    discord = by_kind["discord"]
     assert not discord["ok"] and "HTTP 401" in discord["detail"] and "developer portal" in discord["fix"]
     assert code == 1
     (asked,) = platform.sent(r"/users/@me$")
@@ -123,7 +123,7 @@ def test_an_sms_binding_is_asked_of_twilio(world, sms, platform):
     platform.default(TWILIO_NUMBERS, Canned(body={"incoming_phone_numbers": [{"phone_number": "+15550001111"}]}))
     report, _ = doctor()
     (check,) = checks_of(report, "channel")
-    assert check["subject"].startswith("acme/sms") and check["ok"], check
+    assert check["subject"].startswith("acme/aria sms (binding ") and check["ok"], check
     assert check["detail"] == "the Twilio account AC123 has the number +15550001111"
     (asked,) = platform.sent(r"/twilio/")
     assert asked.path.endswith("IncomingPhoneNumbers.json?PhoneNumber=%2B15550001111")
@@ -186,7 +186,7 @@ def test_an_email_binding_with_no_mail_server_fails_and_says_to_set_email_url(wo
                               ("django.core.mail.backends.console.EmailBackend", False, "delivers nowhere")]:
         settings.EMAIL_BACKEND = backend
         settings.EMAIL_HOST, settings.EMAIL_PORT = "smtp.example.com", 587
-        (check,) = [c for c in checks_of(doctor()[0], "channel") if c["subject"].startswith("acme/email")]
+        (check,) = [c for c in checks_of(doctor()[0], "channel") if c["subject"].startswith("acme/aria email")]
         assert check["ok"] is ok and seen in check["detail"], check
         assert "EMAIL_URL" in check["fix"]
 
@@ -203,7 +203,7 @@ def test_an_email_binding_is_checked_against_its_mail_server(world, settings):
     settings.EMAIL_HOST_USER, settings.EMAIL_HOST_PASSWORD = "aria", "hunter2-password"
 
     def email_check() -> dict:
-        (check,) = [c for c in checks_of(doctor()[0], "channel") if c["subject"].startswith("acme/email")]
+        (check,) = [c for c in checks_of(doctor()[0], "channel") if c["subject"].startswith("acme/aria email")]
         assert "hunter2" not in json.dumps(check)
         return check
 
@@ -400,20 +400,20 @@ def test_a_binding_saved_before_its_credentials_were_checked_is_named_and_its_pl
     report, code = doctor()
     assert code == 1
     assert "s3cret" not in json.dumps(report)
-    found = {c["subject"].split(" ")[0]: c for c in checks_of(report, "channel")}
-    token, number = found["acme/telegram"], found["globex/sms"]
-    assert not token["ok"] and f"binding {bot.pk} (Qor aria)" in token["detail"], token
+    found = {c["subject"]: c for c in checks_of(report, "channel")}
+    token, number = found[f"acme/aria telegram (binding {bot.pk})"], found[f"globex/aria sms (binding {sms.pk})"]
+    assert not token["ok"] and token["detail"].startswith("saved before its --token was checked"), token
     assert "--token must be the bot token @BotFather gives" in token["detail"], token
     assert token["fix"].startswith("run `qorven bind telegram --tenant acme --qor aria --token <token> --secret <secret>`")
     assert "updates this binding" in token["fix"], token
     # What names the binding (an SMS number): bound again, it is a new binding, and this one is to go.
-    assert not number["ok"] and f"binding {sms.pk} (Qor aria)" in number["detail"] and "E.164" in number["detail"]
+    assert not number["ok"] and "E.164" in number["detail"], number
     assert f"delete binding {sms.pk}" in number["fix"], number
     assert platform.sent(r"/bot") == [] and platform.sent(r"/twilio") == []  # neither is sent anywhere
     out = io.StringIO()
     with pytest.raises(CommandError):
         call_command("doctor", stdout=out)
-    assert "s3cret" not in out.getvalue() and f"binding {bot.pk} (Qor aria)" in out.getvalue()
+    assert "s3cret" not in out.getvalue() and f"channel · acme/aria telegram (binding {bot.pk}): saved" in out.getvalue()
 
 
 def test_a_platform_address_that_answers_something_else_is_a_cross_for_that_binding_naming_the_setting(
@@ -427,13 +427,13 @@ def test_a_platform_address_that_answers_something_else_is_a_cross_for_that_bind
     platform.default(r"/users/@me$", Canned(body={"username": "aria"}))
     report, code = doctor()
     assert code == 1
-    found = {c["subject"].split(" ")[0]: c for c in checks_of(report, "channel")}
-    telegram = found["acme/telegram"]
+    found = {c["subject"].split(" ")[1]: c for c in checks_of(report, "channel")}
+    telegram = found["telegram"]
     assert not telegram["ok"] and "not the telegram API's" in telegram["detail"], telegram
     assert "TELEGRAM_API_BASE" in telegram["fix"], telegram
-    assert found["globex/discord"]["ok"], found  # the other bindings are still checked
+    assert found["discord"]["ok"], found  # the other bindings are still checked
     platform.default(r"/getMe$", Canned(body={"ok": True}))  # no result
-    (telegram,) = [c for c in checks_of(doctor()[0], "channel") if c["subject"].startswith("acme/telegram")]
+    (telegram,) = [c for c in checks_of(doctor()[0], "channel") if c["subject"].startswith("acme/aria telegram")]
     assert not telegram["ok"] and "TELEGRAM_API_BASE" in telegram["fix"], telegram
 
 
@@ -552,3 +552,26 @@ def test_every_deploy_issue_is_a_line_of_its_own_and_counted(world, settings):
     shown = [line for line in lines if line.startswith(("✓", "✗"))]
     failed = [line for line in shown if line.startswith("✗")]
     assert lines[-1] == f"{len(shown) - len(failed)} of {len(shown)} checks passed.", lines
+
+
+def test_a_bindings_line_names_its_tenant_qor_kind_and_binding_once(world, bot, platform):
+    """A binding's line read "acme/telegram telegram": its kind twice (the name a binding is
+    given by default is its kind), neither its Qor nor which binding it was."""
+    named = binding_create(tenant=world.tenant_b, qor=world.qor_b, kind="discord", name="Support desk",
+                           credentials={"application_id": "77", "bot_token": "discord-token", "public_key": "ab" * 32})
+    platform.default(r"/getMe$", Canned(body={"ok": True, "result": {"username": "aria_bot"}}))
+    platform.default(r"/getWebhookInfo$", Canned(body={"ok": True, "result": {
+        "url": "https://qorven.example/v1/webhooks/telegram"}}))
+    platform.default(r"/users/@me$", Canned(body={"username": "aria"}))
+    out = io.StringIO()
+    try:
+        call_command("doctor", stdout=out)
+    except CommandError:
+        pass  # other checks (the model's) may fail here
+    lines = [line for line in out.getvalue().splitlines() if " channel · " in line]
+    assert lines == [
+        f"✓ channel · acme/aria telegram (binding {bot.pk}): bot @aria_bot accepts its token",
+        f"✓ channel · acme/aria telegram (binding {bot.pk}): webhook registered at "
+        "https://qorven.example/v1/webhooks/telegram",
+        f'✓ channel · globex/{world.qor_b.slug} discord "Support desk" (binding {named.pk}): bot aria accepts its token',
+    ], lines

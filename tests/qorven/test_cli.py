@@ -612,7 +612,7 @@ def test_a_refusal_is_one_line_of_ours_without_djangos_prefix(tmp_path):
 
 
 def test_doctor_that_finds_a_failure_says_its_summary_once_and_exits_1(tmp_path):
-    """doctor wrote "6 of 8 checks passed." and then "CommandError: 2 check(s) failed" on
+    """doctor wrote "4 of 6 checks passed." and then "CommandError: 2 check(s) failed" on
     stderr: the same summary twice, the second in Django's words."""
     done = run("doctor", DATABASE_URL=f"sqlite:///{tmp_path / 'new.sqlite3'}", DJANGO_SECRET_KEY="cli-test")
     assert done.returncode == 1, done.stderr[-800:]
