@@ -200,3 +200,24 @@ def test_a_backup_counts_one_of_a_thing_in_the_singular(tmp_path):
     MembershipFactory(tenant=tenant, user=UserFactory(username="only"))
     said = backup(str(tmp_path / "one.bak"))
     assert "1 tenant, 1 person, 0 conversations, 0 messages, 0 memories" in said, said
+
+
+def test_a_backup_given_a_folder_is_written_into_it_under_the_dated_name(world, tmp_path):
+    """`qorven backup /srv/backups` said "/srv/backups already exists; name another file":
+    a folder was taken for the file to write."""
+    chat(world, world.alice)
+    folder = tmp_path / "backups"
+    folder.mkdir()
+    said = backup(str(folder))
+    (written,) = list(folder.iterdir())
+    extension = "sqlite3" if database_vendor() == "sqlite" else "dump"
+    assert written.name.startswith("qorven-backup-") and written.suffix == f".{extension}", written
+    assert said.startswith(f"Backed up to {written} ("), said
+    assert stat.S_IMODE(written.stat().st_mode) == 0o600
+    with restored(written) as cursor:
+        cursor.execute("SELECT COUNT(*) FROM sessions_app_message")
+        assert cursor.fetchone()[0] == Message.objects.count()
+    # A folder named as one (a trailing slash) that is not there is refused, not taken for a file's name.
+    with pytest.raises(CommandError, match="no such folder"):
+        backup(str(tmp_path / "elsewhere") + "/")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["backups"]

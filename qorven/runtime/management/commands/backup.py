@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import os
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -28,8 +29,8 @@ class Command(BaseCommand):
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument(
             "path", nargs="?",
-            help="the file to write (must not exist); default: qorven-backup-<UTC time>.sqlite3 or .dump "
-                 "in the current directory",
+            help="the file to write (must not exist), or an existing folder to write it in under the default "
+                 "name; default: qorven-backup-<UTC time>.sqlite3 (.dump on PostgreSQL) in the current directory",
         )
         parser.add_argument(
             "--list", action="store_true",
@@ -46,7 +47,7 @@ class Command(BaseCommand):
         database = settings.DATABASES["default"]
         sqlite = database["ENGINE"].endswith("sqlite3")
         stamp = datetime.now(UTC).strftime("%Y%m%d-%H%M%S")
-        path = Path(opts["path"] or f"qorven-backup-{stamp}.{'sqlite3' if sqlite else 'dump'}").resolve()
+        path = _target(opts["path"] or "", f"qorven-backup-{stamp}.{'sqlite3' if sqlite else 'dump'}")
         from rich.progress import BarColumn, DownloadColumn, MofNCompleteColumn, Progress, TextColumn
 
         console = command_console(self.stdout)
@@ -91,6 +92,19 @@ class Command(BaseCommand):
         if skip is not None and (last is None or skip.at > last.at):
             said = skip.describe(lambda moment: f"{moment.astimezone(UTC):%Y-%m-%d %H:%M:%S} UTC")
             self.stdout.write(said[0].upper() + said[1:] + ".")
+
+
+def _target(given: str, default_name: str) -> Path:
+    """The file to write: `given`, or the default name in the folder `given` names (as cp
+    and tar take a folder), or in the current one."""
+    if not given:
+        return Path(default_name).resolve()
+    path = Path(given).expanduser()
+    if path.is_dir():
+        return (path / default_name).resolve()
+    if given.endswith(("/", os.sep)):  # meant as a folder: never a file named after it
+        raise CommandError(f"{given}: no such folder; make it first, or name the file to write")
+    return path.resolve()
 
 
 def _size(size: int) -> str:
