@@ -552,6 +552,7 @@ def url_prefix(settings):
     for name, value in prefix_settings("/qorven").items():
         setattr(settings, name, value)
     settings.QORVEN_PUBLIC_URL = public_url_under("https://qorven.example", "/qorven")
+    settings.QORVEN_PUBLIC_URL_GIVEN = True
     set_script_prefix("/qorven/")
     yield "/qorven"
     set_script_prefix(before)

@@ -160,12 +160,11 @@ class Adapter:
 
     def setup_hint(self, binding: ChannelBinding, given: dict[str, str]) -> list[str]:
         """What `qorven bind` tells the owner to do next. Never a secret they gave."""
-        lines = [f"webhook: POST {webhook_url(self.kind)}"]
-        if not settings.QORVEN_PUBLIC_URL_GIVEN:  # the loopback default: no platform reaches it
-            lines.append(f"(the address is QORVEN_PUBLIC_URL, unset here: {self.kind} cannot reach "
-                         f"{settings.QORVEN_PUBLIC_URL}; set it to the https address {self.kind} reaches this "
-                         "server at, then run bind again)")
-        return lines
+        if settings.QORVEN_PUBLIC_URL_GIVEN:
+            return [f"webhook: POST {webhook_url(self.kind)}"]
+        # The loopback default: no platform reaches it.
+        return [f"webhook (a local example, not an address {self.kind} reaches): POST {webhook_url(self.kind)}",
+                public_url_unset_note(f"{self.kind} reaches")]
 
     # --- inbound ---
     def resolve(self, request: HttpRequest) -> ChannelBinding:
@@ -411,6 +410,15 @@ def enabled_binding(kind: str, lookup_key: str) -> ChannelBinding:
     if binding is None:
         raise WebhookRejected(403, f"no {kind} binding for this request")
     return binding
+
+
+def public_url_unset_note(reached: str) -> str:
+    """What `qorven bind` says under an address made from QORVEN_PUBLIC_URL's default, which
+    is port 8000 of this machine, whatever port the server was started on; `reached` says
+    who must reach the address to set instead ("telegram reaches")."""
+    return (f"(QORVEN_PUBLIC_URL is unset, so addresses are made from its default, {settings.QORVEN_PUBLIC_URL}, "
+            f"whatever port `qorven serve` listens on: set QORVEN_PUBLIC_URL to the https address {reached} this "
+            "server at, then run bind again)")
 
 
 def webhook_url(kind: str) -> str:

@@ -15,7 +15,7 @@ from django.conf import settings
 from django.http import HttpRequest
 
 from ..models import ChannelBinding
-from .base import Adapter, Parsed, SendError, WebhookRejected
+from .base import Adapter, Parsed, SendError, WebhookRejected, public_url_unset_note
 
 # A site as a browser names it in Origin: scheme, host and an optional port, nothing more.
 ORIGIN = re.compile(r"https?://[A-Za-z0-9.-]+(:[0-9]{1,5})?")
@@ -56,13 +56,14 @@ class WebchatAdapter(Adapter):
         return ChannelBinding.objects.filter(tenant_id=qor.tenant_id, qor=qor, kind=self.kind).order_by("pk").first()
 
     def setup_hint(self, binding: ChannelBinding, given: dict[str, str]) -> list[str]:
-        lines = [f"embed (paste as is): {embed_snippet(binding)}",
+        public = settings.QORVEN_PUBLIC_URL_GIVEN  # else the loopback default: no visitor reaches it
+        lines = [f"embed ({'paste as is' if public else 'a local example, not an address your visitors reach'}): "
+                 f"{embed_snippet(binding)}",
                  'signed-in visitors: add data-token="TOKEN" to the tag, TOKEN signed by your server with the '
                  "binding's secret, and data-token-url=\"URL\" where your site signs fresh ones (README: The "
                  "webchat embed)"]
-        if not settings.QORVEN_PUBLIC_URL_GIVEN:
-            lines.append(f"(the address is QORVEN_PUBLIC_URL, unset here: replace {settings.QORVEN_PUBLIC_URL} "
-                         "with the one your visitors reach this server at)")
+        if not public:
+            lines.append(public_url_unset_note("your visitors reach"))
         if "secret" in getattr(binding, "generated", ()):
             lines.append(f"signing secret (shown once, keep it on your site's server): {binding.credentials['secret']}")
         return lines

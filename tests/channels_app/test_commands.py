@@ -280,17 +280,53 @@ def test_each_subcommand_explains_itself_and_each_of_its_arguments(capsys, argv)
 
 def test_bind_says_when_the_webhook_address_is_a_guess_no_platform_can_reach(world, settings):
     """With QORVEN_PUBLIC_URL unset, bind printed the loopback default as the webhook to
-    register, with no word that no platform reaches it (the webchat's embed said so)."""
+    register, port 8000 whatever port the server was started on, and the webchat's embed
+    likewise; the note after it did not say the address was only a local example."""
     settings.QORVEN_PUBLIC_URL, settings.QORVEN_PUBLIC_URL_GIVEN = "http://127.0.0.1:8000", False
-    out = io.StringIO()
-    call_command("bind", "telegram", "--tenant", "acme", "--qor", "aria", "--token", "999:T", "--secret", "s",
-                 stdout=out)
-    assert "webhook: POST http://127.0.0.1:8000/v1/webhooks/telegram" in out.getvalue()
-    assert "QORVEN_PUBLIC_URL, unset here" in out.getvalue() and "telegram cannot reach" in out.getvalue()
+    for channel, args, line in [
+        ("telegram", ["--token", "999:T", "--secret", "s"], "webhook (a local example, not an address telegram "
+                                                            "reaches): POST http://127.0.0.1:8000/v1/webhooks/telegram"),
+        ("webchat", [], "embed (a local example, not an address your visitors reach): <script "
+                        'src="http://127.0.0.1:8000/webchat/'),
+    ]:
+        out = io.StringIO()
+        call_command("bind", channel, "--tenant", "acme", "--qor", "aria", *args, stdout=out)
+        lines = out.getvalue().splitlines()
+        assert lines[1].startswith(line), lines
+        assert ("(QORVEN_PUBLIC_URL is unset, so addresses are made from its default, http://127.0.0.1:8000, "
+                "whatever port `qorven serve` listens on: set QORVEN_PUBLIC_URL to the https address ") in out.getvalue()
+
+    settings.QORVEN_PUBLIC_URL, settings.QORVEN_PUBLIC_URL_GIVEN = "https://qorven.example:8443", True
+    for channel, args, line in [
+        ("telegram", ["--token", "999:T", "--secret", "s"], "webhook: POST https://qorven.example:8443/v1/webhooks/telegram"),
+        ("webchat", [], 'embed (paste as is): <script src="https://qorven.example:8443/webchat/'),
+    ]:
+        out = io.StringIO()
+        call_command("bind", channel, "--tenant", "acme", "--qor", "aria", *args, stdout=out)
+        assert out.getvalue().splitlines()[1].startswith(line), out.getvalue()
+        assert "8000" not in out.getvalue() and "QORVEN_PUBLIC_URL is unset" not in out.getvalue()
+
+
+def test_register_webhook_without_a_public_url_is_refused_and_nothing_is_sent_or_saved(world, platform, settings):
+    """`bind telegram --register-webhook` with QORVEN_PUBLIC_URL unset registered
+    http://127.0.0.1:8000/v1/webhooks/telegram with Telegram, an address Telegram can never
+    reach: every message to the bot was lost from then on."""
+    from .test_setup import platform_ok
+
+    settings.QORVEN_PUBLIC_URL, settings.QORVEN_PUBLIC_URL_GIVEN = "http://127.0.0.1:8000", False
+    platform.default(r"/setWebhook$", platform_ok())
+    with pytest.raises(CommandError) as refused:
+        call_command("bind", "telegram", "--tenant", "acme", "--qor", "aria", "--token", "999:T", "--secret", "s",
+                     "--register-webhook", stdout=io.StringIO())
+    said = str(refused.value)
+    assert said.startswith("--register-webhook needs QORVEN_PUBLIC_URL"), said
+    assert "nothing was saved or registered" in said and "999:T" not in said, said
+    assert platform.sent(r"/setWebhook$") == [] and not ChannelBinding.objects.exists()
 
     settings.QORVEN_PUBLIC_URL, settings.QORVEN_PUBLIC_URL_GIVEN = "https://qorven.example", True
     out = io.StringIO()
     call_command("bind", "telegram", "--tenant", "acme", "--qor", "aria", "--token", "999:T", "--secret", "s",
-                 stdout=out)
-    assert "webhook: POST https://qorven.example/v1/webhooks/telegram" in out.getvalue()
-    assert "unset here" not in out.getvalue()
+                 "--register-webhook", stdout=out)
+    (registered,) = platform.sent(r"/setWebhook$")
+    assert registered.json["url"] == "https://qorven.example/v1/webhooks/telegram"
+    assert "webhook registered: https://qorven.example/v1/webhooks/telegram" in out.getvalue()

@@ -94,7 +94,7 @@ def test_input_ending_at_a_question_stops_setup_and_writes_nothing(tmp_path, mod
 
 
 def test_bind_registers_the_webhook_of_an_existing_bot_and_prints_its_full_url(world, platform, settings):
-    settings.QORVEN_PUBLIC_URL = "https://qorven.example"
+    settings.QORVEN_PUBLIC_URL, settings.QORVEN_PUBLIC_URL_GIVEN = "https://qorven.example", True
     binding_create(tenant=world.tenant_a, qor=world.qor_a, kind="telegram",
                    credentials={"token": "111:AAA", "secret": "tg-secret-a"})
     platform.default(r"/setWebhook$", platform_ok())
@@ -117,7 +117,7 @@ def test_bind_with_telegram_unreachable_saves_the_binding_and_says_the_webhook_i
     `bind … --register-webhook`, and `setup` with it, in an httpx.ConnectError traceback."""
     from tests.ports import free_port
 
-    settings.QORVEN_PUBLIC_URL = "https://qorven.example"
+    settings.QORVEN_PUBLIC_URL, settings.QORVEN_PUBLIC_URL_GIVEN = "https://qorven.example", True
     settings.TELEGRAM_API_BASE = f"http://127.0.0.1:{free_port()}"  # nothing listens there
     with pytest.raises(CommandError) as refused:
         call_command("bind", "telegram", "--tenant", "acme", "--qor", "aria", "--token", "111:AAA",

@@ -226,7 +226,8 @@ def test_the_embed_hint_says_when_the_public_address_is_a_guess(world, settings)
     settings.QORVEN_PUBLIC_URL, settings.QORVEN_PUBLIC_URL_GIVEN = "http://127.0.0.1:8000", False
     out = io.StringIO()
     call_command("bind", "webchat", "--tenant", "acme", "--qor", "aria", stdout=out)
-    assert "QORVEN_PUBLIC_URL, unset here: replace http://127.0.0.1:8000" in out.getvalue()
+    assert "embed (a local example, not an address your visitors reach): " in out.getvalue()
+    assert "(QORVEN_PUBLIC_URL is unset, so addresses are made from its default, http://127.0.0.1:8000" in out.getvalue()
 
 
 def test_an_anonymous_token_expires_unless_used_and_each_use_renews_it(client, world, webchat, settings, drain):

@@ -2,6 +2,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
 from channels_app.models import ChannelBinding
@@ -71,7 +72,8 @@ class Command(BaseCommand):
                                     "account (offline; you vouch for them)")
             if hasattr(adapter, "webhook_register"):
                 p.add_argument("--register-webhook", action="store_true",
-                               help=f"also point the {kind} webhook at this server (QORVEN_PUBLIC_URL)")
+                               help=f"also point the {kind} webhook at this server, at QORVEN_PUBLIC_URL (refused while "
+                                    "it is unset: its default is this machine's, which no platform reaches)")
 
     def handle(self, *args, **opts):
         from channels_app.adapters import ADAPTERS
@@ -85,6 +87,14 @@ class Command(BaseCommand):
         except NotFound as exc:
             raise CommandError(str(exc)) from None
         adapter = ADAPTERS[kind]
+        if opts.get("register_webhook") and not settings.QORVEN_PUBLIC_URL_GIVEN:
+            # Its default is this machine's loopback address: registered, the platform would
+            # send every message there and none would arrive.
+            raise CommandError(
+                f"--register-webhook needs QORVEN_PUBLIC_URL, the https address {kind} reaches this server at "
+                f"(e.g. https://qorven.example.com): it is unset, and {kind} cannot reach its default, "
+                f"{settings.QORVEN_PUBLIC_URL}. Set it (in .env or the environment) and run this bind again; "
+                "nothing was saved or registered.")
         credentials = {field: opts.get(field) or "" for field in adapter.credentials}
         if not opts.get("no_check"):
             unproven = _unproven(adapter, credentials)

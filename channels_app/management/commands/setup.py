@@ -101,7 +101,8 @@ class Command(BaseCommand):
         self.stdout.write(self.style.SUCCESS(f"✓ settings written to {env_file} (mode 600)"))
         call_command("bootstrap", tenant=tenant, qor=qor, owner=owner, password=password, stdout=self.stdout)
         if telegram:
-            settings.QORVEN_PUBLIC_URL = registered  # this run registers the URL just written
+            # This run registers the URL just written (given: bind registers no default).
+            settings.QORVEN_PUBLIC_URL, settings.QORVEN_PUBLIC_URL_GIVEN = registered, True
             # --opt=value: a token or a generated secret may start with "-", which argparse
             # would read as an option.
             # The same bot bound before keeps its secret: `bind` updates that binding.
