@@ -21,7 +21,8 @@ that had it already (`local_to`), and they drop it.
 
 The layer keeps the hub's memberships, and may lose them: channels_redis forgets a
 membership after its group expiry (a day by default), and a Redis restarted without its
-data forgets them all. The hub renews its memberships every RENEW_EVERY seconds, and after
+data forgets them all. The hub renews its memberships every RENEW_EVERY seconds (a renewal
+failing while Redis is away is logged once, then counted: RepeatedFailure), and after
 the layer failed under it (Redis away) it joins its groups again as soon as the layer
 answers and tells every subscriber to catch up (`hub_event` with `{"type": "hub.resync"}`):
 what was published meanwhile is in the database, not on the layer.
@@ -112,6 +113,7 @@ class Hub:
         self._left_behind: dict[str, str] = {}  # groups the hub has left, the layer perhaps not yet
         self._leaver: asyncio.Task[None] | None = None
         self._read_failures = RepeatedFailure(logger, "the live hub could not read from the channel layer")
+        self._renew_failures = RepeatedFailure(logger, "the live hub could not renew its groups")
 
     async def join(self, group: str, subscriber: Subscriber) -> None:
         async with self._lock:
@@ -299,10 +301,13 @@ class Hub:
         while True:
             await asyncio.sleep(RENEW_EVERY)
             try:
-                await self._rejoin()
-            except Exception:  # the reader sees the layer fail too, and joins again after it
+                renewed = await self._rejoin()
+            except Exception as exc:  # the reader sees the layer fail too, and joins again after it
                 if not _cancelling():
-                    logger.warning("the live hub could not renew its groups", exc_info=True)
+                    self._renew_failures.failed(f"{type(exc).__name__}: {exc}")
+            else:
+                if renewed:  # joining no group proves nothing of the layer
+                    self._renew_failures.succeeded()
             if _cancelling():
                 raise asyncio.CancelledError
 
