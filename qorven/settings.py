@@ -5,7 +5,6 @@ runs on the embedded default: SQLite, an in-process channel layer and in-process
 """
 from __future__ import annotations
 
-import socket
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -14,6 +13,7 @@ import environ
 from kombu import Queue
 
 from qorven.runtime.environment import Env, env_file_check, meta_header_name, secret_key_kept
+from qorven.runtime.live_redis import live_redis_host
 from qorven.runtime.url_prefix import prefix_settings, public_url_under
 
 BASE_DIR = Path(__file__).resolve().parent.parent
@@ -181,14 +181,11 @@ QORVEN_LIVE_LAYER = env.choice("QORVEN_LIVE_LAYER", "pubsub", ("pubsub", "lists"
 # The ASGI server of `qorven serve`: uvicorn (about twice as fast as Daphne to fan live
 # events out to many sockets and to take webhooks: docs/performance.md), or daphne.
 QORVEN_ASGI_SERVER = env.choice("QORVEN_ASGI_SERVER", "uvicorn", ("daphne", "uvicorn"))
-# The live layer's Redis connections have no socket timeout: with one, redis-py sends every
-# command through asyncio.wait_for, which on Python 3.11 drops a cancellation arriving as the
-# send completes, and a cancelled read (a closing server, a socket's task) then reads on for
-# ever. channels_redis' blocking pop answers every 5 s anyway; a peer gone without a word is
-# found by TCP keepalive (probes after 30 s idle, every 10 s, 3 missed: about a minute).
-LIVE_REDIS_HOST = {"address": REDIS_URL, "socket_timeout": None, "socket_keepalive": True,
-                   "socket_keepalive_options": {socket.TCP_KEEPIDLE: 30, socket.TCP_KEEPINTVL: 10,
-                                                socket.TCP_KEEPCNT: 3}}
+# The live layer's Redis connections have no socket timeout (redis-py's asyncio.wait_for
+# drops cancellations on Python 3.11: qorven.runtime.live_redis says how): the system closes
+# one whose data goes unacknowledged for twice QORVEN_REDIS_TIMEOUT (TCP_USER_TIMEOUT, on
+# Linux), or whose idle peer is gone (TCP keepalive); connecting waits QORVEN_REDIS_TIMEOUT.
+LIVE_REDIS_HOST = live_redis_host(REDIS_URL, QORVEN_REDIS_TIMEOUT)
 # The live layer's key prefix in Redis: installs (or test runs) sharing one Redis database
 # keep their groups apart with prefixes of their own.
 QORVEN_LIVE_PREFIX = env.str("QORVEN_LIVE_PREFIX", default="asgi")

@@ -97,13 +97,15 @@ class _Sender:
     thread sends the layer's copy. A chunk always waits its turn here: it is written to
     the stream buffer first (qorven.runtime.streams).
 
-    The layer's Redis connections have no socket timeout (settings.LIVE_REDIS_HOST says
+    The layer's Redis connections have no socket timeout (qorven.runtime.live_redis says
     why), so a Redis that holds a PUBLISH would hold every event behind it, for every chat
     of the process. The thread waits for a batch QORVEN_REDIS_TIMEOUT at most, without
     cancelling it: past that, the rest of it, and every batch until the held send is done,
     goes to this process's hubs only, each in order, and their copies for the layer are
     dropped (the layer is a notification: other processes' pages catch up from the
-    database by seq). The held send goes on whenever the loop runs next.
+    database by seq). The held send goes on whenever the loop runs next: it is done once
+    Redis answers, or fails once the system has closed its connection (on a dropped route,
+    twice QORVEN_REDIS_TIMEOUT: qorven.runtime.live_redis).
     """
 
     def __init__(self) -> None:
@@ -165,7 +167,7 @@ class _Sender:
     def _send_within(self, loop: asyncio.AbstractEventLoop, batch: _Batch) -> asyncio.Task | None:
         """Send `batch`, waiting QORVEN_REDIS_TIMEOUT at most; its task if the layer holds it.
         asyncio.wait, not wait_for: the send is left to go on, never cancelled (a cancelled
-        read of redis-py's reads on for ever: settings.LIVE_REDIS_HOST)."""
+        read of redis-py's reads on for ever: qorven.runtime.live_redis)."""
         sending = loop.create_task(self._send(batch))
         loop.run_until_complete(asyncio.wait({sending}, timeout=settings.QORVEN_REDIS_TIMEOUT))
         if sending.done():

@@ -1,6 +1,6 @@
 """The live sender (qorven.runtime.publisher) past a live layer that hangs: Redis holding
 every PUBLISH (a pause of the test's own Redis, `CLIENT PAUSE … WRITE`). The layer's
-connections keep no socket timeout (settings.LIVE_REDIS_HOST says why), so the sender
+connections keep no socket timeout (qorven.runtime.live_redis says why), so the sender
 bounds its own wait instead, QORVEN_REDIS_TIMEOUT, without cancelling the send held up."""
 from __future__ import annotations
 
