@@ -22,12 +22,14 @@ about 15 minutes. The kernel bounds it here instead:
 
 Connecting is bounded by QORVEN_REDIS_TIMEOUT, as for the cache: the options above are set
 once connected, and a dropped route otherwise held a new connection for the system's SYN
-retries (about 2 minutes).
+retries (about 2 minutes). A Redis on a Unix socket (`unix:///path`) is local: none of
+the TCP options apply, and redis-py's Unix connection refuses them.
 """
 from __future__ import annotations
 
 import socket
 from typing import Any
+from urllib.parse import urlsplit
 
 LIVE_USER_TIMEOUTS = 2  # TCP_USER_TIMEOUT, in QORVEN_REDIS_TIMEOUTs: the sender has let go after one
 
@@ -35,6 +37,8 @@ LIVE_USER_TIMEOUTS = 2  # TCP_USER_TIMEOUT, in QORVEN_REDIS_TIMEOUTs: the sender
 def live_redis_host(address: str, timeout: float) -> dict[str, Any]:
     """channels_redis' `hosts` entry for the Redis at `address`, with `timeout` the
     QORVEN_REDIS_TIMEOUT (seconds)."""
+    if urlsplit(address).scheme == "unix":  # no TCP: redis-py's Unix connection takes none of its options
+        return {"address": address, "socket_timeout": None, "socket_connect_timeout": timeout}
     options = {socket.TCP_KEEPIDLE: 30, socket.TCP_KEEPINTVL: 10, socket.TCP_KEEPCNT: 3}
     user_timeout = getattr(socket, "TCP_USER_TIMEOUT", None)  # Linux only
     if user_timeout is not None:

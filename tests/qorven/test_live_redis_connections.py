@@ -22,7 +22,9 @@ from channels_redis.core import RedisChannelLayer
 from channels_redis.pubsub import RedisPubSubChannelLayer
 from django.conf import settings
 
-from ..processes import ROOT, redis_of_our_own
+from qorven.runtime.live_redis import live_redis_host
+
+from ..processes import ROOT, redis_of_our_own, wait_for
 
 
 def _sockets_to(port: int) -> list[socket.socket]:
@@ -107,3 +109,32 @@ def test_publishes_whose_route_to_redis_drops_every_packet_end_with_an_error():
     assert child.returncode == 0, err
     assert json.loads(out.strip().splitlines()[-1]) == {"first": "sent", "second": "ConnectionError",
                                                        "third": "TimeoutError"}, err
+
+
+def test_the_live_layer_carries_events_over_a_redis_unix_socket(tmp_path):
+    """REDIS_URL may name a Unix socket (`unix:///path/to/redis.sock`, the README says):
+    the live layer the settings make for it carries an event. Before, every connection it
+    made failed (redis-py's Unix socket connection takes no TCP keepalive: a TypeError),
+    so no live event reached any page."""
+    path = tmp_path / "redis.sock"
+    redis = subprocess.Popen(["redis-server", "--port", "0", "--unixsocket", str(path), "--save", "",
+                              "--appendonly", "no"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    layer = RedisPubSubChannelLayer(hosts=[live_redis_host(f"unix://{path}", settings.QORVEN_REDIS_TIMEOUT)])
+
+    async def run() -> dict:
+        channel = await layer.new_channel()
+        await layer.group_add("chat.1", channel)
+        await layer.group_send("chat.1", {"type": "message.new", "seq": 1})
+        async with asyncio.timeout(10):
+            event = await layer.receive(channel)
+        await layer.flush()
+        return event
+
+    try:
+        assert wait_for(lambda: subprocess.run(["redis-cli", "-s", str(path), "ping"], capture_output=True,
+                                               text=True).stdout.strip() == "PONG", 10)
+        event = async_to_sync(run)()
+    finally:
+        redis.terminate()
+        redis.wait(10)
+    assert event["seq"] == 1
