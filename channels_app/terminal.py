@@ -235,6 +235,8 @@ def _send(owner: ChatOwner, link: Any, content: str, *, leave_if: Callable[[], b
     return result.message.seq, "command" not in (result.message.metadata or {})
 
 
+# What leaves the terminal, typed alone on a line (--json: as a line's "content"): never sent.
+LEAVE = ("/quit", "/exit")
 GAVE_UP = 1  # exit code: the input ended and a reply did not come within --wait
 ACCESS_LOST = 3  # exit code: the person was removed from the workspace (or signed out) meanwhile
 LINE_SHAPE = 'each line must be an object like {"content": "…"}'
@@ -254,7 +256,8 @@ def _access_lost(owner: ChatOwner, follower: Follower, link: Any = None) -> bool
 def run_json(owner: ChatOwner, stdin: TextIO, stdout: TextIO, *, history: int, wait: float,
              link: Any = None) -> int:
     """Newline-delimited JSON: `{"content": "…"}` in, one event object a line out. At the
-    end of input, waits (up to `wait` seconds) for the answers to what was sent."""
+    end of input, waits (up to `wait` seconds) for the answers to what was sent; a line
+    whose content is /quit or /exit leaves at once (0), sending nothing."""
     write_lock = threading.Lock()
     pending = Pending()
 
@@ -292,6 +295,8 @@ def _json_lines(owner: ChatOwner, lines: Iterable[str], stdout: TextIO, write_lo
             content = body.get("content") if isinstance(body, dict) else None
             if not isinstance(content, str):
                 raise ValueError(LINE_SHAPE)
+            if content.strip() in LEAVE:  # as at the terminal's prompt: at once, not waiting for replies
+                return 0
             seq, expects_reply = _send(owner, link, content,
                                        waiting=lambda said: _say_notice(stdout, write_lock, said))
         except NotFound:  # removed from the workspace while the terminal was open

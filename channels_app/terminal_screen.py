@@ -21,7 +21,7 @@ from typing import Any
 from tenancy.errors import NotFound
 
 from .chat import ChatOwner
-from .terminal import ACCESS_LOST, GAVE_UP, _follower, _send
+from .terminal import ACCESS_LOST, GAVE_UP, LEAVE, _follower, _send
 from .terminal_chat import TerminalChat
 
 
@@ -69,7 +69,7 @@ def run_interactive(owner: ChatOwner, *, history: int, link: Any = None, color: 
     try:
         for line in chat.prompt.lines() if chat.prompt is not None else chat.plain_lines():
             text = line.rstrip("\n")
-            if text.strip() in ("/quit", "/exit"):
+            if text.strip() in LEAVE:
                 break
             if not text.strip():
                 continue

@@ -214,3 +214,33 @@ def test_a_reply_taken_back_mid_stream_streams_again_from_the_answer_through_the
     last_restart = len(kinds) - 1 - kinds[::-1].index("restart") if "restart" in kinds else 0
     shown = "".join(line["delta"] for line in lines[last_restart:] if line["type"] == "chunk")
     assert shown == "Hello Priya!"
+
+
+@pytest.mark.parametrize("leave", ["/quit", " /exit "])
+def test_json_mode_leaves_on_quit_and_sends_nothing(world, model_server, server, leave):
+    """`{"content": "/quit"}` was posted to the server as a message and answered by the
+    model, and the program went on reading: the terminal's way out was a chat line in
+    --json. It now leaves there (exit 0), the lines after it unread, nothing stored."""
+    from sessions_app.models import Message
+
+    model_server.add(reply("Goodbye, then."))
+    chat = Chat(server)
+    chat.send(leave)
+    chat.send("and this one after it")
+    chat.proc.stdin.close()  # before, it went on to this line, then waited for both replies
+    chat.proc.wait(60)
+    stderr = chat.proc.stderr.read()
+    assert chat.proc.returncode == 0, stderr
+    assert "Traceback" not in stderr
+    assert Message.objects.count() == 0
+    assert model_server.requests == []
+    assert ApiToken.objects.get(name="qorven chat").revoked_at is not None
+
+
+def test_chat_help_and_the_readme_say_quit_leaves_json_mode():
+    from channels_app.management.commands.chat import Command
+
+    text = " ".join(Command().create_parser("qorven", "chat").format_help().split())
+    assert 'a line {"content": "/quit"} (or "/exit") leaves at once with exit code 0, sending nothing' in text
+    readme = " ".join((ROOT / "README.md").read_text().split())
+    assert 'A line `{"content": "/quit"}` (or `"/exit"`) leaves at once' in readme

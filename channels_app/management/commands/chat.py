@@ -33,7 +33,9 @@ class Command(BaseCommand):
         'compaction starts a new conversation, '
         '"error" for a line it could not read, or with "code": "access_lost" when you lose access to the '
         "workspace, before it exits 3); at the end of input it waits "
-        "for the replies (as the terminal reading a pipe does), then exits (1 if it gave up waiting); Ctrl-C "
+        "for the replies (as the terminal reading a pipe does), then exits (1 if it gave up waiting); a line "
+        '{"content": "/quit"} (or "/exit") leaves at once with exit code 0, sending nothing and not waiting '
+        "for replies still to come; Ctrl-C "
         "leaves it at once (exit 130). In either mode a SIGTERM or a closed terminal (SIGHUP) leaves at once (exit 143 or 129), signing the terminal out of "
         "the server as leaving does; with no server, a reply being written is stored first, so it is not lost. "
         "More signals while it leaves change nothing of that."
