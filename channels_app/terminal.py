@@ -221,15 +221,20 @@ def _follower(owner: ChatOwner, emit: Emit, link: Any) -> Follower:
     return SocketFollower(owner, emit, link=link)
 
 
-def _send(owner: ChatOwner, link: Any, content: str, *, leave_if: Callable[[], bool] = lambda: False,
+def _send(owner: ChatOwner, link: Any, content: str, *, after_signal: Callable[[], None] = lambda: None,
           waiting: Callable[[str], None] = lambda said: None) -> tuple[int, bool]:
     """Send what the person typed on channel tui; (its seq, whether a reply will follow).
-    `leave_if`: asked after each signal while a server is waited for; true, the wait ends
-    with KeyboardInterrupt. `waiting`: told, in words of ours, when a server that asked to
-    be given time (a 503 or 429) is sent the message again."""
+    `after_signal`: called after each signal while a server is waited for; what it raises
+    ends the wait, and the server is sent no more tries. `waiting`: told, in words of ours,
+    when the message is sent again (the server busy, or not answering)."""
     if link is not None:
-        # A signal ends the wait for a server that took the message and does not answer.
-        sent = signal_ends_wait(lambda: link.send(content, waiting=waiting), leave_if=leave_if)
+        stop = threading.Event()
+        try:
+            # A signal ends the wait for a server that took the message and does not answer.
+            sent = signal_ends_wait(lambda: link.send(content, waiting=waiting, stop=stop), after_signal=after_signal)
+        except BaseException:
+            stop.set()  # the wait ended here: the send's thread, left to finish its try, sends no more
+            raise
         return sent.seq, sent.expects_reply
     result = chat_send(owner=owner, content=content, channel="tui")
     return result.message.seq, "command" not in (result.message.metadata or {})

@@ -93,6 +93,7 @@ class TerminalChat:
         self._wake_read, self._wake_write = os.pipe() if self.prompt is None else (-1, -1)
         self._pressed: list[int] = []  # Ctrl-Cs between two prompts, taken once the message is sent
         self._sigint_before: Any = None  # SIGINT's handler while they are noted (note_ctrl_c)
+        self._sent_again = False  # the message on its way has been sent again (sending_again)
 
     def emit(self, event: dict[str, Any]) -> None:
         self.replies.see(event)
@@ -150,6 +151,7 @@ class TerminalChat:
         but taken once it is sent, as at the prompt — the reply to it stops; a second one
         leaves (KeyboardInterrupt)."""
         self.note_ctrl_c()
+        self._sent_again = False
         try:
             yield
         finally:
@@ -158,10 +160,26 @@ class TerminalChat:
             if any([self.interrupt("", sent=True) == "leave" for _ in pressed]):
                 raise KeyboardInterrupt
 
-    def leaving_while_sending(self) -> bool:
-        """Whether Ctrl-C was pressed twice while the message is on its way: the person
-        leaves then, not once the server has answered (or its 30 s have run out)."""
-        return len(self._pressed) >= 2
+    def sending_again(self, said: str) -> None:
+        """`said`: the message on its way is sent again (its server busy, or not answering).
+        From now on one Ctrl-C gives the line back (heed_ctrl_c_while_sending); one pressed
+        before was about the reply, which has not begun."""
+        self._pressed.clear()
+        self._sent_again = True
+        self.notice(f"{said} Ctrl-C gives the line back.")
+
+    def heed_ctrl_c_while_sending(self) -> None:
+        """After a signal while the message is on its way to a server: Ctrl-C twice leaves
+        (KeyboardInterrupt) then, not once the server has answered or every try has run
+        out; once, after the person was told it is being sent again, gives the line back
+        (ValueError, our notice): they need not wait out the tries."""
+        from .terminal_client import GAVE_UP_WAITING
+
+        if len(self._pressed) >= 2:
+            raise KeyboardInterrupt
+        if self._pressed and self._sent_again:
+            self._pressed.clear()
+            raise ValueError(GAVE_UP_WAITING)
 
     def note_ctrl_c(self, *, afresh: bool = False) -> None:
         """From now until release_ctrl_c, a SIGINT (a Ctrl-C where the terminal is not in

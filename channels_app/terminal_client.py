@@ -18,6 +18,7 @@ import json
 import logging
 import math
 import threading
+import time
 import uuid
 from dataclasses import dataclass
 from datetime import timedelta
@@ -95,6 +96,14 @@ def unavailable_notice(response: httpx.Response) -> str:
     return SERVER_UNAVAILABLE + ("" if response.status_code == 503 else f" (HTTP {response.status_code})")
 
 
+def refusal_notice(response: httpx.Response) -> str:
+    """What the person reads of a 4xx refusing a message."""
+    refused = str(_json_body(response).get("error") or "").strip().splitlines()
+    if not refused:
+        return f"the server refused the message ({response.status_code})"
+    return refused[0][:REFUSAL_MOST]
+
+
 class ServerUnavailable(Exception):
     """A 503 other than the cache's (its database away, a proxy in front of it): `reason`,
     our notice for it (unavailable_notice); `retry_after`, seconds (None: not said)."""
@@ -125,7 +134,15 @@ def send_wait(response: httpx.Response) -> float | None:
 
 class AnswerLost(Exception):
     """A message's POST reached the server and no answer came back (the connection dropped,
-    or timed out): stored or not, it may be sent again under its Idempotency-Key."""
+    or `timed_out`: none within the link's timeout): stored or not, it may be sent again
+    under its Idempotency-Key."""
+
+    def __init__(self, *, timed_out: bool) -> None:
+        super().__init__()
+        self.timed_out = timed_out
+
+
+GAVE_UP_WAITING = "Stopped waiting for the server: the line is back to send again (stored once if it had it)."
 
 
 @dataclass
@@ -137,14 +154,19 @@ class Sent:
 class ServerLink:
     """The terminal's session with one server: an API token, an HTTP client for sending."""
 
-    def __init__(self, owner: ChatOwner, base_url: str) -> None:
+    def __init__(self, owner: ChatOwner, base_url: str, *, timeout: float) -> None:
         self.owner = owner
         self.base = base_url.rstrip("/")
         self.token_row, self.token = api_token_create(tenant=owner.tenant, user=owner.user, name="qorven chat",
                                                       expires_at=timezone.now() + TOKEN_LIFETIME)
-        self.http = httpx.Client(base_url=self.base, timeout=30.0,
+        self.timeout = timeout  # seconds a request waits for the server (connecting, each read)
+        self.http = httpx.Client(base_url=self.base, timeout=timeout,
                                  headers={"Authorization": f"Bearer {self.token}"})
         self._closed = threading.Event()
+        # (content, Idempotency-Key) of the last message sent, until the server has answered
+        # it: the same text sent next (the line given back after a failure) goes under the
+        # same key, so a message the server stored unseen is not stored twice.
+        self._unsure: tuple[str, str] | None = None
         self._revoked = False
         self._revoking = threading.Lock()
         self._renewer = threading.Thread(target=self._renew, name="qorven-chat-token", daemon=True)
@@ -169,43 +191,70 @@ class ServerLink:
             return False
         return response.status_code == 200 and response.headers.get("content-type", "").startswith("application/json")
 
-    def send(self, content: str, *, waiting: Callable[[str], None] = lambda said: None) -> Sent:
+    def send(self, content: str, *, waiting: Callable[[str], None] = lambda said: None,
+             stop: threading.Event | None = None) -> Sent:
         """Post one message on channel tui. Told to come back later (a 503 or 429 with
-        Retry-After; a 503 without, in SEND_WAIT_DEFAULT), or the connection lost once the
-        server had the request (in SEND_WAIT_DEFAULT), it says so through `waiting` and
-        sends it again, SEND_TRIES times in all, under one Idempotency-Key: a message the
-        server stored before a 503 (a proxy's, after a timeout) or before the connection
-        dropped is stored once. ValueError: refused as it is (the server's reason), or the
-        server did not answer; NotFound: this person may not write here any more."""
-        key = uuid.uuid4().hex
-        for tries in range(1, SEND_TRIES + 1):
-            try:
-                response = self._post_message(content, key)
-            except AnswerLost:
-                if tries == SEND_TRIES:
-                    raise ValueError(f"the server at {self.base} did not answer: "
-                                     "the message may not have been sent") from None
-                wait, why = SEND_WAIT_DEFAULT, "The connection was lost before the server answered"
-            else:
-                wait = send_wait(response) if tries < SEND_TRIES else None
-                if wait is None:
-                    break
-                why = "The server is busy"
-            waiting(f"{why}; sending again in {math.ceil(wait)} s.")
-            if self._closed.wait(wait):  # the terminal left meanwhile
-                raise ValueError("the terminal closed before the message could be sent again")
+        Retry-After; a 503 without, in SEND_WAIT_DEFAULT), the connection lost once the
+        server had the request (in SEND_WAIT_DEFAULT), or no answer within the link's
+        timeout (at once: it has waited already), it says so through `waiting` and sends it
+        again, SEND_TRIES times in all, under one Idempotency-Key: a message the server
+        stored before a 503 (a proxy's, after a timeout) or before the connection dropped is
+        stored once. So is the same text sent next, after a failure (`_unsure`). `stop`,
+        set: no more tries (the person stopped waiting). ValueError: refused as it is (our
+        API's reason, else our notice), or the server did not answer; NotFound: this person
+        may not write here any more."""
+        unsure = self._unsure
+        key = unsure[1] if unsure is not None and unsure[0] == content else uuid.uuid4().hex
+        self._unsure = (content, key)
+        response = self._tries(content, key, waiting, stop or threading.Event())
         if response.status_code in (401, 403, 404):
             raise NotFound("not a member of this workspace any more")
         if response.status_code >= 500:
             raise ValueError(unavailable_notice(response))
-        body = _json_body(response)
         if response.status_code >= 400:
-            refused = str(body.get("error") or "").strip().splitlines()
-            if not refused:
-                raise ValueError(f"the server refused the message ({response.status_code})")
-            raise ValueError(refused[0][:REFUSAL_MOST])
-        message = body["message"]
+            raise ValueError(refusal_notice(response))
+        message = _json_body(response)["message"]
+        if self._unsure == (content, key):
+            self._unsure = None
         return Sent(seq=message["seq"], expects_reply=message.get("answer_state") == "pending")
+
+    def _tries(self, content: str, key: str, waiting: Callable[[str], None], stop: threading.Event) -> httpx.Response:
+        """The answer to the message's last try (see send)."""
+        for tries in range(1, SEND_TRIES + 1):
+            if stop.is_set():
+                raise ValueError(GAVE_UP_WAITING)
+            try:
+                response = self._post_message(content, key)
+            except AnswerLost as lost:
+                if tries == SEND_TRIES:
+                    raise ValueError(f"the server at {self.base} did not answer: "
+                                     "the message may not have been sent") from None
+                if lost.timed_out:
+                    wait, said = 0.0, (f"The server is not answering (nothing in {self.timeout:g} s); "
+                                       f"sending again, try {tries + 1} of {SEND_TRIES}.")
+                else:
+                    wait = SEND_WAIT_DEFAULT
+                    said = f"The connection was lost before the server answered; sending again in {math.ceil(wait)} s."
+            else:
+                wait = send_wait(response) if tries < SEND_TRIES else None
+                if wait is None:
+                    return response
+                said = f"The server is busy; sending again in {math.ceil(wait)} s."
+            waiting(said)
+            if self._paused(wait, stop):
+                raise ValueError(GAVE_UP_WAITING if stop.is_set() else
+                                 "the terminal closed before the message could be sent again")
+        raise AssertionError("unreachable: the last try returns or raises")
+
+    def _paused(self, wait: float, stop: threading.Event) -> bool:
+        """Waits `wait` seconds; True when the terminal left or `stop` was set meanwhile."""
+        deadline = time.monotonic() + wait
+        while not (self._closed.is_set() or stop.is_set()):
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return False
+            stop.wait(min(left, 0.1))  # either event ends the pause within a tenth of a second
+        return True
 
     def _post_message(self, content: str, key: str) -> httpx.Response:
         """AnswerLost: the server had the request and no answer came (stored or not)."""
@@ -215,8 +264,10 @@ class ServerLink:
                                   json={"content": content, "channel": "tui"}, headers={"Idempotency-Key": key})
         except (httpx.ConnectError, httpx.ConnectTimeout):  # down, or restarting: it never had it
             raise ValueError(f"the server at {self.base} did not answer: the message was not sent") from None
-        except httpx.TransportError:  # it had the request, but no answer came: sent again under its key
-            raise AnswerLost() from None
+        except httpx.TimeoutException:  # it had the request, and has not answered within the timeout
+            raise AnswerLost(timed_out=True) from None
+        except httpx.TransportError:  # it had the request, but the connection dropped before its answer
+            raise AnswerLost(timed_out=False) from None
 
     def signed_in(self) -> bool:
         """Whether the server would still take this terminal's token: not revoked, not

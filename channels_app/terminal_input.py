@@ -73,15 +73,16 @@ class SignalPipe:
             pass
 
 
-def signal_ends_wait(call: Callable[[], T], *, leave_if: Callable[[], bool] = lambda: False) -> T:
+def signal_ends_wait(call: Callable[[], T], *, after_signal: Callable[[], None] = lambda: None) -> T:
     """`call()` (one that waits on the network: sending a message to a server), done on a
     thread of its own while the main thread waits for it beside the signals' descriptor.
     Done on the main thread, a SIGTERM or SIGHUP was noted and acted on only once the call
     had ended: with a server that took the request and never answered, when its timeout ran
     out (30 s). Noted while it runs, the main thread leaves at once (terminal_leave:
     SystemExit), the call left to end on its daemon thread, or to be cut short as the
-    terminal closes its client. So it does, with KeyboardInterrupt, once `leave_if()` is
-    true after a signal (the person's second Ctrl-C)."""
+    terminal closes its client. `after_signal()` is called on the main thread after each
+    signal: what it raises ends the wait the same way (the person's Ctrl-C: leaving, or
+    giving up on the server)."""
     outcome: list[Any] = []
     done = threading.Event()
     with SignalPipe() as wake:
@@ -98,8 +99,7 @@ def signal_ends_wait(call: Callable[[], T], *, leave_if: Callable[[], bool] = la
         threading.Thread(target=run, name="qorven-chat-send", daemon=True).start()
         while not done.is_set():
             leaving.leave_if_signalled()
-            if leave_if():
-                raise KeyboardInterrupt
+            after_signal()
             select.select([wake.fd], [], [])
             wake.drain()
     finished, result = outcome[0]

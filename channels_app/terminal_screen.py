@@ -75,8 +75,8 @@ def run_interactive(owner: ChatOwner, *, history: int, link: Any = None, color: 
                 continue
             with chat.sending():
                 try:
-                    seq, expects_reply = _send(owner, link, text, leave_if=chat.leaving_while_sending,
-                                               waiting=chat.notice)
+                    seq, expects_reply = _send(owner, link, text, after_signal=chat.heed_ctrl_c_while_sending,
+                                               waiting=chat.sending_again)
                 except NotFound:  # removed from the workspace while the terminal was open
                     chat.lose_access()
                     break

@@ -169,6 +169,7 @@ class Silent(BaseHTTPRequestHandler):
 
     came = threading.Event()  # a message is being sent
     released = threading.Event()  # the test is over: the request may end
+    keys: list[str] = []  # the Idempotency-Key of each message request, in the order they came
 
     def do_GET(self) -> None:
         body = b'{"status": "ok"}'
@@ -179,6 +180,7 @@ class Silent(BaseHTTPRequestHandler):
         self.wfile.write(body)
 
     def do_POST(self) -> None:
+        type(self).keys.append(self.headers.get("Idempotency-Key", ""))
         type(self).came.set()
         type(self).released.wait(120)
         self.close_connection = True
@@ -192,6 +194,7 @@ def silent_server():
     """A `Silent` server's URL."""
     Silent.came.clear()
     Silent.released.clear()
+    Silent.keys.clear()
     httpd = ThreadingHTTPServer(("127.0.0.1", 0), Silent)
     threading.Thread(target=httpd.serve_forever, daemon=True).start()
     yield f"http://127.0.0.1:{httpd.server_address[1]}"

@@ -15,6 +15,7 @@ from django.core.management import call_command
 from django.core.management.base import CommandError
 from django.db import connection
 
+from channels_app.management.commands.chat import SEND_TIMEOUT
 from channels_app.chat import chat_owner
 from channels_app.terminal import HumanPrinter, Pending
 from channels_app.terminal_follow import Follower
@@ -441,7 +442,7 @@ def test_the_terminals_token_lapses_unless_the_running_terminal_renews_it(world,
 
     monkeypatch.setattr(terminal_client, "TOKEN_RENEW_EVERY", 0.05)
     owner = chat_owner(user=world.alice, tenant_slug="acme", qor_slug="aria", surface="tui")
-    link = terminal_client.ServerLink(owner, "http://127.0.0.1:9")
+    link = terminal_client.ServerLink(owner, "http://127.0.0.1:9", timeout=SEND_TIMEOUT)
     try:
         first = ApiToken.objects.get(pk=link.token_row.pk).expires_at
         assert timezone.now() < first <= timezone.now() + terminal_client.TOKEN_LIFETIME

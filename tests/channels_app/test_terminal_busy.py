@@ -12,6 +12,7 @@ import json
 import pytest
 from django.test import Client
 
+from channels_app.management.commands.chat import SEND_TIMEOUT
 from channels_app.chat import chat_owner
 from channels_app.terminal import _send
 from channels_app.terminal_chat import TerminalChat
@@ -53,7 +54,7 @@ def _typed(world, platform, text: str) -> tuple[str, object]:
     (the sent message's (seq, expects_reply), or the error it put back on the prompt)."""
     out = io.StringIO()
     owner = chat_owner(user=world.alice, tenant_slug="acme", qor_slug="aria", surface="tui")
-    link = ServerLink(owner, platform.url)
+    link = ServerLink(owner, platform.url, timeout=SEND_TIMEOUT)
     try:
         chat = TerminalChat(owner, link, out, on_screen=False, color=False)
         try:

@@ -559,3 +559,52 @@ def test_a_signal_while_a_message_waits_for_a_server_that_does_not_answer_ends_t
     assert screen.exit_code(seconds=90) == 128 + signal.SIGHUP
     assert "did not answer" not in screen.text()
     assert ApiToken.objects.get(name="qorven chat").revoked_at is not None
+
+
+def test_a_server_that_never_answers_is_said_so_at_each_try_and_the_line_comes_back(world, model_server,
+                                                                                  silent_server, screens):
+    """A server that takes the message and never answers: each try waited its whole read
+    timeout (30 s) and the first went by in silence; then "The connection was lost before the
+    server answered; sending again in 2 s." as if it had dropped, four times in all (126 s).
+    Now each try after the first says the server is not answering and which try it is; the
+    line back on the prompt, sent again as it is, goes under the same Idempotency-Key."""
+    screen = screens({**qorven_env(model_server), "QORVEN_PUBLIC_URL": silent_server}, "--server", silent_server,
+                     "--timeout", "1")
+    screen.type("hello")
+    screen.key("Enter")
+    gave_up = f"the server at {silent_server} did not answer"
+    shown = screen.wait_for(gave_up)
+    for n in (2, 3, 4):
+        assert shown.count(f"The server is not answering (nothing in 1 s); sending again, try {n} of 4.") == 1, shown
+    assert "connection was lost" not in shown
+    screen.wait_until(lambda text: last_row(text) == f"{PROMPT} hello", "the line, back")
+    assert len(Silent.keys) == 4 and len(set(Silent.keys)) == 1 and Silent.keys[0]
+    screen.key("Enter")  # sent again as it came back: the same message, under its key
+    screen.wait_until(lambda text: text.count(gave_up) == 2, "the second round given up")
+    assert len(Silent.keys) == 8 and len(set(Silent.keys)) == 1
+
+
+def test_ctrl_c_while_a_server_is_not_answering_gives_the_line_back(world, model_server, silent_server, screens):
+    """Once the terminal has said the server is not answering, Ctrl-C stops waiting: the
+    line is back on the prompt at once, no more tries are sent, and sent again it goes
+    under the same Idempotency-Key (stored once, if the server had it after all). Before,
+    the Ctrl-C was only noted, and the line came back once every try had run out."""
+    screen = screens({**qorven_env(model_server), "QORVEN_PUBLIC_URL": silent_server}, "--server", silent_server,
+                     "--timeout", "10")
+    screen.type("hello")
+    screen.key("Enter")
+    screen.wait_for("try 2 of 4")
+    while len(Silent.keys) < 2:  # the second try on its way
+        time.sleep(0.05)
+    screen.key("C-c")
+    shown = screen.wait_until(lambda text: last_row(text) == f"{PROMPT} hello", "the line, back")
+    assert "Stopped waiting for the server" in shown, shown
+    assert "did not answer" not in shown and "try 3 of 4" not in shown
+    assert len(Silent.keys) == 2
+    screen.key("Enter")
+    screen.wait_until(lambda text: len(Silent.keys) >= 3, "the line sent again")
+    assert len(set(Silent.keys)) == 1
+    screen.key("C-c")
+    time.sleep(0.3)  # a person's two presses: two signals (sent together, the kernel may merge them)
+    screen.key("C-c")
+    assert screen.exit_code(seconds=90) == 0

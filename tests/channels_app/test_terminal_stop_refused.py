@@ -9,6 +9,7 @@ import io
 
 import pytest
 
+from channels_app.management.commands.chat import SEND_TIMEOUT
 from channels_app.chat import chat_owner
 from channels_app.terminal_chat import TerminalChat
 from channels_app.terminal_client import ServerLink
@@ -27,7 +28,7 @@ def _pressed_twice(world, base: str) -> tuple[str, list[str]]:
     what the terminal showed, and what each press did."""
     out = io.StringIO()
     owner = chat_owner(user=world.alice, tenant_slug="acme", qor_slug="aria", surface="tui")
-    link = ServerLink(owner, base)
+    link = ServerLink(owner, base, timeout=SEND_TIMEOUT)
     try:
         chat = TerminalChat(owner, link, out, on_screen=False, color=False)
         chat.replies.expect(1)

@@ -16,6 +16,7 @@ from asgiref.sync import async_to_sync, sync_to_async
 from django.core.management import call_command
 from django.test import Client
 
+from channels_app.management.commands.chat import SEND_TIMEOUT
 from channels_app.models import InboundEvent
 from channels_app.services import binding_create
 from tenancy.services import api_token_create
@@ -314,7 +315,7 @@ def test_the_terminal_talks_to_a_server_under_the_prefix(world, url_prefix):
     from channels_app.terminal_client import ServerLink
 
     owner = ChatOwner(tenant=world.tenant_a, qor=world.qor_a, user=world.alice, trust="owner", surface="tui")
-    link = ServerLink(owner, "https://example.org/qorven/")
+    link = ServerLink(owner, "https://example.org/qorven/", timeout=SEND_TIMEOUT)
     try:
         assert link.socket_url(session_id=None, last_seq=0) == "wss://example.org/qorven/ws/chat/acme/aria/?surface=tui"
         assert str(link.http.base_url) == "https://example.org/qorven/"

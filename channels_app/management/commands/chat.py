@@ -9,6 +9,13 @@ from django.core.management.base import BaseCommand, CommandError
 from channels_app.chat import chat_owner
 from channels_app.json_body import QUERY_INT_MAX
 from qorven.runtime.arguments import seconds, whole_number
+
+# Seconds a message waits for a server's answer before it is sent again (kept here, not in
+# the terminal client, so that `qorven chat --help` imports no HTTP client). Our message
+# API answers within seconds, a slow database included (a pooled connection waited for
+# QORVEN_DB_POOL_TIMEOUT, then a 503), so past this the server is stuck; a try sent again
+# carries the message's Idempotency-Key and is stored once. Four tries: 60 s at most.
+SEND_TIMEOUT = 15.0
 from tenancy.errors import NotFound
 from tenancy.selectors import membership_get, qor_get, qor_slugs, tenant_get
 
@@ -66,6 +73,11 @@ class Command(BaseCommand):
                  "localhost) and https:// anywhere need nothing",
         )
         parser.add_argument(
+            "--timeout", type=seconds(more_than_zero=True), default=SEND_TIMEOUT,
+            help="with a server: seconds a message waits for the server's answer before it is sent again, "
+                 f"under the same Idempotency-Key (four tries in all, each said; default {SEND_TIMEOUT:g})",
+        )
+        parser.add_argument(
             "--wait", type=seconds(), default=300.0,
             help="--json, or reading a pipe: seconds to wait for the replies still to come after the input "
                  "ends (default 300)",
@@ -110,7 +122,7 @@ class Command(BaseCommand):
                                    f"your messages would cross the network unencrypted. {ways_out} to send them "
                                    "anyway")
             if ServerLink.reachable(server):
-                link = ServerLink(owner, server)
+                link = ServerLink(owner, server, timeout=opts["timeout"])
             elif opts["server"]:
                 raise CommandError(f"no Qorven server answers at {server} (leave out --server to work on the "
                                    "database directly)")
