@@ -27,13 +27,23 @@ from tenancy.switches import channel_enabled
 
 from .api_auth import bearer_required, json_error, json_methods, stop_unavailable
 from .chat import ChatOwner, chat_stop, surface_session, with_deliveries
-from .json_body import QUERY_INT_MAX, BodyRefused, ParamRefused, json_body, query_int
+from .json_body import QUERY_INT_MAX, BodyRefused, ParamRefused, body_too_large, json_body, query_int
 
 MAX_CONTENT = 100_000
 DEFAULT_PAGE = 50  # messages a timeline read gives without a limit (at most QORVEN_API_PAGE_MAX)
 MAX_IDEMPOTENCY_KEY = 255
+CONTENT_EMPTY = '"content" must be a non-empty string'
+CONTENT_TOO_LONG = f'"content" is longer than {MAX_CONTENT} characters'
+
 # The surfaces an API client may be: a program of its own (web), or the terminal client.
 POSTABLE_CHANNELS = frozenset({Channel.WEB, Channel.TUI})
+
+
+def message_refusals() -> frozenset[str]:
+    """The "error" of each 4xx a message's POST may meet for its content, for a client of
+    ours to show as it says (channels_app.terminal_answers): the words of anything else in
+    front of the server are not shown."""
+    return frozenset({CONTENT_EMPTY, CONTENT_TOO_LONG, body_too_large(settings.QORVEN_MAX_BODY)})
 
 
 def message_json(message: StoredMessage) -> dict[str, Any]:
@@ -184,9 +194,9 @@ def _post(request: HttpRequest, qor, chat: Session | None) -> JsonResponse:
     # Read as it would be stored (without NUL): "\u0000" alone is an empty message.
     content = storable(content) if isinstance(content, str) else None
     if content is None or not content.strip():
-        raise BadRequest('"content" must be a non-empty string')
+        raise BadRequest(CONTENT_EMPTY)
     if len(content) > MAX_CONTENT:
-        raise BadRequest(f'"content" is longer than {MAX_CONTENT} characters')
+        raise BadRequest(CONTENT_TOO_LONG)
     channel = body.get("channel", Channel.WEB)
     if not isinstance(channel, str) or channel not in POSTABLE_CHANNELS:
         raise BadRequest(f'"channel" must be one of: {", ".join(sorted(POSTABLE_CHANNELS))}')

@@ -60,6 +60,11 @@ class BodyRefused(Exception):
         self.status = status
 
 
+def body_too_large(limit: int) -> str:
+    """The 413's "error" for a body past `limit` bytes."""
+    return f"the body is larger than {limit} bytes"
+
+
 def json_body(request: HttpRequest) -> Any:
     """The request's body as JSON, or BodyRefused (413 or 400) saying what is wrong."""
     if hasattr(request, _CACHE):
@@ -70,13 +75,13 @@ def json_body(request: HttpRequest) -> Any:
     except ValueError:
         declared = 0
     if declared > limit:
-        raise BodyRefused(413, f"the body is larger than {limit} bytes")
+        raise BodyRefused(413, body_too_large(limit))
     try:
         raw = request.body
     except RequestDataTooBig:
-        raise BodyRefused(413, f"the body is larger than {limit} bytes") from None
+        raise BodyRefused(413, body_too_large(limit)) from None
     if len(raw) > limit:
-        raise BodyRefused(413, f"the body is larger than {limit} bytes")
+        raise BodyRefused(413, body_too_large(limit))
     body = json_parse(raw)
     setattr(request, _CACHE, body)
     return body

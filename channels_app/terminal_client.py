@@ -36,6 +36,8 @@ from tenancy.services import api_token_create
 
 from .adapters.base import retry_after_seconds
 from .chat import ChatOwner
+from .terminal_answers import (SEND_TRIES, SEND_WAIT_DEFAULT, json_object, refusal_notice, send_wait,
+                               unavailable_notice)
 from .terminal import Emit, Follower
 
 logger = logging.getLogger(__name__)
@@ -65,45 +67,6 @@ def plain_http_to_another_machine(url: str) -> bool:
     return not (address.is_loopback or (mapped is not None and mapped.is_loopback))
 
 
-def _json_body(response: httpx.Response) -> dict[str, Any]:
-    """The server's JSON object, or {} (a proxy's page, a body that is no object)."""
-    if not response.headers.get("content-type", "").startswith("application/json"):
-        return {}
-    try:
-        body = response.json()
-    except ValueError:
-        return {}
-    return body if isinstance(body, dict) else {}
-
-
-# What the person reads of a 5xx is a notice of ours, never the body's words: a proxy's
-# JSON or HTML page (or anything in front of the server) says what it likes, at any length.
-# A 503 of ours names why in its "code" (README, "Errors are JSON").
-SERVER_UNAVAILABLE = "the server is unavailable just now"
-REFUSAL_MOST = 200  # characters of a 4xx's "error" shown (the API's own are shorter)
-
-
-def unavailable_notice(response: httpx.Response) -> str:
-    """Our notice for a 5xx `response`: the one for its "code" when it is one of ours, else
-    SERVER_UNAVAILABLE (with the status, when not a 503)."""
-    from qorven.agent.stop import STOP_UNAVAILABLE, STOP_UNAVAILABLE_CODE
-    from qorven.runtime.database import DATABASE_DOWN_CODE, DATABASE_DOWN_NOTICE
-
-    code = _json_body(response).get("code") if response.status_code == 503 else None
-    known = {DATABASE_DOWN_CODE: DATABASE_DOWN_NOTICE, STOP_UNAVAILABLE_CODE: STOP_UNAVAILABLE}
-    if isinstance(code, str) and code in known:
-        return known[code]
-    return SERVER_UNAVAILABLE + ("" if response.status_code == 503 else f" (HTTP {response.status_code})")
-
-
-def refusal_notice(response: httpx.Response) -> str:
-    """What the person reads of a 4xx refusing a message."""
-    refused = str(_json_body(response).get("error") or "").strip().splitlines()
-    if not refused:
-        return f"the server refused the message ({response.status_code})"
-    return refused[0][:REFUSAL_MOST]
-
-
 class ServerUnavailable(Exception):
     """A 503 other than the cache's (its database away, a proxy in front of it): `reason`,
     our notice for it (unavailable_notice); `retry_after`, seconds (None: not said)."""
@@ -111,25 +74,6 @@ class ServerUnavailable(Exception):
     def __init__(self, reason: str, retry_after: float | None) -> None:
         super().__init__(reason)
         self.reason, self.retry_after = reason, retry_after
-
-
-# A message's POST told to come back later (503, 429) is sent again by itself: the page's
-# chat.js waits the same way.
-SEND_TRIES = 4  # the first and three more
-SEND_WAIT_DEFAULT = 2.0  # seconds, for a 503 that does not say (a proxy's)
-SEND_WAIT_MAX = 60.0  # seconds: told to wait longer, the line goes back to the prompt at once
-
-
-def send_wait(response: httpx.Response) -> float | None:
-    """Seconds to wait before sending `response`'s message again, or None: not again."""
-    if response.status_code not in (429, 503):
-        return None
-    wait = retry_after_seconds(response.headers.get("Retry-After"))
-    if wait is None and response.status_code == 503:
-        wait = SEND_WAIT_DEFAULT
-    if wait is None or wait > SEND_WAIT_MAX:
-        return None
-    return max(wait, 1.0)
 
 
 class AnswerLost(Exception):
@@ -213,7 +157,7 @@ class ServerLink:
             raise ValueError(unavailable_notice(response))
         if response.status_code >= 400:
             raise ValueError(refusal_notice(response))
-        message = _json_body(response)["message"]
+        message = json_object(response)["message"]
         if self._unsure == (content, key):
             self._unsure = None
         return Sent(seq=message["seq"], expects_reply=message.get("answer_state") == "pending")
@@ -289,7 +233,7 @@ class ServerLink:
         if response.status_code == 409:
             return False
         if response.status_code == 503:
-            body = _json_body(response)
+            body = json_object(response)
             retry_after = retry_after_seconds(response.headers.get("Retry-After"))
             if body.get("code") == STOP_UNAVAILABLE_CODE:
                 raise StopUnavailable(retry_after)

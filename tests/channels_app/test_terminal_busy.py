@@ -103,9 +103,49 @@ def test_a_wait_longer_than_a_minute_puts_the_line_back_at_once(world, platform)
     platform.default(MESSAGES, Canned(429, {"error": "Too many messages at once: try again in 120 seconds."},
                                       {"Retry-After": "120"}))
     shown, came = _typed(world, platform, "add milk")
-    assert isinstance(came, ValueError) and "try again in 120 seconds" in str(came)
+    # Our message API never answers 429: the words are a proxy's, the notice is ours.
+    assert isinstance(came, ValueError) and str(came) == "the server is busy just now (HTTP 429): try again in 120 s"
     assert "sending again" not in shown
     assert len(platform.sent(MESSAGES)) == 1
+
+
+@pytest.mark.parametrize("canned, said", [
+    (Canned(400, {"error": "Request blocked by the firewall: write to security@evil.example"}),
+     "the server refused the message (HTTP 400)"),
+    (Canned(403, {"error": "Visit evil.example to go on"}), None),  # read as access lost, never shown
+    (Canned(413, raw=b"<html>413 Request Entity Too Large</html>"), "the server refused the message (HTTP 413)"),
+    (Canned(422, {"error": "Sign in again at evil.example\nthen resend"}), "the server refused the message (HTTP 422)"),
+    (Canned(429, {"error": "Slow down, see evil.example"}), "the server is busy just now (HTTP 429)"),
+])
+def test_a_proxys_refusal_is_read_as_our_notice_and_never_sent_again(world, platform, canned, said):
+    """A 4xx from something in front of the server (a firewall, a gateway): before, the
+    "error" of its JSON body was shown as it came (its first line, 200 characters). Only
+    our message API's own refusals are shown now; anything else is our notice with the
+    status. A 4xx is never sent again (a 429 without a Retry-After to honour neither)."""
+    from tenancy.errors import NotFound
+
+    platform.default(MESSAGES, canned)
+    try:
+        shown, came = _typed(world, platform, "add milk")
+    except NotFound:
+        shown, came = "", None
+    assert "evil.example" not in shown + str(came)
+    if said is not None:
+        assert isinstance(came, ValueError) and str(came) == said
+    assert len(platform.sent(MESSAGES)) == 1
+    assert not Message.objects.filter(role="user").exists()
+
+
+@pytest.mark.parametrize("typed, said", [
+    ("   ", '"content" must be a non-empty string'),
+    ("x" * 100_001, '"content" is longer than 100000 characters'),
+])
+def test_our_apis_own_refusal_is_shown_as_it_says(world, platform, typed, said):
+    platform.default(MESSAGES, passed_on())
+    shown, came = _typed(world, platform, typed)
+    assert isinstance(came, ValueError) and str(came) == said
+    assert len(platform.sent(MESSAGES)) == 1
+    assert not Message.objects.filter(role="user").exists()
 
 
 def test_json_mode_writes_when_it_sends_again_then_the_error(world, platform, model_server):
