@@ -245,7 +245,7 @@ def qor_stop(request: HttpRequest, qor) -> HttpResponse:
     if not isinstance(reply_to, int) or isinstance(reply_to, bool) or not 0 < reply_to <= QUERY_INT_MAX:
         raise BadRequest('"reply_to" must be the seq of your message')
     surface = body.get("surface", Channel.WEB)
-    if surface not in POSTABLE_CHANNELS:
+    if not isinstance(surface, str) or surface not in POSTABLE_CHANNELS:  # a list or an object is unhashable
         raise BadRequest(f'"surface" must be one of: {", ".join(sorted(POSTABLE_CHANNELS))}')
     owner = ChatOwner(request.tenant, qor, request.user,  # type: ignore[attr-defined]
                       surface_trust(role=request.member_role, surface=surface), surface=surface)  # type: ignore[attr-defined]

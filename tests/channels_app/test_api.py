@@ -487,3 +487,12 @@ def test_stop_asks_the_turn_writing_the_reply_to_stop_and_says_when_none_is(clie
     assert post_stop(tokens["alice"], {"reply_to": asked.seq}).status_code == 409
     for body in ({}, {"reply_to": "1"}, {"reply_to": True}, {"reply_to": 1, "surface": "telegram"}):
         assert post_stop(tokens["alice"], body).status_code == 400, body
+
+
+@pytest.mark.parametrize("surface", [[], ["tui"], {}, {"web": 1}, None, 7])
+def test_a_stop_whose_surface_is_no_name_is_a_400_saying_so(client, world, tokens, surface):
+    client.raise_request_exception = False
+    response = client.post("/v1/qors/aria/stop", data=json.dumps({"reply_to": 1, "surface": surface}),
+                           content_type="application/json", **auth(tokens["alice"]))
+    assert response.status_code == 400
+    assert response.json() == {"error": '"surface" must be one of: tui, web'}
