@@ -271,8 +271,9 @@ def qor_voice_transcripts(request: HttpRequest, qor) -> HttpResponse:
 
     body = _json_object(request, '{"call_id": "…", "turns": […]}')
     call_id, turns = body.get("call_id"), body.get("turns")
-    if not isinstance(call_id, str) or not 0 < len(call_id.strip()) <= 200:
-        raise BadRequest('"call_id" must be a string of 1 to 200 characters (the call\'s own id)')
+    # No NUL: no database stores one in text, and stripped it would name another call.
+    if not isinstance(call_id, str) or not 0 < len(call_id.strip()) <= 200 or "\x00" in call_id:
+        raise BadRequest('"call_id" must be a string of 1 to 200 characters, without NUL (the call\'s own id)')
     if not isinstance(turns, list) or not 0 < len(turns) <= MAX_TURNS:
         raise BadRequest(f'"turns" must be a list of 1 to {MAX_TURNS} speaker turns')
     spoken = [_spoken(i, t, MAX_TURN_CHARS, SpokenTurn) for i, t in enumerate(turns)]
