@@ -296,6 +296,8 @@ def sent_message(request: HttpRequest) -> tuple[str, str, list[UploadedImage]] |
         client_id, images = str(body.get("client_id") or "") if isinstance(body, dict) else "", []
     if not isinstance(content, str):
         return JsonResponse({"error": '"content" must be a string'}, status=400)
+    if "\x00" in client_id:  # stored as the message's external id: no database takes a NUL in text
+        return JsonResponse({"error": '"client_id" must not hold a NUL character'}, status=400)
     return content, client_id[:64], images
 
 

@@ -70,6 +70,20 @@ def test_sending_from_the_page_needs_the_csrf_token_and_lands_on_channel_web(wor
     assert empty.status_code == 400
 
 
+@pytest.mark.parametrize("how", ["json", "form"])
+def test_a_client_id_with_a_nul_is_a_400_and_nothing_is_stored(client, world, how):
+    # The page's script sends an id of its own making; a NUL in one (no database stores
+    # it in text) is a 400 saying so, not a failure of ours.
+    client.raise_request_exception = False
+    client.force_login(world.alice)
+    sent = {"content": "hello", "client_id": "c\u00001"}
+    response = (client.post(API, data=json.dumps(sent), content_type="application/json") if how == "json"
+                else client.post(API, data=sent))
+    assert response.status_code == 400
+    assert response.json() == {"error": '"client_id" must not hold a NUL character'}
+    assert not Message.objects.exists()
+
+
 def test_the_api_answers_401_without_a_login(client, world):
     assert client.get(API).status_code == 401
 

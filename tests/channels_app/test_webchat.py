@@ -125,6 +125,15 @@ def test_a_visitor_sending_too_fast_is_told_to_wait_and_nothing_is_stored(client
     assert Message.objects.filter(content__startswith="quick").count() == 3
 
 
+def test_a_visitors_client_id_with_a_nul_is_a_400_and_nothing_is_stored(client, world, webchat):
+    client.raise_request_exception = False
+    response = client.post(URL, data=json.dumps({"content": "hello", "client_id": "c\u00001"}),
+                           content_type="application/json", HTTP_X_QORVEN_VISITOR=token_for("alice"))
+    assert response.status_code == 400
+    assert response.json()["error"] == '"client_id" must not hold a NUL character'
+    assert not Message.objects.exists()
+
+
 def test_an_anonymous_token_works_only_on_its_own_webchat(client, world, webchat):
     visitor = send(client, "hi").json()["visitor"]
     binding_create(tenant=world.tenant_b, qor=world.qor_b, kind="webchat", credentials={"key": "wc_other"})
