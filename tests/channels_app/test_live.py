@@ -137,6 +137,34 @@ def test_an_api_token_authenticates_a_socket(world):
     async_to_sync(scenario)()
 
 
+def test_a_token_opens_its_own_workspaces_chat_only_and_its_persons_only(world):
+    # Alice is in globex too, and holds an acme token: it opens neither her globex chat
+    # (a header or ?token=, alike) nor, naming Bob's session, Bob's acme chat.
+    from tenancy.models import Membership
+
+    Membership.objects.create(tenant=world.tenant_b, user=world.alice)
+    _, token = api_token_create(tenant=world.tenant_a, user=world.alice)
+    bobs = canonical(world, world.bob)
+    append(bobs, "bob's own", notify=False)
+    bearer = [(b"authorization", f"Bearer {token}".encode())]
+
+    async def scenario():
+        for other in (communicator("/ws/chat/globex/aria/", origin="", headers=bearer),
+                      communicator(f"/ws/chat/globex/aria/?token={token}")):
+            assert await other.connect() == (False, 4403)
+        comm = communicator(f"{ALICE_CHAT}?session={bobs.pk}&last_seq=0", origin="", headers=bearer)
+        assert (await comm.connect())[0]
+        assert await comm.receive_json_from() == {"type": "session", "session_id": None, "reset": True}
+        await sync_to_async(append)(bobs, "bob's next")
+        await sync_to_async(broadcast_flush)()
+        await comm.send_json_to({"type": "ping"})
+        heard = await receive_until(comm, lambda e: e["type"] == "pong")
+        assert not any("bob's" in str(e) for e in heard)
+        await comm.disconnect()
+
+    async_to_sync(scenario)()
+
+
 def test_reconnecting_with_last_seq_gets_exactly_the_missed_messages(world):
     session = canonical(world)
     for text in ("one", "two", "three"):
