@@ -387,6 +387,64 @@ def test_a_token_past_its_expiry_is_refused_like_a_revoked_one(client, world):
     assert client.get(URL.format("aria"), **auth(raw)).status_code == 401
 
 
+def _revoked(world, token):
+    from tenancy.services import api_tokens_revoke
+
+    api_tokens_revoke(tokens=type(token).objects.filter(pk=token.pk))
+
+
+def _expired(world, token):
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    type(token).objects.filter(pk=token.pk).update(expires_at=timezone.now() - timedelta(seconds=1))
+
+
+def _deactivated(world, token):
+    world.bob.is_active = False
+    world.bob.save(update_fields=["is_active"])
+
+
+def _removed(world, token):
+    world.bob.memberships.all().delete()  # not memberships_remove: the token is left live
+
+
+def _suspended(world, token):
+    from tenancy.services import tenant_suspend
+
+    tenant_suspend(tenant=world.tenant_a)
+
+
+# Every /v1/ endpoint a token opens, with a request that would change or read something.
+TOKEN_ENDPOINTS = [
+    ("get", "/v1/qors/aria/messages", None), ("post", "/v1/qors/aria/messages", {"content": "still here?"}),
+    ("post", "/v1/qors/aria/stop", {"reply_to": 1}),
+    ("post", "/v1/qors/aria/voice-transcripts", {"call_id": "c", "turns": [{"text": "still here?"}]}),
+    ("get", "/v1/qors/aria/memories", None), ("delete", "/v1/qors/aria/memories/1", None),
+    ("get", "/v1/timezone", None), ("put", "/v1/timezone", {"timezone": "Europe/Paris"}), ("get", "/v1/export", None),
+]
+
+
+@pytest.mark.parametrize("end", [_revoked, _expired, _deactivated, _removed, _suspended])
+def test_a_token_whose_access_ended_gets_on_every_endpoint_what_a_made_up_one_gets(client, world, end):
+    # Revoked, run out, its account deactivated, its person removed, its workspace suspended:
+    # refused everywhere, each the same 401 as a token that never was (nothing tells a
+    # guesser that one once worked), and nothing is written.
+    from tenancy.models import Membership
+
+    token, raw = api_token_create(tenant=world.tenant_a, user=world.bob)
+    end(world, token)
+    made_up = "qv_" + "x" * 43
+    for method, url, body in TOKEN_ENDPOINTS:
+        answers = [getattr(client, method)(url, data=json.dumps(body) if body else None,
+                                           content_type="application/json", **auth(t)) for t in (raw, made_up)]
+        assert [(a.status_code, a.json(), a["WWW-Authenticate"]) for a in answers] == [
+            (401, {"error": "invalid or revoked token"}, 'Bearer realm="qorven"')] * 2, (method, url)
+    assert not Message.objects.exists() and not Session.objects.exists()
+    assert not Membership.objects.filter(user=world.bob).exclude(timezone="").exists()
+
+
 def test_a_method_an_endpoint_does_not_take_is_a_json_405_naming_the_ones_it_does(client, world, tokens):
     auth = {"HTTP_AUTHORIZATION": f"Bearer {tokens['alice']}"}
     for method, url, allowed in (("put", "/v1/qors/aria/messages", "GET, POST"),
