@@ -266,7 +266,7 @@ def qor_voice_transcripts(request: HttpRequest, qor) -> HttpResponse:
     """POST a voice call's transcript: `{"call_id": "…", "turns": [{"speaker": "Priya",
     "text": "…", "at": "2026-12-02T09:30:00Z", "role": "user" | "assistant"}, …]}`. The
     call becomes a voice session of the token's user, condensed into their memories by a
-    task. Posting the same call again stores nothing (200)."""
+    task. Posting the same call again (to any Qor) stores nothing (200)."""
     from memory_app.voice import MAX_TURN_CHARS, MAX_TURNS, SpokenTurn, voice_transcript_store
 
     body = _json_object(request, '{"call_id": "…", "turns": […]}')

@@ -45,7 +45,10 @@ def voice_transcript_store(
     scope = f"voice:user:{user.pk}"
     earlier = Message.objects.filter(tenant=tenant, external_scope=scope, external_id=f"{call_id}:0").exclude(
         external_id="").select_related("session").order_by().first()
-    if earlier is not None and earlier.session.qor_id == qor.pk:
+    # The call's turns are unique per person in the workspace (the scope), whichever Qor
+    # they were posted to: posted again, even to another Qor, it is the call stored then
+    # (a new session there would stay empty, its digest queued for nothing).
+    if earlier is not None:
         return StoredCall(earlier.session, 0)
     session = session_resolve(tenant=tenant, qor=qor, channel=Channel.VOICE, user=user, thread_id=call_id)
     stored = 0

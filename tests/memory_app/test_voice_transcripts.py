@@ -89,6 +89,27 @@ def test_the_same_call_posted_again_stores_nothing(client, world, model_server, 
     assert Memory.objects.filter(type="conversation_digest").count() == 1
 
 
+def test_the_same_call_posted_to_another_qor_stores_nothing_and_opens_no_session(client, world, model_server,
+                                                                                   drain):
+    # A call's turns are the person's, once (their ids are unique per person): posted again
+    # to another Qor it is the call stored before, not an empty session with a digest queued.
+    from ..factories.tenancy import QorFactory
+
+    summarizing(model_server)
+    QorFactory(tenant=world.tenant_a, slug="beta", is_default=False)
+    token = api_token_create(tenant=world.tenant_a, user=world.alice)[1]
+    first = post(client, token, CALL)
+    assert first.status_code == 201
+    drain()
+    again = client.post("/v1/qors/beta/voice-transcripts", data=json.dumps(CALL), content_type="application/json",
+                        HTTP_AUTHORIZATION=f"Bearer {token}")
+    assert (again.status_code, again.json()["stored"]) == (200, 0)
+    assert again.json()["session"]["id"] == first.json()["session"]["id"]
+    assert list(Session.objects.filter(kind="voice").values_list("qor__slug", flat=True)) == ["aria"]
+    drain()
+    assert Memory.objects.filter(type="conversation_digest").count() == 1
+
+
 def test_a_turn_needs_only_its_text_a_person_speaking_now_by_default(client, world, model_server, drain):
     summarizing(model_server)
     token = api_token_create(tenant=world.tenant_a, user=world.alice)[1]
