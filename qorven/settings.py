@@ -359,6 +359,7 @@ LOGGING = {
         "context": {"()": "qorven.runtime.log_context.ContextFilter"},
         "secrets": {"()": "qorven.runtime.log_context.SecretFilter"},
         "upkeep": {"()": "qorven.runtime.log_context.UpkeepFilter"},
+        "repeats": {"()": "qorven.runtime.log_context.RepeatsFilter"},
         "client_errors": {"()": "qorven.runtime.log_context.ClientErrorFilter"},
     },
     "formatters": {
@@ -373,6 +374,8 @@ LOGGING = {
         "django.db.backends": {"level": "WARNING"},
         # The beat's line for each upkeep task sent (the sweep: every 15 s); heartbeats stay.
         "celery.beat": {"filters": ["upkeep"]},
+        # The pub/sub live layer's receive loop with Redis away: a traceback a second.
+        "channels_redis.pubsub": {"filters": ["repeats"]},
         # Client libraries log request URLs, and a Telegram URL carries the bot token.
         "httpx": {"level": "WARNING"},
         "httpx2": {"level": "WARNING"},

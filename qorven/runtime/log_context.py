@@ -15,11 +15,15 @@ from __future__ import annotations
 import json
 import logging
 import re
+import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 from datetime import UTC, datetime
 from typing import Any
+
+from .repeated_failure import REPEAT_EVERY
 
 KEYS = ("tenant", "qor", "session", "seq", "message_id", "event")  # seq: a message's, in its session
 _ids: ContextVar[dict[str, Any]] = ContextVar("qorven_log_ids", default={})  # noqa: B039  never mutated
@@ -169,6 +173,39 @@ class UpkeepFilter(logging.Filter):
         args = record.args if isinstance(record.args, tuple) else ()
         return not (str(record.msg).startswith("Scheduler: Sending due task")
                     and args and str(args[0]).startswith("__qorven_"))
+
+
+class RepeatsFilter(logging.Filter):
+    """For a library that logs a failure it retries on its own, every time (channels_redis'
+    pub/sub receive loop with Redis away: a warning with a traceback a second, in every
+    server process): the first of a run with its traceback, then at most a line a minute
+    saying how many there were, as Qorven's own RepeatedFailure does. A run ends once
+    none came for a minute. Records below WARNING and other messages pass as they are."""
+
+    def __init__(self, name: str = "") -> None:
+        super().__init__(name)
+        self._lock = threading.Lock()
+        self._runs: dict[tuple[str, str], list[float]] = {}  # (logger, message): [last seen, last shown]
+        self.counted = 0  # records held back, all runs
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.levelno < logging.WARNING:
+            return True
+        key, now = (record.name, str(record.msg)), time.monotonic()
+        with self._lock:
+            run = self._runs.get(key)
+            if run is None or now - run[0] > REPEAT_EVERY:  # a new run: shown as it is
+                self._runs[key] = [now, now, 0]
+                return True
+            run[0] = now
+            if now - run[1] < REPEAT_EVERY:
+                run[2] += 1
+                self.counted += 1
+                return False
+            more, run[1], run[2] = run[2], now, 0
+        record.msg, record.args = f"{record.getMessage()} ({more + 1} times in the last minute)", ()
+        record.exc_info, record.exc_text = None, None
+        return True
 
 
 class JsonFormatter(logging.Formatter):
