@@ -158,6 +158,10 @@ def webhook_bindings_warm() -> int:
 
 
 def _refused(channel: str, exc: WebhookRejected | BodyRefused | SuspiciousOperation) -> Prepared:
+    return Prepared(_refusal(channel, exc))
+
+
+def _refusal(channel: str, exc: WebhookRejected | BodyRefused | SuspiciousOperation) -> HttpResponse:
     # Anyone may post here: what the refusal quotes of the request (the addresses an
     # email's To names) is written on the one line.
     if isinstance(exc, SuspiciousOperation):
@@ -165,19 +169,31 @@ def _refused(channel: str, exc: WebhookRejected | BodyRefused | SuspiciousOperat
         # body past DATA_UPLOAD_MAX_MEMORY_SIZE): a bad request, as Django's handler
         # answers it, not a failure of ours with its traceback.
         logger.info("%s webhook body refused: %s", channel, type(exc).__name__)
-        return Prepared(JsonResponse({"error": "the body is not a form we read"},
-                                     status=413 if isinstance(exc, RequestDataTooBig) else 400))
+        return JsonResponse({"error": "the body is not a form we read"},
+                            status=413 if isinstance(exc, RequestDataTooBig) else 400)
     if isinstance(exc, WebhookRejected):
         logger.info("%s webhook rejected: %s", channel, one_line(str(exc.detail or exc)))
     else:
         logger.info("%s webhook body refused: %s", channel, one_line(str(exc)))
-    return Prepared(JsonResponse({"error": str(exc)}, status=exc.status))
+    return JsonResponse({"error": str(exc)}, status=exc.status)
+
+
+def binding_gone(channel: str, binding: ChannelBinding) -> HttpResponse:
+    """The answer to a webhook whose binding was switched off or deleted by the time its
+    messages were stored (inbound_store's `refused`: its screening read the binding from a
+    cache that had not seen it yet): the one a webhook for a disabled binding gets."""
+    adapter = adapter_for(channel)
+    refusal = adapter.unbound(binding.lookup_key) if adapter is not None else WebhookRejected(403, "no binding")
+    refusal.detail = f"binding {binding.pk} was switched off or deleted before its webhook was stored"
+    return _refusal(channel, refusal)
 
 
 @csrf_exempt
 def webhook(request: HttpRequest, channel: str) -> HttpResponse:
     prepared = webhook_prepare(channel, request)
-    if prepared.messages:
-        inbound_store(items=[(prepared.binding, message) for message in prepared.messages])
+    if prepared.messages and prepared.binding is not None:
+        stored = inbound_store(items=[(prepared.binding, message) for message in prepared.messages])
+        if prepared.binding.pk in stored.refused:
+            return binding_gone(channel, prepared.binding)
     undelivered_record(prepared)
     return prepared.response or JsonResponse(OK)

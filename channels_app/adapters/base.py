@@ -169,10 +169,31 @@ class Adapter:
     # --- inbound ---
     def resolve(self, request: HttpRequest) -> ChannelBinding:
         """The binding this request is for, verified. Raises WebhookRejected. Bindings are
-        read through this process's cache only (enabled_binding, webhook_bindings), so that
-        a webhook can be screened with it on the event loop before it waits to be stored
+        read through this process's cache only (enabled_binding, webhook_bindings), so that a
+        webhook can be screened with it on the event loop before it waits to be stored
         (channels_app.webhooks.webhook_screen)."""
         raise NotImplementedError
+
+    def unbound(self, named: str) -> WebhookRejected:
+        """The refusal of a webhook naming no enabled binding here by `named` (its lookup key,
+        for the log only): also what a webhook is answered whose binding was switched off or
+        deleted by the time it was stored (channels_app.event_insert)."""
+        return WebhookRejected(403, f"no {self.kind} binding for this request")
+
+    def enabled_binding(self, lookup_key: str) -> ChannelBinding:
+        """The enabled binding of this kind with this lookup key, with its tenant and Qor, from
+        this process's cache of bindings (see qorven.runtime.row_cache). Raises `unbound`.
+
+        The instance is shared by the requests that find it: read it, never change it."""
+        binding = webhook_bindings.get(
+            (self.kind, lookup_key),
+            lambda: ChannelBinding.objects.select_related("tenant", "qor").filter(
+                kind=self.kind, lookup_key=lookup_key, enabled=True
+            ).first(),
+        )
+        if binding is None:
+            raise self.unbound(lookup_key)
+        return binding
 
     def cache_entries(self, bindings: list[ChannelBinding]) -> dict[Any, Any]:
         """The entries of webhook_bindings `resolve` reads for these enabled bindings of its
@@ -394,22 +415,6 @@ def same_secret(expected: str, given: str) -> bool:
 
 def hmac_hex(key: str, body: bytes, algo=hashlib.sha256) -> str:
     return hmac.new(key.encode(), body, algo).hexdigest()
-
-
-def enabled_binding(kind: str, lookup_key: str) -> ChannelBinding:
-    """The enabled binding of `kind` with this lookup key, with its tenant and Qor, from
-    this process's cache of bindings (see qorven.runtime.row_cache). Raises WebhookRejected.
-
-    The instance is shared by the requests that find it: read it, never change it."""
-    binding = webhook_bindings.get(
-        (kind, lookup_key),
-        lambda: ChannelBinding.objects.select_related("tenant", "qor").filter(
-            kind=kind, lookup_key=lookup_key, enabled=True
-        ).first(),
-    )
-    if binding is None:
-        raise WebhookRejected(403, f"no {kind} binding for this request")
-    return binding
 
 
 def public_url_unset_note(reached: str) -> str:

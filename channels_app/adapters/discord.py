@@ -30,7 +30,6 @@ from .base import (
     WebhookRejected,
     checked_media,
     download_limited,
-    enabled_binding,
     media_url_allowed,
     proof_answer,
     send_unreachable,
@@ -99,7 +98,7 @@ class DiscordAdapter(Adapter):
             app_id = str(json_body(request).get("application_id") or "")
         except (ValueError, AttributeError):
             raise WebhookRejected(400, "body is not Discord JSON") from None
-        binding = enabled_binding(self.kind, app_id)
+        binding = self.enabled_binding(app_id)
         try:
             key = Ed25519PublicKey.from_public_bytes(bytes.fromhex(str(binding.credentials.get("public_key", ""))))
             key.verify(bytes.fromhex(signature), stamp.encode() + request.body)

@@ -49,6 +49,11 @@ SEP = "\x1f"  # between the recipient, the thread and the subject in a reply tar
 SENDER_CHECKS = ("dkim", "dkim_or_spf", "none")
 
 
+# One answer for an address nobody bound and a wrong secret, so that a prober cannot learn
+# which addresses this server takes mail for; the log tells them apart.
+REFUSED = "no email binding for these addresses with this X-Qorven-Email-Secret"
+
+
 class EmailAdapter(Adapter):
     kind = "email"
     limit = 100_000
@@ -105,15 +110,15 @@ class EmailAdapter(Adapter):
             # the storing thread, reading them in order, decides which binding it is. Whose
             # it is for the backlog's fair share is told still (cached_only(stale=True)).
             raise NotCached(webhook_bindings.name)
-        # One answer for an address nobody bound and a wrong secret, so that a prober
-        # cannot learn which addresses this server takes mail for; the log tells them apart.
-        refused = "no email binding for these addresses with this X-Qorven-Email-Secret"
         if binding is None and not bound:
             named = ", ".join(wanted[:5]) + (f" and {len(wanted) - 5} more" if len(wanted) > 5 else "")
-            raise WebhookRejected(401, refused, detail=f"no email binding for {named or 'no address'}")
+            raise self.unbound(named or "no address")
         if binding is None:
-            raise WebhookRejected(401, refused, detail=f"bad X-Qorven-Email-Secret for {', '.join(bound)}")
+            raise WebhookRejected(401, REFUSED, detail=f"bad X-Qorven-Email-Secret for {', '.join(bound)}")
         return binding
+
+    def unbound(self, named: str) -> WebhookRejected:
+        return WebhookRejected(401, REFUSED, detail=f"no email binding for {named}")
 
     def parse(self, request: HttpRequest, binding: ChannelBinding) -> Parsed:
         body = json_body(request)
@@ -179,8 +184,8 @@ def _recipients(to: str, cc: str) -> list[str]:
 
 def _bound(kind: str, addresses: list[str]) -> dict[str, ChannelBinding]:
     """The enabled bindings of these addresses, by address, with their tenant and Qor, from
-    this process's cache of bindings (as enabled_binding reads them), those it does not
-    keep in one read (each was a read of its own, asked before the secret was checked, so
+    this process's cache of bindings (as Adapter.enabled_binding reads them), those it does
+    not keep in one read (each was a read of its own, asked before the secret was checked, so
     a post naming thousands cost thousands). Within cached_only(): those it keeps."""
     keys: dict[Hashable, str] = {(kind, address): address for address in addresses}
 

@@ -125,7 +125,11 @@ class SlackAdapter(Adapter):
             expected = "v0=" + hmac_hex(str(binding.credentials.get("signing_secret", "")), base)
             if same_secret(expected, signature):
                 return binding
-        raise WebhookRejected(401, "bad Slack signature")
+        raise self.unbound(app_id)
+
+    def unbound(self, named: str) -> WebhookRejected:
+        # The one answer to a bad signature, whether the app is bound here or not.
+        return WebhookRejected(401, "bad Slack signature")
 
     def cache_entries(self, bindings: list[ChannelBinding]) -> dict[Any, Any]:
         entries: dict[Any, Any] = {(self.kind, "candidates", ""): list(bindings)} if bindings else {}

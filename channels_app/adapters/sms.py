@@ -27,7 +27,6 @@ from .base import (
     WebhookRejected,
     checked_media,
     download_limited,
-    enabled_binding,
     media_url_allowed,
     proof_answer,
     same_secret,
@@ -104,7 +103,7 @@ class SmsAdapter(Adapter):
         signature = request.headers.get("X-Twilio-Signature", "")
         if not signature:
             raise WebhookRejected(401, "missing X-Twilio-Signature")
-        binding = enabled_binding(self.kind, request.POST.get("To", "").strip())
+        binding = self.enabled_binding(request.POST.get("To", "").strip())
         # QORVEN_PUBLIC_URL has QORVEN_URL_PREFIX already; the rest is the path below it.
         url = settings.QORVEN_PUBLIC_URL.rstrip("/") + request.get_full_path_info()
         params = {k: request.POST.get(k, "") for k in request.POST}

@@ -28,7 +28,6 @@ from .base import (
     WebhookRejected,
     checked_media,
     download_limited,
-    enabled_binding,
     platform_client,
     secret_digest,
     send_unreachable,
@@ -178,7 +177,7 @@ class TelegramAdapter(Adapter):
         secret = request.headers.get("X-Telegram-Bot-Api-Secret-Token", "")
         if not secret:
             raise WebhookRejected(401, "missing X-Telegram-Bot-Api-Secret-Token")
-        return enabled_binding(self.kind, secret_digest(secret))
+        return self.enabled_binding(secret_digest(secret))
 
     def parse(self, request: HttpRequest, binding: ChannelBinding) -> Parsed:
         try:

@@ -30,7 +30,6 @@ from .base import (
     WebhookRejected,
     checked_media,
     download_limited,
-    enabled_binding,
     hmac_hex,
     media_url_allowed,
     proof_answer,
@@ -107,7 +106,7 @@ class WhatsAppAdapter(Adapter):
         phone_ids.discard("")
         if len(phone_ids) != 1:
             raise WebhookRejected(403, "no single phone_number_id in the notification")
-        binding = enabled_binding(self.kind, phone_ids.pop())
+        binding = self.enabled_binding(phone_ids.pop())
         expected = "sha256=" + hmac_hex(str(binding.credentials.get("app_secret", "")), request.body)
         if not same_secret(expected, signature):
             raise WebhookRejected(401, "bad X-Hub-Signature-256")
