@@ -54,6 +54,10 @@ CHAT_REFUSED = frozenset({50001, 50013, 50007})
 
 
 STAMP_WINDOW = 300  # seconds a signed interaction stays acceptable, as Slack's
+# The answer to a bad signature (Discord's documents ask for a 401), and to an application
+# id not bound here alike: the interaction names its application in the clear, and two
+# answers would tell anyone whether it is bound on this server (the log tells them apart).
+FORGED = (401, "bad Discord signature")
 
 class DiscordAdapter(Adapter):
     kind = "discord"
@@ -103,7 +107,7 @@ class DiscordAdapter(Adapter):
             key = Ed25519PublicKey.from_public_bytes(bytes.fromhex(str(binding.credentials.get("public_key", ""))))
             key.verify(bytes.fromhex(signature), stamp.encode() + request.body)
         except (ValueError, InvalidSignature):
-            raise WebhookRejected(401, "bad Discord signature") from None
+            raise WebhookRejected(*FORGED) from None
         try:
             age = abs(time.time() - int(stamp))
         except ValueError:
@@ -111,6 +115,9 @@ class DiscordAdapter(Adapter):
         if age > STAMP_WINDOW:  # a signed request replayed later
             raise WebhookRejected(401, "Discord signature timestamp outside the 5-minute window")
         return binding
+
+    def unbound(self, named: str) -> WebhookRejected:
+        return WebhookRejected(*FORGED, detail=f"no discord binding for application {named or '(none)'}")
 
     def parse(self, request: HttpRequest, binding: ChannelBinding) -> Parsed:
         body = json_body(request)

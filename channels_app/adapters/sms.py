@@ -38,6 +38,10 @@ E164 = re.compile(r"\+[1-9][0-9]{6,14}")  # a country code, then at most 15 digi
 SHORT_CODE = re.compile(r"[1-9][0-9]{4,5}")  # five or six digits, as Twilio names one (894546)
 # What an Alphanumeric Sender ID may be (up to 11 letters, digits and spaces, a letter among them).
 ALPHANUMERIC = re.compile(r"(?=.*[A-Za-z])[A-Za-z0-9 +&_-]{1,11}")
+# The answer to a bad signature (Twilio's request validation answers 403), and to a number
+# not bound here alike: the webhook names our number (To) in the clear, and two answers
+# would tell anyone whether it is bound on this server (the log tells them apart).
+FORGED = (403, "bad X-Twilio-Signature")
 MMS_KEPT = 4  # attachments of one MMS fetched at most (Twilio allows 10); the rest are counted as left out
 
 
@@ -109,8 +113,11 @@ class SmsAdapter(Adapter):
         params = {k: request.POST.get(k, "") for k in request.POST}
         expected = twilio_signature(str(binding.credentials.get("auth_token", "")), url, params)
         if not same_secret(expected, signature):
-            raise WebhookRejected(401, "bad X-Twilio-Signature")
+            raise WebhookRejected(*FORGED)
         return binding
+
+    def unbound(self, named: str) -> WebhookRejected:
+        return WebhookRejected(*FORGED, detail=f"no sms binding for {named or 'no To'}")
 
     def parse(self, request: HttpRequest, binding: ChannelBinding) -> Parsed:
         sender, text, sid = request.POST.get("From", ""), request.POST.get("Body", ""), request.POST.get("MessageSid", "")

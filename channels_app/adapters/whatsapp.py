@@ -43,6 +43,12 @@ _MEDIA_KINDS: dict[str, Literal["photo", "voice", "file"]] = {"image": "photo", 
 META_HOSTS = (".fbsbx.com", ".facebook.com", ".whatsapp.net", ".fbcdn.net")  # where Graph media URLs point
 
 
+# The answer to a bad signature, and to a phone number id not bound here alike: the
+# notification names its number in the clear, and two answers would tell anyone whether it
+# is bound on this server (the log tells them apart). Meta documents no status for it.
+FORGED = (401, "bad X-Hub-Signature-256")
+
+
 def _changes(body: dict[str, Any]) -> list[dict[str, Any]]:
     return [
         change.get("value") or {}
@@ -109,8 +115,11 @@ class WhatsAppAdapter(Adapter):
         binding = self.enabled_binding(phone_ids.pop())
         expected = "sha256=" + hmac_hex(str(binding.credentials.get("app_secret", "")), request.body)
         if not same_secret(expected, signature):
-            raise WebhookRejected(401, "bad X-Hub-Signature-256")
+            raise WebhookRejected(*FORGED)
         return binding
+
+    def unbound(self, named: str) -> WebhookRejected:
+        return WebhookRejected(*FORGED, detail=f"no whatsapp binding for phone number id {named}")
 
     def parse(self, request: HttpRequest, binding: ChannelBinding) -> Parsed:
         body = json_body(request)
