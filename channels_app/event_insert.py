@@ -14,8 +14,8 @@ A row is stored only if its binding is enabled as the statement runs: a webhook 
 against the process's cache of bindings (qorven.runtime.row_cache), which may still hold a
 binding switched off or deleted since, by this process a moment ago or by another one
 seconds ago. Checked in the same statement, such a webhook is refused as a disabled
-binding's is, not stored and answered later (nor, for a deleted one, a foreign key error
-failing its whole batch).
+binding's is, instead of stored, answered 200 and left for its task to skip (or, for a
+deleted binding, failing its whole batch on the foreign key).
 """
 from __future__ import annotations
 
@@ -50,21 +50,23 @@ def events_insert(db: BaseDatabaseWrapper, rows: Sequence[tuple[int, int, str, s
         for name, value in zip(_SHARED, (InboundEvent.State.PENDING.value, "", "", now, now))
     ]
     with db.cursor() as cursor:
-        cursor.execute(_sql(db), [document, *shared])
-        returned = cursor.fetchall()
-        ids = {(binding_id, external_id): pk for pk, binding_id, external_id in returned if pk is not None}
         if db.vendor == "postgresql":  # the statement names the bindings it refused (an id of None)
+            bindings = sorted({row[1] for row in rows})
+            cursor.execute(_sql(db), [bindings, *shared, document, bindings])
+            returned = cursor.fetchall()
+            ids = {(binding_id, external_id): pk for pk, binding_id, external_id in returned if pk is not None}
             return Inserted(ids, frozenset(binding_id for pk, binding_id, _ in returned if pk is None))
-        # SQLite's RETURNING has only the rows inserted: a row skipped is a repeat or a binding
-        # refused, told apart by a read only then (a platform's retry, or a binding just disabled).
-        skipped = {(row[0], row[1]) for row in rows if (row[1], row[2]) not in ids}
-        if not skipped:
-            return Inserted(ids, frozenset())
-        enabled = set(ChannelBinding.objects.using(db.alias).filter(
-            tenant_id__in={tenant for tenant, _ in skipped}, pk__in={b for _, b in skipped}, enabled=True,
-        ).values_list("pk", flat=True))
-        skipped_bindings = {b for _, b in skipped}
-        return Inserted(ids, frozenset(skipped_bindings - enabled))
+        cursor.execute(_sql(db), [document, *shared])
+        ids = {(binding_id, external_id): pk for pk, binding_id, external_id in cursor.fetchall()}
+    # SQLite's RETURNING has only the rows inserted: a row skipped is a repeat or a binding
+    # refused, told apart by a read only then (a platform's retry, or a binding just disabled).
+    skipped = {(row[0], row[1]) for row in rows if (row[1], row[2]) not in ids}
+    if not skipped:
+        return Inserted(ids, frozenset())
+    enabled = set(ChannelBinding.objects.using(db.alias).filter(
+        tenant_id__in={tenant for tenant, _ in skipped}, pk__in={b for _, b in skipped}, enabled=True,
+    ).values_list("pk", flat=True))
+    return Inserted(ids, frozenset({b for _, b in skipped} - enabled))
 
 
 def _sql(db: BaseDatabaseWrapper) -> str:
@@ -79,19 +81,20 @@ def _statement(db: BaseDatabaseWrapper) -> str:
     columns = ", ".join(quote(InboundEvent._meta.get_field(name).column) for name in (*_PER_ROW, *_SHARED))
     table = quote(InboundEvent._meta.db_table)
     bindings, enabled = quote(ChannelBinding._meta.db_table), quote(ChannelBinding._meta.get_field("enabled").column)
+    insert = f"INSERT INTO {table} ({columns}) SELECT r.t, r.b, r.e, r.s, r.p, %s, %s, %s, %s, %s"
+    returning = "ORDER BY r.n ON CONFLICT DO NOTHING RETURNING id, binding_id, external_id"
     if vendor == "postgresql":
-        rows = "SELECT * FROM jsonb_to_recordset(%s::jsonb) AS r(n int, t bigint, b bigint, e text, s text, p jsonb)"
-    elif vendor == "sqlite":
-        rows = ("SELECT key AS n, json_extract(value, '$.t') AS t, json_extract(value, '$.b') AS b, "
+        # The batch's few bindings are looked up once, by primary key (`ok`), and those not
+        # enabled come back with the rows stored, an id of None: no second round trip.
+        return (f"WITH ok AS (SELECT c.id FROM {bindings} AS c WHERE c.id = ANY(%s::bigint[]) AND c.{enabled}), "
+                f"stored AS ({insert} FROM jsonb_to_recordset(%s::jsonb) "
+                "AS r(n int, t bigint, b bigint, e text, s text, p jsonb) "
+                f"WHERE r.b IN (SELECT id FROM ok) {returning}) "
+                "SELECT id, binding_id, external_id FROM stored UNION ALL "
+                "SELECT NULL::bigint, w.b, NULL FROM unnest(%s::bigint[]) AS w(b) WHERE w.b NOT IN (SELECT id FROM ok)")
+    if vendor == "sqlite":  # no INSERT within WITH there: what it skipped is read after (events_insert)
+        return (f"WITH r AS (SELECT key AS n, json_extract(value, '$.t') AS t, json_extract(value, '$.b') AS b, "
                 "json_extract(value, '$.e') AS e, json_extract(value, '$.s') AS s, json_extract(value, '$.p') AS p "
-                "FROM json_each(%s)")
-    else:
-        raise NotImplementedError(f"no inbound event statement for {vendor}")
-    bound = f"EXISTS (SELECT 1 FROM {bindings} AS c WHERE c.id = r.b AND c.{enabled})"
-    insert = (f"INSERT INTO {table} ({columns}) SELECT r.t, r.b, r.e, r.s, r.p, %s, %s, %s, %s, %s FROM r "
-              f"WHERE {bound} ORDER BY r.n ON CONFLICT DO NOTHING RETURNING id, binding_id, external_id")
-    if vendor == "sqlite":  # no INSERT within WITH: what it skipped is read after (events_insert)
-        return f"WITH r AS ({rows}) {insert}"
-    # The bindings refused come back with the rows stored, an id of None: no second round trip.
-    return (f"WITH r AS ({rows}), stored AS ({insert}) SELECT id, binding_id, external_id FROM stored "
-            f"UNION ALL SELECT DISTINCT NULL::bigint, r.b, NULL FROM r WHERE NOT {bound}")
+                f"FROM json_each(%s)) {insert} FROM r "
+                f"WHERE EXISTS (SELECT 1 FROM {bindings} AS c WHERE c.id = r.b AND c.{enabled}) {returning}")
+    raise NotImplementedError(f"no inbound event statement for {vendor}")
