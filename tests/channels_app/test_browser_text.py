@@ -105,3 +105,20 @@ def test_the_composers_and_sender_names_follow_their_texts_direction(client, wor
     assert 'dir="auto"' in frame.content.decode().split("<textarea", 1)[1].split(">", 1)[0]
     css = (MARKDOWN_JS.parent / "chat.css").read_text()
     assert ".msg__who" in css and "unicode-bidi: plaintext" in css.split(".msg__who", 1)[1].split("}", 1)[0]
+
+
+def test_a_table_keeps_escaped_and_coded_pipes_in_their_cells(render):
+    shown = render("| Shell | Means |\n|---|---|\n| `a | b` | a pipe \\| in words |\n| <b>x</b> |")
+    assert shown["html"].count("<tr>") == 3
+    rows = TEXT_PAGE[0].evaluate(
+        "() => [...document.querySelectorAll('#out tr')].map(r => [...r.cells].map(c => c.textContent))")
+    assert rows == [["Shell", "Means"], ["a | b", "a pipe | in words"], ["<b>x</b>", ""]]
+
+
+@pytest.mark.parametrize("text", [
+    "A heading\n---",  # a setext underline, not a table's rule
+    "a | b | c\n|---|---|\n| 1 | 2 |",  # the rule's columns are not the header's
+    "just | a pipe in a sentence",
+])
+def test_text_that_is_not_a_table_stays_text(render, text):
+    assert "<table" not in render(text)["html"]

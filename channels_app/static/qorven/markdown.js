@@ -6,7 +6,7 @@
  *
  * Supported: ```fenced code```, `inline code`, **bold**, *italic* / _italic_,
  * ~~strike~~, [text](https://…), bare https:// links, # headings, - / * / 1. lists,
- * > quotes, and line breaks.
+ * > quotes, | tables | (a header row, a |---|:---:| row, then rows), and line breaks.
  *
  * Direction: every block takes its own from its first strong letter (dir="auto"), so an
  * Arabic or Hebrew paragraph is laid out right to left beside an English one; code is
@@ -64,6 +64,54 @@
 
   function inlineLine(line) { return inline(line, false); }
 
+  // A table row's cells: split on the pipes that are not escaped (\|) nor inside a
+  // `code span`, its outer pipes optional.
+  function cells(line) {
+    var out = [];
+    var cell = "";
+    var inCode = false;
+    var text = line.trim().replace(/^\|/, "");
+    for (var i = 0; i < text.length; i++) {
+      var c = text[i];
+      if (c === "\\" && text[i + 1] === "|") { cell += "|"; i++; continue; }
+      if (c === "`") inCode = !inCode;
+      if (c === "|" && !inCode) { out.push(cell.trim()); cell = ""; continue; }
+      cell += c;
+    }
+    if (cell.trim() || !/\|\s*$/.test(text)) out.push(cell.trim());
+    return out;
+  }
+  var TABLE_RULE = /^\s*\|?\s*:?-+:?\s*(\|\s*:?-+:?\s*)*\|?\s*$/;
+
+  // The table whose header is lines[at] (its rule below it), or null; `end` is the index
+  // after its last row.
+  function table(lines, at) {
+    if (at + 1 >= lines.length || lines[at].indexOf("|") < 0 || !TABLE_RULE.test(lines[at + 1])) return null;
+    if (lines[at + 1].indexOf("|") < 0 && cells(lines[at]).length < 2) return null;  // a heading's ----- underline
+    var head = cells(lines[at]);
+    var aligns = cells(lines[at + 1]).map(function (rule) {
+      var left = rule.charAt(0) === ":", right = rule.charAt(rule.length - 1) === ":";
+      return left && right ? "center" : right ? "right" : left ? "left" : "";
+    });
+    if (aligns.length !== head.length) return null;
+    function row(tag, values) {
+      return "<tr>" + head.map(function (_, n) {
+        var align = aligns[n] ? ' data-align="' + aligns[n] + '"' : "";
+        return "<" + tag + align + ">" + inline(values[n] || "") + "</" + tag + ">";
+      }).join("") + "</tr>";
+    }
+    var body = [];
+    var end = at + 2;
+    while (end < lines.length && lines[end].trim() && lines[end].indexOf("|") >= 0) {
+      body.push(row("td", cells(lines[end])));
+      end++;
+    }
+    // In a box of its own that scrolls sideways when wider than the bubble.
+    var html = '<div class="msg__table" tabindex="0"><table dir="auto"><thead>' + row("th", head) + "</thead>" +
+      (body.length ? "<tbody>" + body.join("") + "</tbody>" : "") + "</table></div>";
+    return { html: html, end: end };
+  }
+
   function render(source) {
     // CRLF and lone CR (email, Windows clipboards) end lines as LF does.
     var lines = escapeHtml(String(source || "").replace(/\u0000/g, "")).split(/\r\n?|\n/);
@@ -103,6 +151,13 @@
         flushAll();
         var level = heading[1].length + 2; // h3..h5: headings inside a bubble stay small
         out.push("<h" + level + " dir=\"auto\">" + inline(heading[2]) + "</h" + level + ">");
+        continue;
+      }
+      var grid = table(lines, i);
+      if (grid) {
+        flushAll();
+        out.push(grid.html);
+        i = grid.end - 1;
         continue;
       }
       var bullet = line.match(/^\s*[-*+]\s+(.*)$/);
