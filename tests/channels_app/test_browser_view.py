@@ -1,10 +1,11 @@
 """The chat page's view in a real browser: a streaming reply keeps the bottom in view
-however much one paint adds (on a phone too), unless the reader scrolled up; the channel
-filter never hides what you send, and an empty filter says so."""
+however much one paint adds (on a phone too), unless the reader scrolled up, to earlier
+pages too; the channel filter never hides what you send, and an empty filter says so."""
 from __future__ import annotations
 
 from ..fakes.model_server import reply
 from .browser_support import ARTIFACTS, SERVER_WORK, post_telegram, send, sign_in
+from .test_browser_webchat import on_server
 
 # Big pieces: each paint adds several lines, more than the 80 px "near the bottom" margin.
 LONG = "\n\n".join(f"Step {n}: " + "walk the dog, water the plants, call the bank. " * 3 for n in range(1, 25))
@@ -54,6 +55,50 @@ def test_a_long_reply_streams_with_the_bottom_in_view_on_a_phone_unless_the_read
     page.tap("[data-jump]")
     page.wait_for_function(f"() => ({DISTANCE_FROM_BOTTOM})() < 5", timeout=5000)
     expect(page.locator("[data-jump]")).to_be_hidden()
+
+
+# A hundred messages after the first exchange: the older fifty long, the newer fifty short,
+# so the earlier page the reader scrolls up to is taller than the page they read.
+SEED_HISTORY = """
+from sessions_app.models import Session
+from sessions_app.services.append import message_append
+session = Session.objects.order_by('-pk').first()
+for n in range(100):
+    text = f'old message {n}. ' + ('a long line of what was said that day. ' * 12 if n < 50 else 'short')
+    message_append(session=session, role='user' if n % 2 == 0 else 'assistant', content=text, channel='web',
+                   notify=False)
+"""
+SCROLL_TOP = "document.querySelector('[data-scroller]').scrollTop"
+
+
+def test_a_reply_streaming_while_the_reader_reads_an_earlier_page_leaves_them_there(chat_server, browser):
+    from playwright.sync_api import expect
+
+    base, model, platform = chat_server
+    model.add(reply("Hello."), reply(LONG, chunk_size=100, chunk_delay=0.3))
+    page = sign_in(browser, base)
+    send(page, "hi")
+    expect(page.locator(".msg--assistant", has_text="Hello.")).to_be_visible(timeout=SERVER_WORK)
+    on_server(base, SEED_HISTORY)
+    page.reload()
+    expect(page.locator(".msg", has_text="old message 99.")).to_be_visible()
+    assert page.locator(".msg", has_text="old message 49.").count() == 0  # on the earlier page
+
+    send(page, "plan my day in detail")
+    streaming = page.locator(".msg--streaming .msg__body")
+    expect(streaming).to_contain_text("Step 1:", timeout=SERVER_WORK)
+    page.evaluate(f"() => {{ {SCROLL_TOP} = 0; }}")  # up to the top: the earlier page loads
+    expect(page.locator(".msg", has_text="old message 49.")).to_be_attached()
+    page.wait_for_timeout(300)  # the scroll that keeps the reader's place
+    reading = page.evaluate(SCROLL_TOP)
+    expect(page.locator(".msg--streaming")).to_have_count(1)  # still streaming while they read
+
+    expect(page.locator(".msg--assistant:not(.msg--streaming)", has_text="Step 24:")).to_be_visible(
+        timeout=SERVER_WORK)
+    page.wait_for_timeout(300)  # the last paint
+    assert abs(page.evaluate(SCROLL_TOP) - reading) < 5  # not taken down to the reply
+    assert page.evaluate(DISTANCE_FROM_BOTTOM) > 1000
+    expect(page.locator("[data-jump]")).to_be_visible()
 
 
 def test_the_filter_never_hides_what_you_send_and_an_empty_filter_says_so(chat_server, browser):

@@ -1239,7 +1239,12 @@
         self.prepend(messages);
         self.more = !!data.more && messages.length > 0;
         if (self.filter) self.tidyDividers();
-        self.scroller.scrollTop = top + (self.scroller.scrollHeight - before);
+        var added = self.scroller.scrollHeight - before;
+        self.scroller.scrollTop = top + added;
+        // Where we last put the bottom moved down with everything else: the reader's new
+        // scrollTop past the old mark is still the reader up here, not back at the bottom
+        // (a reply streaming meanwhile took them down to it).
+        self.autoScrollTop += added;
       })
       .catch(function () {})
       .then(function () {
