@@ -177,6 +177,15 @@ def sign_in(browser, base: str, *, context=None):
     return page
 
 
+def console_errors(context) -> list[str]:
+    """What the pages of `context` log as errors from now on (console.error, a script's
+    uncaught exception, a refused resource), filled as they come."""
+    errors: list[str] = []
+    context.on("console", lambda message: errors.append(message.text) if message.type == "error" else None)
+    context.on("weberror", lambda error: errors.append(str(error.error)))
+    return errors
+
+
 def send(page, text: str) -> None:
     composer = page.locator("[data-input]")
     composer.fill(text)

@@ -1,9 +1,10 @@
 """A long reply as the reader sees it on the chat page, in a real browser: a table is a
-table, scrolling inside its bubble on a phone, and "Copy code" covers none of the code."""
+table, scrolling inside its bubble on a phone, and "Copy code" covers none of the code;
+nothing logs an error in the browser's console meanwhile."""
 from __future__ import annotations
 
 from ..fakes.model_server import reply
-from .browser_support import SERVER_WORK, send, sign_in
+from .browser_support import SERVER_WORK, console_errors, send, sign_in
 
 TABLE = """Your team:
 
@@ -31,6 +32,7 @@ def test_a_table_in_a_reply_is_shown_as_a_table_that_scrolls_inside_its_bubble_o
     base, model, platform = chat_server
     model.add(reply(TABLE))
     phone = browser.new_context(viewport={"width": 375, "height": 667}, is_mobile=True, has_touch=True)
+    errors = console_errors(phone)
     page = sign_in(browser, base, context=phone)
     send(page, "who is on my team?")
     answer = page.locator(DONE, has_text="That is all.")
@@ -61,6 +63,7 @@ def test_a_table_in_a_reply_is_shown_as_a_table_that_scrolls_inside_its_bubble_o
     assert page.evaluate(PAGE_OVERFLOW) == 0
     email = table.locator("td", has_text="alice@example.com")
     assert email.evaluate("c => { const r = document.createRange(); r.selectNodeContents(c); return r.getClientRects().length; }") == 1
+    assert errors == []
 
 
 def test_copy_code_covers_none_of_the_code(chat_server, browser):
@@ -69,7 +72,9 @@ def test_copy_code_covers_none_of_the_code(chat_server, browser):
     base, model, platform = chat_server
     model.add(reply(CODE), reply(CODE))
     for viewport in ({"width": 1280, "height": 820}, {"width": 375, "height": 667}):
-        page = sign_in(browser, base, context=browser.new_context(viewport=viewport))
+        context = browser.new_context(viewport=viewport)
+        errors = console_errors(context)
+        page = sign_in(browser, base, context=context)
         send(page, "show me the function")
         answer = page.locator(DONE, has_text="Here it is:").last  # on the phone, below the first one
         expect(answer).to_be_visible(timeout=SERVER_WORK)
@@ -84,3 +89,4 @@ def test_copy_code_covers_none_of_the_code(chat_server, browser):
         assert button["y"] + button["height"] <= first_line["top"], (viewport, button, first_line)
         assert pre["y"] <= button["y"] and button["x"] + button["width"] <= pre["x"] + pre["width"] + 0.5
         assert page.evaluate(PAGE_OVERFLOW) == 0
+        assert errors == []

@@ -4,7 +4,7 @@ pages too; the channel filter never hides what you send, and an empty filter say
 from __future__ import annotations
 
 from ..fakes.model_server import reply
-from .browser_support import ARTIFACTS, SERVER_WORK, post_telegram, send, sign_in
+from .browser_support import ARTIFACTS, SERVER_WORK, console_errors, post_telegram, send, sign_in
 from .test_browser_webchat import on_server
 
 # Big pieces: each paint adds several lines, more than the 80 px "near the bottom" margin.
@@ -76,7 +76,9 @@ def test_a_reply_streaming_while_the_reader_reads_an_earlier_page_leaves_them_th
 
     base, model, platform = chat_server
     model.add(reply("Hello."), reply(LONG, chunk_size=100, chunk_delay=0.3))
-    page = sign_in(browser, base)
+    context = browser.new_context(viewport={"width": 1280, "height": 820})
+    errors = console_errors(context)
+    page = sign_in(browser, base, context=context)
     send(page, "hi")
     expect(page.locator(".msg--assistant", has_text="Hello.")).to_be_visible(timeout=SERVER_WORK)
     on_server(base, SEED_HISTORY)
@@ -99,6 +101,7 @@ def test_a_reply_streaming_while_the_reader_reads_an_earlier_page_leaves_them_th
     assert abs(page.evaluate(SCROLL_TOP) - reading) < 5  # not taken down to the reply
     assert page.evaluate(DISTANCE_FROM_BOTTOM) > 1000
     expect(page.locator("[data-jump]")).to_be_visible()
+    assert errors == []
 
 
 def test_the_filter_never_hides_what_you_send_and_an_empty_filter_says_so(chat_server, browser):
