@@ -1,10 +1,14 @@
 """A long reply as the reader sees it on the chat page, in a real browser: a table is a
-table, scrolling inside its bubble on a phone, and "Copy code" covers none of the code;
+table, scrolling inside its bubble on a phone, readable in the person's own bubble too, and
+"Copy code" covers none of the code;
 nothing logs an error in the browser's console meanwhile."""
 from __future__ import annotations
 
+import pytest
+
 from ..fakes.model_server import reply
 from .browser_support import SERVER_WORK, console_errors, send, sign_in
+from .test_browser_keyboard import CONTRAST
 
 TABLE = """Your team:
 
@@ -90,3 +94,19 @@ def test_copy_code_covers_none_of_the_code(chat_server, browser):
         assert pre["y"] <= button["y"] and button["x"] + button["width"] <= pre["x"] + pre["width"] + 0.5
         assert page.evaluate(PAGE_OVERFLOW) == 0
         assert errors == []
+
+
+@pytest.mark.parametrize("scheme", ["light", "dark"])
+def test_a_table_the_person_sends_is_readable_in_their_bubble(chat_server, scheme, browser):
+    from playwright.sync_api import expect
+
+    base, model, platform = chat_server
+    model.add(reply("Thanks."))
+    context = browser.new_context(viewport={"width": 1280, "height": 820}, color_scheme=scheme)
+    page = sign_in(browser, base, context=context)
+    send(page, "| Day | Task |\n|---|---|\n| Monday | `call` the bank |")
+    sent = page.locator(".msg--user", has_text="Monday")
+    expect(sent.locator("table")).to_be_visible()
+    expect(page.locator(".msg--assistant", has_text="Thanks.")).to_be_visible(timeout=SERVER_WORK)
+    contrast = {cell: sent.locator(cell).first.evaluate(CONTRAST) for cell in ("th", "td", "td code")}
+    assert all(ratio >= 4.5 for ratio in contrast.values()), contrast
