@@ -142,3 +142,22 @@ def test_a_slow_answer_for_a_view_you_left_does_not_replace_the_search_you_moved
     expect(dialog.locator(".msg", has_text="Under the blue pot.")).to_have_count(0)
     expect(dialog.locator("[data-archive-title]")).to_have_text("Search")
     expect(page.locator("[data-search-hit]", has_text="You: buy milk")).to_have_count(1)
+
+
+def test_a_long_search_found_nowhere_is_said_within_the_dialog_on_a_phone(chat_server, browser):
+    from playwright.sync_api import expect
+
+    base, model, platform = chat_server
+    phone = browser.new_context(viewport={"width": 375, "height": 667}, is_mobile=True, has_touch=True)
+    page = sign_in(browser, base, context=phone)
+    page.click("[data-more]")
+    page.click("[data-archive-open]")
+    page.fill("[data-search-input]", "tracking" + "0123456789" * 10)  # a pasted code, say
+    page.press("[data-search-input]", "Enter")
+    none = page.locator(".archive__none")
+    expect(none).to_contain_text("Nothing found for")
+    body = page.locator("[data-archive-body]")
+    assert body.evaluate("b => b.scrollWidth - b.clientWidth") == 0  # no sideways scrolling to read it
+    line, dialog = none.bounding_box(), page.locator("[data-archive]").bounding_box()
+    assert line["x"] + line["width"] <= dialog["x"] + dialog["width"]
+    assert none.evaluate("p => { const r = document.createRange(); r.selectNodeContents(p); return r.getBoundingClientRect().right; }") <= dialog["x"] + dialog["width"]
