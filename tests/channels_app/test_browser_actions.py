@@ -287,3 +287,21 @@ def test_on_a_phone_the_header_names_the_qor_and_shows_the_status_and_the_copy_b
         if copy.count() and time.count():
             assert not overlap(copy.bounding_box(), time.bounding_box()), message.inner_text()
     page.screenshot(path=str(ARTIFACTS / "chat-phone-header.png"))
+
+
+def test_files_waiting_to_be_sent_stay_within_a_phone_screen(chat_server, browser):
+    from playwright.sync_api import expect
+
+    base, model, platform = chat_server
+    phone = browser.new_context(viewport={"width": 375, "height": 667}, is_mobile=True, has_touch=True)
+    page = sign_in(browser, base, context=phone)
+    page.set_input_files("[data-attach]", files=[
+        {"name": f"quarterly-report-{n}-final-version-signed.pdf", "mimeType": "application/pdf",
+         "buffer": b"%PDF-1.4 a report"} for n in range(1, 4)])
+    expect(page.locator("[data-attachment]")).to_have_count(3)
+    assert page.evaluate("document.scrollingElement.scrollWidth - document.scrollingElement.clientWidth") == 0
+    for n in range(3):  # each one's remove button on the screen, to be tapped
+        remove = page.locator("[data-attachment] .attachment__remove").nth(n).bounding_box()
+        assert 0 <= remove["x"] and remove["x"] + remove["width"] <= 375, (n, remove)
+    composer = page.locator("[data-composer]").bounding_box()
+    assert composer["x"] + composer["width"] <= 375
