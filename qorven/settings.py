@@ -13,6 +13,7 @@ import environ
 from kombu import Queue
 
 from qorven.runtime.environment import Env, env_file_check, meta_header_name, secret_key_kept
+from qorven.runtime.environment.addresses import broker_url_of_redis
 from qorven.runtime.live_redis import live_redis_host
 from qorven.runtime.url_prefix import prefix_settings, public_url_under
 
@@ -225,7 +226,7 @@ else:
 # Celery. Without a broker, tasks go to the embedded broker of the process that queues
 # them and run there on a Celery worker thread with a small pool (qorven/runtime/worker.py):
 # the same task semantics as `qorven worker`, retries and countdowns included.
-CELERY_BROKER_URL = env.str("CELERY_BROKER_URL", default=REDIS_URL) or "embedded://localhost"
+CELERY_BROKER_URL = env.str("CELERY_BROKER_URL", default=broker_url_of_redis(REDIS_URL)) or "embedded://localhost"
 QORVEN_WORKER_CONCURRENCY = env.int("QORVEN_WORKER_CONCURRENCY", default=4, at_least=1)
 # How long a process keeps the channel bindings and switches webhooks read on every
 # request (qorven.runtime.row_cache); a change made in another process shows within it.

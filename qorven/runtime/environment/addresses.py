@@ -58,3 +58,21 @@ def url_without_credentials(url: str) -> str:
     """`url` with any `user:password@` before its host shown as `***@`, for a log line, an
     error or a report (it may not even parse)."""
     return re.sub(r"(?<=://)[^/?#]*@", "***@", url)
+
+
+def broker_url_of_redis(url: str) -> str:
+    """Celery's broker URL for the Redis at `url` (REDIS_URL): the same for redis:// and
+    rediss://; a Unix socket as kombu names one, `redis+socket:///path`, its database
+    (`?db=N`, redis-py's way) as kombu's `virtual_host` (kombu knows no `unix://`)."""
+    from urllib.parse import parse_qs, urlencode
+
+    parts = urlsplit(url)
+    if parts.scheme != "unix":
+        return url
+    query = parse_qs(parts.query)
+    database = query.pop("db", [""])[0]
+    if database:
+        query["virtual_host"] = [database]
+    credentials = parts.netloc.rpartition("@")[0]  # unix://:password@/path, as redis-py takes one
+    return (f"redis+socket://{credentials + '@' if credentials else ''}{parts.path}"
+            + (f"?{urlencode(query, doseq=True)}" if query else ""))
