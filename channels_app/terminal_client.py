@@ -171,8 +171,8 @@ class ServerLink:
                 response = self._post_message(content, key)
             except AnswerLost as lost:
                 if tries == SEND_TRIES:
-                    raise ValueError(f"the server at {self.base} did not answer: "
-                                     "the message may not have been sent") from None
+                    raise ValueError(f"the server at {self.base} did not answer: the message may not have been "
+                                     "sent (sent again now, as it is, it is stored once)") from None
                 if lost.timed_out:
                     wait, said = 0.0, (f"The server is not answering (nothing in {self.timeout:g} s); "
                                        f"sending again, try {tries + 1} of {SEND_TRIES}.")
