@@ -94,10 +94,15 @@ def say(frame, text: str) -> None:
     frame.locator("[data-input]").press("Enter")
 
 
-def open_widget(browser, site: str, *, init_script: str = "", sockets: list | None = None):
+def open_widget(browser, site: str, *, init_script: str = "", sockets: list | None = None, routes=()):
+    """`routes`: (URL glob, handler) pairs routed on the browser context before the shop's
+    page opens. The widget's frame is of another site, in a process of its own: a route
+    added once it runs reached it late, and under load its first POST went past it."""
     context = browser.new_context(viewport={"width": 1280, "height": 820})
     if init_script:
         context.add_init_script(init_script)
+    for pattern, handler in routes:
+        context.route(pattern, handler)
     page = context.new_page()
     page.set_default_timeout(20_000)
     if sockets is not None:
@@ -419,8 +424,7 @@ def test_a_new_visitors_first_message_met_by_a_503_after_it_was_stored_is_kept_o
             route.continue_()
 
     with host_site(base) as site:
-        page, frame, errors = open_widget(browser, site)
-        page.context.route(f"**/webchat/{KEY}/messages", proxy)  # the frame is of another site: the context routes it
+        page, frame, errors = open_widget(browser, site, routes=[(f"**/webchat/{KEY}/messages", proxy)])
         expect(frame.locator("[data-input]")).to_be_focused()
         say(frame, "When do you open?")
         expect(frame.locator(".msg--assistant:not(.msg--streaming)")).to_contain_text("We open at nine.",
