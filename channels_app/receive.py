@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
@@ -39,37 +38,27 @@ logger = logging.getLogger(__name__)
 
 def inbound_receive(*, binding: ChannelBinding, message: InboundMessage) -> int | None:
     """Store the message as received and queue its processing after commit; the new
-    event's id. A message id seen before on this binding, or a binding disabled or deleted
-    meanwhile, is neither stored nor processed (None)."""
-    return inbound_store(items=[(binding, message)]).ids[0]
+    event's id. A message id seen before on this binding is neither stored nor processed
+    again (None)."""
+    return inbound_store(items=[(binding, message)])[0]
 
 
-@dataclass(frozen=True)
-class Stored:
-    ids: list[int | None]  # each item's new event id; None: not stored
-    refused: frozenset[int]  # the bindings found disabled or gone: nothing of theirs stored
-
-
-def inbound_store(*, items: Sequence[tuple[ChannelBinding, InboundMessage]]) -> Stored:
+def inbound_store(*, items: Sequence[tuple[ChannelBinding, InboundMessage]]) -> list[int | None]:
     """Store received messages, of one webhook or of many (a server's webhooks arriving
     together share one statement and one commit: channels_app.webhook_ingest), and queue
     the processing of each new one after commit; each item's new event id. One INSERT …
     ON CONFLICT DO NOTHING (channels_app.event_insert): a message id already stored on its
     binding (a platform's retry, or the same update twice in one batch) is skipped and
     answered None, with no error to recover from, so this runs alike in autocommit and
-    inside a caller's transaction. So is a message whose binding is no longer enabled as it
-    is stored (its webhook screened from a cache that had not seen it switched off or
-    deleted): its binding is named in `refused`, and the webhook refused as a disabled
-    binding's. Events get their ids in the order given, which is the order a sender's
-    messages are processed in."""
+    inside a caller's transaction. Events get their ids in the order given, which is the
+    order a sender's messages are processed in."""
     from .tasks import inbound_fan_out_task, inbound_process_task
 
     if not items:
-        return Stored([], frozenset())
+        return []
     rows = [(binding.tenant_id, binding.pk, message.external_id, message.sender_id[:255],
              message.model_dump(mode="json")) for binding, message in items]
-    inserted = events_insert(transaction.get_connection(), rows, now=timezone.now())
-    stored = dict(inserted.ids)
+    stored = events_insert(transaction.get_connection(), rows, now=timezone.now())
     # A repeat in the batch finds its id taken by the first: None, as for one stored before.
     ids = [stored.pop((binding_id, external_id), None) for _, binding_id, external_id, _, _ in rows]
     queued = [(row[0], pk) for row, pk in zip(rows, ids) if pk is not None]
@@ -83,7 +72,7 @@ def inbound_store(*, items: Sequence[tuple[ChannelBinding, InboundMessage]]) -> 
     elif queued:
         transaction.on_commit(lambda: publish_or_hold(lambda: tasks_publish(inbound_process_task, queued)),
                               robust=True)
-    return Stored(ids, inserted.refused)
+    return ids
 
 
 # A burst stored together is queued with one task that queues each event's from a worker: a

@@ -30,10 +30,6 @@ well under one. Webhooks are the busiest path there is and need none of that mac
   not checked again when the screening verified it against a fresh cache entry — stores the
   messages of all of them with one INSERT, a transaction of its own (`inbound_store`), and
   then answers each: concurrent webhooks share a commit instead of queuing for one each;
-- the statement stores a message only if its binding is enabled as it runs: a webhook
-  screened as a binding's that was switched off or deleted since (in this process a
-  moment ago, or in another within QORVEN_ROUTE_CACHE_SECONDS) gets a disabled binding's
-  answer, nothing of it stored;
 - nothing is answered 200 before its messages are committed. If the batch cannot be
   stored, each webhook is tried on its own, so one bad message fails alone; a webhook that
   still cannot be stored is answered 503 and the platform delivers it again;
@@ -73,7 +69,7 @@ from .models import ChannelBinding
 from .receive import inbound_store
 from .sweep import GRACE as SWEEP_GRACE
 from .webhook_bound import UNVERIFIED, WaitingBound
-from .webhooks import OK, Prepared, Screened, binding_gone, undelivered_record, webhook_prepare, webhook_screen
+from .webhooks import OK, Prepared, Screened, undelivered_record, webhook_prepare, webhook_screen
 
 logger = logging.getLogger(__name__)
 
@@ -237,25 +233,16 @@ class GroupCommit:
     def handle(self, jobs: list[_Job]) -> list[Answer]:
         prepared: list[Prepared | Answer] = [_prepare(job) for job in jobs]
         storing = [i for i, p in enumerate(prepared) if isinstance(p, Prepared) and p.messages]
-        refused: frozenset[int] = frozenset()  # bindings switched off or deleted since they were read
-        if storing and isinstance(stored := _stored([prepared[i] for i in storing]), Exception):
+        if storing and (error := _stored([prepared[i] for i in storing])) is not None:
             # Each alone even with the database away: a restart broke the connection the
             # batch had, and the next one may well be a working one.
-            if not isinstance(stored, DATABASE_DOWN):
+            if not isinstance(error, DATABASE_DOWN):
                 logger.warning("%d webhooks could not be stored together; storing each alone", len(storing))
             for i in storing:
-                if isinstance(alone := _stored([prepared[i]]), Exception):
-                    if not isinstance(alone, DATABASE_DOWN):
+                if (error := _stored([prepared[i]])) is not None:
+                    if not isinstance(error, DATABASE_DOWN):
                         logger.warning("a %s webhook could not be stored", jobs[i].channel)
                     prepared[i] = Answer.error(503, "not stored; deliver it again")
-                else:
-                    refused |= alone
-        elif storing:
-            refused = stored
-        for i in storing:
-            p = prepared[i]
-            if isinstance(p, Prepared) and p.binding is not None and p.binding.pk in refused:
-                prepared[i] = Answer.of(binding_gone(jobs[i].channel, p.binding))
         for i, p in enumerate(prepared):
             if isinstance(p, Prepared) and p.undelivered:
                 try:
@@ -311,13 +298,12 @@ _database_failures = RepeatedFailure(logger, "webhooks met the database away; ea
                                              "delivered again")
 
 
-def _stored(webhooks: list[Prepared]) -> frozenset[int] | Exception:
+def _stored(webhooks: list[Prepared]) -> Exception | None:
     """Store the messages of `webhooks` with one statement, a transaction of its own (no
-    BEGIN and COMMIT to wait for: a batch's one round trip to the database): the bindings
-    found switched off or deleted (nothing of theirs stored), or what failed (logged), and
-    then nothing of it is stored."""
+    BEGIN and COMMIT to wait for: a batch's one round trip to the database): None, or
+    what failed (logged), and then nothing of it is stored."""
     try:
-        stored = inbound_store(items=[(w.binding, m) for w in webhooks if w.binding for m in w.messages])
+        inbound_store(items=[(w.binding, m) for w in webhooks if w.binding for m in w.messages])
     except DATABASE_DOWN as exc:
         _database_failures.failed(type(exc).__name__)
         close_old_connections()  # a broken connection is not reused for the next try
@@ -327,7 +313,7 @@ def _stored(webhooks: list[Prepared]) -> frozenset[int] | Exception:
         close_old_connections()
         return exc
     _database_failures.succeeded()
-    return stored.refused
+    return None
 
 
 def _prepare(job: _Job) -> Prepared | Answer:

@@ -178,22 +178,10 @@ def _refusal(channel: str, exc: WebhookRejected | BodyRefused | SuspiciousOperat
     return JsonResponse({"error": str(exc)}, status=exc.status)
 
 
-def binding_gone(channel: str, binding: ChannelBinding) -> HttpResponse:
-    """The answer to a webhook whose binding was switched off or deleted by the time its
-    messages were stored (inbound_store's `refused`: its screening read the binding from a
-    cache that had not seen it yet): the one a webhook for a disabled binding gets."""
-    adapter = adapter_for(channel)
-    refusal = adapter.unbound(binding.lookup_key) if adapter is not None else WebhookRejected(403, "no binding")
-    refusal.detail = f"binding {binding.pk} was switched off or deleted before its webhook was stored"
-    return _refusal(channel, refusal)
-
-
 @csrf_exempt
 def webhook(request: HttpRequest, channel: str) -> HttpResponse:
     prepared = webhook_prepare(channel, request)
-    if prepared.messages and prepared.binding is not None:
-        stored = inbound_store(items=[(prepared.binding, message) for message in prepared.messages])
-        if prepared.binding.pk in stored.refused:
-            return binding_gone(channel, prepared.binding)
+    if prepared.messages:
+        inbound_store(items=[(prepared.binding, message) for message in prepared.messages])
     undelivered_record(prepared)
     return prepared.response or JsonResponse(OK)

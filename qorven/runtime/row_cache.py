@@ -6,11 +6,9 @@ load. A `RowCache` keeps what a loader returned for a key for `QORVEN_ROUTE_CACH
 (0: no caching; what was loaded is then kept past its time at once, read only within
 `cached_only(stale=True)`). A save or delete in this process clears it at once (the owning app
 connects `clear` to its models' signals); a change made by another process — another
-server, `qorven bind`, the admin on another host — is seen within those seconds. The
-statement that stores a webhook's message stores it only if its binding is still enabled
-(channels_app.event_insert), and what runs after the webhook (the processing task) reads
-the rows fresh, so a binding switched off elsewhere is never answered even while a server
-still screens its webhooks as bound.
+server, `qorven bind`, the admin on another host — is seen within those seconds. What runs
+after the webhook (the processing task) reads the rows fresh, so a binding switched off
+elsewhere is never answered even while a server still accepts its webhooks.
 
 A loader's None is not kept, so a row created elsewhere is found on its first request;
 and what was kept for its key is forgotten, stale too: the row it was is gone or changed

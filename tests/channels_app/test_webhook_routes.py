@@ -6,7 +6,6 @@ from __future__ import annotations
 import time
 
 import pytest
-from django.db import transaction
 
 from channels_app.models import ChannelBinding, InboundEvent
 from sessions_app.models import Message
@@ -23,7 +22,7 @@ def test_a_webhook_after_the_first_is_one_insert(client, world, telegram, django
     assert post_telegram(client, telegram_update("first", message_id=1)).status_code == 200
     with django_assert_num_queries(1) as captured:
         assert post_telegram(client, telegram_update("second", message_id=2)).status_code == 200
-    assert "INSERT INTO" in captured.captured_queries[0]["sql"].upper()
+    assert captured.captured_queries[0]["sql"].upper().startswith("INSERT")
     assert InboundEvent.objects.count() == 2
 
 
@@ -44,14 +43,9 @@ def test_a_channel_switched_off_in_this_process_refuses_the_next_webhook(client,
     assert InboundEvent.objects.count() == 1
 
 
-def test_a_binding_disabled_elsewhere_while_cached_here_is_refused_and_its_webhook_not_stored(
+def test_a_binding_disabled_elsewhere_is_never_answered_and_refused_once_the_cache_ages(
     client, world, telegram, platform, model_server, drain, settings
 ):
-    """This process's cache still holds the binding as enabled — the window between a
-    webhook's screening and its storing, seconds long when another process switched it
-    off. The statement that stores the event finds it disabled: nothing is stored, the
-    platform gets the answer a disabled binding gets, and nothing is answered. Before, the
-    event was stored and answered 200 (left for the task to skip)."""
     settings.QORVEN_ROUTE_CACHE_SECONDS = 1.0
     pair(world, "telegram", "42", world.alice)
     model_server.add(reply("hello there"))
@@ -63,34 +57,14 @@ def test_a_binding_disabled_elsewhere_while_cached_here_is_refused_and_its_webho
     # Another process switches it off: no signal reaches this one.
     ChannelBinding.objects.filter(pk=telegram.pk).update(enabled=False)
 
-    refused = post_telegram(client, telegram_update("after", message_id=2))  # screened from the cache
-    assert refused.status_code == 403
-    assert refused.json() == post_telegram(client, telegram_update("x"), secret="nobody's").json()
+    assert post_telegram(client, telegram_update("after", message_id=2)).status_code == 200  # cached
     drain()
-    assert [x.rpartition(":")[2] for x in InboundEvent.objects.values_list("external_id", flat=True)] == ["1"]
+    assert InboundEvent.objects.get(external_id__endswith=":2").result == "switched-off"
     assert not Message.objects.filter(content__contains="after").exists()
     assert len(platform.sent("sendMessage")) == 1  # the reply to "before" only
-    assert len(model_server.requests) == 1
 
     time.sleep(max(0.0, cached_at + 1.1 - time.monotonic()))
     assert post_telegram(client, telegram_update("later", message_id=3)).status_code == 403
-
-
-def test_a_message_stored_just_before_its_binding_was_disabled_is_not_answered(
-    client, world, telegram, platform, model_server, drain
-):
-    """Stored while the binding was enabled, its task runs after the binding is switched
-    off: the task reads the binding afresh with the event and skips it."""
-    pair(world, "telegram", "42", world.alice)
-    model_server.add(reply("hello there"))
-    with transaction.atomic():  # its task is queued once this commits: after the binding is off
-        assert post_telegram(client, telegram_update("stored", message_id=1)).status_code == 200
-        telegram.enabled = False
-        telegram.save(update_fields=["enabled"])
-    drain()
-    assert InboundEvent.objects.get().result == "switched-off"
-    assert not Message.objects.exists()
-    assert platform.sent("sendMessage") == [] and model_server.requests == []
 
 
 def test_a_channel_switched_off_elsewhere_is_never_answered(client, world, telegram, platform, model_server, drain):
