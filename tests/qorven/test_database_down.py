@@ -21,6 +21,7 @@ from ..channels_app.conftest import pair
 from ..fakes.model_server import reply
 from ..channels_app.payloads import telegram_scope, telegram_update
 from ..conftest import database_vendor
+from ..processes import wait_for
 
 pytestmark = [
     pytest.mark.django_db(transaction=True),
@@ -50,8 +51,13 @@ def _lose_every_connection() -> None:
     db = connection.settings_dict
     with psycopg.connect(make_conninfo(host=db["HOST"] or "127.0.0.1", port=db["PORT"] or 5432, user=db["USER"],
                                        password=db["PASSWORD"] or None, dbname=db["NAME"]), autocommit=True) as other:
-        other.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
-                      " WHERE datname = current_database() AND pid <> pg_backend_pid()")
+        ended = [row[0] for row in other.execute(
+            "SELECT pid, pg_terminate_backend(pid) FROM pg_stat_activity"
+            " WHERE datname = current_database() AND pid <> pg_backend_pid()").fetchall()]
+        # pg_terminate_backend only signals: each backend says goodbye and closes its socket
+        # as it exits, a moment later. A restarted server answers once they have.
+        assert wait_for(lambda: not other.execute("SELECT 1 FROM pg_stat_activity WHERE pid = ANY(%s)",
+                                                  [ended]).fetchall(), 30)
 
 
 def _pool_fill(borrowers: int) -> None:
