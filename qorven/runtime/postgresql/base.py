@@ -38,11 +38,14 @@ def ended_while_idle(connection: Any) -> bool:
     rarely a notice) and a check with an empty statement fails."""
     from psycopg_pool import ConnectionPool
 
+    # poll, not select: a server process holding many sockets has descriptors past
+    # select's 1,024, where it raised and every connection would have counted as ended.
+    poller = select.poll()
     try:
-        readable, _, _ = select.select([connection.fileno()], [], [], 0)
+        poller.register(connection.fileno(), select.POLLIN)
     except (OSError, ValueError):  # no descriptor left to look at
         return True
-    if not readable:
+    if not poller.poll(0):
         return False
     try:
         ConnectionPool.check_connection(connection)  # reads what was sent; raises for an ended one
